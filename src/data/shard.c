@@ -1,0 +1,152 @@
+/* shard.c — llm.c-format token shards: crash-safe write, mmap'ed validated read (see shard.h). */
+#include "data/shard.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static uint32_t rd32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void wr32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
+}
+
+void shard_close(Shard *s) {
+    if (s->map) munmap(s->map, s->map_bytes);
+    s->map = NULL;
+    s->map_bytes = 0;
+    s->tokens = NULL;
+    s->ntok = 0;
+}
+
+Status shard_open(Shard *s, const char *path, Err *err) {
+    memset(s, 0, sizeof *s);
+    snprintf(s->path, sizeof s->path, "%s", path);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return err_set(err, ST_ERR_INPUT, "%s: expected a token shard, found %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return err_set(err, ST_ERR_INPUT, "%s: expected a regular file", path);
+    }
+    size_t hdr = SHARD_HEADER_INTS * 4;
+    if ((size_t)sb.st_size < hdr) {
+        close(fd);
+        return err_set(err, ST_ERR_INPUT, "%s: expected at least a %zu-byte shard header, found %lld bytes", path,
+                       hdr, (long long)sb.st_size);
+    }
+    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return err_set(err, ST_ERR_RUNTIME, "%s: mmap failed (%s)", path, strerror(errno));
+    s->map = map;
+    s->map_bytes = (size_t)sb.st_size;
+    const uint8_t *h = map;
+    uint32_t magic = rd32(h), version = rd32(h + 4), count = rd32(h + 8);
+    if (magic == SHARD_MAGIC_U16 && version == SHARD_VERSION_U16) s->elem_bytes = 2;
+    else if (magic == SHARD_MAGIC_U32 && version == SHARD_VERSION_U32) s->elem_bytes = 4;
+    else {
+        shard_close(s);
+        return err_set(err, ST_ERR_INPUT,
+                       "%s: expected magic/version %d/%d (uint16) or %d/%d (uint32), found %u/%u", path,
+                       SHARD_MAGIC_U16, SHARD_VERSION_U16, SHARD_MAGIC_U32, SHARD_VERSION_U32, magic, version);
+    }
+    size_t want = hdr + (size_t)count * (size_t)s->elem_bytes;
+    if (want != s->map_bytes) {
+        shard_close(s);
+        return err_set(err, ST_ERR_INPUT, "%s: header says %u tokens (%zu bytes), found a file of %lld bytes", path,
+                       count, want, (long long)sb.st_size);
+    }
+    s->ntok = count;
+    s->tokens = h + hdr;
+    s->meta.tokenizer_hash = (uint64_t)rd32(h + 12) | (uint64_t)rd32(h + 16) << 32;
+    s->meta.source_bytes = (uint64_t)rd32(h + 20) | (uint64_t)rd32(h + 24) << 32;
+    s->meta.vocab_size = rd32(h + 28);
+    return ST_OK;
+}
+
+size_t shard_find_token_at_least(const Shard *s, uint32_t vocab) {
+    for (size_t i = 0; i < s->ntok; i++)
+        if (shard_token(s, i) >= vocab) return i;
+    return SIZE_MAX;
+}
+
+/* Writes all of buf to fd, retrying short writes. */
+static int write_all(int fd, const void *buf, size_t n) {
+    const uint8_t *p = buf;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+Status shard_write(const char *path, const uint32_t *tokens, size_t n, const ShardMeta *meta, Err *err) {
+    if (n > UINT32_MAX / 4) /* llm.c's header holds the count in an int32 */
+        return err_set(err, ST_ERR_INPUT, "%s: expected at most %u tokens per shard, found %zu", path,
+                       UINT32_MAX / 4, n);
+    int wide = meta && meta->vocab_size > 65536;
+    for (size_t i = 0; i < n && !wide; i++) wide = tokens[i] > 65535;
+    uint8_t hdr[SHARD_HEADER_INTS * 4];
+    memset(hdr, 0, sizeof hdr);
+    wr32(hdr, wide ? SHARD_MAGIC_U32 : SHARD_MAGIC_U16);
+    wr32(hdr + 4, wide ? SHARD_VERSION_U32 : SHARD_VERSION_U16);
+    wr32(hdr + 8, (uint32_t)n);
+    if (meta) {
+        wr32(hdr + 12, (uint32_t)meta->tokenizer_hash);
+        wr32(hdr + 16, (uint32_t)(meta->tokenizer_hash >> 32));
+        wr32(hdr + 20, (uint32_t)meta->source_bytes);
+        wr32(hdr + 24, (uint32_t)(meta->source_bytes >> 32));
+        wr32(hdr + 28, meta->vocab_size);
+    }
+    char tmp[1100];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
+        return err_set(err, ST_ERR_INPUT, "%s: path too long", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return err_set(err, ST_ERR_INPUT, "%s: cannot create (%s)", tmp, strerror(errno));
+    uint8_t buf[1 << 16];
+    size_t per = sizeof buf / (wide ? 4 : 2);
+    if (write_all(fd, hdr, sizeof hdr)) goto werr;
+    for (size_t i = 0; i < n; i += per) {
+        size_t k = n - i < per ? n - i : per;
+        for (size_t j = 0; j < k; j++) {
+            uint32_t v = tokens[i + j];
+            if (wide) wr32(buf + 4 * j, v);
+            else buf[2 * j] = (uint8_t)v, buf[2 * j + 1] = (uint8_t)(v >> 8);
+        }
+        if (write_all(fd, buf, k * (wide ? 4 : 2))) goto werr;
+    }
+    if (fsync(fd) != 0) goto werr;
+    if (close(fd) != 0) {
+        fd = -1;
+        goto werr;
+    }
+    fd = -1;
+    if (rename(tmp, path) != 0) goto werr;
+    /* fsync the directory so the rename itself survives a crash */
+    char dirbuf[1100];
+    snprintf(dirbuf, sizeof dirbuf, "%s", path);
+    int dfd = open(dirname(dirbuf), O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return ST_OK;
+werr:;
+    int e = errno;
+    if (fd >= 0) close(fd);
+    unlink(tmp);
+    return err_set(err, ST_ERR_RUNTIME, "%s: write failed (%s)", path, strerror(e));
+}

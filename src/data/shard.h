@@ -1,0 +1,55 @@
+/* shard.h — token shards in llm.c's format (DESIGN.md §5, byte layout in docs/formats.md).
+ *
+ * Header: 256 little-endian int32. [0] magic, [1] version, [2] token count; then the tokens.
+ *   magic 20240520 version 1: uint16 tokens;  magic 20240801 version 7: uint32 tokens.
+ * Reserved words we write (0 = unknown, as in files made by llm.c):
+ *   [3],[4] tokenizer hash (low, high 32 bits); [5],[6] source byte count (low, high);
+ *   [7] vocabulary size of the tokenizer (EOT included).
+ * Shards are memory-mapped read-only; a file whose size does not match its header is refused. */
+#ifndef ST_DATA_SHARD_H
+#define ST_DATA_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+
+#define SHARD_HEADER_INTS 256
+#define SHARD_MAGIC_U16 20240520
+#define SHARD_VERSION_U16 1
+#define SHARD_MAGIC_U32 20240801
+#define SHARD_VERSION_U32 7
+
+typedef struct {
+    uint64_t tokenizer_hash; /* 0 = unknown */
+    uint64_t source_bytes;   /* bytes of text the tokens came from; 0 = unknown */
+    uint32_t vocab_size;     /* tokenizer vocabulary incl. EOT; 0 = unknown */
+} ShardMeta;
+
+typedef struct {
+    char path[1024];
+    void *map;         /* whole file, read-only mapping */
+    size_t map_bytes;
+    int elem_bytes;    /* 2 (uint16) or 4 (uint32) */
+    const void *tokens;
+    size_t ntok;
+    ShardMeta meta;
+} Shard;
+
+/* Maps and validates a shard: magic/version, header count vs file size. Errors name the path,
+ * the expected and the found values (ST_ERR_INPUT). shard_close is safe after a failed open. */
+Status shard_open(Shard *s, const char *path, Err *err);
+void shard_close(Shard *s);
+
+static inline uint32_t shard_token(const Shard *s, size_t i) {
+    return s->elem_bytes == 2 ? ((const uint16_t *)s->tokens)[i] : ((const uint32_t *)s->tokens)[i];
+}
+
+/* Index of the first token >= vocab, or SIZE_MAX if every token is below vocab. */
+size_t shard_find_token_at_least(const Shard *s, uint32_t vocab);
+
+/* Writes n tokens crash-safely (temporary file, fsync, rename, fsync of the directory).
+ * uint16 format when meta->vocab_size <= 65536 (and every token fits), else uint32. */
+Status shard_write(const char *path, const uint32_t *tokens, size_t n, const ShardMeta *meta, Err *err);
+
+#endif
