@@ -1,0 +1,209 @@
+/* args.c — option parsing (see args.h). */
+#include "cli/args.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/fileio.h"
+
+ArgSpec *args_find(ArgSpec *specs, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(specs[i].name, name)) return &specs[i];
+    return NULL;
+}
+
+static Status set_value(ArgSpec *s, const char *v, Err *err) {
+    char *end = NULL;
+    errno = 0;
+    switch (s->type) {
+    case ARG_INT:
+    case ARG_LONG: {
+        long long x = strtoll(v, &end, 10);
+        if (!*v || *end || errno)
+            return err_set(err, ST_ERR_INPUT, "--%s: expected an integer, found '%s'", s->name, v);
+        if (s->type == ARG_INT) {
+            if (x < INT_MIN || x > INT_MAX)
+                return err_set(err, ST_ERR_INPUT, "--%s: expected an integer in int range, found '%s'", s->name, v);
+            *(int *)s->dst = (int)x;
+        } else {
+            *(long *)s->dst = (long)x;
+        }
+        break;
+    }
+    case ARG_U64: {
+        if (v[0] == '-') return err_set(err, ST_ERR_INPUT, "--%s: expected a non-negative integer, found '%s'", s->name, v);
+        unsigned long long x = strtoull(v, &end, 0);
+        if (!*v || *end || errno)
+            return err_set(err, ST_ERR_INPUT, "--%s: expected a non-negative integer, found '%s'", s->name, v);
+        *(uint64_t *)s->dst = x;
+        break;
+    }
+    case ARG_FLOAT:
+    case ARG_DOUBLE: {
+        double x = strtod(v, &end);
+        if (!*v || *end || errno || !isfinite(x))
+            return err_set(err, ST_ERR_INPUT, "--%s: expected a number, found '%s'", s->name, v);
+        if (s->type == ARG_FLOAT) *(float *)s->dst = (float)x;
+        else *(double *)s->dst = x;
+        break;
+    }
+    case ARG_STR:
+        if (strlen(v) >= s->len)
+            return err_set(err, ST_ERR_INPUT, "--%s: expected at most %zu characters, found %zu", s->name, s->len - 1,
+                           strlen(v));
+        snprintf((char *)s->dst, s->len, "%s", v);
+        break;
+    case ARG_FLAG:
+        if (!strcmp(v, "1") || !strcmp(v, "true")) *(int *)s->dst = 1;
+        else if (!strcmp(v, "0") || !strcmp(v, "false")) *(int *)s->dst = 0;
+        else return err_set(err, ST_ERR_INPUT, "--%s: expected true or false, found '%s'", s->name, v);
+        break;
+    }
+    s->seen = 1;
+    return ST_OK;
+}
+
+static Status load_config(ArgSpec *specs, int n, const char *path, Err *err) {
+    char *text;
+    size_t len;
+    Status st = file_read_all(path, &text, &len, err);
+    if (st != ST_OK) return err_prefix(err, "--config");
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return err_set(err, ST_ERR_INPUT, "--config %s: expected a JSON object of options, found invalid JSON", path);
+    }
+    for (cJSON *it = j->child; it && st == ST_OK; it = it->next) {
+        ArgSpec *s = args_find(specs, n, it->string);
+        if (!s) {
+            st = err_set(err, ST_ERR_INPUT, "--config %s: unknown option '%s'", path, it->string);
+            break;
+        }
+        char buf[1100];
+        if (cJSON_IsString(it)) snprintf(buf, sizeof buf, "%s", it->valuestring);
+        else if (cJSON_IsBool(it)) snprintf(buf, sizeof buf, "%s", cJSON_IsTrue(it) ? "true" : "false");
+        else if (cJSON_IsNumber(it)) snprintf(buf, sizeof buf, "%.17g", it->valuedouble);
+        else {
+            st = err_set(err, ST_ERR_INPUT, "--config %s: option '%s': expected a string, number or boolean", path,
+                         it->string);
+            break;
+        }
+        if (s->type == ARG_FLAG && cJSON_IsNumber(it)) snprintf(buf, sizeof buf, "%d", it->valueint != 0);
+        st = set_value(s, buf, err);
+        if (st != ST_OK) err_prefix(err, "--config %s", path);
+    }
+    cJSON_Delete(j);
+    return st;
+}
+
+Status args_parse(ArgSpec *specs, int n, int argc, char **argv, char **pos, int maxpos, int *npos, int *help,
+                  Err *err) {
+    *npos = 0;
+    *help = 0;
+    /* The config file first, so the command line overrides it. */
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strncmp(a, "--config=", 9)) {
+            Status st = load_config(specs, n, a + 9, err);
+            if (st != ST_OK) return st;
+        } else if (!strcmp(a, "--config")) {
+            if (i + 1 >= argc) return err_set(err, ST_ERR_INPUT, "--config: expected a JSON file, found nothing");
+            Status st = load_config(specs, n, argv[i + 1], err);
+            if (st != ST_OK) return st;
+        }
+    }
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            *help = 1;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+            if (*npos >= maxpos)
+                return err_set(err, ST_ERR_INPUT, "unexpected argument '%s' (expected %d positional argument%s)", a,
+                               maxpos, maxpos == 1 ? "" : "s");
+            pos[(*npos)++] = argv[i];
+            continue;
+        }
+        char name[128];
+        const char *eq = strchr(a + 2, '='), *val = NULL;
+        size_t nl = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+        if (nl >= sizeof name) nl = sizeof name - 1;
+        memcpy(name, a + 2, nl);
+        name[nl] = '\0';
+        if (!strcmp(name, "config")) {
+            if (!eq) i++;
+            continue;
+        }
+        ArgSpec *s = args_find(specs, n, name);
+        if (!s) return err_set(err, ST_ERR_INPUT, "unknown option --%s (see --help)", name);
+        if (eq) {
+            val = eq + 1;
+        } else if (s->type == ARG_FLAG) {
+            val = "1";
+        } else {
+            if (i + 1 >= argc) return err_set(err, ST_ERR_INPUT, "--%s: expected a value, found nothing", name);
+            val = argv[++i];
+        }
+        Status st = set_value(s, val, err);
+        if (st != ST_OK) return st;
+    }
+    return ST_OK;
+}
+
+void args_print_help(const ArgSpec *specs, int n) {
+    for (int i = 0; i < n; i++) {
+        const ArgSpec *s = &specs[i];
+        char def[1100];
+        switch (s->type) {
+        case ARG_INT: snprintf(def, sizeof def, "%d", *(int *)s->dst); break;
+        case ARG_LONG: snprintf(def, sizeof def, "%ld", *(long *)s->dst); break;
+        case ARG_U64: snprintf(def, sizeof def, "%" PRIu64, *(uint64_t *)s->dst); break;
+        case ARG_FLOAT: snprintf(def, sizeof def, "%g", *(float *)s->dst); break;
+        case ARG_DOUBLE: snprintf(def, sizeof def, "%g", *(double *)s->dst); break;
+        case ARG_STR: snprintf(def, sizeof def, "%s", *(char *)s->dst ? (char *)s->dst : "none"); break;
+        case ARG_FLAG: snprintf(def, sizeof def, "%s", *(int *)s->dst ? "on" : "off"); break;
+        }
+        printf("  --%-16s %s (default: %s)\n", s->name, s->help, def);
+    }
+    printf("  --%-16s %s\n", "config FILE", "JSON object of options; the command line overrides it");
+}
+
+void args_exe_dir(char *buf, size_t len) {
+    char path[4096];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+    if (n <= 0 || len == 0) {
+        if (len) buf[0] = '\0';
+        return;
+    }
+    path[n] = '\0';
+    char *slash = strrchr(path, '/');
+    if (slash) *slash = '\0';
+    snprintf(buf, len, "%s", path);
+}
+
+int args_find_data_dir(const char *explicit_dir, const char *sub, char *out, size_t len) {
+    struct stat sb;
+    if (explicit_dir && explicit_dir[0]) {
+        snprintf(out, len, "%s", explicit_dir);
+        return stat(out, &sb) == 0;
+    }
+    char exe[4096];
+    args_exe_dir(exe, sizeof exe);
+    const char *fmts[] = {"%s/../data/%s", "%s/../../data/%s"};
+    for (int i = 0; i < 2 && exe[0]; i++) {
+        snprintf(out, len, fmts[i], exe, sub);
+        if (stat(out, &sb) == 0) return 1;
+    }
+    snprintf(out, len, "data/%s", sub);
+    return stat(out, &sb) == 0;
+}

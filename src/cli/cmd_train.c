@@ -1,0 +1,127 @@
+/* cmd_train.c — `scaletrain train`: flags → TrainConfig → train_run. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/cmds.h"
+#include "data/bpe.h"
+#include "train/train.h"
+
+int cli_fail(const char *cmd, int status, const char *msg) {
+    fprintf(stderr, "scaletrain %s: %s\n", cmd, msg);
+    return status == ST_OK ? 1 : (int)status;
+}
+
+int cmd_train(int argc, char **argv) {
+    TrainConfig c = train_default_config();
+    char model[64] = "", optimizer[16] = "adamw", schedule[16] = "cosine", shape[16] = "linear", tok_dir[1024] = "";
+    long batch_tokens = 0;
+    double peak_gflops = 0;
+    float beta1 = -1, beta2 = -1, wd = -1, eps = -1, momentum = -1;
+    ArgSpec specs[] = {
+        {"model", ARG_STR, model, sizeof model, "preset: d2, d4, d6, d12, ..., gpt2-124m (sets layers/heads/channels)"},
+        {"layers", ARG_INT, &c.model.n_layer, 0, "transformer blocks L"},
+        {"heads", ARG_INT, &c.model.n_head, 0, "attention heads NH (must divide channels)"},
+        {"channels", ARG_INT, &c.model.n_embd, 0, "model width C"},
+        {"vocab", ARG_INT, &c.model.vocab, 0, "vocabulary size (0: from the shard headers)"},
+        {"max-seq-len", ARG_INT, &c.model.max_seq, 0, "maximum sequence length (position table)"},
+        {"dropout", ARG_FLOAT, &c.model.dropout, 0, "dropout on embeddings, attention and residual branches"},
+        {"data", ARG_STR, c.data, sizeof c.data, "training shards: path or glob"},
+        {"val-data", ARG_STR, c.val_data, sizeof c.val_data, "validation shards: path or glob"},
+        {"tokenizer", ARG_STR, c.tokenizer, sizeof c.tokenizer,
+         "gpt2 | bytes | DIR: checked against the shards, recorded for `sample`"},
+        {"tokenizer-dir", ARG_STR, tok_dir, sizeof tok_dir, "where gpt2's encoder.json and vocab.bpe are"},
+        {"micro-batch", ARG_INT, &c.micro_batch, 0, "sequences per micro-batch B"},
+        {"seq-len", ARG_INT, &c.seq_len, 0, "tokens per sequence T"},
+        {"grad-accum", ARG_INT, &c.grad_accum, 0, "micro-batches per optimizer step k"},
+        {"batch-tokens", ARG_LONG, &batch_tokens, 0, "tokens per optimizer step (sets --grad-accum; 0: unused)"},
+        {"optimizer", ARG_STR, optimizer, sizeof optimizer, "adamw | adam (L2 decay) | sgd (momentum) | lion"},
+        {"lr", ARG_FLOAT, &c.sched.lr, 0, "peak learning rate"},
+        {"min-lr", ARG_FLOAT, &c.sched.min_lr, 0, "final learning rate of cosine/linear/wsd decay"},
+        {"warmup", ARG_LONG, &c.sched.warmup, 0, "linear warmup steps"},
+        {"schedule", ARG_STR, schedule, sizeof schedule, "cosine | wsd | linear | constant"},
+        {"decay-frac", ARG_FLOAT, &c.sched.decay_frac, 0, "wsd: fraction of the steps spent decaying"},
+        {"decay-shape", ARG_STR, shape, sizeof shape, "wsd decay shape: linear | cosine | 1-sqrt"},
+        {"weight-decay", ARG_FLOAT, &wd, 0, "weight decay (-1: optimizer default, 0.1 adamw/adam, 1.0 lion, 0 sgd)"},
+        {"beta1", ARG_FLOAT, &beta1, 0, "first-moment decay (-1: 0.9)"},
+        {"beta2", ARG_FLOAT, &beta2, 0, "second-moment decay (-1: 0.95; lion 0.99)"},
+        {"eps", ARG_FLOAT, &eps, 0, "Adam epsilon (-1: 1e-8)"},
+        {"momentum", ARG_FLOAT, &momentum, 0, "SGD momentum (-1: 0.9)"},
+        {"grad-clip", ARG_FLOAT, &c.grad_clip, 0, "clip the global gradient L2 norm to this (0: off)"},
+        {"steps", ARG_LONG, &c.steps, 0, "optimizer steps"},
+        {"seed", ARG_U64, &c.seed, 0, "initialisation and dropout seed"},
+        {"data-seed", ARG_U64, &c.data_seed, 0, "data order seed"},
+        {"threads", ARG_INT, &c.threads, 0, "threads for our kernels and the GEMM library"},
+        {"peak-gflops", ARG_DOUBLE, &peak_gflops, 0, "peak GFLOP/s for MFU (0: measure at start)"},
+        {"val-every", ARG_INT, &c.val_every, 0, "validate every N steps (0: only at the end)"},
+        {"val-batches", ARG_INT, &c.val_batches, 0, "micro-batches per validation"},
+        {"log", ARG_STR, c.log_path, sizeof c.log_path, "JSON Lines metrics file"},
+        {"out", ARG_STR, c.out_dir, sizeof c.out_dir, "directory for the final weights (model.safetensors)"},
+        {"quiet", ARG_FLAG, &c.quiet, 0, "no per-step lines"},
+    };
+    int n = (int)(sizeof specs / sizeof specs[0]), npos = 0, help = 0;
+    char *pos[1];
+    Err err = {0};
+    Status st = args_parse(specs, n, argc, argv, pos, 0, &npos, &help, &err);
+    if (st != ST_OK) return cli_fail("train", st, err.msg);
+    if (help) {
+        printf("usage: scaletrain train --data SHARDS [options]\n\nTrains a GPT-2 style model on token shards.\n\n");
+        args_print_help(specs, n);
+        return 0;
+    }
+    if (model[0]) {
+        ModelConfig p = c.model;
+        if ((st = model_config_preset(&p, model, &err)) != ST_OK) return cli_fail("train", st, err.msg);
+        /* A preset sets the shape; explicit --layers/--heads/--channels still win. */
+        if (!args_find(specs, n, "layers")->seen) c.model.n_layer = p.n_layer;
+        if (!args_find(specs, n, "heads")->seen) c.model.n_head = p.n_head;
+        if (!args_find(specs, n, "channels")->seen) c.model.n_embd = p.n_embd;
+    }
+    if ((st = optim_parse_kind(optimizer, &c.optim.kind, &err)) != ST_OK) return cli_fail("train", st, err.msg);
+    OptimConfig od = optim_default_config(c.optim.kind);
+    c.optim.beta1 = beta1 >= 0 ? beta1 : od.beta1;
+    c.optim.beta2 = beta2 >= 0 ? beta2 : od.beta2;
+    c.optim.eps = eps >= 0 ? eps : od.eps;
+    c.optim.weight_decay = wd >= 0 ? wd : od.weight_decay;
+    c.optim.momentum = momentum >= 0 ? momentum : od.momentum;
+    if ((st = sched_parse_kind(schedule, &c.sched.kind, &err)) != ST_OK) return cli_fail("train", st, err.msg);
+    if ((st = sched_parse_shape(shape, &c.sched.decay_shape, &err)) != ST_OK) return cli_fail("train", st, err.msg);
+    if (batch_tokens > 0) {
+        long per = (long)c.micro_batch * c.seq_len;
+        if (per <= 0 || batch_tokens % per != 0) {
+            snprintf(err.msg, sizeof err.msg,
+                     "--batch-tokens %ld: expected a multiple of --micro-batch x --seq-len = %ld", batch_tokens, per);
+            return cli_fail("train", ST_ERR_INPUT, err.msg);
+        }
+        if (args_find(specs, n, "grad-accum")->seen && c.grad_accum != batch_tokens / per) {
+            snprintf(err.msg, sizeof err.msg, "--batch-tokens %ld implies --grad-accum %ld, but --grad-accum %d was given",
+                     batch_tokens, batch_tokens / per, c.grad_accum);
+            return cli_fail("train", ST_ERR_INPUT, err.msg);
+        }
+        c.grad_accum = (int)(batch_tokens / per);
+    }
+    c.peak_flops = peak_gflops * 1e9;
+    if (c.tokenizer[0]) {
+        char dir[1024];
+        args_find_data_dir(tok_dir, "gpt2_tokenizer", dir, sizeof dir);
+        Tokenizer *tk = NULL;
+        if ((st = tokenizer_load(&tk, c.tokenizer, dir, &err)) != ST_OK) {
+            err_prefix(&err, "--tokenizer %s", c.tokenizer);
+            return cli_fail("train", st, err.msg);
+        }
+        c.tokenizer_hash = tokenizer_hash(tk);
+        if (!args_find(specs, n, "vocab")->seen) c.model.vocab = (int)tokenizer_vocab_size(tk);
+        tokenizer_free(tk);
+    }
+    char joined[2048] = "scaletrain train";
+    for (int i = 0; i < argc; i++) {
+        strncat(joined, " ", sizeof joined - strlen(joined) - 1);
+        strncat(joined, argv[i], sizeof joined - strlen(joined) - 1);
+    }
+    c.argv_joined = joined;
+    TrainResult res;
+    st = train_run(&c, &res, &err);
+    if (st != ST_OK) return cli_fail("train", st, err.msg);
+    return 0;
+}

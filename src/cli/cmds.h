@@ -1,0 +1,12 @@
+/* cmds.h — the subcommands of the scaletrain binary. Each returns the process exit code
+ * (0 success, 1 runtime failure, 2 bad input or usage) and prints its own one-line error. */
+#ifndef ST_CLI_CMDS_H
+#define ST_CLI_CMDS_H
+
+int cmd_train(int argc, char **argv);
+int cmd_sample(int argc, char **argv);
+
+/* Prints "scaletrain <cmd>: <message>" to stderr and returns the exit code for status. */
+int cli_fail(const char *cmd, int status, const char *msg);
+
+#endif

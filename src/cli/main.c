@@ -1,0 +1,30 @@
+/* main.c — the scaletrain binary: dispatches to the subcommands (DESIGN.md §4). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cmds.h"
+#include "cli/cmds_data.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: scaletrain <command> [options]   (scaletrain <command> --help for its options)\n\n"
+            "commands:\n"
+            "  train      train a GPT on token shards\n"
+            "  sample     generate text from trained weights\n"
+            "  prepare    text / JSON Lines -> token shards (train + validation)\n"
+            "  tokenizer  train, encode or decode with a tokenizer\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
+    if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
+    if (!strcmp(cmd, "prepare")) return cmd_prepare(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenizer")) return cmd_tokenizer(argc - 1, argv + 1);
+    fprintf(stderr, "scaletrain: unknown command '%s' (expected train, sample, prepare or tokenizer)\n", cmd);
+    return 2;
+}

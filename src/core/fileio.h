@@ -1,0 +1,21 @@
+/* fileio.h — crash-safe file writes and whole-file reads.
+ *
+ * file_write_atomic writes `path.tmp`, fsyncs it, renames it over `path` and fsyncs the
+ * directory (redis rdb.c's recipe): a crash leaves either the old file or the new one. */
+#ifndef ST_CORE_FILEIO_H
+#define ST_CORE_FILEIO_H
+
+#include <stddef.h>
+
+#include "core/status.h"
+
+/* Writes the concatenation of n buffers. Errors name the path. */
+Status file_write_atomic(const char *path, const void *const *bufs, const size_t *lens, int n, Err *err);
+
+/* Reads a whole file into a malloc'd buffer with a terminating NUL (not counted in *len). */
+Status file_read_all(const char *path, char **data, size_t *len, Err *err);
+
+/* mkdir -p; ok if it exists. */
+Status file_mkdirs(const char *dir, Err *err);
+
+#endif

@@ -1,0 +1,221 @@
+/* gpt.c — GPT-2 forward and backward over the layer kernels (see gpt.h). */
+#include "model/gpt.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "core/timer.h"
+#include "model/kernels.h"
+
+enum { DROP_EMBED = 0, DROP_ATTN = 1, DROP_ATTN_RES = 2, DROP_MLP_RES = 3 };
+
+static Dropout dropout_at(const Gpt *g, int layer, int site) {
+    Dropout d = {g->cfg.dropout, g->dropout_seed,
+                 (g->cur_drop_counter << 24) | ((uint64_t)(layer + 1) << 4) | (uint64_t)site};
+    return d;
+}
+
+Status gpt_init(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int shard_multiple, MemStats *mem, Err *err) {
+    memset(g, 0, sizeof *g);
+    g->cfg = *cfg;
+    g->B = B, g->T = T, g->nt = nt < 1 ? 1 : nt;
+    g->mem = mem;
+    if (B < 1) return err_set(err, ST_ERR_INPUT, "--micro-batch: expected a positive integer, found %d", B);
+    if (T < 1 || T > cfg->max_seq)
+        return err_set(err, ST_ERR_INPUT, "--seq-len: expected 1..%d (the model's --max-seq-len), found %d",
+                       cfg->max_seq, T);
+    if (layout_init(&g->layout, cfg, shard_multiple) != 0) goto oom;
+    int L = cfg->n_layer;
+    size_t total = g->layout.total;
+    g->p.blocks = calloc((size_t)L, sizeof(BlockParams));
+    g->g.blocks = calloc((size_t)L, sizeof(BlockParams));
+    g->la = calloc((size_t)L, sizeof(LayerActs));
+    g->params = mem_alloc(mem, MEM_PARAMS, total * sizeof(float));
+    g->grads = mem_alloc(mem, MEM_GRADS, total * sizeof(float));
+    if (!g->p.blocks || !g->g.blocks || !g->la || !g->params || !g->grads) goto oom;
+    layout_views(&g->layout, g->params, &g->p);
+    layout_views(&g->layout, g->grads, &g->g);
+
+    ActSizes as = layout_activations(cfg, B, T, g->nt);
+    g->acts_floats = as.total;
+    g->scratch_floats = as.scratch;
+    g->acts = mem_alloc(mem, MEM_ACTIVATIONS, as.total * sizeof(float));
+    g->scratch = mem_alloc(mem, MEM_WORKSPACE, as.scratch * sizeof(float));
+    if (!g->acts || !g->scratch) goto oom;
+
+    size_t N = (size_t)B * T, C = cfg->n_embd, NH = cfg->n_head;
+    float *a = g->acts;
+#define TAKE(ptr, n) (ptr = a, a += (n))
+    TAKE(g->encoded, N * C);
+    for (int l = 0; l < L; l++) {
+        LayerActs *x = &g->la[l];
+        TAKE(x->ln1, N * C), TAKE(x->ln1_mean, N), TAKE(x->ln1_rstd, N);
+        TAKE(x->qkv, 3 * N * C), TAKE(x->probs, (size_t)B * NH * T * T), TAKE(x->atty, N * C);
+        TAKE(x->res2, N * C), TAKE(x->ln2, N * C), TAKE(x->ln2_mean, N), TAKE(x->ln2_rstd, N);
+        TAKE(x->fch, 4 * N * C), TAKE(x->fch_gelu, 4 * N * C), TAKE(x->res3, N * C);
+    }
+    TAKE(g->lnf, N * C), TAKE(g->lnf_mean, N), TAKE(g->lnf_rstd, N), TAKE(g->losses, N);
+    ST_CHECK((size_t)(a - g->acts) == as.total);
+    g->head_chunk = layout_head_chunk_rows(cfg, B, T);
+    a = g->scratch;
+    TAKE(g->dres, N * C), TAKE(g->dbuf_a, 4 * N * C), TAKE(g->dbuf_b, N * C), TAKE(g->dbuf_c, N * C);
+    TAKE(g->att_scratch, (size_t)g->nt * 2 * T * T);
+    TAKE(g->ln_scratch, (N + KERNEL_ROW_CHUNK - 1) / KERNEL_ROW_CHUNK * 2 * C);
+    TAKE(g->logits, (size_t)g->head_chunk * cfg->vocab_padded);
+    ST_CHECK((size_t)(a - g->scratch) == as.scratch);
+#undef TAKE
+    return ST_OK;
+oom:
+    gpt_free(g);
+    return err_set(err, ST_ERR_RUNTIME, "out of memory allocating the model (L=%d C=%d V=%d B=%d T=%d)",
+                   cfg->n_layer, cfg->n_embd, cfg->vocab, B, T);
+}
+
+void gpt_free(Gpt *g) {
+    size_t total = g->layout.total;
+    mem_free(g->mem, MEM_PARAMS, g->params, total * sizeof(float));
+    mem_free(g->mem, MEM_GRADS, g->grads, total * sizeof(float));
+    mem_free(g->mem, MEM_ACTIVATIONS, g->acts, g->acts_floats * sizeof(float));
+    mem_free(g->mem, MEM_WORKSPACE, g->scratch, g->scratch_floats * sizeof(float));
+    free(g->p.blocks);
+    free(g->g.blocks);
+    free(g->la);
+    layout_free(&g->layout);
+    memset(g, 0, sizeof *g);
+}
+
+void gpt_init_params(Gpt *g, uint64_t seed) {
+    const ParamLayout *pl = &g->layout;
+    float proj_std = 0.02f / sqrtf(2.0f * g->cfg.n_layer);
+    memset(g->params, 0, pl->total * sizeof(float));
+    for (int k = 0; k < pl->ntensors; k++) {
+        const TensorInfo *t = &pl->tensors[k];
+        float *w = g->params + t->offset;
+        const char *leaf = strrchr(t->name, '.');
+        leaf = leaf ? leaf + 1 : t->name;
+        if (t->ndim == 1) {
+            /* LayerNorm weights 1; all biases and LayerNorm biases 0. */
+            if (!strcmp(leaf, "ln1w") || !strcmp(leaf, "ln2w") || !strcmp(leaf, "lnfw"))
+                for (size_t i = 0; i < t->numel; i++) w[i] = 1.0f;
+            continue;
+        }
+        float std = (!strcmp(leaf, "attprojw") || !strcmp(leaf, "fcprojw")) ? proj_std : 0.02f;
+        size_t n = (size_t)t->rows_real * t->shape[1]; /* padded wte rows stay 0 */
+#pragma omp parallel for num_threads(g->nt) schedule(static)
+        for (size_t i = 0; i < n; i++) w[i] = std * rng_normal(seed, (uint64_t)k, i);
+    }
+}
+
+void gpt_zero_grads(Gpt *g) { memset(g->grads, 0, g->layout.total * sizeof(float)); }
+
+static void hook(void (*fn)(void *, int), void *ctx, int seg) {
+    if (fn) fn(ctx, seg);
+}
+
+double gpt_forward(Gpt *g, const int32_t *inp, const int32_t *tgt, int B, int T, float dscale, int train,
+                   uint64_t drop_counter) {
+    ST_CHECK(B <= g->B && T <= g->T && (size_t)B * T <= (size_t)g->B * g->T);
+    const ModelConfig *cfg = &g->cfg;
+    int L = cfg->n_layer, C = cfg->n_embd, NH = cfg->n_head, nt = g->nt, N = B * T;
+    double t0 = timer_ms();
+    g->cur_inp = inp, g->curB = B, g->curT = T, g->cur_drop_counter = drop_counter;
+    Dropout off = {0};
+
+    hook(g->hooks.before_forward, g->hooks.ctx, 0);
+    encoder_forward(g->encoded, inp, g->p.wte, g->p.wpe, B, T, C, dropout_at(g, -1, DROP_EMBED), nt);
+    const float *x = g->encoded;
+    for (int l = 0; l < L; l++) {
+        hook(g->hooks.before_forward, g->hooks.ctx, l + 1);
+        const BlockParams *p = &g->p.blocks[l];
+        LayerActs *a = &g->la[l];
+        layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C, nt);
+        matmul_forward(a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C, nt);
+        attention_forward(a->atty, a->probs, g->att_scratch, a->qkv, B, T, C, NH,
+                          cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off, nt);
+        matmul_forward(g->dbuf_b, a->atty, p->attprojw, p->attprojb, N, C, C, nt);
+        residual_forward(a->res2, x, g->dbuf_b, (size_t)N * C, dropout_at(g, l, DROP_ATTN_RES), nt);
+        layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C, nt);
+        matmul_forward(a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C, nt);
+        gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C, nt);
+        matmul_forward(g->dbuf_b, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C, nt);
+        residual_forward(a->res3, a->res2, g->dbuf_b, (size_t)N * C, dropout_at(g, l, DROP_MLP_RES), nt);
+        x = a->res3;
+    }
+    hook(g->hooks.before_forward, g->hooks.ctx, L + 1);
+    layernorm_forward(g->lnf, g->lnf_mean, g->lnf_rstd, x, g->p.lnfw, g->p.lnfb, N, C, nt);
+    double head_fwd = 0, head_bwd = 0;
+    double t1 = timer_ms();
+    head_forward_backward(g->losses, train ? g->dbuf_b : NULL, g->g.wte, g->logits, g->lnf, g->p.wte, tgt, N, C,
+                          cfg->vocab, cfg->vocab_padded, dscale, g->head_chunk, nt, NULL, &head_fwd, &head_bwd);
+    double t2 = timer_ms();
+    g->have_head_grads = train;
+    /* Fixed-order sum of the per-row losses. */
+    double sum = 0;
+    for (int i = 0; i < N; i++) sum += g->losses[i];
+    g->ms_fwd += (t1 - t0) + (t2 - t1 - head_bwd);
+    g->ms_bwd += head_bwd;
+    return sum;
+}
+
+void gpt_backward(Gpt *g) {
+    ST_CHECK(g->have_head_grads);
+    const ModelConfig *cfg = &g->cfg;
+    int L = cfg->n_layer, C = cfg->n_embd, NH = cfg->n_head, nt = g->nt;
+    int B = g->curB, T = g->curT, N = B * T;
+    double t0 = timer_ms();
+    Dropout off = {0};
+    size_t NC = (size_t)N * C;
+
+    hook(g->hooks.before_backward, g->hooks.ctx, L + 1);
+    memset(g->dres, 0, NC * sizeof(float));
+    const float *xlast = L > 0 ? g->la[L - 1].res3 : g->encoded;
+    layernorm_backward(g->dres, g->g.lnfw, g->g.lnfb, g->ln_scratch, g->dbuf_b, xlast, g->p.lnfw, g->lnf_mean,
+                       g->lnf_rstd, N, C, nt);
+    hook(g->hooks.grads_ready, g->hooks.ctx, L + 1);
+
+    for (int l = L - 1; l >= 0; l--) {
+        hook(g->hooks.before_backward, g->hooks.ctx, l + 1);
+        const BlockParams *p = &g->p.blocks[l];
+        BlockParams *dp = &g->g.blocks[l];
+        LayerActs *a = &g->la[l];
+        const float *x = l > 0 ? g->la[l - 1].res3 : g->encoded;
+        const float *dbranch = g->dres;
+        if (cfg->dropout > 0) {
+            dropout_backward(g->dbuf_c, g->dres, NC, dropout_at(g, l, DROP_MLP_RES), nt);
+            dbranch = g->dbuf_c;
+        }
+        matmul_backward(g->dbuf_a, dp->fcprojw, dp->fcprojb, dbranch, a->fch_gelu, p->fcprojw, N, 4 * C, C, nt);
+        gelu_backward(g->dbuf_a, g->dbuf_a, a->fch, NC * 4, nt);
+        matmul_backward(g->dbuf_b, dp->fcw, dp->fcb, g->dbuf_a, a->ln2, p->fcw, N, C, 4 * C, nt);
+        layernorm_backward(g->dres, dp->ln2w, dp->ln2b, g->ln_scratch, g->dbuf_b, a->res2, p->ln2w, a->ln2_mean,
+                           a->ln2_rstd, N, C, nt);
+        dbranch = g->dres;
+        if (cfg->dropout > 0) {
+            dropout_backward(g->dbuf_c, g->dres, NC, dropout_at(g, l, DROP_ATTN_RES), nt);
+            dbranch = g->dbuf_c;
+        }
+        matmul_backward(g->dbuf_b, dp->attprojw, dp->attprojb, dbranch, a->atty, p->attprojw, N, C, C, nt);
+        attention_backward(g->dbuf_a, g->att_scratch, g->dbuf_b, a->qkv, a->probs, B, T, C, NH,
+                           cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off, nt);
+        matmul_backward(g->dbuf_b, dp->qkvw, dp->qkvb, g->dbuf_a, a->ln1, p->qkvw, N, C, 3 * C, nt);
+        layernorm_backward(g->dres, dp->ln1w, dp->ln1b, g->ln_scratch, g->dbuf_b, x, p->ln1w, a->ln1_mean,
+                           a->ln1_rstd, N, C, nt);
+        hook(g->hooks.grads_ready, g->hooks.ctx, l + 1);
+    }
+    hook(g->hooks.before_backward, g->hooks.ctx, 0);
+    encoder_backward(g->g.wte, g->g.wpe, g->dres, g->cur_inp, B, T, C, dropout_at(g, -1, DROP_EMBED), nt);
+    hook(g->hooks.grads_ready, g->hooks.ctx, 0);
+    g->have_head_grads = 0;
+    g->ms_bwd += timer_ms() - t0;
+}
+
+void gpt_probs_row0(Gpt *g, const int32_t *inp, int T, float *probs) {
+    int32_t *tgt = calloc((size_t)T, sizeof *tgt);
+    ST_CHECK(tgt != NULL);
+    gpt_forward(g, inp, tgt, 1, T, 0.0f, 0, 0);
+    head_forward_backward(g->losses, NULL, NULL, g->logits, g->lnf, g->p.wte, tgt, 1, g->cfg.n_embd, g->cfg.vocab,
+                          g->cfg.vocab_padded, 0.0f, g->head_chunk, g->nt, probs, NULL, NULL);
+    free(tgt);
+}

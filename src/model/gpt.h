@@ -1,0 +1,101 @@
+/* gpt.h — the GPT-2 composition: parameters, saved activations, forward and backward.
+ *
+ * Three parts as in llama2.c: the blueprint (ModelConfig), the weights (one flat buffer in the
+ * block-by-block ParamLayout, with named views), the run state (activations and scratch sized
+ * for a micro-batch capacity B×T). Nothing is allocated after gpt_init.
+ *
+ * Hooks let `parallel` act around each segment (0 embeddings, 1..L blocks, L+1 final norm)
+ * without the model knowing about communication: before a segment's forward (ZeRO-3 gather),
+ * before its backward, and when its gradients for this micro-batch are complete (start a bucket).
+ * The LM head uses the embedding segment's wte, so segment 0 must stay available until the head
+ * is done. */
+#ifndef ST_MODEL_GPT_H
+#define ST_MODEL_GPT_H
+
+#include <stdint.h>
+
+#include "core/mem.h"
+#include "core/status.h"
+#include "model/config.h"
+#include "model/layout.h"
+
+typedef struct {
+    void *ctx;
+    void (*before_forward)(void *ctx, int seg);
+    void (*before_backward)(void *ctx, int seg);
+    void (*grads_ready)(void *ctx, int seg);
+} GptHooks;
+
+/* Saved activations of one block for the current micro-batch. */
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd; /* (N, C), (N), (N) */
+    float *qkv;                       /* (N, 3C) */
+    float *probs;                     /* (B, NH, T, T) softmax before dropout */
+    float *atty;                      /* (N, C) attention output before the projection */
+    float *res2;                      /* (N, C) residual after attention */
+    float *ln2, *ln2_mean, *ln2_rstd; /* (N, C), (N), (N) */
+    float *fch, *fch_gelu;            /* (N, 4C) before and after GELU */
+    float *res3;                      /* (N, C) block output */
+} LayerActs;
+
+typedef struct {
+    ModelConfig cfg;
+    ParamLayout layout;
+    int B, T;         /* capacity of the activation buffers */
+    int nt;           /* OpenMP threads for our kernels */
+    MemStats *mem;    /* where allocations are counted (not owned) */
+
+    float *params;    /* layout.total floats (category parameters) */
+    float *grads;     /* layout.total floats (category gradients) */
+    ParamViews p, g;
+
+    float *acts;      /* saved activations (category activations) */
+    size_t acts_floats;
+    float *encoded;   /* (N, C) */
+    LayerActs *la;    /* L entries */
+    float *lnf, *lnf_mean, *lnf_rstd, *losses; /* (N, C), (N), (N), (N) */
+
+    float *scratch;   /* workspace */
+    size_t scratch_floats;
+    float *dres, *dbuf_a, *dbuf_b, *dbuf_c, *att_scratch, *ln_scratch, *logits;
+    int head_chunk;
+
+    GptHooks hooks;
+    uint64_t dropout_seed;
+
+    /* State of the current micro-batch between forward and backward. */
+    const int32_t *cur_inp;
+    int curB, curT;
+    uint64_t cur_drop_counter;
+    int have_head_grads;
+    double ms_fwd, ms_bwd; /* accumulated by forward/backward; the caller resets them */
+} Gpt;
+
+/* Allocates parameters, gradients, activations and scratch for micro-batches up to B×T with nt
+ * threads. cfg must be validated; T <= cfg->max_seq is checked (ST_ERR_INPUT naming --seq-len).
+ * gpt_free is safe on a zeroed or half-built Gpt. */
+Status gpt_init(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int shard_multiple, MemStats *mem, Err *err);
+void gpt_free(Gpt *g);
+
+/* GPT-2 initialisation from a counter-based RNG: weights N(0, 0.02), residual projections
+ * (attprojw, fcprojw) N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1; padded vocabulary rows
+ * 0. Value of element i of tensor k depends only on (seed, k, i). */
+void gpt_init_params(Gpt *g, uint64_t seed);
+
+void gpt_zero_grads(Gpt *g);
+
+/* Forward pass of one micro-batch inp (B, T) with targets tgt (B, T; -1 = ignored). Returns the
+ * SUM of the per-token losses over unmasked targets (divide by the token count for a mean).
+ * With train != 0 the LM head's backward runs fused with the loss (dlogits scaled by dscale,
+ * e.g. 1 / tokens of the whole optimizer step) so gpt_backward can follow; drop_counter selects
+ * the dropout masks (a global micro-batch counter; unused when dropout is 0). */
+double gpt_forward(Gpt *g, const int32_t *inp, const int32_t *tgt, int B, int T, float dscale, int train,
+                   uint64_t drop_counter);
+
+/* Backward of the micro-batch of the last gpt_forward(train=1): parameter gradients ADD (+=). */
+void gpt_backward(Gpt *g);
+
+/* Probabilities over the V real tokens of row 0 of the last forward (tests). probs (V). */
+void gpt_probs_row0(Gpt *g, const int32_t *inp, int T, float *probs);
+
+#endif

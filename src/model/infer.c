@@ -1,0 +1,81 @@
+/* infer.c — one-token forward with a KV cache. */
+#include "model/infer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/kernels.h"
+
+Status kv_init(KvCache *kv, const Gpt *g, Err *err) {
+    memset(kv, 0, sizeof *kv);
+    const ModelConfig *c = &g->cfg;
+    size_t C = c->n_embd, cache = (size_t)c->n_layer * c->max_seq * C;
+    kv->cap = c->max_seq;
+    kv->k = calloc(cache, sizeof(float));
+    kv->v = calloc(cache, sizeof(float));
+    kv->x = calloc(C, sizeof(float)), kv->ln = calloc(C, sizeof(float)), kv->qkv = calloc(3 * C, sizeof(float));
+    kv->att = calloc(C, sizeof(float)), kv->y = calloc(C, sizeof(float));
+    kv->h = calloc(4 * C, sizeof(float)), kv->hg = calloc(4 * C, sizeof(float));
+    kv->scores = calloc((size_t)c->max_seq, sizeof(float));
+    kv->logits = calloc((size_t)c->vocab_padded, sizeof(float));
+    if (!kv->k || !kv->v || !kv->x || !kv->ln || !kv->qkv || !kv->att || !kv->y || !kv->h || !kv->hg ||
+        !kv->scores || !kv->logits) {
+        kv_free(kv);
+        return err_set(err, ST_ERR_RUNTIME, "out of memory for the KV cache");
+    }
+    return ST_OK;
+}
+
+void kv_free(KvCache *kv) {
+    free(kv->k), free(kv->v), free(kv->x), free(kv->ln), free(kv->qkv), free(kv->att);
+    free(kv->y), free(kv->h), free(kv->hg), free(kv->scores), free(kv->logits);
+    memset(kv, 0, sizeof *kv);
+}
+
+void infer_step(const Gpt *g, KvCache *kv, int32_t token) {
+    const ModelConfig *c = &g->cfg;
+    int C = c->n_embd, NH = c->n_head, hs = C / NH, pos = kv->len, nt = 1;
+    ST_CHECK(pos < kv->cap && token >= 0 && token < c->vocab);
+    float mean, rstd;
+    Dropout off = {0};
+    encoder_forward(kv->x, &token, g->p.wte, g->p.wpe + (size_t)pos * C, 1, 1, C, off, nt);
+    for (int l = 0; l < c->n_layer; l++) {
+        const BlockParams *p = &g->p.blocks[l];
+        float *K = kv->k + ((size_t)l * kv->cap) * C, *V = kv->v + ((size_t)l * kv->cap) * C;
+        layernorm_forward(kv->ln, &mean, &rstd, kv->x, p->ln1w, p->ln1b, 1, C, nt);
+        matmul_forward(kv->qkv, kv->ln, p->qkvw, p->qkvb, 1, C, 3 * C, nt);
+        memcpy(K + (size_t)pos * C, kv->qkv + C, C * sizeof(float));
+        memcpy(V + (size_t)pos * C, kv->qkv + 2 * C, C * sizeof(float));
+        float scale = 1.0f / sqrtf((float)hs);
+        for (int h = 0; h < NH; h++) {
+            const float *q = kv->qkv + h * hs;
+            float mx = -INFINITY, s = 0;
+            for (int j = 0; j <= pos; j++) {
+                const float *k = K + (size_t)j * C + h * hs;
+                float d = 0;
+                for (int i = 0; i < hs; i++) d += q[i] * k[i];
+                kv->scores[j] = d * scale;
+                mx = kv->scores[j] > mx ? kv->scores[j] : mx;
+            }
+            for (int j = 0; j <= pos; j++) s += kv->scores[j] = expf(kv->scores[j] - mx);
+            float *y = kv->att + h * hs;
+            memset(y, 0, hs * sizeof(float));
+            for (int j = 0; j <= pos; j++) {
+                const float *v = V + (size_t)j * C + h * hs;
+                float w = kv->scores[j] / s;
+                for (int i = 0; i < hs; i++) y[i] += w * v[i];
+            }
+        }
+        matmul_forward(kv->y, kv->att, p->attprojw, p->attprojb, 1, C, C, nt);
+        for (int i = 0; i < C; i++) kv->x[i] += kv->y[i];
+        layernorm_forward(kv->ln, &mean, &rstd, kv->x, p->ln2w, p->ln2b, 1, C, nt);
+        matmul_forward(kv->h, kv->ln, p->fcw, p->fcb, 1, C, 4 * C, nt);
+        gelu_forward(kv->hg, kv->h, (size_t)4 * C, nt);
+        matmul_forward(kv->y, kv->hg, p->fcprojw, p->fcprojb, 1, 4 * C, C, nt);
+        for (int i = 0; i < C; i++) kv->x[i] += kv->y[i];
+    }
+    layernorm_forward(kv->ln, &mean, &rstd, kv->x, g->p.lnfw, g->p.lnfb, 1, C, nt);
+    matmul_forward(kv->logits, kv->ln, g->p.wte, NULL, 1, C, c->vocab, nt);
+    kv->len++;
+}

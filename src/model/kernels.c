@@ -1,0 +1,330 @@
+/* kernels.c — GPT layer kernels (contracts in kernels.h). */
+#include "model/kernels.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "core/timer.h"
+#include "model/fastmath.h"
+#include "model/matmul.h"
+
+static inline float drop_scale(Dropout d, uint64_t i) {
+    return rng_uniform(d.seed, d.stream, i) >= d.p ? 1.0f / (1.0f - d.p) : 0.0f;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Encoder                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+void encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C,
+                     Dropout d, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (long bt = 0; bt < (long)B * T; bt++) {
+        const float *e = wte + (size_t)inp[bt] * C, *p = wpe + (size_t)(bt % T) * C;
+        float *o = out + (size_t)bt * C;
+        if (d.p > 0) {
+            for (int c = 0; c < C; c++) o[c] = (e[c] + p[c]) * drop_scale(d, (uint64_t)bt * C + c);
+        } else {
+#pragma omp simd
+            for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+        }
+    }
+}
+
+void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C,
+                      Dropout d, int nt) {
+    /* Each thread owns a channel range and walks all rows in order: the sum order of every
+     * dwte element is the row order, whatever the thread count. */
+#pragma omp parallel num_threads(nt)
+    {
+        int tid = omp_get_thread_num(), n = omp_get_num_threads();
+        int c0 = (int)((long)C * tid / n), c1 = (int)((long)C * (tid + 1) / n);
+        for (long bt = 0; bt < (long)B * T; bt++) {
+            float *g = dwte + (size_t)inp[bt] * C;
+            const float *o = dout + (size_t)bt * C;
+            if (d.p > 0) {
+                for (int c = c0; c < c1; c++) g[c] += o[c] * drop_scale(d, (uint64_t)bt * C + c);
+            } else {
+#pragma omp simd
+                for (int c = c0; c < c1; c++) g[c] += o[c];
+            }
+        }
+#pragma omp for schedule(static)
+        for (int t = 0; t < T; t++) {
+            float *g = dwpe + (size_t)t * C;
+            for (int b = 0; b < B; b++) {
+                size_t bt = (size_t)b * T + t;
+                const float *o = dout + bt * C;
+                if (d.p > 0) {
+                    for (int c = 0; c < C; c++) g[c] += o[c] * drop_scale(d, (uint64_t)bt * C + c);
+                } else {
+#pragma omp simd
+                    for (int c = 0; c < C; c++) g[c] += o[c];
+                }
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* LayerNorm                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                       int N, int C, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C;
+        float *o = out + (size_t)i * C;
+        float s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int c = 0; c < C; c++) s += x[c];
+        float m = s / C, v = 0;
+#pragma omp simd reduction(+ : v)
+        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+        float r = 1.0f / sqrtf(v / C + 1e-5f);
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
+        mean[i] = m;
+        rstd[i] = r;
+    }
+}
+
+void layernorm_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout, const float *inp,
+                        const float *w, const float *mean, const float *rstd, int N, int C, int nt) {
+    int nchunk = (N + KERNEL_ROW_CHUNK - 1) / KERNEL_ROW_CHUNK;
+#pragma omp parallel num_threads(nt)
+    {
+#pragma omp for schedule(static)
+        for (int k = 0; k < nchunk; k++) {
+            float *pw = scratch + (size_t)k * 2 * C, *pb = pw + C;
+            memset(pw, 0, sizeof(float) * 2 * C);
+            int i1 = (k + 1) * KERNEL_ROW_CHUNK < N ? (k + 1) * KERNEL_ROW_CHUNK : N;
+            for (int i = k * KERNEL_ROW_CHUNK; i < i1; i++) {
+                const float *x = inp + (size_t)i * C, *g = dout + (size_t)i * C;
+                float *dx = dinp + (size_t)i * C;
+                float m = mean[i], r = rstd[i], a = 0, bsum = 0;
+#pragma omp simd reduction(+ : a, bsum)
+                for (int c = 0; c < C; c++) {
+                    float n = (x[c] - m) * r, dn = g[c] * w[c];
+                    a += dn;
+                    bsum += dn * n;
+                }
+                a /= C;
+                bsum /= C;
+#pragma omp simd
+                for (int c = 0; c < C; c++) {
+                    float n = (x[c] - m) * r;
+                    pw[c] += g[c] * n;
+                    pb[c] += g[c];
+                    dx[c] += (g[c] * w[c] - a - n * bsum) * r;
+                }
+            }
+        }
+#pragma omp for schedule(static)
+        for (int c = 0; c < C; c++) {
+            float sw = 0, sb = 0;
+            for (int k = 0; k < nchunk; k++) {
+                sw += scratch[(size_t)k * 2 * C + c];
+                sb += scratch[(size_t)k * 2 * C + C + c];
+            }
+            dw[c] += sw;
+            db[c] += sb;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Linear layers                                                                              */
+/* ------------------------------------------------------------------------------------------ */
+
+void matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int nt) {
+    mm_sgemm(0, 1, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
+    if (!bias) return;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int i = 0; i < N; i++) {
+        float *o = out + (size_t)i * OC;
+#pragma omp simd
+        for (int j = 0; j < OC; j++) o[j] += bias[j];
+    }
+}
+
+void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
+                     int N, int C, int OC, int nt) {
+    if (dinp) mm_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
+    mm_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+    if (!dbias) return;
+    /* Column sums: 16-column blocks, each summed over all rows in order by one thread. */
+    int nblk = (OC + 15) / 16;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int kb = 0; kb < nblk; kb++) {
+        int j0 = kb * 16, j1 = j0 + 16 < OC ? j0 + 16 : OC;
+        float acc[16] = {0};
+        for (int i = 0; i < N; i++) {
+            const float *g = dout + (size_t)i * OC;
+            for (int j = j0; j < j1; j++) acc[j - j0] += g[j];
+        }
+        for (int j = j0; j < j1; j++) dbias[j] += acc[j - j0];
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Attention                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+void attention_forward(float *out, float *probs, float *scratch, const float *qkv, int B, int T, int C, int NH,
+                       Dropout d, int nt) {
+    int hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+        float *P = probs + (size_t)bh * T * T;
+        mm_sgemm(0, 1, T, T, hs, scale, q, C3, k, C3, 0.0f, P, T);
+        for (int i = 0; i < T; i++) {
+            float *row = P + (size_t)i * T, mx = row[0], s = 0;
+            for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
+#pragma omp simd reduction(+ : s)
+            for (int j = 0; j <= i; j++) {
+                row[j] = st_expf(row[j] - mx);
+                s += row[j];
+            }
+            float inv = 1.0f / s;
+#pragma omp simd
+            for (int j = 0; j <= i; j++) row[j] *= inv;
+            for (int j = i + 1; j < T; j++) row[j] = 0.0f;
+        }
+        const float *Puse = P;
+        if (d.p > 0) {
+            float *Pd = scratch + (size_t)omp_get_thread_num() * T * T;
+            for (size_t i = 0; i < (size_t)T * T; i++)
+                Pd[i] = P[i] * drop_scale(d, (uint64_t)bh * T * T + i);
+            Puse = Pd;
+        }
+        mm_sgemm(0, 0, T, hs, T, 1.0f, Puse, T, v, C3, 0.0f, out + (size_t)b * T * C + h * hs, C);
+    }
+}
+
+void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *probs,
+                        int B, int T, int C, int NH, Dropout d, int nt) {
+    int hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+        float *dq = dqkv + (size_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
+        const float *dy = dout + (size_t)b * T * C + h * hs;
+        const float *P = probs + (size_t)bh * T * T;
+        float *dP = scratch + (size_t)omp_get_thread_num() * 2 * T * T, *Pd = dP + (size_t)T * T;
+        const float *Puse = P;
+        if (d.p > 0) {
+            for (size_t i = 0; i < (size_t)T * T; i++) Pd[i] = P[i] * drop_scale(d, (uint64_t)bh * T * T + i);
+            Puse = Pd;
+        }
+        mm_sgemm(1, 0, T, hs, T, 1.0f, Puse, T, dy, C, 0.0f, dv, C3); /* dV = P^T dY */
+        mm_sgemm(0, 1, T, T, hs, 1.0f, dy, C, v, C3, 0.0f, dP, T);    /* dP = dY V^T */
+        for (int i = 0; i < T; i++) {
+            const float *p = P + (size_t)i * T;
+            float *g = dP + (size_t)i * T;
+            if (d.p > 0)
+                for (int j = 0; j <= i; j++) g[j] *= drop_scale(d, (uint64_t)bh * T * T + (size_t)i * T + j);
+            float dot = 0;
+#pragma omp simd reduction(+ : dot)
+            for (int j = 0; j <= i; j++) dot += p[j] * g[j];
+#pragma omp simd
+            for (int j = 0; j <= i; j++) g[j] = p[j] * (g[j] - dot) * scale;
+            for (int j = i + 1; j < T; j++) g[j] = 0.0f;
+        }
+        mm_sgemm(0, 0, T, hs, T, 1.0f, dP, T, k, C3, 0.0f, dq, C3); /* dQ = dS K */
+        mm_sgemm(1, 0, T, hs, T, 1.0f, dP, T, q, C3, 0.0f, dk, C3); /* dK = dS^T Q */
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* GELU, residual, dropout                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+#define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
+
+void gelu_forward(float *out, const float *inp, size_t n, int nt) {
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + st_tanhf(GELU_S * (x + 0.044715f * x * x * x)));
+    }
+}
+
+void gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int nt) {
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float t = st_tanhf(GELU_S * (x + 0.044715f * x * x * x));
+        float sech2 = 1.0f - t * t;
+        float g = 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = dout[i] * g;
+    }
+}
+
+void residual_forward(float *out, const float *a, const float *b, size_t n, Dropout d, int nt) {
+    if (d.p > 0) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i] * drop_scale(d, i);
+    } else {
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    }
+}
+
+void dropout_backward(float *out, const float *dout, size_t n, Dropout d, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = dout[i] * drop_scale(d, i);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* LM head + cross-entropy                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+void head_forward_backward(float *losses, float *dx, float *dwte, float *logits, const float *x, const float *wte,
+                           const int32_t *targets, int n, int C, int V, int Vp, float dscale, int chunk, int nt,
+                           float *probs_out, double *ms_fwd, double *ms_bwd) {
+    for (int r0 = 0; r0 < n; r0 += chunk) {
+        int m = n - r0 < chunk ? n - r0 : chunk;
+        double t0 = timer_ms();
+        /* Only the V real columns are computed; padded columns are never read (probability 0). */
+        mm_sgemm(0, 1, m, V, C, 1.0f, x + (size_t)r0 * C, C, wte, C, 0.0f, logits, Vp);
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int i = 0; i < m; i++) {
+            float *l = logits + (size_t)i * Vp;
+            int t = targets[r0 + i];
+            float mx = l[0], s = 0;
+            for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+#pragma omp simd reduction(+ : s)
+            for (int v = 0; v < V; v++) s += st_expf(l[v] - mx);
+            float lse = mx + logf(s);
+            losses[r0 + i] = t >= 0 ? lse - l[t] : 0.0f;
+            if (probs_out && r0 + i == 0)
+                for (int v = 0; v < V; v++) probs_out[v] = st_expf(l[v] - lse);
+            if (dx) {
+                if (t < 0) {
+                    memset(l, 0, sizeof(float) * V);
+                } else {
+                    float inv = dscale / s;
+#pragma omp simd
+                    for (int v = 0; v < V; v++) l[v] = st_expf(l[v] - mx) * inv;
+                    l[t] -= dscale;
+                }
+            }
+        }
+        double t1 = timer_ms();
+        if (ms_fwd) *ms_fwd += t1 - t0;
+        if (dx) {
+            mm_sgemm(0, 0, m, C, V, 1.0f, logits, Vp, wte, C, 0.0f, dx + (size_t)r0 * C, C);
+            mm_sgemm(1, 0, V, C, m, 1.0f, logits, Vp, x + (size_t)r0 * C, C, 1.0f, dwte, C);
+            if (ms_bwd) *ms_bwd += timer_ms() - t1;
+        }
+    }
+}

@@ -1,0 +1,75 @@
+/* kernels.h — the layer kernels of the GPT, as forward/backward pairs.
+ *
+ * Conventions (STYLE.md): inputs are const; no allocation, no hidden state; scratch is passed in.
+ * Backward kernels ADD (+=) into parameter gradients and, where noted, into the residual-stream
+ * gradient; every other output is overwritten. N = B·T rows. Every reduction over rows uses a
+ * fixed partition (64-row chunks summed in order, or one thread per output column), so results
+ * do not depend on the OpenMP thread count. `nt` is the number of OpenMP threads to use. */
+#ifndef ST_MODEL_KERNELS_H
+#define ST_MODEL_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KERNEL_ROW_CHUNK 64
+
+/* Dropout is regenerated from a counter-based RNG instead of stored: element i of site `stream`
+ * is kept when uniform(seed, stream, i) >= p, and kept values are scaled by 1/(1-p). */
+typedef struct {
+    float p;        /* 0 = off */
+    uint64_t seed;
+    uint64_t stream;
+} Dropout;
+
+/* out (N=B·T, C) = drop(wte[inp] + wpe[t]). */
+void encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C,
+                     Dropout d, int nt);
+/* dwte[inp] += drop'(dout), dwpe[t] += sum over b. */
+void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C,
+                      Dropout d, int nt);
+
+/* out (N, C) = LN(inp) · w + b; saves mean, rstd (N). eps 1e-5. */
+void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                       int N, int C, int nt);
+/* dinp += ..., dw += ..., db += ...; scratch holds ceil(N/64)·2C floats. */
+void layernorm_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout, const float *inp,
+                        const float *w, const float *mean, const float *rstd, int N, int C, int nt);
+
+/* out (N, OC) = inp (N, C) · w^T (w is (OC, C)) + bias (OC, may be NULL). */
+void matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int nt);
+/* dinp (N, C) = dout · w (overwritten; skipped if dinp is NULL); dw += dout^T · inp; dbias += column sums. */
+void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
+                     int N, int C, int OC, int nt);
+
+/* Causal multi-head attention. qkv (B, T, 3C) holds q, k, v; heads are contiguous hs slices.
+ * probs (B, NH, T, T) saves the softmax (before dropout; entries above the diagonal are 0).
+ * out (B, T, C). scratch: nt · T · T floats (used only with dropout). */
+void attention_forward(float *out, float *probs, float *scratch, const float *qkv, int B, int T, int C, int NH,
+                       Dropout d, int nt);
+/* dqkv (B, T, 3C) overwritten. scratch: nt · 2 · T · T floats. */
+void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *probs,
+                        int B, int T, int C, int NH, Dropout d, int nt);
+
+/* GELU, tanh approximation. */
+void gelu_forward(float *out, const float *inp, size_t n, int nt);
+/* dinp = dout · gelu'(inp) (overwritten; dinp may alias dout). */
+void gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int nt);
+
+/* out = a + drop(b) over n elements (out may alias a). */
+void residual_forward(float *out, const float *a, const float *b, size_t n, Dropout d, int nt);
+/* out = drop'(dout): the gradient reaching the dropped branch. */
+void dropout_backward(float *out, const float *dout, size_t n, Dropout d, int nt);
+
+/* Fused LM head and cross-entropy on rows [0, n) of x (n, C), tied weight wte (Vp, C) of which
+ * the first V rows are real. For each row i with target t_i >= 0:
+ *   loss_i = logsumexp(logits_i[0:V]) - logits_i[t_i];   rows with t_i < 0 get loss 0.
+ * logits is a (chunk, Vp) workspace; rows are processed `chunk` at a time so the (n, Vp) logits
+ * are never all held. If dx is non-NULL (training): dlogits = (softmax - onehot)·dscale
+ * for real columns, 0 for padded columns and masked rows; dx (n, C) is overwritten with
+ * dlogits · wte and dwte += dlogits^T · x. If probs_out is non-NULL, row 0's V probabilities are
+ * written to it (tests, sampling). Returns nothing; losses (n) overwritten. */
+void head_forward_backward(float *losses, float *dx, float *dwte, float *logits, const float *x, const float *wte,
+                           const int32_t *targets, int n, int C, int V, int Vp, float dscale, int chunk, int nt,
+                           float *probs_out, double *ms_fwd, double *ms_bwd);
+
+#endif

@@ -1,0 +1,124 @@
+/* layout.c — the pure layout function (see layout.h). */
+#include "model/layout.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+static void add_tensor(ParamLayout *pl, size_t *off, int seg, const char *name, int r, int c,
+                       int rows_real, int decay) {
+    TensorInfo *t = &pl->tensors[pl->ntensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->segment = seg;
+    t->ndim = c > 0 ? 2 : 1;
+    t->shape[0] = r;
+    t->shape[1] = c > 0 ? c : 1;
+    t->rows_real = rows_real;
+    *off = round_up(*off, 16);
+    t->offset = *off;
+    t->numel = (size_t)r * (size_t)(c > 0 ? c : 1);
+    t->decay = decay;
+    *off += t->numel;
+}
+
+int layout_init(ParamLayout *pl, const ModelConfig *cfg, int shard_multiple) {
+    memset(pl, 0, sizeof *pl);
+    int L = cfg->n_layer, C = cfg->n_embd;
+    pl->cfg = *cfg;
+    pl->shard_multiple = shard_multiple < 1 ? 1 : shard_multiple;
+    pl->nseg = L + 2;
+    pl->seg_off = calloc((size_t)pl->nseg + 1, sizeof *pl->seg_off);
+    pl->tensors = calloc((size_t)(4 + 12 * L), sizeof *pl->tensors);
+    if (!pl->seg_off || !pl->tensors) {
+        layout_free(pl);
+        return -1;
+    }
+    /* Segments start 16-float aligned and have a length that splits over shard_multiple ranks. */
+    size_t seg_mult = (size_t)pl->shard_multiple * 16;
+    size_t off = 0;
+    pl->seg_off[0] = 0;
+    add_tensor(pl, &off, 0, "wte", cfg->vocab_padded, C, cfg->vocab, 1);
+    add_tensor(pl, &off, 0, "wpe", cfg->max_seq, C, cfg->max_seq, 1);
+    off = round_up(off, seg_mult);
+    for (int l = 0; l < L; l++) {
+        int s = l + 1;
+        pl->seg_off[s] = off;
+        static const char *const N[BT_COUNT] = {"ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+                                                 "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw",  "fcprojb"};
+        const int rows[BT_COUNT] = {C, C, 3 * C, 3 * C, C, C, C, C, 4 * C, 4 * C, C, C};
+        const int cols[BT_COUNT] = {0, 0, C, 0, C, 0, 0, 0, C, 0, 4 * C, 0};
+        for (int k = 0; k < BT_COUNT; k++) {
+            char name[48];
+            snprintf(name, sizeof name, "h.%d.%s", l, N[k]);
+            add_tensor(pl, &off, s, name, rows[k], cols[k], rows[k], cols[k] > 0);
+        }
+        off = round_up(off, seg_mult);
+    }
+    pl->seg_off[L + 1] = off;
+    add_tensor(pl, &off, L + 1, "lnfw", C, 0, C, 0);
+    add_tensor(pl, &off, L + 1, "lnfb", C, 0, C, 0);
+    off = round_up(off, seg_mult);
+    pl->seg_off[L + 2] = off;
+    pl->total = off;
+    return 0;
+}
+
+void layout_free(ParamLayout *pl) {
+    free(pl->seg_off);
+    free(pl->tensors);
+    pl->seg_off = NULL;
+    pl->tensors = NULL;
+}
+
+int layout_find(const ParamLayout *pl, const char *name) {
+    for (int i = 0; i < pl->ntensors; i++)
+        if (strcmp(pl->tensors[i].name, name) == 0) return i;
+    return -1;
+}
+
+void layout_views(const ParamLayout *pl, float *base, ParamViews *v) {
+    const TensorInfo *t = pl->tensors;
+    v->wte = base + t[0].offset;
+    v->wpe = base + t[1].offset;
+    for (int l = 0; l < pl->cfg.n_layer; l++) {
+        const TensorInfo *b = &t[2 + l * BT_COUNT];
+        BlockParams *p = &v->blocks[l];
+        p->ln1w = base + b[BT_LN1W].offset, p->ln1b = base + b[BT_LN1B].offset;
+        p->qkvw = base + b[BT_QKVW].offset, p->qkvb = base + b[BT_QKVB].offset;
+        p->attprojw = base + b[BT_ATTPROJW].offset, p->attprojb = base + b[BT_ATTPROJB].offset;
+        p->ln2w = base + b[BT_LN2W].offset, p->ln2b = base + b[BT_LN2B].offset;
+        p->fcw = base + b[BT_FCW].offset, p->fcb = base + b[BT_FCB].offset;
+        p->fcprojw = base + b[BT_FCPROJW].offset, p->fcprojb = base + b[BT_FCPROJB].offset;
+    }
+    const TensorInfo *f = &t[2 + pl->cfg.n_layer * BT_COUNT];
+    v->lnfw = base + f[0].offset;
+    v->lnfb = base + f[1].offset;
+}
+
+int layout_head_chunk_rows(const ModelConfig *cfg, int B, int T) {
+    /* Keep the logits chunk at <= 4M floats (16 MiB) but at least 32 rows for GEMM efficiency. */
+    long rows = (4L << 20) / cfg->vocab_padded;
+    if (rows < 32) rows = 32;
+    long bt = (long)B * T;
+    if (rows > bt) rows = bt;
+    return (int)rows;
+}
+
+ActSizes layout_activations(const ModelConfig *cfg, int B, int T, int threads) {
+    ActSizes a;
+    size_t BT = (size_t)B * T, C = cfg->n_embd, NH = cfg->n_head;
+    a.encoded = BT * C;
+    /* ln1 (BTC) + mean,rstd (2BT) + qkv (3BTC) + probs (B NH T T) + atty (BTC) + res2 (BTC)
+     * + ln2 (BTC) + mean,rstd (2BT) + fch, fch_gelu (2 * 4BTC) + res3 (BTC) */
+    a.per_layer = BT * C * (1 + 3 + 1 + 1 + 1 + 8 + 1) + 4 * BT + (size_t)B * NH * T * T;
+    a.final_ = BT * C + 2 * BT + BT;
+    a.total = a.encoded + (size_t)cfg->n_layer * a.per_layer + a.final_;
+    /* Workspace: dres (NC) + dbuf_a (4NC) + dbuf_b (NC) + dbuf_c (NC) + attention (threads · 2TT)
+     * + LayerNorm partial sums (2C per 64-row chunk) + one logits chunk (rows · Vp). */
+    size_t chunks = (BT + 63) / 64;
+    a.scratch = BT * C * 7 + (size_t)(threads > 0 ? threads : 1) * 2 * T * T + chunks * 2 * C +
+                (size_t)layout_head_chunk_rows(cfg, B, T) * cfg->vocab_padded;
+    return a;
+}

@@ -1,0 +1,85 @@
+/* layout.h — the pure layout function: where every parameter lives, and how big every
+ * activation buffer is, for a config. plan/ uses the same functions the allocator uses.
+ *
+ * Parameters live in one flat buffer laid out segment by segment:
+ *   segment 0          embeddings: wte (Vp, C), wpe (maxT, C)
+ *   segment 1 .. L     block l-1: ln1w ln1b (C) qkvw (3C, C) qkvb (3C) attprojw (C, C) attprojb (C)
+ *                      ln2w ln2b (C) fcw (4C, C) fcb (4C) fcprojw (C, 4C) fcprojb (C)
+ *   segment L+1        final norm: lnfw lnfb (C)
+ * Weights are (out, in) row-major like nn.Linear. Each tensor starts on a 16-float (64-byte)
+ * boundary; each segment's length is a multiple of `shard_multiple` floats, so a segment splits
+ * evenly over that many data-parallel ranks. Gaps are zero in params and grads and stay zero.
+ * The gradient, master and moment buffers share this layout. */
+#ifndef ST_MODEL_LAYOUT_H
+#define ST_MODEL_LAYOUT_H
+
+#include <stddef.h>
+
+#include "model/config.h"
+
+enum { BT_LN1W, BT_LN1B, BT_QKVW, BT_QKVB, BT_ATTPROJW, BT_ATTPROJB, BT_LN2W, BT_LN2B,
+       BT_FCW, BT_FCB, BT_FCPROJW, BT_FCPROJB, BT_COUNT };
+
+typedef struct {
+    char name[48];   /* our name: "wte", "h.3.qkvw", "lnfw" */
+    int segment;     /* 0 embeddings, 1..L blocks, L+1 final norm */
+    int ndim;
+    int shape[2];    /* padded shape as stored (wte has Vp rows) */
+    int rows_real;   /* rows that are real (wte: V; otherwise shape[0]) */
+    size_t offset;   /* in floats from the start of the flat buffer */
+    size_t numel;    /* shape[0] * shape[1] */
+    int decay;       /* 1 for 2-D matmul and embedding weights: weight decay applies */
+} TensorInfo;
+
+typedef struct {
+    ModelConfig cfg;
+    int shard_multiple;
+    int nseg;             /* L + 2 */
+    size_t *seg_off;      /* nseg + 1 offsets, seg_off[nseg] == total */
+    TensorInfo *tensors;  /* 2 + 12 L + 2 tensors in segment order */
+    int ntensors;
+    size_t total;         /* floats in the flat buffer, padding included */
+} ParamLayout;
+
+/* Builds the layout; cfg must be validated. Returns 0, or -1 when out of memory. */
+int layout_init(ParamLayout *pl, const ModelConfig *cfg, int shard_multiple);
+void layout_free(ParamLayout *pl);
+/* Tensor index by name, -1 if absent. */
+int layout_find(const ParamLayout *pl, const char *name);
+
+/* Named pointers into one flat buffer of the layout. */
+typedef struct {
+    float *ln1w, *ln1b;          /* (C) */
+    float *qkvw, *qkvb;          /* (3C, C), (3C) */
+    float *attprojw, *attprojb;  /* (C, C), (C) */
+    float *ln2w, *ln2b;          /* (C) */
+    float *fcw, *fcb;            /* (4C, C), (4C) */
+    float *fcprojw, *fcprojb;    /* (C, 4C), (C) */
+} BlockParams;
+
+typedef struct {
+    float *wte;          /* (Vp, C) */
+    float *wpe;          /* (maxT, C) */
+    BlockParams *blocks; /* L entries, owned by the caller of layout_views */
+    float *lnfw, *lnfb;  /* (C) */
+} ParamViews;
+
+/* Points v at base (a flat buffer of pl->total floats); v->blocks must hold L entries. */
+void layout_views(const ParamLayout *pl, float *base, ParamViews *v);
+
+/* Activation floats saved by the forward pass for one micro-batch of B×T (no recompute),
+ * per layer and in total; the exact sizes the trainer allocates. */
+typedef struct {
+    size_t encoded;      /* B T C: block 0 input */
+    size_t per_layer;    /* all saved tensors of one block */
+    size_t final_;       /* lnf out, mean, rstd, per-row losses */
+    size_t total;        /* encoded + L per_layer + final_ */
+    size_t scratch;      /* backward and head scratch (workspace) */
+} ActSizes;
+
+ActSizes layout_activations(const ModelConfig *cfg, int B, int T, int threads);
+
+/* Rows of logits computed at once in the fused LM head + loss (bounds the logits buffer). */
+int layout_head_chunk_rows(const ModelConfig *cfg, int B, int T);
+
+#endif

@@ -1,0 +1,154 @@
+/* optim.c — AdamW, Adam (L2), SGD with momentum, Lion; clipping; schedules. */
+#include "optim/optim.h"
+
+#include <math.h>
+#include <string.h>
+
+OptimConfig optim_default_config(OptimKind kind) {
+    OptimConfig c = {kind, 0.9f, 0.95f, 1e-8f, 0.1f, 0.9f};
+    if (kind == OPT_LION) c.beta1 = 0.9f, c.beta2 = 0.99f, c.weight_decay = 1.0f;
+    if (kind == OPT_SGD) c.weight_decay = 0.0f;
+    return c;
+}
+
+Status optim_parse_kind(const char *s, OptimKind *kind, Err *err) {
+    static const char *const N[] = {"adamw", "adam", "sgd", "lion"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, N[i])) return *kind = (OptimKind)i, ST_OK;
+    return err_set(err, ST_ERR_INPUT, "--optimizer: expected adamw, adam, sgd or lion, found '%s'", s);
+}
+
+const char *optim_kind_name(OptimKind kind) {
+    static const char *const N[] = {"adamw", "adam", "sgd", "lion"};
+    return N[kind];
+}
+
+int optim_num_moments(const OptimConfig *c) { return (c->kind == OPT_ADAMW || c->kind == OPT_ADAM) ? 2 : 1; }
+
+void optim_step(const OptimConfig *c, float *params, const float *grads, float *m, float *v,
+                const OptimRange *ranges, int nranges, long step, float lr, float grad_scale, int nt) {
+    const float b1 = c->beta1, b2 = c->beta2, eps = c->eps;
+    const float bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
+    for (int r = 0; r < nranges; r++) {
+        float *p = params + ranges[r].offset, *mm = m + ranges[r].offset;
+        float *vv = v ? v + ranges[r].offset : NULL;
+        const float *gr = grads + ranges[r].offset;
+        const float wd = ranges[r].decay ? c->weight_decay : 0.0f;
+        const long n = (long)ranges[r].n;
+        switch (c->kind) {
+        case OPT_ADAMW:
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+            for (long i = 0; i < n; i++) {
+                float g = gr[i] * grad_scale;
+                float m1 = b1 * mm[i] + (1.0f - b1) * g;
+                float v1 = b2 * vv[i] + (1.0f - b2) * g * g;
+                mm[i] = m1, vv[i] = v1;
+                float mhat = m1 / bc1, vhat = v1 / bc2;
+                p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+            }
+            break;
+        case OPT_ADAM: /* L2-coupled decay: the decay term passes through the moments */
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+            for (long i = 0; i < n; i++) {
+                float g = gr[i] * grad_scale + wd * p[i];
+                float m1 = b1 * mm[i] + (1.0f - b1) * g;
+                float v1 = b2 * vv[i] + (1.0f - b2) * g * g;
+                mm[i] = m1, vv[i] = v1;
+                p[i] -= lr * ((m1 / bc1) / (sqrtf(v1 / bc2) + eps));
+            }
+            break;
+        case OPT_SGD: /* PyTorch semantics: buf = mu·buf + g (buf = g at step 1); p -= lr·buf */
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+            for (long i = 0; i < n; i++) {
+                float g = gr[i] * grad_scale + wd * p[i];
+                float b = (c->momentum > 0 && step > 1) ? c->momentum * mm[i] + g : g;
+                mm[i] = b;
+                p[i] -= lr * b;
+            }
+            break;
+        case OPT_LION: /* Chen et al. 2023: u = sign(b1·m + (1-b1)·g); m = b2·m + (1-b2)·g */
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+            for (long i = 0; i < n; i++) {
+                float g = gr[i] * grad_scale;
+                float u = b1 * mm[i] + (1.0f - b1) * g;
+                float s = (u > 0.0f) - (u < 0.0f);
+                p[i] -= lr * (s + wd * p[i]);
+                mm[i] = b2 * mm[i] + (1.0f - b2) * g;
+            }
+            break;
+        }
+    }
+}
+
+#define NORM_CHUNK 4096
+
+double optim_l2_norm(const float *x, size_t n, int nt) {
+    size_t nchunk = (n + NORM_CHUNK - 1) / NORM_CHUNK;
+    double total = 0;
+    /* Partial sums per fixed chunk, then an ordered sum: identical for any thread count. */
+    enum { BATCH = 1024 };
+    double part[BATCH];
+    for (size_t c0 = 0; c0 < nchunk; c0 += BATCH) {
+        size_t c1 = c0 + BATCH < nchunk ? c0 + BATCH : nchunk;
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (size_t c = c0; c < c1; c++) {
+            size_t i0 = c * NORM_CHUNK, i1 = i0 + NORM_CHUNK < n ? i0 + NORM_CHUNK : n;
+            float s = 0;
+#pragma omp simd reduction(+ : s)
+            for (size_t i = i0; i < i1; i++) s += x[i] * x[i];
+            part[c - c0] = s;
+        }
+        for (size_t c = c0; c < c1; c++) total += part[c - c0];
+    }
+    return sqrt(total);
+}
+
+float optim_clip_scale(double norm, float clip) {
+    if (clip <= 0 || !(norm > clip)) return 1.0f;
+    return (float)(clip / norm);
+}
+
+Status sched_parse_kind(const char *s, SchedKind *k, Err *err) {
+    static const char *const N[] = {"cosine", "wsd", "linear", "constant"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, N[i])) return *k = (SchedKind)i, ST_OK;
+    return err_set(err, ST_ERR_INPUT, "--schedule: expected cosine, wsd, linear or constant, found '%s'", s);
+}
+
+Status sched_parse_shape(const char *s, DecayShape *d, Err *err) {
+    static const char *const N[] = {"linear", "cosine", "1-sqrt"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s, N[i])) return *d = (DecayShape)i, ST_OK;
+    return err_set(err, ST_ERR_INPUT, "--decay-shape: expected linear, cosine or 1-sqrt, found '%s'", s);
+}
+
+const char *sched_kind_name(SchedKind k) {
+    static const char *const N[] = {"cosine", "wsd", "linear", "constant"};
+    return N[k];
+}
+
+const char *sched_shape_name(DecayShape d) {
+    static const char *const N[] = {"linear", "cosine", "1-sqrt"};
+    return N[d];
+}
+
+float sched_lr(const Schedule *s, long step) {
+    if (step <= s->warmup) return s->lr * (float)step / (float)s->warmup;
+    if (s->kind == SCHED_CONSTANT) return s->lr;
+    long span = s->total - s->warmup;
+    if (span <= 0) return s->lr;
+    double lr = s->lr, lo = s->min_lr;
+    if (s->kind == SCHED_WSD) {
+        long decay = (long)llround(s->decay_frac * (double)s->total);
+        long start = s->total - decay; /* last stable step */
+        if (decay <= 0 || step <= start) return s->lr;
+        double f = (double)(step - start) / (double)decay; /* (0, 1] */
+        double w = s->decay_shape == DECAY_LINEAR   ? 1.0 - f
+                   : s->decay_shape == DECAY_COSINE ? 0.5 * (1.0 + cos(M_PI * f))
+                                                    : 1.0 - sqrt(f);
+        return (float)(lo + (lr - lo) * w);
+    }
+    double f = (double)(step - s->warmup) / (double)span; /* (0, 1] */
+    double w = s->kind == SCHED_COSINE ? 0.5 * (1.0 + cos(M_PI * f)) : 1.0 - f;
+    return (float)(lo + (lr - lo) * w);
+}

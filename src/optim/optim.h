@@ -1,0 +1,69 @@
+/* optim.h — optimizers, global-norm clipping and learning-rate schedules on flat fp32 ranges.
+ *
+ * The optimizer knows no model: it receives the flat parameter, gradient and moment buffers and
+ * a list of ranges, each with a weight-decay flag (the trainer marks 2-D matmul and embedding
+ * weights; biases and LayerNorm parameters get no decay). Updates are elementwise, so any split
+ * of the ranges (threads, ZeRO shards) gives bit-identical results. */
+#ifndef ST_OPTIM_OPTIM_H
+#define ST_OPTIM_OPTIM_H
+
+#include <stddef.h>
+
+#include "core/status.h"
+
+typedef enum { OPT_ADAMW, OPT_ADAM, OPT_SGD, OPT_LION } OptimKind;
+
+typedef struct {
+    OptimKind kind;
+    float beta1;        /* Adam/AdamW/Lion first moment (Lion: interpolation for the update) */
+    float beta2;        /* Adam/AdamW second moment; Lion: momentum decay */
+    float eps;          /* Adam/AdamW */
+    float weight_decay; /* AdamW, Lion: decoupled (p -= lr·wd·p); Adam: L2 (g += wd·p); SGD: L2 */
+    float momentum;     /* SGD (0 = plain SGD); Nesterov not implemented */
+} OptimConfig;
+
+typedef struct {
+    size_t offset, n; /* in floats */
+    int decay;        /* weight decay applies to this range */
+} OptimRange;
+
+OptimConfig optim_default_config(OptimKind kind);
+/* "adamw" | "adam" | "sgd" | "lion" → kind; ST_ERR_INPUT naming --optimizer otherwise. */
+Status optim_parse_kind(const char *s, OptimKind *kind, Err *err);
+const char *optim_kind_name(OptimKind kind);
+/* Moment buffers the optimizer needs per parameter: 2 (Adam family), 1 (SGD momentum, Lion). */
+int optim_num_moments(const OptimConfig *c);
+
+/* One update of params over the ranges. m, v: moment buffers in the same layout (v unused by
+ * SGD/Lion). grad_scale multiplies every gradient first (clipping). step counts from 1 (bias
+ * correction). Params and moments are overwritten in place. */
+void optim_step(const OptimConfig *c, float *params, const float *grads, float *m, float *v,
+                const OptimRange *ranges, int nranges, long step, float lr, float grad_scale, int nt);
+
+/* Global L2 norm of x (n floats): fixed 4096-element partition summed in double in order, so the
+ * result does not depend on the thread count. */
+double optim_l2_norm(const float *x, size_t n, int nt);
+/* Clip factor min(1, clip / norm); clip <= 0 disables (1). */
+float optim_clip_scale(double norm, float clip);
+
+/* ---- learning-rate schedules ---- */
+typedef enum { SCHED_COSINE, SCHED_WSD, SCHED_LINEAR, SCHED_CONSTANT } SchedKind;
+typedef enum { DECAY_LINEAR, DECAY_COSINE, DECAY_SQRT } DecayShape;
+
+typedef struct {
+    SchedKind kind;
+    float lr, min_lr;
+    long warmup;         /* linear warmup from lr/warmup at step 1 to lr at step warmup */
+    long total;          /* total steps */
+    float decay_frac;    /* WSD: fraction of total spent decaying (default 0.2) */
+    DecayShape decay_shape; /* WSD decay shape: linear, cosine or 1-sqrt */
+} Schedule;
+
+Status sched_parse_kind(const char *s, SchedKind *k, Err *err);
+Status sched_parse_shape(const char *s, DecayShape *d, Err *err);
+const char *sched_kind_name(SchedKind k);
+const char *sched_shape_name(DecayShape d);
+/* Learning rate of optimizer step `step` (1-based, 1..total). */
+float sched_lr(const Schedule *s, long step);
+
+#endif

@@ -1,0 +1,68 @@
+/* train.h — the trainer as a library call: train_run(&config).
+ *
+ * Reentrant: all state lives in the call (no globals), so a scaling-law sweep can drive many
+ * runs from one process. The step is a schedule over micro-batch slots (DESIGN.md §2): the
+ * tokens of the whole step are counted first, each slot's loss is divided by that count, and
+ * gradients accumulate, so k micro-batches of B give the update of one batch of k·B. */
+#ifndef ST_TRAIN_TRAIN_H
+#define ST_TRAIN_TRAIN_H
+
+#include <stdint.h>
+
+#include "core/status.h"
+#include "model/config.h"
+#include "optim/optim.h"
+
+#define METRICS_SCHEMA_VERSION 1
+
+typedef struct {
+    ModelConfig model;       /* vocab 0: take it from the shard headers */
+    char data[1024];         /* train shards: path or glob */
+    char val_data[1024];     /* validation shards ("" = none) */
+    char tokenizer[256];     /* recorded with the weights so `sample` can decode ("" = unknown) */
+    uint64_t tokenizer_hash; /* refuse shards made with another tokenizer (0 = don't check) */
+
+    int micro_batch;         /* B */
+    int seq_len;             /* T */
+    int grad_accum;          /* k micro-batches per optimizer step */
+
+    OptimConfig optim;
+    Schedule sched;          /* lr, min_lr, warmup, kind, decay; total is set from steps */
+    float grad_clip;         /* <= 0: no clipping */
+    long steps;
+
+    uint64_t seed;           /* initialisation (and dropout) */
+    uint64_t data_seed;      /* data order */
+
+    int threads;
+    double peak_flops;       /* 0: measure at start */
+    int val_every;           /* 0: only at the end (if val_data) */
+    int val_batches;         /* micro-batches of B×T per validation */
+    char log_path[1024];     /* JSON Lines metrics ("" = none) */
+    char out_dir[1024];      /* final weights (model.safetensors + config.json), "" = none */
+    int quiet;               /* no per-step console lines */
+    /* Free-form build info of the caller (e.g. the command line), recorded in `start`. */
+    const char *argv_joined;
+} TrainConfig;
+
+/* Defaults of every option (the CLI's --help shows them). */
+TrainConfig train_default_config(void);
+
+typedef struct {
+    double first_loss, last_loss;   /* training loss of the first and last step */
+    double first_val, last_val;     /* validation loss at the first/last evaluation (NaN if none) */
+    double tokens_per_s;            /* median over steps after the first */
+    double median_step_ms;
+    long steps_done;
+    long long num_params;
+} TrainResult;
+
+/* Runs training. Bad configuration or data → ST_ERR_INPUT with a message naming the flag or
+ * file; I/O failure → ST_ERR_RUNTIME. Progress lines go to stdout unless quiet. */
+Status train_run(const TrainConfig *cfg, TrainResult *res, Err *err);
+
+/* Model FLOPs per trained token: 6·(L·12·C² + V·C) + 12·L·T·C (PaLM's accounting; attention
+ * counted as full T×T). Used for MFU. */
+double train_flops_per_token(const ModelConfig *m, int T);
+
+#endif

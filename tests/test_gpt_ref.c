@@ -1,0 +1,161 @@
+/* test_gpt_ref.c — the GPT forward, backward and ten AdamW steps against PyTorch in float64.
+ *
+ * Oracle: tests/fixtures/gpt2_{small,medium}.bin, written by tests/fixtures/gen_gpt2_ref.py
+ * (Debian's python3-torch, float64, from the same float32 initial values). Tolerances:
+ * per tensor ||ours - ref|| / ||ref|| <= 1e-5 for logits and every gradient; loss to 1e-5
+ * relative; the AdamW losses to 1e-4 relative and final parameters to 1e-4 (ten fp32 steps
+ * against float64). Also: padded vocabulary rows get exactly zero gradient, and row 0's
+ * probabilities match softmax over the V real tokens. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixture.h"
+#include "model/gpt.h"
+#include "model/kernels.h"
+#include "optim/optim.h"
+#include "testutil.h"
+
+static const FixtureEntry *need(const Fixture *f, const char *name) {
+    const FixtureEntry *e = fixture_get(f, name);
+    if (!e) {
+        printf("fixture entry %s missing\n", name);
+        exit(1);
+    }
+    return e;
+}
+
+/* Copies a float64 fixture tensor into our padded layout (wte keeps its Vp - V padded rows 0). */
+static void load_param(Gpt *g, const Fixture *f, const char *prefix, int k) {
+    const TensorInfo *t = &g->layout.tensors[k];
+    char name[160];
+    snprintf(name, sizeof name, "%s%s", prefix, t->name);
+    const FixtureEntry *e = need(f, name);
+    const double *d = e->data;
+    size_t n = (size_t)t->rows_real * t->shape[1];
+    if (e->numel != n) {
+        printf("%s: fixture has %zu values, layout expects %zu\n", name, e->numel, n);
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++) g->params[t->offset + i] = (float)d[i];
+}
+
+static void run(const char *file, int nt) {
+    char path[1024], msg[512];
+    snprintf(path, sizeof path, "%s/tests/fixtures/%s", ST_SOURCE_DIR, file);
+    Fixture f;
+    if (fixture_load(&f, path, msg, sizeof msg) != 0) {
+        printf("%s\n", msg);
+        exit(1);
+    }
+    const int32_t *cfgv = need(&f, "config")->data;
+    ModelConfig mc = {cfgv[0], cfgv[1], cfgv[2], cfgv[3], 0, cfgv[4], 0.0f};
+    int B = cfgv[5], T = cfgv[6];
+    Err err;
+    if (model_config_validate(&mc, &err) != ST_OK) {
+        printf("%s\n", err.msg);
+        exit(1);
+    }
+    Gpt g;
+    if (gpt_init(&g, &mc, B, T, nt, 1, NULL, &err) != ST_OK) {
+        printf("%s\n", err.msg);
+        exit(1);
+    }
+    for (int k = 0; k < g.layout.ntensors; k++) load_param(&g, &f, "", k);
+    const int32_t *inp = need(&f, "inputs")->data, *tgt = need(&f, "targets")->data;
+    int N = B * T, V = mc.vocab, C = mc.n_embd;
+    long ntok = 0;
+    for (int i = 0; i < N; i++) ntok += tgt[i] >= 0;
+
+    char name[256];
+    gpt_zero_grads(&g);
+    double loss = gpt_forward(&g, inp, tgt, B, T, 1.0f / ntok, 1, 0) / ntok;
+    double ref_loss = ((const double *)need(&f, "loss")->data)[0];
+    snprintf(name, sizeof name, "%s loss (threads=%d)", file, nt);
+    tu_check(fabs(loss - ref_loss) / ref_loss <= 1e-5, name, "ours=%.9f ref=%.9f", loss, ref_loss);
+
+    /* Logits from the saved final-LayerNorm output through the tied head. */
+    float *logits = malloc(sizeof(float) * N * V);
+    matmul_forward(logits, g.lnf, g.p.wte, NULL, N, C, V, nt);
+    double re = tu_rel_err_fd(logits, need(&f, "logits")->data, (size_t)N * V);
+    snprintf(name, sizeof name, "%s logits", file);
+    tu_check(re <= 1e-5, name, "rel_err=%.3g (tol 1e-5)", re);
+
+    gpt_backward(&g);
+    double worst = 0;
+    const char *worst_name = "";
+    int bad = 0;
+    for (int k = 0; k < g.layout.ntensors; k++) {
+        const TensorInfo *t = &g.layout.tensors[k];
+        snprintf(name, sizeof name, "grad.%s", t->name);
+        const FixtureEntry *e = need(&f, name);
+        double r = tu_rel_err_fd(g.grads + t->offset, e->data, e->numel);
+        if (!(r <= 1e-5)) {
+            printf("  %s: rel_err=%.3g\n", name, r);
+            bad++;
+        }
+        if (!(r <= worst)) worst = r, worst_name = t->name;
+    }
+    snprintf(name, sizeof name, "%s every parameter gradient (%d tensors)", file, g.layout.ntensors);
+    tu_check(bad == 0, name, "worst rel_err=%.3g in %s (tol 1e-5)", worst, worst_name);
+
+    /* Padded vocabulary rows: exactly zero gradient. */
+    const TensorInfo *wte = &g.layout.tensors[0];
+    int pad_nonzero = 0;
+    for (size_t i = (size_t)V * C; i < wte->numel; i++) pad_nonzero += g.grads[wte->offset + i] != 0.0f;
+    snprintf(name, sizeof name, "%s padded vocab rows (%d) zero gradient", file, mc.vocab_padded - V);
+    tu_check(pad_nonzero == 0, name, "nonzero=%d", pad_nonzero);
+
+    float *probs = malloc(sizeof(float) * V);
+    gpt_probs_row0(&g, inp, T, probs);
+    double psum = 0;
+    for (int i = 0; i < V; i++) psum += probs[i];
+    re = tu_rel_err_fd(probs, need(&f, "lm_probs_row0")->data, (size_t)V);
+    snprintf(name, sizeof name, "%s probabilities row 0 over the V real tokens", file);
+    tu_check(re <= 1e-5 && fabs(psum - 1) < 1e-5, name, "rel_err=%.3g sum=%.7f", re, psum);
+
+    /* Ten AdamW steps on the same batch; decay on 2-D weights and embeddings only. */
+    const double *hp = need(&f, "adamw_hparams")->data;
+    const double *ref_losses = need(&f, "adamw_losses")->data;
+    OptimConfig oc = optim_default_config(OPT_ADAMW);
+    oc.beta1 = (float)hp[1], oc.beta2 = (float)hp[2], oc.eps = (float)hp[3], oc.weight_decay = (float)hp[4];
+    for (int k = 0; k < g.layout.ntensors; k++) load_param(&g, &f, "", k);
+    float *m = calloc(g.layout.total, sizeof(float)), *v = calloc(g.layout.total, sizeof(float));
+    OptimRange *ranges = calloc((size_t)g.layout.ntensors, sizeof *ranges);
+    for (int k = 0; k < g.layout.ntensors; k++)
+        ranges[k] = (OptimRange){g.layout.tensors[k].offset, g.layout.tensors[k].numel, g.layout.tensors[k].decay};
+    double worst_loss = 0;
+    for (int s = 1; s <= 10; s++) {
+        gpt_zero_grads(&g);
+        double l = gpt_forward(&g, inp, tgt, B, T, 1.0f / ntok, 1, 0) / ntok;
+        gpt_backward(&g);
+        double d = fabs(l - ref_losses[s - 1]) / ref_losses[s - 1];
+        if (!(d <= worst_loss)) worst_loss = d;
+        printf("  step %2d: loss %.7f ref %.7f\n", s, l, ref_losses[s - 1]);
+        optim_step(&oc, g.params, g.grads, m, v, ranges, g.layout.ntensors, s, (float)hp[0], 1.0f, nt);
+    }
+    snprintf(name, sizeof name, "%s ten AdamW losses", file);
+    tu_check(worst_loss <= 1e-4, name, "max rel diff=%.3g (tol 1e-4)", worst_loss);
+    worst = 0;
+    for (int k = 0; k < g.layout.ntensors; k++) {
+        const TensorInfo *t = &g.layout.tensors[k];
+        snprintf(name, sizeof name, "adamw_final.%s", t->name);
+        const FixtureEntry *e = need(&f, name);
+        double r = tu_rel_err_fd(g.params + t->offset, e->data, e->numel);
+        if (!(r <= worst)) worst = r, worst_name = t->name;
+    }
+    snprintf(name, sizeof name, "%s parameters after ten AdamW steps", file);
+    tu_check(worst <= 1e-4, name, "worst rel_err=%.3g in %s (tol 1e-4)", worst, worst_name);
+
+    free(m), free(v), free(ranges), free(probs), free(logits);
+    gpt_free(&g);
+    fixture_free(&f);
+}
+
+int main(void) {
+    run("gpt2_small.bin", 2);
+    run("gpt2_medium.bin", 2);
+    run("gpt2_small.bin", 1);
+    return tu_exit();
+}
