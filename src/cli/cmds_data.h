@@ -1,0 +1,24 @@
+/* cmds_data.h — the data subcommands: `scaletrain tokenizer ...` and `scaletrain prepare ...`.
+ *
+ * Each takes the arguments after the subcommand name (argv[0] = the subcommand name), prints its
+ * own one-line errors to stderr as "scaletrain <cmd>: <message>" and returns the exit code:
+ * 0 ok, 1 runtime failure, 2 bad input or usage. `--help` lists every option with its default. */
+#ifndef ST_CLI_CMDS_DATA_H
+#define ST_CLI_CMDS_DATA_H
+
+#include <stddef.h>
+
+int cmd_tokenizer(int argc, char **argv);
+int cmd_prepare(int argc, char **argv);
+
+/* Finds OpenAI's GPT-2 files (encoder.json + vocab.bpe) when no --tokenizer-dir is given:
+ * $ST_GPT2_DIR, then <dir of the executable>/../data/gpt2_tokenizer, <exe dir>/../../data/...,
+ * <exe dir>/data/..., then ./data/gpt2_tokenizer. Writes the first that has encoder.json into buf
+ * and returns buf, or NULL if none does. */
+const char *cli_find_gpt2_dir(char *buf, size_t n);
+
+/* Strict number parsing for flags: the whole string must be a number. 0 ok, -1 otherwise. */
+int cli_parse_u64(const char *s, unsigned long long *out);
+int cli_parse_double(const char *s, double *out);
+
+#endif
