@@ -1,0 +1,246 @@
+/* test_prepare.c — corpus -> shards, and the shard format.
+ *
+ * Oracle: a small corpus built here whose documents, duplicates and byte counts are known exactly;
+ * with the byte tokenizer every document's ids are its bytes, so the shards can be checked token
+ * by token: counts, EOT positions, header words (magic, version, count, tokenizer hash, source
+ * bytes, vocab), uint16 vs uint32, thread-count independence, crash-safe replacement, bad input. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "data/bpe.h"
+#include "data/prepare.h"
+#include "data/shard.h"
+#include "testutil.h"
+
+static char tmpdir[] = "/tmp/test_prepare_XXXXXX";
+
+static void write_file(const char *name, const char *content) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
+    FILE *f = fopen(p, "wb");
+    fputs(content, f);
+    fclose(f);
+}
+
+static char *path(const char *name) {
+    static char p[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", tmpdir, name);
+    return p[k];
+}
+
+/* Reads all shards <prefix>_NNNNNN.bin of dir: concatenated tokens, shard count, summed source bytes. */
+static uint32_t *read_split(const char *dir, const char *prefix, size_t *ntok, size_t *nshards, uint64_t *src,
+                            uint64_t hash, int *hdr_ok, int *elem) {
+    uint32_t *all = NULL;
+    *ntok = *nshards = 0;
+    *src = 0;
+    for (size_t i = 0;; i++) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/%s_%06zu.bin", dir, prefix, i);
+        if (access(p, F_OK)) break;
+        Shard s;
+        Err err;
+        if (shard_open(&s, p, &err)) {
+            *hdr_ok = 0;
+            break;
+        }
+        *hdr_ok &= s.meta.tokenizer_hash == hash && s.meta.vocab_size == 257;
+        *elem = s.elem_bytes;
+        all = realloc(all, (*ntok + s.ntok) * sizeof *all);
+        for (size_t k = 0; k < s.ntok; k++) all[*ntok + k] = shard_token(&s, k);
+        *ntok += s.ntok;
+        *src += s.meta.source_bytes;
+        (*nshards)++;
+        shard_close(&s);
+    }
+    return all;
+}
+
+/* Splits tokens at EOT (256) into documents; returns 1 if each is one of want[] (as bytes), and
+ * counts them. */
+static int docs_match(const uint32_t *t, size_t n, const char *const *want, int nwant, int *ndocs) {
+    *ndocs = 0;
+    size_t start = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (t[i] != 256) continue;
+        int found = 0;
+        for (int w = 0; w < nwant && !found; w++) {
+            size_t l = strlen(want[w]);
+            if (l != i - start) continue;
+            found = 1;
+            for (size_t k = 0; k < l && found; k++) found = t[start + k] == (uint8_t)want[w][k];
+        }
+        if (!found) return 0;
+        (*ndocs)++;
+        start = i + 1;
+    }
+    return start == n; /* the stream ends with EOT */
+}
+
+int main(void) {
+    if (!mkdtemp(tmpdir)) return 1;
+    Err err;
+    Tokenizer *bt = NULL;
+    tokenizer_load(&bt, "bytes", NULL, &err);
+
+    /* Corpus: a.txt has 4 documents (one a duplicate), b.jsonl 3 (one duplicates a.txt's), in dir/. */
+    char sub[600];
+    snprintf(sub, sizeof sub, "%s/in", tmpdir);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", sub);
+    if (system(cmd) != 0) return 1;
+    write_file("in/a.txt", "Hello world\n<|endoftext|>\nSecond doc\nline two\n<|endoftext|>\nHello world\n"
+                           "<|endoftext|>\nThird \xff\xfe invalid\n");
+    write_file("in/b.jsonl", "{\"text\": \"json one\", \"id\": 1}\n\n{\"text\": \"Second doc\\nline two\"}\n"
+                             "{\"text\": \"caf\\u00e9\"}\n");
+    const char *want[] = {"Hello world", "Second doc\nline two", "Third \xff\xfe invalid\n", "json one", "caf\xc3\xa9"};
+    uint64_t want_bytes = 11 + 19 + 17 + 8 + 5;
+
+    const char *inputs[1] = {sub};
+    PrepareOptions o = prepare_default_options();
+    o.inputs = inputs;
+    o.ninputs = 1;
+    o.out_dir = path("out1");
+    o.tok = bt;
+    o.val_docs = 1;
+    o.seed = 7;
+    o.shard_tokens = 16;
+    o.threads = 2;
+    PrepareStats s;
+    Status st = prepare_run(&o, &s, &err);
+    tu_check(st == ST_OK && s.files == 2 && s.docs == 7 && s.duplicates == 2 && s.train_docs == 4 && s.val_docs == 1 &&
+                 s.bytes == want_bytes && s.train_tokens + s.val_tokens == want_bytes + 5,
+             "prepare_counts", "%s files=%zu docs=%zu dup=%zu train=%zu val=%zu bytes=%llu tokens=%llu", st ? err.msg : "",
+             s.files, s.docs, s.duplicates, s.train_docs, s.val_docs, (unsigned long long)s.bytes,
+             (unsigned long long)(s.train_tokens + s.val_tokens));
+    size_t ntr, nva, shtr, shva;
+    uint64_t srctr, srcva;
+    int hdr_ok = 1, elem = 0, ndtr = 0, ndva = 0;
+    uint32_t *tr = read_split(o.out_dir, "train", &ntr, &shtr, &srctr, tokenizer_hash(bt), &hdr_ok, &elem);
+    uint32_t *va = read_split(o.out_dir, "val", &nva, &shva, &srcva, tokenizer_hash(bt), &hdr_ok, &elem);
+    int ok_tr = docs_match(tr, ntr, want, 5, &ndtr), ok_va = docs_match(va, nva, want, 5, &ndva);
+    tu_check(ok_tr && ok_va && ndtr == 4 && ndva == 1 && ntr == s.train_tokens && nva == s.val_tokens,
+             "prepare_eot_positions", "train docs=%d tokens=%zu, val docs=%d tokens=%zu", ndtr, ntr, ndva, nva);
+    tu_check(hdr_ok && elem == 2 && srctr + srcva == want_bytes && shtr == (ntr + 15) / 16 && shtr == s.train_shards &&
+                 shva == (nva + 15) / 16 && shva == s.val_shards,
+             "prepare_header_words", "hash+vocab ok=%d elem=%d source bytes=%llu shards=%zu+%zu", hdr_ok, elem,
+             (unsigned long long)(srctr + srcva), shtr, shva);
+
+    /* the same with 1 thread: identical shards; and no temporary file left behind */
+    o.out_dir = path("out2");
+    o.threads = 1;
+    st = prepare_run(&o, &s, &err);
+    size_t n2, sh2;
+    uint64_t src2;
+    uint32_t *tr2 = read_split(o.out_dir, "train", &n2, &sh2, &src2, tokenizer_hash(bt), &hdr_ok, &elem);
+    tu_check(!st && n2 == ntr && memcmp(tr, tr2, ntr * sizeof *tr) == 0, "prepare_thread_independent", "tokens=%zu", n2);
+    int tmp_left = 0;
+    DIR *d = opendir(o.out_dir);
+    for (struct dirent *e; d && (e = readdir(d));) tmp_left += strstr(e->d_name, ".tmp") != NULL;
+    if (d) closedir(d);
+    tu_check(tmp_left == 0, "prepare_no_temp_files", "left=%d", tmp_left);
+    free(tr);
+    free(va);
+    free(tr2);
+
+    /* fraction split, GPT-2-free: 0.5 of 5 unique docs -> 3 (rounded) */
+    o.out_dir = path("out3");
+    o.val_docs = -1;
+    o.val_fraction = 0.5;
+    o.shard_tokens = 1000;
+    st = prepare_run(&o, &s, &err);
+    tu_check(!st && s.val_docs == 3 && s.train_docs == 2 && s.train_shards == 1 && s.val_shards == 1,
+             "prepare_val_fraction", "val=%zu train=%zu", s.val_docs, s.train_docs);
+
+    /* WikiText: split at top-level headings only */
+    write_file("w.tokens", " \n = Alpha = \n\n text one \n\n = = Sub = = \n\n more \n = Beta = \n\n b text \n");
+    const char *win[1] = {path("w.tokens")};
+    o.inputs = win;
+    o.out_dir = path("out4");
+    o.val_fraction = 0;
+    st = prepare_run(&o, &s, &err);
+    tu_check(!st && s.docs == 2 && s.train_tokens == strlen(" \n = Alpha = \n\n text one \n\n = = Sub = = \n\n more \n") +
+                                                    strlen(" = Beta = \n\n b text \n") + 2,
+             "prepare_wikitext_articles", "docs=%zu tokens=%llu", s.docs, (unsigned long long)s.train_tokens);
+
+    /* bad inputs: missing file, bad JSON line (file:line), non-string text */
+    const char *miss[1] = {path("nope.txt")};
+    o.inputs = miss;
+    st = prepare_run(&o, &s, &err);
+    tu_check(st == ST_ERR_INPUT && strstr(err.msg, "nope.txt"), "prepare_missing_file", "%s", err.msg);
+    write_file("bad.jsonl", "{\"text\": \"fine\"}\n{\"text\": \"broken\n{\"text\": 3}\n");
+    const char *bad[1] = {path("bad.jsonl")};
+    o.inputs = bad;
+    st = prepare_run(&o, &s, &err);
+    tu_check(st == ST_ERR_INPUT && strstr(err.msg, "bad.jsonl:2:"), "prepare_bad_jsonl_line", "%s", err.msg);
+    write_file("bad2.jsonl", "{\"text\": \"fine\"}\n{\"text\": 3}\n");
+    bad[0] = path("bad2.jsonl");
+    st = prepare_run(&o, &s, &err);
+    tu_check(st == ST_ERR_INPUT && strstr(err.msg, "bad2.jsonl:2:") && strstr(err.msg, "non-string"),
+             "prepare_jsonl_text_not_string", "%s", err.msg);
+
+    /* shard format: uint16 vs uint32 choice */
+    uint32_t toks[4] = {1, 65535, 7, 256};
+    ShardMeta m = {0x1122334455667788ULL, 123456789012ULL, 50257};
+    Shard sh;
+    st = shard_write(path("u16.bin"), toks, 4, &m, &err);
+    st = st ? st : shard_open(&sh, path("u16.bin"), &err);
+    tu_check(!st && sh.elem_bytes == 2 && sh.ntok == 4 && shard_token(&sh, 1) == 65535 &&
+                 sh.meta.tokenizer_hash == m.tokenizer_hash && sh.meta.source_bytes == m.source_bytes &&
+                 sh.meta.vocab_size == 50257 && sh.map_bytes == 1024 + 8,
+             "shard_u16", "elem=%d bytes=%zu", sh.elem_bytes, sh.map_bytes);
+    m.vocab_size = 100277;
+    uint32_t big[2] = {100276, 3};
+    st = shard_write(path("u32.bin"), big, 2, &m, &err);
+    Shard s32;
+    st = st ? st : shard_open(&s32, path("u32.bin"), &err);
+    const uint32_t *hw = s32.map;
+    tu_check(!st && s32.elem_bytes == 4 && hw[0] == SHARD_MAGIC_U32 && hw[1] == SHARD_VERSION_U32 && hw[2] == 2 &&
+                 shard_token(&s32, 0) == 100276 && shard_find_token_at_least(&s32, 100000) == 0,
+             "shard_u32", "magic=%u version=%u", hw[0], hw[1]);
+    shard_close(&s32);
+
+    /* crash-safe replacement: the old mapping keeps the old contents (rename, not truncate) */
+    uint32_t other[3] = {9, 9, 9};
+    m.vocab_size = 257;
+    st = shard_write(path("u16.bin"), other, 3, &m, &err);
+    Shard fresh;
+    Status st2 = shard_open(&fresh, path("u16.bin"), &err);
+    tu_check(!st && !st2 && sh.ntok == 4 && shard_token(&sh, 1) == 65535 && fresh.ntok == 3 &&
+                 shard_token(&fresh, 0) == 9,
+             "shard_atomic_replace", "old ntok=%zu new ntok=%zu", sh.ntok, fresh.ntok);
+    shard_close(&sh);
+    shard_close(&fresh);
+    st = shard_write(path("no/such/dir/x.bin"), other, 3, &m, &err);
+    tu_check(st != ST_OK && strstr(err.msg, "no/such/dir"), "shard_write_bad_dir", "%s", err.msg);
+
+    /* shard_open refusals: truncated file, bad magic, missing */
+    FILE *f = fopen(path("trunc.bin"), "wb");
+    int32_t hdr[256] = {SHARD_MAGIC_U16, SHARD_VERSION_U16, 10};
+    fwrite(hdr, 4, 256, f);
+    fwrite(toks, 2, 3, f);
+    fclose(f);
+    st = shard_open(&sh, path("trunc.bin"), &err);
+    tu_check(st == ST_ERR_INPUT && strstr(err.msg, "trunc.bin") && strstr(err.msg, "10 tokens"), "shard_open_truncated",
+             "%s", err.msg);
+    shard_close(&sh);
+    hdr[0] = 12345;
+    f = fopen(path("magic.bin"), "wb");
+    fwrite(hdr, 4, 256, f);
+    fclose(f);
+    st = shard_open(&sh, path("magic.bin"), &err);
+    tu_check(st == ST_ERR_INPUT && strstr(err.msg, "magic.bin") && strstr(err.msg, "12345"), "shard_open_bad_magic",
+             "%s", err.msg);
+    st = shard_open(&sh, path("missing.bin"), &err);
+    tu_check(st == ST_ERR_INPUT && strstr(err.msg, "missing.bin"), "shard_open_missing", "%s", err.msg);
+
+    tokenizer_free(bt);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd) != 0) printf("note: could not remove %s\n", tmpdir);
+    return tu_exit();
+}
