@@ -43,14 +43,8 @@ static int class_of_cp(uint32_t cp) {
     return CL_OTHER;
 }
 
-/* ASCII classes, filled on first use from the same tables (idempotent, so a benign race). */
-static unsigned char ascii_class[128];
-static volatile int ascii_ready;
-
-static void ascii_init(void) {
-    for (uint32_t c = 0; c < 128; c++) ascii_class[c] = (unsigned char)class_of_cp(c);
-    __atomic_store_n(&ascii_ready, 1, __ATOMIC_RELEASE);
-}
+/* ASCII classes come precomputed from the generator (UT_ASCII_CLASS), so nothing is mutable. */
+#define ascii_class UT_ASCII_CLASS
 
 /* Length (1..4) of the well-formed UTF-8 sequence at s[i], or 0 if s[i] does not start one
  * (Unicode Table 3-7: no overlongs, no surrogates, nothing above U+10FFFF). */
@@ -112,7 +106,6 @@ static size_t run_end(const uint8_t *s, size_t n, size_t i, int cl) {
 }
 
 size_t bpe_pretoken_end(const uint8_t *s, size_t n, size_t i) {
-    if (!__atomic_load_n(&ascii_ready, __ATOMIC_ACQUIRE)) ascii_init();
     /* 's|'t|'re|'ve|'m|'ll|'d — case-sensitive, checked first as in the regex's alternation. */
     if (s[i] == '\'' && i + 1 < n) {
         uint8_t c = s[i + 1];
