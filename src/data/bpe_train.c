@@ -198,7 +198,9 @@ static HeapEnt heap_pop(Trainer *t) {
     return top;
 }
 
-static int add_token(Trainer *t, const uint8_t *a, size_t la, const uint8_t *b, size_t lb) {
+/* Appends token a+b (by id: the pool may move when it grows, so no pointers are taken before). */
+static int add_token(Trainer *t, uint32_t a, uint32_t b) {
+    size_t oa = t->off[a], la = t->off[a + 1] - oa, ob = t->off[b], lb = t->off[b + 1] - ob;
     if (t->ntok + 1 >= t->ctok) {
         uint32_t nc = t->ctok * 2;
         size_t *no = realloc(t->off, ((size_t)nc + 1) * sizeof *no);
@@ -213,9 +215,8 @@ static int add_token(Trainer *t, const uint8_t *a, size_t la, const uint8_t *b, 
         t->pool = np;
         t->cpool = nc;
     }
-    /* a and b may point into pool: memmove-safe because we append after the current end */
-    memmove(t->pool + t->npool, a, la);
-    memmove(t->pool + t->npool + la, b, lb);
+    memcpy(t->pool + t->npool, t->pool + oa, la);
+    memcpy(t->pool + t->npool + la, t->pool + ob, lb);
     t->npool += la + lb;
     t->off[t->ntok + 1] = t->npool;
     t->ntok++;
@@ -454,8 +455,7 @@ Status bpe_train(const uint8_t *const *texts, const size_t *lens, size_t ntexts,
         uint32_t pi = pair_get(t, e.a, e.b, 0);
         if (pi == UINT32_MAX || t->pairs[pi].count != e.count || e.count <= 0) continue;
         uint32_t step = (uint32_t)t->nmerges, a = e.a, b = e.b;
-        size_t la = t->off[a + 1] - t->off[a], lb = t->off[b + 1] - t->off[b];
-        if (add_token(t, t->pool + t->off[a], la, t->pool + t->off[b], lb)) goto oom;
+        if (add_token(t, a, b)) goto oom;
         uint32_t c = t->ntok - 1;
         t->merges[2 * step] = a;
         t->merges[2 * step + 1] = b;
