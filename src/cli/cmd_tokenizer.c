@@ -127,6 +127,7 @@ static int read_input(const char *path, uint8_t **buf, size_t *n) {
         free(b);
         return -2;
     }
+    b[len] = 0; /* len < cap here: NUL-terminated for messages that quote the input */
     *buf = b;
     *n = len;
     return 0;
