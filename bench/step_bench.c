@@ -1,0 +1,75 @@
+/* step_bench.c — times one training step (forward, backward, AdamW) of the GPT on random
+ * tokens, per phase, for a given shape. Used by bench/bench_step.sh beside the PyTorch peer.
+ *
+ * usage: step_bench L NH C V B T [steps] [threads] */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/rng.h"
+#include "core/timer.h"
+#include "model/gpt.h"
+#include "model/matmul.h"
+#include "optim/optim.h"
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 7) {
+        fprintf(stderr, "usage: step_bench L NH C V B T [steps] [threads]\n");
+        return 2;
+    }
+    ModelConfig mc = {atoi(argv[1]), atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), 0, 1024, 0.0f};
+    int B = atoi(argv[5]), T = atoi(argv[6]);
+    int steps = argc > 7 ? atoi(argv[7]) : 12, nt = argc > 8 ? atoi(argv[8]) : 2;
+    Err err;
+    if (model_config_validate(&mc, &err) != ST_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 2;
+    }
+    mm_set_threads(nt);
+    Gpt g;
+    if (gpt_init(&g, &mc, B, T, nt, 1, NULL, &err) != ST_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    gpt_init_params(&g, 1);
+    int N = B * T;
+    int32_t *inp = malloc(sizeof(int32_t) * N), *tgt = malloc(sizeof(int32_t) * N);
+    float *m = calloc(g.layout.total, 4), *v = calloc(g.layout.total, 4);
+    OptimRange r = {0, g.layout.total, 1};
+    OptimConfig oc = optim_default_config(OPT_ADAMW);
+    double *tot = calloc(steps, sizeof(double)), *fw = calloc(steps, sizeof(double)),
+           *bw = calloc(steps, sizeof(double)), *op = calloc(steps, sizeof(double));
+    for (int s = 0; s < steps; s++) {
+        for (int i = 0; i < N; i++) {
+            inp[i] = (int32_t)rng_below(7, 1, (uint64_t)s * N + i, (uint64_t)mc.vocab);
+            tgt[i] = (int32_t)rng_below(7, 2, (uint64_t)s * N + i, (uint64_t)mc.vocab);
+        }
+        double t0 = timer_ms();
+        gpt_zero_grads(&g);
+        g.ms_fwd = g.ms_bwd = 0;
+        gpt_forward(&g, inp, tgt, B, T, 1.0f / N, 1, 0);
+        gpt_backward(&g);
+        double t1 = timer_ms();
+        double norm = optim_l2_norm(g.grads, g.layout.total, nt);
+        optim_step(&oc, g.params, g.grads, m, v, &r, 1, s + 1, 1e-4f, optim_clip_scale(norm, 1.0f), nt);
+        double t2 = timer_ms();
+        tot[s] = t2 - t0, fw[s] = g.ms_fwd, bw[s] = (t1 - t0) - g.ms_fwd, op[s] = t2 - t1;
+    }
+    int w = steps > 2 ? 2 : 0, n = steps - w;
+    qsort(tot + w, n, sizeof(double), cmp), qsort(fw + w, n, sizeof(double), cmp);
+    qsort(bw + w, n, sizeof(double), cmp), qsort(op + w, n, sizeof(double), cmp);
+    double med = tot[w + n / 2];
+    double fpt = 6.0 * (mc.n_layer * 12.0 * mc.n_embd * mc.n_embd + (double)mc.vocab * mc.n_embd) +
+                 12.0 * mc.n_layer * T * mc.n_embd;
+    printf("RESULT {\"peer\": \"scaletrain\", \"L\": %d, \"C\": %d, \"V\": %d, \"B\": %d, \"T\": %d, \"threads\": %d, "
+           "\"median_ms\": %.2f, \"forward_ms\": %.2f, \"backward_ms\": %.2f, \"optimizer_ms\": %.2f, "
+           "\"tokens_per_s\": %.1f, \"gflops\": %.1f}\n",
+           mc.n_layer, mc.n_embd, mc.vocab, B, T, nt, med, fw[w + n / 2], bw[w + n / 2], op[w + n / 2], N / (med * 1e-3),
+           fpt * N / (med * 1e-3) / 1e9);
+    gpt_free(&g);
+    return 0;
+}

@@ -1,0 +1,231 @@
+/* test_kernels.c — every layer's backward against central finite differences, and our own
+ * reductions bit-identical for 1 and 2 threads.
+ *
+ * Oracle: for a layer y = f(x, w), the scalar L = Σ y·R (R fixed random) has dL/dθ from the
+ * backward with dout = R; each is compared with (L(θ+h) - L(θ-h)) / 2h, L summed in double,
+ * h = 1e-2 (fp32 forward). Tolerance: ||analytic - numeric|| / ||numeric|| <= 2e-3 per tensor
+ * (float rounding of L over h gives ~1e-4; a wrong formula gives O(1)). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "model/kernels.h"
+#include "testutil.h"
+
+#define H 1e-2f
+#define TOL 2e-3
+
+static float *randv(size_t n, uint64_t stream, float scale) {
+    float *x = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = scale * rng_normal(99, stream, i);
+    return x;
+}
+
+static double dot(const float *a, const float *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+/* A layer under test: forward(ctx) writes ctx->out; the parameter vectors are perturbed in place. */
+typedef struct Case Case;
+struct Case {
+    void (*forward)(Case *c);
+    float *out, *R;
+    size_t nout;
+    void *ctx;
+};
+
+static double loss_of(Case *c) {
+    c->forward(c);
+    return dot(c->out, c->R, c->nout);
+}
+
+/* Compares analytic gradient g of vector x (n) against finite differences of c's loss. */
+static void fd_check(Case *c, float *x, const float *g, size_t n, const char *name) {
+    float *num = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        float keep = x[i];
+        x[i] = keep + H;
+        double lp = loss_of(c);
+        x[i] = keep - H;
+        double lm = loss_of(c);
+        x[i] = keep;
+        num[i] = (float)((lp - lm) / (2.0 * H));
+    }
+    double re = tu_rel_err_f(g, num, n);
+    tu_check(re <= TOL, name, "rel_err=%.3g vs finite differences (tol %.0e, n=%zu)", re, TOL, n);
+    free(num);
+}
+
+/* ---- LayerNorm ---- */
+typedef struct { float *inp, *w, *b, *mean, *rstd; int N, C; } LnCtx;
+static void ln_fwd(Case *c) {
+    LnCtx *x = c->ctx;
+    layernorm_forward(c->out, x->mean, x->rstd, x->inp, x->w, x->b, x->N, x->C, 2);
+}
+static void test_layernorm(void) {
+    int N = 5, C = 12;
+    LnCtx x = {randv(N * C, 1, 1), randv(C, 2, 1), randv(C, 3, 1), calloc(N, 4), calloc(N, 4), N, C};
+    for (int i = 0; i < C; i++) x.w[i] += 1.0f;
+    Case c = {ln_fwd, calloc(N * C, 4), randv(N * C, 4, 1), (size_t)N * C, &x};
+    float *dinp = calloc(N * C, 4), *dw = calloc(C, 4), *db = calloc(C, 4), *scr = calloc(2 * C * 2, 4);
+    c.forward(&c);
+    layernorm_backward(dinp, dw, db, scr, c.R, x.inp, x.w, x.mean, x.rstd, N, C, 2);
+    fd_check(&c, x.inp, dinp, N * C, "layernorm dinp");
+    fd_check(&c, x.w, dw, C, "layernorm dweight");
+    fd_check(&c, x.b, db, C, "layernorm dbias");
+}
+
+/* ---- Linear ---- */
+typedef struct { float *inp, *w, *b; int N, C, OC; } MmCtx;
+static void mm_fwd(Case *c) {
+    MmCtx *x = c->ctx;
+    matmul_forward(c->out, x->inp, x->w, x->b, x->N, x->C, x->OC, 2);
+}
+static void test_matmul(void) {
+    int N = 6, C = 8, OC = 10;
+    MmCtx x = {randv(N * C, 5, 1), randv(OC * C, 6, 1), randv(OC, 7, 1), N, C, OC};
+    Case c = {mm_fwd, calloc(N * OC, 4), randv(N * OC, 8, 1), (size_t)N * OC, &x};
+    float *dinp = calloc(N * C, 4), *dw = calloc(OC * C, 4), *db = calloc(OC, 4);
+    matmul_backward(dinp, dw, db, c.R, x.inp, x.w, N, C, OC, 2);
+    fd_check(&c, x.inp, dinp, N * C, "matmul dinp");
+    fd_check(&c, x.w, dw, OC * C, "matmul dweight");
+    fd_check(&c, x.b, db, OC, "matmul dbias");
+}
+
+/* ---- Attention (with and without dropout) ---- */
+typedef struct { float *qkv, *probs, *scr; int B, T, C, NH; Dropout d; } AttCtx;
+static void att_fwd(Case *c) {
+    AttCtx *x = c->ctx;
+    attention_forward(c->out, x->probs, x->scr, x->qkv, x->B, x->T, x->C, x->NH, x->d, 2);
+}
+static void test_attention(float p) {
+    int B = 2, T = 5, C = 8, NH = 2;
+    AttCtx x = {randv(B * T * 3 * C, 9, 1), calloc(B * NH * T * T, 4), calloc(2 * 2 * T * T, 4), B, T, C, NH,
+                {p, 17, 3}};
+    Case c = {att_fwd, calloc(B * T * C, 4), randv(B * T * C, 10, 1), (size_t)B * T * C, &x};
+    float *dqkv = calloc(B * T * 3 * C, 4);
+    c.forward(&c);
+    attention_backward(dqkv, x.scr, c.R, x.qkv, x.probs, B, T, C, NH, x.d, 2);
+    fd_check(&c, x.qkv, dqkv, (size_t)B * T * 3 * C, p > 0 ? "attention dqkv (dropout 0.3)" : "attention dqkv");
+}
+
+/* ---- GELU ---- */
+typedef struct { float *inp; size_t n; } GeluCtx;
+static void gelu_fwd(Case *c) {
+    GeluCtx *x = c->ctx;
+    gelu_forward(c->out, x->inp, x->n, 2);
+}
+static void test_gelu(void) {
+    size_t n = 40;
+    GeluCtx x = {randv(n, 11, 2), n};
+    Case c = {gelu_fwd, calloc(n, 4), randv(n, 12, 1), n, &x};
+    float *d = calloc(n, 4);
+    gelu_backward(d, c.R, x.inp, n, 2);
+    fd_check(&c, x.inp, d, n, "gelu dinp");
+}
+
+/* ---- Encoder (repeated tokens, dropout) ---- */
+typedef struct { int32_t *inp; float *wte, *wpe; int B, T, C; Dropout d; } EncCtx;
+static void enc_fwd(Case *c) {
+    EncCtx *x = c->ctx;
+    encoder_forward(c->out, x->inp, x->wte, x->wpe, x->B, x->T, x->C, x->d, 2);
+}
+static void test_encoder(float p) {
+    int B = 2, T = 4, C = 6, V = 5;
+    int32_t inp[8] = {1, 3, 1, 4, 0, 1, 1, 2};
+    EncCtx x = {inp, randv(V * C, 13, 1), randv(T * C, 14, 1), B, T, C, {p, 5, 1}};
+    Case c = {enc_fwd, calloc(B * T * C, 4), randv(B * T * C, 15, 1), (size_t)B * T * C, &x};
+    float *dwte = calloc(V * C, 4), *dwpe = calloc(T * C, 4);
+    encoder_backward(dwte, dwpe, c.R, inp, B, T, C, x.d, 2);
+    fd_check(&c, x.wte, dwte, V * C, p > 0 ? "encoder dwte (dropout)" : "encoder dwte");
+    fd_check(&c, x.wpe, dwpe, T * C, p > 0 ? "encoder dwpe (dropout)" : "encoder dwpe");
+}
+
+/* ---- Fused LM head + cross-entropy (loss is the scalar itself) ---- */
+typedef struct { float *x, *wte, *logits, *losses; int32_t *tgt; int n, C, V, Vp; } HeadCtx;
+static void head_fwd(Case *c) {
+    HeadCtx *h = c->ctx;
+    head_forward_backward(h->losses, NULL, NULL, h->logits, h->x, h->wte, h->tgt, h->n, h->C, h->V, h->Vp, 0, 2,
+                          2, NULL, NULL, NULL);
+    memcpy(c->out, h->losses, sizeof(float) * h->n);
+}
+static void test_head(void) {
+    int n = 5, C = 8, V = 11, Vp = 64;
+    int32_t tgt[5] = {3, -1, 10, 0, 7};
+    HeadCtx h = {randv(n * C, 16, 1), randv(Vp * C, 17, 1), calloc(Vp * n, 4), calloc(n, 4), tgt, n, C, V, Vp};
+    float ones[5] = {1, 1, 1, 1, 1};
+    Case c = {head_fwd, calloc(n, 4), ones, (size_t)n, &h};
+    float *dx = calloc(n * C, 4), *dwte = calloc(Vp * C, 4);
+    /* chunk 2 rows: exercises the chunked loop */
+    head_forward_backward(h.losses, dx, dwte, h.logits, h.x, h.wte, tgt, n, C, V, Vp, 1.0f, 2, 2, NULL, NULL, NULL);
+    fd_check(&c, h.x, dx, n * C, "head+cross-entropy dx (masked row, chunked)");
+    fd_check(&c, h.wte, dwte, V * C, "head+cross-entropy dwte");
+    int nz = 0;
+    for (int i = V * C; i < Vp * C; i++) nz += dwte[i] != 0;
+    tu_check(nz == 0 && h.losses[1] == 0.0f, "head padded rows and masked row", "nonzero padded grads=%d masked loss=%g",
+             nz, h.losses[1]);
+}
+
+/* ---- Residual with dropout ---- */
+typedef struct { float *a, *b; size_t n; Dropout d; } ResCtx;
+static void res_fwd(Case *c) {
+    ResCtx *x = c->ctx;
+    residual_forward(c->out, x->a, x->b, x->n, x->d, 2);
+}
+static void test_residual(void) {
+    size_t n = 30;
+    ResCtx x = {randv(n, 18, 1), randv(n, 19, 1), n, {0.4f, 3, 9}};
+    Case c = {res_fwd, calloc(n, 4), randv(n, 20, 1), n, &x};
+    float *db = calloc(n, 4);
+    dropout_backward(db, c.R, n, x.d, 2);
+    fd_check(&c, x.b, db, n, "residual dropout branch");
+    fd_check(&c, x.a, c.R, n, "residual identity path");
+}
+
+/* ---- Thread-count independence of our own reductions ---- */
+static void test_threads(void) {
+    int N = 300, C = 96, OC = 80, V = 200;
+    float *inp = randv(N * C, 30, 1), *w = randv(C, 31, 1), *b = randv(C, 32, 1), *dout = randv(N * C, 33, 1);
+    float *mean = calloc(N, 4), *rstd = calloc(N, 4), *o = calloc(N * C, 4);
+    layernorm_forward(o, mean, rstd, inp, w, b, N, C, 2);
+    float *r[2][3];
+    for (int t = 0; t < 2; t++) {
+        float *dinp = calloc(N * C, 4), *dw = calloc(C, 4), *db = calloc(C, 4), *scr = calloc((N / 64 + 1) * 2 * C, 4);
+        layernorm_backward(dinp, dw, db, scr, dout, inp, w, mean, rstd, N, C, t + 1);
+        r[t][0] = dinp, r[t][1] = dw, r[t][2] = db;
+    }
+    int same = !memcmp(r[0][0], r[1][0], N * C * 4) && !memcmp(r[0][1], r[1][1], C * 4) &&
+               !memcmp(r[0][2], r[1][2], C * 4);
+    tu_check(same, "layernorm backward bit-identical for 1 and 2 threads", "%s", same ? "memcmp equal" : "differ");
+    float *g = randv(N * OC, 34, 1), *db1 = calloc(OC, 4), *db2 = calloc(OC, 4);
+    float *dw1 = calloc(OC * C, 4), *dw2 = calloc(OC * C, 4), *wm = randv(OC * C, 35, 1);
+    matmul_backward(NULL, dw1, db1, g, inp, wm, N, C, OC, 1);
+    matmul_backward(NULL, dw2, db2, g, inp, wm, N, C, OC, 2);
+    tu_check(!memcmp(db1, db2, OC * 4), "bias gradient bit-identical for 1 and 2 threads", "OC=%d", OC);
+    int32_t *tok = malloc(N * sizeof(int32_t));
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)rng_below(1, 2, i, 7); /* many repeats */
+    float *e1 = calloc(V * C, 4), *e2 = calloc(V * C, 4), *p1 = calloc(N * C, 4), *p2 = calloc(N * C, 4);
+    Dropout off = {0};
+    encoder_backward(e1, p1, dout, tok, 3, 100, C, off, 1);
+    encoder_backward(e2, p2, dout, tok, 3, 100, C, off, 2);
+    tu_check(!memcmp(e1, e2, V * C * 4) && !memcmp(p1, p2, 100 * C * 4),
+             "embedding gradients bit-identical for 1 and 2 threads", "repeated tokens");
+}
+
+int main(void) {
+    test_layernorm();
+    test_matmul();
+    test_attention(0.0f);
+    test_attention(0.3f);
+    test_gelu();
+    test_encoder(0.0f);
+    test_encoder(0.25f);
+    test_head();
+    test_residual();
+    test_threads();
+    return tu_exit();
+}
