@@ -33,7 +33,7 @@ static void usage(FILE *f) {
             "  --tokenizer T        gpt2 | bytes | DIR of a trained tokenizer                  [gpt2]\n"
             "  --tokenizer-dir D    where gpt2's encoder.json/vocab.bpe are  [$ST_GPT2_DIR, <exe>/../data/gpt2_tokenizer, ./data/gpt2_tokenizer]\n"
             "  --format F           auto | text | jsonl | wikitext (auto: by extension)        [auto]\n"
-            "  --separator S        document separator line in text files                      [%s]\n"
+            "  --separator S        document separator line in text files (\"\" = blank line) [%s]\n"
             "  --val-fraction F     fraction of documents for validation, in [0, 1)            [%g]\n"
             "  --val-docs N         exact number of validation documents (overrides fraction)  [unset]\n"
             "  --seed N             seed of the validation choice                              [%llu]\n"

@@ -47,7 +47,7 @@ int cmd_sample(int argc, char **argv) {
     uint64_t seed = 1;
     ArgSpec specs[] = {
         {"prompt", ARG_STR, prompt, sizeof prompt, "text to continue (empty: start from end-of-text)"},
-        {"tokens", ARG_INT, &tokens, 0, "tokens to generate (stops at the model's max sequence length)"},
+        {"tokens", ARG_INT, &tokens, 0, "tokens to generate (the context slides past the max sequence length)"},
         {"temperature", ARG_FLOAT, &temperature, 0, "softmax temperature (0: greedy)"},
         {"top-k", ARG_INT, &top_k, 0, "sample among the k most likely tokens (0: all)"},
         {"seed", ARG_U64, &seed, 0, "sampling seed"},
@@ -112,18 +112,38 @@ int cmd_sample(int argc, char **argv) {
         goto fail;
     }
     work = malloc(sizeof(float) * cfg.vocab);
+    /* The whole token history, so the context can slide when the model's window is full. */
+    size_t hist_cap = nids + (size_t)tokens + 1, nh = nids;
+    uint32_t *hist = malloc(hist_cap * sizeof *hist);
+    if (!work || !hist) {
+        free(hist);
+        st = err_set(&err, ST_ERR_RUNTIME, "out of memory for %d tokens", tokens);
+        goto fail;
+    }
+    memcpy(hist, ids, nids * sizeof *hist);
     fputs(prompt, stdout);
-    for (size_t i = 0; i + 1 < nids; i++) infer_step(&g, &kv, (int32_t)ids[i]);
-    int32_t cur = (int32_t)ids[nids - 1];
-    for (int i = 0; i < tokens && kv.len < cfg.max_seq; i++) {
-        infer_step(&g, &kv, cur);
+    for (size_t i = 0; i + 1 < nids; i++) infer_step(&g, &kv, (int32_t)hist[i]);
+    uint32_t eot = tokenizer_eot(tk);
+    for (int i = 0; i < tokens; i++) {
+        if (kv.len >= cfg.max_seq) {
+            /* Window full: restart the cache on the last half of the history (recomputed once). */
+            int keep = cfg.max_seq / 2;
+            kv.len = 0;
+            for (size_t j = nh - (size_t)keep; j + 1 < nh; j++) infer_step(&g, &kv, (int32_t)hist[j]);
+        }
+        infer_step(&g, &kv, (int32_t)hist[nh - 1]);
         float u = rng_uniform(seed, 0x5a3f1e, (uint64_t)i);
-        cur = pick(kv.logits, cfg.vocab, temperature, top_k, u, work);
-        uint32_t id = (uint32_t)cur;
-        tlen = 0;
-        if (tokenizer_decode(tk, &id, 1, &text, &tlen, &tcap, &err) == ST_OK) fwrite(text, 1, tlen, stdout);
+        uint32_t id = (uint32_t)pick(kv.logits, cfg.vocab, temperature, top_k, u, work);
+        hist[nh++] = id;
+        if (id == eot) {
+            fputs("\n\n", stdout); /* end of a document: shown as a blank line */
+        } else {
+            tlen = 0;
+            if (tokenizer_decode(tk, &id, 1, &text, &tlen, &tcap, &err) == ST_OK) fwrite(text, 1, tlen, stdout);
+        }
         fflush(stdout);
     }
+    free(hist);
     fputc('\n', stdout);
     goto cleanup;
 fail:

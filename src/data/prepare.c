@@ -4,6 +4,8 @@
  *           3. shard writers  4. the pipeline (batched parallel encode). */
 #include "data/prepare.h"
 
+#include "core/fileio.h"
+
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
@@ -148,7 +150,8 @@ static Status read_file(const char *path, uint8_t **buf, size_t *n, Err *err) {
 }
 
 /* Text: a line equal to the separator (optionally ending in \r) ends a document; the newline
- * before the separator line belongs to neither document (README convention "\n<sep>\n"). */
+ * before the separator line belongs to neither document (README convention "\n<sep>\n").
+ * An empty separator makes every blank line a document boundary (paragraphs, speeches). */
 static int split_text(Corpus *c, const uint8_t *b, size_t n, const char *sep) {
     size_t sl = strlen(sep), start = 0, i = 0;
     while (i < n) {
@@ -156,7 +159,7 @@ static int split_text(Corpus *c, const uint8_t *b, size_t n, const char *sep) {
         size_t end = nl ? (size_t)(nl - b) : n; /* line [i, end) */
         size_t ll = end - i;
         if (ll && b[end - 1] == '\r') ll--;
-        if (sl && ll == sl && memcmp(b + i, sep, sl) == 0) {
+        if (ll == sl && (sl == 0 || memcmp(b + i, sep, sl) == 0)) {
             size_t dend = i > start ? i - 1 : start; /* drop the '\n' before the separator line */
             if (add_doc(c, b + start, dend - start)) return -1;
             start = nl ? end + 1 : n;
@@ -403,7 +406,7 @@ Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
     for (size_t i = 0; i < nd; i++) total += d[i].n;
     s.bytes = total;
     /* output directory and writers */
-    if (mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) {
+    if (file_mkdirs(o->out_dir, err) != ST_OK) {
         st = err_set(err, ST_ERR_INPUT, "%s: cannot create the output directory (%s)", o->out_dir, strerror(errno));
         goto done;
     }
