@@ -1,0 +1,103 @@
+/* test_cli_errors.c — bad input to the scaletrain binary: each case must exit with code 2 and
+ * print exactly one line on stderr that names the flag or file and what was expected/found.
+ *
+ * Oracle: the exit status and the stderr text of the real binary (built beside the tests). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/fileio.h"
+#include "data/shard.h"
+#include "testutil.h"
+
+#define BIN ST_BINARY_DIR "/scaletrain"
+#define TMP ST_BINARY_DIR "/test_cli_errors"
+
+/* Runs `scaletrain args`, checks exit code 2, one stderr line containing `want`. */
+static void expect_error(const char *name, const char *args, const char *want) {
+    char cmd[4096], errpath[512];
+    snprintf(errpath, sizeof errpath, TMP "/stderr.txt");
+    snprintf(cmd, sizeof cmd, "%s %s >/dev/null 2>%s", BIN, args, errpath);
+    int rc = system(cmd);
+    int code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    char *text = NULL;
+    size_t len = 0;
+    Err e;
+    file_read_all(errpath, &text, &len, &e);
+    int lines = 0;
+    for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
+    int ok = code == 2 && lines == 1 && text && strstr(text, want) != NULL;
+    if (text && len && text[len - 1] == '\n') text[len - 1] = '\0';
+    tu_check(ok, name, "exit=%d lines=%d stderr=\"%s\"", code, lines, text ? text : "");
+    free(text);
+}
+
+static void write_raw(const char *path, const int32_t *hdr, const void *tok, size_t tok_bytes) {
+    FILE *f = fopen(path, "wb");
+    fwrite(hdr, 4, 256, f);
+    if (tok_bytes) fwrite(tok, 1, tok_bytes, f);
+    fclose(f);
+}
+
+int main(void) {
+    Err e;
+    file_mkdirs(TMP, &e);
+    /* A good shard to vary from: 2000 byte tokens. */
+    uint32_t tok[2000];
+    for (int i = 0; i < 2000; i++) tok[i] = (uint32_t)(i * 7 % 256);
+    ShardMeta meta = {0, 2000, 257};
+    shard_write(TMP "/good.bin", tok, 2000, &meta, &e);
+    /* Truncated: header says 2000 tokens, file holds 1500. */
+    int32_t hdr[256] = {SHARD_MAGIC_U16, SHARD_VERSION_U16, 2000};
+    uint16_t t16[2000];
+    for (int i = 0; i < 2000; i++) t16[i] = (uint16_t)tok[i];
+    write_raw(TMP "/truncated.bin", hdr, t16, 1500 * 2);
+    /* Wrong magic. */
+    int32_t bad[256] = {12345, 1, 2000};
+    write_raw(TMP "/magic.bin", bad, t16, 2000 * 2);
+    /* Token id above the vocabulary. */
+    t16[777] = 300;
+    write_raw(TMP "/bigtok.bin", hdr, t16, 2000 * 2);
+    FILE *f = fopen(TMP "/bad.json", "w");
+    fputs("{\"lr\": ", f);
+    fclose(f);
+
+    const char *common = "--layers 1 --heads 2 --channels 32 --vocab 257 --max-seq-len 64 --seq-len 32 "
+                         "--micro-batch 2 --steps 1 --peak-gflops 100 --quiet";
+    char args[2048];
+    snprintf(args, sizeof args, "train --data %s/missing.bin %s", TMP, common);
+    expect_error("missing shard", args, "missing.bin: no such file");
+    snprintf(args, sizeof args, "train --data %s/truncated.bin %s", TMP, common);
+    expect_error("truncated shard", args, "truncated.bin");
+    snprintf(args, sizeof args, "train --data %s/magic.bin %s", TMP, common);
+    expect_error("wrong magic", args, "magic");
+    snprintf(args, sizeof args, "train --data %s/bigtok.bin %s", TMP, common);
+    expect_error("token id >= vocabulary", args, "token id 300 at position 777 is not below the vocabulary size 257");
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --seq-len 128", TMP, common);
+    expect_error("T above max sequence length", args, "--seq-len: expected 1..64");
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --heads 5", TMP, common);
+    expect_error("heads not dividing channels", args, "--heads 5 does not divide --channels 32");
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --frobnicate 3", TMP, common);
+    expect_error("unknown flag", args, "unknown option --frobnicate");
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --lr abc", TMP, common);
+    expect_error("non-numeric value", args, "--lr: expected a number, found 'abc'");
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --steps 1.5", TMP, common);
+    expect_error("non-integer value", args, "--steps: expected an integer, found '1.5'");
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --optimizer adagrad", TMP, common);
+    expect_error("unknown optimizer", args, "--optimizer: expected adamw, adam, sgd or lion, found 'adagrad'");
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --config %s/bad.json", TMP, common, TMP);
+    expect_error("bad config file", args, "bad.json");
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --vocab 200", TMP, common);
+    expect_error("vocabulary smaller than the data", args, "not below the vocabulary size 200");
+    expect_error("unknown command", "frobnicate", "unknown command 'frobnicate'");
+    expect_error("sample without weights", "sample " TMP "/nothing-here", "nothing-here/config.json");
+    /* The good shard trains (so the failures above are about the bad input, not the setup). */
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s train --data %s/good.bin %s >/dev/null 2>&1", BIN, TMP, common);
+    int rc = system(cmd);
+    tu_check(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "control: the good shard trains", "exit=%d",
+             WIFEXITED(rc) ? WEXITSTATUS(rc) : -1);
+    return tu_exit();
+}
