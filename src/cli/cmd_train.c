@@ -2,15 +2,52 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/cmds.h"
+#include "core/fileio.h"
 #include "data/bpe.h"
+#include "data/prepare.h"
 #include "train/train.h"
 
 int cli_fail(const char *cmd, int status, const char *msg) {
     fprintf(stderr, "scaletrain %s: %s\n", cmd, msg);
     return status == ST_OK ? 1 : (int)status;
+}
+
+/* With no --data, the bundled Tiny Shakespeare is prepared once (byte tokenizer, blank-line
+ * documents, 10% validation) into a cache directory and used, so a new user sees loss fall at once. */
+static Status bundled_corpus(TrainConfig *c, Err *err) {
+    char text[1024], cache[900], probe[1000];
+    if (!args_find_data_dir("", "tinyshakespeare/input.txt", text, sizeof text))
+        return err_set(err, ST_ERR_INPUT, "--data: not given and the bundled corpus %s is missing", text);
+    const char *home = getenv("XDG_CACHE_HOME");
+    if (home && home[0]) snprintf(cache, sizeof cache, "%s/scaletrain/tinyshakespeare-bytes", home);
+    else snprintf(cache, sizeof cache, "%s/.cache/scaletrain/tinyshakespeare-bytes", getenv("HOME") ? getenv("HOME") : ".");
+    snprintf(probe, sizeof probe, "%s/val_000000.bin", cache);
+    if (access(probe, R_OK) != 0) {
+        Tokenizer *tk = NULL;
+        Status st = tokenizer_load(&tk, "bytes", NULL, err);
+        if (st != ST_OK) return st;
+        if ((st = file_mkdirs(cache, err)) != ST_OK) {
+            tokenizer_free(tk);
+            return st;
+        }
+        const char *inputs[1] = {text};
+        PrepareOptions po = prepare_default_options();
+        po.inputs = inputs, po.ninputs = 1, po.out_dir = cache, po.tok = tk;
+        po.separator = "", po.val_fraction = 0.1;
+        PrepareStats ps;
+        st = prepare_run(&po, &ps, err);
+        tokenizer_free(tk);
+        if (st != ST_OK) return st;
+    }
+    printf("data: no --data given, using the bundled Tiny Shakespeare (bytes) prepared in %s\n", cache);
+    snprintf(c->data, sizeof c->data, "%s/train_*.bin", cache);
+    if (!c->val_data[0]) snprintf(c->val_data, sizeof c->val_data, "%s/val_*.bin", cache);
+    if (!c->tokenizer[0]) snprintf(c->tokenizer, sizeof c->tokenizer, "bytes");
+    return ST_OK;
 }
 
 int cmd_train(int argc, char **argv) {
@@ -27,7 +64,7 @@ int cmd_train(int argc, char **argv) {
         {"vocab", ARG_INT, &c.model.vocab, 0, "vocabulary size (0: from the shard headers)"},
         {"max-seq-len", ARG_INT, &c.model.max_seq, 0, "maximum sequence length (position table)"},
         {"dropout", ARG_FLOAT, &c.model.dropout, 0, "dropout on embeddings, attention and residual branches"},
-        {"data", ARG_STR, c.data, sizeof c.data, "training shards: path or glob"},
+        {"data", ARG_STR, c.data, sizeof c.data, "training shards: path or glob (none: the bundled Tiny Shakespeare)"},
         {"val-data", ARG_STR, c.val_data, sizeof c.val_data, "validation shards: path or glob"},
         {"tokenizer", ARG_STR, c.tokenizer, sizeof c.tokenizer,
          "gpt2 | bytes | DIR: checked against the shards, recorded for `sample`"},
@@ -102,6 +139,7 @@ int cmd_train(int argc, char **argv) {
         c.grad_accum = (int)(batch_tokens / per);
     }
     c.peak_flops = peak_gflops * 1e9;
+    if (!c.data[0] && (st = bundled_corpus(&c, &err)) != ST_OK) return cli_fail("train", st, err.msg);
     if (c.tokenizer[0]) {
         char dir[1024];
         args_find_data_dir(tok_dir, "gpt2_tokenizer", dir, sizeof dir);

@@ -186,6 +186,7 @@ void attention_forward(float *out, float *probs, float *scratch, const float *qk
         mm_sgemm(0, 1, T, T, hs, scale, q, C3, k, C3, 0.0f, P, T);
         for (int i = 0; i < T; i++) {
             float *row = P + (size_t)i * T, mx = row[0], s = 0;
+#pragma omp simd reduction(max : mx)
             for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
 #pragma omp simd reduction(+ : s)
             for (int j = 0; j <= i; j++) {
@@ -301,6 +302,7 @@ void head_forward_backward(float *losses, float *dx, float *dwte, float *logits,
             float *l = logits + (size_t)i * Vp;
             int t = targets[r0 + i];
             float mx = l[0], s = 0;
+#pragma omp simd reduction(max : mx)
             for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
 #pragma omp simd reduction(+ : s)
             for (int v = 0; v < V; v++) s += st_expf(l[v] - mx);

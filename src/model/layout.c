@@ -98,9 +98,10 @@ void layout_views(const ParamLayout *pl, float *base, ParamViews *v) {
 }
 
 int layout_head_chunk_rows(const ModelConfig *cfg, int B, int T) {
-    /* Keep the logits chunk at <= 4M floats (16 MiB) but at least 32 rows for GEMM efficiency. */
-    long rows = (4L << 20) / cfg->vocab_padded;
-    if (rows < 32) rows = 32;
+    /* Up to 16M floats (64 MiB) of logits at once, and at least 128 rows: the dwte GEMM reads and
+     * writes all of dwte once per chunk, so chunks of few rows would be memory-bound. */
+    long rows = (16L << 20) / cfg->vocab_padded;
+    if (rows < 128) rows = 128;
     long bt = (long)B * T;
     if (rows > bt) rows = bt;
     return (int)rows;

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Side-by-side training-step benchmark: scaletrain (bench/step_bench) vs the PyTorch peer
+# (../shared/peers/torch_gpt2_bench.py, Debian python3-torch), same shapes, same threads, random
+# tokens, fp32, in one run. Prints a Markdown table of median tokens/s and the ratio.
+#
+# usage: bench/bench_step.sh [rounds=2] [threads=2]     (needs: scripts/install-deps.sh --bench)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-2}
+threads=${2:-2}
+peer=${PEER:-../shared/peers/torch_gpt2_bench.py}
+bin=build/bench/step_bench
+[[ -x $bin ]] || { echo "bench: build first (make build)" >&2; exit 1; }
+[[ -f $peer ]] || { echo "bench: PyTorch peer not found at $peer (set PEER=...)" >&2; exit 1; }
+/usr/bin/python3 -c "import torch" 2>/dev/null || { echo "bench: run scripts/install-deps.sh --bench" >&2; exit 1; }
+
+# name L NH C V B T steps
+configs=(
+  "A 12 12 768 50257 4 64 12"
+  "B 6 6 384 50257 8 256 8"
+  "C 6 6 384 256 8 256 12"
+)
+field() { sed -n 's/.*"'"$2"'": \([0-9.]*\).*/\1/p' <<<"$1"; }
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+echo "| config | shape (L/C/V, B×T) | PyTorch tok/s | scaletrain tok/s | ratio | scaletrain fwd/bwd/opt ms |"
+echo "|---|---|---:|---:|---:|---|"
+for cfg in "${configs[@]}"; do
+  read -r name L NH C V B T steps <<<"$cfg"
+  pt=(); st=(); detail=""
+  for ((r = 0; r < rounds; r++)); do
+    # Interleave the two programs so background load affects both alike.
+    out=$(OMP_NUM_THREADS=$threads /usr/bin/python3 "$peer" --V "$V" --L "$L" --NH "$NH" --C "$C" --B "$B" --T "$T" \
+          --steps "$steps" --threads "$threads" | grep '^RESULT')
+    pt+=("$(field "$out" tokens_per_s)")
+    out=$(OMP_NUM_THREADS=$threads "$bin" "$L" "$NH" "$C" "$V" "$B" "$T" "$steps" "$threads")
+    st+=("$(field "$out" tokens_per_s)")
+    detail="$(field "$out" forward_ms)/$(field "$out" backward_ms)/$(field "$out" optimizer_ms)"
+  done
+  p=$(printf '%s\n' "${pt[@]}" | median)
+  s=$(printf '%s\n' "${st[@]}" | median)
+  ratio=$(awk -v a="$s" -v b="$p" 'BEGIN {printf "%.2f", a / b}')
+  echo "| $name | $L/$C/$V, ${B}×${T} | $p | $s | ${ratio}× | $detail |"
+done
