@@ -1,13 +1,24 @@
-/* safetensors.c — Hugging Face GPT-2 safetensors export/import of the model weights. */
+/* safetensors.c — the safetensors container and Hugging Face GPT-2 weights export/import.
+ *
+ * Contents: the HF name map | writer (st_write) | parser (st_parse, st_read_f32) | HF model
+ * image on raw buffers | the folder-level API (st_save_hf, st_load_hf_*). */
 #include "ckpt/safetensors.h"
 
 #include <cjson/cJSON.h>
-#include <stdint.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/fileio.h"
+
+/* ======================================================================================== */
+/* Hugging Face names                                                                        */
+/* ======================================================================================== */
 
 /* Our tensor leaf name → Hugging Face leaf name and whether the (out, in) weight is transposed
  * into Conv1D's (in, out). */
@@ -20,131 +31,391 @@ static const struct { const char *ours, *hf; int transpose; } BLOCK_MAP[BT_COUNT
     {"fcprojw", "mlp.c_proj.weight", 1}, {"fcprojb", "mlp.c_proj.bias", 0},
 };
 
-typedef struct {
-    char hf[96];
-    int tensor;    /* index in the layout */
-    int transpose;
-    int ndim;
-    int shape[2];  /* Hugging Face shape */
-} HfTensor;
-
-/* The Hugging Face tensor list for a layout, in the order we write them. Caller frees. */
-static HfTensor *hf_tensors(const ParamLayout *pl, int *count) {
-    HfTensor *h = calloc((size_t)pl->ntensors, sizeof *h);
+/* The Hugging Face tensor list of a layout, in layout order, with data pointing into params
+ * (may be NULL when only names and shapes are needed). Caller frees. */
+static StTensorOut *hf_tensors(const ParamLayout *pl, const float *params) {
+    StTensorOut *h = calloc((size_t)pl->ntensors, sizeof *h);
     if (!h) return NULL;
     for (int k = 0; k < pl->ntensors; k++) {
         const TensorInfo *t = &pl->tensors[k];
-        HfTensor *x = &h[k];
-        x->tensor = k;
+        StTensorOut *x = &h[k];
         if (!strcmp(t->name, "wte") || !strcmp(t->name, "wpe")) {
-            snprintf(x->hf, sizeof x->hf, "%s.weight", t->name);
+            snprintf(x->name, sizeof x->name, "%s.weight", t->name);
         } else if (!strcmp(t->name, "lnfw") || !strcmp(t->name, "lnfb")) {
-            snprintf(x->hf, sizeof x->hf, "ln_f.%s", t->name[3] == 'w' ? "weight" : "bias");
+            snprintf(x->name, sizeof x->name, "ln_f.%s", t->name[3] == 'w' ? "weight" : "bias");
         } else {
             int l = atoi(t->name + 2);
             const char *leaf = strrchr(t->name, '.') + 1;
             for (int j = 0; j < BT_COUNT; j++)
                 if (!strcmp(leaf, BLOCK_MAP[j].ours)) {
-                    snprintf(x->hf, sizeof x->hf, "h.%d.%s", l, BLOCK_MAP[j].hf);
+                    snprintf(x->name, sizeof x->name, "h.%d.%s", l, BLOCK_MAP[j].hf);
                     x->transpose = BLOCK_MAP[j].transpose;
                 }
         }
         x->ndim = t->ndim;
         x->shape[0] = x->transpose ? t->shape[1] : t->rows_real;
-        x->shape[1] = x->transpose ? t->shape[0] : t->shape[1];
+        x->shape[1] = x->transpose ? t->shape[0] : (t->ndim == 2 ? t->shape[1] : 1);
+        x->data = params ? params + t->offset : NULL;
     }
-    *count = pl->ntensors;
     return h;
 }
 
-static size_t hf_numel(const HfTensor *x) { return (size_t)x->shape[0] * (x->ndim == 2 ? x->shape[1] : 1); }
+static size_t out_numel(const StTensorOut *x) { return (size_t)x->shape[0] * (x->ndim == 2 ? (size_t)x->shape[1] : 1); }
+
+/* ======================================================================================== */
+/* Writer                                                                                    */
+/* ======================================================================================== */
+
+typedef struct {
+    char *s;
+    size_t len, cap;
+    int oom;
+} Buf;
+
+static void buf_printf(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void buf_printf(Buf *b, const char *fmt, ...) {
+    if (b->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = 1;
+            return;
+        }
+        if (b->s && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = (b->cap ? b->cap * 2 : 4096) + (size_t)n + 1;
+        char *s = realloc(b->s, cap);
+        if (!s) {
+            b->oom = 1;
+            return;
+        }
+        b->s = s, b->cap = cap;
+    }
+}
+
+/* JSON string body of s (names and metadata are ours, but escape anyway). */
+static void buf_json_string(Buf *b, const char *s) {
+    buf_printf(b, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') buf_printf(b, "\\%c", c);
+        else if (c < 0x20) buf_printf(b, "\\u%04x", c);
+        else buf_printf(b, "%c", c);
+    }
+    buf_printf(b, "\"");
+}
+
+Status st_write(const StTensorOut *t, int n, const char *const *metadata, StWriteFn w, void *ctx, Err *err) {
+    Buf h = {0};
+    buf_printf(&h, "{");
+    size_t off = 0, maxne = 0;
+    for (int i = 0; i < n; i++) {
+        size_t ne = out_numel(&t[i]);
+        if (t[i].transpose && ne > maxne) maxne = ne;
+        buf_json_string(&h, t[i].name);
+        buf_printf(&h, ":{\"dtype\":\"F32\",\"shape\":[");
+        for (int d = 0; d < t[i].ndim; d++) buf_printf(&h, d ? ",%d" : "%d", t[i].shape[d]);
+        buf_printf(&h, "],\"data_offsets\":[%zu,%zu]},", off * 4, (off + ne) * 4);
+        off += ne;
+    }
+    buf_printf(&h, "\"__metadata__\":{\"format\":\"pt\"");
+    for (int i = 0; metadata && metadata[i]; i += 2) {
+        buf_printf(&h, ",");
+        buf_json_string(&h, metadata[i]);
+        buf_printf(&h, ":");
+        buf_json_string(&h, metadata[i + 1] ? metadata[i + 1] : "");
+    }
+    buf_printf(&h, "}}");
+    while (!h.oom && h.len % 8) buf_printf(&h, " ");
+    float *scratch = maxne ? malloc(maxne * sizeof(float)) : NULL;
+    Status st = ST_OK;
+    if (h.oom || (maxne && !scratch)) {
+        st = err_set(err, ST_ERR_RUNTIME, "out of memory writing a safetensors header");
+        goto done;
+    }
+    uint64_t hlen = h.len; /* little-endian on every platform we build for (x86-64, aarch64) */
+    if ((st = w(ctx, &hlen, 8, err)) != ST_OK) goto done;
+    if ((st = w(ctx, h.s, h.len, err)) != ST_OK) goto done;
+    for (int i = 0; i < n; i++) {
+        size_t ne = out_numel(&t[i]);
+        if (t[i].transpose) {
+            int R = t[i].shape[1], Cc = t[i].shape[0]; /* source (R, Cc) → file (Cc, R) */
+            for (int r = 0; r < R; r++)
+                for (int c = 0; c < Cc; c++) scratch[(size_t)c * R + r] = t[i].data[(size_t)r * Cc + c];
+            st = w(ctx, scratch, ne * sizeof(float), err);
+        } else {
+            st = w(ctx, t[i].data, ne * sizeof(float), err);
+        }
+        if (st != ST_OK) goto done;
+    }
+done:
+    free(scratch);
+    free(h.s);
+    return st;
+}
+
+/* ======================================================================================== */
+/* Parser                                                                                    */
+/* ======================================================================================== */
+
+static size_t dtype_size(const char *d) {
+    static const struct { const char *n; size_t s; } T[] = {
+        {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2}, {"I8", 1},
+        {"U64", 8}, {"U32", 4}, {"U16", 2}, {"U8", 1},  {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+    for (size_t i = 0; i < sizeof T / sizeof T[0]; i++)
+        if (!strcmp(d, T[i].n)) return T[i].s;
+    return 0;
+}
+
+/* An exact non-negative integer <= limit from a JSON number; 0 if it is not one. */
+static int json_uint(const cJSON *v, double limit, uint64_t *out) {
+    if (!cJSON_IsNumber(v)) return 0;
+    double d = v->valuedouble;
+    if (!(d >= 0 && d <= limit) || floor(d) != d) return 0;
+    *out = (uint64_t)d;
+    return 1;
+}
+
+Status st_parse(StFile *f, const char *path, const void *buf, size_t len, Err *err) {
+    memset(f, 0, sizeof *f);
+    snprintf(f->path, sizeof f->path, "%s", path);
+    const unsigned char *b = buf;
+    uint64_t hlen = 0;
+    if (len < 8) return err_set(err, ST_ERR_INPUT, "%s: expected at least 8 bytes, found %zu (truncated?)", path, len);
+    memcpy(&hlen, b, 8);
+    if (hlen > len - 8)
+        return err_set(err, ST_ERR_INPUT, "%s: header length %llu exceeds the file size %zu (truncated?)", path,
+                       (unsigned long long)hlen, len);
+    cJSON *hdr = cJSON_ParseWithLength((const char *)b + 8, (size_t)hlen);
+    if (!cJSON_IsObject(hdr)) {
+        cJSON_Delete(hdr);
+        return err_set(err, ST_ERR_INPUT, "%s: expected a JSON object header of %llu bytes, found unparsable bytes",
+                       path, (unsigned long long)hlen);
+    }
+    f->data = b + 8 + hlen;
+    f->data_len = len - 8 - (size_t)hlen;
+    int count = cJSON_GetArraySize(hdr);
+    f->entries = calloc((size_t)count + 1, sizeof *f->entries);
+    Status st = ST_OK;
+    if (!f->entries) {
+        st = err_set(err, ST_ERR_RUNTIME, "%s: out of memory parsing the header", path);
+        goto done;
+    }
+    for (const cJSON *e = hdr->child; e; e = e->next) {
+        const char *name = e->string ? e->string : "";
+        if (!strcmp(name, "__metadata__")) continue;
+        if (strlen(name) >= sizeof f->entries[0].name) {
+            st = err_set(err, ST_ERR_INPUT, "%s: tensor name of %zu bytes is longer than %zu", path, strlen(name),
+                         sizeof f->entries[0].name - 1);
+            goto done;
+        }
+        StEntry *x = &f->entries[f->n];
+        snprintf(x->name, sizeof x->name, "%s", name);
+        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
+        const cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+        if (!cJSON_IsObject(e) || !cJSON_IsString(dt) || strlen(dt->valuestring) >= sizeof x->dtype ||
+            !cJSON_IsArray(shape) || !cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2) {
+            st = err_set(err, ST_ERR_INPUT,
+                         "%s: tensor %s: expected {dtype: string, shape: [ints], data_offsets: [begin, end]}", path,
+                         x->name);
+            goto done;
+        }
+        snprintf(x->dtype, sizeof x->dtype, "%s", dt->valuestring);
+        x->ndim = cJSON_GetArraySize(shape);
+        if (x->ndim > ST_MAX_DIMS) {
+            st = err_set(err, ST_ERR_INPUT, "%s: tensor %s: expected at most %d dimensions, found %d", path, x->name,
+                         ST_MAX_DIMS, x->ndim);
+            goto done;
+        }
+        uint64_t numel = 1;
+        int d = 0;
+        for (const cJSON *s = shape->child; s; s = s->next, d++) {
+            uint64_t v;
+            if (!json_uint(s, 1099511627776.0, &v)) {
+                st = err_set(err, ST_ERR_INPUT, "%s: tensor %s: dimension %d is not a non-negative integer", path,
+                             x->name, d);
+                goto done;
+            }
+            x->shape[d] = (int64_t)v;
+            if (__builtin_mul_overflow(numel, v, &numel)) {
+                st = err_set(err, ST_ERR_INPUT, "%s: tensor %s: element count overflows", path, x->name);
+                goto done;
+            }
+        }
+        uint64_t b0, b1;
+        if (!json_uint(cJSON_GetArrayItem(offs, 0), 9007199254740992.0, &b0) ||
+            !json_uint(cJSON_GetArrayItem(offs, 1), 9007199254740992.0, &b1) || b0 > b1 || b1 > f->data_len) {
+            st = err_set(err, ST_ERR_INPUT, "%s: tensor %s: data offsets outside the %zu data bytes (truncated?)", path,
+                         x->name, f->data_len);
+            goto done;
+        }
+        size_t es = dtype_size(x->dtype);
+        uint64_t want;
+        if (es && (__builtin_mul_overflow(numel, (uint64_t)es, &want) || want != b1 - b0)) {
+            st = err_set(err, ST_ERR_INPUT, "%s: tensor %s: shape needs %llu x %zu bytes, data offsets give %llu", path,
+                         x->name, (unsigned long long)numel, es, (unsigned long long)(b1 - b0));
+            goto done;
+        }
+        x->begin = (size_t)b0, x->end = (size_t)b1;
+        f->n++;
+    }
+done:
+    cJSON_Delete(hdr);
+    if (st != ST_OK) st_file_free(f);
+    return st;
+}
+
+void st_file_free(StFile *f) {
+    free(f->entries);
+    f->entries = NULL;
+    f->n = 0;
+}
+
+const StEntry *st_find(const StFile *f, const char *name) {
+    for (int i = 0; i < f->n; i++)
+        if (!strcmp(f->entries[i].name, name)) return &f->entries[i];
+    for (int i = 0; i < f->n; i++)
+        if (!strncmp(f->entries[i].name, "transformer.", 12) && !strcmp(f->entries[i].name + 12, name))
+            return &f->entries[i];
+    return NULL;
+}
+
+static void shape_str(char *s, size_t n, int ndim, const int64_t *shape) {
+    size_t o = 0;
+    o += (size_t)snprintf(s + o, n - o, "[");
+    for (int d = 0; d < ndim && o < n; d++) o += (size_t)snprintf(s + o, n - o, d ? ", %lld" : "%lld", (long long)shape[d]);
+    if (o < n) snprintf(s + o, n - o, "]");
+}
+
+Status st_read_f32(const StFile *f, const char *name, int ndim, const int *shape, int transpose, float *dst,
+                   Err *err) {
+    const StEntry *e = st_find(f, name);
+    if (!e) return err_set(err, ST_ERR_INPUT, "%s: tensor %s missing", f->path, name);
+    if (strcmp(e->dtype, "F32") != 0)
+        return err_set(err, ST_ERR_INPUT, "%s: tensor %s: expected dtype F32, found %s", f->path, name, e->dtype);
+    int ok = e->ndim == ndim;
+    for (int d = 0; ok && d < ndim; d++) ok = e->shape[d] == shape[d];
+    if (!ok) {
+        int64_t want[ST_MAX_DIMS];
+        for (int d = 0; d < ndim; d++) want[d] = shape[d];
+        char a[96], b[96];
+        shape_str(a, sizeof a, ndim, want);
+        shape_str(b, sizeof b, e->ndim, e->shape);
+        return err_set(err, ST_ERR_INPUT, "%s: tensor %s: expected shape %s, found %s", f->path, name, a, b);
+    }
+    const unsigned char *src = f->data + e->begin;
+    size_t ne = (e->end - e->begin) / 4;
+    if (transpose && ndim == 2) {
+        size_t R = (size_t)shape[0], Cc = (size_t)shape[1]; /* file (R, Cc) → dst (Cc, R) */
+        for (size_t r = 0; r < R; r++)
+            for (size_t c = 0; c < Cc; c++) memcpy(&dst[c * R + r], src + (r * Cc + c) * 4, 4);
+    } else {
+        memcpy(dst, src, ne * 4);
+    }
+    return ST_OK;
+}
+
+/* ======================================================================================== */
+/* Hugging Face model image on raw buffers                                                   */
+/* ======================================================================================== */
+
+Status st_hf_write_model(const ParamLayout *pl, const float *params, StWriteFn w, void *ctx, Err *err) {
+    StTensorOut *h = hf_tensors(pl, params);
+    if (!h) return err_set(err, ST_ERR_RUNTIME, "out of memory writing model.safetensors");
+    Status st = st_write(h, pl->ntensors, NULL, w, ctx, err);
+    free(h);
+    return st;
+}
+
+Status st_hf_read_model(const StFile *f, const ParamLayout *pl, float *params, Err *err) {
+    StTensorOut *h = hf_tensors(pl, NULL);
+    if (!h) return err_set(err, ST_ERR_RUNTIME, "%s: out of memory", f->path);
+    memset(params, 0, pl->total * sizeof(float));
+    Status st = ST_OK;
+    for (int i = 0; i < pl->ntensors && st == ST_OK; i++)
+        st = st_read_f32(f, h[i].name, h[i].ndim, h[i].shape, h[i].transpose, params + pl->tensors[i].offset, err);
+    free(h);
+    return st;
+}
+
+size_t st_hf_config_text(const ModelConfig *c, const char *tokenizer, char *buf, size_t len) {
+    int n = snprintf(buf, len,
+                     "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+                     "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"n_embd\": %d,\n"
+                     "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
+                     "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
+                     "  \"resid_pdrop\": %g,\n  \"embd_pdrop\": %g,\n  \"attn_pdrop\": %g,\n"
+                     "  \"initializer_range\": 0.02,\n  \"tie_word_embeddings\": true,\n"
+                     "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"torch_dtype\": \"float32\",\n"
+                     "  \"scaletrain\": {\"tokenizer\": \"%s\"}\n}\n",
+                     c->vocab, c->max_seq, c->max_seq, c->n_embd, c->n_layer, c->n_head, c->dropout, c->dropout,
+                     c->dropout, c->vocab - 1, c->vocab - 1, tokenizer ? tokenizer : "");
+    if (n < 0) return 0;
+    return (size_t)n < len ? (size_t)n : len - 1;
+}
+
+/* ======================================================================================== */
+/* Folder-level API                                                                          */
+/* ======================================================================================== */
+
+typedef struct {
+    int fd;
+    const char *path;
+} FdSink;
+
+static Status fd_sink(void *ctx, const void *p, size_t n, Err *err) {
+    FdSink *s = ctx;
+    const char *c = p;
+    while (n > 0) {
+        ssize_t w = write(s->fd, c, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return err_set(err, ST_ERR_RUNTIME, "%s: write failed: %s", s->path, strerror(errno));
+        }
+        c += w, n -= (size_t)w;
+    }
+    return ST_OK;
+}
 
 Status st_save_hf(const Gpt *g, const char *dir, const char *tokenizer, Err *err) {
     Status st = file_mkdirs(dir, err);
     if (st != ST_OK) return st;
-    int n = 0;
-    HfTensor *h = hf_tensors(&g->layout, &n);
-    cJSON *hdr = cJSON_CreateObject();
-    char *json = NULL;
-    float *data = NULL;
-    if (!h || !hdr) goto oom;
-    size_t total = 0;
-    for (int i = 0; i < n; i++) total += hf_numel(&h[i]);
-    data = malloc(total * sizeof(float) + 1);
-    if (!data) goto oom;
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        const TensorInfo *t = &g->layout.tensors[h[i].tensor];
-        const float *src = g->params + t->offset;
-        size_t ne = hf_numel(&h[i]);
-        if (h[i].transpose) {
-            int R = t->shape[0], Cc = t->shape[1]; /* ours (R, Cc) → theirs (Cc, R) */
-            for (int r = 0; r < R; r++)
-                for (int c = 0; c < Cc; c++) data[off + (size_t)c * R + r] = src[(size_t)r * Cc + c];
-        } else {
-            memcpy(data + off, src, ne * sizeof(float));
-        }
-        cJSON *e = cJSON_AddObjectToObject(hdr, h[i].hf);
-        cJSON_AddStringToObject(e, "dtype", "F32");
-        cJSON *shape = cJSON_AddArrayToObject(e, "shape");
-        for (int d = 0; d < h[i].ndim; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber(h[i].shape[d]));
-        cJSON *offs = cJSON_AddArrayToObject(e, "data_offsets");
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(off * sizeof(float))));
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)((off + ne) * sizeof(float))));
-        off += ne;
-    }
-    cJSON *meta = cJSON_AddObjectToObject(hdr, "__metadata__");
-    cJSON_AddStringToObject(meta, "format", "pt");
-    json = cJSON_PrintUnformatted(hdr);
-    if (!json) goto oom;
-    size_t jlen = strlen(json), padded = (jlen + 7) / 8 * 8;
-    char *jbuf = malloc(padded);
-    if (!jbuf) goto oom;
-    memcpy(jbuf, json, jlen);
-    memset(jbuf + jlen, ' ', padded - jlen);
-    uint64_t hlen = padded; /* little-endian on every platform we build for (x86-64, aarch64) */
-    char path[4096];
+    char path[4096], tmp[4200];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    const void *bufs[3] = {&hlen, jbuf, data};
-    size_t lens[3] = {8, padded, total * sizeof(float)};
-    st = file_write_atomic(path, bufs, lens, 3, err);
-    free(jbuf);
-    if (st == ST_OK) {
-        const ModelConfig *c = &g->cfg;
-        char cfg[2048];
-        int len = snprintf(cfg, sizeof cfg,
-                 "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-                 "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"n_embd\": %d,\n"
-                 "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
-                 "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
-                 "  \"resid_pdrop\": %g,\n  \"embd_pdrop\": %g,\n  \"attn_pdrop\": %g,\n"
-                 "  \"initializer_range\": 0.02,\n  \"tie_word_embeddings\": true,\n"
-                 "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"torch_dtype\": \"float32\",\n"
-                 "  \"scaletrain\": {\"tokenizer\": \"%s\"}\n}\n",
-                 c->vocab, c->max_seq, c->max_seq, c->n_embd, c->n_layer, c->n_head, c->dropout, c->dropout,
-                 c->dropout, c->vocab - 1, c->vocab - 1, tokenizer ? tokenizer : "");
-        snprintf(path, sizeof path, "%s/config.json", dir);
-        const void *cb[1] = {cfg};
-        size_t cl[1] = {(size_t)len};
-        st = file_write_atomic(path, cb, cl, 1, err);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    /* Stream through a temporary file (no second copy of the weights in memory), then rename. */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return err_set(err, ST_ERR_RUNTIME, "%s: cannot create: %s", tmp, strerror(errno));
+    FdSink s = {fd, tmp};
+    st = st_hf_write_model(&g->layout, g->params, fd_sink, &s, err);
+    if (st == ST_OK && fsync(fd) != 0) st = err_set(err, ST_ERR_RUNTIME, "%s: fsync failed: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && st == ST_OK) st = err_set(err, ST_ERR_RUNTIME, "%s: close failed: %s", tmp, strerror(errno));
+    if (st == ST_OK && rename(tmp, path) != 0)
+        st = err_set(err, ST_ERR_RUNTIME, "%s: cannot rename from %s: %s", path, tmp, strerror(errno));
+    if (st != ST_OK) {
+        unlink(tmp);
+        return st;
     }
-    free(h);
-    free(data);
-    free(json);
-    cJSON_Delete(hdr);
-    return st;
-oom:
-    free(h);
-    free(data);
-    free(json);
-    cJSON_Delete(hdr);
-    return err_set(err, ST_ERR_RUNTIME, "%s: out of memory writing model.safetensors", dir);
+    char cfg[2048];
+    size_t len = st_hf_config_text(&g->cfg, tokenizer, cfg, sizeof cfg);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    const void *cb[1] = {cfg};
+    size_t cl[1] = {len};
+    /* file_write_atomic fsyncs the directory, which also makes the model rename durable. */
+    return file_write_atomic(path, cb, cl, 1, err);
 }
 
 static int json_int(const cJSON *o, const char *k, int *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!cJSON_IsNumber(v)) return 0;
-    *out = v->valueint;
+    uint64_t u;
+    if (!json_uint(v, 2147483647.0, &u)) return 0;
+    *out = (int)u;
     return 1;
 }
 
@@ -177,86 +448,21 @@ Status st_load_hf_config(const char *dir, ModelConfig *cfg, char *tokenizer, siz
     return ST_OK;
 }
 
-Status st_load_hf_weights(Gpt *g, const char *dir, Err *err) {
-    char path[4096], *buf;
+Status st_load_hf_file(Gpt *g, const char *path, Err *err) {
+    char *buf;
     size_t len;
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
     Status st = file_read_all(path, &buf, &len, err);
     if (st != ST_OK) return st;
-    cJSON *hdr = NULL;
-    HfTensor *h = NULL;
-    uint64_t hlen = 0;
-    if (len < 8) {
-        st = err_set(err, ST_ERR_INPUT, "%s: expected at least 8 bytes, found %zu", path, len);
-        goto done;
-    }
-    memcpy(&hlen, buf, 8);
-    if (hlen > len - 8) {
-        st = err_set(err, ST_ERR_INPUT, "%s: header length %llu exceeds the file size %zu (truncated?)", path,
-                     (unsigned long long)hlen, len);
-        goto done;
-    }
-    hdr = cJSON_ParseWithLength(buf + 8, (size_t)hlen);
-    if (!hdr) {
-        st = err_set(err, ST_ERR_INPUT, "%s: expected a JSON header, found unparsable bytes", path);
-        goto done;
-    }
-    const char *data = buf + 8 + hlen;
-    size_t dlen = len - 8 - hlen;
-    int n = 0;
-    h = hf_tensors(&g->layout, &n);
-    ST_CHECK(h != NULL);
-    memset(g->params, 0, g->layout.total * sizeof(float));
-    for (int i = 0; i < n; i++) {
-        const cJSON *e = cJSON_GetObjectItemCaseSensitive(hdr, h[i].hf);
-        if (!e) {
-            char pre[128];
-            snprintf(pre, sizeof pre, "transformer.%s", h[i].hf);
-            e = cJSON_GetObjectItemCaseSensitive(hdr, pre);
-        }
-        if (!e) {
-            st = err_set(err, ST_ERR_INPUT, "%s: tensor %s missing", path, h[i].hf);
-            goto done;
-        }
-        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
-        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
-        const cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
-        if (!cJSON_IsString(dt) || strcmp(dt->valuestring, "F32") != 0) {
-            st = err_set(err, ST_ERR_INPUT, "%s: tensor %s: expected dtype F32, found %s", path, h[i].hf,
-                         cJSON_IsString(dt) ? dt->valuestring : "none");
-            goto done;
-        }
-        int nd = cJSON_GetArraySize(shape), s0 = 0, s1 = 1;
-        if (nd >= 1) s0 = cJSON_GetArrayItem(shape, 0)->valueint;
-        if (nd >= 2) s1 = cJSON_GetArrayItem(shape, 1)->valueint;
-        if (nd != h[i].ndim || s0 != h[i].shape[0] || (nd == 2 && s1 != h[i].shape[1])) {
-            st = err_set(err, ST_ERR_INPUT, "%s: tensor %s: expected shape [%d%s%d], found %d dims [%d, %d]", path,
-                         h[i].hf, h[i].shape[0], h[i].ndim == 2 ? ", " : "", h[i].ndim == 2 ? h[i].shape[1] : 0,
-                         nd, s0, s1);
-            goto done;
-        }
-        double b0 = cJSON_GetArrayItem(offs, 0) ? cJSON_GetArrayItem(offs, 0)->valuedouble : -1;
-        double b1 = cJSON_GetArrayItem(offs, 1) ? cJSON_GetArrayItem(offs, 1)->valuedouble : -1;
-        size_t ne = hf_numel(&h[i]);
-        if (b0 < 0 || b1 > (double)dlen || b1 - b0 != (double)(ne * sizeof(float))) {
-            st = err_set(err, ST_ERR_INPUT, "%s: tensor %s: data offsets [%.0f, %.0f] outside the %zu data bytes", path,
-                         h[i].hf, b0, b1, dlen);
-            goto done;
-        }
-        const TensorInfo *t = &g->layout.tensors[h[i].tensor];
-        float *dst = g->params + t->offset;
-        const char *src = data + (size_t)b0;
-        if (h[i].transpose) {
-            int R = t->shape[0], Cc = t->shape[1];
-            for (int r = 0; r < R; r++)
-                for (int c = 0; c < Cc; c++) memcpy(&dst[(size_t)r * Cc + c], src + ((size_t)c * R + r) * 4, 4);
-        } else {
-            memcpy(dst, src, ne * sizeof(float));
-        }
-    }
-done:
-    cJSON_Delete(hdr);
-    free(h);
+    StFile f;
+    st = st_parse(&f, path, buf, len, err);
+    if (st == ST_OK) st = st_hf_read_model(&f, &g->layout, g->params, err);
+    st_file_free(&f);
     free(buf);
     return st;
+}
+
+Status st_load_hf_weights(Gpt *g, const char *dir, Err *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    return st_load_hf_file(g, path, err);
 }

@@ -1,15 +1,25 @@
-/* safetensors.h — model weights as Hugging Face GPT-2 safetensors (+ config.json).
+/* safetensors.h — the safetensors container (write/parse) and model weights as Hugging Face
+ * GPT-2 safetensors (+ config.json).
  *
  * Tensor names and shapes are Hugging Face GPT-2's: wte.weight (V, C) with the unpadded
  * vocabulary, wpe.weight, h.{l}.ln_1.{weight,bias}, h.{l}.attn.c_attn.{weight,bias} with the
  * Conv1D layout (in, out) = (C, 3C), h.{l}.attn.c_proj, h.{l}.ln_2, h.{l}.mlp.c_fc (C, 4C),
  * h.{l}.mlp.c_proj (4C, C), ln_f. Our (out, in) weights are transposed on the way in and out.
- * Byte layout of the file: docs/formats.md. Writes are crash-safe (temporary, fsync, rename). */
+ * Byte layout of the file: docs/checkpoint.md. st_save_hf is crash-safe (temporary, fsync,
+ * rename); the checkpoint module writes through st_write with its own hashing writer.
+ *
+ * The parser (st_parse) treats every byte of the file as untrusted: any header, shape or offset
+ * that does not fit the file is an ST_ERR_INPUT naming the file, never a crash. */
 #ifndef ST_CKPT_SAFETENSORS_H
 #define ST_CKPT_SAFETENSORS_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "core/status.h"
 #include "model/gpt.h"
+
+/* ---- model weights as a Hugging Face GPT-2 folder (stable API) ---- */
 
 /* Writes dir/model.safetensors and dir/config.json (dir is created if missing). `tokenizer` is
  * recorded in config.json under "scaletrain" so `sample` can decode. */
@@ -21,5 +31,76 @@ Status st_load_hf_config(const char *dir, ModelConfig *cfg, char *tokenizer, siz
 /* Loads dir/model.safetensors into g's parameters (shapes must match g's config). Accepts names
  * with or without the "transformer." prefix. */
 Status st_load_hf_weights(Gpt *g, const char *dir, Err *err);
+
+/* Same for a safetensors file given by its path. */
+Status st_load_hf_file(Gpt *g, const char *path, Err *err);
+
+/* ---- the container ---- */
+
+#define ST_MAX_DIMS 8
+
+/* One tensor to write (always F32). The file shape is shape[0..ndim); data holds the values in
+ * the file's row-major order, or, with transpose (2-D only), in the transposed order (ours
+ * (out, in) → file (in, out)). */
+typedef struct {
+    char name[128];
+    int ndim;
+    int shape[2];
+    const float *data;
+    int transpose;
+} StTensorOut;
+
+/* Sink for the bytes of a file; returns a status (and fills err) on failure. */
+typedef Status (*StWriteFn)(void *ctx, const void *p, size_t n, Err *err);
+
+/* Writes the whole file (8-byte header length, JSON header padded with spaces to a multiple of
+ * 8, tensor data in the order given) through w. metadata: NULL or pairs of strings (key, value)
+ * ending with a NULL key, recorded in "__metadata__" (always with "format": "pt"). */
+Status st_write(const StTensorOut *t, int n, const char *const *metadata, StWriteFn w, void *ctx, Err *err);
+
+/* One tensor of a parsed file. */
+typedef struct {
+    char name[128];
+    char dtype[16];
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    size_t begin, end; /* byte range in the data section */
+} StEntry;
+
+typedef struct {
+    char path[1024];           /* for messages */
+    const unsigned char *data; /* data section (borrowed from the buffer given to st_parse) */
+    size_t data_len;
+    StEntry *entries;
+    int n;
+} StFile;
+
+/* Parses and validates the header of a safetensors image buf[0..len) (borrowed; must outlive f):
+ * header length within the file, a JSON object, every tensor with a dtype string, a shape of
+ * non-negative integers and data offsets inside the data section matching the shape's size
+ * (for the dtypes whose size is known). Errors name path and the first problem. */
+Status st_parse(StFile *f, const char *path, const void *buf, size_t len, Err *err);
+void st_file_free(StFile *f);
+
+/* The entry named name, or "transformer." + name; NULL if absent. */
+const StEntry *st_find(const StFile *f, const char *name);
+
+/* Copies F32 tensor name with the expected shape (shape[0..ndim)) into dst; with transpose
+ * (2-D) dst receives the transpose (file (a, b) → dst (b, a)). Errors: missing tensor, dtype,
+ * shape (expected and found). */
+Status st_read_f32(const StFile *f, const char *name, int ndim, const int *shape, int transpose, float *dst,
+                   Err *err);
+
+/* ---- Hugging Face GPT-2 mapping on raw buffers (used by the checkpoint module) ---- */
+
+/* Writes the model.safetensors image of the flat params buffer in layout pl through w. */
+Status st_hf_write_model(const ParamLayout *pl, const float *params, StWriteFn w, void *ctx, Err *err);
+
+/* Fills params (pl->total floats; gaps and padded vocabulary rows set to 0) from a parsed
+ * model.safetensors; shapes must match pl. */
+Status st_hf_read_model(const StFile *f, const ParamLayout *pl, float *params, Err *err);
+
+/* config.json text for cfg (what st_save_hf writes); returns its length (truncated to len-1). */
+size_t st_hf_config_text(const ModelConfig *cfg, const char *tokenizer, char *buf, size_t len);
 
 #endif

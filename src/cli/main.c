@@ -4,6 +4,7 @@
 
 #include "cli/cmds.h"
 #include "cli/cmds_data.h"
+#include "cli/cmds_ckpt.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -25,6 +26,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
     if (!strcmp(cmd, "prepare")) return cmd_prepare(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenizer")) return cmd_tokenizer(argc - 1, argv + 1);
+    if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
     fprintf(stderr, "scaletrain: unknown command '%s' (expected train, sample, prepare or tokenizer)\n", cmd);
     return 2;
 }

@@ -1,0 +1,850 @@
+/* ckpt.c — checkpoint save (crash-safe), verification, load, resolve with fallback, retention.
+ *
+ * Contents: fault injection | small file helpers | state.json (build, self checksum, parse) |
+ * save | verify and load | resolve | retention. The byte-level format is in docs/checkpoint.md. */
+#include "ckpt/ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "ckpt/ckpt_internal.h"
+#include "ckpt/safetensors.h"
+#include "core/fileio.h"
+#include "core/timer.h"
+
+#define STATE_MARKER ",\n\t\"state_checksum\":\t\""
+#define STATE_TAIL "\"\n}\n"
+
+static const char *const FILES[] = {"model.safetensors", "config.json", "optimizer.safetensors"};
+enum { NFILES = 3 };
+
+/* ======================================================================================== */
+/* Fault injection (ST_CKPT_FAIL_AT=<stage>[:exit|:stop])                                    */
+/* ======================================================================================== */
+
+/* Stages in save order; the fault fires when the save reaches the stage. */
+static const char *const CKPT_STAGES[] = {
+    "begin",     /* temporary directory created, nothing written */
+    "model",     /* in the middle of model.safetensors */
+    "config",    /* model.safetensors complete, config.json not written */
+    "optimizer", /* in the middle of optimizer.safetensors */
+    "state",     /* in the middle of state.json */
+    "sync",      /* every file written and fsynced, directory not fsynced */
+    "rename",    /* before the temporary directory is renamed to step_%08ld */
+    "latest",    /* new checkpoint in place, `latest` not yet updated */
+    "prune",     /* `latest` updated, retention not applied */
+};
+enum { NSTAGES = sizeof CKPT_STAGES / sizeof CKPT_STAGES[0] };
+
+typedef struct {
+    char stage[32]; /* "" = no fault */
+    int mode;       /* 0 return an error, 1 _exit(3), 2 raise(SIGSTOP) */
+} Fault;
+
+static Status fault_parse(Fault *f, Err *err) {
+    memset(f, 0, sizeof *f);
+    const char *e = getenv("ST_CKPT_FAIL_AT");
+    if (!e || !*e) return ST_OK;
+    snprintf(f->stage, sizeof f->stage, "%s", e);
+    char *colon = strchr(f->stage, ':');
+    if (colon) {
+        *colon = '\0';
+        if (!strcmp(colon + 1, "exit")) f->mode = 1;
+        else if (!strcmp(colon + 1, "stop")) f->mode = 2;
+        else return err_set(err, ST_ERR_INPUT, "ST_CKPT_FAIL_AT=%s: expected STAGE, STAGE:exit or STAGE:stop", e);
+    }
+    for (int i = 0; i < NSTAGES; i++)
+        if (!strcmp(f->stage, CKPT_STAGES[i])) return ST_OK;
+    return err_set(err, ST_ERR_INPUT,
+                   "ST_CKPT_FAIL_AT=%s: unknown stage (expected begin, model, config, optimizer, state, sync, rename, "
+                   "latest or prune)", e);
+}
+
+static Status fault_hit(const Fault *f, const char *stage, Err *err) {
+    if (!f->stage[0] || strcmp(f->stage, stage) != 0) return ST_OK;
+    if (f->mode == 1) _exit(3);
+    if (f->mode == 2) {
+        raise(SIGSTOP); /* the test's parent kill -9s us here; if continued, carry on */
+        return ST_OK;
+    }
+    return err_set(err, ST_ERR_RUNTIME, "checkpoint save aborted at stage '%s' (ST_CKPT_FAIL_AT)", stage);
+}
+
+/* ======================================================================================== */
+/* File helpers                                                                              */
+/* ======================================================================================== */
+
+/* out = a "/" b; a path too long for out is cut (and then fails to open, naming the cut path). */
+static __attribute__((noinline)) void join(char *out, size_t n, const char *a, const char *b) {
+    snprintf(out, n, "%s/%s", a, b);
+}
+
+static Status fsync_dir(const char *dir, Err *err) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return err_set(err, ST_ERR_RUNTIME, "%s: cannot open directory: %s", dir, strerror(errno));
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (rc != 0) return err_set(err, ST_ERR_RUNTIME, "%s: fsync of the directory failed: %s", dir, strerror(e));
+    return ST_OK;
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) { return remove(p); }
+
+/* rm -rf path; 0 ok (or absent). */
+static int rm_tree(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) return errno == ENOENT ? 0 : -1;
+    return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* A sink that writes to fd, hashes with XXH3-64, counts bytes and can fire a fault mid-file. */
+typedef struct {
+    int fd;
+    const char *path;
+    XXH3_state_t *h;
+    size_t bytes;
+    int writes;
+    const Fault *fault;
+    const char *stage;   /* fault stage fired after fault_after writes (NULL: none) */
+    int fault_after;
+} Sink;
+
+static Status sink_write(void *ctx, const void *p, size_t n, Err *err) {
+    Sink *s = ctx;
+    if (s->stage && s->writes == s->fault_after) {
+        Status st = fault_hit(s->fault, s->stage, err);
+        if (st != ST_OK) return st;
+    }
+    s->writes++;
+    XXH3_64bits_update(s->h, p, n);
+    const char *c = p;
+    s->bytes += n;
+    while (n > 0) {
+        ssize_t w = write(s->fd, c, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return err_set(err, ST_ERR_RUNTIME, "%s: write failed: %s", s->path, strerror(errno));
+        }
+        c += w, n -= (size_t)w;
+    }
+    return ST_OK;
+}
+
+/* Recorded size and hash of one written file. */
+typedef struct {
+    size_t bytes;
+    uint64_t xxh3;
+} FileSum;
+
+typedef Status (*Producer)(const void *arg, StWriteFn w, void *ctx, Err *err);
+
+/* Creates dir/name, streams producer's bytes into it, fsyncs and closes it. */
+static Status write_file(const char *dir, const char *name, Producer prod, const void *arg, const Fault *fault,
+                         const char *stage, int fault_after, FileSum *sum, Err *err) {
+    char path[4200];
+    join(path, sizeof path, dir, name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return err_set(err, ST_ERR_RUNTIME, "%s: cannot create: %s", path, strerror(errno));
+    XXH3_state_t *h = XXH3_createState();
+    if (!h) {
+        close(fd);
+        return err_set(err, ST_ERR_RUNTIME, "%s: out of memory", path);
+    }
+    XXH3_64bits_reset(h);
+    Sink s = {fd, path, h, 0, 0, fault, stage, fault_after};
+    Status st = prod(arg, sink_write, &s, err);
+    if (st == ST_OK && fsync(fd) != 0) st = err_set(err, ST_ERR_RUNTIME, "%s: fsync failed: %s", path, strerror(errno));
+    if (close(fd) != 0 && st == ST_OK) st = err_set(err, ST_ERR_RUNTIME, "%s: close failed: %s", path, strerror(errno));
+    sum->bytes = s.bytes;
+    sum->xxh3 = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
+    return st;
+}
+
+static void hex64(char out[17], uint64_t x) { snprintf(out, 17, "%016" PRIx64, x); }
+
+static int parse_hex64(const char *s, size_t n, uint64_t *out) {
+    uint64_t x = 0;
+    if (n != 16) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return 0;
+        x = x << 4 | (uint64_t)d;
+    }
+    *out = x;
+    return 1;
+}
+
+/* The last path component, for messages naming "step_00000100/model.safetensors". */
+static const char *base_name(const char *p) {
+    const char *s = strrchr(p, '/');
+    while (s && s[1] == '\0' && s > p) { /* trailing slash */
+        const char *q = s - 1;
+        while (q > p && *q != '/') q--;
+        return *q == '/' ? q + 1 : q;
+    }
+    return s ? s + 1 : p;
+}
+
+/* ======================================================================================== */
+/* Meta helpers                                                                              */
+/* ======================================================================================== */
+
+static int set_named(char (*names)[CKPT_NAME_LEN], size_t stride, int *n, const char *name) {
+    for (int i = 0; i < *n; i++)
+        if (!strcmp((char *)names + stride * (size_t)i, name)) return i;
+    if (*n >= CKPT_MAX_NAMED) return -1;
+    snprintf((char *)names + stride * (size_t)*n, CKPT_NAME_LEN, "%s", name);
+    return (*n)++;
+}
+
+int ckpt_meta_set_rng(CkptMeta *m, const char *name, uint64_t value) {
+    int i = set_named((char(*)[CKPT_NAME_LEN])m->rng[0].name, sizeof m->rng[0], &m->nrng, name);
+    if (i < 0) return -1;
+    m->rng[i].value = value;
+    return 0;
+}
+
+int ckpt_meta_set_scaler(CkptMeta *m, const char *name, double value) {
+    int i = set_named((char(*)[CKPT_NAME_LEN])m->scaler[0].name, sizeof m->scaler[0], &m->nscaler, name);
+    if (i < 0) return -1;
+    m->scaler[i].value = value;
+    return 0;
+}
+
+int ckpt_meta_rng(const CkptMeta *m, const char *name, uint64_t *value) {
+    for (int i = 0; i < m->nrng; i++)
+        if (!strcmp(m->rng[i].name, name)) return *value = m->rng[i].value, 1;
+    return 0;
+}
+
+int ckpt_meta_scaler(const CkptMeta *m, const char *name, double *value) {
+    for (int i = 0; i < m->nscaler; i++)
+        if (!strcmp(m->scaler[i].name, name)) return *value = m->scaler[i].value, 1;
+    return 0;
+}
+
+void ckpt_meta_free(CkptMeta *m) {
+    if (!m) return;
+    cJSON_Delete(m->config);
+    m->config = NULL;
+}
+
+int ckpt_meta_copy(CkptMeta *dst, const CkptMeta *src) {
+    *dst = *src;
+    dst->config = NULL;
+    if (src->config && !(dst->config = cJSON_Duplicate(src->config, 1))) return -1;
+    return 0;
+}
+
+CkptOptions ckpt_default_options(void) {
+    CkptOptions o = {0};
+    o.keep_last = 3;
+    return o;
+}
+
+/* ======================================================================================== */
+/* state.json                                                                                */
+/* ======================================================================================== */
+
+static void add_u64(cJSON *o, const char *k, uint64_t v) {
+    char s[32];
+    snprintf(s, sizeof s, "%" PRIu64, v);
+    cJSON_AddStringToObject(o, k, s);
+}
+
+static int get_u64(const cJSON *o, const char *k, uint64_t *v) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsString(x) || !x->valuestring[0]) return 0;
+    char *end;
+    errno = 0;
+    unsigned long long u = strtoull(x->valuestring, &end, 10);
+    if (*end || errno || x->valuestring[0] == '-') return 0;
+    *v = u;
+    return 1;
+}
+
+static int get_num(const cJSON *o, const char *k, double *v) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsNumber(x)) return 0;
+    *v = x->valuedouble;
+    return 1;
+}
+
+/* The state.json text (without the self checksum) for meta and the file sums. Caller frees. */
+static char *state_text(const CkptMeta *m, const ModelConfig *mc, const FileSum *sums) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "format", "scaletrain-checkpoint");
+    cJSON_AddNumberToObject(o, "version", 1);
+    cJSON_AddNumberToObject(o, "step", (double)m->step);
+    add_u64(o, "tokens_seen", m->tokens_seen);
+    cJSON *s = cJSON_AddObjectToObject(o, "schedule");
+    cJSON_AddNumberToObject(s, "step", (double)m->sched_step);
+    cJSON *l = cJSON_AddObjectToObject(o, "loader");
+    add_u64(l, "seed", m->loader.seed);
+    add_u64(l, "consumed", m->loader.consumed);
+    cJSON *r = cJSON_AddObjectToObject(o, "rng");
+    for (int i = 0; i < m->nrng; i++) add_u64(r, m->rng[i].name, m->rng[i].value);
+    if (m->nscaler > 0) {
+        cJSON *ls = cJSON_AddObjectToObject(o, "loss_scaler");
+        for (int i = 0; i < m->nscaler; i++) cJSON_AddNumberToObject(ls, m->scaler[i].name, m->scaler[i].value);
+    } else {
+        cJSON_AddNullToObject(o, "loss_scaler");
+    }
+    cJSON *op = cJSON_AddObjectToObject(o, "optimizer");
+    cJSON_AddStringToObject(op, "kind", m->optimizer);
+    cJSON_AddNumberToObject(op, "step", (double)m->optim_step);
+    cJSON *p = cJSON_AddObjectToObject(o, "parallel");
+    cJSON_AddNumberToObject(p, "dp", m->dp > 0 ? m->dp : 1);
+    cJSON_AddNumberToObject(p, "tp", m->tp > 0 ? m->tp : 1);
+    cJSON_AddNumberToObject(p, "pp", m->pp > 0 ? m->pp : 1);
+    cJSON_AddNumberToObject(p, "zero", m->zero);
+    cJSON *md = cJSON_AddObjectToObject(o, "model");
+    cJSON_AddNumberToObject(md, "layers", mc->n_layer);
+    cJSON_AddNumberToObject(md, "heads", mc->n_head);
+    cJSON_AddNumberToObject(md, "channels", mc->n_embd);
+    cJSON_AddNumberToObject(md, "vocab", mc->vocab);
+    cJSON_AddNumberToObject(md, "max_seq_len", mc->max_seq);
+    if (m->config) cJSON_AddItemToObject(o, "config", cJSON_Duplicate(m->config, 1));
+    else cJSON_AddNullToObject(o, "config");
+    cJSON *f = cJSON_AddObjectToObject(o, "files");
+    for (int i = 0; i < NFILES; i++) {
+        cJSON *e = cJSON_AddObjectToObject(f, FILES[i]);
+        cJSON_AddNumberToObject(e, "bytes", (double)sums[i].bytes);
+        char hx[17];
+        hex64(hx, sums[i].xxh3);
+        cJSON_AddStringToObject(e, "xxh3", hx);
+    }
+    char *text = cJSON_Print(o); /* ends with "\n}" */
+    cJSON_Delete(o);
+    return text;
+}
+
+typedef struct {
+    const char *body; /* state text without its closing "\n}" */
+    size_t body_len;
+} StateArg;
+
+/* Writes body, the marker, the checksum of everything before it, and the tail. Two writes before
+ * the checksum so the "state" fault lands mid-file. */
+static Status state_producer(const void *arg, StWriteFn w, void *ctx, Err *err) {
+    const StateArg *a = arg;
+    size_t half = a->body_len / 2;
+    Status st;
+    if ((st = w(ctx, a->body, half, err)) != ST_OK) return st;
+    if ((st = w(ctx, a->body + half, a->body_len - half, err)) != ST_OK) return st;
+    XXH3_state_t *h = XXH3_createState();
+    if (!h) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    XXH3_64bits_reset(h);
+    XXH3_64bits_update(h, a->body, a->body_len);
+    XXH3_64bits_update(h, STATE_MARKER, strlen(STATE_MARKER));
+    char hx[17];
+    hex64(hx, XXH3_64bits_digest(h));
+    XXH3_freeState(h);
+    char tail[128];
+    int n = snprintf(tail, sizeof tail, "%s%s%s", STATE_MARKER, hx, STATE_TAIL);
+    return w(ctx, tail, (size_t)n, err);
+}
+
+/* Parses a verified state.json text into meta and the file sums (sums may be NULL). */
+static Status state_parse(const char *path, const char *text, size_t len, CkptMeta *m, FileSum *sums, Err *err) {
+    size_t ml = strlen(STATE_MARKER), tl = strlen(STATE_TAIL);
+    if (len < ml + 16 + tl || memcmp(text + len - tl, STATE_TAIL, tl) != 0 ||
+        memcmp(text + len - tl - 16 - ml, STATE_MARKER, ml) != 0)
+        return err_set(err, ST_ERR_INPUT, "%s: expected the state_checksum member at the end, found none (truncated?)",
+                       path);
+    uint64_t want;
+    if (!parse_hex64(text + len - tl - 16, 16, &want))
+        return err_set(err, ST_ERR_INPUT, "%s: state_checksum is not 16 hex digits", path);
+    uint64_t got = XXH3_64bits(text, len - tl - 16);
+    if (got != want)
+        return err_set(err, ST_ERR_INPUT, "%s: xxh3 checksum mismatch: recorded %016" PRIx64 ", computed %016" PRIx64
+                       " (corrupt)", path, want, got);
+    cJSON *o = cJSON_ParseWithLength(text, len);
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        return err_set(err, ST_ERR_INPUT, "%s: expected a JSON object, found unparsable text", path);
+    }
+    memset(m, 0, sizeof *m);
+    Status st = ST_OK;
+    double d;
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(o, "format");
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(o, "version");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "scaletrain-checkpoint") || !cJSON_IsNumber(ver) ||
+        ver->valueint != 1) {
+        st = err_set(err, ST_ERR_INPUT, "%s: expected format scaletrain-checkpoint version 1", path);
+        goto done;
+    }
+    const cJSON *sch = cJSON_GetObjectItemCaseSensitive(o, "schedule");
+    const cJSON *ld = cJSON_GetObjectItemCaseSensitive(o, "loader");
+    const cJSON *op = cJSON_GetObjectItemCaseSensitive(o, "optimizer");
+    const cJSON *par = cJSON_GetObjectItemCaseSensitive(o, "parallel");
+    const cJSON *opk = op ? cJSON_GetObjectItemCaseSensitive(op, "kind") : NULL;
+    double s_step, o_step, dp, tp, pp, zero;
+    if (!get_num(o, "step", &d) || !get_u64(o, "tokens_seen", &m->tokens_seen) || !get_num(sch, "step", &s_step) ||
+        !get_u64(ld, "seed", &m->loader.seed) || !get_u64(ld, "consumed", &m->loader.consumed) ||
+        !cJSON_IsString(opk) || !get_num(op, "step", &o_step) || !get_num(par, "dp", &dp) ||
+        !get_num(par, "tp", &tp) || !get_num(par, "pp", &pp) || !get_num(par, "zero", &zero)) {
+        st = err_set(err, ST_ERR_INPUT, "%s: a required field (step, tokens_seen, schedule, loader, optimizer, parallel) "
+                     "is missing or has the wrong type", path);
+        goto done;
+    }
+    m->step = (long)d, m->sched_step = (long)s_step, m->optim_step = (long)o_step;
+    m->dp = (int)dp, m->tp = (int)tp, m->pp = (int)pp, m->zero = (int)zero;
+    snprintf(m->optimizer, sizeof m->optimizer, "%s", opk->valuestring);
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "rng");
+    for (const cJSON *x = r ? r->child : NULL; x; x = x->next) {
+        uint64_t v;
+        if (!get_u64(r, x->string, &v) || ckpt_meta_set_rng(m, x->string, v) != 0) {
+            st = err_set(err, ST_ERR_INPUT, "%s: rng.%s: expected a decimal u64 string", path, x->string);
+            goto done;
+        }
+    }
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(o, "loss_scaler");
+    for (const cJSON *x = cJSON_IsObject(ls) ? ls->child : NULL; x; x = x->next) {
+        if (!cJSON_IsNumber(x) || ckpt_meta_set_scaler(m, x->string, x->valuedouble) != 0) {
+            st = err_set(err, ST_ERR_INPUT, "%s: loss_scaler.%s: expected a number", path, x->string);
+            goto done;
+        }
+    }
+    cJSON *cfg = cJSON_GetObjectItemCaseSensitive(o, "config");
+    if (cJSON_IsObject(cfg)) m->config = cJSON_DetachItemViaPointer(o, cfg);
+    if (sums) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "files");
+        for (int i = 0; i < NFILES; i++) {
+            const cJSON *e = f ? cJSON_GetObjectItemCaseSensitive(f, FILES[i]) : NULL;
+            const cJSON *hx = e ? cJSON_GetObjectItemCaseSensitive(e, "xxh3") : NULL;
+            double b;
+            if (!get_num(e, "bytes", &b) || b < 0 || !cJSON_IsString(hx) ||
+                !parse_hex64(hx->valuestring, strlen(hx->valuestring), &sums[i].xxh3)) {
+                st = err_set(err, ST_ERR_INPUT, "%s: files.%s: expected {bytes, xxh3}", path, FILES[i]);
+                goto done;
+            }
+            sums[i].bytes = (size_t)b;
+        }
+    }
+done:
+    cJSON_Delete(o);
+    if (st != ST_OK) ckpt_meta_free(m);
+    return st;
+}
+
+static Status read_state(const char *ckpt, CkptMeta *m, FileSum *sums, Err *err) {
+    char path[4200], *text;
+    size_t len;
+    snprintf(path, sizeof path, "%s/state.json", ckpt);
+    Status st = file_read_all(path, &text, &len, err);
+    if (st != ST_OK) return st;
+    st = state_parse(path, text, len, m, sums, err);
+    free(text);
+    return st;
+}
+
+Status ckpt_read_meta(const char *ckpt_path, CkptMeta *meta, Err *err) { return read_state(ckpt_path, meta, NULL, err); }
+
+/* ======================================================================================== */
+/* Save                                                                                      */
+/* ======================================================================================== */
+
+static Status model_producer(const void *arg, StWriteFn w, void *ctx, Err *err) {
+    const CkptSnap *s = arg;
+    return st_hf_write_model(s->pl, s->params, w, ctx, err);
+}
+
+static Status text_producer(const void *arg, StWriteFn w, void *ctx, Err *err) {
+    const char *t = arg;
+    return w(ctx, t, strlen(t), err);
+}
+
+/* optimizer.safetensors: m.*, v.*, master.* per tensor in our orientation, unpadded rows. */
+static Status optim_producer(const void *arg, StWriteFn w, void *ctx, Err *err) {
+    const CkptSnap *s = arg;
+    const ParamLayout *pl = s->pl;
+    const float *bufs[3] = {s->m, s->v, s->master};
+    static const char *const prefix[3] = {"m", "v", "master"};
+    StTensorOut *t = calloc((size_t)pl->ntensors * 3 + 1, sizeof *t);
+    if (!t) return err_set(err, ST_ERR_RUNTIME, "out of memory writing optimizer.safetensors");
+    int n = 0;
+    for (int b = 0; b < 3; b++) {
+        if (!bufs[b]) continue;
+        for (int k = 0; k < pl->ntensors; k++) {
+            const TensorInfo *ti = &pl->tensors[k];
+            StTensorOut *x = &t[n++];
+            snprintf(x->name, sizeof x->name, "%s.%s", prefix[b], ti->name);
+            x->ndim = ti->ndim;
+            x->shape[0] = ti->rows_real;
+            x->shape[1] = ti->ndim == 2 ? ti->shape[1] : 1;
+            x->data = bufs[b] + ti->offset;
+        }
+    }
+    static const char *const meta[] = {"scaletrain", "optimizer-state", NULL};
+    Status st = st_write(t, n, meta, w, ctx, err);
+    free(t);
+    return st;
+}
+
+/* Names step directories: "step_%08ld". */
+static void step_name(char *buf, size_t n, long step) { snprintf(buf, n, "step_%08ld", step); }
+
+/* Step number of a directory name "step_<digits>", or -1. */
+static long parse_step_name(const char *name) {
+    if (strncmp(name, "step_", 5) != 0 || !name[5]) return -1;
+    long v = 0;
+    for (const char *p = name + 5; *p; p++) {
+        if (*p < '0' || *p > '9' || v > (long)1e15) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+
+/* Removes leftovers of interrupted saves and prunes: .tmp-* and .del-* directories. */
+static void remove_leftovers(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char path[4200];
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, ".tmp-step_", 10) && strncmp(e->d_name, ".del-step_", 10)) continue;
+        join(path, sizeof path, dir, e->d_name);
+        rm_tree(path);
+    }
+    closedir(d);
+}
+
+static Status write_latest(const char *dir, const char *name, const Fault *fault, Err *err) {
+    char path[4200], tmp[4200], text[64];
+    snprintf(path, sizeof path, "%s/latest", dir);
+    snprintf(tmp, sizeof tmp, "%s/latest.tmp", dir);
+    int n = snprintf(text, sizeof text, "%s\n", name);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return err_set(err, ST_ERR_RUNTIME, "%s: cannot create: %s", tmp, strerror(errno));
+    Status st = ST_OK;
+    if (write(fd, text, (size_t)n) != n) st = err_set(err, ST_ERR_RUNTIME, "%s: write failed: %s", tmp, strerror(errno));
+    if (st == ST_OK && fsync(fd) != 0) st = err_set(err, ST_ERR_RUNTIME, "%s: fsync failed: %s", tmp, strerror(errno));
+    close(fd);
+    if (st == ST_OK && rename(tmp, path) != 0)
+        st = err_set(err, ST_ERR_RUNTIME, "%s: cannot rename from %s: %s", path, tmp, strerror(errno));
+    if (st != ST_OK) {
+        unlink(tmp);
+        return st;
+    }
+    return fsync_dir(dir, err);
+}
+
+Status ckpt_save_snap(const CkptSnap *s, const CkptMeta *meta, const CkptOptions *o, CkptSaveInfo *info, Err *err) {
+    CkptSaveInfo local;
+    if (!info) info = &local;
+    memset(info, 0, sizeof *info);
+    if (!o || !o->dir || !o->dir[0]) return err_set(err, ST_ERR_INPUT, "--ckpt-dir: expected a directory, found none");
+    if (meta->step < 0) return err_set(err, ST_ERR_INPUT, "checkpoint step: expected >= 0, found %ld", meta->step);
+    double t0 = timer_ms();
+    Fault fault;
+    Status st = fault_parse(&fault, err);
+    if (st != ST_OK) return st;
+    if ((st = file_mkdirs(o->dir, err)) != ST_OK) return st;
+    remove_leftovers(o->dir);
+
+    char name[64], tmp[4200], fin[4200];
+    step_name(name, sizeof name, meta->step);
+    snprintf(tmp, sizeof tmp, "%s/.tmp-%s", o->dir, name);
+    join(fin, sizeof fin, o->dir, name);
+    if (mkdir(tmp, 0755) != 0) return err_set(err, ST_ERR_RUNTIME, "%s: cannot create directory: %s", tmp, strerror(errno));
+    FileSum sums[NFILES];
+    char cfg[2048];
+    st_hf_config_text(&s->pl->cfg, o->tokenizer, cfg, sizeof cfg);
+    char *state = NULL;
+    if ((st = fault_hit(&fault, "begin", err)) != ST_OK) goto done;
+    if ((st = write_file(tmp, FILES[0], model_producer, s, &fault, "model", 2, &sums[0], err)) != ST_OK) goto done;
+    if ((st = fault_hit(&fault, "config", err)) != ST_OK) goto done;
+    if ((st = write_file(tmp, FILES[1], text_producer, cfg, &fault, NULL, 0, &sums[1], err)) != ST_OK) goto done;
+    if ((st = write_file(tmp, FILES[2], optim_producer, s, &fault, "optimizer", 2, &sums[2], err)) != ST_OK) goto done;
+    state = state_text(meta, &s->pl->cfg, sums);
+    if (!state) {
+        st = err_set(err, ST_ERR_RUNTIME, "%s: out of memory building state.json", tmp);
+        goto done;
+    }
+    StateArg sa = {state, strlen(state) - 2}; /* drop the closing "\n}" */
+    FileSum ssum = {0};
+    if ((st = write_file(tmp, "state.json", state_producer, &sa, &fault, "state", 1, &ssum, err)) != ST_OK) goto done;
+    for (int i = 0; i < NFILES; i++) info->bytes += sums[i].bytes;
+    info->bytes += ssum.bytes;
+    if ((st = fault_hit(&fault, "sync", err)) != ST_OK) goto done;
+    if ((st = fsync_dir(tmp, err)) != ST_OK) goto done;
+    if ((st = fault_hit(&fault, "rename", err)) != ST_OK) goto done;
+    struct stat sb;
+    if (lstat(fin, &sb) == 0) {
+        /* Re-saving an existing step (e.g. after a fallback): swap atomically, then drop the old. */
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, fin, RENAME_EXCHANGE) != 0) {
+            st = err_set(err, ST_ERR_RUNTIME, "%s: cannot exchange with %s: %s", fin, tmp, strerror(errno));
+            goto done;
+        }
+    } else if (rename(tmp, fin) != 0) {
+        st = err_set(err, ST_ERR_RUNTIME, "%s: cannot rename from %s: %s", fin, tmp, strerror(errno));
+        goto done;
+    }
+    if ((st = fsync_dir(o->dir, err)) != ST_OK) goto done;
+    rm_tree(tmp); /* the old copy after an exchange; nothing otherwise */
+    if ((st = fault_hit(&fault, "latest", err)) != ST_OK) goto done;
+    if ((st = write_latest(o->dir, name, &fault, err)) != ST_OK) goto done;
+    memcpy(info->path, fin, sizeof info->path - 1);
+    double t1 = timer_ms();
+    info->ms_write = t1 - t0;
+    if ((st = fault_hit(&fault, "prune", err)) != ST_OK) goto done;
+    st = ckpt_prune(o->dir, o->keep_last, o->keep_every, &info->pruned, err);
+    info->ms_prune = timer_ms() - t1;
+done:
+    free(state);
+    return st;
+}
+
+Status ckpt_save(const Gpt *g, const CkptOptState *opt, const CkptMeta *meta, const CkptOptions *o,
+                 CkptSaveInfo *info, Err *err) {
+    CkptOptState none = {0};
+    if (!opt) opt = &none;
+    CkptSnap s = {&g->layout, g->params, opt->m, opt->v, opt->master};
+    return ckpt_save_snap(&s, meta, o, info, err);
+}
+
+/* ======================================================================================== */
+/* Verify and load                                                                           */
+/* ======================================================================================== */
+
+/* Reads ckpt/name and checks size and hash against sum; *buf receives the bytes if buf != NULL. */
+static Status check_file(const char *ckpt, const char *name, const FileSum *sum, char **buf, size_t *len, Err *err) {
+    char path[4200], *data;
+    size_t n;
+    join(path, sizeof path, ckpt, name);
+    Status st = file_read_all(path, &data, &n, err);
+    if (st != ST_OK) return err_set(err, ST_ERR_INPUT, "%s/%s: missing or unreadable", base_name(ckpt), name);
+    if (n != sum->bytes) {
+        free(data);
+        return err_set(err, ST_ERR_INPUT, "%s/%s: expected %zu bytes, found %zu (%s)", base_name(ckpt), name,
+                       sum->bytes, n, n < sum->bytes ? "truncated" : "corrupt");
+    }
+    uint64_t h = XXH3_64bits(data, n);
+    if (h != sum->xxh3) {
+        free(data);
+        return err_set(err, ST_ERR_INPUT, "%s/%s: xxh3 checksum mismatch: state.json records %016" PRIx64
+                       ", file has %016" PRIx64 " (corrupt)", base_name(ckpt), name, sum->xxh3, h);
+    }
+    if (buf) *buf = data, *len = n;
+    else free(data);
+    return ST_OK;
+}
+
+static Status read_state_named(const char *ckpt, CkptMeta *m, FileSum *sums, Err *err) {
+    Status st = read_state(ckpt, m, sums, err);
+    if (st != ST_OK && err) {
+        /* Name the checkpoint directory and file instead of the full path. */
+        char *p = strstr(err->msg, "state.json");
+        if (p) {
+            char msg[sizeof err->msg];
+            join(msg, sizeof msg, base_name(ckpt), p);
+            memcpy(err->msg, msg, sizeof msg);
+        }
+        err->status = ST_ERR_INPUT;
+        return ST_ERR_INPUT;
+    }
+    return st;
+}
+
+Status ckpt_verify(const char *ckpt_path, Err *err) {
+    CkptMeta m;
+    FileSum sums[NFILES];
+    Status st = read_state_named(ckpt_path, &m, sums, err);
+    if (st != ST_OK) return st;
+    ckpt_meta_free(&m);
+    for (int i = 0; i < NFILES && st == ST_OK; i++) st = check_file(ckpt_path, FILES[i], &sums[i], NULL, NULL, err);
+    return st;
+}
+
+Status ckpt_load(const char *ckpt_path, Gpt *g, const CkptOptState *opt, CkptMeta *meta, Err *err) {
+    CkptMeta m;
+    FileSum sums[NFILES];
+    Status st = read_state_named(ckpt_path, &m, sums, err);
+    if (st != ST_OK) return st;
+    char *mb = NULL, *ob = NULL;
+    size_t ml = 0, ol = 0;
+    StFile mf = {0}, of = {0};
+    char path[4200];
+    if ((st = check_file(ckpt_path, FILES[1], &sums[1], NULL, NULL, err)) != ST_OK) goto done;
+    if ((st = check_file(ckpt_path, FILES[0], &sums[0], &mb, &ml, err)) != ST_OK) goto done;
+    join(path, sizeof path, base_name(ckpt_path), FILES[0]);
+    if ((st = st_parse(&mf, path, mb, ml, err)) != ST_OK) goto done;
+    if ((st = st_hf_read_model(&mf, &g->layout, g->params, err)) != ST_OK) goto done;
+    free(mb), mb = NULL;
+    if ((st = check_file(ckpt_path, FILES[2], &sums[2], &ob, &ol, err)) != ST_OK) goto done;
+    join(path, sizeof path, base_name(ckpt_path), FILES[2]);
+    if ((st = st_parse(&of, path, ob, ol, err)) != ST_OK) goto done;
+    if (opt) {
+        float *bufs[3] = {opt->m, opt->v, opt->master};
+        static const char *const prefix[3] = {"m", "v", "master"};
+        const ParamLayout *pl = &g->layout;
+        for (int b = 0; b < 3 && st == ST_OK; b++) {
+            if (!bufs[b]) continue;
+            memset(bufs[b], 0, pl->total * sizeof(float));
+            for (int k = 0; k < pl->ntensors && st == ST_OK; k++) {
+                const TensorInfo *ti = &pl->tensors[k];
+                char name[128];
+                snprintf(name, sizeof name, "%s.%s", prefix[b], ti->name);
+                int shape[2] = {ti->rows_real, ti->ndim == 2 ? ti->shape[1] : 1};
+                st = st_read_f32(&of, name, ti->ndim, shape, 0, bufs[b] + ti->offset, err);
+                if (st != ST_OK && !st_find(&of, name))
+                    err_set(err, ST_ERR_INPUT, "%s: tensor %s missing (the checkpoint's optimizer is %s)", path, name,
+                            m.optimizer);
+            }
+        }
+    }
+done:
+    st_file_free(&mf);
+    st_file_free(&of);
+    free(mb);
+    free(ob);
+    if (st == ST_OK && meta) *meta = m;
+    else ckpt_meta_free(&m);
+    return st;
+}
+
+/* ======================================================================================== */
+/* Resolve                                                                                   */
+/* ======================================================================================== */
+
+static int cmp_long_desc(const void *a, const void *b) {
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x < y) - (x > y);
+}
+
+/* Steps of the step_* directories of dir, newest first. Caller frees. -1 if dir is unreadable. */
+static int list_steps(const char *dir, long **steps) {
+    *steps = NULL;
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long s = parse_step_name(e->d_name);
+        if (s < 0) continue;
+        char p[4200];
+        struct stat sb;
+        join(p, sizeof p, dir, e->d_name);
+        if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            long *x = realloc(*steps, (size_t)cap * sizeof *x);
+            if (!x) break;
+            *steps = x;
+        }
+        (*steps)[n++] = s;
+    }
+    closedir(d);
+    if (n) qsort(*steps, (size_t)n, sizeof **steps, cmp_long_desc);
+    return n;
+}
+
+static int is_dir(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+Status ckpt_resolve(const char *dir, const char *spec, char *out, size_t out_len, char *note, size_t note_len,
+                    Err *err) {
+    out[0] = '\0';
+    if (note && note_len) note[0] = '\0';
+    char probe[4200];
+    if (spec && strcmp(spec, "auto") != 0) {
+        snprintf(probe, sizeof probe, "%s/state.json", spec);
+        if (access(probe, F_OK) == 0) {
+            Status st = ckpt_verify(spec, err);
+            if (st != ST_OK) return err_prefix(err, "--resume %s", spec);
+            snprintf(out, out_len, "%s", spec);
+            return ST_OK;
+        }
+        if (!is_dir(spec))
+            return err_set(err, ST_ERR_INPUT, "--resume %s: expected a checkpoint directory or a --ckpt-dir, found %s",
+                           spec, access(spec, F_OK) == 0 ? "a file" : "nothing");
+        dir = spec;
+    }
+    if (!dir || !dir[0]) return err_set(err, ST_ERR_INPUT, "--resume auto: needs --ckpt-dir");
+    long *steps;
+    int n = list_steps(dir, &steps);
+    if (n <= 0) {
+        free(steps);
+        if (note && note_len) snprintf(note, note_len, "no checkpoint in %s: starting from scratch", dir);
+        return ST_OK;
+    }
+    Err first = {0};
+    long first_step = -1;
+    int skipped = 0;
+    Status st = ST_ERR_INPUT;
+    for (int i = 0; i < n; i++) {
+        char name[64], path[4200];
+        step_name(name, sizeof name, steps[i]);
+        join(path, sizeof path, dir, name);
+        Err e = {0};
+        if (ckpt_verify(path, &e) == ST_OK) {
+            snprintf(out, out_len, "%s", path);
+            if (skipped && note && note_len)
+                snprintf(note, note_len, "newest checkpoint refused (%s); %d newer checkpoint(s) skipped, falling back to %s",
+                         first.msg, skipped, name);
+            st = ST_OK;
+            break;
+        }
+        if (!skipped) first = e, first_step = steps[i];
+        skipped++;
+    }
+    free(steps);
+    if (st != ST_OK)
+        return err_set(err, ST_ERR_INPUT, "--resume auto: no valid checkpoint in %s (%d found; newest step %ld: %s)", dir,
+                       n, first_step, first.msg);
+    return ST_OK;
+}
+
+/* ======================================================================================== */
+/* Retention                                                                                 */
+/* ======================================================================================== */
+
+Status ckpt_prune(const char *dir, int keep_last, int keep_every, int *removed, Err *err) {
+    if (removed) *removed = 0;
+    if (keep_last <= 0) return ST_OK;
+    long *steps;
+    int n = list_steps(dir, &steps); /* newest first */
+    if (n < 0) return err_set(err, ST_ERR_RUNTIME, "%s: cannot list the checkpoint directory: %s", dir, strerror(errno));
+    long latest = -1;
+    char path[4200], *text;
+    size_t len;
+    snprintf(path, sizeof path, "%s/latest", dir);
+    if (file_read_all(path, &text, &len, NULL) == ST_OK) {
+        text[strcspn(text, "\n")] = '\0';
+        latest = parse_step_name(text);
+        free(text);
+    }
+    Status st = ST_OK;
+    for (int i = keep_last; i < n; i++) {
+        if ((keep_every > 0 && steps[i] % keep_every == 0) || steps[i] == latest) continue;
+        char name[64], del[4200];
+        step_name(name, sizeof name, steps[i]);
+        join(path, sizeof path, dir, name);
+        snprintf(del, sizeof del, "%s/.del-%s", dir, name);
+        /* Rename first so an interrupted removal never leaves a half-deleted step_* directory. */
+        if (rename(path, del) != 0 || rm_tree(del) != 0) {
+            st = err_set(err, ST_ERR_RUNTIME, "%s: cannot remove: %s", path, strerror(errno));
+            break;
+        }
+        if (removed) (*removed)++;
+    }
+    free(steps);
+    if (st == ST_OK && removed && *removed) st = fsync_dir(dir, err);
+    return st;
+}

@@ -1,0 +1,160 @@
+/* ckpt_config.c — config-field kinds on resume (DESIGN.md §5): model fields must match,
+ * trajectory fields must match unless overridden (reported), free fields may change (reported).
+ *
+ * Field names are the dotted paths of the trainer's config_json() (src/train/train.c), the
+ * source of truth: "model.layers", "lr", "threads", ... plus the derived "global_batch" =
+ * micro_batch × grad_accum × dp (dp 1 when absent). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt.h"
+
+static const char *const MODEL_FIELDS[] = {
+    "model.layers", "model.heads", "model.channels", "model.vocab", "model.vocab_padded", "model.max_seq_len",
+    "tokenizer", "tokenizer_hash",
+};
+
+static const char *const FREE_FIELDS[] = {
+    /* how the same global batch is split and where it runs */
+    "micro_batch", "grad_accum", "dp", "tp", "pp", "zero", "threads", "recompute",
+    /* run length (an extension also stretches the schedule's total; reported) */
+    "steps",
+    /* observation and bookkeeping: do not change the trajectory */
+    "val_data", "val_every", "val_batches", "log", "out", "quiet", "peak_flops", "ckpt_dir", "ckpt_every",
+    "keep_last", "keep_every", "ckpt_async", "resume", "init_from", "mtbf", "override", "overrides",
+};
+
+CkptFieldKind ckpt_field_kind(const char *path) {
+    for (size_t i = 0; i < sizeof MODEL_FIELDS / sizeof *MODEL_FIELDS; i++)
+        if (!strcmp(path, MODEL_FIELDS[i])) return CKPT_FIELD_MODEL;
+    for (size_t i = 0; i < sizeof FREE_FIELDS / sizeof *FREE_FIELDS; i++)
+        if (!strcmp(path, FREE_FIELDS[i])) return CKPT_FIELD_FREE;
+    /* Everything else (data, seeds, optimizer, schedule, lr, dropout, precision, global_batch and
+     * any field added later) is trajectory: refusing is recoverable, a silent fork is not. */
+    return CKPT_FIELD_TRAJECTORY;
+}
+
+
+static void value_str(const cJSON *v, char *buf, size_t n) {
+    if (!v) snprintf(buf, n, "(absent)");
+    else if (cJSON_IsNumber(v)) snprintf(buf, n, "%.9g", v->valuedouble);
+    else if (cJSON_IsString(v)) snprintf(buf, n, "\"%s\"", v->valuestring);
+    else if (cJSON_IsBool(v)) snprintf(buf, n, "%s", cJSON_IsTrue(v) ? "true" : "false");
+    else if (cJSON_IsNull(v)) snprintf(buf, n, "null");
+    else {
+        char *s = cJSON_PrintUnformatted(v);
+        snprintf(buf, n, "%s", s ? s : "?");
+        free(s);
+    }
+}
+
+static int values_equal(const cJSON *a, const cJSON *b) {
+    if (!a || !b) return a == b;
+    return cJSON_Compare(a, b, 1);
+}
+
+typedef struct {
+    const char *const *overrides;
+    int noverrides;
+    char *report;
+    size_t len;
+    Err first;        /* first refusal */
+    int refused;      /* number of refused fields */
+    CkptFieldKind first_kind;
+} Cmp;
+
+static int overridden(const Cmp *c, const char *path) {
+    for (int i = 0; i < c->noverrides; i++)
+        if (c->overrides[i] && (!strcmp(c->overrides[i], path) || !strcmp(c->overrides[i], "all"))) return 1;
+    return 0;
+}
+
+static void report_add(Cmp *c, const char *what, const char *path, const char *a, const char *b) {
+    if (!c->report || !c->len) return;
+    size_t used = strlen(c->report);
+    if (used + 1 >= c->len) return;
+    snprintf(c->report + used, c->len - used, "%s%s %s: %s -> %s", used ? "; " : "", what, path, a, b);
+}
+
+static void compare_field(Cmp *c, const char *path, const cJSON *a, const cJSON *b) {
+    if (values_equal(a, b)) return;
+    char sa[256], sb[256];
+    value_str(a, sa, sizeof sa);
+    value_str(b, sb, sizeof sb);
+    CkptFieldKind k = ckpt_field_kind(path);
+    if (k == CKPT_FIELD_FREE) {
+        report_add(c, "free", path, sa, sb);
+        return;
+    }
+    if (k == CKPT_FIELD_TRAJECTORY && overridden(c, path)) {
+        report_add(c, "override", path, sa, sb);
+        return;
+    }
+    /* A model refusal outranks a trajectory one: overriding the trajectory would not help. */
+    if (c->refused == 0 || (k == CKPT_FIELD_MODEL && c->first_kind != CKPT_FIELD_MODEL)) {
+        if (k == CKPT_FIELD_MODEL)
+            err_set(&c->first, ST_ERR_INPUT, "config field %s (a model field) changed: checkpoint has %s, this run has %s; "
+                    "a model field cannot change on resume", path, sa, sb);
+        else
+            err_set(&c->first, ST_ERR_INPUT, "config field %s (a trajectory field) changed: checkpoint has %s, this run "
+                    "has %s; resuming would fork the run (allow it explicitly with --override %s)", path, sa, sb, path);
+        c->first_kind = k;
+    }
+    c->refused++;
+}
+
+/* Walks the union of the members of two objects; nested objects recurse, others are leaves. */
+static void walk(Cmp *c, const char *prefix, const cJSON *a, const cJSON *b) {
+    char path[256];
+    for (int pass = 0; pass < 2; pass++) {
+        const cJSON *x = pass == 0 ? a : b, *y = pass == 0 ? b : a;
+        for (const cJSON *e = x ? x->child : NULL; e; e = e->next) {
+            if (!e->string) continue;
+            const cJSON *o = y ? cJSON_GetObjectItemCaseSensitive(y, e->string) : NULL;
+            if (pass == 1 && o) continue; /* already compared in pass 0 */
+            snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", e->string);
+            const cJSON *va = pass == 0 ? e : o, *vb = pass == 0 ? o : e;
+            if (cJSON_IsObject(va) && cJSON_IsObject(vb)) walk(c, path, va, vb);
+            else compare_field(c, path, va, vb);
+        }
+    }
+}
+
+static int num(const cJSON *o, const char *k, double dflt, double *v) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!x) return *v = dflt, 1;
+    if (!cJSON_IsNumber(x)) return 0;
+    *v = x->valuedouble;
+    return 1;
+}
+
+Status ckpt_check_config(const cJSON *saved, const cJSON *current, const char *const *overrides, int noverrides,
+                         char *report, size_t len, Err *err) {
+    if (report && len) report[0] = '\0';
+    if (!cJSON_IsObject(saved) || !cJSON_IsObject(current))
+        return err_set(err, ST_ERR_INPUT, "checkpoint config: expected a JSON object on both sides, found %s",
+                       cJSON_IsObject(saved) ? "none in this run" : "none in the checkpoint's state.json");
+    Cmp c = {overrides, noverrides, report, len, {0}, 0, CKPT_FIELD_FREE};
+    /* The global batch decides which samples each step sees: trajectory, even when its split
+     * (micro_batch, grad_accum, dp: free) changes. */
+    double mb[2], ga[2], dp[2];
+    if (num(saved, "micro_batch", 0, &mb[0]) && num(saved, "grad_accum", 1, &ga[0]) && num(saved, "dp", 1, &dp[0]) &&
+        num(current, "micro_batch", 0, &mb[1]) && num(current, "grad_accum", 1, &ga[1]) &&
+        num(current, "dp", 1, &dp[1]) && mb[0] > 0 && mb[1] > 0) {
+        cJSON *g0 = cJSON_CreateNumber(mb[0] * ga[0] * dp[0]), *g1 = cJSON_CreateNumber(mb[1] * ga[1] * dp[1]);
+        compare_field(&c, "global_batch", g0, g1);
+        cJSON_Delete(g0);
+        cJSON_Delete(g1);
+    }
+    walk(&c, "", saved, current);
+    if (c.refused == 0) return ST_OK;
+    if (c.refused > 1) {
+        char more[64];
+        snprintf(more, sizeof more, " (and %d more changed field%s)", c.refused - 1, c.refused > 2 ? "s" : "");
+        size_t used = strlen(c.first.msg);
+        snprintf(c.first.msg + used, sizeof c.first.msg - used, "%s", more);
+    }
+    return err_set(err, ST_ERR_INPUT, "%s", c.first.msg);
+}

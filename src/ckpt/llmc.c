@@ -1,0 +1,161 @@
+/* llmc.c — weight import (--init-from: Hugging Face safetensors or llm.c .bin) and llm.c export.
+ *
+ * llm.c's fp32 checkpoint (train_gpt2.c): a header of 256 little-endian int32 — [0] magic
+ * 20240326, [1] version 3 (fp32), [2] maxT, [3] V, [4] L, [5] NH, [6] C, [7] Vp — then the
+ * parameters tensor by tensor with all layers stacked: wte (Vp, C), wpe (maxT, C), ln1w (L, C),
+ * ln1b (L, C), qkvw (L, 3C, C), qkvb (L, 3C), attprojw (L, C, C), attprojb (L, C), ln2w (L, C),
+ * ln2b (L, C), fcw (L, 4C, C), fcb (L, 4C), fcprojw (L, C, 4C), fcprojb (L, C), lnfw (C), lnfb (C).
+ * Weights are (out, in) like ours, and the per-layer order is our BT_* order, so layer l of
+ * llm.c tensor j is our tensor 2 + 12 l + j. Padded vocabulary rows are zero on export and
+ * ignored on import (the file's Vp may differ from ours). */
+#include <errno.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ckpt/ckpt.h"
+#include "ckpt/safetensors.h"
+#include "core/fileio.h"
+
+#define LLMC_MAGIC 20240326
+#define LLMC_VERSION_FP32 3
+
+static int is_dir(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* Reads the llm.c header if path starts with its magic: 1 yes (hdr filled), 0 not llm.c, -1 unreadable. */
+static int llmc_header(const char *path, int hdr[256]) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    size_t n = fread(hdr, sizeof(int), 256, f);
+    fclose(f);
+    if (n >= 1 && hdr[0] == LLMC_MAGIC) return n == 256 ? 1 : 2;
+    return 0;
+}
+
+static Status llmc_config(const char *path, const int *h, ModelConfig *cfg, Err *err) {
+    if (h[1] != LLMC_VERSION_FP32)
+        return err_set(err, ST_ERR_INPUT, "%s: llm.c checkpoint version %d: expected 3 (fp32)%s", path, h[1],
+                       h[1] == 5 ? "; version 5 is bf16, not supported" : "");
+    memset(cfg, 0, sizeof *cfg);
+    cfg->max_seq = h[2], cfg->vocab = h[3], cfg->n_layer = h[4], cfg->n_head = h[5], cfg->n_embd = h[6];
+    if (h[7] < h[3])
+        return err_set(err, ST_ERR_INPUT, "%s: padded vocabulary %d is smaller than the vocabulary %d", path, h[7], h[3]);
+    Status st = model_config_validate(cfg, err);
+    if (st != ST_OK) return err_prefix(err, "%s", path);
+    return ST_OK;
+}
+
+Status ckpt_peek_config(const char *path, ModelConfig *cfg, Err *err) {
+    if (is_dir(path)) return st_load_hf_config(path, cfg, NULL, 0, err);
+    int h[256];
+    int r = llmc_header(path, h);
+    if (r < 0) return err_set(err, ST_ERR_INPUT, "--init-from %s: cannot open: %s", path, strerror(errno));
+    if (r == 2) return err_set(err, ST_ERR_INPUT, "%s: llm.c header truncated (expected 1024 bytes)", path);
+    if (r == 1) return llmc_config(path, h, cfg, err);
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    return st_load_hf_config(dirname(buf), cfg, NULL, 0, err);
+}
+
+/* Compares one header dimension with the model's. */
+static Status dim_check(const char *path, const char *what, int file, int model, Err *err) {
+    if (file == model) return ST_OK;
+    return err_set(err, ST_ERR_INPUT, "%s: %s: file has %d, model has %d", path, what, file, model);
+}
+
+static Status llmc_load(Gpt *g, const char *path, const int *h, Err *err) {
+    const ModelConfig *c = &g->cfg;
+    Status st;
+    if (h[1] != LLMC_VERSION_FP32) {
+        ModelConfig tmp;
+        return llmc_config(path, h, &tmp, err);
+    }
+    if ((st = dim_check(path, "layers", h[4], c->n_layer, err)) != ST_OK ||
+        (st = dim_check(path, "heads", h[5], c->n_head, err)) != ST_OK ||
+        (st = dim_check(path, "channels", h[6], c->n_embd, err)) != ST_OK ||
+        (st = dim_check(path, "vocab", h[3], c->vocab, err)) != ST_OK ||
+        (st = dim_check(path, "max-seq-len", h[2], c->max_seq, err)) != ST_OK)
+        return st;
+    size_t L = (size_t)c->n_layer, C = (size_t)c->n_embd, Vpf = (size_t)h[7];
+    const ParamLayout *pl = &g->layout;
+    size_t want = 1024 + 4 * (Vpf * C + pl->tensors[1].numel + C * 2);
+    for (int j = 0; j < BT_COUNT; j++) want += 4 * L * pl->tensors[2 + j].numel;
+    FILE *f = fopen(path, "rb");
+    if (!f) return err_set(err, ST_ERR_INPUT, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || (size_t)sb.st_size != want) {
+        fclose(f);
+        return err_set(err, ST_ERR_INPUT, "%s: expected %zu bytes for L=%zu C=%zu Vp=%zu maxT=%d, found %lld%s", path,
+                       want, L, C, Vpf, h[2], (long long)sb.st_size, (size_t)sb.st_size < want ? " (truncated)" : "");
+    }
+    memset(g->params, 0, pl->total * sizeof(float));
+    int ok = fseek(f, 1024, SEEK_SET) == 0;
+    /* wte: the V real rows, then skip the file's padding rows */
+    ok = ok && fread(g->params + pl->tensors[0].offset, 4, (size_t)c->vocab * C, f) == (size_t)c->vocab * C;
+    ok = ok && fseek(f, (long)((Vpf - (size_t)c->vocab) * C * 4), SEEK_CUR) == 0;
+    ok = ok && fread(g->params + pl->tensors[1].offset, 4, pl->tensors[1].numel, f) == pl->tensors[1].numel;
+    for (int j = 0; ok && j < BT_COUNT; j++)
+        for (size_t l = 0; ok && l < L; l++) {
+            const TensorInfo *t = &pl->tensors[2 + l * BT_COUNT + (size_t)j];
+            ok = fread(g->params + t->offset, 4, t->numel, f) == t->numel;
+        }
+    for (int j = 0; ok && j < 2; j++) {
+        const TensorInfo *t = &pl->tensors[2 + L * BT_COUNT + (size_t)j];
+        ok = fread(g->params + t->offset, 4, t->numel, f) == t->numel;
+    }
+    fclose(f);
+    if (!ok) return err_set(err, ST_ERR_INPUT, "%s: read failed", path);
+    return ST_OK;
+}
+
+Status ckpt_init_from(Gpt *g, const char *path, Err *err) {
+    if (is_dir(path)) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/model.safetensors", path);
+        return st_load_hf_file(g, p, err);
+    }
+    int h[256];
+    int r = llmc_header(path, h);
+    if (r < 0) return err_set(err, ST_ERR_INPUT, "--init-from %s: cannot open: %s", path, strerror(errno));
+    if (r == 2) return err_set(err, ST_ERR_INPUT, "%s: llm.c header truncated (expected 1024 bytes)", path);
+    if (r == 1) return llmc_load(g, path, h, err);
+    return st_load_hf_file(g, path, err);
+}
+
+Status ckpt_export_llmc(const Gpt *g, const char *path, Err *err) {
+    const ModelConfig *c = &g->cfg;
+    const ParamLayout *pl = &g->layout;
+    int L = c->n_layer;
+    int n = 1 + 2 + BT_COUNT * L + 2;
+    const void **bufs = calloc((size_t)n, sizeof *bufs);
+    size_t *lens = calloc((size_t)n, sizeof *lens);
+    if (!bufs || !lens) {
+        free(bufs);
+        free(lens);
+        return err_set(err, ST_ERR_RUNTIME, "%s: out of memory", path);
+    }
+    int hdr[256] = {0};
+    hdr[0] = LLMC_MAGIC, hdr[1] = LLMC_VERSION_FP32, hdr[2] = c->max_seq, hdr[3] = c->vocab, hdr[4] = L;
+    hdr[5] = c->n_head, hdr[6] = c->n_embd, hdr[7] = c->vocab_padded;
+    int k = 0;
+    bufs[k] = hdr, lens[k++] = sizeof hdr;
+    for (int t = 0; t < 2; t++) bufs[k] = g->params + pl->tensors[t].offset, lens[k++] = pl->tensors[t].numel * 4;
+    for (int j = 0; j < BT_COUNT; j++)
+        for (int l = 0; l < L; l++) {
+            const TensorInfo *t = &pl->tensors[2 + l * BT_COUNT + j];
+            bufs[k] = g->params + t->offset, lens[k++] = t->numel * 4;
+        }
+    for (int j = 0; j < 2; j++) {
+        const TensorInfo *t = &pl->tensors[2 + L * BT_COUNT + j];
+        bufs[k] = g->params + t->offset, lens[k++] = t->numel * 4;
+    }
+    Status st = file_write_atomic(path, bufs, lens, n, err);
+    free(bufs);
+    free(lens);
+    return st;
+}
