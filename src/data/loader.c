@@ -1,17 +1,55 @@
-/* loader.c — windows, epoch permutations and validation of the token stream. */
+/* loader.c — datasets, mixing pattern, epoch permutations, packed and no-pack rows (see loader.h).
+ *
+ * Contents: 1. the --data spec  2. opening a dataset (shards, no-pack rows)  3. the mixing pattern
+ *           4. open / close / queries  5. sample -> row -> tokens. */
 #include "data/loader.h"
 
+#include <errno.h>
 #include <glob.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/rng.h"
 
-Status loader_open(Loader *ld, const char *pattern, int T, uint32_t vocab, uint64_t expected_hash, uint64_t seed,
-                   int shuffle, Err *err) {
-    memset(ld, 0, sizeof *ld);
-    ld->T = T, ld->shuffle = shuffle, ld->st.seed = seed;
-    ld->perm_epoch[0] = ld->perm_epoch[1] = UINT64_MAX;
+/* ================================================================== 1. the --data spec */
+
+/* Splits item "PATTERN:W" into pattern and weight; *has_weight = 0 when there is no ":number"
+ * suffix (a colon that is part of a path is kept). */
+static int parse_item(const char *item, size_t len, char *pat, size_t patlen, double *w, int *has_weight) {
+    *has_weight = 0;
+    size_t pl = len;
+    const char *colon = NULL;
+    for (size_t i = len; i > 0; i--)
+        if (item[i - 1] == ':') {
+            colon = item + i - 1;
+            break;
+        }
+    if (colon) {
+        char num[64];
+        size_t nl = len - (size_t)(colon + 1 - item);
+        if (nl > 0 && nl < sizeof num) {
+            memcpy(num, colon + 1, nl);
+            num[nl] = 0;
+            char *end;
+            errno = 0;
+            double v = strtod(num, &end);
+            if (!errno && *end == 0) {
+                *w = v;
+                *has_weight = 1;
+                pl = (size_t)(colon - item);
+            }
+        }
+    }
+    if (pl == 0 || pl >= patlen) return -1;
+    memcpy(pat, item, pl);
+    pat[pl] = 0;
+    return 0;
+}
+
+/* ================================================================== 2. one dataset */
+
+static Status set_add_glob(LoaderSet *s, const char *pattern, uint64_t expected_hash, Err *err) {
     glob_t gl;
     int rc = glob(pattern, 0, NULL, &gl);
     if (rc != 0) {
@@ -21,113 +59,371 @@ Status loader_open(Loader *ld, const char *pattern, int T, uint32_t vocab, uint6
         return err_set(err, ST_ERR_RUNTIME, "%s: cannot expand the pattern", pattern);
     }
     Status st = ST_OK;
-    ld->shards = calloc(gl.gl_pathc, sizeof *ld->shards);
-    ld->start = calloc(gl.gl_pathc + 1, sizeof *ld->start);
-    if (!ld->shards || !ld->start) {
-        st = err_set(err, ST_ERR_RUNTIME, "out of memory opening %s", pattern);
-        goto done;
+    Shard *ns = realloc(s->shards, (size_t)(s->nshards + (int)gl.gl_pathc) * sizeof *ns);
+    size_t *nst = ns ? realloc(s->start, (size_t)(s->nshards + (int)gl.gl_pathc + 1) * sizeof *nst) : NULL;
+    if (ns) s->shards = ns;
+    if (nst) s->start = nst;
+    if (!ns || !nst) {
+        globfree(&gl);
+        return err_set(err, ST_ERR_RUNTIME, "out of memory opening %s", pattern);
     }
-    uint64_t bytes = 0;
-    int bytes_known = 1;
+    if (s->nshards == 0) s->start[0] = 0;
     for (size_t i = 0; i < gl.gl_pathc; i++) {
-        Shard *s = &ld->shards[ld->nshards];
-        if ((st = shard_open(s, gl.gl_pathv[i], err)) != ST_OK) goto done;
-        ld->nshards++;
-        if (expected_hash && s->meta.tokenizer_hash && s->meta.tokenizer_hash != expected_hash) {
+        Shard *sh = &s->shards[s->nshards];
+        if ((st = shard_open(sh, gl.gl_pathv[i], err)) != ST_OK) break;
+        s->nshards++;
+        if (expected_hash && sh->meta.tokenizer_hash && sh->meta.tokenizer_hash != expected_hash) {
             st = err_set(err, ST_ERR_INPUT,
-                         "%s: made with tokenizer hash %016llx, expected %016llx (the --tokenizer of this run)", s->path,
-                         (unsigned long long)s->meta.tokenizer_hash, (unsigned long long)expected_hash);
-            goto done;
+                         "%s: made with tokenizer hash %016llx, expected %016llx (the --tokenizer of this run)",
+                         sh->path, (unsigned long long)sh->meta.tokenizer_hash, (unsigned long long)expected_hash);
+            break;
         }
-        if (!s->meta.source_bytes) bytes_known = 0;
-        bytes += s->meta.source_bytes;
-        ld->start[i + 1] = ld->start[i] + s->ntok;
+        s->start[s->nshards] = s->start[s->nshards - 1] + sh->ntok;
     }
-    ld->total_tokens = ld->start[ld->nshards];
-    ld->source_bytes = bytes_known ? bytes : 0;
-    if (ld->total_tokens < (size_t)T + 1) {
-        st = err_set(err, ST_ERR_INPUT, "%s: %zu tokens in all, expected at least --seq-len + 1 = %d", pattern,
-                     ld->total_tokens, T + 1);
-        goto done;
-    }
-    ld->nwin = (ld->total_tokens - 1) / (size_t)T;
-    if (vocab) st = loader_check_vocab(ld, vocab, err);
-done:
     globfree(&gl);
+    return st;
+}
+
+static uint32_t set_token(const LoaderSet *s, size_t g, int *hint) {
+    int k = *hint;
+    if (g < s->start[k] || g >= s->start[k + 1]) {
+        int lo = 0, hi = s->nshards - 1;
+        while (lo < hi) {
+            int mid = (lo + hi + 1) / 2;
+            if (s->start[mid] <= g) lo = mid;
+            else hi = mid - 1;
+        }
+        k = *hint = lo;
+    }
+    return shard_token(&s->shards[k], g - s->start[k]);
+}
+
+/* Calls fn(ctx, first, n_targets) for every document of the stream: [s, e) content, e the EOT (or
+ * the end of the stream, then no EOT target). Documents without content are skipped. */
+static void set_for_each_doc(const LoaderSet *s, uint32_t eot, void (*fn)(void *, size_t, uint64_t), void *ctx) {
+    size_t g = 0, begin = 0;
+    for (int k = 0; k < s->nshards; k++) {
+        const Shard *sh = &s->shards[k];
+        for (size_t i = 0; i < sh->ntok; i++, g++)
+            if (shard_token(sh, i) == eot) {
+                if (g > begin) fn(ctx, begin, (uint64_t)(g - begin) + 1);
+                begin = g + 1;
+            }
+    }
+    if (s->total_tokens > begin) fn(ctx, begin, (uint64_t)(s->total_tokens - begin));
+}
+
+typedef struct {
+    LoaderSet *s;
+    int T;
+    int fill; /* 0: count rows, 1: write them */
+} RowCtx;
+
+static void add_doc_rows(void *vctx, size_t begin, uint64_t n_targets) {
+    RowCtx *c = vctx;
+    uint64_t rows = loader_nopack_rows(n_targets, c->T);
+    if (c->fill)
+        for (uint64_t r = 0; r < rows; r++) {
+            uint64_t left = n_targets - r * (uint64_t)c->T;
+            /* first input = token begin - 1 + r·T, stored + 1 (so 0 is the synthetic EOT) */
+            c->s->row_first[c->s->nrows + r] = (uint64_t)begin + r * (uint64_t)c->T;
+            c->s->row_len[c->s->nrows + r] = (uint32_t)(left < (uint64_t)c->T ? left : (uint64_t)c->T);
+        }
+    c->s->nrows += rows;
+    c->s->real_targets += n_targets;
+}
+
+static Status set_build_rows(LoaderSet *s, int T, int no_pack, uint32_t eot, Err *err) {
+    if (!no_pack) {
+        if (s->total_tokens < (size_t)T + 1)
+            return err_set(err, ST_ERR_INPUT, "%s: %zu tokens in all, expected at least --seq-len + 1 = %d",
+                           s->pattern, s->total_tokens, T + 1);
+        s->nrows = (s->total_tokens - 1) / (size_t)T;
+        s->real_targets = s->nrows * (uint64_t)T;
+        return ST_OK;
+    }
+    RowCtx c = {s, T, 0};
+    set_for_each_doc(s, eot, add_doc_rows, &c);
+    if (s->nrows == 0)
+        return err_set(err, ST_ERR_INPUT, "%s: no document with any token (expected text between the EOT %u tokens)",
+                       s->pattern, eot);
+    s->row_first = malloc(s->nrows * sizeof *s->row_first);
+    s->row_len = malloc(s->nrows * sizeof *s->row_len);
+    if (!s->row_first || !s->row_len)
+        return err_set(err, ST_ERR_RUNTIME, "%s: out of memory for %llu no-pack rows", s->pattern,
+                       (unsigned long long)s->nrows);
+    s->nrows = s->real_targets = 0;
+    c.fill = 1;
+    set_for_each_doc(s, eot, add_doc_rows, &c);
+    return ST_OK;
+}
+
+static void set_free(LoaderSet *s) {
+    for (int i = 0; i < s->nshards; i++) shard_close(&s->shards[i]);
+    free(s->shards);
+    free(s->start);
+    free(s->row_first);
+    free(s->row_len);
+    free(s->perm[0]);
+    free(s->perm[1]);
+    memset(s, 0, sizeof *s);
+}
+
+/* ================================================================== 3. the mixing pattern */
+
+/* Quotas by largest remainder (each >= 1), then smooth weighted round robin over the period. */
+static Status build_mix(Loader *ld, Err *err) {
+    int D = ld->nsets;
+    const uint32_t P = LOADER_MIX_PERIOD;
+    if (D > (int)P) return err_set(err, ST_ERR_INPUT, "--data: expected at most %u datasets, found %d", P, D);
+    uint32_t sum = 0;
+    double rem[LOADER_MAX_SETS];
+    for (int d = 0; d < D; d++) {
+        double x = ld->sets[d].weight * P;
+        uint32_t q = (uint32_t)x;
+        if (q < 1) q = 1;
+        ld->sets[d].quota = q;
+        rem[d] = x - (double)q;
+        sum += q;
+    }
+    while (sum < P) { /* hand the missing slots to the largest remainders (lowest index on ties) */
+        int best = 0;
+        for (int d = 1; d < D; d++)
+            if (rem[d] > rem[best]) best = d;
+        ld->sets[best].quota++;
+        rem[best] -= 1.0;
+        sum++;
+    }
+    while (sum > P) { /* only when many tiny weights were raised to 1: take from the largest quota */
+        int best = 0;
+        for (int d = 1; d < D; d++)
+            if (ld->sets[d].quota > ld->sets[best].quota) best = d;
+        ld->sets[best].quota--;
+        sum--;
+    }
+    ld->mix_set = malloc(P * sizeof *ld->mix_set);
+    ld->mix_rank = malloc(P * sizeof *ld->mix_rank);
+    if (!ld->mix_set || !ld->mix_rank) return err_set(err, ST_ERR_RUNTIME, "out of memory for the mixing pattern");
+    int64_t credit[LOADER_MAX_SETS] = {0};
+    uint32_t taken[LOADER_MAX_SETS] = {0};
+    for (uint32_t slot = 0; slot < P; slot++) {
+        int best = 0;
+        for (int d = 0; d < D; d++) {
+            credit[d] += ld->sets[d].quota;
+            if (credit[d] > credit[best]) best = d;
+        }
+        credit[best] -= P;
+        ld->mix_set[slot] = (uint16_t)best;
+        ld->mix_rank[slot] = taken[best]++;
+    }
+    for (int d = 0; d < D; d++) ST_CHECK(taken[d] == ld->sets[d].quota);
+    return ST_OK;
+}
+
+/* ================================================================== 4. open / close / queries */
+
+Status loader_open(Loader *ld, const char *spec, int T, uint32_t vocab, uint64_t expected_hash, uint64_t seed,
+                   int flags, Err *err) {
+    memset(ld, 0, sizeof *ld);
+    ld->T = T, ld->flags = flags, ld->shuffle = (flags & LOADER_SHUFFLE) != 0, ld->st.seed = seed;
+    if (T < 1) return err_set(err, ST_ERR_INPUT, "--seq-len: expected a positive integer, found %d", T);
+    if (!spec || !*spec) return err_set(err, ST_ERR_INPUT, "--data: expected a token shard path or glob, found none");
+    /* items */
+    char pats[LOADER_MAX_SETS][1024];
+    double w[LOADER_MAX_SETS];
+    int nitems = 0, nweighted = 0;
+    for (const char *p = spec;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (nitems == LOADER_MAX_SETS)
+            return err_set(err, ST_ERR_INPUT, "--data %s: expected at most %d comma-separated items", spec,
+                           LOADER_MAX_SETS);
+        int hw;
+        if (parse_item(p, len, pats[nitems], sizeof pats[nitems], &w[nitems], &hw))
+            return err_set(err, ST_ERR_INPUT, "--data %s: expected PATH_OR_GLOB[:WEIGHT] items, found '%.*s'", spec,
+                           (int)len, p);
+        if (hw && !(w[nitems] > 0 && w[nitems] < 1e9))
+            return err_set(err, ST_ERR_INPUT, "--data %s: expected a weight > 0, found %g for %s", spec, w[nitems],
+                           pats[nitems]);
+        nweighted += hw;
+        nitems++;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    if (nweighted && nweighted != nitems)
+        return err_set(err, ST_ERR_INPUT,
+                       "--data %s: expected a :WEIGHT on every item of a mixture (or on none), found %d of %d", spec,
+                       nweighted, nitems);
+    int nsets = nweighted ? nitems : 1;
+    ld->sets = calloc((size_t)nsets, sizeof *ld->sets);
+    if (!ld->sets) return err_set(err, ST_ERR_RUNTIME, "out of memory opening %s", spec);
+    ld->nsets = nsets;
+    double wsum = 0;
+    for (int i = 0; i < nitems; i++) wsum += nweighted ? w[i] : 0;
+    Status st = ST_OK;
+    for (int i = 0; i < nitems && st == ST_OK; i++) {
+        LoaderSet *s = &ld->sets[nweighted ? i : 0];
+        if (nweighted || i == 0) {
+            snprintf(s->pattern, sizeof s->pattern, "%s", nweighted ? pats[i] : spec);
+            s->weight = nweighted ? w[i] / wsum : 1.0;
+            s->perm_epoch[0] = s->perm_epoch[1] = UINT64_MAX;
+        }
+        st = set_add_glob(s, pats[i], expected_hash, err);
+    }
+    /* totals, EOT, rows */
+    uint32_t hv = 0;
+    for (int d = 0; d < nsets && st == ST_OK; d++) {
+        LoaderSet *s = &ld->sets[d];
+        s->total_tokens = s->start[s->nshards];
+        int known = 1;
+        for (int i = 0; i < s->nshards; i++) {
+            known &= s->shards[i].meta.source_bytes != 0;
+            s->source_bytes += s->shards[i].meta.source_bytes;
+        }
+        if (!known) s->source_bytes = 0;
+        ld->nshards += s->nshards;
+        ld->total_tokens += s->total_tokens;
+    }
+    if (st == ST_OK) hv = loader_header_vocab(ld);
+    if (st == ST_OK && (flags & LOADER_NO_PACK)) {
+        if (!hv && !vocab)
+            st = err_set(err, ST_ERR_INPUT,
+                         "%s: --no-pack needs the EOT id, but the shard headers record no vocabulary size (give --vocab)",
+                         spec);
+        ld->eot = hv ? hv - 1 : vocab - 1;
+    }
+    int known_bytes = 1;
+    for (int d = 0; d < nsets && st == ST_OK; d++) {
+        st = set_build_rows(&ld->sets[d], T, (flags & LOADER_NO_PACK) != 0, ld->eot, err);
+        ld->nwin += ld->sets[d].nrows;
+        known_bytes &= ld->sets[d].source_bytes != 0;
+        ld->source_bytes += ld->sets[d].source_bytes;
+    }
+    if (!known_bytes) ld->source_bytes = 0;
+    if (st == ST_OK && nsets > 1) st = build_mix(ld, err);
+    if (st == ST_OK && vocab) st = loader_check_vocab(ld, vocab, err);
     if (st != ST_OK) loader_close(ld);
     return st;
 }
 
 Status loader_check_vocab(const Loader *ld, uint32_t vocab, Err *err) {
-    for (int i = 0; i < ld->nshards; i++) {
-        const Shard *s = &ld->shards[i];
-        size_t bad = shard_find_token_at_least(s, vocab);
-        if (bad != SIZE_MAX)
-            return err_set(err, ST_ERR_INPUT,
-                           "%s: token id %u at position %zu is not below the vocabulary size %u (expected ids < --vocab)",
-                           s->path, shard_token(s, bad), bad, vocab);
-    }
+    for (int d = 0; d < ld->nsets; d++)
+        for (int i = 0; i < ld->sets[d].nshards; i++) {
+            const Shard *s = &ld->sets[d].shards[i];
+            size_t bad = shard_find_token_at_least(s, vocab);
+            if (bad != SIZE_MAX)
+                return err_set(err, ST_ERR_INPUT,
+                               "%s: token id %u at position %zu is not below the vocabulary size %u (expected ids < --vocab)",
+                               s->path, shard_token(s, bad), bad, vocab);
+        }
     return ST_OK;
 }
 
 void loader_close(Loader *ld) {
-    for (int i = 0; i < ld->nshards; i++) shard_close(&ld->shards[i]);
-    free(ld->shards);
-    free(ld->start);
-    free(ld->perm[0]);
-    free(ld->perm[1]);
+    for (int d = 0; d < ld->nsets; d++) set_free(&ld->sets[d]);
+    free(ld->sets);
+    free(ld->mix_set);
+    free(ld->mix_rank);
     memset(ld, 0, sizeof *ld);
 }
 
 uint32_t loader_header_vocab(const Loader *ld) {
-    uint32_t v = ld->nshards ? ld->shards[0].meta.vocab_size : 0;
-    for (int i = 1; i < ld->nshards; i++)
-        if (ld->shards[i].meta.vocab_size != v) return 0;
+    uint32_t v = 0;
+    int first = 1;
+    for (int d = 0; d < ld->nsets; d++)
+        for (int i = 0; i < ld->sets[d].nshards; i++) {
+            uint32_t x = ld->sets[d].shards[i].meta.vocab_size;
+            if (first) v = x, first = 0;
+            else if (x != v) return 0;
+        }
     return v;
 }
 
-/* Fisher–Yates with draws from the counter RNG: the permutation depends on (seed, epoch) only. */
-static const uint64_t *epoch_perm(Loader *ld, uint64_t epoch) {
-    for (int i = 0; i < 2; i++)
-        if (ld->perm_epoch[i] == epoch) return ld->perm[i];
-    int slot = ld->perm_next;
-    ld->perm_next ^= 1;
-    if (!ld->perm[slot]) {
-        ld->perm[slot] = malloc(ld->nwin * sizeof(uint64_t));
-        ST_CHECK_MSG(ld->perm[slot] != NULL, "out of memory for the epoch permutation");
+LoaderState loader_get_state(const Loader *ld) { return ld->st; }
+
+void loader_set_state(Loader *ld, LoaderState st) {
+    if (st.seed != ld->st.seed)
+        for (int d = 0; d < ld->nsets; d++) ld->sets[d].perm_epoch[0] = ld->sets[d].perm_epoch[1] = UINT64_MAX;
+    ld->st = st;
+}
+
+double loader_utilization(const Loader *ld) {
+    double u = 0;
+    for (int d = 0; d < ld->nsets; d++) {
+        const LoaderSet *s = &ld->sets[d];
+        double share = ld->nsets > 1 ? (double)s->quota / LOADER_MIX_PERIOD : 1.0;
+        if (s->nrows) u += share * (double)s->real_targets / ((double)s->nrows * ld->T);
     }
-    uint64_t *p = ld->perm[slot];
-    for (uint64_t i = 0; i < ld->nwin; i++) p[i] = i;
-    for (uint64_t i = ld->nwin - 1; i > 0; i--) {
-        uint64_t j = rng_below(ld->st.seed, 0x10ad000000000000ull + epoch, i, i + 1);
+    return u;
+}
+
+/* ================================================================== 5. sample -> row -> tokens */
+
+/* Fisher–Yates with draws from the counter RNG: the permutation depends on (seed, dataset, epoch)
+ * only (dataset 0 uses the streams of the single-dataset loader, so adding mixing changed nothing
+ * for one dataset). */
+static const uint64_t *epoch_perm(LoaderSet *s, uint64_t seed, int d, uint64_t epoch) {
+    for (int i = 0; i < 2; i++)
+        if (s->perm_epoch[i] == epoch) return s->perm[i];
+    int slot = s->perm_next;
+    s->perm_next ^= 1;
+    if (!s->perm[slot]) {
+        s->perm[slot] = malloc(s->nrows * sizeof(uint64_t));
+        ST_CHECK_MSG(s->perm[slot] != NULL, "out of memory for the epoch permutation");
+    }
+    uint64_t *p = s->perm[slot];
+    uint64_t stream = 0x10ad000000000000ull + ((uint64_t)d << 40) + epoch;
+    for (uint64_t i = 0; i < s->nrows; i++) p[i] = i;
+    for (uint64_t i = s->nrows - 1; i > 0; i--) {
+        uint64_t j = rng_below(seed, stream, i, i + 1);
         uint64_t t = p[i];
         p[i] = p[j], p[j] = t;
     }
-    ld->perm_epoch[slot] = epoch;
+    s->perm_epoch[slot] = epoch;
     return p;
 }
 
-static uint32_t token_at(const Loader *ld, size_t g, int *shard_hint) {
-    int s = *shard_hint;
-    if (g < ld->start[s] || g >= ld->start[s + 1]) {
-        int lo = 0, hi = ld->nshards - 1;
-        while (lo < hi) {
-            int mid = (lo + hi + 1) / 2;
-            if (ld->start[mid] <= g) lo = mid;
-            else hi = mid - 1;
-        }
-        s = *shard_hint = lo;
+uint64_t loader_sample_row(Loader *ld, uint64_t n, int *set) {
+    int d = 0;
+    uint64_t m = n;
+    if (ld->nsets > 1) {
+        uint64_t slot = n % LOADER_MIX_PERIOD;
+        d = ld->mix_set[slot];
+        m = (n / LOADER_MIX_PERIOD) * ld->sets[d].quota + ld->mix_rank[slot];
     }
-    return shard_token(&ld->shards[s], g - ld->start[s]);
+    *set = d;
+    LoaderSet *s = &ld->sets[d];
+    return ld->shuffle ? epoch_perm(s, ld->st.seed, d, m / s->nrows)[m % s->nrows] : m % s->nrows;
 }
 
 void loader_fill(Loader *ld, uint64_t first, int count, int32_t *inp, int32_t *tgt) {
-    int T = ld->T, hint = 0;
+    int T = ld->T, hint = 0, last_set = -1;
     for (int b = 0; b < count; b++) {
-        uint64_t n = first + (uint64_t)b;
-        uint64_t w = ld->shuffle ? epoch_perm(ld, n / ld->nwin)[n % ld->nwin] : n % ld->nwin;
-        size_t g0 = (size_t)w * T;
-        for (int t = 0; t < T; t++) inp[(size_t)b * T + t] = (int32_t)token_at(ld, g0 + t, &hint);
-        for (int t = 0; t < T; t++) tgt[(size_t)b * T + t] = (int32_t)token_at(ld, g0 + t + 1, &hint);
+        int d;
+        uint64_t row = loader_sample_row(ld, first + (uint64_t)b, &d);
+        const LoaderSet *s = &ld->sets[d];
+        if (d != last_set) hint = 0, last_set = d;
+        int32_t *in = inp + (size_t)b * T, *tg = tgt + (size_t)b * T;
+        if (!(ld->flags & LOADER_NO_PACK)) {
+            size_t g0 = (size_t)row * T;
+            for (int t = 0; t < T; t++) in[t] = (int32_t)set_token(s, g0 + t, &hint);
+            for (int t = 0; t < T; t++) tg[t] = (int32_t)set_token(s, g0 + t + 1, &hint);
+            continue;
+        }
+        uint64_t f = s->row_first[row]; /* global index of the first target */
+        int n = (int)s->row_len[row];
+        for (int t = 0; t < n; t++) {
+            in[t] = f + t == 0 ? (int32_t)ld->eot : (int32_t)set_token(s, f + t - 1, &hint);
+            tg[t] = (int32_t)set_token(s, f + t, &hint);
+        }
+        for (int t = n; t < T; t++) in[t] = (int32_t)ld->eot, tg[t] = -1;
     }
 }
+
+void loader_fill_rank(Loader *ld, int rank, int dp, int micro, int B, int k, int32_t *inp, int32_t *tgt) {
+    ST_CHECK(rank >= 0 && rank < dp && micro >= 0 && micro < k && B > 0);
+    uint64_t first = ld->st.consumed + (uint64_t)rank * B * k + (uint64_t)micro * B;
+    loader_fill(ld, first, B, inp, tgt);
+}
+
+void loader_step_done(Loader *ld, int dp, int B, int k) { ld->st.consumed += (uint64_t)B * k * dp; }
