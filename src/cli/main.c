@@ -4,6 +4,7 @@
 
 #include "cli/cmds.h"
 #include "cli/cmds_data.h"
+#include "cli/cmds_plan.h"
 #include "cli/cmds_ckpt.h"
 
 static void usage(FILE *f) {
@@ -13,7 +14,8 @@ static void usage(FILE *f) {
             "  train      train a GPT on token shards\n"
             "  sample     generate text from trained weights\n"
             "  prepare    text / JSON Lines -> token shards (train + validation)\n"
-            "  tokenizer  train, encode or decode with a tokenizer\n");
+            "  tokenizer  train, encode or decode with a tokenizer\n"
+            "  plan       the training-plan review: memory, FLOPs, time, communication, scaling laws\n");
 }
 
 int main(int argc, char **argv) {
@@ -26,6 +28,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
     if (!strcmp(cmd, "prepare")) return cmd_prepare(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenizer")) return cmd_tokenizer(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
     fprintf(stderr, "scaletrain: unknown command '%s' (expected train, sample, prepare or tokenizer)\n", cmd);
     return 2;

@@ -1,0 +1,555 @@
+/* cmd_plan.c — `scaletrain plan`: flags → PlanInput → plan_compute → a readable review or, with
+ * --json, one JSON object (schema: docs/plan.md). The math lives in src/plan (no I/O there).
+ *
+ * Units in the review: GiB = 2^30 bytes, GB = 10^9 bytes (both printed where published figures
+ * use GB); FLOP counts multiply-adds as 2; every memory figure states the precisions it assumes. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/cmds.h"
+#include "cli/cmds_plan.h"
+#include "plan/plan.h"
+
+#define GIB 1073741824.0
+
+/* "13.04 GiB (14.00 GB)" */
+static const char *fmt_bytes(char *buf, size_t n, double b) {
+    snprintf(buf, n, "%.2f GiB (%.2f GB)", b / GIB, b / 1e9);
+    return buf;
+}
+
+/* "1.23 h", "4.5 d" ... */
+static const char *fmt_time(char *buf, size_t n, double s) {
+    if (!(s >= 0) || !isfinite(s)) snprintf(buf, n, "n/a");
+    else if (s < 1e-3) snprintf(buf, n, "%.3g us", s * 1e6);
+    else if (s < 1) snprintf(buf, n, "%.3g ms", s * 1e3);
+    else if (s < 120) snprintf(buf, n, "%.3g s", s);
+    else if (s < 7200) snprintf(buf, n, "%.3g min", s / 60);
+    else if (s < 2 * 86400) snprintf(buf, n, "%.3g h", s / 3600);
+    else snprintf(buf, n, "%.3g days", s / 86400);
+    return buf;
+}
+
+static void print_review(const PlanInput *in, const PlanResult *r) {
+    const PlanModel *m = &in->model;
+    const PlanPrecision *p = &in->prec;
+    char a[64], b[64], c[64], d[64];
+    printf("== scaletrain plan ==\n");
+    /* ---- model ---- */
+    if (m->params_override > 0) {
+        printf("model: %lld parameters (count only)\n", r->n_params);
+    } else {
+        printf("model: %s, %s: L=%d heads=%d kv_heads=%d C=%d F=%d V=%d max_seq=%d%s%s\n", m->name,
+               m->arch == PLAN_ARCH_LLAMA ? "llama (RMSNorm, SwiGLU, rotary, untied head)"
+                                          : "gpt2 (LayerNorm, GELU, learned positions, tied head)",
+               m->n_layer, m->n_head, m->n_kv_head, m->d_model, m->d_ff, m->vocab, m->max_seq,
+               m->gated_mlp && m->arch != PLAN_ARCH_LLAMA ? " gated" : "", m->tied_head ? "" : " untied");
+        printf("parameters: %lld exact (embeddings %lld, per block %lld)%s\n", r->n_params, r->n_params_embedding,
+               r->n_params_layer, r->exact_layout ? "" : "");
+        if (r->exact_layout)
+            printf("  our trainer's layout: %lld floats per buffer (padded vocabulary, 64-byte alignment)\n",
+                   r->layout_floats);
+    }
+    printf("precisions (bytes/element): weights %d, gradients %d, master %d, moments %d x %d, activations %d; "
+           "matmuls in %s\n",
+           p->weight, p->grad, p->master, in->n_moments, p->moment, p->act, plan_dtype_name(p->compute));
+    printf("hardware: %s: peak %.4g TFLOP/s (%s), %s, mem bw %.4g GB/s, link %.4g/%.4g GB/s intra/inter, %d per "
+           "node, matmul efficiency %.2f\n",
+           in->hw.name, r->compute.peak / 1e12, plan_dtype_name(p->compute), fmt_bytes(a, sizeof a, in->hw.memory),
+           in->hw.mem_bw / 1e9, in->hw.intra_bw / 1e9, in->hw.inter_bw / 1e9, in->hw.devices_per_node,
+           in->hw.matmul_eff);
+    printf("layout: dp=%d tp=%d pp=%d%s zero=%d recompute=%s, pipeline micro-batches %d, interleave %d; world %d on "
+           "%d node(s)\n",
+           in->dp, in->tp, in->pp, in->sp ? " +sp" : "", in->zero, plan_recompute_name(in->recompute), r->microbatches,
+           in->interleave, r->world, r->nodes);
+
+    /* ---- memory ---- */
+    printf("\n-- memory per device --\n");
+    printf("  params held before ZeRO: %.6g elements (%d of %d layers)\n", r->params_per_device, r->layers_per_device,
+           m->n_layer);
+    printf("  bytes per parameter, unsharded: %g (= %d + %d + %d + %d x %d)\n", r->mem.bytes_per_param, p->weight,
+           p->grad, p->master, in->n_moments, p->moment);
+    printf("  weights      %s\n", fmt_bytes(a, sizeof a, r->mem.weights));
+    printf("  gradients    %s\n", fmt_bytes(a, sizeof a, r->mem.grads));
+    printf("  master       %s\n", fmt_bytes(a, sizeof a, r->mem.master));
+    printf("  moments      %s\n", fmt_bytes(a, sizeof a, r->mem.moments));
+    printf("  activations  %s  (%s, %s per layer per micro-batch x %d layers x %.3g in flight)\n",
+           fmt_bytes(a, sizeof a, r->mem.activations),
+           r->act.exact_used ? "our kernels, fp32, model/layout" : "Korthikanti et al. 2022",
+           fmt_bytes(b, sizeof b, r->act.per_layer), r->layers_per_device, r->act.inflight);
+    printf("  workspace    %s\n", fmt_bytes(a, sizeof a, r->mem.workspace));
+    printf("  comm buffers %s\n", fmt_bytes(a, sizeof a, r->mem.comm));
+    printf("  total        %s of %s: %s", fmt_bytes(a, sizeof a, r->mem.total), fmt_bytes(b, sizeof b, r->mem.device),
+           r->mem.fits ? "fits" : "does not fit");
+    if (r->mem.fits) printf(" (%.2f GiB free)\n", r->mem.margin / GIB);
+    else printf(" by %.2f GiB\n", -r->mem.margin / GIB);
+    for (int i = 0; i < r->nsuggest; i++) printf("  %s: %s\n", i == 0 ? "cheapest fix" : "or", r->suggest[i]);
+    if (!r->mem.fits && r->nsuggest == 0)
+        printf("  no single change of zero/recompute/sp/micro-batch/tp/pp on this world makes it fit: add devices\n");
+    if (m->params_override == 0) {
+        printf("  activations per layer per micro-batch (b=%d s=%d): paper sbh(34+5as/h) = %s; this layout = %s",
+               in->micro_batch, in->seq_len, fmt_bytes(a, sizeof a, r->act.korth_plain),
+               fmt_bytes(b, sizeof b, r->act.korth));
+        if (r->act.exact_layer > 0) printf("; our kernels = %s", fmt_bytes(c, sizeof c, r->act.exact_layer));
+        printf("\n");
+    }
+
+    /* ---- batch and compute ---- */
+    printf("\n-- batch --\n");
+    printf("  effective batch: %d x %d x %d x %d = %lld sequences, %lld tokens per step\n", in->micro_batch,
+           in->seq_len, in->grad_accum, in->dp, r->batch_seqs, r->batch_tokens);
+    printf("  budget (%s): %.4g tokens = %lld steps\n", r->budget_source, r->tokens, r->steps);
+    printf("\n-- compute --\n");
+    printf("  FLOPs per token: 6N = %.4g, exact with attention = %.4g%s\n", r->compute.fpt_6n, r->compute.fpt,
+           in->recompute ? "" : "");
+    if (in->recompute) printf("  with %s recompute: %.4g hardware FLOPs per token\n", plan_recompute_name(in->recompute), r->compute.fpt_hw);
+    printf("  total: 6ND = %.4g, exact = %.4g FLOPs\n", r->compute.total_6nd, r->compute.total);
+    printf("  step: matmul %s + elementwise %s + bubble %s + tp %s + pp %s; dp/zero comm %s; optimizer %s\n",
+           fmt_time(a, sizeof a, r->compute.t_matmul), fmt_time(b, sizeof b, r->compute.t_elementwise),
+           fmt_time(c, sizeof c, r->compute.t_bubble), fmt_time(d, sizeof d, r->compute.t_tp),
+           fmt_time((char[64]){0}, 64, r->compute.t_pp), fmt_time((char[64]){0}, 64, r->compute.t_dp),
+           fmt_time((char[64]){0}, 64, r->compute.t_optimizer));
+    printf("  predicted step: %s with overlap (max), %s without (sum); %.4g tokens/s\n",
+           fmt_time(a, sizeof a, r->compute.step_overlap), fmt_time(b, sizeof b, r->compute.step_serial),
+           r->compute.tokens_per_s);
+    printf("  implied MFU %.1f%% (HFU %.1f%%); training time %s\n", 100 * r->compute.mfu, 100 * r->compute.hfu,
+           fmt_time(a, sizeof a, r->compute.train_seconds));
+    if (r->compute.target_seconds > 0)
+        printf("  to finish in %s on %d devices: MFU %.1f%% required\n", fmt_time(a, sizeof a, r->compute.target_seconds),
+               r->world, 100 * r->compute.mfu_required);
+
+    /* ---- pipeline and communication ---- */
+    printf("\n-- pipeline --\n");
+    printf("  bubble (p-1)/(m+p-1) = %.4f", r->bubble);
+    if (in->interleave > 1) printf(", interleaved (p-1)/(v m+p-1) = %.4f", r->bubble_interleaved);
+    printf("\n");
+    printf("\n-- communication per step per device --\n");
+    if (in->dp > 1 && in->zero == 0)
+        printf("  DP ring all-reduce: %s, %s (%s)\n", fmt_bytes(a, sizeof a, r->comm.dp_bytes),
+               fmt_time(b, sizeof b, r->comm.dp_time), r->comm.dp_inter ? "inter-node" : "intra-node");
+    if (in->dp > 1 && in->zero > 0)
+        printf("  ZeRO-%d reduce-scatter %s + all-gather %s: %s (%s)\n", in->zero,
+               fmt_bytes(a, sizeof a, r->comm.rs_bytes), fmt_bytes(b, sizeof b, r->comm.ag_bytes),
+               fmt_time(c, sizeof c, r->comm.zero_time), r->comm.dp_inter ? "inter-node" : "intra-node");
+    if (in->tp > 1)
+        printf("  TP all-reduces: %s, %s (%s)\n", fmt_bytes(a, sizeof a, r->comm.tp_bytes),
+               fmt_time(b, sizeof b, r->comm.tp_time), r->comm.tp_inter ? "inter-node" : "intra-node");
+    if (in->pp > 1)
+        printf("  PP send/recv: %s, %s (%s)\n", fmt_bytes(a, sizeof a, r->comm.pp_bytes),
+               fmt_time(b, sizeof b, r->comm.pp_time), r->comm.pp_inter ? "inter-node" : "intra-node");
+    if (in->dp == 1 && in->tp == 1 && in->pp == 1) printf("  none (one device)\n");
+
+    /* ---- scaling laws ---- */
+    printf("\n-- scaling laws (C = 6ND = %.4g FLOPs) --\n", r->compute.total_6nd);
+    for (int i = 0; i < 2; i++) {
+        const PlanScaling *s = &r->scaling[i];
+        printf("  %-13s E=%g A=%g B=%g alpha=%g beta=%g: optimum N=%.4g D=%.4g (%.1f tokens/param) loss %.4f; "
+               "this plan's loss %.4f\n",
+               s->name, s->E, s->A, s->B, s->alpha, s->beta, s->n_opt, s->d_opt, s->tokens_per_param_opt, s->loss_opt,
+               s->loss_plan);
+    }
+    printf("  tokens per parameter: %.1f (Chinchilla rule ~20)%s\n", r->tokens_per_param,
+           r->overtrained ? ": over-trains a smaller model; worth it if inference cost matters (more training "
+                            "compute per unit of loss, a cheaper model to serve)"
+           : r->tokens_per_param < 10 ? ": under-trained for its size" : "");
+
+    /* ---- checkpointing ---- */
+    printf("\n-- checkpointing --\n");
+    printf("  size %s (fp32 weights + master + moments), write %s at %.3g GB/s x %d node(s)\n",
+           fmt_bytes(a, sizeof a, r->ckpt.bytes), fmt_time(b, sizeof b, r->ckpt.write_s), in->hw.storage_bw / 1e9,
+           r->nodes);
+    printf("  MTBF %s: Young/Daly interval sqrt(2 x write x MTBF) = %s (every %.0f steps), overhead %.2f%%\n",
+           fmt_time(a, sizeof a, r->ckpt.mtbf_s), fmt_time(b, sizeof b, r->ckpt.interval_s),
+           r->compute.step > 0 ? floor(r->ckpt.interval_s / r->compute.step) : 0, 100 * r->ckpt.overhead);
+
+    /* ---- checklist ---- */
+    printf("\n-- launch checklist: %d error(s), %d warning(s) --\n", r->nerrors, r->nwarnings);
+    for (int i = 0; i < r->nchecks; i++)
+        printf("  %s: %s\n", r->checks[i].level == PLAN_CHECK_ERROR ? "ERROR" : "warning", r->checks[i].msg);
+    if (r->nchecks == 0) printf("  ok\n");
+}
+
+static cJSON *json_plan(const PlanInput *in, const PlanResult *r) {
+    const PlanModel *m = &in->model;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "schema_version", 1);
+    cJSON *jm = cJSON_AddObjectToObject(o, "model");
+    cJSON_AddStringToObject(jm, "name", m->params_override > 0 ? "params" : m->name);
+    cJSON_AddStringToObject(jm, "arch", m->params_override > 0 ? "unknown" : m->arch == PLAN_ARCH_LLAMA ? "llama" : "gpt2");
+    if (m->params_override == 0) {
+        cJSON_AddNumberToObject(jm, "layers", m->n_layer);
+        cJSON_AddNumberToObject(jm, "heads", m->n_head);
+        cJSON_AddNumberToObject(jm, "kv_heads", m->n_kv_head);
+        cJSON_AddNumberToObject(jm, "channels", m->d_model);
+        cJSON_AddNumberToObject(jm, "ffn", m->d_ff);
+        cJSON_AddNumberToObject(jm, "vocab", m->vocab);
+        cJSON_AddNumberToObject(jm, "max_seq_len", m->max_seq);
+        cJSON_AddBoolToObject(jm, "tied_head", m->tied_head);
+    }
+    cJSON *jp = cJSON_AddObjectToObject(o, "parameters");
+    cJSON_AddNumberToObject(jp, "total", (double)r->n_params);
+    cJSON_AddNumberToObject(jp, "embedding", (double)r->n_params_embedding);
+    cJSON_AddNumberToObject(jp, "per_layer", (double)r->n_params_layer);
+    cJSON_AddBoolToObject(jp, "exact_layout", r->exact_layout);
+    cJSON_AddNumberToObject(jp, "layout_floats", (double)r->layout_floats);
+    cJSON_AddNumberToObject(jp, "per_device", r->params_per_device);
+    cJSON *jx = cJSON_AddObjectToObject(o, "precision");
+    cJSON_AddNumberToObject(jx, "weight_bytes", in->prec.weight);
+    cJSON_AddNumberToObject(jx, "grad_bytes", in->prec.grad);
+    cJSON_AddNumberToObject(jx, "master_bytes", in->prec.master);
+    cJSON_AddNumberToObject(jx, "moment_bytes", in->prec.moment);
+    cJSON_AddNumberToObject(jx, "moments", in->n_moments);
+    cJSON_AddNumberToObject(jx, "act_bytes", in->prec.act);
+    cJSON_AddStringToObject(jx, "compute", plan_dtype_name(in->prec.compute));
+    cJSON *jl = cJSON_AddObjectToObject(o, "layout");
+    cJSON_AddNumberToObject(jl, "dp", in->dp);
+    cJSON_AddNumberToObject(jl, "tp", in->tp);
+    cJSON_AddNumberToObject(jl, "pp", in->pp);
+    cJSON_AddBoolToObject(jl, "sp", in->sp);
+    cJSON_AddNumberToObject(jl, "zero", in->zero);
+    cJSON_AddStringToObject(jl, "recompute", plan_recompute_name(in->recompute));
+    cJSON_AddNumberToObject(jl, "pp_microbatches", r->microbatches);
+    cJSON_AddNumberToObject(jl, "interleave", in->interleave);
+    cJSON_AddNumberToObject(jl, "world", r->world);
+    cJSON_AddNumberToObject(jl, "nodes", r->nodes);
+    cJSON *jh = cJSON_AddObjectToObject(o, "hardware");
+    cJSON_AddStringToObject(jh, "name", in->hw.name);
+    cJSON_AddNumberToObject(jh, "peak_fp32", in->hw.peak_fp32);
+    cJSON_AddNumberToObject(jh, "peak_bf16", in->hw.peak_bf16);
+    cJSON_AddNumberToObject(jh, "peak_fp16", in->hw.peak_fp16);
+    cJSON_AddNumberToObject(jh, "memory_bytes", in->hw.memory);
+    cJSON_AddNumberToObject(jh, "mem_bw", in->hw.mem_bw);
+    cJSON_AddNumberToObject(jh, "intra_bw", in->hw.intra_bw);
+    cJSON_AddNumberToObject(jh, "inter_bw", in->hw.inter_bw);
+    cJSON_AddNumberToObject(jh, "intra_lat", in->hw.intra_lat);
+    cJSON_AddNumberToObject(jh, "inter_lat", in->hw.inter_lat);
+    cJSON_AddNumberToObject(jh, "devices_per_node", in->hw.devices_per_node);
+    cJSON_AddNumberToObject(jh, "matmul_eff", in->hw.matmul_eff);
+    cJSON_AddNumberToObject(jh, "storage_bw", in->hw.storage_bw);
+    cJSON *je = cJSON_AddObjectToObject(o, "memory_bytes");
+    cJSON_AddNumberToObject(je, "weights", r->mem.weights);
+    cJSON_AddNumberToObject(je, "gradients", r->mem.grads);
+    cJSON_AddNumberToObject(je, "master", r->mem.master);
+    cJSON_AddNumberToObject(je, "moments", r->mem.moments);
+    cJSON_AddNumberToObject(je, "activations", r->mem.activations);
+    cJSON_AddNumberToObject(je, "workspace", r->mem.workspace);
+    cJSON_AddNumberToObject(je, "comm", r->mem.comm);
+    cJSON_AddNumberToObject(je, "total", r->mem.total);
+    cJSON_AddNumberToObject(je, "device", r->mem.device);
+    cJSON_AddNumberToObject(je, "margin", r->mem.margin);
+    cJSON_AddBoolToObject(je, "fits", r->mem.fits);
+    cJSON_AddNumberToObject(je, "bytes_per_param", r->mem.bytes_per_param);
+    cJSON *js = cJSON_AddArrayToObject(je, "fixes");
+    for (int i = 0; i < r->nsuggest; i++) cJSON_AddItemToArray(js, cJSON_CreateString(r->suggest[i]));
+    cJSON *ja = cJSON_AddObjectToObject(o, "activations");
+    cJSON_AddStringToObject(ja, "mode", r->act.exact_used ? "exact" : "korthikanti");
+    cJSON_AddNumberToObject(ja, "per_layer_used", r->act.per_layer);
+    cJSON_AddNumberToObject(ja, "per_layer_korthikanti_plain", r->act.korth_plain);
+    cJSON_AddNumberToObject(ja, "per_layer_korthikanti", r->act.korth);
+    cJSON_AddNumberToObject(ja, "per_layer_exact", r->act.exact_layer);
+    cJSON_AddNumberToObject(ja, "exact_total", r->act.exact_total);
+    cJSON_AddNumberToObject(ja, "exact_scratch", r->act.exact_scratch);
+    cJSON_AddNumberToObject(ja, "layers_per_device", r->layers_per_device);
+    cJSON_AddNumberToObject(ja, "inflight_microbatches", r->act.inflight);
+    cJSON *jb = cJSON_AddObjectToObject(o, "batch");
+    cJSON_AddNumberToObject(jb, "micro_batch", in->micro_batch);
+    cJSON_AddNumberToObject(jb, "seq_len", in->seq_len);
+    cJSON_AddNumberToObject(jb, "grad_accum", in->grad_accum);
+    cJSON_AddNumberToObject(jb, "sequences", (double)r->batch_seqs);
+    cJSON_AddNumberToObject(jb, "tokens", (double)r->batch_tokens);
+    cJSON_AddNumberToObject(jb, "budget_tokens", r->tokens);
+    cJSON_AddStringToObject(jb, "budget_source", r->budget_source);
+    cJSON_AddNumberToObject(jb, "steps", (double)r->steps);
+    cJSON *jc = cJSON_AddObjectToObject(o, "compute");
+    cJSON_AddNumberToObject(jc, "flops_per_token_6n", r->compute.fpt_6n);
+    cJSON_AddNumberToObject(jc, "flops_per_token", r->compute.fpt);
+    cJSON_AddNumberToObject(jc, "hw_flops_per_token", r->compute.fpt_hw);
+    cJSON_AddNumberToObject(jc, "total_flops_6nd", r->compute.total_6nd);
+    cJSON_AddNumberToObject(jc, "total_flops", r->compute.total);
+    cJSON_AddNumberToObject(jc, "peak_flops", r->compute.peak);
+    cJSON *jt = cJSON_AddObjectToObject(jc, "time_s");
+    cJSON_AddNumberToObject(jt, "matmul", r->compute.t_matmul);
+    cJSON_AddNumberToObject(jt, "elementwise", r->compute.t_elementwise);
+    cJSON_AddNumberToObject(jt, "bubble", r->compute.t_bubble);
+    cJSON_AddNumberToObject(jt, "tp", r->compute.t_tp);
+    cJSON_AddNumberToObject(jt, "pp", r->compute.t_pp);
+    cJSON_AddNumberToObject(jt, "dp", r->compute.t_dp);
+    cJSON_AddNumberToObject(jt, "optimizer", r->compute.t_optimizer);
+    cJSON_AddNumberToObject(jc, "step_s_overlap", r->compute.step_overlap);
+    cJSON_AddNumberToObject(jc, "step_s_serial", r->compute.step_serial);
+    cJSON_AddNumberToObject(jc, "step_s", r->compute.step);
+    cJSON_AddNumberToObject(jc, "tokens_per_s", r->compute.tokens_per_s);
+    cJSON_AddNumberToObject(jc, "mfu", r->compute.mfu);
+    cJSON_AddNumberToObject(jc, "hfu", r->compute.hfu);
+    cJSON_AddNumberToObject(jc, "train_s", r->compute.train_seconds);
+    cJSON_AddNumberToObject(jc, "target_s", r->compute.target_seconds);
+    cJSON_AddNumberToObject(jc, "mfu_required", r->compute.mfu_required);
+    cJSON *jpp = cJSON_AddObjectToObject(o, "pipeline");
+    cJSON_AddNumberToObject(jpp, "bubble", r->bubble);
+    cJSON_AddNumberToObject(jpp, "bubble_interleaved", r->bubble_interleaved);
+    cJSON *jco = cJSON_AddObjectToObject(o, "communication");
+    cJSON_AddNumberToObject(jco, "dp_allreduce_bytes", r->comm.dp_bytes);
+    cJSON_AddNumberToObject(jco, "dp_allreduce_s", r->comm.dp_time);
+    cJSON_AddNumberToObject(jco, "zero_reduce_scatter_bytes", r->comm.rs_bytes);
+    cJSON_AddNumberToObject(jco, "zero_all_gather_bytes", r->comm.ag_bytes);
+    cJSON_AddNumberToObject(jco, "zero_s", r->comm.zero_time);
+    cJSON_AddNumberToObject(jco, "tp_bytes", r->comm.tp_bytes);
+    cJSON_AddNumberToObject(jco, "tp_s", r->comm.tp_time);
+    cJSON_AddNumberToObject(jco, "pp_bytes", r->comm.pp_bytes);
+    cJSON_AddNumberToObject(jco, "pp_s", r->comm.pp_time);
+    cJSON_AddBoolToObject(jco, "dp_inter_node", r->comm.dp_inter);
+    cJSON_AddBoolToObject(jco, "tp_inter_node", r->comm.tp_inter);
+    cJSON_AddBoolToObject(jco, "pp_inter_node", r->comm.pp_inter);
+    cJSON *jsc = cJSON_AddObjectToObject(o, "scaling");
+    cJSON_AddNumberToObject(jsc, "tokens_per_param", r->tokens_per_param);
+    cJSON_AddBoolToObject(jsc, "overtrained", r->overtrained);
+    for (int i = 0; i < 2; i++) {
+        const PlanScaling *s = &r->scaling[i];
+        cJSON *f = cJSON_AddObjectToObject(jsc, s->name);
+        cJSON_AddNumberToObject(f, "E", s->E);
+        cJSON_AddNumberToObject(f, "A", s->A);
+        cJSON_AddNumberToObject(f, "B", s->B);
+        cJSON_AddNumberToObject(f, "alpha", s->alpha);
+        cJSON_AddNumberToObject(f, "beta", s->beta);
+        cJSON_AddNumberToObject(f, "budget_flops", s->budget_flops);
+        cJSON_AddNumberToObject(f, "n_opt", s->n_opt);
+        cJSON_AddNumberToObject(f, "d_opt", s->d_opt);
+        cJSON_AddNumberToObject(f, "loss_opt", s->loss_opt);
+        cJSON_AddNumberToObject(f, "loss_plan", s->loss_plan);
+    }
+    cJSON *jk = cJSON_AddObjectToObject(o, "checkpoint");
+    cJSON_AddNumberToObject(jk, "bytes", r->ckpt.bytes);
+    cJSON_AddNumberToObject(jk, "write_s", r->ckpt.write_s);
+    cJSON_AddNumberToObject(jk, "mtbf_s", r->ckpt.mtbf_s);
+    cJSON_AddNumberToObject(jk, "interval_s", r->ckpt.interval_s);
+    cJSON_AddNumberToObject(jk, "overhead", r->ckpt.overhead);
+    cJSON *jck = cJSON_AddArrayToObject(o, "checklist");
+    for (int i = 0; i < r->nchecks; i++) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "level", r->checks[i].level == PLAN_CHECK_ERROR ? "error" : "warning");
+        cJSON_AddStringToObject(c, "message", r->checks[i].msg);
+        cJSON_AddItemToArray(jck, c);
+    }
+    return o;
+}
+
+int cmd_plan(int argc, char **argv) {
+    PlanInput in = plan_default_input();
+    char model[64] = "", arch[16] = "gpt2", precision[16] = "fp32", optimizer[16] = "adamw", recompute[16] = "none",
+         hardware[32] = "cpu-zen4-2c", acts[16] = "auto";
+    int layers = 0, heads = 0, kv_heads = 0, channels = 0, ffn = 0, vocab = 50257, max_seq = 1024;
+    double params = 0, peak_tflops = 0, memory_gib = 0, mem_bw_gbs = 0, intra_gbs = 0, inter_gbs = 0, matmul_eff = 0,
+           storage_gbs = 0;
+    long global_batch = 0;
+    int nodes = 0, dpn = 0, wb = 0, gb = 0, mb = -1, ob = 0, ab = 0, moments = -1, json = 0;
+    ArgSpec specs[] = {
+        {"model", ARG_STR, model, sizeof model,
+         "preset: d2..d64, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-7b, llama-13b, llama-70b, llama-405b"},
+        {"arch", ARG_STR, arch, sizeof arch, "shape family without --model: gpt2 | llama"},
+        {"layers", ARG_INT, &layers, 0, "transformer blocks L"},
+        {"heads", ARG_INT, &heads, 0, "attention heads"},
+        {"kv-heads", ARG_INT, &kv_heads, 0, "key/value heads (GQA; 0: = heads)"},
+        {"channels", ARG_INT, &channels, 0, "model width C"},
+        {"ffn", ARG_INT, &ffn, 0, "MLP width F (0: 4C for gpt2; Llama's rounded 8C/3 for llama)"},
+        {"vocab", ARG_INT, &vocab, 0, "vocabulary size"},
+        {"max-seq-len", ARG_INT, &max_seq, 0, "maximum sequence length"},
+        {"params", ARG_DOUBLE, &params, 0, "a parameter count alone, e.g. 7e9 (no shape: FLOPs 6N, no activations)"},
+        {"micro-batch", ARG_INT, &in.micro_batch, 0, "sequences per micro-batch B"},
+        {"seq-len", ARG_INT, &in.seq_len, 0, "tokens per sequence T"},
+        {"grad-accum", ARG_INT, &in.grad_accum, 0, "micro-batches per optimizer step k"},
+        {"global-batch", ARG_LONG, &global_batch, 0, "sequences per step (sets --grad-accum; 0: unused)"},
+        {"dp", ARG_INT, &in.dp, 0, "data-parallel ranks (default: world / (tp x pp) when --nodes is given)"},
+        {"tp", ARG_INT, &in.tp, 0, "tensor-parallel ranks"},
+        {"pp", ARG_INT, &in.pp, 0, "pipeline stages"},
+        {"sp", ARG_FLAG, &in.sp, 0, "sequence parallelism inside the TP group"},
+        {"zero", ARG_INT, &in.zero, 0, "ZeRO stage 0..3"},
+        {"recompute", ARG_STR, recompute, sizeof recompute, "none | selective | full"},
+        {"pp-microbatches", ARG_INT, &in.pp_microbatches, 0, "pipeline micro-batches m (0: = grad-accum)"},
+        {"interleave", ARG_INT, &in.interleave, 0, "model chunks per pipeline stage v"},
+        {"precision", ARG_STR, precision, sizeof precision, "fp32 | bf16 | fp16 (sets the byte counts below)"},
+        {"weight-bytes", ARG_INT, &wb, 0, "bytes per weight (0: from --precision)"},
+        {"grad-bytes", ARG_INT, &gb, 0, "bytes per gradient (0: from --precision)"},
+        {"master-bytes", ARG_INT, &mb, 0, "bytes per master weight, 0 = none (-1: from --precision)"},
+        {"moment-bytes", ARG_INT, &ob, 0, "bytes per optimizer moment (0: from --precision)"},
+        {"act-bytes", ARG_INT, &ab, 0, "bytes per activation (0: from --precision)"},
+        {"optimizer", ARG_STR, optimizer, sizeof optimizer, "adamw | adam (2 moments) | sgd | lion (1 moment)"},
+        {"moments", ARG_INT, &moments, 0, "optimizer moments per parameter (-1: from --optimizer)"},
+        {"activations", ARG_STR, acts, sizeof acts, "auto | paper (Korthikanti et al.) | exact (our kernels)"},
+        {"threads", ARG_INT, &in.threads, 0, "trainer threads (size our attention scratch)"},
+        {"hardware", ARG_STR, hardware, sizeof hardware, "A100-40GB | A100-80GB | H100 | H200 | cpu-zen4-2c"},
+        {"nodes", ARG_INT, &nodes, 0, "nodes (world = nodes x devices per node; 0: world = dp x tp x pp)"},
+        {"devices-per-node", ARG_INT, &dpn, 0, "devices per node (0: the hardware preset's)"},
+        {"peak-tflops", ARG_DOUBLE, &peak_tflops, 0, "override the peak TFLOP/s of the matmul dtype (0: preset)"},
+        {"memory-gib", ARG_DOUBLE, &memory_gib, 0, "override device memory in GiB (0: preset)"},
+        {"mem-bw-gbs", ARG_DOUBLE, &mem_bw_gbs, 0, "override memory bandwidth in GB/s (0: preset)"},
+        {"intra-bw-gbs", ARG_DOUBLE, &intra_gbs, 0, "override intra-node GB/s per device (0: preset)"},
+        {"inter-bw-gbs", ARG_DOUBLE, &inter_gbs, 0, "override inter-node GB/s per device (0: preset)"},
+        {"matmul-eff", ARG_DOUBLE, &matmul_eff, 0, "override the matmul efficiency (0: preset)"},
+        {"storage-bw-gbs", ARG_DOUBLE, &storage_gbs, 0, "checkpoint write GB/s per node (0: preset)"},
+        {"overlap", ARG_FLAG, &in.overlap, 0, "DP/ZeRO communication overlaps the backward pass"},
+        {"tokens", ARG_DOUBLE, &in.budget_tokens, 0, "budget in training tokens"},
+        {"flops", ARG_DOUBLE, &in.budget_flops, 0, "budget in training FLOPs"},
+        {"days", ARG_DOUBLE, &in.budget_days, 0, "budget in wall-clock days"},
+        {"target-days", ARG_DOUBLE, &in.target_days, 0, "finish within this many days: the MFU it requires"},
+        {"mtbf", ARG_DOUBLE, &in.mtbf_hours, 0, "mean time between failures of the job, hours"},
+        {"json", ARG_FLAG, &json, 0, "print one JSON object (schema: docs/plan.md)"},
+    };
+    int n = (int)(sizeof specs / sizeof specs[0]), npos = 0, help = 0;
+    char *pos[1];
+    Err err = {0};
+    Status st = args_parse(specs, n, argc, argv, pos, 0, &npos, &help, &err);
+    if (st != ST_OK) return cli_fail("plan", st, err.msg);
+    if (help) {
+        printf("usage: scaletrain plan (--model PRESET | --layers L --heads H --channels C ... | --params N) [options]\n\n"
+               "The training-plan review: parameters, memory per device, batch, FLOPs and step time, pipeline\n"
+               "bubble, communication, scaling laws, checkpointing and the launch checklist (docs/plan.md).\n"
+               "Exit 2 on bad input or a launch-checklist error.\n\n");
+        args_print_help(specs, n);
+        return 0;
+    }
+#define SEEN(name) (args_find(specs, n, name)->seen)
+    /* ---- model ---- */
+    int shape_given = SEEN("layers") || SEEN("heads") || SEEN("channels");
+    if (params != 0) {
+        if (model[0] || shape_given)
+            return cli_fail("plan", ST_ERR_INPUT, "--params: expected either --params or a model (--model / --layers ...), found both");
+        if (!(params >= 1) || params != floor(params) || params > 9e18) {
+            snprintf(err.msg, sizeof err.msg, "--params: expected a positive whole parameter count, found %g", params);
+            return cli_fail("plan", ST_ERR_INPUT, err.msg);
+        }
+        in.model.params_override = (long long)params;
+        snprintf(in.model.name, sizeof in.model.name, "params");
+    } else if (model[0]) {
+        if ((st = plan_model_preset(&in.model, model, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+        if (SEEN("layers")) in.model.n_layer = layers;
+        if (SEEN("heads")) in.model.n_head = in.model.n_kv_head = heads;
+        if (SEEN("kv-heads")) in.model.n_kv_head = kv_heads;
+        if (SEEN("channels")) {
+            in.model.d_model = channels;
+            if (in.model.arch == PLAN_ARCH_GPT2 && !SEEN("ffn")) in.model.d_ff = 4 * channels;
+        }
+        if (SEEN("ffn")) in.model.d_ff = ffn;
+        if (SEEN("vocab")) in.model.vocab = vocab;
+        if (SEEN("max-seq-len")) in.model.max_seq = max_seq;
+    } else if (shape_given) {
+        if (!strcmp(arch, "gpt2")) {
+            ModelConfig c = {0};
+            c.n_layer = layers, c.n_head = heads, c.n_embd = channels, c.vocab = vocab, c.max_seq = max_seq;
+            plan_model_from_config(&in.model, &c);
+            if (SEEN("ffn")) in.model.d_ff = ffn;
+        } else if (!strcmp(arch, "llama")) {
+            plan_model_preset(&in.model, "llama-7b", NULL);
+            snprintf(in.model.name, sizeof in.model.name, "custom");
+            in.model.n_layer = layers, in.model.n_head = heads, in.model.d_model = channels;
+            in.model.vocab = vocab, in.model.max_seq = max_seq;
+            /* Llama's SwiGLU width: 2/3 of 4C rounded up to a multiple of 256. */
+            in.model.d_ff = ffn > 0 || SEEN("ffn") ? ffn : (int)((((long long)8 * channels / 3) + 255) / 256 * 256);
+        } else {
+            snprintf(err.msg, sizeof err.msg, "--arch: expected gpt2 or llama, found '%s'", arch);
+            return cli_fail("plan", ST_ERR_INPUT, err.msg);
+        }
+        in.model.n_kv_head = SEEN("kv-heads") ? kv_heads : heads;
+    } else {
+        return cli_fail("plan", ST_ERR_INPUT,
+                        "expected a model: --model PRESET, --layers/--heads/--channels, or --params N (see --help)");
+    }
+    /* ---- precision, optimizer, activations, recompute ---- */
+    if ((st = plan_precision_preset(&in.prec, precision, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+    if (SEEN("weight-bytes")) in.prec.weight = wb;
+    if (SEEN("grad-bytes")) in.prec.grad = gb;
+    if (SEEN("master-bytes") && mb >= 0) in.prec.master = mb;
+    else if (SEEN("master-bytes")) in.prec.master = -1; /* rejected by plan_validate */
+    if (SEEN("moment-bytes")) in.prec.moment = ob;
+    if (SEEN("act-bytes")) in.prec.act = ab;
+    if (!strcmp(optimizer, "adamw") || !strcmp(optimizer, "adam")) in.n_moments = 2;
+    else if (!strcmp(optimizer, "sgd") || !strcmp(optimizer, "lion")) in.n_moments = 1;
+    else {
+        snprintf(err.msg, sizeof err.msg, "--optimizer: expected adamw, adam, sgd or lion, found '%s'", optimizer);
+        return cli_fail("plan", ST_ERR_INPUT, err.msg);
+    }
+    if (SEEN("moments")) in.n_moments = moments;
+    if (!strcmp(acts, "auto")) in.act_mode = PLAN_ACT_AUTO;
+    else if (!strcmp(acts, "paper")) in.act_mode = PLAN_ACT_KORTHIKANTI;
+    else if (!strcmp(acts, "exact")) in.act_mode = PLAN_ACT_EXACT;
+    else {
+        snprintf(err.msg, sizeof err.msg, "--activations: expected auto, paper or exact, found '%s'", acts);
+        return cli_fail("plan", ST_ERR_INPUT, err.msg);
+    }
+    if ((st = plan_parse_recompute(recompute, &in.recompute, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+    /* ---- hardware ---- */
+    if ((st = plan_hardware_preset(&in.hw, hardware, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+    if (SEEN("devices-per-node")) in.hw.devices_per_node = dpn;
+    if (SEEN("peak-tflops")) {
+        double pk = peak_tflops * 1e12;
+        if (in.prec.compute == PLAN_DTYPE_BF16) in.hw.peak_bf16 = pk;
+        else if (in.prec.compute == PLAN_DTYPE_FP16) in.hw.peak_fp16 = pk;
+        else in.hw.peak_fp32 = pk;
+    }
+    if (SEEN("memory-gib")) in.hw.memory = memory_gib * GIB;
+    if (SEEN("mem-bw-gbs")) in.hw.mem_bw = mem_bw_gbs * 1e9;
+    if (SEEN("intra-bw-gbs")) in.hw.intra_bw = intra_gbs * 1e9;
+    if (SEEN("inter-bw-gbs")) in.hw.inter_bw = inter_gbs * 1e9;
+    if (SEEN("matmul-eff")) in.hw.matmul_eff = matmul_eff;
+    if (SEEN("storage-bw-gbs")) in.hw.storage_bw = storage_gbs * 1e9;
+    if (SEEN("nodes")) {
+        if (nodes < 1 || in.hw.devices_per_node < 1) {
+            snprintf(err.msg, sizeof err.msg, "--nodes: expected a positive integer, found %d", nodes);
+            return cli_fail("plan", ST_ERR_INPUT, err.msg);
+        }
+        in.world = nodes * in.hw.devices_per_node;
+        if (!SEEN("dp")) {
+            /* DESIGN §4: dp defaults to what the world leaves after tp and pp. */
+            if (in.tp < 1 || in.pp < 1 || in.world % (in.tp * in.pp)) {
+                snprintf(err.msg, sizeof err.msg,
+                         "--nodes %d x --devices-per-node %d = %d devices are not divisible by --tp %d x --pp %d", nodes,
+                         in.hw.devices_per_node, in.world, in.tp, in.pp);
+                return cli_fail("plan", ST_ERR_INPUT, err.msg);
+            }
+            in.dp = in.world / (in.tp * in.pp);
+        }
+    }
+    /* ---- batch ---- */
+    if (global_batch != 0) {
+        long per = (long)in.micro_batch * in.dp;
+        if (global_batch < 0 || per <= 0 || global_batch % per != 0) {
+            snprintf(err.msg, sizeof err.msg,
+                     "--global-batch %ld: global batch not divisible: expected a positive multiple of --micro-batch %d x "
+                     "--dp %d = %ld",
+                     global_batch, in.micro_batch, in.dp, per);
+            return cli_fail("plan", ST_ERR_INPUT, err.msg);
+        }
+        in.grad_accum = (int)(global_batch / per);
+    }
+#undef SEEN
+    PlanResult *r = calloc(1, sizeof *r);
+    if (!r) return cli_fail("plan", ST_ERR_RUNTIME, "out of memory");
+    if ((st = plan_compute(&in, r, &err)) != ST_OK) {
+        free(r);
+        return cli_fail("plan", st, err.msg);
+    }
+    if (json) {
+        cJSON *o = json_plan(&in, r);
+        char *s = cJSON_Print(o);
+        if (s) puts(s);
+        free(s);
+        cJSON_Delete(o);
+    } else {
+        print_review(&in, r);
+    }
+    fflush(stdout);
+    int rc = 0;
+    if (r->nerrors > 0) {
+        const PlanCheck *first = NULL;
+        for (int i = 0; i < r->nchecks && !first; i++)
+            if (r->checks[i].level == PLAN_CHECK_ERROR) first = &r->checks[i];
+        snprintf(err.msg, sizeof err.msg, "%s (%d launch-checklist error%s)", first ? first->msg : "checklist error",
+                 r->nerrors, r->nerrors == 1 ? "" : "s");
+        rc = cli_fail("plan", ST_ERR_INPUT, err.msg);
+    }
+    free(r);
+    return rc;
+}

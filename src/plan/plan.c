@@ -1,0 +1,718 @@
+/* plan.c — the training-plan calculator (see plan.h; the math and its sources: docs/plan.md).
+ *
+ * Contents: model presets and parameter counts · hardware and precision presets · the formulas
+ * (activations, bubble, collectives, scaling laws, Young/Daly) · the review (plan_core) ·
+ * the knob search for plans that do not fit. */
+#include "plan/plan.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "model/layout.h"
+
+/* ================================================================ model ============== */
+
+Status plan_model_preset(PlanModel *m, const char *name, Err *err) {
+    /* Llama shapes: Touvron et al. 2023 (Llama 2, Table 1 / released configs) and Llama 3.1
+     * 405B (Dubey et al. 2024, Table 3). d_ff is the SwiGLU width of the released configs. */
+    static const struct { const char *name; int L, a, kv, h, F, V, maxT; } LL[] = {
+        {"llama-7b", 32, 32, 32, 4096, 11008, 32000, 4096},
+        {"llama-13b", 40, 40, 40, 5120, 13824, 32000, 4096},
+        {"llama-70b", 80, 64, 8, 8192, 28672, 32000, 4096},
+        {"llama-405b", 126, 128, 8, 16384, 53248, 128256, 131072},
+    };
+    memset(m, 0, sizeof *m);
+    for (size_t i = 0; i < sizeof LL / sizeof LL[0]; i++) {
+        if (strcasecmp(name, LL[i].name) == 0) {
+            snprintf(m->name, sizeof m->name, "%s", LL[i].name);
+            m->arch = PLAN_ARCH_LLAMA;
+            m->n_layer = LL[i].L, m->n_head = LL[i].a, m->n_kv_head = LL[i].kv, m->d_model = LL[i].h;
+            m->d_ff = LL[i].F, m->vocab = LL[i].V, m->max_seq = LL[i].maxT;
+            m->tied_head = 0, m->learned_pos = 0, m->norm_bias = 0, m->linear_bias = 0, m->gated_mlp = 1;
+            return ST_OK;
+        }
+    }
+    const char *gname = strcasecmp(name, "gpt2-1.5b") == 0 ? "gpt2-1558m" : name;
+    ModelConfig cfg = {0};
+    cfg.vocab = 50257, cfg.max_seq = 1024;
+    Err e2;
+    if (model_config_preset(&cfg, gname, &e2) != ST_OK)
+        return err_set(err, ST_ERR_INPUT,
+                       "--model: expected a preset (d1..d64, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m or "
+                       "gpt2-1.5b, llama-7b, llama-13b, llama-70b, llama-405b), found '%s'",
+                       name);
+    plan_model_from_config(m, &cfg);
+    snprintf(m->name, sizeof m->name, "%s", name);
+    return ST_OK;
+}
+
+void plan_model_from_config(PlanModel *m, const ModelConfig *cfg) {
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "custom");
+    m->arch = PLAN_ARCH_GPT2;
+    m->n_layer = cfg->n_layer, m->n_head = cfg->n_head, m->n_kv_head = cfg->n_head;
+    m->d_model = cfg->n_embd, m->d_ff = 4 * cfg->n_embd;
+    m->vocab = cfg->vocab, m->max_seq = cfg->max_seq;
+    m->tied_head = 1, m->learned_pos = 1, m->norm_bias = 1, m->linear_bias = 1, m->gated_mlp = 0;
+}
+
+int plan_model_to_config(const PlanModel *m, ModelConfig *cfg) {
+    if (m->params_override > 0 || m->arch != PLAN_ARCH_GPT2) return 0;
+    if (m->n_kv_head != m->n_head || m->d_ff != 4 * m->d_model || !m->tied_head || !m->learned_pos ||
+        !m->norm_bias || !m->linear_bias || m->gated_mlp)
+        return 0;
+    ModelConfig c = {0};
+    c.n_layer = m->n_layer, c.n_head = m->n_head, c.n_embd = m->d_model;
+    c.vocab = m->vocab, c.max_seq = m->max_seq;
+    Err e;
+    if (model_config_validate(&c, &e) != ST_OK) return 0;
+    *cfg = c;
+    return 1;
+}
+
+/* Parameter counts of one block, split by how tensor parallelism treats them. */
+typedef struct {
+    double mat;      /* weight matrices: split over tp */
+    double colbias;  /* biases of column-parallel linears (qkv, fc / gate+up): split over tp */
+    double rowbias;  /* biases of row-parallel linears (attention out, mlp down): replicated */
+    double norms;    /* the two norms' weights (and biases): replicated */
+} BlockCount;
+
+static BlockCount block_count(const PlanModel *m) {
+    double h = m->d_model, F = m->d_ff, hs = (double)m->d_model / m->n_head;
+    double kvdim = hs * m->n_kv_head;
+    BlockCount b;
+    b.mat = h * h + 2 * h * kvdim + h * h + (m->gated_mlp ? 3 : 2) * h * F;
+    b.colbias = m->linear_bias ? h + 2 * kvdim + (m->gated_mlp ? 2 * F : F) : 0;
+    b.rowbias = m->linear_bias ? 2 * h : 0;
+    b.norms = 2 * h * (m->norm_bias ? 2 : 1);
+    return b;
+}
+
+long long plan_model_num_params(const PlanModel *m) {
+    if (m->params_override > 0) return m->params_override;
+    long long h = m->d_model, V = m->vocab, L = m->n_layer;
+    long long hs = h / m->n_head, kvdim = hs * m->n_kv_head, F = m->d_ff;
+    long long layer = h * h + 2 * h * kvdim + h * h + (m->gated_mlp ? 3 : 2) * h * F + 2 * h * (m->norm_bias ? 2 : 1);
+    if (m->linear_bias) layer += h + 2 * kvdim + (m->gated_mlp ? 2 * F : F) + 2 * h;
+    long long emb = V * h + (m->learned_pos ? (long long)m->max_seq * h : 0);
+    long long head = m->tied_head ? 0 : V * h;
+    return emb + L * layer + head + h * (m->norm_bias ? 2 : 1);
+}
+
+/* ============================================================ presets ================ */
+
+Status plan_hardware_preset(PlanHardware *hw, const char *name, Err *err) {
+    /* Dense peaks and bandwidths from the vendors' data sheets (docs/plan.md lists them);
+     * interconnect per device and direction: NVLink total / 2; one 200 (HDR) or 400 (NDR) Gb/s
+     * NIC per GPU. Latencies and matmul efficiency are planning assumptions. */
+    static const PlanHardware P[] = {
+        {"A100-40GB", 19.5e12, 312e12, 312e12, 40.0 * 1073741824.0, 1.555e12, 300e9, 25e9, 5e-6, 10e-6, 8, 0.70, 2e9},
+        {"A100-80GB", 19.5e12, 312e12, 312e12, 80.0 * 1073741824.0, 2.039e12, 300e9, 25e9, 5e-6, 10e-6, 8, 0.70, 2e9},
+        {"H100", 67e12, 989e12, 989e12, 80.0 * 1073741824.0, 3.35e12, 450e9, 50e9, 5e-6, 10e-6, 8, 0.70, 4e9},
+        {"H200", 67e12, 989e12, 989e12, 141e9, 4.8e12, 450e9, 50e9, 5e-6, 10e-6, 8, 0.70, 4e9},
+        /* This machine (2 Zen 4 cores): FMA peaks measured by core/peak (fp32) and the AVX-512
+         * BF16 dot product (2x); no native fp16 FMA, so fp16 runs at the fp32 rate. */
+        {"cpu-zen4-2c", 230e9, 456e9, 230e9, 24.0 * 1073741824.0, 30e9, 10e9, 1.25e9, 1e-6, 30e-6, 1, 0.70, 0.5e9},
+    };
+    for (size_t i = 0; i < sizeof P / sizeof P[0]; i++) {
+        if (strcasecmp(name, P[i].name) == 0) {
+            *hw = P[i];
+            return ST_OK;
+        }
+    }
+    return err_set(err, ST_ERR_INPUT,
+                   "--hardware: expected a preset (A100-40GB, A100-80GB, H100, H200, cpu-zen4-2c), found '%s'", name);
+}
+
+Status plan_precision_preset(PlanPrecision *p, const char *name, Err *err) {
+    if (!strcmp(name, "fp32")) {
+        *p = (PlanPrecision){4, 4, 0, 4, 4, PLAN_DTYPE_FP32};
+        return ST_OK;
+    }
+    if (!strcmp(name, "bf16") || !strcmp(name, "fp16")) {
+        /* DESIGN §7: 16-bit weights, activations and gradients, fp32 master weights and moments. */
+        *p = (PlanPrecision){2, 2, 4, 4, 2, name[0] == 'b' ? PLAN_DTYPE_BF16 : PLAN_DTYPE_FP16};
+        return ST_OK;
+    }
+    return err_set(err, ST_ERR_INPUT, "--precision: expected fp32, bf16 or fp16, found '%s'", name);
+}
+
+const char *plan_recompute_name(PlanRecompute r) {
+    return r == PLAN_RECOMPUTE_FULL ? "full" : r == PLAN_RECOMPUTE_SELECTIVE ? "selective" : "none";
+}
+
+const char *plan_dtype_name(PlanDtype d) { return d == PLAN_DTYPE_BF16 ? "bf16" : d == PLAN_DTYPE_FP16 ? "fp16" : "fp32"; }
+
+Status plan_parse_recompute(const char *s, PlanRecompute *r, Err *err) {
+    if (!strcmp(s, "none")) *r = PLAN_RECOMPUTE_NONE;
+    else if (!strcmp(s, "selective")) *r = PLAN_RECOMPUTE_SELECTIVE;
+    else if (!strcmp(s, "full")) *r = PLAN_RECOMPUTE_FULL;
+    else return err_set(err, ST_ERR_INPUT, "--recompute: expected none, selective or full, found '%s'", s);
+    return ST_OK;
+}
+
+PlanInput plan_default_input(void) {
+    PlanInput in;
+    memset(&in, 0, sizeof in);
+    in.micro_batch = 8, in.seq_len = 256, in.grad_accum = 1;
+    in.dp = in.tp = in.pp = 1;
+    in.interleave = 1;
+    in.prec = (PlanPrecision){4, 4, 0, 4, 4, PLAN_DTYPE_FP32};
+    in.n_moments = 2;
+    in.threads = 2;
+    plan_hardware_preset(&in.hw, "cpu-zen4-2c", NULL);
+    in.overlap = 1;
+    in.mtbf_hours = 24;
+    return in;
+}
+
+/* =========================================================== formulas ================ */
+
+double plan_act_korthikanti(double s, double b, double h, double a, double f, double r, int gated, int t, int sp,
+                            PlanRecompute rc) {
+    double sbh = s * b * h;
+    /* Korthikanti et al. 2022 §4.1: per layer, 2-byte activations and 1-byte dropout masks.
+     * Outside the TP region (replicated unless sequence parallel): two LayerNorm inputs 4sbh,
+     * QKV input 2sbh, attention-output dropout mask sbh, MLP input 2sbh, MLP dropout mask sbh. */
+    double replicated = 10.0 * sbh;
+    /* Inside the TP region: Q 2sbh, K and V 2sbh·(kv/a) each, attention-out projection input 2sbh;
+     * MLP: GELU input and output 2sbF each (SwiGLU: gate, up and product, 2sbF each). */
+    double split = (4.0 + 4.0 * r) * sbh + (gated ? 6.0 : 4.0) * f * sbh;
+    /* Attention core: softmax output 2as²b, its dropout mask as²b, dropout output 2as²b. */
+    double core = 5.0 * a * s * s * b;
+    double rep_div = sp ? t : 1;
+    switch (rc) {
+    case PLAN_RECOMPUTE_FULL: return 2.0 * sbh / rep_div; /* §4.3: only each layer's input */
+    case PLAN_RECOMPUTE_SELECTIVE: return replicated / rep_div + split / t;  /* §5: core recomputed */
+    default: return replicated / rep_div + split / t + core / t;
+    }
+}
+
+double plan_bubble(int p, int m, int v) {
+    if (p <= 1 || m <= 0) return 0;
+    if (v < 1) v = 1;
+    return (double)(p - 1) / ((double)v * m + p - 1);
+}
+
+double plan_ring_allreduce(double S, int n, double bw, double lat) {
+    if (n <= 1) return 0;
+    return 2.0 * (n - 1) / n * S / bw + 2.0 * (n - 1) * lat;
+}
+
+double plan_ring_half(double S, int n, double bw, double lat) {
+    if (n <= 1) return 0;
+    return (double)(n - 1) / n * S / bw + (double)(n - 1) * lat;
+}
+
+void plan_scaling_fit(PlanScaling *s, int fit) {
+    memset(s, 0, sizeof *s);
+    if (fit == 0) {
+        /* Hoffmann et al. 2022, §3.3 eq. (10) / Appendix D.2. */
+        s->name = "hoffmann2022", s->E = 1.69, s->A = 406.4, s->B = 410.7, s->alpha = 0.34, s->beta = 0.28;
+    } else {
+        /* Besiroglu et al. 2024 (arXiv:2404.10102), their refit of Approach 3 (eq. 4). */
+        s->name = "besiroglu2024", s->E = 1.82, s->A = 482.01, s->B = 2085.43, s->alpha = 0.3478, s->beta = 0.3658;
+    }
+}
+
+double plan_scaling_loss(const PlanScaling *s, double N, double D) {
+    return s->E + s->A / pow(N, s->alpha) + s->B / pow(D, s->beta);
+}
+
+void plan_scaling_optimum(const PlanScaling *s, double C, double *N, double *D) {
+    /* Minimise L(N, D) subject to 6ND = C (Hoffmann et al. 2022, eq. (4) and Appendix D.2). */
+    double ab = s->alpha + s->beta;
+    double G = pow(s->alpha * s->A / (s->beta * s->B), 1.0 / ab);
+    *N = G * pow(C / 6.0, s->beta / ab);
+    *D = pow(C / 6.0, s->alpha / ab) / G;
+}
+
+double plan_young_daly(double write_s, double mtbf_s) {
+    if (write_s <= 0 || mtbf_s <= 0) return 0;
+    return sqrt(2.0 * write_s * mtbf_s);
+}
+
+/* ========================================================= validation ================ */
+
+Status plan_validate(const PlanInput *in, Err *err) {
+    const PlanModel *m = &in->model;
+    if (m->params_override < 0)
+        return err_set(err, ST_ERR_INPUT, "--params: expected a positive count, found %lld", m->params_override);
+    if (m->params_override == 0) {
+        if (m->n_layer < 1)
+            return err_set(err, ST_ERR_INPUT, "--layers: expected a positive integer, found %d", m->n_layer);
+        if (m->n_head < 1)
+            return err_set(err, ST_ERR_INPUT, "--heads: expected a positive integer, found %d", m->n_head);
+        if (m->n_kv_head < 1 || m->n_kv_head > m->n_head || m->n_head % m->n_kv_head)
+            return err_set(err, ST_ERR_INPUT, "--kv-heads: expected a divisor of --heads %d, found %d", m->n_head,
+                           m->n_kv_head);
+        if (m->d_model < 1)
+            return err_set(err, ST_ERR_INPUT, "--channels: expected a positive integer, found %d", m->d_model);
+        if (m->d_model % m->n_head)
+            return err_set(err, ST_ERR_INPUT,
+                           "--heads %d does not divide --channels %d (expected channels a multiple of heads)",
+                           m->n_head, m->d_model);
+        if (m->d_ff < 1) return err_set(err, ST_ERR_INPUT, "--ffn: expected a positive integer, found %d", m->d_ff);
+        if (m->vocab < 2) return err_set(err, ST_ERR_INPUT, "--vocab: expected at least 2, found %d", m->vocab);
+        if (m->max_seq < 1)
+            return err_set(err, ST_ERR_INPUT, "--max-seq-len: expected a positive integer, found %d", m->max_seq);
+    }
+    struct { const char *flag; int v; int lo; } ints[] = {
+        {"--micro-batch", in->micro_batch, 1}, {"--seq-len", in->seq_len, 1}, {"--grad-accum", in->grad_accum, 1},
+        {"--dp", in->dp, 1}, {"--tp", in->tp, 1}, {"--pp", in->pp, 1}, {"--interleave", in->interleave, 1},
+        {"--pp-microbatches", in->pp_microbatches, 0}, {"--world", in->world, 0}, {"--threads", in->threads, 1},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (ints[i].v < ints[i].lo)
+            return err_set(err, ST_ERR_INPUT, "%s: expected an integer >= %d, found %d", ints[i].flag, ints[i].lo,
+                           ints[i].v);
+    if (in->zero < 0 || in->zero > 3) return err_set(err, ST_ERR_INPUT, "--zero: expected 0, 1, 2 or 3, found %d", in->zero);
+    if (in->n_moments < 0 || in->n_moments > 2)
+        return err_set(err, ST_ERR_INPUT, "--moments: expected 0, 1 or 2, found %d", in->n_moments);
+    struct { const char *flag; int v; int lo; } bytes[] = {
+        {"--weight-bytes", in->prec.weight, 1}, {"--grad-bytes", in->prec.grad, 1},
+        {"--master-bytes", in->prec.master, 0}, {"--moment-bytes", in->prec.moment, 1}, {"--act-bytes", in->prec.act, 1},
+    };
+    for (size_t i = 0; i < sizeof bytes / sizeof bytes[0]; i++)
+        if (bytes[i].v < bytes[i].lo || bytes[i].v > 8)
+            return err_set(err, ST_ERR_INPUT, "%s: expected %d..8 bytes per element, found %d", bytes[i].flag,
+                           bytes[i].lo, bytes[i].v);
+    const PlanHardware *hw = &in->hw;
+    struct { const char *what; double v; } hwv[] = {
+        {"peak fp32 FLOP/s", hw->peak_fp32}, {"peak bf16 FLOP/s", hw->peak_bf16}, {"peak fp16 FLOP/s", hw->peak_fp16},
+        {"memory", hw->memory}, {"memory bandwidth", hw->mem_bw}, {"intra-node bandwidth", hw->intra_bw},
+        {"inter-node bandwidth", hw->inter_bw}, {"matmul efficiency", hw->matmul_eff}, {"storage bandwidth", hw->storage_bw},
+    };
+    for (size_t i = 0; i < sizeof hwv / sizeof hwv[0]; i++)
+        if (!(hwv[i].v > 0) || !isfinite(hwv[i].v))
+            return err_set(err, ST_ERR_INPUT, "--hardware %s: expected a positive %s, found %g", hw->name, hwv[i].what,
+                           hwv[i].v);
+    if (hw->matmul_eff > 1)
+        return err_set(err, ST_ERR_INPUT, "--matmul-eff: expected a fraction in (0, 1], found %g", hw->matmul_eff);
+    if (hw->devices_per_node < 1)
+        return err_set(err, ST_ERR_INPUT, "--devices-per-node: expected a positive integer, found %d", hw->devices_per_node);
+    if (hw->intra_lat < 0 || hw->inter_lat < 0)
+        return err_set(err, ST_ERR_INPUT, "--hardware %s: expected non-negative latencies", hw->name);
+    struct { const char *flag; double v; } bud[] = {
+        {"--tokens", in->budget_tokens}, {"--flops", in->budget_flops}, {"--days", in->budget_days},
+        {"--target-days", in->target_days}, {"--mtbf", in->mtbf_hours},
+    };
+    for (size_t i = 0; i < sizeof bud / sizeof bud[0]; i++)
+        if (!isfinite(bud[i].v) || bud[i].v < 0)
+            return err_set(err, ST_ERR_INPUT, "%s: expected a positive number, found %g", bud[i].flag, bud[i].v);
+    int nb = (in->budget_tokens > 0) + (in->budget_flops > 0) + (in->budget_days > 0);
+    if (nb > 1) return err_set(err, ST_ERR_INPUT, "budget: expected at most one of --tokens, --flops, --days, found %d", nb);
+    if (in->act_mode < PLAN_ACT_AUTO || in->act_mode > PLAN_ACT_EXACT)
+        return err_set(err, ST_ERR_INPUT, "--activations: expected auto, paper or exact");
+    return ST_OK;
+}
+
+/* ============================================================ the review ============== */
+
+static void check_add(PlanResult *r, int level, int input, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void check_add(PlanResult *r, int level, int input, const char *fmt, ...) {
+    if (level == PLAN_CHECK_ERROR) r->nerrors++;
+    else r->nwarnings++;
+    if (r->nchecks >= PLAN_MAX_CHECKS) return;
+    PlanCheck *c = &r->checks[r->nchecks++];
+    c->level = level, c->input = input;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->msg, sizeof c->msg, fmt, ap);
+    va_end(ap);
+}
+
+static double peak_of(const PlanHardware *hw, PlanDtype d) {
+    return d == PLAN_DTYPE_BF16 ? hw->peak_bf16 : d == PLAN_DTYPE_FP16 ? hw->peak_fp16 : hw->peak_fp32;
+}
+
+/* What plan_core should fill: everything, or the step prediction only. */
+enum { CORE_STEP = 0, CORE_FULL = 1 };
+
+static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) {
+    Status st = plan_validate(in, err);
+    if (st != ST_OK) return st;
+    memset(r, 0, sizeof *r);
+    const PlanModel *m = &in->model;
+    const PlanPrecision *pr = &in->prec;
+    const PlanHardware *hw = &in->hw;
+    int shaped = m->params_override == 0;
+    int dp = in->dp, tp = in->tp, pp = in->pp, v = in->interleave;
+    int L = shaped ? m->n_layer : 0;
+    double h = m->d_model, V = m->vocab;
+    r->world = in->world > 0 ? in->world : dp * tp * pp;
+    r->nodes = (r->world + hw->devices_per_node - 1) / hw->devices_per_node;
+
+    /* ---- batch: the replica's B·k sequences go through the pipeline as m micro-batches ---- */
+    int k = in->grad_accum, B = in->micro_batch, T = in->seq_len;
+    int mb = in->pp_microbatches > 0 ? in->pp_microbatches : k;
+    double b_pipe = B; /* sequences per pipeline micro-batch */
+    if (mb != k) {
+        if (((long long)B * k) % mb != 0)
+            check_add(r, PLAN_CHECK_ERROR, 1,
+                      "global batch not divisible: --micro-batch %d x --grad-accum %d = %lld sequences per replica do "
+                      "not split into --pp-microbatches %d",
+                      B, k, (long long)B * k, mb);
+        b_pipe = (double)B * k / mb;
+    }
+    r->microbatches = mb;
+    r->batch_seqs = (long long)B * k * dp;
+    r->batch_tokens = r->batch_seqs * T;
+
+    /* ---- parameters ---- */
+    r->n_params = plan_model_num_params(m);
+    ModelConfig cfg;
+    int ours = plan_model_to_config(m, &cfg);
+    if (shaped) {
+        BlockCount bc = block_count(m);
+        r->n_params_layer = (long long)(bc.mat + bc.colbias + bc.rowbias + bc.norms + 0.5);
+        r->n_params_embedding = (long long)V * m->d_model + (m->learned_pos ? (long long)m->max_seq * m->d_model : 0) +
+                                (m->tied_head ? 0 : (long long)V * m->d_model);
+    }
+    r->layers_per_device = shaped ? (L + pp - 1) / pp : 0;
+    int Lp = r->layers_per_device;
+    r->layout_floats = r->n_params;
+    double layer_dev = 0; /* parameters of one block on one device */
+    if (ours && tp == 1) {
+        /* Our trainer's layout: padding and alignment included, segments split evenly over dp. */
+        ParamLayout pl;
+        if (layout_init(&pl, &cfg, in->zero > 0 ? dp : 1) != 0)
+            return err_set(err, ST_ERR_RUNTIME, "out of memory building the parameter layout");
+        r->exact_layout = 1;
+        r->layout_floats = (long long)pl.total;
+        if (pp == 1) {
+            r->params_per_device = (double)pl.total;
+        } else {
+            int l1 = Lp < L ? Lp : L;
+            double first = (double)pl.seg_off[1 + l1];
+            double last = (double)(pl.seg_off[pl.nseg] - pl.seg_off[1 + L - l1]) + (double)pl.tensors[0].numel;
+            r->params_per_device = first > last ? first : last;
+        }
+        layer_dev = L > 0 ? (double)(pl.seg_off[2] - pl.seg_off[1]) : 0;
+        layout_free(&pl);
+    } else if (shaped) {
+        BlockCount bc = block_count(m);
+        layer_dev = (bc.mat + bc.colbias) / tp + bc.rowbias + bc.norms;
+        double emb = V * h / tp + (m->learned_pos ? (double)m->max_seq * h : 0);
+        double fin = h * (m->norm_bias ? 2 : 1);
+        double head = m->tied_head ? (pp > 1 ? V * h / tp : 0) : V * h / tp; /* tied + pp: a copy on the last stage */
+        if (pp == 1) {
+            r->params_per_device = emb + L * layer_dev + head + fin;
+        } else {
+            double first = emb + Lp * layer_dev, last = Lp * layer_dev + fin + head;
+            r->params_per_device = first > last ? first : last;
+        }
+    } else {
+        r->params_per_device = (double)r->n_params / ((double)tp * pp);
+    }
+    double P = r->params_per_device;
+
+    /* ---- memory per device: states, divided by ZeRO over dp ---- */
+    r->mem.weights = P * pr->weight / (in->zero >= 3 ? dp : 1);
+    r->mem.grads = P * pr->grad / (in->zero >= 2 ? dp : 1);
+    r->mem.master = P * pr->master / (in->zero >= 1 ? dp : 1);
+    r->mem.moments = P * in->n_moments * pr->moment / (in->zero >= 1 ? dp : 1);
+    r->mem.bytes_per_param = pr->weight + pr->grad + pr->master + (double)in->n_moments * pr->moment;
+
+    /* ---- activations ---- */
+    int exact_ok = ours && tp == 1 && !in->sp && in->recompute == PLAN_RECOMPUTE_NONE && mb == k;
+    if (in->act_mode == PLAN_ACT_EXACT && !exact_ok)
+        check_add(r, PLAN_CHECK_ERROR, 1,
+                  "--activations exact: our kernels' sizes apply only to our GPT-2 models with --tp 1, no --sp, "
+                  "--recompute none and --pp-microbatches = --grad-accum");
+    r->act.inflight = 1;
+    if (pp > 1) {
+        /* 1F1B: the first stage holds min(p, m) micro-batches; interleaving multiplies that by
+         * 1 + (p-1)/(p v) (Korthikanti et al. 2022 §4.2.3). */
+        r->act.inflight = (mb < pp ? mb : pp) * (v > 1 ? 1.0 + (double)(pp - 1) / ((double)pp * v) : 1.0);
+    }
+    if (shaped) {
+        double f = (double)m->d_ff / h, rr = (double)m->n_kv_head / m->n_head;
+        r->act.korth_plain = plan_act_korthikanti(T, b_pipe, h, m->n_head, f, rr, m->gated_mlp, 1, 0, PLAN_RECOMPUTE_NONE);
+        r->act.korth = plan_act_korthikanti(T, b_pipe, h, m->n_head, f, rr, m->gated_mlp, tp, in->sp, in->recompute);
+        if (ours) {
+            ActSizes as = layout_activations(&cfg, (int)b_pipe, T, in->threads);
+            r->act.exact_layer = 4.0 * as.per_layer;
+            r->act.exact_total = 4.0 * as.total;
+            r->act.exact_scratch = 4.0 * as.scratch;
+            if (exact_ok && in->act_mode != PLAN_ACT_KORTHIKANTI) {
+                r->act.exact_used = 1;
+                r->act.per_layer = r->act.exact_layer;
+                if (pp == 1) r->mem.activations = r->act.exact_total;
+                else r->mem.activations = (4.0 * as.encoded + Lp * r->act.exact_layer) * r->act.inflight;
+                r->mem.workspace = r->act.exact_scratch;
+            }
+        }
+        if (!r->act.exact_used) {
+            r->act.per_layer = r->act.korth;
+            r->mem.activations = r->act.per_layer * Lp * r->act.inflight;
+            /* fp32 logits of the LM head (on the single or last stage), split over tp. */
+            r->mem.workspace = 4.0 * b_pipe * T * V / tp;
+        }
+    } else {
+        check_add(r, PLAN_CHECK_WARNING, 0,
+                  "--params alone: activations are not counted and FLOPs are 6N (give --model or a shape)");
+    }
+    /* Communication buffers: a double-buffered per-block gradient bucket; ZeRO-3 gathers two blocks. */
+    if (dp > 1) r->mem.comm = 2.0 * layer_dev * pr->grad;
+    if (dp > 1 && in->zero == 3) r->mem.comm += 2.0 * layer_dev * pr->weight;
+    r->mem.total = r->mem.weights + r->mem.grads + r->mem.master + r->mem.moments + r->mem.activations +
+                   r->mem.workspace + r->mem.comm;
+    r->mem.device = hw->memory;
+    r->mem.margin = hw->memory - r->mem.total;
+    r->mem.fits = r->mem.margin >= 0;
+
+    /* ---- compute ---- */
+    double N = (double)r->n_params;
+    r->compute.fpt_6n = 6.0 * N;
+    double fwd_layers = 0, attn_core = 0;
+    if (shaped) {
+        BlockCount bc = block_count(m);
+        fwd_layers = 2.0 * bc.mat * L;       /* forward matmul FLOPs per token in the blocks */
+        attn_core = 4.0 * T * h * L;         /* QK^T and AV per token, full T x T (PaLM's convention) */
+        double fwd = fwd_layers + attn_core + 2.0 * V * h;
+        r->compute.fpt = 3.0 * fwd;
+        r->compute.fpt_hw = r->compute.fpt + (in->recompute == PLAN_RECOMPUTE_FULL ? fwd_layers + attn_core
+                                              : in->recompute == PLAN_RECOMPUTE_SELECTIVE ? attn_core : 0);
+    } else {
+        r->compute.fpt = r->compute.fpt_hw = r->compute.fpt_6n;
+    }
+    double peak = peak_of(hw, pr->compute);
+    r->compute.peak = peak;
+    double tok_replica = (double)B * T * k;
+    r->compute.t_matmul = r->compute.fpt_hw * tok_replica / ((double)tp * pp) / (peak * hw->matmul_eff);
+    /* Elementwise work streams each saved activation about four times (written in the forward,
+     * read in the backward, its gradient written and read); full recompute writes it once more. */
+    double act_nrc = 0;
+    if (shaped) {
+        double f = (double)m->d_ff / h, rr = (double)m->n_kv_head / m->n_head;
+        act_nrc = r->act.exact_used ? r->act.exact_layer
+                                    : plan_act_korthikanti(T, b_pipe, h, m->n_head, f, rr, m->gated_mlp, tp, in->sp,
+                                                           PLAN_RECOMPUTE_NONE);
+    }
+    double passes = 4.0 + (in->recompute == PLAN_RECOMPUTE_FULL ? 1.0 : 0.0);
+    r->compute.t_elementwise = passes * act_nrc * Lp * mb / hw->mem_bw;
+    r->bubble = plan_bubble(pp, mb, 1);
+    r->bubble_interleaved = plan_bubble(pp, mb, v);
+    if (pp > 1)
+        r->compute.t_bubble = (r->compute.t_matmul + r->compute.t_elementwise) * (pp - 1) / ((double)v * mb);
+
+    /* ---- communication: tp innermost, then dp, then pp (Megatron's rank order) ---- */
+    int dpn = hw->devices_per_node;
+    r->comm.tp_inter = tp > dpn;
+    r->comm.dp_inter = dp > 1 && tp * dp > dpn;
+    r->comm.pp_inter = pp > 1 && tp * dp * pp > dpn;
+    double bw_tp = r->comm.tp_inter ? hw->inter_bw : hw->intra_bw, lat_tp = r->comm.tp_inter ? hw->inter_lat : hw->intra_lat;
+    double bw_dp = r->comm.dp_inter ? hw->inter_bw : hw->intra_bw, lat_dp = r->comm.dp_inter ? hw->inter_lat : hw->intra_lat;
+    double bw_pp = r->comm.pp_inter ? hw->inter_bw : hw->intra_bw, lat_pp = r->comm.pp_inter ? hw->inter_lat : hw->intra_lat;
+    double act_msg = b_pipe * T * h * pr->act; /* one micro-batch's hidden states */
+    if (tp > 1 && shaped) {
+        /* Megatron: 2 all-reduces per layer forward, 2 backward (+2 for a full-recompute forward);
+         * with SP each becomes an all-gather + reduce-scatter of the same volume. */
+        double n_ar = 4.0 + (in->recompute == PLAN_RECOMPUTE_FULL ? 2.0 : 0.0);
+        double one = plan_ring_allreduce(act_msg, tp, bw_tp, lat_tp);
+        r->comm.tp_bytes = n_ar * Lp * mb * 2.0 * (tp - 1) / tp * act_msg;
+        r->comm.tp_time = n_ar * Lp * mb * one;
+    }
+    if (pp > 1 && shaped) {
+        double msg = act_msg / (in->sp ? tp : 1);
+        r->comm.pp_bytes = 2.0 * mb * v * msg;
+        r->comm.pp_time = 2.0 * mb * v * (msg / bw_pp + lat_pp);
+    }
+    r->compute.t_tp = r->comm.tp_time;
+    r->compute.t_pp = r->comm.pp_time;
+    int nbuckets = (Lp > 0 ? Lp : 1) + 1;
+    double Sg = P * pr->grad, Sw = P * pr->weight;
+    if (dp > 1) {
+        if (in->zero == 0) {
+            r->comm.dp_bytes = 2.0 * (dp - 1) / dp * Sg;
+            r->comm.dp_time = 2.0 * (dp - 1) / dp * Sg / bw_dp + 2.0 * (dp - 1) * lat_dp * nbuckets;
+        } else {
+            /* Reduce-scatter the gradients once per step; all-gather the updated weights (ZeRO-1/2)
+             * or gather them for every micro-batch's forward and backward (ZeRO-3). */
+            double gathers = in->zero == 3 ? 2.0 * mb : 1.0;
+            r->comm.rs_bytes = (double)(dp - 1) / dp * Sg;
+            r->comm.ag_bytes = gathers * (dp - 1) / dp * Sw;
+            r->comm.zero_time = (r->comm.rs_bytes + r->comm.ag_bytes) / bw_dp + (1.0 + gathers) * (dp - 1) * lat_dp * nbuckets;
+        }
+    }
+    r->compute.t_dp = r->comm.dp_time + r->comm.zero_time;
+    /* Optimizer: read the gradient, read+write master and moments, write the working weights. */
+    double Popt = P / (in->zero >= 1 ? dp : 1);
+    double opt_bytes = pr->grad + 2.0 * pr->master + 2.0 * in->n_moments * pr->moment + (pr->master ? 1.0 : 2.0) * pr->weight;
+    r->compute.t_optimizer = Popt * opt_bytes / hw->mem_bw;
+    double t_comp = r->compute.t_matmul + r->compute.t_elementwise + r->compute.t_bubble + r->compute.t_tp + r->compute.t_pp;
+    r->compute.step_overlap = (t_comp > r->compute.t_dp ? t_comp : r->compute.t_dp) + r->compute.t_optimizer;
+    r->compute.step_serial = t_comp + r->compute.t_dp + r->compute.t_optimizer;
+    r->compute.step = in->overlap ? r->compute.step_overlap : r->compute.step_serial;
+    r->compute.tokens_per_s = r->batch_tokens / r->compute.step;
+    int used = dp * tp * pp;
+    r->compute.mfu = r->compute.fpt * r->compute.tokens_per_s / (used * peak);
+    r->compute.hfu = r->compute.fpt_hw * r->compute.tokens_per_s / (used * peak);
+
+    /* ---- budget ---- */
+    if (in->budget_tokens > 0) r->tokens = in->budget_tokens, r->budget_source = "tokens";
+    else if (in->budget_flops > 0) r->tokens = in->budget_flops / r->compute.fpt, r->budget_source = "flops";
+    else if (in->budget_days > 0) r->tokens = in->budget_days * 86400.0 * r->compute.tokens_per_s, r->budget_source = "days";
+    else r->tokens = 20.0 * N, r->budget_source = "20 tokens/param";
+    r->steps = (long long)ceil(r->tokens / (double)r->batch_tokens);
+    r->compute.total_6nd = 6.0 * N * r->tokens;
+    r->compute.total = r->compute.fpt * r->tokens;
+    r->compute.train_seconds = r->steps * r->compute.step;
+    double target = in->target_days > 0 ? in->target_days : in->budget_days;
+    if (target > 0) {
+        r->compute.target_seconds = target * 86400.0;
+        r->compute.mfu_required = r->compute.total / (r->compute.target_seconds * r->world * peak);
+    }
+
+    /* ---- launch checklist ---- */
+    if (in->world > 0 && used != in->world)
+        check_add(r, PLAN_CHECK_ERROR, 1, "--dp %d x --tp %d x --pp %d = %d devices, expected the world size %d", dp, tp,
+                  pp, used, in->world);
+    if (shaped) {
+        if (m->n_head % tp)
+            check_add(r, PLAN_CHECK_ERROR, 1, "--heads %d is not divisible by --tp %d", m->n_head, tp);
+        if (m->n_kv_head % tp)
+            check_add(r, PLAN_CHECK_ERROR, 1, "--kv-heads %d is not divisible by --tp %d", m->n_kv_head, tp);
+        if (m->d_ff % tp) check_add(r, PLAN_CHECK_ERROR, 1, "--ffn %d is not divisible by --tp %d", m->d_ff, tp);
+        if (L % pp) check_add(r, PLAN_CHECK_ERROR, 1, "--layers %d is not divisible by --pp %d", L, pp);
+        else if (v > 1 && L % (pp * v))
+            check_add(r, PLAN_CHECK_ERROR, 1, "--layers %d is not divisible by --pp %d x --interleave %d = %d", L, pp, v,
+                      pp * v);
+        if (T > m->max_seq)
+            check_add(r, PLAN_CHECK_ERROR, 1, "--seq-len %d is over the model's --max-seq-len %d", T, m->max_seq);
+        if (in->sp && T % tp)
+            check_add(r, PLAN_CHECK_ERROR, 1, "--sp: --seq-len %d is not divisible by --tp %d", T, tp);
+        if (m->vocab % tp)
+            check_add(r, PLAN_CHECK_WARNING, 0, "--vocab %d is not divisible by --tp %d: the embedding is padded", m->vocab,
+                      tp);
+    }
+    if (pp > 1 && mb < pp)
+        check_add(r, PLAN_CHECK_WARNING, 0,
+                  "%d pipeline micro-batches for %d stages: fewer micro-batches than stages, bubble %.0f%%", mb, pp,
+                  100 * r->bubble_interleaved);
+    if (v > 1 && pp == 1) check_add(r, PLAN_CHECK_WARNING, 0, "--interleave %d without --pp has no effect", v);
+    if (v > 1 && pp > 1 && mb % pp)
+        check_add(r, PLAN_CHECK_ERROR, 1, "--interleave %d: %d micro-batches are not a multiple of --pp %d", v, mb, pp);
+    if (in->sp && tp == 1) check_add(r, PLAN_CHECK_WARNING, 0, "--sp without --tp > 1 has no effect");
+    if (in->zero >= 2 && pp > 1)
+        check_add(r, PLAN_CHECK_WARNING, 0,
+                  "--zero %d with --pp %d: gradients are reduce-scattered every micro-batch (DeepSpeed allows only "
+                  "ZeRO-1 with pipelines)",
+                  in->zero, pp);
+    if (in->zero > 0 && dp == 1) check_add(r, PLAN_CHECK_WARNING, 0, "--zero %d with --dp 1 shards nothing", in->zero);
+    if (tp > dpn)
+        check_add(r, PLAN_CHECK_WARNING, 0, "--tp %d spans nodes (%d devices per node): TP all-reduces go over the slow link",
+                  tp, dpn);
+    if (!r->mem.fits)
+        check_add(r, PLAN_CHECK_ERROR, 0, "memory: %.2f GiB per device does not fit in %.2f GiB (over by %.2f GiB)",
+                  r->mem.total / 1073741824.0, hw->memory / 1073741824.0, -r->mem.margin / 1073741824.0);
+    if (what == CORE_STEP) return ST_OK;
+
+    /* ---- scaling laws ---- */
+    for (int i = 0; i < 2; i++) {
+        PlanScaling *s = &r->scaling[i];
+        plan_scaling_fit(s, i);
+        s->budget_flops = r->compute.total_6nd;
+        plan_scaling_optimum(s, s->budget_flops, &s->n_opt, &s->d_opt);
+        s->loss_opt = plan_scaling_loss(s, s->n_opt, s->d_opt);
+        s->loss_plan = plan_scaling_loss(s, N, r->tokens);
+        s->tokens_per_param_opt = s->d_opt / s->n_opt;
+    }
+    r->tokens_per_param = r->tokens / N;
+    r->overtrained = r->tokens_per_param > 2.0 * 20.0 && r->tokens_per_param > 2.0 * r->scaling[0].tokens_per_param_opt;
+
+    /* ---- checkpointing ---- */
+    r->ckpt.bytes = N * (4.0 + pr->master + (double)in->n_moments * pr->moment);
+    r->ckpt.write_s = r->ckpt.bytes / (hw->storage_bw * r->nodes);
+    r->ckpt.mtbf_s = in->mtbf_hours * 3600.0;
+    r->ckpt.interval_s = plan_young_daly(r->ckpt.write_s, r->ckpt.mtbf_s);
+    if (r->ckpt.interval_s > 0)
+        r->ckpt.overhead = r->ckpt.write_s / r->ckpt.interval_s + r->ckpt.interval_s / (2.0 * r->ckpt.mtbf_s);
+    return ST_OK;
+}
+
+/* ========================================================== knob search ============== */
+
+/* Tries the knobs that keep the world size and the global batch: ZeRO stage, recompute, SP,
+ * smaller micro-batches (more accumulation), more TP or PP (less DP). Keeps the variants that
+ * fit with no input error, ordered by predicted step time. */
+static void suggest_knobs(const PlanInput *in, PlanResult *r) {
+    typedef struct { double step; double total; PlanInput v; } Cand;
+    Cand best[PLAN_MAX_SUGGEST];
+    int nbest = 0;
+    int pps[] = {1, 2, 4, 8, 16, 32, 64}, tps[] = {1, 2, 4, 8};
+    PlanResult *t = malloc(sizeof *t);
+    if (!t) return;
+    for (int ti = 0; ti < 4; ti++) {
+        for (int pi = 0; pi < 7; pi++) {
+            int tp = tps[ti], pp = pps[pi];
+            if (tp < in->tp || pp < in->pp || (in->dp * in->tp * in->pp) % (tp * pp)) continue;
+            int dp = in->dp * in->tp * in->pp / (tp * pp);
+            if (dp < 1 || (in->grad_accum * in->dp) % dp) continue;
+            for (int z = in->zero; z <= 3; z++) {
+                for (int rc = in->recompute; rc <= PLAN_RECOMPUTE_FULL; rc++) {
+                    for (int sp = in->sp; sp <= (tp > 1); sp++) {
+                        for (int B = in->micro_batch; B >= 1; B /= 2) {
+                            if (in->micro_batch % B) continue;
+                            PlanInput v = *in;
+                            v.tp = tp, v.pp = pp, v.dp = dp, v.zero = z, v.recompute = (PlanRecompute)rc, v.sp = sp;
+                            v.micro_batch = B;
+                            v.grad_accum = (int)((long long)in->grad_accum * in->dp * (in->micro_batch / B) / dp);
+                            v.pp_microbatches = 0;
+                            v.act_mode = PLAN_ACT_AUTO;
+                            Err e;
+                            if (plan_core(&v, t, CORE_STEP, &e) != ST_OK || !t->mem.fits) continue;
+                            int bad = 0;
+                            for (int c = 0; c < t->nchecks; c++) bad |= t->checks[c].input;
+                            if (bad) continue;
+                            Cand c = {t->compute.step, t->mem.total, v};
+                            int pos = nbest;
+                            while (pos > 0 && best[pos - 1].step > c.step) pos--;
+                            if (pos >= PLAN_MAX_SUGGEST) continue;
+                            int end = nbest < PLAN_MAX_SUGGEST ? nbest : PLAN_MAX_SUGGEST - 1;
+                            for (int q = end; q > pos; q--) best[q] = best[q - 1];
+                            best[pos] = c;
+                            if (nbest < PLAN_MAX_SUGGEST) nbest++;
+                            break; /* the largest micro-batch that fits is the fastest */
+                        }
+                    }
+                }
+            }
+        }
+    }
+    free(t);
+    for (int i = 0; i < nbest; i++) {
+        const PlanInput *v = &best[i].v;
+        char buf[200] = "";
+        size_t n = 0;
+#define ADD(...) n += (size_t)snprintf(buf + n, n < sizeof buf ? sizeof buf - n : 0, __VA_ARGS__)
+        if (v->zero != in->zero) ADD(" --zero %d", v->zero);
+        if (v->recompute != in->recompute) ADD(" --recompute %s", plan_recompute_name(v->recompute));
+        if (v->sp != in->sp) ADD(" --sp");
+        if (v->tp != in->tp) ADD(" --tp %d", v->tp);
+        if (v->pp != in->pp) ADD(" --pp %d", v->pp);
+        if (v->dp != in->dp) ADD(" --dp %d", v->dp);
+        if (v->micro_batch != in->micro_batch) ADD(" --micro-batch %d", v->micro_batch);
+        if (v->grad_accum != in->grad_accum) ADD(" --grad-accum %d", v->grad_accum);
+        ADD(": %.2f GiB, step %.4g s (%+.0f%%)", best[i].total / 1073741824.0, best[i].step,
+            100.0 * (best[i].step / r->compute.step - 1.0));
+#undef ADD
+        snprintf(r->suggest[i], sizeof r->suggest[i], "%s", buf[0] == ' ' ? buf + 1 : buf);
+    }
+    r->nsuggest = nbest;
+}
+
+Status plan_compute(const PlanInput *in, PlanResult *r, Err *err) {
+    Status st = plan_core(in, r, CORE_FULL, err);
+    if (st != ST_OK) return st;
+    if (!r->mem.fits) suggest_knobs(in, r);
+    return ST_OK;
+}
+
+Status plan_predict_step(const PlanInput *in, PlanResult *r, Err *err) { return plan_core(in, r, CORE_STEP, err); }

@@ -1,0 +1,322 @@
+/* plan.h — the training-plan calculator: pure math over a model shape, a batch, a parallel
+ * layout, precisions, an optimizer, a hardware profile and a budget (issue 7, docs/plan.md).
+ *
+ * No I/O: plan_compute fills a PlanResult; cli/cmd_plan.c prints it or writes it as JSON.
+ * Units: bytes are plain bytes (double; the CLI prints GiB = 2^30 and GB = 10^9), times are
+ * seconds, FLOPs are floating-point operations (a multiply-add is 2), bandwidths are bytes/s
+ * per device in one direction. For our own GPT-2 models the parameter count and the memory of
+ * each state kind come from model/layout (layout_init, layout_activations), the same functions
+ * the trainer allocates from, so plan and trainer cannot drift apart.
+ *
+ * Dimension letters: L layers, a heads, kv KV heads, h = C channels, F MLP width, V vocabulary,
+ * s = T sequence length, b = B micro-batch, k grad-accumulation steps, t tp, p pp, d dp,
+ * m pipeline micro-batches, v interleaved chunks per stage. */
+#ifndef ST_PLAN_PLAN_H
+#define ST_PLAN_PLAN_H
+
+#include "core/status.h"
+#include "model/config.h"
+
+/* ---------------------------------------------------------------- model ---------------- */
+
+typedef enum {
+    PLAN_ARCH_GPT2 = 0,  /* pre-LN, LayerNorm with bias, GELU MLP, learned positions, tied head */
+    PLAN_ARCH_LLAMA = 1, /* pre-RMSNorm, SwiGLU MLP, rotary positions, GQA, untied head, no bias */
+} PlanArch;
+
+/* A model shape general enough for both families. Built by plan_model_preset or
+ * plan_model_from_config, or field by field. */
+typedef struct {
+    char name[32];         /* preset name or "custom" */
+    PlanArch arch;
+    int n_layer;           /* L */
+    int n_head;            /* a: query heads */
+    int n_kv_head;         /* kv: key/value heads (GQA); == n_head for multi-head attention */
+    int d_model;           /* h = C */
+    int d_ff;              /* F: MLP hidden width (4h for GPT-2; SwiGLU width for Llama) */
+    int vocab;             /* V as the tokenizer sees it (unpadded) */
+    int max_seq;           /* longest trained sequence (learned-position table rows for GPT-2) */
+    int tied_head;         /* 1: the LM head reuses the token embedding (counted once) */
+    int learned_pos;       /* 1: a learned (max_seq, h) position table; 0: rotary (no params) */
+    int norm_bias;         /* 1: LayerNorm weight+bias; 0: RMSNorm weight only */
+    int linear_bias;       /* 1: every Linear has a bias */
+    int gated_mlp;         /* 1: SwiGLU (gate, up: h->F; down: F->h); 0: fc h->F, proj F->h */
+    long long params_override; /* > 0: only the count is known (--params N); shape fields unused */
+} PlanModel;
+
+/* Fills m from a preset: our "dN" and "gpt2-124m/350m/774m/1558m" (alias gpt2-1.5b) via
+ * model/config (vocab 50257, max_seq 1024), and "llama-7b", "llama-13b", "llama-70b" (Llama 2
+ * shapes, V 32000, 4096 positions) and "llama-405b" (Llama 3.1: V 128256, 131072 positions).
+ * ST_ERR_INPUT naming --model and the known presets on an unknown name. */
+Status plan_model_preset(PlanModel *m, const char *name, Err *err);
+
+/* Our trainer's GPT-2 model as a PlanModel (arch GPT2, F = 4h, tied, learned positions). */
+void plan_model_from_config(PlanModel *m, const ModelConfig *cfg);
+
+/* 1 when m is exactly a model our trainer builds (so model/layout sizes apply), and then fills
+ * cfg (validated, vocab_padded derived). */
+int plan_model_to_config(const PlanModel *m, ModelConfig *cfg);
+
+/* Exact parameter count of the architecture (unpadded vocabulary, tied head counted once). For
+ * our GPT-2 models it equals model_config_num_params. */
+long long plan_model_num_params(const PlanModel *m);
+
+/* ------------------------------------------------------------- hardware --------------- */
+
+typedef struct {
+    char name[32];
+    double peak_fp32;      /* FLOP/s per device, dense fp32 (CUDA cores / FMA units) */
+    double peak_bf16;      /* FLOP/s per device, dense bf16 (tensor cores / AVX-512 BF16) */
+    double peak_fp16;      /* FLOP/s per device, dense fp16 */
+    double memory;         /* bytes of device memory */
+    double mem_bw;         /* bytes/s of device memory bandwidth */
+    double intra_bw;       /* bytes/s per device, one direction, between devices of a node */
+    double inter_bw;       /* bytes/s per device, one direction, between nodes */
+    double intra_lat;      /* seconds per message inside a node (alpha) */
+    double inter_lat;      /* seconds per message across nodes */
+    int devices_per_node;
+    double matmul_eff;     /* fraction of peak that the model's matmuls achieve */
+    double storage_bw;     /* bytes/s a node writes checkpoints at */
+} PlanHardware;
+
+/* Presets: "A100-40GB", "A100-80GB", "H100" (SXM), "H200", "cpu-zen4-2c" (this machine:
+ * 2 cores, fp32 230e9, bf16 456e9, 24 GiB, 30 GB/s). Case-insensitive. ST_ERR_INPUT naming
+ * --hardware on an unknown name. Sources of each number: docs/plan.md. */
+Status plan_hardware_preset(PlanHardware *hw, const char *name, Err *err);
+
+/* --------------------------------------------------------------- input ---------------- */
+
+typedef enum { PLAN_RECOMPUTE_NONE = 0, PLAN_RECOMPUTE_SELECTIVE = 1, PLAN_RECOMPUTE_FULL = 2 } PlanRecompute;
+typedef enum { PLAN_DTYPE_FP32 = 0, PLAN_DTYPE_BF16 = 1, PLAN_DTYPE_FP16 = 2 } PlanDtype;
+typedef enum {
+    PLAN_ACT_AUTO = 0,        /* exact for our models when the trainer can run them, else paper */
+    PLAN_ACT_KORTHIKANTI = 1, /* Korthikanti et al. 2022 per-layer formulas (16-bit, dropout masks) */
+    PLAN_ACT_EXACT = 2,       /* our kernels' saved floats from layout_activations (our models only) */
+} PlanActMode;
+
+/* Bytes per element of each state kind. Mixed precision bf16 in DESIGN §7: 2/2/4/4/2. */
+typedef struct {
+    int weight;            /* working weights used by the matmuls */
+    int grad;              /* gradients */
+    int master;            /* master weights kept beside the moments; 0 = none (weights are master) */
+    int moment;            /* each optimizer moment */
+    int act;               /* activations (the exact mode always counts the trainer's fp32 floats) */
+    PlanDtype compute;     /* matmul dtype: picks the hardware peak */
+} PlanPrecision;
+
+/* Fills p for "fp32" (4/4/0/4/4), "bf16" or "fp16" (2/2/4/4/2). ST_ERR_INPUT naming --precision. */
+Status plan_precision_preset(PlanPrecision *p, const char *name, Err *err);
+
+typedef struct {
+    PlanModel model;
+    /* batch */
+    int micro_batch;       /* B sequences per micro-batch per data-parallel replica */
+    int seq_len;           /* T */
+    int grad_accum;        /* k micro-batches per optimizer step per replica */
+    /* parallel layout */
+    int dp, tp, pp;
+    int sp;                /* 1: Megatron sequence parallelism inside the TP group */
+    int zero;              /* 0..3: ZeRO stage over the dp group */
+    PlanRecompute recompute;
+    int pp_microbatches;   /* m; 0 = grad_accum (a step's micro-batches fill the pipeline) */
+    int interleave;        /* v model chunks per pipeline stage (1 = plain 1F1B) */
+    int world;             /* devices available; 0 = dp*tp*pp */
+    /* precision and optimizer */
+    PlanPrecision prec;
+    int n_moments;         /* 2 Adam family, 1 SGD momentum or Lion, 0 plain SGD */
+    PlanActMode act_mode;
+    int threads;           /* our trainer's threads (sizes its attention scratch) */
+    /* hardware */
+    PlanHardware hw;
+    int overlap;           /* 1: DP/ZeRO communication overlaps compute (max), 0: it adds (sum) */
+    /* budget: at most one of tokens, flops, days > 0; none = 20 tokens per parameter */
+    double budget_tokens;
+    double budget_flops;
+    double budget_days;
+    double target_days;    /* > 0: wall time to hit; gives the MFU it requires (0: budget_days) */
+    double mtbf_hours;     /* mean time between failures of the whole job (Young/Daly) */
+} PlanInput;
+
+/* Defaults: micro-batch 8, seq 256, k 1, dp=tp=pp=1, no ZeRO, no recompute, fp32, AdamW (2
+ * moments), cpu-zen4-2c, overlap on, MTBF 24 h. The model is left empty (n_layer 0). */
+PlanInput plan_default_input(void);
+
+/* -------------------------------------------------------------- result ---------------- */
+
+enum { PLAN_CHECK_ERROR = 2, PLAN_CHECK_WARNING = 1 };
+#define PLAN_MAX_CHECKS 24
+#define PLAN_MAX_SUGGEST 4
+
+typedef struct {
+    int level;             /* PLAN_CHECK_ERROR or PLAN_CHECK_WARNING */
+    int input;             /* 1: the input itself is inconsistent (layout, divisibility) */
+    char msg[240];         /* one line naming the flags and the numbers */
+} PlanCheck;
+
+typedef struct {
+    const char *name;      /* "hoffmann2022" or "besiroglu2024" */
+    double E, A, B, alpha, beta;
+    double budget_flops;   /* C used for the optimum: the plan's 6ND */
+    double n_opt, d_opt;   /* compute-optimal parameters and tokens for C (C = 6ND) */
+    double loss_opt;       /* L(n_opt, d_opt) */
+    double loss_plan;      /* L(N, D) of the planned run */
+    double tokens_per_param_opt; /* d_opt / n_opt */
+} PlanScaling;
+
+typedef struct {
+    /* parameters */
+    long long n_params;          /* exact count (model_config_num_params for our models) */
+    long long n_params_embedding;/* token (+ position) embeddings (+ untied head) */
+    long long n_params_layer;    /* one transformer block */
+    int exact_layout;            /* 1: the model is ours and model/layout sizes are used */
+    long long layout_floats;     /* our layout's buffer length (padding included), else n_params */
+    double params_per_device;    /* elements one device holds before ZeRO (after TP, largest PP stage) */
+    int layers_per_device;       /* L / pp */
+
+    /* memory per device, bytes (ZeRO divides over dp as its stage says) */
+    struct {
+        double weights, grads, master, moments;  /* states */
+        double activations;      /* saved activations of the in-flight micro-batches */
+        double workspace;        /* backward scratch and logits (exact mode: layout scratch) */
+        double comm;             /* gradient buckets, ZeRO-3 gathered blocks */
+        double total;
+        double device;           /* hardware memory */
+        double margin;           /* device - total (negative: does not fit by -margin) */
+        int fits;
+        double bytes_per_param;  /* weights+grads+master+moments per parameter, unsharded */
+    } mem;
+
+    /* activations, bytes per layer per micro-batch on one device */
+    struct {
+        int exact_used;          /* 1: totals come from layout_activations */
+        double korth_plain;      /* sbh(34 + 5as/h): no parallelism, no recompute (eq. 1) */
+        double korth;            /* with this plan's tp, sp and recompute (Table 2 row) */
+        double exact_layer;      /* our kernels: layout_activations().per_layer * 4 (0 if n/a) */
+        double exact_total;      /* layout_activations().total * 4: all saved floats of a micro-batch */
+        double exact_scratch;    /* layout_activations().scratch * 4 */
+        double per_layer;        /* the one used */
+        double inflight;         /* micro-batches whose activations a stage holds (1F1B: min(p, m)) */
+    } act;
+
+    /* batch */
+    long long batch_seqs;        /* B * k * dp */
+    long long batch_tokens;      /* B * T * k * dp */
+    double tokens;               /* the budget in tokens */
+    long long steps;             /* ceil(tokens / batch_tokens) */
+    const char *budget_source;   /* "tokens", "flops", "days" or "20 tokens/param" */
+
+    /* compute */
+    struct {
+        double fpt_6n;           /* 6 N FLOPs per token */
+        double fpt;              /* exact model FLOPs per token, attention included (3 x forward) */
+        double fpt_hw;           /* with recompute (hardware FLOPs per token) */
+        double total_6nd;        /* 6 N D */
+        double total;            /* fpt * D */
+        double peak;             /* per-device peak of the compute dtype */
+        double t_matmul;         /* seconds per step per device: model + recompute FLOPs at peak*eff */
+        double t_elementwise;    /* memory-bound elementwise traffic at mem_bw */
+        double t_bubble;         /* pipeline idle time */
+        double t_tp, t_pp;       /* exposed TP all-reduces and PP point-to-point */
+        double t_dp;             /* DP all-reduce or ZeRO collectives (overlappable) */
+        double t_optimizer;      /* optimizer step, memory-bound */
+        double step_overlap;     /* max(compute, dp comm) + optimizer */
+        double step_serial;      /* compute + dp comm + optimizer */
+        double step;             /* the prediction: overlap ? step_overlap : step_serial */
+        double tokens_per_s;     /* batch_tokens / step */
+        double mfu;              /* fpt * tokens_per_s / (world * peak) */
+        double hfu;              /* fpt_hw instead of fpt */
+        double train_seconds;    /* steps * step */
+        double target_seconds;   /* 0 if no target */
+        double mfu_required;     /* MFU the target time requires (0 if none) */
+    } compute;
+
+    /* pipeline */
+    double bubble;               /* (p-1)/(m+p-1) */
+    double bubble_interleaved;   /* (p-1)/(v m + p-1) */
+    int microbatches;            /* m */
+
+    /* communication, per step per device */
+    struct {
+        double dp_bytes, dp_time;            /* ring all-reduce of gradients (ZeRO 0) */
+        double rs_bytes, ag_bytes, zero_time;/* ZeRO reduce-scatter + all-gather(s) */
+        double tp_bytes, tp_time;            /* TP all-reduces (or SP all-gather + reduce-scatter) */
+        double pp_bytes, pp_time;            /* PP activations and gradients sent */
+        int dp_inter, tp_inter, pp_inter;    /* 1: the group crosses nodes */
+    } comm;
+
+    /* scaling laws */
+    PlanScaling scaling[2];
+    double tokens_per_param;     /* D / N */
+    int overtrained;             /* D/N well above the fits' optimum: inference-aware choice */
+
+    /* checkpointing */
+    struct {
+        double bytes;            /* fp32 weights + master + moments */
+        double write_s;          /* bytes / (storage_bw * nodes) */
+        double mtbf_s;
+        double interval_s;       /* Young/Daly sqrt(2 * write_s * mtbf) */
+        double overhead;         /* write_s / interval + interval / (2 mtbf) */
+    } ckpt;
+
+    int nodes;
+    int world;
+
+    /* launch checklist */
+    int nchecks, nerrors, nwarnings;
+    PlanCheck checks[PLAN_MAX_CHECKS];
+
+    /* the cheapest knob changes that make a non-fitting plan fit, by predicted step time */
+    int nsuggest;
+    char suggest[PLAN_MAX_SUGGEST][200];
+} PlanResult;
+
+/* ------------------------------------------------------------ functions --------------- */
+
+/* Checks the input for values no plan can have (zero or negative sizes, zero stage outside 0..3,
+ * precisions outside 1..8 bytes, ...): ST_ERR_INPUT with a message naming the flag. Layouts that
+ * do not divide are not errors here: they are checklist errors of plan_compute. */
+Status plan_validate(const PlanInput *in, Err *err);
+
+/* The whole review: validates, then fills r. Returns ST_ERR_INPUT (and a message) only for input
+ * plan_validate rejects; inconsistencies of the layout become r->checks. */
+Status plan_compute(const PlanInput *in, PlanResult *r, Err *err);
+
+/* For the trainer: the predicted step time of in on in->hw (r->compute.step, .t_*, .mfu), the
+ * parameter count and the per-device memory (r->mem, r->act); skips scaling laws, knob search and
+ * checkpointing. Same errors as plan_compute. */
+Status plan_predict_step(const PlanInput *in, PlanResult *r, Err *err);
+
+/* ---------------------------------------------------------- the formulas -------------- */
+
+/* Korthikanti et al. 2022 activation bytes per transformer layer for one micro-batch (s, b, h,
+ * a heads, tp t, sp, recompute): their Table 2 (16-bit activations, 1-byte dropout masks,
+ * GPT-3 block). f = F/h and r = kv/a generalise the MLP and GQA terms; with f = 4, r = 1,
+ * ungated, it is exactly the paper's formula. */
+double plan_act_korthikanti(double s, double b, double h, double a, double f, double r, int gated, int t, int sp,
+                            PlanRecompute rc);
+
+/* Pipeline bubble fraction (p-1)/(v m + p-1); 0 when p == 1. */
+double plan_bubble(int p, int m, int v);
+
+/* Ring all-reduce of S bytes over n ranks: 2(n-1)/n S/bw + 2(n-1) lat; 0 when n <= 1. */
+double plan_ring_allreduce(double S, int n, double bw, double lat);
+/* Ring reduce-scatter or all-gather: (n-1)/n S/bw + (n-1) lat. */
+double plan_ring_half(double S, int n, double bw, double lat);
+
+/* Chinchilla parametric fit L(N, D) = E + A/N^alpha + B/D^beta, and the compute-optimal
+ * allocation for C = 6 N D: N = G (C/6)^(beta/(alpha+beta)), D = (C/6)^(alpha/(alpha+beta)) / G,
+ * G = (alpha A / (beta B))^(1/(alpha+beta)). fit 0: Hoffmann 2022, 1: Besiroglu 2024. */
+void plan_scaling_fit(PlanScaling *s, int fit);
+double plan_scaling_loss(const PlanScaling *s, double N, double D);
+void plan_scaling_optimum(const PlanScaling *s, double C, double *N, double *D);
+
+/* Young/Daly optimal checkpoint interval sqrt(2 delta M) for write time delta and MTBF M. */
+double plan_young_daly(double write_s, double mtbf_s);
+
+/* Names for printing. */
+const char *plan_recompute_name(PlanRecompute r);
+const char *plan_dtype_name(PlanDtype d);
+/* Parses "none|selective|full"; ST_ERR_INPUT naming --recompute. */
+Status plan_parse_recompute(const char *s, PlanRecompute *r, Err *err);
+
+#endif
