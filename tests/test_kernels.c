@@ -113,6 +113,69 @@ static void test_attention(float p) {
     fd_check(&c, x.qkv, dqkv, (size_t)B * T * 3 * C, p > 0 ? "attention dqkv (dropout 0.3)" : "attention dqkv");
 }
 
+
+/* ---- Attention at T > block size against a naive float64 implementation ---- */
+static double keep(Dropout d, uint64_t i) {
+    if (d.p <= 0) return 1.0;
+    return rng_uniform(d.seed, d.stream, i) >= d.p ? 1.0 / (1.0 - d.p) : 0.0;
+}
+
+static void test_attention_long(float p) {
+    int B = 1, T = 150, C = 32, NH = 2, hs = C / NH, C3 = 3 * C;
+    Dropout d = {p, 21, 5};
+    float *qkv = randv((size_t)B * T * C3, 40, 1), *dy = randv((size_t)B * T * C, 41, 1);
+    float *out = calloc((size_t)B * T * C, 4), *probs = calloc((size_t)B * NH * T * T, 4);
+    float *scr = calloc((size_t)2 * 2 * T * T, 4), *dqkv = calloc((size_t)B * T * C3, 4);
+    attention_forward(out, probs, scr, qkv, B, T, C, NH, d, 2);
+    attention_backward(dqkv, scr, dy, qkv, probs, B, T, C, NH, d, 2);
+    double *ref = calloc((size_t)B * T * C, 8), *dref = calloc((size_t)B * T * C3, 8);
+    double *P = malloc(sizeof(double) * T * T), *dP = malloc(sizeof(double) * T * T);
+    double sc = 1.0 / sqrt((double)hs);
+    for (int h = 0; h < NH; h++) {
+        const float *q = qkv + h * hs, *k = q + C, *v = q + 2 * C;
+        uint64_t base = (uint64_t)h * T * T;
+        for (int i = 0; i < T; i++) {
+            double mx = -1e300, s = 0;
+            for (int j = 0; j <= i; j++) {
+                double a = 0;
+                for (int x = 0; x < hs; x++) a += (double)q[(size_t)i * C3 + x] * k[(size_t)j * C3 + x];
+                P[(size_t)i * T + j] = a * sc;
+                if (a * sc > mx) mx = a * sc;
+            }
+            for (int j = 0; j <= i; j++) s += P[(size_t)i * T + j] = exp(P[(size_t)i * T + j] - mx);
+            for (int j = 0; j <= i; j++) P[(size_t)i * T + j] /= s;
+            for (int x = 0; x < hs; x++) {
+                double a = 0;
+                for (int j = 0; j <= i; j++) a += P[(size_t)i * T + j] * keep(d, base + (size_t)i * T + j) * v[(size_t)j * C3 + x];
+                ref[(size_t)i * C + h * hs + x] = a;
+            }
+        }
+        for (int i = 0; i < T; i++) {
+            double dot = 0;
+            for (int j = 0; j <= i; j++) {
+                double g = 0;
+                for (int x = 0; x < hs; x++) g += (double)dy[(size_t)i * C + h * hs + x] * v[(size_t)j * C3 + x];
+                g *= keep(d, base + (size_t)i * T + j);
+                dP[(size_t)i * T + j] = g;
+                dot += g * P[(size_t)i * T + j];
+            }
+            for (int j = 0; j <= i; j++) dP[(size_t)i * T + j] = P[(size_t)i * T + j] * (dP[(size_t)i * T + j] - dot) * sc;
+        }
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j <= i; j++)
+                for (int x = 0; x < hs; x++) {
+                    double pd = P[(size_t)i * T + j] * keep(d, base + (size_t)i * T + j);
+                    dref[(size_t)j * C3 + 2 * C + h * hs + x] += pd * dy[(size_t)i * C + h * hs + x];
+                    dref[(size_t)i * C3 + h * hs + x] += dP[(size_t)i * T + j] * k[(size_t)j * C3 + x];
+                    dref[(size_t)j * C3 + C + h * hs + x] += dP[(size_t)i * T + j] * q[(size_t)i * C3 + x];
+                }
+    }
+    double e1 = tu_rel_err_fd(out, ref, (size_t)T * C), e2 = tu_rel_err_fd(dqkv, dref, (size_t)T * C3);
+    char name[96];
+    snprintf(name, sizeof name, "attention T=150 (3 blocks) vs float64 naive%s", p > 0 ? ", dropout 0.2" : "");
+    tu_check(e1 <= 1e-5 && e2 <= 1e-5, name, "forward rel_err=%.3g backward rel_err=%.3g (tol 1e-5)", e1, e2);
+}
+
 /* ---- GELU ---- */
 typedef struct { float *inp; size_t n; } GeluCtx;
 static void gelu_fwd(Case *c) {
@@ -221,6 +284,8 @@ int main(void) {
     test_matmul();
     test_attention(0.0f);
     test_attention(0.3f);
+    test_attention_long(0.0f);
+    test_attention_long(0.2f);
     test_gelu();
     test_encoder(0.0f);
     test_encoder(0.25f);

@@ -174,6 +174,10 @@ void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, co
 /* Attention                                                                                  */
 /* ------------------------------------------------------------------------------------------ */
 
+/* Causal attention in 64-row blocks: query block ib only meets keys [0, end of ib), so the GEMMs
+ * skip the blocks above the diagonal (about half the work of full T×T products at long T). */
+#define ATT_BLOCK 64
+
 void attention_forward(float *out, float *probs, float *scratch, const float *qkv, int B, int T, int C, int NH,
                        Dropout d, int nt) {
     int hs = C / NH, C3 = 3 * C;
@@ -183,29 +187,31 @@ void attention_forward(float *out, float *probs, float *scratch, const float *qk
         int b = bh / NH, h = bh % NH;
         const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
         float *P = probs + (size_t)bh * T * T;
-        mm_sgemm(0, 1, T, T, hs, scale, q, C3, k, C3, 0.0f, P, T);
-        for (int i = 0; i < T; i++) {
-            float *row = P + (size_t)i * T, mx = row[0], s = 0;
+        float *Pd = d.p > 0 ? scratch + (size_t)omp_get_thread_num() * T * T : NULL;
+        float *y = out + (size_t)b * T * C + h * hs;
+        for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+            int m = T - r0 < ATT_BLOCK ? T - r0 : ATT_BLOCK, kend = r0 + m;
+            mm_sgemm(0, 1, m, kend, hs, scale, q + (size_t)r0 * C3, C3, k, C3, 0.0f, P + (size_t)r0 * T, T);
+            for (int i = r0; i < kend; i++) {
+                float *row = P + (size_t)i * T, mx = row[0], s = 0;
 #pragma omp simd reduction(max : mx)
-            for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
+                for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
 #pragma omp simd reduction(+ : s)
-            for (int j = 0; j <= i; j++) {
-                row[j] = st_expf(row[j] - mx);
-                s += row[j];
-            }
-            float inv = 1.0f / s;
+                for (int j = 0; j <= i; j++) {
+                    row[j] = st_expf(row[j] - mx);
+                    s += row[j];
+                }
+                float inv = 1.0f / s;
 #pragma omp simd
-            for (int j = 0; j <= i; j++) row[j] *= inv;
-            for (int j = i + 1; j < T; j++) row[j] = 0.0f;
+                for (int j = 0; j <= i; j++) row[j] *= inv;
+                for (int j = i + 1; j < T; j++) row[j] = 0.0f;
+                if (Pd)
+                    for (int j = 0; j < kend; j++)
+                        Pd[(size_t)i * T + j] = row[j] * drop_scale(d, (uint64_t)bh * T * T + (size_t)i * T + j);
+            }
+            const float *Puse = Pd ? Pd : P;
+            mm_sgemm(0, 0, m, hs, kend, 1.0f, Puse + (size_t)r0 * T, T, v, C3, 0.0f, y + (size_t)r0 * C, C);
         }
-        const float *Puse = P;
-        if (d.p > 0) {
-            float *Pd = scratch + (size_t)omp_get_thread_num() * T * T;
-            for (size_t i = 0; i < (size_t)T * T; i++)
-                Pd[i] = P[i] * drop_scale(d, (uint64_t)bh * T * T + i);
-            Puse = Pd;
-        }
-        mm_sgemm(0, 0, T, hs, T, 1.0f, Puse, T, v, C3, 0.0f, out + (size_t)b * T * C + h * hs, C);
     }
 }
 
@@ -223,25 +229,42 @@ void attention_backward(float *dqkv, float *scratch, const float *dout, const fl
         float *dP = scratch + (size_t)omp_get_thread_num() * 2 * T * T, *Pd = dP + (size_t)T * T;
         const float *Puse = P;
         if (d.p > 0) {
-            for (size_t i = 0; i < (size_t)T * T; i++) Pd[i] = P[i] * drop_scale(d, (uint64_t)bh * T * T + i);
+            for (int i = 0; i < T; i++)
+                for (int j = 0; j < T; j++)
+                    Pd[(size_t)i * T + j] =
+                        j <= i ? P[(size_t)i * T + j] * drop_scale(d, (uint64_t)bh * T * T + (size_t)i * T + j) : 0.0f;
             Puse = Pd;
         }
-        mm_sgemm(1, 0, T, hs, T, 1.0f, Puse, T, dy, C, 0.0f, dv, C3); /* dV = P^T dY */
-        mm_sgemm(0, 1, T, T, hs, 1.0f, dy, C, v, C3, 0.0f, dP, T);    /* dP = dY V^T */
-        for (int i = 0; i < T; i++) {
-            const float *p = P + (size_t)i * T;
-            float *g = dP + (size_t)i * T;
-            if (d.p > 0)
-                for (int j = 0; j <= i; j++) g[j] *= drop_scale(d, (uint64_t)bh * T * T + (size_t)i * T + j);
-            float dot = 0;
-#pragma omp simd reduction(+ : dot)
-            for (int j = 0; j <= i; j++) dot += p[j] * g[j];
-#pragma omp simd
-            for (int j = 0; j <= i; j++) g[j] = p[j] * (g[j] - dot) * scale;
-            for (int j = i + 1; j < T; j++) g[j] = 0.0f;
+        /* dV[key block] = P[rows >= block start, block]^T · dY[rows >= block start] */
+        for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
+            int m = T - c0 < ATT_BLOCK ? T - c0 : ATT_BLOCK;
+            mm_sgemm(1, 0, m, hs, T - c0, 1.0f, Puse + (size_t)c0 * T + c0, T, dy + (size_t)c0 * C, C, 0.0f,
+                     dv + (size_t)c0 * C3, C3);
         }
-        mm_sgemm(0, 0, T, hs, T, 1.0f, dP, T, k, C3, 0.0f, dq, C3); /* dQ = dS K */
-        mm_sgemm(1, 0, T, hs, T, 1.0f, dP, T, q, C3, 0.0f, dk, C3); /* dK = dS^T Q */
+        /* dP = dY V^T on the causal blocks, then dS = P ∘ (dP − rowsum(P ∘ dP)) · scale */
+        for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+            int m = T - r0 < ATT_BLOCK ? T - r0 : ATT_BLOCK, kend = r0 + m;
+            mm_sgemm(0, 1, m, kend, hs, 1.0f, dy + (size_t)r0 * C, C, v, C3, 0.0f, dP + (size_t)r0 * T, T);
+            for (int i = r0; i < kend; i++) {
+                const float *p = P + (size_t)i * T;
+                float *g = dP + (size_t)i * T;
+                if (d.p > 0)
+                    for (int j = 0; j <= i; j++) g[j] *= drop_scale(d, (uint64_t)bh * T * T + (size_t)i * T + j);
+                float dot = 0;
+#pragma omp simd reduction(+ : dot)
+                for (int j = 0; j <= i; j++) dot += p[j] * g[j];
+#pragma omp simd
+                for (int j = 0; j <= i; j++) g[j] = p[j] * (g[j] - dot) * scale;
+                for (int j = i + 1; j < kend; j++) g[j] = 0.0f;
+            }
+            mm_sgemm(0, 0, m, hs, kend, 1.0f, dP + (size_t)r0 * T, T, k, C3, 0.0f, dq + (size_t)r0 * C3, C3);
+        }
+        /* dK[key block] = dS[rows >= block start, block]^T · Q[rows >= block start] */
+        for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
+            int m = T - c0 < ATT_BLOCK ? T - c0 : ATT_BLOCK;
+            mm_sgemm(1, 0, m, hs, T - c0, 1.0f, dP + (size_t)c0 * T + c0, T, q + (size_t)c0 * C3, C3, 0.0f,
+                     dk + (size_t)c0 * C3, C3);
+        }
     }
 }
 
