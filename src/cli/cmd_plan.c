@@ -48,8 +48,8 @@ static void print_review(const PlanInput *in, const PlanResult *r) {
                                           : "gpt2 (LayerNorm, GELU, learned positions, tied head)",
                m->n_layer, m->n_head, m->n_kv_head, m->d_model, m->d_ff, m->vocab, m->max_seq,
                m->gated_mlp && m->arch != PLAN_ARCH_LLAMA ? " gated" : "", m->tied_head ? "" : " untied");
-        printf("parameters: %lld exact (embeddings %lld, per block %lld)%s\n", r->n_params, r->n_params_embedding,
-               r->n_params_layer, r->exact_layout ? "" : "");
+        printf("parameters: %lld exact (embeddings %lld, per block %lld)\n", r->n_params, r->n_params_embedding,
+               r->n_params_layer);
         if (r->exact_layout)
             printf("  our trainer's layout: %lld floats per buffer (padded vocabulary, 64-byte alignment)\n",
                    r->layout_floats);
@@ -104,8 +104,7 @@ static void print_review(const PlanInput *in, const PlanResult *r) {
            in->seq_len, in->grad_accum, in->dp, r->batch_seqs, r->batch_tokens);
     printf("  budget (%s): %.4g tokens = %lld steps\n", r->budget_source, r->tokens, r->steps);
     printf("\n-- compute --\n");
-    printf("  FLOPs per token: 6N = %.4g, exact with attention = %.4g%s\n", r->compute.fpt_6n, r->compute.fpt,
-           in->recompute ? "" : "");
+    printf("  FLOPs per token: 6N = %.4g, exact with attention = %.4g\n", r->compute.fpt_6n, r->compute.fpt);
     if (in->recompute) printf("  with %s recompute: %.4g hardware FLOPs per token\n", plan_recompute_name(in->recompute), r->compute.fpt_hw);
     printf("  total: 6ND = %.4g, exact = %.4g FLOPs\n", r->compute.total_6nd, r->compute.total);
     printf("  step: matmul %s + elementwise %s + bubble %s + tp %s + pp %s; dp/zero comm %s; optimizer %s\n",
