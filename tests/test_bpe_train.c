@@ -113,6 +113,31 @@ int main(void) {
     same &= same_file(p1, p2);
     tu_check(st == ST_OK && same, "train_deterministic", "two runs byte-identical=%d", same);
 
+    /* Threaded counting: Tiny Shakespeare three times over (3.3 MB, so the text is cut into ~1 MiB
+     * chunks at pre-token boundaries) on 3 threads must count exactly 3x each pre-token of one copy
+     * (the junction "\n" + "First" makes the same pre-tokens), hence the same distinct pre-tokens
+     * and, every count scaled by 3, the same merges as one copy on 1 thread. */
+    {
+        size_t n3 = 3 * tn;
+        char *ts3 = malloc(n3);
+        for (int r = 0; r < 3; r++) memcpy(ts3 + (size_t)r * tn, ts, tn);
+        const uint8_t *t3[1] = {(const uint8_t *)ts3};
+        size_t l3[1] = {n3};
+        size_t pre1 = s.unique_pretokens;
+        BpeTrainOptions o3 = o;
+        o3.threads = 3;
+        char d3b[256];
+        snprintf(d3b, sizeof d3b, "%s/threads3", dir);
+        st = bpe_train(t3, l3, 1, &o3, d3b, &s, &err);
+        snprintf(p1, sizeof p1, "%s/vocab.bpe", d2);
+        snprintf(p2, sizeof p2, "%s/vocab.bpe", d3b);
+        int same3 = same_file(p1, p2);
+        tu_check(st == ST_OK && same3 && s.unique_pretokens == pre1 && s.corpus_bytes == n3, "train_threads_chunked",
+                 "3 threads on 3 copies: merges identical to 1 thread on 1 copy=%d, pre-tokens %zu vs %zu", same3,
+                 s.unique_pretokens, pre1);
+        free(ts3);
+    }
+
     snprintf(p1, sizeof p1, "%s/vocab.bpe", d1);
     v = read_all(p1, &n);
     size_t rn;

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "data/bpe.h"
@@ -82,6 +84,46 @@ static int docs_match(const uint32_t *t, size_t n, const char *const *want, int 
     return start == n; /* the stream ends with EOT */
 }
 
+/* Runs `scaletrain ARGS`; returns 1 when it exits 2 with exactly one stderr line containing want. */
+static int cli_fails(const char *name, const char *args, const char *want) {
+    char cmd[4096], errp[600];
+    snprintf(errp, sizeof errp, "%s/stderr.txt", tmpdir);
+    snprintf(cmd, sizeof cmd, "%s/scaletrain %s >/dev/null 2>%s", ST_BINARY_DIR, args, errp);
+    int rc = system(cmd);
+    int code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    char text[2048] = "";
+    FILE *f = fopen(errp, "rb");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = 0;
+    int lines = 0;
+    for (size_t i = 0; i < n; i++) lines += text[i] == '\n';
+    int ok = code == 2 && lines == 1 && strstr(text, want) != NULL;
+    if (n && text[n - 1] == '\n') text[n - 1] = 0;
+    tu_check(ok, name, "exit=%d lines=%d stderr=\"%s\"", code, lines, text);
+    return ok;
+}
+
+/* A tokenizer directory with 256 byte tokens + 65280 two-byte tokens + EOT = 65537 ids (ids up to
+ * 65536 do not fit uint16) and no merges: tokenizer_load accepts it. */
+static void write_big_vocab(const char *dir) {
+    char p[3100];
+    snprintf(p, sizeof p, "%s/encoder.json", dir);
+    FILE *f = fopen(p, "wb");
+    fputc('{', f);
+    int id = 0;
+    for (int b = 0; b < 256; b++) fprintf(f, "%s\"\\u%04x\": %d", id ? ", " : "", bpe_byte_to_unicode((uint8_t)b), id), id++;
+    for (int a = 0; a < 256 && id < 65536; a++)
+        for (int b = 0; b < 256 && id < 65536; b++)
+            fprintf(f, ", \"\\u%04x\\u%04x\": %d", bpe_byte_to_unicode((uint8_t)a), bpe_byte_to_unicode((uint8_t)b), id++);
+    fprintf(f, ", \"<|endoftext|>\": %d}", id);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/vocab.bpe", dir);
+    f = fopen(p, "wb");
+    fputs("#version: 0.2\n", f);
+    fclose(f);
+}
+
 int main(void) {
     if (!mkdtemp(tmpdir)) return 1;
     Err err;
@@ -91,7 +133,7 @@ int main(void) {
     /* Corpus: a.txt has 4 documents (one a duplicate), b.jsonl 3 (one duplicates a.txt's), in dir/. */
     char sub[600];
     snprintf(sub, sizeof sub, "%s/in", tmpdir);
-    char cmd[700];
+    char cmd[4096];
     snprintf(cmd, sizeof cmd, "mkdir -p %s", sub);
     if (system(cmd) != 0) return 1;
     write_file("in/a.txt", "Hello world\n<|endoftext|>\nSecond doc\nline two\n<|endoftext|>\nHello world\n"
@@ -238,6 +280,68 @@ int main(void) {
              "%s", err.msg);
     st = shard_open(&sh, path("missing.bin"), &err);
     tu_check(st == ST_ERR_INPUT && strstr(err.msg, "missing.bin"), "shard_open_missing", "%s", err.msg);
+
+    /* empty input and a binary file: library errors */
+    write_file("empty.txt", "");
+    const char *emp[1] = {path("empty.txt")};
+    o.inputs = emp;
+    st = prepare_run(&o, &s, &err);
+    tu_check(st == ST_ERR_INPUT && strstr(err.msg, "empty.txt") && strstr(err.msg, "empty input"), "prepare_empty_input",
+             "%s", err.msg);
+    {
+        FILE *bf = fopen(path("blob.txt"), "wb");
+        for (int i = 0; i < 4096; i++) fputc((i * 131 + 7) & 255, bf); /* has NULs and invalid UTF-8 */
+        fclose(bf);
+        bf = fopen(path("noise.txt"), "wb");
+        uint64_t x = 99;
+        for (int i = 0; i < 4096; i++) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            fputc((int)(x >> 56) | 1, bf); /* no NUL byte: caught by the invalid-UTF-8 share */
+        }
+        fclose(bf);
+    }
+    const char *blob[1] = {path("blob.txt")};
+    o.inputs = blob;
+    st = prepare_run(&o, &s, &err);
+    tu_check(st == ST_ERR_INPUT && strstr(err.msg, "blob.txt") && strstr(err.msg, "binary data (NUL byte"),
+             "prepare_binary_nul", "%s", err.msg);
+    blob[0] = path("noise.txt");
+    st = prepare_run(&o, &s, &err);
+    tu_check(st == ST_ERR_INPUT && strstr(err.msg, "noise.txt") && strstr(err.msg, "invalid UTF-8"),
+             "prepare_binary_noise", "%s", err.msg);
+
+    /* the same through the binary: one line on stderr, exit 2 */
+    char args[3000];
+    snprintf(args, sizeof args, "prepare --tokenizer bytes --out %s %s", path("cli"), path("empty.txt"));
+    cli_fails("cli_prepare_empty_input", args, "empty input");
+    snprintf(args, sizeof args, "prepare --tokenizer bytes --out %s %s", path("cli"), path("blob.txt"));
+    cli_fails("cli_prepare_binary_file", args, "expected text (UTF-8) or JSON Lines, found binary data");
+    write_file("notext.jsonl", "{\"text\": \"fine\"}\n{\"body\": \"no text here\"}\n");
+    snprintf(args, sizeof args, "prepare --tokenizer bytes --out %s %s", path("cli"), path("notext.jsonl"));
+    cli_fails("cli_prepare_jsonl_without_text", args, "notext.jsonl:2: expected a JSON object with a string \"text\"");
+    snprintf(args, sizeof args, "train --data %s --layers 1 --heads 1 --channels 8 --vocab 257 --seq-len 4 --steps 1 "
+             "--peak-gflops 1 --quiet", path("trunc.bin"));
+    cli_fails("cli_shard_size_disagrees_with_header", args, "trunc.bin: header says 10 tokens");
+    snprintf(args, sizeof args, "%s/big", tmpdir);
+    mkdir(args, 0755);
+    write_big_vocab(args);
+    write_file("small.txt", "a tiny document\n");
+    char bigdir[700];
+    snprintf(bigdir, sizeof bigdir, "%s/big", tmpdir);
+    snprintf(args, sizeof args, "prepare --tokenizer %s --shard-version 1 --out %s %s", bigdir, path("cli"),
+             path("small.txt"));
+    cli_fails("cli_vocab_over_65536_in_version_1", args, "--shard-version 1: expected a vocabulary of at most 65536 ids");
+    /* control: the same vocabulary with the automatic version writes uint32 shards (version 7) */
+    snprintf(cmd, sizeof cmd, "%s/scaletrain prepare --quiet --tokenizer %s --val-fraction 0 --out %s %s >/dev/null 2>&1",
+             ST_BINARY_DIR, bigdir, path("cli7"), path("small.txt"));
+    int rc7 = system(cmd);
+    Shard s7;
+    Status st7 = shard_open(&s7, path("cli7/train_000000.bin"), &err);
+    tu_check(rc7 == 0 && !st7 && s7.meta.version == 7 && s7.elem_bytes == 4 && s7.meta.vocab_size == 65537 &&
+                 shard_token(&s7, s7.ntok - 1) == 65536,
+             "cli_vocab_over_65536_auto_version_7", "exit=%d version=%u elem=%d last=%u", rc7, st7 ? 0 : s7.meta.version,
+             st7 ? 0 : s7.elem_bytes, st7 ? 0 : shard_token(&s7, s7.ntok - 1));
+    if (!st7) shard_close(&s7);
 
     tokenizer_free(bt);
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/args.h"
 #include "cli/cmds_data.h"
 #include "data/bpe.h"
 #include "data/prepare.h"
@@ -21,28 +22,6 @@ static int fail(int code, const char *fmt, ...) {
     fprintf(stderr, "\n");
     va_end(ap);
     return code;
-}
-
-static void usage(FILE *f) {
-    PrepareOptions d = prepare_default_options();
-    fprintf(f,
-            "usage: scaletrain prepare --out DIR [options] INPUT...\n"
-            "INPUT: text files (documents end at a separator line), .jsonl files (field \"text\"),\n"
-            "       WikiText .tokens files (one document per ' = Title = ' article), or directories of them.\n"
-            "  --out DIR            output directory for train_NNNNNN.bin / val_NNNNNN.bin    [required]\n"
-            "  --tokenizer T        gpt2 | bytes | DIR of a trained tokenizer                  [gpt2]\n"
-            "  --tokenizer-dir D    where gpt2's encoder.json/vocab.bpe are  [$ST_GPT2_DIR, <exe>/../data/gpt2_tokenizer, ./data/gpt2_tokenizer]\n"
-            "  --format F           auto | text | jsonl | wikitext (auto: by extension)        [auto]\n"
-            "  --separator S        document separator line in text files (\"\" = blank line) [%s]\n"
-            "  --val-fraction F     fraction of documents for validation, in [0, 1)            [%g]\n"
-            "  --val-docs N         exact number of validation documents (overrides fraction)  [unset]\n"
-            "  --seed N             seed of the validation choice                              [%llu]\n"
-            "  --shard-tokens N     maximum tokens per shard                                   [%zu]\n"
-            "  --threads N          encoding threads (0 = all cores)                           [0]\n"
-            "  --no-dedup           keep exact duplicate documents                             [dedup on]\n"
-            "  --quiet              no progress output                                         [off]\n"
-            "  -h, --help           this help\n",
-            d.separator, d.val_fraction, (unsigned long long)d.seed, d.shard_tokens);
 }
 
 typedef struct {
@@ -76,97 +55,93 @@ static void progress_cb(void *ctx, uint64_t done, uint64_t total) {
 
 int cmd_prepare(int argc, char **argv) {
     PrepareOptions o = prepare_default_options();
-    const char *spec = "gpt2", *dir = NULL;
-    int quiet = 0;
-    const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
-    size_t nin = 0;
+    char out[1024] = "", spec[1024] = "gpt2", dirbuf[1024] = "", format[16] = "auto", sep[256], version[8] = "auto";
+    snprintf(sep, sizeof sep, "%s", o.separator);
+    double val_fraction = o.val_fraction;
+    long val_docs = -1, shard_tokens = (long)o.shard_tokens;
+    int threads = 0, no_dedup = 0, quiet = 0;
+    ArgSpec specs[] = {
+        {"out", ARG_STR, out, sizeof out, "output directory for train_NNNNNN.bin / val_NNNNNN.bin (required)"},
+        {"tokenizer", ARG_STR, spec, sizeof spec, "gpt2 | bytes | DIR of a trained tokenizer"},
+        {"tokenizer-dir", ARG_STR, dirbuf, sizeof dirbuf,
+         "where gpt2's encoder.json/vocab.bpe are (none: $ST_GPT2_DIR, <exe>/../data/gpt2_tokenizer, ./data/...)"},
+        {"format", ARG_STR, format, sizeof format, "auto | text | jsonl | wikitext (auto: by extension)"},
+        {"separator", ARG_STR, sep, sizeof sep, "document separator line in text files (\"\" = blank line)"},
+        {"val-fraction", ARG_DOUBLE, &val_fraction, 0, "fraction of documents for validation, in [0, 1)"},
+        {"val-docs", ARG_LONG, &val_docs, 0, "exact number of validation documents (-1: use --val-fraction)"},
+        {"seed", ARG_U64, &o.seed, 0, "seed of the validation choice"},
+        {"shard-tokens", ARG_LONG, &shard_tokens, 0, "maximum tokens per shard"},
+        {"shard-version", ARG_STR, version, sizeof version,
+         "auto | 1 (uint16 ids) | 7 (uint32 ids, llm.c's format for large vocabularies)"},
+        {"seq-len", ARG_INT, &o.seq_len, 0, "T of the --no-pack utilization report (0: no report)"},
+        {"threads", ARG_INT, &threads, 0, "encoding threads (0 = all cores)"},
+        {"no-dedup", ARG_FLAG, &no_dedup, 0, "keep exact duplicate documents"},
+        {"quiet", ARG_FLAG, &quiet, 0, "no progress output"},
+    };
+    int n = (int)(sizeof specs / sizeof specs[0]), nin = 0, help = 0;
+    char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
+    Err err;
+    Status st = args_parse(specs, n, argc - 1, argv + 1, inputs, argc, &nin, &help, &err);
     int rc = 0;
-    for (int i = 1; i < argc && !rc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            free(inputs);
-            return 0;
-        }
-        if (!strcmp(a, "--no-dedup")) {
-            o.dedup = 0;
-            continue;
-        }
-        if (!strcmp(a, "--quiet")) {
-            quiet = 1;
-            continue;
-        }
-        if (a[0] != '-' || !a[1]) {
-            inputs[nin++] = a;
-            continue;
-        }
-        static const char *valued[] = {"--out", "--tokenizer", "--tokenizer-dir", "--format", "--separator",
-                                       "--val-fraction", "--val-docs", "--seed", "--shard-tokens", "--threads"};
-        int known = 0;
-        for (size_t k = 0; k < sizeof valued / sizeof *valued; k++) known |= !strcmp(a, valued[k]);
-        if (!known) {
-            rc = fail(2, "unknown option %s (see --help)", a);
-            break;
-        }
-        if (i + 1 >= argc) {
-            rc = fail(2, "%s: expected a value, found nothing", a);
-            break;
-        }
-        const char *v = argv[++i];
-        unsigned long long u;
-        double x;
-        if (!strcmp(a, "--out")) o.out_dir = v;
-        else if (!strcmp(a, "--tokenizer")) spec = v;
-        else if (!strcmp(a, "--tokenizer-dir")) dir = v;
-        else if (!strcmp(a, "--separator")) o.separator = v;
-        else if (!strcmp(a, "--format")) {
-            if (!strcmp(v, "auto")) o.format = PREP_FORMAT_AUTO;
-            else if (!strcmp(v, "text")) o.format = PREP_FORMAT_TEXT;
-            else if (!strcmp(v, "jsonl")) o.format = PREP_FORMAT_JSONL;
-            else if (!strcmp(v, "wikitext")) o.format = PREP_FORMAT_WIKITEXT;
-            else rc = fail(2, "--format: expected auto, text, jsonl or wikitext, found %s", v);
-        } else if (!strcmp(a, "--val-fraction")) {
-            if (cli_parse_double(v, &x) || !(x >= 0 && x < 1))
-                rc = fail(2, "--val-fraction: expected a number in [0, 1), found %s", v);
-            o.val_fraction = x;
-        } else if (!strcmp(a, "--val-docs")) {
-            if (cli_parse_u64(v, &u) || u > LONG_MAX) rc = fail(2, "--val-docs: expected an integer >= 0, found %s", v);
-            o.val_docs = (long)u;
-        } else if (!strcmp(a, "--seed")) {
-            if (cli_parse_u64(v, &u)) rc = fail(2, "--seed: expected an integer >= 0, found %s", v);
-            o.seed = u;
-        } else if (!strcmp(a, "--shard-tokens")) {
-            if (cli_parse_u64(v, &u) || u == 0 || u > UINT32_MAX / 4)
-                rc = fail(2, "--shard-tokens: expected an integer in 1..%u, found %s", UINT32_MAX / 4, v);
-            o.shard_tokens = (size_t)u;
-        } else if (!strcmp(a, "--threads")) {
-            if (cli_parse_u64(v, &u) || u > 4096) rc = fail(2, "--threads: expected an integer >= 0, found %s", v);
-            o.threads = (int)u;
-        }
+    if (st) rc = fail(st == ST_ERR_INPUT ? 2 : 1, "%s", err.msg);
+    if (!rc && help) {
+        printf("usage: scaletrain prepare --out DIR [options] INPUT...\n"
+               "INPUT: text files (documents end at a separator line), .jsonl files (field \"text\"),\n"
+               "       WikiText .tokens files (one document per ' = Title = ' article), or directories of them.\n\n");
+        args_print_help(specs, n);
+        free(inputs);
+        return 0;
     }
-    if (!rc && !o.out_dir) rc = fail(2, "--out: expected an output directory, found nothing (see --help)");
+    o.separator = sep;
+    o.dedup = !no_dedup;
+    if (!rc) {
+        if (!strcmp(format, "auto")) o.format = PREP_FORMAT_AUTO;
+        else if (!strcmp(format, "text")) o.format = PREP_FORMAT_TEXT;
+        else if (!strcmp(format, "jsonl")) o.format = PREP_FORMAT_JSONL;
+        else if (!strcmp(format, "wikitext")) o.format = PREP_FORMAT_WIKITEXT;
+        else rc = fail(2, "--format: expected auto, text, jsonl or wikitext, found '%s'", format);
+    }
+    if (!rc && !(val_fraction >= 0 && val_fraction < 1))
+        rc = fail(2, "--val-fraction: expected a number in [0, 1), found %g", val_fraction);
+    if (!rc && val_docs < -1) rc = fail(2, "--val-docs: expected an integer >= 0 (or -1), found %ld", val_docs);
+    if (!rc && (shard_tokens < 1 || shard_tokens > (long)(UINT32_MAX / 4)))
+        rc = fail(2, "--shard-tokens: expected an integer in 1..%u, found %ld", UINT32_MAX / 4, shard_tokens);
+    if (!rc && (threads < 0 || threads > 4096)) rc = fail(2, "--threads: expected 0..4096, found %d", threads);
+    if (!rc && o.seq_len < 0) rc = fail(2, "--seq-len: expected an integer >= 0, found %d", o.seq_len);
+    if (!rc) {
+        if (!strcmp(version, "auto")) o.shard_version = 0;
+        else if (!strcmp(version, "1")) o.shard_version = 1;
+        else if (!strcmp(version, "7")) o.shard_version = 7;
+        else rc = fail(2, "--shard-version: expected auto, 1 or 7, found '%s'", version);
+    }
+    o.val_fraction = val_fraction;
+    o.val_docs = val_docs;
+    o.shard_tokens = (size_t)shard_tokens;
+    o.threads = threads;
+    if (!rc && !out[0]) rc = fail(2, "--out: expected an output directory, found nothing (see --help)");
     if (!rc && nin == 0) rc = fail(2, "expected at least one INPUT file or directory, found none (see --help)");
+    o.out_dir = out;
+    const char *dir = dirbuf[0] ? dirbuf : NULL;
     char gdir[PATH_MAX];
     if (!rc && !dir && !strcmp(spec, "gpt2") && !(dir = cli_find_gpt2_dir(gdir, sizeof gdir)))
         rc = fail(2, "tokenizer gpt2: expected encoder.json + vocab.bpe next to the executable "
                      "(../data/gpt2_tokenizer) or in ./data/gpt2_tokenizer, found none: give --tokenizer-dir");
     Tokenizer *tok = NULL;
-    Err err;
     if (!rc && tokenizer_load(&tok, spec, dir, &err)) rc = fail(err.status == ST_ERR_INPUT ? 2 : 1, "%s", err.msg);
     if (rc) {
         free(inputs);
         return rc;
     }
     Progress pr = {isatty(2), -1, omp_get_wtime()};
-    o.inputs = inputs;
-    o.ninputs = nin;
+    o.inputs = (const char *const *)inputs;
+    o.ninputs = (size_t)nin;
     o.tok = tok;
     if (!quiet) {
         o.progress = progress_cb;
         o.progress_ctx = &pr;
     }
     PrepareStats s;
-    Status st = prepare_run(&o, &s, &err);
+    st = prepare_run(&o, &s, &err);
     if (st) {
         rc = fail(st == ST_ERR_INPUT ? 2 : 1, "%s", err.msg);
     } else {
@@ -178,9 +153,14 @@ int cmd_prepare(int argc, char **argv) {
         printf("prepare: %llu bytes -> %llu tokens (%llu train + %llu val, EOT included), %.3f bytes/token\n",
                (unsigned long long)s.bytes, (unsigned long long)toks, (unsigned long long)s.train_tokens,
                (unsigned long long)s.val_tokens, toks ? (double)s.bytes / (double)toks : 0.0);
-        printf("prepare: shards written: %zu train + %zu val in %s (%s tokens), %.2f s, %.1f MB/s\n", s.train_shards,
-               s.val_shards, o.out_dir, tokenizer_vocab_size(tok) <= 65536 ? "uint16" : "uint32", s.seconds,
+        int wide = o.shard_version == 7 || (o.shard_version == 0 && tokenizer_vocab_size(tok) > 65536);
+        printf("prepare: shards written: %zu train + %zu val in %s (version %d, %s tokens), %.2f s, %.1f MB/s\n",
+               s.train_shards, s.val_shards, o.out_dir, wide ? 7 : 1, wide ? "uint32" : "uint16", s.seconds,
                s.seconds > 0 ? (double)s.bytes / s.seconds / 1e6 : 0.0);
+        if (o.seq_len > 0 && s.nopack_rows)
+            printf("prepare: packing at T=%d: packed rows (default) use 100%% of target slots; --no-pack would take "
+                   "%llu rows, utilization %.1f%%\n",
+                   o.seq_len, (unsigned long long)s.nopack_rows, 100.0 * s.nopack_utilization);
     }
     tokenizer_free(tok);
     free(inputs);

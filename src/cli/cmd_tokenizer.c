@@ -1,6 +1,6 @@
 /* cmd_tokenizer.c — `scaletrain tokenizer train|encode|decode` (docs/tokenizer.md).
  *
- *   tokenizer train  --vocab-size N --out DIR [--holdout F] [--threads N] FILE...
+ *   tokenizer train  --vocab-size N --out DIR [--holdout F] [--threads N] [--separator S] INPUT...
  *   tokenizer encode [--tokenizer gpt2|bytes|DIR] [--format txt|u16le|u32le] FILE [-o OUT]
  *   tokenizer decode [--tokenizer gpt2|bytes|DIR] [--format txt|u16le|u32le] FILE [-o OUT]
  * Also the helpers shared with cmd_prepare.c (cmds_data.h). */
@@ -14,8 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli/args.h"
 #include "cli/cmds_data.h"
 #include "data/bpe.h"
+#include "data/prepare.h"
 
 /* ================================================================== shared helpers */
 
@@ -94,11 +96,7 @@ static void usage(FILE *f) {
             "       scaletrain tokenizer encode [options] FILE [-o OUT]\n"
             "       scaletrain tokenizer decode [options] FILE [-o OUT]\n"
             "\n"
-            "train: learn a byte-level BPE with GPT-2's pre-tokenization; writes DIR/encoder.json + DIR/vocab.bpe\n"
-            "  --vocab-size N      vocabulary incl. 256 bytes and <|endoftext|> (>= 257)   [4096]\n"
-            "  --out DIR           output directory (created)                             [required]\n"
-            "  --holdout F         last fraction of the corpus held out for bytes/token    [0.1]\n"
-            "  --threads N         pre-tokenization threads (0 = all)                      [0]\n"
+            "train: learn a byte-level BPE with GPT-2's pre-tokenization (options: tokenizer train --help)\n"
             "encode / decode: FILE is text (encode) or ids (decode); '-' is stdin\n"
             "  --tokenizer T       gpt2 | bytes | DIR of a trained tokenizer               [gpt2]\n"
             "  --tokenizer-dir D   where gpt2's encoder.json/vocab.bpe are   [<exe>/../data/gpt2_tokenizer]\n"
@@ -142,97 +140,83 @@ static const char *optval(int argc, char **argv, int *i) {
 /* ================================================================== train */
 
 static int cmd_train(int argc, char **argv) {
-    unsigned long long vocab = 4096, threads = 0;
+    PrepareOptions po = prepare_default_options();
+    long vocab = 4096;
     double holdout = 0.1;
-    const char *out = NULL;
-    const char **files = calloc((size_t)argc, sizeof *files);
-    int nfiles = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            free(files);
-            return 0;
-        } else if (!strcmp(a, "--vocab-size")) {
-            if (!(v = optval(argc, argv, &i)) || cli_parse_u64(v, &vocab) || vocab > UINT32_MAX) {
-                free(files);
-                return fail(2, "--vocab-size: expected an integer >= 257, found %s", v ? v : "nothing");
-            }
-        } else if (!strcmp(a, "--out")) {
-            if (!(out = optval(argc, argv, &i))) {
-                free(files);
-                return fail(2, "--out: expected a directory, found nothing");
-            }
-        } else if (!strcmp(a, "--holdout")) {
-            if (!(v = optval(argc, argv, &i)) || cli_parse_double(v, &holdout) || !(holdout >= 0 && holdout < 1)) {
-                free(files);
-                return fail(2, "--holdout: expected a fraction in [0, 1), found %s", v ? v : "nothing");
-            }
-        } else if (!strcmp(a, "--threads")) {
-            if (!(v = optval(argc, argv, &i)) || cli_parse_u64(v, &threads) || threads > 4096) {
-                free(files);
-                return fail(2, "--threads: expected an integer >= 0, found %s", v ? v : "nothing");
-            }
-        } else if (a[0] == '-' && a[1]) {
-            free(files);
-            return fail(2, "unknown option %s for 'tokenizer train' (see --help)", a);
-        } else {
-            files[nfiles++] = a;
-        }
-    }
-    if (vocab < 257) {
+    int threads = 0;
+    char out[1024] = "", format[16] = "auto", sep[256];
+    snprintf(sep, sizeof sep, "%s", po.separator);
+    ArgSpec specs[] = {
+        {"vocab-size", ARG_LONG, &vocab, 0, "vocabulary incl. 256 bytes and <|endoftext|> (>= 257)"},
+        {"out", ARG_STR, out, sizeof out, "output directory for encoder.json + vocab.bpe (required)"},
+        {"holdout", ARG_DOUBLE, &holdout, 0, "last fraction of the corpus held out for the bytes/token report"},
+        {"threads", ARG_INT, &threads, 0, "pre-token counting threads (0 = all cores)"},
+        {"format", ARG_STR, format, sizeof format, "auto | text | jsonl | wikitext (as in prepare)"},
+        {"separator", ARG_STR, sep, sizeof sep, "document separator line in text files (\"\" = blank line)"},
+    };
+    int n = (int)(sizeof specs / sizeof specs[0]), nfiles = 0, help = 0;
+    char **files = calloc((size_t)argc + 1, sizeof *files);
+    Err err;
+    Status st = args_parse(specs, n, argc - 1, argv + 1, files, argc, &nfiles, &help, &err);
+    int rc = st ? fail_err(&err) : 0;
+    if (!rc && help) {
+        printf("usage: scaletrain tokenizer train --vocab-size N --out DIR [options] INPUT...\n"
+               "Learns a byte-level BPE with GPT-2's pre-tokenization on the documents of INPUT (text, .jsonl,\n"
+               "WikiText or directories, split into documents as by prepare; pre-tokens never cross documents).\n\n");
+        args_print_help(specs, n);
         free(files);
-        return fail(2, "--vocab-size: expected an integer >= 257 (256 bytes + <|endoftext|>), found %llu", vocab);
+        return 0;
     }
-    if (!out) {
-        free(files);
-        return fail(2, "--out: expected an output directory, found nothing (see --help)");
+    if (!rc && (vocab < 257 || vocab > (long)UINT32_MAX))
+        rc = fail(2, "--vocab-size: expected an integer >= 257 (256 bytes + <|endoftext|>), found %ld", vocab);
+    if (!rc && !(holdout >= 0 && holdout < 1)) rc = fail(2, "--holdout: expected a fraction in [0, 1), found %g", holdout);
+    if (!rc && (threads < 0 || threads > 4096)) rc = fail(2, "--threads: expected 0..4096, found %d", threads);
+    if (!rc && !out[0]) rc = fail(2, "--out: expected an output directory, found nothing (see --help)");
+    if (!rc && nfiles == 0) rc = fail(2, "expected at least one corpus INPUT, found none (see --help)");
+    if (!rc) {
+        if (!strcmp(format, "auto")) po.format = PREP_FORMAT_AUTO;
+        else if (!strcmp(format, "text")) po.format = PREP_FORMAT_TEXT;
+        else if (!strcmp(format, "jsonl")) po.format = PREP_FORMAT_JSONL;
+        else if (!strcmp(format, "wikitext")) po.format = PREP_FORMAT_WIKITEXT;
+        else rc = fail(2, "--format: expected auto, text, jsonl or wikitext, found '%s'", format);
     }
-    if (nfiles == 0) {
-        free(files);
-        return fail(2, "expected at least one corpus FILE, found none (see --help)");
-    }
-    uint8_t **bufs = calloc((size_t)nfiles, sizeof *bufs);
-    size_t *lens = calloc((size_t)nfiles, sizeof *lens), total = 0;
-    int rc = 0;
-    for (int f = 0; f < nfiles && !rc; f++) {
-        struct stat sb;
-        if (strcmp(files[f], "-") && (stat(files[f], &sb) != 0 || S_ISDIR(sb.st_mode)))
-            rc = fail(2, "%s: expected a readable text file, found %s", files[f],
-                      errno == ENOENT ? "no such file" : S_ISDIR(sb.st_mode) ? "a directory" : strerror(errno));
-        else if (read_input(files[f], &bufs[f], &lens[f]))
-            rc = fail(2, "%s: cannot read (%s)", files[f], strerror(errno));
-        total += lens[f];
-    }
-    /* Hold out the last `holdout` of the concatenated corpus, cut at a line start. */
-    const uint8_t **tt = calloc((size_t)nfiles, sizeof *tt), **ht = calloc((size_t)nfiles, sizeof *ht);
-    size_t *tl = calloc((size_t)nfiles, sizeof *tl), *hl = calloc((size_t)nfiles, sizeof *hl);
+    PrepareDocs docs = {0};
+    po.inputs = (const char *const *)files;
+    po.ninputs = (size_t)nfiles;
+    po.separator = sep;
+    if (!rc && (st = prepare_read_documents(&po, &docs, &err)) != ST_OK) rc = fail_err(&err);
+    size_t total = 0;
+    for (size_t d = 0; d < docs.n; d++) total += docs.len[d];
+    /* Hold out the last `holdout` of the corpus (in document order), cut at a line start. */
+    const uint8_t **tt = calloc(docs.n + 1, sizeof *tt), **ht = calloc(docs.n + 1, sizeof *ht);
+    size_t *tl = calloc(docs.n + 1, sizeof *tl), *hl = calloc(docs.n + 1, sizeof *hl);
     size_t ntrain = 0, nhold = 0;
     size_t cut = total - (size_t)((double)total * holdout), pos = 0;
-    for (int f = 0; f < nfiles && !rc; f++) {
-        size_t c = cut <= pos ? 0 : cut - pos < lens[f] ? cut - pos : lens[f];
-        if (c > 0 && c < lens[f]) { /* move the cut to the next line start */
-            const uint8_t *nl = memchr(bufs[f] + c, '\n', lens[f] - c);
-            c = nl ? (size_t)(nl - bufs[f]) + 1 : lens[f];
+    for (size_t f = 0; f < docs.n && !rc; f++) {
+        size_t len = docs.len[f];
+        const uint8_t *b = docs.text[f];
+        size_t c = cut <= pos ? 0 : cut - pos < len ? cut - pos : len;
+        if (c > 0 && c < len) { /* move the cut to the next line start */
+            const uint8_t *nl = memchr(b + c, '\n', len - c);
+            c = nl ? (size_t)(nl - b) + 1 : len;
         }
-        if (c) tt[ntrain] = bufs[f], tl[ntrain++] = c;
-        if (c < lens[f]) ht[nhold] = bufs[f] + c, hl[nhold++] = lens[f] - c;
-        pos += lens[f];
+        if (c) tt[ntrain] = b, tl[ntrain++] = c;
+        if (c < len) ht[nhold] = b + c, hl[nhold++] = len - c;
+        pos += len;
     }
     if (!rc) {
         BpeTrainOptions o = bpe_train_default_options();
         o.vocab_size = (uint32_t)vocab;
-        o.threads = (int)threads;
+        o.threads = threads;
         BpeTrainStats s;
-        Err err;
-        Status st = bpe_train(tt, tl, ntrain, &o, out, &s, &err);
+        st = bpe_train(tt, tl, ntrain, &o, out, &s, &err);
         if (st) {
             rc = fail_err(&err);
         } else {
-            printf("tokenizer train: %llu bytes trained on, %zu distinct pre-tokens, %zu merges, vocab %u "
-                   "(EOT = %u) in %.2f s -> %s/encoder.json, %s/vocab.bpe\n",
-                   (unsigned long long)s.corpus_bytes, s.unique_pretokens, s.merges, s.vocab_size, s.vocab_size - 1,
-                   s.seconds, out, out);
+            printf("tokenizer train: %zu documents in %zu files, %llu bytes trained on, %zu distinct pre-tokens, "
+                   "%zu merges, vocab %u (EOT = %u) in %.2f s -> %s/encoder.json, %s/vocab.bpe\n",
+                   docs.n, docs.files, (unsigned long long)s.corpus_bytes, s.unique_pretokens, s.merges, s.vocab_size,
+                   s.vocab_size - 1, s.seconds, out, out);
             Tokenizer *t = NULL;
             if (nhold && tokenizer_load(&t, out, NULL, &err) == ST_OK) {
                 uint32_t *ids = NULL;
@@ -263,9 +247,7 @@ static int cmd_train(int argc, char **argv) {
             }
         }
     }
-    for (int f = 0; f < nfiles; f++) free(bufs[f]);
-    free(bufs);
-    free(lens);
+    prepare_docs_free(&docs);
     free(tt);
     free(ht);
     free(tl);

@@ -232,51 +232,142 @@ typedef struct {
     uint64_t hash;
 } PreTok;
 
-static int count_pretokens(const uint8_t *const *texts, const size_t *lens, size_t ntexts, PreTok **out,
-                           size_t *nout) {
-    size_t cap = 1 << 14, n = 0;
-    PreTok *tab = calloc(cap, sizeof *tab);
-    if (!tab) return -1;
-    for (size_t f = 0; f < ntexts; f++) {
-        const uint8_t *s = texts[f];
-        size_t i = 0, len = lens[f];
-        while (i < len) {
-            size_t j = bpe_pretoken_end(s, len, i);
-            uint64_t h = XXH3_64bits(s + i, j - i);
-            size_t k = h & (cap - 1);
-            while (tab[k].p && !(tab[k].hash == h && tab[k].n == j - i && memcmp(tab[k].p, s + i, j - i) == 0))
-                k = (k + 1) & (cap - 1);
-            if (tab[k].p) {
-                tab[k].count++;
-            } else {
-                tab[k] = (PreTok){s + i, (uint32_t)(j - i), 1, h};
-                if (2 * ++n > cap) {
-                    size_t nc = cap * 2;
-                    PreTok *nt = calloc(nc, sizeof *nt);
-                    if (!nt) {
-                        free(tab);
-                        return -1;
-                    }
-                    for (size_t q = 0; q < cap; q++)
-                        if (tab[q].p) {
-                            size_t g = tab[q].hash & (nc - 1);
-                            while (nt[g].p) g = (g + 1) & (nc - 1);
-                            nt[g] = tab[q];
-                        }
-                    free(tab);
-                    tab = nt;
-                    cap = nc;
-                }
+typedef struct {
+    PreTok *tab;
+    size_t cap, n;
+} PreTab;
+
+/* Adds count occurrences of s[0..n) (hash h); -1 on out of memory. */
+static int pretab_add(PreTab *t, const uint8_t *s, uint32_t n, uint64_t h, int64_t count) {
+    size_t k = h & (t->cap - 1);
+    while (t->tab[k].p && !(t->tab[k].hash == h && t->tab[k].n == n && memcmp(t->tab[k].p, s, n) == 0))
+        k = (k + 1) & (t->cap - 1);
+    if (t->tab[k].p) {
+        t->tab[k].count += count;
+        return 0;
+    }
+    t->tab[k] = (PreTok){s, n, count, h};
+    if (2 * ++t->n > t->cap) {
+        size_t nc = t->cap * 2;
+        PreTok *nt = calloc(nc, sizeof *nt);
+        if (!nt) return -1;
+        for (size_t q = 0; q < t->cap; q++)
+            if (t->tab[q].p) {
+                size_t g = t->tab[q].hash & (nc - 1);
+                while (nt[g].p) g = (g + 1) & (nc - 1);
+                nt[g] = t->tab[q];
             }
-            i = j;
+        free(t->tab);
+        t->tab = nt;
+        t->cap = nc;
+    }
+    return 0;
+}
+
+static int pretok_cmp(const void *x, const void *y) {
+    const PreTok *a = x, *b = y;
+    if (a->hash != b->hash) return a->hash < b->hash ? -1 : 1;
+    if (a->n != b->n) return a->n < b->n ? -1 : 1;
+    return memcmp(a->p, b->p, a->n);
+}
+
+/* A chunk of a text that starts and ends on pre-token boundaries. */
+typedef struct {
+    const uint8_t *s;
+    size_t n;
+} Chunk;
+
+#define CHUNK_BYTES (1u << 20)
+
+/* Splits every text into chunks of about CHUNK_BYTES at positions that are pre-token boundaries
+ * whatever follows: just before a '\n' whose previous byte is printable ASCII other than space (a
+ * letter/number/punctuation pre-token ends there, and no pre-token rule looks behind). The chunks
+ * depend on the input only. Returns the count, or SIZE_MAX on out of memory. */
+static size_t make_chunks(const uint8_t *const *texts, const size_t *lens, size_t ntexts, Chunk **out) {
+    size_t cap = ntexts + 16, n = 0;
+    Chunk *c = malloc(cap * sizeof *c);
+    if (!c) return SIZE_MAX;
+    for (size_t f = 0; f < ntexts; f++) {
+        size_t pos = 0, len = lens[f];
+        const uint8_t *s = texts[f];
+        while (pos < len) {
+            size_t end = len;
+            if (len - pos > 2 * (size_t)CHUNK_BYTES) {
+                size_t i = pos + CHUNK_BYTES;
+                while (i < len && !(s[i] == '\n' && s[i - 1] > 0x20 && s[i - 1] < 0x7f)) i++;
+                end = i;
+            }
+            if (n == cap) {
+                Chunk *nc = realloc(c, 2 * cap * sizeof *c);
+                if (!nc) {
+                    free(c);
+                    return SIZE_MAX;
+                }
+                c = nc, cap *= 2;
+            }
+            c[n++] = (Chunk){s + pos, end - pos};
+            pos = end;
         }
     }
-    /* compact, in a deterministic order (the table's order depends only on the input) */
+    *out = c;
+    return n;
+}
+
+/* Counts the distinct pre-tokens of all texts on `threads` threads (each counts whole chunks into
+ * its own table), then merges: the result is sorted by (hash, length, bytes), so it depends on
+ * the input only, not on the thread count. */
+static int count_pretokens(const uint8_t *const *texts, const size_t *lens, size_t ntexts, int threads,
+                           PreTok **out, size_t *nout) {
+    Chunk *ch = NULL;
+    size_t nch = make_chunks(texts, lens, ntexts, &ch);
+    if (nch == SIZE_MAX) return -1;
+    int nt = threads > 0 ? threads : omp_get_max_threads();
+    if ((size_t)nt > nch) nt = nch ? (int)nch : 1;
+    PreTab *tabs = calloc((size_t)nt, sizeof *tabs);
+    int failed = tabs == NULL;
+    if (!failed) {
+#pragma omp parallel num_threads(nt)
+        {
+            PreTab *t = &tabs[omp_get_thread_num()];
+            t->cap = 1 << 14;
+            t->tab = calloc(t->cap, sizeof *t->tab);
+            int bad = t->tab == NULL;
+#pragma omp for schedule(dynamic, 1)
+            for (size_t c = 0; c < nch; c++) {
+                const uint8_t *s = ch[c].s;
+                size_t i = 0, len = ch[c].n;
+                while (i < len && !bad) {
+                    size_t j = bpe_pretoken_end(s, len, i);
+                    bad = pretab_add(t, s + i, (uint32_t)(j - i), XXH3_64bits(s + i, j - i), 1);
+                    i = j;
+                }
+            }
+            if (bad) {
+#pragma omp atomic write
+                failed = 1;
+            }
+        }
+    }
+    size_t total = 0;
+    for (int k = 0; tabs && k < nt; k++) total += tabs[k].n;
+    PreTok *all = failed ? NULL : malloc((total + 1) * sizeof *all);
     size_t m = 0;
-    for (size_t q = 0; q < cap; q++)
-        if (tab[q].p) tab[m++] = tab[q];
-    *out = tab;
-    *nout = m;
+    for (int k = 0; tabs && k < nt; k++) {
+        for (size_t q = 0; all && q < tabs[k].cap; q++)
+            if (tabs[k].tab[q].p) all[m++] = tabs[k].tab[q];
+        free(tabs[k].tab);
+    }
+    free(tabs);
+    free(ch);
+    if (!all) return -1;
+    qsort(all, m, sizeof *all, pretok_cmp);
+    size_t w = 0;
+    for (size_t q = 0; q < m; q++) {
+        if (w && pretok_cmp(&all[w - 1], &all[q]) == 0) all[w - 1].count += all[q].count;
+        else all[w++] = all[q];
+    }
+    *out = all;
+    *nout = w;
     return 0;
 }
 
@@ -406,7 +497,7 @@ Status bpe_train(const uint8_t *const *texts, const size_t *lens, size_t ntexts,
     size_t ntouched = 0, ctouched = 0;
     uint64_t corpus = 0;
     for (size_t f = 0; f < ntexts; f++) corpus += lens[f];
-    if (count_pretokens(texts, lens, ntexts, &pt, &npt)) goto oom;
+    if (count_pretokens(texts, lens, ntexts, o->threads, &pt, &npt)) goto oom;
     /* base vocabulary: id = byte value */
     size_t nmerge_max = o->vocab_size - 257;
     t->ctok = 512;

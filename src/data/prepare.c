@@ -18,6 +18,7 @@
 #include <xxhash.h>
 
 #include "core/rng.h"
+#include "data/loader.h"
 #include "data/shard.h"
 
 PrepareOptions prepare_default_options(void) {
@@ -30,6 +31,7 @@ PrepareOptions prepare_default_options(void) {
     o.seed = 1337;
     o.shard_tokens = 100000000;
     o.dedup = 1;
+    o.seq_len = 1024;
     return o;
 }
 
@@ -233,6 +235,40 @@ static int ends_with(const char *s, const char *suf) {
     return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
+/* Binary, not text: a NUL byte anywhere, or more than a quarter of the first MiB (when it is at
+ * least 512 bytes) made of control bytes other than \t \n \v \f \r ESC, or bytes outside
+ * well-formed UTF-8. Text with a few stray invalid bytes passes (they encode as bytes). */
+static Status check_text(const char *path, const uint8_t *b, size_t n, Err *err) {
+    const uint8_t *z = memchr(b, 0, n);
+    if (z)
+        return err_set(err, ST_ERR_INPUT, "%s: expected text (UTF-8) or JSON Lines, found binary data (NUL byte at offset %zu)",
+                       path, (size_t)(z - b));
+    size_t m = n < (1u << 20) ? n : (1u << 20), bad = 0;
+    for (size_t i = 0; i < m;) {
+        uint8_t c = b[i];
+        if (c < 0x80) {
+            bad += c < 0x20 && !(c >= 9 && c <= 13) && c != 27;
+            bad += c == 127;
+            i++;
+            continue;
+        }
+        size_t k = c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xF0 && c <= 0xF4 ? 3 : 0;
+        size_t j = 1;
+        while (j <= k && i + j < m && (b[i + j] & 0xC0) == 0x80) j++;
+        if (k == 0 || j != k + 1) {
+            bad++;
+            i++;
+        } else {
+            i += j;
+        }
+    }
+    if (m >= 512 && bad * 4 > m)
+        return err_set(err, ST_ERR_INPUT,
+                       "%s: expected text (UTF-8) or JSON Lines, found binary data (%zu of the first %zu bytes are "
+                       "control bytes or invalid UTF-8)", path, bad, m);
+    return ST_OK;
+}
+
 static Status read_corpus(Corpus *c, const PrepareOptions *o, Err *err) {
     Status st = collect_paths(c, o, err);
     if (st) return st;
@@ -246,6 +282,7 @@ static Status read_corpus(Corpus *c, const PrepareOptions *o, Err *err) {
             free(b);
             return err_set(err, ST_ERR_RUNTIME, "out of memory");
         }
+        if ((st = check_text(path, b, n, err)) != ST_OK) return st;
         PrepareFormat f = o->format;
         if (f == PREP_FORMAT_AUTO)
             f = ends_with(path, ".jsonl") ? PREP_FORMAT_JSONL
@@ -262,7 +299,39 @@ static Status read_corpus(Corpus *c, const PrepareOptions *o, Err *err) {
         }
         if (bad) return err_set(err, ST_ERR_RUNTIME, "%s: out of memory", path);
     }
+    if (c->ndocs == 0)
+        return err_set(err, ST_ERR_INPUT, "%s%s: expected at least one non-empty document, found none (empty input)",
+                       c->npaths == 1 ? c->paths[0] : "inputs", c->npaths == 1 ? "" : " (all files)");
     return ST_OK;
+}
+
+Status prepare_read_documents(const PrepareOptions *o, PrepareDocs *docs, Err *err) {
+    memset(docs, 0, sizeof *docs);
+    Corpus *c = calloc(1, sizeof *c);
+    if (!c) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    Status st = read_corpus(c, o, err);
+    if (st == ST_OK) {
+        docs->text = malloc((c->ndocs + 1) * sizeof *docs->text);
+        docs->len = malloc((c->ndocs + 1) * sizeof *docs->len);
+        if (!docs->text || !docs->len) st = err_set(err, ST_ERR_RUNTIME, "out of memory");
+    }
+    docs->priv = c;
+    if (st != ST_OK) {
+        prepare_docs_free(docs);
+        return st;
+    }
+    for (size_t i = 0; i < c->ndocs; i++) docs->text[i] = c->docs[i].p, docs->len[i] = c->docs[i].n;
+    docs->n = c->ndocs;
+    docs->files = c->npaths;
+    return ST_OK;
+}
+
+void prepare_docs_free(PrepareDocs *docs) {
+    if (docs->priv) corpus_free(docs->priv);
+    free(docs->priv);
+    free(docs->text);
+    free(docs->len);
+    memset(docs, 0, sizeof *docs);
 }
 
 /* ================================================================== 2. dedup, validation choice */
@@ -366,6 +435,14 @@ Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
         return err_set(err, ST_ERR_INPUT, "--val-fraction: expected a number in [0, 1), found %g", o->val_fraction);
     if (o->shard_tokens == 0 || o->shard_tokens > UINT32_MAX / 4)
         return err_set(err, ST_ERR_INPUT, "--shard-tokens: expected 1..%u, found %zu", UINT32_MAX / 4, o->shard_tokens);
+    if (o->shard_version != 0 && o->shard_version != SHARD_VERSION_U16 && o->shard_version != SHARD_VERSION_U32)
+        return err_set(err, ST_ERR_INPUT, "--shard-version: expected 1 (uint16) or 7 (uint32), found %u",
+                       o->shard_version);
+    if (o->shard_version == SHARD_VERSION_U16 && tokenizer_vocab_size(o->tok) > 65536)
+        return err_set(err, ST_ERR_INPUT,
+                       "--shard-version 1: expected a vocabulary of at most 65536 ids (uint16 tokens), found %u ids "
+                       "(use --shard-version 7 or auto)", tokenizer_vocab_size(o->tok));
+    if (o->seq_len < 0) return err_set(err, ST_ERR_INPUT, "--seq-len: expected >= 0, found %d", o->seq_len);
     Corpus c;
     memset(&c, 0, sizeof c);
     Writer wr[2];
@@ -427,6 +504,7 @@ Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
         wr[w].cap = est < o->shard_tokens ? est : o->shard_tokens;
         wr[w].meta.tokenizer_hash = tokenizer_hash(o->tok);
         wr[w].meta.vocab_size = tokenizer_vocab_size(o->tok);
+        wr[w].meta.version = o->shard_version;
     }
     ids = calloc(nd + 1, sizeof *ids);
     nids = calloc(nd + 1, sizeof *nids);
@@ -462,6 +540,7 @@ Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
                 w->cap = nc;
             }
             st = writer_add(w, ids[i], nids[i], eot, d[i].n, err);
+            if (!d[i].val && o->seq_len > 0) s.nopack_rows += loader_nopack_rows(nids[i] + 1, o->seq_len);
             free(ids[i]);
             ids[i] = NULL;
         }
@@ -477,6 +556,7 @@ Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
     s.train_tokens = wr[0].tokens;
     s.val_tokens = wr[1].tokens;
     s.train_shards = wr[0].shards;
+    if (s.nopack_rows) s.nopack_utilization = (double)s.train_tokens / ((double)s.nopack_rows * o->seq_len);
     s.val_shards = wr[1].shards;
     s.seconds = omp_get_wtime() - t0;
     if (stats) *stats = s;

@@ -43,6 +43,9 @@ typedef struct {
     size_t shard_tokens;       /* max tokens per shard; default 100,000,000 */
     int threads;               /* encoding threads; 0 = OpenMP default */
     int dedup;                 /* drop exact duplicate documents; default 1 */
+    uint32_t shard_version;    /* 0 = automatic (1 = uint16 when the vocabulary fits, else 7 = uint32);
+                                  1 or 7 forces it (1 with a vocabulary over 65536 is refused) */
+    int seq_len;               /* T of the --no-pack utilization report; default 1024, 0 = no report */
     /* Progress: called from the calling thread after each batch with text bytes encoded so far and
      * the total; may be NULL. */
     void (*progress)(void *ctx, uint64_t done_bytes, uint64_t total_bytes);
@@ -57,17 +60,38 @@ typedef struct {
     uint64_t bytes;            /* text bytes of the kept documents */
     uint64_t train_tokens, val_tokens; /* EOTs included */
     size_t train_shards, val_shards;
+    /* Packing report for the train split at o->seq_len: packed rows use every target slot; with
+     * --no-pack every document takes ceil((its tokens + EOT) / T) rows of its own (loader.h). */
+    uint64_t nopack_rows;
+    double nopack_utilization; /* train tokens (EOT included) / (nopack_rows * seq_len) */
     double seconds;
 } PrepareStats;
 
 /* Defaults as documented on each field (inputs, out_dir and tok must still be set). */
 PrepareOptions prepare_default_options(void);
 
-/* Runs the pipeline. Errors: ST_ERR_INPUT for a missing/unreadable input (named), a bad JSON line
- * (file:line), a JSON line without a string "text", bad options (val fraction outside [0, 1),
- * shard_tokens 0), an out_dir that cannot be created; ST_ERR_RUNTIME for I/O and out of memory.
+/* Runs the pipeline. Errors: ST_ERR_INPUT for a missing/unreadable input (named), a file that is
+ * binary (a NUL byte, or over a quarter of its first MiB control bytes or invalid UTF-8; named
+ * with the offset), a bad JSON line (file:line), a JSON line without a string "text", input with
+ * no non-empty document, bad options (val fraction outside [0, 1), shard_tokens 0, shard version
+ * 1 with a vocabulary over 65536), an out_dir that cannot be created; ST_ERR_RUNTIME for I/O and
+ * out of memory.
  * On error no shard is left half-written (each shard is written crash-safely), but shards written
  * before the error stay. stats may be NULL. */
 Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err);
+
+/* The documents of o->inputs (o->format, o->separator; the other fields are not used) in input
+ * order, before deduplication: what `tokenizer train` learns from. Same errors as prepare_run's
+ * reading stage (missing, binary, bad JSON line, no document). Free with prepare_docs_free. */
+typedef struct {
+    const uint8_t **text;      /* document bytes (not NUL-terminated), owned by the struct */
+    size_t *len;
+    size_t n;
+    size_t files;
+    void *priv;                /* the buffers */
+} PrepareDocs;
+
+Status prepare_read_documents(const PrepareOptions *o, PrepareDocs *docs, Err *err);
+void prepare_docs_free(PrepareDocs *docs);
 
 #endif

@@ -69,6 +69,7 @@ Status shard_open(Shard *s, const char *path, Err *err) {
     s->meta.tokenizer_hash = (uint64_t)rd32(h + 12) | (uint64_t)rd32(h + 16) << 32;
     s->meta.source_bytes = (uint64_t)rd32(h + 20) | (uint64_t)rd32(h + 24) << 32;
     s->meta.vocab_size = rd32(h + 28);
+    s->meta.version = version;
     return ST_OK;
 }
 
@@ -98,7 +99,21 @@ Status shard_write(const char *path, const uint32_t *tokens, size_t n, const Sha
         return err_set(err, ST_ERR_INPUT, "%s: expected at most %u tokens per shard, found %zu", path,
                        UINT32_MAX / 4, n);
     int wide = meta && meta->vocab_size > 65536;
-    for (size_t i = 0; i < n && !wide; i++) wide = tokens[i] > 65535;
+    size_t big = SIZE_MAX;
+    for (size_t i = 0; i < n && big == SIZE_MAX; i++)
+        if (tokens[i] > 65535) big = i;
+    uint32_t version = meta ? meta->version : 0;
+    if (version == SHARD_VERSION_U16 && (wide || big != SIZE_MAX)) {
+        if (wide)
+            return err_set(err, ST_ERR_INPUT,
+                           "%s: shard version 1 holds uint16 ids, but the vocabulary has %u ids (expected <= 65536; "
+                           "use version 7)", path, meta->vocab_size);
+        return err_set(err, ST_ERR_INPUT, "%s: shard version 1 holds uint16 ids, found id %u at position %zu "
+                       "(use version 7)", path, tokens[big], big);
+    }
+    if (version != 0 && version != SHARD_VERSION_U16 && version != SHARD_VERSION_U32)
+        return err_set(err, ST_ERR_INPUT, "%s: expected shard version 1 or 7, found %u", path, version);
+    wide = version == SHARD_VERSION_U32 || wide || big != SIZE_MAX;
     uint8_t hdr[SHARD_HEADER_INTS * 4];
     memset(hdr, 0, sizeof hdr);
     wr32(hdr, wide ? SHARD_MAGIC_U32 : SHARD_MAGIC_U16);

@@ -24,6 +24,8 @@ typedef struct {
     uint64_t tokenizer_hash; /* 0 = unknown */
     uint64_t source_bytes;   /* bytes of text the tokens came from; 0 = unknown */
     uint32_t vocab_size;     /* tokenizer vocabulary incl. EOT; 0 = unknown */
+    uint32_t version;        /* write: 0 = automatic (1 when every id fits uint16, else 7), 1 or 7 forces
+                                it; open: the file's version */
 } ShardMeta;
 
 typedef struct {
@@ -49,7 +51,9 @@ static inline uint32_t shard_token(const Shard *s, size_t i) {
 size_t shard_find_token_at_least(const Shard *s, uint32_t vocab);
 
 /* Writes n tokens crash-safely (temporary file, fsync, rename, fsync of the directory).
- * uint16 format when meta->vocab_size <= 65536 (and every token fits), else uint32. */
+ * Version 1 (uint16) when meta->vocab_size <= 65536 and every token fits, else version 7 (uint32),
+ * unless meta->version forces one: version 1 with a vocabulary over 65536 or a token over 65535 is
+ * refused (ST_ERR_INPUT), as is any other version. */
 Status shard_write(const char *path, const uint32_t *tokens, size_t n, const ShardMeta *meta, Err *err);
 
 #endif
