@@ -1,0 +1,545 @@
+/* comm.c — process grid and collectives over Open MPI, with a single-process fallback.
+ *
+ * The only file of the project that includes <mpi.h>. Every collective, blocking or not, is started
+ * as an MPI nonblocking collective and completed by polling MPI_Test (comm_wait), which is what
+ * gives a timeout instead of an endless hang and lets the trainer overlap buckets with compute.
+ * Conventions are in comm.h; measurements and the choice of forms are in docs/comm.md.
+ *
+ * Contents: helpers · lifecycle · grid and checks · requests · float collectives · small
+ * collectives · accounting. */
+#include "comm/comm.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/timer.h"
+
+_Static_assert(sizeof(MPI_Request) <= sizeof(((CommReq *)0)->handle), "CommReq.handle too small for MPI_Request");
+
+struct CommMpi {
+    MPI_Comm world;     /* duplicate of MPI_COMM_WORLD, MPI_ERRORS_RETURN */
+    MPI_Comm dp;        /* data-parallel group of this rank (a split of world) */
+    int we_initialized; /* comm_init called MPI_Init_thread, so comm_finalize finalizes */
+    uint64_t *u64;      /* world entries: scratch for comm_check_same_u64 (allocated at init) */
+};
+
+/* ================================================================ helpers */
+
+static const char *kind_names[COMM_NKIND] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast",
+                                             "scalar collective"};
+
+const char *comm_kind_name(CommKind k) { return (unsigned)k < COMM_NKIND ? kind_names[k] : "?"; }
+
+uint64_t comm_ring_bytes(CommKind k, uint64_t bytes, int p) {
+    if (p <= 1) return 0;
+    switch (k) {
+    case COMM_ALLREDUCE:
+    case COMM_SCALAR: return 2 * bytes * (uint64_t)(p - 1) / (uint64_t)p;
+    case COMM_REDUCE_SCATTER:
+    case COMM_ALLGATHER: return bytes * (uint64_t)(p - 1) / (uint64_t)p;
+    case COMM_BCAST: return bytes;
+    default: return 0;
+    }
+}
+
+/* Sets err from an MPI return code: "<call> (<kind>) at step S on rank R: <MPI message>". */
+static Status mpi_fail(const Comm *c, Err *err, int rc, const char *call, const char *what) {
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, s, &len) != MPI_SUCCESS) snprintf(s, sizeof s, "MPI error code %d", rc);
+    return err_set(err, ST_ERR_RUNTIME, "%s (%s) at step %ld failed on rank %d of %d: %s", call, what ? what : "",
+                   c->step, c->rank, c->world, s);
+}
+
+static void req_put(CommReq *req, MPI_Request r) { memcpy(req->handle, &r, sizeof r); }
+static MPI_Request req_get(const CommReq *req) {
+    MPI_Request r;
+    memcpy(&r, req->handle, sizeof r);
+    return r;
+}
+
+/* Prepares req for a new operation and books calls and bytes. */
+static void req_begin(Comm *c, CommReq *req, CommKind k, uint64_t bytes) {
+    ST_CHECK_MSG(!req->active, "CommReq reused while its collective is still pending");
+    memset(req, 0, sizeof *req);
+    req->comm = c;
+    req->kind = k;
+    req->bytes = bytes;
+    req->t_start_ms = timer_ms();
+    c->stats.calls[k]++;
+    c->stats.bytes[k] += bytes;
+}
+
+static Status check_count(const Comm *c, size_t n, const char *what, Err *err) {
+    if (n > (size_t)INT_MAX)
+        return err_set(err, ST_ERR_INPUT, "%s of %zu elements exceeds MPI's int count limit %d: split it into buckets",
+                       what, n, INT_MAX);
+    return ST_OK;
+}
+
+/* After MPI reported completion: the in-place reduce-scatter result moves to the caller's block. */
+static void req_finish(CommReq *req) {
+    if (req->move_n && req->move_dst != req->move_src)
+        memmove(req->move_dst, req->move_src, req->move_n * sizeof(float));
+    req->active = 0;
+}
+
+/* ================================================================ lifecycle */
+
+/* 1 if the environment says a launcher started us (so MPI_Init will join a multi-process job). */
+static int launcher_detected(void) {
+    const char *force = getenv("ST_COMM");
+    if (force && strcmp(force, "single") == 0) return 0;
+    if (force && strcmp(force, "mpi") == 0) return 1;
+    static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) return 1;
+    return 0;
+}
+
+Status comm_init(Comm **out, int *argc, char ***argv, Err *err) {
+    *out = NULL;
+    Comm *c = calloc(1, sizeof *c);
+    if (!c) return err_set(err, ST_ERR_RUNTIME, "comm_init: out of memory");
+    c->world = 1;
+    c->dp = 1;
+    c->tp = c->pp = 1;
+    c->timeout_s = 600;
+    c->step = -1;
+    c->abort_on_timeout = 1;
+    if (!launcher_detected()) {
+        *out = c;
+        return ST_OK;
+    }
+
+    CommMpi *m = calloc(1, sizeof *m);
+    if (!m) {
+        free(c);
+        return err_set(err, ST_ERR_RUNTIME, "comm_init: out of memory");
+    }
+    m->world = m->dp = MPI_COMM_NULL;
+    c->mpi = m;
+    c->is_mpi = 1;
+    int inited = 0, rc;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &c->thread_level);
+        if (rc != MPI_SUCCESS) {
+            Status st = mpi_fail(c, err, rc, "MPI_Init_thread", "init");
+            free(m);
+            free(c);
+            return st;
+        }
+        m->we_initialized = 1;
+    } else {
+        MPI_Query_thread(&c->thread_level);
+    }
+    Status st = ST_OK;
+    if (c->thread_level < MPI_THREAD_FUNNELED) {
+        st = err_set(err, ST_ERR_RUNTIME, "MPI provides thread level %d, scaletrain needs MPI_THREAD_FUNNELED",
+                     c->thread_level);
+        goto fail;
+    }
+    /* Errors must come back as codes (then a Status), not kill the process silently. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &m->world)) != MPI_SUCCESS) {
+        st = mpi_fail(c, err, rc, "MPI_Comm_dup", "init");
+        goto fail;
+    }
+    MPI_Comm_set_errhandler(m->world, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(m->world, &c->rank);
+    MPI_Comm_size(m->world, &c->world);
+    if ((rc = MPI_Comm_dup(m->world, &m->dp)) != MPI_SUCCESS) {
+        st = mpi_fail(c, err, rc, "MPI_Comm_dup", "init");
+        goto fail;
+    }
+    c->dp = c->world;
+    c->dp_rank = c->rank;
+    /* srun without an MPI plugin starts N singletons that each see world 1: say so, do not train N
+     * independent copies. */
+    const char *ntasks = getenv("SLURM_STEP_NUM_TASKS");
+    if (ntasks && atoi(ntasks) > 1 && c->world == 1 && !getenv("OMPI_COMM_WORLD_SIZE")) {
+        st = err_set(err, ST_ERR_INPUT,
+                     "srun started %s tasks but MPI sees a world of 1: launch with srun --mpi=pmix (or pmi2)", ntasks);
+        goto fail;
+    }
+    m->u64 = calloc((size_t)c->world, sizeof *m->u64);
+    if (!m->u64) {
+        st = err_set(err, ST_ERR_RUNTIME, "comm_init: out of memory");
+        goto fail;
+    }
+    *out = c;
+    return ST_OK;
+fail:
+    comm_finalize(c);
+    return st;
+}
+
+void comm_finalize(Comm *c) {
+    if (!c) return;
+    CommMpi *m = c->mpi;
+    if (m) {
+        if (m->dp != MPI_COMM_NULL) MPI_Comm_free(&m->dp);
+        if (m->world != MPI_COMM_NULL) MPI_Comm_free(&m->world);
+        int fin = 0;
+        MPI_Finalized(&fin);
+        if (m->we_initialized && !fin) MPI_Finalize();
+        free(m->u64);
+        free(m);
+    }
+    free(c);
+}
+
+void comm_abort(Comm *c, int code, const char *msg) {
+    fprintf(stderr, "scaletrain: rank %d: %s\n", c ? c->rank : 0, msg ? msg : "aborting");
+    fflush(stderr);
+    if (c && c->mpi) MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
+    _exit(code ? code : 1);
+}
+
+void comm_describe(const Comm *c, char *buf, size_t cap) {
+    if (!c->mpi) {
+        snprintf(buf, cap, "single-process world=1 dp=1 tp=1 pp=1 (no MPI launcher detected)");
+        return;
+    }
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    if (MPI_Get_library_version(lib, &len) != MPI_SUCCESS) lib[0] = 0;
+    char *comma = strchr(lib, ',');
+    if (comma) *comma = 0;
+    const char *lvl = c->thread_level == MPI_THREAD_SINGLE       ? "single"
+                      : c->thread_level == MPI_THREAD_FUNNELED   ? "funneled"
+                      : c->thread_level == MPI_THREAD_SERIALIZED ? "serialized"
+                                                                 : "multiple";
+    snprintf(buf, cap, "mpi world=%d dp=%d tp=%d pp=%d thread=%s (%s)", c->world, c->dp, c->tp, c->pp, lvl, lib);
+}
+
+/* ================================================================ requests */
+
+int comm_test(CommReq *req) {
+    if (!req->active) return 1;
+    if (req->mpi_rc != MPI_SUCCESS) return 1;
+    Comm *c = req->comm;
+    double t0 = timer_ms();
+    MPI_Request r = req_get(req);
+    int flag = 0;
+    int rc = MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+    req_put(req, r);
+    c->stats.test_ms += timer_ms() - t0;
+    if (rc != MPI_SUCCESS) {
+        req->mpi_rc = rc;
+        return 1;
+    }
+    if (flag) req_finish(req);
+    return flag;
+}
+
+Status comm_wait(CommReq *req, double timeout_s, const char *what, long step, Err *err) {
+    Comm *c = req->comm;
+    if (!req->active) return ST_OK;
+    char name[256];
+    if (what && *what)
+        snprintf(name, sizeof name, "%s (%s)", what, comm_kind_name(req->kind));
+    else
+        snprintf(name, sizeof name, "%s", comm_kind_name(req->kind));
+    double t0 = timer_ms(), limit_ms = timeout_s > 0 ? timeout_s * 1e3 : 0, now = t0;
+    long spins = 0;
+    Status st = ST_OK;
+    for (;;) {
+        if (req->mpi_rc != MPI_SUCCESS) {
+            st = mpi_fail(c, err, req->mpi_rc, "MPI_Test", name);
+            req->active = 0;
+            break;
+        }
+        MPI_Request r = req_get(req);
+        int flag = 0;
+        int rc = MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+        req_put(req, r);
+        if (rc != MPI_SUCCESS) {
+            req->mpi_rc = rc;
+            continue;
+        }
+        if (flag) {
+            req_finish(req);
+            break;
+        }
+        now = timer_ms();
+        if (limit_ms > 0 && now - t0 > limit_ms) {
+            st = err_set(err, ST_ERR_RUNTIME,
+                         "collective %s at step %ld did not complete within %g s on rank %d of %d "
+                         "(another rank is stuck, slow or dead); ending the job",
+                         name, step, timeout_s, c->rank, c->world);
+            c->stats.wait_ms[req->kind] += now - t0;
+            c->stats.wait_ms_total += now - t0;
+            if (c->abort_on_timeout) comm_abort(c, 1, err ? err->msg : "collective timed out");
+            return st;
+        }
+        /* Oversubscribed ranks (tests on 2 cores) must let the peer run; a yield costs ~1 µs. */
+        if (++spins > 64) sched_yield();
+    }
+    now = timer_ms();
+    c->stats.wait_ms[req->kind] += now - t0;
+    c->stats.wait_ms_total += now - t0;
+    return st;
+}
+
+Status comm_wait_all(CommReq *reqs, int n, double timeout_s, const char *what, long step, Err *err) {
+    for (int i = 0; i < n; i++) {
+        Status st = comm_wait(&reqs[i], timeout_s, what, step, err);
+        if (st != ST_OK) return st;
+    }
+    return ST_OK;
+}
+
+/* Blocking form of a started request: wait with the Comm's timeout and step. */
+static Status finish_blocking(Comm *c, CommReq *req, Status st, Err *err) {
+    if (st != ST_OK) return st;
+    return comm_wait(req, c->timeout_s, NULL, c->step, err);
+}
+
+/* ================================================================ grid and checks */
+
+Status comm_check_same_u64(Comm *c, uint64_t value, const char *what, Err *err) {
+    if (!c->mpi) {
+        c->stats.calls[COMM_SCALAR]++;
+        return ST_OK;
+    }
+    CommMpi *m = c->mpi;
+    CommReq req = {0};
+    req_begin(c, &req, COMM_SCALAR, (uint64_t)(c->world - 1) * sizeof(uint64_t));
+    MPI_Request r;
+    int rc = MPI_Iallgather(&value, 1, MPI_UINT64_T, m->u64, 1, MPI_UINT64_T, m->world, &r);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Iallgather", what);
+    req_put(&req, r);
+    req.active = 1;
+    Status st = comm_wait(&req, c->timeout_s, what, c->step, err);
+    if (st != ST_OK) return st;
+    int ndiff = 0;
+    for (int i = 1; i < c->world; i++) ndiff += m->u64[i] != m->u64[0];
+    if (ndiff == 0) return ST_OK;
+    char msg[sizeof err->msg];
+    int len = snprintf(msg, sizeof msg, "%s differs across ranks: rank 0 has 0x%llx", what,
+                       (unsigned long long)m->u64[0]);
+    int shown = 0;
+    for (int i = 1; i < c->world && len < (int)sizeof msg - 64; i++) {
+        if (m->u64[i] == m->u64[0]) continue;
+        if (shown == 8) {
+            len += snprintf(msg + len, sizeof msg - len, ", and %d more ranks", ndiff - shown);
+            break;
+        }
+        len += snprintf(msg + len, sizeof msg - len, ", rank %d has 0x%llx", i, (unsigned long long)m->u64[i]);
+        shown++;
+    }
+    return err_set(err, ST_ERR_INPUT, "%s", msg);
+}
+
+Status comm_set_grid(Comm *c, int dp, int tp, int pp, Err *err) {
+    if (dp < 1 || tp < 1 || pp < 1)
+        return err_set(err, ST_ERR_INPUT, "process grid --dp %d --tp %d --pp %d: each must be at least 1", dp, tp, pp);
+    long long prod = (long long)dp * tp * pp;
+    if (prod != c->world)
+        return err_set(err, ST_ERR_INPUT,
+                       "process grid dp*tp*pp = %d*%d*%d = %lld does not equal the world size %d (ranks launched)", dp,
+                       tp, pp, prod, c->world);
+    /* Every rank must agree on the grid before splitting communicators. */
+    uint64_t h = ((uint64_t)dp << 42) ^ ((uint64_t)tp << 21) ^ (uint64_t)pp;
+    Status st = comm_check_same_u64(c, h, "process grid (dp, tp, pp)", err);
+    if (st != ST_OK) return st;
+    int tp_rank = c->rank % tp;
+    int dp_rank = (c->rank / tp) % dp;
+    int pp_rank = c->rank / (tp * dp);
+    if (c->mpi) {
+        MPI_Comm newdp;
+        int rc = MPI_Comm_split(c->mpi->world, pp_rank * tp + tp_rank, dp_rank, &newdp);
+        if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Comm_split", "data-parallel group");
+        MPI_Comm_set_errhandler(newdp, MPI_ERRORS_RETURN);
+        MPI_Comm_free(&c->mpi->dp);
+        c->mpi->dp = newdp;
+    }
+    c->dp = dp;
+    c->tp = tp;
+    c->pp = pp;
+    c->dp_rank = dp_rank;
+    c->tp_rank = tp_rank;
+    c->pp_rank = pp_rank;
+    return ST_OK;
+}
+
+/* ================================================================ float collectives (dp group) */
+
+Status comm_iallreduce_f32(Comm *c, const float *send, float *recv, size_t n, CommReq *req, Err *err) {
+    Status st = check_count(c, n, "all-reduce", err);
+    if (st != ST_OK) return st;
+    req_begin(c, req, COMM_ALLREDUCE, comm_ring_bytes(COMM_ALLREDUCE, (uint64_t)n * 4, c->dp));
+    if (!c->mpi) {
+        if (send != recv && n) memcpy(recv, send, n * sizeof(float));
+        return ST_OK;
+    }
+    MPI_Request r;
+    int rc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)n, MPI_FLOAT, MPI_SUM, c->mpi->dp, &r);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Iallreduce", "all-reduce");
+    req_put(req, r);
+    req->active = 1;
+    return ST_OK;
+}
+
+Status comm_ireduce_scatter_f32(Comm *c, const float *send, float *recv, size_t block, CommReq *req, Err *err) {
+    Status st = check_count(c, block, "reduce-scatter block", err);
+    if (st != ST_OK) return st;
+    req_begin(c, req, COMM_REDUCE_SCATTER,
+              comm_ring_bytes(COMM_REDUCE_SCATTER, (uint64_t)block * 4 * (uint64_t)c->dp, c->dp));
+    const float *own = send + (size_t)c->dp_rank * block;
+    if (!c->mpi) {
+        if (own != recv && block) memcpy(recv, own, block * sizeof(float));
+        return ST_OK;
+    }
+    MPI_Request r;
+    int rc;
+    if (recv == own) {
+        /* MPI_IN_PLACE leaves the result at the start of the buffer; move it after completion. */
+        rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, (float *)send, (int)block, MPI_FLOAT, MPI_SUM, c->mpi->dp, &r);
+        req->move_dst = recv;
+        req->move_src = send;
+        req->move_n = block;
+    } else {
+        rc = MPI_Ireduce_scatter_block(send, recv, (int)block, MPI_FLOAT, MPI_SUM, c->mpi->dp, &r);
+    }
+    if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Ireduce_scatter_block", "reduce-scatter");
+    req_put(req, r);
+    req->active = 1;
+    return ST_OK;
+}
+
+Status comm_iallgather_f32(Comm *c, const float *send, float *recv, size_t block, CommReq *req, Err *err) {
+    Status st = check_count(c, block, "all-gather block", err);
+    if (st != ST_OK) return st;
+    req_begin(c, req, COMM_ALLGATHER, comm_ring_bytes(COMM_ALLGATHER, (uint64_t)block * 4 * (uint64_t)c->dp, c->dp));
+    float *own = recv + (size_t)c->dp_rank * block;
+    if (!c->mpi) {
+        if (own != send && block) memcpy(own, send, block * sizeof(float));
+        return ST_OK;
+    }
+    MPI_Request r;
+    int rc = MPI_Iallgather(send == own ? MPI_IN_PLACE : send, (int)block, MPI_FLOAT, recv, (int)block, MPI_FLOAT,
+                            c->mpi->dp, &r);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Iallgather", "all-gather");
+    req_put(req, r);
+    req->active = 1;
+    return ST_OK;
+}
+
+Status comm_ibcast_f32(Comm *c, float *buf, size_t n, int root, CommReq *req, Err *err) {
+    Status st = check_count(c, n, "broadcast", err);
+    if (st != ST_OK) return st;
+    if (root < 0 || root >= c->dp)
+        return err_set(err, ST_ERR_INPUT, "broadcast root %d is not a dp rank (dp = %d)", root, c->dp);
+    req_begin(c, req, COMM_BCAST, comm_ring_bytes(COMM_BCAST, (uint64_t)n * 4, c->dp));
+    if (!c->mpi) return ST_OK;
+    MPI_Request r;
+    int rc = MPI_Ibcast(buf, (int)n, MPI_FLOAT, root, c->mpi->dp, &r);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Ibcast", "broadcast");
+    req_put(req, r);
+    req->active = 1;
+    return ST_OK;
+}
+
+Status comm_allreduce_f32(Comm *c, const float *send, float *recv, size_t n, Err *err) {
+    CommReq req = {0};
+    return finish_blocking(c, &req, comm_iallreduce_f32(c, send, recv, n, &req, err), err);
+}
+
+Status comm_reduce_scatter_f32(Comm *c, const float *send, float *recv, size_t block, Err *err) {
+    CommReq req = {0};
+    return finish_blocking(c, &req, comm_ireduce_scatter_f32(c, send, recv, block, &req, err), err);
+}
+
+Status comm_allgather_f32(Comm *c, const float *send, float *recv, size_t block, Err *err) {
+    CommReq req = {0};
+    return finish_blocking(c, &req, comm_iallgather_f32(c, send, recv, block, &req, err), err);
+}
+
+Status comm_bcast_f32(Comm *c, float *buf, size_t n, int root, Err *err) {
+    CommReq req = {0};
+    return finish_blocking(c, &req, comm_ibcast_f32(c, buf, n, root, &req, err), err);
+}
+
+/* ================================================================ small collectives (world) */
+
+static Status iallreduce_scalar(Comm *c, void *buf, int n, MPI_Datatype t, size_t esize, CommOp op, CommReq *req,
+                                Err *err) {
+    if (n < 0) return err_set(err, ST_ERR_INPUT, "scalar all-reduce of %d values", n);
+    req_begin(c, req, COMM_SCALAR, comm_ring_bytes(COMM_SCALAR, (uint64_t)n * esize, c->world));
+    if (!c->mpi) return ST_OK;
+    MPI_Request r;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, n, t, op == COMM_MAX ? MPI_MAX : MPI_SUM, c->mpi->world, &r);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Iallreduce", "scalar all-reduce");
+    req_put(req, r);
+    req->active = 1;
+    return ST_OK;
+}
+
+Status comm_iallreduce_f64(Comm *c, double *buf, int n, CommOp op, CommReq *req, Err *err) {
+    return iallreduce_scalar(c, buf, n, MPI_DOUBLE, sizeof(double), op, req, err);
+}
+
+Status comm_iallreduce_i64(Comm *c, int64_t *buf, int n, CommOp op, CommReq *req, Err *err) {
+    return iallreduce_scalar(c, buf, n, MPI_INT64_T, sizeof(int64_t), op, req, err);
+}
+
+Status comm_allreduce_f64(Comm *c, double *buf, int n, CommOp op, Err *err) {
+    CommReq req = {0};
+    return finish_blocking(c, &req, comm_iallreduce_f64(c, buf, n, op, &req, err), err);
+}
+
+Status comm_allreduce_i64(Comm *c, int64_t *buf, int n, CommOp op, Err *err) {
+    CommReq req = {0};
+    return finish_blocking(c, &req, comm_iallreduce_i64(c, buf, n, op, &req, err), err);
+}
+
+Status comm_allgather_f64(Comm *c, double value, double *all, Err *err) {
+    CommReq req = {0};
+    req_begin(c, &req, COMM_SCALAR, (uint64_t)(c->world - 1) * sizeof(double));
+    if (!c->mpi) {
+        all[0] = value;
+        return ST_OK;
+    }
+    MPI_Request r;
+    int rc = MPI_Iallgather(&value, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, c->mpi->world, &r);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Iallgather", "scalar all-gather");
+    req_put(&req, r);
+    req.active = 1;
+    return comm_wait(&req, c->timeout_s, "scalar all-gather", c->step, err);
+}
+
+Status comm_bcast_bytes(Comm *c, void *buf, size_t n, int root, Err *err) {
+    Status st = check_count(c, n, "byte broadcast", err);
+    if (st != ST_OK) return st;
+    if (root < 0 || root >= c->world)
+        return err_set(err, ST_ERR_INPUT, "broadcast root %d is not a rank (world = %d)", root, c->world);
+    CommReq req = {0};
+    req_begin(c, &req, COMM_BCAST, comm_ring_bytes(COMM_BCAST, n, c->world));
+    if (!c->mpi) return ST_OK;
+    MPI_Request r;
+    int rc = MPI_Ibcast(buf, (int)n, MPI_BYTE, root, c->mpi->world, &r);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Ibcast", "byte broadcast");
+    req_put(&req, r);
+    req.active = 1;
+    return comm_wait(&req, c->timeout_s, "byte broadcast", c->step, err);
+}
+
+Status comm_barrier(Comm *c, Err *err) {
+    if (!c->mpi) return ST_OK;
+    CommReq req = {0};
+    req_begin(c, &req, COMM_SCALAR, 0);
+    MPI_Request r;
+    int rc = MPI_Ibarrier(c->mpi->world, &r);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Ibarrier", "barrier");
+    req_put(&req, r);
+    req.active = 1;
+    return comm_wait(&req, c->timeout_s, "barrier", c->step, err);
+}

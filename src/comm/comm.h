@@ -1,0 +1,189 @@
+/* comm.h — the process grid and the collectives of a run (DESIGN.md §3, issue 6).
+ *
+ * One Comm per process, created by comm_init and passed explicitly (no globals). Under a launcher
+ * (mpirun, srun, any PMI/PMIx environment) it wraps Open MPI; otherwise it is a single-process
+ * implementation with identical semantics (world = 1, every collective an identity or a copy), so
+ * everything builds and runs without MPI. comm.c is the only file of the project that includes
+ * <mpi.h>.
+ *
+ * Conventions
+ * - Threads: MPI is initialised with MPI_THREAD_FUNNELED: only the thread that called comm_init
+ *   may call comm_* (OpenMP regions must not); that is what the trainer does (communication is
+ *   started and progressed between kernels, never inside them).
+ * - Errors: MPI_ERRORS_RETURN is set on every communicator, so an MPI failure becomes a Status and
+ *   a message naming the collective; nothing here prints, except comm_abort and a comm_wait timeout
+ *   (the one documented exception to "only cli prints": the job has to end on every rank and the
+ *   reason must reach the user before MPI_Abort kills the processes).
+ * - Groups: float collectives (gradients, parameters) run over the data-parallel group of the
+ *   caller (the ranks with the same tp and pp coordinates); scalar collectives, byte broadcasts and
+ *   consistency checks run over the whole world. With tp = pp = 1 both are the world.
+ * - In place: passing the same pointer (or, for reduce-scatter / all-gather, the caller's own
+ *   block of the full buffer) selects MPI_IN_PLACE, which the benchmark found fastest
+ *   (docs/comm.md).
+ * - Sizes: element counts are size_t but one call moves at most INT_MAX elements per block (MPI
+ *   counts are int); larger calls are refused with ST_ERR_INPUT (split into buckets).
+ * - Accounting: each call adds to c->stats the bytes this rank sends by the bandwidth-optimal
+ *   (ring) formula for the collective, independent of the algorithm Open MPI picks, and the time
+ *   spent blocked waiting for completion (exposed communication time). */
+#ifndef ST_COMM_COMM_H
+#define ST_COMM_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+
+typedef enum {
+    COMM_ALLREDUCE,      /* float sum over the dp group */
+    COMM_REDUCE_SCATTER, /* float sum, equal blocks, over the dp group */
+    COMM_ALLGATHER,      /* float, equal blocks, over the dp group */
+    COMM_BCAST,          /* float (dp group) or bytes (world) */
+    COMM_SCALAR,         /* small double / int64 all-reduces, all-gathers and checks (world) */
+    COMM_NKIND
+} CommKind;
+
+typedef enum { COMM_SUM, COMM_MAX } CommOp;
+
+/* Cumulative counters; the trainer diffs two snapshots for a per-step record. */
+typedef struct {
+    uint64_t calls[COMM_NKIND]; /* collectives started */
+    uint64_t bytes[COMM_NKIND]; /* bytes sent by this rank, ring formula (see comm_ring_bytes) */
+    double wait_ms[COMM_NKIND]; /* wall time blocked in comm_wait / blocking calls, per kind */
+    double wait_ms_total;       /* exposed communication time: sum of wait_ms */
+    double test_ms;             /* wall time inside comm_test (progress work done while overlapping) */
+} CommStats;
+
+typedef struct CommMpi CommMpi; /* private to comm.c: MPI handles */
+
+typedef struct {
+    int rank, world;              /* this process in MPI_COMM_WORLD (0, 1 without MPI) */
+    int dp, tp, pp;               /* process grid, dp*tp*pp == world; default world × 1 × 1 */
+    int dp_rank, tp_rank, pp_rank;/* coordinates: rank = (pp_rank*dp + dp_rank)*tp + tp_rank */
+    int is_mpi;                   /* 1 when running under a launcher with MPI initialised */
+    int thread_level;             /* MPI thread support provided (MPI_THREAD_* value; 0 without MPI) */
+    double timeout_s;             /* blocking calls end the job after this many seconds; <= 0 = never.
+                                     Default 600; the trainer sets it from --comm-timeout */
+    long step;                    /* current optimizer step, named in timeout/error messages; the
+                                     trainer sets it at the start of every step (default -1) */
+    int abort_on_timeout;         /* 1 (default): a timeout prints and MPI_Aborts the job; 0: comm_wait
+                                     returns ST_ERR_RUNTIME and the caller must call comm_abort */
+    CommStats stats;              /* cumulative accounting */
+    CommMpi *mpi;                 /* NULL in single-process mode */
+} Comm;
+
+/* A pending nonblocking collective. Caller-owned (e.g. one per gradient bucket, allocated once);
+ * never copy an active one. Zero-initialised or completed requests are inactive: comm_test returns
+ * 1 and comm_wait returns ST_OK at once. The buffers of an active request belong to MPI until it
+ * completes: do not read or write them. */
+typedef struct {
+    uint64_t handle[2];   /* MPI_Request storage (opaque; comm.c checks it fits) */
+    Comm *comm;
+    CommKind kind;
+    int active;           /* 1 from start until completion is observed */
+    int mpi_rc;           /* first MPI error seen by comm_test (reported by comm_wait) */
+    uint64_t bytes;       /* ring-formula bytes of this operation */
+    double t_start_ms;    /* when it was started (timer_ms) */
+    float *move_dst;      /* after completion, move move_n floats move_src -> move_dst (in-place */
+    const float *move_src;/* reduce-scatter: MPI leaves the result at the start of the buffer) */
+    size_t move_n;
+} CommReq;
+
+/* ---------------------------------------------------------------- lifecycle */
+
+/* Creates *c. If a launcher is detected (OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK/PMI_SIZE,
+ * SLURM_STEP_NUM_TASKS with SLURM_PROCID, or ST_COMM=mpi) calls MPI_Init_thread(FUNNELED) (unless
+ * MPI is already initialised), sets MPI_ERRORS_RETURN and duplicates the world communicator;
+ * otherwise single-process mode (ST_COMM=single forces it). argc/argv are passed to MPI (may be
+ * NULL). Grid defaults to dp = world. On failure *c is NULL and err says why. */
+Status comm_init(Comm **c, int *argc, char ***argv, Err *err);
+
+/* Frees the communicators and finalizes MPI if comm_init initialised it. Safe on NULL. Active
+ * requests must have completed. */
+void comm_finalize(Comm *c);
+
+/* Sets the grid dp × tp × pp. Refuses (ST_ERR_INPUT, no allocation, c unchanged) any
+ * product != world size, with the product and the world size in the message; values < 1 refused.
+ * Splits the dp group; collective over the world (every rank must call it with the same grid). */
+Status comm_set_grid(Comm *c, int dp, int tp, int pp, Err *err);
+
+/* Every rank checks that all ranks passed the same value (e.g. a config hash); a mismatch returns
+ * ST_ERR_INPUT on every rank, naming each differing rank and value against rank 0's, e.g.
+ * "config hash differs across ranks: rank 0 has 0x1234, rank 2 has 0xbad". Collective (world). */
+Status comm_check_same_u64(Comm *c, uint64_t value, const char *what, Err *err);
+
+/* Ends the job on every rank: prints "scaletrain: rank R: msg" once to stderr and calls MPI_Abort
+ * (single-process mode: prints and _exit(code)). Never returns. For the trainer after a comm_wait
+ * error when abort_on_timeout is 0, or when one rank fails and the others would wait forever. */
+void comm_abort(Comm *c, int code, const char *msg) __attribute__((noreturn));
+
+/* ---------------------------------------------------------------- float collectives (dp group)
+ * Blocking forms wait with c->timeout_s and name c->step on timeout. Nonblocking forms (comm_i*)
+ * start the collective into *req; progress it with comm_test and finish with comm_wait. */
+
+/* recv[i] = sum over dp ranks of send[i], i < n. send == recv: in place (MPI_IN_PLACE). */
+Status comm_allreduce_f32(Comm *c, const float *send, float *recv, size_t n, Err *err);
+Status comm_iallreduce_f32(Comm *c, const float *send, float *recv, size_t n, CommReq *req, Err *err);
+
+/* send holds dp blocks of `block` floats (rank-major); recv (block floats) gets the sum over ranks
+ * of block dp_rank. In place: recv == send + dp_rank*block; then the other blocks of send are
+ * undefined afterwards (MPI uses them). */
+Status comm_reduce_scatter_f32(Comm *c, const float *send, float *recv, size_t block, Err *err);
+Status comm_ireduce_scatter_f32(Comm *c, const float *send, float *recv, size_t block, CommReq *req, Err *err);
+
+/* recv (dp*block floats) gets every rank's `send` block at offset rank*block.
+ * In place: send == recv + dp_rank*block. */
+Status comm_allgather_f32(Comm *c, const float *send, float *recv, size_t block, Err *err);
+Status comm_iallgather_f32(Comm *c, const float *send, float *recv, size_t block, CommReq *req, Err *err);
+
+/* buf (n floats) on every dp rank gets the values of dp rank `root`. */
+Status comm_bcast_f32(Comm *c, float *buf, size_t n, int root, Err *err);
+Status comm_ibcast_f32(Comm *c, float *buf, size_t n, int root, CommReq *req, Err *err);
+
+/* ---------------------------------------------------------------- small collectives (world) */
+
+/* In place over n values (token counts, norms, loss sums, flags). */
+Status comm_allreduce_f64(Comm *c, double *buf, int n, CommOp op, Err *err);
+Status comm_iallreduce_f64(Comm *c, double *buf, int n, CommOp op, CommReq *req, Err *err);
+Status comm_allreduce_i64(Comm *c, int64_t *buf, int n, CommOp op, Err *err);
+Status comm_iallreduce_i64(Comm *c, int64_t *buf, int n, CommOp op, CommReq *req, Err *err);
+
+/* all[r] = value of world rank r (all has world entries): per-rank step times for max/median. */
+Status comm_allgather_f64(Comm *c, double value, double *all, Err *err);
+
+/* buf (n bytes) on every rank gets world rank root's bytes (config text, paths, RNG state). */
+Status comm_bcast_bytes(Comm *c, void *buf, size_t n, int root, Err *err);
+
+Status comm_barrier(Comm *c, Err *err);
+
+/* ---------------------------------------------------------------- requests */
+
+/* Progresses outstanding collectives (one MPI_Test: Open MPI progresses all pending nonblocking
+ * collectives of the process, not only this one, and only inside MPI calls) and returns 1 if req is
+ * complete or inactive, 0 if still pending. Never fails: an MPI error is kept in req and returned
+ * by comm_wait. Cheap enough to call between blocks of the backward pass. */
+int comm_test(CommReq *req);
+
+/* Polls req until complete, adding the time to stats.wait_ms. After timeout_s seconds (<= 0: no
+ * limit) sets err to "collective <what> (<kind>) at step <step> did not complete within <t> s on
+ * rank R of W" and, if req->comm->abort_on_timeout, prints it once to stderr and MPI_Aborts the job
+ * on every rank (does not return); otherwise returns ST_ERR_RUNTIME with req still active.
+ * An MPI error returns ST_ERR_RUNTIME naming the collective. */
+Status comm_wait(CommReq *req, double timeout_s, const char *what, long step, Err *err);
+
+/* comm_wait on each of n requests in order (inactive ones are skipped). */
+Status comm_wait_all(CommReq *reqs, int n, double timeout_s, const char *what, long step, Err *err);
+
+/* ---------------------------------------------------------------- accounting */
+
+const char *comm_kind_name(CommKind k); /* "all-reduce", "reduce-scatter", ... */
+
+/* Bytes one rank sends for a collective of `bytes` total payload over p ranks by the ring formula:
+ * all-reduce 2(p-1)/p·S, reduce-scatter and all-gather (p-1)/p·S (S = the full, all-blocks size),
+ * broadcast S (pipelined chain), 0 when p == 1. */
+uint64_t comm_ring_bytes(CommKind k, uint64_t bytes, int p);
+
+/* One-line description of the grid and mode for the start record, e.g.
+ * "mpi world=4 dp=4 tp=1 pp=1 thread=funneled (Open MPI v4.1.4)". */
+void comm_describe(const Comm *c, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,367 @@
+/* test_comm.c — the comm module against closed forms, on 1 (no launcher), 2 and 4 ranks.
+ *
+ * Oracle: every rank fills its buffers with values whose sums over ranks have a closed form and
+ * are exact in fp32 (small multiples of 1/4), so collective results must match exactly (maxdiff 0);
+ * nonblocking, overlapped and ZeRO-shaped (reduce-scatter + all-gather) results on random data are
+ * compared with a double-precision sum each rank recomputes for all ranks (rel ≤ 1e-6), and we
+ * report whether they are bit-identical to the blocking all-reduce.
+ * A check passes only if it passes on every rank (the verdicts are all-reduced); rank 0 prints.
+ *
+ * Modes (argv[1]), used by test_comm_fault under mpirun:
+ *   (none)   all functional checks
+ *   timeout  the last rank never joins an all-reduce; the others wait with a 2 s timeout at
+ *            step 7: the job must end with a message naming "grad bucket 3" and step 7
+ *   kill     the last rank SIGKILLs itself after starting an all-reduce; the others wait with a
+ *            long timeout: Open MPI must end the job */
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/comm.h"
+#include "core/timer.h"
+#include "testutil.h"
+
+static Comm *g_c; /* the test's own communicator, for the verdict all-reduce (tests may use globals) */
+
+/* Records a check that must hold on every rank; rank 0 prints it, other ranks print their own
+ * failures. */
+static void check(int ok, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void check(int ok, const char *name, const char *fmt, ...) {
+    char detail[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    int64_t bad = !ok;
+    Err err = {0};
+    if (comm_allreduce_i64(g_c, &bad, 1, COMM_MAX, &err) != ST_OK) {
+        fprintf(stderr, "rank %d: verdict all-reduce failed: %s\n", g_c->rank, err.msg);
+        bad = 1;
+    }
+    if (!ok && g_c->rank != 0) fprintf(stderr, "rank %d: %s: FAIL %s\n", g_c->rank, name, detail);
+    if (g_c->rank == 0)
+        tu_check(!bad, name, "world=%d %s", g_c->world, detail);
+    else if (bad)
+        tu_failures++;
+}
+
+static float fsmall(size_t i) { return (float)((i % 17) + 1) * 0.25f; }
+
+/* Deterministic pseudo-random value of (rank, i) in [-1, 1). */
+static float frand(int rank, size_t i) {
+    uint64_t z = (uint64_t)rank * 0x9E3779B97F4A7C15ull + i * 0xBF58476D1CE4E5B9ull + 1;
+    z ^= z >> 31;
+    z *= 0x94D049BB133111EBull;
+    z ^= z >> 29;
+    return (float)((double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static const size_t sizes[] = {0, 1, 3, 7, 1000, 4099, 65537, (1u << 20) + 5};
+#define NSIZES (sizeof sizes / sizeof sizes[0])
+
+static void test_float_collectives(Comm *c) {
+    int p = c->dp, r = c->dp_rank;
+    double tri = p * (p + 1) / 2.0; /* sum over ranks of (rank+1) */
+    for (size_t si = 0; si < NSIZES; si++) {
+        size_t n = sizes[si];
+        float *a = malloc((n * p + 1) * sizeof(float)), *b = malloc((n * p + 1) * sizeof(float));
+        Err err = {0};
+        char name[96];
+
+        /* all-reduce in place and out of place */
+        for (size_t i = 0; i < n; i++) a[i] = (float)(r + 1) * fsmall(i);
+        Status st = comm_allreduce_f32(c, a, a, n, &err);
+        double md = 0;
+        for (size_t i = 0; i < n; i++) md = fmax(md, fabs(a[i] - tri * fsmall(i)));
+        snprintf(name, sizeof name, "allreduce_inplace_n%zu", n);
+        check(st == ST_OK && md == 0, name, "maxdiff=%g %s", md, st ? err.msg : "");
+        for (size_t i = 0; i < n; i++) a[i] = (float)(r + 1) * fsmall(i);
+        st = comm_allreduce_f32(c, a, b, n, &err);
+        md = 0;
+        for (size_t i = 0; i < n; i++)
+            md = fmax(md, fabs(b[i] - tri * fsmall(i)) + fabs(a[i] - (float)(r + 1) * fsmall(i)));
+        snprintf(name, sizeof name, "allreduce_outofplace_n%zu", n);
+        check(st == ST_OK && md == 0, name, "maxdiff=%g (send untouched) %s", md, st ? err.msg : "");
+
+        /* reduce-scatter: block n per rank, full buffer p*n; own block = sum of that block */
+        for (size_t i = 0; i < n * p; i++) a[i] = (float)(r + 1) * fsmall(i);
+        st = comm_reduce_scatter_f32(c, a, b, n, &err);
+        md = 0;
+        for (size_t j = 0; j < n; j++) md = fmax(md, fabs(b[j] - tri * fsmall((size_t)r * n + j)));
+        snprintf(name, sizeof name, "reduce_scatter_outofplace_block%zu", n);
+        check(st == ST_OK && md == 0, name, "maxdiff=%g %s", md, st ? err.msg : "");
+        st = comm_reduce_scatter_f32(c, a, a + (size_t)r * n, n, &err);
+        md = 0;
+        for (size_t j = 0; j < n; j++) md = fmax(md, fabs(a[(size_t)r * n + j] - tri * fsmall((size_t)r * n + j)));
+        snprintf(name, sizeof name, "reduce_scatter_inplace_block%zu", n);
+        check(st == ST_OK && md == 0, name, "maxdiff=%g (result in own block) %s", md, st ? err.msg : "");
+
+        /* all-gather: rank q's block holds q*1000 + j%1000 */
+        for (size_t i = 0; i < n * p; i++) a[i] = -1;
+        for (size_t j = 0; j < n; j++) b[j] = (float)(r * 1000 + (int)(j % 1000));
+        st = comm_allgather_f32(c, b, a, n, &err);
+        md = 0;
+        for (int q = 0; q < p; q++)
+            for (size_t j = 0; j < n; j++) md = fmax(md, fabs(a[(size_t)q * n + j] - (q * 1000 + (int)(j % 1000))));
+        snprintf(name, sizeof name, "allgather_outofplace_block%zu", n);
+        check(st == ST_OK && md == 0, name, "maxdiff=%g %s", md, st ? err.msg : "");
+        for (size_t i = 0; i < n * p; i++) a[i] = -1;
+        for (size_t j = 0; j < n; j++) a[(size_t)r * n + j] = (float)(r * 1000 + (int)(j % 1000));
+        st = comm_allgather_f32(c, a + (size_t)r * n, a, n, &err);
+        md = 0;
+        for (int q = 0; q < p; q++)
+            for (size_t j = 0; j < n; j++) md = fmax(md, fabs(a[(size_t)q * n + j] - (q * 1000 + (int)(j % 1000))));
+        snprintf(name, sizeof name, "allgather_inplace_block%zu", n);
+        check(st == ST_OK && md == 0, name, "maxdiff=%g %s", md, st ? err.msg : "");
+
+        /* broadcast from the last rank */
+        int root = p - 1;
+        for (size_t i = 0; i < n; i++) a[i] = r == root ? (float)(i % 101 + root) : -7.f;
+        st = comm_bcast_f32(c, a, n, root, &err);
+        md = 0;
+        for (size_t i = 0; i < n; i++) md = fmax(md, fabs(a[i] - (float)(i % 101 + root)));
+        snprintf(name, sizeof name, "bcast_root%d_n%zu", root, n);
+        check(st == ST_OK && md == 0, name, "maxdiff=%g %s", md, st ? err.msg : "");
+        free(a);
+        free(b);
+    }
+}
+
+static void test_scalars(Comm *c) {
+    int p = c->world, r = c->rank;
+    Err err = {0};
+    double d[2] = {r + 0.5, (double)r};
+    Status s1 = comm_allreduce_f64(c, d, 1, COMM_SUM, &err);
+    Status s2 = comm_allreduce_f64(c, d + 1, 1, COMM_MAX, &err);
+    check(s1 == ST_OK && s2 == ST_OK && d[0] == p * p / 2.0 && d[1] == p - 1, "allreduce_f64_sum_max",
+          "sum=%g (want %g) max=%g (want %d)", d[0], p * p / 2.0, d[1], p - 1);
+    int64_t v[2] = {((int64_t)1 << 40) + r, -(int64_t)r};
+    s1 = comm_allreduce_i64(c, v, 1, COMM_SUM, &err);
+    s2 = comm_allreduce_i64(c, v + 1, 1, COMM_MAX, &err);
+    int64_t want = ((int64_t)p << 40) + (int64_t)p * (p - 1) / 2;
+    check(s1 == ST_OK && s2 == ST_OK && v[0] == want && v[1] == 0, "allreduce_i64_sum_max",
+          "sum=%lld (want %lld) max=%lld (want 0)", (long long)v[0], (long long)want, (long long)v[1]);
+    CommReq q = {0};
+    double nd = 1.0 + r;
+    s1 = comm_iallreduce_f64(c, &nd, 1, COMM_SUM, &q, &err);
+    s2 = s1 ? s1 : comm_wait(&q, 10, "nonblocking f64", 0, &err);
+    check(s2 == ST_OK && nd == p * (p + 1) / 2.0, "iallreduce_f64", "sum=%g", nd);
+    double all[64];
+    s1 = comm_allgather_f64(c, 1.5 * r, all, &err);
+    int ok = s1 == ST_OK;
+    for (int i = 0; ok && i < p && i < 64; i++) ok = all[i] == 1.5 * i;
+    check(ok, "allgather_f64", "all[r] == 1.5 r %s", s1 ? err.msg : "");
+    char buf[32] = {0};
+    if (r == 0) snprintf(buf, sizeof buf, "hello from rank 0");
+    s1 = comm_bcast_bytes(c, buf, sizeof buf, 0, &err);
+    check(s1 == ST_OK && strcmp(buf, "hello from rank 0") == 0, "bcast_bytes", "got '%s'", buf);
+    check(comm_barrier(c, &err) == ST_OK, "barrier", "%s", "");
+}
+
+static void test_checks(Comm *c) {
+    int p = c->world, r = c->rank;
+    Err err = {0};
+    Status st = comm_check_same_u64(c, 0x1234abcdull, "config hash", &err);
+    check(st == ST_OK, "check_same_u64_equal", "%s", st ? err.msg : "");
+    uint64_t mine = (p > 1 && r == p - 1) ? 0xbadull : 0x1234abcdull;
+    st = comm_check_same_u64(c, mine, "config hash", &err);
+    if (p > 1) {
+        char want[64];
+        snprintf(want, sizeof want, "rank %d has 0xbad", p - 1);
+        int ok = st == ST_ERR_INPUT && strstr(err.msg, "config hash differs") && strstr(err.msg, "rank 0 has 0x1234abcd") &&
+             strstr(err.msg, want);
+        check(ok, "check_same_u64_mismatch_refused_on_every_rank", "msg='%s'", err.msg);
+    }
+
+    /* grid: a product != world is refused, naming both, and leaves the Comm as it was */
+    Comm before = *c;
+    err.msg[0] = 0;
+    st = comm_set_grid(c, p + 1, 1, 1, &err);
+    char want[128];
+    snprintf(want, sizeof want, "= %d does not equal the world size %d", p + 1, p);
+    check(st == ST_ERR_INPUT && strstr(err.msg, want) && c->dp == before.dp && c->dp_rank == before.dp_rank,
+          "grid_mismatch_refused", "msg='%s'", err.msg);
+    st = comm_set_grid(c, 0, 1, 1, &err);
+    check(st == ST_ERR_INPUT, "grid_zero_refused", "msg='%s'", err.msg);
+    if (p == 4) {
+        /* dp=2 × tp=2: dp groups are {0,2} and {1,3}; all-reduce sums (rank+1) within the group */
+        st = comm_set_grid(c, 2, 2, 1, &err);
+        float x[5];
+        for (int i = 0; i < 5; i++) x[i] = (float)(r + 1);
+        Status s2 = st ? st : comm_allreduce_f32(c, x, x, 5, &err);
+        float want_sum = (float)((r % 2 + 1) + (r % 2 + 3));
+        check(s2 == ST_OK && c->dp == 2 && c->tp == 2 && c->dp_rank == r / 2 && c->tp_rank == r % 2 && x[4] == want_sum,
+              "grid_dp2_tp2_groups", "dp_rank=%d tp_rank=%d sum=%g (want %g) %s", c->dp_rank, c->tp_rank, x[4],
+              want_sum, s2 ? err.msg : "");
+        st = comm_set_grid(c, 4, 1, 1, &err);
+        check(st == ST_OK && c->dp == 4 && c->dp_rank == r, "grid_back_to_dp4", "%s", st ? err.msg : "");
+    }
+    st = comm_set_grid(c, p, 1, 1, &err);
+    check(st == ST_OK && c->dp == p && c->dp_rank == r, "grid_dp_equals_world", "%s", st ? err.msg : "");
+}
+
+/* Stand-in for a block's backward: some flops between bucket starts. */
+static double busy(float *w, size_t n) {
+    double s = 0;
+    for (int rep = 0; rep < 4; rep++)
+        for (size_t i = 0; i < n; i++) {
+            w[i] = w[i] * 0.999f + 0.001f;
+            s += w[i];
+        }
+    return s;
+}
+
+/* DP buckets: nonblocking all-reduce per bucket started between "blocks", progressed with
+ * comm_test, waited at the end; ZeRO: reduce-scatter + all-gather of the same buckets. */
+static void test_overlap(Comm *c) {
+    enum { NB = 6 };
+    int p = c->dp, r = c->dp_rank;
+    size_t bucket = 3 * 4099 * (size_t)p; /* divisible by p, not a power of two */
+    size_t n = NB * bucket;
+    float *g = malloc(n * sizeof(float)), *ref = malloc(n * sizeof(float)), *z = malloc(n * sizeof(float));
+    double *exact = malloc(n * sizeof(double));
+    float work[8192] = {0};
+    for (size_t i = 0; i < n; i++) {
+        g[i] = ref[i] = z[i] = frand(r, i);
+        exact[i] = 0;
+        for (int q = 0; q < p; q++) exact[i] += frand(q, i);
+    }
+    Err err = {0};
+    Status st = comm_allreduce_f32(c, ref, ref, n, &err);
+    check(st == ST_OK && tu_rel_err_fd(ref, exact, n) < 1e-6, "blocking_allreduce_random", "rel=%.2e",
+          tu_rel_err_fd(ref, exact, n));
+
+    CommReq req[NB];
+    memset(req, 0, sizeof req);
+    CommStats s0 = c->stats;
+    int tests = 0;
+    st = ST_OK;
+    for (int b = NB - 1; b >= 0 && st == ST_OK; b--) { /* backward visits the last block first */
+        busy(work, 8192);
+        for (int k = NB - 1; k > b; k--) tests += !comm_test(&req[k]);
+        st = comm_iallreduce_f32(c, g + (size_t)b * bucket, g + (size_t)b * bucket, bucket, &req[b], &err);
+    }
+    busy(work, 8192);
+    if (st == ST_OK) st = comm_wait_all(req, NB, 30, "grad bucket", 1, &err);
+    double rel = tu_rel_err_fd(g, exact, n), md = tu_max_abs_diff_f(g, ref, n);
+    uint64_t want_bytes = NB * comm_ring_bytes(COMM_ALLREDUCE, bucket * 4, p);
+    check(st == ST_OK && rel < 1e-6, "overlapped_iallreduce_buckets",
+          "rel=%.2e vs double; vs blocking: %s (maxdiff=%g); %d pending polls %s", rel,
+          md == 0 ? "bit-identical" : "differs", md, tests, st ? err.msg : "");
+    check(c->stats.bytes[COMM_ALLREDUCE] - s0.bytes[COMM_ALLREDUCE] == want_bytes &&
+              c->stats.calls[COMM_ALLREDUCE] - s0.calls[COMM_ALLREDUCE] == NB,
+          "byte_counter_ring_formula", "allreduce bytes=%llu (want %llu = %d x 2(p-1)/p x %zu B)",
+          (unsigned long long)(c->stats.bytes[COMM_ALLREDUCE] - s0.bytes[COMM_ALLREDUCE]),
+          (unsigned long long)want_bytes, NB, bucket * 4);
+
+    /* ZeRO-2/3 shape: each bucket reduce-scattered in place (rank keeps its slice), then the
+     * slices all-gathered in place: equals the all-reduce. */
+    size_t blk = bucket / p;
+    st = ST_OK;
+    for (int b = NB - 1; b >= 0 && st == ST_OK; b--) {
+        busy(work, 8192);
+        float *base = z + (size_t)b * bucket;
+        st = comm_ireduce_scatter_f32(c, base, base + (size_t)r * blk, blk, &req[b], &err);
+        comm_test(&req[(b + 1) % NB]);
+    }
+    if (st == ST_OK) st = comm_wait_all(req, NB, 30, "zero grad shard", 1, &err);
+    double relshard = 0;
+    {
+        double num = 0, den = 0;
+        for (int b = 0; b < NB; b++)
+            for (size_t j = 0; j < blk; j++) {
+                size_t i = (size_t)b * bucket + (size_t)r * blk + j;
+                num += (z[i] - exact[i]) * (z[i] - exact[i]);
+                den += exact[i] * exact[i];
+            }
+        relshard = den ? sqrt(num / den) : sqrt(num);
+    }
+    check(st == ST_OK && relshard < 1e-6, "overlapped_ireduce_scatter_inplace_shards", "rel=%.2e %s", relshard,
+          st ? err.msg : "");
+    for (int b = 0; b < NB && st == ST_OK; b++) {
+        float *base = z + (size_t)b * bucket;
+        st = comm_iallgather_f32(c, base + (size_t)r * blk, base, blk, &req[b], &err);
+        busy(work, 2048);
+        comm_test(&req[b]);
+    }
+    if (st == ST_OK) st = comm_wait_all(req, NB, 30, "zero param gather", 1, &err);
+    rel = tu_rel_err_fd(z, exact, n);
+    md = tu_max_abs_diff_f(z, ref, n);
+    check(st == ST_OK && rel < 1e-6, "reduce_scatter_then_allgather_equals_allreduce",
+          "rel=%.2e vs double; vs blocking all-reduce: %s (maxdiff=%g) %s", rel, md == 0 ? "bit-identical" : "differs",
+          md, st ? err.msg : "");
+    check(c->stats.wait_ms_total >= s0.wait_ms_total && c->stats.calls[COMM_REDUCE_SCATTER] >= NB,
+          "wait_time_counted", "wait_ms_total=%.3f test_ms=%.3f", c->stats.wait_ms_total, c->stats.test_ms);
+    free(g);
+    free(ref);
+    free(z);
+    free(exact);
+}
+
+static void test_limits(Comm *c) {
+    Err err = {0};
+    CommReq q = {0};
+    Status st = comm_iallreduce_f32(c, NULL, NULL, (size_t)1 << 31, &q, &err);
+    check(st == ST_ERR_INPUT && strstr(err.msg, "split it into buckets") && !q.active, "count_over_int_max_refused",
+          "msg='%s'", err.msg);
+    st = comm_bcast_f32(c, NULL, 0, c->dp, &err);
+    check(st == ST_ERR_INPUT && strstr(err.msg, "root"), "bcast_bad_root_refused", "msg='%s'", err.msg);
+    CommReq idle = {0};
+    check(comm_test(&idle) == 1 && comm_wait(&idle, 1, "idle", 0, &err) == ST_OK, "inactive_request_is_done", "%s",
+          "");
+}
+
+int main(int argc, char **argv) {
+    Comm *c = NULL;
+    Err err = {0};
+    if (comm_init(&c, &argc, &argv, &err) != ST_OK) {
+        fprintf(stderr, "comm_init: %s\n", err.msg);
+        return 1;
+    }
+    g_c = c;
+    const char *mode = argc > 1 ? argv[1] : "all";
+    if (strcmp(mode, "timeout") == 0 || strcmp(mode, "kill") == 0) {
+        int last = c->world - 1;
+        float x[1024] = {0};
+        CommReq q = {0};
+        c->step = 7;
+        if (strcmp(mode, "timeout") == 0) {
+            if (c->rank == last) {
+                sleep(120); /* never joins; the others' timeout must end the job long before */
+                return 0;
+            }
+            if (comm_iallreduce_f32(c, x, x, 1024, &q, &err) == ST_OK)
+                comm_wait(&q, 2.0, "grad bucket 3", c->step, &err); /* aborts the job */
+            fprintf(stderr, "rank %d: comm_wait returned: %s\n", c->rank, err.msg);
+            return 3; /* not reached when the abort works */
+        }
+        if (comm_iallreduce_f32(c, x, x, 1024, &q, &err) == ST_OK) {
+            if (c->rank == last) {
+                usleep(200000);
+                raise(SIGKILL);
+            }
+            comm_wait(&q, 120.0, "grad bucket 0", c->step, &err);
+        }
+        fprintf(stderr, "rank %d: survived a killed peer: %s\n", c->rank, err.msg);
+        comm_finalize(c);
+        return 3;
+    }
+    char desc[256];
+    comm_describe(c, desc, sizeof desc);
+    if (c->rank == 0) printf("comm: %s\n", desc);
+    double t0 = timer_ms();
+    check(c->world >= 1 && c->rank < c->world && c->dp == c->world && c->tp == 1 && c->pp == 1, "default_grid",
+          "%s", desc);
+    test_checks(c);
+    test_float_collectives(c);
+    test_scalars(c);
+    test_overlap(c);
+    test_limits(c);
+    if (c->rank == 0) printf("test_comm: %.0f ms, exposed wait %.1f ms\n", timer_ms() - t0, c->stats.wait_ms_total);
+    comm_finalize(c);
+    return tu_exit();
+}

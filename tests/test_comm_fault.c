@@ -1,0 +1,89 @@
+/* test_comm_fault.c — a stuck or killed rank ends the whole job, in bounded time, with a clear message.
+ *
+ * Usage: test_comm_fault MPIEXEC NP TEST_COMM MODE
+ * Runs `MPIEXEC --allow-run-as-root --oversubscribe -np NP TEST_COMM MODE` (see test_comm.c for the
+ * modes) in its own process group with stdout+stderr captured, under an overall bound of 40 s (past
+ * it the job is declared hung and killed). Oracle:
+ *   timeout  non-zero exit within 2 s (comm timeout) + 13 s slack, and the output names the
+ *            collective ("grad bucket 3 (all-reduce)"), the step ("step 7") and the timeout;
+ *   kill     non-zero exit within 15 s, and the output says a rank was killed (signal 9). */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/timer.h"
+#include "testutil.h"
+
+int main(int argc, char **argv) {
+    if (argc != 5) {
+        fprintf(stderr, "usage: test_comm_fault MPIEXEC NP TEST_COMM timeout|kill\n");
+        return 2;
+    }
+    const char *mode = argv[4];
+    char out_path[] = "/tmp/test_comm_fault_XXXXXX";
+    int fd = mkstemp(out_path);
+    if (fd < 0) {
+        perror("mkstemp");
+        return 1;
+    }
+    double t0 = timer_ms();
+    pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(argv[1], argv[1], "--allow-run-as-root", "--oversubscribe", "-np", argv[2], argv[3], mode, (char *)NULL);
+        perror("execl");
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    const double bound_ms = 40e3;
+    int status = 0, hung = 0;
+    for (;;) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid) break;
+        if (w < 0 && errno != EINTR) break;
+        if (timer_ms() - t0 > bound_ms) {
+            hung = 1;
+            kill(-pid, SIGTERM); /* mpirun forwards it to its ranks */
+            usleep(2000000);
+            kill(-pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            break;
+        }
+        usleep(20000);
+    }
+    double secs = (timer_ms() - t0) / 1e3;
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+
+    static char out[1 << 16];
+    FILE *f = fopen(out_path, "r");
+    size_t len = f ? fread(out, 1, sizeof out - 1, f) : 0;
+    out[len] = 0;
+    if (f) fclose(f);
+    close(fd);
+    unlink(out_path);
+
+    int ok;
+    char name[64];
+    snprintf(name, sizeof name, "fault_%s_np%s", mode, argv[2]);
+    if (strcmp(mode, "timeout") == 0) {
+        ok = !hung && code != 0 && secs < 15 && strstr(out, "grad bucket 3 (all-reduce)") && strstr(out, "step 7") &&
+             strstr(out, "did not complete within 2 s");
+    } else {
+        ok = !hung && code != 0 && secs < 15 && (strstr(out, "signal 9") || strstr(out, "Killed"));
+    }
+    /* One line of evidence: the scaletrain message (or mpirun's) that the user would see. */
+    const char *line = strstr(out, "scaletrain: rank");
+    if (!line) line = strstr(out, "mpirun noticed");
+    if (!line) line = out;
+    char first[400];
+    snprintf(first, sizeof first, "%.*s", (int)strcspn(line, "\n"), line);
+    tu_check(ok, name, "exit=%d after %.1f s%s; message: %s", code, secs, hung ? " (HUNG, killed)" : "", first);
+    if (!ok) fprintf(stderr, "---- captured output ----\n%s\n----\n", out);
+    return tu_exit();
+}
