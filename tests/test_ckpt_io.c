@@ -1,0 +1,255 @@
+/* test_ckpt_io.c — weight export/import (Hugging Face safetensors, llm.c .bin, the export
+ * command) and the safetensors header parser under hostile input.
+ *
+ * Oracles: memcmp of the parameters after export → import (lossless); element positions
+ * computed independently from llm.c's documented order and from HF's Conv1D transpose; file
+ * sizes from llm.c's parameter count; for the parser: each malformed file returns ST_ERR_INPUT
+ * with the problem named, and thousands of random header mutations (time-bounded) never crash
+ * and always end in an error or a complete load (run under ASan by `make test` with sanitizers). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "ckpt/ckpt.h"
+#include "ckpt/safetensors.h"
+#include "core/fileio.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "testutil.h"
+
+#define TMP ST_BINARY_DIR "/test_ckpt_io_tmp"
+#define BIN ST_BINARY_DIR "/scaletrain"
+
+static ModelConfig model_cfg(int L, int C, int V, int maxT) {
+    ModelConfig m = {L, 4, C, V, 0, maxT, 0.0f};
+    Err e;
+    if (model_config_validate(&m, &e) != ST_OK) abort();
+    return m;
+}
+
+static void model_init(Gpt *g, const ModelConfig *mc, uint64_t seed) {
+    Err e;
+    if (gpt_init(g, mc, 1, 1, 1, 1, NULL, &e) != ST_OK) abort();
+    gpt_init_params(g, seed);
+    /* Non-trivial biases and norms too (init sets them to 0/1). */
+    for (int k = 0; k < g->layout.ntensors; k++) {
+        const TensorInfo *t = &g->layout.tensors[k];
+        size_t n = (size_t)t->rows_real * (t->ndim == 2 ? (size_t)t->shape[1] : 1);
+        for (size_t i = 0; i < n; i++) g->params[t->offset + i] += 0.01f * rng_normal(seed, 1000 + (uint64_t)k, i);
+    }
+}
+
+static int same_params(const Gpt *a, const Gpt *b) {
+    return a->layout.total == b->layout.total && !memcmp(a->params, b->params, a->layout.total * 4);
+}
+
+static long fsize(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
+static void test_llmc(const ModelConfig *mc) {
+    Gpt a = {0}, b = {0};
+    model_init(&a, mc, 3);
+    Err e = {0};
+    const char *path = TMP "/model.bin";
+    Status st = ckpt_export_llmc(&a, path, &e);
+    long L = mc->n_layer, C = mc->n_embd, Vp = mc->vocab_padded, T = mc->max_seq;
+    long nparams = Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C; /* llm.c's count */
+    tu_check(st == ST_OK && fsize(path) == 1024 + 4 * nparams, "llmc_export_size", "%ld bytes (1024 + 4 x %ld)",
+             fsize(path), nparams);
+    /* Independent position check: qkvw of layer 1, row 2, col 3 in llm.c's stacked order. */
+    char *buf;
+    size_t len;
+    file_read_all(path, &buf, &len, &e);
+    const int *hdr = (const int *)buf;
+    const float *f = (const float *)(buf + 1024);
+    size_t qkvw0 = (size_t)(Vp * C + T * C + L * C * 2); /* wte, wpe, ln1w, ln1b */
+    size_t at = qkvw0 + (size_t)(1 * 3 * C * C + 2 * C + 3);
+    size_t lnfb = (size_t)(nparams - C);
+    ModelConfig peek;
+    int ok = hdr[0] == 20240326 && hdr[1] == 3 && hdr[2] == T && hdr[3] == mc->vocab && hdr[4] == L && hdr[6] == C &&
+             hdr[7] == Vp && f[at] == a.p.blocks[1].qkvw[2 * C + 3] && f[lnfb + 5] == a.p.lnfb[5] &&
+             ckpt_peek_config(path, &peek, &e) == ST_OK && peek.n_layer == L && peek.vocab == mc->vocab;
+    tu_check(ok, "llmc_export_layout", "header words, qkvw[1][2][3] and lnfb[5] at llm.c's offsets, peek config");
+    ok = gpt_init(&b, mc, 1, 1, 1, 1, NULL, &e) == ST_OK && ckpt_init_from(&b, path, &e) == ST_OK && same_params(&a, &b);
+    tu_check(ok, "llmc_round_trip", "export -> --init-from: params memcmp %s", ok ? "" : e.msg);
+    /* Mismatched model, truncated file, bf16 version. */
+    ModelConfig other = model_cfg(mc->n_layer + 1, mc->n_embd, mc->vocab, mc->max_seq);
+    Gpt c = {0};
+    gpt_init(&c, &other, 1, 1, 1, 1, NULL, &e);
+    st = ckpt_init_from(&c, path, &e);
+    tu_check(st == ST_ERR_INPUT && strstr(e.msg, "layers: file has 2, model has 3"), "llmc_shape_mismatch", "%s", e.msg);
+    const void *bb[1] = {buf};
+    size_t ll[1] = {len - 4};
+    file_write_atomic(TMP "/trunc.bin", bb, ll, 1, &e);
+    st = ckpt_init_from(&b, TMP "/trunc.bin", &e);
+    tu_check(st == ST_ERR_INPUT && strstr(e.msg, "truncated"), "llmc_truncated", "%s", e.msg);
+    ((int *)buf)[1] = 5;
+    ll[0] = len;
+    file_write_atomic(TMP "/bf16.bin", bb, ll, 1, &e);
+    st = ckpt_init_from(&b, TMP "/bf16.bin", &e);
+    tu_check(st == ST_ERR_INPUT && strstr(e.msg, "version 5"), "llmc_version", "%s", e.msg);
+    free(buf);
+    gpt_free(&a), gpt_free(&b), gpt_free(&c);
+}
+
+static void test_hf(const ModelConfig *mc) {
+    Gpt a = {0}, b = {0};
+    model_init(&a, mc, 4);
+    Err e = {0};
+    Status st = st_save_hf(&a, TMP "/hf", "bytes", &e);
+    int ok = st == ST_OK && gpt_init(&b, mc, 1, 1, 1, 1, NULL, &e) == ST_OK &&
+             ckpt_init_from(&b, TMP "/hf", &e) == ST_OK && same_params(&a, &b);
+    tu_check(ok, "hf_round_trip_dir", "st_save_hf -> --init-from DIR: memcmp %s", ok ? "" : e.msg);
+    memset(b.params, 0, b.layout.total * 4);
+    ok = ckpt_init_from(&b, TMP "/hf/model.safetensors", &e) == ST_OK && same_params(&a, &b);
+    ModelConfig peek;
+    ok = ok && ckpt_peek_config(TMP "/hf/model.safetensors", &peek, &e) == ST_OK && peek.n_embd == mc->n_embd;
+    tu_check(ok, "hf_round_trip_file", "--init-from FILE.safetensors: memcmp; peek config from config.json beside it");
+    /* Conv1D layout: HF c_attn.weight (C, 3C)[i][j] == ours qkvw (3C, C)[j][i]; wte unpadded. */
+    char *buf;
+    size_t len;
+    StFile f;
+    file_read_all(TMP "/hf/model.safetensors", &buf, &len, &e);
+    ok = st_parse(&f, "hf", buf, len, &e) == ST_OK;
+    const StEntry *w = ok ? st_find(&f, "h.1.attn.c_attn.weight") : NULL;
+    const StEntry *wte = ok ? st_find(&f, "wte.weight") : NULL;
+    int C = mc->n_embd;
+    float x;
+    if (w) memcpy(&x, f.data + w->begin + 4 * (size_t)(5 * 3 * C + 7), 4);
+    ok = w && wte && w->shape[0] == C && w->shape[1] == 3 * C && x == a.p.blocks[1].qkvw[7 * C + 5] &&
+         wte->shape[0] == mc->vocab;
+    tu_check(ok, "hf_conv1d_layout", "c_attn.weight (C, 3C) is the transpose of qkvw; wte has V=%d rows", mc->vocab);
+    st_file_free(&f);
+    free(buf);
+    gpt_free(&a), gpt_free(&b);
+}
+
+/* The export command on a real checkpoint directory, both formats. */
+static void test_export_cmd(const ModelConfig *mc) {
+    Gpt a = {0}, b = {0};
+    model_init(&a, mc, 5);
+    Err e = {0};
+    CkptMeta m = {0};
+    m.step = 20;
+    snprintf(m.optimizer, sizeof m.optimizer, "sgd");
+    CkptOptions o = ckpt_default_options();
+    o.dir = TMP "/ck";
+    o.tokenizer = "bytes";
+    Status st = ckpt_save(&a, NULL, &m, &o, NULL, &e);
+    gpt_init(&b, mc, 1, 1, 1, 1, NULL, &e);
+    int rc1 = system(BIN " export " TMP "/ck --format llmc -o " TMP "/exp.bin >/dev/null");
+    int ok1 = st == ST_OK && rc1 == 0 && ckpt_init_from(&b, TMP "/exp.bin", &e) == ST_OK && same_params(&a, &b);
+    memset(b.params, 0, b.layout.total * 4);
+    int rc2 = system(BIN " export " TMP "/ck/step_00000020 --format hf --out " TMP "/exp_hf >/dev/null");
+    char tok[64] = "";
+    ModelConfig cfg;
+    int ok2 = rc2 == 0 && ckpt_init_from(&b, TMP "/exp_hf", &e) == ST_OK && same_params(&a, &b) &&
+              st_load_hf_config(TMP "/exp_hf", &cfg, tok, sizeof tok, &e) == ST_OK && !strcmp(tok, "bytes");
+    tu_check(ok1 && ok2, "export_cmd_round_trip", "scaletrain export --format llmc | hf, then --init-from: memcmp "
+             "(rc %d %d) %s", rc1, rc2, e.msg);
+    int rc3 = system(BIN " export " TMP "/nothing --format hf -o " TMP "/x 2>/dev/null");
+    tu_check(WIFEXITED(rc3) && WEXITSTATUS(rc3) == 2, "export_cmd_bad_input", "missing checkpoint exits 2");
+    gpt_free(&a), gpt_free(&b);
+}
+
+/* ---- header fuzz ---- */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+} Mem;
+
+static Status mem_sink(void *ctx, const void *p, size_t n, Err *err) {
+    Mem *m = ctx;
+    if (m->n + n > m->cap) {
+        m->cap = (m->n + n) * 2;
+        m->p = realloc(m->p, m->cap);
+    }
+    memcpy(m->p + m->n, p, n);
+    m->n += n;
+    return ST_OK;
+}
+
+static Status load_image(Gpt *g, const char *img, size_t n, Err *e) {
+    StFile f;
+    Status st = st_parse(&f, "fuzz.safetensors", img, n, e);
+    if (st == ST_OK) st = st_hf_read_model(&f, &g->layout, g->params, e);
+    st_file_free(&f);
+    return st;
+}
+
+static void test_fuzz(const ModelConfig *mc) {
+    Gpt a = {0};
+    model_init(&a, mc, 6);
+    Mem img = {0};
+    Err e = {0};
+    st_hf_write_model(&a.layout, a.params, mem_sink, &img, &e);
+    uint64_t hlen;
+    memcpy(&hlen, img.p, 8);
+    char *work = malloc(img.n);
+    /* Missing tensor: rename one key (same length keeps every offset valid). */
+    memcpy(work, img.p, img.n);
+    char *k = memmem(work, 8 + hlen, "h.1.mlp.c_fc.weight", 19);
+    if (k) k[10] = 'x';
+    Status st = load_image(&a, work, img.n, &e);
+    tu_check(k && st == ST_ERR_INPUT && strstr(e.msg, "tensor h.1.mlp.c_fc.weight missing"), "fuzz_missing_tensor", "%s", e.msg);
+    /* Wrong shape: the image of a model with one vocabulary row fewer. */
+    ModelConfig small = model_cfg(mc->n_layer, mc->n_embd, mc->vocab - 1, mc->max_seq);
+    Gpt s = {0};
+    model_init(&s, &small, 1);
+    Mem img2 = {0};
+    st_hf_write_model(&s.layout, s.params, mem_sink, &img2, &e);
+    st = load_image(&a, img2.p, img2.n, &e);
+    tu_check(st == ST_ERR_INPUT && strstr(e.msg, "wte.weight: expected shape [97, 32], found [96, 32]"), "fuzz_wrong_shape",
+             "%s", e.msg);
+    /* Header length past the end of the file. */
+    memcpy(work, img.p, img.n);
+    uint64_t big = img.n;
+    memcpy(work, &big, 8);
+    st = load_image(&a, work, img.n, &e);
+    tu_check(st == ST_ERR_INPUT && strstr(e.msg, "exceeds the file size"), "fuzz_header_past_eof", "%s", e.msg);
+    st = load_image(&a, img.p, img.n - 4, &e);
+    tu_check(st == ST_ERR_INPUT && strstr(e.msg, "outside the"), "fuzz_truncated_data", "%s", e.msg);
+    st = load_image(&a, img.p, 5, &e);
+    tu_check(st == ST_ERR_INPUT && strstr(e.msg, "at least 8 bytes"), "fuzz_tiny_file", "%s", e.msg);
+    /* Random mutations of the header bytes (and of the length word), time-bounded. */
+    const char *alphabet = "{}[]\",:0123456789-+.eE \\u\x00\xff";
+    int iters = 0, errors = 0, loads = 0, bad = 0;
+    double t0 = timer_ms();
+    for (; iters < 20000 && timer_ms() - t0 < 20000; iters++) {
+        memcpy(work, img.p, img.n);
+        int nm = 1 + (int)rng_below(77, 0, (uint64_t)iters, 4);
+        for (int j = 0; j < nm; j++) {
+            uint64_t r = rng_below(77, 1, (uint64_t)iters * 8 + j, 1000000);
+            size_t pos = rng_below(77, 2, (uint64_t)iters * 8 + j, 8 + hlen);
+            if (r % 10 == 0 && pos >= 8) pos = rng_below(77, 3, (uint64_t)iters, 8); /* the length word */
+            work[pos] = r % 2 ? alphabet[r / 2 % 27] : (char)(r >> 3);
+        }
+        size_t n = img.n;
+        if (iters % 7 == 0) n -= rng_below(77, 4, (uint64_t)iters, 64); /* also shorten the data */
+        st = load_image(&a, work, n, &e);
+        if (st == ST_OK) loads++;
+        else if (st == ST_ERR_INPUT && e.msg[0]) errors++;
+        else bad++;
+    }
+    tu_check(bad == 0 && errors + loads == iters && iters >= 1000, "fuzz_header_mutations",
+             "%d mutations in %.1f s: %d refused with a message, %d loaded, 0 crashes", iters, (timer_ms() - t0) / 1e3,
+             errors, loads);
+    free(work), free(img.p), free(img2.p);
+    gpt_free(&a), gpt_free(&s);
+}
+
+int main(void) {
+    if (system("rm -rf " TMP " && mkdir -p " TMP) != 0) return 1;
+    ModelConfig mc = model_cfg(2, 32, 97, 24);
+    test_llmc(&mc);
+    test_hf(&mc);
+    test_export_cmd(&mc);
+    test_fuzz(&mc);
+    if (tu_failures == 0 && system("rm -rf " TMP) != 0) return 1;
+    return tu_exit();
+}
