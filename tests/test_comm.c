@@ -99,6 +99,14 @@ static void test_float_collectives(Comm *c) {
         for (size_t j = 0; j < n; j++) md = fmax(md, fabs(a[(size_t)r * n + j] - tri * fsmall((size_t)r * n + j)));
         snprintf(name, sizeof name, "reduce_scatter_inplace_block%zu", n);
         check(st == ST_OK && md == 0, name, "maxdiff=%g (result in own block) %s", md, st ? err.msg : "");
+        c->rs_as_allreduce = 1;
+        for (size_t i = 0; i < n * p; i++) a[i] = (float)(r + 1) * fsmall(i);
+        st = comm_reduce_scatter_f32(c, a, a + (size_t)r * n, n, &err);
+        c->rs_as_allreduce = 0;
+        md = 0;
+        for (size_t j = 0; j < n; j++) md = fmax(md, fabs(a[(size_t)r * n + j] - tri * fsmall((size_t)r * n + j)));
+        snprintf(name, sizeof name, "reduce_scatter_inplace_as_allreduce_block%zu", n);
+        check(st == ST_OK && md == 0, name, "maxdiff=%g %s", md, st ? err.msg : "");
 
         /* all-gather: rank q's block holds q*1000 + j%1000 */
         for (size_t i = 0; i < n * p; i++) a[i] = -1;

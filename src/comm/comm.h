@@ -67,6 +67,9 @@ typedef struct {
                                      trainer sets it at the start of every step (default -1) */
     int abort_on_timeout;         /* 1 (default): a timeout prints and MPI_Aborts the job; 0: comm_wait
                                      returns ST_ERR_RUNTIME and the caller must call comm_abort */
+    int rs_as_allreduce;          /* 1: an in-place reduce-scatter runs as an all-reduce of the whole
+                                     buffer and keeps the own block (counts 2(p-1)/p·S bytes); 0
+                                     (default): MPI_Ireduce_scatter_block. See docs/comm.md */
     CommStats stats;              /* cumulative accounting */
     CommMpi *mpi;                 /* NULL in single-process mode */
 } Comm;
@@ -126,7 +129,7 @@ Status comm_iallreduce_f32(Comm *c, const float *send, float *recv, size_t n, Co
 
 /* send holds dp blocks of `block` floats (rank-major); recv (block floats) gets the sum over ranks
  * of block dp_rank. In place: recv == send + dp_rank*block; then the other blocks of send are
- * undefined afterwards (MPI uses them). */
+ * undefined afterwards (MPI uses them; with c->rs_as_allreduce they hold the all-reduced sums). */
 Status comm_reduce_scatter_f32(Comm *c, const float *send, float *recv, size_t block, Err *err);
 Status comm_ireduce_scatter_f32(Comm *c, const float *send, float *recv, size_t block, CommReq *req, Err *err);
 

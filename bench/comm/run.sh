@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds bench/comm/comm_bench (mpicc, against src/comm and src/core) and runs it with 2 ranks for
+# each malloc setting; the markdown tables go to bench/comm/results/*.md (copied into docs/comm.md).
+# Usage: bench/comm/run.sh [--quick] [--max-mb N]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+out="$root/bench/comm/results"
+bin="${BUILD:-$root/build}/comm_bench"
+mkdir -p "$out" "$(dirname "$bin")"
+mpicc -std=c11 -O3 -march=native -D_GNU_SOURCE -Wall -I"$root/src" -o "$bin" \
+  "$root/bench/comm/comm_bench.c" "$root/src/comm/comm.c" "$root/src/core/status.c" -lm
+run="mpirun --oversubscribe -np 2 --bind-to core"
+[[ $(id -u) -eq 0 ]] && run="mpirun --allow-run-as-root --oversubscribe -np 2 --bind-to core"
+for m in default threshold nommap; do
+  echo "== malloc=$m"
+  OMP_NUM_THREADS=1 $run "$bin" --malloc "$m" "$@" | tee "$out/comm_bench_$m.md"
+done
+# The environment-variable form of the threshold (no code change): glibc reads it at start-up.
+echo "== malloc=env MALLOC_MMAP_THRESHOLD_=33554432"
+OMP_NUM_THREADS=1 $run -x MALLOC_MMAP_THRESHOLD_=33554432 -x MALLOC_TRIM_THRESHOLD_=1073741824 "$bin" "$@" \
+  | tee "$out/comm_bench_env.md"
