@@ -6,6 +6,7 @@
 #include "cli/cmds_data.h"
 #include "cli/cmds_plan.h"
 #include "cli/cmds_ckpt.h"
+#include "cli/cmds_report.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -15,7 +16,9 @@ static void usage(FILE *f) {
             "  sample     generate text from trained weights\n"
             "  prepare    text / JSON Lines -> token shards (train + validation)\n"
             "  tokenizer  train, encode or decode with a tokenizer\n"
-            "  plan       the training-plan review: memory, FLOPs, time, communication, scaling laws\n");
+            "  plan       the training-plan review: memory, FLOPs, time, communication, scaling laws\n"
+            "  eval       loss, perplexity and bits per byte of saved weights on token shards\n"
+            "  report     an HTML page of charts from metrics logs (train --log)\n");
 }
 
 int main(int argc, char **argv) {
@@ -30,6 +33,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenizer")) return cmd_tokenizer(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
+    if (!strcmp(cmd, "report")) return cmd_report(argc - 2, argv + 2);
+    if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
     fprintf(stderr, "scaletrain: unknown command '%s' (expected train, sample, prepare or tokenizer)\n", cmd);
     return 2;
 }
