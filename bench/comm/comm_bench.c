@@ -9,7 +9,7 @@
  * each call after a barrier, the slowest rank's time, minimum and median over calls. Finally T = α + β·S is fitted per form (least squares
  * on relative error, so small and large sizes weigh alike).
  *
- * Usage: comm_bench [--malloc default|threshold|nommap] [--max-mb N] [--quick]
+ * Usage: comm_bench [--malloc default|threshold|nommap] [--max-mb N] [--quick] [--only 0|1|2 (ar|rs|ag)]
  *   threshold: mallopt(M_MMAP_THRESHOLD, 32 MiB) (glibc's maximum) and a large trim threshold;
  *   nommap:    mallopt(M_MMAP_MAX, 0): every malloc from the heap, never returned to the OS.
  * Both are set before MPI_Init so Open MPI's own temporary buffers follow them.
@@ -171,11 +171,12 @@ static void fit(const double *S, const double *T, int m, double *alpha, double *
 
 int main(int argc, char **argv) {
     const char *malloc_mode = "default";
-    int max_mb = 64, quick = 0;
+    int max_mb = 64, quick = 0, only = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--malloc") && i + 1 < argc) malloc_mode = argv[++i];
         else if (!strcmp(argv[i], "--max-mb") && i + 1 < argc) max_mb = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = atoi(argv[++i]); /* 0 ar, 1 rs, 2 ag */
     }
     if (!strcmp(malloc_mode, "threshold")) {
         mallopt(M_MMAP_THRESHOLD, 32 << 20);
@@ -208,6 +209,7 @@ int main(int argc, char **argv) {
     for (int c = 0; c < 3; c++)
         for (int f = 0; f < F_NFORMS; f++) {
             if ((f == F_AR_SLICE || f == F_COMM_AR) && c != RS) continue;
+            if (only >= 0 && c != only) continue;
             for (int si = 0; si < ns; si++) {
                 size_t n = (size_t)(S[si] / 4);
                 int ok = verify((Coll)c, (Form)f, a, b, n);
@@ -225,6 +227,7 @@ int main(int argc, char **argv) {
         for (int c = 0; c < 3; c++)
             for (int f = 0; f < F_NFORMS; f++) {
                 if ((f == F_AR_SLICE || f == F_COMM_AR) && c != RS) continue;
+                if (only >= 0 && c != only) continue;
                 double al, be;
                 fit(S, T[c][f], ns, &al, &be);
                 printf("| %s | %s | %.2f | %.2f | %.2f |\n", coll_names[c], form_names[f], al * 1e6, 1.0 / be / 1e9,

@@ -128,6 +128,10 @@ Status comm_init(Comm **out, int *argc, char ***argv, Err *err) {
     int inited = 0, rc;
     MPI_Initialized(&inited);
     if (!inited) {
+        /* Open MPI 4.1's automatic choice for MPI_Iallreduce (libnbc) runs at half the speed of the
+         * blocking all-reduce on 256 KiB-4 MiB buckets; its ring algorithm matches it (docs/comm.md).
+         * Only a default: a value set by the user (environment or mpirun --mca) wins. */
+        setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
         rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &c->thread_level);
         if (rc != MPI_SUCCESS) {
             Status st = mpi_fail(c, err, rc, "MPI_Init_thread", "init");
@@ -279,8 +283,10 @@ Status comm_wait(CommReq *req, double timeout_s, const char *what, long step, Er
             if (c->abort_on_timeout) comm_abort(c, 1, err ? err->msg : "collective timed out");
             return st;
         }
-        /* Oversubscribed ranks (tests on 2 cores) must let the peer run; a yield costs ~1 µs. */
-        if (++spins > 64) sched_yield();
+        /* Spin for latency (a rank has its cores), but after 10 ms yield so an oversubscribed or
+         * stuck peer can run (Open MPI itself yields inside MPI_Test only when it knows it is
+         * oversubscribed; an early yield cost up to 2x on 4 MiB collectives, docs/comm.md). */
+        if (++spins > 64 && now - t0 > 10.0) sched_yield();
     }
     now = timer_ms();
     c->stats.wait_ms[req->kind] += now - t0;
