@@ -448,6 +448,11 @@ static void test_resolve(const ModelConfig *mc) {
     tu_check(st == ST_ERR_INPUT && strstr(e.msg, "model.safetensors"), "ckpt_resolve_explicit_corrupt", "%s", e.msg);
     st = ckpt_resolve(NULL, dir, out, sizeof out, note, sizeof note, &e);
     tu_check(st == ST_OK && strstr(out, "step_00000001"), "ckpt_resolve_path_is_ckpt_dir", "%s", out);
+    st = ckpt_resolve(TMP "/resolve/step_00000002", "auto", out, sizeof out, note, sizeof note, &e);
+    tu_check(st == ST_ERR_INPUT && strstr(e.msg, "step_00000002/state.json"), "ckpt_resolve_dir_is_checkpoint",
+             "a checkpoint directory as dir is explicit (no fallback): %s", e.msg);
+    st = ckpt_resolve(TMP "/resolve/step_00000001", "auto", out, sizeof out, note, sizeof note, &e);
+    tu_check(st == ST_OK && strstr(out, "resolve/step_00000001"), "ckpt_resolve_dir_is_checkpoint_ok", "%s", out);
     truncate(TMP "/resolve/step_00000001/optimizer.safetensors", 100);
     st = ckpt_resolve(dir, "auto", out, sizeof out, note, sizeof note, &e);
     tu_check(st == ST_ERR_INPUT && strstr(e.msg, "no valid checkpoint"), "ckpt_resolve_all_corrupt", "%s", e.msg);

@@ -763,6 +763,11 @@ Status ckpt_resolve(const char *dir, const char *spec, char *out, size_t out_len
     out[0] = '\0';
     if (note && note_len) note[0] = '\0';
     char probe[4200];
+    if ((!spec || !strcmp(spec, "auto")) && dir && dir[0]) {
+        /* dir may itself be a checkpoint directory: then it is the explicit choice. */
+        join(probe, sizeof probe, dir, "state.json");
+        if (access(probe, F_OK) == 0) spec = dir;
+    }
     if (spec && strcmp(spec, "auto") != 0) {
         snprintf(probe, sizeof probe, "%s/state.json", spec);
         if (access(probe, F_OK) == 0) {

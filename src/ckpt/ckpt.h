@@ -125,6 +125,7 @@ Status ckpt_load(const char *ckpt_path, Gpt *g, const CkptOptState *opt, CkptMet
  * that verifies; if newer ones are corrupt they are skipped and note says which and why. No
  * checkpoint at all: ST_OK with out[0] == '\0' (start from scratch). All corrupt: ST_ERR_INPUT.
  * spec PATH: a checkpoint directory (verified; no fallback) or a CKPT_DIR (treated as auto).
+ * A checkpoint directory given as dir with spec "auto" counts as spec PATH. spec NULL = "auto".
  * note (may be NULL) receives a one-line human note ("" if nothing to say). */
 Status ckpt_resolve(const char *dir, const char *spec, char *out, size_t out_len, char *note, size_t note_len,
                     Err *err);
