@@ -4,10 +4,10 @@
 # As root it runs apt-get; otherwise it prints the command to run and exits 1.
 set -euo pipefail
 
-pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libdnnl-dev libcjson-dev libxxhash-dev
+pkgs=(build-essential cmake pkg-config libdnnl-dev libcjson-dev libxxhash-dev
       libopenmpi-dev openmpi-bin)
 if [[ "${1:-}" == "--bench" ]]; then
-  pkgs+=(python3-torch python3-numpy libblis-openmp-dev)
+  pkgs+=(python3-torch python3-numpy libblis-openmp-dev libopenblas-openmp-dev)
 fi
 
 missing=()

@@ -96,6 +96,20 @@ int cmd_train(int argc, char **argv) {
         {"log", ARG_STR, c.log_path, sizeof c.log_path, "JSON Lines metrics file"},
         {"out", ARG_STR, c.out_dir, sizeof c.out_dir, "directory for the final weights (model.safetensors)"},
         {"quiet", ARG_FLAG, &c.quiet, 0, "no per-step lines"},
+        {"no-pack", ARG_FLAG, &c.no_pack, 0, "one document per row with the padding masked (default: packed rows)"},
+        {"ckpt-dir", ARG_STR, c.ckpt_dir, sizeof c.ckpt_dir, "directory of checkpoints step_NNNNNNNN/"},
+        {"ckpt-every", ARG_INT, &c.ckpt_every, 0, "steps between checkpoints (0: at the end and on SIGTERM only)"},
+        {"keep-last", ARG_INT, &c.keep_last, 0, "keep the newest K checkpoints (0: all)"},
+        {"keep-every", ARG_INT, &c.keep_every, 0, "also keep every checkpoint whose step is a multiple of M"},
+        {"ckpt-async", ARG_FLAG, &c.ckpt_async, 0, "copy the state and write checkpoints from a background thread"},
+        {"resume", ARG_STR, c.resume, sizeof c.resume, "auto (newest valid in --ckpt-dir) or a checkpoint directory"},
+        {"override", ARG_STR, c.overrides, sizeof c.overrides,
+         "trajectory fields allowed to differ from the checkpoint on resume, comma-separated, or all"},
+        {"init-from", ARG_STR, c.init_from, sizeof c.init_from,
+         "start from weights: HF GPT-2 model.safetensors (file or directory) or llm.c .bin"},
+        {"stop-after", ARG_LONG, &c.stop_after, 0,
+         "stop after this step as if preempted: checkpoint and exit 0 (the schedule still spans --steps)"},
+        {"mtbf", ARG_DOUBLE, &c.mtbf_hours, 0, "mean time between failures in hours: print the Young/Daly interval"},
     };
     int n = (int)(sizeof specs / sizeof specs[0]), npos = 0, help = 0;
     char *pos[1];
@@ -158,6 +172,7 @@ int cmd_train(int argc, char **argv) {
         strncat(joined, argv[i], sizeof joined - strlen(joined) - 1);
     }
     c.argv_joined = joined;
+    c.handle_signals = 1;
     TrainResult res;
     st = train_run(&c, &res, &err);
     if (st != ST_OK) return cli_fail("train", st, err.msg);

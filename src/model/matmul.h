@@ -1,20 +1,29 @@
 /* matmul.h — the one GEMM entry point of the model (DESIGN.md §6).
  *
- * Row-major C = alpha · op(A) · op(B) + beta · C with op = identity or transpose. The backend
- * (OpenBLAS, OpenMP build, chosen by measurement: bench/results/gemm.md) is hidden here so it can
- * change without touching the kernels. Called from inside an OpenMP parallel region, it runs on
- * the calling thread only. */
+ * Row-major C = alpha · op(A) · op(B) + beta · C, op = identity or transpose, beta 0 or 1.
+ * Backend: oneDNN's matmul primitive, chosen by measurement (bench/results/gemm.md): it runs
+ * AVX-512 kernels on this CPU by itself, where Debian's OpenBLAS falls back to Haswell kernels
+ * (4x slower) unless an environment variable is set before the process starts, and it runs bf16
+ * on the bf16 dot-product units. Primitives are cached per shape in a small per-thread table (one
+ * per thread, so calls from inside an OpenMP region need no lock); inside a parallel region a
+ * call runs on the calling thread only. */
 #ifndef ST_MODEL_MATMUL_H
 #define ST_MODEL_MATMUL_H
 
+#include <stdint.h>
+
+/* fp32 inputs and output. */
 void mm_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc);
 
-/* Sets the GEMM library's thread count (process-wide in the library); the same value is used for
- * our own OpenMP kernels so the two share one pool. */
+/* bf16 inputs (raw uint16 bit patterns), fp32 output and accumulation. */
+void mm_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                  const uint16_t *B, int ldb, float beta, float *C, int ldc);
+
+/* Sets the thread count of our OpenMP regions and of the GEMM library (one pool: libgomp). */
 void mm_set_threads(int n);
 
-/* "OpenBLAS 0.3.21 (openmp, Zen)" or similar, for the start record. */
+/* "oneDNN 2.6.3 (cpu, omp)" for the start record. */
 const char *mm_backend_info(void);
 
 #endif

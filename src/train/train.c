@@ -3,10 +3,13 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "ckpt/ckpt.h"
 #include "ckpt/safetensors.h"
 #include "core/mem.h"
 #include "core/peak.h"
@@ -30,6 +33,7 @@ TrainConfig train_default_config(void) {
     c.seed = 1337, c.data_seed = 42;
     c.threads = 2;
     c.val_every = 100, c.val_batches = 10;
+    c.keep_last = 3;
     return c;
 }
 
@@ -104,8 +108,18 @@ static cJSON *config_json(const TrainConfig *c) {
     cJSON_AddNumberToObject(o, "threads", c->threads);
     cJSON_AddNumberToObject(o, "val_every", c->val_every);
     cJSON_AddNumberToObject(o, "val_batches", c->val_batches);
+    char hash[32];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)c->tokenizer_hash);
+    cJSON_AddStringToObject(o, "tokenizer_hash", hash);
+    cJSON_AddBoolToObject(o, "no_pack", c->no_pack);
     cJSON_AddStringToObject(o, "log", c->log_path);
     cJSON_AddStringToObject(o, "out", c->out_dir);
+    cJSON_AddStringToObject(o, "ckpt_dir", c->ckpt_dir);
+    cJSON_AddNumberToObject(o, "ckpt_every", c->ckpt_every);
+    cJSON_AddNumberToObject(o, "keep_last", c->keep_last);
+    cJSON_AddNumberToObject(o, "keep_every", c->keep_every);
+    cJSON_AddBoolToObject(o, "ckpt_async", c->ckpt_async);
+    cJSON_AddStringToObject(o, "init_from", c->init_from);
     return o;
 }
 
@@ -154,163 +168,354 @@ static double validate_loss(Gpt *g, Loader *val, int batches, int32_t *inp, int3
     return count > 0 ? sum / count : NAN;
 }
 
+/* Preemption: the signal handler only sets a flag that the step loop reads between steps; a
+ * second signal exits at once. Process-wide by nature (signals are), installed only when the
+ * caller asks (the CLI), so library users and concurrent runs are unaffected. */
+static volatile sig_atomic_t g_stop_signal = 0;
+
+static void on_stop_signal(int sig) {
+    if (g_stop_signal) _exit(128 + sig);
+    g_stop_signal = sig;
+}
+
+/* Splits "a,b,c" into at most max pointers into buf (modified). */
+static int split_list(char *buf, const char **out, int max) {
+    int n = 0;
+    for (char *tok = strtok(buf, ","); tok && n < max; tok = strtok(NULL, ",")) out[n++] = tok;
+    return n;
+}
+
+/* Everything a run owns; released by run_free in one place. */
+typedef struct {
+    TrainConfig cfg;
+    MemStats mem;
+    Loader train, val;
+    Gpt g;
+    float *m, *v;
+    size_t moment_bytes;
+    int32_t *inp, *tgt;
+    size_t batch_ints;
+    OptimRange *ranges;
+    double *step_ms;
+    FILE *log;
+    CkptAsync *async;
+    cJSON *config;
+} Run;
+
+static void run_free(Run *r) {
+    if (r->async) {
+        Err e;
+        ckpt_async_wait(r->async, NULL, &e);
+        ckpt_async_free(r->async);
+    }
+    if (r->log) fclose(r->log);
+    free(r->ranges);
+    free(r->step_ms);
+    mem_free(&r->mem, MEM_DATA, r->inp, r->batch_ints * sizeof(int32_t));
+    mem_free(&r->mem, MEM_DATA, r->tgt, r->batch_ints * sizeof(int32_t));
+    mem_free(&r->mem, MEM_MOMENTS, r->m, r->moment_bytes);
+    mem_free(&r->mem, MEM_MOMENTS, r->v, r->moment_bytes);
+    gpt_free(&r->g);
+    loader_close(&r->train);
+    loader_close(&r->val);
+    cJSON_Delete(r->config);
+}
+
+/* Writes a checkpoint of the state after `step` completed steps; returns its cost in ms. */
+static Status save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info, Err *err) {
+    const TrainConfig *c = &r->cfg;
+    double t0 = timer_ms();
+    CkptMeta meta;
+    memset(&meta, 0, sizeof meta);
+    meta.step = step;
+    meta.tokens_seen = (uint64_t)step * c->micro_batch * c->grad_accum * c->seq_len;
+    meta.sched_step = step;
+    meta.loader = loader_get_state(&r->train);
+    snprintf(meta.optimizer, sizeof meta.optimizer, "%s", optim_kind_name(c->optim.kind));
+    meta.optim_step = step;
+    meta.dp = 1, meta.tp = 1, meta.pp = 1, meta.zero = 0;
+    ckpt_meta_set_rng(&meta, "init_seed", c->seed);
+    ckpt_meta_set_rng(&meta, "data_seed", c->data_seed);
+    ckpt_meta_set_rng(&meta, "dropout_seed", r->g.dropout_seed);
+    ckpt_meta_set_rng(&meta, "dropout_counter", (uint64_t)step * c->grad_accum);
+    meta.config = r->config;
+    CkptOptState opt = {r->m, r->v, NULL};
+    CkptOptions o = ckpt_default_options();
+    o.dir = c->ckpt_dir, o.keep_last = c->keep_last, o.keep_every = c->keep_every, o.tokenizer = c->tokenizer;
+    Status st;
+    memset(info, 0, sizeof *info);
+    if (r->async) {
+        /* The previous background write must be complete (and its errors seen) first. */
+        if ((st = ckpt_async_wait(r->async, NULL, err)) != ST_OK) return st;
+        st = ckpt_async_save(r->async, &r->g, &opt, &meta, &o, err);
+    } else {
+        st = ckpt_save(&r->g, &opt, &meta, &o, info, err);
+    }
+    *ms = timer_ms() - t0;
+    return st;
+}
+
 Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
-    TrainConfig cfg = *cfg_in;
-    Status st = validate(&cfg, err);
+    Status st = validate(cfg_in, err);
     if (st != ST_OK) return st;
     memset(res, 0, sizeof *res);
     res->first_val = res->last_val = NAN;
+    Run run;
+    memset(&run, 0, sizeof run);
+    Run *r = &run;
+    r->cfg = *cfg_in;
+    TrainConfig *cfg = &r->cfg;
+    int B = cfg->micro_batch, T = cfg->seq_len, k = cfg->grad_accum, nt = cfg->threads;
+    char ckpt_path[4096] = "", note[1024] = "";
+    CkptMeta meta;
+    memset(&meta, 0, sizeof meta);
+    long start_step = 0;
 
-    MemStats mem = {0};
-    Loader train = {0}, val = {0};
-    Gpt g = {0};
-    float *m = NULL, *v = NULL;
-    int32_t *inp = NULL, *tgt = NULL;
-    OptimRange *ranges = NULL;
-    double *step_ms = NULL;
-    FILE *log = NULL;
-    int B = cfg.micro_batch, T = cfg.seq_len, k = cfg.grad_accum, nt = cfg.threads;
-    size_t moment_bytes = 0;
-
-    if ((st = loader_open(&train, cfg.data, T, 0, cfg.tokenizer_hash, cfg.data_seed, 1, err)) != ST_OK) goto done;
-    if (cfg.model.vocab == 0) {
-        cfg.model.vocab = (int)loader_header_vocab(&train);
-        if (cfg.model.vocab == 0) {
+    int lflags = LOADER_SHUFFLE | (cfg->no_pack ? LOADER_NO_PACK : 0);
+    if ((st = loader_open(&r->train, cfg->data, T, 0, cfg->tokenizer_hash, cfg->data_seed, lflags, err)) != ST_OK)
+        goto done;
+    if (cfg->model.vocab == 0) {
+        cfg->model.vocab = (int)loader_header_vocab(&r->train);
+        if (cfg->model.vocab == 0) {
             st = err_set(err, ST_ERR_INPUT, "--vocab: not given and the shard headers of %s record no vocabulary size",
-                         cfg.data);
+                         cfg->data);
             goto done;
         }
     }
-    if ((st = model_config_validate(&cfg.model, err)) != ST_OK) goto done;
-    if ((st = loader_check_vocab(&train, (uint32_t)cfg.model.vocab, err)) != ST_OK) goto done;
-    if (cfg.val_data[0]) {
-        if ((st = loader_open(&val, cfg.val_data, T, (uint32_t)cfg.model.vocab, cfg.tokenizer_hash, 0, 0, err)) != ST_OK)
+    if ((st = model_config_validate(&cfg->model, err)) != ST_OK) goto done;
+    if ((st = loader_check_vocab(&r->train, (uint32_t)cfg->model.vocab, err)) != ST_OK) goto done;
+    if (cfg->val_data[0]) {
+        int vflags = cfg->no_pack ? LOADER_NO_PACK : 0;
+        if ((st = loader_open(&r->val, cfg->val_data, T, (uint32_t)cfg->model.vocab, cfg->tokenizer_hash, 0, vflags,
+                              err)) != ST_OK)
             goto done;
     }
-    cfg.sched.total = cfg.steps;
+    cfg->sched.total = cfg->steps;
+    r->config = config_json(cfg);
+
+    /* Resume: find the checkpoint and check the config against it before allocating. */
+    if (cfg->resume[0]) {
+        if (!cfg->ckpt_dir[0] && !strcmp(cfg->resume, "auto")) {
+            st = err_set(err, ST_ERR_INPUT, "--resume auto: expected --ckpt-dir to search, found none");
+            goto done;
+        }
+        const char *where = strcmp(cfg->resume, "auto") ? cfg->resume : cfg->ckpt_dir;
+        if ((st = ckpt_resolve(where, "auto", ckpt_path, sizeof ckpt_path, note, sizeof note, err)) != ST_OK) goto done;
+        if (note[0] && !cfg->quiet) printf("resume: %s\n", note);
+        if (!ckpt_path[0]) {
+            if (strcmp(cfg->resume, "auto")) {
+                st = err_set(err, ST_ERR_INPUT, "--resume %s: expected a checkpoint, found none", cfg->resume);
+                goto done;
+            }
+            if (!cfg->quiet) printf("resume: no checkpoint in %s, starting from scratch\n", cfg->ckpt_dir);
+        } else {
+            if ((st = ckpt_read_meta(ckpt_path, &meta, err)) != ST_OK) goto done;
+            char buf[512], report[2048] = "";
+            snprintf(buf, sizeof buf, "%s", cfg->overrides);
+            const char *ov[32];
+            int nov = split_list(buf, ov, 32);
+            if ((st = ckpt_check_config(meta.config, r->config, ov, nov, report, sizeof report, err)) != ST_OK) {
+                err_prefix(err, "--resume %s", ckpt_path);
+                goto done;
+            }
+            if (report[0] && !cfg->quiet) printf("resume: %s\n", report);
+            if (meta.step >= cfg->steps) {
+                st = err_set(err, ST_ERR_INPUT, "--steps %ld: the checkpoint %s is already at step %ld (extend --steps)",
+                             cfg->steps, ckpt_path, meta.step);
+                goto done;
+            }
+            start_step = meta.step;
+        }
+    }
 
     mm_set_threads(nt);
-    if ((st = gpt_init(&g, &cfg.model, B, T, nt, 1, &mem, err)) != ST_OK) goto done;
-    gpt_init_params(&g, cfg.seed);
-    g.dropout_seed = cfg.seed ^ 0xd509u;
+    if ((st = gpt_init(&r->g, &cfg->model, B, T, nt, 1, &r->mem, err)) != ST_OK) goto done;
+    gpt_init_params(&r->g, cfg->seed);
+    r->g.dropout_seed = cfg->seed ^ 0xd509u;
+    if (cfg->init_from[0] && !ckpt_path[0]) {
+        if ((st = ckpt_init_from(&r->g, cfg->init_from, err)) != ST_OK) {
+            err_prefix(err, "--init-from");
+            goto done;
+        }
+    }
 
-    size_t total = g.layout.total;
-    moment_bytes = total * sizeof(float);
-    m = mem_alloc(&mem, MEM_MOMENTS, moment_bytes);
-    if (optim_num_moments(&cfg.optim) == 2) v = mem_alloc(&mem, MEM_MOMENTS, moment_bytes);
-    inp = mem_alloc(&mem, MEM_DATA, (size_t)k * B * T * sizeof(int32_t));
-    tgt = mem_alloc(&mem, MEM_DATA, (size_t)k * B * T * sizeof(int32_t));
-    ranges = calloc((size_t)g.layout.ntensors, sizeof *ranges);
-    step_ms = calloc((size_t)cfg.steps, sizeof *step_ms);
-    if (!m || (optim_num_moments(&cfg.optim) == 2 && !v) || !inp || !tgt || !ranges || !step_ms) {
+    size_t total = r->g.layout.total;
+    int nmom = optim_num_moments(&cfg->optim);
+    r->moment_bytes = total * sizeof(float);
+    r->m = mem_alloc(&r->mem, MEM_MOMENTS, r->moment_bytes);
+    if (nmom == 2) r->v = mem_alloc(&r->mem, MEM_MOMENTS, r->moment_bytes);
+    r->batch_ints = (size_t)k * B * T;
+    r->inp = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
+    r->tgt = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
+    r->ranges = calloc((size_t)r->g.layout.ntensors, sizeof *r->ranges);
+    r->step_ms = calloc((size_t)cfg->steps, sizeof *r->step_ms);
+    if (!r->m || (nmom == 2 && !r->v) || !r->inp || !r->tgt || !r->ranges || !r->step_ms) {
         st = err_set(err, ST_ERR_RUNTIME, "out of memory allocating optimizer state and batches");
         goto done;
     }
-    for (int i = 0; i < g.layout.ntensors; i++) {
-        const TensorInfo *t = &g.layout.tensors[i];
-        ranges[i] = (OptimRange){t->offset, t->numel, t->decay};
+    for (int i = 0; i < r->g.layout.ntensors; i++) {
+        const TensorInfo *t = &r->g.layout.tensors[i];
+        r->ranges[i] = (OptimRange){t->offset, t->numel, t->decay};
     }
-    if (cfg.log_path[0]) {
-        log = fopen(cfg.log_path, "w");
-        if (!log) {
-            st = err_set(err, ST_ERR_INPUT, "--log %s: cannot open for writing", cfg.log_path);
+    if (ckpt_path[0]) {
+        CkptOptState opt = {r->m, r->v, NULL};
+        CkptMeta loaded;
+        if ((st = ckpt_load(ckpt_path, &r->g, &opt, &loaded, err)) != ST_OK) goto done;
+        loader_set_state(&r->train, loaded.loader);
+        ckpt_meta_free(&loaded);
+        if (!cfg->quiet) printf("resume: continuing from %s (step %ld)\n", ckpt_path, start_step);
+    }
+    if (cfg->ckpt_dir[0] && cfg->ckpt_async) {
+        CkptOptState opt = {r->m, r->v, NULL};
+        if ((st = ckpt_async_init(&r->async, &r->g, &opt, &r->mem, err)) != ST_OK) goto done;
+    }
+    if (cfg->log_path[0]) {
+        /* A resumed run appends to its log; a new run starts it. */
+        r->log = fopen(cfg->log_path, start_step > 0 ? "a" : "w");
+        if (!r->log) {
+            st = err_set(err, ST_ERR_INPUT, "--log %s: cannot open for writing", cfg->log_path);
             goto done;
         }
     }
+    res->start_step = start_step;
 
-    double peak = cfg.peak_flops > 0 ? cfg.peak_flops : peak_measure_fp32(nt, 200.0);
-    double fpt = train_flops_per_token(&cfg.model, T);
-    long long nparams = model_config_num_params(&cfg.model);
+    double peak = cfg->peak_flops > 0 ? cfg->peak_flops : peak_measure_fp32(nt, 200.0);
+    double fpt = train_flops_per_token(&cfg->model, T);
+    long long nparams = model_config_num_params(&cfg->model);
     res->num_params = nparams;
     long long batch_seqs = (long long)B * k, batch_tokens = batch_seqs * T;
-    ActSizes as = layout_activations(&cfg.model, B, T, nt);
-    if (!cfg.quiet) {
-        printf("model: L=%d NH=%d C=%d V=%d (padded %d) maxT=%d, %lld parameters\n", cfg.model.n_layer,
-               cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab, cfg.model.vocab_padded, cfg.model.max_seq,
+    ActSizes as = layout_activations(&cfg->model, B, T, nt);
+    double util = loader_utilization(&r->train);
+    if (!cfg->quiet) {
+        printf("model: L=%d NH=%d C=%d V=%d (padded %d) maxT=%d, %lld parameters\n", cfg->model.n_layer,
+               cfg->model.n_head, cfg->model.n_embd, cfg->model.vocab, cfg->model.vocab_padded, cfg->model.max_seq,
                nparams);
-        printf("data: %zu train tokens in %d shard(s), %llu windows of %d+1%s\n", train.total_tokens, train.nshards,
-               (unsigned long long)train.nwin, T, val.nshards ? "" : ", no validation data");
+        printf("data: %zu train tokens in %d shard(s), %llu rows of %d+1 (%s, utilization %.1f%%)%s\n",
+               r->train.total_tokens, r->train.nshards, (unsigned long long)r->train.nwin, T,
+               cfg->no_pack ? "one document per row, padding masked" : "packed", 100 * util,
+               r->val.nshards ? "" : ", no validation data");
         printf("batch: micro-batch %d x seq %d x accumulation %d = %lld sequences = %lld tokens per step\n", B, T, k,
                batch_seqs, batch_tokens);
         printf("memory: params %.1f MiB, grads %.1f MiB, moments %.1f MiB, activations %.1f MiB, workspace %.1f MiB\n",
-               mem.bytes[MEM_PARAMS] / 1048576.0, mem.bytes[MEM_GRADS] / 1048576.0, mem.bytes[MEM_MOMENTS] / 1048576.0,
-               mem.bytes[MEM_ACTIVATIONS] / 1048576.0, mem.bytes[MEM_WORKSPACE] / 1048576.0);
+               r->mem.bytes[MEM_PARAMS] / 1048576.0, r->mem.bytes[MEM_GRADS] / 1048576.0,
+               r->mem.bytes[MEM_MOMENTS] / 1048576.0, r->mem.bytes[MEM_ACTIVATIONS] / 1048576.0,
+               r->mem.bytes[MEM_WORKSPACE] / 1048576.0);
         printf("compute: %.3g FLOP/token, peak %.1f GFLOP/s (%s), %d threads, %s\n", fpt, peak / 1e9,
-               cfg.peak_flops > 0 ? "given" : "measured", nt, mm_backend_info());
+               cfg->peak_flops > 0 ? "given" : "measured", nt, mm_backend_info());
         fflush(stdout);
     }
     {
         cJSON *o = event("start");
         cJSON_AddNumberToObject(o, "schema_version", METRICS_SCHEMA_VERSION);
-        cJSON_AddItemToObject(o, "config", config_json(&cfg));
+        cJSON_AddItemReferenceToObject(o, "config", r->config);
         cJSON *b = cJSON_AddObjectToObject(o, "build");
         cJSON_AddStringToObject(b, "git_commit", build_git_commit());
         cJSON_AddStringToObject(b, "compiler", build_compiler());
         cJSON_AddStringToObject(b, "gemm", mm_backend_info());
         cJSON_AddNumberToObject(b, "threads", nt);
-        if (cfg.argv_joined) cJSON_AddStringToObject(b, "command", cfg.argv_joined);
+        if (cfg->argv_joined) cJSON_AddStringToObject(b, "command", cfg->argv_joined);
         cJSON *eb = cJSON_AddObjectToObject(o, "effective_batch");
         cJSON_AddNumberToObject(eb, "sequences", (double)batch_seqs);
         cJSON_AddNumberToObject(eb, "tokens", (double)batch_tokens);
         cJSON_AddNumberToObject(o, "num_params", (double)nparams);
         cJSON_AddNumberToObject(o, "flops_per_token", fpt);
         cJSON_AddNumberToObject(o, "peak_flops", peak);
-        cJSON_AddStringToObject(o, "peak_source", cfg.peak_flops > 0 ? "given" : "measured");
+        cJSON_AddStringToObject(o, "peak_source", cfg->peak_flops > 0 ? "given" : "measured");
+        cJSON_AddNumberToObject(o, "data_utilization", util);
+        cJSON_AddNumberToObject(o, "resumed_from_step", (double)start_step);
         cJSON *mp = cJSON_AddObjectToObject(o, "memory_planned");
         cJSON_AddNumberToObject(mp, "parameters", (double)total * 4);
         cJSON_AddNumberToObject(mp, "gradients", (double)total * 4);
-        cJSON_AddNumberToObject(mp, "optimizer_moments", (double)moment_bytes * optim_num_moments(&cfg.optim));
+        cJSON_AddNumberToObject(mp, "optimizer_moments", (double)r->moment_bytes * nmom);
         cJSON_AddNumberToObject(mp, "activations", (double)as.total * 4);
         cJSON_AddNumberToObject(mp, "workspace", (double)as.scratch * 4);
-        log_event(log, o);
+        log_event(r->log, o);
     }
     {
         cJSON *o = event("memory");
         cJSON *mm = cJSON_AddObjectToObject(o, "measured");
-        for (int c = 0; c < MEM_NCAT; c++) cJSON_AddNumberToObject(mm, mem_category_name((MemCategory)c), (double)mem.bytes[c]);
-        log_event(log, o);
+        for (int c = 0; c < MEM_NCAT; c++)
+            cJSON_AddNumberToObject(mm, mem_category_name((MemCategory)c), (double)r->mem.bytes[c]);
+        log_event(r->log, o);
     }
 
-    double ms_total = 0;
-    for (long step = 1; step <= cfg.steps; step++) {
+    struct sigaction old_term, old_int;
+    if (cfg->handle_signals) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop_signal;
+        sigemptyset(&sa.sa_mask);
+        g_stop_signal = 0;
+        sigaction(SIGTERM, &sa, &old_term);
+        sigaction(SIGINT, &sa, &old_int);
+    }
+
+    double ms_total = 0, first_ckpt_ms = 0;
+    long last_saved = start_step, nmeasured = 0;
+    for (long step = start_step + 1; step <= cfg->steps; step++) {
         double t0 = timer_ms();
-        /* Data: the samples of this step, then its unmasked-token count (the loss denominator). */
-        loader_fill(&train, (uint64_t)(step - 1) * (uint64_t)(B * k), B * k, inp, tgt);
+        /* Data: the k micro-batches of this step, then the unmasked-token count of the whole step
+         * (the loss denominator, so accumulation is exact). */
+        for (int j = 0; j < k; j++)
+            loader_fill_rank(&r->train, 0, 1, j, B, k, r->inp + (size_t)j * B * T, r->tgt + (size_t)j * B * T);
+        loader_step_done(&r->train, 1, B, k);
         long ntok = 0;
-        for (size_t i = 0; i < (size_t)k * B * T; i++) ntok += tgt[i] >= 0;
+        for (size_t i = 0; i < r->batch_ints; i++) ntok += r->tgt[i] >= 0;
         double t1 = timer_ms();
-        gpt_zero_grads(&g);
-        g.ms_fwd = g.ms_bwd = 0;
+        gpt_zero_grads(&r->g);
+        r->g.ms_fwd = r->g.ms_bwd = 0;
         double loss_sum = 0;
         float dscale = ntok > 0 ? 1.0f / (float)ntok : 0.0f;
         for (int j = 0; j < k; j++) {
             size_t off = (size_t)j * B * T;
-            loss_sum += gpt_forward(&g, inp + off, tgt + off, B, T, dscale, 1, (uint64_t)(step - 1) * k + j);
-            gpt_backward(&g);
+            loss_sum += gpt_forward(&r->g, r->inp + off, r->tgt + off, B, T, dscale, 1, (uint64_t)(step - 1) * k + j);
+            gpt_backward(&r->g);
         }
         double loss = ntok > 0 ? loss_sum / ntok : 0.0;
         double t2 = timer_ms();
-        double norm = optim_l2_norm(g.grads, total, nt);
-        float scale = optim_clip_scale(norm, cfg.grad_clip);
-        float lr = sched_lr(&cfg.sched, step);
+        double norm = optim_l2_norm(r->g.grads, total, nt);
+        float scale = optim_clip_scale(norm, cfg->grad_clip);
+        float lr = sched_lr(&cfg->sched, step);
         if (!isfinite(loss) || !isfinite(norm)) {
-            st = err_set(err, ST_ERR_RUNTIME, "step %ld: loss %g, gradient norm %g: training diverged (lower --lr?)",
+            st = err_set(err, ST_ERR_RUNTIME,
+                         "step %ld: loss %g, gradient norm %g: training diverged, the weights were not updated "
+                         "(lower --lr?)",
                          step, loss, norm);
-            goto done;
+            goto done_signals;
         }
-        optim_step(&cfg.optim, g.params, g.grads, m, v, ranges, g.layout.ntensors, step, lr, scale, nt);
+        optim_step(&cfg->optim, r->g.params, r->g.grads, r->m, r->v, r->ranges, r->g.layout.ntensors, step, lr, scale,
+                   nt);
         double t3 = timer_ms();
-        double dt = t3 - t0;
-        step_ms[step - 1] = dt;
+        int last = step == cfg->steps;
+        int stopping = g_stop_signal != 0 || (cfg->stop_after > 0 && step >= cfg->stop_after && !last);
+        double ckpt_ms = 0;
+        CkptSaveInfo info;
+        if (cfg->ckpt_dir[0] && (last || stopping || (cfg->ckpt_every > 0 && step % cfg->ckpt_every == 0))) {
+            if ((st = save_checkpoint(r, step, &ckpt_ms, &info, err)) != ST_OK) goto done_signals;
+            last_saved = step;
+            cJSON *oc = event("ckpt");
+            cJSON_AddNumberToObject(oc, "step", (double)step);
+            cJSON_AddStringToObject(oc, "mode", r->async ? "async" : "sync");
+            cJSON_AddNumberToObject(oc, "time_ms", ckpt_ms);
+            if (!r->async) {
+                cJSON_AddStringToObject(oc, "path", info.path);
+                cJSON_AddNumberToObject(oc, "bytes", (double)info.bytes);
+                cJSON_AddNumberToObject(oc, "pruned", info.pruned);
+            }
+            log_event(r->log, oc);
+            if (!first_ckpt_ms) first_ckpt_ms = r->async ? ckpt_ms : info.ms_write + info.ms_prune;
+        }
+        double dt = timer_ms() - t0;
+        r->step_ms[nmeasured++] = dt;
         ms_total += dt;
         double tok_s = batch_tokens / (dt * 1e-3);
         double mfu = fpt * tok_s / peak;
-        if (step == 1) res->first_loss = loss;
+        if (step == start_step + 1) res->first_loss = loss;
         res->last_loss = loss;
         res->steps_done = step;
-        if (!cfg.quiet) {
-            printf("step %5ld/%ld | loss %.4f | lr %.2e | norm %.3f -> %.3f | %7.1f ms | %6.0f tok/s | MFU %4.1f%%\n",
-                   step, cfg.steps, loss, lr, norm, norm * scale, dt, tok_s, 100 * mfu);
+        if (!cfg->quiet) {
+            printf("step %5ld/%ld | loss %.4f | lr %.2e | norm %.3f -> %.3f | %7.1f ms | %6.0f tok/s | MFU %4.1f%%%s\n",
+                   step, cfg->steps, loss, lr, norm, norm * scale, dt, tok_s, 100 * mfu, ckpt_ms > 0 ? " | ckpt" : "");
             fflush(stdout);
         }
         cJSON *o = event("step");
@@ -326,21 +531,24 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
         cJSON *tm = cJSON_AddObjectToObject(o, "time_ms");
         cJSON_AddNumberToObject(tm, "total", dt);
         cJSON_AddNumberToObject(tm, "data", t1 - t0);
-        cJSON_AddNumberToObject(tm, "forward", g.ms_fwd);
-        cJSON_AddNumberToObject(tm, "backward", (t2 - t1) - g.ms_fwd);
+        cJSON_AddNumberToObject(tm, "forward", r->g.ms_fwd);
+        cJSON_AddNumberToObject(tm, "backward", (t2 - t1) - r->g.ms_fwd);
         cJSON_AddNumberToObject(tm, "comm", 0);
         cJSON_AddNumberToObject(tm, "optimizer", t3 - t2);
-        cJSON_AddNumberToObject(tm, "checkpoint", 0);
-        log_event(log, o);
+        cJSON_AddNumberToObject(tm, "checkpoint", ckpt_ms);
+        log_event(r->log, o);
 
-        int last = step == cfg.steps;
-        if (val.nshards && ((cfg.val_every > 0 && (step % cfg.val_every == 0 || step == 1)) || last)) {
+        /* Validation: every val_every steps, at the end, and right after a resume (so a bad resume
+         * shows at once). */
+        int after_resume = start_step > 0 && step == start_step + 1;
+        if (r->val.nshards &&
+            ((cfg->val_every > 0 && (step % cfg->val_every == 0 || step == 1)) || last || after_resume || stopping)) {
             double tv = timer_ms();
-            double vl = validate_loss(&g, &val, cfg.val_batches, inp, tgt);
+            double vl = validate_loss(&r->g, &r->val, cfg->val_batches, r->inp, r->tgt);
             double vms = timer_ms() - tv;
             if (isnan(res->first_val)) res->first_val = vl;
             res->last_val = vl;
-            if (!cfg.quiet) {
+            if (!cfg->quiet) {
                 printf("val   %5ld | loss %.4f | perplexity %.2f | %.0f ms\n", step, vl, exp(vl), vms);
                 fflush(stdout);
             }
@@ -349,38 +557,54 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
             cJSON_AddNumberToObject(ov, "loss", vl);
             cJSON_AddNumberToObject(ov, "perplexity", exp(vl));
             cJSON_AddNumberToObject(ov, "time_ms", vms);
-            log_event(log, ov);
+            log_event(r->log, ov);
+        }
+        if (stopping) {
+            res->preempted = 1;
+            if (!cfg->quiet) {
+                if (g_stop_signal) printf("stopped by signal %d after step %ld", (int)g_stop_signal, step);
+                else printf("stopped after step %ld (--stop-after)", step);
+                printf("%s\n", cfg->ckpt_dir[0] ? "; checkpoint saved, resume with --resume auto"
+                                                  : " (no --ckpt-dir: not saved)");
+            }
+            break;
         }
     }
-    res->median_step_ms = median(step_ms + (cfg.steps > 1), cfg.steps - (cfg.steps > 1));
+    (void)last_saved;
+    if (r->async && (st = ckpt_async_wait(r->async, NULL, err)) != ST_OK) goto done_signals;
+    res->median_step_ms = median(r->step_ms + (nmeasured > 1), nmeasured - (nmeasured > 1));
     res->tokens_per_s = batch_tokens / (res->median_step_ms * 1e-3);
-    if (cfg.out_dir[0]) {
-        if ((st = st_save_hf(&g, cfg.out_dir, cfg.tokenizer, err)) != ST_OK) goto done;
-        if (!cfg.quiet) printf("saved weights to %s/model.safetensors\n", cfg.out_dir);
+    if (cfg->mtbf_hours > 0 && first_ckpt_ms > 0 && !cfg->quiet) {
+        /* Young/Daly: the interval minimizing expected lost work + checkpoint overhead. */
+        double interval_s = sqrt(2.0 * first_ckpt_ms * 1e-3 * cfg->mtbf_hours * 3600.0);
+        printf("checkpoint interval for MTBF %.1f h (Young/Daly sqrt(2 * %.2f s * MTBF)): %.0f s = every %.0f steps\n",
+               cfg->mtbf_hours, first_ckpt_ms * 1e-3, interval_s, interval_s / (res->median_step_ms * 1e-3));
+    }
+    if (cfg->out_dir[0] && !res->preempted) {
+        if ((st = st_save_hf(&r->g, cfg->out_dir, cfg->tokenizer, err)) != ST_OK) goto done_signals;
+        if (!cfg->quiet) printf("saved weights to %s/model.safetensors\n", cfg->out_dir);
     }
     {
         cJSON *o = event("end");
         cJSON_AddNumberToObject(o, "steps", (double)res->steps_done);
+        cJSON_AddBoolToObject(o, "preempted", res->preempted);
         cJSON_AddNumberToObject(o, "final_loss", res->last_loss);
         cJSON_AddNumberToObject(o, "final_val_loss", res->last_val);
         cJSON_AddNumberToObject(o, "median_step_ms", res->median_step_ms);
         cJSON_AddNumberToObject(o, "tokens_per_s", res->tokens_per_s);
         cJSON_AddNumberToObject(o, "wall_s", ms_total * 1e-3);
-        log_event(log, o);
+        log_event(r->log, o);
     }
-    if (!cfg.quiet)
+    if (!cfg->quiet)
         printf("done: %ld steps, median %.1f ms/step, %.0f tokens/s\n", res->steps_done, res->median_step_ms,
                res->tokens_per_s);
+done_signals:
+    if (cfg->handle_signals) {
+        sigaction(SIGTERM, &old_term, NULL);
+        sigaction(SIGINT, &old_int, NULL);
+    }
 done:
-    if (log) fclose(log);
-    free(ranges);
-    free(step_ms);
-    mem_free(&mem, MEM_DATA, inp, (size_t)k * B * T * sizeof(int32_t));
-    mem_free(&mem, MEM_DATA, tgt, (size_t)k * B * T * sizeof(int32_t));
-    mem_free(&mem, MEM_MOMENTS, m, moment_bytes);
-    mem_free(&mem, MEM_MOMENTS, v, moment_bytes);
-    gpt_free(&g);
-    loader_close(&train);
-    loader_close(&val);
+    ckpt_meta_free(&meta);
+    run_free(r);
     return st;
 }

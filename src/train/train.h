@@ -41,6 +41,21 @@ typedef struct {
     char log_path[1024];     /* JSON Lines metrics ("" = none) */
     char out_dir[1024];      /* final weights (model.safetensors + config.json), "" = none */
     int quiet;               /* no per-step console lines */
+    int no_pack;             /* one document per row, padding masked (default: packed rows) */
+
+    /* Checkpoints (docs/checkpoint.md). */
+    char ckpt_dir[1024];     /* "" = no checkpoints */
+    int ckpt_every;          /* steps between checkpoints (0: only at the end and on preemption) */
+    int keep_last;           /* retention: newest K (<= 0 keeps all) */
+    int keep_every;          /* retention: every M-th step forever (0: none) */
+    int ckpt_async;          /* copy the state and write it from a background thread */
+    char resume[1024];       /* "" | "auto" | a checkpoint directory */
+    char overrides[512];     /* comma-separated trajectory fields allowed to change on resume, or "all" */
+    char init_from[1024];    /* start from weights: HF safetensors (file or dir) or llm.c .bin */
+    double mtbf_hours;       /* > 0: print the Young/Daly checkpoint interval for this MTBF */
+    int handle_signals;      /* SIGTERM/SIGINT finish the step, save, exit cleanly (CLI sets it) */
+    long stop_after;         /* > 0: stop after this step as if preempted (checkpoint, clean exit); for
+                                job time slots: the schedule still spans --steps */
     /* Free-form build info of the caller (e.g. the command line), recorded in `start`. */
     const char *argv_joined;
 } TrainConfig;
@@ -54,6 +69,8 @@ typedef struct {
     double tokens_per_s;            /* median over steps after the first */
     double median_step_ms;
     long steps_done;
+    long start_step;                /* 0, or the step a resumed run started after */
+    int preempted;                  /* stopped by a signal after saving */
     long long num_params;
 } TrainResult;
 

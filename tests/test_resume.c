@@ -1,0 +1,214 @@
+/* test_resume.c — exact resume: 2N steps uninterrupted vs N steps + resume + N steps.
+ *
+ * Oracle: the uninterrupted run. Bit-identical per-step losses (the logged values, as text) and
+ * bit-identical final weights (memcmp of model.safetensors), with gradient accumulation, across an
+ * epoch boundary, with dropout on; the async checkpoint mode too; and a real SIGTERM to the binary
+ * mid-run: exit 0 with a checkpoint, then `--resume auto` finishes with the same weights. A changed
+ * model field or trajectory field is refused on resume (naming the field); an override lets the
+ * trajectory change through. */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/fileio.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "data/shard.h"
+#include "testutil.h"
+#include "train/train.h"
+
+#define DIR ST_BINARY_DIR "/test_resume"
+
+static void make_data(void) {
+    Err e;
+    file_mkdirs(DIR, &e);
+    /* 20000 tokens, T=32: 624 windows per epoch; 8 samples per step → epoch 1 ends in step 78. */
+    enum { N = 20000 };
+    static uint32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (uint32_t)((i * 31 + (i / 7) * 5) % 97);
+    ShardMeta meta = {0, N, 97};
+    if (shard_write(DIR "/train.bin", tok, N, &meta, &e) != ST_OK) printf("%s\n", e.msg), exit(1);
+    if (shard_write(DIR "/val.bin", tok, 4000, &meta, &e) != ST_OK) printf("%s\n", e.msg), exit(1);
+}
+
+static TrainConfig base(const char *name, long steps) {
+    TrainConfig c = train_default_config();
+    c.model = (ModelConfig){2, 2, 32, 97, 0, 32, 0.1f};
+    snprintf(c.data, sizeof c.data, DIR "/train.bin");
+    snprintf(c.val_data, sizeof c.val_data, DIR "/val.bin");
+    snprintf(c.ckpt_dir, sizeof c.ckpt_dir, DIR "/%s_ckpt", name);
+    snprintf(c.out_dir, sizeof c.out_dir, DIR "/%s_out", name);
+    snprintf(c.log_path, sizeof c.log_path, DIR "/%s.jsonl", name);
+    c.micro_batch = 4, c.seq_len = 32, c.grad_accum = 2;
+    c.steps = steps, c.sched.warmup = 5, c.sched.lr = 2e-3f, c.sched.min_lr = 2e-4f;
+    c.val_every = 0, c.val_batches = 2, c.threads = 2, c.quiet = 1, c.peak_flops = 1e11;
+    return c;
+}
+
+/* "step:loss;" for every step event of a log (later records of a step replace earlier ones). */
+static void losses(const char *log, char *out, size_t cap) {
+    char *text;
+    size_t len;
+    Err e;
+    out[0] = 0;
+    if (file_read_all(log, &text, &len, &e) != ST_OK) return;
+    size_t o = 0;
+    for (char *p = strstr(text, "\"event\":\"step\""); p; p = strstr(p + 1, "\"event\":\"step\"")) {
+        char *l = strstr(p, "\"loss\":"), *end = l ? strchr(l, ',') : NULL;
+        if (!end) break;
+        size_t n = (size_t)(end - l);
+        if (o + n + 2 < cap) memcpy(out + o, l, n), o += n, out[o++] = ';';
+    }
+    out[o] = 0;
+    free(text);
+}
+
+static int same_file(const char *a, const char *b) {
+    char *x, *y;
+    size_t nx, ny;
+    Err e;
+    if (file_read_all(a, &x, &nx, &e) != ST_OK) return 0;
+    if (file_read_all(b, &y, &ny, &e) != ST_OK) return free(x), 0;
+    int same = nx == ny && !memcmp(x, y, nx);
+    free(x), free(y);
+    return same;
+}
+
+static void run_or_die(TrainConfig *c) {
+    TrainResult r;
+    Err e;
+    if (train_run(c, &r, &e) != ST_OK) {
+        printf("train_run failed: %s\n", e.msg);
+        exit(1);
+    }
+}
+
+static void test_split(const char *name, int async) {
+    char n1[64], n2[64];
+    snprintf(n1, sizeof n1, "%s_full", name);
+    snprintf(n2, sizeof n2, "%s_split", name);
+    TrainConfig full = base(n1, 100);
+    full.ckpt_async = async;
+    run_or_die(&full);
+    TrainConfig half = base(n2, 100);
+    half.stop_after = 50;
+    half.ckpt_async = async;
+    half.ckpt_every = 20;
+    run_or_die(&half);
+    TrainConfig rest = base(n2, 100);
+    rest.ckpt_async = async;
+    snprintf(rest.resume, sizeof rest.resume, "auto");
+    run_or_die(&rest);
+    static char a[1 << 16], b[1 << 16];
+    losses(full.log_path, a, sizeof a);
+    losses(rest.log_path, b, sizeof b);
+    char wa[1200], wb[1200], name_buf[128];
+    snprintf(wa, sizeof wa, "%s/model.safetensors", full.out_dir);
+    snprintf(wb, sizeof wb, "%s/model.safetensors", rest.out_dir);
+    int sw = same_file(wa, wb);
+    snprintf(name_buf, sizeof name_buf, "resume %s: 100 steps == 50 + resume + 50 (accumulation 2, dropout, epoch crossed)",
+             async ? "async checkpoints" : "sync checkpoints");
+    tu_check(!strcmp(a, b) && strlen(a) > 100 && sw, name_buf, "losses %s, final weights memcmp %s",
+             strcmp(a, b) ? "DIFFER" : "identical", sw ? "identical" : "DIFFER");
+}
+
+static void test_config_kinds(void) {
+    TrainResult r;
+    Err e;
+    TrainConfig c = base("kinds", 30);
+    c.ckpt_every = 10;
+    run_or_die(&c);
+    TrainConfig m = base("kinds", 40);
+    snprintf(m.resume, sizeof m.resume, "auto");
+    m.model.n_embd = 64;
+    Status st = train_run(&m, &r, &e);
+    tu_check(st == ST_ERR_INPUT && strstr(e.msg, "model.channels"), "resume refuses a changed model field", "%s", e.msg);
+    TrainConfig t = base("kinds", 40);
+    snprintf(t.resume, sizeof t.resume, "auto");
+    t.sched.lr = 1e-3f;
+    st = train_run(&t, &r, &e);
+    tu_check(st == ST_ERR_INPUT && strstr(e.msg, "lr"), "resume refuses a changed trajectory field", "%s", e.msg);
+    snprintf(t.overrides, sizeof t.overrides, "lr");
+    st = train_run(&t, &r, &e);
+    tu_check(st == ST_OK && r.start_step == 30, "an explicit --override lets it through", "status %d, started after %ld", st,
+             r.start_step);
+    TrainConfig f = base("kinds", 50);
+    snprintf(f.resume, sizeof f.resume, "auto");
+    snprintf(f.overrides, sizeof f.overrides, "lr");
+    f.sched.lr = 1e-3f;
+    f.threads = 1; /* free field */
+    st = train_run(&f, &r, &e);
+    tu_check(st == ST_OK && r.start_step == 40, "a free field (threads) may change, --steps extends", "status %d: %s", st,
+             st ? e.msg : "ok");
+}
+
+/* The binary, SIGTERM mid-run: exit 0 with a checkpoint; --resume auto finishes identically. */
+static void test_sigterm(void) {
+    const char *args = "--layers 2 --heads 2 --channels 32 --vocab 97 --max-seq-len 32 --seq-len 32 --micro-batch 4 "
+                       "--grad-accum 2 --dropout 0.1 --lr 2e-3 --min-lr 2e-4 --warmup 5 --val-every 0 --val-batches 2 "
+                       "--peak-gflops 100 --quiet --steps 400 --data " DIR "/train.bin";
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, ST_BINARY_DIR "/scaletrain train %s --ckpt-dir " DIR "/sig_ref_ckpt --out " DIR
+             "/sig_ref_out >/dev/null 2>&1", args);
+    int rc = system(cmd);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char *argv[64];
+        int n = 0;
+        static char buf[2048];
+        snprintf(buf, sizeof buf, "%s --ckpt-dir " DIR "/sig_ckpt --out " DIR "/sig_out --log " DIR "/sig.jsonl", args);
+        argv[n++] = ST_BINARY_DIR "/scaletrain";
+        argv[n++] = "train";
+        for (char *t = strtok(buf, " "); t && n < 62; t = strtok(NULL, " ")) argv[n++] = t;
+        argv[n] = NULL;
+        freopen("/dev/null", "w", stdout);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    /* Wait until training is under way (the log has a step record), then SIGTERM. */
+    double t0 = timer_ms();
+    for (;;) {
+        char *text;
+        size_t len;
+        Err e;
+        int started = 0;
+        if (file_read_all(DIR "/sig.jsonl", &text, &len, &e) == ST_OK) {
+            started = strstr(text, "\"event\":\"step\",\"step\":20,") != NULL;
+            free(text);
+        }
+        if (started || timer_ms() - t0 > 60000) break;
+        usleep(20000);
+    }
+    kill(pid, SIGTERM);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    char *text = NULL;
+    size_t len = 0;
+    Err e;
+    file_read_all(DIR "/sig.jsonl", &text, &len, &e);
+    int preempted = text && strstr(text, "\"preempted\":true") != NULL;
+    free(text);
+    tu_check(rc == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 && preempted,
+             "SIGTERM: the step finishes, a checkpoint is saved, exit 0", "exit=%d preempted=%d",
+             WIFEXITED(status) ? WEXITSTATUS(status) : -1, preempted);
+    snprintf(cmd, sizeof cmd, ST_BINARY_DIR "/scaletrain train %s --ckpt-dir " DIR "/sig_ckpt --out " DIR
+             "/sig_out --resume auto >/dev/null 2>&1", args);
+    rc = system(cmd);
+    int same = same_file(DIR "/sig_ref_out/model.safetensors", DIR "/sig_out/model.safetensors");
+    tu_check(rc == 0 && same, "SIGTERM + resume == uninterrupted (final weights memcmp)", "resume exit=%d weights %s",
+             WEXITSTATUS(rc), same ? "identical" : "DIFFER");
+}
+
+int main(void) {
+    system("rm -rf " DIR);
+    make_data();
+    test_split("sync", 0);
+    test_split("async", 1);
+    test_config_kinds();
+    test_sigterm();
+    return tu_exit();
+}
