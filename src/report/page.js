@@ -6,8 +6,9 @@
  *
  * Self-check for tests: after drawing, each chart's box gets data-pixels = the number of
  * saturated (data-coloured) pixels inside its plot area, and #st-status gets data-state
- * ("ok" when every chart has drawn data and no error was recorded), data-charts, data-drawn and
- * data-errors; the text of any error goes into #st-status too. */
+ * ("ok" when every chart has drawn data and no error was recorded), data-charts, data-drawn,
+ * data-errors and data-height (page height in CSS pixels); the text of any error goes into
+ * #st-status too. Each chart box also gets data-rect = "x,y,w,h", its plot area in page pixels. */
 (function () {
   'use strict';
   var D = window.ST_DATA;
@@ -97,6 +98,14 @@
     s.setAttribute('data-drawn', String(drawn));
     s.setAttribute('data-errors', String(errs.length));
     s.setAttribute('data-state', errs.length === 0 && drawn === charts.length ? 'ok' : 'error');
+    s.setAttribute('data-height', String(document.documentElement.scrollHeight));
+    /* Plot areas in page pixels, so a test can look for the same charts in a screenshot. */
+    charts.forEach(function (c) {
+      if (!c.u) return;
+      var b = c.u.over.getBoundingClientRect();
+      c.box.setAttribute('data-rect', [b.left + window.scrollX, b.top + window.scrollY, b.width, b.height]
+        .map(function (v) { return Math.round(v); }).join(','));
+    });
     s.textContent = errs.length ? 'errors: ' + errs.join(' | ') : '';
     if (drawn !== charts.length) {
       s.textContent += ' charts without data: ' + charts.filter(function (c) { return c.pixels === 0; })
