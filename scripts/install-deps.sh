@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages scaletrain needs to build, run and test, if any are missing.
-# Usage: scripts/install-deps.sh [--bench]   (--bench adds what bench/ needs: PyTorch, BLIS)
+# Usage: scripts/install-deps.sh [--bench|--report]   (--bench adds what bench/ needs: PyTorch, BLIS;
+#        --report, or CI set in the environment, adds Chromium for test_report)
 # As root it runs apt-get; otherwise it prints the command to run and exits 1.
 set -euo pipefail
 
@@ -8,6 +9,11 @@ pkgs=(build-essential cmake pkg-config libdnnl-dev libcjson-dev libxxhash-dev
       libopenmpi-dev openmpi-bin)
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(python3-torch python3-numpy libblis-openmp-dev libopenblas-openmp-dev)
+fi
+# test_report opens the HTML report in headless Chromium. On a developer machine it skips without a
+# browser; with CI set it fails instead, so CI machines (and --report) install the browser here.
+if [[ -n "${CI:-}" || "${1:-}" == "--report" ]]; then
+  pkgs+=(chromium)
 fi
 
 missing=()
