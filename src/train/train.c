@@ -18,6 +18,7 @@
 #include "model/gpt.h"
 #include "model/layout.h"
 #include "model/matmul.h"
+#include "plan/plan.h"
 
 TrainConfig train_default_config(void) {
     TrainConfig c;
@@ -386,6 +387,19 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
     long long batch_seqs = (long long)B * k, batch_tokens = batch_seqs * T;
     ActSizes as = layout_activations(&cfg->model, B, T, nt);
     double util = loader_utilization(&r->train);
+    /* The plan of this run from the same layout function (docs/plan.md): its predicted step time
+     * and memory are logged at start and compared with the measurements at the end. */
+    PlanResult *plan = calloc(1, sizeof *plan);
+    int have_plan = 0;
+    if (plan) {
+        PlanInput pi = plan_default_input();
+        plan_model_from_config(&pi.model, &cfg->model);
+        pi.micro_batch = B, pi.seq_len = T, pi.grad_accum = k, pi.threads = nt;
+        pi.n_moments = nmom;
+        pi.hw.peak_fp32 = peak;
+        Err perr;
+        have_plan = plan_predict_step(&pi, plan, &perr) == ST_OK;
+    }
     if (!cfg->quiet) {
         printf("model: L=%d NH=%d C=%d V=%d (padded %d) maxT=%d, %lld parameters\n", cfg->model.n_layer,
                cfg->model.n_head, cfg->model.n_embd, cfg->model.vocab, cfg->model.vocab_padded, cfg->model.max_seq,
@@ -423,6 +437,14 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
         cJSON_AddStringToObject(o, "peak_source", cfg->peak_flops > 0 ? "given" : "measured");
         cJSON_AddNumberToObject(o, "data_utilization", util);
         cJSON_AddNumberToObject(o, "resumed_from_step", (double)start_step);
+        if (have_plan) {
+            cJSON *pl = cJSON_AddObjectToObject(o, "plan");
+            cJSON_AddNumberToObject(pl, "step_ms", plan->compute.step * 1e3);
+            cJSON_AddNumberToObject(pl, "tokens_per_s", plan->compute.tokens_per_s);
+            cJSON_AddNumberToObject(pl, "mfu", plan->compute.mfu);
+            cJSON_AddNumberToObject(pl, "num_params", (double)plan->n_params);
+            cJSON_AddNumberToObject(pl, "memory_total", plan->mem.total);
+        }
         cJSON *mp = cJSON_AddObjectToObject(o, "memory_planned");
         cJSON_AddNumberToObject(mp, "parameters", (double)total * 4);
         cJSON_AddNumberToObject(mp, "gradients", (double)total * 4);
@@ -593,12 +615,23 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
         cJSON_AddNumberToObject(o, "median_step_ms", res->median_step_ms);
         cJSON_AddNumberToObject(o, "tokens_per_s", res->tokens_per_s);
         cJSON_AddNumberToObject(o, "wall_s", ms_total * 1e-3);
+        if (have_plan) {
+            cJSON_AddNumberToObject(o, "planned_step_ms", plan->compute.step * 1e3);
+            cJSON_AddNumberToObject(o, "step_ms_over_plan", res->median_step_ms / (plan->compute.step * 1e3));
+        }
+        cJSON *mm = cJSON_AddObjectToObject(o, "memory_measured");
+        for (int c = 0; c < MEM_NCAT; c++)
+            cJSON_AddNumberToObject(mm, mem_category_name((MemCategory)c), (double)r->mem.peak[c]);
         log_event(r->log, o);
     }
+    if (have_plan && !cfg->quiet)
+        printf("plan: predicted %.1f ms/step, measured median %.1f ms/step (%.2fx)\n", plan->compute.step * 1e3,
+               res->median_step_ms, res->median_step_ms / (plan->compute.step * 1e3));
     if (!cfg->quiet)
         printf("done: %ld steps, median %.1f ms/step, %.0f tokens/s\n", res->steps_done, res->median_step_ms,
                res->tokens_per_s);
 done_signals:
+    free(plan);
     if (cfg->handle_signals) {
         sigaction(SIGTERM, &old_term, NULL);
         sigaction(SIGINT, &old_int, NULL);
