@@ -1,4 +1,217 @@
-/* cmd_eval.c — placeholder, replaced below. */
+/* cmd_eval.c — `scaletrain eval WEIGHTS --data SHARDS`: loss, perplexity and bits per byte of saved
+ * weights on token shards (docs/report.md "Evaluation").
+ *
+ * WEIGHTS is a weights folder (model.safetensors + config.json, e.g. `train --out`), a checkpoint
+ * directory or a --ckpt-dir (its newest valid checkpoint). The shards are read in order, as packed
+ * rows of T+1 tokens (row w = tokens [w·T, w·T + T], the loader's unshuffled order), every target
+ * counted once; --tokens N stops after ceil(N / T) rows. Forward only (train = 0), in fp32.
+ *
+ *   loss        = sum of per-token cross-entropy (nats) / targets evaluated
+ *   perplexity  = exp(loss)
+ *   bits/byte   = loss / ln 2 / (source_bytes / total_tokens)
+ * where source_bytes and total_tokens are those of all the shards given (shard header words [5],[6]
+ * and [2]): each token stands for the dataset's average number of source bytes, so evaluating a
+ * part of the shards attributes to it bytes in proportion to the tokens evaluated. When any shard
+ * has no source byte count, bits per byte is not reported. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "ckpt/ckpt.h"
+#include "ckpt/safetensors.h"
+#include "cli/args.h"
 #include "cli/cmds.h"
 #include "cli/cmds_report.h"
-int cmd_eval(int argc, char **argv) { return cli_fail("eval", 2, "not yet"); }
+#include "data/loader.h"
+#include "model/gpt.h"
+#include "model/matmul.h"
+
+typedef struct {
+    int tty;
+    int last_decile;
+    double t0;
+} EvalProgress;
+
+/* A bar with rate and ETA on a terminal (stderr), a plain line per 10% otherwise. */
+static void progress(EvalProgress *p, uint64_t done, uint64_t total) {
+    double el = omp_get_wtime() - p->t0, frac = total ? (double)done / (double)total : 1.0;
+    double rate = el > 0 ? (double)done / el : 0;
+    double eta = frac > 0 ? el * (1 - frac) / frac : 0;
+    if (p->tty) {
+        int w = 30, k = (int)(frac * w + 0.5);
+        char bar[64];
+        for (int i = 0; i < w; i++) bar[i] = i < k ? '#' : '.';
+        bar[w] = 0;
+        fprintf(stderr, "\reval [%s] %5.1f%% %10.0f tok/s  ETA %3d:%02d ", bar, frac * 100, rate, (int)eta / 60,
+                (int)eta % 60);
+        if (done >= total) fprintf(stderr, "\n");
+    } else {
+        int dec = (int)(frac * 10);
+        if (dec > p->last_decile || done >= total) {
+            p->last_decile = dec;
+            fprintf(stderr, "eval: %3.0f%% %llu/%llu tokens, %.0f tok/s, ETA %.0f s\n", frac * 100,
+                    (unsigned long long)done, (unsigned long long)total, rate, eta);
+        }
+    }
+}
+
+int cmd_eval(int argc, char **argv) {
+    char data[4096] = "";
+    long tokens = 0;
+    int B = 8, T = 0, threads = 2, json = 0, quiet = 0;
+    ArgSpec specs[] = {
+        {"data", ARG_STR, data, sizeof data, "token shards: path, glob or comma list (one dataset, no weights)"},
+        {"tokens", ARG_LONG, &tokens, 0, "evaluate about this many target tokens (whole rows of T; 0: all)"},
+        {"micro-batch", ARG_INT, &B, 0, "rows per forward pass B"},
+        {"seq-len", ARG_INT, &T, 0, "tokens per row T (0: the model's max sequence length)"},
+        {"threads", ARG_INT, &threads, 0, "threads for our kernels and the GEMM library"},
+        {"json", ARG_FLAG, &json, 0, "print the result as one JSON object"},
+        {"quiet", ARG_FLAG, &quiet, 0, "no progress output"},
+    };
+    int n = (int)(sizeof specs / sizeof specs[0]), npos = 0, help = 0;
+    char *pos[1];
+    Err err = {0};
+    Status st = args_parse(specs, n, argc, argv, pos, 1, &npos, &help, &err);
+    if (st != ST_OK) return cli_fail("eval", st, err.msg);
+    if (help || npos != 1) {
+        printf("usage: scaletrain eval WEIGHTS --data SHARDS [options]\n\n"
+               "Loss, perplexity and bits per byte of saved weights (a weights folder, a checkpoint or a\n"
+               "--ckpt-dir) on token shards, read in order.\n\n");
+        args_print_help(specs, n);
+        return help ? 0 : cli_fail("eval", ST_ERR_INPUT, "expected one weights directory, found none");
+    }
+    if (!data[0]) return cli_fail("eval", ST_ERR_INPUT, "--data: expected token shards, found nothing");
+    if (tokens < 0) return cli_fail("eval", ST_ERR_INPUT, "--tokens: expected >= 0");
+    if (B < 1) return cli_fail("eval", ST_ERR_INPUT, "--micro-batch: expected >= 1");
+    if (T < 0) return cli_fail("eval", ST_ERR_INPUT, "--seq-len: expected >= 0");
+    if (threads < 1 || threads > 1024) return cli_fail("eval", ST_ERR_INPUT, "--threads: expected 1..1024");
+
+    /* The weights: a plain folder, else a checkpoint (verified) or the newest one of a --ckpt-dir. */
+    char src[4096], note[1536], probe[4200];
+    snprintf(probe, sizeof probe, "%s/state.json", pos[0]);
+    int plain = access(probe, F_OK) != 0;
+    snprintf(probe, sizeof probe, "%s/model.safetensors", pos[0]);
+    plain = plain && access(probe, F_OK) == 0;
+    if (plain) {
+        snprintf(src, sizeof src, "%s", pos[0]);
+    } else {
+        if (access(pos[0], F_OK) != 0) {
+            snprintf(err.msg, sizeof err.msg, "%s: expected a weights folder or checkpoint, but it does not exist",
+                     pos[0]);
+            return cli_fail("eval", ST_ERR_INPUT, err.msg);
+        }
+        if ((st = ckpt_resolve(NULL, pos[0], src, sizeof src, note, sizeof note, &err)) != ST_OK)
+            return cli_fail("eval", st, err.msg);
+        if (!src[0]) {
+            snprintf(err.msg, sizeof err.msg, "%s: no model.safetensors and no checkpoint in it", pos[0]);
+            return cli_fail("eval", ST_ERR_INPUT, err.msg);
+        }
+        if (note[0] && !quiet) fprintf(stderr, "scaletrain eval: %s\n", note);
+    }
+    ModelConfig cfg;
+    if ((st = st_load_hf_config(src, &cfg, NULL, 0, &err)) != ST_OK) return cli_fail("eval", st, err.msg);
+    if (T == 0) T = cfg.max_seq;
+    if (T > cfg.max_seq) {
+        snprintf(err.msg, sizeof err.msg, "--seq-len: expected <= %d (the model's max sequence length), found %d",
+                 cfg.max_seq, T);
+        return cli_fail("eval", ST_ERR_INPUT, err.msg);
+    }
+
+    Loader ld;
+    memset(&ld, 0, sizeof ld);
+    Gpt g;
+    memset(&g, 0, sizeof g);
+    int32_t *inp = NULL, *tgt = NULL;
+    int rc = 0;
+    if ((st = loader_open(&ld, data, T, (uint32_t)cfg.vocab, 0, 0, 0, &err)) != ST_OK) {
+        err_prefix(&err, "--data");
+        goto fail;
+    }
+    if (ld.nsets != 1) {
+        st = err_set(&err, ST_ERR_INPUT, "--data: a weighted mixture of %d datasets; eval takes one dataset", ld.nsets);
+        goto fail;
+    }
+    uint32_t hv = loader_header_vocab(&ld);
+    if (hv && hv != (uint32_t)cfg.vocab) {
+        st = err_set(&err, ST_ERR_INPUT, "--data %s: the shards' tokenizer has %u ids, the model in %s expects %d", data,
+                     hv, src, cfg.vocab);
+        goto fail;
+    }
+    uint64_t rows = ld.nwin;
+    if (tokens > 0) {
+        uint64_t want = ((uint64_t)tokens + (uint64_t)T - 1) / (uint64_t)T;
+        if (want < rows) rows = want;
+    }
+    mm_set_threads(threads);
+    omp_set_num_threads(threads);
+    if ((st = gpt_init(&g, &cfg, B, T, threads, 1, NULL, &err)) != ST_OK) goto fail;
+    if ((st = st_load_hf_weights(&g, src, &err)) != ST_OK) goto fail;
+    inp = malloc(sizeof *inp * (size_t)B * (size_t)T);
+    tgt = malloc(sizeof *tgt * (size_t)B * (size_t)T);
+    if (!inp || !tgt) {
+        st = err_set(&err, ST_ERR_RUNTIME, "out of memory for a %d x %d batch", B, T);
+        goto fail;
+    }
+    EvalProgress pr = {isatty(2), -1, omp_get_wtime()};
+    double nats = 0;
+    uint64_t targets = 0, total_targets = rows * (uint64_t)T;
+    for (uint64_t r = 0; r < rows; r += (uint64_t)B) {
+        int cnt = (int)(rows - r < (uint64_t)B ? rows - r : (uint64_t)B);
+        loader_fill(&ld, r, cnt, inp, tgt);
+        nats += gpt_forward(&g, inp, tgt, cnt, T, 1.0f, 0, 0);
+        for (size_t i = 0; i < (size_t)cnt * (size_t)T; i++) targets += tgt[i] >= 0;
+        if (!quiet) progress(&pr, (r + (uint64_t)cnt) * (uint64_t)T, total_targets);
+    }
+    double el = omp_get_wtime() - pr.t0;
+    double loss = targets ? nats / (double)targets : NAN, ppl = exp(loss);
+    double bytes_per_token = ld.source_bytes ? (double)ld.source_bytes / (double)ld.total_tokens : 0;
+    double bpb = bytes_per_token > 0 ? loss / log(2.0) / bytes_per_token : NAN;
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "weights", src);
+        cJSON_AddStringToObject(o, "data", data);
+        cJSON_AddNumberToObject(o, "rows", (double)rows);
+        cJSON_AddNumberToObject(o, "seq_len", T);
+        cJSON_AddNumberToObject(o, "targets", (double)targets);
+        cJSON_AddNumberToObject(o, "loss_sum_nats", nats);
+        cJSON_AddNumberToObject(o, "loss", loss);
+        cJSON_AddNumberToObject(o, "perplexity", ppl);
+        cJSON_AddNumberToObject(o, "total_tokens", (double)ld.total_tokens);
+        if (bytes_per_token > 0) {
+            cJSON_AddNumberToObject(o, "source_bytes", (double)ld.source_bytes);
+            cJSON_AddNumberToObject(o, "bytes_covered", bytes_per_token * (double)targets);
+            cJSON_AddNumberToObject(o, "bits_per_byte", bpb);
+        } else {
+            cJSON_AddNullToObject(o, "source_bytes");
+            cJSON_AddNullToObject(o, "bits_per_byte");
+        }
+        cJSON_AddNumberToObject(o, "seconds", el);
+        char *t = cJSON_PrintUnformatted(o);
+        if (t) printf("%s\n", t);
+        cJSON_free(t);
+        cJSON_Delete(o);
+    } else {
+        printf("eval: %s on %s: %llu tokens (%llu rows of %d) of %zu in %d shard%s, %.1f s\n", src, data,
+               (unsigned long long)targets, (unsigned long long)rows, T, ld.total_tokens, ld.nshards,
+               ld.nshards == 1 ? "" : "s", el);
+        printf("loss %.4f nats/token | perplexity %.3f | ", loss, ppl);
+        if (bytes_per_token > 0)
+            printf("bits/byte %.4f (%.3f source bytes/token)\n", bpb, bytes_per_token);
+        else
+            printf("bits/byte n/a (the shards do not record their source byte count)\n");
+    }
+    goto cleanup;
+fail:
+    rc = cli_fail("eval", st, err.msg);
+cleanup:
+    free(inp);
+    free(tgt);
+    gpt_free(&g);
+    loader_close(&ld);
+    return rc;
+}

@@ -1,0 +1,157 @@
+/* test_eval.c — `scaletrain eval`: loss, perplexity and bits per byte of saved weights on shards.
+ *
+ * Oracles:
+ *   loss        the same model's gpt_forward called directly, one row at a time (the binary batches
+ *               3 rows with a partial last batch), summed in double: relative difference < 1e-5;
+ *   formulas    perplexity = exp(loss), bits/byte = loss / ln 2 / (source_bytes / total_tokens) and
+ *               bytes covered = targets · source_bytes / total_tokens, computed here by hand from the
+ *               numbers written into the shard header (1e-12 relative);
+ *   --tokens    rows = ceil(N / T);
+ *   bad input   exit 2 and one stderr line naming the problem (missing folder, shard vocabulary
+ *               different from the model's, token id out of range, --seq-len too long). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cjson/cJSON.h>
+
+#include "ckpt/safetensors.h"
+#include "core/fileio.h"
+#include "data/shard.h"
+#include "model/gpt.h"
+#include "testutil.h"
+
+#define BIN ST_BINARY_DIR "/scaletrain"
+#define TMP ST_BINARY_DIR "/test_eval"
+
+enum { V = 61, NTOK = 1000, T = 16 };
+#define SRC_BYTES 2345u
+
+static int run(const char *cmd) {
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static char *slurp(const char *path) {
+    char *t = NULL;
+    size_t n = 0;
+    Err e;
+    if (file_read_all(path, &t, &n, &e) != ST_OK) return NULL;
+    return t;
+}
+
+static double jnum(const cJSON *o, const char *k) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(x) ? x->valuedouble : NAN;
+}
+
+static cJSON *eval_json(const char *args) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, BIN " eval %s --json --quiet >" TMP "/out.json 2>" TMP "/err.txt", args);
+    if (run(cmd) != 0) return NULL;
+    char *t = slurp(TMP "/out.json");
+    cJSON *o = t ? cJSON_Parse(t) : NULL;
+    free(t);
+    return o;
+}
+
+static void expect_error(const char *name, const char *args, const char *want) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, BIN " eval %s >/dev/null 2>" TMP "/err.txt", args);
+    int rc = run(cmd);
+    char *e = slurp(TMP "/err.txt");
+    int lines = 0;
+    for (char *p = e; p && *p; p++) lines += *p == '\n';
+    int ok = rc == 2 && lines == 1 && e && !strncmp(e, "scaletrain eval: ", 17) && strstr(e, want);
+    if (e && lines) e[strlen(e) - 1] = '\0';
+    tu_check(ok, name, "exit=%d lines=%d stderr=\"%s\"", rc, lines, e ? e : "");
+    free(e);
+}
+
+int main(void) {
+    Err e = {0};
+    file_mkdirs(TMP, &e);
+    ModelConfig cfg = {.n_layer = 2, .n_head = 2, .n_embd = 32, .vocab = V, .max_seq = 32};
+    Gpt g;
+    memset(&g, 0, sizeof g);
+    if (model_config_validate(&cfg, &e) != ST_OK || gpt_init(&g, &cfg, 1, T, 1, 1, NULL, &e) != ST_OK) {
+        tu_check(0, "eval_setup", "%s", e.msg);
+        return tu_exit();
+    }
+    gpt_init_params(&g, 7);
+    if (st_save_hf(&g, TMP "/model", "bytes", &e) != ST_OK) tu_check(0, "eval_save", "%s", e.msg);
+    /* A shard of NTOK tokens from a repeating pattern (the model is random, any ids will do). */
+    uint32_t tok[NTOK];
+    for (int i = 0; i < NTOK; i++) tok[i] = (uint32_t)((i * 17 + i / 7) % V);
+    ShardMeta meta = {0, SRC_BYTES, V, 0};
+    shard_write(TMP "/good.bin", tok, NTOK, &meta, &e);
+
+    /* The oracle: row w = tokens [w·T, w·T + T], one row per forward. (NTOK - 1) / T full rows. */
+    int rows = (NTOK - 1) / T;
+    double nats = 0;
+    int32_t inp[T], tgt[T];
+    for (int w = 0; w < rows; w++) {
+        for (int t = 0; t < T; t++) inp[t] = (int32_t)tok[w * T + t], tgt[t] = (int32_t)tok[w * T + t + 1];
+        nats += gpt_forward(&g, inp, tgt, 1, T, 1.0f, 0, 0);
+    }
+    double targets = (double)rows * T, loss = nats / targets;
+
+    char args[1024];
+    snprintf(args, sizeof args, TMP "/model --data " TMP "/good.bin --seq-len %d --micro-batch 3 --threads 2", T);
+    cJSON *o = eval_json(args);
+    double got = jnum(o, "loss_sum_nats");
+    tu_check(o && jnum(o, "rows") == rows && jnum(o, "targets") == targets && fabs(got - nats) <= 1e-5 * fabs(nats),
+             "eval_loss_matches_direct_forward", "rows=%g targets=%g sum=%.9g direct=%.9g rel=%.2e", jnum(o, "rows"),
+             jnum(o, "targets"), got, nats, fabs(got - nats) / fabs(nats));
+    /* Formulas by hand from the binary's own loss (so only the formula is under test here). */
+    double l = jnum(o, "loss"), bpt = (double)SRC_BYTES / NTOK;
+    double want_bpb = l / log(2.0) / bpt, want_cov = targets * SRC_BYTES / NTOK;
+    tu_check(fabs(l - loss) <= 1e-5 * loss && fabs(jnum(o, "perplexity") - exp(l)) <= 1e-12 * exp(l) &&
+                 fabs(jnum(o, "bits_per_byte") - want_bpb) <= 1e-12 * want_bpb &&
+                 fabs(jnum(o, "bytes_covered") - want_cov) <= 1e-9 * want_cov && jnum(o, "source_bytes") == SRC_BYTES,
+             "eval_ppl_bpb_formula", "loss=%.6f ppl=%.6f bpb=%.9f want %.9f covered=%.3f want %.3f", l,
+             jnum(o, "perplexity"), jnum(o, "bits_per_byte"), want_bpb, jnum(o, "bytes_covered"), want_cov);
+    cJSON_Delete(o);
+
+    /* --tokens 100 at T = 16: ceil(100 / 16) = 7 rows, the first 7 rows' loss. */
+    double nats7 = 0;
+    for (int w = 0; w < 7; w++) {
+        for (int t = 0; t < T; t++) inp[t] = (int32_t)tok[w * T + t], tgt[t] = (int32_t)tok[w * T + t + 1];
+        nats7 += gpt_forward(&g, inp, tgt, 1, T, 1.0f, 0, 0);
+    }
+    snprintf(args, sizeof args, TMP "/model --data " TMP "/good.bin --seq-len %d --tokens 100", T);
+    o = eval_json(args);
+    tu_check(o && jnum(o, "rows") == 7 && jnum(o, "targets") == 7 * T &&
+                 fabs(jnum(o, "loss_sum_nats") - nats7) <= 1e-5 * nats7,
+             "eval_tokens_limit", "rows=%g sum=%.9g direct=%.9g", jnum(o, "rows"), jnum(o, "loss_sum_nats"), nats7);
+    cJSON_Delete(o);
+
+    /* Shards without a source byte count: bits per byte is null, the rest still reported. */
+    ShardMeta nometa = {0, 0, V, 0};
+    shard_write(TMP "/nobytes.bin", tok, NTOK, &nometa, &e);
+    snprintf(args, sizeof args, TMP "/model --data " TMP "/nobytes.bin --seq-len %d", T);
+    o = eval_json(args);
+    const cJSON *bpb = o ? cJSON_GetObjectItemCaseSensitive(o, "bits_per_byte") : NULL;
+    tu_check(o && cJSON_IsNull(bpb) && fabs(jnum(o, "loss") - loss) <= 1e-5 * loss, "eval_unknown_bytes",
+             "bits_per_byte null, loss %.6f", jnum(o, "loss"));
+    cJSON_Delete(o);
+
+    /* Bad input. */
+    ShardMeta bigv = {0, SRC_BYTES, V + 10, 0};
+    shard_write(TMP "/vocab.bin", tok, NTOK, &bigv, &e);
+    uint32_t bad[NTOK];
+    memcpy(bad, tok, sizeof bad);
+    bad[500] = V + 3;
+    ShardMeta unknown = {0, SRC_BYTES, 0, 0};
+    shard_write(TMP "/oov.bin", bad, NTOK, &unknown, &e);
+    expect_error("eval_missing_dir", TMP "/nope --data " TMP "/good.bin", "does not exist");
+    expect_error("eval_missing_data", TMP "/model", "--data");
+    expect_error("eval_shard_vocab_mismatch", TMP "/model --data " TMP "/vocab.bin --seq-len 16", "expects 61");
+    expect_error("eval_token_out_of_range", TMP "/model --data " TMP "/oov.bin --seq-len 16", "oov.bin");
+    expect_error("eval_seq_len_too_long", TMP "/model --data " TMP "/good.bin --seq-len 64", "--seq-len");
+    expect_error("eval_no_shards", TMP "/model --data " TMP "/none_*.bin", "none_");
+    gpt_free(&g);
+    return tu_exit();
+}
