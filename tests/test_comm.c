@@ -94,6 +94,8 @@ static void test_float_collectives(Comm *c) {
         for (size_t j = 0; j < n; j++) md = fmax(md, fabs(b[j] - tri * fsmall((size_t)r * n + j)));
         snprintf(name, sizeof name, "reduce_scatter_outofplace_block%zu", n);
         check(st == ST_OK && md == 0, name, "maxdiff=%g %s", md, st ? err.msg : "");
+        int rs_default = c->rs_as_allreduce;
+        c->rs_as_allreduce = 0;
         st = comm_reduce_scatter_f32(c, a, a + (size_t)r * n, n, &err);
         md = 0;
         for (size_t j = 0; j < n; j++) md = fmax(md, fabs(a[(size_t)r * n + j] - tri * fsmall((size_t)r * n + j)));
@@ -102,7 +104,7 @@ static void test_float_collectives(Comm *c) {
         c->rs_as_allreduce = 1;
         for (size_t i = 0; i < n * p; i++) a[i] = (float)(r + 1) * fsmall(i);
         st = comm_reduce_scatter_f32(c, a, a + (size_t)r * n, n, &err);
-        c->rs_as_allreduce = 0;
+        c->rs_as_allreduce = rs_default;
         md = 0;
         for (size_t j = 0; j < n; j++) md = fmax(md, fabs(a[(size_t)r * n + j] - tri * fsmall((size_t)r * n + j)));
         snprintf(name, sizeof name, "reduce_scatter_inplace_as_allreduce_block%zu", n);

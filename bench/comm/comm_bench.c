@@ -35,7 +35,7 @@ typedef enum {
 } Form;
 static const char *coll_names[] = {"all-reduce", "reduce-scatter", "all-gather"};
 static const char *form_names[] = {"MPI blocking, separate buffers", "MPI blocking, MPI_IN_PLACE",
-                                   "MPI nonblocking, MPI_IN_PLACE + MPI_Test", "comm API (nonblocking, in place)",
+                                   "MPI nonblocking, MPI_IN_PLACE + MPI_Test", "comm API (nonblocking, in place; reduce-scatter: rs_as_allreduce=0)",
                                    "MPI_Allreduce in place, keep own block",
                                    "comm API, rs_as_allreduce=1 (MPI_Iallreduce)"};
 
@@ -77,7 +77,10 @@ static int run_once(Coll c, Form f, float *a, float *b, size_t n) {
             if (rank) memmove(own, a, blk * sizeof(float));
             return rc;
         }
-        if (f == F_COMM) return comm_reduce_scatter_f32(comm, a, own, blk, &err);
+        if (f == F_COMM) {
+            comm->rs_as_allreduce = 0;
+            return comm_reduce_scatter_f32(comm, a, own, blk, &err);
+        }
         if (f == F_COMM_AR) {
             comm->rs_as_allreduce = 1;
             int rc = comm_reduce_scatter_f32(comm, a, own, blk, &err);

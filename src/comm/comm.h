@@ -68,8 +68,9 @@ typedef struct {
     int abort_on_timeout;         /* 1 (default): a timeout prints and MPI_Aborts the job; 0: comm_wait
                                      returns ST_ERR_RUNTIME and the caller must call comm_abort */
     int rs_as_allreduce;          /* 1: an in-place reduce-scatter runs as an all-reduce of the whole
-                                     buffer and keeps the own block (counts 2(p-1)/p·S bytes); 0
-                                     (default): MPI_Ireduce_scatter_block. See docs/comm.md */
+                                     buffer and keeps the own block (counts 2(p-1)/p·S bytes); 0:
+                                     MPI_Ireduce_scatter_block. Default 1 when all ranks share one
+                                     node (measured faster there), else 0. See docs/comm.md */
     CommStats stats;              /* cumulative accounting */
     CommMpi *mpi;                 /* NULL in single-process mode */
 } Comm;
