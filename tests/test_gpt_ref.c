@@ -76,7 +76,7 @@ static void run(const char *file, int nt) {
     tu_check(fabs(loss - ref_loss) / ref_loss <= 1e-5, name, "ours=%.9f ref=%.9f", loss, ref_loss);
 
     /* Logits from the saved final-LayerNorm output through the tied head. */
-    float *logits = malloc(sizeof(float) * N * V);
+    float *logits = malloc(sizeof(float) * (size_t)N * (size_t)V);
     matmul_forward(logits, g.lnf, g.p.wte, NULL, N, C, V, nt);
     double re = tu_rel_err_fd(logits, need(&f, "logits")->data, (size_t)N * V);
     snprintf(name, sizeof name, "%s logits", file);

@@ -74,6 +74,48 @@ static void test_accumulation(float dropout) {
     gpt_free(&small);
 }
 
+
+/* Recompute: selective and full give bit-identical gradients to none (dropout on, so the masks
+ * must be regenerated exactly), and allocate exactly the planned activation bytes, fewer each. */
+static void test_recompute(void) {
+    ModelConfig mc = small_cfg(0.1f);
+    int B = 3, T = 20;
+    int32_t inp[60], tgt[60];
+    fill_tokens(inp, B * T, 7, mc.vocab);
+    fill_tokens(tgt, B * T, 8, mc.vocab);
+    float *ref = NULL;
+    double ref_loss = 0;
+    size_t prev_bytes = 0;
+    for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_FULL; rc++) {
+        Gpt g;
+        Err e;
+        MemStats ms = {0};
+        gpt_init_rc(&g, &mc, B, T, 2, 1, (Recompute)rc, &ms, &e);
+        gpt_init_params(&g, 21);
+        gpt_zero_grads(&g);
+        double loss = gpt_forward(&g, inp, tgt, B, T, 1.0f / (B * T), 1, 5);
+        gpt_backward(&g);
+        ActSizes as = layout_activations_rc(&mc, B, T, 2, (Recompute)rc);
+        char name[96];
+        if (rc == RECOMPUTE_NONE) {
+            ref = malloc(g.layout.total * 4);
+            memcpy(ref, g.grads, g.layout.total * 4);
+            ref_loss = loss;
+        } else {
+            snprintf(name, sizeof name, "recompute %s: gradients bit-identical to none", layout_recompute_name(rc));
+            tu_check(!memcmp(ref, g.grads, g.layout.total * 4) && loss == ref_loss, name, "memcmp over %zu floats",
+                     g.layout.total);
+        }
+        snprintf(name, sizeof name, "recompute %s: activation bytes allocated == planned", layout_recompute_name(rc));
+        tu_check(ms.bytes[MEM_ACTIVATIONS] == as.total * 4 && (rc == 0 || ms.bytes[MEM_ACTIVATIONS] < prev_bytes),
+                 name, "allocated %zu, planned %zu, previous level %zu", ms.bytes[MEM_ACTIVATIONS], as.total * 4,
+                 prev_bytes);
+        prev_bytes = ms.bytes[MEM_ACTIVATIONS];
+        gpt_free(&g);
+    }
+    free(ref);
+}
+
 static void test_mask(void) {
     ModelConfig mc = small_cfg(0);
     int T = 16, Tcut = 11;
@@ -210,6 +252,7 @@ int main(void) {
     test_accumulation(0.0f);
     test_accumulation(0.1f);
     test_mask();
+    test_recompute();
     test_runs();
     return tu_exit();
 }

@@ -52,7 +52,7 @@ static Status bundled_corpus(TrainConfig *c, Err *err) {
 
 int cmd_train(int argc, char **argv) {
     TrainConfig c = train_default_config();
-    char model[64] = "", optimizer[16] = "adamw", schedule[16] = "cosine", shape[16] = "linear", tok_dir[1024] = "";
+    char model[64] = "", recompute[16] = "none", optimizer[16] = "adamw", schedule[16] = "cosine", shape[16] = "linear", tok_dir[1024] = "";
     long batch_tokens = 0;
     double peak_gflops = 0;
     float beta1 = -1, beta2 = -1, wd = -1, eps = -1, momentum = -1;
@@ -96,6 +96,8 @@ int cmd_train(int argc, char **argv) {
         {"log", ARG_STR, c.log_path, sizeof c.log_path, "JSON Lines metrics file"},
         {"out", ARG_STR, c.out_dir, sizeof c.out_dir, "directory for the final weights (model.safetensors)"},
         {"quiet", ARG_FLAG, &c.quiet, 0, "no per-step lines"},
+        {"recompute", ARG_STR, recompute, sizeof recompute,
+         "none | selective (LayerNorm and GELU outputs) | full (each block's forward rerun in backward)"},
         {"no-pack", ARG_FLAG, &c.no_pack, 0, "one document per row with the padding masked (default: packed rows)"},
         {"ckpt-dir", ARG_STR, c.ckpt_dir, sizeof c.ckpt_dir, "directory of checkpoints step_NNNNNNNN/"},
         {"ckpt-every", ARG_INT, &c.ckpt_every, 0, "steps between checkpoints (0: at the end and on SIGTERM only)"},
@@ -137,6 +139,13 @@ int cmd_train(int argc, char **argv) {
     c.optim.weight_decay = wd >= 0 ? wd : od.weight_decay;
     c.optim.momentum = momentum >= 0 ? momentum : od.momentum;
     if ((st = sched_parse_kind(schedule, &c.sched.kind, &err)) != ST_OK) return cli_fail("train", st, err.msg);
+    if (!strcmp(recompute, "none")) c.recompute = RECOMPUTE_NONE;
+    else if (!strcmp(recompute, "selective")) c.recompute = RECOMPUTE_SELECTIVE;
+    else if (!strcmp(recompute, "full")) c.recompute = RECOMPUTE_FULL;
+    else {
+        snprintf(err.msg, sizeof err.msg, "--recompute: expected none, selective or full, found '%s'", recompute);
+        return cli_fail("train", ST_ERR_INPUT, err.msg);
+    }
     if ((st = sched_parse_shape(shape, &c.sched.decay_shape, &err)) != ST_OK) return cli_fail("train", st, err.msg);
     if (batch_tokens > 0) {
         long per = (long)c.micro_batch * c.seq_len;

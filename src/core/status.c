@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Messages longer than Err.msg are cut on purpose: one line, never an overflow. */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
 Status err_set(Err *err, Status status, const char *fmt, ...) {
     if (err) {
         va_list ap;
@@ -19,13 +22,16 @@ Status err_set(Err *err, Status status, const char *fmt, ...) {
 
 Status err_prefix(Err *err, const char *fmt, ...) {
     if (!err) return ST_ERR_RUNTIME;
-    char pre[512], old[sizeof err->msg];
+    char pre[256], old[sizeof err->msg];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(pre, sizeof pre, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", pre, old);
+    old[sizeof old - 1] = '\0';
+    size_t n = strlen(pre);
+    memcpy(err->msg, pre, n);
+    snprintf(err->msg + n, sizeof err->msg - n, ": %s", old);
     return err->status;
 }
 

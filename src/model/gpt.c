@@ -18,9 +18,15 @@ static Dropout dropout_at(const Gpt *g, int layer, int site) {
 }
 
 Status gpt_init(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int shard_multiple, MemStats *mem, Err *err) {
+    return gpt_init_rc(g, cfg, B, T, nt, shard_multiple, RECOMPUTE_NONE, mem, err);
+}
+
+Status gpt_init_rc(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int shard_multiple, Recompute rc,
+                   MemStats *mem, Err *err) {
     memset(g, 0, sizeof *g);
     g->cfg = *cfg;
     g->B = B, g->T = T, g->nt = nt < 1 ? 1 : nt;
+    g->recompute = rc;
     g->mem = mem;
     if (B < 1) return err_set(err, ST_ERR_INPUT, "--micro-batch: expected a positive integer, found %d", B);
     if (T < 1 || T > cfg->max_seq)
@@ -38,7 +44,7 @@ Status gpt_init(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int shard_
     layout_views(&g->layout, g->params, &g->p);
     layout_views(&g->layout, g->grads, &g->g);
 
-    ActSizes as = layout_activations(cfg, B, T, g->nt);
+    ActSizes as = layout_activations_rc(cfg, B, T, g->nt, rc);
     g->acts_floats = as.total;
     g->scratch_floats = as.scratch;
     g->acts = mem_alloc(mem, MEM_ACTIVATIONS, as.total * sizeof(float));
@@ -46,15 +52,40 @@ Status gpt_init(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int shard_
     if (!g->acts || !g->scratch) goto oom;
 
     size_t N = (size_t)B * T, C = cfg->n_embd, NH = cfg->n_head;
+    size_t probs = (size_t)B * NH * T * T;
     float *a = g->acts;
 #define TAKE(ptr, n) (ptr = a, a += (n))
     TAKE(g->encoded, N * C);
+    /* Saved per layer, then (with recompute) one shared set that every layer's pointers alias. */
     for (int l = 0; l < L; l++) {
         LayerActs *x = &g->la[l];
-        TAKE(x->ln1, N * C), TAKE(x->ln1_mean, N), TAKE(x->ln1_rstd, N);
-        TAKE(x->qkv, 3 * N * C), TAKE(x->probs, (size_t)B * NH * T * T), TAKE(x->atty, N * C);
-        TAKE(x->res2, N * C), TAKE(x->ln2, N * C), TAKE(x->ln2_mean, N), TAKE(x->ln2_rstd, N);
-        TAKE(x->fch, 4 * N * C), TAKE(x->fch_gelu, 4 * N * C), TAKE(x->res3, N * C);
+        if (rc == RECOMPUTE_NONE) {
+            TAKE(x->ln1, N * C), TAKE(x->ln2, N * C), TAKE(x->fch_gelu, 4 * N * C);
+        }
+        if (rc != RECOMPUTE_FULL) {
+            TAKE(x->ln1_mean, N), TAKE(x->ln1_rstd, N), TAKE(x->qkv, 3 * N * C), TAKE(x->probs, probs);
+            TAKE(x->atty, N * C), TAKE(x->res2, N * C), TAKE(x->ln2_mean, N), TAKE(x->ln2_rstd, N);
+            TAKE(x->fch, 4 * N * C);
+        }
+        TAKE(x->res3, N * C);
+    }
+    if (rc != RECOMPUTE_NONE) {
+        LayerActs sh;
+        TAKE(sh.ln1, N * C), TAKE(sh.ln2, N * C), TAKE(sh.fch_gelu, 4 * N * C);
+        if (rc == RECOMPUTE_FULL) {
+            TAKE(sh.ln1_mean, N), TAKE(sh.ln1_rstd, N), TAKE(sh.qkv, 3 * N * C), TAKE(sh.probs, probs);
+            TAKE(sh.atty, N * C), TAKE(sh.res2, N * C), TAKE(sh.ln2_mean, N), TAKE(sh.ln2_rstd, N);
+            TAKE(sh.fch, 4 * N * C);
+        }
+        for (int l = 0; l < L; l++) {
+            LayerActs *x = &g->la[l];
+            x->ln1 = sh.ln1, x->ln2 = sh.ln2, x->fch_gelu = sh.fch_gelu;
+            if (rc == RECOMPUTE_FULL) {
+                float *res3 = x->res3;
+                *x = sh;
+                x->res3 = res3;
+            }
+        }
     }
     TAKE(g->lnf, N * C), TAKE(g->lnf_mean, N), TAKE(g->lnf_rstd, N), TAKE(g->losses, N);
     ST_CHECK((size_t)(a - g->acts) == as.total);
@@ -114,34 +145,41 @@ static void hook(void (*fn)(void *, int), void *ctx, int seg) {
     if (fn) fn(ctx, seg);
 }
 
+/* Forward of block l on input x (B, T, C) into its LayerActs (shared buffers under recompute). */
+static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
+    const ModelConfig *cfg = &g->cfg;
+    int C = cfg->n_embd, NH = cfg->n_head, nt = g->nt, N = B * T;
+    Dropout off = {0};
+    const BlockParams *p = &g->p.blocks[l];
+    LayerActs *a = &g->la[l];
+    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C, nt);
+    matmul_forward(a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C, nt);
+    attention_forward(a->atty, a->probs, g->att_scratch, a->qkv, B, T, C, NH,
+                      cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off, nt);
+    matmul_forward(g->dbuf_b, a->atty, p->attprojw, p->attprojb, N, C, C, nt);
+    residual_forward(a->res2, x, g->dbuf_b, (size_t)N * C, dropout_at(g, l, DROP_ATTN_RES), nt);
+    layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C, nt);
+    matmul_forward(a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C, nt);
+    gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C, nt);
+    matmul_forward(g->dbuf_b, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C, nt);
+    residual_forward(a->res3, a->res2, g->dbuf_b, (size_t)N * C, dropout_at(g, l, DROP_MLP_RES), nt);
+}
+
 double gpt_forward(Gpt *g, const int32_t *inp, const int32_t *tgt, int B, int T, float dscale, int train,
                    uint64_t drop_counter) {
     ST_CHECK(B <= g->B && T <= g->T && (size_t)B * T <= (size_t)g->B * g->T);
     const ModelConfig *cfg = &g->cfg;
-    int L = cfg->n_layer, C = cfg->n_embd, NH = cfg->n_head, nt = g->nt, N = B * T;
+    int L = cfg->n_layer, C = cfg->n_embd, nt = g->nt, N = B * T;
     double t0 = timer_ms();
     g->cur_inp = inp, g->curB = B, g->curT = T, g->cur_drop_counter = drop_counter;
-    Dropout off = {0};
 
     hook(g->hooks.before_forward, g->hooks.ctx, 0);
     encoder_forward(g->encoded, inp, g->p.wte, g->p.wpe, B, T, C, dropout_at(g, -1, DROP_EMBED), nt);
     const float *x = g->encoded;
     for (int l = 0; l < L; l++) {
         hook(g->hooks.before_forward, g->hooks.ctx, l + 1);
-        const BlockParams *p = &g->p.blocks[l];
-        LayerActs *a = &g->la[l];
-        layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C, nt);
-        matmul_forward(a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C, nt);
-        attention_forward(a->atty, a->probs, g->att_scratch, a->qkv, B, T, C, NH,
-                          cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off, nt);
-        matmul_forward(g->dbuf_b, a->atty, p->attprojw, p->attprojb, N, C, C, nt);
-        residual_forward(a->res2, x, g->dbuf_b, (size_t)N * C, dropout_at(g, l, DROP_ATTN_RES), nt);
-        layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C, nt);
-        matmul_forward(a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C, nt);
-        gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C, nt);
-        matmul_forward(g->dbuf_b, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C, nt);
-        residual_forward(a->res3, a->res2, g->dbuf_b, (size_t)N * C, dropout_at(g, l, DROP_MLP_RES), nt);
-        x = a->res3;
+        block_forward(g, l, x, B, T);
+        x = g->la[l].res3;
     }
     hook(g->hooks.before_forward, g->hooks.ctx, L + 1);
     layernorm_forward(g->lnf, g->lnf_mean, g->lnf_rstd, x, g->p.lnfw, g->p.lnfb, N, C, nt);
@@ -181,6 +219,14 @@ void gpt_backward(Gpt *g) {
         BlockParams *dp = &g->g.blocks[l];
         LayerActs *a = &g->la[l];
         const float *x = l > 0 ? g->la[l - 1].res3 : g->encoded;
+        if (g->recompute == RECOMPUTE_FULL) {
+            /* dbuf_b is free here: the head's dx was consumed by the final LayerNorm backward. */
+            block_forward(g, l, x, B, T);
+        } else if (g->recompute == RECOMPUTE_SELECTIVE) {
+            layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C, nt);
+            layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C, nt);
+            gelu_forward(a->fch_gelu, a->fch, NC * 4, nt);
+        }
         const float *dbranch = g->dres;
         if (cfg->dropout > 0) {
             dropout_backward(g->dbuf_c, g->dres, NC, dropout_at(g, l, DROP_MLP_RES), nt);

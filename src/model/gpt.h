@@ -42,6 +42,7 @@ typedef struct {
     ModelConfig cfg;
     ParamLayout layout;
     int B, T;         /* capacity of the activation buffers */
+    Recompute recompute; /* what backward recomputes instead of reading saved activations */
     int nt;           /* OpenMP threads for our kernels */
     MemStats *mem;    /* where allocations are counted (not owned) */
 
@@ -73,8 +74,12 @@ typedef struct {
 
 /* Allocates parameters, gradients, activations and scratch for micro-batches up to B×T with nt
  * threads. cfg must be validated; T <= cfg->max_seq is checked (ST_ERR_INPUT naming --seq-len).
- * gpt_free is safe on a zeroed or half-built Gpt. */
+ * gpt_free is safe on a zeroed or half-built Gpt. gpt_init_rc also sets the activation
+ * recompute level (layout.h); gpt_init is gpt_init_rc with RECOMPUTE_NONE. Gradients are
+ * bit-identical at every level. */
 Status gpt_init(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int shard_multiple, MemStats *mem, Err *err);
+Status gpt_init_rc(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int shard_multiple, Recompute rc,
+                   MemStats *mem, Err *err);
 void gpt_free(Gpt *g);
 
 /* GPT-2 initialisation from a counter-based RNG: weights N(0, 0.02), residual projections

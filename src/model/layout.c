@@ -107,19 +107,43 @@ int layout_head_chunk_rows(const ModelConfig *cfg, int B, int T) {
     return (int)rows;
 }
 
-ActSizes layout_activations(const ModelConfig *cfg, int B, int T, int threads) {
+/* Floats of each saved tensor of one block, for N = B·T rows. */
+typedef struct { size_t ln, stats, qkv, probs, atty, res2, fch, fchg, res3; } BlockActs;
+
+static BlockActs block_acts(const ModelConfig *cfg, int B, int T) {
+    size_t N = (size_t)B * T, C = cfg->n_embd;
+    BlockActs b = {N * C, N, 3 * N * C, (size_t)B * cfg->n_head * T * T, N * C, N * C, 4 * N * C, 4 * N * C, N * C};
+    return b;
+}
+
+ActSizes layout_activations_rc(const ModelConfig *cfg, int B, int T, int threads, Recompute rc) {
     ActSizes a;
-    size_t BT = (size_t)B * T, C = cfg->n_embd, NH = cfg->n_head;
+    size_t BT = (size_t)B * T, C = cfg->n_embd;
+    BlockActs b = block_acts(cfg, B, T);
+    /* ln1 + stats, qkv, probs, atty, res2, ln2 + stats, fch, fch_gelu, res3 */
+    size_t all = 2 * b.ln + 4 * b.stats + b.qkv + b.probs + b.atty + b.res2 + b.fch + b.fchg + b.res3;
+    size_t cheap = 2 * b.ln + b.fchg; /* selective: LayerNorm outputs and the GELU output */
     a.encoded = BT * C;
-    /* ln1 (BTC) + mean,rstd (2BT) + qkv (3BTC) + probs (B NH T T) + atty (BTC) + res2 (BTC)
-     * + ln2 (BTC) + mean,rstd (2BT) + fch, fch_gelu (2 * 4BTC) + res3 (BTC) */
-    a.per_layer = BT * C * (1 + 3 + 1 + 1 + 1 + 8 + 1) + 4 * BT + (size_t)B * NH * T * T;
+    switch (rc) {
+    case RECOMPUTE_SELECTIVE: a.per_layer = all - cheap, a.shared = cheap; break;
+    case RECOMPUTE_FULL: a.per_layer = b.res3, a.shared = all - b.res3; break;
+    default: a.per_layer = all, a.shared = 0; break;
+    }
     a.final_ = BT * C + 2 * BT + BT;
-    a.total = a.encoded + (size_t)cfg->n_layer * a.per_layer + a.final_;
+    a.total = a.encoded + (size_t)cfg->n_layer * a.per_layer + a.shared + a.final_;
     /* Workspace: dres (NC) + dbuf_a (4NC) + dbuf_b (NC) + dbuf_c (NC) + attention (threads · 2TT)
      * + LayerNorm partial sums (2C per 64-row chunk) + one logits chunk (rows · Vp). */
     size_t chunks = (BT + 63) / 64;
     a.scratch = BT * C * 7 + (size_t)(threads > 0 ? threads : 1) * 2 * T * T + chunks * 2 * C +
                 (size_t)layout_head_chunk_rows(cfg, B, T) * cfg->vocab_padded;
     return a;
+}
+
+ActSizes layout_activations(const ModelConfig *cfg, int B, int T, int threads) {
+    return layout_activations_rc(cfg, B, T, threads, RECOMPUTE_NONE);
+}
+
+const char *layout_recompute_name(Recompute rc) {
+    static const char *const N[] = {"none", "selective", "full"};
+    return rc >= 0 && rc <= RECOMPUTE_FULL ? N[rc] : "?";
 }

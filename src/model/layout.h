@@ -71,13 +71,24 @@ void layout_views(const ParamLayout *pl, float *base, ParamViews *v);
  * per layer and in total; the exact sizes the trainer allocates. */
 typedef struct {
     size_t encoded;      /* B T C: block 0 input */
-    size_t per_layer;    /* all saved tensors of one block */
+    size_t per_layer;    /* saved tensors of one block (recompute level applied) */
+    size_t shared;       /* one block's recomputed tensors, shared by all blocks (0 without recompute) */
     size_t final_;       /* lnf out, mean, rstd, per-row losses */
-    size_t total;        /* encoded + L per_layer + final_ */
+    size_t total;        /* encoded + L per_layer + shared + final_ */
     size_t scratch;      /* backward and head scratch (workspace) */
 } ActSizes;
 
+/* Activation recompute (DESIGN §3 `recompute`):
+ *   NONE       every tensor of every block is saved;
+ *   SELECTIVE  the cheap ones (LayerNorm outputs ln1, ln2 and the GELU output) are not saved: one
+ *              shared copy is recomputed in backward from the saved inputs and statistics;
+ *   FULL       only each block's output (the next block's input) is saved; backward reruns the
+ *              block's forward into one shared set of buffers. */
+typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE = 1, RECOMPUTE_FULL = 2 } Recompute;
+
 ActSizes layout_activations(const ModelConfig *cfg, int B, int T, int threads);
+ActSizes layout_activations_rc(const ModelConfig *cfg, int B, int T, int threads, Recompute rc);
+const char *layout_recompute_name(Recompute rc);
 
 /* Rows of logits computed at once in the fused LM head + loss (bounds the logits buffer). */
 int layout_head_chunk_rows(const ModelConfig *cfg, int B, int T);

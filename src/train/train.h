@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "model/config.h"
+#include "model/layout.h"
 #include "optim/optim.h"
 
 #define METRICS_SCHEMA_VERSION 1
@@ -42,6 +43,7 @@ typedef struct {
     char out_dir[1024];      /* final weights (model.safetensors + config.json), "" = none */
     int quiet;               /* no per-step console lines */
     int no_pack;             /* one document per row, padding masked (default: packed rows) */
+    Recompute recompute;     /* activation recompute level (model/layout.h) */
 
     /* Checkpoints (docs/checkpoint.md). */
     char ckpt_dir[1024];     /* "" = no checkpoints */
