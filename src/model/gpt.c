@@ -23,6 +23,11 @@ Status gpt_init(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int shard_
 
 Status gpt_init_rc(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int shard_multiple, Recompute rc,
                    MemStats *mem, Err *err) {
+    return gpt_init_ex(g, cfg, B, T, nt, shard_multiple, rc, 0, mem, err);
+}
+
+Status gpt_init_ex(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int shard_multiple, Recompute rc, int flags,
+                   MemStats *mem, Err *err) {
     memset(g, 0, sizeof *g);
     g->cfg = *cfg;
     g->B = B, g->T = T, g->nt = nt < 1 ? 1 : nt;
@@ -38,11 +43,15 @@ Status gpt_init_rc(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int sha
     g->p.blocks = calloc((size_t)L, sizeof(BlockParams));
     g->g.blocks = calloc((size_t)L, sizeof(BlockParams));
     g->la = calloc((size_t)L, sizeof(LayerActs));
-    g->params = mem_alloc(mem, MEM_PARAMS, total * sizeof(float));
-    g->grads = mem_alloc(mem, MEM_GRADS, total * sizeof(float));
-    if (!g->p.blocks || !g->g.blocks || !g->la || !g->params || !g->grads) goto oom;
-    layout_views(&g->layout, g->params, &g->p);
-    layout_views(&g->layout, g->grads, &g->g);
+    if (!g->p.blocks || !g->g.blocks || !g->la) goto oom;
+    if (!(flags & GPT_EXTERNAL_PARAMS)) {
+        if (!(g->params = mem_alloc(mem, MEM_PARAMS, total * sizeof(float)))) goto oom;
+        layout_views(&g->layout, g->params, &g->p);
+    }
+    if (!(flags & GPT_EXTERNAL_GRADS)) {
+        if (!(g->grads = mem_alloc(mem, MEM_GRADS, total * sizeof(float)))) goto oom;
+        layout_views(&g->layout, g->grads, &g->g);
+    }
 
     ActSizes as = layout_activations_rc(cfg, B, T, g->nt, rc);
     g->acts_floats = as.total;
@@ -117,13 +126,12 @@ void gpt_free(Gpt *g) {
     memset(g, 0, sizeof *g);
 }
 
-void gpt_init_params(Gpt *g, uint64_t seed) {
-    const ParamLayout *pl = &g->layout;
-    float proj_std = 0.02f / sqrtf(2.0f * g->cfg.n_layer);
-    memset(g->params, 0, pl->total * sizeof(float));
+void gpt_init_params_buf(const ParamLayout *pl, float *buf, uint64_t seed, int nt) {
+    float proj_std = 0.02f / sqrtf(2.0f * pl->cfg.n_layer);
+    memset(buf, 0, pl->total * sizeof(float));
     for (int k = 0; k < pl->ntensors; k++) {
         const TensorInfo *t = &pl->tensors[k];
-        float *w = g->params + t->offset;
+        float *w = buf + t->offset;
         const char *leaf = strrchr(t->name, '.');
         leaf = leaf ? leaf + 1 : t->name;
         if (t->ndim == 1) {
@@ -134,12 +142,20 @@ void gpt_init_params(Gpt *g, uint64_t seed) {
         }
         float std = (!strcmp(leaf, "attprojw") || !strcmp(leaf, "fcprojw")) ? proj_std : 0.02f;
         size_t n = (size_t)t->rows_real * t->shape[1]; /* padded wte rows stay 0 */
-#pragma omp parallel for num_threads(g->nt) schedule(static)
+#pragma omp parallel for num_threads(nt) schedule(static)
         for (size_t i = 0; i < n; i++) w[i] = std * rng_normal(seed, (uint64_t)k, i);
     }
 }
 
-void gpt_zero_grads(Gpt *g) { memset(g->grads, 0, g->layout.total * sizeof(float)); }
+void gpt_init_params(Gpt *g, uint64_t seed) {
+    ST_CHECK(g->params != NULL);
+    gpt_init_params_buf(&g->layout, g->params, seed, g->nt);
+}
+
+void gpt_zero_grads(Gpt *g) {
+    ST_CHECK(g->grads != NULL);
+    memset(g->grads, 0, g->layout.total * sizeof(float));
+}
 
 static void hook(void (*fn)(void *, int), void *ctx, int seg) {
     if (fn) fn(ctx, seg);

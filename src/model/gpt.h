@@ -80,6 +80,18 @@ typedef struct {
 Status gpt_init(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int shard_multiple, MemStats *mem, Err *err);
 Status gpt_init_rc(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int shard_multiple, Recompute rc,
                    MemStats *mem, Err *err);
+
+/* gpt_init_ex flags: the caller owns the parameter and/or gradient storage (ZeRO-2/3). Then
+ * g->params / g->grads stay NULL and the caller points the views (g->p, g->g: wte, wpe, lnfw,
+ * lnfb and every g->p.blocks[l] / g->g.blocks[l]) at its buffers before each segment is used,
+ * e.g. from the hooks; gpt_zero_grads and gpt_init_params then must not be called (use
+ * gpt_init_params_buf on the caller's flat buffer). */
+enum { GPT_EXTERNAL_PARAMS = 1, GPT_EXTERNAL_GRADS = 2 };
+Status gpt_init_ex(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int shard_multiple, Recompute rc, int flags,
+                   MemStats *mem, Err *err);
+
+/* GPT-2 initialisation (see gpt_init_params) of a flat buffer in layout pl. */
+void gpt_init_params_buf(const ParamLayout *pl, float *buf, uint64_t seed, int nt);
 void gpt_free(Gpt *g);
 
 /* GPT-2 initialisation from a counter-based RNG: weights N(0, 0.02), residual projections
