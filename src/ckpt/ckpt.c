@@ -239,13 +239,17 @@ int ckpt_meta_scaler(const CkptMeta *m, const char *name, double *value) {
 void ckpt_meta_free(CkptMeta *m) {
     if (!m) return;
     cJSON_Delete(m->config);
+    cJSON_Delete(m->extra);
     m->config = NULL;
+    m->extra = NULL;
 }
 
 int ckpt_meta_copy(CkptMeta *dst, const CkptMeta *src) {
     *dst = *src;
     dst->config = NULL;
+    dst->extra = NULL;
     if (src->config && !(dst->config = cJSON_Duplicate(src->config, 1))) return -1;
+    if (src->extra && !(dst->extra = cJSON_Duplicate(src->extra, 1))) return -1;
     return 0;
 }
 
@@ -319,6 +323,7 @@ static char *state_text(const CkptMeta *m, const ModelConfig *mc, const FileSum 
     cJSON_AddNumberToObject(md, "max_seq_len", mc->max_seq);
     if (m->config) cJSON_AddItemToObject(o, "config", cJSON_Duplicate(m->config, 1));
     else cJSON_AddNullToObject(o, "config");
+    if (m->extra) cJSON_AddItemToObject(o, "extra", cJSON_Duplicate(m->extra, 1));
     cJSON *f = cJSON_AddObjectToObject(o, "files");
     for (int i = 0; i < NFILES; i++) {
         cJSON *e = cJSON_AddObjectToObject(f, FILES[i]);
@@ -421,6 +426,8 @@ static Status state_parse(const char *path, const char *text, size_t len, CkptMe
     }
     cJSON *cfg = cJSON_GetObjectItemCaseSensitive(o, "config");
     if (cJSON_IsObject(cfg)) m->config = cJSON_DetachItemViaPointer(o, cfg);
+    cJSON *extra = cJSON_GetObjectItemCaseSensitive(o, "extra");
+    if (cJSON_IsObject(extra)) m->extra = cJSON_DetachItemViaPointer(o, extra);
     if (sums) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "files");
         for (int i = 0; i < NFILES; i++) {

@@ -60,6 +60,8 @@ typedef struct {
     CkptU64 rng[CKPT_MAX_NAMED];
     int nscaler;             /* loss-scaler state, e.g. {"scale", 65536}; 0 = no scaler */
     CkptF64 scaler[CKPT_MAX_NAMED];
+    cJSON *extra;            /* caller's extra state (e.g. the health detectors), saved verbatim as
+                                "extra" in state.json. Save: borrowed (may be NULL). Load: owned. */
     cJSON *config;           /* full resolved config. Save: borrowed (may be NULL). Load: owned,
                                 released by ckpt_meta_free. */
 } CkptMeta;

@@ -50,9 +50,11 @@ static Status bundled_corpus(TrainConfig *c, Err *err) {
     return ST_OK;
 }
 
-int cmd_train(int argc, char **argv) {
+int cmd_train(int argc, char **argv) { return cmd_train_comm(argc, argv, NULL); }
+
+int cmd_train_comm(int argc, char **argv, Comm *comm) {
     TrainConfig c = train_default_config();
-    char model[64] = "", recompute[16] = "none", optimizer[16] = "adamw", schedule[16] = "cosine", shape[16] = "linear", tok_dir[1024] = "";
+    char model[64] = "", recompute[16] = "none", spike_policy[16] = "log", optimizer[16] = "adamw", schedule[16] = "cosine", shape[16] = "linear", tok_dir[1024] = "";
     long batch_tokens = 0;
     double peak_gflops = 0;
     float beta1 = -1, beta2 = -1, wd = -1, eps = -1, momentum = -1;
@@ -109,6 +111,21 @@ int cmd_train(int argc, char **argv) {
          "trajectory fields allowed to differ from the checkpoint on resume, comma-separated, or all"},
         {"init-from", ARG_STR, c.init_from, sizeof c.init_from,
          "start from weights: HF GPT-2 model.safetensors (file or directory) or llm.c .bin"},
+        {"spike-policy", ARG_STR, spike_policy, sizeof spike_policy,
+         "log | skip (discard the update) | rollback (reload the last checkpoint, skip the batches since)"},
+        {"spike-window", ARG_INT, &c.health.window, 0, "steps in the rolling median of loss and gradient norm"},
+        {"spike-min-history", ARG_INT, &c.health.min_history, 0, "steps before detection starts"},
+        {"spike-z", ARG_DOUBLE, &c.health.loss.z_threshold, 0, "loss spike: robust z-score above the median (0: off)"},
+        {"spike-abs", ARG_DOUBLE, &c.health.loss.abs_threshold, 0, "loss spike: nats above the median (0: off)"},
+        {"gnorm-spike-z", ARG_DOUBLE, &c.health.gnorm.z_threshold, 0, "gradient-norm spike: robust z (0: off)"},
+        {"gnorm-spike-abs", ARG_DOUBLE, &c.health.gnorm.abs_threshold, 0, "gradient-norm spike: above the median (0: off)"},
+        {"spike-max-actions", ARG_INT, &c.health.max_actions, 0, "consecutive skips/rollbacks before the run stops"},
+        {"max-nonfinite", ARG_INT, &c.health.max_nonfinite, 0, "consecutive non-finite steps before the run stops"},
+        {"stall-window", ARG_INT, &c.health.stall_window, 0, "report a stall after this many steps without improvement (0: off)"},
+        {"dp", ARG_INT, &c.dp, 0, "data-parallel ranks (0: the world size); dp x tp x pp must equal it"},
+        {"zero", ARG_INT, &c.zero, 0, "ZeRO stage: 0 replicate, 1 shard moments, 2 + gradients, 3 + parameters"},
+        {"comm-timeout", ARG_DOUBLE, &c.comm_timeout, 0, "seconds before a stuck collective ends the job (0: 600)"},
+        {"no-overlap", ARG_FLAG, &c.no_overlap, 0, "start gradient collectives after the backward pass (measurement)"},
         {"stop-after", ARG_LONG, &c.stop_after, 0,
          "stop after this step as if preempted: checkpoint and exit 0 (the schedule still spans --steps)"},
         {"mtbf", ARG_DOUBLE, &c.mtbf_hours, 0, "mean time between failures in hours: print the Young/Daly interval"},
@@ -139,6 +156,10 @@ int cmd_train(int argc, char **argv) {
     c.optim.weight_decay = wd >= 0 ? wd : od.weight_decay;
     c.optim.momentum = momentum >= 0 ? momentum : od.momentum;
     if ((st = sched_parse_kind(schedule, &c.sched.kind, &err)) != ST_OK) return cli_fail("train", st, err.msg);
+    if (health_policy_parse(spike_policy, &c.health.policy) != 0) {
+        snprintf(err.msg, sizeof err.msg, "--spike-policy: expected log, skip or rollback, found '%s'", spike_policy);
+        return cli_fail("train", ST_ERR_INPUT, err.msg);
+    }
     if (!strcmp(recompute, "none")) c.recompute = RECOMPUTE_NONE;
     else if (!strcmp(recompute, "selective")) c.recompute = RECOMPUTE_SELECTIVE;
     else if (!strcmp(recompute, "full")) c.recompute = RECOMPUTE_FULL;
@@ -182,8 +203,15 @@ int cmd_train(int argc, char **argv) {
     }
     c.argv_joined = joined;
     c.handle_signals = 1;
+    c.comm = comm;
     TrainResult res;
     st = train_run(&c, &res, &err);
-    if (st != ST_OK) return cli_fail("train", st, err.msg);
+    if (st != ST_OK) {
+        int rc = cli_fail("train", st, err.msg);
+        /* A failure only some ranks see would leave the others waiting in a collective: end the
+         * job. Input errors (grid, config hash, flags, data) are seen by every rank: plain exit. */
+        if (comm && comm->world > 1 && st != ST_ERR_INPUT) comm_abort(comm, rc, err.msg);
+        return rc;
+    }
     return 0;
 }

@@ -8,16 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "ckpt/ckpt.h"
 #include "ckpt/safetensors.h"
 #include "core/mem.h"
 #include "core/peak.h"
+#include "core/rng.h"
 #include "core/timer.h"
 #include "data/loader.h"
 #include "model/gpt.h"
 #include "model/layout.h"
 #include "model/matmul.h"
+#include "parallel/parallel.h"
 #include "plan/plan.h"
 
 TrainConfig train_default_config(void) {
@@ -35,6 +38,7 @@ TrainConfig train_default_config(void) {
     c.threads = 2;
     c.val_every = 100, c.val_batches = 10;
     c.keep_last = 3;
+    health_default_options(&c.health);
     return c;
 }
 
@@ -90,6 +94,8 @@ static cJSON *config_json(const TrainConfig *c) {
     cJSON_AddNumberToObject(o, "micro_batch", c->micro_batch);
     cJSON_AddNumberToObject(o, "seq_len", c->seq_len);
     cJSON_AddNumberToObject(o, "grad_accum", c->grad_accum);
+    cJSON_AddNumberToObject(o, "dp", c->dp > 0 ? c->dp : 1);
+    cJSON_AddNumberToObject(o, "zero", c->zero);
     cJSON_AddStringToObject(o, "optimizer", optim_kind_name(c->optim.kind));
     cJSON_AddNumberToObject(o, "beta1", c->optim.beta1);
     cJSON_AddNumberToObject(o, "beta2", c->optim.beta2);
@@ -202,6 +208,13 @@ typedef struct {
     FILE *log;
     CkptAsync *async;
     cJSON *config;
+    Par *par;                   /* data parallelism (NULL: one process, the plain path) */
+    int dp, dp_rank;            /* data-parallel ranks and this rank (1, 0 without parallelism) */
+    HealthState health;         /* spike / divergence detectors (train/health.h) */
+    long start_attempt;         /* batches consumed before this run started (resume) */
+#define SKIP_RECORD_MAX 1024
+    long skipped[SKIP_RECORD_MAX]; /* batches whose update was skipped (logged and checkpointed) */
+    int nskipped;
 } Run;
 
 static void run_free(Run *r) {
@@ -217,30 +230,242 @@ static void run_free(Run *r) {
     mem_free(&r->mem, MEM_DATA, r->tgt, r->batch_ints * sizeof(int32_t));
     mem_free(&r->mem, MEM_MOMENTS, r->m, r->moment_bytes);
     mem_free(&r->mem, MEM_MOMENTS, r->v, r->moment_bytes);
+    par_free(r->par);
     gpt_free(&r->g);
     loader_close(&r->train);
     loader_close(&r->val);
     cJSON_Delete(r->config);
 }
 
+/* ================================================================ data parallelism (issue 6)
+ * One process without a Comm, or with dp = 1 and ZeRO 0, runs the code above unchanged; otherwise
+ * `parallel` (docs/parallel.md) owns the moments, the gradient collectives and the update, and
+ * these helpers adapt the trainer's state handling to it. */
+
+/* Grid (dp × tp × pp = world, refused before any allocation) and the collective timeout. */
+static Status run_par_setup(Run *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    r->dp = 1, r->dp_rank = 0;
+    if (c->zero < 0 || c->zero > 3) return err_set(err, ST_ERR_INPUT, "--zero: expected 0, 1, 2 or 3, found %d", c->zero);
+    if (!c->comm) {
+        if (c->dp > 1 || c->zero > 0)
+            return err_set(err, ST_ERR_INPUT, "--dp %d --zero %d: expected a process grid (Comm), found none", c->dp,
+                           c->zero);
+        return ST_OK;
+    }
+    int dp = c->dp > 0 ? c->dp : c->comm->world;
+    Status st = comm_set_grid(c->comm, dp, 1, 1, err);
+    if (st != ST_OK) return st;
+    if (c->comm_timeout > 0) c->comm->timeout_s = c->comm_timeout;
+    c->dp = r->dp = dp, r->dp_rank = c->comm->dp_rank;
+    return ST_OK;
+}
+
+/* Every rank got the same config (hash of its JSON); the grid and each rank's threads are printed;
+ * from here on only rank 0 prints progress and writes the log. */
+static Status run_par_check(Run *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    if (!c->comm) return ST_OK;
+    char *text = cJSON_PrintUnformatted(r->config);
+    if (!text) return err_set(err, ST_ERR_RUNTIME, "out of memory (config text)");
+    uint64_t h = XXH3_64bits(text, strlen(text));
+    free(text);
+    Status st = comm_check_same_u64(c->comm, h, "config hash", err);
+    if (st != ST_OK) return st;
+    double *thr = calloc((size_t)c->comm->world, sizeof *thr);
+    if (!thr) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    st = comm_allgather_f64(c->comm, (double)c->threads, thr, err);
+    if (st == ST_OK && c->comm->rank == 0 && !c->quiet) {
+        char d[256];
+        comm_describe(c->comm, d, sizeof d);
+        printf("grid: %s, ZeRO stage %d, collective timeout %.0f s\nthreads:", d, c->zero, c->comm->timeout_s);
+        for (int i = 0; i < c->comm->world; i++) printf(" rank %d %d%s", i, (int)thr[i], i + 1 < c->comm->world ? "," : "\n");
+        fflush(stdout);
+    }
+    free(thr);
+    if (c->comm->rank != 0) c->quiet = 1, c->log_path[0] = 0;
+    return st;
+}
+
+static Status run_gpt_init(Run *r, int B, int T, int nt, Err *err) {
+    TrainConfig *c = &r->cfg;
+    if (!c->comm || (r->dp == 1 && c->zero == 0))
+        return gpt_init_rc(&r->g, &c->model, B, T, nt, 1, c->recompute, &r->mem, err);
+    Status st = gpt_init_ex(&r->g, &c->model, B, T, nt, r->dp, c->recompute, par_gpt_flags(c->zero), &r->mem, err);
+    if (st != ST_OK) return st;
+    ParOptions po = par_default_options();
+    po.zero = c->zero, po.overlap = !c->no_overlap, po.n_moments = optim_num_moments(&c->optim), po.nt = nt;
+    return par_init(&r->par, c->comm, &r->g, &po, &r->mem, err);
+}
+
+/* Transient full-layout buffers (initialisation, checkpoints, final weights) are staging memory. */
+static float *run_staging(Run *r, int n) {
+    return mem_alloc(&r->mem, MEM_CKPT_STAGING, r->g.layout.total * sizeof(float) * (size_t)n);
+}
+static void run_staging_free(Run *r, float *p, int n) {
+    mem_free(&r->mem, MEM_CKPT_STAGING, p, r->g.layout.total * sizeof(float) * (size_t)n);
+}
+
+/* Initial weights: seeded, or --init-from (path non-NULL). Every element depends on (seed, tensor,
+ * index) only, so every grid starts from the same weights. */
+static Status run_init_weights(Run *r, const char *path, Err *err) {
+    if (!r->par || r->cfg.zero < 3) {
+        if (!path) gpt_init_params(&r->g, r->cfg.seed);
+        return path ? ckpt_init_from(&r->g, path, err) : ST_OK;
+    }
+    float *full = run_staging(r, 1);
+    if (!full) return err_set(err, ST_ERR_RUNTIME, "out of memory (initial weights)");
+    Status st = ST_OK;
+    Gpt view = r->g; /* ckpt reads the layout and writes view.params */
+    view.params = full;
+    if (path) st = ckpt_init_from(&view, path, err);
+    else gpt_init_params_buf(&r->g.layout, full, r->cfg.seed, r->g.nt);
+    if (st == ST_OK) par_set_full(r->par, full, NULL, NULL);
+    run_staging_free(r, full, 1);
+    return st;
+}
+
+/* Loads a checkpoint (written by any grid) into this rank's parameters and moments. */
+static Status run_load_ckpt(Run *r, const char *path, CkptMeta *meta, Err *err) {
+    if (!r->par) {
+        CkptOptState opt = {r->m, r->v, NULL};
+        return ckpt_load(path, &r->g, &opt, meta, err);
+    }
+    int nv = par_moment(r->par, 1) ? 1 : 0;
+    float *buf = run_staging(r, 2 + nv);
+    if (!buf) return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
+    size_t n = r->g.layout.total;
+    Gpt view = r->g;
+    view.params = buf;
+    CkptOptState opt = {buf + n, nv ? buf + 2 * n : NULL, NULL};
+    Status st = ckpt_load(path, &view, &opt, meta, err);
+    if (st == ST_OK) par_set_full(r->par, buf, opt.m, opt.v);
+    run_staging_free(r, buf, 2 + nv);
+    return st;
+}
+
+/* Gathers the full parameters (and moments when opt_too) into staging; rank 0 writes. The others
+ * learn rank 0's outcome, so a failed write ends the run everywhere instead of a hang. */
+static Status run_save_par(Run *r, const CkptMeta *meta, const CkptOptions *o, CkptSaveInfo *info, const char *out_dir,
+                           Err *err) {
+    int nv = par_moment(r->par, 1) ? 1 : 0, nb = out_dir ? 1 : 2 + nv;
+    float *buf = run_staging(r, nb);
+    if (!buf) return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
+    size_t n = r->g.layout.total;
+    CkptOptState opt = {out_dir ? NULL : buf + n, out_dir || !nv ? NULL : buf + 2 * n, NULL};
+    Status st = par_get_full(r->par, buf, opt.m, opt.v, err);
+    int64_t fail = 0;
+    if (st == ST_OK && r->cfg.comm->rank == 0) {
+        Gpt view = r->g;
+        view.params = buf;
+        st = out_dir ? st_save_hf(&view, out_dir, r->cfg.tokenizer, err) : ckpt_save(&view, &opt, meta, o, info, err);
+        fail = st != ST_OK;
+    }
+    run_staging_free(r, buf, nb);
+    Err e2;
+    Status st2 = comm_allreduce_i64(r->cfg.comm, &fail, 1, COMM_MAX, &e2);
+    if (st != ST_OK) return st;
+    if (st2 != ST_OK) return *err = e2, st2;
+    if (fail) return err_set(err, ST_ERR_RUNTIME, "%s: rank 0 could not write it (its message says why)",
+                             out_dir ? out_dir : "checkpoint");
+    return ST_OK;
+}
+
+/* The step's global token count and the agreed preemption flag (one small all-reduce). */
+static Status run_par_tokens(Run *r, long *ntok, int *stop, Err *err) {
+    int64_t v[2] = {*ntok, g_stop_signal != 0};
+    Status st = comm_allreduce_i64(r->cfg.comm, v, 2, COMM_SUM, err);
+    *ntok = (long)v[0], *stop = v[1] > 0;
+    return st;
+}
+
+/* After the backward passes: gradient collectives finished, loss summed, global norm. */
+static Status run_par_reduce(Run *r, double *loss_sum, double *norm, Err *err) {
+    Status st = par_grads_finish(r->par, err);
+    if (st == ST_OK) st = comm_allreduce_f64(r->cfg.comm, loss_sum, 1, COMM_SUM, err);
+    if (st == ST_OK) st = par_grad_norm(r->par, norm, err);
+    return st;
+}
+
+static double comm_bytes_total(const Comm *c) {
+    double b = 0;
+    for (int k = 0; k < COMM_NKIND; k++) b += (double)c->stats.bytes[k];
+    return b;
+}
+
+/* Step record additions: bytes sent, max and median step time across ranks. Collective. */
+static void run_par_step_record(Run *r, cJSON *o, double dt, double bytes) {
+    Comm *c = r->cfg.comm;
+    double *all = calloc((size_t)c->world, sizeof *all);
+    Err e;
+    if (!all || comm_allgather_f64(c, dt, all, &e) != ST_OK) {
+        free(all);
+        return;
+    }
+    double mx = 0;
+    for (int i = 0; i < c->world; i++) mx = all[i] > mx ? all[i] : mx;
+    cJSON_AddNumberToObject(o, "comm_bytes", bytes);
+    cJSON_AddNumberToObject(o, "step_ms_max", mx);
+    cJSON_AddNumberToObject(o, "step_ms_median", median(all, c->world));
+    free(all);
+}
+
+/* The memory event: this stage's planned bytes per rank and every rank's measured bytes. */
+static void run_par_memory(Run *r, cJSON *o) {
+    Comm *c = r->cfg.comm;
+    size_t plan[MEM_NCAT];
+    par_planned_bytes(&r->g.layout, r->dp, r->cfg.zero, optim_num_moments(&r->cfg.optim), plan);
+    static const MemCategory cats[3] = {MEM_PARAMS, MEM_GRADS, MEM_MOMENTS};
+    cJSON *pl = cJSON_AddObjectToObject(o, "planned");
+    cJSON *br = cJSON_AddObjectToObject(o, "measured_by_rank");
+    double *all = calloc((size_t)c->world, sizeof *all);
+    int match = all != NULL;
+    for (int i = 0; i < 3 && all; i++) {
+        Err e;
+        cJSON_AddNumberToObject(pl, mem_category_name(cats[i]), (double)plan[cats[i]]);
+        if (comm_allgather_f64(c, (double)r->mem.bytes[cats[i]], all, &e) != ST_OK) match = 0;
+        cJSON *a = cJSON_AddArrayToObject(br, mem_category_name(cats[i]));
+        for (int q = 0; q < c->world; q++) {
+            cJSON_AddItemToArray(a, cJSON_CreateNumber(all[q]));
+            match = match && all[q] == (double)plan[cats[i]];
+        }
+    }
+    free(all);
+    cJSON_AddNumberToObject(o, "zero", r->cfg.zero);
+    cJSON_AddNumberToObject(o, "dp", r->dp);
+    cJSON_AddBoolToObject(o, "planned_equals_measured", match);
+    if (!r->cfg.quiet)
+        printf("memory per rank (dp %d, ZeRO %d): params %.2f MiB, grads %.2f MiB, moments %.2f MiB planned; measured "
+               "on every rank %s\n",
+               r->dp, r->cfg.zero, plan[MEM_PARAMS] / 1048576.0, plan[MEM_GRADS] / 1048576.0,
+               plan[MEM_MOMENTS] / 1048576.0, match ? "equal" : "DIFFERENT (see the memory event)");
+}
+
 /* Writes a checkpoint of the state after `step` completed steps; returns its cost in ms. */
-static Status save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info, Err *err) {
+static Status save_checkpoint(Run *r, long step, long attempt, double *ms, CkptSaveInfo *info, Err *err) {
     const TrainConfig *c = &r->cfg;
     double t0 = timer_ms();
     CkptMeta meta;
     memset(&meta, 0, sizeof meta);
     meta.step = step;
-    meta.tokens_seen = (uint64_t)step * c->micro_batch * c->grad_accum * c->seq_len;
+    meta.tokens_seen = (uint64_t)attempt * c->micro_batch * c->grad_accum * r->dp * c->seq_len;
     meta.sched_step = step;
     meta.loader = loader_get_state(&r->train);
     snprintf(meta.optimizer, sizeof meta.optimizer, "%s", optim_kind_name(c->optim.kind));
     meta.optim_step = step;
-    meta.dp = 1, meta.tp = 1, meta.pp = 1, meta.zero = 0;
+    meta.dp = r->dp, meta.tp = 1, meta.pp = 1, meta.zero = c->zero;
     ckpt_meta_set_rng(&meta, "init_seed", c->seed);
     ckpt_meta_set_rng(&meta, "data_seed", c->data_seed);
     ckpt_meta_set_rng(&meta, "dropout_seed", r->g.dropout_seed);
-    ckpt_meta_set_rng(&meta, "dropout_counter", (uint64_t)step * c->grad_accum);
+    ckpt_meta_set_rng(&meta, "dropout_counter", (uint64_t)attempt * c->grad_accum * r->dp);
     meta.config = r->config;
+    /* Health detectors, the batch counter and the skipped batches travel in "extra". */
+    cJSON *extra = cJSON_CreateObject();
+    cJSON_AddItemToObject(extra, "health", health_state_to_json(&r->health));
+    cJSON_AddNumberToObject(extra, "batches", (double)attempt);
+    cJSON *sk = cJSON_AddArrayToObject(extra, "skipped_batches");
+    for (int i = 0; i < r->nskipped; i++) cJSON_AddItemToArray(sk, cJSON_CreateNumber((double)r->skipped[i]));
+    meta.extra = extra;
     CkptOptState opt = {r->m, r->v, NULL};
     CkptOptions o = ckpt_default_options();
     o.dir = c->ckpt_dir, o.keep_last = c->keep_last, o.keep_every = c->keep_every, o.tokenizer = c->tokenizer;
@@ -250,9 +475,12 @@ static Status save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info,
         /* The previous background write must be complete (and its errors seen) first. */
         if ((st = ckpt_async_wait(r->async, NULL, err)) != ST_OK) return st;
         st = ckpt_async_save(r->async, &r->g, &opt, &meta, &o, err);
+    } else if (r->par) {
+        st = run_save_par(r, &meta, &o, info, NULL, err);
     } else {
         st = ckpt_save(&r->g, &opt, &meta, &o, info, err);
     }
+    cJSON_Delete(extra);
     *ms = timer_ms() - t0;
     return st;
 }
@@ -272,6 +500,8 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
     CkptMeta meta;
     memset(&meta, 0, sizeof meta);
     long start_step = 0;
+    /* The process grid first: a wrong one is refused before anything is allocated. */
+    if ((st = run_par_setup(r, err)) != ST_OK) goto done;
 
     int lflags = LOADER_SHUFFLE | (cfg->no_pack ? LOADER_NO_PACK : 0);
     if ((st = loader_open(&r->train, cfg->data, T, 0, cfg->tokenizer_hash, cfg->data_seed, lflags, err)) != ST_OK)
@@ -293,7 +523,10 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
             goto done;
     }
     cfg->sched.total = cfg->steps;
+    if ((st = health_validate_options(&cfg->health, err)) != ST_OK) goto done;
+    health_init(&r->health);
     r->config = config_json(cfg);
+    if ((st = run_par_check(r, err)) != ST_OK) goto done;
 
     /* Resume: find the checkpoint and check the config against it before allocating. */
     if (cfg->resume[0]) {
@@ -331,11 +564,11 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
     }
 
     mm_set_threads(nt);
-    if ((st = gpt_init_rc(&r->g, &cfg->model, B, T, nt, 1, cfg->recompute, &r->mem, err)) != ST_OK) goto done;
-    gpt_init_params(&r->g, cfg->seed);
+    if ((st = run_gpt_init(r, B, T, nt, err)) != ST_OK) goto done;
+    if ((st = run_init_weights(r, NULL, err)) != ST_OK) goto done;
     r->g.dropout_seed = cfg->seed ^ 0xd509u;
     if (cfg->init_from[0] && !ckpt_path[0]) {
-        if ((st = ckpt_init_from(&r->g, cfg->init_from, err)) != ST_OK) {
+        if ((st = run_init_weights(r, cfg->init_from, err)) != ST_OK) {
             err_prefix(err, "--init-from");
             goto done;
         }
@@ -343,15 +576,15 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
 
     size_t total = r->g.layout.total;
     int nmom = optim_num_moments(&cfg->optim);
-    r->moment_bytes = total * sizeof(float);
-    r->m = mem_alloc(&r->mem, MEM_MOMENTS, r->moment_bytes);
-    if (nmom == 2) r->v = mem_alloc(&r->mem, MEM_MOMENTS, r->moment_bytes);
+    r->moment_bytes = r->par ? 0 : total * sizeof(float); /* with parallelism the moments are par's */
+    if (!r->par) r->m = mem_alloc(&r->mem, MEM_MOMENTS, r->moment_bytes);
+    if (nmom == 2 && !r->par) r->v = mem_alloc(&r->mem, MEM_MOMENTS, r->moment_bytes);
     r->batch_ints = (size_t)k * B * T;
     r->inp = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
     r->tgt = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
     r->ranges = calloc((size_t)r->g.layout.ntensors, sizeof *r->ranges);
-    r->step_ms = calloc((size_t)cfg->steps, sizeof *r->step_ms);
-    if (!r->m || (nmom == 2 && !r->v) || !r->inp || !r->tgt || !r->ranges || !r->step_ms) {
+    r->step_ms = calloc((size_t)cfg->steps * 2 + 64, sizeof *r->step_ms);
+    if ((!r->par && (!r->m || (nmom == 2 && !r->v))) || !r->inp || !r->tgt || !r->ranges || !r->step_ms) {
         st = err_set(err, ST_ERR_RUNTIME, "out of memory allocating optimizer state and batches");
         goto done;
     }
@@ -360,14 +593,25 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
         r->ranges[i] = (OptimRange){t->offset, t->numel, t->decay};
     }
     if (ckpt_path[0]) {
-        CkptOptState opt = {r->m, r->v, NULL};
         CkptMeta loaded;
-        if ((st = ckpt_load(ckpt_path, &r->g, &opt, &loaded, err)) != ST_OK) goto done;
+        if ((st = run_load_ckpt(r, ckpt_path, &loaded, err)) != ST_OK) goto done;
         loader_set_state(&r->train, loaded.loader);
+        r->start_attempt = start_step;
+        const cJSON *hj = loaded.extra ? cJSON_GetObjectItemCaseSensitive(loaded.extra, "health") : NULL;
+        const cJSON *bj = loaded.extra ? cJSON_GetObjectItemCaseSensitive(loaded.extra, "batches") : NULL;
+        const cJSON *sj = loaded.extra ? cJSON_GetObjectItemCaseSensitive(loaded.extra, "skipped_batches") : NULL;
+        if (cJSON_IsNumber(bj)) r->start_attempt = (long)bj->valuedouble;
+        if (hj && (st = health_state_from_json(&r->health, hj, cfg->health.window, err)) != ST_OK) {
+            ckpt_meta_free(&loaded);
+            err_prefix(err, "%s/state.json: health", ckpt_path);
+            goto done;
+        }
+        for (const cJSON *x = sj ? sj->child : NULL; x && r->nskipped < SKIP_RECORD_MAX; x = x->next)
+            r->skipped[r->nskipped++] = (long)x->valuedouble;
         ckpt_meta_free(&loaded);
         if (!cfg->quiet) printf("resume: continuing from %s (step %ld)\n", ckpt_path, start_step);
     }
-    if (cfg->ckpt_dir[0] && cfg->ckpt_async) {
+    if (cfg->ckpt_dir[0] && cfg->ckpt_async && !r->par) { /* with parallelism saves are synchronous */
         CkptOptState opt = {r->m, r->v, NULL};
         if ((st = ckpt_async_init(&r->async, &r->g, &opt, &r->mem, err)) != ST_OK) goto done;
     }
@@ -385,7 +629,7 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
     double fpt = train_flops_per_token(&cfg->model, T);
     long long nparams = model_config_num_params(&cfg->model);
     res->num_params = nparams;
-    long long batch_seqs = (long long)B * k, batch_tokens = batch_seqs * T;
+    long long batch_seqs = (long long)B * k * r->dp, batch_tokens = batch_seqs * T;
     ActSizes as = layout_activations_rc(&cfg->model, B, T, nt, cfg->recompute);
     double util = loader_utilization(&r->train);
     /* The plan of this run from the same layout function (docs/plan.md): its predicted step time
@@ -453,6 +697,13 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
         cJSON_AddNumberToObject(mp, "optimizer_moments", (double)r->moment_bytes * nmom);
         cJSON_AddNumberToObject(mp, "activations", (double)as.total * 4);
         cJSON_AddNumberToObject(mp, "workspace", (double)as.scratch * 4);
+        if (r->par) {
+            size_t pb[MEM_NCAT];
+            par_planned_bytes(&r->g.layout, r->dp, cfg->zero, nmom, pb);
+            cJSON_ReplaceItemInObject(mp, "parameters", cJSON_CreateNumber((double)pb[MEM_PARAMS]));
+            cJSON_ReplaceItemInObject(mp, "gradients", cJSON_CreateNumber((double)pb[MEM_GRADS]));
+            cJSON_ReplaceItemInObject(mp, "optimizer_moments", cJSON_CreateNumber((double)pb[MEM_MOMENTS]));
+        }
         log_event(r->log, o);
     }
     {
@@ -460,6 +711,7 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
         cJSON *mm = cJSON_AddObjectToObject(o, "measured");
         for (int c = 0; c < MEM_NCAT; c++)
             cJSON_AddNumberToObject(mm, mem_category_name((MemCategory)c), (double)r->mem.bytes[c]);
+        if (r->par) run_par_memory(r, o);
         log_event(r->log, o);
     }
 
@@ -475,48 +727,142 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
     }
 
     double ms_total = 0, first_ckpt_ms = 0;
-    long last_saved = start_step, nmeasured = 0;
-    for (long step = start_step + 1; step <= cfg->steps; step++) {
+    long nmeasured = 0, step_cap = cfg->steps * 2 + 64;
+    /* `step` counts optimizer updates (Adam's t, the schedule, checkpoints); `attempt` counts the
+     * batches consumed. They differ only after health actions skipped or rolled back updates. */
+    long step = start_step, attempt = r->start_attempt;
+    while (step < cfg->steps) {
+        attempt++;
+        long next = step + 1;
+        if (attempt >= cfg->debug_drop_first && attempt <= cfg->debug_drop_last) { /* test hook */
+            loader_step_done(&r->train, r->dp, B, k);
+            continue;
+        }
         double t0 = timer_ms();
         /* Data: the k micro-batches of this step, then the unmasked-token count of the whole step
          * (the loss denominator, so accumulation is exact). */
         for (int j = 0; j < k; j++)
-            loader_fill_rank(&r->train, 0, 1, j, B, k, r->inp + (size_t)j * B * T, r->tgt + (size_t)j * B * T);
-        loader_step_done(&r->train, 1, B, k);
+            loader_fill_rank(&r->train, r->dp_rank, r->dp, j, B, k, r->inp + (size_t)j * B * T,
+                             r->tgt + (size_t)j * B * T);
+        loader_step_done(&r->train, r->dp, B, k);
+        if (attempt == cfg->debug_spike_step) /* test hook: a corrupted batch (random targets) */
+            for (size_t i = 0; i < r->batch_ints; i++)
+                r->tgt[i] = (int32_t)rng_below(99, 0xbad, i, (uint64_t)cfg->model.vocab);
         long ntok = 0;
         for (size_t i = 0; i < r->batch_ints; i++) ntok += r->tgt[i] >= 0;
+        int par_stop = 0;
+        double comm_ms0 = cfg->comm ? cfg->comm->stats.wait_ms_total : 0, comm_b0 = cfg->comm ? comm_bytes_total(cfg->comm) : 0;
+        if (r->par && (st = run_par_tokens(r, &ntok, &par_stop, err)) != ST_OK) goto done_signals;
         double t1 = timer_ms();
-        gpt_zero_grads(&r->g);
+        if (r->par) par_step_begin(r->par, k, next);
+        else gpt_zero_grads(&r->g);
         r->g.ms_fwd = r->g.ms_bwd = 0;
         double loss_sum = 0;
         float dscale = ntok > 0 ? 1.0f / (float)ntok : 0.0f;
         for (int j = 0; j < k; j++) {
             size_t off = (size_t)j * B * T;
-            loss_sum += gpt_forward(&r->g, r->inp + off, r->tgt + off, B, T, dscale, 1, (uint64_t)(step - 1) * k + j);
+            if (r->par) par_micro_begin(r->par, j);
+            /* Dropout counter: the micro-batch's index in the global step (rank-major), as one process. */
+            loss_sum += gpt_forward(&r->g, r->inp + off, r->tgt + off, B, T, dscale, 1,
+                                    ((uint64_t)(attempt - 1) * r->dp + r->dp_rank) * k + j);
             gpt_backward(&r->g);
         }
+        if (attempt == cfg->debug_nan_step && r->g.grads) r->g.grads[r->g.layout.tensors[2].offset] = NAN; /* test hook */
+        double par_norm = 0;
+        if (r->par && (st = run_par_reduce(r, &loss_sum, &par_norm, err)) != ST_OK) goto done_signals;
         double loss = ntok > 0 ? loss_sum / ntok : 0.0;
         double t2 = timer_ms();
-        double norm = optim_l2_norm(r->g.grads, total, nt);
+        double norm = r->par ? par_norm : optim_l2_norm(r->g.grads, total, nt);
         float scale = optim_clip_scale(norm, cfg->grad_clip);
-        float lr = sched_lr(&cfg->sched, step);
-        if (!isfinite(loss) || !isfinite(norm)) {
-            st = err_set(err, ST_ERR_RUNTIME,
-                         "step %ld: loss %g, gradient norm %g: training diverged, the weights were not updated "
-                         "(lower --lr?)",
-                         step, loss, norm);
+        float lr = sched_lr(&cfg->sched, next);
+
+        /* Health: spikes, non-finite values and stalls decide whether this update happens. */
+        HealthVerdict hv = health_step(&r->health, &cfg->health, next, loss, norm);
+        if (hv.loss_spike || hv.gnorm_spike || hv.nonfinite) {
+            cJSON *os = event(hv.nonfinite ? "nonfinite" : "spike");
+            cJSON_AddNumberToObject(os, "step", (double)next);
+            cJSON_AddNumberToObject(os, "batch", (double)attempt);
+            cJSON_AddStringToObject(os, "metric", hv.gnorm_spike && !hv.loss_spike ? "grad_norm" : "loss");
+            cJSON_AddNumberToObject(os, "value", hv.gnorm_spike && !hv.loss_spike ? norm : loss);
+            cJSON_AddNumberToObject(os, "median", hv.gnorm_spike && !hv.loss_spike ? hv.gnorm_median : hv.loss_median);
+            cJSON_AddNumberToObject(os, "z", hv.gnorm_spike && !hv.loss_spike ? hv.gnorm_z : hv.loss_z);
+            cJSON_AddStringToObject(os, "action", health_action_name(hv.action));
+            cJSON_AddNumberToObject(os, "tokens_seen", (double)attempt * batch_tokens);
+            log_event(r->log, os);
+            res->spikes++;
+            if (!cfg->quiet)
+                printf("health: %s at step %ld (batch %ld): %s -> %s\n", hv.nonfinite ? "non-finite values" : "spike",
+                       next, attempt, hv.why, health_action_name(hv.action));
+        }
+        if (hv.stall) {
+            cJSON *os = event("stall");
+            cJSON_AddNumberToObject(os, "step", (double)next);
+            cJSON_AddStringToObject(os, "why", hv.why);
+            log_event(r->log, os);
+            if (!cfg->quiet) printf("health: stall at step %ld: %s\n", next, hv.why);
+        }
+        if (hv.action == HEALTH_ACT_STOP) {
+            char last_good[4096] = "", note2[256];
+            Err e2;
+            if (cfg->ckpt_dir[0]) ckpt_resolve(cfg->ckpt_dir, "auto", last_good, sizeof last_good, note2, sizeof note2, &e2);
+            st = err_set(err, ST_ERR_RUNTIME, "step %ld: %s; the weights were not updated; last good checkpoint: %s", next,
+                         hv.why, last_good[0] ? last_good : "none (no --ckpt-dir)");
             goto done_signals;
         }
-        optim_step(&cfg->optim, r->g.params, r->g.grads, r->m, r->v, r->ranges, r->g.layout.ntensors, step, lr, scale,
-                   nt);
+        int rolled_back = 0;
+        if (hv.action == HEALTH_ACT_ROLLBACK) {
+            char path[4096] = "", note2[256];
+            if (cfg->ckpt_dir[0] &&
+                ckpt_resolve(cfg->ckpt_dir, "auto", path, sizeof path, note2, sizeof note2, err) == ST_OK && path[0]) {
+                /* Reload the last checkpoint; the loader keeps its position, so the batches that led
+                 * to the spike are skipped. The health windows stay as they are (the cap counts on). */
+                CkptMeta back;
+                LoaderState keep = loader_get_state(&r->train);
+                if ((st = run_load_ckpt(r, path, &back, err)) != ST_OK) goto done_signals;
+                loader_set_state(&r->train, keep);
+                if (!cfg->quiet) printf("health: rolled back to %s (step %ld)\n", path, back.step);
+                cJSON *ob = event("rollback");
+                cJSON_AddNumberToObject(ob, "step", (double)next);
+                cJSON_AddNumberToObject(ob, "to_step", (double)back.step);
+                cJSON_AddNumberToObject(ob, "batch", (double)attempt);
+                cJSON_AddStringToObject(ob, "checkpoint", path);
+                log_event(r->log, ob);
+                step = back.step;
+                ckpt_meta_free(&back);
+                res->rollbacks++;
+                rolled_back = 1;
+            } else {
+                hv.action = HEALTH_ACT_SKIP; /* nothing to roll back to: skip the update instead */
+                if (!cfg->quiet) printf("health: no checkpoint to roll back to, skipping the update instead\n");
+            }
+        }
+        if (hv.action == HEALTH_ACT_SKIP) {
+            cJSON *ok = event("skip");
+            cJSON_AddNumberToObject(ok, "step", (double)next);
+            cJSON_AddNumberToObject(ok, "batch", (double)attempt);
+            log_event(r->log, ok);
+            if (r->nskipped < SKIP_RECORD_MAX) r->skipped[r->nskipped++] = attempt;
+            res->skips++;
+        }
+        int updated = hv.action == HEALTH_ACT_NONE || hv.action == HEALTH_ACT_LOG;
+        if (updated) {
+            if (r->par) {
+                par_optim_step(r->par, &cfg->optim, next, lr, scale);
+                if ((st = par_params_sync(r->par, err)) != ST_OK) goto done_signals;
+            } else {
+                optim_step(&cfg->optim, r->g.params, r->g.grads, r->m, r->v, r->ranges, r->g.layout.ntensors, next, lr,
+                           scale, nt);
+            }
+            step = next;
+        }
         double t3 = timer_ms();
-        int last = step == cfg->steps;
-        int stopping = g_stop_signal != 0 || (cfg->stop_after > 0 && step >= cfg->stop_after && !last);
+        int last = updated && step == cfg->steps;
+        int stopping = (r->par ? par_stop : g_stop_signal != 0) || (cfg->stop_after > 0 && step >= cfg->stop_after && !last);
         double ckpt_ms = 0;
         CkptSaveInfo info;
-        if (cfg->ckpt_dir[0] && (last || stopping || (cfg->ckpt_every > 0 && step % cfg->ckpt_every == 0))) {
-            if ((st = save_checkpoint(r, step, &ckpt_ms, &info, err)) != ST_OK) goto done_signals;
-            last_saved = step;
+        int due = updated && cfg->ckpt_every > 0 && step % cfg->ckpt_every == 0;
+        if (cfg->ckpt_dir[0] && !rolled_back && (last || stopping || due)) {
+            if ((st = save_checkpoint(r, step, attempt, &ckpt_ms, &info, err)) != ST_OK) goto done_signals;
             cJSON *oc = event("ckpt");
             cJSON_AddNumberToObject(oc, "step", (double)step);
             cJSON_AddStringToObject(oc, "mode", r->async ? "async" : "sync");
@@ -536,26 +882,29 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
             }
         }
         double dt = timer_ms() - t0;
-        r->step_ms[nmeasured++] = dt;
+        if (nmeasured < step_cap) r->step_ms[nmeasured++] = dt;
         ms_total += dt;
         double tok_s = batch_tokens / (dt * 1e-3);
         double mfu = fpt * tok_s / peak;
-        if (step == start_step + 1) res->first_loss = loss;
+        if (attempt == r->start_attempt + 1) res->first_loss = loss;
         res->last_loss = loss;
         res->steps_done = step;
         if (!cfg->quiet) {
-            printf("step %5ld/%ld | loss %.4f | lr %.2e | norm %.3f -> %.3f | %7.1f ms | %6.0f tok/s | MFU %4.1f%%%s\n",
-                   step, cfg->steps, loss, lr, norm, norm * scale, dt, tok_s, 100 * mfu, ckpt_ms > 0 ? " | ckpt" : "");
+            printf("step %5ld/%ld | loss %.4f | lr %.2e | norm %.3f -> %.3f | %7.1f ms | %6.0f tok/s | MFU %4.1f%%%s%s\n",
+                   next, cfg->steps, loss, lr, norm, norm * scale, dt, tok_s, 100 * mfu, ckpt_ms > 0 ? " | ckpt" : "",
+                   updated ? "" : " | not applied");
             fflush(stdout);
         }
         cJSON *o = event("step");
-        cJSON_AddNumberToObject(o, "step", (double)step);
+        cJSON_AddNumberToObject(o, "step", (double)next);
+        cJSON_AddNumberToObject(o, "batch", (double)attempt);
         cJSON_AddNumberToObject(o, "loss", loss);
         cJSON_AddNumberToObject(o, "lr", lr);
         cJSON_AddNumberToObject(o, "grad_norm", norm);
         cJSON_AddNumberToObject(o, "grad_norm_clipped", norm * scale);
+        cJSON_AddBoolToObject(o, "applied", updated);
         cJSON_AddNumberToObject(o, "tokens", (double)ntok);
-        cJSON_AddNumberToObject(o, "tokens_seen", (double)batch_tokens * step);
+        cJSON_AddNumberToObject(o, "tokens_seen", (double)batch_tokens * attempt);
         cJSON_AddNumberToObject(o, "tokens_per_s", tok_s);
         cJSON_AddNumberToObject(o, "mfu", mfu);
         cJSON *tm = cJSON_AddObjectToObject(o, "time_ms");
@@ -563,16 +912,17 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
         cJSON_AddNumberToObject(tm, "data", t1 - t0);
         cJSON_AddNumberToObject(tm, "forward", r->g.ms_fwd);
         cJSON_AddNumberToObject(tm, "backward", (t2 - t1) - r->g.ms_fwd);
-        cJSON_AddNumberToObject(tm, "comm", 0);
+        cJSON_AddNumberToObject(tm, "comm", cfg->comm ? cfg->comm->stats.wait_ms_total - comm_ms0 : 0);
+        if (r->par) run_par_step_record(r, o, dt, comm_bytes_total(cfg->comm) - comm_b0);
         cJSON_AddNumberToObject(tm, "optimizer", t3 - t2);
         cJSON_AddNumberToObject(tm, "checkpoint", ckpt_ms);
         log_event(r->log, o);
 
         /* Validation: every val_every steps, at the end, and right after a resume (so a bad resume
          * shows at once). */
-        int after_resume = start_step > 0 && step == start_step + 1;
-        if (r->val.nshards &&
-            ((cfg->val_every > 0 && (step % cfg->val_every == 0 || step == 1)) || last || after_resume || stopping)) {
+        int after_resume = start_step > 0 && attempt == r->start_attempt + 1;
+        int val_due = updated && cfg->val_every > 0 && (step % cfg->val_every == 0 || step == 1);
+        if (r->val.nshards && (val_due || last || after_resume || stopping)) {
             double tv = timer_ms();
             double vl = validate_loss(&r->g, &r->val, cfg->val_batches, r->inp, r->tgt);
             double vms = timer_ms() - tv;
@@ -600,7 +950,6 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
             break;
         }
     }
-    (void)last_saved;
     if (r->async) {
         CkptSaveInfo info;
         if ((st = ckpt_async_wait(r->async, &info, err)) != ST_OK) goto done_signals;
@@ -617,13 +966,18 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
                cfg->mtbf_hours, first_ckpt_ms * 1e-3, interval_s, interval_s / (res->median_step_ms * 1e-3));
     }
     if (cfg->out_dir[0] && !res->preempted) {
-        if ((st = st_save_hf(&r->g, cfg->out_dir, cfg->tokenizer, err)) != ST_OK) goto done_signals;
+        if (r->par) st = run_save_par(r, NULL, NULL, NULL, cfg->out_dir, err);
+        else st = st_save_hf(&r->g, cfg->out_dir, cfg->tokenizer, err);
+        if (st != ST_OK) goto done_signals;
         if (!cfg->quiet) printf("saved weights to %s/model.safetensors\n", cfg->out_dir);
     }
     {
         cJSON *o = event("end");
         cJSON_AddNumberToObject(o, "steps", (double)res->steps_done);
         cJSON_AddBoolToObject(o, "preempted", res->preempted);
+        cJSON_AddNumberToObject(o, "spikes", (double)res->spikes);
+        cJSON_AddNumberToObject(o, "skips", (double)res->skips);
+        cJSON_AddNumberToObject(o, "rollbacks", (double)res->rollbacks);
         cJSON_AddNumberToObject(o, "final_loss", res->last_loss);
         cJSON_AddNumberToObject(o, "final_val_loss", res->last_val);
         cJSON_AddNumberToObject(o, "median_step_ms", res->median_step_ms);

@@ -9,10 +9,12 @@
 
 #include <stdint.h>
 
+#include "comm/comm.h"
 #include "core/status.h"
 #include "model/config.h"
 #include "model/layout.h"
 #include "optim/optim.h"
+#include "train/health.h"
 
 #define METRICS_SCHEMA_VERSION 1
 
@@ -56,6 +58,16 @@ typedef struct {
     char init_from[1024];    /* start from weights: HF safetensors (file or dir) or llm.c .bin */
     double mtbf_hours;       /* > 0: print the Young/Daly checkpoint interval for this MTBF */
     int handle_signals;      /* SIGTERM/SIGINT finish the step, save, exit cleanly (CLI sets it) */
+    HealthOptions health;    /* spike / divergence / stall detectors and their policy (train/health.h) */
+    long debug_spike_step;   /* test hook: corrupt the batch of this attempt (random targets) */
+    long debug_nan_step;     /* test hook: put a NaN into the gradients of this attempt */
+    long debug_drop_first, debug_drop_last; /* test hook: consume these batches without training on them */
+    /* Data parallelism (src/parallel, docs/parallel.md). comm NULL: one process, no MPI. */
+    Comm *comm;              /* the process grid (from comm_init; not owned) */
+    int dp;                  /* data-parallel ranks (0: the world size); dp × tp × pp must be the world */
+    int zero;                /* ZeRO stage 0..3 */
+    double comm_timeout;     /* > 0: a collective not done after this many seconds ends the job */
+    int no_overlap;          /* start gradient collectives only after the backward pass (measurement) */
     long stop_after;         /* > 0: stop after this step as if preempted (checkpoint, clean exit); for
                                 job time slots: the schedule still spans --steps */
     /* Free-form build info of the caller (e.g. the command line), recorded in `start`. */
@@ -73,6 +85,7 @@ typedef struct {
     long steps_done;
     long start_step;                /* 0, or the step a resumed run started after */
     int preempted;                  /* stopped by a signal after saving */
+    long spikes, skips, rollbacks;  /* health actions taken */
     long long num_params;
 } TrainResult;
 
