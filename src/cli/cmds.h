@@ -3,7 +3,11 @@
 #ifndef ST_CLI_CMDS_H
 #define ST_CLI_CMDS_H
 
+#include "comm/comm.h"
+
 int cmd_train(int argc, char **argv);
+/* cmd_train on a process grid (main.c creates it with comm_init; NULL = one process). */
+int cmd_train_comm(int argc, char **argv, Comm *comm);
 int cmd_sample(int argc, char **argv);
 
 /* Prints "scaletrain <cmd>: <message>" to stderr and returns the exit code for status. */

@@ -27,7 +27,19 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
+    if (!strcmp(cmd, "train")) {
+        /* The process grid lives exactly as long as the subcommand: MPI under a launcher (mpirun,
+         * srun), otherwise comm's single-process mode. */
+        Comm *comm = NULL;
+        Err err = {0};
+        if (comm_init(&comm, &argc, &argv, &err) != ST_OK) {
+            fprintf(stderr, "scaletrain train: %s\n", err.msg);
+            return 1;
+        }
+        int rc = cmd_train_comm(argc - 2, argv + 2, comm);
+        comm_finalize(comm);
+        return rc;
+    }
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
     if (!strcmp(cmd, "prepare")) return cmd_prepare(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenizer")) return cmd_tokenizer(argc - 1, argv + 1);

@@ -1,0 +1,584 @@
+/* parallel.c — data parallelism and ZeRO 0–3 driven from the model's hooks (see parallel.h and
+ * docs/parallel.md).
+ *
+ * Contents: layout bookkeeping and the memory plan · views of one segment · gradient buckets
+ * (stage 0/1 on the full buffer, stage 2/3 in bucket slots) · parameter gathers (stage 3) · the
+ * hooks · the step (finish, norm, optimizer, parameter sync) · state in and out. */
+#include "parallel/parallel.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/timer.h"
+
+#define NORM_CHUNK 4096 /* fixed partition of the norm's partial sums (thread-count independent) */
+
+typedef struct {
+    size_t p_off, g_off, m_off, n; /* offsets from the param / grad / moment bases of the piece */
+    int decay;
+} Piece;
+
+struct Par {
+    Comm *c;
+    Gpt *g;
+    ParOptions o;
+    MemStats *mem;
+    const ParamLayout *pl;
+    int dp, r, zero, nseg, L;
+    size_t *off, *len, *blk, *soff; /* per segment: flat offset, length, block = len/dp, shard offset */
+    size_t S, E, X;                 /* shard floats, embedding segment floats, largest other segment */
+
+    float *m, *v;        /* moments: full layout (stage 0) or shard order */
+    size_t mom_floats;
+
+    /* Stage 0/1: requests on the full gradient buffer; seg_req0[s] .. + seg_nreq[s]. */
+    CommReq *req;
+    int nreq, *seg_req0, *seg_nreq;
+
+    /* Stage 2/3 gradients: shard, the embedding bucket, two bucket slots for the other segments. */
+    float *gshard, *gb0, *gbuf[2];
+    int gslot_seg[2], gslot_pending[2], gnext, g0_pending;
+    CommReq gslot_req[2], g0_req;
+    int *seg_gslot; /* slot holding segment s's gradients during its backward */
+
+    /* Stage 3 parameters: shard, the embedding gather buffer, two gather slots. */
+    float *pshard, *pb0, *pbuf[2];
+    int pslot_seg[2], p0_valid;
+    CommReq pslot_req[2], p0_req;
+
+    Piece *pieces; /* optimizer pieces of the owned range (stage >= 1) */
+    int npieces;
+    OptimRange *ranges; /* stage 0: every tensor */
+
+    size_t *chunk_seg, *chunk_start; /* norm partition over the owned slices */
+    double *partials;
+    size_t nchunks;
+
+    int k, j, last, in_step;
+    int kill_rank;  /* test hook ST_PAR_TEST_KILL=RANK:STEP: that rank SIGKILLs itself mid-backward */
+    long kill_step;
+    Status hook_st;
+    Err hook_err;
+};
+
+ParOptions par_default_options(void) {
+    ParOptions o;
+    memset(&o, 0, sizeof o);
+    o.zero = 0, o.bucket_floats = (size_t)1 << 20, o.overlap = 1, o.n_moments = 2, o.nt = 1;
+    return o;
+}
+
+int par_gpt_flags(int zero) {
+    return zero >= 3 ? (GPT_EXTERNAL_PARAMS | GPT_EXTERNAL_GRADS) : zero == 2 ? GPT_EXTERNAL_GRADS : 0;
+}
+
+/* ================================================================ layout and plan */
+
+static void seg_sizes(const ParamLayout *pl, size_t *E, size_t *X) {
+    *E = pl->seg_off[1] - pl->seg_off[0];
+    *X = 0;
+    for (int s = 1; s < pl->nseg; s++) {
+        size_t n = pl->seg_off[s + 1] - pl->seg_off[s];
+        if (n > *X) *X = n;
+    }
+}
+
+void par_planned_bytes(const ParamLayout *pl, int dp, int zero, int n_moments, size_t bytes[MEM_NCAT]) {
+    memset(bytes, 0, MEM_NCAT * sizeof bytes[0]);
+    size_t E, X, T = pl->total, S = pl->total / (size_t)dp, F = sizeof(float);
+    seg_sizes(pl, &E, &X);
+    bytes[MEM_PARAMS] = F * (zero >= 3 ? S + E + 2 * X : T);
+    bytes[MEM_GRADS] = F * (zero >= 2 ? S + E + 2 * X : T);
+    bytes[MEM_MOMENTS] = F * (size_t)n_moments * (zero >= 1 ? S : T);
+}
+
+/* ================================================================ views */
+
+/* Points the views of segment s (params or grads) at buf, which holds that segment. */
+static void seg_views(Par *p, ParamViews *v, int s, float *buf) {
+    const ParamLayout *pl = p->pl;
+    for (int i = 0; i < pl->ntensors; i++) {
+        const TensorInfo *t = &pl->tensors[i];
+        if (t->segment != s) continue;
+        float *q = buf + (t->offset - p->off[s]);
+        if (s == 0) {
+            if (i == 0) v->wte = q;
+            else v->wpe = q;
+        } else if (s == p->L + 1) {
+            if (i == pl->ntensors - 2) v->lnfw = q;
+            else v->lnfb = q;
+        } else {
+            BlockParams *b = &v->blocks[s - 1];
+            float **f[BT_COUNT] = {&b->ln1w, &b->ln1b, &b->qkvw, &b->qkvb, &b->attprojw, &b->attprojb,
+                                   &b->ln2w, &b->ln2b, &b->fcw, &b->fcb, &b->fcprojw, &b->fcprojb};
+            *f[i - 2 - (s - 1) * BT_COUNT] = q;
+        }
+    }
+}
+
+static void hook_fail(Par *p, Status st, const Err *e) {
+    if (p->hook_st == ST_OK) p->hook_st = st, p->hook_err = *e;
+}
+
+static void add_into(float *dst, const float *src, size_t n, int nt) {
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+/* ================================================================ gradients, stage 0/1 */
+
+static void start_seg_grads(Par *p, int s) {
+    Err e;
+    Status st = ST_OK;
+    float *base = p->g->grads + p->off[s];
+    if (p->zero == 0) {
+        size_t done = 0;
+        for (int q = 0; q < p->seg_nreq[s]; q++) {
+            size_t n = p->len[s] - done < p->o.bucket_floats ? p->len[s] - done : p->o.bucket_floats;
+            if ((st = comm_iallreduce_f32(p->c, base + done, base + done, n, &p->req[p->seg_req0[s] + q], &e)))
+                break;
+            done += n;
+        }
+    } else {
+        st = comm_ireduce_scatter_f32(p->c, base, base + (size_t)p->r * p->blk[s], p->blk[s], &p->req[p->seg_req0[s]],
+                                      &e);
+    }
+    if (st != ST_OK) hook_fail(p, st, &e);
+}
+
+static void progress(Par *p) {
+    for (int i = 0; i < p->nreq; i++)
+        if (p->req[i].active) comm_test(&p->req[i]);
+    for (int a = 0; a < 2; a++)
+        if (p->gslot_req[a].active) comm_test(&p->gslot_req[a]);
+    if (p->g0_req.active) comm_test(&p->g0_req);
+}
+
+/* ================================================================ gradients, stage 2/3 */
+
+/* Waits for slot a's reduce-scatter and adds the owned block into the gradient shard. */
+static Status gslot_finish(Par *p, int a, Err *err) {
+    if (!p->gslot_pending[a]) return ST_OK;
+    int s = p->gslot_seg[a];
+    Status st = comm_wait(&p->gslot_req[a], p->c->timeout_s, "grad reduce-scatter", p->c->step, err);
+    if (st != ST_OK) return st;
+    add_into(p->gshard + p->soff[s], p->gbuf[a] + (size_t)p->r * p->blk[s], p->blk[s], p->o.nt);
+    p->gslot_pending[a] = 0;
+    return ST_OK;
+}
+
+static Status g0_finish(Par *p, Err *err) {
+    if (!p->g0_pending) return ST_OK;
+    Status st = comm_wait(&p->g0_req, p->c->timeout_s, "grad reduce-scatter", p->c->step, err);
+    if (st != ST_OK) return st;
+    add_into(p->gshard + p->soff[0], p->gb0 + (size_t)p->r * p->blk[0], p->blk[0], p->o.nt);
+    p->g0_pending = 0;
+    return ST_OK;
+}
+
+static void start_bucket_rs(Par *p, float *buf, int s, CommReq *req) {
+    Err e;
+    Status st = comm_ireduce_scatter_f32(p->c, buf, buf + (size_t)p->r * p->blk[s], p->blk[s], req, &e);
+    if (st != ST_OK) hook_fail(p, st, &e);
+}
+
+/* ================================================================ parameters, stage 3 */
+
+/* Starts the all-gather of segment s into buf (own block copied in first, then in place). */
+static void start_gather(Par *p, int s, float *buf, CommReq *req) {
+    size_t b = p->blk[s];
+    memcpy(buf + (size_t)p->r * b, p->pshard + p->soff[s], b * sizeof(float));
+    Err e;
+    Status st = comm_iallgather_f32(p->c, buf + (size_t)p->r * b, buf, b, req, &e);
+    if (st != ST_OK) hook_fail(p, st, &e);
+}
+
+static void wait_req(Par *p, CommReq *req, const char *what) {
+    Err e;
+    Status st = comm_wait(req, p->c->timeout_s, what, p->c->step, &e);
+    if (st != ST_OK) hook_fail(p, st, &e);
+}
+
+/* Segment s (>= 1) gathered and its views set; then the gather of `next` (if >= 1) started in the
+ * other slot. */
+static void ensure_params(Par *p, int s, int next) {
+    int a = p->pslot_seg[0] == s ? 0 : p->pslot_seg[1] == s ? 1 : -1;
+    if (a < 0) {
+        a = p->pslot_seg[0] == next ? 1 : 0;
+        if (p->pslot_req[a].active) wait_req(p, &p->pslot_req[a], "param all-gather");
+        p->pslot_seg[a] = s;
+        start_gather(p, s, p->pbuf[a], &p->pslot_req[a]);
+    }
+    wait_req(p, &p->pslot_req[a], "param all-gather");
+    seg_views(p, &p->g->p, s, p->pbuf[a]);
+    if (next >= 1 && next <= p->L + 1 && p->pslot_seg[a ^ 1] != next) {
+        if (p->pslot_req[a ^ 1].active) wait_req(p, &p->pslot_req[a ^ 1], "param all-gather");
+        p->pslot_seg[a ^ 1] = next;
+        start_gather(p, next, p->pbuf[a ^ 1], &p->pslot_req[a ^ 1]);
+    }
+}
+
+/* ================================================================ hooks */
+
+static void h_before_forward(void *ctx, int s) {
+    Par *p = ctx;
+    if (p->zero >= 3) {
+        if (s == 0) {
+            /* wte is also the LM head: the embedding segment stays gathered until the update. */
+            if (!p->p0_valid) {
+                start_gather(p, 0, p->pb0, &p->p0_req);
+                p->p0_valid = 1;
+            }
+            wait_req(p, &p->p0_req, "param all-gather");
+            seg_views(p, &p->g->p, 0, p->pb0);
+            if (p->pslot_seg[0] != 1 && p->pslot_seg[1] != 1) {
+                int a = p->pslot_req[0].active ? 1 : 0;
+                if (p->pslot_req[a].active) wait_req(p, &p->pslot_req[a], "param all-gather");
+                p->pslot_seg[a] = 1;
+                start_gather(p, 1, p->pbuf[a], &p->pslot_req[a]);
+            }
+        } else {
+            ensure_params(p, s, s + 1);
+        }
+    }
+    if (p->zero >= 2 && s == p->L + 1) {
+        /* The fused LM head writes wte's gradient during the forward: the embedding bucket must be
+         * free (previous micro-batch's reduce-scatter done) and zero from here on. */
+        Err e;
+        Status st = g0_finish(p, &e);
+        if (st != ST_OK) hook_fail(p, st, &e);
+        memset(p->gb0, 0, p->E * sizeof(float));
+        seg_views(p, &p->g->g, 0, p->gb0);
+    }
+}
+
+static void h_before_backward(void *ctx, int s) {
+    Par *p = ctx;
+    progress(p);
+    if (p->zero >= 3 && s >= 1) ensure_params(p, s, s - 1);
+    if (p->zero >= 2 && s >= 1) {
+        int a = p->gnext;
+        p->gnext ^= 1;
+        Err e;
+        Status st = gslot_finish(p, a, &e);
+        if (st != ST_OK) hook_fail(p, st, &e);
+        memset(p->gbuf[a], 0, p->len[s] * sizeof(float));
+        p->gslot_seg[a] = s;
+        p->seg_gslot[s] = a;
+        seg_views(p, &p->g->g, s, p->gbuf[a]);
+    }
+}
+
+static void h_grads_ready(void *ctx, int s) {
+    Par *p = ctx;
+    if (!p->in_step) return;
+    if (p->kill_step > 0 && p->c->step == p->kill_step && p->c->rank == p->kill_rank && s == 1) raise(SIGKILL);
+    if (p->zero >= 2) {
+        if (s == 0) {
+            start_bucket_rs(p, p->gb0, 0, &p->g0_req);
+            p->g0_pending = 1;
+            if (!p->o.overlap) {
+                Err e;
+                Status st = g0_finish(p, &e);
+                if (st != ST_OK) hook_fail(p, st, &e);
+            }
+        } else {
+            int a = p->seg_gslot[s];
+            start_bucket_rs(p, p->gbuf[a], s, &p->gslot_req[a]);
+            p->gslot_pending[a] = 1;
+            if (!p->o.overlap) {
+                Err e;
+                Status st = gslot_finish(p, a, &e);
+                if (st != ST_OK) hook_fail(p, st, &e);
+            }
+        }
+    } else if (p->last && p->o.overlap) {
+        start_seg_grads(p, s);
+    }
+}
+
+/* ================================================================ init / free */
+
+static float *alloc_f(Par *p, MemCategory c, size_t n, int *ok) {
+    if (n == 0) return NULL;
+    float *q = mem_alloc(p->mem, c, n * sizeof(float));
+    if (!q) *ok = 0;
+    return q;
+}
+
+Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, Err *err) {
+    *out = NULL;
+    const ParamLayout *pl = &g->layout;
+    if (o->zero < 0 || o->zero > 3) return err_set(err, ST_ERR_INPUT, "--zero: expected 0, 1, 2 or 3, found %d", o->zero);
+    if (pl->shard_multiple % c->dp != 0)
+        return err_set(err, ST_ERR_INPUT, "parallel: the model layout is padded for %d ranks, the dp group has %d",
+                       pl->shard_multiple, c->dp);
+    if ((g->params == NULL) != (o->zero >= 3) || (g->grads == NULL) != (o->zero >= 2))
+        return err_set(err, ST_ERR_INPUT, "parallel: the model was not built with the flags of ZeRO stage %d", o->zero);
+    Par *p = calloc(1, sizeof *p);
+    if (!p) return err_set(err, ST_ERR_RUNTIME, "out of memory (parallel state)");
+    p->c = c, p->g = g, p->o = *o, p->mem = mem, p->pl = pl;
+    p->dp = c->dp, p->r = c->dp_rank, p->zero = o->zero, p->nseg = pl->nseg, p->L = g->cfg.n_layer;
+    if (p->o.bucket_floats == 0) p->o.bucket_floats = (size_t)1 << 20;
+    if (p->o.nt < 1) p->o.nt = 1;
+    int ns = p->nseg, ok = 1;
+    p->off = calloc((size_t)ns, sizeof(size_t)), p->len = calloc((size_t)ns, sizeof(size_t));
+    p->blk = calloc((size_t)ns, sizeof(size_t)), p->soff = calloc((size_t)ns, sizeof(size_t));
+    p->seg_req0 = calloc((size_t)ns, sizeof(int)), p->seg_nreq = calloc((size_t)ns, sizeof(int));
+    p->seg_gslot = calloc((size_t)ns, sizeof(int));
+    if (!p->off || !p->len || !p->blk || !p->soff || !p->seg_req0 || !p->seg_nreq || !p->seg_gslot) goto oom;
+    size_t S = 0;
+    for (int s = 0; s < ns; s++) {
+        p->off[s] = pl->seg_off[s], p->len[s] = pl->seg_off[s + 1] - pl->seg_off[s];
+        p->blk[s] = p->len[s] / (size_t)p->dp, p->soff[s] = S;
+        S += p->blk[s];
+    }
+    p->S = S;
+    seg_sizes(pl, &p->E, &p->X);
+
+    /* Requests: stage 0 all-reduce buckets of <= bucket_floats; otherwise one per segment (the
+     * reduce-scatter of stage 1, the parameter all-gather of stages 1-2). */
+    for (int s = 0; s < ns; s++) {
+        p->seg_req0[s] = p->nreq;
+        p->seg_nreq[s] = p->zero == 0 ? (int)((p->len[s] + p->o.bucket_floats - 1) / p->o.bucket_floats) : 1;
+        if (p->seg_nreq[s] < 1) p->seg_nreq[s] = 1;
+        p->nreq += p->seg_nreq[s];
+    }
+    if (!(p->req = calloc((size_t)p->nreq, sizeof(CommReq)))) goto oom;
+
+    /* Moments. */
+    p->mom_floats = p->zero >= 1 ? S : pl->total;
+    p->m = alloc_f(p, MEM_MOMENTS, p->mom_floats, &ok);
+    if (o->n_moments >= 2) p->v = alloc_f(p, MEM_MOMENTS, p->mom_floats, &ok);
+    if (p->zero >= 2) {
+        p->gshard = alloc_f(p, MEM_GRADS, S, &ok);
+        p->gb0 = alloc_f(p, MEM_GRADS, p->E, &ok);
+        p->gbuf[0] = alloc_f(p, MEM_GRADS, p->X, &ok), p->gbuf[1] = alloc_f(p, MEM_GRADS, p->X, &ok);
+    }
+    if (p->zero >= 3) {
+        p->pshard = alloc_f(p, MEM_PARAMS, S, &ok);
+        p->pb0 = alloc_f(p, MEM_PARAMS, p->E, &ok);
+        p->pbuf[0] = alloc_f(p, MEM_PARAMS, p->X, &ok), p->pbuf[1] = alloc_f(p, MEM_PARAMS, p->X, &ok);
+    }
+    if (!ok) goto oom;
+    p->gslot_seg[0] = p->gslot_seg[1] = p->pslot_seg[0] = p->pslot_seg[1] = -1;
+
+    /* Optimizer pieces: each tensor intersected with the owned block of its segment. */
+    if (p->zero == 0) {
+        if (!(p->ranges = calloc((size_t)pl->ntensors, sizeof *p->ranges))) goto oom;
+        for (int i = 0; i < pl->ntensors; i++)
+            p->ranges[i] = (OptimRange){pl->tensors[i].offset, pl->tensors[i].numel, pl->tensors[i].decay};
+    } else {
+        if (!(p->pieces = calloc((size_t)pl->ntensors, sizeof *p->pieces))) goto oom;
+        for (int i = 0; i < pl->ntensors; i++) {
+            const TensorInfo *t = &pl->tensors[i];
+            int s = t->segment;
+            size_t a = p->off[s] + (size_t)p->r * p->blk[s], b = a + p->blk[s];
+            size_t lo = t->offset > a ? t->offset : a, hi = t->offset + t->numel < b ? t->offset + t->numel : b;
+            if (hi <= lo) continue;
+            Piece *q = &p->pieces[p->npieces++];
+            q->n = hi - lo, q->decay = t->decay;
+            q->m_off = p->soff[s] + (lo - a);
+            q->p_off = p->zero >= 3 ? q->m_off : lo;
+            q->g_off = p->zero >= 2 ? q->m_off : lo;
+        }
+    }
+    /* Norm partition: fixed chunks of every owned slice. */
+    for (int s = 0; s < ns; s++) p->nchunks += (p->blk[s] + NORM_CHUNK - 1) / NORM_CHUNK;
+    p->chunk_seg = calloc(p->nchunks + 1, sizeof(size_t)), p->chunk_start = calloc(p->nchunks + 1, sizeof(size_t));
+    p->partials = calloc(p->nchunks + 1, sizeof(double));
+    if (!p->chunk_seg || !p->chunk_start || !p->partials) goto oom;
+    size_t ci = 0;
+    for (int s = 0; s < ns; s++)
+        for (size_t x = 0; x < p->blk[s]; x += NORM_CHUNK) p->chunk_seg[ci] = (size_t)s, p->chunk_start[ci++] = x;
+
+    const char *kill = getenv("ST_PAR_TEST_KILL");
+    if (!kill || sscanf(kill, "%d:%ld", &p->kill_rank, &p->kill_step) != 2) p->kill_step = 0;
+    g->hooks.ctx = p;
+    g->hooks.before_forward = h_before_forward;
+    g->hooks.before_backward = h_before_backward;
+    g->hooks.grads_ready = h_grads_ready;
+    *out = p;
+    return ST_OK;
+oom:
+    par_free(p);
+    return err_set(err, ST_ERR_RUNTIME, "out of memory allocating the ZeRO-%d state (shard of %zu floats)", o->zero,
+                   pl->total / (size_t)c->dp);
+}
+
+void par_free(Par *p) {
+    if (!p) return;
+    MemStats *ms = p->mem;
+    mem_free(ms, MEM_MOMENTS, p->m, p->mom_floats * sizeof(float));
+    mem_free(ms, MEM_MOMENTS, p->v, p->mom_floats * sizeof(float));
+    mem_free(ms, MEM_GRADS, p->gshard, p->S * sizeof(float));
+    mem_free(ms, MEM_GRADS, p->gb0, p->E * sizeof(float));
+    mem_free(ms, MEM_PARAMS, p->pshard, p->S * sizeof(float));
+    mem_free(ms, MEM_PARAMS, p->pb0, p->E * sizeof(float));
+    for (int a = 0; a < 2; a++) {
+        mem_free(ms, MEM_GRADS, p->gbuf[a], p->X * sizeof(float));
+        mem_free(ms, MEM_PARAMS, p->pbuf[a], p->X * sizeof(float));
+    }
+    if (p->g && p->g->hooks.ctx == p) memset(&p->g->hooks, 0, sizeof p->g->hooks);
+    free(p->off), free(p->len), free(p->blk), free(p->soff), free(p->seg_req0), free(p->seg_nreq);
+    free(p->seg_gslot), free(p->req), free(p->pieces), free(p->ranges);
+    free(p->chunk_seg), free(p->chunk_start), free(p->partials);
+    free(p);
+}
+
+float *par_moment(Par *p, int which) { return which == 0 ? p->m : p->v; }
+
+Status par_hook_status(const Par *p, Err *err) {
+    if (p->hook_st != ST_OK && err) *err = p->hook_err;
+    return p->hook_st;
+}
+
+/* ================================================================ the step */
+
+void par_step_begin(Par *p, int k, long step) {
+    p->k = k, p->in_step = 1;
+    p->c->step = step;
+    if (p->zero >= 2) memset(p->gshard, 0, p->S * sizeof(float));
+    else memset(p->g->grads, 0, p->pl->total * sizeof(float));
+}
+
+void par_micro_begin(Par *p, int j) {
+    p->j = j;
+    p->last = j == p->k - 1;
+}
+
+Status par_grads_finish(Par *p, Err *err) {
+    Status st;
+    if (p->zero <= 1 && !p->o.overlap)
+        for (int s = p->nseg - 1; s >= 0; s--) start_seg_grads(p, s);
+    if (p->zero <= 1) {
+        if ((st = comm_wait_all(p->req, p->nreq, p->c->timeout_s, "grad bucket", p->c->step, err)) != ST_OK) return st;
+    } else {
+        for (int a = 0; a < 2; a++)
+            if ((st = gslot_finish(p, a, err)) != ST_OK) return st;
+        if ((st = g0_finish(p, err)) != ST_OK) return st;
+    }
+    p->in_step = 0;
+    return par_hook_status(p, err);
+}
+
+static const float *owned_grad(Par *p, int s) {
+    return p->zero >= 2 ? p->gshard + p->soff[s] : p->g->grads + p->off[s] + (size_t)p->r * p->blk[s];
+}
+
+Status par_grad_norm(Par *p, double *norm, Err *err) {
+    long nc = (long)p->nchunks;
+#pragma omp parallel for schedule(static) num_threads(p->o.nt)
+    for (long ci = 0; ci < nc; ci++) {
+        int s = (int)p->chunk_seg[ci];
+        size_t x0 = p->chunk_start[ci], x1 = x0 + NORM_CHUNK < p->blk[s] ? x0 + NORM_CHUNK : p->blk[s];
+        const float *gr = owned_grad(p, s);
+        double acc = 0;
+        for (size_t x = x0; x < x1; x++) acc += (double)gr[x] * gr[x];
+        p->partials[ci] = acc;
+    }
+    double local = 0;
+    for (size_t ci = 0; ci < p->nchunks; ci++) local += p->partials[ci];
+    /* Fixed order across ranks: every rank adds the same per-rank sums in rank order. */
+    double *all = calloc((size_t)p->c->world, sizeof(double));
+    if (!all) return err_set(err, ST_ERR_RUNTIME, "out of memory (norm)");
+    Status st = comm_allgather_f64(p->c, local, all, err);
+    double sum = 0;
+    /* With tp = pp = 1 the world is the dp group; ranks are in dp order. */
+    for (int i = 0; i < p->c->world; i++) sum += all[i];
+    free(all);
+    *norm = sqrt(sum);
+    return st;
+}
+
+void par_optim_step(Par *p, const OptimConfig *oc, long step, float lr, float grad_scale) {
+    if (p->zero == 0) {
+        optim_step(oc, p->g->params, p->g->grads, p->m, p->v, p->ranges, p->pl->ntensors, step, lr, grad_scale, p->o.nt);
+        return;
+    }
+    float *P = p->zero >= 3 ? p->pshard : p->g->params;
+    const float *G = p->zero >= 2 ? p->gshard : p->g->grads;
+    for (int i = 0; i < p->npieces; i++) {
+        const Piece *q = &p->pieces[i];
+        OptimRange rg = {0, q->n, q->decay};
+        optim_step(oc, P + q->p_off, G + q->g_off, p->m + q->m_off, p->v ? p->v + q->m_off : NULL, &rg, 1, step, lr,
+                   grad_scale, p->o.nt);
+    }
+}
+
+Status par_params_sync(Par *p, Err *err) {
+    Status st = ST_OK;
+    if (p->zero == 1 || p->zero == 2) {
+        float *P = p->g->params;
+        for (int s = 0; s < p->nseg && st == ST_OK; s++)
+            st = comm_iallgather_f32(p->c, P + p->off[s] + (size_t)p->r * p->blk[s], P + p->off[s], p->blk[s],
+                                     &p->req[p->seg_req0[s]], err);
+        if (st == ST_OK) st = comm_wait_all(p->req, p->nreq, p->c->timeout_s, "param all-gather", p->c->step, err);
+    } else if (p->zero == 3) {
+        /* The shard changed: every gathered copy is stale. */
+        for (int a = 0; a < 2; a++) {
+            if (p->pslot_req[a].active && st == ST_OK)
+                st = comm_wait(&p->pslot_req[a], p->c->timeout_s, "param all-gather", p->c->step, err);
+            p->pslot_seg[a] = -1;
+        }
+        if (p->p0_req.active && st == ST_OK)
+            st = comm_wait(&p->p0_req, p->c->timeout_s, "param all-gather", p->c->step, err);
+        p->p0_valid = 0;
+    }
+    return st;
+}
+
+/* ================================================================ state in and out */
+
+static void copy_owned(Par *p, float *shard, const float *full) {
+    for (int s = 0; s < p->nseg; s++)
+        memcpy(shard + p->soff[s], full + p->off[s] + (size_t)p->r * p->blk[s], p->blk[s] * sizeof(float));
+}
+
+void par_set_full(Par *p, const float *params, const float *m, const float *v) {
+    size_t T = p->pl->total;
+    if (params) {
+        if (p->zero >= 3) copy_owned(p, p->pshard, params);
+        else memcpy(p->g->params, params, T * sizeof(float));
+    }
+    float *mine[2] = {p->m, p->v};
+    const float *src[2] = {m, v};
+    for (int b = 0; b < 2; b++) {
+        if (!mine[b]) continue;
+        if (!src[b]) memset(mine[b], 0, p->mom_floats * sizeof(float));
+        else if (p->zero >= 1) copy_owned(p, mine[b], src[b]);
+        else memcpy(mine[b], src[b], T * sizeof(float));
+    }
+    p->p0_valid = 0, p->pslot_seg[0] = p->pslot_seg[1] = -1;
+}
+
+/* full gets every rank's blocks of a shard-ordered buffer (all-gather per segment, in place). */
+static Status gather_shard(Par *p, const float *shard, float *full, Err *err) {
+    Status st = ST_OK;
+    for (int s = 0; s < p->nseg && st == ST_OK; s++) {
+        float *mine = full + p->off[s] + (size_t)p->r * p->blk[s];
+        memcpy(mine, shard + p->soff[s], p->blk[s] * sizeof(float));
+        st = comm_allgather_f32(p->c, mine, full + p->off[s], p->blk[s], err);
+    }
+    return st;
+}
+
+Status par_get_full(Par *p, float *params, float *m, float *v, Err *err) {
+    size_t T = p->pl->total;
+    Status st = ST_OK;
+    if (params) {
+        if (p->zero >= 3) st = gather_shard(p, p->pshard, params, err);
+        else memcpy(params, p->g->params, T * sizeof(float));
+    }
+    float *dst[2] = {m, v}, *mine[2] = {p->m, p->v};
+    for (int b = 0; b < 2 && st == ST_OK; b++) {
+        if (!dst[b]) continue;
+        if (!mine[b]) memset(dst[b], 0, T * sizeof(float));
+        else if (p->zero >= 1) st = gather_shard(p, mine[b], dst[b], err);
+        else memcpy(dst[b], mine[b], T * sizeof(float));
+    }
+    return st;
+}

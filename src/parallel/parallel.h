@@ -1,0 +1,106 @@
+/* parallel.h — data parallelism over the dp group of a Comm, with ZeRO stages 0–3 (issue 6).
+ *
+ * The model knows nothing of communication: par_init installs the Gpt's hooks (gpt.h) and from
+ * them starts, progresses and finishes the collectives of a step. Design and memory formulas:
+ * docs/parallel.md.
+ *
+ * Ownership. The layout is built with shard_multiple = dp, so segment s (0 embeddings, 1..L
+ * blocks, L+1 final norm) of length len[s] splits into dp blocks of blk[s] = len[s]/dp floats;
+ * dp rank r owns [off[s] + r·blk[s], +blk[s]) of every segment. Its *shard* is the concatenation
+ * of its blocks in segment order (S = total/dp floats): sharded moments, gradients (stage ≥ 2)
+ * and parameters (stage 3) live in that order.
+ *
+ * Stages (what each rank stores; G = gradients, P = parameters, M = moments):
+ *   0  P, G, M full; per-segment gradient all-reduce (split into buckets of ≤ bucket_floats),
+ *      started at grads_ready on the last micro-batch, progressed by comm_test in before_backward,
+ *      waited before the norm; every rank runs the optimizer on the whole range.
+ *   1  P, G full, M sharded; per-segment in-place reduce-scatter at grads_ready of the last
+ *      micro-batch; each rank updates its blocks; per-segment all-gather of P after the update.
+ *   2  as 1, but G sharded: backward writes each segment into a bucket (GPT_EXTERNAL_GRADS; the
+ *      g->g views are re-pointed from the hooks), the bucket is reduce-scattered at grads_ready of
+ *      EVERY micro-batch and its owned block ADDED to the gradient shard (DeepSpeed's scheme).
+ *   3  as 2, and P sharded (GPT_EXTERNAL_PARAMS): a segment is all-gathered into a gather buffer
+ *      before its forward and again before its backward, the next one prefetched meanwhile; the
+ *      embedding segment has its own buffer (wte is the tied LM head) and stays gathered until
+ *      the optimizer changes it.
+ *
+ * Gradients are SUMMED over ranks; the caller divides the loss by the global token count, so the
+ * step equals one process running the same global batch (up to summation order).
+ *
+ * Threads: every call comes from the thread that called comm_init, between kernels. */
+#ifndef ST_PARALLEL_PARALLEL_H
+#define ST_PARALLEL_PARALLEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "core/mem.h"
+#include "core/status.h"
+#include "model/gpt.h"
+#include "model/layout.h"
+#include "optim/optim.h"
+
+typedef struct {
+    int zero;             /* ZeRO stage 0..3 */
+    size_t bucket_floats; /* largest all-reduce request of stage 0 (default 1 Mi floats = 4 MiB) */
+    int overlap;          /* 1 (default): start buckets from grads_ready; 0: start all after the
+                             backward pass (for measuring how much overlap hides) */
+    int n_moments;        /* optimizer moment buffers (optim_num_moments) */
+    int nt;               /* threads for the norm and copies */
+} ParOptions;
+
+ParOptions par_default_options(void);
+
+typedef struct Par Par;
+
+/* gpt_init_ex flags a stage needs (GPT_EXTERNAL_GRADS for 2, both for 3). */
+int par_gpt_flags(int zero);
+
+/* Planned bytes per MemCategory of everything gpt_init_ex(flags of the stage) and par_init
+ * allocate for parameters, gradients and moments on one rank of a dp group (other categories 0):
+ *   S = total/dp, E = len[0], X = max over s >= 1 of len[s]
+ *   params  = 4·total (stage 0–2) | 4·(S + E + 2X) (stage 3: shard + embedding + 2 gather slots)
+ *   grads   = 4·total (stage 0–1) | 4·(S + E + 2X) (stage 2–3: shard + embedding + 2 buckets)
+ *   moments = 4·n_moments·total (stage 0) | 4·n_moments·S (stage ≥ 1)
+ * pl must be built with shard_multiple = dp. */
+void par_planned_bytes(const ParamLayout *pl, int dp, int zero, int n_moments, size_t bytes[MEM_NCAT]);
+
+/* Builds the data-parallel state for g (created by gpt_init_ex with shard_multiple = c->dp and
+ * par_gpt_flags(o->zero)): allocates shards, buckets, gather buffers and moments (in mem),
+ * installs g's hooks. ST_ERR_INPUT if g's layout was not built for c->dp. */
+Status par_init(Par **p, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, Err *err);
+void par_free(Par *p); /* safe on NULL */
+
+/* Moment buffers in shard order (stage ≥ 1) or the full layout (stage 0); v NULL if 1 moment. */
+float *par_moment(Par *p, int which);
+
+/* ---- state in and out (initialisation, checkpoints, final weights) ---- */
+
+/* Sets this rank's parameters and moments from full-layout buffers (m, v may be NULL = zero):
+ * the whole range (stage 0, params of stage 1–2) or the owned blocks. No communication. */
+void par_set_full(Par *p, const float *params, const float *m, const float *v);
+
+/* Gathers full-layout copies of parameters and moments (any may be NULL) on every rank.
+ * Collective over the dp group. */
+Status par_get_full(Par *p, float *params, float *m, float *v, Err *err);
+
+/* ---- the step ----
+ * Per optimizer step, on every rank:
+ *   par_step_begin(p, k, step);
+ *   for j in 0..k-1: par_micro_begin(p, j); gpt_forward(...); gpt_backward(...);
+ *   par_grads_finish(p, &err);            waits for the gradient collectives (exposed comm)
+ *   par_grad_norm(p, &norm, &err);        global norm, identical on every rank
+ *   par_optim_step(p, ...);               this rank's part of the update
+ *   par_params_sync(p, &err);             stage 1–2 all-gather; stage 3 invalidates caches */
+void par_step_begin(Par *p, int k, long step);
+void par_micro_begin(Par *p, int j);
+Status par_grads_finish(Par *p, Err *err);
+Status par_grad_norm(Par *p, double *norm, Err *err);
+void par_optim_step(Par *p, const OptimConfig *oc, long step, float lr, float grad_scale);
+Status par_params_sync(Par *p, Err *err);
+
+/* Any error a hook met (hooks cannot return one); ST_OK if none. Checked by par_grads_finish. */
+Status par_hook_status(const Par *p, Err *err);
+
+#endif
