@@ -172,8 +172,16 @@ int main(void) {
     tu_check(st == ST_ERR_INPUT && strstr(err.msg, "257") && strstr(err.msg, "256"), "train_vocab_too_small", "%s",
              err.msg);
     o.vocab_size = 300;
-    st = bpe_train(texts, lens, 1, &o, "/nonexistent/dir/x", &s, &err);
-    tu_check(st == ST_ERR_INPUT && strstr(err.msg, "/nonexistent/dir/x"), "train_bad_out_dir", "%s", err.msg);
+    /* a directory below a regular file cannot be created, even by root */
+    char under_file[400];
+    snprintf(under_file, sizeof under_file, "%s/vocab.bpe/x", d1);
+    st = bpe_train(texts, lens, 1, &o, under_file, &s, &err);
+    tu_check(st == ST_ERR_INPUT && strstr(err.msg, "vocab.bpe/x"), "train_bad_out_dir", "%s", err.msg);
+    /* missing parents are created (mkdir -p) */
+    char nested[400];
+    snprintf(nested, sizeof nested, "%s/new/parent/tok", dir);
+    st = bpe_train(texts, lens, 1, &o, nested, &s, &err);
+    tu_check(st == ST_OK, "train_out_dir_parents", "%s", st ? err.msg : nested);
     free(ts);
 
     char cmd[400];

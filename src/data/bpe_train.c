@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "core/fileio.h"
 #include "data/bpe.h"
 
 BpeTrainOptions bpe_train_default_options(void) {
@@ -428,8 +429,9 @@ static size_t put_mapped(char *o, const uint8_t *b, size_t n, int json) {
 }
 
 static Status save(const Trainer *t, const char *dir, Err *err) {
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return err_set(err, ST_ERR_INPUT, "%s: cannot create the output directory (%s)", dir, strerror(errno));
+    Err e2;
+    if (file_mkdirs(dir, &e2) != ST_OK) /* mkdir -p */
+        return err_set(err, ST_ERR_INPUT, "output directory %s: %s", dir, e2.msg);
     struct stat sb;
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return err_set(err, ST_ERR_INPUT, "%s: expected an output directory, found a file", dir);
