@@ -11,6 +11,9 @@
 
 enum { DROP_EMBED = 0, DROP_ATTN = 1, DROP_ATTN_RES = 2, DROP_MLP_RES = 3 };
 
+/* The bf16 working copy of an fp32 parameter pointer (NULL in fp32). */
+static const uint16_t *lp(const Gpt *g, const float *w) { return g->bf16 ? g->params_lp + (w - g->params) : NULL; }
+
 static Dropout dropout_at(const Gpt *g, int layer, int site) {
     Dropout d = {g->cfg.dropout, g->dropout_seed,
                  (g->cur_drop_counter << 24) | ((uint64_t)(layer + 1) << 4) | (uint64_t)site};
@@ -44,9 +47,20 @@ Status gpt_init_ex(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int sha
     g->g.blocks = calloc((size_t)L, sizeof(BlockParams));
     g->la = calloc((size_t)L, sizeof(LayerActs));
     if (!g->p.blocks || !g->g.blocks || !g->la) goto oom;
+    ST_CHECK(!((flags & GPT_BF16) && (flags & GPT_EXTERNAL_PARAMS)));
+    g->bf16 = (flags & GPT_BF16) != 0;
     if (!(flags & GPT_EXTERNAL_PARAMS)) {
-        if (!(g->params = mem_alloc(mem, MEM_PARAMS, total * sizeof(float)))) goto oom;
+        if (!(g->params = mem_alloc(mem, g->bf16 ? MEM_MASTER : MEM_PARAMS, total * sizeof(float)))) goto oom;
         layout_views(&g->layout, g->params, &g->p);
+    }
+    if (g->bf16) {
+        size_t n4 = (size_t)B * T * 4 * cfg->n_embd;
+        size_t head = (size_t)layout_head_chunk_rows(cfg, B, T) * cfg->vocab_padded;
+        g->mp.bf16 = 1;
+        g->params_lp = mem_alloc(mem, MEM_PARAMS, total * sizeof(uint16_t));
+        g->mp.a = mem_alloc(mem, MEM_WORKSPACE, (n4 > head ? n4 : head) * sizeof(uint16_t));
+        g->mp.b = mem_alloc(mem, MEM_WORKSPACE, n4 * sizeof(uint16_t));
+        if (!g->params_lp || !g->mp.a || !g->mp.b) goto oom;
     }
     if (!(flags & GPT_EXTERNAL_GRADS)) {
         if (!(g->grads = mem_alloc(mem, MEM_GRADS, total * sizeof(float)))) goto oom;
@@ -115,7 +129,14 @@ oom:
 
 void gpt_free(Gpt *g) {
     size_t total = g->layout.total;
-    mem_free(g->mem, MEM_PARAMS, g->params, total * sizeof(float));
+    if (g->bf16) {
+        size_t n4 = (size_t)g->B * g->T * 4 * g->cfg.n_embd;
+        size_t head = (size_t)layout_head_chunk_rows(&g->cfg, g->B, g->T) * g->cfg.vocab_padded;
+        mem_free(g->mem, MEM_PARAMS, g->params_lp, total * sizeof(uint16_t));
+        mem_free(g->mem, MEM_WORKSPACE, g->mp.a, (n4 > head ? n4 : head) * sizeof(uint16_t));
+        mem_free(g->mem, MEM_WORKSPACE, g->mp.b, n4 * sizeof(uint16_t));
+    }
+    mem_free(g->mem, g->bf16 ? MEM_MASTER : MEM_PARAMS, g->params, total * sizeof(float));
     mem_free(g->mem, MEM_GRADS, g->grads, total * sizeof(float));
     mem_free(g->mem, MEM_ACTIVATIONS, g->acts, g->acts_floats * sizeof(float));
     mem_free(g->mem, MEM_WORKSPACE, g->scratch, g->scratch_floats * sizeof(float));
@@ -152,6 +173,10 @@ void gpt_init_params(Gpt *g, uint64_t seed) {
     gpt_init_params_buf(&g->layout, g->params, seed, g->nt);
 }
 
+void gpt_sync_lp(Gpt *g) {
+    if (g->bf16) cast_bf16(g->params_lp, g->params, g->layout.total, g->nt);
+}
+
 void gpt_zero_grads(Gpt *g) {
     ST_CHECK(g->grads != NULL);
     memset(g->grads, 0, g->layout.total * sizeof(float));
@@ -169,15 +194,15 @@ static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
     const BlockParams *p = &g->p.blocks[l];
     LayerActs *a = &g->la[l];
     layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C, nt);
-    matmul_forward(a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C, nt);
+    matmul_forward_p(&g->mp, a->qkv, a->ln1, p->qkvw, lp(g, p->qkvw), p->qkvb, N, C, 3 * C, nt);
     attention_forward(a->atty, a->probs, g->att_scratch, a->qkv, B, T, C, NH,
                       cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off, nt);
-    matmul_forward(g->dbuf_b, a->atty, p->attprojw, p->attprojb, N, C, C, nt);
+    matmul_forward_p(&g->mp, g->dbuf_b, a->atty, p->attprojw, lp(g, p->attprojw), p->attprojb, N, C, C, nt);
     residual_forward(a->res2, x, g->dbuf_b, (size_t)N * C, dropout_at(g, l, DROP_ATTN_RES), nt);
     layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C, nt);
-    matmul_forward(a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C, nt);
+    matmul_forward_p(&g->mp, a->fch, a->ln2, p->fcw, lp(g, p->fcw), p->fcb, N, C, 4 * C, nt);
     gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C, nt);
-    matmul_forward(g->dbuf_b, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C, nt);
+    matmul_forward_p(&g->mp, g->dbuf_b, a->fch_gelu, p->fcprojw, lp(g, p->fcprojw), p->fcprojb, N, 4 * C, C, nt);
     residual_forward(a->res3, a->res2, g->dbuf_b, (size_t)N * C, dropout_at(g, l, DROP_MLP_RES), nt);
 }
 
@@ -201,7 +226,8 @@ double gpt_forward(Gpt *g, const int32_t *inp, const int32_t *tgt, int B, int T,
     layernorm_forward(g->lnf, g->lnf_mean, g->lnf_rstd, x, g->p.lnfw, g->p.lnfb, N, C, nt);
     double head_fwd = 0, head_bwd = 0;
     double t1 = timer_ms();
-    head_forward_backward(g->losses, train ? g->dbuf_b : NULL, g->g.wte, g->logits, g->lnf, g->p.wte, tgt, N, C,
+    head_forward_backward_p(&g->mp, g->losses, train ? g->dbuf_b : NULL, g->g.wte, g->logits, g->lnf, g->p.wte,
+                            lp(g, g->p.wte), tgt, N, C,
                           cfg->vocab, cfg->vocab_padded, dscale, g->head_chunk, nt, NULL, &head_fwd, &head_bwd);
     double t2 = timer_ms();
     g->have_head_grads = train;
@@ -248,9 +274,10 @@ void gpt_backward(Gpt *g) {
             dropout_backward(g->dbuf_c, g->dres, NC, dropout_at(g, l, DROP_MLP_RES), nt);
             dbranch = g->dbuf_c;
         }
-        matmul_backward(g->dbuf_a, dp->fcprojw, dp->fcprojb, dbranch, a->fch_gelu, p->fcprojw, N, 4 * C, C, nt);
+        matmul_backward_p(&g->mp, g->dbuf_a, dp->fcprojw, dp->fcprojb, dbranch, a->fch_gelu, p->fcprojw, lp(g, p->fcprojw), N,
+                          4 * C, C, nt);
         gelu_backward(g->dbuf_a, g->dbuf_a, a->fch, NC * 4, nt);
-        matmul_backward(g->dbuf_b, dp->fcw, dp->fcb, g->dbuf_a, a->ln2, p->fcw, N, C, 4 * C, nt);
+        matmul_backward_p(&g->mp, g->dbuf_b, dp->fcw, dp->fcb, g->dbuf_a, a->ln2, p->fcw, lp(g, p->fcw), N, C, 4 * C, nt);
         layernorm_backward(g->dres, dp->ln2w, dp->ln2b, g->ln_scratch, g->dbuf_b, a->res2, p->ln2w, a->ln2_mean,
                            a->ln2_rstd, N, C, nt);
         dbranch = g->dres;
@@ -258,10 +285,12 @@ void gpt_backward(Gpt *g) {
             dropout_backward(g->dbuf_c, g->dres, NC, dropout_at(g, l, DROP_ATTN_RES), nt);
             dbranch = g->dbuf_c;
         }
-        matmul_backward(g->dbuf_b, dp->attprojw, dp->attprojb, dbranch, a->atty, p->attprojw, N, C, C, nt);
+        matmul_backward_p(&g->mp, g->dbuf_b, dp->attprojw, dp->attprojb, dbranch, a->atty, p->attprojw, lp(g, p->attprojw),
+                          N, C, C, nt);
         attention_backward(g->dbuf_a, g->att_scratch, g->dbuf_b, a->qkv, a->probs, B, T, C, NH,
                            cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off, nt);
-        matmul_backward(g->dbuf_b, dp->qkvw, dp->qkvb, g->dbuf_a, a->ln1, p->qkvw, N, C, 3 * C, nt);
+        matmul_backward_p(&g->mp, g->dbuf_b, dp->qkvw, dp->qkvb, g->dbuf_a, a->ln1, p->qkvw, lp(g, p->qkvw), N, C, 3 * C,
+                          nt);
         layernorm_backward(g->dres, dp->ln1w, dp->ln1b, g->ln_scratch, g->dbuf_b, x, p->ln1w, a->ln1_mean,
                            a->ln1_rstd, N, C, nt);
         hook(g->hooks.grads_ready, g->hooks.ctx, l + 1);

@@ -17,6 +17,7 @@
 #include "core/mem.h"
 #include "core/status.h"
 #include "model/config.h"
+#include "model/kernels.h"
 #include "model/layout.h"
 
 typedef struct {
@@ -46,7 +47,10 @@ typedef struct {
     int nt;           /* OpenMP threads for our kernels */
     MemStats *mem;    /* where allocations are counted (not owned) */
 
-    float *params;    /* layout.total floats (category parameters) */
+    float *params;    /* layout.total floats (category parameters; master weights under GPT_BF16) */
+    int bf16;         /* mixed precision (GPT_BF16) */
+    uint16_t *params_lp; /* bf16 working copy of params, same layout (GPT_BF16) */
+    MatPrec mp;       /* GEMM precision and its conversion scratch */
     float *grads;     /* layout.total floats (category gradients) */
     ParamViews p, g;
 
@@ -86,9 +90,16 @@ Status gpt_init_rc(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int sha
  * lnfb and every g->p.blocks[l] / g->g.blocks[l]) at its buffers before each segment is used,
  * e.g. from the hooks; gpt_zero_grads and gpt_init_params then must not be called (use
  * gpt_init_params_buf on the caller's flat buffer). */
-enum { GPT_EXTERNAL_PARAMS = 1, GPT_EXTERNAL_GRADS = 2 };
+enum { GPT_EXTERNAL_PARAMS = 1, GPT_EXTERNAL_GRADS = 2, GPT_BF16 = 4 };
+/* GPT_BF16: mixed precision. g->params is then the fp32 master (counted as master weights) and
+ * g->params_lp a bf16 working copy (counted as parameters) that every matmul reads; activations,
+ * LayerNorm, softmax, the loss and gradients stay fp32. Call gpt_sync_lp after every change of
+ * g->params (init, load, optimizer step). Not combinable with GPT_EXTERNAL_PARAMS. */
 Status gpt_init_ex(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int shard_multiple, Recompute rc, int flags,
                    MemStats *mem, Err *err);
+
+/* Refreshes the bf16 working copy from the fp32 master (no-op in fp32). */
+void gpt_sync_lp(Gpt *g);
 
 /* GPT-2 initialisation (see gpt_init_params) of a flat buffer in layout pl. */
 void gpt_init_params_buf(const ParamLayout *pl, float *buf, uint64_t seed, int nt);

@@ -154,7 +154,7 @@ void matmul_forward(float *out, const float *inp, const float *w, const float *b
 void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
                      int N, int C, int OC, int nt) {
     if (dinp) mm_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
-    mm_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+    if (dw) mm_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     if (!dbias) return;
     /* Column sums: 16-column blocks, each summed over all rows in order by one thread. */
     int nblk = (OC + 15) / 16;
@@ -168,6 +168,46 @@ void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, co
         }
         for (int j = j0; j < j1; j++) dbias[j] += acc[j - j0];
     }
+}
+
+void cast_bf16(uint16_t *dst, const float *src, size_t n, int nt) {
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], sizeof u);
+        u += 0x7FFFu + ((u >> 16) & 1u); /* round to nearest even */
+        dst[i] = (uint16_t)(u >> 16);
+    }
+}
+
+void matmul_forward_p(const MatPrec *mp, float *out, const float *inp, const float *w, const uint16_t *w_lp,
+                      const float *bias, int N, int C, int OC, int nt) {
+    if (!mp || !mp->bf16) {
+        matmul_forward(out, inp, w, bias, N, C, OC, nt);
+        return;
+    }
+    cast_bf16(mp->a, inp, (size_t)N * C, nt);
+    mm_gemm_bf16(0, 1, N, OC, C, 1.0f, mp->a, C, w_lp, C, 0.0f, out, OC);
+    if (!bias) return;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int i = 0; i < N; i++) {
+        float *o = out + (size_t)i * OC;
+#pragma omp simd
+        for (int j = 0; j < OC; j++) o[j] += bias[j];
+    }
+}
+
+void matmul_backward_p(const MatPrec *mp, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                       const float *w, const uint16_t *w_lp, int N, int C, int OC, int nt) {
+    if (!mp || !mp->bf16) {
+        matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, nt);
+        return;
+    }
+    cast_bf16(mp->a, dout, (size_t)N * OC, nt);
+    cast_bf16(mp->b, inp, (size_t)N * C, nt);
+    if (dinp) mm_gemm_bf16(0, 0, N, C, OC, 1.0f, mp->a, OC, w_lp, C, 0.0f, dinp, C);
+    mm_gemm_bf16(1, 0, OC, C, N, 1.0f, mp->a, OC, mp->b, C, 1.0f, dw, C);
+    if (dbias) matmul_backward(NULL, NULL, dbias, dout, NULL, NULL, N, C, OC, nt);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -315,11 +355,24 @@ void dropout_backward(float *out, const float *dout, size_t n, Dropout d, int nt
 void head_forward_backward(float *losses, float *dx, float *dwte, float *logits, const float *x, const float *wte,
                            const int32_t *targets, int n, int C, int V, int Vp, float dscale, int chunk, int nt,
                            float *probs_out, double *ms_fwd, double *ms_bwd) {
+    head_forward_backward_p(NULL, losses, dx, dwte, logits, x, wte, NULL, targets, n, C, V, Vp, dscale, chunk, nt,
+                            probs_out, ms_fwd, ms_bwd);
+}
+
+void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float *dwte, float *logits, const float *x,
+                             const float *wte, const uint16_t *wte_lp, const int32_t *targets, int n, int C, int V,
+                             int Vp, float dscale, int chunk, int nt, float *probs_out, double *ms_fwd, double *ms_bwd) {
+    int lp = mp && mp->bf16;
     for (int r0 = 0; r0 < n; r0 += chunk) {
         int m = n - r0 < chunk ? n - r0 : chunk;
         double t0 = timer_ms();
         /* Only the V real columns are computed; padded columns are never read (probability 0). */
-        mm_sgemm(0, 1, m, V, C, 1.0f, x + (size_t)r0 * C, C, wte, C, 0.0f, logits, Vp);
+        if (lp) {
+            cast_bf16(mp->b, x + (size_t)r0 * C, (size_t)m * C, nt);
+            mm_gemm_bf16(0, 1, m, V, C, 1.0f, mp->b, C, wte_lp, C, 0.0f, logits, Vp);
+        } else {
+            mm_sgemm(0, 1, m, V, C, 1.0f, x + (size_t)r0 * C, C, wte, C, 0.0f, logits, Vp);
+        }
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int i = 0; i < m; i++) {
             float *l = logits + (size_t)i * Vp;
@@ -347,8 +400,14 @@ void head_forward_backward(float *losses, float *dx, float *dwte, float *logits,
         double t1 = timer_ms();
         if (ms_fwd) *ms_fwd += t1 - t0;
         if (dx) {
-            mm_sgemm(0, 0, m, C, V, 1.0f, logits, Vp, wte, C, 0.0f, dx + (size_t)r0 * C, C);
-            mm_sgemm(1, 0, V, C, m, 1.0f, logits, Vp, x + (size_t)r0 * C, C, 1.0f, dwte, C);
+            if (lp) {
+                cast_bf16(mp->a, logits, (size_t)m * Vp, nt);
+                mm_gemm_bf16(0, 0, m, C, V, 1.0f, mp->a, Vp, wte_lp, C, 0.0f, dx + (size_t)r0 * C, C);
+                mm_gemm_bf16(1, 0, V, C, m, 1.0f, mp->a, Vp, mp->b, C, 1.0f, dwte, C);
+            } else {
+                mm_sgemm(0, 0, m, C, V, 1.0f, logits, Vp, wte, C, 0.0f, dx + (size_t)r0 * C, C);
+                mm_sgemm(1, 0, V, C, m, 1.0f, logits, Vp, x + (size_t)r0 * C, C, 1.0f, dwte, C);
+            }
             if (ms_bwd) *ms_bwd += timer_ms() - t1;
         }
     }

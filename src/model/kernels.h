@@ -60,6 +60,24 @@ void residual_forward(float *out, const float *a, const float *b, size_t n, Drop
 /* out = drop'(dout): the gradient reaching the dropped branch. */
 void dropout_backward(float *out, const float *dout, size_t n, Dropout d, int nt);
 
+/* ---- Mixed precision (bf16 GEMM inputs, fp32 accumulation and outputs) ----
+ * With mp->bf16 set, the *_p variants round their GEMM operands to bf16 (round to nearest even)
+ * into mp's scratch and run the GEMM on the bf16 units; weights come pre-converted (w_lp, the
+ * working copy of the fp32 master). Everything else (bias, reductions, outputs) stays fp32.
+ * mp == NULL or mp->bf16 == 0 is exactly the fp32 kernel. */
+typedef struct {
+    int bf16;
+    uint16_t *a, *b; /* scratch: a >= max(N·4C, head chunk·Vp) elements, b >= N·4C */
+} MatPrec;
+
+/* fp32 → bf16 (round to nearest even), n elements. */
+void cast_bf16(uint16_t *dst, const float *src, size_t n, int nt);
+
+void matmul_forward_p(const MatPrec *mp, float *out, const float *inp, const float *w, const uint16_t *w_lp,
+                      const float *bias, int N, int C, int OC, int nt);
+void matmul_backward_p(const MatPrec *mp, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                       const float *w, const uint16_t *w_lp, int N, int C, int OC, int nt);
+
 /* Fused LM head and cross-entropy on rows [0, n) of x (n, C), tied weight wte (Vp, C) of which
  * the first V rows are real. For each row i with target t_i >= 0:
  *   loss_i = logsumexp(logits_i[0:V]) - logits_i[t_i];   rows with t_i < 0 get loss 0.
@@ -71,5 +89,9 @@ void dropout_backward(float *out, const float *dout, size_t n, Dropout d, int nt
 void head_forward_backward(float *losses, float *dx, float *dwte, float *logits, const float *x, const float *wte,
                            const int32_t *targets, int n, int C, int V, int Vp, float dscale, int chunk, int nt,
                            float *probs_out, double *ms_fwd, double *ms_bwd);
+/* The same with mixed-precision GEMMs (wte_lp: bf16 copy of wte). */
+void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float *dwte, float *logits, const float *x,
+                             const float *wte, const uint16_t *wte_lp, const int32_t *targets, int n, int C, int V,
+                             int Vp, float dscale, int chunk, int nt, float *probs_out, double *ms_fwd, double *ms_bwd);
 
 #endif
