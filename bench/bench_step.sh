@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 rounds=${1:-2}
 threads=${2:-2}
 peer=${PEER:-../shared/peers/torch_gpt2_bench.py}
-bin=build/bench/step_bench
+bin=${BIN:-build/bench/step_bench}
 [[ -x $bin ]] || { echo "bench: build first (make build)" >&2; exit 1; }
 [[ -f $peer ]] || { echo "bench: PyTorch peer not found at $peer (set PEER=...)" >&2; exit 1; }
 /usr/bin/python3 -c "import torch" 2>/dev/null || { echo "bench: run scripts/install-deps.sh --bench" >&2; exit 1; }

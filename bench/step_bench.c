@@ -1,9 +1,10 @@
 /* step_bench.c — times one training step (forward, backward, AdamW) of the GPT on random
  * tokens, per phase, for a given shape. Used by bench/bench_step.sh beside the PyTorch peer.
  *
- * usage: step_bench L NH C V B T [steps] [threads] */
+ * usage: step_bench L NH C V B T [steps] [threads] [fp32|bf16] [none|selective|full] */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/rng.h"
 #include "core/timer.h"
@@ -24,6 +25,10 @@ int main(int argc, char **argv) {
     ModelConfig mc = {atoi(argv[1]), atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), 0, 1024, 0.0f};
     int B = atoi(argv[5]), T = atoi(argv[6]);
     int steps = argc > 7 ? atoi(argv[7]) : 12, nt = argc > 8 ? atoi(argv[8]) : 2;
+    int bf16 = argc > 9 && !strcmp(argv[9], "bf16");
+    Recompute rc = argc > 10 ? (!strcmp(argv[10], "full") ? RECOMPUTE_FULL
+                                : !strcmp(argv[10], "selective") ? RECOMPUTE_SELECTIVE : RECOMPUTE_NONE)
+                             : RECOMPUTE_NONE;
     Err err;
     if (model_config_validate(&mc, &err) != ST_OK) {
         fprintf(stderr, "%s\n", err.msg);
@@ -31,11 +36,13 @@ int main(int argc, char **argv) {
     }
     mm_set_threads(nt);
     Gpt g;
-    if (gpt_init(&g, &mc, B, T, nt, 1, NULL, &err) != ST_OK) {
+    MemStats ms = {0};
+    if (gpt_init_ex(&g, &mc, B, T, nt, 1, rc, bf16 ? GPT_BF16 : 0, &ms, &err) != ST_OK) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
     gpt_init_params(&g, 1);
+    gpt_sync_lp(&g);
     int N = B * T;
     int32_t *inp = malloc(sizeof(int32_t) * N), *tgt = malloc(sizeof(int32_t) * N);
     float *m = calloc(g.layout.total, 4), *v = calloc(g.layout.total, 4);
@@ -56,6 +63,7 @@ int main(int argc, char **argv) {
         double t1 = timer_ms();
         double norm = optim_l2_norm(g.grads, g.layout.total, nt);
         optim_step(&oc, g.params, g.grads, m, v, &r, 1, s + 1, 1e-4f, optim_clip_scale(norm, 1.0f), nt);
+        gpt_sync_lp(&g);
         double t2 = timer_ms();
         tot[s] = t2 - t0, fw[s] = g.ms_fwd, bw[s] = (t1 - t0) - g.ms_fwd, op[s] = t2 - t1;
     }
@@ -67,9 +75,12 @@ int main(int argc, char **argv) {
                  12.0 * mc.n_layer * T * mc.n_embd;
     printf("RESULT {\"peer\": \"scaletrain\", \"L\": %d, \"C\": %d, \"V\": %d, \"B\": %d, \"T\": %d, \"threads\": %d, "
            "\"median_ms\": %.2f, \"forward_ms\": %.2f, \"backward_ms\": %.2f, \"optimizer_ms\": %.2f, "
-           "\"tokens_per_s\": %.1f, \"gflops\": %.1f}\n",
+           "\"tokens_per_s\": %.1f, \"gflops\": %.1f, \"precision\": \"%s\", \"recompute\": \"%s\", "
+           "\"activation_bytes\": %zu, \"allocated_bytes\": %zu}\n",
            mc.n_layer, mc.n_embd, mc.vocab, B, T, nt, med, fw[w + n / 2], bw[w + n / 2], op[w + n / 2], N / (med * 1e-3),
-           fpt * N / (med * 1e-3) / 1e9);
+           fpt * N / (med * 1e-3) / 1e9, bf16 ? "bf16" : "fp32", layout_recompute_name(rc),
+           ms.bytes[MEM_ACTIVATIONS], ms.bytes[MEM_PARAMS] + ms.bytes[MEM_MASTER] + ms.bytes[MEM_GRADS] +
+               ms.bytes[MEM_ACTIVATIONS] + ms.bytes[MEM_WORKSPACE] + 2 * g.layout.total * 4);
     gpt_free(&g);
     return 0;
 }
