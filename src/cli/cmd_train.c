@@ -54,7 +54,7 @@ int cmd_train(int argc, char **argv) { return cmd_train_comm(argc, argv, NULL); 
 
 int cmd_train_comm(int argc, char **argv, Comm *comm) {
     TrainConfig c = train_default_config();
-    char model[64] = "", recompute[16] = "none", spike_policy[16] = "log", optimizer[16] = "adamw", schedule[16] = "cosine", shape[16] = "linear", tok_dir[1024] = "";
+    char model[64] = "", precision[16] = "fp32", recompute[16] = "none", spike_policy[16] = "log", optimizer[16] = "adamw", schedule[16] = "cosine", shape[16] = "linear", tok_dir[1024] = "";
     long batch_tokens = 0;
     double peak_gflops = 0;
     float beta1 = -1, beta2 = -1, wd = -1, eps = -1, momentum = -1;
@@ -98,6 +98,8 @@ int cmd_train_comm(int argc, char **argv, Comm *comm) {
         {"log", ARG_STR, c.log_path, sizeof c.log_path, "JSON Lines metrics file"},
         {"out", ARG_STR, c.out_dir, sizeof c.out_dir, "directory for the final weights (model.safetensors)"},
         {"quiet", ARG_FLAG, &c.quiet, 0, "no per-step lines"},
+        {"precision", ARG_STR, precision, sizeof precision,
+         "fp32 | bf16 (bf16 GEMM inputs, fp32 accumulation, fp32 master weights and moments)"},
         {"recompute", ARG_STR, recompute, sizeof recompute,
          "none | selective (LayerNorm and GELU outputs) | full (each block's forward rerun in backward)"},
         {"no-pack", ARG_FLAG, &c.no_pack, 0, "one document per row with the padding masked (default: packed rows)"},
@@ -158,6 +160,12 @@ int cmd_train_comm(int argc, char **argv, Comm *comm) {
     if ((st = sched_parse_kind(schedule, &c.sched.kind, &err)) != ST_OK) return cli_fail("train", st, err.msg);
     if (health_policy_parse(spike_policy, &c.health.policy) != 0) {
         snprintf(err.msg, sizeof err.msg, "--spike-policy: expected log, skip or rollback, found '%s'", spike_policy);
+        return cli_fail("train", ST_ERR_INPUT, err.msg);
+    }
+    if (!strcmp(precision, "bf16")) c.bf16 = 1;
+    else if (strcmp(precision, "fp32")) {
+        snprintf(err.msg, sizeof err.msg, "--precision: expected fp32 or bf16%s, found '%s'",
+                 !strcmp(precision, "fp16") ? " (fp16 with loss scaling is not implemented yet)" : "", precision);
         return cli_fail("train", ST_ERR_INPUT, err.msg);
     }
     if (!strcmp(recompute, "none")) c.recompute = RECOMPUTE_NONE;

@@ -1,6 +1,7 @@
 /* mem.c — categorised aligned allocation. */
 #include "core/mem.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,4 +28,15 @@ void mem_free(MemStats *ms, MemCategory c, void *p, size_t bytes) {
     if (!p) return;
     free(p);
     if (ms) ms->bytes[c] -= bytes;
+}
+
+size_t mem_rss_anon(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "RssAnon: %zu kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024;
 }

@@ -32,4 +32,7 @@ void *mem_alloc(MemStats *ms, MemCategory c, size_t bytes);
 /* Frees a buffer from mem_alloc with the same size and category; safe on NULL. */
 void mem_free(MemStats *ms, MemCategory c, void *p, size_t bytes);
 
+/* The process's resident anonymous memory (RssAnon of /proc/self/status) in bytes; 0 if unknown. */
+size_t mem_rss_anon(void);
+
 #endif

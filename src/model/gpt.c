@@ -54,12 +54,12 @@ Status gpt_init_ex(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int sha
         layout_views(&g->layout, g->params, &g->p);
     }
     if (g->bf16) {
-        size_t n4 = (size_t)B * T * 4 * cfg->n_embd;
-        size_t head = (size_t)layout_head_chunk_rows(cfg, B, T) * cfg->vocab_padded;
+        size_t na, nb;
+        layout_bf16_scratch(cfg, B, T, &na, &nb);
         g->mp.bf16 = 1;
         g->params_lp = mem_alloc(mem, MEM_PARAMS, total * sizeof(uint16_t));
-        g->mp.a = mem_alloc(mem, MEM_WORKSPACE, (n4 > head ? n4 : head) * sizeof(uint16_t));
-        g->mp.b = mem_alloc(mem, MEM_WORKSPACE, n4 * sizeof(uint16_t));
+        g->mp.a = mem_alloc(mem, MEM_WORKSPACE, na * sizeof(uint16_t));
+        g->mp.b = mem_alloc(mem, MEM_WORKSPACE, nb * sizeof(uint16_t));
         if (!g->params_lp || !g->mp.a || !g->mp.b) goto oom;
     }
     if (!(flags & GPT_EXTERNAL_GRADS)) {
@@ -130,11 +130,11 @@ oom:
 void gpt_free(Gpt *g) {
     size_t total = g->layout.total;
     if (g->bf16) {
-        size_t n4 = (size_t)g->B * g->T * 4 * g->cfg.n_embd;
-        size_t head = (size_t)layout_head_chunk_rows(&g->cfg, g->B, g->T) * g->cfg.vocab_padded;
+        size_t na, nb;
+        layout_bf16_scratch(&g->cfg, g->B, g->T, &na, &nb);
         mem_free(g->mem, MEM_PARAMS, g->params_lp, total * sizeof(uint16_t));
-        mem_free(g->mem, MEM_WORKSPACE, g->mp.a, (n4 > head ? n4 : head) * sizeof(uint16_t));
-        mem_free(g->mem, MEM_WORKSPACE, g->mp.b, n4 * sizeof(uint16_t));
+        mem_free(g->mem, MEM_WORKSPACE, g->mp.a, na * sizeof(uint16_t));
+        mem_free(g->mem, MEM_WORKSPACE, g->mp.b, nb * sizeof(uint16_t));
     }
     mem_free(g->mem, g->bf16 ? MEM_MASTER : MEM_PARAMS, g->params, total * sizeof(float));
     mem_free(g->mem, MEM_GRADS, g->grads, total * sizeof(float));

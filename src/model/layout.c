@@ -147,3 +147,31 @@ const char *layout_recompute_name(Recompute rc) {
     static const char *const N[] = {"none", "selective", "full"};
     return rc >= 0 && rc <= RECOMPUTE_FULL ? N[rc] : "?";
 }
+
+void layout_bf16_scratch(const ModelConfig *cfg, int B, int T, size_t *a, size_t *b) {
+    size_t n4 = (size_t)B * T * 4 * cfg->n_embd;
+    size_t head = (size_t)layout_head_chunk_rows(cfg, B, T) * cfg->vocab_padded;
+    *a = n4 > head ? n4 : head;
+    *b = n4;
+}
+
+void layout_memory_plan(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int bf16, int nmoments,
+                        size_t *bytes) {
+    ParamLayout pl;
+    for (int c = 0; c < MEM_NCAT; c++) bytes[c] = 0;
+    if (layout_init(&pl, cfg, 1) != 0) return;
+    size_t total = pl.total;
+    layout_free(&pl);
+    ActSizes as = layout_activations_rc(cfg, B, T, threads, rc);
+    bytes[MEM_PARAMS] = total * (bf16 ? 2 : 4);
+    bytes[MEM_MASTER] = bf16 ? total * 4 : 0;
+    bytes[MEM_GRADS] = total * 4;
+    bytes[MEM_MOMENTS] = total * 4 * (size_t)nmoments;
+    bytes[MEM_ACTIVATIONS] = as.total * 4;
+    bytes[MEM_WORKSPACE] = as.scratch * 4;
+    if (bf16) {
+        size_t a, b;
+        layout_bf16_scratch(cfg, B, T, &a, &b);
+        bytes[MEM_WORKSPACE] += (a + b) * 2;
+    }
+}

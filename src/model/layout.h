@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 
+#include "core/mem.h"
 #include "model/config.h"
 
 enum { BT_LN1W, BT_LN1B, BT_QKVW, BT_QKVB, BT_ATTPROJW, BT_ATTPROJB, BT_LN2W, BT_LN2B,
@@ -89,6 +90,18 @@ typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE = 1, RECOMPUTE_FULL = 2 }
 ActSizes layout_activations(const ModelConfig *cfg, int B, int T, int threads);
 ActSizes layout_activations_rc(const ModelConfig *cfg, int B, int T, int threads, Recompute rc);
 const char *layout_recompute_name(Recompute rc);
+
+/* bf16 conversion scratch of the mixed-precision GEMMs, in elements: a >= max(N·4C, head chunk·Vp),
+ * b >= N·4C (N = B·T). */
+void layout_bf16_scratch(const ModelConfig *cfg, int B, int T, size_t *a, size_t *b);
+
+/* Planned bytes per memory category (core/mem.h order) of one process training this model
+ * without sharding: parameters (bf16 working copy under bf16), master weights (fp32, bf16 only),
+ * gradients (fp32), optimizer moments (nmoments fp32 buffers), activations and workspace (the
+ * recompute level and the bf16 scratch applied). Other categories are 0. The allocator uses the
+ * same functions, so planned == allocated exactly (tested). */
+void layout_memory_plan(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int bf16, int nmoments,
+                        size_t *bytes /* MEM_NCAT entries */);
 
 /* Rows of logits computed at once in the fused LM head + loss (bounds the logits buffer). */
 int layout_head_chunk_rows(const ModelConfig *cfg, int B, int T);

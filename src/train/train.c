@@ -120,6 +120,7 @@ static cJSON *config_json(const TrainConfig *c) {
     cJSON_AddStringToObject(o, "tokenizer_hash", hash);
     cJSON_AddBoolToObject(o, "no_pack", c->no_pack);
     cJSON_AddStringToObject(o, "recompute", layout_recompute_name(c->recompute));
+    cJSON_AddStringToObject(o, "precision", c->bf16 ? "bf16" : "fp32");
     cJSON_AddStringToObject(o, "log", c->log_path);
     cJSON_AddStringToObject(o, "out", c->out_dir);
     cJSON_AddStringToObject(o, "ckpt_dir", c->ckpt_dir);
@@ -290,7 +291,11 @@ static Status run_par_check(Run *r, Err *err) {
 static Status run_gpt_init(Run *r, int B, int T, int nt, Err *err) {
     TrainConfig *c = &r->cfg;
     if (!c->comm || (r->dp == 1 && c->zero == 0))
-        return gpt_init_rc(&r->g, &c->model, B, T, nt, 1, c->recompute, &r->mem, err);
+        return gpt_init_ex(&r->g, &c->model, B, T, nt, 1, c->recompute, c->bf16 ? GPT_BF16 : 0, &r->mem, err);
+    if (c->bf16)
+        return err_set(err, ST_ERR_INPUT,
+                       "--precision bf16: not supported with --dp %d / --zero %d yet (expected fp32, or one process)",
+                       r->dp, c->zero);
     Status st = gpt_init_ex(&r->g, &c->model, B, T, nt, r->dp, c->recompute, par_gpt_flags(c->zero), &r->mem, err);
     if (st != ST_OK) return st;
     ParOptions po = par_default_options();
@@ -311,7 +316,9 @@ static void run_staging_free(Run *r, float *p, int n) {
 static Status run_init_weights(Run *r, const char *path, Err *err) {
     if (!r->par || r->cfg.zero < 3) {
         if (!path) gpt_init_params(&r->g, r->cfg.seed);
-        return path ? ckpt_init_from(&r->g, path, err) : ST_OK;
+        Status st = path ? ckpt_init_from(&r->g, path, err) : ST_OK;
+        gpt_sync_lp(&r->g);
+        return st;
     }
     float *full = run_staging(r, 1);
     if (!full) return err_set(err, ST_ERR_RUNTIME, "out of memory (initial weights)");
@@ -329,7 +336,9 @@ static Status run_init_weights(Run *r, const char *path, Err *err) {
 static Status run_load_ckpt(Run *r, const char *path, CkptMeta *meta, Err *err) {
     if (!r->par) {
         CkptOptState opt = {r->m, r->v, NULL};
-        return ckpt_load(path, &r->g, &opt, meta, err);
+        Status st = ckpt_load(path, &r->g, &opt, meta, err);
+        gpt_sync_lp(&r->g);
+        return st;
     }
     int nv = par_moment(r->par, 1) ? 1 : 0;
     float *buf = run_staging(r, 2 + nv);
@@ -490,6 +499,7 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
     if (st != ST_OK) return st;
     memset(res, 0, sizeof *res);
     res->first_val = res->last_val = NAN;
+    size_t rss_base = mem_rss_anon(); /* before anything of this run is allocated */
     Run run;
     memset(&run, 0, sizeof run);
     Run *r = &run;
@@ -630,7 +640,6 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
     long long nparams = model_config_num_params(&cfg->model);
     res->num_params = nparams;
     long long batch_seqs = (long long)B * k * r->dp, batch_tokens = batch_seqs * T;
-    ActSizes as = layout_activations_rc(&cfg->model, B, T, nt, cfg->recompute);
     double util = loader_utilization(&r->train);
     /* The plan of this run from the same layout function (docs/plan.md): its predicted step time
      * and memory are logged at start and compared with the measurements at the end. */
@@ -656,10 +665,10 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
                r->val.nshards ? "" : ", no validation data");
         printf("batch: micro-batch %d x seq %d x accumulation %d = %lld sequences = %lld tokens per step\n", B, T, k,
                batch_seqs, batch_tokens);
-        printf("memory: params %.1f MiB, grads %.1f MiB, moments %.1f MiB, activations %.1f MiB, workspace %.1f MiB\n",
-               r->mem.bytes[MEM_PARAMS] / 1048576.0, r->mem.bytes[MEM_GRADS] / 1048576.0,
-               r->mem.bytes[MEM_MOMENTS] / 1048576.0, r->mem.bytes[MEM_ACTIVATIONS] / 1048576.0,
-               r->mem.bytes[MEM_WORKSPACE] / 1048576.0);
+        printf("memory:");
+        for (int mc = 0; mc < MEM_NCAT; mc++)
+            if (r->mem.bytes[mc]) printf(" %s %.1f MiB", mem_category_name((MemCategory)mc), r->mem.bytes[mc] / 1048576.0);
+        printf("\n");
         printf("compute: %.3g FLOP/token, peak %.1f GFLOP/s (%s), %d threads, %s\n", fpt, peak / 1e9,
                cfg->peak_flops > 0 ? "given" : "measured", nt, mm_backend_info());
         fflush(stdout);
@@ -692,11 +701,11 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
             cJSON_AddNumberToObject(pl, "memory_total", plan->mem.total);
         }
         cJSON *mp = cJSON_AddObjectToObject(o, "memory_planned");
-        cJSON_AddNumberToObject(mp, "parameters", (double)total * 4);
-        cJSON_AddNumberToObject(mp, "gradients", (double)total * 4);
-        cJSON_AddNumberToObject(mp, "optimizer_moments", (double)r->moment_bytes * nmom);
-        cJSON_AddNumberToObject(mp, "activations", (double)as.total * 4);
-        cJSON_AddNumberToObject(mp, "workspace", (double)as.scratch * 4);
+        size_t plan_b[MEM_NCAT];
+        layout_memory_plan(&cfg->model, B, T, nt, cfg->recompute, cfg->bf16, nmom, plan_b);
+        for (int c = 0; c < MEM_NCAT; c++)
+            if (c != MEM_DATA && c != MEM_COMM && c != MEM_CKPT_STAGING)
+                cJSON_AddNumberToObject(mp, mem_category_name((MemCategory)c), (double)plan_b[c]);
         if (r->par) {
             size_t pb[MEM_NCAT];
             par_planned_bytes(&r->g.layout, r->dp, cfg->zero, nmom, pb);
@@ -852,6 +861,7 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
             } else {
                 optim_step(&cfg->optim, r->g.params, r->g.grads, r->m, r->v, r->ranges, r->g.layout.ntensors, next, lr,
                            scale, nt);
+                gpt_sync_lp(&r->g); /* bf16: the working copy follows the fp32 master */
             }
             step = next;
         }
@@ -882,6 +892,22 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
             }
         }
         double dt = timer_ms() - t0;
+        if (attempt == r->start_attempt + 1) {
+            /* After the first step every buffer and the libraries' scratch are live: measured
+             * memory by category, and resident anonymous memory above the start of the run. */
+            size_t rss = mem_rss_anon(), planned = 0;
+            cJSON *om = event("memory");
+            cJSON_AddNumberToObject(om, "step", (double)next);
+            cJSON *mm = cJSON_AddObjectToObject(om, "measured");
+            for (int c = 0; c < MEM_NCAT; c++) {
+                cJSON_AddNumberToObject(mm, mem_category_name((MemCategory)c), (double)r->mem.bytes[c]);
+                planned += r->mem.bytes[c];
+            }
+            cJSON_AddNumberToObject(om, "allocated_total", (double)planned);
+            cJSON_AddNumberToObject(om, "rss_anon_above_baseline", rss > rss_base ? (double)(rss - rss_base) : 0.0);
+            cJSON_AddNumberToObject(om, "rss_unaccounted", rss > rss_base + planned ? (double)(rss - rss_base - planned) : 0.0);
+            log_event(r->log, om);
+        }
         if (nmeasured < step_cap) r->step_ms[nmeasured++] = dt;
         ms_total += dt;
         double tok_s = batch_tokens / (dt * 1e-3);

@@ -46,6 +46,7 @@ typedef struct {
     int quiet;               /* no per-step console lines */
     int no_pack;             /* one document per row, padding masked (default: packed rows) */
     Recompute recompute;     /* activation recompute level (model/layout.h) */
+    int bf16;                /* mixed precision: bf16 GEMM inputs, fp32 master weights and moments */
 
     /* Checkpoints (docs/checkpoint.md). */
     char ckpt_dir[1024];     /* "" = no checkpoints */

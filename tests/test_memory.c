@@ -1,0 +1,100 @@
+/* test_memory.c — memory accounting of the trainer: per category, the bytes allocated equal the
+ * bytes planned by the pure layout function (the `start` record's memory_planned vs the `memory`
+ * record); resident anonymous memory above the run's baseline is within 5% of the allocated total
+ * (a 0.5 GB config), for fp32 and bf16 and every recompute level.
+ *
+ * Oracle: the layout function (planned) and the kernel's RssAnon (measured). */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/fileio.h"
+#include "data/shard.h"
+#include "testutil.h"
+#include "train/train.h"
+
+#define DIR ST_BINARY_DIR "/test_memory"
+
+static cJSON *find_event(const char *log, const char *kind) {
+    char *text;
+    size_t len;
+    Err e;
+    if (file_read_all(log, &text, &len, &e) != ST_OK) return NULL;
+    cJSON *found = NULL;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *o = cJSON_Parse(line);
+        const cJSON *ev = o ? cJSON_GetObjectItem(o, "event") : NULL;
+        /* the last such record (the memory record after the first step has the totals) */
+        if (cJSON_IsString(ev) && !strcmp(ev->valuestring, kind)) cJSON_Delete(found), found = o;
+        else cJSON_Delete(o);
+    }
+    free(text);
+    return found;
+}
+
+static double num(const cJSON *o, const char *k) {
+    const cJSON *x = cJSON_GetObjectItem(o, k);
+    return cJSON_IsNumber(x) ? x->valuedouble : -1;
+}
+
+int main(void) {
+    Err e;
+    file_mkdirs(DIR, &e);
+    enum { N = 200000 };
+    static uint32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (uint32_t)(i * 7 % 256);
+    ShardMeta meta = {0, N, 257};
+    shard_write(DIR "/train.bin", tok, N, &meta, &e);
+    const char *cats[] = {"parameters", "gradients", "optimizer_moments", "activations", "workspace", "master_weights"};
+    for (int bf = 0; bf <= 1; bf++) {
+        for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_FULL; rc++) {
+            TrainConfig c = train_default_config();
+            c.model = (ModelConfig){6, 6, 384, 257, 0, 256, 0.0f};
+            snprintf(c.data, sizeof c.data, DIR "/train.bin");
+            snprintf(c.log_path, sizeof c.log_path, DIR "/run.jsonl");
+            c.micro_batch = 8, c.seq_len = 256, c.steps = 1, c.val_every = 0, c.quiet = 1, c.peak_flops = 1e11;
+            c.recompute = (Recompute)rc, c.bf16 = bf;
+            /* Each run in a fresh child process: a baseline taken after earlier runs in the same
+             * process would count the heap they freed but glibc kept. */
+            pid_t pid = fork();
+            if (pid == 0) {
+                TrainResult r;
+                if (train_run(&c, &r, &e) != ST_OK) printf("%s\n", e.msg), _exit(1);
+                _exit(0);
+            }
+            int status = 0;
+            waitpid(pid, &status, 0);
+            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) printf("training child failed\n"), exit(1);
+            cJSON *start = find_event(c.log_path, "start"), *mem = find_event(c.log_path, "memory");
+            const cJSON *planned = cJSON_GetObjectItem(start, "memory_planned");
+            const cJSON *measured = cJSON_GetObjectItem(mem, "measured");
+            int exact = 1;
+            char detail[512] = "";
+            for (size_t i = 0; i < sizeof cats / sizeof *cats; i++) {
+                double p = num(planned, cats[i]), m = num(measured, cats[i]);
+                if (p < 0) p = 0;
+                if (p != m) {
+                    exact = 0;
+                    snprintf(detail + strlen(detail), sizeof detail - strlen(detail), " %s planned %.0f measured %.0f",
+                             cats[i], p, m);
+                }
+            }
+            char name[128];
+            snprintf(name, sizeof name, "%s recompute %s: allocated == planned per category", bf ? "bf16" : "fp32",
+                     layout_recompute_name((Recompute)rc));
+            tu_check(exact, name, "%s", exact ? "all categories equal" : detail);
+            double total = num(mem, "allocated_total"), rss = num(mem, "rss_anon_above_baseline");
+            snprintf(name, sizeof name, "%s recompute %s: resident anonymous memory within 5%% of allocated",
+                     bf ? "bf16" : "fp32", layout_recompute_name((Recompute)rc));
+            tu_check(total > 2e8 && fabs(rss - total) <= 0.05 * total, name, "allocated %.1f MB, RSS above baseline %.1f MB (%+.1f%%)",
+                     total / 1e6, rss / 1e6, 100 * (rss - total) / total);
+            cJSON_Delete(start);
+            cJSON_Delete(mem);
+        }
+    }
+    return tu_exit();
+}
