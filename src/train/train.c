@@ -257,6 +257,9 @@ static Status run_par_setup(Run *r, Err *err) {
     int dp = c->dp > 0 ? c->dp : c->comm->world;
     Status st = comm_set_grid(c->comm, dp, 1, 1, err);
     if (st != ST_OK) return st;
+    if (c->bf16 && (dp > 1 || c->zero > 0)) /* the bf16 working copy is not sharded or synced by parallel yet */
+        return err_set(err, ST_ERR_INPUT, "--precision bf16 with --dp %d --zero %d: not supported yet (use fp32)", dp,
+                       c->zero);
     if (c->comm_timeout > 0) c->comm->timeout_s = c->comm_timeout;
     c->dp = r->dp = dp, r->dp_rank = c->comm->dp_rank;
     return ST_OK;
