@@ -99,7 +99,9 @@ int cmd_train_comm(int argc, char **argv, Comm *comm) {
         {"out", ARG_STR, c.out_dir, sizeof c.out_dir, "directory for the final weights (model.safetensors)"},
         {"quiet", ARG_FLAG, &c.quiet, 0, "no per-step lines"},
         {"precision", ARG_STR, precision, sizeof precision,
-         "fp32 | bf16 (bf16 GEMM inputs, fp32 accumulation, fp32 master weights and moments)"},
+         "fp32 | bf16 (bf16 GEMM inputs, fp32 accumulation, fp32 master weights and moments) | fp16 (with loss scaling)"},
+        {"loss-scale", ARG_FLOAT, &c.loss_scale, 0, "fp16: initial loss scale"},
+        {"loss-scale-window", ARG_INT, &c.loss_scale_window, 0, "fp16: clean steps before the loss scale doubles"},
         {"recompute", ARG_STR, recompute, sizeof recompute,
          "none | selective (LayerNorm and GELU outputs) | full (each block's forward rerun in backward)"},
         {"no-pack", ARG_FLAG, &c.no_pack, 0, "one document per row with the padding masked (default: packed rows)"},
@@ -163,9 +165,14 @@ int cmd_train_comm(int argc, char **argv, Comm *comm) {
         return cli_fail("train", ST_ERR_INPUT, err.msg);
     }
     if (!strcmp(precision, "bf16")) c.bf16 = 1;
+    else if (!strcmp(precision, "fp16")) c.fp16 = 1;
     else if (strcmp(precision, "fp32")) {
-        snprintf(err.msg, sizeof err.msg, "--precision: expected fp32 or bf16%s, found '%s'",
-                 !strcmp(precision, "fp16") ? " (fp16 with loss scaling is not implemented yet)" : "", precision);
+        snprintf(err.msg, sizeof err.msg, "--precision: expected fp32, bf16 or fp16, found '%s'", precision);
+        return cli_fail("train", ST_ERR_INPUT, err.msg);
+    }
+    if (!(c.loss_scale > 0) || c.loss_scale_window < 1) {
+        snprintf(err.msg, sizeof err.msg, "--loss-scale / --loss-scale-window: expected > 0 and >= 1, found %g and %d",
+                 c.loss_scale, c.loss_scale_window);
         return cli_fail("train", ST_ERR_INPUT, err.msg);
     }
     if (!strcmp(recompute, "none")) c.recompute = RECOMPUTE_NONE;

@@ -48,19 +48,31 @@ Status gpt_init_ex(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int sha
     g->la = calloc((size_t)L, sizeof(LayerActs));
     if (!g->p.blocks || !g->g.blocks || !g->la) goto oom;
     ST_CHECK(!((flags & GPT_BF16) && (flags & GPT_EXTERNAL_PARAMS)));
-    g->bf16 = (flags & GPT_BF16) != 0;
+    g->fp16 = (flags & GPT_FP16) != 0;
+    g->bf16 = (flags & (GPT_BF16 | GPT_FP16)) != 0;
     if (!(flags & GPT_EXTERNAL_PARAMS)) {
         if (!(g->params = mem_alloc(mem, g->bf16 ? MEM_MASTER : MEM_PARAMS, total * sizeof(float)))) goto oom;
         layout_views(&g->layout, g->params, &g->p);
     }
     if (g->bf16) {
-        size_t na, nb;
-        layout_bf16_scratch(cfg, B, T, &na, &nb);
-        g->mp.bf16 = 1;
         g->params_lp = mem_alloc(mem, MEM_PARAMS, total * sizeof(uint16_t));
-        g->mp.a = mem_alloc(mem, MEM_WORKSPACE, na * sizeof(uint16_t));
-        g->mp.b = mem_alloc(mem, MEM_WORKSPACE, nb * sizeof(uint16_t));
-        if (!g->params_lp || !g->mp.a || !g->mp.b) goto oom;
+        if (!g->params_lp) goto oom;
+        if (g->fp16) {
+            size_t fa, fb, fw;
+            layout_fp16_scratch(cfg, B, T, &fa, &fb, &fw);
+            g->mp.fp16 = 1;
+            g->mp.fa = mem_alloc(mem, MEM_WORKSPACE, fa * sizeof(float));
+            g->mp.fb = mem_alloc(mem, MEM_WORKSPACE, fb * sizeof(float));
+            g->mp.fw = mem_alloc(mem, MEM_WORKSPACE, fw * sizeof(float));
+            if (!g->mp.fa || !g->mp.fb || !g->mp.fw) goto oom;
+        } else {
+            size_t na, nb;
+            layout_bf16_scratch(cfg, B, T, &na, &nb);
+            g->mp.bf16 = 1;
+            g->mp.a = mem_alloc(mem, MEM_WORKSPACE, na * sizeof(uint16_t));
+            g->mp.b = mem_alloc(mem, MEM_WORKSPACE, nb * sizeof(uint16_t));
+            if (!g->mp.a || !g->mp.b) goto oom;
+        }
     }
     if (!(flags & GPT_EXTERNAL_GRADS)) {
         if (!(g->grads = mem_alloc(mem, MEM_GRADS, total * sizeof(float)))) goto oom;
@@ -130,11 +142,15 @@ oom:
 void gpt_free(Gpt *g) {
     size_t total = g->layout.total;
     if (g->bf16) {
-        size_t na, nb;
+        size_t na, nb, fa, fb, fw;
         layout_bf16_scratch(&g->cfg, g->B, g->T, &na, &nb);
+        layout_fp16_scratch(&g->cfg, g->B, g->T, &fa, &fb, &fw);
         mem_free(g->mem, MEM_PARAMS, g->params_lp, total * sizeof(uint16_t));
         mem_free(g->mem, MEM_WORKSPACE, g->mp.a, na * sizeof(uint16_t));
         mem_free(g->mem, MEM_WORKSPACE, g->mp.b, nb * sizeof(uint16_t));
+        mem_free(g->mem, MEM_WORKSPACE, g->mp.fa, fa * sizeof(float));
+        mem_free(g->mem, MEM_WORKSPACE, g->mp.fb, fb * sizeof(float));
+        mem_free(g->mem, MEM_WORKSPACE, g->mp.fw, fw * sizeof(float));
     }
     mem_free(g->mem, g->bf16 ? MEM_MASTER : MEM_PARAMS, g->params, total * sizeof(float));
     mem_free(g->mem, MEM_GRADS, g->grads, total * sizeof(float));
@@ -174,7 +190,8 @@ void gpt_init_params(Gpt *g, uint64_t seed) {
 }
 
 void gpt_sync_lp(Gpt *g) {
-    if (g->bf16) cast_bf16(g->params_lp, g->params, g->layout.total, g->nt);
+    if (g->fp16) cast_fp16(g->params_lp, g->params, g->layout.total, g->nt);
+    else if (g->bf16) cast_bf16(g->params_lp, g->params, g->layout.total, g->nt);
 }
 
 void gpt_zero_grads(Gpt *g) {

@@ -48,7 +48,8 @@ typedef struct {
     MemStats *mem;    /* where allocations are counted (not owned) */
 
     float *params;    /* layout.total floats (category parameters; master weights under GPT_BF16) */
-    int bf16;         /* mixed precision (GPT_BF16) */
+    int bf16;         /* mixed precision (GPT_BF16 or GPT_FP16): params is the fp32 master */
+    int fp16;         /* the working copy is fp16 (GPT_FP16) */
     uint16_t *params_lp; /* bf16 working copy of params, same layout (GPT_BF16) */
     MatPrec mp;       /* GEMM precision and its conversion scratch */
     float *grads;     /* layout.total floats (category gradients) */
@@ -90,7 +91,9 @@ Status gpt_init_rc(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int sha
  * lnfb and every g->p.blocks[l] / g->g.blocks[l]) at its buffers before each segment is used,
  * e.g. from the hooks; gpt_zero_grads and gpt_init_params then must not be called (use
  * gpt_init_params_buf on the caller's flat buffer). */
-enum { GPT_EXTERNAL_PARAMS = 1, GPT_EXTERNAL_GRADS = 2, GPT_BF16 = 4 };
+enum { GPT_EXTERNAL_PARAMS = 1, GPT_EXTERNAL_GRADS = 2, GPT_BF16 = 4, GPT_FP16 = 8 };
+/* GPT_FP16: as GPT_BF16 with an fp16 working copy; GEMM operands are rounded to fp16 (overflow
+ * gives inf: pair it with a loss scaler) and multiplied in fp32 (no fp16 units on this CPU). */
 /* GPT_BF16: mixed precision. g->params is then the fp32 master (counted as master weights) and
  * g->params_lp a bf16 working copy (counted as parameters) that every matmul reads; activations,
  * LayerNorm, softmax, the loss and gradients stay fp32. Call gpt_sync_lp after every change of

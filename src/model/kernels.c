@@ -180,8 +180,36 @@ void cast_bf16(uint16_t *dst, const float *src, size_t n, int nt) {
     }
 }
 
+void cast_fp16(uint16_t *dst, const float *src, size_t n, int nt) {
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        _Float16 h = (_Float16)src[i];
+        memcpy(&dst[i], &h, sizeof h);
+    }
+}
+
+void round_fp16(float *dst, const float *src, size_t n, int nt) {
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++) dst[i] = (float)(_Float16)src[i];
+}
+
+void widen_fp16(float *dst, const uint16_t *src, size_t n, int nt) {
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        _Float16 h;
+        memcpy(&h, &src[i], sizeof h);
+        dst[i] = (float)h;
+    }
+}
+
 void matmul_forward_p(const MatPrec *mp, float *out, const float *inp, const float *w, const uint16_t *w_lp,
                       const float *bias, int N, int C, int OC, int nt) {
+    if (mp && mp->fp16) {
+        round_fp16(mp->fa, inp, (size_t)N * C, nt);
+        widen_fp16(mp->fw, w_lp, (size_t)OC * C, nt);
+        matmul_forward(out, mp->fa, mp->fw, bias, N, C, OC, nt);
+        return;
+    }
     if (!mp || !mp->bf16) {
         matmul_forward(out, inp, w, bias, N, C, OC, nt);
         return;
@@ -199,6 +227,14 @@ void matmul_forward_p(const MatPrec *mp, float *out, const float *inp, const flo
 
 void matmul_backward_p(const MatPrec *mp, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                        const float *w, const uint16_t *w_lp, int N, int C, int OC, int nt) {
+    if (mp && mp->fp16) {
+        round_fp16(mp->fa, dout, (size_t)N * OC, nt);
+        round_fp16(mp->fb, inp, (size_t)N * C, nt);
+        widen_fp16(mp->fw, w_lp, (size_t)OC * C, nt);
+        matmul_backward(dinp, dw, NULL, mp->fa, mp->fb, mp->fw, N, C, OC, nt);
+        if (dbias) matmul_backward(NULL, NULL, dbias, mp->fa, NULL, NULL, N, C, OC, nt);
+        return;
+    }
     if (!mp || !mp->bf16) {
         matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, nt);
         return;
@@ -362,7 +398,8 @@ void head_forward_backward(float *losses, float *dx, float *dwte, float *logits,
 void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float *dwte, float *logits, const float *x,
                              const float *wte, const uint16_t *wte_lp, const int32_t *targets, int n, int C, int V,
                              int Vp, float dscale, int chunk, int nt, float *probs_out, double *ms_fwd, double *ms_bwd) {
-    int lp = mp && mp->bf16;
+    int lp = mp && mp->bf16, h16 = mp && mp->fp16;
+    if (h16) widen_fp16(mp->fw, wte_lp, (size_t)V * C, nt); /* the V real rows of the tied weight */
     for (int r0 = 0; r0 < n; r0 += chunk) {
         int m = n - r0 < chunk ? n - r0 : chunk;
         double t0 = timer_ms();
@@ -370,6 +407,9 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
         if (lp) {
             cast_bf16(mp->b, x + (size_t)r0 * C, (size_t)m * C, nt);
             mm_gemm_bf16(0, 1, m, V, C, 1.0f, mp->b, C, wte_lp, C, 0.0f, logits, Vp);
+        } else if (h16) {
+            round_fp16(mp->fb, x + (size_t)r0 * C, (size_t)m * C, nt);
+            mm_sgemm(0, 1, m, V, C, 1.0f, mp->fb, C, mp->fw, C, 0.0f, logits, Vp);
         } else {
             mm_sgemm(0, 1, m, V, C, 1.0f, x + (size_t)r0 * C, C, wte, C, 0.0f, logits, Vp);
         }
@@ -400,7 +440,11 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
         double t1 = timer_ms();
         if (ms_fwd) *ms_fwd += t1 - t0;
         if (dx) {
-            if (lp) {
+            if (h16) {
+                round_fp16(mp->fa, logits, (size_t)m * Vp, nt);
+                mm_sgemm(0, 0, m, C, V, 1.0f, mp->fa, Vp, mp->fw, C, 0.0f, dx + (size_t)r0 * C, C);
+                mm_sgemm(1, 0, V, C, m, 1.0f, mp->fa, Vp, mp->fb, C, 1.0f, dwte, C);
+            } else if (lp) {
                 cast_bf16(mp->a, logits, (size_t)m * Vp, nt);
                 mm_gemm_bf16(0, 0, m, C, V, 1.0f, mp->a, Vp, wte_lp, C, 0.0f, dx + (size_t)r0 * C, C);
                 mm_gemm_bf16(1, 0, V, C, m, 1.0f, mp->a, Vp, mp->b, C, 1.0f, dwte, C);

@@ -64,11 +64,21 @@ void dropout_backward(float *out, const float *dout, size_t n, Dropout d, int nt
  * With mp->bf16 set, the *_p variants round their GEMM operands to bf16 (round to nearest even)
  * into mp's scratch and run the GEMM on the bf16 units; weights come pre-converted (w_lp, the
  * working copy of the fp32 master). Everything else (bias, reductions, outputs) stays fp32.
- * mp == NULL or mp->bf16 == 0 is exactly the fp32 kernel. */
+ * mp == NULL or neither mp->bf16 nor mp->fp16 is exactly the fp32 kernel. */
 typedef struct {
     int bf16;
     uint16_t *a, *b; /* scratch: a >= max(N·4C, head chunk·Vp) elements, b >= N·4C */
+    /* fp16 storage emulation: there is no fp16 arithmetic on this CPU (and oneDNN has no f16
+     * matmul for it), so GEMM operands are rounded to fp16 (overflow → inf, which the loss scaler
+     * catches) into fp32 scratch and multiplied in fp32. fa, fb as a, b; fw >= the largest weight. */
+    int fp16;
+    float *fa, *fb, *fw;
 } MatPrec;
+
+/* fp32 → fp16 bits (round to nearest even, overflow to inf), and fp32 rounded through fp16. */
+void cast_fp16(uint16_t *dst, const float *src, size_t n, int nt);
+void round_fp16(float *dst, const float *src, size_t n, int nt);
+void widen_fp16(float *dst, const uint16_t *src, size_t n, int nt);
 
 /* fp32 → bf16 (round to nearest even), n elements. */
 void cast_bf16(uint16_t *dst, const float *src, size_t n, int nt);

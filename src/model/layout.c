@@ -155,8 +155,15 @@ void layout_bf16_scratch(const ModelConfig *cfg, int B, int T, size_t *a, size_t
     *b = n4;
 }
 
-void layout_memory_plan(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int bf16, int nmoments,
+void layout_fp16_scratch(const ModelConfig *cfg, int B, int T, size_t *fa, size_t *fb, size_t *fw) {
+    layout_bf16_scratch(cfg, B, T, fa, fb);
+    size_t C = cfg->n_embd, vp = (size_t)cfg->vocab_padded;
+    *fw = (vp > 4 * C ? vp : 4 * C) * C;
+}
+
+void layout_memory_plan(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int precision, int nmoments,
                         size_t *bytes) {
+    int bf16 = precision != 0; /* both half precisions keep a 2-byte copy and an fp32 master */
     ParamLayout pl;
     for (int c = 0; c < MEM_NCAT; c++) bytes[c] = 0;
     if (layout_init(&pl, cfg, 1) != 0) return;
@@ -169,9 +176,13 @@ void layout_memory_plan(const ModelConfig *cfg, int B, int T, int threads, Recom
     bytes[MEM_MOMENTS] = total * 4 * (size_t)nmoments;
     bytes[MEM_ACTIVATIONS] = as.total * 4;
     bytes[MEM_WORKSPACE] = as.scratch * 4;
-    if (bf16) {
+    if (precision == 1) {
         size_t a, b;
         layout_bf16_scratch(cfg, B, T, &a, &b);
         bytes[MEM_WORKSPACE] += (a + b) * 2;
+    } else if (precision == 2) {
+        size_t fa, fb, fw;
+        layout_fp16_scratch(cfg, B, T, &fa, &fb, &fw);
+        bytes[MEM_WORKSPACE] += (fa + fb + fw) * 4;
     }
 }

@@ -100,8 +100,13 @@ void layout_bf16_scratch(const ModelConfig *cfg, int B, int T, size_t *a, size_t
  * gradients (fp32), optimizer moments (nmoments fp32 buffers), activations and workspace (the
  * recompute level and the bf16 scratch applied). Other categories are 0. The allocator uses the
  * same functions, so planned == allocated exactly (tested). */
-void layout_memory_plan(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int bf16, int nmoments,
+/* precision: 0 fp32, 1 bf16, 2 fp16 (fp16: 2-byte working copy plus fp32 scratch for the
+ * rounded operands and the widest weight, see MatPrec). */
+void layout_memory_plan(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int precision, int nmoments,
                         size_t *bytes /* MEM_NCAT entries */);
+
+/* fp16 scratch in floats: fa >= max(N·4C, chunk·Vp), fb >= N·4C, fw >= the widest weight. */
+void layout_fp16_scratch(const ModelConfig *cfg, int B, int T, size_t *fa, size_t *fb, size_t *fw);
 
 /* Rows of logits computed at once in the fused LM head + loss (bounds the logits buffer). */
 int layout_head_chunk_rows(const ModelConfig *cfg, int B, int T);

@@ -152,3 +152,25 @@ float sched_lr(const Schedule *s, long step) {
     double w = s->kind == SCHED_COSINE ? 0.5 * (1.0 + cos(M_PI * f)) : 1.0 - f;
     return (float)(lo + (lr - lo) * w);
 }
+
+void scaler_init(LossScaler *s, float init_scale, int growth_interval) {
+    s->scale = init_scale;
+    s->growth_interval = growth_interval;
+    s->good = 0;
+    s->skips = 0;
+}
+
+int scaler_update(LossScaler *s, int finite) {
+    if (!finite) {
+        s->scale *= 0.5f;
+        if (s->scale < 1.0f / 65536.0f) s->scale = 1.0f / 65536.0f;
+        s->good = 0;
+        s->skips++;
+        return 0;
+    }
+    if (++s->good >= s->growth_interval) {
+        s->scale *= 2.0f;
+        s->good = 0;
+    }
+    return 1;
+}

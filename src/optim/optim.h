@@ -46,6 +46,20 @@ double optim_l2_norm(const float *x, size_t n, int nt);
 /* Clip factor min(1, clip / norm); clip <= 0 disables (1). */
 float optim_clip_scale(double norm, float clip);
 
+/* ---- dynamic loss scaling (fp16) ----
+ * The loss (and so every gradient) is multiplied by `scale`. A step whose gradients contain inf or
+ * NaN is skipped and the scale halved; after `growth_interval` clean steps in a row it doubles. */
+typedef struct {
+    float scale;          /* current loss scale */
+    int growth_interval;  /* clean steps before doubling */
+    long good;            /* clean steps since the last change */
+    long skips;           /* overflowed steps so far */
+} LossScaler;
+
+void scaler_init(LossScaler *s, float init_scale, int growth_interval);
+/* Records a step's outcome; returns 1 when its update may be applied (gradients finite). */
+int scaler_update(LossScaler *s, int finite);
+
 /* ---- learning-rate schedules ---- */
 typedef enum { SCHED_COSINE, SCHED_WSD, SCHED_LINEAR, SCHED_CONSTANT } SchedKind;
 typedef enum { DECAY_LINEAR, DECAY_COSINE, DECAY_SQRT } DecayShape;

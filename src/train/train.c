@@ -39,6 +39,7 @@ TrainConfig train_default_config(void) {
     c.val_every = 100, c.val_batches = 10;
     c.keep_last = 3;
     health_default_options(&c.health);
+    c.loss_scale = 65536.0f, c.loss_scale_window = 1000;
     return c;
 }
 
@@ -120,7 +121,7 @@ static cJSON *config_json(const TrainConfig *c) {
     cJSON_AddStringToObject(o, "tokenizer_hash", hash);
     cJSON_AddBoolToObject(o, "no_pack", c->no_pack);
     cJSON_AddStringToObject(o, "recompute", layout_recompute_name(c->recompute));
-    cJSON_AddStringToObject(o, "precision", c->bf16 ? "bf16" : "fp32");
+    cJSON_AddStringToObject(o, "precision", c->fp16 ? "fp16" : c->bf16 ? "bf16" : "fp32");
     cJSON_AddStringToObject(o, "log", c->log_path);
     cJSON_AddStringToObject(o, "out", c->out_dir);
     cJSON_AddStringToObject(o, "ckpt_dir", c->ckpt_dir);
@@ -212,6 +213,7 @@ typedef struct {
     Par *par;                   /* data parallelism (NULL: one process, the plain path) */
     int dp, dp_rank;            /* data-parallel ranks and this rank (1, 0 without parallelism) */
     HealthState health;         /* spike / divergence detectors (train/health.h) */
+    LossScaler scaler;          /* fp16 dynamic loss scaling */
     long start_attempt;         /* batches consumed before this run started (resume) */
 #define SKIP_RECORD_MAX 1024
     long skipped[SKIP_RECORD_MAX]; /* batches whose update was skipped (logged and checkpointed) */
@@ -294,10 +296,12 @@ static Status run_par_check(Run *r, Err *err) {
 static Status run_gpt_init(Run *r, int B, int T, int nt, Err *err) {
     TrainConfig *c = &r->cfg;
     if (!c->comm || (r->dp == 1 && c->zero == 0))
-        return gpt_init_ex(&r->g, &c->model, B, T, nt, 1, c->recompute, c->bf16 ? GPT_BF16 : 0, &r->mem, err);
-    if (c->bf16)
+        return gpt_init_ex(&r->g, &c->model, B, T, nt, 1, c->recompute,
+                           c->fp16 ? GPT_FP16 : c->bf16 ? GPT_BF16 : 0, &r->mem, err);
+    if (c->bf16 || c->fp16)
         return err_set(err, ST_ERR_INPUT,
-                       "--precision bf16: not supported with --dp %d / --zero %d yet (expected fp32, or one process)",
+                       "--precision %s: not supported with --dp %d / --zero %d yet (expected fp32, or one process)",
+                       c->fp16 ? "fp16" : "bf16",
                        r->dp, c->zero);
     Status st = gpt_init_ex(&r->g, &c->model, B, T, nt, r->dp, c->recompute, par_gpt_flags(c->zero), &r->mem, err);
     if (st != ST_OK) return st;
@@ -478,6 +482,11 @@ static Status save_checkpoint(Run *r, long step, long attempt, double *ms, CkptS
     cJSON *sk = cJSON_AddArrayToObject(extra, "skipped_batches");
     for (int i = 0; i < r->nskipped; i++) cJSON_AddItemToArray(sk, cJSON_CreateNumber((double)r->skipped[i]));
     meta.extra = extra;
+    if (c->fp16) {
+        ckpt_meta_set_scaler(&meta, "scale", r->scaler.scale);
+        ckpt_meta_set_scaler(&meta, "good_steps", (double)r->scaler.good);
+        ckpt_meta_set_scaler(&meta, "skips", (double)r->scaler.skips);
+    }
     CkptOptState opt = {r->m, r->v, NULL};
     CkptOptions o = ckpt_default_options();
     o.dir = c->ckpt_dir, o.keep_last = c->keep_last, o.keep_every = c->keep_every, o.tokenizer = c->tokenizer;
@@ -538,6 +547,7 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
     cfg->sched.total = cfg->steps;
     if ((st = health_validate_options(&cfg->health, err)) != ST_OK) goto done;
     health_init(&r->health);
+    scaler_init(&r->scaler, cfg->loss_scale, cfg->loss_scale_window);
     r->config = config_json(cfg);
     if ((st = run_par_check(r, err)) != ST_OK) goto done;
 
@@ -614,6 +624,12 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
         const cJSON *bj = loaded.extra ? cJSON_GetObjectItemCaseSensitive(loaded.extra, "batches") : NULL;
         const cJSON *sj = loaded.extra ? cJSON_GetObjectItemCaseSensitive(loaded.extra, "skipped_batches") : NULL;
         if (cJSON_IsNumber(bj)) r->start_attempt = (long)bj->valuedouble;
+        double sv;
+        if (cfg->fp16 && ckpt_meta_scaler(&loaded, "scale", &sv)) {
+            r->scaler.scale = (float)sv;
+            if (ckpt_meta_scaler(&loaded, "good_steps", &sv)) r->scaler.good = (long)sv;
+            if (ckpt_meta_scaler(&loaded, "skips", &sv)) r->scaler.skips = (long)sv;
+        }
         if (hj && (st = health_state_from_json(&r->health, hj, cfg->health.window, err)) != ST_OK) {
             ckpt_meta_free(&loaded);
             err_prefix(err, "%s/state.json: health", ckpt_path);
@@ -705,7 +721,7 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
         }
         cJSON *mp = cJSON_AddObjectToObject(o, "memory_planned");
         size_t plan_b[MEM_NCAT];
-        layout_memory_plan(&cfg->model, B, T, nt, cfg->recompute, cfg->bf16, nmom, plan_b);
+        layout_memory_plan(&cfg->model, B, T, nt, cfg->recompute, cfg->fp16 ? 2 : cfg->bf16 ? 1 : 0, nmom, plan_b);
         for (int c = 0; c < MEM_NCAT; c++)
             if (c != MEM_DATA && c != MEM_COMM && c != MEM_CKPT_STAGING)
                 cJSON_AddNumberToObject(mp, mem_category_name((MemCategory)c), (double)plan_b[c]);
@@ -770,7 +786,8 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
         else gpt_zero_grads(&r->g);
         r->g.ms_fwd = r->g.ms_bwd = 0;
         double loss_sum = 0;
-        float dscale = ntok > 0 ? 1.0f / (float)ntok : 0.0f;
+        float lscale = cfg->fp16 ? r->scaler.scale : 1.0f; /* fp16: the loss (so every gradient) is scaled */
+        float dscale = ntok > 0 ? lscale / (float)ntok : 0.0f;
         for (int j = 0; j < k; j++) {
             size_t off = (size_t)j * B * T;
             if (r->par) par_micro_begin(r->par, j);
@@ -785,11 +802,39 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
         double loss = ntok > 0 ? loss_sum / ntok : 0.0;
         double t2 = timer_ms();
         double norm = r->par ? par_norm : optim_l2_norm(r->g.grads, total, nt);
+        int overflow = 0;
+        if (cfg->fp16) {
+            /* Loss scaling: inf/nan in the scaled gradients means the scale overflowed fp16 — skip
+             * the step and halve; otherwise unscale the norm (the update is unscaled below). */
+            float before = r->scaler.scale;
+            overflow = !isfinite(norm);
+            if (!overflow) norm /= lscale;
+            scaler_update(&r->scaler, !overflow);
+            if (overflow) {
+                cJSON *oo = event("overflow");
+                cJSON_AddNumberToObject(oo, "step", (double)next);
+                cJSON_AddNumberToObject(oo, "batch", (double)attempt);
+                cJSON_AddNumberToObject(oo, "loss_scale", before);
+                cJSON_AddNumberToObject(oo, "new_loss_scale", r->scaler.scale);
+                log_event(r->log, oo);
+                res->overflows++;
+                if (!cfg->quiet)
+                    printf("fp16: gradients overflowed at step %ld with loss scale %g: step skipped, scale %g\n", next,
+                           before, r->scaler.scale);
+            }
+        }
         float scale = optim_clip_scale(norm, cfg->grad_clip);
         float lr = sched_lr(&cfg->sched, next);
 
-        /* Health: spikes, non-finite values and stalls decide whether this update happens. */
-        HealthVerdict hv = health_step(&r->health, &cfg->health, next, loss, norm);
+        /* Health: spikes, non-finite values and stalls decide whether this update happens. A loss
+         * scaler overflow is not the model's divergence: it skips without touching the detectors. */
+        HealthVerdict hv;
+        if (overflow) {
+            memset(&hv, 0, sizeof hv);
+            hv.action = HEALTH_ACT_SKIP;
+        } else {
+            hv = health_step(&r->health, &cfg->health, next, loss, norm);
+        }
         if (hv.loss_spike || hv.gnorm_spike || hv.nonfinite) {
             cJSON *os = event(hv.nonfinite ? "nonfinite" : "spike");
             cJSON_AddNumberToObject(os, "step", (double)next);
@@ -863,7 +908,7 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
                 if ((st = par_params_sync(r->par, err)) != ST_OK) goto done_signals;
             } else {
                 optim_step(&cfg->optim, r->g.params, r->g.grads, r->m, r->v, r->ranges, r->g.layout.ntensors, next, lr,
-                           scale, nt);
+                           scale / lscale, nt);
                 gpt_sync_lp(&r->g); /* bf16: the working copy follows the fp32 master */
             }
             step = next;
@@ -932,6 +977,7 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
         cJSON_AddNumberToObject(o, "grad_norm", norm);
         cJSON_AddNumberToObject(o, "grad_norm_clipped", norm * scale);
         cJSON_AddBoolToObject(o, "applied", updated);
+        if (cfg->fp16) cJSON_AddNumberToObject(o, "loss_scale", lscale);
         cJSON_AddNumberToObject(o, "tokens", (double)ntok);
         cJSON_AddNumberToObject(o, "tokens_seen", (double)batch_tokens * attempt);
         cJSON_AddNumberToObject(o, "tokens_per_s", tok_s);
@@ -986,6 +1032,7 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
             printf("checkpoint: last asynchronous write %s took %.0f ms in the background\n", info.path,
                    info.ms_write);
     }
+    res->final_loss_scale = r->scaler.scale;
     res->median_step_ms = median(r->step_ms + (nmeasured > 1), nmeasured - (nmeasured > 1));
     res->tokens_per_s = batch_tokens / (res->median_step_ms * 1e-3);
     if (cfg->mtbf_hours > 0 && first_ckpt_ms > 0 && !cfg->quiet) {
@@ -1007,6 +1054,10 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
         cJSON_AddNumberToObject(o, "spikes", (double)res->spikes);
         cJSON_AddNumberToObject(o, "skips", (double)res->skips);
         cJSON_AddNumberToObject(o, "rollbacks", (double)res->rollbacks);
+        if (cfg->fp16) {
+            cJSON_AddNumberToObject(o, "overflows", (double)res->overflows);
+            cJSON_AddNumberToObject(o, "loss_scale", r->scaler.scale);
+        }
         cJSON_AddNumberToObject(o, "final_loss", res->last_loss);
         cJSON_AddNumberToObject(o, "final_val_loss", res->last_val);
         cJSON_AddNumberToObject(o, "median_step_ms", res->median_step_ms);

@@ -47,6 +47,9 @@ typedef struct {
     int no_pack;             /* one document per row, padding masked (default: packed rows) */
     Recompute recompute;     /* activation recompute level (model/layout.h) */
     int bf16;                /* mixed precision: bf16 GEMM inputs, fp32 master weights and moments */
+    int fp16;                /* fp16 working copy and GEMM operands with dynamic loss scaling */
+    float loss_scale;        /* fp16: initial loss scale (default 65536) */
+    int loss_scale_window;   /* fp16: clean steps before the scale doubles (default 1000) */
 
     /* Checkpoints (docs/checkpoint.md). */
     char ckpt_dir[1024];     /* "" = no checkpoints */
@@ -87,6 +90,8 @@ typedef struct {
     long start_step;                /* 0, or the step a resumed run started after */
     int preempted;                  /* stopped by a signal after saving */
     long spikes, skips, rollbacks;  /* health actions taken */
+    long overflows;                 /* fp16 steps skipped by the loss scaler */
+    float final_loss_scale;
     long long num_params;
 } TrainResult;
 
