@@ -12,6 +12,8 @@
 #include "cli/args.h"
 #include "cli/cmds.h"
 #include "cli/cmds_plan.h"
+#include "cli/hwprobe.h"
+#include "core/fileio.h"
 #include "plan/plan.h"
 
 #define GIB 1073741824.0
@@ -339,7 +341,8 @@ static cJSON *json_plan(const PlanInput *in, const PlanResult *r) {
 int cmd_plan(int argc, char **argv) {
     PlanInput in = plan_default_input();
     char model[64] = "", arch[16] = "gpt2", precision[16] = "fp32", optimizer[16] = "adamw", recompute[16] = "none",
-         hardware[32] = "cpu-zen4-2c", acts[16] = "auto";
+         hardware[1024] = "cpu-zen4-2c", acts[16] = "auto", measure[1024] = "";
+    int measure_threads = 2;
     int layers = 0, heads = 0, kv_heads = 0, channels = 0, ffn = 0, vocab = 50257, max_seq = 1024;
     double params = 0, peak_tflops = 0, memory_gib = 0, mem_bw_gbs = 0, intra_gbs = 0, inter_gbs = 0, matmul_eff = 0,
            storage_gbs = 0;
@@ -379,7 +382,11 @@ int cmd_plan(int argc, char **argv) {
         {"moments", ARG_INT, &moments, 0, "optimizer moments per parameter (-1: from --optimizer)"},
         {"activations", ARG_STR, acts, sizeof acts, "auto | paper (Korthikanti et al.) | exact (our kernels)"},
         {"threads", ARG_INT, &in.threads, 0, "trainer threads (size our attention scratch)"},
-        {"hardware", ARG_STR, hardware, sizeof hardware, "A100-40GB | A100-80GB | H100 | H200 | cpu-zen4-2c"},
+        {"hardware", ARG_STR, hardware, sizeof hardware,
+         "A100-40GB | A100-80GB | H100 | H200 | cpu-zen4-2c | FILE.json (from --measure-hardware)"},
+        {"measure-hardware", ARG_STR, measure, sizeof measure,
+         "measure this machine (FMA peak, GEMM efficiency, bf16 speed-up, memory bandwidth), write FILE.json, exit"},
+        {"measure-threads", ARG_INT, &measure_threads, 0, "threads for --measure-hardware"},
         {"nodes", ARG_INT, &nodes, 0, "nodes (world = nodes x devices per node; 0: world = dp x tp x pp)"},
         {"devices-per-node", ARG_INT, &dpn, 0, "devices per node (0: the hardware preset's)"},
         {"peak-tflops", ARG_DOUBLE, &peak_tflops, 0, "override the peak TFLOP/s of the matmul dtype (0: preset)"},
@@ -408,6 +415,22 @@ int cmd_plan(int argc, char **argv) {
                "bubble, communication, scaling laws, checkpointing and the launch checklist (docs/plan.md).\n"
                "Exit 2 on bad input or a launch-checklist error.\n\n");
         args_print_help(specs, n);
+        return 0;
+    }
+    if (measure[0]) {
+        PlanHardware hw;
+        if ((st = hw_measure(&hw, measure_threads, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+        cJSON *j = plan_hardware_to_json(&hw);
+        char *text = cJSON_Print(j);
+        cJSON_Delete(j);
+        const void *bufs[2] = {text, "\n"};
+        size_t lens[2] = {strlen(text), 1};
+        st = file_write_atomic(measure, bufs, lens, 2, &err);
+        free(text);
+        if (st != ST_OK) return cli_fail("plan", st, err.msg);
+        printf("hardware profile %s: fp32 peak %.1f GFLOP/s, GEMM efficiency %.2f, bf16 GEMM %.2fx, memory bandwidth %.1f GB/s "
+               "(%d threads)\n",
+               measure, hw.peak_fp32 / 1e9, hw.matmul_eff, hw.peak_bf16 / hw.peak_fp32, hw.mem_bw / 1e9, measure_threads);
         return 0;
     }
 #define SEEN(name) (args_find(specs, n, name)->seen)
@@ -480,7 +503,7 @@ int cmd_plan(int argc, char **argv) {
     }
     if ((st = plan_parse_recompute(recompute, &in.recompute, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
     /* ---- hardware ---- */
-    if ((st = plan_hardware_preset(&in.hw, hardware, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+    if ((st = hw_resolve(&in.hw, hardware, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
     if (SEEN("devices-per-node")) in.hw.devices_per_node = dpn;
     if (SEEN("peak-tflops")) {
         double pk = peak_tflops * 1e12;

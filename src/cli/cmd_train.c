@@ -6,6 +6,7 @@
 
 #include "cli/args.h"
 #include "cli/cmds.h"
+#include "cli/hwprobe.h"
 #include "core/fileio.h"
 #include "data/bpe.h"
 #include "data/prepare.h"
@@ -54,6 +55,7 @@ int cmd_train(int argc, char **argv) { return cmd_train_comm(argc, argv, NULL); 
 
 int cmd_train_comm(int argc, char **argv, Comm *comm) {
     TrainConfig c = train_default_config();
+    char hardware[1024] = "";
     char model[64] = "", precision[16] = "fp32", recompute[16] = "none", spike_policy[16] = "log", optimizer[16] = "adamw", schedule[16] = "cosine", shape[16] = "linear", tok_dir[1024] = "";
     long batch_tokens = 0;
     double peak_gflops = 0;
@@ -92,6 +94,8 @@ int cmd_train_comm(int argc, char **argv, Comm *comm) {
         {"seed", ARG_U64, &c.seed, 0, "initialisation and dropout seed"},
         {"data-seed", ARG_U64, &c.data_seed, 0, "data order seed"},
         {"threads", ARG_INT, &c.threads, 0, "threads for our kernels and the GEMM library"},
+        {"hardware", ARG_STR, hardware, sizeof hardware,
+         "hardware profile for the plan's predicted step time: a plan preset or FILE.json from plan --measure-hardware"},
         {"peak-gflops", ARG_DOUBLE, &peak_gflops, 0, "peak GFLOP/s for MFU (0: measure at start)"},
         {"val-every", ARG_INT, &c.val_every, 0, "validate every N steps (0: only at the end)"},
         {"val-batches", ARG_INT, &c.val_batches, 0, "micro-batches per validation"},
@@ -198,6 +202,10 @@ int cmd_train_comm(int argc, char **argv, Comm *comm) {
         c.grad_accum = (int)(batch_tokens / per);
     }
     c.peak_flops = peak_gflops * 1e9;
+    if (hardware[0]) {
+        if ((st = hw_resolve(&c.hw, hardware, &err)) != ST_OK) return cli_fail("train", st, err.msg);
+        c.have_hw = 1;
+    }
     if (!c.data[0] && (st = bundled_corpus(&c, &err)) != ST_OK) return cli_fail("train", st, err.msg);
     if (c.tokenizer[0]) {
         char dir[1024];

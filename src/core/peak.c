@@ -2,6 +2,8 @@
 #include "core/peak.h"
 
 #include <omp.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "core/timer.h"
 
@@ -55,3 +57,27 @@ const char *build_compiler(void) {
 }
 
 const char *build_git_commit(void) { return ST_GIT_COMMIT; }
+
+double peak_measure_bandwidth(int nt, size_t bytes) {
+    size_t n = bytes / 2 / sizeof(float);
+    float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+    if (!a || !b) {
+        free(a), free(b);
+        return 0;
+    }
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++) a[i] = (float)i, b[i] = 0;
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = timer_ms();
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (size_t i = 0; i < n; i++) b[i] = a[i] * 1.0001f;
+        double dt = (timer_ms() - t0) * 1e-3;
+        double bw = 2.0 * n * sizeof(float) / dt;
+        if (bw > best) best = bw;
+    }
+    volatile float sink = b[n / 2];
+    (void)sink;
+    free(a), free(b);
+    return best;
+}

@@ -2,9 +2,15 @@
 #ifndef ST_CORE_PEAK_H
 #define ST_CORE_PEAK_H
 
+#include <stddef.h>
+
 /* Runs an FMA loop with independent accumulators on nt threads for about `ms` milliseconds and
  * returns the achieved fp32 FLOP/s (2 per FMA lane). */
 double peak_measure_fp32(int nt, double ms);
+
+/* Memory bandwidth in bytes/s: best of a few passes of a parallel copy of `bytes` (read + write
+ * counted), on nt threads. */
+double peak_measure_bandwidth(int nt, size_t bytes);
 
 /* Compiler and git commit this binary was built from. */
 const char *build_compiler(void);

@@ -5,6 +5,8 @@
  * the knob search for plans that do not fit. */
 #include "plan/plan.h"
 
+#include <cjson/cJSON.h>
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -716,3 +718,42 @@ Status plan_compute(const PlanInput *in, PlanResult *r, Err *err) {
 }
 
 Status plan_predict_step(const PlanInput *in, PlanResult *r, Err *err) { return plan_core(in, r, CORE_STEP, err); }
+
+/* ------------------------------------------------------------ hardware profiles ------- */
+
+#define HW_FIELDS(X)                                                                        \
+    X(peak_fp32) X(peak_bf16) X(peak_fp16) X(memory) X(mem_bw) X(intra_bw) X(inter_bw)     \
+    X(intra_lat) X(inter_lat) X(matmul_eff) X(storage_bw)
+
+cJSON *plan_hardware_to_json(const PlanHardware *hw) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", hw->name);
+#define ADD(f) cJSON_AddNumberToObject(o, #f, hw->f);
+    HW_FIELDS(ADD)
+#undef ADD
+    cJSON_AddNumberToObject(o, "devices_per_node", hw->devices_per_node);
+    return o;
+}
+
+Status plan_hardware_from_json(PlanHardware *hw, const cJSON *j, Err *err) {
+    Status st = plan_hardware_preset(hw, "cpu-zen4-2c", err);
+    if (st != ST_OK) return st;
+    if (!cJSON_IsObject(j)) return err_set(err, ST_ERR_INPUT, "hardware profile: expected a JSON object");
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
+    if (cJSON_IsString(name)) snprintf(hw->name, sizeof hw->name, "%s", name->valuestring);
+#define GET(f)                                                                                                     \
+    {                                                                                                              \
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, #f);                                                 \
+        if (x && !cJSON_IsNumber(x)) return err_set(err, ST_ERR_INPUT, "hardware profile: %s: expected a number", #f); \
+        if (x) hw->f = x->valuedouble;                                                                             \
+    }
+    HW_FIELDS(GET)
+#undef GET
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "devices_per_node");
+    if (cJSON_IsNumber(d)) hw->devices_per_node = d->valueint;
+    if (!(hw->peak_fp32 > 0) || !(hw->mem_bw > 0) || !(hw->matmul_eff > 0 && hw->matmul_eff <= 1))
+        return err_set(err, ST_ERR_INPUT,
+                       "hardware profile: expected peak_fp32 > 0, mem_bw > 0 and matmul_eff in (0, 1], found %g, %g, %g",
+                       hw->peak_fp32, hw->mem_bw, hw->matmul_eff);
+    return ST_OK;
+}

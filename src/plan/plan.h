@@ -84,6 +84,12 @@ typedef struct {
  * --hardware on an unknown name. Sources of each number: docs/plan.md. */
 Status plan_hardware_preset(PlanHardware *hw, const char *name, Err *err);
 
+/* A hardware profile as JSON (the fields of PlanHardware by name, SI units); `from` starts from
+ * the cpu-zen4-2c preset and overrides the fields present. Written by `plan --measure-hardware`. */
+struct cJSON;
+struct cJSON *plan_hardware_to_json(const PlanHardware *hw);
+Status plan_hardware_from_json(PlanHardware *hw, const struct cJSON *j, Err *err);
+
 /* --------------------------------------------------------------- input ---------------- */
 
 typedef enum { PLAN_RECOMPUTE_NONE = 0, PLAN_RECOMPUTE_SELECTIVE = 1, PLAN_RECOMPUTE_FULL = 2 } PlanRecompute;

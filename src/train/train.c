@@ -670,7 +670,12 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
         pi.micro_batch = B, pi.seq_len = T, pi.grad_accum = k, pi.threads = nt;
         pi.n_moments = nmom;
         pi.recompute = (PlanRecompute)cfg->recompute;
-        pi.hw.peak_fp32 = peak;
+        if (cfg->have_hw) pi.hw = cfg->hw; /* a measured profile (plan --measure-hardware) */
+        else pi.hw.peak_fp32 = peak;
+        if (cfg->bf16) {
+            Err pe;
+            plan_precision_preset(&pi.prec, "bf16", &pe);
+        }
         Err perr;
         have_plan = plan_predict_step(&pi, plan, &perr) == ST_OK;
     }

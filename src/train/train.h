@@ -14,6 +14,7 @@
 #include "model/config.h"
 #include "model/layout.h"
 #include "optim/optim.h"
+#include "plan/plan.h"
 #include "train/health.h"
 
 #define METRICS_SCHEMA_VERSION 1
@@ -39,6 +40,8 @@ typedef struct {
 
     int threads;
     double peak_flops;       /* 0: measure at start */
+    int have_hw;             /* hw holds a hardware profile (--hardware) for the plan's prediction */
+    PlanHardware hw;
     int val_every;           /* 0: only at the end (if val_data) */
     int val_batches;         /* micro-batches of B×T per validation */
     char log_path[1024];     /* JSON Lines metrics ("" = none) */

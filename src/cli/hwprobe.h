@@ -1,0 +1,19 @@
+/* hwprobe.h — measuring this machine into a plan hardware profile, and reading profiles.
+ *
+ * `plan --measure-hardware FILE` writes one; `plan --hardware FILE.json` and
+ * `train --hardware FILE.json` read it, so the plan's predicted step time uses measured peak,
+ * GEMM efficiency and memory bandwidth instead of a preset. */
+#ifndef ST_CLI_HWPROBE_H
+#define ST_CLI_HWPROBE_H
+
+#include "core/status.h"
+#include "plan/plan.h"
+
+/* Measures fp32 FMA peak, GEMM efficiency on training-shaped matmuls (oneDNN, fp32), the bf16
+ * matmul speed-up, and memory bandwidth, with `threads` threads; the rest from cpu-zen4-2c. */
+Status hw_measure(PlanHardware *hw, int threads, Err *err);
+
+/* A preset name, or a JSON profile file (a value containing '/' or ending in .json). */
+Status hw_resolve(PlanHardware *hw, const char *name_or_file, Err *err);
+
+#endif
