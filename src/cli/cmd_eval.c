@@ -26,39 +26,11 @@
 #include "ckpt/safetensors.h"
 #include "cli/args.h"
 #include "cli/cmds.h"
+#include "cli/progress.h"
 #include "cli/cmds_report.h"
 #include "data/loader.h"
 #include "model/gpt.h"
 #include "model/matmul.h"
-
-typedef struct {
-    int tty;
-    int last_decile;
-    double t0;
-} EvalProgress;
-
-/* A bar with rate and ETA on a terminal (stderr), a plain line per 10% otherwise. */
-static void progress(EvalProgress *p, uint64_t done, uint64_t total) {
-    double el = omp_get_wtime() - p->t0, frac = total ? (double)done / (double)total : 1.0;
-    double rate = el > 0 ? (double)done / el : 0;
-    double eta = frac > 0 ? el * (1 - frac) / frac : 0;
-    if (p->tty) {
-        int w = 30, k = (int)(frac * w + 0.5);
-        char bar[64];
-        for (int i = 0; i < w; i++) bar[i] = i < k ? '#' : '.';
-        bar[w] = 0;
-        fprintf(stderr, "\reval [%s] %5.1f%% %10.0f tok/s  ETA %3d:%02d ", bar, frac * 100, rate, (int)eta / 60,
-                (int)eta % 60);
-        if (done >= total) fprintf(stderr, "\n");
-    } else {
-        int dec = (int)(frac * 10);
-        if (dec > p->last_decile || done >= total) {
-            p->last_decile = dec;
-            fprintf(stderr, "eval: %3.0f%% %llu/%llu tokens, %.0f tok/s, ETA %.0f s\n", frac * 100,
-                    (unsigned long long)done, (unsigned long long)total, rate, eta);
-        }
-    }
-}
 
 int cmd_eval(int argc, char **argv) {
     char data[4096] = "";
@@ -157,7 +129,8 @@ int cmd_eval(int argc, char **argv) {
         st = err_set(&err, ST_ERR_RUNTIME, "out of memory for a %d x %d batch", B, T);
         goto fail;
     }
-    EvalProgress pr = {isatty(2), -1, omp_get_wtime()};
+    Progress pr;
+    progress_init(&pr, "eval", "tokens", "tok/s", 1.0);
     double nats = 0;
     uint64_t targets = 0, total_targets = rows * (uint64_t)T;
     for (uint64_t r = 0; r < rows; r += (uint64_t)B) {
@@ -165,7 +138,7 @@ int cmd_eval(int argc, char **argv) {
         loader_fill(&ld, r, cnt, inp, tgt);
         nats += gpt_forward(&g, inp, tgt, cnt, T, 1.0f, 0, 0);
         for (size_t i = 0; i < (size_t)cnt * (size_t)T; i++) targets += tgt[i] >= 0;
-        if (!quiet) progress(&pr, (r + (uint64_t)cnt) * (uint64_t)T, total_targets);
+        if (!quiet) progress_update(&pr, (r + (uint64_t)cnt) * (uint64_t)T, total_targets);
     }
     double el = omp_get_wtime() - pr.t0;
     double loss = targets ? nats / (double)targets : NAN, ppl = exp(loss);

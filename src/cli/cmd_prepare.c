@@ -10,6 +10,7 @@
 
 #include "cli/args.h"
 #include "cli/cmds_data.h"
+#include "cli/progress.h"
 #include "data/bpe.h"
 #include "data/prepare.h"
 
@@ -24,34 +25,7 @@ static int fail(int code, const char *fmt, ...) {
     return code;
 }
 
-typedef struct {
-    int tty;
-    int last_decile;
-    double t0;
-} Progress;
-
-static void progress_cb(void *ctx, uint64_t done, uint64_t total) {
-    Progress *p = ctx;
-    double el = omp_get_wtime() - p->t0, frac = total ? (double)done / (double)total : 1.0;
-    double rate = el > 0 ? (double)done / el / 1e6 : 0;
-    double eta = frac > 0 ? el * (1 - frac) / frac : 0;
-    if (p->tty) {
-        int w = 30, k = (int)(frac * w + 0.5);
-        char bar[64];
-        for (int i = 0; i < w; i++) bar[i] = i < k ? '#' : '.';
-        bar[w] = 0;
-        fprintf(stderr, "\rprepare [%s] %5.1f%% %8.1f MB/s  ETA %3d:%02d ", bar, frac * 100, rate, (int)eta / 60,
-                (int)eta % 60);
-        if (done >= total) fprintf(stderr, "\n");
-    } else {
-        int dec = (int)(frac * 10);
-        if (dec > p->last_decile || done >= total) {
-            p->last_decile = dec;
-            fprintf(stderr, "prepare: %3.0f%% %llu/%llu bytes, %.1f MB/s, ETA %.0f s\n", frac * 100,
-                    (unsigned long long)done, (unsigned long long)total, rate, eta);
-        }
-    }
-}
+static void progress_cb(void *ctx, uint64_t done, uint64_t total) { progress_update(ctx, done, total); }
 
 int cmd_prepare(int argc, char **argv) {
     PrepareOptions o = prepare_default_options();
@@ -132,7 +106,8 @@ int cmd_prepare(int argc, char **argv) {
         free(inputs);
         return rc;
     }
-    Progress pr = {isatty(2), -1, omp_get_wtime()};
+    Progress pr;
+    progress_init(&pr, "prepare", "bytes", "MB/s", 1e-6);
     o.inputs = (const char *const *)inputs;
     o.ninputs = (size_t)nin;
     o.tok = tok;
