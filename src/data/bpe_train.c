@@ -374,43 +374,13 @@ static int count_pretokens(const uint8_t *const *texts, const size_t *lens, size
 
 /* ================================================================== saving */
 
-static int write_all(int fd, const void *buf, size_t n) {
-    const uint8_t *p = buf;
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
+/* dir/name written crash-safely (core/fileio: temporary, fsync, rename, fsync of the directory). */
 static Status write_atomic(const char *dir, const char *name, const char *data, size_t n, Err *err) {
-    char path[4096], tmp[4200];
+    char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return err_set(err, ST_ERR_INPUT, "%s: cannot create (%s)", tmp, strerror(errno));
-    if (write_all(fd, data, n) || fsync(fd) || close(fd)) {
-        int e = errno;
-        close(fd);
-        unlink(tmp);
-        return err_set(err, ST_ERR_RUNTIME, "%s: write failed (%s)", path, strerror(e));
-    }
-    if (rename(tmp, path)) {
-        int e = errno;
-        unlink(tmp);
-        return err_set(err, ST_ERR_RUNTIME, "%s: rename failed (%s)", path, strerror(e));
-    }
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    return ST_OK;
+    const void *bufs[1] = {data};
+    size_t lens[1] = {n};
+    return file_write_atomic(path, bufs, lens, 1, err);
 }
 
 /* Appends the GPT-2 file form of token bytes (mapped code points as UTF-8; JSON-escaped if json). */
