@@ -109,22 +109,21 @@ static void test_matmul(void) {
 }
 
 /* ---- Attention (with and without dropout) ---- */
-typedef struct { float *qkv, *probs, *scr; int B, T, C, NH; Dropout d; } AttCtx;
+typedef struct { float *qkv, *lse, *scr; int B, T, C, NH; Dropout d; } AttCtx;
 static void att_fwd(Case *c) {
     AttCtx *x = c->ctx;
-    attention_forward(c->out, x->probs, x->scr, x->qkv, x->B, x->T, x->C, x->NH, x->d, 2);
+    attention_forward(c->out, x->lse, x->scr, x->qkv, x->B, x->T, x->C, x->NH, x->d, 2);
 }
 static void test_attention(float p) {
     int B = 2, T = 5, C = 8, NH = 2;
-    AttCtx x = {randv(B * T * 3 * C, 9, 1), calloc(B * NH * T * T, 4), calloc(2 * 2 * T * T, 4), B, T, C, NH,
-                {p, 17, 3}};
+    AttCtx x = {randv(B * T * 3 * C, 9, 1), calloc(B * NH * T, 4), calloc(attention_scratch_floats(T, 2), 4), B, T,
+                C, NH, {p, 17, 3}};
     Case c = {att_fwd, calloc(B * T * C, 4), randv(B * T * C, 10, 1), (size_t)B * T * C, &x};
     float *dqkv = calloc(B * T * 3 * C, 4);
     c.forward(&c);
-    attention_backward(dqkv, x.scr, c.R, x.qkv, x.probs, B, T, C, NH, x.d, 2);
+    attention_backward(dqkv, x.scr, c.R, x.qkv, c.out, x.lse, B, T, C, NH, x.d, 2);
     fd_check(&c, x.qkv, dqkv, (size_t)B * T * 3 * C, p > 0 ? "attention dqkv (dropout 0.3)" : "attention dqkv");
 }
-
 
 /* ---- Attention at T > block size against a naive float64 implementation ---- */
 static double keep(Dropout d, uint64_t i) {
@@ -132,14 +131,14 @@ static double keep(Dropout d, uint64_t i) {
     return rng_uniform(d.seed, d.stream, i) >= d.p ? 1.0 / (1.0 - d.p) : 0.0;
 }
 
-static void test_attention_long(float p) {
-    int B = 1, T = 150, C = 32, NH = 2, hs = C / NH, C3 = 3 * C;
+static void test_attention_long(float p, int T) {
+    int B = 1, C = 32, NH = 2, hs = C / NH, C3 = 3 * C;
     Dropout d = {p, 21, 5};
     float *qkv = randv((size_t)B * T * C3, 40, 1), *dy = randv((size_t)B * T * C, 41, 1);
-    float *out = calloc((size_t)B * T * C, 4), *probs = calloc((size_t)B * NH * T * T, 4);
-    float *scr = calloc((size_t)2 * 2 * T * T, 4), *dqkv = calloc((size_t)B * T * C3, 4);
-    attention_forward(out, probs, scr, qkv, B, T, C, NH, d, 2);
-    attention_backward(dqkv, scr, dy, qkv, probs, B, T, C, NH, d, 2);
+    float *out = calloc((size_t)B * T * C, 4), *lse = calloc((size_t)B * NH * T, 4);
+    float *scr = calloc(attention_scratch_floats(T, 2), 4), *dqkv = calloc((size_t)B * T * C3, 4);
+    attention_forward(out, lse, scr, qkv, B, T, C, NH, d, 2);
+    attention_backward(dqkv, scr, dy, qkv, out, lse, B, T, C, NH, d, 2);
     double *ref = calloc((size_t)B * T * C, 8), *dref = calloc((size_t)B * T * C3, 8);
     double *P = malloc(sizeof(double) * T * T), *dP = malloc(sizeof(double) * T * T);
     double sc = 1.0 / sqrt((double)hs);
@@ -184,7 +183,7 @@ static void test_attention_long(float p) {
     }
     double e1 = tu_rel_err_fd(out, ref, (size_t)T * C), e2 = tu_rel_err_fd(dqkv, dref, (size_t)T * C3);
     char name[96];
-    snprintf(name, sizeof name, "attention T=150 (3 blocks) vs float64 naive%s", p > 0 ? ", dropout 0.2" : "");
+    snprintf(name, sizeof name, "attention T=%d vs float64 naive%s", T, p > 0 ? ", dropout 0.2" : "");
     tu_check(e1 <= 1e-5 && e2 <= 1e-5, name, "forward rel_err=%.3g backward rel_err=%.3g (tol 1e-5)", e1, e2);
 }
 
@@ -296,8 +295,10 @@ int main(void) {
     test_matmul();
     test_attention(0.0f);
     test_attention(0.3f);
-    test_attention_long(0.0f);
-    test_attention_long(0.2f);
+    test_attention_long(0.0f, 150);
+    test_attention_long(0.2f, 150);
+    test_attention_long(0.0f, 600); /* several 256-key blocks: the online softmax */
+    test_attention_long(0.2f, 333);
     test_gelu();
     test_encoder(0.0f);
     test_encoder(0.25f);

@@ -87,7 +87,7 @@ Status gpt_init_ex(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int sha
     if (!g->acts || !g->scratch) goto oom;
 
     size_t N = (size_t)B * T, C = cfg->n_embd, NH = cfg->n_head;
-    size_t probs = (size_t)B * NH * T * T;
+    size_t probs = (size_t)B * NH * T; /* attention log-sum-exp */
     float *a = g->acts;
 #define TAKE(ptr, n) (ptr = a, a += (n))
     TAKE(g->encoded, N * C);
@@ -98,7 +98,7 @@ Status gpt_init_ex(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int sha
             TAKE(x->ln1, N * C), TAKE(x->ln2, N * C), TAKE(x->fch_gelu, 4 * N * C);
         }
         if (rc != RECOMPUTE_FULL) {
-            TAKE(x->ln1_mean, N), TAKE(x->ln1_rstd, N), TAKE(x->qkv, 3 * N * C), TAKE(x->probs, probs);
+            TAKE(x->ln1_mean, N), TAKE(x->ln1_rstd, N), TAKE(x->qkv, 3 * N * C), TAKE(x->lse, probs);
             TAKE(x->atty, N * C), TAKE(x->res2, N * C), TAKE(x->ln2_mean, N), TAKE(x->ln2_rstd, N);
             TAKE(x->fch, 4 * N * C);
         }
@@ -108,7 +108,7 @@ Status gpt_init_ex(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int sha
         LayerActs sh;
         TAKE(sh.ln1, N * C), TAKE(sh.ln2, N * C), TAKE(sh.fch_gelu, 4 * N * C);
         if (rc == RECOMPUTE_FULL) {
-            TAKE(sh.ln1_mean, N), TAKE(sh.ln1_rstd, N), TAKE(sh.qkv, 3 * N * C), TAKE(sh.probs, probs);
+            TAKE(sh.ln1_mean, N), TAKE(sh.ln1_rstd, N), TAKE(sh.qkv, 3 * N * C), TAKE(sh.lse, probs);
             TAKE(sh.atty, N * C), TAKE(sh.res2, N * C), TAKE(sh.ln2_mean, N), TAKE(sh.ln2_rstd, N);
             TAKE(sh.fch, 4 * N * C);
         }
@@ -127,7 +127,7 @@ Status gpt_init_ex(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int sha
     g->head_chunk = layout_head_chunk_rows(cfg, B, T);
     a = g->scratch;
     TAKE(g->dres, N * C), TAKE(g->dbuf_a, 4 * N * C), TAKE(g->dbuf_b, N * C), TAKE(g->dbuf_c, N * C);
-    TAKE(g->att_scratch, (size_t)g->nt * 2 * T * T);
+    TAKE(g->att_scratch, attention_scratch_floats(T, g->nt));
     TAKE(g->ln_scratch, (N + KERNEL_ROW_CHUNK - 1) / KERNEL_ROW_CHUNK * 2 * C);
     TAKE(g->logits, (size_t)g->head_chunk * cfg->vocab_padded);
     ST_CHECK((size_t)(a - g->scratch) == as.scratch);
@@ -212,7 +212,7 @@ static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
     LayerActs *a = &g->la[l];
     layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C, nt);
     matmul_forward_p(&g->mp, a->qkv, a->ln1, p->qkvw, lp(g, p->qkvw), p->qkvb, N, C, 3 * C, nt);
-    attention_forward(a->atty, a->probs, g->att_scratch, a->qkv, B, T, C, NH,
+    attention_forward(a->atty, a->lse, g->att_scratch, a->qkv, B, T, C, NH,
                       cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off, nt);
     matmul_forward_p(&g->mp, g->dbuf_b, a->atty, p->attprojw, lp(g, p->attprojw), p->attprojb, N, C, C, nt);
     residual_forward(a->res2, x, g->dbuf_b, (size_t)N * C, dropout_at(g, l, DROP_ATTN_RES), nt);
@@ -304,7 +304,7 @@ void gpt_backward(Gpt *g) {
         }
         matmul_backward_p(&g->mp, g->dbuf_b, dp->attprojw, dp->attprojb, dbranch, a->atty, p->attprojw, lp(g, p->attprojw),
                           N, C, C, nt);
-        attention_backward(g->dbuf_a, g->att_scratch, g->dbuf_b, a->qkv, a->probs, B, T, C, NH,
+        attention_backward(g->dbuf_a, g->att_scratch, g->dbuf_b, a->qkv, a->atty, a->lse, B, T, C, NH,
                            cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off, nt);
         matmul_backward_p(&g->mp, g->dbuf_b, dp->qkvw, dp->qkvb, g->dbuf_a, a->ln1, p->qkvw, lp(g, p->qkvw), N, C, 3 * C,
                           nt);

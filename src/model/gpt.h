@@ -31,7 +31,7 @@ typedef struct {
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd; /* (N, C), (N), (N) */
     float *qkv;                       /* (N, 3C) */
-    float *probs;                     /* (B, NH, T, T) softmax before dropout */
+    float *lse;                       /* (B, NH, T) attention log-sum-exp per query row */
     float *atty;                      /* (N, C) attention output before the projection */
     float *res2;                      /* (N, C) residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd; /* (N, C), (N), (N) */

@@ -250,11 +250,15 @@ void matmul_backward_p(const MatPrec *mp, float *dinp, float *dw, float *dbias, 
 /* Attention                                                                                  */
 /* ------------------------------------------------------------------------------------------ */
 
-/* Causal attention in 64-row blocks: query block ib only meets keys [0, end of ib), so the GEMMs
- * skip the blocks above the diagonal (about half the work of full T×T products at long T). */
+/* Causal attention, flash style: per (batch, head), 64-query blocks against key blocks of up to
+ * 256 with an online softmax, so the T×T matrix is never stored; only each row's log-sum-exp is
+ * saved, and backward recomputes the probabilities from it. Blocks above the diagonal are skipped. */
 #define ATT_BLOCK 64
+#define ATT_KBLOCK 256
 
-void attention_forward(float *out, float *probs, float *scratch, const float *qkv, int B, int T, int C, int NH,
+size_t attention_scratch_floats(int T, int nt) { return (size_t)(nt > 0 ? nt : 1) * 3 * ATT_BLOCK * (size_t)T; }
+
+void attention_forward(float *out, float *lse, float *scratch, const float *qkv, int B, int T, int C, int NH,
                        Dropout d, int nt) {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
@@ -262,37 +266,55 @@ void attention_forward(float *out, float *probs, float *scratch, const float *qk
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
         const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
-        float *P = probs + (size_t)bh * T * T;
-        float *Pd = d.p > 0 ? scratch + (size_t)omp_get_thread_num() * T * T : NULL;
-        float *y = out + (size_t)b * T * C + h * hs;
+        float *S = scratch + (size_t)omp_get_thread_num() * 3 * ATT_BLOCK * T, *Pd = S + (size_t)ATT_BLOCK * T;
+        float *y = out + (size_t)b * T * C + h * hs, *L = lse + (size_t)bh * T;
         for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
             int m = T - r0 < ATT_BLOCK ? T - r0 : ATT_BLOCK, kend = r0 + m;
-            mm_sgemm(0, 1, m, kend, hs, scale, q + (size_t)r0 * C3, C3, k, C3, 0.0f, P + (size_t)r0 * T, T);
-            for (int i = r0; i < kend; i++) {
-                float *row = P + (size_t)i * T, mx = row[0], s = 0;
-#pragma omp simd reduction(max : mx)
-                for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
-#pragma omp simd reduction(+ : s)
-                for (int j = 0; j <= i; j++) {
-                    row[j] = st_expf(row[j] - mx);
-                    s += row[j];
+            float mx[ATT_BLOCK], l[ATT_BLOCK];
+            for (int i = 0; i < m; i++) mx[i] = -INFINITY, l[i] = 0;
+            for (int k0 = 0; k0 < kend; k0 += ATT_KBLOCK) {
+                int kn = kend - k0 < ATT_KBLOCK ? kend - k0 : ATT_KBLOCK;
+                mm_sgemm(0, 1, m, kn, hs, scale, q + (size_t)r0 * C3, C3, k + (size_t)k0 * C3, C3, 0.0f, S, kn);
+                for (int i = 0; i < m; i++) {
+                    int row = r0 + i, jn = row - k0 + 1 < kn ? row - k0 + 1 : kn; /* causal: keys <= row */
+                    float *srow = S + (size_t)i * kn, bm = mx[i];
+#pragma omp simd reduction(max : bm)
+                    for (int j = 0; j < jn; j++) bm = srow[j] > bm ? srow[j] : bm;
+                    float corr = st_expf(mx[i] - bm), sum = 0;
+                    if (mx[i] == -INFINITY) corr = 0.0f;
+#pragma omp simd reduction(+ : sum)
+                    for (int j = 0; j < jn; j++) {
+                        srow[j] = st_expf(srow[j] - bm);
+                        sum += srow[j];
+                    }
+                    for (int j = jn; j < kn; j++) srow[j] = 0.0f;
+                    l[i] = l[i] * corr + sum;
+                    mx[i] = bm;
+                    float *yrow = y + (size_t)row * C;
+                    if (k0 == 0) {
+                        for (int x = 0; x < hs; x++) yrow[x] = 0.0f;
+                    } else {
+                        for (int x = 0; x < hs; x++) yrow[x] *= corr;
+                    }
+                    if (d.p > 0)
+                        for (int j = 0; j < kn; j++)
+                            Pd[(size_t)i * kn + j] =
+                                srow[j] * drop_scale(d, (uint64_t)bh * T * T + (size_t)row * T + k0 + j);
                 }
-                float inv = 1.0f / s;
-#pragma omp simd
-                for (int j = 0; j <= i; j++) row[j] *= inv;
-                for (int j = i + 1; j < T; j++) row[j] = 0.0f;
-                if (Pd)
-                    for (int j = 0; j < kend; j++)
-                        Pd[(size_t)i * T + j] = row[j] * drop_scale(d, (uint64_t)bh * T * T + (size_t)i * T + j);
+                mm_sgemm(0, 0, m, hs, kn, 1.0f, d.p > 0 ? Pd : S, kn, v + (size_t)k0 * C3, C3, 1.0f,
+                         y + (size_t)r0 * C, C);
             }
-            const float *Puse = Pd ? Pd : P;
-            mm_sgemm(0, 0, m, hs, kend, 1.0f, Puse + (size_t)r0 * T, T, v, C3, 0.0f, y + (size_t)r0 * C, C);
+            for (int i = 0; i < m; i++) {
+                float inv = 1.0f / l[i], *yrow = y + (size_t)(r0 + i) * C;
+                for (int x = 0; x < hs; x++) yrow[x] *= inv;
+                L[r0 + i] = mx[i] + logf(l[i]);
+            }
         }
     }
 }
 
-void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *probs,
-                        int B, int T, int C, int NH, Dropout d, int nt) {
+void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                        const float *lse, int B, int T, int C, int NH, Dropout d, int nt) {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -300,46 +322,51 @@ void attention_backward(float *dqkv, float *scratch, const float *dout, const fl
         int b = bh / NH, h = bh % NH;
         const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
         float *dq = dqkv + (size_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
-        const float *dy = dout + (size_t)b * T * C + h * hs;
-        const float *P = probs + (size_t)bh * T * T;
-        float *dP = scratch + (size_t)omp_get_thread_num() * 2 * T * T, *Pd = dP + (size_t)T * T;
-        const float *Puse = P;
-        if (d.p > 0) {
-            for (int i = 0; i < T; i++)
-                for (int j = 0; j < T; j++)
-                    Pd[(size_t)i * T + j] =
-                        j <= i ? P[(size_t)i * T + j] * drop_scale(d, (uint64_t)bh * T * T + (size_t)i * T + j) : 0.0f;
-            Puse = Pd;
+        const float *dy = dout + (size_t)b * T * C + h * hs, *y = out + (size_t)b * T * C + h * hs;
+        const float *L = lse + (size_t)bh * T;
+        float *P = scratch + (size_t)omp_get_thread_num() * 3 * ATT_BLOCK * T;
+        float *dP = P + (size_t)ATT_BLOCK * T, *Pd = dP + (size_t)ATT_BLOCK * T;
+        for (int t = 0; t < T; t++) {
+            float *a = dq + (size_t)t * C3, *bk = dk + (size_t)t * C3, *c = dv + (size_t)t * C3;
+            for (int x = 0; x < hs; x++) a[x] = 0.0f, bk[x] = 0.0f, c[x] = 0.0f;
         }
-        /* dV[key block] = P[rows >= block start, block]^T · dY[rows >= block start] */
-        for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
-            int m = T - c0 < ATT_BLOCK ? T - c0 : ATT_BLOCK;
-            mm_sgemm(1, 0, m, hs, T - c0, 1.0f, Puse + (size_t)c0 * T + c0, T, dy + (size_t)c0 * C, C, 0.0f,
-                     dv + (size_t)c0 * C3, C3);
-        }
-        /* dP = dY V^T on the causal blocks, then dS = P ∘ (dP − rowsum(P ∘ dP)) · scale */
         for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
             int m = T - r0 < ATT_BLOCK ? T - r0 : ATT_BLOCK, kend = r0 + m;
-            mm_sgemm(0, 1, m, kend, hs, 1.0f, dy + (size_t)r0 * C, C, v, C3, 0.0f, dP + (size_t)r0 * T, T);
-            for (int i = r0; i < kend; i++) {
-                const float *p = P + (size_t)i * T;
-                float *g = dP + (size_t)i * T;
-                if (d.p > 0)
-                    for (int j = 0; j <= i; j++) g[j] *= drop_scale(d, (uint64_t)bh * T * T + (size_t)i * T + j);
-                float dot = 0;
-#pragma omp simd reduction(+ : dot)
-                for (int j = 0; j <= i; j++) dot += p[j] * g[j];
-#pragma omp simd
-                for (int j = 0; j <= i; j++) g[j] = p[j] * (g[j] - dot) * scale;
-                for (int j = i + 1; j < kend; j++) g[j] = 0.0f;
+            float D[ATT_BLOCK]; /* rowsum(dY ∘ Y) = Σ_j P_ij dP'_ij (dropout included) */
+            for (int i = 0; i < m; i++) {
+                const float *g = dy + (size_t)(r0 + i) * C, *o = y + (size_t)(r0 + i) * C;
+                float s = 0;
+                for (int x = 0; x < hs; x++) s += g[x] * o[x];
+                D[i] = s;
             }
-            mm_sgemm(0, 0, m, hs, kend, 1.0f, dP + (size_t)r0 * T, T, k, C3, 0.0f, dq + (size_t)r0 * C3, C3);
-        }
-        /* dK[key block] = dS[rows >= block start, block]^T · Q[rows >= block start] */
-        for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
-            int m = T - c0 < ATT_BLOCK ? T - c0 : ATT_BLOCK;
-            mm_sgemm(1, 0, m, hs, T - c0, 1.0f, dP + (size_t)c0 * T + c0, T, q + (size_t)c0 * C3, C3, 0.0f,
-                     dk + (size_t)c0 * C3, C3);
+            for (int k0 = 0; k0 < kend; k0 += ATT_KBLOCK) {
+                int kn = kend - k0 < ATT_KBLOCK ? kend - k0 : ATT_KBLOCK;
+                /* P = exp(scale·Q K^T − L), recomputed */
+                mm_sgemm(0, 1, m, kn, hs, scale, q + (size_t)r0 * C3, C3, k + (size_t)k0 * C3, C3, 0.0f, P, kn);
+                mm_sgemm(0, 1, m, kn, hs, 1.0f, dy + (size_t)r0 * C, C, v + (size_t)k0 * C3, C3, 0.0f, dP, kn);
+                for (int i = 0; i < m; i++) {
+                    int row = r0 + i, jn = row - k0 + 1 < kn ? row - k0 + 1 : kn;
+                    float *prow = P + (size_t)i * kn, *g = dP + (size_t)i * kn, li = L[row];
+#pragma omp simd
+                    for (int j = 0; j < jn; j++) prow[j] = st_expf(prow[j] - li);
+                    for (int j = jn; j < kn; j++) prow[j] = 0.0f;
+                    if (d.p > 0) {
+                        for (int j = 0; j < kn; j++) {
+                            float ks = drop_scale(d, (uint64_t)bh * T * T + (size_t)row * T + k0 + j);
+                            Pd[(size_t)i * kn + j] = prow[j] * ks;
+                            g[j] *= ks;
+                        }
+                    }
+#pragma omp simd
+                    for (int j = 0; j < jn; j++) g[j] = prow[j] * (g[j] - D[i]) * scale;
+                    for (int j = jn; j < kn; j++) g[j] = 0.0f;
+                }
+                /* dV += Pd^T dY; dQ += dS K; dK += dS^T Q */
+                mm_sgemm(1, 0, kn, hs, m, 1.0f, d.p > 0 ? Pd : P, kn, dy + (size_t)r0 * C, C, 1.0f,
+                         dv + (size_t)k0 * C3, C3);
+                mm_sgemm(0, 0, m, hs, kn, 1.0f, dP, kn, k + (size_t)k0 * C3, C3, 1.0f, dq + (size_t)r0 * C3, C3);
+                mm_sgemm(1, 0, kn, hs, m, 1.0f, dP, kn, q + (size_t)r0 * C3, C3, 1.0f, dk + (size_t)k0 * C3, C3);
+            }
         }
     }
 }

@@ -41,14 +41,15 @@ void matmul_forward(float *out, const float *inp, const float *w, const float *b
 void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
                      int N, int C, int OC, int nt);
 
-/* Causal multi-head attention. qkv (B, T, 3C) holds q, k, v; heads are contiguous hs slices.
- * probs (B, NH, T, T) saves the softmax (before dropout; entries above the diagonal are 0).
- * out (B, T, C). scratch: nt · T · T floats (used only with dropout). */
-void attention_forward(float *out, float *probs, float *scratch, const float *qkv, int B, int T, int C, int NH,
+/* Causal multi-head attention, flash style. qkv (B, T, 3C) holds q, k, v; heads are contiguous hs
+ * slices. out (B, T, C). The T×T scores are never stored: lse (B, NH, T) saves each row's
+ * log-sum-exp and backward recomputes the probabilities from it. scratch: attention_scratch_floats. */
+size_t attention_scratch_floats(int T, int nt);
+void attention_forward(float *out, float *lse, float *scratch, const float *qkv, int B, int T, int C, int NH,
                        Dropout d, int nt);
-/* dqkv (B, T, 3C) overwritten. scratch: nt · 2 · T · T floats. */
-void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *probs,
-                        int B, int T, int C, int NH, Dropout d, int nt);
+/* dqkv (B, T, 3C) overwritten; out and lse from the forward. */
+void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                        const float *lse, int B, int T, int C, int NH, Dropout d, int nt);
 
 /* GELU, tanh approximation. */
 void gelu_forward(float *out, const float *inp, size_t n, int nt);

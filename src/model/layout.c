@@ -112,7 +112,7 @@ typedef struct { size_t ln, stats, qkv, probs, atty, res2, fch, fchg, res3; } Bl
 
 static BlockActs block_acts(const ModelConfig *cfg, int B, int T) {
     size_t N = (size_t)B * T, C = cfg->n_embd;
-    BlockActs b = {N * C, N, 3 * N * C, (size_t)B * cfg->n_head * T * T, N * C, N * C, 4 * N * C, 4 * N * C, N * C};
+    BlockActs b = {N * C, N, 3 * N * C, (size_t)B * cfg->n_head * T, N * C, N * C, 4 * N * C, 4 * N * C, N * C};
     return b;
 }
 
@@ -120,7 +120,7 @@ ActSizes layout_activations_rc(const ModelConfig *cfg, int B, int T, int threads
     ActSizes a;
     size_t BT = (size_t)B * T, C = cfg->n_embd;
     BlockActs b = block_acts(cfg, B, T);
-    /* ln1 + stats, qkv, probs, atty, res2, ln2 + stats, fch, fch_gelu, res3 */
+    /* ln1 + stats, qkv, attention lse, atty, res2, ln2 + stats, fch, fch_gelu, res3 */
     size_t all = 2 * b.ln + 4 * b.stats + b.qkv + b.probs + b.atty + b.res2 + b.fch + b.fchg + b.res3;
     size_t cheap = 2 * b.ln + b.fchg; /* selective: LayerNorm outputs and the GELU output */
     a.encoded = BT * C;
@@ -131,10 +131,10 @@ ActSizes layout_activations_rc(const ModelConfig *cfg, int B, int T, int threads
     }
     a.final_ = BT * C + 2 * BT + BT;
     a.total = a.encoded + (size_t)cfg->n_layer * a.per_layer + a.shared + a.final_;
-    /* Workspace: dres (NC) + dbuf_a (4NC) + dbuf_b (NC) + dbuf_c (NC) + attention (threads · 2TT)
+    /* Workspace: dres (NC) + dbuf_a (4NC) + dbuf_b (NC) + dbuf_c (NC) + attention (threads · 3·64·T)
      * + LayerNorm partial sums (2C per 64-row chunk) + one logits chunk (rows · Vp). */
     size_t chunks = (BT + 63) / 64;
-    a.scratch = BT * C * 7 + (size_t)(threads > 0 ? threads : 1) * 2 * T * T + chunks * 2 * C +
+    a.scratch = BT * C * 7 + (size_t)(threads > 0 ? threads : 1) * 3 * 64 * T + chunks * 2 * C +
                 (size_t)layout_head_chunk_rows(cfg, B, T) * cfg->vocab_padded;
     return a;
 }
