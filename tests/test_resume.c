@@ -87,20 +87,20 @@ static void run_or_die(TrainConfig *c) {
     }
 }
 
-static void test_split(const char *name, int async) {
+static void test_split(const char *name, int async, int bf16) {
     char n1[64], n2[64];
     snprintf(n1, sizeof n1, "%s_full", name);
     snprintf(n2, sizeof n2, "%s_split", name);
     TrainConfig full = base(n1, 100);
-    full.ckpt_async = async;
+    full.ckpt_async = async, full.bf16 = bf16;
     run_or_die(&full);
     TrainConfig half = base(n2, 100);
     half.stop_after = 50;
-    half.ckpt_async = async;
+    half.ckpt_async = async, half.bf16 = bf16;
     half.ckpt_every = 20;
     run_or_die(&half);
     TrainConfig rest = base(n2, 100);
-    rest.ckpt_async = async;
+    rest.ckpt_async = async, rest.bf16 = bf16;
     snprintf(rest.resume, sizeof rest.resume, "auto");
     run_or_die(&rest);
     static char a[1 << 16], b[1 << 16];
@@ -110,8 +110,8 @@ static void test_split(const char *name, int async) {
     snprintf(wa, sizeof wa, "%s/model.safetensors", full.out_dir);
     snprintf(wb, sizeof wb, "%s/model.safetensors", rest.out_dir);
     int sw = same_file(wa, wb);
-    snprintf(name_buf, sizeof name_buf, "resume %s: 100 steps == 50 + resume + 50 (accumulation 2, dropout, epoch crossed)",
-             async ? "async checkpoints" : "sync checkpoints");
+    snprintf(name_buf, sizeof name_buf, "resume %s%s: 100 steps == 50 + resume + 50 (accumulation 2, dropout, epoch crossed)",
+             async ? "async checkpoints" : "sync checkpoints", bf16 ? ", bf16" : "");
     tu_check(!strcmp(a, b) && strlen(a) > 100 && sw, name_buf, "losses %s, final weights memcmp %s",
              strcmp(a, b) ? "DIFFER" : "identical", sw ? "identical" : "DIFFER");
 }
@@ -206,8 +206,9 @@ static void test_sigterm(void) {
 int main(void) {
     system("rm -rf " DIR);
     make_data();
-    test_split("sync", 0);
-    test_split("async", 1);
+    test_split("sync", 0, 0);
+    test_split("async", 1, 0);
+    test_split("bf16", 0, 1);
     test_config_kinds();
     test_sigterm();
     return tu_exit();
