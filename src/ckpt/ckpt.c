@@ -118,6 +118,8 @@ typedef struct {
     const Fault *fault;
     const char *stage;   /* fault stage fired after fault_after writes (NULL: none) */
     int fault_after;
+    const CkptOptions *o; /* progress callback (may be NULL) */
+    uint64_t *done, total;
 } Sink;
 
 static Status sink_write(void *ctx, const void *p, size_t n, Err *err) {
@@ -138,6 +140,10 @@ static Status sink_write(void *ctx, const void *p, size_t n, Err *err) {
         }
         c += w, n -= (size_t)w;
     }
+    if (s->o && s->o->progress && s->done) {
+        *s->done += (uint64_t)(c - (const char *)p);
+        s->o->progress(s->o->progress_ctx, *s->done < s->total ? *s->done : s->total, s->total);
+    }
     return ST_OK;
 }
 
@@ -151,7 +157,8 @@ typedef Status (*Producer)(const void *arg, StWriteFn w, void *ctx, Err *err);
 
 /* Creates dir/name, streams producer's bytes into it, fsyncs and closes it. */
 static Status write_file(const char *dir, const char *name, Producer prod, const void *arg, const Fault *fault,
-                         const char *stage, int fault_after, FileSum *sum, Err *err) {
+                         const char *stage, int fault_after, const CkptOptions *o, uint64_t *done, uint64_t total,
+                         FileSum *sum, Err *err) {
     char path[4200];
     join(path, sizeof path, dir, name);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -162,7 +169,7 @@ static Status write_file(const char *dir, const char *name, Producer prod, const
         return err_set(err, ST_ERR_RUNTIME, "%s: out of memory", path);
     }
     XXH3_64bits_reset(h);
-    Sink s = {fd, path, h, 0, 0, fault, stage, fault_after};
+    Sink s = {fd, path, h, 0, 0, fault, stage, fault_after, o, done, total};
     Status st = prod(arg, sink_write, &s, err);
     if (st == ST_OK && fsync(fd) != 0) st = err_set(err, ST_ERR_RUNTIME, "%s: fsync failed: %s", path, strerror(errno));
     if (close(fd) != 0 && st == ST_OK) st = err_set(err, ST_ERR_RUNTIME, "%s: close failed: %s", path, strerror(errno));
@@ -573,10 +580,16 @@ Status ckpt_save_snap(const CkptSnap *s, const CkptMeta *meta, const CkptOptions
     st_hf_config_text(&s->pl->cfg, o->tokenizer, cfg, sizeof cfg);
     char *state = NULL;
     if ((st = fault_hit(&fault, "begin", err)) != ST_OK) goto done;
-    if ((st = write_file(tmp, FILES[0], model_producer, s, &fault, "model", 2, &sums[0], err)) != ST_OK) goto done;
+    /* Progress total: the fp32 buffers written (weights, moments, master), padding included. */
+    uint64_t done_bytes = 0, total_bytes = (uint64_t)s->pl->total * 4 * (1 + (s->m != NULL) + (s->v != NULL) + (s->master != NULL));
+    if ((st = write_file(tmp, FILES[0], model_producer, s, &fault, "model", 2, o, &done_bytes, total_bytes, &sums[0], err)) != ST_OK)
+        goto done;
     if ((st = fault_hit(&fault, "config", err)) != ST_OK) goto done;
-    if ((st = write_file(tmp, FILES[1], text_producer, cfg, &fault, NULL, 0, &sums[1], err)) != ST_OK) goto done;
-    if ((st = write_file(tmp, FILES[2], optim_producer, s, &fault, "optimizer", 2, &sums[2], err)) != ST_OK) goto done;
+    if ((st = write_file(tmp, FILES[1], text_producer, cfg, &fault, NULL, 0, NULL, NULL, 0, &sums[1], err)) != ST_OK) goto done;
+    if ((st = write_file(tmp, FILES[2], optim_producer, s, &fault, "optimizer", 2, o, &done_bytes, total_bytes, &sums[2],
+                         err)) != ST_OK)
+        goto done;
+    if (o->progress) o->progress(o->progress_ctx, total_bytes, total_bytes);
     state = state_text(meta, &s->pl->cfg, sums);
     if (!state) {
         st = err_set(err, ST_ERR_RUNTIME, "%s: out of memory building state.json", tmp);
@@ -584,7 +597,8 @@ Status ckpt_save_snap(const CkptSnap *s, const CkptMeta *meta, const CkptOptions
     }
     StateArg sa = {state, strlen(state) - 2}; /* drop the closing "\n}" */
     FileSum ssum = {0};
-    if ((st = write_file(tmp, "state.json", state_producer, &sa, &fault, "state", 1, &ssum, err)) != ST_OK) goto done;
+    if ((st = write_file(tmp, "state.json", state_producer, &sa, &fault, "state", 1, NULL, NULL, 0, &ssum, err)) != ST_OK)
+        goto done;
     for (int i = 0; i < NFILES; i++) info->bytes += sums[i].bytes;
     info->bytes += ssum.bytes;
     if ((st = fault_hit(&fault, "sync", err)) != ST_OK) goto done;

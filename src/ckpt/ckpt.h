@@ -87,6 +87,9 @@ typedef struct {
     int keep_last;         /* K: keep the newest K checkpoints (<= 0: keep all) */
     int keep_every;        /* M: also keep every checkpoint whose step % M == 0 forever (<= 0: none) */
     const char *tokenizer; /* recorded in config.json for `sample` (NULL = "") */
+    /* Optional progress of a save: bytes written so far and the expected total (may be NULL). */
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    void *progress_ctx;
 } CkptOptions;
 
 CkptOptions ckpt_default_options(void); /* dir NULL, keep_last 3, keep_every 0 */

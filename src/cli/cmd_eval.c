@@ -26,7 +26,7 @@
 #include "ckpt/safetensors.h"
 #include "cli/args.h"
 #include "cli/cmds.h"
-#include "cli/progress.h"
+#include "core/progress.h"
 #include "cli/cmds_report.h"
 #include "data/loader.h"
 #include "model/gpt.h"

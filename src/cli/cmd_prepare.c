@@ -10,7 +10,7 @@
 
 #include "cli/args.h"
 #include "cli/cmds_data.h"
-#include "cli/progress.h"
+#include "core/progress.h"
 #include "data/bpe.h"
 #include "data/prepare.h"
 
@@ -24,8 +24,6 @@ static int fail(int code, const char *fmt, ...) {
     va_end(ap);
     return code;
 }
-
-static void progress_cb(void *ctx, uint64_t done, uint64_t total) { progress_update(ctx, done, total); }
 
 int cmd_prepare(int argc, char **argv) {
     PrepareOptions o = prepare_default_options();

@@ -14,6 +14,7 @@
 #include "ckpt/safetensors.h"
 #include "core/mem.h"
 #include "core/peak.h"
+#include "core/progress.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "data/loader.h"
@@ -490,6 +491,12 @@ static Status save_checkpoint(Run *r, long step, long attempt, double *ms, CkptS
     CkptOptState opt = {r->m, r->v, NULL};
     CkptOptions o = ckpt_default_options();
     o.dir = c->ckpt_dir, o.keep_last = c->keep_last, o.keep_every = c->keep_every, o.tokenizer = c->tokenizer;
+    /* A progress bar for long synchronous saves (on a terminal, or 256 MiB and more in logs). */
+    Progress bar;
+    if (!r->async && !c->quiet && (isatty(2) || r->g.layout.total * 4 >= ((size_t)256 << 20))) {
+        progress_init(&bar, "checkpoint", "bytes", "MB/s", 1e-6);
+        o.progress = progress_cb, o.progress_ctx = &bar;
+    }
     Status st;
     memset(info, 0, sizeof *info);
     if (r->async) {

@@ -1,5 +1,5 @@
 /* progress.c — the progress bar of prepare and eval (see progress.h). */
-#include "cli/progress.h"
+#include "core/progress.h"
 
 #include <omp.h>
 #include <stdio.h>
@@ -33,3 +33,5 @@ void progress_update(Progress *p, uint64_t done, uint64_t total) {
         }
     }
 }
+
+void progress_cb(void *ctx, uint64_t done, uint64_t total) { progress_update(ctx, done, total); }

@@ -1,7 +1,7 @@
 /* progress.h — progress of long operations on stderr: a bar with rate and ETA on a terminal, a
  * plain line per 10% otherwise (logs, CI). */
-#ifndef ST_CLI_PROGRESS_H
-#define ST_CLI_PROGRESS_H
+#ifndef ST_CORE_PROGRESS_H
+#define ST_CORE_PROGRESS_H
 
 #include <stdint.h>
 
@@ -17,5 +17,7 @@ typedef struct {
 
 void progress_init(Progress *p, const char *what, const char *noun, const char *unit, double rate_scale);
 void progress_update(Progress *p, uint64_t done, uint64_t total);
+/* The same as a callback (ctx = Progress *), for library code that reports progress. */
+void progress_cb(void *ctx, uint64_t done, uint64_t total);
 
 #endif
