@@ -1,6 +1,7 @@
 /* peak.c — FMA throughput probe and build metadata. */
 #include "core/peak.h"
 
+#include <immintrin.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,40 @@ const char *build_compiler(void) {
 }
 
 const char *build_git_commit(void) { return ST_GIT_COMMIT; }
+
+#if defined(__AVX512BF16__)
+static float bf16_block(long iters, float seed) {
+    __m512 acc[ACC];
+    for (int a = 0; a < ACC; a++) acc[a] = _mm512_set1_ps(seed + a);
+    __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3380); /* 1.0, ~6e-8 */
+    for (long i = 0; i < iters; i++)
+        for (int a = 0; a < ACC; a++) acc[a] = _mm512_dpbf16_ps(acc[a], x, y);
+    float s = 0;
+    for (int a = 0; a < ACC; a++) s += _mm512_reduce_add_ps(acc[a]);
+    return s;
+}
+#endif
+
+double peak_measure_bf16(int nt, double ms) {
+#if defined(__AVX512BF16__)
+    long iters = 1 << 16;
+    volatile float sink = 0;
+    double best = 0, t_end = timer_ms() + ms;
+    while (timer_ms() < t_end) {
+        double t0 = timer_ms();
+#pragma omp parallel num_threads(nt) reduction(+ : sink)
+        sink += bf16_block(iters, (float)omp_get_thread_num());
+        double dt = (timer_ms() - t0) * 1e-3;
+        /* each vdpbf16ps: 16 lanes x 2 pairs x 2 FLOPs */
+        double flops = 64.0 * ACC * (double)iters * nt / dt;
+        if (flops > best) best = flops;
+    }
+    return best;
+#else
+    (void)nt, (void)ms;
+    return 0;
+#endif
+}
 
 double peak_measure_bandwidth(int nt, size_t bytes) {
     size_t n = bytes / 2 / sizeof(float);

@@ -661,7 +661,14 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
     }
     res->start_step = start_step;
 
-    double peak = cfg->peak_flops > 0 ? cfg->peak_flops : peak_measure_fp32(nt, 200.0);
+    /* MFU against the peak of the precision in use: bf16 dot products for bf16, FMA otherwise. */
+    double peak = cfg->peak_flops;
+    const char *peak_kind = "fp32 FMA";
+    if (!(peak > 0) && cfg->bf16 && !cfg->fp16) {
+        peak = peak_measure_bf16(nt, 200.0);
+        peak_kind = "bf16 dot product";
+    }
+    if (!(peak > 0)) peak = peak_measure_fp32(nt, 200.0), peak_kind = "fp32 FMA";
     double fpt = train_flops_per_token(&cfg->model, T);
     long long nparams = model_config_num_params(&cfg->model);
     res->num_params = nparams;
@@ -701,7 +708,7 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
             if (r->mem.bytes[mc]) printf(" %s %.1f MiB", mem_category_name((MemCategory)mc), r->mem.bytes[mc] / 1048576.0);
         printf("\n");
         printf("compute: %.3g FLOP/token, peak %.1f GFLOP/s (%s), %d threads, %s\n", fpt, peak / 1e9,
-               cfg->peak_flops > 0 ? "given" : "measured", nt, mm_backend_info());
+               cfg->peak_flops > 0 ? "given" : peak_kind, nt, mm_backend_info());
         fflush(stdout);
     }
     {
@@ -721,6 +728,7 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
         cJSON_AddNumberToObject(o, "flops_per_token", fpt);
         cJSON_AddNumberToObject(o, "peak_flops", peak);
         cJSON_AddStringToObject(o, "peak_source", cfg->peak_flops > 0 ? "given" : "measured");
+        cJSON_AddStringToObject(o, "peak_kind", cfg->peak_flops > 0 ? "given" : peak_kind);
         cJSON_AddNumberToObject(o, "data_utilization", util);
         cJSON_AddNumberToObject(o, "resumed_from_step", (double)start_step);
         if (have_plan) {
