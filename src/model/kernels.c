@@ -141,14 +141,7 @@ void layernorm_backward(float *dinp, float *dw, float *db, float *scratch, const
 /* ------------------------------------------------------------------------------------------ */
 
 void matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int nt) {
-    mm_sgemm(0, 1, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
-    if (!bias) return;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int i = 0; i < N; i++) {
-        float *o = out + (size_t)i * OC;
-#pragma omp simd
-        for (int j = 0; j < OC; j++) o[j] += bias[j];
-    }
+    mm_linear(N, OC, C, inp, w, bias, out);
 }
 
 void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
@@ -215,14 +208,7 @@ void matmul_forward_p(const MatPrec *mp, float *out, const float *inp, const flo
         return;
     }
     cast_bf16(mp->a, inp, (size_t)N * C, nt);
-    mm_gemm_bf16(0, 1, N, OC, C, 1.0f, mp->a, C, w_lp, C, 0.0f, out, OC);
-    if (!bias) return;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int i = 0; i < N; i++) {
-        float *o = out + (size_t)i * OC;
-#pragma omp simd
-        for (int j = 0; j < OC; j++) o[j] += bias[j];
-    }
+    mm_linear_bf16(N, OC, C, mp->a, w_lp, bias, out);
 }
 
 void matmul_backward_p(const MatPrec *mp, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,

@@ -12,7 +12,7 @@
 #define CACHE_SLOTS 256
 
 typedef struct {
-    int ta, tb, M, N, K, lda, ldb, ldc, beta1, nthr, bf16;
+    int ta, tb, M, N, K, lda, ldb, ldc, beta1, nthr, bf16, bias;
     float alpha;
 } Key;
 
@@ -20,7 +20,7 @@ typedef struct {
     Key key;
     int used;
     dnnl_primitive_t prim;
-    dnnl_memory_t a, b, c;
+    dnnl_memory_t a, b, c, bias;
 } Entry;
 
 /* Per-thread state: engine, stream and the cache. Thread-local so that OpenMP workers calling
@@ -78,8 +78,10 @@ static Entry *lookup(ThreadState *ts, const Key *key) {
             md_2d(&a_md, key->M, key->K, key->lda, key->ta, in);
             md_2d(&b_md, key->K, key->N, key->ldb, key->tb, in);
             md_2d(&c_md, key->M, key->N, key->ldc, 0, dnnl_f32);
+            dnnl_memory_desc_t bias_md;
+            if (key->bias) md_2d(&bias_md, 1, key->N, key->N, 0, dnnl_f32);
             dnnl_matmul_desc_t desc;
-            DNNL_OK(dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md));
+            DNNL_OK(dnnl_matmul_desc_init(&desc, &a_md, &b_md, key->bias ? &bias_md : NULL, &c_md));
             dnnl_primitive_attr_t attr;
             DNNL_OK(dnnl_primitive_attr_create(&attr));
             if (key->alpha != 1.0f) DNNL_OK(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &key->alpha));
@@ -98,6 +100,8 @@ static Entry *lookup(ThreadState *ts, const Key *key) {
             DNNL_OK(dnnl_memory_create(&e->a, &a_md, ts->engine, DNNL_MEMORY_NONE));
             DNNL_OK(dnnl_memory_create(&e->b, &b_md, ts->engine, DNNL_MEMORY_NONE));
             DNNL_OK(dnnl_memory_create(&e->c, &c_md, ts->engine, DNNL_MEMORY_NONE));
+            e->bias = NULL;
+            if (key->bias) DNNL_OK(dnnl_memory_create(&e->bias, &bias_md, ts->engine, DNNL_MEMORY_NONE));
             e->key = *key;
             e->used = 1;
             return e;
@@ -107,12 +111,13 @@ static Entry *lookup(ThreadState *ts, const Key *key) {
     Entry *e = &ts->slots[h % CACHE_SLOTS];
     dnnl_primitive_destroy(e->prim);
     dnnl_memory_destroy(e->a), dnnl_memory_destroy(e->b), dnnl_memory_destroy(e->c);
+    if (e->bias) dnnl_memory_destroy(e->bias);
     e->used = 0;
     return lookup(ts, key);
 }
 
 static void run(int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda, const void *B, int ldb,
-                float beta, float *C, int ldc, int bf16) {
+                float beta, float *C, int ldc, int bf16, const float *bias) {
     if (M <= 0 || N <= 0) return;
     ST_CHECK(beta == 0.0f || beta == 1.0f);
     if (K <= 0) {
@@ -125,24 +130,35 @@ static void run(int ta, int tb, int M, int N, int K, float alpha, const void *A,
     memset(&key, 0, sizeof key); /* padding bytes take part in hash and compare */
     key.ta = ta, key.tb = tb, key.M = M, key.N = N, key.K = K, key.lda = lda, key.ldb = ldb, key.ldc = ldc;
     key.beta1 = beta != 0.0f, key.nthr = omp_in_parallel() ? 1 : omp_get_max_threads(), key.bf16 = bf16;
+    key.bias = bias != NULL;
     key.alpha = alpha;
     Entry *e = lookup(ts, &key);
     DNNL_OK(dnnl_memory_set_data_handle(e->a, (void *)A));
     DNNL_OK(dnnl_memory_set_data_handle(e->b, (void *)B));
     DNNL_OK(dnnl_memory_set_data_handle(e->c, C));
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c}};
-    DNNL_OK(dnnl_primitive_execute(e->prim, ts->stream, 3, args));
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c},
+                               {DNNL_ARG_BIAS, e->bias}};
+    if (bias) DNNL_OK(dnnl_memory_set_data_handle(e->bias, (void *)bias));
+    DNNL_OK(dnnl_primitive_execute(e->prim, ts->stream, bias ? 4 : 3, args));
     DNNL_OK(dnnl_stream_wait(ts->stream));
 }
 
 void mm_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc) {
-    run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 0);
+    run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 0, NULL);
+}
+
+void mm_linear(int M, int N, int K, const float *A, const float *W, const float *bias, float *C) {
+    run(0, 1, M, N, K, 1.0f, A, K, W, K, 0.0f, C, N, 0, bias);
+}
+
+void mm_linear_bf16(int M, int N, int K, const uint16_t *A, const uint16_t *W, const float *bias, float *C) {
+    run(0, 1, M, N, K, 1.0f, A, K, W, K, 0.0f, C, N, 1, bias);
 }
 
 void mm_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, const uint16_t *A, int lda,
                   const uint16_t *B, int ldb, float beta, float *C, int ldc) {
-    run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 1);
+    run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 1, NULL);
 }
 
 void mm_set_threads(int n) { omp_set_num_threads(n); }

@@ -20,6 +20,11 @@ void mm_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const 
 void mm_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, const uint16_t *A, int lda,
                   const uint16_t *B, int ldb, float beta, float *C, int ldc);
 
+/* A linear layer's forward in one primitive: C (M, N) = A (M, K) · W^T (W is (N, K)) + bias (N;
+ * may be NULL), the bias added inside the GEMM instead of in a second pass over C. */
+void mm_linear(int M, int N, int K, const float *A, const float *W, const float *bias, float *C);
+void mm_linear_bf16(int M, int N, int K, const uint16_t *A, const uint16_t *W, const float *bias, float *C);
+
 /* Sets the thread count of our OpenMP regions and of the GEMM library (one pool: libgomp). */
 void mm_set_threads(int n);
 
