@@ -41,22 +41,30 @@ static void load_param(Gpt *g, const Fixture *f, const char *prefix, int k) {
     for (size_t i = 0; i < n; i++) g->params[t->offset + i] = (float)d[i];
 }
 
-static void run(const char *file, int nt) {
+/* Loads tests/fixtures/<file> and the model shape and batch it was made with; exits on failure. */
+static void open_fixture(const char *file, Fixture *f, ModelConfig *mc, int *B, int *T) {
     char path[1024], msg[512];
     snprintf(path, sizeof path, "%s/tests/fixtures/%s", ST_SOURCE_DIR, file);
-    Fixture f;
-    if (fixture_load(&f, path, msg, sizeof msg) != 0) {
+    if (fixture_load(f, path, msg, sizeof msg) != 0) {
         printf("%s\n", msg);
         exit(1);
     }
-    const int32_t *cfgv = need(&f, "config")->data;
-    ModelConfig mc = {cfgv[0], cfgv[1], cfgv[2], cfgv[3], 0, cfgv[4], 0.0f};
-    int B = cfgv[5], T = cfgv[6];
+    const int32_t *cfgv = need(f, "config")->data;
+    *mc = (ModelConfig){cfgv[0], cfgv[1], cfgv[2], cfgv[3], 0, cfgv[4], 0.0f};
+    *B = cfgv[5], *T = cfgv[6];
     Err err;
-    if (model_config_validate(&mc, &err) != ST_OK) {
-        printf("%s\n", err.msg);
+    if (model_config_validate(mc, &err) != ST_OK) {
+        printf("%s: %s\n", file, err.msg);
         exit(1);
     }
+}
+
+static void run(const char *file, int nt) {
+    Fixture f;
+    ModelConfig mc;
+    int B, T;
+    open_fixture(file, &f, &mc, &B, &T);
+    Err err;
     Gpt g;
     if (gpt_init(&g, &mc, B, T, nt, 1, NULL, &err) != ST_OK) {
         printf("%s\n", err.msg);
@@ -158,18 +166,11 @@ static void run(const char *file, int nt) {
  * with fp32 accumulation. Tolerances: loss 1e-3 relative; each gradient tensor 2e-2 relative
  * norm (measured worst: see the printed value); padded rows still exactly zero. */
 static void run_bf16(const char *file) {
-    char path[1024], msg[512];
-    snprintf(path, sizeof path, "%s/tests/fixtures/%s", ST_SOURCE_DIR, file);
     Fixture f;
-    if (fixture_load(&f, path, msg, sizeof msg) != 0) {
-        printf("%s\n", msg);
-        exit(1);
-    }
-    const int32_t *cfgv = need(&f, "config")->data;
-    ModelConfig mc = {cfgv[0], cfgv[1], cfgv[2], cfgv[3], 0, cfgv[4], 0.0f};
-    int B = cfgv[5], T = cfgv[6];
+    ModelConfig mc;
+    int B, T;
+    open_fixture(file, &f, &mc, &B, &T);
     Err err;
-    model_config_validate(&mc, &err);
     Gpt g;
     MemStats ms = {0};
     if (gpt_init_ex(&g, &mc, B, T, 2, 1, RECOMPUTE_NONE, GPT_BF16, &ms, &err) != ST_OK) {
