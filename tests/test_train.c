@@ -220,6 +220,7 @@ static void test_runs(void) {
     Err e;
     TrainResult r1, r2;
     TrainConfig c1 = tiny_run(dir, ST_BINARY_DIR "/test_train_out1", ST_BINARY_DIR "/test_train_1.jsonl", 100);
+    c1.sample_every = 50, c1.sample_tokens = 8; /* samples must not disturb training (determinism below) */
     Status s1 = train_run(&c1, &r1, &e);
     if (s1 != ST_OK) printf("%s\n", e.msg);
     tu_check(s1 == ST_OK && r1.last_loss < r1.first_loss - 1.0 && r1.last_val < r1.first_val - 0.5,
@@ -233,6 +234,14 @@ static void test_runs(void) {
     file_read_all(ST_BINARY_DIR "/test_train_out2/model.safetensors", &w2, &n2, &e);
     static char l1[1 << 16], l2[1 << 16];
     int k1 = read_losses(c1.log_path, l1, sizeof l1), k2 = read_losses(c2.log_path, l2, sizeof l2);
+    char *l1text = NULL;
+    size_t l1len = 0;
+    file_read_all(c1.log_path, &l1text, &l1len, &e);
+    int nsamples = 0;
+    for (char *q = l1text ? strstr(l1text, "\"event\":\"sample\"") : NULL; q; q = strstr(q + 1, "\"event\":\"sample\""))
+        nsamples++;
+    free(l1text);
+    tu_check(nsamples == 2, "generation samples at the cadence are logged", "%d sample events (expected 2)", nsamples);
     tu_check(s2 == ST_OK && w1 && w2 && n1 == n2 && !memcmp(w1, w2, n1) && k1 == 100 && k2 == 100 && !strcmp(l1, l2),
              "determinism: two identical runs", "weights %zu bytes memcmp %s, %d logged losses %s", n1,
              (w1 && w2 && n1 == n2 && !memcmp(w1, w2, n1)) ? "equal" : "DIFFER", k1, strcmp(l1, l2) ? "DIFFER" : "equal");

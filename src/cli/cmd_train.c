@@ -56,6 +56,7 @@ int cmd_train(int argc, char **argv) { return cmd_train_comm(argc, argv, NULL); 
 int cmd_train_comm(int argc, char **argv, Comm *comm) {
     TrainConfig c = train_default_config();
     char hardware[1024] = "";
+    Tokenizer *sample_tk = NULL;
     char model[64] = "", precision[16] = "fp32", recompute[16] = "none", spike_policy[16] = "log", optimizer[16] = "adamw", schedule[16] = "cosine", shape[16] = "linear", tok_dir[1024] = "";
     long batch_tokens = 0;
     double peak_gflops = 0;
@@ -99,6 +100,8 @@ int cmd_train_comm(int argc, char **argv, Comm *comm) {
         {"peak-gflops", ARG_DOUBLE, &peak_gflops, 0, "peak GFLOP/s for MFU (0: measure at start)"},
         {"val-every", ARG_INT, &c.val_every, 0, "validate every N steps (0: only at the end)"},
         {"val-batches", ARG_INT, &c.val_batches, 0, "micro-batches per validation"},
+        {"sample-every", ARG_INT, &c.sample_every, 0, "print and log a generated sample every N steps (0: never)"},
+        {"sample-tokens", ARG_INT, &c.sample_tokens, 0, "tokens per generated sample"},
         {"log", ARG_STR, c.log_path, sizeof c.log_path, "JSON Lines metrics file"},
         {"out", ARG_STR, c.out_dir, sizeof c.out_dir, "directory for the final weights (model.safetensors)"},
         {"quiet", ARG_FLAG, &c.quiet, 0, "no per-step lines"},
@@ -217,8 +220,15 @@ int cmd_train_comm(int argc, char **argv, Comm *comm) {
         }
         c.tokenizer_hash = tokenizer_hash(tk);
         if (!args_find(specs, n, "vocab")->seen) c.model.vocab = (int)tokenizer_vocab_size(tk);
-        tokenizer_free(tk);
+        sample_tk = tk; /* kept to decode --sample-every samples */
     }
+    if (c.sample_every < 0 || c.sample_tokens < 1) {
+        tokenizer_free(sample_tk);
+        snprintf(err.msg, sizeof err.msg, "--sample-every / --sample-tokens: expected >= 0 and >= 1, found %d and %d",
+                 c.sample_every, c.sample_tokens);
+        return cli_fail("train", ST_ERR_INPUT, err.msg);
+    }
+    c.sample_tokenizer = sample_tk;
     char joined[2048] = "scaletrain train";
     for (int i = 0; i < argc; i++) {
         strncat(joined, " ", sizeof joined - strlen(joined) - 1);
@@ -229,6 +239,7 @@ int cmd_train_comm(int argc, char **argv, Comm *comm) {
     c.comm = comm;
     TrainResult res;
     st = train_run(&c, &res, &err);
+    tokenizer_free(sample_tk);
     if (st != ST_OK) {
         int rc = cli_fail("train", st, err.msg);
         /* A failure only some ranks see would leave the others waiting in a collective: end the

@@ -20,7 +20,9 @@
 #include "data/loader.h"
 #include "model/gpt.h"
 #include "model/layout.h"
+#include "model/infer.h"
 #include "model/matmul.h"
+#include "data/bpe.h"
 #include "parallel/parallel.h"
 #include "plan/plan.h"
 
@@ -39,6 +41,7 @@ TrainConfig train_default_config(void) {
     c.threads = 2;
     c.val_every = 100, c.val_batches = 10;
     c.keep_last = 3;
+    c.sample_tokens = 64;
     health_default_options(&c.health);
     c.loss_scale = 65536.0f, c.loss_scale_window = 1000;
     return c;
@@ -511,6 +514,61 @@ static Status save_checkpoint(Run *r, long step, long attempt, double *ms, CkptS
     cJSON_Delete(extra);
     *ms = timer_ms() - t0;
     return st;
+}
+
+/* A generation sample from the current weights (KV cache, temperature 0.8 over the whole
+ * vocabulary, seeded by the step so it is reproducible), printed and logged. */
+static void log_sample(Run *r, long step, FILE *log) {
+    const TrainConfig *c = &r->cfg;
+    if (!r->g.params) return; /* ZeRO-3: the full weights are not on this rank */
+    KvCache kv;
+    Err e;
+    if (kv_init(&kv, &r->g, &e) != ST_OK) return;
+    int n = c->sample_tokens < c->model.max_seq ? c->sample_tokens : c->model.max_seq - 1;
+    uint32_t *ids = calloc((size_t)n + 1, sizeof *ids);
+    int32_t cur = c->model.vocab - 1; /* start from end-of-text */
+    for (int i = 0; i < n && ids; i++) {
+        infer_step(&r->g, &kv, cur);
+        float mx = kv.logits[0];
+        for (int v = 1; v < c->model.vocab; v++) mx = kv.logits[v] > mx ? kv.logits[v] : mx;
+        double sum = 0;
+        for (int v = 0; v < c->model.vocab; v++) sum += exp((kv.logits[v] - mx) / 0.8);
+        double u = rng_uniform((uint64_t)step, 0x5a3b1e, (uint64_t)i) * sum, acc = 0;
+        cur = c->model.vocab - 1;
+        for (int v = 0; v < c->model.vocab; v++) {
+            acc += exp((kv.logits[v] - mx) / 0.8);
+            if (acc >= u) {
+                cur = v;
+                break;
+            }
+        }
+        ids[i] = (uint32_t)cur;
+    }
+    uint8_t *text = NULL;
+    size_t len = 0, cap = 0;
+    if (ids && c->sample_tokenizer) tokenizer_decode(c->sample_tokenizer, ids, (size_t)n, &text, &len, &cap, &e);
+    cJSON *o = event("sample");
+    cJSON_AddNumberToObject(o, "step", (double)step);
+    if (text) {
+        char *t = malloc(len + 1);
+        memcpy(t, text, len);
+        t[len] = 0;
+        cJSON_AddStringToObject(o, "text", t);
+        if (!c->quiet) {
+            /* The console line stays one line: newlines are shown as ⏎. */
+            printf("sample %5ld | ", step);
+            for (size_t i = 0; i < len; i++) t[i] == '\n' ? (void)fputs("⏎", stdout) : (void)putchar(t[i]);
+            printf("\n");
+        }
+        free(t);
+    } else if (ids) {
+        cJSON *a = cJSON_AddArrayToObject(o, "ids");
+        for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[i]));
+    }
+    log_event(log, o);
+    free(text);
+    free(ids);
+    kv_free(&kv);
 }
 
 Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
@@ -1034,6 +1092,7 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
             cJSON_AddNumberToObject(ov, "time_ms", vms);
             log_event(r->log, ov);
         }
+        if (cfg->sample_every > 0 && updated && (step % cfg->sample_every == 0 || last)) log_sample(r, step, r->log);
         if (stopping) {
             res->preempted = 1;
             if (!cfg->quiet) {

@@ -44,6 +44,9 @@ typedef struct {
     PlanHardware hw;
     int val_every;           /* 0: only at the end (if val_data) */
     int val_batches;         /* micro-batches of B×T per validation */
+    int sample_every;        /* generate a sample every N steps and at the end (0: never) */
+    int sample_tokens;       /* tokens per generated sample */
+    const struct Tokenizer *sample_tokenizer; /* decodes samples (borrowed; NULL: log the ids only) */
     char log_path[1024];     /* JSON Lines metrics ("" = none) */
     char out_dir[1024];      /* final weights (model.safetensors + config.json), "" = none */
     int quiet;               /* no per-step console lines */
