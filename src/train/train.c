@@ -555,9 +555,14 @@ static void log_sample(Run *r, long step, FILE *log) {
         t[len] = 0;
         cJSON_AddStringToObject(o, "text", t);
         if (!c->quiet) {
-            /* The console line stays one line: newlines are shown as ⏎. */
+            /* The console line stays one line: newlines are shown as ⏎, other control bytes as spaces. */
             printf("sample %5ld | ", step);
-            for (size_t i = 0; i < len; i++) t[i] == '\n' ? (void)fputs("⏎", stdout) : (void)putchar(t[i]);
+            for (size_t i = 0; i < len; i++) {
+                unsigned char ch = (unsigned char)t[i];
+                if (ch == '\n') fputs("⏎", stdout);
+                else if (ch < 0x20 || ch == 0x7f) putchar(' '); /* no control bytes on the console */
+                else putchar(ch);
+            }
             printf("\n");
         }
         free(t);
