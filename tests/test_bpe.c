@@ -13,23 +13,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fileio.h"
 #include "data/bpe.h"
 #include "testutil.h"
 
 #define SHAKESPEARE_TOKENS 338025
 #define SHAKESPEARE_FNV 0xe22fcd868ca90167ULL
 
+/* The whole file (NUL-terminated) through core/fileio, or NULL. */
 static char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)sz + 1);
-    *n = fread(b, 1, (size_t)sz, f);
-    b[*n] = 0;
-    fclose(f);
-    return b;
+    char *b;
+    Err e;
+    return file_read_all(path, &b, n, &e) == ST_OK ? b : NULL;
 }
 
 static uint64_t fnv_ids(const uint32_t *ids, size_t n) {

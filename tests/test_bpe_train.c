@@ -12,20 +12,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/fileio.h"
 #include "data/bpe.h"
 #include "testutil.h"
 
+/* The whole file (NUL-terminated) through core/fileio, or NULL. */
 static char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)sz + 1);
-    *n = fread(b, 1, (size_t)sz, f);
-    b[*n] = 0;
-    fclose(f);
-    return b;
+    char *b;
+    Err e;
+    return file_read_all(path, &b, n, &e) == ST_OK ? b : NULL;
 }
 
 static int same_file(const char *a, const char *b) {

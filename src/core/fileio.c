@@ -22,40 +22,54 @@ static Status fsync_dir_of(const char *path, Err *err) {
     return ST_OK;
 }
 
-Status file_write_atomic(const char *path, const void *const *bufs, const size_t *lens, int n, Err *err) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return err_set(err, ST_ERR_RUNTIME, "%s: cannot create: %s", tmp, strerror(errno));
-    for (int i = 0; i < n; i++) {
-        const char *p = bufs[i];
-        size_t left = lens[i];
-        while (left > 0) {
-            ssize_t w = write(fd, p, left);
-            if (w < 0) {
-                if (errno == EINTR) continue;
-                goto werr;
-            }
-            p += w, left -= (size_t)w;
-        }
-    }
-    if (fsync(fd) != 0) goto werr;
-    if (close(fd) != 0) {
-        fd = -1;
-        goto werr;
-    }
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return err_set(err, ST_ERR_RUNTIME, "%s: cannot rename from %s: %s", path, tmp, strerror(e));
-    }
-    return fsync_dir_of(path, err);
-werr: {
-    int e = errno;
-    if (fd >= 0) close(fd);
-    unlink(tmp);
-    return err_set(err, ST_ERR_RUNTIME, "%s: write failed: %s", tmp, strerror(e));
+Status file_atomic_open(FileAtomic *f, const char *path, Err *err) {
+    f->fd = -1;
+    snprintf(f->path, sizeof f->path, "%s", path);
+    if (snprintf(f->tmp, sizeof f->tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof f->tmp)
+        return err_set(err, ST_ERR_INPUT, "%s: path too long", path);
+    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (f->fd < 0) return err_set(err, ST_ERR_RUNTIME, "%s: cannot create: %s", f->tmp, strerror(errno));
+    return ST_OK;
 }
+
+Status file_atomic_write(FileAtomic *f, const void *buf, size_t n, Err *err) {
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(f->fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return err_set(err, ST_ERR_RUNTIME, "%s: write failed: %s", f->tmp, strerror(errno));
+        }
+        p += w, n -= (size_t)w;
+    }
+    return ST_OK;
+}
+
+Status file_atomic_commit(FileAtomic *f, Err *err) {
+    if (fsync(f->fd) != 0) return err_set(err, ST_ERR_RUNTIME, "%s: fsync failed: %s", f->tmp, strerror(errno));
+    int rc = close(f->fd);
+    f->fd = -1;
+    if (rc != 0) return err_set(err, ST_ERR_RUNTIME, "%s: close failed: %s", f->tmp, strerror(errno));
+    if (rename(f->tmp, f->path) != 0)
+        return err_set(err, ST_ERR_RUNTIME, "%s: cannot rename from %s: %s", f->path, f->tmp, strerror(errno));
+    f->tmp[0] = '\0'; /* nothing left to remove */
+    return fsync_dir_of(f->path, err);
+}
+
+void file_atomic_abort(FileAtomic *f) {
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+    if (f->tmp[0]) unlink(f->tmp);
+    f->tmp[0] = '\0';
+}
+
+Status file_write_atomic(const char *path, const void *const *bufs, const size_t *lens, int n, Err *err) {
+    FileAtomic f;
+    Status st = file_atomic_open(&f, path, err);
+    for (int i = 0; i < n && st == ST_OK; i++) st = file_atomic_write(&f, bufs[i], lens[i], err);
+    if (st == ST_OK) st = file_atomic_commit(&f, err);
+    file_atomic_abort(&f);
+    return st;
 }
 
 Status file_read_all(const char *path, char **data, size_t *len, Err *err) {

@@ -9,6 +9,20 @@
 
 #include "core/status.h"
 
+/* A file written in pieces with the same guarantee: `path.tmp.<pid>` is created, written,
+ * fsynced, renamed over `path`, and the directory fsynced. Until commit, `path` is untouched;
+ * abort (safe after commit or a failed open) removes the temporary. */
+typedef struct {
+    int fd;
+    char path[4096];
+    char tmp[4200];
+} FileAtomic;
+
+Status file_atomic_open(FileAtomic *f, const char *path, Err *err);
+Status file_atomic_write(FileAtomic *f, const void *buf, size_t n, Err *err);
+Status file_atomic_commit(FileAtomic *f, Err *err);
+void file_atomic_abort(FileAtomic *f);
+
 /* Writes the concatenation of n buffers. Errors name the path. */
 Status file_write_atomic(const char *path, const void *const *bufs, const size_t *lens, int n, Err *err);
 

@@ -1,9 +1,10 @@
 /* shard.c — llm.c-format token shards: crash-safe write, mmap'ed validated read (see shard.h). */
 #include "data/shard.h"
 
+#include "core/fileio.h"
+
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,21 +80,6 @@ size_t shard_find_token_at_least(const Shard *s, uint32_t vocab) {
     return SIZE_MAX;
 }
 
-/* Writes all of buf to fd, retrying short writes. */
-static int write_all(int fd, const void *buf, size_t n) {
-    const uint8_t *p = buf;
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 Status shard_write(const char *path, const uint32_t *tokens, size_t n, const ShardMeta *meta, Err *err) {
     if (n > UINT32_MAX / 4) /* llm.c's header holds the count in an int32 */
         return err_set(err, ST_ERR_INPUT, "%s: expected at most %u tokens per shard, found %zu", path,
@@ -126,42 +112,26 @@ Status shard_write(const char *path, const uint32_t *tokens, size_t n, const Sha
         wr32(hdr + 24, (uint32_t)(meta->source_bytes >> 32));
         wr32(hdr + 28, meta->vocab_size);
     }
-    char tmp[1100];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return err_set(err, ST_ERR_INPUT, "%s: path too long", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return err_set(err, ST_ERR_INPUT, "%s: cannot create (%s)", tmp, strerror(errno));
+    FileAtomic f;
+    Status st = file_atomic_open(&f, path, err);
+    if (st != ST_OK) {
+        file_atomic_abort(&f);
+        if (err) err->status = ST_ERR_INPUT; /* an output path that cannot be created is bad input */
+        return ST_ERR_INPUT;
+    }
     uint8_t buf[1 << 16];
     size_t per = sizeof buf / (wide ? 4 : 2);
-    if (write_all(fd, hdr, sizeof hdr)) goto werr;
-    for (size_t i = 0; i < n; i += per) {
+    st = file_atomic_write(&f, hdr, sizeof hdr, err);
+    for (size_t i = 0; i < n && st == ST_OK; i += per) {
         size_t k = n - i < per ? n - i : per;
         for (size_t j = 0; j < k; j++) {
             uint32_t v = tokens[i + j];
             if (wide) wr32(buf + 4 * j, v);
             else buf[2 * j] = (uint8_t)v, buf[2 * j + 1] = (uint8_t)(v >> 8);
         }
-        if (write_all(fd, buf, k * (wide ? 4 : 2))) goto werr;
+        st = file_atomic_write(&f, buf, k * (wide ? 4 : 2), err);
     }
-    if (fsync(fd) != 0) goto werr;
-    if (close(fd) != 0) {
-        fd = -1;
-        goto werr;
-    }
-    fd = -1;
-    if (rename(tmp, path) != 0) goto werr;
-    /* fsync the directory so the rename itself survives a crash */
-    char dirbuf[1100];
-    snprintf(dirbuf, sizeof dirbuf, "%s", path);
-    int dfd = open(dirname(dirbuf), O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    return ST_OK;
-werr:;
-    int e = errno;
-    if (fd >= 0) close(fd);
-    unlink(tmp);
-    return err_set(err, ST_ERR_RUNTIME, "%s: write failed (%s)", path, strerror(e));
+    if (st == ST_OK) st = file_atomic_commit(&f, err);
+    file_atomic_abort(&f);
+    return st;
 }
