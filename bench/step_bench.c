@@ -62,8 +62,8 @@ int main(int argc, char **argv) {
         gpt_backward(&g);
         double t1 = timer_ms();
         double norm = optim_l2_norm(g.grads, g.layout.total, nt);
-        optim_step(&oc, g.params, g.grads, m, v, &r, 1, s + 1, 1e-4f, optim_clip_scale(norm, 1.0f), nt);
-        gpt_sync_lp(&g);
+        optim_step_lowp(&oc, g.params, g.grads, m, v, &r, 1, s + 1, 1e-4f, optim_clip_scale(norm, 1.0f), g.params_lp,
+                        bf16 ? OPTIM_LOWP_BF16 : OPTIM_LOWP_NONE, nt);
         double t2 = timer_ms();
         tot[s] = t2 - t0, fw[s] = g.ms_fwd, bw[s] = (t1 - t0) - g.ms_fwd, op[s] = t2 - t1;
     }

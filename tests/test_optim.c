@@ -1,8 +1,15 @@
 /* test_optim.c — optimizers, clipping and schedules against closed-form answers.
  *
- * Oracle: values worked out by hand (in the comments); tolerance 1e-6 absolute (fp32). */
+ * Oracle: values worked out by hand (in the comments); tolerance 1e-6 absolute (fp32). The fused
+ * low-precision step is checked bit for bit against the plain step followed by model/kernels'
+ * separate casts, and on hand-rounded values. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/kernels.h"
 
 #include "optim/optim.h"
 #include "testutil.h"
@@ -19,6 +26,64 @@ static float one_step(OptimKind kind, float theta, float g, float lr, float wd, 
 
 static void near(double got, double want, double tol, const char *name) {
     tu_check(fabs(got - want) <= tol, name, "got=%.9g want=%.9g diff=%.3g", got, want, fabs(got - want));
+}
+
+/* optim_step_lowp against optim_step + cast_bf16/cast_fp16: same master, same moments, and a
+ * working copy equal bit for bit to the cast of the ranges; elements outside them untouched. */
+static void check_fused_lowp(OptimKind kind, OptimLowp lk) {
+    enum { N = 10007 };
+    OptimConfig c = optim_default_config(kind);
+    OptimRange r[2] = {{3, 4000, 1}, {4100, N - 4100, 0}}; /* a gap at [0,3) and [4003,4100) */
+    float *p1 = malloc(N * 4), *p2 = malloc(N * 4), *g = malloc(N * 4), *m1 = calloc(N, 4), *m2 = calloc(N, 4),
+          *v1 = calloc(N, 4), *v2 = calloc(N, 4);
+    uint16_t *lp = malloc(N * 2), *want = malloc(N * 2);
+    for (int i = 0; i < N; i++) {
+        p1[i] = p2[i] = sinf(0.37f * i) * (lk == OPTIM_LOWP_FP16 && i % 97 == 0 ? 9e4f : 1.0f);
+        g[i] = cosf(0.11f * i) * 0.01f;
+    }
+    memset(lp, 0xAB, N * 2);
+    for (long s = 1; s <= 3; s++) {
+        optim_step(&c, p1, g, m1, v1, r, 2, s, 1e-2f, 0.7f, 2);
+        optim_step_lowp(&c, p2, g, m2, v2, r, 2, s, 1e-2f, 0.7f, lp, lk, 2);
+    }
+    if (lk == OPTIM_LOWP_BF16) cast_bf16(want, p1, N, 1);
+    else cast_fp16(want, p1, N, 1);
+    int inside_bad = 0, outside_bad = 0;
+    for (int i = 0; i < N; i++) {
+        int in = (i >= 3 && i < 4003) || i >= 4100;
+        if (in && lp[i] != want[i]) inside_bad++;
+        if (!in && lp[i] != 0xABAB) outside_bad++;
+    }
+    char name[80];
+    snprintf(name, sizeof name, "fused %s step, %s copy", optim_kind_name(kind), lk == OPTIM_LOWP_BF16 ? "bf16" : "fp16");
+    tu_check(!memcmp(p1, p2, N * 4) && !memcmp(m1, m2, N * 4) && !memcmp(v1, v2, N * 4), name,
+             "master or moments differ from optim_step");
+    tu_check(inside_bad == 0 && outside_bad == 0, name, "%d copies differ from the cast, %d outside the ranges written",
+             inside_bad, outside_bad);
+    free(p1), free(p2), free(g), free(m1), free(m2), free(v1), free(v2), free(lp), free(want);
+}
+
+/* Rounding by hand: SGD with lr 1 and g = -x moves p from 0 to x exactly. */
+static void check_lowp_rounding(void) {
+    const float x[5] = {1.0f + 0x1p-8f,      /* bf16 tie between 1 and 1+2^-7: even → 1.0 (0x3F80) */
+                        1.0f + 3 * 0x1p-8f,  /* tie between 1+2^-7 and 1+2^-6: even → 0x3F82 */
+                        1.0f + 0x1p-8f + 0x1p-20f, /* above the tie: up → 0x3F81 */
+                        70000.0f,            /* fp16: beyond 65504 → inf (0x7C00) */
+                        -2.0f};
+    const uint16_t want_bf[5] = {0x3F80, 0x3F82, 0x3F81, 0x4789, 0xC000};
+    const uint16_t want_h[5] = {0x3C04, 0x3C0C, 0x3C04, 0x7C00, 0xC000}; /* 2^-8 is exact in fp16 */
+    OptimConfig c = optim_default_config(OPT_SGD);
+    c.momentum = 0, c.weight_decay = 0;
+    for (int k = 0; k < 2; k++) {
+        float p[5] = {0}, g[5], m[5] = {0};
+        uint16_t lp[5];
+        for (int i = 0; i < 5; i++) g[i] = -x[i];
+        OptimRange r = {0, 5, 0};
+        optim_step_lowp(&c, p, g, m, NULL, &r, 1, 1, 1.0f, 1.0f, lp, k ? OPTIM_LOWP_FP16 : OPTIM_LOWP_BF16, 1);
+        for (int i = 0; i < 5; i++)
+            tu_check(lp[i] == (k ? want_h : want_bf)[i], k ? "fp16 rounding" : "bf16 rounding",
+                     "value %.9g: got 0x%04X want 0x%04X", (double)x[i], lp[i], (k ? want_h : want_bf)[i]);
+    }
 }
 
 int main(void) {
@@ -110,5 +175,10 @@ int main(void) {
         Schedule nw = {SCHED_COSINE, 1.0f, 0.0f, 0, 10, 0.2f, DECAY_LINEAR};
         near(sched_lr(&nw, 1), 0.5 * (1 + cos(M_PI * 0.1)), 1e-6, "cosine without warmup, step 1");
     }
+    for (int k = 0; k < 4; k++) {
+        check_fused_lowp((OptimKind)k, OPTIM_LOWP_BF16);
+        check_fused_lowp((OptimKind)k, OPTIM_LOWP_FP16);
+    }
+    check_lowp_rounding();
     return tu_exit();
 }

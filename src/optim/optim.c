@@ -2,6 +2,7 @@
 #include "optim/optim.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 OptimConfig optim_default_config(OptimKind kind) {
@@ -25,59 +26,100 @@ const char *optim_kind_name(OptimKind kind) {
 
 int optim_num_moments(const OptimConfig *c) { return (c->kind == OPT_ADAMW || c->kind == OPT_ADAM) ? 2 : 1; }
 
-void optim_step(const OptimConfig *c, float *params, const float *grads, float *m, float *v,
-                const OptimRange *ranges, int nranges, long step, float lr, float grad_scale, int nt) {
+/* The update of elements [i0, i1) of one range: the four rules, each one vectorized loop. */
+static void update_block(const OptimConfig *c, float *p, const float *gr, float *mm, float *vv, long i0, long i1,
+                         long step, float lr, float wd, float grad_scale, float bc1, float bc2) {
     const float b1 = c->beta1, b2 = c->beta2, eps = c->eps;
-    const float bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
-    for (int r = 0; r < nranges; r++) {
-        float *p = params + ranges[r].offset, *mm = m + ranges[r].offset;
-        float *vv = v ? v + ranges[r].offset : NULL;
-        const float *gr = grads + ranges[r].offset;
-        const float wd = ranges[r].decay ? c->weight_decay : 0.0f;
-        const long n = (long)ranges[r].n;
-        switch (c->kind) {
-        case OPT_ADAMW:
-#pragma omp parallel for simd num_threads(nt) schedule(static)
-            for (long i = 0; i < n; i++) {
-                float g = gr[i] * grad_scale;
-                float m1 = b1 * mm[i] + (1.0f - b1) * g;
-                float v1 = b2 * vv[i] + (1.0f - b2) * g * g;
-                mm[i] = m1, vv[i] = v1;
-                float mhat = m1 / bc1, vhat = v1 / bc2;
-                p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
-            }
-            break;
-        case OPT_ADAM: /* L2-coupled decay: the decay term passes through the moments */
-#pragma omp parallel for simd num_threads(nt) schedule(static)
-            for (long i = 0; i < n; i++) {
-                float g = gr[i] * grad_scale + wd * p[i];
-                float m1 = b1 * mm[i] + (1.0f - b1) * g;
-                float v1 = b2 * vv[i] + (1.0f - b2) * g * g;
-                mm[i] = m1, vv[i] = v1;
-                p[i] -= lr * ((m1 / bc1) / (sqrtf(v1 / bc2) + eps));
-            }
-            break;
-        case OPT_SGD: /* PyTorch semantics: buf = mu·buf + g (buf = g at step 1); p -= lr·buf */
-#pragma omp parallel for simd num_threads(nt) schedule(static)
-            for (long i = 0; i < n; i++) {
-                float g = gr[i] * grad_scale + wd * p[i];
-                float b = (c->momentum > 0 && step > 1) ? c->momentum * mm[i] + g : g;
-                mm[i] = b;
-                p[i] -= lr * b;
-            }
-            break;
-        case OPT_LION: /* Chen et al. 2023: u = sign(b1·m + (1-b1)·g); m = b2·m + (1-b2)·g */
-#pragma omp parallel for simd num_threads(nt) schedule(static)
-            for (long i = 0; i < n; i++) {
-                float g = gr[i] * grad_scale;
-                float u = b1 * mm[i] + (1.0f - b1) * g;
-                float s = (u > 0.0f) - (u < 0.0f);
-                p[i] -= lr * (s + wd * p[i]);
-                mm[i] = b2 * mm[i] + (1.0f - b2) * g;
-            }
-            break;
+    switch (c->kind) {
+    case OPT_ADAMW:
+#pragma omp simd
+        for (long i = i0; i < i1; i++) {
+            float g = gr[i] * grad_scale;
+            float m1 = b1 * mm[i] + (1.0f - b1) * g;
+            float v1 = b2 * vv[i] + (1.0f - b2) * g * g;
+            mm[i] = m1, vv[i] = v1;
+            float mhat = m1 / bc1, vhat = v1 / bc2;
+            p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+        }
+        break;
+    case OPT_ADAM: /* L2-coupled decay: the decay term passes through the moments */
+#pragma omp simd
+        for (long i = i0; i < i1; i++) {
+            float g = gr[i] * grad_scale + wd * p[i];
+            float m1 = b1 * mm[i] + (1.0f - b1) * g;
+            float v1 = b2 * vv[i] + (1.0f - b2) * g * g;
+            mm[i] = m1, vv[i] = v1;
+            p[i] -= lr * ((m1 / bc1) / (sqrtf(v1 / bc2) + eps));
+        }
+        break;
+    case OPT_SGD: /* PyTorch semantics: buf = mu·buf + g (buf = g at step 1); p -= lr·buf */
+#pragma omp simd
+        for (long i = i0; i < i1; i++) {
+            float g = gr[i] * grad_scale + wd * p[i];
+            float b = (c->momentum > 0 && step > 1) ? c->momentum * mm[i] + g : g;
+            mm[i] = b;
+            p[i] -= lr * b;
+        }
+        break;
+    case OPT_LION: /* Chen et al. 2023: u = sign(b1·m + (1-b1)·g); m = b2·m + (1-b2)·g */
+#pragma omp simd
+        for (long i = i0; i < i1; i++) {
+            float g = gr[i] * grad_scale;
+            float u = b1 * mm[i] + (1.0f - b1) * g;
+            float s = (u > 0.0f) - (u < 0.0f);
+            p[i] -= lr * (s + wd * p[i]);
+            mm[i] = b2 * mm[i] + (1.0f - b2) * g;
+        }
+        break;
+    }
+}
+
+/* p[i0, i1) rounded to nearest even into bf16 or fp16 bits. */
+static void round_block(uint16_t *dst, const float *p, long i0, long i1, OptimLowp kind) {
+    if (kind == OPTIM_LOWP_BF16) {
+#pragma omp simd
+        for (long i = i0; i < i1; i++) {
+            uint32_t u;
+            memcpy(&u, &p[i], sizeof u);
+            u += 0x7FFFu + ((u >> 16) & 1u);
+            dst[i] = (uint16_t)(u >> 16);
+        }
+    } else {
+#pragma omp simd
+        for (long i = i0; i < i1; i++) {
+            _Float16 h = (_Float16)p[i];
+            memcpy(&dst[i], &h, sizeof h);
         }
     }
+}
+
+/* Elements per task: the low-precision copy of a block is written while the block is still in
+ * L1/L2, so the fused step reads the master once instead of twice. */
+#define OPT_BLOCK 4096
+
+void optim_step_lowp(const OptimConfig *c, float *params, const float *grads, float *m, float *v,
+                     const OptimRange *ranges, int nranges, long step, float lr, float grad_scale, uint16_t *lowp,
+                     OptimLowp lowp_kind, int nt) {
+    const float bc1 = 1.0f - powf(c->beta1, (float)step), bc2 = 1.0f - powf(c->beta2, (float)step);
+    for (int r = 0; r < nranges; r++) {
+        size_t off = ranges[r].offset;
+        float *p = params + off, *mm = m + off, *vv = v ? v + off : NULL;
+        const float *gr = grads + off;
+        uint16_t *lp = lowp && lowp_kind != OPTIM_LOWP_NONE ? lowp + off : NULL;
+        const float wd = ranges[r].decay ? c->weight_decay : 0.0f;
+        const long n = (long)ranges[r].n, nblk = (n + OPT_BLOCK - 1) / OPT_BLOCK;
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (long b = 0; b < nblk; b++) {
+            long i0 = b * OPT_BLOCK, i1 = i0 + OPT_BLOCK < n ? i0 + OPT_BLOCK : n;
+            update_block(c, p, gr, mm, vv, i0, i1, step, lr, wd, grad_scale, bc1, bc2);
+            if (lp) round_block(lp, p, i0, i1, lowp_kind);
+        }
+    }
+}
+
+void optim_step(const OptimConfig *c, float *params, const float *grads, float *m, float *v,
+                const OptimRange *ranges, int nranges, long step, float lr, float grad_scale, int nt) {
+    optim_step_lowp(c, params, grads, m, v, ranges, nranges, step, lr, grad_scale, NULL, OPTIM_LOWP_NONE, nt);
 }
 
 #define NORM_CHUNK 4096

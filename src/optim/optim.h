@@ -8,6 +8,7 @@
 #define ST_OPTIM_OPTIM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/status.h"
 
@@ -39,6 +40,16 @@ int optim_num_moments(const OptimConfig *c);
  * correction). Params and moments are overwritten in place. */
 void optim_step(const OptimConfig *c, float *params, const float *grads, float *m, float *v,
                 const OptimRange *ranges, int nranges, long step, float lr, float grad_scale, int nt);
+
+/* Mixed precision: the working copy of the parameters the GEMMs read, kept beside the master. */
+typedef enum { OPTIM_LOWP_NONE, OPTIM_LOWP_BF16, OPTIM_LOWP_FP16 } OptimLowp;
+
+/* optim_step, and in the same pass each updated parameter rounded to nearest even into lowp
+ * (same layout as params; bf16 or fp16 bits, fp16 overflowing to inf): bit-identical to the step
+ * followed by a cast of the ranges, without reading the master a second time. lowp may be NULL. */
+void optim_step_lowp(const OptimConfig *c, float *params, const float *grads, float *m, float *v,
+                     const OptimRange *ranges, int nranges, long step, float lr, float grad_scale, uint16_t *lowp,
+                     OptimLowp lowp_kind, int nt);
 
 /* Global L2 norm of x (n floats): fixed 4096-element partition summed in double in order, so the
  * result does not depend on the thread count. */

@@ -990,9 +990,10 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
                 par_optim_step(r->par, &cfg->optim, next, lr, scale);
                 if ((st = par_params_sync(r->par, err)) != ST_OK) goto done_signals;
             } else {
-                optim_step(&cfg->optim, r->g.params, r->g.grads, r->m, r->v, r->ranges, r->g.layout.ntensors, next, lr,
-                           scale / lscale, nt);
-                gpt_sync_lp(&r->g); /* bf16: the working copy follows the fp32 master */
+                /* Mixed precision: the working copy follows the fp32 master in the same pass. */
+                OptimLowp lk = r->g.fp16 ? OPTIM_LOWP_FP16 : r->g.bf16 ? OPTIM_LOWP_BF16 : OPTIM_LOWP_NONE;
+                optim_step_lowp(&cfg->optim, r->g.params, r->g.grads, r->m, r->v, r->ranges, r->g.layout.ntensors,
+                                next, lr, scale / lscale, r->g.params_lp, lk, nt);
             }
             step = next;
         }
