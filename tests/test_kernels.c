@@ -112,16 +112,16 @@ static void test_matmul(void) {
 typedef struct { float *qkv, *lse, *scr; int B, T, C, NH; Dropout d; } AttCtx;
 static void att_fwd(Case *c) {
     AttCtx *x = c->ctx;
-    attention_forward(c->out, x->lse, x->scr, x->qkv, x->B, x->T, x->C, x->NH, x->d, 2);
+    attention_forward(c->out, x->lse, x->scr, x->qkv, x->B, x->T, x->C, x->NH, x->d, 0, 2);
 }
 static void test_attention(float p) {
     int B = 2, T = 5, C = 8, NH = 2;
-    AttCtx x = {randv(B * T * 3 * C, 9, 1), calloc(B * NH * T, 4), calloc(attention_scratch_floats(T, 2), 4), B, T,
+    AttCtx x = {randv(B * T * 3 * C, 9, 1), calloc(B * NH * T, 4), calloc(attention_scratch_floats(T, C / NH, 2), 4), B, T,
                 C, NH, {p, 17, 3}};
     Case c = {att_fwd, calloc(B * T * C, 4), randv(B * T * C, 10, 1), (size_t)B * T * C, &x};
     float *dqkv = calloc(B * T * 3 * C, 4);
     c.forward(&c);
-    attention_backward(dqkv, x.scr, c.R, x.qkv, c.out, x.lse, B, T, C, NH, x.d, 2);
+    attention_backward(dqkv, x.scr, c.R, x.qkv, c.out, x.lse, B, T, C, NH, x.d, 0, 2);
     fd_check(&c, x.qkv, dqkv, (size_t)B * T * 3 * C, p > 0 ? "attention dqkv (dropout 0.3)" : "attention dqkv");
 }
 
@@ -131,14 +131,17 @@ static double keep(Dropout d, uint64_t i) {
     return rng_uniform(d.seed, d.stream, i) >= d.p ? 1.0 / (1.0 - d.p) : 0.0;
 }
 
-static void test_attention_long(float p, int T) {
-    int B = 1, C = 32, NH = 2, hs = C / NH, C3 = 3 * C;
+/* lowp = 1: the bf16 path against the same float64 reference of the unrounded inputs. Its error
+ * is that of rounding the GEMM operands to 8 significant bits (about 2^-9 each): tolerance 1e-2,
+ * and it must be above 1e-6, or the GEMMs did not run in bf16. */
+static void test_attention_long(float p, int T, int lowp) {
+    int B = 1, C = lowp ? 128 : 32, NH = 2, hs = C / NH, C3 = 3 * C;
     Dropout d = {p, 21, 5};
     float *qkv = randv((size_t)B * T * C3, 40, 1), *dy = randv((size_t)B * T * C, 41, 1);
     float *out = calloc((size_t)B * T * C, 4), *lse = calloc((size_t)B * NH * T, 4);
-    float *scr = calloc(attention_scratch_floats(T, 2), 4), *dqkv = calloc((size_t)B * T * C3, 4);
-    attention_forward(out, lse, scr, qkv, B, T, C, NH, d, 2);
-    attention_backward(dqkv, scr, dy, qkv, out, lse, B, T, C, NH, d, 2);
+    float *scr = calloc(attention_scratch_floats(T, hs, 2), 4), *dqkv = calloc((size_t)B * T * C3, 4);
+    attention_forward(out, lse, scr, qkv, B, T, C, NH, d, lowp, 2);
+    attention_backward(dqkv, scr, dy, qkv, out, lse, B, T, C, NH, d, lowp, 2);
     double *ref = calloc((size_t)B * T * C, 8), *dref = calloc((size_t)B * T * C3, 8);
     double *P = malloc(sizeof(double) * T * T), *dP = malloc(sizeof(double) * T * T);
     double sc = 1.0 / sqrt((double)hs);
@@ -183,8 +186,13 @@ static void test_attention_long(float p, int T) {
     }
     double e1 = tu_rel_err_fd(out, ref, (size_t)T * C), e2 = tu_rel_err_fd(dqkv, dref, (size_t)T * C3);
     char name[96];
-    snprintf(name, sizeof name, "attention T=%d vs float64 naive%s", T, p > 0 ? ", dropout 0.2" : "");
-    tu_check(e1 <= 1e-5 && e2 <= 1e-5, name, "forward rel_err=%.3g backward rel_err=%.3g (tol 1e-5)", e1, e2);
+    snprintf(name, sizeof name, "attention%s T=%d vs float64 naive%s", lowp ? " bf16" : "", T,
+             p > 0 ? ", dropout 0.2" : "");
+    if (lowp)
+        tu_check(e1 <= 1e-2 && e2 <= 1e-2 && e1 > 1e-6 && e2 > 1e-6, name,
+                 "forward rel_err=%.3g backward rel_err=%.3g (expected in (1e-6, 1e-2])", e1, e2);
+    else
+        tu_check(e1 <= 1e-5 && e2 <= 1e-5, name, "forward rel_err=%.3g backward rel_err=%.3g (tol 1e-5)", e1, e2);
 }
 
 /* ---- GELU ---- */
@@ -193,6 +201,25 @@ static void gelu_fwd(Case *c) {
     GeluCtx *x = c->ctx;
     gelu_forward(c->out, x->inp, x->n, 2);
 }
+/* ---- Residual + LayerNorm fused: the unfused pair (each checked by finite differences) is the
+ * oracle, bit for bit, with and without dropout and with res aliasing a. ---- */
+static void test_residual_layernorm(float p) {
+    int N = 37, C = 50;
+    size_t n = (size_t)N * C;
+    Dropout d = {p, 5, 9};
+    float *a = randv(n, 60, 1), *b = randv(n, 61, 1), *w = randv(C, 62, 1), *bias = randv(C, 63, 1);
+    float *res1 = calloc(n, 4), *out1 = calloc(n, 4), *m1 = calloc(N, 4), *r1 = calloc(N, 4);
+    float *res2 = malloc(n * 4), *out2 = calloc(n, 4), *m2 = calloc(N, 4), *r2 = calloc(N, 4);
+    residual_forward(res1, a, b, n, d, 2);
+    layernorm_forward(out1, m1, r1, res1, w, bias, N, C, 2);
+    memcpy(res2, a, n * 4);
+    residual_layernorm_forward(res2, out2, m2, r2, res2, b, d, w, bias, N, C, 2); /* in place */
+    int same = !memcmp(res1, res2, n * 4) && !memcmp(out1, out2, n * 4) && !memcmp(m1, m2, N * 4) &&
+               !memcmp(r1, r2, N * 4);
+    tu_check(same, p > 0 ? "residual+layernorm fused (dropout 0.25)" : "residual+layernorm fused",
+             "max |out diff| %.3g against residual_forward + layernorm_forward, bit-identical required", tu_max_abs_diff_f(out1, out2, n));
+}
+
 static void test_gelu(void) {
     size_t n = 40;
     GeluCtx x = {randv(n, 11, 2), n};
@@ -295,11 +322,15 @@ int main(void) {
     test_matmul();
     test_attention(0.0f);
     test_attention(0.3f);
-    test_attention_long(0.0f, 150);
-    test_attention_long(0.2f, 150);
-    test_attention_long(0.0f, 600); /* several 256-key blocks: the online softmax */
-    test_attention_long(0.2f, 333);
+    test_attention_long(0.0f, 150, 0);
+    test_attention_long(0.2f, 150, 0);
+    test_attention_long(0.0f, 600, 0); /* several 256-key blocks: the online softmax */
+    test_attention_long(0.2f, 333, 0);
+    test_attention_long(0.0f, 600, 1);
+    test_attention_long(0.2f, 333, 1);
     test_gelu();
+    test_residual_layernorm(0.0f);
+    test_residual_layernorm(0.25f);
     test_encoder(0.0f);
     test_encoder(0.25f);
     test_head();

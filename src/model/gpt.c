@@ -127,7 +127,7 @@ Status gpt_init_ex(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int sha
     g->head_chunk = layout_head_chunk_rows(cfg, B, T);
     a = g->scratch;
     TAKE(g->dres, N * C), TAKE(g->dbuf_a, 4 * N * C), TAKE(g->dbuf_b, N * C), TAKE(g->dbuf_c, N * C);
-    TAKE(g->att_scratch, attention_scratch_floats(T, g->nt));
+    TAKE(g->att_scratch, attention_scratch_floats(T, cfg->n_embd / cfg->n_head, g->nt));
     TAKE(g->ln_scratch, (N + KERNEL_ROW_CHUNK - 1) / KERNEL_ROW_CHUNK * 2 * C);
     TAKE(g->logits, (size_t)g->head_chunk * cfg->vocab_padded);
     ST_CHECK((size_t)(a - g->scratch) == as.scratch);
@@ -213,10 +213,10 @@ static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
     layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C, nt);
     matmul_forward_p(&g->mp, a->qkv, a->ln1, p->qkvw, lp(g, p->qkvw), p->qkvb, N, C, 3 * C, nt);
     attention_forward(a->atty, a->lse, g->att_scratch, a->qkv, B, T, C, NH,
-                      cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off, nt);
+                      cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off, g->mp.bf16, nt);
     matmul_forward_p(&g->mp, g->dbuf_b, a->atty, p->attprojw, lp(g, p->attprojw), p->attprojb, N, C, C, nt);
-    residual_forward(a->res2, x, g->dbuf_b, (size_t)N * C, dropout_at(g, l, DROP_ATTN_RES), nt);
-    layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C, nt);
+    residual_layernorm_forward(a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, x, g->dbuf_b, dropout_at(g, l, DROP_ATTN_RES),
+                               p->ln2w, p->ln2b, N, C, nt);
     matmul_forward_p(&g->mp, a->fch, a->ln2, p->fcw, lp(g, p->fcw), p->fcb, N, C, 4 * C, nt);
     gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C, nt);
     matmul_forward_p(&g->mp, g->dbuf_b, a->fch_gelu, p->fcprojw, lp(g, p->fcprojw), p->fcprojb, N, 4 * C, C, nt);
@@ -305,7 +305,7 @@ void gpt_backward(Gpt *g) {
         matmul_backward_p(&g->mp, g->dbuf_b, dp->attprojw, dp->attprojb, dbranch, a->atty, p->attprojw, lp(g, p->attprojw),
                           N, C, C, nt);
         attention_backward(g->dbuf_a, g->att_scratch, g->dbuf_b, a->qkv, a->atty, a->lse, B, T, C, NH,
-                           cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off, nt);
+                           cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off, g->mp.bf16, nt);
         matmul_backward_p(&g->mp, g->dbuf_b, dp->qkvw, dp->qkvb, g->dbuf_a, a->ln1, p->qkvw, lp(g, p->qkvw), N, C, 3 * C,
                           nt);
         layernorm_backward(g->dres, dp->ln1w, dp->ln1b, g->ln_scratch, g->dbuf_b, x, p->ln1w, a->ln1_mean,

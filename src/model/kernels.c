@@ -92,6 +92,33 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, c
     }
 }
 
+void residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a, const float *b,
+                                Dropout d, const float *w, const float *bias, int N, int C, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *ai = a + (size_t)i * C, *bi = b + (size_t)i * C;
+        float *x = res + (size_t)i * C, *o = out + (size_t)i * C;
+        if (d.p > 0) {
+            for (int c = 0; c < C; c++) x[c] = ai[c] + bi[c] * drop_scale(d, (size_t)i * C + c);
+        } else {
+#pragma omp simd
+            for (int c = 0; c < C; c++) x[c] = ai[c] + bi[c];
+        }
+        /* The row is now in L1: the statistics and the normalisation read it from there. */
+        float s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int c = 0; c < C; c++) s += x[c];
+        float m = s / C, v = 0;
+#pragma omp simd reduction(+ : v)
+        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+        float r = 1.0f / sqrtf(v / C + 1e-5f);
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + bias[c];
+        mean[i] = m;
+        rstd[i] = r;
+    }
+}
+
 void layernorm_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout, const float *inp,
                         const float *w, const float *mean, const float *rstd, int N, int C, int nt) {
     int nchunk = (N + KERNEL_ROW_CHUNK - 1) / KERNEL_ROW_CHUNK;
@@ -238,29 +265,80 @@ void matmul_backward_p(const MatPrec *mp, float *dinp, float *dw, float *dbias, 
 
 /* Causal attention, flash style: per (batch, head), 64-query blocks against key blocks of up to
  * 256 with an online softmax, so the T×T matrix is never stored; only each row's log-sum-exp is
- * saved, and backward recomputes the probabilities from it. Blocks above the diagonal are skipped. */
+ * saved, and backward recomputes the probabilities from it. Blocks above the diagonal are skipped.
+ *
+ * With lowp (bf16), each head's Q, K, V (and dY in backward) are first rounded into contiguous
+ * bf16 copies, and the probabilities and dS are rounded before their GEMMs, so all five GEMMs run
+ * on the bf16 units with fp32 accumulation; the softmax, its statistics and every output stay fp32. */
 #define ATT_BLOCK 64
 #define ATT_KBLOCK 256
 
-size_t attention_scratch_floats(int T, int nt) { return (size_t)(nt > 0 ? nt : 1) * 3 * ATT_BLOCK * (size_t)T; }
+/* Per thread: S/P, dP and the dropped P (fp32, 64 × min(T, 256) each), their bf16 roundings
+ * (half as many floats each), then bf16 Q, K, V, dY of one head (T × hs each). */
+static size_t att_blk(int T) { return (size_t)ATT_BLOCK * (size_t)(T < ATT_KBLOCK ? T : ATT_KBLOCK); }
+static size_t att_thread_floats(int T, int hs) { return 4 * att_blk(T) + 2 * (size_t)T * hs; }
+
+size_t attention_scratch_floats(int T, int hs, int nt) {
+    return (size_t)(nt > 0 ? nt : 1) * att_thread_floats(T, hs);
+}
+
+static inline uint16_t bf16_rne(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* rows × cols of src (leading dimension ld) into dst (leading dimension cols), rounded to bf16. */
+static void rows_to_bf16(uint16_t *dst, const float *src, int rows, int cols, size_t ld) {
+    for (int r = 0; r < rows; r++) {
+        const float *s = src + (size_t)r * ld;
+        uint16_t *d = dst + (size_t)r * cols;
+#pragma omp simd
+        for (int c = 0; c < cols; c++) d[c] = bf16_rne(s[c]);
+    }
+}
+
+typedef struct {
+    float *S, *dP, *Pd;
+    uint16_t *Pb, *dSb, *Qb, *Kb, *Vb, *dYb;
+} AttScratch;
+
+static AttScratch att_scratch(float *scratch, int T, int hs) {
+    size_t blk = att_blk(T);
+    float *base = scratch + (size_t)omp_get_thread_num() * att_thread_floats(T, hs);
+    AttScratch a;
+    a.S = base, a.dP = base + blk, a.Pd = base + 2 * blk;
+    a.Pb = (uint16_t *)(base + 3 * blk), a.dSb = a.Pb + blk;
+    a.Qb = (uint16_t *)(base + 4 * blk), a.Kb = a.Qb + (size_t)T * hs, a.Vb = a.Kb + (size_t)T * hs;
+    a.dYb = a.Vb + (size_t)T * hs;
+    return a;
+}
 
 void attention_forward(float *out, float *lse, float *scratch, const float *qkv, int B, int T, int C, int NH,
-                       Dropout d, int nt) {
+                       Dropout d, int lowp, int nt) {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
         const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
-        float *S = scratch + (size_t)omp_get_thread_num() * 3 * ATT_BLOCK * T, *Pd = S + (size_t)ATT_BLOCK * T;
+        AttScratch w = att_scratch(scratch, T, hs);
+        float *S = w.S, *Pd = w.Pd;
         float *y = out + (size_t)b * T * C + h * hs, *L = lse + (size_t)bh * T;
+        if (lowp) {
+            rows_to_bf16(w.Qb, q, T, hs, C3), rows_to_bf16(w.Kb, k, T, hs, C3), rows_to_bf16(w.Vb, v, T, hs, C3);
+        }
         for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
             int m = T - r0 < ATT_BLOCK ? T - r0 : ATT_BLOCK, kend = r0 + m;
             float mx[ATT_BLOCK], l[ATT_BLOCK];
             for (int i = 0; i < m; i++) mx[i] = -INFINITY, l[i] = 0;
             for (int k0 = 0; k0 < kend; k0 += ATT_KBLOCK) {
                 int kn = kend - k0 < ATT_KBLOCK ? kend - k0 : ATT_KBLOCK;
-                mm_sgemm(0, 1, m, kn, hs, scale, q + (size_t)r0 * C3, C3, k + (size_t)k0 * C3, C3, 0.0f, S, kn);
+                if (lowp)
+                    mm_gemm_bf16(0, 1, m, kn, hs, scale, w.Qb + (size_t)r0 * hs, hs, w.Kb + (size_t)k0 * hs, hs, 0.0f,
+                                 S, kn);
+                else
+                    mm_sgemm(0, 1, m, kn, hs, scale, q + (size_t)r0 * C3, C3, k + (size_t)k0 * C3, C3, 0.0f, S, kn);
                 for (int i = 0; i < m; i++) {
                     int row = r0 + i, jn = row - k0 + 1 < kn ? row - k0 + 1 : kn; /* causal: keys <= row */
                     float *srow = S + (size_t)i * kn, bm = mx[i];
@@ -287,8 +365,14 @@ void attention_forward(float *out, float *lse, float *scratch, const float *qkv,
                             Pd[(size_t)i * kn + j] =
                                 srow[j] * drop_scale(d, (uint64_t)bh * T * T + (size_t)row * T + k0 + j);
                 }
-                mm_sgemm(0, 0, m, hs, kn, 1.0f, d.p > 0 ? Pd : S, kn, v + (size_t)k0 * C3, C3, 1.0f,
-                         y + (size_t)r0 * C, C);
+                const float *P = d.p > 0 ? Pd : S;
+                if (lowp) {
+                    rows_to_bf16(w.Pb, P, m, kn, kn);
+                    mm_gemm_bf16(0, 0, m, hs, kn, 1.0f, w.Pb, kn, w.Vb + (size_t)k0 * hs, hs, 1.0f,
+                                 y + (size_t)r0 * C, C);
+                } else {
+                    mm_sgemm(0, 0, m, hs, kn, 1.0f, P, kn, v + (size_t)k0 * C3, C3, 1.0f, y + (size_t)r0 * C, C);
+                }
             }
             for (int i = 0; i < m; i++) {
                 float inv = 1.0f / l[i], *yrow = y + (size_t)(r0 + i) * C;
@@ -300,7 +384,7 @@ void attention_forward(float *out, float *lse, float *scratch, const float *qkv,
 }
 
 void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                        const float *lse, int B, int T, int C, int NH, Dropout d, int nt) {
+                        const float *lse, int B, int T, int C, int NH, Dropout d, int lowp, int nt) {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -310,11 +394,15 @@ void attention_backward(float *dqkv, float *scratch, const float *dout, const fl
         float *dq = dqkv + (size_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
         const float *dy = dout + (size_t)b * T * C + h * hs, *y = out + (size_t)b * T * C + h * hs;
         const float *L = lse + (size_t)bh * T;
-        float *P = scratch + (size_t)omp_get_thread_num() * 3 * ATT_BLOCK * T;
-        float *dP = P + (size_t)ATT_BLOCK * T, *Pd = dP + (size_t)ATT_BLOCK * T;
+        AttScratch w = att_scratch(scratch, T, hs);
+        float *P = w.S, *dP = w.dP, *Pd = w.Pd;
         for (int t = 0; t < T; t++) {
             float *a = dq + (size_t)t * C3, *bk = dk + (size_t)t * C3, *c = dv + (size_t)t * C3;
             for (int x = 0; x < hs; x++) a[x] = 0.0f, bk[x] = 0.0f, c[x] = 0.0f;
+        }
+        if (lowp) {
+            rows_to_bf16(w.Qb, q, T, hs, C3), rows_to_bf16(w.Kb, k, T, hs, C3), rows_to_bf16(w.Vb, v, T, hs, C3);
+            rows_to_bf16(w.dYb, dy, T, hs, C);
         }
         for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
             int m = T - r0 < ATT_BLOCK ? T - r0 : ATT_BLOCK, kend = r0 + m;
@@ -327,9 +415,16 @@ void attention_backward(float *dqkv, float *scratch, const float *dout, const fl
             }
             for (int k0 = 0; k0 < kend; k0 += ATT_KBLOCK) {
                 int kn = kend - k0 < ATT_KBLOCK ? kend - k0 : ATT_KBLOCK;
-                /* P = exp(scale·Q K^T − L), recomputed */
-                mm_sgemm(0, 1, m, kn, hs, scale, q + (size_t)r0 * C3, C3, k + (size_t)k0 * C3, C3, 0.0f, P, kn);
-                mm_sgemm(0, 1, m, kn, hs, 1.0f, dy + (size_t)r0 * C, C, v + (size_t)k0 * C3, C3, 0.0f, dP, kn);
+                /* P = exp(scale·Q K^T − L), recomputed; dP = dY V^T */
+                if (lowp) {
+                    mm_gemm_bf16(0, 1, m, kn, hs, scale, w.Qb + (size_t)r0 * hs, hs, w.Kb + (size_t)k0 * hs, hs, 0.0f,
+                                 P, kn);
+                    mm_gemm_bf16(0, 1, m, kn, hs, 1.0f, w.dYb + (size_t)r0 * hs, hs, w.Vb + (size_t)k0 * hs, hs, 0.0f,
+                                 dP, kn);
+                } else {
+                    mm_sgemm(0, 1, m, kn, hs, scale, q + (size_t)r0 * C3, C3, k + (size_t)k0 * C3, C3, 0.0f, P, kn);
+                    mm_sgemm(0, 1, m, kn, hs, 1.0f, dy + (size_t)r0 * C, C, v + (size_t)k0 * C3, C3, 0.0f, dP, kn);
+                }
                 for (int i = 0; i < m; i++) {
                     int row = r0 + i, jn = row - k0 + 1 < kn ? row - k0 + 1 : kn;
                     float *prow = P + (size_t)i * kn, *g = dP + (size_t)i * kn, li = L[row];
@@ -348,10 +443,20 @@ void attention_backward(float *dqkv, float *scratch, const float *dout, const fl
                     for (int j = jn; j < kn; j++) g[j] = 0.0f;
                 }
                 /* dV += Pd^T dY; dQ += dS K; dK += dS^T Q */
-                mm_sgemm(1, 0, kn, hs, m, 1.0f, d.p > 0 ? Pd : P, kn, dy + (size_t)r0 * C, C, 1.0f,
-                         dv + (size_t)k0 * C3, C3);
-                mm_sgemm(0, 0, m, hs, kn, 1.0f, dP, kn, k + (size_t)k0 * C3, C3, 1.0f, dq + (size_t)r0 * C3, C3);
-                mm_sgemm(1, 0, kn, hs, m, 1.0f, dP, kn, q + (size_t)r0 * C3, C3, 1.0f, dk + (size_t)k0 * C3, C3);
+                const float *Pv = d.p > 0 ? Pd : P;
+                if (lowp) {
+                    rows_to_bf16(w.Pb, Pv, m, kn, kn), rows_to_bf16(w.dSb, dP, m, kn, kn);
+                    mm_gemm_bf16(1, 0, kn, hs, m, 1.0f, w.Pb, kn, w.dYb + (size_t)r0 * hs, hs, 1.0f,
+                                 dv + (size_t)k0 * C3, C3);
+                    mm_gemm_bf16(0, 0, m, hs, kn, 1.0f, w.dSb, kn, w.Kb + (size_t)k0 * hs, hs, 1.0f,
+                                 dq + (size_t)r0 * C3, C3);
+                    mm_gemm_bf16(1, 0, kn, hs, m, 1.0f, w.dSb, kn, w.Qb + (size_t)r0 * hs, hs, 1.0f,
+                                 dk + (size_t)k0 * C3, C3);
+                } else {
+                    mm_sgemm(1, 0, kn, hs, m, 1.0f, Pv, kn, dy + (size_t)r0 * C, C, 1.0f, dv + (size_t)k0 * C3, C3);
+                    mm_sgemm(0, 0, m, hs, kn, 1.0f, dP, kn, k + (size_t)k0 * C3, C3, 1.0f, dq + (size_t)r0 * C3, C3);
+                    mm_sgemm(1, 0, kn, hs, m, 1.0f, dP, kn, q + (size_t)r0 * C3, C3, 1.0f, dk + (size_t)k0 * C3, C3);
+                }
             }
         }
     }

@@ -31,6 +31,11 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t
 /* out (N, C) = LN(inp) · w + b; saves mean, rstd (N). eps 1e-5. */
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
                        int N, int C, int nt);
+/* res = a + drop(b) (the residual add) and out = LN(res) · w + bias in one pass over the rows, each
+ * row normalised while it is still in L1: bit-identical to residual_forward then layernorm_forward,
+ * with one read of res fewer. res may alias a. */
+void residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a, const float *b,
+                                Dropout d, const float *w, const float *bias, int N, int C, int nt);
 /* dinp += ..., dw += ..., db += ...; scratch holds ceil(N/64)·2C floats. */
 void layernorm_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout, const float *inp,
                         const float *w, const float *mean, const float *rstd, int N, int C, int nt);
@@ -43,13 +48,16 @@ void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, co
 
 /* Causal multi-head attention, flash style. qkv (B, T, 3C) holds q, k, v; heads are contiguous hs
  * slices. out (B, T, C). The T×T scores are never stored: lse (B, NH, T) saves each row's
- * log-sum-exp and backward recomputes the probabilities from it. scratch: attention_scratch_floats. */
-size_t attention_scratch_floats(int T, int nt);
+ * log-sum-exp and backward recomputes the probabilities from it. scratch: attention_scratch_floats
+ * (hs = C/NH), for either precision. lowp = 1: the GEMM operands (q, k, v, dY, the probabilities
+ * and dS) are rounded to bf16 and multiplied on the bf16 units with fp32 accumulation; softmax
+ * statistics, outputs and gradients stay fp32. */
+size_t attention_scratch_floats(int T, int hs, int nt);
 void attention_forward(float *out, float *lse, float *scratch, const float *qkv, int B, int T, int C, int NH,
-                       Dropout d, int nt);
+                       Dropout d, int lowp, int nt);
 /* dqkv (B, T, 3C) overwritten; out and lse from the forward. */
 void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                        const float *lse, int B, int T, int C, int NH, Dropout d, int nt);
+                        const float *lse, int B, int T, int C, int NH, Dropout d, int lowp, int nt);
 
 /* GELU, tanh approximation. */
 void gelu_forward(float *out, const float *inp, size_t n, int nt);

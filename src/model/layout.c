@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/kernels.h"
+
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
 static void add_tensor(ParamLayout *pl, size_t *off, int seg, const char *name, int r, int c,
@@ -131,10 +133,11 @@ ActSizes layout_activations_rc(const ModelConfig *cfg, int B, int T, int threads
     }
     a.final_ = BT * C + 2 * BT + BT;
     a.total = a.encoded + (size_t)cfg->n_layer * a.per_layer + a.shared + a.final_;
-    /* Workspace: dres (NC) + dbuf_a (4NC) + dbuf_b (NC) + dbuf_c (NC) + attention (threads · 3·64·T)
+    /* Workspace: dres (NC) + dbuf_a (4NC) + dbuf_b (NC) + dbuf_c (NC) + attention (per thread: fp32 score
+     * blocks and bf16 copies of one head, see kernels.c)
      * + LayerNorm partial sums (2C per 64-row chunk) + one logits chunk (rows · Vp). */
     size_t chunks = (BT + 63) / 64;
-    a.scratch = BT * C * 7 + (size_t)(threads > 0 ? threads : 1) * 3 * 64 * T + chunks * 2 * C +
+    a.scratch = BT * C * 7 + attention_scratch_floats(T, (int)C / cfg->n_head, threads) + chunks * 2 * C +
                 (size_t)layout_head_chunk_rows(cfg, B, T) * cfg->vocab_padded;
     return a;
 }
