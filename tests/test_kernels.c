@@ -220,6 +220,32 @@ static void test_residual_layernorm(float p) {
              "max |out diff| %.3g against residual_forward + layernorm_forward, bit-identical required", tu_max_abs_diff_f(out1, out2, n));
 }
 
+/* ---- The bf16-fused kernels against their unfused sequences, bit for bit ---- */
+static void test_bf16_fused(void) {
+    int N = 70, OC = 150; /* a partial 64-column block and a partial 64-row chunk */
+    size_t n = (size_t)N * OC;
+    float *x = randv(n, 70, 2), *g = randv(n, 71, 1);
+    uint16_t *want = calloc(n, 2), *got = calloc(n, 2);
+    float *bw = randv(OC, 72, 1), *bg = malloc(OC * 4), *f1 = calloc(n, 4), *f2 = calloc(n, 4);
+    memcpy(bg, bw, OC * 4);
+    cast_bf16(want, g, n, 2);
+    matmul_backward(NULL, NULL, bw, g, NULL, NULL, N, 1, OC, 2);
+    cast_bf16_colsum(got, bg, g, N, OC, 2);
+    tu_check(!memcmp(want, got, n * 2) && !memcmp(bw, bg, OC * 4), "cast_bf16_colsum",
+             "bf16 copy and bias sums bit-identical to cast_bf16 + matmul_backward required");
+    gelu_forward(f1, x, n, 2);
+    cast_bf16(want, f1, n, 2);
+    gelu_forward_bf16(f2, got, x, n, 2);
+    tu_check(!memcmp(f1, f2, n * 4) && !memcmp(want, got, n * 2), "gelu_forward_bf16",
+             "fp32 output and bf16 copy bit-identical to gelu_forward + cast_bf16 required");
+    gelu_backward(f1, g, x, n, 2);
+    cast_bf16(want, f1, n, 2);
+    matmul_backward(NULL, NULL, bw, f1, NULL, NULL, N, 1, OC, 2);
+    gelu_backward_bf16(got, bg, g, x, N, OC, 1); /* one thread against two: the sums do not move */
+    tu_check(!memcmp(want, got, n * 2) && !memcmp(bw, bg, OC * 4), "gelu_backward_bf16",
+             "bf16 gradient and bias sums bit-identical to gelu_backward + cast_bf16 + matmul_backward required");
+}
+
 static void test_gelu(void) {
     size_t n = 40;
     GeluCtx x = {randv(n, 11, 2), n};
@@ -329,6 +355,7 @@ int main(void) {
     test_attention_long(0.0f, 600, 1);
     test_attention_long(0.2f, 333, 1);
     test_gelu();
+    test_bf16_fused();
     test_residual_layernorm(0.0f);
     test_residual_layernorm(0.25f);
     test_encoder(0.0f);

@@ -218,8 +218,13 @@ static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
     residual_layernorm_forward(a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, x, g->dbuf_b, dropout_at(g, l, DROP_ATTN_RES),
                                p->ln2w, p->ln2b, N, C, nt);
     matmul_forward_p(&g->mp, a->fch, a->ln2, p->fcw, lp(g, p->fcw), p->fcb, N, C, 4 * C, nt);
-    gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C, nt);
-    matmul_forward_p(&g->mp, g->dbuf_b, a->fch_gelu, p->fcprojw, lp(g, p->fcprojw), p->fcprojb, N, 4 * C, C, nt);
+    if (g->mp.bf16) { /* GELU writes the projection's bf16 operand in the same pass */
+        gelu_forward_bf16(a->fch_gelu, g->mp.a, a->fch, (size_t)N * 4 * C, nt);
+        matmul_forward_lp(g->dbuf_b, g->mp.a, lp(g, p->fcprojw), p->fcprojb, N, 4 * C, C);
+    } else {
+        gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C, nt);
+        matmul_forward_p(&g->mp, g->dbuf_b, a->fch_gelu, p->fcprojw, lp(g, p->fcprojw), p->fcprojb, N, 4 * C, C, nt);
+    }
     residual_forward(a->res3, a->res2, g->dbuf_b, (size_t)N * C, dropout_at(g, l, DROP_MLP_RES), nt);
 }
 
@@ -293,8 +298,15 @@ void gpt_backward(Gpt *g) {
         }
         matmul_backward_p(&g->mp, g->dbuf_a, dp->fcprojw, dp->fcprojb, dbranch, a->fch_gelu, p->fcprojw, lp(g, p->fcprojw), N,
                           4 * C, C, nt);
-        gelu_backward(g->dbuf_a, g->dbuf_a, a->fch, NC * 4, nt);
-        matmul_backward_p(&g->mp, g->dbuf_b, dp->fcw, dp->fcb, g->dbuf_a, a->ln2, p->fcw, lp(g, p->fcw), N, C, 4 * C, nt);
+        if (g->mp.bf16) { /* GELU backward writes fc's bf16 output gradient and its bias gradient */
+            gelu_backward_bf16(g->mp.a, dp->fcb, g->dbuf_a, a->fch, N, 4 * C, nt);
+            cast_bf16(g->mp.b, a->ln2, NC, nt);
+            matmul_backward_lp(g->dbuf_b, dp->fcw, g->mp.a, g->mp.b, lp(g, p->fcw), N, C, 4 * C);
+        } else {
+            gelu_backward(g->dbuf_a, g->dbuf_a, a->fch, NC * 4, nt);
+            matmul_backward_p(&g->mp, g->dbuf_b, dp->fcw, dp->fcb, g->dbuf_a, a->ln2, p->fcw, lp(g, p->fcw), N, C,
+                              4 * C, nt);
+        }
         layernorm_backward(g->dres, dp->ln2w, dp->ln2b, g->ln_scratch, g->dbuf_b, a->res2, p->ln2w, a->ln2_mean,
                            a->ln2_rstd, N, C, nt);
         dbranch = g->dres;

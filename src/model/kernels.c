@@ -10,6 +10,17 @@
 #include "model/fastmath.h"
 #include "model/matmul.h"
 
+/* fp32 → bf16 bits, round to nearest even. */
+static inline uint16_t bf16_rne(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* Bias gradients: column blocks of 64, each summed over the rows in order by one thread, so the
+ * sums do not depend on the thread count; the fused variants below keep that order bit for bit. */
+#define COLSUM_BLOCK 64
+
 static inline float drop_scale(Dropout d, uint64_t i) {
     return rng_uniform(d.seed, d.stream, i) >= d.p ? 1.0f / (1.0f - d.p) : 0.0f;
 }
@@ -176,28 +187,43 @@ void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, co
     if (dinp) mm_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
     if (dw) mm_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     if (!dbias) return;
-    /* Column sums: 16-column blocks, each summed over all rows in order by one thread. */
-    int nblk = (OC + 15) / 16;
+    /* Column sums: 64-column blocks, each summed over all rows in order by one thread. */
+    int nblk = (OC + COLSUM_BLOCK - 1) / COLSUM_BLOCK;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int kb = 0; kb < nblk; kb++) {
-        int j0 = kb * 16, j1 = j0 + 16 < OC ? j0 + 16 : OC;
-        float acc[16] = {0};
+        int j0 = kb * COLSUM_BLOCK, j1 = j0 + COLSUM_BLOCK < OC ? j0 + COLSUM_BLOCK : OC;
+        float acc[COLSUM_BLOCK] = {0};
         for (int i = 0; i < N; i++) {
             const float *g = dout + (size_t)i * OC;
+#pragma omp simd
             for (int j = j0; j < j1; j++) acc[j - j0] += g[j];
         }
         for (int j = j0; j < j1; j++) dbias[j] += acc[j - j0];
     }
 }
 
+void cast_bf16_colsum(uint16_t *dst, float *colsum, const float *src, int N, int OC, int nt) {
+    int nblk = (OC + COLSUM_BLOCK - 1) / COLSUM_BLOCK;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int kb = 0; kb < nblk; kb++) {
+        int j0 = kb * COLSUM_BLOCK, j1 = j0 + COLSUM_BLOCK < OC ? j0 + COLSUM_BLOCK : OC;
+        float acc[COLSUM_BLOCK] = {0};
+        for (int i = 0; i < N; i++) {
+            const float *g = src + (size_t)i * OC;
+            uint16_t *d = dst + (size_t)i * OC;
+#pragma omp simd
+            for (int j = j0; j < j1; j++) {
+                acc[j - j0] += g[j];
+                d[j] = bf16_rne(g[j]);
+            }
+        }
+        for (int j = j0; j < j1; j++) colsum[j] += acc[j - j0];
+    }
+}
+
 void cast_bf16(uint16_t *dst, const float *src, size_t n, int nt) {
 #pragma omp parallel for simd num_threads(nt) schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &src[i], sizeof u);
-        u += 0x7FFFu + ((u >> 16) & 1u); /* round to nearest even */
-        dst[i] = (uint16_t)(u >> 16);
-    }
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_rne(src[i]);
 }
 
 void cast_fp16(uint16_t *dst, const float *src, size_t n, int nt) {
@@ -252,11 +278,21 @@ void matmul_backward_p(const MatPrec *mp, float *dinp, float *dw, float *dbias, 
         matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, nt);
         return;
     }
-    cast_bf16(mp->a, dout, (size_t)N * OC, nt);
+    if (dbias) cast_bf16_colsum(mp->a, dbias, dout, N, OC, nt);
+    else cast_bf16(mp->a, dout, (size_t)N * OC, nt);
     cast_bf16(mp->b, inp, (size_t)N * C, nt);
-    if (dinp) mm_gemm_bf16(0, 0, N, C, OC, 1.0f, mp->a, OC, w_lp, C, 0.0f, dinp, C);
-    mm_gemm_bf16(1, 0, OC, C, N, 1.0f, mp->a, OC, mp->b, C, 1.0f, dw, C);
-    if (dbias) matmul_backward(NULL, NULL, dbias, dout, NULL, NULL, N, C, OC, nt);
+    matmul_backward_lp(dinp, dw, mp->a, mp->b, w_lp, N, C, OC);
+}
+
+void matmul_forward_lp(float *out, const uint16_t *inp_lp, const uint16_t *w_lp, const float *bias, int N, int C,
+                       int OC) {
+    mm_linear_bf16(N, OC, C, inp_lp, w_lp, bias, out);
+}
+
+void matmul_backward_lp(float *dinp, float *dw, const uint16_t *dout_lp, const uint16_t *inp_lp, const uint16_t *w_lp,
+                        int N, int C, int OC) {
+    if (dinp) mm_gemm_bf16(0, 0, N, C, OC, 1.0f, dout_lp, OC, w_lp, C, 0.0f, dinp, C);
+    mm_gemm_bf16(1, 0, OC, C, N, 1.0f, dout_lp, OC, inp_lp, C, 1.0f, dw, C);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -280,12 +316,6 @@ static size_t att_thread_floats(int T, int hs) { return 4 * att_blk(T) + 2 * (si
 
 size_t attention_scratch_floats(int T, int hs, int nt) {
     return (size_t)(nt > 0 ? nt : 1) * att_thread_floats(T, hs);
-}
-
-static inline uint16_t bf16_rne(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
 /* rows × cols of src (leading dimension ld) into dst (leading dimension cols), rounded to bf16. */
@@ -468,22 +498,50 @@ void attention_backward(float *dqkv, float *scratch, const float *dout, const fl
 
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 
+static inline float gelu_at(float x) { return 0.5f * x * (1.0f + st_tanhf(GELU_S * (x + 0.044715f * x * x * x))); }
+
+static inline float gelu_grad_at(float x) {
+    float t = st_tanhf(GELU_S * (x + 0.044715f * x * x * x));
+    float sech2 = 1.0f - t * t;
+    return 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 void gelu_forward(float *out, const float *inp, size_t n, int nt) {
 #pragma omp parallel for simd num_threads(nt) schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + st_tanhf(GELU_S * (x + 0.044715f * x * x * x)));
-    }
+    for (size_t i = 0; i < n; i++) out[i] = gelu_at(inp[i]);
 }
 
 void gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int nt) {
 #pragma omp parallel for simd num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++) dinp[i] = dout[i] * gelu_grad_at(inp[i]);
+}
+
+void gelu_forward_bf16(float *out, uint16_t *out_lp, const float *inp, size_t n, int nt) {
+#pragma omp parallel for simd num_threads(nt) schedule(static)
     for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float t = st_tanhf(GELU_S * (x + 0.044715f * x * x * x));
-        float sech2 = 1.0f - t * t;
-        float g = 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = dout[i] * g;
+        float y = gelu_at(inp[i]);
+        out[i] = y;
+        out_lp[i] = bf16_rne(y);
+    }
+}
+
+void gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, const float *dout, const float *inp, int N, int OC, int nt) {
+    int nblk = (OC + COLSUM_BLOCK - 1) / COLSUM_BLOCK;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int kb = 0; kb < nblk; kb++) {
+        int j0 = kb * COLSUM_BLOCK, j1 = j0 + COLSUM_BLOCK < OC ? j0 + COLSUM_BLOCK : OC;
+        float acc[COLSUM_BLOCK] = {0};
+        for (int i = 0; i < N; i++) {
+            const float *g = dout + (size_t)i * OC, *x = inp + (size_t)i * OC;
+            uint16_t *d = dinp_lp + (size_t)i * OC;
+#pragma omp simd
+            for (int j = j0; j < j1; j++) {
+                float v = g[j] * gelu_grad_at(x[j]);
+                acc[j - j0] += v;
+                d[j] = bf16_rne(v);
+            }
+        }
+        for (int j = j0; j < j1; j++) colsum[j] += acc[j - j0];
     }
 }
 

@@ -91,6 +91,24 @@ void widen_fp16(float *dst, const uint16_t *src, size_t n, int nt);
 
 /* fp32 → bf16 (round to nearest even), n elements. */
 void cast_bf16(uint16_t *dst, const float *src, size_t n, int nt);
+/* The same on src (N, OC), and colsum (OC) += its column sums in one pass: bit-identical to
+ * cast_bf16 and matmul_backward's bias gradient. */
+void cast_bf16_colsum(uint16_t *dst, float *colsum, const float *src, int N, int OC, int nt);
+
+/* GELU fused with the rounding of its output for the next bf16 GEMM: out as gelu_forward, and
+ * out_lp = bf16(out), in one pass. */
+void gelu_forward_bf16(float *out, uint16_t *out_lp, const float *inp, size_t n, int nt);
+/* GELU backward on (N, OC) fused with the next GEMM's rounding and the bias gradient:
+ * dinp_lp = bf16(dout · gelu'(inp)), colsum (OC) += the column sums of the fp32 values; no fp32
+ * output is written. Bit-identical to gelu_backward, cast_bf16 and matmul_backward's dbias. */
+void gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, const float *dout, const float *inp, int N, int OC, int nt);
+
+/* A linear layer's bf16 GEMMs on operands already rounded (by the fused kernels above):
+ * out = inp_lp · w_lp^T + bias; dinp = dout_lp · w_lp (skipped if NULL), dw += dout_lp^T · inp_lp. */
+void matmul_forward_lp(float *out, const uint16_t *inp_lp, const uint16_t *w_lp, const float *bias, int N, int C,
+                       int OC);
+void matmul_backward_lp(float *dinp, float *dw, const uint16_t *dout_lp, const uint16_t *inp_lp, const uint16_t *w_lp,
+                        int N, int C, int OC);
 
 void matmul_forward_p(const MatPrec *mp, float *out, const float *inp, const float *w, const uint16_t *w_lp,
                       const float *bias, int N, int C, int OC, int nt);
