@@ -316,6 +316,11 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
     if (pl->shard_multiple % c->dp != 0)
         return err_set(err, ST_ERR_INPUT, "parallel: the model layout is padded for %d ranks, the dp group has %d",
                        pl->shard_multiple, c->dp);
+    if (g->bf16 && o->zero >= 3)
+        return err_set(err, ST_ERR_INPUT,
+                       "--precision %s with --zero 3: not supported (stage 3 gathers fp32 parameter shards; the "
+                       "half-precision working copy is not sharded); expected --zero 0, 1 or 2, or --precision fp32",
+                       g->fp16 ? "fp16" : "bf16");
     if ((g->params == NULL) != (o->zero >= 3) || (g->grads == NULL) != (o->zero >= 2))
         return err_set(err, ST_ERR_INPUT, "parallel: the model was not built with the flags of ZeRO stage %d", o->zero);
     Par *p = calloc(1, sizeof *p);
@@ -495,8 +500,10 @@ Status par_grad_norm(Par *p, double *norm, Err *err) {
 }
 
 void par_optim_step(Par *p, const OptimConfig *oc, long step, float lr, float grad_scale) {
-    if (p->zero == 0) {
-        optim_step(oc, p->g->params, p->g->grads, p->m, p->v, p->ranges, p->pl->ntensors, step, lr, grad_scale, p->o.nt);
+    if (p->zero == 0) { /* mixed precision: the working copy follows the master in the same pass */
+        OptimLowp lk = p->g->fp16 ? OPTIM_LOWP_FP16 : p->g->bf16 ? OPTIM_LOWP_BF16 : OPTIM_LOWP_NONE;
+        optim_step_lowp(oc, p->g->params, p->g->grads, p->m, p->v, p->ranges, p->pl->ntensors, step, lr, grad_scale,
+                        p->g->params_lp, lk, p->o.nt);
         return;
     }
     float *P = p->zero >= 3 ? p->pshard : p->g->params;
@@ -517,6 +524,7 @@ Status par_params_sync(Par *p, Err *err) {
             st = comm_iallgather_f32(p->c, P + p->off[s] + (size_t)p->r * p->blk[s], P + p->off[s], p->blk[s],
                                      &p->req[p->seg_req0[s]], err);
         if (st == ST_OK) st = comm_wait_all(p->req, p->nreq, p->c->timeout_s, "param all-gather", p->c->step, err);
+        if (st == ST_OK) gpt_sync_lp(p->g); /* mixed precision: the working copy of the gathered master */
     } else if (p->zero == 3) {
         /* The shard changed: every gathered copy is stale. */
         for (int a = 0; a < 2; a++) {
@@ -542,7 +550,7 @@ void par_set_full(Par *p, const float *params, const float *m, const float *v) {
     size_t T = p->pl->total;
     if (params) {
         if (p->zero >= 3) copy_owned(p, p->pshard, params);
-        else memcpy(p->g->params, params, T * sizeof(float));
+        else memcpy(p->g->params, params, T * sizeof(float)), gpt_sync_lp(p->g);
     }
     float *mine[2] = {p->m, p->v};
     const float *src[2] = {m, v};

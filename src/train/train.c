@@ -263,9 +263,10 @@ static Status run_par_setup(Run *r, Err *err) {
     int dp = c->dp > 0 ? c->dp : c->comm->world;
     Status st = comm_set_grid(c->comm, dp, 1, 1, err);
     if (st != ST_OK) return st;
-    if (c->bf16 && (dp > 1 || c->zero > 0)) /* the bf16 working copy is not sharded or synced by parallel yet */
-        return err_set(err, ST_ERR_INPUT, "--precision bf16 with --dp %d --zero %d: not supported yet (use fp32)", dp,
-                       c->zero);
+    if ((c->bf16 || c->fp16) && c->zero >= 3) /* the half-precision working copy is not sharded */
+        return err_set(err, ST_ERR_INPUT,
+                       "--precision %s with --zero 3: not supported (expected --zero 0, 1 or 2, or --precision fp32)",
+                       c->fp16 ? "fp16" : "bf16");
     if (c->comm_timeout > 0) c->comm->timeout_s = c->comm_timeout;
     c->dp = r->dp = dp, r->dp_rank = c->comm->dp_rank;
     return ST_OK;
@@ -302,12 +303,8 @@ static Status run_gpt_init(Run *r, int B, int T, int nt, Err *err) {
     if (!c->comm || (r->dp == 1 && c->zero == 0))
         return gpt_init_ex(&r->g, &c->model, B, T, nt, 1, c->recompute,
                            c->fp16 ? GPT_FP16 : c->bf16 ? GPT_BF16 : 0, &r->mem, err);
-    if (c->bf16 || c->fp16)
-        return err_set(err, ST_ERR_INPUT,
-                       "--precision %s: not supported with --dp %d / --zero %d yet (expected fp32, or one process)",
-                       c->fp16 ? "fp16" : "bf16",
-                       r->dp, c->zero);
-    Status st = gpt_init_ex(&r->g, &c->model, B, T, nt, r->dp, c->recompute, par_gpt_flags(c->zero), &r->mem, err);
+    int prec = c->fp16 ? GPT_FP16 : c->bf16 ? GPT_BF16 : 0;
+    Status st = gpt_init_ex(&r->g, &c->model, B, T, nt, r->dp, c->recompute, par_gpt_flags(c->zero) | prec, &r->mem, err);
     if (st != ST_OK) return st;
     ParOptions po = par_default_options();
     po.zero = c->zero, po.overlap = !c->no_overlap, po.n_moments = optim_num_moments(&c->optim), po.nt = nt;
@@ -431,16 +428,23 @@ static void run_par_step_record(Run *r, cJSON *o, double dt, double bytes) {
 }
 
 /* The memory event: this stage's planned bytes per rank and every rank's measured bytes. */
+/* Per-rank planned bytes of parameters, gradients, master weights and moments. Mixed precision
+ * (stages 0-2): the fp32 parameters par plans are the master, beside a whole 2-byte working copy. */
+static void run_par_plan(const Run *r, size_t plan[MEM_NCAT]) {
+    par_planned_bytes(&r->g.layout, r->dp, r->cfg.zero, optim_num_moments(&r->cfg.optim), plan);
+    if (r->g.bf16) plan[MEM_MASTER] = plan[MEM_PARAMS], plan[MEM_PARAMS] = r->g.layout.total * sizeof(uint16_t);
+}
+
 static void run_par_memory(Run *r, cJSON *o) {
     Comm *c = r->cfg.comm;
     size_t plan[MEM_NCAT];
-    par_planned_bytes(&r->g.layout, r->dp, r->cfg.zero, optim_num_moments(&r->cfg.optim), plan);
-    static const MemCategory cats[3] = {MEM_PARAMS, MEM_GRADS, MEM_MOMENTS};
+    run_par_plan(r, plan);
+    static const MemCategory cats[4] = {MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_MOMENTS};
     cJSON *pl = cJSON_AddObjectToObject(o, "planned");
     cJSON *br = cJSON_AddObjectToObject(o, "measured_by_rank");
     double *all = calloc((size_t)c->world, sizeof *all);
     int match = all != NULL;
-    for (int i = 0; i < 3 && all; i++) {
+    for (int i = 0; i < 4 && all; i++) {
         Err e;
         cJSON_AddNumberToObject(pl, mem_category_name(cats[i]), (double)plan[cats[i]]);
         if (comm_allgather_f64(c, (double)r->mem.bytes[cats[i]], all, &e) != ST_OK) match = 0;
@@ -810,8 +814,9 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
                 cJSON_AddNumberToObject(mp, mem_category_name((MemCategory)c), (double)plan_b[c]);
         if (r->par) {
             size_t pb[MEM_NCAT];
-            par_planned_bytes(&r->g.layout, r->dp, cfg->zero, nmom, pb);
+            run_par_plan(r, pb);
             cJSON_ReplaceItemInObject(mp, "parameters", cJSON_CreateNumber((double)pb[MEM_PARAMS]));
+            cJSON_ReplaceItemInObject(mp, "master_weights", cJSON_CreateNumber((double)pb[MEM_MASTER]));
             cJSON_ReplaceItemInObject(mp, "gradients", cJSON_CreateNumber((double)pb[MEM_GRADS]));
             cJSON_ReplaceItemInObject(mp, "optimizer_moments", cJSON_CreateNumber((double)pb[MEM_MOMENTS]));
         }
@@ -987,7 +992,7 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
         int updated = hv.action == HEALTH_ACT_NONE || hv.action == HEALTH_ACT_LOG;
         if (updated) {
             if (r->par) {
-                par_optim_step(r->par, &cfg->optim, next, lr, scale);
+                par_optim_step(r->par, &cfg->optim, next, lr, scale / lscale);
                 if ((st = par_params_sync(r->par, err)) != ST_OK) goto done_signals;
             } else {
                 /* Mixed precision: the working copy follows the fp32 master in the same pass. */
