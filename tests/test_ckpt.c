@@ -150,6 +150,20 @@ static int loads_as(const ModelConfig *mc, const char *path, uint64_t seed, long
     return ok;
 }
 
+static const char *const FILES4[] = {"model.safetensors", "config.json", "optimizer.safetensors", "state.json"};
+
+typedef struct {
+    int calls, monotone;
+    uint64_t last_done, total;
+} LoadCount;
+
+static void count_progress(void *ctx, uint64_t done, uint64_t total) {
+    LoadCount *c = ctx;
+    if (c->calls == 0) c->monotone = 1;
+    if (done < c->last_done || done > total || (c->calls && total != c->total)) c->monotone = 0;
+    c->calls++, c->last_done = done, c->total = total;
+}
+
 static void test_round_trip(const ModelConfig *mc) {
 #define RT TMP "/rt"
     const char *dir = RT;
@@ -172,6 +186,27 @@ static void test_round_trip(const ModelConfig *mc) {
     ok = st_load_hf_weights(&b.g, RT "/step_00000100", &e) == ST_OK &&
          !memcmp(a.g.params, b.g.params, a.g.layout.total * 4);
     tu_check(ok, "ckpt_model_is_hf_folder", "st_load_hf_weights on the checkpoint directory, memcmp");
+    /* Load progress: calls in order, ending at the sizes on disk of the model and optimizer files. */
+    {
+        LoadCount lc = {0};
+        State p;
+        state_init(&p, mc);
+        CkptOptState pop = opt_of(&p);
+        Status pst = ckpt_load_progress(RT "/step_00000100", &p.g, &pop, NULL, count_progress, &lc, &e);
+        uint64_t want = 0;
+        for (int i = 0; i < 3; i += 2) {
+            char fp[256];
+            struct stat sb;
+            snprintf(fp, sizeof fp, RT "/step_00000100/%s", FILES4[i]);
+            if (stat(fp, &sb) == 0) want += (uint64_t)sb.st_size;
+        }
+        tu_check(pst == ST_OK && lc.calls >= 2 && lc.monotone && lc.last_done == want && lc.total == want &&
+                     !memcmp(p.g.params, a.g.params, a.g.layout.total * 4),
+                 "ckpt_load_progress", "%d calls, last %llu of %llu, files %llu bytes, %s", lc.calls,
+                 (unsigned long long)lc.last_done, (unsigned long long)lc.total, (unsigned long long)want,
+                 lc.monotone ? "monotone" : "NOT monotone");
+        state_free(&p);
+    }
     /* Wrong model shape is refused naming the tensor. */
     ModelConfig other = model_cfg(mc->n_layer, mc->n_embd, mc->vocab + 1);
     State c;
@@ -183,7 +218,6 @@ static void test_round_trip(const ModelConfig *mc) {
     state_free(&a), state_free(&b), state_free(&c);
 }
 
-static const char *const FILES4[] = {"model.safetensors", "config.json", "optimizer.safetensors", "state.json"};
 
 static void test_corruption(const ModelConfig *mc) {
     const char *dir = TMP "/rt/step_00000100";
@@ -208,7 +242,8 @@ static void test_corruption(const ModelConfig *mc) {
             Status st = ckpt_verify(dir, &e);
             if (st != ST_OK) detected++;
             if (st != ST_OK && strstr(e.msg, FILES4[f])) named++;
-            else if (!first_bad[0]) snprintf(first_bad, sizeof first_bad, "%s@%zu: %s", FILES4[f], pos[i], st ? e.msg : "accepted");
+            else if (!first_bad[0])
+                snprintf(first_bad, sizeof first_bad, "%s@%zu: %.900s", FILES4[f], pos[i], st ? e.msg : "accepted");
             fp = fopen(path, "r+b");
             fseek(fp, (long)pos[i], SEEK_SET), fputc((unsigned char)buf[pos[i]], fp), fclose(fp);
         }
@@ -245,7 +280,7 @@ static void test_corruption(const ModelConfig *mc) {
             cases++;
             Status st = ckpt_verify(dir, &e);
             if (st == ST_ERR_INPUT && strstr(e.msg, FILES4[f])) refused++;
-            if (f == 0 && c == 0) snprintf(sample, sizeof sample, "%s", e.msg);
+            if (f == 0 && c == 0) snprintf(sample, sizeof sample, "%.1000s", e.msg);
             const void *b[1] = {buf};
             size_t l[1] = {len};
             file_write_atomic(path, b, l, 1, &e);
@@ -265,14 +300,14 @@ static int previous_loadable(const ModelConfig *mc, const char *dir, int stage, 
     char out[4096], note[1024];
     Err e = {0};
     if (ckpt_resolve(dir, "auto", out, sizeof out, note, sizeof note, &e) != ST_OK) {
-        snprintf(why, n, "resolve: %s", e.msg);
+        snprintf(why, n, "resolve: %.900s", e.msg);
         return 0;
     }
     long want = stage >= 7 ? 2 : 1;
     char expect[1024];
     snprintf(expect, sizeof expect, "%s/step_%08ld", dir, want);
     if (strcmp(out, expect)) {
-        snprintf(why, n, "resolved %s, expected %s", out, expect);
+        snprintf(why, n, "resolved %.500s, expected %.400s", out, expect);
         return 0;
     }
     snprintf(expect, sizeof expect, "%s/step_00000001", dir);

@@ -130,7 +130,7 @@ static void run(const char *file, int nt) {
     oc.beta1 = (float)hp[1], oc.beta2 = (float)hp[2], oc.eps = (float)hp[3], oc.weight_decay = (float)hp[4];
     for (int k = 0; k < g.layout.ntensors; k++) load_param(&g, &f, "", k);
     float *m = calloc(g.layout.total, sizeof(float)), *v = calloc(g.layout.total, sizeof(float));
-    OptimRange *ranges = calloc((size_t)g.layout.ntensors, sizeof *ranges);
+    OptimRange *ranges = calloc(g.layout.ntensors > 0 ? (size_t)g.layout.ntensors : 1, sizeof *ranges);
     for (int k = 0; k < g.layout.ntensors; k++)
         ranges[k] = (OptimRange){g.layout.tensors[k].offset, g.layout.tensors[k].numel, g.layout.tensors[k].decay};
     double worst_loss = 0;

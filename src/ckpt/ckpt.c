@@ -642,27 +642,70 @@ Status ckpt_save(const Gpt *g, const CkptOptState *opt, const CkptMeta *meta, co
 /* Verify and load                                                                           */
 /* ======================================================================================== */
 
-/* Reads ckpt/name and checks size and hash against sum; *buf receives the bytes if buf != NULL. */
-static Status check_file(const char *ckpt, const char *name, const FileSum *sum, char **buf, size_t *len, Err *err) {
-    char path[4200], *data;
-    size_t n;
+/* Progress over the files one load or verify reads: bytes read and hashed so far, of total. */
+typedef struct {
+    CkptProgressFn fn;
+    void *ctx;
+    uint64_t done, total;
+} ReadProgress;
+
+#define READ_CHUNK ((size_t)32 << 20)
+
+/* Reads ckpt/name in chunks, hashing as it goes, and checks size and hash against sum; *buf
+ * receives the bytes if buf != NULL (otherwise one chunk-sized buffer is reused, so verifying
+ * never holds a whole file). The size is checked before any reading. */
+static Status check_file(const char *ckpt, const char *name, const FileSum *sum, char **buf, size_t *len,
+                         ReadProgress *pg, Err *err) {
+    char path[4200];
     join(path, sizeof path, ckpt, name);
-    Status st = file_read_all(path, &data, &n, err);
-    if (st != ST_OK) return err_set(err, ST_ERR_INPUT, "%s/%s: missing or unreadable", base_name(ckpt), name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        if (fd >= 0) close(fd);
+        return err_set(err, ST_ERR_INPUT, "%s/%s: missing or unreadable", base_name(ckpt), name);
+    }
+    size_t n = (size_t)sb.st_size;
     if (n != sum->bytes) {
-        free(data);
+        close(fd);
         return err_set(err, ST_ERR_INPUT, "%s/%s: expected %zu bytes, found %zu (%s)", base_name(ckpt), name,
                        sum->bytes, n, n < sum->bytes ? "truncated" : "corrupt");
     }
-    uint64_t h = XXH3_64bits(data, n);
-    if (h != sum->xxh3) {
-        free(data);
-        return err_set(err, ST_ERR_INPUT, "%s/%s: xxh3 checksum mismatch: state.json records %016" PRIx64
-                       ", file has %016" PRIx64 " (corrupt)", base_name(ckpt), name, sum->xxh3, h);
+    char *data = malloc(buf ? n + 1 : (n < READ_CHUNK ? n + 1 : READ_CHUNK));
+    XXH3_state_t *hs = XXH3_createState();
+    Status st = ST_OK;
+    if (!data || !hs || XXH3_64bits_reset(hs) != XXH_OK) {
+        st = err_set(err, ST_ERR_RUNTIME, "%s/%s: out of memory reading %zu bytes", base_name(ckpt), name, n);
+        goto out;
     }
-    if (buf) *buf = data, *len = n;
-    else free(data);
-    return ST_OK;
+    for (size_t off = 0; off < n;) {
+        size_t want = n - off < READ_CHUNK ? n - off : READ_CHUNK;
+        char *dst = buf ? data + off : data;
+        ssize_t got = read(fd, dst, want);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            st = err_set(err, ST_ERR_INPUT, "%s/%s: read failed after %zu of %zu bytes%s%s", base_name(ckpt), name, off,
+                         n, got < 0 ? ": " : " (truncated while reading)", got < 0 ? strerror(errno) : "");
+            goto out;
+        }
+        XXH3_64bits_update(hs, dst, (size_t)got);
+        off += (size_t)got;
+        if (pg && pg->fn) pg->done += (uint64_t)got, pg->fn(pg->ctx, pg->done, pg->total);
+    }
+    uint64_t h = XXH3_64bits_digest(hs);
+    if (h != sum->xxh3) {
+        st = err_set(err, ST_ERR_INPUT, "%s/%s: xxh3 checksum mismatch: state.json records %016" PRIx64
+                     ", file has %016" PRIx64 " (corrupt)", base_name(ckpt), name, sum->xxh3, h);
+        goto out;
+    }
+    if (buf) {
+        data[n] = '\0';
+        *buf = data, *len = n, data = NULL;
+    }
+out:
+    XXH3_freeState(hs);
+    free(data);
+    close(fd);
+    return st;
 }
 
 static Status read_state_named(const char *ckpt, CkptMeta *m, FileSum *sums, Err *err) {
@@ -687,26 +730,33 @@ Status ckpt_verify(const char *ckpt_path, Err *err) {
     Status st = read_state_named(ckpt_path, &m, sums, err);
     if (st != ST_OK) return st;
     ckpt_meta_free(&m);
-    for (int i = 0; i < NFILES && st == ST_OK; i++) st = check_file(ckpt_path, FILES[i], &sums[i], NULL, NULL, err);
+    for (int i = 0; i < NFILES && st == ST_OK; i++)
+        st = check_file(ckpt_path, FILES[i], &sums[i], NULL, NULL, NULL, err);
     return st;
 }
 
 Status ckpt_load(const char *ckpt_path, Gpt *g, const CkptOptState *opt, CkptMeta *meta, Err *err) {
+    return ckpt_load_progress(ckpt_path, g, opt, meta, NULL, NULL, err);
+}
+
+Status ckpt_load_progress(const char *ckpt_path, Gpt *g, const CkptOptState *opt, CkptMeta *meta,
+                          CkptProgressFn progress, void *progress_ctx, Err *err) {
     CkptMeta m;
     FileSum sums[NFILES];
     Status st = read_state_named(ckpt_path, &m, sums, err);
     if (st != ST_OK) return st;
+    ReadProgress pg = {progress, progress_ctx, 0, sums[0].bytes + sums[2].bytes}; /* the two data files */
     char *mb = NULL, *ob = NULL;
     size_t ml = 0, ol = 0;
     StFile mf = {0}, of = {0};
     char path[4200];
-    if ((st = check_file(ckpt_path, FILES[1], &sums[1], NULL, NULL, err)) != ST_OK) goto done;
-    if ((st = check_file(ckpt_path, FILES[0], &sums[0], &mb, &ml, err)) != ST_OK) goto done;
+    if ((st = check_file(ckpt_path, FILES[1], &sums[1], NULL, NULL, NULL, err)) != ST_OK) goto done;
+    if ((st = check_file(ckpt_path, FILES[0], &sums[0], &mb, &ml, &pg, err)) != ST_OK) goto done;
     join(path, sizeof path, base_name(ckpt_path), FILES[0]);
     if ((st = st_parse(&mf, path, mb, ml, err)) != ST_OK) goto done;
     if ((st = st_hf_read_model(&mf, &g->layout, g->params, err)) != ST_OK) goto done;
     free(mb), mb = NULL;
-    if ((st = check_file(ckpt_path, FILES[2], &sums[2], &ob, &ol, err)) != ST_OK) goto done;
+    if ((st = check_file(ckpt_path, FILES[2], &sums[2], &ob, &ol, &pg, err)) != ST_OK) goto done;
     join(path, sizeof path, base_name(ckpt_path), FILES[2]);
     if ((st = st_parse(&of, path, ob, ol, err)) != ST_OK) goto done;
     if (opt) {

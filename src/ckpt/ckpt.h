@@ -125,6 +125,11 @@ Status ckpt_verify(const char *ckpt_path, Err *err);
  * receives state.json. Every loaded buffer is zeroed first, so padding stays zero and a resumed
  * state is bit-identical to the saved one. */
 Status ckpt_load(const char *ckpt_path, Gpt *g, const CkptOptState *opt, CkptMeta *meta, Err *err);
+/* The same, reporting bytes read and verified so far against the total of the two data files
+ * (model and optimizer, sizes from state.json) after every chunk of up to 32 MiB. */
+typedef void (*CkptProgressFn)(void *ctx, uint64_t done, uint64_t total);
+Status ckpt_load_progress(const char *ckpt_path, Gpt *g, const CkptOptState *opt, CkptMeta *meta,
+                          CkptProgressFn progress, void *progress_ctx, Err *err);
 
 /* Picks the checkpoint to resume from. spec "auto": the newest checkpoint directory under dir
  * that verifies; if newer ones are corrupt they are skipped and note says which and why. No

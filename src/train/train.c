@@ -340,11 +340,21 @@ static Status run_init_weights(Run *r, const char *path, Err *err) {
     return st;
 }
 
+/* A progress bar for long checkpoint reads and writes: on a terminal, or for 256 MiB and more of
+ * parameters in logs. NULL when none is wanted. */
+static Progress *run_ckpt_bar(Run *r, Progress *bar, const char *what) {
+    if (r->cfg.quiet || !(isatty(2) || r->g.layout.total * 4 >= ((size_t)256 << 20))) return NULL;
+    progress_init(bar, what, "bytes", "MB/s", 1e-6);
+    return bar;
+}
+
 /* Loads a checkpoint (written by any grid) into this rank's parameters and moments. */
 static Status run_load_ckpt(Run *r, const char *path, CkptMeta *meta, Err *err) {
+    Progress bar, *pb = run_ckpt_bar(r, &bar, "checkpoint load");
+    CkptProgressFn fn = pb ? progress_cb : NULL;
     if (!r->par) {
         CkptOptState opt = {r->m, r->v, NULL};
-        Status st = ckpt_load(path, &r->g, &opt, meta, err);
+        Status st = ckpt_load_progress(path, &r->g, &opt, meta, fn, pb, err);
         gpt_sync_lp(&r->g);
         return st;
     }
@@ -355,7 +365,7 @@ static Status run_load_ckpt(Run *r, const char *path, CkptMeta *meta, Err *err) 
     Gpt view = r->g;
     view.params = buf;
     CkptOptState opt = {buf + n, nv ? buf + 2 * n : NULL, NULL};
-    Status st = ckpt_load(path, &view, &opt, meta, err);
+    Status st = ckpt_load_progress(path, &view, &opt, meta, fn, pb, err);
     if (st == ST_OK) par_set_full(r->par, buf, opt.m, opt.v);
     run_staging_free(r, buf, 2 + nv);
     return st;
@@ -498,12 +508,9 @@ static Status save_checkpoint(Run *r, long step, long attempt, double *ms, CkptS
     CkptOptState opt = {r->m, r->v, NULL};
     CkptOptions o = ckpt_default_options();
     o.dir = c->ckpt_dir, o.keep_last = c->keep_last, o.keep_every = c->keep_every, o.tokenizer = c->tokenizer;
-    /* A progress bar for long synchronous saves (on a terminal, or 256 MiB and more in logs). */
-    Progress bar;
-    if (!r->async && !c->quiet && (isatty(2) || r->g.layout.total * 4 >= ((size_t)256 << 20))) {
-        progress_init(&bar, "checkpoint", "bytes", "MB/s", 1e-6);
-        o.progress = progress_cb, o.progress_ctx = &bar;
-    }
+    /* Synchronous saves show progress; an asynchronous one runs behind training. */
+    Progress bar, *pb = r->async ? NULL : run_ckpt_bar(r, &bar, "checkpoint");
+    if (pb) o.progress = progress_cb, o.progress_ctx = pb;
     Status st;
     memset(info, 0, sizeof *info);
     if (r->async) {
