@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
             tgt[i] = (int32_t)rng_below(7, 2, (uint64_t)s * N + i, (uint64_t)mc.vocab);
         }
         double t0 = timer_ms();
-        gpt_zero_grads(&g);
+        gpt_overwrite_grads(&g);
         g.ms_fwd = g.ms_bwd = 0;
         gpt_forward(&g, inp, tgt, B, T, 1.0f / N, 1, 0);
         gpt_backward(&g);

@@ -59,6 +59,41 @@ static void open_fixture(const char *file, Fixture *f, ModelConfig *mc, int *B, 
     }
 }
 
+/* gpt_overwrite_grads against gpt_zero_grads: the real tensors of the gradient buffer are filled
+ * with NaN first, so an element the overwriting backward fails to write shows; one micro-batch
+ * must equal the zeroed one, and a second (accumulated) micro-batch the zeroed pair. Equal means
+ * equal values (+0 and -0 alike: 0 + (-0) is +0, a written -0 stays -0); padding stays zero. */
+static void check_overwrite(Gpt *g, const int32_t *inp, const int32_t *tgt, int B, int T, long ntok,
+                            const char *label) {
+    size_t n = g->layout.total;
+    float *ref1 = malloc(n * 4), *ref2 = malloc(n * 4);
+    gpt_zero_grads(g);
+    gpt_forward(g, inp, tgt, B, T, 1.0f / ntok, 1, 0);
+    gpt_backward(g);
+    memcpy(ref1, g->grads, n * 4);
+    gpt_forward(g, inp, tgt, B, T, 0.5f / ntok, 1, 1);
+    gpt_backward(g);
+    memcpy(ref2, g->grads, n * 4);
+    for (int k = 0; k < g->layout.ntensors; k++) {
+        const TensorInfo *t = &g->layout.tensors[k];
+        size_t real = (size_t)t->rows_real * (t->ndim == 2 ? (size_t)t->shape[1] : 1);
+        for (size_t i = 0; i < real; i++) g->grads[t->offset + i] = NAN;
+    }
+    gpt_overwrite_grads(g);
+    gpt_forward(g, inp, tgt, B, T, 1.0f / ntok, 1, 0);
+    gpt_backward(g);
+    size_t bad1 = 0, bad2 = 0;
+    for (size_t i = 0; i < n; i++) bad1 += !(g->grads[i] == ref1[i]);
+    gpt_forward(g, inp, tgt, B, T, 0.5f / ntok, 1, 1);
+    gpt_backward(g);
+    for (size_t i = 0; i < n; i++) bad2 += !(g->grads[i] == ref2[i]);
+    char name[256];
+    snprintf(name, sizeof name, "%s: overwriting first micro-batch == zeroed buffer, then accumulation", label);
+    tu_check(bad1 == 0 && bad2 == 0, name, "%zu / %zu elements differ after 1 / 2 micro-batches (of %zu)", bad1, bad2,
+             n);
+    free(ref1), free(ref2);
+}
+
 static void run(const char *file, int nt) {
     Fixture f;
     ModelConfig mc;
@@ -114,6 +149,8 @@ static void run(const char *file, int nt) {
     for (size_t i = (size_t)V * C; i < wte->numel; i++) pad_nonzero += g.grads[wte->offset + i] != 0.0f;
     snprintf(name, sizeof name, "%s padded vocab rows (%d) zero gradient", file, mc.vocab_padded - V);
     tu_check(pad_nonzero == 0, name, "nonzero=%d", pad_nonzero);
+    snprintf(name, sizeof name, "%s threads=%d", file, nt);
+    check_overwrite(&g, inp, tgt, B, T, ntok, name);
 
     float *probs = malloc(sizeof(float) * V);
     gpt_probs_row0(&g, inp, T, probs);
@@ -203,6 +240,8 @@ static void run_bf16(const char *file) {
     snprintf(name, sizeof name, "%s bf16 memory: fp32 master + bf16 working copy", file);
     tu_check(ms.bytes[MEM_MASTER] == g.layout.total * 4 && ms.bytes[MEM_PARAMS] == g.layout.total * 2, name,
              "master %zu, parameters %zu bytes", ms.bytes[MEM_MASTER], ms.bytes[MEM_PARAMS]);
+    snprintf(name, sizeof name, "%s bf16", file);
+    check_overwrite(&g, inp, tgt, B, T, ntok, name);
     gpt_free(&g);
     fixture_free(&f);
 }

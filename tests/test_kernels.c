@@ -85,7 +85,7 @@ static void test_layernorm(void) {
     Case c = {ln_fwd, calloc(N * C, 4), randv(N * C, 4, 1), (size_t)N * C, &x};
     float *dinp = calloc(N * C, 4), *dw = calloc(C, 4), *db = calloc(C, 4), *scr = calloc(2 * C * 2, 4);
     c.forward(&c);
-    layernorm_backward(dinp, dw, db, scr, c.R, x.inp, x.w, x.mean, x.rstd, N, C, 2);
+    layernorm_backward(dinp, dw, db, scr, c.R, x.inp, x.w, x.mean, x.rstd, N, C, 1, 2);
     fd_check(&c, x.inp, dinp, N * C, "layernorm dinp");
     fd_check(&c, x.w, dw, C, "layernorm dweight");
     fd_check(&c, x.b, db, C, "layernorm dbias");
@@ -102,7 +102,7 @@ static void test_matmul(void) {
     MmCtx x = {randv(N * C, 5, 1), randv(OC * C, 6, 1), randv(OC, 7, 1), N, C, OC};
     Case c = {mm_fwd, calloc(N * OC, 4), randv(N * OC, 8, 1), (size_t)N * OC, &x};
     float *dinp = calloc(N * C, 4), *dw = calloc(OC * C, 4), *db = calloc(OC, 4);
-    matmul_backward(dinp, dw, db, c.R, x.inp, x.w, N, C, OC, 2);
+    matmul_backward(dinp, dw, db, c.R, x.inp, x.w, N, C, OC, 1, 2);
     fd_check(&c, x.inp, dinp, N * C, "matmul dinp");
     fd_check(&c, x.w, dw, OC * C, "matmul dweight");
     fd_check(&c, x.b, db, OC, "matmul dbias");
@@ -229,8 +229,8 @@ static void test_bf16_fused(void) {
     float *bw = randv(OC, 72, 1), *bg = malloc(OC * 4), *f1 = calloc(n, 4), *f2 = calloc(n, 4);
     memcpy(bg, bw, OC * 4);
     cast_bf16(want, g, n, 2);
-    matmul_backward(NULL, NULL, bw, g, NULL, NULL, N, 1, OC, 2);
-    cast_bf16_colsum(got, bg, g, N, OC, 2);
+    matmul_backward(NULL, NULL, bw, g, NULL, NULL, N, 1, OC, 1, 2);
+    cast_bf16_colsum(got, bg, g, N, OC, 1, 2);
     tu_check(!memcmp(want, got, n * 2) && !memcmp(bw, bg, OC * 4), "cast_bf16_colsum",
              "bf16 copy and bias sums bit-identical to cast_bf16 + matmul_backward required");
     gelu_forward(f1, x, n, 2);
@@ -240,8 +240,8 @@ static void test_bf16_fused(void) {
              "fp32 output and bf16 copy bit-identical to gelu_forward + cast_bf16 required");
     gelu_backward(f1, g, x, n, 2);
     cast_bf16(want, f1, n, 2);
-    matmul_backward(NULL, NULL, bw, f1, NULL, NULL, N, 1, OC, 2);
-    gelu_backward_bf16(got, bg, g, x, N, OC, 1); /* one thread against two: the sums do not move */
+    matmul_backward(NULL, NULL, bw, f1, NULL, NULL, N, 1, OC, 1, 2);
+    gelu_backward_bf16(got, bg, g, x, N, OC, 1, 1); /* one thread against two: the sums do not move */
     tu_check(!memcmp(want, got, n * 2) && !memcmp(bw, bg, OC * 4), "gelu_backward_bf16",
              "bf16 gradient and bias sums bit-identical to gelu_backward + cast_bf16 + matmul_backward required");
 }
@@ -277,7 +277,7 @@ typedef struct { float *x, *wte, *logits, *losses; int32_t *tgt; int n, C, V, Vp
 static void head_fwd(Case *c) {
     HeadCtx *h = c->ctx;
     head_forward_backward(h->losses, NULL, NULL, h->logits, h->x, h->wte, h->tgt, h->n, h->C, h->V, h->Vp, 0, 2,
-                          2, NULL, NULL, NULL);
+                          1, 2, NULL, NULL, NULL);
     memcpy(c->out, h->losses, sizeof(float) * h->n);
 }
 static void test_head(void) {
@@ -288,13 +288,22 @@ static void test_head(void) {
     Case c = {head_fwd, calloc(n, 4), ones, (size_t)n, &h};
     float *dx = calloc(n * C, 4), *dwte = calloc(Vp * C, 4);
     /* chunk 2 rows: exercises the chunked loop */
-    head_forward_backward(h.losses, dx, dwte, h.logits, h.x, h.wte, tgt, n, C, V, Vp, 1.0f, 2, 2, NULL, NULL, NULL);
+    head_forward_backward(h.losses, dx, dwte, h.logits, h.x, h.wte, tgt, n, C, V, Vp, 1.0f, 2, 1, 2, NULL, NULL, NULL);
     fd_check(&c, h.x, dx, n * C, "head+cross-entropy dx (masked row, chunked)");
     fd_check(&c, h.wte, dwte, V * C, "head+cross-entropy dwte");
     int nz = 0;
     for (int i = V * C; i < Vp * C; i++) nz += dwte[i] != 0;
     tu_check(nz == 0 && h.losses[1] == 0.0f, "head padded rows and masked row", "nonzero padded grads=%d masked loss=%g",
              nz, h.losses[1]);
+    /* acc = 0 over 3 chunks: the first chunk writes the V real rows (NaN before), the others add;
+     * equal to accumulating into zeros, and the padded rows are left alone. */
+    float *dw0 = malloc(Vp * C * 4), *dx0 = calloc(n * C, 4);
+    for (int i = 0; i < Vp * C; i++) dw0[i] = i < V * C ? NAN : 0.0f;
+    head_forward_backward(h.losses, dx0, dw0, h.logits, h.x, h.wte, tgt, n, C, V, Vp, 1.0f, 2, 0, 2, NULL, NULL, NULL);
+    int diff = 0;
+    for (int i = 0; i < Vp * C; i++) diff += !(dw0[i] == dwte[i]);
+    tu_check(diff == 0, "head dwte overwritten (acc 0, chunked)", "%d of %d elements differ from accumulating into zeros",
+             diff, Vp * C);
 }
 
 /* ---- Residual with dropout ---- */
@@ -322,7 +331,7 @@ static void test_threads(void) {
     float *r[2][3];
     for (int t = 0; t < 2; t++) {
         float *dinp = calloc(N * C, 4), *dw = calloc(C, 4), *db = calloc(C, 4), *scr = calloc((N / 64 + 1) * 2 * C, 4);
-        layernorm_backward(dinp, dw, db, scr, dout, inp, w, mean, rstd, N, C, t + 1);
+        layernorm_backward(dinp, dw, db, scr, dout, inp, w, mean, rstd, N, C, 1, t + 1);
         r[t][0] = dinp, r[t][1] = dw, r[t][2] = db;
     }
     int same = !memcmp(r[0][0], r[1][0], N * C * 4) && !memcmp(r[0][1], r[1][1], C * 4) &&
@@ -330,8 +339,8 @@ static void test_threads(void) {
     tu_check(same, "layernorm backward bit-identical for 1 and 2 threads", "%s", same ? "memcmp equal" : "differ");
     float *g = randv(N * OC, 34, 1), *db1 = calloc(OC, 4), *db2 = calloc(OC, 4);
     float *dw1 = calloc(OC * C, 4), *dw2 = calloc(OC * C, 4), *wm = randv(OC * C, 35, 1);
-    matmul_backward(NULL, dw1, db1, g, inp, wm, N, C, OC, 1);
-    matmul_backward(NULL, dw2, db2, g, inp, wm, N, C, OC, 2);
+    matmul_backward(NULL, dw1, db1, g, inp, wm, N, C, OC, 1, 1);
+    matmul_backward(NULL, dw2, db2, g, inp, wm, N, C, OC, 1, 2);
     tu_check(!memcmp(db1, db2, OC * 4), "bias gradient bit-identical for 1 and 2 threads", "OC=%d", OC);
     int32_t *tok = malloc(N * sizeof(int32_t));
     for (int i = 0; i < N; i++) tok[i] = (int32_t)rng_below(1, 2, i, 7); /* many repeats */

@@ -199,6 +199,11 @@ void gpt_zero_grads(Gpt *g) {
     memset(g->grads, 0, g->layout.total * sizeof(float));
 }
 
+void gpt_overwrite_grads(Gpt *g) {
+    ST_CHECK(g->grads != NULL);
+    g->grads_overwrite = 1;
+}
+
 static void hook(void (*fn)(void *, int), void *ctx, int seg) {
     if (fn) fn(ctx, seg);
 }
@@ -249,8 +254,8 @@ double gpt_forward(Gpt *g, const int32_t *inp, const int32_t *tgt, int B, int T,
     double head_fwd = 0, head_bwd = 0;
     double t1 = timer_ms();
     head_forward_backward_p(&g->mp, g->losses, train ? g->dbuf_b : NULL, g->g.wte, g->logits, g->lnf, g->p.wte,
-                            lp(g, g->p.wte), tgt, N, C,
-                          cfg->vocab, cfg->vocab_padded, dscale, g->head_chunk, nt, NULL, &head_fwd, &head_bwd);
+                            lp(g, g->p.wte), tgt, N, C, cfg->vocab, cfg->vocab_padded, dscale, g->head_chunk,
+                            !(train && g->grads_overwrite), nt, NULL, &head_fwd, &head_bwd);
     double t2 = timer_ms();
     g->have_head_grads = train;
     /* Fixed-order sum of the per-row losses. */
@@ -269,12 +274,13 @@ void gpt_backward(Gpt *g) {
     double t0 = timer_ms();
     Dropout off = {0};
     size_t NC = (size_t)N * C;
+    int acc = !g->grads_overwrite; /* 0: every parameter gradient below is written, not added */
 
     hook(g->hooks.before_backward, g->hooks.ctx, L + 1);
     memset(g->dres, 0, NC * sizeof(float));
     const float *xlast = L > 0 ? g->la[L - 1].res3 : g->encoded;
     layernorm_backward(g->dres, g->g.lnfw, g->g.lnfb, g->ln_scratch, g->dbuf_b, xlast, g->p.lnfw, g->lnf_mean,
-                       g->lnf_rstd, N, C, nt);
+                       g->lnf_rstd, N, C, acc, nt);
     hook(g->hooks.grads_ready, g->hooks.ctx, L + 1);
 
     for (int l = L - 1; l >= 0; l--) {
@@ -296,38 +302,41 @@ void gpt_backward(Gpt *g) {
             dropout_backward(g->dbuf_c, g->dres, NC, dropout_at(g, l, DROP_MLP_RES), nt);
             dbranch = g->dbuf_c;
         }
-        matmul_backward_p(&g->mp, g->dbuf_a, dp->fcprojw, dp->fcprojb, dbranch, a->fch_gelu, p->fcprojw, lp(g, p->fcprojw), N,
-                          4 * C, C, nt);
+        matmul_backward_p(&g->mp, g->dbuf_a, dp->fcprojw, dp->fcprojb, dbranch, a->fch_gelu, p->fcprojw,
+                          lp(g, p->fcprojw), N, 4 * C, C, acc, nt);
         if (g->mp.bf16) { /* GELU backward writes fc's bf16 output gradient and its bias gradient */
-            gelu_backward_bf16(g->mp.a, dp->fcb, g->dbuf_a, a->fch, N, 4 * C, nt);
+            gelu_backward_bf16(g->mp.a, dp->fcb, g->dbuf_a, a->fch, N, 4 * C, acc, nt);
             cast_bf16(g->mp.b, a->ln2, NC, nt);
-            matmul_backward_lp(g->dbuf_b, dp->fcw, g->mp.a, g->mp.b, lp(g, p->fcw), N, C, 4 * C);
+            matmul_backward_lp(g->dbuf_b, dp->fcw, g->mp.a, g->mp.b, lp(g, p->fcw), N, C, 4 * C, acc);
         } else {
             gelu_backward(g->dbuf_a, g->dbuf_a, a->fch, NC * 4, nt);
             matmul_backward_p(&g->mp, g->dbuf_b, dp->fcw, dp->fcb, g->dbuf_a, a->ln2, p->fcw, lp(g, p->fcw), N, C,
-                              4 * C, nt);
+                              4 * C, acc, nt);
         }
         layernorm_backward(g->dres, dp->ln2w, dp->ln2b, g->ln_scratch, g->dbuf_b, a->res2, p->ln2w, a->ln2_mean,
-                           a->ln2_rstd, N, C, nt);
+                           a->ln2_rstd, N, C, acc, nt);
         dbranch = g->dres;
         if (cfg->dropout > 0) {
             dropout_backward(g->dbuf_c, g->dres, NC, dropout_at(g, l, DROP_ATTN_RES), nt);
             dbranch = g->dbuf_c;
         }
-        matmul_backward_p(&g->mp, g->dbuf_b, dp->attprojw, dp->attprojb, dbranch, a->atty, p->attprojw, lp(g, p->attprojw),
-                          N, C, C, nt);
+        matmul_backward_p(&g->mp, g->dbuf_b, dp->attprojw, dp->attprojb, dbranch, a->atty, p->attprojw,
+                          lp(g, p->attprojw), N, C, C, acc, nt);
         attention_backward(g->dbuf_a, g->att_scratch, g->dbuf_b, a->qkv, a->atty, a->lse, B, T, C, NH,
                            cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off, g->mp.bf16, nt);
         matmul_backward_p(&g->mp, g->dbuf_b, dp->qkvw, dp->qkvb, g->dbuf_a, a->ln1, p->qkvw, lp(g, p->qkvw), N, C, 3 * C,
-                          nt);
+                          acc, nt);
         layernorm_backward(g->dres, dp->ln1w, dp->ln1b, g->ln_scratch, g->dbuf_b, x, p->ln1w, a->ln1_mean,
-                           a->ln1_rstd, N, C, nt);
+                           a->ln1_rstd, N, C, acc, nt);
         hook(g->hooks.grads_ready, g->hooks.ctx, l + 1);
     }
     hook(g->hooks.before_backward, g->hooks.ctx, 0);
+    /* wte's gradient was written by the head in the forward; wpe's has max_seq rows, of which
+     * only the first T get a contribution, so overwriting starts from zeros there (a few MB). */
+    if (!acc) memset(g->g.wpe, 0, (size_t)cfg->max_seq * C * sizeof(float));
     encoder_backward(g->g.wte, g->g.wpe, g->dres, g->cur_inp, B, T, C, dropout_at(g, -1, DROP_EMBED), nt);
     hook(g->hooks.grads_ready, g->hooks.ctx, 0);
-    g->have_head_grads = 0;
+    g->have_head_grads = 0, g->grads_overwrite = 0;
     g->ms_bwd += timer_ms() - t0;
 }
 
@@ -336,6 +345,6 @@ void gpt_probs_row0(Gpt *g, const int32_t *inp, int T, float *probs) {
     ST_CHECK(tgt != NULL);
     gpt_forward(g, inp, tgt, 1, T, 0.0f, 0, 0);
     head_forward_backward(g->losses, NULL, NULL, g->logits, g->lnf, g->p.wte, tgt, 1, g->cfg.n_embd, g->cfg.vocab,
-                          g->cfg.vocab_padded, 0.0f, g->head_chunk, g->nt, probs, NULL, NULL);
+                          g->cfg.vocab_padded, 0.0f, g->head_chunk, 1, g->nt, probs, NULL, NULL);
     free(tgt);
 }

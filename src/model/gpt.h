@@ -74,6 +74,7 @@ typedef struct {
     int curB, curT;
     uint64_t cur_drop_counter;
     int have_head_grads;
+    int grads_overwrite; /* set by gpt_overwrite_grads, cleared by the next gpt_backward */
     double ms_fwd, ms_bwd; /* accumulated by forward/backward; the caller resets them */
 } Gpt;
 
@@ -115,6 +116,13 @@ void gpt_init_params(Gpt *g, uint64_t seed);
 
 void gpt_zero_grads(Gpt *g);
 
+/* The next training forward + backward WRITE the parameter gradients instead of adding to them:
+ * for the first micro-batch of a step, in place of gpt_zero_grads (which costs a pass over the
+ * buffer, and makes every gradient GEMM read the zeros back). Every element of a real parameter
+ * is written; padding (padded vocabulary rows, layout alignment) is never written by anything and
+ * keeps the zeros it was allocated with. Not for external gradient buffers (ZeRO >= 2). */
+void gpt_overwrite_grads(Gpt *g);
+
 /* Forward pass of one micro-batch inp (B, T) with targets tgt (B, T; -1 = ignored). Returns the
  * SUM of the per-token losses over unmasked targets (divide by the token count for a mean).
  * With train != 0 the LM head's backward runs fused with the loss (dlogits scaled by dscale,
@@ -123,7 +131,8 @@ void gpt_zero_grads(Gpt *g);
 double gpt_forward(Gpt *g, const int32_t *inp, const int32_t *tgt, int B, int T, float dscale, int train,
                    uint64_t drop_counter);
 
-/* Backward of the micro-batch of the last gpt_forward(train=1): parameter gradients ADD (+=). */
+/* Backward of the micro-batch of the last gpt_forward(train=1): parameter gradients ADD (+=), or
+ * are written after gpt_overwrite_grads. */
 void gpt_backward(Gpt *g);
 
 /* Probabilities over the V real tokens of row 0 of the last forward (tests). probs (V). */

@@ -131,7 +131,7 @@ void residual_layernorm_forward(float *res, float *out, float *mean, float *rstd
 }
 
 void layernorm_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout, const float *inp,
-                        const float *w, const float *mean, const float *rstd, int N, int C, int nt) {
+                        const float *w, const float *mean, const float *rstd, int N, int C, int acc, int nt) {
     int nchunk = (N + KERNEL_ROW_CHUNK - 1) / KERNEL_ROW_CHUNK;
 #pragma omp parallel num_threads(nt)
     {
@@ -168,8 +168,8 @@ void layernorm_backward(float *dinp, float *dw, float *db, float *scratch, const
                 sw += scratch[(size_t)k * 2 * C + c];
                 sb += scratch[(size_t)k * 2 * C + C + c];
             }
-            dw[c] += sw;
-            db[c] += sb;
+            dw[c] = acc ? dw[c] + sw : sw;
+            db[c] = acc ? db[c] + sb : sb;
         }
     }
 }
@@ -183,41 +183,41 @@ void matmul_forward(float *out, const float *inp, const float *w, const float *b
 }
 
 void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
-                     int N, int C, int OC, int nt) {
+                     int N, int C, int OC, int acc, int nt) {
     if (dinp) mm_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
-    if (dw) mm_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+    if (dw) mm_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, acc ? 1.0f : 0.0f, dw, C);
     if (!dbias) return;
     /* Column sums: 64-column blocks, each summed over all rows in order by one thread. */
     int nblk = (OC + COLSUM_BLOCK - 1) / COLSUM_BLOCK;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int kb = 0; kb < nblk; kb++) {
         int j0 = kb * COLSUM_BLOCK, j1 = j0 + COLSUM_BLOCK < OC ? j0 + COLSUM_BLOCK : OC;
-        float acc[COLSUM_BLOCK] = {0};
+        float sum[COLSUM_BLOCK] = {0};
         for (int i = 0; i < N; i++) {
             const float *g = dout + (size_t)i * OC;
 #pragma omp simd
-            for (int j = j0; j < j1; j++) acc[j - j0] += g[j];
+            for (int j = j0; j < j1; j++) sum[j - j0] += g[j];
         }
-        for (int j = j0; j < j1; j++) dbias[j] += acc[j - j0];
+        for (int j = j0; j < j1; j++) dbias[j] = acc ? dbias[j] + sum[j - j0] : sum[j - j0];
     }
 }
 
-void cast_bf16_colsum(uint16_t *dst, float *colsum, const float *src, int N, int OC, int nt) {
+void cast_bf16_colsum(uint16_t *dst, float *colsum, const float *src, int N, int OC, int acc, int nt) {
     int nblk = (OC + COLSUM_BLOCK - 1) / COLSUM_BLOCK;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int kb = 0; kb < nblk; kb++) {
         int j0 = kb * COLSUM_BLOCK, j1 = j0 + COLSUM_BLOCK < OC ? j0 + COLSUM_BLOCK : OC;
-        float acc[COLSUM_BLOCK] = {0};
+        float sum[COLSUM_BLOCK] = {0};
         for (int i = 0; i < N; i++) {
             const float *g = src + (size_t)i * OC;
             uint16_t *d = dst + (size_t)i * OC;
 #pragma omp simd
             for (int j = j0; j < j1; j++) {
-                acc[j - j0] += g[j];
+                sum[j - j0] += g[j];
                 d[j] = bf16_rne(g[j]);
             }
         }
-        for (int j = j0; j < j1; j++) colsum[j] += acc[j - j0];
+        for (int j = j0; j < j1; j++) colsum[j] = acc ? colsum[j] + sum[j - j0] : sum[j - j0];
     }
 }
 
@@ -265,23 +265,23 @@ void matmul_forward_p(const MatPrec *mp, float *out, const float *inp, const flo
 }
 
 void matmul_backward_p(const MatPrec *mp, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                       const float *w, const uint16_t *w_lp, int N, int C, int OC, int nt) {
+                       const float *w, const uint16_t *w_lp, int N, int C, int OC, int acc, int nt) {
     if (mp && mp->fp16) {
         round_fp16(mp->fa, dout, (size_t)N * OC, nt);
         round_fp16(mp->fb, inp, (size_t)N * C, nt);
         widen_fp16(mp->fw, w_lp, (size_t)OC * C, nt);
-        matmul_backward(dinp, dw, NULL, mp->fa, mp->fb, mp->fw, N, C, OC, nt);
-        if (dbias) matmul_backward(NULL, NULL, dbias, mp->fa, NULL, NULL, N, C, OC, nt);
+        matmul_backward(dinp, dw, NULL, mp->fa, mp->fb, mp->fw, N, C, OC, acc, nt);
+        if (dbias) matmul_backward(NULL, NULL, dbias, mp->fa, NULL, NULL, N, C, OC, acc, nt);
         return;
     }
     if (!mp || !mp->bf16) {
-        matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, nt);
+        matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, acc, nt);
         return;
     }
-    if (dbias) cast_bf16_colsum(mp->a, dbias, dout, N, OC, nt);
+    if (dbias) cast_bf16_colsum(mp->a, dbias, dout, N, OC, acc, nt);
     else cast_bf16(mp->a, dout, (size_t)N * OC, nt);
     cast_bf16(mp->b, inp, (size_t)N * C, nt);
-    matmul_backward_lp(dinp, dw, mp->a, mp->b, w_lp, N, C, OC);
+    matmul_backward_lp(dinp, dw, mp->a, mp->b, w_lp, N, C, OC, acc);
 }
 
 void matmul_forward_lp(float *out, const uint16_t *inp_lp, const uint16_t *w_lp, const float *bias, int N, int C,
@@ -290,9 +290,9 @@ void matmul_forward_lp(float *out, const uint16_t *inp_lp, const uint16_t *w_lp,
 }
 
 void matmul_backward_lp(float *dinp, float *dw, const uint16_t *dout_lp, const uint16_t *inp_lp, const uint16_t *w_lp,
-                        int N, int C, int OC) {
+                        int N, int C, int OC, int acc) {
     if (dinp) mm_gemm_bf16(0, 0, N, C, OC, 1.0f, dout_lp, OC, w_lp, C, 0.0f, dinp, C);
-    mm_gemm_bf16(1, 0, OC, C, N, 1.0f, dout_lp, OC, inp_lp, C, 1.0f, dw, C);
+    mm_gemm_bf16(1, 0, OC, C, N, 1.0f, dout_lp, OC, inp_lp, C, acc ? 1.0f : 0.0f, dw, C);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -525,23 +525,24 @@ void gelu_forward_bf16(float *out, uint16_t *out_lp, const float *inp, size_t n,
     }
 }
 
-void gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, const float *dout, const float *inp, int N, int OC, int nt) {
+void gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, const float *dout, const float *inp, int N, int OC, int acc,
+                        int nt) {
     int nblk = (OC + COLSUM_BLOCK - 1) / COLSUM_BLOCK;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int kb = 0; kb < nblk; kb++) {
         int j0 = kb * COLSUM_BLOCK, j1 = j0 + COLSUM_BLOCK < OC ? j0 + COLSUM_BLOCK : OC;
-        float acc[COLSUM_BLOCK] = {0};
+        float sum[COLSUM_BLOCK] = {0};
         for (int i = 0; i < N; i++) {
             const float *g = dout + (size_t)i * OC, *x = inp + (size_t)i * OC;
             uint16_t *d = dinp_lp + (size_t)i * OC;
 #pragma omp simd
             for (int j = j0; j < j1; j++) {
                 float v = g[j] * gelu_grad_at(x[j]);
-                acc[j - j0] += v;
+                sum[j - j0] += v;
                 d[j] = bf16_rne(v);
             }
         }
-        for (int j = j0; j < j1; j++) colsum[j] += acc[j - j0];
+        for (int j = j0; j < j1; j++) colsum[j] = acc ? colsum[j] + sum[j - j0] : sum[j - j0];
     }
 }
 
@@ -565,19 +566,21 @@ void dropout_backward(float *out, const float *dout, size_t n, Dropout d, int nt
 /* ------------------------------------------------------------------------------------------ */
 
 void head_forward_backward(float *losses, float *dx, float *dwte, float *logits, const float *x, const float *wte,
-                           const int32_t *targets, int n, int C, int V, int Vp, float dscale, int chunk, int nt,
-                           float *probs_out, double *ms_fwd, double *ms_bwd) {
-    head_forward_backward_p(NULL, losses, dx, dwte, logits, x, wte, NULL, targets, n, C, V, Vp, dscale, chunk, nt,
+                           const int32_t *targets, int n, int C, int V, int Vp, float dscale, int chunk, int acc,
+                           int nt, float *probs_out, double *ms_fwd, double *ms_bwd) {
+    head_forward_backward_p(NULL, losses, dx, dwte, logits, x, wte, NULL, targets, n, C, V, Vp, dscale, chunk, acc, nt,
                             probs_out, ms_fwd, ms_bwd);
 }
 
 void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float *dwte, float *logits, const float *x,
                              const float *wte, const uint16_t *wte_lp, const int32_t *targets, int n, int C, int V,
-                             int Vp, float dscale, int chunk, int nt, float *probs_out, double *ms_fwd, double *ms_bwd) {
+                             int Vp, float dscale, int chunk, int acc, int nt, float *probs_out, double *ms_fwd,
+                             double *ms_bwd) {
     int lp = mp && mp->bf16, h16 = mp && mp->fp16;
     if (h16) widen_fp16(mp->fw, wte_lp, (size_t)V * C, nt); /* the V real rows of the tied weight */
     for (int r0 = 0; r0 < n; r0 += chunk) {
         int m = n - r0 < chunk ? n - r0 : chunk;
+        float beta = acc || r0 > 0 ? 1.0f : 0.0f; /* overwriting: the first chunk writes dwte's V rows */
         double t0 = timer_ms();
         /* Only the V real columns are computed; padded columns are never read (probability 0). */
         if (lp) {
@@ -619,14 +622,14 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
             if (h16) {
                 round_fp16(mp->fa, logits, (size_t)m * Vp, nt);
                 mm_sgemm(0, 0, m, C, V, 1.0f, mp->fa, Vp, mp->fw, C, 0.0f, dx + (size_t)r0 * C, C);
-                mm_sgemm(1, 0, V, C, m, 1.0f, mp->fa, Vp, mp->fb, C, 1.0f, dwte, C);
+                mm_sgemm(1, 0, V, C, m, 1.0f, mp->fa, Vp, mp->fb, C, beta, dwte, C);
             } else if (lp) {
                 cast_bf16(mp->a, logits, (size_t)m * Vp, nt);
                 mm_gemm_bf16(0, 0, m, C, V, 1.0f, mp->a, Vp, wte_lp, C, 0.0f, dx + (size_t)r0 * C, C);
-                mm_gemm_bf16(1, 0, V, C, m, 1.0f, mp->a, Vp, mp->b, C, 1.0f, dwte, C);
+                mm_gemm_bf16(1, 0, V, C, m, 1.0f, mp->a, Vp, mp->b, C, beta, dwte, C);
             } else {
                 mm_sgemm(0, 0, m, C, V, 1.0f, logits, Vp, wte, C, 0.0f, dx + (size_t)r0 * C, C);
-                mm_sgemm(1, 0, V, C, m, 1.0f, logits, Vp, x + (size_t)r0 * C, C, 1.0f, dwte, C);
+                mm_sgemm(1, 0, V, C, m, 1.0f, logits, Vp, x + (size_t)r0 * C, C, beta, dwte, C);
             }
             if (ms_bwd) *ms_bwd += timer_ms() - t1;
         }

@@ -1,8 +1,10 @@
 /* kernels.h — the layer kernels of the GPT, as forward/backward pairs.
  *
  * Conventions (STYLE.md): inputs are const; no allocation, no hidden state; scratch is passed in.
- * Backward kernels ADD (+=) into parameter gradients and, where noted, into the residual-stream
- * gradient; every other output is overwritten. N = B·T rows. Every reduction over rows uses a
+ * Backward kernels ADD (+=) into parameter gradients when their `acc` argument is 1 and overwrite
+ * them (=) when it is 0 (the first micro-batch of a step then needs no zeroed buffer: one write
+ * instead of a memset, a read and a write); where noted they also add into the residual-stream
+ * gradient, always; every other output is overwritten. N = B·T rows. Every reduction over rows uses a
  * fixed partition (64-row chunks summed in order, or one thread per output column), so results
  * do not depend on the OpenMP thread count. `nt` is the number of OpenMP threads to use. */
 #ifndef ST_MODEL_KERNELS_H
@@ -36,15 +38,16 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, c
  * with one read of res fewer. res may alias a. */
 void residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a, const float *b,
                                 Dropout d, const float *w, const float *bias, int N, int C, int nt);
-/* dinp += ..., dw += ..., db += ...; scratch holds ceil(N/64)·2C floats. */
+/* dinp += ..., dw += ..., db += ... (acc = 0: dw, db are overwritten instead); scratch holds
+ * ceil(N/64)·2C floats. */
 void layernorm_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout, const float *inp,
-                        const float *w, const float *mean, const float *rstd, int N, int C, int nt);
+                        const float *w, const float *mean, const float *rstd, int N, int C, int acc, int nt);
 
 /* out (N, OC) = inp (N, C) · w^T (w is (OC, C)) + bias (OC, may be NULL). */
 void matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int nt);
 /* dinp (N, C) = dout · w (overwritten; skipped if dinp is NULL); dw += dout^T · inp; dbias += column sums. */
 void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
-                     int N, int C, int OC, int nt);
+                     int N, int C, int OC, int acc, int nt);
 
 /* Causal multi-head attention, flash style. qkv (B, T, 3C) holds q, k, v; heads are contiguous hs
  * slices. out (B, T, C). The T×T scores are never stored: lse (B, NH, T) saves each row's
@@ -93,7 +96,7 @@ void widen_fp16(float *dst, const uint16_t *src, size_t n, int nt);
 void cast_bf16(uint16_t *dst, const float *src, size_t n, int nt);
 /* The same on src (N, OC), and colsum (OC) += its column sums in one pass: bit-identical to
  * cast_bf16 and matmul_backward's bias gradient. */
-void cast_bf16_colsum(uint16_t *dst, float *colsum, const float *src, int N, int OC, int nt);
+void cast_bf16_colsum(uint16_t *dst, float *colsum, const float *src, int N, int OC, int acc, int nt);
 
 /* GELU fused with the rounding of its output for the next bf16 GEMM: out as gelu_forward, and
  * out_lp = bf16(out), in one pass. */
@@ -101,19 +104,20 @@ void gelu_forward_bf16(float *out, uint16_t *out_lp, const float *inp, size_t n,
 /* GELU backward on (N, OC) fused with the next GEMM's rounding and the bias gradient:
  * dinp_lp = bf16(dout · gelu'(inp)), colsum (OC) += the column sums of the fp32 values; no fp32
  * output is written. Bit-identical to gelu_backward, cast_bf16 and matmul_backward's dbias. */
-void gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, const float *dout, const float *inp, int N, int OC, int nt);
+void gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, const float *dout, const float *inp, int N, int OC, int acc,
+                        int nt);
 
 /* A linear layer's bf16 GEMMs on operands already rounded (by the fused kernels above):
  * out = inp_lp · w_lp^T + bias; dinp = dout_lp · w_lp (skipped if NULL), dw += dout_lp^T · inp_lp. */
 void matmul_forward_lp(float *out, const uint16_t *inp_lp, const uint16_t *w_lp, const float *bias, int N, int C,
                        int OC);
 void matmul_backward_lp(float *dinp, float *dw, const uint16_t *dout_lp, const uint16_t *inp_lp, const uint16_t *w_lp,
-                        int N, int C, int OC);
+                        int N, int C, int OC, int acc);
 
 void matmul_forward_p(const MatPrec *mp, float *out, const float *inp, const float *w, const uint16_t *w_lp,
                       const float *bias, int N, int C, int OC, int nt);
 void matmul_backward_p(const MatPrec *mp, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                       const float *w, const uint16_t *w_lp, int N, int C, int OC, int nt);
+                       const float *w, const uint16_t *w_lp, int N, int C, int OC, int acc, int nt);
 
 /* Fused LM head and cross-entropy on rows [0, n) of x (n, C), tied weight wte (Vp, C) of which
  * the first V rows are real. For each row i with target t_i >= 0:
@@ -121,14 +125,16 @@ void matmul_backward_p(const MatPrec *mp, float *dinp, float *dw, float *dbias, 
  * logits is a (chunk, Vp) workspace; rows are processed `chunk` at a time so the (n, Vp) logits
  * are never all held. If dx is non-NULL (training): dlogits = (softmax - onehot)·dscale
  * for real columns, 0 for padded columns and masked rows; dx (n, C) is overwritten with
- * dlogits · wte and dwte += dlogits^T · x. If probs_out is non-NULL, row 0's V probabilities are
+ * dlogits · wte and dwte += dlogits^T · x (acc = 0: dwte's V real rows are overwritten; its padded
+ * rows are never written). If probs_out is non-NULL, row 0's V probabilities are
  * written to it (tests, sampling). Returns nothing; losses (n) overwritten. */
 void head_forward_backward(float *losses, float *dx, float *dwte, float *logits, const float *x, const float *wte,
-                           const int32_t *targets, int n, int C, int V, int Vp, float dscale, int chunk, int nt,
-                           float *probs_out, double *ms_fwd, double *ms_bwd);
+                           const int32_t *targets, int n, int C, int V, int Vp, float dscale, int chunk, int acc,
+                           int nt, float *probs_out, double *ms_fwd, double *ms_bwd);
 /* The same with mixed-precision GEMMs (wte_lp: bf16 copy of wte). */
 void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float *dwte, float *logits, const float *x,
                              const float *wte, const uint16_t *wte_lp, const int32_t *targets, int n, int C, int V,
-                             int Vp, float dscale, int chunk, int nt, float *probs_out, double *ms_fwd, double *ms_bwd);
+                             int Vp, float dscale, int chunk, int acc, int nt, float *probs_out, double *ms_fwd,
+                             double *ms_bwd);
 
 #endif

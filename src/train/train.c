@@ -878,7 +878,7 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
         if (r->par && (st = run_par_tokens(r, &ntok, &par_stop, err)) != ST_OK) goto done_signals;
         double t1 = timer_ms();
         if (r->par) par_step_begin(r->par, k, next);
-        else gpt_zero_grads(&r->g);
+        else gpt_overwrite_grads(&r->g); /* the first micro-batch writes the gradients, the others add */
         r->g.ms_fwd = r->g.ms_bwd = 0;
         double loss_sum = 0;
         float lscale = cfg->fp16 ? r->scaler.scale : 1.0f; /* fp16: the loss (so every gradient) is scaled */
