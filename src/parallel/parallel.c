@@ -446,8 +446,12 @@ Status par_hook_status(const Par *p, Err *err) {
 void par_step_begin(Par *p, int k, long step) {
     p->k = k, p->in_step = 1;
     p->c->step = step;
+    /* Stage 0: the first micro-batch writes the gradients (the all-reduce leaves padding at zero).
+     * Stage 1's in-place reduce-scatter may leave partial sums outside the owned block, so its
+     * buffer, like stage 2's shard, is zeroed. */
     if (p->zero >= 2) memset(p->gshard, 0, p->S * sizeof(float));
-    else memset(p->g->grads, 0, p->pl->total * sizeof(float));
+    else if (p->zero == 1) memset(p->g->grads, 0, p->pl->total * sizeof(float));
+    else gpt_overwrite_grads(p->g);
 }
 
 void par_micro_begin(Par *p, int j) {
