@@ -2,7 +2,7 @@
  * bytes planned by the pure layout function (the `start` record's memory_planned vs the `memory`
  * record); resident anonymous memory above the run's baseline is within 5% of the allocated total
  * (configs of 0.3-0.7 GB; the rest, about 14 MB of oneDNN and runtime scratch, is logged as
- * rss_unaccounted), for fp32 and bf16 and every recompute level.
+ * rss_unaccounted), for fp32 and bf16 at every recompute level and fp16 without recompute.
  *
  * Oracle: the layout function (planned) and the kernel's RssAnon (measured). */
 #include <cjson/cJSON.h>
@@ -51,14 +51,15 @@ int main(void) {
     ShardMeta meta = {0, N, 257};
     shard_write(DIR "/train.bin", tok, N, &meta, &e);
     const char *cats[] = {"parameters", "gradients", "optimizer_moments", "activations", "workspace", "master_weights"};
-    for (int bf = 0; bf <= 1; bf++) {
-        for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_FULL; rc++) {
+    static const char *const PREC[3] = {"fp32", "bf16", "fp16"};
+    for (int bf = 0; bf <= 2; bf++) {
+        for (int rc = RECOMPUTE_NONE; rc <= (bf == 2 ? RECOMPUTE_NONE : RECOMPUTE_FULL); rc++) {
             TrainConfig c = train_default_config();
             c.model = (ModelConfig){6, 6, 384, 257, 0, 256, 0.0f};
             snprintf(c.data, sizeof c.data, DIR "/train.bin");
             snprintf(c.log_path, sizeof c.log_path, DIR "/run.jsonl");
             c.micro_batch = 12, c.seq_len = 256, c.steps = 1, c.val_every = 0, c.quiet = 1, c.peak_flops = 1e11;
-            c.recompute = (Recompute)rc, c.bf16 = bf;
+            c.recompute = (Recompute)rc, c.bf16 = bf == 1, c.fp16 = bf == 2;
             /* Each run in a fresh child process: a baseline taken after earlier runs in the same
              * process would count the heap they freed but glibc kept. */
             pid_t pid = fork();
@@ -85,7 +86,7 @@ int main(void) {
                 }
             }
             char name[128];
-            snprintf(name, sizeof name, "%s recompute %s: allocated == planned per category", bf ? "bf16" : "fp32",
+            snprintf(name, sizeof name, "%s recompute %s: allocated == planned per category", PREC[bf],
                      layout_recompute_name((Recompute)rc));
             tu_check(exact, name, "%s", exact ? "all categories equal" : detail);
             double total = num(mem, "allocated_total"), rss = num(mem, "rss_anon_above_baseline");
@@ -95,7 +96,7 @@ int main(void) {
             rss = total;
 #endif
             snprintf(name, sizeof name, "%s recompute %s: resident anonymous memory within 5%% of allocated",
-                     bf ? "bf16" : "fp32", layout_recompute_name((Recompute)rc));
+                     PREC[bf], layout_recompute_name((Recompute)rc));
             tu_check(total > 2e8 && fabs(rss - total) <= 0.05 * total, name, "allocated %.1f MB, RSS above baseline %.1f MB (%+.1f%%)",
                      total / 1e6, rss / 1e6, 100 * (rss - total) / total);
             cJSON_Delete(start);
