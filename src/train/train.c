@@ -760,9 +760,14 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
         pi.recompute = (PlanRecompute)cfg->recompute;
         if (cfg->have_hw) pi.hw = cfg->hw; /* a measured profile (plan --measure-hardware) */
         else pi.hw.peak_fp32 = peak;
-        if (cfg->bf16) {
+        if (cfg->bf16 || cfg->fp16) {
+            /* This trainer's mixed precision: a 2-byte weight copy beside the fp32 master and
+             * moments, but fp32 gradients (and activations, which the exact mode counts); fp16 is
+             * emulated, so its GEMMs run at the fp32 rate. */
             Err pe;
-            plan_precision_preset(&pi.prec, "bf16", &pe);
+            plan_precision_preset(&pi.prec, cfg->fp16 ? "fp16" : "bf16", &pe);
+            pi.prec.grad = 4;
+            if (cfg->fp16) pi.prec.compute = PLAN_DTYPE_FP32;
         }
         Err perr;
         have_plan = plan_predict_step(&pi, plan, &perr) == ST_OK;
