@@ -200,12 +200,26 @@ static void check_memory(const char *name) {
     free(t);
 }
 
-static void equiv(void) {
+/* The layout of the test model (L=2 C=32 V=97, one process's padding) for reading weights. */
+static void test_layout(ParamLayout *pl) {
     ModelConfig mc = {2, 2, 32, 97, 0, 32, 0};
     Err e;
     model_config_validate(&mc, &e);
+    layout_init(pl, &mc, 1);
+}
+
+/* A dp run that must succeed: prints its time; a failure is reported and returns 0. */
+static int train_ok(const char *name, int np, int k, int zero, const char *extra) {
+    double secs;
+    int rc = train(name, np, k, zero, extra, &secs);
+    printf("%s: %.1f s\n", name, secs);
+    if (rc != 0) tu_check(0, name, "exit %d, see %s/%s.out", rc, DIR, name);
+    return rc == 0;
+}
+
+static void equiv(void) {
     ParamLayout pl;
-    layout_init(&pl, &mc, 1);
+    test_layout(&pl);
     double secs;
     if (train("ref_k4", 0, 4, 0, NULL, &secs) != 0) tu_check(0, "reference run", "see %s/ref_k4.out", DIR);
     float *wref = weights("ref_k4", &pl);
@@ -213,12 +227,7 @@ static void equiv(void) {
         for (int z = 0; z <= 3; z++) {
             char name[64];
             snprintf(name, sizeof name, "dp%d_zero%d", dp, z);
-            int rc = train(name, dp, 4 / dp, z, NULL, &secs);
-            printf("%s: %.1f s\n", name, secs);
-            if (rc != 0) {
-                tu_check(0, name, "exit %d, see %s/%s.out", rc, DIR, name);
-                continue;
-            }
+            if (!train_ok(name, dp, 4 / dp, z, NULL)) continue;
             compare(name, "ref_k4", &pl, wref, 0);
             check_memory(name);
         }
@@ -236,11 +245,8 @@ static void equiv(void) {
 }
 
 static void resume(void) {
-    ModelConfig mc = {2, 2, 32, 97, 0, 32, 0};
-    Err e;
-    model_config_validate(&mc, &e);
     ParamLayout pl;
-    layout_init(&pl, &mc, 1);
+    test_layout(&pl);
     double secs;
     if (train("rref_k4", 0, 4, 0, NULL, &secs) != 0) tu_check(0, "reference run", "see %s/rref_k4.out", DIR);
     float *wref = weights("rref_k4", &pl);
@@ -314,11 +320,8 @@ static void fault(void) {
  * spread (and the losses within 1e-4). ZeRO 3 refuses with one line naming --zero and the
  * precision. */
 static void mixed(void) {
-    ModelConfig mc = {2, 2, 32, 97, 0, 32, 0};
-    Err e;
-    model_config_validate(&mc, &e);
     ParamLayout pl;
-    layout_init(&pl, &mc, 1);
+    test_layout(&pl);
     double secs;
     const char *prec[2] = {"--precision bf16", "--precision fp16 --loss-scale 1024"};
     const char *tag[2] = {"bf16", "fp16"};
@@ -335,12 +338,7 @@ static void mixed(void) {
         for (int z = k; z <= 2; z += 1 + k) { /* bf16: 0, 1, 2; fp16: 1 */
             char name[64];
             snprintf(name, sizeof name, "dp2_zero%d_%s", z, tag[k]);
-            int rc = train(name, 2, 2, z, prec[k], &secs);
-            printf("%s: %.1f s\n", name, secs);
-            if (rc != 0) {
-                tu_check(0, name, "exit %d, see %s/%s.out", rc, DIR, name);
-                continue;
-            }
+            if (!train_ok(name, 2, 2, z, prec[k])) continue;
             compare_tol(name, ref, &pl, wref, 0, 1e-4, 3 * wspread, 3 * kspread);
             check_memory(name);
         }

@@ -83,24 +83,26 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t
 /* LayerNorm                                                                                  */
 /* ------------------------------------------------------------------------------------------ */
 
+/* One row: o = (x - mean) · rstd · w + b, eps 1e-5; the statistics are stored at *mean, *rstd. */
+static inline void layernorm_row(float *o, float *mean, float *rstd, const float *x, const float *w, const float *b,
+                                 int C) {
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++) s += x[c];
+    float m = s / C, v = 0;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+    float r = 1.0f / sqrtf(v / C + 1e-5f);
+#pragma omp simd
+    for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
+    *mean = m, *rstd = r;
+}
+
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
                        int N, int C, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C;
-        float *o = out + (size_t)i * C;
-        float s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int c = 0; c < C; c++) s += x[c];
-        float m = s / C, v = 0;
-#pragma omp simd reduction(+ : v)
-        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
-        float r = 1.0f / sqrtf(v / C + 1e-5f);
-#pragma omp simd
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
-        mean[i] = m;
-        rstd[i] = r;
-    }
+    for (int i = 0; i < N; i++)
+        layernorm_row(out + (size_t)i * C, &mean[i], &rstd[i], inp + (size_t)i * C, w, b, C);
 }
 
 void residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a, const float *b,
@@ -115,18 +117,7 @@ void residual_layernorm_forward(float *res, float *out, float *mean, float *rstd
 #pragma omp simd
             for (int c = 0; c < C; c++) x[c] = ai[c] + bi[c];
         }
-        /* The row is now in L1: the statistics and the normalisation read it from there. */
-        float s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int c = 0; c < C; c++) s += x[c];
-        float m = s / C, v = 0;
-#pragma omp simd reduction(+ : v)
-        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
-        float r = 1.0f / sqrtf(v / C + 1e-5f);
-#pragma omp simd
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + bias[c];
-        mean[i] = m;
-        rstd[i] = r;
+        layernorm_row(o, &mean[i], &rstd[i], x, w, bias, C); /* the row is still in L1 */
     }
 }
 
