@@ -11,8 +11,19 @@
 
 enum { DROP_EMBED = 0, DROP_ATTN = 1, DROP_ATTN_RES = 2, DROP_MLP_RES = 3 };
 
-/* The bf16 working copy of an fp32 parameter pointer (NULL in fp32). */
-static const uint16_t *lp(const Gpt *g, const float *w) { return g->bf16 ? g->params_lp + (w - g->params) : NULL; }
+/* The 2-byte working copy of an fp32 parameter pointer (NULL in fp32). */
+static const uint16_t *lp(const Gpt *g, const float *w) {
+    if (!g->bf16) return NULL;
+    for (int i = 0; i < GPT_LP_RANGES; i++)
+        if (g->lp_from[i] && w >= g->lp_from[i] && w < g->lp_from[i] + g->lp_len[i]) return g->lp_to[i] + (w - g->lp_from[i]);
+    ST_CHECK_MSG(0, "no working copy mapped for a parameter (gpt_map_lp)");
+    return NULL;
+}
+
+void gpt_map_lp(Gpt *g, int i, const float *from, const uint16_t *to, size_t len) {
+    ST_CHECK(i >= 0 && i < GPT_LP_RANGES);
+    g->lp_from[i] = from, g->lp_to[i] = to, g->lp_len[i] = len;
+}
 
 static Dropout dropout_at(const Gpt *g, int layer, int site) {
     Dropout d = {g->cfg.dropout, g->dropout_seed,
@@ -47,7 +58,6 @@ Status gpt_init_ex(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int sha
     g->g.blocks = calloc((size_t)L, sizeof(BlockParams));
     g->la = calloc((size_t)L, sizeof(LayerActs));
     if (!g->p.blocks || !g->g.blocks || !g->la) goto oom;
-    ST_CHECK(!((flags & GPT_BF16) && (flags & GPT_EXTERNAL_PARAMS)));
     g->fp16 = (flags & GPT_FP16) != 0;
     g->bf16 = (flags & (GPT_BF16 | GPT_FP16)) != 0;
     if (!(flags & GPT_EXTERNAL_PARAMS)) {
@@ -55,8 +65,10 @@ Status gpt_init_ex(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int sha
         layout_views(&g->layout, g->params, &g->p);
     }
     if (g->bf16) {
-        g->params_lp = mem_alloc(mem, MEM_PARAMS, total * sizeof(uint16_t));
-        if (!g->params_lp) goto oom;
+        if (!(flags & GPT_EXTERNAL_PARAMS)) {
+            if (!(g->params_lp = mem_alloc(mem, MEM_PARAMS, total * sizeof(uint16_t)))) goto oom;
+            gpt_map_lp(g, 0, g->params, g->params_lp, total);
+        }
         if (g->fp16) {
             size_t fa, fb, fw;
             layout_fp16_scratch(cfg, B, T, &fa, &fb, &fw);
@@ -190,6 +202,7 @@ void gpt_init_params(Gpt *g, uint64_t seed) {
 }
 
 void gpt_sync_lp(Gpt *g) {
+    if (!g->params_lp) return; /* fp32, or external parameters (the caller's copies) */
     if (g->fp16) cast_fp16(g->params_lp, g->params, g->layout.total, g->nt);
     else if (g->bf16) cast_bf16(g->params_lp, g->params, g->layout.total, g->nt);
 }

@@ -20,6 +20,8 @@
 #include "model/kernels.h"
 #include "model/layout.h"
 
+#define GPT_LP_RANGES 3
+
 typedef struct {
     void *ctx;
     void (*before_forward)(void *ctx, int seg);
@@ -50,7 +52,13 @@ typedef struct {
     float *params;    /* layout.total floats (category parameters; master weights under GPT_BF16) */
     int bf16;         /* mixed precision (GPT_BF16 or GPT_FP16): params is the fp32 master */
     int fp16;         /* the working copy is fp16 (GPT_FP16) */
-    uint16_t *params_lp; /* bf16 working copy of params, same layout (GPT_BF16) */
+    uint16_t *params_lp; /* bf16 working copy of params, same layout (GPT_BF16; NULL with external
+                            parameters, whose copies the caller maps with gpt_map_lp) */
+    /* Where the working copy of an fp32 parameter address lives: range i maps
+     * [lp_from[i], lp_from[i] + lp_len[i]) floats to lp_to[i]. One range over params normally. */
+    const float *lp_from[GPT_LP_RANGES];
+    const uint16_t *lp_to[GPT_LP_RANGES];
+    size_t lp_len[GPT_LP_RANGES];
     MatPrec mp;       /* GEMM precision and its conversion scratch */
     float *grads;     /* layout.total floats (category gradients) */
     ParamViews p, g;
@@ -93,12 +101,16 @@ Status gpt_init_rc(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int sha
  * e.g. from the hooks; gpt_zero_grads and gpt_init_params then must not be called (use
  * gpt_init_params_buf on the caller's flat buffer). */
 enum { GPT_EXTERNAL_PARAMS = 1, GPT_EXTERNAL_GRADS = 2, GPT_BF16 = 4, GPT_FP16 = 8 };
+/* Mixed precision with external parameters: the caller keeps a 2-byte copy beside each fp32
+ * buffer it points the views at, and maps them (range i < GPT_LP_RANGES) with gpt_map_lp. */
+void gpt_map_lp(Gpt *g, int i, const float *from, const uint16_t *to, size_t len);
 /* GPT_FP16: as GPT_BF16 with an fp16 working copy; GEMM operands are rounded to fp16 (overflow
  * gives inf: pair it with a loss scaler) and multiplied in fp32 (no fp16 units on this CPU). */
 /* GPT_BF16: mixed precision. g->params is then the fp32 master (counted as master weights) and
  * g->params_lp a bf16 working copy (counted as parameters) that every matmul reads; activations,
  * LayerNorm, softmax, the loss and gradients stay fp32. Call gpt_sync_lp after every change of
- * g->params (init, load, optimizer step). Not combinable with GPT_EXTERNAL_PARAMS. */
+ * g->params (init, load, optimizer step). With GPT_EXTERNAL_PARAMS there is no params_lp: the
+ * caller rounds the buffers it points the views at and maps them (gpt_map_lp). */
 Status gpt_init_ex(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int shard_multiple, Recompute rc, int flags,
                    MemStats *mem, Err *err);
 

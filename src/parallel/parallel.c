@@ -44,10 +44,13 @@ struct Par {
     CommReq gslot_req[2], g0_req;
     int *seg_gslot; /* slot holding segment s's gradients during its backward */
 
-    /* Stage 3 parameters: shard, the embedding gather buffer, two gather slots. */
+    /* Stage 3 parameters: shard, the embedding gather buffer, two gather slots. Mixed precision:
+     * each gathered buffer also has its 2-byte working copy (plb0, plbuf), rounded once per gather. */
     float *pshard, *pb0, *pbuf[2];
     int pslot_seg[2], p0_valid;
     CommReq pslot_req[2], p0_req;
+    uint16_t *plb0, *plbuf[2];
+    int plslot_ok[2], pl0_ok;
 
     Piece *pieces; /* optimizer pieces of the owned range (stage >= 1) */
     int npieces;
@@ -189,6 +192,9 @@ static void start_bucket_rs(Par *p, float *buf, int s, CommReq *req) {
 
 /* Starts the all-gather of segment s into buf (own block copied in first, then in place). */
 static void start_gather(Par *p, int s, float *buf, CommReq *req) {
+    if (buf == p->pb0) p->pl0_ok = 0;
+    for (int a = 0; a < 2; a++)
+        if (buf == p->pbuf[a]) p->plslot_ok[a] = 0;
     size_t b = p->blk[s];
     memcpy(buf + (size_t)p->r * b, p->pshard + p->soff[s], b * sizeof(float));
     Err e;
@@ -202,6 +208,14 @@ static void wait_req(Par *p, CommReq *req, const char *what) {
     if (st != ST_OK) hook_fail(p, st, &e);
 }
 
+/* Mixed precision: rounds a gathered fp32 segment into its working copy, once per gather. */
+static void round_gathered(Par *p, const float *buf, uint16_t *lp, size_t n, int *ok) {
+    if (!p->g->bf16 || *ok) return;
+    if (p->g->fp16) cast_fp16(lp, buf, n, p->o.nt);
+    else cast_bf16(lp, buf, n, p->o.nt);
+    *ok = 1;
+}
+
 /* Segment s (>= 1) gathered and its views set; then the gather of `next` (if >= 1) started in the
  * other slot. */
 static void ensure_params(Par *p, int s, int next) {
@@ -213,6 +227,7 @@ static void ensure_params(Par *p, int s, int next) {
         start_gather(p, s, p->pbuf[a], &p->pslot_req[a]);
     }
     wait_req(p, &p->pslot_req[a], "param all-gather");
+    round_gathered(p, p->pbuf[a], p->plbuf[a], p->len[s], &p->plslot_ok[a]);
     seg_views(p, &p->g->p, s, p->pbuf[a]);
     if (next >= 1 && next <= p->L + 1 && p->pslot_seg[a ^ 1] != next) {
         if (p->pslot_req[a ^ 1].active) wait_req(p, &p->pslot_req[a ^ 1], "param all-gather");
@@ -233,6 +248,7 @@ static void h_before_forward(void *ctx, int s) {
                 p->p0_valid = 1;
             }
             wait_req(p, &p->p0_req, "param all-gather");
+            round_gathered(p, p->pb0, p->plb0, p->len[0], &p->pl0_ok);
             seg_views(p, &p->g->p, 0, p->pb0);
             if (p->pslot_seg[0] != 1 && p->pslot_seg[1] != 1) {
                 int a = p->pslot_req[0].active ? 1 : 0;
@@ -316,11 +332,6 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
     if (pl->shard_multiple % c->dp != 0)
         return err_set(err, ST_ERR_INPUT, "parallel: the model layout is padded for %d ranks, the dp group has %d",
                        pl->shard_multiple, c->dp);
-    if (g->bf16 && o->zero >= 3)
-        return err_set(err, ST_ERR_INPUT,
-                       "--precision %s with --zero 3: not supported (stage 3 gathers fp32 parameter shards; the "
-                       "half-precision working copy is not sharded); expected --zero 0, 1 or 2, or --precision fp32",
-                       g->fp16 ? "fp16" : "bf16");
     if ((g->params == NULL) != (o->zero >= 3) || (g->grads == NULL) != (o->zero >= 2))
         return err_set(err, ST_ERR_INPUT, "parallel: the model was not built with the flags of ZeRO stage %d", o->zero);
     Par *p = calloc(1, sizeof *p);
@@ -364,9 +375,22 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
         p->gbuf[0] = alloc_f(p, MEM_GRADS, p->X, &ok), p->gbuf[1] = alloc_f(p, MEM_GRADS, p->X, &ok);
     }
     if (p->zero >= 3) {
-        p->pshard = alloc_f(p, MEM_PARAMS, S, &ok);
+        /* Mixed precision: the shard is the fp32 master; the gathered buffers and their 2-byte
+         * copies are the parameters the model reads. */
+        p->pshard = alloc_f(p, g->bf16 ? MEM_MASTER : MEM_PARAMS, S, &ok);
         p->pb0 = alloc_f(p, MEM_PARAMS, p->E, &ok);
         p->pbuf[0] = alloc_f(p, MEM_PARAMS, p->X, &ok), p->pbuf[1] = alloc_f(p, MEM_PARAMS, p->X, &ok);
+        if (g->bf16 && ok) {
+            p->plb0 = mem_alloc(mem, MEM_PARAMS, p->E * sizeof(uint16_t));
+            p->plbuf[0] = mem_alloc(mem, MEM_PARAMS, p->X * sizeof(uint16_t));
+            p->plbuf[1] = mem_alloc(mem, MEM_PARAMS, p->X * sizeof(uint16_t));
+            ok = p->plb0 && p->plbuf[0] && p->plbuf[1];
+            if (ok) {
+                gpt_map_lp(g, 0, p->pb0, p->plb0, p->E);
+                gpt_map_lp(g, 1, p->pbuf[0], p->plbuf[0], p->X);
+                gpt_map_lp(g, 2, p->pbuf[1], p->plbuf[1], p->X);
+            }
+        }
     }
     if (!ok) goto oom;
     p->gslot_seg[0] = p->gslot_seg[1] = p->pslot_seg[0] = p->pslot_seg[1] = -1;
@@ -421,11 +445,13 @@ void par_free(Par *p) {
     mem_free(ms, MEM_MOMENTS, p->v, p->mom_floats * sizeof(float));
     mem_free(ms, MEM_GRADS, p->gshard, p->S * sizeof(float));
     mem_free(ms, MEM_GRADS, p->gb0, p->E * sizeof(float));
-    mem_free(ms, MEM_PARAMS, p->pshard, p->S * sizeof(float));
+    mem_free(ms, p->g && p->g->bf16 ? MEM_MASTER : MEM_PARAMS, p->pshard, p->S * sizeof(float));
     mem_free(ms, MEM_PARAMS, p->pb0, p->E * sizeof(float));
+    mem_free(ms, MEM_PARAMS, p->plb0, p->E * sizeof(uint16_t));
     for (int a = 0; a < 2; a++) {
         mem_free(ms, MEM_GRADS, p->gbuf[a], p->X * sizeof(float));
         mem_free(ms, MEM_PARAMS, p->pbuf[a], p->X * sizeof(float));
+        mem_free(ms, MEM_PARAMS, p->plbuf[a], p->X * sizeof(uint16_t));
     }
     if (p->g && p->g->hooks.ctx == p) memset(&p->g->hooks, 0, sizeof p->g->hooks);
     free(p->off), free(p->len), free(p->blk), free(p->soff), free(p->seg_req0), free(p->seg_nreq);

@@ -263,10 +263,6 @@ static Status run_par_setup(Run *r, Err *err) {
     int dp = c->dp > 0 ? c->dp : c->comm->world;
     Status st = comm_set_grid(c->comm, dp, 1, 1, err);
     if (st != ST_OK) return st;
-    if ((c->bf16 || c->fp16) && c->zero >= 3) /* the half-precision working copy is not sharded */
-        return err_set(err, ST_ERR_INPUT,
-                       "--precision %s with --zero 3: not supported (expected --zero 0, 1 or 2, or --precision fp32)",
-                       c->fp16 ? "fp16" : "bf16");
     if (c->comm_timeout > 0) c->comm->timeout_s = c->comm_timeout;
     c->dp = r->dp = dp, r->dp_rank = c->comm->dp_rank;
     return ST_OK;
@@ -438,11 +434,20 @@ static void run_par_step_record(Run *r, cJSON *o, double dt, double bytes) {
 }
 
 /* The memory event: this stage's planned bytes per rank and every rank's measured bytes. */
-/* Per-rank planned bytes of parameters, gradients, master weights and moments. Mixed precision
- * (stages 0-2): the fp32 parameters par plans are the master, beside a whole 2-byte working copy. */
+/* Per-rank planned bytes of parameters, gradients, master weights and moments. Mixed precision:
+ * stages 0-2 keep the whole fp32 master (what par plans as parameters) beside a whole 2-byte
+ * copy; stage 3's master is the fp32 shard (S floats), and its parameters are the gather buffers
+ * (E + 2X floats) with their 2-byte copies. */
 static void run_par_plan(const Run *r, size_t plan[MEM_NCAT]) {
     par_planned_bytes(&r->g.layout, r->dp, r->cfg.zero, optim_num_moments(&r->cfg.optim), plan);
-    if (r->g.bf16) plan[MEM_MASTER] = plan[MEM_PARAMS], plan[MEM_PARAMS] = r->g.layout.total * sizeof(uint16_t);
+    if (!r->g.bf16) return;
+    if (r->cfg.zero >= 3) {
+        size_t S = r->g.layout.total / (size_t)r->dp, gathered = plan[MEM_PARAMS] / sizeof(float) - S;
+        plan[MEM_MASTER] = S * sizeof(float);
+        plan[MEM_PARAMS] = gathered * (sizeof(float) + sizeof(uint16_t));
+    } else {
+        plan[MEM_MASTER] = plan[MEM_PARAMS], plan[MEM_PARAMS] = r->g.layout.total * sizeof(uint16_t);
+    }
 }
 
 static void run_par_memory(Run *r, cJSON *o) {
