@@ -173,27 +173,24 @@ void matmul_forward(float *out, const float *inp, const float *w, const float *b
     mm_linear(N, OC, C, inp, w, bias, out);
 }
 
-void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
-                     int N, int C, int OC, int acc, int nt) {
-    if (dinp) mm_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
-    if (dw) mm_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, acc ? 1.0f : 0.0f, dw, C);
-    if (!dbias) return;
-    /* Column sums: 64-column blocks, each summed over all rows in order by one thread. */
-    int nblk = (OC + COLSUM_BLOCK - 1) / COLSUM_BLOCK;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int kb = 0; kb < nblk; kb++) {
-        int j0 = kb * COLSUM_BLOCK, j1 = j0 + COLSUM_BLOCK < OC ? j0 + COLSUM_BLOCK : OC;
-        float sum[COLSUM_BLOCK] = {0};
-        for (int i = 0; i < N; i++) {
-            const float *g = dout + (size_t)i * OC;
-#pragma omp simd
-            for (int j = j0; j < j1; j++) sum[j - j0] += g[j];
-        }
-        for (int j = j0; j < j1; j++) dbias[j] = acc ? dbias[j] + sum[j - j0] : sum[j - j0];
-    }
+#define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
+
+static inline float gelu_at(float x) { return 0.5f * x * (1.0f + st_tanhf(GELU_S * (x + 0.044715f * x * x * x))); }
+
+static inline float gelu_grad_at(float x) {
+    float t = st_tanhf(GELU_S * (x + 0.044715f * x * x * x));
+    float sech2 = 1.0f - t * t;
+    return 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
-void cast_bf16_colsum(uint16_t *dst, float *colsum, const float *src, int N, int OC, int acc, int nt) {
+/* What a column-sum pass does to each element g of src (N, OC) besides adding it to its column:
+ * nothing, round it to bf16 into dst, or take v = g · gelu'(inp) first (then v is summed and
+ * rounded). One 64-column block per task, rows summed in order: bit-identical for any thread
+ * count, and the same sums in all three modes. */
+enum { COLSUM_PLAIN, COLSUM_CAST, COLSUM_GELU };
+
+static void colsum_pass(int mode, uint16_t *dst, float *colsum, const float *src, const float *inp, int N, int OC,
+                        int acc, int nt) {
     int nblk = (OC + COLSUM_BLOCK - 1) / COLSUM_BLOCK;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int kb = 0; kb < nblk; kb++) {
@@ -201,15 +198,39 @@ void cast_bf16_colsum(uint16_t *dst, float *colsum, const float *src, int N, int
         float sum[COLSUM_BLOCK] = {0};
         for (int i = 0; i < N; i++) {
             const float *g = src + (size_t)i * OC;
-            uint16_t *d = dst + (size_t)i * OC;
+            uint16_t *d = dst ? dst + (size_t)i * OC : NULL;
+            if (mode == COLSUM_PLAIN) {
 #pragma omp simd
-            for (int j = j0; j < j1; j++) {
-                sum[j - j0] += g[j];
-                d[j] = bf16_rne(g[j]);
+                for (int j = j0; j < j1; j++) sum[j - j0] += g[j];
+            } else if (mode == COLSUM_CAST) {
+#pragma omp simd
+                for (int j = j0; j < j1; j++) {
+                    sum[j - j0] += g[j];
+                    d[j] = bf16_rne(g[j]);
+                }
+            } else {
+                const float *x = inp + (size_t)i * OC;
+#pragma omp simd
+                for (int j = j0; j < j1; j++) {
+                    float v = g[j] * gelu_grad_at(x[j]);
+                    sum[j - j0] += v;
+                    d[j] = bf16_rne(v);
+                }
             }
         }
         for (int j = j0; j < j1; j++) colsum[j] = acc ? colsum[j] + sum[j - j0] : sum[j - j0];
     }
+}
+
+void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
+                     int N, int C, int OC, int acc, int nt) {
+    if (dinp) mm_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
+    if (dw) mm_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, acc ? 1.0f : 0.0f, dw, C);
+    if (dbias) colsum_pass(COLSUM_PLAIN, NULL, dbias, dout, NULL, N, OC, acc, nt);
+}
+
+void cast_bf16_colsum(uint16_t *dst, float *colsum, const float *src, int N, int OC, int acc, int nt) {
+    colsum_pass(COLSUM_CAST, dst, colsum, src, NULL, N, OC, acc, nt);
 }
 
 void cast_bf16(uint16_t *dst, const float *src, size_t n, int nt) {
@@ -487,16 +508,6 @@ void attention_backward(float *dqkv, float *scratch, const float *dout, const fl
 /* GELU, residual, dropout                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
-#define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
-
-static inline float gelu_at(float x) { return 0.5f * x * (1.0f + st_tanhf(GELU_S * (x + 0.044715f * x * x * x))); }
-
-static inline float gelu_grad_at(float x) {
-    float t = st_tanhf(GELU_S * (x + 0.044715f * x * x * x));
-    float sech2 = 1.0f - t * t;
-    return 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
-}
-
 void gelu_forward(float *out, const float *inp, size_t n, int nt) {
 #pragma omp parallel for simd num_threads(nt) schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = gelu_at(inp[i]);
@@ -518,23 +529,7 @@ void gelu_forward_bf16(float *out, uint16_t *out_lp, const float *inp, size_t n,
 
 void gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, const float *dout, const float *inp, int N, int OC, int acc,
                         int nt) {
-    int nblk = (OC + COLSUM_BLOCK - 1) / COLSUM_BLOCK;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int kb = 0; kb < nblk; kb++) {
-        int j0 = kb * COLSUM_BLOCK, j1 = j0 + COLSUM_BLOCK < OC ? j0 + COLSUM_BLOCK : OC;
-        float sum[COLSUM_BLOCK] = {0};
-        for (int i = 0; i < N; i++) {
-            const float *g = dout + (size_t)i * OC, *x = inp + (size_t)i * OC;
-            uint16_t *d = dinp_lp + (size_t)i * OC;
-#pragma omp simd
-            for (int j = j0; j < j1; j++) {
-                float v = g[j] * gelu_grad_at(x[j]);
-                sum[j - j0] += v;
-                d[j] = bf16_rne(v);
-            }
-        }
-        for (int j = j0; j < j1; j++) colsum[j] = acc ? colsum[j] + sum[j - j0] : sum[j - j0];
-    }
+    colsum_pass(COLSUM_GELU, dinp_lp, colsum, dout, inp, N, OC, acc, nt);
 }
 
 void residual_forward(float *out, const float *a, const float *b, size_t n, Dropout d, int nt) {
