@@ -238,6 +238,24 @@ static void test_bf16_fused(void) {
     gelu_forward_bf16(f2, got, x, n, 2);
     tu_check(!memcmp(f1, f2, n * 4) && !memcmp(want, got, n * 2), "gelu_forward_bf16",
              "fp32 output and bf16 copy bit-identical to gelu_forward + cast_bf16 required");
+    gelu_forward_bf16(NULL, got, x, n, 2); /* the bf16 output alone */
+    tu_check(!memcmp(want, got, n * 2), "gelu_forward_bf16 (bf16 only)", "bit-identical to gelu_forward + cast_bf16 required");
+    /* LayerNorm and residual + LayerNorm straight into bf16 (the stored bf16 activations). */
+    {
+        float *w = randv(OC, 73, 1), *b = randv(OC, 74, 1), *m1 = calloc(N, 4), *r1 = calloc(N, 4), *m2 = calloc(N, 4),
+              *r2 = calloc(N, 4), *res1 = calloc(n, 4), *res2 = calloc(n, 4);
+        Dropout d = {0.2f, 3, 4};
+        layernorm_forward(f1, m1, r1, x, w, b, N, OC, 2);
+        cast_bf16(want, f1, n, 2);
+        layernorm_forward_bf16(got, m2, r2, x, w, b, N, OC, 2);
+        tu_check(!memcmp(want, got, n * 2) && !memcmp(m1, m2, N * 4) && !memcmp(r1, r2, N * 4), "layernorm_forward_bf16",
+                 "bf16 output and statistics bit-identical to layernorm_forward + cast_bf16 required");
+        residual_layernorm_forward(res1, f1, m1, r1, x, g, d, w, b, N, OC, 2);
+        cast_bf16(want, f1, n, 2);
+        residual_layernorm_forward_bf16(res2, got, m2, r2, x, g, d, w, b, N, OC, 2);
+        tu_check(!memcmp(want, got, n * 2) && !memcmp(res1, res2, n * 4) && !memcmp(m1, m2, N * 4),
+                 "residual_layernorm_forward_bf16", "residual, bf16 output and statistics bit-identical required");
+    }
     gelu_backward(f1, g, x, n, 2);
     cast_bf16(want, f1, n, 2);
     matmul_backward(NULL, NULL, bw, f1, NULL, NULL, N, 1, OC, 1, 2);

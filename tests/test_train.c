@@ -76,8 +76,9 @@ static void test_accumulation(float dropout) {
 
 
 /* Recompute: selective and full give bit-identical gradients to none (dropout on, so the masks
- * must be regenerated exactly), and allocate exactly the planned activation bytes, fewer each. */
-static void test_recompute(void) {
+ * must be regenerated exactly), and allocate exactly the planned activation bytes, fewer each; in
+ * fp32 and in bf16, where the LayerNorm and GELU outputs are stored (and recomputed) as bf16. */
+static void test_recompute(int bf16) {
     ModelConfig mc = small_cfg(0.1f);
     int B = 3, T = 20;
     int32_t inp[60], tgt[60];
@@ -86,27 +87,31 @@ static void test_recompute(void) {
     float *ref = NULL;
     double ref_loss = 0;
     size_t prev_bytes = 0;
+    const char *prec = bf16 ? "bf16" : "fp32";
     for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_FULL; rc++) {
         Gpt g;
         Err e;
         MemStats ms = {0};
-        gpt_init_rc(&g, &mc, B, T, 2, 1, (Recompute)rc, &ms, &e);
+        gpt_init_ex(&g, &mc, B, T, 2, 1, (Recompute)rc, bf16 ? GPT_BF16 : 0, &ms, &e);
         gpt_init_params(&g, 21);
+        gpt_sync_lp(&g);
         gpt_zero_grads(&g);
         double loss = gpt_forward(&g, inp, tgt, B, T, 1.0f / (B * T), 1, 5);
         gpt_backward(&g);
-        ActSizes as = layout_activations_rc(&mc, B, T, 2, (Recompute)rc);
+        ActSizes as = layout_activations_prec(&mc, B, T, 2, (Recompute)rc, bf16);
         char name[96];
         if (rc == RECOMPUTE_NONE) {
             ref = malloc(g.layout.total * 4);
             memcpy(ref, g.grads, g.layout.total * 4);
             ref_loss = loss;
         } else {
-            snprintf(name, sizeof name, "recompute %s: gradients bit-identical to none", layout_recompute_name(rc));
+            snprintf(name, sizeof name, "%s recompute %s: gradients bit-identical to none", prec,
+                     layout_recompute_name(rc));
             tu_check(!memcmp(ref, g.grads, g.layout.total * 4) && loss == ref_loss, name, "memcmp over %zu floats",
                      g.layout.total);
         }
-        snprintf(name, sizeof name, "recompute %s: activation bytes allocated == planned", layout_recompute_name(rc));
+        snprintf(name, sizeof name, "%s recompute %s: activation bytes allocated == planned", prec,
+                 layout_recompute_name(rc));
         tu_check(ms.bytes[MEM_ACTIVATIONS] == as.total * 4 && (rc == 0 || ms.bytes[MEM_ACTIVATIONS] < prev_bytes),
                  name, "allocated %zu, planned %zu, previous level %zu", ms.bytes[MEM_ACTIVATIONS], as.total * 4,
                  prev_bytes);
@@ -114,6 +119,15 @@ static void test_recompute(void) {
         gpt_free(&g);
     }
     free(ref);
+    if (bf16) {
+        /* bf16 stores 6·N·C fewer floats' worth per layer than fp32: half of ln1, ln2 and the GELU output. */
+        ActSizes a32 = layout_activations_prec(&mc, B, T, 2, RECOMPUTE_NONE, 0);
+        ActSizes a16 = layout_activations_prec(&mc, B, T, 2, RECOMPUTE_NONE, 1);
+        size_t want = (size_t)mc.n_layer * 3 * B * T * mc.n_embd;
+        tu_check(a32.total - a16.total == want, "bf16 activations: LayerNorm and GELU outputs in 2 bytes",
+                 "fp32 %zu floats, bf16 %zu, difference %zu (expected L·3·N·C = %zu)", a32.total, a16.total,
+                 a32.total - a16.total, want);
+    }
 }
 
 static void test_mask(void) {
@@ -261,7 +275,8 @@ int main(void) {
     test_accumulation(0.0f);
     test_accumulation(0.1f);
     test_mask();
-    test_recompute();
+    test_recompute(0);
+    test_recompute(1);
     test_runs();
     return tu_exit();
 }

@@ -91,7 +91,8 @@ Status gpt_init_ex(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int sha
         layout_views(&g->layout, g->grads, &g->g);
     }
 
-    ActSizes as = layout_activations_rc(cfg, B, T, g->nt, rc);
+    int lpa = g->mp.bf16; /* bf16 LayerNorm and GELU outputs */
+    ActSizes as = layout_activations_prec(cfg, B, T, g->nt, rc, lpa);
     g->acts_floats = as.total;
     g->scratch_floats = as.scratch;
     g->acts = mem_alloc(mem, MEM_ACTIVATIONS, as.total * sizeof(float));
@@ -102,12 +103,14 @@ Status gpt_init_ex(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int sha
     size_t probs = (size_t)B * NH * T; /* attention log-sum-exp */
     float *a = g->acts;
 #define TAKE(ptr, n) (ptr = a, a += (n))
+/* A GEMM-operand activation: fp32, or bf16 in half as many floats (rounded up). */
+#define TAKE_OP(x, fp, lp, n) (lpa ? (void)((x)->lp = (uint16_t *)a, a += ((n) + 1) / 2) : (void)TAKE((x)->fp, (n)))
     TAKE(g->encoded, N * C);
     /* Saved per layer, then (with recompute) one shared set that every layer's pointers alias. */
     for (int l = 0; l < L; l++) {
         LayerActs *x = &g->la[l];
         if (rc == RECOMPUTE_NONE) {
-            TAKE(x->ln1, N * C), TAKE(x->ln2, N * C), TAKE(x->fch_gelu, 4 * N * C);
+            TAKE_OP(x, ln1, ln1_lp, N * C), TAKE_OP(x, ln2, ln2_lp, N * C), TAKE_OP(x, fch_gelu, fchg_lp, 4 * N * C);
         }
         if (rc != RECOMPUTE_FULL) {
             TAKE(x->ln1_mean, N), TAKE(x->ln1_rstd, N), TAKE(x->qkv, 3 * N * C), TAKE(x->lse, probs);
@@ -117,8 +120,8 @@ Status gpt_init_ex(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int sha
         TAKE(x->res3, N * C);
     }
     if (rc != RECOMPUTE_NONE) {
-        LayerActs sh;
-        TAKE(sh.ln1, N * C), TAKE(sh.ln2, N * C), TAKE(sh.fch_gelu, 4 * N * C);
+        LayerActs sh = {0};
+        TAKE_OP(&sh, ln1, ln1_lp, N * C), TAKE_OP(&sh, ln2, ln2_lp, N * C), TAKE_OP(&sh, fch_gelu, fchg_lp, 4 * N * C);
         if (rc == RECOMPUTE_FULL) {
             TAKE(sh.ln1_mean, N), TAKE(sh.ln1_rstd, N), TAKE(sh.qkv, 3 * N * C), TAKE(sh.lse, probs);
             TAKE(sh.atty, N * C), TAKE(sh.res2, N * C), TAKE(sh.ln2_mean, N), TAKE(sh.ln2_rstd, N);
@@ -127,6 +130,7 @@ Status gpt_init_ex(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int sha
         for (int l = 0; l < L; l++) {
             LayerActs *x = &g->la[l];
             x->ln1 = sh.ln1, x->ln2 = sh.ln2, x->fch_gelu = sh.fch_gelu;
+            x->ln1_lp = sh.ln1_lp, x->ln2_lp = sh.ln2_lp, x->fchg_lp = sh.fchg_lp;
             if (rc == RECOMPUTE_FULL) {
                 float *res3 = x->res3;
                 *x = sh;
@@ -143,6 +147,7 @@ Status gpt_init_ex(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int sha
     TAKE(g->ln_scratch, (N + KERNEL_ROW_CHUNK - 1) / KERNEL_ROW_CHUNK * 2 * C);
     TAKE(g->logits, (size_t)g->head_chunk * cfg->vocab_padded);
     ST_CHECK((size_t)(a - g->scratch) == as.scratch);
+#undef TAKE_OP
 #undef TAKE
     return ST_OK;
 oom:
@@ -228,18 +233,27 @@ static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
     Dropout off = {0};
     const BlockParams *p = &g->p.blocks[l];
     LayerActs *a = &g->la[l];
-    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C, nt);
-    matmul_forward_p(&g->mp, a->qkv, a->ln1, p->qkvw, lp(g, p->qkvw), p->qkvb, N, C, 3 * C, nt);
+    if (g->mp.bf16) {
+        /* bf16: the LayerNorm and GELU outputs are produced, stored and used as bf16 GEMM operands. */
+        layernorm_forward_bf16(a->ln1_lp, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C, nt);
+        matmul_forward_lp(a->qkv, a->ln1_lp, lp(g, p->qkvw), p->qkvb, N, C, 3 * C);
+    } else {
+        layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C, nt);
+        matmul_forward_p(&g->mp, a->qkv, a->ln1, p->qkvw, lp(g, p->qkvw), p->qkvb, N, C, 3 * C, nt);
+    }
     attention_forward(a->atty, a->lse, g->att_scratch, a->qkv, B, T, C, NH,
                       cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off, g->mp.bf16, nt);
     matmul_forward_p(&g->mp, g->dbuf_b, a->atty, p->attprojw, lp(g, p->attprojw), p->attprojb, N, C, C, nt);
-    residual_layernorm_forward(a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, x, g->dbuf_b, dropout_at(g, l, DROP_ATTN_RES),
-                               p->ln2w, p->ln2b, N, C, nt);
-    matmul_forward_p(&g->mp, a->fch, a->ln2, p->fcw, lp(g, p->fcw), p->fcb, N, C, 4 * C, nt);
-    if (g->mp.bf16) { /* GELU writes the projection's bf16 operand in the same pass */
-        gelu_forward_bf16(a->fch_gelu, g->mp.a, a->fch, (size_t)N * 4 * C, nt);
-        matmul_forward_lp(g->dbuf_b, g->mp.a, lp(g, p->fcprojw), p->fcprojb, N, 4 * C, C);
+    if (g->mp.bf16) {
+        residual_layernorm_forward_bf16(a->res2, a->ln2_lp, a->ln2_mean, a->ln2_rstd, x, g->dbuf_b,
+                                        dropout_at(g, l, DROP_ATTN_RES), p->ln2w, p->ln2b, N, C, nt);
+        matmul_forward_lp(a->fch, a->ln2_lp, lp(g, p->fcw), p->fcb, N, C, 4 * C);
+        gelu_forward_bf16(NULL, a->fchg_lp, a->fch, (size_t)N * 4 * C, nt);
+        matmul_forward_lp(g->dbuf_b, a->fchg_lp, lp(g, p->fcprojw), p->fcprojb, N, 4 * C, C);
     } else {
+        residual_layernorm_forward(a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, x, g->dbuf_b,
+                                   dropout_at(g, l, DROP_ATTN_RES), p->ln2w, p->ln2b, N, C, nt);
+        matmul_forward_p(&g->mp, a->fch, a->ln2, p->fcw, lp(g, p->fcw), p->fcb, N, C, 4 * C, nt);
         gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C, nt);
         matmul_forward_p(&g->mp, g->dbuf_b, a->fch_gelu, p->fcprojw, lp(g, p->fcprojw), p->fcprojb, N, 4 * C, C, nt);
     }
@@ -305,6 +319,10 @@ void gpt_backward(Gpt *g) {
         if (g->recompute == RECOMPUTE_FULL) {
             /* dbuf_b is free here: the head's dx was consumed by the final LayerNorm backward. */
             block_forward(g, l, x, B, T);
+        } else if (g->recompute == RECOMPUTE_SELECTIVE && g->mp.bf16) {
+            layernorm_forward_bf16(a->ln1_lp, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C, nt);
+            layernorm_forward_bf16(a->ln2_lp, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C, nt);
+            gelu_forward_bf16(NULL, a->fchg_lp, a->fch, NC * 4, nt);
         } else if (g->recompute == RECOMPUTE_SELECTIVE) {
             layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C, nt);
             layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C, nt);
@@ -315,13 +333,16 @@ void gpt_backward(Gpt *g) {
             dropout_backward(g->dbuf_c, g->dres, NC, dropout_at(g, l, DROP_MLP_RES), nt);
             dbranch = g->dbuf_c;
         }
-        matmul_backward_p(&g->mp, g->dbuf_a, dp->fcprojw, dp->fcprojb, dbranch, a->fch_gelu, p->fcprojw,
-                          lp(g, p->fcprojw), N, 4 * C, C, acc, nt);
-        if (g->mp.bf16) { /* GELU backward writes fc's bf16 output gradient and its bias gradient */
+        if (g->mp.bf16) {
+            /* The stored bf16 operands go straight into the GEMMs; GELU backward writes fc's bf16
+             * output gradient and its bias gradient. */
+            cast_bf16_colsum(g->mp.a, dp->fcprojb, dbranch, N, C, acc, nt);
+            matmul_backward_lp(g->dbuf_a, dp->fcprojw, g->mp.a, a->fchg_lp, lp(g, p->fcprojw), N, 4 * C, C, acc);
             gelu_backward_bf16(g->mp.a, dp->fcb, g->dbuf_a, a->fch, N, 4 * C, acc, nt);
-            cast_bf16(g->mp.b, a->ln2, NC, nt);
-            matmul_backward_lp(g->dbuf_b, dp->fcw, g->mp.a, g->mp.b, lp(g, p->fcw), N, C, 4 * C, acc);
+            matmul_backward_lp(g->dbuf_b, dp->fcw, g->mp.a, a->ln2_lp, lp(g, p->fcw), N, C, 4 * C, acc);
         } else {
+            matmul_backward_p(&g->mp, g->dbuf_a, dp->fcprojw, dp->fcprojb, dbranch, a->fch_gelu, p->fcprojw,
+                              lp(g, p->fcprojw), N, 4 * C, C, acc, nt);
             gelu_backward(g->dbuf_a, g->dbuf_a, a->fch, NC * 4, nt);
             matmul_backward_p(&g->mp, g->dbuf_b, dp->fcw, dp->fcb, g->dbuf_a, a->ln2, p->fcw, lp(g, p->fcw), N, C,
                               4 * C, acc, nt);
@@ -337,8 +358,13 @@ void gpt_backward(Gpt *g) {
                           lp(g, p->attprojw), N, C, C, acc, nt);
         attention_backward(g->dbuf_a, g->att_scratch, g->dbuf_b, a->qkv, a->atty, a->lse, B, T, C, NH,
                            cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off, g->mp.bf16, nt);
-        matmul_backward_p(&g->mp, g->dbuf_b, dp->qkvw, dp->qkvb, g->dbuf_a, a->ln1, p->qkvw, lp(g, p->qkvw), N, C, 3 * C,
-                          acc, nt);
+        if (g->mp.bf16) {
+            cast_bf16_colsum(g->mp.a, dp->qkvb, g->dbuf_a, N, 3 * C, acc, nt);
+            matmul_backward_lp(g->dbuf_b, dp->qkvw, g->mp.a, a->ln1_lp, lp(g, p->qkvw), N, C, 3 * C, acc);
+        } else {
+            matmul_backward_p(&g->mp, g->dbuf_b, dp->qkvw, dp->qkvb, g->dbuf_a, a->ln1, p->qkvw, lp(g, p->qkvw), N, C,
+                              3 * C, acc, nt);
+        }
         layernorm_backward(g->dres, dp->ln1w, dp->ln1b, g->ln_scratch, g->dbuf_b, x, p->ln1w, a->ln1_mean,
                            a->ln1_rstd, N, C, acc, nt);
         hook(g->hooks.grads_ready, g->hooks.ctx, l + 1);

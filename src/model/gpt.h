@@ -39,6 +39,9 @@ typedef struct {
     float *ln2, *ln2_mean, *ln2_rstd; /* (N, C), (N), (N) */
     float *fch, *fch_gelu;            /* (N, 4C) before and after GELU */
     float *res3;                      /* (N, C) block output */
+    /* bf16 (GPT_BF16): ln1, ln2 and fch_gelu are stored only as these bf16 copies (they are only
+     * ever GEMM operands), and the float pointers above are NULL. */
+    uint16_t *ln1_lp, *ln2_lp, *fchg_lp;
 } LayerActs;
 
 typedef struct {

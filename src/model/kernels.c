@@ -83,9 +83,10 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t
 /* LayerNorm                                                                                  */
 /* ------------------------------------------------------------------------------------------ */
 
-/* One row: o = (x - mean) · rstd · w + b, eps 1e-5; the statistics are stored at *mean, *rstd. */
-static inline void layernorm_row(float *o, float *mean, float *rstd, const float *x, const float *w, const float *b,
-                                 int C) {
+/* One row: o = (x - mean) · rstd · w + b, eps 1e-5, into o (fp32) or, if olp, rounded to bf16
+ * into olp; the statistics are stored at *mean, *rstd. */
+static inline void layernorm_row(float *o, uint16_t *olp, float *mean, float *rstd, const float *x, const float *w,
+                                 const float *b, int C) {
     float s = 0;
 #pragma omp simd reduction(+ : s)
     for (int c = 0; c < C; c++) s += x[c];
@@ -93,8 +94,13 @@ static inline void layernorm_row(float *o, float *mean, float *rstd, const float
 #pragma omp simd reduction(+ : v)
     for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
     float r = 1.0f / sqrtf(v / C + 1e-5f);
+    if (olp) {
 #pragma omp simd
-    for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
+        for (int c = 0; c < C; c++) olp[c] = bf16_rne((x[c] - m) * r * w[c] + b[c]);
+    } else {
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
+    }
     *mean = m, *rstd = r;
 }
 
@@ -102,23 +108,43 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, c
                        int N, int C, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int i = 0; i < N; i++)
-        layernorm_row(out + (size_t)i * C, &mean[i], &rstd[i], inp + (size_t)i * C, w, b, C);
+        layernorm_row(out + (size_t)i * C, NULL, &mean[i], &rstd[i], inp + (size_t)i * C, w, b, C);
 }
 
-void residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a, const float *b,
-                                Dropout d, const float *w, const float *bias, int N, int C, int nt) {
+void layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                            int N, int C, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int i = 0; i < N; i++)
+        layernorm_row(NULL, out + (size_t)i * C, &mean[i], &rstd[i], inp + (size_t)i * C, w, b, C);
+}
+
+/* Shared by the fp32 and the bf16 output: exactly one of out, out_lp is non-NULL. */
+static void residual_layernorm(float *res, float *out, uint16_t *out_lp, float *mean, float *rstd, const float *a,
+                               const float *b, Dropout d, const float *w, const float *bias, int N, int C, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int i = 0; i < N; i++) {
         const float *ai = a + (size_t)i * C, *bi = b + (size_t)i * C;
-        float *x = res + (size_t)i * C, *o = out + (size_t)i * C;
+        float *x = res + (size_t)i * C, *o = out ? out + (size_t)i * C : NULL;
+        uint16_t *olp = out_lp ? out_lp + (size_t)i * C : NULL;
         if (d.p > 0) {
             for (int c = 0; c < C; c++) x[c] = ai[c] + bi[c] * drop_scale(d, (size_t)i * C + c);
         } else {
 #pragma omp simd
             for (int c = 0; c < C; c++) x[c] = ai[c] + bi[c];
         }
-        layernorm_row(o, &mean[i], &rstd[i], x, w, bias, C); /* the row is still in L1 */
+        layernorm_row(o, olp, &mean[i], &rstd[i], x, w, bias, C); /* the row is still in L1 */
     }
+}
+
+void residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a, const float *b,
+                                Dropout d, const float *w, const float *bias, int N, int C, int nt) {
+    residual_layernorm(res, out, NULL, mean, rstd, a, b, d, w, bias, N, C, nt);
+}
+
+void residual_layernorm_forward_bf16(float *res, uint16_t *out, float *mean, float *rstd, const float *a,
+                                     const float *b, Dropout d, const float *w, const float *bias, int N, int C,
+                                     int nt) {
+    residual_layernorm(res, NULL, out, mean, rstd, a, b, d, w, bias, N, C, nt);
 }
 
 void layernorm_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout, const float *inp,
@@ -519,6 +545,11 @@ void gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, i
 }
 
 void gelu_forward_bf16(float *out, uint16_t *out_lp, const float *inp, size_t n, int nt) {
+    if (!out) {
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (size_t i = 0; i < n; i++) out_lp[i] = bf16_rne(gelu_at(inp[i]));
+        return;
+    }
 #pragma omp parallel for simd num_threads(nt) schedule(static)
     for (size_t i = 0; i < n; i++) {
         float y = gelu_at(inp[i]);

@@ -38,6 +38,14 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, c
  * with one read of res fewer. res may alias a. */
 void residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a, const float *b,
                                 Dropout d, const float *w, const float *bias, int N, int C, int nt);
+/* The same with the LayerNorm output rounded to bf16 (out: N × C bf16). */
+void residual_layernorm_forward_bf16(float *res, uint16_t *out, float *mean, float *rstd, const float *a,
+                                     const float *b, Dropout d, const float *w, const float *bias, int N, int C,
+                                     int nt);
+/* The same rounded to bf16 (the next GEMM's operand): out (N, C) bf16; bit-identical to
+ * layernorm_forward then cast_bf16. */
+void layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                            int N, int C, int nt);
 /* dinp += ..., dw += ..., db += ... (acc = 0: dw, db are overwritten instead); scratch holds
  * ceil(N/64)·2C floats. */
 void layernorm_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout, const float *inp,
@@ -98,8 +106,8 @@ void cast_bf16(uint16_t *dst, const float *src, size_t n, int nt);
  * cast_bf16 and matmul_backward's bias gradient. */
 void cast_bf16_colsum(uint16_t *dst, float *colsum, const float *src, int N, int OC, int acc, int nt);
 
-/* GELU fused with the rounding of its output for the next bf16 GEMM: out as gelu_forward, and
- * out_lp = bf16(out), in one pass. */
+/* GELU fused with the rounding of its output for the next bf16 GEMM: out as gelu_forward (skipped
+ * if NULL), and out_lp = bf16(gelu), in one pass. */
 void gelu_forward_bf16(float *out, uint16_t *out_lp, const float *inp, size_t n, int nt);
 /* GELU backward on (N, OC) fused with the next GEMM's rounding and the bias gradient:
  * dinp_lp = bf16(dout · gelu'(inp)), colsum (OC) += the column sums of the fp32 values; no fp32

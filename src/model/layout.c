@@ -109,19 +109,27 @@ int layout_head_chunk_rows(const ModelConfig *cfg, int B, int T) {
     return (int)rows;
 }
 
-/* Floats of each saved tensor of one block, for N = B·T rows. */
+/* Floats of each saved tensor of one block, for N = B·T rows. With bf16 the LayerNorm and GELU
+ * outputs (only ever GEMM operands) are stored as bf16: half as many floats, rounded up. */
 typedef struct { size_t ln, stats, qkv, probs, atty, res2, fch, fchg, res3; } BlockActs;
 
-static BlockActs block_acts(const ModelConfig *cfg, int B, int T) {
+static size_t half_floats(size_t n) { return (n + 1) / 2; }
+
+static BlockActs block_acts(const ModelConfig *cfg, int B, int T, int bf16) {
     size_t N = (size_t)B * T, C = cfg->n_embd;
-    BlockActs b = {N * C, N, 3 * N * C, (size_t)B * cfg->n_head * T, N * C, N * C, 4 * N * C, 4 * N * C, N * C};
+    size_t ln = bf16 ? half_floats(N * C) : N * C, fchg = bf16 ? half_floats(4 * N * C) : 4 * N * C;
+    BlockActs b = {ln, N, 3 * N * C, (size_t)B * cfg->n_head * T, N * C, N * C, 4 * N * C, fchg, N * C};
     return b;
 }
 
 ActSizes layout_activations_rc(const ModelConfig *cfg, int B, int T, int threads, Recompute rc) {
+    return layout_activations_prec(cfg, B, T, threads, rc, 0);
+}
+
+ActSizes layout_activations_prec(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int bf16) {
     ActSizes a;
     size_t BT = (size_t)B * T, C = cfg->n_embd;
-    BlockActs b = block_acts(cfg, B, T);
+    BlockActs b = block_acts(cfg, B, T, bf16);
     /* ln1 + stats, qkv, attention lse, atty, res2, ln2 + stats, fch, fch_gelu, res3 */
     size_t all = 2 * b.ln + 4 * b.stats + b.qkv + b.probs + b.atty + b.res2 + b.fch + b.fchg + b.res3;
     size_t cheap = 2 * b.ln + b.fchg; /* selective: LayerNorm outputs and the GELU output */
@@ -172,7 +180,7 @@ void layout_memory_plan(const ModelConfig *cfg, int B, int T, int threads, Recom
     if (layout_init(&pl, cfg, 1) != 0) return;
     size_t total = pl.total;
     layout_free(&pl);
-    ActSizes as = layout_activations_rc(cfg, B, T, threads, rc);
+    ActSizes as = layout_activations_prec(cfg, B, T, threads, rc, precision == 1);
     bytes[MEM_PARAMS] = total * (bf16 ? 2 : 4);
     bytes[MEM_MASTER] = bf16 ? total * 4 : 0;
     bytes[MEM_GRADS] = total * 4;

@@ -89,6 +89,10 @@ typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE = 1, RECOMPUTE_FULL = 2 }
 
 ActSizes layout_activations(const ModelConfig *cfg, int B, int T, int threads);
 ActSizes layout_activations_rc(const ModelConfig *cfg, int B, int T, int threads, Recompute rc);
+/* The same for a precision: bf16 = 1 stores the LayerNorm outputs (ln1, ln2) and the GELU output
+ * as bf16 (they are only ever GEMM operands); everything else stays fp32. fp16 (emulated) and fp32
+ * store fp32 (bf16 = 0). */
+ActSizes layout_activations_prec(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int bf16);
 const char *layout_recompute_name(Recompute rc);
 
 /* bf16 conversion scratch of the mixed-precision GEMMs, in elements: a >= max(N·4C, head chunk·Vp),

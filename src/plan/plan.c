@@ -438,7 +438,8 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
         r->act.korth_plain = plan_act_korthikanti(T, b_pipe, h, m->n_head, f, rr, m->gated_mlp, 1, 0, PLAN_RECOMPUTE_NONE);
         r->act.korth = plan_act_korthikanti(T, b_pipe, h, m->n_head, f, rr, m->gated_mlp, tp, in->sp, in->recompute);
         if (ours) {
-            ActSizes as = layout_activations(&cfg, (int)b_pipe, T, in->threads);
+            ActSizes as = layout_activations_prec(&cfg, (int)b_pipe, T, in->threads, RECOMPUTE_NONE,
+                                                  pr->compute == PLAN_DTYPE_BF16);
             r->act.exact_layer = 4.0 * as.per_layer;
             r->act.exact_total = 4.0 * as.total;
             r->act.exact_scratch = 4.0 * as.scratch;

@@ -106,7 +106,8 @@ typedef struct {
     int grad;              /* gradients */
     int master;            /* master weights kept beside the moments; 0 = none (weights are master) */
     int moment;            /* each optimizer moment */
-    int act;               /* activations (the exact mode always counts the trainer's fp32 floats) */
+    int act;               /* activations (the exact mode counts the trainer's own: fp32, with bf16 LayerNorm and
+                              GELU outputs when compute is bf16) */
     PlanDtype compute;     /* matmul dtype: picks the hardware peak */
 } PlanPrecision;
 
