@@ -433,23 +433,12 @@ static void run_par_step_record(Run *r, cJSON *o, double dt, double bytes) {
     free(all);
 }
 
-/* The memory event: this stage's planned bytes per rank and every rank's measured bytes. */
-/* Per-rank planned bytes of parameters, gradients, master weights and moments. Mixed precision:
- * stages 0-2 keep the whole fp32 master (what par plans as parameters) beside a whole 2-byte
- * copy; stage 3's master is the fp32 shard (S floats), and its parameters are the gather buffers
- * (E + 2X floats) with their 2-byte copies. */
+/* Per-rank planned bytes of parameters, gradients, master weights and moments. */
 static void run_par_plan(const Run *r, size_t plan[MEM_NCAT]) {
-    par_planned_bytes(&r->g.layout, r->dp, r->cfg.zero, optim_num_moments(&r->cfg.optim), plan);
-    if (!r->g.bf16) return;
-    if (r->cfg.zero >= 3) {
-        size_t S = r->g.layout.total / (size_t)r->dp, gathered = plan[MEM_PARAMS] / sizeof(float) - S;
-        plan[MEM_MASTER] = S * sizeof(float);
-        plan[MEM_PARAMS] = gathered * (sizeof(float) + sizeof(uint16_t));
-    } else {
-        plan[MEM_MASTER] = plan[MEM_PARAMS], plan[MEM_PARAMS] = r->g.layout.total * sizeof(uint16_t);
-    }
+    par_planned_bytes(&r->g.layout, r->dp, r->cfg.zero, optim_num_moments(&r->cfg.optim), r->g.bf16, plan);
 }
 
+/* The memory event: this stage's planned bytes per rank and every rank's measured bytes. */
 static void run_par_memory(Run *r, cJSON *o) {
     Comm *c = r->cfg.comm;
     size_t plan[MEM_NCAT];
