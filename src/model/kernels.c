@@ -5,17 +5,11 @@
 #include <omp.h>
 #include <string.h>
 
+#include "core/half.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "model/fastmath.h"
 #include "model/matmul.h"
-
-/* fp32 → bf16 bits, round to nearest even. */
-static inline uint16_t bf16_rne(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
 
 /* Bias gradients: column blocks of 64, each summed over the rows in order by one thread, so the
  * sums do not depend on the thread count; the fused variants below keep that order bit for bit. */
@@ -96,7 +90,7 @@ static inline void layernorm_row(float *o, uint16_t *olp, float *mean, float *rs
     float r = 1.0f / sqrtf(v / C + 1e-5f);
     if (olp) {
 #pragma omp simd
-        for (int c = 0; c < C; c++) olp[c] = bf16_rne((x[c] - m) * r * w[c] + b[c]);
+        for (int c = 0; c < C; c++) olp[c] = half_bf16((x[c] - m) * r * w[c] + b[c]);
     } else {
 #pragma omp simd
         for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
@@ -232,7 +226,7 @@ static void colsum_pass(int mode, uint16_t *dst, float *colsum, const float *src
 #pragma omp simd
                 for (int j = j0; j < j1; j++) {
                     sum[j - j0] += g[j];
-                    d[j] = bf16_rne(g[j]);
+                    d[j] = half_bf16(g[j]);
                 }
             } else {
                 const float *x = inp + (size_t)i * OC;
@@ -240,7 +234,7 @@ static void colsum_pass(int mode, uint16_t *dst, float *colsum, const float *src
                 for (int j = j0; j < j1; j++) {
                     float v = g[j] * gelu_grad_at(x[j]);
                     sum[j - j0] += v;
-                    d[j] = bf16_rne(v);
+                    d[j] = half_bf16(v);
                 }
             }
         }
@@ -261,15 +255,12 @@ void cast_bf16_colsum(uint16_t *dst, float *colsum, const float *src, int N, int
 
 void cast_bf16(uint16_t *dst, const float *src, size_t n, int nt) {
 #pragma omp parallel for simd num_threads(nt) schedule(static)
-    for (size_t i = 0; i < n; i++) dst[i] = bf16_rne(src[i]);
+    for (size_t i = 0; i < n; i++) dst[i] = half_bf16(src[i]);
 }
 
 void cast_fp16(uint16_t *dst, const float *src, size_t n, int nt) {
 #pragma omp parallel for simd num_threads(nt) schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        _Float16 h = (_Float16)src[i];
-        memcpy(&dst[i], &h, sizeof h);
-    }
+    for (size_t i = 0; i < n; i++) dst[i] = half_fp16(src[i]);
 }
 
 void round_fp16(float *dst, const float *src, size_t n, int nt) {
@@ -362,7 +353,7 @@ static void rows_to_bf16(uint16_t *dst, const float *src, int rows, int cols, si
         const float *s = src + (size_t)r * ld;
         uint16_t *d = dst + (size_t)r * cols;
 #pragma omp simd
-        for (int c = 0; c < cols; c++) d[c] = bf16_rne(s[c]);
+        for (int c = 0; c < cols; c++) d[c] = half_bf16(s[c]);
     }
 }
 
@@ -547,14 +538,14 @@ void gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, i
 void gelu_forward_bf16(float *out, uint16_t *out_lp, const float *inp, size_t n, int nt) {
     if (!out) {
 #pragma omp parallel for simd num_threads(nt) schedule(static)
-        for (size_t i = 0; i < n; i++) out_lp[i] = bf16_rne(gelu_at(inp[i]));
+        for (size_t i = 0; i < n; i++) out_lp[i] = half_bf16(gelu_at(inp[i]));
         return;
     }
 #pragma omp parallel for simd num_threads(nt) schedule(static)
     for (size_t i = 0; i < n; i++) {
         float y = gelu_at(inp[i]);
         out[i] = y;
-        out_lp[i] = bf16_rne(y);
+        out_lp[i] = half_bf16(y);
     }
 }
 

@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/half.h"
+
 OptimConfig optim_default_config(OptimKind kind) {
     OptimConfig c = {kind, 0.9f, 0.95f, 1e-8f, 0.1f, 0.9f};
     if (kind == OPT_LION) c.beta1 = 0.9f, c.beta2 = 0.99f, c.weight_decay = 1.0f;
@@ -78,18 +80,10 @@ static void update_block(const OptimConfig *c, float *p, const float *gr, float 
 static void round_block(uint16_t *dst, const float *p, long i0, long i1, OptimLowp kind) {
     if (kind == OPTIM_LOWP_BF16) {
 #pragma omp simd
-        for (long i = i0; i < i1; i++) {
-            uint32_t u;
-            memcpy(&u, &p[i], sizeof u);
-            u += 0x7FFFu + ((u >> 16) & 1u);
-            dst[i] = (uint16_t)(u >> 16);
-        }
+        for (long i = i0; i < i1; i++) dst[i] = half_bf16(p[i]);
     } else {
 #pragma omp simd
-        for (long i = i0; i < i1; i++) {
-            _Float16 h = (_Float16)p[i];
-            memcpy(&dst[i], &h, sizeof h);
-        }
+        for (long i = i0; i < i1; i++) dst[i] = half_fp16(p[i]);
     }
 }
 

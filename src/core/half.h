@@ -1,0 +1,24 @@
+/* half.h — fp32 rounded to the 2-byte formats of mixed precision, round to nearest even: bf16
+ * bits (by integer arithmetic, vectorizes) and fp16 bits (overflow gives inf). Shared by the
+ * model's kernels and the optimizer's fused update of the working copy, which must agree bit for
+ * bit. */
+#ifndef ST_CORE_HALF_H
+#define ST_CORE_HALF_H
+
+#include <stdint.h>
+#include <string.h>
+
+static inline uint16_t half_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline uint16_t half_fp16(float x) {
+    _Float16 h = (_Float16)x;
+    uint16_t u;
+    memcpy(&u, &h, sizeof u);
+    return u;
+}
+
+#endif
