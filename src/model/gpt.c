@@ -248,7 +248,7 @@ static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
         residual_layernorm_forward_bf16(a->res2, a->ln2_lp, a->ln2_mean, a->ln2_rstd, x, g->dbuf_b,
                                         dropout_at(g, l, DROP_ATTN_RES), p->ln2w, p->ln2b, N, C, nt);
         matmul_forward_lp(a->fch, a->ln2_lp, lp(g, p->fcw), p->fcb, N, C, 4 * C);
-        gelu_forward_bf16(NULL, a->fchg_lp, a->fch, (size_t)N * 4 * C, nt);
+        gelu_forward_bf16(a->fchg_lp, a->fch, (size_t)N * 4 * C, nt);
         matmul_forward_lp(g->dbuf_b, a->fchg_lp, lp(g, p->fcprojw), p->fcprojb, N, 4 * C, C);
     } else {
         residual_layernorm_forward(a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, x, g->dbuf_b,
@@ -322,7 +322,7 @@ void gpt_backward(Gpt *g) {
         } else if (g->recompute == RECOMPUTE_SELECTIVE && g->mp.bf16) {
             layernorm_forward_bf16(a->ln1_lp, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C, nt);
             layernorm_forward_bf16(a->ln2_lp, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C, nt);
-            gelu_forward_bf16(NULL, a->fchg_lp, a->fch, NC * 4, nt);
+            gelu_forward_bf16(a->fchg_lp, a->fch, NC * 4, nt);
         } else if (g->recompute == RECOMPUTE_SELECTIVE) {
             layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C, nt);
             layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C, nt);

@@ -535,18 +535,9 @@ void gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, i
     for (size_t i = 0; i < n; i++) dinp[i] = dout[i] * gelu_grad_at(inp[i]);
 }
 
-void gelu_forward_bf16(float *out, uint16_t *out_lp, const float *inp, size_t n, int nt) {
-    if (!out) {
+void gelu_forward_bf16(uint16_t *out, const float *inp, size_t n, int nt) {
 #pragma omp parallel for simd num_threads(nt) schedule(static)
-        for (size_t i = 0; i < n; i++) out_lp[i] = half_bf16(gelu_at(inp[i]));
-        return;
-    }
-#pragma omp parallel for simd num_threads(nt) schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float y = gelu_at(inp[i]);
-        out[i] = y;
-        out_lp[i] = half_bf16(y);
-    }
+    for (size_t i = 0; i < n; i++) out[i] = half_bf16(gelu_at(inp[i]));
 }
 
 void gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, const float *dout, const float *inp, int N, int OC, int acc,

@@ -106,9 +106,9 @@ void cast_bf16(uint16_t *dst, const float *src, size_t n, int nt);
  * cast_bf16 and matmul_backward's bias gradient. */
 void cast_bf16_colsum(uint16_t *dst, float *colsum, const float *src, int N, int OC, int acc, int nt);
 
-/* GELU fused with the rounding of its output for the next bf16 GEMM: out as gelu_forward (skipped
- * if NULL), and out_lp = bf16(gelu), in one pass. */
-void gelu_forward_bf16(float *out, uint16_t *out_lp, const float *inp, size_t n, int nt);
+/* GELU written straight as the next GEMM's bf16 operand: out = bf16(gelu(inp)), bit-identical to
+ * gelu_forward then cast_bf16. */
+void gelu_forward_bf16(uint16_t *out, const float *inp, size_t n, int nt);
 /* GELU backward on (N, OC) fused with the next GEMM's rounding and the bias gradient:
  * dinp_lp = bf16(dout · gelu'(inp)), colsum (OC) += the column sums of the fp32 values; no fp32
  * output is written. Bit-identical to gelu_backward, cast_bf16 and matmul_backward's dbias. */
