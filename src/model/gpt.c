@@ -206,10 +206,13 @@ void gpt_init_params(Gpt *g, uint64_t seed) {
     gpt_init_params_buf(&g->layout, g->params, seed, g->nt);
 }
 
+void gpt_round_lp(const Gpt *g, uint16_t *dst, const float *src, size_t n) {
+    if (g->fp16) cast_fp16(dst, src, n, g->nt);
+    else if (g->bf16) cast_bf16(dst, src, n, g->nt);
+}
+
 void gpt_sync_lp(Gpt *g) {
-    if (!g->params_lp) return; /* fp32, or external parameters (the caller's copies) */
-    if (g->fp16) cast_fp16(g->params_lp, g->params, g->layout.total, g->nt);
-    else if (g->bf16) cast_bf16(g->params_lp, g->params, g->layout.total, g->nt);
+    if (g->params_lp) gpt_round_lp(g, g->params_lp, g->params, g->layout.total); /* none: fp32 or external */
 }
 
 void gpt_zero_grads(Gpt *g) {

@@ -119,6 +119,9 @@ Status gpt_init_ex(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int sha
 
 /* Refreshes the bf16 working copy from the fp32 master (no-op in fp32). */
 void gpt_sync_lp(Gpt *g);
+/* n fp32 parameters rounded to the model's 2-byte format (bf16 or fp16; nothing in fp32): for
+ * callers keeping copies of external parameters. */
+void gpt_round_lp(const Gpt *g, uint16_t *dst, const float *src, size_t n);
 
 /* GPT-2 initialisation (see gpt_init_params) of a flat buffer in layout pl. */
 void gpt_init_params_buf(const ParamLayout *pl, float *buf, uint64_t seed, int nt);

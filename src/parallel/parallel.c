@@ -216,8 +216,7 @@ static void wait_req(Par *p, CommReq *req, const char *what) {
 /* Mixed precision: rounds a gathered fp32 segment into its working copy, once per gather. */
 static void round_gathered(Par *p, const float *buf, uint16_t *lp, size_t n, int *ok) {
     if (!p->g->bf16 || *ok) return;
-    if (p->g->fp16) cast_fp16(lp, buf, n, p->o.nt);
-    else cast_bf16(lp, buf, n, p->o.nt);
+    gpt_round_lp(p->g, lp, buf, n);
     *ok = 1;
 }
 
