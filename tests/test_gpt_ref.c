@@ -59,6 +59,27 @@ static void open_fixture(const char *file, Fixture *f, ModelConfig *mc, int *B, 
     }
 }
 
+/* Relative error of every tensor of buf (in g's layout) against the fixture entries prefix.<name>:
+ * the worst and its tensor; the tensors above tol (NaN included) are printed and counted. */
+static int tensors_above(const Gpt *g, const float *buf, const Fixture *f, const char *prefix, double tol, double *worst,
+                         const char **worst_name) {
+    int bad = 0;
+    *worst = 0, *worst_name = "";
+    for (int k = 0; k < g->layout.ntensors; k++) {
+        const TensorInfo *t = &g->layout.tensors[k];
+        char name[192];
+        snprintf(name, sizeof name, "%s.%s", prefix, t->name);
+        const FixtureEntry *e = need(f, name);
+        double r = tu_rel_err_fd(buf + t->offset, e->data, e->numel);
+        if (!(r <= tol)) {
+            printf("  %s: rel_err=%.3g\n", name, r);
+            bad++;
+        }
+        if (!(r <= *worst)) *worst = r, *worst_name = t->name;
+    }
+    return bad;
+}
+
 /* gpt_overwrite_grads against gpt_zero_grads: the real tensors of the gradient buffer are filled
  * with NaN first, so an element the overwriting backward fails to write shows; one micro-batch
  * must equal the zeroed one, and a second (accumulated) micro-batch the zeroed pair. Equal means
@@ -126,20 +147,9 @@ static void run(const char *file, int nt) {
     tu_check(re <= 1e-5, name, "rel_err=%.3g (tol 1e-5)", re);
 
     gpt_backward(&g);
-    double worst = 0;
-    const char *worst_name = "";
-    int bad = 0;
-    for (int k = 0; k < g.layout.ntensors; k++) {
-        const TensorInfo *t = &g.layout.tensors[k];
-        snprintf(name, sizeof name, "grad.%s", t->name);
-        const FixtureEntry *e = need(&f, name);
-        double r = tu_rel_err_fd(g.grads + t->offset, e->data, e->numel);
-        if (!(r <= 1e-5)) {
-            printf("  %s: rel_err=%.3g\n", name, r);
-            bad++;
-        }
-        if (!(r <= worst)) worst = r, worst_name = t->name;
-    }
+    double worst;
+    const char *worst_name;
+    int bad = tensors_above(&g, g.grads, &f, "grad", 1e-5, &worst, &worst_name);
     snprintf(name, sizeof name, "%s every parameter gradient (%d tensors)", file, g.layout.ntensors);
     tu_check(bad == 0, name, "worst rel_err=%.3g in %s (tol 1e-5)", worst, worst_name);
 
@@ -182,16 +192,9 @@ static void run(const char *file, int nt) {
     }
     snprintf(name, sizeof name, "%s ten AdamW losses", file);
     tu_check(worst_loss <= 1e-4, name, "max rel diff=%.3g (tol 1e-4)", worst_loss);
-    worst = 0;
-    for (int k = 0; k < g.layout.ntensors; k++) {
-        const TensorInfo *t = &g.layout.tensors[k];
-        snprintf(name, sizeof name, "adamw_final.%s", t->name);
-        const FixtureEntry *e = need(&f, name);
-        double r = tu_rel_err_fd(g.params + t->offset, e->data, e->numel);
-        if (!(r <= worst)) worst = r, worst_name = t->name;
-    }
+    bad = tensors_above(&g, g.params, &f, "adamw_final", 1e-4, &worst, &worst_name);
     snprintf(name, sizeof name, "%s parameters after ten AdamW steps", file);
-    tu_check(worst <= 1e-4, name, "worst rel_err=%.3g in %s (tol 1e-4)", worst, worst_name);
+    tu_check(bad == 0 && worst <= 1e-4, name, "worst rel_err=%.3g in %s (tol 1e-4)", worst, worst_name);
 
     free(m), free(v), free(ranges), free(probs), free(logits);
     gpt_free(&g);
@@ -226,17 +229,11 @@ static void run_bf16(const char *file) {
     char name[256];
     snprintf(name, sizeof name, "%s bf16 loss", file);
     tu_check(fabs(loss - ref_loss) / ref_loss <= 1e-3, name, "ours=%.6f ref=%.6f", loss, ref_loss);
-    double worst = 0;
-    const char *worst_name = "";
-    for (int k = 0; k < g.layout.ntensors; k++) {
-        const TensorInfo *t = &g.layout.tensors[k];
-        snprintf(name, sizeof name, "grad.%s", t->name);
-        const FixtureEntry *e = need(&f, name);
-        double r = tu_rel_err_fd(g.grads + t->offset, e->data, e->numel);
-        if (!(r <= worst)) worst = r, worst_name = t->name;
-    }
+    double worst;
+    const char *worst_name;
+    int bad = tensors_above(&g, g.grads, &f, "grad", 2e-2, &worst, &worst_name);
     snprintf(name, sizeof name, "%s bf16 every parameter gradient", file);
-    tu_check(worst <= 2e-2, name, "worst rel_err=%.3g in %s (tol 2e-2)", worst, worst_name);
+    tu_check(bad == 0 && worst <= 2e-2, name, "worst rel_err=%.3g in %s (tol 2e-2)", worst, worst_name);
     snprintf(name, sizeof name, "%s bf16 memory: fp32 master + bf16 working copy", file);
     tu_check(ms.bytes[MEM_MASTER] == g.layout.total * 4 && ms.bytes[MEM_PARAMS] == g.layout.total * 2, name,
              "master %zu, parameters %zu bytes", ms.bytes[MEM_MASTER], ms.bytes[MEM_PARAMS]);
