@@ -15,13 +15,7 @@ bin=${BIN:-build/bench/step_bench}
 [[ -f $peer ]] || { echo "bench: PyTorch peer not found at $peer (set PEER=...)" >&2; exit 1; }
 /usr/bin/python3 -c "import torch" 2>/dev/null || { echo "bench: run scripts/install-deps.sh --bench" >&2; exit 1; }
 
-# name L NH C V B T steps
-configs=(
-  "A 12 12 768 50257 4 64 12"
-  "B 6 6 384 50257 8 256 8"
-  "C 6 6 384 256 8 256 12"
-)
-field() { sed -n 's/.*"'"$2"'": \([0-9.]*\).*/\1/p' <<<"$1"; }
+source bench/common.sh
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 echo "| config | shape (L/C/V, B×T) | PyTorch fp32 tok/s | scaletrain fp32 tok/s | ratio | PyTorch bf16 autocast tok/s | scaletrain bf16 tok/s | ratio | bf16 / fp32 (ours) |"

@@ -15,13 +15,7 @@ bin=${BIN:-build/bench/step_bench}
 [[ -x $bin ]] || { echo "memory_table: build first (make build)" >&2; exit 1; }
 [[ -x /usr/bin/time ]] || { echo "memory_table: needs /usr/bin/time (apt-get install time)" >&2; exit 1; }
 
-# name L NH C V B T
-configs=(
-  "A 12 12 768 50257 4 64"
-  "B 6 6 384 50257 8 256"
-  "C 6 6 384 256 8 256"
-)
-field() { sed -n 's/.*"'"$2"'": \([0-9.]*\).*/\1/p' <<<"$1"; }
+source bench/common.sh
 mib() { awk -v b="$1" 'BEGIN {printf "%.0f", b / 1048576}'; }
 rss_mib() { awk '{printf "%.0f", $1 / 1024}' "$1"; } # /usr/bin/time %M is in KiB
 
@@ -30,7 +24,7 @@ trap 'rm -f "$tmp"' EXIT
 echo "| config | precision | recompute none / selective / full: step ms | allocated MiB | peak RSS MiB | PyTorch fp32 peak RSS MiB |"
 echo "|---|---|---|---|---|---:|"
 for cfg in "${configs[@]}"; do
-  read -r name L NH C V B T <<<"$cfg"
+  read -r name L NH C V B T _ <<<"$cfg"
   pt=""
   if [[ -f $peer ]] && /usr/bin/python3 -c "import torch" 2>/dev/null; then
     OMP_NUM_THREADS=$threads /usr/bin/time -f "%M" -o "$tmp" /usr/bin/python3 "$peer" --V "$V" --L "$L" --NH "$NH" \
