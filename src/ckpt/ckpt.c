@@ -829,6 +829,14 @@ static int is_dir(const char *p) {
     return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
+int ckpt_is_weights_folder(const char *dir) {
+    char p[4200];
+    join(p, sizeof p, dir, "state.json");
+    if (access(p, F_OK) == 0) return 0;
+    join(p, sizeof p, dir, FILES[0]);
+    return access(p, F_OK) == 0;
+}
+
 Status ckpt_resolve(const char *dir, const char *spec, char *out, size_t out_len, char *note, size_t note_len,
                     Err *err) {
     out[0] = '\0';

@@ -131,6 +131,10 @@ typedef void (*CkptProgressFn)(void *ctx, uint64_t done, uint64_t total);
 Status ckpt_load_progress(const char *ckpt_path, Gpt *g, const CkptOptState *opt, CkptMeta *meta,
                           CkptProgressFn progress, void *progress_ctx, Err *err);
 
+/* 1 if dir is a plain weights folder (model.safetensors without a checkpoint's state.json, e.g.
+ * `train --out`), 0 otherwise. */
+int ckpt_is_weights_folder(const char *dir);
+
 /* Picks the checkpoint to resume from. spec "auto": the newest checkpoint directory under dir
  * that verifies; if newer ones are corrupt they are skipped and note says which and why. No
  * checkpoint at all: ST_OK with out[0] == '\0' (start from scratch). All corrupt: ST_ERR_INPUT.

@@ -64,11 +64,8 @@ int cmd_eval(int argc, char **argv) {
     if (threads < 1 || threads > 1024) return cli_fail("eval", ST_ERR_INPUT, "--threads: expected 1..1024");
 
     /* The weights: a plain folder, else a checkpoint (verified) or the newest one of a --ckpt-dir. */
-    char src[4096], note[1536], probe[4200];
-    snprintf(probe, sizeof probe, "%s/state.json", pos[0]);
-    int plain = access(probe, F_OK) != 0;
-    snprintf(probe, sizeof probe, "%s/model.safetensors", pos[0]);
-    plain = plain && access(probe, F_OK) == 0;
+    char src[4096], note[1536];
+    int plain = ckpt_is_weights_folder(pos[0]);
     if (plain) {
         snprintf(src, sizeof src, "%s", pos[0]);
     } else {

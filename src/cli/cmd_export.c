@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "ckpt/ckpt.h"
 #include "ckpt/safetensors.h"
@@ -42,11 +41,8 @@ int cmd_export(int argc, char **argv) {
         return cli_fail("export", ST_ERR_INPUT, "--format: expected hf or llmc");
     if (!out[0]) return cli_fail("export", ST_ERR_INPUT, "-o/--out: expected an output path, found none");
 
-    char src[4096], note[1536], probe[4200];
-    snprintf(probe, sizeof probe, "%s/state.json", pos[0]);
-    int plain = access(probe, F_OK) != 0;
-    snprintf(probe, sizeof probe, "%s/model.safetensors", pos[0]);
-    plain = plain && access(probe, F_OK) == 0;
+    char src[4096], note[1536];
+    int plain = ckpt_is_weights_folder(pos[0]);
     if (plain) {
         snprintf(src, sizeof src, "%s", pos[0]);
     } else {
