@@ -52,13 +52,6 @@ static int run(const char *name, const char *cmd, double *secs) {
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-static char *slurp(const char *path) {
-    char *t;
-    size_t n;
-    Err e;
-    return file_read_all(path, &t, &n, &e) == ST_OK ? t : NULL;
-}
-
 #define COMMON                                                                                                       \
     "train --data " DIR "/train.bin --layers 2 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 --micro-batch 2 " \
     "--lr 2e-3 --min-lr 2e-4 --warmup 5 --val-every 0 --threads 1 --peak-gflops 100 --quiet"
@@ -82,7 +75,7 @@ static int train(const char *name, int np, int k, int zero, const char *extra, d
 static int losses(const char *name, double *out) {
     char path[1200];
     snprintf(path, sizeof path, "%s/%s.jsonl", DIR, name);
-    char *t = slurp(path);
+    char *t = tu_slurp(path);
     int n = 0;
     for (char *p = t ? strstr(t, "\"event\":\"step\"") : NULL; p; p = strstr(p + 1, "\"event\":\"step\"")) {
         char *s = strstr(p, "\"step\":"), *l = strstr(p, "\"loss\":");
@@ -97,7 +90,7 @@ static int losses(const char *name, double *out) {
 static int loss_text_equal(const char *a, const char *b) {
     char pa[1200], pb[1200];
     snprintf(pa, sizeof pa, "%s/%s.jsonl", DIR, a), snprintf(pb, sizeof pb, "%s/%s.jsonl", DIR, b);
-    char *x = slurp(pa), *y = slurp(pb);
+    char *x = tu_slurp(pa), *y = tu_slurp(pb);
     int same = x && y;
     char *p = x, *q = y;
     while (same) {
@@ -186,7 +179,7 @@ static void compare(const char *name, const char *ref, const ParamLayout *pl, co
 static void check_memory(const char *name) {
     char path[1200];
     snprintf(path, sizeof path, "%s/%s.jsonl", DIR, name);
-    char *t = slurp(path);
+    char *t = tu_slurp(path);
     char *m = t ? strstr(t, "\"event\":\"memory\"") : NULL;
     int ok = m && strstr(m, "\"planned_equals_measured\":true");
     char detail[512] = "no memory event";
@@ -254,10 +247,10 @@ static int stop_and_resume(const char *name, int np1, int k1, int z1, int np2, i
     snprintf(ex, sizeof ex, "--ckpt-dir %s/%s_ck --stop-after 10 %s", DIR, name, extra ? extra : "");
     int rc1 = train(name, np1, k1, z1, ex, &secs);
     snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, name);
-    char *first = slurp(lg); /* train() truncates the log of the second part: keep the first */
+    char *first = tu_slurp(lg); /* train() truncates the log of the second part: keep the first */
     snprintf(ex, sizeof ex, "--ckpt-dir %s/%s_ck --resume auto %s", DIR, name, extra ? extra : "");
     int rc2 = train(name, np2, k2, z2, ex, &secs);
-    char *second = slurp(lg);
+    char *second = tu_slurp(lg);
     FILE *f = fopen(lg, "w");
     if (f && first && second) fputs(first, f), fputs(second, f);
     if (f) fclose(f);
@@ -285,7 +278,7 @@ static void fault(void) {
     char cmd[4096];
     /* Grid product != world. */
     int rc = train("grid", 2, 2, 0, "--dp 3", &secs);
-    char *out = slurp(DIR "/grid.out");
+    char *out = tu_slurp(DIR "/grid.out");
     tu_check(rc == 2 && out && strstr(out, "= 3 does not equal the world size 2"), "grid dp 3 on 2 ranks refused",
              "exit %d: %.200s", rc, out && strstr(out, "scaletrain train:") ? strstr(out, "scaletrain train:") : "");
     free(out);
@@ -295,7 +288,7 @@ static void fault(void) {
              " --steps 2 : -np 1 %s " COMMON " --steps 2 --lr 3e-3",
              g_mpi, g_bin, g_bin);
     rc = run("hash", cmd, &secs);
-    out = slurp(DIR "/hash.out");
+    out = tu_slurp(DIR "/hash.out");
     tu_check(rc == 2 && out && strstr(out, "config hash differs across ranks") && strstr(out, "rank 1 has"),
              "a rank with a different config refused", "exit %d in %.1f s", rc, secs);
     free(out);
@@ -303,7 +296,7 @@ static void fault(void) {
     snprintf(cmd, sizeof cmd, "ST_PAR_TEST_KILL=1:3 timeout 90 %s --allow-run-as-root --oversubscribe -np 2 "
              "-x OMP_NUM_THREADS=1 -x ST_PAR_TEST_KILL %s " COMMON " --steps 20 --comm-timeout 20", g_mpi, g_bin);
     rc = run("kill", cmd, &secs);
-    out = slurp(DIR "/kill.out");
+    out = tu_slurp(DIR "/kill.out");
     tu_check(rc != 0 && rc != 124 && secs < 30 && out && (strstr(out, "signal 9") || strstr(out, "Killed")),
              "rank 1 SIGKILLed at step 3: the job ends", "exit %d after %.1f s: %.160s", rc, secs,
              out && strstr(out, "mpirun noticed") ? strstr(out, "mpirun noticed") : "");

@@ -34,14 +34,6 @@ static int run(const char *cmd) {
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-static char *slurp(const char *path) {
-    char *t = NULL;
-    size_t n = 0;
-    Err e;
-    if (file_read_all(path, &t, &n, &e) != ST_OK) return NULL;
-    return t;
-}
-
 static double jnum(const cJSON *o, const char *k) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
     return cJSON_IsNumber(x) ? x->valuedouble : NAN;
@@ -51,7 +43,7 @@ static cJSON *eval_json(const char *args) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, BIN " eval %s --json --quiet >" TMP "/out.json 2>" TMP "/err.txt", args);
     if (run(cmd) != 0) return NULL;
-    char *t = slurp(TMP "/out.json");
+    char *t = tu_slurp(TMP "/out.json");
     cJSON *o = t ? cJSON_Parse(t) : NULL;
     free(t);
     return o;
@@ -61,7 +53,7 @@ static void expect_error(const char *name, const char *args, const char *want) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, BIN " eval %s >/dev/null 2>" TMP "/err.txt", args);
     int rc = run(cmd);
-    char *e = slurp(TMP "/err.txt");
+    char *e = tu_slurp(TMP "/err.txt");
     int lines = 0;
     for (char *p = e; p && *p; p++) lines += *p == '\n';
     int ok = rc == 2 && lines == 1 && e && !strncmp(e, "scaletrain eval: ", 17) && strstr(e, want);

@@ -33,14 +33,6 @@
 
 static double fabs_diff(double a, double b) { return a > b ? a - b : b - a; }
 
-static char *slurp(const char *path) {
-    char *t = NULL;
-    size_t n = 0;
-    Err e;
-    if (file_read_all(path, &t, &n, &e) != ST_OK) return NULL;
-    return t;
-}
-
 static void spit(const char *path, const char *text) {
     FILE *f = fopen(path, "wb");
     if (f) {
@@ -184,7 +176,7 @@ static void write_logs(void) {
 static void test_command(void) {
     int rc = run(BIN " report " TMP "/good.jsonl " TMP "/damaged.jsonl -o " TMP "/report.html >" TMP
                      "/out.txt 2>" TMP "/err.txt");
-    char *err = slurp(TMP "/err.txt"), *html = slurp(TMP "/report.html");
+    char *err = tu_slurp(TMP "/err.txt"), *html = tu_slurp(TMP "/report.html");
     int warn_ok = err && count_lines(err) == 1 && strstr(err, "scaletrain report: warning: ") &&
                   strstr(err, "damaged.jsonl: 2 of") && strstr(err, "truncated last line");
     tu_check(rc == 0 && warn_ok && html, "report_cmd_damaged_log_warns", "exit=%d stderr=\"%s\"", rc, err ? err : "");
@@ -203,7 +195,7 @@ static void test_command(void) {
         char cmd[2048];
         snprintf(cmd, sizeof cmd, BIN " report %s >/dev/null 2>" TMP "/err.txt", bad[i].args);
         rc = run(cmd);
-        err = slurp(TMP "/err.txt");
+        err = tu_slurp(TMP "/err.txt");
         int ok = rc == 2 && err && count_lines(err) == 1 && strstr(err, bad[i].want) &&
                  !strncmp(err, "scaletrain report: ", 19);
         tu_check(ok, bad[i].name, "exit=%d stderr=\"%s\"", rc, err ? err : "");
@@ -286,7 +278,7 @@ static void test_browser(void) {
     }
     const int W = 1200, H0 = 6000;
     int rc = chromium_run(bin, "--dump-dom", "file://" TMP "/report.html", TMP "/dom.html", TMP "/chrome_err.txt", W, H0);
-    char *dom = slurp(TMP "/dom.html"), *cerr = slurp(TMP "/chrome_err.txt");
+    char *dom = tu_slurp(TMP "/dom.html"), *cerr = tu_slurp(TMP "/chrome_err.txt");
     const char *stp = dom ? strstr(dom, "id=\"st-status\"") : NULL;
     char state[32] = "", charts[16] = "", drawn[16] = "", errors[16] = "", height[16] = "";
     if (stp) {
@@ -361,7 +353,7 @@ static void test_browser(void) {
     free(page);
     rc = chromium_run(bin, "--dump-dom", "file://" TMP "/shotcheck.html", TMP "/shotdom.html", TMP "/chrome_err2.txt",
                       400, 300);
-    dom = slurp(TMP "/shotdom.html");
+    dom = tu_slurp(TMP "/shotdom.html");
     const char *o = dom ? strstr(dom, "id=\"out\"") : NULL;
     char counts[1024] = "", size[64] = "", st2[16] = "";
     if (o) {

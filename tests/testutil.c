@@ -1,9 +1,11 @@
-/* testutil.c — check bookkeeping and error norms for the tests. */
+/* testutil.c — check bookkeeping, error norms and file reading for the tests. */
 #include "testutil.h"
 
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+
+#include "core/fileio.h"
 
 int tu_failures = 0;
 
@@ -52,4 +54,11 @@ double tu_max_abs_diff_f(const float *a, const float *b, size_t n) {
 int tu_exit(void) {
     if (tu_failures) printf("%d check(s) failed\n", tu_failures);
     return tu_failures ? 1 : 0;
+}
+
+char *tu_slurp(const char *path) {
+    char *t;
+    size_t n;
+    Err e;
+    return file_read_all(path, &t, &n, &e) == ST_OK ? t : NULL;
 }

@@ -17,6 +17,9 @@ double tu_rel_err_f(const float *a, const float *b, size_t n);
 double tu_rel_err_fd(const float *a, const double *b, size_t n);
 double tu_max_abs_diff_f(const float *a, const float *b, size_t n);
 
+/* The whole file as a NUL-terminated string (caller frees), or NULL if it cannot be read. */
+char *tu_slurp(const char *path);
+
 /* Returns the process exit status for main: 0 if no check failed. */
 int tu_exit(void);
 
