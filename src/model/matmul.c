@@ -1,8 +1,11 @@
-/* matmul.c — GEMM through oneDNN's matmul primitive with a per-thread primitive cache. */
+/* matmul.c — GEMM through oneDNN's matmul primitive with a per-thread primitive cache, and the
+ * record of the first failure (matmul.h). */
 #include "model/matmul.h"
 
 #include <dnnl.h>
 #include <omp.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,24 +36,70 @@ typedef struct {
 
 static _Thread_local ThreadState *tls;
 
-#define DNNL_OK(call)                                                                  \
-    do {                                                                               \
-        dnnl_status_t s_ = (call);                                                     \
-        if (s_ != dnnl_success) {                                                      \
-            char m_[64];                                                               \
-            snprintf(m_, sizeof m_, "oneDNN status %d", (int)s_);                      \
-            st_abort(__FILE__, __LINE__, #call, m_);                                   \
-        }                                                                              \
-    } while (0)
+/* The first failure, until mm_take_error takes it (process state: see matmul.h), and the
+ * countdown of the test fault (0: none). */
+static pthread_mutex_t err_lock = PTHREAD_MUTEX_INITIALIZER;
+static Err first_err;
+static atomic_long fail_countdown;
 
-static ThreadState *thread_state(void) {
-    if (!tls) {
-        tls = calloc(1, sizeof *tls);
-        ST_CHECK_MSG(tls != NULL, "out of memory for the GEMM cache");
-        DNNL_OK(dnnl_engine_create(&tls->engine, dnnl_cpu, 0));
-        DNNL_OK(dnnl_stream_create(&tls->stream, tls->engine, dnnl_stream_default_flags));
+static const char *dnnl_status_name(dnnl_status_t s) {
+    switch (s) {
+    case dnnl_out_of_memory: return "out_of_memory";
+    case dnnl_invalid_arguments: return "invalid_arguments";
+    case dnnl_unimplemented: return "unimplemented";
+    case dnnl_iterator_ends: return "iterator_ends";
+    case dnnl_runtime_error: return "runtime_error";
+    case dnnl_not_required: return "not_required";
+    default: return "error";
     }
-    return tls;
+}
+
+/* Records a failed GEMM: its shape, what was being done and oneDNN's status. First one wins. */
+static void record(const Key *k, dnnl_status_t s, const char *what) {
+    static const char *ops[4] = {"A*B", "A*B^T", "A^T*B", "A^T*B^T"};
+    pthread_mutex_lock(&err_lock);
+    if (first_err.status == ST_OK)
+        err_set(&first_err, ST_ERR_RUNTIME, "GEMM %dx%dx%d (MxNxK, %s, %s%s%s): oneDNN %s %s", k->M, k->N, k->K,
+                k->bf16 ? "bf16" : "fp32", ops[2 * (k->ta != 0) + (k->tb != 0)], k->bias ? " + bias" : "",
+                k->beta1 ? " + C" : "", dnnl_status_name(s), what);
+    pthread_mutex_unlock(&err_lock);
+}
+
+Status mm_take_error(Err *err) {
+    pthread_mutex_lock(&err_lock);
+    Err e = first_err;
+    first_err.status = ST_OK, first_err.msg[0] = 0;
+    pthread_mutex_unlock(&err_lock);
+    if (e.status != ST_OK && err) *err = e;
+    return e.status;
+}
+
+void mm_fail_after(long n) { atomic_store(&fail_countdown, n); }
+
+/* 1 when the test fault fires on this call. */
+static int fault_fires(void) {
+    return atomic_load_explicit(&fail_countdown, memory_order_relaxed) > 0 && atomic_fetch_sub(&fail_countdown, 1) == 1;
+}
+
+/* This thread's state, created on first use; NULL (recorded against key) when it cannot be. */
+static ThreadState *thread_state(const Key *key) {
+    if (tls) return tls;
+    ThreadState *ts = calloc(1, sizeof *ts);
+    if (!ts) {
+        record(key, dnnl_out_of_memory, "allocating the primitive cache");
+        return NULL;
+    }
+    dnnl_status_t s = dnnl_engine_create(&ts->engine, dnnl_cpu, 0);
+    if (s == dnnl_success) {
+        s = dnnl_stream_create(&ts->stream, ts->engine, dnnl_stream_default_flags);
+        if (s != dnnl_success) dnnl_engine_destroy(ts->engine);
+    }
+    if (s != dnnl_success) {
+        record(key, s, "creating the engine and stream");
+        free(ts);
+        return NULL;
+    }
+    return tls = ts;
 }
 
 static uint64_t key_hash(const Key *k) {
@@ -60,62 +109,90 @@ static uint64_t key_hash(const Key *k) {
     return h;
 }
 
-static void md_2d(dnnl_memory_desc_t *md, int rows, int cols, int ld, int trans, dnnl_data_type_t dt) {
+static dnnl_status_t md_2d(dnnl_memory_desc_t *md, int rows, int cols, int ld, int trans, dnnl_data_type_t dt) {
     dnnl_dims_t dims = {rows, cols};
     /* A logical (rows x cols) operand stored row-major, or transposed (cols x rows) in memory. */
     dnnl_dims_t strides = {trans ? 1 : ld, trans ? ld : 1};
-    DNNL_OK(dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides));
+    return dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides);
 }
 
+/* Destroys what an entry holds; leaves it unused. */
+static void entry_release(Entry *e) {
+    if (e->prim) dnnl_primitive_destroy(e->prim);
+    if (e->a) dnnl_memory_destroy(e->a);
+    if (e->b) dnnl_memory_destroy(e->b);
+    if (e->c) dnnl_memory_destroy(e->c);
+    if (e->bias) dnnl_memory_destroy(e->bias);
+    memset(e, 0, sizeof *e);
+}
+
+/* Creates the primitive and memory objects of key in the free slot e. 0 on failure, which is
+ * recorded, and e is left free. */
+static int entry_create(ThreadState *ts, Entry *e, const Key *key) {
+    dnnl_status_t s;
+    const char *what = "describing the operands";
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    memset(e, 0, sizeof *e);
+#define TRY(call, stage)                   \
+    do {                                   \
+        what = (stage);                    \
+        if ((s = (call)) != dnnl_success) \
+            goto fail;                     \
+    } while (0)
+    dnnl_data_type_t in = key->bf16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_memory_desc_t a_md, b_md, c_md, bias_md;
+    TRY(md_2d(&a_md, key->M, key->K, key->lda, key->ta, in), "describing the operands");
+    TRY(md_2d(&b_md, key->K, key->N, key->ldb, key->tb, in), "describing the operands");
+    TRY(md_2d(&c_md, key->M, key->N, key->ldc, 0, dnnl_f32), "describing the operands");
+    if (key->bias) TRY(md_2d(&bias_md, 1, key->N, key->N, 0, dnnl_f32), "describing the operands");
+    dnnl_matmul_desc_t desc;
+    TRY(dnnl_matmul_desc_init(&desc, &a_md, &b_md, key->bias ? &bias_md : NULL, &c_md), "describing the matmul");
+    TRY(dnnl_primitive_attr_create(&attr), "creating the attributes");
+    if (key->alpha != 1.0f) TRY(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &key->alpha), "setting alpha");
+    if (key->beta1) {
+        dnnl_post_ops_t po;
+        TRY(dnnl_post_ops_create(&po), "setting beta");
+        s = dnnl_post_ops_append_sum(po, 1.0f);
+        if (s == dnnl_success) s = dnnl_primitive_attr_set_post_ops(attr, po);
+        dnnl_post_ops_destroy(po);
+        TRY(s, "setting beta");
+    }
+    TRY(dnnl_primitive_desc_create(&pd, &desc, attr, ts->engine, NULL), "creating the primitive");
+    TRY(dnnl_primitive_create(&e->prim, pd), "creating the primitive");
+    TRY(dnnl_memory_create(&e->a, &a_md, ts->engine, DNNL_MEMORY_NONE), "creating the memory objects");
+    TRY(dnnl_memory_create(&e->b, &b_md, ts->engine, DNNL_MEMORY_NONE), "creating the memory objects");
+    TRY(dnnl_memory_create(&e->c, &c_md, ts->engine, DNNL_MEMORY_NONE), "creating the memory objects");
+    if (key->bias) TRY(dnnl_memory_create(&e->bias, &bias_md, ts->engine, DNNL_MEMORY_NONE), "creating the memory objects");
+#undef TRY
+    dnnl_primitive_desc_destroy(pd);
+    dnnl_primitive_attr_destroy(attr);
+    e->key = *key;
+    e->used = 1;
+    return 1;
+fail:
+    record(key, s, what);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    entry_release(e);
+    return 0;
+}
+
+/* The cached entry of key, created on a miss; NULL when it cannot be (recorded). */
 static Entry *lookup(ThreadState *ts, const Key *key) {
     uint64_t h = key_hash(key);
     for (int probe = 0; probe < CACHE_SLOTS; probe++) {
         Entry *e = &ts->slots[(h + (uint64_t)probe) % CACHE_SLOTS];
         if (e->used && !memcmp(&e->key, key, sizeof *key)) return e;
-        if (!e->used) {
-            dnnl_data_type_t in = key->bf16 ? dnnl_bf16 : dnnl_f32;
-            dnnl_memory_desc_t a_md, b_md, c_md;
-            md_2d(&a_md, key->M, key->K, key->lda, key->ta, in);
-            md_2d(&b_md, key->K, key->N, key->ldb, key->tb, in);
-            md_2d(&c_md, key->M, key->N, key->ldc, 0, dnnl_f32);
-            dnnl_memory_desc_t bias_md;
-            if (key->bias) md_2d(&bias_md, 1, key->N, key->N, 0, dnnl_f32);
-            dnnl_matmul_desc_t desc;
-            DNNL_OK(dnnl_matmul_desc_init(&desc, &a_md, &b_md, key->bias ? &bias_md : NULL, &c_md));
-            dnnl_primitive_attr_t attr;
-            DNNL_OK(dnnl_primitive_attr_create(&attr));
-            if (key->alpha != 1.0f) DNNL_OK(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &key->alpha));
-            if (key->beta1) {
-                dnnl_post_ops_t po;
-                DNNL_OK(dnnl_post_ops_create(&po));
-                DNNL_OK(dnnl_post_ops_append_sum(po, 1.0f));
-                DNNL_OK(dnnl_primitive_attr_set_post_ops(attr, po));
-                dnnl_post_ops_destroy(po);
-            }
-            dnnl_primitive_desc_t pd;
-            DNNL_OK(dnnl_primitive_desc_create(&pd, &desc, attr, ts->engine, NULL));
-            DNNL_OK(dnnl_primitive_create(&e->prim, pd));
-            dnnl_primitive_desc_destroy(pd);
-            dnnl_primitive_attr_destroy(attr);
-            DNNL_OK(dnnl_memory_create(&e->a, &a_md, ts->engine, DNNL_MEMORY_NONE));
-            DNNL_OK(dnnl_memory_create(&e->b, &b_md, ts->engine, DNNL_MEMORY_NONE));
-            DNNL_OK(dnnl_memory_create(&e->c, &c_md, ts->engine, DNNL_MEMORY_NONE));
-            e->bias = NULL;
-            if (key->bias) DNNL_OK(dnnl_memory_create(&e->bias, &bias_md, ts->engine, DNNL_MEMORY_NONE));
-            e->key = *key;
-            e->used = 1;
-            return e;
-        }
+        if (!e->used) return entry_create(ts, e, key) ? e : NULL;
     }
     /* Table full: recycle a slot (rare; shapes per run are few). */
     Entry *e = &ts->slots[h % CACHE_SLOTS];
-    dnnl_primitive_destroy(e->prim);
-    dnnl_memory_destroy(e->a), dnnl_memory_destroy(e->b), dnnl_memory_destroy(e->c);
-    if (e->bias) dnnl_memory_destroy(e->bias);
-    e->used = 0;
-    return lookup(ts, key);
+    entry_release(e);
+    return entry_create(ts, e, key) ? e : NULL;
 }
 
+/* One GEMM; on failure C is left unwritten and the failure recorded. */
 static void run(int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda, const void *B, int ldb,
                 float beta, float *C, int ldc, int bf16, const float *bias) {
     if (M <= 0 || N <= 0) return;
@@ -125,22 +202,32 @@ static void run(int ta, int tb, int M, int N, int K, float alpha, const void *A,
             for (int i = 0; i < M; i++) memset(C + (size_t)i * ldc, 0, sizeof(float) * N);
         return;
     }
-    ThreadState *ts = thread_state();
     Key key;
     memset(&key, 0, sizeof key); /* padding bytes take part in hash and compare */
     key.ta = ta, key.tb = tb, key.M = M, key.N = N, key.K = K, key.lda = lda, key.ldb = ldb, key.ldc = ldc;
     key.beta1 = beta != 0.0f, key.nthr = omp_in_parallel() ? 1 : omp_get_max_threads(), key.bf16 = bf16;
     key.bias = bias != NULL;
     key.alpha = alpha;
-    Entry *e = lookup(ts, &key);
-    DNNL_OK(dnnl_memory_set_data_handle(e->a, (void *)A));
-    DNNL_OK(dnnl_memory_set_data_handle(e->b, (void *)B));
-    DNNL_OK(dnnl_memory_set_data_handle(e->c, C));
+    if (fault_fires()) {
+        record(&key, dnnl_out_of_memory, "creating the primitive (test fault)");
+        return;
+    }
+    ThreadState *ts = thread_state(&key);
+    Entry *e = ts ? lookup(ts, &key) : NULL;
+    if (!e) return;
+    dnnl_status_t s = dnnl_memory_set_data_handle(e->a, (void *)A);
+    if (s == dnnl_success) s = dnnl_memory_set_data_handle(e->b, (void *)B);
+    if (s == dnnl_success) s = dnnl_memory_set_data_handle(e->c, C);
+    if (s == dnnl_success && bias) s = dnnl_memory_set_data_handle(e->bias, (void *)bias);
+    if (s != dnnl_success) {
+        record(&key, s, "setting the operands");
+        return;
+    }
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c},
                                {DNNL_ARG_BIAS, e->bias}};
-    if (bias) DNNL_OK(dnnl_memory_set_data_handle(e->bias, (void *)bias));
-    DNNL_OK(dnnl_primitive_execute(e->prim, ts->stream, bias ? 4 : 3, args));
-    DNNL_OK(dnnl_stream_wait(ts->stream));
+    s = dnnl_primitive_execute(e->prim, ts->stream, bias ? 4 : 3, args);
+    if (s == dnnl_success) s = dnnl_stream_wait(ts->stream);
+    if (s != dnnl_success) record(&key, s, "running the primitive");
 }
 
 void mm_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
