@@ -37,7 +37,9 @@ int main(int argc, char **argv) {
     mm_set_threads(nt);
     Gpt g;
     MemStats ms = {0};
-    if (gpt_init_ex(&g, &mc, B, T, nt, 1, rc, bf16 ? GPT_BF16 : 0, &ms, &err) != ST_OK) {
+    GptOptions go = gpt_default_options();
+    go.B = B, go.T = T, go.threads = nt, go.recompute = rc, go.precision = bf16 ? GPT_BF16 : GPT_FP32;
+    if (gpt_init(&g, &mc, &go, &ms, &err) != ST_OK) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
@@ -45,8 +47,8 @@ int main(int argc, char **argv) {
     gpt_sync_lp(&g);
     int N = B * T;
     int32_t *inp = malloc(sizeof(int32_t) * N), *tgt = malloc(sizeof(int32_t) * N);
-    float *m = calloc(g.layout.total, 4), *v = calloc(g.layout.total, 4);
-    OptimRange r = {0, g.layout.total, 1};
+    float *m = calloc(g.w.layout.total, 4), *v = calloc(g.w.layout.total, 4);
+    OptimRange r = {0, g.w.layout.total, 1};
     OptimConfig oc = optim_default_config(OPT_ADAMW);
     double *tot = calloc(steps, sizeof(double)), *fw = calloc(steps, sizeof(double)),
            *bw = calloc(steps, sizeof(double)), *op = calloc(steps, sizeof(double));
@@ -57,15 +59,15 @@ int main(int argc, char **argv) {
         }
         double t0 = timer_ms();
         gpt_overwrite_grads(&g);
-        g.ms_fwd = g.ms_bwd = 0;
+        g.s.ms_fwd = g.s.ms_bwd = 0;
         gpt_forward(&g, inp, tgt, B, T, 1.0f / N, 1, 0);
         gpt_backward(&g);
         double t1 = timer_ms();
-        double norm = optim_l2_norm(g.grads, g.layout.total, nt);
-        optim_step_lowp(&oc, g.params, g.grads, m, v, &r, 1, s + 1, 1e-4f, optim_clip_scale(norm, 1.0f), g.params_lp,
+        double norm = optim_l2_norm(g.d.grads, g.w.layout.total, nt);
+        optim_step_lowp(&oc, g.w.params, g.d.grads, m, v, &r, 1, s + 1, 1e-4f, optim_clip_scale(norm, 1.0f), g.w.params_lp,
                         bf16 ? OPTIM_LOWP_BF16 : OPTIM_LOWP_NONE, nt);
         double t2 = timer_ms();
-        tot[s] = t2 - t0, fw[s] = g.ms_fwd, bw[s] = (t1 - t0) - g.ms_fwd, op[s] = t2 - t1;
+        tot[s] = t2 - t0, fw[s] = g.s.ms_fwd, bw[s] = (t1 - t0) - g.s.ms_fwd, op[s] = t2 - t1;
     }
     int w = steps > 2 ? 2 : 0, n = steps - w;
     qsort(tot + w, n, sizeof(double), cmp), qsort(fw + w, n, sizeof(double), cmp);
@@ -80,7 +82,7 @@ int main(int argc, char **argv) {
            mc.n_layer, mc.n_embd, mc.vocab, B, T, nt, med, fw[w + n / 2], bw[w + n / 2], op[w + n / 2], N / (med * 1e-3),
            fpt * N / (med * 1e-3) / 1e9, bf16 ? "bf16" : "fp32", layout_recompute_name(rc),
            ms.bytes[MEM_ACTIVATIONS], ms.bytes[MEM_PARAMS] + ms.bytes[MEM_MASTER] + ms.bytes[MEM_GRADS] +
-               ms.bytes[MEM_ACTIVATIONS] + ms.bytes[MEM_WORKSPACE] + 2 * g.layout.total * 4);
+               ms.bytes[MEM_ACTIVATIONS] + ms.bytes[MEM_WORKSPACE] + 2 * g.w.layout.total * 4);
     gpt_free(&g);
     return 0;
 }

@@ -40,8 +40,8 @@ static ModelConfig model_cfg(int L, int C, int V) {
 static void state_init(State *s, const ModelConfig *mc) {
     Err e;
     memset(s, 0, sizeof *s);
-    if (gpt_init(&s->g, mc, 1, 1, 1, 1, NULL, &e) != ST_OK) abort();
-    size_t n = s->g.layout.total;
+    if (gpt_init(&s->g, mc, NULL, NULL, &e) != ST_OK) abort();
+    size_t n = s->g.w.layout.total;
     s->m = calloc(n, 4), s->v = calloc(n, 4), s->master = calloc(n, 4);
 }
 
@@ -49,7 +49,7 @@ static void state_init(State *s, const ModelConfig *mc) {
 static void state_fill(State *s, uint64_t seed) {
     gpt_init_params(&s->g, seed);
     float *bufs[3] = {s->m, s->v, s->master};
-    const ParamLayout *pl = &s->g.layout;
+    const ParamLayout *pl = &s->g.w.layout;
     for (int b = 0; b < 3; b++) {
         memset(bufs[b], 0, pl->total * 4);
         for (int k = 0; k < pl->ntensors; k++) {
@@ -66,8 +66,8 @@ static void state_free(State *s) {
 }
 
 static int state_equal(const State *a, const State *b) {
-    size_t n = a->g.layout.total * 4;
-    return !memcmp(a->g.params, b->g.params, n) && !memcmp(a->m, b->m, n) && !memcmp(a->v, b->v, n) &&
+    size_t n = a->g.w.layout.total * 4;
+    return !memcmp(a->g.w.params, b->g.w.params, n) && !memcmp(a->m, b->m, n) && !memcmp(a->v, b->v, n) &&
            !memcmp(a->master, b->master, n);
 }
 
@@ -126,7 +126,7 @@ static Status save(State *s, const char *dir, long step, int keep_last, int keep
     CkptOptions o = ckpt_default_options();
     o.dir = dir, o.keep_last = keep_last, o.keep_every = keep_every, o.tokenizer = "bytes";
     CkptOptState op = opt_of(s);
-    Status st = ckpt_save(&s->g, &op, &m, &o, NULL, e);
+    Status st = ckpt_save(&s->g.w, &op, &m, &o, NULL, e);
     ckpt_meta_free(&m);
     return st;
 }
@@ -140,7 +140,7 @@ static int loads_as(const ModelConfig *mc, const char *path, uint64_t seed, long
     CkptOptState op = opt_of(&got);
     CkptMeta meta, ref = make_meta(step);
     Err e = {0};
-    int ok = ckpt_load(path, &got.g, &op, &meta, &e) == ST_OK;
+    int ok = ckpt_load(path, &got.g.w, &op, &meta, &e) == ST_OK;
     if (!ok) printf("  load %s: %s\n", path, e.msg);
     ok = ok && state_equal(&want, &got) && meta_equal(&meta, &ref);
     if (ok) ckpt_meta_free(&meta);
@@ -183,8 +183,8 @@ static void test_round_trip(const ModelConfig *mc) {
     /* The folder also opens as plain Hugging Face weights. */
     State b;
     state_init(&b, mc);
-    ok = st_load_hf_weights(&b.g, RT "/step_00000100", &e) == ST_OK &&
-         !memcmp(a.g.params, b.g.params, a.g.layout.total * 4);
+    ok = st_load_hf_weights(&b.g.w, RT "/step_00000100", &e) == ST_OK &&
+         !memcmp(a.g.w.params, b.g.w.params, a.g.w.layout.total * 4);
     tu_check(ok, "ckpt_model_is_hf_folder", "st_load_hf_weights on the checkpoint directory, memcmp");
     /* Load progress: calls in order, ending at the sizes on disk of the model and optimizer files. */
     {
@@ -192,7 +192,7 @@ static void test_round_trip(const ModelConfig *mc) {
         State p;
         state_init(&p, mc);
         CkptOptState pop = opt_of(&p);
-        Status pst = ckpt_load_progress(RT "/step_00000100", &p.g, &pop, NULL, count_progress, &lc, &e);
+        Status pst = ckpt_load_progress(RT "/step_00000100", &p.g.w, &pop, NULL, count_progress, &lc, &e);
         uint64_t want = 0;
         for (int i = 0; i < 3; i += 2) {
             char fp[256];
@@ -201,7 +201,7 @@ static void test_round_trip(const ModelConfig *mc) {
             if (stat(fp, &sb) == 0) want += (uint64_t)sb.st_size;
         }
         tu_check(pst == ST_OK && lc.calls >= 2 && lc.monotone && lc.last_done == want && lc.total == want &&
-                     !memcmp(p.g.params, a.g.params, a.g.layout.total * 4),
+                     !memcmp(p.g.w.params, a.g.w.params, a.g.w.layout.total * 4),
                  "ckpt_load_progress", "%d calls, last %llu of %llu, files %llu bytes, %s", lc.calls,
                  (unsigned long long)lc.last_done, (unsigned long long)lc.total, (unsigned long long)want,
                  lc.monotone ? "monotone" : "NOT monotone");
@@ -212,7 +212,7 @@ static void test_round_trip(const ModelConfig *mc) {
     State c;
     state_init(&c, &other);
     CkptOptState op = opt_of(&c);
-    st = ckpt_load(RT "/step_00000100", &c.g, &op, NULL, &e);
+    st = ckpt_load(RT "/step_00000100", &c.g.w, &op, NULL, &e);
     tu_check(st == ST_ERR_INPUT && strstr(e.msg, "wte.weight") && strstr(e.msg, "expected shape"),
              "ckpt_load_wrong_shape", "%s", e.msg);
     state_free(&a), state_free(&b), state_free(&c);
@@ -254,7 +254,7 @@ static void test_corruption(const ModelConfig *mc) {
             State s;
             state_init(&s, mc);
             CkptOptState op = opt_of(&s);
-            Status st = ckpt_load(dir, &s.g, &op, NULL, &e);
+            Status st = ckpt_load(dir, &s.g.w, &op, NULL, &e);
             tu_check(st == ST_ERR_INPUT && strstr(e.msg, "model.safetensors") && strstr(e.msg, "mismatch"),
                      "ckpt_load_refuses_flip", "%s", e.msg);
             state_free(&s);
@@ -422,7 +422,7 @@ static void test_random_kill(void) {
         State g;
         state_init(&g, &mc);
         CkptOptState op = opt_of(&g);
-        ok = ok && ckpt_load(out, &g.g, &op, NULL, &e) == ST_OK && state_equal(&s, &g);
+        ok = ok && ckpt_load(out, &g.g.w, &op, NULL, &e) == ST_OK && state_equal(&s, &g);
         state_free(&g);
         if (!ok) printf("  kill %d: %s\n", it, e.msg);
         ok_all &= ok;
@@ -504,23 +504,23 @@ static void test_async(const ModelConfig *mc) {
     CkptAsync *a = NULL;
     Err e = {0};
     CkptOptState op = opt_of(&s);
-    Status st = ckpt_async_init(&a, &s.g, &op, &ms, &e);
+    Status st = ckpt_async_init(&a, &s.g.w, &op, &ms, &e);
     CkptMeta m = make_meta(11);
     CkptOptions o = ckpt_default_options();
     o.dir = dir;
-    st = st ? st : ckpt_async_save(a, &s.g, &op, &m, &o, &e);
+    st = st ? st : ckpt_async_save(a, &s.g.w, &op, &m, &o, &e);
     /* Training goes on: the live buffers change while the write is in flight. */
-    for (size_t i = 0; i < s.g.layout.total; i++) s.g.params[i] += 1.0f, s.m[i] -= 1.0f;
+    for (size_t i = 0; i < s.g.w.layout.total; i++) s.g.w.params[i] += 1.0f, s.m[i] -= 1.0f;
     CkptSaveInfo info;
     st = st ? st : ckpt_async_wait(a, &info, &e);
     size_t staged = ms.bytes[MEM_CKPT_STAGING];
-    int ok = st == ST_OK && loads_as(mc, info.path, 11, 11) && staged == 4 * s.g.layout.total * 4;
+    int ok = st == ST_OK && loads_as(mc, info.path, 11, 11) && staged == 4 * s.g.w.layout.total * 4;
     tu_check(ok, "ckpt_async_snapshot", "write of the state as of the call while the buffers change: bit-exact; "
              "staging %zu bytes; copy %.2f ms, write %.2f ms %s", staged, info.ms_copy, info.ms_write, st ? e.msg : "");
     /* A failing background write surfaces at the next wait. */
     setenv("ST_CKPT_FAIL_AT", "state", 1);
     m.step = 12;
-    st = ckpt_async_save(a, &s.g, &op, &m, &o, &e);
+    st = ckpt_async_save(a, &s.g.w, &op, &m, &o, &e);
     Status st2 = ckpt_async_wait(a, &info, &e);
     unsetenv("ST_CKPT_FAIL_AT");
     tu_check(st == ST_OK && st2 == ST_ERR_RUNTIME && strstr(e.msg, "state"), "ckpt_async_error", "%s", e.msg);

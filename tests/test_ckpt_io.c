@@ -31,18 +31,18 @@ static ModelConfig model_cfg(int L, int C, int V, int maxT) {
 
 static void model_init(Gpt *g, const ModelConfig *mc, uint64_t seed) {
     Err e;
-    if (gpt_init(g, mc, 1, 1, 1, 1, NULL, &e) != ST_OK) abort();
+    if (gpt_init(g, mc, NULL, NULL, &e) != ST_OK) abort();
     gpt_init_params(g, seed);
     /* Non-trivial biases and norms too (init sets them to 0/1). */
-    for (int k = 0; k < g->layout.ntensors; k++) {
-        const TensorInfo *t = &g->layout.tensors[k];
+    for (int k = 0; k < g->w.layout.ntensors; k++) {
+        const TensorInfo *t = &g->w.layout.tensors[k];
         size_t n = (size_t)t->rows_real * (t->ndim == 2 ? (size_t)t->shape[1] : 1);
-        for (size_t i = 0; i < n; i++) g->params[t->offset + i] += 0.01f * rng_normal(seed, 1000 + (uint64_t)k, i);
+        for (size_t i = 0; i < n; i++) g->w.params[t->offset + i] += 0.01f * rng_normal(seed, 1000 + (uint64_t)k, i);
     }
 }
 
 static int same_params(const Gpt *a, const Gpt *b) {
-    return a->layout.total == b->layout.total && !memcmp(a->params, b->params, a->layout.total * 4);
+    return a->w.layout.total == b->w.layout.total && !memcmp(a->w.params, b->w.params, a->w.layout.total * 4);
 }
 
 static long fsize(const char *p) {
@@ -55,7 +55,7 @@ static void test_llmc(const ModelConfig *mc) {
     model_init(&a, mc, 3);
     Err e = {0};
     const char *path = TMP "/model.bin";
-    Status st = ckpt_export_llmc(&a, path, &e);
+    Status st = ckpt_export_llmc(&a.w, path, &e);
     long L = mc->n_layer, C = mc->n_embd, Vp = mc->vocab_padded, T = mc->max_seq;
     long nparams = Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C; /* llm.c's count */
     tu_check(st == ST_OK && fsize(path) == 1024 + 4 * nparams, "llmc_export_size", "%ld bytes (1024 + 4 x %ld)",
@@ -71,26 +71,26 @@ static void test_llmc(const ModelConfig *mc) {
     size_t lnfb = (size_t)(nparams - C);
     ModelConfig peek;
     int ok = hdr[0] == 20240326 && hdr[1] == 3 && hdr[2] == T && hdr[3] == mc->vocab && hdr[4] == L && hdr[6] == C &&
-             hdr[7] == Vp && f[at] == a.p.blocks[1].qkvw[2 * C + 3] && f[lnfb + 5] == a.p.lnfb[5] &&
+             hdr[7] == Vp && f[at] == a.w.p.blocks[1].qkvw[2 * C + 3] && f[lnfb + 5] == a.w.p.lnfb[5] &&
              ckpt_peek_config(path, &peek, &e) == ST_OK && peek.n_layer == L && peek.vocab == mc->vocab;
     tu_check(ok, "llmc_export_layout", "header words, qkvw[1][2][3] and lnfb[5] at llm.c's offsets, peek config");
-    ok = gpt_init(&b, mc, 1, 1, 1, 1, NULL, &e) == ST_OK && ckpt_init_from(&b, path, &e) == ST_OK && same_params(&a, &b);
+    ok = gpt_init(&b, mc, NULL, NULL, &e) == ST_OK && ckpt_init_from(&b.w, path, &e) == ST_OK && same_params(&a, &b);
     tu_check(ok, "llmc_round_trip", "export -> --init-from: params memcmp %s", ok ? "" : e.msg);
     /* Mismatched model, truncated file, bf16 version. */
     ModelConfig other = model_cfg(mc->n_layer + 1, mc->n_embd, mc->vocab, mc->max_seq);
     Gpt c = {0};
-    gpt_init(&c, &other, 1, 1, 1, 1, NULL, &e);
-    st = ckpt_init_from(&c, path, &e);
+    gpt_init(&c, &other, NULL, NULL, &e);
+    st = ckpt_init_from(&c.w, path, &e);
     tu_check(st == ST_ERR_INPUT && strstr(e.msg, "layers: file has 2, model has 3"), "llmc_shape_mismatch", "%s", e.msg);
     const void *bb[1] = {buf};
     size_t ll[1] = {len - 4};
     file_write_atomic(TMP "/trunc.bin", bb, ll, 1, &e);
-    st = ckpt_init_from(&b, TMP "/trunc.bin", &e);
+    st = ckpt_init_from(&b.w, TMP "/trunc.bin", &e);
     tu_check(st == ST_ERR_INPUT && strstr(e.msg, "truncated"), "llmc_truncated", "%s", e.msg);
     ((int *)buf)[1] = 5;
     ll[0] = len;
     file_write_atomic(TMP "/bf16.bin", bb, ll, 1, &e);
-    st = ckpt_init_from(&b, TMP "/bf16.bin", &e);
+    st = ckpt_init_from(&b.w, TMP "/bf16.bin", &e);
     tu_check(st == ST_ERR_INPUT && strstr(e.msg, "version 5"), "llmc_version", "%s", e.msg);
     free(buf);
     gpt_free(&a), gpt_free(&b), gpt_free(&c);
@@ -100,12 +100,12 @@ static void test_hf(const ModelConfig *mc) {
     Gpt a = {0}, b = {0};
     model_init(&a, mc, 4);
     Err e = {0};
-    Status st = st_save_hf(&a, TMP "/hf", "bytes", &e);
-    int ok = st == ST_OK && gpt_init(&b, mc, 1, 1, 1, 1, NULL, &e) == ST_OK &&
-             ckpt_init_from(&b, TMP "/hf", &e) == ST_OK && same_params(&a, &b);
+    Status st = st_save_hf(&a.w, TMP "/hf", "bytes", &e);
+    int ok = st == ST_OK && gpt_init(&b, mc, NULL, NULL, &e) == ST_OK &&
+             ckpt_init_from(&b.w, TMP "/hf", &e) == ST_OK && same_params(&a, &b);
     tu_check(ok, "hf_round_trip_dir", "st_save_hf -> --init-from DIR: memcmp %s", ok ? "" : e.msg);
-    memset(b.params, 0, b.layout.total * 4);
-    ok = ckpt_init_from(&b, TMP "/hf/model.safetensors", &e) == ST_OK && same_params(&a, &b);
+    memset(b.w.params, 0, b.w.layout.total * 4);
+    ok = ckpt_init_from(&b.w, TMP "/hf/model.safetensors", &e) == ST_OK && same_params(&a, &b);
     ModelConfig peek;
     ok = ok && ckpt_peek_config(TMP "/hf/model.safetensors", &peek, &e) == ST_OK && peek.n_embd == mc->n_embd;
     tu_check(ok, "hf_round_trip_file", "--init-from FILE.safetensors: memcmp; peek config from config.json beside it");
@@ -120,7 +120,7 @@ static void test_hf(const ModelConfig *mc) {
     int C = mc->n_embd;
     float x;
     if (w) memcpy(&x, f.data + w->begin + 4 * (size_t)(5 * 3 * C + 7), 4);
-    ok = w && wte && w->shape[0] == C && w->shape[1] == 3 * C && x == a.p.blocks[1].qkvw[7 * C + 5] &&
+    ok = w && wte && w->shape[0] == C && w->shape[1] == 3 * C && x == a.w.p.blocks[1].qkvw[7 * C + 5] &&
          wte->shape[0] == mc->vocab;
     tu_check(ok, "hf_conv1d_layout", "c_attn.weight (C, 3C) is the transpose of qkvw; wte has V=%d rows", mc->vocab);
     st_file_free(&f);
@@ -139,15 +139,15 @@ static void test_export_cmd(const ModelConfig *mc) {
     CkptOptions o = ckpt_default_options();
     o.dir = TMP "/ck";
     o.tokenizer = "bytes";
-    Status st = ckpt_save(&a, NULL, &m, &o, NULL, &e);
-    gpt_init(&b, mc, 1, 1, 1, 1, NULL, &e);
+    Status st = ckpt_save(&a.w, NULL, &m, &o, NULL, &e);
+    gpt_init(&b, mc, NULL, NULL, &e);
     int rc1 = system(BIN " export " TMP "/ck --format llmc -o " TMP "/exp.bin >/dev/null");
-    int ok1 = st == ST_OK && rc1 == 0 && ckpt_init_from(&b, TMP "/exp.bin", &e) == ST_OK && same_params(&a, &b);
-    memset(b.params, 0, b.layout.total * 4);
+    int ok1 = st == ST_OK && rc1 == 0 && ckpt_init_from(&b.w, TMP "/exp.bin", &e) == ST_OK && same_params(&a, &b);
+    memset(b.w.params, 0, b.w.layout.total * 4);
     int rc2 = system(BIN " export " TMP "/ck/step_00000020 --format hf --out " TMP "/exp_hf >/dev/null");
     char tok[64] = "";
     ModelConfig cfg;
-    int ok2 = rc2 == 0 && ckpt_init_from(&b, TMP "/exp_hf", &e) == ST_OK && same_params(&a, &b) &&
+    int ok2 = rc2 == 0 && ckpt_init_from(&b.w, TMP "/exp_hf", &e) == ST_OK && same_params(&a, &b) &&
               st_load_hf_config(TMP "/exp_hf", &cfg, tok, sizeof tok, &e) == ST_OK && !strcmp(tok, "bytes");
     tu_check(ok1 && ok2, "export_cmd_round_trip", "scaletrain export --format llmc | hf, then --init-from: memcmp "
              "(rc %d %d) %s", rc1, rc2, e.msg);
@@ -177,7 +177,7 @@ static Status mem_sink(void *ctx, const void *p, size_t n, Err *err) {
 static Status load_image(Gpt *g, const char *img, size_t n, Err *e) {
     StFile f;
     Status st = st_parse(&f, "fuzz.safetensors", img, n, e);
-    if (st == ST_OK) st = st_hf_read_model(&f, &g->layout, g->params, e);
+    if (st == ST_OK) st = st_hf_read_model(&f, &g->w.layout, g->w.params, e);
     st_file_free(&f);
     return st;
 }
@@ -187,7 +187,7 @@ static void test_fuzz(const ModelConfig *mc) {
     model_init(&a, mc, 6);
     Mem img = {0};
     Err e = {0};
-    st_hf_write_model(&a.layout, a.params, mem_sink, &img, &e);
+    st_hf_write_model(&a.w.layout, a.w.params, mem_sink, &img, &e);
     uint64_t hlen;
     memcpy(&hlen, img.p, 8);
     char *work = malloc(img.n);
@@ -202,7 +202,7 @@ static void test_fuzz(const ModelConfig *mc) {
     Gpt s = {0};
     model_init(&s, &small, 1);
     Mem img2 = {0};
-    st_hf_write_model(&s.layout, s.params, mem_sink, &img2, &e);
+    st_hf_write_model(&s.w.layout, s.w.params, mem_sink, &img2, &e);
     st = load_image(&a, img2.p, img2.n, &e);
     tu_check(st == ST_ERR_INPUT && strstr(e.msg, "wte.weight: expected shape [97, 32], found [96, 32]"), "fuzz_wrong_shape",
              "%s", e.msg);

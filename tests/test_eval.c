@@ -68,12 +68,14 @@ int main(void) {
     ModelConfig cfg = {.n_layer = 2, .n_head = 2, .n_embd = 32, .vocab = V, .max_seq = 32};
     Gpt g;
     memset(&g, 0, sizeof g);
-    if (model_config_validate(&cfg, &e) != ST_OK || gpt_init(&g, &cfg, 1, T, 1, 1, NULL, &e) != ST_OK) {
+    GptOptions go = gpt_default_options();
+    go.T = T;
+    if (model_config_validate(&cfg, &e) != ST_OK || gpt_init(&g, &cfg, &go, NULL, &e) != ST_OK) {
         tu_check(0, "eval_setup", "%s", e.msg);
         return tu_exit();
     }
     gpt_init_params(&g, 7);
-    if (st_save_hf(&g, TMP "/model", "bytes", &e) != ST_OK) tu_check(0, "eval_save", "%s", e.msg);
+    if (st_save_hf(&g.w, TMP "/model", "bytes", &e) != ST_OK) tu_check(0, "eval_save", "%s", e.msg);
     /* A shard of NTOK tokens from a repeating pattern (the model is random, any ids will do). */
     uint32_t tok[NTOK];
     for (int i = 0; i < NTOK; i++) tok[i] = (uint32_t)((i * 17 + i / 7) % V);

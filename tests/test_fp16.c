@@ -40,11 +40,13 @@ static void fp16_vs_reference(void) {
     Err e;
     model_config_validate(&mc, &e);
     Gpt g;
-    gpt_init_ex(&g, &mc, B, T, 2, 1, RECOMPUTE_NONE, GPT_FP16, NULL, &e);
-    for (int k = 0; k < g.layout.ntensors; k++) {
-        const TensorInfo *t = &g.layout.tensors[k];
+    GptOptions o = gpt_default_options();
+    o.B = B, o.T = T, o.threads = 2, o.precision = GPT_FP16;
+    gpt_init(&g, &mc, &o, NULL, &e);
+    for (int k = 0; k < g.w.layout.ntensors; k++) {
+        const TensorInfo *t = &g.w.layout.tensors[k];
         const double *d = fixture_get(&f, t->name)->data;
-        for (size_t i = 0; i < (size_t)t->rows_real * t->shape[1]; i++) g.params[t->offset + i] = (float)d[i];
+        for (size_t i = 0; i < (size_t)t->rows_real * t->shape[1]; i++) g.w.params[t->offset + i] = (float)d[i];
     }
     gpt_sync_lp(&g);
     const int32_t *inp = fixture_get(&f, "inputs")->data, *tgt = fixture_get(&f, "targets")->data;
@@ -56,13 +58,13 @@ static void fp16_vs_reference(void) {
     gpt_backward(&g);
     double worst = 0;
     const char *wn = "";
-    for (int k = 0; k < g.layout.ntensors; k++) {
-        const TensorInfo *t = &g.layout.tensors[k];
+    for (int k = 0; k < g.w.layout.ntensors; k++) {
+        const TensorInfo *t = &g.w.layout.tensors[k];
         char name[96];
         snprintf(name, sizeof name, "grad.%s", t->name);
         const FixtureEntry *fe = fixture_get(&f, name);
-        for (size_t i = 0; i < t->numel; i++) g.grads[t->offset + i] /= S;
-        double r = tu_rel_err_fd(g.grads + t->offset, fe->data, fe->numel);
+        for (size_t i = 0; i < t->numel; i++) g.d.grads[t->offset + i] /= S;
+        double r = tu_rel_err_fd(g.d.grads + t->offset, fe->data, fe->numel);
         if (!(r <= worst)) worst = r, wn = t->name;
     }
     double ref = ((const double *)fixture_get(&f, "loss")->data)[0];

@@ -28,7 +28,7 @@ static const FixtureEntry *need(const Fixture *f, const char *name) {
 
 /* Copies a float64 fixture tensor into our padded layout (wte keeps its Vp - V padded rows 0). */
 static void load_param(Gpt *g, const Fixture *f, const char *prefix, int k) {
-    const TensorInfo *t = &g->layout.tensors[k];
+    const TensorInfo *t = &g->w.layout.tensors[k];
     char name[160];
     snprintf(name, sizeof name, "%s%s", prefix, t->name);
     const FixtureEntry *e = need(f, name);
@@ -38,7 +38,7 @@ static void load_param(Gpt *g, const Fixture *f, const char *prefix, int k) {
         printf("%s: fixture has %zu values, layout expects %zu\n", name, e->numel, n);
         exit(1);
     }
-    for (size_t i = 0; i < n; i++) g->params[t->offset + i] = (float)d[i];
+    for (size_t i = 0; i < n; i++) g->w.params[t->offset + i] = (float)d[i];
 }
 
 /* Loads tests/fixtures/<file> and the model shape and batch it was made with; exits on failure. */
@@ -65,8 +65,8 @@ static int tensors_above(const Gpt *g, const float *buf, const Fixture *f, const
                          const char **worst_name) {
     int bad = 0;
     *worst = 0, *worst_name = "";
-    for (int k = 0; k < g->layout.ntensors; k++) {
-        const TensorInfo *t = &g->layout.tensors[k];
+    for (int k = 0; k < g->w.layout.ntensors; k++) {
+        const TensorInfo *t = &g->w.layout.tensors[k];
         char name[192];
         snprintf(name, sizeof name, "%s.%s", prefix, t->name);
         const FixtureEntry *e = need(f, name);
@@ -86,28 +86,28 @@ static int tensors_above(const Gpt *g, const float *buf, const Fixture *f, const
  * equal values (+0 and -0 alike: 0 + (-0) is +0, a written -0 stays -0); padding stays zero. */
 static void check_overwrite(Gpt *g, const int32_t *inp, const int32_t *tgt, int B, int T, long ntok,
                             const char *label) {
-    size_t n = g->layout.total;
+    size_t n = g->w.layout.total;
     float *ref1 = malloc(n * 4), *ref2 = malloc(n * 4);
     gpt_zero_grads(g);
     gpt_forward(g, inp, tgt, B, T, 1.0f / ntok, 1, 0);
     gpt_backward(g);
-    memcpy(ref1, g->grads, n * 4);
+    memcpy(ref1, g->d.grads, n * 4);
     gpt_forward(g, inp, tgt, B, T, 0.5f / ntok, 1, 1);
     gpt_backward(g);
-    memcpy(ref2, g->grads, n * 4);
-    for (int k = 0; k < g->layout.ntensors; k++) {
-        const TensorInfo *t = &g->layout.tensors[k];
+    memcpy(ref2, g->d.grads, n * 4);
+    for (int k = 0; k < g->w.layout.ntensors; k++) {
+        const TensorInfo *t = &g->w.layout.tensors[k];
         size_t real = (size_t)t->rows_real * (t->ndim == 2 ? (size_t)t->shape[1] : 1);
-        for (size_t i = 0; i < real; i++) g->grads[t->offset + i] = NAN;
+        for (size_t i = 0; i < real; i++) g->d.grads[t->offset + i] = NAN;
     }
     gpt_overwrite_grads(g);
     gpt_forward(g, inp, tgt, B, T, 1.0f / ntok, 1, 0);
     gpt_backward(g);
     size_t bad1 = 0, bad2 = 0;
-    for (size_t i = 0; i < n; i++) bad1 += !(g->grads[i] == ref1[i]);
+    for (size_t i = 0; i < n; i++) bad1 += !(g->d.grads[i] == ref1[i]);
     gpt_forward(g, inp, tgt, B, T, 0.5f / ntok, 1, 1);
     gpt_backward(g);
-    for (size_t i = 0; i < n; i++) bad2 += !(g->grads[i] == ref2[i]);
+    for (size_t i = 0; i < n; i++) bad2 += !(g->d.grads[i] == ref2[i]);
     char name[256];
     snprintf(name, sizeof name, "%s: overwriting first micro-batch == zeroed buffer, then accumulation", label);
     tu_check(bad1 == 0 && bad2 == 0, name, "%zu / %zu elements differ after 1 / 2 micro-batches (of %zu)", bad1, bad2,
@@ -122,11 +122,13 @@ static void run(const char *file, int nt) {
     open_fixture(file, &f, &mc, &B, &T);
     Err err;
     Gpt g;
-    if (gpt_init(&g, &mc, B, T, nt, 1, NULL, &err) != ST_OK) {
+    GptOptions go = gpt_default_options();
+    go.B = B, go.T = T, go.threads = nt;
+    if (gpt_init(&g, &mc, &go, NULL, &err) != ST_OK) {
         printf("%s\n", err.msg);
         exit(1);
     }
-    for (int k = 0; k < g.layout.ntensors; k++) load_param(&g, &f, "", k);
+    for (int k = 0; k < g.w.layout.ntensors; k++) load_param(&g, &f, "", k);
     const int32_t *inp = need(&f, "inputs")->data, *tgt = need(&f, "targets")->data;
     int N = B * T, V = mc.vocab, C = mc.n_embd;
     long ntok = 0;
@@ -141,7 +143,7 @@ static void run(const char *file, int nt) {
 
     /* Logits from the saved final-LayerNorm output through the tied head. */
     float *logits = malloc(sizeof(float) * (size_t)N * (size_t)V);
-    matmul_forward(logits, g.lnf, g.p.wte, NULL, N, C, V, nt);
+    matmul_forward(logits, g.s.lnf, g.w.p.wte, NULL, N, C, V, nt);
     double re = tu_rel_err_fd(logits, need(&f, "logits")->data, (size_t)N * V);
     snprintf(name, sizeof name, "%s logits", file);
     tu_check(re <= 1e-5, name, "rel_err=%.3g (tol 1e-5)", re);
@@ -149,21 +151,21 @@ static void run(const char *file, int nt) {
     gpt_backward(&g);
     double worst;
     const char *worst_name;
-    int bad = tensors_above(&g, g.grads, &f, "grad", 1e-5, &worst, &worst_name);
-    snprintf(name, sizeof name, "%s every parameter gradient (%d tensors)", file, g.layout.ntensors);
+    int bad = tensors_above(&g, g.d.grads, &f, "grad", 1e-5, &worst, &worst_name);
+    snprintf(name, sizeof name, "%s every parameter gradient (%d tensors)", file, g.w.layout.ntensors);
     tu_check(bad == 0, name, "worst rel_err=%.3g in %s (tol 1e-5)", worst, worst_name);
 
     /* Padded vocabulary rows: exactly zero gradient. */
-    const TensorInfo *wte = &g.layout.tensors[0];
+    const TensorInfo *wte = &g.w.layout.tensors[0];
     int pad_nonzero = 0;
-    for (size_t i = (size_t)V * C; i < wte->numel; i++) pad_nonzero += g.grads[wte->offset + i] != 0.0f;
+    for (size_t i = (size_t)V * C; i < wte->numel; i++) pad_nonzero += g.d.grads[wte->offset + i] != 0.0f;
     snprintf(name, sizeof name, "%s padded vocab rows (%d) zero gradient", file, mc.vocab_padded - V);
     tu_check(pad_nonzero == 0, name, "nonzero=%d", pad_nonzero);
     snprintf(name, sizeof name, "%s threads=%d", file, nt);
     check_overwrite(&g, inp, tgt, B, T, ntok, name);
 
     float *probs = malloc(sizeof(float) * V);
-    gpt_probs_row0(&g, inp, T, probs);
+    if (gpt_probs_row0(&g, inp, T, probs, &err) != ST_OK) printf("%s\n", err.msg), exit(1);
     double psum = 0;
     for (int i = 0; i < V; i++) psum += probs[i];
     re = tu_rel_err_fd(probs, need(&f, "lm_probs_row0")->data, (size_t)V);
@@ -175,11 +177,11 @@ static void run(const char *file, int nt) {
     const double *ref_losses = need(&f, "adamw_losses")->data;
     OptimConfig oc = optim_default_config(OPT_ADAMW);
     oc.beta1 = (float)hp[1], oc.beta2 = (float)hp[2], oc.eps = (float)hp[3], oc.weight_decay = (float)hp[4];
-    for (int k = 0; k < g.layout.ntensors; k++) load_param(&g, &f, "", k);
-    float *m = calloc(g.layout.total, sizeof(float)), *v = calloc(g.layout.total, sizeof(float));
-    OptimRange *ranges = calloc(g.layout.ntensors > 0 ? (size_t)g.layout.ntensors : 1, sizeof *ranges);
-    for (int k = 0; k < g.layout.ntensors; k++)
-        ranges[k] = (OptimRange){g.layout.tensors[k].offset, g.layout.tensors[k].numel, g.layout.tensors[k].decay};
+    for (int k = 0; k < g.w.layout.ntensors; k++) load_param(&g, &f, "", k);
+    float *m = calloc(g.w.layout.total, sizeof(float)), *v = calloc(g.w.layout.total, sizeof(float));
+    OptimRange *ranges = calloc(g.w.layout.ntensors > 0 ? (size_t)g.w.layout.ntensors : 1, sizeof *ranges);
+    for (int k = 0; k < g.w.layout.ntensors; k++)
+        ranges[k] = (OptimRange){g.w.layout.tensors[k].offset, g.w.layout.tensors[k].numel, g.w.layout.tensors[k].decay};
     double worst_loss = 0;
     for (int s = 1; s <= 10; s++) {
         gpt_zero_grads(&g);
@@ -188,11 +190,11 @@ static void run(const char *file, int nt) {
         double d = fabs(l - ref_losses[s - 1]) / ref_losses[s - 1];
         if (!(d <= worst_loss)) worst_loss = d;
         printf("  step %2d: loss %.7f ref %.7f\n", s, l, ref_losses[s - 1]);
-        optim_step(&oc, g.params, g.grads, m, v, ranges, g.layout.ntensors, s, (float)hp[0], 1.0f, nt);
+        optim_step(&oc, g.w.params, g.d.grads, m, v, ranges, g.w.layout.ntensors, s, (float)hp[0], 1.0f, nt);
     }
     snprintf(name, sizeof name, "%s ten AdamW losses", file);
     tu_check(worst_loss <= 1e-4, name, "max rel diff=%.3g (tol 1e-4)", worst_loss);
-    bad = tensors_above(&g, g.params, &f, "adamw_final", 1e-4, &worst, &worst_name);
+    bad = tensors_above(&g, g.w.params, &f, "adamw_final", 1e-4, &worst, &worst_name);
     snprintf(name, sizeof name, "%s parameters after ten AdamW steps", file);
     tu_check(bad == 0 && worst <= 1e-4, name, "worst rel_err=%.3g in %s (tol 1e-4)", worst, worst_name);
 
@@ -213,11 +215,13 @@ static void run_bf16(const char *file) {
     Err err;
     Gpt g;
     MemStats ms = {0};
-    if (gpt_init_ex(&g, &mc, B, T, 2, 1, RECOMPUTE_NONE, GPT_BF16, &ms, &err) != ST_OK) {
+    GptOptions go = gpt_default_options();
+    go.B = B, go.T = T, go.threads = 2, go.precision = GPT_BF16;
+    if (gpt_init(&g, &mc, &go, &ms, &err) != ST_OK) {
         printf("%s\n", err.msg);
         exit(1);
     }
-    for (int k = 0; k < g.layout.ntensors; k++) load_param(&g, &f, "", k);
+    for (int k = 0; k < g.w.layout.ntensors; k++) load_param(&g, &f, "", k);
     gpt_sync_lp(&g);
     const int32_t *inp = need(&f, "inputs")->data, *tgt = need(&f, "targets")->data;
     long ntok = 0;
@@ -231,11 +235,11 @@ static void run_bf16(const char *file) {
     tu_check(fabs(loss - ref_loss) / ref_loss <= 1e-3, name, "ours=%.6f ref=%.6f", loss, ref_loss);
     double worst;
     const char *worst_name;
-    int bad = tensors_above(&g, g.grads, &f, "grad", 2e-2, &worst, &worst_name);
+    int bad = tensors_above(&g, g.d.grads, &f, "grad", 2e-2, &worst, &worst_name);
     snprintf(name, sizeof name, "%s bf16 every parameter gradient", file);
     tu_check(bad == 0 && worst <= 2e-2, name, "worst rel_err=%.3g in %s (tol 2e-2)", worst, worst_name);
     snprintf(name, sizeof name, "%s bf16 memory: fp32 master + bf16 working copy", file);
-    tu_check(ms.bytes[MEM_MASTER] == g.layout.total * 4 && ms.bytes[MEM_PARAMS] == g.layout.total * 2, name,
+    tu_check(ms.bytes[MEM_MASTER] == g.w.layout.total * 4 && ms.bytes[MEM_PARAMS] == g.w.layout.total * 2, name,
              "master %zu, parameters %zu bytes", ms.bytes[MEM_MASTER], ms.bytes[MEM_PARAMS]);
     snprintf(name, sizeof name, "%s bf16", file);
     check_overwrite(&g, inp, tgt, B, T, ntok, name);

@@ -268,7 +268,9 @@ static void test_vs_trainer(const char *preset, int vocab, int B, int T) {
     model_config_validate(&cfg, &e);
     MemStats mem = {0};
     Gpt g;
-    Status gs = gpt_init(&g, &cfg, B, T, 2, 1, &mem, &e);
+    GptOptions go = gpt_default_options();
+    go.B = B, go.T = T, go.threads = 2;
+    Status gs = gpt_init(&g, &cfg, &go, &mem, &e);
     ParamLayout pl;
     layout_init(&pl, &cfg, 1);
     ActSizes as = layout_activations(&cfg, B, T, 2);

@@ -33,8 +33,11 @@ static void test_accumulation(float dropout) {
     int B = 2, k = 3, T = 16;
     Gpt big, small;
     Err e;
-    gpt_init(&big, &mc, B * k, T, 2, 1, NULL, &e);
-    gpt_init(&small, &mc, B, T, 2, 1, NULL, &e);
+    GptOptions o = gpt_default_options();
+    o.B = B * k, o.T = T, o.threads = 2;
+    gpt_init(&big, &mc, &o, NULL, &e);
+    o.B = B;
+    gpt_init(&small, &mc, &o, NULL, &e);
     gpt_init_params(&big, 11);
     gpt_init_params(&small, 11);
     int32_t inp[6 * 16], tgt[6 * 16];
@@ -52,9 +55,9 @@ static void test_accumulation(float dropout) {
         gpt_backward(&small);
     }
     double worst = 0;
-    for (int t = 0; t < big.layout.ntensors; t++) {
-        const TensorInfo *ti = &big.layout.tensors[t];
-        double r = tu_rel_err_f(small.grads + ti->offset, big.grads + ti->offset, ti->numel);
+    for (int t = 0; t < big.w.layout.ntensors; t++) {
+        const TensorInfo *ti = &big.w.layout.tensors[t];
+        double r = tu_rel_err_f(small.d.grads + ti->offset, big.d.grads + ti->offset, ti->numel);
         if (!(r <= worst)) worst = r;
     }
     char name[128];
@@ -62,7 +65,7 @@ static void test_accumulation(float dropout) {
         /* With dropout the masks of a micro-batch depend on its slot, so only the loss scale is
          * comparable; check the accumulated gradient is finite and non-zero instead. */
         double n = 0;
-        for (size_t i = 0; i < small.layout.total; i++) n += (double)small.grads[i] * small.grads[i];
+        for (size_t i = 0; i < small.w.layout.total; i++) n += (double)small.d.grads[i] * small.d.grads[i];
         tu_check(isfinite(n) && n > 0, "accumulation with dropout runs", "grad norm^2=%.3g", n);
     } else {
         snprintf(name, sizeof name, "accumulation 3x2 == 1x6 gradients");
@@ -92,7 +95,9 @@ static void test_recompute(int bf16) {
         Gpt g;
         Err e;
         MemStats ms = {0};
-        gpt_init_ex(&g, &mc, B, T, 2, 1, (Recompute)rc, bf16 ? GPT_BF16 : 0, &ms, &e);
+        GptOptions o = gpt_default_options();
+        o.B = B, o.T = T, o.threads = 2, o.recompute = (Recompute)rc, o.precision = bf16 ? GPT_BF16 : GPT_FP32;
+        gpt_init(&g, &mc, &o, &ms, &e);
         gpt_init_params(&g, 21);
         gpt_sync_lp(&g);
         gpt_zero_grads(&g);
@@ -101,14 +106,14 @@ static void test_recompute(int bf16) {
         ActSizes as = layout_activations_prec(&mc, B, T, 2, (Recompute)rc, bf16);
         char name[96];
         if (rc == RECOMPUTE_NONE) {
-            ref = malloc(g.layout.total * 4);
-            memcpy(ref, g.grads, g.layout.total * 4);
+            ref = malloc(g.w.layout.total * 4);
+            memcpy(ref, g.d.grads, g.w.layout.total * 4);
             ref_loss = loss;
         } else {
             snprintf(name, sizeof name, "%s recompute %s: gradients bit-identical to none", prec,
                      layout_recompute_name(rc));
-            tu_check(!memcmp(ref, g.grads, g.layout.total * 4) && loss == ref_loss, name, "memcmp over %zu floats",
-                     g.layout.total);
+            tu_check(!memcmp(ref, g.d.grads, g.w.layout.total * 4) && loss == ref_loss, name, "memcmp over %zu floats",
+                     g.w.layout.total);
         }
         snprintf(name, sizeof name, "%s recompute %s: activation bytes allocated == planned", prec,
                  layout_recompute_name(rc));
@@ -135,8 +140,11 @@ static void test_mask(void) {
     int T = 16, Tcut = 11;
     Gpt a, b;
     Err e;
-    gpt_init(&a, &mc, 1, T, 2, 1, NULL, &e);
-    gpt_init(&b, &mc, 1, Tcut, 2, 1, NULL, &e);
+    GptOptions o = gpt_default_options();
+    o.T = T, o.threads = 2;
+    gpt_init(&a, &mc, &o, NULL, &e);
+    o.T = Tcut;
+    gpt_init(&b, &mc, &o, NULL, &e);
     gpt_init_params(&a, 3);
     gpt_init_params(&b, 3);
     int32_t inp[16], tgt[16];
@@ -150,9 +158,9 @@ static void test_mask(void) {
     double lb = gpt_forward(&b, inp, tgt, 1, Tcut, 1.0f / Tcut, 1, 0) / Tcut;
     gpt_backward(&b);
     double worst = 0;
-    for (int t = 0; t < a.layout.ntensors; t++) {
-        const TensorInfo *ti = &a.layout.tensors[t];
-        double r = tu_rel_err_f(a.grads + ti->offset, b.grads + ti->offset, ti->numel);
+    for (int t = 0; t < a.w.layout.ntensors; t++) {
+        const TensorInfo *ti = &a.w.layout.tensors[t];
+        double r = tu_rel_err_f(a.d.grads + ti->offset, b.d.grads + ti->offset, ti->numel);
         if (!(r <= worst)) worst = r;
     }
     tu_check(fabs(la - lb) <= 1e-6 * lb && worst <= 1e-6, "masked targets change nothing",
@@ -160,9 +168,9 @@ static void test_mask(void) {
     /* Per-token losses: masked positions contribute exactly 0, the others equal the truncated run's. */
     int zero = 1;
     double worst_tok = 0;
-    for (int t = Tcut; t < T; t++) zero &= a.losses[t] == 0.0f;
+    for (int t = Tcut; t < T; t++) zero &= a.s.losses[t] == 0.0f;
     for (int t = 0; t < Tcut; t++) {
-        double d = fabs((double)a.losses[t] - b.losses[t]);
+        double d = fabs((double)a.s.losses[t] - b.s.losses[t]);
         if (!(d <= worst_tok)) worst_tok = d;
     }
     tu_check(zero && worst_tok <= 1e-5, "masked positions contribute nothing to the loss",

@@ -630,11 +630,11 @@ done:
     return st;
 }
 
-Status ckpt_save(const Gpt *g, const CkptOptState *opt, const CkptMeta *meta, const CkptOptions *o,
+Status ckpt_save(const GptWeights *w, const CkptOptState *opt, const CkptMeta *meta, const CkptOptions *o,
                  CkptSaveInfo *info, Err *err) {
     CkptOptState none = {0};
     if (!opt) opt = &none;
-    CkptSnap s = {&g->layout, g->params, opt->m, opt->v, opt->master};
+    CkptSnap s = {&w->layout, w->params, opt->m, opt->v, opt->master};
     return ckpt_save_snap(&s, meta, o, info, err);
 }
 
@@ -735,11 +735,11 @@ Status ckpt_verify(const char *ckpt_path, Err *err) {
     return st;
 }
 
-Status ckpt_load(const char *ckpt_path, Gpt *g, const CkptOptState *opt, CkptMeta *meta, Err *err) {
-    return ckpt_load_progress(ckpt_path, g, opt, meta, NULL, NULL, err);
+Status ckpt_load(const char *ckpt_path, GptWeights *w, const CkptOptState *opt, CkptMeta *meta, Err *err) {
+    return ckpt_load_progress(ckpt_path, w, opt, meta, NULL, NULL, err);
 }
 
-Status ckpt_load_progress(const char *ckpt_path, Gpt *g, const CkptOptState *opt, CkptMeta *meta,
+Status ckpt_load_progress(const char *ckpt_path, GptWeights *w, const CkptOptState *opt, CkptMeta *meta,
                           CkptProgressFn progress, void *progress_ctx, Err *err) {
     CkptMeta m;
     FileSum sums[NFILES];
@@ -754,7 +754,7 @@ Status ckpt_load_progress(const char *ckpt_path, Gpt *g, const CkptOptState *opt
     if ((st = check_file(ckpt_path, FILES[0], &sums[0], &mb, &ml, &pg, err)) != ST_OK) goto done;
     join(path, sizeof path, base_name(ckpt_path), FILES[0]);
     if ((st = st_parse(&mf, path, mb, ml, err)) != ST_OK) goto done;
-    if ((st = st_hf_read_model(&mf, &g->layout, g->params, err)) != ST_OK) goto done;
+    if ((st = st_hf_read_model(&mf, &w->layout, w->params, err)) != ST_OK) goto done;
     free(mb), mb = NULL;
     if ((st = check_file(ckpt_path, FILES[2], &sums[2], &ob, &ol, &pg, err)) != ST_OK) goto done;
     join(path, sizeof path, base_name(ckpt_path), FILES[2]);
@@ -762,7 +762,7 @@ Status ckpt_load_progress(const char *ckpt_path, Gpt *g, const CkptOptState *opt
     if (opt) {
         float *bufs[3] = {opt->m, opt->v, opt->master};
         static const char *const prefix[3] = {"m", "v", "master"};
-        const ParamLayout *pl = &g->layout;
+        const ParamLayout *pl = &w->layout;
         for (int b = 0; b < 3 && st == ST_OK; b++) {
             if (!bufs[b]) continue;
             memset(bufs[b], 0, pl->total * sizeof(float));

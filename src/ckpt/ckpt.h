@@ -75,7 +75,7 @@ int ckpt_meta_scaler(const CkptMeta *m, const char *name, double *value);
 /* Frees meta->config; safe on a zeroed meta. */
 void ckpt_meta_free(CkptMeta *m);
 
-/* Optimizer buffers in the Gpt's ParamLayout (layout.total floats each); NULL when absent. */
+/* Optimizer buffers in the weights' ParamLayout (layout.total floats each); NULL when absent. */
 typedef struct {
     float *m;      /* first moment (AdamW/Adam/Lion/SGD momentum) */
     float *v;      /* second moment (Adam family) */
@@ -105,10 +105,10 @@ typedef struct {
 
 /* ---- save / load ---- */
 
-/* Writes checkpoint meta->step of g's parameters, the optimizer buffers and meta under o->dir,
+/* Writes checkpoint meta->step of the weights w, the optimizer buffers and meta under o->dir,
  * then prunes (retention). info may be NULL. Errors: ST_ERR_RUNTIME naming the file (the previous
  * checkpoints stay valid; a leftover .tmp-* directory is removed by the next save). */
-Status ckpt_save(const Gpt *g, const CkptOptState *opt, const CkptMeta *meta, const CkptOptions *o,
+Status ckpt_save(const GptWeights *w, const CkptOptState *opt, const CkptMeta *meta, const CkptOptions *o,
                  CkptSaveInfo *info, Err *err);
 
 /* Reads and verifies state.json of a checkpoint directory (its own checksum) into meta (call
@@ -120,15 +120,15 @@ Status ckpt_read_meta(const char *ckpt_path, CkptMeta *meta, Err *err);
  * ..."; "... expected 1234 bytes, found 1000 (truncated)"). */
 Status ckpt_verify(const char *ckpt_path, Err *err);
 
-/* Verifies and loads a checkpoint into g (g's config must match the checkpoint's shapes) and the
+/* Verifies and loads a checkpoint into the weights w (w's config must match the checkpoint's shapes) and the
  * non-NULL buffers of opt (each must be present in optimizer.safetensors); meta (may be NULL)
  * receives state.json. Every loaded buffer is zeroed first, so padding stays zero and a resumed
  * state is bit-identical to the saved one. */
-Status ckpt_load(const char *ckpt_path, Gpt *g, const CkptOptState *opt, CkptMeta *meta, Err *err);
+Status ckpt_load(const char *ckpt_path, GptWeights *w, const CkptOptState *opt, CkptMeta *meta, Err *err);
 /* The same, reporting bytes read and verified so far against the total of the two data files
  * (model and optimizer, sizes from state.json) after every chunk of up to 32 MiB. */
 typedef void (*CkptProgressFn)(void *ctx, uint64_t done, uint64_t total);
-Status ckpt_load_progress(const char *ckpt_path, Gpt *g, const CkptOptState *opt, CkptMeta *meta,
+Status ckpt_load_progress(const char *ckpt_path, GptWeights *w, const CkptOptState *opt, CkptMeta *meta,
                           CkptProgressFn progress, void *progress_ctx, Err *err);
 
 /* 1 if dir is a plain weights folder (model.safetensors without a checkpoint's state.json, e.g.
@@ -168,14 +168,14 @@ Status ckpt_check_config(const cJSON *saved, const cJSON *current, const char *c
 
 typedef struct CkptAsync CkptAsync;
 
-/* Creates a saver whose staging buffers (MEM_CKPT_STAGING in mem, may be NULL) are sized for g's
+/* Creates a saver whose staging buffers (MEM_CKPT_STAGING in mem, may be NULL) are sized for w's
  * layout and the buffers opt has (allocated at the first save). */
-Status ckpt_async_init(CkptAsync **a, const Gpt *g, const CkptOptState *opt, MemStats *mem, Err *err);
+Status ckpt_async_init(CkptAsync **a, const GptWeights *w, const CkptOptState *opt, MemStats *mem, Err *err);
 
 /* Waits for the previous save (returning its error if it failed), copies params, opt and meta
  * into staging (info->ms_copy is the time training is blocked) and starts writing them from a
- * background thread; training may modify g and opt as soon as this returns. */
-Status ckpt_async_save(CkptAsync *a, const Gpt *g, const CkptOptState *opt, const CkptMeta *meta,
+ * background thread; training may modify w and opt as soon as this returns. */
+Status ckpt_async_save(CkptAsync *a, const GptWeights *w, const CkptOptState *opt, const CkptMeta *meta,
                        const CkptOptions *o, Err *err);
 
 /* 1 while a write is in flight. */
@@ -194,12 +194,12 @@ void ckpt_async_free(CkptAsync *a);
  * a .safetensors file (config.json beside it) or an llm.c .bin (header). vocab_padded derived. */
 Status ckpt_peek_config(const char *path, ModelConfig *cfg, Err *err);
 
-/* Loads weights into g from a directory holding model.safetensors, a .safetensors file, or an
- * llm.c checkpoint (magic 20240326, version 3 = fp32). Shapes are checked against g's config:
+/* Loads weights into w from a directory holding model.safetensors, a .safetensors file, or an
+ * llm.c checkpoint (magic 20240326, version 3 = fp32). Shapes are checked against w's config:
  * "gpt2_124M.bin: layers: file has 12, model has 6". */
-Status ckpt_init_from(Gpt *g, const char *path, Err *err);
+Status ckpt_init_from(GptWeights *w, const char *path, Err *err);
 
-/* Writes g's weights as an llm.c fp32 checkpoint (header of 256 int32, then llm.c's order). */
-Status ckpt_export_llmc(const Gpt *g, const char *path, Err *err);
+/* Writes the weights w as an llm.c fp32 checkpoint (header of 256 int32, then llm.c's order). */
+Status ckpt_export_llmc(const GptWeights *w, const char *path, Err *err);
 
 #endif

@@ -32,16 +32,16 @@ struct CkptAsync {
     double ms_copy;
 };
 
-Status ckpt_async_init(CkptAsync **out, const Gpt *g, const CkptOptState *opt, MemStats *mem, Err *err) {
+Status ckpt_async_init(CkptAsync **out, const GptWeights *w, const CkptOptState *opt, MemStats *mem, Err *err) {
     *out = NULL;
     CkptAsync *a = calloc(1, sizeof *a);
-    if (!a || layout_init(&a->pl, &g->cfg, g->layout.shard_multiple) != 0) {
+    if (!a || layout_init(&a->pl, &w->cfg, w->layout.shard_multiple) != 0) {
         free(a);
         return err_set(err, ST_ERR_RUNTIME, "out of memory creating the asynchronous checkpoint saver");
     }
-    ST_CHECK(a->pl.total == g->layout.total);
+    ST_CHECK(a->pl.total == w->layout.total);
     a->mem = mem;
-    a->bytes = g->layout.total * sizeof(float);
+    a->bytes = w->layout.total * sizeof(float);
     a->want_m = opt && opt->m, a->want_v = opt && opt->v, a->want_master = opt && opt->master;
     *out = a;
     return ST_OK;
@@ -80,22 +80,22 @@ static void copy_par(float *dst, const float *src, size_t n) {
     }
 }
 
-Status ckpt_async_save(CkptAsync *a, const Gpt *g, const CkptOptState *opt, const CkptMeta *meta,
+Status ckpt_async_save(CkptAsync *a, const GptWeights *w, const CkptOptState *opt, const CkptMeta *meta,
                        const CkptOptions *o, Err *err) {
     Status st = join(a, NULL, err);
     if (st != ST_OK) return st;
     if (!o || !o->dir || !o->dir[0]) return err_set(err, ST_ERR_INPUT, "--ckpt-dir: expected a directory, found none");
-    ST_CHECK(g->layout.total == a->pl.total);
+    ST_CHECK(w->layout.total == a->pl.total);
     double t0 = timer_ms();
     float **bufs[4] = {&a->params, &a->m, &a->v, &a->master};
-    const float *src[4] = {g->params, opt ? opt->m : NULL, opt ? opt->v : NULL, opt ? opt->master : NULL};
+    const float *src[4] = {w->params, opt ? opt->m : NULL, opt ? opt->v : NULL, opt ? opt->master : NULL};
     int want[4] = {1, a->want_m, a->want_v, a->want_master};
     for (int i = 0; i < 4; i++) {
         if (!want[i]) continue;
         if (!src[i]) return err_set(err, ST_ERR_INPUT, "asynchronous checkpoint: an optimizer buffer given at init is missing");
         if (!*bufs[i] && !(*bufs[i] = mem_alloc(a->mem, MEM_CKPT_STAGING, a->bytes)))
             return err_set(err, ST_ERR_RUNTIME, "out of memory allocating %zu bytes of checkpoint staging", a->bytes);
-        copy_par(*bufs[i], src[i], g->layout.total);
+        copy_par(*bufs[i], src[i], w->layout.total);
     }
     if (ckpt_meta_copy(&a->meta, meta) != 0) return err_set(err, ST_ERR_RUNTIME, "out of memory copying checkpoint meta");
     a->opts = *o;

@@ -68,8 +68,8 @@ static Status dim_check(const char *path, const char *what, int file, int model,
     return err_set(err, ST_ERR_INPUT, "%s: %s: file has %d, model has %d", path, what, file, model);
 }
 
-static Status llmc_load(Gpt *g, const char *path, const int *h, Err *err) {
-    const ModelConfig *c = &g->cfg;
+static Status llmc_load(GptWeights *w, const char *path, const int *h, Err *err) {
+    const ModelConfig *c = &w->cfg;
     Status st;
     if (h[1] != LLMC_VERSION_FP32) {
         ModelConfig tmp;
@@ -82,7 +82,7 @@ static Status llmc_load(Gpt *g, const char *path, const int *h, Err *err) {
         (st = dim_check(path, "max-seq-len", h[2], c->max_seq, err)) != ST_OK)
         return st;
     size_t L = (size_t)c->n_layer, C = (size_t)c->n_embd, Vpf = (size_t)h[7];
-    const ParamLayout *pl = &g->layout;
+    const ParamLayout *pl = &w->layout;
     size_t want = 1024 + 4 * (Vpf * C + pl->tensors[1].numel + C * 2);
     for (int j = 0; j < BT_COUNT; j++) want += 4 * L * pl->tensors[2 + j].numel;
     FILE *f = fopen(path, "rb");
@@ -93,43 +93,43 @@ static Status llmc_load(Gpt *g, const char *path, const int *h, Err *err) {
         return err_set(err, ST_ERR_INPUT, "%s: expected %zu bytes for L=%zu C=%zu Vp=%zu maxT=%d, found %lld%s", path,
                        want, L, C, Vpf, h[2], (long long)sb.st_size, (size_t)sb.st_size < want ? " (truncated)" : "");
     }
-    memset(g->params, 0, pl->total * sizeof(float));
+    memset(w->params, 0, pl->total * sizeof(float));
     int ok = fseek(f, 1024, SEEK_SET) == 0;
     /* wte: the V real rows, then skip the file's padding rows */
-    ok = ok && fread(g->params + pl->tensors[0].offset, 4, (size_t)c->vocab * C, f) == (size_t)c->vocab * C;
+    ok = ok && fread(w->params + pl->tensors[0].offset, 4, (size_t)c->vocab * C, f) == (size_t)c->vocab * C;
     ok = ok && fseek(f, (long)((Vpf - (size_t)c->vocab) * C * 4), SEEK_CUR) == 0;
-    ok = ok && fread(g->params + pl->tensors[1].offset, 4, pl->tensors[1].numel, f) == pl->tensors[1].numel;
+    ok = ok && fread(w->params + pl->tensors[1].offset, 4, pl->tensors[1].numel, f) == pl->tensors[1].numel;
     for (int j = 0; ok && j < BT_COUNT; j++)
         for (size_t l = 0; ok && l < L; l++) {
             const TensorInfo *t = &pl->tensors[2 + l * BT_COUNT + (size_t)j];
-            ok = fread(g->params + t->offset, 4, t->numel, f) == t->numel;
+            ok = fread(w->params + t->offset, 4, t->numel, f) == t->numel;
         }
     for (int j = 0; ok && j < 2; j++) {
         const TensorInfo *t = &pl->tensors[2 + L * BT_COUNT + (size_t)j];
-        ok = fread(g->params + t->offset, 4, t->numel, f) == t->numel;
+        ok = fread(w->params + t->offset, 4, t->numel, f) == t->numel;
     }
     fclose(f);
     if (!ok) return err_set(err, ST_ERR_INPUT, "%s: read failed", path);
     return ST_OK;
 }
 
-Status ckpt_init_from(Gpt *g, const char *path, Err *err) {
+Status ckpt_init_from(GptWeights *w, const char *path, Err *err) {
     if (is_dir(path)) {
         char p[4200];
         snprintf(p, sizeof p, "%s/model.safetensors", path);
-        return st_load_hf_file(g, p, err);
+        return st_load_hf_file(w, p, err);
     }
     int h[256];
     int r = llmc_header(path, h);
     if (r < 0) return err_set(err, ST_ERR_INPUT, "--init-from %s: cannot open: %s", path, strerror(errno));
     if (r == 2) return err_set(err, ST_ERR_INPUT, "%s: llm.c header truncated (expected 1024 bytes)", path);
-    if (r == 1) return llmc_load(g, path, h, err);
-    return st_load_hf_file(g, path, err);
+    if (r == 1) return llmc_load(w, path, h, err);
+    return st_load_hf_file(w, path, err);
 }
 
-Status ckpt_export_llmc(const Gpt *g, const char *path, Err *err) {
-    const ModelConfig *c = &g->cfg;
-    const ParamLayout *pl = &g->layout;
+Status ckpt_export_llmc(const GptWeights *w, const char *path, Err *err) {
+    const ModelConfig *c = &w->cfg;
+    const ParamLayout *pl = &w->layout;
     int L = c->n_layer;
     int n = 1 + 2 + BT_COUNT * L + 2;
     const void **bufs = calloc((size_t)n, sizeof *bufs);
@@ -144,15 +144,15 @@ Status ckpt_export_llmc(const Gpt *g, const char *path, Err *err) {
     hdr[5] = c->n_head, hdr[6] = c->n_embd, hdr[7] = c->vocab_padded;
     int k = 0;
     bufs[k] = hdr, lens[k++] = sizeof hdr;
-    for (int t = 0; t < 2; t++) bufs[k] = g->params + pl->tensors[t].offset, lens[k++] = pl->tensors[t].numel * 4;
+    for (int t = 0; t < 2; t++) bufs[k] = w->params + pl->tensors[t].offset, lens[k++] = pl->tensors[t].numel * 4;
     for (int j = 0; j < BT_COUNT; j++)
         for (int l = 0; l < L; l++) {
             const TensorInfo *t = &pl->tensors[2 + l * BT_COUNT + j];
-            bufs[k] = g->params + t->offset, lens[k++] = t->numel * 4;
+            bufs[k] = w->params + t->offset, lens[k++] = t->numel * 4;
         }
     for (int j = 0; j < 2; j++) {
         const TensorInfo *t = &pl->tensors[2 + L * BT_COUNT + j];
-        bufs[k] = g->params + t->offset, lens[k++] = t->numel * 4;
+        bufs[k] = w->params + t->offset, lens[k++] = t->numel * 4;
     }
     Status st = file_write_atomic(path, bufs, lens, n, err);
     free(bufs);

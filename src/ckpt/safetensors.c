@@ -383,7 +383,7 @@ static Status fd_sink(void *ctx, const void *p, size_t n, Err *err) {
     return ST_OK;
 }
 
-Status st_save_hf(const Gpt *g, const char *dir, const char *tokenizer, Err *err) {
+Status st_save_hf(const GptWeights *w, const char *dir, const char *tokenizer, Err *err) {
     Status st = file_mkdirs(dir, err);
     if (st != ST_OK) return st;
     char path[4096], tmp[4200];
@@ -393,7 +393,7 @@ Status st_save_hf(const Gpt *g, const char *dir, const char *tokenizer, Err *err
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return err_set(err, ST_ERR_RUNTIME, "%s: cannot create: %s", tmp, strerror(errno));
     FdSink s = {fd, tmp};
-    st = st_hf_write_model(&g->layout, g->params, fd_sink, &s, err);
+    st = st_hf_write_model(&w->layout, w->params, fd_sink, &s, err);
     if (st == ST_OK && fsync(fd) != 0) st = err_set(err, ST_ERR_RUNTIME, "%s: fsync failed: %s", tmp, strerror(errno));
     if (close(fd) != 0 && st == ST_OK) st = err_set(err, ST_ERR_RUNTIME, "%s: close failed: %s", tmp, strerror(errno));
     if (st == ST_OK && rename(tmp, path) != 0)
@@ -403,7 +403,7 @@ Status st_save_hf(const Gpt *g, const char *dir, const char *tokenizer, Err *err
         return st;
     }
     char cfg[2048];
-    size_t len = st_hf_config_text(&g->cfg, tokenizer, cfg, sizeof cfg);
+    size_t len = st_hf_config_text(&w->cfg, tokenizer, cfg, sizeof cfg);
     snprintf(path, sizeof path, "%s/config.json", dir);
     const void *cb[1] = {cfg};
     size_t cl[1] = {len};
@@ -448,21 +448,21 @@ Status st_load_hf_config(const char *dir, ModelConfig *cfg, char *tokenizer, siz
     return ST_OK;
 }
 
-Status st_load_hf_file(Gpt *g, const char *path, Err *err) {
+Status st_load_hf_file(GptWeights *w, const char *path, Err *err) {
     char *buf;
     size_t len;
     Status st = file_read_all(path, &buf, &len, err);
     if (st != ST_OK) return st;
     StFile f;
     st = st_parse(&f, path, buf, len, err);
-    if (st == ST_OK) st = st_hf_read_model(&f, &g->layout, g->params, err);
+    if (st == ST_OK) st = st_hf_read_model(&f, &w->layout, w->params, err);
     st_file_free(&f);
     free(buf);
     return st;
 }
 
-Status st_load_hf_weights(Gpt *g, const char *dir, Err *err) {
+Status st_load_hf_weights(GptWeights *w, const char *dir, Err *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    return st_load_hf_file(g, path, err);
+    return st_load_hf_file(w, path, err);
 }

@@ -23,17 +23,17 @@
 
 /* Writes dir/model.safetensors and dir/config.json (dir is created if missing). `tokenizer` is
  * recorded in config.json under "scaletrain" so `sample` can decode. */
-Status st_save_hf(const Gpt *g, const char *dir, const char *tokenizer, Err *err);
+Status st_save_hf(const GptWeights *w, const char *dir, const char *tokenizer, Err *err);
 
 /* Reads the model config (and tokenizer spec, may be NULL) from dir/config.json. */
 Status st_load_hf_config(const char *dir, ModelConfig *cfg, char *tokenizer, size_t tokenizer_len, Err *err);
 
-/* Loads dir/model.safetensors into g's parameters (shapes must match g's config). Accepts names
+/* Loads dir/model.safetensors into w's parameters (shapes must match w's config). Accepts names
  * with or without the "transformer." prefix. */
-Status st_load_hf_weights(Gpt *g, const char *dir, Err *err);
+Status st_load_hf_weights(GptWeights *w, const char *dir, Err *err);
 
 /* Same for a safetensors file given by its path. */
-Status st_load_hf_file(Gpt *g, const char *path, Err *err);
+Status st_load_hf_file(GptWeights *w, const char *path, Err *err);
 
 /* ---- the container ---- */
 

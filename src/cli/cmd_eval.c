@@ -118,8 +118,10 @@ int cmd_eval(int argc, char **argv) {
     }
     mm_set_threads(threads);
     omp_set_num_threads(threads);
-    if ((st = gpt_init(&g, &cfg, B, T, threads, 1, NULL, &err)) != ST_OK) goto fail;
-    if ((st = st_load_hf_weights(&g, src, &err)) != ST_OK) goto fail;
+    GptOptions go = gpt_default_options();
+    go.B = B, go.T = T, go.threads = threads;
+    if ((st = gpt_init(&g, &cfg, &go, NULL, &err)) != ST_OK) goto fail;
+    if ((st = st_load_hf_weights(&g.w, src, &err)) != ST_OK) goto fail;
     inp = malloc(sizeof *inp * (size_t)B * (size_t)T);
     tgt = malloc(sizeof *tgt * (size_t)B * (size_t)T);
     if (!inp || !tgt) {
@@ -134,6 +136,7 @@ int cmd_eval(int argc, char **argv) {
         int cnt = (int)(rows - r < (uint64_t)B ? rows - r : (uint64_t)B);
         loader_fill(&ld, r, cnt, inp, tgt);
         nats += gpt_forward(&g, inp, tgt, cnt, T, 1.0f, 0, 0);
+        if ((st = gpt_status(&g, &err)) != ST_OK) goto fail;
         for (size_t i = 0; i < (size_t)cnt * (size_t)T; i++) targets += tgt[i] >= 0;
         if (!quiet) progress_update(&pr, (r + (uint64_t)cnt) * (uint64_t)T, total_targets);
     }

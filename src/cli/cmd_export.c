@@ -57,9 +57,9 @@ int cmd_export(int argc, char **argv) {
         return cli_fail("export", st, err.msg);
     if (!tokenizer[0]) snprintf(tokenizer, sizeof tokenizer, "%s", recorded);
     Gpt g = {0};
-    if ((st = gpt_init(&g, &cfg, 1, 1, 1, 1, NULL, &err)) != ST_OK) return cli_fail("export", st, err.msg);
-    st = plain ? st_load_hf_weights(&g, src, &err) : ckpt_load(src, &g, NULL, NULL, &err);
-    if (st == ST_OK) st = !strcmp(format, "hf") ? st_save_hf(&g, out, tokenizer, &err) : ckpt_export_llmc(&g, out, &err);
+    if ((st = gpt_init(&g, &cfg, NULL, NULL, &err)) != ST_OK) return cli_fail("export", st, err.msg);
+    st = plain ? st_load_hf_weights(&g.w, src, &err) : ckpt_load(src, &g.w, NULL, NULL, &err);
+    if (st == ST_OK) st = !strcmp(format, "hf") ? st_save_hf(&g.w, out, tokenizer, &err) : ckpt_export_llmc(&g.w, out, &err);
     gpt_free(&g);
     if (st != ST_OK) return cli_fail("export", st, err.msg);
     printf("exported %s (%s) to %s\n", src, format, out);

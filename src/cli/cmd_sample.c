@@ -96,8 +96,8 @@ int cmd_sample(int argc, char **argv) {
     size_t tlen = 0, tcap = 0;
     float *work = NULL;
     int rc = 0;
-    if ((st = gpt_init(&g, &cfg, 1, 1, 1, 1, NULL, &err)) != ST_OK) goto fail;
-    if ((st = st_load_hf_weights(&g, dir, &err)) != ST_OK) goto fail;
+    if ((st = gpt_init(&g, &cfg, NULL, NULL, &err)) != ST_OK) goto fail;
+    if ((st = st_load_hf_weights(&g.w, dir, &err)) != ST_OK) goto fail;
     if ((st = kv_init(&kv, &g, &err)) != ST_OK) goto fail;
     if ((st = tokenizer_encode(tk, (const uint8_t *)prompt, strlen(prompt), &ids, &nids, &cap, &err)) != ST_OK)
         goto fail;

@@ -1,14 +1,42 @@
-/* gpt.h — the GPT-2 composition: parameters, saved activations, forward and backward.
+/* gpt.h — the GPT-2 model: weights, gradients and run state; forward and backward.
  *
- * Three parts as in llama2.c: the blueprint (ModelConfig), the weights (one flat buffer in the
- * block-by-block ParamLayout, with named views), the run state (activations and scratch sized
- * for a micro-batch capacity B×T). Nothing is allocated after gpt_init.
+ * A Gpt is three parts, in llama2.c's spirit (config / weights / run state), plus the hooks:
+ *   w  GptWeights   what the model IS: a copy of the blueprint (ModelConfig), the layout, the
+ *                   fp32 parameters (the master under mixed precision), the 2-byte working copy
+ *                   and its address map, named views. What checkpoints save and load; forward and
+ *                   backward only read it.
+ *   d  GptGrads     one gradient per parameter (d as in the kernels' dX), same layout and views.
+ *   s  GptRunState  what a forward/backward NEEDS: activations saved for a micro-batch capacity
+ *                   B×T (recompute level applied), scratch, the current micro-batch, timings, and
+ *                   the first error met.
+ * Everything is allocated by gpt_init from one GptOptions; nothing after.
+ *
+ * Where the next kinds of parallelism go. Data parallelism (parallel/) needs nothing of the
+ * model but the hooks and, for ZeRO 2-3, external gradient/parameter buffers. The other two change
+ * what one instance HOLDS, which GptWeights records:
+ *   pipeline  a stage holds the contiguous blocks [w.first, w.last) (the layout lays parameters
+ *             out block by block so that a block range is one contiguous range); the embeddings
+ *             only on the first stage, the final norm and head only on the last. The views'
+ *             blocks, the gradients and the saved activations (s.la) then cover those blocks
+ *             only, and forward/backward take and return the residual stream at the stage edges.
+ *   tensor    each block's heads and MLP columns, and the vocabulary rows of wte (the LM head),
+ *             split over tp ranks: w.cfg stays the whole network's, the slice held (heads,
+ *             columns, vocabulary rows) would sit next to first/last, the layout would size each
+ *             tensor by it, and the activations shrink with it.
+ * Neither is implemented: gpt_init builds the whole network (first 0, last L) and GptOptions has
+ * no field that asks for less. The block loops already run over [w.first, w.last).
  *
  * Hooks let `parallel` act around each segment (0 embeddings, 1..L blocks, L+1 final norm)
  * without the model knowing about communication: before a segment's forward (ZeRO-3 gather),
  * before its backward, and when its gradients for this micro-batch are complete (start a bucket).
  * The LM head uses the embedding segment's wte, so segment 0 must stay available until the head
- * is done. */
+ * is done.
+ *
+ * Errors. Library code never aborts on a failure of the outside world: a GEMM that oneDNN
+ * cannot run (out of memory, primitive refused) is recorded by matmul (matmul.h) and collected
+ * by the model at the end of gpt_forward / gpt_backward; the caller asks gpt_status once per
+ * micro-batch or per step (see there). Broken invariants (a programming error) still abort
+ * through ST_CHECK. */
 #ifndef ST_MODEL_GPT_H
 #define ST_MODEL_GPT_H
 
@@ -22,12 +50,62 @@
 
 #define GPT_LP_RANGES 3
 
+/* Numeric precision of the GEMMs (values as layout_memory_plan's `precision`). */
+typedef enum {
+    GPT_FP32 = 0, /* fp32 everywhere */
+    GPT_BF16 = 1, /* bf16 working copy and GEMM operands, fp32 master, accumulation and the rest */
+    GPT_FP16 = 2, /* as bf16 with an fp16 working copy; GEMM operands rounded to fp16 (overflow
+                     gives inf: pair it with a loss scaler) and multiplied in fp32 */
+} GptPrecision;
+
+typedef struct {
+    int B, T;               /* micro-batch capacity: activations for up to B×T tokens (default 1×1,
+                               for callers that only want the weights); T <= cfg->max_seq */
+    int threads;            /* OpenMP threads of our kernels (default 1) */
+    int shard_multiple;     /* each layout segment a multiple of this many floats: the number of
+                               data-parallel ranks that split it (default 1) */
+    Recompute recompute;    /* what backward recomputes instead of saving (default NONE; layout.h).
+                               Gradients are bit-identical at every level. */
+    GptPrecision precision; /* default GPT_FP32 */
+    int external_params;    /* 1: the caller owns the parameter storage (ZeRO-3), see below */
+    int external_grads;     /* 1: the caller owns the gradient storage (ZeRO-2/3), see below */
+} GptOptions;
+
+GptOptions gpt_default_options(void);
+
 typedef struct {
     void *ctx;
     void (*before_forward)(void *ctx, int seg);
     void (*before_backward)(void *ctx, int seg);
     void (*grads_ready)(void *ctx, int seg);
 } GptHooks;
+
+/* The weights. params is NULL with external parameters: the caller then points the views at its
+ * buffers. Under mixed precision every GEMM reads the 2-byte working copy of a parameter, found
+ * through the address map: range i maps fp32 addresses [lp_from[i], lp_from[i] + lp_len[i]) to
+ * lp_to[i] (one range over params normally; gpt_map_lp with external parameters). */
+typedef struct {
+    ModelConfig cfg;        /* the whole network's blueprint */
+    ParamLayout layout;     /* where each tensor lives in params, the gradients, master, moments */
+    int first, last;        /* blocks [first, last) held: [0, L) (a pipeline stage: its range) */
+    GptPrecision prec;
+    float *params;          /* layout.total floats: category parameters, or master weights under
+                               GPT_BF16/GPT_FP16 */
+    uint16_t *params_lp;    /* the 2-byte working copy (category parameters): NULL in fp32 and with
+                               external parameters */
+    const float *lp_from[GPT_LP_RANGES];
+    const uint16_t *lp_to[GPT_LP_RANGES];
+    size_t lp_len[GPT_LP_RANGES];
+    ParamViews p;           /* named views into params (or the caller's buffers) */
+} GptWeights;
+
+/* The gradients, in the weights' layout. grads is NULL with external gradients: the caller then
+ * points the views at its buffers before each segment's backward (from the hooks). */
+typedef struct {
+    float *grads;           /* layout.total floats (category gradients) */
+    ParamViews g;           /* named views into grads */
+    int overwrite;          /* set by gpt_overwrite_grads, cleared by the next gpt_backward */
+} GptGrads;
 
 /* Saved activations of one block for the current micro-batch. */
 typedef struct {
@@ -44,93 +122,77 @@ typedef struct {
     uint16_t *ln1_lp, *ln2_lp, *fchg_lp;
 } LayerActs;
 
+/* The run state: everything sized by the micro-batch capacity, and what passes from a forward to
+ * its backward. */
 typedef struct {
-    ModelConfig cfg;
-    ParamLayout layout;
-    int B, T;         /* capacity of the activation buffers */
-    Recompute recompute; /* what backward recomputes instead of reading saved activations */
-    int nt;           /* OpenMP threads for our kernels */
-    MemStats *mem;    /* where allocations are counted (not owned) */
+    int B, T;               /* capacity of the activation buffers */
+    Recompute recompute;
+    int nt;                 /* OpenMP threads for our kernels */
+    MatPrec mp;             /* GEMM precision and its conversion scratch */
 
-    float *params;    /* layout.total floats (category parameters; master weights under GPT_BF16) */
-    int bf16;         /* mixed precision (GPT_BF16 or GPT_FP16): params is the fp32 master */
-    int fp16;         /* the working copy is fp16 (GPT_FP16) */
-    uint16_t *params_lp; /* bf16 working copy of params, same layout (GPT_BF16; NULL with external
-                            parameters, whose copies the caller maps with gpt_map_lp) */
-    /* Where the working copy of an fp32 parameter address lives: range i maps
-     * [lp_from[i], lp_from[i] + lp_len[i]) floats to lp_to[i]. One range over params normally. */
-    const float *lp_from[GPT_LP_RANGES];
-    const uint16_t *lp_to[GPT_LP_RANGES];
-    size_t lp_len[GPT_LP_RANGES];
-    MatPrec mp;       /* GEMM precision and its conversion scratch */
-    float *grads;     /* layout.total floats (category gradients) */
-    ParamViews p, g;
-
-    float *acts;      /* saved activations (category activations) */
+    float *acts;            /* saved activations (category activations) */
     size_t acts_floats;
-    float *encoded;   /* (N, C) */
-    LayerActs *la;    /* L entries */
+    float *encoded;         /* (N, C) block 0 input */
+    LayerActs *la;          /* L entries (blocks [first, last) used) */
     float *lnf, *lnf_mean, *lnf_rstd, *losses; /* (N, C), (N), (N), (N) */
 
-    float *scratch;   /* workspace */
+    float *scratch;         /* workspace */
     size_t scratch_floats;
     float *dres, *dbuf_a, *dbuf_b, *dbuf_c, *att_scratch, *ln_scratch, *logits;
-    int head_chunk;
+    int head_chunk;         /* rows of logits computed at once */
 
-    GptHooks hooks;
     uint64_t dropout_seed;
 
-    /* State of the current micro-batch between forward and backward. */
+    /* The current micro-batch, between gpt_forward and gpt_backward. */
     const int32_t *cur_inp;
     int curB, curT;
     uint64_t cur_drop_counter;
     int have_head_grads;
-    int grads_overwrite; /* set by gpt_overwrite_grads, cleared by the next gpt_backward */
-    double ms_fwd, ms_bwd; /* accumulated by forward/backward; the caller resets them */
+    double ms_fwd, ms_bwd;  /* accumulated by forward/backward; the caller resets them */
+    Err err;                /* the first error met since the last gpt_status (status ST_OK: none) */
+} GptRunState;
+
+typedef struct {
+    GptWeights w;
+    GptGrads d;
+    GptRunState s;
+    GptHooks hooks;
+    MemStats *mem;          /* where allocations are counted (not owned; may be NULL) */
 } Gpt;
 
-/* Allocates parameters, gradients, activations and scratch for micro-batches up to B×T with nt
- * threads. cfg must be validated; T <= cfg->max_seq is checked (ST_ERR_INPUT naming --seq-len).
- * gpt_free is safe on a zeroed or half-built Gpt. gpt_init_rc also sets the activation
- * recompute level (layout.h); gpt_init is gpt_init_rc with RECOMPUTE_NONE. Gradients are
- * bit-identical at every level. */
-Status gpt_init(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int shard_multiple, MemStats *mem, Err *err);
-Status gpt_init_rc(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int shard_multiple, Recompute rc,
-                   MemStats *mem, Err *err);
-
-/* gpt_init_ex flags: the caller owns the parameter and/or gradient storage (ZeRO-2/3). Then
- * g->params / g->grads stay NULL and the caller points the views (g->p, g->g: wte, wpe, lnfw,
- * lnfb and every g->p.blocks[l] / g->g.blocks[l]) at its buffers before each segment is used,
- * e.g. from the hooks; gpt_zero_grads and gpt_init_params then must not be called (use
- * gpt_init_params_buf on the caller's flat buffer). */
-enum { GPT_EXTERNAL_PARAMS = 1, GPT_EXTERNAL_GRADS = 2, GPT_BF16 = 4, GPT_FP16 = 8 };
-/* Mixed precision with external parameters: the caller keeps a 2-byte copy beside each fp32
- * buffer it points the views at, and maps them (range i < GPT_LP_RANGES) with gpt_map_lp. */
-void gpt_map_lp(Gpt *g, int i, const float *from, const uint16_t *to, size_t len);
-/* GPT_FP16: as GPT_BF16 with an fp16 working copy; GEMM operands are rounded to fp16 (overflow
- * gives inf: pair it with a loss scaler) and multiplied in fp32 (no fp16 units on this CPU). */
-/* GPT_BF16: mixed precision. g->params is then the fp32 master (counted as master weights) and
- * g->params_lp a bf16 working copy (counted as parameters) that every matmul reads; activations,
+/* Allocates weights, gradients, activations and scratch for cfg (validated) with options o
+ * (NULL: the defaults). ST_ERR_INPUT names the flag of a bad option (--micro-batch, --seq-len,
+ * --threads, ...); ST_ERR_RUNTIME when out of memory. gpt_free is safe on a zeroed or half-built
+ * Gpt.
+ *
+ * External storage (ZeRO-2/3): with o->external_params / o->external_grads, w.params / d.grads
+ * stay NULL and the caller points the views (w.p, d.g: wte, wpe, lnfw, lnfb and every blocks[l])
+ * at its buffers before each segment is used, e.g. from the hooks; gpt_zero_grads,
+ * gpt_overwrite_grads and gpt_init_params then must not be called (use gpt_init_params_buf on
+ * the caller's flat buffer). Mixed precision with external parameters: the caller keeps a 2-byte
+ * copy beside each fp32 buffer it points the views at and maps them with gpt_map_lp.
+ *
+ * Mixed precision (GPT_BF16, GPT_FP16): w.params is the fp32 master (counted as master weights)
+ * and w.params_lp the working copy (counted as parameters) that every matmul reads; activations,
  * LayerNorm, softmax, the loss and gradients stay fp32. Call gpt_sync_lp after every change of
- * g->params (init, load, optimizer step). With GPT_EXTERNAL_PARAMS there is no params_lp: the
- * caller rounds the buffers it points the views at and maps them (gpt_map_lp). */
-Status gpt_init_ex(Gpt *g, const ModelConfig *cfg, int B, int T, int nt, int shard_multiple, Recompute rc, int flags,
-                   MemStats *mem, Err *err);
+ * w.params (init, load, optimizer step). */
+Status gpt_init(Gpt *g, const ModelConfig *cfg, const GptOptions *o, MemStats *mem, Err *err);
+void gpt_free(Gpt *g);
 
-/* Refreshes the bf16 working copy from the fp32 master (no-op in fp32). */
+/* Maps range i < GPT_LP_RANGES of fp32 parameter addresses to their 2-byte copies (see GptWeights). */
+void gpt_map_lp(Gpt *g, int i, const float *from, const uint16_t *to, size_t len);
+/* Refreshes the working copy from the fp32 master (no-op in fp32 and with external parameters). */
 void gpt_sync_lp(Gpt *g);
 /* n fp32 parameters rounded to the model's 2-byte format (bf16 or fp16; nothing in fp32): for
  * callers keeping copies of external parameters. */
 void gpt_round_lp(const Gpt *g, uint16_t *dst, const float *src, size_t n);
 
-/* GPT-2 initialisation (see gpt_init_params) of a flat buffer in layout pl. */
-void gpt_init_params_buf(const ParamLayout *pl, float *buf, uint64_t seed, int nt);
-void gpt_free(Gpt *g);
-
 /* GPT-2 initialisation from a counter-based RNG: weights N(0, 0.02), residual projections
  * (attprojw, fcprojw) N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1; padded vocabulary rows
- * 0. Value of element i of tensor k depends only on (seed, k, i). */
+ * 0. Value of element i of tensor k depends only on (seed, k, i). gpt_init_params_buf does it on
+ * a flat buffer in layout pl. */
 void gpt_init_params(Gpt *g, uint64_t seed);
+void gpt_init_params_buf(const ParamLayout *pl, float *buf, uint64_t seed, int nt);
 
 void gpt_zero_grads(Gpt *g);
 
@@ -142,7 +204,8 @@ void gpt_zero_grads(Gpt *g);
 void gpt_overwrite_grads(Gpt *g);
 
 /* Forward pass of one micro-batch inp (B, T) with targets tgt (B, T; -1 = ignored). Returns the
- * SUM of the per-token losses over unmasked targets (divide by the token count for a mean).
+ * SUM of the per-token losses over unmasked targets (divide by the token count for a mean), or
+ * NaN when an error was met (gpt_status says which).
  * With train != 0 the LM head's backward runs fused with the loss (dlogits scaled by dscale,
  * e.g. 1 / tokens of the whole optimizer step) so gpt_backward can follow; drop_counter selects
  * the dropout masks (a global micro-batch counter; unused when dropout is 0). */
@@ -153,7 +216,16 @@ double gpt_forward(Gpt *g, const int32_t *inp, const int32_t *tgt, int B, int T,
  * are written after gpt_overwrite_grads. */
 void gpt_backward(Gpt *g);
 
-/* Probabilities over the V real tokens of row 0 of the last forward (tests). probs (V). */
-void gpt_probs_row0(Gpt *g, const int32_t *inp, int T, float *probs);
+/* The first error met by gpt_forward / gpt_backward since the last call (ST_ERR_RUNTIME, e.g.
+ * "GEMM 512x2304x768 (fp32, A·B^T): oneDNN out_of_memory creating the primitive"), which it
+ * forgets; ST_OK if none. The contract for trainers: after the forward/backward passes of a step
+ * and BEFORE using the loss or the gradients (norm, optimizer), call gpt_status and stop on an
+ * error; the values computed since the error are garbage. Forward and backward run to the end
+ * after an error, so every hook (and the collectives behind it) still runs and ranks stay in
+ * step; a data-parallel trainer agrees on the failure before stopping. */
+Status gpt_status(Gpt *g, Err *err);
+
+/* Probabilities over the V real tokens of row 0 of a forward of inp (1, T) (tests). probs (V). */
+Status gpt_probs_row0(Gpt *g, const int32_t *inp, int T, float *probs, Err *err);
 
 #endif

@@ -9,7 +9,7 @@
 
 Status kv_init(KvCache *kv, const Gpt *g, Err *err) {
     memset(kv, 0, sizeof *kv);
-    const ModelConfig *c = &g->cfg;
+    const ModelConfig *c = &g->w.cfg;
     size_t C = c->n_embd, cache = (size_t)c->n_layer * c->max_seq * C;
     kv->cap = c->max_seq;
     kv->k = calloc(cache, sizeof(float));
@@ -34,14 +34,14 @@ void kv_free(KvCache *kv) {
 }
 
 void infer_step(const Gpt *g, KvCache *kv, int32_t token) {
-    const ModelConfig *c = &g->cfg;
+    const ModelConfig *c = &g->w.cfg;
     int C = c->n_embd, NH = c->n_head, hs = C / NH, pos = kv->len, nt = 1;
     ST_CHECK(pos < kv->cap && token >= 0 && token < c->vocab);
     float mean, rstd;
     Dropout off = {0};
-    encoder_forward(kv->x, &token, g->p.wte, g->p.wpe + (size_t)pos * C, 1, 1, C, off, nt);
+    encoder_forward(kv->x, &token, g->w.p.wte, g->w.p.wpe + (size_t)pos * C, 1, 1, C, off, nt);
     for (int l = 0; l < c->n_layer; l++) {
-        const BlockParams *p = &g->p.blocks[l];
+        const BlockParams *p = &g->w.p.blocks[l];
         float *K = kv->k + ((size_t)l * kv->cap) * C, *V = kv->v + ((size_t)l * kv->cap) * C;
         layernorm_forward(kv->ln, &mean, &rstd, kv->x, p->ln1w, p->ln1b, 1, C, nt);
         matmul_forward(kv->qkv, kv->ln, p->qkvw, p->qkvb, 1, C, 3 * C, nt);
@@ -75,7 +75,7 @@ void infer_step(const Gpt *g, KvCache *kv, int32_t token) {
         matmul_forward(kv->y, kv->hg, p->fcprojw, p->fcprojb, 1, 4 * C, C, nt);
         for (int i = 0; i < C; i++) kv->x[i] += kv->y[i];
     }
-    layernorm_forward(kv->ln, &mean, &rstd, kv->x, g->p.lnfw, g->p.lnfb, 1, C, nt);
-    matmul_forward(kv->logits, kv->ln, g->p.wte, NULL, 1, C, c->vocab, nt);
+    layernorm_forward(kv->ln, &mean, &rstd, kv->x, g->w.p.lnfw, g->w.p.lnfb, 1, C, nt);
+    matmul_forward(kv->logits, kv->ln, g->w.p.wte, NULL, 1, C, c->vocab, nt);
     kv->len++;
 }

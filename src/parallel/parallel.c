@@ -74,8 +74,10 @@ ParOptions par_default_options(void) {
     return o;
 }
 
-int par_gpt_flags(int zero) {
-    return zero >= 3 ? (GPT_EXTERNAL_PARAMS | GPT_EXTERNAL_GRADS) : zero == 2 ? GPT_EXTERNAL_GRADS : 0;
+void par_gpt_options(int dp, int zero, GptOptions *o) {
+    o->shard_multiple = dp;
+    o->external_grads = zero >= 2;
+    o->external_params = zero >= 3;
 }
 
 /* ================================================================ layout and plan */
@@ -141,7 +143,7 @@ static void add_into(float *dst, const float *src, size_t n, int nt) {
 static void start_seg_grads(Par *p, int s) {
     Err e;
     Status st = ST_OK;
-    float *base = p->g->grads + p->off[s];
+    float *base = p->g->d.grads + p->off[s];
     if (p->zero == 0) {
         size_t done = 0;
         for (int q = 0; q < p->seg_nreq[s]; q++) {
@@ -215,7 +217,7 @@ static void wait_req(Par *p, CommReq *req, const char *what) {
 
 /* Mixed precision: rounds a gathered fp32 segment into its working copy, once per gather. */
 static void round_gathered(Par *p, const float *buf, uint16_t *lp, size_t n, int *ok) {
-    if (!p->g->bf16 || *ok) return;
+    if (p->g->w.prec == GPT_FP32 || *ok) return;
     gpt_round_lp(p->g, lp, buf, n);
     *ok = 1;
 }
@@ -232,7 +234,7 @@ static void ensure_params(Par *p, int s, int next) {
     }
     wait_req(p, &p->pslot_req[a], "param all-gather");
     round_gathered(p, p->pbuf[a], p->plbuf[a], p->len[s], &p->plslot_ok[a]);
-    seg_views(p, &p->g->p, s, p->pbuf[a]);
+    seg_views(p, &p->g->w.p, s, p->pbuf[a]);
     if (next >= 1 && next <= p->L + 1 && p->pslot_seg[a ^ 1] != next) {
         if (p->pslot_req[a ^ 1].active) wait_req(p, &p->pslot_req[a ^ 1], "param all-gather");
         p->pslot_seg[a ^ 1] = next;
@@ -253,7 +255,7 @@ static void h_before_forward(void *ctx, int s) {
             }
             wait_req(p, &p->p0_req, "param all-gather");
             round_gathered(p, p->pb0, p->plb0, p->len[0], &p->pl0_ok);
-            seg_views(p, &p->g->p, 0, p->pb0);
+            seg_views(p, &p->g->w.p, 0, p->pb0);
             if (p->pslot_seg[0] != 1 && p->pslot_seg[1] != 1) {
                 int a = p->pslot_req[0].active ? 1 : 0;
                 if (p->pslot_req[a].active) wait_req(p, &p->pslot_req[a], "param all-gather");
@@ -271,7 +273,7 @@ static void h_before_forward(void *ctx, int s) {
         Status st = g0_finish(p, &e);
         if (st != ST_OK) hook_fail(p, st, &e);
         memset(p->gb0, 0, p->E * sizeof(float));
-        seg_views(p, &p->g->g, 0, p->gb0);
+        seg_views(p, &p->g->d.g, 0, p->gb0);
     }
 }
 
@@ -288,7 +290,7 @@ static void h_before_backward(void *ctx, int s) {
         memset(p->gbuf[a], 0, p->len[s] * sizeof(float));
         p->gslot_seg[a] = s;
         p->seg_gslot[s] = a;
-        seg_views(p, &p->g->g, s, p->gbuf[a]);
+        seg_views(p, &p->g->d.g, s, p->gbuf[a]);
     }
 }
 
@@ -331,17 +333,17 @@ static float *alloc_f(Par *p, MemCategory c, size_t n, int *ok) {
 
 Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, Err *err) {
     *out = NULL;
-    const ParamLayout *pl = &g->layout;
+    const ParamLayout *pl = &g->w.layout;
     if (o->zero < 0 || o->zero > 3) return err_set(err, ST_ERR_INPUT, "--zero: expected 0, 1, 2 or 3, found %d", o->zero);
     if (pl->shard_multiple % c->dp != 0)
         return err_set(err, ST_ERR_INPUT, "parallel: the model layout is padded for %d ranks, the dp group has %d",
                        pl->shard_multiple, c->dp);
-    if ((g->params == NULL) != (o->zero >= 3) || (g->grads == NULL) != (o->zero >= 2))
+    if ((g->w.params == NULL) != (o->zero >= 3) || (g->d.grads == NULL) != (o->zero >= 2))
         return err_set(err, ST_ERR_INPUT, "parallel: the model was not built with the flags of ZeRO stage %d", o->zero);
     Par *p = calloc(1, sizeof *p);
     if (!p) return err_set(err, ST_ERR_RUNTIME, "out of memory (parallel state)");
     p->c = c, p->g = g, p->o = *o, p->mem = mem, p->pl = pl;
-    p->dp = c->dp, p->r = c->dp_rank, p->zero = o->zero, p->nseg = pl->nseg, p->L = g->cfg.n_layer;
+    p->dp = c->dp, p->r = c->dp_rank, p->zero = o->zero, p->nseg = pl->nseg, p->L = g->w.cfg.n_layer;
     if (p->o.bucket_floats == 0) p->o.bucket_floats = (size_t)1 << 20;
     if (p->o.nt < 1) p->o.nt = 1;
     int ns = p->nseg, ok = 1;
@@ -381,10 +383,10 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
     if (p->zero >= 3) {
         /* Mixed precision: the shard is the fp32 master; the gathered buffers and their 2-byte
          * copies are the parameters the model reads. */
-        p->pshard = alloc_f(p, g->bf16 ? MEM_MASTER : MEM_PARAMS, S, &ok);
+        p->pshard = alloc_f(p, g->w.prec != GPT_FP32 ? MEM_MASTER : MEM_PARAMS, S, &ok);
         p->pb0 = alloc_f(p, MEM_PARAMS, p->E, &ok);
         p->pbuf[0] = alloc_f(p, MEM_PARAMS, p->X, &ok), p->pbuf[1] = alloc_f(p, MEM_PARAMS, p->X, &ok);
-        if (g->bf16 && ok) {
+        if (g->w.prec != GPT_FP32 && ok) {
             p->plb0 = mem_alloc(mem, MEM_PARAMS, p->E * sizeof(uint16_t));
             p->plbuf[0] = mem_alloc(mem, MEM_PARAMS, p->X * sizeof(uint16_t));
             p->plbuf[1] = mem_alloc(mem, MEM_PARAMS, p->X * sizeof(uint16_t));
@@ -449,7 +451,7 @@ void par_free(Par *p) {
     mem_free(ms, MEM_MOMENTS, p->v, p->mom_floats * sizeof(float));
     mem_free(ms, MEM_GRADS, p->gshard, p->S * sizeof(float));
     mem_free(ms, MEM_GRADS, p->gb0, p->E * sizeof(float));
-    mem_free(ms, p->g && p->g->bf16 ? MEM_MASTER : MEM_PARAMS, p->pshard, p->S * sizeof(float));
+    mem_free(ms, p->g && p->g->w.prec != GPT_FP32 ? MEM_MASTER : MEM_PARAMS, p->pshard, p->S * sizeof(float));
     mem_free(ms, MEM_PARAMS, p->pb0, p->E * sizeof(float));
     mem_free(ms, MEM_PARAMS, p->plb0, p->E * sizeof(uint16_t));
     for (int a = 0; a < 2; a++) {
@@ -480,7 +482,7 @@ void par_step_begin(Par *p, int k, long step) {
      * Stage 1's in-place reduce-scatter may leave partial sums outside the owned block, so its
      * buffer, like stage 2's shard, is zeroed. */
     if (p->zero >= 2) memset(p->gshard, 0, p->S * sizeof(float));
-    else if (p->zero == 1) memset(p->g->grads, 0, p->pl->total * sizeof(float));
+    else if (p->zero == 1) memset(p->g->d.grads, 0, p->pl->total * sizeof(float));
     else gpt_overwrite_grads(p->g);
 }
 
@@ -505,7 +507,7 @@ Status par_grads_finish(Par *p, Err *err) {
 }
 
 static const float *owned_grad(Par *p, int s) {
-    return p->zero >= 2 ? p->gshard + p->soff[s] : p->g->grads + p->off[s] + (size_t)p->r * p->blk[s];
+    return p->zero >= 2 ? p->gshard + p->soff[s] : p->g->d.grads + p->off[s] + (size_t)p->r * p->blk[s];
 }
 
 Status par_grad_norm(Par *p, double *norm, Err *err) {
@@ -535,13 +537,13 @@ Status par_grad_norm(Par *p, double *norm, Err *err) {
 
 void par_optim_step(Par *p, const OptimConfig *oc, long step, float lr, float grad_scale) {
     if (p->zero == 0) { /* mixed precision: the working copy follows the master in the same pass */
-        OptimLowp lk = p->g->fp16 ? OPTIM_LOWP_FP16 : p->g->bf16 ? OPTIM_LOWP_BF16 : OPTIM_LOWP_NONE;
-        optim_step_lowp(oc, p->g->params, p->g->grads, p->m, p->v, p->ranges, p->pl->ntensors, step, lr, grad_scale,
-                        p->g->params_lp, lk, p->o.nt);
+        OptimLowp lk = p->g->w.prec == GPT_FP16 ? OPTIM_LOWP_FP16 : p->g->w.prec == GPT_BF16 ? OPTIM_LOWP_BF16 : OPTIM_LOWP_NONE;
+        optim_step_lowp(oc, p->g->w.params, p->g->d.grads, p->m, p->v, p->ranges, p->pl->ntensors, step, lr, grad_scale,
+                        p->g->w.params_lp, lk, p->o.nt);
         return;
     }
-    float *P = p->zero >= 3 ? p->pshard : p->g->params;
-    const float *G = p->zero >= 2 ? p->gshard : p->g->grads;
+    float *P = p->zero >= 3 ? p->pshard : p->g->w.params;
+    const float *G = p->zero >= 2 ? p->gshard : p->g->d.grads;
     for (int i = 0; i < p->npieces; i++) {
         const Piece *q = &p->pieces[i];
         OptimRange rg = {0, q->n, q->decay};
@@ -553,7 +555,7 @@ void par_optim_step(Par *p, const OptimConfig *oc, long step, float lr, float gr
 Status par_params_sync(Par *p, Err *err) {
     Status st = ST_OK;
     if (p->zero == 1 || p->zero == 2) {
-        float *P = p->g->params;
+        float *P = p->g->w.params;
         for (int s = 0; s < p->nseg && st == ST_OK; s++)
             st = comm_iallgather_f32(p->c, P + p->off[s] + (size_t)p->r * p->blk[s], P + p->off[s], p->blk[s],
                                      &p->req[p->seg_req0[s]], err);
@@ -584,7 +586,7 @@ void par_set_full(Par *p, const float *params, const float *m, const float *v) {
     size_t T = p->pl->total;
     if (params) {
         if (p->zero >= 3) copy_owned(p, p->pshard, params);
-        else memcpy(p->g->params, params, T * sizeof(float)), gpt_sync_lp(p->g);
+        else memcpy(p->g->w.params, params, T * sizeof(float)), gpt_sync_lp(p->g);
     }
     float *mine[2] = {p->m, p->v};
     const float *src[2] = {m, v};
@@ -613,7 +615,7 @@ Status par_get_full(Par *p, float *params, float *m, float *v, Err *err) {
     Status st = ST_OK;
     if (params) {
         if (p->zero >= 3) st = gather_shard(p, p->pshard, params, err);
-        else memcpy(params, p->g->params, T * sizeof(float));
+        else memcpy(params, p->g->w.params, T * sizeof(float));
     }
     float *dst[2] = {m, v}, *mine[2] = {p->m, p->v};
     for (int b = 0; b < 2 && st == ST_OK; b++) {

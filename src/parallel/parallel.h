@@ -16,10 +16,10 @@
  *      waited before the norm; every rank runs the optimizer on the whole range.
  *   1  P, G full, M sharded; per-segment in-place reduce-scatter at grads_ready of the last
  *      micro-batch; each rank updates its blocks; per-segment all-gather of P after the update.
- *   2  as 1, but G sharded: backward writes each segment into a bucket (GPT_EXTERNAL_GRADS; the
- *      g->g views are re-pointed from the hooks), the bucket is reduce-scattered at grads_ready of
+ *   2  as 1, but G sharded: backward writes each segment into a bucket (external gradients; the
+ *      g->d.g views are re-pointed from the hooks), the bucket is reduce-scattered at grads_ready of
  *      EVERY micro-batch and its owned block ADDED to the gradient shard (DeepSpeed's scheme).
- *   3  as 2, and P sharded (GPT_EXTERNAL_PARAMS): a segment is all-gathered into a gather buffer
+ *   3  as 2, and P sharded (external parameters): a segment is all-gathered into a gather buffer
  *      before its forward and again before its backward, the next one prefetched meanwhile; the
  *      embedding segment has its own buffer (wte is the tied LM head) and stays gathered until
  *      the optimizer changes it.
@@ -54,17 +54,18 @@ ParOptions par_default_options(void);
 
 typedef struct Par Par;
 
-/* gpt_init_ex flags a stage needs (GPT_EXTERNAL_GRADS for 2, both for 3). */
-int par_gpt_flags(int zero);
+/* Sets the model options a dp group at a ZeRO stage needs: shard_multiple = dp, external
+ * gradients from stage 2, external parameters at stage 3. */
+void par_gpt_options(int dp, int zero, GptOptions *o);
 
-/* Planned bytes per MemCategory of everything gpt_init_ex(flags of the stage) and par_init
+/* Planned bytes per MemCategory of everything gpt_init (options of the stage) and par_init
  * allocate for parameters, gradients, master weights and moments on one rank of a dp group
  * (other categories 0):
  *   S = total/dp, E = len[0], X = max over s >= 1 of len[s]
  *   params  = 4·total (stage 0–2) | 4·(S + E + 2X) (stage 3: shard + embedding + 2 gather slots)
  *   grads   = 4·total (stage 0–1) | 4·(S + E + 2X) (stage 2–3: shard + embedding + 2 buckets)
  *   moments = 4·n_moments·total (stage 0) | 4·n_moments·S (stage ≥ 1)
- * lowp (mixed precision, GPT_BF16/GPT_FP16): the fp32 parameters above are the master, and the
+ * lowp (mixed precision, GPT_BF16 or GPT_FP16): the fp32 parameters above are the master, and the
  * parameters the model reads are 2-byte copies of the whole vector (stage 0–2) or fp32 gather
  * buffers with their copies (stage 3):
  *   master  = 4·total (stage 0–2) | 4·S (stage 3)
@@ -72,8 +73,8 @@ int par_gpt_flags(int zero);
  * pl must be built with shard_multiple = dp. */
 void par_planned_bytes(const ParamLayout *pl, int dp, int zero, int n_moments, int lowp, size_t bytes[MEM_NCAT]);
 
-/* Builds the data-parallel state for g (created by gpt_init_ex with shard_multiple = c->dp and
- * par_gpt_flags(o->zero)): allocates shards, buckets, gather buffers and moments (in mem),
+/* Builds the data-parallel state for g (created by gpt_init with par_gpt_options(c->dp,
+ * o->zero)): allocates shards, buckets, gather buffers and moments (in mem),
  * installs g's hooks. ST_ERR_INPUT if g's layout was not built for c->dp. */
 Status par_init(Par **p, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, Err *err);
 void par_free(Par *p); /* safe on NULL */

@@ -169,7 +169,7 @@ static Status validate(const TrainConfig *c, Err *err) {
 
 /* Mean loss over `batches` sequential micro-batches of the validation stream. */
 static double validate_loss(Gpt *g, Loader *val, int batches, int32_t *inp, int32_t *tgt) {
-    int B = g->B, T = g->T;
+    int B = g->s.B, T = g->s.T;
     uint64_t avail = val->nwin / (uint64_t)B;
     if ((uint64_t)batches > avail) batches = (int)(avail ? avail : 1);
     double sum = 0, count = 0;
@@ -296,11 +296,12 @@ static Status run_par_check(Run *r, Err *err) {
 
 static Status run_gpt_init(Run *r, int B, int T, int nt, Err *err) {
     TrainConfig *c = &r->cfg;
-    if (!c->comm || (r->dp == 1 && c->zero == 0))
-        return gpt_init_ex(&r->g, &c->model, B, T, nt, 1, c->recompute,
-                           c->fp16 ? GPT_FP16 : c->bf16 ? GPT_BF16 : 0, &r->mem, err);
-    int prec = c->fp16 ? GPT_FP16 : c->bf16 ? GPT_BF16 : 0;
-    Status st = gpt_init_ex(&r->g, &c->model, B, T, nt, r->dp, c->recompute, par_gpt_flags(c->zero) | prec, &r->mem, err);
+    GptOptions go = gpt_default_options();
+    go.B = B, go.T = T, go.threads = nt, go.recompute = c->recompute;
+    go.precision = c->fp16 ? GPT_FP16 : c->bf16 ? GPT_BF16 : GPT_FP32;
+    if (!c->comm || (r->dp == 1 && c->zero == 0)) return gpt_init(&r->g, &c->model, &go, &r->mem, err);
+    par_gpt_options(r->dp, c->zero, &go);
+    Status st = gpt_init(&r->g, &c->model, &go, &r->mem, err);
     if (st != ST_OK) return st;
     ParOptions po = par_default_options();
     po.zero = c->zero, po.overlap = !c->no_overlap, po.n_moments = optim_num_moments(&c->optim), po.nt = nt;
@@ -309,10 +310,10 @@ static Status run_gpt_init(Run *r, int B, int T, int nt, Err *err) {
 
 /* Transient full-layout buffers (initialisation, checkpoints, final weights) are staging memory. */
 static float *run_staging(Run *r, int n) {
-    return mem_alloc(&r->mem, MEM_CKPT_STAGING, r->g.layout.total * sizeof(float) * (size_t)n);
+    return mem_alloc(&r->mem, MEM_CKPT_STAGING, r->g.w.layout.total * sizeof(float) * (size_t)n);
 }
 static void run_staging_free(Run *r, float *p, int n) {
-    mem_free(&r->mem, MEM_CKPT_STAGING, p, r->g.layout.total * sizeof(float) * (size_t)n);
+    mem_free(&r->mem, MEM_CKPT_STAGING, p, r->g.w.layout.total * sizeof(float) * (size_t)n);
 }
 
 /* Initial weights: seeded, or --init-from (path non-NULL). Every element depends on (seed, tensor,
@@ -320,17 +321,17 @@ static void run_staging_free(Run *r, float *p, int n) {
 static Status run_init_weights(Run *r, const char *path, Err *err) {
     if (!r->par || r->cfg.zero < 3) {
         if (!path) gpt_init_params(&r->g, r->cfg.seed);
-        Status st = path ? ckpt_init_from(&r->g, path, err) : ST_OK;
+        Status st = path ? ckpt_init_from(&r->g.w, path, err) : ST_OK;
         gpt_sync_lp(&r->g);
         return st;
     }
     float *full = run_staging(r, 1);
     if (!full) return err_set(err, ST_ERR_RUNTIME, "out of memory (initial weights)");
     Status st = ST_OK;
-    Gpt view = r->g; /* ckpt reads the layout and writes view.params */
+    GptWeights view = r->g.w; /* ckpt reads the layout and writes view.params */
     view.params = full;
     if (path) st = ckpt_init_from(&view, path, err);
-    else gpt_init_params_buf(&r->g.layout, full, r->cfg.seed, r->g.nt);
+    else gpt_init_params_buf(&r->g.w.layout, full, r->cfg.seed, r->g.s.nt);
     if (st == ST_OK) par_set_full(r->par, full, NULL, NULL);
     run_staging_free(r, full, 1);
     return st;
@@ -339,7 +340,7 @@ static Status run_init_weights(Run *r, const char *path, Err *err) {
 /* A progress bar for long checkpoint reads and writes: on a terminal, or for 256 MiB and more of
  * parameters in logs. NULL when none is wanted. */
 static Progress *run_ckpt_bar(Run *r, Progress *bar, const char *what) {
-    if (r->cfg.quiet || !(isatty(2) || r->g.layout.total * 4 >= ((size_t)256 << 20))) return NULL;
+    if (r->cfg.quiet || !(isatty(2) || r->g.w.layout.total * 4 >= ((size_t)256 << 20))) return NULL;
     progress_init(bar, what, "bytes", "MB/s", 1e-6);
     return bar;
 }
@@ -350,15 +351,15 @@ static Status run_load_ckpt(Run *r, const char *path, CkptMeta *meta, Err *err) 
     CkptProgressFn fn = pb ? progress_cb : NULL;
     if (!r->par) {
         CkptOptState opt = {r->m, r->v, NULL};
-        Status st = ckpt_load_progress(path, &r->g, &opt, meta, fn, pb, err);
+        Status st = ckpt_load_progress(path, &r->g.w, &opt, meta, fn, pb, err);
         gpt_sync_lp(&r->g);
         return st;
     }
     int nv = par_moment(r->par, 1) ? 1 : 0;
     float *buf = run_staging(r, 2 + nv);
     if (!buf) return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
-    size_t n = r->g.layout.total;
-    Gpt view = r->g;
+    size_t n = r->g.w.layout.total;
+    GptWeights view = r->g.w;
     view.params = buf;
     CkptOptState opt = {buf + n, nv ? buf + 2 * n : NULL, NULL};
     Status st = ckpt_load_progress(path, &view, &opt, meta, fn, pb, err);
@@ -374,12 +375,12 @@ static Status run_save_par(Run *r, const CkptMeta *meta, const CkptOptions *o, C
     int nv = par_moment(r->par, 1) ? 1 : 0, nb = out_dir ? 1 : 2 + nv;
     float *buf = run_staging(r, nb);
     if (!buf) return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
-    size_t n = r->g.layout.total;
+    size_t n = r->g.w.layout.total;
     CkptOptState opt = {out_dir ? NULL : buf + n, out_dir || !nv ? NULL : buf + 2 * n, NULL};
     Status st = par_get_full(r->par, buf, opt.m, opt.v, err);
     int64_t fail = 0;
     if (st == ST_OK && r->cfg.comm->rank == 0) {
-        Gpt view = r->g;
+        GptWeights view = r->g.w;
         view.params = buf;
         st = out_dir ? st_save_hf(&view, out_dir, r->cfg.tokenizer, err) : ckpt_save(&view, &opt, meta, o, info, err);
         fail = st != ST_OK;
@@ -435,7 +436,7 @@ static void run_par_step_record(Run *r, cJSON *o, double dt, double bytes) {
 
 /* Per-rank planned bytes of parameters, gradients, master weights and moments. */
 static void run_par_plan(const Run *r, size_t plan[MEM_NCAT]) {
-    par_planned_bytes(&r->g.layout, r->dp, r->cfg.zero, optim_num_moments(&r->cfg.optim), r->g.bf16, plan);
+    par_planned_bytes(&r->g.w.layout, r->dp, r->cfg.zero, optim_num_moments(&r->cfg.optim), (r->g.w.prec != GPT_FP32), plan);
 }
 
 /* The memory event: this stage's planned bytes per rank and every rank's measured bytes. */
@@ -484,7 +485,7 @@ static Status save_checkpoint(Run *r, long step, long attempt, double *ms, CkptS
     meta.dp = r->dp, meta.tp = 1, meta.pp = 1, meta.zero = c->zero;
     ckpt_meta_set_rng(&meta, "init_seed", c->seed);
     ckpt_meta_set_rng(&meta, "data_seed", c->data_seed);
-    ckpt_meta_set_rng(&meta, "dropout_seed", r->g.dropout_seed);
+    ckpt_meta_set_rng(&meta, "dropout_seed", r->g.s.dropout_seed);
     ckpt_meta_set_rng(&meta, "dropout_counter", (uint64_t)attempt * c->grad_accum * r->dp);
     meta.config = r->config;
     /* Health detectors, the batch counter and the skipped batches travel in "extra". */
@@ -510,11 +511,11 @@ static Status save_checkpoint(Run *r, long step, long attempt, double *ms, CkptS
     if (r->async) {
         /* The previous background write must be complete (and its errors seen) first. */
         if ((st = ckpt_async_wait(r->async, NULL, err)) != ST_OK) return st;
-        st = ckpt_async_save(r->async, &r->g, &opt, &meta, &o, err);
+        st = ckpt_async_save(r->async, &r->g.w, &opt, &meta, &o, err);
     } else if (r->par) {
         st = run_save_par(r, &meta, &o, info, NULL, err);
     } else {
-        st = ckpt_save(&r->g, &opt, &meta, &o, info, err);
+        st = ckpt_save(&r->g.w, &opt, &meta, &o, info, err);
     }
     cJSON_Delete(extra);
     *ms = timer_ms() - t0;
@@ -525,7 +526,7 @@ static Status save_checkpoint(Run *r, long step, long attempt, double *ms, CkptS
  * vocabulary, seeded by the step so it is reproducible), printed and logged. */
 static void log_sample(Run *r, long step, FILE *log) {
     const TrainConfig *c = &r->cfg;
-    if (!r->g.params) return; /* ZeRO-3: the full weights are not on this rank */
+    if (!r->g.w.params) return; /* ZeRO-3: the full weights are not on this rank */
     KvCache kv;
     Err e;
     if (kv_init(&kv, &r->g, &e) != ST_OK) return;
@@ -664,7 +665,7 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
     mm_set_threads(nt);
     if ((st = run_gpt_init(r, B, T, nt, err)) != ST_OK) goto done;
     if ((st = run_init_weights(r, NULL, err)) != ST_OK) goto done;
-    r->g.dropout_seed = cfg->seed ^ 0xd509u;
+    r->g.s.dropout_seed = cfg->seed ^ 0xd509u;
     if (cfg->init_from[0] && !ckpt_path[0]) {
         if ((st = run_init_weights(r, cfg->init_from, err)) != ST_OK) {
             err_prefix(err, "--init-from");
@@ -672,7 +673,7 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
         }
     }
 
-    size_t total = r->g.layout.total;
+    size_t total = r->g.w.layout.total;
     int nmom = optim_num_moments(&cfg->optim);
     r->moment_bytes = r->par ? 0 : total * sizeof(float); /* with parallelism the moments are par's */
     if (!r->par) r->m = mem_alloc(&r->mem, MEM_MOMENTS, r->moment_bytes);
@@ -680,14 +681,14 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
     r->batch_ints = (size_t)k * B * T;
     r->inp = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
     r->tgt = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
-    r->ranges = calloc((size_t)r->g.layout.ntensors, sizeof *r->ranges);
+    r->ranges = calloc((size_t)r->g.w.layout.ntensors, sizeof *r->ranges);
     r->step_ms = calloc((size_t)cfg->steps * 2 + 64, sizeof *r->step_ms);
     if ((!r->par && (!r->m || (nmom == 2 && !r->v))) || !r->inp || !r->tgt || !r->ranges || !r->step_ms) {
         st = err_set(err, ST_ERR_RUNTIME, "out of memory allocating optimizer state and batches");
         goto done;
     }
-    for (int i = 0; i < r->g.layout.ntensors; i++) {
-        const TensorInfo *t = &r->g.layout.tensors[i];
+    for (int i = 0; i < r->g.w.layout.ntensors; i++) {
+        const TensorInfo *t = &r->g.w.layout.tensors[i];
         r->ranges[i] = (OptimRange){t->offset, t->numel, t->decay};
     }
     if (ckpt_path[0]) {
@@ -717,7 +718,7 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
     }
     if (cfg->ckpt_dir[0] && cfg->ckpt_async && !r->par) { /* with parallelism saves are synchronous */
         CkptOptState opt = {r->m, r->v, NULL};
-        if ((st = ckpt_async_init(&r->async, &r->g, &opt, &r->mem, err)) != ST_OK) goto done;
+        if ((st = ckpt_async_init(&r->async, &r->g.w, &opt, &r->mem, err)) != ST_OK) goto done;
     }
     if (cfg->log_path[0]) {
         /* A resumed run appends to its log; a new run starts it. */
@@ -878,7 +879,7 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
         double t1 = timer_ms();
         if (r->par) par_step_begin(r->par, k, next);
         else gpt_overwrite_grads(&r->g); /* the first micro-batch writes the gradients, the others add */
-        r->g.ms_fwd = r->g.ms_bwd = 0;
+        r->g.s.ms_fwd = r->g.s.ms_bwd = 0;
         double loss_sum = 0;
         float lscale = cfg->fp16 ? r->scaler.scale : 1.0f; /* fp16: the loss (so every gradient) is scaled */
         float dscale = ntok > 0 ? lscale / (float)ntok : 0.0f;
@@ -890,12 +891,13 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
                                     ((uint64_t)(attempt - 1) * r->dp + r->dp_rank) * k + j);
             gpt_backward(&r->g);
         }
-        if (attempt == cfg->debug_nan_step && r->g.grads) r->g.grads[r->g.layout.tensors[2].offset] = NAN; /* test hook */
+        if ((st = gpt_status(&r->g, err)) != ST_OK) goto done_signals; /* a GEMM failed: stop (gpt.h) */
+        if (attempt == cfg->debug_nan_step && r->g.d.grads) r->g.d.grads[r->g.w.layout.tensors[2].offset] = NAN; /* test hook */
         double par_norm = 0;
         if (r->par && (st = run_par_reduce(r, &loss_sum, &par_norm, err)) != ST_OK) goto done_signals;
         double loss = ntok > 0 ? loss_sum / ntok : 0.0;
         double t2 = timer_ms();
-        double norm = r->par ? par_norm : optim_l2_norm(r->g.grads, total, nt);
+        double norm = r->par ? par_norm : optim_l2_norm(r->g.d.grads, total, nt);
         int overflow = 0;
         if (cfg->fp16) {
             /* Loss scaling: inf/nan in the scaled gradients means the scale overflowed fp16 — skip
@@ -1002,9 +1004,9 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
                 if ((st = par_params_sync(r->par, err)) != ST_OK) goto done_signals;
             } else {
                 /* Mixed precision: the working copy follows the fp32 master in the same pass. */
-                OptimLowp lk = r->g.fp16 ? OPTIM_LOWP_FP16 : r->g.bf16 ? OPTIM_LOWP_BF16 : OPTIM_LOWP_NONE;
-                optim_step_lowp(&cfg->optim, r->g.params, r->g.grads, r->m, r->v, r->ranges, r->g.layout.ntensors,
-                                next, lr, scale / lscale, r->g.params_lp, lk, nt);
+                OptimLowp lk = (r->g.w.prec == GPT_FP16) ? OPTIM_LOWP_FP16 : (r->g.w.prec != GPT_FP32) ? OPTIM_LOWP_BF16 : OPTIM_LOWP_NONE;
+                optim_step_lowp(&cfg->optim, r->g.w.params, r->g.d.grads, r->m, r->v, r->ranges, r->g.w.layout.ntensors,
+                                next, lr, scale / lscale, r->g.w.params_lp, lk, nt);
             }
             step = next;
         }
@@ -1080,8 +1082,8 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
         cJSON *tm = cJSON_AddObjectToObject(o, "time_ms");
         cJSON_AddNumberToObject(tm, "total", dt);
         cJSON_AddNumberToObject(tm, "data", t1 - t0);
-        cJSON_AddNumberToObject(tm, "forward", r->g.ms_fwd);
-        cJSON_AddNumberToObject(tm, "backward", (t2 - t1) - r->g.ms_fwd);
+        cJSON_AddNumberToObject(tm, "forward", r->g.s.ms_fwd);
+        cJSON_AddNumberToObject(tm, "backward", (t2 - t1) - r->g.s.ms_fwd);
         cJSON_AddNumberToObject(tm, "comm", cfg->comm ? cfg->comm->stats.wait_ms_total - comm_ms0 : 0);
         if (r->par) run_par_step_record(r, o, dt, comm_bytes_total(cfg->comm) - comm_b0);
         cJSON_AddNumberToObject(tm, "optimizer", t3 - t2);
@@ -1139,7 +1141,7 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
     }
     if (cfg->out_dir[0] && !res->preempted) {
         if (r->par) st = run_save_par(r, NULL, NULL, NULL, cfg->out_dir, err);
-        else st = st_save_hf(&r->g, cfg->out_dir, cfg->tokenizer, err);
+        else st = st_save_hf(&r->g.w, cfg->out_dir, cfg->tokenizer, err);
         if (st != ST_OK) goto done_signals;
         if (!cfg->quiet) printf("saved weights to %s/model.safetensors\n", cfg->out_dir);
     }
