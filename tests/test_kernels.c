@@ -1,17 +1,26 @@
-/* test_kernels.c — every layer's backward against central finite differences, and our own
- * reductions bit-identical for 1 and 2 threads.
+/* test_kernels.c — every layer's backward against central finite differences, our own
+ * reductions bit-identical for 1 and 2 threads, and GEMM failures returned as a Status.
  *
  * Oracle: for a layer y = f(x, w), the scalar L = Σ y·R (R fixed random) has dL/dθ from the
  * backward with dout = R; each is compared with (L(θ+h) - L(θ-h)) / 2h, L summed in double,
  * h = 1e-2 (fp32 forward). Tolerance: ||analytic - numeric|| / ||numeric|| <= 2e-3 per tensor
- * (float rounding of L over h gives ~1e-4; a wrong formula gives O(1)). */
+ * (float rounding of L over h gives ~1e-4; a wrong formula gives O(1)).
+ *
+ * GEMM failures (test_gemm_errors, test_gpt_errors): a failing GEMM (the test-only fault
+ * mm_fail_after, or a negative leading dimension that oneDNN itself refuses) must come back as
+ * ST_ERR_RUNTIME whose message names the GEMM's exact shape, leave its output untouched and not
+ * abort; the same calls without a fault must return ST_OK with the naive product (1e-5) or the
+ * reference gradients bit for bit, which is also the negative control: the faulted pass's
+ * gradients must differ from the reference. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/rng.h"
+#include "model/gpt.h"
 #include "model/kernels.h"
+#include "model/matmul.h"
 #include "testutil.h"
 
 /* Every buffer of this test is tracked and freed at exit (the suite also runs under LeakSanitizer). */
@@ -367,6 +376,113 @@ static void test_threads(void) {
              "embedding gradients bit-identical for 1 and 2 threads", "repeated tokens");
 }
 
+/* ---- GEMM failures ---- */
+static int all_equal(const float *x, size_t n, float v) {
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != v) return 0;
+    return 1;
+}
+
+static void test_gemm_errors(void) {
+    enum { M = 2, N = 3, K = 4 };
+    float A[M * K], Bm[K * N], C[M * N], ref[M * N];
+    for (int i = 0; i < M * K; i++) A[i] = rng_normal(5, 1, (uint64_t)i);
+    for (int i = 0; i < K * N; i++) Bm[i] = rng_normal(5, 2, (uint64_t)i);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double acc = 0;
+            for (int k = 0; k < K; k++) acc += (double)A[i * K + k] * Bm[k * N + j];
+            ref[i * N + j] = (float)acc;
+        }
+    Err e = {0};
+    mm_sgemm(0, 0, M, N, K, 1.0f, A, K, Bm, N, 0.0f, C, N);
+    Status s = mm_take_error(&e);
+    double d = tu_max_abs_diff_f(C, ref, M * N);
+    tu_check(s == ST_OK && d <= 1e-5, "gemm without a fault", "status %d, max |C - naive| %.3g (tol 1e-5)", s, d);
+
+    const char *want = "GEMM 2x3x4 (MxNxK, fp32, A*B): oneDNN out_of_memory creating the primitive (test fault)";
+    for (int i = 0; i < M * N; i++) C[i] = 42.0f;
+    mm_fail_after(1);
+    mm_sgemm(0, 0, M, N, K, 1.0f, A, K, Bm, N, 0.0f, C, N);
+    s = mm_take_error(&e);
+    tu_check(s == ST_ERR_RUNTIME && !strcmp(e.msg, want) && all_equal(C, M * N, 42.0f), "gemm test fault",
+             "status %d \"%s\", C untouched: %d", s, s ? e.msg : "", all_equal(C, M * N, 42.0f));
+    s = mm_take_error(&e);
+    tu_check(s == ST_OK, "gemm failure taken once", "second take: status %d", s);
+
+    /* A real refusal: oneDNN rejects a negative leading dimension when describing the operand. */
+    mm_sgemm(0, 0, M, N, K, 1.0f, A, -K, Bm, N, 0.0f, C, N);
+    s = mm_take_error(&e);
+    tu_check(s == ST_ERR_RUNTIME && !strcmp(e.msg, "GEMM 2x3x4 (MxNxK, fp32, A*B): oneDNN invalid_arguments describing the operands") &&
+                 all_equal(C, M * N, 42.0f),
+             "gemm refused by oneDNN", "status %d \"%s\"", s, s ? e.msg : "");
+
+    /* The first failure wins: a fault on a bf16 GEMM, then the refusal above. */
+    uint16_t Ab[M * K], Bb[K * N];
+    cast_bf16(Ab, A, M * K, 1), cast_bf16(Bb, Bm, K * N, 1);
+    mm_fail_after(1);
+    mm_gemm_bf16(1, 0, M, N, K, 1.0f, Ab, M, Bb, N, 1.0f, C, N); /* A read as (K, M): in bounds if it ran */
+    mm_sgemm(0, 0, M, N, K, 1.0f, A, -K, Bm, N, 0.0f, C, N);
+    s = mm_take_error(&e);
+    tu_check(s == ST_ERR_RUNTIME && strstr(e.msg, "GEMM 2x3x4 (MxNxK, bf16, A^T*B + C):") && strstr(e.msg, "test fault"),
+             "gemm first failure wins", "\"%s\"", s ? e.msg : "");
+}
+
+/* The model: a fault in the forward and in the backward comes back from gpt_status with the
+ * failing GEMM's shape (the first GEMM of each pass: block 0's qkv, block L-1's fcproj input
+ * gradient); afterwards the same pass reproduces the reference bit for bit. */
+static void test_gpt_errors(void) {
+    ModelConfig mc = {2, 2, 32, 50, 0, 16, 0.0f};
+    Err e = {0};
+    model_config_validate(&mc, &e);
+    GptOptions o = gpt_default_options();
+    o.B = 2, o.T = 8, o.threads = 2;
+    Gpt g;
+    if (gpt_init(&g, &mc, &o, NULL, &e) != ST_OK) {
+        tu_check(0, "gpt errors setup", "%s", e.msg);
+        return;
+    }
+    gpt_init_params(&g, 5);
+    int32_t inp[16], tgt[16];
+    for (int i = 0; i < 16; i++) inp[i] = (int32_t)rng_below(5, 3, (uint64_t)i, 50), tgt[i] = (int32_t)rng_below(5, 4, (uint64_t)i, 50);
+    size_t n = g.w.layout.total;
+    float *ref = malloc(n * sizeof(float));
+    gpt_zero_grads(&g);
+    double loss0 = gpt_forward(&g, inp, tgt, 2, 8, 1.0f / 16, 1, 0);
+    gpt_backward(&g);
+    Status s = gpt_status(&g, &e);
+    memcpy(ref, g.d.grads, n * sizeof(float));
+    tu_check(s == ST_OK && isfinite(loss0), "gpt without a fault", "status %d, loss %.6f", s, loss0);
+
+    mm_fail_after(1);
+    gpt_zero_grads(&g);
+    double loss = gpt_forward(&g, inp, tgt, 2, 8, 1.0f / 16, 1, 0);
+    gpt_backward(&g);
+    s = gpt_status(&g, &e);
+    tu_check(s == ST_ERR_RUNTIME && isnan(loss) &&
+                 !strcmp(e.msg, "GEMM 16x96x32 (MxNxK, fp32, A*B^T + bias): oneDNN out_of_memory creating the primitive (test fault)"),
+             "gpt fault in the forward", "loss %g, status %d \"%s\"", loss, s, s ? e.msg : "");
+
+    gpt_zero_grads(&g);
+    loss = gpt_forward(&g, inp, tgt, 2, 8, 1.0f / 16, 1, 0);
+    mm_fail_after(1);
+    gpt_backward(&g);
+    s = gpt_status(&g, &e);
+    int differ = memcmp(ref, g.d.grads, n * sizeof(float)) != 0;
+    tu_check(s == ST_ERR_RUNTIME && loss == loss0 && differ &&
+                 !strcmp(e.msg, "GEMM 16x128x32 (MxNxK, fp32, A*B): oneDNN out_of_memory creating the primitive (test fault)"),
+             "gpt fault in the backward", "status %d \"%s\", gradients differ from the reference: %d", s, s ? e.msg : "",
+             differ);
+
+    gpt_zero_grads(&g);
+    loss = gpt_forward(&g, inp, tgt, 2, 8, 1.0f / 16, 1, 0);
+    gpt_backward(&g);
+    s = gpt_status(&g, &e);
+    tu_check(s == ST_OK && loss == loss0 && !memcmp(ref, g.d.grads, n * sizeof(float)), "gpt after a fault",
+             "status %d, loss and %zu gradients bit-identical to the reference", s, n);
+    gpt_free(&g); /* ref is freed with the other tracked buffers */
+}
+
 int main(void) {
     test_layernorm();
     test_matmul();
@@ -387,6 +503,8 @@ int main(void) {
     test_head();
     test_residual();
     test_threads();
+    test_gemm_errors();
+    test_gpt_errors();
     free_tracked();
     return tu_exit();
 }

@@ -4,7 +4,9 @@
  * <= 1e-6); a sequence whose last positions are masked vs the same sequence truncated before
  * them (causality: identical loss and gradients, 1e-6); two runs with the same seeds and threads
  * (memcmp of the saved weights and of every logged loss); 100 steps on Tiny Shakespeare (bytes)
- * end below where they start. */
+ * end below where they start; a GEMM that fails (matmul's test-only fault) ends train_run with
+ * ST_ERR_RUNTIME naming the GEMM's shape instead of aborting, where the same run without the
+ * fault succeeds. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 #include "core/rng.h"
 #include "data/shard.h"
 #include "model/gpt.h"
+#include "model/matmul.h"
 #include "testutil.h"
 #include "train/train.h"
 
@@ -279,6 +282,23 @@ static void test_runs(void) {
              r2.last_loss);
 }
 
+/* The trainer's side of gpt_status: the first GEMM of step 1 (block 0's qkv, N = 8·64 rows) fails. */
+static void test_gemm_failure(void) {
+    const char *dir = ST_BINARY_DIR "/test_train_data";
+    Err e = {0};
+    TrainResult r;
+    TrainConfig c = tiny_run(dir, "", ST_BINARY_DIR "/test_train_gemm.jsonl", 2);
+    Status clean = train_run(&c, &r, &e);
+    long clean_steps = r.steps_done;
+    mm_fail_after(1);
+    Status st = train_run(&c, &r, &e);
+    mm_fail_after(0);
+    tu_check(clean == ST_OK && clean_steps == 2 && st == ST_ERR_RUNTIME &&
+                 !strcmp(e.msg, "GEMM 512x192x64 (MxNxK, fp32, A*B^T + bias): oneDNN out_of_memory creating the primitive (test fault)"),
+             "a failing GEMM ends the run with a Status", "without the fault: status %d after %ld steps; with it: status %d \"%s\"",
+             clean, clean_steps, st, st ? e.msg : "");
+}
+
 int main(void) {
     test_accumulation(0.0f);
     test_accumulation(0.1f);
@@ -286,5 +306,6 @@ int main(void) {
     test_recompute(0);
     test_recompute(1);
     test_runs();
+    test_gemm_failure();
     return tu_exit();
 }
