@@ -9,18 +9,26 @@
  * Oracle: the logits of every position of a fixed input computed by PyTorch in float64 from the
  * Hugging Face tensors; ours come from ckpt_peek_config + ckpt_init_from + gpt_logits in float32:
  * ||ours - ref|| / ||ref|| <= 1e-5 (float32 rounding of a 2-layer model is ~1e-7).
+ * Through the CLI: `scaletrain train --init-from hf_lmhead` on a shard holding the same input: the
+ * loss of step 1 equals the mean cross-entropy computed here from the reference logits (1e-5
+ * relative), and `--init-from neg_heads` exits 2 with one line naming config.json and n_head.
  * Negative controls:
  *   neg_linear   c_proj stored as nn.Linear (square, so it loads): the logits check must fail;
  *   llm.c header patched (version 5, another head count, a Vp that does not match the data),
  *   a missing tensor, an unused tensor (a third layer), an untied lm_head, a config.json whose
  *   n_head or activation differs: each a one-line ST_ERR_INPUT naming the file and the field or
  *   tensor. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+
+#include <cjson/cJSON.h>
 
 #include "ckpt/ckpt.h"
 #include "core/fileio.h"
+#include "data/shard.h"
 #include "fixture.h"
 #include "model/gpt.h"
 #include "testutil.h"
@@ -95,6 +103,73 @@ static const char *patched_llmc(int i, int v) {
     return st == ST_OK ? path : "unwritable";
 }
 
+static int run(const char *cmd) {
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* `scaletrain train` with --init-from src for one step on the reference input; returns the exit
+ * code, the logged loss of step 1 in *loss. */
+static int train_cli(const char *src, double *loss) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             ST_BINARY_DIR "/scaletrain train --data " TMP "/ref.bin --layers %d --heads %d --channels %d --vocab %d "
+                           "--max-seq-len %d --seq-len %d --micro-batch 1 --steps 1 --threads 1 --init-from %s --log " TMP
+                           "/train.jsonl --quiet >/dev/null 2>" TMP "/err.txt",
+             want.n_layer, want.n_head, want.n_embd, want.vocab, want.max_seq, T - 1, src);
+    remove(TMP "/train.jsonl");
+    int rc = run(cmd);
+    *loss = NAN;
+    char *log = tu_slurp(TMP "/train.jsonl");
+    for (char *line = log ? strtok(log, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        cJSON *o = cJSON_Parse(line);
+        const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "event"), *l = cJSON_GetObjectItemCaseSensitive(o, "loss");
+        if (cJSON_IsString(ev) && !strcmp(ev->valuestring, "step") && cJSON_IsNumber(l) && isnan(*loss))
+            *loss = l->valuedouble;
+        cJSON_Delete(o);
+    }
+    free(log);
+    return rc;
+}
+
+static void cli(void) {
+    Err e;
+    uint32_t *tok = malloc(sizeof *tok * (size_t)T);
+    for (int t = 0; tok && t < T; t++) tok[t] = (uint32_t)inputs[t];
+    ShardMeta meta = {0, 0, (uint32_t)want.vocab, 0};
+    if (!tok) snprintf(e.msg, sizeof e.msg, "out of memory");
+    Status st = tok ? shard_write(TMP "/ref.bin", tok, (size_t)T, &meta, &e) : ST_ERR_RUNTIME;
+    free(tok);
+    if (st != ST_OK) {
+        tu_check(0, "cli_shard", "%s", e.msg);
+        return;
+    }
+    /* Mean cross-entropy of inputs[t+1] under the reference logits of position t. */
+    int V = want.vocab;
+    double want_loss = 0;
+    for (int t = 0; t + 1 < T; t++) {
+        const double *row = ref + (size_t)t * V;
+        double mx = row[0], s = 0;
+        for (int v = 1; v < V; v++) mx = row[v] > mx ? row[v] : mx;
+        for (int v = 0; v < V; v++) s += exp(row[v] - mx);
+        want_loss += mx + log(s) - row[inputs[t + 1]];
+    }
+    want_loss /= T - 1;
+    double loss;
+    int rc = train_cli(DIR "/hf_lmhead", &loss);
+    double r = fabs(loss - want_loss) / want_loss;
+    tu_check(rc == 0 && r <= TOL, "cli_train_init_from", "step 1 loss %.9f, PyTorch %.9f, rel=%.3g (tol %g)", loss,
+             want_loss, r, TOL);
+    rc = train_cli(DIR "/neg_heads", &loss);
+    char *err = tu_slurp(TMP "/err.txt");
+    int lines = 0;
+    for (char *p = err; p && *p; p++) lines += *p == '\n';
+    tu_check(rc == 2 && lines == 1 && strstr(err, "--init-from") && strstr(err, "neg_heads/config.json") &&
+                 strstr(err, "n_head"),
+             "neg_cli_train_heads", "exit %d: %s", rc, err ? err : "");
+    free(err);
+}
+
 int main(void) {
     Fixture fx;
     char msg[256];
@@ -131,6 +206,7 @@ int main(void) {
     refused("neg_llmc_version5", patched_llmc(1, 5), "llmc_h1_5.bin", "version 5");
     refused("neg_llmc_heads", patched_llmc(5, 2), "llmc_h5_2.bin", "heads");
     refused("neg_llmc_vp", patched_llmc(7, 64), "llmc_h7_64.bin", "expected");
+    cli();
     fixture_free(&fx);
     return tu_exit();
 }
