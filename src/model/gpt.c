@@ -390,3 +390,26 @@ void gpt_probs_row0(Gpt *g, const int32_t *inp, int T, float *probs) {
                           g->cfg.vocab_padded, 0.0f, g->head_chunk, 1, g->nt, probs, NULL, NULL);
     free(tgt);
 }
+
+void gpt_logits(Gpt *g, const int32_t *inp, int T, float *logits) {
+    const ModelConfig *c = &g->cfg;
+    int C = c->n_embd, V = c->vocab, Vp = c->vocab_padded, chunk = g->head_chunk;
+    ST_CHECK(T >= 1 && T <= g->T);
+    int32_t *tgt = malloc((size_t)T * sizeof *tgt);
+    ST_CHECK(tgt != NULL);
+    memset(tgt, 0xff, (size_t)T * sizeof *tgt); /* every target -1: ignored */
+    float p = g->cfg.dropout;
+    g->cfg.dropout = 0; /* gpt_forward applies the configured dropout whether training or not */
+    gpt_forward(g, inp, tgt, 1, T, 0.0f, 0, 0);
+    g->cfg.dropout = p;
+    /* The head again, chunk by chunk, keeping each chunk's raw logits (the forward's buffer only
+     * holds the last chunk, and without dx the head leaves them unnormalised). */
+    for (int r0 = 0; r0 < T; r0 += chunk) {
+        int m = T - r0 < chunk ? T - r0 : chunk;
+        head_forward_backward_p(&g->mp, g->losses + r0, NULL, NULL, g->logits, g->lnf + (size_t)r0 * C, g->p.wte,
+                                lp(g, g->p.wte), tgt + r0, m, C, V, Vp, 0.0f, chunk, 1, g->nt, NULL, NULL, NULL);
+        for (int i = 0; i < m; i++)
+            memcpy(logits + (size_t)(r0 + i) * V, g->logits + (size_t)i * Vp, (size_t)V * sizeof(float));
+    }
+    free(tgt);
+}

@@ -156,4 +156,10 @@ void gpt_backward(Gpt *g);
 /* Probabilities over the V real tokens of row 0 of the last forward (tests). probs (V). */
 void gpt_probs_row0(Gpt *g, const int32_t *inp, int T, float *probs);
 
+/* Logits (T, V) over the V real tokens at every position of one sequence inp (T <= g->T tokens),
+ * as the training forward computes them (same kernels, GEMMs and precision), without dropout:
+ * the oracle for other paths to the logits (KV-cache inference, imported weights). Overwrites
+ * the run state of the last forward. */
+void gpt_logits(Gpt *g, const int32_t *inp, int T, float *logits);
+
 #endif

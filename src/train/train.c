@@ -721,19 +721,7 @@ static void log_sample(Run *r, long step) {
     int32_t cur = c->model.vocab - 1; /* start from end-of-text */
     for (int i = 0; i < n && ids; i++) {
         infer_step(&r->g, &kv, cur);
-        float mx = kv.logits[0];
-        for (int v = 1; v < c->model.vocab; v++) mx = kv.logits[v] > mx ? kv.logits[v] : mx;
-        double sum = 0;
-        for (int v = 0; v < c->model.vocab; v++) sum += exp((kv.logits[v] - mx) / 0.8);
-        double u = rng_uniform((uint64_t)step, 0x5a3b1e, (uint64_t)i) * sum, acc = 0;
-        cur = c->model.vocab - 1;
-        for (int v = 0; v < c->model.vocab; v++) {
-            acc += exp((kv.logits[v] - mx) / 0.8);
-            if (acc >= u) {
-                cur = v;
-                break;
-            }
-        }
+        cur = infer_pick(kv.logits, c->model.vocab, 0.8f, 0, rng_uniform((uint64_t)step, 0x5a3b1e, (uint64_t)i), NULL);
         ids[i] = (uint32_t)cur;
     }
     uint8_t *text = NULL;
