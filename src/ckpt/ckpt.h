@@ -196,7 +196,8 @@ Status ckpt_peek_config(const char *path, ModelConfig *cfg, Err *err);
 
 /* Loads weights into w from a directory holding model.safetensors, a .safetensors file, or an
  * llm.c checkpoint (magic 20240326, version 3 = fp32). Shapes are checked against w's config:
- * "gpt2_124M.bin: layers: file has 12, model has 6". */
+ * "gpt2_124M.bin: layers: file has 12, model has 6", and so is the config.json beside Hugging
+ * Face weights when there is one (the head count is in no shape). */
 Status ckpt_init_from(GptWeights *w, const char *path, Err *err);
 
 /* Writes the weights w as an llm.c fp32 checkpoint (header of 256 int32, then llm.c's order). */

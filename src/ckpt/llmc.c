@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ckpt/ckpt.h"
 #include "ckpt/safetensors.h"
@@ -68,6 +69,26 @@ static Status dim_check(const char *path, const char *what, int file, int model,
     return err_set(err, ST_ERR_INPUT, "%s: %s: file has %d, model has %d", path, what, file, model);
 }
 
+/* The config.json in dir (beside Hugging Face weights), when there is one: the head count, which
+ * no tensor shape shows, and the other dimensions must be the model's, and the fields that change
+ * the computation GPT-2's (st_load_hf_config). Without one, only the shapes are checked. */
+static Status hf_config_check(const GptWeights *w, const char *dir, Err *err) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    if (access(p, F_OK) != 0) return ST_OK;
+    ModelConfig f;
+    Status st = st_load_hf_config(dir, &f, NULL, 0, err);
+    if (st != ST_OK) return st;
+    const ModelConfig *c = &w->cfg;
+    if ((st = dim_check(p, "n_layer", f.n_layer, c->n_layer, err)) != ST_OK ||
+        (st = dim_check(p, "n_head", f.n_head, c->n_head, err)) != ST_OK ||
+        (st = dim_check(p, "n_embd", f.n_embd, c->n_embd, err)) != ST_OK ||
+        (st = dim_check(p, "vocab_size", f.vocab, c->vocab, err)) != ST_OK ||
+        (st = dim_check(p, "n_positions", f.max_seq, c->max_seq, err)) != ST_OK)
+        return st;
+    return ST_OK;
+}
+
 static Status llmc_load(GptWeights *w, const char *path, const int *h, Err *err) {
     const ModelConfig *c = &w->cfg;
     Status st;
@@ -114,9 +135,11 @@ static Status llmc_load(GptWeights *w, const char *path, const int *h, Err *err)
 }
 
 Status ckpt_init_from(GptWeights *w, const char *path, Err *err) {
+    Status st;
     if (is_dir(path)) {
         char p[4200];
         snprintf(p, sizeof p, "%s/model.safetensors", path);
+        if ((st = hf_config_check(w, path, err)) != ST_OK) return st;
         return st_load_hf_file(w, p, err);
     }
     int h[256];
@@ -124,6 +147,9 @@ Status ckpt_init_from(GptWeights *w, const char *path, Err *err) {
     if (r < 0) return err_set(err, ST_ERR_INPUT, "--init-from %s: cannot open: %s", path, strerror(errno));
     if (r == 2) return err_set(err, ST_ERR_INPUT, "%s: llm.c header truncated (expected 1024 bytes)", path);
     if (r == 1) return llmc_load(w, path, h, err);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    if ((st = hf_config_check(w, dirname(dir), err)) != ST_OK) return st;
     return st_load_hf_file(w, path, err);
 }
 

@@ -333,6 +333,33 @@ Status st_hf_write_model(const ParamLayout *pl, const float *params, StWriteFn w
     return st;
 }
 
+/* A per-layer buffer Hugging Face keeps beside the parameters (name without "transformer."):
+ * h.{l}.attn.bias, the causal mask, and h.{l}.attn.masked_bias, its fill value, for l < L. We
+ * apply our own causal mask, so they are ignored. */
+static int hf_buffer(const char *name, int L) {
+    if (strncmp(name, "h.", 2) != 0 || name[2] < '0' || name[2] > '9') return 0;
+    char *end;
+    long l = strtol(name + 2, &end, 10);
+    return l < L && (!strcmp(end, ".attn.bias") || !strcmp(end, ".attn.masked_bias"));
+}
+
+/* lm_head.weight (GPT2LMHeadModel) is accepted only as the tied copy of wte: GPT-2 has no other
+ * output head, and an untied one would be silently replaced by wte. */
+static Status hf_check_tied_head(const StFile *f, const StEntry *e, const ParamLayout *pl, const float *params,
+                                 Err *err) {
+    const TensorInfo *wte = &pl->tensors[layout_find(pl, "wte")];
+    size_t n = (size_t)wte->rows_real * wte->shape[1];
+    if (strcmp(e->dtype, "F32") != 0 || e->ndim != 2 || e->shape[0] != wte->rows_real || e->shape[1] != wte->shape[1])
+        return err_set(err, ST_ERR_INPUT, "%s: tensor %s: expected F32 [%d, %d] (tied to wte.weight), found %s of %d dims",
+                       f->path, e->name, wte->rows_real, wte->shape[1], e->dtype, e->ndim);
+    if (memcmp(f->data + e->begin, params + wte->offset, n * sizeof(float)) != 0)
+        return err_set(err, ST_ERR_INPUT,
+                       "%s: tensor %s differs from wte.weight: expected GPT-2's output head tied to the embedding, "
+                       "found an untied one (not supported)",
+                       f->path, e->name);
+    return ST_OK;
+}
+
 Status st_hf_read_model(const StFile *f, const ParamLayout *pl, float *params, Err *err) {
     StTensorOut *h = hf_tensors(pl, NULL);
     if (!h) return err_set(err, ST_ERR_RUNTIME, "%s: out of memory", f->path);
@@ -340,6 +367,23 @@ Status st_hf_read_model(const StFile *f, const ParamLayout *pl, float *params, E
     Status st = ST_OK;
     for (int i = 0; i < pl->ntensors && st == ST_OK; i++)
         st = st_read_f32(f, h[i].name, h[i].ndim, h[i].shape, h[i].transpose, params + pl->tensors[i].offset, err);
+    /* Every other tensor of the file must be one we know to ignore: an unused one means the file
+     * holds another model (more layers, another architecture), or a name twice. */
+    for (int j = 0; j < f->n && st == ST_OK; j++) {
+        const StEntry *e = &f->entries[j];
+        int used = 0;
+        for (int i = 0; i < pl->ntensors && !used; i++) used = st_find(f, h[i].name) == e;
+        const char *bare = strncmp(e->name, "transformer.", 12) ? e->name : e->name + 12;
+        if (used || hf_buffer(bare, pl->cfg.n_layer)) continue;
+        if (!strcmp(e->name, "lm_head.weight")) {
+            st = hf_check_tied_head(f, e, pl, params, err);
+            continue;
+        }
+        st = err_set(err, ST_ERR_INPUT,
+                     "%s: tensor %s is not used: expected only the tensors of a GPT-2 with %d layers (and attn.bias, "
+                     "attn.masked_bias, lm_head.weight)",
+                     f->path, e->name, pl->cfg.n_layer);
+    }
     free(h);
     return st;
 }
@@ -419,6 +463,38 @@ static int json_int(const cJSON *o, const char *k, int *out) {
     return 1;
 }
 
+/* The GPT2Config fields that change the computation without changing a shape: when present,
+ * each must have the value our model computes with, else the weights would load and compute
+ * something else. */
+static Status hf_config_semantics(const cJSON *j, const char *path, Err *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "activation_function");
+    if (v && !(cJSON_IsString(v) && (!strcmp(v->valuestring, "gelu_new") || !strcmp(v->valuestring, "gelu_pytorch_tanh"))))
+        return err_set(err, ST_ERR_INPUT, "%s: activation_function: expected \"gelu_new\" (GPT-2's tanh GELU), found %s",
+                       path, cJSON_IsString(v) ? v->valuestring : "a non-string");
+    v = cJSON_GetObjectItemCaseSensitive(j, "layer_norm_epsilon");
+    if (v && !(cJSON_IsNumber(v) && fabs(v->valuedouble - 1e-5) <= 1e-12))
+        return err_set(err, ST_ERR_INPUT, "%s: layer_norm_epsilon: expected 1e-05, found %g", path,
+                       cJSON_IsNumber(v) ? v->valuedouble : NAN);
+    v = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+    if (v && !(cJSON_IsString(v) && !strcmp(v->valuestring, "gpt2")))
+        return err_set(err, ST_ERR_INPUT, "%s: model_type: expected \"gpt2\", found %s", path,
+                       cJSON_IsString(v) ? v->valuestring : "a non-string");
+    static const struct { const char *key; int want; } FLAGS[] = {
+        {"scale_attn_weights", 1}, {"scale_attn_by_inverse_layer_idx", 0}, {"tie_word_embeddings", 1}};
+    for (size_t i = 0; i < sizeof FLAGS / sizeof FLAGS[0]; i++) {
+        v = cJSON_GetObjectItemCaseSensitive(j, FLAGS[i].key);
+        if (v && !(cJSON_IsBool(v) && cJSON_IsTrue(v) == FLAGS[i].want))
+            return err_set(err, ST_ERR_INPUT, "%s: %s: expected %s (GPT-2), found another value", path, FLAGS[i].key,
+                           FLAGS[i].want ? "true" : "false");
+    }
+    /* n_inner != 4 n_embd would also show as a shape mismatch; say it here with the field's name. */
+    v = cJSON_GetObjectItemCaseSensitive(j, "n_inner");
+    const cJSON *ne = cJSON_GetObjectItemCaseSensitive(j, "n_embd");
+    if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && cJSON_IsNumber(ne) && v->valuedouble == 4 * ne->valuedouble))
+        return err_set(err, ST_ERR_INPUT, "%s: n_inner: expected null or 4 x n_embd, found another value", path);
+    return ST_OK;
+}
+
 Status st_load_hf_config(const char *dir, ModelConfig *cfg, char *tokenizer, size_t tokenizer_len, Err *err) {
     char path[4096], *text;
     size_t len;
@@ -438,11 +514,13 @@ Status st_load_hf_config(const char *dir, ModelConfig *cfg, char *tokenizer, siz
         const cJSON *t = s ? cJSON_GetObjectItemCaseSensitive(s, "tokenizer") : NULL;
         if (cJSON_IsString(t)) snprintf(tokenizer, tokenizer_len, "%s", t->valuestring);
     }
+    st = ok ? hf_config_semantics(j, path, err) : ST_OK;
     cJSON_Delete(j);
     if (!ok)
         return err_set(err, ST_ERR_INPUT,
                        "%s: expected integer fields vocab_size, n_positions, n_embd, n_layer, n_head; some are missing",
                        path);
+    if (st != ST_OK) return st;
     st = model_config_validate(cfg, err);
     if (st != ST_OK) return err_prefix(err, "%s", path);
     return ST_OK;

@@ -25,7 +25,9 @@
  * recorded in config.json under "scaletrain" so `sample` can decode. */
 Status st_save_hf(const GptWeights *w, const char *dir, const char *tokenizer, Err *err);
 
-/* Reads the model config (and tokenizer spec, may be NULL) from dir/config.json. */
+/* Reads the model config (and tokenizer spec, may be NULL) from dir/config.json. Fields that would
+ * change the computation without changing a shape (activation_function, layer_norm_epsilon,
+ * scale_attn_*, tie_word_embeddings, n_inner, model_type) must be GPT-2's when present. */
 Status st_load_hf_config(const char *dir, ModelConfig *cfg, char *tokenizer, size_t tokenizer_len, Err *err);
 
 /* Loads dir/model.safetensors into w's parameters (shapes must match w's config). Accepts names
@@ -97,7 +99,9 @@ Status st_read_f32(const StFile *f, const char *name, int ndim, const int *shape
 Status st_hf_write_model(const ParamLayout *pl, const float *params, StWriteFn w, void *ctx, Err *err);
 
 /* Fills params (pl->total floats; gaps and padded vocabulary rows set to 0) from a parsed
- * model.safetensors; shapes must match pl. */
+ * model.safetensors; shapes must match pl. Besides the parameters the file may hold only the
+ * buffers Hugging Face keeps (h.{l}.attn.bias, h.{l}.attn.masked_bias: ignored) and a tied
+ * lm_head.weight (equal to wte); a missing or any other tensor is an error naming it. */
 Status st_hf_read_model(const StFile *f, const ParamLayout *pl, float *params, Err *err);
 
 /* config.json text for cfg (what st_save_hf writes); returns its length (truncated to len-1). */

@@ -1,5 +1,4 @@
 /* cmd_sample.c — `scaletrain sample DIR`: text generation from saved weights with a KV cache. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,35 +10,6 @@
 #include "data/bpe.h"
 #include "model/infer.h"
 
-/* Index of the next token: greedy when temperature is 0, else softmax(logits / temperature)
- * restricted to the top_k largest (0 = all), drawn with uniform u in [0, 1). */
-static int pick(const float *logits, int V, float temperature, int top_k, float u, float *work) {
-    int best = 0;
-    for (int i = 1; i < V; i++) best = logits[i] > logits[best] ? i : best;
-    if (temperature <= 0) return best;
-    float kth = -INFINITY;
-    if (top_k > 0 && top_k < V) {
-        memcpy(work, logits, sizeof(float) * V);
-        /* k-th largest by partial selection (V is small enough for this per token). */
-        for (int r = 0; r < top_k; r++) {
-            int m = r;
-            for (int i = r + 1; i < V; i++) m = work[i] > work[m] ? i : m;
-            float t = work[r];
-            work[r] = work[m], work[m] = t;
-        }
-        kth = work[top_k - 1];
-    }
-    double s = 0;
-    for (int i = 0; i < V; i++) s += logits[i] >= kth ? exp((logits[i] - logits[best]) / temperature) : 0.0;
-    double target = u * s, acc = 0;
-    for (int i = 0; i < V; i++) {
-        if (logits[i] < kth) continue;
-        acc += exp((logits[i] - logits[best]) / temperature);
-        if (acc >= target) return i;
-    }
-    return best;
-}
-
 int cmd_sample(int argc, char **argv) {
     char prompt[4096] = "", tokenizer[256] = "", tok_dir[1024] = "";
     int tokens = 256, top_k = 40;
@@ -47,9 +17,10 @@ int cmd_sample(int argc, char **argv) {
     uint64_t seed = 1;
     ArgSpec specs[] = {
         {"prompt", ARG_STR, prompt, sizeof prompt, "text to continue (empty: start from end-of-text)"},
-        {"tokens", ARG_INT, &tokens, 0, "tokens to generate (the context slides past the max sequence length)"},
-        {"temperature", ARG_FLOAT, &temperature, 0, "softmax temperature (0: greedy)"},
-        {"top-k", ARG_INT, &top_k, 0, "sample among the k most likely tokens (0: all)"},
+        {"tokens", ARG_INT, &tokens, 0,
+         "tokens to generate (past the model's max sequence length the context restarts on its last half)"},
+        {"temperature", ARG_FLOAT, &temperature, 0, "softmax temperature (0: greedy, the most likely token every step)"},
+        {"top-k", ARG_INT, &top_k, 0, "sample among the k most likely tokens (0: all; 1: greedy)"},
         {"seed", ARG_U64, &seed, 0, "sampling seed"},
         {"tokenizer", ARG_STR, tokenizer, sizeof tokenizer, "gpt2 | bytes | DIR (default: recorded with the weights)"},
         {"tokenizer-dir", ARG_STR, tok_dir, sizeof tok_dir, "where gpt2's encoder.json and vocab.bpe are"},
@@ -112,29 +83,22 @@ int cmd_sample(int argc, char **argv) {
         goto fail;
     }
     work = malloc(sizeof(float) * cfg.vocab);
-    /* The whole token history, so the context can slide when the model's window is full. */
+    /* The whole token history: the cache slides over it when the model's window is full. */
     size_t hist_cap = nids + (size_t)tokens + 1, nh = nids;
-    uint32_t *hist = malloc(hist_cap * sizeof *hist);
+    int32_t *hist = malloc(hist_cap * sizeof *hist);
     if (!work || !hist) {
         free(hist);
         st = err_set(&err, ST_ERR_RUNTIME, "out of memory for %d tokens", tokens);
         goto fail;
     }
-    memcpy(hist, ids, nids * sizeof *hist);
+    for (size_t i = 0; i < nids; i++) hist[i] = (int32_t)ids[i];
     fputs(prompt, stdout);
-    for (size_t i = 0; i + 1 < nids; i++) infer_step(&g, &kv, (int32_t)hist[i]);
     uint32_t eot = tokenizer_eot(tk);
     for (int i = 0; i < tokens; i++) {
-        if (kv.len >= cfg.max_seq) {
-            /* Window full: restart the cache on the last half of the history (recomputed once). */
-            int keep = cfg.max_seq / 2;
-            kv.len = 0;
-            for (size_t j = nh - (size_t)keep; j + 1 < nh; j++) infer_step(&g, &kv, (int32_t)hist[j]);
-        }
-        infer_step(&g, &kv, (int32_t)hist[nh - 1]);
+        infer_feed(&g, &kv, hist, nh);
         float u = rng_uniform(seed, 0x5a3f1e, (uint64_t)i);
-        uint32_t id = (uint32_t)pick(kv.logits, cfg.vocab, temperature, top_k, u, work);
-        hist[nh++] = id;
+        uint32_t id = (uint32_t)infer_pick(kv.logits, cfg.vocab, temperature, top_k, u, work);
+        hist[nh++] = (int32_t)id;
         if (id == eot) {
             fputs("\n\n", stdout); /* end of a document: shown as a blank line */
         } else {

@@ -102,7 +102,7 @@ static int launcher_detected(void) {
     return 0;
 }
 
-Status comm_init(Comm **out, int *argc, char ***argv, Err *err) {
+Status comm_init_local(Comm **out, Err *err) {
     *out = NULL;
     Comm *c = calloc(1, sizeof *c);
     if (!c) return err_set(err, ST_ERR_RUNTIME, "comm_init: out of memory");
@@ -112,10 +112,15 @@ Status comm_init(Comm **out, int *argc, char ***argv, Err *err) {
     c->timeout_s = 600;
     c->step = -1;
     c->abort_on_timeout = 1;
-    if (!launcher_detected()) {
-        *out = c;
-        return ST_OK;
-    }
+    *out = c;
+    return ST_OK;
+}
+
+Status comm_init(Comm **out, int *argc, char ***argv, Err *err) {
+    Status st = comm_init_local(out, err);
+    if (st != ST_OK || !launcher_detected()) return st;
+    Comm *c = *out;
+    *out = NULL;
 
     CommMpi *m = calloc(1, sizeof *m);
     if (!m) {
@@ -134,7 +139,7 @@ Status comm_init(Comm **out, int *argc, char ***argv, Err *err) {
         setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
         rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &c->thread_level);
         if (rc != MPI_SUCCESS) {
-            Status st = mpi_fail(c, err, rc, "MPI_Init_thread", "init");
+            st = mpi_fail(c, err, rc, "MPI_Init_thread", "init");
             free(m);
             free(c);
             return st;
@@ -143,7 +148,6 @@ Status comm_init(Comm **out, int *argc, char ***argv, Err *err) {
     } else {
         MPI_Query_thread(&c->thread_level);
     }
-    Status st = ST_OK;
     if (c->thread_level < MPI_THREAD_FUNNELED) {
         st = err_set(err, ST_ERR_RUNTIME, "MPI provides thread level %d, scaletrain needs MPI_THREAD_FUNNELED",
                      c->thread_level);

@@ -101,6 +101,10 @@ typedef struct {
  * NULL). Grid defaults to dp = world. On failure *c is NULL and err says why. */
 Status comm_init(Comm **c, int *argc, char ***argv, Err *err);
 
+/* Creates a single-process *c (world 1) whatever the environment: for library callers that run
+ * one process of their own, e.g. a test under a launcher. */
+Status comm_init_local(Comm **c, Err *err);
+
 /* Frees the communicators and finalizes MPI if comm_init initialised it. Safe on NULL. Active
  * requests must have completed. */
 void comm_finalize(Comm *c);

@@ -442,3 +442,28 @@ Status gpt_probs_row0(Gpt *g, const int32_t *inp, int T, float *probs, Err *err)
     free(tgt);
     return gpt_status(g, err);
 }
+
+Status gpt_logits(Gpt *g, const int32_t *inp, int T, float *logits, Err *err) {
+    const ModelConfig *c = &g->w.cfg;
+    int C = c->n_embd, V = c->vocab, Vp = c->vocab_padded, chunk = g->s.head_chunk;
+    ST_CHECK(T >= 1 && T <= g->s.T);
+    int32_t *tgt = malloc((size_t)T * sizeof *tgt);
+    if (!tgt) return err_set(err, ST_ERR_RUNTIME, "out of memory (%d targets)", T);
+    memset(tgt, 0xff, (size_t)T * sizeof *tgt); /* every target -1: ignored */
+    float p = g->w.cfg.dropout;
+    g->w.cfg.dropout = 0; /* gpt_forward applies the configured dropout whether training or not */
+    gpt_forward(g, inp, tgt, 1, T, 0.0f, 0, 0);
+    g->w.cfg.dropout = p;
+    /* The head again, chunk by chunk, keeping each chunk's raw logits (the forward's buffer only
+     * holds the last chunk, and without dx the head leaves them unnormalised). */
+    for (int r0 = 0; r0 < T; r0 += chunk) {
+        int m = T - r0 < chunk ? T - r0 : chunk;
+        head_forward_backward_p(&g->s.mp, g->s.losses + r0, NULL, NULL, g->s.logits, g->s.lnf + (size_t)r0 * C,
+                                g->w.p.wte, lp(g, g->w.p.wte), tgt + r0, m, C, V, Vp, 0.0f, chunk, 1, g->s.nt, NULL,
+                                NULL, NULL);
+        for (int i = 0; i < m; i++)
+            memcpy(logits + (size_t)(r0 + i) * V, g->s.logits + (size_t)i * Vp, (size_t)V * sizeof(float));
+    }
+    free(tgt);
+    return gpt_status(g, err);
+}

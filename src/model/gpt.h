@@ -228,4 +228,10 @@ Status gpt_status(Gpt *g, Err *err);
 /* Probabilities over the V real tokens of row 0 of a forward of inp (1, T) (tests). probs (V). */
 Status gpt_probs_row0(Gpt *g, const int32_t *inp, int T, float *probs, Err *err);
 
+/* Logits (T, V) over the V real tokens at every position of one sequence inp (T <= g->s.T tokens),
+ * as the training forward computes them (same kernels, GEMMs and precision), without dropout:
+ * the oracle for other paths to the logits (KV-cache inference, imported weights). Overwrites
+ * the run state of the last forward. Errors as gpt_status. */
+Status gpt_logits(Gpt *g, const int32_t *inp, int T, float *logits, Err *err);
+
 #endif

@@ -1,4 +1,4 @@
-/* infer.c — one-token forward with a KV cache. */
+/* infer.c — one-token forward with a KV cache, the sliding window over a history, the sampler. */
 #include "model/infer.h"
 
 #include <math.h>
@@ -78,4 +78,40 @@ void infer_step(const Gpt *g, KvCache *kv, int32_t token) {
     layernorm_forward(kv->ln, &mean, &rstd, kv->x, g->w.p.lnfw, g->w.p.lnfb, 1, C, nt);
     matmul_forward(kv->logits, kv->ln, g->w.p.wte, NULL, 1, C, c->vocab, nt);
     kv->len++;
+}
+
+void infer_feed(const Gpt *g, KvCache *kv, const int32_t *hist, size_t n) {
+    ST_CHECK(n > kv->start + (size_t)kv->len);
+    if (n - kv->start > (size_t)kv->cap) {
+        size_t keep = kv->cap > 1 ? (size_t)kv->cap / 2 : 1;
+        kv->start = n - keep, kv->len = 0;
+    }
+    for (size_t i = kv->start + (size_t)kv->len; i < n; i++) infer_step(g, kv, hist[i]);
+}
+
+int infer_pick(const float *logits, int V, float temperature, int top_k, float u, float *work) {
+    int best = 0;
+    for (int i = 1; i < V; i++) best = logits[i] > logits[best] ? i : best;
+    if (temperature <= 0) return best;
+    float kth = -INFINITY;
+    if (top_k > 0 && top_k < V) {
+        memcpy(work, logits, sizeof(float) * V);
+        /* k-th largest by partial selection (V is small enough for this per token). */
+        for (int r = 0; r < top_k; r++) {
+            int m = r;
+            for (int i = r + 1; i < V; i++) m = work[i] > work[m] ? i : m;
+            float t = work[r];
+            work[r] = work[m], work[m] = t;
+        }
+        kth = work[top_k - 1];
+    }
+    double s = 0;
+    for (int i = 0; i < V; i++) s += logits[i] >= kth ? exp((logits[i] - logits[best]) / temperature) : 0.0;
+    double target = u * s, acc = 0;
+    for (int i = 0; i < V; i++) {
+        if (logits[i] < kth) continue;
+        acc += exp((logits[i] - logits[best]) / temperature);
+        if (acc >= target) return i;
+    }
+    return best;
 }

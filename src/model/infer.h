@@ -1,10 +1,20 @@
 /* infer.h — autoregressive inference with a KV cache (one token at a time, linear in length).
  *
- * Uses the trained parameters of a Gpt (its views) and its own small buffers; the Gpt's training
- * activations are not touched. */
+ * Uses the trained parameters of a Gpt (its fp32 views) and its own small buffers; the Gpt's
+ * training activations are not touched.
+ *
+ * The cache always represents one window of the token history, hist[start .. start + len), at
+ * positions 0 .. len-1, and its logits equal those of a full forward pass (gpt_logits) over that
+ * window. When the window is full (maxT tokens) and another token comes, infer_feed restarts it on
+ * the last maxT/2 tokens, recomputed once: exact (every step is a full forward over a window of
+ * maxT/2 .. maxT tokens), and amortised to about one extra token step per generated token. Shifting
+ * the cached K/V rows instead would be cheaper but is no forward pass at all: the cached keys
+ * carry the position embeddings of the positions they were computed at (test_sample shows the
+ * difference). */
 #ifndef ST_MODEL_INFER_H
 #define ST_MODEL_INFER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "model/gpt.h"
@@ -12,6 +22,7 @@
 typedef struct {
     int len;          /* positions cached so far */
     int cap;          /* maxT */
+    size_t start;     /* history index of the token at position 0 (infer_feed) */
     float *k, *v;     /* (L, maxT, C) each */
     float *x, *ln, *qkv, *att, *y, *h, *hg, *scores; /* one-token buffers */
     float *logits;    /* (Vp) */
@@ -22,5 +33,16 @@ void kv_free(KvCache *kv);
 
 /* Feeds `token` at position kv->len (< maxT) and writes the V real logits to kv->logits. */
 void infer_step(const Gpt *g, KvCache *kv, int32_t token);
+
+/* Makes kv->logits the next-token logits after the history hist[0 .. n): feeds the tokens not yet
+ * cached (n > kv->start + kv->len: at least one, e.g. the whole prompt on the first call, then the
+ * token just picked), restarting the window on the last maxT/2 tokens when they do not fit (see
+ * the file comment). Afterwards the cache holds hist[kv->start .. n). */
+void infer_feed(const Gpt *g, KvCache *kv, const int32_t *hist, size_t n);
+
+/* The next token from V logits: the argmax (greedy) when temperature is 0, else a draw from
+ * softmax(logits / temperature) restricted to the top_k largest (0 = all) with uniform u in [0, 1).
+ * top_k 1 is greedy too. work: V floats of scratch (may be NULL when top_k is 0 or >= V). */
+int infer_pick(const float *logits, int V, float temperature, int top_k, float u, float *work);
 
 #endif

@@ -1,4 +1,20 @@
-/* train.c — the step loop: data, forward, backward, clip, optimizer, validation, metrics. */
+/* train.c — the trainer: setup, the step loop, and the end of a run.
+ *
+ * Read it top-down as llm.c's loop. train_run sets a run up (run_setup: the grid, the data, the
+ * resume decision, the model and its parallel state, the log and the plan), then repeats
+ * train_step, whose stages each have a function of their own:
+ *
+ *   step_data           the step's k micro-batches and the global count of their target tokens
+ *   step_micro_batches  forward + backward of each micro-batch (gradients accumulate)
+ *   step_grads          gradient collectives done, global loss and norm, fp16 overflow, clip
+ *   step_health         spike / non-finite / stall detectors decide: update, skip, roll back, stop
+ *   step_update         the optimizer (and ZeRO's parameter all-gather)
+ *   step_checkpoint     a checkpoint when due, preempted or at the end
+ *   step_report         the progress line and the step record (events.h has the schema)
+ *   step_validate       validation and generation samples at their cadence
+ *
+ * One process is the trivial grid: dp = 1 over a single-process Comm, with the same parallel
+ * state (src/parallel) as any data-parallel run, so there is one norm and one optimizer path. */
 #include "train/train.h"
 
 #include <cjson/cJSON.h>
@@ -17,14 +33,15 @@
 #include "core/progress.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "data/bpe.h"
 #include "data/loader.h"
 #include "model/gpt.h"
-#include "model/layout.h"
 #include "model/infer.h"
+#include "model/layout.h"
 #include "model/matmul.h"
-#include "data/bpe.h"
 #include "parallel/parallel.h"
 #include "plan/plan.h"
+#include "train/events.h"
 
 TrainConfig train_default_config(void) {
     TrainConfig c;
@@ -63,78 +80,12 @@ static double median(double *v, long n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* One JSON Lines record; "event" first. Takes ownership of o. */
-static void log_event(FILE *f, cJSON *o) {
-    if (f) {
-        char *s = cJSON_PrintUnformatted(o);
-        if (s) {
-            fputs(s, f);
-            fputc('\n', f);
-            fflush(f);
-            free(s);
-        }
-    }
-    cJSON_Delete(o);
-}
-
-static cJSON *event(const char *name) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "event", name);
-    return o;
-}
-
-static cJSON *config_json(const TrainConfig *c) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON *m = cJSON_AddObjectToObject(o, "model");
-    cJSON_AddNumberToObject(m, "layers", c->model.n_layer);
-    cJSON_AddNumberToObject(m, "heads", c->model.n_head);
-    cJSON_AddNumberToObject(m, "channels", c->model.n_embd);
-    cJSON_AddNumberToObject(m, "vocab", c->model.vocab);
-    cJSON_AddNumberToObject(m, "vocab_padded", c->model.vocab_padded);
-    cJSON_AddNumberToObject(m, "max_seq_len", c->model.max_seq);
-    cJSON_AddNumberToObject(m, "dropout", c->model.dropout);
-    cJSON_AddStringToObject(o, "data", c->data);
-    cJSON_AddStringToObject(o, "val_data", c->val_data);
-    cJSON_AddStringToObject(o, "tokenizer", c->tokenizer);
-    cJSON_AddNumberToObject(o, "micro_batch", c->micro_batch);
-    cJSON_AddNumberToObject(o, "seq_len", c->seq_len);
-    cJSON_AddNumberToObject(o, "grad_accum", c->grad_accum);
-    cJSON_AddNumberToObject(o, "dp", c->dp > 0 ? c->dp : 1);
-    cJSON_AddNumberToObject(o, "zero", c->zero);
-    cJSON_AddStringToObject(o, "optimizer", optim_kind_name(c->optim.kind));
-    cJSON_AddNumberToObject(o, "beta1", c->optim.beta1);
-    cJSON_AddNumberToObject(o, "beta2", c->optim.beta2);
-    cJSON_AddNumberToObject(o, "eps", c->optim.eps);
-    cJSON_AddNumberToObject(o, "weight_decay", c->optim.weight_decay);
-    cJSON_AddNumberToObject(o, "momentum", c->optim.momentum);
-    cJSON_AddStringToObject(o, "schedule", sched_kind_name(c->sched.kind));
-    cJSON_AddNumberToObject(o, "lr", c->sched.lr);
-    cJSON_AddNumberToObject(o, "min_lr", c->sched.min_lr);
-    cJSON_AddNumberToObject(o, "warmup", (double)c->sched.warmup);
-    cJSON_AddNumberToObject(o, "decay_frac", c->sched.decay_frac);
-    cJSON_AddStringToObject(o, "decay_shape", sched_shape_name(c->sched.decay_shape));
-    cJSON_AddNumberToObject(o, "grad_clip", c->grad_clip);
-    cJSON_AddNumberToObject(o, "steps", (double)c->steps);
-    cJSON_AddNumberToObject(o, "seed", (double)c->seed);
-    cJSON_AddNumberToObject(o, "data_seed", (double)c->data_seed);
-    cJSON_AddNumberToObject(o, "threads", c->threads);
-    cJSON_AddNumberToObject(o, "val_every", c->val_every);
-    cJSON_AddNumberToObject(o, "val_batches", c->val_batches);
-    char hash[32];
-    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)c->tokenizer_hash);
-    cJSON_AddStringToObject(o, "tokenizer_hash", hash);
-    cJSON_AddBoolToObject(o, "no_pack", c->no_pack);
-    cJSON_AddStringToObject(o, "recompute", layout_recompute_name(c->recompute));
-    cJSON_AddStringToObject(o, "precision", c->fp16 ? "fp16" : c->bf16 ? "bf16" : "fp32");
-    cJSON_AddStringToObject(o, "log", c->log_path);
-    cJSON_AddStringToObject(o, "out", c->out_dir);
-    cJSON_AddStringToObject(o, "ckpt_dir", c->ckpt_dir);
-    cJSON_AddNumberToObject(o, "ckpt_every", c->ckpt_every);
-    cJSON_AddNumberToObject(o, "keep_last", c->keep_last);
-    cJSON_AddNumberToObject(o, "keep_every", c->keep_every);
-    cJSON_AddBoolToObject(o, "ckpt_async", c->ckpt_async);
-    cJSON_AddStringToObject(o, "init_from", c->init_from);
-    return o;
+/* "42s", "3m05s", "2h07m": durations on the progress line. */
+static void fmt_duration(double s, char *buf, size_t len) {
+    if (!(s >= 0) || s > 1e8) snprintf(buf, len, "?");
+    else if (s < 60) snprintf(buf, len, "%.0fs", s);
+    else if (s < 3600) snprintf(buf, len, "%dm%02ds", (int)(s / 60), (int)s % 60);
+    else snprintf(buf, len, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
 }
 
 static Status validate(const TrainConfig *c, Err *err) {
@@ -182,6 +133,7 @@ static double validate_loss(Gpt *g, Loader *val, int batches, int32_t *inp, int3
     return count > 0 ? sum / count : NAN;
 }
 
+
 /* Preemption: the signal handler only sets a flag that the step loop reads between steps; a
  * second signal exits at once. Process-wide by nature (signals are), installed only when the
  * caller asks (the CLI), so library users and concurrent runs are unaffected. */
@@ -199,29 +151,56 @@ static int split_list(char *buf, const char **out, int max) {
     return n;
 }
 
+/* ================================================================ the run's state */
+
 /* Everything a run owns; released by run_free in one place. */
 typedef struct {
     TrainConfig cfg;
+    TrainResult *res;
     MemStats mem;
     Loader train, val;
     Gpt g;
-    float *m, *v;
-    size_t moment_bytes;
-    int32_t *inp, *tgt;
+    Par *par;                   /* parameters' shards, gradient collectives, moments, the update */
+    Comm *comm;                 /* the process grid: the caller's, or own_comm */
+    Comm *own_comm;             /* a single-process grid for callers that pass none */
+    int dp, dp_rank, world;
+    int local;                  /* dp 1 at ZeRO 0: every tensor is whole on this rank */
+    int32_t *inp, *tgt;         /* the step's k micro-batches, (k, B, T) */
     size_t batch_ints;
-    OptimRange *ranges;
-    double *step_ms;
-    FILE *log;
+    double *step_ms;            /* wall time of each step, for the medians */
+    long nmeasured, step_cap;
+    double *by_rank;            /* world doubles: one value per rank, for per-rank records */
+    double *by_rank2;
+    EventLog log;
     CkptAsync *async;
     cJSON *config;
-    Par *par;                   /* data parallelism (NULL: one process, the plain path) */
-    int dp, dp_rank;            /* data-parallel ranks and this rank (1, 0 without parallelism) */
     HealthState health;         /* spike / divergence detectors (train/health.h) */
     LossScaler scaler;          /* fp16 dynamic loss scaling */
-    long start_attempt;         /* batches consumed before this run started (resume) */
+
+    /* Resume: decided before allocation, applied after. */
+    char resume_path[4096];     /* the checkpoint to continue from ("" = a fresh start) */
+    char resume_note[2048];     /* what --resume found, for the console and the start record */
+    long start_step;            /* optimizer steps done before this run */
+    long start_attempt;         /* batches consumed before this run */
 #define SKIP_RECORD_MAX 1024
     long skipped[SKIP_RECORD_MAX]; /* batches whose update was skipped (logged and checkpointed) */
     int nskipped;
+
+    /* Accounting fixed at start. */
+    long long batch_seqs, batch_tokens;
+    double fpt;                 /* model FLOPs per token */
+    double peak, peak_job;      /* this rank's peak FLOP/s, and the sum over ranks (MFU's denominator) */
+    const char *peak_kind;
+    PlanResult plan;
+    int have_plan;
+    size_t rss_base;            /* resident anonymous memory before the run allocated anything */
+
+    /* Progress. `step` counts optimizer updates (Adam's t, the schedule, checkpoints); `attempt`
+     * counts batches consumed. They differ only after health actions skipped or rolled back. */
+    long step, attempt;
+    double ms_total, first_ckpt_ms, loop_t0;
+    int signals;
+    struct sigaction old_term, old_int;
 } Run;
 
 static void run_free(Run *r) {
@@ -230,82 +209,142 @@ static void run_free(Run *r) {
         ckpt_async_wait(r->async, NULL, &e);
         ckpt_async_free(r->async);
     }
-    if (r->log) fclose(r->log);
-    free(r->ranges);
+    events_close(&r->log);
     free(r->step_ms);
+    free(r->by_rank);
+    free(r->by_rank2);
     mem_free(&r->mem, MEM_DATA, r->inp, r->batch_ints * sizeof(int32_t));
     mem_free(&r->mem, MEM_DATA, r->tgt, r->batch_ints * sizeof(int32_t));
-    mem_free(&r->mem, MEM_MOMENTS, r->m, r->moment_bytes);
-    mem_free(&r->mem, MEM_MOMENTS, r->v, r->moment_bytes);
     par_free(r->par);
     gpt_free(&r->g);
     loader_close(&r->train);
     loader_close(&r->val);
     cJSON_Delete(r->config);
+    comm_finalize(r->own_comm);
 }
 
-/* ================================================================ data parallelism (issue 6)
- * One process without a Comm, or with dp = 1 and ZeRO 0, runs the code above unchanged; otherwise
- * `parallel` (docs/parallel.md) owns the moments, the gradient collectives and the update, and
- * these helpers adapt the trainer's state handling to it. */
+static double comm_bytes_total(const Comm *c) {
+    double b = 0;
+    for (int k = 0; k < COMM_NKIND; k++) b += (double)c->stats.bytes[k];
+    return b;
+}
 
-/* Grid (dp × tp × pp = world, refused before any allocation) and the collective timeout. */
-static Status run_par_setup(Run *r, Err *err) {
+/* ================================================================ setup */
+
+/* The process grid (dp × tp × pp = world), refused before any allocation. */
+static Status setup_grid(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
-    r->dp = 1, r->dp_rank = 0;
     if (c->zero < 0 || c->zero > 3) return err_set(err, ST_ERR_INPUT, "--zero: expected 0, 1, 2 or 3, found %d", c->zero);
-    if (!c->comm) {
-        if (c->dp > 1 || c->zero > 0)
-            return err_set(err, ST_ERR_INPUT, "--dp %d --zero %d: expected a process grid (Comm), found none", c->dp,
-                           c->zero);
-        return ST_OK;
+    r->comm = c->comm;
+    if (!r->comm) {
+        Status st = comm_init_local(&r->own_comm, err);
+        if (st != ST_OK) return st;
+        r->comm = r->own_comm;
     }
-    int dp = c->dp > 0 ? c->dp : c->comm->world;
-    Status st = comm_set_grid(c->comm, dp, 1, 1, err);
+    int dp = c->dp > 0 ? c->dp : r->comm->world;
+    Status st = comm_set_grid(r->comm, dp, 1, 1, err);
     if (st != ST_OK) return st;
-    if (c->comm_timeout > 0) c->comm->timeout_s = c->comm_timeout;
-    c->dp = r->dp = dp, r->dp_rank = c->comm->dp_rank;
+    if (c->comm_timeout > 0) r->comm->timeout_s = c->comm_timeout;
+    c->dp = r->dp = dp, r->dp_rank = r->comm->dp_rank, r->world = r->comm->world;
+    r->local = dp == 1 && c->zero == 0;
+    if (c->ckpt_async && c->ckpt_dir[0] && !r->local)
+        return err_set(err, ST_ERR_INPUT,
+                       "--ckpt-async: expected one rank at ZeRO 0, found dp %d at ZeRO %d (checkpoints of a sharded "
+                       "state are gathered to rank 0 and written synchronously; drop the flag)",
+                       dp, c->zero);
+    r->by_rank = calloc((size_t)r->world, sizeof *r->by_rank);
+    r->by_rank2 = calloc((size_t)r->world, sizeof *r->by_rank2);
+    if (!r->by_rank || !r->by_rank2) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    return ST_OK;
+}
+
+/* Shards, the model's vocabulary (from their headers when not given) and its validation. */
+static Status setup_data(Run *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    Status st;
+    int lflags = LOADER_SHUFFLE | (c->no_pack ? LOADER_NO_PACK : 0);
+    if ((st = loader_open(&r->train, c->data, c->seq_len, 0, c->tokenizer_hash, c->data_seed, lflags, err)) != ST_OK)
+        return st;
+    if (c->model.vocab == 0) {
+        c->model.vocab = (int)loader_header_vocab(&r->train);
+        if (c->model.vocab == 0)
+            return err_set(err, ST_ERR_INPUT, "--vocab: not given and the shard headers of %s record no vocabulary size",
+                           c->data);
+    }
+    if ((st = model_config_validate(&c->model, err)) != ST_OK) return st;
+    if ((st = loader_check_vocab(&r->train, (uint32_t)c->model.vocab, err)) != ST_OK) return st;
+    if (c->val_data[0]) {
+        int vflags = c->no_pack ? LOADER_NO_PACK : 0;
+        if ((st = loader_open(&r->val, c->val_data, c->seq_len, (uint32_t)c->model.vocab, c->tokenizer_hash, 0, vflags,
+                              err)) != ST_OK)
+            return st;
+    }
+    c->sched.total = c->steps;
+    if ((st = health_validate_options(&c->health, err)) != ST_OK) return st;
+    health_init(&r->health);
+    scaler_init(&r->scaler, c->loss_scale, c->loss_scale_window);
     return ST_OK;
 }
 
 /* Every rank got the same config (hash of its JSON); the grid and each rank's threads are printed;
  * from here on only rank 0 prints progress and writes the log. */
-static Status run_par_check(Run *r, Err *err) {
+static Status setup_same_config(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
-    if (!c->comm) return ST_OK;
+    r->config = events_config_json(c);
     char *text = cJSON_PrintUnformatted(r->config);
     if (!text) return err_set(err, ST_ERR_RUNTIME, "out of memory (config text)");
     uint64_t h = XXH3_64bits(text, strlen(text));
     free(text);
-    Status st = comm_check_same_u64(c->comm, h, "config hash", err);
-    if (st != ST_OK) return st;
-    double *thr = calloc((size_t)c->comm->world, sizeof *thr);
-    if (!thr) return err_set(err, ST_ERR_RUNTIME, "out of memory");
-    st = comm_allgather_f64(c->comm, (double)c->threads, thr, err);
-    if (st == ST_OK && c->comm->rank == 0 && !c->quiet) {
+    Status st = comm_check_same_u64(r->comm, h, "config hash", err);
+    if (st == ST_OK) st = comm_allgather_f64(r->comm, (double)c->threads, r->by_rank, err);
+    if (st == ST_OK && r->world > 1 && r->comm->rank == 0 && !c->quiet) {
         char d[256];
-        comm_describe(c->comm, d, sizeof d);
-        printf("grid: %s, ZeRO stage %d, collective timeout %.0f s\nthreads:", d, c->zero, c->comm->timeout_s);
-        for (int i = 0; i < c->comm->world; i++) printf(" rank %d %d%s", i, (int)thr[i], i + 1 < c->comm->world ? "," : "\n");
+        comm_describe(r->comm, d, sizeof d);
+        printf("grid: %s, ZeRO stage %d, collective timeout %.0f s\nthreads:", d, c->zero, r->comm->timeout_s);
+        for (int i = 0; i < r->world; i++) printf(" rank %d %d%s", i, (int)r->by_rank[i], i + 1 < r->world ? "," : "\n");
         fflush(stdout);
     }
-    free(thr);
-    if (c->comm->rank != 0) c->quiet = 1, c->log_path[0] = 0;
+    if (r->comm->rank != 0) c->quiet = 1, c->log_path[0] = 0;
     return st;
 }
 
-static Status run_gpt_init(Run *r, int B, int T, int nt, Err *err) {
+/* ================================================================ resume */
+
+/* Finds the checkpoint to continue from and checks the config against it, before allocating.
+ * Nothing found under --resume auto is a fresh start, said on the console and in the start
+ * record; nothing found at an explicit path is an error. */
+static Status resume_find(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
-    GptOptions go = gpt_default_options();
-    go.B = B, go.T = T, go.threads = nt, go.recompute = c->recompute;
-    go.precision = c->fp16 ? GPT_FP16 : c->bf16 ? GPT_BF16 : GPT_FP32;
-    if (!c->comm || (r->dp == 1 && c->zero == 0)) return gpt_init(&r->g, &c->model, &go, &r->mem, err);
-    par_gpt_options(r->dp, c->zero, &go);
-    Status st = gpt_init(&r->g, &c->model, &go, &r->mem, err);
+    if (!c->resume[0]) return ST_OK;
+    int is_auto = !strcmp(c->resume, "auto");
+    if (is_auto && !c->ckpt_dir[0])
+        return err_set(err, ST_ERR_INPUT, "--resume auto: expected --ckpt-dir to search, found none");
+    Status st = ckpt_resolve(is_auto ? c->ckpt_dir : c->resume, "auto", r->resume_path, sizeof r->resume_path,
+                             r->resume_note, sizeof r->resume_note, err);
     if (st != ST_OK) return st;
-    ParOptions po = par_default_options();
-    po.zero = c->zero, po.overlap = !c->no_overlap, po.n_moments = optim_num_moments(&c->optim), po.nt = nt;
-    return par_init(&r->par, c->comm, &r->g, &po, &r->mem, err);
+    if (r->resume_note[0] && !c->quiet) printf("resume: %s\n", r->resume_note);
+    if (!r->resume_path[0]) {
+        if (!is_auto) return err_set(err, ST_ERR_INPUT, "--resume %s: expected a checkpoint, found none", c->resume);
+        snprintf(r->resume_note, sizeof r->resume_note, "no checkpoint in %s, starting from scratch", c->ckpt_dir);
+        if (!c->quiet) printf("resume: %s\n", r->resume_note);
+        return ST_OK;
+    }
+    CkptMeta meta;
+    memset(&meta, 0, sizeof meta);
+    if ((st = ckpt_read_meta(r->resume_path, &meta, err)) != ST_OK) return st;
+    char buf[512], report[2048] = "";
+    snprintf(buf, sizeof buf, "%s", c->overrides);
+    const char *ov[32];
+    int nov = split_list(buf, ov, 32);
+    st = ckpt_check_config(meta.config, r->config, ov, nov, report, sizeof report, err);
+    if (st != ST_OK) err_prefix(err, "--resume %s", r->resume_path);
+    else if (meta.step >= c->steps)
+        st = err_set(err, ST_ERR_INPUT, "--steps %ld: the checkpoint %s is already at step %ld (extend --steps)", c->steps,
+                     r->resume_path, meta.step);
+    if (st == ST_OK && report[0] && !c->quiet) printf("resume: %s\n", report);
+    r->start_step = r->start_attempt = meta.step;
+    ckpt_meta_free(&meta);
+    return st;
 }
 
 /* Transient full-layout buffers (initialisation, checkpoints, final weights) are staging memory. */
@@ -316,27 +355,6 @@ static void run_staging_free(Run *r, float *p, int n) {
     mem_free(&r->mem, MEM_CKPT_STAGING, p, r->g.w.layout.total * sizeof(float) * (size_t)n);
 }
 
-/* Initial weights: seeded, or --init-from (path non-NULL). Every element depends on (seed, tensor,
- * index) only, so every grid starts from the same weights. */
-static Status run_init_weights(Run *r, const char *path, Err *err) {
-    if (!r->par || r->cfg.zero < 3) {
-        if (!path) gpt_init_params(&r->g, r->cfg.seed);
-        Status st = path ? ckpt_init_from(&r->g.w, path, err) : ST_OK;
-        gpt_sync_lp(&r->g);
-        return st;
-    }
-    float *full = run_staging(r, 1);
-    if (!full) return err_set(err, ST_ERR_RUNTIME, "out of memory (initial weights)");
-    Status st = ST_OK;
-    GptWeights view = r->g.w; /* ckpt reads the layout and writes view.params */
-    view.params = full;
-    if (path) st = ckpt_init_from(&view, path, err);
-    else gpt_init_params_buf(&r->g.w.layout, full, r->cfg.seed, r->g.s.nt);
-    if (st == ST_OK) par_set_full(r->par, full, NULL, NULL);
-    run_staging_free(r, full, 1);
-    return st;
-}
-
 /* A progress bar for long checkpoint reads and writes: on a terminal, or for 256 MiB and more of
  * parameters in logs. NULL when none is wanted. */
 static Progress *run_ckpt_bar(Run *r, Progress *bar, const char *what) {
@@ -345,12 +363,13 @@ static Progress *run_ckpt_bar(Run *r, Progress *bar, const char *what) {
     return bar;
 }
 
-/* Loads a checkpoint (written by any grid) into this rank's parameters and moments. */
+/* Loads a checkpoint (written by any grid) into this rank's parameters and moments: in place when
+ * the state is whole here, else through full-layout staging that par scatters. */
 static Status run_load_ckpt(Run *r, const char *path, CkptMeta *meta, Err *err) {
     Progress bar, *pb = run_ckpt_bar(r, &bar, "checkpoint load");
     CkptProgressFn fn = pb ? progress_cb : NULL;
-    if (!r->par) {
-        CkptOptState opt = {r->m, r->v, NULL};
+    if (r->local) {
+        CkptOptState opt = {par_moment(r->par, 0), par_moment(r->par, 1), NULL};
         Status st = ckpt_load_progress(path, &r->g.w, &opt, meta, fn, pb, err);
         gpt_sync_lp(&r->g);
         return st;
@@ -368,10 +387,247 @@ static Status run_load_ckpt(Run *r, const char *path, CkptMeta *meta, Err *err) 
     return st;
 }
 
+/* Applies the checkpoint found by resume_find: weights, moments, loader position, loss scaler,
+ * health detectors, and the batches consumed and skipped. */
+static Status resume_load(Run *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    if (!r->resume_path[0]) return ST_OK;
+    CkptMeta m;
+    Status st = run_load_ckpt(r, r->resume_path, &m, err);
+    if (st != ST_OK) return st;
+    loader_set_state(&r->train, m.loader);
+    const cJSON *hj = m.extra ? cJSON_GetObjectItemCaseSensitive(m.extra, "health") : NULL;
+    const cJSON *bj = m.extra ? cJSON_GetObjectItemCaseSensitive(m.extra, "batches") : NULL;
+    const cJSON *sj = m.extra ? cJSON_GetObjectItemCaseSensitive(m.extra, "skipped_batches") : NULL;
+    if (cJSON_IsNumber(bj)) r->start_attempt = (long)bj->valuedouble;
+    double sv;
+    if (c->fp16 && ckpt_meta_scaler(&m, "scale", &sv)) {
+        r->scaler.scale = (float)sv;
+        if (ckpt_meta_scaler(&m, "good_steps", &sv)) r->scaler.good = (long)sv;
+        if (ckpt_meta_scaler(&m, "skips", &sv)) r->scaler.skips = (long)sv;
+    }
+    if (hj && (st = health_state_from_json(&r->health, hj, c->health.window, err)) != ST_OK)
+        err_prefix(err, "%s/state.json: health", r->resume_path);
+    for (const cJSON *x = sj ? sj->child : NULL; x && r->nskipped < SKIP_RECORD_MAX; x = x->next)
+        r->skipped[r->nskipped++] = (long)x->valuedouble;
+    ckpt_meta_free(&m);
+    if (st == ST_OK && !c->quiet) printf("resume: continuing from %s (step %ld)\n", r->resume_path, r->start_step);
+    return st;
+}
+
+/* ================================================================ the model and its state */
+
+/* Initial weights: seeded, or --init-from (path non-NULL). Every element depends on (seed, tensor,
+ * index) only, so every grid starts from the same weights. */
+static Status run_init_weights(Run *r, const char *path, Err *err) {
+    if (r->cfg.zero < 3) {
+        if (!path) gpt_init_params(&r->g, r->cfg.seed);
+        Status st = path ? ckpt_init_from(&r->g.w, path, err) : ST_OK;
+        gpt_sync_lp(&r->g);
+        return st;
+    }
+    float *full = run_staging(r, 1);
+    if (!full) return err_set(err, ST_ERR_RUNTIME, "out of memory (initial weights)");
+    Status st = ST_OK;
+    GptWeights view = r->g.w; /* ckpt reads the layout and writes view.params */
+    view.params = full;
+    if (path) st = ckpt_init_from(&view, path, err);
+    else gpt_init_params_buf(&r->g.w.layout, full, r->cfg.seed, r->g.s.nt);
+    if (st == ST_OK) par_set_full(r->par, full, NULL, NULL);
+    run_staging_free(r, full, 1);
+    return st;
+}
+
+/* The model (its layout padded for the dp group), the parallel state that owns the moments and
+ * the collectives, the initial weights, and the batch buffers. */
+static Status setup_model(Run *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    int B = c->micro_batch, T = c->seq_len, k = c->grad_accum, nt = c->threads;
+    mm_set_threads(nt);
+    GptOptions go = gpt_default_options();
+    go.B = B, go.T = T, go.threads = nt, go.recompute = c->recompute;
+    go.precision = c->fp16 ? GPT_FP16 : c->bf16 ? GPT_BF16 : GPT_FP32;
+    par_gpt_options(r->dp, c->zero, &go);
+    Status st = gpt_init(&r->g, &c->model, &go, &r->mem, err);
+    if (st != ST_OK) return st;
+    ParOptions po = par_default_options();
+    po.zero = c->zero, po.overlap = !c->no_overlap, po.n_moments = optim_num_moments(&c->optim), po.nt = nt;
+    if ((st = par_init(&r->par, r->comm, &r->g, &po, &r->mem, err)) != ST_OK) return st;
+    if ((st = run_init_weights(r, NULL, err)) != ST_OK) return st;
+    r->g.s.dropout_seed = c->seed ^ 0xd509u;
+    if (c->init_from[0] && !r->resume_path[0] && (st = run_init_weights(r, c->init_from, err)) != ST_OK) {
+        err_prefix(err, "--init-from");
+        return st;
+    }
+    r->batch_ints = (size_t)k * B * T;
+    r->inp = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
+    r->tgt = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
+    r->step_cap = c->steps * 2 + 64;
+    r->step_ms = calloc((size_t)r->step_cap, sizeof *r->step_ms);
+    if (!r->inp || !r->tgt || !r->step_ms) return err_set(err, ST_ERR_RUNTIME, "out of memory allocating the batches");
+    return ST_OK;
+}
+
+/* The asynchronous checkpoint writer (its copy of the state) and the metrics log. */
+static Status setup_outputs(Run *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    if (c->ckpt_dir[0] && c->ckpt_async) { /* setup_grid allows it only when the state is local */
+        CkptOptState opt = {par_moment(r->par, 0), par_moment(r->par, 1), NULL};
+        Status st = ckpt_async_init(&r->async, &r->g.w, &opt, &r->mem, err);
+        if (st != ST_OK) return st;
+    }
+    /* A resumed run appends to its log; a new run starts it. */
+    return events_open(&r->log, c->log_path, r->start_step > 0, err);
+}
+
+/* Per-rank planned bytes of parameters, gradients, master weights and moments. */
+static void run_state_plan(const Run *r, size_t plan[MEM_NCAT]) {
+    par_planned_bytes(&r->g.w.layout, r->dp, r->cfg.zero, optim_num_moments(&r->cfg.optim), (r->g.w.prec != GPT_FP32), plan);
+}
+
+/* The peak FLOP/s that MFU divides by (this rank's, measured for the precision in use unless
+ * given, summed over ranks), and the plan of this run from the same layout function
+ * (docs/plan.md): its step time and memory, compared with the measurements at the end. */
+static Status setup_accounting(Run *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    int B = c->micro_batch, T = c->seq_len, k = c->grad_accum, nt = c->threads;
+    r->peak = c->peak_flops;
+    r->peak_kind = "fp32 FMA";
+    if (!(r->peak > 0) && c->bf16 && !c->fp16) r->peak = peak_measure_bf16(nt, 200.0), r->peak_kind = "bf16 dot product";
+    if (!(r->peak > 0)) r->peak = peak_measure_fp32(nt, 200.0), r->peak_kind = "fp32 FMA";
+    r->peak_job = r->peak;
+    Status st = comm_allreduce_f64(r->comm, &r->peak_job, 1, COMM_SUM, err);
+    if (st != ST_OK) return st;
+    r->fpt = train_flops_per_token(&c->model, T);
+    r->batch_seqs = (long long)B * k * r->dp, r->batch_tokens = r->batch_seqs * T;
+
+    PlanInput pi = plan_default_input();
+    plan_model_from_config(&pi.model, &c->model);
+    pi.micro_batch = B, pi.seq_len = T, pi.grad_accum = k, pi.threads = nt;
+    pi.dp = r->dp, pi.zero = c->zero, pi.overlap = !c->no_overlap;
+    pi.n_moments = optim_num_moments(&c->optim);
+    pi.recompute = (PlanRecompute)c->recompute;
+    if (c->have_hw) pi.hw = c->hw; /* a measured profile (plan --measure-hardware) */
+    else pi.hw.peak_fp32 = r->peak;
+    if (c->bf16 || c->fp16) {
+        /* This trainer's mixed precision: a 2-byte weight copy beside the fp32 master and moments,
+         * but fp32 gradients (and activations, which the exact mode counts); fp16 is emulated, so
+         * its GEMMs run at the fp32 rate. */
+        Err pe;
+        plan_precision_preset(&pi.prec, c->fp16 ? "fp16" : "bf16", &pe);
+        pi.prec.grad = 4;
+        if (c->fp16) pi.prec.compute = PLAN_DTYPE_FP32;
+    }
+    Err perr;
+    r->have_plan = plan_predict_step(&pi, &r->plan, &perr) == ST_OK;
+    return ST_OK;
+}
+
+/* The console summary and the start and memory records. Collective (memory per rank). */
+static Status announce(Run *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    int B = c->micro_batch, T = c->seq_len, k = c->grad_accum, nt = c->threads;
+    double util = loader_utilization(&r->train);
+    long long nparams = model_config_num_params(&c->model);
+    r->res->num_params = nparams;
+    if (!c->quiet) {
+        printf("model: L=%d NH=%d C=%d V=%d (padded %d) maxT=%d, %lld parameters\n", c->model.n_layer, c->model.n_head,
+               c->model.n_embd, c->model.vocab, c->model.vocab_padded, c->model.max_seq, nparams);
+        printf("data: %zu train tokens in %d shard(s), %llu rows of %d+1 (%s, utilization %.1f%%)%s\n",
+               r->train.total_tokens, r->train.nshards, (unsigned long long)r->train.nwin, T,
+               c->no_pack ? "one document per row, padding masked" : "packed", 100 * util,
+               r->val.nshards ? "" : ", no validation data");
+        printf("batch: micro-batch %d x seq %d x accumulation %d%s = %lld sequences = %lld tokens per step\n", B, T, k,
+               r->dp > 1 ? " x dp" : "", r->batch_seqs, r->batch_tokens);
+        printf("memory:");
+        for (int mc = 0; mc < MEM_NCAT; mc++)
+            if (r->mem.bytes[mc]) printf(" %s %.1f MiB", mem_category_name((MemCategory)mc), r->mem.bytes[mc] / 1048576.0);
+        printf("\n");
+        printf("compute: %.3g FLOP/token, peak %.1f GFLOP/s per rank (%s), %d threads, %s\n", r->fpt, r->peak / 1e9,
+               c->peak_flops > 0 ? "given" : r->peak_kind, nt, mm_backend_info());
+        fflush(stdout);
+    }
+    size_t state[MEM_NCAT];
+    run_state_plan(r, state);
+    StartEvent se = {.config = r->config, .threads = nt, .command = c->argv_joined, .batch_seqs = r->batch_seqs,
+                     .batch_tokens = r->batch_tokens, .num_params = nparams, .flops_per_token = r->fpt,
+                     .peak_flops = r->peak, .peak_flops_job = r->peak_job, .data_utilization = util,
+                     .world = r->world, .peak_given = c->peak_flops > 0, .peak_kind = r->peak_kind,
+                     .resumed_from_step = r->start_step, .resume_requested = c->resume,
+                     .resume_checkpoint = r->resume_path, .resume_note = r->resume_note, .have_plan = r->have_plan};
+    if (r->have_plan) {
+        se.plan_step_ms = r->plan.compute.step * 1e3, se.plan_tokens_per_s = r->plan.compute.tokens_per_s;
+        se.plan_mfu = r->plan.compute.mfu, se.plan_num_params = (double)r->plan.n_params;
+        se.plan_memory_total = r->plan.mem.total;
+    }
+    layout_memory_plan(&c->model, B, T, nt, c->recompute, c->fp16 ? 2 : c->bf16 ? 1 : 0,
+                       optim_num_moments(&c->optim), se.planned);
+    static const MemCategory cats[4] = {MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_MOMENTS};
+    for (int i = 0; i < 4; i++) se.planned[cats[i]] = state[cats[i]];
+    ev_start(&r->log, &se);
+
+    /* Planned against measured state bytes on every rank. */
+    MemoryEvent me = {.world = r->world, .dp = r->dp, .zero = c->zero, .match = 1};
+    memcpy(me.measured, r->mem.bytes, sizeof me.measured);
+    memcpy(me.planned, state, sizeof me.planned);
+    double *all = calloc((size_t)r->world * 4, sizeof *all);
+    if (!all) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    Status st = ST_OK;
+    for (int i = 0; i < 4 && st == ST_OK; i++) {
+        me.by_rank[i] = all + (size_t)i * r->world;
+        st = comm_allgather_f64(r->comm, (double)r->mem.bytes[cats[i]], all + (size_t)i * r->world, err);
+        for (int q = 0; q < r->world; q++) me.match = me.match && me.by_rank[i][q] == (double)state[cats[i]];
+    }
+    if (st == ST_OK) ev_memory(&r->log, &me);
+    free(all);
+    if (st == ST_OK && r->world > 1 && !c->quiet)
+        printf("memory per rank (dp %d, ZeRO %d): params %.2f MiB, grads %.2f MiB, moments %.2f MiB planned; measured "
+               "on every rank %s\n",
+               r->dp, c->zero, state[MEM_PARAMS] / 1048576.0, state[MEM_GRADS] / 1048576.0,
+               state[MEM_MOMENTS] / 1048576.0, me.match ? "equal" : "DIFFERENT (see the memory event)");
+    return st;
+}
+
+static Status run_setup(Run *r, Err *err) {
+    Status st;
+    if ((st = setup_grid(r, err)) != ST_OK) return st; /* a wrong grid is refused before any allocation */
+    if ((st = setup_data(r, err)) != ST_OK) return st;
+    if ((st = setup_same_config(r, err)) != ST_OK) return st;
+    if ((st = resume_find(r, err)) != ST_OK) return st;
+    if ((st = setup_model(r, err)) != ST_OK) return st;
+    if ((st = resume_load(r, err)) != ST_OK) return st;
+    if ((st = setup_outputs(r, err)) != ST_OK) return st;
+    if ((st = setup_accounting(r, err)) != ST_OK) return st;
+    if ((st = announce(r, err)) != ST_OK) return st;
+    r->step = r->start_step, r->attempt = r->start_attempt;
+    r->res->start_step = r->start_step;
+    return ST_OK;
+}
+
+static void signals_install(Run *r) {
+    if (!r->cfg.handle_signals) return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    g_stop_signal = 0;
+    sigaction(SIGTERM, &sa, &r->old_term);
+    sigaction(SIGINT, &sa, &r->old_int);
+    r->signals = 1;
+}
+
+static void signals_restore(Run *r) {
+    if (!r->signals) return;
+    sigaction(SIGTERM, &r->old_term, NULL);
+    sigaction(SIGINT, &r->old_int, NULL);
+}
+
+/* ================================================================ checkpoints */
+
 /* Gathers the full parameters (and moments when opt_too) into staging; rank 0 writes. The others
  * learn rank 0's outcome, so a failed write ends the run everywhere instead of a hang. */
-static Status run_save_par(Run *r, const CkptMeta *meta, const CkptOptions *o, CkptSaveInfo *info, const char *out_dir,
-                           Err *err) {
+static Status run_save_gathered(Run *r, const CkptMeta *meta, const CkptOptions *o, CkptSaveInfo *info,
+                                const char *out_dir, Err *err) {
     int nv = par_moment(r->par, 1) ? 1 : 0, nb = out_dir ? 1 : 2 + nv;
     float *buf = run_staging(r, nb);
     if (!buf) return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
@@ -379,7 +635,7 @@ static Status run_save_par(Run *r, const CkptMeta *meta, const CkptOptions *o, C
     CkptOptState opt = {out_dir ? NULL : buf + n, out_dir || !nv ? NULL : buf + 2 * n, NULL};
     Status st = par_get_full(r->par, buf, opt.m, opt.v, err);
     int64_t fail = 0;
-    if (st == ST_OK && r->cfg.comm->rank == 0) {
+    if (st == ST_OK && r->comm->rank == 0) {
         GptWeights view = r->g.w;
         view.params = buf;
         st = out_dir ? st_save_hf(&view, out_dir, r->cfg.tokenizer, err) : ckpt_save(&view, &opt, meta, o, info, err);
@@ -387,7 +643,7 @@ static Status run_save_par(Run *r, const CkptMeta *meta, const CkptOptions *o, C
     }
     run_staging_free(r, buf, nb);
     Err e2;
-    Status st2 = comm_allreduce_i64(r->cfg.comm, &fail, 1, COMM_MAX, &e2);
+    Status st2 = comm_allreduce_i64(r->comm, &fail, 1, COMM_MAX, &e2);
     if (st != ST_OK) return st;
     if (st2 != ST_OK) return *err = e2, st2;
     if (fail) return err_set(err, ST_ERR_RUNTIME, "%s: rank 0 could not write it (its message says why)",
@@ -395,89 +651,21 @@ static Status run_save_par(Run *r, const CkptMeta *meta, const CkptOptions *o, C
     return ST_OK;
 }
 
-/* The step's global token count and the agreed preemption flag (one small all-reduce). */
-static Status run_par_tokens(Run *r, long *ntok, int *stop, Err *err) {
-    int64_t v[2] = {*ntok, g_stop_signal != 0};
-    Status st = comm_allreduce_i64(r->cfg.comm, v, 2, COMM_SUM, err);
-    *ntok = (long)v[0], *stop = v[1] > 0;
-    return st;
+/* The final weights (model.safetensors + config.json in out_dir). */
+static Status save_weights(Run *r, const char *out_dir, Err *err) {
+    if (r->local) return st_save_hf(&r->g.w, out_dir, r->cfg.tokenizer, err);
+    return run_save_gathered(r, NULL, NULL, NULL, out_dir, err);
 }
 
-/* After the backward passes: gradient collectives finished, loss summed, global norm. */
-static Status run_par_reduce(Run *r, double *loss_sum, double *norm, Err *err) {
-    Status st = par_grads_finish(r->par, err);
-    if (st == ST_OK) st = comm_allreduce_f64(r->cfg.comm, loss_sum, 1, COMM_SUM, err);
-    if (st == ST_OK) st = par_grad_norm(r->par, norm, err);
-    return st;
-}
-
-static double comm_bytes_total(const Comm *c) {
-    double b = 0;
-    for (int k = 0; k < COMM_NKIND; k++) b += (double)c->stats.bytes[k];
-    return b;
-}
-
-/* Step record additions: bytes sent, max and median step time across ranks. Collective. */
-static void run_par_step_record(Run *r, cJSON *o, double dt, double bytes) {
-    Comm *c = r->cfg.comm;
-    double *all = calloc((size_t)c->world, sizeof *all);
-    Err e;
-    if (!all || comm_allgather_f64(c, dt, all, &e) != ST_OK) {
-        free(all);
-        return;
-    }
-    double mx = 0;
-    for (int i = 0; i < c->world; i++) mx = all[i] > mx ? all[i] : mx;
-    cJSON_AddNumberToObject(o, "comm_bytes", bytes);
-    cJSON_AddNumberToObject(o, "step_ms_max", mx);
-    cJSON_AddNumberToObject(o, "step_ms_median", median(all, c->world));
-    free(all);
-}
-
-/* Per-rank planned bytes of parameters, gradients, master weights and moments. */
-static void run_par_plan(const Run *r, size_t plan[MEM_NCAT]) {
-    par_planned_bytes(&r->g.w.layout, r->dp, r->cfg.zero, optim_num_moments(&r->cfg.optim), (r->g.w.prec != GPT_FP32), plan);
-}
-
-/* The memory event: this stage's planned bytes per rank and every rank's measured bytes. */
-static void run_par_memory(Run *r, cJSON *o) {
-    Comm *c = r->cfg.comm;
-    size_t plan[MEM_NCAT];
-    run_par_plan(r, plan);
-    static const MemCategory cats[4] = {MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_MOMENTS};
-    cJSON *pl = cJSON_AddObjectToObject(o, "planned");
-    cJSON *br = cJSON_AddObjectToObject(o, "measured_by_rank");
-    double *all = calloc((size_t)c->world, sizeof *all);
-    int match = all != NULL;
-    for (int i = 0; i < 4 && all; i++) {
-        Err e;
-        cJSON_AddNumberToObject(pl, mem_category_name(cats[i]), (double)plan[cats[i]]);
-        if (comm_allgather_f64(c, (double)r->mem.bytes[cats[i]], all, &e) != ST_OK) match = 0;
-        cJSON *a = cJSON_AddArrayToObject(br, mem_category_name(cats[i]));
-        for (int q = 0; q < c->world; q++) {
-            cJSON_AddItemToArray(a, cJSON_CreateNumber(all[q]));
-            match = match && all[q] == (double)plan[cats[i]];
-        }
-    }
-    free(all);
-    cJSON_AddNumberToObject(o, "zero", r->cfg.zero);
-    cJSON_AddNumberToObject(o, "dp", r->dp);
-    cJSON_AddBoolToObject(o, "planned_equals_measured", match);
-    if (!r->cfg.quiet)
-        printf("memory per rank (dp %d, ZeRO %d): params %.2f MiB, grads %.2f MiB, moments %.2f MiB planned; measured "
-               "on every rank %s\n",
-               r->dp, r->cfg.zero, plan[MEM_PARAMS] / 1048576.0, plan[MEM_GRADS] / 1048576.0,
-               plan[MEM_MOMENTS] / 1048576.0, match ? "equal" : "DIFFERENT (see the memory event)");
-}
-
-/* Writes a checkpoint of the state after `step` completed steps; returns its cost in ms. */
-static Status save_checkpoint(Run *r, long step, long attempt, double *ms, CkptSaveInfo *info, Err *err) {
+/* Writes a checkpoint of the state after `step` completed steps; *ms is its cost to the step. */
+static Status save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info, Err *err) {
     const TrainConfig *c = &r->cfg;
     double t0 = timer_ms();
+    long attempt = r->attempt;
     CkptMeta meta;
     memset(&meta, 0, sizeof meta);
     meta.step = step;
-    meta.tokens_seen = (uint64_t)attempt * c->micro_batch * c->grad_accum * r->dp * c->seq_len;
+    meta.tokens_seen = (uint64_t)attempt * (uint64_t)r->batch_tokens;
     meta.sched_step = step;
     meta.loader = loader_get_state(&r->train);
     snprintf(meta.optimizer, sizeof meta.optimizer, "%s", optim_kind_name(c->optim.kind));
@@ -500,7 +688,7 @@ static Status save_checkpoint(Run *r, long step, long attempt, double *ms, CkptS
         ckpt_meta_set_scaler(&meta, "good_steps", (double)r->scaler.good);
         ckpt_meta_set_scaler(&meta, "skips", (double)r->scaler.skips);
     }
-    CkptOptState opt = {r->m, r->v, NULL};
+    CkptOptState opt = {par_moment(r->par, 0), par_moment(r->par, 1), NULL};
     CkptOptions o = ckpt_default_options();
     o.dir = c->ckpt_dir, o.keep_last = c->keep_last, o.keep_every = c->keep_every, o.tokenizer = c->tokenizer;
     /* Synchronous saves show progress; an asynchronous one runs behind training. */
@@ -510,21 +698,22 @@ static Status save_checkpoint(Run *r, long step, long attempt, double *ms, CkptS
     memset(info, 0, sizeof *info);
     if (r->async) {
         /* The previous background write must be complete (and its errors seen) first. */
-        if ((st = ckpt_async_wait(r->async, NULL, err)) != ST_OK) return st;
-        st = ckpt_async_save(r->async, &r->g.w, &opt, &meta, &o, err);
-    } else if (r->par) {
-        st = run_save_par(r, &meta, &o, info, NULL, err);
-    } else {
+        if ((st = ckpt_async_wait(r->async, NULL, err)) == ST_OK) st = ckpt_async_save(r->async, &r->g.w, &opt, &meta, &o, err);
+    } else if (r->local) {
         st = ckpt_save(&r->g.w, &opt, &meta, &o, info, err);
+    } else {
+        st = run_save_gathered(r, &meta, &o, info, NULL, err);
     }
     cJSON_Delete(extra);
     *ms = timer_ms() - t0;
     return st;
 }
 
+/* ================================================================ generation samples */
+
 /* A generation sample from the current weights (KV cache, temperature 0.8 over the whole
  * vocabulary, seeded by the step so it is reproducible), printed and logged. */
-static void log_sample(Run *r, long step, FILE *log) {
+static void log_sample(Run *r, long step) {
     const TrainConfig *c = &r->cfg;
     if (!r->g.w.params) return; /* ZeRO-3: the full weights are not on this rank */
     KvCache kv;
@@ -535,655 +724,407 @@ static void log_sample(Run *r, long step, FILE *log) {
     int32_t cur = c->model.vocab - 1; /* start from end-of-text */
     for (int i = 0; i < n && ids; i++) {
         infer_step(&r->g, &kv, cur);
-        float mx = kv.logits[0];
-        for (int v = 1; v < c->model.vocab; v++) mx = kv.logits[v] > mx ? kv.logits[v] : mx;
-        double sum = 0;
-        for (int v = 0; v < c->model.vocab; v++) sum += exp((kv.logits[v] - mx) / 0.8);
-        double u = rng_uniform((uint64_t)step, 0x5a3b1e, (uint64_t)i) * sum, acc = 0;
-        cur = c->model.vocab - 1;
-        for (int v = 0; v < c->model.vocab; v++) {
-            acc += exp((kv.logits[v] - mx) / 0.8);
-            if (acc >= u) {
-                cur = v;
-                break;
-            }
-        }
+        cur = infer_pick(kv.logits, c->model.vocab, 0.8f, 0, rng_uniform((uint64_t)step, 0x5a3b1e, (uint64_t)i), NULL);
         ids[i] = (uint32_t)cur;
     }
     uint8_t *text = NULL;
     size_t len = 0, cap = 0;
     if (ids && c->sample_tokenizer) tokenizer_decode(c->sample_tokenizer, ids, (size_t)n, &text, &len, &cap, &e);
-    cJSON *o = event("sample");
-    cJSON_AddNumberToObject(o, "step", (double)step);
-    if (text) {
-        char *t = malloc(len + 1);
+    char *t = text ? malloc(len + 1) : NULL;
+    if (t) {
         memcpy(t, text, len);
         t[len] = 0;
-        cJSON_AddStringToObject(o, "text", t);
         if (!c->quiet) {
             /* The console line stays one line: newlines are shown as ⏎, other control bytes as spaces. */
             printf("sample %5ld | ", step);
             for (size_t i = 0; i < len; i++) {
                 unsigned char ch = (unsigned char)t[i];
                 if (ch == '\n') fputs("⏎", stdout);
-                else if (ch < 0x20 || ch == 0x7f) putchar(' '); /* no control bytes on the console */
+                else if (ch < 0x20 || ch == 0x7f) putchar(' ');
                 else putchar(ch);
             }
             printf("\n");
         }
-        free(t);
-    } else if (ids) {
-        cJSON *a = cJSON_AddArrayToObject(o, "ids");
-        for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[i]));
     }
-    log_event(log, o);
+    if (t || ids) ev_sample(&r->log, step, t, ids, n);
+    free(t);
     free(text);
     free(ids);
     kv_free(&kv);
 }
 
-Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
-    Status st = validate(cfg_in, err);
+/* ================================================================ one optimizer step */
+
+/* What one step measured and decided, filled stage by stage. */
+typedef struct {
+    long next;                  /* the step this update would complete */
+    long ntok;                  /* unmasked target tokens of the step, all ranks */
+    int stop;                   /* a stop signal reached some rank (agreed by all) */
+    double t0, t1, t2, t3;      /* start; data ready; gradients reduced; update applied */
+    double comm_ms0, comm_b0;   /* communication counters at the start */
+    double loss_sum, loss, norm;
+    float lscale, scale, lr;    /* fp16 loss scale (1 otherwise), clip factor, learning rate */
+    int overflow, updated, rolled_back, last, stopping;
+    double ckpt_ms;
+} Step;
+
+/* The step's k micro-batches of this rank, and the global count of their target tokens: the
+ * loss denominator, so that accumulation and data parallelism give the loss of one batch. The
+ * same small all-reduce agrees on preemption. */
+static Status step_data(Run *r, Step *s, Err *err) {
+    const TrainConfig *c = &r->cfg;
+    int B = c->micro_batch, T = c->seq_len, k = c->grad_accum;
+    s->t0 = timer_ms();
+    for (int j = 0; j < k; j++)
+        loader_fill_rank(&r->train, r->dp_rank, r->dp, j, B, k, r->inp + (size_t)j * B * T, r->tgt + (size_t)j * B * T);
+    loader_step_done(&r->train, r->dp, B, k);
+    if (r->attempt == c->debug_spike_step) /* test hook: a corrupted batch (random targets) */
+        for (size_t i = 0; i < r->batch_ints; i++)
+            r->tgt[i] = (int32_t)rng_below(99, 0xbad, i, (uint64_t)c->model.vocab);
+    long ntok = 0;
+    for (size_t i = 0; i < r->batch_ints; i++) ntok += r->tgt[i] >= 0;
+    s->comm_ms0 = r->comm->stats.wait_ms_total, s->comm_b0 = comm_bytes_total(r->comm);
+    int64_t v[2] = {ntok, g_stop_signal != 0};
+    Status st = comm_allreduce_i64(r->comm, v, 2, COMM_SUM, err);
+    s->ntok = (long)v[0], s->stop = v[1] > 0;
+    s->t1 = timer_ms();
+    return st;
+}
+
+/* Forward and backward of each micro-batch. Each loss is divided by the step's token count (and
+ * multiplied by the fp16 loss scale), so the accumulated gradients are those of the whole step.
+ * A GEMM that failed on the way is returned here (gpt_status), before anything uses the result. */
+static Status step_micro_batches(Run *r, Step *s, Err *err) {
+    const TrainConfig *c = &r->cfg;
+    int B = c->micro_batch, T = c->seq_len, k = c->grad_accum;
+    par_step_begin(r->par, k, s->next); /* the first micro-batch writes the gradients, the others add */
+    r->g.s.ms_fwd = r->g.s.ms_bwd = 0;
+    s->lscale = c->fp16 ? r->scaler.scale : 1.0f;
+    float dscale = s->ntok > 0 ? s->lscale / (float)s->ntok : 0.0f;
+    for (int j = 0; j < k; j++) {
+        size_t off = (size_t)j * B * T;
+        par_micro_begin(r->par, j);
+        /* Dropout counter: the micro-batch's index in the global step (rank-major), as one process. */
+        uint64_t drop = ((uint64_t)(r->attempt - 1) * r->dp + r->dp_rank) * k + j;
+        s->loss_sum += gpt_forward(&r->g, r->inp + off, r->tgt + off, B, T, dscale, 1, drop);
+        gpt_backward(&r->g);
+    }
+    if (r->attempt == c->debug_nan_step && r->g.d.grads) r->g.d.grads[r->g.w.layout.tensors[2].offset] = NAN; /* test hook */
+    return gpt_status(&r->g, err);
+}
+
+/* Gradient collectives finished; the global loss; the global norm (and each rank's value of it,
+ * logged to show they agree); fp16 overflow; the clip factor and the learning rate. */
+static Status step_grads(Run *r, Step *s, Err *err) {
+    const TrainConfig *c = &r->cfg;
+    Status st = par_grads_finish(r->par, err);
+    if (st == ST_OK) st = comm_allreduce_f64(r->comm, &s->loss_sum, 1, COMM_SUM, err);
+    if (st != ST_OK) return st;
+    s->loss = s->ntok > 0 ? s->loss_sum / s->ntok : 0.0;
+    s->t2 = timer_ms();
+    if ((st = par_grad_norm(r->par, &s->norm, err)) != ST_OK) return st;
+    if (c->fp16) {
+        /* Loss scaling: inf/nan in the scaled gradients means the scale overflowed fp16 — skip the
+         * step and halve; otherwise unscale the norm (the update is unscaled in step_update). */
+        float before = r->scaler.scale;
+        s->overflow = !isfinite(s->norm);
+        if (!s->overflow) s->norm /= s->lscale;
+        scaler_update(&r->scaler, !s->overflow);
+        if (s->overflow) {
+            ev_overflow(&r->log, s->next, r->attempt, before, r->scaler.scale);
+            r->res->overflows++;
+            if (!c->quiet)
+                printf("fp16: gradients overflowed at step %ld with loss scale %g: step skipped, scale %g\n", s->next,
+                       before, r->scaler.scale);
+        }
+    }
+    s->scale = optim_clip_scale(s->norm, c->grad_clip);
+    s->lr = sched_lr(&c->sched, s->next);
+    return comm_allgather_f64(r->comm, s->norm, r->by_rank, err);
+}
+
+/* Rolls back to the last checkpoint; the loader keeps its position, so the batches that led to
+ * the spike are skipped. The health windows stay as they are (the cap counts on). Returns 0 when
+ * there is nothing to roll back to. */
+static int health_rollback(Run *r, Step *s, Status *st, Err *err) {
+    const TrainConfig *c = &r->cfg;
+    char path[4096] = "", note[256];
+    if (!c->ckpt_dir[0] || ckpt_resolve(c->ckpt_dir, "auto", path, sizeof path, note, sizeof note, err) != ST_OK ||
+        !path[0])
+        return 0;
+    CkptMeta back;
+    LoaderState keep = loader_get_state(&r->train);
+    if ((*st = run_load_ckpt(r, path, &back, err)) != ST_OK) return 1;
+    loader_set_state(&r->train, keep);
+    if (!c->quiet) printf("health: rolled back to %s (step %ld)\n", path, back.step);
+    ev_rollback(&r->log, s->next, back.step, r->attempt, path);
+    r->step = back.step;
+    ckpt_meta_free(&back);
+    r->res->rollbacks++;
+    s->rolled_back = 1;
+    return 1;
+}
+
+/* The detectors decide whether this update happens (log, skip, roll back or stop). A loss
+ * scaler overflow is not the model's divergence: it skips without touching the detectors. */
+static Status step_health(Run *r, Step *s, Err *err) {
+    const TrainConfig *c = &r->cfg;
+    HealthVerdict hv;
+    if (s->overflow) {
+        memset(&hv, 0, sizeof hv);
+        hv.action = HEALTH_ACT_SKIP;
+    } else {
+        hv = health_step(&r->health, &c->health, s->next, s->loss, s->norm);
+    }
+    if (hv.loss_spike || hv.gnorm_spike || hv.nonfinite) {
+        int g = hv.gnorm_spike && !hv.loss_spike;
+        SpikeEvent e = {.step = s->next, .batch = r->attempt, .nonfinite = hv.nonfinite,
+                        .metric = g ? "grad_norm" : "loss", .action = health_action_name(hv.action),
+                        .value = g ? s->norm : s->loss, .median = g ? hv.gnorm_median : hv.loss_median,
+                        .z = g ? hv.gnorm_z : hv.loss_z, .tokens_seen = (double)r->attempt * r->batch_tokens};
+        ev_spike(&r->log, &e);
+        r->res->spikes++;
+        if (!c->quiet)
+            printf("health: %s at step %ld (batch %ld): %s -> %s\n", hv.nonfinite ? "non-finite values" : "spike",
+                   s->next, r->attempt, hv.why, health_action_name(hv.action));
+    }
+    if (hv.stall) {
+        ev_stall(&r->log, s->next, hv.why);
+        if (!c->quiet) printf("health: stall at step %ld: %s\n", s->next, hv.why);
+    }
+    if (hv.action == HEALTH_ACT_STOP) {
+        char last_good[4096] = "", note[256];
+        Err e2;
+        if (c->ckpt_dir[0]) ckpt_resolve(c->ckpt_dir, "auto", last_good, sizeof last_good, note, sizeof note, &e2);
+        return err_set(err, ST_ERR_RUNTIME, "step %ld: %s; the weights were not updated; last good checkpoint: %s",
+                       s->next, hv.why, last_good[0] ? last_good : "none (no --ckpt-dir)");
+    }
+    Status st = ST_OK;
+    if (hv.action == HEALTH_ACT_ROLLBACK && !health_rollback(r, s, &st, err)) {
+        hv.action = HEALTH_ACT_SKIP; /* nothing to roll back to: skip the update instead */
+        if (!c->quiet) printf("health: no checkpoint to roll back to, skipping the update instead\n");
+    }
+    if (st != ST_OK) return st;
+    if (hv.action == HEALTH_ACT_SKIP) {
+        ev_skip(&r->log, s->next, r->attempt);
+        if (r->nskipped < SKIP_RECORD_MAX) r->skipped[r->nskipped++] = r->attempt;
+        r->res->skips++;
+    }
+    s->updated = hv.action == HEALTH_ACT_NONE || hv.action == HEALTH_ACT_LOG;
+    return ST_OK;
+}
+
+/* This rank's part of the update (clip and fp16 unscale folded into the gradient scale), then
+ * ZeRO's parameter all-gather. */
+static Status step_update(Run *r, Step *s, Err *err) {
+    Status st = ST_OK;
+    if (s->updated) {
+        par_optim_step(r->par, &r->cfg.optim, s->next, s->lr, s->scale / s->lscale);
+        st = par_params_sync(r->par, err);
+        r->step = s->next;
+    }
+    s->t3 = timer_ms();
+    return st;
+}
+
+/* A checkpoint when due, at the end, and when stopping (signal or --stop-after). */
+static Status step_checkpoint(Run *r, Step *s, Err *err) {
+    const TrainConfig *c = &r->cfg;
+    s->last = s->updated && r->step == c->steps;
+    /* One process reads the flag now; under MPI every rank acts on the agreed one. */
+    int signalled = s->stop || (r->world == 1 && g_stop_signal != 0);
+    s->stopping = signalled || (c->stop_after > 0 && r->step >= c->stop_after && !s->last);
+    int due = s->updated && c->ckpt_every > 0 && r->step % c->ckpt_every == 0;
+    if (!c->ckpt_dir[0] || s->rolled_back || !(s->last || s->stopping || due)) return ST_OK;
+    CkptSaveInfo info;
+    Status st = save_checkpoint(r, r->step, &s->ckpt_ms, &info, err);
+    if (st != ST_OK) return st;
+    ev_ckpt(&r->log, r->step, s->ckpt_ms, r->async ? NULL : info.path, (double)info.bytes, info.pruned);
+    /* Young/Daly needs the full write time: for async saves, the background write's. */
+    if (!r->first_ckpt_ms && !r->async) r->first_ckpt_ms = info.ms_write + info.ms_prune;
+    if (!r->first_ckpt_ms && r->async && c->mtbf_hours > 0) {
+        CkptSaveInfo wi;
+        if ((st = ckpt_async_wait(r->async, &wi, err)) != ST_OK) return st;
+        r->first_ckpt_ms = wi.ms_write + wi.ms_prune;
+    }
+    return ST_OK;
+}
+
+/* After the first step every buffer and the libraries' scratch are live: measured memory by
+ * category, and resident anonymous memory above the start of the run, on every rank. Collective. */
+static Status report_memory(Run *r, Step *s, Err *err) {
+    size_t rss = mem_rss_anon(), allocated = 0;
+    for (int c = 0; c < MEM_NCAT; c++) allocated += r->mem.bytes[c];
+    MemoryStepEvent e = {.step = s->next, .allocated_total = (double)allocated, .world = r->world,
+                         .rss_above = rss > r->rss_base ? (double)(rss - r->rss_base) : 0.0,
+                         .rss_unaccounted = rss > r->rss_base + allocated ? (double)(rss - r->rss_base - allocated) : 0.0};
+    memcpy(e.measured, r->mem.bytes, sizeof e.measured);
+    double *all = calloc((size_t)r->world * 2, sizeof *all);
+    if (!all) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    Status st = comm_allgather_f64(r->comm, e.allocated_total, all, err);
+    if (st == ST_OK) st = comm_allgather_f64(r->comm, e.rss_above, all + r->world, err);
+    e.allocated_by_rank = all, e.rss_above_by_rank = all + r->world;
+    if (st == ST_OK) ev_memory_step(&r->log, &e);
+    free(all);
+    return st;
+}
+
+/* The progress line and the step record. MFU is the job's model FLOP/s over the sum of the ranks'
+ * peaks. Collective (step times of every rank). */
+static Status step_report(Run *r, Step *s, Err *err) {
+    const TrainConfig *c = &r->cfg;
+    TrainResult *res = r->res;
+    double dt = timer_ms() - s->t0;
+    int first = r->attempt == r->start_attempt + 1;
+    Status st = first ? report_memory(r, s, err) : ST_OK;
+    if (st == ST_OK) st = comm_allgather_f64(r->comm, dt, r->by_rank2, err);
+    if (st != ST_OK) return st;
+    double mx = 0;
+    for (int i = 0; i < r->world; i++) mx = r->by_rank2[i] > mx ? r->by_rank2[i] : mx;
+    if (r->nmeasured < r->step_cap) r->step_ms[r->nmeasured++] = dt;
+    r->ms_total += dt;
+    double tok_s = r->batch_tokens / (dt * 1e-3), mfu = r->fpt * tok_s / r->peak_job;
+    double elapsed = (timer_ms() - r->loop_t0) * 1e-3;
+    long done = r->attempt - r->start_attempt, left = c->steps - r->step;
+    double eta = done > 0 ? elapsed / done * left : NAN;
+    if (first) res->first_loss = s->loss;
+    res->last_loss = s->loss;
+    res->steps_done = r->step;
+    if (!c->quiet) {
+        char el[32], et[32];
+        fmt_duration(elapsed, el, sizeof el), fmt_duration(eta, et, sizeof et);
+        printf("step %5ld/%ld | loss %.4f | lr %.2e | norm %.3f -> %.3f | %7.1f ms | %6.0f tok/s | MFU %4.1f%% | "
+               "%s, ETA %s%s%s\n",
+               s->next, c->steps, s->loss, s->lr, s->norm, s->norm * s->scale, dt, tok_s, 100 * mfu, el, et,
+               s->ckpt_ms > 0 ? " | ckpt" : "", s->updated ? "" : " | not applied");
+        fflush(stdout);
+    }
+    double comm_ms = r->comm->stats.wait_ms_total - s->comm_ms0;
+    StepEvent e = {.step = s->next, .batch = r->attempt, .loss = s->loss, .lr = s->lr, .grad_norm = s->norm,
+                   .grad_norm_clipped = s->norm * s->scale, .grad_norm_by_rank = r->by_rank, .world = r->world,
+                   .applied = s->updated, .fp16 = c->fp16, .loss_scale = s->lscale, .tokens = (double)s->ntok,
+                   .tokens_seen = (double)r->batch_tokens * r->attempt, .tokens_per_s = tok_s, .mfu = mfu,
+                   .elapsed_s = elapsed, .eta_s = eta, .comm_bytes = comm_bytes_total(r->comm) - s->comm_b0,
+                   .step_ms_max = mx, .step_ms_median = median(r->by_rank2, r->world), .ms_total = dt,
+                   .ms_data = s->t1 - s->t0, .ms_forward = r->g.s.ms_fwd, .ms_backward = (s->t2 - s->t1) - r->g.s.ms_fwd,
+                   .ms_comm = comm_ms, .ms_optimizer = s->t3 - s->t2, .ms_checkpoint = s->ckpt_ms};
+    ev_step(&r->log, &e);
+    return ST_OK;
+}
+
+/* Validation every val_every steps, at the end, when stopping, and right after a resume (so a bad
+ * resume shows at once); generation samples every sample_every steps and at the end. */
+static void step_validate(Run *r, Step *s) {
+    const TrainConfig *c = &r->cfg;
+    int after_resume = r->start_step > 0 && r->attempt == r->start_attempt + 1;
+    int due = s->updated && c->val_every > 0 && (r->step % c->val_every == 0 || r->step == 1);
+    if (r->val.nshards && (due || s->last || after_resume || s->stopping)) {
+        double tv = timer_ms();
+        double vl = validate_loss(&r->g, &r->val, c->val_batches, r->inp, r->tgt);
+        double vms = timer_ms() - tv;
+        if (isnan(r->res->first_val)) r->res->first_val = vl;
+        r->res->last_val = vl;
+        if (!c->quiet) {
+            printf("val   %5ld | loss %.4f | perplexity %.2f | %.0f ms\n", r->step, vl, exp(vl), vms);
+            fflush(stdout);
+        }
+        ev_val(&r->log, r->step, vl, vms);
+    }
+    if (c->sample_every > 0 && s->updated && (r->step % c->sample_every == 0 || s->last)) log_sample(r, r->step);
+}
+
+/* One optimizer step through its stages; *stop is set when the run must end after it. */
+static Status train_step(Run *r, int *stop, Err *err) {
+    const TrainConfig *c = &r->cfg;
+    Step s;
+    memset(&s, 0, sizeof s);
+    r->attempt++;
+    s.next = r->step + 1;
+    if (r->attempt >= c->debug_drop_first && r->attempt <= c->debug_drop_last) { /* test hook */
+        loader_step_done(&r->train, r->dp, c->micro_batch, c->grad_accum);
+        return ST_OK;
+    }
+    Status st;
+    if ((st = step_data(r, &s, err)) != ST_OK) return st;
+    if ((st = step_micro_batches(r, &s, err)) != ST_OK) return st;
+    if ((st = step_grads(r, &s, err)) != ST_OK) return st;
+    if ((st = step_health(r, &s, err)) != ST_OK) return st;
+    if ((st = step_update(r, &s, err)) != ST_OK) return st;
+    if ((st = step_checkpoint(r, &s, err)) != ST_OK) return st;
+    if ((st = step_report(r, &s, err)) != ST_OK) return st;
+    step_validate(r, &s);
+    if (s.stopping) {
+        r->res->preempted = 1, *stop = 1;
+        if (!c->quiet) {
+            if (g_stop_signal) printf("stopped by signal %d after step %ld", (int)g_stop_signal, r->step);
+            else if (s.stop) printf("stopped by a signal on another rank after step %ld", r->step);
+            else printf("stopped after step %ld (--stop-after)", r->step);
+            printf("%s\n", c->ckpt_dir[0] ? "; checkpoint saved, resume with --resume auto" : " (no --ckpt-dir: not saved)");
+        }
+    }
+    return ST_OK;
+}
+
+/* ================================================================ the end of a run */
+
+/* The last asynchronous write, the medians, the Young/Daly interval, the final weights, the end
+ * record and the plan against the measurement. */
+static Status run_finish(Run *r, Err *err) {
+    const TrainConfig *c = &r->cfg;
+    TrainResult *res = r->res;
+    Status st;
+    if (r->async) {
+        CkptSaveInfo info;
+        if ((st = ckpt_async_wait(r->async, &info, err)) != ST_OK) return st;
+        if (!c->quiet && info.path[0])
+            printf("checkpoint: last asynchronous write %s took %.0f ms in the background\n", info.path, info.ms_write);
+    }
+    res->final_loss_scale = r->scaler.scale;
+    long n = r->nmeasured;
+    res->median_step_ms = median(r->step_ms + (n > 1), n - (n > 1));
+    res->tokens_per_s = r->batch_tokens / (res->median_step_ms * 1e-3);
+    if (c->mtbf_hours > 0 && r->first_ckpt_ms > 0 && !c->quiet) {
+        /* Young/Daly: the interval minimizing expected lost work + checkpoint overhead. */
+        double interval_s = sqrt(2.0 * r->first_ckpt_ms * 1e-3 * c->mtbf_hours * 3600.0);
+        printf("checkpoint interval for MTBF %.1f h (Young/Daly sqrt(2 * %.2f s * MTBF)): %.0f s = every %.0f steps\n",
+               c->mtbf_hours, r->first_ckpt_ms * 1e-3, interval_s, interval_s / (res->median_step_ms * 1e-3));
+    }
+    if (c->out_dir[0] && !res->preempted) {
+        if ((st = save_weights(r, c->out_dir, err)) != ST_OK) return st;
+        if (!c->quiet) printf("saved weights to %s/model.safetensors\n", c->out_dir);
+    }
+    double plan_ms = r->have_plan ? r->plan.compute.step * 1e3 : 0;
+    EndEvent e = {.res = res, .fp16 = c->fp16, .loss_scale = r->scaler.scale, .wall_s = r->ms_total * 1e-3,
+                  .have_plan = r->have_plan, .planned_step_ms = plan_ms};
+    memcpy(e.peak, r->mem.peak, sizeof e.peak);
+    ev_end(&r->log, &e);
+    if (r->have_plan && !c->quiet)
+        printf("plan: predicted %.1f ms/step, measured median %.1f ms/step (%.2fx)\n", plan_ms, res->median_step_ms,
+               res->median_step_ms / plan_ms);
+    if (!c->quiet)
+        printf("done: %ld steps, median %.1f ms/step, %.0f tokens/s\n", res->steps_done, res->median_step_ms,
+               res->tokens_per_s);
+    return ST_OK;
+}
+
+Status train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
+    Status st = validate(cfg, err);
     if (st != ST_OK) return st;
     memset(res, 0, sizeof *res);
     res->first_val = res->last_val = NAN;
-    size_t rss_base = mem_rss_anon(); /* before anything of this run is allocated */
     Run run;
     memset(&run, 0, sizeof run);
     Run *r = &run;
-    r->cfg = *cfg_in;
-    TrainConfig *cfg = &r->cfg;
-    int B = cfg->micro_batch, T = cfg->seq_len, k = cfg->grad_accum, nt = cfg->threads;
-    char ckpt_path[4096] = "", note[1024] = "";
-    CkptMeta meta;
-    memset(&meta, 0, sizeof meta);
-    long start_step = 0;
-    /* The process grid first: a wrong one is refused before anything is allocated. */
-    if ((st = run_par_setup(r, err)) != ST_OK) goto done;
-
-    int lflags = LOADER_SHUFFLE | (cfg->no_pack ? LOADER_NO_PACK : 0);
-    if ((st = loader_open(&r->train, cfg->data, T, 0, cfg->tokenizer_hash, cfg->data_seed, lflags, err)) != ST_OK)
-        goto done;
-    if (cfg->model.vocab == 0) {
-        cfg->model.vocab = (int)loader_header_vocab(&r->train);
-        if (cfg->model.vocab == 0) {
-            st = err_set(err, ST_ERR_INPUT, "--vocab: not given and the shard headers of %s record no vocabulary size",
-                         cfg->data);
-            goto done;
-        }
+    r->rss_base = mem_rss_anon(); /* before anything of this run is allocated */
+    r->cfg = *cfg, r->res = res;
+    if ((st = run_setup(r, err)) == ST_OK) {
+        signals_install(r);
+        r->loop_t0 = timer_ms();
+        int stop = 0;
+        while (st == ST_OK && !stop && r->step < r->cfg.steps) st = train_step(r, &stop, err);
+        if (st == ST_OK) st = run_finish(r, err);
+        signals_restore(r);
     }
-    if ((st = model_config_validate(&cfg->model, err)) != ST_OK) goto done;
-    if ((st = loader_check_vocab(&r->train, (uint32_t)cfg->model.vocab, err)) != ST_OK) goto done;
-    if (cfg->val_data[0]) {
-        int vflags = cfg->no_pack ? LOADER_NO_PACK : 0;
-        if ((st = loader_open(&r->val, cfg->val_data, T, (uint32_t)cfg->model.vocab, cfg->tokenizer_hash, 0, vflags,
-                              err)) != ST_OK)
-            goto done;
-    }
-    cfg->sched.total = cfg->steps;
-    if ((st = health_validate_options(&cfg->health, err)) != ST_OK) goto done;
-    health_init(&r->health);
-    scaler_init(&r->scaler, cfg->loss_scale, cfg->loss_scale_window);
-    r->config = config_json(cfg);
-    if ((st = run_par_check(r, err)) != ST_OK) goto done;
-
-    /* Resume: find the checkpoint and check the config against it before allocating. */
-    if (cfg->resume[0]) {
-        if (!cfg->ckpt_dir[0] && !strcmp(cfg->resume, "auto")) {
-            st = err_set(err, ST_ERR_INPUT, "--resume auto: expected --ckpt-dir to search, found none");
-            goto done;
-        }
-        const char *where = strcmp(cfg->resume, "auto") ? cfg->resume : cfg->ckpt_dir;
-        if ((st = ckpt_resolve(where, "auto", ckpt_path, sizeof ckpt_path, note, sizeof note, err)) != ST_OK) goto done;
-        if (note[0] && !cfg->quiet) printf("resume: %s\n", note);
-        if (!ckpt_path[0]) {
-            if (strcmp(cfg->resume, "auto")) {
-                st = err_set(err, ST_ERR_INPUT, "--resume %s: expected a checkpoint, found none", cfg->resume);
-                goto done;
-            }
-            if (!cfg->quiet) printf("resume: no checkpoint in %s, starting from scratch\n", cfg->ckpt_dir);
-        } else {
-            if ((st = ckpt_read_meta(ckpt_path, &meta, err)) != ST_OK) goto done;
-            char buf[512], report[2048] = "";
-            snprintf(buf, sizeof buf, "%s", cfg->overrides);
-            const char *ov[32];
-            int nov = split_list(buf, ov, 32);
-            if ((st = ckpt_check_config(meta.config, r->config, ov, nov, report, sizeof report, err)) != ST_OK) {
-                err_prefix(err, "--resume %s", ckpt_path);
-                goto done;
-            }
-            if (report[0] && !cfg->quiet) printf("resume: %s\n", report);
-            if (meta.step >= cfg->steps) {
-                st = err_set(err, ST_ERR_INPUT, "--steps %ld: the checkpoint %s is already at step %ld (extend --steps)",
-                             cfg->steps, ckpt_path, meta.step);
-                goto done;
-            }
-            start_step = meta.step;
-        }
-    }
-
-    mm_set_threads(nt);
-    if ((st = run_gpt_init(r, B, T, nt, err)) != ST_OK) goto done;
-    if ((st = run_init_weights(r, NULL, err)) != ST_OK) goto done;
-    r->g.s.dropout_seed = cfg->seed ^ 0xd509u;
-    if (cfg->init_from[0] && !ckpt_path[0]) {
-        if ((st = run_init_weights(r, cfg->init_from, err)) != ST_OK) {
-            err_prefix(err, "--init-from");
-            goto done;
-        }
-    }
-
-    size_t total = r->g.w.layout.total;
-    int nmom = optim_num_moments(&cfg->optim);
-    r->moment_bytes = r->par ? 0 : total * sizeof(float); /* with parallelism the moments are par's */
-    if (!r->par) r->m = mem_alloc(&r->mem, MEM_MOMENTS, r->moment_bytes);
-    if (nmom == 2 && !r->par) r->v = mem_alloc(&r->mem, MEM_MOMENTS, r->moment_bytes);
-    r->batch_ints = (size_t)k * B * T;
-    r->inp = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
-    r->tgt = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
-    r->ranges = calloc((size_t)r->g.w.layout.ntensors, sizeof *r->ranges);
-    r->step_ms = calloc((size_t)cfg->steps * 2 + 64, sizeof *r->step_ms);
-    if ((!r->par && (!r->m || (nmom == 2 && !r->v))) || !r->inp || !r->tgt || !r->ranges || !r->step_ms) {
-        st = err_set(err, ST_ERR_RUNTIME, "out of memory allocating optimizer state and batches");
-        goto done;
-    }
-    for (int i = 0; i < r->g.w.layout.ntensors; i++) {
-        const TensorInfo *t = &r->g.w.layout.tensors[i];
-        r->ranges[i] = (OptimRange){t->offset, t->numel, t->decay};
-    }
-    if (ckpt_path[0]) {
-        CkptMeta loaded;
-        if ((st = run_load_ckpt(r, ckpt_path, &loaded, err)) != ST_OK) goto done;
-        loader_set_state(&r->train, loaded.loader);
-        r->start_attempt = start_step;
-        const cJSON *hj = loaded.extra ? cJSON_GetObjectItemCaseSensitive(loaded.extra, "health") : NULL;
-        const cJSON *bj = loaded.extra ? cJSON_GetObjectItemCaseSensitive(loaded.extra, "batches") : NULL;
-        const cJSON *sj = loaded.extra ? cJSON_GetObjectItemCaseSensitive(loaded.extra, "skipped_batches") : NULL;
-        if (cJSON_IsNumber(bj)) r->start_attempt = (long)bj->valuedouble;
-        double sv;
-        if (cfg->fp16 && ckpt_meta_scaler(&loaded, "scale", &sv)) {
-            r->scaler.scale = (float)sv;
-            if (ckpt_meta_scaler(&loaded, "good_steps", &sv)) r->scaler.good = (long)sv;
-            if (ckpt_meta_scaler(&loaded, "skips", &sv)) r->scaler.skips = (long)sv;
-        }
-        if (hj && (st = health_state_from_json(&r->health, hj, cfg->health.window, err)) != ST_OK) {
-            ckpt_meta_free(&loaded);
-            err_prefix(err, "%s/state.json: health", ckpt_path);
-            goto done;
-        }
-        for (const cJSON *x = sj ? sj->child : NULL; x && r->nskipped < SKIP_RECORD_MAX; x = x->next)
-            r->skipped[r->nskipped++] = (long)x->valuedouble;
-        ckpt_meta_free(&loaded);
-        if (!cfg->quiet) printf("resume: continuing from %s (step %ld)\n", ckpt_path, start_step);
-    }
-    if (cfg->ckpt_dir[0] && cfg->ckpt_async && !r->par) { /* with parallelism saves are synchronous */
-        CkptOptState opt = {r->m, r->v, NULL};
-        if ((st = ckpt_async_init(&r->async, &r->g.w, &opt, &r->mem, err)) != ST_OK) goto done;
-    }
-    if (cfg->log_path[0]) {
-        /* A resumed run appends to its log; a new run starts it. */
-        r->log = fopen(cfg->log_path, start_step > 0 ? "a" : "w");
-        if (!r->log) {
-            st = err_set(err, ST_ERR_INPUT, "--log %s: cannot open for writing", cfg->log_path);
-            goto done;
-        }
-    }
-    res->start_step = start_step;
-
-    /* MFU against the peak of the precision in use: bf16 dot products for bf16, FMA otherwise. */
-    double peak = cfg->peak_flops;
-    const char *peak_kind = "fp32 FMA";
-    if (!(peak > 0) && cfg->bf16 && !cfg->fp16) {
-        peak = peak_measure_bf16(nt, 200.0);
-        peak_kind = "bf16 dot product";
-    }
-    if (!(peak > 0)) peak = peak_measure_fp32(nt, 200.0), peak_kind = "fp32 FMA";
-    double fpt = train_flops_per_token(&cfg->model, T);
-    long long nparams = model_config_num_params(&cfg->model);
-    res->num_params = nparams;
-    long long batch_seqs = (long long)B * k * r->dp, batch_tokens = batch_seqs * T;
-    double util = loader_utilization(&r->train);
-    /* The plan of this run from the same layout function (docs/plan.md): its predicted step time
-     * and memory are logged at start and compared with the measurements at the end. */
-    PlanResult *plan = calloc(1, sizeof *plan);
-    int have_plan = 0;
-    if (plan) {
-        PlanInput pi = plan_default_input();
-        plan_model_from_config(&pi.model, &cfg->model);
-        pi.micro_batch = B, pi.seq_len = T, pi.grad_accum = k, pi.threads = nt;
-        pi.n_moments = nmom;
-        pi.recompute = (PlanRecompute)cfg->recompute;
-        if (cfg->have_hw) pi.hw = cfg->hw; /* a measured profile (plan --measure-hardware) */
-        else pi.hw.peak_fp32 = peak;
-        if (cfg->bf16 || cfg->fp16) {
-            /* This trainer's mixed precision: a 2-byte weight copy beside the fp32 master and
-             * moments, but fp32 gradients (and activations, which the exact mode counts); fp16 is
-             * emulated, so its GEMMs run at the fp32 rate. */
-            Err pe;
-            plan_precision_preset(&pi.prec, cfg->fp16 ? "fp16" : "bf16", &pe);
-            pi.prec.grad = 4;
-            if (cfg->fp16) pi.prec.compute = PLAN_DTYPE_FP32;
-        }
-        Err perr;
-        have_plan = plan_predict_step(&pi, plan, &perr) == ST_OK;
-    }
-    if (!cfg->quiet) {
-        printf("model: L=%d NH=%d C=%d V=%d (padded %d) maxT=%d, %lld parameters\n", cfg->model.n_layer,
-               cfg->model.n_head, cfg->model.n_embd, cfg->model.vocab, cfg->model.vocab_padded, cfg->model.max_seq,
-               nparams);
-        printf("data: %zu train tokens in %d shard(s), %llu rows of %d+1 (%s, utilization %.1f%%)%s\n",
-               r->train.total_tokens, r->train.nshards, (unsigned long long)r->train.nwin, T,
-               cfg->no_pack ? "one document per row, padding masked" : "packed", 100 * util,
-               r->val.nshards ? "" : ", no validation data");
-        printf("batch: micro-batch %d x seq %d x accumulation %d = %lld sequences = %lld tokens per step\n", B, T, k,
-               batch_seqs, batch_tokens);
-        printf("memory:");
-        for (int mc = 0; mc < MEM_NCAT; mc++)
-            if (r->mem.bytes[mc]) printf(" %s %.1f MiB", mem_category_name((MemCategory)mc), r->mem.bytes[mc] / 1048576.0);
-        printf("\n");
-        printf("compute: %.3g FLOP/token, peak %.1f GFLOP/s (%s), %d threads, %s\n", fpt, peak / 1e9,
-               cfg->peak_flops > 0 ? "given" : peak_kind, nt, mm_backend_info());
-        fflush(stdout);
-    }
-    {
-        cJSON *o = event("start");
-        cJSON_AddNumberToObject(o, "schema_version", METRICS_SCHEMA_VERSION);
-        cJSON_AddItemReferenceToObject(o, "config", r->config);
-        cJSON *b = cJSON_AddObjectToObject(o, "build");
-        cJSON_AddStringToObject(b, "git_commit", build_git_commit());
-        cJSON_AddStringToObject(b, "compiler", build_compiler());
-        cJSON_AddStringToObject(b, "gemm", mm_backend_info());
-        cJSON_AddNumberToObject(b, "threads", nt);
-        if (cfg->argv_joined) cJSON_AddStringToObject(b, "command", cfg->argv_joined);
-        cJSON *eb = cJSON_AddObjectToObject(o, "effective_batch");
-        cJSON_AddNumberToObject(eb, "sequences", (double)batch_seqs);
-        cJSON_AddNumberToObject(eb, "tokens", (double)batch_tokens);
-        cJSON_AddNumberToObject(o, "num_params", (double)nparams);
-        cJSON_AddNumberToObject(o, "flops_per_token", fpt);
-        cJSON_AddNumberToObject(o, "peak_flops", peak);
-        cJSON_AddStringToObject(o, "peak_source", cfg->peak_flops > 0 ? "given" : "measured");
-        cJSON_AddStringToObject(o, "peak_kind", cfg->peak_flops > 0 ? "given" : peak_kind);
-        cJSON_AddNumberToObject(o, "data_utilization", util);
-        cJSON_AddNumberToObject(o, "resumed_from_step", (double)start_step);
-        if (have_plan) {
-            cJSON *pl = cJSON_AddObjectToObject(o, "plan");
-            cJSON_AddNumberToObject(pl, "step_ms", plan->compute.step * 1e3);
-            cJSON_AddNumberToObject(pl, "tokens_per_s", plan->compute.tokens_per_s);
-            cJSON_AddNumberToObject(pl, "mfu", plan->compute.mfu);
-            cJSON_AddNumberToObject(pl, "num_params", (double)plan->n_params);
-            cJSON_AddNumberToObject(pl, "memory_total", plan->mem.total);
-        }
-        cJSON *mp = cJSON_AddObjectToObject(o, "memory_planned");
-        size_t plan_b[MEM_NCAT];
-        layout_memory_plan(&cfg->model, B, T, nt, cfg->recompute, cfg->fp16 ? 2 : cfg->bf16 ? 1 : 0, nmom, plan_b);
-        for (int c = 0; c < MEM_NCAT; c++)
-            if (c != MEM_DATA && c != MEM_COMM && c != MEM_CKPT_STAGING)
-                cJSON_AddNumberToObject(mp, mem_category_name((MemCategory)c), (double)plan_b[c]);
-        if (r->par) {
-            size_t pb[MEM_NCAT];
-            run_par_plan(r, pb);
-            cJSON_ReplaceItemInObject(mp, "parameters", cJSON_CreateNumber((double)pb[MEM_PARAMS]));
-            cJSON_ReplaceItemInObject(mp, "master_weights", cJSON_CreateNumber((double)pb[MEM_MASTER]));
-            cJSON_ReplaceItemInObject(mp, "gradients", cJSON_CreateNumber((double)pb[MEM_GRADS]));
-            cJSON_ReplaceItemInObject(mp, "optimizer_moments", cJSON_CreateNumber((double)pb[MEM_MOMENTS]));
-        }
-        log_event(r->log, o);
-    }
-    {
-        cJSON *o = event("memory");
-        cJSON *mm = cJSON_AddObjectToObject(o, "measured");
-        for (int c = 0; c < MEM_NCAT; c++)
-            cJSON_AddNumberToObject(mm, mem_category_name((MemCategory)c), (double)r->mem.bytes[c]);
-        if (r->par) run_par_memory(r, o);
-        log_event(r->log, o);
-    }
-
-    struct sigaction old_term, old_int;
-    if (cfg->handle_signals) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_stop_signal;
-        sigemptyset(&sa.sa_mask);
-        g_stop_signal = 0;
-        sigaction(SIGTERM, &sa, &old_term);
-        sigaction(SIGINT, &sa, &old_int);
-    }
-
-    double ms_total = 0, first_ckpt_ms = 0;
-    long nmeasured = 0, step_cap = cfg->steps * 2 + 64;
-    /* `step` counts optimizer updates (Adam's t, the schedule, checkpoints); `attempt` counts the
-     * batches consumed. They differ only after health actions skipped or rolled back updates. */
-    long step = start_step, attempt = r->start_attempt;
-    while (step < cfg->steps) {
-        attempt++;
-        long next = step + 1;
-        if (attempt >= cfg->debug_drop_first && attempt <= cfg->debug_drop_last) { /* test hook */
-            loader_step_done(&r->train, r->dp, B, k);
-            continue;
-        }
-        double t0 = timer_ms();
-        /* Data: the k micro-batches of this step, then the unmasked-token count of the whole step
-         * (the loss denominator, so accumulation is exact). */
-        for (int j = 0; j < k; j++)
-            loader_fill_rank(&r->train, r->dp_rank, r->dp, j, B, k, r->inp + (size_t)j * B * T,
-                             r->tgt + (size_t)j * B * T);
-        loader_step_done(&r->train, r->dp, B, k);
-        if (attempt == cfg->debug_spike_step) /* test hook: a corrupted batch (random targets) */
-            for (size_t i = 0; i < r->batch_ints; i++)
-                r->tgt[i] = (int32_t)rng_below(99, 0xbad, i, (uint64_t)cfg->model.vocab);
-        long ntok = 0;
-        for (size_t i = 0; i < r->batch_ints; i++) ntok += r->tgt[i] >= 0;
-        int par_stop = 0;
-        double comm_ms0 = cfg->comm ? cfg->comm->stats.wait_ms_total : 0, comm_b0 = cfg->comm ? comm_bytes_total(cfg->comm) : 0;
-        if (r->par && (st = run_par_tokens(r, &ntok, &par_stop, err)) != ST_OK) goto done_signals;
-        double t1 = timer_ms();
-        if (r->par) par_step_begin(r->par, k, next);
-        else gpt_overwrite_grads(&r->g); /* the first micro-batch writes the gradients, the others add */
-        r->g.s.ms_fwd = r->g.s.ms_bwd = 0;
-        double loss_sum = 0;
-        float lscale = cfg->fp16 ? r->scaler.scale : 1.0f; /* fp16: the loss (so every gradient) is scaled */
-        float dscale = ntok > 0 ? lscale / (float)ntok : 0.0f;
-        for (int j = 0; j < k; j++) {
-            size_t off = (size_t)j * B * T;
-            if (r->par) par_micro_begin(r->par, j);
-            /* Dropout counter: the micro-batch's index in the global step (rank-major), as one process. */
-            loss_sum += gpt_forward(&r->g, r->inp + off, r->tgt + off, B, T, dscale, 1,
-                                    ((uint64_t)(attempt - 1) * r->dp + r->dp_rank) * k + j);
-            gpt_backward(&r->g);
-        }
-        if ((st = gpt_status(&r->g, err)) != ST_OK) goto done_signals; /* a GEMM failed: stop (gpt.h) */
-        if (attempt == cfg->debug_nan_step && r->g.d.grads) r->g.d.grads[r->g.w.layout.tensors[2].offset] = NAN; /* test hook */
-        double par_norm = 0;
-        if (r->par && (st = run_par_reduce(r, &loss_sum, &par_norm, err)) != ST_OK) goto done_signals;
-        double loss = ntok > 0 ? loss_sum / ntok : 0.0;
-        double t2 = timer_ms();
-        double norm = r->par ? par_norm : optim_l2_norm(r->g.d.grads, total, nt);
-        int overflow = 0;
-        if (cfg->fp16) {
-            /* Loss scaling: inf/nan in the scaled gradients means the scale overflowed fp16 — skip
-             * the step and halve; otherwise unscale the norm (the update is unscaled below). */
-            float before = r->scaler.scale;
-            overflow = !isfinite(norm);
-            if (!overflow) norm /= lscale;
-            scaler_update(&r->scaler, !overflow);
-            if (overflow) {
-                cJSON *oo = event("overflow");
-                cJSON_AddNumberToObject(oo, "step", (double)next);
-                cJSON_AddNumberToObject(oo, "batch", (double)attempt);
-                cJSON_AddNumberToObject(oo, "loss_scale", before);
-                cJSON_AddNumberToObject(oo, "new_loss_scale", r->scaler.scale);
-                log_event(r->log, oo);
-                res->overflows++;
-                if (!cfg->quiet)
-                    printf("fp16: gradients overflowed at step %ld with loss scale %g: step skipped, scale %g\n", next,
-                           before, r->scaler.scale);
-            }
-        }
-        float scale = optim_clip_scale(norm, cfg->grad_clip);
-        float lr = sched_lr(&cfg->sched, next);
-
-        /* Health: spikes, non-finite values and stalls decide whether this update happens. A loss
-         * scaler overflow is not the model's divergence: it skips without touching the detectors. */
-        HealthVerdict hv;
-        if (overflow) {
-            memset(&hv, 0, sizeof hv);
-            hv.action = HEALTH_ACT_SKIP;
-        } else {
-            hv = health_step(&r->health, &cfg->health, next, loss, norm);
-        }
-        if (hv.loss_spike || hv.gnorm_spike || hv.nonfinite) {
-            cJSON *os = event(hv.nonfinite ? "nonfinite" : "spike");
-            cJSON_AddNumberToObject(os, "step", (double)next);
-            cJSON_AddNumberToObject(os, "batch", (double)attempt);
-            cJSON_AddStringToObject(os, "metric", hv.gnorm_spike && !hv.loss_spike ? "grad_norm" : "loss");
-            cJSON_AddNumberToObject(os, "value", hv.gnorm_spike && !hv.loss_spike ? norm : loss);
-            cJSON_AddNumberToObject(os, "median", hv.gnorm_spike && !hv.loss_spike ? hv.gnorm_median : hv.loss_median);
-            cJSON_AddNumberToObject(os, "z", hv.gnorm_spike && !hv.loss_spike ? hv.gnorm_z : hv.loss_z);
-            cJSON_AddStringToObject(os, "action", health_action_name(hv.action));
-            cJSON_AddNumberToObject(os, "tokens_seen", (double)attempt * batch_tokens);
-            log_event(r->log, os);
-            res->spikes++;
-            if (!cfg->quiet)
-                printf("health: %s at step %ld (batch %ld): %s -> %s\n", hv.nonfinite ? "non-finite values" : "spike",
-                       next, attempt, hv.why, health_action_name(hv.action));
-        }
-        if (hv.stall) {
-            cJSON *os = event("stall");
-            cJSON_AddNumberToObject(os, "step", (double)next);
-            cJSON_AddStringToObject(os, "why", hv.why);
-            log_event(r->log, os);
-            if (!cfg->quiet) printf("health: stall at step %ld: %s\n", next, hv.why);
-        }
-        if (hv.action == HEALTH_ACT_STOP) {
-            char last_good[4096] = "", note2[256];
-            Err e2;
-            if (cfg->ckpt_dir[0]) ckpt_resolve(cfg->ckpt_dir, "auto", last_good, sizeof last_good, note2, sizeof note2, &e2);
-            st = err_set(err, ST_ERR_RUNTIME, "step %ld: %s; the weights were not updated; last good checkpoint: %s", next,
-                         hv.why, last_good[0] ? last_good : "none (no --ckpt-dir)");
-            goto done_signals;
-        }
-        int rolled_back = 0;
-        if (hv.action == HEALTH_ACT_ROLLBACK) {
-            char path[4096] = "", note2[256];
-            if (cfg->ckpt_dir[0] &&
-                ckpt_resolve(cfg->ckpt_dir, "auto", path, sizeof path, note2, sizeof note2, err) == ST_OK && path[0]) {
-                /* Reload the last checkpoint; the loader keeps its position, so the batches that led
-                 * to the spike are skipped. The health windows stay as they are (the cap counts on). */
-                CkptMeta back;
-                LoaderState keep = loader_get_state(&r->train);
-                if ((st = run_load_ckpt(r, path, &back, err)) != ST_OK) goto done_signals;
-                loader_set_state(&r->train, keep);
-                if (!cfg->quiet) printf("health: rolled back to %s (step %ld)\n", path, back.step);
-                cJSON *ob = event("rollback");
-                cJSON_AddNumberToObject(ob, "step", (double)next);
-                cJSON_AddNumberToObject(ob, "to_step", (double)back.step);
-                cJSON_AddNumberToObject(ob, "batch", (double)attempt);
-                cJSON_AddStringToObject(ob, "checkpoint", path);
-                log_event(r->log, ob);
-                step = back.step;
-                ckpt_meta_free(&back);
-                res->rollbacks++;
-                rolled_back = 1;
-            } else {
-                hv.action = HEALTH_ACT_SKIP; /* nothing to roll back to: skip the update instead */
-                if (!cfg->quiet) printf("health: no checkpoint to roll back to, skipping the update instead\n");
-            }
-        }
-        if (hv.action == HEALTH_ACT_SKIP) {
-            cJSON *ok = event("skip");
-            cJSON_AddNumberToObject(ok, "step", (double)next);
-            cJSON_AddNumberToObject(ok, "batch", (double)attempt);
-            log_event(r->log, ok);
-            if (r->nskipped < SKIP_RECORD_MAX) r->skipped[r->nskipped++] = attempt;
-            res->skips++;
-        }
-        int updated = hv.action == HEALTH_ACT_NONE || hv.action == HEALTH_ACT_LOG;
-        if (updated) {
-            if (r->par) {
-                par_optim_step(r->par, &cfg->optim, next, lr, scale / lscale);
-                if ((st = par_params_sync(r->par, err)) != ST_OK) goto done_signals;
-            } else {
-                /* Mixed precision: the working copy follows the fp32 master in the same pass. */
-                OptimLowp lk = (r->g.w.prec == GPT_FP16) ? OPTIM_LOWP_FP16 : (r->g.w.prec != GPT_FP32) ? OPTIM_LOWP_BF16 : OPTIM_LOWP_NONE;
-                optim_step_lowp(&cfg->optim, r->g.w.params, r->g.d.grads, r->m, r->v, r->ranges, r->g.w.layout.ntensors,
-                                next, lr, scale / lscale, r->g.w.params_lp, lk, nt);
-            }
-            step = next;
-        }
-        double t3 = timer_ms();
-        int last = updated && step == cfg->steps;
-        int stopping = (r->par ? par_stop : g_stop_signal != 0) || (cfg->stop_after > 0 && step >= cfg->stop_after && !last);
-        double ckpt_ms = 0;
-        CkptSaveInfo info;
-        int due = updated && cfg->ckpt_every > 0 && step % cfg->ckpt_every == 0;
-        if (cfg->ckpt_dir[0] && !rolled_back && (last || stopping || due)) {
-            if ((st = save_checkpoint(r, step, attempt, &ckpt_ms, &info, err)) != ST_OK) goto done_signals;
-            cJSON *oc = event("ckpt");
-            cJSON_AddNumberToObject(oc, "step", (double)step);
-            cJSON_AddStringToObject(oc, "mode", r->async ? "async" : "sync");
-            cJSON_AddNumberToObject(oc, "time_ms", ckpt_ms);
-            if (!r->async) {
-                cJSON_AddStringToObject(oc, "path", info.path);
-                cJSON_AddNumberToObject(oc, "bytes", (double)info.bytes);
-                cJSON_AddNumberToObject(oc, "pruned", info.pruned);
-            }
-            log_event(r->log, oc);
-            /* Young/Daly needs the full write time: for async saves, the background write's. */
-            if (!first_ckpt_ms && !r->async) first_ckpt_ms = info.ms_write + info.ms_prune;
-            if (!first_ckpt_ms && r->async && cfg->mtbf_hours > 0) {
-                CkptSaveInfo wi;
-                if ((st = ckpt_async_wait(r->async, &wi, err)) != ST_OK) goto done_signals;
-                first_ckpt_ms = wi.ms_write + wi.ms_prune;
-            }
-        }
-        double dt = timer_ms() - t0;
-        if (attempt == r->start_attempt + 1) {
-            /* After the first step every buffer and the libraries' scratch are live: measured
-             * memory by category, and resident anonymous memory above the start of the run. */
-            size_t rss = mem_rss_anon(), planned = 0;
-            cJSON *om = event("memory");
-            cJSON_AddNumberToObject(om, "step", (double)next);
-            cJSON *mm = cJSON_AddObjectToObject(om, "measured");
-            for (int c = 0; c < MEM_NCAT; c++) {
-                cJSON_AddNumberToObject(mm, mem_category_name((MemCategory)c), (double)r->mem.bytes[c]);
-                planned += r->mem.bytes[c];
-            }
-            cJSON_AddNumberToObject(om, "allocated_total", (double)planned);
-            cJSON_AddNumberToObject(om, "rss_anon_above_baseline", rss > rss_base ? (double)(rss - rss_base) : 0.0);
-            cJSON_AddNumberToObject(om, "rss_unaccounted", rss > rss_base + planned ? (double)(rss - rss_base - planned) : 0.0);
-            log_event(r->log, om);
-        }
-        if (nmeasured < step_cap) r->step_ms[nmeasured++] = dt;
-        ms_total += dt;
-        double tok_s = batch_tokens / (dt * 1e-3);
-        double mfu = fpt * tok_s / peak;
-        if (attempt == r->start_attempt + 1) res->first_loss = loss;
-        res->last_loss = loss;
-        res->steps_done = step;
-        if (!cfg->quiet) {
-            printf("step %5ld/%ld | loss %.4f | lr %.2e | norm %.3f -> %.3f | %7.1f ms | %6.0f tok/s | MFU %4.1f%%%s%s\n",
-                   next, cfg->steps, loss, lr, norm, norm * scale, dt, tok_s, 100 * mfu, ckpt_ms > 0 ? " | ckpt" : "",
-                   updated ? "" : " | not applied");
-            fflush(stdout);
-        }
-        cJSON *o = event("step");
-        cJSON_AddNumberToObject(o, "step", (double)next);
-        cJSON_AddNumberToObject(o, "batch", (double)attempt);
-        cJSON_AddNumberToObject(o, "loss", loss);
-        cJSON_AddNumberToObject(o, "lr", lr);
-        cJSON_AddNumberToObject(o, "grad_norm", norm);
-        cJSON_AddNumberToObject(o, "grad_norm_clipped", norm * scale);
-        cJSON_AddBoolToObject(o, "applied", updated);
-        if (cfg->fp16) cJSON_AddNumberToObject(o, "loss_scale", lscale);
-        cJSON_AddNumberToObject(o, "tokens", (double)ntok);
-        cJSON_AddNumberToObject(o, "tokens_seen", (double)batch_tokens * attempt);
-        cJSON_AddNumberToObject(o, "tokens_per_s", tok_s);
-        cJSON_AddNumberToObject(o, "mfu", mfu);
-        cJSON *tm = cJSON_AddObjectToObject(o, "time_ms");
-        cJSON_AddNumberToObject(tm, "total", dt);
-        cJSON_AddNumberToObject(tm, "data", t1 - t0);
-        cJSON_AddNumberToObject(tm, "forward", r->g.s.ms_fwd);
-        cJSON_AddNumberToObject(tm, "backward", (t2 - t1) - r->g.s.ms_fwd);
-        cJSON_AddNumberToObject(tm, "comm", cfg->comm ? cfg->comm->stats.wait_ms_total - comm_ms0 : 0);
-        if (r->par) run_par_step_record(r, o, dt, comm_bytes_total(cfg->comm) - comm_b0);
-        cJSON_AddNumberToObject(tm, "optimizer", t3 - t2);
-        cJSON_AddNumberToObject(tm, "checkpoint", ckpt_ms);
-        log_event(r->log, o);
-
-        /* Validation: every val_every steps, at the end, and right after a resume (so a bad resume
-         * shows at once). */
-        int after_resume = start_step > 0 && attempt == r->start_attempt + 1;
-        int val_due = updated && cfg->val_every > 0 && (step % cfg->val_every == 0 || step == 1);
-        if (r->val.nshards && (val_due || last || after_resume || stopping)) {
-            double tv = timer_ms();
-            double vl = validate_loss(&r->g, &r->val, cfg->val_batches, r->inp, r->tgt);
-            double vms = timer_ms() - tv;
-            if (isnan(res->first_val)) res->first_val = vl;
-            res->last_val = vl;
-            if (!cfg->quiet) {
-                printf("val   %5ld | loss %.4f | perplexity %.2f | %.0f ms\n", step, vl, exp(vl), vms);
-                fflush(stdout);
-            }
-            cJSON *ov = event("val");
-            cJSON_AddNumberToObject(ov, "step", (double)step);
-            cJSON_AddNumberToObject(ov, "loss", vl);
-            cJSON_AddNumberToObject(ov, "perplexity", exp(vl));
-            cJSON_AddNumberToObject(ov, "time_ms", vms);
-            log_event(r->log, ov);
-        }
-        if (cfg->sample_every > 0 && updated && (step % cfg->sample_every == 0 || last)) log_sample(r, step, r->log);
-        if (stopping) {
-            res->preempted = 1;
-            if (!cfg->quiet) {
-                if (g_stop_signal) printf("stopped by signal %d after step %ld", (int)g_stop_signal, step);
-                else printf("stopped after step %ld (--stop-after)", step);
-                printf("%s\n", cfg->ckpt_dir[0] ? "; checkpoint saved, resume with --resume auto"
-                                                  : " (no --ckpt-dir: not saved)");
-            }
-            break;
-        }
-    }
-    if (r->async) {
-        CkptSaveInfo info;
-        if ((st = ckpt_async_wait(r->async, &info, err)) != ST_OK) goto done_signals;
-        if (!cfg->quiet && info.path[0])
-            printf("checkpoint: last asynchronous write %s took %.0f ms in the background\n", info.path,
-                   info.ms_write);
-    }
-    res->final_loss_scale = r->scaler.scale;
-    res->median_step_ms = median(r->step_ms + (nmeasured > 1), nmeasured - (nmeasured > 1));
-    res->tokens_per_s = batch_tokens / (res->median_step_ms * 1e-3);
-    if (cfg->mtbf_hours > 0 && first_ckpt_ms > 0 && !cfg->quiet) {
-        /* Young/Daly: the interval minimizing expected lost work + checkpoint overhead. */
-        double interval_s = sqrt(2.0 * first_ckpt_ms * 1e-3 * cfg->mtbf_hours * 3600.0);
-        printf("checkpoint interval for MTBF %.1f h (Young/Daly sqrt(2 * %.2f s * MTBF)): %.0f s = every %.0f steps\n",
-               cfg->mtbf_hours, first_ckpt_ms * 1e-3, interval_s, interval_s / (res->median_step_ms * 1e-3));
-    }
-    if (cfg->out_dir[0] && !res->preempted) {
-        if (r->par) st = run_save_par(r, NULL, NULL, NULL, cfg->out_dir, err);
-        else st = st_save_hf(&r->g.w, cfg->out_dir, cfg->tokenizer, err);
-        if (st != ST_OK) goto done_signals;
-        if (!cfg->quiet) printf("saved weights to %s/model.safetensors\n", cfg->out_dir);
-    }
-    {
-        cJSON *o = event("end");
-        cJSON_AddNumberToObject(o, "steps", (double)res->steps_done);
-        cJSON_AddBoolToObject(o, "preempted", res->preempted);
-        cJSON_AddNumberToObject(o, "spikes", (double)res->spikes);
-        cJSON_AddNumberToObject(o, "skips", (double)res->skips);
-        cJSON_AddNumberToObject(o, "rollbacks", (double)res->rollbacks);
-        if (cfg->fp16) {
-            cJSON_AddNumberToObject(o, "overflows", (double)res->overflows);
-            cJSON_AddNumberToObject(o, "loss_scale", r->scaler.scale);
-        }
-        cJSON_AddNumberToObject(o, "final_loss", res->last_loss);
-        cJSON_AddNumberToObject(o, "final_val_loss", res->last_val);
-        cJSON_AddNumberToObject(o, "median_step_ms", res->median_step_ms);
-        cJSON_AddNumberToObject(o, "tokens_per_s", res->tokens_per_s);
-        cJSON_AddNumberToObject(o, "wall_s", ms_total * 1e-3);
-        if (have_plan) {
-            cJSON_AddNumberToObject(o, "planned_step_ms", plan->compute.step * 1e3);
-            cJSON_AddNumberToObject(o, "step_ms_over_plan", res->median_step_ms / (plan->compute.step * 1e3));
-        }
-        cJSON *mm = cJSON_AddObjectToObject(o, "memory_measured");
-        for (int c = 0; c < MEM_NCAT; c++)
-            cJSON_AddNumberToObject(mm, mem_category_name((MemCategory)c), (double)r->mem.peak[c]);
-        log_event(r->log, o);
-    }
-    if (have_plan && !cfg->quiet)
-        printf("plan: predicted %.1f ms/step, measured median %.1f ms/step (%.2fx)\n", plan->compute.step * 1e3,
-               res->median_step_ms, res->median_step_ms / (plan->compute.step * 1e3));
-    if (!cfg->quiet)
-        printf("done: %ld steps, median %.1f ms/step, %.0f tokens/s\n", res->steps_done, res->median_step_ms,
-               res->tokens_per_s);
-done_signals:
-    free(plan);
-    if (cfg->handle_signals) {
-        sigaction(SIGTERM, &old_term, NULL);
-        sigaction(SIGINT, &old_int, NULL);
-    }
-done:
-    ckpt_meta_free(&meta);
     run_free(r);
     return st;
 }

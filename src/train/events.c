@@ -1,0 +1,316 @@
+/* events.c — the metrics log's writers; the schema is the table in events.h. */
+#include "train/events.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/peak.h"
+#include "model/layout.h"
+#include "model/matmul.h"
+
+Status events_open(EventLog *lg, const char *path, int append, Err *err) {
+    lg->f = NULL;
+    if (!path || !path[0]) return ST_OK;
+    lg->f = fopen(path, append ? "a" : "w");
+    if (!lg->f) return err_set(err, ST_ERR_INPUT, "--log %s: cannot open for writing", path);
+    return ST_OK;
+}
+
+void events_close(EventLog *lg) {
+    if (lg->f) fclose(lg->f);
+    lg->f = NULL;
+}
+
+/* Writes one record and takes ownership of o. */
+static void emit(EventLog *lg, cJSON *o) {
+    if (lg->f) {
+        char *s = cJSON_PrintUnformatted(o);
+        if (s) {
+            fputs(s, lg->f);
+            fputc('\n', lg->f);
+            fflush(lg->f);
+            free(s);
+        }
+    }
+    cJSON_Delete(o);
+}
+
+static cJSON *event(const char *name) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "event", name);
+    return o;
+}
+
+static void add_num(cJSON *o, const char *k, double v) { cJSON_AddNumberToObject(o, k, v); }
+
+static void add_array(cJSON *o, const char *k, const double *v, int n) {
+    cJSON *a = cJSON_AddArrayToObject(o, k);
+    for (int i = 0; v && i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
+}
+
+static void add_array_u(cJSON *o, const unsigned *v, int n) {
+    cJSON *a = cJSON_AddArrayToObject(o, "ids");
+    for (int i = 0; v && i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
+}
+
+static void add_categories(cJSON *o, const char *k, const size_t *bytes) {
+    cJSON *m = cJSON_AddObjectToObject(o, k);
+    for (int c = 0; c < MEM_NCAT; c++) add_num(m, mem_category_name((MemCategory)c), (double)bytes[c]);
+}
+
+cJSON *events_config_json(const TrainConfig *c) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *m = cJSON_AddObjectToObject(o, "model");
+    add_num(m, "layers", c->model.n_layer);
+    add_num(m, "heads", c->model.n_head);
+    add_num(m, "channels", c->model.n_embd);
+    add_num(m, "vocab", c->model.vocab);
+    add_num(m, "vocab_padded", c->model.vocab_padded);
+    add_num(m, "max_seq_len", c->model.max_seq);
+    add_num(m, "dropout", c->model.dropout);
+    cJSON_AddStringToObject(o, "data", c->data);
+    cJSON_AddStringToObject(o, "val_data", c->val_data);
+    cJSON_AddStringToObject(o, "tokenizer", c->tokenizer);
+    add_num(o, "micro_batch", c->micro_batch);
+    add_num(o, "seq_len", c->seq_len);
+    add_num(o, "grad_accum", c->grad_accum);
+    add_num(o, "dp", c->dp > 0 ? c->dp : 1);
+    add_num(o, "zero", c->zero);
+    cJSON_AddStringToObject(o, "optimizer", optim_kind_name(c->optim.kind));
+    add_num(o, "beta1", c->optim.beta1);
+    add_num(o, "beta2", c->optim.beta2);
+    add_num(o, "eps", c->optim.eps);
+    add_num(o, "weight_decay", c->optim.weight_decay);
+    add_num(o, "momentum", c->optim.momentum);
+    cJSON_AddStringToObject(o, "schedule", sched_kind_name(c->sched.kind));
+    add_num(o, "lr", c->sched.lr);
+    add_num(o, "min_lr", c->sched.min_lr);
+    add_num(o, "warmup", (double)c->sched.warmup);
+    add_num(o, "decay_frac", c->sched.decay_frac);
+    cJSON_AddStringToObject(o, "decay_shape", sched_shape_name(c->sched.decay_shape));
+    add_num(o, "grad_clip", c->grad_clip);
+    add_num(o, "steps", (double)c->steps);
+    add_num(o, "seed", (double)c->seed);
+    add_num(o, "data_seed", (double)c->data_seed);
+    add_num(o, "threads", c->threads);
+    add_num(o, "val_every", c->val_every);
+    add_num(o, "val_batches", c->val_batches);
+    char hash[32];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)c->tokenizer_hash);
+    cJSON_AddStringToObject(o, "tokenizer_hash", hash);
+    cJSON_AddBoolToObject(o, "no_pack", c->no_pack);
+    cJSON_AddStringToObject(o, "recompute", layout_recompute_name(c->recompute));
+    cJSON_AddStringToObject(o, "precision", c->fp16 ? "fp16" : c->bf16 ? "bf16" : "fp32");
+    cJSON_AddStringToObject(o, "log", c->log_path);
+    cJSON_AddStringToObject(o, "out", c->out_dir);
+    cJSON_AddStringToObject(o, "ckpt_dir", c->ckpt_dir);
+    add_num(o, "ckpt_every", c->ckpt_every);
+    add_num(o, "keep_last", c->keep_last);
+    add_num(o, "keep_every", c->keep_every);
+    cJSON_AddBoolToObject(o, "ckpt_async", c->ckpt_async);
+    cJSON_AddStringToObject(o, "init_from", c->init_from);
+    return o;
+}
+
+void ev_start(EventLog *lg, const StartEvent *e) {
+    cJSON *o = event("start");
+    add_num(o, "schema_version", METRICS_SCHEMA_VERSION);
+    cJSON_AddItemReferenceToObject(o, "config", (cJSON *)e->config);
+    cJSON *b = cJSON_AddObjectToObject(o, "build");
+    cJSON_AddStringToObject(b, "git_commit", build_git_commit());
+    cJSON_AddStringToObject(b, "compiler", build_compiler());
+    cJSON_AddStringToObject(b, "gemm", mm_backend_info());
+    add_num(b, "threads", e->threads);
+    if (e->command) cJSON_AddStringToObject(b, "command", e->command);
+    cJSON *eb = cJSON_AddObjectToObject(o, "effective_batch");
+    add_num(eb, "sequences", (double)e->batch_seqs);
+    add_num(eb, "tokens", (double)e->batch_tokens);
+    add_num(o, "num_params", (double)e->num_params);
+    add_num(o, "flops_per_token", e->flops_per_token);
+    add_num(o, "world", e->world);
+    add_num(o, "peak_flops", e->peak_flops);
+    add_num(o, "peak_flops_job", e->peak_flops_job);
+    cJSON_AddStringToObject(o, "peak_source", e->peak_given ? "given" : "measured");
+    cJSON_AddStringToObject(o, "peak_kind", e->peak_given ? "given" : e->peak_kind);
+    add_num(o, "data_utilization", e->data_utilization);
+    add_num(o, "resumed_from_step", (double)e->resumed_from_step);
+    cJSON *rs = cJSON_AddObjectToObject(o, "resume");
+    cJSON_AddStringToObject(rs, "requested", e->resume_requested ? e->resume_requested : "");
+    cJSON_AddBoolToObject(rs, "found", e->resume_checkpoint && e->resume_checkpoint[0]);
+    cJSON_AddStringToObject(rs, "checkpoint", e->resume_checkpoint ? e->resume_checkpoint : "");
+    cJSON_AddStringToObject(rs, "note", e->resume_note ? e->resume_note : "");
+    if (e->have_plan) {
+        cJSON *pl = cJSON_AddObjectToObject(o, "plan");
+        add_num(pl, "step_ms", e->plan_step_ms);
+        add_num(pl, "tokens_per_s", e->plan_tokens_per_s);
+        add_num(pl, "mfu", e->plan_mfu);
+        add_num(pl, "num_params", e->plan_num_params);
+        add_num(pl, "memory_total", e->plan_memory_total);
+    }
+    cJSON *mp = cJSON_AddObjectToObject(o, "memory_planned");
+    for (int c = 0; c < MEM_NCAT; c++)
+        if (c != MEM_DATA && c != MEM_COMM && c != MEM_CKPT_STAGING)
+            add_num(mp, mem_category_name((MemCategory)c), (double)e->planned[c]);
+    emit(lg, o);
+}
+
+void ev_memory(EventLog *lg, const MemoryEvent *e) {
+    static const MemCategory cats[4] = {MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_MOMENTS};
+    cJSON *o = event("memory");
+    add_categories(o, "measured", e->measured);
+    cJSON *pl = cJSON_AddObjectToObject(o, "planned");
+    cJSON *br = cJSON_AddObjectToObject(o, "measured_by_rank");
+    for (int i = 0; i < 4; i++) {
+        add_num(pl, mem_category_name(cats[i]), (double)e->planned[cats[i]]);
+        add_array(br, mem_category_name(cats[i]), e->by_rank[i], e->world);
+    }
+    add_num(o, "zero", e->zero);
+    add_num(o, "dp", e->dp);
+    cJSON_AddBoolToObject(o, "planned_equals_measured", e->match);
+    emit(lg, o);
+}
+
+void ev_memory_step(EventLog *lg, const MemoryStepEvent *e) {
+    cJSON *o = event("memory");
+    add_num(o, "step", (double)e->step);
+    add_categories(o, "measured", e->measured);
+    add_num(o, "allocated_total", e->allocated_total);
+    add_num(o, "rss_anon_above_baseline", e->rss_above);
+    add_num(o, "rss_unaccounted", e->rss_unaccounted);
+    add_array(o, "allocated_total_by_rank", e->allocated_by_rank, e->world);
+    add_array(o, "rss_anon_above_baseline_by_rank", e->rss_above_by_rank, e->world);
+    emit(lg, o);
+}
+
+void ev_step(EventLog *lg, const StepEvent *e) {
+    cJSON *o = event("step");
+    add_num(o, "step", (double)e->step);
+    add_num(o, "batch", (double)e->batch);
+    add_num(o, "loss", e->loss);
+    add_num(o, "lr", e->lr);
+    add_num(o, "grad_norm", e->grad_norm);
+    add_num(o, "grad_norm_clipped", e->grad_norm_clipped);
+    add_array(o, "grad_norm_by_rank", e->grad_norm_by_rank, e->world);
+    cJSON_AddBoolToObject(o, "applied", e->applied);
+    if (e->fp16) add_num(o, "loss_scale", e->loss_scale);
+    add_num(o, "tokens", e->tokens);
+    add_num(o, "tokens_seen", e->tokens_seen);
+    add_num(o, "tokens_per_s", e->tokens_per_s);
+    add_num(o, "mfu", e->mfu);
+    add_num(o, "elapsed_s", e->elapsed_s);
+    add_num(o, "eta_s", e->eta_s);
+    add_num(o, "comm_bytes", e->comm_bytes);
+    add_num(o, "step_ms_max", e->step_ms_max);
+    add_num(o, "step_ms_median", e->step_ms_median);
+    cJSON *tm = cJSON_AddObjectToObject(o, "time_ms");
+    add_num(tm, "total", e->ms_total);
+    add_num(tm, "data", e->ms_data);
+    add_num(tm, "forward", e->ms_forward);
+    add_num(tm, "backward", e->ms_backward);
+    add_num(tm, "comm", e->ms_comm);
+    add_num(tm, "optimizer", e->ms_optimizer);
+    add_num(tm, "checkpoint", e->ms_checkpoint);
+    emit(lg, o);
+}
+
+void ev_spike(EventLog *lg, const SpikeEvent *e) {
+    cJSON *o = event(e->nonfinite ? "nonfinite" : "spike");
+    add_num(o, "step", (double)e->step);
+    add_num(o, "batch", (double)e->batch);
+    cJSON_AddStringToObject(o, "metric", e->metric);
+    add_num(o, "value", e->value);
+    add_num(o, "median", e->median);
+    add_num(o, "z", e->z);
+    cJSON_AddStringToObject(o, "action", e->action);
+    add_num(o, "tokens_seen", e->tokens_seen);
+    emit(lg, o);
+}
+
+void ev_val(EventLog *lg, long step, double loss, double ms) {
+    cJSON *o = event("val");
+    add_num(o, "step", (double)step);
+    add_num(o, "loss", loss);
+    add_num(o, "perplexity", exp(loss));
+    add_num(o, "time_ms", ms);
+    emit(lg, o);
+}
+
+void ev_stall(EventLog *lg, long step, const char *why) {
+    cJSON *o = event("stall");
+    add_num(o, "step", (double)step);
+    cJSON_AddStringToObject(o, "why", why);
+    emit(lg, o);
+}
+
+void ev_skip(EventLog *lg, long step, long batch) {
+    cJSON *o = event("skip");
+    add_num(o, "step", (double)step);
+    add_num(o, "batch", (double)batch);
+    emit(lg, o);
+}
+
+void ev_rollback(EventLog *lg, long step, long to_step, long batch, const char *checkpoint) {
+    cJSON *o = event("rollback");
+    add_num(o, "step", (double)step);
+    add_num(o, "to_step", (double)to_step);
+    add_num(o, "batch", (double)batch);
+    cJSON_AddStringToObject(o, "checkpoint", checkpoint);
+    emit(lg, o);
+}
+
+void ev_overflow(EventLog *lg, long step, long batch, double scale, double new_scale) {
+    cJSON *o = event("overflow");
+    add_num(o, "step", (double)step);
+    add_num(o, "batch", (double)batch);
+    add_num(o, "loss_scale", scale);
+    add_num(o, "new_loss_scale", new_scale);
+    emit(lg, o);
+}
+
+void ev_ckpt(EventLog *lg, long step, double ms, const char *path, double bytes, int pruned) {
+    cJSON *o = event("ckpt");
+    add_num(o, "step", (double)step);
+    cJSON_AddStringToObject(o, "mode", path ? "sync" : "async");
+    add_num(o, "time_ms", ms);
+    if (path) {
+        cJSON_AddStringToObject(o, "path", path);
+        add_num(o, "bytes", bytes);
+        add_num(o, "pruned", pruned);
+    }
+    emit(lg, o);
+}
+
+void ev_sample(EventLog *lg, long step, const char *text, const unsigned *ids, int n) {
+    cJSON *o = event("sample");
+    add_num(o, "step", (double)step);
+    if (text) cJSON_AddStringToObject(o, "text", text);
+    else add_array_u(o, ids, n);
+    emit(lg, o);
+}
+
+void ev_end(EventLog *lg, const EndEvent *e) {
+    const TrainResult *r = e->res;
+    cJSON *o = event("end");
+    add_num(o, "steps", (double)r->steps_done);
+    cJSON_AddBoolToObject(o, "preempted", r->preempted);
+    add_num(o, "spikes", (double)r->spikes);
+    add_num(o, "skips", (double)r->skips);
+    add_num(o, "rollbacks", (double)r->rollbacks);
+    if (e->fp16) {
+        add_num(o, "overflows", (double)r->overflows);
+        add_num(o, "loss_scale", e->loss_scale);
+    }
+    add_num(o, "final_loss", r->last_loss);
+    add_num(o, "final_val_loss", r->last_val);
+    add_num(o, "median_step_ms", r->median_step_ms);
+    add_num(o, "tokens_per_s", r->tokens_per_s);
+    add_num(o, "wall_s", e->wall_s);
+    if (e->have_plan) {
+        add_num(o, "planned_step_ms", e->planned_step_ms);
+        add_num(o, "step_ms_over_plan", r->median_step_ms / e->planned_step_ms);
+    }
+    add_categories(o, "memory_measured", e->peak);
+    emit(lg, o);
+}

@@ -1,0 +1,130 @@
+/* events.h — the metrics log: its JSON Lines schema and one writer per event (DESIGN.md §5).
+ *
+ * One JSON object per line, "event" first. Every field of every event is written here and nowhere
+ * else, so this table is the schema (METRICS_SCHEMA_VERSION in train.h). Times are milliseconds,
+ * memory bytes, rates per second; NaN is written as null.
+ *
+ *   start     schema_version, config{...}, build{git_commit, compiler, gemm, threads, command},
+ *             effective_batch{sequences, tokens}, num_params, flops_per_token, world,
+ *             peak_flops (this rank), peak_flops_job (sum over ranks: the MFU denominator),
+ *             peak_source, peak_kind, data_utilization, resumed_from_step,
+ *             resume{requested, found, checkpoint, note}, plan{step_ms, tokens_per_s, mfu,
+ *             num_params, memory_total}, memory_planned{category: bytes}
+ *   memory    (at start) measured{category: bytes}, planned{4 state categories}, measured_by_rank
+ *             {category: [bytes per rank]}, zero, dp, planned_equals_measured
+ *   memory    (after the first step) step, measured{category}, allocated_total,
+ *             rss_anon_above_baseline, rss_unaccounted, allocated_total_by_rank[],
+ *             rss_anon_above_baseline_by_rank[]
+ *   step      step, batch, loss, lr, grad_norm, grad_norm_clipped, grad_norm_by_rank[], applied,
+ *             loss_scale (fp16), tokens, tokens_seen, tokens_per_s, mfu, elapsed_s, eta_s,
+ *             comm_bytes, step_ms_max, step_ms_median, time_ms{total, data, forward, backward,
+ *             comm, optimizer, checkpoint}
+ *   val       step, loss, perplexity, time_ms
+ *   spike | nonfinite   step, batch, metric, value, median, z, action, tokens_seen
+ *   stall     step, why
+ *   skip      step, batch
+ *   rollback  step, to_step, batch, checkpoint
+ *   overflow  step, batch, loss_scale, new_loss_scale
+ *   ckpt      step, mode, time_ms [, path, bytes, pruned] (synchronous saves)
+ *   sample    step, text | ids[]
+ *   end       steps, preempted, spikes, skips, rollbacks [, overflows, loss_scale], final_loss,
+ *             final_val_loss, median_step_ms, tokens_per_s, wall_s [, planned_step_ms,
+ *             step_ms_over_plan], memory_measured{category: peak bytes}
+ *
+ * A resumed run appends to the same log: its start record has resumed_from_step > 0, and its
+ * step records continue from the checkpoint's step (docs/report.md: how `report` joins them). */
+#ifndef ST_TRAIN_EVENTS_H
+#define ST_TRAIN_EVENTS_H
+
+#include <stdio.h>
+
+#include "core/mem.h"
+#include "core/status.h"
+#include "train/train.h"
+
+typedef struct {
+    FILE *f; /* NULL: events are dropped (no --log, or not rank 0) */
+} EventLog;
+
+/* Opens path for appending (a resumed run) or truncating (a new one); "" opens nothing. */
+Status events_open(EventLog *lg, const char *path, int append, Err *err);
+void events_close(EventLog *lg);
+
+/* The resolved configuration as recorded in `start` and in checkpoints (the config hash and the
+ * resume check read it too). Caller frees with cJSON_Delete. */
+struct cJSON *events_config_json(const TrainConfig *c);
+
+typedef struct {
+    const struct cJSON *config; /* borrowed */
+    int threads;
+    const char *command;        /* may be NULL */
+    long long batch_seqs, batch_tokens, num_params;
+    double flops_per_token, peak_flops, peak_flops_job, data_utilization;
+    int world, peak_given;
+    const char *peak_kind;
+    long resumed_from_step;
+    const char *resume_requested, *resume_checkpoint, *resume_note;
+    int have_plan;
+    double plan_step_ms, plan_tokens_per_s, plan_mfu, plan_num_params, plan_memory_total;
+    size_t planned[MEM_NCAT];   /* state categories and activations/workspace; data, comm and
+                                   staging are not planned here */
+} StartEvent;
+void ev_start(EventLog *lg, const StartEvent *e);
+
+typedef struct {
+    size_t measured[MEM_NCAT];
+    size_t planned[MEM_NCAT];            /* per rank: parameters, gradients, master, moments */
+    const double *by_rank[4];            /* each rank's bytes of those four categories */
+    int world, dp, zero, match;
+} MemoryEvent;
+void ev_memory(EventLog *lg, const MemoryEvent *e);
+
+typedef struct {
+    long step;
+    size_t measured[MEM_NCAT];
+    double allocated_total, rss_above, rss_unaccounted;
+    const double *allocated_by_rank, *rss_above_by_rank; /* world entries */
+    int world;
+} MemoryStepEvent;
+void ev_memory_step(EventLog *lg, const MemoryStepEvent *e);
+
+typedef struct {
+    long step, batch;
+    double loss, lr, grad_norm, grad_norm_clipped;
+    const double *grad_norm_by_rank; /* world entries */
+    int world, applied, fp16;
+    double loss_scale, tokens, tokens_seen, tokens_per_s, mfu, elapsed_s, eta_s;
+    double comm_bytes, step_ms_max, step_ms_median;
+    double ms_total, ms_data, ms_forward, ms_backward, ms_comm, ms_optimizer, ms_checkpoint;
+} StepEvent;
+void ev_step(EventLog *lg, const StepEvent *e);
+
+typedef struct {
+    long step, batch;
+    int nonfinite;
+    const char *metric, *action;
+    double value, median, z, tokens_seen;
+} SpikeEvent;
+void ev_spike(EventLog *lg, const SpikeEvent *e);
+
+void ev_val(EventLog *lg, long step, double loss, double ms);
+void ev_stall(EventLog *lg, long step, const char *why);
+void ev_skip(EventLog *lg, long step, long batch);
+void ev_rollback(EventLog *lg, long step, long to_step, long batch, const char *checkpoint);
+void ev_overflow(EventLog *lg, long step, long batch, double scale, double new_scale);
+/* path NULL: an asynchronous save (path, bytes and pruning are known only to the writer). */
+void ev_ckpt(EventLog *lg, long step, double ms, const char *path, double bytes, int pruned);
+/* text NULL: the ids are logged instead (no tokenizer to decode them). */
+void ev_sample(EventLog *lg, long step, const char *text, const unsigned *ids, int n);
+
+typedef struct {
+    const TrainResult *res;
+    int fp16;
+    double loss_scale, wall_s;
+    int have_plan;
+    double planned_step_ms;
+    size_t peak[MEM_NCAT];
+} EndEvent;
+void ev_end(EventLog *lg, const EndEvent *e);
+
+#endif

@@ -1,0 +1,269 @@
+/* test_sample.c — generation (model/infer and `scaletrain sample`) against the full forward pass.
+ *
+ * Oracles and tolerances:
+ *   kv_vs_full     at every step of a history 3.5× the model's max sequence length, the KV-cache
+ *                  logits (infer_feed) equal the last row of gpt_logits — the training forward —
+ *                  over the window the cache says it holds, hist[start .. n): ||kv - full|| /
+ *                  ||full|| <= 1e-5 per step (float32 both; the two differ only in summation
+ *                  order). The window itself is checked against the documented rule (grow to
+ *                  maxT, then restart on the last maxT/2), and it must have restarted.
+ *   greedy         temperature 0 (and top-k 1) picks the argmax of the full forward's logits at
+ *                  every step, across window restarts; the smallest top-1/top-2 gap (relative
+ *                  to the row's norm) must be over 10× the 1e-5 error, so the argmax is decided.
+ *   cli            `scaletrain sample` with a fixed seed prints the same text twice; greedy
+ *                  (--temperature 0, --top-k 1) prints the library's greedy tokens.
+ * Negative controls, each must be detected by the same check:
+ *   a corrupted cached K row, a token fed at the wrong position, a window slid by shifting the
+ *   cached K/V rows instead of recomputing them (all exceed 1e-5, by orders of magnitude);
+ *   sampling at temperature 1 disagrees with the argmax somewhere; another seed prints
+ *   other text; temperature 1 prints other text than greedy. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "ckpt/safetensors.h"
+#include "core/rng.h"
+#include "model/gpt.h"
+#include "model/infer.h"
+#include "testutil.h"
+
+#define BIN ST_BINARY_DIR "/scaletrain"
+#define TMP ST_BINARY_DIR "/test_sample"
+#define TOL 1e-5
+
+enum { L = 2, NH = 4, C = 32, V = 257, MAXT = 16, HIST = 56, GEN = 40 };
+
+static Gpt g;
+static float full[MAXT * V];
+
+/* Random weights large enough that attention and the logits are far from uniform: matrices
+ * N(0, 0.2), wpe N(0, 0.5) so positions matter, biases N(0, 0.1), LayerNorm weights 1 + N(0, 0.1). */
+static void fill_weights(uint64_t seed) {
+    const ParamLayout *pl = &g.w.layout;
+    memset(g.w.params, 0, pl->total * sizeof(float));
+    for (int k = 0; k < pl->ntensors; k++) {
+        const TensorInfo *t = &pl->tensors[k];
+        const char *leaf = strrchr(t->name, '.');
+        leaf = leaf ? leaf + 1 : t->name;
+        int lnw = !strcmp(leaf, "ln1w") || !strcmp(leaf, "ln2w") || !strcmp(leaf, "lnfw");
+        float std = t->ndim == 2 ? (!strcmp(t->name, "wpe") ? 0.5f : 0.2f) : 0.1f;
+        size_t n = (size_t)t->rows_real * (t->ndim == 2 ? (size_t)t->shape[1] : 1);
+        for (size_t i = 0; i < n; i++) g.w.params[t->offset + i] = (lnw ? 1.0f : 0.0f) + std * rng_normal(seed, (uint64_t)k, i);
+    }
+}
+
+/* Relative error of kv's logits against the last row of the full forward over hist[s .. n). */
+/* full = gpt_logits over x (T tokens); a failure ends the test. */
+static void full_logits(const int32_t *x, int T) {
+    Err e;
+    if (gpt_logits(&g, x, T, full, &e) != ST_OK) printf("gpt_logits: %s\n", e.msg), exit(1);
+}
+
+static double err_vs_full(const KvCache *kv, const int32_t *hist, size_t s, size_t n) {
+    full_logits(hist + s, (int)(n - s));
+    return tu_rel_err_f(kv->logits, full + (n - s - 1) * V, V);
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++) b = x[i] > x[b] ? i : b;
+    return b;
+}
+
+static void kv_vs_full(const int32_t *hist) {
+    KvCache kv;
+    Err e;
+    if (kv_init(&kv, &g, &e) != ST_OK) {
+        tu_check(0, "kv_init", "%s", e.msg);
+        return;
+    }
+    double worst = 0;
+    int restarts = 0, window_ok = 1, expect = 0;
+    /* A 5-token prompt, then one token at a time. */
+    for (size_t n = 5; n <= HIST; n++) {
+        size_t before = kv.start;
+        infer_feed(&g, &kv, hist, n);
+        restarts += kv.start != before;
+        expect = n == 5 ? 5 : (expect == MAXT ? MAXT / 2 : expect + 1); /* the documented rule */
+        window_ok &= (int)(n - kv.start) == expect && kv.len == expect;
+        double r = err_vs_full(&kv, hist, kv.start, n);
+        if (!(r <= worst)) worst = r;
+    }
+    tu_check(worst <= TOL, "kv_vs_full", "maxrel=%.3g over %d steps (tol %g)", worst, HIST - 4, TOL);
+    tu_check(window_ok && restarts >= 3, "kv_window_rule", "restarts=%d window as documented: %s", restarts,
+             window_ok ? "yes" : "no");
+    kv_free(&kv);
+}
+
+/* The three broken caches: each must exceed the tolerance. */
+static void negative_controls(const int32_t *hist) {
+    KvCache kv;
+    Err e;
+    if (kv_init(&kv, &g, &e) != ST_OK) return;
+
+    /* A corrupted cached K row (layer 0, position 3): the next step's logits must be off. */
+    infer_feed(&g, &kv, hist, 8);
+    for (int i = 0; i < C; i++) kv.k[(size_t)3 * C + i] += 0.5f;
+    infer_feed(&g, &kv, hist, 9);
+    double r = err_vs_full(&kv, hist, 0, 9);
+    tu_check(r > 100 * TOL, "neg_corrupt_k_row", "rel=%.3g must exceed %g", r, 100 * TOL);
+
+    /* Wrong position: token 9 fed at position 8, overwriting token 8's cache row. */
+    kv.start = 0, kv.len = 0;
+    infer_feed(&g, &kv, hist, 9);
+    kv.len--;
+    infer_step(&g, &kv, hist[9]);
+    r = err_vs_full(&kv, hist, 0, 10);
+    tu_check(r > 100 * TOL, "neg_wrong_position", "rel=%.3g must exceed %g", r, 100 * TOL);
+
+    /* Sliding by shifting the cached rows: fill the window, drop its oldest half by moving K/V
+     * rows down (no recompute), feed the next token; compare with the full forward over the
+     * window it pretends to hold. */
+    kv.start = 0, kv.len = 0;
+    infer_feed(&g, &kv, hist, MAXT);
+    int keep = MAXT / 2, drop = MAXT - keep;
+    for (int l = 0; l < L; l++) {
+        float *K = kv.k + (size_t)l * MAXT * C, *Vv = kv.v + (size_t)l * MAXT * C;
+        memmove(K, K + (size_t)drop * C, (size_t)keep * C * sizeof(float));
+        memmove(Vv, Vv + (size_t)drop * C, (size_t)keep * C * sizeof(float));
+    }
+    kv.len = keep, kv.start = (size_t)drop;
+    infer_step(&g, &kv, hist[MAXT]);
+    r = err_vs_full(&kv, hist, (size_t)drop, MAXT + 1);
+    tu_check(r > 100 * TOL, "neg_shifted_window", "rel=%.3g must exceed %g", r, 100 * TOL);
+    kv_free(&kv);
+}
+
+/* Generates GEN tokens after hist[0 .. n0) with infer_pick (stream as in `sample`); returns the
+ * steps whose pick differs from the full forward's argmax, and in min_gap the smallest gap between
+ * the two largest logits relative to the row's norm (what the 1e-5 relative error is measured in). */
+static int generate(int32_t *hist, size_t n0, float temperature, int top_k, uint64_t seed, float *min_gap) {
+    KvCache kv;
+    Err e;
+    if (kv_init(&kv, &g, &e) != ST_OK) return -1;
+    float work[V];
+    int mismatches = 0;
+    *min_gap = INFINITY;
+    for (size_t n = n0; n < n0 + GEN; n++) {
+        infer_feed(&g, &kv, hist, n);
+        hist[n] = infer_pick(kv.logits, V, temperature, top_k, rng_uniform(seed, 0x5a3f1e, n - n0), work);
+        full_logits(hist + kv.start, (int)(n - kv.start));
+        const float *row = full + (n - kv.start - 1) * V;
+        int b = argmax(row, V);
+        mismatches += hist[n] != b;
+        float second = -INFINITY;
+        for (int i = 0; i < V; i++)
+            if (i != b && row[i] > second) second = row[i];
+        double norm = 0;
+        for (int i = 0; i < V; i++) norm += (double)row[i] * row[i];
+        float gap = (float)((row[b] - second) / sqrt(norm));
+        if (gap < *min_gap) *min_gap = gap;
+    }
+    kv_free(&kv);
+    return mismatches;
+}
+
+static int run(const char *cmd) {
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* Output of one run: the bytes (may hold NUL) and their count. */
+typedef struct {
+    char *s;
+    size_t n;
+} Text;
+
+/* stdout of `scaletrain sample TMP/model --tokens GEN ARGS`; s is NULL if it failed. */
+static Text sample_cli(const char *args) {
+    char cmd[1024];
+    Text t = {0};
+    snprintf(cmd, sizeof cmd, BIN " sample " TMP "/model --tokens %d %s >" TMP "/out.txt 2>" TMP "/err.txt", GEN,
+             args);
+    if (run(cmd) != 0) {
+        char *e = tu_slurp(TMP "/err.txt");
+        printf("  %s failed: %s", cmd, e ? e : "?\n");
+        free(e);
+        return t;
+    }
+    FILE *f = fopen(TMP "/out.txt", "rb");
+    if (!f) return t;
+    t.s = malloc(4 * GEN + 64);
+    t.n = t.s ? fread(t.s, 1, 4 * GEN + 64, f) : 0;
+    fclose(f);
+    return t;
+}
+
+static int same(Text a, Text b) { return a.s && b.s && a.n == b.n && !memcmp(a.s, b.s, a.n); }
+
+static void cli(void) {
+    Err e;
+    if (st_save_hf(&g.w, TMP "/model", "bytes", &e) != ST_OK) {
+        tu_check(0, "cli_save", "%s", e.msg);
+        return;
+    }
+    Text s1 = sample_cli("--seed 7 --temperature 1 --top-k 0");
+    Text s2 = sample_cli("--seed 7 --temperature 1 --top-k 0");
+    Text s3 = sample_cli("--seed 8 --temperature 1 --top-k 0");
+    tu_check(same(s1, s2), "cli_seed_reproduces", "two runs with --seed 7: %s", same(s1, s2) ? "identical" : "differ");
+    tu_check(s1.s && s3.s && !same(s1, s3), "neg_cli_other_seed", "--seed 8 prints other text: %s",
+             !same(s1, s3) ? "yes" : "no");
+
+    /* What greedy must print: the library's greedy ids from end-of-text, each id < 256 its byte,
+     * end-of-text a blank line, then a newline. */
+    int32_t hist[1 + GEN];
+    float gap;
+    hist[0] = V - 1;
+    generate(hist, 1, 0.0f, 0, 0, &gap);
+    char buf[4 * GEN + 2];
+    Text want = {buf, 0};
+    for (int i = 1; i <= GEN; i++) {
+        if (hist[i] == V - 1) buf[want.n++] = '\n', buf[want.n++] = '\n';
+        else buf[want.n++] = (char)hist[i];
+    }
+    buf[want.n++] = '\n';
+    Text gz = sample_cli("--temperature 0");
+    Text g1 = sample_cli("--top-k 1 --seed 3");
+    Text t1 = sample_cli("--temperature 1 --top-k 0 --seed 3");
+    tu_check(same(gz, want), "cli_greedy_temperature0", "%zu bytes, the full forward's argmax: %s", want.n,
+             same(gz, want) ? "equal" : "differ");
+    tu_check(same(g1, gz), "cli_greedy_topk1", "--top-k 1 prints the --temperature 0 text: %s",
+             same(g1, gz) ? "yes" : "no");
+    tu_check(t1.s && gz.s && !same(t1, gz), "neg_cli_temperature1", "--temperature 1 prints other text: %s",
+             !same(t1, gz) ? "yes" : "no");
+    free(s1.s), free(s2.s), free(s3.s), free(gz.s), free(g1.s), free(t1.s);
+}
+
+int main(void) {
+    ModelConfig cfg = {.n_layer = L, .n_head = NH, .n_embd = C, .vocab = V, .max_seq = MAXT};
+    Err e;
+    GptOptions go = gpt_default_options();
+    go.T = MAXT;
+    if (model_config_validate(&cfg, &e) != ST_OK || gpt_init(&g, &cfg, &go, NULL, &e) != ST_OK) {
+        tu_check(0, "init", "%s", e.msg);
+        return tu_exit();
+    }
+    fill_weights(42);
+    int32_t hist[HIST + GEN];
+    for (int i = 0; i < HIST; i++) hist[i] = (int32_t)rng_below(9, 1, (uint64_t)i, V);
+
+    kv_vs_full(hist);
+    negative_controls(hist);
+
+    float gap;
+    int m = generate(hist, 5, 0.0f, 0, 0, &gap);
+    /* The argmax is decided by the logits only if the top-2 gap exceeds what a 1e-5 error can move. */
+    tu_check(m == 0 && gap > 10 * TOL, "greedy_is_argmax", "%d/%d steps differ, smallest top-2 gap %.3g of the norm",
+             m, GEN, gap);
+    m = generate(hist, 5, 0.8f, 1, 5, &gap);
+    tu_check(m == 0, "greedy_topk1_is_argmax", "%d/%d steps differ", m, GEN);
+    m = generate(hist, 5, 1.0f, 0, 5, &gap);
+    tu_check(m > 0, "neg_sampling_not_argmax", "temperature 1 differs from the argmax at %d/%d steps", m, GEN);
+
+    if (run("mkdir -p " TMP) != 0) tu_check(0, "mkdir", TMP);
+    cli();
+    gpt_free(&g);
+    return tu_exit();
+}
