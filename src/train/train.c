@@ -47,11 +47,6 @@ TrainConfig train_default_config(void) {
     return c;
 }
 
-double train_flops_per_token(const ModelConfig *m, int T) {
-    double L = m->n_layer, C = m->n_embd, V = m->vocab;
-    return 6.0 * (L * 12.0 * C * C + V * C) + 12.0 * L * T * C;
-}
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -737,7 +732,7 @@ Status train_run(const TrainConfig *cfg_in, TrainResult *res, Err *err) {
         peak_kind = "bf16 dot product";
     }
     if (!(peak > 0)) peak = peak_measure_fp32(nt, 200.0), peak_kind = "fp32 FMA";
-    double fpt = train_flops_per_token(&cfg->model, T);
+    double fpt = layout_flops_per_token(&cfg->model, T);
     long long nparams = model_config_num_params(&cfg->model);
     res->num_params = nparams;
     long long batch_seqs = (long long)B * k * r->dp, batch_tokens = batch_seqs * T;
