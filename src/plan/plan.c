@@ -458,8 +458,8 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
     }
     if (shaped) {
         double f = (double)m->d_ff / h, rr = (double)m->n_kv_head / m->n_head;
-        r->act.korth_plain =
-            plan_act_korthikanti(T, b_pipe, h, m->n_head, f, rr, m->gated_mlp, 1, 0, PLAN_RECOMPUTE_NONE, pr->act);
+        /* The paper's own figure (16-bit activations) as the reference; this plan's uses pr->act. */
+        r->act.korth_plain = plan_act_korthikanti(T, b_pipe, h, m->n_head, f, rr, m->gated_mlp, 1, 0, PLAN_RECOMPUTE_NONE, 2);
         r->act.korth = plan_act_korthikanti(T, b_pipe, h, m->n_head, f, rr, m->gated_mlp, tp, in->sp, in->recompute, pr->act);
         if (ours) {
             ActSizes as = layout_activations_prec(&cfg, (int)b_pipe, T, in->threads, RECOMPUTE_NONE,

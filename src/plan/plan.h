@@ -205,8 +205,8 @@ typedef struct {
     /* activations, bytes per layer per micro-batch on one device */
     struct {
         int exact_used;          /* 1: totals come from layout_activations */
-        double korth_plain;      /* sbh(34 + 5as/h): no parallelism, no recompute (eq. 1) */
-        double korth;            /* with this plan's tp, sp and recompute (Table 2 row) */
+        double korth_plain;      /* sbh(34 + 5as/h): the paper (16-bit), no parallelism, no recompute (eq. 1) */
+        double korth;            /* with this plan's tp, sp, recompute and activation bytes (Table 2 row) */
         double exact_layer;      /* our kernels: layout_activations().per_layer * 4 (0 if n/a) */
         double exact_total;      /* layout_activations().total * 4: all saved floats of a micro-batch */
         double exact_scratch;    /* layout_activations().scratch * 4 */
