@@ -177,6 +177,9 @@ static void test_korthikanti(void) {
         double a = 96, h = 12288, sbh = s * b * h;
         double e4 = plan_act_korthikanti(s, b, h, a, 4, 1, 0, 1, 0, PLAN_RECOMPUTE_NONE, 4);
         double f4 = plan_act_korthikanti(s, b, h, a, 4, 1, 0, 1, 0, PLAN_RECOMPUTE_FULL, 4);
+        double e2 = plan_act_korthikanti(s, b, h, a, 4, 1, 0, 1, 0, PLAN_RECOMPUTE_NONE, 2);
+        tu_check(rel(e2, sbh * (66 + 9 * a * s / h)) > 0.1, "negative control: 2-byte activations differ from the 4-byte form",
+                 "rel diff %.3f", rel(e2, sbh * (66 + 9 * a * s / h)));
         tu_check(rel(e4, sbh * (66 + 9 * a * s / h)) < 1e-12 && rel(f4, 4 * sbh) < 1e-12,
                  "Korthikanti with 4-byte activations: sbh(66 + 9as/h), full 4sbh", "%.6g GiB, full %.6g GiB",
                  e4 / 1073741824.0, f4 / 1073741824.0);
