@@ -478,6 +478,32 @@ static void test_plan_per_rank(void) {
             for (int p = 0; p < 3; p++, runs++) ok &= plan_grid_matches(i, z, P[p], "", detail, ok ? sizeof detail : 0);
     tu_check(ok, "plan --json per-rank bytes == hand arithmetic == layout_zero_bytes (dp 1/2/4, ZeRO 0-3, 3 precisions)",
              "%d plans; %s", runs, ok ? "all equal" : detail);
+    /* Activations and workspace under each precision: layout_memory_plan's, which test_memory checks
+     * against the trainer's allocation (so plan == trainer by transitivity). */
+    ModelConfig c = tiny_config();
+    int wok = 1, wctrl = 0;
+    char wd[200] = "";
+    for (int p = 0; p < 3; p++) {
+        char args[256];
+        snprintf(args, sizeof args, "--layers 1 --heads 1 --channels 16 --vocab 60 --max-seq-len 9 --seq-len 8 "
+                 "--micro-batch 1 --threads 2 --precision %s", P[p]);
+        cJSON *j = plan_json(args, NULL);
+        size_t mb[MEM_NCAT];
+        layout_memory_plan(&c, 1, 8, 2, RECOMPUTE_NONE, p, 2, mb);
+        double ws = jnum(j, "memory_bytes.workspace"), ac = jnum(j, "memory_bytes.activations");
+        if (ws != (double)mb[MEM_WORKSPACE] || ac != (double)mb[MEM_ACTIVATIONS]) {
+            wok = 0;
+            snprintf(wd, sizeof wd, "%s: workspace %.0f vs %zu, activations %.0f vs %zu", P[p], ws, mb[MEM_WORKSPACE], ac,
+                     mb[MEM_ACTIVATIONS]);
+        }
+        /* Negative control: another precision's figures must not match. */
+        layout_memory_plan(&c, 1, 8, 2, RECOMPUTE_NONE, (p + 1) % 3, 2, mb);
+        wctrl += ws != (double)mb[MEM_WORKSPACE];
+        cJSON_Delete(j);
+    }
+    tu_check(wok, "plan --json activations and workspace == layout_memory_plan (fp32, bf16, fp16)", "%s",
+             wok ? "equal" : wd);
+    tu_check(wctrl == 3, "negative control: another precision's workspace differs", "%d of 3 differ", wctrl);
     /* Negative control: 2-byte gradients (not what the trainer allocates) must be detected. */
     char d2[256] = "";
     int bad = !plan_grid_matches(1, 2, "bf16", "--grad-bytes 2", d2, sizeof d2);

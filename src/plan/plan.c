@@ -472,7 +472,11 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
                 r->act.per_layer = r->act.exact_layer;
                 if (pp == 1) r->mem.activations = r->act.exact_total;
                 else r->mem.activations = (4.0 * as.encoded + Lp * r->act.exact_layer) * r->act.inflight;
-                r->mem.workspace = r->act.exact_scratch;
+                /* The trainer's workspace: the kernels' scratch plus the mixed-precision GEMM scratch. */
+                size_t mb_[MEM_NCAT];
+                int prec = pr->compute == PLAN_DTYPE_BF16 ? 1 : pr->compute == PLAN_DTYPE_FP16 ? 2 : 0;
+                layout_memory_plan(&cfg, (int)b_pipe, T, in->threads, RECOMPUTE_NONE, prec, in->n_moments, mb_);
+                r->mem.workspace = (double)mb_[MEM_WORKSPACE];
             }
         }
         if (!r->act.exact_used) {
