@@ -644,6 +644,12 @@ static Status save_weights(Run *r, const char *out_dir, Err *err) {
     return run_save_gathered(r, NULL, NULL, NULL, out_dir, err);
 }
 
+/* Young/Daly needs the full write time of a checkpoint: a synchronous save's, or the background
+ * write's, learnt when the next save or the end of the run waits for it (never by waiting early). */
+static void note_write_time(Run *r, const CkptSaveInfo *info) {
+    if (!r->first_ckpt_ms && info->path[0]) r->first_ckpt_ms = info->ms_write + info->ms_prune;
+}
+
 /* Writes a checkpoint of the state after `step` completed steps; *ms is its cost to the step. */
 static Status save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info, Err *err) {
     const TrainConfig *c = &r->cfg;
@@ -685,7 +691,12 @@ static Status save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info,
     memset(info, 0, sizeof *info);
     if (r->async) {
         /* The previous background write must be complete (and its errors seen) first. */
-        if ((st = ckpt_async_wait(r->async, NULL, err)) == ST_OK) st = ckpt_async_save(r->async, &r->g, &opt, &meta, &o, err);
+        CkptSaveInfo prev;
+        memset(&prev, 0, sizeof prev);
+        if ((st = ckpt_async_wait(r->async, &prev, err)) == ST_OK) {
+            note_write_time(r, &prev);
+            st = ckpt_async_save(r->async, &r->g, &opt, &meta, &o, err);
+        }
     } else if (r->local) {
         st = ckpt_save(&r->g, &opt, &meta, &o, info, err);
     } else {
@@ -926,12 +937,7 @@ static Status step_checkpoint(Run *r, Step *s, Err *err) {
     if (st != ST_OK) return st;
     ev_ckpt(&r->log, r->step, s->ckpt_ms, r->async ? NULL : info.path, (double)info.bytes, info.pruned);
     /* Young/Daly needs the full write time: for async saves, the background write's. */
-    if (!r->first_ckpt_ms && !r->async) r->first_ckpt_ms = info.ms_write + info.ms_prune;
-    if (!r->first_ckpt_ms && r->async && c->mtbf_hours > 0) {
-        CkptSaveInfo wi;
-        if ((st = ckpt_async_wait(r->async, &wi, err)) != ST_OK) return st;
-        r->first_ckpt_ms = wi.ms_write + wi.ms_prune;
-    }
+    if (!r->async) note_write_time(r, &info);
     return ST_OK;
 }
 
@@ -1061,6 +1067,7 @@ static Status run_finish(Run *r, Err *err) {
     if (r->async) {
         CkptSaveInfo info;
         if ((st = ckpt_async_wait(r->async, &info, err)) != ST_OK) return st;
+        note_write_time(r, &info);
         if (!c->quiet && info.path[0])
             printf("checkpoint: last asynchronous write %s took %.0f ms in the background\n", info.path, info.ms_write);
     }
