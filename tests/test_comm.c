@@ -7,8 +7,11 @@
  * report whether they are bit-identical to the blocking all-reduce.
  * A check passes only if it passes on every rank (the verdicts are all-reduced); rank 0 prints.
  *
- * Modes (argv[1]), used by test_comm_fault under mpirun:
- *   (none)   all functional checks
+ * Modes (argv[1]):
+ *   NP       all functional checks, first that the world is NP ranks: the number the launcher was
+ *            asked for (1 without a launcher). Missing, the run fails: a launcher that starts NP
+ *            independent single-process worlds would otherwise pass every check.
+ * and, used by test_comm_fault under mpirun:
  *   timeout  the last rank never joins an all-reduce; the others wait with a 2 s timeout at
  *            step 7: the job must end with a message naming "grad bucket 3" and step 7
  *   kill     the last rank SIGKILLs itself after starting an all-reduce; the others wait with a
@@ -333,7 +336,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     g_c = c;
-    const char *mode = argc > 1 ? argv[1] : "all";
+    const char *mode = argc > 1 ? argv[1] : "";
     if (strcmp(mode, "timeout") == 0 || strcmp(mode, "kill") == 0) {
         int last = c->world - 1;
         float x[1024] = {0};
@@ -360,9 +363,22 @@ int main(int argc, char **argv) {
         comm_finalize(c);
         return 3;
     }
-    char desc[256];
+    char desc[256], *end;
     comm_describe(c, desc, sizeof desc);
     if (c->rank == 0) printf("comm: %s\n", desc);
+    long want = strtol(mode, &end, 10);
+    if (!mode[0] || *end || want < 1) {
+        if (c->rank == 0)
+            fprintf(stderr, "test_comm: expected the world size the launcher was asked for as the argument (test_comm NP, "
+                            "1 without a launcher), found '%s'\n", mode);
+        comm_finalize(c);
+        return 1;
+    }
+    check(c->world == want, "world_equals_launched_np", "expected np=%ld", want);
+    if (c->world != want) { /* every check below would be about the wrong job */
+        comm_finalize(c);
+        return tu_exit();
+    }
     double t0 = timer_ms();
     check(c->world >= 1 && c->rank < c->world && c->dp == c->world && c->tp == 1 && c->pp == 1, "default_grid",
           "%s", desc);
