@@ -1,7 +1,9 @@
 /* test_train.c — accumulation, masking, determinism and the smoke run of the trainer.
  *
  * Oracles: one batch of k·B vs k accumulated micro-batches of B (per-tensor relative norm
- * <= 1e-6); a sequence whose last positions are masked vs the same sequence truncated before
+ * <= 1e-6); with dropout, the accumulated gradient vs the micro-batches computed alone (1e-6) and vs
+ * finite differences of the loss with the same masks (1e-2), evaluation forwards vs no dropout
+ * (bit for bit), each with a negative control; a sequence whose last positions are masked vs the same sequence truncated before
  * them (causality: identical loss and gradients, 1e-6); two runs with the same seeds and threads
  * (memcmp of the saved weights and of every logged loss); 100 steps on Tiny Shakespeare (bytes)
  * end below where they start. */
