@@ -25,8 +25,9 @@ void gpt_map_lp(Gpt *g, int i, const float *from, const uint16_t *to, size_t len
     g->lp_from[i] = from, g->lp_to[i] = to, g->lp_len[i] = len;
 }
 
+/* The masks of one site of the current micro-batch; none outside training (evaluation mode). */
 static Dropout dropout_at(const Gpt *g, int layer, int site) {
-    Dropout d = {g->cfg.dropout, g->dropout_seed,
+    Dropout d = {g->cur_train ? g->cfg.dropout : 0.0f, g->dropout_seed,
                  (g->cur_drop_counter << 24) | ((uint64_t)(layer + 1) << 4) | (uint64_t)site};
     return d;
 }
@@ -269,7 +270,7 @@ double gpt_forward(Gpt *g, const int32_t *inp, const int32_t *tgt, int B, int T,
     const ModelConfig *cfg = &g->cfg;
     int L = cfg->n_layer, C = cfg->n_embd, nt = g->nt, N = B * T;
     double t0 = timer_ms();
-    g->cur_inp = inp, g->curB = B, g->curT = T, g->cur_drop_counter = drop_counter;
+    g->cur_inp = inp, g->curB = B, g->curT = T, g->cur_drop_counter = drop_counter, g->cur_train = train != 0;
 
     hook(g->hooks.before_forward, g->hooks.ctx, 0);
     encoder_forward(g->encoded, inp, g->p.wte, g->p.wpe, B, T, C, dropout_at(g, -1, DROP_EMBED), nt);
