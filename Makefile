@@ -7,12 +7,16 @@ JOBS       ?= 2
 ST          = $(BUILD)/scaletrain
 DEMO        = $(BUILD)/demo
 
-.PHONY: all deps build demo test test-release test-asan bench clean
+.PHONY: all deps deps-test build demo test test-release test-asan bench clean
 
 all: build
 
 deps:
 	@bash scripts/install-deps.sh
+
+# The test suite needs more than the build: Chromium, for test_report's page checks.
+deps-test:
+	@bash scripts/install-deps.sh --test
 
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -33,11 +37,11 @@ demo: build
 
 test: test-release test-asan
 
-test-release: build
+test-release: deps-test build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600
 
 # The same suite under AddressSanitizer and UBSan (a separate build tree).
-test-asan: deps
+test-asan: deps-test
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DST_SANITIZE=ON >/dev/null
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure --timeout 900

@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # Installs the Debian packages scaletrain needs to build, run and test, if any are missing.
-# Usage: scripts/install-deps.sh [--bench|--report]   (--bench adds what bench/ needs: PyTorch, BLIS;
-#        --report, or CI set in the environment, adds Chromium for test_report)
+# Usage: scripts/install-deps.sh [--test] [--bench]
+#        --test adds what the test suite needs beyond the build: Chromium (test_report opens the
+#        HTML report in headless Chromium; `make test` passes --test, `make demo` does not).
+#        --bench adds what bench/ needs: PyTorch, NumPy, BLIS, OpenBLAS.
 # As root it runs apt-get; otherwise it prints the command to run and exits 1.
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config libdnnl-dev libcjson-dev libxxhash-dev
       libopenmpi-dev openmpi-bin)
-if [[ "${1:-}" == "--bench" ]]; then
-  pkgs+=(python3-torch python3-numpy libblis-openmp-dev libopenblas-openmp-dev)
-fi
-# test_report opens the HTML report in headless Chromium. On a developer machine it skips without a
-# browser; with CI set it fails instead, so CI machines (and --report) install the browser here.
-if [[ -n "${CI:-}" || "${1:-}" == "--report" ]]; then
-  pkgs+=(chromium)
-fi
+for arg in "$@"; do
+  case "$arg" in
+    --test) pkgs+=(chromium) ;;
+    --bench) pkgs+=(python3-torch python3-numpy libblis-openmp-dev libopenblas-openmp-dev) ;;
+    *) echo "install-deps: unknown option '$arg' (expected --test or --bench)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -6,7 +6,9 @@
  *   - Tiny Shakespeare: 338,025 ids and FNV-1a-64 of the ids (uint32 LE) computed once with
  *     tiktoken 1.0.22 by tests/fixtures/gpt2_shakespeare_checksum.cjs (see TOKENIZER_FIXTURES.md);
  *   - decode(encode(x)) == x on random byte strings, invalid UTF-8 included;
- *   - concurrent encodes on one Tokenizer equal the single-threaded result. */
+ *   - concurrent encodes on one Tokenizer equal the single-threaded result;
+ *   - tokenizer hashes: tests/fixtures/tokenizer_hashes.txt, computed from the files by
+ *     gen_tokenizer_hash.py with python3-xxhash; a one-byte change must change the hash. */
 #include <cjson/cJSON.h>
 #include <omp.h>
 #include <stdio.h>
@@ -114,6 +116,54 @@ static size_t random_text(uint8_t *s, size_t max) {
     return n;
 }
 
+/* The hash named `name` in tests/fixtures/tokenizer_hashes.txt (0 if absent). */
+static uint64_t fixture_hash(const char *text, const char *name) {
+    size_t n = strlen(name);
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (!strncmp(l, name, n) && l[n] == ' ') return strtoull(l + n + 1, NULL, 16);
+    return 0;
+}
+
+/* Tokenizer hashes against the ones tests/fixtures/gen_tokenizer_hash.py computed from the files with
+ * python3-xxhash (a change would make existing shards be refused). Negative control: the gpt2 files
+ * with one byte changed (the first merge "Ġ t" made "Ġ a") hash differently, to the value the script
+ * computed for that change. */
+static void check_hashes(const Tokenizer *g, const Tokenizer *b) {
+    char *want = tu_slurp(ST_SOURCE_DIR "/tests/fixtures/tokenizer_hashes.txt");
+    uint64_t wg = want ? fixture_hash(want, "gpt2") : 0, wb = want ? fixture_hash(want, "bytes") : 0;
+    uint64_t wm = want ? fixture_hash(want, "gpt2_first_merge_t_to_a") : 0;
+    free(want);
+    tu_check(wg && wb && wm && tokenizer_hash(g) == wg && tokenizer_hash(b) == wb,
+             "tokenizer_hash == gen_tokenizer_hash.py", "%sgpt2=0x%016llx (script 0x%016llx) bytes=0x%016llx (script 0x%016llx)",
+             wg && wb && wm ? "" : "tests/fixtures/tokenizer_hashes.txt missing or incomplete; ",
+             (unsigned long long)tokenizer_hash(g), (unsigned long long)wg, (unsigned long long)tokenizer_hash(b),
+             (unsigned long long)wb);
+    /* The modified copy: encoder.json as is, vocab.bpe with one byte changed. */
+    const char *dir = ST_BINARY_DIR "/test_bpe_modified";
+    char *enc = tu_slurp(ST_SOURCE_DIR "/data/gpt2_tokenizer/encoder.json");
+    char *bpe = tu_slurp(ST_SOURCE_DIR "/data/gpt2_tokenizer/vocab.bpe");
+    size_t ne = enc ? strlen(enc) : 0, nb = bpe ? strlen(bpe) : 0;
+    char *first = bpe ? strstr(bpe, "\n\xC4\xA0 t\n") : NULL; /* "Ġ t", the first merge */
+    int changed = first && first == strchr(bpe, '\n');
+    if (changed) first[4] = 'a';
+    Err err;
+    Tokenizer *m = NULL;
+    Status st = ST_ERR_INPUT;
+    if (changed && file_mkdirs(dir, &err) == ST_OK) {
+        const void *eb[1] = {enc}, *bb[1] = {bpe};
+        if (file_write_atomic(ST_BINARY_DIR "/test_bpe_modified/encoder.json", eb, &ne, 1, &err) == ST_OK &&
+            file_write_atomic(ST_BINARY_DIR "/test_bpe_modified/vocab.bpe", bb, &nb, 1, &err) == ST_OK)
+            st = tokenizer_load(&m, dir, NULL, &err);
+    }
+    uint64_t hm = st == ST_OK ? tokenizer_hash(m) : 0;
+    tu_check(st == ST_OK && hm != wg && hm == wm, "tokenizer_hash negative control: one byte of vocab.bpe changed",
+             "detected: 0x%016llx != gpt2 0x%016llx, == script 0x%016llx%s%s", (unsigned long long)hm,
+             (unsigned long long)wg, (unsigned long long)wm, st ? "; load: " : "", st ? err.msg : "");
+    tokenizer_free(m);
+    free(enc);
+    free(bpe);
+}
+
 int main(void) {
     Err err;
     Tokenizer *g = NULL, *b = NULL;
@@ -201,11 +251,7 @@ int main(void) {
         if (!round_trip(b, s, n)) rt_bad++;
     }
     tu_check(rt_bad == 0, "bytes_roundtrip", "strings=500 failures=%d", rt_bad);
-    /* hashes: stable constants, distinct tokenizers differ */
-    /* constants recorded from the first run: a change means shards made before would be refused */
-    tu_check(tokenizer_hash(g) == 0x1bf434d25c46b296ULL && tokenizer_hash(b) == 0xc068a593b15c7392ULL,
-             "tokenizer_hash", "gpt2=0x%016llx bytes=0x%016llx",
-             (unsigned long long)tokenizer_hash(g), (unsigned long long)tokenizer_hash(b));
+    check_hashes(g, b);
 
     /* load errors name the path */
     Tokenizer *x = NULL;

@@ -5,7 +5,15 @@
  * state after save → load (bit-exact, tolerance 0); every single-byte flip and every truncation
  * of every file is refused with the file named; after a save aborted at any stage (error return,
  * _exit, SIGSTOP + kill -9, and kill -9 at random instants) the newest checkpoint that
- * `resolve auto` returns loads and equals what was saved for that step. */
+ * `resolve auto` returns loads and equals what was saved for that step.
+ *
+ * Asynchronous save blocking (ckpt_async_blocks_only_for_copy): oracle a plain memcpy of the same
+ * state between buffers already mapped, timed here (best of 3); every save, the first included,
+ * must return within 6 x that + 100 ms (tolerance for the thread start, the meta copy and the
+ * load of a shared 2-core machine) while its background write is slowed by 1 s
+ * (ST_CKPT_FAIL_AT=begin:slow). Negative controls, which must exceed the bound: the test-only
+ * ST_CKPT_ASYNC_SYNC=1 (the save waits for its own write), and what the first save did before
+ * issue 12 (allocate fresh staging and copy into it: a page fault per 4 KiB). */
 #include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
@@ -530,6 +538,92 @@ static void test_async(const ModelConfig *mc) {
     state_free(&s), state_free(&ref);
 }
 
+/* Milliseconds that copying the state into fresh buffers takes: what ckpt_async_save's first call
+ * did when it allocated its staging buffers (mem_alloc zero-fills, so every page faults there). */
+static double fresh_copy_ms(const State *s) {
+    size_t bytes = s->g.w.layout.total * sizeof(float);
+    const float *src[4] = {s->g.w.params, s->m, s->v, s->master};
+    MemStats ms = {0};
+    float *dst[4] = {0};
+    double t0 = timer_ms();
+    for (int i = 0; i < 4; i++)
+        if ((dst[i] = mem_alloc(&ms, MEM_CKPT_STAGING, bytes))) {
+            memcpy(dst[i], src[i], bytes);
+            __asm__ volatile("" : : "r"(dst[i]) : "memory");
+        }
+    double t = timer_ms() - t0;
+    for (int i = 0; i < 4; i++) mem_free(&ms, MEM_CKPT_STAGING, dst[i], bytes);
+    return t;
+}
+
+static void test_async_blocking(void) {
+    /* 12.6 M floats: each buffer above glibc's 32 MiB mmap threshold, so fresh memory is fresh. */
+    ModelConfig mc = model_cfg(4, 512, 97);
+    State s;
+    state_init(&s, &mc);
+    size_t bytes = s.g.w.layout.total * sizeof(float);
+    /* Values do not matter here, mapped pages do (calloc leaves them unmapped). */
+    memset(s.m, 1, bytes), memset(s.v, 2, bytes), memset(s.master, 3, bytes);
+    /* The oracle: four copies of one buffer between mapped buffers (scratch is mapped by its
+     * first copy; the best of three repetitions is the machine's copy speed). */
+    float *scratch = malloc(bytes);
+    double copy_ms = 1e30;
+    memcpy(scratch, s.m, bytes);
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = timer_ms();
+        for (int i = 0; i < 4; i++) {
+            memcpy(scratch, i & 1 ? s.v : s.m, bytes);
+            __asm__ volatile("" : : "r"(scratch) : "memory"); /* every copy happens */
+        }
+        double t = timer_ms() - t0;
+        copy_ms = t < copy_ms ? t : copy_ms;
+    }
+    free(scratch);
+    double bound = 6.0 * copy_ms + 100.0;
+
+    const char *dir = TMP "/async_block";
+    sh("rm -rf %s", dir);
+    MemStats ms = {0};
+    CkptAsync *a = NULL;
+    Err e = {0};
+    CkptOptState op = opt_of(&s);
+    Status st = ckpt_async_init(&a, &s.g.w, &op, &ms, &e);
+    size_t staged = ms.bytes[MEM_CKPT_STAGING];
+    CkptMeta m = make_meta(1);
+    CkptOptions o = ckpt_default_options();
+    o.dir = dir;
+    setenv("ST_CKPT_FAIL_AT", "begin:slow", 1);
+    double worst = 0, t[3] = {0};
+    for (int k = 0; k < 3 && st == ST_OK; k++) {
+        if (k == 2) setenv("ST_CKPT_ASYNC_SYNC", "1", 1); /* negative control */
+        m.step = k + 1;
+        /* The previous write (slowed by 1 s) is waited for outside the timed call, as the
+         * trainer does before a save. */
+        if ((st = ckpt_async_wait(a, NULL, &e)) != ST_OK) break;
+        double t0 = timer_ms();
+        st = ckpt_async_save(a, &s.g.w, &op, &m, &o, &e);
+        t[k] = timer_ms() - t0;
+        if (k < 2) worst = t[k] > worst ? t[k] : worst;
+    }
+    unsetenv("ST_CKPT_ASYNC_SYNC");
+    CkptSaveInfo info;
+    Status stw = ckpt_async_wait(a, &info, &e);
+    unsetenv("ST_CKPT_FAIL_AT");
+    tu_check(st == ST_OK && stw == ST_OK && staged == 4 * bytes, "ckpt_async_staging_at_init",
+             "%zu bytes of staging allocated by ckpt_async_init (want %zu) %s", staged, 4 * bytes,
+             st || stw ? e.msg : "");
+    tu_check(st == ST_OK && worst <= bound, "ckpt_async_blocks_only_for_copy",
+             "state %.0f MB: save 1 (the first) blocked %.1f ms, save 2 %.1f ms; bound 6 x copy %.1f ms + 100 = %.1f ms",
+             4.0 * bytes / 1e6, t[0], t[1], copy_ms, bound);
+    double fresh = fresh_copy_ms(&s);
+    tu_check(t[2] > bound && fresh > bound, "ckpt_async_blocking_negative_controls",
+             "a save that waits for its write (ST_CKPT_ASYNC_SYNC=1) blocked %.1f ms, a copy into fresh staging "
+             "(the first save before issue 12) %.1f ms: both must exceed %.1f ms", t[2], fresh, bound);
+    ckpt_async_free(a);
+    ckpt_meta_free(&m);
+    state_free(&s);
+}
+
 int main(void) {
     sh("rm -rf %s", TMP);
     ModelConfig mc = model_cfg(2, 32, 97);
@@ -539,6 +633,7 @@ int main(void) {
     test_retention(&mc);
     test_resolve(&mc);
     test_async(&mc);
+    test_async_blocking();
     test_random_kill();
     if (tu_failures == 0) sh("rm -rf %s", TMP);
     return tu_exit();

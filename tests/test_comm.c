@@ -7,8 +7,11 @@
  * report whether they are bit-identical to the blocking all-reduce.
  * A check passes only if it passes on every rank (the verdicts are all-reduced); rank 0 prints.
  *
- * Modes (argv[1]), used by test_comm_fault under mpirun:
- *   (none)   all functional checks
+ * Modes (argv[1]):
+ *   NP       all functional checks, first that the world is NP ranks: the number the launcher was
+ *            asked for (1 without a launcher). Missing, the run fails: a launcher that starts NP
+ *            independent single-process worlds would otherwise pass every check.
+ * and, used by test_comm_fault under mpirun:
  *   timeout  the last rank never joins an all-reduce; the others wait with a 2 s timeout at
  *            step 7: the job must end with a message naming "grad bucket 3" and step 7
  *   kill     the last rank SIGKILLs itself after starting an all-reduce; the others wait with a
@@ -271,6 +274,7 @@ static void test_overlap(Comm *c) {
     /* ZeRO-2/3 shape: each bucket reduce-scattered in place (rank keeps its slice), then the
      * slices all-gathered in place: equals the all-reduce. */
     size_t blk = bucket / p;
+    CommStats s1 = c->stats;
     st = ST_OK;
     for (int b = NB - 1; b >= 0 && st == ST_OK; b--) {
         busy(work, 8192);
@@ -304,8 +308,18 @@ static void test_overlap(Comm *c) {
     check(st == ST_OK && rel < 1e-6, "reduce_scatter_then_allgather_equals_allreduce",
           "rel=%.2e vs double; vs blocking all-reduce: %s (maxdiff=%g) %s", rel, md == 0 ? "bit-identical" : "differs",
           md, st ? err.msg : "");
-    check(c->stats.wait_ms_total >= s0.wait_ms_total && c->stats.calls[COMM_REDUCE_SCATTER] >= NB,
-          "wait_time_counted", "wait_ms_total=%.3f test_ms=%.3f", c->stats.wait_ms_total, c->stats.test_ms);
+    /* Counted over this section only: NB of each collective, and (with MPI) the time spent waiting for
+     * them; one process has nothing to wait for and must book none. */
+    long ncalls_rs = (long)(c->stats.calls[COMM_REDUCE_SCATTER] - s1.calls[COMM_REDUCE_SCATTER]);
+    long ncalls_ag = (long)(c->stats.calls[COMM_ALLGATHER] - s1.calls[COMM_ALLGATHER]);
+    double waited = c->stats.wait_ms[COMM_REDUCE_SCATTER] - s1.wait_ms[COMM_REDUCE_SCATTER] +
+                    c->stats.wait_ms[COMM_ALLGATHER] - s1.wait_ms[COMM_ALLGATHER];
+    double waited_total = c->stats.wait_ms_total - s1.wait_ms_total, waited_kinds = 0;
+    for (int k = 0; k < COMM_NKIND; k++) waited_kinds += c->stats.wait_ms[k] - s1.wait_ms[k];
+    check(ncalls_rs == NB && ncalls_ag == NB && (c->world > 1 ? waited > 0 : waited == 0) &&
+              fabs(waited_total - waited_kinds) <= 1e-6 * (1 + waited_total),
+          "wait_time_counted", "%ld reduce-scatters and %ld all-gathers (want %d each), waited %.3f ms for them; "
+          "total %.3f ms == sum over kinds %.3f ms", ncalls_rs, ncalls_ag, NB, waited, waited_total, waited_kinds);
     free(g);
     free(ref);
     free(z);
@@ -333,7 +347,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     g_c = c;
-    const char *mode = argc > 1 ? argv[1] : "all";
+    const char *mode = argc > 1 ? argv[1] : "";
     if (strcmp(mode, "timeout") == 0 || strcmp(mode, "kill") == 0) {
         int last = c->world - 1;
         float x[1024] = {0};
@@ -360,9 +374,22 @@ int main(int argc, char **argv) {
         comm_finalize(c);
         return 3;
     }
-    char desc[256];
+    char desc[256], *end;
     comm_describe(c, desc, sizeof desc);
     if (c->rank == 0) printf("comm: %s\n", desc);
+    long want = strtol(mode, &end, 10);
+    if (!mode[0] || *end || want < 1) {
+        if (c->rank == 0)
+            fprintf(stderr, "test_comm: expected the world size the launcher was asked for as the argument (test_comm NP, "
+                            "1 without a launcher), found '%s'\n", mode);
+        comm_finalize(c);
+        return 1;
+    }
+    check(c->world == want, "world_equals_launched_np", "expected np=%ld", want);
+    if (c->world != want) { /* every check below would be about the wrong job */
+        comm_finalize(c);
+        return tu_exit();
+    }
     double t0 = timer_ms();
     check(c->world >= 1 && c->rank < c->world && c->dp == c->world && c->tp == 1 && c->pp == 1, "default_grid",
           "%s", desc);

@@ -1,12 +1,16 @@
 /* test_comm_fault.c — a stuck or killed rank ends the whole job, in bounded time, with a clear message.
  *
  * Usage: test_comm_fault MPIEXEC NP TEST_COMM MODE
- * Runs `MPIEXEC --allow-run-as-root --oversubscribe -np NP TEST_COMM MODE` (see test_comm.c for the
- * modes) in its own process group with stdout+stderr captured, under an overall bound of 40 s (past
- * it the job is declared hung and killed). Oracle:
+ * Runs `MPIEXEC --allow-run-as-root --oversubscribe -np NP TEST_COMM ARG` in its own process group
+ * with stdout+stderr captured, under an overall bound of 40 s (past it the job is declared hung and
+ * killed). ARG is MODE for timeout and kill (see test_comm.c), NP + 1 for wrongnp, none for nonp.
+ * Oracle:
  *   timeout  non-zero exit within 2 s (comm timeout) + 13 s slack, and the output names the
  *            collective ("grad bucket 3 (all-reduce)"), the step ("step 7") and the timeout;
- *   kill     non-zero exit within 15 s, and the output says a rank was killed (signal 9). */
+ *   kill     non-zero exit within 15 s, and the output says a rank was killed (signal 9);
+ *   wrongnp  (negative control of test_comm's world check) non-zero exit, and the output reports
+ *            the world check failed against the wrong expectation;
+ *   nonp     non-zero exit, and the output says the expected world size is missing. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,7 +24,7 @@
 
 int main(int argc, char **argv) {
     if (argc != 5) {
-        fprintf(stderr, "usage: test_comm_fault MPIEXEC NP TEST_COMM timeout|kill\n");
+        fprintf(stderr, "usage: test_comm_fault MPIEXEC NP TEST_COMM timeout|kill|wrongnp|nonp\n");
         return 2;
     }
     const char *mode = argv[4];
@@ -36,7 +40,13 @@ int main(int argc, char **argv) {
         setpgid(0, 0);
         dup2(fd, 1);
         dup2(fd, 2);
-        execl(argv[1], argv[1], "--allow-run-as-root", "--oversubscribe", "-np", argv[2], argv[3], mode, (char *)NULL);
+        char arg[32];
+        snprintf(arg, sizeof arg, "%s", mode);
+        if (strcmp(mode, "wrongnp") == 0) snprintf(arg, sizeof arg, "%d", atoi(argv[2]) + 1);
+        if (strcmp(mode, "nonp") == 0)
+            execl(argv[1], argv[1], "--allow-run-as-root", "--oversubscribe", "-np", argv[2], argv[3], (char *)NULL);
+        else
+            execl(argv[1], argv[1], "--allow-run-as-root", "--oversubscribe", "-np", argv[2], argv[3], arg, (char *)NULL);
         perror("execl");
         _exit(127);
     }
@@ -74,11 +84,19 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "timeout") == 0) {
         ok = !hung && code != 0 && secs < 15 && strstr(out, "grad bucket 3 (all-reduce)") && strstr(out, "step 7") &&
              strstr(out, "did not complete within 2 s");
-    } else {
+    } else if (strcmp(mode, "kill") == 0) {
         ok = !hung && code != 0 && secs < 15 && (strstr(out, "signal 9") || strstr(out, "Killed"));
+    } else if (strcmp(mode, "wrongnp") == 0) {
+        char want[96];
+        snprintf(want, sizeof want, "world_equals_launched_np: FAIL world=%s expected np=%d", argv[2], atoi(argv[2]) + 1);
+        ok = !hung && code != 0 && strstr(out, want) != NULL;
+    } else {
+        ok = !hung && code != 0 && strstr(out, "expected the world size the launcher was asked for") != NULL;
     }
     /* One line of evidence: the scaletrain message (or mpirun's) that the user would see. */
     const char *line = strstr(out, "scaletrain: rank");
+    if (!line) line = strstr(out, "world_equals_launched_np");
+    if (!line) line = strstr(out, "test_comm: expected");
     if (!line) line = strstr(out, "mpirun noticed");
     if (!line) line = out;
     char first[400];

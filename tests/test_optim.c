@@ -1,8 +1,11 @@
 /* test_optim.c — optimizers, clipping and schedules against closed-form answers.
  *
- * Oracle: values worked out by hand (in the comments); tolerance 1e-6 absolute (fp32). The fused
- * low-precision step is checked bit for bit against the plain step followed by model/kernels'
- * separate casts, and on hand-rounded values. */
+ * Oracles: values worked out by hand (in the comments; tolerance 1e-6 absolute, fp32); 8 steps of
+ * each optimizer with changing gradients against a float64 recurrence written in this file (2e-6),
+ * and every schedule shape at every step against its closed form (1e-6 relative), each with
+ * negative controls (a broken recurrence, another shape's closed form) that the same comparison
+ * must reject. The fused low-precision step is checked bit for bit against the plain step
+ * followed by model/kernels' separate casts, and on hand-rounded values. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -56,8 +59,8 @@ static void check_fused_lowp(OptimKind kind, OptimLowp lk) {
     }
     char name[80];
     snprintf(name, sizeof name, "fused %s step, %s copy", optim_kind_name(kind), lk == OPTIM_LOWP_BF16 ? "bf16" : "fp16");
-    tu_check(!memcmp(p1, p2, N * 4) && !memcmp(m1, m2, N * 4) && !memcmp(v1, v2, N * 4), name,
-             "master or moments differ from optim_step");
+    int same = !memcmp(p1, p2, N * 4) && !memcmp(m1, m2, N * 4) && !memcmp(v1, v2, N * 4);
+    tu_check(same, name, "master and moments %s optim_step's (memcmp)", same ? "equal" : "differ from");
     tu_check(inside_bad == 0 && outside_bad == 0, name, "%d copies differ from the cast, %d outside the ranges written",
              inside_bad, outside_bad);
     free(p1), free(p2), free(g), free(m1), free(m2), free(v1), free(v2), free(lp), free(want);
@@ -84,6 +87,217 @@ static void check_lowp_rounding(void) {
             tu_check(lp[i] == (k ? want_h : want_bf)[i], k ? "fp16 rounding" : "bf16 rounding",
                      "value %.9g: got 0x%04X want 0x%04X", (double)x[i], lp[i], (k ? want_h : want_bf)[i]);
     }
+}
+
+/* ---- Several steps with changing gradients against a float64 recurrence ----
+ * The recurrences are written here from the update rules as published (AdamW: Loshchilov & Hutter;
+ * Adam with L2 and SGD with momentum: PyTorch's documented torch.optim.Adam/SGD; Lion: Chen et al.
+ * 2023, Algorithm 2), in double, not copied from optim.c. 16 elements in two ranges (decay, no
+ * decay), gradients that change magnitude and sign every step, a learning rate that changes every
+ * step and a clip factor of 0.5, so every term (β1, β2, bias correction at t = 1..8, eps, decay,
+ * the clip factor) moves the parameters. Tolerance: 2e-6 absolute on every parameter after every
+ * step (fp32 rounding of ~1 values over 8 steps). Negative controls: the same comparison against
+ * the recurrence with one term broken (bias correction dropped or frozen at t = 1, β2 = 0.999, β1
+ * and β2 exchanged, the other kind of decay, the clip factor ignored, SGD dampening, Lion's
+ * momentum updated before the sign) must report a difference above the tolerance. */
+enum { NE = 16, NSTEPS = 8 };
+#define MULTI_TOL 2e-6
+
+typedef enum {
+    V_EXACT,
+    V_NO_BIAS_CORRECTION, /* m̂ = m, v̂ = v */
+    V_STEP_FROZEN,        /* bias correction always at t = 1 (the step counter not passed on) */
+    V_BETA2_999,          /* β2 = 0.999 instead of the configured one */
+    V_BETAS_SWAPPED,      /* β1 and β2 exchanged */
+    V_OTHER_DECAY,        /* AdamW ↔ Adam L2; SGD: decoupled instead of L2; Lion: no decay */
+    V_SCALE_IGNORED,      /* the clip factor not applied to the gradients */
+    V_DAMPENING,          /* SGD: buf = μ·buf + (1-μ)·g */
+    V_LION_M_FIRST,       /* Lion: momentum updated before the sign is taken */
+    V_COUNT
+} Variant;
+
+static const char *const VARIANT_NAME[V_COUNT] = {
+    "exact", "no bias correction", "bias correction frozen at t=1", "beta2=0.999", "beta1/beta2 exchanged",
+    "the other kind of weight decay", "clip factor ignored", "SGD dampening", "Lion momentum before sign"};
+
+static double multi_grad(int t, int i) {
+    double a = pow(10.0, -3.0 + (i % 4)); /* 1e-3 .. 1: eps matters for the small ones */
+    return a * (sin(1.1 * t + 0.7 * i) + 0.3 * ((i % 3) - 1));
+}
+static double multi_lr(const OptimConfig *c, int t) { return (c->kind == OPT_LION ? 1e-3 : 1e-2) * (1.0 + 0.1 * t); }
+static double multi_p0(int i) { return (i % 2 ? -1.0 : 1.0) * (0.5 + 0.05 * i); }
+static int multi_decay(int i) { return i < NE / 2; }
+#define MULTI_SCALE 0.5
+
+/* p[t][i]: the parameters after step t+1 under variant v of c's rule. */
+static void multi_reference(const OptimConfig *c, Variant v, double p_out[NSTEPS][NE]) {
+    double b1 = c->beta1, b2 = c->beta2, eps = c->eps, mu = c->momentum;
+    if (v == V_BETA2_999) b2 = 0.999;
+    if (v == V_BETAS_SWAPPED) b1 = c->beta2, b2 = c->beta1;
+    for (int i = 0; i < NE; i++) {
+        double p = multi_p0(i), m = 0, s = 0; /* s: second moment */
+        double wd = multi_decay(i) ? c->weight_decay : 0.0;
+        for (int t = 1; t <= NSTEPS; t++) {
+            double g = multi_grad(t, i) * (v == V_SCALE_IGNORED ? 1.0 : MULTI_SCALE), lr = multi_lr(c, t);
+            int tb = v == V_STEP_FROZEN ? 1 : t;
+            double bc1 = v == V_NO_BIAS_CORRECTION ? 1.0 : 1.0 - pow(b1, tb);
+            double bc2 = v == V_NO_BIAS_CORRECTION ? 1.0 : 1.0 - pow(b2, tb);
+            int l2 = (c->kind == OPT_ADAM) != (v == V_OTHER_DECAY); /* decay through the gradient */
+            switch (c->kind) {
+            case OPT_ADAMW:
+            case OPT_ADAM:
+                if (l2) g += wd * p;
+                else p -= lr * wd * p;
+                m = b1 * m + (1 - b1) * g;
+                s = b2 * s + (1 - b2) * g * g;
+                p -= lr * (m / bc1) / (sqrt(s / bc2) + eps);
+                break;
+            case OPT_SGD:
+                if (v != V_OTHER_DECAY) g += wd * p;
+                else p -= lr * wd * p;
+                m = t == 1 ? g : mu * m + (v == V_DAMPENING ? 1 - mu : 1.0) * g;
+                p -= lr * m;
+                break;
+            case OPT_LION: {
+                if (v != V_OTHER_DECAY) p -= lr * wd * p;
+                if (v == V_LION_M_FIRST) m = b2 * m + (1 - b2) * g;
+                double u = v == V_LION_M_FIRST ? m : b1 * m + (1 - b1) * g;
+                p -= lr * ((u > 0) - (u < 0));
+                if (v != V_LION_M_FIRST) m = b2 * m + (1 - b2) * g;
+                break;
+            }
+            }
+            p_out[t - 1][i] = p;
+        }
+    }
+}
+
+/* max |got - ref| over every parameter after every step: the one comparison used for the real
+ * check and for the negative controls. */
+static double multi_maxdiff(const float got[NSTEPS][NE], const double ref[NSTEPS][NE]) {
+    double md = 0;
+    for (int t = 0; t < NSTEPS; t++)
+        for (int i = 0; i < NE; i++) {
+            double d = fabs(got[t][i] - ref[t][i]);
+            if (!(d <= md)) md = d;
+        }
+    return md;
+}
+
+static void check_multi_step(OptimKind kind, const Variant *controls, int ncontrols) {
+    OptimConfig c = optim_default_config(kind);
+    if (kind == OPT_ADAMW || kind == OPT_ADAM) c.eps = 1e-4f; /* of the order of the small gradients */
+    if (kind == OPT_SGD) c.weight_decay = 0.01f, c.momentum = 0.9f;
+    if (kind == OPT_LION) c.weight_decay = 0.5f;
+    float p[NE], g[NE], m[NE] = {0}, v[NE] = {0}, got[NSTEPS][NE];
+    for (int i = 0; i < NE; i++) p[i] = (float)multi_p0(i);
+    OptimRange r[2] = {{0, NE / 2, 1}, {NE / 2, NE / 2, 0}};
+    for (int t = 1; t <= NSTEPS; t++) {
+        for (int i = 0; i < NE; i++) g[i] = (float)multi_grad(t, i);
+        optim_step(&c, p, g, m, v, r, 2, t, (float)multi_lr(&c, t), (float)MULTI_SCALE, 1);
+        memcpy(got[t - 1], p, sizeof p);
+    }
+    static double ref[NSTEPS][NE];
+    multi_reference(&c, V_EXACT, ref);
+    double md = multi_maxdiff(got, ref);
+    char name[96];
+    snprintf(name, sizeof name, "%s: %d steps vs float64 recurrence", optim_kind_name(kind), NSTEPS);
+    tu_check(md <= MULTI_TOL, name, "maxdiff=%.3g (tol %.0e)", md, MULTI_TOL);
+    for (int k = 0; k < ncontrols; k++) {
+        multi_reference(&c, controls[k], ref);
+        double mv = multi_maxdiff(got, ref);
+        snprintf(name, sizeof name, "%s negative control (%s)", optim_kind_name(kind), VARIANT_NAME[controls[k]]);
+        tu_check(mv > MULTI_TOL, name, "detected: maxdiff=%.3g vs the broken recurrence (must exceed %.0e)", mv,
+                 MULTI_TOL);
+    }
+}
+
+/* ---- Schedule shapes against their closed forms ----
+ * Written here from the definitions: linear warmup lr·s/W for s <= W; then with f the fraction of
+ * the decay done (cosine/linear: f = (s - W) / (N - W) over the steps after warmup; WSD: stable at
+ * lr until the last D = round(decay_frac·N) steps, f = (s - (N - D)) / D), lr(s) = min + (lr - min)·w(f)
+ * with w = 1 - f (linear), (1 + cos πf) / 2 (cosine), 1 - √f (1-sqrt). Every step of each run is
+ * compared (1e-6 relative, fp32 output), with named checks at 25% and 75% of the decay where the
+ * shapes differ (at 50% linear and cosine coincide). Negative control: each shape's closed form
+ * against every other shape's output must fail the same comparison. */
+typedef struct {
+    SchedKind kind;
+    DecayShape shape;
+} Shape;
+
+static double closed_form_lr(Shape sh, double lr, double lo, long W, long N, double frac, long s) {
+    if (s <= W) return lr * (double)s / (double)W;
+    if (sh.kind == SCHED_CONSTANT) return lr;
+    double f;
+    DecayShape w = sh.kind == SCHED_LINEAR ? DECAY_LINEAR : sh.kind == SCHED_COSINE ? DECAY_COSINE : sh.shape;
+    if (sh.kind == SCHED_WSD) {
+        long D = lround(frac * (double)N);
+        if (s <= N - D) return lr;
+        f = (double)(s - (N - D)) / (double)D;
+    } else {
+        f = (double)(s - W) / (double)(N - W);
+    }
+    double x = w == DECAY_LINEAR ? 1 - f : w == DECAY_COSINE ? 0.5 * (1 + cos(M_PI * f)) : 1 - sqrt(f);
+    return lo + (lr - lo) * x;
+}
+
+static const char *shape_label(Shape sh) {
+    static char buf[4][32];
+    static int k;
+    char *b = buf[k++ & 3];
+    if (sh.kind == SCHED_WSD) snprintf(b, 32, "wsd %s", sched_shape_name(sh.shape));
+    else snprintf(b, 32, "%s", sched_kind_name(sh.kind));
+    return b;
+}
+
+/* Relative difference of sched_lr under `impl` from the closed form of `form`, worst over steps. */
+static double sched_maxrel(Shape impl, Shape form, long W, long N, long s0, long s1) {
+    Schedule s = {impl.kind, 1.0f, 0.1f, W, N, 0.2f, impl.shape};
+    double md = 0;
+    for (long t = s0; t <= s1; t++) {
+        double want = closed_form_lr(form, 1.0, 0.1, W, N, 0.2, t), d = fabs(sched_lr(&s, t) - want) / want;
+        if (!(d <= md)) md = d;
+    }
+    return md;
+}
+
+static void check_schedules(void) {
+    /* Cosine / linear: warmup 10 of 110, so 25% and 75% of the decay are steps 35 and 85. WSD: warmup
+     * 10 of 100, decay over the last 20 (81..100): 25% and 75% are steps 85 and 95. */
+    const Shape shapes[5] = {{SCHED_COSINE, DECAY_LINEAR}, {SCHED_LINEAR, DECAY_LINEAR}, {SCHED_WSD, DECAY_LINEAR},
+                             {SCHED_WSD, DECAY_COSINE}, {SCHED_WSD, DECAY_SQRT}};
+    const long total[5] = {110, 110, 100, 100, 100}, q1[5] = {35, 35, 85, 85, 85}, q3[5] = {85, 85, 95, 95, 95};
+    const double tol = 1e-6;
+    char name[128];
+    for (int a = 0; a < 5; a++) {
+        double md = sched_maxrel(shapes[a], shapes[a], 10, total[a], 1, total[a]);
+        snprintf(name, sizeof name, "schedule %s: every step vs closed form", shape_label(shapes[a]));
+        tu_check(md <= tol, name, "maxrel=%.3g over steps 1..%ld (tol %.0e)", md, total[a], tol);
+        for (int q = 0; q < 2; q++) {
+            long t = q ? q3[a] : q1[a];
+            Schedule s = {shapes[a].kind, 1.0f, 0.1f, 10, total[a], 0.2f, shapes[a].shape};
+            double want = closed_form_lr(shapes[a], 1.0, 0.1, 10, total[a], 0.2, t);
+            snprintf(name, sizeof name, "schedule %s at %d%% of the decay (step %ld)", shape_label(shapes[a]),
+                     q ? 75 : 25, t);
+            near(sched_lr(&s, t), want, tol * want, name);
+        }
+        /* Negative controls: another shape's closed form, compared at 25% and at 75% of the decay. */
+        for (int b = 0; b < 5; b++) {
+            if (b == a || total[b] != total[a]) continue;
+            double d1 = sched_maxrel(shapes[a], shapes[b], 10, total[a], q1[a], q1[a]);
+            double d3 = sched_maxrel(shapes[a], shapes[b], 10, total[a], q3[a], q3[a]);
+            snprintf(name, sizeof name, "schedule negative control: %s output vs %s closed form",
+                     shape_label(shapes[a]), shape_label(shapes[b]));
+            tu_check(d1 > tol && d3 > tol, name, "detected: rel diff %.3g at 25%%, %.3g at 75%% (must exceed %.0e)", d1,
+                     d3, tol);
+        }
+    }
+    /* Warmup alone: constant after it, and a wrong warmup length is seen. */
+    double mc = sched_maxrel((Shape){SCHED_CONSTANT, DECAY_LINEAR}, (Shape){SCHED_CONSTANT, DECAY_LINEAR}, 10, 100, 1, 100);
+    tu_check(mc <= tol, "schedule constant with warmup: every step vs closed form", "maxrel=%.3g (tol %.0e)", mc, tol);
+    Schedule cs = {SCHED_CONSTANT, 1.0f, 0.1f, 10, 100, 0.2f, DECAY_LINEAR};
+    double dw = fabs(sched_lr(&cs, 5) - closed_form_lr((Shape){SCHED_CONSTANT, DECAY_LINEAR}, 1.0, 0.1, 12, 100, 0.2, 5));
+    tu_check(dw > tol, "schedule negative control: warmup 10 output vs warmup 12 closed form", "detected: diff %.3g", dw);
 }
 
 int main(void) {
@@ -180,5 +394,19 @@ int main(void) {
         check_fused_lowp((OptimKind)k, OPTIM_LOWP_FP16);
     }
     check_lowp_rounding();
+    {
+        const Variant adamw[] = {V_NO_BIAS_CORRECTION, V_STEP_FROZEN, V_BETA2_999, V_BETAS_SWAPPED, V_OTHER_DECAY,
+                                 V_SCALE_IGNORED};
+        const Variant adam[] = {V_NO_BIAS_CORRECTION, V_STEP_FROZEN, V_BETA2_999, V_BETAS_SWAPPED, V_OTHER_DECAY,
+                                V_SCALE_IGNORED};
+        const Variant sgd[] = {V_DAMPENING, V_OTHER_DECAY, V_SCALE_IGNORED};
+        /* Lion's update is a sign: a common factor on every gradient (the clip factor) cannot show. */
+        const Variant lion[] = {V_BETAS_SWAPPED, V_BETA2_999, V_OTHER_DECAY, V_LION_M_FIRST};
+        check_multi_step(OPT_ADAMW, adamw, 6);
+        check_multi_step(OPT_ADAM, adam, 6);
+        check_multi_step(OPT_SGD, sgd, 3);
+        check_multi_step(OPT_LION, lion, 4);
+    }
+    check_schedules();
     return tu_exit();
 }

@@ -11,16 +11,27 @@
  *               Chromium's stderr has no "Uncaught", and a screenshot: the PNG is decoded by a
  *               second page (data: URI → canvas) that counts saturated pixels inside each
  *               chart's plot rectangle (must be > 100) and in an empty margin strip (must be 0,
- *               the negative control).
- * Without Chromium the browser part is skipped with a printed reason, except when the CI
- * environment variable is set: then a missing browser is a failure. ST_CHROMIUM may name the
- * browser binary. */
+ *               the negative control). Chromium is a test dependency (`make test` installs it):
+ *               without it the check fails with one line saying how to install it. Negative
+ *               controls: the test runs its own browser part again (`--browser-only`) with
+ *               ST_CHROMIUM naming a file that does not exist, then a fake browser that exits 0
+ *               without rendering; both must exit non-zero with the checks failed.
+ *   resume      a real resumed log: `train --stop-after 7` with checkpoints every 3 steps, the
+ *               step-7 checkpoint removed (as when a run dies before saving it), then
+ *               `--resume auto` (from step 6) to step 12 with the same --log. The page's embedded
+ *               data must hold one run with steps 1..12, strictly increasing, tokens strictly
+ *               increasing, resumed_from [6], step 7 once with the values of the resumed process.
+ *               Negative control: the same log with the second start record's resumed_from_step
+ *               set to 0 (a new run appended to the file) must be two runs (1..7 and 7..12).
+ * ST_CHROMIUM may name the browser binary. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "core/fileio.h"
 #include "report/report.h"
@@ -205,12 +216,19 @@ static void test_command(void) {
 
 /* ---- the page in headless Chromium ---- */
 
-static int find_chromium(char *out, size_t len) {
+#define INSTALL "install it: apt-get install chromium, or make deps-test"
+
+/* The browser binary into out; 0 with why (one line, how to install it) when there is none. */
+static int find_chromium(char *out, size_t len, char *why, size_t wlen) {
     const char *env = getenv("ST_CHROMIUM");
     if (env && env[0]) {
         snprintf(out, len, "%s", env);
-        return access(out, X_OK) == 0;
+        if (access(out, X_OK) == 0) return 1;
+        snprintf(why, wlen, "ST_CHROMIUM=%s is not an executable file (unset it to search PATH, and if there is no "
+                            "browser: %s)", env, INSTALL);
+        return 0;
     }
+    snprintf(why, wlen, "no chromium, chromium-browser, google-chrome or google-chrome-stable in PATH (%s)", INSTALL);
     const char *names[] = {"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"};
     const char *path = getenv("PATH");
     if (!path) return 0;
@@ -264,16 +282,9 @@ static char *base64(const unsigned char *p, size_t n) {
 #define MAX_CHARTS 32
 
 static void test_browser(void) {
-    char bin[1024];
-    if (!find_chromium(bin, sizeof bin)) {
-        const char *ci = getenv("CI");
-        if (ci && ci[0]) {
-            tu_check(0, "report_chromium", "CI is set but no chromium was found in PATH (install Debian's chromium: "
-                                           "scripts/install-deps.sh)");
-        } else {
-            printf("report_chromium: SKIP (no chromium in PATH; `apt-get install chromium` or set ST_CHROMIUM; "
-                   "never skipped when CI is set)\n");
-        }
+    char bin[1024], why[512];
+    if (!find_chromium(bin, sizeof bin, why, sizeof why)) {
+        tu_check(0, "report_chromium", "%s", why);
         return;
     }
     const int W = 1200, H0 = 6000;
@@ -375,12 +386,144 @@ static void test_browser(void) {
     free(dom);
 }
 
-int main(void) {
+/* ---- the browser check's negative controls ---- */
+
+/* Runs this executable's browser part alone with ST_CHROMIUM=chromium; returns its exit code and
+ * its output in *out (caller frees). */
+static int browser_only(const char *chromium, char **out) {
+    char self[1024];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[n > 0 ? n : 0] = '\0';
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "ST_CHROMIUM='%s' '%s' --browser-only >" TMP "/neg_out.txt 2>&1", chromium, self);
+    int rc = run(cmd);
+    *out = tu_slurp(TMP "/neg_out.txt");
+    return rc;
+}
+
+static void test_browser_negative(void) {
+    char *out = NULL;
+    int rc = browser_only(TMP "/no-such-chromium", &out);
+    tu_check(rc != 0 && out && strstr(out, "report_chromium: FAIL") && strstr(out, "no-such-chromium") &&
+                 strstr(out, "apt-get install chromium") && !strstr(out, "report_chromium_page_ok"),
+             "report_chromium_missing_fails", "ST_CHROMIUM naming no file: exit %d, output \"%s\"", rc, out ? out : "");
+    free(out);
+    /* A "browser" that exits 0 and renders nothing: every page check must fail. */
+    spit(TMP "/fake-chromium", "#!/bin/sh\nexit 0\n");
+    chmod(TMP "/fake-chromium", 0755);
+    rc = browser_only(TMP "/fake-chromium", &out);
+    int failed = out && strstr(out, "report_chromium_page_ok: FAIL") && strstr(out, "report_chromium_canvas_pixels: FAIL") &&
+                 strstr(out, "report_chromium_screenshot: FAIL") && !strstr(out, ": OK");
+    tu_check(rc != 0 && failed, "report_chromium_fake_browser_fails", "a browser that renders nothing: exit %d, %s", rc,
+             failed ? "all three page checks failed" : out ? out : "(no output)");
+    free(out);
+}
+
+/* ---- a resumed run's log ---- */
+
+/* The runs of the page's embedded data (ST_DATA), parsed; NULL if the page has none. */
+static cJSON *page_runs(const char *html, cJSON **root) {
+    *root = NULL;
+    const char *a = html ? strstr(html, "var ST_DATA = ") : NULL;
+    const char *b = a ? strstr(a, ";\n</script>") : NULL;
+    if (!b) return NULL;
+    a += strlen("var ST_DATA = ");
+    *root = cJSON_ParseWithLength(a, (size_t)(b - a));
+    return cJSON_GetObjectItemCaseSensitive(*root, "runs");
+}
+
+static cJSON *steps_col(const cJSON *run, const char *key) {
+    return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "steps"), key);
+}
+
+/* 1 if run's steps are exactly from..to in order and its tokens strictly increase. */
+static int steps_are(const cJSON *run, int from, int to) {
+    const cJSON *st = steps_col(run, "step"), *tok = steps_col(run, "tokens");
+    if (cJSON_GetArraySize(st) != to - from + 1 || cJSON_GetArraySize(tok) != to - from + 1) return 0;
+    double prev = -1;
+    for (int i = 0; i < to - from + 1; i++) {
+        double t = cJSON_GetArrayItem(tok, i)->valuedouble;
+        if (cJSON_GetArrayItem(st, i)->valuedouble != from + i || !(t > prev)) return 0;
+        prev = t;
+    }
+    return 1;
+}
+
+/* time_ms.total of the last `step` record for step s in the log text (the resumed process's). */
+static double last_total_ms(const char *log, int s) {
+    char key[64];
+    snprintf(key, sizeof key, "{\"event\":\"step\",\"step\":%d,", s);
+    double v = -1;
+    for (const char *p = log; (p = strstr(p, key)); p++) {
+        const char *t = strstr(p, "\"total\":");
+        if (t) v = atof(t + 8);
+    }
+    return v;
+}
+
+static void test_resume_log(void) {
+    const char *dir = TMP "/resume";
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
+    run(cmd);
+    const char *args = "train --layers 2 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 --micro-batch 2 "
+                       "--vocab 257 --steps 12 --warmup 2 --val-every 4 --val-batches 2 --peak-gflops 100 --quiet "
+                       "--ckpt-dir " TMP "/resume/ck --ckpt-every 3 --log " TMP "/resume/run.jsonl";
+    snprintf(cmd, sizeof cmd, "%s %s --stop-after 7 >%s/train1.txt 2>&1 && rm -rf %s/ck/step_00000007 && "
+             "%s %s --resume auto >%s/train2.txt 2>&1 && %s report %s/run.jsonl -o %s/resumed.html >/dev/null",
+             BIN, args, dir, dir, BIN, args, dir, BIN, dir, dir);
+    int rc = run(cmd);
+    char *log = tu_slurp(TMP "/resume/run.jsonl"), *html = tu_slurp(TMP "/resume/resumed.html");
+    cJSON *root;
+    const cJSON *runs = page_runs(html, &root), *r0 = cJSON_GetArrayItem(runs, 0);
+    const cJSON *from = cJSON_GetObjectItemCaseSensitive(r0, "resumed_from");
+    const cJSON *tot = steps_col(r0, "total");
+    double kept7 = cJSON_GetArraySize(tot) >= 7 ? cJSON_GetArrayItem(tot, 6)->valuedouble : -1;
+    double want7 = log ? last_total_ms(log, 7) : -2;
+    int starts = 0;
+    for (const char *p = log; p && (p = strstr(p, "\"event\":\"start\"")); p++) starts++;
+    int one = cJSON_GetArraySize(runs) == 1 && steps_are(r0, 1, 12) && cJSON_GetArraySize(from) == 1 &&
+              cJSON_GetArrayItem(from, 0)->valuedouble == 6;
+    tu_check(rc == 0 && starts == 2 && one && fabs_diff(kept7, want7) <= 1e-6 * want7,
+             "report_resumed_log_one_series",
+             "exit %d, %d start records, %d run(s) in the page, steps 1..12 once each: %s, resumed_from [6]: %s, "
+             "step 7 from the resumed process: %.4f ms (want %.4f)",
+             rc, starts, cJSON_GetArraySize(runs), r0 && steps_are(r0, 1, 12) ? "yes" : "no",
+             cJSON_GetArraySize(from) == 1 ? "yes" : "no", kept7, want7);
+    cJSON_Delete(root);
+    free(html);
+    /* Negative control: the second start record without resume info is a new run in the file. */
+    char *p = log ? strstr(log, "\"resumed_from_step\":6,") : NULL;
+    if (p) {
+        memcpy(p, "\"resumed_from_step\":0,", strlen("\"resumed_from_step\":0,"));
+        spit(TMP "/resume/newrun.jsonl", log);
+    }
+    rc = run(BIN " report " TMP "/resume/newrun.jsonl -o " TMP "/resume/newrun.html >/dev/null");
+    html = tu_slurp(TMP "/resume/newrun.html");
+    runs = page_runs(html, &root);
+    const cJSON *a = cJSON_GetArrayItem(runs, 0), *b = cJSON_GetArrayItem(runs, 1);
+    int one_neg = cJSON_GetArraySize(runs) == 1 && steps_are(a, 1, 12);
+    int two = cJSON_GetArraySize(runs) == 2 && steps_are(a, 1, 7) && steps_are(b, 7, 12);
+    tu_check(p && rc == 0 && !one_neg && two, "report_new_run_in_log_is_second_series",
+             "resumed_from_step 0 in the second start record: %d run(s), the one-series check %s, steps 1..7 and 7..12: %s",
+             cJSON_GetArraySize(runs), one_neg ? "PASSED (not detected)" : "fails (detected)", two ? "yes" : "no");
+    cJSON_Delete(root);
+    free(html);
+    free(log);
+}
+
+int main(int argc, char **argv) {
     Err e;
     file_mkdirs(TMP, &e);
+    if (argc > 1 && !strcmp(argv[1], "--browser-only")) { /* the negative controls' child */
+        test_browser();
+        return tu_exit();
+    }
     test_parser();
     write_logs();
     test_command();
+    test_resume_log();
     test_browser();
+    test_browser_negative();
     return tu_exit();
 }

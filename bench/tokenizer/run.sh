@@ -2,11 +2,16 @@
 # run.sh — GPT-2 encode throughput per core: scaletrain's tokenizer_encode vs npm tiktoken 1.0.22
 # (node), in the same run, on the bundled corpora, pinned to one core, with an identical-ids check.
 # Usage: bench/tokenizer/run.sh [BUILD_DIR] [REPS] [CORE]   (needs node + npm; see setup.sh)
+# The extra corpora are in the shared folder beside the repository checkout ($(dirname repo)/shared,
+# as ../shared elsewhere in bench/); SHARED=DIR or PUBLIC_DOMAIN=DIR point elsewhere.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-$ROOT/build}
 REPS=${2:-5}
 CORE=${3:-0}
+SHARED=${SHARED:-$(dirname "$ROOT")/shared}
+PD=${PUBLIC_DOMAIN:-$SHARED/data/public_domain}
+[[ -d $PD ]] || { echo "tokenizer bench: corpora not found at $PD (set SHARED=DIR or PUBLIC_DOMAIN=DIR)" >&2; exit 1; }
 TIK=${TIKTOKEN_DIR:-/tmp/scaletrain_tiktoken}
 WORK=$(mktemp -d /tmp/tok_bench.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
@@ -16,7 +21,6 @@ cmake --build "$BUILD" --target st_data >/dev/null
 cc -O2 -std=c11 -D_GNU_SOURCE -I"$ROOT/src" "$ROOT/bench/tokenizer/tok_bench.c" \
   "$BUILD/libst_data.a" "$BUILD/libst_core.a" -fopenmp -lcjson -lxxhash -lm -o "$WORK/tok_bench"
 GPT2=$ROOT/data/gpt2_tokenizer
-PD=${PUBLIC_DOMAIN:-/work/shared/data/public_domain}
 FILES="$ROOT/data/tinyshakespeare/input.txt $PD/moby_dick.txt $PD/austen.txt $PD/sotu.txt"
 cat $FILES > "$WORK/all.txt"
 echo "core $CORE ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), best of $REPS, $(node --version)"

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -29,7 +30,7 @@ static const char *const FILES[] = {"model.safetensors", "config.json", "optimiz
 enum { NFILES = 3 };
 
 /* ======================================================================================== */
-/* Fault injection (ST_CKPT_FAIL_AT=<stage>[:exit|:stop])                                    */
+/* Fault injection (ST_CKPT_FAIL_AT=<stage>[:exit|:stop|:slow])                              */
 /* ======================================================================================== */
 
 /* Stages in save order; the fault fires when the save reaches the stage. */
@@ -48,7 +49,7 @@ enum { NSTAGES = sizeof CKPT_STAGES / sizeof CKPT_STAGES[0] };
 
 typedef struct {
     char stage[32]; /* "" = no fault */
-    int mode;       /* 0 return an error, 1 _exit(3), 2 raise(SIGSTOP) */
+    int mode;       /* 0 return an error, 1 _exit(3), 2 raise(SIGSTOP), 3 sleep 1 s and go on (a slow disk) */
 } Fault;
 
 static Status fault_parse(Fault *f, Err *err) {
@@ -61,7 +62,8 @@ static Status fault_parse(Fault *f, Err *err) {
         *colon = '\0';
         if (!strcmp(colon + 1, "exit")) f->mode = 1;
         else if (!strcmp(colon + 1, "stop")) f->mode = 2;
-        else return err_set(err, ST_ERR_INPUT, "ST_CKPT_FAIL_AT=%s: expected STAGE, STAGE:exit or STAGE:stop", e);
+        else if (!strcmp(colon + 1, "slow")) f->mode = 3;
+        else return err_set(err, ST_ERR_INPUT, "ST_CKPT_FAIL_AT=%s: expected STAGE, STAGE:exit, STAGE:stop or STAGE:slow", e);
     }
     for (int i = 0; i < NSTAGES; i++)
         if (!strcmp(f->stage, CKPT_STAGES[i])) return ST_OK;
@@ -75,6 +77,10 @@ static Status fault_hit(const Fault *f, const char *stage, Err *err) {
     if (f->mode == 1) _exit(3);
     if (f->mode == 2) {
         raise(SIGSTOP); /* the test's parent kill -9s us here; if continued, carry on */
+        return ST_OK;
+    }
+    if (f->mode == 3) {
+        nanosleep(&(struct timespec){1, 0}, NULL);
         return ST_OK;
     }
     return err_set(err, ST_ERR_RUNTIME, "checkpoint save aborted at stage '%s' (ST_CKPT_FAIL_AT)", stage);

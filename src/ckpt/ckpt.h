@@ -169,7 +169,8 @@ Status ckpt_check_config(const cJSON *saved, const cJSON *current, const char *c
 typedef struct CkptAsync CkptAsync;
 
 /* Creates a saver whose staging buffers (MEM_CKPT_STAGING in mem, may be NULL) are sized for w's
- * layout and the buffers opt has (allocated at the first save). */
+ * layout and the buffers opt has. They are allocated and their pages touched here, before
+ * training, so that no save (the first included) pays page faults inside a step. */
 Status ckpt_async_init(CkptAsync **a, const GptWeights *w, const CkptOptState *opt, MemStats *mem, Err *err);
 
 /* Waits for the previous save (returning its error if it failed), copies params, opt and meta

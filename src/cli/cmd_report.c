@@ -57,7 +57,7 @@ int cmd_report(int argc, char **argv) {
     }
     for (int i = 0; i < npos; i++) {
         if ((st = report_load_run(&runs[i], pos[i], &err)) != ST_OK) goto fail;
-        events += runs[i].events;
+        for (const ReportRun *r = &runs[i]; r; r = r->next) events += r->events;
     }
     if (events == 0) {
         st = err_set(&err, ST_ERR_INPUT, "%s%s: no valid metrics records (expected JSON Lines with an \"event\" field)",
@@ -72,8 +72,10 @@ int cmd_report(int argc, char **argv) {
         if (report_run_warning(&runs[i], w, sizeof w)) fprintf(stderr, "scaletrain report: warning: %s\n", w);
     }
     size_t steps = 0, replayed = 0;
-    for (int i = 0; i < npos; i++) steps += runs[i].step[REP_STEP].n, replayed += runs[i].replayed;
-    printf("report: %s (%d run%s, %zu steps", out, npos, npos == 1 ? "" : "s", steps);
+    int nruns = 0; /* a log may hold several runs (a new start record without resume info) */
+    for (int i = 0; i < npos; i++)
+        for (const ReportRun *r = &runs[i]; r; r = r->next) steps += r->step[REP_STEP].n, replayed += r->replayed, nruns++;
+    printf("report: %s (%d run%s, %zu steps", out, nruns, nruns == 1 ? "" : "s", steps);
     if (replayed) printf(", %zu replayed steps shown once", replayed);
     printf(", %.1f KiB)\n", len / 1024.0);
     goto cleanup;

@@ -27,8 +27,9 @@ void gpt_map_lp(Gpt *g, int i, const float *from, const uint16_t *to, size_t len
     g->w.lp_from[i] = from, g->w.lp_to[i] = to, g->w.lp_len[i] = len;
 }
 
+/* The masks of one site of the current micro-batch; none outside training (evaluation mode). */
 static Dropout dropout_at(const Gpt *g, int layer, int site) {
-    Dropout d = {g->w.cfg.dropout, g->s.dropout_seed,
+    Dropout d = {g->s.cur_train ? g->w.cfg.dropout : 0.0f, g->s.dropout_seed,
                  (g->s.cur_drop_counter << 24) | ((uint64_t)(layer + 1) << 4) | (uint64_t)site};
     return d;
 }
@@ -311,6 +312,7 @@ double gpt_forward(Gpt *g, const int32_t *inp, const int32_t *tgt, int B, int T,
     int L = cfg->n_layer, C = cfg->n_embd, nt = g->s.nt, N = B * T;
     double t0 = timer_ms();
     g->s.cur_inp = inp, g->s.curB = B, g->s.curT = T, g->s.cur_drop_counter = drop_counter;
+    g->s.cur_train = train != 0;
 
     hook(g->hooks.before_forward, g->hooks.ctx, 0);
     encoder_forward(g->s.encoded, inp, g->w.p.wte, g->w.p.wpe, B, T, C, dropout_at(g, -1, DROP_EMBED), nt);
@@ -450,10 +452,7 @@ Status gpt_logits(Gpt *g, const int32_t *inp, int T, float *logits, Err *err) {
     int32_t *tgt = malloc((size_t)T * sizeof *tgt);
     if (!tgt) return err_set(err, ST_ERR_RUNTIME, "out of memory (%d targets)", T);
     memset(tgt, 0xff, (size_t)T * sizeof *tgt); /* every target -1: ignored */
-    float p = g->w.cfg.dropout;
-    g->w.cfg.dropout = 0; /* gpt_forward applies the configured dropout whether training or not */
-    gpt_forward(g, inp, tgt, 1, T, 0.0f, 0, 0);
-    g->w.cfg.dropout = p;
+    gpt_forward(g, inp, tgt, 1, T, 0.0f, 0, 0); /* train = 0: no dropout */
     /* The head again, chunk by chunk, keeping each chunk's raw logits (the forward's buffer only
      * holds the last chunk, and without dx the head leaves them unnormalised). */
     for (int r0 = 0; r0 < T; r0 += chunk) {

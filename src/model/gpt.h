@@ -147,6 +147,7 @@ typedef struct {
     const int32_t *cur_inp;
     int curB, curT;
     uint64_t cur_drop_counter;
+    int cur_train;          /* the forward is a training one: dropout applies */
     int have_head_grads;
     double ms_fwd, ms_bwd;  /* accumulated by forward/backward; the caller resets them */
     Err err;                /* the first error met since the last gpt_status (status ST_OK: none) */
@@ -208,7 +209,8 @@ void gpt_overwrite_grads(Gpt *g);
  * NaN when an error was met (gpt_status says which).
  * With train != 0 the LM head's backward runs fused with the loss (dlogits scaled by dscale,
  * e.g. 1 / tokens of the whole optimizer step) so gpt_backward can follow; drop_counter selects
- * the dropout masks (a global micro-batch counter; unused when dropout is 0). */
+ * the dropout masks (a global micro-batch counter). Dropout applies to training forwards only:
+ * with train = 0 (validation, eval, sampling) nothing is dropped and drop_counter is unused. */
 double gpt_forward(Gpt *g, const int32_t *inp, const int32_t *tgt, int B, int T, float dscale, int train,
                    uint64_t drop_counter);
 

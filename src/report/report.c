@@ -40,11 +40,16 @@ static void col_free(RepCol *c) {
 void report_run_free(ReportRun *r) {
     if (!r) return;
     for (int i = 0; i < REP_NCOL; i++) col_free(&r->step[i]);
-    RepCol *cols[] = {&r->val_step,  &r->val_tokens,  &r->val_loss,     &r->spike_step,    &r->spike_tokens,
-                      &r->spike_value, &r->spike_median, &r->spike_is_gnorm};
+    RepCol *cols[] = {&r->val_step,    &r->val_tokens,   &r->val_loss,       &r->spike_step,  &r->spike_tokens,
+                      &r->spike_value, &r->spike_median, &r->spike_is_gnorm, &r->resumed_from};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) col_free(cols[i]);
     for (int i = 0; i < r->nnotes; i++) free(r->notes[i]);
     r->nnotes = 0;
+    if (r->next) {
+        report_run_free(r->next);
+        free(r->next);
+        r->next = NULL;
+    }
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -182,11 +187,35 @@ static int add_note(ReportRun *r, const cJSON *o) {
     return 0;
 }
 
-/* One valid line: returns -1 on out of memory, 0 otherwise (unusable records become warnings). */
-static int parse_event(ReportRun *r, const cJSON *o, size_t line) {
+/* A `start` record: a resume continues *cur (the records after the step it resumed from belong to
+ * the process that stopped, and the resumed one logs those steps again); a fresh start after any
+ * step or val record begins a new run in the same file. Returns -1 on out of memory. */
+static int start_record(ReportRun *head, ReportRun **cur, const cJSON *o) {
+    ReportRun *r = *cur;
+    double from = num(o, "resumed_from_step");
+    if (from > 0) {
+        drop_steps_from(r, floor(from) + 1);
+        drop_vals_from(r, floor(from) + 1);
+        return col_push(&r->resumed_from, from);
+    }
+    if (!r->step[REP_STEP].n && !r->val_step.n) return 0;
+    int k = 2;
+    for (const ReportRun *p = head; p->next; p = p->next) k++;
+    ReportRun *n = calloc(1, sizeof *n);
+    if (!n) return -1;
+    snprintf(n->path, sizeof n->path, "%s", head->path);
+    snprintf(n->name, sizeof n->name, "%.240s#%d", head->name, k);
+    r->next = n;
+    *cur = n;
+    return 0;
+}
+
+/* One valid line: returns -1 on out of memory, 0 otherwise (unusable records become warnings on
+ * the file's first run, head; records go to the run being read, *cur). */
+static int parse_event(ReportRun *head, ReportRun **cur, const cJSON *o, size_t line) {
     const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "event");
     if (!cJSON_IsObject(o) || !cJSON_IsString(ev)) {
-        warn_line(r, line, "not an object with an \"event\" string");
+        warn_line(head, line, "not an object with an \"event\" string");
         return 0;
     }
     const char *e = ev->valuestring;
@@ -194,9 +223,11 @@ static int parse_event(ReportRun *r, const cJSON *o, size_t line) {
     if (needs_step && !isfinite(num(o, "step"))) {
         char why[96];
         snprintf(why, sizeof why, "\"%.20s\" record without a numeric \"step\"", e);
-        warn_line(r, line, why);
+        warn_line(head, line, why);
         return 0;
     }
+    if (!strcmp(e, "start") && start_record(head, cur, o)) return -1;
+    ReportRun *r = *cur;
     r->events++;
     if (!strcmp(e, "step")) return add_step(r, o);
     if (!strcmp(e, "val")) return add_val(r, o);
@@ -223,6 +254,7 @@ Status report_parse_text(ReportRun *r, const char *path, const char *text, size_
     snprintf(r->name, sizeof r->name, "%s", base ? base + 1 : path);
     size_t nl = strlen(r->name);
     if (nl > 6 && !strcmp(r->name + nl - 6, ".jsonl")) r->name[nl - 6] = '\0';
+    ReportRun *cur = r;
     size_t line = 0;
     for (size_t i = 0; i < len;) {
         size_t j = i;
@@ -238,7 +270,7 @@ Status report_parse_text(ReportRun *r, const char *path, const char *text, size_
                 /* A last line without its newline is what a run killed mid-write leaves. */
                 warn_line(r, line, j == len ? "truncated last line (not valid JSON)" : "not valid JSON");
             } else {
-                int rc = parse_event(r, o, line);
+                int rc = parse_event(r, &cur, o, line);
                 cJSON_Delete(o);
                 if (rc) return err_set(err, ST_ERR_RUNTIME, "%s: out of memory at line %zu", path, line);
             }
@@ -393,7 +425,9 @@ static void render_run(Buf *b, const ReportRun *r) {
     buf_col(b, "median", &r->spike_median);
     buf_str(b, ",");
     buf_col(b, "is_grad_norm", &r->spike_is_gnorm);
-    buf_str(b, "},\"memory\":{");
+    buf_str(b, "},");
+    buf_col(b, "resumed_from", &r->resumed_from);
+    buf_str(b, ",\"memory\":{");
     buf_mem(b, "planned", r->planned, r->nplanned);
     buf_str(b, ",");
     buf_mem(b, "measured", r->measured, r->nmeasured);
@@ -449,10 +483,12 @@ Status report_render(const ReportRun *runs, int n, const char *title, char **htm
     buf_str(&b, "\n</script>\n<script>\nvar ST_DATA = {\"title\":");
     buf_json_str(&b, t);
     buf_str(&b, ",\"runs\":[\n");
-    for (int i = 0; i < n; i++) {
-        if (i) buf_str(&b, ",\n");
-        render_run(&b, &runs[i]);
-    }
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        for (const ReportRun *r = &runs[i]; r; r = r->next) {
+            if (k++) buf_str(&b, ",\n");
+            render_run(&b, r);
+        }
     buf_str(&b, "]};\n</script>\n<script>\n");
     buf_script(&b, st_asset_page_js, st_asset_page_js_len);
     buf_str(&b, "\n</script>\n</body>\n</html>\n");

@@ -10,6 +10,10 @@
  *                     records from that step on (they belong to the abandoned branch), so each step
  *                     appears once, with the values of the trajectory that continued. The same holds
  *                     for `val` records. `spike` records are all kept (they explain the rollback).
+ *                     Several `start` records: one with "resumed_from_step" R > 0 continues the
+ *                     run (a resume appends to its log; kept records after step R are dropped,
+ *                     the resumed process logs them again), one without it (or with 0) after any
+ *                     step or val record begins a new run in the same file, chained as r->next.
  *   report_render     writes the page: the vendored uPlot script and stylesheet (embedded in the
  *                     binary at build time, see embed_assets.cmake), the runs' data as one JSON
  *                     object, and the page script (page.js) that draws the charts. The page needs no
@@ -57,7 +61,7 @@ typedef struct {
     double bytes;
 } RepMem;
 
-typedef struct {
+typedef struct ReportRun {
     char path[1024];      /* the log file */
     char name[256];       /* label: file name without directory and .jsonl */
     char summary[1024];   /* one line from the start record (model, batch, optimizer, commit) */
@@ -65,6 +69,7 @@ typedef struct {
     RepCol step[REP_NCOL];
     RepCol val_step, val_tokens, val_loss;
     RepCol spike_step, spike_tokens, spike_value, spike_median, spike_is_gnorm; /* is_gnorm: 0 loss, 1 grad norm */
+    RepCol resumed_from;  /* resumed_from_step of each resume in this run, in log order */
     RepMem planned[REP_MAX_MEM], measured[REP_MAX_MEM];
     int nplanned, nmeasured;
     char *notes[REP_MAX_NOTES]; /* raw JSON of other events (malloc'd), in log order */
@@ -74,11 +79,15 @@ typedef struct {
     size_t bad_lines;     /* skipped lines */
     char warn[REP_MAX_WARN][256]; /* the first skipped lines: "line N: why" */
     int nwarn;
+    /* A new run later in the same file (malloc'd, owned, freed by report_run_free), named
+     * "<name>#2", "#3", ...; the file's line counts and warnings stay on the first run. */
+    struct ReportRun *next;
 } ReportRun;
 
-/* Parses the log at path into r (zeroed by the caller or fresh). Damaged lines are skipped and
- * recorded in r->bad_lines / r->warn; a missing or unreadable file is an error naming the path
- * (ST_ERR_INPUT). report_run_free is safe on a zeroed or half-built run. */
+/* Parses the log at path into r (zeroed by the caller or fresh), and any further runs the file
+ * holds into the chain r->next. Damaged lines are skipped and recorded in r->bad_lines / r->warn;
+ * a missing or unreadable file is an error naming the path (ST_ERR_INPUT). report_run_free
+ * (which frees the chain) is safe on a zeroed or half-built run. */
 Status report_load_run(ReportRun *r, const char *path, Err *err);
 void report_run_free(ReportRun *r);
 
@@ -89,8 +98,8 @@ Status report_parse_text(ReportRun *r, const char *path, const char *text, size_
  * truncated last line; ...)"; returns 0 and writes "" when the run had none. */
 int report_run_warning(const ReportRun *r, char *buf, size_t len);
 
-/* Renders the page for runs[0..n) into a malloc'd NUL-terminated buffer (*html, *len). title may
- * be NULL. Errors: out of memory (ST_ERR_RUNTIME). */
+/* Renders the page for runs[0..n) and their chains (each a series of its own) into a malloc'd
+ * NUL-terminated buffer (*html, *len). title may be NULL. Errors: out of memory (ST_ERR_RUNTIME). */
 Status report_render(const ReportRun *runs, int n, const char *title, char **html, size_t *len, Err *err);
 
 #endif

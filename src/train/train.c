@@ -64,11 +64,6 @@ TrainConfig train_default_config(void) {
     return c;
 }
 
-double train_flops_per_token(const ModelConfig *m, int T) {
-    double L = m->n_layer, C = m->n_embd, V = m->vocab;
-    return 6.0 * (L * 12.0 * C * C + V * C) + 12.0 * L * T * C;
-}
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -498,7 +493,7 @@ static Status setup_accounting(Run *r, Err *err) {
     r->peak_job = r->peak;
     Status st = comm_allreduce_f64(r->comm, &r->peak_job, 1, COMM_SUM, err);
     if (st != ST_OK) return st;
-    r->fpt = train_flops_per_token(&c->model, T);
+    r->fpt = layout_flops_per_token(&c->model, T);
     r->batch_seqs = (long long)B * k * r->dp, r->batch_tokens = r->batch_seqs * T;
 
     PlanInput pi = plan_default_input();
@@ -509,15 +504,10 @@ static Status setup_accounting(Run *r, Err *err) {
     pi.recompute = (PlanRecompute)c->recompute;
     if (c->have_hw) pi.hw = c->hw; /* a measured profile (plan --measure-hardware) */
     else pi.hw.peak_fp32 = r->peak;
-    if (c->bf16 || c->fp16) {
-        /* This trainer's mixed precision: a 2-byte weight copy beside the fp32 master and moments,
-         * but fp32 gradients (and activations, which the exact mode counts); fp16 is emulated, so
-         * its GEMMs run at the fp32 rate. */
-        Err pe;
-        plan_precision_preset(&pi.prec, c->fp16 ? "fp16" : "bf16", &pe);
-        pi.prec.grad = 4;
-        if (c->fp16) pi.prec.compute = PLAN_DTYPE_FP32;
-    }
+    /* This trainer's precisions; fp16 is emulated, so its GEMMs run at the fp32 rate. */
+    Err pe;
+    plan_precision_trainer(&pi.prec, c->fp16 ? "fp16" : c->bf16 ? "bf16" : "fp32", &pe);
+    if (c->fp16) pi.prec.compute = PLAN_DTYPE_FP32;
     Err perr;
     r->have_plan = plan_predict_step(&pi, &r->plan, &perr) == ST_OK;
     return ST_OK;
@@ -657,6 +647,12 @@ static Status save_weights(Run *r, const char *out_dir, Err *err) {
     return run_save_gathered(r, NULL, NULL, NULL, out_dir, err);
 }
 
+/* Young/Daly needs the full write time of a checkpoint: a synchronous save's, or the background
+ * write's, learnt when the next save or the end of the run waits for it (never by waiting early). */
+static void note_write_time(Run *r, const CkptSaveInfo *info) {
+    if (!r->first_ckpt_ms && info->path[0]) r->first_ckpt_ms = info->ms_write + info->ms_prune;
+}
+
 /* Writes a checkpoint of the state after `step` completed steps; *ms is its cost to the step. */
 static Status save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info, Err *err) {
     const TrainConfig *c = &r->cfg;
@@ -698,7 +694,12 @@ static Status save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info,
     memset(info, 0, sizeof *info);
     if (r->async) {
         /* The previous background write must be complete (and its errors seen) first. */
-        if ((st = ckpt_async_wait(r->async, NULL, err)) == ST_OK) st = ckpt_async_save(r->async, &r->g.w, &opt, &meta, &o, err);
+        CkptSaveInfo prev;
+        memset(&prev, 0, sizeof prev);
+        if ((st = ckpt_async_wait(r->async, &prev, err)) == ST_OK) {
+            note_write_time(r, &prev);
+            st = ckpt_async_save(r->async, &r->g.w, &opt, &meta, &o, err);
+        }
     } else if (r->local) {
         st = ckpt_save(&r->g.w, &opt, &meta, &o, info, err);
     } else {
@@ -941,12 +942,7 @@ static Status step_checkpoint(Run *r, Step *s, Err *err) {
     if (st != ST_OK) return st;
     ev_ckpt(&r->log, r->step, s->ckpt_ms, r->async ? NULL : info.path, (double)info.bytes, info.pruned);
     /* Young/Daly needs the full write time: for async saves, the background write's. */
-    if (!r->first_ckpt_ms && !r->async) r->first_ckpt_ms = info.ms_write + info.ms_prune;
-    if (!r->first_ckpt_ms && r->async && c->mtbf_hours > 0) {
-        CkptSaveInfo wi;
-        if ((st = ckpt_async_wait(r->async, &wi, err)) != ST_OK) return st;
-        r->first_ckpt_ms = wi.ms_write + wi.ms_prune;
-    }
+    if (!r->async) note_write_time(r, &info);
     return ST_OK;
 }
 
@@ -1076,6 +1072,7 @@ static Status run_finish(Run *r, Err *err) {
     if (r->async) {
         CkptSaveInfo info;
         if ((st = ckpt_async_wait(r->async, &info, err)) != ST_OK) return st;
+        note_write_time(r, &info);
         if (!c->quiet && info.path[0])
             printf("checkpoint: last asynchronous write %s took %.0f ms in the background\n", info.path, info.ms_write);
     }
