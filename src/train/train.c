@@ -767,6 +767,8 @@ typedef struct {
     float lscale, scale, lr;    /* fp16 loss scale (1 otherwise), clip factor, learning rate */
     int overflow, updated, rolled_back, last, stopping;
     double ckpt_ms;
+    Status gemm_st;             /* a GEMM failure of this rank's micro-batches (gpt_status) */
+    Err gemm_err;
 } Step;
 
 /* The step's k micro-batches of this rank, and the global count of their target tokens: the
@@ -794,8 +796,9 @@ static Status step_data(Run *r, Step *s, Err *err) {
 
 /* Forward and backward of each micro-batch. Each loss is divided by the step's token count (and
  * multiplied by the fp16 loss scale), so the accumulated gradients are those of the whole step.
- * A GEMM that failed on the way is returned here (gpt_status), before anything uses the result. */
-static Status step_micro_batches(Run *r, Step *s, Err *err) {
+ * A GEMM that failed on the way is kept in s->gemm (gpt_status) for step_grads, which makes every
+ * rank stop on it before anything uses the result. */
+static void step_micro_batches(Run *r, Step *s) {
     const TrainConfig *c = &r->cfg;
     int B = c->micro_batch, T = c->seq_len, k = c->grad_accum;
     par_step_begin(r->par, k, s->next); /* the first micro-batch writes the gradients, the others add */
@@ -811,16 +814,23 @@ static Status step_micro_batches(Run *r, Step *s, Err *err) {
         gpt_backward(&r->g);
     }
     if (r->attempt == c->debug_nan_step && r->g.d.grads) r->g.d.grads[r->g.w.layout.tensors[2].offset] = NAN; /* test hook */
-    return gpt_status(&r->g, err);
+    s->gemm_st = gpt_status(&r->g, &s->gemm_err);
 }
 
-/* Gradient collectives finished; the global loss; the global norm (and each rank's value of it,
- * logged to show they agree); fp16 overflow; the clip factor and the learning rate. */
+/* Gradient collectives finished; the global loss, and whether a GEMM failed on any rank (every
+ * rank stops then, the failing one with its message); the global norm (and each rank's value of
+ * it, logged to show they agree); fp16 overflow; the clip factor and the learning rate. */
 static Status step_grads(Run *r, Step *s, Err *err) {
     const TrainConfig *c = &r->cfg;
     Status st = par_grads_finish(r->par, err);
-    if (st == ST_OK) st = comm_allreduce_f64(r->comm, &s->loss_sum, 1, COMM_SUM, err);
+    double sums[2] = {s->loss_sum, s->gemm_st != ST_OK};
+    if (st == ST_OK) st = comm_allreduce_f64(r->comm, sums, 2, COMM_SUM, err);
     if (st != ST_OK) return st;
+    if (s->gemm_st != ST_OK) return *err = s->gemm_err, s->gemm_st;
+    if (sums[1] > 0)
+        return err_set(err, ST_ERR_RUNTIME, "step %ld: a GEMM failed on %.0f other rank(s) (their messages say why)",
+                       s->next, sums[1]);
+    s->loss_sum = sums[0];
     s->loss = s->ntok > 0 ? s->loss_sum / s->ntok : 0.0;
     s->t2 = timer_ms();
     if ((st = par_grad_norm(r->par, &s->norm, err)) != ST_OK) return st;
@@ -1042,7 +1052,7 @@ static Status train_step(Run *r, int *stop, Err *err) {
     }
     Status st;
     if ((st = step_data(r, &s, err)) != ST_OK) return st;
-    if ((st = step_micro_batches(r, &s, err)) != ST_OK) return st;
+    step_micro_batches(r, &s);
     if ((st = step_grads(r, &s, err)) != ST_OK) return st;
     if ((st = step_health(r, &s, err)) != ST_OK) return st;
     if ((st = step_update(r, &s, err)) != ST_OK) return st;
