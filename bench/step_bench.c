@@ -73,8 +73,7 @@ int main(int argc, char **argv) {
     qsort(tot + w, n, sizeof(double), cmp), qsort(fw + w, n, sizeof(double), cmp);
     qsort(bw + w, n, sizeof(double), cmp), qsort(op + w, n, sizeof(double), cmp);
     double med = tot[w + n / 2];
-    double fpt = 6.0 * (mc.n_layer * 12.0 * mc.n_embd * mc.n_embd + (double)mc.vocab * mc.n_embd) +
-                 12.0 * mc.n_layer * T * mc.n_embd;
+    double fpt = layout_flops_per_token(&mc, T);
     printf("RESULT {\"peer\": \"scaletrain\", \"L\": %d, \"C\": %d, \"V\": %d, \"B\": %d, \"T\": %d, \"threads\": %d, "
            "\"median_ms\": %.2f, \"forward_ms\": %.2f, \"backward_ms\": %.2f, \"optimizer_ms\": %.2f, "
            "\"tokens_per_s\": %.1f, \"gflops\": %.1f, \"precision\": \"%s\", \"recompute\": \"%s\", "
