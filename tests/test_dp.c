@@ -1,7 +1,7 @@
 /* test_dp.c — data parallelism and ZeRO 0–3 end to end: `scaletrain train` under mpirun against
  * one process (issue 6; issue 12 made every check able to fail).
  *
- * Usage: test_dp MPIEXEC SCALETRAIN [equiv|scale|mixed|resume|fault|mfu]
+ * Usage: test_dp MPIEXEC SCALETRAIN [equiv|scale|mixed|resume|fault|mfu|memory]
  *
  * Oracle: one process running the same global batch (micro-batch 2 × accumulation 4 = 8 sequences
  * per step; dp=2 runs accumulation 2, dp=4 accumulation 1), 20 steps, fp32. Every comparison covers
@@ -31,6 +31,11 @@
  *           resume pointed at an empty --ckpt-dir passes the comparison and is caught.
  *   fault   --dp 3 on 2 ranks refused naming 3 and 2; one rank with another --lr refused (config
  *           hash); a rank SIGKILLed mid-backward ends the job (non-zero, < 30 s, "signal 9").
+ *   memory  per-rank bytes from two sides: `plan --json` (dp 2 and 4 × ZeRO 0–3 × fp32/bf16, the
+ *           planner's analytic figure) equals every rank's allocation (the memory record's
+ *           measured_by_rank); each rank's resident memory above its baseline within 5% of its
+ *           allocated total (dp 2 ZeRO 2 fp32, dp 4 ZeRO 3 bf16; 0.3 GB per rank). Negative
+ *           controls: the plan of dp 1 differs; RSS against the allocation less the moments fails.
  *   mfu     MFU under MPI is the job's model FLOP/s over the sum of the ranks' peaks: the dp 2 step
  *           records satisfy mfu = flops_per_token · tokens/s / peak_flops_job with tokens/s the
  *           job's, peak_flops_job ≈ 2 × one rank's, every step below 1; the median within a factor
@@ -610,9 +615,158 @@ static void mfu(void) {
              "median MFU dp 2 %.3f, one process %.3f: ratio %.2f", med2, med1, r);
 }
 
+/* ---------------------------------------------------------------- memory per rank */
+
+/* The state categories: the memory record's name and `plan --json`'s memory_bytes name. */
+static const char *const MEM_CAT[4][2] = {
+    {"parameters", "weights"}, {"gradients", "gradients"}, {"master_weights", "master"}, {"optimizer_moments", "moments"}};
+
+/* The small model of the plan comparison (L=2 C=32 V=97, B=2, T=32) and the RSS model: a 50k
+ * vocabulary with one block, 0.2-0.4 GB per rank (the runtime's ~6 MB of its own stay below 5%)
+ * for little compute (B=1, T=32). */
+#define MEM_SMALL "2:2:32:97:32:2"
+#define MEM_BIG "1:6:384:50257:32:1"
+
+/* `scaletrain plan --json` for the small model on dp ranks at ZeRO zero in precision prec. */
+static cJSON *plan_json(int dp, int zero, const char *prec) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s plan --layers 2 --heads 2 --channels 32 --vocab 97 --max-seq-len 32 --seq-len 32 "
+             "--micro-batch 2 --grad-accum 1 --threads 1 --dp %d --zero %d --precision %s --json", g_bin, dp, zero, prec);
+    FILE *f = popen(cmd, "r");
+    if (!f) return NULL;
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    pclose(f);
+    return cJSON_Parse(buf);
+}
+
+/* The start-time memory record of a run (the one with measured_by_rank), or NULL. */
+static const cJSON *memory_record(const cJSON *all, const char *field) {
+    const cJSON *o;
+    cJSON_ArrayForEach(o, all) {
+        const char *ev = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "event"));
+        if (ev && !strcmp(ev, "memory") && cJSON_GetObjectItemCaseSensitive(o, field)) return o;
+    }
+    return NULL;
+}
+
+/* Whether every rank's measured bytes of each state category equal the plan's per-rank figure;
+ * detail names the first difference. */
+static int plan_matches(const cJSON *plan, const cJSON *mem, int world, char *detail, size_t cap) {
+    const cJSON *pm = cJSON_GetObjectItemCaseSensitive(plan, "memory_bytes");
+    const cJSON *by = cJSON_GetObjectItemCaseSensitive(mem, "measured_by_rank");
+    snprintf(detail, cap, "%s", !pm ? "plan --json has no memory_bytes" : !by ? "no measured_by_rank" : "");
+    if (!pm || !by) return 0;
+    size_t o = 0;
+    for (int c = 0; c < 4; c++) {
+        double p = num(pm, MEM_CAT[c][1]);
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(by, MEM_CAT[c][0]);
+        int same = cJSON_GetArraySize(a) == world;
+        for (int q = 0; same && q < world; q++) same = cJSON_GetArrayItem(a, q)->valuedouble == p;
+        o += (size_t)snprintf(detail + o, o < cap ? cap - o : 0, "%s%s %.0f%s", c ? ", " : "", MEM_CAT[c][1], p,
+                              same ? "" : " DIFFERS from rank 0's");
+        if (!same && o < cap) o += (size_t)snprintf(detail + o, cap - o, " %.0f", a ? cJSON_GetArrayItem(a, 0)->valuedouble : -1);
+    }
+    return !strstr(detail, "DIFFERS");
+}
+
+/* Resident anonymous memory above the run's baseline against `allocated` on every rank (within
+ * 5%); worst relative difference in *worst. */
+static int rss_within(const cJSON *rec, int world, const double *allocated, double *worst) {
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(rec, "rss_anon_above_baseline_by_rank");
+    *worst = INFINITY;
+    if (cJSON_GetArraySize(r) != world) return 0;
+    *worst = 0;
+    for (int q = 0; q < world; q++) {
+        double d = fabs(cJSON_GetArrayItem(r, q)->valuedouble - allocated[q]) / allocated[q];
+        *worst = d > *worst ? d : *worst;
+    }
+    return *worst <= 0.05;
+}
+
+/* Per-rank bytes from two independent sides: `plan --json` (the planner's analytic figure) against
+ * what every rank allocated, dp 2 and 4 × ZeRO 0–3 × fp32/bf16 (16 runs of one step, 8 per job);
+ * and each rank's resident memory against its allocated total. Negative controls: the plan of the
+ * wrong grid (dp 1) must differ; RSS against the allocation without the moments must fail. */
+static void memory(void) {
+    Err e;
+    enum { N = 40000 };
+    static uint16_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (uint16_t)((i * 7919 + (i / 13) * 31) % 50257);
+    uint32_t *t32 = malloc(N * sizeof *t32);
+    for (int i = 0; t32 && i < N; i++) t32[i] = tok[i];
+    ShardMeta meta = {0, N, 50257};
+    if (!t32 || shard_write(DIR "/v50k.bin", t32, N, &meta, &e) != ST_OK) printf("v50k.bin: %s\n", e.msg), exit(1);
+    free(t32);
+    static const char *const PREC[2] = {"fp32", "bf16"};
+    for (int np = 2; np <= 4; np += 2) {
+        /* The RSS run first (a clean heap), then the plan grid. At ZeRO 0 RSS is not compared: Open
+         * MPI's nonblocking all-reduce mallocs a temporary buffer per bucket in flight, and glibc keeps
+         * the freed heap (its mmap threshold rises after the first large free): +5-14% measured on
+         * C=384-512, V=50k; +1.3% with MALLOC_MMAP_THRESHOLD_=131072. */
+        int rz = np == 2 ? 2 : 3;
+        const char *rp = np == 2 ? "fp32" : "bf16";
+        char cmd[8192], name[64];
+        int o = snprintf(cmd, sizeof cmd, "timeout 300 %s --allow-run-as-root --oversubscribe -np %d -x OMP_NUM_THREADS=1 "
+                         "%s %s rss%d:%s/v50k.bin:" MEM_BIG ":%d:%s:2", g_mpi, np, ST_BINARY_DIR "/tests/dp_memory_worker",
+                         DIR, np, DIR, rz, rp);
+        for (int z = 0; z <= 3; z++)
+            for (int p = 0; p < 2; p++)
+                o += snprintf(cmd + o, sizeof cmd - (size_t)o, " mem%d_z%d_%s:%s/train.bin:" MEM_SMALL ":%d:%s:1", np, z,
+                              PREC[p], DIR, z, PREC[p]);
+        snprintf(name, sizeof name, "memory_np%d", np);
+        double secs;
+        int rc = run(name, cmd, &secs);
+        printf("%s: %d runs in one job, %.1f s\n", name, 9, secs);
+        if (rc != 0) {
+            tu_check(0, name, "exit %d, see %s/%s.out", rc, DIR, name);
+            continue;
+        }
+        for (int z = 0; z <= 3; z++)
+            for (int p = 0; p < 2; p++) {
+                snprintf(name, sizeof name, "mem%d_z%d_%s", np, z, PREC[p]);
+                cJSON *all = records(name), *plan = plan_json(np, z, PREC[p]);
+                char detail[512], what[128];
+                int ok = plan_matches(plan, memory_record(all, "measured_by_rank"), np, detail, sizeof detail);
+                snprintf(what, sizeof what, "dp %d ZeRO %d %s: plan --json per-rank bytes == every rank's allocation", np,
+                         z, PREC[p]);
+                tu_check(ok, what, "%s", detail);
+                if (z == 1 && p == 0) { /* negative control: the plan of one process */
+                    cJSON *wrong = plan_json(1, z, PREC[p]);
+                    int caught = !plan_matches(wrong, memory_record(all, "measured_by_rank"), np, detail, sizeof detail);
+                    snprintf(what, sizeof what, "negative control: the plan of dp 1 against dp %d ZeRO 1's allocation", np);
+                    tu_check(caught, what, "%s", detail);
+                    cJSON_Delete(wrong);
+                }
+                cJSON_Delete(plan), cJSON_Delete(all);
+            }
+        snprintf(name, sizeof name, "rss%d", np);
+        cJSON *all = records(name);
+        const cJSON *rec = memory_record(all, "rss_anon_above_baseline_by_rank");
+        const cJSON *at = cJSON_GetObjectItemCaseSensitive(rec, "allocated_total_by_rank");
+        const cJSON *mom = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(
+            memory_record(all, "measured_by_rank"), "measured_by_rank"), "optimizer_moments");
+        double alloc[4] = {0}, less[4] = {0}, worst = INFINITY, worst_less = INFINITY;
+        int n = cJSON_GetArraySize(at) == np && cJSON_GetArraySize(mom) == np;
+        for (int q = 0; n && q < np; q++) {
+            alloc[q] = cJSON_GetArrayItem(at, q)->valuedouble;
+            less[q] = alloc[q] - cJSON_GetArrayItem(mom, q)->valuedouble;
+        }
+        char what[160];
+        snprintf(what, sizeof what, "dp %d ZeRO %d %s: every rank's RSS above baseline within 5%% of its allocation", np, rz, rp);
+        int ok = n && alloc[0] > 2e8 && rss_within(rec, np, alloc, &worst);
+        tu_check(ok, what, "allocated %.1f MB on rank 0, worst rank %+.2f%%", alloc[0] / 1e6, 100 * worst);
+        snprintf(what, sizeof what, "negative control: dp %d RSS against the allocation without the moments", np);
+        int caught = n && !rss_within(rec, np, less, &worst_less);
+        tu_check(caught, what, "worst rank %+.1f%% (moments %.1f MB per rank)", 100 * worst_less, (alloc[0] - less[0]) / 1e6);
+        cJSON_Delete(all);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: test_dp MPIEXEC SCALETRAIN [equiv|scale|mixed|resume|fault|mfu]\n");
+        fprintf(stderr, "usage: test_dp MPIEXEC SCALETRAIN [equiv|scale|mixed|resume|fault|mfu|memory]\n");
         return 2;
     }
     g_mpi = argv[1], g_bin = argv[2];
@@ -624,5 +778,6 @@ int main(int argc, char **argv) {
     if (!strcmp(what, "resume") || !strcmp(what, "all")) resume();
     if (!strcmp(what, "fault") || !strcmp(what, "all")) fault();
     if (!strcmp(what, "mfu") || !strcmp(what, "all")) mfu();
+    if (!strcmp(what, "memory") || !strcmp(what, "all")) memory();
     return tu_exit();
 }
