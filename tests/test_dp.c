@@ -32,8 +32,8 @@
  *   fault   --dp 3 on 2 ranks refused naming 3 and 2; one rank with another --lr refused (config
  *           hash); a rank SIGKILLed mid-backward ends the job (non-zero, < 30 s, "signal 9").
  *   memory  per-rank bytes from two sides: `plan --json` (dp 2 and 4 × ZeRO 0–3 × fp32/bf16, the
- *           planner's analytic figure) equals every rank's allocation (the memory record's
- *           measured_by_rank); each rank's resident memory above its baseline within 5% of its
+ *           planner's analytic figure, memory_bytes.by_category) equals every rank's allocation
+ *           (the memory record's measured_by_rank, what the ranks' allocators counted); each rank's resident memory above its baseline within 5% of its
  *           allocated total (dp 2 ZeRO 2 fp32, dp 4 ZeRO 3 bf16; 0.3 GB per rank). Negative
  *           controls: the plan of dp 1 differs; RSS against the allocation less the moments fails.
  *   mfu     MFU under MPI is the job's model FLOP/s over the sum of the ranks' peaks: the dp 2 step
@@ -619,9 +619,8 @@ static void mfu(void) {
 
 /* ---------------------------------------------------------------- memory per rank */
 
-/* The state categories: the memory record's name and `plan --json`'s memory_bytes name. */
-static const char *const MEM_CAT[4][2] = {
-    {"parameters", "weights"}, {"gradients", "gradients"}, {"master_weights", "master"}, {"optimizer_moments", "moments"}};
+/* The state categories, named as in the memory record and in `plan --json`'s memory_bytes.by_category. */
+static const char *const MEM_CAT[4] = {"parameters", "gradients", "master_weights", "optimizer_moments"};
 
 /* The small model of the plan comparison (L=2 C=32 V=97, B=2, T=32) and the RSS model: a 50k
  * vocabulary with one block, 0.2-0.4 GB per rank (the runtime's ~6 MB of its own stay below 5%)
@@ -656,17 +655,20 @@ static const cJSON *memory_record(const cJSON *all, const char *field) {
 /* Whether every rank's measured bytes of each state category equal the plan's per-rank figure;
  * detail names the first difference. */
 static int plan_matches(const cJSON *plan, const cJSON *mem, int world, char *detail, size_t cap) {
-    const cJSON *pm = cJSON_GetObjectItemCaseSensitive(plan, "memory_bytes");
+    const cJSON *mb = cJSON_GetObjectItemCaseSensitive(plan, "memory_bytes");
+    const cJSON *pm = cJSON_GetObjectItemCaseSensitive(mb, "by_category");
     const cJSON *by = cJSON_GetObjectItemCaseSensitive(mem, "measured_by_rank");
-    snprintf(detail, cap, "%s", !pm ? "plan --json has no memory_bytes" : !by ? "no measured_by_rank" : "");
-    if (!pm || !by) return 0;
+    const char *states = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(mb, "states"));
+    snprintf(detail, cap, "%s", !pm ? "plan --json has no memory_bytes.by_category" : !by ? "no measured_by_rank"
+                                : !states || strcmp(states, "trainer") ? "plan's states are not the trainer's" : "");
+    if (detail[0]) return 0;
     size_t o = 0;
     for (int c = 0; c < 4; c++) {
-        double p = num(pm, MEM_CAT[c][1]);
-        const cJSON *a = cJSON_GetObjectItemCaseSensitive(by, MEM_CAT[c][0]);
+        double p = num(pm, MEM_CAT[c]);
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(by, MEM_CAT[c]);
         int same = cJSON_GetArraySize(a) == world;
         for (int q = 0; same && q < world; q++) same = cJSON_GetArrayItem(a, q)->valuedouble == p;
-        o += (size_t)snprintf(detail + o, o < cap ? cap - o : 0, "%s%s %.0f%s", c ? ", " : "", MEM_CAT[c][1], p,
+        o += (size_t)snprintf(detail + o, o < cap ? cap - o : 0, "%s%s %.0f%s", c ? ", " : "", MEM_CAT[c], p,
                               same ? "" : " DIFFERS from rank 0's");
         if (!same && o < cap) o += (size_t)snprintf(detail + o, cap - o, " %.0f", a ? cJSON_GetArrayItem(a, 0)->valuedouble : -1);
     }

@@ -11,8 +11,9 @@
  *    L(N, C/6N) (golden section, 1e-6 relative);
  *  - published parameter counts of GPT-2 and Llama 2 / 3.1 (Hugging Face configs);
  *  - our trainer itself: gpt_init's MemStats bytes per category, layout_init, layout_activations,
- *    model_config_num_params and train_flops_per_token for d2, d6 and gpt2-124m (exact equality);
+ *    model_config_num_params and layout_flops_per_token for d2, d6 and gpt2-124m (exact equality);
  *  - the scaletrain binary on bad input: exit 2 and one stderr line naming the flag. */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +26,6 @@
 #include "model/layout.h"
 #include "plan/plan.h"
 #include "testutil.h"
-#include "train/train.h"
 
 #define BIN ST_BINARY_DIR "/scaletrain"
 #define TMP ST_BINARY_DIR "/test_plan"
@@ -191,12 +191,12 @@ static void test_korthikanti(void) {
             2 * sbh,                                     /* full recompute */
         };
         double got[6] = {
-            plan_act_korthikanti(s, b, h, a, 4, 1, 0, 1, 0, PLAN_RECOMPUTE_NONE),
-            plan_act_korthikanti(s, b, h, a, 4, 1, 0, 8, 0, PLAN_RECOMPUTE_NONE),
-            plan_act_korthikanti(s, b, h, a, 4, 1, 0, 8, 1, PLAN_RECOMPUTE_NONE),
-            plan_act_korthikanti(s, b, h, a, 4, 1, 0, 8, 0, PLAN_RECOMPUTE_SELECTIVE),
-            plan_act_korthikanti(s, b, h, a, 4, 1, 0, 8, 1, PLAN_RECOMPUTE_SELECTIVE),
-            plan_act_korthikanti(s, b, h, a, 4, 1, 0, 1, 0, PLAN_RECOMPUTE_FULL),
+            plan_act_korthikanti(s, b, h, a, 4, 1, 0, 1, 0, PLAN_RECOMPUTE_NONE, 2),
+            plan_act_korthikanti(s, b, h, a, 4, 1, 0, 8, 0, PLAN_RECOMPUTE_NONE, 2),
+            plan_act_korthikanti(s, b, h, a, 4, 1, 0, 8, 1, PLAN_RECOMPUTE_NONE, 2),
+            plan_act_korthikanti(s, b, h, a, 4, 1, 0, 8, 0, PLAN_RECOMPUTE_SELECTIVE, 2),
+            plan_act_korthikanti(s, b, h, a, 4, 1, 0, 8, 1, PLAN_RECOMPUTE_SELECTIVE, 2),
+            plan_act_korthikanti(s, b, h, a, 4, 1, 0, 1, 0, PLAN_RECOMPUTE_FULL, 2),
         };
         for (int k = 0; k < 6; k++)
             if (rel(got[k], want[k]) > worst) worst = rel(got[k], want[k]);
@@ -209,6 +209,19 @@ static void test_korthikanti(void) {
                got[4] / 1073741824.0, got[5] / 1073741824.0);
     }
     tu_check(worst < 1e-12, "Korthikanti Table 2 formulas, Table 3 models", "max rel diff %.2g", worst);
+    /* e bytes per activation element: 4 elements of sbh replicated, 12 split (f = 4), 2 of the attention core,
+     * plus the 1-byte masks (2 sbh and as²b): e = 4 gives sbh(66 + 9as/h) and full recompute 4sbh. */
+    {
+        double a = 96, h = 12288, sbh = s * b * h;
+        double e4 = plan_act_korthikanti(s, b, h, a, 4, 1, 0, 1, 0, PLAN_RECOMPUTE_NONE, 4);
+        double f4 = plan_act_korthikanti(s, b, h, a, 4, 1, 0, 1, 0, PLAN_RECOMPUTE_FULL, 4);
+        double e2 = plan_act_korthikanti(s, b, h, a, 4, 1, 0, 1, 0, PLAN_RECOMPUTE_NONE, 2);
+        tu_check(rel(e2, sbh * (66 + 9 * a * s / h)) > 0.1, "negative control: 2-byte activations differ from the 4-byte form",
+                 "rel diff %.3f", rel(e2, sbh * (66 + 9 * a * s / h)));
+        tu_check(rel(e4, sbh * (66 + 9 * a * s / h)) < 1e-12 && rel(f4, 4 * sbh) < 1e-12,
+                 "Korthikanti with 4-byte activations: sbh(66 + 9as/h), full 4sbh", "%.6g GiB, full %.6g GiB",
+                 e4 / 1073741824.0, f4 / 1073741824.0);
+    }
     tu_check(ratio_lo > 0.15 && ratio_hi < 0.21, "Korthikanti: SP + selective cuts TP activations ~5x",
              "ratio %.3f..%.3f", ratio_lo, ratio_hi);
     /* §4.2.3: with 1F1B the first stage holds p micro-batches of L/p layers = sbhL/t (34 + 5as/h). */
@@ -318,7 +331,7 @@ static void test_vs_trainer(const char *preset, int vocab, int B, int T) {
              r.mem.moments == moments && r.mem.master == 0 &&
              r.mem.activations == (double)mem.bytes[MEM_ACTIVATIONS] &&
              r.mem.workspace == (double)mem.bytes[MEM_WORKSPACE] && r.mem.activations == 4.0 * as.total &&
-             r.compute.fpt == train_flops_per_token(&cfg, T);
+             r.compute.fpt == layout_flops_per_token(&cfg, T);
     char name[96];
     snprintf(name, sizeof name, "plan == trainer for %s (V=%d, B=%d, T=%d)", preset, vocab, B, T);
     tu_check(ok, name,
@@ -326,9 +339,379 @@ static void test_vs_trainer(const char *preset, int vocab, int B, int T) {
              "FLOP/token %.6g/%.6g",
              r.n_params, model_config_num_params(&cfg), r.layout_floats, r.mem.weights, mem.bytes[MEM_PARAMS],
              r.mem.grads, mem.bytes[MEM_GRADS], r.mem.activations, mem.bytes[MEM_ACTIVATIONS], r.mem.workspace,
-             mem.bytes[MEM_WORKSPACE], r.compute.fpt, train_flops_per_token(&cfg, T));
+             mem.bytes[MEM_WORKSPACE], r.compute.fpt, layout_flops_per_token(&cfg, T));
     layout_free(&pl);
     gpt_free(&g);
+}
+
+/* ---- the shared formulas (model/layout), checked once against hand arithmetic ----
+ * The tiny model: L = 1, NH = 1, C = 16, V = 60 (Vp = 64), maxT = 9. By hand: segment 0 holds wte
+ * 64·16 = 1024 and wpe 9·16 = 144 floats (1168); the block 12C² + 13C = 3280 (every tensor a multiple
+ * of 16 floats, so no alignment gaps); the final norm 2C = 32. Each segment is rounded up to 16·dp
+ * floats: dp 1 → 1168 + 3280 + 32 = 4480; dp 2 (32) → 1184 + 3296 + 32 = 4512; dp 4 (64) →
+ * 1216 + 3328 + 64 = 4608. */
+static const int TINY_DP[3] = {1, 2, 4};
+static const size_t TINY_T[3] = {4480, 4512, 4608}, TINY_E[3] = {1168, 1184, 1216}, TINY_X[3] = {3280, 3296, 3328};
+
+static ModelConfig tiny_config(void) {
+    ModelConfig c = {0};
+    c.n_layer = 1, c.n_head = 1, c.n_embd = 16, c.vocab = 60, c.max_seq = 9;
+    Err e;
+    model_config_validate(&c, &e);
+    return c;
+}
+
+/* Per-rank bytes by the documented closed form (docs/parallel.md), Adam (2 moments), precision 0
+ * fp32 (4/4/0/4) or 1, 2 mixed (2/4/4/4), for dp index i: parameters, gradients, master, moments. */
+static void tiny_hand_bytes(int i, int zero, int lowp, double out[4]) {
+    double T = (double)TINY_T[i], S = T / TINY_DP[i], E = (double)TINY_E[i], X = (double)TINY_X[i];
+    double w = lowp ? 2 : 4, m = lowp ? 4 : 0;
+    out[0] = zero < 3 ? w * T : lowp ? (4 + 2) * (E + 2 * X) : 4 * (S + E + 2 * X);
+    out[1] = 4 * (zero >= 2 ? S + E + 2 * X : T);
+    out[2] = m * (zero >= 3 ? S : T);
+    out[3] = 2 * 4 * (zero >= 1 ? S : T);
+}
+
+static void test_shared_formulas(void) {
+    ModelConfig c = tiny_config();
+    /* FLOPs per token, T = 8, by hand: blocks 2·1·12·16² = 6144, attention 4·1·8·16 = 512,
+     * head 2·60·16 = 1920; 3 × 8576 = 25728 = 6·(12·16² + 60·16) + 12·8·16. */
+    TokenFlops f = layout_token_flops(12.0 * 16 * 16, 1, 16, 60, 8);
+    double fpt = layout_flops_per_token(&c, 8);
+    tu_check(fpt == 25728 && f.train == 25728 && f.blocks == 6144 && f.attention == 512 && f.head == 1920,
+             "layout_flops_per_token: tiny model by hand (25728)", "%.17g (blocks %g attention %g head %g)", fpt,
+             f.blocks, f.attention, f.head);
+    /* Negative control: the padded vocabulary (64) in the head must be told apart. */
+    double padded = layout_token_flops(12.0 * 16 * 16, 1, 16, c.vocab_padded, 8).train;
+    tu_check(padded != 25728, "negative control: FLOPs with the padded vocabulary differ from the hand value",
+             "%.17g vs 25728", padded);
+
+    /* ZeRO bytes: the literal numbers of three cases, then the whole grid against the closed form. */
+    int ok = 1, nbad_ctrl = 0;
+    char detail[256] = "";
+    for (int i = 0; i < 3; i++) {
+        ParamLayout pl;
+        layout_init(&pl, &c, TINY_DP[i]);
+        ok &= pl.total == TINY_T[i];
+        for (int lowp = 0; lowp <= 1; lowp++) {
+            for (int z = 0; z < 4; z++) {
+                size_t b[MEM_NCAT];
+                layout_zero_bytes(&pl, TINY_DP[i], z, 2, layout_state_bytes(lowp), b);
+                double want[4];
+                tiny_hand_bytes(i, z, lowp, want);
+                int same = b[MEM_PARAMS] == want[0] && b[MEM_GRADS] == want[1] && b[MEM_MASTER] == want[2] &&
+                           b[MEM_MOMENTS] == want[3];
+                if (!same && detail[0] == 0)
+                    snprintf(detail, sizeof detail, "dp %d zero %d %s: %zu %zu %zu %zu, hand %.0f %.0f %.0f %.0f",
+                             TINY_DP[i], z, lowp ? "bf16" : "fp32", b[MEM_PARAMS], b[MEM_GRADS], b[MEM_MASTER],
+                             b[MEM_MOMENTS], want[0], want[1], want[2], want[3]);
+                ok &= same;
+            }
+        }
+        layout_free(&pl);
+    }
+    size_t b2[MEM_NCAT], b2l[MEM_NCAT], b4l[MEM_NCAT];
+    ParamLayout p2, p4;
+    layout_init(&p2, &c, 2);
+    layout_init(&p4, &c, 4);
+    layout_zero_bytes(&p2, 2, 3, 2, layout_state_bytes(0), b2);
+    layout_zero_bytes(&p2, 2, 3, 2, layout_state_bytes(1), b2l);
+    layout_zero_bytes(&p4, 4, 3, 2, layout_state_bytes(2), b4l);
+    /* dp 2: S + E + 2X = 2256 + 1184 + 6592 = 10032, E + 2X = 7776; dp 4: 1152 + 1216 + 6656 = 9024, 7872. */
+    int lit = b2[MEM_PARAMS] == 40128 && b2[MEM_GRADS] == 40128 && b2[MEM_MASTER] == 0 && b2[MEM_MOMENTS] == 18048 &&
+              b2l[MEM_PARAMS] == 46656 && b2l[MEM_GRADS] == 40128 && b2l[MEM_MASTER] == 9024 &&
+              b2l[MEM_MOMENTS] == 18048 && b4l[MEM_PARAMS] == 47232 && b4l[MEM_GRADS] == 36096 &&
+              b4l[MEM_MASTER] == 4608 && b4l[MEM_MOMENTS] == 9216;
+    tu_check(ok && lit, "layout_zero_bytes: tiny model, dp 1/2/4 x ZeRO 0-3 x fp32/bf16 by hand",
+             "%s; dp 2 ZeRO 3 fp32 %zu/%zu/%zu/%zu, bf16 %zu/%zu/%zu/%zu", detail[0] ? detail : "all equal",
+             b2[MEM_PARAMS], b2[MEM_GRADS], b2[MEM_MASTER], b2[MEM_MOMENTS], b2l[MEM_PARAMS], b2l[MEM_GRADS],
+             b2l[MEM_MASTER], b2l[MEM_MOMENTS]);
+    /* Negative control: a layout not split for dp (shard_multiple 1, as plan built it before for
+     * ZeRO 0) must not match dp 2's hand numbers. */
+    ParamLayout p1;
+    layout_init(&p1, &c, 1);
+    for (int z = 0; z < 4; z++) {
+        size_t b[MEM_NCAT];
+        double want[4];
+        layout_zero_bytes(&p1, 2, z, 2, layout_state_bytes(0), b);
+        tiny_hand_bytes(1, z, 0, want);
+        nbad_ctrl += !(b[MEM_PARAMS] == want[0] && b[MEM_GRADS] == want[1] && b[MEM_MOMENTS] == want[3]);
+    }
+    tu_check(nbad_ctrl == 4, "negative control: a layout not split for dp 2 differs from the hand bytes at every stage",
+             "%d of 4 stages differ", nbad_ctrl);
+    layout_free(&p1);
+    layout_free(&p2);
+    layout_free(&p4);
+}
+
+/* `scaletrain plan ARGS --json` parsed (NULL if no JSON came out); *code gets the exit status. */
+static cJSON *plan_json(const char *args, int *code) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s plan %s --json > %s/plan_out.json 2>%s/plan_err.txt", BIN, args, TMP, TMP);
+    int rc = system(cmd);
+    if (code) *code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    char *text = tu_slurp(TMP "/plan_out.json");
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    return j;
+}
+
+/* The item at a dotted path ("memory_bytes.by_category.gradients"), or NULL. */
+static const cJSON *jpath(const cJSON *j, const char *path) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *tok = strtok(buf, "."); tok && j; tok = strtok(NULL, ".")) j = cJSON_GetObjectItemCaseSensitive(j, tok);
+    return j;
+}
+
+static double jnum(const cJSON *j, const char *path) {
+    const cJSON *x = jpath(j, path);
+    return cJSON_IsNumber(x) ? x->valuedouble : NAN;
+}
+
+/* plan --json per-rank bytes for the tiny model on a dp grid: equal to the hand arithmetic above
+ * and to layout_zero_bytes over layout_init(dp) (the numbers the trainer's allocation is built
+ * from; its MPI test compares them with every rank's allocation). */
+static int plan_grid_matches(int i, int zero, const char *prec, const char *extra, char *detail, size_t n) {
+    char args[512];
+    snprintf(args, sizeof args,
+             "--layers 1 --heads 1 --channels 16 --vocab 60 --max-seq-len 9 --seq-len 8 --micro-batch 1 --dp %d "
+             "--zero %d --precision %s %s",
+             TINY_DP[i], zero, prec, extra);
+    int code;
+    cJSON *j = plan_json(args, &code);
+    int lowp = strcmp(prec, "fp32") != 0;
+    double want[4];
+    tiny_hand_bytes(i, zero, lowp, want);
+    ModelConfig c = tiny_config();
+    ParamLayout pl;
+    layout_init(&pl, &c, TINY_DP[i]);
+    size_t lb[MEM_NCAT];
+    layout_zero_bytes(&pl, TINY_DP[i], zero, 2, layout_state_bytes(!strcmp(prec, "fp16") ? 2 : lowp), lb);
+    layout_free(&pl);
+    static const char *const K[4] = {"parameters", "gradients", "master_weights", "optimizer_moments"};
+    const MemCategory C[4] = {MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_MOMENTS};
+    const cJSON *st = jpath(j, "memory_bytes.states");
+    int ok = j && code == 0 && cJSON_IsString(st) && !strcmp(st->valuestring, "trainer");
+    for (int k = 0; k < 4; k++) {
+        char path[96];
+        snprintf(path, sizeof path, "memory_bytes.by_category.%s", K[k]);
+        double got = jnum(j, path);
+        if (!(got == want[k] && got == (double)lb[C[k]])) {
+            if (ok) snprintf(detail, n, "dp %d zero %d %s %s: %s %.0f, hand %.0f, layout_zero_bytes %zu", TINY_DP[i], zero,
+                             prec, extra, K[k], got, want[k], lb[C[k]]);
+            ok = 0;
+        }
+    }
+    cJSON_Delete(j);
+    return ok;
+}
+
+static void test_plan_per_rank(void) {
+    static const char *const P[3] = {"fp32", "bf16", "fp16"};
+    int ok = 1, runs = 0;
+    char detail[256] = "";
+    for (int i = 0; i < 3; i++)
+        for (int z = 0; z < 4; z++)
+            for (int p = 0; p < 3; p++, runs++) ok &= plan_grid_matches(i, z, P[p], "", detail, ok ? sizeof detail : 0);
+    tu_check(ok, "plan --json per-rank bytes == hand arithmetic == layout_zero_bytes (dp 1/2/4, ZeRO 0-3, 3 precisions)",
+             "%d plans; %s", runs, ok ? "all equal" : detail);
+    /* Activations and workspace under each precision: layout_memory_plan's, which test_memory checks
+     * against the trainer's allocation (so plan == trainer by transitivity). */
+    ModelConfig c = tiny_config();
+    int wok = 1, wctrl = 0;
+    char wd[200] = "";
+    for (int p = 0; p < 3; p++) {
+        char args[256];
+        snprintf(args, sizeof args, "--layers 1 --heads 1 --channels 16 --vocab 60 --max-seq-len 9 --seq-len 8 "
+                 "--micro-batch 1 --threads 2 --precision %s", P[p]);
+        cJSON *j = plan_json(args, NULL);
+        size_t mb[MEM_NCAT];
+        layout_memory_plan(&c, 1, 8, 2, RECOMPUTE_NONE, p, 2, mb);
+        double ws = jnum(j, "memory_bytes.workspace"), ac = jnum(j, "memory_bytes.activations");
+        if (ws != (double)mb[MEM_WORKSPACE] || ac != (double)mb[MEM_ACTIVATIONS]) {
+            wok = 0;
+            snprintf(wd, sizeof wd, "%s: workspace %.0f vs %zu, activations %.0f vs %zu", P[p], ws, mb[MEM_WORKSPACE], ac,
+                     mb[MEM_ACTIVATIONS]);
+        }
+        /* Negative control: another precision's figures must not match. */
+        layout_memory_plan(&c, 1, 8, 2, RECOMPUTE_NONE, (p + 1) % 3, 2, mb);
+        wctrl += ws != (double)mb[MEM_WORKSPACE];
+        cJSON_Delete(j);
+    }
+    tu_check(wok, "plan --json activations and workspace == layout_memory_plan (fp32, bf16, fp16)", "%s",
+             wok ? "equal" : wd);
+    tu_check(wctrl == 3, "negative control: another precision's workspace differs", "%d of 3 differ", wctrl);
+    /* Negative control: 2-byte gradients (not what the trainer allocates) must be detected. */
+    char d2[256] = "";
+    int bad = !plan_grid_matches(1, 2, "bf16", "--grad-bytes 2", d2, sizeof d2);
+    tu_check(bad, "negative control: plan with --grad-bytes 2 differs from the trainer's bytes", "%s", d2);
+}
+
+/* ---- every plan option changes what it should (issue 12: flags that do nothing are defects) ----
+ * Oracle: for each option, the JSON field it drives differs between a baseline plan and the plan with
+ * the option changed (exact comparison of the printed values). Every option `plan --help` lists must
+ * be in the table or among the three checked separately below (--json, --measure-hardware,
+ * --measure-threads), so a new option without an effect test fails the completeness check. Negative
+ * controls: the same comparison on a variant equal to the baseline, and on an option that by design
+ * does not touch the field (--mtbf vs the memory total), must report "unchanged". */
+#define PB "--model d6 --vocab 257 --micro-batch 4 --seq-len 128"
+#define PLLAMA "--model llama-7b --micro-batch 1 --seq-len 512"
+typedef struct { const char *option, *base, *variant, *field; } OptionEffect;
+static const OptionEffect OPTION_EFFECTS[] = {
+    {"model", PB, PB " --model d4", "parameters.total"},
+    {"arch", "--layers 2 --heads 2 --channels 128 --seq-len 128", "--layers 2 --heads 2 --channels 128 --seq-len 128 --arch llama",
+     "model.arch"},
+    {"layers", PB, PB " --layers 4", "parameters.total"},
+    {"heads", PB, PB " --heads 3", "activations.per_layer_exact"},
+    {"kv-heads", PB, PB " --kv-heads 3", "parameters.total"},
+    {"channels", PB, PB " --channels 192", "parameters.total"},
+    {"ffn", PB, PB " --ffn 1024", "parameters.total"},
+    {"vocab", PB, PB " --vocab 300", "parameters.total"},
+    {"max-seq-len", PB, PB " --max-seq-len 512", "parameters.total"},
+    {"params", "--params 1e9", "--params 2e9", "parameters.total"},
+    {"micro-batch", PB, PB " --micro-batch 2", "batch.tokens"},
+    {"seq-len", PB, PB " --seq-len 64", "batch.tokens"},
+    {"grad-accum", PB, PB " --grad-accum 2", "batch.tokens"},
+    {"global-batch", PB, PB " --global-batch 8", "batch.grad_accum"},
+    {"dp", PB, PB " --dp 2", "batch.tokens"},
+    {"tp", PB, PB " --tp 2", "parameters.per_device"},
+    {"pp", PB, PB " --pp 2", "parameters.per_device"},
+    {"sp", PB " --tp 2", PB " --tp 2 --sp", "activations.per_layer_korthikanti"},
+    {"zero", PB " --dp 2", PB " --dp 2 --zero 1", "memory_bytes.moments"},
+    {"recompute", PB, PB " --recompute full", "compute.hw_flops_per_token"},
+    {"pp-microbatches", PB " --pp 2 --grad-accum 4", PB " --pp 2 --grad-accum 4 --pp-microbatches 2", "pipeline.bubble"},
+    {"interleave", PB " --pp 2 --grad-accum 4", PB " --pp 2 --grad-accum 4 --interleave 3", "pipeline.bubble_interleaved"},
+    {"precision", PB, PB " --precision bf16", "memory_bytes.weights"},
+    {"precision", PB, PB " --precision bf16", "memory_bytes.activations"},          /* exact: bf16 LN/GELU outputs */
+    {"precision", PLLAMA, PLLAMA " --precision bf16", "memory_bytes.activations"},  /* paper: 4 → 2-byte activations */
+    {"weight-bytes", PB, PB " --weight-bytes 2", "memory_bytes.weights"},
+    {"grad-bytes", PB, PB " --grad-bytes 2", "memory_bytes.gradients"},
+    {"master-bytes", PB, PB " --master-bytes 4", "memory_bytes.master"},
+    {"moment-bytes", PB, PB " --moment-bytes 2", "memory_bytes.moments"},
+    {"act-bytes", PB " --activations paper", PB " --activations paper --act-bytes 2", "memory_bytes.activations"},
+    {"act-bytes", PLLAMA, PLLAMA " --act-bytes 1", "memory_bytes.activations"},
+    {"optimizer", PB, PB " --optimizer sgd", "memory_bytes.moments"},
+    {"moments", PB, PB " --moments 1", "memory_bytes.moments"},
+    {"activations", PB, PB " --activations paper", "activations.mode"},
+    {"threads", PB, PB " --threads 8", "memory_bytes.workspace"},
+    {"hardware", PB, PB " --hardware H100", "hardware.name"},
+    {"nodes", PB, PB " --nodes 2", "layout.world"},
+    {"devices-per-node", PB " --dp 2", PB " --dp 2 --devices-per-node 2", "layout.nodes"},
+    {"peak-tflops", PB, PB " --peak-tflops 1", "compute.peak_flops"},
+    {"memory-gib", PB, PB " --memory-gib 1", "memory_bytes.device"},
+    {"mem-bw-gbs", PB, PB " --mem-bw-gbs 100", "compute.time_s.elementwise"},
+    {"intra-bw-gbs", PB " --dp 2 --devices-per-node 2", PB " --dp 2 --devices-per-node 2 --intra-bw-gbs 1",
+     "communication.dp_allreduce_s"},
+    {"inter-bw-gbs", PB " --dp 2", PB " --dp 2 --inter-bw-gbs 1", "communication.dp_allreduce_s"},
+    {"matmul-eff", PB, PB " --matmul-eff 0.5", "compute.time_s.matmul"},
+    {"storage-bw-gbs", PB, PB " --storage-bw-gbs 5", "checkpoint.write_s"},
+    {"no-overlap", PB " --dp 2", PB " --dp 2 --no-overlap", "compute.step_s"},
+    {"tokens", PB, PB " --tokens 1e9", "batch.budget_tokens"},
+    {"flops", PB, PB " --flops 1e15", "batch.budget_tokens"},
+    {"flops", PB, PB " --flops 1e15", "scaling.hoffmann2022.budget_flops"},
+    {"days", PB, PB " --days 1", "batch.budget_tokens"},
+    {"target-days", PB, PB " --target-days 1", "compute.mfu_required"},
+    {"mtbf", PB, PB " --mtbf 1", "checkpoint.interval_s"},
+    {"config", PB, PB " --config " TMP "/dp2.json", "layout.dp"},
+};
+
+/* The field's printed value in the baseline and the variant plan; 1 if they differ (and both exist). */
+static int option_changes(const OptionEffect *o, char *detail, size_t n) {
+    cJSON *a = plan_json(o->base, NULL), *b = plan_json(o->variant, NULL);
+    const cJSON *fa = jpath(a, o->field), *fb = jpath(b, o->field);
+    char *sa = fa ? cJSON_PrintUnformatted(fa) : NULL, *sb = fb ? cJSON_PrintUnformatted(fb) : NULL;
+    int changed = sa && sb && strcmp(sa, sb) != 0;
+    snprintf(detail, n, "--%s: %s %s -> %s", o->option, o->field, sa ? sa : "(missing)", sb ? sb : "(missing)");
+    free(sa);
+    free(sb);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    return changed;
+}
+
+static void test_option_effects(void) {
+    Err e;
+    file_mkdirs(TMP, &e);
+    FILE *f = fopen(TMP "/dp2.json", "w");
+    if (f) fputs("{\"dp\": 2}\n", f), fclose(f);
+    size_t nt = sizeof OPTION_EFFECTS / sizeof OPTION_EFFECTS[0];
+    int inert = 0;
+    char first[320] = "";
+    for (size_t i = 0; i < nt; i++) {
+        char d[320];
+        if (!option_changes(&OPTION_EFFECTS[i], d, sizeof d)) {
+            if (!inert) snprintf(first, sizeof first, "%s", d);
+            inert++;
+        }
+    }
+    tu_check(inert == 0, "plan: every option in the table changes its field", "%zu entries, %d without effect%s%s", nt,
+             inert, inert ? ": " : "", first);
+    /* Completeness: every option of `plan --help` is in the table or checked below. */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s plan --help > %s/help.txt", BIN, TMP);
+    int rc = system(cmd);
+    char *help = tu_slurp(TMP "/help.txt");
+    static const char *const separately[] = {"json", "measure-hardware", "measure-threads"};
+    int nopt = 0, missing = 0;
+    char miss[256] = "";
+    for (char *line = help; rc == 0 && line && *line;) {
+        char *nl = strchr(line, '\n');
+        char name[64];
+        if (sscanf(line, "  --%63[a-z0-9-]", name) == 1) {
+            int found = 0;
+            for (size_t i = 0; i < nt; i++) found |= !strcmp(OPTION_EFFECTS[i].option, name);
+            for (size_t i = 0; i < 3; i++) found |= !strcmp(separately[i], name);
+            nopt++;
+            if (!found) {
+                missing++;
+                snprintf(miss + strlen(miss), sizeof miss - strlen(miss), " --%s", name);
+            }
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    free(help);
+    tu_check(rc == 0 && nopt > 40 && missing == 0, "plan: every option of --help has an effect test",
+             "%d options, %d missing%s", nopt, missing, miss);
+    /* Negative controls of the comparison itself. */
+    char d1[320], d2[320];
+    OptionEffect same = {"micro-batch", PB, PB " --micro-batch 4", "batch.tokens"};
+    OptionEffect byd = {"mtbf", PB, PB " --mtbf 1", "memory_bytes.total"};
+    int c1 = option_changes(&same, d1, sizeof d1), c2 = option_changes(&byd, d2, sizeof d2);
+    tu_check(!c1 && !c2, "negative control: the baseline's own value and an option that does not drive the field "
+             "report no change", "%s; %s", d1, d2);
+    /* The values, where the option fixes them exactly: --flops F budgets F. */
+    cJSON *j = plan_json(PB " --flops 1e15", NULL);
+    double tot = jnum(j, "compute.total_flops"), sb = jnum(j, "scaling.hoffmann2022.budget_flops"),
+           tok = jnum(j, "batch.budget_tokens"), fpt = jnum(j, "compute.flops_per_token");
+    tu_check(tot == 1e15 && sb == 1e15 && rel(tok * fpt, 1e15) < 1e-15, "plan --flops 1e15 budgets 1e15 FLOPs",
+             "exact total %.17g, scaling C %.17g, tokens x FLOP/token %.17g", tot, sb, tok * fpt);
+    cJSON_Delete(j);
+    /* --json: without it the review is text. */
+    snprintf(cmd, sizeof cmd, "%s plan " PB " > %s/review.txt", BIN, TMP);
+    rc = system(cmd);
+    char *text = tu_slurp(TMP "/review.txt");
+    cJSON *pj = text ? cJSON_Parse(text) : NULL;
+    tu_check(rc == 0 && text && !pj && strstr(text, "== scaletrain plan ==") != NULL, "plan: --json (text without it)",
+             "%zu bytes of text", text ? strlen(text) : 0);
+    cJSON_Delete(pj);
+    free(text);
+}
+
+/* --measure-hardware writes a profile (about 5 s); --measure-threads names the threads it used. */
+static void test_measure_hardware(void) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s plan --measure-hardware %s/hw.json --measure-threads 1 > /dev/null", BIN, TMP);
+    int rc = system(cmd);
+    char *text = tu_slurp(TMP "/hw.json");
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
+    double peak = jnum(j, "peak_fp32");
+    tu_check(rc == 0 && cJSON_IsString(name) && !strcmp(name->valuestring, "measured-1t") && peak > 1e9,
+             "plan --measure-hardware F --measure-threads 1", "name %s (default threads 2 would be measured-2t), fp32 peak %.3g",
+             cJSON_IsString(name) ? name->valuestring : "?", peak);
+    cJSON_Delete(j);
+    free(text);
 }
 
 static void test_checklist(void) {
@@ -414,6 +797,20 @@ static void test_cli(void) {
                  "global batch not divisible");
     expect_error("cli: seq over max", "--model gpt2-124m --seq-len 2048", "--seq-len 2048 is over");
     expect_error("cli: bad precision", "--model d6 --precision fp8", "--precision: expected fp32, bf16 or fp16");
+    /* Options that would change nothing in these combinations are refused (issue 12). */
+    expect_error("cli: --params with a shape flag", "--params 7e9 --vocab 1000",
+                 "--params: a parameter count alone has no shape; expected no --vocab");
+    expect_error("cli: --arch with a preset", "--model d6 --arch llama", "--arch: a --model preset fixes the family");
+    expect_error("cli: --measure-threads alone", "--model d6 --measure-threads 2",
+                 "--measure-threads: expected only with --measure-hardware");
+    expect_error("cli: --measure-hardware with a planning option", "--measure-hardware " TMP "/never.json --model d6",
+                 "--measure-hardware: measures this machine and exits; expected no planning option, found --model");
+    expect_error("cli: --act-bytes with --activations exact", "--model d6 --activations exact --act-bytes 2",
+                 "--act-bytes: --activations exact counts our kernels' own sizes");
+    expect_error("cli: --grad-accum contradicting --global-batch", "--model d6 --micro-batch 4 --global-batch 16 --grad-accum 2",
+                 "--global-batch 16 implies --grad-accum 4, but --grad-accum 2 was given");
+    expect_error("cli: --overlap is gone (overlap is the default; --no-overlap turns it off)", "--model d6 --overlap",
+                 "unknown option --overlap");
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s plan --model d6 --vocab 257 >/dev/null 2>&1", BIN);
     int rc = system(cmd);
@@ -449,7 +846,11 @@ int main(void) {
     test_vs_trainer("d6", 257, 4, 128);
     test_vs_trainer("d6", 50257, 2, 64);
     test_vs_trainer("gpt2-124m", 50257, 2, 64);
+    test_shared_formulas();
     test_checklist();
     test_cli();
+    test_plan_per_rank();
+    test_option_effects();
+    test_measure_hardware();
     return tu_exit();
 }

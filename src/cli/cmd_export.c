@@ -40,6 +40,9 @@ int cmd_export(int argc, char **argv) {
     if (strcmp(format, "hf") && strcmp(format, "llmc"))
         return cli_fail("export", ST_ERR_INPUT, "--format: expected hf or llmc");
     if (!out[0]) return cli_fail("export", ST_ERR_INPUT, "-o/--out: expected an output path, found none");
+    if (tokenizer[0] && !strcmp(format, "llmc"))
+        return cli_fail("export", ST_ERR_INPUT,
+                        "--tokenizer: would change nothing with --format llmc (the .bin records no tokenizer); expected --format hf");
 
     char src[4096], note[1536];
     int plain = ckpt_is_weights_folder(pos[0]);

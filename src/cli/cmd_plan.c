@@ -14,6 +14,7 @@
 #include "cli/cmds_plan.h"
 #include "cli/hwprobe.h"
 #include "core/fileio.h"
+#include "core/mem.h"
 #include "plan/plan.h"
 
 #define GIB 1073741824.0
@@ -75,6 +76,8 @@ static void print_review(const PlanInput *in, const PlanResult *r) {
            m->n_layer);
     printf("  bytes per parameter, unsharded: %g (= %d + %d + %d + %d x %d)\n", r->mem.bytes_per_param, p->weight,
            p->grad, p->master, in->n_moments, p->moment);
+    if (r->mem.trainer_states)
+        printf("  states as our trainer allocates them per rank (ZeRO %d over dp %d; buffers included)\n", in->zero, in->dp);
     printf("  weights      %s\n", fmt_bytes(a, sizeof a, r->mem.weights));
     printf("  gradients    %s\n", fmt_bytes(a, sizeof a, r->mem.grads));
     printf("  master       %s\n", fmt_bytes(a, sizeof a, r->mem.master));
@@ -146,7 +149,8 @@ static void print_review(const PlanInput *in, const PlanResult *r) {
     if (in->dp == 1 && in->tp == 1 && in->pp == 1) printf("  none (one device)\n");
 
     /* ---- scaling laws ---- */
-    printf("\n-- scaling laws (C = 6ND = %.4g FLOPs) --\n", r->compute.total_6nd);
+    if (in->budget_flops > 0) printf("\n-- scaling laws (C = the --flops budget = %.4g FLOPs) --\n", r->scaling[0].budget_flops);
+    else printf("\n-- scaling laws (C = 6ND = %.4g FLOPs) --\n", r->compute.total_6nd);
     for (int i = 0; i < 2; i++) {
         const PlanScaling *s = &r->scaling[i];
         printf("  %-13s E=%g A=%g B=%g alpha=%g beta=%g: optimum N=%.4g D=%.4g (%.1f tokens/param) loss %.4f; "
@@ -245,6 +249,14 @@ static cJSON *json_plan(const PlanInput *in, const PlanResult *r) {
     cJSON_AddNumberToObject(je, "margin", r->mem.margin);
     cJSON_AddBoolToObject(je, "fits", r->mem.fits);
     cJSON_AddNumberToObject(je, "bytes_per_param", r->mem.bytes_per_param);
+    /* The states per rank under the trainer's category names (its `memory` event), and which model
+     * gave them: "trainer" (layout_zero_bytes: what each rank of our trainer allocates) or "zero_paper". */
+    cJSON_AddStringToObject(je, "states", r->mem.trainer_states ? "trainer" : "zero_paper");
+    cJSON *jcat = cJSON_AddObjectToObject(je, "by_category");
+    cJSON_AddNumberToObject(jcat, mem_category_name(MEM_PARAMS), r->mem.weights);
+    cJSON_AddNumberToObject(jcat, mem_category_name(MEM_GRADS), r->mem.grads);
+    cJSON_AddNumberToObject(jcat, mem_category_name(MEM_MASTER), r->mem.master);
+    cJSON_AddNumberToObject(jcat, mem_category_name(MEM_MOMENTS), r->mem.moments);
     cJSON *js = cJSON_AddArrayToObject(je, "fixes");
     for (int i = 0; i < r->nsuggest; i++) cJSON_AddItemToArray(js, cJSON_CreateString(r->suggest[i]));
     cJSON *ja = cJSON_AddObjectToObject(o, "activations");
@@ -349,7 +361,7 @@ int cmd_plan(int argc, char **argv) {
     double params = 0, peak_tflops = 0, memory_gib = 0, mem_bw_gbs = 0, intra_gbs = 0, inter_gbs = 0, matmul_eff = 0,
            storage_gbs = 0;
     long global_batch = 0;
-    int nodes = 0, dpn = 0, wb = 0, gb = 0, mb = -1, ob = 0, ab = 0, moments = -1, json = 0;
+    int nodes = 0, dpn = 0, wb = 0, gb = 0, mb = -1, ob = 0, ab = 0, moments = -1, json = 0, no_overlap = 0;
     ArgSpec specs[] = {
         {"model", ARG_STR, model, sizeof model,
          "preset: d2..d64, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-7b, llama-13b, llama-70b, llama-405b"},
@@ -374,12 +386,13 @@ int cmd_plan(int argc, char **argv) {
         {"recompute", ARG_STR, recompute, sizeof recompute, "none | selective | full"},
         {"pp-microbatches", ARG_INT, &in.pp_microbatches, 0, "pipeline micro-batches m (0: = grad-accum)"},
         {"interleave", ARG_INT, &in.interleave, 0, "model chunks per pipeline stage v"},
-        {"precision", ARG_STR, precision, sizeof precision, "fp32 | bf16 | fp16 (sets the byte counts below)"},
+        {"precision", ARG_STR, precision, sizeof precision,
+         "fp32 | bf16 | fp16 (sets the byte counts below; for our GPT-2 models the trainer's: fp32 gradients)"},
         {"weight-bytes", ARG_INT, &wb, 0, "bytes per weight (0: from --precision)"},
         {"grad-bytes", ARG_INT, &gb, 0, "bytes per gradient (0: from --precision)"},
         {"master-bytes", ARG_INT, &mb, 0, "bytes per master weight, 0 = none (-1: from --precision)"},
         {"moment-bytes", ARG_INT, &ob, 0, "bytes per optimizer moment (0: from --precision)"},
-        {"act-bytes", ARG_INT, &ab, 0, "bytes per activation (0: from --precision)"},
+        {"act-bytes", ARG_INT, &ab, 0, "bytes per activation element of the paper mode (0: from --precision; selects it)"},
         {"optimizer", ARG_STR, optimizer, sizeof optimizer, "adamw | adam (2 moments) | sgd | lion (1 moment)"},
         {"moments", ARG_INT, &moments, 0, "optimizer moments per parameter (-1: from --optimizer)"},
         {"activations", ARG_STR, acts, sizeof acts, "auto | paper (Korthikanti et al.) | exact (our kernels)"},
@@ -398,7 +411,7 @@ int cmd_plan(int argc, char **argv) {
         {"inter-bw-gbs", ARG_DOUBLE, &inter_gbs, 0, "override inter-node GB/s per device (0: preset)"},
         {"matmul-eff", ARG_DOUBLE, &matmul_eff, 0, "override the matmul efficiency (0: preset)"},
         {"storage-bw-gbs", ARG_DOUBLE, &storage_gbs, 0, "checkpoint write GB/s per node (0: preset)"},
-        {"overlap", ARG_FLAG, &in.overlap, 0, "DP/ZeRO communication overlaps the backward pass"},
+        {"no-overlap", ARG_FLAG, &no_overlap, 0, "DP/ZeRO communication adds to the step (default: it overlaps the backward pass)"},
         {"tokens", ARG_DOUBLE, &in.budget_tokens, 0, "budget in training tokens"},
         {"flops", ARG_DOUBLE, &in.budget_flops, 0, "budget in training FLOPs"},
         {"days", ARG_DOUBLE, &in.budget_days, 0, "budget in wall-clock days"},
@@ -419,7 +432,16 @@ int cmd_plan(int argc, char **argv) {
         args_print_help(specs, n);
         return 0;
     }
+#define SEEN(name) (args_find(specs, n, name)->seen)
     if (measure[0]) {
+        /* Measuring exits without planning: any planning option would be ignored. */
+        for (int i = 0; i < n; i++)
+            if (specs[i].seen && strcmp(specs[i].name, "measure-hardware") && strcmp(specs[i].name, "measure-threads")) {
+                snprintf(err.msg, sizeof err.msg,
+                         "--measure-hardware: measures this machine and exits; expected no planning option, found --%s",
+                         specs[i].name);
+                return cli_fail("plan", ST_ERR_INPUT, err.msg);
+            }
         PlanHardware hw;
         if ((st = hw_measure(&hw, measure_threads, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
         cJSON *j = plan_hardware_to_json(&hw);
@@ -435,12 +457,21 @@ int cmd_plan(int argc, char **argv) {
                measure, hw.peak_fp32 / 1e9, hw.matmul_eff, hw.peak_bf16 / hw.peak_fp32, hw.mem_bw / 1e9, measure_threads);
         return 0;
     }
-#define SEEN(name) (args_find(specs, n, name)->seen)
+    if (SEEN("measure-threads"))
+        return cli_fail("plan", ST_ERR_INPUT, "--measure-threads: expected only with --measure-hardware FILE");
     /* ---- model ---- */
     int shape_given = SEEN("layers") || SEEN("heads") || SEEN("channels");
+    static const char *const shape_flags[] = {"arch", "layers", "heads", "kv-heads", "channels", "ffn", "vocab", "max-seq-len"};
     if (params != 0) {
-        if (model[0] || shape_given)
+        if (model[0])
             return cli_fail("plan", ST_ERR_INPUT, "--params: expected either --params or a model (--model / --layers ...), found both");
+        for (size_t i = 0; i < sizeof shape_flags / sizeof shape_flags[0]; i++)
+            if (SEEN(shape_flags[i])) {
+                snprintf(err.msg, sizeof err.msg,
+                         "--params: a parameter count alone has no shape; expected no --%s with it (give a model instead)",
+                         shape_flags[i]);
+                return cli_fail("plan", ST_ERR_INPUT, err.msg);
+            }
         if (!(params >= 1) || params != floor(params) || params > 9e18) {
             snprintf(err.msg, sizeof err.msg, "--params: expected a positive whole parameter count, found %g", params);
             return cli_fail("plan", ST_ERR_INPUT, err.msg);
@@ -448,6 +479,9 @@ int cmd_plan(int argc, char **argv) {
         in.model.params_override = (long long)params;
         snprintf(in.model.name, sizeof in.model.name, "params");
     } else if (model[0]) {
+        if (SEEN("arch"))
+            return cli_fail("plan", ST_ERR_INPUT,
+                            "--arch: a --model preset fixes the family; expected --arch only with --layers/--heads/--channels");
         if ((st = plan_model_preset(&in.model, model, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
         if (SEEN("layers")) in.model.n_layer = layers;
         if (SEEN("heads")) in.model.n_head = in.model.n_kv_head = heads;
@@ -482,7 +516,10 @@ int cmd_plan(int argc, char **argv) {
                         "expected a model: --model PRESET, --layers/--heads/--channels, or --params N (see --help)");
     }
     /* ---- precision, optimizer, activations, recompute ---- */
-    if ((st = plan_precision_preset(&in.prec, precision, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+    ModelConfig ours_cfg;
+    int ours = plan_model_to_config(&in.model, &ours_cfg);
+    st = ours ? plan_precision_trainer(&in.prec, precision, &err) : plan_precision_preset(&in.prec, precision, &err);
+    if (st != ST_OK) return cli_fail("plan", st, err.msg);
     if (SEEN("weight-bytes")) in.prec.weight = wb;
     if (SEEN("grad-bytes")) in.prec.grad = gb;
     if (SEEN("master-bytes") && mb >= 0) in.prec.master = mb;
@@ -503,6 +540,15 @@ int cmd_plan(int argc, char **argv) {
         snprintf(err.msg, sizeof err.msg, "--activations: expected auto, paper or exact, found '%s'", acts);
         return cli_fail("plan", ST_ERR_INPUT, err.msg);
     }
+    if (SEEN("act-bytes")) {
+        /* The exact mode counts what our kernels store; another element size is the paper mode's. */
+        if (in.act_mode == PLAN_ACT_EXACT)
+            return cli_fail("plan", ST_ERR_INPUT,
+                            "--act-bytes: --activations exact counts our kernels' own sizes (fp32; bf16 LayerNorm and "
+                            "GELU outputs under bf16); expected --activations paper or auto with --act-bytes");
+        in.act_mode = PLAN_ACT_KORTHIKANTI;
+    }
+    in.overlap = !no_overlap;
     if ((st = plan_parse_recompute(recompute, &in.recompute, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
     /* ---- hardware ---- */
     if ((st = hw_resolve(&in.hw, hardware, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
@@ -544,6 +590,11 @@ int cmd_plan(int argc, char **argv) {
                      "--global-batch %ld: global batch not divisible: expected a positive multiple of --micro-batch %d x "
                      "--dp %d = %ld",
                      global_batch, in.micro_batch, in.dp, per);
+            return cli_fail("plan", ST_ERR_INPUT, err.msg);
+        }
+        if (SEEN("grad-accum") && in.grad_accum != global_batch / per) {
+            snprintf(err.msg, sizeof err.msg, "--global-batch %ld implies --grad-accum %ld, but --grad-accum %d was given",
+                     global_batch, global_batch / per, in.grad_accum);
             return cli_fail("plan", ST_ERR_INPUT, err.msg);
         }
         in.grad_accum = (int)(global_batch / per);

@@ -79,6 +79,17 @@ int cmd_prepare(int argc, char **argv) {
     if (!rc && (shard_tokens < 1 || shard_tokens > (long)(UINT32_MAX / 4)))
         rc = fail(2, "--shard-tokens: expected an integer in 1..%u, found %ld", UINT32_MAX / 4, shard_tokens);
     if (!rc && (threads < 0 || threads > 4096)) rc = fail(2, "--threads: expected 0..4096, found %d", threads);
+    /* Options that would change nothing in this combination (issue 12). */
+#define SEEN(name) (args_find(specs, n, name)->seen)
+    if (!rc && SEEN("val-fraction") && val_docs >= 0)
+        rc = fail(2, "--val-fraction: would change nothing with --val-docs %ld; expected one of the two", val_docs);
+    if (!rc && SEEN("seed") && (val_docs == 0 || (val_docs < 0 && val_fraction == 0)))
+        rc = fail(2, "--seed: would change nothing without a validation split; expected --val-fraction > 0 or --val-docs > 0");
+    if (!rc && SEEN("tokenizer-dir") && strcmp(spec, "gpt2"))
+        rc = fail(2, "--tokenizer-dir: would change nothing for tokenizer '%s'; expected it only with --tokenizer gpt2", spec);
+    if (!rc && SEEN("separator") && (!strcmp(format, "jsonl") || !strcmp(format, "wikitext")))
+        rc = fail(2, "--separator: would change nothing with --format %s; expected --format text or auto", format);
+#undef SEEN
     if (!rc && o.seq_len < 0) rc = fail(2, "--seq-len: expected an integer >= 0, found %d", o.seq_len);
     if (!rc) {
         if (!strcmp(version, "auto")) o.shard_version = 0;

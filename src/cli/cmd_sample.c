@@ -67,6 +67,11 @@ int cmd_sample(int argc, char **argv) {
     if (tokens < 0) return cli_fail("sample", ST_ERR_INPUT, "--tokens: expected >= 0");
     if (!(temperature >= 0)) return cli_fail("sample", ST_ERR_INPUT, "--temperature: expected >= 0");
     if (top_k < 0) return cli_fail("sample", ST_ERR_INPUT, "--top-k: expected >= 0");
+    /* Greedy decoding draws nothing: a seed or a top-k would change nothing (issue 12). */
+    if (temperature == 0 && args_find(specs, n, "seed")->seen)
+        return cli_fail("sample", ST_ERR_INPUT, "--seed: would change nothing with --temperature 0 (greedy); expected a temperature > 0");
+    if (temperature == 0 && args_find(specs, n, "top-k")->seen)
+        return cli_fail("sample", ST_ERR_INPUT, "--top-k: would change nothing with --temperature 0 (greedy); expected a temperature > 0");
     const char *dir = pos[0];
     ModelConfig cfg;
     char recorded[256];
@@ -75,6 +80,11 @@ int cmd_sample(int argc, char **argv) {
     if (!tokenizer[0]) snprintf(tokenizer, sizeof tokenizer, "%s", recorded);
     if (!tokenizer[0])
         return cli_fail("sample", ST_ERR_INPUT, "--tokenizer: expected gpt2, bytes or DIR (none recorded with the weights)");
+    if (tok_dir[0] && strcmp(tokenizer, "gpt2")) {
+        snprintf(err.msg, sizeof err.msg, "--tokenizer-dir: would change nothing for tokenizer '%s'; expected it only with gpt2",
+                 tokenizer);
+        return cli_fail("sample", ST_ERR_INPUT, err.msg);
+    }
     char tdir[1024];
     args_find_data_dir(tok_dir, "gpt2_tokenizer", tdir, sizeof tdir);
     Tokenizer *tk = NULL;

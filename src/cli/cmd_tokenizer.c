@@ -173,6 +173,8 @@ static int cmd_train(int argc, char **argv) {
     if (!rc && (threads < 0 || threads > 4096)) rc = fail(2, "--threads: expected 0..4096, found %d", threads);
     if (!rc && !out[0]) rc = fail(2, "--out: expected an output directory, found nothing (see --help)");
     if (!rc && nfiles == 0) rc = fail(2, "expected at least one corpus INPUT, found none (see --help)");
+    if (!rc && args_find(specs, n, "separator")->seen && (!strcmp(format, "jsonl") || !strcmp(format, "wikitext")))
+        rc = fail(2, "--separator: would change nothing with --format %s; expected --format text or auto", format);
     if (!rc) {
         if (!strcmp(format, "auto")) po.format = PREP_FORMAT_AUTO;
         else if (!strcmp(format, "text")) po.format = PREP_FORMAT_TEXT;
@@ -283,6 +285,9 @@ static int cmd_codec(int argc, char **argv, int encode) {
     int fmt = !strcmp(format, "txt") ? 0 : !strcmp(format, "u16le") ? 2 : !strcmp(format, "u32le") ? 4 : -1;
     if (fmt < 0) return fail(2, "--format: expected txt, u16le or u32le, found %s", format);
     if (!in) return fail(2, "expected an input FILE (or -), found none (see --help)");
+    if (dir && strcmp(spec, "gpt2"))
+        return fail(2, "--tokenizer-dir: would change nothing for tokenizer '%s'; expected it only with --tokenizer gpt2",
+                    spec);
     char gdir[PATH_MAX];
     if (!dir && !strcmp(spec, "gpt2") && !(dir = cli_find_gpt2_dir(gdir, sizeof gdir)))
         return fail(2, "tokenizer gpt2: expected encoder.json + vocab.bpe next to the executable "

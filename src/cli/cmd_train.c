@@ -51,6 +51,41 @@ static Status bundled_corpus(TrainConfig *c, Err *err) {
     return ST_OK;
 }
 
+/* Refuses an option given where it would change nothing (issue 12: flags that do nothing are
+ * defects): one line naming the option and what it needs. c is the parsed configuration. */
+static Status refuse_inert(ArgSpec *specs, int n, const TrainConfig *c, const Comm *comm, Err *err) {
+    int world = comm ? comm->world : 1, par = world > 1 || c->zero > 0;
+    OptimKind ok = c->optim.kind;
+    int ckpt = c->ckpt_dir[0] != 0;
+    const struct { const char *flag; int inert; const char *needs; } R[] = {
+        {"loss-scale", !c->fp16, "only with --precision fp16 (the loss scaler)"},
+        {"loss-scale-window", !c->fp16, "only with --precision fp16 (the loss scaler)"},
+        {"decay-frac", c->sched.kind != SCHED_WSD, "only with --schedule wsd"},
+        {"decay-shape", c->sched.kind != SCHED_WSD, "only with --schedule wsd"},
+        {"min-lr", c->sched.kind == SCHED_CONSTANT, "a decaying --schedule (cosine, wsd or linear), not constant"},
+        {"momentum", ok != OPT_SGD, "only with --optimizer sgd"},
+        {"beta1", ok == OPT_SGD, "--optimizer adamw, adam or lion (sgd has --momentum)"},
+        {"beta2", ok == OPT_SGD, "--optimizer adamw, adam or lion (sgd has --momentum)"},
+        {"eps", ok == OPT_SGD || ok == OPT_LION, "only with --optimizer adamw or adam"},
+        {"ckpt-every", !ckpt, "--ckpt-dir"},
+        {"keep-last", !ckpt, "--ckpt-dir"},
+        {"keep-every", !ckpt, "--ckpt-dir"},
+        {"ckpt-async", !ckpt, "--ckpt-dir"},
+        {"ckpt-async", par, "one process: saves are synchronous under data parallelism and ZeRO"},
+        {"mtbf", !ckpt, "--ckpt-dir (the interval comes from a checkpoint's write time)"},
+        {"mtbf", c->quiet, "no --quiet (the interval is printed)"},
+        {"override", !c->resume[0], "--resume"},
+        {"sample-tokens", c->sample_every <= 0, "--sample-every N > 0"},
+        {"tokenizer-dir", strcmp(c->tokenizer, "gpt2") != 0, "--tokenizer gpt2"},
+        {"no-overlap", !par, "data parallelism (more than one rank under mpirun, or --zero)"},
+        {"comm-timeout", world <= 1, "more than one rank (mpirun -np N)"},
+    };
+    for (size_t i = 0; i < sizeof R / sizeof R[0]; i++)
+        if (R[i].inert && args_find(specs, n, R[i].flag)->seen)
+            return err_set(err, ST_ERR_INPUT, "--%s: would change nothing here; expected %s", R[i].flag, R[i].needs);
+    return ST_OK;
+}
+
 int cmd_train(int argc, char **argv) { return cmd_train_comm(argc, argv, NULL); }
 
 int cmd_train_comm(int argc, char **argv, Comm *comm) {
@@ -209,6 +244,7 @@ int cmd_train_comm(int argc, char **argv, Comm *comm) {
         if ((st = hw_resolve(&c.hw, hardware, &err)) != ST_OK) return cli_fail("train", st, err.msg);
         c.have_hw = 1;
     }
+    if ((st = refuse_inert(specs, n, &c, comm, &err)) != ST_OK) return cli_fail("train", st, err.msg);
     if (!c.data[0] && (st = bundled_corpus(&c, &err)) != ST_OK) return cli_fail("train", st, err.msg);
     if (c.tokenizer[0]) {
         char dir[1024];

@@ -174,17 +174,12 @@ void layout_fp16_scratch(const ModelConfig *cfg, int B, int T, size_t *fa, size_
 
 void layout_memory_plan(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int precision, int nmoments,
                         size_t *bytes) {
-    int bf16 = precision != 0; /* both half precisions keep a 2-byte copy and an fp32 master */
     ParamLayout pl;
     for (int c = 0; c < MEM_NCAT; c++) bytes[c] = 0;
     if (layout_init(&pl, cfg, 1) != 0) return;
-    size_t total = pl.total;
+    layout_zero_bytes(&pl, 1, 0, nmoments, layout_state_bytes(precision), bytes);
     layout_free(&pl);
     ActSizes as = layout_activations_prec(cfg, B, T, threads, rc, precision == 1);
-    bytes[MEM_PARAMS] = total * (bf16 ? 2 : 4);
-    bytes[MEM_MASTER] = bf16 ? total * 4 : 0;
-    bytes[MEM_GRADS] = total * 4;
-    bytes[MEM_MOMENTS] = total * 4 * (size_t)nmoments;
     bytes[MEM_ACTIVATIONS] = as.total * 4;
     bytes[MEM_WORKSPACE] = as.scratch * 4;
     if (precision == 1) {
@@ -196,4 +191,43 @@ void layout_memory_plan(const ModelConfig *cfg, int B, int T, int threads, Recom
         layout_fp16_scratch(cfg, B, T, &fa, &fb, &fw);
         bytes[MEM_WORKSPACE] += (fa + fb + fw) * 4;
     }
+}
+
+StateBytes layout_state_bytes(int precision) {
+    StateBytes b = {4, 4, 0, 4};
+    if (precision != 0) b.weight = 2, b.master = 4; /* bf16 and fp16: a 2-byte copy of the fp32 master */
+    return b;
+}
+
+void layout_zero_bytes(const ParamLayout *pl, int dp, int zero, int n_moments, StateBytes b, size_t bytes[MEM_NCAT]) {
+    for (int c = 0; c < MEM_NCAT; c++) bytes[c] = 0;
+    size_t T = pl->total, S = pl->total / (size_t)(dp < 1 ? 1 : dp), E = pl->seg_off[1] - pl->seg_off[0], X = 0;
+    for (int s = 1; s < pl->nseg; s++) {
+        size_t n = pl->seg_off[s + 1] - pl->seg_off[s];
+        if (n > X) X = n;
+    }
+    /* Stage 3 keeps the shard, the embedding segment whole (wte is also the tied LM head, read after the
+     * last block) and two gather slots; stage 2's gradients are the same shape of buffers. */
+    size_t buffers = E + 2 * X;
+    size_t w = (size_t)b.weight, g = (size_t)b.grad, m = (size_t)b.master, mo = (size_t)b.moment;
+    bytes[MEM_MOMENTS] = mo * (size_t)n_moments * (zero >= 1 ? S : T);
+    bytes[MEM_GRADS] = g * (zero >= 2 ? S + buffers : T);
+    bytes[MEM_MASTER] = m * (zero >= 3 ? S : T);
+    if (zero < 3) bytes[MEM_PARAMS] = w * T;
+    else bytes[MEM_PARAMS] = m ? (m + w) * buffers : w * (S + buffers);
+}
+
+TokenFlops layout_token_flops(double block_matmul_weights, int L, int C, int V, int T) {
+    TokenFlops f;
+    f.blocks = 2.0 * L * block_matmul_weights;
+    f.attention = 4.0 * L * (double)T * C;
+    f.head = 2.0 * (double)V * C;
+    f.train = 3.0 * (f.blocks + f.attention + f.head);
+    return f;
+}
+
+double layout_flops_per_token(const ModelConfig *cfg, int T) {
+    double C = cfg->n_embd;
+    /* qkv 3C², attention projection C², MLP 4C² + 4C² */
+    return layout_token_flops(12.0 * C * C, cfg->n_layer, cfg->n_embd, cfg->vocab, T).train;
 }

@@ -109,6 +109,50 @@ void layout_bf16_scratch(const ModelConfig *cfg, int B, int T, size_t *a, size_t
 void layout_memory_plan(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int precision, int nmoments,
                         size_t *bytes /* MEM_NCAT entries */);
 
+/* ---- The two formulas the trainer, parallel, plan and the tests share (one function each) ---- */
+
+/* Bytes per element of each state kind. master 0: the weights are the master (fp32 training). */
+typedef struct {
+    int weight;   /* the working weights the matmuls read */
+    int grad;     /* gradients */
+    int master;   /* master weights the optimizer updates (0: none) */
+    int moment;   /* each optimizer moment */
+} StateBytes;
+
+/* This trainer's element sizes: precision 0 (fp32) 4/4/0/4; 1 (bf16) and 2 (fp16) 2/4/4/4: a 2-byte
+ * working copy beside fp32 gradients, master weights and moments. */
+StateBytes layout_state_bytes(int precision);
+
+/* Bytes of parameters, gradients, master weights and moments (bytes[MEM_PARAMS], [MEM_GRADS],
+ * [MEM_MASTER], [MEM_MOMENTS]; other entries 0) that one rank of a data-parallel group of dp ranks
+ * allocates at ZeRO stage `zero` (0..3) for element sizes b and n_moments moment buffers: exactly
+ * what gpt_init_ex and par_init allocate (docs/parallel.md), and with dp = 1, zero = 0 what one
+ * process allocates. pl must be built with shard_multiple = dp. With T = pl->total, S = T/dp (the
+ * shard), E = the embedding segment, X = the largest other segment (one bucket or gather slot):
+ *   moments = n·moment·T             stage 0   | n·moment·S                  stage >= 1
+ *   grads   = grad·T                 stage 0-1 | grad·(S + E + 2X)           stage >= 2 (shard,
+ *                                                embedding bucket, two bucket slots)
+ *   master  = master·T               stage 0-2 | master·S                    stage 3
+ *   weights = weight·T               stage 0-2 | stage 3: weight·(S + E + 2X) when master = 0,
+ *             else (master + weight)·(E + 2X): gather buffers of master precision and their copies. */
+void layout_zero_bytes(const ParamLayout *pl, int dp, int zero, int n_moments, StateBytes b,
+                       size_t bytes[MEM_NCAT]);
+
+/* FLOPs per token of a GPT-style decoder (a multiply-add is 2; PaLM's accounting: attention scores
+ * over the full T×T, embedding lookups free, backward = 2 × forward), by part of the forward pass. */
+typedef struct {
+    double blocks;    /* the blocks' matmuls: 2·L·W, W = weight elements of one block's matmuls */
+    double attention; /* QKᵀ and AV: 4·L·T·C */
+    double head;      /* the LM head: 2·V·C */
+    double train;     /* model FLOPs per trained token: 3·(blocks + attention + head) */
+} TokenFlops;
+
+TokenFlops layout_token_flops(double block_matmul_weights, int L, int C, int V, int T);
+
+/* Model FLOPs per trained token of our GPT-2 (W = 12C², V unpadded): 6·(12·L·C² + V·C) + 12·L·T·C.
+ * The MFU numerator of the trainer and plan's exact count. */
+double layout_flops_per_token(const ModelConfig *cfg, int T);
+
 /* fp16 scratch in floats: fa >= max(N·4C, chunk·Vp), fb >= N·4C, fw >= the widest weight. */
 void layout_fp16_scratch(const ModelConfig *cfg, int B, int T, size_t *fa, size_t *fb, size_t *fw);
 

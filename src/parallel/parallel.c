@@ -92,17 +92,7 @@ static void seg_sizes(const ParamLayout *pl, size_t *E, size_t *X) {
 }
 
 void par_planned_bytes(const ParamLayout *pl, int dp, int zero, int n_moments, int lowp, size_t bytes[MEM_NCAT]) {
-    memset(bytes, 0, MEM_NCAT * sizeof bytes[0]);
-    size_t E, X, T = pl->total, S = pl->total / (size_t)dp, F = sizeof(float), H = sizeof(uint16_t);
-    seg_sizes(pl, &E, &X);
-    if (lowp) {
-        bytes[MEM_MASTER] = F * (zero >= 3 ? S : T);
-        bytes[MEM_PARAMS] = zero >= 3 ? (F + H) * (E + 2 * X) : H * T;
-    } else {
-        bytes[MEM_PARAMS] = F * (zero >= 3 ? S + E + 2 * X : T);
-    }
-    bytes[MEM_GRADS] = F * (zero >= 2 ? S + E + 2 * X : T);
-    bytes[MEM_MOMENTS] = F * (size_t)n_moments * (zero >= 1 ? S : T);
+    layout_zero_bytes(pl, dp, zero, n_moments, layout_state_bytes(lowp ? 1 : 0), bytes);
 }
 
 /* ================================================================ views */

@@ -59,17 +59,9 @@ int par_gpt_flags(int zero);
 
 /* Planned bytes per MemCategory of everything gpt_init_ex(flags of the stage) and par_init
  * allocate for parameters, gradients, master weights and moments on one rank of a dp group
- * (other categories 0):
- *   S = total/dp, E = len[0], X = max over s >= 1 of len[s]
- *   params  = 4·total (stage 0–2) | 4·(S + E + 2X) (stage 3: shard + embedding + 2 gather slots)
- *   grads   = 4·total (stage 0–1) | 4·(S + E + 2X) (stage 2–3: shard + embedding + 2 buckets)
- *   moments = 4·n_moments·total (stage 0) | 4·n_moments·S (stage ≥ 1)
- * lowp (mixed precision, GPT_BF16/GPT_FP16): the fp32 parameters above are the master, and the
- * parameters the model reads are 2-byte copies of the whole vector (stage 0–2) or fp32 gather
- * buffers with their copies (stage 3):
- *   master  = 4·total (stage 0–2) | 4·S (stage 3)
- *   params  = 2·total (stage 0–2) | 6·(E + 2X) (stage 3)
- * pl must be built with shard_multiple = dp. */
+ * (other categories 0): layout_zero_bytes with the trainer's element sizes (layout_state_bytes;
+ * lowp = GPT_BF16 or GPT_FP16), whose header has the formulas. pl must be built with
+ * shard_multiple = dp. */
 void par_planned_bytes(const ParamLayout *pl, int dp, int zero, int n_moments, int lowp, size_t bytes[MEM_NCAT]);
 
 /* Builds the data-parallel state for g (created by gpt_init_ex with shard_multiple = c->dp and

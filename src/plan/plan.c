@@ -144,6 +144,16 @@ Status plan_precision_preset(PlanPrecision *p, const char *name, Err *err) {
     return err_set(err, ST_ERR_INPUT, "--precision: expected fp32, bf16 or fp16, found '%s'", name);
 }
 
+Status plan_precision_trainer(PlanPrecision *p, const char *name, Err *err) {
+    Status st = plan_precision_preset(p, name, err);
+    if (st != ST_OK) return st;
+    StateBytes b = layout_state_bytes(p->compute == PLAN_DTYPE_FP32 ? 0 : 1);
+    /* Only the weights have a 2-byte copy; activations are fp32 but for the bf16 LayerNorm and GELU
+     * outputs, which the exact activation mode counts. */
+    p->weight = b.weight, p->grad = b.grad, p->master = b.master, p->moment = b.moment, p->act = 4;
+    return ST_OK;
+}
+
 const char *plan_recompute_name(PlanRecompute r) {
     return r == PLAN_RECOMPUTE_FULL ? "full" : r == PLAN_RECOMPUTE_SELECTIVE ? "selective" : "none";
 }
@@ -176,20 +186,20 @@ PlanInput plan_default_input(void) {
 /* =========================================================== formulas ================ */
 
 double plan_act_korthikanti(double s, double b, double h, double a, double f, double r, int gated, int t, int sp,
-                            PlanRecompute rc) {
+                            PlanRecompute rc, double e) {
     double sbh = s * b * h;
-    /* Korthikanti et al. 2022 §4.1: per layer, 2-byte activations and 1-byte dropout masks.
-     * Outside the TP region (replicated unless sequence parallel): two LayerNorm inputs 4sbh,
-     * QKV input 2sbh, attention-output dropout mask sbh, MLP input 2sbh, MLP dropout mask sbh. */
-    double replicated = 10.0 * sbh;
-    /* Inside the TP region: Q 2sbh, K and V 2sbh·(kv/a) each, attention-out projection input 2sbh;
-     * MLP: GELU input and output 2sbF each (SwiGLU: gate, up and product, 2sbF each). */
-    double split = (4.0 + 4.0 * r) * sbh + (gated ? 6.0 : 4.0) * f * sbh;
-    /* Attention core: softmax output 2as²b, its dropout mask as²b, dropout output 2as²b. */
-    double core = 5.0 * a * s * s * b;
+    /* Korthikanti et al. 2022 §4.1 counts e = 2-byte activations and 1-byte dropout masks; here an
+     * activation element takes e bytes. Outside the TP region (replicated unless sequence parallel):
+     * two LayerNorm inputs, the QKV input and the MLP input (4 elements of sbh), two dropout masks. */
+    double replicated = (4.0 * e + 2.0) * sbh;
+    /* Inside the TP region: Q, K and V (K and V scaled by kv/a), the attention-out projection input;
+     * MLP: GELU input and output, sbF each (SwiGLU: gate, up and product). */
+    double split = ((2.0 + 2.0 * r) + (gated ? 3.0 : 2.0) * f) * e * sbh;
+    /* Attention core: softmax output and dropout output (as²b elements each), the dropout mask. */
+    double core = (2.0 * e + 1.0) * a * s * s * b;
     double rep_div = sp ? t : 1;
     switch (rc) {
-    case PLAN_RECOMPUTE_FULL: return 2.0 * sbh / rep_div; /* §4.3: only each layer's input */
+    case PLAN_RECOMPUTE_FULL: return e * sbh / rep_div; /* §4.3: only each layer's input */
     case PLAN_RECOMPUTE_SELECTIVE: return replicated / rep_div + split / t;  /* §5: core recomputed */
     default: return replicated / rep_div + split / t + core / t;
     }
@@ -381,14 +391,22 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
     r->layout_floats = r->n_params;
     double layer_dev = 0; /* parameters of one block on one device */
     if (ours && tp == 1) {
-        /* Our trainer's layout: padding and alignment included, segments split evenly over dp. */
+        /* Our trainer's layout: padding and alignment included, segments split evenly over dp (the
+         * trainer builds it with shard_multiple = dp whatever the ZeRO stage). */
         ParamLayout pl;
-        if (layout_init(&pl, &cfg, in->zero > 0 ? dp : 1) != 0)
+        if (layout_init(&pl, &cfg, dp) != 0)
             return err_set(err, ST_ERR_RUNTIME, "out of memory building the parameter layout");
         r->exact_layout = 1;
         r->layout_floats = (long long)pl.total;
         if (pp == 1) {
             r->params_per_device = (double)pl.total;
+            /* The states exactly as the trainer allocates them on each rank. */
+            size_t zb[MEM_NCAT];
+            StateBytes sb = {pr->weight, pr->grad, pr->master, pr->moment};
+            layout_zero_bytes(&pl, dp, in->zero, in->n_moments, sb, zb);
+            r->mem.trainer_states = 1;
+            r->mem.weights = (double)zb[MEM_PARAMS], r->mem.grads = (double)zb[MEM_GRADS];
+            r->mem.master = (double)zb[MEM_MASTER], r->mem.moments = (double)zb[MEM_MOMENTS];
         } else {
             int l1 = Lp < L ? Lp : L;
             double first = (double)pl.seg_off[1 + l1];
@@ -415,10 +433,15 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
     double P = r->params_per_device;
 
     /* ---- memory per device: states, divided by ZeRO over dp ---- */
-    r->mem.weights = P * pr->weight / (in->zero >= 3 ? dp : 1);
-    r->mem.grads = P * pr->grad / (in->zero >= 2 ? dp : 1);
-    r->mem.master = P * pr->master / (in->zero >= 1 ? dp : 1);
-    r->mem.moments = P * in->n_moments * pr->moment / (in->zero >= 1 ? dp : 1);
+    if (!r->mem.trainer_states) {
+        /* The ZeRO paper's accounting (Rajbhandari et al. 2020; DeepSpeed): stage 1 shards the
+         * optimizer states (master weights and moments), stage 2 also the gradients, stage 3 also the
+         * weights; buffers are the comm category below. Our trainer differs (layout_zero_bytes). */
+        r->mem.weights = P * pr->weight / (in->zero >= 3 ? dp : 1);
+        r->mem.grads = P * pr->grad / (in->zero >= 2 ? dp : 1);
+        r->mem.master = P * pr->master / (in->zero >= 1 ? dp : 1);
+        r->mem.moments = P * in->n_moments * pr->moment / (in->zero >= 1 ? dp : 1);
+    }
     r->mem.bytes_per_param = pr->weight + pr->grad + pr->master + (double)in->n_moments * pr->moment;
 
     /* ---- activations ---- */
@@ -435,8 +458,9 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
     }
     if (shaped) {
         double f = (double)m->d_ff / h, rr = (double)m->n_kv_head / m->n_head;
-        r->act.korth_plain = plan_act_korthikanti(T, b_pipe, h, m->n_head, f, rr, m->gated_mlp, 1, 0, PLAN_RECOMPUTE_NONE);
-        r->act.korth = plan_act_korthikanti(T, b_pipe, h, m->n_head, f, rr, m->gated_mlp, tp, in->sp, in->recompute);
+        /* The paper's own figure (16-bit activations) as the reference; this plan's uses pr->act. */
+        r->act.korth_plain = plan_act_korthikanti(T, b_pipe, h, m->n_head, f, rr, m->gated_mlp, 1, 0, PLAN_RECOMPUTE_NONE, 2);
+        r->act.korth = plan_act_korthikanti(T, b_pipe, h, m->n_head, f, rr, m->gated_mlp, tp, in->sp, in->recompute, pr->act);
         if (ours) {
             ActSizes as = layout_activations_prec(&cfg, (int)b_pipe, T, in->threads, RECOMPUTE_NONE,
                                                   pr->compute == PLAN_DTYPE_BF16);
@@ -448,7 +472,11 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
                 r->act.per_layer = r->act.exact_layer;
                 if (pp == 1) r->mem.activations = r->act.exact_total;
                 else r->mem.activations = (4.0 * as.encoded + Lp * r->act.exact_layer) * r->act.inflight;
-                r->mem.workspace = r->act.exact_scratch;
+                /* The trainer's workspace: the kernels' scratch plus the mixed-precision GEMM scratch. */
+                size_t mb_[MEM_NCAT];
+                int prec = pr->compute == PLAN_DTYPE_BF16 ? 1 : pr->compute == PLAN_DTYPE_FP16 ? 2 : 0;
+                layout_memory_plan(&cfg, (int)b_pipe, T, in->threads, RECOMPUTE_NONE, prec, in->n_moments, mb_);
+                r->mem.workspace = (double)mb_[MEM_WORKSPACE];
             }
         }
         if (!r->act.exact_used) {
@@ -461,9 +489,10 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
         check_add(r, PLAN_CHECK_WARNING, 0,
                   "--params alone: activations are not counted and FLOPs are 6N (give --model or a shape)");
     }
-    /* Communication buffers: a double-buffered per-block gradient bucket; ZeRO-3 gathers two blocks. */
-    if (dp > 1) r->mem.comm = 2.0 * layer_dev * pr->grad;
-    if (dp > 1 && in->zero == 3) r->mem.comm += 2.0 * layer_dev * pr->weight;
+    /* Communication buffers: a double-buffered per-block gradient bucket; ZeRO-3 gathers two blocks.
+     * (Our trainer's buckets and gather slots are inside its gradients and weights.) */
+    if (dp > 1 && !r->mem.trainer_states) r->mem.comm = 2.0 * layer_dev * pr->grad;
+    if (dp > 1 && in->zero == 3 && !r->mem.trainer_states) r->mem.comm += 2.0 * layer_dev * pr->weight;
     r->mem.total = r->mem.weights + r->mem.grads + r->mem.master + r->mem.moments + r->mem.activations +
                    r->mem.workspace + r->mem.comm;
     r->mem.device = hw->memory;
@@ -473,15 +502,12 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
     /* ---- compute ---- */
     double N = (double)r->n_params;
     r->compute.fpt_6n = 6.0 * N;
-    double fwd_layers = 0, attn_core = 0;
     if (shaped) {
-        BlockCount bc = block_count(m);
-        fwd_layers = 2.0 * bc.mat * L;       /* forward matmul FLOPs per token in the blocks */
-        attn_core = 4.0 * T * h * L;         /* QK^T and AV per token, full T x T (PaLM's convention) */
-        double fwd = fwd_layers + attn_core + 2.0 * V * h;
-        r->compute.fpt = 3.0 * fwd;
-        r->compute.fpt_hw = r->compute.fpt + (in->recompute == PLAN_RECOMPUTE_FULL ? fwd_layers + attn_core
-                                              : in->recompute == PLAN_RECOMPUTE_SELECTIVE ? attn_core : 0);
+        TokenFlops tf = layout_token_flops(block_count(m).mat, L, m->d_model, m->vocab, T);
+        r->compute.fpt = tf.train;
+        /* Recompute reruns forward work (Korthikanti's levels): full the blocks, selective the attention core. */
+        r->compute.fpt_hw = r->compute.fpt + (in->recompute == PLAN_RECOMPUTE_FULL ? tf.blocks + tf.attention
+                                              : in->recompute == PLAN_RECOMPUTE_SELECTIVE ? tf.attention : 0);
     } else {
         r->compute.fpt = r->compute.fpt_hw = r->compute.fpt_6n;
     }
@@ -496,7 +522,7 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
         double f = (double)m->d_ff / h, rr = (double)m->n_kv_head / m->n_head;
         act_nrc = r->act.exact_used ? r->act.exact_layer
                                     : plan_act_korthikanti(T, b_pipe, h, m->n_head, f, rr, m->gated_mlp, tp, in->sp,
-                                                           PLAN_RECOMPUTE_NONE);
+                                                           PLAN_RECOMPUTE_NONE, pr->act);
     }
     double passes = 4.0 + (in->recompute == PLAN_RECOMPUTE_FULL ? 1.0 : 0.0);
     r->compute.t_elementwise = passes * act_nrc * Lp * mb / hw->mem_bw;
@@ -633,7 +659,9 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
     for (int i = 0; i < 2; i++) {
         PlanScaling *s = &r->scaling[i];
         plan_scaling_fit(s, i);
-        s->budget_flops = r->compute.total_6nd;
+        /* A FLOP budget is the compute to spend: its optimum is for C = F (in Chinchilla's C = 6ND);
+         * otherwise the planned run's 6ND. */
+        s->budget_flops = in->budget_flops > 0 ? in->budget_flops : r->compute.total_6nd;
         plan_scaling_optimum(s, s->budget_flops, &s->n_opt, &s->d_opt);
         s->loss_opt = plan_scaling_loss(s, s->n_opt, s->d_opt);
         s->loss_plan = plan_scaling_loss(s, N, r->tokens);

@@ -106,13 +106,19 @@ typedef struct {
     int grad;              /* gradients */
     int master;            /* master weights kept beside the moments; 0 = none (weights are master) */
     int moment;            /* each optimizer moment */
-    int act;               /* activations (the exact mode counts the trainer's own: fp32, with bf16 LayerNorm and
-                              GELU outputs when compute is bf16) */
+    int act;               /* activations in the paper mode and the TP/PP messages (the exact mode counts the
+                              trainer's own: fp32, with bf16 LayerNorm and GELU outputs when compute is bf16) */
     PlanDtype compute;     /* matmul dtype: picks the hardware peak */
 } PlanPrecision;
 
-/* Fills p for "fp32" (4/4/0/4/4), "bf16" or "fp16" (2/2/4/4/2). ST_ERR_INPUT naming --precision. */
+/* Fills p for "fp32" (4/4/0/4/4), "bf16" or "fp16" (2/2/4/4/2: 16-bit weights, gradients and
+ * activations with fp32 master and moments, as Megatron-LM and DeepSpeed train). ST_ERR_INPUT
+ * naming --precision. */
 Status plan_precision_preset(PlanPrecision *p, const char *name, Err *err);
+/* Our trainer's precisions, for the models it builds: fp32 as the preset; bf16 and fp16 keep only a
+ * 2-byte weight copy beside fp32 gradients, master and moments (layout_state_bytes), and fp32
+ * activations (2/4/4/4/4; the exact activation mode counts its bf16 LayerNorm and GELU outputs). */
+Status plan_precision_trainer(PlanPrecision *p, const char *name, Err *err);
 
 typedef struct {
     PlanModel model;
@@ -163,7 +169,7 @@ typedef struct {
 typedef struct {
     const char *name;      /* "hoffmann2022" or "besiroglu2024" */
     double E, A, B, alpha, beta;
-    double budget_flops;   /* C used for the optimum: the plan's 6ND */
+    double budget_flops;   /* C used for the optimum: the --flops budget, else the plan's 6ND */
     double n_opt, d_opt;   /* compute-optimal parameters and tokens for C (C = 6ND) */
     double loss_opt;       /* L(n_opt, d_opt) */
     double loss_plan;      /* L(N, D) of the planned run */
@@ -191,13 +197,16 @@ typedef struct {
         double margin;           /* device - total (negative: does not fit by -margin) */
         int fits;
         double bytes_per_param;  /* weights+grads+master+moments per parameter, unsharded */
+        int trainer_states;      /* 1: weights..moments are what our trainer allocates per rank
+                                    (layout_zero_bytes over its layout: our model, tp = pp = 1);
+                                    0: the ZeRO paper's accounting, buffers in comm */
     } mem;
 
     /* activations, bytes per layer per micro-batch on one device */
     struct {
         int exact_used;          /* 1: totals come from layout_activations */
-        double korth_plain;      /* sbh(34 + 5as/h): no parallelism, no recompute (eq. 1) */
-        double korth;            /* with this plan's tp, sp and recompute (Table 2 row) */
+        double korth_plain;      /* sbh(34 + 5as/h): the paper (16-bit), no parallelism, no recompute (eq. 1) */
+        double korth;            /* with this plan's tp, sp, recompute and activation bytes (Table 2 row) */
         double exact_layer;      /* our kernels: layout_activations().per_layer * 4 (0 if n/a) */
         double exact_total;      /* layout_activations().total * 4: all saved floats of a micro-batch */
         double exact_scratch;    /* layout_activations().scratch * 4 */
@@ -300,11 +309,11 @@ Status plan_predict_step(const PlanInput *in, PlanResult *r, Err *err);
 /* ---------------------------------------------------------- the formulas -------------- */
 
 /* Korthikanti et al. 2022 activation bytes per transformer layer for one micro-batch (s, b, h,
- * a heads, tp t, sp, recompute): their Table 2 (16-bit activations, 1-byte dropout masks,
- * GPT-3 block). f = F/h and r = kv/a generalise the MLP and GQA terms; with f = 4, r = 1,
- * ungated, it is exactly the paper's formula. */
+ * a heads, tp t, sp, recompute) with e bytes per activation element: their Table 2 (GPT-3 block,
+ * 1-byte dropout masks). f = F/h and r = kv/a generalise the MLP and GQA terms; with e = 2, f = 4,
+ * r = 1, ungated, it is exactly the paper's formula (16-bit activations). */
 double plan_act_korthikanti(double s, double b, double h, double a, double f, double r, int gated, int t, int sp,
-                            PlanRecompute rc);
+                            PlanRecompute rc, double e);
 
 /* Pipeline bubble fraction (p-1)/(v m + p-1); 0 when p == 1. */
 double plan_bubble(int p, int m, int v);

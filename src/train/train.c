@@ -64,11 +64,6 @@ TrainConfig train_default_config(void) {
     return c;
 }
 
-double train_flops_per_token(const ModelConfig *m, int T) {
-    double L = m->n_layer, C = m->n_embd, V = m->vocab;
-    return 6.0 * (L * 12.0 * C * C + V * C) + 12.0 * L * T * C;
-}
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -495,7 +490,7 @@ static Status setup_accounting(Run *r, Err *err) {
     r->peak_job = r->peak;
     Status st = comm_allreduce_f64(r->comm, &r->peak_job, 1, COMM_SUM, err);
     if (st != ST_OK) return st;
-    r->fpt = train_flops_per_token(&c->model, T);
+    r->fpt = layout_flops_per_token(&c->model, T);
     r->batch_seqs = (long long)B * k * r->dp, r->batch_tokens = r->batch_seqs * T;
 
     PlanInput pi = plan_default_input();
@@ -506,15 +501,10 @@ static Status setup_accounting(Run *r, Err *err) {
     pi.recompute = (PlanRecompute)c->recompute;
     if (c->have_hw) pi.hw = c->hw; /* a measured profile (plan --measure-hardware) */
     else pi.hw.peak_fp32 = r->peak;
-    if (c->bf16 || c->fp16) {
-        /* This trainer's mixed precision: a 2-byte weight copy beside the fp32 master and moments,
-         * but fp32 gradients (and activations, which the exact mode counts); fp16 is emulated, so
-         * its GEMMs run at the fp32 rate. */
-        Err pe;
-        plan_precision_preset(&pi.prec, c->fp16 ? "fp16" : "bf16", &pe);
-        pi.prec.grad = 4;
-        if (c->fp16) pi.prec.compute = PLAN_DTYPE_FP32;
-    }
+    /* This trainer's precisions; fp16 is emulated, so its GEMMs run at the fp32 rate. */
+    Err pe;
+    plan_precision_trainer(&pi.prec, c->fp16 ? "fp16" : c->bf16 ? "bf16" : "fp32", &pe);
+    if (c->fp16) pi.prec.compute = PLAN_DTYPE_FP32;
     Err perr;
     r->have_plan = plan_predict_step(&pi, &r->plan, &perr) == ST_OK;
     return ST_OK;

@@ -105,8 +105,4 @@ typedef struct {
  * file; I/O failure → ST_ERR_RUNTIME. Progress lines go to stdout unless quiet. */
 Status train_run(const TrainConfig *cfg, TrainResult *res, Err *err);
 
-/* Model FLOPs per trained token: 6·(L·12·C² + V·C) + 12·L·T·C (PaLM's accounting; attention
- * counted as full T×T). Used for MFU. */
-double train_flops_per_token(const ModelConfig *m, int T);
-
 #endif

@@ -1,0 +1,187 @@
+/* test_cli_options.c — options of train, sample, export, prepare and tokenizer that would change
+ * nothing in a combination are refused, and the options reach the configuration (issue 12: flags
+ * that do nothing are defects; plan's options are tested one by one in test_plan).
+ *
+ * Oracles:
+ *  - the real binary on each inert combination: exit 2 and exactly one stderr line
+ *    "--FLAG: would change nothing ...";
+ *  - negative controls: the same options in combinations where they act are accepted (the runs exit
+ *    0), so a refusal that fired regardless of the combination would fail here;
+ *  - the `start` record's config of a run that sets the optimizer, schedule, precision and checkpoint
+ *    options holds the values given (parsing reaches TrainConfig), and the run's records show them
+ *    acting (fp16 loss scale, checkpoints, samples).
+ * Not covered here (need MPI): --no-overlap and --comm-timeout accepted under mpirun, --ckpt-async
+ * refused under data parallelism (test_dp passes --comm-timeout under mpirun). */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "core/fileio.h"
+#include "testutil.h"
+
+#define BIN ST_BINARY_DIR "/scaletrain"
+#define TMP ST_BINARY_DIR "/test_cli_options"
+
+/* `scaletrain args`: its exit status; stderr kept in TMP/stderr.txt. */
+static int run(const char *args) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s %s >" TMP "/stdout.txt 2>" TMP "/stderr.txt", BIN, args);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* Exit 2 and one stderr line containing "--FLAG: would change nothing" (flag = want). */
+static void expect_refused(const char *flag, const char *args) {
+    int code = run(args);
+    char *text = tu_slurp(TMP "/stderr.txt");
+    int lines = 0;
+    for (const char *p = text; p && *p; p++) lines += *p == '\n';
+    char want[96];
+    snprintf(want, sizeof want, "--%s: would change nothing", flag);
+    int ok = code == 2 && lines == 1 && text && strstr(text, want) != NULL;
+    if (text && *text && text[strlen(text) - 1] == '\n') text[strlen(text) - 1] = '\0';
+    char name[160];
+    size_t n = strlen(args), tail = n > 64 ? n - 64 : 0;
+    snprintf(name, sizeof name, "refused --%s (...%s)", flag, args + tail);
+    tu_check(ok, name, "exit=%d lines=%d stderr=\"%s\"", code, lines, text ? text : "");
+    free(text);
+}
+
+static void expect_accepted(const char *name, const char *args) {
+    int code = run(args);
+    char *text = tu_slurp(TMP "/stderr.txt");
+    if (text && *text && text[strlen(text) - 1] == '\n') text[strlen(text) - 1] = '\0';
+    tu_check(code == 0, name, "exit=%d stderr=\"%.200s\"", code, text ? text : "");
+    free(text);
+}
+
+/* The first record of a JSON Lines log with "event" == ev (caller deletes), or NULL. */
+static cJSON *log_record(const char *path, const char *ev) {
+    char *text = tu_slurp(path);
+    cJSON *found = NULL;
+    for (char *line = text; line && *line && !found;) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        cJSON *o = cJSON_Parse(line);
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "event");
+        if (cJSON_IsString(e) && !strcmp(e->valuestring, ev)) found = o;
+        else cJSON_Delete(o);
+        line = nl ? nl + 1 : NULL;
+    }
+    free(text);
+    return found;
+}
+
+static double num(const cJSON *o, const char *k) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(x) ? x->valuedouble : -12345;
+}
+
+static const char *str(const cJSON *o, const char *k) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(x) ? x->valuestring : "";
+}
+
+int main(void) {
+    Err e;
+    char cmd[4096], args[4096];
+    snprintf(cmd, sizeof cmd, "rm -rf " TMP);
+    if (system(cmd) != 0) return 1;
+    file_mkdirs(TMP, &e);
+    /* A small corpus: 40 documents separated by "@@" lines. */
+    FILE *f = fopen(TMP "/corpus.txt", "w");
+    for (int d = 0; d < 40 && f; d++)
+        fprintf(f, "%sdocument %d: the quick brown fox jumps over the lazy dog, again and again.\n", d ? "@@\n" : "", d);
+    if (f) fclose(f);
+
+    /* ---- prepare ---- */
+    expect_refused("val-fraction", "prepare --tokenizer bytes --val-docs 3 --val-fraction 0.2 --out " TMP "/p0 " TMP "/corpus.txt");
+    expect_refused("seed", "prepare --tokenizer bytes --val-fraction 0 --seed 5 --out " TMP "/p0 " TMP "/corpus.txt");
+    expect_refused("tokenizer-dir", "prepare --tokenizer bytes --tokenizer-dir " TMP " --out " TMP "/p0 " TMP "/corpus.txt");
+    expect_refused("separator", "prepare --tokenizer bytes --format jsonl --separator @@ --out " TMP "/p0 " TMP "/corpus.txt");
+    expect_accepted("control: prepare --format text --separator @@ --val-fraction 0.2 --seed 5",
+                    "prepare --quiet --tokenizer bytes --format text --separator @@ --val-fraction 0.2 --seed 5 --out " TMP
+                    "/data " TMP "/corpus.txt");
+
+    /* ---- tokenizer ---- */
+    expect_refused("separator", "tokenizer train --vocab-size 260 --format wikitext --separator @@ --out " TMP "/tok " TMP
+                                "/corpus.txt");
+    expect_refused("tokenizer-dir", "tokenizer encode --tokenizer bytes --tokenizer-dir " TMP " " TMP "/corpus.txt");
+    expect_accepted("control: tokenizer train --format text --separator @@",
+                    "tokenizer train --vocab-size 260 --format text --separator @@ --out " TMP "/tok " TMP "/corpus.txt");
+    expect_accepted("control: tokenizer encode --tokenizer bytes", "tokenizer encode --tokenizer bytes " TMP "/corpus.txt");
+
+    /* ---- train ---- */
+#define TR "train --data " TMP "/data/train_*.bin --tokenizer bytes --layers 1 --heads 1 --channels 16 --max-seq-len 16 " \
+           "--seq-len 8 --micro-batch 2 --steps 2 --peak-gflops 10 --threads 1 --val-every 0"
+    static const struct { const char *flag, *args; } TRAIN_INERT[] = {
+        {"loss-scale", TR " --loss-scale 1024"},
+        {"loss-scale-window", TR " --precision bf16 --loss-scale-window 10"},
+        {"decay-frac", TR " --decay-frac 0.5"},
+        {"decay-shape", TR " --schedule cosine --decay-shape 1-sqrt"},
+        {"min-lr", TR " --schedule constant --min-lr 1e-4"},
+        {"momentum", TR " --momentum 0.5"},
+        {"beta1", TR " --optimizer sgd --beta1 0.8"},
+        {"beta2", TR " --optimizer sgd --beta2 0.8"},
+        {"eps", TR " --optimizer lion --eps 1e-6"},
+        {"ckpt-every", TR " --ckpt-every 1"},
+        {"keep-last", TR " --keep-last 2"},
+        {"keep-every", TR " --keep-every 2"},
+        {"ckpt-async", TR " --ckpt-async"},
+        {"mtbf", TR " --mtbf 24"},
+        {"mtbf", TR " --ckpt-dir " TMP "/never --mtbf 24 --quiet"},
+        {"override", TR " --override lr"},
+        {"sample-tokens", TR " --sample-tokens 8"},
+        {"tokenizer-dir", TR " --tokenizer-dir " TMP},
+        {"no-overlap", TR " --no-overlap"},
+        {"comm-timeout", TR " --comm-timeout 30"},
+    };
+    for (size_t i = 0; i < sizeof TRAIN_INERT / sizeof TRAIN_INERT[0]; i++)
+        expect_refused(TRAIN_INERT[i].flag, TRAIN_INERT[i].args);
+    /* Control A: the same options where they act, in one run; its start record holds them. */
+    snprintf(args, sizeof args,
+             TR " --precision fp16 --loss-scale 1024 --loss-scale-window 10 --schedule wsd --decay-frac 0.5 "
+                "--decay-shape 1-sqrt --min-lr 1e-4 --optimizer adamw --beta1 0.8 --beta2 0.9 --eps 1e-7 --ckpt-dir " TMP
+                "/ck --ckpt-every 1 --keep-last 2 --keep-every 2 --ckpt-async --mtbf 24 --sample-every 1 --sample-tokens 3 "
+                "--out " TMP "/model --log " TMP "/a.jsonl");
+    expect_accepted("control A: fp16 loss scale, wsd, adamw betas/eps, checkpoints, mtbf, samples", args);
+    char *out = tu_slurp(TMP "/stdout.txt");
+    tu_check(out && strstr(out, "checkpoint interval for MTBF 24.0 h") != NULL, "control A: --mtbf prints the Young/Daly interval",
+             "%s", out && strstr(out, "checkpoint interval") ? "printed" : "missing");
+    free(out);
+    cJSON *st = log_record(TMP "/a.jsonl", "start"), *step = log_record(TMP "/a.jsonl", "step");
+    cJSON *ck = log_record(TMP "/a.jsonl", "ckpt"), *smp = log_record(TMP "/a.jsonl", "sample");
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(st, "config");
+    int cfg_ok = c && !strcmp(str(c, "precision"), "fp16") && !strcmp(str(c, "schedule"), "wsd") &&
+                 num(c, "decay_frac") == 0.5 && !strcmp(str(c, "decay_shape"), "1-sqrt") && (float)num(c, "min_lr") == 1e-4f &&
+                 (float)num(c, "beta1") == 0.8f && (float)num(c, "beta2") == 0.9f && (float)num(c, "eps") == 1e-7f &&
+                 num(c, "ckpt_every") == 1 && num(c, "keep_last") == 2 && num(c, "keep_every") == 2 &&
+                 cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "ckpt_async"));
+    tu_check(cfg_ok && num(step, "loss_scale") == 1024 && ck && smp,
+             "control A: the options reach the config and act (start.config, loss_scale 1024, checkpoint and sample records)",
+             "config %s, first step loss_scale %g, checkpoint %s, sample %s", cfg_ok ? "as given" : "DIFFERENT",
+             num(step, "loss_scale"), ck ? "logged" : "missing", smp ? "logged" : "missing");
+    cJSON_Delete(st), cJSON_Delete(step), cJSON_Delete(ck), cJSON_Delete(smp);
+    /* Control B: sgd's momentum, and --override with --resume. */
+    expect_accepted("control B: --optimizer sgd --momentum 0.5", TR " --optimizer sgd --momentum 0.5 --log " TMP "/b.jsonl");
+    st = log_record(TMP "/b.jsonl", "start");
+    c = cJSON_GetObjectItemCaseSensitive(st, "config");
+    tu_check(c && !strcmp(str(c, "optimizer"), "sgd") && (float)num(c, "momentum") == 0.5f, "control B: momentum in the config",
+             "optimizer %s momentum %g", str(c, "optimizer"), num(c, "momentum"));
+    cJSON_Delete(st);
+    expect_accepted("control C: a run with checkpoints", TR " --ckpt-dir " TMP "/ck2");
+    expect_accepted("control C: --resume with --override lr",
+                    TR " --ckpt-dir " TMP "/ck2 --resume auto --steps 3 --lr 1e-3 --override lr");
+
+    /* ---- sample and export, from control A's weights ---- */
+    expect_refused("seed", "sample " TMP "/model --tokens 2 --temperature 0 --seed 3");
+    expect_refused("top-k", "sample " TMP "/model --tokens 2 --temperature 0 --top-k 5");
+    expect_refused("tokenizer-dir", "sample " TMP "/model --tokens 2 --tokenizer-dir " TMP);
+    expect_accepted("control: sample --temperature 0.5 --seed 3 --top-k 5", "sample " TMP "/model --tokens 2 --temperature 0.5 --seed 3 --top-k 5");
+    expect_accepted("control: sample --temperature 0 (greedy)", "sample " TMP "/model --tokens 2 --temperature 0");
+    expect_refused("tokenizer", "export " TMP "/model --format llmc --tokenizer bytes -o " TMP "/m.bin");
+    expect_accepted("control: export --format hf --tokenizer bytes", "export " TMP "/model --format hf --tokenizer bytes -o " TMP "/hf");
+    return tu_exit();
+}
