@@ -2,7 +2,7 @@
  *
  * Oracles (each check names its own):
  *  - closed-form worked examples of issue 7 (7B bf16 bytes, ZeRO stages on 8 ranks, bubble, 6ND,
- *    MFU, effective batch), exact to 1e-12 relative;
+ *    MFU, effective batch, DP communication overlap cannot hide), exact to 1e-12 relative;
  *  - Rajbhandari et al. 2020 (ZeRO) Figure 1: 7.5B parameters, 64 devices, K = 12 →
  *    120 / 31.4 / 16.6 / 1.9 GB per device, to the paper's one decimal;
  *  - Korthikanti et al. 2022 Table 2 formulas evaluated by hand for their Table 3 models, and their
@@ -124,6 +124,44 @@ static void test_6nd_and_mfu(void) {
     tu_check(rel(r.compute.mfu_required, want) < 1e-12 && fabs(r.compute.mfu_required - 0.0652) < 1e-4,
              "MFU for 7B x 300B in 14 days on 512 x 312 TFLOP/s", "%.4f%% (closed form %.4f%%)",
              100 * r.compute.mfu_required, 100 * want);
+}
+
+/* DP communication that overlap cannot hide (docs/plan.md): gpt2-124m in bf16 on 8 A100s of one
+ * node (300 GB/s, 5 us), embedding E = 50257·768 + 1024·768 = 39,383,808 parameters of 2 bytes.
+ * ZeRO 0: its ring all-reduce 2·(7/8)·2E/bw + 2·7·lat; ZeRO 3: its reduce-scatter and its gather,
+ * the same sum; ZeRO 1: its reduce-scatter plus the whole parameter all-gather after the update.
+ * The step is max(compute, dp − exposed) + exposed + optimizer. Negative control: the old
+ * max(compute, dp) + optimizer is below the prediction by the exposed time. */
+static void test_dp_exposed(void) {
+    double E = 50257.0 * 768 + 1024.0 * 768, want0 = 2 * 0.875 * 2 * E / 300e9 + 2 * 7 * 5e-6;
+    PlanResult r[4];
+    for (int z = 0; z <= 3; z++) {
+        PlanInput in = plan_default_input();
+        plan_model_preset(&in.model, "gpt2-124m", NULL);
+        plan_precision_preset(&in.prec, "bf16", NULL);
+        plan_hardware_preset(&in.hw, "A100-80GB", NULL);
+        in.micro_batch = 8, in.seq_len = 1024, in.dp = 8, in.zero = z;
+        Err e;
+        plan_compute(&in, &r[z], &e);
+    }
+    double want1 = 0.875 * 2 * E / 300e9 + 7 * 5e-6 + r[1].comm.ag_bytes / 300e9 + 7 * 5e-6 * 13;
+    double worst = 0, old_gap = INFINITY;
+    for (int z = 0; z <= 3; z++) {
+        const PlanResult *q = &r[z];
+        double comp = q->compute.t_matmul + q->compute.t_elementwise, hid = q->compute.t_dp - q->compute.t_dp_exposed;
+        double step = (comp > hid ? comp : hid) + q->compute.t_dp_exposed + q->compute.t_optimizer;
+        double old = (comp > q->compute.t_dp ? comp : q->compute.t_dp) + q->compute.t_optimizer;
+        worst = rel(q->compute.step_overlap, step) > worst ? rel(q->compute.step_overlap, step) : worst;
+        old_gap = q->compute.step_overlap - old < old_gap ? q->compute.step_overlap - old : old_gap;
+    }
+    tu_check(rel(r[0].compute.t_dp_exposed, want0) < 1e-12 && rel(r[3].compute.t_dp_exposed, want0) < 1e-12 &&
+                 rel(r[1].compute.t_dp_exposed, want1) < 1e-12 && rel(r[2].compute.t_dp_exposed, want1) < 1e-12 &&
+                 worst < 1e-12 && old_gap > 0.9 * want0,
+             "dp comm not hidden: gpt2-124m bf16, 8 A100 of one node", "ZeRO 0/3 %.1f us (closed form %.1f), ZeRO 1/2 "
+             "%.1f us (%.1f); step max(compute, dp - exposed) + exposed + optimizer (rel %.1e); above the old "
+             "max(compute, dp) + optimizer by >= %.1f us",
+             1e6 * r[0].compute.t_dp_exposed, 1e6 * want0, 1e6 * r[1].compute.t_dp_exposed, 1e6 * want1, worst,
+             1e6 * old_gap);
 }
 
 static void test_effective_batch(void) {
@@ -802,6 +840,7 @@ int main(void) {
     test_bubble();
     test_6nd_and_mfu();
     test_effective_batch();
+    test_dp_exposed();
     test_korthikanti();
     test_scaling();
     test_param_counts();

@@ -5,7 +5,15 @@
  * epoch boundary, with dropout on; the async checkpoint mode too; and a real SIGTERM to the binary
  * mid-run: exit 0 with a checkpoint, then `--resume auto` finishes with the same weights. A changed
  * model field or trajectory field is refused on resume (naming the field); an override lets the
- * trajectory change through. */
+ * trajectory change through.
+ *
+ * That comparison alone cannot tell a resume from a fresh start (both reproduce the uninterrupted
+ * run exactly), so every resume also asserts that it resumed: TrainResult.start_step and the log's
+ * second start record (resumed_from_step, resume.found), the first step logged after it being the
+ * next one, and the earlier run's records kept in front of it (tu_log_resumed). Negative control:
+ * the same resume pointed at an empty --ckpt-dir passes the old comparison and is caught by these
+ * checks; its start record says found=false, resumed_from_step 0, with a note. */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -78,13 +86,40 @@ static int same_file(const char *a, const char *b) {
     return same;
 }
 
-static void run_or_die(TrainConfig *c) {
+static TrainResult run_or_die(TrainConfig *c) {
     TrainResult r;
     Err e;
     if (train_run(c, &r, &e) != ST_OK) {
         printf("train_run failed: %s\n", e.msg);
         exit(1);
     }
+    return r;
+}
+
+static void copy_file(const char *from, const char *to) {
+    char *t = tu_slurp(from);
+    FILE *f = fopen(to, "w");
+    if (f && t) fputs(t, f);
+    if (f) fclose(f);
+    free(t);
+}
+
+/* What the start record of a run (the last one in the log) says about --resume. */
+static void last_start_resume(const char *log, long *from, int *found, char *note, size_t cap) {
+    cJSON *all = tu_log_records(log);
+    const cJSON *o, *start = NULL;
+    cJSON_ArrayForEach(o, all) {
+        const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "event");
+        if (cJSON_IsString(ev) && !strcmp(ev->valuestring, "start")) start = o;
+    }
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(start, "resume");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(start, "resumed_from_step");
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(rs, "note");
+    *from = cJSON_IsNumber(f) ? (long)f->valuedouble : -1;
+    *found = cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(rs, "found"))
+                 ? cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rs, "found")) : -1;
+    snprintf(note, cap, "%s", cJSON_IsString(n) ? n->valuestring : "(none)");
+    cJSON_Delete(all);
 }
 
 static void test_split(const char *name, int async, int bf16) {
@@ -99,10 +134,13 @@ static void test_split(const char *name, int async, int bf16) {
     half.ckpt_async = async, half.bf16 = bf16;
     half.ckpt_every = 20;
     run_or_die(&half);
+    char neg_log[256];
+    snprintf(neg_log, sizeof neg_log, DIR "/%s_empty.jsonl", name);
+    copy_file(half.log_path, neg_log); /* the first half's records, for the negative control */
     TrainConfig rest = base(n2, 100);
     rest.ckpt_async = async, rest.bf16 = bf16;
     snprintf(rest.resume, sizeof rest.resume, "auto");
-    run_or_die(&rest);
+    TrainResult rr = run_or_die(&rest);
     static char a[1 << 16], b[1 << 16];
     losses(full.log_path, a, sizeof a);
     losses(rest.log_path, b, sizeof b);
@@ -114,6 +152,35 @@ static void test_split(const char *name, int async, int bf16) {
              async ? "async checkpoints" : "sync checkpoints", bf16 ? ", bf16" : "");
     tu_check(!strcmp(a, b) && strlen(a) > 100 && sw, name_buf, "losses %s, final weights memcmp %s",
              strcmp(a, b) ? "DIFFER" : "identical", sw ? "identical" : "DIFFER");
+    char why[512];
+    int resumed = tu_log_resumed(rest.log_path, 50, 100, 1, 1, why, sizeof why);
+    snprintf(name_buf, sizeof name_buf, "resume %s%s: resumed from step 50, steps 51.. follow the first run's 1..50 in the log",
+             async ? "async checkpoints" : "sync checkpoints", bf16 ? ", bf16" : "");
+    tu_check(resumed && rr.start_step == 50, name_buf, "TrainResult.start_step %ld; %s", rr.start_step, why);
+    if (async || bf16) return;
+
+    /* Negative control: the same resume pointed at an empty --ckpt-dir starts afresh, which the
+     * comparison above cannot tell from a resume; the resume checks must. */
+    TrainConfig neg = base("sync_empty", 100);
+    snprintf(neg.log_path, sizeof neg.log_path, "%s", neg_log);
+    snprintf(neg.resume, sizeof neg.resume, "auto");
+    Err e;
+    file_mkdirs(neg.ckpt_dir, &e);
+    TrainResult nr = run_or_die(&neg);
+    losses(neg.log_path, b, sizeof b);
+    snprintf(wb, sizeof wb, "%s/model.safetensors", neg.out_dir);
+    int old_pass = !strcmp(a, b) && same_file(wa, wb);
+    int caught = !tu_log_resumed(neg.log_path, 50, 100, 1, 1, why, sizeof why) && nr.start_step != 50;
+    tu_check(old_pass && caught, "negative control: a resume from an empty --ckpt-dir passes losses+weights, "
+             "the resume checks catch it", "losses and weights %s the uninterrupted run's; start_step %ld; %s",
+             old_pass ? "equal" : "DIFFER from", nr.start_step, why);
+    long from;
+    int found;
+    char note[512];
+    last_start_resume(neg.log_path, &from, &found, note, sizeof note);
+    tu_check(from == 0 && found == 0 && strstr(note, "no checkpoint"),
+             "--resume auto with nothing to resume says so in the start record",
+             "resumed_from_step %ld, resume.found %d, note \"%s\"", from, found, note);
 }
 
 static void test_config_kinds(void) {
@@ -144,6 +211,19 @@ static void test_config_kinds(void) {
     st = train_run(&f, &r, &e);
     tu_check(st == ST_OK && r.start_step == 40, "a free field (threads) may change, --steps extends", "status %d: %s", st,
              st ? e.msg : "ok");
+    /* The refused resumes wrote nothing; the two accepted ones continue the log. */
+    TuLogRun lr[4];
+    int n = tu_log_runs(c.log_path, lr, 4);
+    int ok = n == 3;
+    static const long from[3] = {0, 30, 40}, last[3] = {30, 40, 50};
+    for (int i = 0; ok && i < 3; i++)
+        ok = lr[i].resumed_from == from[i] && lr[i].found == (i > 0) && lr[i].first_step == from[i] + 1 &&
+             lr[i].last_step == last[i] && lr[i].consecutive;
+    tu_check(ok, "resumes with an override and with --steps extended: each resumed where the last stopped",
+             "%d runs in the log: resumed_from_step %ld/%ld/%ld, steps %ld..%ld, %ld..%ld, %ld..%ld", n,
+             lr[0].resumed_from, n > 1 ? lr[1].resumed_from : -1, n > 2 ? lr[2].resumed_from : -1, lr[0].first_step,
+             lr[0].last_step, n > 1 ? lr[1].first_step : -1, n > 1 ? lr[1].last_step : -1, n > 2 ? lr[2].first_step : -1,
+             n > 2 ? lr[2].last_step : -1);
 }
 
 /* The binary, SIGTERM mid-run: exit 0 with a checkpoint; --resume auto finishes identically. */
@@ -196,11 +276,18 @@ static void test_sigterm(void) {
              "SIGTERM: the step finishes, a checkpoint is saved, exit 0", "exit=%d preempted=%d",
              WIFEXITED(status) ? WEXITSTATUS(status) : -1, preempted);
     snprintf(cmd, sizeof cmd, ST_BINARY_DIR "/scaletrain train %s --ckpt-dir " DIR "/sig_ckpt --out " DIR
-             "/sig_out --resume auto >/dev/null 2>&1", args);
+             "/sig_out --log " DIR "/sig.jsonl --resume auto >/dev/null 2>&1", args);
     rc = system(cmd);
     int same = same_file(DIR "/sig_ref_out/model.safetensors", DIR "/sig_out/model.safetensors");
     tu_check(rc == 0 && same, "SIGTERM + resume == uninterrupted (final weights memcmp)", "resume exit=%d weights %s",
              WEXITSTATUS(rc), same ? "identical" : "DIFFER");
+    /* The step it stopped at is the last one logged before the signal (>= 20, when it was sent). */
+    char why[512];
+    TuLogRun lr[2];
+    int resumed = tu_log_resumed(DIR "/sig.jsonl", -1, 400, 1, 1, why, sizeof why);
+    int n = tu_log_runs(DIR "/sig.jsonl", lr, 2);
+    tu_check(resumed && n == 2 && lr[0].last_step >= 20, "SIGTERM + --resume auto: resumed from the step it stopped at",
+             "%s", why);
 }
 
 int main(void) {

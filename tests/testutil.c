@@ -1,9 +1,12 @@
-/* testutil.c — check bookkeeping, error norms and file reading for the tests. */
+/* testutil.c — check bookkeeping, error norms, file reading and the metrics log's runs for the tests. */
 #include "testutil.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "core/fileio.h"
 
@@ -61,4 +64,71 @@ char *tu_slurp(const char *path) {
     size_t n;
     Err e;
     return file_read_all(path, &t, &n, &e) == ST_OK ? t : NULL;
+}
+
+cJSON *tu_log_records(const char *path) {
+    char *text = tu_slurp(path);
+    if (!text) return NULL;
+    cJSON *all = cJSON_CreateArray();
+    for (char *line = strtok(text, "\n"); line && all; line = strtok(NULL, "\n")) {
+        cJSON *o = cJSON_Parse(line);
+        if (!o) cJSON_Delete(all), all = NULL;
+        else cJSON_AddItemToArray(all, o);
+    }
+    free(text);
+    return all;
+}
+
+static double tu_num(const cJSON *o, const char *k) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(x) ? x->valuedouble : NAN;
+}
+
+int tu_log_runs(const char *path, TuLogRun *runs, int max) {
+    cJSON *all = tu_log_records(path);
+    if (!all) return -1;
+    int n = 0;
+    TuLogRun *cur = NULL, spare;
+    const cJSON *o;
+    cJSON_ArrayForEach(o, all) {
+        const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "event");
+        if (!cJSON_IsString(ev)) continue;
+        if (!strcmp(ev->valuestring, "start")) {
+            cur = n < max ? &runs[n] : &spare;
+            n++;
+            memset(cur, 0, sizeof *cur);
+            cur->consecutive = 1;
+            cur->resumed_from = (long)tu_num(o, "resumed_from_step");
+            cur->world = (int)tu_num(o, "world");
+            cur->found = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(o, "resume"), "found"));
+        } else if (!strcmp(ev->valuestring, "step") && cur) {
+            long s = (long)tu_num(o, "step");
+            if (cur->nsteps == 0) cur->first_step = s;
+            else if (s != cur->last_step + 1) cur->consecutive = 0;
+            cur->last_step = s;
+            cur->nsteps++;
+        }
+    }
+    cJSON_Delete(all);
+    return n;
+}
+
+int tu_log_resumed(const char *path, long from, long last, int w1, int w2, char *why, size_t cap) {
+    TuLogRun r[2];
+    int n = tu_log_runs(path, r, 2);
+    if (n != 2) {
+        snprintf(why, cap, "%d start record(s) in %s, expected 2 (the run and its resume)", n, path);
+        return 0;
+    }
+    if (from < 0) from = r[0].last_step;
+    snprintf(why, cap,
+             "before the resume: resumed_from_step %ld, steps %ld..%ld%s, world %d; after: resumed_from_step %ld "
+             "(expected %ld), found %s, steps %ld..%ld%s (expected %ld..%ld), world %d",
+             r[0].resumed_from, r[0].first_step, r[0].last_step, r[0].consecutive ? "" : " with gaps", r[0].world,
+             r[1].resumed_from, from, r[1].found ? "true" : "false", r[1].first_step, r[1].last_step,
+             r[1].consecutive ? "" : " with gaps", from + 1, last, r[1].world);
+    return from > 0 && r[0].resumed_from == 0 && r[0].first_step == 1 && r[0].last_step == from && r[0].consecutive &&
+           r[1].resumed_from == from && r[1].found && r[1].first_step == from + 1 && r[1].last_step == last &&
+           r[1].consecutive && (!w1 || r[0].world == w1) && (!w2 || r[1].world == w2);
 }

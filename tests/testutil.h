@@ -20,6 +20,32 @@ double tu_max_abs_diff_f(const float *a, const float *b, size_t n);
 /* The whole file as a NUL-terminated string (caller frees), or NULL if it cannot be read. */
 char *tu_slurp(const char *path);
 
+/* ---- the metrics log (src/train/events.h) ---- */
+
+/* Every record of a JSON Lines log, in file order, as one cJSON array (caller deletes); NULL if
+ * the file cannot be read or a line is not JSON. */
+struct cJSON *tu_log_records(const char *path);
+
+/* One run within a log: a start record and the records up to the next start. */
+typedef struct {
+    long resumed_from;        /* the start record's resumed_from_step */
+    int found;                /* its resume.found */
+    int world;                /* its world */
+    long first_step, last_step, nsteps; /* of its step records (0 when it has none) */
+    int consecutive;          /* every step record's step is the previous one's + 1 */
+} TuLogRun;
+
+/* The runs of a log in order; returns how many start records it holds (at most max are filled),
+ * or -1 if it cannot be read. */
+int tu_log_runs(const char *path, TuLogRun *runs, int max);
+
+/* Whether the log of an interrupted and resumed run shows a real resume: exactly two runs, the
+ * first a fresh start logging steps 1..from (from < 0: whatever step it stopped at), the second a
+ * start record with resume.found and resumed_from_step == from whose first step record is from + 1
+ * and last is last, both consecutive; worlds w1 and w2 (0: not checked). 1 if so; why says what was
+ * found either way. */
+int tu_log_resumed(const char *path, long from, long last, int w1, int w2, char *why, size_t cap);
+
 /* Returns the process exit status for main: 0 if no check failed. */
 int tu_exit(void);
 

@@ -112,11 +112,12 @@ static void print_review(const PlanInput *in, const PlanResult *r) {
     printf("  FLOPs per token: 6N = %.4g, exact with attention = %.4g\n", r->compute.fpt_6n, r->compute.fpt);
     if (in->recompute) printf("  with %s recompute: %.4g hardware FLOPs per token\n", plan_recompute_name(in->recompute), r->compute.fpt_hw);
     printf("  total: 6ND = %.4g, exact = %.4g FLOPs\n", r->compute.total_6nd, r->compute.total);
-    printf("  step: matmul %s + elementwise %s + bubble %s + tp %s + pp %s; dp/zero comm %s; optimizer %s\n",
+    printf("  step: matmul %s + elementwise %s + bubble %s + tp %s + pp %s; dp/zero comm %s (%s not hidden by "
+           "compute); optimizer %s\n",
            fmt_time(a, sizeof a, r->compute.t_matmul), fmt_time(b, sizeof b, r->compute.t_elementwise),
            fmt_time(c, sizeof c, r->compute.t_bubble), fmt_time(d, sizeof d, r->compute.t_tp),
            fmt_time((char[64]){0}, 64, r->compute.t_pp), fmt_time((char[64]){0}, 64, r->compute.t_dp),
-           fmt_time((char[64]){0}, 64, r->compute.t_optimizer));
+           fmt_time((char[64]){0}, 64, r->compute.t_dp_exposed), fmt_time((char[64]){0}, 64, r->compute.t_optimizer));
     printf("  predicted step: %s with overlap (max), %s without (sum); %.4g tokens/s\n",
            fmt_time(a, sizeof a, r->compute.step_overlap), fmt_time(b, sizeof b, r->compute.step_serial),
            r->compute.tokens_per_s);
@@ -291,6 +292,7 @@ static cJSON *json_plan(const PlanInput *in, const PlanResult *r) {
     cJSON_AddNumberToObject(jt, "tp", r->compute.t_tp);
     cJSON_AddNumberToObject(jt, "pp", r->compute.t_pp);
     cJSON_AddNumberToObject(jt, "dp", r->compute.t_dp);
+    cJSON_AddNumberToObject(jt, "dp_exposed", r->compute.t_dp_exposed);
     cJSON_AddNumberToObject(jt, "optimizer", r->compute.t_optimizer);
     cJSON_AddNumberToObject(jc, "step_s_overlap", r->compute.step_overlap);
     cJSON_AddNumberToObject(jc, "step_s_serial", r->compute.step_serial);

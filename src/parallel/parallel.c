@@ -63,6 +63,8 @@ struct Par {
     int k, j, last, in_step;
     int kill_rank;  /* test hook ST_PAR_TEST_KILL=RANK:STEP: that rank SIGKILLs itself mid-backward */
     long kill_step;
+    float grad_fault; /* test hook ST_PAR_TEST_GRAD_SCALE=F: reduced gradients times F (a sum-vs-mean
+                         fault that Adam and clipping hide from the losses; 0 = off) */
     Status hook_st;
     Err hook_err;
 };
@@ -422,6 +424,8 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
 
     const char *kill = getenv("ST_PAR_TEST_KILL");
     if (!kill || sscanf(kill, "%d:%ld", &p->kill_rank, &p->kill_step) != 2) p->kill_step = 0;
+    const char *fault = getenv("ST_PAR_TEST_GRAD_SCALE");
+    p->grad_fault = fault ? strtof(fault, NULL) : 0.0f;
     g->hooks.ctx = p;
     g->hooks.before_forward = h_before_forward;
     g->hooks.before_backward = h_before_backward;
@@ -493,6 +497,11 @@ Status par_grads_finish(Par *p, Err *err) {
         if ((st = g0_finish(p, err)) != ST_OK) return st;
     }
     p->in_step = 0;
+    if (p->grad_fault != 0.0f) { /* test hook: every rank's reduced gradients scaled alike */
+        float *G = p->zero >= 2 ? p->gshard : p->g->grads;
+        size_t n = p->zero >= 2 ? p->S : p->pl->total;
+        for (size_t i = 0; i < n; i++) G[i] *= p->grad_fault;
+    }
     return par_hook_status(p, err);
 }
 

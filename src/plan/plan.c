@@ -571,12 +571,24 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
         }
     }
     r->compute.t_dp = r->comm.dp_time + r->comm.zero_time;
+    /* What overlap cannot hide. The embedding's gradient (the tied LM head's, completed by the
+     * token lookup) is the last one ready in the backward pass: its collective has no compute left
+     * to run behind. ZeRO 1-2 all-gather the updated parameters after the optimizer (as DeepSpeed
+     * does), before the next forward; ZeRO 3 gathers the embedding before the first forward. */
+    if (dp > 1) {
+        double Se = (double)r->n_params_embedding, f = (double)(dp - 1) / dp;
+        double t_emb = (in->zero == 0 ? 2.0 : 1.0) * f * Se * pr->grad / bw_dp + (in->zero == 0 ? 2.0 : 1.0) * (dp - 1) * lat_dp;
+        double t_ag = in->zero == 1 || in->zero == 2 ? r->comm.ag_bytes / bw_dp + (dp - 1) * lat_dp * nbuckets
+                      : in->zero == 3 ? f * Se * pr->weight / bw_dp + (dp - 1) * lat_dp : 0.0;
+        r->compute.t_dp_exposed = t_emb + t_ag < r->compute.t_dp ? t_emb + t_ag : r->compute.t_dp;
+    }
     /* Optimizer: read the gradient, read+write master and moments, write the working weights. */
     double Popt = P / (in->zero >= 1 ? dp : 1);
     double opt_bytes = pr->grad + 2.0 * pr->master + 2.0 * in->n_moments * pr->moment + (pr->master ? 1.0 : 2.0) * pr->weight;
     r->compute.t_optimizer = Popt * opt_bytes / hw->mem_bw;
     double t_comp = r->compute.t_matmul + r->compute.t_elementwise + r->compute.t_bubble + r->compute.t_tp + r->compute.t_pp;
-    r->compute.step_overlap = (t_comp > r->compute.t_dp ? t_comp : r->compute.t_dp) + r->compute.t_optimizer;
+    double t_hidden = r->compute.t_dp - r->compute.t_dp_exposed;
+    r->compute.step_overlap = (t_comp > t_hidden ? t_comp : t_hidden) + r->compute.t_dp_exposed + r->compute.t_optimizer;
     r->compute.step_serial = t_comp + r->compute.t_dp + r->compute.t_optimizer;
     r->compute.step = in->overlap ? r->compute.step_overlap : r->compute.step_serial;
     r->compute.tokens_per_s = r->batch_tokens / r->compute.step;

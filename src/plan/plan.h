@@ -233,9 +233,13 @@ typedef struct {
         double t_elementwise;    /* memory-bound elementwise traffic at mem_bw */
         double t_bubble;         /* pipeline idle time */
         double t_tp, t_pp;       /* exposed TP all-reduces and PP point-to-point */
-        double t_dp;             /* DP all-reduce or ZeRO collectives (overlappable) */
+        double t_dp;             /* DP all-reduce or ZeRO collectives (all of them) */
+        double t_dp_exposed;     /* the part of t_dp no compute hides: the embedding gradient's
+                                    collective (ready last in the backward pass), ZeRO 1-2's
+                                    parameter all-gather after the update, ZeRO 3's embedding
+                                    gather before the first forward */
         double t_optimizer;      /* optimizer step, memory-bound */
-        double step_overlap;     /* max(compute, dp comm) + optimizer */
+        double step_overlap;     /* max(compute, dp comm - exposed) + exposed + optimizer */
         double step_serial;      /* compute + dp comm + optimizer */
         double step;             /* the prediction: overlap ? step_overlap : step_serial */
         double tokens_per_s;     /* batch_tokens / step */
