@@ -498,7 +498,7 @@ Status par_grads_finish(Par *p, Err *err) {
     }
     p->in_step = 0;
     if (p->grad_fault != 0.0f) { /* test hook: every rank's reduced gradients scaled alike */
-        float *G = p->zero >= 2 ? p->gshard : p->g->grads;
+        float *G = p->zero >= 2 ? p->gshard : p->g->d.grads;
         size_t n = p->zero >= 2 ? p->S : p->pl->total;
         for (size_t i = 0; i < n; i++) G[i] *= p->grad_fault;
     }
