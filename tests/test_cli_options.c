@@ -59,18 +59,15 @@ static void expect_accepted(const char *name, const char *args) {
 
 /* The first record of a JSON Lines log with "event" == ev (caller deletes), or NULL. */
 static cJSON *log_record(const char *path, const char *ev) {
-    char *text = tu_slurp(path);
-    cJSON *found = NULL;
-    for (char *line = text; line && *line && !found;) {
-        char *nl = strchr(line, '\n');
-        if (nl) *nl = 0;
-        cJSON *o = cJSON_Parse(line);
+    cJSON *all = tu_log_records(path), *o, *found = NULL;
+    cJSON_ArrayForEach(o, all) {
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "event");
-        if (cJSON_IsString(e) && !strcmp(e->valuestring, ev)) found = o;
-        else cJSON_Delete(o);
-        line = nl ? nl + 1 : NULL;
+        if (cJSON_IsString(e) && !strcmp(e->valuestring, ev)) {
+            found = cJSON_DetachItemViaPointer(all, o);
+            break;
+        }
     }
-    free(text);
+    cJSON_Delete(all);
     return found;
 }
 

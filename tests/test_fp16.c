@@ -232,9 +232,8 @@ static void scale_sequence_in_trainer(void) {
     static ScaleLog lg;
     lg.n = 0;
     long nover = 0, over_bad = 0;
-    char *text = tu_slurp(c.log_path);
-    for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n")) {
-        cJSON *o = cJSON_Parse(line);
+    cJSON *all = tu_log_records(c.log_path), *o;
+    cJSON_ArrayForEach(o, all) {
         const char *ev = cJSON_GetStringValue(cJSON_GetObjectItem(o, "event"));
         if (ev && !strcmp(ev, "step") && lg.n < 4 * SEQ_STEPS) {
             lg.batch[lg.n] = (long)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "batch"));
@@ -249,9 +248,8 @@ static void scale_sequence_in_trainer(void) {
             over_bad += b != lg.n + 1 || !(after == fmax(before / 2, 0x1p-16));
             nover++;
         }
-        cJSON_Delete(o);
     }
-    free(text);
+    cJSON_Delete(all);
     long nskip = 0, nan_skipped = 0, order_bad = 0, after_growth = 0;
     RefScaler r = {0x1p24, 0};
     for (long i = 0; i < lg.n; i++) {

@@ -122,15 +122,13 @@ static int train_cli(const char *src, double *loss) {
     remove(TMP "/train.jsonl");
     int rc = run(cmd);
     *loss = NAN;
-    char *log = tu_slurp(TMP "/train.jsonl");
-    for (char *line = log ? strtok(log, "\n") : NULL; line; line = strtok(NULL, "\n")) {
-        cJSON *o = cJSON_Parse(line);
+    cJSON *all = tu_log_records(TMP "/train.jsonl"), *o;
+    cJSON_ArrayForEach(o, all) {
         const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "event"), *l = cJSON_GetObjectItemCaseSensitive(o, "loss");
         if (cJSON_IsString(ev) && !strcmp(ev->valuestring, "step") && cJSON_IsNumber(l) && isnan(*loss))
             *loss = l->valuedouble;
-        cJSON_Delete(o);
     }
-    free(log);
+    cJSON_Delete(all);
     return rc;
 }
 
