@@ -71,7 +71,6 @@ static Status refuse_inert(ArgSpec *specs, int n, const TrainConfig *c, const Co
         {"keep-last", !ckpt, "--ckpt-dir"},
         {"keep-every", !ckpt, "--ckpt-dir"},
         {"ckpt-async", !ckpt, "--ckpt-dir"},
-        {"ckpt-async", par, "one process: saves are synchronous under data parallelism and ZeRO"},
         {"mtbf", !ckpt, "--ckpt-dir (the interval comes from a checkpoint's write time)"},
         {"mtbf", c->quiet, "no --quiet (the interval is printed)"},
         {"override", !c->resume[0], "--resume"},
