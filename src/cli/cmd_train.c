@@ -168,6 +168,8 @@ int cmd_train_comm(int argc, char **argv, Comm *comm) {
         {"max-nonfinite", ARG_INT, &c.health.max_nonfinite, 0, "consecutive non-finite steps before the run stops"},
         {"stall-window", ARG_INT, &c.health.stall_window, 0, "report a stall after this many steps without improvement (0: off)"},
         {"dp", ARG_INT, &c.dp, 0, "data-parallel ranks (0: the world size); dp x tp x pp must equal it"},
+        {"tp", ARG_INT, &c.tp, 0, "tensor-parallel ranks (Megatron layer splits; divides --heads and the world)"},
+        {"sp", ARG_FLAG, &c.sp, 0, "sequence parallelism inside the tp group (needs --tp > 1)"},
         {"zero", ARG_INT, &c.zero, 0, "ZeRO stage: 0 replicate, 1 shard moments, 2 + gradients, 3 + parameters"},
         {"comm-timeout", ARG_DOUBLE, &c.comm_timeout, 0, "seconds before a stuck collective ends the job (0: 600)"},
         {"no-overlap", ARG_FLAG, &c.no_overlap, 0, "start gradient collectives after the backward pass (measurement)"},

@@ -24,6 +24,7 @@ _Static_assert(sizeof(MPI_Request) <= sizeof(((CommReq *)0)->handle), "CommReq.h
 struct CommMpi {
     MPI_Comm world;     /* duplicate of MPI_COMM_WORLD, MPI_ERRORS_RETURN */
     MPI_Comm dp;        /* data-parallel group of this rank (a split of world) */
+    MPI_Comm tp;        /* tensor-parallel group (MPI_COMM_NULL until comm_set_grid with tp > 1) */
     int we_initialized; /* comm_init called MPI_Init_thread, so comm_finalize finalizes */
     uint64_t *u64;      /* world entries: scratch for comm_check_same_u64 (allocated at init) */
 };
@@ -31,7 +32,8 @@ struct CommMpi {
 /* ================================================================ helpers */
 
 static const char *kind_names[COMM_NKIND] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast",
-                                             "scalar collective"};
+                                             "scalar collective", "tp all-reduce", "tp all-gather",
+                                             "tp reduce-scatter"};
 
 const char *comm_kind_name(CommKind k) { return (unsigned)k < COMM_NKIND ? kind_names[k] : "?"; }
 
@@ -39,8 +41,11 @@ uint64_t comm_ring_bytes(CommKind k, uint64_t bytes, int p) {
     if (p <= 1) return 0;
     switch (k) {
     case COMM_ALLREDUCE:
+    case COMM_TP_ALLREDUCE:
     case COMM_SCALAR: return 2 * bytes * (uint64_t)(p - 1) / (uint64_t)p;
     case COMM_REDUCE_SCATTER:
+    case COMM_TP_REDUCE_SCATTER:
+    case COMM_TP_ALLGATHER:
     case COMM_ALLGATHER: return bytes * (uint64_t)(p - 1) / (uint64_t)p;
     case COMM_BCAST: return bytes;
     default: return 0;
@@ -127,7 +132,7 @@ Status comm_init(Comm **out, int *argc, char ***argv, Err *err) {
         free(c);
         return err_set(err, ST_ERR_RUNTIME, "comm_init: out of memory");
     }
-    m->world = m->dp = MPI_COMM_NULL;
+    m->world = m->dp = m->tp = MPI_COMM_NULL;
     c->mpi = m;
     c->is_mpi = 1;
     int inited = 0, rc;
@@ -205,6 +210,7 @@ void comm_finalize(Comm *c) {
     CommMpi *m = c->mpi;
     if (m) {
         if (m->dp != MPI_COMM_NULL) MPI_Comm_free(&m->dp);
+        if (m->tp != MPI_COMM_NULL) MPI_Comm_free(&m->tp);
         if (m->world != MPI_COMM_NULL) MPI_Comm_free(&m->world);
         int fin = 0;
         MPI_Finalized(&fin);
@@ -382,6 +388,13 @@ Status comm_set_grid(Comm *c, int dp, int tp, int pp, Err *err) {
         MPI_Comm_set_errhandler(newdp, MPI_ERRORS_RETURN);
         MPI_Comm_free(&c->mpi->dp);
         c->mpi->dp = newdp;
+        /* The tp group: consecutive ranks (tp fastest-varying, so a group sits inside a node). */
+        MPI_Comm newtp;
+        rc = MPI_Comm_split(c->mpi->world, pp_rank * dp + dp_rank, tp_rank, &newtp);
+        if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Comm_split", "tensor-parallel group");
+        MPI_Comm_set_errhandler(newtp, MPI_ERRORS_RETURN);
+        if (c->mpi->tp != MPI_COMM_NULL) MPI_Comm_free(&c->mpi->tp);
+        c->mpi->tp = newtp;
     }
     c->dp = dp;
     c->tp = tp;
@@ -501,6 +514,62 @@ Status comm_allgather_f32(Comm *c, const float *send, float *recv, size_t block,
 Status comm_bcast_f32(Comm *c, float *buf, size_t n, int root, Err *err) {
     CommReq req = {0};
     return finish_blocking(c, &req, comm_ibcast_f32(c, buf, n, root, &req, err), err);
+}
+
+/* ================================================================ tensor-parallel collectives (tp group) */
+
+/* One blocking in-place collective over the tp group, in pieces of at most INT_MAX elements. */
+static Status tp_call(Comm *c, CommKind k, float *buf, size_t n, MPI_Op op, Err *err) {
+    if (c->tp <= 1 || !c->mpi || n == 0) return ST_OK;
+    CommReq req = {0};
+    req_begin(c, &req, k, comm_ring_bytes(k, (uint64_t)n * 4, c->tp));
+    int rc = MPI_SUCCESS;
+    const char *call = "MPI_Iallreduce";
+    MPI_Request r;
+    if (k == COMM_TP_ALLREDUCE) {
+        size_t done = 0;
+        while (done < n && rc == MPI_SUCCESS) {
+            size_t m = n - done < (size_t)INT_MAX ? n - done : (size_t)INT_MAX;
+            rc = MPI_Iallreduce(MPI_IN_PLACE, buf + done, (int)m, MPI_FLOAT, op, c->mpi->tp, &r);
+            if (rc != MPI_SUCCESS) break;
+            req_put(&req, r);
+            req.active = 1;
+            Status st = comm_wait(&req, c->timeout_s, "tp all-reduce", c->step, err);
+            if (st != ST_OK) return st;
+            done += m;
+        }
+    } else {
+        size_t block = n / (size_t)c->tp;
+        Status st = check_count(c, block, kind_names[k], err);
+        if (st != ST_OK) return st;
+        if (k == COMM_TP_ALLGATHER) {
+            call = "MPI_Iallgather";
+            rc = MPI_Iallgather(MPI_IN_PLACE, (int)block, MPI_FLOAT, buf, (int)block, MPI_FLOAT, c->mpi->tp, &r);
+        } else {
+            /* In place the result lands at the start of buf; it moves to the own block after. */
+            call = "MPI_Ireduce_scatter_block";
+            rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, (int)block, MPI_FLOAT, MPI_SUM, c->mpi->tp, &r);
+            req.move_dst = buf + (size_t)c->tp_rank * block, req.move_src = buf, req.move_n = block;
+        }
+        if (rc == MPI_SUCCESS) {
+            req_put(&req, r);
+            req.active = 1;
+            return comm_wait(&req, c->timeout_s, kind_names[k], c->step, err);
+        }
+    }
+    return rc == MPI_SUCCESS ? ST_OK : mpi_fail(c, err, rc, call, kind_names[k]);
+}
+
+Status comm_tp_allreduce_f32(Comm *c, float *buf, size_t n, CommOp op, Err *err) {
+    return tp_call(c, COMM_TP_ALLREDUCE, buf, n, op == COMM_MAX ? MPI_MAX : MPI_SUM, err);
+}
+
+Status comm_tp_allgather_f32(Comm *c, float *buf, size_t block, Err *err) {
+    return tp_call(c, COMM_TP_ALLGATHER, buf, block * (size_t)c->tp, MPI_SUM, err);
+}
+
+Status comm_tp_reduce_scatter_f32(Comm *c, float *buf, size_t block, Err *err) {
+    return tp_call(c, COMM_TP_REDUCE_SCATTER, buf, block * (size_t)c->tp, MPI_SUM, err);
 }
 
 /* ================================================================ small collectives (world) */

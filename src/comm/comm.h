@@ -39,6 +39,9 @@ typedef enum {
     COMM_ALLGATHER,      /* float, equal blocks, over the dp group */
     COMM_BCAST,          /* float (dp group) or bytes (world) */
     COMM_SCALAR,         /* small double / int64 all-reduces, all-gathers and checks (world) */
+    COMM_TP_ALLREDUCE,   /* float sum or max over the tp group (tensor parallelism) */
+    COMM_TP_ALLGATHER,   /* float, equal blocks, over the tp group (sequence parallelism) */
+    COMM_TP_REDUCE_SCATTER, /* float sum, equal blocks, over the tp group (sequence parallelism) */
     COMM_NKIND
 } CommKind;
 
@@ -111,7 +114,7 @@ void comm_finalize(Comm *c);
 
 /* Sets the grid dp × tp × pp. Refuses (ST_ERR_INPUT, no allocation, c unchanged) any
  * product != world size, with the product and the world size in the message; values < 1 refused.
- * Splits the dp group; collective over the world (every rank must call it with the same grid). */
+ * Splits the dp and tp groups; collective over the world (every rank must call it with the same grid). */
 Status comm_set_grid(Comm *c, int dp, int tp, int pp, Err *err);
 
 /* Every rank checks that all ranks passed the same value (e.g. a config hash); a mismatch returns
@@ -146,6 +149,19 @@ Status comm_iallgather_f32(Comm *c, const float *send, float *recv, size_t block
 /* buf (n floats) on every dp rank gets the values of dp rank `root`. */
 Status comm_bcast_f32(Comm *c, float *buf, size_t n, int root, Err *err);
 Status comm_ibcast_f32(Comm *c, float *buf, size_t n, int root, CommReq *req, Err *err);
+
+/* ---------------------------------------------------------------- tensor-parallel collectives
+ * Over the tp group (the tp consecutive world ranks with the same dp and pp coordinates), blocking
+ * and in place: the model needs their result before its next kernel. No-ops when tp == 1. Bytes
+ * are booked under the COMM_TP_* kinds, so a step record splits dp from tp communication. */
+
+/* buf (n floats) = the sum (or max) over the tp group. */
+Status comm_tp_allreduce_f32(Comm *c, float *buf, size_t n, CommOp op, Err *err);
+/* buf holds tp blocks of `block` floats; each rank's own block (at tp_rank·block) is sent to all. */
+Status comm_tp_allgather_f32(Comm *c, float *buf, size_t block, Err *err);
+/* buf holds tp blocks; afterwards the own block holds the sum over ranks of that block (the other
+ * blocks are undefined). */
+Status comm_tp_reduce_scatter_f32(Comm *c, float *buf, size_t block, Err *err);
 
 /* ---------------------------------------------------------------- small collectives (world) */
 

@@ -30,7 +30,10 @@ void gpt_map_lp(Gpt *g, int i, const float *from, const uint16_t *to, size_t len
 /* The masks of one site of the current micro-batch; none outside training (evaluation mode). */
 static Dropout dropout_at(const Gpt *g, int layer, int site) {
     Dropout d = {g->s.cur_train ? g->w.cfg.dropout : 0.0f, g->s.dropout_seed,
-                 (g->s.cur_drop_counter << 24) | ((uint64_t)(layer + 1) << 4) | (uint64_t)site};
+                 (g->s.cur_drop_counter << 24) | ((uint64_t)(layer + 1) << 4) | (uint64_t)site, 0, 0, 0};
+    /* Tensor parallelism: a rank's rows (--sp) and heads are the same elements of one process. */
+    if (site == DROP_ATTN) d.head0 = g->s.tp_rank * g->s.NHl, d.heads = g->w.cfg.n_head;
+    else if (g->s.sp) d.offset = (uint64_t)g->s.tp_rank * g->s.curNl * g->w.cfg.n_embd;
     return d;
 }
 
@@ -39,6 +42,7 @@ GptOptions gpt_default_options(void) {
     memset(&o, 0, sizeof o);
     o.B = 1, o.T = 1, o.threads = 1, o.shard_multiple = 1;
     o.recompute = RECOMPUTE_NONE, o.precision = GPT_FP32;
+    o.tp = 1, o.tp_rank = 0, o.sp = 0;
     return o;
 }
 
@@ -56,6 +60,17 @@ static Status check_options(const ModelConfig *cfg, const GptOptions *o, Err *er
     if (o->precision < GPT_FP32 || o->precision > GPT_FP16)
         return err_set(err, ST_ERR_INPUT, "--precision: expected fp32, bf16 or fp16, found precision %d",
                        (int)o->precision);
+    Status st = layout_tp_check(cfg, o->tp, err);
+    if (st != ST_OK) return st;
+    if (o->tp_rank < 0 || o->tp_rank >= o->tp)
+        return err_set(err, ST_ERR_INPUT, "tp rank %d outside the tp group of %d", o->tp_rank, o->tp);
+    if (o->sp && o->tp == 1) return err_set(err, ST_ERR_INPUT, "--sp: expected --tp > 1, found --tp 1");
+    if (o->sp && ((long)o->B * o->T) % o->tp)
+        return err_set(err, ST_ERR_INPUT, "--sp: expected --micro-batch x --seq-len = %d x %d = %ld divisible by --tp %d",
+                       o->B, o->T, (long)o->B * o->T, o->tp);
+    if (o->sp && o->precision == GPT_BF16 && ((long)o->B * o->T / o->tp * cfg->n_embd) % 2)
+        return err_set(err, ST_ERR_INPUT, "--sp with --bf16: expected an even number of elements per rank's rows, found "
+                       "%ld x %d", (long)o->B * o->T / o->tp, cfg->n_embd);
     return ST_OK;
 }
 
@@ -64,7 +79,7 @@ static int weights_alloc(GptWeights *w, const ModelConfig *cfg, const GptOptions
     w->cfg = *cfg;
     w->first = 0, w->last = cfg->n_layer;
     w->prec = o->precision;
-    if (layout_init(&w->layout, cfg, o->shard_multiple) != 0) return -1;
+    if (layout_init_tp(&w->layout, cfg, o->shard_multiple, o->tp, o->tp_rank) != 0) return -1;
     size_t total = w->layout.total;
     if (!(w->p.blocks = calloc((size_t)cfg->n_layer, sizeof(BlockParams)))) return -1;
     if (o->external_params) return 0; /* the caller points the views and maps the copies */
@@ -89,14 +104,16 @@ static int grads_alloc(GptGrads *d, const GptWeights *w, const GptOptions *o, Me
  * micro-batches up to B×T, carved out of two buffers in the order layout_activations_prec counts. */
 static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOptions *o, GptPrecision prec,
                            MemStats *mem) {
-    int B = o->B, T = o->T, L = cfg->n_layer;
+    int B = o->B, T = o->T, L = cfg->n_layer, tp = o->tp;
     Recompute rc = o->recompute;
     s->B = B, s->T = T, s->nt = o->threads, s->recompute = rc;
+    s->tp = tp, s->tp_rank = o->tp_rank, s->sp = o->sp;
+    s->Cl = cfg->n_embd / tp, s->Fl = 4 * cfg->n_embd / tp, s->NHl = cfg->n_head / tp;
     if (!(s->la = calloc((size_t)L, sizeof(LayerActs)))) return -1;
     MatPrec *mp = &s->mp;
     if (prec == GPT_FP16) {
         size_t fa, fb, fw;
-        layout_fp16_scratch(cfg, B, T, &fa, &fb, &fw);
+        layout_fp16_scratch_tp(cfg, B, T, tp, &fa, &fb, &fw);
         mp->fp16 = 1;
         mp->fa = mem_alloc(mem, MEM_WORKSPACE, fa * sizeof(float));
         mp->fb = mem_alloc(mem, MEM_WORKSPACE, fb * sizeof(float));
@@ -104,7 +121,7 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
         if (!mp->fa || !mp->fb || !mp->fw) return -1;
     } else if (prec == GPT_BF16) {
         size_t na, nb;
-        layout_bf16_scratch(cfg, B, T, &na, &nb);
+        layout_bf16_scratch_tp(cfg, B, T, tp, &na, &nb);
         mp->bf16 = 1;
         mp->a = mem_alloc(mem, MEM_WORKSPACE, na * sizeof(uint16_t));
         mp->b = mem_alloc(mem, MEM_WORKSPACE, nb * sizeof(uint16_t));
@@ -112,40 +129,42 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
     }
 
     int lpa = mp->bf16; /* bf16 LayerNorm and GELU outputs */
-    ActSizes as = layout_activations_prec(cfg, B, T, s->nt, rc, lpa);
+    ActSizes as = layout_activations_tp(cfg, B, T, s->nt, rc, lpa, tp, o->sp);
     s->acts_floats = as.total;
     s->scratch_floats = as.scratch;
     s->acts = mem_alloc(mem, MEM_ACTIVATIONS, as.total * sizeof(float));
     s->scratch = mem_alloc(mem, MEM_WORKSPACE, as.scratch * sizeof(float));
     if (!s->acts || !s->scratch) return -1;
 
-    size_t N = (size_t)B * T, C = cfg->n_embd, NH = cfg->n_head;
-    size_t probs = (size_t)B * NH * T; /* attention log-sum-exp */
+    /* Rows of the residual stream held (Nl), and the parallel regions' widths (layout.c's TpDims). */
+    size_t N = (size_t)B * T, Nl = o->sp ? N / (size_t)tp : N, C = cfg->n_embd;
+    size_t C3 = 3 * (size_t)s->Cl, F = (size_t)s->Fl, Ca = (size_t)s->Cl;
+    size_t probs = (size_t)B * s->NHl * T; /* attention log-sum-exp */
     float *a = s->acts;
 #define TAKE(ptr, n) (ptr = a, a += (n))
 /* A GEMM-operand activation: fp32, or bf16 in half as many floats (rounded up). */
 #define TAKE_OP(x, fp, lp, n) (lpa ? (void)((x)->lp = (uint16_t *)a, a += ((n) + 1) / 2) : (void)TAKE((x)->fp, (n)))
-    TAKE(s->encoded, N * C);
+    TAKE(s->encoded, Nl * C);
     /* Saved per layer, then (with recompute) one shared set that every layer's pointers alias. */
     for (int l = 0; l < L; l++) {
         LayerActs *x = &s->la[l];
         if (rc == RECOMPUTE_NONE) {
-            TAKE_OP(x, ln1, ln1_lp, N * C), TAKE_OP(x, ln2, ln2_lp, N * C), TAKE_OP(x, fch_gelu, fchg_lp, 4 * N * C);
+            TAKE_OP(x, ln1, ln1_lp, Nl * C), TAKE_OP(x, ln2, ln2_lp, Nl * C), TAKE_OP(x, fch_gelu, fchg_lp, N * F);
         }
         if (rc != RECOMPUTE_FULL) {
-            TAKE(x->ln1_mean, N), TAKE(x->ln1_rstd, N), TAKE(x->qkv, 3 * N * C), TAKE(x->lse, probs);
-            TAKE(x->atty, N * C), TAKE(x->res2, N * C), TAKE(x->ln2_mean, N), TAKE(x->ln2_rstd, N);
-            TAKE(x->fch, 4 * N * C);
+            TAKE(x->ln1_mean, Nl), TAKE(x->ln1_rstd, Nl), TAKE(x->qkv, N * C3), TAKE(x->lse, probs);
+            TAKE(x->atty, N * Ca), TAKE(x->res2, Nl * C), TAKE(x->ln2_mean, Nl), TAKE(x->ln2_rstd, Nl);
+            TAKE(x->fch, N * F);
         }
-        TAKE(x->res3, N * C);
+        TAKE(x->res3, Nl * C);
     }
     if (rc != RECOMPUTE_NONE) {
         LayerActs sh = {0};
-        TAKE_OP(&sh, ln1, ln1_lp, N * C), TAKE_OP(&sh, ln2, ln2_lp, N * C), TAKE_OP(&sh, fch_gelu, fchg_lp, 4 * N * C);
+        TAKE_OP(&sh, ln1, ln1_lp, Nl * C), TAKE_OP(&sh, ln2, ln2_lp, Nl * C), TAKE_OP(&sh, fch_gelu, fchg_lp, N * F);
         if (rc == RECOMPUTE_FULL) {
-            TAKE(sh.ln1_mean, N), TAKE(sh.ln1_rstd, N), TAKE(sh.qkv, 3 * N * C), TAKE(sh.lse, probs);
-            TAKE(sh.atty, N * C), TAKE(sh.res2, N * C), TAKE(sh.ln2_mean, N), TAKE(sh.ln2_rstd, N);
-            TAKE(sh.fch, 4 * N * C);
+            TAKE(sh.ln1_mean, Nl), TAKE(sh.ln1_rstd, Nl), TAKE(sh.qkv, N * C3), TAKE(sh.lse, probs);
+            TAKE(sh.atty, N * Ca), TAKE(sh.res2, Nl * C), TAKE(sh.ln2_mean, Nl), TAKE(sh.ln2_rstd, Nl);
+            TAKE(sh.fch, N * F);
         }
         for (int l = 0; l < L; l++) {
             LayerActs *x = &s->la[l];
@@ -158,14 +177,17 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
             }
         }
     }
-    TAKE(s->lnf, N * C), TAKE(s->lnf_mean, N), TAKE(s->lnf_rstd, N), TAKE(s->losses, N);
+    TAKE(s->lnf, Nl * C), TAKE(s->lnf_mean, Nl), TAKE(s->lnf_rstd, Nl), TAKE(s->losses, N);
     ST_CHECK((size_t)(a - s->acts) == as.total);
     s->head_chunk = layout_head_chunk_rows(cfg, B, T);
     a = s->scratch;
-    TAKE(s->dres, N * C), TAKE(s->dbuf_a, 4 * N * C), TAKE(s->dbuf_b, N * C), TAKE(s->dbuf_c, N * C);
+    size_t Fw = F > C ? F : C;
+    TAKE(s->dres, Nl * C), TAKE(s->dbuf_a, N * Fw), TAKE(s->dbuf_b, N * C), TAKE(s->dbuf_c, N * C);
     TAKE(s->att_scratch, attention_scratch_floats(T, cfg->n_embd / cfg->n_head, s->nt));
-    TAKE(s->ln_scratch, (N + KERNEL_ROW_CHUNK - 1) / KERNEL_ROW_CHUNK * 2 * C);
-    TAKE(s->logits, (size_t)s->head_chunk * cfg->vocab_padded);
+    TAKE(s->ln_scratch, (Nl + KERNEL_ROW_CHUNK - 1) / KERNEL_ROW_CHUNK * 2 * C);
+    TAKE(s->logits, (size_t)s->head_chunk * s->Vl);
+    if (tp > 1) TAKE(s->head_stats, 3 * (size_t)s->head_chunk);
+    if (Nl < N) TAKE(s->sp_gather, lpa ? (N * C + 1) / 2 : N * C), TAKE(s->sp_lngrad, 2 * C);
     ST_CHECK((size_t)(a - s->scratch) == as.scratch);
 #undef TAKE_OP
 #undef TAKE
@@ -179,8 +201,11 @@ Status gpt_init(Gpt *g, const ModelConfig *cfg, const GptOptions *o, MemStats *m
     g->mem = mem;
     Status st = check_options(cfg, o, err);
     if (st != ST_OK) return st;
-    if (weights_alloc(&g->w, cfg, o, mem) != 0 || grads_alloc(&g->d, &g->w, o, mem) != 0 ||
-        run_state_alloc(&g->s, cfg, o, g->w.prec, mem) != 0) {
+    int wok = weights_alloc(&g->w, cfg, o, mem) == 0;
+    if (wok) { /* the vocabulary rows held, from the layout */
+        g->s.Vl = g->w.layout.vocab_local, g->s.v0 = o->tp_rank * g->s.Vl, g->s.Vr = g->w.layout.tensors[0].rows_real;
+    }
+    if (!wok || grads_alloc(&g->d, &g->w, o, mem) != 0 || run_state_alloc(&g->s, cfg, o, g->w.prec, mem) != 0) {
         gpt_free(g);
         return err_set(err, ST_ERR_RUNTIME, "out of memory allocating the model (L=%d C=%d V=%d B=%d T=%d)",
                        cfg->n_layer, cfg->n_embd, cfg->vocab, o->B, o->T);
@@ -194,8 +219,8 @@ void gpt_free(Gpt *g) {
     size_t total = w->layout.total;
     if (s->mp.bf16 || s->mp.fp16) {
         size_t na, nb, fa, fb, fw;
-        layout_bf16_scratch(&w->cfg, s->B, s->T, &na, &nb);
-        layout_fp16_scratch(&w->cfg, s->B, s->T, &fa, &fb, &fw);
+        layout_bf16_scratch_tp(&w->cfg, s->B, s->T, s->tp, &na, &nb);
+        layout_fp16_scratch_tp(&w->cfg, s->B, s->T, s->tp, &fa, &fb, &fw);
         mem_free(g->mem, MEM_WORKSPACE, s->mp.a, na * sizeof(uint16_t));
         mem_free(g->mem, MEM_WORKSPACE, s->mp.b, nb * sizeof(uint16_t));
         mem_free(g->mem, MEM_WORKSPACE, s->mp.fa, fa * sizeof(float));
@@ -271,158 +296,281 @@ static int take_errors(Gpt *g) {
     return g->s.err.status != ST_OK;
 }
 
-/* Forward of block l on input x (B, T, C) into its LayerActs (shared buffers under recompute). */
+/* ---- Tensor parallelism: the collectives at the edges of the parallel regions (hooks) ---- */
+
+/* Sum over the tp group of a partial (N, C) result, leaving the rows this rank holds: the whole
+ * buffer (all-reduce), or under --sp its own Nl rows at buf + row0·C (reduce-scatter). Returns
+ * those rows. No-op at tp 1. */
+static float *tp_reduce_rows(Gpt *g, float *buf) {
+    GptRunState *s = &g->s;
+    if (s->tp == 1) return buf;
+    size_t nlc = (size_t)s->curNl * g->w.cfg.n_embd;
+    if (s->sp) {
+        g->hooks.tp_reduce_scatter(g->hooks.ctx, buf, nlc);
+        return buf + (size_t)s->tp_rank * nlc;
+    }
+    g->hooks.tp_allreduce(g->hooks.ctx, buf, nlc, 0);
+    return buf;
+}
+
+/* --sp: the whole (N, C) LayerNorm output (fp32, or bf16 in half as many floats) for a
+ * column-parallel GEMM, gathered from every rank's rows (own rows at `own`). Without --sp, own. */
+static const float *sp_gather_rows(Gpt *g, const float *own) {
+    GptRunState *s = &g->s;
+    if (!s->sp) return own;
+    size_t nlc = (size_t)s->curNl * g->w.cfg.n_embd, blk = s->mp.bf16 ? nlc / 2 : nlc;
+    memcpy(s->sp_gather + (size_t)s->tp_rank * blk, own, blk * sizeof(float));
+    g->hooks.tp_allgather(g->hooks.ctx, s->sp_gather, blk);
+    return s->sp_gather;
+}
+
+/* The gradient of a row-parallel layer's output for all N rows: the rows held (src, Nl rows)
+ * copied into dst's own block (after `d`'s dropout) and, under --sp, gathered. Returns dst, or
+ * src when there is nothing to do (no dropout, no --sp). */
+static const float *branch_grad(Gpt *g, float *dst, const float *src, Dropout d) {
+    GptRunState *s = &g->s;
+    size_t nlc = (size_t)s->curNl * g->w.cfg.n_embd;
+    if (d.p <= 0 && !s->sp) return src;
+    float *own = dst + (s->sp ? (size_t)s->tp_rank * nlc : 0);
+    if (d.p > 0) dropout_backward(own, src, nlc, d, s->nt);
+    else memcpy(own, src, nlc * sizeof(float));
+    if (s->sp) g->hooks.tp_allgather(g->hooks.ctx, dst, nlc);
+    return dst;
+}
+
+/* LayerNorm backward of the rows held. Under --sp each rank has a part of the parameter
+ * gradients: they are summed over the tp group before they join dw, db. */
+static void ln_backward(Gpt *g, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                        const float *mean, const float *rstd, int acc) {
+    GptRunState *s = &g->s;
+    int C = g->w.cfg.n_embd, Nl = s->curNl;
+    if (!s->sp) {
+        layernorm_backward(dinp, dw, db, s->ln_scratch, dout, inp, w, mean, rstd, Nl, C, acc, s->nt);
+        return;
+    }
+    float *pw = s->sp_lngrad, *pb = pw + C;
+    layernorm_backward(dinp, pw, pb, s->ln_scratch, dout, inp, w, mean, rstd, Nl, C, 0, s->nt);
+    g->hooks.tp_allreduce(g->hooks.ctx, pw, 2 * (size_t)C, 0);
+    for (int c = 0; c < C; c++) {
+        dw[c] = acc ? dw[c] + pw[c] : pw[c];
+        db[c] = acc ? db[c] + pb[c] : pb[c];
+    }
+}
+
+static void tp_reduce_cb(void *ctx, float *buf, size_t n, int max) {
+    Gpt *g = ctx;
+    g->hooks.tp_allreduce(g->hooks.ctx, buf, n, max);
+}
+
+/* Forward of block l on input x (the Nl rows held of (B, T, C)) into its LayerActs (shared
+ * buffers under recompute). With tp > 1 the attention and MLP are Megatron's parallel regions:
+ * a column-parallel GEMM on the whole LayerNorm output, a row-parallel GEMM whose partial sums
+ * tp_reduce_rows combines before the bias and the residual. */
 static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
     const ModelConfig *cfg = &g->w.cfg;
-    int C = cfg->n_embd, NH = cfg->n_head, nt = g->s.nt, N = B * T;
+    GptRunState *s = &g->s;
+    int C = cfg->n_embd, nt = s->nt, N = B * T, Nl = s->curNl, Ca = s->Cl, F = s->Fl, tp1 = s->tp == 1;
     Dropout off = {0};
     const BlockParams *p = &g->w.p.blocks[l];
-    LayerActs *a = &g->s.la[l];
-    if (g->s.mp.bf16) {
+    LayerActs *a = &s->la[l];
+    const float *rb_att = tp1 ? p->attprojb : NULL, *rb_fc = tp1 ? p->fcprojb : NULL; /* tp > 1: after the sum */
+    if (s->mp.bf16) {
         /* bf16: the LayerNorm and GELU outputs are produced, stored and used as bf16 GEMM operands. */
-        layernorm_forward_bf16(a->ln1_lp, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C, nt);
-        matmul_forward_lp(a->qkv, a->ln1_lp, lp(g, p->qkvw), p->qkvb, N, C, 3 * C);
+        layernorm_forward_bf16(a->ln1_lp, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, Nl, C, nt);
+        const uint16_t *in = (const uint16_t *)sp_gather_rows(g, (const float *)a->ln1_lp);
+        matmul_forward_lp(a->qkv, in, lp(g, p->qkvw), p->qkvb, N, C, 3 * Ca);
     } else {
-        layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C, nt);
-        matmul_forward_p(&g->s.mp, a->qkv, a->ln1, p->qkvw, lp(g, p->qkvw), p->qkvb, N, C, 3 * C, nt);
+        layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, Nl, C, nt);
+        const float *in = sp_gather_rows(g, a->ln1);
+        matmul_forward_p(&s->mp, a->qkv, in, p->qkvw, lp(g, p->qkvw), p->qkvb, N, C, 3 * Ca, nt);
     }
-    attention_forward(a->atty, a->lse, g->s.att_scratch, a->qkv, B, T, C, NH,
-                      cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off, g->s.mp.bf16, nt);
-    matmul_forward_p(&g->s.mp, g->s.dbuf_b, a->atty, p->attprojw, lp(g, p->attprojw), p->attprojb, N, C, C, nt);
-    if (g->s.mp.bf16) {
-        residual_layernorm_forward_bf16(a->res2, a->ln2_lp, a->ln2_mean, a->ln2_rstd, x, g->s.dbuf_b,
-                                        dropout_at(g, l, DROP_ATTN_RES), p->ln2w, p->ln2b, N, C, nt);
-        matmul_forward_lp(a->fch, a->ln2_lp, lp(g, p->fcw), p->fcb, N, C, 4 * C);
-        gelu_forward_bf16(a->fchg_lp, a->fch, (size_t)N * 4 * C, nt);
-        matmul_forward_lp(g->s.dbuf_b, a->fchg_lp, lp(g, p->fcprojw), p->fcprojb, N, 4 * C, C);
+    attention_forward(a->atty, a->lse, s->att_scratch, a->qkv, B, T, Ca, s->NHl,
+                      cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off, s->mp.bf16, nt);
+    matmul_forward_p(&s->mp, s->dbuf_b, a->atty, p->attprojw, lp(g, p->attprojw), rb_att, N, Ca, C, nt);
+    float *br = tp_reduce_rows(g, s->dbuf_b);
+    if (!tp1) bias_add_rows(br, p->attprojb, Nl, C, nt);
+    if (s->mp.bf16) {
+        residual_layernorm_forward_bf16(a->res2, a->ln2_lp, a->ln2_mean, a->ln2_rstd, x, br,
+                                        dropout_at(g, l, DROP_ATTN_RES), p->ln2w, p->ln2b, Nl, C, nt);
+        const uint16_t *in = (const uint16_t *)sp_gather_rows(g, (const float *)a->ln2_lp);
+        matmul_forward_lp(a->fch, in, lp(g, p->fcw), p->fcb, N, C, F);
+        gelu_forward_bf16(a->fchg_lp, a->fch, (size_t)N * F, nt);
+        matmul_forward_lp(s->dbuf_b, a->fchg_lp, lp(g, p->fcprojw), rb_fc, N, F, C);
     } else {
-        residual_layernorm_forward(a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, x, g->s.dbuf_b,
-                                   dropout_at(g, l, DROP_ATTN_RES), p->ln2w, p->ln2b, N, C, nt);
-        matmul_forward_p(&g->s.mp, a->fch, a->ln2, p->fcw, lp(g, p->fcw), p->fcb, N, C, 4 * C, nt);
-        gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C, nt);
-        matmul_forward_p(&g->s.mp, g->s.dbuf_b, a->fch_gelu, p->fcprojw, lp(g, p->fcprojw), p->fcprojb, N, 4 * C, C, nt);
+        residual_layernorm_forward(a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, x, br, dropout_at(g, l, DROP_ATTN_RES),
+                                   p->ln2w, p->ln2b, Nl, C, nt);
+        const float *in = sp_gather_rows(g, a->ln2);
+        matmul_forward_p(&s->mp, a->fch, in, p->fcw, lp(g, p->fcw), p->fcb, N, C, F, nt);
+        gelu_forward(a->fch_gelu, a->fch, (size_t)N * F, nt);
+        matmul_forward_p(&s->mp, s->dbuf_b, a->fch_gelu, p->fcprojw, lp(g, p->fcprojw), rb_fc, N, F, C, nt);
     }
-    residual_forward(a->res3, a->res2, g->s.dbuf_b, (size_t)N * C, dropout_at(g, l, DROP_MLP_RES), nt);
+    br = tp_reduce_rows(g, s->dbuf_b);
+    if (!tp1) bias_add_rows(br, p->fcprojb, Nl, C, nt);
+    residual_forward(a->res3, a->res2, br, (size_t)Nl * C, dropout_at(g, l, DROP_MLP_RES), nt);
+}
+
+/* The embedding: wte[inp] + wpe[t], dropped out, into s->encoded (the rows held). With tp > 1 each
+ * rank looks up the rows of its vocabulary (zero elsewhere; tp rank 0 adds wpe) and the ranks'
+ * sums are combined before the dropout. */
+static void embed_forward(Gpt *g, const int32_t *inp, int B, int T) {
+    GptRunState *s = &g->s;
+    int C = g->w.cfg.n_embd, nt = s->nt;
+    if (s->tp == 1) {
+        encoder_forward(s->encoded, inp, g->w.p.wte, g->w.p.wpe, B, T, C, dropout_at(g, -1, DROP_EMBED), nt);
+        return;
+    }
+    encoder_forward_vp(s->dbuf_b, inp, g->w.p.wte, s->tp_rank == 0 ? g->w.p.wpe : NULL, B, T, C, s->v0, s->Vr, nt);
+    float *own = tp_reduce_rows(g, s->dbuf_b);
+    Dropout d = dropout_at(g, -1, DROP_EMBED);
+    size_t nlc = (size_t)s->curNl * C;
+    if (d.p > 0) dropout_backward(s->encoded, own, nlc, d, nt); /* the mask applied forward */
+    else memcpy(s->encoded, own, nlc * sizeof(float));
 }
 
 double gpt_forward(Gpt *g, const int32_t *inp, const int32_t *tgt, int B, int T, float dscale, int train,
                    uint64_t drop_counter) {
     ST_CHECK(B <= g->s.B && T <= g->s.T && (size_t)B * T <= (size_t)g->s.B * g->s.T);
     const ModelConfig *cfg = &g->w.cfg;
-    int L = cfg->n_layer, C = cfg->n_embd, nt = g->s.nt, N = B * T;
+    GptRunState *s = &g->s;
+    int L = cfg->n_layer, C = cfg->n_embd, nt = s->nt, N = B * T;
+    ST_CHECK_MSG(s->tp == 1 || (g->hooks.tp_allreduce && g->hooks.tp_allgather && g->hooks.tp_reduce_scatter),
+                 "tensor parallelism needs the tp_* hooks");
+    ST_CHECK_MSG(!s->sp || N % s->tp == 0, "--sp: the micro-batch's rows must divide by tp");
     double t0 = timer_ms();
-    g->s.cur_inp = inp, g->s.curB = B, g->s.curT = T, g->s.cur_drop_counter = drop_counter;
-    g->s.cur_train = train != 0;
+    s->cur_inp = inp, s->curB = B, s->curT = T, s->cur_drop_counter = drop_counter;
+    s->curNl = s->sp ? N / s->tp : N;
+    s->cur_train = train != 0;
+    int Nl = s->curNl;
 
     hook(g->hooks.before_forward, g->hooks.ctx, 0);
-    encoder_forward(g->s.encoded, inp, g->w.p.wte, g->w.p.wpe, B, T, C, dropout_at(g, -1, DROP_EMBED), nt);
-    const float *x = g->s.encoded;
+    embed_forward(g, inp, B, T);
+    const float *x = s->encoded;
     for (int l = g->w.first; l < g->w.last; l++) {
         hook(g->hooks.before_forward, g->hooks.ctx, l + 1);
         block_forward(g, l, x, B, T);
-        x = g->s.la[l].res3;
+        x = s->la[l].res3;
     }
     hook(g->hooks.before_forward, g->hooks.ctx, L + 1);
-    layernorm_forward(g->s.lnf, g->s.lnf_mean, g->s.lnf_rstd, x, g->w.p.lnfw, g->w.p.lnfb, N, C, nt);
+    layernorm_forward(s->lnf, s->lnf_mean, s->lnf_rstd, x, g->w.p.lnfw, g->w.p.lnfb, Nl, C, nt);
     double head_fwd = 0, head_bwd = 0;
     double t1 = timer_ms();
-    head_forward_backward_p(&g->s.mp, g->s.losses, train ? g->s.dbuf_b : NULL, g->d.g.wte, g->s.logits, g->s.lnf, g->w.p.wte,
-                            lp(g, g->w.p.wte), tgt, N, C, cfg->vocab, cfg->vocab_padded, dscale, g->s.head_chunk,
-                            !(train && g->d.overwrite), nt, NULL, &head_fwd, &head_bwd);
+    int acc = !(train && g->d.overwrite);
+    if (s->tp == 1) {
+        head_forward_backward_p(&s->mp, s->losses, train ? s->dbuf_b : NULL, g->d.g.wte, s->logits, s->lnf, g->w.p.wte,
+                                lp(g, g->w.p.wte), tgt, N, C, cfg->vocab, cfg->vocab_padded, dscale, s->head_chunk, acc,
+                                nt, NULL, &head_fwd, &head_bwd);
+    } else {
+        /* Vocabulary-parallel: every rank computes every row's loss from its vocabulary rows; under
+         * --sp the final LayerNorm's rows are gathered first (into dbuf_c, free in the forward). */
+        const float *xf = s->lnf;
+        if (s->sp) {
+            size_t nlc = (size_t)Nl * C;
+            memcpy(s->dbuf_c + (size_t)s->tp_rank * nlc, s->lnf, nlc * sizeof(float));
+            g->hooks.tp_allgather(g->hooks.ctx, s->dbuf_c, nlc);
+            xf = s->dbuf_c;
+        }
+        head_forward_backward_vp(&s->mp, s->losses, train ? s->dbuf_b : NULL, g->d.g.wte, s->logits, s->head_stats, xf,
+                                 g->w.p.wte, lp(g, g->w.p.wte), tgt, N, C, s->v0, s->Vr, s->Vl, dscale, s->head_chunk,
+                                 acc, nt, tp_reduce_cb, g, &head_fwd, &head_bwd);
+    }
     double t2 = timer_ms();
-    g->s.have_head_grads = train;
+    s->have_head_grads = train;
     /* Fixed-order sum of the per-row losses. */
     double sum = 0;
-    for (int i = 0; i < N; i++) sum += g->s.losses[i];
-    g->s.ms_fwd += (t1 - t0) + (t2 - t1 - head_bwd);
-    g->s.ms_bwd += head_bwd;
+    for (int i = 0; i < N; i++) sum += s->losses[i];
+    s->ms_fwd += (t1 - t0) + (t2 - t1 - head_bwd);
+    s->ms_bwd += head_bwd;
     return take_errors(g) ? NAN : sum;
 }
 
 void gpt_backward(Gpt *g) {
     ST_CHECK(g->s.have_head_grads);
     const ModelConfig *cfg = &g->w.cfg;
-    int L = cfg->n_layer, C = cfg->n_embd, NH = cfg->n_head, nt = g->s.nt, first = g->w.first, last = g->w.last;
-    int B = g->s.curB, T = g->s.curT, N = B * T;
+    GptRunState *s = &g->s;
+    int L = cfg->n_layer, C = cfg->n_embd, nt = s->nt, first = g->w.first, last = g->w.last;
+    int B = s->curB, T = s->curT, N = B * T, Nl = s->curNl, Ca = s->Cl, F = s->Fl;
     double t0 = timer_ms();
     Dropout off = {0};
-    size_t NC = (size_t)N * C;
+    size_t NlC = (size_t)Nl * C;
     int acc = !g->d.overwrite; /* 0: every parameter gradient below is written, not added */
 
     hook(g->hooks.before_backward, g->hooks.ctx, L + 1);
-    memset(g->s.dres, 0, NC * sizeof(float));
-    const float *xlast = last > first ? g->s.la[last - 1].res3 : g->s.encoded;
-    layernorm_backward(g->s.dres, g->d.g.lnfw, g->d.g.lnfb, g->s.ln_scratch, g->s.dbuf_b, xlast, g->w.p.lnfw, g->s.lnf_mean,
-                       g->s.lnf_rstd, N, C, acc, nt);
+    memset(s->dres, 0, NlC * sizeof(float));
+    const float *xlast = last > first ? s->la[last - 1].res3 : s->encoded;
+    /* The head's input gradient: with tp > 1 each rank holds a part (its vocabulary rows' share). */
+    const float *dhead = tp_reduce_rows(g, s->dbuf_b);
+    ln_backward(g, s->dres, g->d.g.lnfw, g->d.g.lnfb, dhead, xlast, g->w.p.lnfw, s->lnf_mean, s->lnf_rstd, acc);
     hook(g->hooks.grads_ready, g->hooks.ctx, L + 1);
 
     for (int l = last - 1; l >= first; l--) {
         hook(g->hooks.before_backward, g->hooks.ctx, l + 1);
         const BlockParams *p = &g->w.p.blocks[l];
         BlockParams *dp = &g->d.g.blocks[l];
-        LayerActs *a = &g->s.la[l];
-        const float *x = l > first ? g->s.la[l - 1].res3 : g->s.encoded;
-        if (g->s.recompute == RECOMPUTE_FULL) {
+        LayerActs *a = &s->la[l];
+        const float *x = l > first ? s->la[l - 1].res3 : s->encoded;
+        if (s->recompute == RECOMPUTE_FULL) {
             /* dbuf_b is free here: the head's dx was consumed by the final LayerNorm backward. */
             block_forward(g, l, x, B, T);
-        } else if (g->s.recompute == RECOMPUTE_SELECTIVE && g->s.mp.bf16) {
-            layernorm_forward_bf16(a->ln1_lp, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C, nt);
-            layernorm_forward_bf16(a->ln2_lp, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C, nt);
-            gelu_forward_bf16(a->fchg_lp, a->fch, NC * 4, nt);
-        } else if (g->s.recompute == RECOMPUTE_SELECTIVE) {
-            layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C, nt);
-            layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C, nt);
-            gelu_forward(a->fch_gelu, a->fch, NC * 4, nt);
+        } else if (s->recompute == RECOMPUTE_SELECTIVE && s->mp.bf16) {
+            layernorm_forward_bf16(a->ln1_lp, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, Nl, C, nt);
+            layernorm_forward_bf16(a->ln2_lp, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, Nl, C, nt);
+            gelu_forward_bf16(a->fchg_lp, a->fch, (size_t)N * F, nt);
+        } else if (s->recompute == RECOMPUTE_SELECTIVE) {
+            layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, Nl, C, nt);
+            layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, Nl, C, nt);
+            gelu_forward(a->fch_gelu, a->fch, (size_t)N * F, nt);
         }
-        const float *dbranch = g->s.dres;
-        if (cfg->dropout > 0) {
-            dropout_backward(g->s.dbuf_c, g->s.dres, NC, dropout_at(g, l, DROP_MLP_RES), nt);
-            dbranch = g->s.dbuf_c;
-        }
-        if (g->s.mp.bf16) {
+        const float *dbranch = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_MLP_RES) : off);
+        if (s->mp.bf16) {
             /* The stored bf16 operands go straight into the GEMMs; GELU backward writes fc's bf16
              * output gradient and its bias gradient. */
-            cast_bf16_colsum(g->s.mp.a, dp->fcprojb, dbranch, N, C, acc, nt);
-            matmul_backward_lp(g->s.dbuf_a, dp->fcprojw, g->s.mp.a, a->fchg_lp, lp(g, p->fcprojw), N, 4 * C, C, acc);
-            gelu_backward_bf16(g->s.mp.a, dp->fcb, g->s.dbuf_a, a->fch, N, 4 * C, acc, nt);
-            matmul_backward_lp(g->s.dbuf_b, dp->fcw, g->s.mp.a, a->ln2_lp, lp(g, p->fcw), N, C, 4 * C, acc);
+            cast_bf16_colsum(s->mp.a, dp->fcprojb, dbranch, N, C, acc, nt);
+            matmul_backward_lp(s->dbuf_a, dp->fcprojw, s->mp.a, a->fchg_lp, lp(g, p->fcprojw), N, F, C, acc);
+            gelu_backward_bf16(s->mp.a, dp->fcb, s->dbuf_a, a->fch, N, F, acc, nt);
+            const uint16_t *in = (const uint16_t *)sp_gather_rows(g, (const float *)a->ln2_lp);
+            matmul_backward_lp(s->dbuf_b, dp->fcw, s->mp.a, in, lp(g, p->fcw), N, C, F, acc);
         } else {
-            matmul_backward_p(&g->s.mp, g->s.dbuf_a, dp->fcprojw, dp->fcprojb, dbranch, a->fch_gelu, p->fcprojw,
-                              lp(g, p->fcprojw), N, 4 * C, C, acc, nt);
-            gelu_backward(g->s.dbuf_a, g->s.dbuf_a, a->fch, NC * 4, nt);
-            matmul_backward_p(&g->s.mp, g->s.dbuf_b, dp->fcw, dp->fcb, g->s.dbuf_a, a->ln2, p->fcw, lp(g, p->fcw), N, C,
-                              4 * C, acc, nt);
+            matmul_backward_p(&s->mp, s->dbuf_a, dp->fcprojw, dp->fcprojb, dbranch, a->fch_gelu, p->fcprojw,
+                              lp(g, p->fcprojw), N, F, C, acc, nt);
+            gelu_backward(s->dbuf_a, s->dbuf_a, a->fch, (size_t)N * F, nt);
+            const float *in = sp_gather_rows(g, a->ln2);
+            matmul_backward_p(&s->mp, s->dbuf_b, dp->fcw, dp->fcb, s->dbuf_a, in, p->fcw, lp(g, p->fcw), N, C, F, acc, nt);
         }
-        layernorm_backward(g->s.dres, dp->ln2w, dp->ln2b, g->s.ln_scratch, g->s.dbuf_b, a->res2, p->ln2w, a->ln2_mean,
-                           a->ln2_rstd, N, C, acc, nt);
-        dbranch = g->s.dres;
-        if (cfg->dropout > 0) {
-            dropout_backward(g->s.dbuf_c, g->s.dres, NC, dropout_at(g, l, DROP_ATTN_RES), nt);
-            dbranch = g->s.dbuf_c;
-        }
-        matmul_backward_p(&g->s.mp, g->s.dbuf_b, dp->attprojw, dp->attprojb, dbranch, a->atty, p->attprojw,
-                          lp(g, p->attprojw), N, C, C, acc, nt);
-        attention_backward(g->s.dbuf_a, g->s.att_scratch, g->s.dbuf_b, a->qkv, a->atty, a->lse, B, T, C, NH,
-                           cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off, g->s.mp.bf16, nt);
-        if (g->s.mp.bf16) {
-            cast_bf16_colsum(g->s.mp.a, dp->qkvb, g->s.dbuf_a, N, 3 * C, acc, nt);
-            matmul_backward_lp(g->s.dbuf_b, dp->qkvw, g->s.mp.a, a->ln1_lp, lp(g, p->qkvw), N, C, 3 * C, acc);
+        const float *dln = tp_reduce_rows(g, s->dbuf_b);
+        ln_backward(g, s->dres, dp->ln2w, dp->ln2b, dln, a->res2, p->ln2w, a->ln2_mean, a->ln2_rstd, acc);
+        dbranch = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN_RES) : off);
+        matmul_backward_p(&s->mp, s->dbuf_b, dp->attprojw, dp->attprojb, dbranch, a->atty, p->attprojw,
+                          lp(g, p->attprojw), N, Ca, C, acc, nt);
+        attention_backward(s->dbuf_a, s->att_scratch, s->dbuf_b, a->qkv, a->atty, a->lse, B, T, Ca, s->NHl,
+                           cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off, s->mp.bf16, nt);
+        if (s->mp.bf16) {
+            cast_bf16_colsum(s->mp.a, dp->qkvb, s->dbuf_a, N, 3 * Ca, acc, nt);
+            const uint16_t *in = (const uint16_t *)sp_gather_rows(g, (const float *)a->ln1_lp);
+            matmul_backward_lp(s->dbuf_b, dp->qkvw, s->mp.a, in, lp(g, p->qkvw), N, C, 3 * Ca, acc);
         } else {
-            matmul_backward_p(&g->s.mp, g->s.dbuf_b, dp->qkvw, dp->qkvb, g->s.dbuf_a, a->ln1, p->qkvw, lp(g, p->qkvw), N, C,
-                              3 * C, acc, nt);
+            const float *in = sp_gather_rows(g, a->ln1);
+            matmul_backward_p(&s->mp, s->dbuf_b, dp->qkvw, dp->qkvb, s->dbuf_a, in, p->qkvw, lp(g, p->qkvw), N, C,
+                              3 * Ca, acc, nt);
         }
-        layernorm_backward(g->s.dres, dp->ln1w, dp->ln1b, g->s.ln_scratch, g->s.dbuf_b, x, p->ln1w, a->ln1_mean,
-                           a->ln1_rstd, N, C, acc, nt);
+        dln = tp_reduce_rows(g, s->dbuf_b);
+        ln_backward(g, s->dres, dp->ln1w, dp->ln1b, dln, x, p->ln1w, a->ln1_mean, a->ln1_rstd, acc);
         hook(g->hooks.grads_ready, g->hooks.ctx, l + 1);
     }
     hook(g->hooks.before_backward, g->hooks.ctx, 0);
     /* wte's gradient was written by the head in the forward; wpe's has max_seq rows, of which
      * only the first T get a contribution, so overwriting starts from zeros there (a few MB). */
     if (!acc) memset(g->d.g.wpe, 0, (size_t)cfg->max_seq * C * sizeof(float));
-    encoder_backward(g->d.g.wte, g->d.g.wpe, g->s.dres, g->s.cur_inp, B, T, C, dropout_at(g, -1, DROP_EMBED), nt);
+    if (s->tp == 1) {
+        encoder_backward(g->d.g.wte, g->d.g.wpe, s->dres, s->cur_inp, B, T, C, dropout_at(g, -1, DROP_EMBED), nt);
+    } else {
+        /* Every rank needs every row's gradient for its vocabulary rows (and computes wpe's whole). */
+        Dropout d = dropout_at(g, -1, DROP_EMBED);
+        const float *demb = branch_grad(g, s->dbuf_c, s->dres, d.p > 0 ? d : off);
+        encoder_backward_vp(g->d.g.wte, g->d.g.wpe, demb, s->cur_inp, B, T, C, s->v0, s->Vr, nt);
+    }
     hook(g->hooks.grads_ready, g->hooks.ctx, 0);
-    g->s.have_head_grads = 0, g->d.overwrite = 0;
-    g->s.ms_bwd += timer_ms() - t0;
+    s->have_head_grads = 0, g->d.overwrite = 0;
+    s->ms_bwd += timer_ms() - t0;
     take_errors(g);
 }
 
@@ -435,6 +583,7 @@ Status gpt_status(Gpt *g, Err *err) {
 }
 
 Status gpt_probs_row0(Gpt *g, const int32_t *inp, int T, float *probs, Err *err) {
+    if (g->s.tp > 1) return err_set(err, ST_ERR_INPUT, "probabilities of a tensor-parallel slice: gather the model first");
     int32_t *tgt = calloc((size_t)T, sizeof *tgt);
     if (!tgt) return err_set(err, ST_ERR_RUNTIME, "out of memory (%d targets)", T);
     const ModelConfig *c = &g->w.cfg;
@@ -446,6 +595,7 @@ Status gpt_probs_row0(Gpt *g, const int32_t *inp, int T, float *probs, Err *err)
 }
 
 Status gpt_logits(Gpt *g, const int32_t *inp, int T, float *logits, Err *err) {
+    if (g->s.tp > 1) return err_set(err, ST_ERR_INPUT, "logits of a tensor-parallel slice: gather the model first");
     const ModelConfig *c = &g->w.cfg;
     int C = c->n_embd, V = c->vocab, Vp = c->vocab_padded, chunk = g->s.head_chunk;
     ST_CHECK(T >= 1 && T <= g->s.T);

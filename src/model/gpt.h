@@ -20,11 +20,11 @@
  *             blocks, the gradients and the saved activations (s.la) then cover those blocks
  *             only, and forward/backward take and return the residual stream at the stage edges.
  *   tensor    each block's heads and MLP columns, and the vocabulary rows of wte (the LM head),
- *             split over tp ranks: w.cfg stays the whole network's, the slice held (heads,
- *             columns, vocabulary rows) would sit next to first/last, the layout would size each
- *             tensor by it, and the activations shrink with it.
- * Neither is implemented: gpt_init builds the whole network (first 0, last L) and GptOptions has
- * no field that asks for less. The block loops already run over [w.first, w.last).
+ *             split over tp ranks: w.cfg stays the whole network's; the layout (layout_init_tp)
+ *             sizes each tensor by the slice, and the activations shrink with it.
+ * Tensor parallelism is implemented (GptOptions.tp, tp_rank, sp; the tp_* hooks carry its
+ * collectives); pipeline stages are not yet: gpt_init builds every block (first 0, last L). The
+ * block loops already run over [w.first, w.last).
  *
  * Hooks let `parallel` act around each segment (0 embeddings, 1..L blocks, L+1 final norm)
  * without the model knowing about communication: before a segment's forward (ZeRO-3 gather),
@@ -69,6 +69,10 @@ typedef struct {
     GptPrecision precision; /* default GPT_FP32 */
     int external_params;    /* 1: the caller owns the parameter storage (ZeRO-3), see below */
     int external_grads;     /* 1: the caller owns the gradient storage (ZeRO-2/3), see below */
+    int tp, tp_rank;        /* tensor parallelism: hold tp rank tp_rank's slice (layout_init_tp);
+                               default 1, 0. tp > 1 needs the tp_* hooks */
+    int sp;                 /* 1: sequence parallelism (tp > 1): the residual stream, LayerNorms and
+                               dropout hold B·T/tp rows (B·T must divide by tp) */
 } GptOptions;
 
 GptOptions gpt_default_options(void);
@@ -78,6 +82,19 @@ typedef struct {
     void (*before_forward)(void *ctx, int seg);
     void (*before_backward)(void *ctx, int seg);
     void (*grads_ready)(void *ctx, int seg);
+    /* Tensor parallelism (tp > 1): in-place collectives over the tp group, called between kernels
+     * (Megatron's f/g operators; docs/parallel.md "Tensor parallelism"):
+     *   tp_allreduce       sum (max = 0) or max (max = 1) of n floats: the exit of a parallel
+     *                      region in forward, its entry in backward, the embedding, the loss's
+     *                      row statistics;
+     *   tp_allgather       buf holds tp blocks of `block` floats, the own one filled: --sp's
+     *                      gather before a column-parallel layer (forward) and of the residual
+     *                      gradient before a row-parallel one (backward);
+     *   tp_reduce_scatter  buf holds tp partial blocks; the own block gets their sum: --sp's
+     *                      replacement of the all-reduce. */
+    void (*tp_allreduce)(void *ctx, float *buf, size_t n, int max);
+    void (*tp_allgather)(void *ctx, float *buf, size_t block);
+    void (*tp_reduce_scatter)(void *ctx, float *buf, size_t block);
 } GptHooks;
 
 /* The weights. params is NULL with external parameters: the caller then points the views at its
@@ -141,11 +158,20 @@ typedef struct {
     float *dres, *dbuf_a, *dbuf_b, *dbuf_c, *att_scratch, *ln_scratch, *logits;
     int head_chunk;         /* rows of logits computed at once */
 
+    /* Tensor parallelism: the slice this rank computes (tp 1: the whole model). */
+    int tp, tp_rank, sp;
+    int Cl, Fl, NHl;        /* attention width C/tp, MLP width 4C/tp, heads NH/tp */
+    int v0, Vr, Vl;         /* vocabulary rows [v0, v0 + Vr) real of the Vl held */
+    float *head_stats;      /* 3 · head_chunk: the vocabulary-parallel loss's row statistics */
+    float *sp_gather;       /* --sp: the gathered LayerNorm output (N, C; bf16 under bf16) */
+    float *sp_lngrad;       /* --sp: one LayerNorm's partial weight and bias gradients (2C) */
+
     uint64_t dropout_seed;
 
     /* The current micro-batch, between gpt_forward and gpt_backward. */
     const int32_t *cur_inp;
     int curB, curT;
+    int curNl;              /* rows of the residual stream held: curB·curT, or its 1/tp under --sp */
     uint64_t cur_drop_counter;
     int cur_train;          /* the forward is a training one: dropout applies */
     int have_head_grads;

@@ -16,7 +16,7 @@
 #define COLSUM_BLOCK 64
 
 static inline float drop_scale(Dropout d, uint64_t i) {
-    return rng_uniform(d.seed, d.stream, i) >= d.p ? 1.0f / (1.0f - d.p) : 0.0f;
+    return rng_uniform(d.seed, d.stream, i + d.offset) >= d.p ? 1.0f / (1.0f - d.p) : 0.0f;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -66,6 +66,56 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t
                     for (int c = 0; c < C; c++) g[c] += o[c] * drop_scale(d, (uint64_t)bt * C + c);
                 } else {
 #pragma omp simd
+                    for (int c = 0; c < C; c++) g[c] += o[c];
+                }
+            }
+        }
+    }
+}
+
+void encoder_forward_vp(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C,
+                        int v0, int vn, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (long bt = 0; bt < (long)B * T; bt++) {
+        int v = inp[bt] - v0;
+        float *o = out + (size_t)bt * C;
+        const float *p = wpe ? wpe + (size_t)(bt % T) * C : NULL;
+        if (v >= 0 && v < vn) {
+            const float *e = wte + (size_t)v * C;
+            if (p) {
+#pragma omp simd
+                for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+            } else {
+                memcpy(o, e, (size_t)C * sizeof(float));
+            }
+        } else if (p) {
+            memcpy(o, p, (size_t)C * sizeof(float));
+        } else {
+            memset(o, 0, (size_t)C * sizeof(float));
+        }
+    }
+}
+
+void encoder_backward_vp(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C, int v0,
+                         int vn, int nt) {
+#pragma omp parallel num_threads(nt)
+    {
+        int tid = omp_get_thread_num(), n = omp_get_num_threads();
+        int c0 = (int)((long)C * tid / n), c1 = (int)((long)C * (tid + 1) / n);
+        for (long bt = 0; bt < (long)B * T; bt++) {
+            int v = inp[bt] - v0;
+            if (v < 0 || v >= vn) continue;
+            float *g = dwte + (size_t)v * C;
+            const float *o = dout + (size_t)bt * C;
+#pragma omp simd
+            for (int c = c0; c < c1; c++) g[c] += o[c];
+        }
+        if (dwpe) {
+#pragma omp for schedule(static)
+            for (int t = 0; t < T; t++) {
+                float *g = dwpe + (size_t)t * C;
+                for (int b = 0; b < B; b++) {
+                    const float *o = dout + ((size_t)b * T + t) * C;
                     for (int c = 0; c < C; c++) g[c] += o[c];
                 }
             }
@@ -380,6 +430,7 @@ void attention_forward(float *out, float *lse, float *scratch, const float *qkv,
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
+        uint64_t bhg = (uint64_t)b * (d.heads ? d.heads : NH) + d.head0 + h; /* the head in the whole model */
         const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
         AttScratch w = att_scratch(scratch, T, hs);
         float *S = w.S, *Pd = w.Pd;
@@ -422,7 +473,7 @@ void attention_forward(float *out, float *lse, float *scratch, const float *qkv,
                     if (d.p > 0)
                         for (int j = 0; j < kn; j++)
                             Pd[(size_t)i * kn + j] =
-                                srow[j] * drop_scale(d, (uint64_t)bh * T * T + (size_t)row * T + k0 + j);
+                                srow[j] * drop_scale(d, bhg * T * T + (size_t)row * T + k0 + j);
                 }
                 const float *P = d.p > 0 ? Pd : S;
                 if (lowp) {
@@ -449,6 +500,7 @@ void attention_backward(float *dqkv, float *scratch, const float *dout, const fl
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
+        uint64_t bhg = (uint64_t)b * (d.heads ? d.heads : NH) + d.head0 + h;
         const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
         float *dq = dqkv + (size_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
         const float *dy = dout + (size_t)b * T * C + h * hs, *y = out + (size_t)b * T * C + h * hs;
@@ -492,7 +544,7 @@ void attention_backward(float *dqkv, float *scratch, const float *dout, const fl
                     for (int j = jn; j < kn; j++) prow[j] = 0.0f;
                     if (d.p > 0) {
                         for (int j = 0; j < kn; j++) {
-                            float ks = drop_scale(d, (uint64_t)bh * T * T + (size_t)row * T + k0 + j);
+                            float ks = drop_scale(d, bhg * T * T + (size_t)row * T + k0 + j);
                             Pd[(size_t)i * kn + j] = prow[j] * ks;
                             g[j] *= ks;
                         }
@@ -543,6 +595,15 @@ void gelu_forward_bf16(uint16_t *out, const float *inp, size_t n, int nt) {
 void gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, const float *dout, const float *inp, int N, int OC, int acc,
                         int nt) {
     colsum_pass(COLSUM_GELU, dinp_lp, colsum, dout, inp, N, OC, acc, nt);
+}
+
+void bias_add_rows(float *x, const float *bias, int N, int C, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int i = 0; i < N; i++) {
+        float *r = x + (size_t)i * C;
+#pragma omp simd
+        for (int c = 0; c < C; c++) r[c] += bias[c];
+    }
 }
 
 void residual_forward(float *out, const float *a, const float *b, size_t n, Dropout d, int nt) {
@@ -629,6 +690,86 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
             } else {
                 mm_sgemm(0, 0, m, C, V, 1.0f, logits, Vp, wte, C, 0.0f, dx + (size_t)r0 * C, C);
                 mm_sgemm(1, 0, V, C, m, 1.0f, logits, Vp, x + (size_t)r0 * C, C, beta, dwte, C);
+            }
+            if (ms_bwd) *ms_bwd += timer_ms() - t1;
+        }
+    }
+}
+
+void head_forward_backward_vp(const MatPrec *mp, float *losses, float *dx, float *dwte, float *logits, float *stats,
+                              const float *x, const float *wte, const uint16_t *wte_lp, const int32_t *targets, int n,
+                              int C, int v0, int Vr, int Vl, float dscale, int chunk, int acc, int nt,
+                              HeadReduceFn reduce, void *ctx, double *ms_fwd, double *ms_bwd) {
+    int lp = mp && mp->bf16, h16 = mp && mp->fp16;
+    if (h16 && Vr > 0) widen_fp16(mp->fw, wte_lp, (size_t)Vr * C, nt);
+    for (int r0 = 0; r0 < n; r0 += chunk) {
+        int m = n - r0 < chunk ? n - r0 : chunk;
+        float beta = acc || r0 > 0 ? 1.0f : 0.0f;
+        float *mx = stats, *se = stats + m, *tl = stats + 2 * m;
+        double t0 = timer_ms();
+        if (Vr > 0) {
+            if (lp) {
+                cast_bf16(mp->b, x + (size_t)r0 * C, (size_t)m * C, nt);
+                mm_gemm_bf16(0, 1, m, Vr, C, 1.0f, mp->b, C, wte_lp, C, 0.0f, logits, Vl);
+            } else if (h16) {
+                round_fp16(mp->fb, x + (size_t)r0 * C, (size_t)m * C, nt);
+                mm_sgemm(0, 1, m, Vr, C, 1.0f, mp->fb, C, mp->fw, C, 0.0f, logits, Vl);
+            } else {
+                mm_sgemm(0, 1, m, Vr, C, 1.0f, x + (size_t)r0 * C, C, wte, C, 0.0f, logits, Vl);
+            }
+        }
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int i = 0; i < m; i++) {
+            const float *l = logits + (size_t)i * Vl;
+            float b = -INFINITY;
+#pragma omp simd reduction(max : b)
+            for (int v = 0; v < Vr; v++) b = l[v] > b ? l[v] : b;
+            mx[i] = b;
+        }
+        reduce(ctx, mx, (size_t)m, 1);
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int i = 0; i < m; i++) {
+            const float *l = logits + (size_t)i * Vl;
+            float s = 0, b = mx[i];
+#pragma omp simd reduction(+ : s)
+            for (int v = 0; v < Vr; v++) s += st_expf(l[v] - b);
+            int t = targets[r0 + i] - v0;
+            se[i] = s;
+            tl[i] = t >= 0 && t < Vr ? l[t] : 0.0f;
+        }
+        reduce(ctx, se, 2 * (size_t)m, 0);
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int i = 0; i < m; i++) {
+            float *l = logits + (size_t)i * Vl;
+            int t = targets[r0 + i];
+            losses[r0 + i] = t >= 0 ? mx[i] + logf(se[i]) - tl[i] : 0.0f;
+            if (dx) {
+                if (t < 0) {
+                    memset(l, 0, sizeof(float) * (size_t)Vr);
+                } else {
+                    float inv = dscale / se[i], b = mx[i];
+#pragma omp simd
+                    for (int v = 0; v < Vr; v++) l[v] = st_expf(l[v] - b) * inv;
+                    if (t - v0 >= 0 && t - v0 < Vr) l[t - v0] -= dscale;
+                }
+            }
+        }
+        double t1 = timer_ms();
+        if (ms_fwd) *ms_fwd += t1 - t0;
+        if (dx) {
+            if (Vr == 0) {
+                memset(dx + (size_t)r0 * C, 0, (size_t)m * C * sizeof(float));
+            } else if (h16) {
+                round_fp16(mp->fa, logits, (size_t)m * Vl, nt);
+                mm_sgemm(0, 0, m, C, Vr, 1.0f, mp->fa, Vl, mp->fw, C, 0.0f, dx + (size_t)r0 * C, C);
+                mm_sgemm(1, 0, Vr, C, m, 1.0f, mp->fa, Vl, mp->fb, C, beta, dwte, C);
+            } else if (lp) {
+                cast_bf16(mp->a, logits, (size_t)m * Vl, nt);
+                mm_gemm_bf16(0, 0, m, C, Vr, 1.0f, mp->a, Vl, wte_lp, C, 0.0f, dx + (size_t)r0 * C, C);
+                mm_gemm_bf16(1, 0, Vr, C, m, 1.0f, mp->a, Vl, mp->b, C, beta, dwte, C);
+            } else {
+                mm_sgemm(0, 0, m, C, Vr, 1.0f, logits, Vl, wte, C, 0.0f, dx + (size_t)r0 * C, C);
+                mm_sgemm(1, 0, Vr, C, m, 1.0f, logits, Vl, x + (size_t)r0 * C, C, beta, dwte, C);
             }
             if (ms_bwd) *ms_bwd += timer_ms() - t1;
         }

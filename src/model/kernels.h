@@ -21,6 +21,12 @@ typedef struct {
     float p;        /* 0 = off */
     uint64_t seed;
     uint64_t stream;
+    /* Where a slice sits in the whole tensor, so every tensor-parallel rank draws the masks one
+     * process would draw for the same elements: element i of the slice is element i + offset
+     * (sequence parallelism: the rows held), and attention's head h is head head0 + h of `heads`
+     * (0: the heads passed). */
+    uint64_t offset;
+    int head0, heads;
 } Dropout;
 
 /* out (N=B·T, C) = drop(wte[inp] + wpe[t]). */
@@ -29,6 +35,15 @@ void encoder_forward(float *out, const int32_t *inp, const float *wte, const flo
 /* dwte[inp] += drop'(dout), dwpe[t] += sum over b. */
 void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C,
                       Dropout d, int nt);
+
+/* Vocabulary-parallel embedding (tensor parallelism): wte holds vocabulary rows [v0, v0 + vn).
+ * out (N, C) = (inp in range ? wte[inp - v0] : 0) + (wpe ? wpe[t] : 0); no dropout (the sum over
+ * ranks comes first). */
+void encoder_forward_vp(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C,
+                        int v0, int vn, int nt);
+/* dwte[inp - v0] += dout for inp in range; dwpe[t] += sum over b (dwpe NULL: skipped). */
+void encoder_backward_vp(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C, int v0,
+                         int vn, int nt);
 
 /* out (N, C) = LN(inp) · w + b; saves mean, rstd (N). eps 1e-5. */
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
@@ -74,6 +89,9 @@ void attention_backward(float *dqkv, float *scratch, const float *dout, const fl
 void gelu_forward(float *out, const float *inp, size_t n, int nt);
 /* dinp = dout · gelu'(inp) (overwritten; dinp may alias dout). */
 void gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int nt);
+
+/* x (N, C) += bias (C) on every row: a row-parallel layer's bias, added once after the reduction. */
+void bias_add_rows(float *x, const float *bias, int N, int C, int nt);
 
 /* out = a + drop(b) over n elements (out may alias a). */
 void residual_forward(float *out, const float *a, const float *b, size_t n, Dropout d, int nt);
@@ -144,5 +162,18 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
                              const float *wte, const uint16_t *wte_lp, const int32_t *targets, int n, int C, int V,
                              int Vp, float dscale, int chunk, int acc, int nt, float *probs_out, double *ms_fwd,
                              double *ms_bwd);
+
+/* Vocabulary-parallel LM head and cross-entropy (Megatron): wte holds the vocabulary rows [v0,
+ * v0 + Vr) (Vl rows allocated, the first Vr <= Vl real; Vr may be 0). The full logits are
+ * never gathered: per chunk of rows, `reduce` combines over the tp ranks the row maxima (max = 1,
+ * m floats), then the sums of exponentials and the target logits (max = 0, 2m floats, in stats).
+ * losses (n) get the full cross-entropy on every rank; dx (n, C) gets this rank's PART of
+ * dlogits · wte (the caller sums dx over ranks, Megatron's all-reduce at the head's input);
+ * dwte += dlogits^T · x on the rows held. logits: (chunk, Vl) workspace; stats: 3·chunk floats. */
+typedef void (*HeadReduceFn)(void *ctx, float *buf, size_t n, int max);
+void head_forward_backward_vp(const MatPrec *mp, float *losses, float *dx, float *dwte, float *logits, float *stats,
+                              const float *x, const float *wte, const uint16_t *wte_lp, const int32_t *targets, int n,
+                              int C, int v0, int Vr, int Vl, float dscale, int chunk, int acc, int nt,
+                              HeadReduceFn reduce, void *ctx, double *ms_fwd, double *ms_bwd);
 
 #endif

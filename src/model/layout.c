@@ -10,7 +10,7 @@
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
 static void add_tensor(ParamLayout *pl, size_t *off, int seg, const char *name, int r, int c,
-                       int rows_real, int decay) {
+                       int rows_real, int decay, int split, int groups) {
     TensorInfo *t = &pl->tensors[pl->ntensors++];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->segment = seg;
@@ -22,14 +22,39 @@ static void add_tensor(ParamLayout *pl, size_t *off, int seg, const char *name, 
     t->offset = *off;
     t->numel = (size_t)r * (size_t)(c > 0 ? c : 1);
     t->decay = decay;
+    t->split = split;
+    t->groups = groups;
     *off += t->numel;
 }
 
+Status layout_tp_check(const ModelConfig *cfg, int tp, Err *err) {
+    if (tp < 1) return err_set(err, ST_ERR_INPUT, "--tp: expected a positive number of ranks, found %d", tp);
+    if (cfg->n_head % tp)
+        return err_set(err, ST_ERR_INPUT, "--tp %d: expected a divisor of the %d attention heads (--heads), found a "
+                       "remainder of %d", tp, cfg->n_head, cfg->n_head % tp);
+    if ((4 * cfg->n_embd) % tp)
+        return err_set(err, ST_ERR_INPUT, "--tp %d: expected a divisor of the MLP width 4*%d = %d, found a remainder of %d",
+                       tp, cfg->n_embd, 4 * cfg->n_embd, (4 * cfg->n_embd) % tp);
+    return ST_OK;
+}
+
 int layout_init(ParamLayout *pl, const ModelConfig *cfg, int shard_multiple) {
+    return layout_init_tp(pl, cfg, shard_multiple, 1, 0);
+}
+
+int layout_init_tp(ParamLayout *pl, const ModelConfig *cfg, int shard_multiple, int tp, int tp_rank) {
     memset(pl, 0, sizeof *pl);
     int L = cfg->n_layer, C = cfg->n_embd;
+    if (tp < 1 || tp_rank < 0 || tp_rank >= tp || cfg->n_head % tp || (4 * C) % tp) return -1;
     pl->cfg = *cfg;
     pl->shard_multiple = shard_multiple < 1 ? 1 : shard_multiple;
+    pl->tp = tp, pl->tp_rank = tp_rank;
+    /* The vocabulary padded to 64·tp so that every rank's rows are a multiple of 64 (tp 1: Vp). */
+    int vpt = (int)round_up((size_t)cfg->vocab, (size_t)VOCAB_PAD_MULTIPLE * tp);
+    if (tp == 1) vpt = cfg->vocab_padded;
+    int vl = vpt / tp, vreal = cfg->vocab - tp_rank * vl;
+    vreal = vreal < 0 ? 0 : vreal > vl ? vl : vreal;
+    pl->vocab_local = vl;
     pl->nseg = L + 2;
     pl->seg_off = calloc((size_t)pl->nseg + 1, sizeof *pl->seg_off);
     pl->tensors = calloc((size_t)(4 + 12 * L), sizeof *pl->tensors);
@@ -40,31 +65,64 @@ int layout_init(ParamLayout *pl, const ModelConfig *cfg, int shard_multiple) {
     /* Segments start 16-float aligned and have a length that splits over shard_multiple ranks. */
     size_t seg_mult = (size_t)pl->shard_multiple * 16;
     size_t off = 0;
+    int R = TP_REPLICATED, SR = tp > 1 ? TP_ROWS : R, SC = tp > 1 ? TP_COLS : R;
     pl->seg_off[0] = 0;
-    add_tensor(pl, &off, 0, "wte", cfg->vocab_padded, C, cfg->vocab, 1);
-    add_tensor(pl, &off, 0, "wpe", cfg->max_seq, C, cfg->max_seq, 1);
+    add_tensor(pl, &off, 0, "wte", vl, C, vreal, 1, SR, 1);
+    add_tensor(pl, &off, 0, "wpe", cfg->max_seq, C, cfg->max_seq, 1, R, 1);
     off = round_up(off, seg_mult);
+    int Cl = C / tp, Fl = 4 * C / tp;
     for (int l = 0; l < L; l++) {
         int s = l + 1;
         pl->seg_off[s] = off;
         static const char *const N[BT_COUNT] = {"ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
                                                  "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw",  "fcprojb"};
-        const int rows[BT_COUNT] = {C, C, 3 * C, 3 * C, C, C, C, C, 4 * C, 4 * C, C, C};
-        const int cols[BT_COUNT] = {0, 0, C, 0, C, 0, 0, 0, C, 0, 4 * C, 0};
+        const int rows[BT_COUNT] = {C, C, 3 * Cl, 3 * Cl, C, C, C, C, Fl, Fl, C, C};
+        const int cols[BT_COUNT] = {0, 0, C, 0, Cl, 0, 0, 0, C, 0, Fl, 0};
+        const int split[BT_COUNT] = {R, R, SR, SR, SC, R, R, R, SR, SR, SC, R};
+        const int groups[BT_COUNT] = {1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
         for (int k = 0; k < BT_COUNT; k++) {
             char name[48];
             snprintf(name, sizeof name, "h.%d.%s", l, N[k]);
-            add_tensor(pl, &off, s, name, rows[k], cols[k], rows[k], cols[k] > 0);
+            add_tensor(pl, &off, s, name, rows[k], cols[k], rows[k], cols[k] > 0, split[k], groups[k]);
         }
         off = round_up(off, seg_mult);
     }
     pl->seg_off[L + 1] = off;
-    add_tensor(pl, &off, L + 1, "lnfw", C, 0, C, 0);
-    add_tensor(pl, &off, L + 1, "lnfb", C, 0, C, 0);
+    add_tensor(pl, &off, L + 1, "lnfw", C, 0, C, 0, R, 1);
+    add_tensor(pl, &off, L + 1, "lnfb", C, 0, C, 0, R, 1);
     off = round_up(off, seg_mult);
     pl->seg_off[L + 2] = off;
     pl->total = off;
     return 0;
+}
+
+void layout_tp_copy(const ParamLayout *local, float *lbuf, const ParamLayout *full, float *fbuf, int to_full,
+                    int with_replicated) {
+    int tp = local->tp, r = local->tp_rank;
+    for (int k = 0; k < local->ntensors; k++) {
+        const TensorInfo *t = &local->tensors[k], *f = &full->tensors[k];
+        float *lt = lbuf + t->offset, *ft = fbuf + f->offset;
+        if (t->split == TP_REPLICATED) {
+            if (!to_full) memcpy(lt, ft, t->numel * sizeof(float));
+            else if (with_replicated) memcpy(ft, lt, t->numel * sizeof(float));
+        } else if (t->split == TP_ROWS) {
+            /* Local row j of group g is full row g·(q·tp) + r·q + j%q, q = rows per group held. */
+            int q = t->shape[0] / t->groups, w = t->shape[1];
+            for (int j = 0; j < t->rows_real; j++) {
+                size_t fr = (size_t)(j / q) * q * tp + (size_t)r * q + j % q;
+                float *a = lt + (size_t)j * w, *b = ft + fr * w;
+                if (to_full) memcpy(b, a, (size_t)w * sizeof(float));
+                else memcpy(a, b, (size_t)w * sizeof(float));
+            }
+        } else { /* TP_COLS: columns [r·cl, (r+1)·cl) of every row */
+            int cl = t->shape[1], fc = f->shape[1];
+            for (int i = 0; i < t->shape[0]; i++) {
+                float *a = lt + (size_t)i * cl, *b = ft + (size_t)i * fc + (size_t)r * cl;
+                if (to_full) memcpy(b, a, (size_t)cl * sizeof(float));
+                else memcpy(a, b, (size_t)cl * sizeof(float));
+            }
+        }
+    }
 }
 
 void layout_free(ParamLayout *pl) {
@@ -109,16 +167,29 @@ int layout_head_chunk_rows(const ModelConfig *cfg, int B, int T) {
     return (int)rows;
 }
 
-/* Floats of each saved tensor of one block, for N = B·T rows. With bf16 the LayerNorm and GELU
- * outputs (only ever GEMM operands) are stored as bf16: half as many floats, rounded up. */
+/* The dimensions one tp rank works with: every tensor of the residual stream has Nl rows (N/tp
+ * with sequence parallelism), the parallel regions N rows of their share of the columns. */
+typedef struct { size_t N, Nl, C, Cl, Fl, NHl, Vl; } TpDims;
+
+static TpDims tp_dims(const ModelConfig *cfg, int B, int T, int tp, int sp) {
+    TpDims d;
+    if (tp < 1) tp = 1;
+    d.N = (size_t)B * T, d.Nl = sp && tp > 1 ? d.N / (size_t)tp : d.N, d.C = (size_t)cfg->n_embd;
+    d.Cl = d.C / (size_t)tp, d.Fl = 4 * d.C / (size_t)tp, d.NHl = (size_t)cfg->n_head / (size_t)tp;
+    d.Vl = tp == 1 ? (size_t)cfg->vocab_padded : round_up((size_t)cfg->vocab, (size_t)VOCAB_PAD_MULTIPLE * tp) / (size_t)tp;
+    return d;
+}
+
+/* Floats of each saved tensor of one block. With bf16 the LayerNorm and GELU outputs (only ever
+ * GEMM operands) are stored as bf16: half as many floats, rounded up. */
 typedef struct { size_t ln, stats, qkv, probs, atty, res2, fch, fchg, res3; } BlockActs;
 
 static size_t half_floats(size_t n) { return (n + 1) / 2; }
 
-static BlockActs block_acts(const ModelConfig *cfg, int B, int T, int bf16) {
-    size_t N = (size_t)B * T, C = cfg->n_embd;
-    size_t ln = bf16 ? half_floats(N * C) : N * C, fchg = bf16 ? half_floats(4 * N * C) : 4 * N * C;
-    BlockActs b = {ln, N, 3 * N * C, (size_t)B * cfg->n_head * T, N * C, N * C, 4 * N * C, fchg, N * C};
+static BlockActs block_acts(const TpDims *d, int B, int T, int bf16) {
+    size_t ln = bf16 ? half_floats(d->Nl * d->C) : d->Nl * d->C, fchg = bf16 ? half_floats(d->N * d->Fl) : d->N * d->Fl;
+    BlockActs b = {ln, d->Nl, 3 * d->N * d->Cl, (size_t)B * d->NHl * T, d->N * d->Cl, d->Nl * d->C, d->N * d->Fl, fchg,
+                   d->Nl * d->C};
     return b;
 }
 
@@ -127,26 +198,36 @@ ActSizes layout_activations_rc(const ModelConfig *cfg, int B, int T, int threads
 }
 
 ActSizes layout_activations_prec(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int bf16) {
+    return layout_activations_tp(cfg, B, T, threads, rc, bf16, 1, 0);
+}
+
+ActSizes layout_activations_tp(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int bf16, int tp,
+                               int sp) {
     ActSizes a;
-    size_t BT = (size_t)B * T, C = cfg->n_embd;
-    BlockActs b = block_acts(cfg, B, T, bf16);
+    TpDims d = tp_dims(cfg, B, T, tp, sp);
+    BlockActs b = block_acts(&d, B, T, bf16);
     /* ln1 + stats, qkv, attention lse, atty, res2, ln2 + stats, fch, fch_gelu, res3 */
     size_t all = 2 * b.ln + 4 * b.stats + b.qkv + b.probs + b.atty + b.res2 + b.fch + b.fchg + b.res3;
     size_t cheap = 2 * b.ln + b.fchg; /* selective: LayerNorm outputs and the GELU output */
-    a.encoded = BT * C;
+    a.encoded = d.Nl * d.C;
     switch (rc) {
     case RECOMPUTE_SELECTIVE: a.per_layer = all - cheap, a.shared = cheap; break;
     case RECOMPUTE_FULL: a.per_layer = b.res3, a.shared = all - b.res3; break;
     default: a.per_layer = all, a.shared = 0; break;
     }
-    a.final_ = BT * C + 2 * BT + BT;
+    a.final_ = d.Nl * d.C + 2 * d.Nl + d.N; /* lnf, its mean and rstd, the per-row losses */
     a.total = a.encoded + (size_t)cfg->n_layer * a.per_layer + a.shared + a.final_;
-    /* Workspace: dres (NC) + dbuf_a (4NC) + dbuf_b (NC) + dbuf_c (NC) + attention (per thread: fp32 score
-     * blocks and bf16 copies of one head, see kernels.c)
-     * + LayerNorm partial sums (2C per 64-row chunk) + one logits chunk (rows · Vp). */
-    size_t chunks = (BT + 63) / 64;
-    a.scratch = BT * C * 7 + attention_scratch_floats(T, (int)C / cfg->n_head, threads) + chunks * 2 * C +
-                (size_t)layout_head_chunk_rows(cfg, B, T) * cfg->vocab_padded;
+    /* Workspace: dres (Nl·C) + dbuf_a (N·max(Fl, C)) + dbuf_b (N·C) + dbuf_c (N·C) + attention (per
+     * thread: fp32 score blocks and bf16 copies of one head, see kernels.c) + LayerNorm partial
+     * sums (2C per 64-row chunk) + one logits chunk (rows · Vl); with tp > 1 the vocabulary-parallel
+     * loss statistics (3 per chunk row), with sequence parallelism the gathered LayerNorm output
+     * (N·C, bf16 under bf16) and one LayerNorm's partial parameter gradients (2C). */
+    size_t chunks = (d.Nl + 63) / 64, Fw = d.Fl > d.C ? d.Fl : d.C;
+    size_t rows = (size_t)layout_head_chunk_rows(cfg, B, T);
+    a.scratch = d.Nl * d.C + d.N * Fw + 2 * d.N * d.C + attention_scratch_floats(T, (int)(d.C / (size_t)cfg->n_head), threads) +
+                chunks * 2 * d.C + rows * d.Vl;
+    if (tp > 1) a.scratch += 3 * rows;
+    if (d.Nl < d.N) a.scratch += (bf16 ? half_floats(d.N * d.C) : d.N * d.C) + 2 * d.C;
     return a;
 }
 
@@ -160,16 +241,26 @@ const char *layout_recompute_name(Recompute rc) {
 }
 
 void layout_bf16_scratch(const ModelConfig *cfg, int B, int T, size_t *a, size_t *b) {
-    size_t n4 = (size_t)B * T * 4 * cfg->n_embd;
-    size_t head = (size_t)layout_head_chunk_rows(cfg, B, T) * cfg->vocab_padded;
-    *a = n4 > head ? n4 : head;
-    *b = n4;
+    layout_bf16_scratch_tp(cfg, B, T, 1, a, b);
+}
+
+void layout_bf16_scratch_tp(const ModelConfig *cfg, int B, int T, int tp, size_t *a, size_t *b) {
+    TpDims d = tp_dims(cfg, B, T, tp, 0);
+    size_t nw = d.N * (d.Fl > d.C ? d.Fl : d.C);
+    size_t head = (size_t)layout_head_chunk_rows(cfg, B, T) * d.Vl;
+    *a = nw > head ? nw : head;
+    *b = nw;
 }
 
 void layout_fp16_scratch(const ModelConfig *cfg, int B, int T, size_t *fa, size_t *fb, size_t *fw) {
-    layout_bf16_scratch(cfg, B, T, fa, fb);
-    size_t C = cfg->n_embd, vp = (size_t)cfg->vocab_padded;
-    *fw = (vp > 4 * C ? vp : 4 * C) * C;
+    layout_fp16_scratch_tp(cfg, B, T, 1, fa, fb, fw);
+}
+
+void layout_fp16_scratch_tp(const ModelConfig *cfg, int B, int T, int tp, size_t *fa, size_t *fb, size_t *fw) {
+    layout_bf16_scratch_tp(cfg, B, T, tp, fa, fb);
+    TpDims d = tp_dims(cfg, B, T, tp, 0);
+    size_t w = d.Vl > d.Fl ? d.Vl : d.Fl;
+    *fw = (w > d.C ? w : d.C) * d.C;
 }
 
 void layout_memory_plan(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int precision, int nmoments,
@@ -179,16 +270,21 @@ void layout_memory_plan(const ModelConfig *cfg, int B, int T, int threads, Recom
     if (layout_init(&pl, cfg, 1) != 0) return;
     layout_zero_bytes(&pl, 1, 0, nmoments, layout_state_bytes(precision), bytes);
     layout_free(&pl);
-    ActSizes as = layout_activations_prec(cfg, B, T, threads, rc, precision == 1);
+    layout_run_bytes(cfg, B, T, threads, rc, precision, 1, 0, bytes);
+}
+
+void layout_run_bytes(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int precision, int tp, int sp,
+                      size_t bytes[MEM_NCAT]) {
+    ActSizes as = layout_activations_tp(cfg, B, T, threads, rc, precision == 1, tp, sp);
     bytes[MEM_ACTIVATIONS] = as.total * 4;
     bytes[MEM_WORKSPACE] = as.scratch * 4;
     if (precision == 1) {
         size_t a, b;
-        layout_bf16_scratch(cfg, B, T, &a, &b);
+        layout_bf16_scratch_tp(cfg, B, T, tp, &a, &b);
         bytes[MEM_WORKSPACE] += (a + b) * 2;
     } else if (precision == 2) {
         size_t fa, fb, fw;
-        layout_fp16_scratch(cfg, B, T, &fa, &fb, &fw);
+        layout_fp16_scratch_tp(cfg, B, T, tp, &fa, &fb, &fw);
         bytes[MEM_WORKSPACE] += (fa + fb + fw) * 4;
     }
 }

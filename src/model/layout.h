@@ -16,6 +16,7 @@
 #include <stddef.h>
 
 #include "core/mem.h"
+#include "core/status.h"
 #include "model/config.h"
 
 enum { BT_LN1W, BT_LN1B, BT_QKVW, BT_QKVB, BT_ATTPROJW, BT_ATTPROJB, BT_LN2W, BT_LN2B,
@@ -30,11 +31,20 @@ typedef struct {
     size_t offset;   /* in floats from the start of the flat buffer */
     size_t numel;    /* shape[0] * shape[1] */
     int decay;       /* 1 for 2-D matmul and embedding weights: weight decay applies */
+    /* Tensor parallelism: how this tensor is split over the tp ranks (Megatron's layer splits). */
+    int split;       /* TP_REPLICATED, TP_ROWS (column-parallel weights, their biases, wte's
+                        vocabulary rows) or TP_COLS (row-parallel weights) */
+    int groups;      /* TP_ROWS: the full tensor's rows are `groups` equal blocks (qkv: Q, K, V),
+                        each split over tp; a rank holds its part of each block, in order */
 } TensorInfo;
 
+enum { TP_REPLICATED = 0, TP_ROWS = 1, TP_COLS = 2 };
+
 typedef struct {
-    ModelConfig cfg;
+    ModelConfig cfg;      /* the whole network's */
     int shard_multiple;
+    int tp, tp_rank;      /* the tensor-parallel slice this layout holds (1, 0: everything) */
+    int vocab_local;      /* wte rows held: Vp_tp / tp, Vp_tp = V rounded up to 64·tp */
     int nseg;             /* L + 2 */
     size_t *seg_off;      /* nseg + 1 offsets, seg_off[nseg] == total */
     TensorInfo *tensors;  /* 2 + 12 L + 2 tensors in segment order */
@@ -44,6 +54,21 @@ typedef struct {
 
 /* Builds the layout; cfg must be validated. Returns 0, or -1 when out of memory. */
 int layout_init(ParamLayout *pl, const ModelConfig *cfg, int shard_multiple);
+/* The layout of tp rank tp_rank's slice (tp must divide the heads; layout_tp_check): each block's
+ * qkvw (3C/tp, C) and qkvb hold the rank's heads' Q, K and V rows, attprojw (C, C/tp) their
+ * columns, fcw (4C/tp, C) and fcb its share of the MLP rows, fcprojw (C, 4C/tp) the matching
+ * columns; LayerNorms, wpe and the row-parallel biases attprojb, fcprojb are replicated; wte holds
+ * vocabulary rows [tp_rank·Vl, (tp_rank+1)·Vl), Vl = vocab_local (rows past V are padding, zero).
+ * Names are the full tensors' (checkpoints hold full shapes; layout_tp_copy moves slices). */
+int layout_init_tp(ParamLayout *pl, const ModelConfig *cfg, int shard_multiple, int tp, int tp_rank);
+/* ST_ERR_INPUT unless tp splits cfg: heads and the MLP width (4C) divisible by tp; the message
+ * names --tp and the numbers. */
+Status layout_tp_check(const ModelConfig *cfg, int tp, Err *err);
+/* Copies every tensor's slice between a tp-slice layout (local, lbuf) and the full layout (full,
+ * fbuf: layout_init's, any shard_multiple): to_full = 1 writes the slice's elements into fbuf
+ * (replicated tensors only when with_replicated), 0 reads them from fbuf into lbuf (everything). */
+void layout_tp_copy(const ParamLayout *local, float *lbuf, const ParamLayout *full, float *fbuf, int to_full,
+                    int with_replicated);
 void layout_free(ParamLayout *pl);
 /* Tensor index by name, -1 if absent. */
 int layout_find(const ParamLayout *pl, const char *name);
@@ -93,11 +118,20 @@ ActSizes layout_activations_rc(const ModelConfig *cfg, int B, int T, int threads
  * as bf16 (they are only ever GEMM operands); everything else stays fp32. fp16 (emulated) and fp32
  * store fp32 (bf16 = 0). */
 ActSizes layout_activations_prec(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int bf16);
+/* The same for tp rank's slice (layout_init_tp) with sequence parallelism on or off: the parallel
+ * regions' tensors (qkv, attention, fc) hold their share of the columns, the residual stream's
+ * (encoded, LayerNorm outputs and statistics, res2, res3, lnf) N/tp rows under --sp; the workspace
+ * adds the vocabulary-parallel loss statistics and, under --sp, the gathered LayerNorm output
+ * (docs/parallel.md). tp 1, sp 0 is layout_activations_prec. */
+ActSizes layout_activations_tp(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int bf16, int tp,
+                               int sp);
 const char *layout_recompute_name(Recompute rc);
 
 /* bf16 conversion scratch of the mixed-precision GEMMs, in elements: a >= max(N·4C, head chunk·Vp),
  * b >= N·4C (N = B·T). */
 void layout_bf16_scratch(const ModelConfig *cfg, int B, int T, size_t *a, size_t *b);
+/* The same for a tp rank: a >= max(N·max(C, 4C/tp), head chunk·Vl), b >= N·max(C, 4C/tp). */
+void layout_bf16_scratch_tp(const ModelConfig *cfg, int B, int T, int tp, size_t *a, size_t *b);
 
 /* Planned bytes per memory category (core/mem.h order) of one process training this model
  * without sharding: parameters (bf16 working copy under bf16), master weights (fp32, bf16 only),
@@ -108,6 +142,12 @@ void layout_bf16_scratch(const ModelConfig *cfg, int B, int T, size_t *a, size_t
  * rounded operands and the widest weight, see MatPrec). */
 void layout_memory_plan(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int precision, int nmoments,
                         size_t *bytes /* MEM_NCAT entries */);
+
+/* Activation and workspace bytes (bytes[MEM_ACTIVATIONS], [MEM_WORKSPACE]; the rest untouched) of
+ * one tp rank (tp 1: one process) at a precision (0 fp32, 1 bf16, 2 fp16): exactly what gpt_init
+ * allocates for them. */
+void layout_run_bytes(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int precision, int tp, int sp,
+                      size_t bytes[MEM_NCAT]);
 
 /* ---- The two formulas the trainer, parallel, plan and the tests share (one function each) ---- */
 
@@ -155,6 +195,7 @@ double layout_flops_per_token(const ModelConfig *cfg, int T);
 
 /* fp16 scratch in floats: fa >= max(N·4C, chunk·Vp), fb >= N·4C, fw >= the widest weight. */
 void layout_fp16_scratch(const ModelConfig *cfg, int B, int T, size_t *fa, size_t *fb, size_t *fw);
+void layout_fp16_scratch_tp(const ModelConfig *cfg, int B, int T, int tp, size_t *fa, size_t *fb, size_t *fw);
 
 /* Rows of logits computed at once in the fused LM head + loss (bounds the logits buffer). */
 int layout_head_chunk_rows(const ModelConfig *cfg, int B, int T);

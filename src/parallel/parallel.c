@@ -59,6 +59,11 @@ struct Par {
     size_t *chunk_seg, *chunk_start; /* norm partition over the owned slices */
     double *partials;
     size_t nchunks;
+    /* Tensor parallelism: tensors every tp rank holds whole (LayerNorms, wpe, row-parallel
+     * biases) count once in the global norm, on tp rank 0; the others subtract these pieces
+     * (segment, start, end in the owned block's coordinates). */
+    size_t (*repl)[3];
+    int nrepl;
 
     int k, j, last, in_step;
     int kill_rank;  /* test hook ST_PAR_TEST_KILL=RANK:STEP: that rank SIGKILLs itself mid-backward */
@@ -314,6 +319,29 @@ static void h_grads_ready(void *ctx, int s) {
     }
 }
 
+/* Tensor parallelism: the model's collectives over the tp group (blocking; an error is kept for
+ * par_grads_finish and the model runs on with garbage, as after a failed GEMM). */
+static void h_tp_allreduce(void *ctx, float *buf, size_t n, int max) {
+    Par *p = ctx;
+    Err e;
+    Status st = comm_tp_allreduce_f32(p->c, buf, n, max ? COMM_MAX : COMM_SUM, &e);
+    if (st != ST_OK) hook_fail(p, st, &e);
+}
+
+static void h_tp_allgather(void *ctx, float *buf, size_t block) {
+    Par *p = ctx;
+    Err e;
+    Status st = comm_tp_allgather_f32(p->c, buf, block, &e);
+    if (st != ST_OK) hook_fail(p, st, &e);
+}
+
+static void h_tp_reduce_scatter(void *ctx, float *buf, size_t block) {
+    Par *p = ctx;
+    Err e;
+    Status st = comm_tp_reduce_scatter_f32(p->c, buf, block, &e);
+    if (st != ST_OK) hook_fail(p, st, &e);
+}
+
 /* ================================================================ init / free */
 
 static float *alloc_f(Par *p, MemCategory c, size_t n, int *ok) {
@@ -327,6 +355,9 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
     *out = NULL;
     const ParamLayout *pl = &g->w.layout;
     if (o->zero < 0 || o->zero > 3) return err_set(err, ST_ERR_INPUT, "--zero: expected 0, 1, 2 or 3, found %d", o->zero);
+    if (pl->tp != c->tp || pl->tp_rank != c->tp_rank)
+        return err_set(err, ST_ERR_INPUT, "parallel: the model holds tp slice %d of %d, the grid has tp rank %d of %d",
+                       pl->tp_rank, pl->tp, c->tp_rank, c->tp);
     if (pl->shard_multiple % c->dp != 0)
         return err_set(err, ST_ERR_INPUT, "parallel: the model layout is padded for %d ranks, the dp group has %d",
                        pl->shard_multiple, c->dp);
@@ -422,6 +453,20 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
     for (int s = 0; s < ns; s++)
         for (size_t x = 0; x < p->blk[s]; x += NORM_CHUNK) p->chunk_seg[ci] = (size_t)s, p->chunk_start[ci++] = x;
 
+    /* Replicated tensors' owned pieces, subtracted from the norm on tp ranks other than 0. */
+    if (c->tp > 1 && c->tp_rank != 0) {
+        if (!(p->repl = calloc((size_t)pl->ntensors, sizeof *p->repl))) goto oom;
+        for (int i = 0; i < pl->ntensors; i++) {
+            const TensorInfo *t = &pl->tensors[i];
+            if (t->split != TP_REPLICATED) continue;
+            int s = t->segment;
+            size_t a = p->off[s] + (size_t)p->r * p->blk[s], b = a + p->blk[s];
+            size_t lo = t->offset > a ? t->offset : a, hi = t->offset + t->numel < b ? t->offset + t->numel : b;
+            if (hi <= lo) continue;
+            p->repl[p->nrepl][0] = (size_t)s, p->repl[p->nrepl][1] = lo - a, p->repl[p->nrepl][2] = hi - a;
+            p->nrepl++;
+        }
+    }
     const char *kill = getenv("ST_PAR_TEST_KILL");
     if (!kill || sscanf(kill, "%d:%ld", &p->kill_rank, &p->kill_step) != 2) p->kill_step = 0;
     const char *fault = getenv("ST_PAR_TEST_GRAD_SCALE");
@@ -430,6 +475,9 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
     g->hooks.before_forward = h_before_forward;
     g->hooks.before_backward = h_before_backward;
     g->hooks.grads_ready = h_grads_ready;
+    g->hooks.tp_allreduce = h_tp_allreduce;
+    g->hooks.tp_allgather = h_tp_allgather;
+    g->hooks.tp_reduce_scatter = h_tp_reduce_scatter;
     *out = p;
     return ST_OK;
 oom:
@@ -456,7 +504,7 @@ void par_free(Par *p) {
     if (p->g && p->g->hooks.ctx == p) memset(&p->g->hooks, 0, sizeof p->g->hooks);
     free(p->off), free(p->len), free(p->blk), free(p->soff), free(p->seg_req0), free(p->seg_nreq);
     free(p->seg_gslot), free(p->req), free(p->pieces), free(p->ranges);
-    free(p->chunk_seg), free(p->chunk_start), free(p->partials);
+    free(p->chunk_seg), free(p->chunk_start), free(p->partials), free(p->repl);
     free(p);
 }
 
@@ -522,12 +570,17 @@ Status par_grad_norm(Par *p, double *norm, Err *err) {
     }
     double local = 0;
     for (size_t ci = 0; ci < p->nchunks; ci++) local += p->partials[ci];
+    for (int i = 0; i < p->nrepl; i++) { /* tp rank > 0: the replicated tensors count on rank 0 */
+        const float *gr = owned_grad(p, (int)p->repl[i][0]);
+        double acc = 0;
+        for (size_t x = p->repl[i][1]; x < p->repl[i][2]; x++) acc += (double)gr[x] * gr[x];
+        local -= acc;
+    }
     /* Fixed order across ranks: every rank adds the same per-rank sums in rank order. */
     double *all = calloc((size_t)p->c->world, sizeof(double));
     if (!all) return err_set(err, ST_ERR_RUNTIME, "out of memory (norm)");
     Status st = comm_allgather_f64(p->c, local, all, err);
     double sum = 0;
-    /* With tp = pp = 1 the world is the dp group; ranks are in dp order. */
     for (int i = 0; i < p->c->world; i++) sum += all[i];
     free(all);
     *norm = sqrt(sum);

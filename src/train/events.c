@@ -77,6 +77,8 @@ cJSON *events_config_json(const TrainConfig *c) {
     add_num(o, "seq_len", c->seq_len);
     add_num(o, "grad_accum", c->grad_accum);
     add_num(o, "dp", c->dp > 0 ? c->dp : 1);
+    add_num(o, "tp", c->tp > 0 ? c->tp : 1);
+    add_num(o, "sp", c->sp);
     add_num(o, "zero", c->zero);
     cJSON_AddStringToObject(o, "optimizer", optim_kind_name(c->optim.kind));
     add_num(o, "beta1", c->optim.beta1);

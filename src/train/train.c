@@ -155,11 +155,13 @@ typedef struct {
     MemStats mem;
     Loader train, val;
     Gpt g;
+    ParamLayout full;           /* tp > 1: the whole network's layout (checkpoints hold full shapes) */
     Par *par;                   /* parameters' shards, gradient collectives, moments, the update */
     Comm *comm;                 /* the process grid: the caller's, or own_comm */
     Comm *own_comm;             /* a single-process grid for callers that pass none */
     int dp, dp_rank, world;
-    int local;                  /* dp 1 at ZeRO 0: every tensor is whole on this rank */
+    int tp, tp_rank;            /* tensor-parallel group: this rank holds slice tp_rank of tp */
+    int local;                  /* dp 1, tp 1 at ZeRO 0: every tensor is whole on this rank */
     int32_t *inp, *tgt;         /* the step's k micro-batches, (k, B, T) */
     size_t batch_ints;
     double *step_ms;            /* wall time of each step, for the medians */
@@ -212,6 +214,7 @@ static void run_free(Run *r) {
     mem_free(&r->mem, MEM_DATA, r->tgt, r->batch_ints * sizeof(int32_t));
     par_free(r->par);
     gpt_free(&r->g);
+    layout_free(&r->full);
     loader_close(&r->train);
     loader_close(&r->val);
     cJSON_Delete(r->config);
@@ -236,17 +239,27 @@ static Status setup_grid(Run *r, Err *err) {
         if (st != ST_OK) return st;
         r->comm = r->own_comm;
     }
-    int dp = c->dp > 0 ? c->dp : r->comm->world;
-    Status st = comm_set_grid(r->comm, dp, 1, 1, err);
+    int tp = c->tp > 0 ? c->tp : 1, world = r->comm->world;
+    if (world % tp)
+        return err_set(err, ST_ERR_INPUT, "--tp %d: expected a divisor of the world size %d (ranks launched), found a "
+                       "remainder of %d", tp, world, world % tp);
+    if (c->sp && tp == 1) return err_set(err, ST_ERR_INPUT, "--sp: expected --tp > 1 (sequence parallelism splits "
+                                         "inside a tensor-parallel group), found --tp 1");
+    int dp = c->dp > 0 ? c->dp : world / tp;
+    Status st = comm_set_grid(r->comm, dp, tp, 1, err);
     if (st != ST_OK) return st;
     if (c->comm_timeout > 0) r->comm->timeout_s = c->comm_timeout;
     c->dp = r->dp = dp, r->dp_rank = r->comm->dp_rank, r->world = r->comm->world;
-    r->local = dp == 1 && c->zero == 0;
+    c->tp = r->tp = tp, r->tp_rank = r->comm->tp_rank;
+    r->local = dp == 1 && tp == 1 && c->zero == 0;
     if (c->ckpt_async && c->ckpt_dir[0] && !r->local)
         return err_set(err, ST_ERR_INPUT,
-                       "--ckpt-async: expected one rank at ZeRO 0, found dp %d at ZeRO %d (checkpoints of a sharded "
-                       "state are gathered to rank 0 and written synchronously; drop the flag)",
-                       dp, c->zero);
+                       "--ckpt-async: expected one rank at ZeRO 0, found dp %d x tp %d at ZeRO %d (checkpoints of a "
+                       "split state are gathered to rank 0 and written synchronously; drop the flag)",
+                       dp, tp, c->zero);
+    if (tp > 1 && c->sample_every > 0)
+        return err_set(err, ST_ERR_INPUT, "--sample-every %d: expected 0 with --tp %d (a sample needs the whole model on "
+                       "one rank; sample the saved weights with `scaletrain sample`)", c->sample_every, tp);
     r->by_rank = calloc((size_t)r->world, sizeof *r->by_rank);
     r->by_rank2 = calloc((size_t)r->world, sizeof *r->by_rank2);
     if (!r->by_rank || !r->by_rank2) return err_set(err, ST_ERR_RUNTIME, "out of memory");
@@ -267,6 +280,10 @@ static Status setup_data(Run *r, Err *err) {
                            c->data);
     }
     if ((st = model_config_validate(&c->model, err)) != ST_OK) return st;
+    if ((st = layout_tp_check(&c->model, r->tp, err)) != ST_OK) return st;
+    if (c->sp && ((long)c->micro_batch * c->seq_len) % r->tp)
+        return err_set(err, ST_ERR_INPUT, "--sp: expected --micro-batch x --seq-len = %d x %d divisible by --tp %d",
+                       c->micro_batch, c->seq_len, r->tp);
     if ((st = loader_check_vocab(&r->train, (uint32_t)c->model.vocab, err)) != ST_OK) return st;
     if (c->val_data[0]) {
         int vflags = c->no_pack ? LOADER_NO_PACK : 0;
@@ -350,6 +367,22 @@ static void run_staging_free(Run *r, float *p, int n) {
     mem_free(&r->mem, MEM_CKPT_STAGING, p, r->g.w.layout.total * sizeof(float) * (size_t)n);
 }
 
+/* tp > 1: n buffers of the whole network's layout (zeroed), and moving them to and from this
+ * rank's slices. */
+static float *run_staging_full(Run *r, int n) {
+    float *p = mem_alloc(&r->mem, MEM_CKPT_STAGING, r->full.total * sizeof(float) * (size_t)n);
+    if (p) memset(p, 0, r->full.total * sizeof(float) * (size_t)n);
+    return p;
+}
+static void run_staging_full_free(Run *r, float *p, int n) {
+    mem_free(&r->mem, MEM_CKPT_STAGING, p, r->full.total * sizeof(float) * (size_t)n);
+}
+static void slices_from_full(Run *r, float *local, const float *full, int n) {
+    for (int i = 0; i < n; i++)
+        layout_tp_copy(&r->g.w.layout, local + i * r->g.w.layout.total, &r->full, (float *)full + i * r->full.total, 0,
+                       1);
+}
+
 /* A progress bar for long checkpoint reads and writes: on a terminal, or for 256 MiB and more of
  * parameters in logs. NULL when none is wanted. */
 static Progress *run_ckpt_bar(Run *r, Progress *bar, const char *what) {
@@ -370,15 +403,24 @@ static Status run_load_ckpt(Run *r, const char *path, CkptMeta *meta, Err *err) 
         return st;
     }
     int nv = par_moment(r->par, 1) ? 1 : 0;
-    float *buf = run_staging(r, 2 + nv);
-    if (!buf) return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
-    size_t n = r->g.w.layout.total;
+    float *buf = run_staging(r, 2 + nv), *fbuf = r->tp > 1 ? run_staging_full(r, 2 + nv) : NULL;
+    if (!buf || (r->tp > 1 && !fbuf)) {
+        run_staging_free(r, buf, 2 + nv);
+        return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
+    }
+    /* tp > 1: the checkpoint's full tensors, then this rank's slices of them. */
+    size_t n = r->tp > 1 ? r->full.total : r->g.w.layout.total;
+    float *rd = r->tp > 1 ? fbuf : buf;
     GptWeights view = r->g.w;
-    view.params = buf;
-    CkptOptState opt = {buf + n, nv ? buf + 2 * n : NULL, NULL};
+    view.params = rd;
+    if (r->tp > 1) view.layout = r->full;
+    CkptOptState opt = {rd + n, nv ? rd + 2 * n : NULL, NULL};
     Status st = ckpt_load_progress(path, &view, &opt, meta, fn, pb, err);
-    if (st == ST_OK) par_set_full(r->par, buf, opt.m, opt.v);
+    size_t nl = r->g.w.layout.total;
+    if (st == ST_OK && r->tp > 1) slices_from_full(r, buf, fbuf, 2 + nv);
+    if (st == ST_OK) par_set_full(r->par, buf, buf + nl, nv ? buf + 2 * nl : NULL);
     run_staging_free(r, buf, 2 + nv);
+    if (fbuf) run_staging_full_free(r, fbuf, 2 + nv);
     return st;
 }
 
@@ -415,6 +457,22 @@ static Status resume_load(Run *r, Err *err) {
 /* Initial weights: seeded, or --init-from (path non-NULL). Every element depends on (seed, tensor,
  * index) only, so every grid starts from the same weights. */
 static Status run_init_weights(Run *r, const char *path, Err *err) {
+    if (r->tp > 1) { /* the whole network's weights, then this rank's slices */
+        float *full = run_staging_full(r, 1), *mine = run_staging(r, 1);
+        Status st = ST_OK;
+        if (!full || !mine) st = err_set(err, ST_ERR_RUNTIME, "out of memory (initial weights)");
+        GptWeights view = r->g.w;
+        view.layout = r->full, view.params = full;
+        if (st == ST_OK && path) st = ckpt_init_from(&view, path, err);
+        else if (st == ST_OK) gpt_init_params_buf(&r->full, full, r->cfg.seed, r->g.s.nt);
+        if (st == ST_OK) {
+            slices_from_full(r, mine, full, 1);
+            par_set_full(r->par, mine, NULL, NULL);
+        }
+        if (full) run_staging_full_free(r, full, 1);
+        if (mine) run_staging_free(r, mine, 1);
+        return st;
+    }
     if (r->cfg.zero < 3) {
         if (!path) gpt_init_params(&r->g, r->cfg.seed);
         Status st = path ? ckpt_init_from(&r->g.w, path, err) : ST_OK;
@@ -442,9 +500,12 @@ static Status setup_model(Run *r, Err *err) {
     GptOptions go = gpt_default_options();
     go.B = B, go.T = T, go.threads = nt, go.recompute = c->recompute;
     go.precision = c->fp16 ? GPT_FP16 : c->bf16 ? GPT_BF16 : GPT_FP32;
+    go.tp = r->tp, go.tp_rank = r->tp_rank, go.sp = c->sp;
     par_gpt_options(r->dp, c->zero, &go);
     Status st = gpt_init(&r->g, &c->model, &go, &r->mem, err);
     if (st != ST_OK) return st;
+    if (r->tp > 1 && layout_init(&r->full, &c->model, 1) != 0)
+        return err_set(err, ST_ERR_RUNTIME, "out of memory (the full layout)");
     ParOptions po = par_default_options();
     po.zero = c->zero, po.overlap = !c->no_overlap, po.n_moments = optim_num_moments(&c->optim), po.nt = nt;
     if ((st = par_init(&r->par, r->comm, &r->g, &po, &r->mem, err)) != ST_OK) return st;
@@ -499,7 +560,7 @@ static Status setup_accounting(Run *r, Err *err) {
     PlanInput pi = plan_default_input();
     plan_model_from_config(&pi.model, &c->model);
     pi.micro_batch = B, pi.seq_len = T, pi.grad_accum = k, pi.threads = nt;
-    pi.dp = r->dp, pi.zero = c->zero, pi.overlap = !c->no_overlap;
+    pi.dp = r->dp, pi.tp = r->tp, pi.sp = c->sp, pi.zero = c->zero, pi.overlap = !c->no_overlap;
     pi.n_moments = optim_num_moments(&c->optim);
     pi.recompute = (PlanRecompute)c->recompute;
     if (c->have_hw) pi.hw = c->hw; /* a measured profile (plan --measure-hardware) */
@@ -550,8 +611,8 @@ static Status announce(Run *r, Err *err) {
         se.plan_mfu = r->plan.compute.mfu, se.plan_num_params = (double)r->plan.n_params;
         se.plan_memory_total = r->plan.mem.total;
     }
-    layout_memory_plan(&c->model, B, T, nt, c->recompute, c->fp16 ? 2 : c->bf16 ? 1 : 0,
-                       optim_num_moments(&c->optim), se.planned);
+    memset(se.planned, 0, sizeof se.planned);
+    layout_run_bytes(&c->model, B, T, nt, c->recompute, c->fp16 ? 2 : c->bf16 ? 1 : 0, r->tp, c->sp, se.planned);
     static const MemCategory cats[4] = {MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_MOMENTS};
     for (int i = 0; i < 4; i++) se.planned[cats[i]] = state[cats[i]];
     ev_start(&r->log, &se);
@@ -619,19 +680,33 @@ static void signals_restore(Run *r) {
 static Status run_save_gathered(Run *r, const CkptMeta *meta, const CkptOptions *o, CkptSaveInfo *info,
                                 const char *out_dir, Err *err) {
     int nv = par_moment(r->par, 1) ? 1 : 0, nb = out_dir ? 1 : 2 + nv;
-    float *buf = run_staging(r, nb);
-    if (!buf) return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
+    float *buf = run_staging(r, nb), *fbuf = r->tp > 1 ? run_staging_full(r, nb) : NULL;
+    if (!buf || (r->tp > 1 && !fbuf)) {
+        run_staging_free(r, buf, nb);
+        return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
+    }
     size_t n = r->g.w.layout.total;
-    CkptOptState opt = {out_dir ? NULL : buf + n, out_dir || !nv ? NULL : buf + 2 * n, NULL};
-    Status st = par_get_full(r->par, buf, opt.m, opt.v, err);
+    Status st = par_get_full(r->par, buf, out_dir ? NULL : buf + n, out_dir || !nv ? NULL : buf + 2 * n, err);
+    float *wr = buf;
+    if (st == ST_OK && r->tp > 1) {
+        /* Full tensors: each tp rank writes its slices into zeros (tp rank 0 the replicated
+         * tensors too) and the tp group sums them. */
+        for (int i = 0; i < nb; i++)
+            layout_tp_copy(&r->g.w.layout, buf + i * n, &r->full, fbuf + i * r->full.total, 1, r->tp_rank == 0);
+        st = comm_tp_allreduce_f32(r->comm, fbuf, (size_t)nb * r->full.total, COMM_SUM, err);
+        wr = fbuf, n = r->full.total;
+    }
     int64_t fail = 0;
     if (st == ST_OK && r->comm->rank == 0) {
         GptWeights view = r->g.w;
-        view.params = buf;
+        if (r->tp > 1) view.layout = r->full;
+        view.params = wr;
+        CkptOptState opt = {out_dir ? NULL : wr + n, out_dir || !nv ? NULL : wr + 2 * n, NULL};
         st = out_dir ? st_save_hf(&view, out_dir, r->cfg.tokenizer, err) : ckpt_save(&view, &opt, meta, o, info, err);
         fail = st != ST_OK;
     }
     run_staging_free(r, buf, nb);
+    if (fbuf) run_staging_full_free(r, fbuf, nb);
     Err e2;
     Status st2 = comm_allreduce_i64(r->comm, &fail, 1, COMM_MAX, &e2);
     if (st != ST_OK) return st;
@@ -666,7 +741,7 @@ static Status save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info,
     meta.loader = loader_get_state(&r->train);
     snprintf(meta.optimizer, sizeof meta.optimizer, "%s", optim_kind_name(c->optim.kind));
     meta.optim_step = step;
-    meta.dp = r->dp, meta.tp = 1, meta.pp = 1, meta.zero = c->zero;
+    meta.dp = r->dp, meta.tp = r->tp, meta.pp = 1, meta.zero = c->zero;
     ckpt_meta_set_rng(&meta, "init_seed", c->seed);
     ckpt_meta_set_rng(&meta, "data_seed", c->data_seed);
     ckpt_meta_set_rng(&meta, "dropout_seed", r->g.s.dropout_seed);
@@ -784,8 +859,8 @@ static Status step_data(Run *r, Step *s, Err *err) {
     if (r->attempt == c->debug_spike_step) /* test hook: a corrupted batch (random targets) */
         for (size_t i = 0; i < r->batch_ints; i++)
             r->tgt[i] = (int32_t)rng_below(99, 0xbad, i, (uint64_t)c->model.vocab);
-    long ntok = 0;
-    for (size_t i = 0; i < r->batch_ints; i++) ntok += r->tgt[i] >= 0;
+    long ntok = 0; /* counted once per dp replica: its tp ranks share the batch */
+    for (size_t i = 0; i < r->batch_ints && r->tp_rank == 0; i++) ntok += r->tgt[i] >= 0;
     s->comm_ms0 = r->comm->stats.wait_ms_total, s->comm_b0 = comm_bytes_total(r->comm);
     int64_t v[2] = {ntok, g_stop_signal != 0};
     Status st = comm_allreduce_i64(r->comm, v, 2, COMM_SUM, err);
@@ -823,7 +898,8 @@ static void step_micro_batches(Run *r, Step *s) {
 static Status step_grads(Run *r, Step *s, Err *err) {
     const TrainConfig *c = &r->cfg;
     Status st = par_grads_finish(r->par, err);
-    double sums[2] = {s->loss_sum, s->gemm_st != ST_OK};
+    /* Every tp rank computed the whole loss of its replica's batch: tp rank 0 contributes it. */
+    double sums[2] = {r->tp_rank == 0 ? s->loss_sum : 0.0, s->gemm_st != ST_OK};
     if (st == ST_OK) st = comm_allreduce_f64(r->comm, sums, 2, COMM_SUM, err);
     if (st != ST_OK) return st;
     if (s->gemm_st != ST_OK) return *err = s->gemm_err, s->gemm_st;

@@ -76,6 +76,8 @@ typedef struct {
     Comm *comm;              /* the process grid (from comm_init; not owned) */
     int dp;                  /* data-parallel ranks (0: the world size); dp × tp × pp must be the world */
     int zero;                /* ZeRO stage 0..3 */
+    int tp;                  /* tensor-parallel ranks (0, 1: none): Megatron's layer splits */
+    int sp;                  /* sequence parallelism inside the tp group (needs tp > 1) */
     double comm_timeout;     /* > 0: a collective not done after this many seconds ends the job */
     int no_overlap;          /* start gradient collectives only after the backward pass (measurement) */
     long stop_after;         /* > 0: stop after this step as if preempted (checkpoint, clean exit); for
