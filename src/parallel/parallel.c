@@ -70,6 +70,10 @@ struct Par {
     long kill_step;
     float grad_fault; /* test hook ST_PAR_TEST_GRAD_SCALE=F: reduced gradients times F (a sum-vs-mean
                          fault that Adam and clipping hide from the losses; 0 = off) */
+    int tp_fault;     /* test hook ST_PAR_TEST_TP_FAULT=1: the tp all-reduces of the backward pass are
+                         skipped (Megatron's f operator missing: the forward, and so the first
+                         loss, stay right; every gradient below the head is wrong) */
+    int in_bwd;       /* between the backward's first hook and the next forward */
     Status hook_st;
     Err hook_err;
 };
@@ -243,6 +247,7 @@ static void ensure_params(Par *p, int s, int next) {
 
 static void h_before_forward(void *ctx, int s) {
     Par *p = ctx;
+    p->in_bwd = 0;
     if (p->zero >= 3) {
         if (s == 0) {
             /* wte is also the LM head: the embedding segment stays gathered until the update. */
@@ -276,6 +281,7 @@ static void h_before_forward(void *ctx, int s) {
 
 static void h_before_backward(void *ctx, int s) {
     Par *p = ctx;
+    p->in_bwd = 1;
     progress(p);
     if (p->zero >= 3 && s >= 1) ensure_params(p, s, s - 1);
     if (p->zero >= 2 && s >= 1) {
@@ -323,6 +329,7 @@ static void h_grads_ready(void *ctx, int s) {
  * par_grads_finish and the model runs on with garbage, as after a failed GEMM). */
 static void h_tp_allreduce(void *ctx, float *buf, size_t n, int max) {
     Par *p = ctx;
+    if (p->tp_fault && p->in_bwd) return;
     Err e;
     Status st = comm_tp_allreduce_f32(p->c, buf, n, max ? COMM_MAX : COMM_SUM, &e);
     if (st != ST_OK) hook_fail(p, st, &e);
@@ -471,6 +478,8 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
     if (!kill || sscanf(kill, "%d:%ld", &p->kill_rank, &p->kill_step) != 2) p->kill_step = 0;
     const char *fault = getenv("ST_PAR_TEST_GRAD_SCALE");
     p->grad_fault = fault ? strtof(fault, NULL) : 0.0f;
+    const char *tpf = getenv("ST_PAR_TEST_TP_FAULT");
+    p->tp_fault = tpf && atoi(tpf) == 1;
     g->hooks.ctx = p;
     g->hooks.before_forward = h_before_forward;
     g->hooks.before_backward = h_before_backward;

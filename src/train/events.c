@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm.h"
 #include "core/peak.h"
 #include "model/layout.h"
 #include "model/matmul.h"
@@ -204,6 +205,10 @@ void ev_step(EventLog *lg, const StepEvent *e) {
     add_num(o, "elapsed_s", e->elapsed_s);
     add_num(o, "eta_s", e->eta_s);
     add_num(o, "comm_bytes", e->comm_bytes);
+    if (e->comm_bytes_by_kind) {
+        cJSON *k = cJSON_AddObjectToObject(o, "comm_bytes_by_kind");
+        for (int i = 0; i < COMM_NKIND; i++) add_num(k, comm_kind_name((CommKind)i), e->comm_bytes_by_kind[i]);
+    }
     add_num(o, "step_ms_max", e->step_ms_max);
     add_num(o, "step_ms_median", e->step_ms_median);
     cJSON *tm = cJSON_AddObjectToObject(o, "time_ms");
@@ -212,6 +217,8 @@ void ev_step(EventLog *lg, const StepEvent *e) {
     add_num(tm, "forward", e->ms_forward);
     add_num(tm, "backward", e->ms_backward);
     add_num(tm, "comm", e->ms_comm);
+    add_num(tm, "comm_dp", e->ms_comm_dp);
+    add_num(tm, "comm_tp", e->ms_comm_tp);
     add_num(tm, "optimizer", e->ms_optimizer);
     add_num(tm, "checkpoint", e->ms_checkpoint);
     emit(lg, o);

@@ -17,8 +17,10 @@
  *             rss_anon_above_baseline_by_rank[]
  *   step      step, batch, loss, lr, grad_norm, grad_norm_clipped, grad_norm_by_rank[], applied,
  *             loss_scale (fp16), tokens, tokens_seen, tokens_per_s, mfu, elapsed_s, eta_s,
- *             comm_bytes, step_ms_max, step_ms_median, time_ms{total, data, forward, backward,
- *             comm, optimizer, checkpoint}
+ *             comm_bytes, comm_bytes_by_kind{kind: bytes}, step_ms_max, step_ms_median,
+ *             time_ms{total, data, forward, backward, comm, comm_dp, comm_tp, optimizer,
+ *             checkpoint} (comm = comm_dp + comm_tp: exposed waits in the dp/world collectives and
+ *             in the tensor-parallel ones; the kinds are comm_kind_name's)
  *   val       step, loss, perplexity, time_ms
  *   spike | nonfinite   step, batch, metric, value, median, z, action, tokens_seen
  *   stall     step, why
@@ -95,7 +97,8 @@ typedef struct {
     int world, applied, fp16;
     double loss_scale, tokens, tokens_seen, tokens_per_s, mfu, elapsed_s, eta_s;
     double comm_bytes, step_ms_max, step_ms_median;
-    double ms_total, ms_data, ms_forward, ms_backward, ms_comm, ms_optimizer, ms_checkpoint;
+    const double *comm_bytes_by_kind; /* COMM_NKIND entries (NULL: omitted) */
+    double ms_total, ms_data, ms_forward, ms_backward, ms_comm, ms_comm_dp, ms_comm_tp, ms_optimizer, ms_checkpoint;
 } StepEvent;
 void ev_step(EventLog *lg, const StepEvent *e);
 

@@ -838,6 +838,7 @@ typedef struct {
     int stop;                   /* a stop signal reached some rank (agreed by all) */
     double t0, t1, t2, t3;      /* start; data ready; gradients reduced; update applied */
     double comm_ms0, comm_b0;   /* communication counters at the start */
+    CommStats cs0;
     double loss_sum, loss, norm;
     float lscale, scale, lr;    /* fp16 loss scale (1 otherwise), clip factor, learning rate */
     int overflow, updated, rolled_back, last, stopping;
@@ -861,7 +862,7 @@ static Status step_data(Run *r, Step *s, Err *err) {
             r->tgt[i] = (int32_t)rng_below(99, 0xbad, i, (uint64_t)c->model.vocab);
     long ntok = 0; /* counted once per dp replica: its tp ranks share the batch */
     for (size_t i = 0; i < r->batch_ints && r->tp_rank == 0; i++) ntok += r->tgt[i] >= 0;
-    s->comm_ms0 = r->comm->stats.wait_ms_total, s->comm_b0 = comm_bytes_total(r->comm);
+    s->comm_ms0 = r->comm->stats.wait_ms_total, s->comm_b0 = comm_bytes_total(r->comm), s->cs0 = r->comm->stats;
     int64_t v[2] = {ntok, g_stop_signal != 0};
     Status st = comm_allreduce_i64(r->comm, v, 2, COMM_SUM, err);
     s->ntok = (long)v[0], s->stop = v[1] > 0;
@@ -1081,7 +1082,12 @@ static Status step_report(Run *r, Step *s, Err *err) {
                s->ckpt_ms > 0 ? " | ckpt" : "", s->updated ? "" : " | not applied");
         fflush(stdout);
     }
-    double comm_ms = r->comm->stats.wait_ms_total - s->comm_ms0;
+    double comm_ms = r->comm->stats.wait_ms_total - s->comm_ms0, by_kind[COMM_NKIND], tp_ms = 0;
+    for (int k = 0; k < COMM_NKIND; k++) {
+        by_kind[k] = (double)(r->comm->stats.bytes[k] - s->cs0.bytes[k]);
+        if (k == COMM_TP_ALLREDUCE || k == COMM_TP_ALLGATHER || k == COMM_TP_REDUCE_SCATTER)
+            tp_ms += r->comm->stats.wait_ms[k] - s->cs0.wait_ms[k];
+    }
     StepEvent e = {.step = s->next, .batch = r->attempt, .loss = s->loss, .lr = s->lr, .grad_norm = s->norm,
                    .grad_norm_clipped = s->norm * s->scale, .grad_norm_by_rank = r->by_rank, .world = r->world,
                    .applied = s->updated, .fp16 = c->fp16, .loss_scale = s->lscale, .tokens = (double)s->ntok,
@@ -1089,7 +1095,8 @@ static Status step_report(Run *r, Step *s, Err *err) {
                    .elapsed_s = elapsed, .eta_s = eta, .comm_bytes = comm_bytes_total(r->comm) - s->comm_b0,
                    .step_ms_max = mx, .step_ms_median = median(r->by_rank2, r->world), .ms_total = dt,
                    .ms_data = s->t1 - s->t0, .ms_forward = r->g.s.ms_fwd, .ms_backward = (s->t2 - s->t1) - r->g.s.ms_fwd,
-                   .ms_comm = comm_ms, .ms_optimizer = s->t3 - s->t2, .ms_checkpoint = s->ckpt_ms};
+                   .ms_comm = comm_ms, .ms_comm_dp = comm_ms - tp_ms, .ms_comm_tp = tp_ms,
+                   .comm_bytes_by_kind = by_kind, .ms_optimizer = s->t3 - s->t2, .ms_checkpoint = s->ckpt_ms};
     ev_step(&r->log, &e);
     return ST_OK;
 }
