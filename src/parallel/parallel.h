@@ -1,8 +1,15 @@
-/* parallel.h — data parallelism over the dp group of a Comm, with ZeRO stages 0–3 (issue 6).
+/* parallel.h — data parallelism over the dp group of a Comm, with ZeRO stages 0–3 (issue 6), and
+ * the tensor-parallel collectives of a model slice (issue 13).
  *
  * The model knows nothing of communication: par_init installs the Gpt's hooks (gpt.h) and from
  * them starts, progresses and finishes the collectives of a step. Design and memory formulas:
  * docs/parallel.md.
+ *
+ * Tensor parallelism. A model built with GptOptions.tp = c->tp, tp_rank = c->tp_rank holds a slice
+ * (layout_init_tp); everything below then works on that slice's layout over the dp group (ZeRO
+ * shards a tp slice over the ranks with the same tp coordinate), and par_init also installs the
+ * tp_* hooks on comm_tp_*. The global gradient norm counts the tensors every tp rank holds whole
+ * (LayerNorms, wpe, row-parallel biases) once.
  *
  * Ownership. The layout is built with shard_multiple = dp, so segment s (0 embeddings, 1..L
  * blocks, L+1 final norm) of length len[s] splits into dp blocks of blk[s] = len[s]/dp floats;

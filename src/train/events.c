@@ -171,6 +171,8 @@ void ev_memory(EventLog *lg, const MemoryEvent *e) {
     }
     add_num(o, "zero", e->zero);
     add_num(o, "dp", e->dp);
+    add_num(o, "tp", e->tp);
+    add_num(o, "sp", e->sp);
     cJSON_AddBoolToObject(o, "planned_equals_measured", e->match);
     emit(lg, o);
 }

@@ -11,7 +11,7 @@
  *             resume{requested, found, checkpoint, note}, plan{step_ms, tokens_per_s, mfu,
  *             num_params, memory_total}, memory_planned{category: bytes}
  *   memory    (at start) measured{category: bytes}, planned{4 state categories}, measured_by_rank
- *             {category: [bytes per rank]}, zero, dp, planned_equals_measured
+ *             {category: [bytes per rank]}, zero, dp, tp, sp, planned_equals_measured
  *   memory    (after the first step) step, measured{category}, allocated_total,
  *             rss_anon_above_baseline, rss_unaccounted, allocated_total_by_rank[],
  *             rss_anon_above_baseline_by_rank[]
@@ -77,7 +77,7 @@ typedef struct {
     size_t measured[MEM_NCAT];
     size_t planned[MEM_NCAT];            /* per rank: parameters, gradients, master, moments */
     const double *by_rank[4];            /* each rank's bytes of those four categories */
-    int world, dp, zero, match;
+    int world, dp, tp, sp, zero, match;
 } MemoryEvent;
 void ev_memory(EventLog *lg, const MemoryEvent *e);
 

@@ -618,7 +618,7 @@ static Status announce(Run *r, Err *err) {
     ev_start(&r->log, &se);
 
     /* Planned against measured state bytes on every rank. */
-    MemoryEvent me = {.world = r->world, .dp = r->dp, .zero = c->zero, .match = 1};
+    MemoryEvent me = {.world = r->world, .dp = r->dp, .tp = r->tp, .sp = c->sp, .zero = c->zero, .match = 1};
     memcpy(me.measured, r->mem.bytes, sizeof me.measured);
     memcpy(me.planned, state, sizeof me.planned);
     double *all = calloc((size_t)r->world * 4, sizeof *all);
@@ -632,9 +632,9 @@ static Status announce(Run *r, Err *err) {
     if (st == ST_OK) ev_memory(&r->log, &me);
     free(all);
     if (st == ST_OK && r->world > 1 && !c->quiet)
-        printf("memory per rank (dp %d, ZeRO %d): params %.2f MiB, grads %.2f MiB, moments %.2f MiB planned; measured "
-               "on every rank %s\n",
-               r->dp, c->zero, state[MEM_PARAMS] / 1048576.0, state[MEM_GRADS] / 1048576.0,
+        printf("memory per rank (dp %d, tp %d%s, ZeRO %d): params %.2f MiB, grads %.2f MiB, moments %.2f MiB planned; "
+               "measured on every rank %s\n",
+               r->dp, r->tp, c->sp ? " + sp" : "", c->zero, state[MEM_PARAMS] / 1048576.0, state[MEM_GRADS] / 1048576.0,
                state[MEM_MOMENTS] / 1048576.0, me.match ? "equal" : "DIFFERENT (see the memory event)");
     return st;
 }
