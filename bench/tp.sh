@@ -52,7 +52,8 @@ for cfg in B C; do
     read -r name L NH C V B T _ <<<"$line"
     [[ $name == "$cfg" ]] && break
   done
-  shape="--layers $L --heads $NH --channels $C --vocab $V --max-seq-len $T --seq-len $T --micro-batch $B"
+  vocab="--vocab $V"; ((V < 257)) && vocab="" # the bytes shards record 257 ids: config C uses theirs
+  shape="--layers $L --heads $NH --channels $C $vocab --max-seq-len $T --seq-len $T --micro-batch $B"
   common="train $shape --steps $steps --val-every 0 --quiet --peak-gflops 100"
   for mode in one tp2 tp2sp; do : >"$tmp/$mode.ms"; : >"$tmp/$mode.comm"; : >"$tmp/$mode.bytes"; done
   for ((r = 0; r < rounds; r++)); do
