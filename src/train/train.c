@@ -290,6 +290,12 @@ static Status setup_data(Run *r, Err *err) {
         if ((st = loader_open(&r->val, c->val_data, c->seq_len, (uint32_t)c->model.vocab, c->tokenizer_hash, 0, vflags,
                               err)) != ST_OK)
             return st;
+        /* --sp splits every forward's rows over tp; a validation set shorter than one micro-batch
+         * runs a smaller one, which must split too. */
+        if (c->sp && r->val.nwin < (uint64_t)c->micro_batch && (r->val.nwin * (uint64_t)c->seq_len) % (uint64_t)r->tp)
+            return err_set(err, ST_ERR_INPUT, "--val-data %s: with --sp, expected at least --micro-batch %d rows or a "
+                           "row count x --seq-len divisible by --tp %d, found %llu rows", c->val_data, c->micro_batch,
+                           r->tp, (unsigned long long)r->val.nwin);
     }
     c->sched.total = c->steps;
     if ((st = health_validate_options(&c->health, err)) != ST_OK) return st;
