@@ -20,7 +20,8 @@
  *             comm_bytes, comm_bytes_by_kind{kind: bytes}, step_ms_max, step_ms_median,
  *             time_ms{total, data, forward, backward, comm, comm_dp, comm_tp, optimizer,
  *             checkpoint} (comm = comm_dp + comm_tp: exposed waits in the dp/world collectives and
- *             in the tensor-parallel ones; the kinds are comm_kind_name's)
+ *             in the tensor-parallel ones; the kinds are comm_kind_name's; a checkpoint save's
+ *             gathers are left out of the step's communication: they are its checkpoint time)
  *   val       step, loss, perplexity, time_ms
  *   spike | nonfinite   step, batch, metric, value, median, z, action, tokens_seen
  *   stall     step, why

@@ -1031,8 +1031,18 @@ static Status step_checkpoint(Run *r, Step *s, Err *err) {
     int due = s->updated && c->ckpt_every > 0 && r->step % c->ckpt_every == 0;
     if (!c->ckpt_dir[0] || s->rolled_back || !(s->last || s->stopping || due)) return ST_OK;
     CkptSaveInfo info;
+    CommStats before = r->comm->stats;
     Status st = save_checkpoint(r, r->step, &s->ckpt_ms, &info, err);
     if (st != ST_OK) return st;
+    /* A save's gathers are the checkpoint's cost (time_ms.checkpoint), not the step's: the step
+     * record's communication leaves them out. */
+    const CommStats *now = &r->comm->stats;
+    for (int k = 0; k < COMM_NKIND; k++) {
+        s->cs0.bytes[k] += now->bytes[k] - before.bytes[k];
+        s->cs0.wait_ms[k] += now->wait_ms[k] - before.wait_ms[k];
+        s->comm_b0 += (double)(now->bytes[k] - before.bytes[k]);
+    }
+    s->comm_ms0 += now->wait_ms_total - before.wait_ms_total;
     ev_ckpt(&r->log, r->step, s->ckpt_ms, r->async ? NULL : info.path, (double)info.bytes, info.pruned);
     /* Young/Daly needs the full write time: for async saves, the background write's. */
     if (!r->async) note_write_time(r, &info);
