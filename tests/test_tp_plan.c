@@ -12,7 +12,11 @@
  *                                            in 2 bytes, their backward re-gather; 2 LayerNorm gradients)
  *              --sp, fp32                    10·N·C·(t-1)/t·4 + 32·C·(t-1)/t (the re-gathers in 4 bytes)
  *            exact (integers). Negative control: the --sp fp32 layer against the textbook form
- *            without the re-gathers differs.
+ *            without the re-gathers differs. And one tp rank's activation bytes per layer
+ *            (layout_activations_tp) against docs/plan.md's closed forms: tp sbh(16 + 48/t) + 16sb +
+ *            4sba/t (fp32), sbh(12 + 40/t) + ... (bf16); tp+sp (sbh/t)(64 + (16 + 4a)/h) (fp32),
+ *            (sbh/t)(52 + ...) (bf16), selective (sbh/t)(40 + ...), full 4sbh/t. Negative control:
+ *            Korthikanti's form in 4-byte elements differs.
  *   runs     `scaletrain train` under mpirun, 3 steps of a small model (L=2, 4 heads, C=32, V=97,
  *            B=2, T=32, accumulation 4) at tp 2, tp 2 --sp, dp 2 × tp 2 ZeRO 1, tp 2 bf16 --sp and
  *            tp 2 --recompute full. Oracles: the trainer's own counters.
@@ -93,6 +97,40 @@ static void formula(void) {
              "%s", ok ? "exact" : detail);
     tu_check(caught, "negative control: --sp fp32 against the form without the LayerNorm re-gathers differs",
              "%s", caught ? "differs for t=2,4,8" : "equal");
+
+    /* Activation bytes per layer of one tp rank (layout_activations_tp, what gpt_init allocates)
+     * against docs/plan.md's closed forms in s, b, h, a, t (here N = sb rows): */
+    int aok = 1, korth_caught = 1;
+    char ad[256] = "";
+    for (int i = 0; i < 3; i++) {
+        int t = tps[i], a = 8;
+        ModelConfig c = {2, a, C, 1000, 0, T, 0};
+        Err e;
+        model_config_validate(&c, &e);
+        double N = (double)B * T, h = C, sbh = N * h, sb = N;
+        struct { const char *what; int rc, bf16, sp; double want; } A[6] = {
+            {"tp fp32", RECOMPUTE_NONE, 0, 0, sbh * (16 + 48.0 / t) + 16 * sb + 4 * sb * a / t},
+            {"tp bf16", RECOMPUTE_NONE, 1, 0, sbh * (12 + 40.0 / t) + 16 * sb + 4 * sb * a / t},
+            {"tp+sp fp32", RECOMPUTE_NONE, 0, 1, sbh / t * (64 + (16 + 4.0 * a) / h)},
+            {"tp+sp bf16", RECOMPUTE_NONE, 1, 1, sbh / t * (52 + (16 + 4.0 * a) / h)},
+            {"tp+sp selective fp32", RECOMPUTE_SELECTIVE, 0, 1, sbh / t * (40 + (16 + 4.0 * a) / h)},
+            {"tp+sp full", RECOMPUTE_FULL, 0, 1, 4 * sbh / t},
+        };
+        for (int k = 0; k < 6; k++) {
+            double got = 4.0 * layout_activations_tp(&c, B, T, 1, (Recompute)A[k].rc, A[k].bf16, t, A[k].sp).per_layer;
+            if (got != A[k].want && aok) {
+                snprintf(ad, sizeof ad, "t=%d %s: %.0f bytes, closed form %.0f", t, A[k].what, got, A[k].want);
+                aok = 0;
+            }
+        }
+        /* Negative control: Korthikanti's (sbh/t)(34 + 5as/h) in 4-byte elements, (sbh/t)(66 + 9as/h). */
+        double sp32 = 4.0 * layout_activations_tp(&c, B, T, 1, RECOMPUTE_NONE, 0, t, 1).per_layer;
+        korth_caught &= sp32 != sbh / t * (66 + 9.0 * a * T / h);
+    }
+    tu_check(aok, "activation bytes per layer (layout_activations_tp) == docs/plan.md's closed forms (t=2,4,8)", "%s",
+             aok ? "exact: tp, tp+sp in fp32 and bf16, selective and full recompute" : ad);
+    tu_check(korth_caught, "negative control: Korthikanti's (sbh/t)(66 + 9as/h) (4-byte elements) differs from ours",
+             "%s", korth_caught ? "differs for t=2,4,8" : "equal");
 }
 
 /* ---------------------------------------------------------------- runs */
