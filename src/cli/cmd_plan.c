@@ -142,7 +142,7 @@ static void print_review(const PlanInput *in, const PlanResult *r) {
                fmt_time(c, sizeof c, r->comm.zero_time), r->comm.dp_inter ? "inter-node" : "intra-node");
     if (in->tp > 1 && r->comm.tp_exact)
         printf("  TP collectives of our trainer: %s (all-reduce %s, all-gather %s, reduce-scatter %s), %s (%s); "
-               "textbook 8bsh(t-1)/t per layer: %s\n",
+               "textbook 8bsh(t-1)/t per layer x layers x micro-batches: %s\n",
                fmt_bytes(a, sizeof a, r->comm.tp_bytes), fmt_bytes(b, sizeof b, r->comm.by_kind[COMM_TP_ALLREDUCE]),
                fmt_bytes(c, sizeof c, r->comm.by_kind[COMM_TP_ALLGATHER]),
                fmt_bytes(d, sizeof d, r->comm.by_kind[COMM_TP_REDUCE_SCATTER]),
