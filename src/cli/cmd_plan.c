@@ -140,7 +140,15 @@ static void print_review(const PlanInput *in, const PlanResult *r) {
         printf("  ZeRO-%d reduce-scatter %s + all-gather %s: %s (%s)\n", in->zero,
                fmt_bytes(a, sizeof a, r->comm.rs_bytes), fmt_bytes(b, sizeof b, r->comm.ag_bytes),
                fmt_time(c, sizeof c, r->comm.zero_time), r->comm.dp_inter ? "inter-node" : "intra-node");
-    if (in->tp > 1)
+    if (in->tp > 1 && r->comm.tp_exact)
+        printf("  TP collectives of our trainer: %s (all-reduce %s, all-gather %s, reduce-scatter %s), %s (%s); "
+               "textbook 8bsh(t-1)/t per layer x layers x micro-batches: %s\n",
+               fmt_bytes(a, sizeof a, r->comm.tp_bytes), fmt_bytes(b, sizeof b, r->comm.by_kind[COMM_TP_ALLREDUCE]),
+               fmt_bytes(c, sizeof c, r->comm.by_kind[COMM_TP_ALLGATHER]),
+               fmt_bytes(d, sizeof d, r->comm.by_kind[COMM_TP_REDUCE_SCATTER]),
+               fmt_time((char[64]){0}, 64, r->comm.tp_time), r->comm.tp_inter ? "inter-node" : "intra-node",
+               fmt_bytes((char[64]){0}, 64, r->comm.tp_megatron));
+    else if (in->tp > 1)
         printf("  TP all-reduces: %s, %s (%s)\n", fmt_bytes(a, sizeof a, r->comm.tp_bytes),
                fmt_time(b, sizeof b, r->comm.tp_time), r->comm.tp_inter ? "inter-node" : "intra-node");
     if (in->pp > 1)
@@ -257,6 +265,10 @@ static cJSON *json_plan(const PlanInput *in, const PlanResult *r) {
     cJSON_AddNumberToObject(jcat, mem_category_name(MEM_GRADS), r->mem.grads);
     cJSON_AddNumberToObject(jcat, mem_category_name(MEM_MASTER), r->mem.master);
     cJSON_AddNumberToObject(jcat, mem_category_name(MEM_MOMENTS), r->mem.moments);
+    if (r->act.exact_used) { /* our kernels' allocation (layout_run_bytes at tp > 1) */
+        cJSON_AddNumberToObject(jcat, mem_category_name(MEM_ACTIVATIONS), r->mem.activations);
+        cJSON_AddNumberToObject(jcat, mem_category_name(MEM_WORKSPACE), r->mem.workspace);
+    }
     cJSON *js = cJSON_AddArrayToObject(je, "fixes");
     for (int i = 0; i < r->nsuggest; i++) cJSON_AddItemToArray(js, cJSON_CreateString(r->suggest[i]));
     cJSON *ja = cJSON_AddObjectToObject(o, "activations");
@@ -314,11 +326,19 @@ static cJSON *json_plan(const PlanInput *in, const PlanResult *r) {
     cJSON_AddNumberToObject(jco, "zero_s", r->comm.zero_time);
     cJSON_AddNumberToObject(jco, "tp_bytes", r->comm.tp_bytes);
     cJSON_AddNumberToObject(jco, "tp_s", r->comm.tp_time);
+    cJSON_AddBoolToObject(jco, "tp_exact", r->comm.tp_exact);
+    cJSON_AddNumberToObject(jco, "tp_bytes_megatron_form", r->comm.tp_megatron);
     cJSON_AddNumberToObject(jco, "pp_bytes", r->comm.pp_bytes);
     cJSON_AddNumberToObject(jco, "pp_s", r->comm.pp_time);
     cJSON_AddBoolToObject(jco, "dp_inter_node", r->comm.dp_inter);
     cJSON_AddBoolToObject(jco, "tp_inter_node", r->comm.tp_inter);
     cJSON_AddBoolToObject(jco, "pp_inter_node", r->comm.pp_inter);
+    /* Our trainer's bytes per rank per step by collective kind, named as in its step record (a step
+     * after the first; plan_trainer_comm); absent for models or layouts it does not run. */
+    if (r->comm.by_kind_exact) {
+        cJSON *jk = cJSON_AddObjectToObject(o, "comm_bytes_by_kind");
+        for (int k = 0; k < COMM_NKIND; k++) cJSON_AddNumberToObject(jk, comm_kind_name((CommKind)k), r->comm.by_kind[k]);
+    }
     cJSON *jsc = cJSON_AddObjectToObject(o, "scaling");
     cJSON_AddNumberToObject(jsc, "tokens_per_param", r->tokens_per_param);
     cJSON_AddBoolToObject(jsc, "overtrained", r->overtrained);

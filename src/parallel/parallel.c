@@ -81,7 +81,7 @@ struct Par {
 ParOptions par_default_options(void) {
     ParOptions o;
     memset(&o, 0, sizeof o);
-    o.zero = 0, o.bucket_floats = (size_t)1 << 20, o.overlap = 1, o.n_moments = 2, o.nt = 1;
+    o.zero = 0, o.bucket_floats = PAR_DEFAULT_BUCKET_FLOATS, o.overlap = 1, o.n_moments = 2, o.nt = 1;
     return o;
 }
 
@@ -374,7 +374,7 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
     if (!p) return err_set(err, ST_ERR_RUNTIME, "out of memory (parallel state)");
     p->c = c, p->g = g, p->o = *o, p->mem = mem, p->pl = pl;
     p->dp = c->dp, p->r = c->dp_rank, p->zero = o->zero, p->nseg = pl->nseg, p->L = g->w.cfg.n_layer;
-    if (p->o.bucket_floats == 0) p->o.bucket_floats = (size_t)1 << 20;
+    if (p->o.bucket_floats == 0) p->o.bucket_floats = PAR_DEFAULT_BUCKET_FLOATS;
     if (p->o.nt < 1) p->o.nt = 1;
     int ns = p->nseg, ok = 1;
     p->off = calloc((size_t)ns, sizeof(size_t)), p->len = calloc((size_t)ns, sizeof(size_t));

@@ -48,9 +48,13 @@
 #include "model/layout.h"
 #include "optim/optim.h"
 
+/* The default bucket of stage 0's gradient all-reduce, in floats (4 MiB); plan_trainer_comm books the
+ * same buckets. */
+#define PAR_DEFAULT_BUCKET_FLOATS ((size_t)1 << 20)
+
 typedef struct {
     int zero;             /* ZeRO stage 0..3 */
-    size_t bucket_floats; /* largest all-reduce request of stage 0 (default 1 Mi floats = 4 MiB) */
+    size_t bucket_floats; /* largest all-reduce request of stage 0 (default PAR_DEFAULT_BUCKET_FLOATS) */
     int overlap;          /* 1 (default): start buckets from grads_ready; 0: start all after the
                              backward pass (for measuring how much overlap hides) */
     int n_moments;        /* optimizer moment buffers (optim_num_moments) */

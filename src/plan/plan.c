@@ -15,6 +15,7 @@
 #include <strings.h>
 
 #include "model/layout.h"
+#include "parallel/parallel.h"
 
 /* ================================================================ model ============== */
 
@@ -205,6 +206,99 @@ double plan_act_korthikanti(double s, double b, double h, double a, double f, do
     }
 }
 
+/* ---- our trainer's collectives (plan_trainer_comm) ---- */
+
+/* Books `times` calls of kind k on a buffer of `total` bytes over p ranks, as comm.c does: the
+ * ring formula per call (integer bytes), and for the tp kinds their α-β time. */
+typedef struct {
+    PlanCommKinds *o;
+    double bw, lat; /* the tp group's link */
+} CommBook;
+
+static void book(CommBook *b, CommKind k, uint64_t total, int p, double times) {
+    b->o->bytes[k] += times * (double)comm_ring_bytes(k, total, p);
+    b->o->calls[k] += times;
+    if (k == COMM_TP_ALLREDUCE) b->o->tp_time += times * plan_ring_allreduce((double)total, p, b->bw, b->lat);
+    else if (k == COMM_TP_ALLGATHER || k == COMM_TP_REDUCE_SCATTER)
+        b->o->tp_time += times * plan_ring_half((double)total, p, b->bw, b->lat);
+}
+
+Status plan_trainer_comm(const ModelConfig *cfg, const PlanTrainerStep *s, double bw_tp, double lat_tp,
+                         PlanCommKinds *out, Err *err) {
+    memset(out, 0, sizeof *out);
+    int t = s->tp < 1 ? 1 : s->tp, dp = s->dp < 1 ? 1 : s->dp, L = cfg->n_layer, world = dp * t;
+    Status st = layout_tp_check(cfg, t, err);
+    if (st != ST_OK) return st;
+    uint64_t N = (uint64_t)s->B * (uint64_t)s->T, C = (uint64_t)cfg->n_embd;
+    int sp = s->sp && t > 1;
+    if (sp && N % (uint64_t)t)
+        return err_set(err, ST_ERR_INPUT, "--sp: expected --micro-batch x --seq-len = %llu divisible by --tp %d",
+                       (unsigned long long)N, t);
+    CommBook b = {out, bw_tp, lat_tp};
+    double k = s->k, Lf = L, rerun = s->recompute == RECOMPUTE_FULL ? Lf : 0; /* blocks run forward again */
+    uint64_t NC4 = N * C * 4; /* the (N, C) fp32 buffer every tp collective of a block works on */
+    if (t > 1) {
+        if (!sp) {
+            /* Embedding, 2 per block forward, head input, 2 per block backward (+2 per rerun block). */
+            book(&b, COMM_TP_ALLREDUCE, NC4, t, k * (2 + 4 * Lf + 2 * rerun));
+        } else {
+            /* The LayerNorm outputs are gathered in their storage type: bf16 as half as many floats. */
+            uint64_t ln = s->precision == 1 ? N * C * 2 : NC4;
+            book(&b, COMM_TP_REDUCE_SCATTER, NC4, t, k * (2 + 4 * Lf + 2 * rerun));
+            book(&b, COMM_TP_ALLGATHER, ln, t, k * (4 * Lf + 2 * rerun)); /* forward and backward's re-gather */
+            book(&b, COMM_TP_ALLGATHER, NC4, t, k * (2 + 2 * Lf)); /* lnf, residual and embedding gradients */
+            book(&b, COMM_TP_ALLREDUCE, 2 * C * 4, t, k * (2 * Lf + 1)); /* LayerNorm weight + bias gradients */
+        }
+        /* The vocabulary-parallel loss: row max (m floats) and the two sums (2m) per head chunk. */
+        uint64_t chunk = (uint64_t)layout_head_chunk_rows(cfg, s->B, s->T);
+        for (uint64_t r0 = 0; r0 < N; r0 += chunk) {
+            uint64_t m = N - r0 < chunk ? N - r0 : chunk;
+            book(&b, COMM_TP_ALLREDUCE, m * 4, t, k);
+            book(&b, COMM_TP_ALLREDUCE, 2 * m * 4, t, k);
+        }
+    }
+    /* The dp group: segments of the tp slice's layout, split over dp (shard_multiple = dp). */
+    ParamLayout pl;
+    if (layout_init_tp(&pl, cfg, dp, t, 0) != 0) return err_set(err, ST_ERR_RUNTIME, "out of memory building the layout");
+    /* A reduce-scatter's bytes: in place, as an all-reduce of the whole segment on one node. */
+    CommKind rs_as = s->rs_as_allreduce && dp > 1 ? COMM_ALLREDUCE : COMM_REDUCE_SCATTER;
+    for (int g = 0; g < pl.nseg; g++) {
+        uint64_t len = pl.seg_off[g + 1] - pl.seg_off[g], len4 = len * 4;
+        if (s->zero == 0) {
+            for (uint64_t done = 0; done < len; done += PAR_DEFAULT_BUCKET_FLOATS) {
+                uint64_t n = len - done < PAR_DEFAULT_BUCKET_FLOATS ? len - done : PAR_DEFAULT_BUCKET_FLOATS;
+                book(&b, COMM_ALLREDUCE, n * 4, dp, 1);
+            }
+            continue;
+        }
+        /* comm_ireduce_scatter_f32 books under COMM_REDUCE_SCATTER whichever form runs. */
+        double rs = s->zero >= 2 ? k : 1;
+        out->bytes[COMM_REDUCE_SCATTER] += rs * (double)comm_ring_bytes(rs_as, len4, dp);
+        out->calls[COMM_REDUCE_SCATTER] += rs;
+        if (s->zero <= 2) {
+            book(&b, COMM_ALLGATHER, len4, dp, 1); /* the updated parameters after the optimizer */
+            continue;
+        }
+        /* ZeRO 3 (parallel.c's two gather slots, invalidated after each update): the first micro-batch
+         * gathers the embedding, blocks 1..L and the final norm forward and blocks L-1..1 backward (L
+         * and the final norm are still held); every later one finds blocks 1 and 2 held, so gathers
+         * 3..L+1 forward and L-1..1 backward. */
+        double first = g == 0 ? 1 : g <= L - 1 ? 2 : 1;   /* segment g in the first micro-batch */
+        double later = (g >= 3 ? 1 : 0) + (g >= 1 && g <= L - 1 ? 1 : 0);
+        book(&b, COMM_ALLGATHER, len4, dp, first + (k - 1) * later);
+    }
+    layout_free(&pl);
+    /* The world's scalars: token count and stop flag (2 int64), loss and GEMM flag (2 doubles); the
+     * all-gathers of one double each (comm_allgather_f64 books the ring all-gather of world doubles):
+     * the norm's partial sums, the per-rank norms, the step times, and in the first step the memory
+     * record's two. */
+    book(&b, COMM_SCALAR, 16, world, 2);
+    double gathers = 3 + (s->first_step ? 2 : 0);
+    out->bytes[COMM_SCALAR] += gathers * (double)comm_ring_bytes(COMM_ALLGATHER, 8 * (uint64_t)world, world);
+    out->calls[COMM_SCALAR] += gathers;
+    return ST_OK;
+}
+
 double plan_bubble(int p, int m, int v) {
     if (p <= 1 || m <= 0) return 0;
     if (v < 1) v = 1;
@@ -390,11 +484,22 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
     int Lp = r->layers_per_device;
     r->layout_floats = r->n_params;
     double layer_dev = 0; /* parameters of one block on one device */
-    if (ours && tp == 1) {
-        /* Our trainer's layout: padding and alignment included, segments split evenly over dp (the
-         * trainer builds it with shard_multiple = dp whatever the ZeRO stage). */
+    /* Our trainer at tp > 1 (pp 1): what it would run, so that its layout, allocation and collectives
+     * apply; the checklist below reports the other cases against the generic formulas. */
+    int prec_i = pr->compute == PLAN_DTYPE_BF16 ? 1 : pr->compute == PLAN_DTYPE_FP16 ? 2 : 0;
+    int tp_ours = 0;
+    if (ours && tp > 1 && pp == 1 && mb == k) {
+        Err te;
+        long rows = (long)B * T;
+        tp_ours = layout_tp_check(&cfg, tp, &te) == ST_OK && (!in->sp || rows % tp == 0) &&
+                  !(in->sp && prec_i == 1 && (rows / tp * m->d_model) % 2);
+    }
+    if (ours && (tp == 1 || tp_ours)) {
+        /* Our trainer's layout (at tp > 1 one tp rank's slice: every rank's has the same size):
+         * padding and alignment included, segments split evenly over dp (the trainer builds it with
+         * shard_multiple = dp whatever the ZeRO stage). */
         ParamLayout pl;
-        if (layout_init(&pl, &cfg, dp) != 0)
+        if (layout_init_tp(&pl, &cfg, dp, tp, 0) != 0)
             return err_set(err, ST_ERR_RUNTIME, "out of memory building the parameter layout");
         r->exact_layout = 1;
         r->layout_floats = (long long)pl.total;
@@ -446,10 +551,11 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
 
     /* ---- activations ---- */
     int exact_ok = ours && tp == 1 && !in->sp && in->recompute == PLAN_RECOMPUTE_NONE && mb == k;
-    if (in->act_mode == PLAN_ACT_EXACT && !exact_ok)
+    if (in->act_mode == PLAN_ACT_EXACT && !exact_ok && !tp_ours)
         check_add(r, PLAN_CHECK_ERROR, 1,
-                  "--activations exact: our kernels' sizes apply only to our GPT-2 models with --tp 1, no --sp, "
-                  "--recompute none and --pp-microbatches = --grad-accum");
+                  "--activations exact: our kernels' sizes apply only to our GPT-2 models with --pp-microbatches = "
+                  "--grad-accum, at --tp 1 without --sp and with --recompute none, or at a --tp > 1 the trainer can "
+                  "split the model by (--pp 1)");
     r->act.inflight = 1;
     if (pp > 1) {
         /* 1F1B: the first stage holds min(p, m) micro-batches; interleaving multiplies that by
@@ -461,7 +567,24 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
         /* The paper's own figure (16-bit activations) as the reference; this plan's uses pr->act. */
         r->act.korth_plain = plan_act_korthikanti(T, b_pipe, h, m->n_head, f, rr, m->gated_mlp, 1, 0, PLAN_RECOMPUTE_NONE, 2);
         r->act.korth = plan_act_korthikanti(T, b_pipe, h, m->n_head, f, rr, m->gated_mlp, tp, in->sp, in->recompute, pr->act);
-        if (ours) {
+        if (tp_ours) {
+            /* One tp rank's saved tensors and scratch as gpt_init allocates them, at every recompute
+             * level and with --sp (pp = 1); exact_* without recompute, as at tp 1. */
+            ActSizes a0 = layout_activations_tp(&cfg, B, T, in->threads, RECOMPUTE_NONE, prec_i == 1, tp, in->sp);
+            ActSizes as = layout_activations_tp(&cfg, B, T, in->threads, (Recompute)in->recompute, prec_i == 1, tp,
+                                                in->sp);
+            r->act.exact_layer = 4.0 * a0.per_layer;
+            r->act.exact_total = 4.0 * a0.total;
+            r->act.exact_scratch = 4.0 * a0.scratch;
+            if (in->act_mode != PLAN_ACT_KORTHIKANTI) {
+                size_t rb[MEM_NCAT] = {0};
+                layout_run_bytes(&cfg, B, T, in->threads, (Recompute)in->recompute, prec_i, tp, in->sp, rb);
+                r->act.exact_used = 1;
+                r->act.per_layer = 4.0 * as.per_layer;
+                r->mem.activations = (double)rb[MEM_ACTIVATIONS];
+                r->mem.workspace = (double)rb[MEM_WORKSPACE];
+            }
+        } else if (ours) {
             ActSizes as = layout_activations_prec(&cfg, (int)b_pipe, T, in->threads, RECOMPUTE_NONE,
                                                   pr->compute == PLAN_DTYPE_BF16);
             r->act.exact_layer = 4.0 * as.per_layer;
@@ -540,7 +663,27 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
     double bw_dp = r->comm.dp_inter ? hw->inter_bw : hw->intra_bw, lat_dp = r->comm.dp_inter ? hw->inter_lat : hw->intra_lat;
     double bw_pp = r->comm.pp_inter ? hw->inter_bw : hw->intra_bw, lat_pp = r->comm.pp_inter ? hw->inter_lat : hw->intra_lat;
     double act_msg = b_pipe * T * h * pr->act; /* one micro-batch's hidden states */
-    if (tp > 1 && shaped) {
+    if (tp > 1 && shaped)
+        r->comm.tp_megatron = 8.0 * act_msg * (tp - 1) / tp * (in->recompute == PLAN_RECOMPUTE_FULL ? 1.5 : 1.0) * Lp * mb;
+    if (ours && pp == 1 && mb == k && (tp == 1 || tp_ours)) {
+        /* Our trainer's collectives, call by call (a step after the first); at tp > 1 they are the tp
+         * time. In-place reduce-scatters run as all-reduces when the world shares one node (comm.c). */
+        PlanTrainerStep ts = {B, T, k, dp, tp, in->sp && tp > 1, in->zero, (int)in->recompute, prec_i,
+                              r->nodes == 1, 0};
+        PlanCommKinds ck;
+        Err ce;
+        if (plan_trainer_comm(&cfg, &ts, bw_tp, lat_tp, &ck, &ce) == ST_OK) {
+            r->comm.by_kind_exact = 1;
+            memcpy(r->comm.by_kind, ck.bytes, sizeof r->comm.by_kind);
+            if (tp > 1) {
+                r->comm.tp_exact = 1;
+                r->comm.tp_bytes = ck.bytes[COMM_TP_ALLREDUCE] + ck.bytes[COMM_TP_ALLGATHER] +
+                                   ck.bytes[COMM_TP_REDUCE_SCATTER];
+                r->comm.tp_time = ck.tp_time;
+            }
+        }
+    }
+    if (tp > 1 && shaped && !r->comm.tp_exact) {
         /* Megatron: 2 all-reduces per layer forward, 2 backward (+2 for a full-recompute forward);
          * with SP each becomes an all-gather + reduce-scatter of the same volume. */
         double n_ar = 4.0 + (in->recompute == PLAN_RECOMPUTE_FULL ? 2.0 : 0.0);
@@ -627,7 +770,14 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
                       pp * v);
         if (T > m->max_seq)
             check_add(r, PLAN_CHECK_ERROR, 1, "--seq-len %d is over the model's --max-seq-len %d", T, m->max_seq);
-        if (in->sp && T % tp)
+        /* Our trainer splits the micro-batch's B·T rows (gpt.c); Megatron splits the sequence. */
+        if (in->sp && tp > 1 && ours && ((long)B * T) % tp)
+            check_add(r, PLAN_CHECK_ERROR, 1, "--sp: --micro-batch %d x --seq-len %d = %ld rows are not divisible by --tp %d",
+                      B, T, (long)B * T, tp);
+        else if (in->sp && tp > 1 && ours && prec_i == 1 && ((long)B * T / tp * m->d_model) % 2)
+            check_add(r, PLAN_CHECK_ERROR, 1, "--sp with bf16: %ld rows x %d channels per rank is odd (bf16 rows are "
+                      "gathered as floats)", (long)B * T / tp, m->d_model);
+        else if (in->sp && !ours && T % tp)
             check_add(r, PLAN_CHECK_ERROR, 1, "--sp: --seq-len %d is not divisible by --tp %d", T, tp);
         if (m->vocab % tp)
             check_add(r, PLAN_CHECK_WARNING, 0, "--vocab %d is not divisible by --tp %d: the embedding is padded", m->vocab,

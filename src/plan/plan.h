@@ -14,6 +14,7 @@
 #ifndef ST_PLAN_PLAN_H
 #define ST_PLAN_PLAN_H
 
+#include "comm/comm.h"
 #include "core/status.h"
 #include "model/config.h"
 
@@ -198,19 +199,21 @@ typedef struct {
         int fits;
         double bytes_per_param;  /* weights+grads+master+moments per parameter, unsharded */
         int trainer_states;      /* 1: weights..moments are what our trainer allocates per rank
-                                    (layout_zero_bytes over its layout: our model, tp = pp = 1);
-                                    0: the ZeRO paper's accounting, buffers in comm */
+                                    (layout_zero_bytes over its layout: our model, pp = 1, a tp that
+                                    splits it); 0: the ZeRO paper's accounting, buffers in comm */
     } mem;
 
     /* activations, bytes per layer per micro-batch on one device */
     struct {
-        int exact_used;          /* 1: totals come from layout_activations */
+        int exact_used;          /* 1: totals come from layout_activations (at tp > 1: layout_run_bytes,
+                                    every recompute level, --sp) */
         double korth_plain;      /* sbh(34 + 5as/h): the paper (16-bit), no parallelism, no recompute (eq. 1) */
         double korth;            /* with this plan's tp, sp, recompute and activation bytes (Table 2 row) */
-        double exact_layer;      /* our kernels: layout_activations().per_layer * 4 (0 if n/a) */
+        double exact_layer;      /* our kernels: layout_activations().per_layer * 4 (0 if n/a), without
+                                    recompute; at tp > 1 the tp rank's (layout_activations_tp) */
         double exact_total;      /* layout_activations().total * 4: all saved floats of a micro-batch */
         double exact_scratch;    /* layout_activations().scratch * 4 */
-        double per_layer;        /* the one used */
+        double per_layer;        /* the one used (exact at tp > 1: at the plan's recompute level) */
         double inflight;         /* micro-batches whose activations a stage holds (1F1B: min(p, m)) */
     } act;
 
@@ -259,7 +262,15 @@ typedef struct {
     struct {
         double dp_bytes, dp_time;            /* ring all-reduce of gradients (ZeRO 0) */
         double rs_bytes, ag_bytes, zero_time;/* ZeRO reduce-scatter + all-gather(s) */
-        double tp_bytes, tp_time;            /* TP all-reduces (or SP all-gather + reduce-scatter) */
+        double tp_bytes, tp_time;            /* TP all-reduces (or SP all-gather + reduce-scatter); for our
+                                                trainer at tp > 1 its exact bytes and their α-β time */
+        int tp_exact;                        /* 1: tp_bytes, tp_time from plan_trainer_comm */
+        double tp_megatron;                  /* the textbook form: 8·b·s·h·(t-1)/t bytes of act-byte
+                                                elements per layer per micro-batch (+50% with full
+                                                recompute), × layers × micro-batches */
+        int by_kind_exact;                   /* 1: by_kind holds our trainer's step (plan_trainer_comm) */
+        double by_kind[COMM_NKIND];          /* bytes one rank sends per step per collective kind
+                                                (comm_kind_name), a step after the first */
         double pp_bytes, pp_time;            /* PP activations and gradients sent */
         int dp_inter, tp_inter, pp_inter;    /* 1: the group crosses nodes */
     } comm;
@@ -314,6 +325,45 @@ Status plan_predict_step(const PlanInput *in, PlanResult *r, Err *err);
  * r = 1, ungated, it is exactly the paper's formula (16-bit activations). */
 double plan_act_korthikanti(double s, double b, double h, double a, double f, double r, int gated, int t, int sp,
                             PlanRecompute rc, double e);
+
+/* ---------------------------------------------------------- our trainer's collectives ------- */
+
+/* One optimizer step of our trainer (train/train.c) as its communication sees it. */
+typedef struct {
+    int B, T, k;             /* micro-batch, sequence length, micro-batches per step */
+    int dp, tp, sp, zero;    /* grid (world = dp·tp, tp fastest) and ZeRO stage over the dp group */
+    int recompute;           /* Recompute level (model/layout.h) */
+    int precision;           /* 0 fp32, 1 bf16, 2 fp16 (bf16 gathers its LayerNorm outputs in 2 bytes) */
+    int rs_as_allreduce;     /* 1: the dp group's in-place reduce-scatters run, and are booked, as
+                                all-reduces (comm.c's default when every rank shares one node) */
+    int first_step;          /* 1: the run's first step, which also gathers the memory record */
+} PlanTrainerStep;
+
+typedef struct {
+    double bytes[COMM_NKIND]; /* bytes one rank sends per step: comm_ring_bytes of each call, summed */
+    double calls[COMM_NKIND]; /* collectives started per step (tp ones only at tp > 1, as comm.c) */
+    double tp_time;           /* α-β time of the tp collectives per step: plan_ring_allreduce (all-reduce)
+                                 or plan_ring_half (all-gather, reduce-scatter) of each call's buffer */
+} PlanCommKinds;
+
+/* What every rank of our trainer sends in one optimizer step (a step without a checkpoint or a
+ * validation pass), per collective kind, call by call as src/model/gpt.c, src/parallel/parallel.c
+ * and src/train/train.c issue them and comm.c books them (docs/plan.md lists the calls):
+ *   tp group   per micro-batch: the embedding's and the head input's sums, two per block forward and
+ *              two backward (all-reduces; reduce-scatters under --sp), two more per block under full
+ *              recompute; under --sp the LayerNorm outputs' all-gathers (forward, backward and full
+ *              recompute; 2-byte elements under bf16), the residual gradients', the final LayerNorm's
+ *              and the embedding gradient's all-gathers, and an all-reduce of 2C per LayerNorm; the
+ *              vocabulary-parallel loss: per head chunk of m rows an all-reduce of m and one of 2m;
+ *   dp group   ZeRO 0: the gradient all-reduce per segment in buckets of PAR_DEFAULT_BUCKET_FLOATS;
+ *              1: a reduce-scatter per segment, 2-3: per segment and micro-batch; 1-2: the parameter
+ *              all-gather per segment; 3: the segment gathers of the two-slot prefetch;
+ *   world      the scalar collectives of the step (token count, loss, norm, per-rank norms and times;
+ *              the first step adds the memory record's two).
+ * bw_tp, lat_tp: the tp group's link for tp_time. ST_ERR_INPUT when the trainer would refuse the
+ * step (tp does not split cfg; --sp rows not divisible by tp), ST_ERR_RUNTIME out of memory. */
+Status plan_trainer_comm(const ModelConfig *cfg, const PlanTrainerStep *s, double bw_tp, double lat_tp,
+                         PlanCommKinds *out, Err *err);
 
 /* Pipeline bubble fraction (p-1)/(v m + p-1); 0 when p == 1. */
 double plan_bubble(int p, int m, int v);
