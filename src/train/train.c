@@ -571,6 +571,9 @@ static Status setup_accounting(Run *r, Err *err) {
     pi.recompute = (PlanRecompute)c->recompute;
     if (c->have_hw) pi.hw = c->hw; /* a measured profile (plan --measure-hardware) */
     else pi.hw.peak_fp32 = r->peak;
+    /* Every rank on one node (comm found them so): dp and tp collectives go over shared memory,
+     * and an in-place reduce-scatter runs as an all-reduce (comm.h), as the plan then assumes. */
+    if (r->comm->rs_as_allreduce && r->world > pi.hw.devices_per_node) pi.hw.devices_per_node = r->world;
     /* This trainer's precisions; fp16 is emulated, so its GEMMs run at the fp32 rate. */
     Err pe;
     plan_precision_trainer(&pi.prec, c->fp16 ? "fp16" : c->bf16 ? "bf16" : "fp32", &pe);
