@@ -625,6 +625,45 @@ void dropout_backward(float *out, const float *dout, size_t n, Dropout d, int nt
 /* LM head + cross-entropy                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
+/* The LM head's GEMMs on one chunk of m rows (x_c: the chunk's rows of x) against `rows` rows of
+ * wte, in the precision of mp: logits (m, rows; leading dimension ld) = x_c · wte^T, and from the
+ * logits' gradient left in `logits`: dx_c = dlogits · wte, dwte (+)= dlogits^T · x_c (beta 0: =).
+ * The fp16 path reads wte widened into mp->fw (head_widen) and x_c rounded into mp->fb by the
+ * logits call; bf16 keeps x_c's bf16 copy in mp->b for the backward. */
+static void head_widen(const MatPrec *mp, const uint16_t *wte_lp, int rows, int C, int nt) {
+    if (mp && mp->fp16 && rows > 0) widen_fp16(mp->fw, wte_lp, (size_t)rows * C, nt);
+}
+
+static void head_logits_gemm(const MatPrec *mp, float *logits, int ld, const float *x_c, const float *wte,
+                             const uint16_t *wte_lp, int m, int rows, int C, int nt) {
+    if (mp && mp->bf16) {
+        cast_bf16(mp->b, x_c, (size_t)m * C, nt);
+        mm_gemm_bf16(0, 1, m, rows, C, 1.0f, mp->b, C, wte_lp, C, 0.0f, logits, ld);
+    } else if (mp && mp->fp16) {
+        round_fp16(mp->fb, x_c, (size_t)m * C, nt);
+        mm_sgemm(0, 1, m, rows, C, 1.0f, mp->fb, C, mp->fw, C, 0.0f, logits, ld);
+    } else {
+        mm_sgemm(0, 1, m, rows, C, 1.0f, x_c, C, wte, C, 0.0f, logits, ld);
+    }
+}
+
+static void head_backward_gemms(const MatPrec *mp, float *dx_c, float *dwte, const float *logits, int ld,
+                                const float *x_c, const float *wte, const uint16_t *wte_lp, int m, int rows, int C,
+                                float beta, int nt) {
+    if (mp && mp->fp16) {
+        round_fp16(mp->fa, logits, (size_t)m * ld, nt);
+        mm_sgemm(0, 0, m, C, rows, 1.0f, mp->fa, ld, mp->fw, C, 0.0f, dx_c, C);
+        mm_sgemm(1, 0, rows, C, m, 1.0f, mp->fa, ld, mp->fb, C, beta, dwte, C);
+    } else if (mp && mp->bf16) {
+        cast_bf16(mp->a, logits, (size_t)m * ld, nt);
+        mm_gemm_bf16(0, 0, m, C, rows, 1.0f, mp->a, ld, wte_lp, C, 0.0f, dx_c, C);
+        mm_gemm_bf16(1, 0, rows, C, m, 1.0f, mp->a, ld, mp->b, C, beta, dwte, C);
+    } else {
+        mm_sgemm(0, 0, m, C, rows, 1.0f, logits, ld, wte, C, 0.0f, dx_c, C);
+        mm_sgemm(1, 0, rows, C, m, 1.0f, logits, ld, x_c, C, beta, dwte, C);
+    }
+}
+
 void head_forward_backward(float *losses, float *dx, float *dwte, float *logits, const float *x, const float *wte,
                            const int32_t *targets, int n, int C, int V, int Vp, float dscale, int chunk, int acc,
                            int nt, float *probs_out, double *ms_fwd, double *ms_bwd) {
@@ -636,22 +675,13 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
                              const float *wte, const uint16_t *wte_lp, const int32_t *targets, int n, int C, int V,
                              int Vp, float dscale, int chunk, int acc, int nt, float *probs_out, double *ms_fwd,
                              double *ms_bwd) {
-    int lp = mp && mp->bf16, h16 = mp && mp->fp16;
-    if (h16) widen_fp16(mp->fw, wte_lp, (size_t)V * C, nt); /* the V real rows of the tied weight */
+    head_widen(mp, wte_lp, V, C, nt); /* the V real rows of the tied weight */
     for (int r0 = 0; r0 < n; r0 += chunk) {
         int m = n - r0 < chunk ? n - r0 : chunk;
         float beta = acc || r0 > 0 ? 1.0f : 0.0f; /* overwriting: the first chunk writes dwte's V rows */
         double t0 = timer_ms();
         /* Only the V real columns are computed; padded columns are never read (probability 0). */
-        if (lp) {
-            cast_bf16(mp->b, x + (size_t)r0 * C, (size_t)m * C, nt);
-            mm_gemm_bf16(0, 1, m, V, C, 1.0f, mp->b, C, wte_lp, C, 0.0f, logits, Vp);
-        } else if (h16) {
-            round_fp16(mp->fb, x + (size_t)r0 * C, (size_t)m * C, nt);
-            mm_sgemm(0, 1, m, V, C, 1.0f, mp->fb, C, mp->fw, C, 0.0f, logits, Vp);
-        } else {
-            mm_sgemm(0, 1, m, V, C, 1.0f, x + (size_t)r0 * C, C, wte, C, 0.0f, logits, Vp);
-        }
+        head_logits_gemm(mp, logits, Vp, x + (size_t)r0 * C, wte, wte_lp, m, V, C, nt);
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int i = 0; i < m; i++) {
             float *l = logits + (size_t)i * Vp;
@@ -679,18 +709,8 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
         double t1 = timer_ms();
         if (ms_fwd) *ms_fwd += t1 - t0;
         if (dx) {
-            if (h16) {
-                round_fp16(mp->fa, logits, (size_t)m * Vp, nt);
-                mm_sgemm(0, 0, m, C, V, 1.0f, mp->fa, Vp, mp->fw, C, 0.0f, dx + (size_t)r0 * C, C);
-                mm_sgemm(1, 0, V, C, m, 1.0f, mp->fa, Vp, mp->fb, C, beta, dwte, C);
-            } else if (lp) {
-                cast_bf16(mp->a, logits, (size_t)m * Vp, nt);
-                mm_gemm_bf16(0, 0, m, C, V, 1.0f, mp->a, Vp, wte_lp, C, 0.0f, dx + (size_t)r0 * C, C);
-                mm_gemm_bf16(1, 0, V, C, m, 1.0f, mp->a, Vp, mp->b, C, beta, dwte, C);
-            } else {
-                mm_sgemm(0, 0, m, C, V, 1.0f, logits, Vp, wte, C, 0.0f, dx + (size_t)r0 * C, C);
-                mm_sgemm(1, 0, V, C, m, 1.0f, logits, Vp, x + (size_t)r0 * C, C, beta, dwte, C);
-            }
+            head_backward_gemms(mp, dx + (size_t)r0 * C, dwte, logits, Vp, x + (size_t)r0 * C, wte, wte_lp, m, V, C, beta,
+                                nt);
             if (ms_bwd) *ms_bwd += timer_ms() - t1;
         }
     }
@@ -700,24 +720,13 @@ void head_forward_backward_vp(const MatPrec *mp, float *losses, float *dx, float
                               const float *x, const float *wte, const uint16_t *wte_lp, const int32_t *targets, int n,
                               int C, int v0, int Vr, int Vl, float dscale, int chunk, int acc, int nt,
                               HeadReduceFn reduce, void *ctx, double *ms_fwd, double *ms_bwd) {
-    int lp = mp && mp->bf16, h16 = mp && mp->fp16;
-    if (h16 && Vr > 0) widen_fp16(mp->fw, wte_lp, (size_t)Vr * C, nt);
+    head_widen(mp, wte_lp, Vr, C, nt);
     for (int r0 = 0; r0 < n; r0 += chunk) {
         int m = n - r0 < chunk ? n - r0 : chunk;
         float beta = acc || r0 > 0 ? 1.0f : 0.0f;
         float *mx = stats, *se = stats + m, *tl = stats + 2 * m;
         double t0 = timer_ms();
-        if (Vr > 0) {
-            if (lp) {
-                cast_bf16(mp->b, x + (size_t)r0 * C, (size_t)m * C, nt);
-                mm_gemm_bf16(0, 1, m, Vr, C, 1.0f, mp->b, C, wte_lp, C, 0.0f, logits, Vl);
-            } else if (h16) {
-                round_fp16(mp->fb, x + (size_t)r0 * C, (size_t)m * C, nt);
-                mm_sgemm(0, 1, m, Vr, C, 1.0f, mp->fb, C, mp->fw, C, 0.0f, logits, Vl);
-            } else {
-                mm_sgemm(0, 1, m, Vr, C, 1.0f, x + (size_t)r0 * C, C, wte, C, 0.0f, logits, Vl);
-            }
-        }
+        if (Vr > 0) head_logits_gemm(mp, logits, Vl, x + (size_t)r0 * C, wte, wte_lp, m, Vr, C, nt);
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int i = 0; i < m; i++) {
             const float *l = logits + (size_t)i * Vl;
@@ -757,20 +766,10 @@ void head_forward_backward_vp(const MatPrec *mp, float *losses, float *dx, float
         double t1 = timer_ms();
         if (ms_fwd) *ms_fwd += t1 - t0;
         if (dx) {
-            if (Vr == 0) {
-                memset(dx + (size_t)r0 * C, 0, (size_t)m * C * sizeof(float));
-            } else if (h16) {
-                round_fp16(mp->fa, logits, (size_t)m * Vl, nt);
-                mm_sgemm(0, 0, m, C, Vr, 1.0f, mp->fa, Vl, mp->fw, C, 0.0f, dx + (size_t)r0 * C, C);
-                mm_sgemm(1, 0, Vr, C, m, 1.0f, mp->fa, Vl, mp->fb, C, beta, dwte, C);
-            } else if (lp) {
-                cast_bf16(mp->a, logits, (size_t)m * Vl, nt);
-                mm_gemm_bf16(0, 0, m, C, Vr, 1.0f, mp->a, Vl, wte_lp, C, 0.0f, dx + (size_t)r0 * C, C);
-                mm_gemm_bf16(1, 0, Vr, C, m, 1.0f, mp->a, Vl, mp->b, C, beta, dwte, C);
-            } else {
-                mm_sgemm(0, 0, m, C, Vr, 1.0f, logits, Vl, wte, C, 0.0f, dx + (size_t)r0 * C, C);
-                mm_sgemm(1, 0, Vr, C, m, 1.0f, logits, Vl, x + (size_t)r0 * C, C, beta, dwte, C);
-            }
+            if (Vr == 0) memset(dx + (size_t)r0 * C, 0, (size_t)m * C * sizeof(float));
+            else
+                head_backward_gemms(mp, dx + (size_t)r0 * C, dwte, logits, Vl, x + (size_t)r0 * C, wte, wte_lp, m, Vr, C,
+                                    beta, nt);
             if (ms_bwd) *ms_bwd += timer_ms() - t1;
         }
     }
