@@ -18,7 +18,6 @@
  *            long timeout: Open MPI must end the job */
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,30 +26,10 @@
 #include "comm/comm.h"
 #include "core/timer.h"
 #include "testutil.h"
+#include "worldcheck.h"
 
-static Comm *g_c; /* the test's own communicator, for the verdict all-reduce (tests may use globals) */
-
-/* Records a check that must hold on every rank; rank 0 prints it, other ranks print their own
- * failures. */
-static void check(int ok, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void check(int ok, const char *name, const char *fmt, ...) {
-    char detail[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof detail, fmt, ap);
-    va_end(ap);
-    int64_t bad = !ok;
-    Err err = {0};
-    if (comm_allreduce_i64(g_c, &bad, 1, COMM_MAX, &err) != ST_OK) {
-        fprintf(stderr, "rank %d: verdict all-reduce failed: %s\n", g_c->rank, err.msg);
-        bad = 1;
-    }
-    if (!ok && g_c->rank != 0) fprintf(stderr, "rank %d: %s: FAIL %s\n", g_c->rank, name, detail);
-    if (g_c->rank == 0)
-        tu_check(!bad, name, "world=%d %s", g_c->world, detail);
-    else if (bad)
-        tu_failures++;
-}
+/* A check that must hold on every rank (tu_world_check: verdicts all-reduced, rank 0 prints). */
+#define check(ok, ...) tu_world_check((ok), __VA_ARGS__)
 
 static float fsmall(size_t i) { return (float)((i % 17) + 1) * 0.25f; }
 
@@ -340,13 +319,8 @@ static void test_limits(Comm *c) {
 }
 
 int main(int argc, char **argv) {
-    Comm *c = NULL;
+    Comm *c = tu_world_init(&argc, &argv);
     Err err = {0};
-    if (comm_init(&c, &argc, &argv, &err) != ST_OK) {
-        fprintf(stderr, "comm_init: %s\n", err.msg);
-        return 1;
-    }
-    g_c = c;
     const char *mode = argc > 1 ? argv[1] : "";
     if (strcmp(mode, "timeout") == 0 || strcmp(mode, "kill") == 0) {
         int last = c->world - 1;

@@ -46,46 +46,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
-#include "ckpt/safetensors.h"
 #include "core/fileio.h"
-#include "core/timer.h"
 #include "data/shard.h"
 #include "model/layout.h"
+#include "runcmp.h"
 #include "testutil.h"
 
 #define DIR ST_BINARY_DIR "/test_dp"
 #define STEPS 20
 
-typedef struct {
-    double loss, norm, w, key; /* losses and norms: max rel per step; weights: per-tensor rel norm; key bias abs */
-} Tol;
+typedef RcTol Tol; /* losses and norms: max rel per step; weights: per-tensor rel norm; key bias abs */
 static const Tol ADAMW_TOL = {1e-8, 1e-6, 1e-5, 1e-4};
 static const Tol SGD_TOL = {2e-8, 1e-6, 1e-5, 1e-4};
 #define SGD "--optimizer sgd --grad-clip 0 --lr 0.1 --min-lr 0.01"
 
 static const char *g_mpi, *g_bin;
 
-static void make_data(void) {
-    Err e;
-    file_mkdirs(DIR, &e);
-    enum { N = 30000 };
-    static uint32_t tok[N];
-    for (int i = 0; i < N; i++) tok[i] = (uint32_t)((i * 31 + (i / 7) * 5 + (i / 101) * 3) % 97);
-    ShardMeta meta = {0, N, 97};
-    if (shard_write(DIR "/train.bin", tok, N, &meta, &e) != ST_OK) printf("%s\n", e.msg), exit(1);
-}
-
 /* Runs a shell command with output to DIR/name.out; returns the exit code (-1 on a signal). */
-static int run(const char *name, const char *cmd, double *secs) {
-    char full[8192];
-    snprintf(full, sizeof full, "%s > %s/%s.out 2>&1", cmd, DIR, name);
-    double t0 = timer_ms();
-    int rc = system(full);
-    if (secs) *secs = (timer_ms() - t0) * 1e-3;
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
+static int run(const char *name, const char *cmd, double *secs) { return rc_run(DIR, name, cmd, secs); }
 
 #define COMMON                                                                                                       \
     "train --data " DIR "/train.bin --layers 2 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 --micro-batch 2 " \
@@ -118,78 +97,16 @@ static int train(const char *name, int np, int k, int zero, const char *extra, d
 
 /* ---------------------------------------------------------------- the metrics log */
 
-/* 1 if a step record's grad_norm_by_rank holds `world` values bitwise equal to its grad_norm (the
- * log prints doubles round-trip exactly, so equal bits print as equal text and parse back equal). */
-static int norms_identical(const cJSON *step, int world) {
-    const cJSON *g = cJSON_GetObjectItemCaseSensitive(step, "grad_norm");
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(step, "grad_norm_by_rank");
-    if (!cJSON_IsNumber(g) || !cJSON_IsArray(a) || cJSON_GetArraySize(a) != world) return 0;
-    const cJSON *x;
-    cJSON_ArrayForEach(x, a) if (!cJSON_IsNumber(x) || memcmp(&x->valuedouble, &g->valuedouble, sizeof(double))) return 0;
-    return 1;
-}
+typedef RcLog Log; /* the step records of a run (runcmp.h) */
 
-/* The step records of a run (a later record of a step replaces an earlier one). */
-typedef struct {
-    int n;                              /* the highest step 1..STEPS read */
-    double loss[STEPS], norm[STEPS], mfu[STEPS], tok_s[STEPS], ms[STEPS], tokens[STEPS];
-    int world;                          /* the (last) start record's */
-    long unequal;                       /* step records whose ranks' norms are not all grad_norm */
-    double flops_per_token, peak, peak_job, batch_tokens;
-} Log;
-
-static double num(const cJSON *o, const char *k) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(x) ? x->valuedouble : NAN;
-}
-
-static cJSON *records(const char *name) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/%s.jsonl", DIR, name);
-    return tu_log_records(path);
-}
-
-static int read_log(const char *name, Log *lg) {
-    memset(lg, 0, sizeof *lg);
-    cJSON *all = records(name);
-    const cJSON *o;
-    cJSON_ArrayForEach(o, all) {
-        const char *ev = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "event"));
-        if (ev && !strcmp(ev, "start")) {
-            lg->world = (int)num(o, "world"), lg->flops_per_token = num(o, "flops_per_token");
-            lg->peak = num(o, "peak_flops"), lg->peak_job = num(o, "peak_flops_job");
-            lg->batch_tokens = num(cJSON_GetObjectItemCaseSensitive(o, "effective_batch"), "tokens");
-        } else if (ev && !strcmp(ev, "step")) {
-            int st = (int)num(o, "step");
-            if (st < 1 || st > STEPS) continue;
-            int i = st - 1;
-            lg->loss[i] = num(o, "loss"), lg->norm[i] = num(o, "grad_norm"), lg->mfu[i] = num(o, "mfu");
-            lg->tok_s[i] = num(o, "tokens_per_s"), lg->tokens[i] = num(o, "tokens");
-            lg->ms[i] = num(cJSON_GetObjectItemCaseSensitive(o, "time_ms"), "total");
-            lg->unequal += !norms_identical(o, lg->world);
-            lg->n = st > lg->n ? st : lg->n;
-        }
-    }
-    cJSON_Delete(all);
-    return all != NULL;
-}
-
-static double max_rel(const double *a, const double *b, int n) {
-    double w = 0;
-    for (int i = 0; i < n; i++) {
-        double r = fabs(a[i] - b[i]) / fabs(b[i]);
-        w = r > w || isnan(r) ? r : w;
-    }
-    return w;
-}
+static double num(const cJSON *o, const char *k) { return rc_num(o, k); }
+static cJSON *records(const char *name) { return rc_records(DIR, name); }
+static int read_log(const char *name, Log *lg) { return rc_read_log(DIR, name, lg); }
 
 /* Every step's loss and grad_norm of run `name` against `ref` (max relative difference); 1 if both
  * logs hold all STEPS steps. */
 static int log_diffs(const char *name, const char *ref, double *loss, double *norm, Log *la) {
-    Log lb;
-    read_log(name, la), read_log(ref, &lb);
-    *loss = max_rel(la->loss, lb.loss, STEPS), *norm = max_rel(la->norm, lb.norm, STEPS);
-    return la->n == STEPS && lb.n == STEPS;
+    return rc_log_diffs(DIR, name, ref, STEPS, loss, norm, la);
 }
 
 static int loss_text_equal(const char *a, const char *b) {
@@ -212,68 +129,12 @@ static int loss_text_equal(const char *a, const char *b) {
     return same;
 }
 
-/* Final weights of a run in the one-process layout. */
-static float *weights(const char *name, const ParamLayout *pl) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/%s_out/model.safetensors", DIR, name);
-    char *buf;
-    size_t len;
-    Err e;
-    if (file_read_all(path, &buf, &len, &e) != ST_OK) return NULL;
-    StFile f = {0};
-    float *w = calloc(pl->total, sizeof(float));
-    if (st_parse(&f, path, buf, len, &e) != ST_OK || st_hf_read_model(&f, pl, w, &e) != ST_OK) free(w), w = NULL;
-    st_file_free(&f);
-    free(buf);
-    return w;
-}
-
-/* Max over tensors of ||a - b|| / ||b||. The key third of each qkv bias is compared apart: its
- * gradient is zero in exact arithmetic (a key bias shifts every score of a query row alike, and
- * softmax ignores shifts), so in fp32 it is rounding noise (~1e-10) that Adam normalizes into
- * lr-sized steps whose signs follow the summation order: any change of order (threads, ranks)
- * makes it differ by ~100 % of its tiny norm (~1e-5). It is checked by max abs difference
- * (*key_abs), the Q and V thirds by relative norm like every other tensor. */
-static double weights_rel(const ParamLayout *pl, const float *a, const float *b, double *key_abs) {
-    double worst = 0;
-    *key_abs = 0;
-    for (int i = 0; i < pl->ntensors; i++) {
-        const TensorInfo *t = &pl->tensors[i];
-        double r;
-        if (strstr(t->name, ".qkvb")) {
-            size_t C = t->numel / 3;
-            double q = tu_rel_err_f(a + t->offset, b + t->offset, C);
-            double v = tu_rel_err_f(a + t->offset + 2 * C, b + t->offset + 2 * C, C);
-            double k = tu_max_abs_diff_f(a + t->offset + C, b + t->offset + C, C);
-            r = q > v ? q : v;
-            *key_abs = k > *key_abs ? k : *key_abs;
-        } else {
-            r = tu_rel_err_f(a + t->offset, b + t->offset, t->numel);
-        }
-        worst = r > worst ? r : worst;
-    }
-    return worst;
-}
+/* Final weights of a run in the one-process layout (rc_weights). */
+static float *weights(const char *name, const ParamLayout *pl) { return rc_weights(DIR, name, pl); }
 
 /* Run `name` against `ref`: losses, gradient norms and per-rank norms at every step, final weights. */
 static void compare_tol(const char *name, const char *ref, const ParamLayout *pl, const float *wref, Tol t) {
-    double lw = NAN, nw = NAN;
-    Log la;
-    int all = log_diffs(name, ref, &lw, &nw, &la);
-    float *w = weights(name, pl);
-    double kabs = INFINITY, ww = w && wref ? weights_rel(pl, w, wref, &kabs) : INFINITY;
-    char what[256];
-    snprintf(what, sizeof what, "%s vs %s: losses and gradient norms", name, ref);
-    tu_check(all && lw <= t.loss && nw <= t.norm, what, "max rel %.2e (tol %g), grad_norm max rel %.2e (tol %g), %d steps",
-             lw, t.loss, nw, t.norm, la.n);
-    snprintf(what, sizeof what, "%s: every rank computed the same norm", name);
-    tu_check(all && la.unequal == 0 && la.world > 0, what, "grad_norm_by_rank: %d entries bitwise equal to grad_norm on "
-             "%ld of %d steps", la.world, la.n - la.unequal, la.n);
-    snprintf(what, sizeof what, "%s vs %s: weights", name, ref);
-    tu_check(ww <= t.w && kabs <= t.key, what,
-             "max per-tensor rel norm %.2e (tol %.2g); key bias (zero-gradient, noise) max abs diff %.1e (tol %.2g)", ww,
-             t.w, kabs, t.key);
-    free(w);
+    rc_compare(DIR, name, ref, STEPS, pl, wref, t, NULL);
 }
 
 static void compare(const char *name, const char *ref, const ParamLayout *pl, const float *wref) {
@@ -329,21 +190,7 @@ static void equiv(void) {
             check_memory(name);
         }
     /* Negative control of the per-rank norm check: the last rank's norm of a real record one ulp off. */
-    cJSON *all = records("dp4_zero0"), *o, *bad = NULL;
-    cJSON_ArrayForEach(o, all) {
-        const char *ev = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "event"));
-        if (!bad && ev && !strcmp(ev, "step")) bad = o;
-    }
-    int real_ok = bad && norms_identical(bad, 4), caught = 0;
-    if (bad) {
-        cJSON *a = cJSON_GetObjectItemCaseSensitive(bad, "grad_norm_by_rank");
-        cJSON *last = cJSON_GetArrayItem(a, 3);
-        if (last) cJSON_SetNumberValue(last, nextafter(last->valuedouble, INFINITY));
-        caught = !norms_identical(bad, 4);
-    }
-    tu_check(real_ok && caught, "negative control: one rank's norm one ulp off is reported unequal",
-             "the real record passes: %s; the altered one %s", real_ok ? "yes" : "NO", caught ? "fails" : "PASSES");
-    cJSON_Delete(all);
+    rc_check_norm_control(DIR, "dp4_zero0", 4);
     /* dp=2 against one process with the same two micro-batches (k=2): bit-exact? (reported) */
     train("ref_k2", 0, 2, 0, NULL, &secs);
     train("dp2_k1", 2, 1, 0, NULL, &secs);
@@ -447,7 +294,7 @@ static void resume(void) {
         double lw = NAN, nw = NAN;
         Log la;
         float *w = weights("res_empty", &pl);
-        double kabs = INFINITY, ww = w ? weights_rel(&pl, w, wref, &kabs) : INFINITY;
+        double kabs = INFINITY, ww = w ? rc_weights_rel(&pl, w, wref, &kabs) : INFINITY;
         int old_pass = log_diffs("res_empty", "rref_k4", &lw, &nw, &la) && lw <= ADAMW_TOL.loss &&
                        ww <= ADAMW_TOL.w && kabs <= ADAMW_TOL.key;
         char why[512];
@@ -512,13 +359,10 @@ static void mixed(void) {
         snprintf(extra, sizeof extra, "%s --micro-batch 4", prec[k]);
         if (train(ref, 0, 4, 0, prec[k], &secs) != 0 || train(alt, 0, 2, 0, extra, &secs) != 0)
             tu_check(0, ref, "see %s/%s.out and %s.out", DIR, ref, alt);
-        float *wref = weights(ref, &pl), *walt = weights(alt, &pl);
-        double kspread = INFINITY, wspread = wref && walt ? weights_rel(&pl, walt, wref, &kspread) : INFINITY;
-        double lspread = NAN, nspread = NAN;
-        Log la;
-        if (!log_diffs(alt, ref, &lspread, &nspread, &la)) nspread = NAN;
-        printf("%s: one process, 4x2 vs 2x4 micro-batches: weights %.2e, key bias %.2e, losses %.2e, norms %.2e\n",
-               tag[k], wspread, kspread, lspread, nspread);
+        Tol sp;
+        rc_spread(DIR, alt, ref, STEPS, &pl, tag[k], &sp);
+        double wspread = sp.w, kspread = sp.key, nspread = sp.norm;
+        float *wref = weights(ref, &pl);
         if (k == 0) bf16_wspread = wspread, bf16_kspread = kspread, bf16_nspread = nspread;
         for (int z = k; z <= 3; z += 1 + k) { /* bf16: 0, 1, 2, 3; fp16: 1, 3 */
             char name[64];
@@ -527,7 +371,7 @@ static void mixed(void) {
             compare_tol(name, ref, &pl, wref, (Tol){1e-4, 3 * nspread, 3 * wspread, 3 * kspread});
             check_memory(name);
         }
-        free(wref), free(walt);
+        free(wref);
     }
     /* bf16, 2 ranks ZeRO 1: stop at 10 and resume equals the uninterrupted run bit for bit. */
     if (stop_and_resume("res_zero1_bf16", 2, 2, 1, 2, 2, 1, prec[0])) {
@@ -633,24 +477,11 @@ static cJSON *plan_json(int dp, int zero, const char *prec) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "%s plan --layers 2 --heads 2 --channels 32 --vocab 97 --max-seq-len 32 --seq-len 32 "
              "--micro-batch 2 --grad-accum 1 --threads 1 --dp %d --zero %d --precision %s --json", g_bin, dp, zero, prec);
-    FILE *f = popen(cmd, "r");
-    if (!f) return NULL;
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = 0;
-    pclose(f);
-    return cJSON_Parse(buf);
+    return rc_command_json(cmd);
 }
 
 /* The start-time memory record of a run (the one with measured_by_rank), or NULL. */
-static const cJSON *memory_record(const cJSON *all, const char *field) {
-    const cJSON *o;
-    cJSON_ArrayForEach(o, all) {
-        const char *ev = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "event"));
-        if (ev && !strcmp(ev, "memory") && cJSON_GetObjectItemCaseSensitive(o, field)) return o;
-    }
-    return NULL;
-}
+static const cJSON *memory_record(const cJSON *all, const char *field) { return rc_memory_record(all, field); }
 
 /* Whether every rank's measured bytes of each state category equal the plan's per-rank figure;
  * detail names the first difference. */
@@ -673,20 +504,6 @@ static int plan_matches(const cJSON *plan, const cJSON *mem, int world, char *de
         if (!same && o < cap) o += (size_t)snprintf(detail + o, cap - o, " %.0f", a ? cJSON_GetArrayItem(a, 0)->valuedouble : -1);
     }
     return !strstr(detail, "DIFFERS");
-}
-
-/* Resident anonymous memory above the run's baseline against `allocated` on every rank (within
- * 5%); worst relative difference in *worst. */
-static int rss_within(const cJSON *rec, int world, const double *allocated, double *worst) {
-    const cJSON *r = cJSON_GetObjectItemCaseSensitive(rec, "rss_anon_above_baseline_by_rank");
-    *worst = INFINITY;
-    if (cJSON_GetArraySize(r) != world) return 0;
-    *worst = 0;
-    for (int q = 0; q < world; q++) {
-        double d = fabs(cJSON_GetArrayItem(r, q)->valuedouble - allocated[q]) / allocated[q];
-        *worst = d > *worst ? d : *worst;
-    }
-    return *worst <= 0.05;
 }
 
 /* Per-rank bytes from two independent sides: `plan --json` (the planner's analytic figure) against
@@ -752,23 +569,9 @@ static void memory(void) {
 #else
         snprintf(name, sizeof name, "rss%d", np);
         cJSON *all = records(name);
-        const cJSON *rec = memory_record(all, "rss_anon_above_baseline_by_rank");
-        const cJSON *at = cJSON_GetObjectItemCaseSensitive(rec, "allocated_total_by_rank");
-        const cJSON *mom = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(
-            memory_record(all, "measured_by_rank"), "measured_by_rank"), "optimizer_moments");
-        double alloc[4] = {0}, less[4] = {0}, worst = INFINITY, worst_less = INFINITY;
-        int n = cJSON_GetArraySize(at) == np && cJSON_GetArraySize(mom) == np;
-        for (int q = 0; n && q < np; q++) {
-            alloc[q] = cJSON_GetArrayItem(at, q)->valuedouble;
-            less[q] = alloc[q] - cJSON_GetArrayItem(mom, q)->valuedouble;
-        }
-        char what[160];
-        snprintf(what, sizeof what, "dp %d ZeRO %d %s: every rank's RSS above baseline within 5%% of its allocation", np, rz, rp);
-        int ok = n && alloc[0] > 2e8 && rss_within(rec, np, alloc, &worst);
-        tu_check(ok, what, "allocated %.1f MB on rank 0, worst rank %+.2f%%", alloc[0] / 1e6, 100 * worst);
-        snprintf(what, sizeof what, "negative control: dp %d RSS against the allocation without the moments", np);
-        int caught = n && !rss_within(rec, np, less, &worst_less);
-        tu_check(caught, what, "worst rank %+.1f%% (moments %.1f MB per rank)", 100 * worst_less, (alloc[0] - less[0]) / 1e6);
+        char label[96], control[16];
+        snprintf(label, sizeof label, "dp %d ZeRO %d %s", np, rz, rp), snprintf(control, sizeof control, "dp %d", np);
+        rc_check_rss(all, np, label, control);
         cJSON_Delete(all);
 #endif
     }
@@ -781,7 +584,7 @@ int main(int argc, char **argv) {
     }
     g_mpi = argv[1], g_bin = argv[2];
     const char *what = argc > 3 ? argv[3] : "all";
-    make_data();
+    rc_make_data(DIR);
     if (!strcmp(what, "equiv") || !strcmp(what, "all")) equiv();
     if (!strcmp(what, "scale") || !strcmp(what, "all")) scale();
     if (!strcmp(what, "mixed") || !strcmp(what, "all")) mixed();

@@ -75,17 +75,6 @@ static void losses(const char *log, char *out, size_t cap) {
     free(text);
 }
 
-static int same_file(const char *a, const char *b) {
-    char *x, *y;
-    size_t nx, ny;
-    Err e;
-    if (file_read_all(a, &x, &nx, &e) != ST_OK) return 0;
-    if (file_read_all(b, &y, &ny, &e) != ST_OK) return free(x), 0;
-    int same = nx == ny && !memcmp(x, y, nx);
-    free(x), free(y);
-    return same;
-}
-
 static TrainResult run_or_die(TrainConfig *c) {
     TrainResult r;
     Err e;
@@ -147,7 +136,7 @@ static void test_split(const char *name, int async, int bf16) {
     char wa[1200], wb[1200], name_buf[128];
     snprintf(wa, sizeof wa, "%s/model.safetensors", full.out_dir);
     snprintf(wb, sizeof wb, "%s/model.safetensors", rest.out_dir);
-    int sw = same_file(wa, wb);
+    int sw = tu_same_file(wa, wb);
     snprintf(name_buf, sizeof name_buf, "resume %s%s: 100 steps == 50 + resume + 50 (accumulation 2, dropout, epoch crossed)",
              async ? "async checkpoints" : "sync checkpoints", bf16 ? ", bf16" : "");
     tu_check(!strcmp(a, b) && strlen(a) > 100 && sw, name_buf, "losses %s, final weights memcmp %s",
@@ -169,7 +158,7 @@ static void test_split(const char *name, int async, int bf16) {
     TrainResult nr = run_or_die(&neg);
     losses(neg.log_path, b, sizeof b);
     snprintf(wb, sizeof wb, "%s/model.safetensors", neg.out_dir);
-    int old_pass = !strcmp(a, b) && same_file(wa, wb);
+    int old_pass = !strcmp(a, b) && tu_same_file(wa, wb);
     int caught = !tu_log_resumed(neg.log_path, 50, 100, 1, 1, why, sizeof why) && nr.start_step != 50;
     tu_check(old_pass && caught, "negative control: a resume from an empty --ckpt-dir passes losses+weights, "
              "the resume checks catch it", "losses and weights %s the uninterrupted run's; start_step %ld; %s",
@@ -278,7 +267,7 @@ static void test_sigterm(void) {
     snprintf(cmd, sizeof cmd, ST_BINARY_DIR "/scaletrain train %s --ckpt-dir " DIR "/sig_ckpt --out " DIR
              "/sig_out --log " DIR "/sig.jsonl --resume auto >/dev/null 2>&1", args);
     rc = system(cmd);
-    int same = same_file(DIR "/sig_ref_out/model.safetensors", DIR "/sig_out/model.safetensors");
+    int same = tu_same_file(DIR "/sig_ref_out/model.safetensors", DIR "/sig_out/model.safetensors");
     tu_check(rc == 0 && same, "SIGTERM + resume == uninterrupted (final weights memcmp)", "resume exit=%d weights %s",
              WEXITSTATUS(rc), same ? "identical" : "DIFFER");
     /* The step it stopped at is the last one logged before the signal (>= 20, when it was sent). */

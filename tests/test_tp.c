@@ -11,7 +11,7 @@
  * with the one-process layout). Tolerances (issue 13): losses and norms 1e-6 relative per step;
  * weights 1e-5 relative norm per tensor, AdamW runs throughout, the key third of each qkv bias by an
  * absolute 1e-4 instead (its gradient is zero in exact arithmetic, so it holds rounding noise that
- * Adam turns into ±lr steps whose signs follow the summation order; see test_dp's weights_rel).
+ * Adam turns into ±lr steps whose signs follow the summation order; see runcmp.h's rc_weights_rel).
  * Measured (1 thread per rank): losses ≤ 9.3e-9, norms ≤ 1.2e-7, weights ≤ 1.0e-6 over 10 steps
  * (1.6e-6 over the spike runs' 64), key bias ≤ 1.8e-5: the tp fault moves losses 1.3e-2, norms 0.34.
  *   equiv   tp 2, tp 4 (4 heads), tp 2 --sp, dp 2 × tp 2 at ZeRO 0–3, tp 2 --dropout 0.1, tp 2 --sp
@@ -60,46 +60,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include "ckpt/safetensors.h"
 #include "core/fileio.h"
 #include "core/timer.h"
 #include "data/shard.h"
 #include "model/layout.h"
+#include "runcmp.h"
 #include "testutil.h"
 
 #define DIR ST_BINARY_DIR "/test_tp"
 #define STEPS 10
-#define MAXSTEPS 64 /* the spike runs' length */
 
-typedef struct {
-    double loss, norm, w, key; /* losses and norms: max rel per step; weights: per-tensor rel norm; key bias abs */
-} Tol;
+typedef RcTol Tol; /* losses and norms: max rel per step; weights: per-tensor rel norm; key bias abs */
 static const Tol TOL = {1e-6, 1e-6, 1e-5, 1e-4};
 
 static const char *g_mpi, *g_bin, *g_worker;
 
-/* The training data of every part but the spike runs and the export (test_dp's: vocabulary 97). */
-static void make_data(void) {
-    Err e;
-    file_mkdirs(DIR, &e);
-    enum { N = 30000 };
-    static uint32_t tok[N];
-    for (int i = 0; i < N; i++) tok[i] = (uint32_t)((i * 31 + (i / 7) * 5 + (i / 101) * 3) % 97);
-    ShardMeta meta = {0, N, 97};
-    if (shard_write(DIR "/train.bin", tok, N, &meta, &e) != ST_OK) printf("%s\n", e.msg), exit(1);
-}
-
 /* Runs a shell command with output to DIR/name.out; returns the exit code (-1 on a signal). */
-static int run(const char *name, const char *cmd, double *secs) {
-    char full[8192];
-    snprintf(full, sizeof full, "%s > %s/%s.out 2>&1", cmd, DIR, name);
-    double t0 = timer_ms();
-    int rc = system(full);
-    if (secs) *secs = (timer_ms() - t0) * 1e-3;
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
+static int run(const char *name, const char *cmd, double *secs) { return rc_run(DIR, name, cmd, secs); }
 
 /* mpirun's prefix for np ranks with one thread each, env "VAR=value" (or NULL) set on every rank. */
 static void launcher(char *out, size_t cap, int np, const char *env) {
@@ -158,82 +137,18 @@ static int train_ok(const char *name, int np, int heads, int k, const char *extr
 
 /* ---------------------------------------------------------------- the metrics log */
 
-static double num(const cJSON *o, const char *k) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(x) ? x->valuedouble : NAN;
-}
+/* The step records of a run (runcmp.h; the spike runs log 64 steps, within RC_MAXSTEPS). */
+typedef RcLog Log;
 
-static const char *event_of(const cJSON *o) {
-    return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "event"));
-}
-
-/* 1 if a step record's grad_norm_by_rank holds `world` values bitwise equal to its grad_norm (the
- * log prints doubles round-trip exactly, so equal bits print as equal text and parse back equal).
- * A non-finite norm is logged as null: then every rank's must be null. */
-static int norms_identical(const cJSON *step, int world) {
-    const cJSON *g = cJSON_GetObjectItemCaseSensitive(step, "grad_norm");
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(step, "grad_norm_by_rank");
-    if (!(cJSON_IsNumber(g) || cJSON_IsNull(g)) || !cJSON_IsArray(a) || cJSON_GetArraySize(a) != world) return 0;
-    const cJSON *x;
-    cJSON_ArrayForEach(x, a) {
-        if (cJSON_IsNull(g) ? !cJSON_IsNull(x)
-                            : !cJSON_IsNumber(x) || memcmp(&x->valuedouble, &g->valuedouble, sizeof(double)))
-            return 0;
-    }
-    return 1;
-}
-
-/* The step records of a run (a later record of a step replaces an earlier one: a rollback repeats
- * steps). */
-typedef struct {
-    int n;      /* the highest step 1..MAXSTEPS read */
-    double loss[MAXSTEPS], norm[MAXSTEPS];
-    int world;  /* the (last) start record's */
-    long unequal; /* step records whose ranks' norms are not all grad_norm */
-} Log;
-
-static cJSON *records(const char *name) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/%s.jsonl", DIR, name);
-    return tu_log_records(path);
-}
-
-static int read_log(const char *name, Log *lg) {
-    memset(lg, 0, sizeof *lg);
-    cJSON *all = records(name);
-    const cJSON *o;
-    cJSON_ArrayForEach(o, all) {
-        const char *ev = event_of(o);
-        if (ev && !strcmp(ev, "start")) {
-            lg->world = (int)num(o, "world");
-        } else if (ev && !strcmp(ev, "step")) {
-            int st = (int)num(o, "step");
-            if (st < 1 || st > MAXSTEPS) continue;
-            lg->loss[st - 1] = num(o, "loss"), lg->norm[st - 1] = num(o, "grad_norm");
-            lg->unequal += !norms_identical(o, lg->world);
-            lg->n = st > lg->n ? st : lg->n;
-        }
-    }
-    cJSON_Delete(all);
-    return all != NULL;
-}
-
-static double max_rel(const double *a, const double *b, int n) {
-    double w = 0;
-    for (int i = 0; i < n; i++) {
-        double r = fabs(a[i] - b[i]) / fabs(b[i]);
-        w = r > w || isnan(r) ? r : w;
-    }
-    return w;
-}
+static double num(const cJSON *o, const char *k) { return rc_num(o, k); }
+static const char *event_of(const cJSON *o) { return rc_event(o); }
+static cJSON *records(const char *name) { return rc_records(DIR, name); }
+static int read_log(const char *name, Log *lg) { return rc_read_log(DIR, name, lg); }
 
 /* Every step 1..steps's loss and grad_norm of run `name` against `ref` (max relative difference);
  * 1 if both logs hold exactly `steps` steps. */
 static int log_diffs(const char *name, const char *ref, int steps, double *loss, double *norm, Log *la) {
-    Log lb;
-    read_log(name, la), read_log(ref, &lb);
-    *loss = max_rel(la->loss, lb.loss, steps), *norm = max_rel(la->norm, lb.norm, steps);
-    return la->n == steps && lb.n == steps;
+    return rc_log_diffs(DIR, name, ref, steps, loss, norm, la);
 }
 
 /* ---------------------------------------------------------------- weights */
@@ -247,65 +162,16 @@ static void test_layout(ParamLayout *pl, int heads, int vocab) {
 }
 
 /* Final weights of a run (DIR/<name>_out/model.safetensors) in the one-process layout. */
-static float *weights(const char *name, const ParamLayout *pl) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/%s_out/model.safetensors", DIR, name);
-    char *buf;
-    size_t len;
-    Err e;
-    if (file_read_all(path, &buf, &len, &e) != ST_OK) return NULL;
-    StFile f = {0};
-    float *w = calloc(pl->total, sizeof(float));
-    if (st_parse(&f, path, buf, len, &e) != ST_OK || st_hf_read_model(&f, pl, w, &e) != ST_OK) free(w), w = NULL;
-    st_file_free(&f);
-    free(buf);
-    return w;
-}
-
-/* Max over tensors of ||a - b|| / ||b||, the key third of each qkv bias apart by max abs difference
- * (*key_abs): its gradient is zero in exact arithmetic, see the header. */
-static double weights_rel(const ParamLayout *pl, const float *a, const float *b, double *key_abs) {
-    double worst = 0;
-    *key_abs = 0;
-    for (int i = 0; i < pl->ntensors; i++) {
-        const TensorInfo *t = &pl->tensors[i];
-        double r;
-        if (strstr(t->name, ".qkvb")) {
-            size_t C = t->numel / 3;
-            double q = tu_rel_err_f(a + t->offset, b + t->offset, C);
-            double v = tu_rel_err_f(a + t->offset + 2 * C, b + t->offset + 2 * C, C);
-            double k = tu_max_abs_diff_f(a + t->offset + C, b + t->offset + C, C);
-            r = q > v ? q : v;
-            *key_abs = k > *key_abs ? k : *key_abs;
-        } else {
-            r = tu_rel_err_f(a + t->offset, b + t->offset, t->numel);
-        }
-        worst = r > worst ? r : worst;
-    }
-    return worst;
-}
+static float *weights(const char *name, const ParamLayout *pl) { return rc_weights(DIR, name, pl); }
 
 /* Run `name` against `ref` over `steps` steps: losses, gradient norms, per-rank norms, final weights.
  * Prints one table row (the measured maxima). */
 static void compare_tol(const char *name, const char *ref, int steps, const ParamLayout *pl, Tol t) {
-    double lw = NAN, nw = NAN;
-    Log la;
-    int all = log_diffs(name, ref, steps, &lw, &nw, &la);
-    float *w = weights(name, pl), *wref = weights(ref, pl);
-    double kabs = INFINITY, ww = w && wref ? weights_rel(pl, w, wref, &kabs) : INFINITY;
-    char what[256];
-    snprintf(what, sizeof what, "%s vs %s: losses and gradient norms", name, ref);
-    tu_check(all && lw <= t.loss && nw <= t.norm, what, "max rel %.2e (tol %g), grad_norm max rel %.2e (tol %g), %d steps",
-             lw, t.loss, nw, t.norm, la.n);
-    snprintf(what, sizeof what, "%s: every rank computed the same norm", name);
-    tu_check(all && la.unequal == 0 && la.world > 0, what, "grad_norm_by_rank: %d entries bitwise equal to grad_norm on "
-             "%ld of %d steps", la.world, la.n - la.unequal, la.n);
-    snprintf(what, sizeof what, "%s vs %s: weights", name, ref);
-    tu_check(ww <= t.w && kabs <= t.key, what,
-             "max per-tensor rel norm %.2e (tol %.2g); key bias (zero-gradient, noise) max abs diff %.1e (tol %.2g)", ww,
-             t.w, kabs, t.key);
-    printf("| %-22s | %-14s | %8.1e | %8.1e | %8.1e | %8.1e |\n", name, ref, lw, nw, ww, kabs);
-    free(w), free(wref);
+    float *wref = weights(ref, pl);
+    Tol got;
+    rc_compare(DIR, name, ref, steps, pl, wref, t, &got);
+    printf("| %-22s | %-14s | %8.1e | %8.1e | %8.1e | %8.1e |\n", name, ref, got.loss, got.norm, got.w, got.key);
+    free(wref);
 }
 
 /* ---------------------------------------------------------------- the grid a run used */
@@ -398,20 +264,7 @@ static void equiv(void) {
              "fails the comparison", "exit %d; losses max rel %.2e, grad_norm max rel %.2e (tol %g)", rc, lw, nw, TOL.norm);
 
     /* Negative control of the per-rank norm check: the last rank's norm of a real record one ulp off. */
-    cJSON *recs = records("tp4"), *o, *bad = NULL;
-    cJSON_ArrayForEach(o, recs) {
-        const char *ev = event_of(o);
-        if (!bad && ev && !strcmp(ev, "step")) bad = o;
-    }
-    int real_ok = bad && norms_identical(bad, 4), caught = 0;
-    if (bad) {
-        cJSON *last = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(bad, "grad_norm_by_rank"), 3);
-        if (last) cJSON_SetNumberValue(last, nextafter(last->valuedouble, INFINITY));
-        caught = !norms_identical(bad, 4);
-    }
-    tu_check(real_ok && caught, "negative control: one rank's norm one ulp off is reported unequal",
-             "the real record passes: %s; the altered one %s", real_ok ? "yes" : "NO", caught ? "fails" : "PASSES");
-    cJSON_Delete(recs);
+    rc_check_norm_control(DIR, "tp4", 4);
     layout_free(&p2), layout_free(&p4);
 }
 
@@ -433,15 +286,10 @@ static void mixed(void) {
         snprintf(name, sizeof name, "tp2_%s", tag[k]);
         snprintf(extra, sizeof extra, "%s --micro-batch 4", prec[k]);
         if (!train_ok(ref, 0, 2, 4, prec[k]) || !train_ok(alt, 0, 2, 2, extra)) continue;
-        float *wref = weights(ref, &pl), *walt = weights(alt, &pl);
-        double kspread = INFINITY, wspread = wref && walt ? weights_rel(&pl, walt, wref, &kspread) : INFINITY;
-        double lspread = NAN, nspread = NAN;
-        Log la;
-        if (!log_diffs(alt, ref, STEPS, &lspread, &nspread, &la)) nspread = NAN;
-        printf("%s: one process, 4x2 vs 2x4 micro-batches: weights %.2e, key bias %.2e, losses %.2e, norms %.2e\n",
-               tag[k], wspread, kspread, lspread, nspread);
+        Tol sp;
+        rc_spread(DIR, alt, ref, STEPS, &pl, tag[k], &sp);
         snprintf(extra, sizeof extra, "--tp 2 %s", prec[k]);
-        Tol t = {1e-4, 3 * nspread, 3 * wspread, 3 * kspread};
+        Tol t = {1e-4, 3 * sp.norm, 3 * sp.w, 3 * sp.key};
         if (train_ok(name, 2, 2, 4, extra)) compare_tol(name, ref, STEPS, &pl, t), check_grid(name, 1, 2, 0);
         if (k == 0) { /* bf16 with --sp, and dp 2 × tp 2 at ZeRO 1 */
             char more[160];
@@ -452,9 +300,9 @@ static void mixed(void) {
             if (train_ok("dp2_tp2_zero1_bf16", 4, 2, 2, more))
                 compare_tol("dp2_tp2_zero1_bf16", ref, STEPS, &pl, t), check_grid("dp2_tp2_zero1_bf16", 2, 2, 0);
         }
-        free(wref), free(walt);
         /* Negative control: the backward's tp all-reduces skipped, in this precision. */
         double secs, lw = NAN, nw = NAN;
+        Log la;
         char fault[64], what[160];
         snprintf(fault, sizeof fault, "tp2_%s_fault", tag[k]);
         int rc = train_env(fault, 2, 2, 4, extra, "ST_PAR_TEST_TP_FAULT=1", 0, &secs);
@@ -524,7 +372,7 @@ static void resume(void) {
         double lw = NAN, nw = NAN;
         Log la;
         float *w = weights("res_empty", &p2), *wref = weights("rref", &p2);
-        double kabs = INFINITY, ww = w && wref ? weights_rel(&p2, w, wref, &kabs) : INFINITY;
+        double kabs = INFINITY, ww = w && wref ? rc_weights_rel(&p2, w, wref, &kabs) : INFINITY;
         int old_pass = log_diffs("res_empty", "rref", STEPS, &lw, &nw, &la) && lw <= TOL.loss && nw <= TOL.norm &&
                        ww <= TOL.w && kabs <= TOL.key;
         char why[512];
@@ -625,17 +473,6 @@ static char *greedy(const char *name, const char *weights_dir) {
     if (run(name, cmd, NULL) != 0) return NULL;
     snprintf(path, sizeof path, "%s/%s.out", DIR, name);
     return tu_slurp(path);
-}
-
-static int files_equal(const char *a, const char *b) {
-    char *x, *y;
-    size_t nx, ny;
-    Err e;
-    if (file_read_all(a, &x, &nx, &e) != ST_OK) return 0;
-    if (file_read_all(b, &y, &ny, &e) != ST_OK) return free(x), 0;
-    int same = nx == ny && !memcmp(x, y, nx);
-    free(x), free(y);
-    return same;
 }
 
 /* Copies weights folder src to dst with the output half of layer 0's c_fc weight zeroed: what a tp
@@ -740,7 +577,7 @@ static void rest(void) {
         char cmd[2048];
         snprintf(cmd, sizeof cmd, "%s export %s/exp_tp2_ck --format hf -o %s/exp_hf", g_bin, DIR, DIR);
         int rc = run("export", cmd, NULL);
-        tu_check(rc == 0 && files_equal(DIR "/exp_hf/model.safetensors", DIR "/exp_tp2_out/model.safetensors"),
+        tu_check(rc == 0 && tu_same_file(DIR "/exp_hf/model.safetensors", DIR "/exp_tp2_out/model.safetensors"),
                  "export of the tp 2 checkpoint == the tp 2 run's --out weights", "exit %d; model.safetensors %s", rc,
                  rc == 0 ? "compared byte for byte" : "missing");
         double l1 = eval_loss("eval_tp1", DIR "/exp_tp1_out"), l2 = eval_loss("eval_tp2", DIR "/exp_tp2_out");
@@ -769,16 +606,23 @@ static void rest(void) {
 
 /* ---------------------------------------------------------------- refuse */
 
-/* A command that must be refused: exit 2, one distinct error line (each rank prints it) containing
- * every string of want, and no log file (refused before the model is allocated). */
-static void refused(const char *name, int np, const char *extra, const char *const *want, int nwant) {
-    char cmd[4096], launch[1024], lg[1200];
+/* A 2-step run of the small model on np ranks with extra flags, logging to lg (DIR/name.jsonl,
+ * removed first): a command that must be refused, or its control. Returns the exit code. */
+static int short_run(const char *name, int np, const char *extra, char *lg, size_t cap) {
+    char cmd[4096], launch[1024];
     double secs;
-    snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, name);
+    snprintf(lg, cap, "%s/%s.jsonl", DIR, name);
     remove(lg);
     launcher(launch, sizeof launch, np, NULL);
     snprintf(cmd, sizeof cmd, "%s%s " COMMON " --steps 2 --log %s %s", launch, g_bin, lg, extra);
-    int rc = run(name, cmd, &secs);
+    return run(name, cmd, &secs);
+}
+
+/* A command that must be refused: exit 2, one distinct error line (each rank prints it) containing
+ * every string of want, and no log file (refused before the model is allocated). */
+static void refused(const char *name, int np, const char *extra, const char *const *want, int nwant) {
+    char lg[1200];
+    int rc = short_run(name, np, extra, lg, sizeof lg);
     char path[1200];
     snprintf(path, sizeof path, "%s/%s.out", DIR, name);
     char *out = tu_slurp(path), *line = NULL;
@@ -809,13 +653,8 @@ static void refused(const char *name, int np, const char *extra, const char *con
 
 /* The negative control of a refusal: the same command with valid values runs and logs. */
 static void accepted(const char *name, int np, const char *extra) {
-    char cmd[4096], launch[1024], lg[1200];
-    double secs;
-    snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, name);
-    remove(lg);
-    launcher(launch, sizeof launch, np, NULL);
-    snprintf(cmd, sizeof cmd, "%s%s " COMMON " --steps 2 --log %s %s", launch, g_bin, lg, extra);
-    int rc = run(name, cmd, &secs);
+    char lg[1200];
+    int rc = short_run(name, np, extra, lg, sizeof lg);
     Log l;
     int logged = read_log(name, &l) && l.n == 2;
     char what[256];
@@ -840,14 +679,7 @@ static void refuse(void) {
 /* ---------------------------------------------------------------- memory */
 
 /* The memory records of a log: the start-time one (measured_by_rank) and the first step's. */
-static const cJSON *memory_record(const cJSON *all, const char *field) {
-    const cJSON *o;
-    cJSON_ArrayForEach(o, all) {
-        const char *ev = event_of(o);
-        if (ev && !strcmp(ev, "memory") && cJSON_GetObjectItemCaseSensitive(o, field)) return o;
-    }
-    return NULL;
-}
+static const cJSON *memory_record(const cJSON *all, const char *field) { return rc_memory_record(all, field); }
 
 static const cJSON *start_record(const cJSON *all) {
     const cJSON *o;
@@ -889,19 +721,6 @@ static void check_memory(const char *name, int world) {
     snprintf(what, sizeof what, "%s: every rank allocated rank 0's total", name);
     tu_check(same, what, "%d ranks, rank 0 %.0f bytes", cJSON_GetArraySize(at), num(m1, "allocated_total"));
     cJSON_Delete(all);
-}
-
-/* Resident anonymous memory above the baseline against `allocated` on every rank (within 5%). */
-static int rss_within(const cJSON *rec, int world, const double *allocated, double *worst) {
-    const cJSON *r = cJSON_GetObjectItemCaseSensitive(rec, "rss_anon_above_baseline_by_rank");
-    *worst = INFINITY;
-    if (cJSON_GetArraySize(r) != world) return 0;
-    *worst = 0;
-    for (int q = 0; q < world; q++) {
-        double d = fabs(cJSON_GetArrayItem(r, q)->valuedouble - allocated[q]) / allocated[q];
-        *worst = d > *worst ? d : *worst;
-    }
-    return *worst <= 0.05;
 }
 
 /* A 50k vocabulary at C=768 (one block, B=1, T=32): the tied embedding dominates, 0.3 GB of state
@@ -957,25 +776,8 @@ static void memory(void) {
          * test_memory); the release build runs this check. */
         printf("%s: RSS check skipped: built with AddressSanitizer\n", BIGRUN[i].name);
 #else
-        int np = BIGRUN[i].np;
         cJSON *all = records(BIGRUN[i].name);
-        const cJSON *rec = memory_record(all, "rss_anon_above_baseline_by_rank");
-        const cJSON *at = cJSON_GetObjectItemCaseSensitive(rec, "allocated_total_by_rank");
-        const cJSON *mom = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(
-            memory_record(all, "measured_by_rank"), "measured_by_rank"), "optimizer_moments");
-        double alloc[4] = {0}, less[4] = {0}, worst = INFINITY, worst_less = INFINITY;
-        int n = cJSON_GetArraySize(at) == np && cJSON_GetArraySize(mom) == np;
-        for (int q = 0; n && q < np; q++) {
-            alloc[q] = cJSON_GetArrayItem(at, q)->valuedouble;
-            less[q] = alloc[q] - cJSON_GetArrayItem(mom, q)->valuedouble;
-        }
-        char what[160];
-        snprintf(what, sizeof what, "%s: every rank's RSS above baseline within 5%% of its allocation", BIGRUN[i].name);
-        int ok = n && alloc[0] > 2e8 && rss_within(rec, np, alloc, &worst);
-        tu_check(ok, what, "allocated %.1f MB on rank 0, worst rank %+.2f%%", alloc[0] / 1e6, 100 * worst);
-        snprintf(what, sizeof what, "negative control: %s RSS against the allocation without the moments", BIGRUN[i].name);
-        int bad = n && !rss_within(rec, np, less, &worst_less);
-        tu_check(bad, what, "worst rank %+.1f%% (moments %.1f MB per rank)", 100 * worst_less, (alloc[0] - less[0]) / 1e6);
+        rc_check_rss(all, BIGRUN[i].np, BIGRUN[i].name, BIGRUN[i].name);
         cJSON_Delete(all);
 #endif
     }
@@ -989,7 +791,7 @@ int main(int argc, char **argv) {
     g_mpi = argv[1], g_bin = argv[2], g_worker = argv[3];
     const char *what = argc > 4 ? argv[4] : "all";
     double t0 = timer_ms();
-    make_data();
+    rc_make_data(DIR);
     if (!strcmp(what, "equiv") || !strcmp(what, "all")) equiv();
     if (!strcmp(what, "mixed") || !strcmp(what, "all")) mixed();
     if (!strcmp(what, "resume") || !strcmp(what, "all")) resume();

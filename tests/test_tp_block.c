@@ -37,7 +37,6 @@
  * Usage: mpirun -np NP test_tp_block NP (NP >= 2; the world must be NP ranks). A check passes only
  * if it passes on every rank (verdicts all-reduced); rank 0 prints. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,32 +47,14 @@
 #include "model/gpt.h"
 #include "model/kernels.h"
 #include "testutil.h"
+#include "worldcheck.h"
 
 #define TOL 1e-6
 
-static Comm *g_c; /* the test's communicator, for the verdict all-reduces (tests may use globals) */
+static Comm *g_c; /* the test's communicator, for world_max/min/ints (tests may use globals) */
 
-/* Records a check that must hold on every rank; rank 0 prints it, other ranks print their own
- * failures. */
-static void check(int ok, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void check(int ok, const char *name, const char *fmt, ...) {
-    char detail[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof detail, fmt, ap);
-    va_end(ap);
-    int64_t bad = !ok;
-    Err err = {0};
-    if (comm_allreduce_i64(g_c, &bad, 1, COMM_MAX, &err) != ST_OK) {
-        fprintf(stderr, "rank %d: verdict all-reduce failed: %s\n", g_c->rank, err.msg);
-        bad = 1;
-    }
-    if (!ok && g_c->rank != 0) fprintf(stderr, "rank %d: %s: FAIL %s\n", g_c->rank, name, detail);
-    if (g_c->rank == 0)
-        tu_check(!bad, name, "world=%d %s", g_c->world, detail);
-    else if (bad)
-        tu_failures++;
-}
+/* A check that must hold on every rank (tu_world_check: verdicts all-reduced, rank 0 prints). */
+#define check(ok, ...) tu_world_check((ok), __VA_ARGS__)
 
 /* The maximum of v over the world (the reported number of a check is the worst rank's). */
 static double world_max(double v) {
@@ -453,12 +434,8 @@ static void test_refusals(Comm *c) {
 }
 
 int main(int argc, char **argv) {
-    Comm *c = NULL;
+    Comm *c = tu_world_init(&argc, &argv);
     Err err = {0};
-    if (comm_init(&c, &argc, &argv, &err) != ST_OK) {
-        fprintf(stderr, "comm_init: %s\n", err.msg);
-        return 1;
-    }
     g_c = c;
     char *end;
     long want = argc > 1 ? strtol(argv[1], &end, 10) : 0;

@@ -36,13 +36,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
-#include "core/fileio.h"
-#include "data/shard.h"
 #include "model/config.h"
 #include "model/layout.h"
 #include "plan/plan.h"
+#include "runcmp.h"
 #include "testutil.h"
 
 #define DIR ST_BINARY_DIR "/test_tp_plan"
@@ -135,30 +133,18 @@ static void formula(void) {
 
 /* ---------------------------------------------------------------- runs */
 
-static void make_data(void) {
-    Err e;
-    file_mkdirs(DIR, &e);
-    enum { N = 30000 };
-    static uint32_t tok[N];
-    for (int i = 0; i < N; i++) tok[i] = (uint32_t)((i * 31 + (i / 7) * 5 + (i / 101) * 3) % 97);
-    ShardMeta meta = {0, N, 97};
-    if (shard_write(DIR "/train.bin", tok, N, &meta, &e) != ST_OK) printf("%s\n", e.msg), exit(1);
-}
-
 /* `scaletrain train` on np ranks with extra flags (env "VAR=1" or NULL for every rank); 0 on success. */
 static int train(const char *name, int np, const char *extra, const char *env) {
     char cmd[4096], var[64] = "";
     if (env) snprintf(var, sizeof var, "-x %.*s", (int)strcspn(env, "="), env);
     snprintf(cmd, sizeof cmd,
              "%s timeout 120 %s --allow-run-as-root --oversubscribe -np %d -x OMP_NUM_THREADS=1 %s %s train --data "
-             DIR "/train.bin " MODEL " --steps %d --val-every 0 --peak-gflops 100 --quiet --log " DIR "/%s.jsonl %s "
-             "> " DIR "/%s.out 2>&1",
-             env ? env : "", g_mpi, np, var, g_bin, STEPS, name, extra, name);
+             DIR "/train.bin " MODEL " --steps %d --val-every 0 --peak-gflops 100 --quiet --log " DIR "/%s.jsonl %s",
+             env ? env : "", g_mpi, np, var, g_bin, STEPS, name, extra);
     char lg[512];
     snprintf(lg, sizeof lg, DIR "/%s.jsonl", name);
     remove(lg);
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    return rc_run(DIR, name, cmd, NULL);
 }
 
 /* `scaletrain plan --json` of the run's model on dp × tp ranks of one node, with extra flags. */
@@ -166,13 +152,7 @@ static cJSON *plan_json(int dp, int tp, const char *extra) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "%s plan " MODEL " --vocab 97 --dp %d --tp %d --devices-per-node %d %s --json", g_bin, dp,
              tp, dp * tp, extra);
-    FILE *f = popen(cmd, "r");
-    if (!f) return NULL;
-    static char buf[1 << 17];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = 0;
-    pclose(f);
-    return cJSON_Parse(buf);
+    return rc_command_json(cmd);
 }
 
 static const cJSON *get(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
@@ -271,7 +251,7 @@ typedef struct {
 } Run;
 
 static void runs(void) {
-    make_data();
+    rc_make_data(DIR);
     static const Run R[] = {
         {"tp2", "", 1, 2, 0, 0, RECOMPUTE_NONE, 0},
         {"tp2_sp", "--sp", 1, 2, 1, 0, RECOMPUTE_NONE, 0},

@@ -66,6 +66,17 @@ char *tu_slurp(const char *path) {
     return file_read_all(path, &t, &n, &e) == ST_OK ? t : NULL;
 }
 
+int tu_same_file(const char *a, const char *b) {
+    char *x, *y;
+    size_t nx, ny;
+    Err e;
+    if (file_read_all(a, &x, &nx, &e) != ST_OK) return 0;
+    if (file_read_all(b, &y, &ny, &e) != ST_OK) return free(x), 0;
+    int same = nx == ny && !memcmp(x, y, nx);
+    free(x), free(y);
+    return same;
+}
+
 cJSON *tu_log_records(const char *path) {
     char *text = tu_slurp(path);
     if (!text) return NULL;

@@ -20,6 +20,9 @@ double tu_max_abs_diff_f(const float *a, const float *b, size_t n);
 /* The whole file as a NUL-terminated string (caller frees), or NULL if it cannot be read. */
 char *tu_slurp(const char *path);
 
+/* 1 if both files can be read and hold the same bytes. */
+int tu_same_file(const char *a, const char *b);
+
 /* ---- the metrics log (src/train/events.h) ---- */
 
 /* Every record of a JSON Lines log, in file order, as one cJSON array (caller deletes); NULL if
