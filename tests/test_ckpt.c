@@ -9,7 +9,7 @@
  *
  * Asynchronous save blocking (ckpt_async_blocks_only_for_copy): oracle a plain memcpy of the same
  * state between buffers already mapped, timed here (best of 3); every save, the first included,
- * must return within 6 x that + 100 ms (tolerance for the thread start, the meta copy and the
+ * of the best of 3 savers (each with its own staging) must return within 6 x that + 100 ms (tolerance for the thread start, the meta copy and the
  * load of a shared 2-core machine) while its background write is slowed by 1 s
  * (ST_CKPT_FAIL_AT=begin:slow). Negative controls, which must exceed the bound: the test-only
  * ST_CKPT_ASYNC_SYNC=1 (the save waits for its own write), and what the first save did before
@@ -564,6 +564,7 @@ static void test_async_blocking(void) {
     size_t bytes = s.g.w.layout.total * sizeof(float);
     /* Values do not matter here, mapped pages do (calloc leaves them unmapped). */
     memset(s.m, 1, bytes), memset(s.v, 2, bytes), memset(s.master, 3, bytes);
+    memset(s.g.w.params, 4, bytes); /* the weights too: a first read of untouched pages faults them in */
     /* The oracle: four copies of one buffer between mapped buffers (scratch is mapped by its
      * first copy; the best of three repetitions is the machine's copy speed). */
     float *scratch = malloc(bytes);
@@ -583,38 +584,58 @@ static void test_async_blocking(void) {
 
     const char *dir = TMP "/async_block";
     sh("rm -rf %s", dir);
-    MemStats ms = {0};
-    CkptAsync *a = NULL;
-    Err e = {0};
     CkptOptState op = opt_of(&s);
-    Status st = ckpt_async_init(&a, &s.g.w, &op, &ms, &e);
-    size_t staged = ms.bytes[MEM_CKPT_STAGING];
     CkptMeta m = make_meta(1);
     CkptOptions o = ckpt_default_options();
     o.dir = dir;
     setenv("ST_CKPT_FAIL_AT", "begin:slow", 1);
-    double worst = 0, t[3] = {0};
-    for (int k = 0; k < 3 && st == ST_OK; k++) {
-        if (k == 2) setenv("ST_CKPT_ASYNC_SYNC", "1", 1); /* negative control */
-        m.step = k + 1;
-        /* The previous write (slowed by 1 s) is waited for outside the timed call, as the
-         * trainer does before a save. */
-        if ((st = ckpt_async_wait(a, NULL, &e)) != ST_OK) break;
+    /* Three savers, each with its own staging, as three runs would: the slowest of a saver's two
+     * saves, best saver kept (the oracle is a best of three too). The first copy into staging
+     * that init mapped varies from run to run on this VM (50-230 ms for 200 MB, seen with the
+     * same binary), while the fault this guards against (staging mapped by the first save) makes
+     * every first save slow: 600+ ms. */
+    double worst = 1e30, t[3] = {0}, best_t[2] = {0};
+    size_t staged = 0;
+    Status st = ST_OK, stw = ST_OK;
+    Err e = {0};
+    CkptAsync *a = NULL;
+    MemStats ms[3] = {{{0}}}; /* one per saver: a saver counts into its MemStats until freed */
+    for (int run = 0; run < 3 && st == ST_OK; run++) {
+        ckpt_async_free(a), a = NULL;
+        if ((st = ckpt_async_init(&a, &s.g.w, &op, &ms[run], &e)) != ST_OK) break;
+        staged = ms[run].bytes[MEM_CKPT_STAGING];
+        double w = 0;
+        for (int k = 0; k < 2 && st == ST_OK; k++) {
+            m.step = 3 * run + k + 1;
+            /* The previous write (slowed by 1 s) is waited for outside the timed call, as the
+             * trainer does before a save. */
+            if ((st = ckpt_async_wait(a, NULL, &e)) != ST_OK) break;
+            double t0 = timer_ms();
+            st = ckpt_async_save(a, &s.g.w, &op, &m, &o, &e);
+            t[k] = timer_ms() - t0;
+            w = t[k] > w ? t[k] : w;
+        }
+        if (w < worst) worst = w, best_t[0] = t[0], best_t[1] = t[1];
+    }
+    /* Negative control: a save that waits for its own write. */
+    if (st == ST_OK && (st = ckpt_async_wait(a, NULL, &e)) == ST_OK) {
+        setenv("ST_CKPT_ASYNC_SYNC", "1", 1);
+        m.step = 10;
         double t0 = timer_ms();
         st = ckpt_async_save(a, &s.g.w, &op, &m, &o, &e);
-        t[k] = timer_ms() - t0;
-        if (k < 2) worst = t[k] > worst ? t[k] : worst;
+        t[2] = timer_ms() - t0;
+        unsetenv("ST_CKPT_ASYNC_SYNC");
     }
-    unsetenv("ST_CKPT_ASYNC_SYNC");
     CkptSaveInfo info;
-    Status stw = ckpt_async_wait(a, &info, &e);
+    if (a) stw = ckpt_async_wait(a, &info, &e);
     unsetenv("ST_CKPT_FAIL_AT");
     tu_check(st == ST_OK && stw == ST_OK && staged == 4 * bytes, "ckpt_async_staging_at_init",
              "%zu bytes of staging allocated by ckpt_async_init (want %zu) %s", staged, 4 * bytes,
              st || stw ? e.msg : "");
     tu_check(st == ST_OK && worst <= bound, "ckpt_async_blocks_only_for_copy",
-             "state %.0f MB: save 1 (the first) blocked %.1f ms, save 2 %.1f ms; bound 6 x copy %.1f ms + 100 = %.1f ms",
-             4.0 * bytes / 1e6, t[0], t[1], copy_ms, bound);
+             "state %.0f MB, best of 3 savers: save 1 (the first) blocked %.1f ms, save 2 %.1f ms; bound 6 x copy "
+             "%.1f ms + 100 = %.1f ms",
+             4.0 * bytes / 1e6, best_t[0], best_t[1], copy_ms, bound);
     double fresh = fresh_copy_ms(&s);
     tu_check(t[2] > bound && fresh > bound, "ckpt_async_blocking_negative_controls",
              "a save that waits for its write (ST_CKPT_ASYNC_SYNC=1) blocked %.1f ms, a copy into fresh staging "
