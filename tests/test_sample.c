@@ -27,6 +27,7 @@
 #include "core/rng.h"
 #include "model/gpt.h"
 #include "model/infer.h"
+#include "model/matmul.h"
 #include "testutil.h"
 
 #define BIN ST_BINARY_DIR "/scaletrain"
@@ -84,7 +85,7 @@ static void kv_vs_full(const int32_t *hist) {
     /* A 5-token prompt, then one token at a time. */
     for (size_t n = 5; n <= HIST; n++) {
         size_t before = kv.start;
-        infer_feed(&g, &kv, hist, n);
+        infer_feed(&g, &kv, hist, n, &e);
         restarts += kv.start != before;
         expect = n == 5 ? 5 : (expect == MAXT ? MAXT / 2 : expect + 1); /* the documented rule */
         window_ok &= (int)(n - kv.start) == expect && kv.len == expect;
@@ -104,15 +105,15 @@ static void negative_controls(const int32_t *hist) {
     if (kv_init(&kv, &g, &e) != ST_OK) return;
 
     /* A corrupted cached K row (layer 0, position 3): the next step's logits must be off. */
-    infer_feed(&g, &kv, hist, 8);
+    infer_feed(&g, &kv, hist, 8, &e);
     for (int i = 0; i < C; i++) kv.k[(size_t)3 * C + i] += 0.5f;
-    infer_feed(&g, &kv, hist, 9);
+    infer_feed(&g, &kv, hist, 9, &e);
     double r = err_vs_full(&kv, hist, 0, 9);
     tu_check(r > 100 * TOL, "neg_corrupt_k_row", "rel=%.3g must exceed %g", r, 100 * TOL);
 
     /* Wrong position: token 9 fed at position 8, overwriting token 8's cache row. */
     kv.start = 0, kv.len = 0;
-    infer_feed(&g, &kv, hist, 9);
+    infer_feed(&g, &kv, hist, 9, &e);
     kv.len--;
     infer_step(&g, &kv, hist[9]);
     r = err_vs_full(&kv, hist, 0, 10);
@@ -122,7 +123,7 @@ static void negative_controls(const int32_t *hist) {
      * rows down (no recompute), feed the next token; compare with the full forward over the
      * window it pretends to hold. */
     kv.start = 0, kv.len = 0;
-    infer_feed(&g, &kv, hist, MAXT);
+    infer_feed(&g, &kv, hist, MAXT, &e);
     int keep = MAXT / 2, drop = MAXT - keep;
     for (int l = 0; l < L; l++) {
         float *K = kv.k + (size_t)l * MAXT * C, *Vv = kv.v + (size_t)l * MAXT * C;
@@ -147,7 +148,7 @@ static int generate(int32_t *hist, size_t n0, float temperature, int top_k, uint
     int mismatches = 0;
     *min_gap = INFINITY;
     for (size_t n = n0; n < n0 + GEN; n++) {
-        infer_feed(&g, &kv, hist, n);
+        infer_feed(&g, &kv, hist, n, &e);
         hist[n] = infer_pick(kv.logits, V, temperature, top_k, rng_uniform(seed, 0x5a3f1e, n - n0), work);
         full_logits(hist + kv.start, (int)(n - kv.start));
         const float *row = full + (n - kv.start - 1) * V;
@@ -236,6 +237,27 @@ static void cli(void) {
     free(s1.s), free(s2.s), free(s3.s), free(gz.s), free(g1.s), free(t1.s);
 }
 
+/* A GEMM that fails while feeding the cache is reported by infer_feed, naming the GEMM, instead
+ * of handing back garbage logits (`sample` then exits with the message); control: the same feed
+ * without the fault succeeds. */
+static void gemm_failure(const int32_t *hist) {
+    KvCache kv;
+    Err e = {0}, e2 = {0};
+    if (kv_init(&kv, &g, &e) != ST_OK) {
+        tu_check(0, "gemm_failure_reported", "kv_init: %s", e.msg);
+        return;
+    }
+    mm_fail_after(2);
+    Status st = infer_feed(&g, &kv, hist, 4, &e);
+    mm_fail_after(0);
+    kv_free(&kv);
+    kv_init(&kv, &g, &e2);
+    Status ok = infer_feed(&g, &kv, hist, 4, &e2);
+    kv_free(&kv);
+    tu_check(st == ST_ERR_RUNTIME && strstr(e.msg, "GEMM") != NULL && ok == ST_OK, "gemm_failure_reported",
+             "with a failing GEMM: status %d \"%s\"; control without the fault: status %d", (int)st, e.msg, (int)ok);
+}
+
 int main(void) {
     ModelConfig cfg = {.n_layer = L, .n_head = NH, .n_embd = C, .vocab = V, .max_seq = MAXT};
     Err e;
@@ -251,6 +273,7 @@ int main(void) {
 
     kv_vs_full(hist);
     negative_controls(hist);
+    gemm_failure(hist);
 
     float gap;
     int m = generate(hist, 5, 0.0f, 0, 0, &gap);

@@ -105,7 +105,10 @@ int cmd_sample(int argc, char **argv) {
     fputs(prompt, stdout);
     uint32_t eot = tokenizer_eot(tk);
     for (int i = 0; i < tokens; i++) {
-        infer_feed(&g, &kv, hist, nh);
+        if ((st = infer_feed(&g, &kv, hist, nh, &err)) != ST_OK) {
+            free(hist);
+            goto fail;
+        }
         float u = rng_uniform(seed, 0x5a3f1e, (uint64_t)i);
         uint32_t id = (uint32_t)infer_pick(kv.logits, cfg.vocab, temperature, top_k, u, work);
         hist[nh++] = (int32_t)id;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "model/kernels.h"
+#include "model/matmul.h"
 
 Status kv_init(KvCache *kv, const Gpt *g, Err *err) {
     memset(kv, 0, sizeof *kv);
@@ -80,13 +81,16 @@ void infer_step(const Gpt *g, KvCache *kv, int32_t token) {
     kv->len++;
 }
 
-void infer_feed(const Gpt *g, KvCache *kv, const int32_t *hist, size_t n) {
+Status infer_status(Err *err) { return mm_take_error(err); }
+
+Status infer_feed(const Gpt *g, KvCache *kv, const int32_t *hist, size_t n, Err *err) {
     ST_CHECK(n > kv->start + (size_t)kv->len);
     if (n - kv->start > (size_t)kv->cap) {
         size_t keep = kv->cap > 1 ? (size_t)kv->cap / 2 : 1;
         kv->start = n - keep, kv->len = 0;
     }
     for (size_t i = kv->start + (size_t)kv->len; i < n; i++) infer_step(g, kv, hist[i]);
+    return infer_status(err);
 }
 
 int infer_pick(const float *logits, int V, float temperature, int top_k, float u, float *work) {

@@ -37,8 +37,12 @@ void infer_step(const Gpt *g, KvCache *kv, int32_t token);
 /* Makes kv->logits the next-token logits after the history hist[0 .. n): feeds the tokens not yet
  * cached (n > kv->start + kv->len: at least one, e.g. the whole prompt on the first call, then the
  * token just picked), restarting the window on the last maxT/2 tokens when they do not fit (see
- * the file comment). Afterwards the cache holds hist[kv->start .. n). */
-void infer_feed(const Gpt *g, KvCache *kv, const int32_t *hist, size_t n);
+ * the file comment). Afterwards the cache holds hist[kv->start .. n). ST_ERR_RUNTIME when a GEMM
+ * failed on the way (its message names the shape, matmul.h): the logits are garbage then. */
+Status infer_feed(const Gpt *g, KvCache *kv, const int32_t *hist, size_t n, Err *err);
+
+/* The first GEMM failure since the last call (after infer_step), as infer_feed reports it. */
+Status infer_status(Err *err);
 
 /* The next token from V logits: the argmax (greedy) when temperature is 0, else a draw from
  * softmax(logits / temperature) restricted to the top_k largest (0 = all) with uniform u in [0, 1).

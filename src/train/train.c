@@ -807,14 +807,20 @@ static void log_sample(Run *r, long step) {
     int n = c->sample_tokens < c->model.max_seq ? c->sample_tokens : c->model.max_seq - 1;
     uint32_t *ids = calloc((size_t)n + 1, sizeof *ids);
     int32_t cur = c->model.vocab - 1; /* start from end-of-text */
-    for (int i = 0; i < n && ids; i++) {
+    int ok = 1;
+    for (int i = 0; i < n && ids && ok; i++) {
         infer_step(&r->g, &kv, cur);
+        if (infer_status(&e) != ST_OK) { /* a failed GEMM: no sample rather than a garbage one */
+            if (!c->quiet) printf("sample %5ld | skipped: %s\n", step, e.msg);
+            ok = 0;
+            break;
+        }
         cur = infer_pick(kv.logits, c->model.vocab, 0.8f, 0, rng_uniform((uint64_t)step, 0x5a3b1e, (uint64_t)i), NULL);
         ids[i] = (uint32_t)cur;
     }
     uint8_t *text = NULL;
     size_t len = 0, cap = 0;
-    if (ids && c->sample_tokenizer) tokenizer_decode(c->sample_tokenizer, ids, (size_t)n, &text, &len, &cap, &e);
+    if (ids && ok && c->sample_tokenizer) tokenizer_decode(c->sample_tokenizer, ids, (size_t)n, &text, &len, &cap, &e);
     char *t = text ? malloc(len + 1) : NULL;
     if (t) {
         memcpy(t, text, len);
@@ -831,7 +837,7 @@ static void log_sample(Run *r, long step) {
             printf("\n");
         }
     }
-    if (t || ids) ev_sample(&r->log, step, t, ids, n);
+    if (ok && (t || ids)) ev_sample(&r->log, step, t, ids, n);
     free(t);
     free(text);
     free(ids);
