@@ -318,6 +318,74 @@ static void test_limits(Comm *c) {
           "");
 }
 
+/* Pipeline point-to-point over grids with pp > 1 (pp = world, and dp 2 x pp 2 on 4 ranks): each
+ * stage sends a pattern naming itself to the next stage (activations) and another to the previous
+ * one (gradients), by nonblocking calls completed with comm_wait; oracle: the pattern the
+ * neighbour must have sent, and the bytes booked (sends only). Negative control: the same check
+ * against the other neighbour's pattern must fail. Refusals: a peer outside the pipeline or itself.
+ * The grid is restored to dp = world afterwards. */
+static float pp_pattern(int world_rank, int dir, size_t i) { return (float)(world_rank * 1000 + dir * 100) + (float)i * 0.5f; }
+
+static void pp_round(Comm *c, const char *name) {
+    enum { N = 1000 };
+    float fwd_out[N], bwd_out[N], fwd_in[N], bwd_in[N];
+    int p = c->pp, s = c->pp_rank, prev = s - 1, next = s + 1;
+    int prev_world = c->rank - c->tp * c->dp, next_world = c->rank + c->tp * c->dp; /* rank = (pp·dp + dp)·tp + tp */
+    for (size_t i = 0; i < N; i++) fwd_out[i] = pp_pattern(c->rank, 1, i), bwd_out[i] = pp_pattern(c->rank, 2, i);
+    CommReq req[4] = {{{0}}};
+    Err e = {0};
+    Status st = ST_OK;
+    uint64_t b0 = c->stats.bytes[COMM_PP_SEND];
+    if (next < p && st == ST_OK) st = comm_pp_isend_f32(c, fwd_out, N, next, 1, &req[0], &e);
+    if (prev >= 0 && st == ST_OK) st = comm_pp_isend_f32(c, bwd_out, N, prev, 2, &req[1], &e);
+    if (prev >= 0 && st == ST_OK) st = comm_pp_irecv_f32(c, fwd_in, N, prev, 1, &req[2], &e);
+    if (next < p && st == ST_OK) st = comm_pp_irecv_f32(c, bwd_in, N, next, 2, &req[3], &e);
+    if (st == ST_OK) st = comm_wait_all(req, 4, 30, "pp p2p", -1, &e);
+    int ok = st == ST_OK, wrong_ok = 1, compared = 0;
+    for (size_t i = 0; i < N && ok; i++) {
+        if (prev >= 0) {
+            ok = ok && fwd_in[i] == pp_pattern(prev_world, 1, i);
+            wrong_ok = wrong_ok && fwd_in[i] == pp_pattern(next_world, 1, i); /* control: the other side */
+            compared = 1;
+        }
+        if (next < p) ok = ok && bwd_in[i] == pp_pattern(next_world, 2, i);
+    }
+    uint64_t sent = c->stats.bytes[COMM_PP_SEND] - b0, want = (uint64_t)((next < p) + (prev >= 0)) * N * 4;
+    check(ok && sent == want, name, "pp %d stage %d: received the neighbours' patterns, %llu bytes booked (want %llu) %s",
+          p, s, (unsigned long long)sent, (unsigned long long)want, st ? e.msg : "");
+    char ctl[96];
+    snprintf(ctl, sizeof ctl, "%s_negative_control", name);
+    check(!compared || !wrong_ok, ctl, "the other neighbour's pattern is not taken for the sender's");
+}
+
+static void test_pp_p2p(Comm *c) {
+    Err e = {0};
+    if (c->world < 2) {
+        /* One rank: no peer exists; every peer is refused. */
+        CommReq r = {0};
+        float x = 0;
+        Status st = comm_pp_isend_f32(c, &x, 1, 0, 0, &r, &e);
+        check(st == ST_ERR_INPUT && strstr(e.msg, "pipeline stage"), "pp_send_to_self_refused", "%s", e.msg);
+        return;
+    }
+    Status st = comm_set_grid(c, 1, 1, c->world, &e);
+    check(st == ST_OK && c->pp == c->world && c->pp_rank == c->rank, "pp_grid", "%s", st ? e.msg : "");
+    if (st == ST_OK) pp_round(c, "pp_p2p_pp_world");
+    CommReq r = {0};
+    float x = 0;
+    Status bad = comm_pp_isend_f32(c, &x, 1, c->pp, 0, &r, &e);
+    check(bad == ST_ERR_INPUT && strstr(e.msg, "pp send"), "pp_peer_outside_refused", "%s", e.msg);
+    bad = comm_pp_irecv_f32(c, &x, 1, c->pp_rank, 0, &r, &e);
+    check(bad == ST_ERR_INPUT && strstr(e.msg, "pp receive"), "pp_peer_self_refused", "%s", e.msg);
+    if (c->world == 4) {
+        st = comm_set_grid(c, 2, 1, 2, &e);
+        check(st == ST_OK && c->pp == 2 && c->dp == 2, "pp_grid_dp2_pp2", "%s", st ? e.msg : "");
+        if (st == ST_OK) pp_round(c, "pp_p2p_dp2_pp2");
+    }
+    st = comm_set_grid(c, c->world, 1, 1, &e);
+    check(st == ST_OK, "pp_grid_restored", "%s", st ? e.msg : "");
+}
+
 int main(int argc, char **argv) {
     Comm *c = tu_world_init(&argc, &argv);
     Err err = {0};
@@ -372,6 +440,7 @@ int main(int argc, char **argv) {
     test_scalars(c);
     test_overlap(c);
     test_limits(c);
+    test_pp_p2p(c);
     if (c->rank == 0) printf("test_comm: %.0f ms, exposed wait %.1f ms\n", timer_ms() - t0, c->stats.wait_ms_total);
     comm_finalize(c);
     return tu_exit();

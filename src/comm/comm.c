@@ -24,7 +24,8 @@ _Static_assert(sizeof(MPI_Request) <= sizeof(((CommReq *)0)->handle), "CommReq.h
 struct CommMpi {
     MPI_Comm world;     /* duplicate of MPI_COMM_WORLD, MPI_ERRORS_RETURN */
     MPI_Comm dp;        /* data-parallel group of this rank (a split of world) */
-    MPI_Comm tp;        /* tensor-parallel group (MPI_COMM_NULL until comm_set_grid with tp > 1) */
+    MPI_Comm tp;        /* tensor-parallel group (MPI_COMM_NULL until comm_set_grid) */
+    MPI_Comm pp;        /* pipeline group: same dp and tp coordinates, ordered by pp_rank */
     int we_initialized; /* comm_init called MPI_Init_thread, so comm_finalize finalizes */
     uint64_t *u64;      /* world entries: scratch for comm_check_same_u64 (allocated at init) */
 };
@@ -33,7 +34,7 @@ struct CommMpi {
 
 static const char *kind_names[COMM_NKIND] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast",
                                              "scalar collective", "tp all-reduce", "tp all-gather",
-                                             "tp reduce-scatter"};
+                                             "tp reduce-scatter", "pp send"};
 
 const char *comm_kind_name(CommKind k) { return (unsigned)k < COMM_NKIND ? kind_names[k] : "?"; }
 
@@ -47,7 +48,8 @@ uint64_t comm_ring_bytes(CommKind k, uint64_t bytes, int p) {
     case COMM_TP_REDUCE_SCATTER:
     case COMM_TP_ALLGATHER:
     case COMM_ALLGATHER: return bytes * (uint64_t)(p - 1) / (uint64_t)p;
-    case COMM_BCAST: return bytes;
+    case COMM_BCAST:
+    case COMM_PP_SEND: return bytes;
     default: return 0;
     }
 }
@@ -69,13 +71,17 @@ static MPI_Request req_get(const CommReq *req) {
 }
 
 /* Prepares req for a new operation and books calls and bytes. */
-static void req_begin(Comm *c, CommReq *req, CommKind k, uint64_t bytes) {
+static void req_init(Comm *c, CommReq *req, CommKind k, uint64_t bytes) {
     ST_CHECK_MSG(!req->active, "CommReq reused while its collective is still pending");
     memset(req, 0, sizeof *req);
     req->comm = c;
     req->kind = k;
     req->bytes = bytes;
     req->t_start_ms = timer_ms();
+}
+
+static void req_begin(Comm *c, CommReq *req, CommKind k, uint64_t bytes) {
+    req_init(c, req, k, bytes);
     c->stats.calls[k]++;
     c->stats.bytes[k] += bytes;
 }
@@ -132,7 +138,7 @@ Status comm_init(Comm **out, int *argc, char ***argv, Err *err) {
         free(c);
         return err_set(err, ST_ERR_RUNTIME, "comm_init: out of memory");
     }
-    m->world = m->dp = m->tp = MPI_COMM_NULL;
+    m->world = m->dp = m->tp = m->pp = MPI_COMM_NULL;
     c->mpi = m;
     c->is_mpi = 1;
     int inited = 0, rc;
@@ -211,6 +217,7 @@ void comm_finalize(Comm *c) {
     if (m) {
         if (m->dp != MPI_COMM_NULL) MPI_Comm_free(&m->dp);
         if (m->tp != MPI_COMM_NULL) MPI_Comm_free(&m->tp);
+        if (m->pp != MPI_COMM_NULL) MPI_Comm_free(&m->pp);
         if (m->world != MPI_COMM_NULL) MPI_Comm_free(&m->world);
         int fin = 0;
         MPI_Finalized(&fin);
@@ -395,6 +402,12 @@ Status comm_set_grid(Comm *c, int dp, int tp, int pp, Err *err) {
         MPI_Comm_set_errhandler(newtp, MPI_ERRORS_RETURN);
         if (c->mpi->tp != MPI_COMM_NULL) MPI_Comm_free(&c->mpi->tp);
         c->mpi->tp = newtp;
+        MPI_Comm newpp;
+        rc = MPI_Comm_split(c->mpi->world, dp_rank * tp + tp_rank, pp_rank, &newpp);
+        if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Comm_split", "pipeline group");
+        MPI_Comm_set_errhandler(newpp, MPI_ERRORS_RETURN);
+        if (c->mpi->pp != MPI_COMM_NULL) MPI_Comm_free(&c->mpi->pp);
+        c->mpi->pp = newpp;
     }
     c->dp = dp;
     c->tp = tp;
@@ -570,6 +583,39 @@ Status comm_tp_allgather_f32(Comm *c, float *buf, size_t block, Err *err) {
 
 Status comm_tp_reduce_scatter_f32(Comm *c, float *buf, size_t block, Err *err) {
     return tp_call(c, COMM_TP_REDUCE_SCATTER, buf, block * (size_t)c->tp, MPI_SUM, err);
+}
+
+/* ================================================================ pipeline point-to-point (pp group) */
+
+static Status pp_peer(Comm *c, int peer, size_t n, const char *what, Err *err) {
+    if (peer < 0 || peer >= c->pp || peer == c->pp_rank)
+        return err_set(err, ST_ERR_INPUT, "%s: expected a pipeline stage 0..%d other than this rank's %d, found %d", what,
+                       c->pp - 1, c->pp_rank, peer);
+    return check_count(c, n, what, err);
+}
+
+Status comm_pp_isend_f32(Comm *c, const float *buf, size_t n, int to_pp_rank, int tag, CommReq *req, Err *err) {
+    Status st = pp_peer(c, to_pp_rank, n, "pp send", err);
+    if (st != ST_OK) return st;
+    req_begin(c, req, COMM_PP_SEND, (uint64_t)n * 4);
+    MPI_Request r;
+    int rc = MPI_Isend(buf, (int)n, MPI_FLOAT, to_pp_rank, tag, c->mpi->pp, &r);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Isend", "pp send");
+    req_put(req, r);
+    req->active = 1;
+    return ST_OK;
+}
+
+Status comm_pp_irecv_f32(Comm *c, float *buf, size_t n, int from_pp_rank, int tag, CommReq *req, Err *err) {
+    Status st = pp_peer(c, from_pp_rank, n, "pp receive", err);
+    if (st != ST_OK) return st;
+    req_init(c, req, COMM_PP_SEND, 0); /* nothing booked: the sender's call and bytes count */
+    MPI_Request r;
+    int rc = MPI_Irecv(buf, (int)n, MPI_FLOAT, from_pp_rank, tag, c->mpi->pp, &r);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Irecv", "pp receive");
+    req_put(req, r);
+    req->active = 1;
+    return ST_OK;
 }
 
 /* ================================================================ small collectives (world) */

@@ -42,6 +42,7 @@ typedef enum {
     COMM_TP_ALLREDUCE,   /* float sum or max over the tp group (tensor parallelism) */
     COMM_TP_ALLGATHER,   /* float, equal blocks, over the tp group (sequence parallelism) */
     COMM_TP_REDUCE_SCATTER, /* float sum, equal blocks, over the tp group (sequence parallelism) */
+    COMM_PP_SEND,        /* float point-to-point to another pipeline stage (sends only are booked) */
     COMM_NKIND
 } CommKind;
 
@@ -114,7 +115,7 @@ void comm_finalize(Comm *c);
 
 /* Sets the grid dp × tp × pp. Refuses (ST_ERR_INPUT, no allocation, c unchanged) any
  * product != world size, with the product and the world size in the message; values < 1 refused.
- * Splits the dp and tp groups; collective over the world (every rank must call it with the same grid). */
+ * Splits the dp, tp and pp groups; collective over the world (every rank must call it with the same grid). */
 Status comm_set_grid(Comm *c, int dp, int tp, int pp, Err *err);
 
 /* Every rank checks that all ranks passed the same value (e.g. a config hash); a mismatch returns
@@ -162,6 +163,15 @@ Status comm_tp_allgather_f32(Comm *c, float *buf, size_t block, Err *err);
 /* buf holds tp blocks; afterwards the own block holds the sum over ranks of that block (the other
  * blocks are undefined). */
 Status comm_tp_reduce_scatter_f32(Comm *c, float *buf, size_t block, Err *err);
+
+/* ---------------------------------------------------------------- pipeline point-to-point
+ * Between stages of the pp group (the ranks with the same dp and tp coordinates, ordered by
+ * pp_rank), nonblocking: start with these, progress with comm_test, finish with comm_wait. A send's
+ * bytes are booked under COMM_PP_SEND; a receive books nothing (the sender did). `tag` tells apart
+ * messages between the same two stages (e.g. activation vs gradient, micro-batch); a send and its
+ * receive must use the same n and tag. Refused (ST_ERR_INPUT) for a peer outside 0..pp-1 or itself. */
+Status comm_pp_isend_f32(Comm *c, const float *buf, size_t n, int to_pp_rank, int tag, CommReq *req, Err *err);
+Status comm_pp_irecv_f32(Comm *c, float *buf, size_t n, int from_pp_rank, int tag, CommReq *req, Err *err);
 
 /* ---------------------------------------------------------------- small collectives (world) */
 
