@@ -134,6 +134,8 @@ int main(void) {
         {"tokenizer-dir", TR " --tokenizer-dir " TMP},
         {"no-overlap", TR " --no-overlap"},
         {"comm-timeout", TR " --comm-timeout 30"},
+        {"val-every", TR " --val-every 5"},
+        {"val-batches", TR " --val-batches 3"},
     };
     for (size_t i = 0; i < sizeof TRAIN_INERT / sizeof TRAIN_INERT[0]; i++)
         expect_refused(TRAIN_INERT[i].flag, TRAIN_INERT[i].args);
@@ -162,7 +164,12 @@ int main(void) {
              num(step, "loss_scale"), ck ? "logged" : "missing", smp ? "logged" : "missing");
     cJSON_Delete(st), cJSON_Delete(step), cJSON_Delete(ck), cJSON_Delete(smp);
     /* Control B: sgd's momentum, and --override with --resume. */
-    expect_accepted("control B: --optimizer sgd --momentum 0.5", TR " --optimizer sgd --momentum 0.5 --log " TMP "/b.jsonl");
+    expect_accepted("control B: --optimizer sgd --momentum 0.5, --val-every and --val-batches with --val-data",
+                    TR " --optimizer sgd --momentum 0.5 --val-data " TMP "/data/val_*.bin --val-every 1 --val-batches 1 "
+                       "--log " TMP "/b.jsonl");
+    cJSON *val = log_record(TMP "/b.jsonl", "val");
+    tu_check(val != NULL, "control B: validation records with --val-data --val-every 1", "%s", val ? "logged" : "missing");
+    cJSON_Delete(val);
     st = log_record(TMP "/b.jsonl", "start");
     c = cJSON_GetObjectItemCaseSensitive(st, "config");
     tu_check(c && !strcmp(str(c, "optimizer"), "sgd") && (float)num(c, "momentum") == 0.5f, "control B: momentum in the config",

@@ -218,7 +218,7 @@ static void test_config_kinds(void) {
 /* The binary, SIGTERM mid-run: exit 0 with a checkpoint; --resume auto finishes identically. */
 static void test_sigterm(void) {
     const char *args = "--layers 2 --heads 2 --channels 32 --vocab 97 --max-seq-len 32 --seq-len 32 --micro-batch 4 "
-                       "--grad-accum 2 --dropout 0.1 --lr 2e-3 --min-lr 2e-4 --warmup 5 --val-every 0 --val-batches 2 "
+                       "--grad-accum 2 --dropout 0.1 --lr 2e-3 --min-lr 2e-4 --warmup 5 --val-every 0 "
                        "--peak-gflops 100 --quiet --steps 400 --data " DIR "/train.bin";
     char cmd[2048];
     snprintf(cmd, sizeof cmd, ST_BINARY_DIR "/scaletrain train %s --ckpt-dir " DIR "/sig_ref_ckpt --out " DIR

@@ -57,6 +57,7 @@ static Status refuse_inert(ArgSpec *specs, int n, const TrainConfig *c, const Co
     int world = comm ? comm->world : 1, par = world > 1 || c->zero > 0;
     OptimKind ok = c->optim.kind;
     int ckpt = c->ckpt_dir[0] != 0;
+    int noval = c->data[0] && !c->val_data[0]; /* without --data the bundled corpus brings its validation split */
     const struct { const char *flag; int inert; const char *needs; } R[] = {
         {"loss-scale", !c->fp16, "only with --precision fp16 (the loss scaler)"},
         {"loss-scale-window", !c->fp16, "only with --precision fp16 (the loss scaler)"},
@@ -78,6 +79,8 @@ static Status refuse_inert(ArgSpec *specs, int n, const TrainConfig *c, const Co
         {"tokenizer-dir", strcmp(c->tokenizer, "gpt2") != 0, "--tokenizer gpt2"},
         {"no-overlap", !par, "data parallelism (more than one rank under mpirun, or --zero)"},
         {"comm-timeout", world <= 1, "more than one rank (mpirun -np N)"},
+        {"val-every", noval && c->val_every > 0, "--val-data (there is nothing to validate on)"},
+        {"val-batches", noval, "--val-data (there is nothing to validate on)"},
     };
     for (size_t i = 0; i < sizeof R / sizeof R[0]; i++)
         if (R[i].inert && args_find(specs, n, R[i].flag)->seen)
