@@ -18,8 +18,9 @@
  *    relative to the ideal time), i.e. bubble = (P−1)/(v·m + P−1) = plan_bubble(P, m, v);
  *    zb-h1 (tF = tB = tW = 1) below 1f1b with tB = 2 (the same total backward), and for m ≥ P
  *    its makespan = 3m + (P−1)(tF + tB − tW) (Qi et al. 2023, ZB-H1's bubble);
- *  - peaks: 1f1b rank r holds min(P−r, m) micro-batches, gpipe m on every rank, zb-h1 at most
- *    min(P, m) on any rank (1f1b's maximum);
+ *  - peaks: 1f1b rank r holds min(P−r, m) micro-batches, gpipe m on every rank, zb-h1
+ *    min(P, m) on every rank (1f1b's maximum), interleaved rank 0 min(2(P−1) + (v−1)P + 1, m·v) chunk
+ *    activation sets (m·v when m == P: Megatron's warm-up + 1);
  *  - the printer against hand-written lines.
  * Negative controls (the test fails if one passes): a 1f1b with two ops swapped into a cross-rank
  * deadlock, a self-deadlock, a missing op, a repeated op; the closed forms applied to the wrong
@@ -127,7 +128,7 @@ static void report(const char *name, const Acc *a, const char *oracle) {
 
 static void grid(void) {
     Acc refuse = {0}, compl = {0}, tick = {0}, tick_lat = {0}, b_std = {0}, b_std2 = {0}, lat_gp = {0},
-        b_il = {0}, b_il2 = {0}, zb_lt = {0}, zb_cf = {0}, pk_1f1b = {0}, pk_gp = {0}, pk_zb = {0};
+        b_il = {0}, b_il2 = {0}, pk_il = {0}, zb_lt = {0}, zb_cf = {0}, pk_1f1b = {0}, pk_gp = {0}, pk_zb = {0};
     Acc ctl_il = {0}, ctl_pk = {0}, ctl_tick = {0};
     for (size_t ip = 0; ip < sizeof PS / sizeof *PS; ip++)
         for (size_t im = 0; im < sizeof MS / sizeof *MS; im++)
@@ -225,6 +226,11 @@ static void grid(void) {
                         double f_il = (double)(P - 1) / ((double)v * m + P - 1);
                         acc(&b_il2, rel(sim.bubble, f_il) < 1e-12, rel(sim.bubble, f_il), "P=%d m=%d v=%d", P, m, v,
                             sim.bubble, f_il);
+                        /* Rank 0 holds its warm-up plus one chunk activation sets (each 1/v of a stage's):
+                         * min(2(P-1) + (v-1)P + 1, m·v), or all m·v when m == P. */
+                        int want_pk = m == P ? m * v : 2 * (P - 1) + (v - 1) * P + 1;
+                        if (want_pk > m * v) want_pk = m * v;
+                        acc(&pk_il, sim.peak_inflight[0] == want_pk, 0, "P=%d m=%d v=%d", P, m, v, sim.peak_inflight[0], want_pk);
                     }
                     if (zb) {
                         /* 1f1b with the same total backward time (tB = 2 unsplit). */
@@ -240,9 +246,11 @@ static void grid(void) {
                             acc(&zb_cf, rel(sim.makespan, want_mk) < 1e-12, rel(sim.makespan, want_mk), "P=%d m=%d v=%d", P,
                                 m, v, sim.makespan, want_mk);
                         }
-                        int peak = 0;
-                        for (int r = 0; r < P; r++) peak = sim.peak_inflight[r] > peak ? sim.peak_inflight[r] : peak;
-                        acc(&pk_zb, peak == (P < m ? P : m), 0, "P=%d m=%d v=%d", P, m, v, peak, P < m ? P : m);
+                        /* Every rank holds min(P, m): rank r's r delayed W's keep r more than 1f1b's
+                         * P - r, so the maximum over ranks is 1f1b's (rank 0's). */
+                        int okp = 1;
+                        for (int r = 0; r < P; r++) okp &= sim.peak_inflight[r] == (P < m ? P : m);
+                        acc(&pk_zb, okp, 0, "P=%d m=%d v=%d", P, m, v, sim.peak_inflight[P - 1], P < m ? P : m);
                         printf("  zb-h1 P=%d m=%2d: bubble %.4f (1f1b with tB=2: %.4f), makespan %g\n", P, m, sim.bubble,
                                so.bubble, sim.makespan);
                         sched_free(&o);
@@ -262,7 +270,8 @@ static void grid(void) {
     report("zb_h1_closed_form", &zb_cf, "makespan == 3m + (P-1)(tF+tB-tW) for m >= P");
     report("peak_1f1b", &pk_1f1b, "rank r holds min(P-r, m)");
     report("peak_gpipe", &pk_gp, "every rank holds m");
-    report("peak_zb_h1", &pk_zb, "max over ranks == min(P, m) (1f1b's)");
+    report("peak_zb_h1", &pk_zb, "every rank == min(P, m) (1f1b's rank 0)");
+    report("peak_interleaved", &pk_il, "rank 0 == min(2(P-1)+(v-1)P+1, m·v) chunk sets (m·v when m == P)");
     report("control_interleaved_formula", &ctl_il, "(P-1)/(2m+P-1) must NOT fit gpipe/1f1b");
     report("control_peak_formula", &ctl_pk, "1f1b's peak P must NOT fit gpipe for m > P");
     report("control_tick_latency", &ctl_tick, "tick oracle with latency 1 must NOT match the latency-0 makespan");

@@ -29,7 +29,7 @@
  *   zb-h1        Qi et al. 2023 ZB-H1: 1f1b's F/B order with the backward split into B and W; rank r
  *                delays its first r W passes to the end of the step, where they fill the cool-down
  *                bubble; every other W runs right after its pair's B (oldest pending W first). The
- *                peak activations (F done, W not done) are P on every rank, the same maximum as
+ *                peak activations (F done, W not done) are min(P, m) on every rank, the same maximum as
  *                1f1b's rank 0.
  */
 #ifndef ST_PARALLEL_SCHEDULE_H
