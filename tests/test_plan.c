@@ -584,6 +584,9 @@ static const OptionEffect OPTION_EFFECTS[] = {
     {"recompute", PB, PB " --recompute full", "compute.hw_flops_per_token"},
     {"pp-microbatches", PB " --pp 2 --grad-accum 4", PB " --pp 2 --grad-accum 4 --pp-microbatches 2", "pipeline.bubble"},
     {"interleave", PB " --pp 2 --grad-accum 4", PB " --pp 2 --grad-accum 4 --interleave 3", "pipeline.bubble_interleaved"},
+    {"pp-schedule", PB " --pp 2 --grad-accum 4", PB " --pp 2 --grad-accum 4 --pp-schedule zb-h1", "pipeline.bubble_schedule"},
+    {"pp-schedule", PB " --pp 2 --grad-accum 4", PB " --pp 2 --grad-accum 4 --pp-schedule gpipe", "pipeline.peak_inflight_stage0"},
+    {"pp-print-schedule", PB " --pp 2 --grad-accum 4", PB " --pp 2 --grad-accum 4 --pp-print-schedule", "pipeline.schedule_print"},
     {"precision", PB, PB " --precision bf16", "memory_bytes.weights"},
     {"precision", PB, PB " --precision bf16", "memory_bytes.activations"},          /* exact: bf16 LN/GELU outputs */
     {"precision", PLLAMA, PLLAMA " --precision bf16", "memory_bytes.activations"},  /* paper: 4 → 2-byte activations */
@@ -807,6 +810,12 @@ static void test_cli(void) {
                  "--measure-threads: expected only with --measure-hardware");
     expect_error("cli: --measure-hardware with a planning option", "--measure-hardware " TMP "/never.json --model d6",
                  "--measure-hardware: measures this machine and exits; expected no planning option, found --model");
+    expect_error("cli: --pp-schedule without a pipeline", "--model d6 --pp-schedule gpipe",
+                 "--pp-schedule: would change nothing with --pp 1; expected --pp > 1");
+    expect_error("cli: --pp-schedule with an unknown name", "--model d6 --pp 2 --grad-accum 4 --pp-schedule zigzag",
+                 "zigzag");
+    expect_error("cli: --pp-schedule interleaved with micro-batches not a multiple of --pp",
+                 "--model d6 --pp 4 --grad-accum 6 --interleave 2 --pp-schedule interleaved", "--pp 4");
     expect_error("cli: --act-bytes with --activations exact", "--model d6 --activations exact --act-bytes 2",
                  "--act-bytes: --activations exact counts our kernels' own sizes");
     expect_error("cli: --grad-accum contradicting --global-batch", "--model d6 --micro-batch 4 --global-batch 16 --grad-accum 2",

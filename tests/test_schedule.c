@@ -147,7 +147,7 @@ static void grid(void) {
                         continue;
                     }
                     if (type == SCHED_INTERLEAVED && m % P != 0) {
-                        snprintf(want, sizeof want, "--pp %d, got %d micro-batches", P, m);
+                        snprintf(want, sizeof want, "--pp %d, found %d micro-batches", P, m);
                         acc(&refuse, st == ST_ERR_INPUT && strstr(err.msg, want), 0,
                             "P=%d m=%d v=%d interleaved not refused with the flag and count", P, m, v, st, ST_ERR_INPUT);
                         sched_free(&s);

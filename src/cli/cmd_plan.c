@@ -15,6 +15,7 @@
 #include "cli/hwprobe.h"
 #include "core/fileio.h"
 #include "core/mem.h"
+#include "parallel/schedule.h"
 #include "plan/plan.h"
 
 #define GIB 1073741824.0
@@ -37,7 +38,54 @@ static const char *fmt_time(char *buf, size_t n, double s) {
     return buf;
 }
 
-static void print_review(const PlanInput *in, const PlanResult *r) {
+/* The pipeline schedule of a plan with pp > 1, as data (parallel/schedule.h): built, checked and
+ * simulated with unit op times (F 1, B 2, or B 1 + W 1 for zb-h1) for its bubble and the peak
+ * micro-batches of activations stage 0 holds; its ops per rank when printed. */
+typedef struct {
+    int have;
+    SchedType type;
+    double bubble;
+    int peak0;
+    char **lines; /* p lines "rank r: F0 F1 B0 ..." (--pp-print-schedule), else NULL */
+    int p;
+} PlanSched;
+
+static void plan_sched_free(PlanSched *ps) {
+    for (int i = 0; ps->lines && i < ps->p; i++) free(ps->lines[i]);
+    free(ps->lines);
+}
+
+static Status plan_sched(PlanSched *ps, const PlanInput *in, SchedType type, int want_lines, Err *err) {
+    memset(ps, 0, sizeof *ps);
+    int m = in->pp_microbatches > 0 ? in->pp_microbatches : in->grad_accum;
+    Schedule sc;
+    Status st = sched_build(&sc, type, in->pp, m, in->interleave, err);
+    if (st != ST_OK) return st;
+    SchedTimes t = {1.0, type == SCHED_ZB_H1 ? 1.0 : 2.0, type == SCHED_ZB_H1 ? 1.0 : 0.0, 0.0};
+    SchedSim sim;
+    if ((st = sched_simulate(&sc, &t, &sim, err)) != ST_OK) {
+        sched_free(&sc);
+        return st;
+    }
+    ps->have = 1, ps->type = type, ps->bubble = sim.bubble, ps->peak0 = sim.peak_inflight[0], ps->p = sc.p;
+    if (want_lines && (ps->lines = calloc((size_t)sc.p, sizeof *ps->lines))) {
+        for (int r = 0; r < sc.p; r++) {
+            size_t cap = 16 + (size_t)sc.n[r] * 16, len = 0;
+            char *line = malloc(cap);
+            if (!line) break;
+            len += (size_t)snprintf(line, cap, "rank %d:", r);
+            for (int i = 0; i < sc.n[r] && len + 16 < cap; i++) {
+                line[len++] = ' ';
+                len += (size_t)sched_op_format(&sc, sc.ops[r][i], line + len, cap - len);
+            }
+            ps->lines[r] = line;
+        }
+    }
+    sched_free(&sc);
+    return ST_OK;
+}
+
+static void print_review(const PlanInput *in, const PlanResult *r, const PlanSched *ps) {
     const PlanModel *m = &in->model;
     const PlanPrecision *p = &in->prec;
     char a[64], b[64], c[64], d[64];
@@ -132,6 +180,11 @@ static void print_review(const PlanInput *in, const PlanResult *r) {
     printf("  bubble (p-1)/(m+p-1) = %.4f", r->bubble);
     if (in->interleave > 1) printf(", interleaved (p-1)/(v m+p-1) = %.4f", r->bubble_interleaved);
     printf("\n");
+    if (ps->have) {
+        printf("  schedule %s: simulated bubble %.4f (unit F, B = 2F), stage 0 holds %d micro-batches of activations\n",
+               sched_type_name(ps->type), ps->bubble, ps->peak0);
+        for (int i = 0; ps->lines && i < ps->p; i++) printf("    %s\n", ps->lines[i] ? ps->lines[i] : "");
+    }
     printf("\n-- communication per step per device --\n");
     if (in->dp > 1 && in->zero == 0)
         printf("  DP ring all-reduce: %s, %s (%s)\n", fmt_bytes(a, sizeof a, r->comm.dp_bytes),
@@ -187,7 +240,7 @@ static void print_review(const PlanInput *in, const PlanResult *r) {
     if (r->nchecks == 0) printf("  ok\n");
 }
 
-static cJSON *json_plan(const PlanInput *in, const PlanResult *r) {
+static cJSON *json_plan(const PlanInput *in, const PlanResult *r, const PlanSched *ps) {
     const PlanModel *m = &in->model;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "schema_version", 1);
@@ -318,6 +371,17 @@ static cJSON *json_plan(const PlanInput *in, const PlanResult *r) {
     cJSON *jpp = cJSON_AddObjectToObject(o, "pipeline");
     cJSON_AddNumberToObject(jpp, "bubble", r->bubble);
     cJSON_AddNumberToObject(jpp, "bubble_interleaved", r->bubble_interleaved);
+    if (ps->have) {
+        cJSON_AddStringToObject(jpp, "schedule", sched_type_name(ps->type));
+        cJSON_AddNumberToObject(jpp, "bubble_schedule", ps->bubble);
+        cJSON_AddNumberToObject(jpp, "peak_inflight_stage0", ps->peak0);
+        if (ps->lines) {
+            cJSON *a = cJSON_AddArrayToObject(jpp, "schedule_print");
+            for (int i = 0; i < ps->p; i++) cJSON_AddItemToArray(a, cJSON_CreateString(ps->lines[i] ? ps->lines[i] : ""));
+        } else {
+            cJSON_AddNullToObject(jpp, "schedule_print");
+        }
+    }
     cJSON *jco = cJSON_AddObjectToObject(o, "communication");
     cJSON_AddNumberToObject(jco, "dp_allreduce_bytes", r->comm.dp_bytes);
     cJSON_AddNumberToObject(jco, "dp_allreduce_s", r->comm.dp_time);
@@ -382,6 +446,8 @@ int cmd_plan(int argc, char **argv) {
            storage_gbs = 0;
     long global_batch = 0;
     int nodes = 0, dpn = 0, wb = 0, gb = 0, mb = -1, ob = 0, ab = 0, moments = -1, json = 0, no_overlap = 0;
+    char pp_schedule[32] = "";
+    int pp_print = 0;
     ArgSpec specs[] = {
         {"model", ARG_STR, model, sizeof model,
          "preset: d2..d64, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-7b, llama-13b, llama-70b, llama-405b"},
@@ -406,6 +472,9 @@ int cmd_plan(int argc, char **argv) {
         {"recompute", ARG_STR, recompute, sizeof recompute, "none | selective | full"},
         {"pp-microbatches", ARG_INT, &in.pp_microbatches, 0, "pipeline micro-batches m (0: = grad-accum)"},
         {"interleave", ARG_INT, &in.interleave, 0, "model chunks per pipeline stage v"},
+        {"pp-schedule", ARG_STR, pp_schedule, sizeof pp_schedule,
+         "gpipe | 1f1b | interleaved | zb-h1 (default 1f1b, interleaved with --interleave > 1)"},
+        {"pp-print-schedule", ARG_FLAG, &pp_print, 0, "print each stage's ops (F/B/W, micro-batch[.chunk]) in order"},
         {"precision", ARG_STR, precision, sizeof precision,
          "fp32 | bf16 | fp16 (sets the byte counts below; for our GPT-2 models the trainer's: fp32 gradients)"},
         {"weight-bytes", ARG_INT, &wb, 0, "bytes per weight (0: from --precision)"},
@@ -619,22 +688,41 @@ int cmd_plan(int argc, char **argv) {
         }
         in.grad_accum = (int)(global_batch / per);
     }
+    /* ---- pipeline schedule ---- */
+    PlanSched ps;
+    memset(&ps, 0, sizeof ps);
+    if ((SEEN("pp-schedule") || pp_print) && in.pp <= 1) {
+        snprintf(err.msg, sizeof err.msg, "--%s: would change nothing with --pp %d; expected --pp > 1",
+                 SEEN("pp-schedule") ? "pp-schedule" : "pp-print-schedule", in.pp);
+        return cli_fail("plan", ST_ERR_INPUT, err.msg);
+    }
+    if (in.pp > 1) {
+        SchedType type = in.interleave > 1 ? SCHED_INTERLEAVED : SCHED_1F1B;
+        if (pp_schedule[0] && (st = sched_type_parse(pp_schedule, &type, &err)) != ST_OK)
+            return cli_fail("plan", st, err.msg);
+        /* A schedule that cannot be built for this m, v is the checklist's to report (below); one
+         * asked for by name is refused here. */
+        if ((st = plan_sched(&ps, &in, type, pp_print, &err)) != ST_OK && (pp_schedule[0] || pp_print))
+            return cli_fail("plan", st, err.msg);
+    }
 #undef SEEN
     PlanResult *r = calloc(1, sizeof *r);
     if (!r) return cli_fail("plan", ST_ERR_RUNTIME, "out of memory");
     if ((st = plan_compute(&in, r, &err)) != ST_OK) {
         free(r);
+        plan_sched_free(&ps);
         return cli_fail("plan", st, err.msg);
     }
     if (json) {
-        cJSON *o = json_plan(&in, r);
+        cJSON *o = json_plan(&in, r, &ps);
         char *s = cJSON_Print(o);
         if (s) puts(s);
         free(s);
         cJSON_Delete(o);
     } else {
-        print_review(&in, r);
+        print_review(&in, r, &ps);
     }
+    plan_sched_free(&ps);
     fflush(stdout);
     int rc = 0;
     if (r->nerrors > 0) {

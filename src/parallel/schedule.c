@@ -21,7 +21,7 @@ Status sched_type_parse(const char *name, SchedType *t, Err *err) {
             *t = (SchedType)i;
             return ST_OK;
         }
-    return err_set(err, ST_ERR_INPUT, "--pp-schedule: expected gpipe, 1f1b, interleaved or zb-h1, got '%s'",
+    return err_set(err, ST_ERR_INPUT, "--pp-schedule: expected gpipe, 1f1b, interleaved or zb-h1, found '%s'",
                    name ? name : "");
 }
 
@@ -125,10 +125,10 @@ Status sched_build(Schedule *s, SchedType type, int p, int m, int v, Err *err) {
     memset(s, 0, sizeof *s);
     if (type < SCHED_GPIPE || type > SCHED_ZB_H1) return err_set(err, ST_ERR_INPUT, "unknown pipeline schedule %d", (int)type);
     if (v > 1 && type != SCHED_INTERLEAVED)
-        return err_set(err, ST_ERR_INPUT, "--interleave %d needs --pp-schedule interleaved, got %s", v, NAMES[type]);
+        return err_set(err, ST_ERR_INPUT, "--interleave %d: expected --pp-schedule interleaved, found %s", v, NAMES[type]);
     if (type == SCHED_INTERLEAVED && p >= 1 && m >= 1 && m % p != 0)
         return err_set(err, ST_ERR_INPUT,
-                       "--pp-schedule interleaved needs the micro-batch count to be a multiple of --pp %d, got %d "
+                       "--pp-schedule interleaved: expected a micro-batch count that is a multiple of --pp %d, found %d "
                        "micro-batches",
                        p, m);
     Status st = sched_init_empty(s, type, p, m, v, type == SCHED_ZB_H1, err);
