@@ -1,6 +1,7 @@
 /* layout.c — the pure layout function (see layout.h). */
 #include "model/layout.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -326,4 +327,130 @@ double layout_flops_per_token(const ModelConfig *cfg, int T) {
     double C = cfg->n_embd;
     /* qkv 3C², attention projection C², MLP 4C² + 4C² */
     return layout_token_flops(12.0 * C * C, cfg->n_layer, cfg->n_embd, cfg->vocab, T).train;
+}
+
+/* ---- Pipeline stages (layout.h, docs/plan.md "Pipeline stages: the split") ---- */
+
+/* A block's and the head's forward FLOPs per token in units of 2C FLOPs, from layout_token_flops
+ * with L = 1 (24C² + 4TC → 12C + 2T, 2VC → V): integers, so the split's comparisons are exact. */
+static void pp_units(const ModelConfig *cfg, int T, long long *block, long long *head) {
+    double C = cfg->n_embd;
+    TokenFlops f = layout_token_flops(12.0 * C * C, 1, cfg->n_embd, cfg->vocab, T);
+    *block = llround((f.blocks + f.attention) / (2.0 * C));
+    *head = llround(f.head / (2.0 * C));
+}
+
+/* Stage s's forward cost in units when it holds n blocks: its blocks, the head on the last stage
+ * (the embedding lookups on stage 0 cost 0). */
+static long long pp_cost(long long block, long long head, int s, int pp, int n) {
+    return (long long)n * block + (s == pp - 1 ? head : 0);
+}
+
+/* Parses --pp-layers into counts[pp]; ST_ERR_INPUT naming the flag otherwise. */
+static Status pp_parse_layers(const char *text, int L, int pp, int counts[], Err *err) {
+    int n = 0;
+    long long sum = 0;
+    const char *p = text;
+    for (;;) {
+        const char *q = p;
+        long long v = 0;
+        while (*q >= '0' && *q <= '9' && q - p < 10) v = v * 10 + (*q++ - '0');
+        if (q == p || (*q != ',' && *q != '\0')) {
+            size_t len = strcspn(p, ",");
+            return err_set(err, ST_ERR_INPUT, "--pp-layers %s: expected comma-separated positive layer counts, found "
+                           "\"%.*s\"", text, (int)(len > 40 ? 40 : len), p);
+        }
+        if (v < 1)
+            return err_set(err, ST_ERR_INPUT, "--pp-layers %s: expected at least 1 layer per stage, found %lld for "
+                           "stage %d", text, v, n);
+        if (n < pp) counts[n] = (int)v;
+        n++, sum += v;
+        if (*q == '\0') break;
+        p = q + 1;
+    }
+    if (n != pp) return err_set(err, ST_ERR_INPUT, "--pp-layers %s: expected %d counts (--pp %d), found %d", text, pp, pp, n);
+    if (sum != L)
+        return err_set(err, ST_ERR_INPUT, "--pp-layers %s: expected counts summing to %d layers (--layers), found %lld",
+                       text, L, sum);
+    return ST_OK;
+}
+
+Status layout_pp_split(const ModelConfig *cfg, int T, int pp, const char *explicit_layers, int first[], int last[],
+                       Err *err) {
+    int L = cfg->n_layer;
+    if (pp < 1) return err_set(err, ST_ERR_INPUT, "--pp %d: expected a positive number of pipeline stages", pp);
+    if (pp > L)
+        return err_set(err, ST_ERR_INPUT, "--pp %d: expected at most the %d layers (--layers), found %d", pp, L, pp);
+    if (T < 1) return err_set(err, ST_ERR_INPUT, "--seq-len %d: expected a positive sequence length", T);
+    int *n = malloc((size_t)pp * sizeof *n);
+    if (!n) return err_set(err, ST_ERR_RUNTIME, "pipeline split: out of memory");
+    if (explicit_layers && explicit_layers[0]) {
+        Status st = pp_parse_layers(explicit_layers, L, pp, n, err);
+        if (st != ST_OK) {
+            free(n);
+            return st;
+        }
+    } else {
+        /* Two exact DPs over (stage s, first block i) → the best split of blocks i..L−1 over stages
+         * s..pp−1, each stage at least one block. The first minimises the largest stage cost M; the
+         * second, among splits whose every stage costs <= M, the sum of squared costs, trying stage
+         * s's block count in increasing order and keeping the first best (fewest blocks early). */
+        long long block, head;
+        pp_units(cfg, T, &block, &head);
+        size_t W = (size_t)L + 1, cells = (size_t)(pp + 1) * W;
+        long long *f = malloc(cells * sizeof *f);
+        long double *g = malloc(cells * sizeof *g);
+        int *pick = malloc(cells * sizeof *pick);
+        if (!f || !g || !pick) {
+            free(f), free(g), free(pick), free(n);
+            return err_set(err, ST_ERR_RUNTIME, "pipeline split: out of memory");
+        }
+        const long long INF = -1; /* no valid split */
+        for (size_t k = 0; k < cells; k++) f[k] = INF, g[k] = -1, pick[k] = 0;
+        f[(size_t)pp * W + L] = 0, g[(size_t)pp * W + L] = 0;
+        for (int s = pp - 1; s >= 0; s--)
+            for (int i = s; i <= L - (pp - s); i++)
+                for (int j = i + 1; j <= L - (pp - 1 - s); j++) {
+                    long long rest = f[(size_t)(s + 1) * W + j];
+                    if (rest == INF) continue;
+                    long long c = pp_cost(block, head, s, pp, j - i), m = c > rest ? c : rest;
+                    long long *cur = &f[(size_t)s * W + i];
+                    if (*cur == INF || m < *cur) *cur = m;
+                }
+        long long M = f[0];
+        for (int s = pp - 1; s >= 0; s--)
+            for (int i = s; i <= L - (pp - s); i++)
+                for (int j = i + 1; j <= L - (pp - 1 - s); j++) {
+                    long double rest = g[(size_t)(s + 1) * W + j];
+                    long long c = pp_cost(block, head, s, pp, j - i);
+                    if (rest < 0 || c > M) continue;
+                    long double q = (long double)c * c + rest, *cur = &g[(size_t)s * W + i];
+                    if (*cur < 0 || q < *cur) *cur = q, pick[(size_t)s * W + i] = j;
+                }
+        ST_CHECK(M != INF && g[0] >= 0);
+        for (int s = 0, i = 0; s < pp; s++) {
+            int j = pick[(size_t)s * W + i];
+            n[s] = j - i, i = j;
+        }
+        free(f), free(g), free(pick);
+    }
+    for (int s = 0, i = 0; s < pp; s++) first[s] = i, last[s] = i += n[s];
+    ST_CHECK(last[pp - 1] == L);
+    free(n);
+    return ST_OK;
+}
+
+double layout_pp_stage_flops(const ModelConfig *cfg, int T, const int first[], const int last[], int stage, int pp) {
+    double C = cfg->n_embd;
+    TokenFlops f = layout_token_flops(12.0 * C * C, last[stage] - first[stage], cfg->n_embd, cfg->vocab, T);
+    if (stage != pp - 1) f.head = 0;
+    return 3.0 * (f.blocks + f.attention + f.head);
+}
+
+long long layout_pp_stage_params(const ModelConfig *cfg, const int first[], const int last[], int stage, int pp) {
+    long long C = cfg->n_embd, wte = (long long)cfg->vocab * C;
+    long long p = (long long)(last[stage] - first[stage]) * (12 * C * C + 13 * C);
+    if (stage == 0) p += wte + (long long)cfg->max_seq * C;
+    if (stage == pp - 1) p += 2 * C + (pp > 1 ? wte : 0); /* lnf, and the head's copy of the tied wte */
+    return p;
 }

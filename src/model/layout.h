@@ -193,6 +193,41 @@ TokenFlops layout_token_flops(double block_matmul_weights, int L, int C, int V, 
  * The MFU numerator of the trainer and plan's exact count. */
 double layout_flops_per_token(const ModelConfig *cfg, int T);
 
+/* ---- Pipeline stages: which blocks each of pp stages holds (docs/plan.md, "Pipeline stages") ----
+ *
+ * Stage s holds blocks [first[s], last[s]) (half-open, contiguous, first[0] = 0, last[s] =
+ * first[s+1], last[pp-1] = L, every stage at least one block). Stage 0 also holds the embeddings
+ * (wte, wpe), the last stage the final LayerNorm and the LM head + loss, which reads the tied wte:
+ * with pp > 1 both ends hold a copy of wte. pp = 1 is one stage holding everything.
+ *
+ * Cost model (FLOPs per token, layout_token_flops's per-part numbers with L = 1, so the stages'
+ * costs sum to layout_flops_per_token exactly): a block costs 3·(2·12C² + 4·T·C) (its matmuls and
+ * attention, forward + 2 × forward in backward), the head 3·2·V·C (V unpadded), the embedding
+ * lookups 0 (PaLM's accounting counts matmuls only; so are the LayerNorms, the final one included). */
+
+/* Splits cfg's L blocks into pp stages: first[pp], last[pp] filled on ST_OK (untouched otherwise).
+ * explicit_layers NULL or "": balanced, the split minimising the largest stage cost (an exact DP
+ * over contiguous splits); among splits with that maximum, the one with the least sum of squared
+ * stage costs (the most even), and among those the one with the fewest blocks on the earliest stages
+ * (under 1F1B stage s holds pp − s micro-batches of activations, so spare blocks go late).
+ * explicit_layers "4,4,3,3" (--pp-layers): blocks per stage, pp counts, each >= 1, summing to L.
+ * ST_ERR_INPUT with one line naming --pp or --pp-layers, what was expected and what was found:
+ * pp < 1, pp > L, a count that is not a positive decimal number, the wrong number of counts, a sum
+ * other than L. T >= 1 is the sequence length the attention cost is counted at. */
+Status layout_pp_split(const ModelConfig *cfg, int T, int pp, const char *explicit_layers, int first[], int last[],
+                       Err *err);
+
+/* Training FLOPs per token of stage `stage` of the split (the cost model above): the stage's
+ * blocks, plus the head on the last stage. Sums over the stages to layout_flops_per_token. */
+double layout_pp_stage_flops(const ModelConfig *cfg, int T, const int first[], const int last[], int stage, int pp);
+
+/* Parameters (elements, unpadded: V rows of wte, no alignment gaps) stage `stage` holds:
+ *   every stage      its blocks, 12C² + 13C each;
+ *   stage 0          + wte (V·C) + wpe (maxT·C);
+ *   stage pp − 1     + lnf (2C) + its own copy of the tied wte (V·C) when pp > 1.
+ * With pp = 1 this is model_config_num_params; summed over pp > 1 stages it is that plus V·C. */
+long long layout_pp_stage_params(const ModelConfig *cfg, const int first[], const int last[], int stage, int pp);
+
 /* fp16 scratch in floats: fa >= max(N·4C, chunk·Vp), fb >= N·4C, fw >= the widest weight. */
 void layout_fp16_scratch(const ModelConfig *cfg, int B, int T, size_t *fa, size_t *fb, size_t *fw);
 void layout_fp16_scratch_tp(const ModelConfig *cfg, int B, int T, int tp, size_t *fa, size_t *fb, size_t *fw);
