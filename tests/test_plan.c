@@ -587,6 +587,7 @@ static const OptionEffect OPTION_EFFECTS[] = {
     {"pp-schedule", PB " --pp 2 --grad-accum 4", PB " --pp 2 --grad-accum 4 --pp-schedule zb-h1", "pipeline.bubble_schedule"},
     {"pp-schedule", PB " --pp 2 --grad-accum 4", PB " --pp 2 --grad-accum 4 --pp-schedule gpipe", "pipeline.peak_inflight_stage0"},
     {"pp-print-schedule", PB " --pp 2 --grad-accum 4", PB " --pp 2 --grad-accum 4 --pp-print-schedule", "pipeline.schedule_print"},
+    {"pp-layers", PB " --pp 2 --grad-accum 4", PB " --pp 2 --grad-accum 4 --pp-layers 1,5", "pipeline.stages"},
     {"precision", PB, PB " --precision bf16", "memory_bytes.weights"},
     {"precision", PB, PB " --precision bf16", "memory_bytes.activations"},          /* exact: bf16 LN/GELU outputs */
     {"precision", PLLAMA, PLLAMA " --precision bf16", "memory_bytes.activations"},  /* paper: 4 → 2-byte activations */
@@ -812,6 +813,12 @@ static void test_cli(void) {
                  "--measure-hardware: measures this machine and exits; expected no planning option, found --model");
     expect_error("cli: --pp-schedule without a pipeline", "--model d6 --pp-schedule gpipe",
                  "--pp-schedule: would change nothing with --pp 1; expected --pp > 1");
+    expect_error("cli: --pp-layers without a pipeline", "--model d6 --pp-layers 3,3",
+                 "--pp-layers: would change nothing with --pp 1; expected --pp > 1");
+    expect_error("cli: --pp-layers with the wrong count", "--model d6 --pp 2 --grad-accum 4 --pp-layers 2,2,2",
+                 "--pp-layers 2,2,2: expected 2 counts (--pp 2), found 3");
+    expect_error("cli: --pp-layers with the wrong sum", "--model d6 --pp 2 --grad-accum 4 --pp-layers 3,4",
+                 "--pp-layers 3,4");
     expect_error("cli: --pp-schedule with an unknown name", "--model d6 --pp 2 --grad-accum 4 --pp-schedule zigzag",
                  "zigzag");
     expect_error("cli: --pp-schedule interleaved with micro-batches not a multiple of --pp",

@@ -15,6 +15,7 @@
 #include "cli/hwprobe.h"
 #include "core/fileio.h"
 #include "core/mem.h"
+#include "model/layout.h"
 #include "parallel/schedule.h"
 #include "plan/plan.h"
 
@@ -48,7 +49,30 @@ typedef struct {
     int peak0;
     char **lines; /* p lines "rank r: F0 F1 B0 ..." (--pp-print-schedule), else NULL */
     int p;
+    /* Our GPT-2 models: the stage split (layout_pp_split: balanced by FLOPs, or --pp-layers), each
+     * stage's FLOPs per token and parameters. */
+    int have_split;
+    int first[SCHED_MAX_P], last[SCHED_MAX_P];
+    double flops[SCHED_MAX_P];
+    long long params[SCHED_MAX_P];
 } PlanSched;
+
+static Status plan_split(PlanSched *ps, const PlanInput *in, const char *layers, Err *err) {
+    ModelConfig cfg;
+    if (!plan_model_to_config(&in->model, &cfg) || in->pp > SCHED_MAX_P) {
+        if (layers[0]) return err_set(err, ST_ERR_INPUT, "--pp-layers: expected one of our GPT-2 models (a preset or "
+                                      "--layers/--heads/--channels), found a model the trainer cannot build");
+        return ST_OK;
+    }
+    Status st = layout_pp_split(&cfg, in->seq_len, in->pp, layers[0] ? layers : NULL, ps->first, ps->last, err);
+    if (st != ST_OK) return st;
+    for (int s = 0; s < in->pp; s++) {
+        ps->flops[s] = layout_pp_stage_flops(&cfg, in->seq_len, ps->first, ps->last, s, in->pp);
+        ps->params[s] = layout_pp_stage_params(&cfg, ps->first, ps->last, s, in->pp);
+    }
+    ps->have_split = 1;
+    return ST_OK;
+}
 
 static void plan_sched_free(PlanSched *ps) {
     for (int i = 0; ps->lines && i < ps->p; i++) free(ps->lines[i]);
@@ -184,6 +208,16 @@ static void print_review(const PlanInput *in, const PlanResult *r, const PlanSch
         printf("  schedule %s: simulated bubble %.4f (unit F, B = 2F), stage 0 holds %d micro-batches of activations\n",
                sched_type_name(ps->type), ps->bubble, ps->peak0);
         for (int i = 0; ps->lines && i < ps->p; i++) printf("    %s\n", ps->lines[i] ? ps->lines[i] : "");
+    }
+    if (ps->have_split) {
+        double mx = 0, sum = 0;
+        for (int st = 0; st < in->pp; st++) mx = ps->flops[st] > mx ? ps->flops[st] : mx, sum += ps->flops[st];
+        printf("  stages (blocks [first, last), FLOPs per token relative to the mean, parameters):");
+        for (int st = 0; st < in->pp; st++)
+            printf(" [%d,%d) %.2f %.3gM%s", ps->first[st], ps->last[st], ps->flops[st] * in->pp / sum,
+                   ps->params[st] / 1e6, st + 1 < in->pp ? ";" : "\n");
+        printf("  imbalance: the stages wait for the slowest one %.0f%% of the time, on top of the bubble\n",
+               100.0 * (1.0 - sum / (in->pp * mx)));
     }
     printf("\n-- communication per step per device --\n");
     if (in->dp > 1 && in->zero == 0)
@@ -375,6 +409,17 @@ static cJSON *json_plan(const PlanInput *in, const PlanResult *r, const PlanSche
         cJSON_AddStringToObject(jpp, "schedule", sched_type_name(ps->type));
         cJSON_AddNumberToObject(jpp, "bubble_schedule", ps->bubble);
         cJSON_AddNumberToObject(jpp, "peak_inflight_stage0", ps->peak0);
+        if (ps->have_split) {
+            cJSON *a = cJSON_AddArrayToObject(jpp, "stages");
+            for (int st = 0; st < in->pp; st++) {
+                cJSON *o2 = cJSON_CreateObject();
+                cJSON_AddNumberToObject(o2, "first", ps->first[st]);
+                cJSON_AddNumberToObject(o2, "last", ps->last[st]);
+                cJSON_AddNumberToObject(o2, "flops_per_token", ps->flops[st]);
+                cJSON_AddNumberToObject(o2, "params", (double)ps->params[st]);
+                cJSON_AddItemToArray(a, o2);
+            }
+        }
         if (ps->lines) {
             cJSON *a = cJSON_AddArrayToObject(jpp, "schedule_print");
             for (int i = 0; i < ps->p; i++) cJSON_AddItemToArray(a, cJSON_CreateString(ps->lines[i] ? ps->lines[i] : ""));
@@ -446,7 +491,7 @@ int cmd_plan(int argc, char **argv) {
            storage_gbs = 0;
     long global_batch = 0;
     int nodes = 0, dpn = 0, wb = 0, gb = 0, mb = -1, ob = 0, ab = 0, moments = -1, json = 0, no_overlap = 0;
-    char pp_schedule[32] = "";
+    char pp_schedule[32] = "", pp_layers[256] = "";
     int pp_print = 0;
     ArgSpec specs[] = {
         {"model", ARG_STR, model, sizeof model,
@@ -475,6 +520,8 @@ int cmd_plan(int argc, char **argv) {
         {"pp-schedule", ARG_STR, pp_schedule, sizeof pp_schedule,
          "gpipe | 1f1b | interleaved | zb-h1 (default 1f1b, interleaved with --interleave > 1)"},
         {"pp-print-schedule", ARG_FLAG, &pp_print, 0, "print each stage's ops (F/B/W, micro-batch[.chunk]) in order"},
+        {"pp-layers", ARG_STR, pp_layers, sizeof pp_layers,
+         "blocks per pipeline stage, e.g. 4,4,3,3 (default: balanced by FLOPs, the head on the last stage)"},
         {"precision", ARG_STR, precision, sizeof precision,
          "fp32 | bf16 | fp16 (sets the byte counts below; for our GPT-2 models the trainer's: fp32 gradients)"},
         {"weight-bytes", ARG_INT, &wb, 0, "bytes per weight (0: from --precision)"},
@@ -691,9 +738,9 @@ int cmd_plan(int argc, char **argv) {
     /* ---- pipeline schedule ---- */
     PlanSched ps;
     memset(&ps, 0, sizeof ps);
-    if ((SEEN("pp-schedule") || pp_print) && in.pp <= 1) {
+    if ((SEEN("pp-schedule") || pp_print || SEEN("pp-layers")) && in.pp <= 1) {
         snprintf(err.msg, sizeof err.msg, "--%s: would change nothing with --pp %d; expected --pp > 1",
-                 SEEN("pp-schedule") ? "pp-schedule" : "pp-print-schedule", in.pp);
+                 SEEN("pp-schedule") ? "pp-schedule" : pp_print ? "pp-print-schedule" : "pp-layers", in.pp);
         return cli_fail("plan", ST_ERR_INPUT, err.msg);
     }
     if (in.pp > 1) {
@@ -704,6 +751,10 @@ int cmd_plan(int argc, char **argv) {
          * asked for by name is refused here. */
         if ((st = plan_sched(&ps, &in, type, pp_print, &err)) != ST_OK && (pp_schedule[0] || pp_print))
             return cli_fail("plan", st, err.msg);
+        if ((st = plan_split(&ps, &in, pp_layers, &err)) != ST_OK) {
+            plan_sched_free(&ps);
+            return cli_fail("plan", st, err.msg);
+        }
     }
 #undef SEEN
     PlanResult *r = calloc(1, sizeof *r);
