@@ -373,6 +373,17 @@ Status comm_check_same_u64(Comm *c, uint64_t value, const char *what, Err *err) 
     return err_set(err, ST_ERR_INPUT, "%s", msg);
 }
 
+/* Replaces *group by the split of the world with this color and key (MPI_ERRORS_RETURN set). */
+static Status split_group(Comm *c, MPI_Comm *group, int color, int key, const char *what, Err *err) {
+    MPI_Comm g;
+    int rc = MPI_Comm_split(c->mpi->world, color, key, &g);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Comm_split", what);
+    MPI_Comm_set_errhandler(g, MPI_ERRORS_RETURN);
+    if (*group != MPI_COMM_NULL) MPI_Comm_free(group);
+    *group = g;
+    return ST_OK;
+}
+
 Status comm_set_grid(Comm *c, int dp, int tp, int pp, Err *err) {
     if (dp < 1 || tp < 1 || pp < 1)
         return err_set(err, ST_ERR_INPUT, "process grid --dp %d --tp %d --pp %d: each must be at least 1", dp, tp, pp);
@@ -389,25 +400,12 @@ Status comm_set_grid(Comm *c, int dp, int tp, int pp, Err *err) {
     int dp_rank = (c->rank / tp) % dp;
     int pp_rank = c->rank / (tp * dp);
     if (c->mpi) {
-        MPI_Comm newdp;
-        int rc = MPI_Comm_split(c->mpi->world, pp_rank * tp + tp_rank, dp_rank, &newdp);
-        if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Comm_split", "data-parallel group");
-        MPI_Comm_set_errhandler(newdp, MPI_ERRORS_RETURN);
-        MPI_Comm_free(&c->mpi->dp);
-        c->mpi->dp = newdp;
-        /* The tp group: consecutive ranks (tp fastest-varying, so a group sits inside a node). */
-        MPI_Comm newtp;
-        rc = MPI_Comm_split(c->mpi->world, pp_rank * dp + dp_rank, tp_rank, &newtp);
-        if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Comm_split", "tensor-parallel group");
-        MPI_Comm_set_errhandler(newtp, MPI_ERRORS_RETURN);
-        if (c->mpi->tp != MPI_COMM_NULL) MPI_Comm_free(&c->mpi->tp);
-        c->mpi->tp = newtp;
-        MPI_Comm newpp;
-        rc = MPI_Comm_split(c->mpi->world, dp_rank * tp + tp_rank, pp_rank, &newpp);
-        if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Comm_split", "pipeline group");
-        MPI_Comm_set_errhandler(newpp, MPI_ERRORS_RETURN);
-        if (c->mpi->pp != MPI_COMM_NULL) MPI_Comm_free(&c->mpi->pp);
-        c->mpi->pp = newpp;
+        /* Each group: the ranks that share the other two coordinates, ordered by their own. The
+         * tp group is consecutive ranks (tp fastest-varying, so a group sits inside a node). */
+        if ((st = split_group(c, &c->mpi->dp, pp_rank * tp + tp_rank, dp_rank, "data-parallel group", err)) != ST_OK ||
+            (st = split_group(c, &c->mpi->tp, pp_rank * dp + dp_rank, tp_rank, "tensor-parallel group", err)) != ST_OK ||
+            (st = split_group(c, &c->mpi->pp, dp_rank * tp + tp_rank, pp_rank, "pipeline group", err)) != ST_OK)
+            return st;
     }
     c->dp = dp;
     c->tp = tp;
