@@ -38,6 +38,8 @@ static const char *kind_names[COMM_NKIND] = {"all-reduce", "reduce-scatter", "al
 
 const char *comm_kind_name(CommKind k) { return (unsigned)k < COMM_NKIND ? kind_names[k] : "?"; }
 
+int comm_kind_is_tp(CommKind k) { return k == COMM_TP_ALLREDUCE || k == COMM_TP_ALLGATHER || k == COMM_TP_REDUCE_SCATTER; }
+
 uint64_t comm_ring_bytes(CommKind k, uint64_t bytes, int p) {
     if (p <= 1) return 0;
     switch (k) {

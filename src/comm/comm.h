@@ -210,6 +210,7 @@ Status comm_wait_all(CommReq *reqs, int n, double timeout_s, const char *what, l
 /* ---------------------------------------------------------------- accounting */
 
 const char *comm_kind_name(CommKind k); /* "all-reduce", "reduce-scatter", ... */
+int comm_kind_is_tp(CommKind k);        /* 1 for the tensor-parallel kinds (a step's tp part) */
 
 /* Bytes one rank sends for a collective of `bytes` total payload over p ranks by the ring formula:
  * all-reduce 2(p-1)/p·S, reduce-scatter and all-gather (p-1)/p·S (S = the full, all-blocks size),

@@ -357,11 +357,6 @@ static void ln_backward(Gpt *g, float *dinp, float *dw, float *db, const float *
     }
 }
 
-static void tp_reduce_cb(void *ctx, float *buf, size_t n, int max) {
-    Gpt *g = ctx;
-    g->hooks.tp_allreduce(g->hooks.ctx, buf, n, max);
-}
-
 /* Forward of block l on input x (the Nl rows held of (B, T, C)) into its LayerActs (shared
  * buffers under recompute). With tp > 1 the attention and MLP are Megatron's parallel regions:
  * a column-parallel GEMM on the whole LayerNorm output, a row-parallel GEMM whose partial sums
@@ -471,7 +466,7 @@ double gpt_forward(Gpt *g, const int32_t *inp, const int32_t *tgt, int B, int T,
         }
         head_forward_backward_vp(&s->mp, s->losses, train ? s->dbuf_b : NULL, g->d.g.wte, s->logits, s->head_stats, xf,
                                  g->w.p.wte, lp(g, g->w.p.wte), tgt, N, C, s->v0, s->Vr, s->Vl, dscale, s->head_chunk,
-                                 acc, nt, tp_reduce_cb, g, &head_fwd, &head_bwd);
+                                 acc, nt, g->hooks.tp_allreduce, g->hooks.ctx, &head_fwd, &head_bwd);
     }
     double t2 = timer_ms();
     s->have_head_grads = train;

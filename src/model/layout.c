@@ -28,6 +28,13 @@ static void add_tensor(ParamLayout *pl, size_t *off, int seg, const char *name, 
     *off += t->numel;
 }
 
+/* wte rows one of tp ranks holds: the vocabulary padded to 64·tp so that every rank's rows are a
+ * multiple of 64, split evenly (tp 1: Vp, the config's padding). */
+static int vocab_local(const ModelConfig *cfg, int tp) {
+    if (tp <= 1) return cfg->vocab_padded;
+    return (int)(round_up((size_t)cfg->vocab, (size_t)VOCAB_PAD_MULTIPLE * tp) / (size_t)tp);
+}
+
 Status layout_tp_check(const ModelConfig *cfg, int tp, Err *err) {
     if (tp < 1) return err_set(err, ST_ERR_INPUT, "--tp: expected a positive number of ranks, found %d", tp);
     if (cfg->n_head % tp)
@@ -50,10 +57,7 @@ int layout_init_tp(ParamLayout *pl, const ModelConfig *cfg, int shard_multiple, 
     pl->cfg = *cfg;
     pl->shard_multiple = shard_multiple < 1 ? 1 : shard_multiple;
     pl->tp = tp, pl->tp_rank = tp_rank;
-    /* The vocabulary padded to 64·tp so that every rank's rows are a multiple of 64 (tp 1: Vp). */
-    int vpt = (int)round_up((size_t)cfg->vocab, (size_t)VOCAB_PAD_MULTIPLE * tp);
-    if (tp == 1) vpt = cfg->vocab_padded;
-    int vl = vpt / tp, vreal = cfg->vocab - tp_rank * vl;
+    int vl = vocab_local(cfg, tp), vreal = cfg->vocab - tp_rank * vl;
     vreal = vreal < 0 ? 0 : vreal > vl ? vl : vreal;
     pl->vocab_local = vl;
     pl->nseg = L + 2;
@@ -177,7 +181,7 @@ static TpDims tp_dims(const ModelConfig *cfg, int B, int T, int tp, int sp) {
     if (tp < 1) tp = 1;
     d.N = (size_t)B * T, d.Nl = sp && tp > 1 ? d.N / (size_t)tp : d.N, d.C = (size_t)cfg->n_embd;
     d.Cl = d.C / (size_t)tp, d.Fl = 4 * d.C / (size_t)tp, d.NHl = (size_t)cfg->n_head / (size_t)tp;
-    d.Vl = tp == 1 ? (size_t)cfg->vocab_padded : round_up((size_t)cfg->vocab, (size_t)VOCAB_PAD_MULTIPLE * tp) / (size_t)tp;
+    d.Vl = (size_t)vocab_local(cfg, tp);
     return d;
 }
 

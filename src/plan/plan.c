@@ -677,8 +677,9 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
             memcpy(r->comm.by_kind, ck.bytes, sizeof r->comm.by_kind);
             if (tp > 1) {
                 r->comm.tp_exact = 1;
-                r->comm.tp_bytes = ck.bytes[COMM_TP_ALLREDUCE] + ck.bytes[COMM_TP_ALLGATHER] +
-                                   ck.bytes[COMM_TP_REDUCE_SCATTER];
+                r->comm.tp_bytes = 0;
+                for (int kk = 0; kk < COMM_NKIND; kk++)
+                    if (comm_kind_is_tp((CommKind)kk)) r->comm.tp_bytes += ck.bytes[kk];
                 r->comm.tp_time = ck.tp_time;
             }
         }

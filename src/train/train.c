@@ -280,10 +280,6 @@ static Status setup_data(Run *r, Err *err) {
                            c->data);
     }
     if ((st = model_config_validate(&c->model, err)) != ST_OK) return st;
-    if ((st = layout_tp_check(&c->model, r->tp, err)) != ST_OK) return st;
-    if (c->sp && ((long)c->micro_batch * c->seq_len) % r->tp)
-        return err_set(err, ST_ERR_INPUT, "--sp: expected --micro-batch x --seq-len = %d x %d divisible by --tp %d",
-                       c->micro_batch, c->seq_len, r->tp);
     if ((st = loader_check_vocab(&r->train, (uint32_t)c->model.vocab, err)) != ST_OK) return st;
     if (c->val_data[0]) {
         int vflags = c->no_pack ? LOADER_NO_PACK : 0;
@@ -365,23 +361,14 @@ static Status resume_find(Run *r, Err *err) {
     return st;
 }
 
-/* Transient full-layout buffers (initialisation, checkpoints, final weights) are staging memory. */
-static float *run_staging(Run *r, int n) {
-    return mem_alloc(&r->mem, MEM_CKPT_STAGING, r->g.w.layout.total * sizeof(float) * (size_t)n);
+/* Transient buffers of a layout (initialisation, checkpoints, final weights) are staging memory:
+ * n buffers of this rank's layout, or with tp > 1 of the whole network's (r->full). mem_alloc
+ * zeroes them. */
+static float *run_staging(Run *r, const ParamLayout *pl, int n) {
+    return mem_alloc(&r->mem, MEM_CKPT_STAGING, pl->total * sizeof(float) * (size_t)n);
 }
-static void run_staging_free(Run *r, float *p, int n) {
-    mem_free(&r->mem, MEM_CKPT_STAGING, p, r->g.w.layout.total * sizeof(float) * (size_t)n);
-}
-
-/* tp > 1: n buffers of the whole network's layout (zeroed), and moving them to and from this
- * rank's slices. */
-static float *run_staging_full(Run *r, int n) {
-    float *p = mem_alloc(&r->mem, MEM_CKPT_STAGING, r->full.total * sizeof(float) * (size_t)n);
-    if (p) memset(p, 0, r->full.total * sizeof(float) * (size_t)n);
-    return p;
-}
-static void run_staging_full_free(Run *r, float *p, int n) {
-    mem_free(&r->mem, MEM_CKPT_STAGING, p, r->full.total * sizeof(float) * (size_t)n);
+static void run_staging_free(Run *r, const ParamLayout *pl, float *p, int n) {
+    mem_free(&r->mem, MEM_CKPT_STAGING, p, pl->total * sizeof(float) * (size_t)n);
 }
 static void slices_from_full(Run *r, float *local, const float *full, int n) {
     for (int i = 0; i < n; i++)
@@ -409,9 +396,9 @@ static Status run_load_ckpt(Run *r, const char *path, CkptMeta *meta, Err *err) 
         return st;
     }
     int nv = par_moment(r->par, 1) ? 1 : 0;
-    float *buf = run_staging(r, 2 + nv), *fbuf = r->tp > 1 ? run_staging_full(r, 2 + nv) : NULL;
+    float *buf = run_staging(r, &r->g.w.layout, 2 + nv), *fbuf = r->tp > 1 ? run_staging(r, &r->full, 2 + nv) : NULL;
     if (!buf || (r->tp > 1 && !fbuf)) {
-        run_staging_free(r, buf, 2 + nv);
+        run_staging_free(r, &r->g.w.layout, buf, 2 + nv);
         return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
     }
     /* tp > 1: the checkpoint's full tensors, then this rank's slices of them. */
@@ -425,8 +412,8 @@ static Status run_load_ckpt(Run *r, const char *path, CkptMeta *meta, Err *err) 
     size_t nl = r->g.w.layout.total;
     if (st == ST_OK && r->tp > 1) slices_from_full(r, buf, fbuf, 2 + nv);
     if (st == ST_OK) par_set_full(r->par, buf, buf + nl, nv ? buf + 2 * nl : NULL);
-    run_staging_free(r, buf, 2 + nv);
-    if (fbuf) run_staging_full_free(r, fbuf, 2 + nv);
+    run_staging_free(r, &r->g.w.layout, buf, 2 + nv);
+    run_staging_free(r, &r->full, fbuf, 2 + nv);
     return st;
 }
 
@@ -464,7 +451,7 @@ static Status resume_load(Run *r, Err *err) {
  * index) only, so every grid starts from the same weights. */
 static Status run_init_weights(Run *r, const char *path, Err *err) {
     if (r->tp > 1) { /* the whole network's weights, then this rank's slices */
-        float *full = run_staging_full(r, 1), *mine = run_staging(r, 1);
+        float *full = run_staging(r, &r->full, 1), *mine = run_staging(r, &r->g.w.layout, 1);
         Status st = ST_OK;
         if (!full || !mine) st = err_set(err, ST_ERR_RUNTIME, "out of memory (initial weights)");
         GptWeights view = r->g.w;
@@ -475,8 +462,8 @@ static Status run_init_weights(Run *r, const char *path, Err *err) {
             slices_from_full(r, mine, full, 1);
             par_set_full(r->par, mine, NULL, NULL);
         }
-        if (full) run_staging_full_free(r, full, 1);
-        if (mine) run_staging_free(r, mine, 1);
+        run_staging_free(r, &r->full, full, 1);
+        run_staging_free(r, &r->g.w.layout, mine, 1);
         return st;
     }
     if (r->cfg.zero < 3) {
@@ -485,7 +472,7 @@ static Status run_init_weights(Run *r, const char *path, Err *err) {
         gpt_sync_lp(&r->g);
         return st;
     }
-    float *full = run_staging(r, 1);
+    float *full = run_staging(r, &r->g.w.layout, 1);
     if (!full) return err_set(err, ST_ERR_RUNTIME, "out of memory (initial weights)");
     Status st = ST_OK;
     GptWeights view = r->g.w; /* ckpt reads the layout and writes view.params */
@@ -493,7 +480,7 @@ static Status run_init_weights(Run *r, const char *path, Err *err) {
     if (path) st = ckpt_init_from(&view, path, err);
     else gpt_init_params_buf(&r->g.w.layout, full, r->cfg.seed, r->g.s.nt);
     if (st == ST_OK) par_set_full(r->par, full, NULL, NULL);
-    run_staging_free(r, full, 1);
+    run_staging_free(r, &r->g.w.layout, full, 1);
     return st;
 }
 
@@ -689,9 +676,9 @@ static void signals_restore(Run *r) {
 static Status run_save_gathered(Run *r, const CkptMeta *meta, const CkptOptions *o, CkptSaveInfo *info,
                                 const char *out_dir, Err *err) {
     int nv = par_moment(r->par, 1) ? 1 : 0, nb = out_dir ? 1 : 2 + nv;
-    float *buf = run_staging(r, nb), *fbuf = r->tp > 1 ? run_staging_full(r, nb) : NULL;
+    float *buf = run_staging(r, &r->g.w.layout, nb), *fbuf = r->tp > 1 ? run_staging(r, &r->full, nb) : NULL;
     if (!buf || (r->tp > 1 && !fbuf)) {
-        run_staging_free(r, buf, nb);
+        run_staging_free(r, &r->g.w.layout, buf, nb);
         return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
     }
     size_t n = r->g.w.layout.total;
@@ -714,8 +701,8 @@ static Status run_save_gathered(Run *r, const CkptMeta *meta, const CkptOptions 
         st = out_dir ? st_save_hf(&view, out_dir, r->cfg.tokenizer, err) : ckpt_save(&view, &opt, meta, o, info, err);
         fail = st != ST_OK;
     }
-    run_staging_free(r, buf, nb);
-    if (fbuf) run_staging_full_free(r, fbuf, nb);
+    run_staging_free(r, &r->g.w.layout, buf, nb);
+    run_staging_free(r, &r->full, fbuf, nb);
     Err e2;
     Status st2 = comm_allreduce_i64(r->comm, &fail, 1, COMM_MAX, &e2);
     if (st != ST_OK) return st;
@@ -1110,7 +1097,7 @@ static Status step_report(Run *r, Step *s, Err *err) {
     double comm_ms = r->comm->stats.wait_ms_total - s->comm_ms0, by_kind[COMM_NKIND], tp_ms = 0;
     for (int k = 0; k < COMM_NKIND; k++) {
         by_kind[k] = (double)(r->comm->stats.bytes[k] - s->cs0.bytes[k]);
-        if (k == COMM_TP_ALLREDUCE || k == COMM_TP_ALLGATHER || k == COMM_TP_REDUCE_SCATTER)
+        if (comm_kind_is_tp((CommKind)k))
             tp_ms += r->comm->stats.wait_ms[k] - s->cs0.wait_ms[k];
     }
     StepEvent e = {.step = s->next, .batch = r->attempt, .loss = s->loss, .lr = s->lr, .grad_norm = s->norm,
