@@ -256,7 +256,7 @@ void gpt_init_params_buf(const ParamLayout *pl, float *buf, uint64_t seed, int n
         float std = (!strcmp(leaf, "attprojw") || !strcmp(leaf, "fcprojw")) ? proj_std : 0.02f;
         size_t n = (size_t)t->rows_real * t->shape[1]; /* padded wte rows stay 0 */
 #pragma omp parallel for num_threads(nt) schedule(static)
-        for (size_t i = 0; i < n; i++) w[i] = std * rng_normal(seed, (uint64_t)k, i);
+        for (size_t i = 0; i < n; i++) w[i] = std * rng_normal(seed, (uint64_t)t->id, i);
     }
 }
 

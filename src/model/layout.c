@@ -10,10 +10,11 @@
 
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
-static void add_tensor(ParamLayout *pl, size_t *off, int seg, const char *name, int r, int c,
+static void add_tensor(ParamLayout *pl, size_t *off, int id, int seg, const char *name, int r, int c,
                        int rows_real, int decay, int split, int groups) {
     TensorInfo *t = &pl->tensors[pl->ntensors++];
     snprintf(t->name, sizeof t->name, "%s", name);
+    t->id = id;
     t->segment = seg;
     t->ndim = c > 0 ? 2 : 1;
     t->shape[0] = r;
@@ -46,14 +47,38 @@ Status layout_tp_check(const ModelConfig *cfg, int tp, Err *err) {
     return ST_OK;
 }
 
+StageBlocks layout_all_blocks(const ModelConfig *cfg) {
+    StageBlocks sb = {1, {0}, {cfg->n_layer}};
+    return sb;
+}
+
+int layout_holds_block(const ParamLayout *pl, int l) {
+    for (int i = 0; i < pl->stage.n; i++)
+        if (l >= pl->stage.first[i] && l < pl->stage.last[i]) return 1;
+    return 0;
+}
+
 int layout_init(ParamLayout *pl, const ModelConfig *cfg, int shard_multiple) {
-    return layout_init_tp(pl, cfg, shard_multiple, 1, 0);
+    return layout_init_stage(pl, cfg, shard_multiple, 1, 0, NULL);
 }
 
 int layout_init_tp(ParamLayout *pl, const ModelConfig *cfg, int shard_multiple, int tp, int tp_rank) {
+    return layout_init_stage(pl, cfg, shard_multiple, tp, tp_rank, NULL);
+}
+
+int layout_init_stage(ParamLayout *pl, const ModelConfig *cfg, int shard_multiple, int tp, int tp_rank,
+                      const StageBlocks *sb) {
     memset(pl, 0, sizeof *pl);
     int L = cfg->n_layer, C = cfg->n_embd;
     if (tp < 1 || tp_rank < 0 || tp_rank >= tp || cfg->n_head % tp || (4 * C) % tp) return -1;
+    pl->stage = sb ? *sb : layout_all_blocks(cfg);
+    if (pl->stage.n < 1 || pl->stage.n > LAYOUT_MAX_CHUNKS) return -1;
+    for (int i = 0, prev = 0; i < pl->stage.n; i++) {
+        if (pl->stage.first[i] < prev || pl->stage.last[i] <= pl->stage.first[i] || pl->stage.last[i] > L) return -1;
+        prev = pl->stage.last[i];
+    }
+    pl->has_embed = layout_holds_block(pl, 0);
+    pl->has_head = layout_holds_block(pl, L - 1);
     pl->cfg = *cfg;
     pl->shard_multiple = shard_multiple < 1 ? 1 : shard_multiple;
     pl->tp = tp, pl->tp_rank = tp_rank;
@@ -72,13 +97,14 @@ int layout_init_tp(ParamLayout *pl, const ModelConfig *cfg, int shard_multiple, 
     size_t off = 0;
     int R = TP_REPLICATED, SR = tp > 1 ? TP_ROWS : R, SC = tp > 1 ? TP_COLS : R;
     pl->seg_off[0] = 0;
-    add_tensor(pl, &off, 0, "wte", vl, C, vreal, 1, SR, 1);
-    add_tensor(pl, &off, 0, "wpe", cfg->max_seq, C, cfg->max_seq, 1, R, 1);
+    if (pl->has_embed || pl->has_head) add_tensor(pl, &off, 0, 0, "wte", vl, C, vreal, 1, SR, 1);
+    if (pl->has_embed) add_tensor(pl, &off, 1, 0, "wpe", cfg->max_seq, C, cfg->max_seq, 1, R, 1);
     off = round_up(off, seg_mult);
     int Cl = C / tp, Fl = 4 * C / tp;
     for (int l = 0; l < L; l++) {
         int s = l + 1;
         pl->seg_off[s] = off;
+        if (!layout_holds_block(pl, l)) continue;
         static const char *const N[BT_COUNT] = {"ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
                                                  "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw",  "fcprojb"};
         const int rows[BT_COUNT] = {C, C, 3 * Cl, 3 * Cl, C, C, C, C, Fl, Fl, C, C};
@@ -88,13 +114,16 @@ int layout_init_tp(ParamLayout *pl, const ModelConfig *cfg, int shard_multiple, 
         for (int k = 0; k < BT_COUNT; k++) {
             char name[48];
             snprintf(name, sizeof name, "h.%d.%s", l, N[k]);
-            add_tensor(pl, &off, s, name, rows[k], cols[k], rows[k], cols[k] > 0, split[k], groups[k]);
+            add_tensor(pl, &off, 2 + l * BT_COUNT + k, s, name, rows[k], cols[k], rows[k], cols[k] > 0, split[k],
+                       groups[k]);
         }
         off = round_up(off, seg_mult);
     }
     pl->seg_off[L + 1] = off;
-    add_tensor(pl, &off, L + 1, "lnfw", C, 0, C, 0, R, 1);
-    add_tensor(pl, &off, L + 1, "lnfb", C, 0, C, 0, R, 1);
+    if (pl->has_head) {
+        add_tensor(pl, &off, 2 + L * BT_COUNT, L + 1, "lnfw", C, 0, C, 0, R, 1);
+        add_tensor(pl, &off, 3 + L * BT_COUNT, L + 1, "lnfb", C, 0, C, 0, R, 1);
+    }
     off = round_up(off, seg_mult);
     pl->seg_off[L + 2] = off;
     pl->total = off;
@@ -103,29 +132,37 @@ int layout_init_tp(ParamLayout *pl, const ModelConfig *cfg, int shard_multiple, 
 
 void layout_tp_copy(const ParamLayout *local, float *lbuf, const ParamLayout *full, float *fbuf, int to_full,
                     int with_replicated) {
-    int tp = local->tp, r = local->tp_rank;
     for (int k = 0; k < local->ntensors; k++) {
-        const TensorInfo *t = &local->tensors[k], *f = &full->tensors[k];
-        float *lt = lbuf + t->offset, *ft = fbuf + f->offset;
-        if (t->split == TP_REPLICATED) {
-            if (!to_full) memcpy(lt, ft, t->numel * sizeof(float));
-            else if (with_replicated) memcpy(ft, lt, t->numel * sizeof(float));
-        } else if (t->split == TP_ROWS) {
-            /* Local row j of group g is full row g·(q·tp) + r·q + j%q, q = rows per group held. */
-            int q = t->shape[0] / t->groups, w = t->shape[1];
-            for (int j = 0; j < t->rows_real; j++) {
-                size_t fr = (size_t)(j / q) * q * tp + (size_t)r * q + j % q;
-                float *a = lt + (size_t)j * w, *b = ft + fr * w;
-                if (to_full) memcpy(b, a, (size_t)w * sizeof(float));
-                else memcpy(a, b, (size_t)w * sizeof(float));
-            }
-        } else { /* TP_COLS: columns [r·cl, (r+1)·cl) of every row */
-            int cl = t->shape[1], fc = f->shape[1];
-            for (int i = 0; i < t->shape[0]; i++) {
-                float *a = lt + (size_t)i * cl, *b = ft + (size_t)i * fc + (size_t)r * cl;
-                if (to_full) memcpy(b, a, (size_t)cl * sizeof(float));
-                else memcpy(a, b, (size_t)cl * sizeof(float));
-            }
+        const TensorInfo *t = &local->tensors[k];
+        int fk = layout_find_id(full, t->id);
+        ST_CHECK_MSG(fk >= 0, "layout_tp_copy: the full layout lacks a tensor of the slice");
+        const TensorInfo *f = &full->tensors[fk];
+        if (t->split == TP_REPLICATED && to_full && !with_replicated) continue;
+        layout_tp_copy_tensor(t, local->tp, local->tp_rank, lbuf + t->offset, f, fbuf + f->offset, to_full);
+    }
+}
+
+void layout_tp_copy_tensor(const TensorInfo *t, int tp, int r, float *lt, const TensorInfo *f, float *ft,
+                           int to_full) {
+    if (t->split == TP_REPLICATED || tp == 1) {
+        size_t n = (size_t)(t->rows_real < f->rows_real ? t->rows_real : f->rows_real) * t->shape[1];
+        if (!to_full) memcpy(lt, ft, n * sizeof(float));
+        else memcpy(ft, lt, n * sizeof(float));
+    } else if (t->split == TP_ROWS) {
+        /* Local row j of group g is full row g·(q·tp) + r·q + j%q, q = rows per group held. */
+        int q = t->shape[0] / t->groups, w = t->shape[1];
+        for (int j = 0; j < t->rows_real; j++) {
+            size_t fr = (size_t)(j / q) * q * tp + (size_t)r * q + j % q;
+            float *a = lt + (size_t)j * w, *b = ft + fr * w;
+            if (to_full) memcpy(b, a, (size_t)w * sizeof(float));
+            else memcpy(a, b, (size_t)w * sizeof(float));
+        }
+    } else { /* TP_COLS: columns [r·cl, (r+1)·cl) of every row */
+        int cl = t->shape[1], fc = f->shape[1];
+        for (int i = 0; i < t->shape[0]; i++) {
+            float *a = lt + (size_t)i * cl, *b = ft + (size_t)i * fc + (size_t)r * cl;
+            if (to_full) memcpy(b, a, (size_t)cl * sizeof(float));
+            else memcpy(a, b, (size_t)cl * sizeof(float));
         }
     }
 }
@@ -143,12 +180,26 @@ int layout_find(const ParamLayout *pl, const char *name) {
     return -1;
 }
 
+int layout_find_id(const ParamLayout *pl, int id) {
+    if (id >= 0 && id < pl->ntensors && pl->tensors[id].id == id) return id; /* the whole model's list */
+    for (int i = 0; i < pl->ntensors; i++)
+        if (pl->tensors[i].id == id) return i;
+    return -1;
+}
+
 void layout_views(const ParamLayout *pl, float *base, ParamViews *v) {
+    BlockParams *blocks = v->blocks;
+    memset(v, 0, sizeof *v);
+    v->blocks = blocks;
+    memset(blocks, 0, (size_t)pl->cfg.n_layer * sizeof *blocks);
     const TensorInfo *t = pl->tensors;
-    v->wte = base + t[0].offset;
-    v->wpe = base + t[1].offset;
-    for (int l = 0; l < pl->cfg.n_layer; l++) {
-        const TensorInfo *b = &t[2 + l * BT_COUNT];
+    int k = 0, L = pl->cfg.n_layer;
+    if (k < pl->ntensors && t[k].id == 0) v->wte = base + t[k++].offset;
+    if (k < pl->ntensors && t[k].id == 1) v->wpe = base + t[k++].offset;
+    for (int l = 0; l < L; l++) {
+        if (!layout_holds_block(pl, l)) continue;
+        const TensorInfo *b = &t[k];
+        k += BT_COUNT;
         BlockParams *p = &v->blocks[l];
         p->ln1w = base + b[BT_LN1W].offset, p->ln1b = base + b[BT_LN1B].offset;
         p->qkvw = base + b[BT_QKVW].offset, p->qkvb = base + b[BT_QKVB].offset;
@@ -157,9 +208,10 @@ void layout_views(const ParamLayout *pl, float *base, ParamViews *v) {
         p->fcw = base + b[BT_FCW].offset, p->fcb = base + b[BT_FCB].offset;
         p->fcprojw = base + b[BT_FCPROJW].offset, p->fcprojb = base + b[BT_FCPROJB].offset;
     }
-    const TensorInfo *f = &t[2 + pl->cfg.n_layer * BT_COUNT];
-    v->lnfw = base + f[0].offset;
-    v->lnfb = base + f[1].offset;
+    if (pl->has_head) {
+        v->lnfw = base + t[k].offset;
+        v->lnfb = base + t[k + 1].offset;
+    }
 }
 
 int layout_head_chunk_rows(const ModelConfig *cfg, int B, int T) {

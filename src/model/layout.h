@@ -24,6 +24,9 @@ enum { BT_LN1W, BT_LN1B, BT_QKVW, BT_QKVB, BT_ATTPROJW, BT_ATTPROJB, BT_LN2W, BT
 
 typedef struct {
     char name[48];   /* our name: "wte", "h.3.qkvw", "lnfw" */
+    int id;          /* index in the whole network's list (wte 0, wpe 1, block l's k-th 2 + 12l + k,
+                        lnfw 2 + 12L, lnfb 3 + 12L), whatever stage or slice a layout holds: the
+                        initialisation's RNG stream and the match between layouts */
     int segment;     /* 0 embeddings, 1..L blocks, L+1 final norm */
     int ndim;
     int shape[2];    /* padded shape as stored (wte has Vp rows) */
@@ -40,14 +43,30 @@ typedef struct {
 
 enum { TP_REPLICATED = 0, TP_ROWS = 1, TP_COLS = 2 };
 
+/* The blocks a pipeline rank holds: n contiguous ranges [first[i], last[i]) (one per model chunk,
+ * in chunk order; interleaved schedules give a rank several). The rank holding block 0 also holds
+ * the embeddings (wte, wpe); the one holding block L − 1 the final LayerNorm and the LM head, whose
+ * weight is the tied wte: with pp > 1 both ends hold a copy of wte. */
+#define LAYOUT_MAX_CHUNKS 16
+typedef struct {
+    int n;
+    int first[LAYOUT_MAX_CHUNKS], last[LAYOUT_MAX_CHUNKS];
+} StageBlocks;
+
+/* Every block: one range [0, L). */
+StageBlocks layout_all_blocks(const ModelConfig *cfg);
+
 typedef struct {
     ModelConfig cfg;      /* the whole network's */
+    StageBlocks stage;    /* the blocks held (all of them unless a pipeline stage) */
+    int has_embed;        /* holds wte and wpe (block 0 held) */
+    int has_head;         /* holds the final LayerNorm and the head's wte (block L − 1 held) */
     int shard_multiple;
     int tp, tp_rank;      /* the tensor-parallel slice this layout holds (1, 0: everything) */
     int vocab_local;      /* wte rows held: Vp_tp / tp, Vp_tp = V rounded up to 64·tp */
-    int nseg;             /* L + 2 */
+    int nseg;             /* L + 2, whatever is held: segments not held are empty */
     size_t *seg_off;      /* nseg + 1 offsets, seg_off[nseg] == total */
-    TensorInfo *tensors;  /* 2 + 12 L + 2 tensors in segment order */
+    TensorInfo *tensors;  /* the tensors held, in segment order (2 + 12 L + 2 for the whole model) */
     int ntensors;
     size_t total;         /* floats in the flat buffer, padding included */
 } ParamLayout;
@@ -61,17 +80,33 @@ int layout_init(ParamLayout *pl, const ModelConfig *cfg, int shard_multiple);
  * vocabulary rows [tp_rank·Vl, (tp_rank+1)·Vl), Vl = vocab_local (rows past V are padding, zero).
  * Names are the full tensors' (checkpoints hold full shapes; layout_tp_copy moves slices). */
 int layout_init_tp(ParamLayout *pl, const ModelConfig *cfg, int shard_multiple, int tp, int tp_rank);
+/* The layout of a pipeline rank holding the blocks of sb (NULL: all) of tp rank tp_rank's slice:
+ * segment 0 holds wte (and wpe on the embedding stage) when it has the embeddings or the head,
+ * segment l + 1 block l when held, segment L + 1 the final norm on the head's stage; the others are
+ * empty. Returns -1 on a bad argument (ranges outside [0, L), overlapping or unordered) or when out
+ * of memory. */
+int layout_init_stage(ParamLayout *pl, const ModelConfig *cfg, int shard_multiple, int tp, int tp_rank,
+                      const StageBlocks *sb);
+/* 1 if block l is held. */
+int layout_holds_block(const ParamLayout *pl, int l);
 /* ST_ERR_INPUT unless tp splits cfg: heads and the MLP width (4C) divisible by tp; the message
  * names --tp and the numbers. */
 Status layout_tp_check(const ModelConfig *cfg, int tp, Err *err);
-/* Copies every tensor's slice between a tp-slice layout (local, lbuf) and the full layout (full,
- * fbuf: layout_init's, any shard_multiple): to_full = 1 writes the slice's elements into fbuf
- * (replicated tensors only when with_replicated), 0 reads them from fbuf into lbuf (everything). */
+/* Copies every tensor's slice between a tp-slice layout (local, lbuf; any stage) and the full layout
+ * (full, fbuf: layout_init's, any shard_multiple), tensors matched by id: to_full = 1 writes the
+ * slice's elements into fbuf (replicated tensors only when with_replicated), 0 reads them from fbuf
+ * into lbuf (everything). */
 void layout_tp_copy(const ParamLayout *local, float *lbuf, const ParamLayout *full, float *fbuf, int to_full,
                     int with_replicated);
+/* One tensor's slice: t (a tp-slice layout's, split over tp ranks, this one tp_rank) at lt, the
+ * whole tensor f at ft (f's padded shape: wte's rows_real rows are the ones copied). */
+void layout_tp_copy_tensor(const TensorInfo *t, int tp, int tp_rank, float *lt, const TensorInfo *f, float *ft,
+                           int to_full);
 void layout_free(ParamLayout *pl);
 /* Tensor index by name, -1 if absent. */
 int layout_find(const ParamLayout *pl, const char *name);
+/* Tensor index by id (TensorInfo.id), -1 if not held. */
+int layout_find_id(const ParamLayout *pl, int id);
 
 /* Named pointers into one flat buffer of the layout. */
 typedef struct {
@@ -90,7 +125,8 @@ typedef struct {
     float *lnfw, *lnfb;  /* (C) */
 } ParamViews;
 
-/* Points v at base (a flat buffer of pl->total floats); v->blocks must hold L entries. */
+/* Points v at base (a flat buffer of pl->total floats); v->blocks must hold L entries. Tensors the
+ * layout does not hold (another pipeline stage's) get NULL. */
 void layout_views(const ParamLayout *pl, float *base, ParamViews *v);
 
 /* Activation floats saved by the forward pass for one micro-batch of B×T (no recompute),
