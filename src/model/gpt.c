@@ -43,6 +43,7 @@ GptOptions gpt_default_options(void) {
     o.B = 1, o.T = 1, o.threads = 1, o.shard_multiple = 1;
     o.recompute = RECOMPUTE_NONE, o.precision = GPT_FP32;
     o.tp = 1, o.tp_rank = 0, o.sp = 0;
+    o.slots = 1;
     return o;
 }
 
@@ -65,6 +66,17 @@ static Status check_options(const ModelConfig *cfg, const GptOptions *o, Err *er
     if (o->tp_rank < 0 || o->tp_rank >= o->tp)
         return err_set(err, ST_ERR_INPUT, "tp rank %d outside the tp group of %d", o->tp_rank, o->tp);
     if (o->sp && o->tp == 1) return err_set(err, ST_ERR_INPUT, "--sp: expected --tp > 1, found --tp 1");
+    if (o->slots < 1) return err_set(err, ST_ERR_INPUT, "pipeline: expected at least 1 activation slot, found %d", o->slots);
+    if (o->stage.n < 0 || o->stage.n > LAYOUT_MAX_CHUNKS)
+        return err_set(err, ST_ERR_INPUT, "--interleave: expected 1..%d model chunks per rank, found %d",
+                       LAYOUT_MAX_CHUNKS, o->stage.n);
+    for (int i = 0, prev = 0; i < o->stage.n; i++) {
+        if (o->stage.first[i] < prev || o->stage.last[i] <= o->stage.first[i] || o->stage.last[i] > cfg->n_layer)
+            return err_set(err, ST_ERR_INPUT, "--pp-layers: chunk %d holds blocks [%d, %d): expected an ordered, "
+                           "non-empty range inside [%d, %d)", i, o->stage.first[i], o->stage.last[i], prev,
+                           cfg->n_layer);
+        prev = o->stage.last[i];
+    }
     if (o->sp && ((long)o->B * o->T) % o->tp)
         return err_set(err, ST_ERR_INPUT, "--sp: expected --micro-batch x --seq-len = %d x %d = %ld divisible by --tp %d",
                        o->B, o->T, (long)o->B * o->T, o->tp);
@@ -77,9 +89,10 @@ static Status check_options(const ModelConfig *cfg, const GptOptions *o, Err *er
 /* Weights: the layout, the fp32 parameters (or the master) and the 2-byte working copy. */
 static int weights_alloc(GptWeights *w, const ModelConfig *cfg, const GptOptions *o, MemStats *mem) {
     w->cfg = *cfg;
-    w->first = 0, w->last = cfg->n_layer;
     w->prec = o->precision;
-    if (layout_init_tp(&w->layout, cfg, o->shard_multiple, o->tp, o->tp_rank) != 0) return -1;
+    if (layout_init_stage(&w->layout, cfg, o->shard_multiple, o->tp, o->tp_rank, o->stage.n ? &o->stage : NULL) != 0)
+        return -1;
+    w->first = w->layout.stage.first[0], w->last = w->layout.stage.last[w->layout.stage.n - 1];
     size_t total = w->layout.total;
     if (!(w->p.blocks = calloc((size_t)cfg->n_layer, sizeof(BlockParams)))) return -1;
     if (o->external_params) return 0; /* the caller points the views and maps the copies */
@@ -129,9 +142,21 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
     }
 
     int lpa = mp->bf16; /* bf16 LayerNorm and GELU outputs */
-    ActSizes as = layout_activations_tp(cfg, B, T, s->nt, rc, lpa, tp, o->sp);
+    ParamLayout stl;    /* what the stage holds: the blocks per slot, the head */
+    if (layout_init_stage(&stl, cfg, 1, 1, 0, o->stage.n ? &o->stage : NULL) != 0) return -1;
+    ActStage ast = layout_act_stage(&stl, o->slots);
+    layout_free(&stl);
+    ActSizes as = layout_activations_stage(cfg, B, T, s->nt, rc, lpa, tp, o->sp, &ast);
     s->acts_floats = as.total;
     s->scratch_floats = as.scratch;
+    s->nslots = ast.slots, s->slot_blocks = ast.blocks;
+    s->slots = calloc((size_t)ast.slots, sizeof *s->slots);
+    LayerActs *store = calloc((size_t)ast.slots * (size_t)(ast.blocks > 0 ? ast.blocks : 1), sizeof *store);
+    if (!s->slots || !store) {
+        free(store);
+        return -1;
+    }
+    s->slots[0].la = store; /* owns the slots' LayerActs */
     s->acts = mem_alloc(mem, MEM_ACTIVATIONS, as.total * sizeof(float));
     s->scratch = mem_alloc(mem, MEM_WORKSPACE, as.scratch * sizeof(float));
     if (!s->acts || !s->scratch) return -1;
@@ -144,19 +169,28 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
 #define TAKE(ptr, n) (ptr = a, a += (n))
 /* A GEMM-operand activation: fp32, or bf16 in half as many floats (rounded up). */
 #define TAKE_OP(x, fp, lp, n) (lpa ? (void)((x)->lp = (uint16_t *)a, a += ((n) + 1) / 2) : (void)TAKE((x)->fp, (n)))
-    TAKE(s->encoded, Nl * C);
-    /* Saved per layer, then (with recompute) one shared set that every layer's pointers alias. */
-    for (int l = 0; l < L; l++) {
-        LayerActs *x = &s->la[l];
-        if (rc == RECOMPUTE_NONE) {
-            TAKE_OP(x, ln1, ln1_lp, Nl * C), TAKE_OP(x, ln2, ln2_lp, Nl * C), TAKE_OP(x, fch_gelu, fchg_lp, N * F);
+    /* Per slot: the chunk's input, its blocks' saved tensors, the head's; then (with recompute) one
+     * shared set that every block's pointers alias. */
+    for (int k = 0; k < ast.slots; k++) {
+        GptSlot *sl = &s->slots[k];
+        sl->la = store + (size_t)k * ast.blocks;
+        TAKE(sl->encoded, Nl * C);
+        for (int l = 0; l < ast.blocks; l++) {
+            LayerActs *x = &sl->la[l];
+            if (rc == RECOMPUTE_NONE) {
+                TAKE_OP(x, ln1, ln1_lp, Nl * C), TAKE_OP(x, ln2, ln2_lp, Nl * C), TAKE_OP(x, fch_gelu, fchg_lp, N * F);
+            }
+            if (rc != RECOMPUTE_FULL) {
+                TAKE(x->ln1_mean, Nl), TAKE(x->ln1_rstd, Nl), TAKE(x->qkv, N * C3), TAKE(x->lse, probs);
+                TAKE(x->atty, N * Ca), TAKE(x->res2, Nl * C), TAKE(x->ln2_mean, Nl), TAKE(x->ln2_rstd, Nl);
+                TAKE(x->fch, N * F);
+            }
+            TAKE(x->res3, Nl * C);
         }
-        if (rc != RECOMPUTE_FULL) {
-            TAKE(x->ln1_mean, Nl), TAKE(x->ln1_rstd, Nl), TAKE(x->qkv, N * C3), TAKE(x->lse, probs);
-            TAKE(x->atty, N * Ca), TAKE(x->res2, Nl * C), TAKE(x->ln2_mean, Nl), TAKE(x->ln2_rstd, Nl);
-            TAKE(x->fch, N * F);
+        if (ast.head) {
+            TAKE(sl->lnf, Nl * C), TAKE(sl->lnf_mean, Nl), TAKE(sl->lnf_rstd, Nl), TAKE(sl->losses, N);
+            if (ast.slots > 1) TAKE(sl->dhead, N * C);
         }
-        TAKE(x->res3, Nl * C);
     }
     if (rc != RECOMPUTE_NONE) {
         LayerActs sh = {0};
@@ -166,8 +200,8 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
             TAKE(sh.atty, N * Ca), TAKE(sh.res2, Nl * C), TAKE(sh.ln2_mean, Nl), TAKE(sh.ln2_rstd, Nl);
             TAKE(sh.fch, N * F);
         }
-        for (int l = 0; l < L; l++) {
-            LayerActs *x = &s->la[l];
+        for (size_t i = 0; i < (size_t)ast.slots * ast.blocks; i++) {
+            LayerActs *x = &store[i];
             x->ln1 = sh.ln1, x->ln2 = sh.ln2, x->fch_gelu = sh.fch_gelu;
             x->ln1_lp = sh.ln1_lp, x->ln2_lp = sh.ln2_lp, x->fchg_lp = sh.fchg_lp;
             if (rc == RECOMPUTE_FULL) {
@@ -177,7 +211,6 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
             }
         }
     }
-    TAKE(s->lnf, Nl * C), TAKE(s->lnf_mean, Nl), TAKE(s->lnf_rstd, Nl), TAKE(s->losses, N);
     ST_CHECK((size_t)(a - s->acts) == as.total);
     s->head_chunk = layout_head_chunk_rows(cfg, B, T);
     a = s->scratch;
@@ -188,6 +221,7 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
     TAKE(s->logits, (size_t)s->head_chunk * s->Vl);
     if (tp > 1) TAKE(s->head_stats, 3 * (size_t)s->head_chunk);
     if (Nl < N) TAKE(s->sp_gather, lpa ? (N * C + 1) / 2 : N * C), TAKE(s->sp_lngrad, 2 * C);
+    if (ast.pipe) TAKE(s->pp_gin, Nl * C), TAKE(s->pp_gout, Nl * C);
     ST_CHECK((size_t)(a - s->scratch) == as.scratch);
 #undef TAKE_OP
 #undef TAKE
@@ -230,6 +264,8 @@ void gpt_free(Gpt *g) {
     mem_free(g->mem, MEM_ACTIVATIONS, s->acts, s->acts_floats * sizeof(float));
     mem_free(g->mem, MEM_WORKSPACE, s->scratch, s->scratch_floats * sizeof(float));
     free(s->la);
+    if (s->slots) free(s->slots[0].la);
+    free(s->slots);
     mem_free(g->mem, MEM_GRADS, g->d.grads, total * sizeof(float));
     free(g->d.g.blocks);
     mem_free(g->mem, w->prec != GPT_FP32 ? MEM_MASTER : MEM_PARAMS, w->params, total * sizeof(float));
@@ -422,36 +458,83 @@ static void embed_forward(Gpt *g, const int32_t *inp, int B, int T) {
     else memcpy(s->encoded, own, nlc * sizeof(float));
 }
 
+/* Points the run state's current tensors (s->encoded, s->la of the chunk's blocks, the head's)
+ * at slot k's, for chunk `chunk`. */
+static void bind_slot(Gpt *g, int k, int chunk) {
+    GptRunState *s = &g->s;
+    GptSlot *sl = &s->slots[k];
+    const StageBlocks *sb = &g->w.layout.stage;
+    s->encoded = sl->encoded;
+    for (int l = sb->first[chunk]; l < sb->last[chunk]; l++) s->la[l] = sl->la[l - sb->first[chunk]];
+    s->lnf = sl->lnf, s->lnf_mean = sl->lnf_mean, s->lnf_rstd = sl->lnf_rstd, s->losses = sl->losses;
+    s->dhead = sl->dhead ? sl->dhead : s->dbuf_b;
+}
+
+float *gpt_stage_input(Gpt *g, int slot) {
+    ST_CHECK(slot >= 0 && slot < g->s.nslots);
+    return g->s.slots[slot].encoded;
+}
+
+const float *gpt_stage_output(const Gpt *g, int slot, int chunk) {
+    const StageBlocks *sb = &g->w.layout.stage;
+    ST_CHECK(slot >= 0 && slot < g->s.nslots && chunk >= 0 && chunk < sb->n);
+    return g->s.slots[slot].la[sb->last[chunk] - sb->first[chunk] - 1].res3;
+}
+
+const float *gpt_stage_dinput(const Gpt *g) { return g->s.dres; }
+
 double gpt_forward(Gpt *g, const int32_t *inp, const int32_t *tgt, int B, int T, float dscale, int train,
                    uint64_t drop_counter) {
+    const ParamLayout *pl = &g->w.layout;
+    ST_CHECK_MSG(pl->stage.n == 1 && pl->has_embed && pl->has_head, "gpt_forward needs the whole model");
+    return gpt_forward_stage(g, 0, 0, inp, tgt, B, T, dscale, train, drop_counter);
+}
+
+double gpt_forward_stage(Gpt *g, int slot, int chunk, const int32_t *inp, const int32_t *tgt, int B, int T,
+                         float dscale, int train, uint64_t drop_counter) {
     ST_CHECK(B <= g->s.B && T <= g->s.T && (size_t)B * T <= (size_t)g->s.B * g->s.T);
     const ModelConfig *cfg = &g->w.cfg;
     GptRunState *s = &g->s;
     int L = cfg->n_layer, C = cfg->n_embd, nt = s->nt, N = B * T;
+    const StageBlocks *sb = &g->w.layout.stage;
+    ST_CHECK(slot >= 0 && slot < s->nslots && chunk >= 0 && chunk < sb->n);
+    int f = sb->first[chunk], e = sb->last[chunk];
+    ST_CHECK_MSG(!g->d.overwrite || s->nslots == 1, "gpt_overwrite_grads with several slots");
     ST_CHECK_MSG(s->tp == 1 || (g->hooks.tp_allreduce && g->hooks.tp_allgather && g->hooks.tp_reduce_scatter),
                  "tensor parallelism needs the tp_* hooks");
     ST_CHECK_MSG(!s->sp || N % s->tp == 0, "--sp: the micro-batch's rows must divide by tp");
     double t0 = timer_ms();
+    bind_slot(g, slot, chunk);
     s->cur_inp = inp, s->curB = B, s->curT = T, s->cur_drop_counter = drop_counter;
     s->curNl = s->sp ? N / s->tp : N;
     s->cur_train = train != 0;
     int Nl = s->curNl;
+    GptSlot *sl = &s->slots[slot];
+    sl->inp = inp, sl->B = B, sl->T = T, sl->Nl = Nl, sl->train = s->cur_train, sl->chunk = chunk;
+    sl->drop_counter = drop_counter, sl->have_head_grads = 0;
 
-    hook(g->hooks.before_forward, g->hooks.ctx, 0);
-    embed_forward(g, inp, B, T);
+    if (f == 0) {
+        hook(g->hooks.before_forward, g->hooks.ctx, 0);
+        embed_forward(g, inp, B, T);
+    }
     const float *x = s->encoded;
-    for (int l = g->w.first; l < g->w.last; l++) {
+    for (int l = f; l < e; l++) {
         hook(g->hooks.before_forward, g->hooks.ctx, l + 1);
         block_forward(g, l, x, B, T);
         x = s->la[l].res3;
+    }
+    if (e < L) {
+        s->ms_fwd += timer_ms() - t0;
+        return take_errors(g) ? NAN : 0.0;
     }
     hook(g->hooks.before_forward, g->hooks.ctx, L + 1);
     layernorm_forward(s->lnf, s->lnf_mean, s->lnf_rstd, x, g->w.p.lnfw, g->w.p.lnfb, Nl, C, nt);
     double head_fwd = 0, head_bwd = 0;
     double t1 = timer_ms();
     int acc = !(train && g->d.overwrite);
+    float *dx = train ? s->dhead : NULL;
     if (s->tp == 1) {
-        head_forward_backward_p(&s->mp, s->losses, train ? s->dbuf_b : NULL, g->d.g.wte, s->logits, s->lnf, g->w.p.wte,
+        head_forward_backward_p(&s->mp, s->losses, dx, g->d.g.wte, s->logits, s->lnf, g->w.p.wte,
                                 lp(g, g->w.p.wte), tgt, N, C, cfg->vocab, cfg->vocab_padded, dscale, s->head_chunk, acc,
                                 nt, NULL, &head_fwd, &head_bwd);
     } else {
@@ -464,12 +547,13 @@ double gpt_forward(Gpt *g, const int32_t *inp, const int32_t *tgt, int B, int T,
             g->hooks.tp_allgather(g->hooks.ctx, s->dbuf_c, nlc);
             xf = s->dbuf_c;
         }
-        head_forward_backward_vp(&s->mp, s->losses, train ? s->dbuf_b : NULL, g->d.g.wte, s->logits, s->head_stats, xf,
+        head_forward_backward_vp(&s->mp, s->losses, dx, g->d.g.wte, s->logits, s->head_stats, xf,
                                  g->w.p.wte, lp(g, g->w.p.wte), tgt, N, C, s->v0, s->Vr, s->Vl, dscale, s->head_chunk,
                                  acc, nt, g->hooks.tp_allreduce, g->hooks.ctx, &head_fwd, &head_bwd);
     }
     double t2 = timer_ms();
     s->have_head_grads = train;
+    sl->have_head_grads = train;
     /* Fixed-order sum of the per-row losses. */
     double sum = 0;
     for (int i = 0; i < N; i++) sum += s->losses[i];
@@ -479,23 +563,42 @@ double gpt_forward(Gpt *g, const int32_t *inp, const int32_t *tgt, int B, int T,
 }
 
 void gpt_backward(Gpt *g) {
-    ST_CHECK(g->s.have_head_grads);
+    const ParamLayout *pl = &g->w.layout;
+    ST_CHECK_MSG(pl->stage.n == 1 && pl->has_embed && pl->has_head, "gpt_backward needs the whole model");
+    gpt_backward_stage(g, 0, 0, NULL);
+}
+
+void gpt_backward_stage(Gpt *g, int slot, int chunk, const float *dout) {
     const ModelConfig *cfg = &g->w.cfg;
     GptRunState *s = &g->s;
-    int L = cfg->n_layer, C = cfg->n_embd, nt = s->nt, first = g->w.first, last = g->w.last;
+    const StageBlocks *sb = &g->w.layout.stage;
+    ST_CHECK(slot >= 0 && slot < s->nslots && chunk >= 0 && chunk < sb->n);
+    GptSlot *sl = &s->slots[slot];
+    ST_CHECK_MSG(sl->chunk == chunk && sl->train, "gpt_backward_stage: the slot holds no training forward of this chunk");
+    int L = cfg->n_layer, C = cfg->n_embd, nt = s->nt, first = sb->first[chunk], last = sb->last[chunk];
+    bind_slot(g, slot, chunk);
+    s->cur_inp = sl->inp, s->curB = sl->B, s->curT = sl->T, s->curNl = sl->Nl;
+    s->cur_drop_counter = sl->drop_counter, s->cur_train = 1;
     int B = s->curB, T = s->curT, N = B * T, Nl = s->curNl, Ca = s->Cl, F = s->Fl;
     double t0 = timer_ms();
     Dropout off = {0};
     size_t NlC = (size_t)Nl * C;
     int acc = !g->d.overwrite; /* 0: every parameter gradient below is written, not added */
 
-    hook(g->hooks.before_backward, g->hooks.ctx, L + 1);
-    memset(s->dres, 0, NlC * sizeof(float));
-    const float *xlast = last > first ? s->la[last - 1].res3 : s->encoded;
-    /* The head's input gradient: with tp > 1 each rank holds a part (its vocabulary rows' share). */
-    const float *dhead = tp_reduce_rows(g, s->dbuf_b);
-    ln_backward(g, s->dres, g->d.g.lnfw, g->d.g.lnfb, dhead, xlast, g->w.p.lnfw, s->lnf_mean, s->lnf_rstd, acc);
-    hook(g->hooks.grads_ready, g->hooks.ctx, L + 1);
+    if (last == L) {
+        ST_CHECK(sl->have_head_grads && !dout);
+        hook(g->hooks.before_backward, g->hooks.ctx, L + 1);
+        memset(s->dres, 0, NlC * sizeof(float));
+        const float *xlast = last > first ? s->la[last - 1].res3 : s->encoded;
+        /* The head's input gradient: with tp > 1 each rank holds a part (its vocabulary rows' share). */
+        const float *dhead = tp_reduce_rows(g, s->dhead);
+        ln_backward(g, s->dres, g->d.g.lnfw, g->d.g.lnfb, dhead, xlast, g->w.p.lnfw, s->lnf_mean, s->lnf_rstd, acc);
+        hook(g->hooks.grads_ready, g->hooks.ctx, L + 1);
+    } else {
+        ST_CHECK_MSG(dout != NULL, "gpt_backward_stage: a chunk before the head needs its output gradient");
+        memcpy(s->dres, dout, NlC * sizeof(float));
+    }
+    sl->have_head_grads = 0;
 
     for (int l = last - 1; l >= first; l--) {
         hook(g->hooks.before_backward, g->hooks.ctx, l + 1);
@@ -551,19 +654,21 @@ void gpt_backward(Gpt *g) {
         ln_backward(g, s->dres, dp->ln1w, dp->ln1b, dln, x, p->ln1w, a->ln1_mean, a->ln1_rstd, acc);
         hook(g->hooks.grads_ready, g->hooks.ctx, l + 1);
     }
-    hook(g->hooks.before_backward, g->hooks.ctx, 0);
-    /* wte's gradient was written by the head in the forward; wpe's has max_seq rows, of which
-     * only the first T get a contribution, so overwriting starts from zeros there (a few MB). */
-    if (!acc) memset(g->d.g.wpe, 0, (size_t)cfg->max_seq * C * sizeof(float));
-    if (s->tp == 1) {
-        encoder_backward(g->d.g.wte, g->d.g.wpe, s->dres, s->cur_inp, B, T, C, dropout_at(g, -1, DROP_EMBED), nt);
-    } else {
-        /* Every rank needs every row's gradient for its vocabulary rows (and computes wpe's whole). */
-        Dropout d = dropout_at(g, -1, DROP_EMBED);
-        const float *demb = branch_grad(g, s->dbuf_c, s->dres, d.p > 0 ? d : off);
-        encoder_backward_vp(g->d.g.wte, g->d.g.wpe, demb, s->cur_inp, B, T, C, s->v0, s->Vr, nt);
+    if (first == 0) {
+        hook(g->hooks.before_backward, g->hooks.ctx, 0);
+        /* wte's gradient was written by the head in the forward; wpe's has max_seq rows, of which
+         * only the first T get a contribution, so overwriting starts from zeros there (a few MB). */
+        if (!acc) memset(g->d.g.wpe, 0, (size_t)cfg->max_seq * C * sizeof(float));
+        if (s->tp == 1) {
+            encoder_backward(g->d.g.wte, g->d.g.wpe, s->dres, s->cur_inp, B, T, C, dropout_at(g, -1, DROP_EMBED), nt);
+        } else {
+            /* Every rank needs every row's gradient for its vocabulary rows (and computes wpe's whole). */
+            Dropout d = dropout_at(g, -1, DROP_EMBED);
+            const float *demb = branch_grad(g, s->dbuf_c, s->dres, d.p > 0 ? d : off);
+            encoder_backward_vp(g->d.g.wte, g->d.g.wpe, demb, s->cur_inp, B, T, C, s->v0, s->Vr, nt);
+        }
+        hook(g->hooks.grads_ready, g->hooks.ctx, 0);
     }
-    hook(g->hooks.grads_ready, g->hooks.ctx, 0);
     s->have_head_grads = 0, g->d.overwrite = 0;
     s->ms_bwd += timer_ms() - t0;
     take_errors(g);

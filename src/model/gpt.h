@@ -73,6 +73,8 @@ typedef struct {
                                default 1, 0. tp > 1 needs the tp_* hooks */
     int sp;                 /* 1: sequence parallelism (tp > 1): the residual stream, LayerNorms and
                                dropout hold B·T/tp rows (B·T must divide by tp) */
+    StageBlocks stage;      /* pipeline: the blocks held, one range per model chunk (n = 0: all) */
+    int slots;              /* pipeline: activation sets, one per micro-batch in flight (default 1) */
 } GptOptions;
 
 GptOptions gpt_default_options(void);
@@ -124,7 +126,7 @@ typedef struct {
     int overwrite;          /* set by gpt_overwrite_grads, cleared by the next gpt_backward */
 } GptGrads;
 
-/* Saved activations of one block for the current micro-batch. */
+/* Saved activations of one block for the current micro-batch (in a pipeline slot). */
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd; /* (N, C), (N), (N) */
     float *qkv;                       /* (N, 3C) */
@@ -139,6 +141,18 @@ typedef struct {
     uint16_t *ln1_lp, *ln2_lp, *fchg_lp;
 } LayerActs;
 
+/* A pipeline slot: one micro-batch's activations for one model chunk, from its forward to its
+ * backward, and what that backward needs to know of the forward. */
+typedef struct {
+    float *encoded;         /* (Nl, C) the chunk's input: the embedding, or the received activations */
+    LayerActs *la;          /* the chunk's blocks (slot_blocks entries; the first ones used) */
+    float *lnf, *lnf_mean, *lnf_rstd, *losses; /* head rank only */
+    float *dhead;           /* head rank with several slots: the head's input gradient (N, C) */
+    const int32_t *inp;
+    int B, T, Nl, train, chunk, have_head_grads;
+    uint64_t drop_counter;
+} GptSlot;
+
 /* The run state: everything sized by the micro-batch capacity, and what passes from a forward to
  * its backward. */
 typedef struct {
@@ -149,9 +163,14 @@ typedef struct {
 
     float *acts;            /* saved activations (category activations) */
     size_t acts_floats;
-    float *encoded;         /* (N, C) block 0 input */
-    LayerActs *la;          /* L entries (blocks [first, last) used) */
+    GptSlot *slots;         /* nslots activation sets (a pipeline's micro-batches in flight) */
+    int nslots, slot_blocks;
+    /* The slot bound by the running forward/backward (bind_slot in gpt.c): */
+    float *encoded;         /* (N, C) the first block's input */
+    LayerActs *la;          /* L entries: the bound chunk's blocks point into the slot */
     float *lnf, *lnf_mean, *lnf_rstd, *losses; /* (N, C), (N), (N), (N) */
+    float *dhead;           /* the head's input gradient: the slot's, or dbuf_b with one slot */
+    float *pp_gin, *pp_gout;/* pipeline: received output gradient, sent input gradient (Nl, C) */
 
     float *scratch;         /* workspace */
     size_t scratch_floats;
@@ -243,6 +262,26 @@ double gpt_forward(Gpt *g, const int32_t *inp, const int32_t *tgt, int B, int T,
 /* Backward of the micro-batch of the last gpt_forward(train=1): parameter gradients ADD (+=), or
  * are written after gpt_overwrite_grads. */
 void gpt_backward(Gpt *g);
+
+/* ---- Pipeline stages (GptOptions.stage, .slots) ----
+ * A rank holding chunks of blocks runs each micro-batch through each of its chunks in a slot:
+ *   forward   gpt_forward_stage(g, slot, chunk, ...): a chunk starting at block 0 embeds inp; any
+ *             other reads its input from gpt_stage_input(g, slot), which the caller filled (the
+ *             previous stage's activations). A chunk ending at block L runs the head and returns
+ *             the loss sum as gpt_forward; any other returns 0 and leaves its output in
+ *             gpt_stage_output(g, slot, chunk) (valid until the slot's next forward).
+ *   backward  gpt_backward_stage(g, slot, chunk, dout): dout is the gradient of the chunk's output
+ *             (NULL on the head's chunk). A chunk not starting at block 0 leaves the gradient of
+ *             its input in gpt_stage_dinput(g) (valid until the next backward).
+ * Gradients always add: zero them at the step's start (gpt_overwrite_grads is for one slot). Several
+ * forwards may run before their backwards, in any slot order; drop_counter is the micro-batch's
+ * global index, so masks equal one process's. tgt and inp must stay valid until the backward. */
+double gpt_forward_stage(Gpt *g, int slot, int chunk, const int32_t *inp, const int32_t *tgt, int B, int T,
+                         float dscale, int train, uint64_t drop_counter);
+void gpt_backward_stage(Gpt *g, int slot, int chunk, const float *dout);
+float *gpt_stage_input(Gpt *g, int slot);
+const float *gpt_stage_output(const Gpt *g, int slot, int chunk);
+const float *gpt_stage_dinput(const Gpt *g);
 
 /* The first error met by gpt_forward / gpt_backward since the last call (ST_ERR_RUNTIME, e.g.
  * "GEMM 512x2304x768 (fp32, A·B^T): oneDNN out_of_memory creating the primitive"), which it

@@ -260,6 +260,21 @@ ActSizes layout_activations_prec(const ModelConfig *cfg, int B, int T, int threa
 
 ActSizes layout_activations_tp(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int bf16, int tp,
                                int sp) {
+    return layout_activations_stage(cfg, B, T, threads, rc, bf16, tp, sp, NULL);
+}
+
+ActStage layout_act_stage(const ParamLayout *pl, int slots) {
+    ActStage st = {0, slots < 1 ? 1 : slots, pl->has_head, 0};
+    for (int i = 0; i < pl->stage.n; i++)
+        if (pl->stage.last[i] - pl->stage.first[i] > st.blocks) st.blocks = pl->stage.last[i] - pl->stage.first[i];
+    st.pipe = !(pl->stage.n == 1 && pl->has_embed && pl->has_head);
+    return st;
+}
+
+ActSizes layout_activations_stage(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int bf16, int tp,
+                                  int sp, const ActStage *st) {
+    ActStage whole = {cfg->n_layer, 1, 1, 0};
+    if (!st) st = &whole;
     ActSizes a;
     TpDims d = tp_dims(cfg, B, T, tp, sp);
     BlockActs b = block_acts(&d, B, T, bf16);
@@ -272,8 +287,10 @@ ActSizes layout_activations_tp(const ModelConfig *cfg, int B, int T, int threads
     case RECOMPUTE_FULL: a.per_layer = b.res3, a.shared = all - b.res3; break;
     default: a.per_layer = all, a.shared = 0; break;
     }
-    a.final_ = d.Nl * d.C + 2 * d.Nl + d.N; /* lnf, its mean and rstd, the per-row losses */
-    a.total = a.encoded + (size_t)cfg->n_layer * a.per_layer + a.shared + a.final_;
+    a.final_ = st->head ? d.Nl * d.C + 2 * d.Nl + d.N : 0; /* lnf, its mean and rstd, the per-row losses */
+    size_t dhead = st->head && st->slots > 1 ? d.N * d.C : 0;
+    a.slot = a.encoded + (size_t)st->blocks * a.per_layer + a.final_ + dhead;
+    a.total = (size_t)st->slots * a.slot + a.shared;
     /* Workspace: dres (Nl·C) + dbuf_a (N·max(Fl, C)) + dbuf_b (N·C) + dbuf_c (N·C) + attention (per
      * thread: fp32 score blocks and bf16 copies of one head, see kernels.c) + LayerNorm partial
      * sums (2C per 64-row chunk) + one logits chunk (rows · Vl); with tp > 1 the vocabulary-parallel
@@ -285,6 +302,7 @@ ActSizes layout_activations_tp(const ModelConfig *cfg, int B, int T, int threads
                 chunks * 2 * d.C + rows * d.Vl;
     if (tp > 1) a.scratch += 3 * rows;
     if (d.Nl < d.N) a.scratch += (bf16 ? half_floats(d.N * d.C) : d.N * d.C) + 2 * d.C;
+    if (st->pipe) a.scratch += 2 * d.Nl * d.C;
     return a;
 }
 
@@ -332,7 +350,12 @@ void layout_memory_plan(const ModelConfig *cfg, int B, int T, int threads, Recom
 
 void layout_run_bytes(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int precision, int tp, int sp,
                       size_t bytes[MEM_NCAT]) {
-    ActSizes as = layout_activations_tp(cfg, B, T, threads, rc, precision == 1, tp, sp);
+    layout_run_bytes_stage(cfg, B, T, threads, rc, precision, tp, sp, NULL, bytes);
+}
+
+void layout_run_bytes_stage(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int precision, int tp,
+                            int sp, const ActStage *st, size_t bytes[MEM_NCAT]) {
+    ActSizes as = layout_activations_stage(cfg, B, T, threads, rc, precision == 1, tp, sp, st);
     bytes[MEM_ACTIVATIONS] = as.total * 4;
     bytes[MEM_WORKSPACE] = as.scratch * 4;
     if (precision == 1) {

@@ -136,7 +136,9 @@ typedef struct {
     size_t per_layer;    /* saved tensors of one block (recompute level applied) */
     size_t shared;       /* one block's recomputed tensors, shared by all blocks (0 without recompute) */
     size_t final_;       /* lnf out, mean, rstd, per-row losses */
-    size_t total;        /* encoded + L per_layer + shared + final_ */
+    size_t slot;         /* one pipeline slot: encoded + blocks·per_layer + final_ (+ the head's input
+                            gradient with several slots); the whole model: encoded + L per_layer + final_ */
+    size_t total;        /* slots · slot + shared */
     size_t scratch;      /* backward and head scratch (workspace) */
 } ActSizes;
 
@@ -161,6 +163,21 @@ ActSizes layout_activations_prec(const ModelConfig *cfg, int B, int T, int threa
  * (docs/parallel.md). tp 1, sp 0 is layout_activations_prec. */
 ActSizes layout_activations_tp(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int bf16, int tp,
                                int sp);
+
+/* What a pipeline rank keeps of activations: `slots` sets (micro-batches in flight: the
+ * schedule's peak, sched_simulate's peak_inflight), each holding one model chunk's `blocks` blocks
+ * (the largest chunk of the rank), the chunk's input (the received activations, or the
+ * embedding), and on the head's rank the final LayerNorm, the losses and, with slots > 1, the
+ * head's input gradient (N·C: the fused head computes it in the forward). pipe = 1 adds the
+ * point-to-point gradient buffers to the workspace (received output gradient and sent input
+ * gradient, Nl·C each). NULL: the whole model, one slot, no pipeline. */
+typedef struct {
+    int blocks, slots, head, pipe;
+} ActStage;
+ActSizes layout_activations_stage(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int bf16, int tp,
+                                  int sp, const ActStage *st);
+/* The ActStage of a layout's stage with `slots` slots (pipe when the layout is not the whole model). */
+ActStage layout_act_stage(const ParamLayout *pl, int slots);
 const char *layout_recompute_name(Recompute rc);
 
 /* bf16 conversion scratch of the mixed-precision GEMMs, in elements: a >= max(N·4C, head chunk·Vp),
@@ -184,6 +201,9 @@ void layout_memory_plan(const ModelConfig *cfg, int B, int T, int threads, Recom
  * allocates for them. */
 void layout_run_bytes(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int precision, int tp, int sp,
                       size_t bytes[MEM_NCAT]);
+/* The same for a pipeline rank (st as layout_activations_stage; NULL: the whole model). */
+void layout_run_bytes_stage(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int precision, int tp,
+                            int sp, const ActStage *st, size_t bytes[MEM_NCAT]);
 
 /* ---- The two formulas the trainer, parallel, plan and the tests share (one function each) ---- */
 
