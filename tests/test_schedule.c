@@ -39,7 +39,7 @@ static const int PS[] = {2, 4, 8}, MS[] = {1, 2, 4, 8, 16}, VS[] = {1, 2};
 /* ---- the independent oracles ---- */
 
 /* 1 if every rank runs every op of the schedule's kinds exactly once (counted here). */
-static int complete(const Schedule *s) {
+static int complete(const PipeSchedule *s) {
     int kinds = s->type == SCHED_ZB_H1 ? 3 : 2;
     int *cnt = calloc((size_t)3 * s->v * s->m, sizeof *cnt), ok = 1;
     for (int r = 0; r < s->p; r++) {
@@ -58,14 +58,14 @@ static int complete(const Schedule *s) {
 
 /* Finish tick of (kind, rank, chunk, mb) or -1. */
 static int *tick_done;
-static int tick_at(const Schedule *s, int k, int r, int c, int j) {
+static int tick_at(const PipeSchedule *s, int k, int r, int c, int j) {
     return tick_done[((k * s->p + r) * s->v + c) * s->m + j];
 }
 
 /* Makespan by stepping time one tick at a time: at tick t a free rank starts its next op if each
  * dependency finished at or before t − lat (lat across ranks only). Virtual stage c·P + r.
  * Returns -1 if nothing can ever start again (deadlock). Durations are integers. */
-static long tick_makespan(const Schedule *s, int tf, int tb, int tw, int lat) {
+static long tick_makespan(const PipeSchedule *s, int tf, int tb, int tw, int lat) {
     int P = s->p, S = s->p * s->v, dur[3] = {tf, tb, tw};
     tick_done = malloc(sizeof(int) * 3 * P * s->v * s->m);
     for (int i = 0; i < 3 * P * s->v * s->m; i++) tick_done[i] = -1;
@@ -135,7 +135,7 @@ static void grid(void) {
             for (size_t iv = 0; iv < sizeof VS / sizeof *VS; iv++)
                 for (int type = SCHED_GPIPE; type <= SCHED_ZB_H1; type++) {
                     int P = PS[ip], m = MS[im], v = VS[iv];
-                    Schedule s;
+                    PipeSchedule s;
                     Err err = {0};
                     Status st = sched_build(&s, (SchedType)type, P, m, v, &err);
                     char want[64];
@@ -234,7 +234,7 @@ static void grid(void) {
                     }
                     if (zb) {
                         /* 1f1b with the same total backward time (tB = 2 unsplit). */
-                        Schedule o;
+                        PipeSchedule o;
                         SchedSim so;
                         SchedTimes t2 = {1, 2, 0, 0};
                         sched_build(&o, SCHED_1F1B, P, m, 1, &err);
@@ -286,7 +286,7 @@ static void controls(void) {
     for (int P = 4; P <= 8; P *= 2) {
         /* Rank 0 runs B0 where F1 was: rank 1 needs F1 (after B0 on rank 0) before its own B0, which
          * rank 0's B0 needs: a cycle across two ranks. */
-        Schedule s;
+        PipeSchedule s;
         sched_build(&s, SCHED_1F1B, P, 8, 1, &err);
         int ib = 0;
         while (s.ops[0][ib].kind != SCHED_B) ib++;
@@ -305,7 +305,7 @@ static void controls(void) {
         sched_free(&s);
     }
     /* A rank running its backward before its own forward. */
-    Schedule s;
+    PipeSchedule s;
     sched_build(&s, SCHED_ZB_H1, 2, 4, 1, &err);
     SchedOp tmp = s.ops[1][0];
     s.ops[1][0] = s.ops[1][1];
@@ -361,7 +361,7 @@ static void printer(void) {
          "rank 1: F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0\n"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        Schedule s;
+        PipeSchedule s;
         Err err = {0};
         char *buf = NULL;
         size_t len = 0;

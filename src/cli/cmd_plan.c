@@ -82,7 +82,7 @@ static void plan_sched_free(PlanSched *ps) {
 static Status plan_sched(PlanSched *ps, const PlanInput *in, SchedType type, int want_lines, Err *err) {
     memset(ps, 0, sizeof *ps);
     int m = in->pp_microbatches > 0 ? in->pp_microbatches : in->grad_accum;
-    Schedule sc;
+    PipeSchedule sc;
     Status st = sched_build(&sc, type, in->pp, m, in->interleave, err);
     if (st != ST_OK) return st;
     SchedTimes t = {1.0, type == SCHED_ZB_H1 ? 1.0 : 2.0, type == SCHED_ZB_H1 ? 1.0 : 0.0, 0.0};

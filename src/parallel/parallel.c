@@ -74,6 +74,14 @@ struct Par {
                          skipped (Megatron's f operator missing: the forward, and so the first
                          loss, stay right; every gradient below the head is wrong) */
     int in_bwd;       /* between the backward's first hook and the next forward */
+    int *started;     /* stage 0/1: segment s's gradient collective started this step */
+    /* Pipeline: a rank holding wte at one end of a pp > 1 pipeline sums its wte gradient with the
+     * other end's (the tied embedding and head) before the dp reduction, through tied_buf. */
+    int tied, tied_peer;
+    float *tied_buf;
+    size_t tied_floats;
+    void (*progress_fn)(void *);
+    void *progress_ctx;
     Status hook_st;
     Err hook_err;
 };
@@ -116,16 +124,16 @@ static void seg_views(Par *p, ParamViews *v, int s, float *buf) {
         if (t->segment != s) continue;
         float *q = buf + (t->offset - p->off[s]);
         if (s == 0) {
-            if (i == 0) v->wte = q;
+            if (t->id == 0) v->wte = q;
             else v->wpe = q;
         } else if (s == p->L + 1) {
-            if (i == pl->ntensors - 2) v->lnfw = q;
+            if (t->id == 2 + p->L * BT_COUNT) v->lnfw = q;
             else v->lnfb = q;
         } else {
             BlockParams *b = &v->blocks[s - 1];
             float **f[BT_COUNT] = {&b->ln1w, &b->ln1b, &b->qkvw, &b->qkvb, &b->attprojw, &b->attprojb,
                                    &b->ln2w, &b->ln2b, &b->fcw, &b->fcb, &b->fcprojw, &b->fcprojb};
-            *f[i - 2 - (s - 1) * BT_COUNT] = q;
+            *f[t->id - 2 - (s - 1) * BT_COUNT] = q;
         }
     }
 }
@@ -144,6 +152,8 @@ static void add_into(float *dst, const float *src, size_t n, int nt) {
 static void start_seg_grads(Par *p, int s) {
     Err e;
     Status st = ST_OK;
+    if (p->started[s] || p->len[s] == 0) return; /* empty: a block another pipeline stage holds */
+    p->started[s] = 1;
     float *base = p->g->d.grads + p->off[s];
     if (p->zero == 0) {
         size_t done = 0;
@@ -161,6 +171,7 @@ static void start_seg_grads(Par *p, int s) {
 }
 
 static void progress(Par *p) {
+    if (p->progress_fn) p->progress_fn(p->progress_ctx);
     for (int i = 0; i < p->nreq; i++)
         if (p->req[i].active) comm_test(&p->req[i]);
     for (int a = 0; a < 2; a++)
@@ -320,8 +331,8 @@ static void h_grads_ready(void *ctx, int s) {
                 if (st != ST_OK) hook_fail(p, st, &e);
             }
         }
-    } else if (p->last && p->o.overlap) {
-        start_seg_grads(p, s);
+    } else if (p->last && p->o.overlap && !(s == 0 && p->tied)) {
+        start_seg_grads(p, s); /* a tied wte waits for the pipeline's exchange (par_grads_finish) */
     }
 }
 
@@ -358,6 +369,15 @@ static float *alloc_f(Par *p, MemCategory c, size_t n, int *ok) {
     return q;
 }
 
+Status par_check_grid(int zero, int pp, Err *err) {
+    if (pp > 1 && zero >= 2)
+        return err_set(err, ST_ERR_INPUT, "--zero %d with --pp %d: expected ZeRO 0 or 1 (ZeRO-2 reduce-scatters each "
+                       "micro-batch's gradients and ZeRO-3 gathers the parameters for every micro-batch's forward and "
+                       "backward: with m pipeline micro-batches per step that is m times the traffic; DeepSpeed refuses "
+                       "the same combination)", zero, pp);
+    return ST_OK;
+}
+
 Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, Err *err) {
     *out = NULL;
     const ParamLayout *pl = &g->w.layout;
@@ -368,6 +388,8 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
     if (pl->shard_multiple % c->dp != 0)
         return err_set(err, ST_ERR_INPUT, "parallel: the model layout is padded for %d ranks, the dp group has %d",
                        pl->shard_multiple, c->dp);
+    Status gst = par_check_grid(o->zero, c->pp, err);
+    if (gst != ST_OK) return gst;
     if ((g->w.params == NULL) != (o->zero >= 3) || (g->d.grads == NULL) != (o->zero >= 2))
         return err_set(err, ST_ERR_INPUT, "parallel: the model was not built with the flags of ZeRO stage %d", o->zero);
     Par *p = calloc(1, sizeof *p);
@@ -381,7 +403,8 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
     p->blk = calloc((size_t)ns, sizeof(size_t)), p->soff = calloc((size_t)ns, sizeof(size_t));
     p->seg_req0 = calloc((size_t)ns, sizeof(int)), p->seg_nreq = calloc((size_t)ns, sizeof(int));
     p->seg_gslot = calloc((size_t)ns, sizeof(int));
-    if (!p->off || !p->len || !p->blk || !p->soff || !p->seg_req0 || !p->seg_nreq || !p->seg_gslot) goto oom;
+    p->started = calloc((size_t)ns, sizeof(int));
+    if (!p->started || !p->off || !p->len || !p->blk || !p->soff || !p->seg_req0 || !p->seg_nreq || !p->seg_gslot) goto oom;
     size_t S = 0;
     for (int s = 0; s < ns; s++) {
         p->off[s] = pl->seg_off[s], p->len[s] = pl->seg_off[s + 1] - pl->seg_off[s];
@@ -428,6 +451,13 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
             }
         }
     }
+    int wte = layout_find_id(pl, 0);
+    if (c->pp > 1 && wte >= 0 && pl->has_embed != pl->has_head) {
+        p->tied = 1, p->tied_peer = pl->has_embed ? c->pp - 1 : 0;
+        size_t n = pl->tensors[wte].numel;
+        p->tied_floats = n < p->o.bucket_floats ? n : p->o.bucket_floats;
+        p->tied_buf = alloc_f(p, MEM_COMM, p->tied_floats, &ok);
+    }
     if (!ok) goto oom;
     p->gslot_seg[0] = p->gslot_seg[1] = p->pslot_seg[0] = p->pslot_seg[1] = -1;
 
@@ -460,12 +490,15 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
     for (int s = 0; s < ns; s++)
         for (size_t x = 0; x < p->blk[s]; x += NORM_CHUNK) p->chunk_seg[ci] = (size_t)s, p->chunk_start[ci++] = x;
 
-    /* Replicated tensors' owned pieces, subtracted from the norm on tp ranks other than 0. */
-    if (c->tp > 1 && c->tp_rank != 0) {
+    /* Pieces counted elsewhere, subtracted from this rank's norm: replicated tensors on tp ranks
+     * other than 0, and the head stage's copy of a tied wte (the embedding stage counts it). */
+    int head_copy = p->tied && !pl->has_embed;
+    if ((c->tp > 1 && c->tp_rank != 0) || head_copy) {
         if (!(p->repl = calloc((size_t)pl->ntensors, sizeof *p->repl))) goto oom;
         for (int i = 0; i < pl->ntensors; i++) {
             const TensorInfo *t = &pl->tensors[i];
-            if (t->split != TP_REPLICATED) continue;
+            int twice = (c->tp > 1 && c->tp_rank != 0 && t->split == TP_REPLICATED) || (head_copy && t->id == 0);
+            if (!twice) continue;
             int s = t->segment;
             size_t a = p->off[s] + (size_t)p->r * p->blk[s], b = a + p->blk[s];
             size_t lo = t->offset > a ? t->offset : a, hi = t->offset + t->numel < b ? t->offset + t->numel : b;
@@ -495,9 +528,15 @@ oom:
                    pl->total / (size_t)c->dp);
 }
 
+void par_set_progress(Par *p, void (*fn)(void *ctx), void *ctx) {
+    p->progress_fn = fn, p->progress_ctx = ctx;
+}
+
 void par_free(Par *p) {
     if (!p) return;
     MemStats *ms = p->mem;
+    free(p->started);
+    mem_free(ms, MEM_COMM, p->tied_buf, p->tied_floats * sizeof(float));
     mem_free(ms, MEM_MOMENTS, p->m, p->mom_floats * sizeof(float));
     mem_free(ms, MEM_MOMENTS, p->v, p->mom_floats * sizeof(float));
     mem_free(ms, MEM_GRADS, p->gshard, p->S * sizeof(float));
@@ -532,9 +571,10 @@ void par_step_begin(Par *p, int k, long step) {
     /* Stage 0: the first micro-batch writes the gradients (the all-reduce leaves padding at zero).
      * Stage 1's in-place reduce-scatter may leave partial sums outside the owned block, so its
      * buffer, like stage 2's shard, is zeroed. */
+    memset(p->started, 0, (size_t)p->nseg * sizeof(int));
     if (p->zero >= 2) memset(p->gshard, 0, p->S * sizeof(float));
-    else if (p->zero == 1) memset(p->g->d.grads, 0, p->pl->total * sizeof(float));
-    else gpt_overwrite_grads(p->g);
+    else if (p->zero == 1 || p->c->pp > 1) memset(p->g->d.grads, 0, p->pl->total * sizeof(float));
+    else gpt_overwrite_grads(p->g); /* (a pipeline's several micro-batches in flight add from zero) */
 }
 
 void par_micro_begin(Par *p, int j) {
@@ -542,9 +582,30 @@ void par_micro_begin(Par *p, int j) {
     p->last = j == p->k - 1;
 }
 
+/* The tied wte of a pipeline's two ends: each sends its gradient part to the other and adds the
+ * other's (a + b == b + a in floating point: both copies get bit-identical sums), chunk by chunk. */
+static Status tied_exchange(Par *p, Err *err) {
+    const TensorInfo *t = &p->pl->tensors[layout_find_id(p->pl, 0)];
+    float *g = p->g->d.grads + t->offset;
+    Status st = ST_OK;
+    for (size_t done = 0; done < t->numel && st == ST_OK; done += p->tied_floats) {
+        size_t n = t->numel - done < p->tied_floats ? t->numel - done : p->tied_floats;
+        CommReq rq[2];
+        memset(rq, 0, sizeof rq);
+        st = comm_pp_irecv_f32(p->c, p->tied_buf, n, p->tied_peer, PAR_TIED_TAG, &rq[0], err);
+        if (st == ST_OK) st = comm_pp_isend_f32(p->c, g + done, n, p->tied_peer, PAR_TIED_TAG, &rq[1], err);
+        if (st == ST_OK) st = comm_wait_all(rq, 2, p->c->timeout_s, "tied wte gradient", p->c->step, err);
+        if (st == ST_OK) add_into(g + done, p->tied_buf, n, p->o.nt);
+    }
+    return st;
+}
+
 Status par_grads_finish(Par *p, Err *err) {
     Status st;
-    if (p->zero <= 1 && !p->o.overlap)
+    if (p->tied && p->zero <= 1 && (st = tied_exchange(p, err)) != ST_OK) return st;
+    /* Segments not started from the hooks: without overlap all of them; in a pipeline the tied wte
+     * and a head stage's embedding segment (no embedding backward runs there). */
+    if (p->zero <= 1)
         for (int s = p->nseg - 1; s >= 0; s--) start_seg_grads(p, s);
     if (p->zero <= 1) {
         if ((st = comm_wait_all(p->req, p->nreq, p->c->timeout_s, "grad bucket", p->c->step, err)) != ST_OK) return st;
@@ -618,7 +679,7 @@ Status par_params_sync(Par *p, Err *err) {
     if (p->zero == 1 || p->zero == 2) {
         float *P = p->g->w.params;
         for (int s = 0; s < p->nseg && st == ST_OK; s++)
-            st = comm_iallgather_f32(p->c, P + p->off[s] + (size_t)p->r * p->blk[s], P + p->off[s], p->blk[s],
+            if (p->blk[s]) st = comm_iallgather_f32(p->c, P + p->off[s] + (size_t)p->r * p->blk[s], P + p->off[s], p->blk[s],
                                      &p->req[p->seg_req0[s]], err);
         if (st == ST_OK) st = comm_wait_all(p->req, p->nreq, p->c->timeout_s, "param all-gather", p->c->step, err);
         if (st == ST_OK) gpt_sync_lp(p->g); /* mixed precision: the working copy of the gathered master */
@@ -664,6 +725,7 @@ void par_set_full(Par *p, const float *params, const float *m, const float *v) {
 static Status gather_shard(Par *p, const float *shard, float *full, Err *err) {
     Status st = ST_OK;
     for (int s = 0; s < p->nseg && st == ST_OK; s++) {
+        if (!p->blk[s]) continue;
         float *mine = full + p->off[s] + (size_t)p->r * p->blk[s];
         memcpy(mine, shard + p->soff[s], p->blk[s] * sizeof(float));
         st = comm_allgather_f32(p->c, mine, full + p->off[s], p->blk[s], err);

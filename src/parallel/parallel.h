@@ -31,6 +31,13 @@
  *      embedding segment has its own buffer (wte is the tied LM head) and stays gathered until
  *      the optimizer changes it.
  *
+ * Pipeline (c->pp > 1, ZeRO 0-1): the model holds a stage (GptOptions.stage); every segment it does
+ * not hold is empty. The gradients start from zero each step (micro-batches are in flight together).
+ * The first and last stage both hold wte (embedding and tied head): par_grads_finish first sums
+ * their two gradient parts between them (point-to-point, in chunks of bucket_floats through a
+ * MEM_COMM buffer), then reduces the segment over dp; both copies stay identical, and the norm
+ * counts wte on the first stage only.
+ *
  * Gradients are SUMMED over ranks; the caller divides the loss by the global token count, so the
  * step equals one process running the same global batch (up to summation order).
  *
@@ -64,6 +71,11 @@ typedef struct {
 ParOptions par_default_options(void);
 
 typedef struct Par Par;
+
+/* ST_ERR_INPUT (one line naming --zero and --pp, and why) for a ZeRO stage that does not combine
+ * with a pipeline of pp stages: 2 and 3 (every micro-batch would reduce-scatter its gradients or
+ * gather the parameters, m times a step). Checked by the trainer before allocation and by par_init. */
+Status par_check_grid(int zero, int pp, Err *err);
 
 /* Sets the model options a dp group at a ZeRO stage needs: shard_multiple = dp, external
  * gradients from stage 2, external parameters at stage 3. */
@@ -109,6 +121,13 @@ Status par_grads_finish(Par *p, Err *err);
 Status par_grad_norm(Par *p, double *norm, Err *err);
 void par_optim_step(Par *p, const OptimConfig *oc, long step, float lr, float grad_scale);
 Status par_params_sync(Par *p, Err *err);
+
+/* Pipeline: fn(ctx) is called between kernels (from the hooks) to progress the point-to-point
+ * messages of the pipeline runtime. */
+void par_set_progress(Par *p, void (*fn)(void *ctx), void *ctx);
+
+/* Tag of the tied wte's gradient exchange between the pipeline's first and last stage. */
+#define PAR_TIED_TAG 0x3fffffff
 
 /* Any error a hook met (hooks cannot return one); ST_OK if none. Checked by par_grads_finish. */
 Status par_hook_status(const Par *p, Err *err);

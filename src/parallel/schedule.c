@@ -27,7 +27,7 @@ Status sched_type_parse(const char *name, SchedType *t, Err *err) {
 
 /* ---- building ---- */
 
-Status sched_init_empty(Schedule *s, SchedType type, int p, int m, int v, int split_backward, Err *err) {
+Status sched_init_empty(PipeSchedule *s, SchedType type, int p, int m, int v, int split_backward, Err *err) {
     memset(s, 0, sizeof *s);
     if (p < 1 || p > SCHED_MAX_P) return err_set(err, ST_ERR_INPUT, "--pp %d: expected 1..%d", p, SCHED_MAX_P);
     if (m < 1) return err_set(err, ST_ERR_INPUT, "pipeline micro-batches %d: expected at least 1", m);
@@ -49,7 +49,7 @@ oom:
     return err_set(err, ST_ERR_RUNTIME, "schedule of %d ranks × %d micro-batches: out of memory", p, m);
 }
 
-void sched_free(Schedule *s) {
+void sched_free(PipeSchedule *s) {
     if (s->ops)
         for (int r = 0; r < s->p; r++) free(s->ops[r]);
     free(s->ops);
@@ -57,12 +57,12 @@ void sched_free(Schedule *s) {
     memset(s, 0, sizeof *s);
 }
 
-static void push(Schedule *s, int r, int kind, int mb, int chunk) {
+static void push(PipeSchedule *s, int r, int kind, int mb, int chunk) {
     ST_CHECK(s->n[r] < s->cap);
     s->ops[r][s->n[r]++] = (SchedOp){kind, mb, chunk};
 }
 
-static void build_gpipe(Schedule *s, int r) {
+static void build_gpipe(PipeSchedule *s, int r) {
     for (int j = 0; j < s->m; j++) push(s, r, SCHED_F, j, 0);
     for (int j = 0; j < s->m; j++) push(s, r, SCHED_B, j, 0);
 }
@@ -71,7 +71,7 @@ static void build_gpipe(Schedule *s, int r) {
  * cool-down B, except that rank r's first r W's wait until the end (they fill the cool-down
  * bubble, which on rank r is r·(tF + tB) long in 1f1b: the W's move there, the B's that gate the
  * previous rank move earlier). W's always run oldest first, so the one after B(k) is W(k - held). */
-static void build_1f1b(Schedule *s, int r) {
+static void build_1f1b(PipeSchedule *s, int r) {
     int m = s->m, warm = s->p - r - 1 < m ? s->p - r - 1 : m;
     int nw = 0; /* W's issued so far (W's run in micro-batch order) */
     int nb = 0; /* B's issued so far */
@@ -92,13 +92,13 @@ static void build_1f1b(Schedule *s, int r) {
 
 /* Megatron's interleaved 1F1B (forward_backward_pipelining_with_interleaving, micro-batch group
  * size P): virtual micro-batch k of the m·v the rank runs maps to (micro-batch, chunk) as below. */
-static void virt(const Schedule *s, int k, int forward, int *mb, int *chunk) {
+static void virt(const PipeSchedule *s, int k, int forward, int *mb, int *chunk) {
     int pv = s->p * s->v, c = (k % pv) / s->p;
     *chunk = forward ? c : s->v - 1 - c;
     *mb = (k / pv) * s->p + k % s->p;
 }
 
-static void build_interleaved(Schedule *s, int r) {
+static void build_interleaved(PipeSchedule *s, int r) {
     int total = s->m * s->v, mb, c;
     /* Earlier ranks run more forwards before their first backward: 2 per rank of distance to the
      * last (a forward has to travel there and its backward back) plus a full round of the other
@@ -121,7 +121,7 @@ static void build_interleaved(Schedule *s, int r) {
     }
 }
 
-Status sched_build(Schedule *s, SchedType type, int p, int m, int v, Err *err) {
+Status sched_build(PipeSchedule *s, SchedType type, int p, int m, int v, Err *err) {
     memset(s, 0, sizeof *s);
     if (type < SCHED_GPIPE || type > SCHED_ZB_H1) return err_set(err, ST_ERR_INPUT, "unknown pipeline schedule %d", (int)type);
     if (v > 1 && type != SCHED_INTERLEAVED)
@@ -143,17 +143,17 @@ Status sched_build(Schedule *s, SchedType type, int p, int m, int v, Err *err) {
 
 /* ---- the check ---- */
 
-int sched_op_format(const Schedule *s, SchedOp op, char *buf, size_t cap) {
+int sched_op_format(const PipeSchedule *s, SchedOp op, char *buf, size_t cap) {
     char k = op.kind == SCHED_F ? 'F' : op.kind == SCHED_B ? 'B' : op.kind == SCHED_W ? 'W' : '?';
     return s->v > 1 ? snprintf(buf, cap, "%c%d.%d", k, op.mb, op.chunk) : snprintf(buf, cap, "%c%d", k, op.mb);
 }
 
 /* Index of (kind, rank, chunk, mb) in per-op tables of 3·p·v·m entries. */
-static size_t op_index(const Schedule *s, int kind, int r, int chunk, int mb) {
+static size_t op_index(const PipeSchedule *s, int kind, int r, int chunk, int mb) {
     return (((size_t)kind * s->p + r) * s->v + chunk) * s->m + mb;
 }
 
-Status sched_check(const Schedule *s, Err *err) {
+Status sched_check(const PipeSchedule *s, Err *err) {
     size_t nidx = (size_t)3 * s->p * s->v * s->m;
     unsigned char *seen = calloc(nidx, 1);
     if (!seen) return err_set(err, ST_ERR_RUNTIME, "schedule check: out of memory");
@@ -198,7 +198,7 @@ typedef struct {
 } Dep;
 
 /* The dependencies of op on rank r (schedule.h's table); returns how many (≤ 2). */
-static int deps_of(const Schedule *s, int r, SchedOp op, Dep d[2]) {
+static int deps_of(const PipeSchedule *s, int r, SchedOp op, Dep d[2]) {
     int stage = op.chunk * s->p + r, S = s->p * s->v, n = 0;
     if (op.kind == SCHED_F && stage > 0)
         d[n++] = (Dep){SCHED_F, (stage - 1) % s->p, (stage - 1) / s->p, op.mb, (stage - 1) % s->p != r};
@@ -210,7 +210,7 @@ static int deps_of(const Schedule *s, int r, SchedOp op, Dep d[2]) {
     return n;
 }
 
-Status sched_simulate(const Schedule *s, const SchedTimes *t, SchedSim *out, Err *err) {
+Status sched_simulate(const PipeSchedule *s, const SchedTimes *t, SchedSim *out, Err *err) {
     memset(out, 0, sizeof *out);
     Status st = sched_check(s, err);
     if (st != ST_OK) return st;
@@ -301,7 +301,7 @@ out:
 
 /* ---- printing ---- */
 
-void sched_print(const Schedule *s, FILE *f) {
+void sched_print(const PipeSchedule *s, FILE *f) {
     char a[32];
     for (int r = 0; r < s->p; r++) {
         fprintf(f, "rank %d:", r);

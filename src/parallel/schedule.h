@@ -40,12 +40,12 @@
 
 #include "core/status.h"
 
-typedef enum { SCHED_F = 0, SCHED_B = 1, SCHED_W = 2 } SchedKind;
+typedef enum { SCHED_F = 0, SCHED_B = 1, SCHED_W = 2 } PipeOpKind;
 
 typedef enum { SCHED_GPIPE = 0, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB_H1 } SchedType;
 
 typedef struct {
-    int kind;  /* SchedKind */
+    int kind;  /* PipeOpKind */
     int mb;    /* micro-batch 0..m-1 */
     int chunk; /* model chunk of this rank 0..v-1 (virtual stage chunk·P + rank) */
 } SchedOp;
@@ -59,7 +59,7 @@ typedef struct {
     int cap;            /* room per rank in ops[r] (m·v·3) */
     int *n;             /* [p] ops of each rank */
     SchedOp **ops;      /* [p] rank r's ops in execution order, n[r] of them */
-} Schedule;
+} PipeSchedule;
 
 /* The schedule's name as --pp-schedule spells it ("gpipe", "1f1b", "interleaved", "zb-h1"). */
 const char *sched_type_name(SchedType t);
@@ -70,20 +70,20 @@ Status sched_type_parse(const char *name, SchedType *t, Err *err);
 /* Builds schedule `type` for p ranks, m micro-batches, v chunks per rank. ST_ERR_INPUT (naming the
  * flags) when p, m or v < 1, v > 1 without interleaved, or interleaved with m not a multiple of p.
  * The result passes sched_check. On error *s is zeroed (sched_free-safe). */
-Status sched_build(Schedule *s, SchedType type, int p, int m, int v, Err *err);
+Status sched_build(PipeSchedule *s, SchedType type, int p, int m, int v, Err *err);
 
 /* An empty schedule (n[r] = 0, room for m·v·3 ops per rank) to be filled by hand: tests and
  * future hand-written or searched schedules. */
-Status sched_init_empty(Schedule *s, SchedType type, int p, int m, int v, int split_backward, Err *err);
+Status sched_init_empty(PipeSchedule *s, SchedType type, int p, int m, int v, int split_backward, Err *err);
 
-/* Frees the lists; safe on a zeroed or half-built Schedule. */
-void sched_free(Schedule *s);
+/* Frees the lists; safe on a zeroed or half-built PipeSchedule. */
+void sched_free(PipeSchedule *s);
 
 /* Completeness: every rank runs every F and B (and W when split_backward) of every micro-batch
  * and chunk exactly once, no W without split_backward, every index in range. ST_ERR_INPUT naming
  * the rank and the missing / repeated / bad op otherwise. Does not look at the order (see
  * sched_simulate for deadlocks). */
-Status sched_check(const Schedule *s, Err *err);
+Status sched_check(const PipeSchedule *s, Err *err);
 
 /* Durations of one op (per chunk for interleaved: a stage's time / v) and the point-to-point
  * latency added to every dependency that crosses ranks (may be 0). */
@@ -108,13 +108,13 @@ typedef struct {
  * Checks completeness first (sched_check). A schedule whose ranks cannot all finish is a deadlock:
  * ST_ERR_INPUT naming the first blocked rank, its next op, the op it waits for and what that op's
  * rank is blocked at. p ≤ SCHED_MAX_P. */
-Status sched_simulate(const Schedule *s, const SchedTimes *t, SchedSim *out, Err *err);
+Status sched_simulate(const PipeSchedule *s, const SchedTimes *t, SchedSim *out, Err *err);
 
 /* One op as printed: "F3", "B0", "W2"; with v > 1 the chunk follows: "F3.1". Returns the length
  * (snprintf's contract). */
-int sched_op_format(const Schedule *s, SchedOp op, char *buf, size_t cap);
+int sched_op_format(const PipeSchedule *s, SchedOp op, char *buf, size_t cap);
 
 /* One line per rank, "rank 0: F0 F1 B0 F2 B1 B2\n", for --pp-print-schedule. */
-void sched_print(const Schedule *s, FILE *f);
+void sched_print(const PipeSchedule *s, FILE *f);
 
 #endif

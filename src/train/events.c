@@ -80,6 +80,10 @@ cJSON *events_config_json(const TrainConfig *c) {
     add_num(o, "dp", c->dp > 0 ? c->dp : 1);
     add_num(o, "tp", c->tp > 0 ? c->tp : 1);
     add_num(o, "sp", c->sp);
+    add_num(o, "pp", c->pp > 0 ? c->pp : 1);
+    cJSON_AddStringToObject(o, "pp_schedule", c->pp_schedule);
+    cJSON_AddStringToObject(o, "pp_layers", c->pp_layers);
+    add_num(o, "interleave", c->interleave > 0 ? c->interleave : 1);
     add_num(o, "zero", c->zero);
     cJSON_AddStringToObject(o, "optimizer", optim_kind_name(c->optim.kind));
     add_num(o, "beta1", c->optim.beta1);
@@ -213,6 +217,17 @@ void ev_step(EventLog *lg, const StepEvent *e) {
     }
     add_num(o, "step_ms_max", e->step_ms_max);
     add_num(o, "step_ms_median", e->step_ms_median);
+    if (e->pp > 1) {
+        cJSON *pj = cJSON_AddObjectToObject(o, "pipeline");
+        add_num(pj, "idle_ms", e->pp_idle_ms);
+        add_num(pj, "busy_ms", e->pp_busy_ms);
+        add_num(pj, "forward_ms", e->pp_f_ms);
+        add_num(pj, "backward_ms", e->pp_b_ms);
+        add_num(pj, "bubble", e->pp_bubble);
+        add_num(pj, "bubble_formula", e->pp_bubble_formula);
+        add_num(pj, "bubble_simulated", e->pp_bubble_sim);
+        if (e->pp_idle_by_rank) add_array(pj, "idle_ms_by_rank", e->pp_idle_by_rank, e->world);
+    }
     cJSON *tm = cJSON_AddObjectToObject(o, "time_ms");
     add_num(tm, "total", e->ms_total);
     add_num(tm, "data", e->ms_data);

@@ -99,6 +99,12 @@ typedef struct {
     double loss_scale, tokens, tokens_seen, tokens_per_s, mfu, elapsed_s, eta_s;
     double comm_bytes, step_ms_max, step_ms_median;
     const double *comm_bytes_by_kind; /* COMM_NKIND entries (NULL: omitted) */
+    /* Pipeline (pp > 1; omitted otherwise): this rank's idle and busy time inside the schedule, the
+     * measured bubble (the world's idle over its ranks' schedule time), the formula's and the one
+     * simulated from the schedule with the measured op times. */
+    int pp;
+    double pp_idle_ms, pp_busy_ms, pp_f_ms, pp_b_ms, pp_bubble, pp_bubble_formula, pp_bubble_sim;
+    const double *pp_idle_by_rank;
     double ms_total, ms_data, ms_forward, ms_backward, ms_comm, ms_comm_dp, ms_comm_tp, ms_optimizer, ms_checkpoint;
 } StepEvent;
 void ev_step(EventLog *lg, const StepEvent *e);

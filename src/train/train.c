@@ -40,6 +40,8 @@
 #include "model/layout.h"
 #include "model/matmul.h"
 #include "parallel/parallel.h"
+#include "parallel/pp.h"
+#include "parallel/schedule.h"
 #include "plan/plan.h"
 #include "train/events.h"
 
@@ -56,6 +58,7 @@ TrainConfig train_default_config(void) {
     c.steps = 1000;
     c.seed = 1337, c.data_seed = 42;
     c.threads = 2;
+    snprintf(c.pp_schedule, sizeof c.pp_schedule, "1f1b");
     c.val_every = 100, c.val_batches = 10;
     c.keep_last = 3;
     c.sample_tokens = 64;
@@ -113,8 +116,10 @@ static Status validate(const TrainConfig *c, Err *err) {
     return ST_OK;
 }
 
-/* Mean loss over `batches` sequential micro-batches of the validation stream. */
-static double validate_loss(Gpt *g, Loader *val, int batches, int32_t *inp, int32_t *tgt) {
+/* Mean loss over `batches` sequential micro-batches of the validation stream. With a pipeline
+ * (pr non-NULL) the micro-batches go through the stages and the last stage's sum is shared over
+ * the world (NaN everywhere if a message failed). */
+static double validate_loss(Gpt *g, Loader *val, int batches, int32_t *inp, int32_t *tgt, PpRun *pr, Comm *c) {
     int B = g->s.B, T = g->s.T;
     uint64_t avail = val->nwin / (uint64_t)B;
     if ((uint64_t)batches > avail) batches = (int)(avail ? avail : 1);
@@ -122,8 +127,19 @@ static double validate_loss(Gpt *g, Loader *val, int batches, int32_t *inp, int3
     for (int j = 0; j < batches; j++) {
         int rows = val->nwin < (uint64_t)B ? (int)val->nwin : B;
         loader_fill(val, (uint64_t)j * B, rows, inp, tgt);
-        sum += gpt_forward(g, inp, tgt, rows, T, 0.0f, 0, 0);
+        if (pr) {
+            double ls = 0;
+            Err e;
+            if (pp_eval(pr, inp, tgt, rows, T, &ls, &e) != ST_OK) ls = NAN;
+            sum += c->pp_rank == c->pp - 1 && c->tp_rank == 0 && c->dp_rank == 0 ? ls : 0.0;
+        } else {
+            sum += gpt_forward(g, inp, tgt, rows, T, 0.0f, 0, 0);
+        }
         for (int i = 0; i < rows * T; i++) count += tgt[i] >= 0;
+    }
+    if (pr) {
+        Err e;
+        if (comm_allreduce_f64(c, &sum, 1, COMM_SUM, &e) != ST_OK) sum = NAN;
     }
     return count > 0 ? sum / count : NAN;
 }
@@ -155,19 +171,29 @@ typedef struct {
     MemStats mem;
     Loader train, val;
     Gpt g;
-    ParamLayout full;           /* tp > 1: the whole network's layout (checkpoints hold full shapes) */
+    ParamLayout full;           /* sliced: the whole network's layout (checkpoints hold full shapes) */
     Par *par;                   /* parameters' shards, gradient collectives, moments, the update */
     Comm *comm;                 /* the process grid: the caller's, or own_comm */
     Comm *own_comm;             /* a single-process grid for callers that pass none */
     int dp, dp_rank, world;
     int tp, tp_rank;            /* tensor-parallel group: this rank holds slice tp_rank of tp */
-    int local;                  /* dp 1, tp 1 at ZeRO 0: every tensor is whole on this rank */
+    int pp, pp_rank;            /* pipeline: this rank runs stage pp_rank of pp */
+    int sliced;                 /* tp > 1 or pp > 1: this rank's layout is not the whole network's */
+    int local;                  /* dp 1, tp 1, pp 1 at ZeRO 0: every tensor is whole on this rank */
+    PipeSchedule sched;         /* pp > 1: the schedule (checked before allocation) */
+    StageBlocks stage;          /* pp > 1: this rank's chunks of blocks */
+    int slots;                  /* pp > 1: activation sets (the schedule's peak in flight here) */
+    int sched_first[LAYOUT_MAX_CHUNKS * SCHED_MAX_P], sched_last[LAYOUT_MAX_CHUNKS * SCHED_MAX_P]; /* per virtual stage */
+    int peak_inflight[SCHED_MAX_P];
+    PpRun *pp_run;
+    PpStats pps;                /* the last step's pipeline timings */
     int32_t *inp, *tgt;         /* the step's k micro-batches, (k, B, T) */
     size_t batch_ints;
     double *step_ms;            /* wall time of each step, for the medians */
     long nmeasured, step_cap;
     double *by_rank;            /* world doubles: one value per rank, for per-rank records */
     double *by_rank2;
+    double *pp_idle;            /* world doubles: each rank's pipeline idle time of the step */
     EventLog log;
     CkptAsync *async;
     cJSON *config;
@@ -210,8 +236,11 @@ static void run_free(Run *r) {
     free(r->step_ms);
     free(r->by_rank);
     free(r->by_rank2);
+    free(r->pp_idle);
     mem_free(&r->mem, MEM_DATA, r->inp, r->batch_ints * sizeof(int32_t));
     mem_free(&r->mem, MEM_DATA, r->tgt, r->batch_ints * sizeof(int32_t));
+    pp_free(r->pp_run);
+    sched_free(&r->sched);
     par_free(r->par);
     gpt_free(&r->g);
     layout_free(&r->full);
@@ -229,6 +258,50 @@ static double comm_bytes_total(const Comm *c) {
 
 /* ================================================================ setup */
 
+/* Pipeline: the schedule (built, then simulated with unit times, which refuses an incomplete or
+ * deadlocking one) and the split of the blocks into pp·v virtual stages, before any allocation. */
+static Status setup_pipeline(Run *r, int pp, Err *err) {
+    TrainConfig *c = &r->cfg;
+    int v = c->interleave > 0 ? c->interleave : 1;
+    if (pp == 1) {
+        if (v > 1 || c->pp_layers[0] || strcmp(c->pp_schedule, "1f1b") != 0)
+            return err_set(err, ST_ERR_INPUT, "--pp-schedule/--pp-layers/--interleave: expected --pp > 1, found --pp 1");
+        return ST_OK;
+    }
+    SchedType type;
+    Status st = sched_type_parse(c->pp_schedule, &type, err);
+    if (st != ST_OK) return st;
+    if (type == SCHED_ZB_H1)
+        return err_set(err, ST_ERR_INPUT, "--pp-schedule zb-h1: expected gpipe, 1f1b or interleaved (zb-h1 needs the "
+                       "backward split into input- and weight-gradient passes, which the model does not have yet; "
+                       "`scaletrain plan --pp-schedule zb-h1` simulates it)");
+    if ((st = sched_build(&r->sched, type, pp, c->grad_accum, v, err)) != ST_OK) {
+        err_prefix(err, "--grad-accum (pipeline micro-batches)");
+        return st;
+    }
+    SchedTimes t = {1.0, 2.0, 0.0, 0.0};
+    SchedSim sim;
+    if (pp > SCHED_MAX_P) return err_set(err, ST_ERR_INPUT, "--pp %d: expected at most %d stages", pp, SCHED_MAX_P);
+    if ((st = sched_simulate(&r->sched, &t, &sim, err)) != ST_OK) return st;
+    int S = pp * v, first[LAYOUT_MAX_CHUNKS * SCHED_MAX_P], last[LAYOUT_MAX_CHUNKS * SCHED_MAX_P];
+    if (v > LAYOUT_MAX_CHUNKS)
+        return err_set(err, ST_ERR_INPUT, "--interleave %d: expected at most %d chunks per rank", v, LAYOUT_MAX_CHUNKS);
+    if ((st = layout_pp_split(&c->model, c->seq_len, S, c->pp_layers, first, last, err)) != ST_OK) return st;
+    r->stage.n = v;
+    for (int k = 0; k < S; k++) r->sched_first[k] = first[k], r->sched_last[k] = last[k];
+    memcpy(r->peak_inflight, sim.peak_inflight, sizeof r->peak_inflight);
+    return ST_OK;
+}
+
+/* This rank's chunks: virtual stage c·pp + pp_rank for chunk c (Megatron's interleaved layout). */
+static void pipeline_rank_stage(Run *r) {
+    for (int k = 0; k < r->stage.n; k++) {
+        int vs = k * r->pp + r->pp_rank;
+        r->stage.first[k] = r->sched_first[vs], r->stage.last[k] = r->sched_last[vs];
+    }
+    r->slots = r->peak_inflight[r->pp_rank];
+}
+
 /* The process grid (dp × tp × pp = world), refused before any allocation. */
 static Status setup_grid(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
@@ -239,30 +312,39 @@ static Status setup_grid(Run *r, Err *err) {
         if (st != ST_OK) return st;
         r->comm = r->own_comm;
     }
-    int tp = c->tp > 0 ? c->tp : 1, world = r->comm->world;
+    int tp = c->tp > 0 ? c->tp : 1, pp = c->pp > 0 ? c->pp : 1, world = r->comm->world;
     if (world % tp)
         return err_set(err, ST_ERR_INPUT, "--tp %d: expected a divisor of the world size %d (ranks launched), found a "
                        "remainder of %d", tp, world, world % tp);
+    if (world % (tp * pp))
+        return err_set(err, ST_ERR_INPUT, "--pp %d: expected tp x pp = %d to divide the world size %d (ranks launched), "
+                       "found a remainder of %d", pp, tp * pp, world, world % (tp * pp));
     if (c->sp && tp == 1) return err_set(err, ST_ERR_INPUT, "--sp: expected --tp > 1 (sequence parallelism splits "
                                          "inside a tensor-parallel group), found --tp 1");
-    int dp = c->dp > 0 ? c->dp : world / tp;
-    Status st = comm_set_grid(r->comm, dp, tp, 1, err);
+    Status st = setup_pipeline(r, pp, err);
     if (st != ST_OK) return st;
+    int dp = c->dp > 0 ? c->dp : world / (tp * pp);
+    if ((st = par_check_grid(c->zero, pp, err)) != ST_OK) return st;
+    if ((st = comm_set_grid(r->comm, dp, tp, pp, err)) != ST_OK) return st;
     if (c->comm_timeout > 0) r->comm->timeout_s = c->comm_timeout;
     c->dp = r->dp = dp, r->dp_rank = r->comm->dp_rank, r->world = r->comm->world;
     c->tp = r->tp = tp, r->tp_rank = r->comm->tp_rank;
-    r->local = dp == 1 && tp == 1 && c->zero == 0;
+    c->pp = r->pp = pp, r->pp_rank = r->comm->pp_rank;
+    r->sliced = tp > 1 || pp > 1;
+    r->local = dp == 1 && !r->sliced && c->zero == 0;
+    if (pp > 1) pipeline_rank_stage(r);
     if (c->ckpt_async && c->ckpt_dir[0] && !r->local)
         return err_set(err, ST_ERR_INPUT,
-                       "--ckpt-async: expected one rank at ZeRO 0, found dp %d x tp %d at ZeRO %d (checkpoints of a "
-                       "split state are gathered to rank 0 and written synchronously; drop the flag)",
-                       dp, tp, c->zero);
-    if (tp > 1 && c->sample_every > 0)
-        return err_set(err, ST_ERR_INPUT, "--sample-every %d: expected 0 with --tp %d (a sample needs the whole model on "
-                       "one rank; sample the saved weights with `scaletrain sample`)", c->sample_every, tp);
+                       "--ckpt-async: expected one rank at ZeRO 0, found dp %d x tp %d x pp %d at ZeRO %d (checkpoints "
+                       "of a split state are gathered to rank 0 and written synchronously; drop the flag)",
+                       dp, tp, pp, c->zero);
+    if (r->sliced && c->sample_every > 0)
+        return err_set(err, ST_ERR_INPUT, "--sample-every %d: expected 0 with --tp %d --pp %d (a sample needs the whole "
+                       "model on one rank; sample the saved weights with `scaletrain sample`)", c->sample_every, tp, pp);
     r->by_rank = calloc((size_t)r->world, sizeof *r->by_rank);
     r->by_rank2 = calloc((size_t)r->world, sizeof *r->by_rank2);
-    if (!r->by_rank || !r->by_rank2) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    r->pp_idle = calloc((size_t)r->world, sizeof *r->pp_idle);
+    if (!r->by_rank || !r->by_rank2 || !r->pp_idle) return err_set(err, ST_ERR_RUNTIME, "out of memory");
     return ST_OK;
 }
 
@@ -396,21 +478,21 @@ static Status run_load_ckpt(Run *r, const char *path, CkptMeta *meta, Err *err) 
         return st;
     }
     int nv = par_moment(r->par, 1) ? 1 : 0;
-    float *buf = run_staging(r, &r->g.w.layout, 2 + nv), *fbuf = r->tp > 1 ? run_staging(r, &r->full, 2 + nv) : NULL;
-    if (!buf || (r->tp > 1 && !fbuf)) {
+    float *buf = run_staging(r, &r->g.w.layout, 2 + nv), *fbuf = r->sliced ? run_staging(r, &r->full, 2 + nv) : NULL;
+    if (!buf || (r->sliced && !fbuf)) {
         run_staging_free(r, &r->g.w.layout, buf, 2 + nv);
         return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
     }
-    /* tp > 1: the checkpoint's full tensors, then this rank's slices of them. */
-    size_t n = r->tp > 1 ? r->full.total : r->g.w.layout.total;
-    float *rd = r->tp > 1 ? fbuf : buf;
+    /* sliced: the checkpoint's full tensors, then this rank's slices of them. */
+    size_t n = r->sliced ? r->full.total : r->g.w.layout.total;
+    float *rd = r->sliced ? fbuf : buf;
     GptWeights view = r->g.w;
     view.params = rd;
-    if (r->tp > 1) view.layout = r->full;
+    if (r->sliced) view.layout = r->full;
     CkptOptState opt = {rd + n, nv ? rd + 2 * n : NULL, NULL};
     Status st = ckpt_load_progress(path, &view, &opt, meta, fn, pb, err);
     size_t nl = r->g.w.layout.total;
-    if (st == ST_OK && r->tp > 1) slices_from_full(r, buf, fbuf, 2 + nv);
+    if (st == ST_OK && r->sliced) slices_from_full(r, buf, fbuf, 2 + nv);
     if (st == ST_OK) par_set_full(r->par, buf, buf + nl, nv ? buf + 2 * nl : NULL);
     run_staging_free(r, &r->g.w.layout, buf, 2 + nv);
     run_staging_free(r, &r->full, fbuf, 2 + nv);
@@ -450,7 +532,7 @@ static Status resume_load(Run *r, Err *err) {
 /* Initial weights: seeded, or --init-from (path non-NULL). Every element depends on (seed, tensor,
  * index) only, so every grid starts from the same weights. */
 static Status run_init_weights(Run *r, const char *path, Err *err) {
-    if (r->tp > 1) { /* the whole network's weights, then this rank's slices */
+    if (r->sliced) { /* the whole network's weights, then this rank's slices */
         float *full = run_staging(r, &r->full, 1), *mine = run_staging(r, &r->g.w.layout, 1);
         Status st = ST_OK;
         if (!full || !mine) st = err_set(err, ST_ERR_RUNTIME, "out of memory (initial weights)");
@@ -494,14 +576,16 @@ static Status setup_model(Run *r, Err *err) {
     go.B = B, go.T = T, go.threads = nt, go.recompute = c->recompute;
     go.precision = c->fp16 ? GPT_FP16 : c->bf16 ? GPT_BF16 : GPT_FP32;
     go.tp = r->tp, go.tp_rank = r->tp_rank, go.sp = c->sp;
+    if (r->pp > 1) go.stage = r->stage, go.slots = r->slots;
     par_gpt_options(r->dp, c->zero, &go);
     Status st = gpt_init(&r->g, &c->model, &go, &r->mem, err);
     if (st != ST_OK) return st;
-    if (r->tp > 1 && layout_init(&r->full, &c->model, 1) != 0)
+    if (r->sliced && layout_init(&r->full, &c->model, 1) != 0)
         return err_set(err, ST_ERR_RUNTIME, "out of memory (the full layout)");
     ParOptions po = par_default_options();
     po.zero = c->zero, po.overlap = !c->no_overlap, po.n_moments = optim_num_moments(&c->optim), po.nt = nt;
     if ((st = par_init(&r->par, r->comm, &r->g, &po, &r->mem, err)) != ST_OK) return st;
+    if (r->pp > 1 && (st = pp_init(&r->pp_run, r->comm, &r->g, r->par, &r->sched, err)) != ST_OK) return st;
     if ((st = run_init_weights(r, NULL, err)) != ST_OK) return st;
     r->g.s.dropout_seed = c->seed ^ 0xd509u;
     if (c->init_from[0] && !r->resume_path[0] && (st = run_init_weights(r, c->init_from, err)) != ST_OK) {
@@ -673,29 +757,63 @@ static void signals_restore(Run *r) {
 
 /* Gathers the full parameters (and moments when opt_too) into staging; rank 0 writes. The others
  * learn rank 0's outcome, so a failed write ends the run everywhere instead of a hang. */
+/* Pipeline: stage 0 of the replica holding world rank 0 (dp rank 0, tp rank 0) gets the sum of
+ * every stage's buf (n floats), through pipeline point-to-point in chunks of 4M floats. */
+static Status pp_sum_to_first(Run *r, float *buf, size_t n, Err *err) {
+    if (r->dp_rank != 0 || r->tp_rank != 0) return ST_OK;
+    const size_t chunk = (size_t)1 << 22;
+    Status st = ST_OK;
+    float *tmp = r->pp_rank == 0 ? mem_alloc(&r->mem, MEM_CKPT_STAGING, chunk * sizeof(float)) : NULL;
+    if (r->pp_rank == 0 && !tmp) return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
+    for (size_t done = 0, tag = 0; done < n && st == ST_OK; done += chunk, tag++) {
+        size_t m = n - done < chunk ? n - done : chunk;
+        CommReq q;
+        memset(&q, 0, sizeof q);
+        if (r->pp_rank != 0) {
+            st = comm_pp_isend_f32(r->comm, buf + done, m, 0, (int)(0x20000000 + tag), &q, err);
+            if (st == ST_OK) st = comm_wait(&q, r->comm->timeout_s, "checkpoint gather", r->step, err);
+            continue;
+        }
+        for (int s = 1; s < r->pp && st == ST_OK; s++) {
+            st = comm_pp_irecv_f32(r->comm, tmp, m, s, (int)(0x20000000 + tag), &q, err);
+            if (st == ST_OK) st = comm_wait(&q, r->comm->timeout_s, "checkpoint gather", r->step, err);
+            for (size_t i = 0; i < m && st == ST_OK; i++) buf[done + i] += tmp[i];
+        }
+    }
+    if (tmp) mem_free(&r->mem, MEM_CKPT_STAGING, tmp, chunk * sizeof(float));
+    return st;
+}
+
 static Status run_save_gathered(Run *r, const CkptMeta *meta, const CkptOptions *o, CkptSaveInfo *info,
                                 const char *out_dir, Err *err) {
     int nv = par_moment(r->par, 1) ? 1 : 0, nb = out_dir ? 1 : 2 + nv;
-    float *buf = run_staging(r, &r->g.w.layout, nb), *fbuf = r->tp > 1 ? run_staging(r, &r->full, nb) : NULL;
-    if (!buf || (r->tp > 1 && !fbuf)) {
+    float *buf = run_staging(r, &r->g.w.layout, nb), *fbuf = r->sliced ? run_staging(r, &r->full, nb) : NULL;
+    if (!buf || (r->sliced && !fbuf)) {
         run_staging_free(r, &r->g.w.layout, buf, nb);
         return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
     }
     size_t n = r->g.w.layout.total;
     Status st = par_get_full(r->par, buf, out_dir ? NULL : buf + n, out_dir || !nv ? NULL : buf + 2 * n, err);
     float *wr = buf;
-    if (st == ST_OK && r->tp > 1) {
+    if (st == ST_OK && r->sliced) {
         /* Full tensors: each tp rank writes its slices into zeros (tp rank 0 the replicated
-         * tensors too) and the tp group sums them. */
-        for (int i = 0; i < nb; i++)
-            layout_tp_copy(&r->g.w.layout, buf + i * n, &r->full, fbuf + i * r->full.total, 1, r->tp_rank == 0);
-        st = comm_tp_allreduce_f32(r->comm, fbuf, (size_t)nb * r->full.total, COMM_SUM, err);
+         * tensors too) and the tp group sums them; then the pipeline stages' (the head stage's copy
+         * of the tied wte left out) are summed on stage 0. */
+        const ParamLayout *pl = &r->g.w.layout;
+        int head_copy = r->pp > 1 && pl->has_head && !pl->has_embed;
+        for (int i = 0; i < nb; i++) {
+            float *f = fbuf + i * r->full.total;
+            layout_tp_copy(pl, buf + i * n, &r->full, f, 1, r->tp_rank == 0);
+            if (head_copy) memset(f + r->full.tensors[0].offset, 0, r->full.tensors[0].numel * sizeof(float));
+        }
+        if (r->tp > 1) st = comm_tp_allreduce_f32(r->comm, fbuf, (size_t)nb * r->full.total, COMM_SUM, err);
+        if (st == ST_OK && r->pp > 1) st = pp_sum_to_first(r, fbuf, (size_t)nb * r->full.total, err);
         wr = fbuf, n = r->full.total;
     }
     int64_t fail = 0;
     if (st == ST_OK && r->comm->rank == 0) {
         GptWeights view = r->g.w;
-        if (r->tp > 1) view.layout = r->full;
+        if (r->sliced) view.layout = r->full;
         view.params = wr;
         CkptOptState opt = {out_dir ? NULL : wr + n, out_dir || !nv ? NULL : wr + 2 * n, NULL};
         st = out_dir ? st_save_hf(&view, out_dir, r->cfg.tokenizer, err) : ckpt_save(&view, &opt, meta, o, info, err);
@@ -737,7 +855,7 @@ static Status save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info,
     meta.loader = loader_get_state(&r->train);
     snprintf(meta.optimizer, sizeof meta.optimizer, "%s", optim_kind_name(c->optim.kind));
     meta.optim_step = step;
-    meta.dp = r->dp, meta.tp = r->tp, meta.pp = 1, meta.zero = c->zero;
+    meta.dp = r->dp, meta.tp = r->tp, meta.pp = r->pp, meta.zero = c->zero;
     ckpt_meta_set_rng(&meta, "init_seed", c->seed);
     ckpt_meta_set_rng(&meta, "data_seed", c->data_seed);
     ckpt_meta_set_rng(&meta, "dropout_seed", r->g.s.dropout_seed);
@@ -862,8 +980,8 @@ static Status step_data(Run *r, Step *s, Err *err) {
     if (r->attempt == c->debug_spike_step) /* test hook: a corrupted batch (random targets) */
         for (size_t i = 0; i < r->batch_ints; i++)
             r->tgt[i] = (int32_t)rng_below(99, 0xbad, i, (uint64_t)c->model.vocab);
-    long ntok = 0; /* counted once per dp replica: its tp ranks share the batch */
-    for (size_t i = 0; i < r->batch_ints && r->tp_rank == 0; i++) ntok += r->tgt[i] >= 0;
+    long ntok = 0; /* counted once per dp replica: its tp ranks and pipeline stages share the batch */
+    for (size_t i = 0; i < r->batch_ints && r->tp_rank == 0 && r->pp_rank == 0; i++) ntok += r->tgt[i] >= 0;
     s->comm_ms0 = r->comm->stats.wait_ms_total, s->comm_b0 = comm_bytes_total(r->comm), s->cs0 = r->comm->stats;
     int64_t v[2] = {ntok, g_stop_signal != 0};
     Status st = comm_allreduce_i64(r->comm, v, 2, COMM_SUM, err);
@@ -883,12 +1001,22 @@ static void step_micro_batches(Run *r, Step *s) {
     r->g.s.ms_fwd = r->g.s.ms_bwd = 0;
     s->lscale = c->fp16 ? r->scaler.scale : 1.0f;
     float dscale = s->ntok > 0 ? s->lscale / (float)s->ntok : 0.0f;
+    /* Dropout counter: the micro-batch's index in the global step (rank-major), as one process. */
+    uint64_t drop0 = ((uint64_t)(r->attempt - 1) * r->dp + r->dp_rank) * k;
+    if (r->pp > 1) { /* the schedule's ops of this stage; gradient accumulation = pipeline micro-batches */
+        uint64_t *drop = malloc((size_t)k * sizeof *drop);
+        Status st = drop ? ST_OK : err_set(&s->gemm_err, ST_ERR_RUNTIME, "out of memory");
+        for (int j = 0; drop && j < k; j++) drop[j] = drop0 + (uint64_t)j;
+        if (st == ST_OK) st = pp_step(r->pp_run, r->inp, r->tgt, B, T, dscale, drop, &s->loss_sum, &r->pps, &s->gemm_err);
+        free(drop);
+        s->gemm_st = gpt_status(&r->g, st == ST_OK ? &s->gemm_err : NULL);
+        if (st != ST_OK) s->gemm_st = st;
+        return;
+    }
     for (int j = 0; j < k; j++) {
         size_t off = (size_t)j * B * T;
         par_micro_begin(r->par, j);
-        /* Dropout counter: the micro-batch's index in the global step (rank-major), as one process. */
-        uint64_t drop = ((uint64_t)(r->attempt - 1) * r->dp + r->dp_rank) * k + j;
-        s->loss_sum += gpt_forward(&r->g, r->inp + off, r->tgt + off, B, T, dscale, 1, drop);
+        s->loss_sum += gpt_forward(&r->g, r->inp + off, r->tgt + off, B, T, dscale, 1, drop0 + (uint64_t)j);
         gpt_backward(&r->g);
     }
     if (r->attempt == c->debug_nan_step && r->g.d.grads) r->g.d.grads[r->g.w.layout.tensors[2].offset] = NAN; /* test hook */
@@ -901,8 +1029,10 @@ static void step_micro_batches(Run *r, Step *s) {
 static Status step_grads(Run *r, Step *s, Err *err) {
     const TrainConfig *c = &r->cfg;
     Status st = par_grads_finish(r->par, err);
-    /* Every tp rank computed the whole loss of its replica's batch: tp rank 0 contributes it. */
-    double sums[2] = {r->tp_rank == 0 ? s->loss_sum : 0.0, s->gemm_st != ST_OK};
+    /* Every tp rank of the last pipeline stage computed the whole loss of its replica's batch: tp
+     * rank 0 contributes it, and the world sum gives every rank (every stage) the same loss, so
+     * spike detection and the NaN guard decide alike everywhere. */
+    double sums[2] = {r->tp_rank == 0 && r->pp_rank == r->pp - 1 ? s->loss_sum : 0.0, s->gemm_st != ST_OK};
     if (st == ST_OK) st = comm_allreduce_f64(r->comm, sums, 2, COMM_SUM, err);
     if (st != ST_OK) return st;
     if (s->gemm_st != ST_OK) return *err = s->gemm_err, s->gemm_st;
@@ -1066,6 +1196,26 @@ static Status report_memory(Run *r, Step *s, Err *err) {
 
 /* The progress line and the step record. MFU is the job's model FLOP/s over the sum of the ranks'
  * peaks. Collective (step times of every rank). */
+/* The step's pipeline bubble: measured (the world's idle time over its ranks' time inside the
+ * schedule), the formula's ((p − 1)/(v·m + p − 1): the (p − 1)/v stages' worth of idle time of
+ * GPipe, 1F1B and interleaved over the step), and the schedule simulated with the world's mean
+ * forward and backward op times. pp_idle gets each rank's idle time. */
+static Status pipeline_bubble(Run *r, double out[3], Err *err) {
+    const PpStats *p = &r->pps;
+    double v[6] = {p->idle_ms, p->idle_ms + p->busy_ms, p->f_ms, p->nf, p->b_ms, p->nb};
+    Status st = comm_allreduce_f64(r->comm, v, 6, COMM_SUM, err);
+    if (st == ST_OK) st = comm_allgather_f64(r->comm, p->idle_ms, r->pp_idle, err);
+    if (st != ST_OK) return st;
+    double m = r->sched.m, P = r->pp, vv = r->sched.v;
+    out[0] = v[1] > 0 ? v[0] / v[1] : 0;
+    out[1] = (P - 1) / (vv * m + P - 1);
+    SchedTimes t = {v[3] > 0 ? v[2] / v[3] : 1, v[5] > 0 ? v[4] / v[5] : 2, 0, 0};
+    SchedSim sim;
+    Err e;
+    out[2] = sched_simulate(&r->sched, &t, &sim, &e) == ST_OK ? sim.bubble : NAN;
+    return ST_OK;
+}
+
 static Status step_report(Run *r, Step *s, Err *err) {
     const TrainConfig *c = &r->cfg;
     TrainResult *res = r->res;
@@ -1094,6 +1244,8 @@ static Status step_report(Run *r, Step *s, Err *err) {
                s->ckpt_ms > 0 ? " | ckpt" : "", s->updated ? "" : " | not applied");
         fflush(stdout);
     }
+    double pipe[4] = {0, 0, 0, 0}; /* pp > 1: bubble measured, formula, simulated; idle of this rank */
+    if (r->pp > 1 && (st = pipeline_bubble(r, pipe, err)) != ST_OK) return st;
     double comm_ms = r->comm->stats.wait_ms_total - s->comm_ms0, by_kind[COMM_NKIND], tp_ms = 0;
     for (int k = 0; k < COMM_NKIND; k++) {
         by_kind[k] = (double)(r->comm->stats.bytes[k] - s->cs0.bytes[k]);
@@ -1108,7 +1260,10 @@ static Status step_report(Run *r, Step *s, Err *err) {
                    .step_ms_max = mx, .step_ms_median = median(r->by_rank2, r->world), .ms_total = dt,
                    .ms_data = s->t1 - s->t0, .ms_forward = r->g.s.ms_fwd, .ms_backward = (s->t2 - s->t1) - r->g.s.ms_fwd,
                    .ms_comm = comm_ms, .ms_comm_dp = comm_ms - tp_ms, .ms_comm_tp = tp_ms,
-                   .comm_bytes_by_kind = by_kind, .ms_optimizer = s->t3 - s->t2, .ms_checkpoint = s->ckpt_ms};
+                   .comm_bytes_by_kind = by_kind, .ms_optimizer = s->t3 - s->t2, .ms_checkpoint = s->ckpt_ms,
+                   .pp = r->pp, .pp_idle_ms = r->pps.idle_ms, .pp_busy_ms = r->pps.busy_ms, .pp_f_ms = r->pps.f_ms,
+                   .pp_b_ms = r->pps.b_ms, .pp_bubble = pipe[0], .pp_bubble_formula = pipe[1], .pp_bubble_sim = pipe[2],
+                   .pp_idle_by_rank = r->pp > 1 ? r->pp_idle : NULL};
     ev_step(&r->log, &e);
     return ST_OK;
 }
@@ -1121,7 +1276,7 @@ static void step_validate(Run *r, Step *s) {
     int due = s->updated && c->val_every > 0 && (r->step % c->val_every == 0 || r->step == 1);
     if (r->val.nshards && (due || s->last || after_resume || s->stopping)) {
         double tv = timer_ms();
-        double vl = validate_loss(&r->g, &r->val, c->val_batches, r->inp, r->tgt);
+        double vl = validate_loss(&r->g, &r->val, c->val_batches, r->inp, r->tgt, r->pp_run, r->comm);
         double vms = timer_ms() - tv;
         if (isnan(r->res->first_val)) r->res->first_val = vl;
         r->res->last_val = vl;

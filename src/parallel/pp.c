@@ -1,0 +1,188 @@
+/* pp.c — the pipeline runtime (see pp.h). */
+#include "parallel/pp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/timer.h"
+
+struct PpRun {
+    Comm *c;
+    Gpt *g;
+    Par *par;
+    const PipeSchedule *s;
+    int P, v, S, r;      /* ranks, chunks per rank, virtual stages, this pp rank */
+    int nslots;
+    int *slot_of;        /* [m·v] slot of (micro-batch, chunk), -1 if none */
+    int *busy;           /* [nslots] 1 from a forward to its backward */
+    CommReq (*sends)[2]; /* [nslots] the slot's activation and gradient sends */
+    double sent;
+};
+
+static int tag_of(const PpRun *pr, int mb, int vs, int dir) { return ((mb * pr->S + vs) * 2 + dir) & 0x1fffffff; }
+
+static void pp_progress(void *ctx) {
+    PpRun *pr = ctx;
+    for (int k = 0; k < pr->nslots; k++)
+        for (int i = 0; i < 2; i++)
+            if (pr->sends[k][i].active) comm_test(&pr->sends[k][i]);
+}
+
+Status pp_init(PpRun **out, Comm *c, Gpt *g, Par *par, const PipeSchedule *s, Err *err) {
+    *out = NULL;
+    if (s->split_backward)
+        return err_set(err, ST_ERR_INPUT, "--pp-schedule %s: expected a schedule without weight-gradient passes (the "
+                       "model's backward is not split into input and weight halves yet), found one with W ops",
+                       sched_type_name(s->type));
+    if (s->p != c->pp)
+        return err_set(err, ST_ERR_INPUT, "pipeline: the schedule has %d ranks, the grid --pp %d", s->p, c->pp);
+    const StageBlocks *sb = &g->w.layout.stage;
+    if (sb->n != s->v)
+        return err_set(err, ST_ERR_INPUT, "pipeline: the schedule has %d chunks per rank, the model holds %d", s->v, sb->n);
+    PpRun *pr = calloc(1, sizeof *pr);
+    if (!pr) return err_set(err, ST_ERR_RUNTIME, "out of memory (pipeline state)");
+    pr->c = c, pr->g = g, pr->par = par, pr->s = s;
+    pr->P = s->p, pr->v = s->v, pr->S = s->p * s->v, pr->r = c->pp_rank, pr->nslots = g->s.nslots;
+    pr->slot_of = malloc((size_t)s->m * s->v * sizeof *pr->slot_of);
+    pr->busy = calloc((size_t)pr->nslots, sizeof *pr->busy);
+    pr->sends = calloc((size_t)pr->nslots, sizeof *pr->sends);
+    if (!pr->slot_of || !pr->busy || !pr->sends) {
+        pp_free(pr);
+        return err_set(err, ST_ERR_RUNTIME, "out of memory (pipeline state)");
+    }
+    par_set_progress(par, pp_progress, pr);
+    *out = pr;
+    return ST_OK;
+}
+
+void pp_free(PpRun *pr) {
+    if (!pr) return;
+    if (pr->par) par_set_progress(pr->par, NULL, NULL);
+    free(pr->slot_of), free(pr->busy), free(pr->sends);
+    free(pr);
+}
+
+/* Waits for request q, adding the time to the idle sum. */
+static Status wait_idle(PpRun *pr, CommReq *q, const char *what, PpStats *st, Err *err) {
+    double t0 = timer_ms();
+    Status s = comm_wait(q, pr->c->timeout_s, what, pr->c->step, err);
+    st->idle_ms += timer_ms() - t0;
+    return s;
+}
+
+/* A free slot whose sends are done (waiting for the oldest free one's if none is). */
+static Status take_slot(PpRun *pr, int *slot, PpStats *st, Err *err) {
+    int pick = -1;
+    for (int k = 0; k < pr->nslots && pick < 0; k++)
+        if (!pr->busy[k] && comm_test(&pr->sends[k][0]) && comm_test(&pr->sends[k][1])) pick = k;
+    for (int k = 0; k < pr->nslots && pick < 0; k++)
+        if (!pr->busy[k]) pick = k;
+    if (pick < 0)
+        return err_set(err, ST_ERR_RUNTIME, "pipeline: every one of the %d activation slots is in use (the schedule "
+                       "holds more micro-batches in flight than planned)", pr->nslots);
+    for (int i = 0; i < 2; i++) {
+        Status s = wait_idle(pr, &pr->sends[pick][i], "pipeline send", st, err);
+        if (s != ST_OK) return s;
+    }
+    pr->busy[pick] = 1;
+    *slot = pick;
+    return ST_OK;
+}
+
+Status pp_step(PpRun *pr, const int32_t *inp, const int32_t *tgt, int B, int T, float dscale, const uint64_t *drop,
+               double *loss_sum, PpStats *st, Err *err) {
+    const PipeSchedule *s = pr->s;
+    Gpt *g = pr->g;
+    memset(st, 0, sizeof *st);
+    *loss_sum = 0;
+    for (int i = 0; i < s->m * s->v; i++) pr->slot_of[i] = -1;
+    size_t N = (size_t)B * T, Nl = g->s.sp ? N / (size_t)g->s.tp : N, n = Nl * (size_t)g->w.cfg.n_embd;
+    Status rc = ST_OK;
+    for (int i = 0; i < s->n[pr->r] && rc == ST_OK; i++) {
+        SchedOp op = s->ops[pr->r][i];
+        int vs = op.chunk * pr->P + pr->r, key = op.mb * s->v + op.chunk;
+        const int32_t *x = inp + (size_t)op.mb * N, *y = tgt + (size_t)op.mb * N;
+        CommReq rq;
+        memset(&rq, 0, sizeof rq);
+        if (op.kind == SCHED_F) {
+            int slot = -1;
+            if ((rc = take_slot(pr, &slot, st, err)) != ST_OK) break;
+            pr->slot_of[key] = slot;
+            if (vs > 0) {
+                rc = comm_pp_irecv_f32(pr->c, gpt_stage_input(g, slot), n, (vs - 1) % pr->P, tag_of(pr, op.mb, vs, 0),
+                                       &rq, err);
+                if (rc == ST_OK) rc = wait_idle(pr, &rq, "pipeline activations", st, err);
+                if (rc != ST_OK) break;
+            }
+            double t0 = timer_ms();
+            double ls = gpt_forward_stage(g, slot, op.chunk, x, y, B, T, dscale, 1, drop[op.mb]);
+            double dt = timer_ms() - t0;
+            st->busy_ms += dt, st->f_ms += dt, st->nf++;
+            if (vs == pr->S - 1) *loss_sum += ls;
+            else {
+                rc = comm_pp_isend_f32(pr->c, gpt_stage_output(g, slot, op.chunk), n, (vs + 1) % pr->P,
+                                       tag_of(pr, op.mb, vs + 1, 0), &pr->sends[slot][0], err);
+                pr->sent += (double)n * sizeof(float), st->sent_bytes += (double)n * sizeof(float);
+            }
+        } else if (op.kind == SCHED_B) {
+            int slot = pr->slot_of[key];
+            if (slot < 0) {
+                rc = err_set(err, ST_ERR_RUNTIME, "pipeline: backward of micro-batch %d chunk %d before its forward",
+                             op.mb, op.chunk);
+                break;
+            }
+            const float *dout = NULL;
+            if (vs < pr->S - 1) {
+                rc = comm_pp_irecv_f32(pr->c, g->s.pp_gin, n, (vs + 1) % pr->P, tag_of(pr, op.mb, vs, 1), &rq, err);
+                if (rc == ST_OK) rc = wait_idle(pr, &rq, "pipeline gradients", st, err);
+                if (rc != ST_OK) break;
+                dout = g->s.pp_gin;
+            }
+            par_micro_begin(pr->par, op.mb);
+            double t0 = timer_ms();
+            gpt_backward_stage(g, slot, op.chunk, dout);
+            double dt = timer_ms() - t0;
+            st->busy_ms += dt, st->b_ms += dt, st->nb++;
+            if (vs > 0) {
+                /* The slot's input is free after its backward: it carries the gradient out. */
+                float *buf = gpt_stage_input(g, slot);
+                memcpy(buf, gpt_stage_dinput(g), n * sizeof(float));
+                rc = comm_pp_isend_f32(pr->c, buf, n, (vs - 1) % pr->P, tag_of(pr, op.mb, vs - 1, 1),
+                                       &pr->sends[slot][1], err);
+                pr->sent += (double)n * sizeof(float), st->sent_bytes += (double)n * sizeof(float);
+            }
+            pr->busy[slot] = 0, pr->slot_of[key] = -1;
+        } else {
+            rc = err_set(err, ST_ERR_RUNTIME, "pipeline: weight-gradient passes are not supported");
+        }
+    }
+    /* Every send of the step completes inside it (the next step reuses the slots and buffers). */
+    for (int k = 0; k < pr->nslots && rc == ST_OK; k++)
+        for (int i = 0; i < 2 && rc == ST_OK; i++) rc = wait_idle(pr, &pr->sends[k][i], "pipeline send", st, err);
+    return rc;
+}
+
+Status pp_eval(PpRun *pr, const int32_t *inp, const int32_t *tgt, int B, int T, double *loss_sum, Err *err) {
+    Gpt *g = pr->g;
+    size_t N = (size_t)B * T, Nl = g->s.sp ? N / (size_t)g->s.tp : N, n = Nl * (size_t)g->w.cfg.n_embd;
+    *loss_sum = 0;
+    Status rc = ST_OK;
+    for (int c = 0; c < pr->v && rc == ST_OK; c++) {
+        int vs = c * pr->P + pr->r;
+        CommReq q;
+        memset(&q, 0, sizeof q);
+        if (vs > 0) {
+            rc = comm_pp_irecv_f32(pr->c, gpt_stage_input(g, 0), n, (vs - 1) % pr->P, tag_of(pr, 0, vs, 0), &q, err);
+            if (rc == ST_OK) rc = comm_wait(&q, pr->c->timeout_s, "pipeline activations (eval)", pr->c->step, err);
+            if (rc != ST_OK) break;
+        }
+        double ls = gpt_forward_stage(g, 0, c, inp, tgt, B, T, 0.0f, 0, 0);
+        if (vs == pr->S - 1) *loss_sum = ls;
+        else {
+            rc = comm_pp_isend_f32(pr->c, gpt_stage_output(g, 0, c), n, (vs + 1) % pr->P, tag_of(pr, 0, vs + 1, 0), &q,
+                                   err);
+            if (rc == ST_OK) rc = comm_wait(&q, pr->c->timeout_s, "pipeline activations (eval)", pr->c->step, err);
+        }
+    }
+    return rc;
+}

@@ -1,0 +1,61 @@
+/* pp.h — the pipeline runtime: executes this rank's ops of a schedule (schedule.h) over the
+ * model's stage API (gpt_forward_stage / gpt_backward_stage) and comm's point-to-point (issue 14).
+ *
+ * Per step, the rank walks its op list strictly in order:
+ *   F(mb, chunk)  takes a free activation slot; unless it is virtual stage 0, receives the
+ *                 previous stage's activations into the slot's input; runs the chunk's forward;
+ *                 unless it is the last virtual stage, sends the chunk's output (straight from the
+ *                 slot, which stays untouched until its backward) to the next stage.
+ *   B(mb, chunk)  unless it is the last virtual stage, receives the output gradient; runs the
+ *                 chunk's backward (par_micro_begin(mb) first, so the data-parallel buckets start
+ *                 on the last micro-batch); unless it is virtual stage 0, copies the input
+ *                 gradient into the slot's input buffer and sends it from there; frees the slot.
+ * Sends are non-blocking and progressed between kernels (par_set_progress); a slot is reused only
+ * once its sends completed. Receives are posted when their op comes and waited at once: the time
+ * spent waiting (for a message or a slot) is the rank's idle time, the pipeline bubble it sees.
+ * Tags: (micro-batch · S + virtual stage) · 2 + direction, S = P · v virtual stages.
+ *
+ * The schedule must have been checked (sched_simulate: complete and deadlock-free with unbounded
+ * buffers). zb-h1's split backward (W ops) is not supported by the model: pp_init refuses it. */
+#ifndef ST_PARALLEL_PP_H
+#define ST_PARALLEL_PP_H
+
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "core/status.h"
+#include "model/gpt.h"
+#include "parallel/parallel.h"
+#include "parallel/schedule.h"
+
+typedef struct {
+    double idle_ms;      /* waiting for a receive or for a slot's sends */
+    double busy_ms;      /* inside forward and backward ops */
+    double f_ms, b_ms;   /* of which forwards, backwards (per op: divide by nf, nb) */
+    int nf, nb;
+    double sent_bytes;   /* point-to-point bytes this rank sent */
+} PpStats;
+
+typedef struct PpRun PpRun;
+
+/* For the model g (built with GptOptions.stage = this rank's chunks of the schedule's virtual
+ * stages and slots >= the schedule's peak in flight on this rank) and its Par. The schedule is
+ * borrowed and must outlive the runtime. ST_ERR_INPUT when the schedule does not fit the model
+ * or the grid. */
+Status pp_init(PpRun **out, Comm *c, Gpt *g, Par *par, const PipeSchedule *s, Err *err);
+void pp_free(PpRun *pr);
+
+/* One step: m = s->m micro-batches of B×T, micro-batch j at inp + j·B·T (tgt alike; every rank
+ * holds them: stage 0 reads the inputs, the last stage the targets, all of them the masks),
+ * dropout counter drop[j]. *loss_sum gets the loss sum on the rank running the last virtual stage
+ * (0 elsewhere). Errors: a failed point-to-point (ST_ERR_RUNTIME naming the op). The caller runs
+ * par_step_begin before and par_grads_finish after, as without a pipeline. */
+Status pp_step(PpRun *pr, const int32_t *inp, const int32_t *tgt, int B, int T, float dscale, const uint64_t *drop,
+               double *loss_sum, PpStats *st, Err *err);
+
+/* Evaluation forward of one micro-batch (no dropout, no gradients) through every virtual stage in
+ * order, each rank running its chunks with slot 0 (call it between steps). *loss_sum gets the
+ * loss sum on the rank running the last virtual stage (0 elsewhere). */
+Status pp_eval(PpRun *pr, const int32_t *inp, const int32_t *tgt, int B, int T, double *loss_sum, Err *err);
+
+#endif
