@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/mem.h"
 #include "core/timer.h"
 
 struct PpRun {
@@ -15,7 +16,14 @@ struct PpRun {
     int nslots;
     int *slot_of;        /* [m·v] slot of (micro-batch, chunk), -1 if none */
     int *busy;           /* [nslots] 1 from a forward to its backward */
-    CommReq (*sends)[2]; /* [nslots] the slot's activation and gradient sends */
+    CommReq *sends;      /* [nslots] the slot's activation send (from its last block's output) */
+    /* Input gradients on their way back: buffers reused once their send completed, a new one
+     * allocated (MEM_COMM) only when every one is still in flight, so that no op ever waits for a
+     * send, which could wait for a peer that waits for this rank. */
+    float **gbuf;
+    CommReq *greq;
+    int ngbuf, capgbuf;
+    size_t gfloats;
     double sent;
 };
 
@@ -24,8 +32,30 @@ static int tag_of(const PpRun *pr, int mb, int vs, int dir) { return ((mb * pr->
 static void pp_progress(void *ctx) {
     PpRun *pr = ctx;
     for (int k = 0; k < pr->nslots; k++)
-        for (int i = 0; i < 2; i++)
-            if (pr->sends[k][i].active) comm_test(&pr->sends[k][i]);
+        if (pr->sends[k].active) comm_test(&pr->sends[k]);
+    for (int k = 0; k < pr->ngbuf; k++)
+        if (pr->greq[k].active) comm_test(&pr->greq[k]);
+}
+
+/* A gradient send buffer whose last send completed (a new one if none). NULL when out of memory. */
+static float *grad_buffer(PpRun *pr, CommReq **req) {
+    for (int k = 0; k < pr->ngbuf; k++)
+        if (comm_test(&pr->greq[k])) return *req = &pr->greq[k], pr->gbuf[k];
+    if (pr->ngbuf == pr->capgbuf) {
+        int cap = pr->capgbuf ? 2 * pr->capgbuf : 4;
+        float **b = realloc(pr->gbuf, (size_t)cap * sizeof *b);
+        if (b) pr->gbuf = b;
+        CommReq *q = realloc(pr->greq, (size_t)cap * sizeof *q);
+        if (q) pr->greq = q;
+        if (!b || !q) return NULL;
+        pr->capgbuf = cap;
+    }
+    float *buf = mem_alloc(pr->g->mem, MEM_COMM, pr->gfloats * sizeof(float));
+    if (!buf) return NULL;
+    memset(&pr->greq[pr->ngbuf], 0, sizeof pr->greq[0]);
+    pr->gbuf[pr->ngbuf] = buf;
+    *req = &pr->greq[pr->ngbuf++];
+    return buf;
 }
 
 Status pp_init(PpRun **out, Comm *c, Gpt *g, Par *par, const PipeSchedule *s, Err *err) {
@@ -43,6 +73,8 @@ Status pp_init(PpRun **out, Comm *c, Gpt *g, Par *par, const PipeSchedule *s, Er
     if (!pr) return err_set(err, ST_ERR_RUNTIME, "out of memory (pipeline state)");
     pr->c = c, pr->g = g, pr->par = par, pr->s = s;
     pr->P = s->p, pr->v = s->v, pr->S = s->p * s->v, pr->r = c->pp_rank, pr->nslots = g->s.nslots;
+    size_t N = (size_t)g->s.B * g->s.T;
+    pr->gfloats = (g->s.sp ? N / (size_t)g->s.tp : N) * (size_t)g->w.cfg.n_embd;
     pr->slot_of = malloc((size_t)s->m * s->v * sizeof *pr->slot_of);
     pr->busy = calloc((size_t)pr->nslots, sizeof *pr->busy);
     pr->sends = calloc((size_t)pr->nslots, sizeof *pr->sends);
@@ -58,6 +90,8 @@ Status pp_init(PpRun **out, Comm *c, Gpt *g, Par *par, const PipeSchedule *s, Er
 void pp_free(PpRun *pr) {
     if (!pr) return;
     if (pr->par) par_set_progress(pr->par, NULL, NULL);
+    for (int k = 0; k < pr->ngbuf; k++) mem_free(pr->g->mem, MEM_COMM, pr->gbuf[k], pr->gfloats * sizeof(float));
+    free(pr->gbuf), free(pr->greq);
     free(pr->slot_of), free(pr->busy), free(pr->sends);
     free(pr);
 }
@@ -74,16 +108,13 @@ static Status wait_idle(PpRun *pr, CommReq *q, const char *what, PpStats *st, Er
 static Status take_slot(PpRun *pr, int *slot, PpStats *st, Err *err) {
     int pick = -1;
     for (int k = 0; k < pr->nslots && pick < 0; k++)
-        if (!pr->busy[k] && comm_test(&pr->sends[k][0]) && comm_test(&pr->sends[k][1])) pick = k;
-    for (int k = 0; k < pr->nslots && pick < 0; k++)
         if (!pr->busy[k]) pick = k;
     if (pick < 0)
         return err_set(err, ST_ERR_RUNTIME, "pipeline: every one of the %d activation slots is in use (the schedule "
                        "holds more micro-batches in flight than planned)", pr->nslots);
-    for (int i = 0; i < 2; i++) {
-        Status s = wait_idle(pr, &pr->sends[pick][i], "pipeline send", st, err);
-        if (s != ST_OK) return s;
-    }
+    /* Its activation send completed: the next stage received it before the gradient came back. */
+    Status s = wait_idle(pr, &pr->sends[pick], "pipeline send", st, err);
+    if (s != ST_OK) return s;
     pr->busy[pick] = 1;
     *slot = pick;
     return ST_OK;
@@ -121,7 +152,7 @@ Status pp_step(PpRun *pr, const int32_t *inp, const int32_t *tgt, int B, int T, 
             if (vs == pr->S - 1) *loss_sum += ls;
             else {
                 rc = comm_pp_isend_f32(pr->c, gpt_stage_output(g, slot, op.chunk), n, (vs + 1) % pr->P,
-                                       tag_of(pr, op.mb, vs + 1, 0), &pr->sends[slot][0], err);
+                                       tag_of(pr, op.mb, vs + 1, 0), &pr->sends[slot], err);
                 pr->sent += (double)n * sizeof(float), st->sent_bytes += (double)n * sizeof(float);
             }
         } else if (op.kind == SCHED_B) {
@@ -144,11 +175,14 @@ Status pp_step(PpRun *pr, const int32_t *inp, const int32_t *tgt, int B, int T, 
             double dt = timer_ms() - t0;
             st->busy_ms += dt, st->b_ms += dt, st->nb++;
             if (vs > 0) {
-                /* The slot's input is free after its backward: it carries the gradient out. */
-                float *buf = gpt_stage_input(g, slot);
+                CommReq *q = NULL;
+                float *buf = grad_buffer(pr, &q);
+                if (!buf) {
+                    rc = err_set(err, ST_ERR_RUNTIME, "out of memory (pipeline gradient buffer)");
+                    break;
+                }
                 memcpy(buf, gpt_stage_dinput(g), n * sizeof(float));
-                rc = comm_pp_isend_f32(pr->c, buf, n, (vs - 1) % pr->P, tag_of(pr, op.mb, vs - 1, 1),
-                                       &pr->sends[slot][1], err);
+                rc = comm_pp_isend_f32(pr->c, buf, n, (vs - 1) % pr->P, tag_of(pr, op.mb, vs - 1, 1), q, err);
                 pr->sent += (double)n * sizeof(float), st->sent_bytes += (double)n * sizeof(float);
             }
             pr->busy[slot] = 0, pr->slot_of[key] = -1;
@@ -157,8 +191,8 @@ Status pp_step(PpRun *pr, const int32_t *inp, const int32_t *tgt, int B, int T, 
         }
     }
     /* Every send of the step completes inside it (the next step reuses the slots and buffers). */
-    for (int k = 0; k < pr->nslots && rc == ST_OK; k++)
-        for (int i = 0; i < 2 && rc == ST_OK; i++) rc = wait_idle(pr, &pr->sends[k][i], "pipeline send", st, err);
+    for (int k = 0; k < pr->nslots && rc == ST_OK; k++) rc = wait_idle(pr, &pr->sends[k], "pipeline send", st, err);
+    for (int k = 0; k < pr->ngbuf && rc == ST_OK; k++) rc = wait_idle(pr, &pr->greq[k], "pipeline send", st, err);
     return rc;
 }
 

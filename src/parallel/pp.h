@@ -9,9 +9,11 @@
  *   B(mb, chunk)  unless it is the last virtual stage, receives the output gradient; runs the
  *                 chunk's backward (par_micro_begin(mb) first, so the data-parallel buckets start
  *                 on the last micro-batch); unless it is virtual stage 0, copies the input
- *                 gradient into the slot's input buffer and sends it from there; frees the slot.
- * Sends are non-blocking and progressed between kernels (par_set_progress); a slot is reused only
- * once its sends completed. Receives are posted when their op comes and waited at once: the time
+ *                 gradient into a send buffer and sends it; frees the slot.
+ * Sends are non-blocking and progressed between kernels (par_set_progress). No op waits for a send
+ * of its own rank to complete (that could wait for a peer waiting for this rank): a slot's
+ * activation send is complete once its gradient came back, and a gradient goes out of a buffer
+ * from a pool (MEM_COMM) that grows when every buffer is in flight — usually one or two. Receives are posted when their op comes and waited at once: the time
  * spent waiting (for a message or a slot) is the rank's idle time, the pipeline bubble it sees.
  * Tags: (micro-batch · S + virtual stage) · 2 + direction, S = P · v virtual stages.
  *
