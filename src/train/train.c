@@ -692,29 +692,33 @@ static Status announce(Run *r, Err *err) {
         se.plan_memory_total = r->plan.mem.total;
     }
     memset(se.planned, 0, sizeof se.planned);
-    layout_run_bytes(&c->model, B, T, nt, c->recompute, c->fp16 ? 2 : c->bf16 ? 1 : 0, r->tp, c->sp, se.planned);
+    ActStage ast = layout_act_stage(&r->g.w.layout, r->g.s.nslots);
+    layout_run_bytes_stage(&c->model, B, T, nt, c->recompute, c->fp16 ? 2 : c->bf16 ? 1 : 0, r->tp, c->sp, &ast,
+                           se.planned);
     static const MemCategory cats[4] = {MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_MOMENTS};
     for (int i = 0; i < 4; i++) se.planned[cats[i]] = state[cats[i]];
     ev_start(&r->log, &se);
 
-    /* Planned against measured state bytes on every rank. */
+    /* Planned against measured state bytes on every rank (each against its own plan: pipeline
+     * stages hold different tensors). */
     MemoryEvent me = {.world = r->world, .dp = r->dp, .tp = r->tp, .sp = c->sp, .zero = c->zero, .match = 1};
     memcpy(me.measured, r->mem.bytes, sizeof me.measured);
     memcpy(me.planned, state, sizeof me.planned);
-    double *all = calloc((size_t)r->world * 4, sizeof *all);
+    double *all = calloc((size_t)r->world * 5, sizeof *all), *planned = all + (size_t)r->world * 4;
     if (!all) return err_set(err, ST_ERR_RUNTIME, "out of memory");
     Status st = ST_OK;
     for (int i = 0; i < 4 && st == ST_OK; i++) {
         me.by_rank[i] = all + (size_t)i * r->world;
         st = comm_allgather_f64(r->comm, (double)r->mem.bytes[cats[i]], all + (size_t)i * r->world, err);
-        for (int q = 0; q < r->world; q++) me.match = me.match && me.by_rank[i][q] == (double)state[cats[i]];
+        if (st == ST_OK) st = comm_allgather_f64(r->comm, (double)state[cats[i]], planned, err);
+        for (int q = 0; q < r->world; q++) me.match = me.match && me.by_rank[i][q] == planned[q];
     }
     if (st == ST_OK) ev_memory(&r->log, &me);
     free(all);
     if (st == ST_OK && r->world > 1 && !c->quiet)
-        printf("memory per rank (dp %d, tp %d%s, ZeRO %d): params %.2f MiB, grads %.2f MiB, moments %.2f MiB planned; "
-               "measured on every rank %s\n",
-               r->dp, r->tp, c->sp ? " + sp" : "", c->zero, state[MEM_PARAMS] / 1048576.0, state[MEM_GRADS] / 1048576.0,
+        printf("memory per rank (dp %d, tp %d%s, pp %d, ZeRO %d): params %.2f MiB, grads %.2f MiB, moments %.2f MiB "
+               "planned here; measured on every rank against its plan: %s\n",
+               r->dp, r->tp, c->sp ? " + sp" : "", r->pp, c->zero, state[MEM_PARAMS] / 1048576.0, state[MEM_GRADS] / 1048576.0,
                state[MEM_MOMENTS] / 1048576.0, me.match ? "equal" : "DIFFERENT (see the memory event)");
     return st;
 }
@@ -1194,8 +1198,6 @@ static Status report_memory(Run *r, Step *s, Err *err) {
     return st;
 }
 
-/* The progress line and the step record. MFU is the job's model FLOP/s over the sum of the ranks'
- * peaks. Collective (step times of every rank). */
 /* The step's pipeline bubble: measured (the world's idle time over its ranks' time inside the
  * schedule), the formula's ((p − 1)/(v·m + p − 1): the (p − 1)/v stages' worth of idle time of
  * GPipe, 1F1B and interleaved over the step), and the schedule simulated with the world's mean
@@ -1216,6 +1218,8 @@ static Status pipeline_bubble(Run *r, double out[3], Err *err) {
     return ST_OK;
 }
 
+/* The progress line and the step record. MFU is the job's model FLOP/s over the sum of the ranks'
+ * peaks. Collective (step times of every rank). */
 static Status step_report(Run *r, Step *s, Err *err) {
     const TrainConfig *c = &r->cfg;
     TrainResult *res = r->res;

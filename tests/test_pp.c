@@ -1,0 +1,256 @@
+/* test_pp.c — pipeline parallelism end to end (issue 14): `scaletrain train --pp P` under mpirun
+ * against one process on the same global batch.
+ *
+ * equiv   10 steps of AdamW + clipping: pp 2 and pp 4 with gpipe and 1f1b, pp 2 interleaved (v = 2),
+ *         pp 2 × dp 2 at ZeRO 1, pp 2 × tp 2, dp 2 × tp 2 × pp 2 (8 ranks). Oracle: one process with
+ *         the same micro-batches (grad-accum × dp). Losses and gradient norms per step within 1e-6
+ *         relative, every rank's logged norm bitwise equal, final weights per tensor within 1e-5
+ *         (relative norm; the key bias by an absolute bound, runcmp.h says why), each rank's
+ *         parameter, gradient and moment bytes equal to its own plan (the start's memory record), and
+ *         the step record's pipeline bubble present with the formula's value (p−1)/(v·m+p−1).
+ *         Negative controls: the tied wte's gradient exchange between the first and last stage
+ *         skipped (ST_PAR_TEST_PP_FAULT=1) must fail the comparison; the pp 2 run against the
+ *         reference of another batch (grad-accum 8) must fail it.
+ * resume  dp 2 × tp 2 × pp 2 stops at step 5 with a checkpoint; it resumes on 1 rank, on 2 (pp 2)
+ *         and on 4 (pp 4) and continues the uninterrupted one-process trajectory (losses, norms,
+ *         weights), the log showing the resume from step 5; and a one-process checkpoint resumes at
+ *         pp 2 × tp 2.
+ * refuse  one-line refusals before allocation (exit 2, no log): ZeRO 2 with --pp, zb-h1, tp × pp
+ *         not dividing the world, interleaved micro-batches not a multiple of pp, --interleave
+ *         without --pp; each with its accepted twin (the negative control of a refusal).
+ * Usage: test_pp MPIEXEC SCALETRAIN [equiv|resume|refuse]. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/timer.h"
+#include "model/layout.h"
+#include "runcmp.h"
+#include "testutil.h"
+
+#define DIR ST_BINARY_DIR "/test_pp"
+#define STEPS 10
+
+static const RcTol TOL = {1e-6, 1e-6, 1e-5, 1e-4};
+static const char *g_mpi, *g_bin;
+
+#define COMMON                                                                                                \
+    "train --data " DIR "/train.bin --layers 4 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 "          \
+    "--micro-batch 2 --lr 2e-3 --min-lr 2e-4 --warmup 5 --val-every 0 --threads 1 --peak-gflops 100 --quiet"
+
+/* Runs `name` (np 0: one process without mpirun) for `steps` steps with k micro-batches per rank;
+ * append keeps the log. Returns the exit code. */
+static int train_run(const char *name, int np, int k, int steps, const char *extra, const char *env, int append) {
+    char cmd[4096], launch[1024] = "";
+    const char *var = env ? env : "";
+    if (np > 0)
+        snprintf(launch, sizeof launch, "%s timeout 170 %s --allow-run-as-root --oversubscribe -np %d -x "
+                 "OMP_NUM_THREADS=1 %s%.*s ", var, g_mpi, np, env ? "-x " : "", env ? (int)strcspn(env, "=") : 0, var);
+    else if (env)
+        snprintf(launch, sizeof launch, "%s ", env);
+    char lg[1200];
+    snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, name);
+    if (!append) {
+        remove(lg);
+        char rm[1400];
+        snprintf(rm, sizeof rm, "rm -rf %s/%s_out", DIR, name);
+        if (system(rm) != 0) return -1;
+    }
+    snprintf(cmd, sizeof cmd, "%s%s " COMMON " --steps %d --grad-accum %d --log %s --out %s/%s_out %s", launch, g_bin,
+             steps, k, lg, DIR, name, extra ? extra : "");
+    double secs;
+    int rc = rc_run(DIR, name, cmd, &secs);
+    printf("%s: exit %d, %.1f s\n", name, rc, secs);
+    return rc;
+}
+
+static void test_layout(ParamLayout *pl) {
+    ModelConfig mc = {4, 2, 32, 97, 0, 32, 0};
+    Err e;
+    model_config_validate(&mc, &e);
+    layout_init(pl, &mc, 1);
+}
+
+/* The last start record's memory match flag and the last step record's pipeline bubble fields. */
+static void check_records(const char *name, int pp, int m, int v) {
+    cJSON *all = rc_records(DIR, name);
+    const cJSON *o, *mem = NULL, *step = NULL;
+    cJSON_ArrayForEach(o, all) {
+        const char *ev = rc_event(o);
+        if (ev && !strcmp(ev, "memory") && cJSON_GetObjectItemCaseSensitive(o, "planned_equals_measured")) mem = o;
+        if (ev && !strcmp(ev, "step")) step = o;
+    }
+    const cJSON *match = mem ? cJSON_GetObjectItemCaseSensitive(mem, "planned_equals_measured") : NULL;
+    char what[256];
+    snprintf(what, sizeof what, "%s: every rank's state bytes equal its stage's plan", name);
+    tu_check(cJSON_IsTrue(match), what, "memory record match: %s", match ? (cJSON_IsTrue(match) ? "true" : "false") : "absent");
+    const cJSON *pj = step ? cJSON_GetObjectItemCaseSensitive(step, "pipeline") : NULL;
+    double want = (pp - 1.0) / ((double)v * m + pp - 1.0), f = rc_num(pj, "bubble_formula"), b = rc_num(pj, "bubble");
+    snprintf(what, sizeof what, "%s: the step record has the measured bubble and the formula's", name);
+    tu_check(pj && fabs(f - want) < 1e-12 && b >= 0 && b < 1, what, "bubble %.3f, formula %.4f (want %.4f)", b, f, want);
+    cJSON_Delete(all);
+}
+
+static void equiv(void) {
+    ParamLayout pl;
+    test_layout(&pl);
+    train_run("ref", 0, 4, STEPS, "", NULL, 0);
+    train_run("ref8", 0, 8, STEPS, "", NULL, 0);
+    float *w4 = rc_weights(DIR, "ref", &pl), *w8 = rc_weights(DIR, "ref8", &pl);
+    static const struct {
+        const char *name, *ref, *extra;
+        int np, k, pp, m, v;
+    } RUN[] = {
+        {"pp2_1f1b", "ref", "--pp 2", 2, 4, 2, 4, 1},
+        {"pp2_gpipe", "ref", "--pp 2 --pp-schedule gpipe", 2, 4, 2, 4, 1},
+        {"pp2_interleaved", "ref", "--pp 2 --pp-schedule interleaved --interleave 2", 2, 4, 2, 4, 2},
+        {"pp4_1f1b", "ref", "--pp 4", 4, 4, 4, 4, 1},
+        {"pp4_gpipe", "ref", "--pp 4 --pp-schedule gpipe", 4, 4, 4, 4, 1},
+        {"pp2_dp2", "ref8", "--pp 2 --zero 1", 4, 4, 2, 4, 1},
+        {"pp2_tp2", "ref", "--pp 2 --tp 2", 4, 4, 2, 4, 1},
+        {"dp2_tp2_pp2", "ref8", "--pp 2 --tp 2 --zero 1", 8, 4, 2, 4, 1},
+    };
+    printf("| run                    | reference | loss     | norm     | weights  | key abs  |\n");
+    for (size_t i = 0; i < sizeof RUN / sizeof RUN[0]; i++) {
+        int rc = train_run(RUN[i].name, RUN[i].np, RUN[i].k, STEPS, RUN[i].extra, NULL, 0);
+        char what[128];
+        snprintf(what, sizeof what, "%s ran", RUN[i].name);
+        tu_check(rc == 0, what, "exit %d (%s)", rc, RUN[i].extra);
+        if (rc != 0) continue;
+        RcTol got;
+        rc_compare(DIR, RUN[i].name, RUN[i].ref, STEPS, &pl, !strcmp(RUN[i].ref, "ref") ? w4 : w8, TOL, &got);
+        printf("| %-22s | %-9s | %8.1e | %8.1e | %8.1e | %8.1e |\n", RUN[i].name, RUN[i].ref, got.loss, got.norm, got.w,
+               got.key);
+        check_records(RUN[i].name, RUN[i].pp, RUN[i].m, RUN[i].v);
+    }
+    /* Negative controls. */
+    double l = NAN, n = NAN;
+    RcLog la;
+    int rc = train_run("pp2_fault", 2, 4, STEPS, "--pp 2", "ST_PAR_TEST_PP_FAULT=1", 0);
+    int both = rc == 0 && rc_log_diffs(DIR, "pp2_fault", "ref", STEPS, &l, &n, &la);
+    tu_check(both && (l > TOL.loss || n > TOL.norm), "negative control: pp 2 without the tied wte's gradient exchange "
+             "fails the comparison", "exit %d; losses max rel %.2e, norms max rel %.2e", rc, l, n);
+    both = rc_log_diffs(DIR, "pp2_1f1b", "ref8", STEPS, &l, &n, &la);
+    tu_check(both && (l > TOL.loss || n > TOL.norm), "negative control: pp 2 against another batch's reference fails",
+             "losses max rel %.2e, norms max rel %.2e", l, n);
+    rc_check_norm_control(DIR, "dp2_tp2_pp2", 8);
+    free(w4), free(w8);
+    layout_free(&pl);
+}
+
+/* Stop at 5 on grid a, resume on grid b to STEPS from a's checkpoints (a copy, so every resume starts
+ * from the same one); the log continues from step 5. */
+static void resume_on(const char *name, const char *from, int np, int k, const char *grid) {
+    char cmd[3000], ex[1400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s/%s_ck && cp -r %s/%s_ck %s/%s_ck && cp %s/%s.jsonl %s/%s.jsonl", DIR, name, DIR,
+             from, DIR, name, DIR, from, DIR, name);
+    int ok = system(cmd) == 0;
+    snprintf(ex, sizeof ex, "--ckpt-dir %s/%s_ck --resume auto %s", DIR, name, grid);
+    int rc = ok ? train_run(name, np, k, STEPS, ex, NULL, 1) : -1;
+    char what[256], lg[1200], why[512];
+    snprintf(what, sizeof what, "%s: resumed from step 5 on %d rank(s) '%s', the log continues", name, np ? np : 1, grid);
+    snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, name);
+    tu_check(rc == 0 && tu_log_resumed(lg, 5, STEPS, 8, np ? np : 1, why, sizeof why), what, "exit %d: %s", rc,
+             rc == 0 ? why : "");
+}
+
+static void resume(void) {
+    ParamLayout pl;
+    test_layout(&pl);
+    train_run("rref", 0, 8, STEPS, "", NULL, 0);
+    float *w = rc_weights(DIR, "rref", &pl);
+    char ex[1400];
+    snprintf(ex, sizeof ex, "--ckpt-dir %s/grid8_ck --stop-after 5 --pp 2 --tp 2 --zero 1", DIR);
+    char rm[1400];
+    snprintf(rm, sizeof rm, "rm -rf %s/grid8_ck", DIR);
+    int rc = system(rm) == 0 ? train_run("grid8", 8, 4, STEPS, ex, NULL, 0) : -1;
+    tu_check(rc == 0, "dp 2 x tp 2 x pp 2 stops at step 5 with a checkpoint", "exit %d", rc);
+    static const struct {
+        const char *name, *grid;
+        int np, k;
+    } TO[] = {{"from8_to1", "", 0, 8}, {"from8_to2_pp2", "--pp 2", 2, 8}, {"from8_to4_pp4", "--pp 4", 4, 8}};
+    printf("| run                    | reference | loss     | norm     | weights  | key abs  |\n");
+    for (size_t i = 0; i < sizeof TO / sizeof TO[0]; i++) {
+        resume_on(TO[i].name, "grid8", TO[i].np, TO[i].k, TO[i].grid);
+        RcTol got;
+        rc_compare(DIR, TO[i].name, "rref", STEPS, &pl, w, TOL, &got);
+        printf("| %-22s | %-9s | %8.1e | %8.1e | %8.1e | %8.1e |\n", TO[i].name, "rref", got.loss, got.norm, got.w,
+               got.key);
+    }
+    /* One process's checkpoint on a pp 2 x tp 2 grid. */
+    snprintf(ex, sizeof ex, "--ckpt-dir %s/one_ck --stop-after 5", DIR);
+    snprintf(rm, sizeof rm, "rm -rf %s/one_ck", DIR);
+    rc = system(rm) == 0 ? train_run("one", 0, 8, STEPS, ex, NULL, 0) : -1;
+    snprintf(ex, sizeof ex, "--ckpt-dir %s/one_ck --resume auto --pp 2 --tp 2", DIR);
+    int rc2 = rc == 0 ? train_run("one", 4, 8, STEPS, ex, NULL, 1) : -1;
+    char lg[1200], why[512];
+    snprintf(lg, sizeof lg, "%s/one.jsonl", DIR);
+    tu_check(rc == 0 && rc2 == 0 && tu_log_resumed(lg, 5, STEPS, 1, 4, why, sizeof why),
+             "one process's checkpoint resumes at pp 2 x tp 2", "exit %d, %d: %s", rc, rc2, why);
+    RcTol got;
+    rc_compare(DIR, "one", "rref", STEPS, &pl, w, TOL, &got);
+    free(w);
+    layout_free(&pl);
+}
+
+/* A command that must be refused: exit 2, a "scaletrain train:" line holding every string of want,
+ * no log. */
+static void refused(const char *name, int np, const char *extra, const char *const *want, int nwant) {
+    int rc = train_run(name, np, 4, 2, extra, NULL, 0);
+    char path[1200], lg[1200];
+    snprintf(path, sizeof path, "%s/%s.out", DIR, name);
+    snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, name);
+    char *out = tu_slurp(path), *line = out ? strstr(out, "scaletrain train: ") : NULL;
+    char msg[600] = "";
+    if (line) snprintf(msg, sizeof msg, "%.*s", (int)strcspn(line, "\n"), line);
+    int has = line != NULL;
+    for (int i = 0; i < nwant; i++) has = has && strstr(msg, want[i]);
+    FILE *f = fopen(lg, "r");
+    int nolog = !f;
+    if (f) fclose(f);
+    char what[256];
+    snprintf(what, sizeof what, "%s refused before allocation", name);
+    tu_check(rc == 2 && has && nolog, what, "exit %d, log %s: %s", rc, nolog ? "not created" : "CREATED", msg);
+    free(out);
+}
+
+static void accepted(const char *name, int np, const char *extra) {
+    int rc = train_run(name, np, 4, 2, extra, NULL, 0);
+    RcLog l;
+    int logged = rc_read_log(DIR, name, &l) && l.n == 2;
+    char what[256];
+    snprintf(what, sizeof what, "negative control: %s with valid values runs", name);
+    tu_check(rc == 0 && logged, what, "exit %d, %d steps logged (%s)", rc, l.n, extra);
+}
+
+static void refuse(void) {
+    refused("pp_zero2", 2, "--pp 2 --zero 2", (const char *[]){"--zero 2", "--pp 2", "DeepSpeed"}, 3);
+    accepted("pp_zero1", 2, "--pp 2 --zero 1");
+    refused("pp_zb", 2, "--pp 2 --pp-schedule zb-h1", (const char *[]){"zb-h1", "weight-gradient"}, 2);
+    accepted("pp_gpipe", 2, "--pp 2 --pp-schedule gpipe");
+    refused("pp3_np2", 2, "--pp 3", (const char *[]){"--pp 3", "world size 2"}, 2);
+    refused("pp_int_m", 2, "--pp 2 --pp-schedule interleaved --interleave 2 --grad-accum 3",
+            (const char *[]){"interleaved", "3"}, 2);
+    accepted("pp_int_ok", 2, "--pp 2 --pp-schedule interleaved --interleave 2");
+    refused("int_no_pp", 0, "--interleave 2", (const char *[]){"--interleave", "--pp 1"}, 2);
+    refused("pp_layers_bad", 2, "--pp 2 --pp-layers 3,2", (const char *[]){"--pp-layers 3,2", "4 layers"}, 2);
+    accepted("pp_layers_ok", 2, "--pp 2 --pp-layers 3,1");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: test_pp MPIEXEC SCALETRAIN [equiv|resume|refuse]\n");
+        return 2;
+    }
+    g_mpi = argv[1], g_bin = argv[2];
+    const char *what = argc > 3 ? argv[3] : "all";
+    double t0 = timer_ms();
+    rc_make_data(DIR);
+    if (!strcmp(what, "equiv") || !strcmp(what, "all")) equiv();
+    if (!strcmp(what, "resume") || !strcmp(what, "all")) resume();
+    if (!strcmp(what, "refuse") || !strcmp(what, "all")) refuse();
+    printf("test_pp %s: %.1f s\n", what, (timer_ms() - t0) * 1e-3);
+    return tu_exit();
+}
