@@ -15,7 +15,10 @@
  *   - the activation bytes each rank allocated equal layout_run_bytes_stage's (plan's function).
  * Negative controls (each must fail its comparison): (a) the backward of micro-batch 0 given
  * micro-batch 1's output gradient; (b) the head rank's wte gradient alone (the exchange skipped);
- * (c) virtual stage 1 given micro-batch 0's activations for micro-batch 1. */
+ * (c) virtual stage 1 given micro-batch 0's activations for micro-batch 1; (w, split backward)
+ * micro-batch 1's weight pass skipped on virtual stage 0.
+ * Split backward (zb-h1's B and W): the same cases with GptOptions.split_backward, every weight pass
+ * run after all the input-gradient passes. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +52,7 @@ static void init_weights(Gpt *g) {
 
 typedef struct {
     Gpt g[4];
-    int P, v;
+    int P, v, split;
 } Pipe;
 
 /* Rank and chunk of virtual stage s (Megatron's layout: stage s on rank s % P, chunk s / P). */
@@ -57,13 +60,14 @@ static int vs_rank(const Pipe *p, int s) { return s % p->P; }
 static int vs_chunk(const Pipe *p, int s) { return s / p->P; }
 
 /* Blocks of virtual stage s when L blocks split evenly over P·v stages. */
-static Status pipe_init(Pipe *p, int P, int v, const ModelConfig *cfg, const Gpt *whole, MemStats *mem, Err *err) {
+static Status pipe_init(Pipe *p, int P, int v, int split, const ModelConfig *cfg, const Gpt *whole, MemStats *mem,
+                        Err *err) {
     memset(p, 0, sizeof *p);
-    p->P = P, p->v = v;
+    p->P = P, p->v = v, p->split = split;
     int S = P * v, per = L / S;
     for (int r = 0; r < P; r++) {
         GptOptions o = gpt_default_options();
-        o.B = B, o.T = T, o.slots = M * v;
+        o.B = B, o.T = T, o.slots = M * v, o.split_backward = split;
         o.stage.n = v;
         for (int c = 0; c < v; c++) o.stage.first[c] = (c * P + r) * per, o.stage.last[c] = (c * P + r + 1) * per;
         Status st = gpt_init(&p->g[r], cfg, &o, &mem[r], err);
@@ -111,6 +115,11 @@ static void pipe_run(Pipe *p, const int32_t *inp, const int32_t *tgt, float dsca
             gpt_backward_stage(g, vs_chunk(p, s) * M + j, vs_chunk(p, s), d);
             if (s > 0) memcpy(dout, gpt_stage_dinput(g), NC * sizeof(float));
         }
+    /* Split backward: the weight passes after every input-gradient pass, in yet another order
+     * (their output gradients must have been kept per slot). Fault 'w': one weight pass skipped. */
+    for (int j = 0; p->split && j < M; j++)
+        for (int s = 0; s < S; s++)
+            if (!(fault == 'w' && j == 1 && s == 0)) gpt_weight_stage(&p->g[vs_rank(p, s)], vs_chunk(p, s) * M + j, vs_chunk(p, s));
 }
 
 /* Worst relative norm error over every tensor of every rank against the whole model's gradients;
@@ -153,15 +162,15 @@ static double loss_err(const double *a, const double *b) {
     return e;
 }
 
-static void case_run(int P, int v, const ModelConfig *cfg, Gpt *whole, const int32_t *inp, const int32_t *tgt,
-                     float dscale, const double *want) {
+static void case_run(int P, int v, int split, const ModelConfig *cfg, Gpt *whole, const int32_t *inp,
+                     const int32_t *tgt, float dscale, const double *want) {
     char name[64], worst[96];
-    snprintf(name, sizeof name, "P=%d v=%d", P, v);
+    snprintf(name, sizeof name, "P=%d v=%d%s", P, v, split ? " split backward" : "");
     MemStats mem[4];
     memset(mem, 0, sizeof mem);
     Pipe p;
     Err err = {0};
-    Status st = pipe_init(&p, P, v, cfg, whole, mem, &err);
+    Status st = pipe_init(&p, P, v, split, cfg, whole, mem, &err);
     tu_check(st == ST_OK, name, "stages built (%s)", st == ST_OK ? "ok" : err.msg);
     if (st != ST_OK) {
         pipe_free(&p);
@@ -183,6 +192,7 @@ static void case_run(int P, int v, const ModelConfig *cfg, Gpt *whole, const int
     for (int r = 0; r < P; r++) {
         size_t want_b[MEM_NCAT] = {0};
         ActStage ast = layout_act_stage(&p.g[r].w.layout, M * v);
+        ast.split = split;
         layout_run_bytes_stage(cfg, B, T, 1, RECOMPUTE_NONE, 0, 1, 0, &ast, want_b);
         snprintf(n2, sizeof n2, "%s rank %d activation bytes", name, r);
         tu_check(mem[r].bytes[MEM_ACTIVATIONS] == want_b[MEM_ACTIVATIONS] &&
@@ -191,15 +201,17 @@ static void case_run(int P, int v, const ModelConfig *cfg, Gpt *whole, const int
                  mem[r].bytes[MEM_WORKSPACE], want_b[MEM_ACTIVATIONS], want_b[MEM_WORKSPACE]);
     }
     /* Controls a and c on fresh gradients. */
-    const char faults[2] = {'a', 'c'};
-    for (int f = 0; f < 2; f++) {
+    const char faults[3] = {'a', 'c', 'w'};
+    for (int f = 0; f < (split ? 3 : 2); f++) {
         for (int r = 0; r < P; r++) gpt_zero_grads(&p.g[r]);
         pipe_run(&p, inp, tgt, dscale, loss, faults[f]);
         double e = grad_err(&p, whole, 0, worst, sizeof worst);
         if (faults[f] == 'c') e = fmax(e, loss_err(loss, want));
         snprintf(n2, sizeof n2, "%s control %c", name, faults[f]);
         tu_check(e > 1e-3, n2, "%s: error %.2e must exceed 1e-3",
-                 faults[f] == 'a' ? "micro-batch 1's output gradient for micro-batch 0" : "micro-batch 0's activations for micro-batch 1", e);
+                 faults[f] == 'a'   ? "micro-batch 1's output gradient for micro-batch 0"
+                 : faults[f] == 'c' ? "micro-batch 0's activations for micro-batch 1"
+                                    : "micro-batch 1's weight pass skipped on virtual stage 0", e);
     }
     pipe_free(&p);
 }
@@ -230,9 +242,11 @@ int main(void) {
         want[j] = gpt_forward(&whole, inp + (size_t)j * B * T, tgt + (size_t)j * B * T, B, T, dscale, 1, (uint64_t)j);
         gpt_backward(&whole);
     }
-    case_run(2, 1, &cfg, &whole, inp, tgt, dscale, want);
-    case_run(2, 2, &cfg, &whole, inp, tgt, dscale, want);
-    case_run(4, 1, &cfg, &whole, inp, tgt, dscale, want);
+    case_run(2, 1, 0, &cfg, &whole, inp, tgt, dscale, want);
+    case_run(2, 2, 0, &cfg, &whole, inp, tgt, dscale, want);
+    case_run(4, 1, 0, &cfg, &whole, inp, tgt, dscale, want);
+    case_run(2, 1, 1, &cfg, &whole, inp, tgt, dscale, want);
+    case_run(4, 1, 1, &cfg, &whole, inp, tgt, dscale, want);
     gpt_free(&whole);
     return tu_exit();
 }

@@ -66,6 +66,10 @@ static Status check_options(const ModelConfig *cfg, const GptOptions *o, Err *er
     if (o->tp_rank < 0 || o->tp_rank >= o->tp)
         return err_set(err, ST_ERR_INPUT, "tp rank %d outside the tp group of %d", o->tp_rank, o->tp);
     if (o->sp && o->tp == 1) return err_set(err, ST_ERR_INPUT, "--sp: expected --tp > 1, found --tp 1");
+    if (o->split_backward && (o->recompute != RECOMPUTE_NONE || o->sp))
+        return err_set(err, ST_ERR_INPUT, "--pp-schedule zb-h1: expected --recompute none without --sp (the weight-"
+                       "gradient pass reads the saved LayerNorm and GELU outputs whole), found --recompute %s%s",
+                       layout_recompute_name(o->recompute), o->sp ? " with --sp" : "");
     if (o->slots < 1) return err_set(err, ST_ERR_INPUT, "pipeline: expected at least 1 activation slot, found %d", o->slots);
     if (o->stage.n < 0 || o->stage.n > LAYOUT_MAX_CHUNKS)
         return err_set(err, ST_ERR_INPUT, "--interleave: expected 1..%d model chunks per rank, found %d",
@@ -121,6 +125,7 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
     Recompute rc = o->recompute;
     s->B = B, s->T = T, s->nt = o->threads, s->recompute = rc;
     s->tp = tp, s->tp_rank = o->tp_rank, s->sp = o->sp;
+    s->split_backward = o->split_backward;
     s->Cl = cfg->n_embd / tp, s->Fl = 4 * cfg->n_embd / tp, s->NHl = cfg->n_head / tp;
     if (!(s->la = calloc((size_t)L, sizeof(LayerActs)))) return -1;
     MatPrec *mp = &s->mp;
@@ -145,6 +150,7 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
     ParamLayout stl;    /* what the stage holds: the blocks per slot, the head */
     if (layout_init_stage(&stl, cfg, 1, 1, 0, o->stage.n ? &o->stage : NULL) != 0) return -1;
     ActStage ast = layout_act_stage(&stl, o->slots);
+    ast.split = o->split_backward;
     layout_free(&stl);
     ActSizes as = layout_activations_stage(cfg, B, T, s->nt, rc, lpa, tp, o->sp, &ast);
     s->acts_floats = as.total;
@@ -186,6 +192,11 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
                 TAKE(x->fch, N * F);
             }
             TAKE(x->res3, Nl * C);
+            if (ast.split) { /* the weight pass's output gradients (bf16 where the GEMM reads bf16) */
+                size_t h = lpa ? 2 : 1;
+                TAKE(x->wg_fcproj, (N * C + h - 1) / h), TAKE(x->wg_fc, (N * F + h - 1) / h);
+                TAKE(x->wg_attproj, N * C), TAKE(x->wg_qkv, (N * C3 + h - 1) / h);
+            }
         }
         if (ast.head) {
             TAKE(sl->lnf, Nl * C), TAKE(sl->lnf_mean, Nl), TAKE(sl->lnf_rstd, Nl), TAKE(sl->losses, N);
@@ -584,6 +595,7 @@ void gpt_backward_stage(Gpt *g, int slot, int chunk, const float *dout) {
     Dropout off = {0};
     size_t NlC = (size_t)Nl * C;
     int acc = !g->d.overwrite; /* 0: every parameter gradient below is written, not added */
+    int split = s->split_backward; /* the four weight GEMMs per block wait for gpt_weight_stage */
 
     if (last == L) {
         ST_CHECK(sl->have_head_grads && !dout);
@@ -623,36 +635,44 @@ void gpt_backward_stage(Gpt *g, int slot, int chunk, const float *dout) {
             /* The stored bf16 operands go straight into the GEMMs; GELU backward writes fc's bf16
              * output gradient and its bias gradient. */
             cast_bf16_colsum(s->mp.a, dp->fcprojb, dbranch, N, C, acc, nt);
-            matmul_backward_lp(s->dbuf_a, dp->fcprojw, s->mp.a, a->fchg_lp, lp(g, p->fcprojw), N, F, C, acc);
+            matmul_backward_lp(s->dbuf_a, split ? NULL : dp->fcprojw, s->mp.a, a->fchg_lp, lp(g, p->fcprojw), N, F, C, acc);
+            if (split) memcpy(a->wg_fcproj, s->mp.a, (size_t)N * C * sizeof(uint16_t));
             gelu_backward_bf16(s->mp.a, dp->fcb, s->dbuf_a, a->fch, N, F, acc, nt);
             const uint16_t *in = (const uint16_t *)sp_gather_rows(g, (const float *)a->ln2_lp);
-            matmul_backward_lp(s->dbuf_b, dp->fcw, s->mp.a, in, lp(g, p->fcw), N, C, F, acc);
+            matmul_backward_lp(s->dbuf_b, split ? NULL : dp->fcw, s->mp.a, in, lp(g, p->fcw), N, C, F, acc);
+            if (split) memcpy(a->wg_fc, s->mp.a, (size_t)N * F * sizeof(uint16_t));
         } else {
-            matmul_backward_p(&s->mp, s->dbuf_a, dp->fcprojw, dp->fcprojb, dbranch, a->fch_gelu, p->fcprojw,
+            matmul_backward_p(&s->mp, s->dbuf_a, split ? NULL : dp->fcprojw, dp->fcprojb, dbranch, a->fch_gelu, p->fcprojw,
                               lp(g, p->fcprojw), N, F, C, acc, nt);
+            if (split) memcpy(a->wg_fcproj, dbranch, (size_t)N * C * sizeof(float));
             gelu_backward(s->dbuf_a, s->dbuf_a, a->fch, (size_t)N * F, nt);
             const float *in = sp_gather_rows(g, a->ln2);
-            matmul_backward_p(&s->mp, s->dbuf_b, dp->fcw, dp->fcb, s->dbuf_a, in, p->fcw, lp(g, p->fcw), N, C, F, acc, nt);
+            matmul_backward_p(&s->mp, s->dbuf_b, split ? NULL : dp->fcw, dp->fcb, s->dbuf_a, in, p->fcw, lp(g, p->fcw), N,
+                              C, F, acc, nt);
+            if (split) memcpy(a->wg_fc, s->dbuf_a, (size_t)N * F * sizeof(float));
         }
         const float *dln = tp_reduce_rows(g, s->dbuf_b);
         ln_backward(g, s->dres, dp->ln2w, dp->ln2b, dln, a->res2, p->ln2w, a->ln2_mean, a->ln2_rstd, acc);
         dbranch = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN_RES) : off);
-        matmul_backward_p(&s->mp, s->dbuf_b, dp->attprojw, dp->attprojb, dbranch, a->atty, p->attprojw,
+        matmul_backward_p(&s->mp, s->dbuf_b, split ? NULL : dp->attprojw, dp->attprojb, dbranch, a->atty, p->attprojw,
                           lp(g, p->attprojw), N, Ca, C, acc, nt);
+        if (split) memcpy(a->wg_attproj, dbranch, (size_t)N * C * sizeof(float));
         attention_backward(s->dbuf_a, s->att_scratch, s->dbuf_b, a->qkv, a->atty, a->lse, B, T, Ca, s->NHl,
                            cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off, s->mp.bf16, nt);
         if (s->mp.bf16) {
             cast_bf16_colsum(s->mp.a, dp->qkvb, s->dbuf_a, N, 3 * Ca, acc, nt);
             const uint16_t *in = (const uint16_t *)sp_gather_rows(g, (const float *)a->ln1_lp);
-            matmul_backward_lp(s->dbuf_b, dp->qkvw, s->mp.a, in, lp(g, p->qkvw), N, C, 3 * Ca, acc);
+            matmul_backward_lp(s->dbuf_b, split ? NULL : dp->qkvw, s->mp.a, in, lp(g, p->qkvw), N, C, 3 * Ca, acc);
+            if (split) memcpy(a->wg_qkv, s->mp.a, (size_t)N * 3 * Ca * sizeof(uint16_t));
         } else {
             const float *in = sp_gather_rows(g, a->ln1);
-            matmul_backward_p(&s->mp, s->dbuf_b, dp->qkvw, dp->qkvb, s->dbuf_a, in, p->qkvw, lp(g, p->qkvw), N, C,
-                              3 * Ca, acc, nt);
+            matmul_backward_p(&s->mp, s->dbuf_b, split ? NULL : dp->qkvw, dp->qkvb, s->dbuf_a, in, p->qkvw,
+                              lp(g, p->qkvw), N, C, 3 * Ca, acc, nt);
+            if (split) memcpy(a->wg_qkv, s->dbuf_a, (size_t)N * 3 * Ca * sizeof(float));
         }
         dln = tp_reduce_rows(g, s->dbuf_b);
         ln_backward(g, s->dres, dp->ln1w, dp->ln1b, dln, x, p->ln1w, a->ln1_mean, a->ln1_rstd, acc);
-        hook(g->hooks.grads_ready, g->hooks.ctx, l + 1);
+        if (!split) hook(g->hooks.grads_ready, g->hooks.ctx, l + 1); /* split: complete after the W pass */
     }
     if (first == 0) {
         hook(g->hooks.before_backward, g->hooks.ctx, 0);
@@ -670,6 +690,38 @@ void gpt_backward_stage(Gpt *g, int slot, int chunk, const float *dout) {
         hook(g->hooks.grads_ready, g->hooks.ctx, 0);
     }
     s->have_head_grads = 0, g->d.overwrite = 0;
+    s->ms_bwd += timer_ms() - t0;
+    take_errors(g);
+}
+
+void gpt_weight_stage(Gpt *g, int slot, int chunk) {
+    GptRunState *s = &g->s;
+    const StageBlocks *sb = &g->w.layout.stage;
+    ST_CHECK_MSG(s->split_backward, "gpt_weight_stage: the model was built without split_backward");
+    ST_CHECK(slot >= 0 && slot < s->nslots && chunk >= 0 && chunk < sb->n && s->slots[slot].chunk == chunk);
+    const GptSlot *sl = &s->slots[slot];
+    bind_slot(g, slot, chunk);
+    int N = sl->B * sl->T, C = g->w.cfg.n_embd, Ca = s->Cl, F = s->Fl, nt = s->nt;
+    double t0 = timer_ms();
+    for (int l = sb->last[chunk] - 1; l >= sb->first[chunk]; l--) {
+        const BlockParams *p = &g->w.p.blocks[l];
+        BlockParams *dp = &g->d.g.blocks[l];
+        const LayerActs *a = &s->la[l];
+        if (s->mp.bf16) {
+            matmul_backward_lp(NULL, dp->fcprojw, (const uint16_t *)a->wg_fcproj, a->fchg_lp, NULL, N, F, C, 1);
+            matmul_backward_lp(NULL, dp->fcw, (const uint16_t *)a->wg_fc, a->ln2_lp, NULL, N, C, F, 1);
+            matmul_backward_lp(NULL, dp->qkvw, (const uint16_t *)a->wg_qkv, a->ln1_lp, NULL, N, C, 3 * Ca, 1);
+        } else {
+            matmul_backward_p(&s->mp, NULL, dp->fcprojw, NULL, a->wg_fcproj, a->fch_gelu, p->fcprojw, lp(g, p->fcprojw), N,
+                              F, C, 1, nt);
+            matmul_backward_p(&s->mp, NULL, dp->fcw, NULL, a->wg_fc, a->ln2, p->fcw, lp(g, p->fcw), N, C, F, 1, nt);
+            matmul_backward_p(&s->mp, NULL, dp->qkvw, NULL, a->wg_qkv, a->ln1, p->qkvw, lp(g, p->qkvw), N, C, 3 * Ca, 1,
+                              nt);
+        }
+        matmul_backward_p(&s->mp, NULL, dp->attprojw, NULL, a->wg_attproj, a->atty, p->attprojw, lp(g, p->attprojw), N,
+                          Ca, C, 1, nt);
+        hook(g->hooks.grads_ready, g->hooks.ctx, l + 1);
+    }
     s->ms_bwd += timer_ms() - t0;
     take_errors(g);
 }

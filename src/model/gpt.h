@@ -75,6 +75,9 @@ typedef struct {
                                dropout hold B·T/tp rows (B·T must divide by tp) */
     StageBlocks stage;      /* pipeline: the blocks held, one range per model chunk (n = 0: all) */
     int slots;              /* pipeline: activation sets, one per micro-batch in flight (default 1) */
+    int split_backward;     /* 1: backward computes input gradients (and biases, LayerNorms); the weight
+                               GEMMs wait for gpt_weight_stage (zero-bubble schedules). Needs
+                               recompute none and no --sp */
 } GptOptions;
 
 GptOptions gpt_default_options(void);
@@ -139,6 +142,10 @@ typedef struct {
     /* bf16 (GPT_BF16): ln1, ln2 and fch_gelu are stored only as these bf16 copies (they are only
      * ever GEMM operands), and the float pointers above are NULL. */
     uint16_t *ln1_lp, *ln2_lp, *fchg_lp;
+    /* Split backward (zb-h1): the output gradients of the four weight GEMMs, kept from the input-
+     * gradient pass to the weight pass: fcproj (N, C), fc (N, 4C/tp), attproj (N, C), qkv (N, 3C/tp);
+     * under bf16 fcproj, fc and qkv hold the bf16 operand the GEMM reads (half as many floats). */
+    float *wg_fcproj, *wg_fc, *wg_attproj, *wg_qkv;
 } LayerActs;
 
 /* A pipeline slot: one micro-batch's activations for one model chunk, from its forward to its
@@ -179,6 +186,7 @@ typedef struct {
 
     /* Tensor parallelism: the slice this rank computes (tp 1: the whole model). */
     int tp, tp_rank, sp;
+    int split_backward;     /* GptOptions.split_backward */
     int Cl, Fl, NHl;        /* attention width C/tp, MLP width 4C/tp, heads NH/tp */
     int v0, Vr, Vl;         /* vocabulary rows [v0, v0 + Vr) real of the Vl held */
     float *head_stats;      /* 3 · head_chunk: the vocabulary-parallel loss's row statistics */
@@ -279,6 +287,10 @@ void gpt_backward(Gpt *g);
 double gpt_forward_stage(Gpt *g, int slot, int chunk, const int32_t *inp, const int32_t *tgt, int B, int T,
                          float dscale, int train, uint64_t drop_counter);
 void gpt_backward_stage(Gpt *g, int slot, int chunk, const float *dout);
+/* With GptOptions.split_backward: the weight-gradient pass of the slot's last backward (the four
+ * weight GEMMs of each block of the chunk, accumulated); the slot is free after it. grads_ready of
+ * each block's segment fires here, not in the backward. */
+void gpt_weight_stage(Gpt *g, int slot, int chunk);
 float *gpt_stage_input(Gpt *g, int slot);
 const float *gpt_stage_output(const Gpt *g, int slot, int chunk);
 const float *gpt_stage_dinput(const Gpt *g);

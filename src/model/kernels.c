@@ -371,7 +371,7 @@ void matmul_forward_lp(float *out, const uint16_t *inp_lp, const uint16_t *w_lp,
 void matmul_backward_lp(float *dinp, float *dw, const uint16_t *dout_lp, const uint16_t *inp_lp, const uint16_t *w_lp,
                         int N, int C, int OC, int acc) {
     if (dinp) mm_gemm_bf16(0, 0, N, C, OC, 1.0f, dout_lp, OC, w_lp, C, 0.0f, dinp, C);
-    mm_gemm_bf16(1, 0, OC, C, N, 1.0f, dout_lp, OC, inp_lp, C, acc ? 1.0f : 0.0f, dw, C);
+    if (dw) mm_gemm_bf16(1, 0, OC, C, N, 1.0f, dout_lp, OC, inp_lp, C, acc ? 1.0f : 0.0f, dw, C);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -134,7 +134,8 @@ void gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, const float *dout, con
                         int nt);
 
 /* A linear layer's bf16 GEMMs on operands already rounded (by the fused kernels above):
- * out = inp_lp · w_lp^T + bias; dinp = dout_lp · w_lp (skipped if NULL), dw += dout_lp^T · inp_lp. */
+ * out = inp_lp · w_lp^T + bias; dinp = dout_lp · w_lp (skipped if NULL), dw += dout_lp^T · inp_lp
+ * (skipped if NULL). */
 void matmul_forward_lp(float *out, const uint16_t *inp_lp, const uint16_t *w_lp, const float *bias, int N, int C,
                        int OC);
 void matmul_backward_lp(float *dinp, float *dw, const uint16_t *dout_lp, const uint16_t *inp_lp, const uint16_t *w_lp,

@@ -264,7 +264,7 @@ ActSizes layout_activations_tp(const ModelConfig *cfg, int B, int T, int threads
 }
 
 ActStage layout_act_stage(const ParamLayout *pl, int slots) {
-    ActStage st = {0, slots < 1 ? 1 : slots, pl->has_head, 0};
+    ActStage st = {0, slots < 1 ? 1 : slots, pl->has_head, 0, 0};
     for (int i = 0; i < pl->stage.n; i++)
         if (pl->stage.last[i] - pl->stage.first[i] > st.blocks) st.blocks = pl->stage.last[i] - pl->stage.first[i];
     st.pipe = !(pl->stage.n == 1 && pl->has_embed && pl->has_head);
@@ -273,7 +273,7 @@ ActStage layout_act_stage(const ParamLayout *pl, int slots) {
 
 ActSizes layout_activations_stage(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int bf16, int tp,
                                   int sp, const ActStage *st) {
-    ActStage whole = {cfg->n_layer, 1, 1, 0};
+    ActStage whole = {cfg->n_layer, 1, 1, 0, 0};
     if (!st) st = &whole;
     ActSizes a;
     TpDims d = tp_dims(cfg, B, T, tp, sp);
@@ -288,8 +288,10 @@ ActSizes layout_activations_stage(const ModelConfig *cfg, int B, int T, int thre
     default: a.per_layer = all, a.shared = 0; break;
     }
     a.final_ = st->head ? d.Nl * d.C + 2 * d.Nl + d.N : 0; /* lnf, its mean and rstd, the per-row losses */
-    size_t dhead = st->head && st->slots > 1 ? d.N * d.C : 0;
-    a.slot = a.encoded + (size_t)st->blocks * a.per_layer + a.final_ + dhead;
+    size_t dhead = st->head && st->slots > 1 ? d.N * d.C : 0, h = bf16 ? 2 : 1;
+    size_t wgrad = st->split ? (d.N * d.C + h - 1) / h + (d.N * d.Fl + h - 1) / h + d.N * d.C + (3 * d.N * d.Cl + h - 1) / h
+                             : 0;
+    a.slot = a.encoded + (size_t)st->blocks * (a.per_layer + wgrad) + a.final_ + dhead;
     a.total = (size_t)st->slots * a.slot + a.shared;
     /* Workspace: dres (Nl·C) + dbuf_a (N·max(Fl, C)) + dbuf_b (N·C) + dbuf_c (N·C) + attention (per
      * thread: fp32 score blocks and bf16 copies of one head, see kernels.c) + LayerNorm partial

@@ -173,6 +173,8 @@ ActSizes layout_activations_tp(const ModelConfig *cfg, int B, int T, int threads
  * gradient, Nl·C each). NULL: the whole model, one slot, no pipeline. */
 typedef struct {
     int blocks, slots, head, pipe;
+    int split;   /* split backward (zb-h1): each block also keeps its weight GEMMs' output gradients
+                    per slot: N·(2C + 4C/tp + 3C/tp) floats (bf16: the fcproj, fc and qkv parts in half) */
 } ActStage;
 ActSizes layout_activations_stage(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int bf16, int tp,
                                   int sp, const ActStage *st);

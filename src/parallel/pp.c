@@ -60,10 +60,10 @@ static float *grad_buffer(PpRun *pr, CommReq **req) {
 
 Status pp_init(PpRun **out, Comm *c, Gpt *g, Par *par, const PipeSchedule *s, Err *err) {
     *out = NULL;
-    if (s->split_backward)
-        return err_set(err, ST_ERR_INPUT, "--pp-schedule %s: expected a schedule without weight-gradient passes (the "
-                       "model's backward is not split into input and weight halves yet), found one with W ops",
-                       sched_type_name(s->type));
+    if (s->split_backward != g->s.split_backward)
+        return err_set(err, ST_ERR_INPUT, "--pp-schedule %s: the schedule %s weight-gradient passes, the model was "
+                       "built %s a split backward", sched_type_name(s->type), s->split_backward ? "has" : "has no",
+                       g->s.split_backward ? "with" : "without");
     if (s->p != c->pp)
         return err_set(err, ST_ERR_INPUT, "pipeline: the schedule has %d ranks, the grid --pp %d", s->p, c->pp);
     const StageBlocks *sb = &g->w.layout.stage;
@@ -185,9 +185,20 @@ Status pp_step(PpRun *pr, const int32_t *inp, const int32_t *tgt, int B, int T, 
                 rc = comm_pp_isend_f32(pr->c, buf, n, (vs - 1) % pr->P, tag_of(pr, op.mb, vs - 1, 1), q, err);
                 pr->sent += (double)n * sizeof(float), st->sent_bytes += (double)n * sizeof(float);
             }
+            if (!s->split_backward) pr->busy[slot] = 0, pr->slot_of[key] = -1;
+        } else { /* W: the weight GEMMs of an earlier B; the slot is free after them */
+            int slot = pr->slot_of[key];
+            if (slot < 0) {
+                rc = err_set(err, ST_ERR_RUNTIME, "pipeline: weight pass of micro-batch %d chunk %d before its forward",
+                             op.mb, op.chunk);
+                break;
+            }
+            par_micro_begin(pr->par, op.mb);
+            double t0 = timer_ms();
+            gpt_weight_stage(g, slot, op.chunk);
+            double dt = timer_ms() - t0;
+            st->busy_ms += dt, st->w_ms += dt, st->nw++;
             pr->busy[slot] = 0, pr->slot_of[key] = -1;
-        } else {
-            rc = err_set(err, ST_ERR_RUNTIME, "pipeline: weight-gradient passes are not supported");
         }
     }
     /* Every send of the step completes inside it (the next step reuses the slots and buffers). */

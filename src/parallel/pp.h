@@ -17,8 +17,10 @@
  * spent waiting (for a message or a slot) is the rank's idle time, the pipeline bubble it sees.
  * Tags: (micro-batch · S + virtual stage) · 2 + direction, S = P · v virtual stages.
  *
+ *   W(mb, chunk)  (zb-h1: the model built with GptOptions.split_backward, whose B computes input
+ *                 gradients only) the chunk's weight GEMMs; frees the slot.
  * The schedule must have been checked (sched_simulate: complete and deadlock-free with unbounded
- * buffers). zb-h1's split backward (W ops) is not supported by the model: pp_init refuses it. */
+ * buffers). */
 #ifndef ST_PARALLEL_PP_H
 #define ST_PARALLEL_PP_H
 
@@ -33,8 +35,8 @@
 typedef struct {
     double idle_ms;      /* waiting for a receive or for a slot's sends */
     double busy_ms;      /* inside forward and backward ops */
-    double f_ms, b_ms;   /* of which forwards, backwards (per op: divide by nf, nb) */
-    int nf, nb;
+    double f_ms, b_ms, w_ms; /* of which forwards, backwards, weight passes (per op: divide by nf, nb, nw) */
+    int nf, nb, nw;
     double sent_bytes;   /* point-to-point bytes this rank sent */
 } PpStats;
 

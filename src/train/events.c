@@ -223,6 +223,7 @@ void ev_step(EventLog *lg, const StepEvent *e) {
         add_num(pj, "busy_ms", e->pp_busy_ms);
         add_num(pj, "forward_ms", e->pp_f_ms);
         add_num(pj, "backward_ms", e->pp_b_ms);
+        add_num(pj, "weight_ms", e->pp_w_ms);
         add_num(pj, "bubble", e->pp_bubble);
         add_num(pj, "bubble_formula", e->pp_bubble_formula);
         add_num(pj, "bubble_simulated", e->pp_bubble_sim);

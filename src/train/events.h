@@ -103,7 +103,7 @@ typedef struct {
      * measured bubble (the world's idle over its ranks' schedule time), the formula's and the one
      * simulated from the schedule with the measured op times. */
     int pp;
-    double pp_idle_ms, pp_busy_ms, pp_f_ms, pp_b_ms, pp_bubble, pp_bubble_formula, pp_bubble_sim;
+    double pp_idle_ms, pp_busy_ms, pp_f_ms, pp_b_ms, pp_w_ms, pp_bubble, pp_bubble_formula, pp_bubble_sim;
     const double *pp_idle_by_rank;
     double ms_total, ms_data, ms_forward, ms_backward, ms_comm, ms_comm_dp, ms_comm_tp, ms_optimizer, ms_checkpoint;
 } StepEvent;

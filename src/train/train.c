@@ -271,10 +271,6 @@ static Status setup_pipeline(Run *r, int pp, Err *err) {
     SchedType type;
     Status st = sched_type_parse(c->pp_schedule, &type, err);
     if (st != ST_OK) return st;
-    if (type == SCHED_ZB_H1)
-        return err_set(err, ST_ERR_INPUT, "--pp-schedule zb-h1: expected gpipe, 1f1b or interleaved (zb-h1 needs the "
-                       "backward split into input- and weight-gradient passes, which the model does not have yet; "
-                       "`scaletrain plan --pp-schedule zb-h1` simulates it)");
     if ((st = sched_build(&r->sched, type, pp, c->grad_accum, v, err)) != ST_OK) {
         err_prefix(err, "--grad-accum (pipeline micro-batches)");
         return st;
@@ -576,7 +572,7 @@ static Status setup_model(Run *r, Err *err) {
     go.B = B, go.T = T, go.threads = nt, go.recompute = c->recompute;
     go.precision = c->fp16 ? GPT_FP16 : c->bf16 ? GPT_BF16 : GPT_FP32;
     go.tp = r->tp, go.tp_rank = r->tp_rank, go.sp = c->sp;
-    if (r->pp > 1) go.stage = r->stage, go.slots = r->slots;
+    if (r->pp > 1) go.stage = r->stage, go.slots = r->slots, go.split_backward = r->sched.split_backward;
     par_gpt_options(r->dp, c->zero, &go);
     Status st = gpt_init(&r->g, &c->model, &go, &r->mem, err);
     if (st != ST_OK) return st;
@@ -1204,17 +1200,18 @@ static Status report_memory(Run *r, Step *s, Err *err) {
  * forward and backward op times. pp_idle gets each rank's idle time. */
 static Status pipeline_bubble(Run *r, double out[3], Err *err) {
     const PpStats *p = &r->pps;
-    double v[6] = {p->idle_ms, p->idle_ms + p->busy_ms, p->f_ms, p->nf, p->b_ms, p->nb};
-    Status st = comm_allreduce_f64(r->comm, v, 6, COMM_SUM, err);
+    double v[8] = {p->idle_ms, p->idle_ms + p->busy_ms, p->f_ms, p->nf, p->b_ms, p->nb, p->w_ms, p->nw};
+    Status st = comm_allreduce_f64(r->comm, v, 8, COMM_SUM, err);
     if (st == ST_OK) st = comm_allgather_f64(r->comm, p->idle_ms, r->pp_idle, err);
     if (st != ST_OK) return st;
     double m = r->sched.m, P = r->pp, vv = r->sched.v;
     out[0] = v[1] > 0 ? v[0] / v[1] : 0;
-    out[1] = (P - 1) / (vv * m + P - 1);
-    SchedTimes t = {v[3] > 0 ? v[2] / v[3] : 1, v[5] > 0 ? v[4] / v[5] : 2, 0, 0};
+    SchedTimes t = {v[3] > 0 ? v[2] / v[3] : 1, v[5] > 0 ? v[4] / v[5] : 2, v[7] > 0 ? v[6] / v[7] : 0, 0};
     SchedSim sim;
     Err e;
     out[2] = sched_simulate(&r->sched, &t, &sim, &e) == ST_OK ? sim.bubble : NAN;
+    /* zb-h1 has no closed form: its figure is the schedule's own timeline with the measured F, B, W. */
+    out[1] = r->sched.split_backward ? out[2] : (P - 1) / (vv * m + P - 1);
     return ST_OK;
 }
 
@@ -1266,7 +1263,7 @@ static Status step_report(Run *r, Step *s, Err *err) {
                    .ms_comm = comm_ms, .ms_comm_dp = comm_ms - tp_ms, .ms_comm_tp = tp_ms,
                    .comm_bytes_by_kind = by_kind, .ms_optimizer = s->t3 - s->t2, .ms_checkpoint = s->ckpt_ms,
                    .pp = r->pp, .pp_idle_ms = r->pps.idle_ms, .pp_busy_ms = r->pps.busy_ms, .pp_f_ms = r->pps.f_ms,
-                   .pp_b_ms = r->pps.b_ms, .pp_bubble = pipe[0], .pp_bubble_formula = pipe[1], .pp_bubble_sim = pipe[2],
+                   .pp_b_ms = r->pps.b_ms, .pp_w_ms = r->pps.w_ms, .pp_bubble = pipe[0], .pp_bubble_formula = pipe[1], .pp_bubble_sim = pipe[2],
                    .pp_idle_by_rank = r->pp > 1 ? r->pp_idle : NULL};
     ev_step(&r->log, &e);
     return ST_OK;
