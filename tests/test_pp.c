@@ -12,6 +12,8 @@
  *         Negative controls: the tied wte's gradient exchange between the first and last stage
  *         skipped (ST_PAR_TEST_PP_FAULT=1) must fail the comparison; the pp 2 run against the
  *         reference of another batch (grad-accum 8) must fail it.
+ * mixed   bf16 at pp 2 (1f1b, zb-h1) against one process in bf16 within 3× bf16's own spread (another
+ *         micro-batch split in one process), losses within 1e-4; control: the tied exchange skipped.
  * resume  dp 2 × tp 2 × pp 2 stops at step 5 with a checkpoint; it resumes on 1 rank, on 2 (pp 2)
  *         and on 4 (pp 4) and continues the uninterrupted one-process trajectory (losses, norms,
  *         weights), the log showing the resume from step 5; and a one-process checkpoint resumes at
@@ -19,7 +21,7 @@
  * refuse  one-line refusals before allocation (exit 2, no log): ZeRO 2 with --pp, zb-h1 with recompute, tp × pp
  *         not dividing the world, interleaved micro-batches not a multiple of pp, --interleave
  *         without --pp; each with its accepted twin (the negative control of a refusal).
- * Usage: test_pp MPIEXEC SCALETRAIN [equiv|resume|refuse]. */
+ * Usage: test_pp MPIEXEC SCALETRAIN [equiv|mixed|resume|refuse]. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -144,6 +146,35 @@ static void equiv(void) {
     layout_free(&pl);
 }
 
+/* bf16 at pp 2 (1f1b and zb-h1) against one process in bf16, within 3× the spread bf16 shows for
+ * another micro-batch split of the same batch in one process (test_tp's oracle for mixed precision;
+ * losses within 1e-4); the tied-exchange fault must fall outside it. */
+static void mixed(void) {
+    ParamLayout pl;
+    test_layout(&pl);
+    train_run("mref", 0, 4, STEPS, "--precision bf16", NULL, 0);
+    train_run("mref_mb4", 0, 2, STEPS, "--precision bf16 --micro-batch 4", NULL, 0);
+    RcTol sp;
+    rc_spread(DIR, "mref_mb4", "mref", STEPS, &pl, "bf16", &sp);
+    RcTol t = {1e-4, 3 * sp.norm, 3 * sp.w, 3 * sp.key};
+    float *w = rc_weights(DIR, "mref", &pl);
+    const char *runs[2][2] = {{"pp2_bf16", "--pp 2 --precision bf16"}, {"pp2_zbh1_bf16", "--pp 2 --pp-schedule zb-h1 --precision bf16"}};
+    for (int i = 0; i < 2; i++) {
+        int rc = train_run(runs[i][0], 2, 4, STEPS, runs[i][1], NULL, 0);
+        tu_check(rc == 0, runs[i][0], "exit %d", rc);
+        RcTol got;
+        if (rc == 0) rc_compare(DIR, runs[i][0], "mref", STEPS, &pl, w, t, &got);
+    }
+    double l = NAN, n = NAN;
+    RcLog la;
+    int rc = train_run("pp2_bf16_fault", 2, 4, STEPS, "--pp 2 --precision bf16", "ST_PAR_TEST_PP_FAULT=1", 0);
+    int both = rc == 0 && rc_log_diffs(DIR, "pp2_bf16_fault", "mref", STEPS, &l, &n, &la);
+    tu_check(both && (l > t.loss || n > t.norm), "negative control: bf16 pp 2 without the tied exchange is outside the "
+             "spread", "exit %d; losses max rel %.2e (tol %g), norms max rel %.2e (tol %.2e)", rc, l, t.loss, n, t.norm);
+    free(w);
+    layout_free(&pl);
+}
+
 /* Stop at 5 on grid a, resume on grid b to STEPS from a's checkpoints (a copy, so every resume starts
  * from the same one); the log continues from step 5. */
 static void resume_on(const char *name, const char *from, int np, int k, const char *grid) {
@@ -254,6 +285,7 @@ int main(int argc, char **argv) {
     double t0 = timer_ms();
     rc_make_data(DIR);
     if (!strcmp(what, "equiv") || !strcmp(what, "all")) equiv();
+    if (!strcmp(what, "mixed") || !strcmp(what, "all")) mixed();
     if (!strcmp(what, "resume") || !strcmp(what, "all")) resume();
     if (!strcmp(what, "refuse") || !strcmp(what, "all")) refuse();
     printf("test_pp %s: %.1f s\n", what, (timer_ms() - t0) * 1e-3);
