@@ -177,6 +177,7 @@ int cmd_train_comm(int argc, char **argv, Comm *comm) {
         {"pp-schedule", ARG_STR, c.pp_schedule, sizeof c.pp_schedule, "gpipe | 1f1b | interleaved (with --interleave)"},
         {"pp-layers", ARG_STR, c.pp_layers, sizeof c.pp_layers, "blocks per (virtual) stage, e.g. 4,4,3,3 (default: balanced)"},
         {"interleave", ARG_INT, &c.interleave, 0, "model chunks per pipeline rank (--pp-schedule interleaved)"},
+        {"pp-print-schedule", ARG_FLAG, &c.pp_print_schedule, 0, "print each pipeline rank's ops (F/B/W, micro-batch) at the start"},
         {"zero", ARG_INT, &c.zero, 0, "ZeRO stage: 0 replicate, 1 shard moments, 2 + gradients, 3 + parameters"},
         {"comm-timeout", ARG_DOUBLE, &c.comm_timeout, 0, "seconds before a stuck collective ends the job (0: 600)"},
         {"no-overlap", ARG_FLAG, &c.no_overlap, 0, "start gradient collectives after the backward pass (measurement)"},

@@ -241,9 +241,11 @@ Status sched_simulate(const PipeSchedule *s, const SchedTimes *t, SchedSim *out,
                     else if (f + (d[i].cross ? t->t_p2p : 0) > start) start = f + (d[i].cross ? t->t_p2p : 0);
                 }
                 if (!ok) break;
-                free_at[r] = start + dur[op.kind];
+                const double *per = op.kind == SCHED_F ? t->rank_f : op.kind == SCHED_B ? t->rank_b : t->rank_w;
+                double du = per ? per[r] : dur[op.kind];
+                free_at[r] = start + du;
                 done[op_index(s, op.kind, r, op.chunk, op.mb)] = free_at[r];
-                out->busy[r] += dur[op.kind];
+                out->busy[r] += du;
                 pos[r]++;
                 progress = 1;
             }

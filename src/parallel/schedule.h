@@ -89,6 +89,10 @@ Status sched_check(const PipeSchedule *s, Err *err);
  * latency added to every dependency that crosses ranks (may be 0). */
 typedef struct {
     double t_f, t_b, t_w, t_p2p;
+    /* Optional per-rank op times (p entries each; NULL: t_f, t_b, t_w for every rank): a pipeline
+     * whose stages differ (the head's stage, an uneven split) simulated with each rank's measured
+     * times. */
+    const double *rank_f, *rank_b, *rank_w;
 } SchedTimes;
 
 #define SCHED_MAX_P 64

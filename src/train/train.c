@@ -264,8 +264,9 @@ static Status setup_pipeline(Run *r, int pp, Err *err) {
     TrainConfig *c = &r->cfg;
     int v = c->interleave > 0 ? c->interleave : 1;
     if (pp == 1) {
-        if (v > 1 || c->pp_layers[0] || strcmp(c->pp_schedule, "1f1b") != 0)
-            return err_set(err, ST_ERR_INPUT, "--pp-schedule/--pp-layers/--interleave: expected --pp > 1, found --pp 1");
+        if (v > 1 || c->pp_layers[0] || strcmp(c->pp_schedule, "1f1b") != 0 || c->pp_print_schedule)
+            return err_set(err, ST_ERR_INPUT, "--pp-schedule/--pp-layers/--interleave/--pp-print-schedule: expected "
+                           "--pp > 1, found --pp 1");
         return ST_OK;
     }
     SchedType type;
@@ -286,6 +287,12 @@ static Status setup_pipeline(Run *r, int pp, Err *err) {
     r->stage.n = v;
     for (int k = 0; k < S; k++) r->sched_first[k] = first[k], r->sched_last[k] = last[k];
     memcpy(r->peak_inflight, sim.peak_inflight, sizeof r->peak_inflight);
+    if (c->pp_print_schedule && r->comm->rank == 0) {
+        printf("pipeline schedule %s, %d ranks, %d micro-batches, %d chunk(s) per rank:\n", c->pp_schedule, pp,
+               c->grad_accum, v);
+        sched_print(&r->sched, stdout);
+        fflush(stdout);
+    }
     return ST_OK;
 }
 
@@ -1196,17 +1203,29 @@ static Status report_memory(Run *r, Step *s, Err *err) {
 
 /* The step's pipeline bubble: measured (the world's idle time over its ranks' time inside the
  * schedule), the formula's ((p − 1)/(v·m + p − 1): the (p − 1)/v stages' worth of idle time of
- * GPipe, 1F1B and interleaved over the step), and the schedule simulated with the world's mean
- * forward and backward op times. pp_idle gets each rank's idle time. */
+ * GPipe, 1F1B and interleaved over the step, which assumes equal stages), and the schedule
+ * simulated with each stage's measured mean forward, backward and weight-pass times (the uneven
+ * stages included). pp_idle gets each rank's idle time. */
 static Status pipeline_bubble(Run *r, double out[3], Err *err) {
     const PpStats *p = &r->pps;
-    double v[8] = {p->idle_ms, p->idle_ms + p->busy_ms, p->f_ms, p->nf, p->b_ms, p->nb, p->w_ms, p->nw};
-    Status st = comm_allreduce_f64(r->comm, v, 8, COMM_SUM, err);
+    double v[2] = {p->idle_ms, p->idle_ms + p->busy_ms};
+    Status st = comm_allreduce_f64(r->comm, v, 2, COMM_SUM, err);
     if (st == ST_OK) st = comm_allgather_f64(r->comm, p->idle_ms, r->pp_idle, err);
+    /* Each pipeline rank's mean op times (the world's ranks are pp-major: pp rank q's times are
+     * those of world rank q·dp·tp, the first of its stage). */
+    double *all = calloc((size_t)r->world * 3, sizeof *all), f[SCHED_MAX_P], b[SCHED_MAX_P], w[SCHED_MAX_P];
+    if (!all) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    double mine[3] = {p->nf ? p->f_ms / p->nf : 0, p->nb ? p->b_ms / p->nb : 0, p->nw ? p->w_ms / p->nw : 0};
+    for (int i = 0; i < 3 && st == ST_OK; i++) st = comm_allgather_f64(r->comm, mine[i], all + (size_t)i * r->world, err);
+    for (int q = 0; q < r->pp; q++) {
+        int wr = q * r->dp * r->tp;
+        f[q] = all[wr], b[q] = all[r->world + wr], w[q] = all[2 * r->world + wr];
+    }
+    free(all);
     if (st != ST_OK) return st;
     double m = r->sched.m, P = r->pp, vv = r->sched.v;
     out[0] = v[1] > 0 ? v[0] / v[1] : 0;
-    SchedTimes t = {v[3] > 0 ? v[2] / v[3] : 1, v[5] > 0 ? v[4] / v[5] : 2, v[7] > 0 ? v[6] / v[7] : 0, 0};
+    SchedTimes t = {1, 2, 0, 0, f, b, r->sched.split_backward ? w : NULL};
     SchedSim sim;
     Err e;
     out[2] = sched_simulate(&r->sched, &t, &sim, &e) == ST_OK ? sim.bubble : NAN;

@@ -82,6 +82,7 @@ typedef struct {
     char pp_schedule[16];    /* gpipe | 1f1b | interleaved | zb-h1 (parallel/schedule.h) */
     char pp_layers[256];     /* blocks per (virtual) stage "4,4,3,3" ("" = balanced by FLOPs) */
     int interleave;          /* model chunks per pipeline rank (interleaved schedule; 1 otherwise) */
+    int pp_print_schedule;   /* print every rank's op list at the start (rank 0) */
     double comm_timeout;     /* > 0: a collective not done after this many seconds ends the job */
     int no_overlap;          /* start gradient collectives only after the backward pass (measurement) */
     long stop_after;         /* > 0: stop after this step as if preempted (checkpoint, clean exit); for
