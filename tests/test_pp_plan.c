@@ -143,7 +143,7 @@ static ModelConfig config_of(const Shape *s) {
 static int plan_case(const Case *k, PlanPpRank out[], Err *e) {
     ModelConfig cfg = config_of(&k->s);
     PlanTrainerPipe p = {k->s.B, k->s.T, k->m, k->dp, k->tp, k->sp, k->zero, k->P, k->v, k->sched, k->layers,
-                         RECOMPUTE_NONE, k->prec, 2, 1, {0, 0, 0, 0}};
+                         RECOMPUTE_NONE, k->prec, 2, 1};
     return plan_trainer_pp(&cfg, &p, out, e) == ST_OK;
 }
 

@@ -330,7 +330,7 @@ Status plan_trainer_pp(const ModelConfig *cfg, const PlanTrainerPipe *s, PlanPpR
     int S = pp * v, first[LAYOUT_MAX_CHUNKS * SCHED_MAX_P], last[LAYOUT_MAX_CHUNKS * SCHED_MAX_P];
     if ((st = layout_pp_split(cfg, s->T, S, s->layers && s->layers[0] ? s->layers : NULL, first, last, err)) != ST_OK)
         return st;
-    StateBytes sb = s->bytes.weight > 0 ? s->bytes : layout_state_bytes(s->precision);
+    StateBytes sb = layout_state_bytes(s->precision);
     for (int r = 0; r < pp; r++) {
         PlanPpRank *o = &out[r];
         memset(o, 0, sizeof *o);
@@ -681,10 +681,15 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
      * tied buffer; the memory per device is the worst rank's ---- */
     if (ours && pp > 1 && in->act_mode != PLAN_ACT_KORTHIKANTI) {
         PlanTrainerPipe tpp = {B, T, k, dp, tp, in->sp && tp > 1, in->zero, pp, v, in->pp_schedule, in->pp_layers,
-                               (int)in->recompute, prec_i, in->n_moments, in->threads,
-                               {pr->weight, pr->grad, pr->master, pr->moment}};
+                               (int)in->recompute, prec_i, in->n_moments, in->threads};
         Err pe;
-        if (mb != k)
+        StateBytes tb = layout_state_bytes(prec_i);
+        if (pr->weight != tb.weight || pr->grad != tb.grad || pr->master != tb.master || pr->moment != tb.moment ||
+            pr->act != 4)
+            snprintf(r->pp_note, sizeof r->pp_note, "element sizes %d/%d/%d/%d/%d (weight/grad/master/moment/activation) "
+                     "are not the trainer's %d/%d/%d/%d/4", pr->weight, pr->grad, pr->master, pr->moment, pr->act,
+                     tb.weight, tb.grad, tb.master, tb.moment);
+        else if (mb != k)
             snprintf(r->pp_note, sizeof r->pp_note, "--pp-microbatches %d: the trainer's pipeline micro-batches are its "
                      "--grad-accum %d steps", mb, k);
         else if (plan_trainer_pp(&cfg, &tpp, r->pp_rank, &pe) == ST_OK)

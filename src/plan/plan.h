@@ -404,7 +404,6 @@ typedef struct {
     int recompute;           /* Recompute level (model/layout.h) */
     int precision;           /* 0 fp32, 1 bf16, 2 fp16 */
     int n_moments, threads;
-    StateBytes bytes;        /* element sizes; all 0: layout_state_bytes(precision), the trainer's */
 } PlanTrainerPipe;
 
 /* Each pipeline rank r < pp of our trainer (out[pp]), computed by the functions the trainer
