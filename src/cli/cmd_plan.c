@@ -49,28 +49,30 @@ typedef struct {
     int peak0;
     char **lines; /* p lines "rank r: F0 F1 B0 ..." (--pp-print-schedule), else NULL */
     int p;
-    /* Our GPT-2 models: the stage split (layout_pp_split: balanced by FLOPs, or --pp-layers), each
-     * stage's FLOPs per token and parameters. */
-    int have_split;
-    int first[SCHED_MAX_P], last[SCHED_MAX_P];
-    double flops[SCHED_MAX_P];
-    long long params[SCHED_MAX_P];
+    /* Our GPT-2 models: the split into S = pp·v virtual stages as the trainer makes it
+     * (layout_pp_split: balanced by FLOPs, or --pp-layers with S counts), each virtual stage's FLOPs
+     * per token and parameters; rank r holds virtual stages c·pp + r. */
+    int have_split, S;
+    int first[LAYOUT_MAX_CHUNKS * SCHED_MAX_P], last[LAYOUT_MAX_CHUNKS * SCHED_MAX_P];
+    double flops[LAYOUT_MAX_CHUNKS * SCHED_MAX_P];
+    long long params[LAYOUT_MAX_CHUNKS * SCHED_MAX_P];
 } PlanSched;
 
 static Status plan_split(PlanSched *ps, const PlanInput *in, const char *layers, Err *err) {
     ModelConfig cfg;
-    if (!plan_model_to_config(&in->model, &cfg) || in->pp > SCHED_MAX_P) {
+    int v = in->interleave > 1 ? in->interleave : 1, S = in->pp * v;
+    if (!plan_model_to_config(&in->model, &cfg) || in->pp > SCHED_MAX_P || v > LAYOUT_MAX_CHUNKS) {
         if (layers[0]) return err_set(err, ST_ERR_INPUT, "--pp-layers: expected one of our GPT-2 models (a preset or "
                                       "--layers/--heads/--channels), found a model the trainer cannot build");
         return ST_OK;
     }
-    Status st = layout_pp_split(&cfg, in->seq_len, in->pp, layers[0] ? layers : NULL, ps->first, ps->last, err);
+    Status st = layout_pp_split(&cfg, in->seq_len, S, layers[0] ? layers : NULL, ps->first, ps->last, err);
     if (st != ST_OK) return st;
-    for (int s = 0; s < in->pp; s++) {
-        ps->flops[s] = layout_pp_stage_flops(&cfg, in->seq_len, ps->first, ps->last, s, in->pp);
-        ps->params[s] = layout_pp_stage_params(&cfg, ps->first, ps->last, s, in->pp);
+    for (int s = 0; s < S; s++) {
+        ps->flops[s] = layout_pp_stage_flops(&cfg, in->seq_len, ps->first, ps->last, s, S);
+        ps->params[s] = layout_pp_stage_params(&cfg, ps->first, ps->last, s, S);
     }
-    ps->have_split = 1;
+    ps->have_split = 1, ps->S = S;
     return ST_OK;
 }
 
@@ -211,13 +213,37 @@ static void print_review(const PlanInput *in, const PlanResult *r, const PlanSch
     }
     if (ps->have_split) {
         double mx = 0, sum = 0;
-        for (int st = 0; st < in->pp; st++) mx = ps->flops[st] > mx ? ps->flops[st] : mx, sum += ps->flops[st];
-        printf("  stages (blocks [first, last), FLOPs per token relative to the mean, parameters):");
-        for (int st = 0; st < in->pp; st++)
-            printf(" [%d,%d) %.2f %.3gM%s", ps->first[st], ps->last[st], ps->flops[st] * in->pp / sum,
-                   ps->params[st] / 1e6, st + 1 < in->pp ? ";" : "\n");
+        int S = ps->S;
+        for (int st = 0; st < S; st++) mx = ps->flops[st] > mx ? ps->flops[st] : mx, sum += ps->flops[st];
+        printf("  %sstages (blocks [first, last), FLOPs per token relative to the mean, parameters):",
+               S > in->pp ? "virtual " : "");
+        for (int st = 0; st < S; st++)
+            printf(" [%d,%d) %.2f %.3gM%s", ps->first[st], ps->last[st], ps->flops[st] * S / sum, ps->params[st] / 1e6,
+                   st + 1 < S ? ";" : "\n");
         printf("  imbalance: the stages wait for the slowest one %.0f%% of the time, on top of the bubble\n",
-               100.0 * (1.0 - sum / (in->pp * mx)));
+               100.0 * (1.0 - sum / (S * mx)));
+    }
+    if (r->pp_exact) {
+        printf("  per rank, as our trainer allocates and sends (memory at start; the gradient send buffers pp.c adds "
+               "while sends are in flight are not counted):\n");
+        for (int q = 0; q < in->pp; q++) {
+            const PlanPpRank *k = &r->pp_rank[q];
+            char blocks[128] = "";
+            size_t o = 0;
+            for (int c = 0; c < k->stage.n; c++)
+                o += (size_t)snprintf(blocks + o, o < sizeof blocks ? sizeof blocks - o : 0, "%s[%d,%d)", c ? " " : "",
+                                      k->stage.first[c], k->stage.last[c]);
+            printf("    rank %d: blocks %s%s%s, %.4gM params, %d slot%s: states %.2f MiB, activations %.2f MiB, workspace "
+                   "%.2f MiB, tied buffer %.2f MiB, total %s%s; sends %.2f MiB per step (%d + %d messages, tied %.2f MiB)\n",
+                   q, blocks, k->has_embed ? " +embeddings" : "", k->has_head ? " +head" : "", k->params / 1e6, k->slots,
+                   k->slots == 1 ? "" : "s",
+                   (k->bytes[MEM_PARAMS] + k->bytes[MEM_GRADS] + k->bytes[MEM_MASTER] + k->bytes[MEM_MOMENTS]) / 1048576.0,
+                   k->bytes[MEM_ACTIVATIONS] / 1048576.0, k->bytes[MEM_WORKSPACE] / 1048576.0, k->bytes[MEM_COMM] / 1048576.0,
+                   fmt_bytes(a, sizeof a, k->total), q == r->pp_worst ? " (the worst: memory per device above)" : "",
+                   k->p2p / 1048576.0, k->sends_act, k->sends_grad, k->p2p_tied / 1048576.0);
+        }
+    } else if (r->pp_note[0]) {
+        printf("  per rank: not computed (%s)\n", r->pp_note);
     }
     printf("\n-- communication per step per device --\n");
     if (in->dp > 1 && in->zero == 0)
@@ -411,7 +437,7 @@ static cJSON *json_plan(const PlanInput *in, const PlanResult *r, const PlanSche
         cJSON_AddNumberToObject(jpp, "peak_inflight_stage0", ps->peak0);
         if (ps->have_split) {
             cJSON *a = cJSON_AddArrayToObject(jpp, "stages");
-            for (int st = 0; st < in->pp; st++) {
+            for (int st = 0; st < ps->S; st++) {
                 cJSON *o2 = cJSON_CreateObject();
                 cJSON_AddNumberToObject(o2, "first", ps->first[st]);
                 cJSON_AddNumberToObject(o2, "last", ps->last[st]);
@@ -419,6 +445,45 @@ static cJSON *json_plan(const PlanInput *in, const PlanResult *r, const PlanSche
                 cJSON_AddNumberToObject(o2, "params", (double)ps->params[st]);
                 cJSON_AddItemToArray(a, o2);
             }
+        }
+        if (r->pp_exact) {
+            /* Each pipeline rank of our trainer (plan_trainer_pp; docs/plan.md "Pipeline ranks"). */
+            cJSON_AddNumberToObject(jpp, "worst_rank", r->pp_worst);
+            cJSON *a = cJSON_AddArrayToObject(jpp, "per_rank");
+            for (int q = 0; q < in->pp; q++) {
+                const PlanPpRank *k = &r->pp_rank[q];
+                cJSON *o2 = cJSON_CreateObject();
+                cJSON_AddNumberToObject(o2, "rank", q);
+                cJSON *ch = cJSON_AddArrayToObject(o2, "chunks");
+                for (int c = 0; c < k->stage.n; c++) {
+                    int fl[2] = {k->stage.first[c], k->stage.last[c]};
+                    cJSON_AddItemToArray(ch, cJSON_CreateIntArray(fl, 2));
+                }
+                cJSON_AddNumberToObject(o2, "blocks", k->blocks);
+                cJSON_AddBoolToObject(o2, "embeddings", k->has_embed);
+                cJSON_AddBoolToObject(o2, "head", k->has_head);
+                cJSON_AddNumberToObject(o2, "params", (double)k->params);
+                cJSON_AddNumberToObject(o2, "layout_floats", (double)k->layout_floats);
+                cJSON_AddNumberToObject(o2, "activation_slots", k->slots);
+                cJSON *mb = cJSON_AddObjectToObject(o2, "memory_bytes");
+                for (int c = 0; c < MEM_NCAT; c++)
+                    if (c == MEM_PARAMS || c == MEM_GRADS || c == MEM_MASTER || c == MEM_MOMENTS || c == MEM_ACTIVATIONS ||
+                        c == MEM_WORKSPACE || c == MEM_COMM)
+                        cJSON_AddNumberToObject(mb, mem_category_name((MemCategory)c), k->bytes[c]);
+                cJSON_AddNumberToObject(mb, "total", k->total);
+                cJSON *pb = cJSON_AddObjectToObject(o2, "p2p_bytes_per_step");
+                cJSON_AddNumberToObject(pb, "activations", k->p2p_act);
+                cJSON_AddNumberToObject(pb, "gradients", k->p2p_grad);
+                cJSON_AddNumberToObject(pb, "tied_wte", k->p2p_tied);
+                cJSON_AddNumberToObject(pb, "total", k->p2p);
+                cJSON *pm = cJSON_AddObjectToObject(o2, "p2p_messages_per_step");
+                cJSON_AddNumberToObject(pm, "activations", k->sends_act);
+                cJSON_AddNumberToObject(pm, "gradients", k->sends_grad);
+                cJSON_AddItemToArray(a, o2);
+            }
+        } else {
+            cJSON_AddNullToObject(jpp, "per_rank");
+            if (r->pp_note[0]) cJSON_AddStringToObject(jpp, "per_rank_note", r->pp_note);
         }
         if (ps->lines) {
             cJSON *a = cJSON_AddArrayToObject(jpp, "schedule_print");
@@ -743,6 +808,8 @@ int cmd_plan(int argc, char **argv) {
                  SEEN("pp-schedule") ? "pp-schedule" : pp_print ? "pp-print-schedule" : "pp-layers", in.pp);
         return cli_fail("plan", ST_ERR_INPUT, err.msg);
     }
+    snprintf(in.pp_schedule, sizeof in.pp_schedule, "%s", pp_schedule);
+    snprintf(in.pp_layers, sizeof in.pp_layers, "%s", pp_layers);
     if (in.pp > 1) {
         SchedType type = in.interleave > 1 ? SCHED_INTERLEAVED : SCHED_1F1B;
         if (pp_schedule[0] && (st = sched_type_parse(pp_schedule, &type, &err)) != ST_OK)

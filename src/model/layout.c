@@ -535,3 +535,18 @@ long long layout_pp_stage_params(const ModelConfig *cfg, const int first[], cons
     if (stage == pp - 1) p += 2 * C + (pp > 1 ? wte : 0); /* lnf, and the head's copy of the tied wte */
     return p;
 }
+
+/* ---- Pipeline ranks (layout.h) ---- */
+
+StageBlocks layout_pp_rank_stage(const int first[], const int last[], int pp, int v, int rank) {
+    StageBlocks sb;
+    memset(&sb, 0, sizeof sb);
+    sb.n = v < 1 ? 1 : v > LAYOUT_MAX_CHUNKS ? LAYOUT_MAX_CHUNKS : v;
+    for (int c = 0; c < sb.n; c++) sb.first[c] = first[c * pp + rank], sb.last[c] = last[c * pp + rank];
+    return sb;
+}
+
+size_t layout_pp_tied_floats(const ParamLayout *pl, int pp) {
+    int wte = layout_find_id(pl, 0);
+    return pp > 1 && wte >= 0 && pl->has_embed != pl->has_head ? pl->tensors[wte].numel : 0;
+}

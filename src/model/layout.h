@@ -293,4 +293,18 @@ void layout_fp16_scratch_tp(const ModelConfig *cfg, int B, int T, int tp, size_t
 /* Rows of logits computed at once in the fused LM head + loss (bounds the logits buffer). */
 int layout_head_chunk_rows(const ModelConfig *cfg, int B, int T);
 
+/* ---- Pipeline ranks: what one of pp ranks holds (plan's per-rank figures; the trainer's call sites
+ * compute the same: train.c pipeline_rank_stage, parallel.c par_init's tied buffer) ---- */
+
+/* The chunks of blocks pipeline rank `rank` of pp holds when the blocks are split into S = pp·v
+ * virtual stages [first[s], last[s]) (layout_pp_split with S stages): chunk c is virtual stage
+ * c·pp + rank (Megatron's interleaved layout; v = 1: the one stage `rank`). v <= LAYOUT_MAX_CHUNKS. */
+StageBlocks layout_pp_rank_stage(const int first[], const int last[], int pp, int v, int rank);
+
+/* Floats of the tied wte gradient a pipeline end sends to the other end every step (and receives
+ * from it): the local wte's numel (vocab_local·C) when pp > 1 and pl holds wte with exactly one of
+ * the embeddings and the head; 0 otherwise. The exchange goes through a MEM_COMM buffer of
+ * min(this, the bucket floats) floats, in chunks of that size. */
+size_t layout_pp_tied_floats(const ParamLayout *pl, int pp);
+
 #endif

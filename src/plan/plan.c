@@ -16,6 +16,7 @@
 
 #include "model/layout.h"
 #include "parallel/parallel.h"
+#include "parallel/schedule.h"
 
 /* ================================================================ model ============== */
 
@@ -296,6 +297,70 @@ Status plan_trainer_comm(const ModelConfig *cfg, const PlanTrainerStep *s, doubl
     double gathers = 3 + (s->first_step ? 2 : 0);
     out->bytes[COMM_SCALAR] += gathers * (double)comm_ring_bytes(COMM_ALLGATHER, 8 * (uint64_t)world, world);
     out->calls[COMM_SCALAR] += gathers;
+    return ST_OK;
+}
+
+/* ---- our trainer's pipeline ranks (plan_trainer_pp) ---- */
+
+Status plan_trainer_pp(const ModelConfig *cfg, const PlanTrainerPipe *s, PlanPpRank out[], Err *err) {
+    int pp = s->pp, v = s->v < 1 ? 1 : s->v, tp = s->tp < 1 ? 1 : s->tp, dp = s->dp < 1 ? 1 : s->dp;
+    if (pp < 2 || pp > PLAN_MAX_PP || pp > SCHED_MAX_P)
+        return err_set(err, ST_ERR_INPUT, "--pp %d: expected 2..%d pipeline ranks", pp, PLAN_MAX_PP);
+    if (v > LAYOUT_MAX_CHUNKS)
+        return err_set(err, ST_ERR_INPUT, "--interleave %d: expected at most %d chunks per rank", v, LAYOUT_MAX_CHUNKS);
+    if (s->zero > 1)
+        return err_set(err, ST_ERR_INPUT, "--zero %d with --pp %d: expected ZeRO 0 or 1 (the trainer refuses ZeRO 2-3 "
+                       "with a pipeline)", s->zero, pp);
+    Status st = layout_tp_check(cfg, tp, err);
+    if (st != ST_OK) return st;
+    size_t N = (size_t)s->B * (size_t)s->T, Nl = s->sp && tp > 1 ? N / (size_t)tp : N, C = (size_t)cfg->n_embd;
+    if (s->sp && tp > 1 && N % (size_t)tp)
+        return err_set(err, ST_ERR_INPUT, "--sp: expected --micro-batch x --seq-len = %zu divisible by --tp %d", N, tp);
+    /* The schedule exactly as setup_pipeline builds it; its per-rank peak is the rank's slot count
+     * (an op list's in-flight count does not depend on the op times). */
+    SchedType type = v > 1 ? SCHED_INTERLEAVED : SCHED_1F1B;
+    if (s->schedule && s->schedule[0] && (st = sched_type_parse(s->schedule, &type, err)) != ST_OK) return st;
+    PipeSchedule sc;
+    if ((st = sched_build(&sc, type, pp, s->m, v, err)) != ST_OK) return st;
+    SchedTimes t = {1.0, type == SCHED_ZB_H1 ? 1.0 : 2.0, type == SCHED_ZB_H1 ? 1.0 : 0.0, 0.0};
+    SchedSim sim;
+    st = sched_simulate(&sc, &t, &sim, err);
+    sched_free(&sc);
+    if (st != ST_OK) return st;
+    int S = pp * v, first[LAYOUT_MAX_CHUNKS * SCHED_MAX_P], last[LAYOUT_MAX_CHUNKS * SCHED_MAX_P];
+    if ((st = layout_pp_split(cfg, s->T, S, s->layers && s->layers[0] ? s->layers : NULL, first, last, err)) != ST_OK)
+        return st;
+    StateBytes sb = layout_state_bytes(s->precision);
+    for (int r = 0; r < pp; r++) {
+        PlanPpRank *o = &out[r];
+        memset(o, 0, sizeof *o);
+        o->stage = layout_pp_rank_stage(first, last, pp, v, r);
+        ParamLayout pl;
+        if (layout_init_stage(&pl, cfg, dp, tp, 0, &o->stage) != 0)
+            return err_set(err, ST_ERR_RUNTIME, "out of memory building pipeline rank %d's layout", r);
+        o->has_embed = pl.has_embed, o->has_head = pl.has_head;
+        o->layout_floats = (long long)pl.total;
+        for (int c = 0; c < o->stage.n; c++) o->blocks += o->stage.last[c] - o->stage.first[c];
+        for (int c = 0; c < o->stage.n; c++) o->params += layout_pp_stage_params(cfg, first, last, c * pp + r, S);
+        size_t zb[MEM_NCAT], rb[MEM_NCAT] = {0};
+        layout_zero_bytes(&pl, dp, s->zero, s->n_moments, sb, zb);
+        o->slots = sim.peak_inflight[r];
+        ActStage ast = layout_act_stage(&pl, o->slots);
+        layout_run_bytes_stage(cfg, s->B, s->T, s->threads, (Recompute)s->recompute, s->precision, tp, s->sp && tp > 1, &ast,
+                               rb);
+        size_t tied = layout_pp_tied_floats(&pl, pp);
+        layout_free(&pl);
+        for (int c = 0; c < MEM_NCAT; c++) o->bytes[c] = (double)zb[c];
+        o->bytes[MEM_ACTIVATIONS] = (double)rb[MEM_ACTIVATIONS], o->bytes[MEM_WORKSPACE] = (double)rb[MEM_WORKSPACE];
+        o->bytes[MEM_COMM] = 4.0 * (double)(tied < PAR_DEFAULT_BUCKET_FLOATS ? tied : PAR_DEFAULT_BUCKET_FLOATS);
+        for (int c = 0; c < MEM_NCAT; c++) o->total += o->bytes[c];
+        /* Every forward but the last virtual stage's sends its output on; every backward but
+         * virtual stage 0's sends its input gradient back (pp.c). */
+        o->sends_act = s->m * (v - (r == pp - 1)), o->sends_grad = s->m * (v - (r == 0));
+        o->p2p_act = 4.0 * (double)(Nl * C) * o->sends_act, o->p2p_grad = 4.0 * (double)(Nl * C) * o->sends_grad;
+        o->p2p_tied = 4.0 * (double)tied;
+        o->p2p = o->p2p_act + o->p2p_grad + o->p2p_tied;
+    }
     return ST_OK;
 }
 
@@ -612,6 +677,53 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
         check_add(r, PLAN_CHECK_WARNING, 0,
                   "--params alone: activations are not counted and FLOPs are 6N (give --model or a shape)");
     }
+    /* ---- our trainer's pipeline, rank by rank (plan_trainer_pp): each rank's own layout, slots and
+     * tied buffer; the memory per device is the worst rank's ---- */
+    if (ours && pp > 1 && in->act_mode != PLAN_ACT_KORTHIKANTI) {
+        PlanTrainerPipe tpp = {B, T, k, dp, tp, in->sp && tp > 1, in->zero, pp, v, in->pp_schedule, in->pp_layers,
+                               (int)in->recompute, prec_i, in->n_moments, in->threads};
+        Err pe;
+        StateBytes tb = layout_state_bytes(prec_i);
+        if (pr->weight != tb.weight || pr->grad != tb.grad || pr->master != tb.master || pr->moment != tb.moment ||
+            pr->act != 4)
+            snprintf(r->pp_note, sizeof r->pp_note, "element sizes %d/%d/%d/%d/%d (weight/grad/master/moment/activation) "
+                     "are not the trainer's %d/%d/%d/%d/4", pr->weight, pr->grad, pr->master, pr->moment, pr->act,
+                     tb.weight, tb.grad, tb.master, tb.moment);
+        else if (mb != k)
+            snprintf(r->pp_note, sizeof r->pp_note, "--pp-microbatches %d: the trainer's pipeline micro-batches are its "
+                     "--grad-accum %d steps", mb, k);
+        else if (plan_trainer_pp(&cfg, &tpp, r->pp_rank, &pe) == ST_OK)
+            r->pp_exact = 1;
+        else
+            snprintf(r->pp_note, sizeof r->pp_note, "%.200s", pe.msg);
+        if (!r->pp_exact)
+            check_add(r, PLAN_CHECK_WARNING, 0, "pipeline: no per-rank figures of our trainer (%.150s); memory by "
+                      "the textbook forms", r->pp_note);
+    }
+    if (r->pp_exact) {
+        const PlanPpRank *q = r->pp_rank;
+        int w = 0, maxb = 0, maxs = 0;
+        double maxf = 0;
+        for (int i = 0; i < pp; i++) {
+            if (q[i].total > q[w].total) w = i;
+            if (q[i].blocks > maxb) maxb = q[i].blocks;
+            if (q[i].slots > maxs) maxs = q[i].slots;
+            if ((double)q[i].layout_floats > maxf) maxf = (double)q[i].layout_floats;
+        }
+        r->pp_worst = w;
+        r->mem.trainer_states = 1;
+        r->mem.weights = q[w].bytes[MEM_PARAMS], r->mem.grads = q[w].bytes[MEM_GRADS];
+        r->mem.master = q[w].bytes[MEM_MASTER], r->mem.moments = q[w].bytes[MEM_MOMENTS];
+        r->mem.activations = q[w].bytes[MEM_ACTIVATIONS], r->mem.workspace = q[w].bytes[MEM_WORKSPACE];
+        r->mem.comm = q[w].bytes[MEM_COMM];
+        r->act.exact_used = 1;
+        ActSizes as = layout_activations_tp(&cfg, B, T, in->threads, (Recompute)in->recompute, prec_i == 1, tp,
+                                            in->sp && tp > 1);
+        r->act.per_layer = 4.0 * as.per_layer;
+        r->act.inflight = maxs;
+        r->layers_per_device = maxb;
+        r->params_per_device = maxf;
+    }
     /* Communication buffers: a double-buffered per-block gradient bucket; ZeRO-3 gathers two blocks.
      * (Our trainer's buckets and gather slots are inside its gradients and weights.) */
     if (dp > 1 && !r->mem.trainer_states) r->mem.comm = 2.0 * layer_dev * pr->grad;
@@ -692,7 +804,16 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
         r->comm.tp_bytes = n_ar * Lp * mb * 2.0 * (tp - 1) / tp * act_msg;
         r->comm.tp_time = n_ar * Lp * mb * one;
     }
-    if (pp > 1 && shaped) {
+    if (r->pp_exact) {
+        /* The busiest rank's sends (plan_trainer_pp): its activations, gradients and tied wte. */
+        for (int i = 0; i < pp; i++) {
+            const PlanPpRank *q = &r->pp_rank[i];
+            double msgs = q->sends_act + q->sends_grad + (q->p2p_tied > 0 ? ceil(q->p2p_tied / 4.0 / PAR_DEFAULT_BUCKET_FLOATS) : 0);
+            double t = q->p2p / bw_pp + msgs * lat_pp;
+            if (q->p2p > r->comm.pp_bytes) r->comm.pp_bytes = q->p2p;
+            if (t > r->comm.pp_time) r->comm.pp_time = t;
+        }
+    } else if (pp > 1 && shaped) {
         double msg = act_msg / (in->sp ? tp : 1);
         r->comm.pp_bytes = 2.0 * mb * v * msg;
         r->comm.pp_time = 2.0 * mb * v * (msg / bw_pp + lat_pp);

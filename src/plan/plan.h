@@ -15,8 +15,10 @@
 #define ST_PLAN_PLAN_H
 
 #include "comm/comm.h"
+#include "core/mem.h"
 #include "core/status.h"
 #include "model/config.h"
+#include "model/layout.h"
 
 /* ---------------------------------------------------------------- model ---------------- */
 
@@ -134,6 +136,8 @@ typedef struct {
     PlanRecompute recompute;
     int pp_microbatches;   /* m; 0 = grad_accum (a step's micro-batches fill the pipeline) */
     int interleave;        /* v model chunks per pipeline stage (1 = plain 1F1B) */
+    char pp_schedule[32];  /* gpipe | 1f1b | interleaved | zb-h1; "": 1f1b (interleaved when v > 1) */
+    char pp_layers[256];   /* blocks per virtual stage (pp·v counts, as the trainer's --pp-layers); "": balanced */
     int world;             /* devices available; 0 = dp*tp*pp */
     /* precision and optimizer */
     PlanPrecision prec;
@@ -156,6 +160,26 @@ typedef struct {
 PlanInput plan_default_input(void);
 
 /* -------------------------------------------------------------- result ---------------- */
+
+#define PLAN_MAX_PP 64 /* pipeline ranks with per-rank figures (SCHED_MAX_P) */
+
+/* One pipeline rank of our trainer (plan_trainer_pp): what it holds, allocates and sends. */
+typedef struct {
+    StageBlocks stage;       /* its chunks of blocks (layout_pp_rank_stage) */
+    int blocks;              /* blocks held, all chunks */
+    int has_embed, has_head; /* wte + wpe (block 0 held); lnf + the head's copy of wte (block L-1) */
+    long long params;        /* elements of its tensors, unpadded, before the tp split (the virtual
+                                stages' layout_pp_stage_params summed) */
+    long long layout_floats; /* its flat buffer, padding included (layout_init_stage, shard_multiple dp) */
+    int slots;               /* activation sets: the schedule's peak in flight on this rank */
+    double bytes[MEM_NCAT];  /* allocated at start per category: parameters, gradients, master, moments
+                                (layout_zero_bytes), activations, workspace (layout_run_bytes_stage),
+                                communication (the tied wte buffer); others 0 */
+    double total;            /* sum of bytes[] */
+    int sends_act, sends_grad; /* messages per step: activations forward, input gradients back */
+    double p2p_act, p2p_grad, p2p_tied; /* bytes sent per step: Nl·C·4 per message; the tied wte's gradient */
+    double p2p;              /* their sum: what comm books as "pp send" on this rank per step */
+} PlanPpRank;
 
 enum { PLAN_CHECK_ERROR = 2, PLAN_CHECK_WARNING = 1 };
 #define PLAN_MAX_CHECKS 24
@@ -254,6 +278,11 @@ typedef struct {
     } compute;
 
     /* pipeline */
+    int pp_exact;                /* 1: pp_rank[0..pp) hold our trainer's per-rank figures (plan_trainer_pp)
+                                    and the memory above is the worst rank's */
+    int pp_worst;                /* the rank whose total is the largest (the memory above) */
+    char pp_note[240];           /* why the per-rank figures are absent, when they are ("" if present) */
+    PlanPpRank pp_rank[PLAN_MAX_PP];
     double bubble;               /* (p-1)/(m+p-1) */
     double bubble_interleaved;   /* (p-1)/(v m + p-1) */
     int microbatches;            /* m */
@@ -364,6 +393,35 @@ typedef struct {
  * step (tp does not split cfg; --sp rows not divisible by tp), ST_ERR_RUNTIME out of memory. */
 Status plan_trainer_comm(const ModelConfig *cfg, const PlanTrainerStep *s, double bw_tp, double lat_tp,
                          PlanCommKinds *out, Err *err);
+
+/* One step of our trainer's pipeline (train.c setup_pipeline, parallel/pp.c, parallel.c's tied wte). */
+typedef struct {
+    int B, T, m;             /* micro-batch, sequence length, pipeline micro-batches (= --grad-accum) */
+    int dp, tp, sp, zero;    /* the grid around the pipeline; ZeRO 0 or 1 (the trainer refuses 2-3 with pp) */
+    int pp, v;               /* pipeline ranks, model chunks per rank (--interleave) */
+    const char *schedule;    /* --pp-schedule; NULL or "": 1f1b, interleaved when v > 1 */
+    const char *layers;      /* --pp-layers over the pp·v virtual stages; NULL or "": balanced by FLOPs */
+    int recompute;           /* Recompute level (model/layout.h) */
+    int precision;           /* 0 fp32, 1 bf16, 2 fp16 */
+    int n_moments, threads;
+} PlanTrainerPipe;
+
+/* Each pipeline rank r < pp of our trainer (out[pp]), computed by the functions the trainer
+ * allocates with: the schedule (sched_build, and sched_simulate's peak_inflight[r] = the rank's
+ * activation slots), the split of the L blocks into pp·v virtual stages (layout_pp_split), the
+ * rank's chunks (layout_pp_rank_stage), its layout (layout_init_stage, tp rank 0's slice: every tp
+ * rank's has the same size; shard_multiple = dp), its states (layout_zero_bytes), its activations
+ * and workspace (layout_run_bytes_stage with layout_act_stage(slots)), its tied wte buffer
+ * (min(layout_pp_tied_floats, PAR_DEFAULT_BUCKET_FLOATS) floats) and what it sends per step:
+ *   activations  m·(v − [r = pp−1]) messages of Nl·C floats (every forward but the last virtual stage's)
+ *   gradients    m·(v − [r = 0]) messages of Nl·C floats (every backward but virtual stage 0's)
+ *   tied wte     the local wte gradient, vocab_local·C floats, on ranks 0 and pp−1 (ZeRO 0-1)
+ * (Nl = B·T, or B·T/tp under --sp). Not counted: the pool of gradient send buffers (MEM_COMM) that
+ * pp.c grows while sends are in flight — how many depends on timing; each is Nl·C floats, and rank 0
+ * at v = 1 sends no gradients, so has none. ST_ERR_INPUT (one line naming the flag) when the trainer
+ * would refuse: tp that does not split the model, --sp rows not divisible, ZeRO 2-3, a schedule
+ * that cannot be built or deadlocks, a split that does not fit (--pp-layers, pp·v > L), pp > PLAN_MAX_PP. */
+Status plan_trainer_pp(const ModelConfig *cfg, const PlanTrainerPipe *s, PlanPpRank out[], Err *err);
 
 /* Pipeline bubble fraction (p-1)/(v m + p-1); 0 when p == 1. */
 double plan_bubble(int p, int m, int v);
