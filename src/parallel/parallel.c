@@ -451,11 +451,10 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
             }
         }
     }
-    int wte = layout_find_id(pl, 0);
-    if (c->pp > 1 && wte >= 0 && pl->has_embed != pl->has_head) {
+    size_t tied = layout_pp_tied_floats(pl, c->pp);
+    if (tied) {
         p->tied = 1, p->tied_peer = pl->has_embed ? c->pp - 1 : 0;
-        size_t n = pl->tensors[wte].numel;
-        p->tied_floats = n < p->o.bucket_floats ? n : p->o.bucket_floats;
+        p->tied_floats = tied < p->o.bucket_floats ? tied : p->o.bucket_floats;
         p->tied_buf = alloc_f(p, MEM_COMM, p->tied_floats, &ok);
     }
     if (!ok) goto oom;

@@ -283,7 +283,10 @@ static Status setup_pipeline(Run *r, int pp, Err *err) {
     int S = pp * v, first[LAYOUT_MAX_CHUNKS * SCHED_MAX_P], last[LAYOUT_MAX_CHUNKS * SCHED_MAX_P];
     if (v > LAYOUT_MAX_CHUNKS)
         return err_set(err, ST_ERR_INPUT, "--interleave %d: expected at most %d chunks per rank", v, LAYOUT_MAX_CHUNKS);
-    if ((st = layout_pp_split(&c->model, c->seq_len, S, c->pp_layers, first, last, err)) != ST_OK) return st;
+    if ((st = layout_pp_split(&c->model, c->seq_len, S, c->pp_layers, first, last, err)) != ST_OK) {
+        if (v > 1) err_prefix(err, "--interleave %d: %d x %d = %d virtual stages", v, pp, v, S);
+        return st;
+    }
     r->stage.n = v;
     for (int k = 0; k < S; k++) r->sched_first[k] = first[k], r->sched_last[k] = last[k];
     memcpy(r->peak_inflight, sim.peak_inflight, sizeof r->peak_inflight);
@@ -296,12 +299,9 @@ static Status setup_pipeline(Run *r, int pp, Err *err) {
     return ST_OK;
 }
 
-/* This rank's chunks: virtual stage c·pp + pp_rank for chunk c (Megatron's interleaved layout). */
+/* This rank's chunks (layout_pp_rank_stage: virtual stage c·pp + pp_rank for chunk c) and slots. */
 static void pipeline_rank_stage(Run *r) {
-    for (int k = 0; k < r->stage.n; k++) {
-        int vs = k * r->pp + r->pp_rank;
-        r->stage.first[k] = r->sched_first[vs], r->stage.last[k] = r->sched_last[vs];
-    }
+    r->stage = layout_pp_rank_stage(r->sched_first, r->sched_last, r->pp, r->stage.n, r->pp_rank);
     r->slots = r->peak_inflight[r->pp_rank];
 }
 
@@ -641,6 +641,9 @@ static Status setup_accounting(Run *r, Err *err) {
     plan_model_from_config(&pi.model, &c->model);
     pi.micro_batch = B, pi.seq_len = T, pi.grad_accum = k, pi.threads = nt;
     pi.dp = r->dp, pi.tp = r->tp, pi.sp = c->sp, pi.zero = c->zero, pi.overlap = !c->no_overlap;
+    pi.pp = r->pp, pi.interleave = c->interleave > 0 ? c->interleave : 1;
+    snprintf(pi.pp_schedule, sizeof pi.pp_schedule, "%s", c->pp_schedule);
+    snprintf(pi.pp_layers, sizeof pi.pp_layers, "%s", c->pp_layers);
     pi.n_moments = optim_num_moments(&c->optim);
     pi.recompute = (PlanRecompute)c->recompute;
     if (c->have_hw) pi.hw = c->hw; /* a measured profile (plan --measure-hardware) */
