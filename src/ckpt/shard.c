@@ -696,7 +696,9 @@ static Status shard_commit(Comm *c, const SavePaths *p, const Item *items, int n
     free(all), free(lens);
     st = comm_bcast_bytes(c, out, sizeof *out, 0, err);
     if (st == ST_OK && out->status != ST_OK)
-        st = err_set(err, (Status)out->status, "%s%s", c->rank == 0 ? "" : "rank 0: ", out->msg);
+        st = err_set(err, (Status)out->status, "checkpoint save %s on every rank: rank 0 could not %s %s: %s",
+                     out->path[0] ? "committed but incomplete" : "aborted", out->path[0] ? "finish" : "commit",
+                     p->name, out->msg);
     if (st == ST_OK || out->path[0]) {
         snprintf(info->path, sizeof info->path, "%s", out->path);
         info->bytes = out->bytes, info->pruned = out->pruned, info->ms_prune = out->ms_prune;
