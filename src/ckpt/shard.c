@@ -361,9 +361,10 @@ static void write_rank(const SavePaths *p, int rank, const Item *items, int n, c
     rw->ms = timer_ms() - t0;
 }
 
-/* Every rank learns whether every rank succeeded. On failure all return ST_ERR_RUNTIME (or the
- * failing rank's ST_ERR_INPUT) with the message of the lowest failing rank, prefixed by what it
- * was doing (`doing` receives that rank's number). */
+/* Every rank learns whether every rank succeeded (an all-gather of status flags). On failure all
+ * return ST_ERR_RUNTIME (ST_ERR_INPUT if that is what the failing rank had) with the message of the
+ * lowest failing rank (broadcast from it), naming the rank, what it could not do and, when
+ * tmpl_file is given, its file (tmpl_file formats the rank number). */
 static Status agree(Comm *c, Status mine, const Err *my_err, const char *what, const char *tmpl_file, Err *err) {
     double *flags = calloc((size_t)c->world, sizeof *flags);
     if (!flags) return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint agreement)");
@@ -1173,8 +1174,21 @@ Status ckpt_shard_async_save(CkptShardAsync *a, Comm *c, const CkptShardSrc *src
     if (st != ST_OK) return st;
     if (!o || !o->dir || !o->dir[0]) return err_set(err, ST_ERR_INPUT, "--ckpt-dir: expected a directory, found none");
     double t0 = timer_ms();
+    /* Everything that can fail locally before the collective step 1, so that no rank leaves the
+     * sequence of collectives the others are in. */
+    if (ckpt_meta_copy(&a->meta, meta) != 0) {
+        ckpt_meta_free(&a->meta);
+        /* Still take part in step 1's agreement (as shard_prepare would), failing it, so that
+         * every rank returns the error. */
+        Err e = {0};
+        err_set(&e, ST_ERR_RUNTIME, "out of memory copying checkpoint meta");
+        return agree(c, ST_ERR_RUNTIME, &e, "start the save", NULL, err);
+    }
     save_paths(&a->paths, o->dir, meta->step);
-    if ((st = shard_prepare(c, &a->paths, meta, o, &a->fault, err)) != ST_OK) return st;
+    if ((st = shard_prepare(c, &a->paths, meta, o, &a->fault, err)) != ST_OK) {
+        ckpt_meta_free(&a->meta);
+        return st;
+    }
     /* Copy this rank's slices into staging; the items then point there. */
     Item *live = NULL;
     size_t floats;
@@ -1189,7 +1203,6 @@ Status ckpt_shard_async_save(CkptShardAsync *a, Comm *c, const CkptShardSrc *src
         off += k;
     }
     free(live);
-    if (ckpt_meta_copy(&a->meta, meta) != 0) return err_set(err, ST_ERR_RUNTIME, "out of memory copying checkpoint meta");
     a->opts = *o;
     snprintf(a->tokenizer, sizeof a->tokenizer, "%s", o->tokenizer ? o->tokenizer : "");
     a->opts.dir = a->paths.dir, a->opts.tokenizer = a->tokenizer, a->opts.progress = NULL;
