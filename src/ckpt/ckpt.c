@@ -20,6 +20,7 @@
 
 #include "ckpt/ckpt_internal.h"
 #include "ckpt/safetensors.h"
+#include "ckpt/shard.h"
 #include "core/fileio.h"
 #include "core/timer.h"
 
@@ -44,15 +45,15 @@ static const char *const CKPT_STAGES[] = {
     "rename",    /* before the temporary directory is renamed to step_%08ld */
     "latest",    /* new checkpoint in place, `latest` not yet updated */
     "prune",     /* `latest` updated, retention not applied */
+    /* The sharded save's own stages (shard.c; docs/checkpoint.md, "Sharded checkpoints"): */
+    "shard",     /* in the middle of this rank's rank%05d.safetensors */
+    "agree",     /* this rank's file fsynced, before the all-ranks agreement */
+    "manifest",  /* rank 0: every rank agreed, in the middle of manifest.json */
 };
 enum { NSTAGES = sizeof CKPT_STAGES / sizeof CKPT_STAGES[0] };
 
-typedef struct {
-    char stage[32]; /* "" = no fault */
-    int mode;       /* 0 return an error, 1 _exit(3), 2 raise(SIGSTOP), 3 sleep 1 s and go on (a slow disk) */
-} Fault;
 
-static Status fault_parse(Fault *f, Err *err) {
+Status ckpt_fault_parse(Fault *f, Err *err) {
     memset(f, 0, sizeof *f);
     const char *e = getenv("ST_CKPT_FAIL_AT");
     if (!e || !*e) return ST_OK;
@@ -69,10 +70,10 @@ static Status fault_parse(Fault *f, Err *err) {
         if (!strcmp(f->stage, CKPT_STAGES[i])) return ST_OK;
     return err_set(err, ST_ERR_INPUT,
                    "ST_CKPT_FAIL_AT=%s: unknown stage (expected begin, model, config, optimizer, state, sync, rename, "
-                   "latest or prune)", e);
+                   "latest, prune, shard, agree or manifest)", e);
 }
 
-static Status fault_hit(const Fault *f, const char *stage, Err *err) {
+Status ckpt_fault_hit(const Fault *f, const char *stage, Err *err) {
     if (!f->stage[0] || strcmp(f->stage, stage) != 0) return ST_OK;
     if (f->mode == 1) _exit(3);
     if (f->mode == 2) {
@@ -95,7 +96,7 @@ static __attribute__((noinline)) void join(char *out, size_t n, const char *a, c
     snprintf(out, n, "%s/%s", a, b);
 }
 
-static Status fsync_dir(const char *dir, Err *err) {
+Status ckpt_fsync_dir(const char *dir, Err *err) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
     if (fd < 0) return err_set(err, ST_ERR_RUNTIME, "%s: cannot open directory: %s", dir, strerror(errno));
     int rc = fsync(fd);
@@ -108,7 +109,7 @@ static Status fsync_dir(const char *dir, Err *err) {
 static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) { return remove(p); }
 
 /* rm -rf path; 0 ok (or absent). */
-static int rm_tree(const char *path) {
+int ckpt_rm_tree(const char *path) {
     struct stat sb;
     if (lstat(path, &sb) != 0) return errno == ENOENT ? 0 : -1;
     return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
@@ -131,7 +132,7 @@ typedef struct {
 static Status sink_write(void *ctx, const void *p, size_t n, Err *err) {
     Sink *s = ctx;
     if (s->stage && s->writes == s->fault_after) {
-        Status st = fault_hit(s->fault, s->stage, err);
+        Status st = ckpt_fault_hit(s->fault, s->stage, err);
         if (st != ST_OK) return st;
     }
     s->writes++;
@@ -153,16 +154,9 @@ static Status sink_write(void *ctx, const void *p, size_t n, Err *err) {
     return ST_OK;
 }
 
-/* Recorded size and hash of one written file. */
-typedef struct {
-    size_t bytes;
-    uint64_t xxh3;
-} FileSum;
-
-typedef Status (*Producer)(const void *arg, StWriteFn w, void *ctx, Err *err);
 
 /* Creates dir/name, streams producer's bytes into it, fsyncs and closes it. */
-static Status write_file(const char *dir, const char *name, Producer prod, const void *arg, const Fault *fault,
+Status ckpt_write_file(const char *dir, const char *name, Producer prod, const void *arg, const Fault *fault,
                          const char *stage, int fault_after, const CkptOptions *o, uint64_t *done, uint64_t total,
                          FileSum *sum, Err *err) {
     char path[4200];
@@ -185,9 +179,9 @@ static Status write_file(const char *dir, const char *name, Producer prod, const
     return st;
 }
 
-static void hex64(char out[17], uint64_t x) { snprintf(out, 17, "%016" PRIx64, x); }
+void ckpt_hex64(char out[17], uint64_t x) { snprintf(out, 17, "%016" PRIx64, x); }
 
-static int parse_hex64(const char *s, size_t n, uint64_t *out) {
+int ckpt_parse_hex64(const char *s, size_t n, uint64_t *out) {
     uint64_t x = 0;
     if (n != 16) return 0;
     for (size_t i = 0; i < n; i++) {
@@ -201,7 +195,7 @@ static int parse_hex64(const char *s, size_t n, uint64_t *out) {
 }
 
 /* The last path component, for messages naming "step_00000100/model.safetensors". */
-static const char *base_name(const char *p) {
+const char *ckpt_base_name(const char *p) {
     const char *s = strrchr(p, '/');
     while (s && s[1] == '\0' && s > p) { /* trailing slash */
         const char *q = s - 1;
@@ -300,10 +294,10 @@ static int get_num(const cJSON *o, const char *k, double *v) {
     return 1;
 }
 
-/* The state.json text (without the self checksum) for meta and the file sums. Caller frees. */
-static char *state_text(const CkptMeta *m, const ModelConfig *mc, const FileSum *sums) {
+char *ckpt_state_text(const CkptMeta *m, const ModelConfig *mc, const char *format, const char *const *names,
+                      const FileSum *sums, int nfiles) {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "format", "scaletrain-checkpoint");
+    cJSON_AddStringToObject(o, "format", format);
     cJSON_AddNumberToObject(o, "version", 1);
     cJSON_AddNumberToObject(o, "step", (double)m->step);
     add_u64(o, "tokens_seen", m->tokens_seen);
@@ -338,11 +332,11 @@ static char *state_text(const CkptMeta *m, const ModelConfig *mc, const FileSum 
     else cJSON_AddNullToObject(o, "config");
     if (m->extra) cJSON_AddItemToObject(o, "extra", cJSON_Duplicate(m->extra, 1));
     cJSON *f = cJSON_AddObjectToObject(o, "files");
-    for (int i = 0; i < NFILES; i++) {
-        cJSON *e = cJSON_AddObjectToObject(f, FILES[i]);
+    for (int i = 0; i < nfiles; i++) {
+        cJSON *e = cJSON_AddObjectToObject(f, names[i]);
         cJSON_AddNumberToObject(e, "bytes", (double)sums[i].bytes);
         char hx[17];
-        hex64(hx, sums[i].xxh3);
+        ckpt_hex64(hx, sums[i].xxh3);
         cJSON_AddStringToObject(e, "xxh3", hx);
     }
     char *text = cJSON_Print(o); /* ends with "\n}" */
@@ -350,14 +344,10 @@ static char *state_text(const CkptMeta *m, const ModelConfig *mc, const FileSum 
     return text;
 }
 
-typedef struct {
-    const char *body; /* state text without its closing "\n}" */
-    size_t body_len;
-} StateArg;
 
 /* Writes body, the marker, the checksum of everything before it, and the tail. Two writes before
  * the checksum so the "state" fault lands mid-file. */
-static Status state_producer(const void *arg, StWriteFn w, void *ctx, Err *err) {
+Status ckpt_state_producer(const void *arg, StWriteFn w, void *ctx, Err *err) {
     const StateArg *a = arg;
     size_t half = a->body_len / 2;
     Status st;
@@ -369,22 +359,36 @@ static Status state_producer(const void *arg, StWriteFn w, void *ctx, Err *err) 
     XXH3_64bits_update(h, a->body, a->body_len);
     XXH3_64bits_update(h, STATE_MARKER, strlen(STATE_MARKER));
     char hx[17];
-    hex64(hx, XXH3_64bits_digest(h));
+    ckpt_hex64(hx, XXH3_64bits_digest(h));
     XXH3_freeState(h);
     char tail[128];
     int n = snprintf(tail, sizeof tail, "%s%s%s", STATE_MARKER, hx, STATE_TAIL);
     return w(ctx, tail, (size_t)n, err);
 }
 
-/* Parses a verified state.json text into meta and the file sums (sums may be NULL). */
-static Status state_parse(const char *path, const char *text, size_t len, CkptMeta *m, FileSum *sums, Err *err) {
+void ckpt_files_free(CkptFileList *f) {
+    if (!f) return;
+    free(f->e);
+    f->e = NULL;
+    f->n = 0;
+}
+
+const FileSum *ckpt_files_find(const CkptFileList *f, const char *name) {
+    for (int i = 0; i < f->n; i++)
+        if (!strcmp(f->e[i].name, name)) return &f->e[i].sum;
+    return NULL;
+}
+
+/* Parses a verified state.json text into meta and the file list (files may be NULL). */
+static Status state_parse(const char *path, const char *text, size_t len, CkptMeta *m, CkptFileList *files,
+                          Err *err) {
     size_t ml = strlen(STATE_MARKER), tl = strlen(STATE_TAIL);
     if (len < ml + 16 + tl || memcmp(text + len - tl, STATE_TAIL, tl) != 0 ||
         memcmp(text + len - tl - 16 - ml, STATE_MARKER, ml) != 0)
         return err_set(err, ST_ERR_INPUT, "%s: expected the state_checksum member at the end, found none (truncated?)",
                        path);
     uint64_t want;
-    if (!parse_hex64(text + len - tl - 16, 16, &want))
+    if (!ckpt_parse_hex64(text + len - tl - 16, 16, &want))
         return err_set(err, ST_ERR_INPUT, "%s: state_checksum is not 16 hex digits", path);
     uint64_t got = XXH3_64bits(text, len - tl - 16);
     if (got != want)
@@ -400,9 +404,11 @@ static Status state_parse(const char *path, const char *text, size_t len, CkptMe
     double d;
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(o, "format");
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(o, "version");
-    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "scaletrain-checkpoint") || !cJSON_IsNumber(ver) ||
+    int sharded = cJSON_IsString(fmt) && !strcmp(fmt->valuestring, CKPT_FORMAT_SHARDED);
+    if (!cJSON_IsString(fmt) || (strcmp(fmt->valuestring, CKPT_FORMAT_SINGLE) && !sharded) || !cJSON_IsNumber(ver) ||
         ver->valueint != 1) {
-        st = err_set(err, ST_ERR_INPUT, "%s: expected format scaletrain-checkpoint version 1", path);
+        st = err_set(err, ST_ERR_INPUT, "%s: expected format %s or %s, version 1", path, CKPT_FORMAT_SINGLE,
+                     CKPT_FORMAT_SHARDED);
         goto done;
     }
     const cJSON *sch = cJSON_GetObjectItemCaseSensitive(o, "schedule");
@@ -441,27 +447,51 @@ static Status state_parse(const char *path, const char *text, size_t len, CkptMe
     if (cJSON_IsObject(cfg)) m->config = cJSON_DetachItemViaPointer(o, cfg);
     cJSON *extra = cJSON_GetObjectItemCaseSensitive(o, "extra");
     if (cJSON_IsObject(extra)) m->extra = cJSON_DetachItemViaPointer(o, extra);
-    if (sums) {
+    if (files) {
+        /* Every member of "files"; the single-process format must name its three files, the
+         * sharded one its config.json and manifest.json (the rank files are named there too). */
+        memset(files, 0, sizeof *files);
+        files->sharded = sharded;
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "files");
-        for (int i = 0; i < NFILES; i++) {
-            const cJSON *e = f ? cJSON_GetObjectItemCaseSensitive(f, FILES[i]) : NULL;
-            const cJSON *hx = e ? cJSON_GetObjectItemCaseSensitive(e, "xxh3") : NULL;
+        int n = cJSON_IsObject(f) ? cJSON_GetArraySize(f) : 0;
+        files->e = calloc((size_t)n + 1, sizeof *files->e);
+        if (!files->e) {
+            st = err_set(err, ST_ERR_RUNTIME, "%s: out of memory", path);
+            goto done;
+        }
+        for (const cJSON *e = n ? f->child : NULL; e; e = e->next) {
+            const cJSON *hx = cJSON_GetObjectItemCaseSensitive(e, "xxh3");
+            CkptFileEntry *x = &files->e[files->n];
             double b;
-            if (!get_num(e, "bytes", &b) || b < 0 || !cJSON_IsString(hx) ||
-                !parse_hex64(hx->valuestring, strlen(hx->valuestring), &sums[i].xxh3)) {
-                st = err_set(err, ST_ERR_INPUT, "%s: files.%s: expected {bytes, xxh3}", path, FILES[i]);
+            if (!e->string || strlen(e->string) >= sizeof x->name || strchr(e->string, '/') || e->string[0] == '.' ||
+                !get_num(e, "bytes", &b) || b < 0 || !cJSON_IsString(hx) ||
+                !ckpt_parse_hex64(hx->valuestring, strlen(hx->valuestring), &x->sum.xxh3)) {
+                st = err_set(err, ST_ERR_INPUT, "%s: files.%s: expected {bytes, xxh3} under a plain file name", path,
+                             e->string ? e->string : "?");
                 goto done;
             }
-            sums[i].bytes = (size_t)b;
+            snprintf(x->name, sizeof x->name, "%s", e->string);
+            x->sum.bytes = (size_t)b;
+            files->n++;
         }
+        static const char *const need_sharded[] = {"config.json", CKPT_MANIFEST};
+        const char *const *need = sharded ? need_sharded : FILES;
+        for (int i = 0; i < (sharded ? 2 : NFILES); i++)
+            if (!ckpt_files_find(files, need[i])) {
+                st = err_set(err, ST_ERR_INPUT, "%s: files.%s: expected {bytes, xxh3}, found nothing", path, need[i]);
+                goto done;
+            }
     }
 done:
     cJSON_Delete(o);
-    if (st != ST_OK) ckpt_meta_free(m);
+    if (st != ST_OK) {
+        ckpt_meta_free(m);
+        ckpt_files_free(files);
+    }
     return st;
 }
 
-static Status read_state(const char *ckpt, CkptMeta *m, FileSum *sums, Err *err) {
+static Status read_state(const char *ckpt, CkptMeta *m, CkptFileList *sums, Err *err) {
     char path[4200], *text;
     size_t len;
     snprintf(path, sizeof path, "%s/state.json", ckpt);
@@ -516,10 +546,10 @@ static Status optim_producer(const void *arg, StWriteFn w, void *ctx, Err *err) 
 }
 
 /* Names step directories: "step_%08ld". */
-static void step_name(char *buf, size_t n, long step) { snprintf(buf, n, "step_%08ld", step); }
+void ckpt_step_name(char *buf, size_t n, long step) { snprintf(buf, n, "step_%08ld", step); }
 
 /* Step number of a directory name "step_<digits>", or -1. */
-static long parse_step_name(const char *name) {
+long ckpt_parse_step_name(const char *name) {
     if (strncmp(name, "step_", 5) != 0 || !name[5]) return -1;
     long v = 0;
     for (const char *p = name + 5; *p; p++) {
@@ -530,7 +560,7 @@ static long parse_step_name(const char *name) {
 }
 
 /* Removes leftovers of interrupted saves and prunes: .tmp-* and .del-* directories. */
-static void remove_leftovers(const char *dir) {
+void ckpt_remove_leftovers(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
@@ -538,12 +568,12 @@ static void remove_leftovers(const char *dir) {
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, ".tmp-step_", 10) && strncmp(e->d_name, ".del-step_", 10)) continue;
         join(path, sizeof path, dir, e->d_name);
-        rm_tree(path);
+        ckpt_rm_tree(path);
     }
     closedir(d);
 }
 
-static Status write_latest(const char *dir, const char *name, const Fault *fault, Err *err) {
+Status ckpt_write_latest(const char *dir, const char *name, const Fault *fault, Err *err) {
     char path[4200], tmp[4200], text[64];
     snprintf(path, sizeof path, "%s/latest", dir);
     snprintf(tmp, sizeof tmp, "%s/latest.tmp", dir);
@@ -560,7 +590,7 @@ static Status write_latest(const char *dir, const char *name, const Fault *fault
         unlink(tmp);
         return st;
     }
-    return fsync_dir(dir, err);
+    return ckpt_fsync_dir(dir, err);
 }
 
 Status ckpt_save_snap(const CkptSnap *s, const CkptMeta *meta, const CkptOptions *o, CkptSaveInfo *info, Err *err) {
@@ -571,13 +601,13 @@ Status ckpt_save_snap(const CkptSnap *s, const CkptMeta *meta, const CkptOptions
     if (meta->step < 0) return err_set(err, ST_ERR_INPUT, "checkpoint step: expected >= 0, found %ld", meta->step);
     double t0 = timer_ms();
     Fault fault;
-    Status st = fault_parse(&fault, err);
+    Status st = ckpt_fault_parse(&fault, err);
     if (st != ST_OK) return st;
     if ((st = file_mkdirs(o->dir, err)) != ST_OK) return st;
-    remove_leftovers(o->dir);
+    ckpt_remove_leftovers(o->dir);
 
     char name[64], tmp[4200], fin[4200];
-    step_name(name, sizeof name, meta->step);
+    ckpt_step_name(name, sizeof name, meta->step);
     snprintf(tmp, sizeof tmp, "%s/.tmp-%s", o->dir, name);
     join(fin, sizeof fin, o->dir, name);
     if (mkdir(tmp, 0755) != 0) return err_set(err, ST_ERR_RUNTIME, "%s: cannot create directory: %s", tmp, strerror(errno));
@@ -585,31 +615,31 @@ Status ckpt_save_snap(const CkptSnap *s, const CkptMeta *meta, const CkptOptions
     char cfg[2048];
     st_hf_config_text(&s->pl->cfg, o->tokenizer, cfg, sizeof cfg);
     char *state = NULL;
-    if ((st = fault_hit(&fault, "begin", err)) != ST_OK) goto done;
+    if ((st = ckpt_fault_hit(&fault, "begin", err)) != ST_OK) goto done;
     /* Progress total: the fp32 buffers written (weights, moments, master), padding included. */
     uint64_t done_bytes = 0, total_bytes = (uint64_t)s->pl->total * 4 * (1 + (s->m != NULL) + (s->v != NULL) + (s->master != NULL));
-    if ((st = write_file(tmp, FILES[0], model_producer, s, &fault, "model", 2, o, &done_bytes, total_bytes, &sums[0], err)) != ST_OK)
+    if ((st = ckpt_write_file(tmp, FILES[0], model_producer, s, &fault, "model", 2, o, &done_bytes, total_bytes, &sums[0], err)) != ST_OK)
         goto done;
-    if ((st = fault_hit(&fault, "config", err)) != ST_OK) goto done;
-    if ((st = write_file(tmp, FILES[1], text_producer, cfg, &fault, NULL, 0, NULL, NULL, 0, &sums[1], err)) != ST_OK) goto done;
-    if ((st = write_file(tmp, FILES[2], optim_producer, s, &fault, "optimizer", 2, o, &done_bytes, total_bytes, &sums[2],
+    if ((st = ckpt_fault_hit(&fault, "config", err)) != ST_OK) goto done;
+    if ((st = ckpt_write_file(tmp, FILES[1], text_producer, cfg, &fault, NULL, 0, NULL, NULL, 0, &sums[1], err)) != ST_OK) goto done;
+    if ((st = ckpt_write_file(tmp, FILES[2], optim_producer, s, &fault, "optimizer", 2, o, &done_bytes, total_bytes, &sums[2],
                          err)) != ST_OK)
         goto done;
     if (o->progress) o->progress(o->progress_ctx, total_bytes, total_bytes);
-    state = state_text(meta, &s->pl->cfg, sums);
+    state = ckpt_state_text(meta, &s->pl->cfg, CKPT_FORMAT_SINGLE, FILES, sums, NFILES);
     if (!state) {
         st = err_set(err, ST_ERR_RUNTIME, "%s: out of memory building state.json", tmp);
         goto done;
     }
     StateArg sa = {state, strlen(state) - 2}; /* drop the closing "\n}" */
     FileSum ssum = {0};
-    if ((st = write_file(tmp, "state.json", state_producer, &sa, &fault, "state", 1, NULL, NULL, 0, &ssum, err)) != ST_OK)
+    if ((st = ckpt_write_file(tmp, "state.json", ckpt_state_producer, &sa, &fault, "state", 1, NULL, NULL, 0, &ssum, err)) != ST_OK)
         goto done;
     for (int i = 0; i < NFILES; i++) info->bytes += sums[i].bytes;
     info->bytes += ssum.bytes;
-    if ((st = fault_hit(&fault, "sync", err)) != ST_OK) goto done;
-    if ((st = fsync_dir(tmp, err)) != ST_OK) goto done;
-    if ((st = fault_hit(&fault, "rename", err)) != ST_OK) goto done;
+    if ((st = ckpt_fault_hit(&fault, "sync", err)) != ST_OK) goto done;
+    if ((st = ckpt_fsync_dir(tmp, err)) != ST_OK) goto done;
+    if ((st = ckpt_fault_hit(&fault, "rename", err)) != ST_OK) goto done;
     struct stat sb;
     if (lstat(fin, &sb) == 0) {
         /* Re-saving an existing step (e.g. after a fallback): swap atomically, then drop the old. */
@@ -621,14 +651,14 @@ Status ckpt_save_snap(const CkptSnap *s, const CkptMeta *meta, const CkptOptions
         st = err_set(err, ST_ERR_RUNTIME, "%s: cannot rename from %s: %s", fin, tmp, strerror(errno));
         goto done;
     }
-    if ((st = fsync_dir(o->dir, err)) != ST_OK) goto done;
-    rm_tree(tmp); /* the old copy after an exchange; nothing otherwise */
-    if ((st = fault_hit(&fault, "latest", err)) != ST_OK) goto done;
-    if ((st = write_latest(o->dir, name, &fault, err)) != ST_OK) goto done;
+    if ((st = ckpt_fsync_dir(o->dir, err)) != ST_OK) goto done;
+    ckpt_rm_tree(tmp); /* the old copy after an exchange; nothing otherwise */
+    if ((st = ckpt_fault_hit(&fault, "latest", err)) != ST_OK) goto done;
+    if ((st = ckpt_write_latest(o->dir, name, &fault, err)) != ST_OK) goto done;
     memcpy(info->path, fin, sizeof info->path - 1);
     double t1 = timer_ms();
     info->ms_write = t1 - t0;
-    if ((st = fault_hit(&fault, "prune", err)) != ST_OK) goto done;
+    if ((st = ckpt_fault_hit(&fault, "prune", err)) != ST_OK) goto done;
     st = ckpt_prune(o->dir, o->keep_last, o->keep_every, &info->pruned, err);
     info->ms_prune = timer_ms() - t1;
 done:
@@ -648,19 +678,13 @@ Status ckpt_save(const GptWeights *w, const CkptOptState *opt, const CkptMeta *m
 /* Verify and load                                                                           */
 /* ======================================================================================== */
 
-/* Progress over the files one load or verify reads: bytes read and hashed so far, of total. */
-typedef struct {
-    CkptProgressFn fn;
-    void *ctx;
-    uint64_t done, total;
-} ReadProgress;
 
 #define READ_CHUNK ((size_t)32 << 20)
 
 /* Reads ckpt/name in chunks, hashing as it goes, and checks size and hash against sum; *buf
  * receives the bytes if buf != NULL (otherwise one chunk-sized buffer is reused, so verifying
  * never holds a whole file). The size is checked before any reading. */
-static Status check_file(const char *ckpt, const char *name, const FileSum *sum, char **buf, size_t *len,
+Status ckpt_check_file(const char *ckpt, const char *name, const FileSum *sum, char **buf, size_t *len,
                          ReadProgress *pg, Err *err) {
     char path[4200];
     join(path, sizeof path, ckpt, name);
@@ -668,19 +692,19 @@ static Status check_file(const char *ckpt, const char *name, const FileSum *sum,
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0) {
         if (fd >= 0) close(fd);
-        return err_set(err, ST_ERR_INPUT, "%s/%s: missing or unreadable", base_name(ckpt), name);
+        return err_set(err, ST_ERR_INPUT, "%s/%s: missing or unreadable", ckpt_base_name(ckpt), name);
     }
     size_t n = (size_t)sb.st_size;
     if (n != sum->bytes) {
         close(fd);
-        return err_set(err, ST_ERR_INPUT, "%s/%s: expected %zu bytes, found %zu (%s)", base_name(ckpt), name,
+        return err_set(err, ST_ERR_INPUT, "%s/%s: expected %zu bytes, found %zu (%s)", ckpt_base_name(ckpt), name,
                        sum->bytes, n, n < sum->bytes ? "truncated" : "corrupt");
     }
     char *data = malloc(buf ? n + 1 : (n < READ_CHUNK ? n + 1 : READ_CHUNK));
     XXH3_state_t *hs = XXH3_createState();
     Status st = ST_OK;
     if (!data || !hs || XXH3_64bits_reset(hs) != XXH_OK) {
-        st = err_set(err, ST_ERR_RUNTIME, "%s/%s: out of memory reading %zu bytes", base_name(ckpt), name, n);
+        st = err_set(err, ST_ERR_RUNTIME, "%s/%s: out of memory reading %zu bytes", ckpt_base_name(ckpt), name, n);
         goto out;
     }
     for (size_t off = 0; off < n;) {
@@ -689,7 +713,7 @@ static Status check_file(const char *ckpt, const char *name, const FileSum *sum,
         ssize_t got = read(fd, dst, want);
         if (got < 0 && errno == EINTR) continue;
         if (got <= 0) {
-            st = err_set(err, ST_ERR_INPUT, "%s/%s: read failed after %zu of %zu bytes%s%s", base_name(ckpt), name, off,
+            st = err_set(err, ST_ERR_INPUT, "%s/%s: read failed after %zu of %zu bytes%s%s", ckpt_base_name(ckpt), name, off,
                          n, got < 0 ? ": " : " (truncated while reading)", got < 0 ? strerror(errno) : "");
             goto out;
         }
@@ -700,7 +724,7 @@ static Status check_file(const char *ckpt, const char *name, const FileSum *sum,
     uint64_t h = XXH3_64bits_digest(hs);
     if (h != sum->xxh3) {
         st = err_set(err, ST_ERR_INPUT, "%s/%s: xxh3 checksum mismatch: state.json records %016" PRIx64
-                     ", file has %016" PRIx64 " (corrupt)", base_name(ckpt), name, sum->xxh3, h);
+                     ", file has %016" PRIx64 " (corrupt)", ckpt_base_name(ckpt), name, sum->xxh3, h);
         goto out;
     }
     if (buf) {
@@ -714,14 +738,14 @@ out:
     return st;
 }
 
-static Status read_state_named(const char *ckpt, CkptMeta *m, FileSum *sums, Err *err) {
-    Status st = read_state(ckpt, m, sums, err);
+Status ckpt_state_read(const char *ckpt, CkptMeta *m, CkptFileList *files, Err *err) {
+    Status st = read_state(ckpt, m, files, err);
     if (st != ST_OK && err) {
         /* Name the checkpoint directory and file instead of the full path. */
         char *p = strstr(err->msg, "state.json");
         if (p) {
             char msg[sizeof err->msg];
-            join(msg, sizeof msg, base_name(ckpt), p);
+            join(msg, sizeof msg, ckpt_base_name(ckpt), p);
             memcpy(err->msg, msg, sizeof msg);
         }
         err->status = ST_ERR_INPUT;
@@ -730,14 +754,17 @@ static Status read_state_named(const char *ckpt, CkptMeta *m, FileSum *sums, Err
     return st;
 }
 
+/* Both formats: every file state.json names (the single-process format's three, or a sharded
+ * checkpoint's config.json, manifest.json and rank files) against its recorded size and hash. */
 Status ckpt_verify(const char *ckpt_path, Err *err) {
     CkptMeta m;
-    FileSum sums[NFILES];
-    Status st = read_state_named(ckpt_path, &m, sums, err);
+    CkptFileList files;
+    Status st = ckpt_state_read(ckpt_path, &m, &files, err);
     if (st != ST_OK) return st;
     ckpt_meta_free(&m);
-    for (int i = 0; i < NFILES && st == ST_OK; i++)
-        st = check_file(ckpt_path, FILES[i], &sums[i], NULL, NULL, NULL, err);
+    for (int i = 0; i < files.n && st == ST_OK; i++)
+        st = ckpt_check_file(ckpt_path, files.e[i].name, &files.e[i].sum, NULL, NULL, NULL, err);
+    ckpt_files_free(&files);
     return st;
 }
 
@@ -747,28 +774,50 @@ Status ckpt_load(const char *ckpt_path, GptWeights *w, const CkptOptState *opt, 
 
 Status ckpt_load_progress(const char *ckpt_path, GptWeights *w, const CkptOptState *opt, CkptMeta *meta,
                           CkptProgressFn progress, void *progress_ctx, Err *err) {
+    CkptOptState none = {0};
+    if (!opt) opt = &none;
+    if (ckpt_is_sharded(ckpt_path)) {
+        /* A sharded checkpoint's "params" are the fp32 weights (the master under mixed precision). */
+        Status st = ckpt_shard_load(ckpt_path, &w->layout, w->params, opt->m, opt->v, meta, err);
+        if (st == ST_OK && opt->master) memcpy(opt->master, w->params, w->layout.total * sizeof(float));
+        return st;
+    }
+    return ckpt_load_single(ckpt_path, &w->layout, w->params, opt->m, opt->v, opt->master, meta, progress,
+                            progress_ctx, err);
+}
+
+Status ckpt_load_single(const char *ckpt_path, const ParamLayout *pl, float *params, float *mom1, float *mom2,
+                        float *master, CkptMeta *meta, CkptProgressFn progress, void *progress_ctx, Err *err) {
     CkptMeta m;
-    FileSum sums[NFILES];
-    Status st = read_state_named(ckpt_path, &m, sums, err);
+    CkptFileList files;
+    Status st = ckpt_state_read(ckpt_path, &m, &files, err);
     if (st != ST_OK) return st;
+    if (files.sharded) {
+        ckpt_meta_free(&m);
+        ckpt_files_free(&files);
+        return err_set(err, ST_ERR_INPUT, "%s: a sharded checkpoint, expected the single-process format",
+                       ckpt_base_name(ckpt_path));
+    }
+    FileSum sums[NFILES];
+    for (int i = 0; i < NFILES; i++) sums[i] = *ckpt_files_find(&files, FILES[i]);
+    ckpt_files_free(&files);
     ReadProgress pg = {progress, progress_ctx, 0, sums[0].bytes + sums[2].bytes}; /* the two data files */
     char *mb = NULL, *ob = NULL;
     size_t ml = 0, ol = 0;
     StFile mf = {0}, of = {0};
     char path[4200];
-    if ((st = check_file(ckpt_path, FILES[1], &sums[1], NULL, NULL, NULL, err)) != ST_OK) goto done;
-    if ((st = check_file(ckpt_path, FILES[0], &sums[0], &mb, &ml, &pg, err)) != ST_OK) goto done;
-    join(path, sizeof path, base_name(ckpt_path), FILES[0]);
+    if ((st = ckpt_check_file(ckpt_path, FILES[1], &sums[1], NULL, NULL, NULL, err)) != ST_OK) goto done;
+    if ((st = ckpt_check_file(ckpt_path, FILES[0], &sums[0], &mb, &ml, &pg, err)) != ST_OK) goto done;
+    join(path, sizeof path, ckpt_base_name(ckpt_path), FILES[0]);
     if ((st = st_parse(&mf, path, mb, ml, err)) != ST_OK) goto done;
-    if ((st = st_hf_read_model(&mf, &w->layout, w->params, err)) != ST_OK) goto done;
+    if ((st = st_hf_read_model(&mf, pl, params, err)) != ST_OK) goto done;
     free(mb), mb = NULL;
-    if ((st = check_file(ckpt_path, FILES[2], &sums[2], &ob, &ol, &pg, err)) != ST_OK) goto done;
-    join(path, sizeof path, base_name(ckpt_path), FILES[2]);
+    if ((st = ckpt_check_file(ckpt_path, FILES[2], &sums[2], &ob, &ol, &pg, err)) != ST_OK) goto done;
+    join(path, sizeof path, ckpt_base_name(ckpt_path), FILES[2]);
     if ((st = st_parse(&of, path, ob, ol, err)) != ST_OK) goto done;
-    if (opt) {
-        float *bufs[3] = {opt->m, opt->v, opt->master};
+    {
+        float *bufs[3] = {mom1, mom2, master};
         static const char *const prefix[3] = {"m", "v", "master"};
-        const ParamLayout *pl = &w->layout;
         for (int b = 0; b < 3 && st == ST_OK; b++) {
             if (!bufs[b]) continue;
             memset(bufs[b], 0, pl->total * sizeof(float));
@@ -811,7 +860,7 @@ static int list_steps(const char *dir, long **steps) {
     int n = 0, cap = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        long s = parse_step_name(e->d_name);
+        long s = ckpt_parse_step_name(e->d_name);
         if (s < 0) continue;
         char p[4200];
         struct stat sb;
@@ -880,7 +929,7 @@ Status ckpt_resolve(const char *dir, const char *spec, char *out, size_t out_len
     Status st = ST_ERR_INPUT;
     for (int i = 0; i < n; i++) {
         char name[64], path[4200];
-        step_name(name, sizeof name, steps[i]);
+        ckpt_step_name(name, sizeof name, steps[i]);
         join(path, sizeof path, dir, name);
         Err e = {0};
         if (ckpt_verify(path, &e) == ST_OK) {
@@ -917,24 +966,24 @@ Status ckpt_prune(const char *dir, int keep_last, int keep_every, int *removed, 
     snprintf(path, sizeof path, "%s/latest", dir);
     if (file_read_all(path, &text, &len, NULL) == ST_OK) {
         text[strcspn(text, "\n")] = '\0';
-        latest = parse_step_name(text);
+        latest = ckpt_parse_step_name(text);
         free(text);
     }
     Status st = ST_OK;
     for (int i = keep_last; i < n; i++) {
         if ((keep_every > 0 && steps[i] % keep_every == 0) || steps[i] == latest) continue;
         char name[64], del[4200];
-        step_name(name, sizeof name, steps[i]);
+        ckpt_step_name(name, sizeof name, steps[i]);
         join(path, sizeof path, dir, name);
         snprintf(del, sizeof del, "%s/.del-%s", dir, name);
         /* Rename first so an interrupted removal never leaves a half-deleted step_* directory. */
-        if (rename(path, del) != 0 || rm_tree(del) != 0) {
+        if (rename(path, del) != 0 || ckpt_rm_tree(del) != 0) {
             st = err_set(err, ST_ERR_RUNTIME, "%s: cannot remove: %s", path, strerror(errno));
             break;
         }
         if (removed) (*removed)++;
     }
     free(steps);
-    if (st == ST_OK && removed && *removed) st = fsync_dir(dir, err);
+    if (st == ST_OK && removed && *removed) st = ckpt_fsync_dir(dir, err);
     return st;
 }

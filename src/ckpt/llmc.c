@@ -18,6 +18,7 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt/safetensors.h"
+#include "ckpt/shard.h"
 #include "core/fileio.h"
 
 #define LLMC_MAGIC 20240326
@@ -140,6 +141,7 @@ Status ckpt_init_from(GptWeights *w, const char *path, Err *err) {
         char p[4200];
         snprintf(p, sizeof p, "%s/model.safetensors", path);
         if ((st = hf_config_check(w, path, err)) != ST_OK) return st;
+        if (ckpt_is_sharded(path)) return ckpt_shard_load(path, &w->layout, w->params, NULL, NULL, NULL, err);
         return st_load_hf_file(w, p, err);
     }
     int h[256];

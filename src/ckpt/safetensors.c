@@ -3,6 +3,7 @@
  * Contents: the HF name map | writer (st_write) | parser (st_parse, st_read_f32) | HF model
  * image on raw buffers | the folder-level API (st_save_hf, st_load_hf_*). */
 #include "ckpt/safetensors.h"
+#include "ckpt/shard.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -540,6 +541,8 @@ Status st_load_hf_file(GptWeights *w, const char *path, Err *err) {
 }
 
 Status st_load_hf_weights(GptWeights *w, const char *dir, Err *err) {
+    /* A sharded checkpoint has no model.safetensors: assemble the weights from its rank files. */
+    if (ckpt_is_sharded(dir)) return ckpt_shard_load(dir, &w->layout, w->params, NULL, NULL, NULL, err);
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     return st_load_hf_file(w, path, err);

@@ -682,6 +682,72 @@ Status comm_bcast_bytes(Comm *c, void *buf, size_t n, int root, Err *err) {
     return comm_wait(&req, c->timeout_s, "byte broadcast", c->step, err);
 }
 
+Status comm_gather_bytes(Comm *c, const void *send, size_t n, void **all, size_t *lens, Err *err) {
+    *all = NULL;
+    Status st = check_count(c, n, "byte gather", err);
+    if (st != ST_OK) return st;
+    if (!c->mpi) {
+        if (!(*all = malloc(n ? n : 1))) return err_set(err, ST_ERR_RUNTIME, "byte gather: out of memory (%zu bytes)", n);
+        memcpy(*all, send, n);
+        lens[0] = n;
+        return ST_OK;
+    }
+    /* The counts first (a gather of one int each), then the bytes (a gatherv at their displacements). */
+    int mine = (int)n, *counts = NULL, *displs = NULL;
+    char *buf = NULL;
+    if (c->rank == 0) {
+        counts = calloc((size_t)c->world, sizeof *counts);
+        displs = calloc((size_t)c->world, sizeof *displs);
+        if (!counts || !displs) st = err_set(err, ST_ERR_RUNTIME, "byte gather: out of memory");
+    }
+    /* A rank that cannot allocate still takes part, or the others would wait forever. */
+    CommReq req = {0};
+    req_begin(c, &req, COMM_SCALAR, sizeof(int));
+    MPI_Request r;
+    int rc = MPI_Igather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, c->mpi->world, &r);
+    if (rc != MPI_SUCCESS) {
+        free(counts), free(displs);
+        return mpi_fail(c, err, rc, "MPI_Igather", "byte gather (counts)");
+    }
+    req_put(&req, r);
+    req.active = 1;
+    Status wst = comm_wait(&req, c->timeout_s, "byte gather (counts)", c->step, err);
+    if (wst != ST_OK) {
+        free(counts), free(displs);
+        return wst;
+    }
+    size_t total = 0;
+    if (c->rank == 0 && st == ST_OK) {
+        for (int i = 0; i < c->world; i++) {
+            displs[i] = (int)total;
+            total += (size_t)counts[i];
+            if (total > (size_t)INT_MAX) {
+                st = err_set(err, ST_ERR_INPUT, "byte gather: %zu bytes in all, more than one call moves", total);
+                break;
+            }
+        }
+        if (st == ST_OK && !(buf = malloc(total ? total : 1)))
+            st = err_set(err, ST_ERR_RUNTIME, "byte gather: out of memory (%zu bytes)", total);
+        if (st != ST_OK) /* receive nothing rather than overflow: the data is dropped, the error kept */
+            for (int i = 0; i < c->world; i++) counts[i] = 0, displs[i] = 0;
+    }
+    req_begin(c, &req, COMM_SCALAR, (uint64_t)n);
+    rc = MPI_Igatherv(send, mine, MPI_BYTE, buf, counts, displs, MPI_BYTE, 0, c->mpi->world, &r);
+    if (rc != MPI_SUCCESS) {
+        free(counts), free(displs), free(buf);
+        return mpi_fail(c, err, rc, "MPI_Igatherv", "byte gather");
+    }
+    req_put(&req, r);
+    req.active = 1;
+    wst = comm_wait(&req, c->timeout_s, "byte gather", c->step, err);
+    if (wst == ST_OK && st == ST_OK && c->rank == 0) {
+        for (int i = 0; i < c->world; i++) lens[i] = (size_t)counts[i];
+        *all = buf, buf = NULL;
+    }
+    free(counts), free(displs), free(buf);
+    return wst != ST_OK ? wst : st;
+}
+
 Status comm_barrier(Comm *c, Err *err) {
     if (!c->mpi) return ST_OK;
     CommReq req = {0};

@@ -187,6 +187,12 @@ Status comm_allgather_f64(Comm *c, double value, double *all, Err *err);
 /* buf (n bytes) on every rank gets world rank root's bytes (config text, paths, RNG state). */
 Status comm_bcast_bytes(Comm *c, void *buf, size_t n, int root, Err *err);
 
+/* Gathers a variable number of bytes from every rank to world rank 0 (the manifest entries of a
+ * sharded checkpoint): rank r sends send[0..n); on rank 0 *all receives a malloc'ed buffer (caller
+ * frees) holding rank 0's bytes, then rank 1's, ..., and lens[r] (world entries) each rank's count;
+ * on other ranks *all is NULL and lens is untouched (may be NULL). At most INT_MAX bytes in all. */
+Status comm_gather_bytes(Comm *c, const void *send, size_t n, void **all, size_t *lens, Err *err);
+
 Status comm_barrier(Comm *c, Err *err);
 
 /* ---------------------------------------------------------------- requests */
