@@ -14,10 +14,12 @@
  *         reference of another batch (grad-accum 8) must fail it.
  * mixed   bf16 at pp 2 (1f1b, zb-h1) against one process in bf16 within 3× bf16's own spread (another
  *         micro-batch split in one process), losses within 1e-4; control: the tied exchange skipped.
- * resume  dp 2 × tp 2 × pp 2 stops at step 5 with a checkpoint; it resumes on 1 rank, on 2 (pp 2)
- *         and on 4 (pp 4) and continues the uninterrupted one-process trajectory (losses, norms,
- *         weights), the log showing the resume from step 5; and a one-process checkpoint resumes at
- *         pp 2 × tp 2.
+ * resume  dp 2 × tp 2 × pp 2 stops at step 5 with a checkpoint written by every rank (a manifest
+ *         and rank files); it resumes on 1 rank, on 2 (pp 2) and on 4 (pp 4) and continues the
+ *         uninterrupted one-process trajectory (losses, norms, weights), the log showing the resume
+ *         from step 5; a rank exiting while it writes its file (ST_CKPT_FAIL_AT=shard:exit on rank 3)
+ *         leaves step 5 `latest`, no step 6, and step 5 resumes; a byte flipped in one rank's file is
+ *         refused naming the file; a one-process checkpoint resumes at pp 2 × tp 2.
  * refuse  one-line refusals before allocation (exit 2, no log): ZeRO 2 with --pp, zb-h1 with recompute, tp × pp
  *         not dividing the world, interleaved micro-batches not a multiple of pp, --interleave
  *         without --pp; each with its accepted twin (the negative control of a refusal).
@@ -214,6 +216,53 @@ static void resume(void) {
         printf("| %-22s | %-9s | %8.1e | %8.1e | %8.1e | %8.1e |\n", TO[i].name, "rref", got.loss, got.norm, got.w,
                got.key);
     }
+    /* The 8 ranks wrote one checkpoint together: a manifest and one file per rank that owns tensors. */
+    char path[1400];
+    snprintf(path, sizeof path, "%s/grid8_ck/step_00000005/manifest.json", DIR);
+    FILE *mf = fopen(path, "r");
+    int nfiles = 0;
+    for (int k = 0; k < 8; k++) {
+        snprintf(path, sizeof path, "%s/grid8_ck/step_00000005/rank%05d.safetensors", DIR, k);
+        FILE *f = fopen(path, "r");
+        if (f) nfiles++, fclose(f);
+    }
+    tu_check(mf != NULL && nfiles >= 4, "the 8-rank checkpoint is written by every rank", "manifest.json %s, %d rank "
+             "files", mf ? "present" : "MISSING", nfiles);
+    if (mf) fclose(mf);
+
+    /* A rank killed in the middle of writing its file (step 6's save): the job ends, `latest` still
+     * names step 5, no step 6 directory, and step 5 still resumes. */
+    snprintf(rm, sizeof rm, "rm -rf %s/kill_ck && cp -r %s/grid8_ck %s/kill_ck && cp %s/grid8.jsonl %s/kill.jsonl", DIR,
+             DIR, DIR, DIR, DIR);
+    snprintf(ex, sizeof ex, "--ckpt-dir %s/kill_ck --resume auto --ckpt-every 1 --pp 2 --tp 2 --zero 1", DIR);
+    rc = system(rm) == 0 ? train_run("kill", 8, 4, STEPS, ex, "ST_CKPT_FAIL_AT=shard:exit ST_CKPT_FAIL_RANK=3", 1) : -1;
+    snprintf(path, sizeof path, "%s/kill_ck/latest", DIR);
+    char *latest = tu_slurp(path);
+    snprintf(path, sizeof path, "%s/kill_ck/step_00000006", DIR);
+    FILE *s6 = fopen(path, "r");
+    int no6 = s6 == NULL;
+    if (s6) fclose(s6);
+    tu_check(rc != 0 && latest && !strncmp(latest, "step_00000005", 13) && no6,
+             "a rank killed while writing its file leaves the previous checkpoint latest", "exit %d, latest %.13s, "
+             "step_00000006 %s", rc, latest ? latest : "(none)", no6 ? "absent" : "PRESENT");
+    free(latest);
+    snprintf(rm, sizeof rm, "cp %s/grid8.jsonl %s/kill.jsonl", DIR, DIR); /* the log up to step 5 */
+    if (system(rm) != 0) tu_check(0, "copy the log", "%s", rm);
+    resume_on("after_kill", "kill", 2, 8, "--pp 2");
+    RcTol gk;
+    rc_compare(DIR, "after_kill", "rref", STEPS, &pl, w, TOL, &gk);
+
+    /* A byte flipped in one rank's file: the load names the file (the only checkpoint: refused). */
+    snprintf(rm, sizeof rm, "rm -rf %s/flip_ck && cp -r %s/grid8_ck %s/flip_ck && printf 'X' | dd of=%s/flip_ck/"
+             "step_00000005/rank00002.safetensors bs=1 seek=200 conv=notrunc status=none", DIR, DIR, DIR, DIR);
+    snprintf(ex, sizeof ex, "--ckpt-dir %s/flip_ck --resume auto --pp 2", DIR);
+    rc = system(rm) == 0 ? train_run("flip", 2, 8, STEPS, ex, NULL, 0) : -1;
+    snprintf(path, sizeof path, "%s/flip.out", DIR);
+    char *out = tu_slurp(path);
+    tu_check(rc == 2 && out && strstr(out, "rank00002.safetensors"), "a byte flipped in one rank's file is detected on "
+             "load", "exit %d: %.300s", rc, out && strstr(out, "scaletrain") ? strstr(out, "scaletrain") : "");
+    free(out);
+
     /* One process's checkpoint on a pp 2 x tp 2 grid. */
     snprintf(ex, sizeof ex, "--ckpt-dir %s/one_ck --stop-after 5", DIR);
     snprintf(rm, sizeof rm, "rm -rf %s/one_ck", DIR);

@@ -28,6 +28,7 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt/safetensors.h"
+#include "ckpt/shard.h"
 #include "core/mem.h"
 #include "core/peak.h"
 #include "core/progress.h"
@@ -472,33 +473,24 @@ static Progress *run_ckpt_bar(Run *r, Progress *bar, const char *what) {
 /* Loads a checkpoint (written by any grid) into this rank's parameters and moments: in place when
  * the state is whole here, else through full-layout staging that par scatters. */
 static Status run_load_ckpt(Run *r, const char *path, CkptMeta *meta, Err *err) {
-    Progress bar, *pb = run_ckpt_bar(r, &bar, "checkpoint load");
-    CkptProgressFn fn = pb ? progress_cb : NULL;
     if (r->local) {
+        Progress bar, *pb = run_ckpt_bar(r, &bar, "checkpoint load");
+        CkptProgressFn fn = pb ? progress_cb : NULL;
         CkptOptState opt = {par_moment(r->par, 0), par_moment(r->par, 1), NULL};
         Status st = ckpt_load_progress(path, &r->g.w, &opt, meta, fn, pb, err);
         gpt_sync_lp(&r->g);
         return st;
     }
+    /* Any checkpoint (one process's or sharded, any grid) resliced into this rank's layout, then par
+     * keeps its shards. */
     int nv = par_moment(r->par, 1) ? 1 : 0;
-    float *buf = run_staging(r, &r->g.w.layout, 2 + nv), *fbuf = r->sliced ? run_staging(r, &r->full, 2 + nv) : NULL;
-    if (!buf || (r->sliced && !fbuf)) {
-        run_staging_free(r, &r->g.w.layout, buf, 2 + nv);
-        return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
-    }
-    /* sliced: the checkpoint's full tensors, then this rank's slices of them. */
-    size_t n = r->sliced ? r->full.total : r->g.w.layout.total;
-    float *rd = r->sliced ? fbuf : buf;
-    GptWeights view = r->g.w;
-    view.params = rd;
-    if (r->sliced) view.layout = r->full;
-    CkptOptState opt = {rd + n, nv ? rd + 2 * n : NULL, NULL};
-    Status st = ckpt_load_progress(path, &view, &opt, meta, fn, pb, err);
-    size_t nl = r->g.w.layout.total;
-    if (st == ST_OK && r->sliced) slices_from_full(r, buf, fbuf, 2 + nv);
-    if (st == ST_OK) par_set_full(r->par, buf, buf + nl, nv ? buf + 2 * nl : NULL);
-    run_staging_free(r, &r->g.w.layout, buf, 2 + nv);
-    run_staging_free(r, &r->full, fbuf, 2 + nv);
+    const ParamLayout *pl = &r->g.w.layout;
+    float *buf = run_staging(r, pl, 2 + nv);
+    if (!buf) return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
+    size_t n = pl->total;
+    Status st = ckpt_load_any(path, pl, buf, buf + n, nv ? buf + 2 * n : NULL, meta, err);
+    if (st == ST_OK) par_set_full(r->par, buf, buf + n, nv ? buf + 2 * n : NULL);
+    run_staging_free(r, pl, buf, 2 + nv);
     return st;
 }
 
@@ -840,6 +832,36 @@ static Status run_save_gathered(Run *r, const CkptMeta *meta, const CkptOptions 
     return ST_OK;
 }
 
+/* A checkpoint written by every rank (ckpt/shard.h): each rank's tensors of its own layout (a stage,
+ * a tp slice), split between the ranks of its dp group; the ZeRO shards of the group are gathered
+ * into staging of that layout first (none at ZeRO 0, where every rank holds its layout whole).
+ * Collective over the world; every rank returns the same status. */
+static Status run_save_sharded(Run *r, const CkptMeta *meta, const CkptOptions *o, CkptSaveInfo *info, Err *err) {
+    const ParamLayout *pl = &r->g.w.layout;
+    int nv = par_moment(r->par, 1) ? 1 : 0, staged = r->cfg.zero > 0;
+    size_t n = pl->total;
+    float *buf = staged ? run_staging(r, pl, 2 + nv) : NULL;
+    unsigned char *write = calloc((size_t)pl->ntensors, 1);
+    Status st = write && (buf || !staged) ? ST_OK : err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
+    /* A rank that cannot stage still takes part in the collectives: the save then fails everywhere. */
+    int64_t bad = st != ST_OK;
+    Err e2;
+    if (comm_allreduce_i64(r->comm, &bad, 1, COMM_MAX, &e2) != ST_OK || bad) {
+        if (st == ST_OK) st = err_set(err, ST_ERR_RUNTIME, "checkpoint: another rank could not stage its state");
+    } else if (staged) {
+        st = par_get_full(r->par, buf, buf + n, nv ? buf + 2 * n : NULL, err);
+    }
+    if (st == ST_OK) {
+        ckpt_shard_assign(pl, r->dp, r->dp_rank, write);
+        CkptShardSrc src = {pl, staged ? buf : r->g.w.params, staged ? buf + n : par_moment(r->par, 0),
+                            nv ? (staged ? buf + 2 * n : par_moment(r->par, 1)) : NULL, write};
+        st = ckpt_shard_save(r->comm, &src, meta, o, info, err);
+    }
+    if (staged) run_staging_free(r, pl, buf, 2 + nv);
+    free(write);
+    return st;
+}
+
 /* The final weights (model.safetensors + config.json in out_dir). */
 static Status save_weights(Run *r, const char *out_dir, Err *err) {
     if (r->local) return st_save_hf(&r->g.w, out_dir, r->cfg.tokenizer, err);
@@ -901,6 +923,8 @@ static Status save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info,
         }
     } else if (r->local) {
         st = ckpt_save(&r->g.w, &opt, &meta, &o, info, err);
+    } else if (r->world > 1) { /* every rank writes its own part */
+        st = run_save_sharded(r, &meta, &o, info, err);
     } else {
         st = run_save_gathered(r, &meta, &o, info, NULL, err);
     }
