@@ -19,7 +19,9 @@
  *         uninterrupted one-process trajectory (losses, norms, weights), the log showing the resume
  *         from step 5; a rank exiting while it writes its file (ST_CKPT_FAIL_AT=shard:exit on rank 3)
  *         leaves step 5 `latest`, no step 6, and step 5 resumes; a byte flipped in one rank's file is
- *         refused naming the file; a one-process checkpoint resumes at pp 2 × tp 2.
+ *         refused naming the file; `--ckpt-async` at pp 2 × dp 2 (background writers, the commit at
+ *         the next save or the end) resumes on one process; a one-process checkpoint resumes at
+ *         pp 2 × tp 2.
  * refuse  one-line refusals before allocation (exit 2, no log): ZeRO 2 with --pp, zb-h1 with recompute, tp × pp
  *         not dividing the world, interleaved micro-batches not a multiple of pp, --interleave
  *         without --pp; each with its accepted twin (the negative control of a refusal).
@@ -262,6 +264,25 @@ static void resume(void) {
     tu_check(rc == 2 && out && strstr(out, "rank00002.safetensors"), "a byte flipped in one rank's file is detected on "
              "load", "exit %d: %.300s", rc, out && strstr(out, "scaletrain") ? strstr(out, "scaletrain") : "");
     free(out);
+
+    /* Asynchronous saves under MPI: pp 2 x dp 2 writes every 2 steps in the background, stops at 5
+     * (the last save committed at the end); one process resumes the trajectory. */
+    snprintf(ex, sizeof ex, "--ckpt-dir %s/async_ck --ckpt-async --ckpt-every 2 --stop-after 5 --pp 2 --zero 1", DIR);
+    snprintf(rm, sizeof rm, "rm -rf %s/async_ck", DIR);
+    rc = system(rm) == 0 ? train_run("async", 4, 4, STEPS, ex, NULL, 0) : -1;
+    snprintf(path, sizeof path, "%s/async_ck/latest", DIR);
+    char *al = tu_slurp(path);
+    tu_check(rc == 0 && al && !strncmp(al, "step_00000005", 13), "--ckpt-async under mpirun: the last background save is "
+             "committed at the end", "exit %d, latest %.13s", rc, al ? al : "(none)");
+    free(al);
+    snprintf(ex, sizeof ex, "--ckpt-dir %s/async_ck --resume auto", DIR);
+    rc = train_run("async", 0, 8, STEPS, ex, NULL, 1);
+    char lga[1200], whya[512];
+    snprintf(lga, sizeof lga, "%s/async.jsonl", DIR);
+    tu_check(rc == 0 && tu_log_resumed(lga, 5, STEPS, 4, 1, whya, sizeof whya), "an asynchronous 4-rank checkpoint "
+             "resumes on one process", "exit %d: %s", rc, whya);
+    RcTol ga;
+    rc_compare(DIR, "async", "rref", STEPS, &pl, w, TOL, &ga);
 
     /* One process's checkpoint on a pp 2 x tp 2 grid. */
     snprintf(ex, sizeof ex, "--ckpt-dir %s/one_ck --stop-after 5", DIR);

@@ -196,7 +196,9 @@ typedef struct {
     double *by_rank2;
     double *pp_idle;            /* world doubles: each rank's pipeline idle time of the step */
     EventLog log;
-    CkptAsync *async;
+    CkptAsync *async;           /* one process: the background writer of the whole state */
+    CkptShardAsync *sasync;     /* several ranks: each rank's background writer (ckpt/shard.h) */
+    unsigned char *ckpt_write;  /* several ranks: which tensors of its layout this rank writes */
     cJSON *config;
     HealthState health;         /* spike / divergence detectors (train/health.h) */
     LossScaler scaler;          /* fp16 dynamic loss scaling */
@@ -233,6 +235,8 @@ static void run_free(Run *r) {
         ckpt_async_wait(r->async, NULL, &e);
         ckpt_async_free(r->async);
     }
+    ckpt_shard_async_free(r->sasync); /* an uncommitted save stays invisible (run_finish commits it) */
+    free(r->ckpt_write);
     events_close(&r->log);
     free(r->step_ms);
     free(r->by_rank);
@@ -337,11 +341,9 @@ static Status setup_grid(Run *r, Err *err) {
     r->sliced = tp > 1 || pp > 1;
     r->local = dp == 1 && !r->sliced && c->zero == 0;
     if (pp > 1) pipeline_rank_stage(r);
-    if (c->ckpt_async && c->ckpt_dir[0] && !r->local)
-        return err_set(err, ST_ERR_INPUT,
-                       "--ckpt-async: expected one rank at ZeRO 0, found dp %d x tp %d x pp %d at ZeRO %d (checkpoints "
-                       "of a split state are gathered to rank 0 and written synchronously; drop the flag)",
-                       dp, tp, pp, c->zero);
+    if (c->ckpt_async && c->ckpt_dir[0] && !r->local && r->world == 1)
+        return err_set(err, ST_ERR_INPUT, "--ckpt-async: expected ZeRO 0 in one process, found ZeRO %d (a one-process "
+                       "save of a sharded state is gathered and written synchronously; drop the flag)", c->zero);
     if (r->sliced && c->sample_every > 0)
         return err_set(err, ST_ERR_INPUT, "--sample-every %d: expected 0 with --tp %d --pp %d (a sample needs the whole "
                        "model on one rank; sample the saved weights with `scaletrain sample`)", c->sample_every, tp, pp);
@@ -599,7 +601,17 @@ static Status setup_model(Run *r, Err *err) {
 /* The asynchronous checkpoint writer (its copy of the state) and the metrics log. */
 static Status setup_outputs(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
-    if (c->ckpt_dir[0] && c->ckpt_async) { /* setup_grid allows it only when the state is local */
+    if (c->ckpt_dir[0] && r->world > 1) { /* every rank writes its share of the tensors */
+        const ParamLayout *pl = &r->g.w.layout;
+        if (!(r->ckpt_write = calloc((size_t)pl->ntensors, 1))) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+        ckpt_shard_assign(pl, r->dp, r->dp_rank, r->ckpt_write);
+        if (c->ckpt_async) {
+            float probe = 0; /* async_init reads which buffers exist, not their contents */
+            CkptShardSrc src = {pl, &probe, &probe, par_moment(r->par, 1) ? &probe : NULL, r->ckpt_write};
+            Status st = ckpt_shard_async_init(&r->sasync, &src, &r->mem, err);
+            if (st != ST_OK) return st;
+        }
+    } else if (c->ckpt_dir[0] && c->ckpt_async) { /* one process: setup_grid allows it only at ZeRO 0 */
         CkptOptState opt = {par_moment(r->par, 0), par_moment(r->par, 1), NULL};
         Status st = ckpt_async_init(&r->async, &r->g.w, &opt, &r->mem, err);
         if (st != ST_OK) return st;
@@ -832,6 +844,12 @@ static Status run_save_gathered(Run *r, const CkptMeta *meta, const CkptOptions 
     return ST_OK;
 }
 
+/* Young/Daly needs the full write time of a checkpoint: a synchronous save's, or the background
+ * write's, learnt when the next save or the end of the run waits for it (never by waiting early). */
+static void note_write_time(Run *r, const CkptSaveInfo *info) {
+    if (!r->first_ckpt_ms && info->path[0]) r->first_ckpt_ms = info->ms_write + info->ms_prune;
+}
+
 /* A checkpoint written by every rank (ckpt/shard.h): each rank's tensors of its own layout (a stage,
  * a tp slice), split between the ranks of its dp group; the ZeRO shards of the group are gathered
  * into staging of that layout first (none at ZeRO 0, where every rank holds its layout whole).
@@ -841,8 +859,7 @@ static Status run_save_sharded(Run *r, const CkptMeta *meta, const CkptOptions *
     int nv = par_moment(r->par, 1) ? 1 : 0, staged = r->cfg.zero > 0;
     size_t n = pl->total;
     float *buf = staged ? run_staging(r, pl, 2 + nv) : NULL;
-    unsigned char *write = calloc((size_t)pl->ntensors, 1);
-    Status st = write && (buf || !staged) ? ST_OK : err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
+    Status st = buf || !staged ? ST_OK : err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
     /* A rank that cannot stage still takes part in the collectives: the save then fails everywhere. */
     int64_t bad = st != ST_OK;
     Err e2;
@@ -852,13 +869,18 @@ static Status run_save_sharded(Run *r, const CkptMeta *meta, const CkptOptions *
         st = par_get_full(r->par, buf, buf + n, nv ? buf + 2 * n : NULL, err);
     }
     if (st == ST_OK) {
-        ckpt_shard_assign(pl, r->dp, r->dp_rank, write);
         CkptShardSrc src = {pl, staged ? buf : r->g.w.params, staged ? buf + n : par_moment(r->par, 0),
-                            nv ? (staged ? buf + 2 * n : par_moment(r->par, 1)) : NULL, write};
-        st = ckpt_shard_save(r->comm, &src, meta, o, info, err);
+                            nv ? (staged ? buf + 2 * n : par_moment(r->par, 1)) : NULL, r->ckpt_write};
+        if (r->sasync) { /* commits the previous save (collective), then copies and writes behind training */
+            CkptSaveInfo prev;
+            memset(&prev, 0, sizeof prev);
+            st = ckpt_shard_async_save(r->sasync, r->comm, &src, meta, o, &prev, err);
+            note_write_time(r, &prev);
+        } else {
+            st = ckpt_shard_save(r->comm, &src, meta, o, info, err);
+        }
     }
     if (staged) run_staging_free(r, pl, buf, 2 + nv);
-    free(write);
     return st;
 }
 
@@ -868,11 +890,6 @@ static Status save_weights(Run *r, const char *out_dir, Err *err) {
     return run_save_gathered(r, NULL, NULL, NULL, out_dir, err);
 }
 
-/* Young/Daly needs the full write time of a checkpoint: a synchronous save's, or the background
- * write's, learnt when the next save or the end of the run waits for it (never by waiting early). */
-static void note_write_time(Run *r, const CkptSaveInfo *info) {
-    if (!r->first_ckpt_ms && info->path[0]) r->first_ckpt_ms = info->ms_write + info->ms_prune;
-}
 
 /* Writes a checkpoint of the state after `step` completed steps; *ms is its cost to the step. */
 static Status save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info, Err *err) {
@@ -909,7 +926,7 @@ static Status save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info,
     CkptOptions o = ckpt_default_options();
     o.dir = c->ckpt_dir, o.keep_last = c->keep_last, o.keep_every = c->keep_every, o.tokenizer = c->tokenizer;
     /* Synchronous saves show progress; an asynchronous one runs behind training. */
-    Progress bar, *pb = r->async ? NULL : run_ckpt_bar(r, &bar, "checkpoint");
+    Progress bar, *pb = r->async || r->sasync || r->world > 1 ? NULL : run_ckpt_bar(r, &bar, "checkpoint");
     if (pb) o.progress = progress_cb, o.progress_ctx = pb;
     Status st;
     memset(info, 0, sizeof *info);
@@ -1103,6 +1120,9 @@ static Status step_grads(Run *r, Step *s, Err *err) {
 static int health_rollback(Run *r, Step *s, Status *st, Err *err) {
     const TrainConfig *c = &r->cfg;
     char path[4096] = "", note[256];
+    /* Several ranks saving in the background: commit the last save first (every rank decides the
+     * rollback alike, so all of them are here), so that it is the one rolled back to. */
+    if (r->sasync && (*st = ckpt_shard_async_wait(r->sasync, r->comm, NULL, err)) != ST_OK) return 1;
     if (!c->ckpt_dir[0] || ckpt_resolve(c->ckpt_dir, "auto", path, sizeof path, note, sizeof note, err) != ST_OK ||
         !path[0])
         return 0;
@@ -1203,9 +1223,9 @@ static Status step_checkpoint(Run *r, Step *s, Err *err) {
         s->comm_b0 += (double)(now->bytes[k] - before.bytes[k]);
     }
     s->comm_ms0 += now->wait_ms_total - before.wait_ms_total;
-    ev_ckpt(&r->log, r->step, s->ckpt_ms, r->async ? NULL : info.path, (double)info.bytes, info.pruned);
+    ev_ckpt(&r->log, r->step, s->ckpt_ms, r->async || r->sasync ? NULL : info.path, (double)info.bytes, info.pruned);
     /* Young/Daly needs the full write time: for async saves, the background write's. */
-    if (!r->async) note_write_time(r, &info);
+    if (!r->async && !r->sasync) note_write_time(r, &info);
     return ST_OK;
 }
 
@@ -1376,9 +1396,10 @@ static Status run_finish(Run *r, Err *err) {
     const TrainConfig *c = &r->cfg;
     TrainResult *res = r->res;
     Status st;
-    if (r->async) {
+    if (r->async || r->sasync) {
         CkptSaveInfo info;
-        if ((st = ckpt_async_wait(r->async, &info, err)) != ST_OK) return st;
+        st = r->async ? ckpt_async_wait(r->async, &info, err) : ckpt_shard_async_wait(r->sasync, r->comm, &info, err);
+        if (st != ST_OK) return st;
         note_write_time(r, &info);
         if (!c->quiet && info.path[0])
             printf("checkpoint: last asynchronous write %s took %.0f ms in the background\n", info.path, info.ms_write);
