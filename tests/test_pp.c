@@ -25,7 +25,9 @@
  * refuse  one-line refusals before allocation (exit 2, no log): ZeRO 2 with --pp, zb-h1 with recompute, tp × pp
  *         not dividing the world, interleaved micro-batches not a multiple of pp, --interleave
  *         without --pp; each with its accepted twin (the negative control of a refusal).
- * Usage: test_pp MPIEXEC SCALETRAIN [equiv|mixed|resume|refuse]. */
+ * health  tp_worker's spike runs (a corrupted batch skipped, a spike rolled back to a checkpoint, NaN
+ *         gradients) at pp 2 take one process's actions and trajectory; control: a clean run.
+ * Usage: test_pp MPIEXEC SCALETRAIN TP_WORKER [equiv|mixed|resume|refuse|health]. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -33,6 +35,7 @@
 #include <string.h>
 
 #include "core/timer.h"
+#include "data/shard.h"
 #include "model/layout.h"
 #include "runcmp.h"
 #include "testutil.h"
@@ -41,7 +44,7 @@
 #define STEPS 10
 
 static const RcTol TOL = {1e-6, 1e-6, 1e-5, 1e-4};
-static const char *g_mpi, *g_bin;
+static const char *g_mpi, *g_bin, *g_worker;
 
 #define COMMON                                                                                                \
     "train --data " DIR "/train.bin --layers 4 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 "          \
@@ -300,6 +303,92 @@ static void resume(void) {
     layout_free(&pl);
 }
 
+/* ---------------------------------------------------------------- health under a pipeline */
+
+/* test_health_train's learnable data (vocabulary 64), as test_tp's spike runs. */
+static void make_health_data(void) {
+    Err e;
+    enum { N = 30000 };
+    static uint32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (uint32_t)((i % 17) * 3 + (i / 170) % 5);
+    ShardMeta meta = {0, N, 64};
+    if (shard_write(DIR "/health.bin", tok, N, &meta, &e) != ST_OK) printf("%s\n", e.msg), exit(1);
+}
+
+/* tp_worker (64 steps of test_health_train's model, L = 2) on np ranks as pp stages. */
+static int worker(const char *name, int np, int pp, const char *policy, int spike, int nan_step, int ckpt_every) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "rm -rf %s/%s_ck %s/%s_out %s/%s.jsonl", DIR, name, DIR, name, DIR, name);
+    if (system(cmd) != 0) return 0;
+    snprintf(cmd, sizeof cmd, "timeout 170 %s --allow-run-as-root --oversubscribe -np %d -x OMP_NUM_THREADS=1 %s %s %s 1 "
+             "%s %d %d %d %d", g_mpi, np, g_worker, DIR, name, policy, spike, nan_step, ckpt_every, pp);
+    double secs;
+    int rc = rc_run(DIR, name, cmd, &secs);
+    printf("%s: exit %d, %.1f s\n", name, rc, secs);
+    if (rc != 0) tu_check(0, name, "exit %d, see %s/%s.out", rc, DIR, name);
+    return rc == 0;
+}
+
+/* The health actions of a log as text (spike/nonfinite with step, metric, action; skips; rollbacks). */
+static void actions(const char *name, char *out, size_t cap) {
+    cJSON *all = rc_records(DIR, name);
+    const cJSON *o;
+    size_t n = 0;
+    out[0] = 0;
+    cJSON_ArrayForEach(o, all) {
+        const char *ev = rc_event(o);
+        if (!ev || n >= cap) continue;
+        if (!strcmp(ev, "spike") || !strcmp(ev, "nonfinite"))
+            n += (size_t)snprintf(out + n, cap - n, "%s@%.0f:%s:%s ", ev, rc_num(o, "step"),
+                                  cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "metric")),
+                                  cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "action")));
+        else if (!strcmp(ev, "skip"))
+            n += (size_t)snprintf(out + n, cap - n, "skip@%.0f/b%.0f ", rc_num(o, "step"), rc_num(o, "batch"));
+        else if (!strcmp(ev, "rollback"))
+            n += (size_t)snprintf(out + n, cap - n, "rollback@%.0f->%.0f/b%.0f ", rc_num(o, "step"),
+                                  rc_num(o, "to_step"), rc_num(o, "batch"));
+    }
+    if (!all) snprintf(out, cap, "(no log)");
+    cJSON_Delete(all);
+}
+
+/* A corrupted batch (skip), a spike rolled back to a checkpoint written by every stage, NaN
+ * gradients on every rank: pp 2 takes one process's actions (decided on the last stage's loss and
+ * the world's norm) and its trajectory. Control: the pp 2 skip run against a clean run. */
+static void health(void) {
+    make_health_data();
+    ParamLayout ph;
+    ModelConfig mc = {2, 2, 32, 64, 0, 32, 0};
+    Err e;
+    model_config_validate(&mc, &e);
+    layout_init(&ph, &mc, 1);
+    static const struct {
+        const char *name, *policy;
+        int spike, nan_step, ckpt_every;
+    } SP[] = {{"skip", "skip", 50, 0, 0}, {"rollback", "rollback", 55, 0, 20}, {"nan", "log", 0, 30, 0}};
+    for (size_t i = 0; i < sizeof SP / sizeof SP[0]; i++) {
+        char n1[64], n2[64], a1[512], a2[512], what[160];
+        snprintf(n1, sizeof n1, "spike_%s_pp1", SP[i].name), snprintf(n2, sizeof n2, "spike_%s_pp2", SP[i].name);
+        if (!worker(n1, 1, 1, SP[i].policy, SP[i].spike, SP[i].nan_step, SP[i].ckpt_every) ||
+            !worker(n2, 2, 2, SP[i].policy, SP[i].spike, SP[i].nan_step, SP[i].ckpt_every))
+            continue;
+        actions(n1, a1, sizeof a1), actions(n2, a2, sizeof a2);
+        snprintf(what, sizeof what, "%s: pp 2 takes one process's health actions", SP[i].name);
+        tu_check(a1[0] && !strcmp(a1, a2), what, "one process: %s; pp 2: %s", a1, a2);
+        float *w = rc_weights(DIR, n1, &ph);
+        RcTol got;
+        rc_compare(DIR, n2, n1, 64, &ph, w, TOL, &got);
+        free(w);
+    }
+    if (worker("spike_clean_pp1", 1, 1, "skip", 0, 0, 0)) {
+        char a1[512], a2[512];
+        actions("spike_clean_pp1", a1, sizeof a1), actions("spike_skip_pp2", a2, sizeof a2);
+        tu_check(strcmp(a1, a2) != 0, "negative control: the pp 2 skip run's actions against a clean run",
+                 "clean: '%s'; pp 2 with the corrupted batch: '%s'", a1, a2);
+    }
+    layout_free(&ph);
+}
+
 /* A command that must be refused: exit 2, a "scaletrain train:" line holding every string of want,
  * no log. */
 static void refused(const char *name, int np, const char *extra, const char *const *want, int nwant) {
@@ -346,18 +435,19 @@ static void refuse(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3) {
-        fprintf(stderr, "usage: test_pp MPIEXEC SCALETRAIN [equiv|resume|refuse]\n");
+    if (argc < 4) {
+        fprintf(stderr, "usage: test_pp MPIEXEC SCALETRAIN TP_WORKER [equiv|mixed|resume|refuse|health]\n");
         return 2;
     }
-    g_mpi = argv[1], g_bin = argv[2];
-    const char *what = argc > 3 ? argv[3] : "all";
+    g_mpi = argv[1], g_bin = argv[2], g_worker = argv[3];
+    const char *what = argc > 4 ? argv[4] : "all";
     double t0 = timer_ms();
     rc_make_data(DIR);
     if (!strcmp(what, "equiv") || !strcmp(what, "all")) equiv();
     if (!strcmp(what, "mixed") || !strcmp(what, "all")) mixed();
     if (!strcmp(what, "resume") || !strcmp(what, "all")) resume();
     if (!strcmp(what, "refuse") || !strcmp(what, "all")) refuse();
+    if (!strcmp(what, "health") || !strcmp(what, "all")) health();
     printf("test_pp %s: %.1f s\n", what, (timer_ms() - t0) * 1e-3);
     return tu_exit();
 }

@@ -402,7 +402,11 @@ static Status shard_prepare(Comm *c, const SavePaths *p, const CkptMeta *meta, c
     }
     if (mine == ST_OK) mine = ckpt_fault_hit(fault, "begin", &e);
     Status st = agree(c, mine, &e, "start the save", NULL, err);
-    if (st != ST_OK && c->rank == 0) ckpt_rm_tree(p->tmp);
+    if (st != ST_OK) {
+        if (c->rank == 0) ckpt_rm_tree(p->tmp);
+        Err eb;
+        comm_barrier(c, &eb); /* every rank returns once nothing of the failed save remains */
+    }
     return st;
 }
 
@@ -675,6 +679,8 @@ static Status shard_commit(Comm *c, const SavePaths *p, const Item *items, int n
     Status st = agree(c, mine, &e, "write", file, err);
     if (st != ST_OK) {
         if (c->rank == 0) ckpt_rm_tree(p->tmp);
+        Err eb;
+        comm_barrier(c, &eb); /* every rank returns once nothing of the failed save remains */
         return st;
     }
     char *frag = fragment_text(c->rank, items, n, kinds, rw);

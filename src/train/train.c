@@ -1060,6 +1060,7 @@ static void step_micro_batches(Run *r, Step *s) {
         for (int j = 0; drop && j < k; j++) drop[j] = drop0 + (uint64_t)j;
         if (st == ST_OK) st = pp_step(r->pp_run, r->inp, r->tgt, B, T, dscale, drop, &s->loss_sum, &r->pps, &s->gemm_err);
         free(drop);
+        if (r->attempt == c->debug_nan_step && r->g.d.grads) r->g.d.grads[r->g.w.layout.tensors[2].offset] = NAN;
         s->gemm_st = gpt_status(&r->g, st == ST_OK ? &s->gemm_err : NULL);
         if (st != ST_OK) s->gemm_st = st;
         return;
