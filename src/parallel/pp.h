@@ -14,7 +14,8 @@
  * of its own rank to complete (that could wait for a peer waiting for this rank): a slot's
  * activation send is complete once its gradient came back, and a gradient goes out of a buffer
  * from a pool (MEM_COMM) that grows when every buffer is in flight — usually one or two. Receives are posted when their op comes and waited at once: the time
- * spent waiting (for a message or a slot) is the rank's idle time, the pipeline bubble it sees.
+ * spent waiting (for a message, a slot, or at the end for the last rank to finish: a barrier) is the
+ * rank's idle time, the pipeline bubble it sees.
  * Tags: (micro-batch · S + virtual stage) · 2 + direction, S = P · v virtual stages.
  *
  *   W(mb, chunk)  (zb-h1: the model built with GptOptions.split_backward, whose B computes input
@@ -33,7 +34,7 @@
 #include "parallel/schedule.h"
 
 typedef struct {
-    double idle_ms;      /* waiting for a receive or for a slot's sends */
+    double idle_ms;      /* waiting for a receive, a slot's sends, or the step's last rank */
     double busy_ms;      /* inside forward and backward ops */
     double f_ms, b_ms, w_ms; /* of which forwards, backwards, weight passes (per op: divide by nf, nb, nw) */
     int nf, nb, nw;
