@@ -9,12 +9,14 @@
 # world's idle time inside the schedule over its ranks' time there), the formula's
 # (p−1)/(v·m+p−1) and the one simulated from the schedule with the measured op times, and the
 # median tokens/s against one process's.
-# Usage: bench/pp_bubble.sh [config=B] [steps=5] [micro_batch=8]   (builds nothing; needs mpirun)
+# Usage: bench/pp_bubble.sh [config=B] [steps=5] [micro_batch=8] ["2 4 8 16" micro-batch counts]
+# (builds nothing; needs mpirun)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cfg=${1:-B}
 steps=${2:-5}
 mb=${3:-8}
+ms=${4:-2 4 8 16}
 V=$([[ $cfg == B ]] && echo 50257 || echo 257)
 ST=build/scaletrain
 [[ -x $ST ]] || { echo "pp_bubble: build first (make build)" >&2; exit 2; }
@@ -33,7 +35,7 @@ for l in sys.stdin:
 }
 echo "| config | m | schedule | bubble measured | formula | simulated (per-stage times) | tokens/s | vs 1 process |"
 echo "|---|---:|---|---:|---:|---:|---:|---:|"
-for m in 2 4 8 16; do
+for m in $ms; do
   $ST train $shape --grad-accum "$m" --steps "$steps" --val-every 0 --threads 2 --quiet --log "$tmp/one.$m.jsonl" >/dev/null
   one=$(field "$tmp/one.$m.jsonl" 'r["tokens_per_s"]')
   for sch in gpipe 1f1b interleaved zb-h1; do
