@@ -275,6 +275,14 @@ static int worker_faults(Comm *c, const Oracle *o, char **argv) {
         if (c->rank == 0)
             tu_check(ok, "shard_fault_aborts_everywhere", "stage %s on rank %d: status %d same on all ranks %d, latest %.13s; %s",
                      F[i].stage, F[i].rank, st, same, latest, e2.msg);
+        else if (!ok)
+            fprintf(stderr, "rank %d: stage %s: status %d, same %d, latest %.13s, step 2 %d, tmp %d, step 1 %d: %s\n",
+                    c->rank, F[i].stage, st, same, latest, exists(dir, "step_00000002"),
+                    exists(dir, ".tmp-step_00000002"), exists(dir, "step_00000001"), e2.msg);
+        /* No rank starts the next save (whose rank 0 creates the same temporary directory again)
+         * before every rank has looked at the directory. */
+        Err eb;
+        comm_barrier(c, &eb);
         bad += !ok;
     }
     /* Coverage refused at save: every tensor written by both ranks, or by neither. */
@@ -290,6 +298,9 @@ static int worker_faults(Comm *c, const Oracle *o, char **argv) {
         int ok = st == ST_ERR_INPUT && strstr(e2.msg, want) && same_everywhere(c, st, e2.msg) &&
                  !exists(dir, "step_00000002");
         if (c->rank == 0) tu_check(ok, "shard_save_refuses_bad_coverage", "%s: %s", want, e2.msg);
+        else if (!ok) fprintf(stderr, "rank %d: coverage %s: status %d: %s\n", c->rank, want, st, e2.msg);
+        Err eb;
+        comm_barrier(c, &eb); /* as above: the next save must not start before every rank looked */
         bad += !ok;
         free(w);
     }
@@ -300,6 +311,7 @@ static int worker_faults(Comm *c, const Oracle *o, char **argv) {
     read_latest(dir, latest, sizeof latest);
     int ok = st == ST_OK && !strcmp(latest, "step_00000002\n");
     if (c->rank == 0) tu_check(ok, "shard_save_after_faults", "latest %.13s", latest);
+    else if (!ok) fprintf(stderr, "rank %d: save after faults: status %d, latest %.13s: %s\n", c->rank, st, latest, e.msg);
     return bad + !ok || tu_exit();
 }
 
