@@ -253,3 +253,37 @@ void rc_check_rss(const cJSON *all, int np, const char *label, const char *contr
     int caught = n && !rc_rss_within(rec, np, less, &worst_less);
     tu_check(caught, what, "worst rank %+.1f%% (moments %.1f MB per rank)", 100 * worst_less, (alloc[0] - less[0]) / 1e6);
 }
+
+void rc_make_health_data(const char *dir) {
+    Err e;
+    file_mkdirs(dir, &e);
+    enum { N = 30000 };
+    static uint32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (uint32_t)((i % 17) * 3 + (i / 170) % 5);
+    ShardMeta meta = {0, N, 64};
+    char path[1200];
+    snprintf(path, sizeof path, "%s/health.bin", dir);
+    if (shard_write(path, tok, N, &meta, &e) != ST_OK) printf("%s\n", e.msg), exit(1);
+}
+
+void rc_health_actions(const char *dir, const char *name, char *out, size_t cap) {
+    cJSON *all = rc_records(dir, name);
+    const cJSON *o;
+    size_t n = 0;
+    out[0] = 0;
+    cJSON_ArrayForEach(o, all) {
+        const char *ev = rc_event(o);
+        if (!ev || n >= cap) continue;
+        if (!strcmp(ev, "spike") || !strcmp(ev, "nonfinite"))
+            n += (size_t)snprintf(out + n, cap - n, "%s@%.0f:%s:%s ", ev, rc_num(o, "step"),
+                                  cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "metric")),
+                                  cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "action")));
+        else if (!strcmp(ev, "skip"))
+            n += (size_t)snprintf(out + n, cap - n, "skip@%.0f/b%.0f ", rc_num(o, "step"), rc_num(o, "batch"));
+        else if (!strcmp(ev, "rollback"))
+            n += (size_t)snprintf(out + n, cap - n, "rollback@%.0f->%.0f/b%.0f ", rc_num(o, "step"),
+                                  rc_num(o, "to_step"), rc_num(o, "batch"));
+    }
+    if (!all) snprintf(out, cap, "(no log)");
+    cJSON_Delete(all);
+}

@@ -26,6 +26,10 @@ int rc_run(const char *dir, const char *name, const char *cmd, double *secs);
  * it cannot be run or is not JSON: `scaletrain plan --json`. */
 struct cJSON *rc_command_json(const char *cmd);
 
+/* test_health_train's learnable data for the spike runs through tp_worker: dir/health.bin, 30000
+ * tokens of a vocabulary of 64. Exits the test if it cannot be written. */
+void rc_make_health_data(const char *dir);
+
 /* ---- the metrics log ---- */
 
 /* A record's number field k, NAN if absent or not a number. */
@@ -33,6 +37,11 @@ double rc_num(const struct cJSON *o, const char *k);
 
 /* A record's "event", or NULL. */
 const char *rc_event(const struct cJSON *o);
+
+/* The health actions of run `name`'s log as text: each spike/nonfinite record's step, metric and
+ * action, each skip's step and batch, each rollback's step, target step and batch ("(no log)" if
+ * unreadable): two runs took the same actions iff the texts are equal. */
+void rc_health_actions(const char *dir, const char *name, char *out, size_t cap);
 
 /* Every record of dir/name.jsonl (tu_log_records; caller deletes), NULL if unreadable. */
 struct cJSON *rc_records(const char *dir, const char *name);

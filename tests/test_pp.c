@@ -305,16 +305,6 @@ static void resume(void) {
 
 /* ---------------------------------------------------------------- health under a pipeline */
 
-/* test_health_train's learnable data (vocabulary 64), as test_tp's spike runs. */
-static void make_health_data(void) {
-    Err e;
-    enum { N = 30000 };
-    static uint32_t tok[N];
-    for (int i = 0; i < N; i++) tok[i] = (uint32_t)((i % 17) * 3 + (i / 170) % 5);
-    ShardMeta meta = {0, N, 64};
-    if (shard_write(DIR "/health.bin", tok, N, &meta, &e) != ST_OK) printf("%s\n", e.msg), exit(1);
-}
-
 /* tp_worker (64 steps of test_health_train's model, L = 2) on np ranks as pp stages. */
 static int worker(const char *name, int np, int pp, const char *policy, int spike, int nan_step, int ckpt_every) {
     char cmd[2048];
@@ -329,34 +319,11 @@ static int worker(const char *name, int np, int pp, const char *policy, int spik
     return rc == 0;
 }
 
-/* The health actions of a log as text (spike/nonfinite with step, metric, action; skips; rollbacks). */
-static void actions(const char *name, char *out, size_t cap) {
-    cJSON *all = rc_records(DIR, name);
-    const cJSON *o;
-    size_t n = 0;
-    out[0] = 0;
-    cJSON_ArrayForEach(o, all) {
-        const char *ev = rc_event(o);
-        if (!ev || n >= cap) continue;
-        if (!strcmp(ev, "spike") || !strcmp(ev, "nonfinite"))
-            n += (size_t)snprintf(out + n, cap - n, "%s@%.0f:%s:%s ", ev, rc_num(o, "step"),
-                                  cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "metric")),
-                                  cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "action")));
-        else if (!strcmp(ev, "skip"))
-            n += (size_t)snprintf(out + n, cap - n, "skip@%.0f/b%.0f ", rc_num(o, "step"), rc_num(o, "batch"));
-        else if (!strcmp(ev, "rollback"))
-            n += (size_t)snprintf(out + n, cap - n, "rollback@%.0f->%.0f/b%.0f ", rc_num(o, "step"),
-                                  rc_num(o, "to_step"), rc_num(o, "batch"));
-    }
-    if (!all) snprintf(out, cap, "(no log)");
-    cJSON_Delete(all);
-}
-
 /* A corrupted batch (skip), a spike rolled back to a checkpoint written by every stage, NaN
  * gradients on every rank: pp 2 takes one process's actions (decided on the last stage's loss and
  * the world's norm) and its trajectory. Control: the pp 2 skip run against a clean run. */
 static void health(void) {
-    make_health_data();
+    rc_make_health_data(DIR);
     ParamLayout ph;
     ModelConfig mc = {2, 2, 32, 64, 0, 32, 0};
     Err e;
@@ -372,7 +339,7 @@ static void health(void) {
         if (!worker(n1, 1, 1, SP[i].policy, SP[i].spike, SP[i].nan_step, SP[i].ckpt_every) ||
             !worker(n2, 2, 2, SP[i].policy, SP[i].spike, SP[i].nan_step, SP[i].ckpt_every))
             continue;
-        actions(n1, a1, sizeof a1), actions(n2, a2, sizeof a2);
+        rc_health_actions(DIR, n1, a1, sizeof a1), rc_health_actions(DIR, n2, a2, sizeof a2);
         snprintf(what, sizeof what, "%s: pp 2 takes one process's health actions", SP[i].name);
         tu_check(a1[0] && !strcmp(a1, a2), what, "one process: %s; pp 2: %s", a1, a2);
         float *w = rc_weights(DIR, n1, &ph);
@@ -382,7 +349,7 @@ static void health(void) {
     }
     if (worker("spike_clean_pp1", 1, 1, "skip", 0, 0, 0)) {
         char a1[512], a2[512];
-        actions("spike_clean_pp1", a1, sizeof a1), actions("spike_skip_pp2", a2, sizeof a2);
+        rc_health_actions(DIR, "spike_clean_pp1", a1, sizeof a1), rc_health_actions(DIR, "spike_skip_pp2", a2, sizeof a2);
         tu_check(strcmp(a1, a2) != 0, "negative control: the pp 2 skip run's actions against a clean run",
                  "clean: '%s'; pp 2 with the corrupted batch: '%s'", a1, a2);
     }

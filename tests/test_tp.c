@@ -387,16 +387,6 @@ static void resume(void) {
 
 /* ---------------------------------------------------------------- rest: init-from, spikes, export */
 
-/* test_health_train's learnable data (vocabulary 64) for the spike runs. */
-static void make_health_data(void) {
-    Err e;
-    enum { N = 30000 };
-    static uint32_t tok[N];
-    for (int i = 0; i < N; i++) tok[i] = (uint32_t)((i % 17) * 3 + (i / 170) % 5);
-    ShardMeta meta = {0, N, 64};
-    if (shard_write(DIR "/health.bin", tok, N, &meta, &e) != ST_OK) printf("%s\n", e.msg), exit(1);
-}
-
 /* Byte tokens (vocabulary 257: 256 bytes and end-of-text) for `sample --tokenizer bytes`. */
 static void make_byte_data(void) {
     Err e;
@@ -424,30 +414,6 @@ static int worker(const char *name, int np, int tp, const char *policy, int spik
     printf("%s: %.1f s\n", name, secs);
     if (rc != 0) tu_check(0, name, "exit %d, see %s/%s.out", rc, DIR, name);
     return rc == 0;
-}
-
-/* The health actions of a log as text: each spike/nonfinite record's step, metric and action, each
- * skip's step and batch, each rollback's step, target step and batch. */
-static void actions(const char *name, char *out, size_t cap) {
-    cJSON *all = records(name);
-    const cJSON *o;
-    size_t n = 0;
-    out[0] = 0;
-    cJSON_ArrayForEach(o, all) {
-        const char *ev = event_of(o);
-        if (!ev || n >= cap) continue;
-        if (!strcmp(ev, "spike") || !strcmp(ev, "nonfinite"))
-            n += (size_t)snprintf(out + n, cap - n, "%s@%.0f:%s:%s ", ev, num(o, "step"),
-                                  cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "metric")),
-                                  cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "action")));
-        else if (!strcmp(ev, "skip"))
-            n += (size_t)snprintf(out + n, cap - n, "skip@%.0f/b%.0f ", num(o, "step"), num(o, "batch"));
-        else if (!strcmp(ev, "rollback"))
-            n += (size_t)snprintf(out + n, cap - n, "rollback@%.0f->%.0f/b%.0f ", num(o, "step"), num(o, "to_step"),
-                                  num(o, "batch"));
-    }
-    if (!all) snprintf(out, cap, "(no log)");
-    cJSON_Delete(all);
 }
 
 /* Eval of a weights folder on the byte data: the loss, NAN on failure. */
@@ -527,7 +493,7 @@ static void rest(void) {
     }
 
     /* Spike handling (test hooks through tp_worker): the same actions as one process. */
-    make_health_data();
+    rc_make_health_data(DIR);
     static const struct {
         const char *name, *policy;
         int spike, nan_step, ckpt_every;
@@ -538,14 +504,14 @@ static void rest(void) {
         if (!worker(n1, 1, 1, SP[i].policy, SP[i].spike, SP[i].nan_step, SP[i].ckpt_every) ||
             !worker(n2, 2, 2, SP[i].policy, SP[i].spike, SP[i].nan_step, SP[i].ckpt_every))
             continue;
-        actions(n1, a1, sizeof a1), actions(n2, a2, sizeof a2);
+        rc_health_actions(DIR, n1, a1, sizeof a1), rc_health_actions(DIR, n2, a2, sizeof a2);
         snprintf(what, sizeof what, "%s: tp 2 takes one process's health actions", SP[i].name);
         tu_check(a1[0] && !strcmp(a1, a2), what, "one process: %s; tp 2: %s", a1, a2);
         compare_tol(n2, n1, 64, &ph, TOL), check_grid(n2, 1, 2, 0);
     }
     if (worker("spike_clean_tp1", 1, 1, "skip", 0, 0, 0)) {
         char a1[512], a2[512];
-        actions("spike_clean_tp1", a1, sizeof a1), actions("spike_skip_tp2", a2, sizeof a2);
+        rc_health_actions(DIR, "spike_clean_tp1", a1, sizeof a1), rc_health_actions(DIR, "spike_skip_tp2", a2, sizeof a2);
         tu_check(strcmp(a1, a2) != 0, "negative control: the tp 2 skip run's actions against a clean one-process run",
                  "clean: '%s'; tp 2 with the corrupted batch: '%s'", a1, a2);
     }
