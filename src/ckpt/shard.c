@@ -385,6 +385,14 @@ static Status agree(Comm *c, Status mine, const Err *my_err, const char *what, c
                    file, msg);
 }
 
+/* A save all ranks agreed to abort: rank 0 removes its temporary directory, and every rank returns
+ * only once nothing of it remains (collective). */
+static void abandon(Comm *c, const SavePaths *p) {
+    if (c->rank == 0) ckpt_rm_tree(p->tmp);
+    Err eb;
+    comm_barrier(c, &eb);
+}
+
 /* Step 1 (collective): rank 0 prepares the temporary directory (removing stale leftovers);
  * every rank checks its arguments and fault setting; all agree. */
 static Status shard_prepare(Comm *c, const SavePaths *p, const CkptMeta *meta, const CkptOptions *o, Fault *fault,
@@ -402,11 +410,7 @@ static Status shard_prepare(Comm *c, const SavePaths *p, const CkptMeta *meta, c
     }
     if (mine == ST_OK) mine = ckpt_fault_hit(fault, "begin", &e);
     Status st = agree(c, mine, &e, "start the save", NULL, err);
-    if (st != ST_OK) {
-        if (c->rank == 0) ckpt_rm_tree(p->tmp);
-        Err eb;
-        comm_barrier(c, &eb); /* every rank returns once nothing of the failed save remains */
-    }
+    if (st != ST_OK) abandon(c, p);
     return st;
 }
 
@@ -678,9 +682,7 @@ static Status shard_commit(Comm *c, const SavePaths *p, const Item *items, int n
     snprintf(file, sizeof file, "%s/rank%%05d.safetensors", ckpt_base_name(p->tmp));
     Status st = agree(c, mine, &e, "write", file, err);
     if (st != ST_OK) {
-        if (c->rank == 0) ckpt_rm_tree(p->tmp);
-        Err eb;
-        comm_barrier(c, &eb); /* every rank returns once nothing of the failed save remains */
+        abandon(c, p);
         return st;
     }
     char *frag = fragment_text(c->rank, items, n, kinds, rw);
