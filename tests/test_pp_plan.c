@@ -14,8 +14,8 @@
  *              activations    slots · (4·Nl·C + nb_chunk·A + [head](4(Nl·C + 2Nl + N) + [slots > 1] 4·N·C)),
  *                             A = one block's bytes: N·C(16 + 48/t) + 16N + 4N·a/t (fp32), N·C(12 + 40/t) + ...
  *                             (bf16), (N·C/t)·64 + (N/t)(16 + 4a) (--sp, fp32)
- *              workspace      the whole model's (layout_run_bytes, pp = 1) + 8·Nl·C (the received output
- *                             gradient and the sent input gradient)
+ *              workspace      the whole model's (layout_run_bytes, pp = 1) + 4·Nl·C (the received output
+ *                             gradient; sent gradients use the runtime's MEM_COMM pool)
  *              tied buffer    4·min(Vl·C, 2^20) on ranks 0 and P − 1, else 0
  *              p2p per step   4·Nl·C·m·(2v − [r = 0] − [r = P − 1]) + [r ∈ {0, P−1}] 4·Vl·C
  *            exact (integers); plan_compute's memory per device == the worst rank's. Negative controls:
@@ -183,14 +183,14 @@ static void formula(void) {
             const PlanPpRank *o = &out[r];
             static const int cats[4] = {MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_MOMENTS};
             int same = o->layout_floats == (long long)w.floats && o->slots == w.slots && o->blocks == w.blocks &&
-                       o->bytes[MEM_ACTIVATIONS] == w.act && o->bytes[MEM_WORKSPACE] == ws + 8 * Nl * k->s.C &&
+                       o->bytes[MEM_ACTIVATIONS] == w.act && o->bytes[MEM_WORKSPACE] == ws + 4 * Nl * k->s.C &&
                        o->bytes[MEM_COMM] == w.tied && o->p2p == w.p2p;
             for (int c = 0; c < 4; c++) same = same && o->bytes[cats[c]] == w.states[c];
             if (!same && ok)
                 snprintf(detail, sizeof detail, "%s rank %d: floats %lld/%.0f, slots %d/%d, activations %.0f/%.0f, "
                          "workspace %.0f/%.0f, tied %.0f/%.0f, p2p %.0f/%.0f, moments %.0f/%.0f (plan/closed form)",
                          k->name, r, o->layout_floats, w.floats, o->slots, w.slots, o->bytes[MEM_ACTIVATIONS], w.act,
-                         o->bytes[MEM_WORKSPACE], ws + 8 * Nl * k->s.C, o->bytes[MEM_COMM], w.tied, o->p2p, w.p2p,
+                         o->bytes[MEM_WORKSPACE], ws + 4 * Nl * k->s.C, o->bytes[MEM_COMM], w.tied, o->p2p, w.p2p,
                          o->bytes[MEM_MOMENTS], w.states[3]);
             ok &= same;
             /* Negative controls: the textbook forms. */

@@ -232,7 +232,7 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
     TAKE(s->logits, (size_t)s->head_chunk * s->Vl);
     if (tp > 1) TAKE(s->head_stats, 3 * (size_t)s->head_chunk);
     if (Nl < N) TAKE(s->sp_gather, lpa ? (N * C + 1) / 2 : N * C), TAKE(s->sp_lngrad, 2 * C);
-    if (ast.pipe) TAKE(s->pp_gin, Nl * C), TAKE(s->pp_gout, Nl * C);
+    if (ast.pipe) TAKE(s->pp_gin, Nl * C);
     ST_CHECK((size_t)(a - s->scratch) == as.scratch);
 #undef TAKE_OP
 #undef TAKE

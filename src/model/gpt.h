@@ -177,7 +177,7 @@ typedef struct {
     LayerActs *la;          /* L entries: the bound chunk's blocks point into the slot */
     float *lnf, *lnf_mean, *lnf_rstd, *losses; /* (N, C), (N), (N), (N) */
     float *dhead;           /* the head's input gradient: the slot's, or dbuf_b with one slot */
-    float *pp_gin, *pp_gout;/* pipeline: received output gradient, sent input gradient (Nl, C) */
+    float *pp_gin;          /* pipeline: the received output gradient (Nl, C) */
 
     float *scratch;         /* workspace */
     size_t scratch_floats;

@@ -304,7 +304,7 @@ ActSizes layout_activations_stage(const ModelConfig *cfg, int B, int T, int thre
                 chunks * 2 * d.C + rows * d.Vl;
     if (tp > 1) a.scratch += 3 * rows;
     if (d.Nl < d.N) a.scratch += (bf16 ? half_floats(d.N * d.C) : d.N * d.C) + 2 * d.C;
-    if (st->pipe) a.scratch += 2 * d.Nl * d.C;
+    if (st->pipe) a.scratch += d.Nl * d.C;
     return a;
 }
 

@@ -169,8 +169,8 @@ ActSizes layout_activations_tp(const ModelConfig *cfg, int B, int T, int threads
  * (the largest chunk of the rank), the chunk's input (the received activations, or the
  * embedding), and on the head's rank the final LayerNorm, the losses and, with slots > 1, the
  * head's input gradient (N·C: the fused head computes it in the forward). pipe = 1 adds the
- * point-to-point gradient buffers to the workspace (received output gradient and sent input
- * gradient, Nl·C each). NULL: the whole model, one slot, no pipeline. */
+ * received output gradient (Nl·C) to the workspace (sent gradients go out of the runtime's pool,
+ * MEM_COMM). NULL: the whole model, one slot, no pipeline. */
 typedef struct {
     int blocks, slots, head, pipe;
     int split;   /* split backward (zb-h1): each block also keeps its weight GEMMs' output gradients
