@@ -168,6 +168,7 @@ static void multi_reference(const OptimConfig *c, Variant v, double p_out[NSTEPS
             }
             case OPT_MUON: /* whole-matrix: tests/test_muon.c, test_shampoo.c */
             case OPT_SHAMPOO:
+            case OPT_SOPHIA: /* its Hessian EMA: tests/test_sophia.c */
                 break;
             }
             p_out[t - 1][i] = p;

@@ -187,11 +187,13 @@ static void print_review(const PlanInput *in, const PlanResult *r, const PlanSch
     if (in->recompute) printf("  with %s recompute: %.4g hardware FLOPs per token\n", plan_recompute_name(in->recompute), r->compute.fpt_hw);
     printf("  total: 6ND = %.4g, exact = %.4g FLOPs\n", r->compute.total_6nd, r->compute.total);
     printf("  step: matmul %s + elementwise %s + bubble %s + tp %s + pp %s; dp/zero comm %s (%s not hidden by "
-           "compute); optimizer %s\n",
+           "compute); optimizer %s%s%s\n",
            fmt_time(a, sizeof a, r->compute.t_matmul), fmt_time(b, sizeof b, r->compute.t_elementwise),
            fmt_time(c, sizeof c, r->compute.t_bubble), fmt_time(d, sizeof d, r->compute.t_tp),
            fmt_time((char[64]){0}, 64, r->compute.t_pp), fmt_time((char[64]){0}, 64, r->compute.t_dp),
-           fmt_time((char[64]){0}, 64, r->compute.t_dp_exposed), fmt_time((char[64]){0}, 64, r->compute.t_optimizer));
+           fmt_time((char[64]){0}, 64, r->compute.t_dp_exposed), fmt_time((char[64]){0}, 64, r->compute.t_optimizer),
+           in->hess_every > 0 ? "; Sophia's Hessian pass (amortised) " : "",
+           in->hess_every > 0 ? fmt_time((char[64]){0}, 64, r->compute.t_hessian) : "");
     printf("  predicted step: %s with overlap (max), %s without (sum); %.4g tokens/s\n",
            fmt_time(a, sizeof a, r->compute.step_overlap), fmt_time(b, sizeof b, r->compute.step_serial),
            r->compute.tokens_per_s);
@@ -420,6 +422,7 @@ static cJSON *json_plan(const PlanInput *in, const PlanResult *r, const PlanSche
     cJSON_AddNumberToObject(jt, "dp", r->compute.t_dp);
     cJSON_AddNumberToObject(jt, "dp_exposed", r->compute.t_dp_exposed);
     cJSON_AddNumberToObject(jt, "optimizer", r->compute.t_optimizer);
+    if (in->hess_every > 0) cJSON_AddNumberToObject(jt, "hessian", r->compute.t_hessian);
     cJSON_AddNumberToObject(jc, "step_s_overlap", r->compute.step_overlap);
     cJSON_AddNumberToObject(jc, "step_s_serial", r->compute.step_serial);
     cJSON_AddNumberToObject(jc, "step_s", r->compute.step);
@@ -592,7 +595,7 @@ int cmd_plan(int argc, char **argv) {
     double params = 0, peak_tflops = 0, memory_gib = 0, mem_bw_gbs = 0, intra_gbs = 0, inter_gbs = 0, matmul_eff = 0,
            storage_gbs = 0;
     long global_batch = 0;
-    int nodes = 0, dpn = 0, wb = 0, gb = 0, mb = -1, ob = 0, ab = 0, moments = -1, json = 0, no_overlap = 0;
+    int nodes = 0, dpn = 0, wb = 0, gb = 0, mb = -1, ob = 0, ab = 0, moments = -1, hess_every = 10, json = 0, no_overlap = 0;
     int no_noise = 0;
     char pp_schedule[32] = "", pp_layers[256] = "";
     int pp_print = 0;
@@ -633,9 +636,10 @@ int cmd_plan(int argc, char **argv) {
         {"master-bytes", ARG_INT, &mb, 0, "bytes per master weight, 0 = none (-1: from --precision)"},
         {"moment-bytes", ARG_INT, &ob, 0, "bytes per optimizer moment (0: from --precision)"},
         {"act-bytes", ARG_INT, &ab, 0, "bytes per activation element of the paper mode (0: from --precision; selects it)"},
-        {"optimizer", ARG_STR, optimizer, sizeof optimizer, "adamw | adam (2 moments) | sgd | lion (1 moment) | muon | shampoo (2 + their buffers)"},
+        {"optimizer", ARG_STR, optimizer, sizeof optimizer, "adamw | adam (2 moments) | sgd | lion (1 moment) | muon | shampoo (2 + their buffers) | sophia (2, and its Hessian pass)"},
         {"shampoo-block", ARG_INT, &in.shampoo_block, 0, "Shampoo's largest block side (with --optimizer shampoo)"},
         {"precond-every", ARG_INT, &in.precond_every, 0, "Shampoo's steps between inverse roots (with --optimizer shampoo)"},
+        {"hess-every", ARG_INT, &hess_every, 0, "Sophia's steps between Hessian passes (with --optimizer sophia; default 10)"},
         {"moments", ARG_INT, &moments, 0, "optimizer moments per parameter (-1: from --optimizer)"},
         {"activations", ARG_STR, acts, sizeof acts, "auto | paper (Korthikanti et al.) | exact (our kernels)"},
         {"threads", ARG_INT, &in.threads, 0, "trainer threads (size our attention scratch)"},
@@ -779,9 +783,17 @@ int cmd_plan(int argc, char **argv) {
     if (!strcmp(optimizer, "adamw") || !strcmp(optimizer, "adam")) in.n_moments = 2;
     else if (!strcmp(optimizer, "muon")) in.n_moments = 2, in.muon = 1;
     else if (!strcmp(optimizer, "shampoo")) in.n_moments = 2, in.shampoo = 1;
+    else if (!strcmp(optimizer, "sophia")) in.n_moments = 2, in.hess_every = SEEN("hess-every") ? hess_every : 10;
     else if (!strcmp(optimizer, "sgd") || !strcmp(optimizer, "lion")) in.n_moments = 1;
     else {
-        snprintf(err.msg, sizeof err.msg, "--optimizer: expected adamw, adam, sgd, lion, muon or shampoo, found '%s'", optimizer);
+        snprintf(err.msg, sizeof err.msg, "--optimizer: expected adamw, adam, sgd, lion, muon, shampoo or sophia, found '%s'",
+                 optimizer);
+        return cli_fail("plan", ST_ERR_INPUT, err.msg);
+    }
+    if (SEEN("hess-every") && strcmp(optimizer, "sophia"))
+        return cli_fail("plan", ST_ERR_INPUT, "--hess-every: would change nothing here; expected --optimizer sophia");
+    if (SEEN("hess-every") && hess_every < 1) {
+        snprintf(err.msg, sizeof err.msg, "--hess-every: expected an integer >= 1, found %d", hess_every);
         return cli_fail("plan", ST_ERR_INPUT, err.msg);
     }
     if (SEEN("moments")) in.n_moments = moments;

@@ -70,14 +70,16 @@ static Status refuse_inert(ArgSpec *specs, int n, const TrainConfig *c, const Co
         {"decay-shape", c->sched.kind != SCHED_WSD, "only with --schedule wsd"},
         {"min-lr", c->sched.kind == SCHED_CONSTANT, "a decaying --schedule (cosine, wsd or linear), not constant"},
         {"momentum", ok != OPT_SGD, "only with --optimizer sgd"},
-        {"beta1", ok == OPT_SGD, "--optimizer adamw, adam or lion (sgd has --momentum)"},
-        {"beta2", ok == OPT_SGD, "--optimizer adamw, adam or lion (sgd has --momentum)"},
-        {"eps", ok == OPT_SGD || ok == OPT_LION, "only with --optimizer adamw, adam, muon or shampoo"},
+        {"beta1", ok == OPT_SGD, "--optimizer adamw, adam, lion, muon, shampoo or sophia (sgd has --momentum)"},
+        {"beta2", ok == OPT_SGD, "--optimizer adamw, adam, lion, muon, shampoo or sophia (sgd has --momentum)"},
+        {"eps", ok == OPT_SGD || ok == OPT_LION, "only with --optimizer adamw, adam, muon, shampoo or sophia"},
         {"muon-lr", ok != OPT_MUON, "only with --optimizer muon"},
         {"muon-momentum", ok != OPT_MUON, "only with --optimizer muon"},
         {"shampoo-block", ok != OPT_SHAMPOO, "only with --optimizer shampoo"},
         {"precond-every", ok != OPT_SHAMPOO, "only with --optimizer shampoo"},
         {"shampoo-eps", ok != OPT_SHAMPOO, "only with --optimizer shampoo"},
+        {"hess-every", ok != OPT_SOPHIA, "only with --optimizer sophia"},
+        {"sophia-gamma", ok != OPT_SOPHIA, "only with --optimizer sophia"},
         {"ckpt-every", !ckpt, "--ckpt-dir"},
         {"keep-last", !ckpt, "--ckpt-dir"},
         {"keep-every", !ckpt, "--ckpt-dir"},
@@ -156,8 +158,8 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
     long batch_tokens = 0;
     int tie = 0;
     double peak_gflops = 0;
-    float beta1 = -1, beta2 = -1, wd = -1, eps = -1, momentum = -1, muon_lr = -1, muon_mom = -1, sh_eps = -1;
-    int sh_block = ARG_UNSET_INT, sh_every = ARG_UNSET_INT; /* unset: the optimizer's default */
+    float beta1 = -1, beta2 = -1, wd = -1, eps = -1, momentum = -1, muon_lr = -1, muon_mom = -1, sh_eps = -1, gamma = -1;
+    int sh_block = ARG_UNSET_INT, sh_every = ARG_UNSET_INT, hess_every = ARG_UNSET_INT; /* unset: the optimizer's default */
     ArgSpec specs[] = {
         {"model", ARG_STR, model, sizeof model,
          "preset: d2, d4, ..., gpt2-124m; llama-d2, ..., llama-7b, llama3-8b (sets the shape and --arch)"},
@@ -188,23 +190,25 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         {"seq-len", ARG_INT, &c.seq_len, 0, "tokens per sequence T"},
         {"grad-accum", ARG_INT, &c.grad_accum, 0, "micro-batches per optimizer step k"},
         {"batch-tokens", ARG_LONG, &batch_tokens, 0, "tokens per optimizer step (sets --grad-accum; 0: unused)"},
-        {"optimizer", ARG_STR, optimizer, sizeof optimizer, "adamw | adam (L2 decay) | sgd (momentum) | lion | muon | shampoo (hidden matrices; AdamW for the rest)"},
+        {"optimizer", ARG_STR, optimizer, sizeof optimizer, "adamw | adam (L2 decay) | sgd (momentum) | lion | muon | shampoo (hidden matrices; AdamW for the rest) | sophia"},
         {"lr", ARG_FLOAT, &c.sched.lr, 0, "peak learning rate"},
         {"min-lr", ARG_FLOAT, &c.sched.min_lr, 0, "final learning rate of cosine/linear/wsd decay"},
         {"warmup", ARG_LONG, &c.sched.warmup, 0, "linear warmup steps"},
         {"schedule", ARG_STR, schedule, sizeof schedule, "cosine | wsd | linear | constant"},
         {"decay-frac", ARG_FLOAT, &c.sched.decay_frac, 0, "wsd: fraction of the steps spent decaying"},
         {"decay-shape", ARG_STR, shape, sizeof shape, "wsd decay shape: linear | cosine | 1-sqrt"},
-        {"weight-decay", ARG_FLOAT, &wd, 0, "weight decay (-1: optimizer default, 0.1 adamw/adam, 1.0 lion, 0 sgd)"},
-        {"beta1", ARG_FLOAT, &beta1, 0, "first-moment decay (-1: 0.9)"},
-        {"beta2", ARG_FLOAT, &beta2, 0, "second-moment decay (-1: 0.95; lion 0.99)"},
-        {"eps", ARG_FLOAT, &eps, 0, "Adam epsilon (-1: 1e-8)"},
+        {"weight-decay", ARG_FLOAT, &wd, 0, "weight decay (-1: optimizer default, 0.1 adamw/adam, 1.0 lion, 0 sgd, 0.2 sophia)"},
+        {"beta1", ARG_FLOAT, &beta1, 0, "first-moment decay (-1: 0.9; sophia 0.965)"},
+        {"beta2", ARG_FLOAT, &beta2, 0, "second-moment decay (-1: 0.95; lion 0.99; sophia: the Hessian EMA, 0.99)"},
+        {"eps", ARG_FLOAT, &eps, 0, "Adam epsilon (-1: 1e-8); sophia: the denominator's floor (-1: 1e-15)"},
         {"momentum", ARG_FLOAT, &momentum, 0, "SGD momentum (-1: 0.9)"},
         {"muon-lr", ARG_FLOAT, &muon_lr, 0, "Muon: peak learning rate of the hidden matrices (-1: 0.02; --lr is AdamW's)"},
         {"muon-momentum", ARG_FLOAT, &muon_mom, 0, "Muon: Nesterov momentum beta (-1: 0.95)"},
         {"shampoo-block", ARG_INT, &sh_block, 0, "Shampoo: largest block side in rows and cols (default 512)"},
         {"precond-every", ARG_INT, &sh_every, 0, "Shampoo: steps between inverse 4th roots (default 10)"},
         {"shampoo-eps", ARG_FLOAT, &sh_eps, 0, "Shampoo: epsilon added to the statistics (-1: 1e-6)"},
+        {"hess-every", ARG_INT, &hess_every, 0, "Sophia: steps between Hessian estimates (default 10; an extra forward+backward)"},
+        {"sophia-gamma", ARG_FLOAT, &gamma, 0, "Sophia: gamma of the clipped update clip(m / max(gamma*h, eps), 1) (-1: 0.04)"},
         {"grad-clip", ARG_FLOAT, &c.grad_clip, 0, "clip the global gradient L2 norm to this (0: off)"},
         {"steps", ARG_LONG, &c.steps, 0, "optimizer steps"},
         {"seed", ARG_U64, &c.seed, 0, "initialisation and dropout seed"},
@@ -321,6 +325,8 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
     c.optim.shampoo_block = sh_block != ARG_UNSET_INT ? sh_block : od.shampoo_block;
     c.optim.precond_every = sh_every != ARG_UNSET_INT ? sh_every : od.precond_every;
     c.optim.shampoo_eps = sh_eps != -1 ? sh_eps : od.shampoo_eps;
+    c.optim.hess_every = hess_every != ARG_UNSET_INT ? hess_every : od.hess_every;
+    c.optim.sophia_gamma = gamma != -1 ? gamma : od.sophia_gamma;
     if ((st = sched_parse_kind(schedule, &c.sched.kind, &err)) != ST_OK) FAIL(st);
     if (health_policy_parse(spike_policy, &c.health.policy) != 0) {
         snprintf(err.msg, sizeof err.msg, "--spike-policy: expected log, skip or rollback, found '%s'", spike_policy);

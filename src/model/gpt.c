@@ -365,6 +365,11 @@ static void hook(void (*fn)(void *, int), void *ctx, int seg) {
     if (fn) fn(ctx, seg);
 }
 
+void gpt_set_label_sampling(Gpt *g, const float *u, int32_t *labels) {
+    g->s.sample.u = u;
+    g->s.sample.labels = u ? labels : NULL;
+}
+
 /* Moves a GEMM failure recorded by matmul into the run state (the first error wins). Returns 1
  * if the run state holds an error. */
 static int take_errors(Gpt *g) {
@@ -623,10 +628,15 @@ double gpt_forward_stage(Gpt *g, int slot, int chunk, const int32_t *inp, const 
     double t1 = timer_ms();
     int acc = !(train && g->d.overwrite);
     float *dx = train ? s->dhead : NULL;
+    if (s->sample.u && s->tp > 1) {
+        if (s->err.status == ST_OK)
+            err_set(&s->err, ST_ERR_INPUT, "sampled labels (gpt_set_label_sampling) under tensor parallelism: not implemented");
+        s->sample.u = NULL;
+    }
     if (s->tp == 1) {
         head_forward_backward_p(&s->mp, s->losses, dx, g->d.g.head, s->logits, s->lnf, g->w.p.head,
                                 lp(g, g->w.p.head), tgt, N, C, cfg->vocab, cfg->vocab_padded, dscale, s->head_chunk, acc,
-                                nt, NULL, &head_fwd, &head_bwd);
+                                nt, NULL, s->sample.u ? &s->sample : NULL, &head_fwd, &head_bwd);
     } else {
         /* Vocabulary-parallel: every rank computes every row's loss from its vocabulary rows; under
          * --sp the final LayerNorm's rows are gathered first (into dbuf_c, free in the forward). */
@@ -856,7 +866,7 @@ Status gpt_logits(Gpt *g, const int32_t *inp, int T, float *logits, Err *err) {
         int m = T - r0 < chunk ? T - r0 : chunk;
         head_forward_backward_p(&g->s.mp, g->s.losses + r0, NULL, NULL, g->s.logits, g->s.lnf + (size_t)r0 * C,
                                 g->w.p.head, lp(g, g->w.p.head), tgt + r0, m, C, V, Vp, 0.0f, chunk, 1, g->s.nt, NULL,
-                                NULL, NULL);
+                                NULL, NULL, NULL);
         for (int i = 0; i < m; i++)
             memcpy(logits + (size_t)(r0 + i) * V, g->s.logits + (size_t)i * Vp, (size_t)V * sizeof(float));
     }

@@ -205,6 +205,7 @@ typedef struct {
     float *sp_lngrad;       /* --sp: one LayerNorm's partial weight and bias gradients (2C) */
 
     uint64_t dropout_seed;
+    HeadSample sample;      /* gpt_set_label_sampling's draws (u NULL: the data's targets) */
 
     /* The current micro-batch, between gpt_forward and gpt_backward. */
     const int32_t *cur_inp;
@@ -277,6 +278,13 @@ void gpt_overwrite_grads(Gpt *g);
  * with train = 0 (validation, eval, sampling) nothing is dropped and drop_counter is unused. */
 double gpt_forward(Gpt *g, const int32_t *inp, const int32_t *tgt, int B, int T, float dscale, int train,
                    uint64_t drop_counter);
+
+/* Until called again with u = NULL, the forwards' loss (and, training, its gradient) is that of
+ * labels drawn from the model's own softmax (HeadSample: row i with a target >= 0 draws at u[i] and
+ * writes its label to labels[i]; masked rows stay masked), not of the targets: Sophia's
+ * Gauss-Newton-Bartlett estimator. u and labels are indexed like the forward's targets and must
+ * stay valid until its backward. Whole vocabulary only: under tp the forward fails (gpt_status). */
+void gpt_set_label_sampling(Gpt *g, const float *u, int32_t *labels);
 
 /* Backward of the micro-batch of the last gpt_forward(train=1): parameter gradients ADD (+=), or
  * are written after gpt_overwrite_grads. */

@@ -915,13 +915,37 @@ void head_forward_backward(float *losses, float *dx, float *dwte, float *logits,
                            const int32_t *targets, int n, int C, int V, int Vp, float dscale, int chunk, int acc,
                            int nt, float *probs_out, double *ms_fwd, double *ms_bwd) {
     head_forward_backward_p(NULL, losses, dx, dwte, logits, x, wte, NULL, targets, n, C, V, Vp, dscale, chunk, acc, nt,
-                            probs_out, ms_fwd, ms_bwd);
+                            probs_out, NULL, ms_fwd, ms_bwd);
+}
+
+/* The inverse-CDF draw of HeadSample on one row of unnormalised probabilities e (V, sum s): block
+ * sums first (vectorised), then the one block element by element. A draw that rounding leaves past
+ * the last element takes the last one with e > 0. */
+static int sample_row(const float *e, int V, float s, float u) {
+    const float target = u * s;
+    float acc = 0;
+    for (int b0 = 0; b0 < V; b0 += 64) {
+        int b1 = b0 + 64 < V ? b0 + 64 : V;
+        float bs = 0;
+#pragma omp simd reduction(+ : bs)
+        for (int v = b0; v < b1; v++) bs += e[v];
+        if (acc + bs > target) {
+            for (int v = b0; v < b1; v++)
+                if ((acc += e[v]) > target) return v;
+            for (int v = b1 - 1; v >= b0; v--)
+                if (e[v] > 0) return v;
+        }
+        acc += bs;
+    }
+    for (int v = V - 1; v > 0; v--)
+        if (e[v] > 0) return v;
+    return 0;
 }
 
 void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float *dwte, float *logits, const float *x,
                              const float *wte, const uint16_t *wte_lp, const int32_t *targets, int n, int C, int V,
-                             int Vp, float dscale, int chunk, int acc, int nt, float *probs_out, double *ms_fwd,
-                             double *ms_bwd) {
+                             int Vp, float dscale, int chunk, int acc, int nt, float *probs_out, const HeadSample *smp,
+                             double *ms_fwd, double *ms_bwd) {
     head_widen(mp, wte_lp, V, C, nt); /* the V real rows of the tied weight */
     for (int r0 = 0; r0 < n; r0 += chunk) {
         int m = n - r0 < chunk ? n - r0 : chunk;
@@ -936,6 +960,25 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
             float mx = l[0], s = 0;
 #pragma omp simd reduction(max : mx)
             for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+            if (smp) { /* the label drawn from this row's softmax; one exponential pass serves all */
+                if (t < 0) {
+                    smp->labels[r0 + i] = -1, losses[r0 + i] = 0.0f;
+                    if (dx) memset(l, 0, sizeof(float) * V);
+                    continue;
+                }
+#pragma omp simd reduction(+ : s)
+                for (int v = 0; v < V; v++) s += (l[v] = st_expf(l[v] - mx));
+                int y = sample_row(l, V, s, smp->u[r0 + i]);
+                smp->labels[r0 + i] = y;
+                losses[r0 + i] = logf(s) - logf(l[y]);
+                if (dx) {
+                    float inv = dscale / s;
+#pragma omp simd
+                    for (int v = 0; v < V; v++) l[v] *= inv;
+                    l[y] -= dscale;
+                }
+                continue;
+            }
 #pragma omp simd reduction(+ : s)
             for (int v = 0; v < V; v++) s += st_expf(l[v] - mx);
             float lse = mx + logf(s);

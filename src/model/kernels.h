@@ -212,11 +212,24 @@ void matmul_backward_p(const MatPrec *mp, float *dinp, float *dw, float *dbias, 
 void head_forward_backward(float *losses, float *dx, float *dwte, float *logits, const float *x, const float *wte,
                            const int32_t *targets, int n, int C, int V, int Vp, float dscale, int chunk, int acc,
                            int nt, float *probs_out, double *ms_fwd, double *ms_bwd);
-/* The same with mixed-precision GEMMs (wte_lp: bf16 copy of wte). */
+/* Labels drawn from the model's own softmax instead of the data's (Sophia's Gauss-Newton-Bartlett
+ * estimator): row i with targets[i] >= 0 gets the label y_i = the smallest v with
+ * Σ_{w<=v} p_w > u[i]·Σ_w p_w (inverse CDF of softmax(logits_i) at u[i] ∈ [0, 1), summed in blocks of
+ * 64 in fp32), written to labels[i] (-1 for masked rows); the loss and dlogits are those of y_i.
+ * The caller supplies u (a counter-based draw per global row: the same labels however the batch is
+ * split over ranks and micro-batches). */
+typedef struct {
+    const float *u;
+    int32_t *labels;
+} HeadSample;
+
+/* The same with mixed-precision GEMMs (wte_lp: bf16 copy of wte), and optionally sampled labels
+ * (smp non-NULL: targets only mark the rows that count; smp->u and smp->labels are indexed like
+ * targets). */
 void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float *dwte, float *logits, const float *x,
                              const float *wte, const uint16_t *wte_lp, const int32_t *targets, int n, int C, int V,
-                             int Vp, float dscale, int chunk, int acc, int nt, float *probs_out, double *ms_fwd,
-                             double *ms_bwd);
+                             int Vp, float dscale, int chunk, int acc, int nt, float *probs_out, const HeadSample *smp,
+                             double *ms_fwd, double *ms_bwd);
 
 /* Vocabulary-parallel LM head and cross-entropy (Megatron): wte holds the vocabulary rows [v0,
  * v0 + Vr) (Vl rows allocated, the first Vr <= Vl real; Vr may be 0). The full logits are

@@ -1,4 +1,4 @@
-/* optim.c — AdamW, Adam (L2), SGD with momentum, Lion; clipping; schedules. */
+/* optim.c — AdamW, Adam (L2), SGD with momentum, Lion, Sophia's elementwise rule; clipping; schedules. */
 #include "optim/optim.h"
 
 #include <math.h>
@@ -13,28 +13,50 @@ OptimConfig optim_default_config(OptimKind kind) {
     if (kind == OPT_SGD) c.weight_decay = 0.0f;
     c.muon_lr = 0.02f, c.muon_momentum = 0.95f;
     c.shampoo_block = 512, c.precond_every = 10, c.shampoo_eps = 1e-6f;
+    /* Liu et al.'s GPT-2 settings (their code's SophiaG defaults and paper §4): β1 0.965, β2 0.99,
+     * γ (their ρ) 0.04, k 10, decoupled decay 0.2; ε floors the denominator as their 1e-15 does. */
+    if (kind == OPT_SOPHIA) c.beta1 = 0.965f, c.beta2 = 0.99f, c.eps = 1e-15f, c.weight_decay = 0.2f;
+    c.sophia_gamma = 0.04f, c.hess_every = 10;
     return c;
 }
 
 Status optim_parse_kind(const char *s, OptimKind *kind, Err *err) {
-    static const char *const N[OPTIM_NKINDS] = {"adamw", "adam", "sgd", "lion", "muon", "shampoo"};
+    static const char *const N[OPTIM_NKINDS] = {"adamw", "adam", "sgd", "lion", "muon", "shampoo", "sophia"};
     for (int i = 0; i < OPTIM_NKINDS; i++)
         if (!strcmp(s, N[i])) return *kind = (OptimKind)i, ST_OK;
-    return err_set(err, ST_ERR_INPUT, "--optimizer: expected adamw, adam, sgd, lion, muon or shampoo, found '%s'", s);
+    return err_set(err, ST_ERR_INPUT, "--optimizer: expected adamw, adam, sgd, lion, muon, shampoo or sophia, found '%s'",
+                   s);
 }
 
 const char *optim_kind_name(OptimKind kind) {
-    static const char *const N[OPTIM_NKINDS] = {"adamw", "adam", "sgd", "lion", "muon", "shampoo"};
+    static const char *const N[OPTIM_NKINDS] = {"adamw", "adam", "sgd", "lion", "muon", "shampoo", "sophia"};
     return N[kind];
 }
 
 int optim_num_moments(const OptimConfig *c) {
-    return (c->kind == OPT_ADAMW || c->kind == OPT_ADAM || c->kind == OPT_MUON || c->kind == OPT_SHAMPOO) ? 2 : 1;
+    return (c->kind == OPT_ADAMW || c->kind == OPT_ADAM || c->kind == OPT_MUON || c->kind == OPT_SHAMPOO ||
+            c->kind == OPT_SOPHIA) ? 2 : 1;
+}
+
+int optim_hess_due(const OptimConfig *c, long step) {
+    return c->kind == OPT_SOPHIA && c->hess_every > 0 && (step - 1) % c->hess_every == 0;
+}
+
+void optim_hess_update(const OptimConfig *c, float *h, const float *g, const OptimRange *ranges, int nranges,
+                       float scale, int nt) {
+    const float b2 = c->beta2, f = (1.0f - c->beta2) * scale;
+    for (int r = 0; r < nranges; r++) {
+        float *hh = h + ranges[r].offset;
+        const float *gr = g + ranges[r].offset;
+        const long n = (long)ranges[r].n;
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (long i = 0; i < n; i++) hh[i] = b2 * hh[i] + f * gr[i] * gr[i];
+    }
 }
 
 int optim_is_matrix(OptimKind kind) { return kind == OPT_MUON || kind == OPT_SHAMPOO; }
 
-/* The update of elements [i0, i1) of one range: the four rules, each one vectorized loop. */
+/* The update of elements [i0, i1) of one range: the five rules, each one vectorized loop. */
 static void update_block(const OptimConfig *c, float *p, const float *gr, float *mm, float *vv, long i0, long i1,
                          long step, float lr, float wd, float grad_scale, float bc1, float bc2) {
     const float b1 = c->beta1, b2 = c->beta2, eps = c->eps;
@@ -81,6 +103,21 @@ static void update_block(const OptimConfig *c, float *p, const float *gr, float 
             mm[i] = b2 * mm[i] + (1.0f - b2) * g;
         }
         break;
+    case OPT_SOPHIA: /* Liu et al. 2023, Algorithm 1: p -= lr·wd·p; p -= lr·clip(m / max(γ·h, ε), 1) */
+    {
+        const float gam = c->sophia_gamma;
+#pragma omp simd
+        for (long i = i0; i < i1; i++) {
+            float g = gr[i] * grad_scale;
+            float m1 = b1 * mm[i] + (1.0f - b1) * g;
+            mm[i] = m1;
+            float d = gam * vv[i];
+            float u = m1 / (d > eps ? d : eps);
+            u = u > 1.0f ? 1.0f : u < -1.0f ? -1.0f : u;
+            p[i] -= lr * (u + wd * p[i]);
+        }
+        break;
+    }
     }
 }
 

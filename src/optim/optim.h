@@ -15,21 +15,26 @@
 /* OPT_MUON: Muon (optim/muon.h) on the hidden 2-D matrices, AdamW (this file) on every other range;
  * OPT_SHAMPOO: blocked Shampoo grafted to Adam (optim/shampoo.h) on the hidden matrices, AdamW on
  * the rest. The matrices are whole-matrix work that parallel/ assigns to owners (docs/optimizers.md). */
-typedef enum { OPT_ADAMW, OPT_ADAM, OPT_SGD, OPT_LION, OPT_MUON, OPT_SHAMPOO } OptimKind;
-#define OPTIM_NKINDS 6
+/* OPT_SOPHIA: Sophia-G (Liu et al. 2023) on every range: m in the first moment buffer, the
+ * Gauss-Newton-Bartlett Hessian EMA h in the second (optim_hess_update, from the gradient of the loss
+ * on labels sampled from the model's own softmax every hess_every steps: the trainer's extra pass). */
+typedef enum { OPT_ADAMW, OPT_ADAM, OPT_SGD, OPT_LION, OPT_MUON, OPT_SHAMPOO, OPT_SOPHIA } OptimKind;
+#define OPTIM_NKINDS 7
 
 typedef struct {
     OptimKind kind;
-    float beta1;        /* Adam/AdamW/Lion first moment (Lion: interpolation for the update) */
-    float beta2;        /* Adam/AdamW second moment; Lion: momentum decay */
-    float eps;          /* Adam/AdamW */
-    float weight_decay; /* AdamW, Lion: decoupled (p -= lr·wd·p); Adam: L2 (g += wd·p); SGD: L2 */
+    float beta1;        /* Adam/AdamW/Lion/Sophia first moment (Lion: interpolation for the update) */
+    float beta2;        /* Adam/AdamW second moment; Lion: momentum decay; Sophia: the Hessian EMA */
+    float eps;          /* Adam/AdamW; Sophia: the floor of the denominator max(gamma·h, eps) */
+    float weight_decay; /* AdamW, Lion, Sophia: decoupled (p -= lr·wd·p); Adam: L2 (g += wd·p); SGD: L2 */
     float momentum;     /* SGD (0 = plain SGD); Nesterov not implemented */
     float muon_lr;      /* Muon: peak learning rate of the hidden matrices (the schedule's shape) */
     float muon_momentum;/* Muon: β of its Nesterov momentum */
     int shampoo_block;  /* Shampoo: largest block side (rows and cols) */
     int precond_every;  /* Shampoo: steps between inverse-root computations */
     float shampoo_eps;  /* Shampoo: ε added to the statistics before the root */
+    float sophia_gamma; /* Sophia: γ of clip(m / max(γ·h, eps), 1) */
+    int hess_every;     /* Sophia: steps between Hessian estimates (k; at steps 1, k+1, 2k+1, ...) */
 } OptimConfig;
 
 typedef struct {
@@ -39,12 +44,13 @@ typedef struct {
 } OptimRange;
 
 OptimConfig optim_default_config(OptimKind kind);
-/* "adamw" | "adam" | "sgd" | "lion" | "muon" | "shampoo" → kind; ST_ERR_INPUT naming --optimizer
+/* "adamw" | "adam" | "sgd" | "lion" | "muon" | "shampoo" | "sophia" → kind; ST_ERR_INPUT naming --optimizer
  * otherwise. */
 Status optim_parse_kind(const char *s, OptimKind *kind, Err *err);
 const char *optim_kind_name(OptimKind kind);
 /* Moment buffers the optimizer needs per parameter: 2 (Adam family; Muon: its AdamW ranges, the
- * matrices keep their momentum in the first and leave the second zero), 1 (SGD momentum, Lion). */
+ * matrices keep their momentum in the first and leave the second zero; Sophia: m and h), 1 (SGD
+ * momentum, Lion). */
 int optim_num_moments(const OptimConfig *c);
 
 /* 1 if the kind runs whole-matrix work beside the flat ranges (Muon, Shampoo). */
@@ -55,6 +61,14 @@ int optim_is_matrix(OptimKind kind);
  * correction). Params and moments are overwritten in place. */
 void optim_step(const OptimConfig *c, float *params, const float *grads, float *m, float *v,
                 const OptimRange *ranges, int nranges, long step, float lr, float grad_scale, int nt);
+
+/* Sophia's Hessian EMA over the ranges: h = beta2·h + (1 − beta2)·scale·g², elementwise (g: the
+ * reduced gradient of the sampled-label loss; scale = the estimate's token count B over the squared
+ * fp16 loss scale, so that scale·g² is the Gauss-Newton-Bartlett estimate B·ĝ⊙ĝ). */
+void optim_hess_update(const OptimConfig *c, float *h, const float *g, const OptimRange *ranges, int nranges,
+                       float scale, int nt);
+/* 1 when Sophia estimates the Hessian at optimizer step `step` (1-based): (step − 1) mod k == 0. */
+int optim_hess_due(const OptimConfig *c, long step);
 
 /* Mixed precision: the working copy of the parameters the GEMMs read, kept beside the master. */
 typedef enum { OPTIM_LOWP_NONE, OPTIM_LOWP_BF16, OPTIM_LOWP_FP16 } OptimLowp;

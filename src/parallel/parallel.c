@@ -75,7 +75,7 @@ struct Par {
     CommReq *mx_req;
     int muon_fault;     /* test hook ST_PAR_TEST_MATRIX_FAULT=1: the owners' results (Muon, Shampoo) are
                            not shared */
-    int muon_reset;     /* test hook ST_PAR_TEST_MATRIX_RESET=1: the first update of this process zeroes the
+    int muon_reset;     /* test hook ST_PAR_TEST_MATRIX_RESET=1 (Sophia: its Hessian EMA too): the first update of this process zeroes the
                            matrices' optimizer state (Muon's momentum; Shampoo's moments and block
                            state): a resume that lost it; =2 Shampoo's block state only (the part
                            that travels in the checkpoint's extra file) */
@@ -1025,6 +1025,11 @@ static Status shampoo_step(Par *p, const OptimConfig *oc, long step, float lr, f
 }
 
 Status par_optim_step(Par *p, const OptimConfig *oc, long step, float lr, float matrix_lr, float grad_scale, Err *err) {
+    if (p->muon_reset && oc->kind == OPT_SOPHIA) { /* test hook: Sophia's Hessian EMA lost */
+        p->muon_reset = 0;
+        for (int i = 0; i < p->nranges; i++) memset(p->v + p->ranges[i].offset, 0, p->ranges[i].n * sizeof(float));
+        for (int i = 0; i < p->npieces; i++) memset(p->v + p->pieces[i].m_off, 0, p->pieces[i].n * sizeof(float));
+    }
     if (p->zero == 0) { /* mixed precision: the working copy follows the master in the same pass */
         OptimLowp lk = p->g->w.prec == GPT_FP16 ? OPTIM_LOWP_FP16 : p->g->w.prec == GPT_BF16 ? OPTIM_LOWP_BF16 : OPTIM_LOWP_NONE;
         optim_step_lowp(oc, p->g->w.params, p->g->d.grads, p->m, p->v, p->ranges, p->nranges, step, lr, grad_scale,
@@ -1042,6 +1047,19 @@ Status par_optim_step(Par *p, const OptimConfig *oc, long step, float lr, float 
     }
     if (p->nsb) return shampoo_step(p, oc, step, lr, grad_scale, err);
     return p->nmx ? muon_step(p, oc, matrix_lr, grad_scale, err) : ST_OK;
+}
+
+void par_hess_update(Par *p, const OptimConfig *oc, float scale) {
+    if (p->zero == 0) {
+        optim_hess_update(oc, p->v, p->g->d.grads, p->ranges, p->nranges, scale, p->o.nt);
+        return;
+    }
+    const float *G = p->zero >= 2 ? p->gshard : p->g->d.grads;
+    for (int i = 0; i < p->npieces; i++) {
+        const Piece *q = &p->pieces[i];
+        OptimRange rg = {0, q->n, q->decay, q->lr_mult};
+        optim_hess_update(oc, p->v + q->m_off, G + q->g_off, &rg, 1, scale, p->o.nt);
+    }
 }
 
 Status par_params_sync(Par *p, Err *err) {

@@ -166,6 +166,11 @@ Status par_grad_norm(Par *p, double *norm, Err *err);
  * Errors: a failed collective, a failed eigendecomposition. */
 Status par_optim_step(Par *p, const OptimConfig *oc, long step, float lr, float matrix_lr, float grad_scale, Err *err);
 
+/* Sophia's Hessian EMA (optim_hess_update) over this rank's part of the gradients, which hold the
+ * reduced gradient of a sampled-label pass (par_step_begin .. par_grads_finish like a step's):
+ * v ← beta2·v + (1 − beta2)·scale·g². Elementwise, so any sharding gives one process's values. */
+void par_hess_update(Par *p, const OptimConfig *oc, float scale);
+
 /* Muon: the dp rank that orthogonalises hidden matrix i (layout_hidden_matrices order), -1 without
  * Muon. Owners are assigned once, longest-processing-time first: matrices by Newton–Schulz FLOPs
  * (muon_ns_flops) descending, each to the rank with the least FLOPs so far (lowest rank on ties). */

@@ -903,13 +903,18 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
     }
     double t_comp = r->compute.t_matmul + r->compute.t_elementwise + r->compute.t_bubble + r->compute.t_tp + r->compute.t_pp;
     double t_hidden = r->compute.t_dp - r->compute.t_dp_exposed;
-    r->compute.step_overlap = (t_comp > t_hidden ? t_comp : t_hidden) + r->compute.t_dp_exposed + r->compute.t_optimizer;
-    r->compute.step_serial = t_comp + r->compute.t_dp + r->compute.t_optimizer;
+    /* Sophia's Hessian pass: the step's forward, backward and gradient collectives once more every
+     * k steps (train/train.c step_hessian), without overlap credit. */
+    r->compute.t_hessian = in->hess_every > 0 ? (t_comp + r->compute.t_dp) / in->hess_every : 0.0;
+    r->compute.step_overlap = (t_comp > t_hidden ? t_comp : t_hidden) + r->compute.t_dp_exposed + r->compute.t_optimizer +
+                              r->compute.t_hessian;
+    r->compute.step_serial = t_comp + r->compute.t_dp + r->compute.t_optimizer + r->compute.t_hessian;
     r->compute.step = in->overlap ? r->compute.step_overlap : r->compute.step_serial;
     r->compute.tokens_per_s = r->batch_tokens / r->compute.step;
     int used = dp * tp * pp;
-    r->compute.mfu = r->compute.fpt * r->compute.tokens_per_s / (used * peak);
-    r->compute.hfu = r->compute.fpt_hw * r->compute.tokens_per_s / (used * peak);
+    double hess = in->hess_every > 0 ? 1.0 + 1.0 / in->hess_every : 1.0;
+    r->compute.mfu = hess * r->compute.fpt * r->compute.tokens_per_s / (used * peak);
+    r->compute.hfu = hess * r->compute.fpt_hw * r->compute.tokens_per_s / (used * peak);
 
     /* ---- budget ---- */
     if (in->budget_tokens > 0) r->tokens = in->budget_tokens, r->budget_source = "tokens";

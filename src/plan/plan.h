@@ -149,6 +149,8 @@ typedef struct {
     int shampoo;           /* 1: Shampoo's buffers and block state (layout_shampoo_bytes) are moments too;
                               the figure is the most loaded dp rank's (--optimizer shampoo) */
     int shampoo_block, precond_every; /* Shampoo's block side and root interval (512, 10) */
+    int hess_every;        /* Sophia: its Hessian pass (a second forward and backward of the step's
+                              batch) every k steps; 0: not Sophia */
     PlanActMode act_mode;
     int threads;           /* our trainer's threads (sizes its attention scratch) */
     /* hardware */
@@ -279,11 +281,13 @@ typedef struct {
                                     parameter all-gather after the update, ZeRO 3's embedding
                                     gather before the first forward */
         double t_optimizer;      /* optimizer step, memory-bound */
-        double step_overlap;     /* max(compute, dp comm - exposed) + exposed + optimizer */
-        double step_serial;      /* compute + dp comm + optimizer */
+        double t_hessian;        /* Sophia: its Hessian pass amortised, (compute + dp comm) / hess_every */
+        double step_overlap;     /* max(compute, dp comm - exposed) + exposed + optimizer + hessian */
+        double step_serial;      /* compute + dp comm + optimizer + hessian */
         double step;             /* the prediction: overlap ? step_overlap : step_serial */
         double tokens_per_s;     /* batch_tokens / step */
-        double mfu;              /* fpt * tokens_per_s / (world * peak) */
+        double mfu;              /* fpt * tokens_per_s / (world * peak), times 1 + 1/hess_every
+                                    under Sophia (its Hessian pass's model FLOPs count) */
         double hfu;              /* fpt_hw instead of fpt */
         double train_seconds;    /* steps * step */
         double target_seconds;   /* 0 if no target */

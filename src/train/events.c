@@ -115,6 +115,10 @@ cJSON *events_config_json(const TrainConfig *c) {
         add_num(o, "precond_every", c->optim.precond_every);
         add_num(o, "shampoo_eps", c->optim.shampoo_eps);
     }
+    if (c->optim.kind == OPT_SOPHIA) {
+        add_num(o, "sophia_gamma", c->optim.sophia_gamma);
+        add_num(o, "hess_every", c->optim.hess_every);
+    }
     cJSON_AddStringToObject(o, "schedule", sched_kind_name(c->sched.kind));
     add_num(o, "lr", c->sched.lr);
     add_num(o, "min_lr", c->sched.min_lr);
@@ -288,6 +292,14 @@ void ev_step(EventLog *lg, const StepEvent *e) {
     add_num(tm, "comm_tp", e->ms_comm_tp);
     add_num(tm, "optimizer", e->ms_optimizer);
     add_num(tm, "checkpoint", e->ms_checkpoint);
+    if (e->sophia) add_num(tm, "hessian", e->ms_hessian);
+    if (e->sophia && e->ms_hessian > 0) {
+        cJSON *h = cJSON_AddObjectToObject(o, "hessian");
+        add_num(h, "loss", e->hess_loss);
+        add_num(h, "tokens", e->hess_tokens);
+        add_num(h, "comm_bytes", e->hess_bytes);
+        cJSON_AddBoolToObject(h, "skipped", e->hess_skipped);
+    }
     emit(lg, o);
 }
 

@@ -19,11 +19,14 @@
  *             loss_scale (fp16), tokens, tokens_seen, tokens_per_s, mfu, elapsed_s, eta_s,
  *             comm_bytes, comm_bytes_by_kind{kind: bytes}, step_ms_max, step_ms_median,
  *             time_ms{total, data, forward, backward, comm, comm_dp, comm_tp, optimizer,
- *             checkpoint} (comm = comm_dp + comm_tp: exposed waits in the dp/world collectives and
+ *             checkpoint[, hessian]} (comm = comm_dp + comm_tp: exposed waits in the dp/world collectives and
  *             in the tensor-parallel ones; the kinds are comm_kind_name's; a checkpoint save's
  *             gathers are left out of the step's communication: they are its checkpoint time),
  *             pipeline{...} (pp > 1), noise_scale{b_big, b_small, g2_small, g2, trace_sigma,
- *             b_simple, b_simple_ema, g2_small_by_replica[]} (when estimated: train/noise.h)
+ *             b_simple, b_simple_ema, g2_small_by_replica[]} (when estimated: train/noise.h),
+ *             hessian{loss, tokens, comm_bytes, skipped} (Sophia, on steps with its Hessian pass:
+ *             time_ms.hessian is that pass — its forward, backward, collectives and EMA — and is
+ *             in no other part; the step's comm leaves out its collectives; mfu counts its FLOPs)
  *             [, layer_stats{groups[], grad_norm[], weight_norm[], update_norm[], update_ratio[]}]
  *             (--log-layer-stats, applied steps only: per layout segment "embeddings", "block0"..,
  *             "final_norm", the raw gradient's L2 norm (before clipping, fp16 unscaled), the
@@ -124,6 +127,10 @@ typedef struct {
     int nseg;
     const double *seg_grad, *seg_weight, *seg_update;
     double ms_total, ms_data, ms_forward, ms_backward, ms_comm, ms_comm_dp, ms_comm_tp, ms_optimizer, ms_checkpoint;
+    int sophia;                 /* the run's optimizer is Sophia: time_ms.hessian and hessian{} are written */
+    double ms_hessian;          /* its Hessian pass (0 on steps without one) */
+    double hess_loss, hess_bytes, hess_tokens; /* the pass's sampled-label loss, collective bytes, tokens */
+    int hess_skipped;
 } StepEvent;
 void ev_step(EventLog *lg, const StepEvent *e);
 

@@ -123,6 +123,14 @@ static Status validate(const TrainConfig *c, Err *err) {
     if (c->optim.kind == OPT_SHAMPOO && c->ckpt_async)
         return err_set(err, ST_ERR_INPUT, "--ckpt-async with --optimizer shampoo: expected synchronous checkpoints "
                        "(the background writer does not copy Shampoo's block state), found --ckpt-async");
+    if (!(c->optim.sophia_gamma > 0))
+        return err_set(err, ST_ERR_INPUT, "--sophia-gamma: expected a value > 0, found %g", c->optim.sophia_gamma);
+    if (c->optim.hess_every < 1)
+        return err_set(err, ST_ERR_INPUT, "--hess-every: expected an integer >= 1, found %d", c->optim.hess_every);
+    if (c->optim.kind == OPT_SOPHIA && (c->tp > 1 || c->pp > 1))
+        return err_set(err, ST_ERR_INPUT, "--optimizer sophia: expected --tp 1 and --pp 1 (its label sampling needs "
+                       "the whole vocabulary's softmax and one pass through the model; not implemented across tp "
+                       "slices or pipeline stages), found --tp %d --pp %d", c->tp > 1 ? c->tp : 1, c->pp > 1 ? c->pp : 1);
     if (optim_is_matrix(c->optim.kind) && (c->tp > 1 || c->pp > 1))
         return err_set(err, ST_ERR_INPUT, "--optimizer %s: expected --tp 1 and --pp 1 (it updates whole "
                        "matrices; gathering tp slices or pipeline stages is not implemented), found --tp %d --pp %d",
@@ -207,6 +215,8 @@ typedef struct {
     PpStats pps;                /* the last step's pipeline timings */
     int32_t *inp, *tgt;         /* the step's k micro-batches, (k, B, T) */
     size_t batch_ints;
+    float *hess_u;              /* Sophia: the label draws of the Hessian pass, like tgt */
+    int32_t *hess_y;            /* Sophia: the labels drawn */
     double *step_ms;            /* wall time of each step, for the medians */
     long nmeasured, step_cap;
     double *by_rank;            /* world doubles: one value per rank, for per-rank records */
@@ -276,6 +286,8 @@ static void run_free(Run *r) {
     free(r->ls_grad);
     mem_free(&r->mem, MEM_DATA, r->inp, r->batch_ints * sizeof(int32_t));
     mem_free(&r->mem, MEM_DATA, r->tgt, r->batch_ints * sizeof(int32_t));
+    mem_free(&r->mem, MEM_DATA, r->hess_u, r->hess_u ? r->batch_ints * sizeof(float) : 0);
+    mem_free(&r->mem, MEM_DATA, r->hess_y, r->hess_y ? r->batch_ints * sizeof(int32_t) : 0);
     pp_free(r->pp_run);
     sched_free(&r->sched);
     par_free(r->par);
@@ -650,6 +662,11 @@ static Status setup_model(Run *r, Err *err) {
     r->step_cap = c->steps * 2 + 64;
     r->step_ms = calloc((size_t)r->step_cap, sizeof *r->step_ms);
     if (!r->inp || !r->tgt || !r->step_ms) return err_set(err, ST_ERR_RUNTIME, "out of memory allocating the batches");
+    if (c->optim.kind == OPT_SOPHIA) {
+        r->hess_u = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(float));
+        r->hess_y = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
+        if (!r->hess_u || !r->hess_y) return err_set(err, ST_ERR_RUNTIME, "out of memory (Sophia's sampled labels)");
+    }
     return ST_OK;
 }
 
@@ -708,6 +725,7 @@ void train_plan_input(const TrainConfig *c, int dp, int tp, int pp, double peak,
     pi.muon = c->optim.kind == OPT_MUON;
     pi.shampoo = c->optim.kind == OPT_SHAMPOO;
     pi.shampoo_block = c->optim.shampoo_block, pi.precond_every = c->optim.precond_every;
+    pi.hess_every = c->optim.kind == OPT_SOPHIA ? c->optim.hess_every : 0;
     pi.recompute = (PlanRecompute)c->recompute;
     if (c->have_hw) pi.hw = c->hw; /* a measured profile (plan --measure-hardware) */
     else if (peak > 0) pi.hw.peak_fp32 = peak;
@@ -1140,6 +1158,10 @@ typedef struct {
     float lscale, scale, lr;    /* fp16 loss scale (1 otherwise), clip factor, learning rate */
     int overflow, updated, rolled_back, last, stopping;
     double ckpt_ms;
+    double hess_ms, hess_loss;  /* Sophia's Hessian pass: its time (0: none this step), the mean loss of
+                                   the sampled labels (NaN: none) */
+    double hess_bytes;          /* its collectives' bytes (left out of the step's communication) */
+    int hess_skipped;           /* its gradient was not finite: the EMA kept its value */
     Status gemm_st;             /* a GEMM failure of this rank's micro-batches (gpt_status) */
     Err gemm_err;
 } Step;
@@ -1201,6 +1223,63 @@ static void step_micro_batches(Run *r, Step *s) {
     }
     if (r->attempt == c->debug_nan_step && r->g.d.grads) r->g.d.grads[r->g.w.layout.tensors[2].offset] = NAN; /* test hook */
     s->gemm_st = gpt_status(&r->g, &s->gemm_err);
+}
+
+/* Sophia's Hessian estimate (Liu et al. 2023, Gauss-Newton-Bartlett): a forward and backward of
+ * the step's own micro-batches with labels drawn from the model's softmax (the model's sampling
+ * mode; the draw of each row is keyed by its global position in the run, rank-major like the
+ * dropout counter, so any dp × accumulation split draws the same labels), the gradients reduced as
+ * a step's, then h ← β2·h + (1 − β2)·B·ĝ² on the owned shard (B: the step's token count; ĝ: the
+ * sampled loss's mean gradient). Runs before the step's own pass at steps 1, k+1, 2k+1, ... so the
+ * update of that step already reads the new h (paper's Algorithm 1). Its communication is its own
+ * (s->hess_bytes), not the step's; a non-finite estimate (fp16 overflow) leaves h as it was. */
+static Status step_hessian(Run *r, Step *s, Err *err) {
+    const TrainConfig *c = &r->cfg;
+    int B = c->micro_batch, T = c->seq_len, k = c->grad_accum;
+    double t0 = timer_ms(), cm0 = r->comm->stats.wait_ms_total, cb0 = comm_bytes_total(r->comm);
+    CommStats cs0 = r->comm->stats;
+    float lscale = c->fp16 ? r->scaler.scale : 1.0f;
+    float dscale = s->ntok > 0 ? lscale / (float)s->ntok : 0.0f;
+    uint64_t drop0 = ((uint64_t)(r->attempt - 1) * r->dp + r->dp_rank) * k;
+    const char *fault = getenv("ST_TRAIN_TEST_HESS_FAULT"); /* test hook: =1 keys the draws by rank-local rows */
+    uint64_t row0 = fault && atoi(fault) == 1 ? (uint64_t)(r->attempt - 1) * k * B * T : drop0 * (uint64_t)B * T;
+    for (size_t i = 0; i < r->batch_ints; i++) r->hess_u[i] = rng_uniform(c->seed, 0x50f1a, row0 + i);
+    par_step_begin(r->par, k, s->next);
+    double lsum = 0;
+    for (int j = 0; j < k; j++) {
+        size_t off = (size_t)j * B * T;
+        par_micro_begin(r->par, j);
+        gpt_set_label_sampling(&r->g, r->hess_u + off, r->hess_y + off);
+        lsum += gpt_forward(&r->g, r->inp + off, r->tgt + off, B, T, dscale, 1, drop0 + (uint64_t)j);
+        gpt_backward(&r->g);
+    }
+    gpt_set_label_sampling(&r->g, NULL, NULL);
+    Err gerr = {0};
+    Status gst = gpt_status(&r->g, &gerr);
+    Status st = par_grads_finish(r->par, err);
+    double sums[2] = {r->tp_rank == 0 ? lsum : 0.0, gst != ST_OK};
+    if (st == ST_OK) st = comm_allreduce_f64(r->comm, sums, 2, COMM_SUM, err);
+    if (st != ST_OK) return st;
+    if (gst != ST_OK) return *err = gerr, gst;
+    if (sums[1] > 0)
+        return err_set(err, ST_ERR_RUNTIME, "step %ld: a GEMM of Sophia's Hessian pass failed on %.0f other rank(s)",
+                       s->next, sums[1]);
+    double norm;
+    if ((st = par_grad_norm(r->par, &norm, err)) != ST_OK) return st;
+    s->hess_skipped = !isfinite(norm);
+    if (!s->hess_skipped) par_hess_update(r->par, &c->optim, (float)s->ntok / (lscale * lscale));
+    s->hess_loss = s->ntok > 0 ? sums[0] / s->ntok : NAN;
+    s->hess_ms = timer_ms() - t0;
+    /* The pass's collectives are its own cost: the step record's communication leaves them out. */
+    const CommStats *now = &r->comm->stats;
+    for (int q = 0; q < COMM_NKIND; q++) {
+        s->cs0.bytes[q] += now->bytes[q] - cs0.bytes[q];
+        s->cs0.wait_ms[q] += now->wait_ms[q] - cs0.wait_ms[q];
+    }
+    s->hess_bytes = comm_bytes_total(r->comm) - cb0;
+    s->comm_b0 += s->hess_bytes;
+    s->comm_ms0 += r->comm->stats.wait_ms_total - cm0;
+    return ST_OK;
 }
 
 /* The gradient noise scale (train/noise.h): each replica's first micro-batch gradient (its tp ranks'
@@ -1484,7 +1563,8 @@ static Status step_report(Run *r, Step *s, Err *err) {
     for (int i = 0; i < r->world; i++) mx = r->by_rank2[i] > mx ? r->by_rank2[i] : mx;
     if (r->nmeasured < r->step_cap) r->step_ms[r->nmeasured++] = dt;
     r->ms_total += dt;
-    double tok_s = r->batch_tokens / (dt * 1e-3), mfu = r->fpt * tok_s / r->peak_job;
+    /* The model FLOPs of the step: its batch, and the same batch again in Sophia's Hessian pass. */
+    double tok_s = r->batch_tokens / (dt * 1e-3), mfu = r->fpt * tok_s * (s->hess_ms > 0 ? 2 : 1) / r->peak_job;
     double elapsed = (timer_ms() - r->loop_t0) * 1e-3;
     long done = r->attempt - r->start_attempt, left = c->steps - r->step;
     double eta = done > 0 ? elapsed / done * left : NAN;
@@ -1514,7 +1594,8 @@ static Status step_report(Run *r, Step *s, Err *err) {
                    .tokens_seen = (double)r->batch_tokens * r->attempt, .tokens_per_s = tok_s, .mfu = mfu,
                    .elapsed_s = elapsed, .eta_s = eta, .comm_bytes = comm_bytes_total(r->comm) - s->comm_b0,
                    .step_ms_max = mx, .step_ms_median = median(r->by_rank2, r->world), .ms_total = dt,
-                   .ms_data = s->t1 - s->t0, .ms_forward = r->g.s.ms_fwd, .ms_backward = (s->t2 - s->t1) - r->g.s.ms_fwd,
+                   .ms_data = s->t1 - s->t0, .ms_forward = r->g.s.ms_fwd,
+                   .ms_backward = (s->t2 - s->t1) - r->g.s.ms_fwd - s->hess_ms,
                    .ms_comm = comm_ms, .ms_comm_dp = comm_ms - tp_ms, .ms_comm_tp = tp_ms,
                    .comm_bytes_by_kind = by_kind, .ms_optimizer = s->t3 - s->t2, .ms_checkpoint = s->ckpt_ms,
                    .pp = r->pp, .pp_idle_ms = r->pps.idle_ms, .pp_busy_ms = r->pps.busy_ms, .pp_f_ms = r->pps.f_ms,
@@ -1522,7 +1603,9 @@ static Status step_report(Run *r, Step *s, Err *err) {
                    .pp_idle_by_rank = r->pp > 1 ? r->pp_idle : NULL, .noise = r->noise_on ? s->noise : NULL,
                    .noise_by_replica = r->noise_rep, .dp = r->dp,
                    .nseg = r->ls_nseg && s->updated ? r->ls_nseg : 0, .seg_grad = r->ls_grad, .seg_weight = r->ls_weight,
-                   .seg_update = r->ls_update};
+                   .seg_update = r->ls_update, .sophia = c->optim.kind == OPT_SOPHIA, .ms_hessian = s->hess_ms,
+                   .hess_loss = s->hess_loss, .hess_bytes = s->hess_bytes, .hess_tokens = (double)s->ntok,
+                   .hess_skipped = s->hess_skipped};
     ev_step(&r->log, &e);
     return ST_OK;
 }
@@ -1561,6 +1644,8 @@ static Status train_step(Run *r, int *stop, Err *err) {
     }
     Status st;
     if ((st = step_data(r, &s, err)) != ST_OK) return st;
+    s.hess_loss = NAN;
+    if (optim_hess_due(&c->optim, s.next) && (st = step_hessian(r, &s, err)) != ST_OK) return st;
     step_micro_batches(r, &s);
     if ((st = step_grads(r, &s, err)) != ST_OK) return st;
     if ((st = step_health(r, &s, err)) != ST_OK) return st;
