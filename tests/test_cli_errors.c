@@ -86,7 +86,7 @@ int main(void) {
     snprintf(args, sizeof args, "train --data %s/good.bin %s --steps 1.5", TMP, common);
     expect_error("non-integer value", args, "--steps: expected an integer, found '1.5'");
     snprintf(args, sizeof args, "train --data %s/good.bin %s --optimizer adagrad", TMP, common);
-    expect_error("unknown optimizer", args, "--optimizer: expected adamw, adam, sgd, lion, muon or shampoo, found 'adagrad'");
+    expect_error("unknown optimizer", args, "--optimizer: expected adamw, adam, sgd, lion, muon, shampoo or sophia, found 'adagrad'");
     snprintf(args, sizeof args, "train --data %s/good.bin %s --config %s/bad.json", TMP, common, TMP);
     expect_error("bad config file", args, "bad.json");
     snprintf(args, sizeof args, "train --data %s/good.bin %s --vocab 200", TMP, common);

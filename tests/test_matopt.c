@@ -1,5 +1,11 @@
-/* test_matopt.c — the whole-matrix optimizers (issue 17: Muon, Shampoo) end to end: `scaletrain
- * train` under mpirun against one process, resume, memory and refused flags. Shampoo runs with blocks
+/* test_matopt.c — the optimizers beyond Adam (issue 17: Muon, Shampoo, Sophia) end to end: `scaletrain
+ * train` under mpirun against one process, resume, memory and refused flags. Sophia runs with its
+ * Hessian pass every 3 steps (steps 1, 4, 7, 10: a resume at step 5 reads the saved Hessian EMA) and
+ * the denominator's floor --eps 1e-4: at the default 1e-15 a parameter whose gradient is rounding
+ * noise (GPT-2's key bias) has h at noise level too, so its update clip(m/ε) is ±lr with the sign
+ * of the noise, and one process and dp 2 then differ there by up to 2·lr per step (measured 2e-2
+ * on the key bias after 10 steps, and single bias elements 1.7e-6 apart; every other element
+ * exact): the rule's amplification of rounding, not the sharding, which this test is about. Shampoo runs with blocks
  * of 24 on C = 32 (whole and partial blocks) and roots every 3 steps (so a resume at step 5 uses
  * roots of step 4 and recomputes them at 7: the saved roots matter); its block state travels in the
  * checkpoint's optimizer-extra.safetensors; its plan figure is the most loaded rank's (compared with
@@ -27,7 +33,7 @@
  *           comparison (measured: weights off by far more than 1e-5).
  *   memory  dp 2 ZeRO 2, fp32 and bf16: the run's memory record planned == measured on every rank
  *           (par_planned_bytes with Muon's buffers), and `plan --optimizer muon --json`'s per-rank
- *           bytes equal every rank's allocation. Negative control: `plan --optimizer adamw` differs.
+ *           bytes equal every rank's allocation. Negative control: `plan --optimizer adamw` differs (Sophia: `lion`, one moment).
  *   refuse  one line and exit 2 each: an unknown --optimizer (the message lists muon and shampoo), the
  *           optimizer with --tp 2 (under mpirun -np 2), --muon-momentum 1, --muon-lr with adamw;
  *           Shampoo: --shampoo-block 0, --precond-every -1, --precond-every with adamw, --ckpt-async. */
@@ -191,18 +197,22 @@ static void fault(void) {
     ParamLayout pl;
     test_layout(&pl);
     float *wref = reference(&pl);
-    if (wref && train_env("fault", 2, 2, 1, NULL, "ST_PAR_TEST_MATRIX_FAULT=1", 0) == 0) {
+    /* Sophia: the Hessian pass's labels drawn from rank-local row numbers (every replica draws the
+     * same u sequence), so the estimate is not one process's */
+    const char *env = !strcmp(g_opt, "sophia") ? "ST_TRAIN_TEST_HESS_FAULT=1" : "ST_PAR_TEST_MATRIX_FAULT=1";
+    const char *what = !strcmp(g_opt, "sophia") ? "negative control: dp 2 ZeRO 1 with rank-local label draws"
+                                                : "negative control: dp 2 ZeRO 1 without the owners' broadcast";
+    if (wref && train_env("fault", 2, 2, 1, NULL, env, 0) == 0) {
         double lw = NAN, nw = NAN, kabs = INFINITY;
         RcLog la;
         float *w = rc_weights(DIR, "fault", &pl);
         double ww = w ? rc_weights_rel(&pl, w, wref, &kabs) : INFINITY;
         int logs = rc_log_diffs(DIR, "fault", "ref", STEPS, &lw, &nw, &la);
         int pass = logs && lw <= TOL.loss && nw <= TOL.norm && ww <= TOL.w && kabs <= TOL.key;
-        tu_check(!pass, "negative control: dp 2 ZeRO 1 without the owners' broadcast",
-                 "must fail the comparison: losses %.2e, norms %.2e, weights %.2e", lw, nw, ww);
+        tu_check(!pass, what, "must fail the comparison: losses %.2e, norms %.2e, weights %.2e", lw, nw, ww);
         free(w);
     } else {
-        tu_check(0, "negative control: dp 2 ZeRO 1 without the owners' broadcast", "the run did not complete");
+        tu_check(0, what, "the run did not complete");
     }
     layout_free(&pl);
 }
@@ -238,6 +248,8 @@ static int plan_matches(const cJSON *plan, const cJSON *mem, int world, char *de
 
 static void memory(void) {
     static const char *const PREC[2] = {"fp32", "bf16"};
+    /* Sophia's m and h are AdamW's two moments: its wrong plan is a one-moment optimizer's */
+    const char *wrong_opt = !strcmp(g_opt, "sophia") ? "lion" : "adamw";
     for (int p = 0; p < 2; p++) {
         char name[64], extra[128], cmd[2048], detail[512], what[160];
         snprintf(name, sizeof name, "mem_%s", PREC[p]);
@@ -252,17 +264,88 @@ static void memory(void) {
         for (int wrong = 0; wrong < 2; wrong++) {
             snprintf(cmd, sizeof cmd, "%s plan --layers 2 --heads 2 --channels 32 --vocab 97 --max-seq-len 32 --seq-len 32 "
                      "--micro-batch 2 --grad-accum 1 --threads 1 --dp 2 --zero 2 --precision %s --optimizer %s %s --json",
-                     g_bin, PREC[p], wrong ? "adamw" : g_opt,
+                     g_bin, PREC[p], wrong ? wrong_opt : g_opt,
                      !wrong && !strcmp(g_opt, "shampoo") ? "--shampoo-block 24 --precond-every 3" : "");
             cJSON *plan = rc_command_json(cmd);
             int ok = plan_matches(plan, rec, 2, detail, sizeof detail);
             snprintf(what, sizeof what, "%sdp 2 ZeRO 2 %s: plan --optimizer %s per-rank bytes %s every rank's allocation",
-                     wrong ? "negative control: " : "", PREC[p], wrong ? "adamw" : g_opt, wrong ? "differ from" : "==");
+                     wrong ? "negative control: " : "", PREC[p], wrong ? wrong_opt : g_opt, wrong ? "differ from" : "==");
             tu_check(wrong ? !ok : ok, what, "%s", detail);
             cJSON_Delete(plan);
         }
         cJSON_Delete(all);
     }
+}
+
+/* Sophia's Hessian pass in the step records of the reference run (k = 3): time_ms.hessian > 0 and a
+ * hessian{} object exactly on steps 1, 4, 7, 10, with the step's tokens; MFU counting the pass's
+ * FLOPs (mfu·total·peak_job / (fpt·batch tokens) = 2 on those steps, 1 on the others: the negative
+ * control is that factor-1 formula, which must fail on the Hessian steps); and the time parts
+ * (data, forward, backward, optimizer, checkpoint, hessian) summing to the step's total within 2% + 0.2 ms
+ * (the pass is in no other part). Then plan: with --optimizer sophia --hess-every 4 the predicted
+ * step is AdamW's plus (compute + dp comm)/4 and its MFU 1.25× at the same step time. */
+static void accounting(void) {
+    ParamLayout pl;
+    test_layout(&pl);
+    float *w = reference(&pl);
+    layout_free(&pl);
+    if (!w) return;
+    cJSON *all = rc_records(DIR, "ref");
+    const cJSON *rec;
+    double fpt = NAN, peak = NAN, bt = NAN;
+    int due_ok = 1, nh = 0, mfu_ok = 1, parts_ok = 1, control_fails = 0;
+    char why[256] = "";
+    cJSON_ArrayForEach(rec, all) {
+        const char *ev = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rec, "event"));
+        if (ev && !strcmp(ev, "start")) {
+            fpt = rc_num(rec, "flops_per_token"), peak = rc_num(rec, "peak_flops_job");
+            bt = rc_num(cJSON_GetObjectItemCaseSensitive(rec, "effective_batch"), "tokens");
+        }
+        if (!ev || strcmp(ev, "step")) continue;
+        int step = (int)rc_num(rec, "step"), due = (step - 1) % 3 == 0;
+        const cJSON *tm = cJSON_GetObjectItemCaseSensitive(rec, "time_ms"), *h = cJSON_GetObjectItemCaseSensitive(rec, "hessian");
+        double hm = rc_num(tm, "hessian"), tot = rc_num(tm, "total");
+        int has = hm > 0 && h && rc_num(h, "tokens") == rc_num(rec, "tokens");
+        if (has != due) due_ok = 0, snprintf(why, sizeof why, "step %d: hessian %.3f ms, record %s", step, hm, h ? "present" : "absent");
+        nh += has;
+        double f = rc_num(rec, "mfu") * tot * 1e-3 * peak / (fpt * bt);
+        if (fabs(f - (due ? 2.0 : 1.0)) > 1e-9) mfu_ok = 0;
+        if (due && fabs(f - 1.0) > 1e-9) control_fails++;
+        double sum = 0;
+        static const char *const P[6] = {"data", "forward", "backward", "optimizer", "checkpoint", "hessian"};
+        for (int i = 0; i < 6; i++) sum += rc_num(tm, P[i]);
+        if (!(fabs(sum - tot) <= 0.02 * tot + 0.2)) parts_ok = 0; /* 0.2 ms: the gap before the record */
+    }
+    cJSON_Delete(all);
+    tu_check(due_ok && nh == 4, "sophia: the Hessian pass on steps 1, 4, 7, 10 only, with the step's tokens", "%d passes %s", nh, why);
+    tu_check(mfu_ok, "sophia: MFU counts the pass's FLOPs (factor 2 on its steps, 1 elsewhere)", "%s", mfu_ok ? "all steps" : "DIFFERS");
+    tu_check(control_fails == 4, "sophia negative control: MFU without the pass's FLOPs fails on its steps",
+             "%d of 4 steps", control_fails);
+    tu_check(parts_ok, "sophia: the time parts (hessian its own) sum to the step's total within 2%", "%s",
+             parts_ok ? "every step" : "NOT every step");
+    double step_s[2], mfu[2], hess = NAN, comp = 0;
+    for (int q = 0; q < 2; q++) {
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "%s plan --layers 2 --heads 2 --channels 32 --vocab 97 --max-seq-len 32 --seq-len 32 "
+                 "--micro-batch 2 --grad-accum 1 --threads 1 --dp 2 --optimizer %s --json", g_bin,
+                 q ? "sophia --hess-every 4" : "adamw");
+        cJSON *plan = rc_command_json(cmd);
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(plan, "compute");
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(c, "time_s");
+        step_s[q] = rc_num(c, "step_s"), mfu[q] = rc_num(c, "mfu");
+        if (q) hess = rc_num(t, "hessian");
+        else {
+            static const char *const K[6] = {"matmul", "elementwise", "bubble", "tp", "pp", "dp"};
+            for (int i = 0; i < 6; i++) comp += rc_num(t, K[i]);
+        }
+        cJSON_Delete(plan);
+    }
+    double want = comp / 4;
+    tu_check(fabs(hess - want) <= 1e-12 * want && fabs(step_s[1] - step_s[0] - hess) <= 1e-9 * step_s[0] &&
+                 fabs(mfu[1] * step_s[1] / (mfu[0] * step_s[0]) - 1.25) < 1e-9,
+             "sophia plan: the Hessian pass amortised ((compute + dp comm)/4) in the step and its FLOPs in MFU",
+             "hessian %.4g s (want %.4g), step %.4g vs %.4g s, MFU·step ratio %.6f (want 1.25)", hess, want, step_s[1],
+             step_s[0], mfu[1] * step_s[1] / (mfu[0] * step_s[0]));
 }
 
 /* A command that must exit 2 with `want` in its one-line message. */
@@ -281,7 +364,24 @@ static void refused(const char *name, const char *cmd, const char *want) {
 static void refuse(void) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "%s " COMMON " --steps 2 --optimizer adafactor", g_bin);
-    refused("refuse_unknown", cmd, "expected adamw, adam, sgd, lion, muon or shampoo, found 'adafactor'");
+    refused("refuse_unknown", cmd, "expected adamw, adam, sgd, lion, muon, shampoo or sophia, found 'adafactor'");
+    if (!strcmp(g_opt, "sophia")) {
+        snprintf(cmd, sizeof cmd, "timeout 60 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
+                 " --steps 2 %s --tp 2", g_mpi, g_bin, g_flags);
+        refused("refuse_tp", cmd, "--optimizer sophia: expected --tp 1 and --pp 1");
+        snprintf(cmd, sizeof cmd, "timeout 60 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
+                 " --steps 2 %s --pp 2", g_mpi, g_bin, g_flags);
+        refused("refuse_pp", cmd, "--optimizer sophia: expected --tp 1 and --pp 1");
+        snprintf(cmd, sizeof cmd, "%s " COMMON " --steps 2 --optimizer sophia --hess-every 0", g_bin);
+        refused("refuse_every", cmd, "--hess-every: expected an integer >= 1, found 0");
+        snprintf(cmd, sizeof cmd, "%s " COMMON " --steps 2 --optimizer sophia --sophia-gamma 0", g_bin);
+        refused("refuse_gamma", cmd, "--sophia-gamma: expected a value > 0, found 0");
+        snprintf(cmd, sizeof cmd, "%s " COMMON " --steps 2 --hess-every 5", g_bin);
+        refused("refuse_inert", cmd, "--hess-every: would change nothing here");
+        snprintf(cmd, sizeof cmd, "%s " COMMON " --steps 2 --optimizer muon --sophia-gamma 0.1", g_bin);
+        refused("refuse_inert2", cmd, "--sophia-gamma: would change nothing here");
+        return;
+    }
     if (!strcmp(g_opt, "shampoo")) {
         snprintf(cmd, sizeof cmd, "timeout 60 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
                  " --steps 2 %s --tp 2", g_mpi, g_bin, g_flags);
@@ -312,6 +412,7 @@ int main(int argc, char **argv) {
     }
     g_mpi = argv[1], g_bin = argv[2], g_opt = argv[3];
     if (!strcmp(g_opt, "muon")) snprintf(g_flags, sizeof g_flags, "--optimizer muon --muon-lr 0.02");
+    else if (!strcmp(g_opt, "sophia")) snprintf(g_flags, sizeof g_flags, "--optimizer sophia --hess-every 3 --eps 1e-4");
     else snprintf(g_flags, sizeof g_flags, "--optimizer shampoo --shampoo-block 24 --precond-every 3");
     const char *what = argc > 4 ? argv[4] : "all";
     rc_make_data(DIR);
@@ -319,6 +420,7 @@ int main(int argc, char **argv) {
     if (!strcmp(what, "resume") || !strcmp(what, "all")) resume();
     if (!strcmp(what, "fault") || !strcmp(what, "all")) fault();
     if (!strcmp(what, "memory") || !strcmp(what, "all")) memory();
+    if ((!strcmp(what, "memory") || !strcmp(what, "all")) && !strcmp(g_opt, "sophia")) accounting();
     if (!strcmp(what, "refuse") || !strcmp(what, "all")) refuse();
     return tu_exit();
 }
