@@ -24,6 +24,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 field() { sed -n 's/.*"'"$2"'": \([0-9.]*\).*/\1/p' <<<"$1"; }
 shampoo_rows=""
+sophia_rows=""
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "| config | precision | AdamW ms | Muon ms | Muon / AdamW | of which NS ms (median) | NS GFLOP/s (best round) | GEMM ceiling GFLOP/s | NS / ceiling |"
@@ -34,6 +35,8 @@ for cfg in "A 12 12 768 50257" "B 6 6 384 50257"; do
     sh=""; [[ $prec == fp32 ]] && sh=shampoo
     out=$($OB "$L" "$NH" "$C" "$V" "$rounds" "$threads" "$prec" $sh)
     r=$(grep '^RESULT ' <<<"$out")
+    so=$(grep '^RESULT_SOPHIA ' <<<"$out")
+    sophia_rows+="| $name ($L/$C/$V) | $prec | $(field "$r" adamw_ms) | $(field "$so" sophia_ms) | $(field "$so" hess_ema_ms) | $(field "$so" sophia_amortized_ms) | **$(field "$so" ratio_amortized)** |"$'\n'
     [[ -n $sh ]] && shampoo_rows+="| $name ($L/$C/$V) | $(field "$r" adamw_ms) | $(sed -n 's/.*"shampoo_ms": \([0-9.]*\).*/\1/p' <<<"$out") | $(sed -n 's/.*"shampoo_root_ms": \([0-9.]*\).*/\1/p' <<<"$out") | $(sed -n 's/.*"shampoo_amortized_ms": \([0-9.]*\).*/\1/p' <<<"$out") | **$(sed -n 's/.*"ratio_amortized": \([0-9.]*\).*/\1/p' <<<"$out")** |"$'\n'
 
     printf "| %s (%s/%s/%s) | %s | %s | %s | **%s** | %s | %s | %s | %s |\n" "$name" "$L" "$C" "$V" "$prec" \
@@ -48,6 +51,13 @@ echo "| config | AdamW ms | Shampoo ms (no roots) | step with roots ms | amortis
 echo "|---|---:|---:|---:|---:|---:|"
 printf "%s" "$shampoo_rows"
 echo
+echo "Sophia (its rule every step; the Hessian EMA on one step in 10; the Hessian pass itself is a"
+echo "forward+backward, the trainer's time_ms.hessian, not counted here):"
+echo
+echo "| config | precision | AdamW ms | Sophia rule ms | Hessian EMA ms | amortised ms | amortised / AdamW |"
+echo "|---|---|---:|---:|---:|---:|---:|"
+printf "%s" "$sophia_rows"
+echo
 run() { # name optimizer flags...
   local n=$1; shift
   $ST train --layers 4 --heads 4 --channels 256 --max-seq-len 128 --seq-len 128 --micro-batch 8 --steps "$tsteps" \
@@ -56,6 +66,7 @@ run() { # name optimizer flags...
 run adamw --optimizer adamw --lr 1e-3 --min-lr 1e-4
 run muon --optimizer muon --lr 1e-3 --min-lr 1e-4 --muon-lr 0.02
 run shampoo --optimizer shampoo --lr 1e-3 --min-lr 1e-4
+run sophia --optimizer sophia --lr 1e-3 --min-lr 1e-4
 python3 - "$tmp" "$tsteps" <<'EOF'
 import json, sys
 d, steps = sys.argv[1], int(sys.argv[2])
@@ -73,11 +84,12 @@ a, am, tok = log("adamw")
 target = mean10(a, steps)
 print(f"tokens to reach AdamW's final loss (4 layers, 256 channels, bytes, 8 x 128 tokens/step, {steps} steps, "
       f"10-step mean loss; AdamW lr 1e-3, Muon muon-lr 0.02 + AdamW 1e-3 for the rest, Shampoo lr 1e-3 "
-      f"grafted, blocks 512, roots every 10; one run each, no lr sweep):")
+      f"grafted, blocks 512, roots every 10; Sophia lr 1e-3, Hessian every 10; one run each, no lr sweep; "
+      f"the lr-swept comparison is `scaletrain study optimizers`):")
 print()
 print("| optimizer | final 10-step mean loss | first step reaching AdamW's final | tokens | median optimizer ms/step |")
 print("|---|---:|---:|---:|---:|")
-for n in ("adamw", "muon", "shampoo"):
+for n in ("adamw", "muon", "shampoo", "sophia"):
     l, ms, tk = log(n)
     hit = next((s for s in range(10, steps + 1) if mean10(l, s) <= target), None)
     med = sorted(ms.values())[len(ms) // 2]
