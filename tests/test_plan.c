@@ -601,6 +601,7 @@ static const OptionEffect OPTION_EFFECTS[] = {
     {"optimizer", PB, PB " --optimizer sgd", "memory_bytes.moments"},
     {"shampoo-block", PB " --optimizer shampoo", PB " --optimizer shampoo --shampoo-block 64", "memory_bytes.moments"},
     {"precond-every", PB " --optimizer shampoo", PB " --optimizer shampoo --precond-every 1", "compute.time_s.optimizer"},
+    {"hess-every", PB " --optimizer sophia", PB " --optimizer sophia --hess-every 2", "compute.time_s.hessian"},
     {"moments", PB, PB " --moments 1", "memory_bytes.moments"},
     {"activations", PB, PB " --activations paper", "activations.mode"},
     {"threads", PB, PB " --threads 8", "memory_bytes.workspace"},
