@@ -361,48 +361,57 @@ static void refused(const char *name, const char *cmd, const char *want) {
     free(out);
 }
 
+/* One refused command: under mpirun -np 2 (mpi) or one process; `flags` 1 puts the optimizer's own
+ * flags (g_flags) before args. */
+typedef struct {
+    const char *name;
+    int mpi, flags;
+    const char *args, *want;
+} Refusal;
+
+static const Refusal REFUSE_COMMON[] = {
+    {"refuse_unknown", 0, 0, "--optimizer adafactor", "expected adamw, adam, sgd, lion, muon, shampoo or sophia, found 'adafactor'"},
+};
+static const Refusal REFUSE_MUON[] = {
+    {"refuse_tp", 1, 1, "--tp 2", "expected --tp 1 and --pp 1"},
+    {"refuse_momentum", 0, 0, "--optimizer muon --muon-momentum 1", "--muon-momentum: expected a value in [0, 1), found 1"},
+    {"refuse_inert", 0, 0, "--muon-lr 0.1", "--muon-lr: would change nothing here"},
+};
+static const Refusal REFUSE_SHAMPOO[] = {
+    {"refuse_tp", 1, 1, "--tp 2", "expected --tp 1 and --pp 1"},
+    {"refuse_block", 0, 0, "--optimizer shampoo --shampoo-block 0", "--shampoo-block: expected an integer >= 1, found 0"},
+    {"refuse_every", 0, 0, "--optimizer shampoo --precond-every -1", "--precond-every: expected an integer >= 1, found -1"},
+    {"refuse_inert", 0, 0, "--precond-every 5", "--precond-every: would change nothing here"},
+    {"refuse_async", 0, 1, "--ckpt-dir " DIR "/sh_ck --ckpt-async",
+     "--ckpt-async with --optimizer shampoo: expected synchronous checkpoints"},
+};
+static const Refusal REFUSE_SOPHIA[] = {
+    {"refuse_tp", 1, 1, "--tp 2", "--optimizer sophia: expected --tp 1 and --pp 1"},
+    {"refuse_pp", 1, 1, "--pp 2", "--optimizer sophia: expected --tp 1 and --pp 1"},
+    {"refuse_every", 0, 0, "--optimizer sophia --hess-every 0", "--hess-every: expected an integer >= 1, found 0"},
+    {"refuse_gamma", 0, 0, "--optimizer sophia --sophia-gamma 0", "--sophia-gamma: expected a value > 0, found 0"},
+    {"refuse_inert", 0, 0, "--hess-every 5", "--hess-every: would change nothing here"},
+    {"refuse_inert2", 0, 0, "--optimizer muon --sophia-gamma 0.1", "--sophia-gamma: would change nothing here"},
+};
+
+static void refuse_list(const Refusal *r, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        char cmd[2048], launch[1024] = "";
+        if (r[i].mpi)
+            snprintf(launch, sizeof launch, "timeout 60 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 ",
+                     g_mpi);
+        snprintf(cmd, sizeof cmd, "%s%s " COMMON " --steps 2 %s %s", launch, g_bin, r[i].flags ? g_flags : "", r[i].args);
+        refused(r[i].name, cmd, r[i].want);
+    }
+}
+
+#define REFUSE(list) refuse_list(list, sizeof list / sizeof list[0])
+
 static void refuse(void) {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s " COMMON " --steps 2 --optimizer adafactor", g_bin);
-    refused("refuse_unknown", cmd, "expected adamw, adam, sgd, lion, muon, shampoo or sophia, found 'adafactor'");
-    if (!strcmp(g_opt, "sophia")) {
-        snprintf(cmd, sizeof cmd, "timeout 60 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
-                 " --steps 2 %s --tp 2", g_mpi, g_bin, g_flags);
-        refused("refuse_tp", cmd, "--optimizer sophia: expected --tp 1 and --pp 1");
-        snprintf(cmd, sizeof cmd, "timeout 60 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
-                 " --steps 2 %s --pp 2", g_mpi, g_bin, g_flags);
-        refused("refuse_pp", cmd, "--optimizer sophia: expected --tp 1 and --pp 1");
-        snprintf(cmd, sizeof cmd, "%s " COMMON " --steps 2 --optimizer sophia --hess-every 0", g_bin);
-        refused("refuse_every", cmd, "--hess-every: expected an integer >= 1, found 0");
-        snprintf(cmd, sizeof cmd, "%s " COMMON " --steps 2 --optimizer sophia --sophia-gamma 0", g_bin);
-        refused("refuse_gamma", cmd, "--sophia-gamma: expected a value > 0, found 0");
-        snprintf(cmd, sizeof cmd, "%s " COMMON " --steps 2 --hess-every 5", g_bin);
-        refused("refuse_inert", cmd, "--hess-every: would change nothing here");
-        snprintf(cmd, sizeof cmd, "%s " COMMON " --steps 2 --optimizer muon --sophia-gamma 0.1", g_bin);
-        refused("refuse_inert2", cmd, "--sophia-gamma: would change nothing here");
-        return;
-    }
-    if (!strcmp(g_opt, "shampoo")) {
-        snprintf(cmd, sizeof cmd, "timeout 60 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
-                 " --steps 2 %s --tp 2", g_mpi, g_bin, g_flags);
-        refused("refuse_tp", cmd, "expected --tp 1 and --pp 1");
-        snprintf(cmd, sizeof cmd, "%s " COMMON " --steps 2 --optimizer shampoo --shampoo-block 0", g_bin);
-        refused("refuse_block", cmd, "--shampoo-block: expected an integer >= 1, found 0");
-        snprintf(cmd, sizeof cmd, "%s " COMMON " --steps 2 --optimizer shampoo --precond-every -1", g_bin);
-        refused("refuse_every", cmd, "--precond-every: expected an integer >= 1, found -1");
-        snprintf(cmd, sizeof cmd, "%s " COMMON " --steps 2 --precond-every 5", g_bin);
-        refused("refuse_inert", cmd, "--precond-every: would change nothing here");
-        snprintf(cmd, sizeof cmd, "%s " COMMON " --steps 2 %s --ckpt-dir " DIR "/sh_ck --ckpt-async", g_bin, g_flags);
-        refused("refuse_async", cmd, "--ckpt-async with --optimizer shampoo: expected synchronous checkpoints");
-        return;
-    }
-    snprintf(cmd, sizeof cmd, "timeout 60 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
-             " --steps 2 %s --tp 2", g_mpi, g_bin, g_flags);
-    refused("refuse_tp", cmd, "expected --tp 1 and --pp 1");
-    snprintf(cmd, sizeof cmd, "%s " COMMON " --steps 2 --optimizer muon --muon-momentum 1", g_bin);
-    refused("refuse_momentum", cmd, "--muon-momentum: expected a value in [0, 1), found 1");
-    snprintf(cmd, sizeof cmd, "%s " COMMON " --steps 2 --muon-lr 0.1", g_bin);
-    refused("refuse_inert", cmd, "--muon-lr: would change nothing here");
+    REFUSE(REFUSE_COMMON);
+    if (!strcmp(g_opt, "sophia")) REFUSE(REFUSE_SOPHIA);
+    else if (!strcmp(g_opt, "shampoo")) REFUSE(REFUSE_SHAMPOO);
+    else REFUSE(REFUSE_MUON);
 }
 
 int main(int argc, char **argv) {
