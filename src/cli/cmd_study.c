@@ -700,15 +700,17 @@ static int cmd_study_spike(int argc, char **argv, Comm *comm) {
 
 int cmd_study(int argc, char **argv, Comm *comm) {
     if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {
-        printf("usage: scaletrain study spike|lr-transfer [options]   (study NAME --help for its options)\n\n"
+        printf("usage: scaletrain study spike|lr-transfer|optimizers [options]   (study NAME --help for its options)\n\n"
                "  spike        a run with too high a learning rate and no warmup or clipping, and the same run with both:\n"
                "               spike events and the per-layer diagnosis (index.html)\n"
-               "  lr-transfer  learning-rate sweeps at several widths under SP and muP: how far the best lr moves\n");
+               "  lr-transfer  learning-rate sweeps at several widths under SP and muP: how far the best lr moves\n"
+               "  optimizers   each optimizer at its own best lr on one token budget: tokens and seconds to AdamW's final loss\n");
         return argc < 1 ? 2 : 0;
     }
     if (!strcmp(argv[0], "lr-transfer")) return cmd_lr_transfer(argc - 1, argv + 1, comm);
     if (!strcmp(argv[0], "spike")) return cmd_study_spike(argc - 1, argv + 1, comm);
+    if (!strcmp(argv[0], "optimizers")) return cmd_study_optimizers(argc - 1, argv + 1, comm);
     char msg[256];
-    snprintf(msg, sizeof msg, "expected a study (spike or lr-transfer), found '%s'", argv[0]);
+    snprintf(msg, sizeof msg, "expected a study (spike, lr-transfer or optimizers), found '%s'", argv[0]);
     return cli_fail("study", ST_ERR_INPUT, msg);
 }
