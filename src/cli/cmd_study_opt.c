@@ -83,6 +83,9 @@ typedef struct {
     double *vtok, *vsec, *vloss;    /* [steps + 1]: the evaluations in step order */
     double weight_decay;            /* from the full run's start record */
     double final_val, med_ms, med_opt_ms, train_s;
+    double mean_ms, mean_opt_ms;    /* means of the same: a periodic cost (Shampoo's roots) moves them, not the medians */
+    int nslow;                      /* steps that took more than twice the median step */
+    long slow_period;               /* > 0: the slow steps are evenly spaced this many steps apart */
     double tok_target, sec_target;  /* to reach AdamW's final validation loss; NaN: not reached */
 } OptRes;
 
@@ -248,6 +251,21 @@ static int os_read_log(OptRes *r, const char *path, long steps) {
         }
     r->med_ms = study_median(r->ms + 1, (int)r->last);
     r->med_opt_ms = study_median(r->opt_ms + 1, (int)r->last);
+    double sm = 0, so = 0;
+    int nm = 0, no = 0;
+    long prev = 0, gap = 0;
+    r->nslow = 0, r->slow_period = 0;
+    for (long i = 1; i <= r->last; i++) {
+        if (isfinite(r->ms[i])) sm += r->ms[i], nm++;
+        if (isfinite(r->opt_ms[i])) so += r->opt_ms[i], no++;
+        if (!(r->ms[i] > 2 * r->med_ms)) continue;
+        /* A slow step: the period holds while every gap between slow steps is the same. */
+        if (r->nslow == 1) gap = i - prev;
+        else if (r->nslow > 1 && i - prev != gap) gap = -1;
+        prev = i, r->nslow++;
+    }
+    r->slow_period = r->nslow >= 3 && gap > 0 ? gap : 0;
+    r->mean_ms = nm ? sm / nm : NAN, r->mean_opt_ms = no ? so / no : NAN;
     r->train_s = r->sec[r->last];
     return 1;
 }
@@ -365,17 +383,28 @@ static void os_findings(const OptRes *res, int n, int ref, const OsSetup *su, Os
         if (k < sizeof t->time) k += (size_t)snprintf(t->time + k, sizeof t->time - k, ". ");
     }
     if (a && isfinite(a->med_ms) && k < sizeof t->time) {
-        k += (size_t)snprintf(t->time + k, sizeof t->time - k, "Median step time against AdamW's %.3g ms (optimizer part "
-                              "%.3g ms):", a->med_ms, a->med_opt_ms);
+        k += (size_t)snprintf(t->time + k, sizeof t->time - k, "Median step time against AdamW's %.3g ms (mean %.3g; "
+                              "optimizer part %.3g ms):", a->med_ms, a->mean_ms, a->med_opt_ms);
         int first = 1;
         for (int i = 0; i < n && k < sizeof t->time; i++) {
             const OptRes *r = &res[i];
             if (r == a || !isfinite(r->med_ms)) continue;
-            k += (size_t)snprintf(t->time + k, sizeof t->time - k, "%s %s %.2fx (%.3g ms, optimizer part %.3g ms)",
-                                  first ? "" : ",", r->row->name, r->med_ms / a->med_ms, r->med_ms, r->med_opt_ms);
+            k += (size_t)snprintf(t->time + k, sizeof t->time - k, "%s %s %.2fx (%.3g ms, mean %.3g; optimizer part %.3g ms)",
+                                  first ? "" : ",", r->row->name, r->med_ms / a->med_ms, r->med_ms, r->mean_ms, r->med_opt_ms);
             first = 0;
         }
-        if (k < sizeof t->time) snprintf(t->time + k, sizeof t->time - k, "%s", first ? " no other optimizer has a full run." : ".");
+        if (k < sizeof t->time) k += (size_t)snprintf(t->time + k, sizeof t->time - k, "%s", first ? " no other optimizer has a full run." : ".");
+        /* Where the mean moved away from the median: slow steps, periodic or not. */
+        for (int i = 0; i < n && k < sizeof t->time; i++) {
+            const OptRes *r = &res[i];
+            if (!(r->mean_ms > 1.1 * r->med_ms)) continue;
+            char where[96];
+            if (r->slow_period > 0) snprintf(where, sizeof where, "one every %ld steps, a periodic cost", r->slow_period);
+            else snprintf(where, sizeof where, "at irregular steps, not a periodic cost");
+            k += (size_t)snprintf(t->time + k, sizeof t->time - k, " %s's mean step is %.2fx its median: %d of %ld steps "
+                                  "took more than twice the median (%s).", r->row->name, r->mean_ms / r->med_ms, r->nslow,
+                                  r->last, where);
+        }
     }
     /* Final losses. */
     os_order(fin, n, idx);
@@ -473,7 +502,7 @@ static void os_findings(const OptRes *res, int n, int ref, const OsSetup *su, Os
 
 /* ================================================================ page and summary */
 
-/* The main table's cells of one optimizer (12 columns, hdr in os_page). */
+/* The main table's cells of one optimizer (13 columns, hdr in os_page). */
 static void os_row_cells(const OptRes *r, const OptRes *a, char (*c)[64]) {
     int fin = isfinite(r->final_val);
     snprintf(c[0], 64, "%s", r->row->name);
@@ -488,8 +517,9 @@ static void os_row_cells(const OptRes *r, const OptRes *a, char (*c)[64]) {
     snprintf(c[7], 64, isfinite(r->sec_target) && a ? "%.2fx" : "-", a ? r->sec_target / a->sec_target : 0.0);
     snprintf(c[8], 64, isfinite(r->med_ms) ? "%.3g" : "-", r->med_ms);
     snprintf(c[9], 64, isfinite(r->med_ms) && a && isfinite(a->med_ms) ? "%.2fx" : "-", a ? r->med_ms / a->med_ms : 0.0);
-    snprintf(c[10], 64, isfinite(r->med_opt_ms) ? "%.3g" : "-", r->med_opt_ms);
-    os_short(r->failure[0] ? r->failure : "ok", c[11], 64);
+    snprintf(c[10], 64, isfinite(r->mean_ms) ? "%.3g" : "-", r->mean_ms);
+    snprintf(c[11], 64, isfinite(r->med_opt_ms) ? "%.3g" : "-", r->med_opt_ms);
+    os_short(r->failure[0] ? r->failure : "ok", c[12], 64);
 }
 
 /* The page: findings, the table, the curves against tokens and training seconds, the sweeps. */
@@ -504,16 +534,16 @@ static FigPage *os_page(const OptRes *res, int n, int ref, const OsSetup *su, co
     fig_paragraph(page, "findings-sweep", t->sweep);
     fig_paragraph(page, "setup", t->setup);
     {
-        const char *hdr[12] = {"optimizer", "swept flag", "best value", "final val loss", "tokens to AdamW's final loss",
+        const char *hdr[13] = {"optimizer", "swept flag", "best value", "final val loss", "tokens to AdamW's final loss",
                                "x AdamW's tokens", "seconds to AdamW's final loss", "x AdamW's seconds", "median step ms",
-                               "step time x AdamW", "median optimizer ms", "status"};
-        char cells[NROWS][12][64];
-        const char *cp[NROWS * 12];
+                               "median step x AdamW", "mean step ms", "median optimizer ms", "status"};
+        char cells[NROWS][13][64];
+        const char *cp[NROWS * 13];
         for (int i = 0; i < n; i++) {
             os_row_cells(&res[i], a, cells[i]);
-            for (int c = 0; c < 12; c++) cp[i * 12 + c] = cells[i][c];
+            for (int c = 0; c < 13; c++) cp[i * 13 + c] = cells[i][c];
         }
-        fig_table(page, "optimizers", hdr, 12, cp, n);
+        fig_table(page, "optimizers", hdr, 13, cp, n);
     }
     /* Curves of the full runs. */
     double target = a ? a->final_val : NAN;
@@ -622,6 +652,10 @@ static cJSON *os_summary(const OptRes *res, int n, int ref, const OsSetup *su, c
         cJSON_AddItemToObject(o, "median_step_ms", num_or_null(r->med_ms));
         cJSON_AddItemToObject(o, "step_time_ratio", num_or_null(a ? r->med_ms / a->med_ms : NAN));
         cJSON_AddItemToObject(o, "median_optimizer_ms", num_or_null(r->med_opt_ms));
+        cJSON_AddItemToObject(o, "mean_step_ms", num_or_null(r->mean_ms));
+        cJSON_AddItemToObject(o, "mean_optimizer_ms", num_or_null(r->mean_opt_ms));
+        cJSON_AddNumberToObject(o, "slow_steps", r->nslow);
+        cJSON_AddNumberToObject(o, "slow_step_period", (double)r->slow_period);
         cJSON_AddItemToObject(o, "train_seconds", num_or_null(r->have_log ? r->train_s : NAN));
         cJSON_AddItemToObject(o, "weight_decay", num_or_null(r->weight_decay));
         cJSON_AddStringToObject(o, "status", r->failure[0] ? r->failure : "ok");
@@ -775,7 +809,8 @@ int cmd_study_optimizers(int argc, char **argv, Comm *comm) {
         if (!use[i]) continue;
         OptRes *r = &res[nres++];
         r->row = &OPT_ROWS[i];
-        r->adamw_lr = r->final_val = r->med_ms = r->med_opt_ms = r->tok_target = r->sec_target = r->weight_decay = NAN;
+        r->adamw_lr = r->final_val = r->med_ms = r->med_opt_ms = r->mean_ms = r->mean_opt_ms = NAN;
+        r->tok_target = r->sec_target = r->weight_decay = NAN;
         double g[STUDY_MAXV];
         int ng = 0;
         char flag[64];
