@@ -1,4 +1,5 @@
-/* test_study.c — `scaletrain study lr-transfer --quick` and `study spike --quick` (docs/studies.md):
+/* test_study.c — `scaletrain study lr-transfer --quick`, `study spike --quick` and `study optimizers
+ * --quick` (docs/studies.md):
  * the pages hold their sections and the numbers of the runs, and render in headless Chromium.
  *
  * Oracles:
@@ -12,6 +13,16 @@
  *                (%.4f) and the loss maximum must be the page's; the diagnosis, its table, the
  *                events table and the five charts are present; the unstable run has layer_stats in
  *                its step records. Negative control: one spike event more must fail the check.
+ *   optimizers   every number re-read here from the runs' logs (not the study's files): per optimizer the
+ *                sweep runs' final val losses (the val record of the highest step) against summary.json
+ *                (exact), the best lr = their argmin (1e-6: the log's config holds floats), the full run's
+ *                final val loss (exact), the tokens to reach AdamW's final val loss interpolated here from
+ *                the val records and the step records' tokens_seen (1e-9), and the page's table row
+ *                beginning with them; the page's sections; a re-run trains nothing and rewrites the same
+ *                summary; grids x4096 make runs diverge and the study records and names them; bad flags
+ *                get one line naming the flag and exit 2. Negative controls: a summary loss + 1e-4, a
+ *                copy of AdamW's log with its last val loss lowered by 0.05, and the worse sweep value
+ *                taken as the best must each fail the check.
  *   layer stats  `train --log-layer-stats` with plain SGD (no momentum, decay, clipping or warmup, constant
  *                lr 0.5): per group update_norm / grad_norm == lr (1e-5), the groups' gradient norms
  *                make up the global one, update_ratio == update_norm / weight_norm; refused at ZeRO 1.
@@ -22,6 +33,7 @@
  *                the browser part run again with ST_CHROMIUM naming a fake browser that renders
  *                nothing must fail. ST_CHROMIUM may name the browser. */
 #define _POSIX_C_SOURCE 200809L /* strtok_r, readlink */
+#include <glob.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,6 +204,274 @@ static void test_spike(void) {
     free(page);
 }
 
+/* ---- optimizers ---- */
+
+#define OS_MAX 8
+#define OS_MAXSTEP 4096
+
+/* What the optimizers study's runs logged, read back here from the logs, not from the study. */
+typedef struct {
+    char name[16];
+    int nsweep;
+    double sweep_lr[32], sweep_loss[32]; /* per sweep run: the swept value from its start record, its final val loss */
+    double best_lr;                      /* the swept value of the lowest loss (NaN: none) */
+    double final_val;                    /* the full run's val record of the highest step */
+    int nval;
+    double vtok[OS_MAXSTEP], vloss[OS_MAXSTEP]; /* its evaluations in step order: tokens_seen of that step, loss */
+    double tok_target;                   /* tokens to reach AdamW's final_val (NaN: not reached) */
+} OsFacts;
+
+/* The val loss of the highest step in log path (the last record wins a tie), NaN if none; the
+ * start record's config[key] into *swept. */
+static double os_sweep_log(const char *path, const char *key, double *swept) {
+    cJSON *all = tu_log_records(path), *r;
+    double loss = NAN;
+    long best_step = -1;
+    *swept = NAN;
+    cJSON_ArrayForEach(r, all) {
+        const char *ev = cJSON_GetObjectItem(r, "event")->valuestring;
+        if (!strcmp(ev, "start")) *swept = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "config"), key)->valuedouble;
+        if (!strcmp(ev, "val") && cJSON_GetObjectItem(r, "step")->valuedouble >= best_step) {
+            best_step = (long)cJSON_GetObjectItem(r, "step")->valuedouble;
+            loss = cJSON_GetObjectItem(r, "loss")->valuedouble;
+        }
+    }
+    cJSON_Delete(all);
+    return loss;
+}
+
+/* The full run's evaluations from log path into f (tokens from the step record of the same step). */
+static void os_final_log(const char *path, OsFacts *f) {
+    static double tok[OS_MAXSTEP + 1], val[OS_MAXSTEP + 1];
+    for (int i = 0; i <= OS_MAXSTEP; i++) tok[i] = val[i] = NAN;
+    cJSON *all = tu_log_records(path), *r;
+    cJSON_ArrayForEach(r, all) {
+        const char *ev = cJSON_GetObjectItem(r, "event")->valuestring;
+        const cJSON *st = cJSON_GetObjectItem(r, "step");
+        int s = st ? (int)st->valuedouble : -1;
+        if (s < 1 || s > OS_MAXSTEP) continue;
+        if (!strcmp(ev, "step")) tok[s] = cJSON_GetObjectItem(r, "tokens_seen")->valuedouble;
+        if (!strcmp(ev, "val")) val[s] = cJSON_GetObjectItem(r, "loss")->valuedouble;
+    }
+    cJSON_Delete(all);
+    f->nval = 0, f->final_val = NAN;
+    for (int s = 1; s <= OS_MAXSTEP; s++)
+        if (!isnan(val[s])) f->vtok[f->nval] = tok[s], f->vloss[f->nval++] = val[s], f->final_val = val[s];
+}
+
+/* Tokens at which the evaluations first reach target: linear between the one before and the first
+ * at or below it; the first evaluation itself: its tokens; NaN if never. */
+static double os_reach(const OsFacts *f, double target) {
+    for (int i = 0; i < f->nval; i++)
+        if (f->vloss[i] <= target)
+            return i == 0 ? f->vtok[0] :
+                            f->vtok[i - 1] + (f->vloss[i - 1] - target) / (f->vloss[i - 1] - f->vloss[i]) * (f->vtok[i] - f->vtok[i - 1]);
+    return NAN;
+}
+
+static void os_best(OsFacts *f) {
+    int b = -1;
+    for (int i = 0; i < f->nsweep; i++)
+        if (isfinite(f->sweep_loss[i]) && (b < 0 || f->sweep_loss[i] < f->sweep_loss[b])) b = i;
+    f->best_lr = b >= 0 ? f->sweep_lr[b] : NAN;
+}
+
+/* The facts of every optimizer named in summary.json's "optimizers", from DIR's logs; adamw first. */
+static int os_facts(const char *dir, const cJSON *sum, OsFacts *f) {
+    int n = 0;
+    const cJSON *o;
+    cJSON_ArrayForEach(o, cJSON_GetObjectItem(sum, "optimizers")) {
+        if (n >= OS_MAX) break;
+        OsFacts *x = &f[n++];
+        memset(x, 0, sizeof *x);
+        snprintf(x->name, sizeof x->name, "%s", cJSON_GetObjectItem(o, "name")->valuestring);
+        const char *key = strcmp(x->name, "muon") ? "lr" : "muon_lr";
+        char pat[1024];
+        glob_t g;
+        snprintf(pat, sizeof pat, "%.900s/sweep/%.15s/runs/*/log.jsonl", dir, x->name);
+        if (glob(pat, 0, NULL, &g) == 0) {
+            for (size_t i = 0; i < g.gl_pathc && x->nsweep < 32; i++, x->nsweep++)
+                x->sweep_loss[x->nsweep] = os_sweep_log(g.gl_pathv[i], key, &x->sweep_lr[x->nsweep]);
+            globfree(&g);
+        }
+        os_best(x);
+        snprintf(pat, sizeof pat, "%.900s/final/%.15s/runs/*/log.jsonl", dir, x->name);
+        x->final_val = NAN;
+        if (glob(pat, 0, NULL, &g) == 0) {
+            if (g.gl_pathc == 1) os_final_log(g.gl_pathv[0], x);
+            globfree(&g);
+        }
+    }
+    for (int i = 0; i < n; i++) f[i].tok_target = os_reach(&f[i], f[0].final_val);
+    return n;
+}
+
+static int os_same(double a, double b, double rel) {
+    return (!isfinite(a) && !isfinite(b)) || (isfinite(a) && isfinite(b) && fabs(a - b) <= rel * fabs(b));
+}
+
+static double os_jnum(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItem(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+/* 1 if summary.json and the page's table agree with the facts f[0..n) from the logs: per optimizer
+ * the sweep losses (exact), best lr (argmin; 1e-6, the log holds floats), final val loss (exact),
+ * tokens to AdamW's final loss (1e-9), and the table row that begins with them. why: the first
+ * mismatch or what was compared. */
+static int os_check(const OsFacts *f, int n, const cJSON *sum, const char *page, char *why, size_t cap) {
+    const cJSON *arr = cJSON_GetObjectItem(sum, "optimizers");
+    if (cJSON_GetArraySize(arr) != n || n < 1 || strcmp(f[0].name, "adamw")) {
+        snprintf(why, cap, "%d optimizers in the summary, %d read from the logs", cJSON_GetArraySize(arr), n);
+        return 0;
+    }
+    if (!os_same(os_jnum(sum, "target_loss"), f[0].final_val, 1e-12)) {
+        snprintf(why, cap, "target_loss %.17g, AdamW's final val loss in its log %.17g", os_jnum(sum, "target_loss"), f[0].final_val);
+        return 0;
+    }
+    int rows = 0;
+    for (int i = 0; i < n; i++) {
+        const cJSON *o = cJSON_GetArrayItem(arr, i), *grid = cJSON_GetObjectItem(o, "grid"), *sl = cJSON_GetObjectItem(o, "sweep_loss");
+        const OsFacts *x = &f[i];
+        int matched = 0;
+        for (int g = 0; g < cJSON_GetArraySize(grid); g++) {
+            double v = cJSON_GetArrayItem(grid, g)->valuedouble, l = cJSON_GetArrayItem(sl, g)->valuedouble;
+            if (!cJSON_IsNumber(cJSON_GetArrayItem(sl, g))) l = NAN;
+            for (int k = 0; k < x->nsweep; k++)
+                if (fabs(x->sweep_lr[k] / v - 1) < 1e-6) matched += os_same(l, x->sweep_loss[k], 1e-12);
+        }
+        double tr = isfinite(x->tok_target) ? x->tok_target / f[0].tok_target : NAN;
+        const char *bad = matched != x->nsweep || x->nsweep != cJSON_GetArraySize(grid) ? "sweep losses" :
+                          !os_same(os_jnum(o, "best_lr"), x->best_lr, 1e-6) ? "best lr" :
+                          !os_same(os_jnum(o, "final_val_loss"), x->final_val, 1e-12) ? "final val loss" :
+                          !os_same(os_jnum(o, "tokens_to_target"), x->tok_target, 1e-9) ? "tokens to target" :
+                          !os_same(os_jnum(o, "tokens_ratio"), tr, 1e-9) ? "tokens ratio" : NULL;
+        if (bad) {
+            snprintf(why, cap, "%s: %s differ (summary best %.9g final %.17g tokens %.17g; logs best %.9g final %.17g tokens %.17g)",
+                     x->name, bad, os_jnum(o, "best_lr"), os_jnum(o, "final_val_loss"), os_jnum(o, "tokens_to_target"),
+                     x->best_lr, x->final_val, x->tok_target);
+            return 0;
+        }
+        /* The table row: ["name","swept","best","final","tokens","ratio", ... */
+        char best[32], fin[32], tok[32], ratio[32], row[256];
+        double e = log2(x->best_lr);
+        if (!isfinite(x->best_lr)) snprintf(best, sizeof best, "-");
+        else if (fabs(e - round(e)) < 1e-6) snprintf(best, sizeof best, "2^%d", (int)round(e));
+        else snprintf(best, sizeof best, "%.3g", x->best_lr);
+        snprintf(fin, sizeof fin, isfinite(x->final_val) ? "%.4f" : "-", x->final_val);
+        if (isfinite(x->tok_target)) snprintf(tok, sizeof tok, "%.0f", x->tok_target);
+        else snprintf(tok, sizeof tok, isfinite(x->final_val) ? "not reached" : "-");
+        snprintf(ratio, sizeof ratio, isfinite(tr) ? "%.2fx" : "-", tr);
+        snprintf(row, sizeof row, "[\"%s\",\"%s\",\"%s\",\"%s\",\"%s\",\"%s\",", x->name, strcmp(x->name, "muon") ? "lr" : "muon-lr",
+                 best, fin, tok, ratio);
+        if (!page || !strstr(page, row)) {
+            snprintf(why, cap, "the page has no table row %s", row);
+            return 0;
+        }
+        rows++;
+    }
+    snprintf(why, cap, "%d optimizers: sweeps, best lr, final val loss, tokens to AdamW's %.4f and table rows agree", rows,
+             f[0].final_val);
+    return 1;
+}
+
+/* Rewrites the last val record's loss of log src into dst, lowered by d. */
+static void os_tamper_log(const char *src, const char *dst, double d) {
+    cJSON *all = tu_log_records(src), *r, *last = NULL;
+    cJSON_ArrayForEach(r, all) if (!strcmp(cJSON_GetObjectItem(r, "event")->valuestring, "val")) last = r;
+    if (last) cJSON_ReplaceItemInObject(last, "loss", cJSON_CreateNumber(cJSON_GetObjectItem(last, "loss")->valuedouble - d));
+    FILE *fp = fopen(dst, "w");
+    cJSON_ArrayForEach(r, all) {
+        char *line = cJSON_PrintUnformatted(r);
+        if (fp && line) fprintf(fp, "%s\n", line);
+        free(line);
+    }
+    if (fp) fclose(fp);
+    cJSON_Delete(all);
+}
+
+/* One line of output and exit 2, naming flag. */
+static void os_refused(const char *args, const char *flag, const char *name) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, BIN " study optimizers --out " TMP "/opt-bad %s >" TMP "/opt-bad.out 2>&1", args);
+    int rc = run(cmd);
+    char *out = tu_slurp(TMP "/opt-bad.out");
+    int lines = 0;
+    for (const char *p = out; p && *p; p++) lines += *p == '\n';
+    tu_check(rc == 2 && lines == 1 && strstr(out, flag), name, "%s: exit %d, %d line(s): %s", args, rc, lines, out ? out : "");
+    free(out);
+}
+
+static void test_optimizers(void) {
+    int rc = run(BIN " study optimizers --quick --out " TMP "/opt >" TMP "/opt.out 2>&1");
+    tu_check(rc == 0, "study_optimizers_runs", "exit %d (output in " TMP "/opt.out)", rc);
+    char *page = tu_slurp(TMP "/opt/index.html"), *sj = tu_slurp(TMP "/opt/summary.json");
+    cJSON *sum = sj ? cJSON_Parse(sj) : NULL;
+    static OsFacts f[OS_MAX], bad[OS_MAX];
+    int n = sum ? os_facts(TMP "/opt", sum, f) : 0;
+    char why[1024];
+    int sweeps = 1;
+    for (int i = 0; i < n; i++) sweeps &= f[i].nsweep == 2 && f[i].nval >= 2;
+    tu_check(n == 6 && sweeps && os_check(f, n, sum, page, why, sizeof why), "study_optimizers_numbers",
+             "%d optimizers, 2 sweep runs and >= 2 evaluations each: %s", n, why);
+    const char *ids[] = {"\"findings\"", "\"findings-time\"", "\"findings-loss\"", "\"findings-sweep\"", "\"setup\"",
+                         "\"optimizers\"", "\"sweeps\"", "\"chart-val-tokens\"", "\"chart-train-tokens\"", "\"chart-val-time\"",
+                         "\"chart-sweep\"", "Headline: on a budget of 3072 tokens"};
+    int found = 0;
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) found += page && strstr(page, ids[i]) != NULL;
+    tu_check(found == (int)(sizeof ids / sizeof ids[0]), "study_optimizers_sections", "%d of %zu sections", found,
+             sizeof ids / sizeof ids[0]);
+    /* Negative controls: a summary number, a log value and a sweep loss changed must each be caught. */
+    cJSON *tampered = sum ? cJSON_Duplicate(sum, 1) : NULL;
+    cJSON *o1 = cJSON_GetArrayItem(cJSON_GetObjectItem(tampered, "optimizers"), 1);
+    if (o1) cJSON_ReplaceItemInObject(o1, "final_val_loss", cJSON_CreateNumber(os_jnum(o1, "final_val_loss") + 1e-4));
+    tu_check(n > 1 && !os_check(f, n, tampered, page, why, sizeof why), "study_optimizers_negative_summary",
+             "%s's final val loss + 1e-4 in the summary is caught: %s", f[1].name, why);
+    cJSON_Delete(tampered);
+    glob_t g;
+    if (glob(TMP "/opt/final/adamw/runs/*/log.jsonl", 0, NULL, &g) == 0) {
+        os_tamper_log(g.gl_pathv[0], TMP "/opt-tampered.jsonl", 0.05);
+        globfree(&g);
+    }
+    memcpy(bad, f, sizeof f);
+    os_final_log(TMP "/opt-tampered.jsonl", &bad[0]);
+    for (int i = 0; i < n; i++) bad[i].tok_target = os_reach(&bad[i], bad[0].final_val);
+    tu_check(n > 0 && !os_check(bad, n, sum, page, why, sizeof why), "study_optimizers_negative_log",
+             "AdamW's last val loss lowered by 0.05 in a copy of its log is caught: %s", why);
+    memcpy(bad, f, sizeof f);
+    for (int k = 0; k < bad[0].nsweep; k++)
+        if (bad[0].sweep_lr[k] != f[0].best_lr) bad[0].best_lr = bad[0].sweep_lr[k]; /* the argmax of two */
+    tu_check(n > 0 && bad[0].best_lr != f[0].best_lr && !os_check(bad, n, sum, page, why, sizeof why),
+             "study_optimizers_negative_sweep", "AdamW's worse sweep value taken as its best is caught: %s", why);
+    /* A re-run trains nothing and writes the same summary (its numbers come from the logs). */
+    run("cp " TMP "/opt/summary.json " TMP "/opt-summary1.json");
+    rc = run(BIN " study optimizers --quick --out " TMP "/opt >" TMP "/opt2.out 2>&1");
+    char *out2 = tu_slurp(TMP "/opt2.out");
+    tu_check(rc == 0 && out2 && !strstr(out2, " params, ") && tu_same_file(TMP "/opt-summary1.json", TMP "/opt/summary.json"),
+             "study_optimizers_rerun_skips", "exit %d, runs trained again: %s, summary.json %s", rc,
+             out2 && strstr(out2, " params, ") ? "yes" : "none", tu_same_file(TMP "/opt-summary1.json", TMP "/opt/summary.json") ?
+             "identical" : "differs");
+    free(out2);
+    cJSON_Delete(sum);
+    free(page), free(sj);
+    /* Diverged runs are recorded and said, not fatal. */
+    rc = run(BIN " study optimizers --quick --lr-scale 4096 --optimizers adamw,lion,muon --out " TMP "/opt-div >" TMP
+                 "/opt-div.out 2>&1");
+    page = tu_slurp(TMP "/opt-div/index.html"), sj = tu_slurp(TMP "/opt-div/summary.json");
+    int failed = 0;
+    for (const char *p = sj; p && (p = strstr(p, "\"failed: ")); p++) failed++;
+    tu_check(rc == 0 && failed > 0 && page && strstr(page, "Diverged or failed:"), "study_optimizers_diverged_recorded",
+             "lr grids x4096: exit %d, %d failed statuses in summary.json, the findings %s them", rc, failed,
+             page && strstr(page, "Diverged or failed:") ? "name" : "do not name");
+    free(page), free(sj);
+    /* Bad input: one line naming the flag, exit 2, nothing trained. */
+    os_refused("--optimizers adamw,foo", "--optimizers: expected names among adamw", "study_optimizers_refuses_unknown");
+    os_refused("--optimizers lion,muon", "--optimizers: expected a list that includes adamw", "study_optimizers_refuses_no_adamw");
+    os_refused("--steps 2", "--steps: expected 4..1000000, found 2", "study_optimizers_refuses_steps");
+    os_refused("--width 48", "--width: expected a multiple of 32", "study_optimizers_refuses_width");
+    os_refused("--lr-scale -1", "--lr-scale: expected a number > 0", "study_optimizers_refuses_lr_scale");
+}
+
 /* ---- --log-layer-stats against a closed form ---- */
 
 /* 1 if every step's layer_stats satisfy plain SGD's update = lr x gradient for every group (update_norm
@@ -292,6 +572,7 @@ static void test_browser(void) {
     }
     browser_page(bin, TMP "/lr/index.html", "lr_transfer", 3);
     browser_page(bin, TMP "/spike/index.html", "spike", 5);
+    browser_page(bin, TMP "/opt/index.html", "optimizers", 4);
 }
 
 static void test_browser_negative(void) {
@@ -306,9 +587,10 @@ static void test_browser_negative(void) {
     int rc = run(cmd);
     char *out = tu_slurp(TMP "/neg.out");
     int failed = out && strstr(out, "study_lr_transfer_chromium_page_ok: FAIL") &&
-                 strstr(out, "study_spike_chromium_page_ok: FAIL") && !strstr(out, ": OK");
+                 strstr(out, "study_spike_chromium_page_ok: FAIL") && strstr(out, "study_optimizers_chromium_page_ok: FAIL") &&
+                 !strstr(out, ": OK");
     tu_check(rc != 0 && failed, "study_chromium_fake_browser_fails", "a browser that renders nothing: exit %d, %s", rc,
-             failed ? "both page checks failed" : out ? out : "(no output)");
+             failed ? "every page check failed" : out ? out : "(no output)");
     free(out);
     /* No browser at all: the check fails and says how to install one. */
     snprintf(cmd, sizeof cmd, "ST_CHROMIUM=" TMP "/no-such-chromium '%s' --browser-only >" TMP "/neg2.out 2>&1", self);
@@ -327,6 +609,7 @@ int main(int argc, char **argv) {
     run("rm -rf " TMP " && mkdir -p " TMP);
     test_lr_transfer();
     test_spike();
+    test_optimizers();
     test_layer_stats();
     test_browser();
     test_browser_negative();

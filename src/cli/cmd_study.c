@@ -21,63 +21,13 @@
 #include "cli/args.h"
 #include "cli/cmds.h"
 #include "cli/sweep.h"
+#include "cli/study_common.h"
 #include "cli/train_args.h"
 #include "core/fileio.h"
 #include "report/figures.h"
 #include "train/train.h"
 
-#define MAXV 32
-
-/* "128,256" or "2^-7,0.01" → v[0..*n). */
-static Status parse_list(const char *flag, const char *s, double *v, int *n, Err *err) {
-    *n = 0;
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        char *end = NULL;
-        double x;
-        if (!strncmp(t, "2^", 2)) x = pow(2.0, strtod(t + 2, &end));
-        else x = strtod(t, &end);
-        if (!end || *end || !(x > 0) || *n >= MAXV)
-            return err_set(err, ST_ERR_INPUT, "--%s: expected up to %d positive numbers (or 2^k) separated by commas, "
-                           "found '%s'", flag, MAXV, s);
-        v[(*n)++] = x;
-    }
-    if (*n == 0) return err_set(err, ST_ERR_INPUT, "--%s: expected a list of numbers, found nothing", flag);
-    return ST_OK;
-}
-
-/* lr as 2^k when it is one, else %.3g. */
-static void lr_str(double lr, char *buf, size_t cap) {
-    double e = log2(lr);
-    if (fabs(e - round(e)) < 1e-6) snprintf(buf, cap, "2^%d", (int)round(e));
-    else snprintf(buf, cap, "%.3g", lr);
-}
-
-static Status write_text(const char *path, const char *text, size_t len, Err *err) {
-    const void *b[1] = {text};
-    size_t l[1] = {len};
-    return file_write_atomic(path, b, l, 1, err);
-}
-
-static Status write_page(const char *dir, FigPage *page, cJSON *summary, Err *err) {
-    char *html = NULL, path[1200];
-    size_t len = 0;
-    Status st = fig_render(page, &html, &len, err);
-    if (st == ST_OK) {
-        snprintf(path, sizeof path, "%s/index.html", dir);
-        st = write_text(path, html, len, err);
-    }
-    free(html);
-    char *js = st == ST_OK ? cJSON_Print(summary) : NULL;
-    if (st == ST_OK && !js) st = err_set(err, ST_ERR_RUNTIME, "out of memory");
-    if (st == ST_OK) {
-        snprintf(path, sizeof path, "%s/summary.json", dir);
-        st = write_text(path, js, strlen(js), err);
-    }
-    free(js);
-    return st;
-}
+#define MAXV STUDY_MAXV
 
 /* ================================================================ lr-transfer */
 
@@ -94,19 +44,11 @@ static const char *const PARAM_NAME[2] = {"the standard parameterization (SP)", 
 /* One parameterization's sweep: the spec written to DIR/<param>/spec.json and run. */
 static Status lr_sweep(const char *dir, int param, const LrGrid *g, int layers, int T, int B, long steps, int threads,
                        int vb, Comm *comm, int *interrupted, Err *err) {
-    cJSON *spec = cJSON_CreateObject(), *base, *grid, *models, *vary, *lrs;
-    char name[64], sub[1100], path[1200];
+    cJSON *base, *grid, *models, *vary, *lrs;
+    char name[64], sub[1100];
     snprintf(name, sizeof name, "lr-transfer-%s", PARAM[param]);
-    cJSON_AddStringToObject(spec, "name", name);
-    cJSON_AddStringToObject(spec, "data", "bundled");
-    base = cJSON_AddObjectToObject(spec, "base");
-    cJSON_AddNumberToObject(base, "seq_len", T);
-    cJSON_AddNumberToObject(base, "max_seq_len", T);
-    cJSON_AddNumberToObject(base, "micro_batch", B);
-    cJSON_AddNumberToObject(base, "threads", threads);
-    cJSON_AddNumberToObject(base, "peak_gflops", 100); /* MFU is not studied: skip the peak measurement */
-    cJSON_AddNumberToObject(base, "val_batches", vb);
-    cJSON_AddNumberToObject(base, "max_nonfinite", 1); /* a diverged run stops at once; its loss is missing */
+    cJSON *spec = study_spec_new(name, T, B, threads, vb, &base);
+    if (!spec) return err_set(err, ST_ERR_RUNTIME, "out of memory");
     if (param == 1) {
         cJSON_AddStringToObject(base, "param", "mup");
         cJSON_AddNumberToObject(base, "mup_base_width", g->widths[0]);
@@ -134,20 +76,10 @@ static Status lr_sweep(const char *dir, int param, const LrGrid *g, int layers, 
     lrs = cJSON_AddArrayToObject(vary, "lr");
     for (int i = 0; i < g->nlr; i++) cJSON_AddItemToArray(lrs, cJSON_CreateNumber(g->lrs[i]));
     snprintf(sub, sizeof sub, "%s/%s", dir, PARAM[param]);
-    Status st = file_mkdirs(sub, err);
-    char *text = cJSON_Print(spec);
-    cJSON_Delete(spec);
-    snprintf(path, sizeof path, "%s/spec.json", sub);
-    if (st == ST_OK) st = text ? write_text(path, text, strlen(text), err) : err_set(err, ST_ERR_RUNTIME, "out of memory");
-    free(text);
     Sweep s;
-    if (st == ST_OK) st = sweep_load(&s, path, sub, comm, err);
-    if (st != ST_OK) return st;
-    SweepExecOptions o = {.only = -1};
-    SweepExecResult res;
-    st = sweep_execute(&s, comm, &o, &res, err);
-    *interrupted = res.interrupted;
-    sweep_free(&s);
+    Status st = study_sweep_run(sub, spec, comm, &s, interrupted, err);
+    cJSON_Delete(spec);
+    if (st == ST_OK) sweep_free(&s);
     return st;
 }
 
@@ -186,7 +118,7 @@ static double lr_paragraph(const LrGrid *g, int p, char *buf, size_t cap) {
     for (int w = 0; w < g->nw; w++) {
         char l[32];
         int b = g->best[p][w];
-        if (b >= 0) lr_str(g->lrs[b], l, sizeof l);
+        if (b >= 0) study_lr_str(g->lrs[b], l, sizeof l);
         else snprintf(l, sizeof l, "none (every run diverged)");
         k += (size_t)snprintf(buf + k, cap - k, "%s %s at width %.0f (loss %.4f)", w == 0 ? "" : w == g->nw - 1 ? " and" : ",",
                               l, g->widths[w], b >= 0 ? g->loss[p][w][b] : NAN);
@@ -223,7 +155,7 @@ typedef struct {
 static void lr_findings(const LrGrid *g, int layers, long steps, int B, int T, LrText *t) {
     for (int p = 0; p < 2; p++) t->shift[p] = lr_paragraph(g, p, t->para[p], sizeof t->para[p]);
     char l0[32], l1[32];
-    lr_str(g->lrs[0], l0, sizeof l0), lr_str(g->lrs[g->nlr - 1], l1, sizeof l1);
+    study_lr_str(g->lrs[0], l0, sizeof l0), study_lr_str(g->lrs[g->nlr - 1], l1, sizeof l1);
     snprintf(t->intro, sizeof t->intro,
              "Each point is one run: a %d-layer GPT-2 (head dimension 32) trained for %ld steps of %d x %d tokens on the "
              "bundled Tiny Shakespeare (bytes), AdamW with a cosine schedule to the run's end (10%% warmup, min lr 10%%), "
@@ -257,7 +189,7 @@ static FigPage *lr_page(const LrGrid *g, const LrText *t) {
             int b = g->best[p][w];
             snprintf(cells[rows][0], 48, "%s", PARAM[p]);
             snprintf(cells[rows][1], 48, "%.0f", g->widths[w]);
-            if (b >= 0) lr_str(g->lrs[b], cells[rows][2], 48);
+            if (b >= 0) study_lr_str(g->lrs[b], cells[rows][2], 48);
             else snprintf(cells[rows][2], 48, "-");
             snprintf(cells[rows][3], 48, b >= 0 ? "%.4f" : "-", b >= 0 ? g->loss[p][w][b] : 0.0);
             for (int c = 0; c < 4; c++) cp[rows * 4 + c] = cells[rows][c];
@@ -342,8 +274,8 @@ static int cmd_lr_transfer(int argc, char **argv, Comm *comm) {
     }
     LrGrid *g = calloc(1, sizeof *g);
     if (!g) return cli_fail("study lr-transfer", ST_ERR_RUNTIME, "out of memory");
-    if ((st = parse_list("widths", widths, g->widths, &g->nw, &err)) != ST_OK ||
-        (st = parse_list("lrs", lrs, g->lrs, &g->nlr, &err)) != ST_OK) {
+    if ((st = study_parse_list("widths", widths, g->widths, &g->nw, &err)) != ST_OK ||
+        (st = study_parse_list("lrs", lrs, g->lrs, &g->nlr, &err)) != ST_OK) {
         free(g);
         return cli_fail("study lr-transfer", st, err.msg);
     }
@@ -375,7 +307,7 @@ static int cmd_lr_transfer(int argc, char **argv, Comm *comm) {
     lr_findings(g, layers, steps, B, T, t);
     FigPage *page = lr_page(g, t);
     cJSON *sum = lr_summary(g, t, steps, layers);
-    st = write_page(out, page, sum, &err);
+    st = study_write_page(out, page, sum, &err);
     fig_page_free(page);
     cJSON_Delete(sum);
     printf("%s\n%s\n%s\n", t->head, t->para[1], t->para[0]);
@@ -407,11 +339,6 @@ typedef struct {
     char failure[1024];                      /* the run's error ("" if it finished) */
 } SpikeRun;
 
-static double jnum(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItem(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
-}
-
 static void spike_read(SpikeRun *r, const char *path) {
     char *text = NULL;
     size_t len;
@@ -426,9 +353,9 @@ static void spike_read(SpikeRun *r, const char *path) {
             cJSON_Delete(o);
             continue;
         }
-        int step = (int)jnum(o, "step");
+        int step = (int)study_jnum(o, "step");
         if (!strcmp(ev->valuestring, "step") && step >= 1 && step <= SP_MAXSTEPS) {
-            r->loss[step] = jnum(o, "loss"), r->lr[step] = jnum(o, "lr"), r->gnorm[step] = jnum(o, "grad_norm");
+            r->loss[step] = study_jnum(o, "loss"), r->lr[step] = study_jnum(o, "lr"), r->gnorm[step] = study_jnum(o, "grad_norm");
             if (step > r->n) r->n = step;
             const cJSON *ls = cJSON_GetObjectItem(o, "layer_stats"), *gr = cJSON_GetObjectItem(ls, "groups");
             const cJSON *ra = cJSON_GetObjectItem(ls, "update_ratio");
@@ -440,11 +367,11 @@ static void spike_read(SpikeRun *r, const char *path) {
             for (const cJSON *v = ra ? ra->child : NULL; v && k < SP_MAXG; v = v->next, k++)
                 r->ratio[(size_t)step * SP_MAXG + k] = cJSON_IsNumber(v) ? v->valuedouble : NAN;
         } else if (!strcmp(ev->valuestring, "val") && r->nval < SP_MAXSTEPS) {
-            r->val_step[r->nval] = step, r->val_loss[r->nval++] = jnum(o, "loss");
+            r->val_step[r->nval] = step, r->val_loss[r->nval++] = study_jnum(o, "loss");
         } else if (!strcmp(ev->valuestring, "spike") && r->nspikes < SP_MAXSPIKES) {
             int q = r->nspikes++;
             const cJSON *m = cJSON_GetObjectItem(o, "metric"), *a = cJSON_GetObjectItem(o, "action");
-            r->sp_step[q] = step, r->sp_value[q] = jnum(o, "value"), r->sp_median[q] = jnum(o, "median"), r->sp_z[q] = jnum(o, "z");
+            r->sp_step[q] = step, r->sp_value[q] = study_jnum(o, "value"), r->sp_median[q] = study_jnum(o, "median"), r->sp_z[q] = study_jnum(o, "z");
             snprintf(r->sp_metric[q], sizeof r->sp_metric[q], "%s", cJSON_IsString(m) ? m->valuestring : "?");
             snprintf(r->sp_action[q], sizeof r->sp_action[q], "%s", cJSON_IsString(a) ? a->valuestring : "?");
         }
@@ -485,20 +412,6 @@ static Status spike_train(const char *dir, SpikeRun *r, char **flags, int nflags
     free(ta);
     if (st == ST_OK) spike_read(r, log);
     return st;
-}
-
-static double median_of(const double *v, int n) {
-    double t[64];
-    int k = 0;
-    for (int i = 0; i < n && k < 64; i++)
-        if (isfinite(v[i])) t[k++] = v[i];
-    if (!k) return NAN;
-    for (int i = 1; i < k; i++)
-        for (int j = i; j > 0 && t[j - 1] > t[j]; j--) {
-            double x = t[j];
-            t[j] = t[j - 1], t[j - 1] = x;
-        }
-    return k % 2 ? t[k / 2] : 0.5 * (t[k / 2 - 1] + t[k / 2]);
 }
 
 /* " (loss at step 4, grad_norm at step 7, ...)" for the first events of a run ("" if none). */
@@ -561,7 +474,7 @@ static void spike_findings(const SpikeRun *run, double lr, long warm, double cli
     int nb = 0;
     for (int i = at - 8; i < at; i++)
         if (i >= 1) before[nb++] = u->gnorm[i];
-    double g_med = median_of(before, nb);
+    double g_med = study_median(before, nb);
     int worst_g = -1;
     double worst = -1;
     for (int g = 0; g < u->ngroups; g++) {
@@ -775,7 +688,7 @@ static int cmd_study_spike(int argc, char **argv, Comm *comm) {
     spike_findings(run, lr, warm, clip, t);
     FigPage *page = spike_page(run, t);
     cJSON *sum = spike_summary(run, t, lr, warm, clip);
-    st = write_page(out, page, sum, &err);
+    st = study_write_page(out, page, sum, &err);
     fig_page_free(page);
     cJSON_Delete(sum);
     printf("%s\n%s\n%s\n%s\n", t->head, t->unstable, t->stable, t->diagnosis);
@@ -787,15 +700,17 @@ static int cmd_study_spike(int argc, char **argv, Comm *comm) {
 
 int cmd_study(int argc, char **argv, Comm *comm) {
     if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {
-        printf("usage: scaletrain study spike|lr-transfer [options]   (study NAME --help for its options)\n\n"
+        printf("usage: scaletrain study spike|lr-transfer|optimizers [options]   (study NAME --help for its options)\n\n"
                "  spike        a run with too high a learning rate and no warmup or clipping, and the same run with both:\n"
                "               spike events and the per-layer diagnosis (index.html)\n"
-               "  lr-transfer  learning-rate sweeps at several widths under SP and muP: how far the best lr moves\n");
+               "  lr-transfer  learning-rate sweeps at several widths under SP and muP: how far the best lr moves\n"
+               "  optimizers   each optimizer at its own best lr on one token budget: tokens and seconds to AdamW's final loss\n");
         return argc < 1 ? 2 : 0;
     }
     if (!strcmp(argv[0], "lr-transfer")) return cmd_lr_transfer(argc - 1, argv + 1, comm);
     if (!strcmp(argv[0], "spike")) return cmd_study_spike(argc - 1, argv + 1, comm);
+    if (!strcmp(argv[0], "optimizers")) return cmd_study_optimizers(argc - 1, argv + 1, comm);
     char msg[256];
-    snprintf(msg, sizeof msg, "expected a study (spike or lr-transfer), found '%s'", argv[0]);
+    snprintf(msg, sizeof msg, "expected a study (spike, lr-transfer or optimizers), found '%s'", argv[0]);
     return cli_fail("study", ST_ERR_INPUT, msg);
 }

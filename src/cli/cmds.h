@@ -9,7 +9,8 @@ int cmd_train(int argc, char **argv);
 /* cmd_train on a process grid (main.c creates it with comm_init; NULL = one process). */
 int cmd_train_comm(int argc, char **argv, Comm *comm);
 int cmd_sample(int argc, char **argv);
-/* `sweep SPEC.json` (cmd_sweep.c) and `study spike|lr-transfer` (cmd_study.c) on a process grid. */
+/* `sweep SPEC.json` (cmd_sweep.c) and `study spike|lr-transfer|optimizers` (cmd_study.c, cmd_study_opt.c) on a
+ * process grid. */
 int cmd_sweep(int argc, char **argv, Comm *comm);
 int cmd_study(int argc, char **argv, Comm *comm);
 

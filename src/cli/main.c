@@ -22,7 +22,7 @@ static void usage(FILE *f) {
             "  fit        scaling laws (Chinchilla Approaches 1-3, Kaplan) fitted to a CSV of runs\n"
             "  report     an HTML page of charts from metrics logs (train --log)\n"
             "  sweep      a grid of short trainings from a spec (sizes x tokens, IsoFLOP) and their results table\n"
-            "  study      training-dynamics studies with an HTML page of findings (spike, lr-transfer)\n");
+            "  study      training-dynamics studies with an HTML page of findings (spike, lr-transfer, optimizers)\n");
 }
 
 int main(int argc, char **argv) {

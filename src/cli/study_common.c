@@ -1,0 +1,125 @@
+/* study_common.c — the helpers the study commands share (study_common.h). */
+#include "cli/study_common.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/fileio.h"
+
+Status study_parse_list(const char *flag, const char *s, double *v, int *n, Err *err) {
+    *n = 0;
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        char *end = NULL;
+        double x;
+        if (!strncmp(t, "2^", 2)) x = pow(2.0, strtod(t + 2, &end));
+        else x = strtod(t, &end);
+        if (!end || *end || !(x > 0) || !isfinite(x) || *n >= STUDY_MAXV)
+            return err_set(err, ST_ERR_INPUT, "--%s: expected up to %d positive numbers (or 2^k) separated by commas, "
+                           "found '%s'", flag, STUDY_MAXV, s);
+        v[(*n)++] = x;
+    }
+    if (*n == 0) return err_set(err, ST_ERR_INPUT, "--%s: expected a list of numbers, found nothing", flag);
+    return ST_OK;
+}
+
+void study_lr_str(double lr, char *buf, size_t cap) {
+    double e = log2(lr);
+    if (fabs(e - round(e)) < 1e-6) snprintf(buf, cap, "2^%d", (int)round(e));
+    else snprintf(buf, cap, "%.3g", lr);
+}
+
+Status study_write_text(const char *path, const char *text, size_t len, Err *err) {
+    const void *b[1] = {text};
+    size_t l[1] = {len};
+    return file_write_atomic(path, b, l, 1, err);
+}
+
+Status study_write_page(const char *dir, const FigPage *page, const cJSON *summary, Err *err) {
+    char *html = NULL, path[1200];
+    size_t len = 0;
+    Status st = fig_render(page, &html, &len, err);
+    if (st == ST_OK) {
+        snprintf(path, sizeof path, "%s/index.html", dir);
+        st = study_write_text(path, html, len, err);
+    }
+    free(html);
+    char *js = st == ST_OK ? cJSON_Print(summary) : NULL;
+    if (st == ST_OK && !js) st = err_set(err, ST_ERR_RUNTIME, "out of memory");
+    if (st == ST_OK) {
+        snprintf(path, sizeof path, "%s/summary.json", dir);
+        st = study_write_text(path, js, strlen(js), err);
+    }
+    free(js);
+    return st;
+}
+
+double study_jnum(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItem(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double study_median(const double *v, int n) {
+    double *t = n > 0 ? malloc(sizeof(double) * (size_t)n) : NULL;
+    int k = 0;
+    for (int i = 0; t && i < n; i++)
+        if (isfinite(v[i])) t[k++] = v[i];
+    double m = NAN;
+    if (k) {
+        qsort(t, (size_t)k, sizeof *t, cmp_double);
+        m = k % 2 ? t[k / 2] : 0.5 * (t[k / 2 - 1] + t[k / 2]);
+    }
+    free(t);
+    return m;
+}
+
+cJSON *study_spec_new(const char *name, int T, int B, int threads, int vb, cJSON **base) {
+    cJSON *spec = cJSON_CreateObject();
+    if (!spec) return NULL;
+    cJSON_AddStringToObject(spec, "name", name);
+    cJSON_AddStringToObject(spec, "data", "bundled");
+    cJSON *b = cJSON_AddObjectToObject(spec, "base");
+    if (!b) {
+        cJSON_Delete(spec);
+        return NULL;
+    }
+    cJSON_AddNumberToObject(b, "seq_len", T);
+    cJSON_AddNumberToObject(b, "max_seq_len", T);
+    cJSON_AddNumberToObject(b, "micro_batch", B);
+    cJSON_AddNumberToObject(b, "threads", threads);
+    cJSON_AddNumberToObject(b, "peak_gflops", 100); /* MFU is not studied: skip the peak measurement */
+    cJSON_AddNumberToObject(b, "val_batches", vb);
+    cJSON_AddNumberToObject(b, "max_nonfinite", 1); /* a diverged run stops at once; its loss is missing */
+    *base = b;
+    return spec;
+}
+
+Status study_sweep_run(const char *sub, const cJSON *spec, Comm *comm, Sweep *s, int *interrupted, Err *err) {
+    char path[1200];
+    memset(s, 0, sizeof *s);
+    *interrupted = 0;
+    Status st = file_mkdirs(sub, err);
+    char *text = st == ST_OK ? cJSON_Print(spec) : NULL;
+    if (st == ST_OK && !text) st = err_set(err, ST_ERR_RUNTIME, "out of memory");
+    snprintf(path, sizeof path, "%s/spec.json", sub);
+    if (st == ST_OK) st = study_write_text(path, text, strlen(text), err);
+    free(text);
+    if (st == ST_OK) st = sweep_load(s, path, sub, comm, err);
+    if (st != ST_OK) return st;
+    SweepExecOptions o = {.only = -1};
+    SweepExecResult res;
+    st = sweep_execute(s, comm, &o, &res, err);
+    *interrupted = res.interrupted;
+    if (st != ST_OK) sweep_free(s);
+    return st;
+}

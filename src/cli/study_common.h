@@ -1,0 +1,53 @@
+/* study_common.h — what the `scaletrain study` commands share (cmd_study.c: lr-transfer, spike;
+ * cmd_study_opt.c: optimizers): learning-rate lists and their labels, a sweep spec of the bundled
+ * corpus written and run through the sweep engine, the page and summary written atomically, and
+ * small readers of the metrics log's JSON records. Printing is allowed here (cli/); nothing exits. */
+#ifndef ST_CLI_STUDY_COMMON_H
+#define ST_CLI_STUDY_COMMON_H
+
+#include <stddef.h>
+
+#include "cli/sweep.h"
+#include "comm/comm.h"
+#include "core/status.h"
+#include "report/figures.h"
+
+struct cJSON;
+
+#define STUDY_MAXV 32 /* values in a list flag (--widths, --lrs, an optimizer's lr grid) */
+
+/* "128,256" or "2^-7,0.01" → v[0..*n), every value > 0, at most STUDY_MAXV. Errors (ST_ERR_INPUT)
+ * name --flag, what was expected and what was found. */
+Status study_parse_list(const char *flag, const char *s, double *v, int *n, Err *err);
+
+/* lr as "2^k" when it is a power of two (within 1e-6 in the exponent), else "%.3g". */
+void study_lr_str(double lr, char *buf, size_t cap);
+
+/* text[0..len) to path, atomically (file_write_atomic). */
+Status study_write_text(const char *path, const char *text, size_t len, Err *err);
+
+/* DIR/index.html (page rendered by fig_render) and DIR/summary.json (summary printed), each atomic. */
+Status study_write_page(const char *dir, const FigPage *page, const struct cJSON *summary, Err *err);
+
+/* The number o[k], NaN when absent or not a number. */
+double study_jnum(const struct cJSON *o, const char *k);
+
+/* The median of the finite values of v[0..n) (any n; v is not modified); NaN when none is finite. */
+double study_median(const double *v, int n);
+
+/* A new sweep spec (caller deletes) on the bundled corpus: name, and a base of seq_len T (also
+ * max_seq_len), micro_batch B, threads, val_batches vb, peak_gflops 100 (MFU is not studied: no
+ * peak measurement) and max_nonfinite 1 (a diverged run stops at once, recorded as failed, no
+ * loss). *base points at the base object, for the caller's own keys. NULL when out of memory. */
+struct cJSON *study_spec_new(const char *name, int T, int B, int threads, int vb, struct cJSON **base);
+
+/* Writes spec to sub/spec.json (sub is created) and trains every run of it not done yet through
+ * the sweep engine (sweep_load, sweep_execute: finished runs are skipped, interrupted ones resume).
+ * On ST_OK, *s holds the loaded sweep (caller frees with sweep_free) and *interrupted says whether
+ * a run was stopped by a signal; on an error *s is freed. */
+Status study_sweep_run(const char *sub, const struct cJSON *spec, Comm *comm, Sweep *s, int *interrupted, Err *err);
+
+/* `study optimizers` (cmd_study_opt.c), dispatched by cmd_study. Returns the exit code. */
+int cmd_study_optimizers(int argc, char **argv, Comm *comm);
+
+#endif
