@@ -412,7 +412,7 @@ static void test_optimizers(void) {
     char why[1024];
     int sweeps = 1;
     for (int i = 0; i < n; i++) sweeps &= f[i].nsweep == 2 && f[i].nval >= 2;
-    tu_check(n == 6 && sweeps && os_check(f, n, sum, page, why, sizeof why), "study_optimizers_numbers",
+    tu_check(n == 7 && sweeps && os_check(f, n, sum, page, why, sizeof why), "study_optimizers_numbers",
              "%d optimizers, 2 sweep runs and >= 2 evaluations each: %s", n, why);
     const char *ids[] = {"\"findings\"", "\"findings-time\"", "\"findings-loss\"", "\"findings-sweep\"", "\"setup\"",
                          "\"optimizers\"", "\"sweeps\"", "\"chart-val-tokens\"", "\"chart-train-tokens\"", "\"chart-val-time\"",
