@@ -516,9 +516,12 @@ static void os_findings(const OptRes *res, int n, int ref, const OsSetup *su, Os
         snprintf(t->setup + k, sizeof t->setup - k,
                  " Phase 2: one run of %ld steps (%.0f tokens) "
                  "per optimizer at its best value, validated every %d steps on %d micro-batches; the tokens and seconds to "
-                 "reach AdamW's final validation loss are interpolated linearly between evaluations. Step times are each "
-                 "run's median; the runs were sequential on one machine, so a change of load between runs shows in the "
-                 "ratios.", su->steps, budget, su->val_every, su->vb);
+                 "reach AdamW's final validation loss are interpolated linearly between evaluations. Phase 3: %d rounds, "
+                 "each training every optimizer in turn for %d timed steps (after one untimed) at its best value; the "
+                 "step times (without checkpoints) pooled over the rounds give each optimizer's median and mean, so a "
+                 "change of the machine's load falls on every optimizer alike. The full runs ran one after another: their "
+                 "own seconds include whatever else ran then.", su->steps, budget, su->val_every, su->vb, su->timing_rounds,
+                 su->timing_steps);
 }
 
 /* ================================================================ page and summary */
