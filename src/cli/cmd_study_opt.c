@@ -901,7 +901,8 @@ int cmd_study_optimizers(int argc, char **argv, Comm *comm) {
         {"timing-steps", ARG_INT, &su.timing_steps, 0, "timed steps per optimizer per round"},
         {"lr-scale", ARG_DOUBLE, &lr_scale, 0, "multiplies every optimizer's lr grid (another model size or batch)"},
         {"threads", ARG_INT, &su.threads, 0, "threads per run"},
-        {"quick", ARG_FLAG, &su.quick, 0, "tiny: 2 layers of 32, 2 lrs per optimizer, 8-step sweeps, 24-step runs, 2 timing rounds of 4 steps (tests)"},
+        {"quick", ARG_FLAG, &su.quick, 0,
+         "tiny: 2 layers of 32, 2 lrs per optimizer, 8-step sweeps, 24-step runs, 2 timing rounds of 4 steps (tests)"},
     };
     int n = (int)(sizeof specs / sizeof specs[0]), npos = 0, help = 0;
     Err err = {0};
@@ -914,8 +915,10 @@ int cmd_study_optimizers(int argc, char **argv, Comm *comm) {
         args_print_help(specs, n);
         return 0;
     }
-    if (su.quick) su.layers = 2, su.width = 32, su.T = 32, su.B = 4, su.steps = 24, su.sweep_steps = 8, su.vb = 2, su.val_every = 3, su.timing_rounds = 2,
-                    su.timing_steps = 4;
+    if (su.quick) {
+        su.layers = 2, su.width = 32, su.T = 32, su.B = 4, su.vb = 2;
+        su.steps = 24, su.sweep_steps = 8, su.val_every = 3, su.timing_rounds = 2, su.timing_steps = 4;
+    }
     char msg[256] = "";
     if (su.steps < 4 || su.steps > 1000000) snprintf(msg, sizeof msg, "--steps: expected 4..1000000, found %ld", su.steps);
     else if (su.sweep_steps < 1 || su.sweep_steps > 1000000)
