@@ -18,7 +18,7 @@
  *                (exact), the best lr = their argmin (1e-6: the log's config holds floats), the full run's
  *                final val loss (exact), the tokens to reach AdamW's final val loss interpolated here from
  *                the val records and the step records' tokens_seen (1e-9), and the page's table row
- *                beginning with them; the page's sections; a re-run trains nothing and rewrites the same
+ *                beginning with them; the median step time of the timing runs (exact); the page's sections; a re-run trains nothing and rewrites the same
  *                summary; grids x4096 make runs diverge and the study records and names them; bad flags
  *                get one line naming the flag and exit 2. Negative controls: a summary loss + 1e-4, a
  *                copy of AdamW's log with its last val loss lowered by 0.05, and the worse sweep value
@@ -219,7 +219,37 @@ typedef struct {
     int nval;
     double vtok[OS_MAXSTEP], vloss[OS_MAXSTEP]; /* its evaluations in step order: tokens_seen of that step, loss */
     double tok_target;                   /* tokens to reach AdamW's final_val (NaN: not reached) */
+    double t_med;                        /* median step time of the timing runs (steps >= 2), ms */
 } OsFacts;
+
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of time_ms.total - time_ms.checkpoint over the step records from step 2 on of every
+ * timing log matching pat (NaN if none). */
+static double os_timing_median(const char *pat) {
+    static double v[65536];
+    int n = 0;
+    glob_t g;
+    if (glob(pat, 0, NULL, &g) != 0) return NAN;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        cJSON *all = tu_log_records(g.gl_pathv[i]), *r;
+        cJSON_ArrayForEach(r, all) {
+            if (strcmp(cJSON_GetObjectItem(r, "event")->valuestring, "step") ||
+                cJSON_GetObjectItem(r, "step")->valuedouble < 2 || n >= 65536)
+                continue;
+            const cJSON *tm = cJSON_GetObjectItem(r, "time_ms");
+            v[n++] = cJSON_GetObjectItem(tm, "total")->valuedouble - cJSON_GetObjectItem(tm, "checkpoint")->valuedouble;
+        }
+        cJSON_Delete(all);
+    }
+    globfree(&g);
+    if (!n) return NAN;
+    qsort(v, (size_t)n, sizeof *v, cmp_dbl);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 /* The val loss of the highest step in log path (the last record wins a tie), NaN if none; the
  * start record's config[key] into *swept. */
@@ -301,6 +331,8 @@ static int os_facts(const char *dir, const cJSON *sum, OsFacts *f) {
             if (g.gl_pathc == 1) os_final_log(g.gl_pathv[0], x);
             globfree(&g);
         }
+        snprintf(pat, sizeof pat, "%.900s/timing/%.15s-r*.jsonl", dir, x->name);
+        x->t_med = os_timing_median(pat);
     }
     for (int i = 0; i < n; i++) f[i].tok_target = os_reach(&f[i], f[0].final_val);
     return n;
@@ -345,7 +377,8 @@ static int os_check(const OsFacts *f, int n, const cJSON *sum, const char *page,
                           !os_same(os_jnum(o, "best_lr"), x->best_lr, 1e-6) ? "best lr" :
                           !os_same(os_jnum(o, "final_val_loss"), x->final_val, 1e-12) ? "final val loss" :
                           !os_same(os_jnum(o, "tokens_to_target"), x->tok_target, 1e-9) ? "tokens to target" :
-                          !os_same(os_jnum(o, "tokens_ratio"), tr, 1e-9) ? "tokens ratio" : NULL;
+                          !os_same(os_jnum(o, "tokens_ratio"), tr, 1e-9) ? "tokens ratio" :
+                          !os_same(os_jnum(o, "median_step_ms"), x->t_med, 1e-12) ? "median step time" : NULL;
         if (bad) {
             snprintf(why, cap, "%s: %s differ (summary best %.9g final %.17g tokens %.17g; logs best %.9g final %.17g tokens %.17g)",
                      x->name, bad, os_jnum(o, "best_lr"), os_jnum(o, "final_val_loss"), os_jnum(o, "tokens_to_target"),
@@ -370,7 +403,7 @@ static int os_check(const OsFacts *f, int n, const cJSON *sum, const char *page,
         }
         rows++;
     }
-    snprintf(why, cap, "%d optimizers: sweeps, best lr, final val loss, tokens to AdamW's %.4f and table rows agree", rows,
+    snprintf(why, cap, "%d optimizers: sweeps, best lr, final val loss, tokens to AdamW's %.4f, timing medians and table rows agree", rows,
              f[0].final_val);
     return 1;
 }

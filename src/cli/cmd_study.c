@@ -1,5 +1,5 @@
 /* cmd_study.c — `scaletrain study lr-transfer | spike`: training-dynamics studies, each one command
- * that trains through the library (train_run, via the sweep engine or train_args_parse), then
+ * that trains through the library (train_run, via the sweep engine or study_train), then
  * writes DIR/index.html (figures.h: charts inline) with a paragraph of findings generated from the
  * measured numbers, and DIR/summary.json with the same numbers. docs/studies.md.
  *
@@ -22,10 +22,8 @@
 #include "cli/cmds.h"
 #include "cli/sweep.h"
 #include "cli/study_common.h"
-#include "cli/train_args.h"
 #include "core/fileio.h"
 #include "report/figures.h"
-#include "train/train.h"
 
 #define MAXV STUDY_MAXV
 
@@ -389,27 +387,7 @@ static Status spike_train(const char *dir, SpikeRun *r, char **flags, int nflags
     snprintf(log, sizeof log, "%s/log.jsonl", rdir);
     Status st = file_mkdirs(rdir, err);
     if (st != ST_OK) return st;
-    char *argv[64];
-    int argc = 0;
-    for (int i = 0; i < nflags && argc < 60; i++) argv[argc++] = flags[i];
-    argv[argc++] = "--log", argv[argc++] = log;
-    TrainArgs *ta = calloc(1, sizeof *ta);
-    if (!ta) return err_set(err, ST_ERR_RUNTIME, "out of memory");
-    st = train_args_parse(argc, argv, comm, ta, err);
-    if (st == ST_OK) {
-        TrainConfig c = ta->cfg;
-        c.comm = comm;
-        TrainResult res;
-        memset(&res, 0, sizeof res);
-        if (!comm || comm->rank == 0) {
-            printf("study spike: %s: %s\n", r->name, ta->joined);
-            fflush(stdout);
-        }
-        st = train_run(&c, &res, err);
-        if (st == ST_ERR_RUNTIME && res.steps_done > 0) snprintf(r->failure, sizeof r->failure, "%s", err->msg), st = ST_OK;
-    }
-    train_args_free(ta);
-    free(ta);
+    st = study_train("study spike", r->name, flags, nflags, log, comm, r->failure, sizeof r->failure, err);
     if (st == ST_OK) spike_read(r, log);
     return st;
 }

@@ -5,9 +5,13 @@
  *            re-run skips finished runs, an interrupted one resumes); best lr = the lowest final
  *            validation loss.
  *   phase 2  per optimizer, one full run at its best lr (DIR/final/<name>/), validated every
- *            --val-every steps; its log gives the curves, the final validation loss, the median
- *            step time and optimizer time, and the tokens and training seconds to reach AdamW's
- *            final validation loss (linear interpolation between evaluations).
+ *            --val-every steps; its log gives the curves, the final validation loss, and the tokens
+ *            and training seconds to reach AdamW's final validation loss (linear interpolation
+ *            between evaluations).
+ *   phase 3  step times: --timing-rounds rounds, each training every optimizer for --timing-steps
+ *            steps in turn (DIR/timing/), so a change of the machine's load falls on all of them
+ *            alike; the medians and means of the pooled steps give the step-time overheads. The
+ *            full runs' own times are sequential (minutes apart) and show another process's load.
  *
  * DIR/index.html (figures.h) holds the findings generated from those numbers, the table, the
  * curves against tokens and against training seconds and the sweep curves; DIR/summary.json the
@@ -65,6 +69,7 @@ static const OptRow OPT_ROWS[] = {
 typedef struct {
     int layers, width, heads, T, B, threads, vb, val_every;
     long steps, sweep_steps;
+    int timing_rounds, timing_steps; /* phase 3 */
     int quick;
 } OsSetup;
 
@@ -87,6 +92,8 @@ typedef struct {
     double weight_decay;            /* from the full run's start record */
     double final_val, med_ms, med_opt_ms, train_s;
     double mean_ms, mean_opt_ms;    /* means of the same: a periodic cost (Shampoo's roots) moves them, not the medians */
+    double t_med_ms, t_mean_ms, t_med_opt_ms; /* phase 3: pooled over the rounds (each run's first step left out) */
+    int t_steps;                    /* steps pooled */
     int nslow;                      /* steps that took more than twice the median step */
     long slow_period;               /* > 0: the slow steps are evenly spaced this many steps apart */
     double tok_target, sec_target;  /* to reach AdamW's final validation loss; NaN: not reached */
@@ -363,51 +370,65 @@ static void os_findings(const OptRes *res, int n, int ref, const OsSetup *su, Os
             else snprintf(t->head + k, sizeof t->head - k, ".");
         }
     }
-    /* Training time and step-time overheads. */
+    /* Step times (phase 3), time to AdamW's final loss at those step times, and as measured. */
     k = 0;
     t->time[0] = '\0';
-    if (isfinite(target)) {
-        int itok[NROWS];
-        os_order(tok, n, itok);
-        os_order(sec, n, idx);
-        const OptRes *w = &res[idx[0]], *wt = &res[itok[0]];
-        if (isfinite(w->sec_target))
-            k += (size_t)snprintf(t->time, sizeof t->time, "On training time (the sum of step times; validation and "
-                                  "checkpoints excluded), the first to reach AdamW's final loss was %s after %.3g s "
-                                  "(%.2fx AdamW's %.3g s), %s. ", w->row->name, w->sec_target, w->sec_target / a->sec_target,
-                                  a->sec_target, w == wt ? "the same optimizer as on tokens" : "not the one that needed the fewest tokens");
-        k += (size_t)snprintf(t->time + k, sizeof t->time - k, "Seconds to AdamW's final loss:");
-        for (int j = 0; j < n && k < sizeof t->time; j++) {
-            const OptRes *r = &res[idx[j]];
-            if (isfinite(r->sec_target))
-                k += (size_t)snprintf(t->time + k, sizeof t->time - k, "%s %s %.3g s", j ? "," : "", r->row->name, r->sec_target);
-            else k += (size_t)snprintf(t->time + k, sizeof t->time - k, "%s %s not reached", j ? "," : "", r->row->name);
-        }
-        if (k < sizeof t->time) k += (size_t)snprintf(t->time + k, sizeof t->time - k, ". ");
-    }
-    if (a && isfinite(a->med_ms) && k < sizeof t->time) {
-        k += (size_t)snprintf(t->time + k, sizeof t->time - k, "Median step time against AdamW's %.3g ms (mean %.3g; "
-                              "optimizer part %.3g ms):", a->med_ms, a->mean_ms, a->med_opt_ms);
+    double est[NROWS];
+    for (int i = 0; i < n; i++)
+        est[i] = a ? res[i].tok_target * res[i].t_mean_ms / (a->tok_target * a->t_mean_ms) : NAN;
+    if (a && isfinite(a->t_med_ms)) {
+        k += (size_t)snprintf(t->time, sizeof t->time, "Step time, measured in %d interleaved rounds of %d steps per "
+                              "optimizer: AdamW's median %.3g ms (mean %.3g, optimizer part %.3g ms);", su->timing_rounds,
+                              su->timing_steps, a->t_med_ms, a->t_mean_ms, a->t_med_opt_ms);
         int first = 1;
         for (int i = 0; i < n && k < sizeof t->time; i++) {
             const OptRes *r = &res[i];
-            if (r == a || !isfinite(r->med_ms)) continue;
-            k += (size_t)snprintf(t->time + k, sizeof t->time - k, "%s %s %.2fx (%.3g ms, mean %.3g; optimizer part %.3g ms)",
-                                  first ? "" : ",", r->row->name, r->med_ms / a->med_ms, r->med_ms, r->mean_ms, r->med_opt_ms);
+            if (r == a || !isfinite(r->t_med_ms)) continue;
+            k += (size_t)snprintf(t->time + k, sizeof t->time - k, "%s %s %.2fx (%.3g ms; mean %.2fx; optimizer part %.3g ms)",
+                                  first ? "" : ",", r->row->name, r->t_med_ms / a->t_med_ms, r->t_med_ms,
+                                  r->t_mean_ms / a->t_mean_ms, r->t_med_opt_ms);
             first = 0;
         }
-        if (k < sizeof t->time) k += (size_t)snprintf(t->time + k, sizeof t->time - k, "%s", first ? " no other optimizer has a full run." : ".");
-        /* Where the mean moved away from the median: slow steps, periodic or not. */
-        for (int i = 0; i < n && k < sizeof t->time; i++) {
-            const OptRes *r = &res[i];
-            if (!(r->mean_ms > 1.1 * r->med_ms)) continue;
-            char where[96];
-            if (r->slow_period > 0) snprintf(where, sizeof where, "one every %ld steps, a periodic cost", r->slow_period);
-            else snprintf(where, sizeof where, "at irregular steps, not a periodic cost");
-            k += (size_t)snprintf(t->time + k, sizeof t->time - k, " %s's mean step is %.2fx its median: %d of %ld steps "
-                                  "took more than twice the median (%s).", r->row->name, r->mean_ms / r->med_ms, r->nslow,
-                                  r->last, where);
+        if (k < sizeof t->time) k += (size_t)snprintf(t->time + k, sizeof t->time - k, "%s", first ? " no other optimizer ran." : ".");
+    }
+    if (isfinite(target) && k < sizeof t->time) {
+        int itok[NROWS];
+        os_order(tok, n, itok);
+        os_order(est, n, idx);
+        const OptRes *w = &res[idx[0]], *wt = &res[itok[0]];
+        if (isfinite(est[idx[0]]))
+            k += (size_t)snprintf(t->time + k, sizeof t->time - k, " At those mean step times (tokens ratio x step-time ratio), "
+                                  "the first to reach AdamW's final loss is %s, in %.2fx AdamW's time, %s:", w->row->name,
+                                  est[idx[0]], w == wt ? "the same optimizer as on tokens" :
+                                  "not the one that needed the fewest tokens");
+        for (int j = 0; j < n && k < sizeof t->time; j++) {
+            const OptRes *r = &res[idx[j]];
+            if (isfinite(est[idx[j]])) k += (size_t)snprintf(t->time + k, sizeof t->time - k, "%s %s %.2fx", j ? "," : "", r->row->name, est[idx[j]]);
+            else k += (size_t)snprintf(t->time + k, sizeof t->time - k, "%s %s not reached", j ? "," : "", r->row->name);
         }
+        os_order(sec, n, idx);
+        if (k < sizeof t->time)
+            k += (size_t)snprintf(t->time + k, sizeof t->time - k, ". Measured in the full runs (one after another, so "
+                                  "with whatever else ran on the machine then; validation and checkpoints excluded):");
+        for (int j = 0; j < n && k < sizeof t->time; j++) {
+            const OptRes *r = &res[idx[j]];
+            if (isfinite(r->sec_target))
+                k += (size_t)snprintf(t->time + k, sizeof t->time - k, "%s %s %.3g s (%.2fx)", j ? "," : "", r->row->name,
+                                      r->sec_target, r->sec_target / a->sec_target);
+            else k += (size_t)snprintf(t->time + k, sizeof t->time - k, "%s %s not reached", j ? "," : "", r->row->name);
+        }
+        if (k < sizeof t->time) k += (size_t)snprintf(t->time + k, sizeof t->time - k, ".");
+    }
+    /* Where a full run's mean step moved away from its median: slow steps, periodic or not. */
+    for (int i = 0; i < n && k < sizeof t->time; i++) {
+        const OptRes *r = &res[i];
+        if (!(r->mean_ms > 1.1 * r->med_ms)) continue;
+        char where[96];
+        if (r->slow_period > 0) snprintf(where, sizeof where, "one every %ld steps, a periodic cost", r->slow_period);
+        else snprintf(where, sizeof where, "at irregular steps, not a periodic cost");
+        k += (size_t)snprintf(t->time + k, sizeof t->time - k, " In its full run, %s's mean step (%.3g ms) is %.2fx its "
+                              "median: %d of %ld steps took more than twice the median (%s).", r->row->name, r->mean_ms,
+                              r->mean_ms / r->med_ms, r->nslow, r->last, where);
     }
     /* Final losses. */
     os_order(fin, n, idx);
@@ -498,31 +519,37 @@ static void os_findings(const OptRes *res, int n, int ref, const OsSetup *su, Os
         snprintf(t->setup + k, sizeof t->setup - k,
                  " Phase 2: one run of %ld steps (%.0f tokens) "
                  "per optimizer at its best value, validated every %d steps on %d micro-batches; the tokens and seconds to "
-                 "reach AdamW's final validation loss are interpolated linearly between evaluations. Step times are each "
-                 "run's median; the runs were sequential on one machine, so a change of load between runs shows in the "
-                 "ratios.", su->steps, budget, su->val_every, su->vb);
+                 "reach AdamW's final validation loss are interpolated linearly between evaluations. Phase 3: %d rounds, "
+                 "each training every optimizer in turn for %d timed steps (after one untimed) at its best value; the "
+                 "step times (without checkpoints) pooled over the rounds give each optimizer's median and mean, so a "
+                 "change of the machine's load falls on every optimizer alike. The full runs ran one after another: their "
+                 "own seconds include whatever else ran then.", su->steps, budget, su->val_every, su->vb, su->timing_rounds,
+                 su->timing_steps);
 }
 
 /* ================================================================ page and summary */
 
-/* The main table's cells of one optimizer (13 columns, hdr in os_page). */
+/* The main table's cells of one optimizer (OS_COLS columns, hdr in os_page). */
+#define OS_COLS 14
 static void os_row_cells(const OptRes *r, const OptRes *a, char (*c)[64]) {
-    int fin = isfinite(r->final_val);
+    int fin = isfinite(r->final_val), have_a = a && isfinite(a->final_val);
+    double est = a ? r->tok_target * r->t_mean_ms / (a->tok_target * a->t_mean_ms) : NAN;
     snprintf(c[0], 64, "%s", r->row->name);
     snprintf(c[1], 64, "%s", r->row->swept);
     if (r->best >= 0) study_lr_str(r->grid[r->best], c[2], 64);
     else snprintf(c[2], 64, "-");
     snprintf(c[3], 64, fin ? "%.4f" : "-", r->final_val);
     if (isfinite(r->tok_target)) snprintf(c[4], 64, "%.0f", r->tok_target);
-    else snprintf(c[4], 64, fin && a && isfinite(a->final_val) ? "not reached" : "-");
+    else snprintf(c[4], 64, fin && have_a ? "not reached" : "-");
     snprintf(c[5], 64, isfinite(r->tok_target) && a ? "%.2fx" : "-", a ? r->tok_target / a->tok_target : 0.0);
-    snprintf(c[6], 64, isfinite(r->sec_target) ? "%.3g" : "-", r->sec_target);
-    snprintf(c[7], 64, isfinite(r->sec_target) && a ? "%.2fx" : "-", a ? r->sec_target / a->sec_target : 0.0);
-    snprintf(c[8], 64, isfinite(r->med_ms) ? "%.3g" : "-", r->med_ms);
-    snprintf(c[9], 64, isfinite(r->med_ms) && a && isfinite(a->med_ms) ? "%.2fx" : "-", a ? r->med_ms / a->med_ms : 0.0);
-    snprintf(c[10], 64, isfinite(r->mean_ms) ? "%.3g" : "-", r->mean_ms);
-    snprintf(c[11], 64, isfinite(r->med_opt_ms) ? "%.3g" : "-", r->med_opt_ms);
-    os_short(r->failure[0] ? r->failure : "ok", c[12], 64);
+    snprintf(c[6], 64, isfinite(r->t_med_ms) ? "%.3g" : "-", r->t_med_ms);
+    snprintf(c[7], 64, a && isfinite(r->t_med_ms / a->t_med_ms) ? "%.2fx" : "-", a ? r->t_med_ms / a->t_med_ms : 0.0);
+    snprintf(c[8], 64, isfinite(r->t_mean_ms) ? "%.3g" : "-", r->t_mean_ms);
+    snprintf(c[9], 64, a && isfinite(r->t_mean_ms / a->t_mean_ms) ? "%.2fx" : "-", a ? r->t_mean_ms / a->t_mean_ms : 0.0);
+    snprintf(c[10], 64, isfinite(est) ? "%.2fx" : fin && have_a ? "not reached" : "-", est);
+    snprintf(c[11], 64, isfinite(r->sec_target) ? "%.3g" : "-", r->sec_target);
+    snprintf(c[12], 64, isfinite(r->t_med_opt_ms) ? "%.3g" : "-", r->t_med_opt_ms);
+    os_short(r->failure[0] ? r->failure : "ok", c[13], 64);
 }
 
 /* The page: findings, the table, the curves against tokens and training seconds, the sweeps. */
@@ -537,16 +564,17 @@ static FigPage *os_page(const OptRes *res, int n, int ref, const OsSetup *su, co
     fig_paragraph(page, "findings-sweep", t->sweep);
     fig_paragraph(page, "setup", t->setup);
     {
-        const char *hdr[13] = {"optimizer", "swept flag", "best value", "final val loss", "tokens to AdamW's final loss",
-                               "x AdamW's tokens", "seconds to AdamW's final loss", "x AdamW's seconds", "median step ms",
-                               "median step x AdamW", "mean step ms", "median optimizer ms", "status"};
-        char cells[NROWS][13][64];
-        const char *cp[NROWS * 13];
+        const char *hdr[OS_COLS] = {"optimizer", "swept flag", "best value", "final val loss", "tokens to AdamW's final loss",
+                                    "x AdamW's tokens", "median step ms", "median step x AdamW", "mean step ms",
+                                    "mean step x AdamW", "time to AdamW's final loss x AdamW's (at mean step times)",
+                                    "seconds to AdamW's final loss (full run)", "median optimizer ms", "status"};
+        char cells[NROWS][OS_COLS][64];
+        const char *cp[NROWS * OS_COLS];
         for (int i = 0; i < n; i++) {
             os_row_cells(&res[i], a, cells[i]);
-            for (int c = 0; c < 13; c++) cp[i * 13 + c] = cells[i][c];
+            for (int c = 0; c < OS_COLS; c++) cp[i * OS_COLS + c] = cells[i][c];
         }
-        fig_table(page, "optimizers", hdr, 13, cp, n);
+        fig_table(page, "optimizers", hdr, OS_COLS, cp, n);
     }
     /* Curves of the full runs. */
     double target = a ? a->final_val : NAN;
@@ -629,6 +657,8 @@ static cJSON *os_summary(const OptRes *res, int n, int ref, const OsSetup *su, c
     cJSON_AddNumberToObject(sum, "steps", (double)su->steps);
     cJSON_AddNumberToObject(sum, "sweep_steps", (double)su->sweep_steps);
     cJSON_AddNumberToObject(sum, "val_every", su->val_every);
+    cJSON_AddNumberToObject(sum, "timing_rounds", su->timing_rounds);
+    cJSON_AddNumberToObject(sum, "timing_steps", su->timing_steps);
     cJSON_AddNumberToObject(sum, "budget_tokens", (double)su->steps * su->B * su->T);
     cJSON_AddItemToObject(sum, "target_loss", num_or_null(a ? a->final_val : NAN));
     cJSON *arr = cJSON_AddArrayToObject(sum, "optimizers");
@@ -650,13 +680,18 @@ static cJSON *os_summary(const OptRes *res, int n, int ref, const OsSetup *su, c
         cJSON_AddItemToObject(o, "final_val_loss", num_or_null(r->final_val));
         cJSON_AddItemToObject(o, "tokens_to_target", num_or_null(r->tok_target));
         cJSON_AddItemToObject(o, "tokens_ratio", num_or_null(a ? r->tok_target / a->tok_target : NAN));
+        cJSON_AddItemToObject(o, "median_step_ms", num_or_null(r->t_med_ms));
+        cJSON_AddItemToObject(o, "median_step_ratio", num_or_null(a ? r->t_med_ms / a->t_med_ms : NAN));
+        cJSON_AddItemToObject(o, "mean_step_ms", num_or_null(r->t_mean_ms));
+        cJSON_AddItemToObject(o, "mean_step_ratio", num_or_null(a ? r->t_mean_ms / a->t_mean_ms : NAN));
+        cJSON_AddItemToObject(o, "median_optimizer_ms", num_or_null(r->t_med_opt_ms));
+        cJSON_AddNumberToObject(o, "timed_steps", r->t_steps);
+        cJSON_AddItemToObject(o, "time_ratio_at_mean_step",
+                              num_or_null(a ? r->tok_target * r->t_mean_ms / (a->tok_target * a->t_mean_ms) : NAN));
         cJSON_AddItemToObject(o, "seconds_to_target", num_or_null(r->sec_target));
         cJSON_AddItemToObject(o, "seconds_ratio", num_or_null(a ? r->sec_target / a->sec_target : NAN));
-        cJSON_AddItemToObject(o, "median_step_ms", num_or_null(r->med_ms));
-        cJSON_AddItemToObject(o, "step_time_ratio", num_or_null(a ? r->med_ms / a->med_ms : NAN));
-        cJSON_AddItemToObject(o, "median_optimizer_ms", num_or_null(r->med_opt_ms));
-        cJSON_AddItemToObject(o, "mean_step_ms", num_or_null(r->mean_ms));
-        cJSON_AddItemToObject(o, "mean_optimizer_ms", num_or_null(r->mean_opt_ms));
+        cJSON_AddItemToObject(o, "full_run_median_step_ms", num_or_null(r->med_ms));
+        cJSON_AddItemToObject(o, "full_run_mean_step_ms", num_or_null(r->mean_ms));
         cJSON_AddNumberToObject(o, "slow_steps", r->nslow);
         cJSON_AddNumberToObject(o, "slow_step_period", (double)r->slow_period);
         cJSON_AddItemToObject(o, "train_seconds", num_or_null(r->have_log ? r->train_s : NAN));
@@ -666,6 +701,100 @@ static cJSON *os_summary(const OptRes *res, int n, int ref, const OsSetup *su, c
     }
     cJSON_AddStringToObject(sum, "findings", t->head);
     return sum;
+}
+
+/* ================================================================ step timing (phase 3) */
+
+/* The step times of a timing log (steps >= 2: the first step allocates and warms up) appended to
+ * ms[*n] and opt[*n] (at most cap). Returns 1 when the log holds an end record (the run finished). */
+static int os_timing_read(const char *path, double *ms, double *opt, int *n, int cap) {
+    char *text = NULL;
+    size_t len;
+    Err e;
+    if (file_read_all(path, &text, &len, &e) != ST_OK) return 0;
+    int ended = 0, n0 = *n;
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        cJSON *o = cJSON_Parse(line);
+        const cJSON *ev = cJSON_GetObjectItem(o, "event");
+        if (cJSON_IsString(ev) && !strcmp(ev->valuestring, "end")) ended = 1;
+        if (cJSON_IsString(ev) && !strcmp(ev->valuestring, "step") && study_jnum(o, "step") >= 2 && *n < cap) {
+            const cJSON *tm = cJSON_GetObjectItem(o, "time_ms");
+            double ck = study_jnum(tm, "checkpoint");
+            ms[*n] = study_jnum(tm, "total") - (isfinite(ck) ? ck : 0), opt[(*n)++] = study_jnum(tm, "optimizer");
+        }
+        cJSON_Delete(o);
+    }
+    free(text);
+    if (!ended) *n = n0;
+    return ended;
+}
+
+/* One timing run: r's optimizer at its best value for timing_steps + 1 steps, logged to
+ * DIR/timing/<name>-r<round>.jsonl, its steps pooled into ms/opt. A log that finished before is
+ * read, not trained again (a re-run of the study rewrites the same numbers); an unfinished one is
+ * removed and trained again. A divergence is not an error here (its steps still took their time). */
+static Status os_time_one(const char *out, const OsSetup *su, const OptRes *r, int round, Comm *comm, double *ms,
+                          double *opt, int *n, int cap, Err *err) {
+    char dir[1200], log[1400], name[64];
+    snprintf(dir, sizeof dir, "%s/timing", out);
+    snprintf(log, sizeof log, "%s/%s-r%d.jsonl", dir, r->row->name, round);
+    Status st = file_mkdirs(dir, err);
+    if (st != ST_OK || os_timing_read(log, ms, opt, n, cap)) return st;
+    if (comm && (st = comm_barrier(comm, err)) != ST_OK) return st;
+    if (!comm || comm->rank == 0) remove(log);
+    if (comm && (st = comm_barrier(comm, err)) != ST_OK) return st;
+    char v[12][48], flagbuf[512];
+    snprintf(v[0], 48, "%d", su->layers), snprintf(v[1], 48, "%d", su->heads), snprintf(v[2], 48, "%d", su->width);
+    snprintf(v[3], 48, "%d", su->T), snprintf(v[4], 48, "%d", su->B), snprintf(v[5], 48, "%d", su->timing_steps + 1);
+    snprintf(v[6], 48, "%d", su->threads);
+    int swept_lr = !strcmp(r->row->swept, "lr");
+    snprintf(v[7], 48, "%.7g", swept_lr ? r->grid[r->best] : r->adamw_lr);
+    snprintf(v[8], 48, "--%s", r->row->swept), snprintf(v[9], 48, "%.7g", r->grid[r->best]);
+    char *flags[64] = {"--layers", v[0], "--heads", v[1], "--channels", v[2], "--max-seq-len", v[3], "--seq-len", v[3],
+                       "--micro-batch", v[4], "--steps", v[5], "--threads", v[6], "--lr", v[7], "--min-lr", "0",
+                       "--warmup", "0", "--peak-gflops", "100", "--val-every", "0", "--val-batches", "1", "--quiet"};
+    int nf = 29;
+    if (!swept_lr) flags[nf++] = v[8], flags[nf++] = v[9];
+    /* The row's own flags, split at spaces (flagbuf keeps the words). */
+    snprintf(flagbuf, sizeof flagbuf, "%s", r->row->flags);
+    for (char *save = NULL, *t = strtok_r(flagbuf, " ", &save); t && nf < 64; t = strtok_r(NULL, " ", &save)) flags[nf++] = t;
+    char failure[512];
+    snprintf(name, sizeof name, "%s round %d", r->row->name, round);
+    st = study_train("study optimizers: timing", name, flags, nf, log, comm, failure, sizeof failure, err);
+    if (st == ST_OK) os_timing_read(log, ms, opt, n, cap);
+    return st;
+}
+
+/* Phase 3 over every optimizer with a best value: rounds of one timing run each, in table order,
+ * then each one's median and mean step time and median optimizer time over its pooled steps. */
+static Status os_timing(const char *out, const OsSetup *su, OptRes *res, int nres, Comm *comm, Err *err) {
+    int cap = su->timing_rounds * su->timing_steps;
+    double *ms = malloc(sizeof(double) * (size_t)nres * (size_t)cap), *opt = malloc(sizeof(double) * (size_t)nres * (size_t)cap);
+    int *n = calloc((size_t)nres, sizeof *n);
+    Status st = ms && opt && n ? ST_OK : err_set(err, ST_ERR_RUNTIME, "out of memory");
+    if (st == ST_OK && (!comm || comm->rank == 0)) {
+        printf("study optimizers: step timing, %d rounds of %d steps per optimizer, interleaved\n", su->timing_rounds,
+               su->timing_steps);
+        fflush(stdout);
+    }
+    for (int k = 0; k < su->timing_rounds && st == ST_OK; k++)
+        for (int i = 0; i < nres && st == ST_OK; i++)
+            if (res[i].best >= 0 && !res[i].failure[0])
+                st = os_time_one(out, su, &res[i], k, comm, ms + (size_t)i * cap, opt + (size_t)i * cap, &n[i], cap, err);
+    for (int i = 0; i < nres && st == ST_OK; i++) {
+        OptRes *r = &res[i];
+        const double *m = ms + (size_t)i * cap, *o = opt + (size_t)i * cap;
+        double sum = 0;
+        int nm = 0;
+        for (int j = 0; j < n[i]; j++)
+            if (isfinite(m[j])) sum += m[j], nm++;
+        r->t_steps = n[i];
+        r->t_med_ms = study_median(m, n[i]), r->t_med_opt_ms = study_median(o, n[i]);
+        r->t_mean_ms = nm ? sum / nm : NAN;
+    }
+    free(ms), free(opt), free(n);
+    return st;
 }
 
 /* ================================================================ the command */
@@ -758,7 +887,7 @@ int cmd_study_optimizers(int argc, char **argv, Comm *comm) {
     for (int i = 0; i < NROWS; i++) /* the default: every row of the table */
         snprintf(opts + strlen(opts), sizeof opts - strlen(opts), "%s%s", i ? "," : "", OPT_ROWS[i].name);
     OsSetup su = {.layers = 4, .width = 128, .T = 128, .B = 16, .threads = 1, .vb = 16, .val_every = 0,
-                  .steps = 600, .sweep_steps = 200};
+                  .steps = 600, .sweep_steps = 200, .timing_rounds = 3, .timing_steps = 40};
     double lr_scale = 1;
     ArgSpec specs[] = {
         {"out", ARG_STR, out, sizeof out, "output directory: sweep/<optimizer>/, final/<optimizer>/, index.html, summary.json"},
@@ -771,9 +900,12 @@ int cmd_study_optimizers(int argc, char **argv, Comm *comm) {
         {"micro-batch", ARG_INT, &su.B, 0, "sequences per step"},
         {"val-every", ARG_INT, &su.val_every, 0, "steps between evaluations of the full runs (0: steps / 25)"},
         {"val-batches", ARG_INT, &su.vb, 0, "validation micro-batches per evaluation"},
+        {"timing-rounds", ARG_INT, &su.timing_rounds, 0, "rounds of the interleaved step timing (each optimizer once per round)"},
+        {"timing-steps", ARG_INT, &su.timing_steps, 0, "timed steps per optimizer per round"},
         {"lr-scale", ARG_DOUBLE, &lr_scale, 0, "multiplies every optimizer's lr grid (another model size or batch)"},
         {"threads", ARG_INT, &su.threads, 0, "threads per run"},
-        {"quick", ARG_FLAG, &su.quick, 0, "tiny: 2 layers of 32, 2 lrs per optimizer, 8-step sweeps, 24-step runs (tests)"},
+        {"quick", ARG_FLAG, &su.quick, 0,
+         "tiny: 2 layers of 32, 2 lrs per optimizer, 8-step sweeps, 24-step runs, 2 timing rounds of 4 steps (tests)"},
     };
     int n = (int)(sizeof specs / sizeof specs[0]), npos = 0, help = 0;
     Err err = {0};
@@ -786,7 +918,10 @@ int cmd_study_optimizers(int argc, char **argv, Comm *comm) {
         args_print_help(specs, n);
         return 0;
     }
-    if (su.quick) su.layers = 2, su.width = 32, su.T = 32, su.B = 4, su.steps = 24, su.sweep_steps = 8, su.vb = 2, su.val_every = 3;
+    if (su.quick) {
+        su.layers = 2, su.width = 32, su.T = 32, su.B = 4, su.vb = 2;
+        su.steps = 24, su.sweep_steps = 8, su.val_every = 3, su.timing_rounds = 2, su.timing_steps = 4;
+    }
     char msg[256] = "";
     if (su.steps < 4 || su.steps > 1000000) snprintf(msg, sizeof msg, "--steps: expected 4..1000000, found %ld", su.steps);
     else if (su.sweep_steps < 1 || su.sweep_steps > 1000000)
@@ -799,6 +934,10 @@ int cmd_study_optimizers(int argc, char **argv, Comm *comm) {
         snprintf(msg, sizeof msg, "--val-every: expected 0..--steps (%ld), found %d", su.steps, su.val_every);
     else if (su.vb < 1) snprintf(msg, sizeof msg, "--val-batches: expected >= 1, found %d", su.vb);
     else if (su.threads < 1) snprintf(msg, sizeof msg, "--threads: expected >= 1, found %d", su.threads);
+    else if (su.timing_rounds < 1 || su.timing_rounds > 100)
+        snprintf(msg, sizeof msg, "--timing-rounds: expected 1..100, found %d", su.timing_rounds);
+    else if (su.timing_steps < 2 || su.timing_steps > 100000)
+        snprintf(msg, sizeof msg, "--timing-steps: expected 2..100000, found %d", su.timing_steps);
     else if (!(lr_scale > 0) || !isfinite(lr_scale)) snprintf(msg, sizeof msg, "--lr-scale: expected a number > 0, found %g", lr_scale);
     if (msg[0]) return cli_fail("study optimizers", ST_ERR_INPUT, msg);
     if (su.val_every == 0) su.val_every = su.steps / 25 > 1 ? (int)(su.steps / 25) : 1;
@@ -813,7 +952,7 @@ int cmd_study_optimizers(int argc, char **argv, Comm *comm) {
         OptRes *r = &res[nres++];
         r->row = &OPT_ROWS[i];
         r->adamw_lr = r->final_val = r->med_ms = r->med_opt_ms = r->mean_ms = r->mean_opt_ms = NAN;
-        r->tok_target = r->sec_target = r->weight_decay = NAN;
+        r->tok_target = r->sec_target = r->weight_decay = r->t_med_ms = r->t_mean_ms = r->t_med_opt_ms = NAN;
         double g[STUDY_MAXV];
         int ng = 0;
         char flag[64];
@@ -826,6 +965,7 @@ int cmd_study_optimizers(int argc, char **argv, Comm *comm) {
     }
     int root = !comm || comm->rank == 0, intr = 0;
     for (int i = 0; i < nres && st == ST_OK && !intr; i++) st = os_run_one(out, &su, &res[i], &res[ref], comm, &intr, &err);
+    if (st == ST_OK && !intr) st = os_timing(out, &su, res, nres, comm, &err);
     if (st != ST_OK || intr || !root) {
         for (int i = 0; i < nres; i++) os_free(&res[i]);
         free(res);

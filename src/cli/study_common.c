@@ -8,7 +8,9 @@
 
 #include <cjson/cJSON.h>
 
+#include "cli/train_args.h"
 #include "core/fileio.h"
+#include "train/train.h"
 
 Status study_parse_list(const char *flag, const char *s, double *v, int *n, Err *err) {
     *n = 0;
@@ -121,5 +123,33 @@ Status study_sweep_run(const char *sub, const cJSON *spec, Comm *comm, Sweep *s,
     st = sweep_execute(s, comm, &o, &res, err);
     *interrupted = res.interrupted;
     if (st != ST_OK) sweep_free(s);
+    return st;
+}
+
+Status study_train(const char *study, const char *name, char *const *flags, int nflags, const char *log, Comm *comm,
+                   char *failure, size_t cap, Err *err) {
+    char *argv[128];
+    int argc = 0;
+    failure[0] = '\0';
+    if (nflags > 124) return err_set(err, ST_ERR_INPUT, "%s: %s: %d train flags, expected at most 124", study, name, nflags);
+    for (int i = 0; i < nflags; i++) argv[argc++] = flags[i];
+    argv[argc++] = "--log", argv[argc++] = (char *)log;
+    TrainArgs *ta = calloc(1, sizeof *ta);
+    if (!ta) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    Status st = train_args_parse(argc, argv, comm, ta, err);
+    if (st == ST_OK) {
+        TrainConfig c = ta->cfg;
+        c.comm = comm;
+        TrainResult res;
+        memset(&res, 0, sizeof res);
+        if (!comm || comm->rank == 0) {
+            printf("%s: %s: %s\n", study, name, ta->joined);
+            fflush(stdout);
+        }
+        st = train_run(&c, &res, err);
+        if (st == ST_ERR_RUNTIME && res.steps_done > 0) snprintf(failure, cap, "%s", err->msg), st = ST_OK;
+    }
+    train_args_free(ta);
+    free(ta);
     return st;
 }

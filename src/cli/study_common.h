@@ -47,6 +47,14 @@ struct cJSON *study_spec_new(const char *name, int T, int B, int threads, int vb
  * a run was stopped by a signal; on an error *s is freed. */
 Status study_sweep_run(const char *sub, const struct cJSON *spec, Comm *comm, Sweep *s, int *interrupted, Err *err);
 
+/* Trains one run through the library with `scaletrain train`'s flags (train_args_parse, then
+ * train_run on comm), logged to log (appended to if it exists). Rank 0 prints "<study>: <name>:
+ * <command line>". A run that fails after training some steps (divergence past --max-nonfinite) is
+ * a result: ST_OK, with its message in failure[0..cap) ("" when it finished). Other errors (a
+ * refused flag: ST_ERR_INPUT) are returned. */
+Status study_train(const char *study, const char *name, char *const *flags, int nflags, const char *log, Comm *comm,
+                   char *failure, size_t cap, Err *err);
+
 /* `study optimizers` (cmd_study_opt.c), dispatched by cmd_study. Returns the exit code. */
 int cmd_study_optimizers(int argc, char **argv, Comm *comm);
 
