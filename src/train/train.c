@@ -1225,6 +1225,18 @@ static void step_micro_batches(Run *r, Step *s) {
     s->gemm_st = gpt_status(&r->g, &s->gemm_err);
 }
 
+/* The collectives since `before` are some other part's cost (a checkpoint's gathers, Sophia's
+ * Hessian pass): the step record's communication (bytes, by kind, waits) leaves them out. */
+static void step_comm_exclude(Run *r, Step *s, const CommStats *before) {
+    const CommStats *now = &r->comm->stats;
+    for (int k = 0; k < COMM_NKIND; k++) {
+        s->cs0.bytes[k] += now->bytes[k] - before->bytes[k];
+        s->cs0.wait_ms[k] += now->wait_ms[k] - before->wait_ms[k];
+        s->comm_b0 += (double)(now->bytes[k] - before->bytes[k]);
+    }
+    s->comm_ms0 += now->wait_ms_total - before->wait_ms_total;
+}
+
 /* Sophia's Hessian estimate (Liu et al. 2023, Gauss-Newton-Bartlett): a forward and backward of
  * the step's own micro-batches with labels drawn from the model's softmax (the model's sampling
  * mode; the draw of each row is keyed by its global position in the run, rank-major like the
@@ -1236,7 +1248,7 @@ static void step_micro_batches(Run *r, Step *s) {
 static Status step_hessian(Run *r, Step *s, Err *err) {
     const TrainConfig *c = &r->cfg;
     int B = c->micro_batch, T = c->seq_len, k = c->grad_accum;
-    double t0 = timer_ms(), cm0 = r->comm->stats.wait_ms_total, cb0 = comm_bytes_total(r->comm);
+    double t0 = timer_ms(), cb0 = comm_bytes_total(r->comm);
     CommStats cs0 = r->comm->stats;
     float lscale = c->fp16 ? r->scaler.scale : 1.0f;
     float dscale = s->ntok > 0 ? lscale / (float)s->ntok : 0.0f;
@@ -1270,15 +1282,8 @@ static Status step_hessian(Run *r, Step *s, Err *err) {
     if (!s->hess_skipped) par_hess_update(r->par, &c->optim, (float)s->ntok / (lscale * lscale));
     s->hess_loss = s->ntok > 0 ? sums[0] / s->ntok : NAN;
     s->hess_ms = timer_ms() - t0;
-    /* The pass's collectives are its own cost: the step record's communication leaves them out. */
-    const CommStats *now = &r->comm->stats;
-    for (int q = 0; q < COMM_NKIND; q++) {
-        s->cs0.bytes[q] += now->bytes[q] - cs0.bytes[q];
-        s->cs0.wait_ms[q] += now->wait_ms[q] - cs0.wait_ms[q];
-    }
     s->hess_bytes = comm_bytes_total(r->comm) - cb0;
-    s->comm_b0 += s->hess_bytes;
-    s->comm_ms0 += r->comm->stats.wait_ms_total - cm0;
+    step_comm_exclude(r, s, &cs0); /* the pass's collectives are its own cost */
     return ST_OK;
 }
 
@@ -1482,15 +1487,8 @@ static Status step_checkpoint(Run *r, Step *s, Err *err) {
     CommStats before = r->comm->stats;
     Status st = save_checkpoint(r, r->step, &s->ckpt_ms, &info, err);
     if (st != ST_OK) return st;
-    /* A save's gathers are the checkpoint's cost (time_ms.checkpoint), not the step's: the step
-     * record's communication leaves them out. */
-    const CommStats *now = &r->comm->stats;
-    for (int k = 0; k < COMM_NKIND; k++) {
-        s->cs0.bytes[k] += now->bytes[k] - before.bytes[k];
-        s->cs0.wait_ms[k] += now->wait_ms[k] - before.wait_ms[k];
-        s->comm_b0 += (double)(now->bytes[k] - before.bytes[k]);
-    }
-    s->comm_ms0 += now->wait_ms_total - before.wait_ms_total;
+    /* A save's gathers are the checkpoint's cost (time_ms.checkpoint), not the step's. */
+    step_comm_exclude(r, s, &before);
     ev_ckpt(&r->log, r->step, s->ckpt_ms, r->async || r->sasync ? NULL : info.path, (double)info.bytes, info.pruned);
     /* Young/Daly needs the full write time: for async saves, the background write's. */
     if (!r->async && !r->sasync) note_write_time(r, &info);
