@@ -60,7 +60,11 @@ typedef enum {
                      gives inf: pair it with a loss scaler) and multiplied in fp32 */
 } GptPrecision;
 
+typedef struct Backend Backend; /* model/backend.h */
+
 typedef struct {
+    const Backend *backend; /* where the kernels run and the buffers live (backend.h); default NULL:
+                               the CPU backend */
     int B, T;               /* micro-batch capacity: activations for up to B×T tokens (default 1×1,
                                for callers that only want the weights); T <= cfg->max_seq */
     int threads;            /* OpenMP threads of our kernels (default 1) */
@@ -223,6 +227,7 @@ typedef struct {
     GptGrads d;
     GptRunState s;
     GptHooks hooks;
+    const Backend *be;      /* the kernels, GEMMs and memory of this model (GptOptions.backend) */
     MemStats *mem;          /* where allocations are counted (not owned; may be NULL) */
 } Gpt;
 

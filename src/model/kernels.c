@@ -1064,3 +1064,20 @@ void head_forward_backward_vp(const MatPrec *mp, float *losses, float *dx, float
         }
     }
 }
+
+/* ---- small elementwise kernels of the model (kernels.h) ---- */
+
+void scale_inplace(float *x, size_t n, float a, int nt) {
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= a;
+}
+
+double sum_ordered(const float *x, size_t n) {
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += x[i];
+    return sum;
+}
+
+void add_or_set(float *dst, const float *src, size_t n, int acc) {
+    for (size_t i = 0; i < n; i++) dst[i] = acc ? dst[i] + src[i] : src[i];
+}

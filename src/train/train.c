@@ -1108,7 +1108,7 @@ static void log_sample(Run *r, long step) {
     int ok = 1;
     for (int i = 0; i < n && ids && ok; i++) {
         infer_step(&r->g, &kv, cur);
-        if (infer_status(&e) != ST_OK) { /* a failed GEMM: no sample rather than a garbage one */
+        if (infer_status(&r->g, &e) != ST_OK) { /* a failed GEMM: no sample rather than a garbage one */
             if (!c->quiet) printf("sample %5ld | skipped: %s\n", step, e.msg);
             ok = 0;
             break;
