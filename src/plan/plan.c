@@ -348,7 +348,7 @@ Status plan_trainer_pp(const ModelConfig *cfg, const PlanTrainerPipe *s, PlanPpR
         return err_set(err, ST_ERR_INPUT, "--sp: expected --micro-batch x --seq-len = %zu divisible by --tp %d", N, tp);
     /* The schedule exactly as setup_pipeline builds it; its per-rank peak is the rank's slot count
      * (an op list's in-flight count does not depend on the op times). */
-    SchedType type = v > 1 ? SCHED_INTERLEAVED : SCHED_1F1B;
+    SchedType type = sched_default_type(v);
     if (s->schedule && s->schedule[0] && (st = sched_type_parse(s->schedule, &type, err)) != ST_OK) return st;
     PipeSchedule sc;
     if ((st = sched_build(&sc, type, pp, s->m, v, err)) != ST_OK) return st;

@@ -60,7 +60,6 @@ TrainConfig train_default_config(void) {
     c.steps = 1000;
     c.seed = 1337, c.data_seed = 42;
     c.threads = 2;
-    snprintf(c.pp_schedule, sizeof c.pp_schedule, "1f1b");
     c.val_every = 100, c.val_batches = 10;
     c.keep_last = 3;
     c.sample_tokens = 64;
@@ -312,6 +311,8 @@ static double comm_bytes_total(const Comm *c) {
 static Status setup_pipeline(Run *r, int pp, Err *err) {
     TrainConfig *c = &r->cfg;
     int v = c->interleave > 0 ? c->interleave : 1;
+    if (!c->pp_schedule[0]) /* not given: plan's rule, so both price and run the same schedule */
+        snprintf(c->pp_schedule, sizeof c->pp_schedule, "%s", sched_type_name(sched_default_type(pp > 1 ? v : 1)));
     if (pp == 1) {
         if (v > 1 || c->pp_layers[0] || strcmp(c->pp_schedule, "1f1b") != 0 || c->pp_print_schedule)
             return err_set(err, ST_ERR_INPUT, "--pp-schedule/--pp-layers/--interleave/--pp-print-schedule: expected "
