@@ -554,8 +554,42 @@ static Status run_load_ckpt(Run *r, const char *path, CkptMeta *meta, Err *err) 
     return st == ST_OK ? run_load_extra(r, path, err) : st;
 }
 
+/* The noise scale's averages in state.json's "extra", so a resumed run smooths B_simple on from
+ * where the checkpoint left it. The doubles are written as "%.17g" strings: cJSON prints numbers with
+ * 15 digits whenever they read back within an epsilon, which is not the same double. */
+static void add_exact(cJSON *o, const char *name, double v) {
+    char buf[40];
+    snprintf(buf, sizeof buf, "%.17g", v);
+    cJSON_AddStringToObject(o, name, buf);
+}
+
+static int get_exact(const cJSON *o, const char *name, double *v) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, name);
+    char *end = NULL;
+    if (cJSON_IsString(x)) *v = strtod(x->valuestring, &end);
+    return cJSON_IsString(x) && end != x->valuestring && *end == '\0';
+}
+
+static cJSON *noise_to_json(const NoiseScale *n) {
+    cJSON *o = cJSON_CreateObject();
+    add_exact(o, "g2_ema", n->g2_ema);
+    add_exact(o, "trs_ema", n->trs_ema);
+    cJSON_AddNumberToObject(o, "n", (double)n->n);
+    return o;
+}
+
+static Status noise_from_json(NoiseScale *n, const cJSON *o, const char *path, Err *err) {
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "n");
+    double g, t;
+    if (!get_exact(o, "g2_ema", &g) || !get_exact(o, "trs_ema", &t) || !cJSON_IsNumber(k) || k->valuedouble < 0)
+        return err_set(err, ST_ERR_INPUT, "%s/state.json: extra.noise_scale: expected g2_ema and trs_ema as decimal "
+                       "strings and n >= 0, found another value", path);
+    n->g2_ema = g, n->trs_ema = t, n->n = (long)k->valuedouble;
+    return ST_OK;
+}
+
 /* Applies the checkpoint found by resume_find: weights, moments, loader position, loss scaler,
- * health detectors, and the batches consumed and skipped. */
+ * health detectors, the noise scale's averages, and the batches consumed and skipped. */
 static Status resume_load(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
     if (!r->resume_path[0]) return ST_OK;
@@ -575,6 +609,8 @@ static Status resume_load(Run *r, Err *err) {
     }
     if (hj && (st = health_state_from_json(&r->health, hj, c->health.window, err)) != ST_OK)
         err_prefix(err, "%s/state.json: health", r->resume_path);
+    const cJSON *nj = m.extra ? cJSON_GetObjectItemCaseSensitive(m.extra, "noise_scale") : NULL;
+    if (st == ST_OK && nj && r->noise_on) st = noise_from_json(&r->noise, nj, r->resume_path, err);
     for (const cJSON *x = sj ? sj->child : NULL; x && r->nskipped < SKIP_RECORD_MAX; x = x->next)
         r->skipped[r->nskipped++] = (long)x->valuedouble;
     ckpt_meta_free(&m);
@@ -1031,6 +1067,7 @@ static Status save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info,
     /* Health detectors, the batch counter and the skipped batches travel in "extra". */
     cJSON *extra = cJSON_CreateObject();
     cJSON_AddItemToObject(extra, "health", health_state_to_json(&r->health));
+    if (r->noise_on) cJSON_AddItemToObject(extra, "noise_scale", noise_to_json(&r->noise));
     cJSON_AddNumberToObject(extra, "batches", (double)attempt);
     cJSON *sk = cJSON_AddArrayToObject(extra, "skipped_batches");
     for (int i = 0; i < r->nskipped; i++) cJSON_AddItemToArray(sk, cJSON_CreateNumber((double)r->skipped[i]));
