@@ -151,7 +151,8 @@ static int plan_case(const Case *k, PlanPpRank out[], Err *e) {
 static double whole_workspace(const Case *k) {
     ModelConfig cfg = config_of(&k->s);
     size_t b[MEM_NCAT] = {0};
-    layout_run_bytes(&cfg, k->s.B, k->s.T, 1, RECOMPUTE_NONE, k->prec, k->tp, k->sp, b);
+    ActOptions ao = {k->s.B, k->s.T, 1, RECOMPUTE_NONE, k->prec, k->tp, k->sp, NULL};
+    layout_run_bytes(&cfg, &ao, b);
     return (double)b[MEM_WORKSPACE];
 }
 

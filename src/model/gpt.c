@@ -129,7 +129,7 @@ static int grads_alloc(GptGrads *d, const GptWeights *w, const GptOptions *o, co
 }
 
 /* Run state: the GEMM conversion scratch of mixed precision, saved activations and scratch for
- * micro-batches up to B×T, carved out of two buffers in the order layout_activations_prec counts. */
+ * micro-batches up to B×T, carved out of two buffers in the order layout_activations counts. */
 static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOptions *o, GptPrecision prec,
                            const Backend *be, MemStats *mem) {
     int B = o->B, T = o->T, L = cfg->n_layer, tp = o->tp;
@@ -167,7 +167,8 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
     ActStage ast = layout_act_stage(&stl, o->slots);
     ast.split = o->split_backward;
     layout_free(&stl);
-    ActSizes as = layout_activations_stage(cfg, B, T, s->nt, rc, lpa, tp, o->sp, &ast);
+    ActOptions ao = {B, T, s->nt, rc, prec == GPT_BF16 ? 1 : prec == GPT_FP16 ? 2 : 0, tp, o->sp, &ast};
+    ActSizes as = layout_activations(cfg, &ao);
     s->acts_floats = as.total;
     s->scratch_floats = as.scratch;
     s->nslots = ast.slots, s->slot_blocks = ast.blocks;

@@ -855,8 +855,8 @@ static Status announce(Run *r, Err *err) {
     }
     memset(se.planned, 0, sizeof se.planned);
     ActStage ast = layout_act_stage(&r->g.w.layout, r->g.s.nslots);
-    layout_run_bytes_stage(&c->model, B, T, nt, c->recompute, c->fp16 ? 2 : c->bf16 ? 1 : 0, r->tp, c->sp, &ast,
-                           se.planned);
+    ActOptions ao = {B, T, nt, c->recompute, c->fp16 ? 2 : c->bf16 ? 1 : 0, r->tp, c->sp, &ast};
+    layout_run_bytes(&c->model, &ao, se.planned);
     static const MemCategory cats[4] = {MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_MOMENTS};
     for (int i = 0; i < 4; i++) se.planned[cats[i]] = state[cats[i]];
     ev_start(&r->log, &se);
