@@ -32,7 +32,7 @@ static Dropout dropout_at(const Gpt *g, int layer, int site) {
     Dropout d = {g->s.cur_train ? g->w.cfg.dropout : 0.0f, g->s.dropout_seed,
                  (g->s.cur_drop_counter << 24) | ((uint64_t)(layer + 1) << 4) | (uint64_t)site, 0, 0, 0};
     /* Tensor parallelism: a rank's rows (--sp) and heads are the same elements of one process. */
-    if (site == DROP_ATTN) d.head0 = g->s.tp_rank * g->s.NHl, d.heads = g->w.cfg.n_head;
+    if (site == DROP_ATTN) d.head0 = g->s.tp_rank * g->s.dim.NHl, d.heads = g->w.cfg.n_head;
     else if (g->s.sp) d.offset = (uint64_t)g->s.tp_rank * g->s.curNl * g->w.cfg.n_embd;
     return d;
 }
@@ -137,11 +137,8 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
     s->B = B, s->T = T, s->nt = o->threads, s->recompute = rc;
     s->tp = tp, s->tp_rank = o->tp_rank, s->sp = o->sp;
     s->split_backward = o->split_backward;
-    s->Cl = cfg->n_embd / tp, s->Fl = cfg->ffn / tp, s->NHl = cfg->n_head / tp;
-    s->KVl = cfg->n_kv_head / tp, s->hs = cfg->n_embd / cfg->n_head;
-    s->rms = cfg->arch == ARCH_LLAMA;
+    s->dim = layout_dims(cfg, tp);
     s->att_scale = model_attn_scale(cfg), s->logit_mult = model_logit_mult(cfg), s->input_mult = model_input_mult(cfg);
-    s->QKVl = layout_qkv_width(cfg) / tp, s->Hl = s->rms ? 2 * s->Fl : s->Fl;
     if (!(s->la = calloc((size_t)L, sizeof(LayerActs)))) return -1;
     MatPrec *mp = &s->mp;
     if (prec == GPT_FP16) {
@@ -185,9 +182,9 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
 
     /* Rows of the residual stream held (Nl), and the parallel regions' widths (layout.c's TpDims). */
     size_t N = (size_t)B * T, Nl = o->sp ? N / (size_t)tp : N, C = cfg->n_embd;
-    size_t C3 = (size_t)s->QKVl, F = (size_t)s->Fl, H = (size_t)s->Hl, Ca = (size_t)s->Cl;
-    int gpt2 = !s->rms; /* LayerNorm statistics: mean and rstd (RMSNorm: rstd only) */
-    size_t probs = (size_t)B * s->NHl * T; /* attention log-sum-exp */
+    size_t C3 = (size_t)s->dim.QKVl, F = (size_t)s->dim.Fl, H = (size_t)s->dim.Hl, Ca = (size_t)s->dim.Cl;
+    int gpt2 = !s->dim.rms; /* LayerNorm statistics: mean and rstd (RMSNorm: rstd only) */
+    size_t probs = (size_t)B * s->dim.NHl * T; /* attention log-sum-exp */
     float *a = s->acts;
 #define TAKE(ptr, n) (ptr = a, a += (n))
 /* A GEMM-operand activation: fp32, or bf16 in half as many floats (rounded up). */
@@ -247,16 +244,16 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
     a = s->scratch;
     size_t Fw = layout_dbuf_width(cfg, tp);
     TAKE(s->dres, Nl * C), TAKE(s->dbuf_a, N * Fw), TAKE(s->dbuf_b, N * C), TAKE(s->dbuf_c, N * C);
-    TAKE(s->att_scratch, s->rms ? attention_gqa_scratch_floats(T, s->hs, cfg->n_head / cfg->n_kv_head, s->nt)
-                                : attention_scratch_floats(T, s->hs, s->nt));
+    TAKE(s->att_scratch, s->dim.rms ? attention_gqa_scratch_floats(T, s->dim.hs, cfg->n_head / cfg->n_kv_head, s->nt)
+                                : attention_scratch_floats(T, s->dim.hs, s->nt));
     TAKE(s->ln_scratch, (Nl + KERNEL_ROW_CHUNK - 1) / KERNEL_ROW_CHUNK * 2 * C);
-    TAKE(s->logits, (size_t)s->head_chunk * s->Vl);
+    TAKE(s->logits, (size_t)s->head_chunk * s->dim.Vl);
     if (tp > 1) TAKE(s->head_stats, 3 * (size_t)s->head_chunk);
     if (Nl < N) TAKE(s->sp_gather, lpa ? (N * C + 1) / 2 : N * C), TAKE(s->sp_lngrad, 2 * C);
     if (ast.pipe) TAKE(s->pp_gin, Nl * C);
-    if (s->rms) {
-        TAKE(s->rope_cs, (size_t)T * s->hs);
-        be->rope_table(s->rope_cs, T, s->hs, cfg->rope_theta);
+    if (s->dim.rms) {
+        TAKE(s->rope_cs, (size_t)T * s->dim.hs);
+        be->rope_table(s->rope_cs, T, s->dim.hs, cfg->rope_theta);
     }
     ST_CHECK((size_t)(a - s->scratch) == as.scratch);
 #undef TAKE_OP
@@ -278,7 +275,8 @@ Status gpt_init(Gpt *g, const ModelConfig *cfg, const GptOptions *o, MemStats *m
     const Backend *be = g->be;
     int wok = weights_alloc(&g->w, cfg, o, be, mem) == 0;
     if (wok) { /* the vocabulary rows held, from the layout */
-        g->s.Vl = g->w.layout.vocab_local, g->s.v0 = o->tp_rank * g->s.Vl, g->s.Vr = g->w.layout.tensors[0].rows_real;
+        ST_CHECK(g->w.layout.vocab_local == layout_dims(cfg, o->tp).Vl);
+        g->s.v0 = o->tp_rank * g->w.layout.vocab_local, g->s.Vr = g->w.layout.tensors[0].rows_real;
     }
     if (!wok || grads_alloc(&g->d, &g->w, o, be, mem) != 0 || run_state_alloc(&g->s, cfg, o, g->w.prec, be, mem) != 0) {
         gpt_free(g);
@@ -434,8 +432,8 @@ static void norm_forward(const Gpt *g, float *out, uint16_t *out_lp, float *mean
     const GptRunState *s = &g->s;
     int C = g->w.cfg.n_embd, Nl = s->curNl, nt = s->nt;
     float eps = g->w.cfg.norm_eps;
-    if (s->rms && out_lp) g->be->rmsnorm_forward_bf16(out_lp, rstd, x, w, Nl, C, eps, nt);
-    else if (s->rms) g->be->rmsnorm_forward(out, rstd, x, w, Nl, C, eps, nt);
+    if (s->dim.rms && out_lp) g->be->rmsnorm_forward_bf16(out_lp, rstd, x, w, Nl, C, eps, nt);
+    else if (s->dim.rms) g->be->rmsnorm_forward(out, rstd, x, w, Nl, C, eps, nt);
     else if (out_lp) g->be->layernorm_forward_bf16(out_lp, mean, rstd, x, w, b, Nl, C, nt);
     else g->be->layernorm_forward(out, mean, rstd, x, w, b, Nl, C, nt);
 }
@@ -446,8 +444,8 @@ static void residual_norm_forward(const Gpt *g, float *res, float *out, uint16_t
     const GptRunState *s = &g->s;
     int C = g->w.cfg.n_embd, Nl = s->curNl, nt = s->nt;
     float eps = g->w.cfg.norm_eps;
-    if (s->rms && out_lp) g->be->residual_rmsnorm_forward_bf16(res, out_lp, rstd, a, br, d, w, Nl, C, eps, nt);
-    else if (s->rms) g->be->residual_rmsnorm_forward(res, out, rstd, a, br, d, w, Nl, C, eps, nt);
+    if (s->dim.rms && out_lp) g->be->residual_rmsnorm_forward_bf16(res, out_lp, rstd, a, br, d, w, Nl, C, eps, nt);
+    else if (s->dim.rms) g->be->residual_rmsnorm_forward(res, out, rstd, a, br, d, w, Nl, C, eps, nt);
     else if (out_lp) g->be->residual_layernorm_forward_bf16(res, out_lp, mean, rstd, a, br, d, w, b, Nl, C, nt);
     else g->be->residual_layernorm_forward(res, out, mean, rstd, a, br, d, w, b, Nl, C, nt);
 }
@@ -457,18 +455,18 @@ static void residual_norm_forward(const Gpt *g, float *res, float *out, uint16_t
 static void ln_backward(Gpt *g, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                         const float *mean, const float *rstd, int acc) {
     GptRunState *s = &g->s;
-    int C = g->w.cfg.n_embd, Nl = s->curNl, np = s->rms ? 1 : 2;
+    int C = g->w.cfg.n_embd, Nl = s->curNl, np = s->dim.rms ? 1 : 2;
     if (!s->sp) {
-        if (s->rms) g->be->rmsnorm_backward(dinp, dw, s->ln_scratch, dout, inp, w, rstd, Nl, C, acc, s->nt);
+        if (s->dim.rms) g->be->rmsnorm_backward(dinp, dw, s->ln_scratch, dout, inp, w, rstd, Nl, C, acc, s->nt);
         else g->be->layernorm_backward(dinp, dw, db, s->ln_scratch, dout, inp, w, mean, rstd, Nl, C, acc, s->nt);
         return;
     }
     float *pw = s->sp_lngrad, *pb = pw + C;
-    if (s->rms) g->be->rmsnorm_backward(dinp, pw, s->ln_scratch, dout, inp, w, rstd, Nl, C, 0, s->nt);
+    if (s->dim.rms) g->be->rmsnorm_backward(dinp, pw, s->ln_scratch, dout, inp, w, rstd, Nl, C, 0, s->nt);
     else g->be->layernorm_backward(dinp, pw, pb, s->ln_scratch, dout, inp, w, mean, rstd, Nl, C, 0, s->nt);
     g->hooks.tp_allreduce(g->hooks.ctx, pw, (size_t)np * C, 0);
     g->be->add_or_set(dw, pw, (size_t)C, acc);
-    if (!s->rms) g->be->add_or_set(db, pb, (size_t)C, acc);
+    if (!s->dim.rms) g->be->add_or_set(db, pb, (size_t)C, acc);
 }
 
 /* Attention of the block's q|k|v (q and k already rotated for Llama). */
@@ -476,7 +474,7 @@ static void attn_forward(Gpt *g, LayerActs *a, int l, int B, int T) {
     GptRunState *s = &g->s;
     Dropout off = {0}, d = g->w.cfg.dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off;
     /* GPT-2 is the case KV = NH (attention_forward's arguments, bit for bit). */
-    g->be->attention_forward(a->atty, a->lse, s->att_scratch, a->qkv, B, T, s->NHl, s->KVl, s->hs, s->att_scale, d,
+    g->be->attention_forward(a->atty, a->lse, s->att_scratch, a->qkv, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, s->att_scale, d,
                           s->mp.bf16, s->nt);
 }
 
@@ -487,11 +485,11 @@ static void attn_forward(Gpt *g, LayerActs *a, int l, int B, int T) {
 static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
     const ModelConfig *cfg = &g->w.cfg;
     GptRunState *s = &g->s;
-    int C = cfg->n_embd, nt = s->nt, N = B * T, Nl = s->curNl, Ca = s->Cl, F = s->Fl, tp1 = s->tp == 1;
+    int C = cfg->n_embd, nt = s->nt, N = B * T, Nl = s->curNl, Ca = s->dim.Cl, F = s->dim.Fl, tp1 = s->tp == 1;
     const BlockParams *p = &g->w.p.blocks[l];
     LayerActs *a = &s->la[l];
     const float *rb_att = tp1 ? p->attprojb : NULL, *rb_fc = tp1 ? p->fcprojb : NULL; /* tp > 1: after the sum */
-    int Q = s->QKVl, H = s->Hl;
+    int Q = s->dim.QKVl, H = s->dim.Hl;
     if (s->mp.bf16) {
         /* bf16: the norm and activation outputs are produced, stored and used as bf16 GEMM operands. */
         norm_forward(g, NULL, a->ln1_lp, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b);
@@ -502,7 +500,7 @@ static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
         const float *in = sp_gather_rows(g, a->ln1);
         g->be->matmul_forward_p(&s->mp, a->qkv, in, p->qkvw, lp(g, p->qkvw), p->qkvb, N, C, Q, nt);
     }
-    if (s->rms) g->be->rope_forward(a->qkv, s->rope_cs, B, T, s->NHl, s->KVl, s->hs, 0, nt);
+    if (s->dim.rms) g->be->rope_forward(a->qkv, s->rope_cs, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, 0, nt);
     attn_forward(g, a, l, B, T);
     g->be->matmul_forward_p(&s->mp, s->dbuf_b, a->atty, p->attprojw, lp(g, p->attprojw), rb_att, N, Ca, C, nt);
     float *br = tp_reduce_rows(g, s->dbuf_b);
@@ -512,7 +510,7 @@ static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
                               dropout_at(g, l, DROP_ATTN_RES), p->ln2w, p->ln2b);
         const uint16_t *in = (const uint16_t *)sp_gather_rows(g, (const float *)a->ln2_lp);
         g->be->matmul_forward_lp(a->fch, in, lp(g, p->fcw), p->fcb, N, C, H);
-        if (s->rms) g->be->swiglu_forward_bf16(a->fchg_lp, a->fch, N, F, nt);
+        if (s->dim.rms) g->be->swiglu_forward_bf16(a->fchg_lp, a->fch, N, F, nt);
         else g->be->gelu_forward_bf16(a->fchg_lp, a->fch, (size_t)N * F, nt);
         g->be->matmul_forward_lp(s->dbuf_b, a->fchg_lp, lp(g, p->fcprojw), rb_fc, N, F, C);
     } else {
@@ -520,7 +518,7 @@ static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
                               dropout_at(g, l, DROP_ATTN_RES), p->ln2w, p->ln2b);
         const float *in = sp_gather_rows(g, a->ln2);
         g->be->matmul_forward_p(&s->mp, a->fch, in, p->fcw, lp(g, p->fcw), p->fcb, N, C, H, nt);
-        if (s->rms) g->be->swiglu_forward(a->fch_gelu, a->fch, N, F, nt);
+        if (s->dim.rms) g->be->swiglu_forward(a->fch_gelu, a->fch, N, F, nt);
         else g->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * F, nt);
         g->be->matmul_forward_p(&s->mp, s->dbuf_b, a->fch_gelu, p->fcprojw, lp(g, p->fcprojw), rb_fc, N, F, C, nt);
     }
@@ -647,7 +645,7 @@ double gpt_forward_stage(Gpt *g, int slot, int chunk, const int32_t *inp, const 
             xf = s->dbuf_c;
         }
         g->be->head_forward_backward_vp(&s->mp, s->losses, dx, g->d.g.head, s->logits, s->head_stats, xf,
-                                 g->w.p.head, lp(g, g->w.p.head), tgt, N, C, s->v0, s->Vr, s->Vl, dscale, s->head_chunk,
+                                 g->w.p.head, lp(g, g->w.p.head), tgt, N, C, s->v0, s->Vr, s->dim.Vl, dscale, s->head_chunk,
                                  acc, nt, g->hooks.tp_allreduce, g->hooks.ctx, &head_fwd, &head_bwd);
     }
     double t2 = timer_ms();
@@ -677,7 +675,7 @@ void gpt_backward_stage(Gpt *g, int slot, int chunk, const float *dout) {
     bind_slot(g, slot, chunk);
     s->cur_inp = sl->inp, s->curB = sl->B, s->curT = sl->T, s->curNl = sl->Nl;
     s->cur_drop_counter = sl->drop_counter, s->cur_train = 1;
-    int B = s->curB, T = s->curT, N = B * T, Nl = s->curNl, Ca = s->Cl, F = s->Fl, Q = s->QKVl, H = s->Hl;
+    int B = s->curB, T = s->curT, N = B * T, Nl = s->curNl, Ca = s->dim.Cl, F = s->dim.Fl, Q = s->dim.QKVl, H = s->dim.Hl;
     double t0 = timer_ms();
     Dropout off = {0};
     size_t NlC = (size_t)Nl * C;
@@ -712,12 +710,12 @@ void gpt_backward_stage(Gpt *g, int slot, int chunk, const float *dout) {
         } else if (s->recompute == RECOMPUTE_SELECTIVE && s->mp.bf16) {
             norm_forward(g, NULL, a->ln1_lp, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b);
             norm_forward(g, NULL, a->ln2_lp, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b);
-            if (s->rms) g->be->swiglu_forward_bf16(a->fchg_lp, a->fch, N, F, nt);
+            if (s->dim.rms) g->be->swiglu_forward_bf16(a->fchg_lp, a->fch, N, F, nt);
             else g->be->gelu_forward_bf16(a->fchg_lp, a->fch, (size_t)N * F, nt);
         } else if (s->recompute == RECOMPUTE_SELECTIVE) {
             norm_forward(g, a->ln1, NULL, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b);
             norm_forward(g, a->ln2, NULL, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b);
-            if (s->rms) g->be->swiglu_forward(a->fch_gelu, a->fch, N, F, nt);
+            if (s->dim.rms) g->be->swiglu_forward(a->fch_gelu, a->fch, N, F, nt);
             else g->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * F, nt);
         }
         const float *dbranch = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_MLP_RES) : off);
@@ -728,7 +726,7 @@ void gpt_backward_stage(Gpt *g, int slot, int chunk, const float *dout) {
             else g->be->cast_bf16(s->mp.a, dbranch, (size_t)N * C, nt);
             g->be->matmul_backward_lp(s->dbuf_a, split ? NULL : dp->fcprojw, s->mp.a, a->fchg_lp, lp(g, p->fcprojw), N, F, C, acc);
             if (split) g->be->copy(a->wg_fcproj, s->mp.a, (size_t)N * C * sizeof(uint16_t));
-            if (s->rms) g->be->swiglu_backward_bf16(s->mp.a, s->dbuf_a, a->fch, N, F, nt);
+            if (s->dim.rms) g->be->swiglu_backward_bf16(s->mp.a, s->dbuf_a, a->fch, N, F, nt);
             else g->be->gelu_backward_bf16(s->mp.a, dp->fcb, s->dbuf_a, a->fch, N, F, acc, nt);
             const uint16_t *in = (const uint16_t *)sp_gather_rows(g, (const float *)a->ln2_lp);
             g->be->matmul_backward_lp(s->dbuf_b, split ? NULL : dp->fcw, s->mp.a, in, lp(g, p->fcw), N, C, H, acc);
@@ -738,7 +736,7 @@ void gpt_backward_stage(Gpt *g, int slot, int chunk, const float *dout) {
                               lp(g, p->fcprojw), N, F, C, acc, nt);
             if (split) g->be->copy(a->wg_fcproj, dbranch, (size_t)N * C * sizeof(float));
             float *dh = s->dbuf_a; /* the fc GEMM's output gradient (N, H) */
-            if (s->rms) {
+            if (s->dim.rms) {
                 dh = s->dbuf_a + (size_t)N * F; /* beside the down GEMM's input gradient it is computed from */
                 g->be->swiglu_backward(dh, s->dbuf_a, a->fch, N, F, nt);
             } else {
@@ -756,9 +754,9 @@ void gpt_backward_stage(Gpt *g, int slot, int chunk, const float *dout) {
                           lp(g, p->attprojw), N, Ca, C, acc, nt);
         if (split) g->be->copy(a->wg_attproj, dbranch, (size_t)N * C * sizeof(float));
         Dropout da = cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off;
-        g->be->attention_backward(s->dbuf_a, s->att_scratch, s->dbuf_b, a->qkv, a->atty, a->lse, B, T, s->NHl, s->KVl, s->hs,
+        g->be->attention_backward(s->dbuf_a, s->att_scratch, s->dbuf_b, a->qkv, a->atty, a->lse, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs,
                                s->att_scale, da, s->mp.bf16, nt);
-        if (s->rms) g->be->rope_backward(s->dbuf_a, s->rope_cs, B, T, s->NHl, s->KVl, s->hs, 0, nt);
+        if (s->dim.rms) g->be->rope_backward(s->dbuf_a, s->rope_cs, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, 0, nt);
         if (s->mp.bf16) {
             if (dp->qkvb) g->be->cast_bf16_colsum(s->mp.a, dp->qkvb, s->dbuf_a, N, Q, acc, nt);
             else g->be->cast_bf16(s->mp.a, s->dbuf_a, (size_t)N * Q, nt);
@@ -805,7 +803,7 @@ void gpt_weight_stage(Gpt *g, int slot, int chunk) {
     ST_CHECK(slot >= 0 && slot < s->nslots && chunk >= 0 && chunk < sb->n && s->slots[slot].chunk == chunk);
     const GptSlot *sl = &s->slots[slot];
     bind_slot(g, slot, chunk);
-    int N = sl->B * sl->T, C = g->w.cfg.n_embd, Ca = s->Cl, F = s->Fl, Q = s->QKVl, H = s->Hl, nt = s->nt;
+    int N = sl->B * sl->T, C = g->w.cfg.n_embd, Ca = s->dim.Cl, F = s->dim.Fl, Q = s->dim.QKVl, H = s->dim.Hl, nt = s->nt;
     double t0 = timer_ms();
     for (int l = sb->last[chunk] - 1; l >= sb->first[chunk]; l--) {
         const BlockParams *p = &g->w.p.blocks[l];

@@ -297,19 +297,28 @@ int layout_head_chunk_rows(const ModelConfig *cfg, int B, int T) {
     return (int)rows;
 }
 
-/* The dimensions one tp rank works with: every tensor of the residual stream has Nl rows (N/tp
- * with sequence parallelism), the parallel regions N rows of their share of the columns. */
+ModelDims layout_dims(const ModelConfig *cfg, int tp) {
+    ModelDims d;
+    if (tp < 1) tp = 1;
+    d.C = cfg->n_embd, d.hs = cfg->n_embd / cfg->n_head;
+    d.Cl = cfg->n_embd / tp, d.Fl = cfg->ffn / tp, d.NHl = cfg->n_head / tp, d.KVl = cfg->n_kv_head / tp;
+    d.QKVl = layout_qkv_width(cfg) / tp;
+    d.rms = cfg->arch == ARCH_LLAMA;
+    d.Hl = d.rms ? 2 * d.Fl : d.Fl; /* the fc GEMM's output: Llama's gate|up */
+    d.Vl = vocab_local(cfg, tp);
+    return d;
+}
+
+/* The sizes one tp rank works with, as size_t: every tensor of the residual stream has Nl rows
+ * (N/tp with sequence parallelism), the parallel regions N rows of their share of the columns. */
 typedef struct { size_t N, Nl, C, Cl, Fl, NHl, Vl, QKVl, Hl; int rms; } TpDims;
 
 static TpDims tp_dims(const ModelConfig *cfg, int B, int T, int tp, int sp) {
+    ModelDims m = layout_dims(cfg, tp);
     TpDims d;
-    if (tp < 1) tp = 1;
-    d.N = (size_t)B * T, d.Nl = sp && tp > 1 ? d.N / (size_t)tp : d.N, d.C = (size_t)cfg->n_embd;
-    d.Cl = d.C / (size_t)tp, d.Fl = (size_t)cfg->ffn / (size_t)tp, d.NHl = (size_t)cfg->n_head / (size_t)tp;
-    d.Vl = (size_t)vocab_local(cfg, tp);
-    d.QKVl = (size_t)layout_qkv_width(cfg) / (size_t)tp;
-    d.rms = cfg->arch == ARCH_LLAMA;
-    d.Hl = d.rms ? 2 * d.Fl : d.Fl; /* the fc GEMM's output: Llama's gate|up */
+    d.N = (size_t)B * T, d.Nl = sp && tp > 1 ? d.N / (size_t)tp : d.N, d.C = (size_t)m.C;
+    d.Cl = (size_t)m.Cl, d.Fl = (size_t)m.Fl, d.NHl = (size_t)m.NHl, d.Vl = (size_t)m.Vl;
+    d.QKVl = (size_t)m.QKVl, d.Hl = (size_t)m.Hl, d.rms = m.rms;
     return d;
 }
 

@@ -156,6 +156,20 @@ typedef struct {
  * layout does not hold (another pipeline stage's) get NULL. */
 void layout_views(const ParamLayout *pl, float *base, ParamViews *v);
 
+/* The dimensions derived from a config and a tensor-parallel degree, computed once (layout_dims) for
+ * the model, the layout and the sizes `plan` prices: what one tp rank's GEMMs and kernels work on. */
+typedef struct {
+    int C, hs;         /* width, head size C/NH */
+    int Cl, Fl;        /* a rank's attention width C/tp and MLP width F/tp (GPT-2 F = 4C) */
+    int NHl, KVl;      /* a rank's query heads NH/tp and KV heads KV/tp (GPT-2: NHl) */
+    int QKVl, Hl;      /* the q|k|v GEMM's width (NHl + 2·KVl)·hs, the fc GEMM's (Llama gate|up: 2·Fl) */
+    int Vl;            /* vocabulary rows a rank holds (padded; the vocabulary-parallel split) */
+    int rms;           /* Llama: RMSNorm, RoPE, GQA, SwiGLU, no biases */
+} ModelDims;
+
+/* cfg validated, tp >= 1 dividing the heads. */
+ModelDims layout_dims(const ModelConfig *cfg, int tp);
+
 /* Activation floats saved by the forward pass for one micro-batch of B×T (no recompute),
  * per layer and in total; the exact sizes the trainer allocates. */
 typedef struct {
