@@ -96,6 +96,7 @@ cJSON *events_config_json(const TrainConfig *c) {
     add_num(o, "tp", c->tp > 0 ? c->tp : 1);
     add_num(o, "sp", c->sp);
     add_num(o, "pp", c->pp > 0 ? c->pp : 1);
+    cJSON_AddStringToObject(o, "device", c->device);
     cJSON_AddStringToObject(o, "pp_schedule", c->pp_schedule);
     cJSON_AddStringToObject(o, "pp_layers", c->pp_layers);
     add_num(o, "interleave", c->interleave > 0 ? c->interleave : 1);

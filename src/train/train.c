@@ -36,6 +36,7 @@
 #include "core/timer.h"
 #include "data/bpe.h"
 #include "data/loader.h"
+#include "model/backend.h"
 #include "model/gpt.h"
 #include "model/infer.h"
 #include "model/layout.h"
@@ -60,6 +61,7 @@ TrainConfig train_default_config(void) {
     c.steps = 1000;
     c.seed = 1337, c.data_seed = 42;
     c.threads = 2;
+    snprintf(c.device, sizeof c.device, "cpu");
     c.val_every = 100, c.val_batches = 10;
     c.keep_last = 3;
     c.sample_tokens = 64;
@@ -88,6 +90,8 @@ static void fmt_duration(double s, char *buf, size_t len) {
 }
 
 static Status validate(const TrainConfig *c, Err *err) {
+    const Backend *be;
+    if (backend_find(c->device, &be, err) != ST_OK) return ST_ERR_INPUT;
     if (c->micro_batch < 1)
         return err_set(err, ST_ERR_INPUT, "--micro-batch: expected a positive integer, found %d", c->micro_batch);
     if (c->seq_len < 1) return err_set(err, ST_ERR_INPUT, "--seq-len: expected a positive integer, found %d", c->seq_len);
@@ -664,12 +668,14 @@ static Status setup_model(Run *r, Err *err) {
     int B = c->micro_batch, T = c->seq_len, k = c->grad_accum, nt = c->threads;
     mm_set_threads(nt);
     GptOptions go = gpt_default_options();
+    Status st = backend_find(c->device, &go.backend, err);
+    if (st != ST_OK) return st;
     go.B = B, go.T = T, go.threads = nt, go.recompute = c->recompute;
     go.precision = c->fp16 ? GPT_FP16 : c->bf16 ? GPT_BF16 : GPT_FP32;
     go.tp = r->tp, go.tp_rank = r->tp_rank, go.sp = c->sp;
     if (r->pp > 1) go.stage = r->stage, go.slots = r->slots, go.split_backward = r->sched.split_backward;
     par_gpt_options(r->dp, c->zero, &go);
-    Status st = gpt_init(&r->g, &c->model, &go, &r->mem, err);
+    st = gpt_init(&r->g, &c->model, &go, &r->mem, err);
     if (st != ST_OK) return st;
     if (r->sliced && layout_init(&r->full, &c->model, 1) != 0)
         return err_set(err, ST_ERR_RUNTIME, "out of memory (the full layout)");
