@@ -93,7 +93,13 @@ static void launcher(char *out, size_t cap, int np, const char *env) {
 
 #define COMMON                                                                                                \
     "train --data " DIR "/train.bin --layers 2 --channels 32 --max-seq-len 32 --seq-len 32 --micro-batch 2 "    \
-    "--lr 2e-3 --min-lr 2e-4 --warmup 5 --val-every 0 --threads 1 --peak-gflops 100 --quiet"
+    "--lr 2e-3 --min-lr 2e-4 --warmup 5 --threads 1 --peak-gflops 100 --quiet"
+
+/* Validation for the runs of a part that compares it (g_val): the val shard, at steps 1, 5 and 10 on
+ * 2 micro-batches; otherwise none. */
+#define VAL_ON "--val-data " DIR "/val.bin --val-every 5 --val-batches 2"
+static int g_val;
+static const char *val_flags(void) { return g_val ? VAL_ON : "--val-every 0"; }
 
 /* One training run of the small model with `heads` heads: np 0 = one process without mpirun. extra
  * holds the grid (--tp, --sp, --zero) and anything else; append keeps the log (a resumed run
@@ -102,13 +108,13 @@ static int train_steps_env(const char *name, int np, int heads, int k, int steps
                            int append, double *secs) {
     char cmd[4096], launch[1024];
     launcher(launch, sizeof launch, np, env);
-    snprintf(cmd, sizeof cmd, "%s%s " COMMON " --heads %d --steps %d --grad-accum %d --log %s/%s.jsonl --out %s/%s_out %s",
-             launch, g_bin, heads, steps, k, DIR, name, DIR, name, extra ? extra : "");
+    snprintf(cmd, sizeof cmd, "%s%s " COMMON " %s --heads %d --steps %d --grad-accum %d --log %s/%s.jsonl --out %s/%s_out %s",
+             launch, g_bin, val_flags(), heads, steps, k, DIR, name, DIR, name, extra ? extra : "");
     char lg[1200], rm[1400];
     snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, name);
     snprintf(rm, sizeof rm, "rm -rf %s/%s_out", DIR, name);
     /* A new run starts without the log and weights of an earlier test run (never compared stale). */
-    if (!append && (remove(lg), system(rm) != 0)) return -1;
+    if (!append && (remove(lg), !tu_shell(rm))) return -1;
     return run(name, cmd, secs);
 }
 
@@ -221,6 +227,7 @@ static void equiv(void) {
         int heads;
     } REF[] = {{"ref", "", 2}, {"ref_h4", "", 4}, {"ref_drop", "--dropout 0.1", 2},
                {"ref_drop_full", "--dropout 0.1 --recompute full", 2}, {"ref_sel", "--recompute selective", 2}};
+    g_val = 1; /* every run of this part validates: the eval path under tp against one process */
     for (size_t i = 0; i < sizeof REF / sizeof REF[0]; i++) train_ok(REF[i].name, 0, REF[i].heads, 4, REF[i].extra);
     static const struct {
         const char *name, *ref, *extra;
@@ -242,7 +249,15 @@ static void equiv(void) {
         if (train_ok(RUN[i].name, RUN[i].np, RUN[i].heads, RUN[i].k, RUN[i].extra)) {
             compare_tol(RUN[i].name, RUN[i].ref, STEPS, RUN[i].heads == 4 ? &p4 : &p2, TOL);
             check_grid(RUN[i].name, RUN[i].dp, RUN[i].tp, RUN[i].sp);
+            rc_check_val(DIR, RUN[i].name, RUN[i].ref, 3, TOL.loss);
         }
+    /* Negative control of the validation comparison: the reference validated on other data. */
+    if (train_ok("ref_otherval", 0, 2, 4, "--val-data " DIR "/val_other.bin")) {
+        double vw = NAN;
+        int vn = 0, same = rc_val_diffs(DIR, "tp2", "ref_otherval", 3, &vw, &vn);
+        tu_check(same && vw > TOL.loss, "negative control: tp 2's validation losses against a reference validated on "
+                 "other data fail", "%d records, max rel %.2e (tol %g)", vn, vw, TOL.loss);
+    }
     /* Negative control of the grid check: the one-process reference is no tp 2 run. */
     char detail[512];
     tu_check(!grid_ok("ref", 1, 2, 0, detail, sizeof detail), "negative control: one process is not taken for tp 2",
@@ -265,6 +280,7 @@ static void equiv(void) {
 
     /* Negative control of the per-rank norm check: the last rank's norm of a real record one ulp off. */
     rc_check_norm_control(DIR, "tp4", 4);
+    g_val = 0;
     layout_free(&p2), layout_free(&p4);
 }
 
@@ -330,7 +346,7 @@ static int stop_then(const char *name, int heads, Grid a, Grid b, const char *fr
     double s1, s2;
     snprintf(ck, sizeof ck, "%s/%s_ck", DIR, name);
     snprintf(cmd, sizeof cmd, "rm -rf %s", ck);
-    if (system(cmd) != 0) return 0;
+    if (!tu_shell(cmd)) return 0;
     snprintf(ex, sizeof ex, "--ckpt-dir %s --stop-after 5 %s", ck, a.grid);
     int rc1 = train_env(name, a.np, heads, a.k, ex, NULL, 0, &s1);
     snprintf(ex, sizeof ex, "--ckpt-dir %s --resume auto %s", from_ck ? from_ck : ck, b.grid);
@@ -366,7 +382,7 @@ static void resume(void) {
         compare_tol("res_dp2tp2_tp4", "rref_h4", STEPS, &p4, TOL), check_grid("res_dp2tp2_tp4", 1, 4, 0);
     /* Negative control: a resume pointed at an empty --ckpt-dir (emptied first: the fresh start
      * saves its final checkpoint there) starts afresh; the comparison passes, the log check must not. */
-    if (system("rm -rf " DIR "/empty_ck") != 0 || file_mkdirs(DIR "/empty_ck", &(Err){0}) != ST_OK)
+    if (!tu_shell("rm -rf " DIR "/empty_ck") || file_mkdirs(DIR "/empty_ck", &(Err){0}) != ST_OK)
         tu_check(0, "empty checkpoint directory", "cannot make %s/empty_ck", DIR);
     if (stop_then("res_empty", 2, tp2, tp2, DIR "/empty_ck")) {
         double lw = NAN, nw = NAN;
@@ -403,7 +419,7 @@ static int worker(const char *name, int np, int tp, const char *policy, int spik
     char cmd[2048], launch[1024];
     double secs;
     snprintf(cmd, sizeof cmd, "rm -rf %s/%s_ck %s/%s_out", DIR, name, DIR, name);
-    if (system(cmd) != 0) return 0;
+    if (!tu_shell(cmd)) return 0;
     char lg[1200];
     snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, name);
     remove(lg);
@@ -446,7 +462,7 @@ static char *greedy(const char *name, const char *weights_dir) {
 static int break_copy(const char *src, const char *dst) {
     char cmd[2600], path[1200];
     snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", dst, src, dst);
-    if (system(cmd) != 0) return 0;
+    if (!tu_shell(cmd)) return 0;
     snprintf(path, sizeof path, "%s/model.safetensors", dst);
     char *buf;
     size_t len;
@@ -526,7 +542,7 @@ static void rest(void) {
     const char *bytes = "--data " DIR "/bytes.bin --tokenizer bytes";
     char ex[1400];
     snprintf(ex, sizeof ex, "%s --lr 1e-2 --min-lr 1e-3", bytes);
-    if (system("rm -rf " DIR "/exp_tp2_ck " DIR "/exp_hf") != 0 || !train_steps_ok("exp_base", 0, 2, 4, 200, ex)) return;
+    if (!tu_shell("rm -rf " DIR "/exp_tp2_ck " DIR "/exp_hf") || !train_steps_ok("exp_base", 0, 2, 4, 200, ex)) return;
     snprintf(ex, sizeof ex, "%s --init-from %s/exp_base_out/model.safetensors", bytes, DIR);
     if (!train_ok("exp_tp1", 0, 2, 4, ex)) return;
     snprintf(ex, sizeof ex, "%s --init-from %s/exp_base_out/model.safetensors --tp 2 --ckpt-dir %s/exp_tp2_ck", bytes,
@@ -758,6 +774,7 @@ int main(int argc, char **argv) {
     const char *what = argc > 4 ? argv[4] : "all";
     double t0 = timer_ms();
     rc_make_data(DIR);
+    rc_make_val_data(DIR, "val.bin", 0), rc_make_val_data(DIR, "val_other.bin", 1);
     if (!strcmp(what, "equiv") || !strcmp(what, "all")) equiv();
     if (!strcmp(what, "mixed") || !strcmp(what, "all")) mixed();
     if (!strcmp(what, "resume") || !strcmp(what, "all")) resume();
