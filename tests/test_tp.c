@@ -16,7 +16,9 @@
  * (1.6e-6 over the spike runs' 64), key bias ≤ 1.8e-5: the tp fault moves losses 1.3e-2, norms 0.34.
  *   equiv   tp 2, tp 4 (4 heads), tp 2 --sp, dp 2 × tp 2 at ZeRO 0–3, tp 2 --dropout 0.1, tp 2 --sp
  *           --dropout 0.1 --recompute full, tp 2 --recompute selective (each against one process with
- *           the same model, dropout and recompute flags). Negative controls: tp 2 with the test-only
+ *           the same model, dropout and recompute flags), each validating at steps 1, 5 and 10 on a
+ *           val shard: its val records' losses within 1e-6 of the reference's (negative control: tp 2
+ *           against a reference validated on other data fails). Negative controls: tp 2 with the test-only
  *           fault ST_PAR_TEST_TP_FAULT=1 (the backward skips its tp all-reduces: Megatron's f
  *           operator missing) must fail the loss/norm comparison; a step record with one rank's
  *           norm one ulp off must be reported unequal.
@@ -47,7 +49,11 @@
  *           (the same on every rank) naming the flag and both numbers, before the model is allocated
  *           (no log file: the log opens after the model). Negative control: the same commands with
  *           valid values (4 heads, 2 ranks, tp 2, 1 × 32, --sample-every 0) run and log.
- *   memory  tp 2, tp 2 --sp, dp 2 × tp 2 ZeRO 1, bf16 tp 2: every rank's state bytes equal the planned
+ *   memory  tp 2, tp 2 --sp, dp 2 × tp 2 ZeRO 1, bf16 tp 2, tp 2 --sp selective recompute, bf16 tp 2
+ *           full recompute: the first step's measured activation bytes equal a count made in the
+ *           test tensor by tensor from B, T, C, heads, L, tp, sp, recompute and precision
+ *           (act_bytes_closed; negative control: the count for tp 1, and without --sp, against the
+ *           tp 2 and --sp runs' bytes differ); every rank's state bytes equal the planned
  *           (planned_equals_measured, measured_by_rank), the start record's memory_planned
  *           activations and workspace equal the first step's measured ones, every rank allocated
  *           the same total. Negative control: the tp 2 plan's activations against the --sp run's
@@ -683,6 +689,39 @@ static int act_matches(const char *plan_of, const char *name, char *detail, size
     return pact == mact && pws == mws && pact > 0;
 }
 
+/* The activation bytes a tp rank of the memory runs' GPT-2 (B 2, T 32, C 32, 2 heads, 2 layers)
+ * holds, counted here tensor by tensor from what each block's forward saves (independent of
+ * model/layout.c): N = B·T rows, Nl = N/tp rows of the residual stream under --sp (N without);
+ * a tp rank has 1/tp of the heads and of the MLP's 4C columns.
+ *   block input (the embedding, block 0's):  Nl·C
+ *   per block: ln1 out Nl·C, its mean and rstd 2·Nl; qkv N·3C/tp; the attention's log-sum-exp per
+ *              (row, local head) N·(NH/tp); the attention output N·C/tp; res2 Nl·C; ln2 out Nl·C,
+ *              mean and rstd 2·Nl; fc out N·4C/tp; GELU out N·4C/tp; res3 Nl·C
+ *   the end:   lnf out Nl·C, its mean and rstd 2·Nl, the per-row losses N
+ * bf16 stores the two LayerNorm outputs and the GELU output in 2 bytes (rounded up to whole
+ * floats); selective recompute keeps those three in one shared copy instead of one per block;
+ * full recompute keeps only res3 per block and one shared copy of the rest. Floats × 4. */
+static double act_bytes_closed(int tp, int sp, int bf16, int recompute) {
+    const double B = 2, T = 32, C = 32, NH = 2, L = 2, N = B * T, Nl = sp ? N / tp : N;
+    double ln = bf16 ? ceil(Nl * C / 2) : Nl * C, gelu = bf16 ? ceil(N * 4 * C / tp / 2) : N * 4 * C / tp;
+    double cheap = 2 * ln + gelu;
+    double block = 2 * ln + 2 * 2 * Nl + N * 3 * C / tp + N * (NH / tp) + N * C / tp + Nl * C + N * 4 * C / tp + gelu +
+                   Nl * C;
+    double per = block, shared = 0;
+    if (recompute == 1) per = block - cheap, shared = cheap;
+    if (recompute == 2) per = Nl * C, shared = block - Nl * C;
+    return 4 * (Nl * C + L * per + (Nl * C + 2 * Nl + N) + shared);
+}
+
+/* The first step's measured activation bytes of run `name` (NaN if absent). */
+static double act_measured(const char *name) {
+    cJSON *all = records(name);
+    double v = num(cJSON_GetObjectItemCaseSensitive(memory_record(all, "allocated_total_by_rank"), "measured"),
+                   "activations");
+    cJSON_Delete(all);
+    return v;
+}
+
 /* The small-model checks of one run (see the header). */
 static void check_memory(const char *name, int world) {
     cJSON *all = records(name);
@@ -714,20 +753,38 @@ static void memory(void) {
     static const struct {
         const char *name, *extra;
         int np;
-    } RUN[] = {{"mem_tp2", "--tp 2", 2},
-               {"mem_tp2_sp", "--tp 2 --sp", 2},
-               {"mem_dp2_tp2_zero1", "--tp 2 --zero 1", 4},
-               {"mem_tp2_bf16", "--tp 2 --precision bf16", 2}};
+        int sp, bf16, recompute;
+    } RUN[] = {{"mem_tp2", "--tp 2", 2, 0, 0, 0},
+               {"mem_tp2_sp", "--tp 2 --sp", 2, 1, 0, 0},
+               {"mem_dp2_tp2_zero1", "--tp 2 --zero 1", 4, 0, 0, 0},
+               {"mem_tp2_bf16", "--tp 2 --precision bf16", 2, 0, 1, 0},
+               {"mem_tp2_sp_sel", "--tp 2 --sp --recompute selective", 2, 1, 0, 1},
+               {"mem_tp2_bf16_full", "--tp 2 --precision bf16 --recompute full", 2, 0, 1, 2}};
     for (size_t i = 0; i < sizeof RUN / sizeof RUN[0]; i++) {
         double secs;
         int rc = train_env(RUN[i].name, RUN[i].np, 2, 1, RUN[i].extra, NULL, 0, &secs);
         printf("%s: %.1f s\n", RUN[i].name, secs);
-        if (rc != 0) tu_check(0, RUN[i].name, "exit %d, see %s/%s.out", rc, DIR, RUN[i].name);
-        else check_memory(RUN[i].name, RUN[i].np);
+        if (rc != 0) {
+            tu_check(0, RUN[i].name, "exit %d, see %s/%s.out", rc, DIR, RUN[i].name);
+            continue;
+        }
+        check_memory(RUN[i].name, RUN[i].np);
+        double want = act_bytes_closed(2, RUN[i].sp, RUN[i].bf16, RUN[i].recompute), got = act_measured(RUN[i].name);
+        char what[160];
+        snprintf(what, sizeof what, "%s: measured activations == the tensor-by-tensor count of a tp rank's", RUN[i].name);
+        tu_check(got == want, what, "measured %.0f bytes, counted %.0f", got, want);
     }
     char detail[256];
     int caught = !act_matches("mem_tp2", "mem_tp2_sp", detail, sizeof detail);
     tu_check(caught, "negative control: the tp 2 plan's activations against the --sp run's measured ones", "%s", detail);
+    /* Controls of the count: the whole model's (tp 1) against tp 2's measured bytes, and the count
+     * without --sp against the --sp run's, must both differ. */
+    double m2 = act_measured("mem_tp2"), msp = act_measured("mem_tp2_sp");
+    double c1 = act_bytes_closed(1, 0, 0, 0), cnosp = act_bytes_closed(2, 0, 0, 0);
+    tu_check(m2 == m2 && m2 != c1 && msp == msp && msp != cnosp,
+             "negative control: the count for tp 1 against tp 2's measured activations, and without --sp against the "
+             "--sp run's, both differ", "tp 2 measured %.0f vs tp 1 count %.0f; --sp measured %.0f vs no-sp count %.0f",
+             m2, c1, msp, cnosp);
 
     /* RSS per rank on the big model. */
     Err e;
