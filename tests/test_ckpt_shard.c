@@ -10,9 +10,9 @@
  *
  * Parts (one CTest, the driver; it launches itself as the MPI worker):
  *   saves     1-process sharded and single-format saves; mpirun -np 2 (tp 2), -np 4 (dp 2 × pp 2),
- *             -np 8 (dp 2 × tp 2 × pp 2) sharded saves; each checkpoint loaded on 10 grids
+ *             -np 8 (dp 2 × tp 2 × pp 2) sharded saves; each checkpoint loaded on 11 grids
  *             (1 process, dp 2, tp 2, tp 4, pp 2, pp 4, interleaved pp 2, dp2×tp2×pp2, tp2×pp4,
- *             tp4×pp2), every rank of each;
+ *             tp4×pp2, dp2×pp2), every rank of each;
  *   faults    (-np 2) a rank failing at each stage (shard on rank 1, agree, begin, manifest, state,
  *             sync, rename on rank 0): every rank returns the same error naming the rank and file,
  *             `latest` and the previous checkpoint unchanged, no step dir, no .tmp dir; a tensor

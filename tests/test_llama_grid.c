@@ -6,8 +6,9 @@
  * within 1e-6 relative per step over 10 AdamW steps with clipping, every rank's norm bitwise
  * equal, final weights within 1e-5 per tensor), and resume vs uninterrupted (bit-exact losses).
  * Runs: dp 2 × ZeRO 0-3, tp 2 (with and without --sp), pp 2 (1f1b, zb-h1), pp 2 × tp 2, the tied
- * head at pp 2 (both ends hold wte), recompute selective and full (bit-identical to none), and a
- * checkpoint written at pp 2 resumed at dp 2 × ZeRO 3.
+ * head at pp 2 (both ends hold wte), recompute selective and full (bit-identical to none), a
+ * checkpoint written at pp 2 resumed at dp 2 × ZeRO 3, and one written at tp 2 (the KV heads split)
+ * resumed in one process and at dp 2 × ZeRO 1 (steps 6-10 within 1e-6 of the tp 2 run).
  * Negative controls (each must fail the comparison it stands for): the reduced gradients doubled
  * (ST_PAR_TEST_GRAD_SCALE=2), the tp all-reduces of the backward skipped (ST_PAR_TEST_TP_FAULT=1),
  * the tied wte's exchange left out at pp 2 (ST_PAR_TEST_PP_FAULT=1); for the resume, the
@@ -333,6 +334,38 @@ static void resume(void) {
     tu_check(res && differs, "negative control: a resume from another run's step 5 (other weights) fails the steps 6-10 "
              "comparison", "exit %d, %d; resume check %s (%s); steps 6-10 %s", rc, rc2, res ? "passes" : "FAILS", why,
              differs ? "differ" : "EQUAL");
+
+    /* Across tp (GQA: the 2 KV heads split over tp 2, then whole): a tp 2 checkpoint at step 5
+     * resumed in one process and at dp 2 x ZeRO 1 continues the uninterrupted tp 2 run (steps 6-10
+     * within the grid tolerance; tp changes the summation order, so not bit for bit). Control: the
+     * other seed's continuation ("wrong") against the same run fails the same comparison. */
+    char ckt[1200];
+    snprintf(ckt, sizeof ckt, "%s/ck_tp2/step_00000005", DIR);
+    snprintf(rm, sizeof rm, "rm -rf %s/ck_tp2", DIR);
+    snprintf(extra, sizeof extra, "--tp 2 --ckpt-every 5 --ckpt-dir %s/ck_tp2", DIR);
+    rc = tu_shell(rm) ? run("full_tp2", 2, 4, STEPS, extra, NULL, 0) : -1;
+    tu_check(rc == 0, "llama tp 2 with checkpoints ran", "exit %d", rc);
+    static const struct { const char *name, *grid; int np, k, world; } TO[] = {
+        {"tp2_to_1", "", 0, 4, 1}, {"tp2_to_dp2", "--zero 1", 2, 2, 2}};
+    for (size_t i = 0; i < sizeof TO / sizeof TO[0]; i++) {
+        snprintf(extra, sizeof extra, "%s --resume %s", TO[i].grid, ckt);
+        rc = run(TO[i].name, TO[i].np, TO[i].k, STEPS, extra, NULL, 0);
+        char what[200];
+        res = rc == 0 && resumed_from(TO[i].name, ckt, 5, STEPS, TO[i].world, why, sizeof why);
+        snprintf(what, sizeof what, "llama checkpoint of tp 2 resumed %s: the log's run starts from step 5's checkpoint",
+                 TO[i].np ? "at dp 2 x ZeRO 1" : "in one process");
+        tu_check(res, what, "exit %d; %s", rc, why);
+        double wl = NAN, wn = NAN;
+        ok = rc == 0 && rc_read_log(DIR, TO[i].name, &a) && rc_read_log(DIR, "full_tp2", &b) && a.n == STEPS && b.n == STEPS;
+        if (ok) wl = rc_max_rel(a.loss + 5, b.loss + 5, STEPS - 5), wn = rc_max_rel(a.norm + 5, b.norm + 5, STEPS - 5);
+        snprintf(what, sizeof what, "llama checkpoint of tp 2 resumed %s: steps 6-10 within 1e-6 of the tp 2 run",
+                 TO[i].np ? "at dp 2 x ZeRO 1" : "in one process");
+        tu_check(ok && wl <= TOL.loss && wn <= TOL.norm, what, "exit %d; losses max rel %.2e, norms %.2e", rc, wl, wn);
+    }
+    ok = rc_read_log(DIR, "wrong", &a) && rc_read_log(DIR, "full_tp2", &b) && a.n == STEPS && b.n == STEPS;
+    double cl = ok ? rc_max_rel(a.loss + 5, b.loss + 5, STEPS - 5) : NAN;
+    tu_check(ok && cl > TOL.loss, "negative control: another seed's steps 6-10 against the tp 2 run fail the comparison",
+             "losses max rel %.2e (tol %g)", cl, TOL.loss);
 }
 
 int main(int argc, char **argv) {
