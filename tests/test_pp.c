@@ -2,20 +2,28 @@
  * against one process on the same global batch.
  *
  * equiv   10 steps of AdamW + clipping: pp 2 and pp 4 with gpipe, 1f1b and zb-h1, pp 2 interleaved (v = 2),
- *         pp 2 × dp 2 at ZeRO 1, pp 2 × tp 2, dp 2 × tp 2 × pp 2 (8 ranks). Oracle: one process with
+ *         pp 2 × dp 2 at ZeRO 1, pp 2 × tp 2, dp 2 × tp 2 × pp 2 (8 ranks), zb-h1 and interleaved each
+ *         with dp 2 (ZeRO 1) and with tp 2; every run validates at steps 1, 5, 10. Oracle: one process with
  *         the same micro-batches (grad-accum × dp). Losses and gradient norms per step within 1e-6
  *         relative, every rank's logged norm bitwise equal, final weights per tensor within 1e-5
  *         (relative norm; the key bias by an absolute bound, runcmp.h says why), each rank's
- *         parameter, gradient and moment bytes equal to its own plan (the start's memory record), and
- *         the step record's pipeline bubble present with the formula's value (p−1)/(v·m+p−1) (zb-h1:
- *         the schedule simulated with the measured F, B and W times).
+ *         parameter, gradient and moment bytes equal to its own plan (the start's memory record), the
+ *         val records' losses within 1e-6 of the reference's, the step record's pipeline bubble
+ *         formula (p−1)/(v·m+p−1), for zb-h1 a timeline the test recomputes from the logged
+ *         per-stage mean F, B and W times (zbh1_bubble, written from the paper), and every stage's
+ *         count of ops: m·v forwards and backwards, m weight-gradient passes under zb-h1, none
+ *         otherwise (the record's *_ops_by_stage).
  *         Negative controls: the tied wte's gradient exchange between the first and last stage
  *         skipped (ST_PAR_TEST_PP_FAULT=1) must fail the comparison; the pp 2 run against the
- *         reference of another batch (grad-accum 8) must fail it.
+ *         reference of another batch (grad-accum 8) must fail it; pp 2's validation against a
+ *         reference validated on other data must fail; pp 4 zb-h1's record with one W pass short
+ *         must fail the count, and its bubble must differ from the timeline without zb-h1's
+ *         held-back W's.
  * mixed   bf16 at pp 2 (1f1b, zb-h1) against one process in bf16 within 3× bf16's own spread (another
  *         micro-batch split in one process), losses within 1e-4; control: the tied exchange skipped.
  * resume  dp 2 × tp 2 × pp 2 stops at step 5 with a checkpoint written by every rank (a manifest
- *         and rank files); it resumes on 1 rank, on 2 (pp 2) and on 4 (pp 4) and continues the
+ *         and exactly 8 rank files, each named once in it; control: the copy without rank 5's file
+ *         fails the count); it resumes on 1 rank, on 2 (pp 2) and on 4 (pp 4) and continues the
  *         uninterrupted one-process trajectory (losses, norms, weights), the log showing the resume
  *         from step 5; a rank exiting while it writes its file (ST_CKPT_FAIL_AT=shard:exit on rank 3)
  *         leaves step 5 `latest`, no step 6, and step 5 resumes; a byte flipped in one rank's file is
