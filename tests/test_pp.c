@@ -573,6 +573,13 @@ static void accepted(const char *name, int np, const char *extra) {
 }
 
 static void refuse(void) {
+    /* Negative control of the setup checks (tu_shell): a failing command returns 0 and records a
+     * failed check (taken back here, so only this control's own verdict counts). */
+    printf("(the next FAIL line is this control's own, expected)\n");
+    int before = tu_failures, ret = tu_shell("exit 3"), recorded = tu_failures == before + 1;
+    tu_failures = before;
+    tu_check(ret == 0 && recorded, "negative control: a failing setup command fails the test", "tu_shell returned %d, "
+             "%s a failed check", ret, recorded ? "recorded" : "did NOT record");
     refused("pp_zero2", 2, "--pp 2 --zero 2", (const char *[]){"--zero 2", "--pp 2", "DeepSpeed"}, 3);
     accepted("pp_zero1", 2, "--pp 2 --zero 1");
     refused("pp_zb_rc", 2, "--pp 2 --pp-schedule zb-h1 --recompute full", (const char *[]){"zb-h1", "--recompute full"},
