@@ -174,14 +174,15 @@ static int stage_array(const cJSON *pj, const char *k, double *v, int pp) {
  * passes (none otherwise) in the step of record pj; why says what the record holds. */
 static int op_counts_ok(const cJSON *pj, int pp, int m, int v, int split, char *why, size_t cap) {
     double f[8], b[8], w[8];
-    int ok = pp <= 8 && stage_array(pj, "forward_ops_by_stage", f, pp) && stage_array(pj, "backward_ops_by_stage", b, pp) &&
-             stage_array(pj, "weight_ops_by_stage", w, pp);
-    int n = snprintf(why, cap, "want F %d, B %d, W %d per stage; got", m * v, m * v, split ? m : 0);
-    for (int q = 0; ok && q < pp; q++) {
+    int arrays = pp <= 8 && stage_array(pj, "forward_ops_by_stage", f, pp) &&
+                 stage_array(pj, "backward_ops_by_stage", b, pp) && stage_array(pj, "weight_ops_by_stage", w, pp);
+    int n = snprintf(why, cap, "want F %d, B %d, W %d per stage; got%s", m * v, m * v, split ? m : 0,
+                     arrays ? "" : " no by-stage counts of pp entries");
+    int ok = arrays;
+    for (int q = 0; arrays && q < pp; q++) {
         n += snprintf(why + n, n < (int)cap ? cap - (size_t)n : 0, " [%g %g %g]", f[q], b[q], w[q]);
-        ok = f[q] == m * v && b[q] == m * v && w[q] == (split ? m : 0);
+        ok = ok && f[q] == m * v && b[q] == m * v && w[q] == (split ? m : 0);
     }
-    if (!ok && n < 40) snprintf(why + n, cap - (size_t)n, " (by-stage counts missing or wrong)");
     return ok;
 }
 
