@@ -225,6 +225,9 @@ typedef struct {
     double *by_rank;            /* world doubles: one value per rank, for per-rank records */
     double *by_rank2;
     double *pp_idle;            /* world doubles: each rank's pipeline idle time of the step */
+    /* Each pipeline stage's mean forward, backward and weight-pass time (ms per op) and its count
+     * of each op in the step (the first rank of the stage's): the step record's by-stage figures. */
+    double pp_stage_ms[3][SCHED_MAX_P], pp_stage_ops[3][SCHED_MAX_P];
     EventLog log;
     CkptAsync *async;           /* one process: the background writer of the whole state */
     CkptShardAsync *sasync;     /* several ranks: each rank's background writer (ckpt/shard.h) */
@@ -1563,7 +1566,7 @@ static Status report_memory(Run *r, Step *s, Err *err) {
  * GPipe, 1F1B and interleaved over the step, which assumes equal stages), and the schedule
  * simulated with each stage's measured mean forward, backward and weight-pass times (the uneven
  * stages included). pp_idle gets each rank's idle time. */
-static Status pipeline_bubble(Run *r, double out[3], Err *err) {
+static Status pipeline_bubble(Run *r, Step *s, double out[3], Err *err) {
     const PpStats *p = &r->pps;
     double v[2] = {p->idle_ms, p->idle_ms + p->busy_ms};
     Status st = comm_allreduce_f64(r->comm, v, 2, COMM_SUM, err);
@@ -1577,7 +1580,16 @@ static Status pipeline_bubble(Run *r, double out[3], Err *err) {
     for (int q = 0; q < r->pp; q++) {
         int wr = q * r->dp * r->tp;
         f[q] = all[wr], b[q] = all[r->world + wr], w[q] = all[2 * r->world + wr];
+        r->pp_stage_ms[0][q] = f[q], r->pp_stage_ms[1][q] = b[q], r->pp_stage_ms[2][q] = w[q];
     }
+    /* The op counts, for the record only (the tests' check that every W pass ran): their gathers
+     * are the record's cost, not the step's communication. */
+    CommStats before = r->comm->stats;
+    double cnt[3] = {p->nf, p->nb, p->nw};
+    for (int i = 0; i < 3 && st == ST_OK; i++) st = comm_allgather_f64(r->comm, cnt[i], all + (size_t)i * r->world, err);
+    for (int q = 0; q < r->pp && st == ST_OK; q++)
+        for (int i = 0; i < 3; i++) r->pp_stage_ops[i][q] = all[(size_t)i * r->world + (size_t)q * r->dp * r->tp];
+    step_comm_exclude(r, s, &before);
     free(all);
     if (st != ST_OK) return st;
     double m = r->sched.m, P = r->pp, vv = r->sched.v;
@@ -1623,7 +1635,7 @@ static Status step_report(Run *r, Step *s, Err *err) {
         fflush(stdout);
     }
     double pipe[4] = {0, 0, 0, 0}; /* pp > 1: bubble measured, formula, simulated; idle of this rank */
-    if (r->pp > 1 && (st = pipeline_bubble(r, pipe, err)) != ST_OK) return st;
+    if (r->pp > 1 && (st = pipeline_bubble(r, s, pipe, err)) != ST_OK) return st;
     double comm_ms = r->comm->stats.wait_ms_total - s->comm_ms0, by_kind[COMM_NKIND], tp_ms = 0;
     for (int k = 0; k < COMM_NKIND; k++) {
         by_kind[k] = (double)(r->comm->stats.bytes[k] - s->cs0.bytes[k]);
@@ -1642,7 +1654,9 @@ static Status step_report(Run *r, Step *s, Err *err) {
                    .comm_bytes_by_kind = by_kind, .ms_optimizer = s->t3 - s->t2, .ms_checkpoint = s->ckpt_ms,
                    .pp = r->pp, .pp_idle_ms = r->pps.idle_ms, .pp_busy_ms = r->pps.busy_ms, .pp_f_ms = r->pps.f_ms,
                    .pp_b_ms = r->pps.b_ms, .pp_w_ms = r->pps.w_ms, .pp_bubble = pipe[0], .pp_bubble_formula = pipe[1], .pp_bubble_sim = pipe[2],
-                   .pp_idle_by_rank = r->pp > 1 ? r->pp_idle : NULL, .noise = r->noise_on ? s->noise : NULL,
+                   .pp_idle_by_rank = r->pp > 1 ? r->pp_idle : NULL,
+                   .pp_stage_ms = {r->pp_stage_ms[0], r->pp_stage_ms[1], r->pp_stage_ms[2]},
+                   .pp_stage_ops = {r->pp_stage_ops[0], r->pp_stage_ops[1], r->pp_stage_ops[2]}, .noise = r->noise_on ? s->noise : NULL,
                    .noise_by_replica = r->noise_rep, .dp = r->dp,
                    .nseg = r->ls_nseg && s->updated ? r->ls_nseg : 0, .seg_grad = r->ls_grad, .seg_weight = r->ls_weight,
                    .seg_update = r->ls_update, .sophia = c->optim.kind == OPT_SOPHIA, .ms_hessian = s->hess_ms,
