@@ -137,18 +137,11 @@ static Status sink_write(void *ctx, const void *p, size_t n, Err *err) {
     }
     s->writes++;
     XXH3_64bits_update(s->h, p, n);
-    const char *c = p;
     s->bytes += n;
-    while (n > 0) {
-        ssize_t w = write(s->fd, c, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return err_set(err, ST_ERR_RUNTIME, "%s: write failed: %s", s->path, strerror(errno));
-        }
-        c += w, n -= (size_t)w;
-    }
+    Status st = file_write_fd(s->fd, p, n, s->path, err);
+    if (st != ST_OK) return st;
     if (s->o && s->o->progress && s->done) {
-        *s->done += (uint64_t)(c - (const char *)p);
+        *s->done += (uint64_t)n;
         s->o->progress(s->o->progress_ctx, *s->done < s->total ? *s->done : s->total, s->total);
     }
     return ST_OK;

@@ -550,16 +550,7 @@ typedef struct {
 
 static Status fd_sink(void *ctx, const void *p, size_t n, Err *err) {
     FdSink *s = ctx;
-    const char *c = p;
-    while (n > 0) {
-        ssize_t w = write(s->fd, c, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return err_set(err, ST_ERR_RUNTIME, "%s: write failed: %s", s->path, strerror(errno));
-        }
-        c += w, n -= (size_t)w;
-    }
-    return ST_OK;
+    return file_write_fd(s->fd, p, n, s->path, err);
 }
 
 /* Streams tensors t[0..n) into dir/name through a temporary file, then fsync and rename. */

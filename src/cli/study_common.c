@@ -10,6 +10,7 @@
 
 #include "cli/train_args.h"
 #include "core/fileio.h"
+#include "core/stats.h"
 #include "train/train.h"
 
 Status study_parse_list(const char *flag, const char *s, double *v, int *n, Err *err) {
@@ -66,24 +67,7 @@ double study_jnum(const cJSON *o, const char *k) {
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-double study_median(const double *v, int n) {
-    double *t = n > 0 ? malloc(sizeof(double) * (size_t)n) : NULL;
-    int k = 0;
-    for (int i = 0; t && i < n; i++)
-        if (isfinite(v[i])) t[k++] = v[i];
-    double m = NAN;
-    if (k) {
-        qsort(t, (size_t)k, sizeof *t, cmp_double);
-        m = k % 2 ? t[k / 2] : 0.5 * (t[k / 2 - 1] + t[k / 2]);
-    }
-    free(t);
-    return m;
-}
+double study_median(const double *v, int n) { return n > 0 ? stats_median(v, (size_t)n) : NAN; }
 
 cJSON *study_spec_new(const char *name, int T, int B, int threads, int vb, cJSON **base) {
     cJSON *spec = cJSON_CreateObject();

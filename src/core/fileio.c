@@ -32,17 +32,21 @@ Status file_atomic_open(FileAtomic *f, const char *path, Err *err) {
     return ST_OK;
 }
 
-Status file_atomic_write(FileAtomic *f, const void *buf, size_t n, Err *err) {
+Status file_write_fd(int fd, const void *buf, size_t n, const char *name, Err *err) {
     const char *p = buf;
     while (n > 0) {
-        ssize_t w = write(f->fd, p, n);
+        ssize_t w = write(fd, p, n);
         if (w < 0) {
             if (errno == EINTR) continue;
-            return err_set(err, ST_ERR_RUNTIME, "%s: write failed: %s", f->tmp, strerror(errno));
+            return err_set(err, ST_ERR_RUNTIME, "%s: write failed: %s", name, strerror(errno));
         }
         p += w, n -= (size_t)w;
     }
     return ST_OK;
+}
+
+Status file_atomic_write(FileAtomic *f, const void *buf, size_t n, Err *err) {
+    return file_write_fd(f->fd, buf, n, f->tmp, err);
 }
 
 Status file_atomic_commit(FileAtomic *f, Err *err) {

@@ -23,6 +23,10 @@ Status file_atomic_write(FileAtomic *f, const void *buf, size_t n, Err *err);
 Status file_atomic_commit(FileAtomic *f, Err *err);
 void file_atomic_abort(FileAtomic *f);
 
+/* Writes all n bytes of buf to the open descriptor fd (retrying short writes and EINTR), the one
+ * write loop of the project. Errors (ST_ERR_RUNTIME): "<name>: write failed: <errno text>". */
+Status file_write_fd(int fd, const void *buf, size_t n, const char *name, Err *err);
+
 /* Writes the concatenation of n buffers. Errors name the path. */
 Status file_write_atomic(const char *path, const void *const *bufs, const size_t *lens, int n, Err *err);
 
