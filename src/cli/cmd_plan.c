@@ -15,7 +15,9 @@
 #include "cli/hwprobe.h"
 #include "core/fileio.h"
 #include "core/mem.h"
+#include "model/config.h"
 #include "model/layout.h"
+#include "optim/optim.h"
 #include "parallel/schedule.h"
 #include "plan/plan.h"
 #include "plan/plan_json.h"
@@ -434,8 +436,8 @@ int cmd_plan(int argc, char **argv) {
             snprintf(in.model.name, sizeof in.model.name, "custom");
             in.model.n_layer = layers, in.model.n_head = heads, in.model.d_model = channels;
             in.model.vocab = vocab, in.model.max_seq = max_seq;
-            /* Llama's SwiGLU width: 2/3 of 4C rounded up to a multiple of 256. */
-            in.model.d_ff = ffn > 0 || SEEN("ffn") ? ffn : (int)((((long long)8 * channels / 3) + 255) / 256 * 256);
+            /* Llama's SwiGLU width: 2/3 of 4C rounded up to a multiple of 256, as the trainer's. */
+            in.model.d_ff = ffn > 0 || SEEN("ffn") ? ffn : model_llama_ffn(channels, 256);
         } else {
             snprintf(err.msg, sizeof err.msg, "--arch: expected gpt2 or llama, found '%s'", arch);
             return cli_fail("plan", ST_ERR_INPUT, err.msg);
@@ -461,16 +463,13 @@ int cmd_plan(int argc, char **argv) {
     else if (SEEN("master-bytes")) in.prec.master = -1; /* rejected by plan_validate */
     if (SEEN("moment-bytes")) in.prec.moment = ob;
     if (SEEN("act-bytes")) in.prec.act = ab;
-    if (!strcmp(optimizer, "adamw") || !strcmp(optimizer, "adam")) in.n_moments = 2;
-    else if (!strcmp(optimizer, "muon")) in.n_moments = 2, in.muon = 1;
-    else if (!strcmp(optimizer, "shampoo")) in.n_moments = 2, in.shampoo = 1;
-    else if (!strcmp(optimizer, "sophia")) in.n_moments = 2, in.hess_every = SEEN("hess-every") ? hess_every : 10;
-    else if (!strcmp(optimizer, "sgd") || !strcmp(optimizer, "lion")) in.n_moments = 1;
-    else {
-        snprintf(err.msg, sizeof err.msg, "--optimizer: expected adamw, adam, sgd, lion, muon, shampoo or sophia, found '%s'",
-                 optimizer);
-        return cli_fail("plan", ST_ERR_INPUT, err.msg);
-    }
+    /* The moment buffers are the trainer's (optim_num_moments), one source for both. */
+    OptimKind okind;
+    if ((st = optim_parse_kind(optimizer, &okind, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+    OptimConfig ocfg = optim_default_config(okind);
+    in.n_moments = optim_num_moments(&ocfg);
+    in.muon = okind == OPT_MUON, in.shampoo = okind == OPT_SHAMPOO;
+    if (okind == OPT_SOPHIA) in.hess_every = SEEN("hess-every") ? hess_every : 10;
     if (SEEN("hess-every") && strcmp(optimizer, "sophia"))
         return cli_fail("plan", ST_ERR_INPUT, "--hess-every: would change nothing here; expected --optimizer sophia");
     if (SEEN("hess-every") && hess_every < 1) {
