@@ -13,7 +13,8 @@
 
 #include "cli/args.h"
 #include "cli/cmds.h"
-#include "cli/sweep.h"
+#include "cli/train_flags.h"
+#include "study/sweep.h"
 
 int cmd_sweep(int argc, char **argv, Comm *comm) {
     char out[1024] = "", only[160] = "", fmt[16] = "train";
@@ -47,11 +48,11 @@ int cmd_sweep(int argc, char **argv, Comm *comm) {
     /* The output directory is needed to name the runs' files: read the name first if not given. */
     Sweep s;
     if (!out[0]) {
-        if ((st = sweep_load(&s, pos[0], "sweep-out", comm, &err)) != ST_OK) return cli_fail("sweep", st, err.msg);
+        if ((st = sweep_load(&s, pos[0], "sweep-out", comm, cli_train_flags(), &err)) != ST_OK) return cli_fail("sweep", st, err.msg);
         snprintf(out, sizeof out, "sweep-%s", s.name);
         sweep_free(&s);
     }
-    if ((st = sweep_load(&s, pos[0], out, comm, &err)) != ST_OK) return cli_fail("sweep", st, err.msg);
+    if ((st = sweep_load(&s, pos[0], out, comm, cli_train_flags(), &err)) != ST_OK) return cli_fail("sweep", st, err.msg);
     int root = !comm || comm->rank == 0, rc = 0;
     if (dry) {
         if (root && (st = sweep_print_dry_run(&s, comm, json, &err)) != ST_OK) rc = cli_fail("sweep", st, err.msg);
