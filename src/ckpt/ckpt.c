@@ -20,7 +20,6 @@
 
 #include "ckpt/ckpt_internal.h"
 #include "ckpt/safetensors.h"
-#include "ckpt/shard.h"
 #include "core/fileio.h"
 #include "core/timer.h"
 
@@ -831,24 +830,6 @@ Status ckpt_verify(const char *ckpt_path, Err *err) {
         st = ckpt_check_file(ckpt_path, files.e[i].name, &files.e[i].sum, NULL, NULL, NULL, err);
     ckpt_files_free(&files);
     return st;
-}
-
-Status ckpt_load(const char *ckpt_path, GptWeights *w, const CkptOptState *opt, CkptMeta *meta, Err *err) {
-    return ckpt_load_progress(ckpt_path, w, opt, meta, NULL, NULL, err);
-}
-
-Status ckpt_load_progress(const char *ckpt_path, GptWeights *w, const CkptOptState *opt, CkptMeta *meta,
-                          CkptProgressFn progress, void *progress_ctx, Err *err) {
-    CkptOptState none = {0};
-    if (!opt) opt = &none;
-    if (ckpt_is_sharded(ckpt_path)) {
-        /* A sharded checkpoint's "params" are the fp32 weights (the master under mixed precision). */
-        Status st = ckpt_shard_load(ckpt_path, &w->layout, w->params, opt->m, opt->v, meta, err);
-        if (st == ST_OK && opt->master) memcpy(opt->master, w->params, w->layout.total * sizeof(float));
-        return st;
-    }
-    return ckpt_load_single(ckpt_path, &w->layout, w->params, opt->m, opt->v, opt->master, meta, progress,
-                            progress_ctx, err);
 }
 
 Status ckpt_load_single(const char *ckpt_path, const ParamLayout *pl, float *params, float *mom1, float *mom2,

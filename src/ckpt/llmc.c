@@ -18,7 +18,6 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt/safetensors.h"
-#include "ckpt/shard.h"
 #include "core/fileio.h"
 
 #define LLMC_MAGIC 20240326
@@ -168,7 +167,7 @@ Status ckpt_init_from(GptWeights *w, const char *path, Err *err) {
         snprintf(p, sizeof p, "%s/model.safetensors", path);
         if ((st = hf_config_check(w, path, err)) != ST_OK) return st;
         (void)p;
-        return st_load_hf_weights(w, path, err); /* one file, HF's sharded files, or our sharded checkpoint */
+        return ckpt_load_weights(w, path, err); /* one file, HF's sharded files, or our sharded checkpoint */
     }
     int h[256];
     int r = llmc_header(path, h);

@@ -3,7 +3,6 @@
  * Contents: the HF name map | writer (st_write) | parser (st_parse, st_read_f32) | HF model
  * image on raw buffers | the folder-level API (st_save_hf, st_load_hf_*). */
 #include "ckpt/safetensors.h"
-#include "ckpt/shard.h"
 #include "data/bpe.h"
 
 #include <cjson/cJSON.h>
@@ -843,8 +842,6 @@ static Status load_hf_index(GptWeights *w, const char *dir, const char *ixpath, 
 }
 
 Status st_load_hf_weights(GptWeights *w, const char *dir, Err *err) {
-    /* A sharded checkpoint has no model.safetensors: assemble the weights from its rank files. */
-    if (ckpt_is_sharded(dir)) return ckpt_shard_load(dir, &w->layout, w->params, NULL, NULL, NULL, err);
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     if (access(path, F_OK) == 0) return load_hf_index(w, dir, path, err);
