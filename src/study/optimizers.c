@@ -35,6 +35,7 @@
 
 #include "core/fileio.h"
 #include "report/figures.h"
+#include "report/report.h"
 #include "study/studies.h"
 
 /* ================================================================ the optimizers */
@@ -206,7 +207,8 @@ static void os_free(OptRes *r) {
 /* The full run's log at path (steps long) into r: per step the training loss, tokens_seen,
  * time_ms.total − checkpoint, time_ms.optimizer and the validation loss; then the running
  * training seconds, the evaluations in step order, the final validation loss, the medians. 0 if
- * the log cannot be read or holds no step. */
+ * the log cannot be read or holds no step. The log is read by report_load_run (the one reader of
+ * metrics logs; its last run). */
 static int os_read_log(OptRes *r, const char *path, long steps) {
     size_t n = (size_t)steps + 1;
     double **arr[] = {&r->loss, &r->tokens, &r->ms, &r->opt_ms, &r->val, &r->sec, &r->vtok, &r->vsec, &r->vloss};
@@ -215,34 +217,35 @@ static int os_read_log(OptRes *r, const char *path, long steps) {
         if (!*arr[k]) return 0;
         for (size_t i = 0; i < n; i++) (*arr[k])[i] = NAN;
     }
-    char *text = NULL;
-    size_t len;
+    ReportRun *rr = calloc(1, sizeof *rr);
     Err e;
-    if (file_read_all(path, &text, &len, &e) != ST_OK) return 0;
-    r->last = 0, r->weight_decay = NAN;
-    char *save = NULL;
-    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-        cJSON *o = cJSON_Parse(line);
-        const cJSON *ev = cJSON_GetObjectItem(o, "event");
-        long step = (long)study_jnum(o, "step");
-        if (!cJSON_IsString(ev)) {
-            cJSON_Delete(o);
-            continue;
-        }
-        if (!strcmp(ev->valuestring, "start")) {
-            r->weight_decay = study_jnum(cJSON_GetObjectItem(o, "config"), "weight_decay");
-        } else if (!strcmp(ev->valuestring, "step") && step >= 1 && step <= steps) {
-            const cJSON *tm = cJSON_GetObjectItem(o, "time_ms");
-            double ck = study_jnum(tm, "checkpoint");
-            r->loss[step] = study_jnum(o, "loss"), r->tokens[step] = study_jnum(o, "tokens_seen");
-            r->ms[step] = study_jnum(tm, "total") - (isfinite(ck) ? ck : 0), r->opt_ms[step] = study_jnum(tm, "optimizer");
-            if (step > r->last) r->last = step;
-        } else if (!strcmp(ev->valuestring, "val") && step >= 1 && step <= steps) {
-            r->val[step] = study_jnum(o, "loss");
-        }
-        cJSON_Delete(o);
+    if (!rr || report_load_run(rr, path, &e) != ST_OK) {
+        if (rr) report_run_free(rr);
+        free(rr);
+        return 0;
     }
-    free(text);
+    const ReportRun *x = rr; /* the file's last run (a resumed run is one; a fresh start a new one) */
+    while (x->next) x = x->next;
+    r->last = 0, r->weight_decay = NAN;
+    if (x->config) {
+        cJSON *cfg = cJSON_Parse(x->config);
+        r->weight_decay = study_jnum(cfg, "weight_decay");
+        cJSON_Delete(cfg);
+    }
+    for (size_t i = 0; i < x->step[REP_STEP].n; i++) {
+        double sv = x->step[REP_STEP].v[i], ck = x->step[REP_T_CKPT].v[i];
+        if (!(sv >= 1 && sv <= (double)steps)) continue;
+        long step = (long)sv;
+        r->loss[step] = x->step[REP_LOSS].v[i], r->tokens[step] = x->step[REP_TOKENS].v[i];
+        r->ms[step] = x->step[REP_T_TOTAL].v[i] - (isfinite(ck) ? ck : 0), r->opt_ms[step] = x->step[REP_T_OPT].v[i];
+        if (step > r->last) r->last = step;
+    }
+    for (size_t i = 0; i < x->val_step.n; i++) {
+        double sv = x->val_step.v[i];
+        if (sv >= 1 && sv <= (double)steps) r->val[(long)sv] = x->val_loss.v[i];
+    }
+    report_run_free(rr);
+    free(rr);
     if (r->last < 1) return 0;
     double t = 0;
     r->sec[0] = 0;
@@ -700,28 +703,29 @@ static cJSON *os_summary(const OptRes *res, int n, int ref, const OsSetup *su, c
 /* ================================================================ step timing (phase 3) */
 
 /* The step times of a timing log (steps >= 2: the first step allocates and warms up) appended to
- * ms[*n] and opt[*n] (at most cap). Returns 1 when the log holds an end record (the run finished). */
+ * ms[*n] and opt[*n] (at most cap). Returns 1 when the log's last run has an end record (it
+ * finished); report_load_run reads it. */
 static int os_timing_read(const char *path, double *ms, double *opt, int *n, int cap) {
-    char *text = NULL;
-    size_t len;
+    ReportRun *rr = calloc(1, sizeof *rr);
     Err e;
-    if (file_read_all(path, &text, &len, &e) != ST_OK) return 0;
-    int ended = 0, n0 = *n;
-    char *save = NULL;
-    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-        cJSON *o = cJSON_Parse(line);
-        const cJSON *ev = cJSON_GetObjectItem(o, "event");
-        if (cJSON_IsString(ev) && !strcmp(ev->valuestring, "end")) ended = 1;
-        if (cJSON_IsString(ev) && !strcmp(ev->valuestring, "step") && study_jnum(o, "step") >= 2 && *n < cap) {
-            const cJSON *tm = cJSON_GetObjectItem(o, "time_ms");
-            double ck = study_jnum(tm, "checkpoint");
-            ms[*n] = study_jnum(tm, "total") - (isfinite(ck) ? ck : 0), opt[(*n)++] = study_jnum(tm, "optimizer");
-        }
-        cJSON_Delete(o);
+    if (!rr || report_load_run(rr, path, &e) != ST_OK) {
+        if (rr) report_run_free(rr);
+        free(rr);
+        return 0;
     }
-    free(text);
+    const ReportRun *x = rr; /* the file's last run */
+    while (x->next) x = x->next;
+    int ended = x->ended, n0 = *n;
+    for (size_t i = 0; i < x->step[REP_STEP].n && *n < cap; i++) {
+        if (!(x->step[REP_STEP].v[i] >= 2)) continue;
+        double ck = x->step[REP_T_CKPT].v[i];
+        ms[*n] = x->step[REP_T_TOTAL].v[i] - (isfinite(ck) ? ck : 0), opt[(*n)++] = x->step[REP_T_OPT].v[i];
+    }
+    report_run_free(rr);
+    free(rr);
     if (!ended) *n = n0;
     return ended;
+
 }
 
 /* One timing run: r's optimizer at its best value for timing_steps + 1 steps, logged to

@@ -11,6 +11,7 @@
 
 #include "core/fileio.h"
 #include "report/figures.h"
+#include "report/report.h"
 #include "study/studies.h"
 
 /* ================================================================ spike */
@@ -35,45 +36,42 @@ typedef struct {
     char failure[1024];                      /* the run's error ("" if it finished) */
 } SpikeRun;
 
+/* The run's log at path (through report_load_run, the one reader of metrics logs; the file's last
+ * run when it holds several) into r: per step 1..SP_MAXSTEPS the loss, lr, gradient norm and the
+ * update/weight ratio of each layer group; the evaluations; the spike events. A log that cannot
+ * be read leaves r empty. */
 static void spike_read(SpikeRun *r, const char *path) {
-    char *text = NULL;
-    size_t len;
-    Err e;
     r->n = 0, r->nval = 0, r->nspikes = 0, r->ngroups = 0;
-    if (file_read_all(path, &text, &len, &e) != ST_OK) return;
-    char *save = NULL;
-    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-        cJSON *o = cJSON_Parse(line);
-        const cJSON *ev = cJSON_GetObjectItem(o, "event");
-        if (!cJSON_IsString(ev)) {
-            cJSON_Delete(o);
-            continue;
-        }
-        int step = (int)study_jnum(o, "step");
-        if (!strcmp(ev->valuestring, "step") && step >= 1 && step <= SP_MAXSTEPS) {
-            r->loss[step] = study_jnum(o, "loss"), r->lr[step] = study_jnum(o, "lr"), r->gnorm[step] = study_jnum(o, "grad_norm");
-            if (step > r->n) r->n = step;
-            const cJSON *ls = cJSON_GetObjectItem(o, "layer_stats"), *gr = cJSON_GetObjectItem(ls, "groups");
-            const cJSON *ra = cJSON_GetObjectItem(ls, "update_ratio");
-            int k = 0;
-            for (const cJSON *g = gr ? gr->child : NULL; g && k < SP_MAXG; g = g->next, k++)
-                snprintf(r->group[k], sizeof r->group[k], "%s", g->valuestring);
-            if (k > r->ngroups) r->ngroups = k;
-            k = 0;
-            for (const cJSON *v = ra ? ra->child : NULL; v && k < SP_MAXG; v = v->next, k++)
-                r->ratio[(size_t)step * SP_MAXG + k] = cJSON_IsNumber(v) ? v->valuedouble : NAN;
-        } else if (!strcmp(ev->valuestring, "val") && r->nval < SP_MAXSTEPS) {
-            r->val_step[r->nval] = step, r->val_loss[r->nval++] = study_jnum(o, "loss");
-        } else if (!strcmp(ev->valuestring, "spike") && r->nspikes < SP_MAXSPIKES) {
-            int q = r->nspikes++;
-            const cJSON *m = cJSON_GetObjectItem(o, "metric"), *a = cJSON_GetObjectItem(o, "action");
-            r->sp_step[q] = step, r->sp_value[q] = study_jnum(o, "value"), r->sp_median[q] = study_jnum(o, "median"), r->sp_z[q] = study_jnum(o, "z");
-            snprintf(r->sp_metric[q], sizeof r->sp_metric[q], "%s", cJSON_IsString(m) ? m->valuestring : "?");
-            snprintf(r->sp_action[q], sizeof r->sp_action[q], "%s", cJSON_IsString(a) ? a->valuestring : "?");
-        }
-        cJSON_Delete(o);
+    ReportRun *rr = calloc(1, sizeof *rr);
+    Err e;
+    if (!rr || report_load_run(rr, path, &e) != ST_OK) {
+        if (rr) report_run_free(rr);
+        free(rr);
+        return;
     }
-    free(text);
+    const ReportRun *x = rr;
+    while (x->next) x = x->next;
+    r->ngroups = x->ngroups < SP_MAXG ? x->ngroups : SP_MAXG;
+    for (int k = 0; k < r->ngroups; k++) snprintf(r->group[k], sizeof r->group[k], "%s", x->group[k]);
+    for (size_t i = 0; i < x->step[REP_STEP].n; i++) {
+        double sv = x->step[REP_STEP].v[i];
+        if (!(sv >= 1 && sv <= SP_MAXSTEPS)) continue;
+        int step = (int)sv;
+        r->loss[step] = x->step[REP_LOSS].v[i], r->lr[step] = x->step[REP_LR].v[i], r->gnorm[step] = x->step[REP_GNORM].v[i];
+        if (step > r->n) r->n = step;
+        for (int k = 0; k < r->ngroups; k++) r->ratio[(size_t)step * SP_MAXG + k] = x->group_ratio[k].v[i];
+    }
+    for (size_t i = 0; i < x->val_step.n && r->nval < SP_MAXSTEPS; i++)
+        r->val_step[r->nval] = (int)x->val_step.v[i], r->val_loss[r->nval++] = x->val_loss.v[i];
+    for (size_t i = 0; i < x->spike_step.n && r->nspikes < SP_MAXSPIKES; i++) {
+        int q = r->nspikes++;
+        r->sp_step[q] = (int)x->spike_step.v[i], r->sp_value[q] = x->spike_value.v[i];
+        r->sp_median[q] = x->spike_median.v[i], r->sp_z[q] = x->spike_z.v[i];
+        snprintf(r->sp_metric[q], sizeof r->sp_metric[q], "%s", x->spike_is_gnorm.v[i] ? "grad_norm" : "loss");
+        snprintf(r->sp_action[q], sizeof r->sp_action[q], "%s", x->spike_action.s[i]);
+    }
+    report_run_free(rr);
+    free(rr);
 }
 
 /* Trains one run of the spike study through the library: train's own flags, logged to
