@@ -7,7 +7,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -95,24 +94,10 @@ static __attribute__((noinline)) void join(char *out, size_t n, const char *a, c
     snprintf(out, n, "%s/%s", a, b);
 }
 
-Status ckpt_fsync_dir(const char *dir, Err *err) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0) return err_set(err, ST_ERR_RUNTIME, "%s: cannot open directory: %s", dir, strerror(errno));
-    int rc = fsync(fd);
-    int e = errno;
-    close(fd);
-    if (rc != 0) return err_set(err, ST_ERR_RUNTIME, "%s: fsync of the directory failed: %s", dir, strerror(e));
-    return ST_OK;
-}
+/* The stages' names for core/fileio's helpers (one source: file_fsync_dir, file_rm_tree). */
+Status ckpt_fsync_dir(const char *dir, Err *err) { return file_fsync_dir(dir, err); }
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) { return remove(p); }
-
-/* rm -rf path; 0 ok (or absent). */
-int ckpt_rm_tree(const char *path) {
-    struct stat sb;
-    if (lstat(path, &sb) != 0) return errno == ENOENT ? 0 : -1;
-    return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
+int ckpt_rm_tree(const char *path) { return file_rm_tree(path); }
 
 /* A sink that writes to fd, hashes with XXH3-64, counts bytes and can fire a fault mid-file. */
 typedef struct {
@@ -925,11 +910,6 @@ static int list_steps(const char *dir, long **steps) {
     return n;
 }
 
-static int is_dir(const char *p) {
-    struct stat sb;
-    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
 int ckpt_is_weights_folder(const char *dir) {
     char p[4200];
     join(p, sizeof p, dir, "state.json");
@@ -958,7 +938,7 @@ Status ckpt_resolve(const char *dir, const char *spec, char *out, size_t out_len
             snprintf(out, out_len, "%s", spec);
             return ST_OK;
         }
-        if (!is_dir(spec))
+        if (!file_is_dir(spec))
             return err_set(err, ST_ERR_INPUT, "--resume %s: expected a checkpoint directory or a --ckpt-dir, found %s",
                            spec, access(spec, F_OK) == 0 ? "a file" : "nothing");
         dir = spec;

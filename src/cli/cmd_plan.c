@@ -1,5 +1,6 @@
 /* cmd_plan.c — `scaletrain plan`: flags → PlanInput → plan_compute → a readable review or, with
- * --json, one JSON object (schema: docs/plan.md). The math lives in src/plan (no I/O there).
+ * --json, the JSON object plan_json builds (plan/plan_json.h; schema: docs/plan.md). The math and
+ * the JSON live in src/plan (no I/O there).
  *
  * Units in the review: GiB = 2^30 bytes, GB = 10^9 bytes (both printed where published figures
  * use GB); FLOP counts multiply-adds as 2; every memory figure states the precisions it assumes. */

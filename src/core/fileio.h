@@ -33,6 +33,17 @@ Status file_write_atomic(const char *path, const void *const *bufs, const size_t
 /* Reads a whole file into a malloc'd buffer with a terminating NUL (not counted in *len). */
 Status file_read_all(const char *path, char **data, size_t *len, Err *err);
 
+/* fsyncs the directory dir itself (after a rename or an unlink in it, so the entry is durable).
+ * Errors (ST_ERR_RUNTIME): "<dir>: cannot open directory: ..." or "<dir>: fsync of the directory
+ * failed: ...". */
+Status file_fsync_dir(const char *dir, Err *err);
+
+/* rm -rf path (no symlink is followed); 0 when done or path is absent, -1 otherwise. */
+int file_rm_tree(const char *path);
+
+/* 1 if path names a directory (symlinks followed), 0 otherwise. */
+int file_is_dir(const char *path);
+
 /* mkdir -p; ok if it exists. */
 Status file_mkdirs(const char *dir, Err *err);
 

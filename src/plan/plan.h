@@ -1,7 +1,8 @@
 /* plan.h — the training-plan calculator: pure math over a model shape, a batch, a parallel
  * layout, precisions, an optimizer, a hardware profile and a budget (issue 7, docs/plan.md).
  *
- * No I/O: plan_compute fills a PlanResult; cli/cmd_plan.c prints it or writes it as JSON.
+ * No I/O: plan_compute fills a PlanResult; plan_json.h builds its JSON object; cli/cmd_plan.c prints
+ * the review or that object.
  * Units: bytes are plain bytes (double; the CLI prints GiB = 2^30 and GB = 10^9), times are
  * seconds, FLOPs are floating-point operations (a multiply-add is 2), bandwidths are bytes/s
  * per device in one direction. For our own GPT-2 models the parameter count and the memory of

@@ -34,6 +34,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/fileio.h"
+#include "core/stats.h"
 #include "report/figures.h"
 #include "report/report.h"
 #include "study/studies.h"
@@ -256,8 +257,8 @@ static int os_read_log(OptRes *r, const char *path, long steps) {
             r->vtok[r->nval] = r->tokens[i], r->vsec[r->nval] = r->sec[i], r->vloss[r->nval++] = r->val[i];
             r->final_val = r->val[i];
         }
-    r->med_ms = study_median(r->ms + 1, (int)r->last);
-    r->med_opt_ms = study_median(r->opt_ms + 1, (int)r->last);
+    r->med_ms = stats_median(r->ms + 1, (size_t)r->last);
+    r->med_opt_ms = stats_median(r->opt_ms + 1, (size_t)r->last);
     double sm = 0, so = 0;
     int nm = 0, no = 0;
     long prev = 0, gap = 0;
@@ -789,7 +790,7 @@ static Status os_timing(const char *out, const OsSetup *su, OptRes *res, int nre
         for (int j = 0; j < n[i]; j++)
             if (isfinite(m[j])) sum += m[j], nm++;
         r->t_steps = n[i];
-        r->t_med_ms = study_median(m, n[i]), r->t_med_opt_ms = study_median(o, n[i]);
+        r->t_med_ms = stats_median(m, (size_t)n[i]), r->t_med_opt_ms = stats_median(o, (size_t)n[i]);
         r->t_mean_ms = nm ? sum / nm : NAN;
     }
     free(ms), free(opt), free(n);

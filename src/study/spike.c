@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/fileio.h"
+#include "core/stats.h"
 #include "report/figures.h"
 #include "report/report.h"
 #include "study/studies.h"
@@ -149,7 +150,7 @@ static void spike_findings(const SpikeRun *run, double lr, long warm, double cli
     int nb = 0;
     for (int i = at - 8; i < at; i++)
         if (i >= 1) before[nb++] = u->gnorm[i];
-    double g_med = study_median(before, nb);
+    double g_med = stats_median(before, (size_t)nb);
     int worst_g = -1;
     double worst = -1;
     for (int g = 0; g < u->ngroups; g++) {

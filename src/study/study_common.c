@@ -9,7 +9,6 @@
 #include <cjson/cJSON.h>
 
 #include "core/fileio.h"
-#include "core/stats.h"
 #include "study/studies.h"
 #include "train/train.h"
 
@@ -66,8 +65,6 @@ double study_jnum(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItem(o, k);
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
-
-double study_median(const double *v, int n) { return n > 0 ? stats_median(v, (size_t)n) : NAN; }
 
 cJSON *study_spec_new(const char *name, int T, int B, int threads, int vb, cJSON **base) {
     cJSON *spec = cJSON_CreateObject();

@@ -34,8 +34,6 @@ Status study_write_page(const char *dir, const FigPage *page, const struct cJSON
 /* The number o[k], NaN when absent or not a number. */
 double study_jnum(const struct cJSON *o, const char *k);
 
-/* The median of the finite values of v[0..n) (any n; v is not modified); NaN when none is finite. */
-double study_median(const double *v, int n);
 
 /* A new sweep spec (caller deletes) on the bundled corpus: name, and a base of seq_len T (also
  * max_seq_len), micro_batch B, threads, val_batches vb, peak_gflops 100 (MFU is not studied: no

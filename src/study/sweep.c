@@ -7,7 +7,6 @@
 #include "study/sweep.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <glob.h>
 #include <math.h>
 #include <stdarg.h>
@@ -655,11 +654,6 @@ Status sweep_print_dry_run(const Sweep *s, const Comm *comm, int json, Err *err)
 
 /* ================================================================ execution */
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
 /* The step of the newest valid checkpoint in dir (0: none). */
 static long newest_ckpt_step(const char *dir) {
     char path[4096] = "", note[512];
@@ -743,7 +737,7 @@ Status sweep_execute(const Sweep *s, Comm *comm, const SweepExecOptions *o, Swee
         if (have >= r->steps) {
             if (comm) comm_barrier(comm, err);
             if (root) {
-                nftw(ckdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+                file_rm_tree(ckdir);
                 remove(log);
                 printf("sweep: [%d/%d] %s: a final checkpoint (step %ld) but no done.json: trained again from scratch\n",
                        i + 1, s->nruns, r->id, have);
