@@ -606,49 +606,36 @@ void sweep_command_line(const SweepRun *r, const char *exe, char *buf, size_t ca
     for (int i = 0; i < r->nargs; i++) shell_word(buf, cap, r->args[i]);
 }
 
-Status sweep_print_dry_run(const Sweep *s, const Comm *comm, int json, Err *err) {
-    if (!json) printf("sweep %s (%s): %d runs in %s/runs/\n", s->name, s->kind, s->nruns, s->out);
-    if (!json) printf("%-36s %12s %12s %7s %11s %12s %12s %s\n", "run", "params", "tokens", "steps", "FLOPs", "memory MiB",
-           "time (pred.)", "status");
-    double tot_flops = 0, tot_s = 0;
-    for (int i = 0; i < s->nruns; i++) {
-        const SweepRun *r = &s->runs[i];
-        TrainFlags tf = {0}, *ta = &tf;
-        Args a = {0};
-        a.n = r->nargs;
-        memcpy(a.a, r->args, sizeof(char *) * (size_t)r->nargs);
-        Status st = parse_flags(s->tp, &a, comm, ta, err);
-        PlanInput pi;
-        PlanResult *pr = calloc(1, sizeof *pr);
-        if (st == ST_OK && !pr) st = err_set(err, ST_ERR_RUNTIME, "out of memory");
-        if (st == ST_OK) {
-            ModelConfig mc = ta->cfg->model;
-            model_config_validate(&mc, err);
-            ta->cfg->model = mc;
-            int world = comm ? comm->world : 1, tp = ta->cfg->tp > 1 ? ta->cfg->tp : 1, pp = ta->cfg->pp > 1 ? ta->cfg->pp : 1;
-            int dp = ta->cfg->dp > 0 ? ta->cfg->dp : world / (tp * pp);
-            train_plan_input(ta->cfg, dp < 1 ? 1 : dp, tp, pp, 0, &pi);
-            st = plan_predict_step(&pi, pr, err);
-        }
-        s->tp->release(ta);
-        if (st != ST_OK) {
-            free(pr);
-            return err_prefix(err, "run %s: plan", r->id), st;
-        }
-        char done[1300];
-        snprintf(done, sizeof done, "%s/done.json", r->dir);
-        double secs = pr->compute.step * (double)r->steps;
-        if (json)
-            printf("{\"run\":\"%s\",\"params\":%lld,\"tokens\":%.0f,\"steps\":%ld,\"flops\":%.17g,\"budget\":%.17g,"
-                   "\"channels\":%d,\"memory_bytes\":%.0f,\"predicted_s\":%.6g,\"done\":%s}\n", r->id, r->params, r->tokens,
-                   r->steps, r->flops, r->budget, r->channels, pr->mem.total, secs, file_exists(done) ? "true" : "false");
-        else printf("%-36s %12lld %12.0f %7ld %11.3e %12.2f %11.3gs %s\n", r->id, r->params, r->tokens, r->steps, r->flops,
-               pr->mem.total / 1048576.0, secs, file_exists(done) ? "done" : "to run");
-        tot_flops += r->flops, tot_s += secs;
-        free(pr);
+Status sweep_plan_run(const Sweep *s, int i, const Comm *comm, SweepRunPlan *out, Err *err) {
+    const SweepRun *r = &s->runs[i];
+    TrainFlags tf = {0}, *ta = &tf;
+    Args a = {0};
+    a.n = r->nargs;
+    memcpy(a.a, r->args, sizeof(char *) * (size_t)r->nargs);
+    Status st = parse_flags(s->tp, &a, comm, ta, err);
+    PlanInput pi;
+    PlanResult *pr = calloc(1, sizeof *pr);
+    if (st == ST_OK && !pr) st = err_set(err, ST_ERR_RUNTIME, "out of memory");
+    if (st == ST_OK) {
+        ModelConfig mc = ta->cfg->model;
+        model_config_validate(&mc, err);
+        ta->cfg->model = mc;
+        int world = comm ? comm->world : 1, tp = ta->cfg->tp > 1 ? ta->cfg->tp : 1, pp = ta->cfg->pp > 1 ? ta->cfg->pp : 1;
+        int dp = ta->cfg->dp > 0 ? ta->cfg->dp : world / (tp * pp);
+        train_plan_input(ta->cfg, dp < 1 ? 1 : dp, tp, pp, 0, &pi);
+        st = plan_predict_step(&pi, pr, err);
     }
-    if (!json) printf("total: %.3e FLOPs, predicted %.3g s of training (plan's hardware profile; memory per rank from the "
-           "trainer's own plan)\n", tot_flops, tot_s);
+    s->tp->release(ta);
+    if (st != ST_OK) {
+        free(pr);
+        return err_prefix(err, "run %s: plan", r->id), st;
+    }
+    char done[1300];
+    snprintf(done, sizeof done, "%s/done.json", r->dir);
+    out->memory_bytes = pr->mem.total;
+    out->predicted_s = pr->compute.step * (double)r->steps;
+    out->done = file_exists(done);
+    free(pr);
     return ST_OK;
 }
 

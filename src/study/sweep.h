@@ -92,10 +92,17 @@ int sweep_find(const Sweep *s, const char *id);
 /* The run's `scaletrain train` command line, shell-quoted, into buf. */
 void sweep_command_line(const SweepRun *r, const char *exe, char *buf, size_t cap);
 
-/* Prints the grid: each run's params, tokens, steps, FLOPs, planned memory per rank and predicted
- * time (train_plan_input + plan_predict_step, the trainer's own plan), and totals; json: one JSON
- * object per run per line instead (memory_bytes exact). */
-Status sweep_print_dry_run(const Sweep *s, const Comm *comm, int json, Err *err);
+/* What the dry run shows of run i beside its SweepRun: the trainer's own plan of it
+ * (train_plan_input + plan_predict_step). */
+typedef struct {
+    double memory_bytes; /* planned memory per rank (PlanResult.mem.total) */
+    double predicted_s;  /* predicted step time × steps, on plan's hardware profile */
+    int done;            /* OUT/runs/<id>/done.json exists */
+} SweepRunPlan;
+
+/* Plans run i of s (the dry run: `sweep --dry-run` prints each run's params, tokens, steps, FLOPs
+ * and these). Errors: the run's flags refused or its plan failing, "run <id>: plan: ...". */
+Status sweep_plan_run(const Sweep *s, int i, const Comm *comm, SweepRunPlan *out, Err *err);
 
 typedef struct {
     int only;                /* >= 0: run only this index */
