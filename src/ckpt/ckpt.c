@@ -7,7 +7,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,7 +19,6 @@
 
 #include "ckpt/ckpt_internal.h"
 #include "ckpt/safetensors.h"
-#include "ckpt/shard.h"
 #include "core/fileio.h"
 #include "core/timer.h"
 
@@ -96,24 +94,10 @@ static __attribute__((noinline)) void join(char *out, size_t n, const char *a, c
     snprintf(out, n, "%s/%s", a, b);
 }
 
-Status ckpt_fsync_dir(const char *dir, Err *err) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0) return err_set(err, ST_ERR_RUNTIME, "%s: cannot open directory: %s", dir, strerror(errno));
-    int rc = fsync(fd);
-    int e = errno;
-    close(fd);
-    if (rc != 0) return err_set(err, ST_ERR_RUNTIME, "%s: fsync of the directory failed: %s", dir, strerror(e));
-    return ST_OK;
-}
+/* The stages' names for core/fileio's helpers (one source: file_fsync_dir, file_rm_tree). */
+Status ckpt_fsync_dir(const char *dir, Err *err) { return file_fsync_dir(dir, err); }
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) { return remove(p); }
-
-/* rm -rf path; 0 ok (or absent). */
-int ckpt_rm_tree(const char *path) {
-    struct stat sb;
-    if (lstat(path, &sb) != 0) return errno == ENOENT ? 0 : -1;
-    return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
+int ckpt_rm_tree(const char *path) { return file_rm_tree(path); }
 
 /* A sink that writes to fd, hashes with XXH3-64, counts bytes and can fire a fault mid-file. */
 typedef struct {
@@ -137,18 +121,11 @@ static Status sink_write(void *ctx, const void *p, size_t n, Err *err) {
     }
     s->writes++;
     XXH3_64bits_update(s->h, p, n);
-    const char *c = p;
     s->bytes += n;
-    while (n > 0) {
-        ssize_t w = write(s->fd, c, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return err_set(err, ST_ERR_RUNTIME, "%s: write failed: %s", s->path, strerror(errno));
-        }
-        c += w, n -= (size_t)w;
-    }
+    Status st = file_write_fd(s->fd, p, n, s->path, err);
+    if (st != ST_OK) return st;
     if (s->o && s->o->progress && s->done) {
-        *s->done += (uint64_t)(c - (const char *)p);
+        *s->done += (uint64_t)n;
         s->o->progress(s->o->progress_ctx, *s->done < s->total ? *s->done : s->total, s->total);
     }
     return ST_OK;
@@ -840,24 +817,6 @@ Status ckpt_verify(const char *ckpt_path, Err *err) {
     return st;
 }
 
-Status ckpt_load(const char *ckpt_path, GptWeights *w, const CkptOptState *opt, CkptMeta *meta, Err *err) {
-    return ckpt_load_progress(ckpt_path, w, opt, meta, NULL, NULL, err);
-}
-
-Status ckpt_load_progress(const char *ckpt_path, GptWeights *w, const CkptOptState *opt, CkptMeta *meta,
-                          CkptProgressFn progress, void *progress_ctx, Err *err) {
-    CkptOptState none = {0};
-    if (!opt) opt = &none;
-    if (ckpt_is_sharded(ckpt_path)) {
-        /* A sharded checkpoint's "params" are the fp32 weights (the master under mixed precision). */
-        Status st = ckpt_shard_load(ckpt_path, &w->layout, w->params, opt->m, opt->v, meta, err);
-        if (st == ST_OK && opt->master) memcpy(opt->master, w->params, w->layout.total * sizeof(float));
-        return st;
-    }
-    return ckpt_load_single(ckpt_path, &w->layout, w->params, opt->m, opt->v, opt->master, meta, progress,
-                            progress_ctx, err);
-}
-
 Status ckpt_load_single(const char *ckpt_path, const ParamLayout *pl, float *params, float *mom1, float *mom2,
                         float *master, CkptMeta *meta, CkptProgressFn progress, void *progress_ctx, Err *err) {
     CkptMeta m;
@@ -951,11 +910,6 @@ static int list_steps(const char *dir, long **steps) {
     return n;
 }
 
-static int is_dir(const char *p) {
-    struct stat sb;
-    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
 int ckpt_is_weights_folder(const char *dir) {
     char p[4200];
     join(p, sizeof p, dir, "state.json");
@@ -984,7 +938,7 @@ Status ckpt_resolve(const char *dir, const char *spec, char *out, size_t out_len
             snprintf(out, out_len, "%s", spec);
             return ST_OK;
         }
-        if (!is_dir(spec))
+        if (!file_is_dir(spec))
             return err_set(err, ST_ERR_INPUT, "--resume %s: expected a checkpoint directory or a --ckpt-dir, found %s",
                            spec, access(spec, F_OK) == 0 ? "a file" : "nothing");
         dir = spec;

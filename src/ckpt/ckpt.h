@@ -145,6 +145,11 @@ typedef void (*CkptProgressFn)(void *ctx, uint64_t done, uint64_t total);
 Status ckpt_load_progress(const char *ckpt_path, GptWeights *w, const CkptOptState *opt, CkptMeta *meta,
                           CkptProgressFn progress, void *progress_ctx, Err *err);
 
+/* Model weights alone from any folder into w: our sharded checkpoint (ckpt_shard_load, assembled
+ * from its rank files), else st_load_hf_weights (a single-process checkpoint, a Hugging Face
+ * folder, one file or sharded). No optimizer state, no state.json. Errors name the folder and file. */
+Status ckpt_load_weights(GptWeights *w, const char *dir, Err *err);
+
 /* 1 if dir is a plain weights folder (model.safetensors without a checkpoint's state.json, e.g.
  * `train --out`), 0 otherwise. */
 int ckpt_is_weights_folder(const char *dir);

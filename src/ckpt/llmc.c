@@ -18,16 +18,10 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt/safetensors.h"
-#include "ckpt/shard.h"
 #include "core/fileio.h"
 
 #define LLMC_MAGIC 20240326
 #define LLMC_VERSION_FP32 3
-
-static int is_dir(const char *p) {
-    struct stat sb;
-    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
 
 /* Reads the llm.c header if path starts with its magic: 1 yes (hdr filled), 0 not llm.c, -1 unreadable. */
 static int llmc_header(const char *path, int hdr[256]) {
@@ -53,7 +47,7 @@ static Status llmc_config(const char *path, const int *h, ModelConfig *cfg, Err 
 }
 
 Status ckpt_peek_config(const char *path, ModelConfig *cfg, Err *err) {
-    if (is_dir(path)) return st_load_hf_config(path, cfg, NULL, 0, err);
+    if (file_is_dir(path)) return st_load_hf_config(path, cfg, NULL, 0, err);
     int h[256];
     int r = llmc_header(path, h);
     if (r < 0) return err_set(err, ST_ERR_INPUT, "--init-from %s: cannot open: %s", path, strerror(errno));
@@ -163,12 +157,12 @@ static Status llmc_load(GptWeights *w, const char *path, const int *h, Err *err)
 
 Status ckpt_init_from(GptWeights *w, const char *path, Err *err) {
     Status st;
-    if (is_dir(path)) {
+    if (file_is_dir(path)) {
         char p[4200];
         snprintf(p, sizeof p, "%s/model.safetensors", path);
         if ((st = hf_config_check(w, path, err)) != ST_OK) return st;
         (void)p;
-        return st_load_hf_weights(w, path, err); /* one file, HF's sharded files, or our sharded checkpoint */
+        return ckpt_load_weights(w, path, err); /* one file, HF's sharded files, or our sharded checkpoint */
     }
     int h[256];
     int r = llmc_header(path, h);

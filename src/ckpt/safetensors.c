@@ -3,7 +3,6 @@
  * Contents: the HF name map | writer (st_write) | parser (st_parse, st_read_f32) | HF model
  * image on raw buffers | the folder-level API (st_save_hf, st_load_hf_*). */
 #include "ckpt/safetensors.h"
-#include "ckpt/shard.h"
 #include "data/bpe.h"
 
 #include <cjson/cJSON.h>
@@ -564,16 +563,7 @@ typedef struct {
 
 static Status fd_sink(void *ctx, const void *p, size_t n, Err *err) {
     FdSink *s = ctx;
-    const char *c = p;
-    while (n > 0) {
-        ssize_t w = write(s->fd, c, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return err_set(err, ST_ERR_RUNTIME, "%s: write failed: %s", s->path, strerror(errno));
-        }
-        c += w, n -= (size_t)w;
-    }
-    return ST_OK;
+    return file_write_fd(s->fd, p, n, s->path, err);
 }
 
 /* Streams tensors t[0..n) into dir/name through a temporary file, then fsync and rename. */
@@ -866,8 +856,6 @@ static Status load_hf_index(GptWeights *w, const char *dir, const char *ixpath, 
 }
 
 Status st_load_hf_weights(GptWeights *w, const char *dir, Err *err) {
-    /* A sharded checkpoint has no model.safetensors: assemble the weights from its rank files. */
-    if (ckpt_is_sharded(dir)) return ckpt_shard_load(dir, &w->layout, w->params, NULL, NULL, NULL, err);
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     if (access(path, F_OK) == 0) return load_hf_index(w, dir, path, err);

@@ -38,7 +38,8 @@ Status st_load_hf_config(const char *dir, ModelConfig *cfg, char *tokenizer, siz
 
 /* Loads dir/model.safetensors, or the files of dir/model.safetensors.index.json, into w's
  * parameters (shapes must match w's config; F32, BF16 or F16 tensors). Accepts names with or
- * without the "transformer." prefix. */
+ * without the "transformer." prefix. Our sharded checkpoints are ckpt_load_weights' (ckpt.h): this
+ * layer sits below both checkpoint formats and knows neither. */
 Status st_load_hf_weights(GptWeights *w, const char *dir, Err *err);
 
 /* Same for a safetensors file given by its path. */

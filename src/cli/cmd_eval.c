@@ -126,7 +126,7 @@ int cmd_eval(int argc, char **argv) {
     GptOptions go = gpt_default_options();
     go.B = B, go.T = T, go.threads = threads, go.backend = be;
     if ((st = gpt_init(&g, &cfg, &go, NULL, &err)) != ST_OK) goto fail;
-    if ((st = st_load_hf_weights(&g.w, src, &err)) != ST_OK) goto fail;
+    if ((st = ckpt_load_weights(&g.w, src, &err)) != ST_OK) goto fail;
     inp = malloc(sizeof *inp * (size_t)B * (size_t)T);
     tgt = malloc(sizeof *tgt * (size_t)B * (size_t)T);
     if (!inp || !tgt) {

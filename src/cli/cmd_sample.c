@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/ckpt.h"
 #include "ckpt/safetensors.h"
 #include "cli/args.h"
 #include "cli/cmds.h"
@@ -83,7 +84,7 @@ int cmd_sample(int argc, char **argv) {
     float *work = NULL;
     int rc = 0;
     if ((st = gpt_init(&g, &cfg, &go, NULL, &err)) != ST_OK) goto fail;
-    if ((st = st_load_hf_weights(&g.w, dir, &err)) != ST_OK) goto fail;
+    if ((st = ckpt_load_weights(&g.w, dir, &err)) != ST_OK) goto fail;
     if ((st = kv_init(&kv, &g, &err)) != ST_OK) goto fail;
     if ((st = tokenizer_encode(tk, (const uint8_t *)prompt, strlen(prompt), &ids, &nids, &cap, &err)) != ST_OK)
         goto fail;

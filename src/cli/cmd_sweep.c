@@ -13,7 +13,35 @@
 
 #include "cli/args.h"
 #include "cli/cmds.h"
-#include "cli/sweep.h"
+#include "cli/train_flags.h"
+#include "study/sweep.h"
+
+/* Prints the grid: each run's params, tokens, steps, FLOPs, planned memory per rank and predicted
+ * time (sweep_plan_run: the trainer's own plan), and totals; json: one JSON object per run per line
+ * instead (memory_bytes exact). */
+static Status print_dry_run(const Sweep *s, const Comm *comm, int json, Err *err) {
+    if (!json) printf("sweep %s (%s): %d runs in %s/runs/\n", s->name, s->kind, s->nruns, s->out);
+    if (!json) printf("%-36s %12s %12s %7s %11s %12s %12s %s\n", "run", "params", "tokens", "steps", "FLOPs", "memory MiB",
+           "time (pred.)", "status");
+    double tot_flops = 0, tot_s = 0;
+    for (int i = 0; i < s->nruns; i++) {
+        const SweepRun *r = &s->runs[i];
+        SweepRunPlan p;
+        Status st = sweep_plan_run(s, i, comm, &p, err);
+        if (st != ST_OK) return st;
+        double secs = p.predicted_s;
+        if (json)
+            printf("{\"run\":\"%s\",\"params\":%lld,\"tokens\":%.0f,\"steps\":%ld,\"flops\":%.17g,\"budget\":%.17g,"
+                   "\"channels\":%d,\"memory_bytes\":%.0f,\"predicted_s\":%.6g,\"done\":%s}\n", r->id, r->params, r->tokens,
+                   r->steps, r->flops, r->budget, r->channels, p.memory_bytes, secs, p.done ? "true" : "false");
+        else printf("%-36s %12lld %12.0f %7ld %11.3e %12.2f %11.3gs %s\n", r->id, r->params, r->tokens, r->steps, r->flops,
+               p.memory_bytes / 1048576.0, secs, p.done ? "done" : "to run");
+        tot_flops += r->flops, tot_s += secs;
+    }
+    if (!json) printf("total: %.3e FLOPs, predicted %.3g s of training (plan's hardware profile; memory per rank from the "
+           "trainer's own plan)\n", tot_flops, tot_s);
+    return ST_OK;
+}
 
 int cmd_sweep(int argc, char **argv, Comm *comm) {
     char out[1024] = "", only[160] = "", fmt[16] = "train";
@@ -47,14 +75,14 @@ int cmd_sweep(int argc, char **argv, Comm *comm) {
     /* The output directory is needed to name the runs' files: read the name first if not given. */
     Sweep s;
     if (!out[0]) {
-        if ((st = sweep_load(&s, pos[0], "sweep-out", comm, &err)) != ST_OK) return cli_fail("sweep", st, err.msg);
+        if ((st = sweep_load(&s, pos[0], "sweep-out", comm, cli_train_flags(), &err)) != ST_OK) return cli_fail("sweep", st, err.msg);
         snprintf(out, sizeof out, "sweep-%s", s.name);
         sweep_free(&s);
     }
-    if ((st = sweep_load(&s, pos[0], out, comm, &err)) != ST_OK) return cli_fail("sweep", st, err.msg);
+    if ((st = sweep_load(&s, pos[0], out, comm, cli_train_flags(), &err)) != ST_OK) return cli_fail("sweep", st, err.msg);
     int root = !comm || comm->rank == 0, rc = 0;
     if (dry) {
-        if (root && (st = sweep_print_dry_run(&s, comm, json, &err)) != ST_OK) rc = cli_fail("sweep", st, err.msg);
+        if (root && (st = print_dry_run(&s, comm, json, &err)) != ST_OK) rc = cli_fail("sweep", st, err.msg);
     } else if (list) {
         static char line[16384];
         for (int i = 0; i < s.nruns && root; i++) {

@@ -32,30 +32,6 @@ struct CommMpi {
 
 /* ================================================================ helpers */
 
-static const char *kind_names[COMM_NKIND] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast",
-                                             "scalar collective", "tp all-reduce", "tp all-gather",
-                                             "tp reduce-scatter", "pp send"};
-
-const char *comm_kind_name(CommKind k) { return (unsigned)k < COMM_NKIND ? kind_names[k] : "?"; }
-
-int comm_kind_is_tp(CommKind k) { return k == COMM_TP_ALLREDUCE || k == COMM_TP_ALLGATHER || k == COMM_TP_REDUCE_SCATTER; }
-
-uint64_t comm_ring_bytes(CommKind k, uint64_t bytes, int p) {
-    if (p <= 1) return 0;
-    switch (k) {
-    case COMM_ALLREDUCE:
-    case COMM_TP_ALLREDUCE:
-    case COMM_SCALAR: return 2 * bytes * (uint64_t)(p - 1) / (uint64_t)p;
-    case COMM_REDUCE_SCATTER:
-    case COMM_TP_REDUCE_SCATTER:
-    case COMM_TP_ALLGATHER:
-    case COMM_ALLGATHER: return bytes * (uint64_t)(p - 1) / (uint64_t)p;
-    case COMM_BCAST:
-    case COMM_PP_SEND: return bytes;
-    default: return 0;
-    }
-}
-
 /* Sets err from an MPI return code: "<call> (<kind>) at step S on rank R: <MPI message>". */
 static Status mpi_fail(const Comm *c, Err *err, int rc, const char *call, const char *what) {
     char s[MPI_MAX_ERROR_STRING];
@@ -553,7 +529,7 @@ static Status tp_call(Comm *c, CommKind k, float *buf, size_t n, MPI_Op op, Err 
         }
     } else {
         size_t block = n / (size_t)c->tp;
-        Status st = check_count(c, block, kind_names[k], err);
+        Status st = check_count(c, block, comm_kind_name(k), err);
         if (st != ST_OK) return st;
         if (k == COMM_TP_ALLGATHER) {
             call = "MPI_Iallgather";
@@ -567,10 +543,10 @@ static Status tp_call(Comm *c, CommKind k, float *buf, size_t n, MPI_Op op, Err 
         if (rc == MPI_SUCCESS) {
             req_put(&req, r);
             req.active = 1;
-            return comm_wait(&req, c->timeout_s, kind_names[k], c->step, err);
+            return comm_wait(&req, c->timeout_s, comm_kind_name(k), c->step, err);
         }
     }
-    return rc == MPI_SUCCESS ? ST_OK : mpi_fail(c, err, rc, call, kind_names[k]);
+    return rc == MPI_SUCCESS ? ST_OK : mpi_fail(c, err, rc, call, comm_kind_name(k));
 }
 
 Status comm_tp_allreduce_f32(Comm *c, float *buf, size_t n, CommOp op, Err *err) {

@@ -31,20 +31,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/collective.h"
 #include "core/status.h"
 
-typedef enum {
-    COMM_ALLREDUCE,      /* float sum over the dp group */
-    COMM_REDUCE_SCATTER, /* float sum, equal blocks, over the dp group */
-    COMM_ALLGATHER,      /* float, equal blocks, over the dp group */
-    COMM_BCAST,          /* float (dp group) or bytes (world) */
-    COMM_SCALAR,         /* small double / int64 all-reduces, all-gathers and checks (world) */
-    COMM_TP_ALLREDUCE,   /* float sum or max over the tp group (tensor parallelism) */
-    COMM_TP_ALLGATHER,   /* float, equal blocks, over the tp group (sequence parallelism) */
-    COMM_TP_REDUCE_SCATTER, /* float sum, equal blocks, over the tp group (sequence parallelism) */
-    COMM_PP_SEND,        /* float point-to-point to another pipeline stage (sends only are booked) */
-    COMM_NKIND
-} CommKind;
+/* CommKind (the kinds booked in CommStats), comm_kind_name, comm_kind_is_tp and comm_ring_bytes are
+ * declared in core/collective.h, which plan shares. */
 
 typedef enum { COMM_SUM, COMM_MAX } CommOp;
 
@@ -215,13 +206,7 @@ Status comm_wait_all(CommReq *reqs, int n, double timeout_s, const char *what, l
 
 /* ---------------------------------------------------------------- accounting */
 
-const char *comm_kind_name(CommKind k); /* "all-reduce", "reduce-scatter", ... */
-int comm_kind_is_tp(CommKind k);        /* 1 for the tensor-parallel kinds (a step's tp part) */
-
-/* Bytes one rank sends for a collective of `bytes` total payload over p ranks by the ring formula:
- * all-reduce 2(p-1)/p·S, reduce-scatter and all-gather (p-1)/p·S (S = the full, all-blocks size),
- * broadcast S (pipelined chain), 0 when p == 1. */
-uint64_t comm_ring_bytes(CommKind k, uint64_t bytes, int p);
+/* The kinds, their names and the ring formula: core/collective.h. */
 
 /* One-line description of the grid and mode for the start record, e.g.
  * "mpi world=4 dp=4 tp=1 pp=1 thread=funneled (Open MPI v4.1.4)". */

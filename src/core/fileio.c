@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,16 +11,37 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static Status fsync_dir_of(const char *path, Err *err) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    const char *dir = dirname(buf);
+Status file_fsync_dir(const char *dir, Err *err) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
     if (fd < 0) return err_set(err, ST_ERR_RUNTIME, "%s: cannot open directory: %s", dir, strerror(errno));
     int rc = fsync(fd);
+    int e = errno; /* close may change it */
     close(fd);
-    if (rc != 0) return err_set(err, ST_ERR_RUNTIME, "%s: fsync of the directory failed: %s", dir, strerror(errno));
+    if (rc != 0) return err_set(err, ST_ERR_RUNTIME, "%s: fsync of the directory failed: %s", dir, strerror(e));
     return ST_OK;
+}
+
+/* The directory of path (dirname), fsynced. */
+static Status fsync_dir_of(const char *path, Err *err) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    return file_fsync_dir(dirname(buf), err);
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+int file_rm_tree(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) return errno == ENOENT ? 0 : -1;
+    return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int file_is_dir(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
 Status file_atomic_open(FileAtomic *f, const char *path, Err *err) {
@@ -32,17 +54,21 @@ Status file_atomic_open(FileAtomic *f, const char *path, Err *err) {
     return ST_OK;
 }
 
-Status file_atomic_write(FileAtomic *f, const void *buf, size_t n, Err *err) {
+Status file_write_fd(int fd, const void *buf, size_t n, const char *name, Err *err) {
     const char *p = buf;
     while (n > 0) {
-        ssize_t w = write(f->fd, p, n);
+        ssize_t w = write(fd, p, n);
         if (w < 0) {
             if (errno == EINTR) continue;
-            return err_set(err, ST_ERR_RUNTIME, "%s: write failed: %s", f->tmp, strerror(errno));
+            return err_set(err, ST_ERR_RUNTIME, "%s: write failed: %s", name, strerror(errno));
         }
         p += w, n -= (size_t)w;
     }
     return ST_OK;
+}
+
+Status file_atomic_write(FileAtomic *f, const void *buf, size_t n, Err *err) {
+    return file_write_fd(f->fd, buf, n, f->tmp, err);
 }
 
 Status file_atomic_commit(FileAtomic *f, Err *err) {

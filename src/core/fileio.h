@@ -23,11 +23,26 @@ Status file_atomic_write(FileAtomic *f, const void *buf, size_t n, Err *err);
 Status file_atomic_commit(FileAtomic *f, Err *err);
 void file_atomic_abort(FileAtomic *f);
 
+/* Writes all n bytes of buf to the open descriptor fd (retrying short writes and EINTR), the one
+ * write loop of the project. Errors (ST_ERR_RUNTIME): "<name>: write failed: <errno text>". */
+Status file_write_fd(int fd, const void *buf, size_t n, const char *name, Err *err);
+
 /* Writes the concatenation of n buffers. Errors name the path. */
 Status file_write_atomic(const char *path, const void *const *bufs, const size_t *lens, int n, Err *err);
 
 /* Reads a whole file into a malloc'd buffer with a terminating NUL (not counted in *len). */
 Status file_read_all(const char *path, char **data, size_t *len, Err *err);
+
+/* fsyncs the directory dir itself (after a rename or an unlink in it, so the entry is durable).
+ * Errors (ST_ERR_RUNTIME): "<dir>: cannot open directory: ..." or "<dir>: fsync of the directory
+ * failed: ...". */
+Status file_fsync_dir(const char *dir, Err *err);
+
+/* rm -rf path (no symlink is followed); 0 when done or path is absent, -1 otherwise. */
+int file_rm_tree(const char *path);
+
+/* 1 if path names a directory (symlinks followed), 0 otherwise. */
+int file_is_dir(const char *path);
 
 /* mkdir -p; ok if it exists. */
 Status file_mkdirs(const char *dir, Err *err);

@@ -133,10 +133,7 @@ Status model_config_validate(ModelConfig *cfg, Err *err) {
         if (cfg->ffn_multiple == 0) cfg->ffn_multiple = 256;
         if (cfg->ffn_multiple < 1)
             return err_set(err, ST_ERR_INPUT, "--ffn-multiple: expected a positive integer, found %d", cfg->ffn_multiple);
-        if (cfg->ffn == 0) { /* Llama: 2/3 of 4C, rounded up */
-            long f = (8L * C + 2) / 3;
-            cfg->ffn = (int)((f + cfg->ffn_multiple - 1) / cfg->ffn_multiple * cfg->ffn_multiple);
-        }
+        if (cfg->ffn == 0) cfg->ffn = model_llama_ffn(C, cfg->ffn_multiple); /* Llama: 2/3 of 4C, rounded up */
         if (cfg->ffn < 1 || cfg->ffn > (1 << 20))
             return err_set(err, ST_ERR_INPUT, "--ffn: expected 1..1048576, found %d", cfg->ffn);
         if (cfg->norm_eps == 0.0f) cfg->norm_eps = 1e-5f;
@@ -180,4 +177,9 @@ long long model_config_num_params(const ModelConfig *cfg) {
         return V * C * (cfg->untied ? 2 : 1) + L * block + C;
     }
     return (long long)cfg->vocab * C + (long long)cfg->max_seq * C + L * (12 * C * C + 13 * C) + 2 * C;
+}
+
+int model_llama_ffn(int C, int multiple) {
+    long f = (8L * C + 2) / 3;
+    return (int)((f + multiple - 1) / multiple * multiple);
 }

@@ -71,6 +71,10 @@ int model_arch_parse(const char *name);
  * theta 500000). ST_ERR_INPUT on an unknown name. */
 Status model_config_preset(ModelConfig *cfg, const char *name, Err *err);
 
+/* Llama's default MLP width for C channels: 8C/3 rounded up, then up to a multiple of `multiple`
+ * (ffn_multiple; 256 by default): 4096 → 11008. The one formula model_config_validate and plan use. */
+int model_llama_ffn(int C, int multiple);
+
 /* Checks ranges and divisibility (heads divide channels, ...) and derives vocab_padded.
  * Messages name the flag: "--heads 5 does not divide --channels 384". */
 Status model_config_validate(ModelConfig *cfg, Err *err);

@@ -403,6 +403,11 @@ int layout_head_chunk_rows(const ModelConfig *cfg, int B, int T);
  * c·pp + rank (Megatron's interleaved layout; v = 1: the one stage `rank`). v <= LAYOUT_MAX_CHUNKS. */
 StageBlocks layout_pp_rank_stage(const int first[], const int last[], int pp, int v, int rank);
 
+/* The default gradient bucket, in floats (4 MiB): ZeRO stage 0's all-reduce requests
+ * (parallel's PAR_DEFAULT_BUCKET_FLOATS) and the chunks of the tied wte exchange below; plan books
+ * the same buckets (plan_trainer_comm). */
+#define LAYOUT_BUCKET_FLOATS ((size_t)1 << 20)
+
 /* Floats of the tied wte gradient a pipeline end sends to the other end every step (and receives
  * from it): the local wte's numel (vocab_local·C) when pp > 1 and pl holds wte with exactly one of
  * the embeddings and the head; 0 otherwise. The exchange goes through a MEM_COMM buffer of

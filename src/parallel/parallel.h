@@ -55,9 +55,9 @@
 #include "model/layout.h"
 #include "optim/optim.h"
 
-/* The default bucket of stage 0's gradient all-reduce, in floats (4 MiB); plan_trainer_comm books the
- * same buckets. */
-#define PAR_DEFAULT_BUCKET_FLOATS ((size_t)1 << 20)
+/* The default bucket of stage 0's gradient all-reduce, in floats (4 MiB): one source with plan,
+ * model/layout.h's LAYOUT_BUCKET_FLOATS (plan_trainer_comm books the same buckets). */
+#define PAR_DEFAULT_BUCKET_FLOATS LAYOUT_BUCKET_FLOATS
 
 typedef struct {
     int zero;             /* ZeRO stage 0..3 */

@@ -15,7 +15,6 @@
 #include <strings.h>
 
 #include "model/layout.h"
-#include "parallel/parallel.h"
 #include "parallel/schedule.h"
 
 /* ================================================================ model ============== */
@@ -294,8 +293,8 @@ Status plan_trainer_comm(const ModelConfig *cfg, const PlanTrainerStep *s, doubl
     for (int g = 0; g < pl.nseg; g++) {
         uint64_t len = pl.seg_off[g + 1] - pl.seg_off[g], len4 = len * 4;
         if (s->zero == 0) {
-            for (uint64_t done = 0; done < len; done += PAR_DEFAULT_BUCKET_FLOATS) {
-                uint64_t n = len - done < PAR_DEFAULT_BUCKET_FLOATS ? len - done : PAR_DEFAULT_BUCKET_FLOATS;
+            for (uint64_t done = 0; done < len; done += LAYOUT_BUCKET_FLOATS) {
+                uint64_t n = len - done < LAYOUT_BUCKET_FLOATS ? len - done : LAYOUT_BUCKET_FLOATS;
                 book(&b, COMM_ALLREDUCE, n * 4, dp, 1);
             }
             continue;
@@ -382,7 +381,7 @@ Status plan_trainer_pp(const ModelConfig *cfg, const PlanTrainerPipe *s, PlanPpR
         layout_free(&pl);
         for (int c = 0; c < MEM_NCAT; c++) o->bytes[c] = (double)zb[c];
         o->bytes[MEM_ACTIVATIONS] = (double)rb[MEM_ACTIVATIONS], o->bytes[MEM_WORKSPACE] = (double)rb[MEM_WORKSPACE];
-        o->bytes[MEM_COMM] = 4.0 * (double)(tied < PAR_DEFAULT_BUCKET_FLOATS ? tied : PAR_DEFAULT_BUCKET_FLOATS);
+        o->bytes[MEM_COMM] = 4.0 * (double)(tied < LAYOUT_BUCKET_FLOATS ? tied : LAYOUT_BUCKET_FLOATS);
         for (int c = 0; c < MEM_NCAT; c++) o->total += o->bytes[c];
         /* Every forward but the last virtual stage's sends its output on; every backward but
          * virtual stage 0's sends its input gradient back (pp.c). */
@@ -849,7 +848,7 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
         /* The busiest rank's sends (plan_trainer_pp): its activations, gradients and tied wte. */
         for (int i = 0; i < pp; i++) {
             const PlanPpRank *q = &r->pp_rank[i];
-            double msgs = q->sends_act + q->sends_grad + (q->p2p_tied > 0 ? ceil(q->p2p_tied / 4.0 / PAR_DEFAULT_BUCKET_FLOATS) : 0);
+            double msgs = q->sends_act + q->sends_grad + (q->p2p_tied > 0 ? ceil(q->p2p_tied / 4.0 / LAYOUT_BUCKET_FLOATS) : 0);
             double t = q->p2p / bw_pp + msgs * lat_pp;
             if (q->p2p > r->comm.pp_bytes) r->comm.pp_bytes = q->p2p;
             if (t > r->comm.pp_time) r->comm.pp_time = t;

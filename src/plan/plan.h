@@ -1,7 +1,8 @@
 /* plan.h — the training-plan calculator: pure math over a model shape, a batch, a parallel
  * layout, precisions, an optimizer, a hardware profile and a budget (issue 7, docs/plan.md).
  *
- * No I/O: plan_compute fills a PlanResult; cli/cmd_plan.c prints it or writes it as JSON.
+ * No I/O: plan_compute fills a PlanResult; plan_json.h builds its JSON object; cli/cmd_plan.c prints
+ * the review or that object.
  * Units: bytes are plain bytes (double; the CLI prints GiB = 2^30 and GB = 10^9), times are
  * seconds, FLOPs are floating-point operations (a multiply-add is 2), bandwidths are bytes/s
  * per device in one direction. For our own GPT-2 models the parameter count and the memory of
@@ -14,7 +15,7 @@
 #ifndef ST_PLAN_PLAN_H
 #define ST_PLAN_PLAN_H
 
-#include "comm/comm.h"
+#include "core/collective.h"
 #include "core/mem.h"
 #include "core/status.h"
 #include "model/config.h"
@@ -409,7 +410,7 @@ typedef struct {
  *              recompute; 2-byte elements under bf16), the residual gradients', the final LayerNorm's
  *              and the embedding gradient's all-gathers, and an all-reduce of 2C per LayerNorm; the
  *              vocabulary-parallel loss: per head chunk of m rows an all-reduce of m and one of 2m;
- *   dp group   ZeRO 0: the gradient all-reduce per segment in buckets of PAR_DEFAULT_BUCKET_FLOATS;
+ *   dp group   ZeRO 0: the gradient all-reduce per segment in buckets of LAYOUT_BUCKET_FLOATS;
  *              1: a reduce-scatter per segment, 2-3: per segment and micro-batch; 1-2: the parameter
  *              all-gather per segment; 3: the segment gathers of the two-slot prefetch;
  *   world      the scalar collectives of the step (token count, loss, norm, per-rank norms and times;
@@ -437,7 +438,7 @@ typedef struct {
  * rank's chunks (layout_pp_rank_stage), its layout (layout_init_stage, tp rank 0's slice: every tp
  * rank's has the same size; shard_multiple = dp), its states (layout_zero_bytes), its activations
  * and workspace (layout_run_bytes with layout_act_stage(slots)), its tied wte buffer
- * (min(layout_pp_tied_floats, PAR_DEFAULT_BUCKET_FLOATS) floats) and what it sends per step:
+ * (min(layout_pp_tied_floats, LAYOUT_BUCKET_FLOATS) floats) and what it sends per step:
  *   activations  m·(v − [r = pp−1]) messages of Nl·C floats (every forward but the last virtual stage's)
  *   gradients    m·(v − [r = 0]) messages of Nl·C floats (every backward but virtual stage 0's)
  *   tied wte     the local wte gradient, vocab_local·C floats, on ranks 0 and pp−1 (ZeRO 0-1)

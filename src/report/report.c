@@ -38,12 +38,29 @@ static void col_free(RepCol *c) {
     memset(c, 0, sizeof *c);
 }
 
+static int strs_push(RepStrs *c, const char *s) {
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 64;
+        char(*v)[16] = realloc(c->s, cap * sizeof *v);
+        if (!v) return -1;
+        c->s = v, c->cap = cap;
+    }
+    snprintf(c->s[c->n++], sizeof c->s[0], "%s", s);
+    return 0;
+}
+
 void report_run_free(ReportRun *r) {
     if (!r) return;
     for (int i = 0; i < REP_NCOL; i++) col_free(&r->step[i]);
     RepCol *cols[] = {&r->val_step,    &r->val_tokens,   &r->val_loss,       &r->spike_step,  &r->spike_tokens,
-                      &r->spike_value, &r->spike_median, &r->spike_is_gnorm, &r->resumed_from};
+                      &r->spike_value, &r->spike_median, &r->spike_is_gnorm, &r->resumed_from, &r->spike_z};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) col_free(cols[i]);
+    for (int i = 0; i < REP_MAX_GROUPS; i++) col_free(&r->group_ratio[i]);
+    r->ngroups = 0;
+    free(r->spike_action.s);
+    memset(&r->spike_action, 0, sizeof r->spike_action);
+    free(r->config);
+    r->config = NULL;
     for (int i = 0; i < r->nnotes; i++) free(r->notes[i]);
     r->nnotes = 0;
     if (r->next) {
@@ -108,6 +125,7 @@ static void drop_steps_from(ReportRun *r, double s) {
     if (keep == n) return;
     r->replayed += n - keep;
     for (int c = 0; c < REP_NCOL; c++) r->step[c].n = keep;
+    for (int g = 0; g < r->ngroups; g++) r->group_ratio[g].n = keep;
 }
 
 static void drop_vals_from(ReportRun *r, double s) {
@@ -125,6 +143,29 @@ static double tokens_at(const ReportRun *r, const cJSON *o, double s) {
     for (size_t i = st->n; i-- > 0;)
         if (st->v[i] == s) return r->step[REP_TOKENS].v[i];
     return s;
+}
+
+/* The update/weight ratio of each layer group of a step record's layer_stats, as step-table row
+ * `row` of the group columns (NaN for groups the record lacks; a group seen first now gets NaN for
+ * the rows before). */
+static int add_layer_stats(ReportRun *r, const cJSON *ls, size_t row) {
+    const cJSON *gr = cJSON_GetObjectItemCaseSensitive(ls, "groups"), *ra = cJSON_GetObjectItemCaseSensitive(ls, "update_ratio");
+    int k = 0;
+    for (const cJSON *g = gr ? gr->child : NULL; g && k < REP_MAX_GROUPS; g = g->next, k++) {
+        if (k < r->ngroups) continue;
+        snprintf(r->group[k], sizeof r->group[k], "%s", cJSON_IsString(g) ? g->valuestring : "?");
+        for (size_t i = 0; i < row; i++)
+            if (col_push(&r->group_ratio[k], NAN)) return -1;
+        r->ngroups = k + 1;
+    }
+    double v[REP_MAX_GROUPS];
+    for (int g = 0; g < r->ngroups; g++) v[g] = NAN;
+    k = 0;
+    for (const cJSON *x = ra ? ra->child : NULL; x && k < r->ngroups; x = x->next, k++)
+        v[k] = cJSON_IsNumber(x) ? x->valuedouble : NAN;
+    for (int g = 0; g < r->ngroups; g++)
+        if (col_push(&r->group_ratio[g], v[g])) return -1;
+    return 0;
 }
 
 static int add_step(ReportRun *r, const cJSON *o) {
@@ -153,9 +194,10 @@ static int add_step(ReportRun *r, const cJSON *o) {
         num(o, "tokens"),
         num(cJSON_GetObjectItemCaseSensitive(o, "noise_scale"), "b_simple_ema"),
     };
+    size_t row = r->step[REP_STEP].n;
     for (int c = 0; c < REP_NCOL; c++)
         if (col_push(&r->step[c], v[c])) return -1;
-    return 0;
+    return add_layer_stats(r, cJSON_GetObjectItemCaseSensitive(o, "layer_stats"), row);
 }
 
 static int add_val(ReportRun *r, const cJSON *o) {
@@ -173,9 +215,10 @@ static int add_spike(ReportRun *r, const cJSON *o) {
     double is_g = cJSON_IsString(metric) && !strcmp(metric->valuestring, "grad_norm");
     if (col_push(&r->spike_step, s) || col_push(&r->spike_tokens, tokens_at(r, o, s)) ||
         col_push(&r->spike_value, num(o, "value")) || col_push(&r->spike_median, num(o, "median")) ||
-        col_push(&r->spike_is_gnorm, is_g))
+        col_push(&r->spike_is_gnorm, is_g) || col_push(&r->spike_z, num(o, "z")))
         return -1;
-    return 0;
+    const cJSON *action = cJSON_GetObjectItemCaseSensitive(o, "action");
+    return strs_push(&r->spike_action, cJSON_IsString(action) ? action->valuestring : "?");
 }
 
 static int add_note(ReportRun *r, const cJSON *o) {
@@ -237,6 +280,13 @@ static int parse_event(ReportRun *head, ReportRun **cur, const cJSON *o, size_t 
     if (!strcmp(e, "spike")) return add_spike(r, o);
     if (!strcmp(e, "start")) {
         start_summary(r, o);
+        const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(o, "config");
+        if (cfg) {
+            char *t = cJSON_PrintUnformatted(cfg);
+            if (!t) return -1;
+            free(r->config);
+            r->config = t;
+        }
         const cJSON *mp = cJSON_GetObjectItemCaseSensitive(o, "memory_planned");
         if (cJSON_IsObject(mp)) r->nplanned = mem_fill(r->planned, mp);
         return 0;
@@ -248,6 +298,7 @@ static int parse_event(ReportRun *head, ReportRun **cur, const cJSON *o, size_t 
         if (cJSON_IsObject(mp)) r->nplanned = mem_fill(r->planned, mp);
         return 0;
     }
+    if (!strcmp(e, "end")) r->ended = 1; /* and kept as a note, as before */
     return add_note(r, o);
 }
 

@@ -57,6 +57,13 @@ typedef struct {
 #define REP_MAX_MEM 16   /* memory categories kept per kind */
 #define REP_MAX_NOTES 200 /* other events kept verbatim (ckpt, skip, rollback, stall, ...) */
 #define REP_MAX_WARN 8   /* detailed warning lines per log */
+#define REP_MAX_GROUPS 64 /* layer groups kept from `layer_stats` (--log-layer-stats) */
+
+/* A growable list of short strings (a spike's action). */
+typedef struct {
+    char (*s)[16];
+    size_t n, cap;
+} RepStrs;
 
 typedef struct {
     char name[32];
@@ -71,7 +78,17 @@ typedef struct ReportRun {
     RepCol step[REP_NCOL];
     RepCol val_step, val_tokens, val_loss;
     RepCol spike_step, spike_tokens, spike_value, spike_median, spike_is_gnorm; /* is_gnorm: 0 loss, 1 grad norm */
+    RepCol spike_z;       /* the spike's robust z (NaN if absent) */
+    RepStrs spike_action; /* the spike's action ("log", "skip", "rollback", ...; "?" if absent) */
     RepCol resumed_from;  /* resumed_from_step of each resume in this run, in log order */
+    /* --log-layer-stats: the group names of the step records' layer_stats, and per group a column
+     * of update/weight ratios aligned with the step table (NaN where a record has none). */
+    int ngroups;
+    char group[REP_MAX_GROUPS][24];
+    RepCol group_ratio[REP_MAX_GROUPS];
+    char *config;         /* the last `start` record's "config" object as JSON text (malloc'd; NULL
+                             if none): what the studies read (e.g. weight_decay) */
+    int ended;            /* an `end` record was seen (the run finished) */
     RepMem planned[REP_MAX_MEM], measured[REP_MAX_MEM];
     int nplanned, nmeasured;
     char *notes[REP_MAX_NOTES]; /* raw JSON of other events (malloc'd), in log order */

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/stats.h"
+
 /* ------------------------------------------------------------------------------------------------
  * Options
  * ---------------------------------------------------------------------------------------------- */
@@ -69,17 +71,11 @@ const char *health_action_name(HealthAction a) { return a >= 0 && a <= 4 ? ACTIO
  * Statistics
  * ---------------------------------------------------------------------------------------------- */
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 double health_median(const double *x, int n) {
-    double t[HEALTH_WINDOW_MAX];
+    double t[HEALTH_WINDOW_MAX]; /* a copy on the stack: no allocation in the step loop */
     ST_CHECK(n >= 1 && n <= HEALTH_WINDOW_MAX);
     memcpy(t, x, sizeof(double) * (size_t)n);
-    qsort(t, (size_t)n, sizeof t[0], cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    return stats_median_inplace(t, (size_t)n);
 }
 
 double health_mad(const double *x, int n) {

@@ -32,6 +32,7 @@
 #include "core/mem.h"
 #include "core/peak.h"
 #include "core/progress.h"
+#include "core/stats.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "data/bpe.h"
@@ -68,17 +69,6 @@ TrainConfig train_default_config(void) {
     health_default_options(&c.health);
     c.loss_scale = 65536.0f, c.loss_scale_window = 1000;
     return c;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, long n) {
-    if (n <= 0) return NAN;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* "42s", "3m05s", "2h07m": durations on the progress line. */
@@ -1647,7 +1637,7 @@ static Status step_report(Run *r, Step *s, Err *err) {
                    .applied = s->updated, .fp16 = c->fp16, .loss_scale = s->lscale, .tokens = (double)s->ntok,
                    .tokens_seen = (double)r->batch_tokens * r->attempt, .tokens_per_s = tok_s, .mfu = mfu,
                    .elapsed_s = elapsed, .eta_s = eta, .comm_bytes = comm_bytes_total(r->comm) - s->comm_b0,
-                   .step_ms_max = mx, .step_ms_median = median(r->by_rank2, r->world), .ms_total = dt,
+                   .step_ms_max = mx, .step_ms_median = stats_median_inplace(r->by_rank2, (size_t)r->world), .ms_total = dt,
                    .ms_data = s->t1 - s->t0, .ms_forward = r->g.s.ms_fwd,
                    .ms_backward = (s->t2 - s->t1) - r->g.s.ms_fwd - s->hess_ms,
                    .ms_comm = comm_ms, .ms_comm_dp = comm_ms - tp_ms, .ms_comm_tp = tp_ms,
@@ -1739,7 +1729,7 @@ static Status run_finish(Run *r, Err *err) {
     }
     res->final_loss_scale = r->scaler.scale;
     long n = r->nmeasured;
-    res->median_step_ms = median(r->step_ms + (n > 1), n - (n > 1));
+    res->median_step_ms = stats_median_inplace(r->step_ms + (n > 1), (size_t)(n - (n > 1)));
     res->tokens_per_s = r->batch_tokens / (res->median_step_ms * 1e-3);
     if (c->mtbf_hours > 0 && r->first_ckpt_ms > 0 && !c->quiet) {
         /* Young/Daly: the interval minimizing expected lost work + checkpoint overhead. */

@@ -1,13 +1,15 @@
-/* study_common.h — what the `scaletrain study` commands share (cmd_study.c: lr-transfer, spike;
- * cmd_study_opt.c: optimizers): learning-rate lists and their labels, a sweep spec of the bundled
- * corpus written and run through the sweep engine, the page and summary written atomically, and
- * small readers of the metrics log's JSON records. Printing is allowed here (cli/); nothing exits. */
-#ifndef ST_CLI_STUDY_COMMON_H
-#define ST_CLI_STUDY_COMMON_H
+/* study_common.h — what the studies share (lr_transfer.c, spike.c, optimizers.c; their commands
+ * are cli/cmd_study.c and cli/cmd_study_opt.c): learning-rate lists and their labels, a sweep spec
+ * of the bundled corpus written and run through the sweep engine, the page and summary written
+ * atomically, and small readers of the metrics log's JSON records. Library code of src/study
+ * (issue 24: moved from cli/): errors are a Status with an Err; rank 0 prints progress lines only;
+ * nothing exits. */
+#ifndef ST_STUDY_STUDY_COMMON_H
+#define ST_STUDY_STUDY_COMMON_H
 
 #include <stddef.h>
 
-#include "cli/sweep.h"
+#include "study/sweep.h"
 #include "comm/comm.h"
 #include "core/status.h"
 #include "report/figures.h"
@@ -32,8 +34,6 @@ Status study_write_page(const char *dir, const FigPage *page, const struct cJSON
 /* The number o[k], NaN when absent or not a number. */
 double study_jnum(const struct cJSON *o, const char *k);
 
-/* The median of the finite values of v[0..n) (any n; v is not modified); NaN when none is finite. */
-double study_median(const double *v, int n);
 
 /* A new sweep spec (caller deletes) on the bundled corpus: name, and a base of seq_len T (also
  * max_seq_len), micro_batch B, threads, val_batches vb, peak_gflops 100 (MFU is not studied: no
@@ -45,7 +45,8 @@ struct cJSON *study_spec_new(const char *name, int T, int B, int threads, int vb
  * the sweep engine (sweep_load, sweep_execute: finished runs are skipped, interrupted ones resume).
  * On ST_OK, *s holds the loaded sweep (caller frees with sweep_free) and *interrupted says whether
  * a run was stopped by a signal; on an error *s is freed. */
-Status study_sweep_run(const char *sub, const struct cJSON *spec, Comm *comm, Sweep *s, int *interrupted, Err *err);
+Status study_sweep_run(const char *sub, const struct cJSON *spec, Comm *comm, const TrainFlagsParser *tp, Sweep *s,
+                       int *interrupted, Err *err);
 
 /* Trains one run through the library with `scaletrain train`'s flags (train_args_parse, then
  * train_run on comm), logged to log (appended to if it exists). Rank 0 prints "<study>: <name>:
@@ -53,9 +54,9 @@ Status study_sweep_run(const char *sub, const struct cJSON *spec, Comm *comm, Sw
  * a result: ST_OK, with its message in failure[0..cap) ("" when it finished). Other errors (a
  * refused flag: ST_ERR_INPUT) are returned. */
 Status study_train(const char *study, const char *name, char *const *flags, int nflags, const char *log, Comm *comm,
-                   char *failure, size_t cap, Err *err);
+                   const TrainFlagsParser *tp, char *failure, size_t cap, Err *err);
 
-/* `study optimizers` (cmd_study_opt.c), dispatched by cmd_study. Returns the exit code. */
-int cmd_study_optimizers(int argc, char **argv, Comm *comm);
+/* Joins s[0..n) as lines ("s0\ns1\n...") into a malloc'd text; NULL when out of memory. */
+char *study_lines(const char *const *s, int n);
 
 #endif

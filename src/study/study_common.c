@@ -1,5 +1,5 @@
 /* study_common.c — the helpers the study commands share (study_common.h). */
-#include "cli/study_common.h"
+#include "study/study_common.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -8,8 +8,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "cli/train_args.h"
 #include "core/fileio.h"
+#include "study/studies.h"
 #include "train/train.h"
 
 Status study_parse_list(const char *flag, const char *s, double *v, int *n, Err *err) {
@@ -66,25 +66,6 @@ double study_jnum(const cJSON *o, const char *k) {
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-double study_median(const double *v, int n) {
-    double *t = n > 0 ? malloc(sizeof(double) * (size_t)n) : NULL;
-    int k = 0;
-    for (int i = 0; t && i < n; i++)
-        if (isfinite(v[i])) t[k++] = v[i];
-    double m = NAN;
-    if (k) {
-        qsort(t, (size_t)k, sizeof *t, cmp_double);
-        m = k % 2 ? t[k / 2] : 0.5 * (t[k / 2 - 1] + t[k / 2]);
-    }
-    free(t);
-    return m;
-}
-
 cJSON *study_spec_new(const char *name, int T, int B, int threads, int vb, cJSON **base) {
     cJSON *spec = cJSON_CreateObject();
     if (!spec) return NULL;
@@ -106,7 +87,8 @@ cJSON *study_spec_new(const char *name, int T, int B, int threads, int vb, cJSON
     return spec;
 }
 
-Status study_sweep_run(const char *sub, const cJSON *spec, Comm *comm, Sweep *s, int *interrupted, Err *err) {
+Status study_sweep_run(const char *sub, const cJSON *spec, Comm *comm, const TrainFlagsParser *tp, Sweep *s, int *interrupted,
+                       Err *err) {
     char path[1200];
     memset(s, 0, sizeof *s);
     *interrupted = 0;
@@ -116,7 +98,7 @@ Status study_sweep_run(const char *sub, const cJSON *spec, Comm *comm, Sweep *s,
     snprintf(path, sizeof path, "%s/spec.json", sub);
     if (st == ST_OK) st = study_write_text(path, text, strlen(text), err);
     free(text);
-    if (st == ST_OK) st = sweep_load(s, path, sub, comm, err);
+    if (st == ST_OK) st = sweep_load(s, path, sub, comm, tp, err);
     if (st != ST_OK) return st;
     SweepExecOptions o = {.only = -1};
     SweepExecResult res;
@@ -127,18 +109,17 @@ Status study_sweep_run(const char *sub, const cJSON *spec, Comm *comm, Sweep *s,
 }
 
 Status study_train(const char *study, const char *name, char *const *flags, int nflags, const char *log, Comm *comm,
-                   char *failure, size_t cap, Err *err) {
+                   const TrainFlagsParser *tp, char *failure, size_t cap, Err *err) {
     char *argv[128];
     int argc = 0;
     failure[0] = '\0';
     if (nflags > 124) return err_set(err, ST_ERR_INPUT, "%s: %s: %d train flags, expected at most 124", study, name, nflags);
     for (int i = 0; i < nflags; i++) argv[argc++] = flags[i];
     argv[argc++] = "--log", argv[argc++] = (char *)log;
-    TrainArgs *ta = calloc(1, sizeof *ta);
-    if (!ta) return err_set(err, ST_ERR_RUNTIME, "out of memory");
-    Status st = train_args_parse(argc, argv, comm, ta, err);
+    TrainFlags tf = {0}, *ta = &tf;
+    Status st = tp->parse(argc, argv, comm, ta, err);
     if (st == ST_OK) {
-        TrainConfig c = ta->cfg;
+        TrainConfig c = *ta->cfg;
         c.comm = comm;
         TrainResult res;
         memset(&res, 0, sizeof res);
@@ -149,7 +130,22 @@ Status study_train(const char *study, const char *name, char *const *flags, int 
         st = train_run(&c, &res, err);
         if (st == ST_ERR_RUNTIME && res.steps_done > 0) snprintf(failure, cap, "%s", err->msg), st = ST_OK;
     }
-    train_args_free(ta);
-    free(ta);
+    tp->release(ta);
     return st;
+}
+
+/* Joins n strings as lines into a malloc'd text (NULL when out of memory). */
+char *study_lines(const char *const *s, int n) {
+    size_t len = 1;
+    for (int i = 0; i < n; i++) len += strlen(s[i]) + 1;
+    char *t = malloc(len);
+    if (!t) return NULL;
+    size_t k = 0;
+    for (int i = 0; i < n; i++) k += (size_t)snprintf(t + k, len - k, "%s\n", s[i]);
+    return t;
+}
+
+void study_outcome_free(StudyOutcome *o) {
+    free(o->findings);
+    o->findings = NULL;
 }

@@ -4,10 +4,9 @@
  * Contents: helpers | the spec (keys, values → flags) | grid expansion | command lines and the
  * dry run | execution (skip, resume, done.json) | the results table. */
 #define _XOPEN_SOURCE 700
-#include "cli/sweep.h"
+#include "study/sweep.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <glob.h>
 #include <math.h>
 #include <stdarg.h>
@@ -20,7 +19,6 @@
 #include <cjson/cJSON.h>
 
 #include "ckpt/ckpt.h"
-#include "cli/train_args.h"
 #include "core/fileio.h"
 #include "core/timer.h"
 #include "model/layout.h"
@@ -134,10 +132,11 @@ static Status args_copy(Args *dst, const Args *src, Err *err) {
 
 /* One key: value of a JSON object as train flags appended to a. where: "base", "grid.models[2]",
  * ... for the message. Unknown options, owned flags and values of the wrong kind are refused. */
-static Status flag_from_json(Args *a, const char *file, const char *where, const cJSON *it, Err *err) {
+static Status flag_from_json(const TrainFlagsParser *tp, Args *a, const char *file, const char *where, const cJSON *it,
+                              Err *err) {
     char name[128], val[256];
     opt_name(it->string, name, sizeof name);
-    int kind = train_args_option(name);
+    int kind = tp->option(name);
     if (kind < 0)
         return err_set(err, ST_ERR_INPUT, "%s: %s.%s: expected an option of scaletrain train (train --help lists them), "
                        "found an unknown key", file, where, it->string);
@@ -197,6 +196,7 @@ static Status num_array(const cJSON *arr, const char *file, const char *key, int
 /* The axes of the grid after the spec is read. */
 typedef struct {
     const char *file;
+    const TrainFlagsParser *tp; /* train's flag parser (the sweep's) */
     Args common;              /* base flags (and --data/--val-data/--tokenizer) */
     int nmodels;
     Args *model_args;         /* per model */
@@ -222,8 +222,8 @@ static void grid_free(Grid *g) {
 }
 
 /* Parses the flags as `scaletrain train` would (quietly, no tokenizer kept). */
-static Status parse_flags(Args *a, const Comm *comm, TrainArgs *ta, Err *err) {
-    Status st = train_args_parse(a->n, a->a, comm, ta, err);
+static Status parse_flags(const TrainFlagsParser *tp, Args *a, const Comm *comm, TrainFlags *ta, Err *err) {
+    Status st = tp->parse(a->n, a->a, comm, ta, err);
     if (st == ST_OK && ta->help) st = err_set(err, ST_ERR_INPUT, "--help in a sweep spec");
     return st;
 }
@@ -238,8 +238,8 @@ static long long batch_tokens_of(const TrainConfig *c, const Comm *comm) {
 /* Adds run (model m, size z, vary combination idx[], seed q) to s. */
 static Status add_run(Sweep *s, const Grid *g, int m, int z, const int *vidx, int q, const Comm *comm, Err *err) {
     Args a = {0};
-    TrainArgs *ta = calloc(1, sizeof *ta);
-    Status st = ta ? ST_OK : err_set(err, ST_ERR_RUNTIME, "out of memory");
+    TrainFlags tf = {0}, *ta = &tf;
+    Status st = ST_OK;
     SweepRun *r = &s->runs[s->nruns];
     memset(r, 0, sizeof *r);
     char vary[256] = "", idtail[256] = "";
@@ -256,7 +256,7 @@ static Status add_run(Sweep *s, const Grid *g, int m, int z, const int *vidx, in
             break;
         }
         tmp->string = strdup(axis->string);
-        st = flag_from_json(&a, g->file, "vary", tmp, err);
+        st = flag_from_json(g->tp, &a, g->file, "vary", tmp, err);
         char val[128];
         if (cJSON_IsNumber(it)) label_num(it->valuedouble, val, sizeof val);
         else if (cJSON_IsString(it)) snprintf(val, sizeof val, "%s", it->valuestring);
@@ -290,9 +290,9 @@ static Status add_run(Sweep *s, const Grid *g, int m, int z, const int *vidx, in
         if (st == ST_OK && (st = args_push(&a, "--resume", err)) == ST_OK) st = args_push(&a, "auto", err);
     }
     /* First parse: the batch, the model and its FLOPs per token. */
-    if (st == ST_OK) st = parse_flags(&a, comm, ta, err);
+    if (st == ST_OK) st = parse_flags(g->tp, &a, comm, ta, err);
     if (st == ST_OK) {
-        TrainConfig *c = &ta->cfg;
+        TrainConfig *c = ta->cfg;
         ModelConfig mc = c->model;
         if (mc.vocab <= 0)
             st = err_set(err, ST_ERR_INPUT, "%s: the vocabulary is unknown before training (FLOPs and parameters need it): "
@@ -333,14 +333,13 @@ static Status add_run(Sweep *s, const Grid *g, int m, int z, const int *vidx, in
         }
         if (st == ST_OK) st = args_push(&a, "--quiet", err); /* the last flag: sweep --verbose drops it */
     }
-    train_args_free(ta);
+    g->tp->release(ta);
     /* Second parse: the complete command must be one `scaletrain train` accepts. */
     if (st == ST_OK) {
-        st = parse_flags(&a, comm, ta, err);
-        train_args_free(ta);
+        st = parse_flags(g->tp, &a, comm, ta, err);
+        g->tp->release(ta);
         if (st != ST_OK) err_prefix(err, "%s: run %s", g->file, r->id);
     }
-    free(ta);
     if (st != ST_OK) {
         args_clear(&a);
         return st;
@@ -382,7 +381,7 @@ static Status read_models(Grid *g, const cJSON *arr, Err *err) {
                 if (!strcmp(it->string, "channels") && cJSON_IsNumber(it)) C = it->valueint;
                 if (!strcmp(it->string, "model") && cJSON_IsString(it) && !g->model_label[i][0])
                     snprintf(g->model_label[i], sizeof g->model_label[i], "%s", it->valuestring);
-                st = flag_from_json(a, g->file, where, it, err);
+                st = flag_from_json(g->tp, a, g->file, where, it, err);
             }
             if (st == ST_OK && !g->model_label[i][0]) {
                 if (!L || !C)
@@ -435,17 +434,15 @@ static Status read_data(Grid *g, const cJSON *root, const Comm *comm, Err *err) 
             return err_set(err, ST_ERR_INPUT, "%s: %s: the bundled corpus brings its validation split and tokenizer "
                            "(bytes): expected it absent", g->file, val ? "val_data" : "tokenizer");
         /* Resolve (and prepare once) the bundled corpus, then name its files explicitly. */
-        TrainArgs *ta = calloc(1, sizeof *ta);
-        if (!ta) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+        TrainFlags tf = {0}, *ta = &tf;
         char *none[1] = {NULL};
-        st = train_args_parse(0, none, comm, ta, err);
-        if (st == ST_OK && (st = args_push(&g->common, "--data", err)) == ST_OK) st = args_push(&g->common, ta->cfg.data, err);
+        st = g->tp->parse(0, none, comm, ta, err);
+        if (st == ST_OK && (st = args_push(&g->common, "--data", err)) == ST_OK) st = args_push(&g->common, ta->cfg->data, err);
         if (st == ST_OK && (st = args_push(&g->common, "--val-data", err)) == ST_OK)
-            st = args_push(&g->common, ta->cfg.val_data, err);
+            st = args_push(&g->common, ta->cfg->val_data, err);
         if (st == ST_OK && (st = args_push(&g->common, "--tokenizer", err)) == ST_OK)
-            st = args_push(&g->common, ta->cfg.tokenizer, err);
-        train_args_free(ta);
-        free(ta);
+            st = args_push(&g->common, ta->cfg->tokenizer, err);
+        g->tp->release(ta);
         return st;
     }
     const cJSON *globs[2] = {data, val};
@@ -483,7 +480,7 @@ static Status read_spec(Sweep *s, Grid *g, const cJSON *root, const Comm *comm, 
     const cJSON *base = cJSON_GetObjectItemCaseSensitive(root, "base");
     if (base && !cJSON_IsObject(base)) return err_set(err, ST_ERR_INPUT, "%s: base: expected an object of train options", f);
     for (const cJSON *it = base ? base->child : NULL; it && st == ST_OK; it = it->next)
-        st = flag_from_json(&g->common, f, "base", it, err);
+        st = flag_from_json(g->tp, &g->common, f, "base", it, err);
     if (st != ST_OK) return st;
     if ((st = read_grid(g, cJSON_GetObjectItemCaseSensitive(root, "grid"), err)) != ST_OK) return st;
     snprintf(s->kind, sizeof s->kind, "%s", g->isoflop ? "isoflop" : "sizes_tokens");
@@ -524,8 +521,9 @@ static Status read_spec(Sweep *s, Grid *g, const cJSON *root, const Comm *comm, 
     return ST_OK;
 }
 
-Status sweep_load(Sweep *s, const char *path, const char *out, const Comm *comm, Err *err) {
+Status sweep_load(Sweep *s, const char *path, const char *out, const Comm *comm, const TrainFlagsParser *tp, Err *err) {
     memset(s, 0, sizeof *s);
+    s->tp = tp;
     snprintf(s->path, sizeof s->path, "%s", path);
     snprintf(s->out, sizeof s->out, "%s", out);
     char *text = NULL;
@@ -543,7 +541,7 @@ Status sweep_load(Sweep *s, const char *path, const char *out, const Comm *comm,
     free(text);
     Grid g;
     memset(&g, 0, sizeof g);
-    g.file = path;
+    g.file = path, g.tp = tp;
     st = read_spec(s, &g, root, comm, err);
     long total = (long)g.nmodels * g.nsizes * g.nseeds;
     for (int v = 0; v < g.nvary; v++) total *= cJSON_GetArraySize(g.vary[v]);
@@ -608,60 +606,40 @@ void sweep_command_line(const SweepRun *r, const char *exe, char *buf, size_t ca
     for (int i = 0; i < r->nargs; i++) shell_word(buf, cap, r->args[i]);
 }
 
-Status sweep_print_dry_run(const Sweep *s, const Comm *comm, int json, Err *err) {
-    if (!json) printf("sweep %s (%s): %d runs in %s/runs/\n", s->name, s->kind, s->nruns, s->out);
-    if (!json) printf("%-36s %12s %12s %7s %11s %12s %12s %s\n", "run", "params", "tokens", "steps", "FLOPs", "memory MiB",
-           "time (pred.)", "status");
-    double tot_flops = 0, tot_s = 0;
-    for (int i = 0; i < s->nruns; i++) {
-        const SweepRun *r = &s->runs[i];
-        TrainArgs *ta = calloc(1, sizeof *ta);
-        if (!ta) return err_set(err, ST_ERR_RUNTIME, "out of memory");
-        Args a = {0};
-        a.n = r->nargs;
-        memcpy(a.a, r->args, sizeof(char *) * (size_t)r->nargs);
-        Status st = parse_flags(&a, comm, ta, err);
-        PlanInput pi;
-        PlanResult *pr = calloc(1, sizeof *pr);
-        if (st == ST_OK && !pr) st = err_set(err, ST_ERR_RUNTIME, "out of memory");
-        if (st == ST_OK) {
-            ModelConfig mc = ta->cfg.model;
-            model_config_validate(&mc, err);
-            ta->cfg.model = mc;
-            int world = comm ? comm->world : 1, tp = ta->cfg.tp > 1 ? ta->cfg.tp : 1, pp = ta->cfg.pp > 1 ? ta->cfg.pp : 1;
-            int dp = ta->cfg.dp > 0 ? ta->cfg.dp : world / (tp * pp);
-            train_plan_input(&ta->cfg, dp < 1 ? 1 : dp, tp, pp, 0, &pi);
-            st = plan_predict_step(&pi, pr, err);
-        }
-        train_args_free(ta);
-        free(ta);
-        if (st != ST_OK) {
-            free(pr);
-            return err_prefix(err, "run %s: plan", r->id), st;
-        }
-        char done[1300];
-        snprintf(done, sizeof done, "%s/done.json", r->dir);
-        double secs = pr->compute.step * (double)r->steps;
-        if (json)
-            printf("{\"run\":\"%s\",\"params\":%lld,\"tokens\":%.0f,\"steps\":%ld,\"flops\":%.17g,\"budget\":%.17g,"
-                   "\"channels\":%d,\"memory_bytes\":%.0f,\"predicted_s\":%.6g,\"done\":%s}\n", r->id, r->params, r->tokens,
-                   r->steps, r->flops, r->budget, r->channels, pr->mem.total, secs, file_exists(done) ? "true" : "false");
-        else printf("%-36s %12lld %12.0f %7ld %11.3e %12.2f %11.3gs %s\n", r->id, r->params, r->tokens, r->steps, r->flops,
-               pr->mem.total / 1048576.0, secs, file_exists(done) ? "done" : "to run");
-        tot_flops += r->flops, tot_s += secs;
-        free(pr);
+Status sweep_plan_run(const Sweep *s, int i, const Comm *comm, SweepRunPlan *out, Err *err) {
+    const SweepRun *r = &s->runs[i];
+    TrainFlags tf = {0}, *ta = &tf;
+    Args a = {0};
+    a.n = r->nargs;
+    memcpy(a.a, r->args, sizeof(char *) * (size_t)r->nargs);
+    Status st = parse_flags(s->tp, &a, comm, ta, err);
+    PlanInput pi;
+    PlanResult *pr = calloc(1, sizeof *pr);
+    if (st == ST_OK && !pr) st = err_set(err, ST_ERR_RUNTIME, "out of memory");
+    if (st == ST_OK) {
+        ModelConfig mc = ta->cfg->model;
+        model_config_validate(&mc, err);
+        ta->cfg->model = mc;
+        int world = comm ? comm->world : 1, tp = ta->cfg->tp > 1 ? ta->cfg->tp : 1, pp = ta->cfg->pp > 1 ? ta->cfg->pp : 1;
+        int dp = ta->cfg->dp > 0 ? ta->cfg->dp : world / (tp * pp);
+        train_plan_input(ta->cfg, dp < 1 ? 1 : dp, tp, pp, 0, &pi);
+        st = plan_predict_step(&pi, pr, err);
     }
-    if (!json) printf("total: %.3e FLOPs, predicted %.3g s of training (plan's hardware profile; memory per rank from the "
-           "trainer's own plan)\n", tot_flops, tot_s);
+    s->tp->release(ta);
+    if (st != ST_OK) {
+        free(pr);
+        return err_prefix(err, "run %s: plan", r->id), st;
+    }
+    char done[1300];
+    snprintf(done, sizeof done, "%s/done.json", r->dir);
+    out->memory_bytes = pr->mem.total;
+    out->predicted_s = pr->compute.step * (double)r->steps;
+    out->done = file_exists(done);
+    free(pr);
     return ST_OK;
 }
 
 /* ================================================================ execution */
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
 
 /* The step of the newest valid checkpoint in dir (0: none). */
 static long newest_ckpt_step(const char *dir) {
@@ -725,8 +703,7 @@ Status sweep_execute(const Sweep *s, Comm *comm, const SweepExecOptions *o, Swee
     Status st = file_mkdirs(s->out, err);
     if (st != ST_OK) return st;
     int root = is_root(comm), n = o->only >= 0 ? 1 : s->nruns;
-    TrainArgs *ta = calloc(1, sizeof *ta);
-    if (!ta) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    TrainFlags tf = {0}, *ta = &tf;
     for (int k = 0; k < n && st == ST_OK; k++) {
         int i = o->only >= 0 ? o->only : k;
         const SweepRun *r = &s->runs[i];
@@ -747,7 +724,7 @@ Status sweep_execute(const Sweep *s, Comm *comm, const SweepExecOptions *o, Swee
         if (have >= r->steps) {
             if (comm) comm_barrier(comm, err);
             if (root) {
-                nftw(ckdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+                file_rm_tree(ckdir);
                 remove(log);
                 printf("sweep: [%d/%d] %s: a final checkpoint (step %ld) but no done.json: trained again from scratch\n",
                        i + 1, s->nruns, r->id, have);
@@ -760,12 +737,13 @@ Status sweep_execute(const Sweep *s, Comm *comm, const SweepExecOptions *o, Swee
         a.n = r->nargs;
         memcpy(a.a, r->args, sizeof(char *) * (size_t)r->nargs);
         if (o->verbose) a.n--; /* the trailing --quiet */
-        st = parse_flags(&a, comm, ta, err);
+        st = parse_flags(s->tp, &a, comm, ta, err);
         if (st != ST_OK) {
+            s->tp->release(ta);
             err_prefix(err, "run %s", r->id);
             break;
         }
-        TrainConfig c = ta->cfg;
+        TrainConfig c = *ta->cfg;
         c.comm = comm;
         c.handle_signals = 1;
         if (o->test_stop_after > 0) c.stop_after = o->test_stop_after;
@@ -779,7 +757,7 @@ Status sweep_execute(const Sweep *s, Comm *comm, const SweepExecOptions *o, Swee
         TrainResult tr;
         memset(&tr, 0, sizeof tr);
         st = train_run(&c, &tr, err);
-        train_args_free(ta);
+        s->tp->release(ta);
         double wall = (timer_ms() - t0) * 1e-3;
         if (st == ST_ERR_RUNTIME && tr.steps_done > 0) {
             /* The run trained and then failed (diverged past --max-nonfinite, a spike cap): a
@@ -813,7 +791,6 @@ Status sweep_execute(const Sweep *s, Comm *comm, const SweepExecOptions *o, Swee
             fflush(stdout);
         }
     }
-    free(ta);
     if (st == ST_OK && root && res->trained == 0) {
         int rows = 0;
         st = sweep_write_results(s, &rows, err); /* the table exists even when every run was skipped */

@@ -12,14 +12,37 @@
  * checkpoint (--resume auto).
  *
  * FLOPs = layout_flops_per_token(model, T) × tokens: the formula the trainer's MFU and `plan` use.
- * Printing is allowed here (cli/); nothing exits. */
-#ifndef ST_CLI_SWEEP_H
-#define ST_CLI_SWEEP_H
+ * A library of the study module (src/study, issue 24: moved from cli/): errors are a Status with an
+ * Err; the only printing is rank 0's progress lines (one per run) and the dry run's table, as
+ * train_run prints its own progress; nothing exits. */
+#ifndef ST_STUDY_SWEEP_H
+#define ST_STUDY_SWEEP_H
 
 #include <stdint.h>
 
 #include "comm/comm.h"
 #include "core/status.h"
+#include "train/train.h"
+
+/* One parsed `scaletrain train` command line (TrainFlagsParser.parse). */
+typedef struct {
+    TrainConfig *cfg;   /* the parsed config (set by a successful parse; cfg->argv_joined = joined) */
+    const char *joined; /* the command line, "scaletrain train FLAGS" */
+    int help;           /* --help was given: the help was printed, cfg is unset */
+    void *owner;        /* the parser's own state, freed by release */
+} TrainFlags;
+
+/* `scaletrain train`'s flag parser, owned by cli (cli/train_args.h: defaults, presets, refusals, the
+ * bundled corpus) and handed in by it, so that every run the engines launch is exactly
+ * `scaletrain train FLAGS` (one parser) while study/ does not link cli. */
+typedef struct {
+    /* Parses argv[0..argc) (no subcommand word) into *f (zeroed first); comm may be NULL. Errors:
+     * one line naming the flag or file. Call release after, on success or failure. */
+    Status (*parse)(int argc, char **argv, const Comm *comm, TrainFlags *f, Err *err);
+    void (*release)(TrainFlags *f); /* frees what parse made; safe on a zeroed TrainFlags */
+    int (*option)(const char *name); /* whether name (no dashes) is a train option: -1 no, 0 with a
+                                        value, 1 a flag without one */
+} TrainFlagsParser;
 
 #define SWEEP_MAX_ARGS 160
 
@@ -51,14 +74,16 @@ typedef struct {
     char out[1024];          /* OUT */
     SweepRun *runs;
     int nruns;
+    const TrainFlagsParser *tp; /* the parser of the runs' flags (sweep_load's) */
 } Sweep;
 
 /* Reads and expands the spec at path for output directory out (created by sweep_execute, not
  * here). Every refusal is one line naming the file, the key and what was expected
  * (ST_ERR_INPUT): unknown keys anywhere, a bad grid, missing data or validation data, keys the
  * sweep sets per run (steps, warmup, min-lr, seed, log, ckpt-dir, resume, data...). comm: the
- * process grid the runs will use (batch tokens count dp ranks; NULL = one process). */
-Status sweep_load(Sweep *s, const char *path, const char *out, const Comm *comm, Err *err);
+ * process grid the runs will use (batch tokens count dp ranks; NULL = one process). tp: train's
+ * flag parser, kept in s for the dry run and the execution (it must outlive s). */
+Status sweep_load(Sweep *s, const char *path, const char *out, const Comm *comm, const TrainFlagsParser *tp, Err *err);
 void sweep_free(Sweep *s);
 
 /* The index of run id, -1 if none. */
@@ -67,10 +92,17 @@ int sweep_find(const Sweep *s, const char *id);
 /* The run's `scaletrain train` command line, shell-quoted, into buf. */
 void sweep_command_line(const SweepRun *r, const char *exe, char *buf, size_t cap);
 
-/* Prints the grid: each run's params, tokens, steps, FLOPs, planned memory per rank and predicted
- * time (train_plan_input + plan_predict_step, the trainer's own plan), and totals; json: one JSON
- * object per run per line instead (memory_bytes exact). */
-Status sweep_print_dry_run(const Sweep *s, const Comm *comm, int json, Err *err);
+/* What the dry run shows of run i beside its SweepRun: the trainer's own plan of it
+ * (train_plan_input + plan_predict_step). */
+typedef struct {
+    double memory_bytes; /* planned memory per rank (PlanResult.mem.total) */
+    double predicted_s;  /* predicted step time × steps, on plan's hardware profile */
+    int done;            /* OUT/runs/<id>/done.json exists */
+} SweepRunPlan;
+
+/* Plans run i of s (the dry run: `sweep --dry-run` prints each run's params, tokens, steps, FLOPs
+ * and these). Errors: the run's flags refused or its plan failing, "run <id>: plan: ...". */
+Status sweep_plan_run(const Sweep *s, int i, const Comm *comm, SweepRunPlan *out, Err *err);
 
 typedef struct {
     int only;                /* >= 0: run only this index */
