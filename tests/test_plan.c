@@ -711,10 +711,28 @@ static void test_option_effects(void) {
     rc = system(cmd);
     char *text = tu_slurp(TMP "/review.txt");
     cJSON *pj = text ? cJSON_Parse(text) : NULL;
-    tu_check(rc == 0 && text && !pj && strstr(text, "== scaletrain plan ==") != NULL, "plan: --json (text without it)",
+    tu_check(rc == 0 && text && !pj && strstr(text, "== scaletrain plan") == text, "plan: --json (text without it)",
              "%zu bytes of text", text ? strlen(text) : 0);
+    /* The first line names the profile that priced the plan, and says when it is only the default. */
+    const char *dflt = "== scaletrain plan, priced on hardware profile cpu-zen4-2c (the default:";
+    tu_check(text && strncmp(text, dflt, strlen(dflt)) == 0, "plan: the first line names the default profile",
+             "%.120s", text ? text : "(none)");
     cJSON_Delete(pj);
     free(text);
+    snprintf(cmd, sizeof cmd, "%s plan " PB " --hardware H100 > %s/review_h100.txt", BIN, TMP);
+    rc = system(cmd);
+    text = tu_slurp(TMP "/review_h100.txt");
+    const char *h100 = "== scaletrain plan, priced on hardware profile H100 ==\n";
+    tu_check(rc == 0 && text && strncmp(text, h100, strlen(h100)) == 0 && !strstr(text, "(the default"),
+             "plan --hardware H100: the first line names H100, not a default (control for the check above)", "%.120s",
+             text ? text : "(none)");
+    free(text);
+    cJSON *jd = plan_json(PB, NULL), *jh = plan_json(PB " --hardware H100", NULL);
+    const cJSON *hd1 = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(jd, "hardware"), "default");
+    const cJSON *hd2 = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(jh, "hardware"), "default");
+    tu_check(cJSON_IsTrue(hd1) && cJSON_IsFalse(hd2), "plan --json: hardware.default true without --hardware, false with it",
+             "%s / %s", cJSON_IsTrue(hd1) ? "true" : "not true", cJSON_IsFalse(hd2) ? "false" : "not false");
+    cJSON_Delete(jd), cJSON_Delete(jh);
 }
 
 /* --measure-hardware writes a profile (about 5 s); --measure-threads names the threads it used. */

@@ -48,7 +48,12 @@ static void print_review(const PlanInput *in, const PlanResult *r, const PlanSch
     const PlanModel *m = &in->model;
     const PlanPrecision *p = &in->prec;
     char a[64], b[64], c[64], d[64];
-    printf("== scaletrain plan ==\n");
+    /* Which machine priced the plan, first: a default profile is not this machine. */
+    if (in->hw_default)
+        printf("== scaletrain plan, priced on hardware profile %s (the default: --hardware PRESET or FILE.json "
+               "chooses; plan --measure-hardware FILE measures this machine) ==\n", in->hw.name);
+    else
+        printf("== scaletrain plan, priced on hardware profile %s ==\n", in->hw.name);
     /* ---- model ---- */
     if (m->params_override > 0) {
         printf("model: %lld parameters (count only)\n", r->n_params);
@@ -498,6 +503,7 @@ int cmd_plan(int argc, char **argv) {
     if ((st = plan_parse_recompute(recompute, &in.recompute, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
     /* ---- hardware ---- */
     if ((st = hw_resolve(&in.hw, hardware, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+    in.hw_default = !SEEN("hardware");
     if (SEEN("devices-per-node")) in.hw.devices_per_node = dpn;
     if (SEEN("peak-tflops")) {
         double pk = peak_tflops * 1e12;

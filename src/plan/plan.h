@@ -156,6 +156,8 @@ typedef struct {
     int threads;           /* our trainer's threads (sizes its attention scratch) */
     /* hardware */
     PlanHardware hw;
+    int hw_default;          /* 1: --hardware was not given and hw is the default preset (said on the
+                                review's first line and as hardware.default in the JSON) */
     int overlap;           /* 1: DP/ZeRO communication overlaps compute (max), 0: it adds (sum) */
     int no_noise_scale;    /* 1: the trainer's --no-noise-scale (its two all-gathers per step not booked) */
     /* budget: at most one of tokens, flops, days > 0; none = 20 tokens per parameter */

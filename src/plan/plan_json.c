@@ -107,6 +107,7 @@ cJSON *plan_json(const PlanInput *in, const PlanResult *r, const PlanSched *ps) 
     cJSON_AddNumberToObject(jl, "nodes", r->nodes);
     cJSON *jh = cJSON_AddObjectToObject(o, "hardware");
     cJSON_AddStringToObject(jh, "name", in->hw.name);
+    cJSON_AddBoolToObject(jh, "default", in->hw_default);
     cJSON_AddNumberToObject(jh, "peak_fp32", in->hw.peak_fp32);
     cJSON_AddNumberToObject(jh, "peak_bf16", in->hw.peak_bf16);
     cJSON_AddNumberToObject(jh, "peak_fp16", in->hw.peak_fp16);
