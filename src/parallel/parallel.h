@@ -49,6 +49,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "core/fault.h"
 #include "core/mem.h"
 #include "core/status.h"
 #include "model/gpt.h"
@@ -75,6 +76,8 @@ typedef struct {
     float shampoo_eps;    /* ε of Shampoo's roots */
     int noise;            /* 1: keep the squared norm of this rank's first micro-batch gradient
                              (par_noise_sumsq), for the gradient noise scale (train/noise.h) */
+    Faults faults;        /* test-only faults (core/fault.h; all zero: none): grad_scale, kill_*,
+                             tp_skip_backward, pp_skip_tied, matrix_no_share, matrix_reset */
 } ParOptions;
 
 ParOptions par_default_options(void);
