@@ -853,7 +853,7 @@ static Status load_hf_index(GptWeights *w, const char *dir, const char *ixpath, 
 
 Status st_load_hf_weights(GptWeights *w, const char *dir, Err *err) {
     /* A sharded checkpoint has no model.safetensors: assemble the weights from its rank files. */
-    if (ckpt_is_sharded(dir)) return ckpt_shard_load(dir, &w->layout, w->params, NULL, NULL, NULL, err);
+    if (ckpt_is_sharded(dir)) return ckpt_shard_load(dir, &w->layout, w->params, NULL, NULL, NULL, NULL, err);
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     if (access(path, F_OK) == 0) return load_hf_index(w, dir, path, err);

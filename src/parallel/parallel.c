@@ -7,7 +7,6 @@
  *
  * Contents: options · layout and plan · shared helpers · init / free · the step. */
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,22 +73,6 @@ Status par_check_grid(int zero, int pp, Err *err) {
     return ST_OK;
 }
 
-/* Temporary: the test faults still come from the environment here (the next commit fills
- * ParOptions.faults in the command line instead). */
-static void faults_from_env(Faults *f) {
-    const char *mf = getenv("ST_PAR_TEST_MATRIX_FAULT"), *mr = getenv("ST_PAR_TEST_MATRIX_RESET");
-    f->matrix_no_share = mf && atoi(mf) == 1;
-    f->matrix_reset = mr ? atoi(mr) : 0;
-    const char *kill = getenv("ST_PAR_TEST_KILL");
-    if (!kill || sscanf(kill, "%d:%ld", &f->kill_rank, &f->kill_step) != 2) f->kill_step = 0;
-    const char *fault = getenv("ST_PAR_TEST_GRAD_SCALE");
-    f->grad_scale = fault ? strtof(fault, NULL) : 0.0f;
-    const char *tpf = getenv("ST_PAR_TEST_TP_FAULT");
-    f->tp_skip_backward = tpf && atoi(tpf) == 1;
-    const char *ppf = getenv("ST_PAR_TEST_PP_FAULT");
-    f->pp_skip_tied = ppf && atoi(ppf) == 1;
-}
-
 Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, Err *err) {
     *out = NULL;
     const ParamLayout *pl = &g->w.layout;
@@ -107,7 +90,6 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
     Par *p = calloc(1, sizeof *p);
     if (!p) return err_set(err, ST_ERR_RUNTIME, "out of memory (parallel state)");
     p->c = c, p->g = g, p->o = *o, p->mem = mem, p->pl = pl;
-    faults_from_env(&p->o.faults);
     p->dp = c->dp, p->r = c->dp_rank, p->zero = o->zero, p->nseg = pl->nseg, p->L = g->w.cfg.n_layer;
     if (p->o.bucket_floats == 0) p->o.bucket_floats = PAR_DEFAULT_BUCKET_FLOATS;
     if (p->o.nt < 1) p->o.nt = 1;

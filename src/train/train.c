@@ -547,7 +547,7 @@ static Status run_load_ckpt(Run *r, const char *path, CkptMeta *meta, Err *err) 
     float *buf = run_staging(r, pl, 2 + nv);
     if (!buf) return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
     size_t n = pl->total;
-    Status st = ckpt_load_any(path, pl, buf, buf + n, nv ? buf + 2 * n : NULL, meta, err);
+    Status st = ckpt_load_any(path, pl, buf, buf + n, nv ? buf + 2 * n : NULL, meta, &r->cfg.faults, err);
     if (st == ST_OK) par_set_full(r->par, buf, buf + n, nv ? buf + 2 * n : NULL);
     run_staging_free(r, pl, buf, 2 + nv);
     return st == ST_OK ? run_load_extra(r, path, err) : st;
@@ -641,6 +641,7 @@ static Status setup_model(Run *r, Err *err) {
     po.muon = c->optim.kind == OPT_MUON, po.muon_bf16 = go.precision == GPT_BF16;
     po.shampoo = c->optim.kind == OPT_SHAMPOO, po.shampoo_block = c->optim.shampoo_block;
     po.precond_every = c->optim.precond_every, po.shampoo_eps = c->optim.shampoo_eps;
+    po.faults = c->faults;
     /* The noise scale needs a batch smaller than the step's (a micro-batch of one replica) and a
      * gradient whole on the stage that computed it (no pipeline: a tied wte is split there). */
     r->noise_on = plan_noise_scale_on(r->dp, r->pp, k, c->no_noise_scale);
@@ -1064,6 +1065,7 @@ static Status save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info,
     }
     CkptOptions o = ckpt_default_options();
     o.dir = c->ckpt_dir, o.keep_last = c->keep_last, o.keep_every = c->keep_every, o.tokenizer = c->tokenizer;
+    o.faults = c->faults;
     /* Synchronous saves show progress; an asynchronous one runs behind training. */
     Progress bar, *pb = r->async || r->sasync || r->world > 1 ? NULL : run_ckpt_bar(r, &bar, "checkpoint");
     if (pb) o.progress = progress_cb, o.progress_ctx = pb;
@@ -1253,8 +1255,8 @@ static Status step_hessian(Run *r, Step *s, Err *err) {
     float lscale = c->fp16 ? r->scaler.scale : 1.0f;
     float dscale = s->ntok > 0 ? lscale / (float)s->ntok : 0.0f;
     uint64_t drop0 = ((uint64_t)(r->attempt - 1) * r->dp + r->dp_rank) * k;
-    const char *fault = getenv("ST_TRAIN_TEST_HESS_FAULT"); /* test hook: =1 keys the draws by rank-local rows */
-    uint64_t row0 = fault && atoi(fault) == 1 ? (uint64_t)(r->attempt - 1) * k * B * T : drop0 * (uint64_t)B * T;
+    /* test fault hess_rank_local: the draws keyed by rank-local rows */
+    uint64_t row0 = c->faults.hess_rank_local ? (uint64_t)(r->attempt - 1) * k * B * T : drop0 * (uint64_t)B * T;
     for (size_t i = 0; i < r->batch_ints; i++) r->hess_u[i] = rng_uniform(c->seed, 0x50f1a, row0 + i);
     par_step_begin(r->par, k, s->next);
     double lsum = 0;
