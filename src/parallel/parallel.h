@@ -122,6 +122,16 @@ void par_set_full(Par *p, const float *params, const float *m, const float *v);
  * Collective over the dp group. */
 Status par_get_full(Par *p, float *params, float *m, float *v, Err *err);
 
+/* Whole tensors from every rank's slices (tp > 1 or pp > 1): local holds nb buffers of this rank's
+ * layout (par_get_full's, every dp rank alike), fbuf nb zeroed buffers of full (layout_init's of
+ * the whole network). Each tp rank writes its slices (tp rank 0 also the replicated tensors), the
+ * tp group sums them, and the stages' buffers (the head stage's copy of a tied wte left out) are
+ * summed on stage 0 of the replica holding world rank 0 (dp rank 0, tp rank 0), where fbuf then
+ * holds the whole network; elsewhere fbuf holds partial sums. Collective over the tp group, then
+ * point-to-point over the pp group of that replica; `step` names the step in a timeout. Staging
+ * (MEM_CKPT_STAGING) for one 16 MiB chunk on the receiving rank. */
+Status par_full_tensors(Par *p, const ParamLayout *full, float *local, float *fbuf, int nb, long step, Err *err);
+
 /* Optimizer state outside the layout: Shampoo's blocks (L, R, P_L, P_R of every block, in
  * layout_shampoo_blocks order), a vector that is the same for any dp (checkpoints reshard it by
  * taking each block where the new owner finds it). 0 floats (and a NULL name) without Shampoo. */

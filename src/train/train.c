@@ -887,33 +887,6 @@ static void signals_restore(Run *r) {
 
 /* Gathers the full parameters (and moments when opt_too) into staging; rank 0 writes. The others
  * learn rank 0's outcome, so a failed write ends the run everywhere instead of a hang. */
-/* Pipeline: stage 0 of the replica holding world rank 0 (dp rank 0, tp rank 0) gets the sum of
- * every stage's buf (n floats), through pipeline point-to-point in chunks of 4M floats. */
-static Status pp_sum_to_first(Run *r, float *buf, size_t n, Err *err) {
-    if (r->dp_rank != 0 || r->tp_rank != 0) return ST_OK;
-    const size_t chunk = (size_t)1 << 22;
-    Status st = ST_OK;
-    float *tmp = r->pp_rank == 0 ? mem_alloc(&r->mem, MEM_CKPT_STAGING, chunk * sizeof(float)) : NULL;
-    if (r->pp_rank == 0 && !tmp) return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
-    for (size_t done = 0, tag = 0; done < n && st == ST_OK; done += chunk, tag++) {
-        size_t m = n - done < chunk ? n - done : chunk;
-        CommReq q;
-        memset(&q, 0, sizeof q);
-        if (r->pp_rank != 0) {
-            st = comm_pp_isend_f32(r->comm, buf + done, m, 0, (int)(0x20000000 + tag), &q, err);
-            if (st == ST_OK) st = comm_wait(&q, r->comm->timeout_s, "checkpoint gather", r->step, err);
-            continue;
-        }
-        for (int s = 1; s < r->pp && st == ST_OK; s++) {
-            st = comm_pp_irecv_f32(r->comm, tmp, m, s, (int)(0x20000000 + tag), &q, err);
-            if (st == ST_OK) st = comm_wait(&q, r->comm->timeout_s, "checkpoint gather", r->step, err);
-            for (size_t i = 0; i < m && st == ST_OK; i++) buf[done + i] += tmp[i];
-        }
-    }
-    if (tmp) mem_free(&r->mem, MEM_CKPT_STAGING, tmp, chunk * sizeof(float));
-    return st;
-}
-
 static Status run_save_gathered(Run *r, const CkptMeta *meta, const CkptOptions *o, CkptSaveInfo *info,
                                 const char *out_dir, Err *err) {
     int nv = par_moment(r->par, 1) ? 1 : 0, nb = out_dir ? 1 : 2 + nv;
@@ -925,19 +898,8 @@ static Status run_save_gathered(Run *r, const CkptMeta *meta, const CkptOptions 
     size_t n = r->g.w.layout.total;
     Status st = par_get_full(r->par, buf, out_dir ? NULL : buf + n, out_dir || !nv ? NULL : buf + 2 * n, err);
     float *wr = buf;
-    if (st == ST_OK && r->sliced) {
-        /* Full tensors: each tp rank writes its slices into zeros (tp rank 0 the replicated
-         * tensors too) and the tp group sums them; then the pipeline stages' (the head stage's copy
-         * of the tied wte left out) are summed on stage 0. */
-        const ParamLayout *pl = &r->g.w.layout;
-        int head_copy = r->pp > 1 && pl->has_head && !pl->has_embed;
-        for (int i = 0; i < nb; i++) {
-            float *f = fbuf + i * r->full.total;
-            layout_tp_copy(pl, buf + i * n, &r->full, f, 1, r->tp_rank == 0);
-            if (head_copy) memset(f + r->full.tensors[0].offset, 0, r->full.tensors[0].numel * sizeof(float));
-        }
-        if (r->tp > 1) st = comm_tp_allreduce_f32(r->comm, fbuf, (size_t)nb * r->full.total, COMM_SUM, err);
-        if (st == ST_OK && r->pp > 1) st = pp_sum_to_first(r, fbuf, (size_t)nb * r->full.total, err);
+    if (st == ST_OK && r->sliced) { /* full tensors on world rank 0 (parallel/tp.c) */
+        st = par_full_tensors(r->par, &r->full, buf, fbuf, nb, r->step, err);
         wr = fbuf, n = r->full.total;
     }
     int64_t fail = 0;
