@@ -1,7 +1,7 @@
 /* matopt.c — the optimizers that are not elementwise, sharded over the dp group (parallel.h's
  * par_optim_step contract; docs/optimizers.md "Sharding"): Muon's whole-matrix Newton–Schulz and
- * Shampoo's blocks, each matrix or block on one owner rank (ParMatopt), and Sophia's Hessian EMA
- * (elementwise over this rank's pieces) with its checkpointed extra state for Shampoo.
+ * Shampoo's blocks, each matrix or block on one owner rank (ParMatopt); Sophia's Hessian EMA
+ * (elementwise over this rank's pieces); Shampoo's block state in and out of checkpoints.
  *
  * Contents: init / free (owners, buffers) · Muon's step · Shampoo's step · Sophia · the extra
  * state (Shampoo's blocks) in and out. */

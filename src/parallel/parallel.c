@@ -55,14 +55,14 @@ void par_add_into(float *dst, const float *src, size_t n, int nt) {
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
-/* ================================================================ init / free */
-
-static float *alloc_f(Par *p, MemCategory c, size_t n, int *ok) {
+float *par_alloc_f(Par *p, MemCategory c, size_t n, int *ok) {
     if (n == 0) return NULL;
     float *q = mem_alloc(p->mem, c, n * sizeof(float));
     if (!q) *ok = 0;
     return q;
 }
+
+/* ================================================================ init / free */
 
 Status par_check_grid(int zero, int pp, Err *err) {
     if (pp > 1 && zero >= 2)
@@ -108,8 +108,8 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
 
     /* Moments, then each mechanism's state. */
     p->mom_floats = p->zero >= 1 ? S : pl->total;
-    p->m = alloc_f(p, MEM_MOMENTS, p->mom_floats, &ok);
-    if (o->n_moments >= 2) p->v = alloc_f(p, MEM_MOMENTS, p->mom_floats, &ok);
+    p->m = par_alloc_f(p, MEM_MOMENTS, p->mom_floats, &ok);
+    if (o->n_moments >= 2) p->v = par_alloc_f(p, MEM_MOMENTS, p->mom_floats, &ok);
     if (!ok || !zero_init(p) || !tied_init(p)) goto oom;
     Status mst = matopt_init(p, err);
     if (mst == ST_ERR_INPUT) {

@@ -1,6 +1,10 @@
 /* parallel.h — data parallelism over the dp group of a Comm, with ZeRO stages 0–3 (issue 6), and
  * the tensor-parallel collectives of a model slice (issue 13).
  *
+ * Implemented one file per mechanism (issue 24): parallel.c composes zero.c (ZeRO, the dp hooks),
+ * tp.c (tp hooks, the norm's replicated pieces, whole tensors from slices), pp_tied.c (the
+ * pipeline's tied wte), matopt.c (Muon, Shampoo, Sophia); parallel_internal.h holds their Par.
+ *
  * The model knows nothing of communication: par_init installs the Gpt's hooks (gpt.h) and from
  * them starts, progresses and finishes the collectives of a step. Design and memory formulas:
  * docs/parallel.md.

@@ -6,7 +6,8 @@
  *               public step functions, which call into the parts
  *   zero.c      ZeRO 0–3: ZeroBuckets (stage 0/1), ZeroGrads (stage 2/3), ZeroParams (stage 3),
  *               the dp hooks (before_forward, before_backward, grads_ready), state in and out
- *   tp.c        the tp_* hooks and the pieces the norm counts on another rank (ParNorm.twice)
+ *   tp.c        the tp_* hooks, the pieces the norm counts on another rank (ParNorm.twice), and
+ *               whole tensors from every rank's slices (par_full_tensors)
  *   pp_tied.c   the pipeline's tied-embedding gradient exchange (ParTied)
  *   matopt.c    Muon's, Shampoo's and Sophia's sharded steps (ParMatopt)
  * Segment s is 0 (embeddings), 1..L (blocks) or L+1 (final norm); "block" of a segment means
@@ -135,6 +136,8 @@ struct Par {
 void par_hook_fail(Par *p, Status st, const Err *e);
 /* dst[i] += src[i], n elements, nt threads. */
 void par_add_into(float *dst, const float *src, size_t n, int nt);
+/* n floats of category c from p->mem (NULL for n = 0); *ok = 0 when out of memory. */
+float *par_alloc_f(Par *p, MemCategory c, size_t n, int *ok);
 
 /* ---- zero.c ---- */
 /* Allocates the requests and the stage 2/3 buffers. 0 when out of memory. */

@@ -271,13 +271,6 @@ void zero_set_hooks(Par *p) {
 
 /* ================================================================ init / free */
 
-static float *alloc_f(Par *p, MemCategory c, size_t n, int *ok) {
-    if (n == 0) return NULL;
-    float *q = mem_alloc(p->mem, c, n * sizeof(float));
-    if (!q) *ok = 0;
-    return q;
-}
-
 int zero_init(Par *p) {
     ZeroBuckets *zb = &p->zb;
     ZeroGrads *zg = &p->zg;
@@ -298,16 +291,16 @@ int zero_init(Par *p) {
     }
     if (!(zb->req = calloc((size_t)zb->nreq, sizeof(CommReq)))) return 0;
     if (p->zero >= 2) {
-        zg->shard = alloc_f(p, MEM_GRADS, p->S, &ok);
-        zg->b0 = alloc_f(p, MEM_GRADS, p->E, &ok);
-        zg->buf[0] = alloc_f(p, MEM_GRADS, p->X, &ok), zg->buf[1] = alloc_f(p, MEM_GRADS, p->X, &ok);
+        zg->shard = par_alloc_f(p, MEM_GRADS, p->S, &ok);
+        zg->b0 = par_alloc_f(p, MEM_GRADS, p->E, &ok);
+        zg->buf[0] = par_alloc_f(p, MEM_GRADS, p->X, &ok), zg->buf[1] = par_alloc_f(p, MEM_GRADS, p->X, &ok);
     }
     if (p->zero >= 3) {
         /* Mixed precision: the shard is the fp32 master; the gathered buffers and their 2-byte
          * copies are the parameters the model reads. */
-        zp->shard = alloc_f(p, g->w.prec != GPT_FP32 ? MEM_MASTER : MEM_PARAMS, p->S, &ok);
-        zp->b0 = alloc_f(p, MEM_PARAMS, p->E, &ok);
-        zp->buf[0] = alloc_f(p, MEM_PARAMS, p->X, &ok), zp->buf[1] = alloc_f(p, MEM_PARAMS, p->X, &ok);
+        zp->shard = par_alloc_f(p, g->w.prec != GPT_FP32 ? MEM_MASTER : MEM_PARAMS, p->S, &ok);
+        zp->b0 = par_alloc_f(p, MEM_PARAMS, p->E, &ok);
+        zp->buf[0] = par_alloc_f(p, MEM_PARAMS, p->X, &ok), zp->buf[1] = par_alloc_f(p, MEM_PARAMS, p->X, &ok);
         if (g->w.prec != GPT_FP32 && ok) {
             zp->lb0 = mem_alloc(p->mem, MEM_PARAMS, p->E * sizeof(uint16_t));
             zp->lbuf[0] = mem_alloc(p->mem, MEM_PARAMS, p->X * sizeof(uint16_t));
