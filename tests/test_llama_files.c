@@ -15,6 +15,7 @@
  *   - `scaletrain export` of the sharded folder to bf16 gives the bf16 logits; a bad --dtype is one line.
  * Negative control: a copy of hf_llama whose k_proj and v_proj names are swapped (same shapes with
  * KV heads) loads but must fail the logits check. */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +81,29 @@ static int files_equal(const char *a, const char *b) {
     return ok;
 }
 
+/* config.json's float fields as the decimal that was set: the file we read says "rms_norm_eps":
+ * 1e-05; our export must say a number equal to it as a double (a reader in float64, like Python's
+ * json, then sees 1e-05, not 9.99999975e-06). Control: the float printed with %.9g, as exports did
+ * before, must fail the same comparison. */
+static void config_numbers_as_given(void) {
+    static const char *KEYS[] = {"rms_norm_eps", "rope_theta"};
+    char *src = tu_slurp(FOREIGN "/hf_llama/config.json"), *out = tu_slurp(TMP "/out1/config.json");
+    cJSON *a = src ? cJSON_Parse(src) : NULL, *b = out ? cJSON_Parse(out) : NULL;
+    for (int i = 0; i < 2; i++) {
+        const cJSON *va = cJSON_GetObjectItemCaseSensitive(a, KEYS[i]), *vb = cJSON_GetObjectItemCaseSensitive(b, KEYS[i]);
+        int ok = cJSON_IsNumber(va) && cJSON_IsNumber(vb) && va->valuedouble == vb->valuedouble;
+        char what[128], old[32];
+        snprintf(what, sizeof what, "export writes %s as the value read (%s)", KEYS[i], "float64-equal");
+        tu_check(ok, what, "read %.17g, written %.17g", va ? va->valuedouble : NAN, vb ? vb->valuedouble : NAN);
+        snprintf(old, sizeof old, "%.9g", va ? (float)va->valuedouble : 0.0f);
+        if (i == 0)
+            tu_check(va && strtod(old, NULL) != va->valuedouble, "negative control: the float printed with %.9g is "
+                     "not the value read", "%s vs %.17g", old, va ? va->valuedouble : NAN);
+    }
+    cJSON_Delete(a), cJSON_Delete(b);
+    free(src), free(out);
+}
+
 static void round_trip(void) {
     Gpt a, b;
     Err e;
@@ -95,6 +119,7 @@ static void round_trip(void) {
                 files_equal(TMP "/out1/config.json", TMP "/out2/config.json");
     tu_check(same && bytes, "our Llama export loads back bit-exactly and re-exports byte-identical files", "%s%s",
              same ? "weights equal" : "weights differ", bytes ? ", files identical" : ", files differ");
+    config_numbers_as_given();
     /* Sharded single-file: the same floats. */
     Gpt c;
     st = load(FOREIGN "/hf_llama_sharded", &c, &e);

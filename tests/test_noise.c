@@ -181,6 +181,50 @@ static void test_trainer(void) {
     cJSON_Delete(a1), cJSON_Delete(a2), cJSON_Delete(ad), cJSON_Delete(az), cJSON_Delete(at), cJSON_Delete(ao);
 }
 
+/* Resume: the smoothed B_simple goes on as if the run had not stopped. "full" runs 6 steps with a
+ * checkpoint every 3; "stop" runs 3 steps into its own folder and "resumed" continues it to 6. Oracle:
+ * b_simple_ema of steps 4-6 equal the uninterrupted run's exactly (the step estimates themselves,
+ * b_simple, must equal too: same data and weights), and the resumed log is a real resume (its start
+ * record found the step-3 checkpoint, its first step is 4). Control: what a resume without the saved
+ * averages logs at step 4 (an average of one estimate: that step's own b_simple) must fail the
+ * same equality. */
+static double ema_at(const char *name, int step) {
+    cJSON *all;
+    const cJSON *o = step_rec(name, step, &all);
+    double v = o ? noise_field(o, "b_simple_ema") : NAN;
+    cJSON_Delete(all);
+    return v;
+}
+
+static void test_resume(void) {
+    int rc = run("full", 0, "--grad-accum 2 --steps 6 --ckpt-dir " DIR "/ck_full --ckpt-every 3");
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s/ck_stop", DIR);
+    rc |= system(cmd);
+    rc |= run("stop", 0, "--grad-accum 2 --steps 3 --ckpt-dir " DIR "/ck_stop --ckpt-every 3");
+    rc |= run("resumed", 0, "--grad-accum 2 --steps 6 --ckpt-dir " DIR "/ck_stop --resume auto");
+    tu_check(rc == 0, "noise resume runs ran", "exit codes OR-ed %d", rc);
+    TuLogRun lr[2];
+    int nr = tu_log_runs(DIR "/resumed.jsonl", lr, 2);
+    int resumed = nr == 1 && lr[0].found && lr[0].resumed_from == 3 && lr[0].first_step == 4 && lr[0].last_step == 6;
+    double worst = 0;
+    int all = 1;
+    for (int s = 4; s <= 6; s++) {
+        double a = ema_at("full", s), b = ema_at("resumed", s);
+        all = all && isfinite(a) && a == b;
+        if (isfinite(a) && isfinite(b)) worst = fmax(worst, fabs(a - b));
+    }
+    tu_check(resumed && all, "noise_ema_resumes_exactly", "b_simple_ema steps 4-6 equal the uninterrupted run's: %s "
+             "(max |diff| %.3g); resumed log: %d start record(s), from step %ld, steps %ld-%ld", all ? "yes" : "NO",
+             worst, nr, nr > 0 ? lr[0].resumed_from : -1, nr > 0 ? lr[0].first_step : -1, nr > 0 ? lr[0].last_step : -1);
+    cJSON *a;
+    const cJSON *r4 = step_rec("resumed", 4, &a);
+    double c4 = r4 ? noise_field(r4, "b_simple") : NAN, f4 = ema_at("full", 4);
+    cJSON_Delete(a);
+    tu_check(isfinite(c4) && isfinite(f4) && c4 != f4, "noise_negative_control_state_dropped",
+             "step 4 without the saved averages would log %.9g vs %.9g (must differ)", c4, f4);
+}
+
 int main(int argc, char **argv) {
     test_estimator();
     if (argc < 3) {
@@ -189,5 +233,6 @@ int main(int argc, char **argv) {
     }
     g_mpi = argv[1], g_bin = argv[2];
     test_trainer();
+    test_resume();
     return tu_exit();
 }

@@ -324,7 +324,8 @@ static void test_vs_trainer(const char *preset, int vocab, int B, int T) {
     Status gs = gpt_init(&g, &cfg, &go, &mem, &e);
     ParamLayout pl;
     layout_init(&pl, &cfg, 1);
-    ActSizes as = layout_activations(&cfg, B, T, 2);
+    ActOptions ao = layout_act_options(B, T, 2);
+    ActSizes as = layout_activations(&cfg, &ao);
     /* The trainer allocates moments as layout.total floats per moment (train.c). */
     double moments = 2.0 * pl.total * sizeof(float);
     int ok = st == ST_OK && gs == ST_OK && r.exact_layout && r.act.exact_used &&
@@ -529,7 +530,9 @@ static void test_plan_per_rank(void) {
                  "--micro-batch 1 --threads 2 --precision %s", P[p]);
         cJSON *j = plan_json(args, NULL);
         size_t mb[MEM_NCAT];
-        layout_memory_plan(&c, 1, 8, 2, RECOMPUTE_NONE, p, 2, mb);
+        ActOptions ao = layout_act_options(1, 8, 2);
+        ao.precision = p;
+        layout_memory_plan(&c, &ao, 2, mb);
         double ws = jnum(j, "memory_bytes.workspace"), ac = jnum(j, "memory_bytes.activations");
         if (ws != (double)mb[MEM_WORKSPACE] || ac != (double)mb[MEM_ACTIVATIONS]) {
             wok = 0;
@@ -537,7 +540,8 @@ static void test_plan_per_rank(void) {
                      mb[MEM_ACTIVATIONS]);
         }
         /* Negative control: another precision's figures must not match. */
-        layout_memory_plan(&c, 1, 8, 2, RECOMPUTE_NONE, (p + 1) % 3, 2, mb);
+        ao.precision = (p + 1) % 3;
+        layout_memory_plan(&c, &ao, 2, mb);
         wctrl += ws != (double)mb[MEM_WORKSPACE];
         cJSON_Delete(j);
     }

@@ -151,7 +151,8 @@ static int plan_case(const Case *k, PlanPpRank out[], Err *e) {
 static double whole_workspace(const Case *k) {
     ModelConfig cfg = config_of(&k->s);
     size_t b[MEM_NCAT] = {0};
-    layout_run_bytes(&cfg, k->s.B, k->s.T, 1, RECOMPUTE_NONE, k->prec, k->tp, k->sp, b);
+    ActOptions ao = {k->s.B, k->s.T, 1, RECOMPUTE_NONE, k->prec, k->tp, k->sp, NULL};
+    layout_run_bytes(&cfg, &ao, b);
     return (double)b[MEM_WORKSPACE];
 }
 
@@ -373,7 +374,8 @@ static void runs(void) {
     static const Run R[] = {
         {"pp4_1f1b", 4, 8, 4, 1, 1, 0, "--pp 4 --pp-schedule 1f1b", "--pp 4 --pp-schedule gpipe"},
         {"pp4_gpipe", 4, 8, 4, 1, 1, 0, "--pp 4 --pp-schedule gpipe", "--pp 4 --pp-schedule 1f1b"},
-        {"pp2_interleaved", 2, 4, 2, 1, 1, 0, "--pp 2 --pp-schedule interleaved --interleave 2", "--pp 2 --pp-schedule 1f1b"},
+        /* --interleave without --pp-schedule: train and plan apply one rule (sched_default_type), interleaved. */
+        {"pp2_interleaved", 2, 4, 2, 1, 1, 0, "--pp 2 --interleave 2", "--pp 2 --pp-schedule 1f1b"},
         {"pp2_dp2_zero1", 4, 4, 2, 2, 1, 0, "--pp 2 --dp 2 --zero 1", "--pp 2 --dp 2 --zero 0"},
         {"pp2_tp2_sp", 4, 4, 2, 1, 2, 1, "--pp 2 --tp 2 --sp", "--pp 2 --tp 2"},
         {"pp2_bf16_layers31", 2, 4, 2, 1, 1, 0, "--pp 2 --precision bf16 --pp-layers 3,1", "--pp 2 --precision bf16"},

@@ -12,7 +12,7 @@
  *   - every gradient tensor of every rank equal to the whole model's same tensor (relative norm
  *     <= 1e-5), wte as the SUM of the embedding rank's and the head rank's parts (the tied weight's
  *     exchange the trainer does between the first and last stage);
- *   - the activation bytes each rank allocated equal layout_run_bytes_stage's (plan's function).
+ *   - the activation bytes each rank allocated equal layout_run_bytes's (plan's function).
  * Negative controls (each must fail its comparison): (a) the backward of micro-batch 0 given
  * micro-batch 1's output gradient; (b) the head rank's wte gradient alone (the exchange skipped);
  * (c) virtual stage 1 given micro-batch 0's activations for micro-batch 1; (w, split backward)
@@ -197,7 +197,9 @@ static void case_run(int P, int v, int split, const ModelConfig *cfg, Gpt *whole
         size_t want_b[MEM_NCAT] = {0};
         ActStage ast = layout_act_stage(&p.g[r].w.layout, M * v);
         ast.split = split;
-        layout_run_bytes_stage(cfg, B, T, 1, RECOMPUTE_NONE, 0, 1, 0, &ast, want_b);
+        ActOptions ao = layout_act_options(B, T, 1);
+        ao.stage = &ast;
+        layout_run_bytes(cfg, &ao, want_b);
         snprintf(n2, sizeof n2, "%s rank %d activation bytes", name, r);
         tu_check(mem[r].bytes[MEM_ACTIVATIONS] == want_b[MEM_ACTIVATIONS] &&
                      mem[r].bytes[MEM_WORKSPACE] == want_b[MEM_WORKSPACE],

@@ -200,7 +200,7 @@ static int model_case(Comm *c, const ModelCase *k, int fault, ModelResult *res) 
     gs.hooks = (GptHooks){.ctx = &th, .before_forward = th_before_forward, .before_backward = th_before_backward,
                           .tp_allreduce = th_allreduce, .tp_allgather = th_allgather,
                           .tp_reduce_scatter = th_reduce_scatter};
-    res->vr = gs.s.Vr, res->vl = gs.s.Vl;
+    res->vr = gs.s.Vr, res->vl = gs.s.dim.Vl;
     res->chunks = (N + gs.s.head_chunk - 1) / gs.s.head_chunk;
 
     int32_t inp[B_ * T_], tgt[B_ * T_];

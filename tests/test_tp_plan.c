@@ -13,7 +13,7 @@
  *              --sp, fp32                    10·N·C·(t-1)/t·4 + 32·C·(t-1)/t (the re-gathers in 4 bytes)
  *            exact (integers). Negative control: the --sp fp32 layer against the textbook form
  *            without the re-gathers differs. And one tp rank's activation bytes per layer
- *            (layout_activations_tp) against docs/plan.md's closed forms: tp sbh(16 + 48/t) + 16sb +
+ *            (layout_activations) against docs/plan.md's closed forms: tp sbh(16 + 48/t) + 16sb +
  *            4sba/t (fp32), sbh(12 + 40/t) + ... (bf16); tp+sp (sbh/t)(64 + (16 + 4a)/h) (fp32),
  *            (sbh/t)(52 + ...) (bf16), selective (sbh/t)(40 + ...), full 4sbh/t. Negative control:
  *            Korthikanti's form in 4-byte elements differs.
@@ -96,7 +96,7 @@ static void formula(void) {
     tu_check(caught, "negative control: --sp fp32 against the form without the LayerNorm re-gathers differs",
              "%s", caught ? "differs for t=2,4,8" : "equal");
 
-    /* Activation bytes per layer of one tp rank (layout_activations_tp, what gpt_init allocates)
+    /* Activation bytes per layer of one tp rank (layout_activations, what gpt_init allocates)
      * against docs/plan.md's closed forms in s, b, h, a, t (here N = sb rows): */
     int aok = 1, korth_caught = 1;
     char ad[256] = "";
@@ -115,17 +115,19 @@ static void formula(void) {
             {"tp+sp full", RECOMPUTE_FULL, 0, 1, 4 * sbh / t},
         };
         for (int k = 0; k < 6; k++) {
-            double got = 4.0 * layout_activations_tp(&c, B, T, 1, (Recompute)A[k].rc, A[k].bf16, t, A[k].sp).per_layer;
+            ActOptions ao = {B, T, 1, (Recompute)A[k].rc, A[k].bf16, t, A[k].sp, NULL};
+            double got = 4.0 * layout_activations(&c, &ao).per_layer;
             if (got != A[k].want && aok) {
                 snprintf(ad, sizeof ad, "t=%d %s: %.0f bytes, closed form %.0f", t, A[k].what, got, A[k].want);
                 aok = 0;
             }
         }
         /* Negative control: Korthikanti's (sbh/t)(34 + 5as/h) in 4-byte elements, (sbh/t)(66 + 9as/h). */
-        double sp32 = 4.0 * layout_activations_tp(&c, B, T, 1, RECOMPUTE_NONE, 0, t, 1).per_layer;
+        ActOptions ao32 = {B, T, 1, RECOMPUTE_NONE, 0, t, 1, NULL};
+        double sp32 = 4.0 * layout_activations(&c, &ao32).per_layer;
         korth_caught &= sp32 != sbh / t * (66 + 9.0 * a * T / h);
     }
-    tu_check(aok, "activation bytes per layer (layout_activations_tp) == docs/plan.md's closed forms (t=2,4,8)", "%s",
+    tu_check(aok, "activation bytes per layer (layout_activations) == docs/plan.md's closed forms (t=2,4,8)", "%s",
              aok ? "exact: tp, tp+sp in fp32 and bf16, selective and full recompute" : ad);
     tu_check(korth_caught, "negative control: Korthikanti's (sbh/t)(66 + 9as/h) (4-byte elements) differs from ours",
              "%s", korth_caught ? "differs for t=2,4,8" : "equal");

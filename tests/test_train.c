@@ -231,7 +231,8 @@ static void test_recompute(int bf16) {
         gpt_zero_grads(&g);
         double loss = gpt_forward(&g, inp, tgt, B, T, 1.0f / (B * T), 1, 5);
         gpt_backward(&g);
-        ActSizes as = layout_activations_prec(&mc, B, T, 2, (Recompute)rc, bf16);
+        ActOptions ao = {B, T, 2, (Recompute)rc, bf16, 1, 0, NULL};
+        ActSizes as = layout_activations(&mc, &ao);
         char name[96];
         if (rc == RECOMPUTE_NONE) {
             ref = malloc(g.w.layout.total * 4);
@@ -254,8 +255,9 @@ static void test_recompute(int bf16) {
     free(ref);
     if (bf16) {
         /* bf16 stores 6·N·C fewer floats' worth per layer than fp32: half of ln1, ln2 and the GELU output. */
-        ActSizes a32 = layout_activations_prec(&mc, B, T, 2, RECOMPUTE_NONE, 0);
-        ActSizes a16 = layout_activations_prec(&mc, B, T, 2, RECOMPUTE_NONE, 1);
+        ActOptions o32 = layout_act_options(B, T, 2), o16 = o32;
+        o16.precision = 1;
+        ActSizes a32 = layout_activations(&mc, &o32), a16 = layout_activations(&mc, &o16);
         size_t want = (size_t)mc.n_layer * 3 * B * T * mc.n_embd;
         tu_check(a32.total - a16.total == want, "bf16 activations: LayerNorm and GELU outputs in 2 bytes",
                  "fp32 %zu floats, bf16 %zu, difference %zu (expected L·3·N·C = %zu)", a32.total, a16.total,

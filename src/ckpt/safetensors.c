@@ -476,13 +476,27 @@ Status st_hf_read_files(const StFile *files, int nfiles, const ParamLayout *pl, 
     return st;
 }
 
+/* x as the shortest decimal that reads back as the same float (1e-05, not 9.99999975e-06: a config
+ * that Hugging Face's readers and people see as the value that was set). buf: 32 bytes. */
+static const char *float_text(float x, char *buf) {
+    for (int p = 6; p <= 9; p++) {
+        snprintf(buf, 32, "%.*g", p, x);
+        if (strtof(buf, NULL) == x) break;
+    }
+    return buf;
+}
+
 /* muP's multipliers in config.json's "scaletrain" object: without them the weights are not the
  * model (docs/mup.md); standard models write nothing (their files are as before). */
 static void mup_json(const ModelConfig *c, char *buf, size_t len) {
     buf[0] = '\0';
     if (c->param == PARAM_MUP)
-        snprintf(buf, len, ", \"mup\": {\"base_width\": %.9g, \"input_alpha\": %.9g, \"output_alpha\": %.9g}",
-                 c->mup_base_width, c->mup_input_alpha, c->mup_output_alpha);
+    {
+        char w[32], a[32], b[32];
+        snprintf(buf, len, ", \"mup\": {\"base_width\": %s, \"input_alpha\": %s, \"output_alpha\": %s}",
+                 float_text(c->mup_base_width, w), float_text(c->mup_input_alpha, a),
+                 float_text(c->mup_output_alpha, b));
+    }
 }
 
 /* Reads the "scaletrain" object's "mup" member (absent: the standard parameterization). */
@@ -502,7 +516,7 @@ static Status mup_read(const cJSON *sc, const char *path, ModelConfig *cfg, Err 
 
 size_t st_hf_config_text(const ModelConfig *c, const char *tokenizer, char *buf, size_t len) {
     int n;
-    char mup[160];
+    char mup[160], eps[32], theta[32];
     mup_json(c, mup, sizeof mup);
     /* bos = eos = EOT: the named tokenizer's (cl100k/o200k: not the last id), else the last id */
     long named = tokenizer_named_eot(tokenizer);
@@ -512,14 +526,14 @@ size_t st_hf_config_text(const ModelConfig *c, const char *tokenizer, char *buf,
                      "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
                      "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
                      "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
-                     "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.9g,\n"
-                     "  \"rope_theta\": %.9g,\n  \"rope_scaling\": null,\n  \"hidden_act\": \"silu\",\n"
+                     "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n"
+                     "  \"rope_theta\": %s,\n  \"rope_scaling\": null,\n  \"hidden_act\": \"silu\",\n"
                      "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n  \"attention_dropout\": %g,\n"
                      "  \"tie_word_embeddings\": %s,\n  \"initializer_range\": 0.02,\n"
                      "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"torch_dtype\": \"float32\",\n"
                      "  \"scaletrain\": {\"tokenizer\": \"%s\", \"dropout\": %g%s}\n}\n",
                      c->vocab, c->n_embd, c->ffn, c->n_layer, c->n_head, c->n_kv_head, c->n_embd / c->n_head,
-                     c->max_seq, c->norm_eps, c->rope_theta, c->dropout, c->untied ? "false" : "true", eot, eot,
+                     c->max_seq, float_text(c->norm_eps, eps), float_text((float)c->rope_theta, theta), c->dropout, c->untied ? "false" : "true", eot, eot,
                      tokenizer ? tokenizer : "", c->dropout, mup);
         if (n < 0) return 0;
         return (size_t)n < len ? (size_t)n : len - 1;

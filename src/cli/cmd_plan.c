@@ -875,7 +875,7 @@ int cmd_plan(int argc, char **argv) {
     snprintf(in.pp_schedule, sizeof in.pp_schedule, "%s", pp_schedule);
     snprintf(in.pp_layers, sizeof in.pp_layers, "%s", pp_layers);
     if (in.pp > 1) {
-        SchedType type = in.interleave > 1 ? SCHED_INTERLEAVED : SCHED_1F1B;
+        SchedType type = sched_default_type(in.interleave);
         if (pp_schedule[0] && (st = sched_type_parse(pp_schedule, &type, &err)) != ST_OK)
             return cli_fail("plan", st, err.msg);
         /* A schedule that cannot be built for this m, v is the checklist's to report (below); one

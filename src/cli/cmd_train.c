@@ -260,7 +260,7 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         {"tp", ARG_INT, &c.tp, 0, "tensor-parallel ranks (Megatron layer splits; divides --heads and the world)"},
         {"sp", ARG_FLAG, &c.sp, 0, "sequence parallelism inside the tp group (needs --tp > 1)"},
         {"pp", ARG_INT, &c.pp, 0, "pipeline stages (blocks split by FLOPs; dp x tp x pp must equal the world)"},
-        {"pp-schedule", ARG_STR, c.pp_schedule, sizeof c.pp_schedule, "gpipe | 1f1b | interleaved (with --interleave)"},
+        {"pp-schedule", ARG_STR, c.pp_schedule, sizeof c.pp_schedule, "gpipe | 1f1b | interleaved | zb-h1 (not given: 1f1b, or interleaved with --interleave > 1)"},
         {"pp-layers", ARG_STR, c.pp_layers, sizeof c.pp_layers, "blocks per (virtual) stage, e.g. 4,4,3,3 (default: balanced)"},
         {"interleave", ARG_INT, &c.interleave, 0, "model chunks per pipeline rank (--pp-schedule interleaved)"},
         {"pp-print-schedule", ARG_FLAG, &c.pp_print_schedule, 0, "print each pipeline rank's ops (F/B/W, micro-batch) at the start"},

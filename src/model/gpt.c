@@ -7,8 +7,8 @@
 
 #include "core/rng.h"
 #include "core/timer.h"
+#include "model/backend.h"
 #include "model/kernels.h"
-#include "model/matmul.h"
 
 enum { DROP_EMBED = 0, DROP_ATTN = 1, DROP_ATTN_RES = 2, DROP_MLP_RES = 3 };
 
@@ -32,7 +32,7 @@ static Dropout dropout_at(const Gpt *g, int layer, int site) {
     Dropout d = {g->s.cur_train ? g->w.cfg.dropout : 0.0f, g->s.dropout_seed,
                  (g->s.cur_drop_counter << 24) | ((uint64_t)(layer + 1) << 4) | (uint64_t)site, 0, 0, 0};
     /* Tensor parallelism: a rank's rows (--sp) and heads are the same elements of one process. */
-    if (site == DROP_ATTN) d.head0 = g->s.tp_rank * g->s.NHl, d.heads = g->w.cfg.n_head;
+    if (site == DROP_ATTN) d.head0 = g->s.tp_rank * g->s.dim.NHl, d.heads = g->w.cfg.n_head;
     else if (g->s.sp) d.offset = (uint64_t)g->s.tp_rank * g->s.curNl * g->w.cfg.n_embd;
     return d;
 }
@@ -102,7 +102,7 @@ static Status check_options(const ModelConfig *cfg, const GptOptions *o, Err *er
 }
 
 /* Weights: the layout, the fp32 parameters (or the master) and the 2-byte working copy. */
-static int weights_alloc(GptWeights *w, const ModelConfig *cfg, const GptOptions *o, MemStats *mem) {
+static int weights_alloc(GptWeights *w, const ModelConfig *cfg, const GptOptions *o, const Backend *be, MemStats *mem) {
     w->cfg = *cfg;
     w->prec = o->precision;
     if (layout_init_stage(&w->layout, cfg, o->shard_multiple, o->tp, o->tp_rank, o->stage.n ? &o->stage : NULL) != 0)
@@ -111,53 +111,50 @@ static int weights_alloc(GptWeights *w, const ModelConfig *cfg, const GptOptions
     size_t total = w->layout.total;
     if (!(w->p.blocks = calloc((size_t)cfg->n_layer, sizeof(BlockParams)))) return -1;
     if (o->external_params) return 0; /* the caller points the views and maps the copies */
-    if (!(w->params = mem_alloc(mem, w->prec != GPT_FP32 ? MEM_MASTER : MEM_PARAMS, total * sizeof(float)))) return -1;
+    if (!(w->params = be->alloc(mem, w->prec != GPT_FP32 ? MEM_MASTER : MEM_PARAMS, total * sizeof(float)))) return -1;
     layout_views(&w->layout, w->params, &w->p);
     if (w->prec != GPT_FP32) {
-        if (!(w->params_lp = mem_alloc(mem, MEM_PARAMS, total * sizeof(uint16_t)))) return -1;
+        if (!(w->params_lp = be->alloc(mem, MEM_PARAMS, total * sizeof(uint16_t)))) return -1;
         w->lp_from[0] = w->params, w->lp_to[0] = w->params_lp, w->lp_len[0] = total;
     }
     return 0;
 }
 
-static int grads_alloc(GptGrads *d, const GptWeights *w, const GptOptions *o, MemStats *mem) {
+static int grads_alloc(GptGrads *d, const GptWeights *w, const GptOptions *o, const Backend *be, MemStats *mem) {
     if (!(d->g.blocks = calloc((size_t)w->cfg.n_layer, sizeof(BlockParams)))) return -1;
     if (o->external_grads) return 0; /* the caller points the views */
-    if (!(d->grads = mem_alloc(mem, MEM_GRADS, w->layout.total * sizeof(float)))) return -1;
+    if (!(d->grads = be->alloc(mem, MEM_GRADS, w->layout.total * sizeof(float)))) return -1;
     layout_views(&w->layout, d->grads, &d->g);
     return 0;
 }
 
 /* Run state: the GEMM conversion scratch of mixed precision, saved activations and scratch for
- * micro-batches up to B×T, carved out of two buffers in the order layout_activations_prec counts. */
+ * micro-batches up to B×T, carved out of two buffers in the order layout_activations counts. */
 static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOptions *o, GptPrecision prec,
-                           MemStats *mem) {
+                           const Backend *be, MemStats *mem) {
     int B = o->B, T = o->T, L = cfg->n_layer, tp = o->tp;
     Recompute rc = o->recompute;
     s->B = B, s->T = T, s->nt = o->threads, s->recompute = rc;
     s->tp = tp, s->tp_rank = o->tp_rank, s->sp = o->sp;
     s->split_backward = o->split_backward;
-    s->Cl = cfg->n_embd / tp, s->Fl = cfg->ffn / tp, s->NHl = cfg->n_head / tp;
-    s->KVl = cfg->n_kv_head / tp, s->hs = cfg->n_embd / cfg->n_head;
-    s->rms = cfg->arch == ARCH_LLAMA;
+    s->dim = layout_dims(cfg, tp);
     s->att_scale = model_attn_scale(cfg), s->logit_mult = model_logit_mult(cfg), s->input_mult = model_input_mult(cfg);
-    s->QKVl = layout_qkv_width(cfg) / tp, s->Hl = s->rms ? 2 * s->Fl : s->Fl;
     if (!(s->la = calloc((size_t)L, sizeof(LayerActs)))) return -1;
     MatPrec *mp = &s->mp;
     if (prec == GPT_FP16) {
         size_t fa, fb, fw;
         layout_fp16_scratch_tp(cfg, B, T, tp, &fa, &fb, &fw);
         mp->fp16 = 1;
-        mp->fa = mem_alloc(mem, MEM_WORKSPACE, fa * sizeof(float));
-        mp->fb = mem_alloc(mem, MEM_WORKSPACE, fb * sizeof(float));
-        mp->fw = mem_alloc(mem, MEM_WORKSPACE, fw * sizeof(float));
+        mp->fa = be->alloc(mem, MEM_WORKSPACE, fa * sizeof(float));
+        mp->fb = be->alloc(mem, MEM_WORKSPACE, fb * sizeof(float));
+        mp->fw = be->alloc(mem, MEM_WORKSPACE, fw * sizeof(float));
         if (!mp->fa || !mp->fb || !mp->fw) return -1;
     } else if (prec == GPT_BF16) {
         size_t na, nb;
         layout_bf16_scratch_tp(cfg, B, T, tp, &na, &nb);
         mp->bf16 = 1;
-        mp->a = mem_alloc(mem, MEM_WORKSPACE, na * sizeof(uint16_t));
-        mp->b = mem_alloc(mem, MEM_WORKSPACE, nb * sizeof(uint16_t));
+        mp->a = be->alloc(mem, MEM_WORKSPACE, na * sizeof(uint16_t));
+        mp->b = be->alloc(mem, MEM_WORKSPACE, nb * sizeof(uint16_t));
         if (!mp->a || !mp->b) return -1;
     }
 
@@ -167,7 +164,8 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
     ActStage ast = layout_act_stage(&stl, o->slots);
     ast.split = o->split_backward;
     layout_free(&stl);
-    ActSizes as = layout_activations_stage(cfg, B, T, s->nt, rc, lpa, tp, o->sp, &ast);
+    ActOptions ao = {B, T, s->nt, rc, prec == GPT_BF16 ? 1 : prec == GPT_FP16 ? 2 : 0, tp, o->sp, &ast};
+    ActSizes as = layout_activations(cfg, &ao);
     s->acts_floats = as.total;
     s->scratch_floats = as.scratch;
     s->nslots = ast.slots, s->slot_blocks = ast.blocks;
@@ -178,15 +176,15 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
         return -1;
     }
     s->slots[0].la = store; /* owns the slots' LayerActs */
-    s->acts = mem_alloc(mem, MEM_ACTIVATIONS, as.total * sizeof(float));
-    s->scratch = mem_alloc(mem, MEM_WORKSPACE, as.scratch * sizeof(float));
+    s->acts = be->alloc(mem, MEM_ACTIVATIONS, as.total * sizeof(float));
+    s->scratch = be->alloc(mem, MEM_WORKSPACE, as.scratch * sizeof(float));
     if (!s->acts || !s->scratch) return -1;
 
     /* Rows of the residual stream held (Nl), and the parallel regions' widths (layout.c's TpDims). */
     size_t N = (size_t)B * T, Nl = o->sp ? N / (size_t)tp : N, C = cfg->n_embd;
-    size_t C3 = (size_t)s->QKVl, F = (size_t)s->Fl, H = (size_t)s->Hl, Ca = (size_t)s->Cl;
-    int gpt2 = !s->rms; /* LayerNorm statistics: mean and rstd (RMSNorm: rstd only) */
-    size_t probs = (size_t)B * s->NHl * T; /* attention log-sum-exp */
+    size_t C3 = (size_t)s->dim.QKVl, F = (size_t)s->dim.Fl, H = (size_t)s->dim.Hl, Ca = (size_t)s->dim.Cl;
+    int gpt2 = !s->dim.rms; /* LayerNorm statistics: mean and rstd (RMSNorm: rstd only) */
+    size_t probs = (size_t)B * s->dim.NHl * T; /* attention log-sum-exp */
     float *a = s->acts;
 #define TAKE(ptr, n) (ptr = a, a += (n))
 /* A GEMM-operand activation: fp32, or bf16 in half as many floats (rounded up). */
@@ -246,16 +244,16 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
     a = s->scratch;
     size_t Fw = layout_dbuf_width(cfg, tp);
     TAKE(s->dres, Nl * C), TAKE(s->dbuf_a, N * Fw), TAKE(s->dbuf_b, N * C), TAKE(s->dbuf_c, N * C);
-    TAKE(s->att_scratch, s->rms ? attention_gqa_scratch_floats(T, s->hs, cfg->n_head / cfg->n_kv_head, s->nt)
-                                : attention_scratch_floats(T, s->hs, s->nt));
+    TAKE(s->att_scratch, s->dim.rms ? attention_gqa_scratch_floats(T, s->dim.hs, cfg->n_head / cfg->n_kv_head, s->nt)
+                                : attention_scratch_floats(T, s->dim.hs, s->nt));
     TAKE(s->ln_scratch, (Nl + KERNEL_ROW_CHUNK - 1) / KERNEL_ROW_CHUNK * 2 * C);
-    TAKE(s->logits, (size_t)s->head_chunk * s->Vl);
+    TAKE(s->logits, (size_t)s->head_chunk * s->dim.Vl);
     if (tp > 1) TAKE(s->head_stats, 3 * (size_t)s->head_chunk);
     if (Nl < N) TAKE(s->sp_gather, lpa ? (N * C + 1) / 2 : N * C), TAKE(s->sp_lngrad, 2 * C);
     if (ast.pipe) TAKE(s->pp_gin, Nl * C);
-    if (s->rms) {
-        TAKE(s->rope_cs, (size_t)T * s->hs);
-        rope_table(s->rope_cs, T, s->hs, cfg->rope_theta);
+    if (s->dim.rms) {
+        TAKE(s->rope_cs, (size_t)T * s->dim.hs);
+        be->rope_table(s->rope_cs, T, s->dim.hs, cfg->rope_theta);
     }
     ST_CHECK((size_t)(a - s->scratch) == as.scratch);
 #undef TAKE_OP
@@ -268,13 +266,19 @@ Status gpt_init(Gpt *g, const ModelConfig *cfg, const GptOptions *o, MemStats *m
     if (!o) o = &def;
     memset(g, 0, sizeof *g);
     g->mem = mem;
+    g->be = o->backend ? o->backend : backend_cpu();
     Status st = check_options(cfg, o, err);
     if (st != ST_OK) return st;
-    int wok = weights_alloc(&g->w, cfg, o, mem) == 0;
+    if (!g->be->host_addressable) /* backend.h: the trainer's host paths are not there yet */
+        return err_set(err, ST_ERR_INPUT, "--device %s: the model's buffers would not be host-addressable, and the "
+                       "optimizer, parallel and checkpoint paths for such a backend are not built yet", g->be->name);
+    const Backend *be = g->be;
+    int wok = weights_alloc(&g->w, cfg, o, be, mem) == 0;
     if (wok) { /* the vocabulary rows held, from the layout */
-        g->s.Vl = g->w.layout.vocab_local, g->s.v0 = o->tp_rank * g->s.Vl, g->s.Vr = g->w.layout.tensors[0].rows_real;
+        ST_CHECK(g->w.layout.vocab_local == layout_dims(cfg, o->tp).Vl);
+        g->s.v0 = o->tp_rank * g->w.layout.vocab_local, g->s.Vr = g->w.layout.tensors[0].rows_real;
     }
-    if (!wok || grads_alloc(&g->d, &g->w, o, mem) != 0 || run_state_alloc(&g->s, cfg, o, g->w.prec, mem) != 0) {
+    if (!wok || grads_alloc(&g->d, &g->w, o, be, mem) != 0 || run_state_alloc(&g->s, cfg, o, g->w.prec, be, mem) != 0) {
         gpt_free(g);
         return err_set(err, ST_ERR_RUNTIME, "out of memory allocating the model (L=%d C=%d V=%d B=%d T=%d)",
                        cfg->n_layer, cfg->n_embd, cfg->vocab, o->B, o->T);
@@ -283,6 +287,7 @@ Status gpt_init(Gpt *g, const ModelConfig *cfg, const GptOptions *o, MemStats *m
 }
 
 void gpt_free(Gpt *g) {
+    if (!g->be) g->be = backend_cpu(); /* a zeroed Gpt: nothing was allocated through a backend */
     GptWeights *w = &g->w;
     GptRunState *s = &g->s;
     size_t total = w->layout.total;
@@ -290,21 +295,21 @@ void gpt_free(Gpt *g) {
         size_t na, nb, fa, fb, fw;
         layout_bf16_scratch_tp(&w->cfg, s->B, s->T, s->tp, &na, &nb);
         layout_fp16_scratch_tp(&w->cfg, s->B, s->T, s->tp, &fa, &fb, &fw);
-        mem_free(g->mem, MEM_WORKSPACE, s->mp.a, na * sizeof(uint16_t));
-        mem_free(g->mem, MEM_WORKSPACE, s->mp.b, nb * sizeof(uint16_t));
-        mem_free(g->mem, MEM_WORKSPACE, s->mp.fa, fa * sizeof(float));
-        mem_free(g->mem, MEM_WORKSPACE, s->mp.fb, fb * sizeof(float));
-        mem_free(g->mem, MEM_WORKSPACE, s->mp.fw, fw * sizeof(float));
+        g->be->free(g->mem, MEM_WORKSPACE, s->mp.a, na * sizeof(uint16_t));
+        g->be->free(g->mem, MEM_WORKSPACE, s->mp.b, nb * sizeof(uint16_t));
+        g->be->free(g->mem, MEM_WORKSPACE, s->mp.fa, fa * sizeof(float));
+        g->be->free(g->mem, MEM_WORKSPACE, s->mp.fb, fb * sizeof(float));
+        g->be->free(g->mem, MEM_WORKSPACE, s->mp.fw, fw * sizeof(float));
     }
-    mem_free(g->mem, MEM_ACTIVATIONS, s->acts, s->acts_floats * sizeof(float));
-    mem_free(g->mem, MEM_WORKSPACE, s->scratch, s->scratch_floats * sizeof(float));
+    g->be->free(g->mem, MEM_ACTIVATIONS, s->acts, s->acts_floats * sizeof(float));
+    g->be->free(g->mem, MEM_WORKSPACE, s->scratch, s->scratch_floats * sizeof(float));
     free(s->la);
     if (s->slots) free(s->slots[0].la);
     free(s->slots);
-    mem_free(g->mem, MEM_GRADS, g->d.grads, total * sizeof(float));
+    g->be->free(g->mem, MEM_GRADS, g->d.grads, total * sizeof(float));
     free(g->d.g.blocks);
-    mem_free(g->mem, w->prec != GPT_FP32 ? MEM_MASTER : MEM_PARAMS, w->params, total * sizeof(float));
-    mem_free(g->mem, MEM_PARAMS, w->params_lp, total * sizeof(uint16_t));
+    g->be->free(g->mem, w->prec != GPT_FP32 ? MEM_MASTER : MEM_PARAMS, w->params, total * sizeof(float));
+    g->be->free(g->mem, MEM_PARAMS, w->params_lp, total * sizeof(uint16_t));
     free(w->p.blocks);
     layout_free(&w->layout);
     memset(g, 0, sizeof *g);
@@ -343,8 +348,8 @@ void gpt_init_params(Gpt *g, uint64_t seed) {
 }
 
 void gpt_round_lp(const Gpt *g, uint16_t *dst, const float *src, size_t n) {
-    if (g->w.prec == GPT_FP16) cast_fp16(dst, src, n, g->s.nt);
-    else if (g->w.prec == GPT_BF16) cast_bf16(dst, src, n, g->s.nt);
+    if (g->w.prec == GPT_FP16) g->be->cast_fp16(dst, src, n, g->s.nt);
+    else if (g->w.prec == GPT_BF16) g->be->cast_bf16(dst, src, n, g->s.nt);
 }
 
 void gpt_sync_lp(Gpt *g) {
@@ -353,7 +358,7 @@ void gpt_sync_lp(Gpt *g) {
 
 void gpt_zero_grads(Gpt *g) {
     ST_CHECK(g->d.grads != NULL);
-    memset(g->d.grads, 0, g->w.layout.total * sizeof(float));
+    g->be->zero(g->d.grads, g->w.layout.total * sizeof(float));
 }
 
 void gpt_overwrite_grads(Gpt *g) {
@@ -374,7 +379,7 @@ void gpt_set_label_sampling(Gpt *g, const float *u, int32_t *labels) {
  * if the run state holds an error. */
 static int take_errors(Gpt *g) {
     Err e;
-    if (mm_take_error(&e) != ST_OK && g->s.err.status == ST_OK) g->s.err = e;
+    if (g->be->take_error(&e) != ST_OK && g->s.err.status == ST_OK) g->s.err = e;
     return g->s.err.status != ST_OK;
 }
 
@@ -401,7 +406,7 @@ static const float *sp_gather_rows(Gpt *g, const float *own) {
     GptRunState *s = &g->s;
     if (!s->sp) return own;
     size_t nlc = (size_t)s->curNl * g->w.cfg.n_embd, blk = s->mp.bf16 ? nlc / 2 : nlc;
-    memcpy(s->sp_gather + (size_t)s->tp_rank * blk, own, blk * sizeof(float));
+    g->be->copy(s->sp_gather + (size_t)s->tp_rank * blk, own, blk * sizeof(float));
     g->hooks.tp_allgather(g->hooks.ctx, s->sp_gather, blk);
     return s->sp_gather;
 }
@@ -414,8 +419,8 @@ static const float *branch_grad(Gpt *g, float *dst, const float *src, Dropout d)
     size_t nlc = (size_t)s->curNl * g->w.cfg.n_embd;
     if (d.p <= 0 && !s->sp) return src;
     float *own = dst + (s->sp ? (size_t)s->tp_rank * nlc : 0);
-    if (d.p > 0) dropout_backward(own, src, nlc, d, s->nt);
-    else memcpy(own, src, nlc * sizeof(float));
+    if (d.p > 0) g->be->dropout_backward(own, src, nlc, d, s->nt);
+    else g->be->copy(own, src, nlc * sizeof(float));
     if (s->sp) g->hooks.tp_allgather(g->hooks.ctx, dst, nlc);
     return dst;
 }
@@ -427,10 +432,10 @@ static void norm_forward(const Gpt *g, float *out, uint16_t *out_lp, float *mean
     const GptRunState *s = &g->s;
     int C = g->w.cfg.n_embd, Nl = s->curNl, nt = s->nt;
     float eps = g->w.cfg.norm_eps;
-    if (s->rms && out_lp) rmsnorm_forward_bf16(out_lp, rstd, x, w, Nl, C, eps, nt);
-    else if (s->rms) rmsnorm_forward(out, rstd, x, w, Nl, C, eps, nt);
-    else if (out_lp) layernorm_forward_bf16(out_lp, mean, rstd, x, w, b, Nl, C, nt);
-    else layernorm_forward(out, mean, rstd, x, w, b, Nl, C, nt);
+    if (s->dim.rms && out_lp) g->be->rmsnorm_forward_bf16(out_lp, rstd, x, w, Nl, C, eps, nt);
+    else if (s->dim.rms) g->be->rmsnorm_forward(out, rstd, x, w, Nl, C, eps, nt);
+    else if (out_lp) g->be->layernorm_forward_bf16(out_lp, mean, rstd, x, w, b, Nl, C, nt);
+    else g->be->layernorm_forward(out, mean, rstd, x, w, b, Nl, C, nt);
 }
 
 /* res = a + drop(br), then its pre-norm as norm_forward, in one pass. */
@@ -439,10 +444,10 @@ static void residual_norm_forward(const Gpt *g, float *res, float *out, uint16_t
     const GptRunState *s = &g->s;
     int C = g->w.cfg.n_embd, Nl = s->curNl, nt = s->nt;
     float eps = g->w.cfg.norm_eps;
-    if (s->rms && out_lp) residual_rmsnorm_forward_bf16(res, out_lp, rstd, a, br, d, w, Nl, C, eps, nt);
-    else if (s->rms) residual_rmsnorm_forward(res, out, rstd, a, br, d, w, Nl, C, eps, nt);
-    else if (out_lp) residual_layernorm_forward_bf16(res, out_lp, mean, rstd, a, br, d, w, b, Nl, C, nt);
-    else residual_layernorm_forward(res, out, mean, rstd, a, br, d, w, b, Nl, C, nt);
+    if (s->dim.rms && out_lp) g->be->residual_rmsnorm_forward_bf16(res, out_lp, rstd, a, br, d, w, Nl, C, eps, nt);
+    else if (s->dim.rms) g->be->residual_rmsnorm_forward(res, out, rstd, a, br, d, w, Nl, C, eps, nt);
+    else if (out_lp) g->be->residual_layernorm_forward_bf16(res, out_lp, mean, rstd, a, br, d, w, b, Nl, C, nt);
+    else g->be->residual_layernorm_forward(res, out, mean, rstd, a, br, d, w, b, Nl, C, nt);
 }
 
 /* Pre-norm backward of the rows held (LayerNorm, or RMSNorm without db). Under --sp each rank
@@ -450,20 +455,18 @@ static void residual_norm_forward(const Gpt *g, float *res, float *out, uint16_t
 static void ln_backward(Gpt *g, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                         const float *mean, const float *rstd, int acc) {
     GptRunState *s = &g->s;
-    int C = g->w.cfg.n_embd, Nl = s->curNl, np = s->rms ? 1 : 2;
+    int C = g->w.cfg.n_embd, Nl = s->curNl, np = s->dim.rms ? 1 : 2;
     if (!s->sp) {
-        if (s->rms) rmsnorm_backward(dinp, dw, s->ln_scratch, dout, inp, w, rstd, Nl, C, acc, s->nt);
-        else layernorm_backward(dinp, dw, db, s->ln_scratch, dout, inp, w, mean, rstd, Nl, C, acc, s->nt);
+        if (s->dim.rms) g->be->rmsnorm_backward(dinp, dw, s->ln_scratch, dout, inp, w, rstd, Nl, C, acc, s->nt);
+        else g->be->layernorm_backward(dinp, dw, db, s->ln_scratch, dout, inp, w, mean, rstd, Nl, C, acc, s->nt);
         return;
     }
     float *pw = s->sp_lngrad, *pb = pw + C;
-    if (s->rms) rmsnorm_backward(dinp, pw, s->ln_scratch, dout, inp, w, rstd, Nl, C, 0, s->nt);
-    else layernorm_backward(dinp, pw, pb, s->ln_scratch, dout, inp, w, mean, rstd, Nl, C, 0, s->nt);
+    if (s->dim.rms) g->be->rmsnorm_backward(dinp, pw, s->ln_scratch, dout, inp, w, rstd, Nl, C, 0, s->nt);
+    else g->be->layernorm_backward(dinp, pw, pb, s->ln_scratch, dout, inp, w, mean, rstd, Nl, C, 0, s->nt);
     g->hooks.tp_allreduce(g->hooks.ctx, pw, (size_t)np * C, 0);
-    for (int c = 0; c < C; c++) {
-        dw[c] = acc ? dw[c] + pw[c] : pw[c];
-        if (!s->rms) db[c] = acc ? db[c] + pb[c] : pb[c];
-    }
+    g->be->add_or_set(dw, pw, (size_t)C, acc);
+    if (!s->dim.rms) g->be->add_or_set(db, pb, (size_t)C, acc);
 }
 
 /* Attention of the block's q|k|v (q and k already rotated for Llama). */
@@ -471,7 +474,7 @@ static void attn_forward(Gpt *g, LayerActs *a, int l, int B, int T) {
     GptRunState *s = &g->s;
     Dropout off = {0}, d = g->w.cfg.dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off;
     /* GPT-2 is the case KV = NH (attention_forward's arguments, bit for bit). */
-    attention_gqa_forward(a->atty, a->lse, s->att_scratch, a->qkv, B, T, s->NHl, s->KVl, s->hs, s->att_scale, d,
+    g->be->attention_forward(a->atty, a->lse, s->att_scratch, a->qkv, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, s->att_scale, d,
                           s->mp.bf16, s->nt);
 }
 
@@ -482,52 +485,46 @@ static void attn_forward(Gpt *g, LayerActs *a, int l, int B, int T) {
 static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
     const ModelConfig *cfg = &g->w.cfg;
     GptRunState *s = &g->s;
-    int C = cfg->n_embd, nt = s->nt, N = B * T, Nl = s->curNl, Ca = s->Cl, F = s->Fl, tp1 = s->tp == 1;
+    int C = cfg->n_embd, nt = s->nt, N = B * T, Nl = s->curNl, Ca = s->dim.Cl, F = s->dim.Fl, tp1 = s->tp == 1;
     const BlockParams *p = &g->w.p.blocks[l];
     LayerActs *a = &s->la[l];
     const float *rb_att = tp1 ? p->attprojb : NULL, *rb_fc = tp1 ? p->fcprojb : NULL; /* tp > 1: after the sum */
-    int Q = s->QKVl, H = s->Hl;
+    int Q = s->dim.QKVl, H = s->dim.Hl;
     if (s->mp.bf16) {
         /* bf16: the norm and activation outputs are produced, stored and used as bf16 GEMM operands. */
         norm_forward(g, NULL, a->ln1_lp, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b);
         const uint16_t *in = (const uint16_t *)sp_gather_rows(g, (const float *)a->ln1_lp);
-        matmul_forward_lp(a->qkv, in, lp(g, p->qkvw), p->qkvb, N, C, Q);
+        g->be->matmul_forward_lp(a->qkv, in, lp(g, p->qkvw), p->qkvb, N, C, Q);
     } else {
         norm_forward(g, a->ln1, NULL, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b);
         const float *in = sp_gather_rows(g, a->ln1);
-        matmul_forward_p(&s->mp, a->qkv, in, p->qkvw, lp(g, p->qkvw), p->qkvb, N, C, Q, nt);
+        g->be->matmul_forward_p(&s->mp, a->qkv, in, p->qkvw, lp(g, p->qkvw), p->qkvb, N, C, Q, nt);
     }
-    if (s->rms) rope_forward(a->qkv, s->rope_cs, B, T, s->NHl, s->KVl, s->hs, 0, nt);
+    if (s->dim.rms) g->be->rope_forward(a->qkv, s->rope_cs, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, 0, nt);
     attn_forward(g, a, l, B, T);
-    matmul_forward_p(&s->mp, s->dbuf_b, a->atty, p->attprojw, lp(g, p->attprojw), rb_att, N, Ca, C, nt);
+    g->be->matmul_forward_p(&s->mp, s->dbuf_b, a->atty, p->attprojw, lp(g, p->attprojw), rb_att, N, Ca, C, nt);
     float *br = tp_reduce_rows(g, s->dbuf_b);
-    if (!tp1 && p->attprojb) bias_add_rows(br, p->attprojb, Nl, C, nt);
+    if (!tp1 && p->attprojb) g->be->bias_add_rows(br, p->attprojb, Nl, C, nt);
     if (s->mp.bf16) {
         residual_norm_forward(g, a->res2, NULL, a->ln2_lp, a->ln2_mean, a->ln2_rstd, x, br,
                               dropout_at(g, l, DROP_ATTN_RES), p->ln2w, p->ln2b);
         const uint16_t *in = (const uint16_t *)sp_gather_rows(g, (const float *)a->ln2_lp);
-        matmul_forward_lp(a->fch, in, lp(g, p->fcw), p->fcb, N, C, H);
-        if (s->rms) swiglu_forward_bf16(a->fchg_lp, a->fch, N, F, nt);
-        else gelu_forward_bf16(a->fchg_lp, a->fch, (size_t)N * F, nt);
-        matmul_forward_lp(s->dbuf_b, a->fchg_lp, lp(g, p->fcprojw), rb_fc, N, F, C);
+        g->be->matmul_forward_lp(a->fch, in, lp(g, p->fcw), p->fcb, N, C, H);
+        if (s->dim.rms) g->be->swiglu_forward_bf16(a->fchg_lp, a->fch, N, F, nt);
+        else g->be->gelu_forward_bf16(a->fchg_lp, a->fch, (size_t)N * F, nt);
+        g->be->matmul_forward_lp(s->dbuf_b, a->fchg_lp, lp(g, p->fcprojw), rb_fc, N, F, C);
     } else {
         residual_norm_forward(g, a->res2, a->ln2, NULL, a->ln2_mean, a->ln2_rstd, x, br,
                               dropout_at(g, l, DROP_ATTN_RES), p->ln2w, p->ln2b);
         const float *in = sp_gather_rows(g, a->ln2);
-        matmul_forward_p(&s->mp, a->fch, in, p->fcw, lp(g, p->fcw), p->fcb, N, C, H, nt);
-        if (s->rms) swiglu_forward(a->fch_gelu, a->fch, N, F, nt);
-        else gelu_forward(a->fch_gelu, a->fch, (size_t)N * F, nt);
-        matmul_forward_p(&s->mp, s->dbuf_b, a->fch_gelu, p->fcprojw, lp(g, p->fcprojw), rb_fc, N, F, C, nt);
+        g->be->matmul_forward_p(&s->mp, a->fch, in, p->fcw, lp(g, p->fcw), p->fcb, N, C, H, nt);
+        if (s->dim.rms) g->be->swiglu_forward(a->fch_gelu, a->fch, N, F, nt);
+        else g->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * F, nt);
+        g->be->matmul_forward_p(&s->mp, s->dbuf_b, a->fch_gelu, p->fcprojw, lp(g, p->fcprojw), rb_fc, N, F, C, nt);
     }
     br = tp_reduce_rows(g, s->dbuf_b);
-    if (!tp1 && p->fcprojb) bias_add_rows(br, p->fcprojb, Nl, C, nt);
-    residual_forward(a->res3, a->res2, br, (size_t)Nl * C, dropout_at(g, l, DROP_MLP_RES), nt);
-}
-
-/* x[0, n) *= a (muP's multipliers; a = 1 is never called: the standard model is unchanged). */
-static void scale_rows(float *x, size_t n, float a, int nt) {
-#pragma omp parallel for simd num_threads(nt) schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] *= a;
+    if (!tp1 && p->fcprojb) g->be->bias_add_rows(br, p->fcprojb, Nl, C, nt);
+    g->be->residual_forward(a->res3, a->res2, br, (size_t)Nl * C, dropout_at(g, l, DROP_MLP_RES), nt);
 }
 
 /* The embedding: wte[inp] + wpe[t], dropped out, into s->encoded (the rows held). With tp > 1 each
@@ -537,16 +534,16 @@ static void embed_forward(Gpt *g, const int32_t *inp, int B, int T) {
     GptRunState *s = &g->s;
     int C = g->w.cfg.n_embd, nt = s->nt;
     if (s->tp == 1 && g->w.p.wpe) {
-        encoder_forward(s->encoded, inp, g->w.p.wte, g->w.p.wpe, B, T, C, dropout_at(g, -1, DROP_EMBED), nt);
+        g->be->encoder_forward(s->encoded, inp, g->w.p.wte, g->w.p.wpe, B, T, C, dropout_at(g, -1, DROP_EMBED), nt);
         return;
     }
     /* Vocabulary-parallel (and Llama, which has no wpe, at any tp). */
-    encoder_forward_vp(s->dbuf_b, inp, g->w.p.wte, s->tp_rank == 0 ? g->w.p.wpe : NULL, B, T, C, s->v0, s->Vr, nt);
+    g->be->encoder_forward_vp(s->dbuf_b, inp, g->w.p.wte, s->tp_rank == 0 ? g->w.p.wpe : NULL, B, T, C, s->v0, s->Vr, nt);
     float *own = tp_reduce_rows(g, s->dbuf_b);
     Dropout d = dropout_at(g, -1, DROP_EMBED);
     size_t nlc = (size_t)s->curNl * C;
-    if (d.p > 0) dropout_backward(s->encoded, own, nlc, d, nt); /* the mask applied forward */
-    else memcpy(s->encoded, own, nlc * sizeof(float));
+    if (d.p > 0) g->be->dropout_backward(s->encoded, own, nlc, d, nt); /* the mask applied forward */
+    else g->be->copy(s->encoded, own, nlc * sizeof(float));
 }
 
 /* Points the run state's current tensors (s->encoded, s->la of the chunk's blocks, the head's)
@@ -607,7 +604,7 @@ double gpt_forward_stage(Gpt *g, int slot, int chunk, const int32_t *inp, const 
     if (f == 0) {
         hook(g->hooks.before_forward, g->hooks.ctx, 0);
         embed_forward(g, inp, B, T);
-        if (s->input_mult != 1.0f) scale_rows(s->encoded, (size_t)Nl * C, s->input_mult, nt);
+        if (s->input_mult != 1.0f) g->be->scale_inplace(s->encoded, (size_t)Nl * C, s->input_mult, nt);
     }
     const float *x = s->encoded;
     for (int l = f; l < e; l++) {
@@ -623,7 +620,7 @@ double gpt_forward_stage(Gpt *g, int slot, int chunk, const int32_t *inp, const 
     norm_forward(g, s->lnf, NULL, s->lnf_mean, s->lnf_rstd, x, g->w.p.lnfw, g->w.p.lnfb);
     /* muP's logit multiplier on the head's input: logits = (s·x)·Wᵀ, so the head's weight gradient
      * reads the scaled rows and its input gradient is scaled once more in the backward. */
-    if (s->logit_mult != 1.0f) scale_rows(s->lnf, (size_t)Nl * C, s->logit_mult, nt);
+    if (s->logit_mult != 1.0f) g->be->scale_inplace(s->lnf, (size_t)Nl * C, s->logit_mult, nt);
     double head_fwd = 0, head_bwd = 0;
     double t1 = timer_ms();
     int acc = !(train && g->d.overwrite);
@@ -634,7 +631,7 @@ double gpt_forward_stage(Gpt *g, int slot, int chunk, const int32_t *inp, const 
         s->sample.u = NULL;
     }
     if (s->tp == 1) {
-        head_forward_backward_p(&s->mp, s->losses, dx, g->d.g.head, s->logits, s->lnf, g->w.p.head,
+        g->be->head_forward_backward_p(&s->mp, s->losses, dx, g->d.g.head, s->logits, s->lnf, g->w.p.head,
                                 lp(g, g->w.p.head), tgt, N, C, cfg->vocab, cfg->vocab_padded, dscale, s->head_chunk, acc,
                                 nt, NULL, s->sample.u ? &s->sample : NULL, &head_fwd, &head_bwd);
     } else {
@@ -643,20 +640,19 @@ double gpt_forward_stage(Gpt *g, int slot, int chunk, const int32_t *inp, const 
         const float *xf = s->lnf;
         if (s->sp) {
             size_t nlc = (size_t)Nl * C;
-            memcpy(s->dbuf_c + (size_t)s->tp_rank * nlc, s->lnf, nlc * sizeof(float));
+            g->be->copy(s->dbuf_c + (size_t)s->tp_rank * nlc, s->lnf, nlc * sizeof(float));
             g->hooks.tp_allgather(g->hooks.ctx, s->dbuf_c, nlc);
             xf = s->dbuf_c;
         }
-        head_forward_backward_vp(&s->mp, s->losses, dx, g->d.g.head, s->logits, s->head_stats, xf,
-                                 g->w.p.head, lp(g, g->w.p.head), tgt, N, C, s->v0, s->Vr, s->Vl, dscale, s->head_chunk,
+        g->be->head_forward_backward_vp(&s->mp, s->losses, dx, g->d.g.head, s->logits, s->head_stats, xf,
+                                 g->w.p.head, lp(g, g->w.p.head), tgt, N, C, s->v0, s->Vr, s->dim.Vl, dscale, s->head_chunk,
                                  acc, nt, g->hooks.tp_allreduce, g->hooks.ctx, &head_fwd, &head_bwd);
     }
     double t2 = timer_ms();
     s->have_head_grads = train;
     sl->have_head_grads = train;
     /* Fixed-order sum of the per-row losses. */
-    double sum = 0;
-    for (int i = 0; i < N; i++) sum += s->losses[i];
+    double sum = g->be->sum_ordered(s->losses, (size_t)N);
     s->ms_fwd += (t1 - t0) + (t2 - t1 - head_bwd);
     s->ms_bwd += head_bwd;
     return take_errors(g) ? NAN : sum;
@@ -679,7 +675,7 @@ void gpt_backward_stage(Gpt *g, int slot, int chunk, const float *dout) {
     bind_slot(g, slot, chunk);
     s->cur_inp = sl->inp, s->curB = sl->B, s->curT = sl->T, s->curNl = sl->Nl;
     s->cur_drop_counter = sl->drop_counter, s->cur_train = 1;
-    int B = s->curB, T = s->curT, N = B * T, Nl = s->curNl, Ca = s->Cl, F = s->Fl, Q = s->QKVl, H = s->Hl;
+    int B = s->curB, T = s->curT, N = B * T, Nl = s->curNl, Ca = s->dim.Cl, F = s->dim.Fl, Q = s->dim.QKVl, H = s->dim.Hl;
     double t0 = timer_ms();
     Dropout off = {0};
     size_t NlC = (size_t)Nl * C;
@@ -689,16 +685,16 @@ void gpt_backward_stage(Gpt *g, int slot, int chunk, const float *dout) {
     if (last == L) {
         ST_CHECK(sl->have_head_grads && !dout);
         hook(g->hooks.before_backward, g->hooks.ctx, L + 1);
-        memset(s->dres, 0, NlC * sizeof(float));
+        g->be->zero(s->dres, NlC * sizeof(float));
         const float *xlast = last > first ? s->la[last - 1].res3 : s->encoded;
         /* The head's input gradient: with tp > 1 each rank holds a part (its vocabulary rows' share). */
         float *dhead = tp_reduce_rows(g, s->dhead);
-        if (s->logit_mult != 1.0f) scale_rows(dhead, NlC, s->logit_mult, nt);
+        if (s->logit_mult != 1.0f) g->be->scale_inplace(dhead, NlC, s->logit_mult, nt);
         ln_backward(g, s->dres, g->d.g.lnfw, g->d.g.lnfb, dhead, xlast, g->w.p.lnfw, s->lnf_mean, s->lnf_rstd, acc);
         hook(g->hooks.grads_ready, g->hooks.ctx, L + 1);
     } else {
         ST_CHECK_MSG(dout != NULL, "gpt_backward_stage: a chunk before the head needs its output gradient");
-        memcpy(s->dres, dout, NlC * sizeof(float));
+        g->be->copy(s->dres, dout, NlC * sizeof(float));
     }
     sl->have_head_grads = 0;
 
@@ -714,64 +710,64 @@ void gpt_backward_stage(Gpt *g, int slot, int chunk, const float *dout) {
         } else if (s->recompute == RECOMPUTE_SELECTIVE && s->mp.bf16) {
             norm_forward(g, NULL, a->ln1_lp, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b);
             norm_forward(g, NULL, a->ln2_lp, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b);
-            if (s->rms) swiglu_forward_bf16(a->fchg_lp, a->fch, N, F, nt);
-            else gelu_forward_bf16(a->fchg_lp, a->fch, (size_t)N * F, nt);
+            if (s->dim.rms) g->be->swiglu_forward_bf16(a->fchg_lp, a->fch, N, F, nt);
+            else g->be->gelu_forward_bf16(a->fchg_lp, a->fch, (size_t)N * F, nt);
         } else if (s->recompute == RECOMPUTE_SELECTIVE) {
             norm_forward(g, a->ln1, NULL, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b);
             norm_forward(g, a->ln2, NULL, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b);
-            if (s->rms) swiglu_forward(a->fch_gelu, a->fch, N, F, nt);
-            else gelu_forward(a->fch_gelu, a->fch, (size_t)N * F, nt);
+            if (s->dim.rms) g->be->swiglu_forward(a->fch_gelu, a->fch, N, F, nt);
+            else g->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * F, nt);
         }
         const float *dbranch = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_MLP_RES) : off);
         if (s->mp.bf16) {
             /* The stored bf16 operands go straight into the GEMMs; GELU backward writes fc's bf16
              * output gradient and its bias gradient. */
-            if (dp->fcprojb) cast_bf16_colsum(s->mp.a, dp->fcprojb, dbranch, N, C, acc, nt);
-            else cast_bf16(s->mp.a, dbranch, (size_t)N * C, nt);
-            matmul_backward_lp(s->dbuf_a, split ? NULL : dp->fcprojw, s->mp.a, a->fchg_lp, lp(g, p->fcprojw), N, F, C, acc);
-            if (split) memcpy(a->wg_fcproj, s->mp.a, (size_t)N * C * sizeof(uint16_t));
-            if (s->rms) swiglu_backward_bf16(s->mp.a, s->dbuf_a, a->fch, N, F, nt);
-            else gelu_backward_bf16(s->mp.a, dp->fcb, s->dbuf_a, a->fch, N, F, acc, nt);
+            if (dp->fcprojb) g->be->cast_bf16_colsum(s->mp.a, dp->fcprojb, dbranch, N, C, acc, nt);
+            else g->be->cast_bf16(s->mp.a, dbranch, (size_t)N * C, nt);
+            g->be->matmul_backward_lp(s->dbuf_a, split ? NULL : dp->fcprojw, s->mp.a, a->fchg_lp, lp(g, p->fcprojw), N, F, C, acc);
+            if (split) g->be->copy(a->wg_fcproj, s->mp.a, (size_t)N * C * sizeof(uint16_t));
+            if (s->dim.rms) g->be->swiglu_backward_bf16(s->mp.a, s->dbuf_a, a->fch, N, F, nt);
+            else g->be->gelu_backward_bf16(s->mp.a, dp->fcb, s->dbuf_a, a->fch, N, F, acc, nt);
             const uint16_t *in = (const uint16_t *)sp_gather_rows(g, (const float *)a->ln2_lp);
-            matmul_backward_lp(s->dbuf_b, split ? NULL : dp->fcw, s->mp.a, in, lp(g, p->fcw), N, C, H, acc);
-            if (split) memcpy(a->wg_fc, s->mp.a, (size_t)N * H * sizeof(uint16_t));
+            g->be->matmul_backward_lp(s->dbuf_b, split ? NULL : dp->fcw, s->mp.a, in, lp(g, p->fcw), N, C, H, acc);
+            if (split) g->be->copy(a->wg_fc, s->mp.a, (size_t)N * H * sizeof(uint16_t));
         } else {
-            matmul_backward_p(&s->mp, s->dbuf_a, split ? NULL : dp->fcprojw, dp->fcprojb, dbranch, a->fch_gelu, p->fcprojw,
+            g->be->matmul_backward_p(&s->mp, s->dbuf_a, split ? NULL : dp->fcprojw, dp->fcprojb, dbranch, a->fch_gelu, p->fcprojw,
                               lp(g, p->fcprojw), N, F, C, acc, nt);
-            if (split) memcpy(a->wg_fcproj, dbranch, (size_t)N * C * sizeof(float));
+            if (split) g->be->copy(a->wg_fcproj, dbranch, (size_t)N * C * sizeof(float));
             float *dh = s->dbuf_a; /* the fc GEMM's output gradient (N, H) */
-            if (s->rms) {
+            if (s->dim.rms) {
                 dh = s->dbuf_a + (size_t)N * F; /* beside the down GEMM's input gradient it is computed from */
-                swiglu_backward(dh, s->dbuf_a, a->fch, N, F, nt);
+                g->be->swiglu_backward(dh, s->dbuf_a, a->fch, N, F, nt);
             } else {
-                gelu_backward(s->dbuf_a, s->dbuf_a, a->fch, (size_t)N * F, nt);
+                g->be->gelu_backward(s->dbuf_a, s->dbuf_a, a->fch, (size_t)N * F, nt);
             }
             const float *in = sp_gather_rows(g, a->ln2);
-            matmul_backward_p(&s->mp, s->dbuf_b, split ? NULL : dp->fcw, dp->fcb, dh, in, p->fcw, lp(g, p->fcw), N, C, H,
+            g->be->matmul_backward_p(&s->mp, s->dbuf_b, split ? NULL : dp->fcw, dp->fcb, dh, in, p->fcw, lp(g, p->fcw), N, C, H,
                               acc, nt);
-            if (split) memcpy(a->wg_fc, dh, (size_t)N * H * sizeof(float));
+            if (split) g->be->copy(a->wg_fc, dh, (size_t)N * H * sizeof(float));
         }
         const float *dln = tp_reduce_rows(g, s->dbuf_b);
         ln_backward(g, s->dres, dp->ln2w, dp->ln2b, dln, a->res2, p->ln2w, a->ln2_mean, a->ln2_rstd, acc);
         dbranch = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN_RES) : off);
-        matmul_backward_p(&s->mp, s->dbuf_b, split ? NULL : dp->attprojw, dp->attprojb, dbranch, a->atty, p->attprojw,
+        g->be->matmul_backward_p(&s->mp, s->dbuf_b, split ? NULL : dp->attprojw, dp->attprojb, dbranch, a->atty, p->attprojw,
                           lp(g, p->attprojw), N, Ca, C, acc, nt);
-        if (split) memcpy(a->wg_attproj, dbranch, (size_t)N * C * sizeof(float));
+        if (split) g->be->copy(a->wg_attproj, dbranch, (size_t)N * C * sizeof(float));
         Dropout da = cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off;
-        attention_gqa_backward(s->dbuf_a, s->att_scratch, s->dbuf_b, a->qkv, a->atty, a->lse, B, T, s->NHl, s->KVl, s->hs,
+        g->be->attention_backward(s->dbuf_a, s->att_scratch, s->dbuf_b, a->qkv, a->atty, a->lse, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs,
                                s->att_scale, da, s->mp.bf16, nt);
-        if (s->rms) rope_backward(s->dbuf_a, s->rope_cs, B, T, s->NHl, s->KVl, s->hs, 0, nt);
+        if (s->dim.rms) g->be->rope_backward(s->dbuf_a, s->rope_cs, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, 0, nt);
         if (s->mp.bf16) {
-            if (dp->qkvb) cast_bf16_colsum(s->mp.a, dp->qkvb, s->dbuf_a, N, Q, acc, nt);
-            else cast_bf16(s->mp.a, s->dbuf_a, (size_t)N * Q, nt);
+            if (dp->qkvb) g->be->cast_bf16_colsum(s->mp.a, dp->qkvb, s->dbuf_a, N, Q, acc, nt);
+            else g->be->cast_bf16(s->mp.a, s->dbuf_a, (size_t)N * Q, nt);
             const uint16_t *in = (const uint16_t *)sp_gather_rows(g, (const float *)a->ln1_lp);
-            matmul_backward_lp(s->dbuf_b, split ? NULL : dp->qkvw, s->mp.a, in, lp(g, p->qkvw), N, C, Q, acc);
-            if (split) memcpy(a->wg_qkv, s->mp.a, (size_t)N * Q * sizeof(uint16_t));
+            g->be->matmul_backward_lp(s->dbuf_b, split ? NULL : dp->qkvw, s->mp.a, in, lp(g, p->qkvw), N, C, Q, acc);
+            if (split) g->be->copy(a->wg_qkv, s->mp.a, (size_t)N * Q * sizeof(uint16_t));
         } else {
             const float *in = sp_gather_rows(g, a->ln1);
-            matmul_backward_p(&s->mp, s->dbuf_b, split ? NULL : dp->qkvw, dp->qkvb, s->dbuf_a, in, p->qkvw,
+            g->be->matmul_backward_p(&s->mp, s->dbuf_b, split ? NULL : dp->qkvw, dp->qkvb, s->dbuf_a, in, p->qkvw,
                               lp(g, p->qkvw), N, C, Q, acc, nt);
-            if (split) memcpy(a->wg_qkv, s->dbuf_a, (size_t)N * Q * sizeof(float));
+            if (split) g->be->copy(a->wg_qkv, s->dbuf_a, (size_t)N * Q * sizeof(float));
         }
         dln = tp_reduce_rows(g, s->dbuf_b);
         ln_backward(g, s->dres, dp->ln1w, dp->ln1b, dln, x, p->ln1w, a->ln1_mean, a->ln1_rstd, acc);
@@ -781,17 +777,17 @@ void gpt_backward_stage(Gpt *g, int slot, int chunk, const float *dout) {
         hook(g->hooks.before_backward, g->hooks.ctx, 0);
         /* wte's gradient was written by the head in the forward; wpe's has max_seq rows, of which
          * only the first T get a contribution, so overwriting starts from zeros there (a few MB). */
-        if (!acc && g->d.g.wpe) memset(g->d.g.wpe, 0, (size_t)cfg->max_seq * C * sizeof(float));
+        if (!acc && g->d.g.wpe) g->be->zero(g->d.g.wpe, (size_t)cfg->max_seq * C * sizeof(float));
         /* An untied head did not write wte's gradient: overwriting starts from zeros (its real rows). */
-        if (!acc && cfg->untied) memset(g->d.g.wte, 0, (size_t)s->Vr * C * sizeof(float));
-        if (s->input_mult != 1.0f) scale_rows(s->dres, NlC, s->input_mult, nt); /* muP's alpha_in */
+        if (!acc && cfg->untied) g->be->zero(g->d.g.wte, (size_t)s->Vr * C * sizeof(float));
+        if (s->input_mult != 1.0f) g->be->scale_inplace(s->dres, NlC, s->input_mult, nt); /* muP's alpha_in */
         if (s->tp == 1 && g->d.g.wpe) {
-            encoder_backward(g->d.g.wte, g->d.g.wpe, s->dres, s->cur_inp, B, T, C, dropout_at(g, -1, DROP_EMBED), nt);
+            g->be->encoder_backward(g->d.g.wte, g->d.g.wpe, s->dres, s->cur_inp, B, T, C, dropout_at(g, -1, DROP_EMBED), nt);
         } else {
             /* Every rank needs every row's gradient for its vocabulary rows (and computes wpe's whole). */
             Dropout d = dropout_at(g, -1, DROP_EMBED);
             const float *demb = branch_grad(g, s->dbuf_c, s->dres, d.p > 0 ? d : off);
-            encoder_backward_vp(g->d.g.wte, g->d.g.wpe, demb, s->cur_inp, B, T, C, s->v0, s->Vr, nt);
+            g->be->encoder_backward_vp(g->d.g.wte, g->d.g.wpe, demb, s->cur_inp, B, T, C, s->v0, s->Vr, nt);
         }
         hook(g->hooks.grads_ready, g->hooks.ctx, 0);
     }
@@ -807,23 +803,23 @@ void gpt_weight_stage(Gpt *g, int slot, int chunk) {
     ST_CHECK(slot >= 0 && slot < s->nslots && chunk >= 0 && chunk < sb->n && s->slots[slot].chunk == chunk);
     const GptSlot *sl = &s->slots[slot];
     bind_slot(g, slot, chunk);
-    int N = sl->B * sl->T, C = g->w.cfg.n_embd, Ca = s->Cl, F = s->Fl, Q = s->QKVl, H = s->Hl, nt = s->nt;
+    int N = sl->B * sl->T, C = g->w.cfg.n_embd, Ca = s->dim.Cl, F = s->dim.Fl, Q = s->dim.QKVl, H = s->dim.Hl, nt = s->nt;
     double t0 = timer_ms();
     for (int l = sb->last[chunk] - 1; l >= sb->first[chunk]; l--) {
         const BlockParams *p = &g->w.p.blocks[l];
         BlockParams *dp = &g->d.g.blocks[l];
         const LayerActs *a = &s->la[l];
         if (s->mp.bf16) {
-            matmul_backward_lp(NULL, dp->fcprojw, (const uint16_t *)a->wg_fcproj, a->fchg_lp, NULL, N, F, C, 1);
-            matmul_backward_lp(NULL, dp->fcw, (const uint16_t *)a->wg_fc, a->ln2_lp, NULL, N, C, H, 1);
-            matmul_backward_lp(NULL, dp->qkvw, (const uint16_t *)a->wg_qkv, a->ln1_lp, NULL, N, C, Q, 1);
+            g->be->matmul_backward_lp(NULL, dp->fcprojw, (const uint16_t *)a->wg_fcproj, a->fchg_lp, NULL, N, F, C, 1);
+            g->be->matmul_backward_lp(NULL, dp->fcw, (const uint16_t *)a->wg_fc, a->ln2_lp, NULL, N, C, H, 1);
+            g->be->matmul_backward_lp(NULL, dp->qkvw, (const uint16_t *)a->wg_qkv, a->ln1_lp, NULL, N, C, Q, 1);
         } else {
-            matmul_backward_p(&s->mp, NULL, dp->fcprojw, NULL, a->wg_fcproj, a->fch_gelu, p->fcprojw, lp(g, p->fcprojw), N,
+            g->be->matmul_backward_p(&s->mp, NULL, dp->fcprojw, NULL, a->wg_fcproj, a->fch_gelu, p->fcprojw, lp(g, p->fcprojw), N,
                               F, C, 1, nt);
-            matmul_backward_p(&s->mp, NULL, dp->fcw, NULL, a->wg_fc, a->ln2, p->fcw, lp(g, p->fcw), N, C, H, 1, nt);
-            matmul_backward_p(&s->mp, NULL, dp->qkvw, NULL, a->wg_qkv, a->ln1, p->qkvw, lp(g, p->qkvw), N, C, Q, 1, nt);
+            g->be->matmul_backward_p(&s->mp, NULL, dp->fcw, NULL, a->wg_fc, a->ln2, p->fcw, lp(g, p->fcw), N, C, H, 1, nt);
+            g->be->matmul_backward_p(&s->mp, NULL, dp->qkvw, NULL, a->wg_qkv, a->ln1, p->qkvw, lp(g, p->qkvw), N, C, Q, 1, nt);
         }
-        matmul_backward_p(&s->mp, NULL, dp->attprojw, NULL, a->wg_attproj, a->atty, p->attprojw, lp(g, p->attprojw), N,
+        g->be->matmul_backward_p(&s->mp, NULL, dp->attprojw, NULL, a->wg_attproj, a->atty, p->attprojw, lp(g, p->attprojw), N,
                           Ca, C, 1, nt);
         hook(g->hooks.grads_ready, g->hooks.ctx, l + 1);
     }
@@ -845,7 +841,7 @@ Status gpt_probs_row0(Gpt *g, const int32_t *inp, int T, float *probs, Err *err)
     if (!tgt) return err_set(err, ST_ERR_RUNTIME, "out of memory (%d targets)", T);
     const ModelConfig *c = &g->w.cfg;
     gpt_forward(g, inp, tgt, 1, T, 0.0f, 0, 0);
-    head_forward_backward(g->s.losses, NULL, NULL, g->s.logits, g->s.lnf, g->w.p.head, tgt, 1, c->n_embd, c->vocab,
+    g->be->head_forward_backward(g->s.losses, NULL, NULL, g->s.logits, g->s.lnf, g->w.p.head, tgt, 1, c->n_embd, c->vocab,
                           c->vocab_padded, 0.0f, g->s.head_chunk, 1, g->s.nt, probs, NULL, NULL);
     free(tgt);
     return gpt_status(g, err);
@@ -864,11 +860,11 @@ Status gpt_logits(Gpt *g, const int32_t *inp, int T, float *logits, Err *err) {
      * holds the last chunk, and without dx the head leaves them unnormalised). */
     for (int r0 = 0; r0 < T; r0 += chunk) {
         int m = T - r0 < chunk ? T - r0 : chunk;
-        head_forward_backward_p(&g->s.mp, g->s.losses + r0, NULL, NULL, g->s.logits, g->s.lnf + (size_t)r0 * C,
+        g->be->head_forward_backward_p(&g->s.mp, g->s.losses + r0, NULL, NULL, g->s.logits, g->s.lnf + (size_t)r0 * C,
                                 g->w.p.head, lp(g, g->w.p.head), tgt + r0, m, C, V, Vp, 0.0f, chunk, 1, g->s.nt, NULL,
                                 NULL, NULL, NULL);
         for (int i = 0; i < m; i++)
-            memcpy(logits + (size_t)(r0 + i) * V, g->s.logits + (size_t)i * Vp, (size_t)V * sizeof(float));
+            g->be->to_host(logits + (size_t)(r0 + i) * V, g->s.logits + (size_t)i * Vp, (size_t)V * sizeof(float));
     }
     free(tgt);
     return gpt_status(g, err);

@@ -60,7 +60,11 @@ typedef enum {
                      gives inf: pair it with a loss scaler) and multiplied in fp32 */
 } GptPrecision;
 
+typedef struct Backend Backend; /* model/backend.h */
+
 typedef struct {
+    const Backend *backend; /* where the kernels run and the buffers live (backend.h); default NULL:
+                               the CPU backend */
     int B, T;               /* micro-batch capacity: activations for up to B×T tokens (default 1×1,
                                for callers that only want the weights); T <= cfg->max_seq */
     int threads;            /* OpenMP threads of our kernels (default 1) */
@@ -190,16 +194,13 @@ typedef struct {
     /* Tensor parallelism: the slice this rank computes (tp 1: the whole model). */
     int tp, tp_rank, sp;
     int split_backward;     /* GptOptions.split_backward */
-    int Cl, Fl, NHl;        /* attention width C/tp, MLP width F/tp (GPT-2 F = 4C), heads NH/tp */
-    int KVl, hs;            /* KV heads KV/tp (GPT-2: NHl), head size */
+    ModelDims dim;          /* this rank's widths, heads, head size (layout_dims, computed once) */
     float att_scale;        /* attention scores' factor: 1/sqrt(hs), muP 1/hs (model_attn_scale) */
     float logit_mult;       /* logits' factor (muP: alpha_out / m; else 1), applied to the final norm's
                                output, the head's only input */
     float input_mult;       /* the embedding output's factor (muP: alpha_in; else 1) */
-    int QKVl, Hl;           /* the q|k|v GEMM's width (NHl + 2·KVl)·hs, the fc GEMM's (Llama 2·Fl) */
-    int rms;                /* Llama: RMSNorm, RoPE, GQA, SwiGLU, no biases */
     float *rope_cs;         /* Llama: the RoPE table of positions [0, T) (rope_table) */
-    int v0, Vr, Vl;         /* vocabulary rows [v0, v0 + Vr) real of the Vl held */
+    int v0, Vr;             /* vocabulary rows [v0, v0 + Vr) real of the dim.Vl held */
     float *head_stats;      /* 3 · head_chunk: the vocabulary-parallel loss's row statistics */
     float *sp_gather;       /* --sp: the gathered LayerNorm output (N, C; bf16 under bf16) */
     float *sp_lngrad;       /* --sp: one LayerNorm's partial weight and bias gradients (2C) */
@@ -223,6 +224,7 @@ typedef struct {
     GptGrads d;
     GptRunState s;
     GptHooks hooks;
+    const Backend *be;      /* the kernels, GEMMs and memory of this model (GptOptions.backend) */
     MemStats *mem;          /* where allocations are counted (not owned; may be NULL) */
 } Gpt;
 

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/backend.h"
 #include "model/kernels.h"
-#include "model/matmul.h"
 
 Status kv_init(KvCache *kv, const Gpt *g, Err *err) {
     memset(kv, 0, sizeof *kv);
@@ -24,7 +24,7 @@ Status kv_init(KvCache *kv, const Gpt *g, Err *err) {
     if (c->arch == ARCH_LLAMA) {
         if (!(kv->rope = malloc((size_t)c->max_seq * hs * sizeof(float))))
             return kv_free(kv), err_set(err, ST_ERR_RUNTIME, "out of memory for the RoPE table");
-        rope_table(kv->rope, c->max_seq, (int)hs, c->rope_theta);
+        g->be->rope_table(kv->rope, c->max_seq, (int)hs, c->rope_theta);
     }
     kv->scores = calloc((size_t)c->max_seq, sizeof(float));
     kv->logits = calloc((size_t)c->vocab_padded, sizeof(float));
@@ -87,23 +87,23 @@ static void llama_step(const Gpt *g, KvCache *kv, int32_t token) {
     for (int l = 0; l < c->n_layer; l++) {
         const BlockParams *p = &g->w.p.blocks[l];
         float *K = kv->k + ((size_t)l * kv->cap) * kvw, *V = kv->v + ((size_t)l * kv->cap) * kvw;
-        rmsnorm_forward(kv->ln, &rstd, kv->x, p->ln1w, 1, C, eps, nt);
-        matmul_forward(kv->qkv, kv->ln, p->qkvw, NULL, 1, C, Q, nt);
-        rope_forward(kv->qkv, kv->rope, 1, 1, NH, KV, hs, pos, nt);
+        g->be->rmsnorm_forward(kv->ln, &rstd, kv->x, p->ln1w, 1, C, eps, nt);
+        g->be->matmul_forward(kv->qkv, kv->ln, p->qkvw, NULL, 1, C, Q, nt);
+        g->be->rope_forward(kv->qkv, kv->rope, 1, 1, NH, KV, hs, pos, nt);
         memcpy(K + (size_t)pos * kvw, kv->qkv + C, kvw * sizeof(float));
         memcpy(V + (size_t)pos * kvw, kv->qkv + C + kvw, kvw * sizeof(float));
         attend(kv, kv->qkv, K, V, pos, NH, KV, hs, model_attn_scale(c));
-        matmul_forward(kv->y, kv->att, p->attprojw, NULL, 1, C, C, nt);
+        g->be->matmul_forward(kv->y, kv->att, p->attprojw, NULL, 1, C, C, nt);
         for (int i = 0; i < C; i++) kv->x[i] += kv->y[i];
-        rmsnorm_forward(kv->ln, &rstd, kv->x, p->ln2w, 1, C, eps, nt);
-        matmul_forward(kv->h, kv->ln, p->fcw, NULL, 1, C, 2 * F, nt);
-        swiglu_forward(kv->hg, kv->h, 1, F, nt);
-        matmul_forward(kv->y, kv->hg, p->fcprojw, NULL, 1, F, C, nt);
+        g->be->rmsnorm_forward(kv->ln, &rstd, kv->x, p->ln2w, 1, C, eps, nt);
+        g->be->matmul_forward(kv->h, kv->ln, p->fcw, NULL, 1, C, 2 * F, nt);
+        g->be->swiglu_forward(kv->hg, kv->h, 1, F, nt);
+        g->be->matmul_forward(kv->y, kv->hg, p->fcprojw, NULL, 1, F, C, nt);
         for (int i = 0; i < C; i++) kv->x[i] += kv->y[i];
     }
-    rmsnorm_forward(kv->ln, &rstd, kv->x, g->w.p.lnfw, 1, C, eps, nt);
+    g->be->rmsnorm_forward(kv->ln, &rstd, kv->x, g->w.p.lnfw, 1, C, eps, nt);
     scale_vec(kv->ln, C, model_logit_mult(c));
-    matmul_forward(kv->logits, kv->ln, g->w.p.head, NULL, 1, C, c->vocab, nt);
+    g->be->matmul_forward(kv->logits, kv->ln, g->w.p.head, NULL, 1, C, c->vocab, nt);
     kv->len++;
 }
 
@@ -118,31 +118,31 @@ void infer_step(const Gpt *g, KvCache *kv, int32_t token) {
     ST_CHECK(pos < kv->cap && token >= 0 && token < c->vocab);
     float mean, rstd;
     Dropout off = {0};
-    encoder_forward(kv->x, &token, g->w.p.wte, g->w.p.wpe + (size_t)pos * C, 1, 1, C, off, nt);
+    g->be->encoder_forward(kv->x, &token, g->w.p.wte, g->w.p.wpe + (size_t)pos * C, 1, 1, C, off, nt);
     scale_vec(kv->x, C, model_input_mult(c));
     for (int l = 0; l < c->n_layer; l++) {
         const BlockParams *p = &g->w.p.blocks[l];
         float *K = kv->k + ((size_t)l * kv->cap) * C, *V = kv->v + ((size_t)l * kv->cap) * C;
-        layernorm_forward(kv->ln, &mean, &rstd, kv->x, p->ln1w, p->ln1b, 1, C, nt);
-        matmul_forward(kv->qkv, kv->ln, p->qkvw, p->qkvb, 1, C, 3 * C, nt);
+        g->be->layernorm_forward(kv->ln, &mean, &rstd, kv->x, p->ln1w, p->ln1b, 1, C, nt);
+        g->be->matmul_forward(kv->qkv, kv->ln, p->qkvw, p->qkvb, 1, C, 3 * C, nt);
         memcpy(K + (size_t)pos * C, kv->qkv + C, C * sizeof(float));
         memcpy(V + (size_t)pos * C, kv->qkv + 2 * C, C * sizeof(float));
         attend(kv, kv->qkv, K, V, pos, NH, NH, hs, model_attn_scale(c));
-        matmul_forward(kv->y, kv->att, p->attprojw, p->attprojb, 1, C, C, nt);
+        g->be->matmul_forward(kv->y, kv->att, p->attprojw, p->attprojb, 1, C, C, nt);
         for (int i = 0; i < C; i++) kv->x[i] += kv->y[i];
-        layernorm_forward(kv->ln, &mean, &rstd, kv->x, p->ln2w, p->ln2b, 1, C, nt);
-        matmul_forward(kv->h, kv->ln, p->fcw, p->fcb, 1, C, 4 * C, nt);
-        gelu_forward(kv->hg, kv->h, (size_t)4 * C, nt);
-        matmul_forward(kv->y, kv->hg, p->fcprojw, p->fcprojb, 1, 4 * C, C, nt);
+        g->be->layernorm_forward(kv->ln, &mean, &rstd, kv->x, p->ln2w, p->ln2b, 1, C, nt);
+        g->be->matmul_forward(kv->h, kv->ln, p->fcw, p->fcb, 1, C, 4 * C, nt);
+        g->be->gelu_forward(kv->hg, kv->h, (size_t)4 * C, nt);
+        g->be->matmul_forward(kv->y, kv->hg, p->fcprojw, p->fcprojb, 1, 4 * C, C, nt);
         for (int i = 0; i < C; i++) kv->x[i] += kv->y[i];
     }
-    layernorm_forward(kv->ln, &mean, &rstd, kv->x, g->w.p.lnfw, g->w.p.lnfb, 1, C, nt);
+    g->be->layernorm_forward(kv->ln, &mean, &rstd, kv->x, g->w.p.lnfw, g->w.p.lnfb, 1, C, nt);
     scale_vec(kv->ln, C, model_logit_mult(c));
-    matmul_forward(kv->logits, kv->ln, g->w.p.wte, NULL, 1, C, c->vocab, nt);
+    g->be->matmul_forward(kv->logits, kv->ln, g->w.p.wte, NULL, 1, C, c->vocab, nt);
     kv->len++;
 }
 
-Status infer_status(Err *err) { return mm_take_error(err); }
+Status infer_status(const Gpt *g, Err *err) { return g->be->take_error(err); }
 
 Status infer_feed(const Gpt *g, KvCache *kv, const int32_t *hist, size_t n, Err *err) {
     ST_CHECK(n > kv->start + (size_t)kv->len);
@@ -151,7 +151,7 @@ Status infer_feed(const Gpt *g, KvCache *kv, const int32_t *hist, size_t n, Err 
         kv->start = n - keep, kv->len = 0;
     }
     for (size_t i = kv->start + (size_t)kv->len; i < n; i++) infer_step(g, kv, hist[i]);
-    return infer_status(err);
+    return infer_status(g, err);
 }
 
 int infer_pick(const float *logits, int V, float temperature, int top_k, float u, float *work) {

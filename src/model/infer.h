@@ -43,7 +43,7 @@ void infer_step(const Gpt *g, KvCache *kv, int32_t token);
 Status infer_feed(const Gpt *g, KvCache *kv, const int32_t *hist, size_t n, Err *err);
 
 /* The first GEMM failure since the last call (after infer_step), as infer_feed reports it. */
-Status infer_status(Err *err);
+Status infer_status(const Gpt *g, Err *err);
 
 /* The next token from V logits: the argmax (greedy) when temperature is 0, else a draw from
  * softmax(logits / temperature) restricted to the top_k largest (0 = all) with uniform u in [0, 1).

@@ -147,6 +147,13 @@ void gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, i
 /* x (N, C) += bias (C) on every row: a row-parallel layer's bias, added once after the reduction. */
 void bias_add_rows(float *x, const float *bias, int N, int C, int nt);
 
+/* x[0, n) *= a (muP's multipliers on the embedding output, the logits' input and their gradients). */
+void scale_inplace(float *x, size_t n, float a, int nt);
+/* Σ x[i] for i in [0, n) in index order, accumulated in double (the loss sum of a micro-batch). */
+double sum_ordered(const float *x, size_t n);
+/* dst = src (acc = 0) or dst += src (acc = 1), n elements. */
+void add_or_set(float *dst, const float *src, size_t n, int acc);
+
 /* out = a + drop(b) over n elements (out may alias a). */
 void residual_forward(float *out, const float *a, const float *b, size_t n, Dropout d, int nt);
 /* out = drop'(dout): the gradient reaching the dropped branch. */

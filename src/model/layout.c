@@ -297,19 +297,28 @@ int layout_head_chunk_rows(const ModelConfig *cfg, int B, int T) {
     return (int)rows;
 }
 
-/* The dimensions one tp rank works with: every tensor of the residual stream has Nl rows (N/tp
- * with sequence parallelism), the parallel regions N rows of their share of the columns. */
+ModelDims layout_dims(const ModelConfig *cfg, int tp) {
+    ModelDims d;
+    if (tp < 1) tp = 1;
+    d.C = cfg->n_embd, d.hs = cfg->n_embd / cfg->n_head;
+    d.Cl = cfg->n_embd / tp, d.Fl = cfg->ffn / tp, d.NHl = cfg->n_head / tp, d.KVl = cfg->n_kv_head / tp;
+    d.QKVl = layout_qkv_width(cfg) / tp;
+    d.rms = cfg->arch == ARCH_LLAMA;
+    d.Hl = d.rms ? 2 * d.Fl : d.Fl; /* the fc GEMM's output: Llama's gate|up */
+    d.Vl = vocab_local(cfg, tp);
+    return d;
+}
+
+/* The sizes one tp rank works with, as size_t: every tensor of the residual stream has Nl rows
+ * (N/tp with sequence parallelism), the parallel regions N rows of their share of the columns. */
 typedef struct { size_t N, Nl, C, Cl, Fl, NHl, Vl, QKVl, Hl; int rms; } TpDims;
 
 static TpDims tp_dims(const ModelConfig *cfg, int B, int T, int tp, int sp) {
+    ModelDims m = layout_dims(cfg, tp);
     TpDims d;
-    if (tp < 1) tp = 1;
-    d.N = (size_t)B * T, d.Nl = sp && tp > 1 ? d.N / (size_t)tp : d.N, d.C = (size_t)cfg->n_embd;
-    d.Cl = d.C / (size_t)tp, d.Fl = (size_t)cfg->ffn / (size_t)tp, d.NHl = (size_t)cfg->n_head / (size_t)tp;
-    d.Vl = (size_t)vocab_local(cfg, tp);
-    d.QKVl = (size_t)layout_qkv_width(cfg) / (size_t)tp;
-    d.rms = cfg->arch == ARCH_LLAMA;
-    d.Hl = d.rms ? 2 * d.Fl : d.Fl; /* the fc GEMM's output: Llama's gate|up */
+    d.N = (size_t)B * T, d.Nl = sp && tp > 1 ? d.N / (size_t)tp : d.N, d.C = (size_t)m.C;
+    d.Cl = (size_t)m.Cl, d.Fl = (size_t)m.Fl, d.NHl = (size_t)m.NHl, d.Vl = (size_t)m.Vl;
+    d.QKVl = (size_t)m.QKVl, d.Hl = (size_t)m.Hl, d.rms = m.rms;
     return d;
 }
 
@@ -326,17 +335,9 @@ static BlockActs block_acts(const TpDims *d, int B, int T, int bf16) {
     return b;
 }
 
-ActSizes layout_activations_rc(const ModelConfig *cfg, int B, int T, int threads, Recompute rc) {
-    return layout_activations_prec(cfg, B, T, threads, rc, 0);
-}
-
-ActSizes layout_activations_prec(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int bf16) {
-    return layout_activations_tp(cfg, B, T, threads, rc, bf16, 1, 0);
-}
-
-ActSizes layout_activations_tp(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int bf16, int tp,
-                               int sp) {
-    return layout_activations_stage(cfg, B, T, threads, rc, bf16, tp, sp, NULL);
+ActOptions layout_act_options(int B, int T, int threads) {
+    ActOptions o = {B, T, threads, RECOMPUTE_NONE, 0, 1, 0, NULL};
+    return o;
 }
 
 ActStage layout_act_stage(const ParamLayout *pl, int slots) {
@@ -347,10 +348,11 @@ ActStage layout_act_stage(const ParamLayout *pl, int slots) {
     return st;
 }
 
-ActSizes layout_activations_stage(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int bf16, int tp,
-                                  int sp, const ActStage *st) {
+ActSizes layout_activations(const ModelConfig *cfg, const ActOptions *o) {
+    int B = o->B, T = o->T, threads = o->threads, bf16 = o->precision == 1, tp = o->tp, sp = o->sp;
+    Recompute rc = o->recompute;
     ActStage whole = {cfg->n_layer, 1, 1, 0, 0};
-    if (!st) st = &whole;
+    const ActStage *st = o->stage ? o->stage : &whole;
     ActSizes a;
     TpDims d = tp_dims(cfg, B, T, tp, sp);
     BlockActs b = block_acts(&d, B, T, bf16);
@@ -385,10 +387,6 @@ ActSizes layout_activations_stage(const ModelConfig *cfg, int B, int T, int thre
     if (d.Nl < d.N) a.scratch += (bf16 ? half_floats(d.N * d.C) : d.N * d.C) + 2 * d.C;
     if (st->pipe) a.scratch += d.Nl * d.C;
     return a;
-}
-
-ActSizes layout_activations(const ModelConfig *cfg, int B, int T, int threads) {
-    return layout_activations_rc(cfg, B, T, threads, RECOMPUTE_NONE);
 }
 
 const char *layout_recompute_name(Recompute rc) {
@@ -429,24 +427,18 @@ void layout_fp16_scratch_tp(const ModelConfig *cfg, int B, int T, int tp, size_t
     *fw = (w > d.C ? w : d.C) * d.C;
 }
 
-void layout_memory_plan(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int precision, int nmoments,
-                        size_t *bytes) {
+void layout_memory_plan(const ModelConfig *cfg, const ActOptions *o, int nmoments, size_t *bytes) {
     ParamLayout pl;
     for (int c = 0; c < MEM_NCAT; c++) bytes[c] = 0;
     if (layout_init(&pl, cfg, 1) != 0) return;
-    layout_zero_bytes(&pl, 1, 0, nmoments, layout_state_bytes(precision), bytes);
+    layout_zero_bytes(&pl, 1, 0, nmoments, layout_state_bytes(o->precision), bytes);
     layout_free(&pl);
-    layout_run_bytes(cfg, B, T, threads, rc, precision, 1, 0, bytes);
+    layout_run_bytes(cfg, o, bytes);
 }
 
-void layout_run_bytes(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int precision, int tp, int sp,
-                      size_t bytes[MEM_NCAT]) {
-    layout_run_bytes_stage(cfg, B, T, threads, rc, precision, tp, sp, NULL, bytes);
-}
-
-void layout_run_bytes_stage(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int precision, int tp,
-                            int sp, const ActStage *st, size_t bytes[MEM_NCAT]) {
-    ActSizes as = layout_activations_stage(cfg, B, T, threads, rc, precision == 1, tp, sp, st);
+void layout_run_bytes(const ModelConfig *cfg, const ActOptions *o, size_t bytes[MEM_NCAT]) {
+    int B = o->B, T = o->T, precision = o->precision, tp = o->tp;
+    ActSizes as = layout_activations(cfg, o);
     bytes[MEM_ACTIVATIONS] = as.total * 4;
     bytes[MEM_WORKSPACE] = as.scratch * 4;
     if (precision == 1) {

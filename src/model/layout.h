@@ -156,6 +156,20 @@ typedef struct {
  * layout does not hold (another pipeline stage's) get NULL. */
 void layout_views(const ParamLayout *pl, float *base, ParamViews *v);
 
+/* The dimensions derived from a config and a tensor-parallel degree, computed once (layout_dims) for
+ * the model, the layout and the sizes `plan` prices: what one tp rank's GEMMs and kernels work on. */
+typedef struct {
+    int C, hs;         /* width, head size C/NH */
+    int Cl, Fl;        /* a rank's attention width C/tp and MLP width F/tp (GPT-2 F = 4C) */
+    int NHl, KVl;      /* a rank's query heads NH/tp and KV heads KV/tp (GPT-2: NHl) */
+    int QKVl, Hl;      /* the q|k|v GEMM's width (NHl + 2·KVl)·hs, the fc GEMM's (Llama gate|up: 2·Fl) */
+    int Vl;            /* vocabulary rows a rank holds (padded; the vocabulary-parallel split) */
+    int rms;           /* Llama: RMSNorm, RoPE, GQA, SwiGLU, no biases */
+} ModelDims;
+
+/* cfg validated, tp >= 1 dividing the heads. */
+ModelDims layout_dims(const ModelConfig *cfg, int tp);
+
 /* Activation floats saved by the forward pass for one micro-batch of B×T (no recompute),
  * per layer and in total; the exact sizes the trainer allocates. */
 typedef struct {
@@ -177,20 +191,6 @@ typedef struct {
  *              block's forward into one shared set of buffers. */
 typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE = 1, RECOMPUTE_FULL = 2 } Recompute;
 
-ActSizes layout_activations(const ModelConfig *cfg, int B, int T, int threads);
-ActSizes layout_activations_rc(const ModelConfig *cfg, int B, int T, int threads, Recompute rc);
-/* The same for a precision: bf16 = 1 stores the LayerNorm outputs (ln1, ln2) and the GELU output
- * as bf16 (they are only ever GEMM operands); everything else stays fp32. fp16 (emulated) and fp32
- * store fp32 (bf16 = 0). */
-ActSizes layout_activations_prec(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int bf16);
-/* The same for tp rank's slice (layout_init_tp) with sequence parallelism on or off: the parallel
- * regions' tensors (qkv, attention, fc) hold their share of the columns, the residual stream's
- * (encoded, LayerNorm outputs and statistics, res2, res3, lnf) N/tp rows under --sp; the workspace
- * adds the vocabulary-parallel loss statistics and, under --sp, the gathered LayerNorm output
- * (docs/parallel.md). tp 1, sp 0 is layout_activations_prec. */
-ActSizes layout_activations_tp(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int bf16, int tp,
-                               int sp);
-
 /* What a pipeline rank keeps of activations: `slots` sets (micro-batches in flight: the
  * schedule's peak, sched_simulate's peak_inflight), each holding one model chunk's `blocks` blocks
  * (the largest chunk of the rank), the chunk's input (the received activations, or the
@@ -203,8 +203,32 @@ typedef struct {
     int split;   /* split backward (zb-h1): each block also keeps its weight GEMMs' output gradients
                     per slot: N·(2C + 4C/tp + 3C/tp) floats (bf16: the fcproj, fc and qkv parts in half) */
 } ActStage;
-ActSizes layout_activations_stage(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int bf16, int tp,
-                                  int sp, const ActStage *st);
+
+/* What one rank's activations and workspace depend on: one record for every caller (the model's
+ * allocation, plan, the tests) instead of positional variants. */
+typedef struct {
+    int B, T;              /* micro-batch capacity B×T */
+    int threads;           /* the attention scratch is per thread */
+    Recompute recompute;   /* what backward recomputes (default NONE) */
+    int precision;         /* 0 fp32, 1 bf16, 2 fp16 (as layout_memory_plan). bf16 stores the LayerNorm
+                              outputs (ln1, ln2) and the GELU output as bf16 (they are only ever GEMM
+                              operands) and adds the bf16 GEMM scratch; fp16 (emulated) stores fp32
+                              and adds its fp32 rounding scratch */
+    int tp, sp;            /* tp rank's slice (layout_init_tp; default 1) and sequence parallelism: the
+                              parallel regions' tensors (qkv, attention, fc) hold their share of the
+                              columns, the residual stream's (encoded, LayerNorm outputs and statistics,
+                              res2, res3, lnf) N/tp rows under --sp; the workspace adds the
+                              vocabulary-parallel loss statistics and, under --sp, the gathered
+                              LayerNorm output (docs/parallel.md) */
+    const ActStage *stage; /* a pipeline rank's share; NULL (default): the whole model, one slot */
+} ActOptions;
+
+/* B×T, threads, and the defaults: fp32, no recompute, tp 1, no sp, the whole model. */
+ActOptions layout_act_options(int B, int T, int threads);
+
+/* Activation floats saved per block and in total, and the workspace, for o: the exact sizes the
+ * trainer allocates. */
+ActSizes layout_activations(const ModelConfig *cfg, const ActOptions *o);
 /* The ActStage of a layout's stage with `slots` slots (pipe when the layout is not the whole model). */
 ActStage layout_act_stage(const ParamLayout *pl, int slots);
 const char *layout_recompute_name(Recompute rc);
@@ -222,17 +246,12 @@ void layout_bf16_scratch_tp(const ModelConfig *cfg, int B, int T, int tp, size_t
  * same functions, so planned == allocated exactly (tested). */
 /* precision: 0 fp32, 1 bf16, 2 fp16 (fp16: 2-byte working copy plus fp32 scratch for the
  * rounded operands and the widest weight, see MatPrec). */
-void layout_memory_plan(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int precision, int nmoments,
-                        size_t *bytes /* MEM_NCAT entries */);
+/* o: the run (o->tp, o->sp and o->stage must be the defaults: one process). */
+void layout_memory_plan(const ModelConfig *cfg, const ActOptions *o, int nmoments, size_t *bytes /* MEM_NCAT entries */);
 
 /* Activation and workspace bytes (bytes[MEM_ACTIVATIONS], [MEM_WORKSPACE]; the rest untouched) of
- * one tp rank (tp 1: one process) at a precision (0 fp32, 1 bf16, 2 fp16): exactly what gpt_init
- * allocates for them. */
-void layout_run_bytes(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int precision, int tp, int sp,
-                      size_t bytes[MEM_NCAT]);
-/* The same for a pipeline rank (st as layout_activations_stage; NULL: the whole model). */
-void layout_run_bytes_stage(const ModelConfig *cfg, int B, int T, int threads, Recompute rc, int precision, int tp,
-                            int sp, const ActStage *st, size_t bytes[MEM_NCAT]);
+ * the rank o describes (its precision's GEMM scratch included): exactly what gpt_init allocates. */
+void layout_run_bytes(const ModelConfig *cfg, const ActOptions *o, size_t bytes[MEM_NCAT]);
 
 /* ---- The two formulas the trainer, parallel, plan and the tests share (one function each) ---- */
 

@@ -15,6 +15,8 @@ const char *sched_type_name(SchedType t) {
     return (t >= SCHED_GPIPE && t <= SCHED_ZB_H1) ? NAMES[t] : "?";
 }
 
+SchedType sched_default_type(int v) { return v > 1 ? SCHED_INTERLEAVED : SCHED_1F1B; }
+
 Status sched_type_parse(const char *name, SchedType *t, Err *err) {
     for (int i = 0; i <= SCHED_ZB_H1; i++)
         if (name && strcmp(name, NAMES[i]) == 0) {

@@ -64,6 +64,10 @@ typedef struct {
 /* The schedule's name as --pp-schedule spells it ("gpipe", "1f1b", "interleaved", "zb-h1"). */
 const char *sched_type_name(SchedType t);
 
+/* The schedule when --pp-schedule is not given: 1F1B, or interleaved with v > 1 chunks per rank.
+ * The one rule that `train` and `plan` share. */
+SchedType sched_default_type(int v);
+
 /* Parses a --pp-schedule value; ST_ERR_INPUT naming the accepted values otherwise. */
 Status sched_type_parse(const char *name, SchedType *t, Err *err);
 

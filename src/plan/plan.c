@@ -348,7 +348,7 @@ Status plan_trainer_pp(const ModelConfig *cfg, const PlanTrainerPipe *s, PlanPpR
         return err_set(err, ST_ERR_INPUT, "--sp: expected --micro-batch x --seq-len = %zu divisible by --tp %d", N, tp);
     /* The schedule exactly as setup_pipeline builds it; its per-rank peak is the rank's slot count
      * (an op list's in-flight count does not depend on the op times). */
-    SchedType type = v > 1 ? SCHED_INTERLEAVED : SCHED_1F1B;
+    SchedType type = sched_default_type(v);
     if (s->schedule && s->schedule[0] && (st = sched_type_parse(s->schedule, &type, err)) != ST_OK) return st;
     PipeSchedule sc;
     if ((st = sched_build(&sc, type, pp, s->m, v, err)) != ST_OK) return st;
@@ -376,8 +376,8 @@ Status plan_trainer_pp(const ModelConfig *cfg, const PlanTrainerPipe *s, PlanPpR
         layout_zero_bytes(&pl, dp, s->zero, s->n_moments, sb, zb);
         o->slots = sim.peak_inflight[r];
         ActStage ast = layout_act_stage(&pl, o->slots);
-        layout_run_bytes_stage(cfg, s->B, s->T, s->threads, (Recompute)s->recompute, s->precision, tp, s->sp && tp > 1, &ast,
-                               rb);
+        ActOptions ao = {s->B, s->T, s->threads, (Recompute)s->recompute, s->precision, tp, s->sp && tp > 1, &ast};
+        layout_run_bytes(cfg, &ao, rb);
         size_t tied = layout_pp_tied_floats(&pl, pp);
         layout_free(&pl);
         for (int c = 0; c < MEM_NCAT; c++) o->bytes[c] = (double)zb[c];
@@ -674,23 +674,26 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
         if (tp_ours) {
             /* One tp rank's saved tensors and scratch as gpt_init allocates them, at every recompute
              * level and with --sp (pp = 1); exact_* without recompute, as at tp 1. */
-            ActSizes a0 = layout_activations_tp(&cfg, B, T, in->threads, RECOMPUTE_NONE, prec_i == 1, tp, in->sp);
-            ActSizes as = layout_activations_tp(&cfg, B, T, in->threads, (Recompute)in->recompute, prec_i == 1, tp,
-                                                in->sp);
+            ActOptions ao = {B, T, in->threads, (Recompute)in->recompute, prec_i, tp, in->sp, NULL}, ao0 = ao;
+            ao0.recompute = RECOMPUTE_NONE;
+            ActSizes a0 = layout_activations(&cfg, &ao0), as = layout_activations(&cfg, &ao);
             r->act.exact_layer = 4.0 * a0.per_layer;
             r->act.exact_total = 4.0 * a0.total;
             r->act.exact_scratch = 4.0 * a0.scratch;
             if (in->act_mode != PLAN_ACT_KORTHIKANTI) {
                 size_t rb[MEM_NCAT] = {0};
-                layout_run_bytes(&cfg, B, T, in->threads, (Recompute)in->recompute, prec_i, tp, in->sp, rb);
+                layout_run_bytes(&cfg, &ao, rb);
                 r->act.exact_used = 1;
                 r->act.per_layer = 4.0 * as.per_layer;
                 r->mem.activations = (double)rb[MEM_ACTIVATIONS];
                 r->mem.workspace = (double)rb[MEM_WORKSPACE];
             }
         } else if (ours) {
-            ActSizes as = layout_activations_prec(&cfg, (int)b_pipe, T, in->threads, RECOMPUTE_NONE,
-                                                  pr->compute == PLAN_DTYPE_BF16);
+            /* The trainer's sizes at the plan's precision (fp16 is 2, stored as fp32: as bf16 = 0). */
+            int prec = pr->compute == PLAN_DTYPE_BF16 ? 1 : pr->compute == PLAN_DTYPE_FP16 ? 2 : 0;
+            ActOptions ao = layout_act_options((int)b_pipe, T, in->threads);
+            ao.precision = prec;
+            ActSizes as = layout_activations(&cfg, &ao);
             r->act.exact_layer = 4.0 * as.per_layer;
             r->act.exact_total = 4.0 * as.total;
             r->act.exact_scratch = 4.0 * as.scratch;
@@ -701,8 +704,7 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
                 else r->mem.activations = (4.0 * as.encoded + Lp * r->act.exact_layer) * r->act.inflight;
                 /* The trainer's workspace: the kernels' scratch plus the mixed-precision GEMM scratch. */
                 size_t mb_[MEM_NCAT];
-                int prec = pr->compute == PLAN_DTYPE_BF16 ? 1 : pr->compute == PLAN_DTYPE_FP16 ? 2 : 0;
-                layout_memory_plan(&cfg, (int)b_pipe, T, in->threads, RECOMPUTE_NONE, prec, in->n_moments, mb_);
+                layout_memory_plan(&cfg, &ao, in->n_moments, mb_);
                 r->mem.workspace = (double)mb_[MEM_WORKSPACE];
             }
         }
@@ -756,8 +758,8 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
         r->mem.activations = q[w].bytes[MEM_ACTIVATIONS], r->mem.workspace = q[w].bytes[MEM_WORKSPACE];
         r->mem.comm = q[w].bytes[MEM_COMM];
         r->act.exact_used = 1;
-        ActSizes as = layout_activations_tp(&cfg, B, T, in->threads, (Recompute)in->recompute, prec_i == 1, tp,
-                                            in->sp && tp > 1);
+        ActOptions ao = {B, T, in->threads, (Recompute)in->recompute, prec_i, tp, in->sp && tp > 1, NULL};
+        ActSizes as = layout_activations(&cfg, &ao);
         r->act.per_layer = 4.0 * as.per_layer;
         r->act.inflight = maxs;
         r->layers_per_device = maxb;

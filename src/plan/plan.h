@@ -188,7 +188,7 @@ typedef struct {
     long long layout_floats; /* its flat buffer, padding included (layout_init_stage, shard_multiple dp) */
     int slots;               /* activation sets: the schedule's peak in flight on this rank */
     double bytes[MEM_NCAT];  /* allocated at start per category: parameters, gradients, master, moments
-                                (layout_zero_bytes), activations, workspace (layout_run_bytes_stage),
+                                (layout_zero_bytes), activations, workspace (layout_run_bytes),
                                 communication (the tied wte buffer); others 0 */
     double total;            /* sum of bytes[] */
     int sends_act, sends_grad; /* messages per step: activations forward, input gradients back */
@@ -249,7 +249,7 @@ typedef struct {
         double korth_plain;      /* sbh(34 + 5as/h): the paper (16-bit), no parallelism, no recompute (eq. 1) */
         double korth;            /* with this plan's tp, sp, recompute and activation bytes (Table 2 row) */
         double exact_layer;      /* our kernels: layout_activations().per_layer * 4 (0 if n/a), without
-                                    recompute; at tp > 1 the tp rank's (layout_activations_tp) */
+                                    recompute; at tp > 1 the tp rank's (layout_activations) */
         double exact_total;      /* layout_activations().total * 4: all saved floats of a micro-batch */
         double exact_scratch;    /* layout_activations().scratch * 4 */
         double per_layer;        /* the one used (exact at tp > 1: at the plan's recompute level) */
@@ -436,7 +436,7 @@ typedef struct {
  * activation slots), the split of the L blocks into pp·v virtual stages (layout_pp_split), the
  * rank's chunks (layout_pp_rank_stage), its layout (layout_init_stage, tp rank 0's slice: every tp
  * rank's has the same size; shard_multiple = dp), its states (layout_zero_bytes), its activations
- * and workspace (layout_run_bytes_stage with layout_act_stage(slots)), its tied wte buffer
+ * and workspace (layout_run_bytes with layout_act_stage(slots)), its tied wte buffer
  * (min(layout_pp_tied_floats, PAR_DEFAULT_BUCKET_FLOATS) floats) and what it sends per step:
  *   activations  m·(v − [r = pp−1]) messages of Nl·C floats (every forward but the last virtual stage's)
  *   gradients    m·(v − [r = 0]) messages of Nl·C floats (every backward but virtual stage 0's)

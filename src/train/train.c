@@ -60,7 +60,6 @@ TrainConfig train_default_config(void) {
     c.steps = 1000;
     c.seed = 1337, c.data_seed = 42;
     c.threads = 2;
-    snprintf(c.pp_schedule, sizeof c.pp_schedule, "1f1b");
     c.val_every = 100, c.val_batches = 10;
     c.keep_last = 3;
     c.sample_tokens = 64;
@@ -312,6 +311,8 @@ static double comm_bytes_total(const Comm *c) {
 static Status setup_pipeline(Run *r, int pp, Err *err) {
     TrainConfig *c = &r->cfg;
     int v = c->interleave > 0 ? c->interleave : 1;
+    if (!c->pp_schedule[0]) /* not given: plan's rule, so both price and run the same schedule */
+        snprintf(c->pp_schedule, sizeof c->pp_schedule, "%s", sched_type_name(sched_default_type(pp > 1 ? v : 1)));
     if (pp == 1) {
         if (v > 1 || c->pp_layers[0] || strcmp(c->pp_schedule, "1f1b") != 0 || c->pp_print_schedule)
             return err_set(err, ST_ERR_INPUT, "--pp-schedule/--pp-layers/--interleave/--pp-print-schedule: expected "
@@ -554,8 +555,42 @@ static Status run_load_ckpt(Run *r, const char *path, CkptMeta *meta, Err *err) 
     return st == ST_OK ? run_load_extra(r, path, err) : st;
 }
 
+/* The noise scale's averages in state.json's "extra", so a resumed run smooths B_simple on from
+ * where the checkpoint left it. The doubles are written as "%.17g" strings: cJSON prints numbers with
+ * 15 digits whenever they read back within an epsilon, which is not the same double. */
+static void add_exact(cJSON *o, const char *name, double v) {
+    char buf[40];
+    snprintf(buf, sizeof buf, "%.17g", v);
+    cJSON_AddStringToObject(o, name, buf);
+}
+
+static int get_exact(const cJSON *o, const char *name, double *v) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, name);
+    char *end = NULL;
+    if (cJSON_IsString(x)) *v = strtod(x->valuestring, &end);
+    return cJSON_IsString(x) && end != x->valuestring && *end == '\0';
+}
+
+static cJSON *noise_to_json(const NoiseScale *n) {
+    cJSON *o = cJSON_CreateObject();
+    add_exact(o, "g2_ema", n->g2_ema);
+    add_exact(o, "trs_ema", n->trs_ema);
+    cJSON_AddNumberToObject(o, "n", (double)n->n);
+    return o;
+}
+
+static Status noise_from_json(NoiseScale *n, const cJSON *o, const char *path, Err *err) {
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "n");
+    double g, t;
+    if (!get_exact(o, "g2_ema", &g) || !get_exact(o, "trs_ema", &t) || !cJSON_IsNumber(k) || k->valuedouble < 0)
+        return err_set(err, ST_ERR_INPUT, "%s/state.json: extra.noise_scale: expected g2_ema and trs_ema as decimal "
+                       "strings and n >= 0, found another value", path);
+    n->g2_ema = g, n->trs_ema = t, n->n = (long)k->valuedouble;
+    return ST_OK;
+}
+
 /* Applies the checkpoint found by resume_find: weights, moments, loader position, loss scaler,
- * health detectors, and the batches consumed and skipped. */
+ * health detectors, the noise scale's averages, and the batches consumed and skipped. */
 static Status resume_load(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
     if (!r->resume_path[0]) return ST_OK;
@@ -575,6 +610,8 @@ static Status resume_load(Run *r, Err *err) {
     }
     if (hj && (st = health_state_from_json(&r->health, hj, c->health.window, err)) != ST_OK)
         err_prefix(err, "%s/state.json: health", r->resume_path);
+    const cJSON *nj = m.extra ? cJSON_GetObjectItemCaseSensitive(m.extra, "noise_scale") : NULL;
+    if (st == ST_OK && nj && r->noise_on) st = noise_from_json(&r->noise, nj, r->resume_path, err);
     for (const cJSON *x = sj ? sj->child : NULL; x && r->nskipped < SKIP_RECORD_MAX; x = x->next)
         r->skipped[r->nskipped++] = (long)x->valuedouble;
     ckpt_meta_free(&m);
@@ -820,8 +857,8 @@ static Status announce(Run *r, Err *err) {
     }
     memset(se.planned, 0, sizeof se.planned);
     ActStage ast = layout_act_stage(&r->g.w.layout, r->g.s.nslots);
-    layout_run_bytes_stage(&c->model, B, T, nt, c->recompute, c->fp16 ? 2 : c->bf16 ? 1 : 0, r->tp, c->sp, &ast,
-                           se.planned);
+    ActOptions ao = {B, T, nt, c->recompute, c->fp16 ? 2 : c->bf16 ? 1 : 0, r->tp, c->sp, &ast};
+    layout_run_bytes(&c->model, &ao, se.planned);
     static const MemCategory cats[4] = {MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_MOMENTS};
     for (int i = 0; i < 4; i++) se.planned[cats[i]] = state[cats[i]];
     ev_start(&r->log, &se);
@@ -994,6 +1031,7 @@ static Status save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info,
     /* Health detectors, the batch counter and the skipped batches travel in "extra". */
     cJSON *extra = cJSON_CreateObject();
     cJSON_AddItemToObject(extra, "health", health_state_to_json(&r->health));
+    if (r->noise_on) cJSON_AddItemToObject(extra, "noise_scale", noise_to_json(&r->noise));
     cJSON_AddNumberToObject(extra, "batches", (double)attempt);
     cJSON *sk = cJSON_AddArrayToObject(extra, "skipped_batches");
     for (int i = 0; i < r->nskipped; i++) cJSON_AddItemToArray(sk, cJSON_CreateNumber((double)r->skipped[i]));
@@ -1073,7 +1111,7 @@ static void log_sample(Run *r, long step) {
     int ok = 1;
     for (int i = 0; i < n && ids && ok; i++) {
         infer_step(&r->g, &kv, cur);
-        if (infer_status(&e) != ST_OK) { /* a failed GEMM: no sample rather than a garbage one */
+        if (infer_status(&r->g, &e) != ST_OK) { /* a failed GEMM: no sample rather than a garbage one */
             if (!c->quiet) printf("sample %5ld | skipped: %s\n", step, e.msg);
             ok = 0;
             break;

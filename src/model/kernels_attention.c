@@ -1,0 +1,263 @@
+/* kernels_attention.c — causal (grouped-query) attention, flash style: the attention_* kernels of
+ * kernels.h. */
+#include "model/kernels.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "core/half.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "model/fastmath.h"
+#include "model/kernels_internal.h"
+#include "model/matmul.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Attention                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Causal attention, flash style: per (batch, query head), 64-query blocks against key blocks of up
+ * to 256 with an online softmax, so the T×T matrix is never stored; only each row's log-sum-exp is
+ * saved, and backward recomputes the probabilities from it. Blocks above the diagonal are skipped.
+ *
+ * With lowp (bf16), each head's Q, K, V (and dY in backward) are first rounded into contiguous
+ * bf16 copies, and the probabilities and dS are rounded before their GEMMs, so all five GEMMs run
+ * on the bf16 units with fp32 accumulation; the softmax, its statistics and every output stay fp32.
+ *
+ * One implementation, grouped-query (attention_gqa_*, below); GPT-2's multi-head attention is its
+ * case KV = NH (attention_forward/_backward at the end of this section). */
+#define ATT_BLOCK 64
+#define ATT_KBLOCK 256
+
+/* Per thread: S/P, dP and the dropped P (fp32, 64 × min(T, 256) each), their bf16 roundings
+ * (half as many floats each), then bf16 Q, K, V, dY of one head (T × hs each). */
+static size_t att_blk(int T) { return (size_t)ATT_BLOCK * (size_t)(T < ATT_KBLOCK ? T : ATT_KBLOCK); }
+static size_t att_thread_floats(int T, int hs) { return 4 * att_blk(T) + 2 * (size_t)T * hs; }
+
+size_t attention_scratch_floats(int T, int hs, int nt) {
+    return (size_t)(nt > 0 ? nt : 1) * att_thread_floats(T, hs);
+}
+
+/* rows × cols of src (leading dimension ld) into dst (leading dimension cols), rounded to bf16. */
+static void rows_to_bf16(uint16_t *dst, const float *src, int rows, int cols, size_t ld) {
+    for (int r = 0; r < rows; r++) {
+        const float *s = src + (size_t)r * ld;
+        uint16_t *d = dst + (size_t)r * cols;
+#pragma omp simd
+        for (int c = 0; c < cols; c++) d[c] = half_bf16(s[c]);
+    }
+}
+
+typedef struct {
+    float *S, *dP, *Pd;
+    uint16_t *Pb, *dSb, *Qb, *Kb, *Vb, *dYb;
+} AttScratch;
+
+static AttScratch att_scratch(float *scratch, int T, int hs) {
+    size_t blk = att_blk(T);
+    float *base = scratch + (size_t)omp_get_thread_num() * att_thread_floats(T, hs);
+    AttScratch a;
+    a.S = base, a.dP = base + blk, a.Pd = base + 2 * blk;
+    a.Pb = (uint16_t *)(base + 3 * blk), a.dSb = a.Pb + blk;
+    a.Qb = (uint16_t *)(base + 4 * blk), a.Kb = a.Qb + (size_t)T * hs, a.Vb = a.Kb + (size_t)T * hs;
+    a.dYb = a.Vb + (size_t)T * hs;
+    return a;
+}
+
+size_t attention_gqa_scratch_floats(int T, int hs, int group, int nt) {
+    (void)group; /* query heads are processed one at a time: the scratch is that of one head */
+    return attention_scratch_floats(T, hs, nt);
+}
+
+/* Grouped-query attention. The qkv row holds NH query heads, then KV key heads, then KV value
+ * heads (ld = (NH + 2·KV)·hs floats); query head h reads KV head h / G, G = NH / KV, in place.
+ *
+ * Forward: one task per (batch, query head), as the GPT-2 attention; with lowp, a thread keeps the
+ * bf16 K, V of the KV head it converted last, so the G query heads of a group (adjacent in the
+ * static schedule) convert their shared K, V once. At KV = NH every task does exactly what the
+ * GPT-2 kernel did, in the same order: results are bit-identical. */
+void attention_gqa_forward(float *out, float *lse, float *scratch, const float *qkv, int B, int T, int NH, int KV,
+                           int hs, float scale, Dropout d, int lowp, int nt) {
+    int G = NH / KV, C = NH * hs, ld = (NH + 2 * KV) * hs;
+#pragma omp parallel num_threads(nt)
+    {
+        long held = -1; /* the (b, KV head) whose bf16 K, V this thread's scratch holds */
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < B * NH; bh++) {
+            int b = bh / NH, h = bh % NH, kh = h / G;
+            uint64_t bhg = (uint64_t)b * (d.heads ? d.heads : NH) + d.head0 + h; /* the head in the whole model */
+            const float *row0 = qkv + (size_t)b * T * ld;
+            const float *q = row0 + (size_t)h * hs, *k = row0 + (size_t)(NH + kh) * hs, *v = k + (size_t)KV * hs;
+            AttScratch w = att_scratch(scratch, T, hs);
+            float *S = w.S, *Pd = w.Pd;
+            float *y = out + (size_t)b * T * C + (size_t)h * hs, *L = lse + (size_t)bh * T;
+            if (lowp) {
+                rows_to_bf16(w.Qb, q, T, hs, ld);
+                if (held != (long)b * KV + kh) {
+                    rows_to_bf16(w.Kb, k, T, hs, ld), rows_to_bf16(w.Vb, v, T, hs, ld);
+                    held = (long)b * KV + kh;
+                }
+            }
+            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+                int m = T - r0 < ATT_BLOCK ? T - r0 : ATT_BLOCK, kend = r0 + m;
+                float mx[ATT_BLOCK], l[ATT_BLOCK];
+                for (int i = 0; i < m; i++) mx[i] = -INFINITY, l[i] = 0;
+                for (int k0 = 0; k0 < kend; k0 += ATT_KBLOCK) {
+                    int kn = kend - k0 < ATT_KBLOCK ? kend - k0 : ATT_KBLOCK;
+                    if (lowp)
+                        mm_gemm_bf16(0, 1, m, kn, hs, scale, w.Qb + (size_t)r0 * hs, hs, w.Kb + (size_t)k0 * hs, hs,
+                                     0.0f, S, kn);
+                    else
+                        mm_sgemm(0, 1, m, kn, hs, scale, q + (size_t)r0 * ld, ld, k + (size_t)k0 * ld, ld, 0.0f, S, kn);
+                    for (int i = 0; i < m; i++) {
+                        int row = r0 + i, jn = row - k0 + 1 < kn ? row - k0 + 1 : kn; /* causal: keys <= row */
+                        float *srow = S + (size_t)i * kn, bm = mx[i];
+#pragma omp simd reduction(max : bm)
+                        for (int j = 0; j < jn; j++) bm = srow[j] > bm ? srow[j] : bm;
+                        float corr = st_expf(mx[i] - bm), sum = 0;
+                        if (mx[i] == -INFINITY) corr = 0.0f;
+#pragma omp simd reduction(+ : sum)
+                        for (int j = 0; j < jn; j++) {
+                            srow[j] = st_expf(srow[j] - bm);
+                            sum += srow[j];
+                        }
+                        for (int j = jn; j < kn; j++) srow[j] = 0.0f;
+                        l[i] = l[i] * corr + sum;
+                        mx[i] = bm;
+                        float *yrow = y + (size_t)row * C;
+                        if (k0 == 0) {
+                            for (int x = 0; x < hs; x++) yrow[x] = 0.0f;
+                        } else {
+                            for (int x = 0; x < hs; x++) yrow[x] *= corr;
+                        }
+                        if (d.p > 0)
+                            for (int j = 0; j < kn; j++)
+                                Pd[(size_t)i * kn + j] =
+                                    srow[j] * drop_scale(d, bhg * T * T + (size_t)row * T + k0 + j);
+                    }
+                    const float *P = d.p > 0 ? Pd : S;
+                    if (lowp) {
+                        rows_to_bf16(w.Pb, P, m, kn, kn);
+                        mm_gemm_bf16(0, 0, m, hs, kn, 1.0f, w.Pb, kn, w.Vb + (size_t)k0 * hs, hs, 1.0f,
+                                     y + (size_t)r0 * C, C);
+                    } else {
+                        mm_sgemm(0, 0, m, hs, kn, 1.0f, P, kn, v + (size_t)k0 * ld, ld, 1.0f, y + (size_t)r0 * C, C);
+                    }
+                }
+                for (int i = 0; i < m; i++) {
+                    float inv = 1.0f / l[i], *yrow = y + (size_t)(r0 + i) * C;
+                    for (int x = 0; x < hs; x++) yrow[x] *= inv;
+                    L[r0 + i] = mx[i] + logf(l[i]);
+                }
+            }
+        }
+    }
+}
+
+/* Backward: one task per (batch, KV head), so exactly one thread writes a KV head's dK, dV. It
+ * zeroes them, then takes the group's G query heads in order h = kh·G, ..., kh·G + G − 1: each
+ * writes its own dQ and adds its dK, dV contributions (GEMMs with beta 1, query blocks in order)
+ * — a fixed summation order, independent of the thread count. At KV = NH this is the GPT-2
+ * kernel's per-head task, bit for bit. */
+void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                            const float *lse, int B, int T, int NH, int KV, int hs, float scale, Dropout d, int lowp,
+                            int nt) {
+    int G = NH / KV, C = NH * hs, ld = (NH + 2 * KV) * hs;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int bkv = 0; bkv < B * KV; bkv++) {
+        int b = bkv / KV, kh = bkv % KV;
+        const float *row0 = qkv + (size_t)b * T * ld;
+        const float *k = row0 + (size_t)(NH + kh) * hs, *v = k + (size_t)KV * hs;
+        float *drow0 = dqkv + (size_t)b * T * ld;
+        float *dk = drow0 + (size_t)(NH + kh) * hs, *dv = dk + (size_t)KV * hs;
+        AttScratch w = att_scratch(scratch, T, hs);
+        float *P = w.S, *dP = w.dP, *Pd = w.Pd;
+        for (int t = 0; t < T; t++) {
+            float *a = dk + (size_t)t * ld, *c = dv + (size_t)t * ld;
+            for (int x = 0; x < hs; x++) a[x] = 0.0f, c[x] = 0.0f;
+        }
+        if (lowp) rows_to_bf16(w.Kb, k, T, hs, ld), rows_to_bf16(w.Vb, v, T, hs, ld);
+        for (int h = kh * G; h < (kh + 1) * G; h++) {
+            uint64_t bhg = (uint64_t)b * (d.heads ? d.heads : NH) + d.head0 + h;
+            const float *q = row0 + (size_t)h * hs;
+            float *dq = drow0 + (size_t)h * hs;
+            const float *dy = dout + (size_t)b * T * C + (size_t)h * hs, *y = out + (size_t)b * T * C + (size_t)h * hs;
+            const float *L = lse + ((size_t)b * NH + h) * T;
+            for (int t = 0; t < T; t++) {
+                float *a = dq + (size_t)t * ld;
+                for (int x = 0; x < hs; x++) a[x] = 0.0f;
+            }
+            if (lowp) rows_to_bf16(w.Qb, q, T, hs, ld), rows_to_bf16(w.dYb, dy, T, hs, C);
+            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+                int m = T - r0 < ATT_BLOCK ? T - r0 : ATT_BLOCK, kend = r0 + m;
+                float D[ATT_BLOCK]; /* rowsum(dY ∘ Y) = Σ_j P_ij dP'_ij (dropout included) */
+                for (int i = 0; i < m; i++) {
+                    const float *g = dy + (size_t)(r0 + i) * C, *o = y + (size_t)(r0 + i) * C;
+                    float s = 0;
+                    for (int x = 0; x < hs; x++) s += g[x] * o[x];
+                    D[i] = s;
+                }
+                for (int k0 = 0; k0 < kend; k0 += ATT_KBLOCK) {
+                    int kn = kend - k0 < ATT_KBLOCK ? kend - k0 : ATT_KBLOCK;
+                    /* P = exp(scale·Q K^T − L), recomputed; dP = dY V^T */
+                    if (lowp) {
+                        mm_gemm_bf16(0, 1, m, kn, hs, scale, w.Qb + (size_t)r0 * hs, hs, w.Kb + (size_t)k0 * hs, hs,
+                                     0.0f, P, kn);
+                        mm_gemm_bf16(0, 1, m, kn, hs, 1.0f, w.dYb + (size_t)r0 * hs, hs, w.Vb + (size_t)k0 * hs, hs,
+                                     0.0f, dP, kn);
+                    } else {
+                        mm_sgemm(0, 1, m, kn, hs, scale, q + (size_t)r0 * ld, ld, k + (size_t)k0 * ld, ld, 0.0f, P, kn);
+                        mm_sgemm(0, 1, m, kn, hs, 1.0f, dy + (size_t)r0 * C, C, v + (size_t)k0 * ld, ld, 0.0f, dP, kn);
+                    }
+                    for (int i = 0; i < m; i++) {
+                        int row = r0 + i, jn = row - k0 + 1 < kn ? row - k0 + 1 : kn;
+                        float *prow = P + (size_t)i * kn, *g = dP + (size_t)i * kn, li = L[row];
+#pragma omp simd
+                        for (int j = 0; j < jn; j++) prow[j] = st_expf(prow[j] - li);
+                        for (int j = jn; j < kn; j++) prow[j] = 0.0f;
+                        if (d.p > 0) {
+                            for (int j = 0; j < kn; j++) {
+                                float ks = drop_scale(d, bhg * T * T + (size_t)row * T + k0 + j);
+                                Pd[(size_t)i * kn + j] = prow[j] * ks;
+                                g[j] *= ks;
+                            }
+                        }
+#pragma omp simd
+                        for (int j = 0; j < jn; j++) g[j] = prow[j] * (g[j] - D[i]) * scale;
+                        for (int j = jn; j < kn; j++) g[j] = 0.0f;
+                    }
+                    /* dV += Pd^T dY; dQ += dS K; dK += dS^T Q */
+                    const float *Pv = d.p > 0 ? Pd : P;
+                    if (lowp) {
+                        rows_to_bf16(w.Pb, Pv, m, kn, kn), rows_to_bf16(w.dSb, dP, m, kn, kn);
+                        mm_gemm_bf16(1, 0, kn, hs, m, 1.0f, w.Pb, kn, w.dYb + (size_t)r0 * hs, hs, 1.0f,
+                                     dv + (size_t)k0 * ld, ld);
+                        mm_gemm_bf16(0, 0, m, hs, kn, 1.0f, w.dSb, kn, w.Kb + (size_t)k0 * hs, hs, 1.0f,
+                                     dq + (size_t)r0 * ld, ld);
+                        mm_gemm_bf16(1, 0, kn, hs, m, 1.0f, w.dSb, kn, w.Qb + (size_t)r0 * hs, hs, 1.0f,
+                                     dk + (size_t)k0 * ld, ld);
+                    } else {
+                        mm_sgemm(1, 0, kn, hs, m, 1.0f, Pv, kn, dy + (size_t)r0 * C, C, 1.0f, dv + (size_t)k0 * ld, ld);
+                        mm_sgemm(0, 0, m, hs, kn, 1.0f, dP, kn, k + (size_t)k0 * ld, ld, 1.0f, dq + (size_t)r0 * ld,
+                                 ld);
+                        mm_sgemm(1, 0, kn, hs, m, 1.0f, dP, kn, q + (size_t)r0 * ld, ld, 1.0f, dk + (size_t)k0 * ld,
+                                 ld);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* The GPT-2 attention is GQA with one KV head per query head. */
+void attention_forward(float *out, float *lse, float *scratch, const float *qkv, int B, int T, int C, int NH,
+                       Dropout d, int lowp, int nt) {
+    attention_gqa_forward(out, lse, scratch, qkv, B, T, NH, NH, C / NH, 1.0f / sqrtf((float)(C / NH)), d, lowp, nt);
+}
+
+void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                        const float *lse, int B, int T, int C, int NH, Dropout d, int lowp, int nt) {
+    attention_gqa_backward(dqkv, scratch, dout, qkv, out, lse, B, T, NH, NH, C / NH, 1.0f / sqrtf((float)(C / NH)), d,
+                           lowp, nt);
+}

@@ -1,0 +1,211 @@
+/* kernels_head.c — the fused LM head and cross-entropy (head_forward_backward*, kernels.h): logits,
+ * softmax, loss and its gradient per chunk of rows, never the whole B·T × V logits. */
+#include "model/kernels.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "core/half.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "model/fastmath.h"
+#include "model/kernels_internal.h"
+#include "model/matmul.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* LM head + cross-entropy                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The LM head's GEMMs on one chunk of m rows (x_c: the chunk's rows of x) against `rows` rows of
+ * wte, in the precision of mp: logits (m, rows; leading dimension ld) = x_c · wte^T, and from the
+ * logits' gradient left in `logits`: dx_c = dlogits · wte, dwte (+)= dlogits^T · x_c (beta 0: =).
+ * The fp16 path reads wte widened into mp->fw (head_widen) and x_c rounded into mp->fb by the
+ * logits call; bf16 keeps x_c's bf16 copy in mp->b for the backward. */
+static void head_widen(const MatPrec *mp, const uint16_t *wte_lp, int rows, int C, int nt) {
+    if (mp && mp->fp16 && rows > 0) widen_fp16(mp->fw, wte_lp, (size_t)rows * C, nt);
+}
+
+static void head_logits_gemm(const MatPrec *mp, float *logits, int ld, const float *x_c, const float *wte,
+                             const uint16_t *wte_lp, int m, int rows, int C, int nt) {
+    if (mp && mp->bf16) {
+        cast_bf16(mp->b, x_c, (size_t)m * C, nt);
+        mm_gemm_bf16(0, 1, m, rows, C, 1.0f, mp->b, C, wte_lp, C, 0.0f, logits, ld);
+    } else if (mp && mp->fp16) {
+        round_fp16(mp->fb, x_c, (size_t)m * C, nt);
+        mm_sgemm(0, 1, m, rows, C, 1.0f, mp->fb, C, mp->fw, C, 0.0f, logits, ld);
+    } else {
+        mm_sgemm(0, 1, m, rows, C, 1.0f, x_c, C, wte, C, 0.0f, logits, ld);
+    }
+}
+
+static void head_backward_gemms(const MatPrec *mp, float *dx_c, float *dwte, const float *logits, int ld,
+                                const float *x_c, const float *wte, const uint16_t *wte_lp, int m, int rows, int C,
+                                float beta, int nt) {
+    if (mp && mp->fp16) {
+        round_fp16(mp->fa, logits, (size_t)m * ld, nt);
+        mm_sgemm(0, 0, m, C, rows, 1.0f, mp->fa, ld, mp->fw, C, 0.0f, dx_c, C);
+        mm_sgemm(1, 0, rows, C, m, 1.0f, mp->fa, ld, mp->fb, C, beta, dwte, C);
+    } else if (mp && mp->bf16) {
+        cast_bf16(mp->a, logits, (size_t)m * ld, nt);
+        mm_gemm_bf16(0, 0, m, C, rows, 1.0f, mp->a, ld, wte_lp, C, 0.0f, dx_c, C);
+        mm_gemm_bf16(1, 0, rows, C, m, 1.0f, mp->a, ld, mp->b, C, beta, dwte, C);
+    } else {
+        mm_sgemm(0, 0, m, C, rows, 1.0f, logits, ld, wte, C, 0.0f, dx_c, C);
+        mm_sgemm(1, 0, rows, C, m, 1.0f, logits, ld, x_c, C, beta, dwte, C);
+    }
+}
+
+void head_forward_backward(float *losses, float *dx, float *dwte, float *logits, const float *x, const float *wte,
+                           const int32_t *targets, int n, int C, int V, int Vp, float dscale, int chunk, int acc,
+                           int nt, float *probs_out, double *ms_fwd, double *ms_bwd) {
+    head_forward_backward_p(NULL, losses, dx, dwte, logits, x, wte, NULL, targets, n, C, V, Vp, dscale, chunk, acc, nt,
+                            probs_out, NULL, ms_fwd, ms_bwd);
+}
+
+/* The inverse-CDF draw of HeadSample on one row of unnormalised probabilities e (V, sum s): block
+ * sums first (vectorised), then the one block element by element. A draw that rounding leaves past
+ * the last element takes the last one with e > 0. */
+static int sample_row(const float *e, int V, float s, float u) {
+    const float target = u * s;
+    float acc = 0;
+    for (int b0 = 0; b0 < V; b0 += 64) {
+        int b1 = b0 + 64 < V ? b0 + 64 : V;
+        float bs = 0;
+#pragma omp simd reduction(+ : bs)
+        for (int v = b0; v < b1; v++) bs += e[v];
+        if (acc + bs > target) {
+            for (int v = b0; v < b1; v++)
+                if ((acc += e[v]) > target) return v;
+            for (int v = b1 - 1; v >= b0; v--)
+                if (e[v] > 0) return v;
+        }
+        acc += bs;
+    }
+    for (int v = V - 1; v > 0; v--)
+        if (e[v] > 0) return v;
+    return 0;
+}
+
+void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float *dwte, float *logits, const float *x,
+                             const float *wte, const uint16_t *wte_lp, const int32_t *targets, int n, int C, int V,
+                             int Vp, float dscale, int chunk, int acc, int nt, float *probs_out, const HeadSample *smp,
+                             double *ms_fwd, double *ms_bwd) {
+    head_widen(mp, wte_lp, V, C, nt); /* the V real rows of the tied weight */
+    for (int r0 = 0; r0 < n; r0 += chunk) {
+        int m = n - r0 < chunk ? n - r0 : chunk;
+        float beta = acc || r0 > 0 ? 1.0f : 0.0f; /* overwriting: the first chunk writes dwte's V rows */
+        double t0 = timer_ms();
+        /* Only the V real columns are computed; padded columns are never read (probability 0). */
+        head_logits_gemm(mp, logits, Vp, x + (size_t)r0 * C, wte, wte_lp, m, V, C, nt);
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int i = 0; i < m; i++) {
+            float *l = logits + (size_t)i * Vp;
+            int t = targets[r0 + i];
+            float mx = l[0], s = 0;
+#pragma omp simd reduction(max : mx)
+            for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+            if (smp) { /* the label drawn from this row's softmax; one exponential pass serves all */
+                if (t < 0) {
+                    smp->labels[r0 + i] = -1, losses[r0 + i] = 0.0f;
+                    if (dx) memset(l, 0, sizeof(float) * V);
+                    continue;
+                }
+#pragma omp simd reduction(+ : s)
+                for (int v = 0; v < V; v++) s += (l[v] = st_expf(l[v] - mx));
+                int y = sample_row(l, V, s, smp->u[r0 + i]);
+                smp->labels[r0 + i] = y;
+                losses[r0 + i] = logf(s) - logf(l[y]);
+                if (dx) {
+                    float inv = dscale / s;
+#pragma omp simd
+                    for (int v = 0; v < V; v++) l[v] *= inv;
+                    l[y] -= dscale;
+                }
+                continue;
+            }
+#pragma omp simd reduction(+ : s)
+            for (int v = 0; v < V; v++) s += st_expf(l[v] - mx);
+            float lse = mx + logf(s);
+            losses[r0 + i] = t >= 0 ? lse - l[t] : 0.0f;
+            if (probs_out && r0 + i == 0)
+                for (int v = 0; v < V; v++) probs_out[v] = st_expf(l[v] - lse);
+            if (dx) {
+                if (t < 0) {
+                    memset(l, 0, sizeof(float) * V);
+                } else {
+                    float inv = dscale / s;
+#pragma omp simd
+                    for (int v = 0; v < V; v++) l[v] = st_expf(l[v] - mx) * inv;
+                    l[t] -= dscale;
+                }
+            }
+        }
+        double t1 = timer_ms();
+        if (ms_fwd) *ms_fwd += t1 - t0;
+        if (dx) {
+            head_backward_gemms(mp, dx + (size_t)r0 * C, dwte, logits, Vp, x + (size_t)r0 * C, wte, wte_lp, m, V, C, beta,
+                                nt);
+            if (ms_bwd) *ms_bwd += timer_ms() - t1;
+        }
+    }
+}
+
+void head_forward_backward_vp(const MatPrec *mp, float *losses, float *dx, float *dwte, float *logits, float *stats,
+                              const float *x, const float *wte, const uint16_t *wte_lp, const int32_t *targets, int n,
+                              int C, int v0, int Vr, int Vl, float dscale, int chunk, int acc, int nt,
+                              HeadReduceFn reduce, void *ctx, double *ms_fwd, double *ms_bwd) {
+    head_widen(mp, wte_lp, Vr, C, nt);
+    for (int r0 = 0; r0 < n; r0 += chunk) {
+        int m = n - r0 < chunk ? n - r0 : chunk;
+        float beta = acc || r0 > 0 ? 1.0f : 0.0f;
+        float *mx = stats, *se = stats + m, *tl = stats + 2 * m;
+        double t0 = timer_ms();
+        if (Vr > 0) head_logits_gemm(mp, logits, Vl, x + (size_t)r0 * C, wte, wte_lp, m, Vr, C, nt);
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int i = 0; i < m; i++) {
+            const float *l = logits + (size_t)i * Vl;
+            float b = -INFINITY;
+#pragma omp simd reduction(max : b)
+            for (int v = 0; v < Vr; v++) b = l[v] > b ? l[v] : b;
+            mx[i] = b;
+        }
+        reduce(ctx, mx, (size_t)m, 1);
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int i = 0; i < m; i++) {
+            const float *l = logits + (size_t)i * Vl;
+            float s = 0, b = mx[i];
+#pragma omp simd reduction(+ : s)
+            for (int v = 0; v < Vr; v++) s += st_expf(l[v] - b);
+            int t = targets[r0 + i] - v0;
+            se[i] = s;
+            tl[i] = t >= 0 && t < Vr ? l[t] : 0.0f;
+        }
+        reduce(ctx, se, 2 * (size_t)m, 0);
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int i = 0; i < m; i++) {
+            float *l = logits + (size_t)i * Vl;
+            int t = targets[r0 + i];
+            losses[r0 + i] = t >= 0 ? mx[i] + logf(se[i]) - tl[i] : 0.0f;
+            if (dx) {
+                if (t < 0) {
+                    memset(l, 0, sizeof(float) * (size_t)Vr);
+                } else {
+                    float inv = dscale / se[i], b = mx[i];
+#pragma omp simd
+                    for (int v = 0; v < Vr; v++) l[v] = st_expf(l[v] - b) * inv;
+                    if (t - v0 >= 0 && t - v0 < Vr) l[t - v0] -= dscale;
+                }
+            }
+        }
+        double t1 = timer_ms();
+        if (ms_fwd) *ms_fwd += t1 - t0;
+        if (dx) {
+            if (Vr == 0) memset(dx + (size_t)r0 * C, 0, (size_t)m * C * sizeof(float));
+            else
+                head_backward_gemms(mp, dx + (size_t)r0 * C, dwte, logits, Vl, x + (size_t)r0 * C, wte, wte_lp, m, Vr, C,
+                                    beta, nt);
+            if (ms_bwd) *ms_bwd += timer_ms() - t1;
+        }
+    }
+}
