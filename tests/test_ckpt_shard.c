@@ -214,15 +214,16 @@ static void read_latest(const char *dir, char *out, size_t cap) {
     free(t);
 }
 
-/* "save DIR STEPS DP TP PP": saves each step of the comma list. */
+/* "save DIR STEPS DP TP PP [exit-rank=R]": saves each step of the comma list (rank R _exits while it
+ * writes its file: Faults.ckpt_fail_* at stage shard). */
 static int worker_save(Comm *c, const Oracle *o, char **argv) {
     const char *dir = argv[0];
     Rank r;
     rank_init(&r, c, o, atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
     CkptOptions op = opts_for(dir);
-    if (argv[5]) { /* the optional rank that _exits while it writes its file */
+    if (argv[5] && !strncmp(argv[5], "exit-rank=", 10)) { /* that rank _exits while it writes its file */
         snprintf(op.faults.ckpt_fail_stage, sizeof op.faults.ckpt_fail_stage, "shard");
-        op.faults.ckpt_fail_mode = 1, op.faults.ckpt_fail_only_rank = 1, op.faults.ckpt_fail_rank = atoi(argv[5]);
+        op.faults.ckpt_fail_mode = 1, op.faults.ckpt_fail_only_rank = 1, op.faults.ckpt_fail_rank = atoi(argv[5] + 10);
     }
     int fails = 0;
     for (char *s = argv[1]; s && *s;) {
@@ -608,7 +609,7 @@ int main(int argc, char **argv) {
     tu_check(mpirun(2, NULL, cmd) == 0, "shard_faults_np2", "mpirun -np 2 (see the shard_fault_* lines)");
     {
         char latest[64];
-        snprintf(cmd, sizeof cmd, "save %s 3 2 1 1 1", df); /* rank 1 _exits mid-write (Faults) */
+        snprintf(cmd, sizeof cmd, "save %s 3 2 1 1 exit-rank=1", df); /* rank 1 _exits mid-write (Faults) */
         int rc = mpirun(2, NULL, cmd);
         read_latest(df, latest, sizeof latest);
         char s2[4300];
