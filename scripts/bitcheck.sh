@@ -40,6 +40,8 @@ RUNS=(
   "2|tp2_sp|--tp 2 --sp --arch llama --kv-heads 2"
   "2|pp2_1f1b|--pp 2 --grad-accum 4"
   "2|pp2_zbh1|--pp 2 --grad-accum 4 --pp-schedule zb-h1"
+  "2|pp2_zbh1_bf16|--pp 2 --grad-accum 4 --pp-schedule zb-h1 --precision bf16 --arch llama --kv-heads 2"
+  "2|tp2_sp_bf16|--tp 2 --sp --precision bf16 --dropout 0.1"
   "2|pp2_int|--pp 2 --grad-accum 4 --pp-schedule interleaved --interleave 2"
   "4|dp2_pp2|--pp 2 --grad-accum 4 --zero 1"
   "2|muon|--optimizer muon --zero 1"

@@ -29,6 +29,18 @@ void rc_make_data(const char *dir) {
     if (shard_write(path, tok, N, &meta, &e) != ST_OK) printf("%s\n", e.msg), exit(1);
 }
 
+void rc_make_val_data(const char *dir, const char *name, int variant) {
+    Err e;
+    file_mkdirs(dir, &e);
+    enum { N = 4096 };
+    static uint32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (uint32_t)((i * 37 + (i / 11) * 7 + (i / 53) * (2 + variant * 11)) % 97);
+    ShardMeta meta = {0, N, 97};
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (shard_write(path, tok, N, &meta, &e) != ST_OK) printf("%s\n", e.msg), exit(1);
+}
+
 int rc_run(const char *dir, const char *name, const char *cmd, double *secs) {
     char full[8192];
     snprintf(full, sizeof full, "%s > %s/%s.out 2>&1", cmd, dir, name);
@@ -143,6 +155,43 @@ int rc_log_diffs(const char *dir, const char *name, const char *ref, int steps, 
     rc_read_log(dir, name, la), rc_read_log(dir, ref, &lb);
     *loss = rc_max_rel(la->loss, lb.loss, steps), *norm = rc_max_rel(la->norm, lb.norm, steps);
     return la->n == steps && lb.n == steps;
+}
+
+/* The val records of a log: steps and losses in file order (at most max); -1 if unreadable. */
+static int val_records(const char *dir, const char *name, long *step, double *loss, int max) {
+    cJSON *all = rc_records(dir, name);
+    if (!all) return -1;
+    int n = 0;
+    const cJSON *o;
+    cJSON_ArrayForEach(o, all) {
+        const char *ev = rc_event(o);
+        if (ev && !strcmp(ev, "val") && n < max) step[n] = (long)rc_num(o, "step"), loss[n++] = rc_num(o, "loss");
+    }
+    cJSON_Delete(all);
+    return n;
+}
+
+int rc_val_diffs(const char *dir, const char *name, const char *ref, int want, double *worst, int *n) {
+    long sa[RC_MAXSTEPS], sb[RC_MAXSTEPS];
+    double la[RC_MAXSTEPS], lb[RC_MAXSTEPS];
+    int na = val_records(dir, name, sa, la, RC_MAXSTEPS), nb = val_records(dir, ref, sb, lb, RC_MAXSTEPS);
+    *n = na;
+    *worst = NAN;
+    if (na < want || na != nb || na < 1) return 0;
+    for (int i = 0; i < na; i++)
+        if (sa[i] != sb[i]) return 0;
+    *worst = rc_max_rel(la, lb, na);
+    return 1;
+}
+
+void rc_check_val(const char *dir, const char *name, const char *ref, int want, double tol) {
+    double w;
+    int n;
+    int same = rc_val_diffs(dir, name, ref, want, &w, &n);
+    char what[256];
+    snprintf(what, sizeof what, "%s: validation losses against %s's", name, ref);
+    tu_check(same && w <= tol, what, "%d val records (want >= %d, the reference's steps), max rel %.2e (tol %g)", n, want,
+             w, tol);
 }
 
 /* ---------------------------------------------------------------- weights */

@@ -18,6 +18,10 @@ struct cJSON;
  * repeating but not periodic pattern (dir is created). Exits the test if it cannot be written. */
 void rc_make_data(const char *dir);
 
+/* A validation shard dir/name: 4096 tokens of the same vocabulary in another pattern than
+ * train.bin's; variant 1 gives other tokens again (the validation comparison's negative control). */
+void rc_make_val_data(const char *dir, const char *name, int variant);
+
 /* Runs a shell command with output to dir/name.out; returns the exit code (-1 on a signal) and, if
  * secs is not NULL, the wall time in seconds. */
 int rc_run(const char *dir, const char *name, const char *cmd, double *secs);
@@ -81,6 +85,15 @@ double rc_max_rel(const double *a, const double *b, int n);
 /* Every step 1..steps's loss and grad_norm of run `name` against `ref` (max relative difference);
  * la receives name's log. 1 if both logs hold exactly `steps` steps. */
 int rc_log_diffs(const char *dir, const char *name, const char *ref, int steps, double *loss, double *norm, RcLog *la);
+
+/* The validation records ("val": step, loss) of run `name` against those of `ref`: both logs must
+ * hold the same steps, at least want of them (the end's among them); *worst gets the max relative
+ * difference of the losses (NaN when the steps differ or a log is unreadable), *n the count.
+ * Returns 1 if both logs hold the same >= want steps. */
+int rc_val_diffs(const char *dir, const char *name, const char *ref, int want, double *worst, int *n);
+
+/* rc_val_diffs within tol as a check named "<name>: validation losses ..." (and against `ref`). */
+void rc_check_val(const char *dir, const char *name, const char *ref, int want, double tol);
 
 /* ---- weights ---- */
 

@@ -6,12 +6,15 @@
  * within 1e-6 relative per step over 10 AdamW steps with clipping, every rank's norm bitwise
  * equal, final weights within 1e-5 per tensor), and resume vs uninterrupted (bit-exact losses).
  * Runs: dp 2 × ZeRO 0-3, tp 2 (with and without --sp), pp 2 (1f1b, zb-h1), pp 2 × tp 2, the tied
- * head at pp 2 (both ends hold wte), recompute selective and full (bit-identical to none), and a
- * checkpoint written at pp 2 resumed at dp 2 × ZeRO 3.
+ * head at pp 2 (both ends hold wte), recompute selective and full (bit-identical to none), a
+ * checkpoint written at pp 2 resumed at dp 2 × ZeRO 3, and one written at tp 2 (the KV heads split)
+ * resumed in one process and at dp 2 × ZeRO 1 (steps 6-10 within 1e-6 of the tp 2 run).
  * Negative controls (each must fail the comparison it stands for): the reduced gradients doubled
  * (ST_PAR_TEST_GRAD_SCALE=2), the tp all-reduces of the backward skipped (ST_PAR_TEST_TP_FAULT=1),
- * the tied wte's exchange left out at pp 2 (ST_PAR_TEST_PP_FAULT=1), and a resume from the wrong
- * step's checkpoint.
+ * the tied wte's exchange left out at pp 2 (ST_PAR_TEST_PP_FAULT=1); for the resume, the
+ * uninterrupted run's own log (a fresh start with the same steps 6-10) must fail the check that the
+ * log resumed from step 5's checkpoint, and a resume from another seed's step 5 must fail the
+ * steps 6-10 comparison.
  *
  * Usage: test_llama_grid MPIEXEC SCALETRAIN [grid|resume] */
 #include <math.h>
@@ -55,7 +58,7 @@ static int run(const char *name, int np, int k, int steps, const char *extra, co
         remove(lg);
         char rm[1400];
         snprintf(rm, sizeof rm, "rm -rf %s/%s_out", DIR, name);
-        if (system(rm) != 0) return -1;
+        if (!tu_shell(rm)) return -1;
     }
     snprintf(cmd, sizeof cmd, "%s%s " COMMON " --steps %d --grad-accum %d --log %s --out %s/%s_out %s", launch, g_bin,
              steps, k, lg, DIR, name, extra ? extra : "");
@@ -223,39 +226,83 @@ static void mup(void) {
     layout_free(&pl);
 }
 
+/* Whether run `name`'s log shows a resume from checkpoint `ck` (a path ending in step_0000000<from>):
+ * exactly one start record, with resumed_from_step == from, resume.found and resume.checkpoint
+ * naming ck, on `world` ranks, and step records from + 1 .. last, consecutive. A fresh start that
+ * reproduces the same later steps fails it (its first step record is 1, resumed_from_step 0). */
+static int resumed_from(const char *name, const char *ck, long from, long last, int world, char *why, size_t cap) {
+    char lg[1200];
+    snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, name);
+    TuLogRun r[2];
+    int n = tu_log_runs(lg, r, 2);
+    cJSON *all = tu_log_records(lg);
+    const cJSON *o, *start = NULL;
+    cJSON_ArrayForEach(o, all) if (!start && rc_event(o) && !strcmp(rc_event(o), "start")) start = o;
+    const char *named = cJSON_GetStringValue(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(start, "resume"), "checkpoint"));
+    const char *tail = strrchr(ck, '/') ? strrchr(ck, '/') + 1 : ck;
+    int names = named && strstr(named, tail) != NULL;
+    snprintf(why, cap, "%d start record(s); resumed_from_step %ld (want %ld), found %s, checkpoint '%s' (want %s), world %d "
+             "(want %d), steps %ld..%ld%s (want %ld..%ld)", n, n > 0 ? r[0].resumed_from : -1, from,
+             n > 0 && r[0].found ? "true" : "false", named ? named : "(none)", tail, n > 0 ? r[0].world : 0, world,
+             n > 0 ? r[0].first_step : 0, n > 0 ? r[0].last_step : 0, n > 0 && !r[0].consecutive ? " with gaps" : "",
+             from + 1, last);
+    int ok = n == 1 && r[0].resumed_from == from && r[0].found && names && r[0].world == world &&
+             r[0].first_step == from + 1 && r[0].last_step == last && r[0].consecutive;
+    cJSON_Delete(all);
+    return ok;
+}
+
+/* Steps from+1..last of run a bit-identical (losses and norms) to those of run b. */
+static int same_tail(const char *a, const char *b, int from, int last) {
+    RcLog la, lb;
+    if (!rc_read_log(DIR, a, &la) || !rc_read_log(DIR, b, &lb) || la.n != last || lb.n != last) return 0;
+    for (int i = from; i < last; i++)
+        if (la.loss[i] != lb.loss[i] || la.norm[i] != lb.norm[i]) return 0;
+    return 1;
+}
+
 /* A checkpoint at step 5 of a pp 2 run, resumed at dp 2 × ZeRO 3 (another grid, another layout):
- * the last five steps equal the uninterrupted pp 2 run's within the grid tolerance, and the run
- * resumed on its own grid equals it bit for bit. */
+ * the log shows the resume from that checkpoint (its only start record resumed from step 5 naming
+ * step_00000005, its step records 6-10) and the last five steps equal the uninterrupted pp 2 run's
+ * within the grid tolerance; resumed on its own grid they equal it bit for bit.
+ * Controls, one per half of the check: the uninterrupted run's own log (a fresh start that
+ * reproduces steps 6-10) passes the step comparison and must fail the resume check; a resume from
+ * step 5 of a run with another seed (other weights at step 5) passes the resume check and must
+ * fail the step comparison. */
 static void resume(void) {
-    char extra[1400];
+    char extra[1400], ck5[1200], why[768];
     snprintf(extra, sizeof extra, "--pp 2 --ckpt-every 5 --ckpt-dir %s/ck_pp2", DIR);
+    snprintf(ck5, sizeof ck5, "%s/ck_pp2/step_00000005", DIR);
     char rm[1400];
-    snprintf(rm, sizeof rm, "rm -rf %s/ck_pp2", DIR);
-    if (system(rm) != 0) return;
+    snprintf(rm, sizeof rm, "rm -rf %s/ck_pp2 %s/ck_seed2", DIR, DIR);
+    if (!tu_shell(rm)) return;
     int rc = run("full_pp2", 2, 4, STEPS, extra, NULL, 0);
     tu_check(rc == 0, "llama pp 2 with checkpoints ran", "exit %d", rc);
     /* Same grid: steps 6-10 from step 5's checkpoint (the log holds those steps only). */
-    snprintf(extra, sizeof extra, "--pp 2 --resume %s/ck_pp2/step_00000005", DIR);
+    snprintf(extra, sizeof extra, "--pp 2 --resume %s", ck5);
     rc = run("same", 2, 4, STEPS, extra, NULL, 0);
-    RcLog a, b;
-    int ok = rc == 0 && rc_read_log(DIR, "same", &a) && rc_read_log(DIR, "full_pp2", &b) && a.n == STEPS;
-    int equal = ok;
-    for (int i = 5; ok && i < STEPS; i++) equal &= a.loss[i] == b.loss[i] && a.norm[i] == b.norm[i];
-    tu_check(equal, "llama pp 2 resumed from step 5: steps 6-10 bit-identical to the uninterrupted run", "exit %d, %d steps",
-             rc, a.n);
+    int res = rc == 0 && resumed_from("same", ck5, 5, STEPS, 2, why, sizeof why);
+    tu_check(res, "llama pp 2 resume: the log's run starts from step 5's checkpoint", "exit %d; %s", rc, why);
+    tu_check(rc == 0 && same_tail("same", "full_pp2", 5, STEPS),
+             "llama pp 2 resumed from step 5: steps 6-10 bit-identical to the uninterrupted run", "exit %d", rc);
     /* Another grid. */
-    snprintf(extra, sizeof extra, "--zero 3 --resume %s/ck_pp2/step_00000005", DIR);
+    snprintf(extra, sizeof extra, "--zero 3 --resume %s", ck5);
     rc = run("other", 2, 2, STEPS, extra, NULL, 0);
-    ok = rc == 0 && rc_read_log(DIR, "other", &a) && a.n == STEPS;
-    double worst = 0;
+    RcLog a, b;
+    int ok = rc == 0 && rc_read_log(DIR, "other", &a) && rc_read_log(DIR, "full_pp2", &b) && a.n == STEPS;
+    double worst = ok ? 0 : NAN;
     for (int i = 5; ok && i < STEPS; i++) {
         double r = fabs(a.loss[i] - b.loss[i]) / fabs(b.loss[i]);
         if (!(r <= worst)) worst = r;
     }
+    res = rc == 0 && resumed_from("other", ck5, 5, STEPS, 2, why, sizeof why);
+    tu_check(res, "llama checkpoint of pp 2 resumed at dp 2 x ZeRO 3: the log's run starts from step 5's checkpoint",
+             "exit %d; %s", rc, why);
     tu_check(ok && worst <= TOL.loss, "llama checkpoint of pp 2 resumed at dp 2 x ZeRO 3: steps 6-10 within 1e-6",
              "exit %d, max rel loss diff %.2e", rc, worst);
     /* A model field changed on resume is refused with one line naming it. */
-    snprintf(extra, sizeof extra, "--pp 2 --kv-heads 4 --resume %s/ck_pp2/step_00000005", DIR);
+    snprintf(extra, sizeof extra, "--pp 2 --kv-heads 4 --resume %s", ck5);
     rc = run("kvchange", 2, 4, STEPS, extra, NULL, 0);
     {
         char path[1200], *text = NULL;
@@ -267,14 +314,58 @@ static void resume(void) {
                  found ? "named" : "not named");
         free(text);
     }
-    /* Negative control: resuming from the wrong step's checkpoint must not match. */
-    snprintf(extra, sizeof extra, "--pp 2 --resume %s/ck_pp2/step_00000010 --steps 15", DIR);
-    rc = run("wrong", 2, 4, 15, extra, NULL, 0);
-    ok = rc == 0 && rc_read_log(DIR, "wrong", &a);
-    int differs = 0;
-    for (int i = 10; ok && i < a.n && i < 15; i++) differs |= a.loss[i] != b.loss[i - 5];
-    tu_check(ok && differs, "negative control: a resume from step 10's checkpoint differs from step 5's continuation",
-             "exit %d, %d steps", rc, ok ? a.n : 0);
+    /* Negative control 1: a fresh start reproduces steps 6-10 (the uninterrupted run itself): the
+     * step comparison cannot tell, the resume check must. */
+    int tail_passes = same_tail("full_pp2", "full_pp2", 5, STEPS);
+    int caught = !resumed_from("full_pp2", ck5, 5, STEPS, 2, why, sizeof why);
+    tu_check(tail_passes && caught, "negative control: a fresh start with the same steps 6-10 is reported not resumed",
+             "steps 6-10 comparison %s; resume check %s (%s)", tail_passes ? "passes" : "FAILS",
+             caught ? "fails" : "PASSES", why);
+    /* Negative control 2: other weights at step 5 (a run with another seed, its checkpoint at step 5
+     * resumed the same way): the resume check passes, steps 6-10 must differ. */
+    char ck2[1200];
+    snprintf(ck2, sizeof ck2, "%s/ck_seed2/step_00000005", DIR);
+    snprintf(extra, sizeof extra, "--pp 2 --seed 2 --ckpt-every 5 --ckpt-dir %s/ck_seed2", DIR);
+    rc = run("seed2", 2, 4, 5, extra, NULL, 0);
+    snprintf(extra, sizeof extra, "--pp 2 --seed 2 --resume %s", ck2);
+    int rc2 = rc == 0 ? run("wrong", 2, 4, STEPS, extra, NULL, 0) : -1;
+    res = rc2 == 0 && resumed_from("wrong", ck2, 5, STEPS, 2, why, sizeof why);
+    int differs = rc2 == 0 && !same_tail("wrong", "full_pp2", 5, STEPS);
+    tu_check(res && differs, "negative control: a resume from another run's step 5 (other weights) fails the steps 6-10 "
+             "comparison", "exit %d, %d; resume check %s (%s); steps 6-10 %s", rc, rc2, res ? "passes" : "FAILS", why,
+             differs ? "differ" : "EQUAL");
+
+    /* Across tp (GQA: the 2 KV heads split over tp 2, then whole): a tp 2 checkpoint at step 5
+     * resumed in one process and at dp 2 x ZeRO 1 continues the uninterrupted tp 2 run (steps 6-10
+     * within the grid tolerance; tp changes the summation order, so not bit for bit). Control: the
+     * other seed's continuation ("wrong") against the same run fails the same comparison. */
+    char ckt[1200];
+    snprintf(ckt, sizeof ckt, "%s/ck_tp2/step_00000005", DIR);
+    snprintf(rm, sizeof rm, "rm -rf %s/ck_tp2", DIR);
+    snprintf(extra, sizeof extra, "--tp 2 --ckpt-every 5 --ckpt-dir %s/ck_tp2", DIR);
+    rc = tu_shell(rm) ? run("full_tp2", 2, 4, STEPS, extra, NULL, 0) : -1;
+    tu_check(rc == 0, "llama tp 2 with checkpoints ran", "exit %d", rc);
+    static const struct { const char *name, *grid; int np, k, world; } TO[] = {
+        {"tp2_to_1", "", 0, 4, 1}, {"tp2_to_dp2", "--zero 1", 2, 2, 2}};
+    for (size_t i = 0; i < sizeof TO / sizeof TO[0]; i++) {
+        snprintf(extra, sizeof extra, "%s --resume %s", TO[i].grid, ckt);
+        rc = run(TO[i].name, TO[i].np, TO[i].k, STEPS, extra, NULL, 0);
+        char what[200];
+        res = rc == 0 && resumed_from(TO[i].name, ckt, 5, STEPS, TO[i].world, why, sizeof why);
+        snprintf(what, sizeof what, "llama checkpoint of tp 2 resumed %s: the log's run starts from step 5's checkpoint",
+                 TO[i].np ? "at dp 2 x ZeRO 1" : "in one process");
+        tu_check(res, what, "exit %d; %s", rc, why);
+        double wl = NAN, wn = NAN;
+        ok = rc == 0 && rc_read_log(DIR, TO[i].name, &a) && rc_read_log(DIR, "full_tp2", &b) && a.n == STEPS && b.n == STEPS;
+        if (ok) wl = rc_max_rel(a.loss + 5, b.loss + 5, STEPS - 5), wn = rc_max_rel(a.norm + 5, b.norm + 5, STEPS - 5);
+        snprintf(what, sizeof what, "llama checkpoint of tp 2 resumed %s: steps 6-10 within 1e-6 of the tp 2 run",
+                 TO[i].np ? "at dp 2 x ZeRO 1" : "in one process");
+        tu_check(ok && wl <= TOL.loss && wn <= TOL.norm, what, "exit %d; losses max rel %.2e, norms %.2e", rc, wl, wn);
+    }
+    ok = rc_read_log(DIR, "wrong", &a) && rc_read_log(DIR, "full_tp2", &b) && a.n == STEPS && b.n == STEPS;
+    double cl = ok ? rc_max_rel(a.loss + 5, b.loss + 5, STEPS - 5) : NAN;
+    tu_check(ok && cl > TOL.loss, "negative control: another seed's steps 6-10 against the tp 2 run fail the comparison",
+             "losses max rel %.2e (tol %g)", cl, TOL.loss);
 }
 
 int main(int argc, char **argv) {

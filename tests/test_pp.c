@@ -2,20 +2,28 @@
  * against one process on the same global batch.
  *
  * equiv   10 steps of AdamW + clipping: pp 2 and pp 4 with gpipe, 1f1b and zb-h1, pp 2 interleaved (v = 2),
- *         pp 2 × dp 2 at ZeRO 1, pp 2 × tp 2, dp 2 × tp 2 × pp 2 (8 ranks). Oracle: one process with
+ *         pp 2 × dp 2 at ZeRO 1, pp 2 × tp 2, dp 2 × tp 2 × pp 2 (8 ranks), zb-h1 and interleaved each
+ *         with dp 2 (ZeRO 1) and with tp 2; every run validates at steps 1, 5, 10. Oracle: one process with
  *         the same micro-batches (grad-accum × dp). Losses and gradient norms per step within 1e-6
  *         relative, every rank's logged norm bitwise equal, final weights per tensor within 1e-5
  *         (relative norm; the key bias by an absolute bound, runcmp.h says why), each rank's
- *         parameter, gradient and moment bytes equal to its own plan (the start's memory record), and
- *         the step record's pipeline bubble present with the formula's value (p−1)/(v·m+p−1) (zb-h1:
- *         the schedule simulated with the measured F, B and W times).
+ *         parameter, gradient and moment bytes equal to its own plan (the start's memory record), the
+ *         val records' losses within 1e-6 of the reference's, the step record's pipeline bubble
+ *         formula (p−1)/(v·m+p−1), for zb-h1 a timeline the test recomputes from the logged
+ *         per-stage mean F, B and W times (zbh1_bubble, written from the paper), and every stage's
+ *         count of ops: m·v forwards and backwards, m weight-gradient passes under zb-h1, none
+ *         otherwise (the record's *_ops_by_stage).
  *         Negative controls: the tied wte's gradient exchange between the first and last stage
  *         skipped (ST_PAR_TEST_PP_FAULT=1) must fail the comparison; the pp 2 run against the
- *         reference of another batch (grad-accum 8) must fail it.
+ *         reference of another batch (grad-accum 8) must fail it; pp 2's validation against a
+ *         reference validated on other data must fail; pp 4 zb-h1's record with one W pass short
+ *         must fail the count, and its bubble must differ from the timeline without zb-h1's
+ *         held-back W's.
  * mixed   bf16 at pp 2 (1f1b, zb-h1) against one process in bf16 within 3× bf16's own spread (another
  *         micro-batch split in one process), losses within 1e-4; control: the tied exchange skipped.
  * resume  dp 2 × tp 2 × pp 2 stops at step 5 with a checkpoint written by every rank (a manifest
- *         and rank files); it resumes on 1 rank, on 2 (pp 2) and on 4 (pp 4) and continues the
+ *         and exactly 8 rank files, each named once in it; control: the copy without rank 5's file
+ *         fails the count); it resumes on 1 rank, on 2 (pp 2) and on 4 (pp 4) and continues the
  *         uninterrupted one-process trajectory (losses, norms, weights), the log showing the resume
  *         from step 5; a rank exiting while it writes its file (ST_CKPT_FAIL_AT=shard:exit on rank 3)
  *         leaves step 5 `latest`, no step 6, and step 5 resumes; a byte flipped in one rank's file is
@@ -29,6 +37,7 @@
  *         gradients) at pp 2 take one process's actions and trajectory; control: a clean run.
  * Usage: test_pp MPIEXEC SCALETRAIN TP_WORKER [equiv|mixed|resume|refuse|health]. */
 #include <cjson/cJSON.h>
+#include <glob.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +57,13 @@ static const char *g_mpi, *g_bin, *g_worker;
 
 #define COMMON                                                                                                \
     "train --data " DIR "/train.bin --layers 4 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 "          \
-    "--micro-batch 2 --lr 2e-3 --min-lr 2e-4 --warmup 5 --val-every 0 --threads 1 --peak-gflops 100 --quiet"
+    "--micro-batch 2 --lr 2e-3 --min-lr 2e-4 --warmup 5 --threads 1 --peak-gflops 100 --quiet"
+
+/* Validation for the runs of a part that compares it (g_val): the val shard, at steps 1, 5 and 10 on
+ * 2 micro-batches; otherwise none. */
+#define VAL_ON "--val-data " DIR "/val.bin --val-every 5 --val-batches 2"
+static int g_val;
+static const char *val_flags(void) { return g_val ? VAL_ON : "--val-every 0"; }
 
 /* Runs `name` (np 0: one process without mpirun) for `steps` steps with k micro-batches per rank;
  * append keeps the log. Returns the exit code. */
@@ -66,10 +81,10 @@ static int train_run(const char *name, int np, int k, int steps, const char *ext
         remove(lg);
         char rm[1400];
         snprintf(rm, sizeof rm, "rm -rf %s/%s_out", DIR, name);
-        if (system(rm) != 0) return -1;
+        if (!tu_shell(rm)) return -1;
     }
-    snprintf(cmd, sizeof cmd, "%s%s " COMMON " --steps %d --grad-accum %d --log %s --out %s/%s_out %s", launch, g_bin,
-             steps, k, lg, DIR, name, extra ? extra : "");
+    snprintf(cmd, sizeof cmd, "%s%s " COMMON " %s --steps %d --grad-accum %d --log %s --out %s/%s_out %s", launch, g_bin,
+             val_flags(), steps, k, lg, DIR, name, extra ? extra : "");
     double secs;
     int rc = rc_run(DIR, name, cmd, &secs);
     printf("%s: exit %d, %.1f s\n", name, rc, secs);
@@ -83,30 +98,155 @@ static void test_layout(ParamLayout *pl) {
     layout_init(pl, &mc, 1);
 }
 
-/* The last start record's memory match flag and the last step record's pipeline bubble fields. */
-static void check_records(const char *name, int pp, int m, int v) {
+/* ---------------------------------------------------------------- zb-h1's bubble, recomputed */
+
+/* zb-h1 (Qi et al. 2023, ZB-H1) on P stages, m micro-batches, written here from the paper rather
+ * than taken from src/parallel/schedule.c: stage r runs min(P-r-1, m) warm-up forwards, then pairs
+ * F(warm+k) B(k), then the remaining B's; after each B it runs the oldest pending W once it has run
+ * more than `delay`·r B's (delay 1: ZB-H1, whose stage r holds its first r W's back to fill the
+ * cool-down; delay 0: every W right after its B, the control), and the held W's at the end.
+ * Simulated with each stage's mean op times and no transfer time: an op starts when its stage is
+ * free and its inputs are done (F(s,j) after F(s-1,j); B(s,j) after F(s,j) and B(s+1,j); W(s,j)
+ * after B(s,j)). Returns sum of the stages' idle time / (P · makespan), NaN on a deadlock. */
+static double zbh1_bubble(int P, int m, const double *tf, const double *tb, const double *tw, int delay) {
+    enum { MAXP = 8, MAXM = 16 };
+    if (P > MAXP || m > MAXM) return NAN;
+    int kind[MAXP][3 * MAXM], mb[MAXP][3 * MAXM], n[MAXP];
+    for (int r = 0; r < P; r++) {
+        int warm = P - r - 1 < m ? P - r - 1 : m, nb = 0, nw = 0;
+        n[r] = 0;
+#define PUSH(k, j) (kind[r][n[r]] = (k), mb[r][n[r]++] = (j))
+        for (int j = 0; j < warm; j++) PUSH(0, j);
+        for (int k = 0; k < m; k++) {
+            if (k < m - warm) PUSH(0, warm + k);
+            PUSH(1, k), nb++;
+            if (nb > delay * r) PUSH(2, nw), nw++;
+        }
+        while (nw < m) PUSH(2, nw), nw++;
+#undef PUSH
+    }
+    double done[3][MAXP][MAXM], free_at[MAXP] = {0}, busy[MAXP] = {0}, span = 0;
+    for (int k = 0; k < 3; k++)
+        for (int r = 0; r < MAXP; r++)
+            for (int j = 0; j < MAXM; j++) done[k][r][j] = -1;
+    int next[MAXP] = {0}, left = 0;
+    for (int r = 0; r < P; r++) left += n[r];
+    while (left > 0) {
+        int progressed = 0;
+        for (int r = 0; r < P; r++) {
+            while (next[r] < n[r]) {
+                int k = kind[r][next[r]], j = mb[r][next[r]];
+                double ready = free_at[r], dep[2] = {0, 0};
+                int nd = 0;
+                if (k == 0 && r > 0) dep[nd++] = done[0][r - 1][j];
+                if (k == 1) dep[nd++] = done[0][r][j];
+                if (k == 1 && r < P - 1) dep[nd++] = done[1][r + 1][j];
+                if (k == 2) dep[nd++] = done[1][r][j];
+                int ok = 1;
+                for (int i = 0; i < nd; i++) ok = ok && dep[i] >= 0, ready = dep[i] > ready ? dep[i] : ready;
+                if (!ok) break;
+                double t = k == 0 ? tf[r] : k == 1 ? tb[r] : tw[r];
+                done[k][r][j] = free_at[r] = ready + t, busy[r] += t;
+                span = free_at[r] > span ? free_at[r] : span;
+                next[r]++, left--, progressed = 1;
+            }
+        }
+        if (!progressed) return NAN;
+    }
+    double idle = 0;
+    for (int r = 0; r < P; r++) idle += span - busy[r];
+    return span > 0 ? idle / (P * span) : NAN;
+}
+
+/* A by-stage array of the pipeline record into v (pp entries); 1 if it holds exactly pp numbers. */
+static int stage_array(const cJSON *pj, const char *k, double *v, int pp) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(pj, k);
+    if (cJSON_GetArraySize(a) != pp) return 0;
+    for (int q = 0; q < pp; q++) {
+        const cJSON *x = cJSON_GetArrayItem(a, q);
+        if (!cJSON_IsNumber(x)) return 0;
+        v[q] = x->valuedouble;
+    }
+    return 1;
+}
+
+/* Whether every stage ran m·v forwards and backwards and, with split (zb-h1), m weight-gradient
+ * passes (none otherwise) in the step of record pj; why says what the record holds. */
+static int op_counts_ok(const cJSON *pj, int pp, int m, int v, int split, char *why, size_t cap) {
+    double f[8], b[8], w[8];
+    int arrays = pp <= 8 && stage_array(pj, "forward_ops_by_stage", f, pp) &&
+                 stage_array(pj, "backward_ops_by_stage", b, pp) && stage_array(pj, "weight_ops_by_stage", w, pp);
+    int n = snprintf(why, cap, "want F %d, B %d, W %d per stage; got%s", m * v, m * v, split ? m : 0,
+                     arrays ? "" : " no by-stage counts of pp entries");
+    int ok = arrays;
+    for (int q = 0; arrays && q < pp; q++) {
+        n += snprintf(why + n, n < (int)cap ? cap - (size_t)n : 0, " [%g %g %g]", f[q], b[q], w[q]);
+        ok = ok && f[q] == m * v && b[q] == m * v && w[q] == (split ? m : 0);
+    }
+    return ok;
+}
+
+/* The last start record's memory match flag and the last step record's pipeline fields: the
+ * bubble's formula (p−1)/(v·m+p−1), or for zb-h1 the timeline recomputed here (zbh1_bubble) from
+ * the logged per-stage op times; every stage's count of F, B and W passes. With control (a zb-h1
+ * run), the negative controls: the same record with one stage's W count one short fails the count,
+ * and the timeline without ZB-H1's held-back W's is not the logged bubble. */
+static void check_records(const char *name, int pp, int m, int v, int control) {
     cJSON *all = rc_records(DIR, name);
-    const cJSON *o, *mem = NULL, *step = NULL;
+    const cJSON *o, *mem = NULL;
+    cJSON *step = NULL;
     cJSON_ArrayForEach(o, all) {
         const char *ev = rc_event(o);
         if (ev && !strcmp(ev, "memory") && cJSON_GetObjectItemCaseSensitive(o, "planned_equals_measured")) mem = o;
-        if (ev && !strcmp(ev, "step")) step = o;
+        if (ev && !strcmp(ev, "step")) step = (cJSON *)o;
     }
     const cJSON *match = mem ? cJSON_GetObjectItemCaseSensitive(mem, "planned_equals_measured") : NULL;
-    char what[256];
+    char what[256], why[512];
     snprintf(what, sizeof what, "%s: every rank's state bytes equal its stage's plan", name);
     tu_check(cJSON_IsTrue(match), what, "memory record match: %s", match ? (cJSON_IsTrue(match) ? "true" : "false") : "absent");
-    const cJSON *pj = step ? cJSON_GetObjectItemCaseSensitive(step, "pipeline") : NULL;
-    double want = (pp - 1.0) / ((double)v * m + pp - 1.0), f = rc_num(pj, "bubble_formula"), b = rc_num(pj, "bubble");
-    if (strstr(name, "zbh1")) want = rc_num(pj, "bubble_simulated"); /* zb-h1: the simulated timeline */
-    snprintf(what, sizeof what, "%s: the step record has the measured bubble and the formula's", name);
-    tu_check(pj && fabs(f - want) < 1e-12 && b >= 0 && b < 1, what, "bubble %.3f, formula %.4f (want %.4f)", b, f, want);
+    cJSON *pj = step ? cJSON_GetObjectItemCaseSensitive(step, "pipeline") : NULL;
+    int zb = strstr(name, "zbh1") != NULL;
+    double f = rc_num(pj, "bubble_formula"), b = rc_num(pj, "bubble"), sim = rc_num(pj, "bubble_simulated");
+    double tf[8], tb[8], tw[8], want = (pp - 1.0) / ((double)v * m + pp - 1.0), nodelay = NAN;
+    int times = pp <= 8 && stage_array(pj, "forward_ms_by_stage", tf, pp) && stage_array(pj, "backward_ms_by_stage", tb, pp) &&
+                stage_array(pj, "weight_ms_by_stage", tw, pp);
+    if (zb) {
+        want = times ? zbh1_bubble(pp, m, tf, tb, tw, 1) : NAN;
+        nodelay = times ? zbh1_bubble(pp, m, tf, tb, tw, 0) : NAN;
+    }
+    /* Rank 0 is stage 0's first rank: its logged totals over its counts are stage 0's means. */
+    double f0 = rc_num(pj, "forward_ms"), n0 = NAN;
+    {
+        double cf[8];
+        if (stage_array(pj, "forward_ops_by_stage", cf, pp)) n0 = cf[0];
+    }
+    int means = times && fabs(f0 / n0 - tf[0]) <= 1e-9 * fabs(tf[0]) + 1e-12;
+    snprintf(what, sizeof what, "%s: the step record's bubble %s", name,
+             zb ? "equals zb-h1's timeline recomputed from the logged per-stage F, B, W times" : "formula (p-1)/(v*m+p-1)");
+    tu_check(pj && fabs(f - want) < 1e-9 && (!zb || fabs(sim - want) < 1e-9) && b >= 0 && b < 1 && means, what,
+             "measured %.3f, formula %.6f, simulated %.6f, want %.6f; stage 0's forward %.4f ms/op (%s rank 0's total "
+             "over its count)", b, f, sim, want, times ? tf[0] : NAN, means ? "equals" : "DIFFERS FROM");
+    snprintf(what, sizeof what, "%s: every stage ran m*v forwards and backwards and %s", name,
+             zb ? "m weight-gradient (W) passes" : "no W pass");
+    tu_check(op_counts_ok(pj, pp, m, v, zb, why, sizeof why), what, "%s", why);
+    if (control && pj) {
+        cJSON *wops = cJSON_GetObjectItemCaseSensitive(pj, "weight_ops_by_stage");
+        cJSON *last = cJSON_GetArrayItem(wops, pp - 1);
+        if (last) cJSON_SetNumberValue(last, last->valuedouble - 1);
+        int caught = !op_counts_ok(pj, pp, m, v, zb, why, sizeof why);
+        snprintf(what, sizeof what, "negative control: %s with the last stage's W passes one short fails the count", name);
+        tu_check(last && caught, what, "%s", why);
+        snprintf(what, sizeof what, "negative control: %s's bubble against the timeline without zb-h1's held-back W's", name);
+        tu_check(fabs(f - nodelay) >= 1e-6, what, "logged %.6f, W's right after their B's %.6f (must differ by 1e-6)", f,
+                 nodelay);
+    }
     cJSON_Delete(all);
 }
 
 static void equiv(void) {
     ParamLayout pl;
     test_layout(&pl);
+    g_val = 1; /* every run of this part validates: the pipeline's eval path against one process */
     train_run("ref", 0, 4, STEPS, "", NULL, 0);
     train_run("ref8", 0, 8, STEPS, "", NULL, 0);
     float *w4 = rc_weights(DIR, "ref", &pl), *w8 = rc_weights(DIR, "ref8", &pl);
@@ -124,6 +264,11 @@ static void equiv(void) {
         {"pp2_dp2", "ref8", "--pp 2 --zero 1", 4, 4, 2, 4, 1},
         {"pp2_tp2", "ref", "--pp 2 --tp 2", 4, 4, 2, 4, 1},
         {"dp2_tp2_pp2", "ref8", "--pp 2 --tp 2 --zero 1", 8, 4, 2, 4, 1},
+        /* zb-h1 and interleaved with data and tensor parallelism. */
+        {"pp2_dp2_zbh1", "ref8", "--pp 2 --zero 1 --pp-schedule zb-h1", 4, 4, 2, 4, 1},
+        {"pp2_tp2_zbh1", "ref", "--pp 2 --tp 2 --pp-schedule zb-h1", 4, 4, 2, 4, 1},
+        {"pp2_dp2_interleaved", "ref8", "--pp 2 --zero 1 --pp-schedule interleaved --interleave 2", 4, 4, 2, 4, 2},
+        {"pp2_tp2_interleaved", "ref", "--pp 2 --tp 2 --pp-schedule interleaved --interleave 2", 4, 4, 2, 4, 2},
     };
     printf("| run                    | reference | loss     | norm     | weights  | key abs  |\n");
     for (size_t i = 0; i < sizeof RUN / sizeof RUN[0]; i++) {
@@ -136,8 +281,15 @@ static void equiv(void) {
         rc_compare(DIR, RUN[i].name, RUN[i].ref, STEPS, &pl, !strcmp(RUN[i].ref, "ref") ? w4 : w8, TOL, &got);
         printf("| %-22s | %-9s | %8.1e | %8.1e | %8.1e | %8.1e |\n", RUN[i].name, RUN[i].ref, got.loss, got.norm, got.w,
                got.key);
-        check_records(RUN[i].name, RUN[i].pp, RUN[i].m, RUN[i].v);
+        check_records(RUN[i].name, RUN[i].pp, RUN[i].m, RUN[i].v, !strcmp(RUN[i].name, "pp4_zbh1"));
+        rc_check_val(DIR, RUN[i].name, RUN[i].ref, 3, TOL.loss);
     }
+    /* Negative control of the validation comparison: the reference validated on other data. */
+    int vrc = train_run("ref_otherval", 0, 4, STEPS, "--val-data " DIR "/val_other.bin", NULL, 0);
+    double vw = NAN;
+    int vn = 0, vsame = vrc == 0 && rc_val_diffs(DIR, "pp2_1f1b", "ref_otherval", 3, &vw, &vn);
+    tu_check(vsame && vw > TOL.loss, "negative control: pp 2's validation losses against a reference validated on other "
+             "data fail", "exit %d; %d records, max rel %.2e (tol %g)", vrc, vn, vw, TOL.loss);
     /* Negative controls. */
     double l = NAN, n = NAN;
     RcLog la;
@@ -149,6 +301,7 @@ static void equiv(void) {
     tu_check(both && (l > TOL.loss || n > TOL.norm), "negative control: pp 2 against another batch's reference fails",
              "losses max rel %.2e, norms max rel %.2e", l, n);
     rc_check_norm_control(DIR, "dp2_tp2_pp2", 8);
+    g_val = 0;
     free(w4), free(w8);
     layout_free(&pl);
 }
@@ -188,7 +341,7 @@ static void resume_on(const char *name, const char *from, int np, int k, const c
     char cmd[3000], ex[1400];
     snprintf(cmd, sizeof cmd, "rm -rf %s/%s_ck && cp -r %s/%s_ck %s/%s_ck && cp %s/%s.jsonl %s/%s.jsonl", DIR, name, DIR,
              from, DIR, name, DIR, from, DIR, name);
-    int ok = system(cmd) == 0;
+    int ok = tu_shell(cmd);
     snprintf(ex, sizeof ex, "--ckpt-dir %s/%s_ck --resume auto %s", DIR, name, grid);
     int rc = ok ? train_run(name, np, k, STEPS, ex, NULL, 1) : -1;
     char what[256], lg[1200], why[512];
@@ -196,6 +349,41 @@ static void resume_on(const char *name, const char *from, int np, int k, const c
     snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, name);
     tu_check(rc == 0 && tu_log_resumed(lg, 5, STEPS, 8, np ? np : 1, why, sizeof why), what, "exit %d: %s", rc,
              rc == 0 ? why : "");
+}
+
+/* Whether checkpoint step directory `step` holds exactly `world` rank files, rank00000..rank(world-1)
+ * (no other rank*.safetensors), each listed once in manifest.json's `files`; why says what was found. */
+static int rank_files_exact(const char *step, int world, char *why, size_t cap) {
+    char path[1400];
+    int present = 0, extra = 0, listed = 0;
+    for (int k = 0; k < world; k++) {
+        snprintf(path, sizeof path, "%s/rank%05d.safetensors", step, k);
+        FILE *f = fopen(path, "r");
+        if (f) present++, fclose(f);
+    }
+    glob_t gl;
+    snprintf(path, sizeof path, "%s/rank*.safetensors", step);
+    int globbed = glob(path, 0, NULL, &gl);
+    extra = (globbed == 0 ? (int)gl.gl_pathc : 0) - present;
+    if (globbed == 0) globfree(&gl);
+    snprintf(path, sizeof path, "%s/manifest.json", step);
+    char *text = tu_slurp(path);
+    cJSON *man = text ? cJSON_Parse(text) : NULL, *f;
+    int nman = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(man, "files"));
+    for (int k = 0; k < world; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "rank%05d.safetensors", k);
+        int hits = 0;
+        cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(man, "files")) {
+            const char *n = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "name"));
+            hits += n && !strcmp(n, name);
+        }
+        listed += hits == 1;
+    }
+    snprintf(why, cap, "%d of %d rank files present, %d other rank files; manifest %s, %d of %d named once (%d entries)",
+             present, world, extra, man ? "read" : "MISSING", listed, world, nman);
+    cJSON_Delete(man), free(text);
+    return man && present == world && extra == 0 && listed == world && nman == world;
 }
 
 static void resume(void) {
@@ -207,7 +395,7 @@ static void resume(void) {
     snprintf(ex, sizeof ex, "--ckpt-dir %s/grid8_ck --stop-after 5 --pp 2 --tp 2 --zero 1", DIR);
     char rm[1400];
     snprintf(rm, sizeof rm, "rm -rf %s/grid8_ck", DIR);
-    int rc = system(rm) == 0 ? train_run("grid8", 8, 4, STEPS, ex, NULL, 0) : -1;
+    int rc = tu_shell(rm) ? train_run("grid8", 8, 4, STEPS, ex, NULL, 0) : -1;
     tu_check(rc == 0, "dp 2 x tp 2 x pp 2 stops at step 5 with a checkpoint", "exit %d", rc);
     static const struct {
         const char *name, *grid;
@@ -221,26 +409,25 @@ static void resume(void) {
         printf("| %-22s | %-9s | %8.1e | %8.1e | %8.1e | %8.1e |\n", TO[i].name, "rref", got.loss, got.norm, got.w,
                got.key);
     }
-    /* The 8 ranks wrote one checkpoint together: a manifest and one file per rank that owns tensors. */
-    char path[1400];
-    snprintf(path, sizeof path, "%s/grid8_ck/step_00000005/manifest.json", DIR);
-    FILE *mf = fopen(path, "r");
-    int nfiles = 0;
-    for (int k = 0; k < 8; k++) {
-        snprintf(path, sizeof path, "%s/grid8_ck/step_00000005/rank%05d.safetensors", DIR, k);
-        FILE *f = fopen(path, "r");
-        if (f) nfiles++, fclose(f);
-    }
-    tu_check(mf != NULL && nfiles >= 4, "the 8-rank checkpoint is written by every rank", "manifest.json %s, %d rank "
-             "files", mf ? "present" : "MISSING", nfiles);
-    if (mf) fclose(mf);
+    /* The 8 ranks wrote one checkpoint together: at dp 2 every (tp, pp) position's tensors are
+     * divided between its two dp ranks, so each of the 8 ranks owns tensors and writes one file. */
+    char why8[512], ck5[1200], path[1400];
+    snprintf(ck5, sizeof ck5, "%s/grid8_ck/step_00000005", DIR);
+    tu_check(rank_files_exact(ck5, 8, why8, sizeof why8), "the 8-rank checkpoint is written by every rank: "
+             "rank00000..rank00007 and nothing else, each in the manifest", "%s", why8);
+    /* Control: the same step with one rank's file removed must fail the count. */
+    snprintf(rm, sizeof rm, "rm -rf %s/miss_ck && cp -r %s %s/miss_ck && rm %s/miss_ck/rank00005.safetensors", DIR, ck5,
+             DIR, DIR);
+    snprintf(ck5, sizeof ck5, "%s/miss_ck", DIR);
+    tu_check(tu_shell(rm) && !rank_files_exact(ck5, 8, why8, sizeof why8),
+             "negative control: the checkpoint without rank 5's file fails the file count", "%s", why8);
 
     /* A rank killed in the middle of writing its file (step 6's save): the job ends, `latest` still
      * names step 5, no step 6 directory, and step 5 still resumes. */
     snprintf(rm, sizeof rm, "rm -rf %s/kill_ck && cp -r %s/grid8_ck %s/kill_ck && cp %s/grid8.jsonl %s/kill.jsonl", DIR,
              DIR, DIR, DIR, DIR);
     snprintf(ex, sizeof ex, "--ckpt-dir %s/kill_ck --resume auto --ckpt-every 1 --pp 2 --tp 2 --zero 1", DIR);
-    rc = system(rm) == 0 ? train_run("kill", 8, 4, STEPS, ex, "ST_CKPT_FAIL_AT=shard:exit ST_CKPT_FAIL_RANK=3", 1) : -1;
+    rc = tu_shell(rm) ? train_run("kill", 8, 4, STEPS, ex, "ST_CKPT_FAIL_AT=shard:exit ST_CKPT_FAIL_RANK=3", 1) : -1;
     snprintf(path, sizeof path, "%s/kill_ck/latest", DIR);
     char *latest = tu_slurp(path);
     snprintf(path, sizeof path, "%s/kill_ck/step_00000006", DIR);
@@ -252,7 +439,7 @@ static void resume(void) {
              "step_00000006 %s", rc, latest ? latest : "(none)", no6 ? "absent" : "PRESENT");
     free(latest);
     snprintf(rm, sizeof rm, "cp %s/grid8.jsonl %s/kill.jsonl", DIR, DIR); /* the log up to step 5 */
-    if (system(rm) != 0) tu_check(0, "copy the log", "%s", rm);
+    tu_shell(rm);
     resume_on("after_kill", "kill", 2, 8, "--pp 2");
     RcTol gk;
     rc_compare(DIR, "after_kill", "rref", STEPS, &pl, w, TOL, &gk);
@@ -261,7 +448,7 @@ static void resume(void) {
     snprintf(rm, sizeof rm, "rm -rf %s/flip_ck && cp -r %s/grid8_ck %s/flip_ck && printf 'X' | dd of=%s/flip_ck/"
              "step_00000005/rank00002.safetensors bs=1 seek=200 conv=notrunc status=none", DIR, DIR, DIR, DIR);
     snprintf(ex, sizeof ex, "--ckpt-dir %s/flip_ck --resume auto --pp 2", DIR);
-    rc = system(rm) == 0 ? train_run("flip", 2, 8, STEPS, ex, NULL, 0) : -1;
+    rc = tu_shell(rm) ? train_run("flip", 2, 8, STEPS, ex, NULL, 0) : -1;
     snprintf(path, sizeof path, "%s/flip.out", DIR);
     char *out = tu_slurp(path);
     tu_check(rc == 2 && out && strstr(out, "rank00002.safetensors"), "a byte flipped in one rank's file is detected on "
@@ -272,7 +459,7 @@ static void resume(void) {
      * (the last save committed at the end); one process resumes the trajectory. */
     snprintf(ex, sizeof ex, "--ckpt-dir %s/async_ck --ckpt-async --ckpt-every 2 --stop-after 5 --pp 2 --zero 1", DIR);
     snprintf(rm, sizeof rm, "rm -rf %s/async_ck", DIR);
-    rc = system(rm) == 0 ? train_run("async", 4, 4, STEPS, ex, NULL, 0) : -1;
+    rc = tu_shell(rm) ? train_run("async", 4, 4, STEPS, ex, NULL, 0) : -1;
     snprintf(path, sizeof path, "%s/async_ck/latest", DIR);
     char *al = tu_slurp(path);
     tu_check(rc == 0 && al && !strncmp(al, "step_00000005", 13), "--ckpt-async under mpirun: the last background save is "
@@ -290,7 +477,7 @@ static void resume(void) {
     /* One process's checkpoint on a pp 2 x tp 2 grid. */
     snprintf(ex, sizeof ex, "--ckpt-dir %s/one_ck --stop-after 5", DIR);
     snprintf(rm, sizeof rm, "rm -rf %s/one_ck", DIR);
-    rc = system(rm) == 0 ? train_run("one", 0, 8, STEPS, ex, NULL, 0) : -1;
+    rc = tu_shell(rm) ? train_run("one", 0, 8, STEPS, ex, NULL, 0) : -1;
     snprintf(ex, sizeof ex, "--ckpt-dir %s/one_ck --resume auto --pp 2 --tp 2", DIR);
     int rc2 = rc == 0 ? train_run("one", 4, 8, STEPS, ex, NULL, 1) : -1;
     char lg[1200], why[512];
@@ -309,7 +496,7 @@ static void resume(void) {
 static int worker(const char *name, int np, int pp, const char *policy, int spike, int nan_step, int ckpt_every) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "rm -rf %s/%s_ck %s/%s_out %s/%s.jsonl", DIR, name, DIR, name, DIR, name);
-    if (system(cmd) != 0) return 0;
+    if (!tu_shell(cmd)) return 0;
     snprintf(cmd, sizeof cmd, "timeout 170 %s --allow-run-as-root --oversubscribe -np %d -x OMP_NUM_THREADS=1 %s %s %s 1 "
              "%s %d %d %d %d", g_mpi, np, g_worker, DIR, name, policy, spike, nan_step, ckpt_every, pp);
     double secs;
@@ -387,6 +574,13 @@ static void accepted(const char *name, int np, const char *extra) {
 }
 
 static void refuse(void) {
+    /* Negative control of the setup checks (tu_shell): a failing command returns 0 and records a
+     * failed check (taken back here, so only this control's own verdict counts). */
+    printf("(the next FAIL line is this control's own, expected)\n");
+    int before = tu_failures, ret = tu_shell("exit 3"), recorded = tu_failures == before + 1;
+    tu_failures = before;
+    tu_check(ret == 0 && recorded, "negative control: a failing setup command fails the test", "tu_shell returned %d, "
+             "%s a failed check", ret, recorded ? "recorded" : "did NOT record");
     refused("pp_zero2", 2, "--pp 2 --zero 2", (const char *[]){"--zero 2", "--pp 2", "DeepSpeed"}, 3);
     accepted("pp_zero1", 2, "--pp 2 --zero 1");
     refused("pp_zb_rc", 2, "--pp 2 --pp-schedule zb-h1 --recompute full", (const char *[]){"zb-h1", "--recompute full"},
@@ -410,6 +604,7 @@ int main(int argc, char **argv) {
     const char *what = argc > 4 ? argv[4] : "all";
     double t0 = timer_ms();
     rc_make_data(DIR);
+    rc_make_val_data(DIR, "val.bin", 0), rc_make_val_data(DIR, "val_other.bin", 1);
     if (!strcmp(what, "equiv") || !strcmp(what, "all")) equiv();
     if (!strcmp(what, "mixed") || !strcmp(what, "all")) mixed();
     if (!strcmp(what, "resume") || !strcmp(what, "all")) resume();

@@ -562,7 +562,10 @@ static void test_layer_stats(void) {
 
 static void browser_page(const char *bin, const char *page, const char *name, int want_charts) {
     char cmd[4096], profile[] = TMP "/profile_XXXXXX", dom[512], err[512];
-    if (!mkdtemp(profile)) return;
+    if (!mkdtemp(profile)) {
+        tu_check(0, "chromium profile directory", "mkdtemp %s failed: the %s page is not checked", profile, name);
+        return;
+    }
     snprintf(dom, sizeof dom, TMP "/%s_dom.html", name);
     snprintf(err, sizeof err, TMP "/%s_chrome_err.txt", name);
     snprintf(cmd, sizeof cmd,
@@ -639,7 +642,7 @@ int main(int argc, char **argv) {
         test_browser();
         return tu_exit();
     }
-    run("rm -rf " TMP " && mkdir -p " TMP);
+    if (!tu_shell("rm -rf " TMP " && mkdir -p " TMP)) return tu_exit(); /* no stale or missing folder */
     test_lr_transfer();
     test_spike();
     test_optimizers();

@@ -16,7 +16,9 @@
  * (1.6e-6 over the spike runs' 64), key bias ≤ 1.8e-5: the tp fault moves losses 1.3e-2, norms 0.34.
  *   equiv   tp 2, tp 4 (4 heads), tp 2 --sp, dp 2 × tp 2 at ZeRO 0–3, tp 2 --dropout 0.1, tp 2 --sp
  *           --dropout 0.1 --recompute full, tp 2 --recompute selective (each against one process with
- *           the same model, dropout and recompute flags). Negative controls: tp 2 with the test-only
+ *           the same model, dropout and recompute flags), each validating at steps 1, 5 and 10 on a
+ *           val shard: its val records' losses within 1e-6 of the reference's (negative control: tp 2
+ *           against a reference validated on other data fails). Negative controls: tp 2 with the test-only
  *           fault ST_PAR_TEST_TP_FAULT=1 (the backward skips its tp all-reduces: Megatron's f
  *           operator missing) must fail the loss/norm comparison; a step record with one rank's
  *           norm one ulp off must be reported unequal.
@@ -47,7 +49,11 @@
  *           (the same on every rank) naming the flag and both numbers, before the model is allocated
  *           (no log file: the log opens after the model). Negative control: the same commands with
  *           valid values (4 heads, 2 ranks, tp 2, 1 × 32, --sample-every 0) run and log.
- *   memory  tp 2, tp 2 --sp, dp 2 × tp 2 ZeRO 1, bf16 tp 2: every rank's state bytes equal the planned
+ *   memory  tp 2, tp 2 --sp, dp 2 × tp 2 ZeRO 1, bf16 tp 2, tp 2 --sp selective recompute, bf16 tp 2
+ *           full recompute: the first step's measured activation bytes equal a count made in the
+ *           test tensor by tensor from B, T, C, heads, L, tp, sp, recompute and precision
+ *           (act_bytes_closed; negative control: the count for tp 1, and without --sp, against the
+ *           tp 2 and --sp runs' bytes differ); every rank's state bytes equal the planned
  *           (planned_equals_measured, measured_by_rank), the start record's memory_planned
  *           activations and workspace equal the first step's measured ones, every rank allocated
  *           the same total. Negative control: the tp 2 plan's activations against the --sp run's
@@ -93,7 +99,13 @@ static void launcher(char *out, size_t cap, int np, const char *env) {
 
 #define COMMON                                                                                                \
     "train --data " DIR "/train.bin --layers 2 --channels 32 --max-seq-len 32 --seq-len 32 --micro-batch 2 "    \
-    "--lr 2e-3 --min-lr 2e-4 --warmup 5 --val-every 0 --threads 1 --peak-gflops 100 --quiet"
+    "--lr 2e-3 --min-lr 2e-4 --warmup 5 --threads 1 --peak-gflops 100 --quiet"
+
+/* Validation for the runs of a part that compares it (g_val): the val shard, at steps 1, 5 and 10 on
+ * 2 micro-batches; otherwise none. */
+#define VAL_ON "--val-data " DIR "/val.bin --val-every 5 --val-batches 2"
+static int g_val;
+static const char *val_flags(void) { return g_val ? VAL_ON : "--val-every 0"; }
 
 /* One training run of the small model with `heads` heads: np 0 = one process without mpirun. extra
  * holds the grid (--tp, --sp, --zero) and anything else; append keeps the log (a resumed run
@@ -102,13 +114,13 @@ static int train_steps_env(const char *name, int np, int heads, int k, int steps
                            int append, double *secs) {
     char cmd[4096], launch[1024];
     launcher(launch, sizeof launch, np, env);
-    snprintf(cmd, sizeof cmd, "%s%s " COMMON " --heads %d --steps %d --grad-accum %d --log %s/%s.jsonl --out %s/%s_out %s",
-             launch, g_bin, heads, steps, k, DIR, name, DIR, name, extra ? extra : "");
+    snprintf(cmd, sizeof cmd, "%s%s " COMMON " %s --heads %d --steps %d --grad-accum %d --log %s/%s.jsonl --out %s/%s_out %s",
+             launch, g_bin, val_flags(), heads, steps, k, DIR, name, DIR, name, extra ? extra : "");
     char lg[1200], rm[1400];
     snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, name);
     snprintf(rm, sizeof rm, "rm -rf %s/%s_out", DIR, name);
     /* A new run starts without the log and weights of an earlier test run (never compared stale). */
-    if (!append && (remove(lg), system(rm) != 0)) return -1;
+    if (!append && (remove(lg), !tu_shell(rm))) return -1;
     return run(name, cmd, secs);
 }
 
@@ -221,6 +233,7 @@ static void equiv(void) {
         int heads;
     } REF[] = {{"ref", "", 2}, {"ref_h4", "", 4}, {"ref_drop", "--dropout 0.1", 2},
                {"ref_drop_full", "--dropout 0.1 --recompute full", 2}, {"ref_sel", "--recompute selective", 2}};
+    g_val = 1; /* every run of this part validates: the eval path under tp against one process */
     for (size_t i = 0; i < sizeof REF / sizeof REF[0]; i++) train_ok(REF[i].name, 0, REF[i].heads, 4, REF[i].extra);
     static const struct {
         const char *name, *ref, *extra;
@@ -242,7 +255,15 @@ static void equiv(void) {
         if (train_ok(RUN[i].name, RUN[i].np, RUN[i].heads, RUN[i].k, RUN[i].extra)) {
             compare_tol(RUN[i].name, RUN[i].ref, STEPS, RUN[i].heads == 4 ? &p4 : &p2, TOL);
             check_grid(RUN[i].name, RUN[i].dp, RUN[i].tp, RUN[i].sp);
+            rc_check_val(DIR, RUN[i].name, RUN[i].ref, 3, TOL.loss);
         }
+    /* Negative control of the validation comparison: the reference validated on other data. */
+    if (train_ok("ref_otherval", 0, 2, 4, "--val-data " DIR "/val_other.bin")) {
+        double vw = NAN;
+        int vn = 0, same = rc_val_diffs(DIR, "tp2", "ref_otherval", 3, &vw, &vn);
+        tu_check(same && vw > TOL.loss, "negative control: tp 2's validation losses against a reference validated on "
+                 "other data fail", "%d records, max rel %.2e (tol %g)", vn, vw, TOL.loss);
+    }
     /* Negative control of the grid check: the one-process reference is no tp 2 run. */
     char detail[512];
     tu_check(!grid_ok("ref", 1, 2, 0, detail, sizeof detail), "negative control: one process is not taken for tp 2",
@@ -265,6 +286,7 @@ static void equiv(void) {
 
     /* Negative control of the per-rank norm check: the last rank's norm of a real record one ulp off. */
     rc_check_norm_control(DIR, "tp4", 4);
+    g_val = 0;
     layout_free(&p2), layout_free(&p4);
 }
 
@@ -330,7 +352,7 @@ static int stop_then(const char *name, int heads, Grid a, Grid b, const char *fr
     double s1, s2;
     snprintf(ck, sizeof ck, "%s/%s_ck", DIR, name);
     snprintf(cmd, sizeof cmd, "rm -rf %s", ck);
-    if (system(cmd) != 0) return 0;
+    if (!tu_shell(cmd)) return 0;
     snprintf(ex, sizeof ex, "--ckpt-dir %s --stop-after 5 %s", ck, a.grid);
     int rc1 = train_env(name, a.np, heads, a.k, ex, NULL, 0, &s1);
     snprintf(ex, sizeof ex, "--ckpt-dir %s --resume auto %s", from_ck ? from_ck : ck, b.grid);
@@ -366,7 +388,7 @@ static void resume(void) {
         compare_tol("res_dp2tp2_tp4", "rref_h4", STEPS, &p4, TOL), check_grid("res_dp2tp2_tp4", 1, 4, 0);
     /* Negative control: a resume pointed at an empty --ckpt-dir (emptied first: the fresh start
      * saves its final checkpoint there) starts afresh; the comparison passes, the log check must not. */
-    if (system("rm -rf " DIR "/empty_ck") != 0 || file_mkdirs(DIR "/empty_ck", &(Err){0}) != ST_OK)
+    if (!tu_shell("rm -rf " DIR "/empty_ck") || file_mkdirs(DIR "/empty_ck", &(Err){0}) != ST_OK)
         tu_check(0, "empty checkpoint directory", "cannot make %s/empty_ck", DIR);
     if (stop_then("res_empty", 2, tp2, tp2, DIR "/empty_ck")) {
         double lw = NAN, nw = NAN;
@@ -403,7 +425,7 @@ static int worker(const char *name, int np, int tp, const char *policy, int spik
     char cmd[2048], launch[1024];
     double secs;
     snprintf(cmd, sizeof cmd, "rm -rf %s/%s_ck %s/%s_out", DIR, name, DIR, name);
-    if (system(cmd) != 0) return 0;
+    if (!tu_shell(cmd)) return 0;
     char lg[1200];
     snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, name);
     remove(lg);
@@ -446,7 +468,7 @@ static char *greedy(const char *name, const char *weights_dir) {
 static int break_copy(const char *src, const char *dst) {
     char cmd[2600], path[1200];
     snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", dst, src, dst);
-    if (system(cmd) != 0) return 0;
+    if (!tu_shell(cmd)) return 0;
     snprintf(path, sizeof path, "%s/model.safetensors", dst);
     char *buf;
     size_t len;
@@ -526,7 +548,7 @@ static void rest(void) {
     const char *bytes = "--data " DIR "/bytes.bin --tokenizer bytes";
     char ex[1400];
     snprintf(ex, sizeof ex, "%s --lr 1e-2 --min-lr 1e-3", bytes);
-    if (system("rm -rf " DIR "/exp_tp2_ck " DIR "/exp_hf") != 0 || !train_steps_ok("exp_base", 0, 2, 4, 200, ex)) return;
+    if (!tu_shell("rm -rf " DIR "/exp_tp2_ck " DIR "/exp_hf") || !train_steps_ok("exp_base", 0, 2, 4, 200, ex)) return;
     snprintf(ex, sizeof ex, "%s --init-from %s/exp_base_out/model.safetensors", bytes, DIR);
     if (!train_ok("exp_tp1", 0, 2, 4, ex)) return;
     snprintf(ex, sizeof ex, "%s --init-from %s/exp_base_out/model.safetensors --tp 2 --ckpt-dir %s/exp_tp2_ck", bytes,
@@ -667,6 +689,39 @@ static int act_matches(const char *plan_of, const char *name, char *detail, size
     return pact == mact && pws == mws && pact > 0;
 }
 
+/* The activation bytes a tp rank of the memory runs' GPT-2 (B 2, T 32, C 32, 2 heads, 2 layers)
+ * holds, counted here tensor by tensor from what each block's forward saves (independent of
+ * model/layout.c): N = B·T rows, Nl = N/tp rows of the residual stream under --sp (N without);
+ * a tp rank has 1/tp of the heads and of the MLP's 4C columns.
+ *   block input (the embedding, block 0's):  Nl·C
+ *   per block: ln1 out Nl·C, its mean and rstd 2·Nl; qkv N·3C/tp; the attention's log-sum-exp per
+ *              (row, local head) N·(NH/tp); the attention output N·C/tp; res2 Nl·C; ln2 out Nl·C,
+ *              mean and rstd 2·Nl; fc out N·4C/tp; GELU out N·4C/tp; res3 Nl·C
+ *   the end:   lnf out Nl·C, its mean and rstd 2·Nl, the per-row losses N
+ * bf16 stores the two LayerNorm outputs and the GELU output in 2 bytes (rounded up to whole
+ * floats); selective recompute keeps those three in one shared copy instead of one per block;
+ * full recompute keeps only res3 per block and one shared copy of the rest. Floats × 4. */
+static double act_bytes_closed(int tp, int sp, int bf16, int recompute) {
+    const double B = 2, T = 32, C = 32, NH = 2, L = 2, N = B * T, Nl = sp ? N / tp : N;
+    double ln = bf16 ? ceil(Nl * C / 2) : Nl * C, gelu = bf16 ? ceil(N * 4 * C / tp / 2) : N * 4 * C / tp;
+    double cheap = 2 * ln + gelu;
+    double block = 2 * ln + 2 * 2 * Nl + N * 3 * C / tp + N * (NH / tp) + N * C / tp + Nl * C + N * 4 * C / tp + gelu +
+                   Nl * C;
+    double per = block, shared = 0;
+    if (recompute == 1) per = block - cheap, shared = cheap;
+    if (recompute == 2) per = Nl * C, shared = block - Nl * C;
+    return 4 * (Nl * C + L * per + (Nl * C + 2 * Nl + N) + shared);
+}
+
+/* The first step's measured activation bytes of run `name` (NaN if absent). */
+static double act_measured(const char *name) {
+    cJSON *all = records(name);
+    double v = num(cJSON_GetObjectItemCaseSensitive(memory_record(all, "allocated_total_by_rank"), "measured"),
+                   "activations");
+    cJSON_Delete(all);
+    return v;
+}
+
 /* The small-model checks of one run (see the header). */
 static void check_memory(const char *name, int world) {
     cJSON *all = records(name);
@@ -698,20 +753,38 @@ static void memory(void) {
     static const struct {
         const char *name, *extra;
         int np;
-    } RUN[] = {{"mem_tp2", "--tp 2", 2},
-               {"mem_tp2_sp", "--tp 2 --sp", 2},
-               {"mem_dp2_tp2_zero1", "--tp 2 --zero 1", 4},
-               {"mem_tp2_bf16", "--tp 2 --precision bf16", 2}};
+        int sp, bf16, recompute;
+    } RUN[] = {{"mem_tp2", "--tp 2", 2, 0, 0, 0},
+               {"mem_tp2_sp", "--tp 2 --sp", 2, 1, 0, 0},
+               {"mem_dp2_tp2_zero1", "--tp 2 --zero 1", 4, 0, 0, 0},
+               {"mem_tp2_bf16", "--tp 2 --precision bf16", 2, 0, 1, 0},
+               {"mem_tp2_sp_sel", "--tp 2 --sp --recompute selective", 2, 1, 0, 1},
+               {"mem_tp2_bf16_full", "--tp 2 --precision bf16 --recompute full", 2, 0, 1, 2}};
     for (size_t i = 0; i < sizeof RUN / sizeof RUN[0]; i++) {
         double secs;
         int rc = train_env(RUN[i].name, RUN[i].np, 2, 1, RUN[i].extra, NULL, 0, &secs);
         printf("%s: %.1f s\n", RUN[i].name, secs);
-        if (rc != 0) tu_check(0, RUN[i].name, "exit %d, see %s/%s.out", rc, DIR, RUN[i].name);
-        else check_memory(RUN[i].name, RUN[i].np);
+        if (rc != 0) {
+            tu_check(0, RUN[i].name, "exit %d, see %s/%s.out", rc, DIR, RUN[i].name);
+            continue;
+        }
+        check_memory(RUN[i].name, RUN[i].np);
+        double want = act_bytes_closed(2, RUN[i].sp, RUN[i].bf16, RUN[i].recompute), got = act_measured(RUN[i].name);
+        char what[160];
+        snprintf(what, sizeof what, "%s: measured activations == the tensor-by-tensor count of a tp rank's", RUN[i].name);
+        tu_check(got == want, what, "measured %.0f bytes, counted %.0f", got, want);
     }
     char detail[256];
     int caught = !act_matches("mem_tp2", "mem_tp2_sp", detail, sizeof detail);
     tu_check(caught, "negative control: the tp 2 plan's activations against the --sp run's measured ones", "%s", detail);
+    /* Controls of the count: the whole model's (tp 1) against tp 2's measured bytes, and the count
+     * without --sp against the --sp run's, must both differ. */
+    double m2 = act_measured("mem_tp2"), msp = act_measured("mem_tp2_sp");
+    double c1 = act_bytes_closed(1, 0, 0, 0), cnosp = act_bytes_closed(2, 0, 0, 0);
+    tu_check(m2 == m2 && m2 != c1 && msp == msp && msp != cnosp,
+             "negative control: the count for tp 1 against tp 2's measured activations, and without --sp against the "
+             "--sp run's, both differ", "tp 2 measured %.0f vs tp 1 count %.0f; --sp measured %.0f vs no-sp count %.0f",
+             m2, c1, msp, cnosp);
 
     /* RSS per rank on the big model. */
     Err e;
@@ -758,6 +831,7 @@ int main(int argc, char **argv) {
     const char *what = argc > 4 ? argv[4] : "all";
     double t0 = timer_ms();
     rc_make_data(DIR);
+    rc_make_val_data(DIR, "val.bin", 0), rc_make_val_data(DIR, "val_other.bin", 1);
     if (!strcmp(what, "equiv") || !strcmp(what, "all")) equiv();
     if (!strcmp(what, "mixed") || !strcmp(what, "all")) mixed();
     if (!strcmp(what, "resume") || !strcmp(what, "all")) resume();

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/fileio.h"
@@ -58,6 +59,13 @@ double tu_max_abs_diff_f(const float *a, const float *b, size_t n) {
 int tu_exit(void) {
     if (tu_failures) printf("%d check(s) failed\n", tu_failures);
     return tu_failures ? 1 : 0;
+}
+
+int tu_shell(const char *cmd) {
+    int rc = system(cmd);
+    int ok = rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0;
+    if (!ok) tu_check(0, "setup command", "exit status %d: %.400s", rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, cmd);
+    return ok;
 }
 
 char *tu_slurp(const char *path) {

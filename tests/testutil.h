@@ -17,6 +17,11 @@ double tu_rel_err_f(const float *a, const float *b, size_t n);
 double tu_rel_err_fd(const float *a, const double *b, size_t n);
 double tu_max_abs_diff_f(const float *a, const float *b, size_t n);
 
+/* Runs a shell command the test needs to set up or clean (rm, cp, mkdir): 1 if it exited 0, else
+ * records a failed check naming the command and its status and returns 0, so a failed setup
+ * never turns a test into a silent pass. */
+int tu_shell(const char *cmd);
+
 /* The whole file as a NUL-terminated string (caller frees), or NULL if it cannot be read. */
 char *tu_slurp(const char *path);
 

@@ -21,6 +21,7 @@ static const char *const MODEL_FIELDS[] = {
 static const char *const FREE_FIELDS[] = {
     /* how the same global batch is split and where it runs */
     "micro_batch", "grad_accum", "dp", "tp", "sp", "pp", "pp_schedule", "pp_layers", "interleave", "zero", "threads", "recompute",
+    "device", /* a checkpoint written on one backend resumes on another (same files) */
     /* run length (an extension also stretches the schedule's total; reported) */
     "steps",
     /* observation and bookkeeping: do not change the trajectory */

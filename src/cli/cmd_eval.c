@@ -29,6 +29,7 @@
 #include "core/progress.h"
 #include "cli/cmds_report.h"
 #include "data/loader.h"
+#include "model/backend.h"
 #include "model/gpt.h"
 #include "model/matmul.h"
 
@@ -36,12 +37,14 @@ int cmd_eval(int argc, char **argv) {
     char data[4096] = "";
     long tokens = 0;
     int B = 8, T = 0, threads = 2, json = 0, quiet = 0;
+    char device[16] = "cpu";
     ArgSpec specs[] = {
         {"data", ARG_STR, data, sizeof data, "token shards: path, glob or comma list (one dataset, no weights)"},
         {"tokens", ARG_LONG, &tokens, 0, "evaluate about this many target tokens (whole rows of T; 0: all)"},
         {"micro-batch", ARG_INT, &B, 0, "rows per forward pass B"},
         {"seq-len", ARG_INT, &T, 0, "tokens per row T (0: the model's max sequence length)"},
         {"threads", ARG_INT, &threads, 0, "threads for our kernels and the GEMM library"},
+        {"device", ARG_STR, device, sizeof device, "where the model computes: cpu (cuda only in a build with CUDA)"},
         {"json", ARG_FLAG, &json, 0, "print the result as one JSON object"},
         {"quiet", ARG_FLAG, &quiet, 0, "no progress output"},
     };
@@ -58,6 +61,8 @@ int cmd_eval(int argc, char **argv) {
         return help ? 0 : cli_fail("eval", ST_ERR_INPUT, "expected one weights directory, found none");
     }
     if (!data[0]) return cli_fail("eval", ST_ERR_INPUT, "--data: expected token shards, found nothing");
+    const Backend *be;
+    if ((st = backend_find(device, &be, &err)) != ST_OK) return cli_fail("eval", st, err.msg);
     if (tokens < 0) return cli_fail("eval", ST_ERR_INPUT, "--tokens: expected >= 0");
     if (B < 1) return cli_fail("eval", ST_ERR_INPUT, "--micro-batch: expected >= 1");
     if (T < 0) return cli_fail("eval", ST_ERR_INPUT, "--seq-len: expected >= 0");
@@ -119,7 +124,7 @@ int cmd_eval(int argc, char **argv) {
     mm_set_threads(threads);
     omp_set_num_threads(threads);
     GptOptions go = gpt_default_options();
-    go.B = B, go.T = T, go.threads = threads;
+    go.B = B, go.T = T, go.threads = threads, go.backend = be;
     if ((st = gpt_init(&g, &cfg, &go, NULL, &err)) != ST_OK) goto fail;
     if ((st = st_load_hf_weights(&g.w, src, &err)) != ST_OK) goto fail;
     inp = malloc(sizeof *inp * (size_t)B * (size_t)T);

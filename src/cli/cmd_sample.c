@@ -8,10 +8,11 @@
 #include "cli/cmds.h"
 #include "core/rng.h"
 #include "data/bpe.h"
+#include "model/backend.h"
 #include "model/infer.h"
 
 int cmd_sample(int argc, char **argv) {
-    char prompt[4096] = "", tokenizer[256] = "", tok_dir[1024] = "";
+    char prompt[4096] = "", tokenizer[256] = "", tok_dir[1024] = "", device[16] = "cpu";
     int tokens = 256, top_k = 40;
     float temperature = 0.8f;
     uint64_t seed = 1;
@@ -24,6 +25,7 @@ int cmd_sample(int argc, char **argv) {
         {"seed", ARG_U64, &seed, 0, "sampling seed"},
         {"tokenizer", ARG_STR, tokenizer, sizeof tokenizer, "gpt2 | cl100k | o200k | bytes | FILE.tkr | DIR (default: recorded with the weights)"},
         {"tokenizer-dir", ARG_STR, tok_dir, sizeof tok_dir, "where the named tokenizer's files are (gpt2: encoder.json, vocab.bpe; cl100k, o200k: NAME_base.tkr)"},
+        {"device", ARG_STR, device, sizeof device, "where the model computes: cpu (cuda only in a build with CUDA)"},
     };
     int n = (int)(sizeof specs / sizeof specs[0]), npos = 0, help = 0;
     char *pos[1];
@@ -43,6 +45,8 @@ int cmd_sample(int argc, char **argv) {
         return cli_fail("sample", ST_ERR_INPUT, "--seed: would change nothing with --temperature 0 (greedy); expected a temperature > 0");
     if (temperature == 0 && args_find(specs, n, "top-k")->seen)
         return cli_fail("sample", ST_ERR_INPUT, "--top-k: would change nothing with --temperature 0 (greedy); expected a temperature > 0");
+    GptOptions go = gpt_default_options();
+    if ((st = backend_find(device, &go.backend, &err)) != ST_OK) return cli_fail("sample", st, err.msg);
     const char *dir = pos[0];
     ModelConfig cfg;
     char recorded[256];
@@ -78,7 +82,7 @@ int cmd_sample(int argc, char **argv) {
     size_t tlen = 0, tcap = 0;
     float *work = NULL;
     int rc = 0;
-    if ((st = gpt_init(&g, &cfg, NULL, NULL, &err)) != ST_OK) goto fail;
+    if ((st = gpt_init(&g, &cfg, &go, NULL, &err)) != ST_OK) goto fail;
     if ((st = st_load_hf_weights(&g.w, dir, &err)) != ST_OK) goto fail;
     if ((st = kv_init(&kv, &g, &err)) != ST_OK) goto fail;
     if ((st = tokenizer_encode(tk, (const uint8_t *)prompt, strlen(prompt), &ids, &nids, &cap, &err)) != ST_OK)

@@ -215,6 +215,7 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         {"seed", ARG_U64, &c.seed, 0, "initialisation and dropout seed"},
         {"data-seed", ARG_U64, &c.data_seed, 0, "data order seed"},
         {"threads", ARG_INT, &c.threads, 0, "threads for our kernels and the GEMM library"},
+        {"device", ARG_STR, c.device, sizeof c.device, "where the model computes: cpu (cuda only in a build with CUDA)"},
         {"hardware", ARG_STR, hardware, sizeof hardware,
          "hardware profile for the plan's predicted step time: a plan preset or FILE.json from plan --measure-hardware"},
         {"peak-gflops", ARG_DOUBLE, &peak_gflops, 0, "peak GFLOP/s for MFU (0: measure at start)"},

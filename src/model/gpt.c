@@ -664,133 +664,167 @@ void gpt_backward(Gpt *g) {
     gpt_backward_stage(g, 0, 0, NULL);
 }
 
-void gpt_backward_stage(Gpt *g, int slot, int chunk, const float *dout) {
+/* Under full or selective recompute, what the forward did not keep of block l (input x): the whole
+ * block again, or only the cheap tensors (the two pre-norm outputs and the MLP activation). */
+static void block_recompute(Gpt *g, int l, const float *x, int B, int T) {
+    GptRunState *s = &g->s;
+    const BlockParams *p = &g->w.p.blocks[l];
+    LayerActs *a = &s->la[l];
+    size_t N = (size_t)B * T;
+    if (s->recompute == RECOMPUTE_FULL) {
+        block_forward(g, l, x, B, T); /* dbuf_b is free: the head's dx was consumed by the final norm */
+    } else if (s->recompute == RECOMPUTE_SELECTIVE) {
+        int bf = s->mp.bf16;
+        norm_forward(g, bf ? NULL : a->ln1, bf ? a->ln1_lp : NULL, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b);
+        norm_forward(g, bf ? NULL : a->ln2, bf ? a->ln2_lp : NULL, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b);
+        if (s->dim.rms && bf) g->be->swiglu_forward_bf16(a->fchg_lp, a->fch, (int)N, s->dim.Fl, s->nt);
+        else if (s->dim.rms) g->be->swiglu_forward(a->fch_gelu, a->fch, (int)N, s->dim.Fl, s->nt);
+        else if (bf) g->be->gelu_forward_bf16(a->fchg_lp, a->fch, N * s->dim.Fl, s->nt);
+        else g->be->gelu_forward(a->fch_gelu, a->fch, N * s->dim.Fl, s->nt);
+    }
+}
+
+/* A linear layer's backward at the model's precision: dinp (N, C) = dY · W, and unless the
+ * backward is split, dw (+)= dY^T · in; dbias (+)= column sums. dY is dout (fp32), or under bf16
+ * with dout NULL the operand a fused kernel already rounded into s->mp.a (and whose bias gradient
+ * it summed). in: in32 (fp32) or in_lp (bf16). With a split backward the GEMM operand dY is kept in
+ * wg for gpt_weight_stage (bf16: the rounded copy, half as many floats). */
+static void linear_backward(Gpt *g, float *dinp, float *dw, float *dbias, const float *dout, const float *in32,
+                            const uint16_t *in_lp, const float *w, int N, int C, int OC, int acc, float *wg) {
+    GptRunState *s = &g->s;
+    int split = s->split_backward, nt = s->nt;
+    if (s->mp.bf16) {
+        if (dout && dbias) g->be->cast_bf16_colsum(s->mp.a, dbias, dout, N, OC, acc, nt);
+        else if (dout) g->be->cast_bf16(s->mp.a, dout, (size_t)N * OC, nt);
+        g->be->matmul_backward_lp(dinp, split ? NULL : dw, s->mp.a, in_lp, lp(g, w), N, C, OC, acc);
+        if (split) g->be->copy(wg, s->mp.a, (size_t)N * OC * sizeof(uint16_t));
+    } else {
+        g->be->matmul_backward_p(&s->mp, dinp, split ? NULL : dw, dbias, dout, in32, w, lp(g, w), N, C, OC, acc, nt);
+        if (split) g->be->copy(wg, dout, (size_t)N * OC * sizeof(float));
+    }
+}
+
+/* The MLP activation's backward from dbuf_a (the down projection's input gradient, (N, F)): under
+ * bf16 rounded straight into s->mp.a with GELU's bias gradient summed (returns NULL); in fp32 the fc
+ * GEMM's output gradient (N, H), which it returns. */
+static const float *mlp_act_backward(Gpt *g, const LayerActs *a, float *dfcb, int N, int acc) {
+    GptRunState *s = &g->s;
+    int F = s->dim.Fl, nt = s->nt;
+    if (s->mp.bf16) {
+        if (s->dim.rms) g->be->swiglu_backward_bf16(s->mp.a, s->dbuf_a, a->fch, N, F, nt);
+        else g->be->gelu_backward_bf16(s->mp.a, dfcb, s->dbuf_a, a->fch, N, F, acc, nt);
+        return NULL;
+    }
+    if (!s->dim.rms) {
+        g->be->gelu_backward(s->dbuf_a, s->dbuf_a, a->fch, (size_t)N * F, nt);
+        return s->dbuf_a;
+    }
+    float *dh = s->dbuf_a + (size_t)N * F; /* beside the down GEMM's input gradient it is computed from */
+    g->be->swiglu_backward(dh, s->dbuf_a, a->fch, N, F, nt);
+    return dh;
+}
+
+/* Block l's backward from s->dres (the gradient of its output, overwritten with its input's): the
+ * MLP, its pre-norm, attention, its pre-norm. x is the block's input. */
+static void block_backward(Gpt *g, int l, const float *x, int B, int T, int acc) {
     const ModelConfig *cfg = &g->w.cfg;
+    GptRunState *s = &g->s;
+    const BlockParams *p = &g->w.p.blocks[l];
+    BlockParams *dp = &g->d.g.blocks[l];
+    LayerActs *a = &s->la[l];
+    int N = B * T, C = cfg->n_embd, F = s->dim.Fl, H = s->dim.Hl, Q = s->dim.QKVl, bf = s->mp.bf16;
+    Dropout off = {0};
+    block_recompute(g, l, x, B, T);
+    const float *dbr = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_MLP_RES) : off);
+    linear_backward(g, s->dbuf_a, dp->fcprojw, dp->fcprojb, dbr, a->fch_gelu, a->fchg_lp, p->fcprojw, N, F, C, acc,
+                    a->wg_fcproj);
+    const float *dh = mlp_act_backward(g, a, dp->fcb, N, acc);
+    const float *in = sp_gather_rows(g, bf ? (const float *)a->ln2_lp : a->ln2);
+    linear_backward(g, s->dbuf_b, dp->fcw, dp->fcb, dh, in, (const uint16_t *)in, p->fcw, N, C, H, acc, a->wg_fc);
+    ln_backward(g, s->dres, dp->ln2w, dp->ln2b, tp_reduce_rows(g, s->dbuf_b), a->res2, p->ln2w, a->ln2_mean,
+                a->ln2_rstd, acc);
+    dbr = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN_RES) : off);
+    g->be->matmul_backward_p(&s->mp, s->dbuf_b, s->split_backward ? NULL : dp->attprojw, dp->attprojb, dbr, a->atty,
+                             p->attprojw, lp(g, p->attprojw), N, s->dim.Cl, C, acc, s->nt);
+    if (s->split_backward) g->be->copy(a->wg_attproj, dbr, (size_t)N * C * sizeof(float));
+    Dropout da = cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off;
+    g->be->attention_backward(s->dbuf_a, s->att_scratch, s->dbuf_b, a->qkv, a->atty, a->lse, B, T, s->dim.NHl,
+                              s->dim.KVl, s->dim.hs, s->att_scale, da, bf, s->nt);
+    if (s->dim.rms) g->be->rope_backward(s->dbuf_a, s->rope_cs, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, 0, s->nt);
+    if (bf) /* the bias gradient and the rounding first, as the bf16 path always did */
+        dp->qkvb ? g->be->cast_bf16_colsum(s->mp.a, dp->qkvb, s->dbuf_a, N, Q, acc, s->nt)
+                 : g->be->cast_bf16(s->mp.a, s->dbuf_a, (size_t)N * Q, s->nt);
+    in = sp_gather_rows(g, bf ? (const float *)a->ln1_lp : a->ln1);
+    linear_backward(g, s->dbuf_b, dp->qkvw, dp->qkvb, bf ? NULL : s->dbuf_a, in, (const uint16_t *)in, p->qkvw, N, C,
+                    Q, acc, a->wg_qkv);
+    ln_backward(g, s->dres, dp->ln1w, dp->ln1b, tp_reduce_rows(g, s->dbuf_b), x, p->ln1w, a->ln1_mean, a->ln1_rstd,
+                acc);
+}
+
+/* The head's chunk: the final norm's backward from the head's input gradient (computed in the
+ * forward) into s->dres. */
+static void head_backward(Gpt *g, const float *xlast, int acc) {
+    GptRunState *s = &g->s;
+    int L = g->w.cfg.n_layer;
+    size_t NlC = (size_t)s->curNl * g->w.cfg.n_embd;
+    hook(g->hooks.before_backward, g->hooks.ctx, L + 1);
+    g->be->zero(s->dres, NlC * sizeof(float));
+    /* The head's input gradient: with tp > 1 each rank holds a part (its vocabulary rows' share). */
+    float *dhead = tp_reduce_rows(g, s->dhead);
+    if (s->logit_mult != 1.0f) g->be->scale_inplace(dhead, NlC, s->logit_mult, s->nt);
+    ln_backward(g, s->dres, g->d.g.lnfw, g->d.g.lnfb, dhead, xlast, g->w.p.lnfw, s->lnf_mean, s->lnf_rstd, acc);
+    hook(g->hooks.grads_ready, g->hooks.ctx, L + 1);
+}
+
+/* The embedding's backward from s->dres. */
+static void embed_backward(Gpt *g, int B, int T, int acc) {
+    const ModelConfig *cfg = &g->w.cfg;
+    GptRunState *s = &g->s;
+    int C = cfg->n_embd;
+    hook(g->hooks.before_backward, g->hooks.ctx, 0);
+    /* wte's gradient was written by the head in the forward; wpe's has max_seq rows, of which
+     * only the first T get a contribution, so overwriting starts from zeros there (a few MB). */
+    if (!acc && g->d.g.wpe) g->be->zero(g->d.g.wpe, (size_t)cfg->max_seq * C * sizeof(float));
+    /* An untied head did not write wte's gradient: overwriting starts from zeros (its real rows). */
+    if (!acc && cfg->untied) g->be->zero(g->d.g.wte, (size_t)s->Vr * C * sizeof(float));
+    if (s->input_mult != 1.0f) g->be->scale_inplace(s->dres, (size_t)s->curNl * C, s->input_mult, s->nt); /* muP */
+    Dropout d = dropout_at(g, -1, DROP_EMBED), off = {0};
+    if (s->tp == 1 && g->d.g.wpe) {
+        g->be->encoder_backward(g->d.g.wte, g->d.g.wpe, s->dres, s->cur_inp, B, T, C, d, s->nt);
+    } else { /* every rank needs every row's gradient for its vocabulary rows (and computes wpe's whole) */
+        const float *demb = branch_grad(g, s->dbuf_c, s->dres, d.p > 0 ? d : off);
+        g->be->encoder_backward_vp(g->d.g.wte, g->d.g.wpe, demb, s->cur_inp, B, T, C, s->v0, s->Vr, s->nt);
+    }
+    hook(g->hooks.grads_ready, g->hooks.ctx, 0);
+}
+
+void gpt_backward_stage(Gpt *g, int slot, int chunk, const float *dout) {
     GptRunState *s = &g->s;
     const StageBlocks *sb = &g->w.layout.stage;
     ST_CHECK(slot >= 0 && slot < s->nslots && chunk >= 0 && chunk < sb->n);
     GptSlot *sl = &s->slots[slot];
     ST_CHECK_MSG(sl->chunk == chunk && sl->train, "gpt_backward_stage: the slot holds no training forward of this chunk");
-    int L = cfg->n_layer, C = cfg->n_embd, nt = s->nt, first = sb->first[chunk], last = sb->last[chunk];
+    int first = sb->first[chunk], last = sb->last[chunk];
     bind_slot(g, slot, chunk);
     s->cur_inp = sl->inp, s->curB = sl->B, s->curT = sl->T, s->curNl = sl->Nl;
     s->cur_drop_counter = sl->drop_counter, s->cur_train = 1;
-    int B = s->curB, T = s->curT, N = B * T, Nl = s->curNl, Ca = s->dim.Cl, F = s->dim.Fl, Q = s->dim.QKVl, H = s->dim.Hl;
+    int B = s->curB, T = s->curT;
     double t0 = timer_ms();
-    Dropout off = {0};
-    size_t NlC = (size_t)Nl * C;
     int acc = !g->d.overwrite; /* 0: every parameter gradient below is written, not added */
-    int split = s->split_backward; /* the four weight GEMMs per block wait for gpt_weight_stage */
-
-    if (last == L) {
+    if (last == g->w.cfg.n_layer) {
         ST_CHECK(sl->have_head_grads && !dout);
-        hook(g->hooks.before_backward, g->hooks.ctx, L + 1);
-        g->be->zero(s->dres, NlC * sizeof(float));
-        const float *xlast = last > first ? s->la[last - 1].res3 : s->encoded;
-        /* The head's input gradient: with tp > 1 each rank holds a part (its vocabulary rows' share). */
-        float *dhead = tp_reduce_rows(g, s->dhead);
-        if (s->logit_mult != 1.0f) g->be->scale_inplace(dhead, NlC, s->logit_mult, nt);
-        ln_backward(g, s->dres, g->d.g.lnfw, g->d.g.lnfb, dhead, xlast, g->w.p.lnfw, s->lnf_mean, s->lnf_rstd, acc);
-        hook(g->hooks.grads_ready, g->hooks.ctx, L + 1);
+        head_backward(g, last > first ? s->la[last - 1].res3 : s->encoded, acc);
     } else {
         ST_CHECK_MSG(dout != NULL, "gpt_backward_stage: a chunk before the head needs its output gradient");
-        g->be->copy(s->dres, dout, NlC * sizeof(float));
+        g->be->copy(s->dres, dout, (size_t)s->curNl * g->w.cfg.n_embd * sizeof(float));
     }
     sl->have_head_grads = 0;
-
     for (int l = last - 1; l >= first; l--) {
         hook(g->hooks.before_backward, g->hooks.ctx, l + 1);
-        const BlockParams *p = &g->w.p.blocks[l];
-        BlockParams *dp = &g->d.g.blocks[l];
-        LayerActs *a = &s->la[l];
-        const float *x = l > first ? s->la[l - 1].res3 : s->encoded;
-        if (s->recompute == RECOMPUTE_FULL) {
-            /* dbuf_b is free here: the head's dx was consumed by the final LayerNorm backward. */
-            block_forward(g, l, x, B, T);
-        } else if (s->recompute == RECOMPUTE_SELECTIVE && s->mp.bf16) {
-            norm_forward(g, NULL, a->ln1_lp, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b);
-            norm_forward(g, NULL, a->ln2_lp, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b);
-            if (s->dim.rms) g->be->swiglu_forward_bf16(a->fchg_lp, a->fch, N, F, nt);
-            else g->be->gelu_forward_bf16(a->fchg_lp, a->fch, (size_t)N * F, nt);
-        } else if (s->recompute == RECOMPUTE_SELECTIVE) {
-            norm_forward(g, a->ln1, NULL, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b);
-            norm_forward(g, a->ln2, NULL, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b);
-            if (s->dim.rms) g->be->swiglu_forward(a->fch_gelu, a->fch, N, F, nt);
-            else g->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * F, nt);
-        }
-        const float *dbranch = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_MLP_RES) : off);
-        if (s->mp.bf16) {
-            /* The stored bf16 operands go straight into the GEMMs; GELU backward writes fc's bf16
-             * output gradient and its bias gradient. */
-            if (dp->fcprojb) g->be->cast_bf16_colsum(s->mp.a, dp->fcprojb, dbranch, N, C, acc, nt);
-            else g->be->cast_bf16(s->mp.a, dbranch, (size_t)N * C, nt);
-            g->be->matmul_backward_lp(s->dbuf_a, split ? NULL : dp->fcprojw, s->mp.a, a->fchg_lp, lp(g, p->fcprojw), N, F, C, acc);
-            if (split) g->be->copy(a->wg_fcproj, s->mp.a, (size_t)N * C * sizeof(uint16_t));
-            if (s->dim.rms) g->be->swiglu_backward_bf16(s->mp.a, s->dbuf_a, a->fch, N, F, nt);
-            else g->be->gelu_backward_bf16(s->mp.a, dp->fcb, s->dbuf_a, a->fch, N, F, acc, nt);
-            const uint16_t *in = (const uint16_t *)sp_gather_rows(g, (const float *)a->ln2_lp);
-            g->be->matmul_backward_lp(s->dbuf_b, split ? NULL : dp->fcw, s->mp.a, in, lp(g, p->fcw), N, C, H, acc);
-            if (split) g->be->copy(a->wg_fc, s->mp.a, (size_t)N * H * sizeof(uint16_t));
-        } else {
-            g->be->matmul_backward_p(&s->mp, s->dbuf_a, split ? NULL : dp->fcprojw, dp->fcprojb, dbranch, a->fch_gelu, p->fcprojw,
-                              lp(g, p->fcprojw), N, F, C, acc, nt);
-            if (split) g->be->copy(a->wg_fcproj, dbranch, (size_t)N * C * sizeof(float));
-            float *dh = s->dbuf_a; /* the fc GEMM's output gradient (N, H) */
-            if (s->dim.rms) {
-                dh = s->dbuf_a + (size_t)N * F; /* beside the down GEMM's input gradient it is computed from */
-                g->be->swiglu_backward(dh, s->dbuf_a, a->fch, N, F, nt);
-            } else {
-                g->be->gelu_backward(s->dbuf_a, s->dbuf_a, a->fch, (size_t)N * F, nt);
-            }
-            const float *in = sp_gather_rows(g, a->ln2);
-            g->be->matmul_backward_p(&s->mp, s->dbuf_b, split ? NULL : dp->fcw, dp->fcb, dh, in, p->fcw, lp(g, p->fcw), N, C, H,
-                              acc, nt);
-            if (split) g->be->copy(a->wg_fc, dh, (size_t)N * H * sizeof(float));
-        }
-        const float *dln = tp_reduce_rows(g, s->dbuf_b);
-        ln_backward(g, s->dres, dp->ln2w, dp->ln2b, dln, a->res2, p->ln2w, a->ln2_mean, a->ln2_rstd, acc);
-        dbranch = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN_RES) : off);
-        g->be->matmul_backward_p(&s->mp, s->dbuf_b, split ? NULL : dp->attprojw, dp->attprojb, dbranch, a->atty, p->attprojw,
-                          lp(g, p->attprojw), N, Ca, C, acc, nt);
-        if (split) g->be->copy(a->wg_attproj, dbranch, (size_t)N * C * sizeof(float));
-        Dropout da = cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off;
-        g->be->attention_backward(s->dbuf_a, s->att_scratch, s->dbuf_b, a->qkv, a->atty, a->lse, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs,
-                               s->att_scale, da, s->mp.bf16, nt);
-        if (s->dim.rms) g->be->rope_backward(s->dbuf_a, s->rope_cs, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, 0, nt);
-        if (s->mp.bf16) {
-            if (dp->qkvb) g->be->cast_bf16_colsum(s->mp.a, dp->qkvb, s->dbuf_a, N, Q, acc, nt);
-            else g->be->cast_bf16(s->mp.a, s->dbuf_a, (size_t)N * Q, nt);
-            const uint16_t *in = (const uint16_t *)sp_gather_rows(g, (const float *)a->ln1_lp);
-            g->be->matmul_backward_lp(s->dbuf_b, split ? NULL : dp->qkvw, s->mp.a, in, lp(g, p->qkvw), N, C, Q, acc);
-            if (split) g->be->copy(a->wg_qkv, s->mp.a, (size_t)N * Q * sizeof(uint16_t));
-        } else {
-            const float *in = sp_gather_rows(g, a->ln1);
-            g->be->matmul_backward_p(&s->mp, s->dbuf_b, split ? NULL : dp->qkvw, dp->qkvb, s->dbuf_a, in, p->qkvw,
-                              lp(g, p->qkvw), N, C, Q, acc, nt);
-            if (split) g->be->copy(a->wg_qkv, s->dbuf_a, (size_t)N * Q * sizeof(float));
-        }
-        dln = tp_reduce_rows(g, s->dbuf_b);
-        ln_backward(g, s->dres, dp->ln1w, dp->ln1b, dln, x, p->ln1w, a->ln1_mean, a->ln1_rstd, acc);
-        if (!split) hook(g->hooks.grads_ready, g->hooks.ctx, l + 1); /* split: complete after the W pass */
+        block_backward(g, l, l > first ? s->la[l - 1].res3 : s->encoded, B, T, acc);
+        if (!s->split_backward) hook(g->hooks.grads_ready, g->hooks.ctx, l + 1); /* split: after the W pass */
     }
-    if (first == 0) {
-        hook(g->hooks.before_backward, g->hooks.ctx, 0);
-        /* wte's gradient was written by the head in the forward; wpe's has max_seq rows, of which
-         * only the first T get a contribution, so overwriting starts from zeros there (a few MB). */
-        if (!acc && g->d.g.wpe) g->be->zero(g->d.g.wpe, (size_t)cfg->max_seq * C * sizeof(float));
-        /* An untied head did not write wte's gradient: overwriting starts from zeros (its real rows). */
-        if (!acc && cfg->untied) g->be->zero(g->d.g.wte, (size_t)s->Vr * C * sizeof(float));
-        if (s->input_mult != 1.0f) g->be->scale_inplace(s->dres, NlC, s->input_mult, nt); /* muP's alpha_in */
-        if (s->tp == 1 && g->d.g.wpe) {
-            g->be->encoder_backward(g->d.g.wte, g->d.g.wpe, s->dres, s->cur_inp, B, T, C, dropout_at(g, -1, DROP_EMBED), nt);
-        } else {
-            /* Every rank needs every row's gradient for its vocabulary rows (and computes wpe's whole). */
-            Dropout d = dropout_at(g, -1, DROP_EMBED);
-            const float *demb = branch_grad(g, s->dbuf_c, s->dres, d.p > 0 ? d : off);
-            g->be->encoder_backward_vp(g->d.g.wte, g->d.g.wpe, demb, s->cur_inp, B, T, C, s->v0, s->Vr, nt);
-        }
-        hook(g->hooks.grads_ready, g->hooks.ctx, 0);
-    }
+    if (first == 0) embed_backward(g, B, T, acc);
     s->have_head_grads = 0, g->d.overwrite = 0;
     s->ms_bwd += timer_ms() - t0;
     take_errors(g);

@@ -96,6 +96,7 @@ cJSON *events_config_json(const TrainConfig *c) {
     add_num(o, "tp", c->tp > 0 ? c->tp : 1);
     add_num(o, "sp", c->sp);
     add_num(o, "pp", c->pp > 0 ? c->pp : 1);
+    cJSON_AddStringToObject(o, "device", c->device);
     cJSON_AddStringToObject(o, "pp_schedule", c->pp_schedule);
     cJSON_AddStringToObject(o, "pp_layers", c->pp_layers);
     add_num(o, "interleave", c->interleave > 0 ? c->interleave : 1);
@@ -256,6 +257,12 @@ void ev_step(EventLog *lg, const StepEvent *e) {
         add_num(pj, "bubble_formula", e->pp_bubble_formula);
         add_num(pj, "bubble_simulated", e->pp_bubble_sim);
         if (e->pp_idle_by_rank) add_array(pj, "idle_ms_by_rank", e->pp_idle_by_rank, e->world);
+        static const char *const MS[3] = {"forward_ms_by_stage", "backward_ms_by_stage", "weight_ms_by_stage"};
+        static const char *const OPS[3] = {"forward_ops_by_stage", "backward_ops_by_stage", "weight_ops_by_stage"};
+        for (int i = 0; i < 3; i++) {
+            if (e->pp_stage_ms[i]) add_array(pj, MS[i], e->pp_stage_ms[i], e->pp);
+            if (e->pp_stage_ops[i]) add_array(pj, OPS[i], e->pp_stage_ops[i], e->pp);
+        }
     }
     if (e->noise) {
         static const char *const K[6] = {"b_small", "g2_small", "g2", "trace_sigma", "b_simple", "b_simple_ema"};

@@ -36,6 +36,7 @@
 #include "core/timer.h"
 #include "data/bpe.h"
 #include "data/loader.h"
+#include "model/backend.h"
 #include "model/gpt.h"
 #include "model/infer.h"
 #include "model/layout.h"
@@ -60,6 +61,7 @@ TrainConfig train_default_config(void) {
     c.steps = 1000;
     c.seed = 1337, c.data_seed = 42;
     c.threads = 2;
+    snprintf(c.device, sizeof c.device, "cpu");
     c.val_every = 100, c.val_batches = 10;
     c.keep_last = 3;
     c.sample_tokens = 64;
@@ -88,6 +90,8 @@ static void fmt_duration(double s, char *buf, size_t len) {
 }
 
 static Status validate(const TrainConfig *c, Err *err) {
+    const Backend *be;
+    if (backend_find(c->device, &be, err) != ST_OK) return ST_ERR_INPUT;
     if (c->micro_batch < 1)
         return err_set(err, ST_ERR_INPUT, "--micro-batch: expected a positive integer, found %d", c->micro_batch);
     if (c->seq_len < 1) return err_set(err, ST_ERR_INPUT, "--seq-len: expected a positive integer, found %d", c->seq_len);
@@ -221,6 +225,9 @@ typedef struct {
     double *by_rank;            /* world doubles: one value per rank, for per-rank records */
     double *by_rank2;
     double *pp_idle;            /* world doubles: each rank's pipeline idle time of the step */
+    /* Each pipeline stage's mean forward, backward and weight-pass time (ms per op) and its count
+     * of each op in the step (the first rank of the stage's): the step record's by-stage figures. */
+    double pp_stage_ms[3][SCHED_MAX_P], pp_stage_ops[3][SCHED_MAX_P];
     EventLog log;
     CkptAsync *async;           /* one process: the background writer of the whole state */
     CkptShardAsync *sasync;     /* several ranks: each rank's background writer (ckpt/shard.h) */
@@ -665,12 +672,14 @@ static Status setup_model(Run *r, Err *err) {
     int B = c->micro_batch, T = c->seq_len, k = c->grad_accum, nt = c->threads;
     mm_set_threads(nt);
     GptOptions go = gpt_default_options();
+    Status st = backend_find(c->device, &go.backend, err);
+    if (st != ST_OK) return st;
     go.B = B, go.T = T, go.threads = nt, go.recompute = c->recompute;
     go.precision = c->fp16 ? GPT_FP16 : c->bf16 ? GPT_BF16 : GPT_FP32;
     go.tp = r->tp, go.tp_rank = r->tp_rank, go.sp = c->sp;
     if (r->pp > 1) go.stage = r->stage, go.slots = r->slots, go.split_backward = r->sched.split_backward;
     par_gpt_options(r->dp, c->zero, &go);
-    Status st = gpt_init(&r->g, &c->model, &go, &r->mem, err);
+    st = gpt_init(&r->g, &c->model, &go, &r->mem, err);
     if (st != ST_OK) return st;
     if (r->sliced && layout_init(&r->full, &c->model, 1) != 0)
         return err_set(err, ST_ERR_RUNTIME, "out of memory (the full layout)");
@@ -1517,7 +1526,7 @@ static Status report_memory(Run *r, Step *s, Err *err) {
  * GPipe, 1F1B and interleaved over the step, which assumes equal stages), and the schedule
  * simulated with each stage's measured mean forward, backward and weight-pass times (the uneven
  * stages included). pp_idle gets each rank's idle time. */
-static Status pipeline_bubble(Run *r, double out[3], Err *err) {
+static Status pipeline_bubble(Run *r, Step *s, double out[3], Err *err) {
     const PpStats *p = &r->pps;
     double v[2] = {p->idle_ms, p->idle_ms + p->busy_ms};
     Status st = comm_allreduce_f64(r->comm, v, 2, COMM_SUM, err);
@@ -1531,7 +1540,16 @@ static Status pipeline_bubble(Run *r, double out[3], Err *err) {
     for (int q = 0; q < r->pp; q++) {
         int wr = q * r->dp * r->tp;
         f[q] = all[wr], b[q] = all[r->world + wr], w[q] = all[2 * r->world + wr];
+        r->pp_stage_ms[0][q] = f[q], r->pp_stage_ms[1][q] = b[q], r->pp_stage_ms[2][q] = w[q];
     }
+    /* The op counts, for the record only (the tests' check that every W pass ran): their gathers
+     * are the record's cost, not the step's communication. */
+    CommStats before = r->comm->stats;
+    double cnt[3] = {p->nf, p->nb, p->nw};
+    for (int i = 0; i < 3 && st == ST_OK; i++) st = comm_allgather_f64(r->comm, cnt[i], all + (size_t)i * r->world, err);
+    for (int q = 0; q < r->pp && st == ST_OK; q++)
+        for (int i = 0; i < 3; i++) r->pp_stage_ops[i][q] = all[(size_t)i * r->world + (size_t)q * r->dp * r->tp];
+    step_comm_exclude(r, s, &before);
     free(all);
     if (st != ST_OK) return st;
     double m = r->sched.m, P = r->pp, vv = r->sched.v;
@@ -1577,7 +1595,7 @@ static Status step_report(Run *r, Step *s, Err *err) {
         fflush(stdout);
     }
     double pipe[4] = {0, 0, 0, 0}; /* pp > 1: bubble measured, formula, simulated; idle of this rank */
-    if (r->pp > 1 && (st = pipeline_bubble(r, pipe, err)) != ST_OK) return st;
+    if (r->pp > 1 && (st = pipeline_bubble(r, s, pipe, err)) != ST_OK) return st;
     double comm_ms = r->comm->stats.wait_ms_total - s->comm_ms0, by_kind[COMM_NKIND], tp_ms = 0;
     for (int k = 0; k < COMM_NKIND; k++) {
         by_kind[k] = (double)(r->comm->stats.bytes[k] - s->cs0.bytes[k]);
@@ -1596,7 +1614,9 @@ static Status step_report(Run *r, Step *s, Err *err) {
                    .comm_bytes_by_kind = by_kind, .ms_optimizer = s->t3 - s->t2, .ms_checkpoint = s->ckpt_ms,
                    .pp = r->pp, .pp_idle_ms = r->pps.idle_ms, .pp_busy_ms = r->pps.busy_ms, .pp_f_ms = r->pps.f_ms,
                    .pp_b_ms = r->pps.b_ms, .pp_w_ms = r->pps.w_ms, .pp_bubble = pipe[0], .pp_bubble_formula = pipe[1], .pp_bubble_sim = pipe[2],
-                   .pp_idle_by_rank = r->pp > 1 ? r->pp_idle : NULL, .noise = r->noise_on ? s->noise : NULL,
+                   .pp_idle_by_rank = r->pp > 1 ? r->pp_idle : NULL,
+                   .pp_stage_ms = {r->pp_stage_ms[0], r->pp_stage_ms[1], r->pp_stage_ms[2]},
+                   .pp_stage_ops = {r->pp_stage_ops[0], r->pp_stage_ops[1], r->pp_stage_ops[2]}, .noise = r->noise_on ? s->noise : NULL,
                    .noise_by_replica = r->noise_rep, .dp = r->dp,
                    .nseg = r->ls_nseg && s->updated ? r->ls_nseg : 0, .seg_grad = r->ls_grad, .seg_weight = r->ls_weight,
                    .seg_update = r->ls_update, .sophia = c->optim.kind == OPT_SOPHIA, .ms_hessian = s->hess_ms,

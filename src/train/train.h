@@ -84,6 +84,7 @@ typedef struct {
     int tp;                  /* tensor-parallel ranks (0, 1: none): Megatron's layer splits */
     int sp;                  /* sequence parallelism inside the tp group (needs tp > 1) */
     int pp;                  /* pipeline stages (0, 1: none) */
+    char device[16];         /* --device: where the model computes (model/backend.h: cpu; cuda in a CUDA build) */
     char pp_schedule[16];    /* gpipe | 1f1b | interleaved | zb-h1 (parallel/schedule.h) */
     char pp_layers[256];     /* blocks per (virtual) stage "4,4,3,3" ("" = balanced by FLOPs) */
     int interleave;          /* model chunks per pipeline rank (interleaved schedule; 1 otherwise) */
