@@ -11,8 +11,8 @@
  * state between buffers already mapped, timed here (best of 3); every save, the first included,
  * of the best of 3 savers (each with its own staging) must return within 6 x that + 100 ms (tolerance for the thread start, the meta copy and the
  * load of a shared 2-core machine) while its background write is slowed by 1 s
- * (ST_CKPT_FAIL_AT=begin:slow). Negative controls, which must exceed the bound: the test-only
- * ST_CKPT_ASYNC_SYNC=1 (the save waits for its own write), and what the first save did before
+ * (CkptOptions.faults: stage begin, mode slow). Negative controls, which must exceed the bound: the
+ * test-only fault ckpt_async_sync (the save waits for its own write), and what the first save did before
  * issue 12 (allocate fresh staging and copy into it: a page fault per 4 KiB). */
 #include <dirent.h>
 #include <signal.h>
@@ -130,10 +130,21 @@ static void sh(const char *fmt, const char *arg) {
     if (system(cmd) != 0) fprintf(stderr, "command failed: %s\n", cmd);
 }
 
+/* The test fault save() passes on (core/fault.h; zero: none). */
+static Faults g_faults;
+
+/* Sets the save fault: the save torn at `stage` ("" = none), mode 0 error, 1 _exit(3), 2 SIGSTOP,
+ * 3 a 1 s sleep (Faults.ckpt_fail_mode). */
+static void fail_at(Faults *f, const char *stage, int mode) {
+    snprintf(f->ckpt_fail_stage, sizeof f->ckpt_fail_stage, "%s", stage);
+    f->ckpt_fail_mode = mode;
+}
+
 static Status save(State *s, const char *dir, long step, int keep_last, int keep_every, Err *e) {
     CkptMeta m = make_meta(step);
     CkptOptions o = ckpt_default_options();
     o.dir = dir, o.keep_last = keep_last, o.keep_every = keep_every, o.tokenizer = "bytes";
+    o.faults = g_faults;
     CkptOptState op = opt_of(s);
     Status st = ckpt_save(&s->g.w, &op, &m, &o, NULL, e);
     ckpt_meta_free(&m);
@@ -339,9 +350,9 @@ static void test_faults(const ModelConfig *mc) {
         sh("rm -rf %s", dir);
         Err e = {0};
         save(&s1, dir, 1, 5, 0, &e);
-        setenv("ST_CKPT_FAIL_AT", STAGES[i], 1);
+        fail_at(&g_faults, STAGES[i], 0);
         Status st = save(&s2, dir, 2, 5, 0, &e);
-        unsetenv("ST_CKPT_FAIL_AT");
+        fail_at(&g_faults, "", 0);
         int ok = st == ST_ERR_RUNTIME && strstr(e.msg, STAGES[i]) && previous_loadable(mc, dir, i, why, sizeof why);
         /* The next save cleans up and succeeds. */
         ok = ok && save(&s2, dir, 3, 5, 0, &e) == ST_OK;
@@ -362,9 +373,7 @@ static void test_faults(const ModelConfig *mc) {
             save(&s1, dir, 1, 5, 0, &e);
             pid_t pid = fork();
             if (pid == 0) {
-                char v[64];
-                snprintf(v, sizeof v, "%s:%s", STAGES[i], mode ? "stop" : "exit");
-                setenv("ST_CKPT_FAIL_AT", v, 1);
+                fail_at(&g_faults, STAGES[i], mode ? 2 : 1);
                 save(&s2, dir, 2, 5, 0, &e);
                 _exit(0);
             }
@@ -387,11 +396,10 @@ static void test_faults(const ModelConfig *mc) {
                  "%d stages: child %s mid-save, previous checkpoint resolves and loads bit-exactly", NSTAGES,
                  mode ? "SIGSTOPped then kill -9ed" : "_exit(3)s");
     }
-    unsetenv("ST_CKPT_FAIL_AT");
     Err e = {0};
-    setenv("ST_CKPT_FAIL_AT", "no_such_stage", 1);
+    fail_at(&g_faults, "no_such_stage", 0);
     Status st = save(&s2, TMP "/fault_begin", 4, 5, 0, &e);
-    unsetenv("ST_CKPT_FAIL_AT");
+    fail_at(&g_faults, "", 0);
     tu_check(st == ST_ERR_INPUT && strstr(e.msg, "unknown stage"), "ckpt_fault_unknown_stage", "%s", e.msg);
     state_free(&s1), state_free(&s2);
 }
@@ -527,11 +535,11 @@ static void test_async(const ModelConfig *mc) {
     tu_check(ok, "ckpt_async_snapshot", "write of the state as of the call while the buffers change: bit-exact; "
              "staging %zu bytes; copy %.2f ms, write %.2f ms %s", staged, info.ms_copy, info.ms_write, st ? e.msg : "");
     /* A failing background write surfaces at the next wait. */
-    setenv("ST_CKPT_FAIL_AT", "state", 1);
+    fail_at(&o.faults, "state", 0);
     m.step = 12;
     st = ckpt_async_save(a, &s.g.w, &op, &m, &o, &e);
     Status st2 = ckpt_async_wait(a, &info, &e);
-    unsetenv("ST_CKPT_FAIL_AT");
+    fail_at(&o.faults, "", 0);
     tu_check(st == ST_OK && st2 == ST_ERR_RUNTIME && strstr(e.msg, "state"), "ckpt_async_error", "%s", e.msg);
     ckpt_async_free(a);
     tu_check(ms.bytes[MEM_CKPT_STAGING] == 0, "ckpt_async_free", "staging released");
@@ -599,7 +607,7 @@ static void test_async_blocking(void) {
     CkptMeta m = make_meta(1);
     CkptOptions o = ckpt_default_options();
     o.dir = dir;
-    setenv("ST_CKPT_FAIL_AT", "begin:slow", 1);
+    fail_at(&o.faults, "begin", 3); /* every background write slowed by 1 s */
     /* Three savers, each with its own staging, as three runs would: the slowest of a saver's two
      * saves, best saver kept (the oracle is a best of three too). The first copy into staging
      * that init mapped varies from run to run on this VM (50-230 ms for 200 MB, seen with the
@@ -634,16 +642,16 @@ static void test_async_blocking(void) {
     }
     /* Negative control: a save that waits for its own write. */
     if (st == ST_OK && (st = ckpt_async_wait(a, NULL, &e)) == ST_OK) {
-        setenv("ST_CKPT_ASYNC_SYNC", "1", 1);
+        o.faults.ckpt_async_sync = 1;
         m.step = 10;
         double t0 = timer_ms();
         st = ckpt_async_save(a, &s.g.w, &op, &m, &o, &e);
         t[2] = timer_ms() - t0;
-        unsetenv("ST_CKPT_ASYNC_SYNC");
+        o.faults.ckpt_async_sync = 0;
     }
     CkptSaveInfo info;
     if (a) stw = ckpt_async_wait(a, &info, &e);
-    unsetenv("ST_CKPT_FAIL_AT");
+    fail_at(&o.faults, "", 0);
     tu_check(st == ST_OK && stw == ST_OK && staged == 4 * bytes, "ckpt_async_staging_at_init",
              "%zu bytes of staging allocated by ckpt_async_init (want %zu) %s", staged, 4 * bytes,
              st || stw ? e.msg : "");
@@ -662,7 +670,7 @@ static void test_async_blocking(void) {
              "the most minor page faults during a save: %ld (staging is %ld pages; bound %ld)", worst_faults, pages,
              fault_bound);
     tu_check(t[2] > bound && fresh_faults > fault_bound, "ckpt_async_blocking_negative_controls",
-             "a save that waits for its write (ST_CKPT_ASYNC_SYNC=1) blocked %.1f ms (must exceed %.1f ms); a copy "
+             "a save that waits for its write (fault ckpt_async_sync) blocked %.1f ms (must exceed %.1f ms); a copy "
              "into fresh staging (the first save before issue 12) took %.1f ms and raised %ld page faults (must "
              "exceed %ld)", t[2], bound, fresh, fresh_faults, fault_bound);
     ckpt_async_free(a);

@@ -26,11 +26,11 @@
  *   llama     a Llama with grouped-query attention (4 heads over 2 KV heads, untied head): sharded
  *             saves in one process, at tp 2 and at dp 2 × tp 2 × pp 2, each loaded on the 9 grids
  *             whose tp divides the 2 KV heads (K/V heads resharded between tp 1 and 2);
- * Negative controls (run here, each must make its check fail): ST_CKPT_SHARD_TEST=wrong-slice
- * (tp slices placed one rank off) must break the bit-exact comparison; =skip-verify must let a
- * flipped byte through the load (so the checksum is what catches it); the comparator must catch
- * one flipped bit; the Llama tp 2 load against the slices with the two KV heads' rows of wk and wv
- * swapped must differ. */
+ * Negative controls (run here, each must make its check fail): Faults.ckpt_wrong_slice (tp slices
+ * placed one rank off) must break the bit-exact comparison; .ckpt_skip_verify must let a flipped
+ * byte through the load (so the checksum is what catches it); the comparator must catch one
+ * flipped bit; the Llama tp 2 load against the slices with the two KV heads' rows of wk and wv
+ * swapped must differ. The save faults are CkptOptions.faults (core/fault.h). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -43,7 +43,10 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/shard.h"
 #include "comm/comm.h"
+#include "core/fault.h"
 #include "testutil.h"
+
+static Faults g_faults; /* the loads' test faults (load_grid's; zero: none) */
 
 /* GPT-2, or (llama) a Llama with grouped-query attention: 4 heads over 2 KV heads, F = 48, untied head. */
 static ModelConfig model_cfg(int llama) {
@@ -208,7 +211,8 @@ static int load_grid(const char *ckpt, const Grid *g, const Oracle *o, int with_
             want[k] = oracle_slice(o, &pl, k);
         }
         Err e = {0};
-        Status st = ckpt_load_any(ckpt, &pl, b[0], with_moments ? b[1] : NULL, with_moments ? b[2] : NULL, NULL, &e);
+        Status st = ckpt_load_any(ckpt, &pl, b[0], with_moments ? b[1] : NULL, with_moments ? b[2] : NULL, NULL,
+                                  &g_faults, &e);
         int ok = st == ST_OK;
         for (int k = 0; k < (with_moments ? 3 : 1) && ok; k++) ok = !memcmp(b[k], want[k], pl.total * sizeof(float));
         if (!ok && !bad++)
@@ -279,13 +283,18 @@ static void read_latest(const char *dir, char *out, size_t cap) {
     free(t);
 }
 
-/* "save DIR STEPS DP TP PP": saves each step of the comma list. */
+/* "save DIR STEPS DP TP PP [exit-rank=R]": saves each step of the comma list (rank R _exits while it
+ * writes its file: Faults.ckpt_fail_* at stage shard). */
 static int worker_save(Comm *c, const Oracle *o, char **argv) {
     const char *dir = argv[0];
     Rank r;
     rank_init(&r, c, o, atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
     if (g_slice_bad) return fprintf(stderr, "rank %d: the oracle's slicing rules do not fit the layout\n", c->rank), 1;
     CkptOptions op = opts_for(dir);
+    if (argv[5] && !strncmp(argv[5], "exit-rank=", 10)) { /* that rank _exits while it writes its file */
+        snprintf(op.faults.ckpt_fail_stage, sizeof op.faults.ckpt_fail_stage, "shard");
+        op.faults.ckpt_fail_mode = 1, op.faults.ckpt_fail_only_rank = 1, op.faults.ckpt_fail_rank = atoi(argv[5] + 10);
+    }
     int fails = 0;
     for (char *s = argv[1]; s && *s;) {
         long step = strtol(s, &s, 10);
@@ -328,15 +337,12 @@ static int worker_faults(Comm *c, const Oracle *o, char **argv) {
              {"sync", 0, "stage 'sync'"},
              {"rename", 0, "stage 'rename'"}};
     for (size_t i = 0; i < sizeof F / sizeof F[0]; i++) {
-        char rk[8];
-        snprintf(rk, sizeof rk, "%d", F[i].rank);
-        setenv("ST_CKPT_FAIL_AT", F[i].stage, 1);
-        setenv("ST_CKPT_FAIL_RANK", rk, 1);
+        CkptOptions fop = op; /* the save torn at F[i].stage on rank F[i].rank */
+        snprintf(fop.faults.ckpt_fail_stage, sizeof fop.faults.ckpt_fail_stage, "%s", F[i].stage);
+        fop.faults.ckpt_fail_only_rank = 1, fop.faults.ckpt_fail_rank = F[i].rank;
         CkptMeta m2 = meta_for(2, c);
         Err e2 = {0};
-        Status st = ckpt_shard_save(c, &r.src, &m2, &op, NULL, &e2);
-        unsetenv("ST_CKPT_FAIL_AT");
-        unsetenv("ST_CKPT_FAIL_RANK");
+        Status st = ckpt_shard_save(c, &r.src, &m2, &fop, NULL, &e2);
         int same = same_everywhere(c, st, e2.msg);
         char latest[64];
         read_latest(dir, latest, sizeof latest);
@@ -406,13 +412,12 @@ static int worker_async(Comm *c, const Oracle *o, char **argv) {
     if (c->rank == 0) tu_check(ok, "shard_async_commit", "invisible before the commit %d, path %s: %s", invisible, info.path, e.msg);
     bad += !ok;
     /* A writer failure on rank 1 surfaces at the commit, on every rank. */
-    setenv("ST_CKPT_FAIL_AT", "shard", 1);
-    setenv("ST_CKPT_FAIL_RANK", "1", 1);
+    CkptOptions fop = op;
+    snprintf(fop.faults.ckpt_fail_stage, sizeof fop.faults.ckpt_fail_stage, "shard");
+    fop.faults.ckpt_fail_only_rank = 1, fop.faults.ckpt_fail_rank = 1;
     CkptMeta m2 = meta_for(2, c);
     Err e2 = {0};
-    st = ckpt_shard_async_save(a, c, &r.src, &m2, &op, NULL, &e2);
-    unsetenv("ST_CKPT_FAIL_AT");
-    unsetenv("ST_CKPT_FAIL_RANK");
+    st = ckpt_shard_async_save(a, c, &r.src, &m2, &fop, NULL, &e2);
     st2 = ckpt_shard_async_wait(a, c, NULL, &e2);
     char latest[64];
     read_latest(dir, latest, sizeof latest);
@@ -515,7 +520,7 @@ static void part_corrupt(const char *root, const char *ckpt, const char *dir, co
         long off = -5;
         int old = flip(ckpt, names[i], off);
         Err e1 = {0}, e2 = {0};
-        Status s1 = ckpt_shard_load(ckpt, &full, b, NULL, NULL, NULL, &e1);
+        Status s1 = ckpt_shard_load(ckpt, &full, b, NULL, NULL, NULL, NULL, &e1);
         Status s2 = ckpt_verify(ckpt, &e2);
         int ok = s1 == ST_ERR_INPUT && strstr(e1.msg, names[i]) && s2 == ST_ERR_INPUT && strstr(e2.msg, names[i]);
         caught += ok;
@@ -537,16 +542,16 @@ static void part_corrupt(const char *root, const char *ckpt, const char *dir, co
     tu_check(st == ST_OK && strstr(out, "step_00000002"), "shard_resolve_newest", "%s", out);
     /* Negative control: without verification the same flip goes through the load unnoticed. */
     old = flip(ckpt, "rank00003.safetensors", -5);
-    setenv("ST_CKPT_SHARD_TEST", "skip-verify", 1);
+    Faults skip = {0};
+    skip.ckpt_skip_verify = 1;
     Err e3 = {0};
     float *want = oracle_slice(o, &full, 0);
     float *bm = calloc(full.total, sizeof(float)), *bv = calloc(full.total, sizeof(float));
     float *wm = oracle_slice(o, &full, 1), *wv = oracle_slice(o, &full, 2);
-    Status s3 = ckpt_shard_load(ckpt, &full, b, bm, bv, NULL, &e3);
+    Status s3 = ckpt_shard_load(ckpt, &full, b, bm, bv, NULL, &skip, &e3);
     int differs = memcmp(b, want, full.total * sizeof(float)) || memcmp(bm, wm, full.total * sizeof(float)) ||
                   memcmp(bv, wv, full.total * sizeof(float));
     free(bm), free(bv), free(wm), free(wv);
-    unsetenv("ST_CKPT_SHARD_TEST");
     unflip(ckpt, "rank00003.safetensors", -5, old);
     tu_check(s3 == ST_OK && differs, "shard_control_skip_verify_lets_flip_through",
              "load %d, values differ %d (the checksum is what catches the flip)", s3, differs);
@@ -601,7 +606,7 @@ static void part_llama(const char *root) {
     int bad = 0;
     float *want = oracle_slice_ex(&ol, &pl, 0, 0, &bad), *swapped = oracle_slice_ex(&ol, &pl, 0, 1, &bad);
     Err e2 = {0};
-    st = ckpt_load_any(c8, &pl, b, NULL, NULL, NULL, &e2);
+    st = ckpt_load_any(c8, &pl, b, NULL, NULL, NULL, NULL, &e2);
     int equal = st == ST_OK && !memcmp(b, want, pl.total * sizeof(float));
     int caught = st == ST_OK && memcmp(b, swapped, pl.total * sizeof(float)) != 0;
     tu_check(equal && caught && !bad, "llama_control_swapped_kv_heads_caught",
@@ -689,7 +694,7 @@ int main(int argc, char **argv) {
     /* Negative control: tp slices placed one rank off must break the comparison. */
     {
         char msg[1200] = "";
-        setenv("ST_CKPT_SHARD_TEST", "wrong-slice", 1);
+        g_faults.ckpt_wrong_slice = 1;
         int bad = load_grid(c2, &GRIDS[0], &o, 1, msg, sizeof msg) + load_grid(c8, &GRIDS[3], &o, 1, msg, sizeof msg);
         /* A stage without wte (pp 4, rank 1: block 1 only): no slice falls outside its tensor, so
          * only the bit-exact comparison can catch the misplaced rows and columns. */
@@ -697,9 +702,9 @@ int main(int argc, char **argv) {
         grid_layout(&GRIDS[5], 1, &cfg, &pl, NULL);
         float *b = calloc(pl.total, sizeof(float)), *want = oracle_slice(&o, &pl, 0);
         Err e = {0};
-        Status st = ckpt_load_any(c8, &pl, b, NULL, NULL, NULL, &e);
+        Status st = ckpt_load_any(c8, &pl, b, NULL, NULL, NULL, &g_faults, &e);
         int differs = memcmp(b, want, pl.total * sizeof(float)) != 0;
-        unsetenv("ST_CKPT_SHARD_TEST");
+        g_faults.ckpt_wrong_slice = 0;
         free(b), free(want);
         layout_free(&pl);
         tu_check(bad > 0 && st == ST_OK && differs, "shard_control_wrong_slice_caught",
@@ -714,7 +719,7 @@ int main(int argc, char **argv) {
         ParamLayout pl;
         layout_init(&pl, &other, 1);
         float *b = calloc(pl.total, sizeof(float));
-        Status st = ckpt_shard_load(c8, &pl, b, NULL, NULL, NULL, &e);
+        Status st = ckpt_shard_load(c8, &pl, b, NULL, NULL, NULL, NULL, &e);
         tu_check(st == ST_ERR_INPUT && strstr(e.msg, "layers: checkpoint has 4, model has 2"), "shard_load_refuses_shape",
                  "%s", e.msg);
         free(b);
@@ -727,8 +732,8 @@ int main(int argc, char **argv) {
     tu_check(mpirun(2, NULL, cmd) == 0, "shard_faults_np2", "mpirun -np 2 (see the shard_fault_* lines)");
     {
         char latest[64];
-        snprintf(cmd, sizeof cmd, "save %s 3 2 1 1", df);
-        int rc = mpirun(2, "-x ST_CKPT_FAIL_AT=shard:exit -x ST_CKPT_FAIL_RANK=1", cmd);
+        snprintf(cmd, sizeof cmd, "save %s 3 2 1 1 exit-rank=1", df); /* rank 1 _exits mid-write (Faults) */
+        int rc = mpirun(2, NULL, cmd);
         read_latest(df, latest, sizeof latest);
         char s2[4300];
         snprintf(s2, sizeof s2, "%s/step_00000002", df);

@@ -51,24 +51,16 @@ static const char *const CKPT_STAGES[] = {
 enum { NSTAGES = sizeof CKPT_STAGES / sizeof CKPT_STAGES[0] };
 
 
-Status ckpt_fault_parse(Fault *f, Err *err) {
+Status ckpt_fault_parse(Fault *f, const Faults *src, Err *err) {
     memset(f, 0, sizeof *f);
-    const char *e = getenv("ST_CKPT_FAIL_AT");
-    if (!e || !*e) return ST_OK;
-    snprintf(f->stage, sizeof f->stage, "%s", e);
-    char *colon = strchr(f->stage, ':');
-    if (colon) {
-        *colon = '\0';
-        if (!strcmp(colon + 1, "exit")) f->mode = 1;
-        else if (!strcmp(colon + 1, "stop")) f->mode = 2;
-        else if (!strcmp(colon + 1, "slow")) f->mode = 3;
-        else return err_set(err, ST_ERR_INPUT, "ST_CKPT_FAIL_AT=%s: expected STAGE, STAGE:exit, STAGE:stop or STAGE:slow", e);
-    }
+    if (!src || !src->ckpt_fail_stage[0]) return ST_OK;
+    snprintf(f->stage, sizeof f->stage, "%s", src->ckpt_fail_stage);
+    f->mode = src->ckpt_fail_mode;
     for (int i = 0; i < NSTAGES; i++)
         if (!strcmp(f->stage, CKPT_STAGES[i])) return ST_OK;
     return err_set(err, ST_ERR_INPUT,
-                   "ST_CKPT_FAIL_AT=%s: unknown stage (expected begin, model, config, optimizer, state, sync, rename, "
-                   "latest, prune, shard, agree or manifest)", e);
+                   "checkpoint fault at '%s' (ST_CKPT_FAIL_AT): unknown stage (expected begin, model, config, optimizer, "
+                   "state, sync, rename, latest, prune, shard, agree or manifest)", f->stage);
 }
 
 Status ckpt_fault_hit(const Fault *f, const char *stage, Err *err) {
@@ -82,7 +74,7 @@ Status ckpt_fault_hit(const Fault *f, const char *stage, Err *err) {
         nanosleep(&(struct timespec){1, 0}, NULL);
         return ST_OK;
     }
-    return err_set(err, ST_ERR_RUNTIME, "checkpoint save aborted at stage '%s' (ST_CKPT_FAIL_AT)", stage);
+    return err_set(err, ST_ERR_RUNTIME, "checkpoint save aborted at stage '%s' (test fault ST_CKPT_FAIL_AT)", stage);
 }
 
 /* ======================================================================================== */
@@ -645,7 +637,7 @@ Status ckpt_save_snap(const CkptSnap *s, const CkptMeta *meta, const CkptOptions
     if (meta->step < 0) return err_set(err, ST_ERR_INPUT, "checkpoint step: expected >= 0, found %ld", meta->step);
     double t0 = timer_ms();
     Fault fault;
-    Status st = ckpt_fault_parse(&fault, err);
+    Status st = ckpt_fault_parse(&fault, &o->faults, err);
     if (st != ST_OK) return st;
     if ((st = file_mkdirs(o->dir, err)) != ST_OK) return st;
     ckpt_remove_leftovers(o->dir);

@@ -17,9 +17,10 @@
  * temp + fsync + rename, then old checkpoints are pruned. A process killed at any instant leaves
  * every previously completed checkpoint intact. Only one process (rank 0) writes a CKPT_DIR.
  *
- * Fault injection for tests: ST_CKPT_FAIL_AT=<stage>[:exit|:stop] aborts a save at that stage
- * (see CKPT_STAGES in ckpt.c and docs/checkpoint.md): plain → the save returns ST_ERR_RUNTIME;
- * ":exit" → _exit(3); ":stop" → raise(SIGSTOP) (a parent then kill -9s the stopped process).
+ * Fault injection for tests (CkptOptions.faults, core/fault.h; the CLI fills it from
+ * ST_CKPT_FAIL_AT=<stage>[:exit|:stop|:slow]): ckpt_fail_stage aborts a save at that stage (see
+ * CKPT_STAGES in ckpt.c and docs/checkpoint.md): mode 0 → the save returns ST_ERR_RUNTIME;
+ * 1 → _exit(3); 2 → raise(SIGSTOP) (a parent then kill -9s the stopped process); 3 → a 1 s sleep.
  *
  * Library code: never prints or exits (except the fault hook above); errors name the file. */
 #ifndef ST_CKPT_CKPT_H
@@ -29,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/fault.h"
 #include "core/mem.h"
 #include "core/status.h"
 #include "data/loader.h"
@@ -104,6 +106,7 @@ typedef struct {
     /* Optional progress of a save: bytes written so far and the expected total (may be NULL). */
     void (*progress)(void *ctx, uint64_t done, uint64_t total);
     void *progress_ctx;
+    Faults faults;         /* test-only: ckpt_fail_* (a save torn at a stage), ckpt_async_sync (all zero: none) */
 } CkptOptions;
 
 CkptOptions ckpt_default_options(void); /* dir NULL, keep_last 3, keep_every 0 */

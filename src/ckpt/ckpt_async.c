@@ -135,8 +135,7 @@ Status ckpt_async_save(CkptAsync *a, const GptWeights *w, const CkptOptState *op
     a->started = 1;
     /* Test-only: the negative control of test_ckpt's blocking check (a save that writes in the
      * foreground must be caught). */
-    const char *sync = getenv("ST_CKPT_ASYNC_SYNC");
-    if (sync && sync[0] == '1') return join(a, NULL, err);
+    if (o->faults.ckpt_async_sync) return join(a, NULL, err);
     return ST_OK;
 }
 

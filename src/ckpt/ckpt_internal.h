@@ -32,13 +32,15 @@ Status ckpt_save_snap(const CkptSnap *s, const CkptMeta *meta, const CkptOptions
 /* Deep copy of meta (config duplicated, owned by dst). */
 int ckpt_meta_copy(CkptMeta *dst, const CkptMeta *src);
 
-/* ---- fault injection (ST_CKPT_FAIL_AT=<stage>[:exit|:stop|:slow]) ---- */
+/* ---- fault injection (Faults.ckpt_fail_stage, ckpt_fail_mode; core/fault.h) ---- */
 typedef struct {
     char stage[32]; /* "" = no fault */
     int mode;       /* 0 return an error, 1 _exit(3), 2 raise(SIGSTOP), 3 sleep 1 s and go on (a slow disk) */
 } Fault;
 
-Status ckpt_fault_parse(Fault *f, Err *err);
+/* f from src's ckpt_fail_stage and ckpt_fail_mode (src NULL: no fault); ST_ERR_INPUT for a stage
+ * that is not one of CKPT_STAGES. */
+Status ckpt_fault_parse(Fault *f, const Faults *src, Err *err);
 /* ST_OK unless f names stage (then: an error, _exit, SIGSTOP or a 1 s sleep, by f->mode). */
 Status ckpt_fault_hit(const Fault *f, const char *stage, Err *err);
 

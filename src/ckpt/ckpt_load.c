@@ -20,7 +20,7 @@ Status ckpt_load_progress(const char *ckpt_path, GptWeights *w, const CkptOptSta
     if (!opt) opt = &none;
     if (ckpt_is_sharded(ckpt_path)) {
         /* A sharded checkpoint's "params" are the fp32 weights (the master under mixed precision). */
-        Status st = ckpt_shard_load(ckpt_path, &w->layout, w->params, opt->m, opt->v, meta, err);
+        Status st = ckpt_shard_load(ckpt_path, &w->layout, w->params, opt->m, opt->v, meta, NULL, err);
         if (st == ST_OK && opt->master) memcpy(opt->master, w->params, w->layout.total * sizeof(float));
         return st;
     }
@@ -30,6 +30,6 @@ Status ckpt_load_progress(const char *ckpt_path, GptWeights *w, const CkptOptSta
 
 Status ckpt_load_weights(GptWeights *w, const char *dir, Err *err) {
     /* A sharded checkpoint has no model.safetensors: assemble the weights from its rank files. */
-    if (ckpt_is_sharded(dir)) return ckpt_shard_load(dir, &w->layout, w->params, NULL, NULL, NULL, err);
+    if (ckpt_is_sharded(dir)) return ckpt_shard_load(dir, &w->layout, w->params, NULL, NULL, NULL, NULL, err);
     return st_load_hf_weights(w, dir, err);
 }

@@ -214,17 +214,12 @@ static Status check_cover(const Slice *const *s, int n, const char *name, const 
 /* Fault injection with a rank filter                                                       */
 /* ======================================================================================== */
 
-/* ST_CKPT_FAIL_AT as ckpt.c parses it, kept only on world rank ST_CKPT_FAIL_RANK if that is set. */
-static Status fault_for_rank(Fault *f, int rank, Err *err) {
-    Status st = ckpt_fault_parse(f, err);
+/* The save's fault as ckpt.c parses it, kept only on world rank src->ckpt_fail_rank if
+ * src->ckpt_fail_only_rank is set. */
+static Status fault_for_rank(Fault *f, const Faults *src, int rank, Err *err) {
+    Status st = ckpt_fault_parse(f, src, err);
     if (st != ST_OK) return st;
-    const char *r = getenv("ST_CKPT_FAIL_RANK");
-    if (r && *r) {
-        char *end;
-        long v = strtol(r, &end, 10);
-        if (*end || v < 0) return err_set(err, ST_ERR_INPUT, "ST_CKPT_FAIL_RANK=%s: expected a rank number", r);
-        if (v != rank) f->stage[0] = '\0';
-    }
+    if (src->ckpt_fail_only_rank && src->ckpt_fail_rank != rank) f->stage[0] = '\0';
     return ST_OK;
 }
 
@@ -398,7 +393,7 @@ static void abandon(Comm *c, const SavePaths *p) {
 static Status shard_prepare(Comm *c, const SavePaths *p, const CkptMeta *meta, const CkptOptions *o, Fault *fault,
                             Err *err) {
     Err e = {0};
-    Status mine = fault_for_rank(fault, c->rank, &e);
+    Status mine = fault_for_rank(fault, &o->faults, c->rank, &e);
     if (mine == ST_OK && meta->step < 0)
         mine = err_set(&e, ST_ERR_INPUT, "checkpoint step: expected >= 0, found %ld", meta->step);
     if (mine == ST_OK && c->rank == 0) {
@@ -772,11 +767,6 @@ int ckpt_is_sharded(const char *path) {
     return access(p, F_OK) == 0;
 }
 
-static int test_switch(const char *what) {
-    const char *e = getenv("ST_CKPT_SHARD_TEST");
-    return e && !strcmp(e, what);
-}
-
 /* One file of the checkpoint, mapped and verified when first needed. */
 typedef struct {
     char name[64];
@@ -790,7 +780,7 @@ typedef struct {
 
 /* Maps ckpt/name read-only, checks its size and XXH3-64 against state.json's record, parses the
  * safetensors header. Errors name "step_x/name". */
-static Status map_file(const char *ckpt, MapFile *f, Err *err) {
+static Status map_file(const char *ckpt, MapFile *f, const Faults *faults, Err *err) {
     char path[4200], shown[256];
     snprintf(path, sizeof path, "%s/%s", ckpt, f->name);
     snprintf(shown, sizeof shown, "%s/%s", ckpt_base_name(ckpt), f->name);
@@ -812,7 +802,7 @@ static Status map_file(const char *ckpt, MapFile *f, Err *err) {
     f->map = m, f->len = n;
     madvise(m, n, MADV_SEQUENTIAL);
     uint64_t h = XXH3_64bits(m, n);
-    if (h != f->sum.xxh3 && !test_switch("skip-verify"))
+    if (h != f->sum.xxh3 && !(faults && faults->ckpt_skip_verify))
         return err_set(err, ST_ERR_INPUT, "%s: xxh3 checksum mismatch: state.json records %016" PRIx64 ", file has %016"
                        PRIx64 " (corrupt)", shown, f->sum.xxh3, h);
     Status st = st_parse(&f->sf, shown, m, n, err);
@@ -864,7 +854,7 @@ static void manifest_free(Manifest *m) {
 
 /* Parses manifest.json (already verified) and checks its model shape against cfg. */
 static Status manifest_parse(Manifest *m, const char *text, size_t len, const ModelConfig *cfg, const char *where,
-                             Err *err) {
+                             const Faults *faults, Err *err) {
     memset(m, 0, sizeof *m);
     m->json = cJSON_ParseWithLength(text, len);
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(m->json, "format");
@@ -930,7 +920,7 @@ static Status manifest_parse(Manifest *m, const char *text, size_t len, const Mo
             if (st != ST_OK) return st;
             Slice *y = &m->s[m->ns++];
             /* Test-only negative control: every tp slice placed one tp rank off. */
-            if (!slice_whole(y) && test_switch("wrong-slice")) y->tp_rank = (y->tp_rank + 1) % y->tp;
+            if (!slice_whole(y) && faults && faults->ckpt_wrong_slice) y->tp_rank = (y->tp_rank + 1) % y->tp;
         }
         x->n = m->ns - x->first;
         m->nt++;
@@ -953,7 +943,7 @@ static int file_index(MapFile *files, int nfiles, const char *name) {
 }
 
 Status ckpt_shard_load(const char *path, const ParamLayout *pl, float *params, float *m, float *v, CkptMeta *meta,
-                       Err *err) {
+                       const Faults *faults, Err *err) {
     CkptMeta mt;
     CkptFileList fl;
     memset(&fl, 0, sizeof fl);
@@ -984,7 +974,7 @@ Status ckpt_shard_load(const char *path, const ParamLayout *pl, float *params, f
     if ((st = ckpt_check_file(path, CKPT_MANIFEST, ckpt_files_find(&fl, CKPT_MANIFEST), &mtext, &mlen, NULL, err)) !=
         ST_OK)
         goto done;
-    if ((st = manifest_parse(&man, mtext, mlen, &pl->cfg, where, err)) != ST_OK) goto done;
+    if ((st = manifest_parse(&man, mtext, mlen, &pl->cfg, where, faults, err)) != ST_OK) goto done;
     if (layout_init(&fl_layout, &pl->cfg, 1) != 0 || !(files = calloc((size_t)fl.n + 1, sizeof *files)) ||
         !(jobs = calloc((size_t)pl->ntensors * NKIND + 1, sizeof *jobs)) ||
         !(pick = calloc((size_t)man.ns + 1, sizeof *pick))) {
@@ -1051,7 +1041,7 @@ Status ckpt_shard_load(const char *path, const ParamLayout *pl, float *params, f
     }
     /* Read (map) and verify every needed file before copying anything from it. */
     for (int i = 0; i < fl.n; i++)
-        if (files[i].needed && (st = map_file(path, &files[i], err)) != ST_OK) goto done;
+        if (files[i].needed && (st = map_file(path, &files[i], faults, err)) != ST_OK) goto done;
     for (int j = 0; j < njobs; j++) {
         const Job *jb = &jobs[j];
         const TensorInfo *t = &pl->tensors[jb->tensor];
@@ -1106,8 +1096,8 @@ done:
 /* ======================================================================================== */
 
 Status ckpt_load_any(const char *path, const ParamLayout *pl, float *params, float *m, float *v, CkptMeta *meta,
-                     Err *err) {
-    if (ckpt_is_sharded(path)) return ckpt_shard_load(path, pl, params, m, v, meta, err);
+                     const Faults *faults, Err *err) {
+    if (ckpt_is_sharded(path)) return ckpt_shard_load(path, pl, params, m, v, meta, faults, err);
     /* The single-process format holds full tensors: read them into the full layout, cut pl's slices. */
     ParamLayout full;
     if (layout_init(&full, &pl->cfg, 1) != 0) return err_set(err, ST_ERR_RUNTIME, "out of memory");

@@ -74,15 +74,16 @@ int ckpt_is_sharded(const char *path);
  * checkpoint). Every buffer is zeroed first (padding stays zero). meta (may be NULL) receives
  * state.json (ckpt_meta_free after). Not collective. Errors (ST_ERR_INPUT) name the checkpoint and
  * file: a size or xxh3 mismatch in any file read, a model shape that differs from pl's, a missing
- * tensor or kind, slices that do not cover a tensor. */
+ * tensor or kind, slices that do not cover a tensor. faults (NULL: none): the test-only
+ * ckpt_skip_verify and ckpt_wrong_slice (core/fault.h). */
 Status ckpt_shard_load(const char *path, const ParamLayout *pl, float *params, float *m, float *v, CkptMeta *meta,
-                       Err *err);
+                       const Faults *faults, Err *err);
 
 /* Either format into any layout: a sharded checkpoint as ckpt_shard_load; a single-process one by
  * reading its full tensors (model.safetensors, optimizer.safetensors' m and v) and cutting pl's
  * slices (the trainer resuming a 1-process checkpoint on a tp/pp grid). */
 Status ckpt_load_any(const char *path, const ParamLayout *pl, float *params, float *m, float *v, CkptMeta *meta,
-                     Err *err);
+                     const Faults *faults, Err *err);
 
 /* ---- asynchronous sharded save ----
  *

@@ -10,6 +10,7 @@
 
 #define ARG_UNSET_INT (-2147483647) /* an int option not given */
 #include "cli/cmds.h"
+#include "cli/faults.h"
 #include "cli/hwprobe.h"
 #include "cli/train_args.h"
 #include "core/fileio.h"
@@ -372,6 +373,7 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         c.have_hw = 1;
     }
     if ((st = refuse_inert(specs, n, &c, comm, &err)) != ST_OK) FAIL(st);
+    if ((st = cli_faults_from_env(&c.faults, &err)) != ST_OK) FAIL(st); /* the tests' ST_*_TEST variables */
     if (!c.data[0] && (st = bundled_corpus(&c, &err)) != ST_OK) FAIL(st);
     if (c.tokenizer[0]) {
         char dir[1024];

@@ -1,6 +1,10 @@
 /* parallel.h — data parallelism over the dp group of a Comm, with ZeRO stages 0–3 (issue 6), and
  * the tensor-parallel collectives of a model slice (issue 13).
  *
+ * Implemented one file per mechanism (issue 24): parallel.c composes zero.c (ZeRO, the dp hooks),
+ * tp.c (tp hooks, the norm's replicated pieces, whole tensors from slices), pp_tied.c (the
+ * pipeline's tied wte), matopt.c (Muon, Shampoo, Sophia); parallel_internal.h holds their Par.
+ *
  * The model knows nothing of communication: par_init installs the Gpt's hooks (gpt.h) and from
  * them starts, progresses and finishes the collectives of a step. Design and memory formulas:
  * docs/parallel.md.
@@ -49,6 +53,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "core/fault.h"
 #include "core/mem.h"
 #include "core/status.h"
 #include "model/gpt.h"
@@ -75,6 +80,8 @@ typedef struct {
     float shampoo_eps;    /* ε of Shampoo's roots */
     int noise;            /* 1: keep the squared norm of this rank's first micro-batch gradient
                              (par_noise_sumsq), for the gradient noise scale (train/noise.h) */
+    Faults faults;        /* test-only faults (core/fault.h; all zero: none): grad_scale, kill_*,
+                             tp_skip_backward, pp_skip_tied, matrix_no_share, matrix_reset */
 } ParOptions;
 
 ParOptions par_default_options(void);
@@ -118,6 +125,16 @@ void par_set_full(Par *p, const float *params, const float *m, const float *v);
 /* Gathers full-layout copies of parameters and moments (any may be NULL) on every rank.
  * Collective over the dp group. */
 Status par_get_full(Par *p, float *params, float *m, float *v, Err *err);
+
+/* Whole tensors from every rank's slices (tp > 1 or pp > 1): local holds nb buffers of this rank's
+ * layout (par_get_full's, every dp rank alike), fbuf nb zeroed buffers of full (layout_init's of
+ * the whole network). Each tp rank writes its slices (tp rank 0 also the replicated tensors), the
+ * tp group sums them, and the stages' buffers (the head stage's copy of a tied wte left out) are
+ * summed on stage 0 of the replica holding world rank 0 (dp rank 0, tp rank 0), where fbuf then
+ * holds the whole network; elsewhere fbuf holds partial sums. Collective over the tp group, then
+ * point-to-point over the pp group of that replica; `step` names the step in a timeout. Staging
+ * (MEM_CKPT_STAGING) for one 16 MiB chunk on the receiving rank. */
+Status par_full_tensors(Par *p, const ParamLayout *full, float *local, float *fbuf, int nb, long step, Err *err);
 
 /* Optimizer state outside the layout: Shampoo's blocks (L, R, P_L, P_R of every block, in
  * layout_shampoo_blocks order), a vector that is the same for any dp (checkpoints reshard it by

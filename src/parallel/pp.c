@@ -1,4 +1,6 @@
-/* pp.c — the pipeline runtime (see pp.h). */
+/* pp.c — the step's micro-batch loop: walks this rank's ops of a schedule (pp.h), over the stage
+ * API and point-to-point messages in a pipeline, over the whole model (gpt_forward, gpt_backward)
+ * in the trivial schedule of one stage. */
 #include "parallel/pp.h"
 
 #include <stdlib.h>
@@ -12,6 +14,7 @@ struct PpRun {
     Gpt *g;
     Par *par;
     const PipeSchedule *s;
+    int whole;           /* pp 1: the whole model, F = gpt_forward, B = gpt_backward, no messages */
     int P, v, S, r;      /* ranks, chunks per rank, virtual stages, this pp rank */
     int nslots;
     int *slot_of;        /* [m·v] slot of (micro-batch, chunk), -1 if none */
@@ -66,6 +69,17 @@ Status pp_init(PpRun **out, Comm *c, Gpt *g, Par *par, const PipeSchedule *s, Er
                        g->s.split_backward ? "with" : "without");
     if (s->p != c->pp)
         return err_set(err, ST_ERR_INPUT, "pipeline: the schedule has %d ranks, the grid --pp %d", s->p, c->pp);
+    if (c->pp == 1) { /* one process's schedule: nothing to send, no slots */
+        if (s->v != 1 || s->split_backward)
+            return err_set(err, ST_ERR_INPUT, "pipeline: one stage runs F and B of the whole model, the schedule has %d "
+                           "chunks%s", s->v, s->split_backward ? " and weight passes" : "");
+        PpRun *pr = calloc(1, sizeof *pr);
+        if (!pr) return err_set(err, ST_ERR_RUNTIME, "out of memory (pipeline state)");
+        pr->c = c, pr->g = g, pr->par = par, pr->s = s, pr->whole = 1;
+        pr->P = 1, pr->v = 1, pr->S = 1, pr->r = 0;
+        *out = pr;
+        return ST_OK;
+    }
     const StageBlocks *sb = &g->w.layout.stage;
     if (sb->n != s->v)
         return err_set(err, ST_ERR_INPUT, "pipeline: the schedule has %d chunks per rank, the model holds %d", s->v, sb->n);
@@ -89,7 +103,7 @@ Status pp_init(PpRun **out, Comm *c, Gpt *g, Par *par, const PipeSchedule *s, Er
 
 void pp_free(PpRun *pr) {
     if (!pr) return;
-    if (pr->par) par_set_progress(pr->par, NULL, NULL);
+    if (pr->par && !pr->whole) par_set_progress(pr->par, NULL, NULL);
     for (int k = 0; k < pr->ngbuf; k++) mem_free(pr->g->mem, MEM_COMM, pr->gbuf[k], pr->gfloats * sizeof(float));
     free(pr->gbuf), free(pr->greq);
     free(pr->slot_of), free(pr->busy), free(pr->sends);
@@ -120,12 +134,44 @@ static Status take_slot(PpRun *pr, int *slot, PpStats *st, Err *err) {
     return ST_OK;
 }
 
+/* The trivial schedule of one stage (pp 1): F(j) is micro-batch j's forward through the whole
+ * model (par_micro_begin first, so the hooks know the micro-batch; the sampled labels when given),
+ * B(j) its backward; the loss sums add in op order. */
+static Status whole_step(PpRun *pr, const int32_t *inp, const int32_t *tgt, int B, int T, float dscale,
+                         const uint64_t *drop, const PpLabels *labels, double *loss_sum, PpStats *st, Err *err) {
+    const PipeSchedule *s = pr->s;
+    Gpt *g = pr->g;
+    size_t N = (size_t)B * T;
+    for (int i = 0; i < s->n[0]; i++) {
+        SchedOp op = s->ops[0][i];
+        size_t off = (size_t)op.mb * N;
+        double t0 = timer_ms();
+        if (op.kind == SCHED_F) {
+            par_micro_begin(pr->par, op.mb);
+            if (labels) gpt_set_label_sampling(g, labels->u + off, labels->y + off);
+            *loss_sum += gpt_forward(g, inp + off, tgt + off, B, T, dscale, 1, drop[op.mb]);
+            double dt = timer_ms() - t0;
+            st->busy_ms += dt, st->f_ms += dt, st->nf++;
+        } else if (op.kind == SCHED_B) {
+            gpt_backward(g);
+            double dt = timer_ms() - t0;
+            st->busy_ms += dt, st->b_ms += dt, st->nb++;
+        } else {
+            return err_set(err, ST_ERR_RUNTIME, "pipeline: a weight pass in the schedule of the whole model");
+        }
+    }
+    if (labels) gpt_set_label_sampling(g, NULL, NULL);
+    return ST_OK;
+}
+
 Status pp_step(PpRun *pr, const int32_t *inp, const int32_t *tgt, int B, int T, float dscale, const uint64_t *drop,
-               double *loss_sum, PpStats *st, Err *err) {
+               const PpLabels *labels, double *loss_sum, PpStats *st, Err *err) {
     const PipeSchedule *s = pr->s;
     Gpt *g = pr->g;
     memset(st, 0, sizeof *st);
     *loss_sum = 0;
+    if (pr->whole) return whole_step(pr, inp, tgt, B, T, dscale, drop, labels, loss_sum, st, err);
+    if (labels) return err_set(err, ST_ERR_INPUT, "pipeline: sampled labels need the whole model (pp 1)");
     for (int i = 0; i < s->m * s->v; i++) pr->slot_of[i] = -1;
     size_t N = (size_t)B * T, Nl = g->s.sp ? N / (size_t)g->s.tp : N, n = Nl * (size_t)g->w.cfg.n_embd;
     Status rc = ST_OK;

@@ -1,5 +1,8 @@
-/* pp.h — the pipeline runtime: executes this rank's ops of a schedule (schedule.h) over the
- * model's stage API (gpt_forward_stage / gpt_backward_stage) and comm's point-to-point (issue 14).
+/* pp.h — the step's micro-batch loop for every pp: executes this rank's ops of a schedule
+ * (schedule.h) over the model's stage API (gpt_forward_stage / gpt_backward_stage) and comm's
+ * point-to-point (issue 14). One process (pp 1) is the trivial schedule, 1F1B with P = 1
+ * (F0 B0 F1 B1 …): there F is the whole model's gpt_forward, B its gpt_backward, and nothing is
+ * sent (issue 24: the trainer's step and Sophia's Hessian pass walk the same loop).
  *
  * Per step, the rank walks its op list strictly in order:
  *   F(mb, chunk)  takes a free activation slot; unless it is virtual stage 0, receives the
@@ -43,8 +46,17 @@ typedef struct {
 
 typedef struct PpRun PpRun;
 
+/* Labels drawn from the model's softmax instead of the targets (Sophia's Hessian pass;
+ * gpt_set_label_sampling): micro-batch j's forward draws at u + j·B·T and writes its labels to
+ * y + j·B·T. Whole model only (pp 1). */
+typedef struct {
+    const float *u;
+    int32_t *y;
+} PpLabels;
+
 /* For the model g (built with GptOptions.stage = this rank's chunks of the schedule's virtual
- * stages and slots >= the schedule's peak in flight on this rank) and its Par. The schedule is
+ * stages and slots >= the schedule's peak in flight on this rank; with c->pp == 1 the whole model
+ * and a one-rank schedule of one chunk without weight passes) and its Par. The schedule is
  * borrowed and must outlive the runtime. ST_ERR_INPUT when the schedule does not fit the model
  * or the grid. */
 Status pp_init(PpRun **out, Comm *c, Gpt *g, Par *par, const PipeSchedule *s, Err *err);
@@ -52,14 +64,15 @@ void pp_free(PpRun *pr);
 
 /* One step: m = s->m micro-batches of B×T, micro-batch j at inp + j·B·T (tgt alike; every rank
  * holds them: stage 0 reads the inputs, the last stage the targets, all of them the masks),
- * dropout counter drop[j]. *loss_sum gets the loss sum on the rank running the last virtual stage
- * (0 elsewhere). Errors: a failed point-to-point (ST_ERR_RUNTIME naming the op). The caller runs
- * par_step_begin before and par_grads_finish after, as without a pipeline. */
+ * dropout counter drop[j]; labels (NULL: the targets) only at pp 1. *loss_sum gets the loss sum on
+ * the rank running the last virtual stage (0 elsewhere). Errors: a failed point-to-point
+ * (ST_ERR_RUNTIME naming the op). The caller runs par_step_begin before and par_grads_finish
+ * after; GEMM failures stay in the model (gpt_status). */
 Status pp_step(PpRun *pr, const int32_t *inp, const int32_t *tgt, int B, int T, float dscale, const uint64_t *drop,
-               double *loss_sum, PpStats *st, Err *err);
+               const PpLabels *labels, double *loss_sum, PpStats *st, Err *err);
 
 /* Evaluation forward of one micro-batch (no dropout, no gradients) through every virtual stage in
- * order, each rank running its chunks with slot 0 (call it between steps). *loss_sum gets the
+ * order, each rank running its chunks with slot 0 (call it between steps; pp > 1 only). *loss_sum gets the
  * loss sum on the rank running the last virtual stage (0 elsewhere). */
 Status pp_eval(PpRun *pr, const int32_t *inp, const int32_t *tgt, int B, int T, double *loss_sum, Err *err);
 

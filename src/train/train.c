@@ -314,7 +314,8 @@ static Status setup_pipeline(Run *r, int pp, Err *err) {
         if (v > 1 || c->pp_layers[0] || strcmp(c->pp_schedule, "1f1b") != 0 || c->pp_print_schedule)
             return err_set(err, ST_ERR_INPUT, "--pp-schedule/--pp-layers/--interleave/--pp-print-schedule: expected "
                            "--pp > 1, found --pp 1");
-        return ST_OK;
+        /* The trivial schedule, F0 B0 F1 B1 …: the step walks it like a pipeline's (pp.h). */
+        return sched_build(&r->sched, SCHED_1F1B, 1, c->grad_accum, 1, err);
     }
     SchedType type;
     Status st = sched_type_parse(c->pp_schedule, &type, err);
@@ -545,7 +546,7 @@ static Status run_load_ckpt(Run *r, const char *path, CkptMeta *meta, Err *err) 
     float *buf = run_staging(r, pl, 2 + nv);
     if (!buf) return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
     size_t n = pl->total;
-    Status st = ckpt_load_any(path, pl, buf, buf + n, nv ? buf + 2 * n : NULL, meta, err);
+    Status st = ckpt_load_any(path, pl, buf, buf + n, nv ? buf + 2 * n : NULL, meta, &r->cfg.faults, err);
     if (st == ST_OK) par_set_full(r->par, buf, buf + n, nv ? buf + 2 * n : NULL);
     run_staging_free(r, pl, buf, 2 + nv);
     return st == ST_OK ? run_load_extra(r, path, err) : st;
@@ -677,6 +678,7 @@ static Status setup_model(Run *r, Err *err) {
     po.muon = c->optim.kind == OPT_MUON, po.muon_bf16 = go.precision == GPT_BF16;
     po.shampoo = c->optim.kind == OPT_SHAMPOO, po.shampoo_block = c->optim.shampoo_block;
     po.precond_every = c->optim.precond_every, po.shampoo_eps = c->optim.shampoo_eps;
+    po.faults = c->faults;
     /* The noise scale needs a batch smaller than the step's (a micro-batch of one replica) and a
      * gradient whole on the stage that computed it (no pipeline: a tied wte is split there). */
     r->noise_on = plan_noise_scale_on(r->dp, r->pp, k, c->no_noise_scale);
@@ -685,7 +687,7 @@ static Status setup_model(Run *r, Err *err) {
     if (r->noise_on && !(r->noise_rep = calloc((size_t)r->dp, sizeof *r->noise_rep)))
         return err_set(err, ST_ERR_RUNTIME, "out of memory (noise scale)");
     if ((st = par_init(&r->par, r->comm, &r->g, &po, &r->mem, err)) != ST_OK) return st;
-    if (r->pp > 1 && (st = pp_init(&r->pp_run, r->comm, &r->g, r->par, &r->sched, err)) != ST_OK) return st;
+    if ((st = pp_init(&r->pp_run, r->comm, &r->g, r->par, &r->sched, err)) != ST_OK) return st;
     if ((st = run_init_weights(r, NULL, err)) != ST_OK) return st;
     r->g.s.dropout_seed = c->seed ^ 0xd509u;
     if (c->init_from[0] && !r->resume_path[0] && (st = run_init_weights(r, c->init_from, err)) != ST_OK) {
@@ -922,33 +924,6 @@ static void signals_restore(Run *r) {
 
 /* Gathers the full parameters (and moments when opt_too) into staging; rank 0 writes. The others
  * learn rank 0's outcome, so a failed write ends the run everywhere instead of a hang. */
-/* Pipeline: stage 0 of the replica holding world rank 0 (dp rank 0, tp rank 0) gets the sum of
- * every stage's buf (n floats), through pipeline point-to-point in chunks of 4M floats. */
-static Status pp_sum_to_first(Run *r, float *buf, size_t n, Err *err) {
-    if (r->dp_rank != 0 || r->tp_rank != 0) return ST_OK;
-    const size_t chunk = (size_t)1 << 22;
-    Status st = ST_OK;
-    float *tmp = r->pp_rank == 0 ? mem_alloc(&r->mem, MEM_CKPT_STAGING, chunk * sizeof(float)) : NULL;
-    if (r->pp_rank == 0 && !tmp) return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
-    for (size_t done = 0, tag = 0; done < n && st == ST_OK; done += chunk, tag++) {
-        size_t m = n - done < chunk ? n - done : chunk;
-        CommReq q;
-        memset(&q, 0, sizeof q);
-        if (r->pp_rank != 0) {
-            st = comm_pp_isend_f32(r->comm, buf + done, m, 0, (int)(0x20000000 + tag), &q, err);
-            if (st == ST_OK) st = comm_wait(&q, r->comm->timeout_s, "checkpoint gather", r->step, err);
-            continue;
-        }
-        for (int s = 1; s < r->pp && st == ST_OK; s++) {
-            st = comm_pp_irecv_f32(r->comm, tmp, m, s, (int)(0x20000000 + tag), &q, err);
-            if (st == ST_OK) st = comm_wait(&q, r->comm->timeout_s, "checkpoint gather", r->step, err);
-            for (size_t i = 0; i < m && st == ST_OK; i++) buf[done + i] += tmp[i];
-        }
-    }
-    if (tmp) mem_free(&r->mem, MEM_CKPT_STAGING, tmp, chunk * sizeof(float));
-    return st;
-}
-
 static Status run_save_gathered(Run *r, const CkptMeta *meta, const CkptOptions *o, CkptSaveInfo *info,
                                 const char *out_dir, Err *err) {
     int nv = par_moment(r->par, 1) ? 1 : 0, nb = out_dir ? 1 : 2 + nv;
@@ -960,19 +935,8 @@ static Status run_save_gathered(Run *r, const CkptMeta *meta, const CkptOptions 
     size_t n = r->g.w.layout.total;
     Status st = par_get_full(r->par, buf, out_dir ? NULL : buf + n, out_dir || !nv ? NULL : buf + 2 * n, err);
     float *wr = buf;
-    if (st == ST_OK && r->sliced) {
-        /* Full tensors: each tp rank writes its slices into zeros (tp rank 0 the replicated
-         * tensors too) and the tp group sums them; then the pipeline stages' (the head stage's copy
-         * of the tied wte left out) are summed on stage 0. */
-        const ParamLayout *pl = &r->g.w.layout;
-        int head_copy = r->pp > 1 && pl->has_head && !pl->has_embed;
-        for (int i = 0; i < nb; i++) {
-            float *f = fbuf + i * r->full.total;
-            layout_tp_copy(pl, buf + i * n, &r->full, f, 1, r->tp_rank == 0);
-            if (head_copy) memset(f + r->full.tensors[0].offset, 0, r->full.tensors[0].numel * sizeof(float));
-        }
-        if (r->tp > 1) st = comm_tp_allreduce_f32(r->comm, fbuf, (size_t)nb * r->full.total, COMM_SUM, err);
-        if (st == ST_OK && r->pp > 1) st = pp_sum_to_first(r, fbuf, (size_t)nb * r->full.total, err);
+    if (st == ST_OK && r->sliced) { /* full tensors on world rank 0 (parallel/tp.c) */
+        st = par_full_tensors(r->par, &r->full, buf, fbuf, nb, r->step, err);
         wr = fbuf, n = r->full.total;
     }
     int64_t fail = 0;
@@ -1101,6 +1065,7 @@ static Status save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info,
     }
     CkptOptions o = ckpt_default_options();
     o.dir = c->ckpt_dir, o.keep_last = c->keep_last, o.keep_every = c->keep_every, o.tokenizer = c->tokenizer;
+    o.faults = c->faults;
     /* Synchronous saves show progress; an asynchronous one runs behind training. */
     Progress bar, *pb = r->async || r->sasync || r->world > 1 ? NULL : run_ckpt_bar(r, &bar, "checkpoint");
     if (pb) o.progress = progress_cb, o.progress_ctx = pb;
@@ -1228,38 +1193,37 @@ static Status step_data(Run *r, Step *s, Err *err) {
     return st;
 }
 
-/* Forward and backward of each micro-batch. Each loss is divided by the step's token count (and
- * multiplied by the fp16 loss scale), so the accumulated gradients are those of the whole step.
- * A GEMM that failed on the way is kept in s->gemm (gpt_status) for step_grads, which makes every
- * rank stop on it before anything uses the result. */
+/* The step's micro-batches: this rank's ops of the schedule (pp.h; one process walks the trivial
+ * one, F0 B0 F1 B1 …), micro-batch j's dropout counter its index in the global step (rank-major,
+ * as one process), each loss divided by the step's token count (times the fp16 loss scale) so the
+ * accumulated gradients are those of the whole step; labels (NULL: the targets) for Sophia's pass.
+ * Errors: out of memory, a failed point-to-point; GEMM failures stay in the model (gpt_status). */
+static Status step_walk(Run *r, const Step *s, float dscale, const PpLabels *labels, double *loss_sum, PpStats *ps,
+                        Err *err) {
+    const TrainConfig *c = &r->cfg;
+    int k = c->grad_accum;
+    uint64_t drop0 = ((uint64_t)(r->attempt - 1) * r->dp + r->dp_rank) * k;
+    uint64_t *drop = malloc((size_t)k * sizeof *drop);
+    if (!drop) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    for (int j = 0; j < k; j++) drop[j] = drop0 + (uint64_t)j;
+    Status st = pp_step(r->pp_run, r->inp, r->tgt, c->micro_batch, c->seq_len, dscale, drop, labels, loss_sum, ps, err);
+    free(drop);
+    return st;
+}
+
+/* Forward and backward of each micro-batch (step_walk). A GEMM that failed on the way is kept in
+ * s->gemm (gpt_status) for step_grads, which makes every rank stop on it before anything uses the
+ * result. */
 static void step_micro_batches(Run *r, Step *s) {
     const TrainConfig *c = &r->cfg;
-    int B = c->micro_batch, T = c->seq_len, k = c->grad_accum;
-    par_step_begin(r->par, k, s->next); /* the first micro-batch writes the gradients, the others add */
+    par_step_begin(r->par, c->grad_accum, s->next); /* the first micro-batch writes the gradients, the others add */
     r->g.s.ms_fwd = r->g.s.ms_bwd = 0;
     s->lscale = c->fp16 ? r->scaler.scale : 1.0f;
     float dscale = s->ntok > 0 ? s->lscale / (float)s->ntok : 0.0f;
-    /* Dropout counter: the micro-batch's index in the global step (rank-major), as one process. */
-    uint64_t drop0 = ((uint64_t)(r->attempt - 1) * r->dp + r->dp_rank) * k;
-    if (r->pp > 1) { /* the schedule's ops of this stage; gradient accumulation = pipeline micro-batches */
-        uint64_t *drop = malloc((size_t)k * sizeof *drop);
-        Status st = drop ? ST_OK : err_set(&s->gemm_err, ST_ERR_RUNTIME, "out of memory");
-        for (int j = 0; drop && j < k; j++) drop[j] = drop0 + (uint64_t)j;
-        if (st == ST_OK) st = pp_step(r->pp_run, r->inp, r->tgt, B, T, dscale, drop, &s->loss_sum, &r->pps, &s->gemm_err);
-        free(drop);
-        if (r->attempt == c->debug_nan_step && r->g.d.grads) r->g.d.grads[r->g.w.layout.tensors[2].offset] = NAN;
-        s->gemm_st = gpt_status(&r->g, st == ST_OK ? &s->gemm_err : NULL);
-        if (st != ST_OK) s->gemm_st = st;
-        return;
-    }
-    for (int j = 0; j < k; j++) {
-        size_t off = (size_t)j * B * T;
-        par_micro_begin(r->par, j);
-        s->loss_sum += gpt_forward(&r->g, r->inp + off, r->tgt + off, B, T, dscale, 1, drop0 + (uint64_t)j);
-        gpt_backward(&r->g);
-    }
+    Status st = step_walk(r, s, dscale, NULL, &s->loss_sum, &r->pps, &s->gemm_err);
     if (r->attempt == c->debug_nan_step && r->g.d.grads) r->g.d.grads[r->g.w.layout.tensors[2].offset] = NAN; /* test hook */
-    s->gemm_st = gpt_status(&r->g, &s->gemm_err);
+    s->gemm_st = gpt_status(&r->g, st == ST_OK ? &s->gemm_err : NULL);
+    if (st != ST_OK) s->gemm_st = st;
 }
 
 /* The collectives since `before` are some other part's cost (a checkpoint's gathers, Sophia's
@@ -1290,21 +1254,17 @@ static Status step_hessian(Run *r, Step *s, Err *err) {
     float lscale = c->fp16 ? r->scaler.scale : 1.0f;
     float dscale = s->ntok > 0 ? lscale / (float)s->ntok : 0.0f;
     uint64_t drop0 = ((uint64_t)(r->attempt - 1) * r->dp + r->dp_rank) * k;
-    const char *fault = getenv("ST_TRAIN_TEST_HESS_FAULT"); /* test hook: =1 keys the draws by rank-local rows */
-    uint64_t row0 = fault && atoi(fault) == 1 ? (uint64_t)(r->attempt - 1) * k * B * T : drop0 * (uint64_t)B * T;
+    /* test fault hess_rank_local: the draws keyed by rank-local rows */
+    uint64_t row0 = c->faults.hess_rank_local ? (uint64_t)(r->attempt - 1) * k * B * T : drop0 * (uint64_t)B * T;
     for (size_t i = 0; i < r->batch_ints; i++) r->hess_u[i] = rng_uniform(c->seed, 0x50f1a, row0 + i);
     par_step_begin(r->par, k, s->next);
     double lsum = 0;
-    for (int j = 0; j < k; j++) {
-        size_t off = (size_t)j * B * T;
-        par_micro_begin(r->par, j);
-        gpt_set_label_sampling(&r->g, r->hess_u + off, r->hess_y + off);
-        lsum += gpt_forward(&r->g, r->inp + off, r->tgt + off, B, T, dscale, 1, drop0 + (uint64_t)j);
-        gpt_backward(&r->g);
-    }
-    gpt_set_label_sampling(&r->g, NULL, NULL);
+    PpLabels labels = {r->hess_u, r->hess_y};
+    PpStats ps; /* the step's own pipeline record stays the step's */
     Err gerr = {0};
-    Status gst = gpt_status(&r->g, &gerr);
+    Status wst = step_walk(r, s, dscale, &labels, &lsum, &ps, &gerr);
+    Status gst = gpt_status(&r->g, wst == ST_OK ? &gerr : NULL);
+    if (wst != ST_OK) gst = wst; /* counted with a GEMM failure below, so every rank stops */
     Status st = par_grads_finish(r->par, err);
     double sums[2] = {r->tp_rank == 0 ? lsum : 0.0, gst != ST_OK};
     if (st == ST_OK) st = comm_allreduce_f64(r->comm, sums, 2, COMM_SUM, err);
@@ -1664,7 +1624,7 @@ static void step_validate(Run *r, Step *s) {
     int due = s->updated && c->val_every > 0 && (r->step % c->val_every == 0 || r->step == 1);
     if (r->val.nshards && (due || s->last || after_resume || s->stopping)) {
         double tv = timer_ms();
-        double vl = validate_loss(&r->g, &r->val, c->val_batches, r->inp, r->tgt, r->pp_run, r->comm);
+        double vl = validate_loss(&r->g, &r->val, c->val_batches, r->inp, r->tgt, r->pp > 1 ? r->pp_run : NULL, r->comm);
         double vms = timer_ms() - tv;
         if (isnan(r->res->first_val)) r->res->first_val = vl;
         r->res->last_val = vl;

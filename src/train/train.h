@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "core/fault.h"
 #include "core/status.h"
 #include "model/config.h"
 #include "model/layout.h"
@@ -74,6 +75,8 @@ typedef struct {
     long debug_spike_step;   /* test hook: corrupt the batch of this attempt (random targets) */
     long debug_nan_step;     /* test hook: put a NaN into the gradients of this attempt */
     long debug_drop_first, debug_drop_last; /* test hook: consume these batches without training on them */
+    Faults faults;           /* test-only faults (core/fault.h; all zero: none), passed on to parallel
+                                (ParOptions.faults) and checkpoints (CkptOptions.faults, the loaders) */
     /* Data parallelism (src/parallel, docs/parallel.md). comm NULL: one process, no MPI. */
     Comm *comm;              /* the process grid (from comm_init; not owned) */
     int dp;                  /* data-parallel ranks (0: the world size); dp × tp × pp must be the world */

@@ -1,0 +1,48 @@
+/* faults.c — the test-only Faults from the environment (faults.h). */
+#include "cli/faults.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* 1 when the variable is set to exactly "1" (as the tests set them). */
+static int env_is_1(const char *name) {
+    const char *e = getenv(name);
+    return e && atoi(e) == 1;
+}
+
+Status cli_faults_from_env(Faults *f, Err *err) {
+    memset(f, 0, sizeof *f);
+    const char *e;
+    if ((e = getenv("ST_PAR_TEST_GRAD_SCALE"))) f->grad_scale = strtof(e, NULL);
+    if ((e = getenv("ST_PAR_TEST_KILL")) && sscanf(e, "%d:%ld", &f->kill_rank, &f->kill_step) != 2)
+        f->kill_rank = 0, f->kill_step = 0;
+    f->tp_skip_backward = env_is_1("ST_PAR_TEST_TP_FAULT");
+    f->pp_skip_tied = env_is_1("ST_PAR_TEST_PP_FAULT");
+    f->matrix_no_share = env_is_1("ST_PAR_TEST_MATRIX_FAULT");
+    if ((e = getenv("ST_PAR_TEST_MATRIX_RESET"))) f->matrix_reset = atoi(e);
+    f->hess_rank_local = env_is_1("ST_TRAIN_TEST_HESS_FAULT");
+    if ((e = getenv("ST_CKPT_FAIL_AT")) && *e) {
+        snprintf(f->ckpt_fail_stage, sizeof f->ckpt_fail_stage, "%s", e);
+        char *colon = strchr(f->ckpt_fail_stage, ':');
+        if (colon) {
+            *colon = '\0';
+            if (!strcmp(colon + 1, "exit")) f->ckpt_fail_mode = 1;
+            else if (!strcmp(colon + 1, "stop")) f->ckpt_fail_mode = 2;
+            else if (!strcmp(colon + 1, "slow")) f->ckpt_fail_mode = 3;
+            else return err_set(err, ST_ERR_INPUT, "ST_CKPT_FAIL_AT=%s: expected STAGE, STAGE:exit, STAGE:stop or STAGE:slow", e);
+        }
+    }
+    if ((e = getenv("ST_CKPT_FAIL_RANK")) && *e) {
+        char *end;
+        long v = strtol(e, &end, 10);
+        if (*end || v < 0) return err_set(err, ST_ERR_INPUT, "ST_CKPT_FAIL_RANK=%s: expected a rank number", e);
+        f->ckpt_fail_only_rank = 1, f->ckpt_fail_rank = (int)v;
+    }
+    if ((e = getenv("ST_CKPT_ASYNC_SYNC"))) f->ckpt_async_sync = e[0] == '1';
+    if ((e = getenv("ST_CKPT_SHARD_TEST"))) {
+        f->ckpt_skip_verify = !strcmp(e, "skip-verify");
+        f->ckpt_wrong_slice = !strcmp(e, "wrong-slice");
+    }
+    return ST_OK;
+}

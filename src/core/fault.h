@@ -1,0 +1,50 @@
+/* fault.h — test-only fault injection: one struct of switches, all zero = no fault.
+ *
+ * Each switch breaks one thing on purpose so that a test can show its check catches the break (a
+ * negative control) or can exercise a failure path (a rank killed mid-step, a checkpoint torn at a
+ * stage). The struct travels explicitly through the options of the modules it affects
+ * (TrainConfig.faults → ParOptions.faults, CkptOptions.faults, the checkpoint loaders); library
+ * code never reads the environment. It is filled in one place: the command line's
+ * cli_faults_from_env (src/cli/args.c) reads the ST_*_TEST / ST_CKPT_* environment variables named
+ * below, so the tests that launch the binary set those; tests that call the libraries set the
+ * fields directly. */
+#ifndef ST_CORE_FAULT_H
+#define ST_CORE_FAULT_H
+
+typedef struct {
+    /* ---- parallel (src/parallel) ---- */
+    float grad_scale;     /* ST_PAR_TEST_GRAD_SCALE=F: the reduced gradients times F on every rank (a
+                             sum-vs-mean error that Adam and clipping hide from the losses); 0 = off.
+                             test_dp (dp_scale), test_llama_grid */
+    int kill_rank;        /* ST_PAR_TEST_KILL=RANK:STEP: world rank RANK raises SIGKILL in the backward */
+    long kill_step;       /* of step STEP (when block 1's gradients are ready); 0 = off. test_dp (dp_fault) */
+    int tp_skip_backward; /* ST_PAR_TEST_TP_FAULT=1: the tp all-reduces of the backward pass skipped
+                             (Megatron's f operator missing: the first loss stays right, every gradient
+                             below the head is wrong). test_tp, test_tp_plan, test_llama_grid */
+    int pp_skip_tied;     /* ST_PAR_TEST_PP_FAULT=1: the pipeline's tied wte gradient exchange skipped
+                             (each end updates with its own part). test_pp, test_pp_plan, test_llama_grid */
+    int matrix_no_share;  /* ST_PAR_TEST_MATRIX_FAULT=1: Muon's and Shampoo's owners do not share their
+                             results (each rank applies only its own matrices). test_matopt */
+    int matrix_reset;     /* ST_PAR_TEST_MATRIX_RESET=1: the process's first update zeroes the matrices'
+                             optimizer state (Muon's momentum; Shampoo's moments and block state;
+                             Sophia's Hessian EMA), a resume that lost it; =2: Shampoo's block state only
+                             (what the checkpoint's extra file carries). test_matopt */
+    /* ---- train (src/train) ---- */
+    int hess_rank_local;  /* ST_TRAIN_TEST_HESS_FAULT=1: Sophia's sampled labels keyed by rank-local rows
+                             (every rank draws the same labels for its own rows). test_matopt (sophia) */
+    /* ---- checkpoints (src/ckpt; docs/checkpoint.md, "Fault injection") ---- */
+    char ckpt_fail_stage[32]; /* ST_CKPT_FAIL_AT=STAGE[:MODE]: a save aborts at STAGE (ckpt.c's
+                                 CKPT_STAGES; an unknown name fails the save with ST_ERR_INPUT); "" = off */
+    int ckpt_fail_mode;   /* MODE: 0 the save returns ST_ERR_RUNTIME, 1 `exit` _exit(3), 2 `stop`
+                             raise(SIGSTOP) (the test's parent kill -9s it), 3 `slow` sleep 1 s and go on.
+                             test_ckpt, test_ckpt_shard, test_pp (resume) */
+    int ckpt_fail_only_rank; /* 1 with ST_CKPT_FAIL_RANK=R (sharded saves): the fault fires only on */
+    int ckpt_fail_rank;      /* world rank R (0: on every rank) */
+    int ckpt_async_sync;  /* ST_CKPT_ASYNC_SYNC=1: an asynchronous save waits for its own write (the
+                             negative control of test_ckpt's blocking check) */
+    int ckpt_skip_verify; /* ST_CKPT_SHARD_TEST=skip-verify: a sharded load skips the files' xxh3 check */
+    int ckpt_wrong_slice; /* ST_CKPT_SHARD_TEST=wrong-slice: a sharded load takes the next tp rank's slice
+                             (both test_ckpt_shard's negative controls) */
+} Faults;
+
+#endif

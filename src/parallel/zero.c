@@ -1,0 +1,450 @@
+/* zero.c — ZeRO stages 0–3 over the dp group (parallel.h's table, docs/parallel.md "Buckets and
+ * overlap"): the gradient collectives of stage 0/1 on the full buffer (ZeroBuckets), the stage 2/3
+ * bucket slots and gradient shard (ZeroGrads), the stage 3 parameter gathers (ZeroParams), the dp
+ * hooks the model calls around each segment, and parameters and moments in and out of the
+ * layout (par_set_full / par_get_full).
+ *
+ * Contents: views of one segment · gradients, stage 0/1 · gradients, stage 2/3 · parameters,
+ * stage 3 · the hooks · init / free · the step's parts · state in and out. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel/parallel_internal.h"
+
+/* ================================================================ views */
+
+/* Points the views of segment s (params or grads) at buf, which holds that segment. */
+static void seg_views(Par *p, ParamViews *v, int s, float *buf) {
+    const ParamLayout *pl = p->pl;
+    for (int i = 0; i < pl->ntensors; i++) {
+        const TensorInfo *t = &pl->tensors[i];
+        if (t->segment != s) continue;
+        float *q = buf + (t->offset - p->off[s]);
+        int K = layout_block_tensors(&pl->cfg), llama = pl->cfg.arch == ARCH_LLAMA;
+        if (s == 0) {
+            if (t->id == 0) v->wte = q;
+            else if (llama) v->lm_head = q;
+            else v->wpe = q;
+        } else if (s == p->L + 1) {
+            if (t->id == 2 + p->L * K) v->lnfw = q;
+            else v->lnfb = q;
+        } else if (llama) {
+            /* wk, wv and wup follow wq and wgate in the same buffer: no views of their own */
+            BlockParams *b = &v->blocks[s - 1];
+            float **f[LB_COUNT] = {&b->ln1w, &b->qkvw, NULL, NULL, &b->attprojw, &b->ln2w, &b->fcw, NULL, &b->fcprojw};
+            float **dst = f[t->id - 2 - (s - 1) * K];
+            if (dst) *dst = q;
+        } else {
+            BlockParams *b = &v->blocks[s - 1];
+            float **f[BT_COUNT] = {&b->ln1w, &b->ln1b, &b->qkvw, &b->qkvb, &b->attprojw, &b->attprojb,
+                                   &b->ln2w, &b->ln2b, &b->fcw, &b->fcb, &b->fcprojw, &b->fcprojb};
+            *f[t->id - 2 - (s - 1) * K] = q;
+        }
+    }
+    if (s == 0 && pl->has_head) v->head = pl->cfg.untied ? v->lm_head : v->wte;
+}
+
+/* ================================================================ gradients, stage 0/1 */
+
+static void start_seg_grads(Par *p, int s) {
+    ZeroBuckets *zb = &p->zb;
+    Err e;
+    Status st = ST_OK;
+    if (zb->started[s] || p->len[s] == 0) return; /* empty: a block another pipeline stage holds */
+    zb->started[s] = 1;
+    float *base = p->g->d.grads + p->off[s];
+    if (p->zero == 0) {
+        size_t done = 0;
+        for (int q = 0; q < zb->seg_nreq[s]; q++) {
+            size_t n = p->len[s] - done < p->o.bucket_floats ? p->len[s] - done : p->o.bucket_floats;
+            if ((st = comm_iallreduce_f32(p->c, base + done, base + done, n, &zb->req[zb->seg_req0[s] + q], &e)))
+                break;
+            done += n;
+        }
+    } else {
+        st = comm_ireduce_scatter_f32(p->c, base, base + (size_t)p->r * p->blk[s], p->blk[s], &zb->req[zb->seg_req0[s]],
+                                      &e);
+    }
+    if (st != ST_OK) par_hook_fail(p, st, &e);
+}
+
+static void progress(Par *p) {
+    if (p->progress_fn) p->progress_fn(p->progress_ctx);
+    for (int i = 0; i < p->zb.nreq; i++)
+        if (p->zb.req[i].active) comm_test(&p->zb.req[i]);
+    for (int a = 0; a < 2; a++)
+        if (p->zg.slot_req[a].active) comm_test(&p->zg.slot_req[a]);
+    if (p->zg.b0_req.active) comm_test(&p->zg.b0_req);
+}
+
+/* ================================================================ gradients, stage 2/3 */
+
+/* Waits for slot a's reduce-scatter and adds the owned block into the gradient shard. */
+static Status gslot_finish(Par *p, int a, Err *err) {
+    ZeroGrads *zg = &p->zg;
+    if (!zg->slot_pending[a]) return ST_OK;
+    int s = zg->slot_seg[a];
+    Status st = comm_wait(&zg->slot_req[a], p->c->timeout_s, "grad reduce-scatter", p->c->step, err);
+    if (st != ST_OK) return st;
+    par_add_into(zg->shard + p->soff[s], zg->buf[a] + (size_t)p->r * p->blk[s], p->blk[s], p->o.nt);
+    zg->slot_pending[a] = 0;
+    return ST_OK;
+}
+
+static Status g0_finish(Par *p, Err *err) {
+    ZeroGrads *zg = &p->zg;
+    if (!zg->b0_pending) return ST_OK;
+    Status st = comm_wait(&zg->b0_req, p->c->timeout_s, "grad reduce-scatter", p->c->step, err);
+    if (st != ST_OK) return st;
+    par_add_into(zg->shard + p->soff[0], zg->b0 + (size_t)p->r * p->blk[0], p->blk[0], p->o.nt);
+    zg->b0_pending = 0;
+    return ST_OK;
+}
+
+static void start_bucket_rs(Par *p, float *buf, int s, CommReq *req) {
+    Err e;
+    Status st = comm_ireduce_scatter_f32(p->c, buf, buf + (size_t)p->r * p->blk[s], p->blk[s], req, &e);
+    if (st != ST_OK) par_hook_fail(p, st, &e);
+}
+
+/* ================================================================ parameters, stage 3 */
+
+/* Starts the all-gather of segment s into buf (own block copied in first, then in place). */
+static void start_gather(Par *p, int s, float *buf, CommReq *req) {
+    ZeroParams *zp = &p->zp;
+    if (buf == zp->b0) zp->lb0_ok = 0;
+    for (int a = 0; a < 2; a++)
+        if (buf == zp->buf[a]) zp->lslot_ok[a] = 0;
+    size_t b = p->blk[s];
+    memcpy(buf + (size_t)p->r * b, zp->shard + p->soff[s], b * sizeof(float));
+    Err e;
+    Status st = comm_iallgather_f32(p->c, buf + (size_t)p->r * b, buf, b, req, &e);
+    if (st != ST_OK) par_hook_fail(p, st, &e);
+}
+
+static void wait_req(Par *p, CommReq *req, const char *what) {
+    Err e;
+    Status st = comm_wait(req, p->c->timeout_s, what, p->c->step, &e);
+    if (st != ST_OK) par_hook_fail(p, st, &e);
+}
+
+/* Mixed precision: rounds a gathered fp32 segment into its working copy, once per gather. */
+static void round_gathered(Par *p, const float *buf, uint16_t *lp, size_t n, int *ok) {
+    if (p->g->w.prec == GPT_FP32 || *ok) return;
+    gpt_round_lp(p->g, lp, buf, n);
+    *ok = 1;
+}
+
+/* Segment s (>= 1) gathered and its views set; then the gather of `next` (if >= 1) started in the
+ * other slot. */
+static void ensure_params(Par *p, int s, int next) {
+    ZeroParams *zp = &p->zp;
+    int a = zp->slot_seg[0] == s ? 0 : zp->slot_seg[1] == s ? 1 : -1;
+    if (a < 0) {
+        a = zp->slot_seg[0] == next ? 1 : 0;
+        if (zp->slot_req[a].active) wait_req(p, &zp->slot_req[a], "param all-gather");
+        zp->slot_seg[a] = s;
+        start_gather(p, s, zp->buf[a], &zp->slot_req[a]);
+    }
+    wait_req(p, &zp->slot_req[a], "param all-gather");
+    round_gathered(p, zp->buf[a], zp->lbuf[a], p->len[s], &zp->lslot_ok[a]);
+    seg_views(p, &p->g->w.p, s, zp->buf[a]);
+    if (next >= 1 && next <= p->L + 1 && zp->slot_seg[a ^ 1] != next) {
+        if (zp->slot_req[a ^ 1].active) wait_req(p, &zp->slot_req[a ^ 1], "param all-gather");
+        zp->slot_seg[a ^ 1] = next;
+        start_gather(p, next, zp->buf[a ^ 1], &zp->slot_req[a ^ 1]);
+    }
+}
+
+/* ================================================================ hooks */
+
+static void h_before_forward(void *ctx, int s) {
+    Par *p = ctx;
+    ZeroParams *zp = &p->zp;
+    p->st.in_bwd = 0;
+    if (p->zero >= 3) {
+        if (s == 0) {
+            /* wte is also the LM head: the embedding segment stays gathered until the update. */
+            if (!zp->b0_valid) {
+                start_gather(p, 0, zp->b0, &zp->b0_req);
+                zp->b0_valid = 1;
+            }
+            wait_req(p, &zp->b0_req, "param all-gather");
+            round_gathered(p, zp->b0, zp->lb0, p->len[0], &zp->lb0_ok);
+            seg_views(p, &p->g->w.p, 0, zp->b0);
+            if (zp->slot_seg[0] != 1 && zp->slot_seg[1] != 1) {
+                int a = zp->slot_req[0].active ? 1 : 0;
+                if (zp->slot_req[a].active) wait_req(p, &zp->slot_req[a], "param all-gather");
+                zp->slot_seg[a] = 1;
+                start_gather(p, 1, zp->buf[a], &zp->slot_req[a]);
+            }
+        } else {
+            ensure_params(p, s, s + 1);
+        }
+    }
+    if (p->zero >= 2 && s == p->L + 1) {
+        /* The fused LM head writes wte's gradient during the forward: the embedding bucket must be
+         * free (previous micro-batch's reduce-scatter done) and zero from here on. */
+        Err e;
+        Status st = g0_finish(p, &e);
+        if (st != ST_OK) par_hook_fail(p, st, &e);
+        memset(p->zg.b0, 0, p->E * sizeof(float));
+        seg_views(p, &p->g->d.g, 0, p->zg.b0);
+    }
+}
+
+static void h_before_backward(void *ctx, int s) {
+    Par *p = ctx;
+    ZeroGrads *zg = &p->zg;
+    p->st.in_bwd = 1;
+    progress(p);
+    if (p->zero >= 3 && s >= 1) ensure_params(p, s, s - 1);
+    if (p->zero >= 2 && s >= 1) {
+        int a = zg->next;
+        zg->next ^= 1;
+        Err e;
+        Status st = gslot_finish(p, a, &e);
+        if (st != ST_OK) par_hook_fail(p, st, &e);
+        memset(zg->buf[a], 0, p->len[s] * sizeof(float));
+        zg->slot_seg[a] = s;
+        zg->seg_slot[s] = a;
+        seg_views(p, &p->g->d.g, s, zg->buf[a]);
+    }
+}
+
+/* Sum of squares of segment s's gradient as this rank's backward left it (no reduction has
+ * touched it yet), each tensor once per tp group: replicated tensors count on tp rank 0. */
+static double seg_local_sumsq(const Par *p, int s) {
+    const float *base = p->zero >= 2 ? (s == 0 ? p->zg.b0 : p->zg.buf[p->zg.seg_slot[s]]) : p->g->d.grads + p->off[s];
+    const ParamLayout *pl = p->pl;
+    double acc = 0;
+    for (int k = 0; k < pl->ntensors; k++) {
+        const TensorInfo *t = &pl->tensors[k];
+        if (t->segment != s || (pl->tp_rank > 0 && t->split == TP_REPLICATED)) continue;
+        const float *x = base + (t->offset - p->off[s]);
+        long n = (long)t->numel;
+        double a = 0;
+#pragma omp parallel for reduction(+ : a) num_threads(p->o.nt) schedule(static)
+        for (long i = 0; i < n; i++) a += (double)x[i] * x[i];
+        acc += a;
+    }
+    return acc;
+}
+
+static void h_grads_ready(void *ctx, int s) {
+    Par *p = ctx;
+    const Faults *f = &p->o.faults;
+    if (!p->st.in_step) return;
+    if (p->o.noise && p->st.j == 0) p->st.noise_sumsq += seg_local_sumsq(p, s); /* before this segment's reduction */
+    if (f->kill_step > 0 && p->c->step == f->kill_step && p->c->rank == f->kill_rank && s == 1) raise(SIGKILL);
+    if (p->zero >= 2) {
+        ZeroGrads *zg = &p->zg;
+        if (s == 0) {
+            start_bucket_rs(p, zg->b0, 0, &zg->b0_req);
+            zg->b0_pending = 1;
+            if (!p->o.overlap) {
+                Err e;
+                Status st = g0_finish(p, &e);
+                if (st != ST_OK) par_hook_fail(p, st, &e);
+            }
+        } else {
+            int a = zg->seg_slot[s];
+            start_bucket_rs(p, zg->buf[a], s, &zg->slot_req[a]);
+            zg->slot_pending[a] = 1;
+            if (!p->o.overlap) {
+                Err e;
+                Status st = gslot_finish(p, a, &e);
+                if (st != ST_OK) par_hook_fail(p, st, &e);
+            }
+        }
+    } else if (p->st.last && p->o.overlap && !(s == 0 && p->tied.on)) {
+        start_seg_grads(p, s); /* a tied wte waits for the pipeline's exchange (par_grads_finish) */
+    }
+}
+
+void zero_set_hooks(Par *p) {
+    p->g->hooks.before_forward = h_before_forward;
+    p->g->hooks.before_backward = h_before_backward;
+    p->g->hooks.grads_ready = h_grads_ready;
+}
+
+/* ================================================================ init / free */
+
+int zero_init(Par *p) {
+    ZeroBuckets *zb = &p->zb;
+    ZeroGrads *zg = &p->zg;
+    ZeroParams *zp = &p->zp;
+    Gpt *g = p->g;
+    int ns = p->nseg, ok = 1;
+    zb->seg_req0 = calloc((size_t)ns, sizeof(int)), zb->seg_nreq = calloc((size_t)ns, sizeof(int));
+    zg->seg_slot = calloc((size_t)ns, sizeof(int));
+    zb->started = calloc((size_t)ns, sizeof(int));
+    if (!zb->started || !zb->seg_req0 || !zb->seg_nreq || !zg->seg_slot) return 0;
+    /* Requests: stage 0 all-reduce buckets of <= bucket_floats; otherwise one per segment (the
+     * reduce-scatter of stage 1, the parameter all-gather of stages 1-2). */
+    for (int s = 0; s < ns; s++) {
+        zb->seg_req0[s] = zb->nreq;
+        zb->seg_nreq[s] = p->zero == 0 ? (int)((p->len[s] + p->o.bucket_floats - 1) / p->o.bucket_floats) : 1;
+        if (zb->seg_nreq[s] < 1) zb->seg_nreq[s] = 1;
+        zb->nreq += zb->seg_nreq[s];
+    }
+    if (!(zb->req = calloc((size_t)zb->nreq, sizeof(CommReq)))) return 0;
+    if (p->zero >= 2) {
+        zg->shard = par_alloc_f(p, MEM_GRADS, p->S, &ok);
+        zg->b0 = par_alloc_f(p, MEM_GRADS, p->E, &ok);
+        zg->buf[0] = par_alloc_f(p, MEM_GRADS, p->X, &ok), zg->buf[1] = par_alloc_f(p, MEM_GRADS, p->X, &ok);
+    }
+    if (p->zero >= 3) {
+        /* Mixed precision: the shard is the fp32 master; the gathered buffers and their 2-byte
+         * copies are the parameters the model reads. */
+        zp->shard = par_alloc_f(p, g->w.prec != GPT_FP32 ? MEM_MASTER : MEM_PARAMS, p->S, &ok);
+        zp->b0 = par_alloc_f(p, MEM_PARAMS, p->E, &ok);
+        zp->buf[0] = par_alloc_f(p, MEM_PARAMS, p->X, &ok), zp->buf[1] = par_alloc_f(p, MEM_PARAMS, p->X, &ok);
+        if (g->w.prec != GPT_FP32 && ok) {
+            zp->lb0 = mem_alloc(p->mem, MEM_PARAMS, p->E * sizeof(uint16_t));
+            zp->lbuf[0] = mem_alloc(p->mem, MEM_PARAMS, p->X * sizeof(uint16_t));
+            zp->lbuf[1] = mem_alloc(p->mem, MEM_PARAMS, p->X * sizeof(uint16_t));
+            ok = zp->lb0 && zp->lbuf[0] && zp->lbuf[1];
+            if (ok) {
+                gpt_map_lp(g, 0, zp->b0, zp->lb0, p->E);
+                gpt_map_lp(g, 1, zp->buf[0], zp->lbuf[0], p->X);
+                gpt_map_lp(g, 2, zp->buf[1], zp->lbuf[1], p->X);
+            }
+        }
+    }
+    zg->slot_seg[0] = zg->slot_seg[1] = zp->slot_seg[0] = zp->slot_seg[1] = -1;
+    return ok;
+}
+
+void zero_free(Par *p) {
+    MemStats *ms = p->mem;
+    ZeroGrads *zg = &p->zg;
+    ZeroParams *zp = &p->zp;
+    free(p->zb.started), free(p->zb.seg_req0), free(p->zb.seg_nreq), free(p->zb.req), free(zg->seg_slot);
+    mem_free(ms, MEM_GRADS, zg->shard, p->S * sizeof(float));
+    mem_free(ms, MEM_GRADS, zg->b0, p->E * sizeof(float));
+    mem_free(ms, p->g && p->g->w.prec != GPT_FP32 ? MEM_MASTER : MEM_PARAMS, zp->shard, p->S * sizeof(float));
+    mem_free(ms, MEM_PARAMS, zp->b0, p->E * sizeof(float));
+    mem_free(ms, MEM_PARAMS, zp->lb0, p->E * sizeof(uint16_t));
+    for (int a = 0; a < 2; a++) {
+        mem_free(ms, MEM_GRADS, zg->buf[a], p->X * sizeof(float));
+        mem_free(ms, MEM_PARAMS, zp->buf[a], p->X * sizeof(float));
+        mem_free(ms, MEM_PARAMS, zp->lbuf[a], p->X * sizeof(uint16_t));
+    }
+}
+
+/* ================================================================ the step's parts */
+
+void zero_step_begin(Par *p) {
+    /* Stage 0: the first micro-batch writes the gradients (the all-reduce leaves padding at zero).
+     * Stage 1's in-place reduce-scatter may leave partial sums outside the owned block, so its
+     * buffer, like stage 2's shard, is zeroed. */
+    memset(p->zb.started, 0, (size_t)p->nseg * sizeof(int));
+    if (p->zero >= 2) memset(p->zg.shard, 0, p->S * sizeof(float));
+    else if (p->zero == 1 || p->c->pp > 1) memset(p->g->d.grads, 0, p->pl->total * sizeof(float));
+    else gpt_overwrite_grads(p->g); /* (a pipeline's several micro-batches in flight add from zero) */
+}
+
+Status zero_grads_finish(Par *p, Err *err) {
+    Status st;
+    /* Segments not started from the hooks: without overlap all of them; in a pipeline the tied wte
+     * and a head stage's embedding segment (no embedding backward runs there). */
+    if (p->zero <= 1)
+        for (int s = p->nseg - 1; s >= 0; s--) start_seg_grads(p, s);
+    if (p->zero <= 1) {
+        if ((st = comm_wait_all(p->zb.req, p->zb.nreq, p->c->timeout_s, "grad bucket", p->c->step, err)) != ST_OK)
+            return st;
+    } else {
+        for (int a = 0; a < 2; a++)
+            if ((st = gslot_finish(p, a, err)) != ST_OK) return st;
+        if ((st = g0_finish(p, err)) != ST_OK) return st;
+    }
+    return ST_OK;
+}
+
+float *zero_grads(Par *p) { return p->zero >= 2 ? p->zg.shard : p->g->d.grads; }
+
+float *zero_params(Par *p) { return p->zero >= 3 ? p->zp.shard : p->g->w.params; }
+
+const float *zero_owned_grad(const Par *p, int s) {
+    return p->zero >= 2 ? p->zg.shard + p->soff[s] : p->g->d.grads + p->off[s] + (size_t)p->r * p->blk[s];
+}
+
+Status zero_params_sync(Par *p, Err *err) {
+    Status st = ST_OK;
+    ZeroBuckets *zb = &p->zb;
+    ZeroParams *zp = &p->zp;
+    if (p->zero == 1 || p->zero == 2) {
+        float *P = p->g->w.params;
+        for (int s = 0; s < p->nseg && st == ST_OK; s++)
+            if (p->blk[s]) st = comm_iallgather_f32(p->c, P + p->off[s] + (size_t)p->r * p->blk[s], P + p->off[s], p->blk[s],
+                                     &zb->req[zb->seg_req0[s]], err);
+        if (st == ST_OK) st = comm_wait_all(zb->req, zb->nreq, p->c->timeout_s, "param all-gather", p->c->step, err);
+        if (st == ST_OK) gpt_sync_lp(p->g); /* mixed precision: the working copy of the gathered master */
+    } else if (p->zero == 3) {
+        /* The shard changed: every gathered copy is stale. */
+        for (int a = 0; a < 2; a++) {
+            if (zp->slot_req[a].active && st == ST_OK)
+                st = comm_wait(&zp->slot_req[a], p->c->timeout_s, "param all-gather", p->c->step, err);
+            zp->slot_seg[a] = -1;
+        }
+        if (zp->b0_req.active && st == ST_OK)
+            st = comm_wait(&zp->b0_req, p->c->timeout_s, "param all-gather", p->c->step, err);
+        zp->b0_valid = 0;
+    }
+    return st;
+}
+
+/* ================================================================ state in and out */
+
+static void copy_owned(Par *p, float *shard, const float *full) {
+    for (int s = 0; s < p->nseg; s++)
+        memcpy(shard + p->soff[s], full + p->off[s] + (size_t)p->r * p->blk[s], p->blk[s] * sizeof(float));
+}
+
+void par_set_full(Par *p, const float *params, const float *m, const float *v) {
+    size_t T = p->pl->total;
+    if (params) {
+        if (p->zero >= 3) copy_owned(p, p->zp.shard, params);
+        else memcpy(p->g->w.params, params, T * sizeof(float)), gpt_sync_lp(p->g);
+    }
+    float *mine[2] = {p->m, p->v};
+    const float *src[2] = {m, v};
+    for (int b = 0; b < 2; b++) {
+        if (!mine[b]) continue;
+        if (!src[b]) memset(mine[b], 0, p->mom_floats * sizeof(float));
+        else if (p->zero >= 1) copy_owned(p, mine[b], src[b]);
+        else memcpy(mine[b], src[b], T * sizeof(float));
+    }
+    p->zp.b0_valid = 0, p->zp.slot_seg[0] = p->zp.slot_seg[1] = -1;
+}
+
+/* full gets every rank's blocks of a shard-ordered buffer (all-gather per segment, in place). */
+static Status gather_shard(Par *p, const float *shard, float *full, Err *err) {
+    Status st = ST_OK;
+    for (int s = 0; s < p->nseg && st == ST_OK; s++) {
+        if (!p->blk[s]) continue;
+        float *mine = full + p->off[s] + (size_t)p->r * p->blk[s];
+        memcpy(mine, shard + p->soff[s], p->blk[s] * sizeof(float));
+        st = comm_allgather_f32(p->c, mine, full + p->off[s], p->blk[s], err);
+    }
+    return st;
+}
+
+Status par_get_full(Par *p, float *params, float *m, float *v, Err *err) {
+    size_t T = p->pl->total;
+    Status st = ST_OK;
+    if (params) {
+        if (p->zero >= 3) st = gather_shard(p, p->zp.shard, params, err);
+        else memcpy(params, p->g->w.params, T * sizeof(float));
+    }
+    float *dst[2] = {m, v}, *mine[2] = {p->m, p->v};
+    for (int b = 0; b < 2 && st == ST_OK; b++) {
+        if (!dst[b]) continue;
+        if (!mine[b]) memset(dst[b], 0, T * sizeof(float));
+        else if (p->zero >= 1) st = gather_shard(p, mine[b], dst[b], err);
+        else memcpy(dst[b], mine[b], T * sizeof(float));
+    }
+    return st;
+}
