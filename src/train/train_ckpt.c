@@ -1,0 +1,371 @@
+/* train_ckpt.c — a run's checkpoints: finding and loading the one to resume from (any grid's, any
+ * format), and saving (gathered on rank 0, or written by every rank; synchronous or asynchronous),
+ * with the trainer's own state (health, batches, noise scale, loss scaler) in state.json's extra;
+ * the final weights (--out). */
+#include "train/train.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "ckpt/ckpt.h"
+#include "ckpt/safetensors.h"
+#include "ckpt/shard.h"
+#include "core/mem.h"
+#include "core/peak.h"
+#include "core/progress.h"
+#include "core/stats.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "data/bpe.h"
+#include "data/loader.h"
+#include "model/backend.h"
+#include "model/gpt.h"
+#include "model/infer.h"
+#include "model/layout.h"
+#include "model/matmul.h"
+#include "parallel/parallel.h"
+#include "parallel/pp.h"
+#include "parallel/schedule.h"
+#include "plan/plan.h"
+#include "train/events.h"
+#include "train/train_internal.h"
+#include "train/noise.h"
+
+/* Finds the checkpoint to continue from and checks the config against it, before allocating.
+ * Nothing found under --resume auto is a fresh start, said on the console and in the start
+ * record; nothing found at an explicit path is an error. */
+Status tr_resume_find(Run *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    if (!c->resume[0]) return ST_OK;
+    int is_auto = !strcmp(c->resume, "auto");
+    if (is_auto && !c->ckpt_dir[0])
+        return err_set(err, ST_ERR_INPUT, "--resume auto: expected --ckpt-dir to search, found none");
+    Status st = ckpt_resolve(is_auto ? c->ckpt_dir : c->resume, "auto", r->resume_path, sizeof r->resume_path,
+                             r->resume_note, sizeof r->resume_note, err);
+    if (st != ST_OK) return st;
+    if (r->resume_note[0] && !c->quiet) printf("resume: %s\n", r->resume_note);
+    if (!r->resume_path[0]) {
+        if (!is_auto) return err_set(err, ST_ERR_INPUT, "--resume %s: expected a checkpoint, found none", c->resume);
+        snprintf(r->resume_note, sizeof r->resume_note, "no checkpoint in %s, starting from scratch", c->ckpt_dir);
+        if (!c->quiet) printf("resume: %s\n", r->resume_note);
+        return ST_OK;
+    }
+    CkptMeta meta;
+    memset(&meta, 0, sizeof meta);
+    if ((st = ckpt_read_meta(r->resume_path, &meta, err)) != ST_OK) return st;
+    char buf[512], report[2048] = "";
+    snprintf(buf, sizeof buf, "%s", c->overrides);
+    const char *ov[32];
+    int nov = tr_split_list(buf, ov, 32);
+    st = ckpt_check_config(meta.config, r->config, ov, nov, report, sizeof report, err);
+    if (st != ST_OK) err_prefix(err, "--resume %s", r->resume_path);
+    else if (meta.step >= c->steps)
+        st = err_set(err, ST_ERR_INPUT, "--steps %ld: the checkpoint %s is already at step %ld (extend --steps)", c->steps,
+                     r->resume_path, meta.step);
+    if (st == ST_OK && report[0] && !c->quiet) printf("resume: %s\n", report);
+    r->start_step = r->start_attempt = meta.step;
+    ckpt_meta_free(&meta);
+    return st;
+}
+
+/* Transient buffers of a layout (initialisation, checkpoints, final weights) are staging memory:
+ * n buffers of this rank's layout, or with tp > 1 of the whole network's (r->full). mem_alloc
+ * zeroes them. */
+float *tr_run_staging(Run *r, const ParamLayout *pl, int n) {
+    return mem_alloc(&r->mem, MEM_CKPT_STAGING, pl->total * sizeof(float) * (size_t)n);
+}
+
+void tr_run_staging_free(Run *r, const ParamLayout *pl, float *p, int n) {
+    mem_free(&r->mem, MEM_CKPT_STAGING, p, pl->total * sizeof(float) * (size_t)n);
+}
+
+void tr_slices_from_full(Run *r, float *local, const float *full, int n) {
+    for (int i = 0; i < n; i++)
+        layout_tp_copy(&r->g.w.layout, local + i * r->g.w.layout.total, &r->full, (float *)full + i * r->full.total, 0,
+                       1);
+}
+
+/* A progress bar for long checkpoint reads and writes: on a terminal, or for 256 MiB and more of
+ * parameters in logs. NULL when none is wanted. */
+static Progress *run_ckpt_bar(Run *r, Progress *bar, const char *what) {
+    if (r->cfg.quiet || !(isatty(2) || r->g.w.layout.total * 4 >= ((size_t)256 << 20))) return NULL;
+    progress_init(bar, what, "bytes", "MB/s", 1e-6);
+    return bar;
+}
+
+/* The optimizer's state outside the layout (Shampoo's blocks) from checkpoint `path`, if it has any:
+ * every rank reads the whole vector and keeps its own blocks. */
+static Status run_load_extra(Run *r, const char *path, Err *err) {
+    size_t n = par_extra_state_floats(r->par);
+    if (!n) return ST_OK;
+    float *buf = mem_alloc(&r->mem, MEM_CKPT_STAGING, n * sizeof(float));
+    if (!buf) return err_set(err, ST_ERR_RUNTIME, "out of memory (optimizer state staging)");
+    Status st = ckpt_read_extra(path, par_extra_state_name(r->par), buf, n, err);
+    if (st == ST_OK) par_set_extra_state(r->par, buf);
+    mem_free(&r->mem, MEM_CKPT_STAGING, buf, n * sizeof(float));
+    return st;
+}
+
+/* Loads a checkpoint (written by any grid) into this rank's parameters and moments: in place when
+ * the state is whole here, else through full-layout staging that par scatters. */
+Status tr_run_load_ckpt(Run *r, const char *path, CkptMeta *meta, Err *err) {
+    if (r->local) {
+        Progress bar, *pb = run_ckpt_bar(r, &bar, "checkpoint load");
+        CkptProgressFn fn = pb ? progress_cb : NULL;
+        CkptOptState opt = {par_moment(r->par, 0), par_moment(r->par, 1), NULL};
+        Status st = ckpt_load_progress(path, &r->g.w, &opt, meta, fn, pb, err);
+        gpt_sync_lp(&r->g);
+        return st == ST_OK ? run_load_extra(r, path, err) : st;
+    }
+    /* Any checkpoint (one process's or sharded, any grid) resliced into this rank's layout, then par
+     * keeps its shards. */
+    int nv = par_moment(r->par, 1) ? 1 : 0;
+    const ParamLayout *pl = &r->g.w.layout;
+    float *buf = tr_run_staging(r, pl, 2 + nv);
+    if (!buf) return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
+    size_t n = pl->total;
+    Status st = ckpt_load_any(path, pl, buf, buf + n, nv ? buf + 2 * n : NULL, meta, &r->cfg.faults, err);
+    if (st == ST_OK) par_set_full(r->par, buf, buf + n, nv ? buf + 2 * n : NULL);
+    tr_run_staging_free(r, pl, buf, 2 + nv);
+    return st == ST_OK ? run_load_extra(r, path, err) : st;
+}
+
+/* The noise scale's averages in state.json's "extra", so a resumed run smooths B_simple on from
+ * where the checkpoint left it. The doubles are written as "%.17g" strings: cJSON prints numbers with
+ * 15 digits whenever they read back within an epsilon, which is not the same double. */
+static void add_exact(cJSON *o, const char *name, double v) {
+    char buf[40];
+    snprintf(buf, sizeof buf, "%.17g", v);
+    cJSON_AddStringToObject(o, name, buf);
+}
+
+static int get_exact(const cJSON *o, const char *name, double *v) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, name);
+    char *end = NULL;
+    if (cJSON_IsString(x)) *v = strtod(x->valuestring, &end);
+    return cJSON_IsString(x) && end != x->valuestring && *end == '\0';
+}
+
+static cJSON *noise_to_json(const NoiseScale *n) {
+    cJSON *o = cJSON_CreateObject();
+    add_exact(o, "g2_ema", n->g2_ema);
+    add_exact(o, "trs_ema", n->trs_ema);
+    cJSON_AddNumberToObject(o, "n", (double)n->n);
+    return o;
+}
+
+static Status noise_from_json(NoiseScale *n, const cJSON *o, const char *path, Err *err) {
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "n");
+    double g = 0, t = 0;
+    if (!get_exact(o, "g2_ema", &g) || !get_exact(o, "trs_ema", &t) || !cJSON_IsNumber(k) || k->valuedouble < 0)
+        return err_set(err, ST_ERR_INPUT, "%s/state.json: extra.noise_scale: expected g2_ema and trs_ema as decimal "
+                       "strings and n >= 0, found another value", path);
+    n->g2_ema = g, n->trs_ema = t, n->n = (long)k->valuedouble;
+    return ST_OK;
+}
+
+/* Applies the checkpoint found by tr_resume_find: weights, moments, loader position, loss scaler,
+ * health detectors, the noise scale's averages, and the batches consumed and skipped. */
+Status tr_resume_load(Run *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    if (!r->resume_path[0]) return ST_OK;
+    CkptMeta m;
+    Status st = tr_run_load_ckpt(r, r->resume_path, &m, err);
+    if (st != ST_OK) return st;
+    loader_set_state(&r->train, m.loader);
+    const cJSON *hj = m.extra ? cJSON_GetObjectItemCaseSensitive(m.extra, "health") : NULL;
+    const cJSON *bj = m.extra ? cJSON_GetObjectItemCaseSensitive(m.extra, "batches") : NULL;
+    const cJSON *sj = m.extra ? cJSON_GetObjectItemCaseSensitive(m.extra, "skipped_batches") : NULL;
+    if (cJSON_IsNumber(bj)) r->start_attempt = (long)bj->valuedouble;
+    double sv;
+    if (c->fp16 && ckpt_meta_scaler(&m, "scale", &sv)) {
+        r->scaler.scale = (float)sv;
+        if (ckpt_meta_scaler(&m, "good_steps", &sv)) r->scaler.good = (long)sv;
+        if (ckpt_meta_scaler(&m, "skips", &sv)) r->scaler.skips = (long)sv;
+    }
+    if (hj && (st = health_state_from_json(&r->health, hj, c->health.window, err)) != ST_OK)
+        err_prefix(err, "%s/state.json: health", r->resume_path);
+    const cJSON *nj = m.extra ? cJSON_GetObjectItemCaseSensitive(m.extra, "noise_scale") : NULL;
+    if (st == ST_OK && nj && r->noise_on) st = noise_from_json(&r->noise, nj, r->resume_path, err);
+    for (const cJSON *x = sj ? sj->child : NULL; x && r->nskipped < SKIP_RECORD_MAX; x = x->next)
+        r->skipped[r->nskipped++] = (long)x->valuedouble;
+    ckpt_meta_free(&m);
+    if (st == ST_OK && !c->quiet) printf("resume: continuing from %s (step %ld)\n", r->resume_path, r->start_step);
+    return st;
+}
+
+/* Gathers the full parameters (and moments when opt_too) into staging; rank 0 writes. The others
+ * learn rank 0's outcome, so a failed write ends the run everywhere instead of a hang. */
+static Status run_save_gathered(Run *r, const CkptMeta *meta, const CkptOptions *o, CkptSaveInfo *info,
+                                const char *out_dir, Err *err) {
+    int nv = par_moment(r->par, 1) ? 1 : 0, nb = out_dir ? 1 : 2 + nv;
+    float *buf = tr_run_staging(r, &r->g.w.layout, nb), *fbuf = r->sliced ? tr_run_staging(r, &r->full, nb) : NULL;
+    if (!buf || (r->sliced && !fbuf)) {
+        tr_run_staging_free(r, &r->g.w.layout, buf, nb);
+        return err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
+    }
+    size_t n = r->g.w.layout.total;
+    Status st = par_get_full(r->par, buf, out_dir ? NULL : buf + n, out_dir || !nv ? NULL : buf + 2 * n, err);
+    float *wr = buf;
+    if (st == ST_OK && r->sliced) { /* full tensors on world rank 0 (parallel/tp.c) */
+        st = par_full_tensors(r->par, &r->full, buf, fbuf, nb, r->step, err);
+        wr = fbuf, n = r->full.total;
+    }
+    int64_t fail = 0;
+    if (st == ST_OK && r->comm->rank == 0) {
+        GptWeights view = r->g.w;
+        if (r->sliced) view.layout = r->full;
+        view.params = wr;
+        CkptOptState opt = {out_dir ? NULL : wr + n, out_dir || !nv ? NULL : wr + 2 * n, NULL};
+        if (!out_dir) opt.extra = r->xstate, opt.extra_n = r->xstate_n, opt.extra_name = par_extra_state_name(r->par);
+        st = out_dir ? st_save_hf(&view, out_dir, r->cfg.tokenizer, err) : ckpt_save(&view, &opt, meta, o, info, err);
+        fail = st != ST_OK;
+    }
+    tr_run_staging_free(r, &r->g.w.layout, buf, nb);
+    tr_run_staging_free(r, &r->full, fbuf, nb);
+    Err e2;
+    Status st2 = comm_allreduce_i64(r->comm, &fail, 1, COMM_MAX, &e2);
+    if (st != ST_OK) return st;
+    if (st2 != ST_OK) return *err = e2, st2;
+    if (fail) return err_set(err, ST_ERR_RUNTIME, "%s: rank 0 could not write it (its message says why)",
+                             out_dir ? out_dir : "checkpoint");
+    return ST_OK;
+}
+
+/* Young/Daly needs the full write time of a checkpoint: a synchronous save's, or the background
+ * write's, learnt when the next save or the end of the run waits for it (never by waiting early). */
+void tr_note_write_time(Run *r, const CkptSaveInfo *info) {
+    if (!r->first_ckpt_ms && info->path[0]) r->first_ckpt_ms = info->ms_write + info->ms_prune;
+}
+
+/* A checkpoint written by every rank (ckpt/shard.h): each rank's tensors of its own layout (a stage,
+ * a tp slice), split between the ranks of its dp group; the ZeRO shards of the group are gathered
+ * into staging of that layout first (none at ZeRO 0, where every rank holds its layout whole).
+ * Collective over the world; every rank returns the same status. */
+static Status run_save_sharded(Run *r, const CkptMeta *meta, const CkptOptions *o, CkptSaveInfo *info, Err *err) {
+    const ParamLayout *pl = &r->g.w.layout;
+    int nv = par_moment(r->par, 1) ? 1 : 0, staged = r->cfg.zero > 0;
+    size_t n = pl->total;
+    float *buf = staged ? tr_run_staging(r, pl, 2 + nv) : NULL;
+    Status st = buf || !staged ? ST_OK : err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");
+    /* A rank that cannot stage still takes part in the collectives: the save then fails everywhere. */
+    int64_t bad = st != ST_OK;
+    Err e2;
+    if (comm_allreduce_i64(r->comm, &bad, 1, COMM_MAX, &e2) != ST_OK || bad) {
+        if (st == ST_OK) st = err_set(err, ST_ERR_RUNTIME, "checkpoint: another rank could not stage its state");
+    } else if (staged) {
+        st = par_get_full(r->par, buf, buf + n, nv ? buf + 2 * n : NULL, err);
+    }
+    if (st == ST_OK) {
+        CkptShardSrc src = {pl, staged ? buf : r->g.w.params, staged ? buf + n : par_moment(r->par, 0),
+                            nv ? (staged ? buf + 2 * n : par_moment(r->par, 1)) : NULL, r->ckpt_write};
+        src.extra = r->xstate, src.extra_n = r->xstate_n, src.extra_name = par_extra_state_name(r->par);
+        if (r->sasync) { /* commits the previous save (collective), then copies and writes behind training */
+            CkptSaveInfo prev;
+            memset(&prev, 0, sizeof prev);
+            st = ckpt_shard_async_save(r->sasync, r->comm, &src, meta, o, &prev, err);
+            tr_note_write_time(r, &prev);
+        } else {
+            st = ckpt_shard_save(r->comm, &src, meta, o, info, err);
+        }
+    }
+    if (staged) tr_run_staging_free(r, pl, buf, 2 + nv);
+    return st;
+}
+
+/* The final weights (model.safetensors + config.json in out_dir). */
+Status tr_save_weights(Run *r, const char *out_dir, Err *err) {
+    if (r->local) return st_save_hf(&r->g.w, out_dir, r->cfg.tokenizer, err);
+    return run_save_gathered(r, NULL, NULL, NULL, out_dir, err);
+}
+
+/* Writes a checkpoint of the state after `step` completed steps; *ms is its cost to the step. */
+Status tr_save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info, Err *err) {
+    const TrainConfig *c = &r->cfg;
+    double t0 = timer_ms();
+    long attempt = r->attempt;
+    CkptMeta meta;
+    memset(&meta, 0, sizeof meta);
+    meta.step = step;
+    meta.tokens_seen = (uint64_t)attempt * (uint64_t)r->batch_tokens;
+    meta.sched_step = step;
+    meta.loader = loader_get_state(&r->train);
+    snprintf(meta.optimizer, sizeof meta.optimizer, "%s", optim_kind_name(c->optim.kind));
+    meta.optim_step = step;
+    meta.dp = r->dp, meta.tp = r->tp, meta.pp = r->pp, meta.zero = c->zero;
+    ckpt_meta_set_rng(&meta, "init_seed", c->seed);
+    ckpt_meta_set_rng(&meta, "data_seed", c->data_seed);
+    ckpt_meta_set_rng(&meta, "dropout_seed", r->g.s.dropout_seed);
+    ckpt_meta_set_rng(&meta, "dropout_counter", (uint64_t)attempt * c->grad_accum * r->dp);
+    meta.config = r->config;
+    /* Health detectors, the batch counter and the skipped batches travel in "extra". */
+    cJSON *extra = cJSON_CreateObject();
+    cJSON_AddItemToObject(extra, "health", health_state_to_json(&r->health));
+    if (r->noise_on) cJSON_AddItemToObject(extra, "noise_scale", noise_to_json(&r->noise));
+    cJSON_AddNumberToObject(extra, "batches", (double)attempt);
+    cJSON *sk = cJSON_AddArrayToObject(extra, "skipped_batches");
+    for (int i = 0; i < r->nskipped; i++) cJSON_AddItemToArray(sk, cJSON_CreateNumber((double)r->skipped[i]));
+    meta.extra = extra;
+    if (c->fp16) {
+        ckpt_meta_set_scaler(&meta, "scale", r->scaler.scale);
+        ckpt_meta_set_scaler(&meta, "good_steps", (double)r->scaler.good);
+        ckpt_meta_set_scaler(&meta, "skips", (double)r->scaler.skips);
+    }
+    CkptOptState opt = {par_moment(r->par, 0), par_moment(r->par, 1), NULL};
+    /* Shampoo's block state, gathered from its owners (collective: every rank saves). */
+    r->xstate_n = par_extra_state_floats(r->par);
+    if (r->xstate_n) {
+        Status xs = (r->xstate = mem_alloc(&r->mem, MEM_CKPT_STAGING, r->xstate_n * sizeof(float)))
+                        ? ST_OK : err_set(err, ST_ERR_RUNTIME, "out of memory (optimizer state staging)");
+        int64_t bad = xs != ST_OK;
+        Err e2;
+        if (comm_allreduce_i64(r->comm, &bad, 1, COMM_MAX, &e2) != ST_OK || bad) {
+            if (xs == ST_OK) err_set(err, ST_ERR_RUNTIME, "checkpoint: another rank could not stage the optimizer state");
+            mem_free(&r->mem, MEM_CKPT_STAGING, r->xstate, r->xstate_n * sizeof(float));
+            r->xstate = NULL;
+            cJSON_Delete(extra);
+            return ST_ERR_RUNTIME;
+        }
+        if ((xs = par_get_extra_state(r->par, r->xstate, err)) != ST_OK) {
+            mem_free(&r->mem, MEM_CKPT_STAGING, r->xstate, r->xstate_n * sizeof(float));
+            r->xstate = NULL;
+            cJSON_Delete(extra);
+            return xs;
+        }
+        opt.extra = r->xstate, opt.extra_n = r->xstate_n, opt.extra_name = par_extra_state_name(r->par);
+    }
+    CkptOptions o = ckpt_default_options();
+    o.dir = c->ckpt_dir, o.keep_last = c->keep_last, o.keep_every = c->keep_every, o.tokenizer = c->tokenizer;
+    o.faults = c->faults;
+    /* Synchronous saves show progress; an asynchronous one runs behind training. */
+    Progress bar, *pb = r->async || r->sasync || r->world > 1 ? NULL : run_ckpt_bar(r, &bar, "checkpoint");
+    if (pb) o.progress = progress_cb, o.progress_ctx = pb;
+    Status st;
+    memset(info, 0, sizeof *info);
+    if (r->async) {
+        /* The previous background write must be complete (and its errors seen) first. */
+        CkptSaveInfo prev;
+        memset(&prev, 0, sizeof prev);
+        if ((st = ckpt_async_wait(r->async, &prev, err)) == ST_OK) {
+            tr_note_write_time(r, &prev);
+            st = ckpt_async_save(r->async, &r->g.w, &opt, &meta, &o, err);
+        }
+    } else if (r->local) {
+        st = ckpt_save(&r->g.w, &opt, &meta, &o, info, err);
+    } else if (r->world > 1) { /* every rank writes its own part */
+        st = run_save_sharded(r, &meta, &o, info, err);
+    } else {
+        st = run_save_gathered(r, &meta, &o, info, NULL, err);
+    }
+    if (r->xstate) mem_free(&r->mem, MEM_CKPT_STAGING, r->xstate, r->xstate_n * sizeof(float));
+    r->xstate = NULL, r->xstate_n = 0;
+    cJSON_Delete(extra);
+    *ms = timer_ms() - t0;
+    return st;
+}

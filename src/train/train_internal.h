@@ -1,0 +1,170 @@
+/* train_internal.h — what the trainer's files (train.c, train_setup.c, train_ckpt.c, train_step.c)
+ * share and nothing outside src/train sees: the Run a train_run owns, the Step one optimizer step
+ * fills, and the functions one file calls in another. */
+#ifndef ST_TRAIN_TRAIN_INTERNAL_H
+#define ST_TRAIN_TRAIN_INTERNAL_H
+
+#include <signal.h>
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "ckpt/ckpt.h"
+#include "ckpt/safetensors.h"
+#include "ckpt/shard.h"
+#include "core/mem.h"
+#include "core/peak.h"
+#include "core/progress.h"
+#include "core/stats.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "data/bpe.h"
+#include "data/loader.h"
+#include "model/backend.h"
+#include "model/gpt.h"
+#include "model/infer.h"
+#include "model/layout.h"
+#include "model/matmul.h"
+#include "parallel/parallel.h"
+#include "parallel/pp.h"
+#include "parallel/schedule.h"
+#include "plan/plan.h"
+#include "train/events.h"
+#include "train/noise.h"
+#include "train/train.h"
+
+/* Everything a run owns; released by run_free in one place. */
+typedef struct {
+    TrainConfig cfg;
+    TrainResult *res;
+    MemStats mem;
+    Loader train, val;
+    Gpt g;
+    ParamLayout full;           /* sliced: the whole network's layout (checkpoints hold full shapes) */
+    Par *par;                   /* parameters' shards, gradient collectives, moments, the update */
+    Comm *comm;                 /* the process grid: the caller's, or own_comm */
+    Comm *own_comm;             /* a single-process grid for callers that pass none */
+    int dp, dp_rank, world;
+    int tp, tp_rank;            /* tensor-parallel group: this rank holds slice tp_rank of tp */
+    int pp, pp_rank;            /* pipeline: this rank runs stage pp_rank of pp */
+    int sliced;                 /* tp > 1 or pp > 1: this rank's layout is not the whole network's */
+    int local;                  /* dp 1, tp 1, pp 1 at ZeRO 0: every tensor is whole on this rank */
+    PipeSchedule sched;         /* pp > 1: the schedule (checked before allocation) */
+    StageBlocks stage;          /* pp > 1: this rank's chunks of blocks */
+    int slots;                  /* pp > 1: activation sets (the schedule's peak in flight here) */
+    int sched_first[LAYOUT_MAX_CHUNKS * SCHED_MAX_P], sched_last[LAYOUT_MAX_CHUNKS * SCHED_MAX_P]; /* per virtual stage */
+    int peak_inflight[SCHED_MAX_P];
+    PpRun *pp_run;
+    PpStats pps;                /* the last step's pipeline timings */
+    int32_t *inp, *tgt;         /* the step's k micro-batches, (k, B, T) */
+    size_t batch_ints;
+    float *hess_u;              /* Sophia: the label draws of the Hessian pass, like tgt */
+    int32_t *hess_y;            /* Sophia: the labels drawn */
+    double *step_ms;            /* wall time of each step, for the medians */
+    long nmeasured, step_cap;
+    double *by_rank;            /* world doubles: one value per rank, for per-rank records */
+    double *by_rank2;
+    double *pp_idle;            /* world doubles: each rank's pipeline idle time of the step */
+    /* Each pipeline stage's mean forward, backward and weight-pass time (ms per op) and its count
+     * of each op in the step (the first rank of the stage's): the step record's by-stage figures. */
+    double pp_stage_ms[3][SCHED_MAX_P], pp_stage_ops[3][SCHED_MAX_P];
+    EventLog log;
+    CkptAsync *async;           /* one process: the background writer of the whole state */
+    CkptShardAsync *sasync;     /* several ranks: each rank's background writer (ckpt/shard.h) */
+    unsigned char *ckpt_write;  /* several ranks: which tensors of its layout this rank writes */
+    cJSON *config;
+    HealthState health;         /* spike / divergence detectors (train/health.h) */
+    NoiseScale noise;           /* the gradient noise scale's averages (train/noise.h) */
+    int noise_on;               /* estimated: pp 1 and two batch sizes (dp >= 2 or grad_accum >= 2) */
+    double *noise_rep;          /* dp doubles: each replica's first-micro-batch |G_small|² of the step */
+    LossScaler scaler;          /* fp16 dynamic loss scaling */
+
+    /* Resume: decided before allocation, applied after. */
+    char resume_path[4096];     /* the checkpoint to continue from ("" = a fresh start) */
+    char resume_note[2048];     /* what --resume found, for the console and the start record */
+    long start_step;            /* optimizer steps done before this run */
+    long start_attempt;         /* batches consumed before this run */
+#define SKIP_RECORD_MAX 1024
+    long skipped[SKIP_RECORD_MAX]; /* batches whose update was skipped (logged and checkpointed) */
+    int nskipped;
+
+    /* --log-layer-stats: the parameters before the update and the norms per segment. */
+    float *ls_prev;
+    int ls_nseg;
+    double *ls_grad, *ls_weight, *ls_update;
+
+    /* Accounting fixed at start. */
+    long long batch_seqs, batch_tokens;
+    double fpt;                 /* model FLOPs per token */
+    double peak, peak_job;      /* this rank's peak FLOP/s, and the sum over ranks (MFU's denominator) */
+    const char *peak_kind;
+    PlanResult plan;
+    int have_plan;
+    size_t rss_base;            /* resident anonymous memory before the run allocated anything */
+
+    /* Progress. `step` counts optimizer updates (Adam's t, the schedule, checkpoints); `attempt`
+     * counts batches consumed. They differ only after health actions skipped or rolled back. */
+    long step, attempt;
+    double ms_total, first_ckpt_ms, loop_t0;
+    int signals;
+    struct sigaction old_term, old_int;
+    /* A checkpoint save in progress: the optimizer's state outside the layout (par_get_extra_state),
+     * NULL when it has none. */
+    float *xstate;
+    size_t xstate_n;
+} Run;
+
+/* What one step measured and decided, filled stage by stage. */
+typedef struct {
+    long next;                  /* the step this update would complete */
+    long ntok;                  /* unmasked target tokens of the step, all ranks */
+    long ntok0;                 /* this rank's tokens of its first micro-batch (the noise scale's small batch) */
+    double noise[6];            /* b_small, |G_small|², |G|², tr(Σ), B_simple of the step, smoothed B_simple */
+    int stop;                   /* a stop signal reached some rank (agreed by all) */
+    double t0, t1, t2, t3;      /* start; data ready; gradients reduced; update applied */
+    double comm_ms0, comm_b0;   /* communication counters at the start */
+    CommStats cs0;
+    double loss_sum, loss, norm;
+    float lscale, scale, lr;    /* fp16 loss scale (1 otherwise), clip factor, learning rate */
+    int overflow, updated, rolled_back, last, stopping;
+    double ckpt_ms;
+    double hess_ms, hess_loss;  /* Sophia's Hessian pass: its time (0: none this step), the mean loss of
+                                   the sampled labels (NaN: none) */
+    double hess_bytes;          /* its collectives' bytes (left out of the step's communication) */
+    int hess_skipped;           /* its gradient was not finite: the EMA kept its value */
+    Status gemm_st;             /* a GEMM failure of this rank's micro-batches (gpt_status) */
+    Err gemm_err;
+} Step;
+
+/* Set by SIGTERM/SIGINT (signals_install, train.c), read by the step loop between steps. */
+extern volatile sig_atomic_t tr_stop_signal;
+
+/* ---- across the trainer's files (contracts at their definitions) ---- */
+void tr_fmt_duration(double s, char *buf, size_t len);
+int tr_split_list(char *buf, const char **out, int max);
+double tr_comm_bytes_total(const Comm *c);
+Status tr_setup_grid(Run *r, Err *err);
+Status tr_setup_data(Run *r, Err *err);
+Status tr_setup_same_config(Run *r, Err *err);
+Status tr_setup_model(Run *r, Err *err);
+Status tr_setup_outputs(Run *r, Err *err);
+Status tr_setup_accounting(Run *r, Err *err);
+Status tr_announce(Run *r, Err *err);
+Status tr_resume_find(Run *r, Err *err);
+float *tr_run_staging(Run *r, const ParamLayout *pl, int n);
+void tr_run_staging_free(Run *r, const ParamLayout *pl, float *p, int n);
+void tr_slices_from_full(Run *r, float *local, const float *full, int n);
+Status tr_run_load_ckpt(Run *r, const char *path, CkptMeta *meta, Err *err);
+Status tr_resume_load(Run *r, Err *err);
+void tr_note_write_time(Run *r, const CkptSaveInfo *info);
+Status tr_save_weights(Run *r, const char *out_dir, Err *err);
+Status tr_save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info, Err *err);
+Status tr_train_step(Run *r, int *stop, Err *err);
+
+#endif

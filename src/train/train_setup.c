@@ -1,0 +1,456 @@
+/* train_setup.c — setting a run up, before its first step: the grid and the pipeline schedule, the
+ * data, one config on every rank, the model with its parallel state and initial weights, the log,
+ * the plan against the allocation, and the start record (announce). Called in run_setup's order
+ * (train.c). */
+#include "train/train.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "ckpt/ckpt.h"
+#include "ckpt/safetensors.h"
+#include "ckpt/shard.h"
+#include "core/mem.h"
+#include "core/peak.h"
+#include "core/progress.h"
+#include "core/stats.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "data/bpe.h"
+#include "data/loader.h"
+#include "model/backend.h"
+#include "model/gpt.h"
+#include "model/infer.h"
+#include "model/layout.h"
+#include "model/matmul.h"
+#include "parallel/parallel.h"
+#include "parallel/pp.h"
+#include "parallel/schedule.h"
+#include "plan/plan.h"
+#include "train/events.h"
+#include "train/train_internal.h"
+#include "train/noise.h"
+
+/* Pipeline: the schedule (built, then simulated with unit times, which refuses an incomplete or
+ * deadlocking one) and the split of the blocks into pp·v virtual stages, before any allocation. */
+static Status setup_pipeline(Run *r, int pp, Err *err) {
+    TrainConfig *c = &r->cfg;
+    int v = c->interleave > 0 ? c->interleave : 1;
+    if (!c->pp_schedule[0]) /* not given: plan's rule, so both price and run the same schedule */
+        snprintf(c->pp_schedule, sizeof c->pp_schedule, "%s", sched_type_name(sched_default_type(pp > 1 ? v : 1)));
+    if (pp == 1) {
+        if (v > 1 || c->pp_layers[0] || strcmp(c->pp_schedule, "1f1b") != 0 || c->pp_print_schedule)
+            return err_set(err, ST_ERR_INPUT, "--pp-schedule/--pp-layers/--interleave/--pp-print-schedule: expected "
+                           "--pp > 1, found --pp 1");
+        /* The trivial schedule, F0 B0 F1 B1 …: the step walks it like a pipeline's (pp.h). */
+        return sched_build(&r->sched, SCHED_1F1B, 1, c->grad_accum, 1, err);
+    }
+    SchedType type;
+    Status st = sched_type_parse(c->pp_schedule, &type, err);
+    if (st != ST_OK) return st;
+    if ((st = sched_build(&r->sched, type, pp, c->grad_accum, v, err)) != ST_OK) {
+        err_prefix(err, "--grad-accum (pipeline micro-batches)");
+        return st;
+    }
+    SchedTimes t = {1.0, 2.0, 0.0, 0.0};
+    SchedSim sim;
+    if (pp > SCHED_MAX_P) return err_set(err, ST_ERR_INPUT, "--pp %d: expected at most %d stages", pp, SCHED_MAX_P);
+    if ((st = sched_simulate(&r->sched, &t, &sim, err)) != ST_OK) return st;
+    int S = pp * v, first[LAYOUT_MAX_CHUNKS * SCHED_MAX_P], last[LAYOUT_MAX_CHUNKS * SCHED_MAX_P];
+    if (v > LAYOUT_MAX_CHUNKS)
+        return err_set(err, ST_ERR_INPUT, "--interleave %d: expected at most %d chunks per rank", v, LAYOUT_MAX_CHUNKS);
+    if ((st = layout_pp_split(&c->model, c->seq_len, S, c->pp_layers, first, last, err)) != ST_OK) {
+        if (v > 1) err_prefix(err, "--interleave %d: %d x %d = %d virtual stages", v, pp, v, S);
+        return st;
+    }
+    r->stage.n = v;
+    for (int k = 0; k < S; k++) r->sched_first[k] = first[k], r->sched_last[k] = last[k];
+    memcpy(r->peak_inflight, sim.peak_inflight, sizeof r->peak_inflight);
+    if (c->pp_print_schedule && r->comm->rank == 0) {
+        printf("pipeline schedule %s, %d ranks, %d micro-batches, %d chunk(s) per rank:\n", c->pp_schedule, pp,
+               c->grad_accum, v);
+        sched_print(&r->sched, stdout);
+        fflush(stdout);
+    }
+    return ST_OK;
+}
+
+/* This rank's chunks (layout_pp_rank_stage: virtual stage c·pp + pp_rank for chunk c) and slots. */
+static void pipeline_rank_stage(Run *r) {
+    r->stage = layout_pp_rank_stage(r->sched_first, r->sched_last, r->pp, r->stage.n, r->pp_rank);
+    r->slots = r->peak_inflight[r->pp_rank];
+}
+
+/* The process grid (dp × tp × pp = world), refused before any allocation. */
+Status tr_setup_grid(Run *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    if (c->zero < 0 || c->zero > 3) return err_set(err, ST_ERR_INPUT, "--zero: expected 0, 1, 2 or 3, found %d", c->zero);
+    r->comm = c->comm;
+    if (!r->comm) {
+        Status st = comm_init_local(&r->own_comm, err);
+        if (st != ST_OK) return st;
+        r->comm = r->own_comm;
+    }
+    int tp = c->tp > 0 ? c->tp : 1, pp = c->pp > 0 ? c->pp : 1, world = r->comm->world;
+    if (world % tp)
+        return err_set(err, ST_ERR_INPUT, "--tp %d: expected a divisor of the world size %d (ranks launched), found a "
+                       "remainder of %d", tp, world, world % tp);
+    if (world % (tp * pp))
+        return err_set(err, ST_ERR_INPUT, "--pp %d: expected tp x pp = %d to divide the world size %d (ranks launched), "
+                       "found a remainder of %d", pp, tp * pp, world, world % (tp * pp));
+    if (c->sp && tp == 1) return err_set(err, ST_ERR_INPUT, "--sp: expected --tp > 1 (sequence parallelism splits "
+                                         "inside a tensor-parallel group), found --tp 1");
+    Status st = setup_pipeline(r, pp, err);
+    if (st != ST_OK) return st;
+    int dp = c->dp > 0 ? c->dp : world / (tp * pp);
+    if ((st = par_check_grid(c->zero, pp, err)) != ST_OK) return st;
+    if ((st = comm_set_grid(r->comm, dp, tp, pp, err)) != ST_OK) return st;
+    if (c->comm_timeout > 0) r->comm->timeout_s = c->comm_timeout;
+    c->dp = r->dp = dp, r->dp_rank = r->comm->dp_rank, r->world = r->comm->world;
+    c->tp = r->tp = tp, r->tp_rank = r->comm->tp_rank;
+    c->pp = r->pp = pp, r->pp_rank = r->comm->pp_rank;
+    r->sliced = tp > 1 || pp > 1;
+    r->local = dp == 1 && !r->sliced && c->zero == 0;
+    if (pp > 1) pipeline_rank_stage(r);
+    if (c->ckpt_async && c->ckpt_dir[0] && !r->local && r->world == 1)
+        return err_set(err, ST_ERR_INPUT, "--ckpt-async: expected ZeRO 0 in one process, found ZeRO %d (a one-process "
+                       "save of a sharded state is gathered and written synchronously; drop the flag)", c->zero);
+    if (r->sliced && c->sample_every > 0)
+        return err_set(err, ST_ERR_INPUT, "--sample-every %d: expected 0 with --tp %d --pp %d (a sample needs the whole "
+                       "model on one rank; sample the saved weights with `scaletrain sample`)", c->sample_every, tp, pp);
+    r->by_rank = calloc((size_t)r->world, sizeof *r->by_rank);
+    r->by_rank2 = calloc((size_t)r->world, sizeof *r->by_rank2);
+    r->pp_idle = calloc((size_t)r->world, sizeof *r->pp_idle);
+    if (!r->by_rank || !r->by_rank2 || !r->pp_idle) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    return ST_OK;
+}
+
+/* Shards, the model's vocabulary (from their headers when not given) and its validation. */
+Status tr_setup_data(Run *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    Status st;
+    int lflags = LOADER_SHUFFLE | (c->no_pack ? LOADER_NO_PACK : 0);
+    if ((st = loader_open(&r->train, c->data, c->seq_len, 0, c->tokenizer_hash, c->data_seed, lflags, err)) != ST_OK)
+        return st;
+    if (c->model.vocab == 0) {
+        c->model.vocab = (int)loader_header_vocab(&r->train);
+        if (c->model.vocab == 0)
+            return err_set(err, ST_ERR_INPUT, "--vocab: not given and the shard headers of %s record no vocabulary size",
+                           c->data);
+    }
+    if ((st = model_config_validate(&c->model, err)) != ST_OK) return st;
+    if ((st = loader_check_vocab(&r->train, (uint32_t)c->model.vocab, err)) != ST_OK) return st;
+    if (c->val_data[0]) {
+        int vflags = c->no_pack ? LOADER_NO_PACK : 0;
+        if ((st = loader_open(&r->val, c->val_data, c->seq_len, (uint32_t)c->model.vocab, c->tokenizer_hash, 0, vflags,
+                              err)) != ST_OK)
+            return st;
+        /* --sp splits every forward's rows over tp; a validation set shorter than one micro-batch
+         * runs a smaller one, which must split too. */
+        if (c->sp && r->val.nwin < (uint64_t)c->micro_batch && (r->val.nwin * (uint64_t)c->seq_len) % (uint64_t)r->tp)
+            return err_set(err, ST_ERR_INPUT, "--val-data %s: with --sp, expected at least --micro-batch %d rows or a "
+                           "row count x --seq-len divisible by --tp %d, found %llu rows", c->val_data, c->micro_batch,
+                           r->tp, (unsigned long long)r->val.nwin);
+    }
+    c->sched.total = c->steps;
+    if ((st = health_validate_options(&c->health, err)) != ST_OK) return st;
+    health_init(&r->health);
+    scaler_init(&r->scaler, c->loss_scale, c->loss_scale_window);
+    return ST_OK;
+}
+
+/* Every rank got the same config (hash of its JSON); the grid and each rank's threads are printed;
+ * from here on only rank 0 prints progress and writes the log. */
+Status tr_setup_same_config(Run *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    r->config = events_config_json(c);
+    char *text = cJSON_PrintUnformatted(r->config);
+    if (!text) return err_set(err, ST_ERR_RUNTIME, "out of memory (config text)");
+    uint64_t h = XXH3_64bits(text, strlen(text));
+    free(text);
+    Status st = comm_check_same_u64(r->comm, h, "config hash", err);
+    if (st == ST_OK) st = comm_allgather_f64(r->comm, (double)c->threads, r->by_rank, err);
+    if (st == ST_OK && r->world > 1 && r->comm->rank == 0 && !c->quiet) {
+        char d[256];
+        comm_describe(r->comm, d, sizeof d);
+        printf("grid: %s, ZeRO stage %d, collective timeout %.0f s\nthreads:", d, c->zero, r->comm->timeout_s);
+        for (int i = 0; i < r->world; i++) printf(" rank %d %d%s", i, (int)r->by_rank[i], i + 1 < r->world ? "," : "\n");
+        fflush(stdout);
+    }
+    if (r->comm->rank != 0) c->quiet = 1, c->log_path[0] = 0;
+    return st;
+}
+
+/* Initial weights: seeded, or --init-from (path non-NULL). Every element depends on (seed, tensor,
+ * index) only, so every grid starts from the same weights. */
+static Status run_init_weights(Run *r, const char *path, Err *err) {
+    if (r->sliced) { /* the whole network's weights, then this rank's slices */
+        float *full = tr_run_staging(r, &r->full, 1), *mine = tr_run_staging(r, &r->g.w.layout, 1);
+        Status st = ST_OK;
+        if (!full || !mine) st = err_set(err, ST_ERR_RUNTIME, "out of memory (initial weights)");
+        GptWeights view = r->g.w;
+        view.layout = r->full, view.params = full;
+        if (st == ST_OK && path) st = ckpt_init_from(&view, path, err);
+        else if (st == ST_OK) gpt_init_params_buf(&r->full, full, r->cfg.seed, r->g.s.nt);
+        if (st == ST_OK) {
+            tr_slices_from_full(r, mine, full, 1);
+            par_set_full(r->par, mine, NULL, NULL);
+        }
+        tr_run_staging_free(r, &r->full, full, 1);
+        tr_run_staging_free(r, &r->g.w.layout, mine, 1);
+        return st;
+    }
+    if (r->cfg.zero < 3) {
+        if (!path) gpt_init_params(&r->g, r->cfg.seed);
+        Status st = path ? ckpt_init_from(&r->g.w, path, err) : ST_OK;
+        gpt_sync_lp(&r->g);
+        return st;
+    }
+    float *full = tr_run_staging(r, &r->g.w.layout, 1);
+    if (!full) return err_set(err, ST_ERR_RUNTIME, "out of memory (initial weights)");
+    Status st = ST_OK;
+    GptWeights view = r->g.w; /* ckpt reads the layout and writes view.params */
+    view.params = full;
+    if (path) st = ckpt_init_from(&view, path, err);
+    else gpt_init_params_buf(&r->g.w.layout, full, r->cfg.seed, r->g.s.nt);
+    if (st == ST_OK) par_set_full(r->par, full, NULL, NULL);
+    tr_run_staging_free(r, &r->g.w.layout, full, 1);
+    return st;
+}
+
+/* The model (its layout padded for the dp group), the parallel state that owns the moments and
+ * the collectives, the initial weights, and the batch buffers. */
+Status tr_setup_model(Run *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    int B = c->micro_batch, T = c->seq_len, k = c->grad_accum, nt = c->threads;
+    mm_set_threads(nt);
+    GptOptions go = gpt_default_options();
+    Status st = backend_find(c->device, &go.backend, err);
+    if (st != ST_OK) return st;
+    go.B = B, go.T = T, go.threads = nt, go.recompute = c->recompute;
+    go.precision = c->fp16 ? GPT_FP16 : c->bf16 ? GPT_BF16 : GPT_FP32;
+    go.tp = r->tp, go.tp_rank = r->tp_rank, go.sp = c->sp;
+    if (r->pp > 1) go.stage = r->stage, go.slots = r->slots, go.split_backward = r->sched.split_backward;
+    par_gpt_options(r->dp, c->zero, &go);
+    st = gpt_init(&r->g, &c->model, &go, &r->mem, err);
+    if (st != ST_OK) return st;
+    if (r->sliced && layout_init(&r->full, &c->model, 1) != 0)
+        return err_set(err, ST_ERR_RUNTIME, "out of memory (the full layout)");
+    ParOptions po = par_default_options();
+    po.zero = c->zero, po.overlap = !c->no_overlap, po.n_moments = optim_num_moments(&c->optim), po.nt = nt;
+    po.muon = c->optim.kind == OPT_MUON, po.muon_bf16 = go.precision == GPT_BF16;
+    po.shampoo = c->optim.kind == OPT_SHAMPOO, po.shampoo_block = c->optim.shampoo_block;
+    po.precond_every = c->optim.precond_every, po.shampoo_eps = c->optim.shampoo_eps;
+    po.faults = c->faults;
+    /* The noise scale needs a batch smaller than the step's (a micro-batch of one replica) and a
+     * gradient whole on the stage that computed it (no pipeline: a tied wte is split there). */
+    r->noise_on = plan_noise_scale_on(r->dp, r->pp, k, c->no_noise_scale);
+    po.noise = r->noise_on;
+    noise_init(&r->noise, NOISE_EMA_BETA);
+    if (r->noise_on && !(r->noise_rep = calloc((size_t)r->dp, sizeof *r->noise_rep)))
+        return err_set(err, ST_ERR_RUNTIME, "out of memory (noise scale)");
+    if ((st = par_init(&r->par, r->comm, &r->g, &po, &r->mem, err)) != ST_OK) return st;
+    if ((st = pp_init(&r->pp_run, r->comm, &r->g, r->par, &r->sched, err)) != ST_OK) return st;
+    if ((st = run_init_weights(r, NULL, err)) != ST_OK) return st;
+    r->g.s.dropout_seed = c->seed ^ 0xd509u;
+    if (c->init_from[0] && !r->resume_path[0] && (st = run_init_weights(r, c->init_from, err)) != ST_OK) {
+        err_prefix(err, "--init-from");
+        return st;
+    }
+    r->batch_ints = (size_t)k * B * T;
+    r->inp = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
+    r->tgt = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
+    r->step_cap = c->steps * 2 + 64;
+    r->step_ms = calloc((size_t)r->step_cap, sizeof *r->step_ms);
+    if (!r->inp || !r->tgt || !r->step_ms) return err_set(err, ST_ERR_RUNTIME, "out of memory allocating the batches");
+    if (c->optim.kind == OPT_SOPHIA) {
+        r->hess_u = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(float));
+        r->hess_y = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
+        if (!r->hess_u || !r->hess_y) return err_set(err, ST_ERR_RUNTIME, "out of memory (Sophia's sampled labels)");
+    }
+    return ST_OK;
+}
+
+/* The asynchronous checkpoint writer (its copy of the state) and the metrics log. */
+Status tr_setup_outputs(Run *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    if (c->ckpt_dir[0] && r->world > 1) { /* every rank writes its share of the tensors */
+        const ParamLayout *pl = &r->g.w.layout;
+        if (!(r->ckpt_write = calloc((size_t)pl->ntensors, 1))) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+        ckpt_shard_assign(pl, r->dp, r->dp_rank, r->ckpt_write);
+        if (c->ckpt_async) {
+            float probe = 0; /* async_init reads which buffers exist, not their contents */
+            CkptShardSrc src = {pl, &probe, &probe, par_moment(r->par, 1) ? &probe : NULL, r->ckpt_write};
+            Status st = ckpt_shard_async_init(&r->sasync, &src, &r->mem, err);
+            if (st != ST_OK) return st;
+        }
+    } else if (c->ckpt_dir[0] && c->ckpt_async) { /* one process: tr_setup_grid allows it only at ZeRO 0 */
+        CkptOptState opt = {par_moment(r->par, 0), par_moment(r->par, 1), NULL};
+        Status st = ckpt_async_init(&r->async, &r->g.w, &opt, &r->mem, err);
+        if (st != ST_OK) return st;
+    }
+    if (c->log_layer_stats) {
+        const ParamLayout *pl = &r->g.w.layout;
+        if (!r->local || !r->g.d.grads)
+            return err_set(err, ST_ERR_INPUT, "--log-layer-stats: expected one process at ZeRO 0 (dp, tp, pp 1), found "
+                           "world %d, ZeRO %d", r->world, c->zero);
+        r->ls_nseg = pl->nseg < LAYER_STATS_MAX ? pl->nseg : LAYER_STATS_MAX;
+        r->ls_prev = malloc(pl->total * sizeof(float));
+        r->ls_grad = calloc((size_t)r->ls_nseg * 3, sizeof(double));
+        if (!r->ls_prev || !r->ls_grad) return err_set(err, ST_ERR_RUNTIME, "out of memory (--log-layer-stats)");
+        r->ls_weight = r->ls_grad + r->ls_nseg, r->ls_update = r->ls_weight + r->ls_nseg;
+    }
+    /* A resumed run appends to its log; a new run starts it. */
+    return events_open(&r->log, c->log_path, r->start_step > 0, err);
+}
+
+/* Per-rank planned bytes of parameters, gradients, master weights and moments. */
+static void run_state_plan(const Run *r, size_t plan[MEM_NCAT]) {
+    ParOptions po = par_default_options();
+    const OptimConfig *oc = &r->cfg.optim;
+    po.zero = r->cfg.zero, po.n_moments = optim_num_moments(oc), po.muon = oc->kind == OPT_MUON;
+    po.shampoo = oc->kind == OPT_SHAMPOO, po.shampoo_block = oc->shampoo_block, po.precond_every = oc->precond_every;
+    par_planned_bytes(&r->g.w.layout, r->dp, r->dp_rank, &po, (int)r->g.w.prec, plan);
+}
+
+void train_plan_input(const TrainConfig *c, int dp, int tp, int pp, double peak, PlanInput *out) {
+    PlanInput pi = plan_default_input();
+    plan_model_from_config(&pi.model, &c->model);
+    pi.micro_batch = c->micro_batch, pi.seq_len = c->seq_len, pi.grad_accum = c->grad_accum, pi.threads = c->threads;
+    pi.dp = dp, pi.tp = tp, pi.sp = c->sp, pi.zero = c->zero, pi.overlap = !c->no_overlap;
+    pi.no_noise_scale = c->no_noise_scale;
+    pi.pp = pp, pi.interleave = c->interleave > 0 ? c->interleave : 1;
+    snprintf(pi.pp_schedule, sizeof pi.pp_schedule, "%s", c->pp_schedule);
+    snprintf(pi.pp_layers, sizeof pi.pp_layers, "%s", c->pp_layers);
+    pi.n_moments = optim_num_moments(&c->optim);
+    pi.muon = c->optim.kind == OPT_MUON;
+    pi.shampoo = c->optim.kind == OPT_SHAMPOO;
+    pi.shampoo_block = c->optim.shampoo_block, pi.precond_every = c->optim.precond_every;
+    pi.hess_every = c->optim.kind == OPT_SOPHIA ? c->optim.hess_every : 0;
+    pi.recompute = (PlanRecompute)c->recompute;
+    if (c->have_hw) pi.hw = c->hw; /* a measured profile (plan --measure-hardware) */
+    else if (peak > 0) pi.hw.peak_fp32 = peak;
+    /* This trainer's precisions; fp16 is emulated, so its GEMMs run at the fp32 rate. */
+    Err pe;
+    plan_precision_trainer(&pi.prec, c->fp16 ? "fp16" : c->bf16 ? "bf16" : "fp32", &pe);
+    if (c->fp16) pi.prec.compute = PLAN_DTYPE_FP32;
+    *out = pi;
+}
+
+/* The peak FLOP/s that MFU divides by (this rank's, measured for the precision in use unless
+ * given, summed over ranks), and the plan of this run from the same layout function
+ * (docs/plan.md): its step time and memory, compared with the measurements at the end. */
+Status tr_setup_accounting(Run *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    int B = c->micro_batch, T = c->seq_len, k = c->grad_accum, nt = c->threads;
+    r->peak = c->peak_flops;
+    r->peak_kind = "fp32 FMA";
+    if (!(r->peak > 0) && c->bf16 && !c->fp16) r->peak = peak_measure_bf16(nt, 200.0), r->peak_kind = "bf16 dot product";
+    if (!(r->peak > 0)) r->peak = peak_measure_fp32(nt, 200.0), r->peak_kind = "fp32 FMA";
+    r->peak_job = r->peak;
+    Status st = comm_allreduce_f64(r->comm, &r->peak_job, 1, COMM_SUM, err);
+    if (st != ST_OK) return st;
+    r->fpt = layout_flops_per_token(&c->model, T);
+    r->batch_seqs = (long long)B * k * r->dp, r->batch_tokens = r->batch_seqs * T;
+
+    PlanInput pi;
+    train_plan_input(c, r->dp, r->tp, r->pp, r->peak, &pi);
+    /* Every rank on one node (comm found them so): dp and tp collectives go over shared memory,
+     * and an in-place reduce-scatter runs as an all-reduce (comm.h), as the plan then assumes. */
+    if (r->comm->rs_as_allreduce && r->world > pi.hw.devices_per_node) pi.hw.devices_per_node = r->world;
+    Err perr;
+    r->have_plan = plan_predict_step(&pi, &r->plan, &perr) == ST_OK;
+    return ST_OK;
+}
+
+/* The console summary and the start and memory records. Collective (memory per rank). */
+Status tr_announce(Run *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    int B = c->micro_batch, T = c->seq_len, k = c->grad_accum, nt = c->threads;
+    double util = loader_utilization(&r->train);
+    long long nparams = model_config_num_params(&c->model);
+    r->res->num_params = nparams;
+    if (!c->quiet) {
+        const ModelConfig *m = &c->model;
+        if (m->arch == ARCH_LLAMA)
+            printf("model: llama L=%d NH=%d KV=%d C=%d F=%d V=%d (padded %d) maxT=%d theta=%g %s head, %lld parameters\n",
+                   m->n_layer, m->n_head, m->n_kv_head, m->n_embd, m->ffn, m->vocab, m->vocab_padded, m->max_seq,
+                   m->rope_theta, m->untied ? "untied" : "tied", nparams);
+        else
+            printf("model: L=%d NH=%d C=%d V=%d (padded %d) maxT=%d, %lld parameters\n", m->n_layer, m->n_head,
+                   m->n_embd, m->vocab, m->vocab_padded, m->max_seq, nparams);
+        if (r->noise_on)
+            printf("noise scale: each replica's first micro-batch (%d x %d tokens) against the step's: logged as "
+                   "noise_scale\n", B, T);
+        else if (!c->no_noise_scale)
+            printf("noise scale: not estimated (it needs a batch smaller than the step's: --grad-accum >= 2 or "
+                   "dp >= 2, and no --pp)\n");
+        if (m->param == PARAM_MUP)
+            printf("muP: width multiplier m = %g (C %d / base %g): hidden matrices lr x %.4g and init variance x %.4g, "
+                   "logits x %.4g, embeddings x %g, attention 1/hs\n", model_width_mult(m), m->n_embd,
+                   m->mup_base_width, 1.0 / model_width_mult(m), 1.0 / model_width_mult(m), model_logit_mult(m),
+                   m->mup_input_alpha);
+        printf("data: %zu train tokens in %d shard(s), %llu rows of %d+1 (%s, utilization %.1f%%)%s\n",
+               r->train.total_tokens, r->train.nshards, (unsigned long long)r->train.nwin, T,
+               c->no_pack ? "one document per row, padding masked" : "packed", 100 * util,
+               r->val.nshards ? "" : ", no validation data");
+        printf("batch: micro-batch %d x seq %d x accumulation %d%s = %lld sequences = %lld tokens per step\n", B, T, k,
+               r->dp > 1 ? " x dp" : "", r->batch_seqs, r->batch_tokens);
+        printf("memory:");
+        for (int mc = 0; mc < MEM_NCAT; mc++)
+            if (r->mem.bytes[mc]) printf(" %s %.1f MiB", mem_category_name((MemCategory)mc), r->mem.bytes[mc] / 1048576.0);
+        printf("\n");
+        printf("compute: %.3g FLOP/token, peak %.1f GFLOP/s per rank (%s), %d threads, %s\n", r->fpt, r->peak / 1e9,
+               c->peak_flops > 0 ? "given" : r->peak_kind, nt, mm_backend_info());
+        fflush(stdout);
+    }
+    size_t state[MEM_NCAT];
+    run_state_plan(r, state);
+    StartEvent se = {.config = r->config, .threads = nt, .command = c->argv_joined, .batch_seqs = r->batch_seqs,
+                     .batch_tokens = r->batch_tokens, .num_params = nparams, .flops_per_token = r->fpt,
+                     .peak_flops = r->peak, .peak_flops_job = r->peak_job, .data_utilization = util,
+                     .world = r->world, .peak_given = c->peak_flops > 0, .peak_kind = r->peak_kind,
+                     .resumed_from_step = r->start_step, .resume_requested = c->resume,
+                     .resume_checkpoint = r->resume_path, .resume_note = r->resume_note, .have_plan = r->have_plan};
+    if (r->have_plan) {
+        se.plan_step_ms = r->plan.compute.step * 1e3, se.plan_tokens_per_s = r->plan.compute.tokens_per_s;
+        se.plan_mfu = r->plan.compute.mfu, se.plan_num_params = (double)r->plan.n_params;
+        se.plan_memory_total = r->plan.mem.total;
+    }
+    memset(se.planned, 0, sizeof se.planned);
+    ActStage ast = layout_act_stage(&r->g.w.layout, r->g.s.nslots);
+    ActOptions ao = {B, T, nt, c->recompute, c->fp16 ? 2 : c->bf16 ? 1 : 0, r->tp, c->sp, &ast};
+    layout_run_bytes(&c->model, &ao, se.planned);
+    static const MemCategory cats[4] = {MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_MOMENTS};
+    for (int i = 0; i < 4; i++) se.planned[cats[i]] = state[cats[i]];
+    ev_start(&r->log, &se);
+
+    /* Planned against measured state bytes on every rank (each against its own plan: pipeline
+     * stages hold different tensors). */
+    MemoryEvent me = {.world = r->world, .dp = r->dp, .tp = r->tp, .sp = c->sp, .zero = c->zero, .match = 1};
+    memcpy(me.measured, r->mem.bytes, sizeof me.measured);
+    memcpy(me.planned, state, sizeof me.planned);
+    double *all = calloc((size_t)r->world * 5, sizeof *all), *planned = all + (size_t)r->world * 4;
+    if (!all) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    Status st = ST_OK;
+    for (int i = 0; i < 4 && st == ST_OK; i++) {
+        me.by_rank[i] = all + (size_t)i * r->world;
+        st = comm_allgather_f64(r->comm, (double)r->mem.bytes[cats[i]], all + (size_t)i * r->world, err);
+        if (st == ST_OK) st = comm_allgather_f64(r->comm, (double)state[cats[i]], planned, err);
+        for (int q = 0; q < r->world; q++) me.match = me.match && me.by_rank[i][q] == planned[q];
+    }
+    if (st == ST_OK) ev_memory(&r->log, &me);
+    free(all);
+    if (st == ST_OK && r->world > 1 && !c->quiet)
+        printf("memory per rank (dp %d, tp %d%s, pp %d, ZeRO %d): params %.2f MiB, grads %.2f MiB, moments %.2f MiB "
+               "planned here; measured on every rank against its plan: %s\n",
+               r->dp, r->tp, c->sp ? " + sp" : "", r->pp, c->zero, state[MEM_PARAMS] / 1048576.0, state[MEM_GRADS] / 1048576.0,
+               state[MEM_MOMENTS] / 1048576.0, me.match ? "equal" : "DIFFERENT (see the memory event)");
+    return st;
+}
