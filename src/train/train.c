@@ -150,27 +150,27 @@ int tr_split_list(char *buf, const char **out, int max) {
 }
 
 static void run_free(Run *r) {
-    if (r->async) {
+    if (r->ck.async) {
         Err e;
-        ckpt_async_wait(r->async, NULL, &e);
-        ckpt_async_free(r->async);
+        ckpt_async_wait(r->ck.async, NULL, &e);
+        ckpt_async_free(r->ck.async);
     }
-    ckpt_shard_async_free(r->sasync); /* an uncommitted save stays invisible (run_finish commits it) */
-    free(r->ckpt_write);
+    ckpt_shard_async_free(r->ck.sasync); /* an uncommitted save stays invisible (run_finish commits it) */
+    free(r->ck.write);
     events_close(&r->log);
     free(r->step_ms);
     free(r->by_rank);
     free(r->by_rank2);
-    free(r->pp_idle);
-    free(r->noise_rep);
-    free(r->ls_prev);
-    free(r->ls_grad);
+    free(r->pipe.idle);
+    free(r->ns.rep);
+    free(r->ls.prev);
+    free(r->ls.grad);
     mem_free(&r->mem, MEM_DATA, r->inp, r->batch_ints * sizeof(int32_t));
     mem_free(&r->mem, MEM_DATA, r->tgt, r->batch_ints * sizeof(int32_t));
     mem_free(&r->mem, MEM_DATA, r->hess_u, r->hess_u ? r->batch_ints * sizeof(float) : 0);
     mem_free(&r->mem, MEM_DATA, r->hess_y, r->hess_y ? r->batch_ints * sizeof(int32_t) : 0);
-    pp_free(r->pp_run);
-    sched_free(&r->sched);
+    pp_free(r->pipe.run);
+    sched_free(&r->pipe.sched);
     par_free(r->par);
     gpt_free(&r->g);
     layout_free(&r->full);
@@ -197,8 +197,8 @@ static Status run_setup(Run *r, Err *err) {
     if ((st = tr_setup_outputs(r, err)) != ST_OK) return st;
     if ((st = tr_setup_accounting(r, err)) != ST_OK) return st;
     if ((st = tr_announce(r, err)) != ST_OK) return st;
-    r->step = r->start_step, r->attempt = r->start_attempt;
-    r->res->start_step = r->start_step;
+    r->step = r->rs.step, r->attempt = r->rs.attempt;
+    r->res->start_step = r->rs.step;
     return ST_OK;
 }
 
@@ -226,9 +226,9 @@ static Status run_finish(Run *r, Err *err) {
     const TrainConfig *c = &r->cfg;
     TrainResult *res = r->res;
     Status st;
-    if (r->async || r->sasync) {
+    if (r->ck.async || r->ck.sasync) {
         CkptSaveInfo info;
-        st = r->async ? ckpt_async_wait(r->async, &info, err) : ckpt_shard_async_wait(r->sasync, r->comm, &info, err);
+        st = r->ck.async ? ckpt_async_wait(r->ck.async, &info, err) : ckpt_shard_async_wait(r->ck.sasync, r->comm, &info, err);
         if (st != ST_OK) return st;
         tr_note_write_time(r, &info);
         if (!c->quiet && info.path[0])
@@ -237,23 +237,23 @@ static Status run_finish(Run *r, Err *err) {
     res->final_loss_scale = r->scaler.scale;
     long n = r->nmeasured;
     res->median_step_ms = stats_median_inplace(r->step_ms + (n > 1), (size_t)(n - (n > 1)));
-    res->tokens_per_s = r->batch_tokens / (res->median_step_ms * 1e-3);
-    if (c->mtbf_hours > 0 && r->first_ckpt_ms > 0 && !c->quiet) {
+    res->tokens_per_s = r->acct.batch_tokens / (res->median_step_ms * 1e-3);
+    if (c->mtbf_hours > 0 && r->ck.first_ms > 0 && !c->quiet) {
         /* Young/Daly: the interval minimizing expected lost work + checkpoint overhead. */
-        double interval_s = sqrt(2.0 * r->first_ckpt_ms * 1e-3 * c->mtbf_hours * 3600.0);
+        double interval_s = sqrt(2.0 * r->ck.first_ms * 1e-3 * c->mtbf_hours * 3600.0);
         printf("checkpoint interval for MTBF %.1f h (Young/Daly sqrt(2 * %.2f s * MTBF)): %.0f s = every %.0f steps\n",
-               c->mtbf_hours, r->first_ckpt_ms * 1e-3, interval_s, interval_s / (res->median_step_ms * 1e-3));
+               c->mtbf_hours, r->ck.first_ms * 1e-3, interval_s, interval_s / (res->median_step_ms * 1e-3));
     }
     if (c->out_dir[0] && !res->preempted) {
         if ((st = tr_save_weights(r, c->out_dir, err)) != ST_OK) return st;
         if (!c->quiet) printf("saved weights to %s/model.safetensors\n", c->out_dir);
     }
-    double plan_ms = r->have_plan ? r->plan.compute.step * 1e3 : 0;
+    double plan_ms = r->acct.have_plan ? r->acct.plan.compute.step * 1e3 : 0;
     EndEvent e = {.res = res, .fp16 = c->fp16, .loss_scale = r->scaler.scale, .wall_s = r->ms_total * 1e-3,
-                  .have_plan = r->have_plan, .planned_step_ms = plan_ms};
+                  .have_plan = r->acct.have_plan, .planned_step_ms = plan_ms};
     memcpy(e.peak, r->mem.peak, sizeof e.peak);
     ev_end(&r->log, &e);
-    if (r->have_plan && !c->quiet)
+    if (r->acct.have_plan && !c->quiet)
         printf("plan: predicted %.1f ms/step, measured median %.1f ms/step (%.2fx)\n", plan_ms, res->median_step_ms,
                res->median_step_ms / plan_ms);
     if (!c->quiet)
@@ -270,7 +270,7 @@ Status train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     Run run;
     memset(&run, 0, sizeof run);
     Run *r = &run;
-    r->rss_base = mem_rss_anon(); /* before anything of this run is allocated */
+    r->acct.rss_base = mem_rss_anon(); /* before anything of this run is allocated */
     r->cfg = *cfg, r->res = res;
     if ((st = run_setup(r, err)) == ST_OK) {
         signals_install(r);

@@ -46,30 +46,30 @@ Status tr_resume_find(Run *r, Err *err) {
     int is_auto = !strcmp(c->resume, "auto");
     if (is_auto && !c->ckpt_dir[0])
         return err_set(err, ST_ERR_INPUT, "--resume auto: expected --ckpt-dir to search, found none");
-    Status st = ckpt_resolve(is_auto ? c->ckpt_dir : c->resume, "auto", r->resume_path, sizeof r->resume_path,
-                             r->resume_note, sizeof r->resume_note, err);
+    Status st = ckpt_resolve(is_auto ? c->ckpt_dir : c->resume, "auto", r->rs.path, sizeof r->rs.path,
+                             r->rs.note, sizeof r->rs.note, err);
     if (st != ST_OK) return st;
-    if (r->resume_note[0] && !c->quiet) printf("resume: %s\n", r->resume_note);
-    if (!r->resume_path[0]) {
+    if (r->rs.note[0] && !c->quiet) printf("resume: %s\n", r->rs.note);
+    if (!r->rs.path[0]) {
         if (!is_auto) return err_set(err, ST_ERR_INPUT, "--resume %s: expected a checkpoint, found none", c->resume);
-        snprintf(r->resume_note, sizeof r->resume_note, "no checkpoint in %s, starting from scratch", c->ckpt_dir);
-        if (!c->quiet) printf("resume: %s\n", r->resume_note);
+        snprintf(r->rs.note, sizeof r->rs.note, "no checkpoint in %s, starting from scratch", c->ckpt_dir);
+        if (!c->quiet) printf("resume: %s\n", r->rs.note);
         return ST_OK;
     }
     CkptMeta meta;
     memset(&meta, 0, sizeof meta);
-    if ((st = ckpt_read_meta(r->resume_path, &meta, err)) != ST_OK) return st;
+    if ((st = ckpt_read_meta(r->rs.path, &meta, err)) != ST_OK) return st;
     char buf[512], report[2048] = "";
     snprintf(buf, sizeof buf, "%s", c->overrides);
     const char *ov[32];
     int nov = tr_split_list(buf, ov, 32);
     st = ckpt_check_config(meta.config, r->config, ov, nov, report, sizeof report, err);
-    if (st != ST_OK) err_prefix(err, "--resume %s", r->resume_path);
+    if (st != ST_OK) err_prefix(err, "--resume %s", r->rs.path);
     else if (meta.step >= c->steps)
         st = err_set(err, ST_ERR_INPUT, "--steps %ld: the checkpoint %s is already at step %ld (extend --steps)", c->steps,
-                     r->resume_path, meta.step);
+                     r->rs.path, meta.step);
     if (st == ST_OK && report[0] && !c->quiet) printf("resume: %s\n", report);
-    r->start_step = r->start_attempt = meta.step;
+    r->rs.step = r->rs.attempt = meta.step;
     ckpt_meta_free(&meta);
     return st;
 }
@@ -174,15 +174,15 @@ static Status noise_from_json(NoiseScale *n, const cJSON *o, const char *path, E
  * health detectors, the noise scale's averages, and the batches consumed and skipped. */
 Status tr_resume_load(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
-    if (!r->resume_path[0]) return ST_OK;
+    if (!r->rs.path[0]) return ST_OK;
     CkptMeta m;
-    Status st = tr_run_load_ckpt(r, r->resume_path, &m, err);
+    Status st = tr_run_load_ckpt(r, r->rs.path, &m, err);
     if (st != ST_OK) return st;
     loader_set_state(&r->train, m.loader);
     const cJSON *hj = m.extra ? cJSON_GetObjectItemCaseSensitive(m.extra, "health") : NULL;
     const cJSON *bj = m.extra ? cJSON_GetObjectItemCaseSensitive(m.extra, "batches") : NULL;
     const cJSON *sj = m.extra ? cJSON_GetObjectItemCaseSensitive(m.extra, "skipped_batches") : NULL;
-    if (cJSON_IsNumber(bj)) r->start_attempt = (long)bj->valuedouble;
+    if (cJSON_IsNumber(bj)) r->rs.attempt = (long)bj->valuedouble;
     double sv;
     if (c->fp16 && ckpt_meta_scaler(&m, "scale", &sv)) {
         r->scaler.scale = (float)sv;
@@ -190,13 +190,13 @@ Status tr_resume_load(Run *r, Err *err) {
         if (ckpt_meta_scaler(&m, "skips", &sv)) r->scaler.skips = (long)sv;
     }
     if (hj && (st = health_state_from_json(&r->health, hj, c->health.window, err)) != ST_OK)
-        err_prefix(err, "%s/state.json: health", r->resume_path);
+        err_prefix(err, "%s/state.json: health", r->rs.path);
     const cJSON *nj = m.extra ? cJSON_GetObjectItemCaseSensitive(m.extra, "noise_scale") : NULL;
-    if (st == ST_OK && nj && r->noise_on) st = noise_from_json(&r->noise, nj, r->resume_path, err);
-    for (const cJSON *x = sj ? sj->child : NULL; x && r->nskipped < SKIP_RECORD_MAX; x = x->next)
-        r->skipped[r->nskipped++] = (long)x->valuedouble;
+    if (st == ST_OK && nj && r->ns.on) st = noise_from_json(&r->ns.avg, nj, r->rs.path, err);
+    for (const cJSON *x = sj ? sj->child : NULL; x && r->rs.nskipped < SKIP_RECORD_MAX; x = x->next)
+        r->rs.skipped[r->rs.nskipped++] = (long)x->valuedouble;
     ckpt_meta_free(&m);
-    if (st == ST_OK && !c->quiet) printf("resume: continuing from %s (step %ld)\n", r->resume_path, r->start_step);
+    if (st == ST_OK && !c->quiet) printf("resume: continuing from %s (step %ld)\n", r->rs.path, r->rs.step);
     return st;
 }
 
@@ -223,7 +223,7 @@ static Status run_save_gathered(Run *r, const CkptMeta *meta, const CkptOptions 
         if (r->sliced) view.layout = r->full;
         view.params = wr;
         CkptOptState opt = {out_dir ? NULL : wr + n, out_dir || !nv ? NULL : wr + 2 * n, NULL};
-        if (!out_dir) opt.extra = r->xstate, opt.extra_n = r->xstate_n, opt.extra_name = par_extra_state_name(r->par);
+        if (!out_dir) opt.extra = r->ck.xstate, opt.extra_n = r->ck.xstate_n, opt.extra_name = par_extra_state_name(r->par);
         st = out_dir ? st_save_hf(&view, out_dir, r->cfg.tokenizer, err) : ckpt_save(&view, &opt, meta, o, info, err);
         fail = st != ST_OK;
     }
@@ -241,7 +241,7 @@ static Status run_save_gathered(Run *r, const CkptMeta *meta, const CkptOptions 
 /* Young/Daly needs the full write time of a checkpoint: a synchronous save's, or the background
  * write's, learnt when the next save or the end of the run waits for it (never by waiting early). */
 void tr_note_write_time(Run *r, const CkptSaveInfo *info) {
-    if (!r->first_ckpt_ms && info->path[0]) r->first_ckpt_ms = info->ms_write + info->ms_prune;
+    if (!r->ck.first_ms && info->path[0]) r->ck.first_ms = info->ms_write + info->ms_prune;
 }
 
 /* A checkpoint written by every rank (ckpt/shard.h): each rank's tensors of its own layout (a stage,
@@ -264,12 +264,12 @@ static Status run_save_sharded(Run *r, const CkptMeta *meta, const CkptOptions *
     }
     if (st == ST_OK) {
         CkptShardSrc src = {pl, staged ? buf : r->g.w.params, staged ? buf + n : par_moment(r->par, 0),
-                            nv ? (staged ? buf + 2 * n : par_moment(r->par, 1)) : NULL, r->ckpt_write};
-        src.extra = r->xstate, src.extra_n = r->xstate_n, src.extra_name = par_extra_state_name(r->par);
-        if (r->sasync) { /* commits the previous save (collective), then copies and writes behind training */
+                            nv ? (staged ? buf + 2 * n : par_moment(r->par, 1)) : NULL, r->ck.write};
+        src.extra = r->ck.xstate, src.extra_n = r->ck.xstate_n, src.extra_name = par_extra_state_name(r->par);
+        if (r->ck.sasync) { /* commits the previous save (collective), then copies and writes behind training */
             CkptSaveInfo prev;
             memset(&prev, 0, sizeof prev);
-            st = ckpt_shard_async_save(r->sasync, r->comm, &src, meta, o, &prev, err);
+            st = ckpt_shard_async_save(r->ck.sasync, r->comm, &src, meta, o, &prev, err);
             tr_note_write_time(r, &prev);
         } else {
             st = ckpt_shard_save(r->comm, &src, meta, o, info, err);
@@ -293,7 +293,7 @@ Status tr_save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info, Err
     CkptMeta meta;
     memset(&meta, 0, sizeof meta);
     meta.step = step;
-    meta.tokens_seen = (uint64_t)attempt * (uint64_t)r->batch_tokens;
+    meta.tokens_seen = (uint64_t)attempt * (uint64_t)r->acct.batch_tokens;
     meta.sched_step = step;
     meta.loader = loader_get_state(&r->train);
     snprintf(meta.optimizer, sizeof meta.optimizer, "%s", optim_kind_name(c->optim.kind));
@@ -307,10 +307,10 @@ Status tr_save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info, Err
     /* Health detectors, the batch counter and the skipped batches travel in "extra". */
     cJSON *extra = cJSON_CreateObject();
     cJSON_AddItemToObject(extra, "health", health_state_to_json(&r->health));
-    if (r->noise_on) cJSON_AddItemToObject(extra, "noise_scale", noise_to_json(&r->noise));
+    if (r->ns.on) cJSON_AddItemToObject(extra, "noise_scale", noise_to_json(&r->ns.avg));
     cJSON_AddNumberToObject(extra, "batches", (double)attempt);
     cJSON *sk = cJSON_AddArrayToObject(extra, "skipped_batches");
-    for (int i = 0; i < r->nskipped; i++) cJSON_AddItemToArray(sk, cJSON_CreateNumber((double)r->skipped[i]));
+    for (int i = 0; i < r->rs.nskipped; i++) cJSON_AddItemToArray(sk, cJSON_CreateNumber((double)r->rs.skipped[i]));
     meta.extra = extra;
     if (c->fp16) {
         ckpt_meta_set_scaler(&meta, "scale", r->scaler.scale);
@@ -319,42 +319,42 @@ Status tr_save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info, Err
     }
     CkptOptState opt = {par_moment(r->par, 0), par_moment(r->par, 1), NULL};
     /* Shampoo's block state, gathered from its owners (collective: every rank saves). */
-    r->xstate_n = par_extra_state_floats(r->par);
-    if (r->xstate_n) {
-        Status xs = (r->xstate = mem_alloc(&r->mem, MEM_CKPT_STAGING, r->xstate_n * sizeof(float)))
+    r->ck.xstate_n = par_extra_state_floats(r->par);
+    if (r->ck.xstate_n) {
+        Status xs = (r->ck.xstate = mem_alloc(&r->mem, MEM_CKPT_STAGING, r->ck.xstate_n * sizeof(float)))
                         ? ST_OK : err_set(err, ST_ERR_RUNTIME, "out of memory (optimizer state staging)");
         int64_t bad = xs != ST_OK;
         Err e2;
         if (comm_allreduce_i64(r->comm, &bad, 1, COMM_MAX, &e2) != ST_OK || bad) {
             if (xs == ST_OK) err_set(err, ST_ERR_RUNTIME, "checkpoint: another rank could not stage the optimizer state");
-            mem_free(&r->mem, MEM_CKPT_STAGING, r->xstate, r->xstate_n * sizeof(float));
-            r->xstate = NULL;
+            mem_free(&r->mem, MEM_CKPT_STAGING, r->ck.xstate, r->ck.xstate_n * sizeof(float));
+            r->ck.xstate = NULL;
             cJSON_Delete(extra);
             return ST_ERR_RUNTIME;
         }
-        if ((xs = par_get_extra_state(r->par, r->xstate, err)) != ST_OK) {
-            mem_free(&r->mem, MEM_CKPT_STAGING, r->xstate, r->xstate_n * sizeof(float));
-            r->xstate = NULL;
+        if ((xs = par_get_extra_state(r->par, r->ck.xstate, err)) != ST_OK) {
+            mem_free(&r->mem, MEM_CKPT_STAGING, r->ck.xstate, r->ck.xstate_n * sizeof(float));
+            r->ck.xstate = NULL;
             cJSON_Delete(extra);
             return xs;
         }
-        opt.extra = r->xstate, opt.extra_n = r->xstate_n, opt.extra_name = par_extra_state_name(r->par);
+        opt.extra = r->ck.xstate, opt.extra_n = r->ck.xstate_n, opt.extra_name = par_extra_state_name(r->par);
     }
     CkptOptions o = ckpt_default_options();
     o.dir = c->ckpt_dir, o.keep_last = c->keep_last, o.keep_every = c->keep_every, o.tokenizer = c->tokenizer;
     o.faults = c->faults;
     /* Synchronous saves show progress; an asynchronous one runs behind training. */
-    Progress bar, *pb = r->async || r->sasync || r->world > 1 ? NULL : run_ckpt_bar(r, &bar, "checkpoint");
+    Progress bar, *pb = r->ck.async || r->ck.sasync || r->world > 1 ? NULL : run_ckpt_bar(r, &bar, "checkpoint");
     if (pb) o.progress = progress_cb, o.progress_ctx = pb;
     Status st;
     memset(info, 0, sizeof *info);
-    if (r->async) {
+    if (r->ck.async) {
         /* The previous background write must be complete (and its errors seen) first. */
         CkptSaveInfo prev;
         memset(&prev, 0, sizeof prev);
-        if ((st = ckpt_async_wait(r->async, &prev, err)) == ST_OK) {
+        if ((st = ckpt_async_wait(r->ck.async, &prev, err)) == ST_OK) {
             tr_note_write_time(r, &prev);
-            st = ckpt_async_save(r->async, &r->g.w, &opt, &meta, &o, err);
+            st = ckpt_async_save(r->ck.async, &r->g.w, &opt, &meta, &o, err);
         }
     } else if (r->local) {
         st = ckpt_save(&r->g.w, &opt, &meta, &o, info, err);
@@ -363,8 +363,8 @@ Status tr_save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info, Err
     } else {
         st = run_save_gathered(r, &meta, &o, info, NULL, err);
     }
-    if (r->xstate) mem_free(&r->mem, MEM_CKPT_STAGING, r->xstate, r->xstate_n * sizeof(float));
-    r->xstate = NULL, r->xstate_n = 0;
+    if (r->ck.xstate) mem_free(&r->mem, MEM_CKPT_STAGING, r->ck.xstate, r->ck.xstate_n * sizeof(float));
+    r->ck.xstate = NULL, r->ck.xstate_n = 0;
     cJSON_Delete(extra);
     *ms = timer_ms() - t0;
     return st;

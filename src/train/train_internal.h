@@ -39,6 +39,68 @@
 #include "train/noise.h"
 #include "train/train.h"
 
+/* The pipeline's runtime state on this rank (pp > 1; the schedule is checked before allocation). */
+typedef struct {
+    PipeSchedule sched;         /* the schedule */
+    StageBlocks stage;          /* this rank's chunks of blocks */
+    int slots;                  /* activation sets (the schedule's peak in flight here) */
+    int first[LAYOUT_MAX_CHUNKS * SCHED_MAX_P], last[LAYOUT_MAX_CHUNKS * SCHED_MAX_P]; /* per virtual stage */
+    int peak_inflight[SCHED_MAX_P];
+    PpRun *run;                 /* the runtime that walks the schedule (also pp 1's trivial one) */
+    PpStats stats;              /* the last step's pipeline timings */
+    double *idle;               /* world doubles: each rank's pipeline idle time of the step */
+    /* Each stage's mean forward, backward and weight-pass time (ms per op) and its count of each op
+     * in the step (the first rank of the stage's): the step record's by-stage figures. */
+    double stage_ms[3][SCHED_MAX_P], stage_ops[3][SCHED_MAX_P];
+} RunPipe;
+
+/* Checkpoint writing. */
+typedef struct {
+    CkptAsync *async;           /* one process: the background writer of the whole state */
+    CkptShardAsync *sasync;     /* several ranks: each rank's background writer (ckpt/shard.h) */
+    unsigned char *write;       /* several ranks: which tensors of its layout this rank writes */
+    float *xstate;              /* a save in progress: the optimizer's state outside the layout
+                                   (par_get_extra_state), NULL when it has none */
+    size_t xstate_n;
+    double first_ms;            /* the first save's time (the Young/Daly interval's write time) */
+} RunCkpt;
+
+/* Resume: decided before allocation, applied after. */
+#define SKIP_RECORD_MAX 1024
+typedef struct {
+    char path[4096];            /* the checkpoint to continue from ("" = a fresh start) */
+    char note[2048];            /* what --resume found, for the console and the start record */
+    long step;                  /* optimizer steps done before this run */
+    long attempt;               /* batches consumed before this run */
+    long skipped[SKIP_RECORD_MAX]; /* batches whose update was skipped (logged and checkpointed) */
+    int nskipped;
+} RunResume;
+
+/* --log-layer-stats: the parameters before the update and the norms per segment. */
+typedef struct {
+    float *prev;
+    int nseg;
+    double *grad, *weight, *update;
+} RunLayerStats;
+
+/* Accounting fixed at start. */
+typedef struct {
+    long long batch_seqs, batch_tokens;
+    double fpt;                 /* model FLOPs per token */
+    double peak, peak_job;      /* this rank's peak FLOP/s, and the sum over ranks (MFU's denominator) */
+    const char *peak_kind;
+    PlanResult plan;
+    int have_plan;
+    size_t rss_base;            /* resident anonymous memory before the run allocated anything */
+} RunAccounting;
+
+/* The gradient noise scale (train/noise.h). */
+typedef struct {
+    NoiseScale avg;             /* its averages */
+    int on;                     /* estimated: pp 1 and two batch sizes (dp >= 2 or grad_accum >= 2) */
+    double *rep;                /* dp doubles: each replica's first-micro-batch |G_small|² of the step */
+} RunNoise;
+
 /* Everything a run owns; released by run_free in one place. */
 typedef struct {
     TrainConfig cfg;
@@ -55,13 +117,7 @@ typedef struct {
     int pp, pp_rank;            /* pipeline: this rank runs stage pp_rank of pp */
     int sliced;                 /* tp > 1 or pp > 1: this rank's layout is not the whole network's */
     int local;                  /* dp 1, tp 1, pp 1 at ZeRO 0: every tensor is whole on this rank */
-    PipeSchedule sched;         /* pp > 1: the schedule (checked before allocation) */
-    StageBlocks stage;          /* pp > 1: this rank's chunks of blocks */
-    int slots;                  /* pp > 1: activation sets (the schedule's peak in flight here) */
-    int sched_first[LAYOUT_MAX_CHUNKS * SCHED_MAX_P], sched_last[LAYOUT_MAX_CHUNKS * SCHED_MAX_P]; /* per virtual stage */
-    int peak_inflight[SCHED_MAX_P];
-    PpRun *pp_run;
-    PpStats pps;                /* the last step's pipeline timings */
+    RunPipe pipe;
     int32_t *inp, *tgt;         /* the step's k micro-batches, (k, B, T) */
     size_t batch_ints;
     float *hess_u;              /* Sophia: the label draws of the Hessian pass, like tgt */
@@ -70,54 +126,22 @@ typedef struct {
     long nmeasured, step_cap;
     double *by_rank;            /* world doubles: one value per rank, for per-rank records */
     double *by_rank2;
-    double *pp_idle;            /* world doubles: each rank's pipeline idle time of the step */
-    /* Each pipeline stage's mean forward, backward and weight-pass time (ms per op) and its count
-     * of each op in the step (the first rank of the stage's): the step record's by-stage figures. */
-    double pp_stage_ms[3][SCHED_MAX_P], pp_stage_ops[3][SCHED_MAX_P];
     EventLog log;
-    CkptAsync *async;           /* one process: the background writer of the whole state */
-    CkptShardAsync *sasync;     /* several ranks: each rank's background writer (ckpt/shard.h) */
-    unsigned char *ckpt_write;  /* several ranks: which tensors of its layout this rank writes */
     cJSON *config;
     HealthState health;         /* spike / divergence detectors (train/health.h) */
-    NoiseScale noise;           /* the gradient noise scale's averages (train/noise.h) */
-    int noise_on;               /* estimated: pp 1 and two batch sizes (dp >= 2 or grad_accum >= 2) */
-    double *noise_rep;          /* dp doubles: each replica's first-micro-batch |G_small|² of the step */
     LossScaler scaler;          /* fp16 dynamic loss scaling */
-
-    /* Resume: decided before allocation, applied after. */
-    char resume_path[4096];     /* the checkpoint to continue from ("" = a fresh start) */
-    char resume_note[2048];     /* what --resume found, for the console and the start record */
-    long start_step;            /* optimizer steps done before this run */
-    long start_attempt;         /* batches consumed before this run */
-#define SKIP_RECORD_MAX 1024
-    long skipped[SKIP_RECORD_MAX]; /* batches whose update was skipped (logged and checkpointed) */
-    int nskipped;
-
-    /* --log-layer-stats: the parameters before the update and the norms per segment. */
-    float *ls_prev;
-    int ls_nseg;
-    double *ls_grad, *ls_weight, *ls_update;
-
-    /* Accounting fixed at start. */
-    long long batch_seqs, batch_tokens;
-    double fpt;                 /* model FLOPs per token */
-    double peak, peak_job;      /* this rank's peak FLOP/s, and the sum over ranks (MFU's denominator) */
-    const char *peak_kind;
-    PlanResult plan;
-    int have_plan;
-    size_t rss_base;            /* resident anonymous memory before the run allocated anything */
+    RunNoise ns;
+    RunCkpt ck;
+    RunResume rs;
+    RunLayerStats ls;
+    RunAccounting acct;
 
     /* Progress. `step` counts optimizer updates (Adam's t, the schedule, checkpoints); `attempt`
      * counts batches consumed. They differ only after health actions skipped or rolled back. */
     long step, attempt;
-    double ms_total, first_ckpt_ms, loop_t0;
+    double ms_total, loop_t0;
     int signals;
     struct sigaction old_term, old_int;
-    /* A checkpoint save in progress: the optimizer's state outside the layout (par_get_extra_state),
-     * NULL when it has none. */
-    float *xstate;
-    size_t xstate_n;
 } Run;
 
 /* What one step measured and decided, filled stage by stage. */

@@ -49,19 +49,19 @@ static Status setup_pipeline(Run *r, int pp, Err *err) {
             return err_set(err, ST_ERR_INPUT, "--pp-schedule/--pp-layers/--interleave/--pp-print-schedule: expected "
                            "--pp > 1, found --pp 1");
         /* The trivial schedule, F0 B0 F1 B1 …: the step walks it like a pipeline's (pp.h). */
-        return sched_build(&r->sched, SCHED_1F1B, 1, c->grad_accum, 1, err);
+        return sched_build(&r->pipe.sched, SCHED_1F1B, 1, c->grad_accum, 1, err);
     }
     SchedType type;
     Status st = sched_type_parse(c->pp_schedule, &type, err);
     if (st != ST_OK) return st;
-    if ((st = sched_build(&r->sched, type, pp, c->grad_accum, v, err)) != ST_OK) {
+    if ((st = sched_build(&r->pipe.sched, type, pp, c->grad_accum, v, err)) != ST_OK) {
         err_prefix(err, "--grad-accum (pipeline micro-batches)");
         return st;
     }
     SchedTimes t = {1.0, 2.0, 0.0, 0.0};
     SchedSim sim;
     if (pp > SCHED_MAX_P) return err_set(err, ST_ERR_INPUT, "--pp %d: expected at most %d stages", pp, SCHED_MAX_P);
-    if ((st = sched_simulate(&r->sched, &t, &sim, err)) != ST_OK) return st;
+    if ((st = sched_simulate(&r->pipe.sched, &t, &sim, err)) != ST_OK) return st;
     int S = pp * v, first[LAYOUT_MAX_CHUNKS * SCHED_MAX_P], last[LAYOUT_MAX_CHUNKS * SCHED_MAX_P];
     if (v > LAYOUT_MAX_CHUNKS)
         return err_set(err, ST_ERR_INPUT, "--interleave %d: expected at most %d chunks per rank", v, LAYOUT_MAX_CHUNKS);
@@ -69,13 +69,13 @@ static Status setup_pipeline(Run *r, int pp, Err *err) {
         if (v > 1) err_prefix(err, "--interleave %d: %d x %d = %d virtual stages", v, pp, v, S);
         return st;
     }
-    r->stage.n = v;
-    for (int k = 0; k < S; k++) r->sched_first[k] = first[k], r->sched_last[k] = last[k];
-    memcpy(r->peak_inflight, sim.peak_inflight, sizeof r->peak_inflight);
+    r->pipe.stage.n = v;
+    for (int k = 0; k < S; k++) r->pipe.first[k] = first[k], r->pipe.last[k] = last[k];
+    memcpy(r->pipe.peak_inflight, sim.peak_inflight, sizeof r->pipe.peak_inflight);
     if (c->pp_print_schedule && r->comm->rank == 0) {
         printf("pipeline schedule %s, %d ranks, %d micro-batches, %d chunk(s) per rank:\n", c->pp_schedule, pp,
                c->grad_accum, v);
-        sched_print(&r->sched, stdout);
+        sched_print(&r->pipe.sched, stdout);
         fflush(stdout);
     }
     return ST_OK;
@@ -83,8 +83,8 @@ static Status setup_pipeline(Run *r, int pp, Err *err) {
 
 /* This rank's chunks (layout_pp_rank_stage: virtual stage c·pp + pp_rank for chunk c) and slots. */
 static void pipeline_rank_stage(Run *r) {
-    r->stage = layout_pp_rank_stage(r->sched_first, r->sched_last, r->pp, r->stage.n, r->pp_rank);
-    r->slots = r->peak_inflight[r->pp_rank];
+    r->pipe.stage = layout_pp_rank_stage(r->pipe.first, r->pipe.last, r->pp, r->pipe.stage.n, r->pp_rank);
+    r->pipe.slots = r->pipe.peak_inflight[r->pp_rank];
 }
 
 /* The process grid (dp × tp × pp = world), refused before any allocation. */
@@ -126,8 +126,8 @@ Status tr_setup_grid(Run *r, Err *err) {
                        "model on one rank; sample the saved weights with `scaletrain sample`)", c->sample_every, tp, pp);
     r->by_rank = calloc((size_t)r->world, sizeof *r->by_rank);
     r->by_rank2 = calloc((size_t)r->world, sizeof *r->by_rank2);
-    r->pp_idle = calloc((size_t)r->world, sizeof *r->pp_idle);
-    if (!r->by_rank || !r->by_rank2 || !r->pp_idle) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    r->pipe.idle = calloc((size_t)r->world, sizeof *r->pipe.idle);
+    if (!r->by_rank || !r->by_rank2 || !r->pipe.idle) return err_set(err, ST_ERR_RUNTIME, "out of memory");
     return ST_OK;
 }
 
@@ -236,7 +236,7 @@ Status tr_setup_model(Run *r, Err *err) {
     go.B = B, go.T = T, go.threads = nt, go.recompute = c->recompute;
     go.precision = c->fp16 ? GPT_FP16 : c->bf16 ? GPT_BF16 : GPT_FP32;
     go.tp = r->tp, go.tp_rank = r->tp_rank, go.sp = c->sp;
-    if (r->pp > 1) go.stage = r->stage, go.slots = r->slots, go.split_backward = r->sched.split_backward;
+    if (r->pp > 1) go.stage = r->pipe.stage, go.slots = r->pipe.slots, go.split_backward = r->pipe.sched.split_backward;
     par_gpt_options(r->dp, c->zero, &go);
     st = gpt_init(&r->g, &c->model, &go, &r->mem, err);
     if (st != ST_OK) return st;
@@ -250,16 +250,16 @@ Status tr_setup_model(Run *r, Err *err) {
     po.faults = c->faults;
     /* The noise scale needs a batch smaller than the step's (a micro-batch of one replica) and a
      * gradient whole on the stage that computed it (no pipeline: a tied wte is split there). */
-    r->noise_on = plan_noise_scale_on(r->dp, r->pp, k, c->no_noise_scale);
-    po.noise = r->noise_on;
-    noise_init(&r->noise, NOISE_EMA_BETA);
-    if (r->noise_on && !(r->noise_rep = calloc((size_t)r->dp, sizeof *r->noise_rep)))
+    r->ns.on = plan_noise_scale_on(r->dp, r->pp, k, c->no_noise_scale);
+    po.noise = r->ns.on;
+    noise_init(&r->ns.avg, NOISE_EMA_BETA);
+    if (r->ns.on && !(r->ns.rep = calloc((size_t)r->dp, sizeof *r->ns.rep)))
         return err_set(err, ST_ERR_RUNTIME, "out of memory (noise scale)");
     if ((st = par_init(&r->par, r->comm, &r->g, &po, &r->mem, err)) != ST_OK) return st;
-    if ((st = pp_init(&r->pp_run, r->comm, &r->g, r->par, &r->sched, err)) != ST_OK) return st;
+    if ((st = pp_init(&r->pipe.run, r->comm, &r->g, r->par, &r->pipe.sched, err)) != ST_OK) return st;
     if ((st = run_init_weights(r, NULL, err)) != ST_OK) return st;
     r->g.s.dropout_seed = c->seed ^ 0xd509u;
-    if (c->init_from[0] && !r->resume_path[0] && (st = run_init_weights(r, c->init_from, err)) != ST_OK) {
+    if (c->init_from[0] && !r->rs.path[0] && (st = run_init_weights(r, c->init_from, err)) != ST_OK) {
         err_prefix(err, "--init-from");
         return st;
     }
@@ -282,17 +282,17 @@ Status tr_setup_outputs(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
     if (c->ckpt_dir[0] && r->world > 1) { /* every rank writes its share of the tensors */
         const ParamLayout *pl = &r->g.w.layout;
-        if (!(r->ckpt_write = calloc((size_t)pl->ntensors, 1))) return err_set(err, ST_ERR_RUNTIME, "out of memory");
-        ckpt_shard_assign(pl, r->dp, r->dp_rank, r->ckpt_write);
+        if (!(r->ck.write = calloc((size_t)pl->ntensors, 1))) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+        ckpt_shard_assign(pl, r->dp, r->dp_rank, r->ck.write);
         if (c->ckpt_async) {
             float probe = 0; /* async_init reads which buffers exist, not their contents */
-            CkptShardSrc src = {pl, &probe, &probe, par_moment(r->par, 1) ? &probe : NULL, r->ckpt_write};
-            Status st = ckpt_shard_async_init(&r->sasync, &src, &r->mem, err);
+            CkptShardSrc src = {pl, &probe, &probe, par_moment(r->par, 1) ? &probe : NULL, r->ck.write};
+            Status st = ckpt_shard_async_init(&r->ck.sasync, &src, &r->mem, err);
             if (st != ST_OK) return st;
         }
     } else if (c->ckpt_dir[0] && c->ckpt_async) { /* one process: tr_setup_grid allows it only at ZeRO 0 */
         CkptOptState opt = {par_moment(r->par, 0), par_moment(r->par, 1), NULL};
-        Status st = ckpt_async_init(&r->async, &r->g.w, &opt, &r->mem, err);
+        Status st = ckpt_async_init(&r->ck.async, &r->g.w, &opt, &r->mem, err);
         if (st != ST_OK) return st;
     }
     if (c->log_layer_stats) {
@@ -300,14 +300,14 @@ Status tr_setup_outputs(Run *r, Err *err) {
         if (!r->local || !r->g.d.grads)
             return err_set(err, ST_ERR_INPUT, "--log-layer-stats: expected one process at ZeRO 0 (dp, tp, pp 1), found "
                            "world %d, ZeRO %d", r->world, c->zero);
-        r->ls_nseg = pl->nseg < LAYER_STATS_MAX ? pl->nseg : LAYER_STATS_MAX;
-        r->ls_prev = malloc(pl->total * sizeof(float));
-        r->ls_grad = calloc((size_t)r->ls_nseg * 3, sizeof(double));
-        if (!r->ls_prev || !r->ls_grad) return err_set(err, ST_ERR_RUNTIME, "out of memory (--log-layer-stats)");
-        r->ls_weight = r->ls_grad + r->ls_nseg, r->ls_update = r->ls_weight + r->ls_nseg;
+        r->ls.nseg = pl->nseg < LAYER_STATS_MAX ? pl->nseg : LAYER_STATS_MAX;
+        r->ls.prev = malloc(pl->total * sizeof(float));
+        r->ls.grad = calloc((size_t)r->ls.nseg * 3, sizeof(double));
+        if (!r->ls.prev || !r->ls.grad) return err_set(err, ST_ERR_RUNTIME, "out of memory (--log-layer-stats)");
+        r->ls.weight = r->ls.grad + r->ls.nseg, r->ls.update = r->ls.weight + r->ls.nseg;
     }
     /* A resumed run appends to its log; a new run starts it. */
-    return events_open(&r->log, c->log_path, r->start_step > 0, err);
+    return events_open(&r->log, c->log_path, r->rs.step > 0, err);
 }
 
 /* Per-rank planned bytes of parameters, gradients, master weights and moments. */
@@ -349,23 +349,23 @@ void train_plan_input(const TrainConfig *c, int dp, int tp, int pp, double peak,
 Status tr_setup_accounting(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
     int B = c->micro_batch, T = c->seq_len, k = c->grad_accum, nt = c->threads;
-    r->peak = c->peak_flops;
-    r->peak_kind = "fp32 FMA";
-    if (!(r->peak > 0) && c->bf16 && !c->fp16) r->peak = peak_measure_bf16(nt, 200.0), r->peak_kind = "bf16 dot product";
-    if (!(r->peak > 0)) r->peak = peak_measure_fp32(nt, 200.0), r->peak_kind = "fp32 FMA";
-    r->peak_job = r->peak;
-    Status st = comm_allreduce_f64(r->comm, &r->peak_job, 1, COMM_SUM, err);
+    r->acct.peak = c->peak_flops;
+    r->acct.peak_kind = "fp32 FMA";
+    if (!(r->acct.peak > 0) && c->bf16 && !c->fp16) r->acct.peak = peak_measure_bf16(nt, 200.0), r->acct.peak_kind = "bf16 dot product";
+    if (!(r->acct.peak > 0)) r->acct.peak = peak_measure_fp32(nt, 200.0), r->acct.peak_kind = "fp32 FMA";
+    r->acct.peak_job = r->acct.peak;
+    Status st = comm_allreduce_f64(r->comm, &r->acct.peak_job, 1, COMM_SUM, err);
     if (st != ST_OK) return st;
-    r->fpt = layout_flops_per_token(&c->model, T);
-    r->batch_seqs = (long long)B * k * r->dp, r->batch_tokens = r->batch_seqs * T;
+    r->acct.fpt = layout_flops_per_token(&c->model, T);
+    r->acct.batch_seqs = (long long)B * k * r->dp, r->acct.batch_tokens = r->acct.batch_seqs * T;
 
     PlanInput pi;
-    train_plan_input(c, r->dp, r->tp, r->pp, r->peak, &pi);
+    train_plan_input(c, r->dp, r->tp, r->pp, r->acct.peak, &pi);
     /* Every rank on one node (comm found them so): dp and tp collectives go over shared memory,
      * and an in-place reduce-scatter runs as an all-reduce (comm.h), as the plan then assumes. */
     if (r->comm->rs_as_allreduce && r->world > pi.hw.devices_per_node) pi.hw.devices_per_node = r->world;
     Err perr;
-    r->have_plan = plan_predict_step(&pi, &r->plan, &perr) == ST_OK;
+    r->acct.have_plan = plan_predict_step(&pi, &r->acct.plan, &perr) == ST_OK;
     return ST_OK;
 }
 
@@ -385,7 +385,7 @@ Status tr_announce(Run *r, Err *err) {
         else
             printf("model: L=%d NH=%d C=%d V=%d (padded %d) maxT=%d, %lld parameters\n", m->n_layer, m->n_head,
                    m->n_embd, m->vocab, m->vocab_padded, m->max_seq, nparams);
-        if (r->noise_on)
+        if (r->ns.on)
             printf("noise scale: each replica's first micro-batch (%d x %d tokens) against the step's: logged as "
                    "noise_scale\n", B, T);
         else if (!c->no_noise_scale)
@@ -401,27 +401,27 @@ Status tr_announce(Run *r, Err *err) {
                c->no_pack ? "one document per row, padding masked" : "packed", 100 * util,
                r->val.nshards ? "" : ", no validation data");
         printf("batch: micro-batch %d x seq %d x accumulation %d%s = %lld sequences = %lld tokens per step\n", B, T, k,
-               r->dp > 1 ? " x dp" : "", r->batch_seqs, r->batch_tokens);
+               r->dp > 1 ? " x dp" : "", r->acct.batch_seqs, r->acct.batch_tokens);
         printf("memory:");
         for (int mc = 0; mc < MEM_NCAT; mc++)
             if (r->mem.bytes[mc]) printf(" %s %.1f MiB", mem_category_name((MemCategory)mc), r->mem.bytes[mc] / 1048576.0);
         printf("\n");
-        printf("compute: %.3g FLOP/token, peak %.1f GFLOP/s per rank (%s), %d threads, %s\n", r->fpt, r->peak / 1e9,
-               c->peak_flops > 0 ? "given" : r->peak_kind, nt, mm_backend_info());
+        printf("compute: %.3g FLOP/token, peak %.1f GFLOP/s per rank (%s), %d threads, %s\n", r->acct.fpt, r->acct.peak / 1e9,
+               c->peak_flops > 0 ? "given" : r->acct.peak_kind, nt, mm_backend_info());
         fflush(stdout);
     }
     size_t state[MEM_NCAT];
     run_state_plan(r, state);
-    StartEvent se = {.config = r->config, .threads = nt, .command = c->argv_joined, .batch_seqs = r->batch_seqs,
-                     .batch_tokens = r->batch_tokens, .num_params = nparams, .flops_per_token = r->fpt,
-                     .peak_flops = r->peak, .peak_flops_job = r->peak_job, .data_utilization = util,
-                     .world = r->world, .peak_given = c->peak_flops > 0, .peak_kind = r->peak_kind,
-                     .resumed_from_step = r->start_step, .resume_requested = c->resume,
-                     .resume_checkpoint = r->resume_path, .resume_note = r->resume_note, .have_plan = r->have_plan};
-    if (r->have_plan) {
-        se.plan_step_ms = r->plan.compute.step * 1e3, se.plan_tokens_per_s = r->plan.compute.tokens_per_s;
-        se.plan_mfu = r->plan.compute.mfu, se.plan_num_params = (double)r->plan.n_params;
-        se.plan_memory_total = r->plan.mem.total;
+    StartEvent se = {.config = r->config, .threads = nt, .command = c->argv_joined, .batch_seqs = r->acct.batch_seqs,
+                     .batch_tokens = r->acct.batch_tokens, .num_params = nparams, .flops_per_token = r->acct.fpt,
+                     .peak_flops = r->acct.peak, .peak_flops_job = r->acct.peak_job, .data_utilization = util,
+                     .world = r->world, .peak_given = c->peak_flops > 0, .peak_kind = r->acct.peak_kind,
+                     .resumed_from_step = r->rs.step, .resume_requested = c->resume,
+                     .resume_checkpoint = r->rs.path, .resume_note = r->rs.note, .have_plan = r->acct.have_plan};
+    if (r->acct.have_plan) {
+        se.plan_step_ms = r->acct.plan.compute.step * 1e3, se.plan_tokens_per_s = r->acct.plan.compute.tokens_per_s;
+        se.plan_mfu = r->acct.plan.compute.mfu, se.plan_num_params = (double)r->acct.plan.n_params;
+        se.plan_memory_total = r->acct.plan.mem.total;
     }
     memset(se.planned, 0, sizeof se.planned);
     ActStage ast = layout_act_stage(&r->g.w.layout, r->g.s.nslots);

@@ -160,7 +160,7 @@ static Status step_walk(Run *r, const Step *s, float dscale, const PpLabels *lab
     uint64_t *drop = malloc((size_t)k * sizeof *drop);
     if (!drop) return err_set(err, ST_ERR_RUNTIME, "out of memory");
     for (int j = 0; j < k; j++) drop[j] = drop0 + (uint64_t)j;
-    Status st = pp_step(r->pp_run, r->inp, r->tgt, c->micro_batch, c->seq_len, dscale, drop, labels, loss_sum, ps, err);
+    Status st = pp_step(r->pipe.run, r->inp, r->tgt, c->micro_batch, c->seq_len, dscale, drop, labels, loss_sum, ps, err);
     free(drop);
     return st;
 }
@@ -174,7 +174,7 @@ static void step_micro_batches(Run *r, Step *s) {
     r->g.s.ms_fwd = r->g.s.ms_bwd = 0;
     s->lscale = c->fp16 ? r->scaler.scale : 1.0f;
     float dscale = s->ntok > 0 ? s->lscale / (float)s->ntok : 0.0f;
-    Status st = step_walk(r, s, dscale, NULL, &s->loss_sum, &r->pps, &s->gemm_err);
+    Status st = step_walk(r, s, dscale, NULL, &s->loss_sum, &r->pipe.stats, &s->gemm_err);
     if (r->attempt == c->debug_nan_step && r->g.d.grads) r->g.d.grads[r->g.w.layout.tensors[2].offset] = NAN; /* test hook */
     s->gemm_st = gpt_status(&r->g, st == ST_OK ? &s->gemm_err : NULL);
     if (st != ST_OK) s->gemm_st = st;
@@ -253,14 +253,14 @@ static Status step_noise(Run *r, Step *s, Err *err) {
         for (int t = 0; t < r->tp; t++) sq += part[d * r->tp + t];
         if (!(nt > 0)) return ST_OK; /* a replica's micro-batch without targets: no estimate */
         double f = (double)s->ntok / (ls * nt); /* the gradient buffer holds sum / (ntok / lscale) */
-        r->noise_rep[d] = sq * f * f;
+        r->ns.rep[d] = sq * f * f;
         g2s += sq * f * f / r->dp, bs += nt / r->dp;
     }
     double g2, trs;
     s->noise[0] = bs, s->noise[1] = g2s;
     if (s->overflow || !noise_estimate(g2s, bs, s->norm * s->norm, (double)s->ntok, &g2, &trs)) return ST_OK;
     s->noise[2] = g2, s->noise[3] = trs, s->noise[4] = trs / g2;
-    s->noise[5] = noise_update(&r->noise, g2, trs);
+    s->noise[5] = noise_update(&r->ns.avg, g2, trs);
     return ST_OK;
 }
 
@@ -299,7 +299,7 @@ static Status step_grads(Run *r, Step *s, Err *err) {
                        before, r->scaler.scale);
         }
     }
-    if (r->noise_on && (st = step_noise(r, s, err)) != ST_OK) return st;
+    if (r->ns.on && (st = step_noise(r, s, err)) != ST_OK) return st;
     s->scale = optim_clip_scale(s->norm, c->grad_clip);
     s->lr = sched_lr(&c->sched, s->next);
     return comm_allgather_f64(r->comm, s->norm, r->by_rank, err);
@@ -313,7 +313,7 @@ static int health_rollback(Run *r, Step *s, Status *st, Err *err) {
     char path[4096] = "", note[256];
     /* Several ranks saving in the background: commit the last save first (every rank decides the
      * rollback alike, so all of them are here), so that it is the one rolled back to. */
-    if (r->sasync && (*st = ckpt_shard_async_wait(r->sasync, r->comm, NULL, err)) != ST_OK) return 1;
+    if (r->ck.sasync && (*st = ckpt_shard_async_wait(r->ck.sasync, r->comm, NULL, err)) != ST_OK) return 1;
     if (!c->ckpt_dir[0] || ckpt_resolve(c->ckpt_dir, "auto", path, sizeof path, note, sizeof note, err) != ST_OK ||
         !path[0])
         return 0;
@@ -346,7 +346,7 @@ static Status step_health(Run *r, Step *s, Err *err) {
         SpikeEvent e = {.step = s->next, .batch = r->attempt, .nonfinite = hv.nonfinite,
                         .metric = g ? "grad_norm" : "loss", .action = health_action_name(hv.action),
                         .value = g ? s->norm : s->loss, .median = g ? hv.gnorm_median : hv.loss_median,
-                        .z = g ? hv.gnorm_z : hv.loss_z, .tokens_seen = (double)r->attempt * r->batch_tokens};
+                        .z = g ? hv.gnorm_z : hv.loss_z, .tokens_seen = (double)r->attempt * r->acct.batch_tokens};
         ev_spike(&r->log, &e);
         r->res->spikes++;
         if (!c->quiet)
@@ -372,7 +372,7 @@ static Status step_health(Run *r, Step *s, Err *err) {
     if (st != ST_OK) return st;
     if (hv.action == HEALTH_ACT_SKIP) {
         ev_skip(&r->log, s->next, r->attempt);
-        if (r->nskipped < SKIP_RECORD_MAX) r->skipped[r->nskipped++] = r->attempt;
+        if (r->rs.nskipped < SKIP_RECORD_MAX) r->rs.skipped[r->rs.nskipped++] = r->attempt;
         r->res->skips++;
     }
     s->updated = hv.action == HEALTH_ACT_NONE || hv.action == HEALTH_ACT_LOG;
@@ -385,25 +385,25 @@ static Status step_health(Run *r, Step *s, Err *err) {
 static void layer_stats_before(Run *r, float lscale) {
     const ParamLayout *pl = &r->g.w.layout;
     const float *w = r->g.w.params, *g = r->g.d.grads;
-    for (int k = 0; k < r->ls_nseg; k++) {
+    for (int k = 0; k < r->ls.nseg; k++) {
         double gs = 0, ws = 0;
         for (size_t i = pl->seg_off[k]; i < pl->seg_off[k + 1]; i++) gs += (double)g[i] * g[i], ws += (double)w[i] * w[i];
-        r->ls_grad[k] = sqrt(gs) / lscale, r->ls_weight[k] = sqrt(ws);
+        r->ls.grad[k] = sqrt(gs) / lscale, r->ls.weight[k] = sqrt(ws);
     }
-    memcpy(r->ls_prev, w, pl->total * sizeof(float));
+    memcpy(r->ls.prev, w, pl->total * sizeof(float));
 }
 
 /* After the update: the norm of the change of each segment's weights. */
 static void layer_stats_after(Run *r) {
     const ParamLayout *pl = &r->g.w.layout;
     const float *w = r->g.w.params;
-    for (int k = 0; k < r->ls_nseg; k++) {
+    for (int k = 0; k < r->ls.nseg; k++) {
         double us = 0;
         for (size_t i = pl->seg_off[k]; i < pl->seg_off[k + 1]; i++) {
-            double d = (double)w[i] - r->ls_prev[i];
+            double d = (double)w[i] - r->ls.prev[i];
             us += d * d;
         }
-        r->ls_update[k] = sqrt(us);
+        r->ls.update[k] = sqrt(us);
     }
 }
 
@@ -411,13 +411,13 @@ static void layer_stats_after(Run *r) {
  * ZeRO's parameter all-gather. */
 static Status step_update(Run *r, Step *s, Err *err) {
     Status st = ST_OK;
-    if (s->updated && r->ls_nseg) layer_stats_before(r, s->lscale);
+    if (s->updated && r->ls.nseg) layer_stats_before(r, s->lscale);
     if (s->updated) {
         /* Muon's matrices follow the schedule's shape at their own peak (--muon-lr); Shampoo's are
          * grafted to Adam and use the run's learning rate. */
         float mlr = r->cfg.sched.lr > 0 ? r->cfg.optim.muon_lr * (s->lr / r->cfg.sched.lr) : 0.0f;
         st = par_optim_step(r->par, &r->cfg.optim, s->next, s->lr, mlr, s->scale / s->lscale, err);
-        if (st == ST_OK && r->ls_nseg) layer_stats_after(r);
+        if (st == ST_OK && r->ls.nseg) layer_stats_after(r);
         if (st == ST_OK) st = par_params_sync(r->par, err);
         r->step = s->next;
     }
@@ -440,9 +440,9 @@ static Status step_checkpoint(Run *r, Step *s, Err *err) {
     if (st != ST_OK) return st;
     /* A save's gathers are the checkpoint's cost (time_ms.checkpoint), not the step's. */
     step_comm_exclude(r, s, &before);
-    ev_ckpt(&r->log, r->step, s->ckpt_ms, r->async || r->sasync ? NULL : info.path, (double)info.bytes, info.pruned);
+    ev_ckpt(&r->log, r->step, s->ckpt_ms, r->ck.async || r->ck.sasync ? NULL : info.path, (double)info.bytes, info.pruned);
     /* Young/Daly needs the full write time: for async saves, the background write's. */
-    if (!r->async && !r->sasync) tr_note_write_time(r, &info);
+    if (!r->ck.async && !r->ck.sasync) tr_note_write_time(r, &info);
     return ST_OK;
 }
 
@@ -452,8 +452,8 @@ static Status report_memory(Run *r, Step *s, Err *err) {
     size_t rss = mem_rss_anon(), allocated = 0;
     for (int c = 0; c < MEM_NCAT; c++) allocated += r->mem.bytes[c];
     MemoryStepEvent e = {.step = s->next, .allocated_total = (double)allocated, .world = r->world,
-                         .rss_above = rss > r->rss_base ? (double)(rss - r->rss_base) : 0.0,
-                         .rss_unaccounted = rss > r->rss_base + allocated ? (double)(rss - r->rss_base - allocated) : 0.0};
+                         .rss_above = rss > r->acct.rss_base ? (double)(rss - r->acct.rss_base) : 0.0,
+                         .rss_unaccounted = rss > r->acct.rss_base + allocated ? (double)(rss - r->acct.rss_base - allocated) : 0.0};
     memcpy(e.measured, r->mem.bytes, sizeof e.measured);
     double *all = calloc((size_t)r->world * 2, sizeof *all);
     if (!all) return err_set(err, ST_ERR_RUNTIME, "out of memory");
@@ -471,10 +471,10 @@ static Status report_memory(Run *r, Step *s, Err *err) {
  * simulated with each stage's measured mean forward, backward and weight-pass times (the uneven
  * stages included). pp_idle gets each rank's idle time. */
 static Status pipeline_bubble(Run *r, Step *s, double out[3], Err *err) {
-    const PpStats *p = &r->pps;
+    const PpStats *p = &r->pipe.stats;
     double v[2] = {p->idle_ms, p->idle_ms + p->busy_ms};
     Status st = comm_allreduce_f64(r->comm, v, 2, COMM_SUM, err);
-    if (st == ST_OK) st = comm_allgather_f64(r->comm, p->idle_ms, r->pp_idle, err);
+    if (st == ST_OK) st = comm_allgather_f64(r->comm, p->idle_ms, r->pipe.idle, err);
     /* Each pipeline rank's mean op times (the world's ranks are pp-major: pp rank q's times are
      * those of world rank q·dp·tp, the first of its stage). */
     double *all = calloc((size_t)r->world * 3, sizeof *all), f[SCHED_MAX_P], b[SCHED_MAX_P], w[SCHED_MAX_P];
@@ -484,7 +484,7 @@ static Status pipeline_bubble(Run *r, Step *s, double out[3], Err *err) {
     for (int q = 0; q < r->pp; q++) {
         int wr = q * r->dp * r->tp;
         f[q] = all[wr], b[q] = all[r->world + wr], w[q] = all[2 * r->world + wr];
-        r->pp_stage_ms[0][q] = f[q], r->pp_stage_ms[1][q] = b[q], r->pp_stage_ms[2][q] = w[q];
+        r->pipe.stage_ms[0][q] = f[q], r->pipe.stage_ms[1][q] = b[q], r->pipe.stage_ms[2][q] = w[q];
     }
     /* The op counts, for the record only (the tests' check that every W pass ran): their gathers
      * are the record's cost, not the step's communication. */
@@ -492,18 +492,18 @@ static Status pipeline_bubble(Run *r, Step *s, double out[3], Err *err) {
     double cnt[3] = {p->nf, p->nb, p->nw};
     for (int i = 0; i < 3 && st == ST_OK; i++) st = comm_allgather_f64(r->comm, cnt[i], all + (size_t)i * r->world, err);
     for (int q = 0; q < r->pp && st == ST_OK; q++)
-        for (int i = 0; i < 3; i++) r->pp_stage_ops[i][q] = all[(size_t)i * r->world + (size_t)q * r->dp * r->tp];
+        for (int i = 0; i < 3; i++) r->pipe.stage_ops[i][q] = all[(size_t)i * r->world + (size_t)q * r->dp * r->tp];
     step_comm_exclude(r, s, &before);
     free(all);
     if (st != ST_OK) return st;
-    double m = r->sched.m, P = r->pp, vv = r->sched.v;
+    double m = r->pipe.sched.m, P = r->pp, vv = r->pipe.sched.v;
     out[0] = v[1] > 0 ? v[0] / v[1] : 0;
-    SchedTimes t = {1, 2, 0, 0, f, b, r->sched.split_backward ? w : NULL};
+    SchedTimes t = {1, 2, 0, 0, f, b, r->pipe.sched.split_backward ? w : NULL};
     SchedSim sim;
     Err e;
-    out[2] = sched_simulate(&r->sched, &t, &sim, &e) == ST_OK ? sim.bubble : NAN;
+    out[2] = sched_simulate(&r->pipe.sched, &t, &sim, &e) == ST_OK ? sim.bubble : NAN;
     /* zb-h1 has no closed form: its figure is the schedule's own timeline with the measured F, B, W. */
-    out[1] = r->sched.split_backward ? out[2] : (P - 1) / (vv * m + P - 1);
+    out[1] = r->pipe.sched.split_backward ? out[2] : (P - 1) / (vv * m + P - 1);
     return ST_OK;
 }
 
@@ -513,7 +513,7 @@ static Status step_report(Run *r, Step *s, Err *err) {
     const TrainConfig *c = &r->cfg;
     TrainResult *res = r->res;
     double dt = timer_ms() - s->t0;
-    int first = r->attempt == r->start_attempt + 1;
+    int first = r->attempt == r->rs.attempt + 1;
     Status st = first ? report_memory(r, s, err) : ST_OK;
     if (st == ST_OK) st = comm_allgather_f64(r->comm, dt, r->by_rank2, err);
     if (st != ST_OK) return st;
@@ -522,9 +522,9 @@ static Status step_report(Run *r, Step *s, Err *err) {
     if (r->nmeasured < r->step_cap) r->step_ms[r->nmeasured++] = dt;
     r->ms_total += dt;
     /* The model FLOPs of the step: its batch, and the same batch again in Sophia's Hessian pass. */
-    double tok_s = r->batch_tokens / (dt * 1e-3), mfu = r->fpt * tok_s * (s->hess_ms > 0 ? 2 : 1) / r->peak_job;
+    double tok_s = r->acct.batch_tokens / (dt * 1e-3), mfu = r->acct.fpt * tok_s * (s->hess_ms > 0 ? 2 : 1) / r->acct.peak_job;
     double elapsed = (timer_ms() - r->loop_t0) * 1e-3;
-    long done = r->attempt - r->start_attempt, left = c->steps - r->step;
+    long done = r->attempt - r->rs.attempt, left = c->steps - r->step;
     double eta = done > 0 ? elapsed / done * left : NAN;
     if (first) res->first_loss = s->loss;
     res->last_loss = s->loss;
@@ -549,21 +549,21 @@ static Status step_report(Run *r, Step *s, Err *err) {
     StepEvent e = {.step = s->next, .batch = r->attempt, .loss = s->loss, .lr = s->lr, .grad_norm = s->norm,
                    .grad_norm_clipped = s->norm * s->scale, .grad_norm_by_rank = r->by_rank, .world = r->world,
                    .applied = s->updated, .fp16 = c->fp16, .loss_scale = s->lscale, .tokens = (double)s->ntok,
-                   .tokens_seen = (double)r->batch_tokens * r->attempt, .tokens_per_s = tok_s, .mfu = mfu,
+                   .tokens_seen = (double)r->acct.batch_tokens * r->attempt, .tokens_per_s = tok_s, .mfu = mfu,
                    .elapsed_s = elapsed, .eta_s = eta, .comm_bytes = tr_comm_bytes_total(r->comm) - s->comm_b0,
                    .step_ms_max = mx, .step_ms_median = stats_median_inplace(r->by_rank2, (size_t)r->world), .ms_total = dt,
                    .ms_data = s->t1 - s->t0, .ms_forward = r->g.s.ms_fwd,
                    .ms_backward = (s->t2 - s->t1) - r->g.s.ms_fwd - s->hess_ms,
                    .ms_comm = comm_ms, .ms_comm_dp = comm_ms - tp_ms, .ms_comm_tp = tp_ms,
                    .comm_bytes_by_kind = by_kind, .ms_optimizer = s->t3 - s->t2, .ms_checkpoint = s->ckpt_ms,
-                   .pp = r->pp, .pp_idle_ms = r->pps.idle_ms, .pp_busy_ms = r->pps.busy_ms, .pp_f_ms = r->pps.f_ms,
-                   .pp_b_ms = r->pps.b_ms, .pp_w_ms = r->pps.w_ms, .pp_bubble = pipe[0], .pp_bubble_formula = pipe[1], .pp_bubble_sim = pipe[2],
-                   .pp_idle_by_rank = r->pp > 1 ? r->pp_idle : NULL,
-                   .pp_stage_ms = {r->pp_stage_ms[0], r->pp_stage_ms[1], r->pp_stage_ms[2]},
-                   .pp_stage_ops = {r->pp_stage_ops[0], r->pp_stage_ops[1], r->pp_stage_ops[2]}, .noise = r->noise_on ? s->noise : NULL,
-                   .noise_by_replica = r->noise_rep, .dp = r->dp,
-                   .nseg = r->ls_nseg && s->updated ? r->ls_nseg : 0, .seg_grad = r->ls_grad, .seg_weight = r->ls_weight,
-                   .seg_update = r->ls_update, .sophia = c->optim.kind == OPT_SOPHIA, .ms_hessian = s->hess_ms,
+                   .pp = r->pp, .pp_idle_ms = r->pipe.stats.idle_ms, .pp_busy_ms = r->pipe.stats.busy_ms, .pp_f_ms = r->pipe.stats.f_ms,
+                   .pp_b_ms = r->pipe.stats.b_ms, .pp_w_ms = r->pipe.stats.w_ms, .pp_bubble = pipe[0], .pp_bubble_formula = pipe[1], .pp_bubble_sim = pipe[2],
+                   .pp_idle_by_rank = r->pp > 1 ? r->pipe.idle : NULL,
+                   .pp_stage_ms = {r->pipe.stage_ms[0], r->pipe.stage_ms[1], r->pipe.stage_ms[2]},
+                   .pp_stage_ops = {r->pipe.stage_ops[0], r->pipe.stage_ops[1], r->pipe.stage_ops[2]}, .noise = r->ns.on ? s->noise : NULL,
+                   .noise_by_replica = r->ns.rep, .dp = r->dp,
+                   .nseg = r->ls.nseg && s->updated ? r->ls.nseg : 0, .seg_grad = r->ls.grad, .seg_weight = r->ls.weight,
+                   .seg_update = r->ls.update, .sophia = c->optim.kind == OPT_SOPHIA, .ms_hessian = s->hess_ms,
                    .hess_loss = s->hess_loss, .hess_bytes = s->hess_bytes, .hess_tokens = (double)s->ntok,
                    .hess_skipped = s->hess_skipped};
     ev_step(&r->log, &e);
@@ -574,11 +574,11 @@ static Status step_report(Run *r, Step *s, Err *err) {
  * resume shows at once); generation samples every sample_every steps and at the end. */
 static void step_validate(Run *r, Step *s) {
     const TrainConfig *c = &r->cfg;
-    int after_resume = r->start_step > 0 && r->attempt == r->start_attempt + 1;
+    int after_resume = r->rs.step > 0 && r->attempt == r->rs.attempt + 1;
     int due = s->updated && c->val_every > 0 && (r->step % c->val_every == 0 || r->step == 1);
     if (r->val.nshards && (due || s->last || after_resume || s->stopping)) {
         double tv = timer_ms();
-        double vl = validate_loss(&r->g, &r->val, c->val_batches, r->inp, r->tgt, r->pp > 1 ? r->pp_run : NULL, r->comm);
+        double vl = validate_loss(&r->g, &r->val, c->val_batches, r->inp, r->tgt, r->pp > 1 ? r->pipe.run : NULL, r->comm);
         double vms = timer_ms() - tv;
         if (isnan(r->res->first_val)) r->res->first_val = vl;
         r->res->last_val = vl;
