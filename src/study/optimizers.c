@@ -218,13 +218,8 @@ static int os_read_log(OptRes *r, const char *path, long steps) {
         if (!*arr[k]) return 0;
         for (size_t i = 0; i < n; i++) (*arr[k])[i] = NAN;
     }
-    ReportRun *rr = calloc(1, sizeof *rr);
-    Err e;
-    if (!rr || report_load_run(rr, path, &e) != ST_OK) {
-        if (rr) report_run_free(rr);
-        free(rr);
-        return 0;
-    }
+    ReportRun *rr = study_load_log(path);
+    if (!rr) return 0;
     const ReportRun *x = rr; /* the file's last run (a resumed run is one; a fresh start a new one) */
     while (x->next) x = x->next;
     r->last = 0, r->weight_decay = NAN;
@@ -707,13 +702,8 @@ static cJSON *os_summary(const OptRes *res, int n, int ref, const OsSetup *su, c
  * ms[*n] and opt[*n] (at most cap). Returns 1 when the log's last run has an end record (it
  * finished); report_load_run reads it. */
 static int os_timing_read(const char *path, double *ms, double *opt, int *n, int cap) {
-    ReportRun *rr = calloc(1, sizeof *rr);
-    Err e;
-    if (!rr || report_load_run(rr, path, &e) != ST_OK) {
-        if (rr) report_run_free(rr);
-        free(rr);
-        return 0;
-    }
+    ReportRun *rr = study_load_log(path);
+    if (!rr) return 0;
     const ReportRun *x = rr; /* the file's last run */
     while (x->next) x = x->next;
     int ended = x->ended, n0 = *n;

@@ -43,13 +43,8 @@ typedef struct {
  * be read leaves r empty. */
 static void spike_read(SpikeRun *r, const char *path) {
     r->n = 0, r->nval = 0, r->nspikes = 0, r->ngroups = 0;
-    ReportRun *rr = calloc(1, sizeof *rr);
-    Err e;
-    if (!rr || report_load_run(rr, path, &e) != ST_OK) {
-        if (rr) report_run_free(rr);
-        free(rr);
-        return;
-    }
+    ReportRun *rr = study_load_log(path);
+    if (!rr) return;
     const ReportRun *x = rr;
     while (x->next) x = x->next;
     r->ngroups = x->ngroups < SP_MAXG ? x->ngroups : SP_MAXG;

@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/fileio.h"
+#include "report/report.h"
 #include "study/studies.h"
 #include "train/train.h"
 
@@ -148,4 +149,15 @@ char *study_lines(const char *const *s, int n) {
 void study_outcome_free(StudyOutcome *o) {
     free(o->findings);
     o->findings = NULL;
+}
+
+ReportRun *study_load_log(const char *path) {
+    ReportRun *rr = calloc(1, sizeof *rr);
+    Err e;
+    if (!rr || report_load_run(rr, path, &e) != ST_OK) {
+        if (rr) report_run_free(rr);
+        free(rr);
+        return NULL;
+    }
+    return rr;
 }

@@ -34,6 +34,10 @@ Status study_write_page(const char *dir, const FigPage *page, const struct cJSON
 /* The number o[k], NaN when absent or not a number. */
 double study_jnum(const struct cJSON *o, const char *k);
 
+/* A metrics log read by report_load_run (the one reader of logs) into a new ReportRun (free with
+ * report_run_free, then free); NULL when it cannot be read. */
+struct ReportRun *study_load_log(const char *path);
+
 
 /* A new sweep spec (caller deletes) on the bundled corpus: name, and a base of seq_len T (also
  * max_seq_len), micro_batch B, threads, val_batches vb, peak_gflops 100 (MFU is not studied: no
