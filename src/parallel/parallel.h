@@ -23,7 +23,9 @@
  *
  * Stages (what each rank stores; G = gradients, P = parameters, M = moments):
  *   0  P, G, M full; per-segment gradient all-reduce (split into buckets of ≤ bucket_floats),
- *      started at grads_ready on the last micro-batch, progressed by comm_test in before_backward,
+ *      queued at grads_ready on the last micro-batch and started in that order, at most
+ *      ZERO_BUCKETS_IN_FLIGHT at once (the MPI library's temporaries stay bounded), progressed and
+ *      refilled by comm_test in before_backward,
  *      waited before the norm; every rank runs the optimizer on the whole range.
  *   1  P, G full, M sharded; per-segment in-place reduce-scatter at grads_ready of the last
  *      micro-batch; each rank updates its blocks; per-segment all-gather of P after the update.

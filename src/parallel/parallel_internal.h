@@ -34,7 +34,15 @@ typedef struct {
     int nreq;
     int *seg_req0, *seg_nreq; /* segment s's requests: req[seg_req0[s]] .. + seg_nreq[s] */
     int *started;             /* segment s's gradient collective started this step */
+    /* Stage 0: the buckets whose gradients are ready wait in this queue (request indices, in the
+     * order the backward finished them) and at most ZERO_BUCKETS_IN_FLIGHT all-reduces run at
+     * once, so the MPI library's temporaries stay bounded (one per request in flight). */
+    int *queue, qhead, qtail;
+    size_t *req_off, *req_n;  /* request i's range of the gradient buffer */
 } ZeroBuckets;
+
+/* Stage 0's all-reduce buckets in flight at once (each up to bucket_floats; default 4 MiB). */
+#define ZERO_BUCKETS_IN_FLIGHT 2
 
 /* Stage 2/3 gradients: the shard, the embedding bucket, two bucket slots for the other segments. */
 typedef struct {

@@ -47,6 +47,27 @@ static void seg_views(Par *p, ParamViews *v, int s, float *buf) {
 
 /* ================================================================ gradients, stage 0/1 */
 
+/* Stage 0: starts queued buckets while fewer than ZERO_BUCKETS_IN_FLIGHT run. Every rank queues
+ * the same buckets in the same order, so the collectives start in one order everywhere. */
+static void pump_buckets(Par *p) {
+    ZeroBuckets *zb = &p->zb;
+    int active = 0;
+    for (int i = 0; i < zb->nreq; i++) active += zb->req[i].active;
+    while (active < ZERO_BUCKETS_IN_FLIGHT && zb->qhead < zb->qtail) {
+        int i = zb->queue[zb->qhead++];
+        float *b = p->g->d.grads + zb->req_off[i];
+        Err e;
+        Status st = comm_iallreduce_f32(p->c, b, b, zb->req_n[i], &zb->req[i], &e);
+        if (st != ST_OK) {
+            par_hook_fail(p, st, &e);
+            return;
+        }
+        active++;
+    }
+}
+
+/* Segment s's gradients are complete on this rank: stage 0 queues its buckets, stage 1 starts its
+ * in-place reduce-scatter. */
 static void start_seg_grads(Par *p, int s) {
     ZeroBuckets *zb = &p->zb;
     Err e;
@@ -55,17 +76,11 @@ static void start_seg_grads(Par *p, int s) {
     zb->started[s] = 1;
     float *base = p->g->d.grads + p->off[s];
     if (p->zero == 0) {
-        size_t done = 0;
-        for (int q = 0; q < zb->seg_nreq[s]; q++) {
-            size_t n = p->len[s] - done < p->o.bucket_floats ? p->len[s] - done : p->o.bucket_floats;
-            if ((st = comm_iallreduce_f32(p->c, base + done, base + done, n, &zb->req[zb->seg_req0[s] + q], &e)))
-                break;
-            done += n;
-        }
-    } else {
-        st = comm_ireduce_scatter_f32(p->c, base, base + (size_t)p->r * p->blk[s], p->blk[s], &zb->req[zb->seg_req0[s]],
-                                      &e);
+        for (int q = 0; q < zb->seg_nreq[s]; q++) zb->queue[zb->qtail++] = zb->seg_req0[s] + q;
+        pump_buckets(p);
+        return;
     }
+    st = comm_ireduce_scatter_f32(p->c, base, base + (size_t)p->r * p->blk[s], p->blk[s], &zb->req[zb->seg_req0[s]], &e);
     if (st != ST_OK) par_hook_fail(p, st, &e);
 }
 
@@ -73,6 +88,7 @@ static void progress(Par *p) {
     if (p->progress_fn) p->progress_fn(p->progress_ctx);
     for (int i = 0; i < p->zb.nreq; i++)
         if (p->zb.req[i].active) comm_test(&p->zb.req[i]);
+    if (p->zero == 0) pump_buckets(p);
     for (int a = 0; a < 2; a++)
         if (p->zg.slot_req[a].active) comm_test(&p->zg.slot_req[a]);
     if (p->zg.b0_req.active) comm_test(&p->zg.b0_req);
@@ -290,6 +306,15 @@ int zero_init(Par *p) {
         zb->nreq += zb->seg_nreq[s];
     }
     if (!(zb->req = calloc((size_t)zb->nreq, sizeof(CommReq)))) return 0;
+    zb->queue = calloc((size_t)zb->nreq, sizeof(int));
+    zb->req_off = calloc((size_t)zb->nreq, sizeof(size_t)), zb->req_n = calloc((size_t)zb->nreq, sizeof(size_t));
+    if (!zb->queue || !zb->req_off || !zb->req_n) return 0;
+    for (int s = 0; s < ns; s++) /* stage 0's bucket ranges */
+        for (int q = 0, i = zb->seg_req0[s]; q < zb->seg_nreq[s]; q++, i++) {
+            size_t done = (size_t)q * p->o.bucket_floats;
+            zb->req_off[i] = p->off[s] + done;
+            zb->req_n[i] = p->len[s] - done < p->o.bucket_floats ? p->len[s] - done : p->o.bucket_floats;
+        }
     if (p->zero >= 2) {
         zg->shard = par_alloc_f(p, MEM_GRADS, p->S, &ok);
         zg->b0 = par_alloc_f(p, MEM_GRADS, p->E, &ok);
@@ -322,6 +347,7 @@ void zero_free(Par *p) {
     ZeroGrads *zg = &p->zg;
     ZeroParams *zp = &p->zp;
     free(p->zb.started), free(p->zb.seg_req0), free(p->zb.seg_nreq), free(p->zb.req), free(zg->seg_slot);
+    free(p->zb.queue), free(p->zb.req_off), free(p->zb.req_n);
     mem_free(ms, MEM_GRADS, zg->shard, p->S * sizeof(float));
     mem_free(ms, MEM_GRADS, zg->b0, p->E * sizeof(float));
     mem_free(ms, p->g && p->g->w.prec != GPT_FP32 ? MEM_MASTER : MEM_PARAMS, zp->shard, p->S * sizeof(float));
@@ -341,6 +367,7 @@ void zero_step_begin(Par *p) {
      * Stage 1's in-place reduce-scatter may leave partial sums outside the owned block, so its
      * buffer, like stage 2's shard, is zeroed. */
     memset(p->zb.started, 0, (size_t)p->nseg * sizeof(int));
+    p->zb.qhead = p->zb.qtail = 0;
     if (p->zero >= 2) memset(p->zg.shard, 0, p->S * sizeof(float));
     else if (p->zero == 1 || p->c->pp > 1) memset(p->g->d.grads, 0, p->pl->total * sizeof(float));
     else gpt_overwrite_grads(p->g); /* (a pipeline's several micro-batches in flight add from zero) */
@@ -352,6 +379,16 @@ Status zero_grads_finish(Par *p, Err *err) {
      * and a head stage's embedding segment (no embedding backward runs there). */
     if (p->zero <= 1)
         for (int s = p->nseg - 1; s >= 0; s--) start_seg_grads(p, s);
+    /* Stage 0: the queued buckets, each started when one in flight is done (oldest first). */
+    for (ZeroBuckets *zb = &p->zb; p->zero == 0 && zb->qhead < zb->qtail;) {
+        CommReq *oldest = NULL;
+        for (int k = 0; k < zb->qhead && !oldest; k++)
+            if (zb->req[zb->queue[k]].active) oldest = &zb->req[zb->queue[k]];
+        if (oldest && (st = comm_wait_all(oldest, 1, p->c->timeout_s, "grad bucket", p->c->step, err)) != ST_OK)
+            return st;
+        pump_buckets(p);
+        if ((st = par_hook_status(p, err)) != ST_OK) return st;
+    }
     if (p->zero <= 1) {
         if ((st = comm_wait_all(p->zb.req, p->zb.nreq, p->c->timeout_s, "grad bucket", p->c->step, err)) != ST_OK)
             return st;
