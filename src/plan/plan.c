@@ -534,7 +534,37 @@ static double peak_of(const PlanHardware *hw, PlanDtype d) {
 /* What plan_core should fill: everything, or the step prediction only. */
 enum { CORE_STEP = 0, CORE_FULL = 1 };
 
-static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) {
+/* What the plan's stages share: the input (in and its parts), its dimensions and batch (core_init),
+ * and what a stage derives for later ones: our trainer's config and precision index, whether our
+ * trainer's tp slice applies, blocks and parameters per device and per block (core_params), the
+ * parameter count and the peak (core_compute), the dp link and bucket count (core_comm), the
+ * devices used (core_step). Stages read it through local names of the same spelling. */
+typedef struct {
+    const PlanInput *in;
+    const PlanModel *m;
+    const PlanPrecision *pr;
+    const PlanHardware *hw;
+    int shaped;             /* the model has a shape (not --params alone) */
+    int dp, tp, pp, v;      /* the grid and the interleave */
+    int L;                  /* layers (0 with --params alone) */
+    double h, V;            /* width and vocabulary */
+    int k, B, T, mb;        /* accumulation, micro-batch, sequence length, pipeline micro-batches */
+    double b_pipe;          /* sequences per pipeline micro-batch */
+    ModelConfig cfg;        /* our trainer's config of the model (when ours) */
+    int ours, prec_i, tp_ours; /* our trainer runs this model; its precision (0/1/2); its tp slice applies */
+    int Lp;                 /* blocks per device */
+    double layer_dev, P;    /* parameters of one block, and in all, on one device */
+    double N;               /* the parameter count */
+    double peak;            /* the hardware's peak FLOP/s at the matmul precision */
+    int dpn;                /* devices per node */
+    double bw_dp, lat_dp;   /* the dp group's link */
+    int nbuckets;           /* gradient buckets per step */
+    int used;               /* devices the grid uses */
+} Core;
+
+/* The input's dimensions and the batch: the replica's B·k sequences go through the pipeline as m
+ * micro-batches. */
+static Status core_init(Core *c, const PlanInput *in, PlanResult *r, Err *err) {
     Status st = plan_validate(in, err);
     if (st != ST_OK) return st;
     memset(r, 0, sizeof *r);
@@ -564,6 +594,19 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
     r->batch_seqs = (long long)B * k * dp;
     r->batch_tokens = r->batch_seqs * T;
 
+    c->in = in, c->m = m, c->pr = pr, c->hw = hw, c->shaped = shaped;
+    c->dp = dp, c->tp = tp, c->pp = pp, c->v = v, c->L = L, c->h = h, c->V = V;
+    c->k = k, c->B = B, c->T = T, c->mb = mb, c->b_pipe = b_pipe;
+    return ST_OK;
+}
+
+/* The parameters: the count, per block and embedding, and per device (our trainer's layout where it applies: padding, alignment, a tp rank's slice, the dp split). */
+static Status core_params(Core *c, PlanResult *r, Err *err) {
+    const PlanInput *in = c->in;
+    const PlanModel *m = c->m;
+    const PlanPrecision *pr = c->pr;
+    int shaped = c->shaped, dp = c->dp, tp = c->tp, pp = c->pp, L = c->L, k = c->k, B = c->B, T = c->T, mb = c->mb;
+    double h = c->h, V = c->V;
     /* ---- parameters ---- */
     r->n_params = plan_model_num_params(m);
     ModelConfig cfg;
@@ -639,7 +682,22 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
         r->params_per_device = (double)r->n_params / ((double)tp * pp);
     }
     double P = r->params_per_device;
+    c->ours = ours;
+    c->prec_i = prec_i;
+    c->tp_ours = tp_ours;
+    c->Lp = Lp;
+    c->layer_dev = layer_dev;
+    c->P = P;
+    c->cfg = cfg;
+    return ST_OK;
+}
 
+/* The states per device: the ZeRO paper's accounting unless our trainer's exact bytes are known. */
+static void core_states(Core *c, PlanResult *r) {
+    const PlanInput *in = c->in;
+    const PlanPrecision *pr = c->pr;
+    int dp = c->dp;
+    double P = c->P;
     /* ---- memory per device: states, divided by ZeRO over dp ---- */
     if (!r->mem.trainer_states) {
         /* The ZeRO paper's accounting (Rajbhandari et al. 2020; DeepSpeed): stage 1 shards the
@@ -651,7 +709,17 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
         r->mem.moments = P * in->n_moments * pr->moment / (in->zero >= 1 ? dp : 1);
     }
     r->mem.bytes_per_param = pr->weight + pr->grad + pr->master + (double)in->n_moments * pr->moment;
+}
 
+/* Activations and workspace: our trainer's exact sizes where they apply, else Korthikanti et al.'s forms. */
+static void core_activations(Core *c, PlanResult *r) {
+    const PlanInput *in = c->in;
+    const PlanModel *m = c->m;
+    const PlanPrecision *pr = c->pr;
+    int shaped = c->shaped, tp = c->tp, pp = c->pp, v = c->v, k = c->k, B = c->B, T = c->T, mb = c->mb;
+    double h = c->h, V = c->V, b_pipe = c->b_pipe;
+    const ModelConfig *cfgp = &c->cfg;
+    int ours = c->ours, prec_i = c->prec_i, tp_ours = c->tp_ours, Lp = c->Lp;
     /* ---- activations ---- */
     int exact_ok = ours && tp == 1 && !in->sp && in->recompute == PLAN_RECOMPUTE_NONE && mb == k;
     if (in->act_mode == PLAN_ACT_EXACT && !exact_ok && !tp_ours)
@@ -675,13 +743,13 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
              * level and with --sp (pp = 1); exact_* without recompute, as at tp 1. */
             ActOptions ao = {B, T, in->threads, (Recompute)in->recompute, prec_i, tp, in->sp, NULL}, ao0 = ao;
             ao0.recompute = RECOMPUTE_NONE;
-            ActSizes a0 = layout_activations(&cfg, &ao0), as = layout_activations(&cfg, &ao);
+            ActSizes a0 = layout_activations(cfgp, &ao0), as = layout_activations(cfgp, &ao);
             r->act.exact_layer = 4.0 * a0.per_layer;
             r->act.exact_total = 4.0 * a0.total;
             r->act.exact_scratch = 4.0 * a0.scratch;
             if (in->act_mode != PLAN_ACT_KORTHIKANTI) {
                 size_t rb[MEM_NCAT] = {0};
-                layout_run_bytes(&cfg, &ao, rb);
+                layout_run_bytes(cfgp, &ao, rb);
                 r->act.exact_used = 1;
                 r->act.per_layer = 4.0 * as.per_layer;
                 r->mem.activations = (double)rb[MEM_ACTIVATIONS];
@@ -692,7 +760,7 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
             int prec = pr->compute == PLAN_DTYPE_BF16 ? 1 : pr->compute == PLAN_DTYPE_FP16 ? 2 : 0;
             ActOptions ao = layout_act_options((int)b_pipe, T, in->threads);
             ao.precision = prec;
-            ActSizes as = layout_activations(&cfg, &ao);
+            ActSizes as = layout_activations(cfgp, &ao);
             r->act.exact_layer = 4.0 * as.per_layer;
             r->act.exact_total = 4.0 * as.total;
             r->act.exact_scratch = 4.0 * as.scratch;
@@ -703,7 +771,7 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
                 else r->mem.activations = (4.0 * as.encoded + Lp * r->act.exact_layer) * r->act.inflight;
                 /* The trainer's workspace: the kernels' scratch plus the mixed-precision GEMM scratch. */
                 size_t mb_[MEM_NCAT];
-                layout_memory_plan(&cfg, &ao, in->n_moments, mb_);
+                layout_memory_plan(cfgp, &ao, in->n_moments, mb_);
                 r->mem.workspace = (double)mb_[MEM_WORKSPACE];
             }
         }
@@ -717,6 +785,17 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
         check_add(r, PLAN_CHECK_WARNING, 0,
                   "--params alone: activations are not counted and FLOPs are 6N (give --model or a shape)");
     }
+}
+
+/* Our trainer's pipeline rank by rank (plan_trainer_pp), the communication buffers, the total per device. */
+static void core_pipeline(Core *c, PlanResult *r) {
+    const PlanInput *in = c->in;
+    const PlanPrecision *pr = c->pr;
+    const PlanHardware *hw = c->hw;
+    int dp = c->dp, tp = c->tp, pp = c->pp, v = c->v, k = c->k, B = c->B, T = c->T, mb = c->mb;
+    const ModelConfig *cfgp = &c->cfg;
+    int ours = c->ours, prec_i = c->prec_i;
+    double layer_dev = c->layer_dev;
     /* ---- our trainer's pipeline, rank by rank (plan_trainer_pp): each rank's own layout, slots and
      * tied buffer; the memory per device is the worst rank's ---- */
     if (ours && pp > 1 && in->act_mode != PLAN_ACT_KORTHIKANTI) {
@@ -732,7 +811,7 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
         else if (mb != k)
             snprintf(r->pp_note, sizeof r->pp_note, "--pp-microbatches %d: the trainer's pipeline micro-batches are its "
                      "--grad-accum %d steps", mb, k);
-        else if (plan_trainer_pp(&cfg, &tpp, r->pp_rank, &pe) == ST_OK)
+        else if (plan_trainer_pp(cfgp, &tpp, r->pp_rank, &pe) == ST_OK)
             r->pp_exact = 1;
         else
             snprintf(r->pp_note, sizeof r->pp_note, "%.200s", pe.msg);
@@ -758,7 +837,7 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
         r->mem.comm = q[w].bytes[MEM_COMM];
         r->act.exact_used = 1;
         ActOptions ao = {B, T, in->threads, (Recompute)in->recompute, prec_i, tp, in->sp && tp > 1, NULL};
-        ActSizes as = layout_activations(&cfg, &ao);
+        ActSizes as = layout_activations(cfgp, &ao);
         r->act.per_layer = 4.0 * as.per_layer;
         r->act.inflight = maxs;
         r->layers_per_device = maxb;
@@ -773,7 +852,17 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
     r->mem.device = hw->memory;
     r->mem.margin = hw->memory - r->mem.total;
     r->mem.fits = r->mem.margin >= 0;
+}
 
+/* FLOPs per token and the compute time of a step: matmuls at the peak times the efficiency, elementwise passes at the memory bandwidth, the pipeline bubble. */
+static void core_compute(Core *c, PlanResult *r) {
+    const PlanInput *in = c->in;
+    const PlanModel *m = c->m;
+    const PlanPrecision *pr = c->pr;
+    const PlanHardware *hw = c->hw;
+    int shaped = c->shaped, tp = c->tp, pp = c->pp, v = c->v, L = c->L, k = c->k, B = c->B, T = c->T, mb = c->mb,
+        Lp = c->Lp;
+    double h = c->h, b_pipe = c->b_pipe;
     /* ---- compute ---- */
     double N = (double)r->n_params;
     r->compute.fpt_6n = 6.0 * N;
@@ -805,7 +894,20 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
     r->bubble_interleaved = plan_bubble(pp, mb, v);
     if (pp > 1)
         r->compute.t_bubble = (r->compute.t_matmul + r->compute.t_elementwise) * (pp - 1) / ((double)v * mb);
+    c->N = N;
+    c->peak = peak;
+}
 
+/* Communication of a step: tp, pp and dp bytes and times (our trainer's collectives call by call where it applies). */
+static void core_comm(Core *c, PlanResult *r) {
+    const PlanInput *in = c->in;
+    const PlanPrecision *pr = c->pr;
+    const PlanHardware *hw = c->hw;
+    int shaped = c->shaped, dp = c->dp, tp = c->tp, pp = c->pp, v = c->v, k = c->k, B = c->B, T = c->T, mb = c->mb;
+    double h = c->h, b_pipe = c->b_pipe;
+    const ModelConfig *cfgp = &c->cfg;
+    int ours = c->ours, prec_i = c->prec_i, tp_ours = c->tp_ours, Lp = c->Lp;
+    double P = c->P;
     /* ---- communication: tp innermost, then dp, then pp (Megatron's rank order) ---- */
     int dpn = hw->devices_per_node;
     r->comm.tp_inter = tp > dpn;
@@ -824,7 +926,7 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
                               r->nodes == 1, 0, plan_noise_scale_on(dp, pp, k, in->no_noise_scale)};
         PlanCommKinds ck;
         Err ce;
-        if (plan_trainer_comm(&cfg, &ts, bw_tp, lat_tp, &ck, &ce) == ST_OK) {
+        if (plan_trainer_comm(cfgp, &ts, bw_tp, lat_tp, &ck, &ce) == ST_OK) {
             r->comm.by_kind_exact = 1;
             memcpy(r->comm.by_kind, ck.bytes, sizeof r->comm.by_kind);
             if (tp > 1) {
@@ -876,6 +978,19 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
         }
     }
     r->compute.t_dp = r->comm.dp_time + r->comm.zero_time;
+    c->dpn = dpn;
+    c->bw_dp = bw_dp;
+    c->lat_dp = lat_dp;
+    c->nbuckets = nbuckets;
+}
+
+/* The step time: what overlap cannot hide, the optimizer, Sophia's Hessian pass; tokens/s, MFU and HFU. */
+static void core_step(Core *c, PlanResult *r) {
+    const PlanInput *in = c->in;
+    const PlanPrecision *pr = c->pr;
+    const PlanHardware *hw = c->hw;
+    int dp = c->dp, tp = c->tp, pp = c->pp, nbuckets = c->nbuckets;
+    double P = c->P, peak = c->peak, bw_dp = c->bw_dp, lat_dp = c->lat_dp;
     /* What overlap cannot hide. The embedding's gradient (the tied LM head's, completed by the
      * token lookup) is the last one ready in the backward pass: its collective has no compute left
      * to run behind. ZeRO 1-2 all-gather the updated parameters after the optimizer (as DeepSpeed
@@ -916,7 +1031,13 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
     double hess = in->hess_every > 0 ? 1.0 + 1.0 / in->hess_every : 1.0;
     r->compute.mfu = hess * r->compute.fpt * r->compute.tokens_per_s / (used * peak);
     r->compute.hfu = hess * r->compute.fpt_hw * r->compute.tokens_per_s / (used * peak);
+    c->used = used;
+}
 
+/* The token budget and the run's length. */
+static void core_budget(Core *c, PlanResult *r) {
+    const PlanInput *in = c->in;
+    double N = c->N, peak = c->peak;
     /* ---- budget ---- */
     if (in->budget_tokens > 0) r->tokens = in->budget_tokens, r->budget_source = "tokens";
     else if (in->budget_flops > 0) r->tokens = in->budget_flops / r->compute.fpt, r->budget_source = "flops";
@@ -931,7 +1052,15 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
         r->compute.target_seconds = target * 86400.0;
         r->compute.mfu_required = r->compute.total / (r->compute.target_seconds * r->world * peak);
     }
+}
 
+/* The launch checklist: what cannot run, and warnings. */
+static void core_checks(Core *c, PlanResult *r) {
+    const PlanInput *in = c->in;
+    const PlanModel *m = c->m;
+    const PlanHardware *hw = c->hw;
+    int shaped = c->shaped, dp = c->dp, tp = c->tp, pp = c->pp, v = c->v, L = c->L, B = c->B, T = c->T, mb = c->mb,
+        ours = c->ours, prec_i = c->prec_i, dpn = c->dpn, used = c->used;
     /* ---- launch checklist ---- */
     if (in->world > 0 && used != in->world)
         check_add(r, PLAN_CHECK_ERROR, 1, "--dp %d x --tp %d x --pp %d = %d devices, expected the world size %d", dp, tp,
@@ -981,8 +1110,12 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
     if (!r->mem.fits)
         check_add(r, PLAN_CHECK_ERROR, 0, "memory: %.2f GiB per device does not fit in %.2f GiB (over by %.2f GiB)",
                   r->mem.total / 1073741824.0, hw->memory / 1073741824.0, -r->mem.margin / 1073741824.0);
-    if (what == CORE_STEP) return ST_OK;
+}
 
+/* The scaling laws' optimum for the budget and the planned run's loss. */
+static void core_scaling(Core *c, PlanResult *r) {
+    const PlanInput *in = c->in;
+    double N = c->N;
     /* ---- scaling laws ---- */
     r->nscaling = in->has_fit ? 3 : 2;
     r->scaling_judge = in->has_fit ? 2 : 0;
@@ -1002,7 +1135,14 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
     }
     r->tokens_per_param = r->tokens / N;
     r->overtrained = r->tokens_per_param > 2.0 * 20.0 && r->tokens_per_param > 2.0 * r->scaling[r->scaling_judge].tokens_per_param_opt;
+}
 
+/* Checkpoint size and write time, and the Young/Daly interval. */
+static void core_ckpt(Core *c, PlanResult *r) {
+    const PlanInput *in = c->in;
+    const PlanPrecision *pr = c->pr;
+    const PlanHardware *hw = c->hw;
+    double N = c->N;
     /* ---- checkpointing ---- */
     r->ckpt.bytes = N * (4.0 + pr->master + (double)in->n_moments * pr->moment);
     r->ckpt.write_s = r->ckpt.bytes / (hw->storage_bw * r->nodes);
@@ -1010,6 +1150,27 @@ static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) 
     r->ckpt.interval_s = plan_young_daly(r->ckpt.write_s, r->ckpt.mtbf_s);
     if (r->ckpt.interval_s > 0)
         r->ckpt.overhead = r->ckpt.write_s / r->ckpt.interval_s + r->ckpt.interval_s / (2.0 * r->ckpt.mtbf_s);
+}
+
+/* The plan, stage by stage over one Core; CORE_STEP stops after the checklist (the knob search and
+ * plan_predict_step need no scaling law or checkpoint figures). */
+static Status plan_core(const PlanInput *in, PlanResult *r, int what, Err *err) {
+    Core c;
+    memset(&c, 0, sizeof c);
+    Status st = core_init(&c, in, r, err);
+    if (st == ST_OK) st = core_params(&c, r, err);
+    if (st != ST_OK) return st;
+    core_states(&c, r);
+    core_activations(&c, r);
+    core_pipeline(&c, r);
+    core_compute(&c, r);
+    core_comm(&c, r);
+    core_step(&c, r);
+    core_budget(&c, r);
+    core_checks(&c, r);
+    if (what == CORE_STEP) return ST_OK;
+    core_scaling(&c, r);
+    core_ckpt(&c, r);
     return ST_OK;
 }
 
