@@ -8,7 +8,8 @@
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config libdnnl-dev libcjson-dev libxxhash-dev
-      libopenmpi-dev openmpi-bin liblbfgs-dev libgsl-dev liblapack-dev)
+      libopenmpi-dev openmpi-bin liblbfgs-dev libgsl-dev liblapack-dev
+      zlib1g-dev libzstd-dev)
 for arg in "$@"; do
   case "$arg" in
     --test) pkgs+=(chromium) ;;
