@@ -142,6 +142,7 @@ static Status decode_some(DocReader *r, Err *err) {
                 r->zs_init = 1;
             } else if (r->comp == COMP_ZSTD) {
                 if (!(r->zd = ZSTD_createDCtx())) return err_set(err, ST_ERR_RUNTIME, "%s: zstd init failed", r->path);
+                r->zret = 1; /* a frame has begun */
             }
         }
         size_t av = r->raw_len - r->raw_pos, room = r->cap - r->len;
@@ -178,6 +179,10 @@ static Status decode_some(DocReader *r, Err *err) {
                 r->dec_eof = 1;
             }
         } else {
+            if (av == 0 && r->raw_eof && r->zret == 0) { /* the last frame ended and nothing follows */
+                r->dec_eof = 1;
+                break;
+            }
             ZSTD_inBuffer in = {r->raw + r->raw_pos, av, 0};
             ZSTD_outBuffer out = {r->buf + r->len, room, 0};
             size_t zr = ZSTD_decompressStream(r->zd, &out, &in);

@@ -411,6 +411,7 @@ typedef struct {
     size_t runs_this_call;
     double t0;
     uint64_t bytes_total;
+    size_t batch_bytes;        /* BATCH_BYTES, or a quarter of a small run budget */
 } Reader;
 
 /* Keys and encodes the batch in parallel, appends it to the run buffer. */
@@ -488,7 +489,7 @@ static Status read_inputs(Reader *R, Err *err) {
                 st = err_set(err, ST_ERR_RUNTIME, "prepare: out of memory (batch)");
                 break;
             }
-            if (R->b.tlen >= BATCH_BYTES || R->b.n >= BATCH_DOCS) {
+            if (R->b.tlen >= R->batch_bytes || R->b.n >= BATCH_DOCS) {
                 if ((st = batch_encode(R, err)) != ST_OK) break;
                 x->docs = docs_seen;
                 uint64_t rb = docreader_raw_bytes(dr);
@@ -913,6 +914,7 @@ Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
         R.o = o, R.in = &in, R.j = &j;
         R.rb.width = width;
         R.threads = o->threads > 0 ? o->threads : omp_get_max_threads();
+        R.batch_bytes = o->run_bytes / 4 < BATCH_BYTES ? o->run_bytes / 4 : BATCH_BYTES;
         R.t0 = omp_get_wtime();
         for (size_t i = 0; i < in.n; i++) R.bytes_total += in.v[i].size > 0 ? (uint64_t)in.v[i].size : 0;
         if ((st = read_inputs(&R, err)) != ST_OK) goto done;
