@@ -430,6 +430,33 @@ int main(void) {
     tu_check(rc == 0 && out && strstr(out, "1 documents with invalid UTF-8"), "cli_skip_bad_reported", "exit=%d", rc);
     free(out);
 
+    /* ---- Parquet (scripts/parquet2jsonl, hyparquet from npm): the pipe gives the shards of the JSON
+     * Lines fixture written from the same rows; control: a truncated Parquet file fails in one line */
+    if (access(ST_SOURCE_DIR "/scripts/parquet/node_modules/hyparquet", F_OK) == 0 && system("node --version >/dev/null 2>&1") == 0) {
+        const char *pf = "--quiet --tokenizer gpt2 --tokenizer-dir " ST_SOURCE_DIR "/data/gpt2_tokenizer --seed 5 "
+                         "--val-fraction 0.1 --shard-tokens 3000 --seq-len 0 --format jsonl";
+        snprintf(cmd, sizeof cmd, "bash -c 'set -o pipefail; %s/scripts/parquet2jsonl %s/tests/fixtures/prepare_small.parquet "
+                 "| %s/scaletrain prepare %s --out %s - >/dev/null'", ST_SOURCE_DIR, ST_SOURCE_DIR, ST_BINARY_DIR, pf,
+                 P("pq_out"));
+        rc = sh(cmd, e, sizeof e);
+        snprintf(cmd, sizeof cmd, "%s/scaletrain prepare %s --out %s %s/tests/fixtures/prepare_small.jsonl >/dev/null",
+                 ST_BINARY_DIR, pf, P("pq_ref"), ST_SOURCE_DIR);
+        int rc2 = sh(cmd, NULL, 0);
+        eq = same_shards(P("pq_ref"), P("pq_out"), &nsh);
+        tu_check(rc == 0 && rc2 == 0 && eq && nsh >= 2, "stream_same_parquet_pipe", "exit=%d,%d %d shard files %s", rc, rc2,
+                 nsh, e);
+        size_t n = 0;
+        unsigned char *b = slurp_bin(ST_SOURCE_DIR "/tests/fixtures/prepare_small.parquet", &n);
+        write_bin(P("trunc.parquet"), b, n / 2);
+        free(b);
+        snprintf(cmd, sizeof cmd, "bash -c 'set -o pipefail; %s/scripts/parquet2jsonl %s | %s/scaletrain prepare %s --out %s - "
+                 ">/dev/null'", ST_SOURCE_DIR, P("trunc.parquet"), ST_BINARY_DIR, pf, P("pq_bad"));
+        rc = sh(cmd, e, sizeof e);
+        tu_check(rc == 2 && strstr(e, "trunc.parquet: expected a Parquet file"), "bad_truncated_parquet", "exit=%d \"%s\"", rc, e);
+    } else {
+        printf("stream_same_parquet_pipe: SKIPPED (no node or scripts/parquet/node_modules: scripts/install-deps.sh --parquet)\n");
+    }
+
     for (int k = 0; k < NPARTS; k++) free((void *)rev[k]);
     tokenizer_free(tok);
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
