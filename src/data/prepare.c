@@ -360,6 +360,15 @@ typedef struct {
     uint32_t **ids;
     size_t *nids, *caps;
     size_t n, cap;
+    /* where the reader stood after the batch's last document: applied to the inputs when the batch
+     * is in the run buffer, so the journal never counts a document that is not in a written run */
+    size_t input;              /* the input its documents come from (a batch never spans two) */
+    uint64_t input_docs;       /* documents of that input read so far */
+    int input_done;            /* the batch ends the input: */
+    uint64_t raw_bytes, checksum; /* the input's size as read and XXH3-64 */
+    DocSkips skips;            /* and its skipped records */
+    int failed;                /* an encoding task failed: */
+    Err efail;
 } Batch;
 
 static void batch_free(Batch *b) {
@@ -406,7 +415,7 @@ typedef struct {
     Inputs *in;
     Journal *j;
     RunBuf rb;
-    Batch b;
+    Batch b[2];                /* one filled by the reading thread while the other is encoded */
     int threads;
     size_t runs_this_call;
     double t0;
@@ -414,14 +423,9 @@ typedef struct {
     size_t batch_bytes;        /* BATCH_BYTES, or a quarter of a small run budget */
 } Reader;
 
-/* Keys and encodes the batch in parallel, appends it to the run buffer. */
-static Status batch_encode(Reader *R, Err *err) {
-    Batch *b = &R->b;
-    const PrepareOptions *o = R->o;
-    int failed = 0;
-    Err efail = {ST_OK, ""};
-#pragma omp parallel for schedule(dynamic, 1) num_threads(R->threads)
-    for (size_t i = 0; i < b->n; i++) {
+/* Keys and encodes documents [a, e) of the batch (one task). */
+static void batch_encode_range(Batch *b, const PrepareOptions *o, size_t a, size_t e) {
+    for (size_t i = a; i < e; i++) {
         const uint8_t *p = b->text + b->off[i];
         XXH128_hash_t h = XXH3_128bits_withSeed(p, b->len[i], o->seed);
         b->key[i] = (Key){h.high64, h.low64};
@@ -429,19 +433,20 @@ static Status batch_encode(Reader *R, Err *err) {
         b->nids[i] = 0; /* tokenizer_encode appends */
         if (tokenizer_encode(o->tok, p, b->len[i], &b->ids[i], &b->nids[i], &b->caps[i], &e2)) {
 #pragma omp critical(prepare_encode_failed)
-            if (!failed) failed = 1, efail = e2;
+            if (!b->failed) b->failed = 1, b->efail = e2;
         }
     }
-    if (failed) {
-        if (err) *err = efail;
-        return efail.status;
+}
+
+/* Hands the batch to the team as tasks of about 256 KiB of text each; returns at once. */
+static void batch_spawn(Batch *b, const PrepareOptions *o) {
+    for (size_t a = 0; a < b->n;) {
+        size_t e = a, bytes = 0;
+        while (e < b->n && (e == a || bytes < (256u << 10))) bytes += b->len[e++];
+#pragma omp task firstprivate(a, e)
+        batch_encode_range(b, o, a, e);
+        a = e;
     }
-    for (size_t i = 0; i < b->n; i++)
-        if (runbuf_add(&R->rb, b->key[i], b->len[i], b->ids[i], b->nids[i]))
-            return err_set(err, ST_ERR_RUNTIME, "prepare: out of memory (run buffer)");
-    R->j->docs += b->n;
-    b->n = b->tlen = 0;
-    return ST_OK;
 }
 
 /* Writes the run buffer as the next run, then the journal that says what it holds. */
@@ -457,67 +462,116 @@ static Status flush_run(Reader *R, Err *err) {
     return ST_OK;
 }
 
-static void report(Reader *R, uint64_t done) {
+/* After the batch's tasks ended: its records into the run buffer and the reader position it
+ * carries into the inputs. */
+static Status batch_finish(Reader *R, Batch *b, Err *err) {
+    if (b->failed) {
+        b->failed = 0;
+        if (err) *err = b->efail;
+        return b->efail.status;
+    }
+    for (size_t i = 0; i < b->n; i++)
+        if (runbuf_add(&R->rb, b->key[i], b->len[i], b->ids[i], b->nids[i]))
+            return err_set(err, ST_ERR_RUNTIME, "prepare: out of memory (run buffer)");
+    R->j->docs += b->n;
+    Input *x = &R->in->v[b->input];
+    x->docs = b->input_docs;
+    if (b->input_done) {
+        x->done = 1;
+        x->raw_bytes = b->raw_bytes;
+        x->checksum = b->checksum;
+        R->j->skips.bad_json += b->skips.bad_json, R->j->skips.missing_field += b->skips.missing_field;
+        R->j->skips.bad_utf8 += b->skips.bad_utf8;
+        R->j->bytes_read += b->raw_bytes;
+    }
+    b->n = b->tlen = 0;
+    b->input_done = 0;
+    return ST_OK;
+}
+
+/* Gives the filled batch *cur to the team and takes the other one for reading: first waits for
+ * the batch in flight (*busy) and finishes it, so batches reach the run buffer in reading order;
+ * a full run buffer is sorted and written while the team encodes *cur. */
+static Status batch_submit(Reader *R, Batch **cur, Batch **busy, Err *err) {
+    Batch *next = *cur == &R->b[0] ? &R->b[1] : &R->b[0];
+    if (*busy) {
+#pragma omp taskwait
+        Status st = batch_finish(R, *busy, err);
+        *busy = NULL;
+        if (st) return st;
+    }
+    batch_spawn(*cur, R->o);
+    *busy = *cur;
+    *cur = next;
+    return R->rb.len >= R->o->run_bytes ? flush_run(R, err) : ST_OK;
+}
+
+static void report(Reader *R, uint64_t done, uint64_t docs) {
     if (!R->o->progress) return;
-    PrepareProgress p = {1, done, R->bytes_total, R->j->docs + R->b.n, omp_get_wtime() - R->t0};
+    PrepareProgress p = {1, done, R->bytes_total, docs, omp_get_wtime() - R->t0};
     R->o->progress(R->o->progress_ctx, &p);
 }
 
-/* Phase 1 over the inputs not finished by an earlier call. */
-static Status read_inputs(Reader *R, Err *err) {
+/* The reading thread: documents into batches, batches to the team (runs inside omp single). */
+static Status read_loop(Reader *R, Err *err) {
     const PrepareOptions *o = R->o;
     DocReaderOptions ro = reader_options(o);
-    uint64_t done_before = 0; /* input bytes of finished inputs */
-    for (size_t i = 0; i < R->in->n; i++) {
+    Batch *cur = &R->b[0], *busy = NULL;
+    uint64_t done_before = 0, docs = R->j->docs; /* input bytes of finished inputs; documents read */
+    Status st = ST_OK;
+    for (size_t i = 0; i < R->in->n && !st; i++) {
         Input *x = &R->in->v[i];
         if (x->done) {
             done_before += x->size > 0 ? (uint64_t)x->size : x->raw_bytes;
             continue;
         }
         DocReader *dr = NULL;
-        Status st = docreader_open(&dr, x->path, &ro, err);
-        if (st) return st;
+        if ((st = docreader_open(&dr, x->path, &ro, err)) != ST_OK) break;
         uint64_t skip = x->docs; /* documents of this input already in runs (an interrupted call) */
-        uint64_t docs_seen = 0, last_report = 0;
+        uint64_t seen = 0, last_report = 0;
         for (;;) {
             const uint8_t *d;
             size_t n;
-            if ((st = docreader_next(dr, &d, &n, err)) != ST_OK) break;
-            if (!d) break;
-            if (docs_seen++ < skip) continue;
-            if (batch_add(&R->b, d, n)) {
+            if ((st = docreader_next(dr, &d, &n, err)) != ST_OK || !d) break;
+            if (seen++ < skip) continue;
+            docs++;
+            if (batch_add(cur, d, n)) {
                 st = err_set(err, ST_ERR_RUNTIME, "prepare: out of memory (batch)");
                 break;
             }
-            if (R->b.tlen >= R->batch_bytes || R->b.n >= BATCH_DOCS) {
-                if ((st = batch_encode(R, err)) != ST_OK) break;
-                x->docs = docs_seen;
+            if (cur->tlen >= R->batch_bytes || cur->n >= BATCH_DOCS) {
+                cur->input = i, cur->input_docs = seen;
+                if ((st = batch_submit(R, &cur, &busy, err)) != ST_OK) break;
                 uint64_t rb = docreader_raw_bytes(dr);
-                if (rb - last_report >= (8u << 20)) report(R, done_before + rb), last_report = rb;
-                if (R->rb.len >= o->run_bytes && (st = flush_run(R, err)) != ST_OK) break;
+                if (rb - last_report >= (8u << 20)) report(R, done_before + rb, docs), last_report = rb;
             }
         }
-        if (!st && (st = batch_encode(R, err)) == ST_OK) {
-            x->docs = docs_seen;
-            x->done = 1;
-            x->raw_bytes = docreader_raw_bytes(dr);
-            x->checksum = docreader_checksum(dr);
-            const DocSkips *sk = docreader_skips(dr);
-            R->j->skips.bad_json += sk->bad_json, R->j->skips.missing_field += sk->missing_field;
-            R->j->skips.bad_utf8 += sk->bad_utf8;
-            R->j->bytes_read += x->raw_bytes;
-            done_before += x->raw_bytes;
-            report(R, done_before);
+        if (!st) { /* the input's last batch carries its end */
+            cur->input = i, cur->input_docs = seen, cur->input_done = 1;
+            cur->raw_bytes = docreader_raw_bytes(dr), cur->checksum = docreader_checksum(dr);
+            cur->skips = *docreader_skips(dr);
+            done_before += cur->raw_bytes;
+            st = batch_submit(R, &cur, &busy, err);
+            report(R, done_before, docs);
         }
         docreader_close(dr);
-        if (st) return st;
-        /* the run buffer spans inputs; flush when full */
-        if (R->rb.len >= o->run_bytes && (st = flush_run(R, err)) != ST_OK) return st;
     }
-    Status st = flush_run(R, err);
+#pragma omp taskwait
+    if (busy && !st) st = batch_finish(R, busy, err);
+    return st;
+}
+
+/* Phase 1 over the inputs not finished by an earlier call: one thread reads while the others
+ * (and the reader, when it waits) encode. */
+static Status read_inputs(Reader *R, Err *err) {
+    Status st = ST_OK;
+#pragma omp parallel num_threads(R->threads)
+#pragma omp single
+    st = read_loop(R, err);
     if (st) return st;
+    if ((st = flush_run(R, err)) != ST_OK) return st;
     R->j->read_done = 1;
-    return journal_write(o->out_dir, R->j, R->in, err);
+    return journal_write(R->o->out_dir, R->j, R->in, err);
 }
 
 /* ================================================================== 5. phase 2: merge */
@@ -941,7 +995,8 @@ Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
 done:
     free(R.rb.data);
     free(R.rb.idx);
-    batch_free(&R.b);
+    batch_free(&R.b[0]);
+    batch_free(&R.b[1]);
     inputs_free(&in);
     return st;
 }
