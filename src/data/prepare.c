@@ -357,9 +357,12 @@ typedef struct {
     size_t tlen, tcap;
     size_t *off, *len;
     Key *key;
-    uint32_t **ids;
-    size_t *nids, *caps;
+    size_t *idoff, *nids;      /* a document's ids: task buffer tids[its task] + idoff, nids of them */
     size_t n, cap;
+    /* encoding tasks: task t encodes documents [tfirst[t], tfirst[t + 1] or n) into tids[t] */
+    uint32_t **tids;
+    size_t *tn, *tcap_ids, *tfirst;
+    size_t ntask, taskcap;
     /* where the reader stood after the batch's last document: applied to the inputs when the batch
      * is in the run buffer, so the journal never counts a document that is not in a written run */
     size_t input;              /* the input its documents come from (a batch never spans two) */
@@ -372,8 +375,9 @@ typedef struct {
 } Batch;
 
 static void batch_free(Batch *b) {
-    for (size_t i = 0; i < b->cap; i++) free(b->ids[i]);
-    free(b->text), free(b->off), free(b->len), free(b->key), free(b->ids), free(b->nids), free(b->caps);
+    for (size_t t = 0; t < b->taskcap; t++) free(b->tids[t]);
+    free(b->text), free(b->off), free(b->len), free(b->key), free(b->idoff), free(b->nids);
+    free(b->tids), free(b->tn), free(b->tcap_ids), free(b->tfirst);
     memset(b, 0, sizeof *b);
 }
 
@@ -386,14 +390,11 @@ static int batch_add(Batch *b, const uint8_t *p, size_t n) {
         if (l2) b->len = l2;
         Key *k2 = realloc(b->key, nc * sizeof *k2);
         if (k2) b->key = k2;
-        uint32_t **i2 = realloc(b->ids, nc * sizeof *i2);
-        if (i2) b->ids = i2;
+        size_t *i2 = realloc(b->idoff, nc * sizeof *i2);
+        if (i2) b->idoff = i2;
         size_t *n2 = realloc(b->nids, nc * sizeof *n2);
         if (n2) b->nids = n2;
-        size_t *c2 = realloc(b->caps, nc * sizeof *c2);
-        if (c2) b->caps = c2;
-        if (!o2 || !l2 || !k2 || !i2 || !n2 || !c2) return -1;
-        for (size_t i = b->cap; i < nc; i++) b->ids[i] = NULL, b->caps[i] = 0;
+        if (!o2 || !l2 || !k2 || !i2 || !n2) return -1;
         b->cap = nc;
     }
     if (b->tlen + n > b->tcap) {
@@ -423,30 +424,52 @@ typedef struct {
     size_t batch_bytes;        /* BATCH_BYTES, or a quarter of a small run budget */
 } Reader;
 
-/* Keys and encodes documents [a, e) of the batch (one task). */
-static void batch_encode_range(Batch *b, const PrepareOptions *o, size_t a, size_t e) {
+/* Task t: keys documents [a, e) of the batch and encodes them one after another into tids[t]. */
+static void batch_encode_range(Batch *b, const PrepareOptions *o, size_t t, size_t a, size_t e) {
+    b->tn[t] = 0;
     for (size_t i = a; i < e; i++) {
         const uint8_t *p = b->text + b->off[i];
         XXH128_hash_t h = XXH3_128bits_withSeed(p, b->len[i], o->seed);
         b->key[i] = (Key){h.high64, h.low64};
         Err e2;
-        b->nids[i] = 0; /* tokenizer_encode appends */
-        if (tokenizer_encode(o->tok, p, b->len[i], &b->ids[i], &b->nids[i], &b->caps[i], &e2)) {
+        b->idoff[i] = b->tn[t];
+        if (tokenizer_encode(o->tok, p, b->len[i], &b->tids[t], &b->tn[t], &b->tcap_ids[t], &e2)) { /* appends */
 #pragma omp critical(prepare_encode_failed)
             if (!b->failed) b->failed = 1, b->efail = e2;
+            b->tn[t] = b->idoff[i];
         }
+        b->nids[i] = b->tn[t] - b->idoff[i];
     }
 }
 
-/* Hands the batch to the team as tasks of about 256 KiB of text each; returns at once. */
-static void batch_spawn(Batch *b, const PrepareOptions *o) {
+/* Hands the batch to the team as tasks of about 256 KiB of text each; returns at once (0), or -1
+ * when out of memory for the task table. */
+static int batch_spawn(Batch *b, const PrepareOptions *o) {
+    b->ntask = 0;
     for (size_t a = 0; a < b->n;) {
         size_t e = a, bytes = 0;
         while (e < b->n && (e == a || bytes < (256u << 10))) bytes += b->len[e++];
-#pragma omp task firstprivate(a, e)
-        batch_encode_range(b, o, a, e);
+        if (b->ntask == b->taskcap) {
+            size_t nc = b->taskcap ? 2 * b->taskcap : 64;
+            uint32_t **t1 = realloc(b->tids, nc * sizeof *t1);
+            if (t1) b->tids = t1;
+            size_t *t2 = realloc(b->tn, nc * sizeof *t2);
+            if (t2) b->tn = t2;
+            size_t *t3 = realloc(b->tcap_ids, nc * sizeof *t3);
+            if (t3) b->tcap_ids = t3;
+            size_t *t4 = realloc(b->tfirst, nc * sizeof *t4);
+            if (t4) b->tfirst = t4;
+            if (!t1 || !t2 || !t3 || !t4) return -1;
+            for (size_t t = b->taskcap; t < nc; t++) b->tids[t] = NULL, b->tcap_ids[t] = 0;
+            b->taskcap = nc;
+        }
+        size_t t = b->ntask++;
+        b->tfirst[t] = a;
+#pragma omp task firstprivate(t, a, e)
+        batch_encode_range(b, o, t, a, e);
         a = e;
     }
+    return 0;
 }
 
 /* Writes the run buffer as the next run, then the journal that says what it holds. */
@@ -470,9 +493,12 @@ static Status batch_finish(Reader *R, Batch *b, Err *err) {
         if (err) *err = b->efail;
         return b->efail.status;
     }
-    for (size_t i = 0; i < b->n; i++)
-        if (runbuf_add(&R->rb, b->key[i], b->len[i], b->ids[i], b->nids[i]))
-            return err_set(err, ST_ERR_RUNTIME, "prepare: out of memory (run buffer)");
+    for (size_t t = 0; t < b->ntask; t++) {
+        size_t e = t + 1 < b->ntask ? b->tfirst[t + 1] : b->n;
+        for (size_t i = b->tfirst[t]; i < e; i++)
+            if (runbuf_add(&R->rb, b->key[i], b->len[i], b->tids[t] + b->idoff[i], b->nids[i]))
+                return err_set(err, ST_ERR_RUNTIME, "prepare: out of memory (run buffer)");
+    }
     R->j->docs += b->n;
     Input *x = &R->in->v[b->input];
     x->docs = b->input_docs;
@@ -500,7 +526,7 @@ static Status batch_submit(Reader *R, Batch **cur, Batch **busy, Err *err) {
         *busy = NULL;
         if (st) return st;
     }
-    batch_spawn(*cur, R->o);
+    if (batch_spawn(*cur, R->o)) return err_set(err, ST_ERR_RUNTIME, "prepare: out of memory (tasks)");
     *busy = *cur;
     *cur = next;
     return R->rb.len >= R->o->run_bytes ? flush_run(R, err) : ST_OK;
