@@ -1006,7 +1006,8 @@ Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
     for (size_t i = 0; i < in.n; i++) s.input_bytes += in.v[i].raw_bytes;
     if (j.docs == 0) {
         st = err_set(err, ST_ERR_INPUT, "%s%s: expected at least one non-empty document, found none (empty input)",
-                     in.n == 1 ? in.v[0].path : "inputs", in.n == 1 ? "" : " (all files)");
+                     in.n == 1 ? (strcmp(in.v[0].path, "-") ? in.v[0].path : "<stdin>") : "inputs",
+                     in.n == 1 ? "" : " (all files)");
         work_dir_clear(o->out_dir, 1);
         goto done;
     }
