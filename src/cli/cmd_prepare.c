@@ -30,6 +30,7 @@ static int fail(int code, const char *fmt, ...) {
  * unknown size). */
 typedef struct {
     int tty, last_decile, phase;
+    int open_line;             /* a terminal line drawn without its newline yet */
     double last_t;
 } PrepProgress;
 
@@ -57,7 +58,7 @@ static void prep_progress(void *ctx, const PrepareProgress *p) {
         snprintf(line, sizeof line, "prepare: merged %llu / %llu documents into shards (%3.0f%%), %.1f s",
                  (unsigned long long)p->done, (unsigned long long)p->total, frac * 100, p->seconds);
     }
-    if (pp->tty) fprintf(stderr, "\r%-100s%s", line, end ? "\n" : "");
+    if (pp->tty) fprintf(stderr, "\r%-100s%s", line, end ? "\n" : ""), pp->open_line = !end;
     else fprintf(stderr, "%s\n", line);
 }
 
@@ -174,7 +175,7 @@ int cmd_prepare(int argc, char **argv) {
         free(inputs);
         return rc;
     }
-    PrepProgress pr = {isatty(2), -1, 0, 0};
+    PrepProgress pr = {isatty(2), -1, 0, 0, 0};
     char cmdline[2048] = "scaletrain";
     for (int i = 0; i < argc; i++) {
         size_t l = strlen(cmdline);
@@ -191,6 +192,7 @@ int cmd_prepare(int argc, char **argv) {
     PrepareStats s;
     st = prepare_run(&o, &s, &err);
     if (st) {
+        if (pr.open_line) fputc('\n', stderr); /* the error on a line of its own */
         rc = fail(st == ST_ERR_INPUT ? 2 : 1, "%s", err.msg);
     } else {
         uint64_t toks = s.train_tokens + s.val_tokens;
