@@ -117,6 +117,79 @@ static unsigned long long raw_at(const DocReader *r) {
     return (unsigned long long)(r->raw_total - (r->raw_len - r->raw_pos));
 }
 
+/* One inflate step into buf[len, cap); at the end of the input, dec_eof or a truncation error.
+ * Members follow each other (gzip -c a b > ab). */
+static Status inflate_some(DocReader *r, size_t before, Err *err) {
+    size_t av = r->raw_len - r->raw_pos, room = r->cap - r->len;
+    if (r->gz_end && av > 0) { /* another member follows */
+        inflateReset(&r->zs);
+        r->gz_end = 0;
+    }
+    if (!r->gz_end) {
+        r->zs.next_in = r->raw + r->raw_pos, r->zs.avail_in = (uInt)av;
+        r->zs.next_out = r->buf + r->len, r->zs.avail_out = (uInt)room;
+        int zr = inflate(&r->zs, Z_NO_FLUSH);
+        r->raw_pos += av - r->zs.avail_in;
+        r->len += room - r->zs.avail_out;
+        if (zr == Z_STREAM_END) r->gz_end = 1;
+        else if (zr != Z_OK && zr != Z_BUF_ERROR)
+            return err_set(err, ST_ERR_INPUT, "%s: expected gzip data, found corrupt data near compressed byte %llu (%s)",
+                           r->path, raw_at(r), r->zs.msg ? r->zs.msg : "inflate error");
+    }
+    if (r->len == before && r->raw_pos == r->raw_len && r->raw_eof) { /* nothing more will come */
+        if (!r->gz_end)
+            return err_set(err, ST_ERR_INPUT, "%s: expected a complete gzip stream, found it truncated after %llu "
+                           "compressed bytes (%llu bytes decoded)", r->path, raw_at(r),
+                           (unsigned long long)(r->dec_off + r->len));
+        r->dec_eof = 1;
+    }
+    return ST_OK;
+}
+
+/* The same for zstd (frames may follow each other). */
+static Status zstd_some(DocReader *r, size_t before, Err *err) {
+    size_t av = r->raw_len - r->raw_pos, room = r->cap - r->len;
+    if (av == 0 && r->raw_eof && r->zret == 0) { /* the last frame ended and nothing follows */
+        r->dec_eof = 1;
+        return ST_OK;
+    }
+    ZSTD_inBuffer in = {r->raw + r->raw_pos, av, 0};
+    ZSTD_outBuffer out = {r->buf + r->len, room, 0};
+    size_t zr = ZSTD_decompressStream(r->zd, &out, &in);
+    if (ZSTD_isError(zr))
+        return err_set(err, ST_ERR_INPUT, "%s: expected zstd data, found corrupt data near compressed byte %llu (%s)",
+                       r->path, raw_at(r), ZSTD_getErrorName(zr));
+    r->zret = zr;
+    r->raw_pos += in.pos;
+    r->len += out.pos;
+    if (r->len == before && r->raw_pos == r->raw_len && r->raw_eof) { /* nothing more will come */
+        if (r->zret != 0)
+            return err_set(err, ST_ERR_INPUT, "%s: expected a complete zstd frame, found it truncated after %llu "
+                           "compressed bytes (%llu bytes decoded)", r->path, raw_at(r),
+                           (unsigned long long)(r->dec_off + r->len));
+        r->dec_eof = 1;
+    }
+    return ST_OK;
+}
+
+/* gzip (1f 8b), zstd (28 b5 2f fd) or plain, from the first raw bytes; sets up the decoder. */
+static Status sniff_compression(DocReader *r, Err *err) {
+    const uint8_t *b = r->raw + r->raw_pos;
+    size_t av = r->raw_len - r->raw_pos;
+    r->comp = av >= 2 && b[0] == 0x1f && b[1] == 0x8b                                 ? COMP_GZIP
+            : av >= 4 && b[0] == 0x28 && b[1] == 0xb5 && b[2] == 0x2f && b[3] == 0xfd ? COMP_ZSTD
+                                                                                      : COMP_PLAIN;
+    r->comp_known = 1;
+    if (r->comp == COMP_GZIP) {
+        if (inflateInit2(&r->zs, 15 + 16) != Z_OK) return err_set(err, ST_ERR_RUNTIME, "%s: zlib init failed", r->path);
+        r->zs_init = 1;
+    } else if (r->comp == COMP_ZSTD) {
+        if (!(r->zd = ZSTD_createDCtx())) return err_set(err, ST_ERR_RUNTIME, "%s: zstd init failed", r->path);
+        r->zret = 1; /* a frame has begun */
+    }
+    return ST_OK;
+}
+
 /* Appends decoded bytes to buf[len, cap); sets dec_eof at the end of the input. */
 static Status decode_some(DocReader *r, Err *err) {
     size_t before = r->len;
@@ -131,19 +204,8 @@ static Status decode_some(DocReader *r, Err *err) {
                 if (st) return st;
                 continue;
             }
-            const uint8_t *b = r->raw + r->raw_pos;
-            size_t av = r->raw_len - r->raw_pos;
-            r->comp = av >= 2 && b[0] == 0x1f && b[1] == 0x8b                                 ? COMP_GZIP
-                    : av >= 4 && b[0] == 0x28 && b[1] == 0xb5 && b[2] == 0x2f && b[3] == 0xfd ? COMP_ZSTD
-                                                                                              : COMP_PLAIN;
-            r->comp_known = 1;
-            if (r->comp == COMP_GZIP) {
-                if (inflateInit2(&r->zs, 15 + 16) != Z_OK) return err_set(err, ST_ERR_RUNTIME, "%s: zlib init failed", r->path);
-                r->zs_init = 1;
-            } else if (r->comp == COMP_ZSTD) {
-                if (!(r->zd = ZSTD_createDCtx())) return err_set(err, ST_ERR_RUNTIME, "%s: zstd init failed", r->path);
-                r->zret = 1; /* a frame has begun */
-            }
+            Status st = sniff_compression(r, err);
+            if (st) return st;
         }
         size_t av = r->raw_len - r->raw_pos, room = r->cap - r->len;
         if (r->comp == COMP_PLAIN) {
@@ -154,51 +216,9 @@ static Status decode_some(DocReader *r, Err *err) {
             size_t k = av < room ? av : room;
             memcpy(r->buf + r->len, r->raw + r->raw_pos, k);
             r->len += k, r->raw_pos += k;
-        } else if (r->comp == COMP_GZIP) {
-            if (r->gz_end && av > 0) { /* another member follows */
-                inflateReset(&r->zs);
-                r->gz_end = 0;
-            }
-            int zr = Z_STREAM_END;
-            if (!r->gz_end) {
-                r->zs.next_in = r->raw + r->raw_pos, r->zs.avail_in = (uInt)av;
-                r->zs.next_out = r->buf + r->len, r->zs.avail_out = (uInt)room;
-                zr = inflate(&r->zs, Z_NO_FLUSH);
-                r->raw_pos += av - r->zs.avail_in;
-                r->len += room - r->zs.avail_out;
-                if (zr == Z_STREAM_END) r->gz_end = 1;
-                else if (zr != Z_OK && zr != Z_BUF_ERROR)
-                    return err_set(err, ST_ERR_INPUT, "%s: expected gzip data, found corrupt data near compressed byte %llu (%s)",
-                                   r->path, raw_at(r), r->zs.msg ? r->zs.msg : "inflate error");
-            }
-            if (r->len == before && r->raw_pos == r->raw_len && r->raw_eof) { /* nothing more will come */
-                if (!r->gz_end)
-                    return err_set(err, ST_ERR_INPUT, "%s: expected a complete gzip stream, found it truncated after %llu "
-                                   "compressed bytes (%llu bytes decoded)", r->path, raw_at(r),
-                                   (unsigned long long)(r->dec_off + r->len));
-                r->dec_eof = 1;
-            }
         } else {
-            if (av == 0 && r->raw_eof && r->zret == 0) { /* the last frame ended and nothing follows */
-                r->dec_eof = 1;
-                break;
-            }
-            ZSTD_inBuffer in = {r->raw + r->raw_pos, av, 0};
-            ZSTD_outBuffer out = {r->buf + r->len, room, 0};
-            size_t zr = ZSTD_decompressStream(r->zd, &out, &in);
-            if (ZSTD_isError(zr))
-                return err_set(err, ST_ERR_INPUT, "%s: expected zstd data, found corrupt data near compressed byte %llu (%s)",
-                               r->path, raw_at(r), ZSTD_getErrorName(zr));
-            r->zret = zr;
-            r->raw_pos += in.pos;
-            r->len += out.pos;
-            if (r->len == before && r->raw_pos == r->raw_len && r->raw_eof) { /* nothing more will come */
-                if (r->zret != 0)
-                    return err_set(err, ST_ERR_INPUT, "%s: expected a complete zstd frame, found it truncated after %llu "
-                                   "compressed bytes (%llu bytes decoded)", r->path, raw_at(r),
-                                   (unsigned long long)(r->dec_off + r->len));
-                r->dec_eof = 1;
-            }
+            Status st = r->comp == COMP_GZIP ? inflate_some(r, before, err) : zstd_some(r, before, err);
+            if (st) return st;
         }
     }
     const uint8_t *z = memchr(r->buf + before, 0, r->len - before);

@@ -731,53 +731,79 @@ static Status merge_take(Merge *m, int width, uint32_t **buf, size_t *cap, Key *
     return ST_OK;
 }
 
-static Status merge_runs(const PrepareOptions *o, size_t nruns, int width, PrepareStats *s, Err *err) {
-    Merge m = {0};
-    SplitWriter sw[2];
-    memset(sw, 0, sizeof sw);
-    uint32_t *buf = NULL;
-    size_t cap = 0;
-    int nsh = 0;
-    Status st = ST_OK;
-    m.r = calloc(nruns + 1, sizeof *m.r);
-    m.heap = calloc(nruns + 1, sizeof *m.heap);
-    if (!m.r || !m.heap) {
-        st = err_set(err, ST_ERR_RUNTIME, "out of memory");
-        goto done;
-    }
-    for (size_t i = 0; i < nruns && !st; i++) {
-        RunReader *r = &m.r[i];
-        run_path(r->path, sizeof r->path, o->out_dir, i);
-        if (!(r->f = fopen(r->path, "rb"))) {
-            st = err_set(err, ST_ERR_RUNTIME, "%s: cannot open a run (%s)", r->path, strerror(errno));
-            break;
-        }
-        m.n++;
+/* Opens runs 0..nruns-1 of out_dir and heaps them by their first key. */
+static Status merge_open(Merge *m, const char *out_dir, size_t nruns, Err *err) {
+    m->r = calloc(nruns + 1, sizeof *m->r);
+    m->heap = calloc(nruns + 1, sizeof *m->heap);
+    if (!m->r || !m->heap) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    for (size_t i = 0; i < nruns; i++) {
+        RunReader *r = &m->r[i];
+        run_path(r->path, sizeof r->path, out_dir, i);
+        if (!(r->f = fopen(r->path, "rb")))
+            return err_set(err, ST_ERR_RUNTIME, "%s: cannot open a run (%s)", r->path, strerror(errno));
+        m->n++;
         setvbuf(r->f, NULL, _IOFBF, 256u << 10);
         uint8_t h[16];
-        if (fread(h, 1, 16, r->f) != 16 || memcmp(h, RUN_MAGIC, 8)) {
-            st = err_set(err, ST_ERR_RUNTIME, "%s: expected a run file, found another file", r->path);
-            break;
-        }
+        if (fread(h, 1, 16, r->f) != 16 || memcmp(h, RUN_MAGIC, 8))
+            return err_set(err, ST_ERR_RUNTIME, "%s: expected a run file, found another file", r->path);
         r->left = get64(h + 8);
-        if ((st = rr_next(r, err)) == ST_OK && r->live) m.heap[m.nh++] = i;
+        Status st = rr_next(r, err);
+        if (st) return st;
+        if (r->live) m->heap[m->nh++] = i;
     }
-    for (size_t i = m.nh; i-- > 0;) heap_down(&m, i);
-    uint32_t eot = tokenizer_eot(o->tok);
+    for (size_t i = m->nh; i-- > 0;) heap_down(m, i);
+    return ST_OK;
+}
+
+static void merge_close(Merge *m) {
+    for (size_t i = 0; i < m->n; i++)
+        if (m->r[i].f) fclose(m->r[i].f);
+    free(m->r);
+    free(m->heap);
+}
+
+/* Drops the records that follow with key k (duplicates of the document just taken); counts them. */
+static Status merge_skip_equal(Merge *m, Key k, int width, PrepareStats *s, uint64_t *merged, Err *err) {
+    while (m->nh && key_cmp(m->r[m->heap[0]].key, k) == 0) {
+        RunReader *r = &m->r[m->heap[0]];
+        if (fseek(r->f, (long)((size_t)r->ntok * (size_t)width), SEEK_CUR) != 0)
+            return err_set(err, ST_ERR_RUNTIME, "%s: seek failed", r->path);
+        Status st = rr_next(r, err);
+        if (st) return st;
+        if (!r->live) m->heap[0] = m->heap[--m->nh];
+        if (m->nh) heap_down(m, 0);
+        s->duplicates++, ++*merged;
+    }
+    return ST_OK;
+}
+
+static void split_writers_init(SplitWriter sw[2], const PrepareOptions *o) {
+    uint32_t eot = tokenizer_eot(o->tok), vocab = tokenizer_vocab_size(o->tok);
     for (int w = 0; w < 2; w++) {
         sw[w].o = o;
         sw[w].prefix = w ? "val" : "train";
         sw[w].meta.tokenizer_hash = tokenizer_hash(o->tok);
-        sw[w].meta.vocab_size = tokenizer_vocab_size(o->tok);
+        sw[w].meta.vocab_size = vocab;
         /* word [8] only where it says something: shards of EOT-last tokenizers stay as before */
-        sw[w].meta.eot_plus1 = eot + 1 == tokenizer_vocab_size(o->tok) ? 0 : eot + 1;
+        sw[w].meta.eot_plus1 = eot + 1 == vocab ? 0 : eot + 1;
         sw[w].meta.version = o->shard_version;
     }
-    /* validation: high 64 key bits below val_fraction * 2^64 (2^64 * f computed in long double) */
-    uint64_t thr = (uint64_t)((long double)o->val_fraction * 18446744073709551616.0L);
-    uint64_t unique = 0, merged = 0;
+}
+
+/* Phase 2: the runs merged by key into the train and val shards (docs/data.md §6). */
+static Status merge_runs(const PrepareOptions *o, size_t nruns, int width, PrepareStats *s, Err *err) {
+    Merge m = {0};
+    SplitWriter sw[2];
+    memset(sw, 0, sizeof sw);
+    split_writers_init(sw, o);
+    uint32_t *buf = NULL, eot = tokenizer_eot(o->tok);
+    size_t cap = 0;
+    int nsh = 0;
+    /* validation: high 64 key bits below val_fraction * 2^64 (computed in long double) */
+    uint64_t thr = (uint64_t)((long double)o->val_fraction * 18446744073709551616.0L), unique = 0, merged = 0;
     Key last = {0, 0};
     double t0 = omp_get_wtime();
+    Status st = merge_open(&m, o->out_dir, nruns, err);
     while (!st && m.nh) {
         Key k;
         uint64_t src;
@@ -789,36 +815,17 @@ static Status merge_runs(const PrepareOptions *o, size_t nruns, int width, Prepa
             continue;
         }
         last = k;
-        int val;
-        if (o->val_docs >= 0) {
-            val = unique < (uint64_t)o->val_docs;
-        } else {
-            val = k.hi < thr;
-            if (!val && unique == 0 && o->val_fraction > 0) {
-                /* no document under the threshold yet: the smallest key goes to validation when another
-                 * distinct document follows (a fraction > 0 never gives an empty split of >= 2 documents) */
-                while (!st && o->dedup && m.nh && key_cmp(m.r[m.heap[0]].key, k) == 0) {
-                    /* skip its duplicates first (they come next) into a scratch read */
-                    RunReader *r = &m.r[m.heap[0]];
-                    size_t bytes = (size_t)r->ntok * (size_t)width;
-                    if (fseek(r->f, (long)bytes, SEEK_CUR) != 0) st = err_set(err, ST_ERR_RUNTIME, "%s: seek failed", r->path);
-                    else st = rr_next(r, err);
-                    if (!r->live) m.heap[0] = m.heap[--m.nh];
-                    if (m.nh) heap_down(&m, 0);
-                    s->duplicates++, merged++;
-                }
-                val = m.nh > 0;
-            }
+        int val = o->val_docs >= 0 ? unique < (uint64_t)o->val_docs : k.hi < thr;
+        if (!val && o->val_docs < 0 && unique == 0 && o->val_fraction > 0) {
+            /* nothing under the threshold before the smallest key: it goes to validation when another
+             * distinct document follows (a fraction > 0 never leaves >= 2 documents without a val split) */
+            if (o->dedup && (st = merge_skip_equal(&m, k, width, s, &merged, err)) != ST_OK) break;
+            val = m.nh > 0;
         }
         unique++;
-        if (st) break;
-        SplitWriter *w = &sw[val];
-        if ((st = sw_add(w, buf, nt, eot, src, &nsh, err)) != ST_OK) break;
+        if ((st = sw_add(&sw[val], buf, nt, eot, src, &nsh, err)) != ST_OK) break;
         if (val) s->val_docs++;
-        else {
-            s->train_docs++;
-            if (o->seq_len > 0) s->nopack_rows += loader_nopack_rows(nt + 1, o->seq_len);
-        }
+        else s->train_docs++, s->nopack_rows += o->seq_len > 0 ? loader_nopack_rows(nt + 1, o->seq_len) : 0;
         s->bytes += src;
         if (o->progress && (merged & 0xffff) == 0) {
             PrepareProgress p = {2, merged, s->docs, s->docs, omp_get_wtime() - t0};
@@ -832,13 +839,9 @@ static Status merge_runs(const PrepareOptions *o, size_t nruns, int width, Prepa
     }
     s->train_tokens = sw[0].tokens, s->val_tokens = sw[1].tokens;
     s->train_shards = sw[0].shards, s->val_shards = sw[1].shards;
-done:
     for (int w = 0; w < 2; w++)
         if (sw[w].open) shard_writer_abort(&sw[w].w);
-    for (size_t i = 0; i < m.n; i++)
-        if (m.r[i].f) fclose(m.r[i].f);
-    free(m.r);
-    free(m.heap);
+    merge_close(&m);
     free(buf);
     return st;
 }
@@ -948,6 +951,40 @@ static Status check_options(const PrepareOptions *o, Err *err) {
     return ST_OK;
 }
 
+/* Creates out_dir and out_dir/.prepare. When the journal there matches this call (same inputs and
+ * run-deciding options) it is loaded: a resume, *resumed = the inputs it finished; else .prepare is
+ * cleared and j starts empty. */
+static Status work_begin(const PrepareOptions *o, Inputs *in, int width, Journal *j, size_t *resumed, Err *err) {
+    if (file_mkdirs(o->out_dir, err) != ST_OK)
+        return err_set(err, ST_ERR_INPUT, "%s: cannot create the output directory (%s)", o->out_dir, strerror(errno));
+    struct stat sb;
+    if (stat(o->out_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return err_set(err, ST_ERR_INPUT, "%s: expected an output directory, found a file", o->out_dir);
+    char wd[4200];
+    snprintf(wd, sizeof wd, "%s/.prepare", o->out_dir);
+    Status st = file_mkdirs(wd, err);
+    if (st) return st;
+    memset(j, 0, sizeof *j);
+    j->config = config_hash(o, in, width);
+    *resumed = 0;
+    if (!journal_read(o->out_dir, j->config, j, in)) {
+        work_dir_clear(o->out_dir, 0); /* another corpus or other options: start afresh */
+        uint64_t c = j->config;
+        memset(j, 0, sizeof *j);
+        j->config = c;
+        for (size_t i = 0; i < in->n; i++) in->v[i].done = 0, in->v[i].docs = 0;
+        return ST_OK;
+    }
+    for (size_t i = 0; i < in->n; i++) *resumed += in->v[i].done;
+    /* a run written after the journal's last update (a crash between the two) is not counted */
+    for (size_t i = j->runs;; i++) {
+        char p[4200];
+        run_path(p, sizeof p, o->out_dir, i);
+        if (unlink(p) != 0) break;
+    }
+    return ST_OK;
+}
+
 Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
     double t0 = omp_get_wtime();
     PrepareStats s;
@@ -960,36 +997,9 @@ Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
     Journal j;
     memset(&j, 0, sizeof j);
     if ((st = collect_inputs(&in, o, err)) != ST_OK) goto done;
-    if (file_mkdirs(o->out_dir, err) != ST_OK) {
-        st = err_set(err, ST_ERR_INPUT, "%s: cannot create the output directory (%s)", o->out_dir, strerror(errno));
-        goto done;
-    }
-    struct stat sb;
-    if (stat(o->out_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        st = err_set(err, ST_ERR_INPUT, "%s: expected an output directory, found a file", o->out_dir);
-        goto done;
-    }
-    char wd[4200];
-    snprintf(wd, sizeof wd, "%s/.prepare", o->out_dir);
-    if ((st = file_mkdirs(wd, err)) != ST_OK) goto done;
     uint32_t vocab = tokenizer_vocab_size(o->tok);
     int width = o->shard_version == SHARD_VERSION_U32 || vocab > 65536 ? 4 : 2;
-    j.config = config_hash(o, &in, width);
-    if (!journal_read(o->out_dir, j.config, &j, &in)) {
-        work_dir_clear(o->out_dir, 0); /* another corpus or other options: start afresh */
-        uint64_t c = j.config;
-        memset(&j, 0, sizeof j);
-        j.config = c;
-        for (size_t i = 0; i < in.n; i++) in.v[i].done = 0, in.v[i].docs = 0;
-    } else {
-        for (size_t i = 0; i < in.n; i++) s.resumed_files += in.v[i].done;
-        /* a run written after the journal's last update (a crash between the two) is not counted */
-        for (size_t i = j.runs;; i++) {
-            char p[4200];
-            run_path(p, sizeof p, o->out_dir, i);
-            if (unlink(p) != 0) break;
-        }
-    }
+    if ((st = work_begin(o, &in, width, &j, &s.resumed_files, err)) != ST_OK) goto done;
     if (!j.read_done) {
         R.o = o, R.in = &in, R.j = &j;
         R.rb.width = width;
