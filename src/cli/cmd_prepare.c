@@ -83,8 +83,8 @@ int cmd_prepare(int argc, char **argv) {
          "count and skip bad records (not JSON, no --field, invalid UTF-8) instead of stopping at the first"},
         {"allow-invalid-utf8", ARG_FLAG, &allow_bad_utf8, 0, "keep documents with invalid UTF-8 (encoded as bytes)"},
         {"separator", ARG_STR, sep, sizeof sep, "document separator line in text files (\"\" = blank line)"},
-        {"val-fraction", ARG_DOUBLE, &val_fraction, 0, "fraction of documents for validation, in [0, 1)"},
-        {"val-docs", ARG_LONG, &val_docs, 0, "exact number of validation documents (-1: use --val-fraction)"},
+        {"val-fraction", ARG_DOUBLE, &val_fraction, 0, "share of documents for validation, each by its key (docs/data.md §6), in [0, 1)"},
+        {"val-docs", ARG_LONG, &val_docs, 0, "exactly this many validation documents, those of smallest key (-1: use --val-fraction)"},
         {"seed", ARG_U64, &o.seed, 0, "key of each document's hash: the validation split and the order in shards"},
         {"shard-tokens", ARG_LONG, &shard_tokens, 0, "maximum tokens per shard"},
         {"shard-version", ARG_STR, version, sizeof version,
@@ -92,7 +92,7 @@ int cmd_prepare(int argc, char **argv) {
         {"seq-len", ARG_INT, &o.seq_len, 0, "T of the --no-pack utilization report (0: no report)"},
         {"threads", ARG_INT, &threads, 0, "encoding threads (0 = all cores)"},
         {"memory", ARG_LONG, &memory_mb, 0, "MiB of encoded documents held before a sorted run goes to disk"},
-        {"no-dedup", ARG_FLAG, &no_dedup, 0, "keep exact duplicate documents"},
+        {"no-dedup", ARG_FLAG, &no_dedup, 0, "keep exact duplicate documents (dedup: equal 128-bit keys; a unique document is dropped with probability <= n^2/2^129)"},
         {"quiet", ARG_FLAG, &quiet, 0, "no progress output"},
     };
     int n = (int)(sizeof specs / sizeof specs[0]), nin = 0, help = 0;
