@@ -138,8 +138,7 @@ int cmd_prepare(int argc, char **argv) {
 #define SEEN(name) (args_find(specs, n, name)->seen)
     if (!rc && SEEN("val-fraction") && val_docs >= 0)
         rc = fail(2, "--val-fraction: would change nothing with --val-docs %ld; expected one of the two", val_docs);
-    if (!rc && SEEN("seed") && (val_docs == 0 || (val_docs < 0 && val_fraction == 0)))
-        rc = fail(2, "--seed: would change nothing without a validation split; expected --val-fraction > 0 or --val-docs > 0");
+    /* --seed is never inert: besides the split it keys the order of the documents in the shards */
     if (!rc && SEEN("tokenizer-dir") && !tokenizer_data_subdir(spec))
         rc = fail(2, "--tokenizer-dir: would change nothing for tokenizer '%s'; expected it only with --tokenizer gpt2, "
                      "cl100k or o200k", spec);
