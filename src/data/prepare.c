@@ -1054,6 +1054,8 @@ Status prepare_read_documents(const PrepareOptions *o, PrepareDocs *docs, Err *e
     Status st = a ? collect_inputs(&in, o, err) : err_set(err, ST_ERR_RUNTIME, "out of memory");
     docs->priv = a;
     DocReaderOptions ro = reader_options(o);
+    ro.allow_invalid_utf8 = 1; /* as before issue 29: BPE training takes stray bytes as bytes (and
+                                  `tokenizer train` has no --skip-bad / --allow-invalid-utf8 to name) */
     for (size_t i = 0; i < in.n && !st; i++) {
         DocReader *dr = NULL;
         if ((st = docreader_open(&dr, in.v[i].path, &ro, err)) != ST_OK) break;

@@ -102,7 +102,8 @@ Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err);
 
 /* The documents of o->inputs (o->format, o->separator; the other fields are not used) in input
  * order, before deduplication, held in memory: what `tokenizer train` learns from. Same errors as
- * prepare_run's reading stage (missing, bad input, no document). Free with prepare_docs_free. */
+ * prepare_run's reading stage (missing, bad input, no document), except that invalid UTF-8 is kept
+ * (encoded as bytes, as before). Free with prepare_docs_free. */
 typedef struct {
     const uint8_t **text;      /* document bytes (not NUL-terminated), owned by the struct */
     size_t *len;
