@@ -7,7 +7,8 @@
  *
  * Pipeline (docs/data.md §6 has the rules, docs/formats.md the files):
  *   1. read: each document gets a key, XXH3-128 of its bytes seeded with `seed`, and is encoded
- *      (OpenMP over the documents of a ~4 MiB batch) into a *run* buffer of run_bytes; a full
+ *      (one thread reads the next ~4 MiB batch while OpenMP tasks encode the last) into a *run*
+ *      buffer of run_bytes; a full
  *      buffer is sorted by key and written as a run file in out_dir/.prepare/ (crash-safe),
  *      then the journal (.prepare/journal.json: the inputs finished, the documents consumed of
  *      the one in progress) is replaced.
@@ -20,8 +21,8 @@
  * The shards are thus a function of the set of documents, the seed and the tokenizer: not of the
  * thread count, the order of the inputs, how the corpus is cut into files, nor of interruptions
  * (a rerun with the same inputs and options resumes after the last run written).
- * Memory: run_bytes + the batch (~4 MiB of text and its ids) + one 256 KiB buffer per run while
- * merging + the longest document; not the corpus.
+ * Memory: run_bytes and its sort index + two batches (~4 MiB of text and its ids each) + one
+ * 256 KiB buffer per run while merging + the longest document; not the corpus.
  * Library code: never prints; progress goes through a callback. */
 #ifndef ST_DATA_PREPARE_H
 #define ST_DATA_PREPARE_H
@@ -100,7 +101,7 @@ PrepareOptions prepare_default_options(void);
  * journal stay, so the same call again resumes. stats may be NULL. */
 Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err);
 
-/* The documents of o->inputs (o->format, o->separator; the other fields are not used) in input
+/* The documents of o->inputs (o->format, separator, field, skip_bad; the other fields are not used) in input
  * order, before deduplication, held in memory: what `tokenizer train` learns from. Same errors as
  * prepare_run's reading stage (missing, bad input, no document), except that invalid UTF-8 is kept
  * (encoded as bytes, as before). Free with prepare_docs_free. */
