@@ -1,21 +1,42 @@
 #!/usr/bin/env bash
 # Installs the Debian packages scaletrain needs to build, run and test, if any are missing.
-# Usage: scripts/install-deps.sh [--test] [--bench]
+# Usage: scripts/install-deps.sh [--test] [--bench] [--parquet]
 #        --test adds what the test suite needs beyond the build: Chromium (test_report opens the
-#        HTML report in headless Chromium; `make test` passes --test, `make demo` does not).
+#        HTML report in headless Chromium; `make test` passes --test, `make demo` does not), and
+#        the Parquet reader (below; test_prepare_stream checks it).
 #        --bench adds what bench/ needs: PyTorch, NumPy, BLIS, OpenBLAS.
+#        --parquet installs the Parquet -> JSON Lines reader of scripts/parquet2jsonl: Node.js and
+#        npm (Debian's nodejs, npm, unless `node` and `npm` are already there), then hyparquet and
+#        its decompressors from the npm registry into scripts/parquet/node_modules (`npm ci`, the
+#        versions of scripts/parquet/package-lock.json). No Debian package reads Parquet.
 # As root it runs apt-get; otherwise it prints the command to run and exits 1.
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config libdnnl-dev libcjson-dev libxxhash-dev
-      libopenmpi-dev openmpi-bin liblbfgs-dev libgsl-dev liblapack-dev)
+      libopenmpi-dev openmpi-bin liblbfgs-dev libgsl-dev liblapack-dev
+      zlib1g-dev libzstd-dev)
+parquet=0
 for arg in "$@"; do
   case "$arg" in
-    --test) pkgs+=(chromium) ;;
+    --test) pkgs+=(chromium); parquet=1 ;;
     --bench) pkgs+=(python3-torch python3-numpy libblis-openmp-dev libopenblas-openmp-dev) ;;
-    *) echo "install-deps: unknown option '$arg' (expected --test or --bench)" >&2; exit 2 ;;
+    --parquet) parquet=1 ;;
+    *) echo "install-deps: unknown option '$arg' (expected --test, --bench or --parquet)" >&2; exit 2 ;;
   esac
 done
+if [[ $parquet == 1 ]] && ! { command -v node && command -v npm; } >/dev/null 2>&1; then
+  pkgs+=(nodejs npm)
+fi
+
+# The Parquet reader: npm packages in the project's own folder (no root needed).
+install_parquet() {
+  [[ $parquet == 1 ]] || return 0
+  local dir
+  dir="$(cd "$(dirname "$0")" && pwd)/parquet"
+  [[ -d "$dir/node_modules/hyparquet" && -d "$dir/node_modules/hyparquet-compressors" ]] && return 0
+  echo "install-deps: installing the Parquet reader (hyparquet) into $dir/node_modules"
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+}
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -24,6 +45,7 @@ for p in "${pkgs[@]}"; do
   fi
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
+  install_parquet
   exit 0
 fi
 
@@ -35,3 +57,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends "${missing[@]}"
+install_parquet

@@ -1,7 +1,9 @@
-/* prepare.c — corpus -> token shards (contract in prepare.h, user docs in docs/tokenizer.md).
+/* prepare.c — corpus -> token shards in bounded memory (contract in prepare.h, rules in
+ * docs/data.md §6, files in docs/formats.md).
  *
- * Contents: 1. input files and document splitting  2. dedup and validation choice
- *           3. shard writers  4. the pipeline (batched parallel encode). */
+ * Contents: 1. inputs  2. runs (sorted, keyed, encoded documents)  3. the journal (resume)
+ *           4. phase 1: read and encode  5. phase 2: merge into shards  6. manifest
+ *           7. prepare_run  8. prepare_read_documents (tokenizer training, in memory). */
 #include "data/prepare.h"
 
 #include "core/fileio.h"
@@ -17,7 +19,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "core/rng.h"
 #include "data/loader.h"
 #include "data/shard.h"
 
@@ -26,409 +27,913 @@ PrepareOptions prepare_default_options(void) {
     memset(&o, 0, sizeof o);
     o.format = PREP_FORMAT_AUTO;
     o.separator = "<|endoftext|>";
+    o.field = "text";
     o.val_fraction = 0.05;
     o.val_docs = -1;
     o.seed = 1337;
     o.shard_tokens = 100000000;
     o.dedup = 1;
     o.seq_len = 1024;
+    o.run_bytes = (size_t)256 << 20;
     return o;
 }
 
-/* ================================================================== 1. inputs and documents */
+/* ================================================================== 1. inputs */
 
 typedef struct {
-    const uint8_t *p; /* into a file buffer or an owned string */
-    size_t n;
-    uint64_t hash;
-    int val;          /* 1 = validation split */
-} Doc;
+    char *path;
+    long long size;         /* from stat; -1 for standard input */
+    long long mtime;
+    int done;               /* read to the end and in a written run */
+    uint64_t docs;          /* documents in written runs */
+    uint64_t raw_bytes;     /* bytes read (when done) */
+    uint64_t checksum;      /* XXH3-64 of those bytes (when done) */
+} Input;
 
 typedef struct {
-    char **paths;   size_t npaths, cpaths;
-    void **bufs;    size_t nbufs, cbufs;   /* owned memory the docs point into */
-    Doc *docs;      size_t ndocs, cdocs;
-} Corpus;
+    Input *v;
+    size_t n, cap;
+} Inputs;
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return 0;
-    size_t nc = *cap ? *cap * 2 : 64;
-    while (nc < need) nc *= 2;
-    void *q = realloc(*p, nc * elem);
-    if (!q) return -1;
-    *p = q;
-    *cap = nc;
-    return 0;
+static void inputs_free(Inputs *in) {
+    for (size_t i = 0; i < in->n; i++) free(in->v[i].path);
+    free(in->v);
+    memset(in, 0, sizeof *in);
 }
 
-static void corpus_free(Corpus *c) {
-    for (size_t i = 0; i < c->npaths; i++) free(c->paths[i]);
-    for (size_t i = 0; i < c->nbufs; i++) free(c->bufs[i]);
-    free(c->paths);
-    free(c->bufs);
-    free(c->docs);
-}
-
-static int add_buf(Corpus *c, void *b) {
-    if (grow((void **)&c->bufs, &c->cbufs, c->nbufs + 1, sizeof *c->bufs)) return -1;
-    c->bufs[c->nbufs++] = b;
-    return 0;
-}
-
-static int add_doc(Corpus *c, const uint8_t *p, size_t n) {
-    if (n == 0) return 0;
-    if (grow((void **)&c->docs, &c->cdocs, c->ndocs + 1, sizeof *c->docs)) return -1;
-    c->docs[c->ndocs++] = (Doc){p, n, 0, 0};
-    return 0;
-}
-
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-static Status add_path(Corpus *c, const char *path, Err *err) {
-    if (grow((void **)&c->paths, &c->cpaths, c->npaths + 1, sizeof *c->paths) || !(c->paths[c->npaths] = strdup(path)))
-        return err_set(err, ST_ERR_RUNTIME, "out of memory listing inputs");
-    c->npaths++;
+static Status inputs_add(Inputs *in, const char *path, const struct stat *sb, Err *err) {
+    if (in->n == in->cap) {
+        size_t nc = in->cap ? 2 * in->cap : 16;
+        Input *nv = realloc(in->v, nc * sizeof *nv);
+        if (!nv) return err_set(err, ST_ERR_RUNTIME, "out of memory listing inputs");
+        in->v = nv, in->cap = nc;
+    }
+    Input *x = &in->v[in->n];
+    memset(x, 0, sizeof *x);
+    if (!(x->path = strdup(path))) return err_set(err, ST_ERR_RUNTIME, "out of memory listing inputs");
+    x->size = sb ? (long long)sb->st_size : -1;
+    x->mtime = sb ? (long long)sb->st_mtime : 0;
+    in->n++;
     return ST_OK;
 }
 
-/* Expands inputs into the sorted list of files. */
-static Status collect_paths(Corpus *c, const PrepareOptions *o, Err *err) {
+static int cmp_input(const void *a, const void *b) { return strcmp(((const Input *)a)->path, ((const Input *)b)->path); }
+
+/* Expands o->inputs into the list of files (directories in name order). */
+static Status collect_inputs(Inputs *in, const PrepareOptions *o, Err *err) {
     for (size_t i = 0; i < o->ninputs; i++) {
-        const char *in = o->inputs[i];
+        const char *p = o->inputs[i];
         struct stat sb;
-        if (stat(in, &sb) != 0)
-            return err_set(err, ST_ERR_INPUT, "%s: expected an input file or directory, found nothing there (%s)", in, strerror(errno));
-        if (!S_ISDIR(sb.st_mode)) {
-            Status st = add_path(c, in, err);
+        if (!strcmp(p, "-")) {
+            Status st = inputs_add(in, p, NULL, err);
             if (st) return st;
             continue;
         }
-        DIR *d = opendir(in);
-        if (!d) return err_set(err, ST_ERR_INPUT, "%s: expected a readable directory, found %s", in, strerror(errno));
-        size_t first = c->npaths;
-        struct dirent *e;
+        if (stat(p, &sb) != 0)
+            return err_set(err, ST_ERR_INPUT, "%s: expected an input file or directory, found nothing there (%s)", p, strerror(errno));
+        if (!S_ISDIR(sb.st_mode)) {
+            Status st = inputs_add(in, p, &sb, err);
+            if (st) return st;
+            continue;
+        }
+        DIR *d = opendir(p);
+        if (!d) return err_set(err, ST_ERR_INPUT, "%s: expected a readable directory, found %s", p, strerror(errno));
+        size_t first = in->n;
         Status st = ST_OK;
-        while (!st && (e = readdir(d))) {
+        for (struct dirent *e; !st && (e = readdir(d));) {
             if (e->d_name[0] == '.') continue;
-            char p[4096];
-            snprintf(p, sizeof p, "%s/%s", in, e->d_name);
-            if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) st = add_path(c, p, err);
+            char q[4096];
+            snprintf(q, sizeof q, "%s/%s", p, e->d_name);
+            if (stat(q, &sb) == 0 && S_ISREG(sb.st_mode)) st = inputs_add(in, q, &sb, err);
         }
         closedir(d);
         if (st) return st;
-        if (c->npaths == first)
-            return err_set(err, ST_ERR_INPUT, "%s: expected a directory with input files, found no regular files", in);
-        qsort(c->paths + first, c->npaths - first, sizeof *c->paths, cmp_str);
+        if (in->n == first) return err_set(err, ST_ERR_INPUT, "%s: expected a directory with input files, found no regular files", p);
+        qsort(in->v + first, in->n - first, sizeof *in->v, cmp_input);
     }
-    if (c->npaths == 0) return err_set(err, ST_ERR_INPUT, "expected at least one input file, found none");
+    if (in->n == 0) return err_set(err, ST_ERR_INPUT, "expected at least one input file, found none");
     return ST_OK;
 }
 
-static Status read_file(const char *path, uint8_t **buf, size_t *n, Err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(err, ST_ERR_INPUT, "%s: cannot open (%s)", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0) {
-        fclose(f);
-        return err_set(err, ST_ERR_INPUT, "%s: cannot stat (%s)", path, strerror(errno));
-    }
-    size_t sz = (size_t)sb.st_size;
-    uint8_t *b = malloc(sz + 1);
-    if (!b) {
-        fclose(f);
-        return err_set(err, ST_ERR_RUNTIME, "%s: out of memory reading %zu bytes", path, sz);
-    }
-    size_t got = fread(b, 1, sz, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad || got != sz) {
-        free(b);
-        return err_set(err, ST_ERR_INPUT, "%s: read error (expected %zu bytes, got %zu)", path, sz, got);
-    }
-    b[sz] = 0;
-    *buf = b;
-    *n = sz;
-    return ST_OK;
+static DocReaderOptions reader_options(const PrepareOptions *o) {
+    DocReaderOptions r = {o->format, o->separator ? o->separator : "", o->field, o->skip_bad, o->allow_invalid_utf8};
+    return r;
 }
 
-/* Text: a line equal to the separator (optionally ending in \r) ends a document; the newline
- * before the separator line belongs to neither document (README convention "\n<sep>\n").
- * An empty separator makes every blank line a document boundary (paragraphs, speeches). */
-static int split_text(Corpus *c, const uint8_t *b, size_t n, const char *sep) {
-    size_t sl = strlen(sep), start = 0, i = 0;
-    while (i < n) {
-        const uint8_t *nl = memchr(b + i, '\n', n - i);
-        size_t end = nl ? (size_t)(nl - b) : n; /* line [i, end) */
-        size_t ll = end - i;
-        if (ll && b[end - 1] == '\r') ll--;
-        if (ll == sl && (sl == 0 || memcmp(b + i, sep, sl) == 0)) {
-            size_t dend = i > start ? i - 1 : start; /* drop the '\n' before the separator line */
-            if (add_doc(c, b + start, dend - start)) return -1;
-            start = nl ? end + 1 : n;
-        }
-        i = nl ? end + 1 : n;
-    }
-    return add_doc(c, b + start, n - start);
-}
+/* ================================================================== 2. runs */
 
-/* WikiText: a top-level heading line is " = Title = " (one '=' each side, not " = = Sub = = "). */
-static int is_wiki_heading(const uint8_t *l, size_t n) {
-    if (n < 7 || l[0] != ' ' || l[1] != '=' || l[2] != ' ' || l[3] == '=') return 0;
-    return l[n - 1] == ' ' && l[n - 2] == '=' && l[n - 3] == ' ' && l[n - 4] != '=';
-}
+/* A record: key (hi, lo: 16 bytes) | source bytes (u64) | token count (u32) | 0 (u32) | tokens
+ * (u16 or u32 each, the shards' width). A run file: "STRUN001", u64 record count, the records in
+ * increasing key. */
+typedef struct {
+    uint64_t hi, lo;
+} Key;
 
-static int split_wikitext(Corpus *c, const uint8_t *b, size_t n) {
-    size_t start = 0, i = 0;
-    int seen = 0;
-    while (i < n) {
-        const uint8_t *nl = memchr(b + i, '\n', n - i);
-        size_t end = nl ? (size_t)(nl - b) : n;
-        if (is_wiki_heading(b + i, end - i)) {
-            /* text before the first heading (a blank line) stays with the first article */
-            if (seen && add_doc(c, b + start, i - start)) return -1;
-            if (seen) start = i;
-            seen = 1;
-        }
-        i = nl ? end + 1 : n;
-    }
-    return add_doc(c, b + start, n - start);
-}
+#define REC_HEAD 32
+#define RUN_MAGIC "STRUN001"
 
-static Status split_jsonl(Corpus *c, const char *path, const uint8_t *b, size_t n, Err *err) {
-    size_t i = 0, lineno = 0;
-    while (i < n) {
-        const uint8_t *nl = memchr(b + i, '\n', n - i);
-        size_t end = nl ? (size_t)(nl - b) : n;
-        lineno++;
-        size_t ll = end - i;
-        int blank = 1;
-        for (size_t k = i; k < end && blank; k++) blank = b[k] == ' ' || b[k] == '\t' || b[k] == '\r';
-        if (!blank) {
-            cJSON *o = cJSON_ParseWithLength((const char *)b + i, ll);
-            cJSON *t = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "text") : NULL;
-            if (!o || !cJSON_IsObject(o) || !cJSON_IsString(t)) {
-                const char *found = !o ? "invalid JSON" : !cJSON_IsObject(o) ? "a JSON non-object"
-                                                        : !t                 ? "an object without \"text\""
-                                                                             : "a non-string \"text\"";
-                cJSON_Delete(o);
-                return err_set(err, ST_ERR_INPUT, "%s:%zu: expected a JSON object with a string \"text\" field, found %s",
-                               path, lineno, found);
-            }
-            /* JSON strings may hold NUL (\u0000): take the length from the escape-decoded bytes */
-            char *s = t->valuestring;
-            size_t sl = strlen(s);
-            t->valuestring = NULL; /* detach: the corpus owns it now */
-            cJSON_Delete(o);
-            if (add_buf(c, s)) {
-                free(s);
-                return err_set(err, ST_ERR_RUNTIME, "%s: out of memory", path);
-            }
-            if (add_doc(c, (const uint8_t *)s, sl)) return err_set(err, ST_ERR_RUNTIME, "%s: out of memory", path);
-        }
-        i = nl ? end + 1 : n;
-    }
-    return ST_OK;
-}
-
-static int ends_with(const char *s, const char *suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && strcmp(s + a - b, suf) == 0;
-}
-
-/* Binary, not text: a NUL byte anywhere, or more than a quarter of the first MiB (when it is at
- * least 512 bytes) made of control bytes other than \t \n \v \f \r ESC, or bytes outside
- * well-formed UTF-8. Text with a few stray invalid bytes passes (they encode as bytes). */
-static Status check_text(const char *path, const uint8_t *b, size_t n, Err *err) {
-    const uint8_t *z = memchr(b, 0, n);
-    if (z)
-        return err_set(err, ST_ERR_INPUT, "%s: expected text (UTF-8) or JSON Lines, found binary data (NUL byte at offset %zu)",
-                       path, (size_t)(z - b));
-    size_t m = n < (1u << 20) ? n : (1u << 20), bad = 0;
-    for (size_t i = 0; i < m;) {
-        uint8_t c = b[i];
-        if (c < 0x80) {
-            bad += c < 0x20 && !(c >= 9 && c <= 13) && c != 27;
-            bad += c == 127;
-            i++;
-            continue;
-        }
-        size_t k = c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xF0 && c <= 0xF4 ? 3 : 0;
-        size_t j = 1;
-        while (j <= k && i + j < m && (b[i + j] & 0xC0) == 0x80) j++;
-        if (k == 0 || j != k + 1) {
-            bad++;
-            i++;
-        } else {
-            i += j;
-        }
-    }
-    if (m >= 512 && bad * 4 > m)
-        return err_set(err, ST_ERR_INPUT,
-                       "%s: expected text (UTF-8) or JSON Lines, found binary data (%zu of the first %zu bytes are "
-                       "control bytes or invalid UTF-8)", path, bad, m);
-    return ST_OK;
-}
-
-static Status read_corpus(Corpus *c, const PrepareOptions *o, Err *err) {
-    Status st = collect_paths(c, o, err);
-    if (st) return st;
-    for (size_t i = 0; i < c->npaths; i++) {
-        const char *path = c->paths[i];
-        uint8_t *b = NULL;
-        size_t n = 0;
-        st = read_file(path, &b, &n, err);
-        if (st) return st;
-        if (add_buf(c, b)) {
-            free(b);
-            return err_set(err, ST_ERR_RUNTIME, "out of memory");
-        }
-        if ((st = check_text(path, b, n, err)) != ST_OK) return st;
-        PrepareFormat f = o->format;
-        if (f == PREP_FORMAT_AUTO)
-            f = ends_with(path, ".jsonl") ? PREP_FORMAT_JSONL
-              : ends_with(path, ".tokens") ? PREP_FORMAT_WIKITEXT
-                                           : PREP_FORMAT_TEXT;
-        int bad = 0;
-        if (f == PREP_FORMAT_JSONL) {
-            st = split_jsonl(c, path, b, n, err);
-            if (st) return st;
-        } else if (f == PREP_FORMAT_WIKITEXT) {
-            bad = split_wikitext(c, b, n);
-        } else {
-            bad = split_text(c, b, n, o->separator ? o->separator : "");
-        }
-        if (bad) return err_set(err, ST_ERR_RUNTIME, "%s: out of memory", path);
-    }
-    if (c->ndocs == 0)
-        return err_set(err, ST_ERR_INPUT, "%s%s: expected at least one non-empty document, found none (empty input)",
-                       c->npaths == 1 ? c->paths[0] : "inputs", c->npaths == 1 ? "" : " (all files)");
-    return ST_OK;
-}
-
-Status prepare_read_documents(const PrepareOptions *o, PrepareDocs *docs, Err *err) {
-    memset(docs, 0, sizeof *docs);
-    Corpus *c = calloc(1, sizeof *c);
-    if (!c) return err_set(err, ST_ERR_RUNTIME, "out of memory");
-    Status st = read_corpus(c, o, err);
-    if (st == ST_OK) {
-        docs->text = malloc((c->ndocs + 1) * sizeof *docs->text);
-        docs->len = malloc((c->ndocs + 1) * sizeof *docs->len);
-        if (!docs->text || !docs->len) st = err_set(err, ST_ERR_RUNTIME, "out of memory");
-    }
-    docs->priv = c;
-    if (st != ST_OK) {
-        prepare_docs_free(docs);
-        return st;
-    }
-    for (size_t i = 0; i < c->ndocs; i++) docs->text[i] = c->docs[i].p, docs->len[i] = c->docs[i].n;
-    docs->n = c->ndocs;
-    docs->files = c->npaths;
-    return ST_OK;
-}
-
-void prepare_docs_free(PrepareDocs *docs) {
-    if (docs->priv) corpus_free(docs->priv);
-    free(docs->priv);
-    free(docs->text);
-    free(docs->len);
-    memset(docs, 0, sizeof *docs);
-}
-
-/* ================================================================== 2. dedup, validation choice */
-
-/* Marks duplicates by setting n = 0 (kept: first occurrence); returns the number dropped. */
-static size_t dedup(Doc *d, size_t n) {
-    size_t cap = 16;
-    while (cap < 2 * n + 16) cap <<= 1;
-    uint64_t *set = calloc(cap, sizeof *set); /* hash + 1 (0 = empty; a zero hash stored as 1) */
-    ST_CHECK(set != NULL);
-    size_t dropped = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t h = d[i].hash ? d[i].hash : 1;
-        size_t k = (size_t)(h * 0x9E3779B97F4A7C15ULL >> 20) & (cap - 1);
-        int dup = 0;
-        while (set[k]) {
-            if (set[k] == h) {
-                dup = 1;
-                break;
-            }
-            k = (k + 1) & (cap - 1);
-        }
-        if (dup) {
-            d[i].n = 0;
-            dropped++;
-        } else {
-            set[k] = h;
-        }
-    }
-    free(set);
-    return dropped;
-}
-
-/* ================================================================== 3. shard writers */
+static int key_cmp(Key a, Key b) { return a.hi != b.hi ? (a.hi < b.hi ? -1 : 1) : a.lo != b.lo ? (a.lo < b.lo ? -1 : 1) : 0; }
 
 typedef struct {
-    const char *dir, *prefix;
-    uint32_t *buf;
-    size_t n, cap;          /* cap = shard_tokens */
-    uint64_t src_bytes;     /* bytes of documents whose EOT is in buf */
-    size_t shards;
-    uint64_t tokens;
-    ShardMeta meta;
-} Writer;
+    Key key;
+    size_t off;                /* into RunBuf.data */
+} RunIdx;
 
-static Status writer_flush(Writer *w, Err *err) {
-    if (w->n == 0) return ST_OK;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s_%06zu.bin", w->dir, w->prefix, w->shards);
-    w->meta.source_bytes = w->src_bytes;
-    Status st = shard_write(path, w->buf, w->n, &w->meta, err);
+typedef struct {
+    uint8_t *data;
+    size_t len, cap;
+    RunIdx *idx;
+    size_t n, icap;
+    int width;                 /* bytes per token: 2 or 4 */
+} RunBuf;
+
+static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); } /* little-endian hosts (x86-64, arm64) */
+static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+static int runbuf_add(RunBuf *rb, Key k, uint64_t src, const uint32_t *ids, size_t n) {
+    size_t need = REC_HEAD + n * (size_t)rb->width;
+    if (rb->len + need > rb->cap) {
+        size_t nc = rb->cap ? rb->cap : (1u << 20);
+        while (nc < rb->len + need) nc *= 2;
+        uint8_t *nd = realloc(rb->data, nc);
+        if (!nd) return -1;
+        rb->data = nd, rb->cap = nc;
+    }
+    if (rb->n == rb->icap) {
+        size_t nc = rb->icap ? 2 * rb->icap : 4096;
+        RunIdx *ni = realloc(rb->idx, nc * sizeof *ni);
+        if (!ni) return -1;
+        rb->idx = ni, rb->icap = nc;
+    }
+    uint8_t *p = rb->data + rb->len;
+    put64(p, k.hi), put64(p + 8, k.lo), put64(p + 16, src);
+    uint32_t n32 = (uint32_t)n, z = 0;
+    memcpy(p + 24, &n32, 4), memcpy(p + 28, &z, 4);
+    p += REC_HEAD;
+    if (rb->width == 4) memcpy(p, ids, n * 4);
+    else
+        for (size_t i = 0; i < n; i++) {
+            uint16_t v = (uint16_t)ids[i];
+            memcpy(p + 2 * i, &v, 2);
+        }
+    rb->idx[rb->n++] = (RunIdx){k, rb->len};
+    rb->len += need;
+    return 0;
+}
+
+static int cmp_runidx(const void *a, const void *b) {
+    const RunIdx *x = a, *y = b;
+    int c = key_cmp(x->key, y->key);
+    return c ? c : (x->off < y->off ? -1 : x->off > y->off);
+}
+
+static void run_path(char *p, size_t cap, const char *out, size_t i) { snprintf(p, cap, "%s/.prepare/run_%06zu.bin", out, i); }
+
+/* Sorts the buffer by key and writes it as run i (crash-safe); empties the buffer. */
+static Status runbuf_flush(RunBuf *rb, const char *out, size_t i, Err *err) {
+    qsort(rb->idx, rb->n, sizeof *rb->idx, cmp_runidx);
+    char p[4200];
+    run_path(p, sizeof p, out, i);
+    FileAtomic f;
+    Status st = file_atomic_open(&f, p, err);
+    uint8_t head[16];
+    memcpy(head, RUN_MAGIC, 8);
+    put64(head + 8, rb->n);
+    if (!st) st = file_atomic_write(&f, head, 16, err);
+    /* write in key order, coalescing into 1 MiB writes */
+    uint8_t *obuf = st ? NULL : malloc(1u << 20);
+    size_t on = 0;
+    if (!st && !obuf) st = err_set(err, ST_ERR_RUNTIME, "out of memory");
+    for (size_t r = 0; r < rb->n && !st; r++) {
+        const uint8_t *rec = rb->data + rb->idx[r].off;
+        uint32_t nt;
+        memcpy(&nt, rec + 24, 4);
+        size_t len = REC_HEAD + (size_t)nt * (size_t)rb->width;
+        if (on + len > (1u << 20)) {
+            st = file_atomic_write(&f, obuf, on, err);
+            on = 0;
+        }
+        if (st) break;
+        if (len > (1u << 20)) st = file_atomic_write(&f, rec, len, err);
+        else memcpy(obuf + on, rec, len), on += len;
+    }
+    if (!st && on) st = file_atomic_write(&f, obuf, on, err);
+    free(obuf);
+    if (!st) st = file_atomic_commit(&f, err);
+    file_atomic_abort(&f);
+    rb->len = rb->n = 0;
+    return st;
+}
+
+/* ================================================================== 3. journal */
+
+typedef struct {
+    uint64_t config;           /* hash of everything that decides the runs' contents */
+    size_t runs;               /* run files written */
+    int read_done;             /* phase 1 finished */
+    uint64_t docs, bytes_read;
+    DocSkips skips;
+} Journal;
+
+/* What decides the runs: the tokenizer, the seed, how documents are found, and the inputs. */
+static uint64_t config_hash(const PrepareOptions *o, const Inputs *in, int width) {
+    XXH3_state_t *s = XXH3_createState();
+    ST_CHECK(s != NULL);
+    XXH3_64bits_reset(s);
+    uint64_t v[8] = {tokenizer_hash(o->tok), o->seed, (uint64_t)o->format, (uint64_t)o->skip_bad,
+                     (uint64_t)o->allow_invalid_utf8, (uint64_t)width, in->n, 1 /* journal version */};
+    XXH3_64bits_update(s, v, sizeof v);
+    const char *sep = o->separator ? o->separator : "", *field = o->field ? o->field : "text";
+    XXH3_64bits_update(s, sep, strlen(sep) + 1);
+    XXH3_64bits_update(s, field, strlen(field) + 1);
+    for (size_t i = 0; i < in->n; i++) {
+        XXH3_64bits_update(s, in->v[i].path, strlen(in->v[i].path) + 1);
+        long long w[2] = {in->v[i].size, in->v[i].mtime};
+        XXH3_64bits_update(s, w, sizeof w);
+    }
+    uint64_t h = XXH3_64bits_digest(s);
+    XXH3_freeState(s);
+    return h;
+}
+
+static void journal_path(char *p, size_t cap, const char *out) { snprintf(p, cap, "%s/.prepare/journal.json", out); }
+
+static Status journal_write(const char *out, const Journal *j, const Inputs *in, Err *err) {
+    cJSON *o = cJSON_CreateObject();
+    char hex[32];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)j->config);
+    cJSON_AddStringToObject(o, "config", hex);
+    cJSON_AddNumberToObject(o, "runs", (double)j->runs);
+    cJSON_AddBoolToObject(o, "read_done", j->read_done);
+    cJSON_AddNumberToObject(o, "docs", (double)j->docs);
+    cJSON_AddNumberToObject(o, "bytes_read", (double)j->bytes_read);
+    cJSON_AddNumberToObject(o, "skipped_bad_json", (double)j->skips.bad_json);
+    cJSON_AddNumberToObject(o, "skipped_missing_field", (double)j->skips.missing_field);
+    cJSON_AddNumberToObject(o, "skipped_bad_utf8", (double)j->skips.bad_utf8);
+    cJSON *a = cJSON_AddArrayToObject(o, "inputs");
+    for (size_t i = 0; i < in->n; i++) {
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddStringToObject(x, "path", in->v[i].path);
+        cJSON_AddBoolToObject(x, "done", in->v[i].done);
+        cJSON_AddNumberToObject(x, "docs", (double)in->v[i].docs);
+        cJSON_AddNumberToObject(x, "bytes", (double)in->v[i].raw_bytes);
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)in->v[i].checksum);
+        cJSON_AddStringToObject(x, "xxh3_64", hex);
+        cJSON_AddItemToArray(a, x);
+    }
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    if (!text) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    char p[4200];
+    journal_path(p, sizeof p, out);
+    const void *bufs[1] = {text};
+    size_t lens[1] = {strlen(text)};
+    Status st = file_write_atomic(p, bufs, lens, 1, err);
+    free(text);
+    return st;
+}
+
+/* Loads the journal when it exists and matches config; returns 1 if loaded. */
+static int journal_read(const char *out, uint64_t config, Journal *j, Inputs *in) {
+    char p[4200], *text = NULL;
+    size_t n;
+    journal_path(p, sizeof p, out);
+    Err e;
+    if (file_read_all(p, &text, &n, &e) != ST_OK) return 0;
+    cJSON *o = cJSON_ParseWithLength(text, n);
+    free(text);
+    char hex[32];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)config);
+    cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "config"), *a = cJSON_GetObjectItemCaseSensitive(o, "inputs");
+    int ok = cJSON_IsString(c) && !strcmp(c->valuestring, hex) && cJSON_IsArray(a) &&
+             (size_t)cJSON_GetArraySize(a) == in->n;
+#define NUM(obj, name) (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(obj, name)) ? \
+                        cJSON_GetObjectItemCaseSensitive(obj, name)->valuedouble : 0.0)
+    if (ok) {
+        j->runs = (size_t)NUM(o, "runs");
+        j->read_done = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "read_done"));
+        j->docs = (uint64_t)NUM(o, "docs");
+        j->bytes_read = (uint64_t)NUM(o, "bytes_read");
+        j->skips.bad_json = (uint64_t)NUM(o, "skipped_bad_json");
+        j->skips.missing_field = (uint64_t)NUM(o, "skipped_missing_field");
+        j->skips.bad_utf8 = (uint64_t)NUM(o, "skipped_bad_utf8");
+        for (size_t i = 0; i < in->n; i++) {
+            cJSON *x = cJSON_GetArrayItem(a, (int)i), *h = cJSON_GetObjectItemCaseSensitive(x, "xxh3_64");
+            in->v[i].done = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x, "done"));
+            in->v[i].docs = (uint64_t)NUM(x, "docs");
+            in->v[i].raw_bytes = (uint64_t)NUM(x, "bytes");
+            in->v[i].checksum = cJSON_IsString(h) ? strtoull(h->valuestring, NULL, 16) : 0;
+        }
+    }
+#undef NUM
+    cJSON_Delete(o);
+    return ok;
+}
+
+/* Removes the runs, temporaries and journal in out/.prepare (and the directory). */
+static void work_dir_clear(const char *out, int rmdir_too) {
+    char d[4200];
+    snprintf(d, sizeof d, "%s/.prepare", out);
+    DIR *dir = opendir(d);
+    if (dir) {
+        for (struct dirent *e; (e = readdir(dir));) {
+            if (e->d_name[0] == '.') continue;
+            char p[4600];
+            snprintf(p, sizeof p, "%s/%s", d, e->d_name);
+            unlink(p);
+        }
+        closedir(dir);
+    }
+    if (rmdir_too) rmdir(d);
+}
+
+/* ================================================================== 4. phase 1: read and encode */
+
+#define BATCH_BYTES (4u << 20)
+#define BATCH_DOCS 65536
+
+typedef struct {
+    uint8_t *text;             /* the batch's documents, back to back */
+    size_t tlen, tcap;
+    size_t *off, *len;
+    Key *key;
+    size_t *idoff, *nids;      /* a document's ids: task buffer tids[its task] + idoff, nids of them */
+    size_t n, cap;
+    /* encoding tasks: task t encodes documents [tfirst[t], tfirst[t + 1] or n) into tids[t] */
+    uint32_t **tids;
+    size_t *tn, *tcap_ids, *tfirst;
+    size_t ntask, taskcap;
+    /* where the reader stood after the batch's last document: applied to the inputs when the batch
+     * is in the run buffer, so the journal never counts a document that is not in a written run */
+    size_t input;              /* the input its documents come from (a batch never spans two) */
+    uint64_t input_docs;       /* documents of that input read so far */
+    int input_done;            /* the batch ends the input: */
+    uint64_t raw_bytes, checksum; /* the input's size as read and XXH3-64 */
+    DocSkips skips;            /* and its skipped records */
+    int failed;                /* an encoding task failed: */
+    Err efail;
+} Batch;
+
+static void batch_free(Batch *b) {
+    for (size_t t = 0; t < b->taskcap; t++) free(b->tids[t]);
+    free(b->text), free(b->off), free(b->len), free(b->key), free(b->idoff), free(b->nids);
+    free(b->tids), free(b->tn), free(b->tcap_ids), free(b->tfirst);
+    memset(b, 0, sizeof *b);
+}
+
+static int batch_add(Batch *b, const uint8_t *p, size_t n) {
+    if (b->n == b->cap) {
+        size_t nc = b->cap ? 2 * b->cap : 1024;
+        size_t *o2 = realloc(b->off, nc * sizeof *o2);
+        if (o2) b->off = o2;
+        size_t *l2 = realloc(b->len, nc * sizeof *l2);
+        if (l2) b->len = l2;
+        Key *k2 = realloc(b->key, nc * sizeof *k2);
+        if (k2) b->key = k2;
+        size_t *i2 = realloc(b->idoff, nc * sizeof *i2);
+        if (i2) b->idoff = i2;
+        size_t *n2 = realloc(b->nids, nc * sizeof *n2);
+        if (n2) b->nids = n2;
+        if (!o2 || !l2 || !k2 || !i2 || !n2) return -1;
+        b->cap = nc;
+    }
+    if (b->tlen + n > b->tcap) {
+        size_t nc = b->tcap ? b->tcap : BATCH_BYTES + (1u << 16);
+        while (nc < b->tlen + n) nc *= 2;
+        uint8_t *nt = realloc(b->text, nc);
+        if (!nt) return -1;
+        b->text = nt, b->tcap = nc;
+    }
+    memcpy(b->text + b->tlen, p, n);
+    b->off[b->n] = b->tlen, b->len[b->n] = n;
+    b->tlen += n;
+    b->n++;
+    return 0;
+}
+
+typedef struct {
+    const PrepareOptions *o;
+    Inputs *in;
+    Journal *j;
+    RunBuf rb;
+    Batch b[2];                /* one filled by the reading thread while the other is encoded */
+    int threads;
+    size_t runs_this_call;
+    double t0;
+    uint64_t bytes_total;
+    size_t batch_bytes;        /* BATCH_BYTES, or a quarter of a small run budget */
+} Reader;
+
+/* Task t: keys documents [a, e) of the batch and encodes them one after another into tids[t]. */
+static void batch_encode_range(Batch *b, const PrepareOptions *o, size_t t, size_t a, size_t e) {
+    b->tn[t] = 0;
+    for (size_t i = a; i < e; i++) {
+        const uint8_t *p = b->text + b->off[i];
+        XXH128_hash_t h = XXH3_128bits_withSeed(p, b->len[i], o->seed);
+        b->key[i] = (Key){h.high64, h.low64};
+        Err e2;
+        b->idoff[i] = b->tn[t];
+        if (tokenizer_encode(o->tok, p, b->len[i], &b->tids[t], &b->tn[t], &b->tcap_ids[t], &e2)) { /* appends */
+#pragma omp critical(prepare_encode_failed)
+            if (!b->failed) b->failed = 1, b->efail = e2;
+            b->tn[t] = b->idoff[i];
+        }
+        b->nids[i] = b->tn[t] - b->idoff[i];
+    }
+}
+
+/* Hands the batch to the team as tasks of about 256 KiB of text each; returns at once (0), or -1
+ * when out of memory for the task table. */
+static int batch_spawn(Batch *b, const PrepareOptions *o) {
+    b->ntask = 0;
+    for (size_t a = 0; a < b->n;) {
+        size_t e = a, bytes = 0;
+        while (e < b->n && (e == a || bytes < (256u << 10))) bytes += b->len[e++];
+        if (b->ntask == b->taskcap) {
+            size_t nc = b->taskcap ? 2 * b->taskcap : 64;
+            uint32_t **t1 = realloc(b->tids, nc * sizeof *t1);
+            if (t1) b->tids = t1;
+            size_t *t2 = realloc(b->tn, nc * sizeof *t2);
+            if (t2) b->tn = t2;
+            size_t *t3 = realloc(b->tcap_ids, nc * sizeof *t3);
+            if (t3) b->tcap_ids = t3;
+            size_t *t4 = realloc(b->tfirst, nc * sizeof *t4);
+            if (t4) b->tfirst = t4;
+            if (!t1 || !t2 || !t3 || !t4) return -1;
+            for (size_t t = b->taskcap; t < nc; t++) b->tids[t] = NULL, b->tcap_ids[t] = 0;
+            b->taskcap = nc;
+        }
+        size_t t = b->ntask++;
+        b->tfirst[t] = a;
+#pragma omp task firstprivate(t, a, e)
+        batch_encode_range(b, o, t, a, e);
+        a = e;
+    }
+    return 0;
+}
+
+/* Writes the run buffer as the next run, then the journal that says what it holds. */
+static Status flush_run(Reader *R, Err *err) {
+    if (R->rb.n == 0) return ST_OK;
+    Status st = runbuf_flush(&R->rb, R->o->out_dir, R->j->runs, err);
     if (st) return st;
-    w->shards++;
-    w->tokens += w->n;
-    w->n = 0;
-    w->src_bytes = 0;
+    R->j->runs++;
+    if ((st = journal_write(R->o->out_dir, R->j, R->in, err)) != ST_OK) return st;
+    R->runs_this_call++;
+    if (R->o->fault_after_runs && (int)R->runs_this_call >= R->o->fault_after_runs)
+        return err_set(err, ST_ERR_RUNTIME, "prepare: interrupted (fault injected after %zu runs)", R->runs_this_call);
     return ST_OK;
 }
 
-/* Appends a document's ids and EOT, flushing full shards. */
-static Status writer_add(Writer *w, const uint32_t *ids, size_t n, uint32_t eot, uint64_t doc_bytes, Err *err) {
+/* After the batch's tasks ended: its records into the run buffer and the reader position it
+ * carries into the inputs. */
+static Status batch_finish(Reader *R, Batch *b, Err *err) {
+    if (b->failed) {
+        b->failed = 0;
+        if (err) *err = b->efail;
+        return b->efail.status;
+    }
+    for (size_t t = 0; t < b->ntask; t++) {
+        size_t e = t + 1 < b->ntask ? b->tfirst[t + 1] : b->n;
+        for (size_t i = b->tfirst[t]; i < e; i++)
+            if (runbuf_add(&R->rb, b->key[i], b->len[i], b->tids[t] + b->idoff[i], b->nids[i]))
+                return err_set(err, ST_ERR_RUNTIME, "prepare: out of memory (run buffer)");
+    }
+    R->j->docs += b->n;
+    Input *x = &R->in->v[b->input];
+    x->docs = b->input_docs;
+    if (b->input_done) {
+        x->done = 1;
+        x->raw_bytes = b->raw_bytes;
+        x->checksum = b->checksum;
+        R->j->skips.bad_json += b->skips.bad_json, R->j->skips.missing_field += b->skips.missing_field;
+        R->j->skips.bad_utf8 += b->skips.bad_utf8;
+        R->j->bytes_read += b->raw_bytes;
+    }
+    b->n = b->tlen = 0;
+    b->input_done = 0;
+    return ST_OK;
+}
+
+/* Gives the filled batch *cur to the team and takes the other one for reading: first waits for
+ * the batch in flight (*busy) and finishes it, so batches reach the run buffer in reading order;
+ * a full run buffer is sorted and written while the team encodes *cur. */
+static Status batch_submit(Reader *R, Batch **cur, Batch **busy, Err *err) {
+    Batch *next = *cur == &R->b[0] ? &R->b[1] : &R->b[0];
+    if (*busy) {
+#pragma omp taskwait
+        Status st = batch_finish(R, *busy, err);
+        *busy = NULL;
+        if (st) return st;
+    }
+    if (batch_spawn(*cur, R->o)) return err_set(err, ST_ERR_RUNTIME, "prepare: out of memory (tasks)");
+    *busy = *cur;
+    *cur = next;
+    return R->rb.len >= R->o->run_bytes ? flush_run(R, err) : ST_OK;
+}
+
+static void report(Reader *R, uint64_t done, uint64_t docs) {
+    if (!R->o->progress) return;
+    PrepareProgress p = {1, done, R->bytes_total, docs, omp_get_wtime() - R->t0};
+    R->o->progress(R->o->progress_ctx, &p);
+}
+
+/* The reading thread: documents into batches, batches to the team (runs inside omp single). */
+static Status read_loop(Reader *R, Err *err) {
+    const PrepareOptions *o = R->o;
+    DocReaderOptions ro = reader_options(o);
+    Batch *cur = &R->b[0], *busy = NULL;
+    uint64_t done_before = 0, docs = R->j->docs; /* input bytes of finished inputs; documents read */
+    Status st = ST_OK;
+    for (size_t i = 0; i < R->in->n && !st; i++) {
+        Input *x = &R->in->v[i];
+        if (x->done) {
+            done_before += x->size > 0 ? (uint64_t)x->size : x->raw_bytes;
+            continue;
+        }
+        DocReader *dr = NULL;
+        if ((st = docreader_open(&dr, x->path, &ro, err)) != ST_OK) break;
+        uint64_t skip = x->docs; /* documents of this input already in runs (an interrupted call) */
+        uint64_t seen = 0, last_report = 0;
+        for (;;) {
+            const uint8_t *d;
+            size_t n;
+            if ((st = docreader_next(dr, &d, &n, err)) != ST_OK || !d) break;
+            if (seen++ < skip) continue;
+            docs++;
+            if (batch_add(cur, d, n)) {
+                st = err_set(err, ST_ERR_RUNTIME, "prepare: out of memory (batch)");
+                break;
+            }
+            if (cur->tlen >= R->batch_bytes || cur->n >= BATCH_DOCS) {
+                cur->input = i, cur->input_docs = seen;
+                if ((st = batch_submit(R, &cur, &busy, err)) != ST_OK) break;
+                uint64_t rb = docreader_raw_bytes(dr);
+                if (rb - last_report >= (8u << 20)) report(R, done_before + rb, docs), last_report = rb;
+            }
+        }
+        if (!st) { /* the input's last batch carries its end */
+            cur->input = i, cur->input_docs = seen, cur->input_done = 1;
+            cur->raw_bytes = docreader_raw_bytes(dr), cur->checksum = docreader_checksum(dr);
+            cur->skips = *docreader_skips(dr);
+            done_before += cur->raw_bytes;
+            st = batch_submit(R, &cur, &busy, err);
+            report(R, done_before, docs);
+        }
+        docreader_close(dr);
+    }
+#pragma omp taskwait
+    if (busy && !st) st = batch_finish(R, busy, err);
+    return st;
+}
+
+/* Phase 1 over the inputs not finished by an earlier call: one thread reads while the others
+ * (and the reader, when it waits) encode. */
+static Status read_inputs(Reader *R, Err *err) {
+    Status st = ST_OK;
+#pragma omp parallel num_threads(R->threads)
+#pragma omp single
+    st = read_loop(R, err);
+    if (st) return st;
+    if ((st = flush_run(R, err)) != ST_OK) return st;
+    R->j->read_done = 1;
+    return journal_write(R->o->out_dir, R->j, R->in, err);
+}
+
+/* ================================================================== 5. phase 2: merge */
+
+typedef struct {
+    FILE *f;
+    char path[4200];
+    uint64_t left;             /* records not yet read */
+    Key key;                   /* current record */
+    uint64_t src;
+    uint32_t ntok;
+    int live;
+} RunReader;
+
+static Status rr_next(RunReader *r, Err *err) {
+    if (r->left == 0) {
+        r->live = 0;
+        return ST_OK;
+    }
+    uint8_t h[REC_HEAD];
+    if (fread(h, 1, REC_HEAD, r->f) != REC_HEAD)
+        return err_set(err, ST_ERR_RUNTIME, "%s: expected %llu more records, found the end of the file", r->path,
+                       (unsigned long long)r->left);
+    r->key = (Key){get64(h), get64(h + 8)};
+    r->src = get64(h + 16);
+    memcpy(&r->ntok, h + 24, 4);
+    r->left--;
+    r->live = 1;
+    return ST_OK;
+}
+
+typedef struct {
+    const PrepareOptions *o;
+    const char *prefix;
+    ShardWriter w;
+    int open;
+    size_t shards;
+    uint64_t tokens, src;
+    ShardMeta meta;
+} SplitWriter;
+
+static Status sw_commit(SplitWriter *s, int *shards_this_call, Err *err) {
+    if (!s->open) return ST_OK;
+    Status st = shard_writer_commit(&s->w, s->src, err);
+    shard_writer_abort(&s->w);
+    s->open = 0;
+    if (st) return st;
+    s->shards++;
+    s->src = 0;
+    ++*shards_this_call;
+    if (s->o->fault_after_shards && *shards_this_call >= s->o->fault_after_shards)
+        return err_set(err, ST_ERR_RUNTIME, "prepare: interrupted (fault injected after %d shards)", *shards_this_call);
+    return ST_OK;
+}
+
+/* Appends a document's ids and EOT, starting a new shard when one is full (a document may span two
+ * shards; its source bytes count where its EOT is). */
+static Status sw_add(SplitWriter *s, const uint32_t *ids, size_t n, uint32_t eot, uint64_t doc_bytes, int *nsh, Err *err) {
     size_t i = 0;
-    while (i <= n) {
-        if (w->n == w->cap) {
-            Status st = writer_flush(w, err);
+    for (;;) {
+        if (s->open && s->w.n == s->o->shard_tokens) {
+            Status st = sw_commit(s, nsh, err);
             if (st) return st;
         }
-        if (i == n) {
-            w->buf[w->n++] = eot;
-            w->src_bytes += doc_bytes;
-            break;
+        if (!s->open) {
+            char p[4200];
+            snprintf(p, sizeof p, "%s/%s_%06zu.bin", s->o->out_dir, s->prefix, s->shards);
+            Status st = shard_writer_open(&s->w, p, &s->meta, err);
+            if (st) return st;
+            s->open = 1;
         }
-        size_t k = n - i < w->cap - w->n ? n - i : w->cap - w->n;
-        memcpy(w->buf + w->n, ids + i, k * sizeof *ids);
-        w->n += k;
+        size_t room = s->o->shard_tokens - s->w.n;
+        if (i == n) {
+            s->tokens++;
+            s->src += doc_bytes;
+            return shard_writer_append(&s->w, &eot, 1, err);
+        }
+        size_t k = n - i < room ? n - i : room;
+        Status st = shard_writer_append(&s->w, ids + i, k, err);
+        if (st) return st;
+        s->tokens += k;
         i += k;
+    }
+}
+
+typedef struct {
+    RunReader *r;
+    size_t n;
+    size_t *heap, nh;
+} Merge;
+
+static int mless(const Merge *m, size_t a, size_t b) {
+    int c = key_cmp(m->r[a].key, m->r[b].key);
+    return c ? c < 0 : a < b;
+}
+
+static void heap_down(Merge *m, size_t i) {
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, s = i;
+        if (l < m->nh && mless(m, m->heap[l], m->heap[s])) s = l;
+        if (r < m->nh && mless(m, m->heap[r], m->heap[s])) s = r;
+        if (s == i) return;
+        size_t t = m->heap[i];
+        m->heap[i] = m->heap[s], m->heap[s] = t;
+        i = s;
+    }
+}
+
+/* Reads the tokens of run r's current record into *buf (u32), then advances r and the heap. */
+static Status merge_take(Merge *m, int width, uint32_t **buf, size_t *cap, Key *k, uint64_t *src, size_t *ntok, Err *err) {
+    RunReader *r = &m->r[m->heap[0]];
+    *k = r->key, *src = r->src, *ntok = r->ntok;
+    if (*ntok > *cap) {
+        size_t nc = *cap ? *cap : 4096;
+        while (nc < *ntok) nc *= 2;
+        uint32_t *nb = realloc(*buf, nc * sizeof *nb);
+        if (!nb) return err_set(err, ST_ERR_RUNTIME, "prepare: out of memory (a document of %zu tokens)", *ntok);
+        *buf = nb, *cap = nc;
+    }
+    if (width == 4) {
+        if (fread(*buf, 4, *ntok, r->f) != *ntok) return err_set(err, ST_ERR_RUNTIME, "%s: truncated run", r->path);
+    } else {
+        uint16_t *t = (uint16_t *)*buf + *ntok; /* read u16 into the upper half, widen in place from the front */
+        if (fread(t, 2, *ntok, r->f) != *ntok) return err_set(err, ST_ERR_RUNTIME, "%s: truncated run", r->path);
+        for (size_t i = 0; i < *ntok; i++) (*buf)[i] = t[i];
+    }
+    Status st = rr_next(r, err);
+    if (st) return st;
+    if (!r->live) m->heap[0] = m->heap[--m->nh];
+    if (m->nh) heap_down(m, 0);
+    return ST_OK;
+}
+
+/* Opens runs 0..nruns-1 of out_dir and heaps them by their first key. */
+static Status merge_open(Merge *m, const char *out_dir, size_t nruns, Err *err) {
+    m->r = calloc(nruns + 1, sizeof *m->r);
+    m->heap = calloc(nruns + 1, sizeof *m->heap);
+    if (!m->r || !m->heap) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    for (size_t i = 0; i < nruns; i++) {
+        RunReader *r = &m->r[i];
+        run_path(r->path, sizeof r->path, out_dir, i);
+        if (!(r->f = fopen(r->path, "rb")))
+            return err_set(err, ST_ERR_RUNTIME, "%s: cannot open a run (%s)", r->path, strerror(errno));
+        m->n++;
+        setvbuf(r->f, NULL, _IOFBF, 256u << 10);
+        uint8_t h[16];
+        if (fread(h, 1, 16, r->f) != 16 || memcmp(h, RUN_MAGIC, 8))
+            return err_set(err, ST_ERR_RUNTIME, "%s: expected a run file, found another file", r->path);
+        r->left = get64(h + 8);
+        Status st = rr_next(r, err);
+        if (st) return st;
+        if (r->live) m->heap[m->nh++] = i;
+    }
+    for (size_t i = m->nh; i-- > 0;) heap_down(m, i);
+    return ST_OK;
+}
+
+static void merge_close(Merge *m) {
+    for (size_t i = 0; i < m->n; i++)
+        if (m->r[i].f) fclose(m->r[i].f);
+    free(m->r);
+    free(m->heap);
+}
+
+/* Drops the records that follow with key k (duplicates of the document just taken); counts them. */
+static Status merge_skip_equal(Merge *m, Key k, int width, PrepareStats *s, uint64_t *merged, Err *err) {
+    while (m->nh && key_cmp(m->r[m->heap[0]].key, k) == 0) {
+        RunReader *r = &m->r[m->heap[0]];
+        if (fseek(r->f, (long)((size_t)r->ntok * (size_t)width), SEEK_CUR) != 0)
+            return err_set(err, ST_ERR_RUNTIME, "%s: seek failed", r->path);
+        Status st = rr_next(r, err);
+        if (st) return st;
+        if (!r->live) m->heap[0] = m->heap[--m->nh];
+        if (m->nh) heap_down(m, 0);
+        s->duplicates++, ++*merged;
     }
     return ST_OK;
 }
 
-/* Removes <prefix>_NNNNNN.bin left by an earlier run with more shards, so a glob sees only ours. */
+static void split_writers_init(SplitWriter sw[2], const PrepareOptions *o) {
+    uint32_t eot = tokenizer_eot(o->tok), vocab = tokenizer_vocab_size(o->tok);
+    for (int w = 0; w < 2; w++) {
+        sw[w].o = o;
+        sw[w].prefix = w ? "val" : "train";
+        sw[w].meta.tokenizer_hash = tokenizer_hash(o->tok);
+        sw[w].meta.vocab_size = vocab;
+        /* word [8] only where it says something: shards of EOT-last tokenizers stay as before */
+        sw[w].meta.eot_plus1 = eot + 1 == vocab ? 0 : eot + 1;
+        sw[w].meta.version = o->shard_version;
+    }
+}
+
+/* Phase 2: the runs merged by key into the train and val shards (docs/data.md §6). */
+static Status merge_runs(const PrepareOptions *o, size_t nruns, int width, PrepareStats *s, Err *err) {
+    Merge m = {0};
+    SplitWriter sw[2];
+    memset(sw, 0, sizeof sw);
+    split_writers_init(sw, o);
+    uint32_t *buf = NULL, eot = tokenizer_eot(o->tok);
+    size_t cap = 0;
+    int nsh = 0;
+    /* validation: high 64 key bits below val_fraction * 2^64 (computed in long double) */
+    uint64_t thr = (uint64_t)((long double)o->val_fraction * 18446744073709551616.0L), unique = 0, merged = 0;
+    Key last = {0, 0};
+    double t0 = omp_get_wtime();
+    Status st = merge_open(&m, o->out_dir, nruns, err);
+    while (!st && m.nh) {
+        Key k;
+        uint64_t src;
+        size_t nt;
+        if ((st = merge_take(&m, width, &buf, &cap, &k, &src, &nt, err)) != ST_OK) break;
+        merged++;
+        if (o->dedup && unique && key_cmp(k, last) == 0) {
+            s->duplicates++;
+            continue;
+        }
+        last = k;
+        int val = o->val_docs >= 0 ? unique < (uint64_t)o->val_docs : k.hi < thr;
+        if (!val && o->val_docs < 0 && unique == 0 && o->val_fraction > 0) {
+            /* nothing under the threshold before the smallest key: it goes to validation when another
+             * distinct document follows (a fraction > 0 never leaves >= 2 documents without a val split) */
+            if (o->dedup && (st = merge_skip_equal(&m, k, width, s, &merged, err)) != ST_OK) break;
+            val = m.nh > 0;
+        }
+        unique++;
+        if ((st = sw_add(&sw[val], buf, nt, eot, src, &nsh, err)) != ST_OK) break;
+        if (val) s->val_docs++;
+        else s->train_docs++, s->nopack_rows += o->seq_len > 0 ? loader_nopack_rows(nt + 1, o->seq_len) : 0;
+        s->bytes += src;
+        if (o->progress && (merged & 0xffff) == 0) {
+            PrepareProgress p = {2, merged, s->docs, s->docs, omp_get_wtime() - t0};
+            o->progress(o->progress_ctx, &p);
+        }
+    }
+    for (int w = 0; w < 2 && !st; w++) st = sw_commit(&sw[w], &nsh, err);
+    if (!st && o->progress) {
+        PrepareProgress p = {2, merged, s->docs, s->docs, omp_get_wtime() - t0};
+        o->progress(o->progress_ctx, &p);
+    }
+    s->train_tokens = sw[0].tokens, s->val_tokens = sw[1].tokens;
+    s->train_shards = sw[0].shards, s->val_shards = sw[1].shards;
+    for (int w = 0; w < 2; w++)
+        if (sw[w].open) shard_writer_abort(&sw[w].w);
+    merge_close(&m);
+    free(buf);
+    return st;
+}
+
+/* ================================================================== 6. manifest */
+
+static Status write_manifest(const PrepareOptions *o, const Inputs *in, const PrepareStats *s, int width, Err *err) {
+    char hex[32];
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddNumberToObject(m, "manifest_version", 1);
+    if (o->argv_line) cJSON_AddStringToObject(m, "command", o->argv_line);
+    cJSON *t = cJSON_AddObjectToObject(m, "tokenizer");
+    cJSON_AddStringToObject(t, "kind", tokenizer_kind(o->tok));
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)tokenizer_hash(o->tok));
+    cJSON_AddStringToObject(t, "hash", hex);
+    cJSON_AddNumberToObject(t, "vocab_size", tokenizer_vocab_size(o->tok));
+    cJSON_AddNumberToObject(t, "eot", tokenizer_eot(o->tok));
+    cJSON *f = cJSON_AddObjectToObject(m, "options");
+    const char *fmt[] = {"auto", "text", "jsonl", "wikitext"};
+    cJSON_AddStringToObject(f, "format", fmt[o->format]);
+    cJSON_AddStringToObject(f, "separator", o->separator ? o->separator : "");
+    cJSON_AddStringToObject(f, "field", o->field ? o->field : "text");
+    cJSON_AddNumberToObject(f, "val_fraction", o->val_fraction);
+    cJSON_AddNumberToObject(f, "val_docs", (double)o->val_docs);
+    snprintf(hex, sizeof hex, "%llu", (unsigned long long)o->seed);
+    cJSON_AddStringToObject(f, "seed", hex);
+    cJSON_AddBoolToObject(f, "dedup", o->dedup);
+    cJSON_AddBoolToObject(f, "skip_bad", o->skip_bad);
+    cJSON_AddBoolToObject(f, "allow_invalid_utf8", o->allow_invalid_utf8);
+    cJSON_AddNumberToObject(f, "shard_tokens", (double)o->shard_tokens);
+    cJSON_AddNumberToObject(f, "shard_version", width == 4 ? 7 : 1);
+    cJSON *a = cJSON_AddArrayToObject(m, "inputs");
+    for (size_t i = 0; i < in->n; i++) {
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddStringToObject(x, "path", in->v[i].path);
+        cJSON_AddNumberToObject(x, "bytes", (double)in->v[i].raw_bytes);
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)in->v[i].checksum);
+        cJSON_AddStringToObject(x, "xxh3_64", hex);
+        cJSON_AddNumberToObject(x, "documents", (double)in->v[i].docs);
+        cJSON_AddItemToArray(a, x);
+    }
+    cJSON *r = cJSON_AddObjectToObject(m, "result");
+    cJSON_AddNumberToObject(r, "documents", (double)s->docs);
+    cJSON_AddNumberToObject(r, "duplicates_dropped", (double)s->duplicates);
+    cJSON_AddNumberToObject(r, "skipped_bad_json", (double)s->skips.bad_json);
+    cJSON_AddNumberToObject(r, "skipped_missing_field", (double)s->skips.missing_field);
+    cJSON_AddNumberToObject(r, "skipped_bad_utf8", (double)s->skips.bad_utf8);
+    cJSON_AddNumberToObject(r, "train_documents", (double)s->train_docs);
+    cJSON_AddNumberToObject(r, "val_documents", (double)s->val_docs);
+    cJSON_AddNumberToObject(r, "bytes", (double)s->bytes);
+    cJSON_AddNumberToObject(r, "train_tokens", (double)s->train_tokens);
+    cJSON_AddNumberToObject(r, "val_tokens", (double)s->val_tokens);
+    uint64_t toks = s->train_tokens + s->val_tokens;
+    cJSON_AddNumberToObject(r, "bytes_per_token", toks ? (double)s->bytes / (double)toks : 0.0);
+    cJSON_AddNumberToObject(r, "train_shards", (double)s->train_shards);
+    cJSON_AddNumberToObject(r, "val_shards", (double)s->val_shards);
+    char *text = cJSON_Print(m);
+    cJSON_Delete(m);
+    if (!text) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    char p[4200];
+    snprintf(p, sizeof p, "%s/manifest.json", o->out_dir);
+    size_t len = strlen(text);
+    const void *bufs[2] = {text, "\n"};
+    size_t lens[2] = {len, 1};
+    Status st = file_write_atomic(p, bufs, lens, 2, err);
+    free(text);
+    return st;
+}
+
+/* ================================================================== 7. prepare_run */
+
+/* Removes <prefix>_NNNNNN.bin left by an earlier run with more shards, so a glob sees only ours,
+ * and temporaries of shards an interrupted call was writing. */
 static void remove_stale(const char *dir, const char *prefix, size_t from) {
     for (size_t i = from;; i++) {
-        char path[4096];
+        char path[4200];
         snprintf(path, sizeof path, "%s/%s_%06zu.bin", dir, prefix, i);
         if (unlink(path) != 0) break;
     }
+    DIR *d = opendir(dir);
+    if (!d) return;
+    size_t pl = strlen(prefix);
+    for (struct dirent *e; (e = readdir(d));)
+        if (!strncmp(e->d_name, prefix, pl) && e->d_name[pl] == '_' && strstr(e->d_name, ".bin.tmp.")) {
+            char path[4600];
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+    closedir(d);
 }
 
-/* ================================================================== 4. pipeline */
-
-#define BATCH_BYTES (4u << 20)
-
-Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
-    double t0 = omp_get_wtime();
-    PrepareStats s;
-    memset(&s, 0, sizeof s);
+static Status check_options(const PrepareOptions *o, Err *err) {
     if (!o->tok) return err_set(err, ST_ERR_INPUT, "prepare: expected a tokenizer, found none");
     if (!o->out_dir || !*o->out_dir) return err_set(err, ST_ERR_INPUT, "prepare: expected an output directory (--out)");
     if (!(o->val_fraction >= 0 && o->val_fraction < 1))
@@ -436,145 +941,174 @@ Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
     if (o->shard_tokens == 0 || o->shard_tokens > UINT32_MAX / 4)
         return err_set(err, ST_ERR_INPUT, "--shard-tokens: expected 1..%u, found %zu", UINT32_MAX / 4, o->shard_tokens);
     if (o->shard_version != 0 && o->shard_version != SHARD_VERSION_U16 && o->shard_version != SHARD_VERSION_U32)
-        return err_set(err, ST_ERR_INPUT, "--shard-version: expected 1 (uint16) or 7 (uint32), found %u",
-                       o->shard_version);
+        return err_set(err, ST_ERR_INPUT, "--shard-version: expected 1 (uint16) or 7 (uint32), found %u", o->shard_version);
     if (o->shard_version == SHARD_VERSION_U16 && tokenizer_vocab_size(o->tok) > 65536)
         return err_set(err, ST_ERR_INPUT,
                        "--shard-version 1: expected a vocabulary of at most 65536 ids (uint16 tokens), found %u ids "
                        "(use --shard-version 7 or auto)", tokenizer_vocab_size(o->tok));
     if (o->seq_len < 0) return err_set(err, ST_ERR_INPUT, "--seq-len: expected >= 0, found %d", o->seq_len);
-    Corpus c;
-    memset(&c, 0, sizeof c);
-    Writer wr[2];
-    memset(wr, 0, sizeof wr);
-    uint32_t **ids = NULL;
-    size_t *nids = NULL, *caps = NULL, *order = NULL, nids_alloc = 0;
-    Status st = read_corpus(&c, o, err);
-    if (st) goto done;
-    s.files = c.npaths;
-    s.docs = c.ndocs;
-    Doc *d = c.docs;
-    size_t nd = c.ndocs;
-#pragma omp parallel for schedule(dynamic, 64) num_threads(o->threads > 0 ? o->threads : omp_get_max_threads())
-    for (size_t i = 0; i < nd; i++) d[i].hash = XXH3_64bits(d[i].p, d[i].n);
-    s.duplicates = o->dedup ? dedup(d, nd) : 0;
-    /* compact the kept documents, in input order */
-    size_t nk = 0;
-    for (size_t i = 0; i < nd; i++)
-        if (d[i].n) d[nk++] = d[i];
-    nd = nk;
-    /* validation documents: the first k of a seeded Fisher–Yates permutation */
-    size_t k = o->val_docs >= 0 ? ((size_t)o->val_docs < nd ? (size_t)o->val_docs : nd)
-                                : (size_t)(o->val_fraction * (double)nd + 0.5);
-    if (o->val_docs < 0 && o->val_fraction > 0 && k == 0 && nd >= 2) k = 1;
-    order = malloc((nd + 1) * sizeof *order);
-    if (!order) goto oom;
-    for (size_t i = 0; i < nd; i++) order[i] = i;
-    for (size_t i = 0; i < k; i++) {
-        size_t j = i + (size_t)rng_below(o->seed, 0x56414c /* "VAL" */, i, nd - i);
-        size_t t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-        d[order[i]].val = 1;
-    }
-    s.val_docs = k;
-    s.train_docs = nd - k;
-    uint64_t total = 0;
-    for (size_t i = 0; i < nd; i++) total += d[i].n;
-    s.bytes = total;
-    /* output directory and writers */
-    if (file_mkdirs(o->out_dir, err) != ST_OK) {
-        st = err_set(err, ST_ERR_INPUT, "%s: cannot create the output directory (%s)", o->out_dir, strerror(errno));
-        goto done;
-    }
+    if (o->run_bytes < 4096) return err_set(err, ST_ERR_INPUT, "--memory: expected at least 4096 bytes, found %zu", o->run_bytes);
+    return ST_OK;
+}
+
+/* Creates out_dir and out_dir/.prepare. When the journal there matches this call (same inputs and
+ * run-deciding options) it is loaded: a resume, *resumed = the inputs it finished; else .prepare is
+ * cleared and j starts empty. */
+static Status work_begin(const PrepareOptions *o, Inputs *in, int width, Journal *j, size_t *resumed, Err *err) {
+    if (file_mkdirs(o->out_dir, err) != ST_OK)
+        return err_set(err, ST_ERR_INPUT, "%s: cannot create the output directory (%s)", o->out_dir, strerror(errno));
     struct stat sb;
-    if (stat(o->out_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        st = err_set(err, ST_ERR_INPUT, "%s: expected an output directory, found a file", o->out_dir);
+    if (stat(o->out_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return err_set(err, ST_ERR_INPUT, "%s: expected an output directory, found a file", o->out_dir);
+    char wd[4200];
+    snprintf(wd, sizeof wd, "%s/.prepare", o->out_dir);
+    Status st = file_mkdirs(wd, err);
+    if (st) return st;
+    memset(j, 0, sizeof *j);
+    j->config = config_hash(o, in, width);
+    *resumed = 0;
+    if (!journal_read(o->out_dir, j->config, j, in)) {
+        work_dir_clear(o->out_dir, 0); /* another corpus or other options: start afresh */
+        uint64_t c = j->config;
+        memset(j, 0, sizeof *j);
+        j->config = c;
+        for (size_t i = 0; i < in->n; i++) in->v[i].done = 0, in->v[i].docs = 0;
+        return ST_OK;
+    }
+    for (size_t i = 0; i < in->n; i++) *resumed += in->v[i].done;
+    /* a run written after the journal's last update (a crash between the two) is not counted */
+    for (size_t i = j->runs;; i++) {
+        char p[4200];
+        run_path(p, sizeof p, o->out_dir, i);
+        if (unlink(p) != 0) break;
+    }
+    return ST_OK;
+}
+
+Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
+    double t0 = omp_get_wtime();
+    PrepareStats s;
+    memset(&s, 0, sizeof s);
+    Status st = check_options(o, err);
+    if (st) return st;
+    Inputs in = {0};
+    Reader R;
+    memset(&R, 0, sizeof R);
+    Journal j;
+    memset(&j, 0, sizeof j);
+    if ((st = collect_inputs(&in, o, err)) != ST_OK) goto done;
+    uint32_t vocab = tokenizer_vocab_size(o->tok);
+    int width = o->shard_version == SHARD_VERSION_U32 || vocab > 65536 ? 4 : 2;
+    if ((st = work_begin(o, &in, width, &j, &s.resumed_files, err)) != ST_OK) goto done;
+    if (!j.read_done) {
+        R.o = o, R.in = &in, R.j = &j;
+        R.rb.width = width;
+        R.threads = o->threads > 0 ? o->threads : omp_get_max_threads();
+        R.batch_bytes = o->run_bytes / 4 < BATCH_BYTES ? o->run_bytes / 4 : BATCH_BYTES;
+        R.t0 = omp_get_wtime();
+        for (size_t i = 0; i < in.n; i++) R.bytes_total += in.v[i].size > 0 ? (uint64_t)in.v[i].size : 0;
+        if ((st = read_inputs(&R, err)) != ST_OK) goto done;
+    }
+    s.files = in.n;
+    s.docs = j.docs;
+    s.skips = j.skips;
+    s.runs = j.runs;
+    for (size_t i = 0; i < in.n; i++) s.input_bytes += in.v[i].raw_bytes;
+    if (j.docs == 0) {
+        st = err_set(err, ST_ERR_INPUT, "%s%s: expected at least one non-empty document, found none (empty input)",
+                     in.n == 1 ? (strcmp(in.v[0].path, "-") ? in.v[0].path : "<stdin>") : "inputs",
+                     in.n == 1 ? "" : " (all files)");
+        work_dir_clear(o->out_dir, 1);
         goto done;
     }
-    uint32_t eot = tokenizer_eot(o->tok);
-    for (int w = 0; w < 2; w++) {
-        wr[w].dir = o->out_dir;
-        wr[w].prefix = w ? "val" : "train";
-        wr[w].cap = o->shard_tokens;
-        /* bound the first allocation by an estimate of the split's tokens (bytes/2 + EOTs) */
-        size_t est = (size_t)(total / 2) + nd + 1024;
-        wr[w].buf = malloc((est < o->shard_tokens ? est : o->shard_tokens) * sizeof(uint32_t));
-        if (!wr[w].buf) goto oom;
-        wr[w].cap = est < o->shard_tokens ? est : o->shard_tokens;
-        wr[w].meta.tokenizer_hash = tokenizer_hash(o->tok);
-        wr[w].meta.vocab_size = tokenizer_vocab_size(o->tok);
-        /* word [8] only where it says something: shards of EOT-last tokenizers stay byte-identical */
-        wr[w].meta.eot_plus1 = eot + 1 == tokenizer_vocab_size(o->tok) ? 0 : eot + 1;
-        wr[w].meta.version = o->shard_version;
-    }
-    ids = calloc(nd + 1, sizeof *ids);
-    nids = calloc(nd + 1, sizeof *nids);
-    caps = calloc(nd + 1, sizeof *caps);
-    if (!ids || !nids || !caps) goto oom;
-    nids_alloc = nd;
-    /* batches of whole documents (~BATCH_BYTES of text): encode in parallel, then append in order */
-    uint64_t done_bytes = 0;
-    size_t b0 = 0;
-    while (b0 < nd) {
-        size_t b1 = b0;
-        uint64_t bb = 0;
-        while (b1 < nd && (b1 == b0 || bb + d[b1].n <= BATCH_BYTES)) bb += d[b1++].n;
-        int failed = 0;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(o->threads > 0 ? o->threads : omp_get_max_threads())
-        for (size_t i = b0; i < b1; i++) {
-            Err e2;
-            if (tokenizer_encode(o->tok, d[i].p, d[i].n, &ids[i], &nids[i], &caps[i], &e2)) {
-#pragma omp atomic write
-                failed = 1;
-            }
-        }
-        if (failed) goto oom;
-        for (size_t i = b0; i < b1 && !st; i++) {
-            Writer *w = &wr[d[i].val];
-            if (w->cap < o->shard_tokens && w->n + nids[i] + 1 > w->cap) { /* grow toward shard_tokens */
-                size_t nc = w->cap;
-                while (nc < w->n + nids[i] + 1 && nc < o->shard_tokens) nc *= 2;
-                if (nc > o->shard_tokens) nc = o->shard_tokens;
-                uint32_t *nb = realloc(w->buf, nc * sizeof *nb);
-                if (!nb) goto oom;
-                w->buf = nb;
-                w->cap = nc;
-            }
-            st = writer_add(w, ids[i], nids[i], eot, d[i].n, err);
-            if (!d[i].val && o->seq_len > 0) s.nopack_rows += loader_nopack_rows(nids[i] + 1, o->seq_len);
-            free(ids[i]);
-            ids[i] = NULL;
-        }
-        if (st) goto done;
-        done_bytes += bb;
-        if (o->progress) o->progress(o->progress_ctx, done_bytes, total);
-        b0 = b1;
-    }
-    for (int w = 0; w < 2 && !st; w++) st = writer_flush(&wr[w], err);
-    if (st) goto done;
-    remove_stale(o->out_dir, "train", wr[0].shards);
-    remove_stale(o->out_dir, "val", wr[1].shards);
-    s.train_tokens = wr[0].tokens;
-    s.val_tokens = wr[1].tokens;
-    s.train_shards = wr[0].shards;
+    if ((st = merge_runs(o, j.runs, width, &s, err)) != ST_OK) goto done;
+    remove_stale(o->out_dir, "train", s.train_shards);
+    remove_stale(o->out_dir, "val", s.val_shards);
     if (s.nopack_rows) s.nopack_utilization = (double)s.train_tokens / ((double)s.nopack_rows * o->seq_len);
-    s.val_shards = wr[1].shards;
+    if ((st = write_manifest(o, &in, &s, width, err)) != ST_OK) goto done;
+    work_dir_clear(o->out_dir, 1);
     s.seconds = omp_get_wtime() - t0;
     if (stats) *stats = s;
-    st = ST_OK;
-    goto done;
-oom:
-    st = err_set(err, ST_ERR_RUNTIME, "prepare: out of memory");
 done:
-    if (ids)
-        for (size_t i = 0; i < nids_alloc; i++) free(ids[i]);
-    free(ids);
-    free(nids);
-    free(caps);
-    free(order);
-    free(wr[0].buf);
-    free(wr[1].buf);
-    corpus_free(&c);
+    free(R.rb.data);
+    free(R.rb.idx);
+    batch_free(&R.b[0]);
+    batch_free(&R.b[1]);
+    inputs_free(&in);
     return st;
+}
+
+/* ================================================================== 8. documents in memory */
+
+typedef struct {
+    uint8_t **chunks;
+    size_t nchunks;
+} DocArena;
+
+Status prepare_read_documents(const PrepareOptions *o, PrepareDocs *docs, Err *err) {
+    memset(docs, 0, sizeof *docs);
+    Inputs in = {0};
+    DocArena *a = calloc(1, sizeof *a);
+    size_t cap = 0, used = 0, ccap = 0, chunk_left = 0;
+    uint8_t *chunk = NULL;
+    Status st = a ? collect_inputs(&in, o, err) : err_set(err, ST_ERR_RUNTIME, "out of memory");
+    docs->priv = a;
+    DocReaderOptions ro = reader_options(o);
+    ro.allow_invalid_utf8 = 1; /* as before issue 29: BPE training takes stray bytes as bytes (and
+                                  `tokenizer train` has no --skip-bad / --allow-invalid-utf8 to name) */
+    for (size_t i = 0; i < in.n && !st; i++) {
+        DocReader *dr = NULL;
+        if ((st = docreader_open(&dr, in.v[i].path, &ro, err)) != ST_OK) break;
+        for (;;) {
+            const uint8_t *d;
+            size_t n;
+            if ((st = docreader_next(dr, &d, &n, err)) != ST_OK || !d) break;
+            if (n > chunk_left) { /* a new chunk of at least 16 MiB */
+                size_t sz = n > (16u << 20) ? n : (16u << 20);
+                if (a->nchunks == ccap) {
+                    ccap = ccap ? 2 * ccap : 16;
+                    uint8_t **nc = realloc(a->chunks, ccap * sizeof *nc);
+                    if (!nc) { st = err_set(err, ST_ERR_RUNTIME, "out of memory"); break; }
+                    a->chunks = nc;
+                }
+                if (!(chunk = malloc(sz))) { st = err_set(err, ST_ERR_RUNTIME, "out of memory"); break; }
+                a->chunks[a->nchunks++] = chunk;
+                chunk_left = sz;
+            }
+            uint8_t *dst = chunk;
+            memcpy(dst, d, n);
+            chunk += n, chunk_left -= n;
+            if (used == cap) {
+                cap = cap ? 2 * cap : 1024;
+                const uint8_t **nt = realloc(docs->text, cap * sizeof *nt);
+                if (nt) docs->text = nt;
+                size_t *nl = realloc(docs->len, cap * sizeof *nl);
+                if (nl) docs->len = nl;
+                if (!nt || !nl) { st = err_set(err, ST_ERR_RUNTIME, "out of memory"); break; }
+            }
+            docs->text[used] = dst, docs->len[used] = n;
+            used++;
+        }
+        docreader_close(dr);
+    }
+    docs->n = used;
+    docs->files = in.n;
+    if (!st && used == 0)
+        st = err_set(err, ST_ERR_INPUT, "%s%s: expected at least one non-empty document, found none (empty input)",
+                     in.n == 1 ? in.v[0].path : "inputs", in.n == 1 ? "" : " (all files)");
+    inputs_free(&in);
+    if (st) prepare_docs_free(docs);
+    return st;
+}
+
+void prepare_docs_free(PrepareDocs *docs) {
+    DocArena *a = docs->priv;
+    if (a) {
+        for (size_t i = 0; i < a->nchunks; i++) free(a->chunks[i]);
+        free(a->chunks);
+        free(a);
+    }
+    free(docs->text);
+    free(docs->len);
+    memset(docs, 0, sizeof *docs);
 }

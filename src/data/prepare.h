@@ -1,19 +1,29 @@
-/* prepare.h — text corpora -> train/validation token shards (the `scaletrain prepare` logic).
+/* prepare.h — text corpora -> train/validation token shards (the `scaletrain prepare` logic),
+ * streamed in bounded memory.
  *
- * Inputs: plain text files (documents separated by a line holding only the separator, default
- * `<|endoftext|>`; a file without separators is one document), JSON Lines files (one object per
- * line with a string field "text"), WikiText files (*.tokens: one document per article, an article
- * starting at each top-level heading line ` = Title = `), or directories of such files (regular,
- * non-hidden files, in name order). The format follows the extension (.jsonl -> JSON Lines,
- * .tokens -> WikiText, anything else -> text) unless forced.
+ * Inputs: files, directories of files (regular, non-hidden, in name order) or "-" (standard
+ * input); plain, gzip or zstd; text, JSON Lines or WikiText (docsource.h says how documents are
+ * found and which input is refused).
  *
- * Pipeline: read and split documents -> drop exact duplicates (64-bit XXH3 of the bytes; the first
- * occurrence is kept) -> choose validation documents (a seeded permutation, whole documents) ->
- * encode in parallel (OpenMP) -> each document's ids followed by EOT -> shards of at most
- * shard_tokens tokens named train_000000.bin ... and val_000000.bin ... in out_dir (see shard.h;
- * the header records the tokenizer hash, the source bytes of the documents whose EOT lies in the
- * shard, and the vocabulary size). The result does not depend on the thread count.
- * Library code: never prints; progress goes through a callback. docs/tokenizer.md has the details. */
+ * Pipeline (docs/data.md §6 has the rules, docs/formats.md the files):
+ *   1. read: each document gets a key, XXH3-128 of its bytes seeded with `seed`, and is encoded
+ *      (one thread reads the next ~4 MiB batch while OpenMP tasks encode the last) into a *run*
+ *      buffer of run_bytes; a full
+ *      buffer is sorted by key and written as a run file in out_dir/.prepare/ (crash-safe),
+ *      then the journal (.prepare/journal.json: the inputs finished, the documents consumed of
+ *      the one in progress) is replaced.
+ *   2. merge: the runs are merged by key; equal keys are exact duplicates (dropped unless
+ *      dedup = 0); a document is validation when the high 64 bits of its key are below
+ *      val_fraction * 2^64 (or, with val_docs >= 0, when it is among the val_docs smallest keys);
+ *      each split is written in key order into shards of at most shard_tokens tokens, each shard
+ *      streamed to a temporary file and renamed when full.
+ *   3. manifest.json beside the shards; .prepare/ removed.
+ * The shards are thus a function of the set of documents, the seed and the tokenizer: not of the
+ * thread count, the order of the inputs, how the corpus is cut into files, nor of interruptions
+ * (a rerun with the same inputs and options resumes after the last run written).
+ * Memory: run_bytes and its sort index + two batches (~4 MiB of text and its ids each) + one
+ * 256 KiB buffer per run while merging + the longest document; not the corpus.
+ * Library code: never prints; progress goes through a callback. */
 #ifndef ST_DATA_PREPARE_H
 #define ST_DATA_PREPARE_H
 
@@ -22,13 +32,15 @@
 
 #include "core/status.h"
 #include "data/bpe.h"
+#include "data/docsource.h"
 
-typedef enum {
-    PREP_FORMAT_AUTO = 0, /* by extension */
-    PREP_FORMAT_TEXT,
-    PREP_FORMAT_JSONL,
-    PREP_FORMAT_WIKITEXT,
-} PrepareFormat;
+typedef struct {
+    int phase;                 /* 1 read and encode, 2 merge into shards */
+    uint64_t done, total;      /* phase 1: input bytes read (compressed size for .gz/.zst), total of the
+                                  input files (0 = unknown: standard input); phase 2: documents merged */
+    uint64_t docs;             /* documents read so far (phase 1) */
+    double seconds;            /* since the start of the phase */
+} PrepareProgress;
 
 typedef struct {
     const char *const *inputs; /* files or directories */
@@ -37,29 +49,40 @@ typedef struct {
     const Tokenizer *tok;
     PrepareFormat format;      /* default AUTO */
     const char *separator;     /* document separator line for text files; default "<|endoftext|>" */
-    double val_fraction;       /* fraction of (unique) documents for validation; default 0.05 */
-    long val_docs;             /* if >= 0: exact number of validation documents (overrides fraction); default -1 */
-    uint64_t seed;             /* validation choice; default 1337 */
+    const char *field;         /* JSON Lines: the string field of the text; default "text" */
+    int skip_bad;              /* count and skip bad records (bad JSON, no field, invalid UTF-8); default 0 */
+    int allow_invalid_utf8;    /* keep documents with invalid UTF-8 (encoded as bytes); default 0 */
+    double val_fraction;       /* share of (unique) documents for validation, by key; default 0.05 */
+    long val_docs;             /* if >= 0: the val_docs documents of smallest key (overrides fraction); default -1 */
+    uint64_t seed;             /* the document key (split and order); default 1337 */
     size_t shard_tokens;       /* max tokens per shard; default 100,000,000 */
     int threads;               /* encoding threads; 0 = OpenMP default */
     int dedup;                 /* drop exact duplicate documents; default 1 */
     uint32_t shard_version;    /* 0 = automatic (1 = uint16 when the vocabulary fits, else 7 = uint32);
                                   1 or 7 forces it (1 with a vocabulary over 65536 is refused) */
     int seq_len;               /* T of the --no-pack utilization report; default 1024, 0 = no report */
-    /* Progress: called from the calling thread after each batch with text bytes encoded so far and
-     * the total; may be NULL. */
-    void (*progress)(void *ctx, uint64_t done_bytes, uint64_t total_bytes);
+    size_t run_bytes;          /* memory for the encoded documents of one run; default 256 MiB */
+    const char *argv_line;     /* recorded in the manifest (may be NULL) */
+    /* Progress: called from the calling thread after each batch; may be NULL. */
+    void (*progress)(void *ctx, const PrepareProgress *p);
     void *progress_ctx;
+    /* Fault injection (tests): stop with ST_ERR_RUNTIME "interrupted" after this many runs written by
+     * this call (phase 1), or this many shards written (phase 2); 0 = never. */
+    int fault_after_runs, fault_after_shards;
 } PrepareOptions;
 
 typedef struct {
-    size_t files;              /* input files read */
-    size_t docs;               /* documents read (non-empty) */
+    size_t files;              /* input files read (resumed ones included) */
+    size_t resumed_files;      /* inputs finished by an earlier, interrupted call and skipped */
+    size_t docs;               /* documents read (non-empty, not skipped) */
+    DocSkips skips;            /* bad records skipped (skip_bad) */
     size_t duplicates;         /* documents dropped as exact duplicates */
     size_t train_docs, val_docs;
+    uint64_t input_bytes;      /* bytes of the input files as stored (compressed for .gz/.zst) */
     uint64_t bytes;            /* text bytes of the kept documents */
     uint64_t train_tokens, val_tokens; /* EOTs included */
     size_t train_shards, val_shards;
+    size_t runs;               /* sorted runs merged */
     /* Packing report for the train split at o->seq_len: packed rows use every target slot; with
      * --no-pack every document takes ceil((its tokens + EOT) / T) rows of its own (loader.h). */
     uint64_t nopack_rows;
@@ -70,19 +93,18 @@ typedef struct {
 /* Defaults as documented on each field (inputs, out_dir and tok must still be set). */
 PrepareOptions prepare_default_options(void);
 
-/* Runs the pipeline. Errors: ST_ERR_INPUT for a missing/unreadable input (named), a file that is
- * binary (a NUL byte, or over a quarter of its first MiB control bytes or invalid UTF-8; named
- * with the offset), a bad JSON line (file:line), a JSON line without a string "text", input with
- * no non-empty document, bad options (val fraction outside [0, 1), shard_tokens 0, shard version
- * 1 with a vocabulary over 65536), an out_dir that cannot be created; ST_ERR_RUNTIME for I/O and
- * out of memory.
- * On error no shard is left half-written (each shard is written crash-safely), but shards written
- * before the error stay. stats may be NULL. */
+/* Runs the pipeline. Errors: ST_ERR_INPUT for a missing/unreadable input (named), bad input as
+ * in docsource.h (file:line or byte offset), input with no non-empty document, bad options (val
+ * fraction outside [0, 1), shard_tokens 0, shard version 1 with a vocabulary over 65536), an
+ * out_dir that cannot be created; ST_ERR_RUNTIME for I/O and out of memory.
+ * On error no shard is left half-written (each shard is written crash-safely); the runs and the
+ * journal stay, so the same call again resumes. stats may be NULL. */
 Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err);
 
-/* The documents of o->inputs (o->format, o->separator; the other fields are not used) in input
- * order, before deduplication: what `tokenizer train` learns from. Same errors as prepare_run's
- * reading stage (missing, binary, bad JSON line, no document). Free with prepare_docs_free. */
+/* The documents of o->inputs (o->format, separator, field, skip_bad; the other fields are not used) in input
+ * order, before deduplication, held in memory: what `tokenizer train` learns from. Same errors as
+ * prepare_run's reading stage (missing, bad input, no document), except that invalid UTF-8 is kept
+ * (encoded as bytes, as before). Free with prepare_docs_free. */
 typedef struct {
     const uint8_t **text;      /* document bytes (not NUL-terminated), owned by the struct */
     size_t *len;

@@ -137,3 +137,74 @@ Status shard_write(const char *path, const uint32_t *tokens, size_t n, const Sha
     file_atomic_abort(&f);
     return st;
 }
+
+/* ------------------------------------------------------------------ streaming writer */
+
+static void header_bytes(uint8_t *hdr, int wide, size_t n, const ShardMeta *m) {
+    memset(hdr, 0, SHARD_HEADER_INTS * 4);
+    wr32(hdr, wide ? SHARD_MAGIC_U32 : SHARD_MAGIC_U16);
+    wr32(hdr + 4, wide ? SHARD_VERSION_U32 : SHARD_VERSION_U16);
+    wr32(hdr + 8, (uint32_t)n);
+    wr32(hdr + 12, (uint32_t)m->tokenizer_hash);
+    wr32(hdr + 16, (uint32_t)(m->tokenizer_hash >> 32));
+    wr32(hdr + 20, (uint32_t)m->source_bytes);
+    wr32(hdr + 24, (uint32_t)(m->source_bytes >> 32));
+    wr32(hdr + 28, m->vocab_size);
+    wr32(hdr + 32, m->eot_plus1);
+}
+
+Status shard_writer_open(ShardWriter *w, const char *path, const ShardMeta *meta, Err *err) {
+    w->f.fd = -1;
+    w->f.tmp[0] = '\0';
+    w->meta = *meta;
+    w->n = w->nbuf = 0;
+    if (meta->version != 0 && meta->version != SHARD_VERSION_U16 && meta->version != SHARD_VERSION_U32)
+        return err_set(err, ST_ERR_INPUT, "%s: expected shard version 1 or 7, found %u", path, meta->version);
+    if (meta->version == SHARD_VERSION_U16 && meta->vocab_size > 65536)
+        return err_set(err, ST_ERR_INPUT, "%s: shard version 1 holds uint16 ids, but the vocabulary has %u ids (expected "
+                       "<= 65536; use version 7)", path, meta->vocab_size);
+    w->wide = meta->version == SHARD_VERSION_U32 || meta->vocab_size > 65536;
+    Status st = file_atomic_open(&w->f, path, err);
+    if (st != ST_OK) {
+        file_atomic_abort(&w->f);
+        if (err) err->status = ST_ERR_INPUT; /* an output path that cannot be created is bad input */
+        return ST_ERR_INPUT;
+    }
+    uint8_t hdr[SHARD_HEADER_INTS * 4]; /* a placeholder; commit writes the real one */
+    memset(hdr, 0, sizeof hdr);
+    return file_atomic_write(&w->f, hdr, sizeof hdr, err);
+}
+
+Status shard_writer_append(ShardWriter *w, const uint32_t *tokens, size_t n, Err *err) {
+    int b = w->wide ? 4 : 2;
+    if (w->n + n > UINT32_MAX / 4)
+        return err_set(err, ST_ERR_INPUT, "%s: expected at most %u tokens per shard, found %zu", w->f.path, UINT32_MAX / 4,
+                       w->n + n);
+    for (size_t i = 0; i < n; i++) {
+        if (w->nbuf + 4 > sizeof w->buf) {
+            Status st = file_atomic_write(&w->f, w->buf, w->nbuf, err);
+            if (st) return st;
+            w->nbuf = 0;
+        }
+        uint32_t v = tokens[i];
+        if (b == 4) wr32(w->buf + w->nbuf, v);
+        else w->buf[w->nbuf] = (uint8_t)v, w->buf[w->nbuf + 1] = (uint8_t)(v >> 8);
+        w->nbuf += (size_t)b;
+    }
+    w->n += n;
+    return ST_OK;
+}
+
+Status shard_writer_commit(ShardWriter *w, uint64_t source_bytes, Err *err) {
+    Status st = w->nbuf ? file_atomic_write(&w->f, w->buf, w->nbuf, err) : ST_OK;
+    w->nbuf = 0;
+    if (st) return st;
+    w->meta.source_bytes = source_bytes;
+    uint8_t hdr[SHARD_HEADER_INTS * 4];
+    header_bytes(hdr, w->wide, w->n, &w->meta);
+    if (pwrite(w->f.fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr)
+        return err_set(err, ST_ERR_RUNTIME, "%s: header write failed: %s", w->f.tmp, strerror(errno));
+    return file_atomic_commit(&w->f, err);
+}
+
+void shard_writer_abort(ShardWriter *w) { file_atomic_abort(&w->f); }

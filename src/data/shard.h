@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/fileio.h"
 #include "core/status.h"
 
 #define SHARD_HEADER_INTS 256
@@ -57,5 +58,25 @@ size_t shard_find_token_at_least(const Shard *s, uint32_t vocab);
  * unless meta->version forces one: version 1 with a vocabulary over 65536 or a token over 65535 is
  * refused (ST_ERR_INPUT), as is any other version. */
 Status shard_write(const char *path, const uint32_t *tokens, size_t n, const ShardMeta *meta, Err *err);
+
+/* A shard written as its tokens arrive (prepare's writers), in 64 KiB of memory: the tokens go to
+ * `path.tmp.<pid>`; commit writes the header (count, source bytes) at offset 0, fsyncs, renames
+ * and fsyncs the directory, so a reader sees no shard or a whole one. The width is fixed at open:
+ * meta->version 7, or 0 with meta->vocab_size > 65536, gives uint32; else uint16 (version 1 with a
+ * vocabulary over 65536 is refused). The caller guarantees every id < meta->vocab_size. */
+typedef struct {
+    FileAtomic f;
+    ShardMeta meta;
+    int wide;          /* 4-byte tokens */
+    size_t n;          /* tokens appended */
+    size_t nbuf;       /* bytes waiting in buf */
+    uint8_t buf[1 << 16];
+} ShardWriter;
+
+Status shard_writer_open(ShardWriter *w, const char *path, const ShardMeta *meta, Err *err);
+Status shard_writer_append(ShardWriter *w, const uint32_t *tokens, size_t n, Err *err);
+/* Finishes the file with meta.source_bytes = source_bytes. */
+Status shard_writer_commit(ShardWriter *w, uint64_t source_bytes, Err *err);
+void shard_writer_abort(ShardWriter *w); /* removes the temporary; safe after commit */
 
 #endif
