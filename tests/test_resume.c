@@ -12,7 +12,14 @@
  * second start record (resumed_from_step, resume.found), the first step logged after it being the
  * next one, and the earlier run's records kept in front of it (tu_log_resumed). Negative control:
  * the same resume pointed at an empty --ckpt-dir passes the old comparison and is caught by these
- * checks; its start record says found=false, resumed_from_step 0, with a note. */
+ * checks; its start record says found=false, resumed_from_step 0, with a note.
+ *
+ * One pass (issue 24): `--resume auto` reads the checkpoint's data once. Oracle: the bytes the process
+ * read from finding to loading (TrainResult.resume_read_bytes, /proc/self/io) against the files'
+ * sizes: between 0.9x and 1.4x. Control: the test-only fault that verifies before loading (the old
+ * double read) must read 1.8x or more. Fallback: a flipped byte in the newest checkpoint's weights is
+ * refused on load and the run continues from the one before, equal to the uninterrupted run; control:
+ * that checkpoint named explicitly is refused (the load does verify). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <signal.h>
@@ -279,6 +286,104 @@ static void test_sigterm(void) {
              "%s", why);
 }
 
+/* "loss;" of the step records of log with step >= from. */
+static void losses_from(const char *log, long from, char *out, size_t cap) {
+    cJSON *all = tu_log_records(log);
+    const cJSON *o;
+    size_t n = 0;
+    out[0] = 0;
+    cJSON_ArrayForEach(o, all) {
+        const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "event"), *st = cJSON_GetObjectItemCaseSensitive(o, "step");
+        const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, "loss");
+        if (cJSON_IsString(ev) && !strcmp(ev->valuestring, "step") && cJSON_IsNumber(st) && st->valuedouble >= from &&
+            cJSON_IsNumber(l) && n + 40 < cap)
+            n += (size_t)snprintf(out + n, cap - n, "%ld:%.17g;", (long)st->valuedouble, l->valuedouble);
+    }
+    cJSON_Delete(all);
+}
+
+static unsigned long long dir_bytes(const char *dir) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "du -sb --apparent-size '%s' 2>/dev/null", dir);
+    FILE *f = popen(cmd, "r");
+    unsigned long long b = 0;
+    if (f && fscanf(f, "%llu", &b) != 1) b = 0;
+    if (f) pclose(f);
+    return b;
+}
+
+static int sh(const char *cmd) {
+    int rc = system(cmd);
+    tu_check(rc == 0, "setup command", "%s: exit %d", cmd, rc);
+    return rc == 0;
+}
+
+static void test_one_pass(void) {
+    TrainConfig ref = base("onepass_ref", 12);
+    ref.ckpt_dir[0] = 0;
+    run_or_die(&ref);
+    TrainConfig half = base("onepass", 12);
+    half.ckpt_every = 4, half.stop_after = 8;
+    run_or_die(&half); /* checkpoints at steps 4 and 8 */
+    if (!sh("cd " DIR " && rm -rf op_a op_b op_bad && cp -r onepass_ckpt op_a && cp -r onepass_ckpt op_b && "
+            "cp -r onepass_ckpt op_bad"))
+        return;
+    /* A byte flipped near the end of step 8's weights (tensor data, not the header). */
+    FILE *f = fopen(DIR "/op_bad/step_00000008/model.safetensors", "r+b");
+    int flipped = f && fseek(f, -16, SEEK_END) == 0;
+    int ch = flipped ? fgetc(f) : EOF;
+    flipped = flipped && ch != EOF && fseek(f, -16, SEEK_END) == 0 && fputc(ch ^ 0x40, f) != EOF;
+    if (f) fclose(f);
+    tu_check(flipped, "setup: a byte flipped in step 8's model.safetensors", "%s", flipped ? "done" : "failed");
+    char want[4096], got[4096];
+    losses_from(ref.log_path, 9, want, sizeof want);
+
+    unsigned long long ck = dir_bytes(DIR "/op_a/step_00000008");
+    TrainConfig a = base("op_a", 12);
+    snprintf(a.ckpt_dir, sizeof a.ckpt_dir, DIR "/op_a");
+    snprintf(a.resume, sizeof a.resume, "auto");
+    TrainResult ra = run_or_die(&a);
+    losses_from(a.log_path, 9, got, sizeof got);
+    double x = ck ? (double)ra.resume_read_bytes / (double)ck : 0;
+    tu_check(ra.start_step == 8 && !strcmp(got, want) && strlen(want) > 20 && x >= 0.9 && x <= 1.4,
+             "resume reads the checkpoint's data once", "start_step %ld, steps 9-12 %s the uninterrupted run's; read %llu "
+             "bytes for a checkpoint of %llu (%.2fx, want 0.9-1.4)", ra.start_step, strcmp(got, want) ? "DIFFER from" : "equal",
+             ra.resume_read_bytes, ck, x);
+    TrainConfig b = base("op_b", 12);
+    snprintf(b.ckpt_dir, sizeof b.ckpt_dir, DIR "/op_b");
+    snprintf(b.resume, sizeof b.resume, "auto");
+    b.faults.resume_verify_first = 1;
+    TrainResult rb = run_or_die(&b);
+    double xb = ck ? (double)rb.resume_read_bytes / (double)ck : 0;
+    tu_check(xb >= 1.8, "negative control: verifying before loading (the old resume) reads 1.8x or more",
+             "%.2fx (%llu bytes)", xb, rb.resume_read_bytes);
+
+    TrainConfig c = base("op_bad", 12);
+    snprintf(c.ckpt_dir, sizeof c.ckpt_dir, DIR "/op_bad");
+    snprintf(c.resume, sizeof c.resume, "auto");
+    TrainResult rc = run_or_die(&c);
+    losses_from(ref.log_path, 5, want, sizeof want);
+    losses_from(c.log_path, 5, got, sizeof got);
+    long from;
+    int found;
+    char note[1024];
+    last_start_resume(c.log_path, &from, &found, note, sizeof note);
+    tu_check(rc.start_step == 4 && from == 4 && !strcmp(got, want) && strstr(note, "refused on load") &&
+                 strstr(note, "falling back") && strstr(note, "step_00000004"),
+             "a checkpoint whose data fails verification on load is refused; the run continues from the one before",
+             "start_step %ld, steps 5-12 %s the uninterrupted run's; note: %s", rc.start_step,
+             strcmp(got, want) ? "DIFFER from" : "equal", note);
+    TrainConfig d = base("op_bad_explicit", 12);
+    snprintf(d.resume, sizeof d.resume, DIR "/op_bad/step_00000008");
+    d.ckpt_dir[0] = 0;
+    TrainResult rd;
+    Err e;
+    Status st = train_run(&d, &rd, &e);
+    tu_check(st == ST_ERR_INPUT && strstr(e.msg, "model.safetensors") && strstr(e.msg, "checksum"),
+             "control: the corrupt checkpoint named explicitly is refused on load, naming the file", "%s",
+             st == ST_OK ? "loaded" : e.msg);
+}
+
 int main(void) {
     system("rm -rf " DIR);
     make_data();
@@ -287,5 +392,6 @@ int main(void) {
     test_split("bf16", 0, 1);
     test_config_kinds();
     test_sigterm();
+    test_one_pass();
     return tu_exit();
 }

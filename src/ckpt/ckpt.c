@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -912,8 +913,43 @@ int ckpt_is_weights_folder(const char *dir) {
     return access(p, F_OK) == 0;
 }
 
+/* What a resolve checks of each candidate: everything (every file read and hashed) or the structure
+ * (state.json and its own checksum, every listed file present with its recorded size). */
+Status ckpt_check_structure(const char *ckpt_path, Err *err) {
+    CkptMeta m;
+    CkptFileList files;
+    Status st = ckpt_state_read(ckpt_path, &m, &files, err);
+    if (st != ST_OK) return st;
+    ckpt_meta_free(&m);
+    for (int i = 0; i < files.n && st == ST_OK; i++) {
+        char path[4200];
+        struct stat sb;
+        join(path, sizeof path, ckpt_path, files.e[i].name);
+        if (stat(path, &sb) != 0)
+            st = err_set(err, ST_ERR_INPUT, "%s: listed in state.json, not found", path);
+        else if ((size_t)sb.st_size != files.e[i].sum.bytes)
+            st = err_set(err, ST_ERR_INPUT, "%s: state.json records %zu bytes, found a file of %lld bytes", path,
+                         files.e[i].sum.bytes, (long long)sb.st_size);
+    }
+    ckpt_files_free(&files);
+    return st;
+}
+
+static Status resolve(const char *dir, const char *spec, long before, Status (*check)(const char *, Err *), char *out,
+                      size_t out_len, char *note, size_t note_len, Err *err);
+
 Status ckpt_resolve(const char *dir, const char *spec, char *out, size_t out_len, char *note, size_t note_len,
                     Err *err) {
+    return resolve(dir, spec, LONG_MAX, ckpt_verify, out, out_len, note, note_len, err);
+}
+
+Status ckpt_resolve_unread(const char *dir, const char *spec, long before_step, char *out, size_t out_len, char *note,
+                           size_t note_len, Err *err) {
+    return resolve(dir, spec, before_step, ckpt_check_structure, out, out_len, note, note_len, err);
+}
+
+static Status resolve(const char *dir, const char *spec, long before, Status (*check)(const char *, Err *), char *out,
+                      size_t out_len, char *note, size_t note_len, Err *err) {
     out[0] = '\0';
     if (note && note_len) note[0] = '\0';
     char probe[4200];
@@ -925,7 +961,7 @@ Status ckpt_resolve(const char *dir, const char *spec, char *out, size_t out_len
     if (spec && strcmp(spec, "auto") != 0) {
         snprintf(probe, sizeof probe, "%s/state.json", spec);
         if (access(probe, F_OK) == 0) {
-            Status st = ckpt_verify(spec, err);
+            Status st = check(spec, err);
             if (st != ST_OK) return err_prefix(err, "--resume %s", spec);
             snprintf(out, out_len, "%s", spec);
             return ST_OK;
@@ -952,7 +988,8 @@ Status ckpt_resolve(const char *dir, const char *spec, char *out, size_t out_len
         ckpt_step_name(name, sizeof name, steps[i]);
         join(path, sizeof path, dir, name);
         Err e = {0};
-        if (ckpt_verify(path, &e) == ST_OK) {
+        if (steps[i] >= before) continue; /* at or after a step the caller found corrupt */
+        if (check(path, &e) == ST_OK) {
             snprintf(out, out_len, "%s", path);
             if (skipped && note && note_len)
                 snprintf(note, note_len, "newest checkpoint refused (%s); %d newer checkpoint(s) skipped, falling back to %s",
@@ -964,6 +1001,8 @@ Status ckpt_resolve(const char *dir, const char *spec, char *out, size_t out_len
         skipped++;
     }
     free(steps);
+    if (st != ST_OK && first_step < 0)
+        return err_set(err, ST_ERR_INPUT, "--resume auto: no checkpoint in %s older than step %ld (%d found)", dir, before, n);
     if (st != ST_OK)
         return err_set(err, ST_ERR_INPUT, "--resume auto: no valid checkpoint in %s (%d found; newest step %ld: %s)", dir,
                        n, first_step, first.msg);

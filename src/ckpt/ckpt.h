@@ -163,6 +163,16 @@ int ckpt_is_weights_folder(const char *dir);
  * spec PATH: a checkpoint directory (verified; no fallback) or a CKPT_DIR (treated as auto).
  * A checkpoint directory given as dir with spec "auto" counts as spec PATH. spec NULL = "auto".
  * note (may be NULL) receives a one-line human note ("" if nothing to say). */
+/* The same without reading the checkpoints' data: each candidate's state.json verifies (its own
+ * checksum) and every file it lists is there with its recorded size; the loader then verifies the
+ * contents as it reads them (one pass over the data, where ckpt_resolve + a load read it twice).
+ * Only checkpoints of steps < before_step count (LONG_MAX: all): a caller whose load of step S
+ * failed asks again with before_step S. */
+Status ckpt_resolve_unread(const char *dir, const char *spec, long before_step, char *out, size_t out_len, char *note,
+                           size_t note_len, Err *err);
+/* The structural check of ckpt_resolve_unread (ST_ERR_INPUT naming the file that fails it). */
+Status ckpt_check_structure(const char *ckpt_path, Err *err);
+
 Status ckpt_resolve(const char *dir, const char *spec, char *out, size_t out_len, char *note, size_t note_len,
                     Err *err);
 

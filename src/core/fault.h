@@ -32,6 +32,9 @@ typedef struct {
     /* ---- train (src/train) ---- */
     int hess_rank_local;  /* ST_TRAIN_TEST_HESS_FAULT=1: Sophia's sampled labels keyed by rank-local rows
                              (every rank draws the same labels for its own rows). test_matopt (sophia) */
+    int resume_verify_first; /* ST_TRAIN_TEST_RESUME_VERIFY=1: --resume verifies each candidate's data
+                                (ckpt_resolve) before the load reads it again: the double read the
+                                one-pass resume replaced (test_resume's negative control) */
     /* ---- checkpoints (src/ckpt; docs/checkpoint.md, "Fault injection") ---- */
     char ckpt_fail_stage[32]; /* ST_CKPT_FAIL_AT=STAGE[:MODE]: a save aborts at STAGE (ckpt.c's
                                  CKPT_STAGES; an unknown name fails the save with ST_ERR_INPUT); "" = off */

@@ -137,3 +137,13 @@ Status file_mkdirs(const char *dir, Err *err) {
         return err_set(err, ST_ERR_RUNTIME, "%s: cannot create directory: %s", buf, strerror(errno));
     return ST_OK;
 }
+
+unsigned long long file_process_read_bytes(void) {
+    FILE *f = fopen("/proc/self/io", "r");
+    unsigned long long v = 0;
+    char line[128];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "rchar: %llu", &v) == 1) break;
+    if (f) fclose(f);
+    return v;
+}

@@ -47,4 +47,8 @@ int file_is_dir(const char *path);
 /* mkdir -p; ok if it exists. */
 Status file_mkdirs(const char *dir, Err *err);
 
+/* Bytes this process has read through read-like calls so far (/proc/self/io's rchar; the page cache
+ * counts too); 0 where the kernel does not say. For checking how often a file set is read. */
+unsigned long long file_process_read_bytes(void);
+
 #endif

@@ -177,6 +177,7 @@ void ev_start(EventLog *lg, const StartEvent *e) {
     cJSON_AddBoolToObject(rs, "found", e->resume_checkpoint && e->resume_checkpoint[0]);
     cJSON_AddStringToObject(rs, "checkpoint", e->resume_checkpoint ? e->resume_checkpoint : "");
     cJSON_AddStringToObject(rs, "note", e->resume_note ? e->resume_note : "");
+    if (e->resume_read_bytes > 0) cJSON_AddNumberToObject(rs, "bytes_read", e->resume_read_bytes);
     if (e->have_plan) {
         cJSON *pl = cJSON_AddObjectToObject(o, "plan");
         add_num(pl, "step_ms", e->plan_step_ms);

@@ -79,6 +79,7 @@ typedef struct {
     const char *peak_kind;
     long resumed_from_step;
     const char *resume_requested, *resume_checkpoint, *resume_note;
+    double resume_read_bytes;   /* bytes read from finding to loading the checkpoint (one pass over its data) */
     int have_plan;
     double plan_step_ms, plan_tokens_per_s, plan_mfu, plan_num_params, plan_memory_total;
     size_t planned[MEM_NCAT];   /* state categories and activations/workspace; data, comm and

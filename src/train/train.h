@@ -111,6 +111,8 @@ typedef struct {
     double median_step_ms;
     long steps_done;
     long start_step;                /* 0, or the step a resumed run started after */
+    unsigned long long resume_read_bytes; /* bytes this process read from finding to loading the
+                                             checkpoint (file_process_read_bytes; 0: no resume) */
     int preempted;                  /* stopped by a signal after saving */
     long spikes, skips, rollbacks;  /* health actions taken */
     long overflows;                 /* fp16 steps skipped by the loss scaler */

@@ -5,6 +5,7 @@
 #include "train/train.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/safetensors.h"
 #include "ckpt/shard.h"
+#include "core/fileio.h"
 #include "core/mem.h"
 #include "core/peak.h"
 #include "core/progress.h"
@@ -37,8 +39,34 @@
 #include "train/train_internal.h"
 #include "train/noise.h"
 
-/* Finds the checkpoint to continue from and checks the config against it, before allocating.
- * Nothing found under --resume auto is a fresh start, said on the console and in the start
+/* Checks the config recorded with checkpoint path against this run's (model fields equal,
+ * trajectory fields equal unless overridden) and that it is before --steps; sets the step and batch
+ * counters to its step. */
+static Status resume_check(Run *r, const char *path, Err *err) {
+    TrainConfig *c = &r->cfg;
+    CkptMeta meta;
+    memset(&meta, 0, sizeof meta);
+    Status st = ckpt_read_meta(path, &meta, err);
+    if (st != ST_OK) return st;
+    char buf[512], report[2048] = "";
+    snprintf(buf, sizeof buf, "%s", c->overrides);
+    const char *ov[32];
+    int nov = tr_split_list(buf, ov, 32);
+    st = ckpt_check_config(meta.config, r->config, ov, nov, report, sizeof report, err);
+    if (st != ST_OK) err_prefix(err, "--resume %s", path);
+    else if (meta.step >= c->steps)
+        st = err_set(err, ST_ERR_INPUT, "--steps %ld: the checkpoint %s is already at step %ld (extend --steps)", c->steps,
+                     path, meta.step);
+    if (st == ST_OK && report[0] && !c->quiet) printf("resume: %s\n", report);
+    r->rs.step = r->rs.attempt = meta.step;
+    ckpt_meta_free(&meta);
+    return st;
+}
+
+/* Finds the checkpoint to continue from and checks the config against it, before allocation. The
+ * candidates' data is not read here (ckpt_resolve_unread: state.json and the files' sizes): the
+ * load reads and verifies it once (tr_resume_load), and falls back to an older checkpoint if it
+ * fails. Nothing found under --resume auto is a fresh start, said on the console and in the start
  * record; nothing found at an explicit path is an error. */
 Status tr_resume_find(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
@@ -46,8 +74,12 @@ Status tr_resume_find(Run *r, Err *err) {
     int is_auto = !strcmp(c->resume, "auto");
     if (is_auto && !c->ckpt_dir[0])
         return err_set(err, ST_ERR_INPUT, "--resume auto: expected --ckpt-dir to search, found none");
-    Status st = ckpt_resolve(is_auto ? c->ckpt_dir : c->resume, "auto", r->rs.path, sizeof r->rs.path,
-                             r->rs.note, sizeof r->rs.note, err);
+    r->rs.read0 = file_process_read_bytes();
+    const char *where = is_auto ? c->ckpt_dir : c->resume;
+    Status st = c->faults.resume_verify_first /* test-only: the old double read */
+                    ? ckpt_resolve(where, "auto", r->rs.path, sizeof r->rs.path, r->rs.note, sizeof r->rs.note, err)
+                    : ckpt_resolve_unread(where, "auto", LONG_MAX, r->rs.path, sizeof r->rs.path, r->rs.note,
+                                          sizeof r->rs.note, err);
     if (st != ST_OK) return st;
     if (r->rs.note[0] && !c->quiet) printf("resume: %s\n", r->rs.note);
     if (!r->rs.path[0]) {
@@ -56,22 +88,7 @@ Status tr_resume_find(Run *r, Err *err) {
         if (!c->quiet) printf("resume: %s\n", r->rs.note);
         return ST_OK;
     }
-    CkptMeta meta;
-    memset(&meta, 0, sizeof meta);
-    if ((st = ckpt_read_meta(r->rs.path, &meta, err)) != ST_OK) return st;
-    char buf[512], report[2048] = "";
-    snprintf(buf, sizeof buf, "%s", c->overrides);
-    const char *ov[32];
-    int nov = tr_split_list(buf, ov, 32);
-    st = ckpt_check_config(meta.config, r->config, ov, nov, report, sizeof report, err);
-    if (st != ST_OK) err_prefix(err, "--resume %s", r->rs.path);
-    else if (meta.step >= c->steps)
-        st = err_set(err, ST_ERR_INPUT, "--steps %ld: the checkpoint %s is already at step %ld (extend --steps)", c->steps,
-                     r->rs.path, meta.step);
-    if (st == ST_OK && report[0] && !c->quiet) printf("resume: %s\n", report);
-    r->rs.step = r->rs.attempt = meta.step;
-    ckpt_meta_free(&meta);
-    return st;
+    return resume_check(r, r->rs.path, err);
 }
 
 /* Transient buffers of a layout (initialisation, checkpoints, final weights) are staging memory:
@@ -172,12 +189,52 @@ static Status noise_from_json(NoiseScale *n, const cJSON *o, const char *path, E
 
 /* Applies the checkpoint found by tr_resume_find: weights, moments, loader position, loss scaler,
  * health detectors, the noise scale's averages, and the batches consumed and skipped. */
+/* Loads r->rs.path, verifying its data as it reads it. Every rank reads its own part, so the ranks
+ * agree on the outcome (one small all-reduce); under --resume auto a checkpoint whose data fails
+ * verification on any rank is refused and the newest older one that is whole is loaded instead (its
+ * config checked again), as ckpt_resolve's fallback did before the data was read only once. */
+static Status resume_load_verified(Run *r, CkptMeta *m, Err *err) {
+    TrainConfig *c = &r->cfg;
+    for (;;) {
+        memset(m, 0, sizeof *m);
+        Status st = tr_run_load_ckpt(r, r->rs.path, m, err);
+        int64_t v[2] = {st == ST_ERR_INPUT, st != ST_OK && st != ST_ERR_INPUT};
+        Err ce;
+        if (comm_allreduce_i64(r->comm, v, 2, COMM_SUM, &ce) != ST_OK) {
+            if (st == ST_OK) ckpt_meta_free(m);
+            return *err = ce, ST_ERR_RUNTIME;
+        }
+        if (!v[0] && !v[1]) return ST_OK;
+        if (st == ST_OK) {
+            ckpt_meta_free(m);
+            st = err_set(err, ST_ERR_INPUT, "%s: failed to load on %lld other rank(s) (their messages say why)",
+                         r->rs.path, (long long)(v[0] + v[1]));
+        }
+        if (v[1] || strcmp(c->resume, "auto")) return v[1] && st == ST_ERR_INPUT ? ST_ERR_RUNTIME : st;
+        char refused[4096], why[1024];
+        snprintf(refused, sizeof refused, "%s", r->rs.path);
+        snprintf(why, sizeof why, "%s", err->msg);
+        Err e2 = {0};
+        if (ckpt_resolve_unread(c->ckpt_dir, "auto", r->rs.step, r->rs.path, sizeof r->rs.path, NULL, 0, &e2) != ST_OK ||
+            !r->rs.path[0])
+            return err_set(err, ST_ERR_INPUT, "--resume auto: %s refused on load (%s) and no older checkpoint loads (%s)",
+                           refused, why, e2.msg[0] ? e2.msg : "none left");
+        snprintf(r->rs.note, sizeof r->rs.note, "%.700s refused on load (%.500s); falling back to %.700s", refused, why,
+                 r->rs.path);
+        if (!c->quiet) printf("resume: %s\n", r->rs.note);
+        Status cs = resume_check(r, r->rs.path, err);
+        if (cs != ST_OK) return cs;
+    }
+}
+
 Status tr_resume_load(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
     if (!r->rs.path[0]) return ST_OK;
     CkptMeta m;
-    Status st = tr_run_load_ckpt(r, r->rs.path, &m, err);
+    Status st = resume_load_verified(r, &m, err);
     if (st != ST_OK) return st;
+    unsigned long long rd = file_process_read_bytes();
+    r->res->resume_read_bytes = rd > r->rs.read0 ? rd - r->rs.read0 : 0;
     loader_set_state(&r->train, m.loader);
     const cJSON *hj = m.extra ? cJSON_GetObjectItemCaseSensitive(m.extra, "health") : NULL;
     const cJSON *bj = m.extra ? cJSON_GetObjectItemCaseSensitive(m.extra, "batches") : NULL;

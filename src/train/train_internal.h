@@ -74,6 +74,7 @@ typedef struct {
     long attempt;               /* batches consumed before this run */
     long skipped[SKIP_RECORD_MAX]; /* batches whose update was skipped (logged and checkpointed) */
     int nskipped;
+    unsigned long long read0;  /* file_process_read_bytes when the search began */
 } RunResume;
 
 /* --log-layer-stats: the parameters before the update and the norms per segment. */

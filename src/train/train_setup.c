@@ -417,7 +417,8 @@ Status tr_announce(Run *r, Err *err) {
                      .peak_flops = r->acct.peak, .peak_flops_job = r->acct.peak_job, .data_utilization = util,
                      .world = r->world, .peak_given = c->peak_flops > 0, .peak_kind = r->acct.peak_kind,
                      .resumed_from_step = r->rs.step, .resume_requested = c->resume,
-                     .resume_checkpoint = r->rs.path, .resume_note = r->rs.note, .have_plan = r->acct.have_plan};
+                     .resume_checkpoint = r->rs.path, .resume_note = r->rs.note,
+                     .resume_read_bytes = (double)r->res->resume_read_bytes, .have_plan = r->acct.have_plan};
     if (r->acct.have_plan) {
         se.plan_step_ms = r->acct.plan.compute.step * 1e3, se.plan_tokens_per_s = r->acct.plan.compute.tokens_per_s;
         se.plan_mfu = r->acct.plan.compute.mfu, se.plan_num_params = (double)r->acct.plan.n_params;
