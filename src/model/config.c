@@ -1,6 +1,8 @@
 /* config.c — presets and validation of the model blueprint. */
 #include "model/config.h"
 
+#include "model/kernels.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,38 @@ int model_arch_parse(const char *name) {
     if (!strcmp(name, "gpt2")) return ARCH_GPT2;
     if (!strcmp(name, "llama")) return ARCH_LLAMA;
     return -1;
+}
+
+const char *model_rope_type_name(int rope_type) {
+    return rope_type == ROPE_LINEAR ? "linear" : rope_type == ROPE_LLAMA3 ? "llama3" : "default";
+}
+
+int model_rope_type_parse(const char *name) {
+    if (!strcmp(name, "default")) return ROPE_DEFAULT;
+    if (!strcmp(name, "linear")) return ROPE_LINEAR;
+    if (!strcmp(name, "llama3")) return ROPE_LLAMA3;
+    return -1;
+}
+
+void model_rope_inv_freq(const ModelConfig *cfg, double *inv_freq) {
+    int hs = cfg->n_embd / cfg->n_head;
+    rope_inv_freq(inv_freq, hs, cfg->rope_theta);
+    if (cfg->rope_type == ROPE_LINEAR) {
+        for (int i = 0; i < hs / 2; i++) inv_freq[i] /= (double)cfg->rope_factor;
+    } else if (cfg->rope_type == ROPE_LLAMA3) {
+        /* transformers' _compute_llama3_parameters, step by step */
+        double factor = cfg->rope_factor, lo = cfg->rope_low_freq_factor, hi = cfg->rope_high_freq_factor;
+        double old_ctx = cfg->rope_orig_max_seq;
+        double low_freq_wavelen = old_ctx / lo, high_freq_wavelen = old_ctx / hi;
+        for (int i = 0; i < hs / 2; i++) {
+            double f = inv_freq[i], wavelen = 2.0 * M_PI / f;
+            double fl = wavelen > low_freq_wavelen ? f / factor : f; /* long wavelengths: scaled */
+            double smooth = (old_ctx / wavelen - lo) / (hi - lo);
+            double smoothed = (1.0 - smooth) * fl / factor + smooth * fl;
+            int medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+            inv_freq[i] = medium ? smoothed : fl;
+        }
+    }
 }
 
 const char *model_param_name(int param) { return param == PARAM_MUP ? "mup" : "sp"; }
@@ -94,6 +128,35 @@ Status model_config_preset(ModelConfig *cfg, const char *name, Err *err) {
                    name);
 }
 
+/* The RoPE type's parameters: each type's own in range, every other one 0 (a value that would
+ * change nothing is refused, as an inert flag is). Names are Hugging Face's keys. */
+static Status rope_validate(const ModelConfig *c, Err *err) {
+    if (c->rope_type != ROPE_DEFAULT && c->rope_type != ROPE_LINEAR && c->rope_type != ROPE_LLAMA3)
+        return err_set(err, ST_ERR_INPUT, "rope_type: expected default, linear or llama3, found type %d", c->rope_type);
+    const char *t = model_rope_type_name(c->rope_type);
+    if (c->rope_type == ROPE_DEFAULT ? c->rope_factor != 0.0f
+                                     : !(isfinite(c->rope_factor) && c->rope_factor > 0.0f))
+        return err_set(err, ST_ERR_INPUT, "rope factor: expected %s under rope_type %s, found %g",
+                       c->rope_type == ROPE_DEFAULT ? "none" : "a positive number", t, c->rope_factor);
+    if (c->rope_type != ROPE_LLAMA3) {
+        if (c->rope_low_freq_factor != 0.0f || c->rope_high_freq_factor != 0.0f || c->rope_orig_max_seq != 0)
+            return err_set(err, ST_ERR_INPUT, "rope low_freq_factor, high_freq_factor, original_max_position_embeddings: "
+                           "expected none under rope_type %s (they are llama3's), found %g, %g, %d", t,
+                           c->rope_low_freq_factor, c->rope_high_freq_factor, c->rope_orig_max_seq);
+        return ST_OK;
+    }
+    if (!(isfinite(c->rope_low_freq_factor) && c->rope_low_freq_factor > 0.0f))
+        return err_set(err, ST_ERR_INPUT, "rope low_freq_factor: expected a positive number, found %g",
+                       c->rope_low_freq_factor);
+    if (!(isfinite(c->rope_high_freq_factor) && c->rope_high_freq_factor > c->rope_low_freq_factor))
+        return err_set(err, ST_ERR_INPUT, "rope high_freq_factor: expected a number above low_freq_factor %g, found %g",
+                       c->rope_low_freq_factor, c->rope_high_freq_factor);
+    if (c->rope_orig_max_seq < 1)
+        return err_set(err, ST_ERR_INPUT, "rope original_max_position_embeddings: expected a positive integer, found %d",
+                       c->rope_orig_max_seq);
+    return ST_OK;
+}
+
 Status model_config_validate(ModelConfig *cfg, Err *err) {
     if (cfg->n_layer < 1 || cfg->n_layer > 1024)
         return err_set(err, ST_ERR_INPUT, "--layers: expected 1..1024, found %d", cfg->n_layer);
@@ -122,6 +185,11 @@ Status model_config_validate(ModelConfig *cfg, Err *err) {
         cfg->n_kv_head = cfg->n_head, cfg->ffn = 4 * C;
         if (cfg->norm_eps == 0.0f) cfg->norm_eps = 1e-5f;
         if (cfg->rope_theta == 0.0f) cfg->rope_theta = 10000.0f;
+        if (cfg->rope_type != ROPE_DEFAULT)
+            return err_set(err, ST_ERR_INPUT, "rope_type: expected default (GPT-2 has no RoPE), found %s",
+                           model_rope_type_name(cfg->rope_type));
+        Status st = rope_validate(cfg, err);
+        if (st != ST_OK) return st;
     } else {
         if (cfg->n_kv_head == 0) cfg->n_kv_head = cfg->n_head;
         if (cfg->n_kv_head < 1 || cfg->n_head % cfg->n_kv_head)
@@ -142,6 +210,8 @@ Status model_config_validate(ModelConfig *cfg, Err *err) {
         if (cfg->rope_theta == 0.0f) cfg->rope_theta = 10000.0f;
         if (!(cfg->rope_theta > 1.0f))
             return err_set(err, ST_ERR_INPUT, "--rope-theta: expected a value above 1, found %g", cfg->rope_theta);
+        Status st = rope_validate(cfg, err);
+        if (st != ST_OK) return st;
         if (cfg->untied != 0 && cfg->untied != 1)
             return err_set(err, ST_ERR_INPUT, "--tie-embeddings: expected on or off, found %d", cfg->untied);
     }
