@@ -106,7 +106,7 @@ static Status refuse_inert(ArgSpec *specs, int n, const TrainConfig *c, const Co
  * still win. --arch contradicting the preset's family is refused. */
 static Status model_flags(ModelConfig *m, const char *model, const char *arch, int arch_seen, int tie, ArgSpec *specs,
                           int n, Err *err) {
-    int a = model_arch_parse(arch);
+    int a = model_arch_parse(arch), preset_untied = 1; /* Llama's default head: untied */
     if (a < 0) return err_set(err, ST_ERR_INPUT, "--arch: expected gpt2 or llama, found '%s'", arch);
     m->arch = a;
     if (model[0]) {
@@ -125,10 +125,14 @@ static Status model_flags(ModelConfig *m, const char *model, const char *arch, i
         for (size_t i = 0; i < sizeof F / sizeof F[0]; i++)
             if (!args_find(specs, n, F[i].flag)->seen) memcpy((char *)m + F[i].off, (char *)&p + F[i].off, sizeof(int));
         if (!args_find(specs, n, "rope-theta")->seen) m->rope_theta = p.rope_theta;
+        /* the preset's RoPE scaling (Llama 3.1/3.2) and head tying come with its shape */
+        m->rope_type = p.rope_type, m->rope_factor = p.rope_factor, m->rope_orig_max_seq = p.rope_orig_max_seq;
+        m->rope_low_freq_factor = p.rope_low_freq_factor, m->rope_high_freq_factor = p.rope_high_freq_factor;
+        preset_untied = p.untied;
         m->arch = p.arch;
     }
     if (m->arch == ARCH_LLAMA) {
-        m->untied = !tie;
+        m->untied = tie ? 0 : preset_untied;
     } else {
         static const char *const llama_only[] = {"kv-heads", "ffn", "ffn-multiple", "norm-eps", "rope-theta"};
         for (size_t i = 0; i < sizeof llama_only / sizeof llama_only[0]; i++)

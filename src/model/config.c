@@ -70,12 +70,17 @@ float model_attn_scale(const ModelConfig *cfg) {
     return cfg->param == PARAM_MUP ? 1.0f / (float)hs : 1.0f / sqrtf((float)hs);
 }
 
-/* The published Llama shapes (Llama 2 7B/13B/70B, Llama 3 8B), for plan and --init-from. */
-static const struct { const char *name; int L, NH, KV, C, F, V, maxT; float theta; } LLAMA[] = {
-    {"llama-7b", 32, 32, 32, 4096, 11008, 32000, 4096, 10000.0f},
-    {"llama-13b", 40, 40, 40, 5120, 13824, 32000, 4096, 10000.0f},
-    {"llama-70b", 80, 64, 8, 8192, 28672, 32000, 4096, 10000.0f},
-    {"llama3-8b", 32, 32, 8, 4096, 14336, 128256, 8192, 500000.0f},
+/* The published Llama shapes (Llama 2 7B/13B/70B, Llama 3 8B, Llama 3.1 8B, Llama 3.2 1B/3B: their
+ * Hugging Face config.json files), for train, plan and --init-from. rope: 0 plain, else llama3 with
+ * factor `factor`, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192. */
+static const struct { const char *name; int L, NH, KV, C, F, V, maxT; float theta; int tied; float factor; } LLAMA[] = {
+    {"llama-7b", 32, 32, 32, 4096, 11008, 32000, 4096, 10000.0f, 0, 0},
+    {"llama-13b", 40, 40, 40, 5120, 13824, 32000, 4096, 10000.0f, 0, 0},
+    {"llama-70b", 80, 64, 8, 8192, 28672, 32000, 4096, 10000.0f, 0, 0},
+    {"llama3-8b", 32, 32, 8, 4096, 14336, 128256, 8192, 500000.0f, 0, 0},
+    {"llama3.1-8b", 32, 32, 8, 4096, 14336, 128256, 131072, 500000.0f, 0, 8.0f},
+    {"llama3.2-1b", 16, 32, 8, 2048, 8192, 128256, 131072, 500000.0f, 1, 32.0f},
+    {"llama3.2-3b", 28, 24, 8, 3072, 8192, 128256, 131072, 500000.0f, 1, 32.0f},
 };
 
 Status model_config_preset(ModelConfig *cfg, const char *name, Err *err) {
@@ -84,7 +89,13 @@ Status model_config_preset(ModelConfig *cfg, const char *name, Err *err) {
             cfg->arch = ARCH_LLAMA, cfg->untied = 1;
             cfg->n_layer = LLAMA[i].L, cfg->n_head = LLAMA[i].NH, cfg->n_kv_head = LLAMA[i].KV;
             cfg->n_embd = LLAMA[i].C, cfg->ffn = LLAMA[i].F, cfg->vocab = LLAMA[i].V, cfg->max_seq = LLAMA[i].maxT;
-            cfg->rope_theta = LLAMA[i].theta;
+            cfg->rope_theta = LLAMA[i].theta, cfg->untied = !LLAMA[i].tied;
+            cfg->rope_type = ROPE_DEFAULT, cfg->rope_factor = 0.0f;
+            cfg->rope_low_freq_factor = cfg->rope_high_freq_factor = 0.0f, cfg->rope_orig_max_seq = 0;
+            if (LLAMA[i].factor > 0.0f) {
+                cfg->rope_type = ROPE_LLAMA3, cfg->rope_factor = LLAMA[i].factor;
+                cfg->rope_low_freq_factor = 1.0f, cfg->rope_high_freq_factor = 4.0f, cfg->rope_orig_max_seq = 8192;
+            }
             return ST_OK;
         }
     }
@@ -124,7 +135,8 @@ Status model_config_preset(ModelConfig *cfg, const char *name, Err *err) {
     }
     return err_set(err, ST_ERR_INPUT,
                    "--model: expected a preset (d1..d64, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-d1.."
-                   "llama-d64, llama-7b, llama-13b, llama-70b, llama3-8b), found '%s'",
+                   "llama-d64, llama-7b, llama-13b, llama-70b, llama3-8b, llama3.1-8b, llama3.2-1b, llama3.2-3b), "
+                   "found '%s'",
                    name);
 }
 

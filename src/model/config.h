@@ -87,7 +87,11 @@ int model_arch_parse(const char *name);
  * left as they are) and the published shapes with their vocabulary, context and theta: "llama-7b"
  * (32 layers, 32/32 heads, 4096, F 11008, V 32000, 4096), "llama-13b" (40, 40/40, 5120, 13824),
  * "llama-70b" (80, 64/8, 8192, 28672), "llama3-8b" (32, 32/8, 4096, 14336, V 128256, 8192,
- * theta 500000). ST_ERR_INPUT on an unknown name. */
+ * theta 500000), and with llama3 RoPE scaling (low 1, high 4, original 8192 positions; V 128256,
+ * 131072 positions, theta 500000): "llama3.1-8b" (32, 32/8, 4096, 14336, factor 8, untied),
+ * "llama3.2-1b" (16, 32/8, 2048, 8192, factor 32, tied), "llama3.2-3b" (28, 24/8, 3072, 8192,
+ * factor 32, tied). A published shape sets the RoPE type and head tying too. ST_ERR_INPUT on an
+ * unknown name. */
 Status model_config_preset(ModelConfig *cfg, const char *name, Err *err);
 
 /* Llama's default MLP width for C channels: 8C/3 rounded up, then up to a multiple of `multiple`
