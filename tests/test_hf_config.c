@@ -23,7 +23,9 @@
  *      meaning, rope_theta in both, torch_dtype = dtype. Control: a copy whose rope_parameters.factor
  *      differs fails the equality check.
  *   5. a llama3 model computes with its frequencies: gpt's RoPE table and the KV cache's (first T
- *      positions) equal rope_table(model_rope_inv_freq) bit for bit, and differ from plain RoPE's. */
+ *      positions) equal rope_table(model_rope_inv_freq) bit for bit, and differ from plain RoPE's.
+ *   6. the presets llama3.1-8b, llama3.2-1b, llama3.2-3b: the released models' parameter counts,
+ *      head tying and llama3 RoPE. Control: the 1B with an untied head misses its count. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -516,11 +518,45 @@ static void test_round_trip(void) {
     }
 }
 
+/* ============================================================ 6. presets ================ */
+
+/* Oracle: the parameter counts of the released Llama 3.1 8B, 3.2 1B and 3.2 3B safetensors (their
+ * model cards' totals), and their config.json RoPE (llama3: factor 8 / 32, 1, 4, 8192; theta 500000;
+ * 131072 positions). Control: the 1B preset with an untied head must miss its count. */
+static void test_presets(void) {
+    static const struct { const char *name; long long params; int untied; float factor; } P[] = {
+        {"llama3.1-8b", 8030261248LL, 1, 8.0f},
+        {"llama3.2-1b", 1235814400LL, 0, 32.0f},
+        {"llama3.2-3b", 3212749824LL, 0, 32.0f},
+    };
+    for (size_t i = 0; i < sizeof P / sizeof P[0]; i++) {
+        ModelConfig c = {0};
+        Err e = {0};
+        Status st = model_config_preset(&c, P[i].name, &e);
+        if (st == ST_OK) st = model_config_validate(&c, &e);
+        long long n = st == ST_OK ? model_config_num_params(&c) : -1;
+        char name[256];
+        snprintf(name, sizeof name, "preset %s: the released parameter count, llama3 RoPE factor %g, %s head", P[i].name,
+                 P[i].factor, P[i].untied ? "untied" : "tied");
+        tu_check(n == P[i].params && c.untied == P[i].untied && c.rope_type == ROPE_LLAMA3 &&
+                 c.rope_factor == P[i].factor && c.rope_low_freq_factor == 1.0f && c.rope_high_freq_factor == 4.0f &&
+                 c.rope_orig_max_seq == 8192 && c.rope_theta == 500000.0f && c.max_seq == 131072 && c.vocab == 128256 &&
+                 c.n_kv_head == 8, name, "%s%lld parameters (expected %lld)", st == ST_OK ? "" : e.msg, n, P[i].params);
+        if (i == 1) {
+            c.untied = 1;
+            char d[64];
+            snprintf(d, sizeof d, "%lld parameters", model_config_num_params(&c));
+            control(model_config_num_params(&c) == P[i].params, "negative control: llama3.2-1b with an untied head", d);
+        }
+    }
+}
+
 int main(void) {
     if (!tu_shell("rm -rf " TMP " && mkdir -p " TMP)) return 1;
     test_frequencies();
     test_v5_theta();
     test_refused();
     test_round_trip();
+    test_presets();
     return tu_exit();
 }
