@@ -25,7 +25,10 @@
  *   5. a llama3 model computes with its frequencies: gpt's RoPE table and the KV cache's (first T
  *      positions) equal rope_table(model_rope_inv_freq) bit for bit, and differ from plain RoPE's.
  *   6. the presets llama3.1-8b, llama3.2-1b, llama3.2-3b: the released models' parameter counts,
- *      head tying and llama3 RoPE. Control: the 1B with an untied head misses its count. */
+ *      head tying and llama3 RoPE. Control: the 1B with an untied head misses its count.
+ *   7. the CLI: train with the --rope-* flags; --rope-type yarn refused (exit 2, one line); the
+ *      issue's symptom, `train --init-from` of a transformers-5 folder, prints theta=500000
+ *      rope=llama3 (control: the folder without rope_parameters does not). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -551,6 +554,66 @@ static void test_presets(void) {
     }
 }
 
+/* ============================================================ 7. the CLI ================ */
+
+/* Runs cmd (stdout and stderr into TMP/cli.out); returns the exit status and the output (caller frees). */
+static int run(const char *cmd, char **out) {
+    char full[4096];
+    snprintf(full, sizeof full, "%s > " TMP "/cli.out 2>&1", cmd);
+    int rc = system(full);
+    *out = tu_slurp(TMP "/cli.out");
+    if (!*out) *out = calloc(1, 1);
+    return rc == -1 ? -1 : WEXITSTATUS(rc);
+}
+
+/* The issue's symptom end to end: a transformers-5 folder through `train --init-from` printed
+ * theta=10000. The folder is our own export (train --out with the llama3 flags) rewritten as v5
+ * writes it. Also: the --rope-* flags, and a bad --rope-type refused with one line. */
+static void test_cli(void) {
+    const char *small = BIN " train --arch llama --layers 1 --channels 64 --heads 4 --kv-heads 2 --ffn 64 "
+                        "--max-seq-len 64 --seq-len 16 --micro-batch 2 --steps 1 --tokenizer bytes --vocab 257 "
+                        "--threads 1";
+    char cmd[2048], *out;
+    snprintf(cmd, sizeof cmd, "%s --rope-theta 500000 --rope-type llama3 --rope-factor 8 --rope-low-freq-factor 1 "
+             "--rope-high-freq-factor 4 --rope-original-max-seq-len 32 --out " TMP "/cli_llama3", small);
+    int rc = run(cmd, &out);
+    tu_check(rc == 0 && strstr(out, "theta=500000 rope=llama3 factor=8"), "train --rope-type llama3 --rope-factor 8 "
+             "...: the model line says so", "exit %d: %.300s", rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s --rope-type yarn", small);
+    rc = run(cmd, &out);
+    size_t len = strlen(out);
+    tu_check(rc == 2 && strstr(out, "--rope-type") && len > 0 && strchr(out, '\n') == out + len - 1,
+             "train --rope-type yarn: exit 2, one line naming --rope-type", "exit %d: %.300s", rc, out);
+    free(out);
+    /* the export rewritten as transformers 5 writes it: no rope_theta / rope_scaling / torch_dtype */
+    cJSON *j = read_json(TMP "/cli_llama3/config.json");
+    int ok = j != NULL;
+    if (j) {
+        cJSON_DeleteItemFromObject(j, "rope_theta");
+        cJSON_DeleteItemFromObject(j, "rope_scaling");
+        cJSON_DeleteItemFromObject(j, "torch_dtype");
+        ok = write_folder(TMP "/cli_v5", j, 0) && tu_shell("cp " TMP "/cli_llama3/model.safetensors " TMP "/cli_v5/");
+        cJSON_DeleteItemFromObject(j, "rope_parameters");
+        ok = ok && write_folder(TMP "/cli_v5_control", j, 0) &&
+             tu_shell("cp " TMP "/cli_llama3/model.safetensors " TMP "/cli_v5_control/");
+        cJSON_Delete(j);
+    }
+    const char *init = BIN " train --seq-len 16 --micro-batch 2 --steps 1 --tokenizer bytes --threads 1 --init-from ";
+    snprintf(cmd, sizeof cmd, "%s" TMP "/cli_v5", init);
+    rc = ok ? run(cmd, &out) : -1;
+    tu_check(rc == 0 && strstr(out, "theta=500000 rope=llama3 factor=8"), "train --init-from a transformers-5 folder "
+             "(rope_parameters only): theta=500000 rope=llama3", "exit %d: %.300s", rc, rc == -1 ? "" : out);
+    if (rc != -1) free(out);
+    snprintf(cmd, sizeof cmd, "%s" TMP "/cli_v5_control", init);
+    rc = ok ? run(cmd, &out) : -1;
+    char d[400];
+    snprintf(d, sizeof d, "exit %d: %.300s", rc, rc == -1 ? "" : out);
+    control(rc == 0 && strstr(out, "theta=500000 rope=llama3 factor=8") != NULL,
+            "negative control: the same folder without rope_parameters", d);
+    if (rc != -1) free(out);
+}
+
 int main(void) {
     if (!tu_shell("rm -rf " TMP " && mkdir -p " TMP)) return 1;
     test_frequencies();
@@ -558,5 +621,6 @@ int main(void) {
     test_refused();
     test_round_trip();
     test_presets();
+    test_cli();
     return tu_exit();
 }

@@ -141,31 +141,32 @@ Status model_config_preset(ModelConfig *cfg, const char *name, Err *err) {
 }
 
 /* The RoPE type's parameters: each type's own in range, every other one 0 (a value that would
- * change nothing is refused, as an inert flag is). Names are Hugging Face's keys. */
+ * change nothing is refused, as an inert flag is). Messages name the flag and Hugging Face's key. */
 static Status rope_validate(const ModelConfig *c, Err *err) {
     if (c->rope_type != ROPE_DEFAULT && c->rope_type != ROPE_LINEAR && c->rope_type != ROPE_LLAMA3)
-        return err_set(err, ST_ERR_INPUT, "rope_type: expected default, linear or llama3, found type %d", c->rope_type);
+        return err_set(err, ST_ERR_INPUT, "--rope-type: expected default, linear or llama3, found type %d", c->rope_type);
     const char *t = model_rope_type_name(c->rope_type);
     if (c->rope_type == ROPE_DEFAULT ? c->rope_factor != 0.0f
                                      : !(isfinite(c->rope_factor) && c->rope_factor > 0.0f))
-        return err_set(err, ST_ERR_INPUT, "rope factor: expected %s under rope_type %s, found %g",
-                       c->rope_type == ROPE_DEFAULT ? "none" : "a positive number", t, c->rope_factor);
+        return err_set(err, ST_ERR_INPUT, "--rope-factor (rope factor): expected %s under --rope-type %s, found %g",
+                       c->rope_type == ROPE_DEFAULT ? "none (a factor is linear's or llama3's)" : "a positive number", t,
+                       c->rope_factor);
     if (c->rope_type != ROPE_LLAMA3) {
         if (c->rope_low_freq_factor != 0.0f || c->rope_high_freq_factor != 0.0f || c->rope_orig_max_seq != 0)
-            return err_set(err, ST_ERR_INPUT, "rope low_freq_factor, high_freq_factor, original_max_position_embeddings: "
-                           "expected none under rope_type %s (they are llama3's), found %g, %g, %d", t,
-                           c->rope_low_freq_factor, c->rope_high_freq_factor, c->rope_orig_max_seq);
+            return err_set(err, ST_ERR_INPUT, "--rope-low-freq-factor, --rope-high-freq-factor, "
+                           "--rope-original-max-seq-len: expected none under --rope-type %s (they are llama3's), found "
+                           "%g, %g, %d", t, c->rope_low_freq_factor, c->rope_high_freq_factor, c->rope_orig_max_seq);
         return ST_OK;
     }
     if (!(isfinite(c->rope_low_freq_factor) && c->rope_low_freq_factor > 0.0f))
-        return err_set(err, ST_ERR_INPUT, "rope low_freq_factor: expected a positive number, found %g",
-                       c->rope_low_freq_factor);
+        return err_set(err, ST_ERR_INPUT, "--rope-low-freq-factor (low_freq_factor): expected a positive number under "
+                       "--rope-type llama3, found %g", c->rope_low_freq_factor);
     if (!(isfinite(c->rope_high_freq_factor) && c->rope_high_freq_factor > c->rope_low_freq_factor))
-        return err_set(err, ST_ERR_INPUT, "rope high_freq_factor: expected a number above low_freq_factor %g, found %g",
-                       c->rope_low_freq_factor, c->rope_high_freq_factor);
+        return err_set(err, ST_ERR_INPUT, "--rope-high-freq-factor (high_freq_factor): expected a number above "
+                       "low_freq_factor %g, found %g", c->rope_low_freq_factor, c->rope_high_freq_factor);
     if (c->rope_orig_max_seq < 1)
-        return err_set(err, ST_ERR_INPUT, "rope original_max_position_embeddings: expected a positive integer, found %d",
-                       c->rope_orig_max_seq);
+        return err_set(err, ST_ERR_INPUT, "--rope-original-max-seq-len (original_max_position_embeddings): expected a "
+                       "positive integer under --rope-type llama3, found %d", c->rope_orig_max_seq);
     return ST_OK;
 }
 
@@ -198,7 +199,7 @@ Status model_config_validate(ModelConfig *cfg, Err *err) {
         if (cfg->norm_eps == 0.0f) cfg->norm_eps = 1e-5f;
         if (cfg->rope_theta == 0.0f) cfg->rope_theta = 10000.0f;
         if (cfg->rope_type != ROPE_DEFAULT)
-            return err_set(err, ST_ERR_INPUT, "rope_type: expected default (GPT-2 has no RoPE), found %s",
+            return err_set(err, ST_ERR_INPUT, "--rope-type: expected default (GPT-2 has no RoPE), found %s",
                            model_rope_type_name(cfg->rope_type));
         Status st = rope_validate(cfg, err);
         if (st != ST_OK) return st;
