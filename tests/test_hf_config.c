@@ -612,6 +612,18 @@ static void test_cli(void) {
     control(rc == 0 && strstr(out, "theta=500000 rope=llama3 factor=8") != NULL,
             "negative control: the same folder without rope_parameters", d);
     if (rc != -1) free(out);
+    /* plan knows the presets too (one list: model_config_preset) */
+    static const struct { const char *name, *want; } P[] = {
+        {"llama3.2-1b", "parameters: 1235814400 exact"}, {"llama3.2-3b", "parameters: 3212749824 exact"},
+        {"llama3.1-8b", "parameters: 8030261248 exact"}};
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, BIN " plan --model %s", P[i].name);
+        rc = run(cmd, &out);
+        char name[128];
+        snprintf(name, sizeof name, "plan --model %s: %s", P[i].name, P[i].want);
+        tu_check(rc == 0 && strstr(out, P[i].want), name, "exit %d", rc);
+        free(out);
+    }
 }
 
 int main(void) {

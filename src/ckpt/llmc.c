@@ -104,7 +104,7 @@ static Status hf_config_check(const GptWeights *w, const char *dir, Err *err) {
             f.rope_low_freq_factor != c->rope_low_freq_factor || f.rope_high_freq_factor != c->rope_high_freq_factor ||
             f.rope_orig_max_seq != c->rope_orig_max_seq)
             return err_set(err, ST_ERR_INPUT, "%s: rope_parameters: the file's RoPE is %s (factor %g), this run's is %s "
-                           "(factor %g): expected the same (use --model with the file's preset, or no shape flags)", p,
+                           "(factor %g): expected the same (the --rope-* flags, the file's --model preset, or no shape flags)", p,
                            model_rope_type_name(f.rope_type), f.rope_factor, model_rope_type_name(c->rope_type),
                            c->rope_factor);
         return ST_OK;
