@@ -617,11 +617,13 @@ static void test_cli(void) {
         {"llama3.2-1b", "parameters: 1235814400 exact"}, {"llama3.2-3b", "parameters: 3212749824 exact"},
         {"llama3.1-8b", "parameters: 8030261248 exact"}};
     for (int i = 0; i < 3; i++) {
+        /* exit 2 when it does not fit the default profile's memory (the 3B and 8B on 24 GiB): the
+         * review is printed either way; the model line is what is checked */
         snprintf(cmd, sizeof cmd, BIN " plan --model %s", P[i].name);
         rc = run(cmd, &out);
         char name[128];
         snprintf(name, sizeof name, "plan --model %s: %s", P[i].name, P[i].want);
-        tu_check(rc == 0 && strstr(out, P[i].want), name, "exit %d", rc);
+        tu_check((rc == 0 || rc == 2) && strstr(out, P[i].want), name, "exit %d", rc);
         free(out);
     }
 }
