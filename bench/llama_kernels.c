@@ -246,7 +246,10 @@ static void bench_elem(int N, int C, int F, int reps, int nt) {
     e.h = randv(4 * NC > 2 * NF ? 4 * NC : 2 * NF, 7);
     e.dh = calloc(2 * NF, 4), e.o = calloc(NF, 4), e.dof = randv(NF, 8), e.g = calloc(4 * NC, 4);
     e.lp = calloc(NC, 2), e.hlp = calloc(2 * NF, 2);
-    rope_table(e.cs, N, e.hs, 10000.0);
+    double *inv = malloc((size_t)e.hs / 2 * 8);
+    rope_inv_freq(inv, e.hs, 10000.0);
+    rope_table(e.cs, N, e.hs, inv);
+    free(inv);
     run_kernel(&e, K_RMS); /* rstd for the backward */
     printf("elementwise kernels N=%d C=%d F=%d (RoPE: %d q + %d kv heads of %d) threads=%d, median of %d:\n", N, C,
            F, e.NH, e.KV, e.hs, nt, reps);

@@ -11,7 +11,8 @@
  *   - our export (fp32) loads back bit-exactly and re-exports byte-identical files; bf16 export with
  *     a small --max-shard-size gives a sharded folder that loads to the bf16-rounded weights;
  *   - the broken folders (KV heads not dividing the heads, a tensor missing, k_proj of a wrong shape,
- *     rope_scaling, hidden_act gelu) are refused with one line naming the file and the field;
+ *     hidden_act gelu) are refused with one line naming the file and the field; neg_llama_ropescaling
+ *     (llama3 rope_scaling, refused before issue 27) loads with its RoPE parameters;
  *   - `scaletrain export` of the sharded folder to bf16 gives the bf16 logits; a bad --dtype is one line.
  * Negative control: a copy of hf_llama whose k_proj and v_proj names are swapped (same shapes with
  * KV heads) loads but must fail the logits check. */
@@ -177,7 +178,6 @@ static void negatives(void) {
         {"neg_llama_kv", "num_key_value_heads"},
         {"neg_llama_missing", "model.layers.1.mlp.up_proj.weight missing"},
         {"neg_llama_kshape", "model.layers.0.self_attn.k_proj.weight: expected shape"},
-        {"neg_llama_ropescaling", "rope_scaling"},
         {"neg_llama_act", "hidden_act"},
     };
     for (size_t i = 0; i < sizeof N / sizeof N[0]; i++) {
@@ -191,6 +191,15 @@ static void negatives(void) {
         snprintf(what, sizeof what, "%s refused with one line naming the file and %s", N[i].dir, N[i].want);
         tu_check(named, what, "%s", st == ST_OK ? "loaded" : e.msg);
     }
+    /* neg_llama_ropescaling (transformers 4's llama3 rope_scaling) was refused before llama3 RoPE
+     * existed (issue 27); it now loads with its parameters (test_hf_config checks the frequencies). */
+    ModelConfig c;
+    Err e = {0};
+    Status st = st_load_hf_config(FOREIGN "/neg_llama_ropescaling", &c, NULL, 0, &e);
+    tu_check(st == ST_OK && c.rope_type == ROPE_LLAMA3 && c.rope_factor == 8.0f && c.rope_low_freq_factor == 1.0f &&
+             c.rope_high_freq_factor == 4.0f && c.rope_orig_max_seq == 8192 && c.rope_theta == 10000.0f,
+             "neg_llama_ropescaling (rope_scaling llama3) loads as llama3 RoPE, factor 8, 1, 4, 8192", "%s %s factor %g",
+             st == ST_OK ? "" : e.msg, model_rope_type_name(c.rope_type), st == ST_OK ? c.rope_factor : 0.0f);
 }
 
 int main(void) {

@@ -280,7 +280,9 @@ static void test_rope_case(int NH, int KV, int hs, int pos0, double theta) {
     int B = 2, T = 7, ld = (NH + 2 * KV) * hs;
     size_t n = (size_t)B * T * ld;
     float *cs = calloc((size_t)(pos0 + T) * hs, 4);
-    rope_table(cs, pos0 + T, hs, theta);
+    double *inv = malloc((size_t)hs / 2 * 8);
+    rope_inv_freq(inv, hs, theta);
+    rope_table(cs, pos0 + T, hs, inv);
     float *x = randv(n, 20, 1), *y = malloc(n * 4), *R = randv(n, 21, 1);
     memcpy(y, x, n * 4);
     rope_forward(y, cs, B, T, NH, KV, hs, pos0, 2);
@@ -333,7 +335,9 @@ static void test_rope(void) {
     /* rope_table against double: for each t, hs/2 cosines then hs/2 sines, rounded once */
     int T = 4096, hs = 128;
     float *cs = calloc((size_t)T * hs, 4);
-    rope_table(cs, T, hs, 500000.0);
+    double inv[64];
+    rope_inv_freq(inv, hs, 500000.0);
+    rope_table(cs, T, hs, inv);
     int bad = 0;
     for (int t = 0; t < T; t++)
         for (int i = 0; i < hs / 2; i++) {

@@ -81,8 +81,13 @@ static void kv_vs_full_as(const int32_t *hist, const char *tag, double theta_sca
         tu_check(0, "kv_init", "%s", e.msg);
         return;
     }
-    if (kv.rope && theta_scale != 1.0) /* negative control: RoPE at another base than the model's */
-        rope_table(kv.rope, g.w.cfg.max_seq, g.w.cfg.n_embd / g.w.cfg.n_head, g.w.cfg.rope_theta * theta_scale);
+    if (kv.rope && theta_scale != 1.0) { /* negative control: RoPE at another base than the model's */
+        int hs = g.w.cfg.n_embd / g.w.cfg.n_head;
+        double *inv = malloc((size_t)hs / 2 * sizeof(double));
+        rope_inv_freq(inv, hs, g.w.cfg.rope_theta * theta_scale);
+        rope_table(kv.rope, g.w.cfg.max_seq, hs, inv);
+        free(inv);
+    }
     double worst = 0;
     int restarts = 0, window_ok = 1, expect = 0;
     /* A 5-token prompt, then one token at a time. */

@@ -651,7 +651,7 @@ Status ckpt_save_snap(const CkptSnap *s, const CkptMeta *meta, const CkptOptions
     FileSum sums[NFILES + 1];
     const char *names[NFILES + 1] = {FILES[0], FILES[1], FILES[2], CKPT_EXTRA_FILE};
     int nfiles = NFILES + (s->extra != NULL);
-    char cfg[2048];
+    char cfg[4096];
     st_hf_config_text(&s->pl->cfg, o->tokenizer, cfg, sizeof cfg);
     char *state = NULL;
     if ((st = ckpt_fault_hit(&fault, "begin", err)) != ST_OK) goto done;

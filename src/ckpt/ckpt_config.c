@@ -14,6 +14,8 @@
 static const char *const MODEL_FIELDS[] = {
     "model.layers", "model.heads", "model.channels", "model.vocab", "model.vocab_padded", "model.max_seq_len",
     "model.arch", "model.kv_heads", "model.ffn", "model.norm_eps", "model.rope_theta", "model.tie_embeddings",
+    "model.rope_type", "model.rope_factor", "model.rope_low_freq_factor", "model.rope_high_freq_factor",
+    "model.rope_original_max_seq_len",
     "model.param", "model.mup_base_width", "model.mup_input_alpha", "model.mup_output_alpha",
     "tokenizer", "tokenizer_hash",
 };

@@ -99,6 +99,14 @@ static Status hf_config_check(const GptWeights *w, const char *dir, Err *err) {
         if (f.norm_eps != c->norm_eps || f.rope_theta != c->rope_theta)
             return err_set(err, ST_ERR_INPUT, "%s: rms_norm_eps %g, rope_theta %g: expected this run's --norm-eps %g and "
                            "--rope-theta %g", p, f.norm_eps, f.rope_theta, c->norm_eps, c->rope_theta);
+        /* so does the RoPE scaling (Llama 3.1/3.2's llama3, linear) */
+        if (f.rope_type != c->rope_type || f.rope_factor != c->rope_factor ||
+            f.rope_low_freq_factor != c->rope_low_freq_factor || f.rope_high_freq_factor != c->rope_high_freq_factor ||
+            f.rope_orig_max_seq != c->rope_orig_max_seq)
+            return err_set(err, ST_ERR_INPUT, "%s: rope_parameters: the file's RoPE is %s (factor %g), this run's is %s "
+                           "(factor %g): expected the same (the --rope-* flags, the file's --model preset, or no shape flags)", p,
+                           model_rope_type_name(f.rope_type), f.rope_factor, model_rope_type_name(c->rope_type),
+                           c->rope_factor);
         return ST_OK;
     }
     if ((st = dim_check(p, "n_layer", f.n_layer, c->n_layer, err)) != ST_OK ||

@@ -513,27 +513,49 @@ static Status mup_read(const cJSON *sc, const char *path, ModelConfig *cfg, Err 
     return ST_OK;
 }
 
+/* The RoPE type's parameters as JSON members after "rope_type" (", \"factor\": 32, ..."): empty for
+ * the default RoPE. buf: 256 bytes. */
+static const char *rope_members(const ModelConfig *c, char *buf) {
+    char f[32], lo[32], hi[32];
+    buf[0] = '\0';
+    if (c->rope_type == ROPE_LINEAR)
+        snprintf(buf, 256, ", \"factor\": %s", float_text(c->rope_factor, f));
+    else if (c->rope_type == ROPE_LLAMA3)
+        snprintf(buf, 256, ", \"factor\": %s, \"low_freq_factor\": %s, \"high_freq_factor\": %s, "
+                 "\"original_max_position_embeddings\": %d", float_text(c->rope_factor, f),
+                 float_text(c->rope_low_freq_factor, lo), float_text(c->rope_high_freq_factor, hi), c->rope_orig_max_seq);
+    return buf;
+}
+
 size_t st_hf_config_text(const ModelConfig *c, const char *tokenizer, char *buf, size_t len) {
     int n;
-    char mup[160], eps[32], theta[32];
+    char mup[160], eps[32], theta[32], rm[256], scaling[320];
     mup_json(c, mup, sizeof mup);
     /* bos = eos = EOT: the named tokenizer's (cl100k/o200k: not the last id), else the last id */
     long named = tokenizer_named_eot(tokenizer);
     int eot = named >= 0 && named < c->vocab ? (int)named : c->vocab - 1;
     if (c->arch == ARCH_LLAMA) {
+        /* Both generations' keys with one meaning: transformers 4 reads rope_theta and rope_scaling
+         * (null for the default RoPE), transformers 5 reads rope_parameters. */
+        rope_members(c, rm);
+        if (c->rope_type == ROPE_DEFAULT) snprintf(scaling, sizeof scaling, "null");
+        else snprintf(scaling, sizeof scaling, "{\"rope_type\": \"%s\"%s}", model_rope_type_name(c->rope_type), rm);
         n = snprintf(buf, len,
                      "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
                      "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
                      "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
                      "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n"
-                     "  \"rope_theta\": %s,\n  \"rope_scaling\": null,\n  \"hidden_act\": \"silu\",\n"
+                     "  \"rope_theta\": %s,\n  \"rope_scaling\": %s,\n"
+                     "  \"rope_parameters\": {\"rope_theta\": %s, \"rope_type\": \"%s\"%s},\n  \"hidden_act\": \"silu\",\n"
                      "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n  \"attention_dropout\": %g,\n"
                      "  \"tie_word_embeddings\": %s,\n  \"initializer_range\": 0.02,\n"
                      "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"torch_dtype\": \"float32\",\n"
+                     "  \"dtype\": \"float32\",\n"
                      "  \"scaletrain\": {\"tokenizer\": \"%s\", \"dropout\": %g%s}\n}\n",
                      c->vocab, c->n_embd, c->ffn, c->n_layer, c->n_head, c->n_kv_head, c->n_embd / c->n_head,
-                     c->max_seq, float_text(c->norm_eps, eps), float_text((float)c->rope_theta, theta), c->dropout, c->untied ? "false" : "true", eot, eot,
-                     tokenizer ? tokenizer : "", c->dropout, mup);
+                     c->max_seq, float_text(c->norm_eps, eps), float_text((float)c->rope_theta, theta), scaling,
+                     theta, model_rope_type_name(c->rope_type), rm, c->dropout, c->untied ? "false" : "true", eot,
+                     eot, tokenizer ? tokenizer : "", c->dropout, mup);
         if (n < 0) return 0;
         return (size_t)n < len ? (size_t)n : len - 1;
     }
@@ -545,7 +567,7 @@ size_t st_hf_config_text(const ModelConfig *c, const char *tokenizer, char *buf,
                      "  \"resid_pdrop\": %g,\n  \"embd_pdrop\": %g,\n  \"attn_pdrop\": %g,\n"
                      "  \"initializer_range\": 0.02,\n  \"tie_word_embeddings\": true,\n"
                      "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"torch_dtype\": \"float32\",\n"
-                     "  \"scaletrain\": {\"tokenizer\": \"%s\"%s}\n}\n",
+                     "  \"dtype\": \"float32\",\n  \"scaletrain\": {\"tokenizer\": \"%s\"%s}\n}\n",
                      c->vocab, c->max_seq, c->max_seq, c->n_embd, c->n_layer, c->n_head, c->dropout, c->dropout,
                      c->dropout, eot, eot, tokenizer ? tokenizer : "", mup);
     if (n < 0) return 0;
@@ -638,12 +660,12 @@ Status st_save_hf_opts(const GptWeights *w, const char *dir, const char *tokeniz
     free(file_of);
     free(h);
     if (st != ST_OK) return st;
-    char cfg[2048];
-    size_t len = st_hf_config_text(&w->cfg, tokenizer, cfg, sizeof cfg);
-    char *dt = bf16 ? strstr(cfg, "\"torch_dtype\": \"float32\"") : NULL;
-    if (dt) { /* same length: "float32" → "bfloat16" needs one more byte */
-        memmove(dt + 24, dt + 23, len - (size_t)(dt + 23 - cfg) + 1);
-        memcpy(dt + 16, "bfloat16", 8);
+    char cfg[4096];
+    size_t len = st_hf_config_text(&w->cfg, tokenizer, cfg, sizeof cfg - 4);
+    /* torch_dtype (transformers 4) and dtype (5): "float32" → "bfloat16", one byte more each */
+    for (char *dt = cfg; bf16 && (dt = strstr(dt, "dtype\": \"float32\"")) != NULL; dt += 18) {
+        memmove(dt + 17, dt + 16, len - (size_t)(dt + 16 - cfg) + 1); /* from the closing quote, with the NUL */
+        memcpy(dt + 9, "bfloat16", 8);
         len++;
     }
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -693,6 +715,129 @@ static Status hf_config_semantics(const cJSON *j, const char *path, Err *err) {
     return ST_OK;
 }
 
+/* One RoPE dictionary of a Llama config.json: transformers 4's "rope_scaling" or 5's
+ * "rope_parameters" (docs/llama.md). */
+typedef struct {
+    int present;       /* a dictionary (not absent, not null) */
+    int type;          /* ROPE_* */
+    int has_theta;     /* rope_theta given (rope_parameters) */
+    double theta, factor, low, high;
+    int orig;          /* original_max_position_embeddings */
+} HfRope;
+
+/* A number key of a RoPE dictionary: 1 and *out when present (not null), 0 when absent; -1 for
+ * another value. */
+static int rope_num(const cJSON *d, const char *k, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(d, k);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return -1;
+    *out = v->valuedouble;
+    return 1;
+}
+
+/* Reads j[key] into r: null or absent leaves r->present 0. Every key must be one whose meaning we
+ * implement for the dictionary's rope_type; a type, key or value we do not compute with is refused
+ * with one line naming it (a RoPE we would compute differently loads silently otherwise). */
+static Status hf_rope_dict(const cJSON *j, const char *key, const char *path, HfRope *r, Err *err) {
+    memset(r, 0, sizeof *r);
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!d || cJSON_IsNull(d)) return ST_OK;
+    if (!cJSON_IsObject(d))
+        return err_set(err, ST_ERR_INPUT, "%s: %s: expected null or a dictionary, found another value", path, key);
+    r->present = 1;
+    const cJSON *t1 = cJSON_GetObjectItemCaseSensitive(d, "rope_type"), *t2 = cJSON_GetObjectItemCaseSensitive(d, "type");
+    const cJSON *t = t1 ? t1 : t2;
+    if ((t1 && !cJSON_IsString(t1)) || (t2 && !cJSON_IsString(t2)))
+        return err_set(err, ST_ERR_INPUT, "%s: %s.rope_type: expected a string, found another value", path, key);
+    if (t1 && t2 && strcmp(t1->valuestring, t2->valuestring))
+        return err_set(err, ST_ERR_INPUT, "%s: %s: rope_type \"%s\" and type \"%s\" disagree", path, key,
+                       t1->valuestring, t2->valuestring);
+    if (!t && strcmp(key, "rope_scaling"))
+        r->type = ROPE_DEFAULT; /* rope_parameters without a type: the default RoPE */
+    else if (!t)
+        return err_set(err, ST_ERR_INPUT, "%s: %s.rope_type: expected default, linear or llama3, found no type", path, key);
+    else if ((r->type = model_rope_type_parse(t->valuestring)) < 0)
+        return err_set(err, ST_ERR_INPUT, "%s: %s.rope_type: expected default, linear or llama3 (the RoPE types we "
+                       "compute), found \"%s\"", path, key, t->valuestring);
+    static const char *const KEYS[] = {"rope_type", "type", "rope_theta", "factor", "low_freq_factor",
+                                       "high_freq_factor", "original_max_position_embeddings", "attention_factor",
+                                       "partial_rotary_factor"};
+    for (const cJSON *e = d->child; e; e = e->next) {
+        size_t i = 0;
+        while (i < sizeof KEYS / sizeof *KEYS && strcmp(e->string, KEYS[i])) i++;
+        int llama3_key = i >= 4 && i <= 6, factor_key = i == 3;
+        if (i == sizeof KEYS / sizeof *KEYS || (llama3_key && r->type != ROPE_LLAMA3) ||
+            (factor_key && r->type == ROPE_DEFAULT && !cJSON_IsNull(e)))
+            return err_set(err, ST_ERR_INPUT, "%s: %s.%s: not a parameter of rope_type %s that we compute with "
+                           "(refused rather than ignored)", path, key, e->string, model_rope_type_name(r->type));
+    }
+    double one;
+    static const char *const UNIT[] = {"attention_factor", "partial_rotary_factor"};
+    for (int i = 0; i < 2; i++) {
+        int k = rope_num(d, UNIT[i], &one);
+        if (k < 0 || (k > 0 && one != 1.0))
+            return err_set(err, ST_ERR_INPUT, "%s: %s.%s: expected 1 (not implemented otherwise), found %s", path, key,
+                           UNIT[i], k < 0 ? "another value" : "a different number");
+    }
+    int k = rope_num(d, "rope_theta", &r->theta);
+    if (k < 0) return err_set(err, ST_ERR_INPUT, "%s: %s.rope_theta: expected a number, found another value", path, key);
+    r->has_theta = k;
+    if (r->type == ROPE_DEFAULT) return ST_OK;
+    if (rope_num(d, "factor", &r->factor) != 1)
+        return err_set(err, ST_ERR_INPUT, "%s: %s.factor: expected a number (rope_type %s), found %s", path, key,
+                       model_rope_type_name(r->type), cJSON_GetObjectItemCaseSensitive(d, "factor") ? "another value" : "none");
+    if (r->type != ROPE_LLAMA3) return ST_OK;
+    static const char *const L3[] = {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+    double *dst[] = {&r->low, &r->high, NULL}, o = 0;
+    for (int i = 0; i < 3; i++)
+        if (rope_num(d, L3[i], dst[i] ? dst[i] : &o) != 1 || (!dst[i] && !(o >= 1 && o <= 2147483647.0 && o == floor(o))))
+            return err_set(err, ST_ERR_INPUT, "%s: %s.%s: expected a number%s (rope_type llama3), found %s", path, key,
+                           L3[i], dst[i] ? "" : " (a positive integer)",
+                           cJSON_GetObjectItemCaseSensitive(d, L3[i]) ? "another value" : "none");
+    r->orig = (int)o;
+    return ST_OK;
+}
+
+/* RoPE of a Llama config.json, either generation: transformers 4 writes a top-level "rope_theta"
+ * and "rope_scaling" (null or a dictionary with "rope_type" or legacy "type"), transformers 5
+ * writes "rope_parameters" (rope_theta and rope_type inside). Where both generations' keys are
+ * present they must mean the same RoPE (a file that v4 and v5 readers would read differently is
+ * refused), except a "rope_scaling": null beside "rope_parameters", which only v5 writes. */
+static Status hf_rope_config(const cJSON *j, const char *path, ModelConfig *cfg, Err *err) {
+    HfRope v4, v5;
+    Status st = hf_rope_dict(j, "rope_scaling", path, &v4, err);
+    if (st == ST_OK) st = hf_rope_dict(j, "rope_parameters", path, &v5, err);
+    if (st != ST_OK) return st;
+    const cJSON *th = cJSON_GetObjectItemCaseSensitive(j, "rope_theta");
+    if (th && !cJSON_IsNull(th) && !(cJSON_IsNumber(th) && isfinite(th->valuedouble)))
+        return err_set(err, ST_ERR_INPUT, "%s: rope_theta: expected a number, found another value", path);
+    int top = th && cJSON_IsNumber(th);
+    if (v4.has_theta) /* transformers 4 keeps theta outside rope_scaling */
+        return err_set(err, ST_ERR_INPUT, "%s: rope_scaling.rope_theta: expected the base in the top-level rope_theta "
+                       "(transformers 4) or in rope_parameters (transformers 5), found it in rope_scaling", path);
+    if (top && v5.has_theta && th->valuedouble != v5.theta)
+        return err_set(err, ST_ERR_INPUT, "%s: rope_theta %g and rope_parameters.rope_theta %g disagree", path,
+                       th->valuedouble, v5.theta);
+    if (v4.present && v5.present &&
+        (v4.type != v5.type || v4.factor != v5.factor || v4.low != v5.low || v4.high != v5.high || v4.orig != v5.orig))
+        return err_set(err, ST_ERR_INPUT, "%s: rope_scaling and rope_parameters disagree (rope_type %s and %s, factor %g "
+                       "and %g, ...): expected the same RoPE in both", path, model_rope_type_name(v4.type),
+                       model_rope_type_name(v5.type), v4.factor, v5.factor);
+    const HfRope *r = v5.present ? &v5 : &v4;
+    cfg->rope_theta = (float)(v5.has_theta ? v5.theta : top ? th->valuedouble : 10000.0);
+    cfg->rope_type = r->present ? r->type : ROPE_DEFAULT;
+    cfg->rope_factor = (float)r->factor;
+    cfg->rope_low_freq_factor = (float)r->low, cfg->rope_high_freq_factor = (float)r->high;
+    cfg->rope_orig_max_seq = r->orig;
+    /* Outside the dictionaries: a rotary fraction below 1 (transformers 4's place for it) */
+    double prf;
+    int k = rope_num(j, "partial_rotary_factor", &prf);
+    if (k < 0 || (k > 0 && prf != 1.0))
+        return err_set(err, ST_ERR_INPUT, "%s: partial_rotary_factor: expected 1 (RoPE on the whole head; not "
+                       "implemented otherwise), found %s", path, k < 0 ? "another value" : "a different number");
+    return ST_OK;
+}
+
 /* LlamaForCausalLM's config.json: the shape, and every field that would change the computation
  * without changing a shape must be a value our Llama computes with (refused with its name otherwise). */
 static Status hf_llama_config(const cJSON *j, const char *path, ModelConfig *cfg, char *tokenizer,
@@ -713,14 +858,20 @@ static Status hf_llama_config(const cJSON *j, const char *path, ModelConfig *cfg
                        path, cfg->n_head, cfg->n_kv_head);
     v = cJSON_GetObjectItemCaseSensitive(j, "rms_norm_eps");
     cfg->norm_eps = cJSON_IsNumber(v) ? (float)v->valuedouble : 1e-6f; /* LlamaConfig's default */
-    v = cJSON_GetObjectItemCaseSensitive(j, "rope_theta");
-    cfg->rope_theta = cJSON_IsNumber(v) ? (float)v->valuedouble : 10000.0f;
+    Status st = hf_rope_config(j, path, cfg, err);
+    if (st != ST_OK) return st;
     v = cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings");
+    if (v && !cJSON_IsBool(v))
+        return err_set(err, ST_ERR_INPUT, "%s: tie_word_embeddings: expected true or false, found another value", path);
     cfg->untied = !(v && cJSON_IsTrue(v)); /* LlamaConfig's default is untied */
-    v = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
+    v = cJSON_GetObjectItemCaseSensitive(j, "sliding_window");
     if (v && !cJSON_IsNull(v))
-        return err_set(err, ST_ERR_INPUT, "%s: rope_scaling: expected null (plain RoPE), found a scaling entry (not "
-                       "supported)", path);
+        return err_set(err, ST_ERR_INPUT, "%s: sliding_window: expected null (full causal attention; a sliding window "
+                       "is not implemented), found another value", path);
+    v = cJSON_GetObjectItemCaseSensitive(j, "use_sliding_window");
+    if (v && !cJSON_IsFalse(v))
+        return err_set(err, ST_ERR_INPUT, "%s: use_sliding_window: expected false (a sliding window is not implemented), "
+                       "found another value", path);
     v = cJSON_GetObjectItemCaseSensitive(j, "hidden_act");
     if (v && !(cJSON_IsString(v) && !strcmp(v->valuestring, "silu")))
         return err_set(err, ST_ERR_INPUT, "%s: hidden_act: expected \"silu\" (SwiGLU), found %s", path,
@@ -745,7 +896,7 @@ static Status hf_llama_config(const cJSON *j, const char *path, ModelConfig *cfg
     }
     const cJSON *dr = sc ? cJSON_GetObjectItemCaseSensitive(sc, "dropout") : NULL;
     if (cJSON_IsNumber(dr)) cfg->dropout = (float)dr->valuedouble;
-    Status st = mup_read(sc, path, cfg, err);
+    st = mup_read(sc, path, cfg, err);
     if (st != ST_OK) return st;
     st = model_config_validate(cfg, err);
     if (st != ST_OK) return err_prefix(err, "%s", path);

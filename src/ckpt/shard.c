@@ -598,7 +598,7 @@ static Status rank0_finish(Comm *c, const char *all, const size_t *lens, const C
     if ((st = ckpt_write_file(p->tmp, CKPT_MANIFEST, text2_producer, &ma, fault, "manifest", 1, NULL, NULL, 0, &msum,
                               err)) != ST_OK)
         goto done;
-    char cfgtext[2048];
+    char cfgtext[4096];
     st_hf_config_text(cfg, o->tokenizer, cfgtext, sizeof cfgtext);
     TextArg ca = {cfgtext};
     if ((st = ckpt_write_file(p->tmp, "config.json", text2_producer, &ca, fault, NULL, 0, NULL, NULL, 0, &csum, err)) !=

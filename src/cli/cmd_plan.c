@@ -59,7 +59,8 @@ static void print_review(const PlanInput *in, const PlanResult *r, const PlanSch
         printf("model: %lld parameters (count only)\n", r->n_params);
     } else {
         printf("model: %s, %s: L=%d heads=%d kv_heads=%d C=%d F=%d V=%d max_seq=%d%s%s\n", m->name,
-               m->arch == PLAN_ARCH_LLAMA ? "llama (RMSNorm, SwiGLU, rotary, untied head)"
+               m->arch == PLAN_ARCH_LLAMA ? (m->tied_head ? "llama (RMSNorm, SwiGLU, rotary, tied head)"
+                                                          : "llama (RMSNorm, SwiGLU, rotary, untied head)")
                                           : "gpt2 (LayerNorm, GELU, learned positions, tied head)",
                m->n_layer, m->n_head, m->n_kv_head, m->d_model, m->d_ff, m->vocab, m->max_seq,
                m->gated_mlp && m->arch != PLAN_ARCH_LLAMA ? " gated" : "", m->tied_head ? "" : " untied");
@@ -290,7 +291,8 @@ int cmd_plan(int argc, char **argv) {
     int pp_print = 0;
     ArgSpec specs[] = {
         {"model", ARG_STR, model, sizeof model,
-         "preset: d2..d64, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-7b, llama-13b, llama-70b, llama-405b"},
+         "preset: d2..d64, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-7b, llama-13b, llama-70b, llama-405b, llama3-8b, "
+         "llama3.1-8b, llama3.2-1b, llama3.2-3b"},
         {"arch", ARG_STR, arch, sizeof arch, "shape family without --model: gpt2 | llama"},
         {"layers", ARG_INT, &layers, 0, "transformer blocks L"},
         {"heads", ARG_INT, &heads, 0, "attention heads"},

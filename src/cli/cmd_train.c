@@ -106,7 +106,7 @@ static Status refuse_inert(ArgSpec *specs, int n, const TrainConfig *c, const Co
  * still win. --arch contradicting the preset's family is refused. */
 static Status model_flags(ModelConfig *m, const char *model, const char *arch, int arch_seen, int tie, ArgSpec *specs,
                           int n, Err *err) {
-    int a = model_arch_parse(arch);
+    int a = model_arch_parse(arch), preset_untied = 1; /* Llama's default head: untied */
     if (a < 0) return err_set(err, ST_ERR_INPUT, "--arch: expected gpt2 or llama, found '%s'", arch);
     m->arch = a;
     if (model[0]) {
@@ -125,12 +125,25 @@ static Status model_flags(ModelConfig *m, const char *model, const char *arch, i
         for (size_t i = 0; i < sizeof F / sizeof F[0]; i++)
             if (!args_find(specs, n, F[i].flag)->seen) memcpy((char *)m + F[i].off, (char *)&p + F[i].off, sizeof(int));
         if (!args_find(specs, n, "rope-theta")->seen) m->rope_theta = p.rope_theta;
+        /* the preset's RoPE scaling (Llama 3.1/3.2) and head tying come with its shape; flags win */
+        static const struct { const char *flag; size_t off; } R[] = {
+            {"rope-factor", offsetof(ModelConfig, rope_factor)},
+            {"rope-low-freq-factor", offsetof(ModelConfig, rope_low_freq_factor)},
+            {"rope-high-freq-factor", offsetof(ModelConfig, rope_high_freq_factor)},
+            {"rope-original-max-seq-len", offsetof(ModelConfig, rope_orig_max_seq)},
+            {"rope-type", offsetof(ModelConfig, rope_type)},
+        };
+        for (size_t i = 0; i < sizeof R / sizeof R[0]; i++) /* 4-byte fields (float, int) */
+            if (!args_find(specs, n, R[i].flag)->seen) memcpy((char *)m + R[i].off, (char *)&p + R[i].off, 4);
+        preset_untied = p.untied;
         m->arch = p.arch;
     }
     if (m->arch == ARCH_LLAMA) {
-        m->untied = !tie;
+        m->untied = tie ? 0 : preset_untied;
     } else {
-        static const char *const llama_only[] = {"kv-heads", "ffn", "ffn-multiple", "norm-eps", "rope-theta"};
+        static const char *const llama_only[] = {"kv-heads", "ffn", "ffn-multiple", "norm-eps", "rope-theta",
+                                                 "rope-type", "rope-factor", "rope-low-freq-factor",
+                                                 "rope-high-freq-factor", "rope-original-max-seq-len"};
         for (size_t i = 0; i < sizeof llama_only / sizeof llama_only[0]; i++)
             if (args_find(specs, n, llama_only[i])->seen)
                 return err_set(err, ST_ERR_INPUT, "--%s: expected --arch llama (a Llama option), found --arch gpt2",
@@ -155,6 +168,7 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
     char hardware[1024] = "";
     Tokenizer *sample_tk = NULL;
     char param[16] = "sp";
+    char rope_type[16] = "";
     char model[64] = "", arch[16] = "gpt2", precision[16] = "fp32", recompute[16] = "none", spike_policy[16] = "log", optimizer[16] = "adamw", schedule[16] = "cosine", shape[16] = "linear", tok_dir[1024] = "";
     long batch_tokens = 0;
     int tie = 0;
@@ -170,6 +184,14 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         {"ffn-multiple", ARG_INT, &c.model.ffn_multiple, 0, "llama: the default F's rounding (0: 256)"},
         {"norm-eps", ARG_FLOAT, &c.model.norm_eps, 0, "llama: RMSNorm epsilon (0: 1e-5)"},
         {"rope-theta", ARG_FLOAT, &c.model.rope_theta, 0, "llama: RoPE base (0: 10000)"},
+        {"rope-type", ARG_STR, rope_type, sizeof rope_type,
+         "llama: default | linear (frequencies / --rope-factor) | llama3 (Llama 3.1's scaling; default: the preset's)"},
+        {"rope-factor", ARG_FLOAT, &c.model.rope_factor, 0, "llama: --rope-type linear or llama3: the factor"},
+        {"rope-low-freq-factor", ARG_FLOAT, &c.model.rope_low_freq_factor, 0, "llama: --rope-type llama3: low_freq_factor"},
+        {"rope-high-freq-factor", ARG_FLOAT, &c.model.rope_high_freq_factor, 0,
+         "llama: --rope-type llama3: high_freq_factor"},
+        {"rope-original-max-seq-len", ARG_INT, &c.model.rope_orig_max_seq, 0,
+         "llama: --rope-type llama3: original_max_position_embeddings"},
         {"tie-embeddings", ARG_FLAG, &tie, 0, "llama: the LM head reads wte (default: its own lm_head)"},
         {"param", ARG_STR, param, sizeof param,
          "sp | mup (maximal update parameterization: hyperparameters tuned at --mup-base-width transfer in width)"},
@@ -292,6 +314,10 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         a->help = 1;
         return ST_OK;
     }
+    if (args_find(specs, n, "rope-type")->seen && (c.model.rope_type = model_rope_type_parse(rope_type)) < 0) {
+        snprintf(err.msg, sizeof err.msg, "--rope-type: expected default, linear or llama3, found '%s'", rope_type);
+        FAIL(ST_ERR_INPUT);
+    }
     if ((st = model_flags(&c.model, model, arch, args_find(specs, n, "arch")->seen, tie, specs, n, &err)) !=
         ST_OK)
         FAIL(st);
@@ -302,7 +328,9 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
     /* --init-from a Hugging Face folder with no shape flag: the model is the folder's config.json
      * (GPT-2 or Llama); with shape flags the file is checked against them instead. */
     static const char *const SHAPE[] = {"model", "arch", "layers", "heads", "channels", "kv-heads", "ffn", "ffn-multiple",
-                                        "vocab", "max-seq-len", "norm-eps", "rope-theta", "tie-embeddings", "param",
+                                        "vocab", "max-seq-len", "norm-eps", "rope-theta", "rope-type", "rope-factor",
+                                        "rope-low-freq-factor", "rope-high-freq-factor", "rope-original-max-seq-len",
+                                        "tie-embeddings", "param",
                                         "mup-base-width", "mup-input-alpha", "mup-output-alpha"};
     int shaped = 0;
     for (size_t i = 0; i < sizeof SHAPE / sizeof SHAPE[0]; i++) shaped |= args_find(specs, n, SHAPE[i])->seen;

@@ -92,7 +92,7 @@ typedef struct Backend {
                                           Dropout d, const float *w, int N, int C, float eps, int nt);
     void (*rmsnorm_backward)(float *dinp, float *dw, float *scratch, const float *dout, const float *inp,
                              const float *w, const float *rstd, int N, int C, int acc, int nt);
-    void (*rope_table)(float *cs, int T, int hs, double theta);
+    void (*rope_table)(float *cs, int T, int hs, const double *inv_freq);
     void (*rope_forward)(float *qkv, const float *cs, int B, int T, int NH, int KV, int hs, int pos0, int nt);
     void (*rope_backward)(float *dqkv, const float *cs, int B, int T, int NH, int KV, int hs, int pos0, int nt);
     void (*swiglu_forward)(float *out, const float *h, int N, int F, int nt);

@@ -1,6 +1,8 @@
 /* config.c — presets and validation of the model blueprint. */
 #include "model/config.h"
 
+#include "model/kernels.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,38 @@ int model_arch_parse(const char *name) {
     if (!strcmp(name, "gpt2")) return ARCH_GPT2;
     if (!strcmp(name, "llama")) return ARCH_LLAMA;
     return -1;
+}
+
+const char *model_rope_type_name(int rope_type) {
+    return rope_type == ROPE_LINEAR ? "linear" : rope_type == ROPE_LLAMA3 ? "llama3" : "default";
+}
+
+int model_rope_type_parse(const char *name) {
+    if (!strcmp(name, "default")) return ROPE_DEFAULT;
+    if (!strcmp(name, "linear")) return ROPE_LINEAR;
+    if (!strcmp(name, "llama3")) return ROPE_LLAMA3;
+    return -1;
+}
+
+void model_rope_inv_freq(const ModelConfig *cfg, double *inv_freq) {
+    int hs = cfg->n_embd / cfg->n_head;
+    rope_inv_freq(inv_freq, hs, cfg->rope_theta);
+    if (cfg->rope_type == ROPE_LINEAR) {
+        for (int i = 0; i < hs / 2; i++) inv_freq[i] /= (double)cfg->rope_factor;
+    } else if (cfg->rope_type == ROPE_LLAMA3) {
+        /* transformers' _compute_llama3_parameters, step by step */
+        double factor = cfg->rope_factor, lo = cfg->rope_low_freq_factor, hi = cfg->rope_high_freq_factor;
+        double old_ctx = cfg->rope_orig_max_seq;
+        double low_freq_wavelen = old_ctx / lo, high_freq_wavelen = old_ctx / hi;
+        for (int i = 0; i < hs / 2; i++) {
+            double f = inv_freq[i], wavelen = 2.0 * M_PI / f;
+            double fl = wavelen > low_freq_wavelen ? f / factor : f; /* long wavelengths: scaled */
+            double smooth = (old_ctx / wavelen - lo) / (hi - lo);
+            double smoothed = (1.0 - smooth) * fl / factor + smooth * fl;
+            int medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+            inv_freq[i] = medium ? smoothed : fl;
+        }
+    }
 }
 
 const char *model_param_name(int param) { return param == PARAM_MUP ? "mup" : "sp"; }
@@ -36,12 +70,17 @@ float model_attn_scale(const ModelConfig *cfg) {
     return cfg->param == PARAM_MUP ? 1.0f / (float)hs : 1.0f / sqrtf((float)hs);
 }
 
-/* The published Llama shapes (Llama 2 7B/13B/70B, Llama 3 8B), for plan and --init-from. */
-static const struct { const char *name; int L, NH, KV, C, F, V, maxT; float theta; } LLAMA[] = {
-    {"llama-7b", 32, 32, 32, 4096, 11008, 32000, 4096, 10000.0f},
-    {"llama-13b", 40, 40, 40, 5120, 13824, 32000, 4096, 10000.0f},
-    {"llama-70b", 80, 64, 8, 8192, 28672, 32000, 4096, 10000.0f},
-    {"llama3-8b", 32, 32, 8, 4096, 14336, 128256, 8192, 500000.0f},
+/* The published Llama shapes (Llama 2 7B/13B/70B, Llama 3 8B, Llama 3.1 8B, Llama 3.2 1B/3B: their
+ * Hugging Face config.json files), for train, plan and --init-from. rope: 0 plain, else llama3 with
+ * factor `factor`, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192. */
+static const struct { const char *name; int L, NH, KV, C, F, V, maxT; float theta; int tied; float factor; } LLAMA[] = {
+    {"llama-7b", 32, 32, 32, 4096, 11008, 32000, 4096, 10000.0f, 0, 0},
+    {"llama-13b", 40, 40, 40, 5120, 13824, 32000, 4096, 10000.0f, 0, 0},
+    {"llama-70b", 80, 64, 8, 8192, 28672, 32000, 4096, 10000.0f, 0, 0},
+    {"llama3-8b", 32, 32, 8, 4096, 14336, 128256, 8192, 500000.0f, 0, 0},
+    {"llama3.1-8b", 32, 32, 8, 4096, 14336, 128256, 131072, 500000.0f, 0, 8.0f},
+    {"llama3.2-1b", 16, 32, 8, 2048, 8192, 128256, 131072, 500000.0f, 1, 32.0f},
+    {"llama3.2-3b", 28, 24, 8, 3072, 8192, 128256, 131072, 500000.0f, 1, 32.0f},
 };
 
 Status model_config_preset(ModelConfig *cfg, const char *name, Err *err) {
@@ -50,7 +89,13 @@ Status model_config_preset(ModelConfig *cfg, const char *name, Err *err) {
             cfg->arch = ARCH_LLAMA, cfg->untied = 1;
             cfg->n_layer = LLAMA[i].L, cfg->n_head = LLAMA[i].NH, cfg->n_kv_head = LLAMA[i].KV;
             cfg->n_embd = LLAMA[i].C, cfg->ffn = LLAMA[i].F, cfg->vocab = LLAMA[i].V, cfg->max_seq = LLAMA[i].maxT;
-            cfg->rope_theta = LLAMA[i].theta;
+            cfg->rope_theta = LLAMA[i].theta, cfg->untied = !LLAMA[i].tied;
+            cfg->rope_type = ROPE_DEFAULT, cfg->rope_factor = 0.0f;
+            cfg->rope_low_freq_factor = cfg->rope_high_freq_factor = 0.0f, cfg->rope_orig_max_seq = 0;
+            if (LLAMA[i].factor > 0.0f) {
+                cfg->rope_type = ROPE_LLAMA3, cfg->rope_factor = LLAMA[i].factor;
+                cfg->rope_low_freq_factor = 1.0f, cfg->rope_high_freq_factor = 4.0f, cfg->rope_orig_max_seq = 8192;
+            }
             return ST_OK;
         }
     }
@@ -90,8 +135,39 @@ Status model_config_preset(ModelConfig *cfg, const char *name, Err *err) {
     }
     return err_set(err, ST_ERR_INPUT,
                    "--model: expected a preset (d1..d64, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-d1.."
-                   "llama-d64, llama-7b, llama-13b, llama-70b, llama3-8b), found '%s'",
+                   "llama-d64, llama-7b, llama-13b, llama-70b, llama3-8b, llama3.1-8b, llama3.2-1b, llama3.2-3b), "
+                   "found '%s'",
                    name);
+}
+
+/* The RoPE type's parameters: each type's own in range, every other one 0 (a value that would
+ * change nothing is refused, as an inert flag is). Messages name the flag and Hugging Face's key. */
+static Status rope_validate(const ModelConfig *c, Err *err) {
+    if (c->rope_type != ROPE_DEFAULT && c->rope_type != ROPE_LINEAR && c->rope_type != ROPE_LLAMA3)
+        return err_set(err, ST_ERR_INPUT, "--rope-type: expected default, linear or llama3, found type %d", c->rope_type);
+    const char *t = model_rope_type_name(c->rope_type);
+    if (c->rope_type == ROPE_DEFAULT ? c->rope_factor != 0.0f
+                                     : !(isfinite(c->rope_factor) && c->rope_factor > 0.0f))
+        return err_set(err, ST_ERR_INPUT, "--rope-factor (rope factor): expected %s under --rope-type %s, found %g",
+                       c->rope_type == ROPE_DEFAULT ? "none (a factor is linear's or llama3's)" : "a positive number", t,
+                       c->rope_factor);
+    if (c->rope_type != ROPE_LLAMA3) {
+        if (c->rope_low_freq_factor != 0.0f || c->rope_high_freq_factor != 0.0f || c->rope_orig_max_seq != 0)
+            return err_set(err, ST_ERR_INPUT, "--rope-low-freq-factor, --rope-high-freq-factor, "
+                           "--rope-original-max-seq-len: expected none under --rope-type %s (they are llama3's), found "
+                           "%g, %g, %d", t, c->rope_low_freq_factor, c->rope_high_freq_factor, c->rope_orig_max_seq);
+        return ST_OK;
+    }
+    if (!(isfinite(c->rope_low_freq_factor) && c->rope_low_freq_factor > 0.0f))
+        return err_set(err, ST_ERR_INPUT, "--rope-low-freq-factor (low_freq_factor): expected a positive number under "
+                       "--rope-type llama3, found %g", c->rope_low_freq_factor);
+    if (!(isfinite(c->rope_high_freq_factor) && c->rope_high_freq_factor > c->rope_low_freq_factor))
+        return err_set(err, ST_ERR_INPUT, "--rope-high-freq-factor (high_freq_factor): expected a number above "
+                       "low_freq_factor %g, found %g", c->rope_low_freq_factor, c->rope_high_freq_factor);
+    if (c->rope_orig_max_seq < 1)
+        return err_set(err, ST_ERR_INPUT, "--rope-original-max-seq-len (original_max_position_embeddings): expected a "
+                       "positive integer under --rope-type llama3, found %d", c->rope_orig_max_seq);
+    return ST_OK;
 }
 
 Status model_config_validate(ModelConfig *cfg, Err *err) {
@@ -122,6 +198,11 @@ Status model_config_validate(ModelConfig *cfg, Err *err) {
         cfg->n_kv_head = cfg->n_head, cfg->ffn = 4 * C;
         if (cfg->norm_eps == 0.0f) cfg->norm_eps = 1e-5f;
         if (cfg->rope_theta == 0.0f) cfg->rope_theta = 10000.0f;
+        if (cfg->rope_type != ROPE_DEFAULT)
+            return err_set(err, ST_ERR_INPUT, "--rope-type: expected default (GPT-2 has no RoPE), found %s",
+                           model_rope_type_name(cfg->rope_type));
+        Status st = rope_validate(cfg, err);
+        if (st != ST_OK) return st;
     } else {
         if (cfg->n_kv_head == 0) cfg->n_kv_head = cfg->n_head;
         if (cfg->n_kv_head < 1 || cfg->n_head % cfg->n_kv_head)
@@ -142,6 +223,8 @@ Status model_config_validate(ModelConfig *cfg, Err *err) {
         if (cfg->rope_theta == 0.0f) cfg->rope_theta = 10000.0f;
         if (!(cfg->rope_theta > 1.0f))
             return err_set(err, ST_ERR_INPUT, "--rope-theta: expected a value above 1, found %g", cfg->rope_theta);
+        Status st = rope_validate(cfg, err);
+        if (st != ST_OK) return st;
         if (cfg->untied != 0 && cfg->untied != 1)
             return err_set(err, ST_ERR_INPUT, "--tie-embeddings: expected on or off, found %d", cfg->untied);
     }

@@ -31,6 +31,13 @@ typedef struct {
     int untied;       /* 1: the LM head has its own weight (lm_head, Llama's default); 0: it reads wte */
     float norm_eps;   /* RMSNorm epsilon (Llama; GPT-2's LayerNorm uses 1e-5) */
     float rope_theta; /* RoPE base (Llama) */
+    /* RoPE frequency scaling (Llama; Hugging Face's rope_type, docs/llama.md). All 0 = ROPE_DEFAULT,
+     * plain RoPE, computed exactly as before these fields existed. */
+    int rope_type;               /* ROPE_DEFAULT, ROPE_LINEAR (inv_freq / factor) or ROPE_LLAMA3 */
+    float rope_factor;           /* linear, llama3: factor (> 0); default: 0 */
+    float rope_low_freq_factor;  /* llama3: low_freq_factor (> 0); else 0 */
+    float rope_high_freq_factor; /* llama3: high_freq_factor (> low_freq_factor); else 0 */
+    int rope_orig_max_seq;       /* llama3: original_max_position_embeddings (>= 1); else 0 */
     /* Parameterization (docs/mup.md). Under muP (Yang et al. 2022, the Adam table in its tied-
      * embedding-friendly form) with width multiplier m = C / mup_base_width: logits multiplied by
      * mup_output_alpha / m, the embedding output by mup_input_alpha, attention scores by 1/hs instead
@@ -46,6 +53,18 @@ typedef struct {
 
 enum { ARCH_GPT2 = 0, ARCH_LLAMA = 1 };
 enum { PARAM_SP = 0, PARAM_MUP = 1 };
+enum { ROPE_DEFAULT = 0, ROPE_LINEAR = 1, ROPE_LLAMA3 = 2 };
+/* "default" / "linear" / "llama3" and back (-1: unknown name). */
+const char *model_rope_type_name(int rope_type);
+int model_rope_type_parse(const char *name);
+
+/* The RoPE inverse frequencies of a validated Llama config, hs/2 doubles (hs = C/NH), as Hugging
+ * Face's rope init functions define them, computed in double: default theta^(-2i/hs) (the same
+ * doubles as rope_inv_freq); linear those / factor; llama3 (_compute_llama3_parameters): with
+ * wavelen = 2π/f, low = orig/low_freq_factor, high = orig/high_freq_factor: f/factor where
+ * wavelen > low, f where wavelen < high, and between them (1 − s)·f/factor + s·f with
+ * s = (orig/wavelen − low_freq_factor)/(high_freq_factor − low_freq_factor). */
+void model_rope_inv_freq(const ModelConfig *cfg, double *inv_freq);
 /* "sp" / "mup" and back (-1: unknown name). */
 const char *model_param_name(int param);
 int model_param_parse(const char *name);
@@ -68,7 +87,11 @@ int model_arch_parse(const char *name);
  * left as they are) and the published shapes with their vocabulary, context and theta: "llama-7b"
  * (32 layers, 32/32 heads, 4096, F 11008, V 32000, 4096), "llama-13b" (40, 40/40, 5120, 13824),
  * "llama-70b" (80, 64/8, 8192, 28672), "llama3-8b" (32, 32/8, 4096, 14336, V 128256, 8192,
- * theta 500000). ST_ERR_INPUT on an unknown name. */
+ * theta 500000), and with llama3 RoPE scaling (low 1, high 4, original 8192 positions; V 128256,
+ * 131072 positions, theta 500000): "llama3.1-8b" (32, 32/8, 4096, 14336, factor 8, untied),
+ * "llama3.2-1b" (16, 32/8, 2048, 8192, factor 32, tied), "llama3.2-3b" (28, 24/8, 3072, 8192,
+ * factor 32, tied). A published shape sets the RoPE type and head tying too. ST_ERR_INPUT on an
+ * unknown name. */
 Status model_config_preset(ModelConfig *cfg, const char *name, Err *err);
 
 /* Llama's default MLP width for C channels: 8C/3 rounded up, then up to a multiple of `multiple`

@@ -54,7 +54,7 @@ static Status check_options(const ModelConfig *cfg, const GptOptions *o, Err *er
     Status st = model_config_validate(&v, err);
     if (st != ST_OK) return st;
     if (v.n_kv_head != cfg->n_kv_head || v.ffn != cfg->ffn || v.vocab_padded != cfg->vocab_padded ||
-        v.norm_eps != cfg->norm_eps || v.rope_theta != cfg->rope_theta || v.mup_input_alpha != cfg->mup_input_alpha ||
+        v.norm_eps != cfg->norm_eps || v.rope_theta != cfg->rope_theta || v.rope_type != cfg->rope_type || v.mup_input_alpha != cfg->mup_input_alpha ||
         v.mup_output_alpha != cfg->mup_output_alpha)
         return err_set(err, ST_ERR_INPUT, "model: expected a blueprint completed by model_config_validate, found "
                        "kv-heads %d, ffn %d, padded vocabulary %d (expected %d, %d, %d)", cfg->n_kv_head, cfg->ffn,
@@ -253,7 +253,11 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
     if (ast.pipe) TAKE(s->pp_gin, Nl * C);
     if (s->dim.rms) {
         TAKE(s->rope_cs, (size_t)T * s->dim.hs);
-        be->rope_table(s->rope_cs, T, s->dim.hs, cfg->rope_theta);
+        double *inv_freq = malloc((size_t)s->dim.hs / 2 * sizeof(double));
+        if (!inv_freq) return -1;
+        model_rope_inv_freq(cfg, inv_freq);
+        be->rope_table(s->rope_cs, T, s->dim.hs, inv_freq);
+        free(inv_freq);
     }
     ST_CHECK((size_t)(a - s->scratch) == as.scratch);
 #undef TAKE_OP

@@ -22,9 +22,12 @@ Status kv_init(KvCache *kv, const Gpt *g, Err *err) {
     kv->att = calloc(C, sizeof(float)), kv->y = calloc(C, sizeof(float));
     kv->h = calloc(H, sizeof(float)), kv->hg = calloc(H, sizeof(float));
     if (c->arch == ARCH_LLAMA) {
-        if (!(kv->rope = malloc((size_t)c->max_seq * hs * sizeof(float))))
-            return kv_free(kv), err_set(err, ST_ERR_RUNTIME, "out of memory for the RoPE table");
-        g->be->rope_table(kv->rope, c->max_seq, (int)hs, c->rope_theta);
+        double *inv_freq = malloc(hs / 2 * sizeof(double)); /* the training forward's frequencies */
+        if (!(kv->rope = malloc((size_t)c->max_seq * hs * sizeof(float))) || !inv_freq)
+            return free(inv_freq), kv_free(kv), err_set(err, ST_ERR_RUNTIME, "out of memory for the RoPE table");
+        model_rope_inv_freq(c, inv_freq);
+        g->be->rope_table(kv->rope, c->max_seq, (int)hs, inv_freq);
+        free(inv_freq);
     }
     kv->scores = calloc((size_t)c->max_seq, sizeof(float));
     kv->logits = calloc((size_t)c->vocab_padded, sizeof(float));

@@ -320,11 +320,15 @@ void rmsnorm_backward(float *dinp, float *dw, float *scratch, const float *dout,
     }
 }
 
-void rope_table(float *cs, int T, int hs, double theta) {
+void rope_inv_freq(double *inv_freq, int hs, double theta) {
+    for (int i = 0; i < hs / 2; i++) inv_freq[i] = pow(theta, -2.0 * i / hs);
+}
+
+void rope_table(float *cs, int T, int hs, const double *inv_freq) {
     int half = hs / 2;
     for (int t = 0; t < T; t++)
         for (int i = 0; i < half; i++) {
-            double a = (double)t * pow(theta, -2.0 * i / hs);
+            double a = (double)t * inv_freq[i]; /* = t·theta^(-2i/hs) for plain RoPE, as before */
             cs[(size_t)t * hs + i] = (float)cos(a);
             cs[(size_t)t * hs + half + i] = (float)sin(a);
         }

@@ -104,10 +104,12 @@ void rmsnorm_backward(float *dinp, float *dw, float *scratch, const float *dout,
                       const float *rstd, int N, int C, int acc, int nt);
 
 /* Rotary position embeddings, Hugging Face's rotate-half convention: in each head of size hs the
- * pair (x[i], x[i + hs/2]), i < hs/2, at position t turns by the angle t·theta^(-2i/hs).
+ * pair (x[i], x[i + hs/2]), i < hs/2, at position t turns by the angle t·inv_freq[i]; plain RoPE
+ * has inv_freq[i] = theta^(-2i/hs) (rope_inv_freq; scaled RoPE types: model_rope_inv_freq).
  * rope_table fills cs (T·hs floats: for each t, hs/2 cosines then hs/2 sines) for positions
- * [0, T), angles computed in double and rounded to fp32 once. */
-void rope_table(float *cs, int T, int hs, double theta);
+ * [0, T), angles t·inv_freq[i] computed in double and rounded to fp32 once. */
+void rope_inv_freq(double *inv_freq, int hs, double theta);
+void rope_table(float *cs, int T, int hs, const double *inv_freq);
 /* In place on the rows of qkv (B·T rows of (NH + 2·KV)·hs: q heads, k heads, v heads): rotates the
  * NH q heads and the KV k heads of row b·T + t by position pos0 + t (cs covers pos0 + T positions);
  * v untouched. rope_backward rotates the same parts of dqkv back (the transpose: angle −θ). */

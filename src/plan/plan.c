@@ -46,7 +46,8 @@ Status plan_model_preset(PlanModel *m, const char *name, Err *err) {
     if (model_config_preset(&cfg, gname, &e2) != ST_OK)
         return err_set(err, ST_ERR_INPUT,
                        "--model: expected a preset (d1..d64, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m or "
-                       "gpt2-1.5b, llama-d1..llama-d64, llama-7b, llama-13b, llama-70b, llama-405b, llama3-8b), found '%s'",
+                       "gpt2-1.5b, llama-d1..llama-d64, llama-7b, llama-13b, llama-70b, llama-405b, llama3-8b, "
+                       "llama3.1-8b, llama3.2-1b, llama3.2-3b), found '%s'",
                        name);
     plan_model_from_config(m, &cfg);
     snprintf(m->name, sizeof m->name, "%s", name);

@@ -51,7 +51,8 @@ typedef struct {
 /* Fills m from a preset: our "dN" and "gpt2-124m/350m/774m/1558m" (alias gpt2-1.5b) via
  * model/config (vocab 50257, max_seq 1024), and "llama-7b", "llama-13b", "llama-70b" (Llama 2
  * shapes, V 32000, 4096 positions) and "llama-405b" (Llama 3.1: V 128256, 131072 positions),
- * and model/config's other Llama presets ("llama3-8b", "llama-dN").
+ * and model/config's other Llama presets ("llama3-8b", "llama3.1-8b", "llama3.2-1b",
+ * "llama3.2-3b", "llama-dN").
  * ST_ERR_INPUT naming --model and the known presets on an unknown name. */
 Status plan_model_preset(PlanModel *m, const char *name, Err *err);
 

@@ -78,6 +78,15 @@ cJSON *events_config_json(const TrainConfig *c) {
         add_num(m, "ffn", c->model.ffn);
         add_num(m, "norm_eps", c->model.norm_eps);
         add_num(m, "rope_theta", c->model.rope_theta);
+        if (c->model.rope_type != ROPE_DEFAULT) { /* plain RoPE writes none (its checkpoints compare as before) */
+            cJSON_AddStringToObject(m, "rope_type", model_rope_type_name(c->model.rope_type));
+            add_num(m, "rope_factor", c->model.rope_factor);
+            if (c->model.rope_type == ROPE_LLAMA3) {
+                add_num(m, "rope_low_freq_factor", c->model.rope_low_freq_factor);
+                add_num(m, "rope_high_freq_factor", c->model.rope_high_freq_factor);
+                add_num(m, "rope_original_max_seq_len", c->model.rope_orig_max_seq);
+            }
+        }
         cJSON_AddBoolToObject(m, "tie_embeddings", !c->model.untied);
     }
     if (c->model.param == PARAM_MUP) { /* standard runs write none (their checkpoints compare as before) */

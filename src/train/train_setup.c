@@ -379,9 +379,14 @@ Status tr_announce(Run *r, Err *err) {
     if (!c->quiet) {
         const ModelConfig *m = &c->model;
         if (m->arch == ARCH_LLAMA)
-            printf("model: llama L=%d NH=%d KV=%d C=%d F=%d V=%d (padded %d) maxT=%d theta=%g %s head, %lld parameters\n",
-                   m->n_layer, m->n_head, m->n_kv_head, m->n_embd, m->ffn, m->vocab, m->vocab_padded, m->max_seq,
-                   m->rope_theta, m->untied ? "untied" : "tied", nparams);
+        {
+            char rope[96] = ""; /* plain RoPE prints as before */
+            if (m->rope_type != ROPE_DEFAULT)
+                snprintf(rope, sizeof rope, " rope=%s factor=%g", model_rope_type_name(m->rope_type), m->rope_factor);
+            printf("model: llama L=%d NH=%d KV=%d C=%d F=%d V=%d (padded %d) maxT=%d theta=%g%s %s head, %lld "
+                   "parameters\n", m->n_layer, m->n_head, m->n_kv_head, m->n_embd, m->ffn, m->vocab, m->vocab_padded,
+                   m->max_seq, m->rope_theta, rope, m->untied ? "untied" : "tied", nparams);
+        }
         else
             printf("model: L=%d NH=%d C=%d V=%d (padded %d) maxT=%d, %lld parameters\n", m->n_layer, m->n_head,
                    m->n_embd, m->vocab, m->vocab_padded, m->max_seq, nparams);
