@@ -437,19 +437,32 @@ static void mfu(void) {
         tu_check(0, "MFU runs", "exit %d and %d, see %s/mfu_1.out and mfu_dp2.out", rc1, rc2, DIR);
         return;
     }
+#if defined(__SANITIZE_ADDRESS__)
+    /* AddressSanitizer instruments the FMA loop that measures the peak (core/peak.c) but not
+     * oneDNN's GEMMs: under it the probe reads 40-60 GFLOP/s and two processes' readings differ by up
+     * to 36%, while the step runs near full speed, so MFU can pass 1 (1.007 seen) and the 25%
+     * agreement of two measurements fails. Here each run is checked against its own logged peak
+     * (exact); the release build checks the bound and the agreement. The real fix is issue 28's: the
+     * peak as the best of the probe and a measured GEMM. */
+    const int asan = 1;
+#else
+    const int asan = 0;
+#endif
     /* The job's peak: each rank measured about what the one process measured (same core, 1 thread). */
-    double w1, w2, wbug, m1, m2, mbug;
+    double w1, w2, wbug, m1, m2, mbug, ref2 = asan ? two.peak_job : 2 * one.peak;
     double med1 = mfu_check(&one, 1, one.peak, &w1, &m1);
-    double med2 = mfu_check(&two, 2, 2 * one.peak, &w2, &m2);
-    tu_check(w1 <= 1e-6 && one.peak_job == one.peak && m1 < 1, "one process: logged MFU == model FLOP/s / peak",
-             "max rel diff %.1e; peak %.1f GFLOP/s; max MFU %.3f", w1, one.peak * 1e-9, m1);
-    tu_check(w2 <= 0.25 && m2 < 1, "dp 2: logged MFU == the job's model FLOP/s / (2 x one rank's peak), below 1",
-             "max rel diff %.1e (tol 0.25: two peak measurements); peak_flops_job %.1f GFLOP/s, rank 0 %.1f, one process "
-             "%.1f; max MFU %.3f", w2, two.peak_job * 1e-9, two.peak * 1e-9, one.peak * 1e-9, m2);
+    double med2 = mfu_check(&two, 2, ref2, &w2, &m2);
+    tu_check(w1 <= 1e-6 && one.peak_job == one.peak && (m1 < 1 || asan), "one process: logged MFU == model FLOP/s / peak",
+             "max rel diff %.1e; peak %.1f GFLOP/s; max MFU %.3f%s", w1, one.peak * 1e-9, m1, asan ? " (bound not checked under ASan)" : "");
+    tu_check((asan ? w2 <= 1e-6 : w2 <= 0.25) && (m2 < 1 || asan),
+             "dp 2: logged MFU == the job's model FLOP/s / (2 x one rank's peak), below 1",
+             "max rel diff %.1e (tol %s); peak_flops_job %.1f GFLOP/s, rank 0 %.1f, one process %.1f; max MFU %.3f", w2,
+             asan ? "1e-6 against the job's own logged peak under ASan" : "0.25: two peak measurements",
+             two.peak_job * 1e-9, two.peak * 1e-9, one.peak * 1e-9, m2);
     /* Negative control: the old denominator (one rank's peak) doubles the figure. */
     Log bug = two;
     for (int i = 0; i < MFU_STEPS; i++) bug.mfu[i] *= two.peak_job / two.peak;
-    mfu_check(&bug, 2, 2 * one.peak, &wbug, &mbug);
+    mfu_check(&bug, 2, ref2, &wbug, &mbug);
     tu_check(wbug > 0.25, "negative control: MFU over one rank's peak is caught", "max rel diff %.2f (tol 0.25)", wbug);
     /* Close to the one-process figure: each rank does the one process's work at its speed, less the
      * all-reduce and the wait for the slower rank: measured 0.88 on a quiet machine. On a machine
