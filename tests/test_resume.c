@@ -312,12 +312,6 @@ static unsigned long long dir_bytes(const char *dir) {
     return b;
 }
 
-static int sh(const char *cmd) {
-    int rc = system(cmd);
-    tu_check(rc == 0, "setup command", "%s: exit %d", cmd, rc);
-    return rc == 0;
-}
-
 static void test_one_pass(void) {
     TrainConfig ref = base("onepass_ref", 12);
     ref.ckpt_dir[0] = 0;
@@ -325,7 +319,7 @@ static void test_one_pass(void) {
     TrainConfig half = base("onepass", 12);
     half.ckpt_every = 4, half.stop_after = 8;
     run_or_die(&half); /* checkpoints at steps 4 and 8 */
-    if (!sh("cd " DIR " && rm -rf op_a op_b op_bad && cp -r onepass_ckpt op_a && cp -r onepass_ckpt op_b && "
+    if (!tu_shell("cd " DIR " && rm -rf op_a op_b op_bad && cp -r onepass_ckpt op_a && cp -r onepass_ckpt op_b && "
             "cp -r onepass_ckpt op_bad"))
         return;
     /* A byte flipped near the end of step 8's weights (tensor data, not the header). */

@@ -164,7 +164,7 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
     ActStage ast = layout_act_stage(&stl, o->slots);
     ast.split = o->split_backward;
     layout_free(&stl);
-    ActOptions ao = {B, T, s->nt, rc, prec == GPT_BF16 ? 1 : prec == GPT_FP16 ? 2 : 0, tp, o->sp, &ast};
+    ActOptions ao = {B, T, s->nt, rc, (int)prec, tp, o->sp, &ast}; /* GptPrecision is the layout's 0/1/2 */
     ActSizes as = layout_activations(cfg, &ao);
     s->acts_floats = as.total;
     s->scratch_floats = as.scratch;

@@ -757,10 +757,9 @@ static void core_activations(Core *c, PlanResult *r) {
                 r->mem.workspace = (double)rb[MEM_WORKSPACE];
             }
         } else if (ours) {
-            /* The trainer's sizes at the plan's precision (fp16 is 2, stored as fp32: as bf16 = 0). */
-            int prec = pr->compute == PLAN_DTYPE_BF16 ? 1 : pr->compute == PLAN_DTYPE_FP16 ? 2 : 0;
+            /* The trainer's sizes at the plan's precision (fp16 stores fp32 activations, as fp32). */
             ActOptions ao = layout_act_options((int)b_pipe, T, in->threads);
-            ao.precision = prec;
+            ao.precision = prec_i;
             ActSizes as = layout_activations(cfgp, &ao);
             r->act.exact_layer = 4.0 * as.per_layer;
             r->act.exact_total = 4.0 * as.total;
