@@ -796,20 +796,6 @@ Status ckpt_state_read(const char *ckpt, CkptMeta *m, CkptFileList *files, Err *
     return st;
 }
 
-/* Both formats: every file state.json names (the single-process format's three, or a sharded
- * checkpoint's config.json, manifest.json and rank files) against its recorded size and hash. */
-Status ckpt_verify(const char *ckpt_path, Err *err) {
-    CkptMeta m;
-    CkptFileList files;
-    Status st = ckpt_state_read(ckpt_path, &m, &files, err);
-    if (st != ST_OK) return st;
-    ckpt_meta_free(&m);
-    for (int i = 0; i < files.n && st == ST_OK; i++)
-        st = ckpt_check_file(ckpt_path, files.e[i].name, &files.e[i].sum, NULL, NULL, NULL, err);
-    ckpt_files_free(&files);
-    return st;
-}
-
 Status ckpt_load_single(const char *ckpt_path, const ParamLayout *pl, float *params, float *mom1, float *mom2,
                         float *master, CkptMeta *meta, CkptProgressFn progress, void *progress_ctx, Err *err) {
     CkptMeta m;
@@ -915,25 +901,39 @@ int ckpt_is_weights_folder(const char *dir) {
 
 /* What a resolve checks of each candidate: everything (every file read and hashed) or the structure
  * (state.json and its own checksum, every listed file present with its recorded size). */
-Status ckpt_check_structure(const char *ckpt_path, Err *err) {
+/* A listed file's size against state.json's record, with ckpt_check_file's messages, without reading it. */
+static Status check_size(const char *ckpt, const char *name, const FileSum *sum, Err *err) {
+    char path[4200];
+    struct stat sb;
+    join(path, sizeof path, ckpt, name);
+    if (stat(path, &sb) != 0)
+        return err_set(err, ST_ERR_INPUT, "%s/%s: missing or unreadable", ckpt_base_name(ckpt), name);
+    size_t n = (size_t)sb.st_size;
+    if (n != sum->bytes)
+        return err_set(err, ST_ERR_INPUT, "%s/%s: expected %zu bytes, found %zu (%s)", ckpt_base_name(ckpt), name,
+                       sum->bytes, n, n < sum->bytes ? "truncated" : "corrupt");
+    return ST_OK;
+}
+
+/* state.json (its own checksum), then every file it lists: read and hashed (data) or sized only. */
+static Status check_listed(const char *ckpt_path, int data, Err *err) {
     CkptMeta m;
     CkptFileList files;
     Status st = ckpt_state_read(ckpt_path, &m, &files, err);
     if (st != ST_OK) return st;
     ckpt_meta_free(&m);
-    for (int i = 0; i < files.n && st == ST_OK; i++) {
-        char path[4200];
-        struct stat sb;
-        join(path, sizeof path, ckpt_path, files.e[i].name);
-        if (stat(path, &sb) != 0)
-            st = err_set(err, ST_ERR_INPUT, "%s: listed in state.json, not found", path);
-        else if ((size_t)sb.st_size != files.e[i].sum.bytes)
-            st = err_set(err, ST_ERR_INPUT, "%s: state.json records %zu bytes, found a file of %lld bytes", path,
-                         files.e[i].sum.bytes, (long long)sb.st_size);
-    }
+    for (int i = 0; i < files.n && st == ST_OK; i++)
+        st = data ? ckpt_check_file(ckpt_path, files.e[i].name, &files.e[i].sum, NULL, NULL, NULL, err)
+                  : check_size(ckpt_path, files.e[i].name, &files.e[i].sum, err);
     ckpt_files_free(&files);
     return st;
 }
+
+/* Both formats: every file state.json names (the single-process format's three, or a sharded
+ * checkpoint's config.json, manifest.json and rank files) against its recorded size and hash. */
+Status ckpt_verify(const char *ckpt_path, Err *err) { return check_listed(ckpt_path, 1, err); }
+
+Status ckpt_check_structure(const char *ckpt_path, Err *err) { return check_listed(ckpt_path, 0, err); }
 
 static Status resolve(const char *dir, const char *spec, long before, Status (*check)(const char *, Err *), char *out,
                       size_t out_len, char *note, size_t note_len, Err *err);
