@@ -1225,12 +1225,13 @@ Status tokenizer_load(Tokenizer **out, const char *spec, const char *data_dir, E
     BpePattern pat;
     Status st = read_pattern_file(dir, &pat, err);
     if (st) return st;
-    /* Meta's tokenizer.model with a `pattern` file reading llama3 (what fetch-llama3-tokenizer.sh writes) */
-    char mp[2048];
+    /* Meta's tokenizer.model with a `pattern` file reading llama3 (what fetch-llama3-tokenizer.sh writes);
+     * a directory trained with --pattern llama3 has encoder.json and no tokenizer.model */
+    char mp[2048], ep[2048], bp[2048];
     snprintf(mp, sizeof mp, "%s/tokenizer.model", dir);
-    if (pat == BPE_PATTERN_LLAMA3 && stat(mp, &sb) == 0) return tokenizer_load_llama3(out, mp, BPE_PATTERN_FILE, err);
-    char ep[2048], bp[2048];
     snprintf(ep, sizeof ep, "%s/encoder.json", dir);
+    if (pat == BPE_PATTERN_LLAMA3 && (stat(mp, &sb) == 0 || stat(ep, &sb) != 0))
+        return tokenizer_load_llama3(out, mp, BPE_PATTERN_FILE, err);
     snprintf(bp, sizeof bp, "%s/vocab.bpe", dir);
     st = tokenizer_load_files(out, ep, bp, err);
     if (!st && pat != BPE_PATTERN_GPT2) {

@@ -189,7 +189,7 @@ uint32_t bpe_byte_to_unicode(uint8_t b);
 typedef struct {
     uint32_t vocab_size;   /* wanted vocabulary incl. the 256 bytes and EOT; >= 257 */
     int threads;           /* pre-tokenization threads (0 = OpenMP default) */
-    BpePattern pattern;    /* pre-tokenizer (gpt2, cl100k or o200k); recorded in out_dir/pattern
+    BpePattern pattern;    /* pre-tokenizer (gpt2, cl100k, o200k or llama3); recorded in out_dir/pattern
                               unless gpt2 (then the files are exactly those of before) */
 } BpeTrainOptions;
 
