@@ -24,8 +24,8 @@
  * naming the file (and line), what was expected and what was found; the same through the CLI
  * (exit 2). tokenizer_special_id on gpt2, cl100k, o200k, bytes. End to end: `prepare --tokenizer
  * llama3` writes uint32 shards with vocabulary 128256, EOT word 128002 and the encoder's ids +
- * <|end_of_text|>; `train --tokenizer llama3` trains 2 steps on them (V=128256); `tokenizer --help`
- * lists llama3. */
+ * <|end_of_text|>; `train --tokenizer llama3` trains 2 steps on them (V=128256); `tokenizer train
+ * --pattern llama3` makes a BPE directory that loads as such; `tokenizer --help` lists llama3. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -242,6 +242,19 @@ static void test_end_to_end(const Tokenizer *t) {
     tu_check(!sd && tokenizer_hash(d) == tokenizer_hash(t) && !strcmp(tokenizer_kind(d), "llama3"), "load_plain_dir", "%s",
              sd ? err.msg : tokenizer_kind(d));
     tokenizer_free(d);
+    /* a tokenizer trained with --pattern llama3 is a BPE directory with that pattern, not Meta's */
+    snprintf(args, sizeof args, "tokenizer train --pattern llama3 --vocab-size 300 --holdout 0 --out %s/trained %s/text.txt",
+             WORK, WORK);
+    snprintf(out, sizeof out, "%s/trained.log", WORK);
+    rc = run(args, out);
+    char *pf = tu_slurp(WORK "/trained/pattern");
+    Status sb = rc == 0 ? tokenizer_load(&d, WORK "/trained", NULL, &err) : ST_ERR_INPUT;
+    tu_check(rc == 0 && pf && !strcmp(pf, "llama3\n") && !sb && !strcmp(tokenizer_kind(d), "bpe") &&
+                 tokenizer_pattern(d) == BPE_PATTERN_LLAMA3 && tokenizer_vocab_size(d) == 300,
+             "train_pattern_llama3", "rc=%d pattern file %s kind %s", rc, pf ? "llama3" : "(none)", sb ? err.msg : tokenizer_kind(d));
+    free(pf);
+    if (!sb) tokenizer_free(d);
+    d = NULL;
     snprintf(out, sizeof out, "%s/help.log", WORK);
     rc = run("tokenizer --help", out);
     log = tu_slurp(out);
