@@ -24,7 +24,8 @@
  * naming the file (and line), what was expected and what was found; the same through the CLI
  * (exit 2). tokenizer_special_id on gpt2, cl100k, o200k, bytes. End to end: `prepare --tokenizer
  * llama3` writes uint32 shards with vocabulary 128256, EOT word 128002 and the encoder's ids +
- * <|end_of_text|>; `train --tokenizer llama3` trains 2 steps on them (V=128256); `tokenizer train
+ * <|end_of_text|>; `train --tokenizer llama3` trains 2 steps on them (V=128256) and writes config.json
+ * with bos_token_id 128000, eos_token_id 128001; `tokenizer train
  * --pattern llama3` makes a BPE directory that loads as such; `tokenizer --help` lists llama3. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -230,11 +231,16 @@ static void test_end_to_end(const Tokenizer *t) {
     /* train 2 steps on them with the tokenizer named: the vocabulary and hash come from it */
     snprintf(args, sizeof args,
              "train --data '%s/shards/train_*.bin' --layers 1 --heads 1 --channels 8 --seq-len 8 --micro-batch 2 "
-             "--steps 2 --tokenizer llama3 --tokenizer-dir %s", WORK, model_dir);
+             "--steps 2 --tokenizer llama3 --tokenizer-dir %s --out %s/model", WORK, model_dir, WORK);
     snprintf(out, sizeof out, "%s/train.log", WORK);
     rc = run(args, out);
-    char *log = tu_slurp(out);
+    char *log = tu_slurp(out), *cfg = tu_slurp(WORK "/model/config.json");
     tu_check(rc == 0 && log && strstr(log, "V=128256") && strstr(log, "step     2/2"), "train_llama3", "rc=%d (log %s)", rc, out);
+    /* config.json: bos <|begin_of_text|>, eos <|end_of_text|> (Meta's Llama 3 base models' values) */
+    tu_check(cfg && strstr(cfg, "\"bos_token_id\": 128000,") && strstr(cfg, "\"eos_token_id\": 128001,") &&
+                 strstr(cfg, "\"tokenizer\": \"llama3\""),
+             "hf_config_bos_eos", "%s/model/config.json", WORK);
+    free(cfg);
     free(log);
     /* a plain --tokenizer DIR (tokenizer.model + pattern) is the same tokenizer */
     Tokenizer *d = NULL;

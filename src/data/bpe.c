@@ -1157,6 +1157,11 @@ long tokenizer_named_eot(const char *spec) {
     return -1;
 }
 
+long tokenizer_named_bos(const char *spec) {
+    if (spec && !strcmp(spec, "llama3")) return LLAMA3_RANKS; /* <|begin_of_text|> */
+    return tokenizer_named_eot(spec);
+}
+
 const char *tokenizer_data_subdir(const char *spec) {
     if (!spec) return NULL;
     if (!strcmp(spec, "gpt2")) return "gpt2_tokenizer";

@@ -69,6 +69,11 @@ const char *bpe_pattern_name(BpePattern p);
  * llama3 128001, bytes 256), or -1 for any other spec. */
 long tokenizer_named_eot(const char *spec);
 
+/* The id a sequence starts with at inference (Hugging Face config.json's bos_token_id) of a named
+ * tokenizer: llama3 `<|begin_of_text|>` 128000; the others have no BOS of their own and use their EOT
+ * (GPT-2's convention); -1 for any other spec. */
+long tokenizer_named_bos(const char *spec);
+
 /* Where the CLI finds a named tokenizer's files under data/: "gpt2_tokenizer" for gpt2, "tokenizers"
  * for cl100k and o200k, "tokenizers/llama3" for llama3, NULL for any other spec (bytes, FILE, DIR
  * need no data directory). */
