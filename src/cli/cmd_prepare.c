@@ -168,7 +168,8 @@ int cmd_prepare(int argc, char **argv) {
     const char *sub = tokenizer_data_subdir(spec);
     if (!rc && !dir && sub && !(dir = cli_find_tokenizer_dir(spec, gdir, sizeof gdir)))
         rc = fail(2, "tokenizer %s: expected its files next to the executable (../data/%s) or in ./data/%s, found "
-                     "none: give --tokenizer-dir", spec, sub, sub);
+                     "none: give --tokenizer-dir%s", spec, sub, sub,
+                     strcmp(spec, "llama3") ? "" : " (scripts/fetch-llama3-tokenizer.sh fetches Meta's tokenizer.model)");
     Tokenizer *tok = NULL;
     if (!rc && tokenizer_load(&tok, spec, dir, &err)) rc = fail(err.status == ST_ERR_INPUT ? 2 : 1, "%s", err.msg);
     if (rc) {

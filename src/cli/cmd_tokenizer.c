@@ -318,7 +318,8 @@ static int cmd_codec(int argc, char **argv, int encode) {
     char gdir[PATH_MAX];
     if (!dir && sub && !(dir = cli_find_tokenizer_dir(spec, gdir, sizeof gdir)))
         return fail(2, "tokenizer %s: expected its files next to the executable (../data/%s) or in ./data/%s, found "
-                       "none: give --tokenizer-dir", spec, sub, sub);
+                       "none: give --tokenizer-dir%s", spec, sub, sub,
+                     strcmp(spec, "llama3") ? "" : " (scripts/fetch-llama3-tokenizer.sh fetches Meta's tokenizer.model)");
     Err err;
     Tokenizer *t = NULL;
     if (tokenizer_load(&t, spec, dir, &err)) return fail_err(&err);
