@@ -1024,13 +1024,16 @@ static size_t llama3_special_text(uint32_t k, char *buf, size_t cap) {
     return (size_t)snprintf(buf, cap, "<|reserved_special_token_%u|>", k - LLAMA3_NNAMED + 2);
 }
 
-/* Standard base64 (RFC 4648 alphabet, '=' padding, length a multiple of 4) of s[0..n) into out;
- * returns the decoded length, or -1 if s is not such a string. */
-static long base64_decode(const uint8_t *s, size_t n, uint8_t *out) {
+/* The value of each base64 character (RFC 4648 alphabet), -1 for any other byte. */
+static void base64_table(int8_t v[256]) {
     static const char alpha[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    int8_t v[256];
-    memset(v, -1, sizeof v);
+    memset(v, -1, 256);
     for (int k = 0; k < 64; k++) v[(uint8_t)alpha[k]] = (int8_t)k;
+}
+
+/* Standard base64 ('=' padding, length a multiple of 4) of s[0..n) into out, v from base64_table;
+ * returns the decoded length, or -1 if s is not such a string. */
+static long base64_decode(const int8_t v[256], const uint8_t *s, size_t n, uint8_t *out) {
     if (n == 0 || n % 4) return -1;
     size_t o = 0;
     for (size_t i = 0; i < n; i += 4) {
@@ -1074,6 +1077,8 @@ Status tokenizer_load_llama3(Tokenizer **out, const char *path, BpePattern patte
     t->off = calloc((size_t)t->vocab + 1, sizeof *t->off);
     t->pool = malloc(n + 64 * LLAMA3_SPECIALS); /* decoded tokens are shorter than their base64 */
     if (!t->off || !t->pool) goto oom;
+    int8_t b64[256];
+    base64_table(b64);
     size_t pos = 0, o = 0;
     for (uint32_t line = 0; line < LLAMA3_RANKS; line++) {
         size_t e = pos, sp = SIZE_MAX;
@@ -1086,7 +1091,7 @@ Status tokenizer_load_llama3(Tokenizer **out, const char *path, BpePattern patte
                          (int)(e - pos > 60 ? 60 : e - pos), (const char *)(b + pos));
             goto done;
         }
-        long l = base64_decode(b + pos, sp - pos, t->pool + o);
+        long l = base64_decode(b64, b + pos, sp - pos, t->pool + o);
         if (l <= 0) {
             st = err_set(err, ST_ERR_INPUT, "%s:%u: expected the token's bytes in base64, found \"%.*s\"", path, line + 1,
                          (int)(sp - pos > 60 ? 60 : sp - pos), (const char *)(b + pos));
