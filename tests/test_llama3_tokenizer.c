@@ -20,7 +20,8 @@
  * Negative controls run here, each must make its oracle fail: the vectors under TEST_LLAMA3_CASE
  * (case-sensitive contractions) and under GPT-2's pattern; a tokenizer.model with two ranks swapped
  * (vectors and the Tiny Shakespeare checksum; encoder.json has neither " the" nor " and").
- * Errors: missing file, wrong line count, bad base64, rank out of order, a malformed line: one line
+ * Errors: missing file, wrong line count, bad base64, rank out of order, a malformed line, CR LF line
+ * ends, a repeated token: one line
  * naming the file (and line), what was expected and what was found; the same through the CLI
  * (exit 2). tokenizer_special_id on gpt2, cl100k, o200k, bytes. End to end: `prepare --tokenizer
  * llama3` writes uint32 shards with vocabulary 128256, EOT word 128002 and the encoder's ids +
@@ -151,6 +152,10 @@ static void test_errors(const char *model, size_t n) {
     snprintf(p, sizeof p, "%s/norank.model", WORK);
     write_edit(p, model, n, sp, 5, "");
     expect_error("error_no_rank", p, (const char *[]){p, ":1001:", "expected `base64(token) rank`", NULL});
+    /* CR LF line ends (a file converted on Windows) */
+    snprintf(p, sizeof p, "%s/crlf.model", WORK);
+    write_edit(p, model, n, line_start(model, 1) - 1, 0, "\r");
+    expect_error("error_crlf", p, (const char *[]){p, ":1:", "expected lines ending in LF, found CR LF", NULL});
     /* two lines with the same token: rank 1000's token replaced by rank 999's */
     size_t l999 = line_start(model, 999), sp999 = (size_t)(strchr(model + l999, ' ') - model);
     char dup[256];

@@ -1086,6 +1086,10 @@ Status tokenizer_load_llama3(Tokenizer **out, const char *path, BpePattern patte
             if (b[e] == ' ' && sp == SIZE_MAX) sp = e;
             e++;
         }
+        if (e > pos && b[e - 1] == '\r') {
+            st = err_set(err, ST_ERR_INPUT, "%s:%u: expected lines ending in LF, found CR LF", path, line + 1);
+            goto done;
+        }
         if (sp == SIZE_MAX || sp == pos || sp + 1 == e) {
             st = err_set(err, ST_ERR_INPUT, "%s:%u: expected `base64(token) rank`, found \"%.*s\"", path, line + 1,
                          (int)(e - pos > 60 ? 60 : e - pos), (const char *)(b + pos));
