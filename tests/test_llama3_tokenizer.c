@@ -20,13 +20,12 @@
  * Negative controls run here, each must make its oracle fail: the vectors under TEST_LLAMA3_CASE
  * (case-sensitive contractions) and under GPT-2's pattern; a tokenizer.model with two ranks swapped
  * (vectors and the Tiny Shakespeare checksum; encoder.json has neither " the" nor " and").
- * Errors: missing file, wrong line count, bad base64, rank out of order, a malformed line, CR LF line
- * ends, a repeated token: one line
- * naming the file (and line), what was expected and what was found; the same through the CLI
- * (exit 2). tokenizer_special_id on gpt2, cl100k, o200k, bytes. End to end: `prepare --tokenizer
- * llama3` writes uint32 shards with vocabulary 128256, EOT word 128002 and the encoder's ids +
- * <|end_of_text|>; `train --tokenizer llama3` trains 2 steps on them (V=128256) and writes config.json
- * with bos_token_id 128000, eos_token_id 128001; `tokenizer train
+ * Errors: missing file, wrong line count, bad base64, rank out of order, a malformed line, CR LF
+ * line ends, a repeated token: one line naming the file (and line), what was expected and what was
+ * found; the same through the CLI (exit 2). tokenizer_special_id on gpt2, cl100k, o200k, bytes.
+ * End to end: `prepare --tokenizer llama3` writes uint32 shards with vocabulary 128256, EOT word
+ * 128002 and the encoder's ids + <|end_of_text|>; `train --tokenizer llama3` trains 2 steps on them
+ * (V=128256) and writes config.json with bos_token_id 128000, eos_token_id 128001; `tokenizer train
  * --pattern llama3` makes a BPE directory that loads as such; `tokenizer --help` lists llama3. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
