@@ -1,5 +1,5 @@
-/* bpe.c — GPT-2 byte-level BPE, tiktoken rank files (cl100k_base, o200k_base) and byte tokenizers:
- * loading, pre-tokenization, encode, decode.
+/* bpe.c — GPT-2 byte-level BPE, tiktoken rank files (cl100k_base, o200k_base), Meta's Llama 3
+ * tokenizer.model and byte tokenizers: loading, pre-tokenization, special tokens, encode, decode.
  *
  * Contents:
  *   1. character classes (UTF-8 decoding + generated Unicode range tables)
