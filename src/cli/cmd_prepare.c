@@ -199,6 +199,12 @@ int cmd_prepare(int argc, char **argv) {
         uint64_t toks = s.train_tokens + s.val_tokens;
         printf("prepare: tokenizer %s (vocab %u, hash %016llx), %zu files\n", tokenizer_kind(tok),
                tokenizer_vocab_size(tok), (unsigned long long)tokenizer_hash(tok), s.files);
+        if (s.line_pieces >= 2) /* no silent behaviour: the documents are not the user's paragraphs */
+            printf("prepare: notice: %s has no blank line between text, so with --separator \"\" it is one document "
+                   "and a validation split needs two: cut at line ends into %llu documents of at least %d bytes; "
+                   "put blank lines between documents to choose them yourself, or give --val-fraction 0 to keep it "
+                   "whole\n", strcmp(inputs[0], "-") ? inputs[0] : "standard input", (unsigned long long)s.line_pieces,
+                   PREP_LINE_PIECE_BYTES);
         if (s.resumed_files)
             printf("prepare: resumed: %zu of %zu inputs were finished by an interrupted call and skipped\n",
                    s.resumed_files, s.files);
