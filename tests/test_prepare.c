@@ -324,6 +324,22 @@ static void test_line_pieces(const Tokenizer *bt) {
                  strstr(err.msg, "at least 8192 bytes") && strstr(err.msg, "--val-fraction 0"),
              "line_pieces_too_short_refused", "%s", st ? err.msg : "accepted");
 
+    /* a split that leaves no training document: one document under the --val-fraction threshold is
+     * the "found 1" error (not --val-docs'), two of them name --val-fraction */
+    o.val_fraction = 0.999999, o.out_dir = keep(path("lp10"));
+    st = prepare_run(&o, &s, &err);
+    tu_check(st == ST_ERR_INPUT && strstr(err.msg, "at least 2 distinct documents") && strstr(err.msg, "found 1") &&
+                 !strstr(err.msg, "--val-docs"),
+             "split_single_document_in_val", "%s", st ? err.msg : "accepted");
+    write_file("two.txt", "first document\n\nsecond document\n");
+    in1[0] = keep(path("two.txt"));
+    o.out_dir = keep(path("lp11"));
+    st = prepare_run(&o, &s, &err);
+    tu_check(st == ST_ERR_INPUT && strstr(err.msg, "--val-fraction 0.999999: expected at least one training document") &&
+                 strstr(err.msg, "all 2 distinct"),
+             "split_all_in_val_fraction", "%s", st ? err.msg : "accepted");
+    o.val_fraction = 0.1;
+
     /* the default separator: one document, refused as before (the hint names --separator "") */
     in1[0] = keep(path("pieces.txt"));
     o.separator = "<|endoftext|>", o.out_dir = keep(path("lp7"));

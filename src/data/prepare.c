@@ -835,11 +835,17 @@ static Status check_split(const PrepareOptions *o, const char *what, int text, c
             snprintf(hint, sizeof hint, " (text is cut into documents at blank lines with --separator \"\", and "
                      "there are none): cut the text into paragraphs or give a separator line with --separator, or give");
     }
-    if (s->val_docs == 0)
+    /* a single document may fall under the --val-fraction threshold: it is the same error (found 1) */
+    if (unique < 2)
         return err_set(err, ST_ERR_INPUT,
                        "%s: expected at least 2 distinct documents for a validation split, found %zu%s "
                        "--val-fraction 0 for no validation split (then train without --val-data)",
                        what, unique, *hint ? hint : ": give");
+    if (o->val_docs < 0)
+        return err_set(err, ST_ERR_INPUT,
+                       "--val-fraction %g: expected at least one training document, found all %zu distinct documents "
+                       "of %s under the validation threshold (docs/data.md §6): give a smaller --val-fraction or more "
+                       "documents", o->val_fraction, unique, what);
     return err_set(err, ST_ERR_INPUT,
                    "--val-docs %ld: expected fewer than the %zu distinct documents of %s, found all of them taken "
                    "for validation (no training document left)", o->val_docs, unique, what);
