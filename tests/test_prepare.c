@@ -273,6 +273,26 @@ static void test_line_pieces(const Tokenizer *bt) {
     uint32_t *all2 = st ? NULL : read_both(o.out_dir, bt, &nt2);
     tu_check(!st && all && all2 && nt2 == nt && memcmp(all, all2, nt * sizeof *all) == 0 && s.runs > 1,
              "line_pieces_threads_memory", "%s tokens %zu vs %zu, runs %zu", st ? err.msg : "", nt2, nt, s.runs);
+    /* interrupted after 2 runs (mid-input) and after 1 shard (the journal then carries the piece
+     * count), each resumed: the same shards, the same count */
+    o.out_dir = keep(path("lp2r")), o.fault_after_runs = 2;
+    Status st1 = prepare_run(&o, &s, &err);
+    o.fault_after_runs = 0;
+    st = prepare_run(&o, &s, &err);
+    uint32_t *all3 = st ? NULL : read_both(o.out_dir, bt, &nt2);
+    tu_check(st1 == ST_ERR_RUNTIME && !st && s.line_pieces == np && all && all3 && nt2 == nt &&
+                 memcmp(all, all3, nt * sizeof *all) == 0,
+             "line_pieces_resume_reading", "first %d, %s pieces %llu, tokens %zu", (int)st1, st ? err.msg : "",
+             (unsigned long long)s.line_pieces, nt2);
+    free(all3);
+    o.out_dir = keep(path("lp2m")), o.shard_tokens = 4000, o.fault_after_shards = 1;
+    st1 = prepare_run(&o, &s, &err);
+    o.fault_after_shards = 0;
+    st = prepare_run(&o, &s, &err);
+    tu_check(st1 == ST_ERR_RUNTIME && !st && s.line_pieces == np && s.docs == np && s.train_tokens + s.val_tokens == nt,
+             "line_pieces_resume_merge", "first %d, %s pieces %llu, docs %zu", (int)st1, st ? err.msg : "",
+             (unsigned long long)s.line_pieces, s.docs);
+    o.shard_tokens = 100000000;
     free(all), free(all2);
     o.threads = 2, o.run_bytes = (size_t)256 << 20;
 

@@ -828,9 +828,9 @@ static Status check_split(const PrepareOptions *o, const char *what, int text, c
         else if (s->line_pieces)
             snprintf(hint, sizeof hint, " (text is cut into documents at blank lines with --separator \"\", and a "
                      "text without any into pieces of at least %d bytes at line ends: this one gave %llu piece%s, "
-                     "and two need at least %d bytes with a line end between): give a longer text, or give",
-                     PREP_LINE_PIECE_BYTES, (unsigned long long)s->line_pieces, s->line_pieces == 1 ? "" : "s",
-                     2 * PREP_LINE_PIECE_BYTES);
+                     "%zu distinct, and two need at least %d bytes with a line end between): give a longer text, or "
+                     "give", PREP_LINE_PIECE_BYTES, (unsigned long long)s->line_pieces, s->line_pieces == 1 ? "" : "s",
+                     unique, 2 * PREP_LINE_PIECE_BYTES);
         else
             snprintf(hint, sizeof hint, " (text is cut into documents at blank lines with --separator \"\", and "
                      "there are none): cut the text into paragraphs or give a separator line with --separator, or give");
