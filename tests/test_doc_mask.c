@@ -64,10 +64,12 @@ typedef struct {
     double loss;
 } Run;
 
-static int model_init(Gpt *g, const ModelConfig *mc, int doc_mask, Recompute rc) {
+static int model_init(Gpt *g, const ModelConfig *mc0, int doc_mask, Recompute rc) {
     GptOptions o = gpt_default_options();
     o.B = B, o.T = T, o.threads = 2, o.recompute = rc;
-    o.doc_mask = doc_mask, o.doc_eot = EOT;
+    ModelConfig m = *mc0;
+    m.doc_mask = doc_mask, m.doc_eot = EOT;
+    const ModelConfig *mc = &m;
     Err e;
     if (gpt_init(g, mc, &o, NULL, &e) != ST_OK) {
         printf("gpt_init: %s\n", e.msg);

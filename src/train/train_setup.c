@@ -144,6 +144,7 @@ Status tr_setup_data(Run *r, Err *err) {
             return err_set(err, ST_ERR_INPUT, "--vocab: not given and the shard headers of %s record no vocabulary size",
                            c->data);
     }
+    if (c->model.doc_mask) c->model.doc_eot = (int)loader_header_eot(&r->train); /* documents end with it */
     if ((st = model_config_validate(&c->model, err)) != ST_OK) return st;
     if ((st = loader_check_vocab(&r->train, (uint32_t)c->model.vocab, err)) != ST_OK) return st;
     if (c->val_data[0]) {
@@ -151,6 +152,9 @@ Status tr_setup_data(Run *r, Err *err) {
         if ((st = loader_open(&r->val, c->val_data, c->seq_len, (uint32_t)c->model.vocab, c->tokenizer_hash, 0, vflags,
                               err)) != ST_OK)
             return st;
+        if (c->model.doc_mask && (int)loader_header_eot(&r->val) != c->model.doc_eot)
+            return err_set(err, ST_ERR_INPUT, "--val-data %s: --doc-mask expected the training shards' EOT id %d, found %u",
+                           c->val_data, c->model.doc_eot, loader_header_eot(&r->val));
         /* --sp splits every forward's rows over tp; a validation set shorter than one micro-batch
          * runs a smaller one, which must split too. */
         if (c->sp && r->val.nwin < (uint64_t)c->micro_batch && (r->val.nwin * (uint64_t)c->seq_len) % (uint64_t)r->tp)

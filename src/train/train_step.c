@@ -86,8 +86,12 @@ static void log_sample(Run *r, long step) {
     uint32_t he = loader_header_eot(&r->train); /* start from end-of-text (not the last id for cl100k/o200k) */
     int32_t cur = he < (uint32_t)c->model.vocab ? (int32_t)he : c->model.vocab - 1;
     int ok = 1;
+    int32_t prev = -1; /* the token fed before cur */
     for (int i = 0; i < n && ids && ok; i++) {
+        /* --doc-mask: a token after an EOT starts a document: the cache restarts (positions from 0) */
+        if (c->model.doc_mask && prev == c->model.doc_eot) kv.len = 0;
         infer_step(&r->g, &kv, cur);
+        prev = cur;
         if (infer_status(&r->g, &e) != ST_OK) { /* a failed GEMM: no sample rather than a garbage one */
             if (!c->quiet) printf("sample %5ld | skipped: %s\n", step, e.msg);
             ok = 0;
