@@ -338,6 +338,7 @@ void train_plan_input(const TrainConfig *c, int dp, int tp, int pp, double peak,
     pi.shampoo_block = c->optim.shampoo_block, pi.precond_every = c->optim.precond_every;
     pi.hess_every = c->optim.kind == OPT_SOPHIA ? c->optim.hess_every : 0;
     pi.recompute = (PlanRecompute)c->recompute;
+    pi.doc_mask = c->model.doc_mask; /* priced at span T (mean_doc_len 0): the documents are not known yet */
     if (c->have_hw) pi.hw = c->hw; /* a measured profile (plan --measure-hardware) */
     else if (peak > 0) pi.hw.peak_fp32 = peak;
     /* This trainer's precisions; fp16 is emulated, so its GEMMs run at the fp32 rate. */
@@ -415,8 +416,9 @@ Status tr_announce(Run *r, Err *err) {
         for (int mc = 0; mc < MEM_NCAT; mc++)
             if (r->mem.bytes[mc]) printf(" %s %.1f MiB", mem_category_name((MemCategory)mc), r->mem.bytes[mc] / 1048576.0);
         printf("\n");
-        printf("compute: %.3g FLOP/token, peak %.1f GFLOP/s per rank (%s), %d threads, %s\n", r->acct.fpt, r->acct.peak / 1e9,
-               c->peak_flops > 0 ? "given" : r->acct.peak_kind, nt, mm_backend_info());
+        printf("compute: %.3g FLOP/token%s, peak %.1f GFLOP/s per rank (%s), %d threads, %s\n", r->acct.fpt,
+               c->model.doc_mask ? " at span T (--doc-mask: each step's MFU counts its documents' spans)" : "",
+               r->acct.peak / 1e9, c->peak_flops > 0 ? "given" : r->acct.peak_kind, nt, mm_backend_info());
         fflush(stdout);
     }
     size_t state[MEM_NCAT];
