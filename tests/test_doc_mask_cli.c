@@ -4,7 +4,7 @@
  * row of 32 holds several documents. A small GPT-2 (and a Llama with GQA) trains 6 steps.
  *
  * Oracles:
- *  - Parallel layouts: --doc-mask under mpirun at --tp 2, --pp 2 and dp 2 gives the losses of the
+ *  - Parallel layouts: --doc-mask under mpirun at --tp 2 (with and without --sp), --pp 2 and dp 2 gives the losses of the
  *    one-process --doc-mask run (<= 1e-5 relative per step): the document positions reach every
  *    tensor-parallel rank and pipeline stage. Control: the one-process run without --doc-mask
  *    differs (> 1e-4, ten times the tolerance), so the flag is not ignored.
@@ -91,8 +91,9 @@ static void layouts(const char *arch, const char *shape) {
         tu_check(d > 1e-4, what, "max rel %.3g (must be > 1e-4, 10x the layouts' tolerance)", d);
     }
     static const struct { const char *tag, *grid; } G[] = {
-        {"tp2", "--micro-batch 2 --tp 2"}, {"pp2", "--micro-batch 2 --pp 2"}, {"dp2", "--micro-batch 1 --dp 2"}};
-    for (int i = 0; i < 3; i++) {
+        {"tp2", "--micro-batch 2 --tp 2"}, {"tp2sp", "--micro-batch 2 --tp 2 --sp"}, {"pp2", "--micro-batch 2 --pp 2"},
+        {"dp2", "--micro-batch 1 --dp 2"}};
+    for (int i = 0; i < 4; i++) {
         snprintf(name, sizeof name, "%s_%s", arch, G[i].tag);
         snprintf(ex, sizeof ex, "%s %s --doc-mask", shape, G[i].grid);
         if (train(name, 2, ex) || !rc_read_log(DIR, name, &lg)) continue;
