@@ -7,6 +7,7 @@
  *     (its own T, positions from 0, gradients summed over the six runs), for GPT-2 (learned
  *     positions) and Llama (RoPE, GQA 4:2). Control: the same packed batch without doc_mask must
  *     differ from the documents alone (losses by > 1e-3 relative).
+ *     The same under bf16 (<= 1e-5: only the fp32 accumulation order differs; control > 0.1).
  *     Recompute: under doc_mask with dropout, recompute none / selective / full give the same
  *     loss and gradients bit for bit (the positions reach the recomputed forward).
  *     KV cache: token by token over a history with three EOTs, infer_feed's logits equal the last
@@ -68,9 +69,11 @@ typedef struct {
     double loss;
 } Run;
 
+static GptPrecision g_prec = GPT_FP32; /* the precision model_init builds */
+
 static int model_init(Gpt *g, const ModelConfig *mc0, int doc_mask, Recompute rc) {
     GptOptions o = gpt_default_options();
-    o.B = B, o.T = T, o.threads = 2, o.recompute = rc;
+    o.B = B, o.T = T, o.threads = 2, o.recompute = rc, o.precision = g_prec;
     ModelConfig m = *mc0;
     m.doc_mask = doc_mask, m.doc_eot = EOT;
     const ModelConfig *mc = &m;
@@ -80,6 +83,7 @@ static int model_init(Gpt *g, const ModelConfig *mc0, int doc_mask, Recompute rc
         return -1;
     }
     gpt_init_params(g, 11);
+    gpt_sync_lp(g);
     return 0;
 }
 
@@ -156,6 +160,21 @@ static void model_case(const char *name, ModelConfig mc) {
     snprintf(what, sizeof what, "%s: control: without doc-mask the packed batch differs from the documents alone", name);
     tu_check(ok && cl > 1e-3 && cg > 1e-3, what, "losses max rel %.3g, gradients rel %.3g (must be > 1e-3)", cl, cg);
     free(m.losses), free(m.grads), free(a.losses), free(a.grads), free(u.losses), free(u.grads);
+
+    /* bf16 (GEMM and attention operands rounded to bf16, fp32 accumulation): a document rounds the same
+     * values packed or alone, so only the accumulation order differs (measured ~1e-7): <= 1e-5. */
+    g_prec = GPT_BF16;
+    Run mb = {0}, ab = {0}, ub = {0};
+    ok = run_packed(&mc, 1, RECOMPUTE_NONE, &mb) == 0 && run_alone(&mc, &ab) == 0 &&
+         run_packed(&mc, 0, RECOMPUTE_NONE, &ub) == 0;
+    g_prec = GPT_FP32;
+    el = ok ? max_rel(mb.losses, ab.losses, B * T) : 1, eg = ok ? tu_rel_err_f(mb.grads, ab.grads, mb.n) : 1;
+    cg = ok ? tu_rel_err_f(ub.grads, ab.grads, ub.n) : 0;
+    snprintf(what, sizeof what, "%s bf16: doc-mask packed = documents alone (<= 1e-5; control without the mask > 0.1)",
+             name);
+    tu_check(ok && el <= 1e-5 && eg <= 1e-5 && cg > 0.1, what, "losses max rel %.3g, gradients rel %.3g; control %.3g",
+             el, eg, cg);
+    free(mb.losses), free(mb.grads), free(ab.losses), free(ab.grads), free(ub.losses), free(ub.grads);
 
     /* Recompute levels under doc-mask, dropout on: bit for bit. */
     mc.dropout = 0.1f;
