@@ -408,7 +408,10 @@ Status tr_announce(Run *r, Err *err) {
                    m->mup_input_alpha);
         printf("data: %zu train tokens in %d shard(s), %llu rows of %d+1 (%s, utilization %.1f%%)%s\n",
                r->train.total_tokens, r->train.nshards, (unsigned long long)r->train.nwin, T,
-               c->no_pack ? "one document per row, padding masked" : "packed", 100 * util,
+               c->no_pack ? "one document per row, padding masked"
+               : c->model.doc_mask ? "packed, document-masked: attention within each EOT-closed document"
+                                   : "packed",
+               100 * util,
                r->val.nshards ? "" : ", no validation data");
         printf("batch: micro-batch %d x seq %d x accumulation %d%s = %lld sequences = %lld tokens per step\n", B, T, k,
                r->dp > 1 ? " x dp" : "", r->acct.batch_seqs, r->acct.batch_tokens);
