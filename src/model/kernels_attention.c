@@ -72,14 +72,19 @@ size_t attention_gqa_scratch_floats(int T, int hs, int group, int nt) {
 }
 
 /* Document masking (pos non-NULL): query row t sees keys [t − pos[b·T + t], t]. A query block's key
- * loop starts at the smallest document start of its rows (key blocks wholly before it are never
- * computed), and each row's softmax runs over its own range [js, jn) of a key block, the entries
+ * loop starts at the smallest document start of its rows, rounded down to a multiple of 64 (keys
+ * before it are never computed), and each row's softmax runs over its own range [js, jn) of a key block, the entries
  * outside set to 0 as those above the diagonal are. pos NULL: js = 0 and the loop starts at 0,
  * exactly the causal kernel. Dropout indices stay those of the absolute (row, key) pair. */
 static int doc_block_start(const int32_t *dpos, int r0, int m) {
     int s = r0 - dpos[r0];
     for (int i = 1; i < m; i++) s = r0 + i - dpos[r0 + i] < s ? r0 + i - dpos[r0 + i] : s;
-    return s < 0 ? 0 : s;
+    /* Rounded down to a multiple of the query block: the key blocks' widths stay multiples of 64
+     * (kend is one), so the GEMMs keep the few shapes of the causal kernel instead of one per
+     * document start (each new shape is a oneDNN primitive to create, matmul.c's cache). The keys
+     * below the start inside it are masked per row. */
+    s = s < 0 ? 0 : s;
+    return s / ATT_BLOCK * ATT_BLOCK;
 }
 static int doc_row_from(const int32_t *dpos, int row, int k0) {
     if (!dpos) return 0;
