@@ -15,6 +15,9 @@
  *    run bit for bit; resuming without --doc-mask is refused with one line naming model.doc_mask.
  *  - eval: weights trained with --doc-mask evaluate masked by default (= eval --doc-mask, bit for
  *    bit) and differently with --no-doc-mask (> 1e-5 relative: 6 steps leave the model near uniform).
+ *  - Sampling (byte tokenizer): --doc-mask records EOT 256; the trainer's --sample-every and `sample`
+ *    run on the masked weights (a smoke check of the command paths; the KV cache's oracle is
+ *    test_doc_mask's).
  *  - Refusals (one line, non-zero exit): --doc-mask with --no-pack; eval --doc-mask --no-doc-mask;
  *    plan --mean-doc-len without --doc-mask. */
 #include <math.h>
@@ -158,6 +161,35 @@ static void resume_and_eval(void) {
              "default %.9g, --doc-mask %.9g, --no-doc-mask %.9g", l[0], l[1], l[2]);
 }
 
+/* Sampling with the byte tokenizer (EOT 256): the trainer's --sample-every and `sample` run on --doc-mask
+ * weights (their KV-cache restart after EOT is checked against the masked forward in test_doc_mask:
+ * here the command paths, the recorded EOT and the tokenizer check). */
+static void sampling(void) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s prepare --tokenizer bytes --separator \"\" --val-fraction 0 --seq-len 32 --out %s/bytes "
+             "%s/data/tinyshakespeare/input.txt", g_bin, DIR, ST_SOURCE_DIR);
+    int rc = rc_run(DIR, "bytes_prepare", cmd, NULL);
+    if (rc != 0) {
+        tu_check(0, "prepare bytes shards", "exit %d, see %s/bytes_prepare.out", rc, DIR);
+        return;
+    }
+    snprintf(cmd, sizeof cmd, "%s train --data '%s/bytes/train_*.bin' --tokenizer bytes --layers 1 --heads 2 --channels 16 "
+             "--max-seq-len 32 --seq-len 32 --micro-batch 2 --steps 2 --threads 1 --peak-gflops 100 --val-every 0 "
+             "--sample-every 2 --sample-tokens 40 --doc-mask --log %s/bytes.jsonl --out %s/bytes_out",
+             g_bin, DIR, DIR, DIR);
+    rc = rc_run(DIR, "bytes_train", cmd, NULL);
+    char *log = tu_slurp(DIR "/bytes.jsonl");
+    tu_check(rc == 0 && log && strstr(log, "\"event\":\"sample\"") && strstr(log, "\"doc_eot\":256"),
+             "--doc-mask with --tokenizer bytes: EOT 256 recorded, the trainer's sample logged", "exit %d", rc);
+    free(log);
+    snprintf(cmd, sizeof cmd, "%s sample %s/bytes_out --prompt 'ROMEO:' --tokens 40 --temperature 0", g_bin, DIR);
+    rc = rc_run(DIR, "bytes_sample", cmd, NULL);
+    char *out = tu_slurp(DIR "/bytes_sample.out");
+    tu_check(rc == 0 && out && !strncmp(out, "ROMEO:", 6), "sample of --doc-mask weights runs (KV cache restarting at EOT)",
+             "exit %d, output starts \"%.6s\"", rc, out ? out : "");
+    free(out);
+}
+
 static void refusals(void) {
     static const struct { const char *name, *args, *want; } R[] = {
         {"ref_nopack", "train --data " DIR "/train.bin --layers 1 --heads 1 --channels 8 --seq-len 8 --max-seq-len 8 "
@@ -192,6 +224,7 @@ int main(int argc, char **argv) {
     layouts("gpt2", "");
     layouts("llama", "--arch llama --kv-heads 2");
     resume_and_eval();
+    sampling();
     refusals();
     printf("test_doc_mask_cli: %.1f s\n", (timer_ms() - t0) * 1e-3);
     return tu_exit();
