@@ -487,6 +487,8 @@ static const char *float_text(float x, char *buf) {
 
 /* muP's multipliers in config.json's "scaletrain" object: without them the weights are not the
  * model (docs/mup.md); standard models write nothing (their files are as before). */
+/* The "scaletrain" object's optional members: "mup" (muP runs), "doc_mask" (document masking,
+ * {"eot": id}); nothing for a standard run without masking (its config.json as before). */
 static void mup_json(const ModelConfig *c, char *buf, size_t len) {
     buf[0] = '\0';
     if (c->param == PARAM_MUP)
@@ -496,10 +498,23 @@ static void mup_json(const ModelConfig *c, char *buf, size_t len) {
                  float_text(c->mup_base_width, w), float_text(c->mup_input_alpha, a),
                  float_text(c->mup_output_alpha, b));
     }
+    if (c->doc_mask) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, len - used, ", \"doc_mask\": {\"eot\": %d}", c->doc_eot);
+    }
 }
 
-/* Reads the "scaletrain" object's "mup" member (absent: the standard parameterization). */
+/* Reads the "scaletrain" object's "mup" member (absent: the standard parameterization) and its
+ * "doc_mask" (absent: no document masking). */
 static Status mup_read(const cJSON *sc, const char *path, ModelConfig *cfg, Err *err) {
+    const cJSON *dm = sc ? cJSON_GetObjectItemCaseSensitive(sc, "doc_mask") : NULL;
+    if (dm && !cJSON_IsNull(dm)) {
+        const cJSON *eot = cJSON_GetObjectItemCaseSensitive(dm, "eot");
+        if (!cJSON_IsNumber(eot) || eot->valuedouble != (double)(int)eot->valuedouble)
+            return err_set(err, ST_ERR_INPUT, "%s: scaletrain.doc_mask: expected {\"eot\": an integer token id}, found "
+                           "another value", path);
+        cfg->doc_mask = 1, cfg->doc_eot = (int)eot->valuedouble;
+    }
     const cJSON *mu = sc ? cJSON_GetObjectItemCaseSensitive(sc, "mup") : NULL;
     if (!mu || cJSON_IsNull(mu)) return ST_OK;
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(mu, "base_width");
@@ -529,7 +544,7 @@ static const char *rope_members(const ModelConfig *c, char *buf) {
 
 size_t st_hf_config_text(const ModelConfig *c, const char *tokenizer, char *buf, size_t len) {
     int n;
-    char mup[160], eps[32], theta[32], rm[256], scaling[320];
+    char mup[224], eps[32], theta[32], rm[256], scaling[320];
     mup_json(c, mup, sizeof mup);
     /* eos = EOT: the named tokenizer's (cl100k/o200k/llama3: not the last id), else the last id; bos =
      * the same, except llama3's <|begin_of_text|> */
