@@ -1,0 +1,324 @@
+/* lora_train.c — LoRA fine-tuning (docs/lora.md): the base model frozen (no gradients, no optimizer
+ * state), adapters (model/lora.h) trained with their own AdamW state, data-parallel over the
+ * adapters' gradients; checkpoints of the adapters and their moments (ckpt/lora_ckpt.h).
+ *
+ * One step, as the full trainer's (DESIGN.md §2) but over the adapters only:
+ *   fill the rank's k micro-batches; count the step's unmasked targets (one all-reduce)
+ *   adapter grads = 0; per micro-batch j: forward (dscale 1/tokens, dropout counter
+ *     ((step − 1)·dp + rank)·k + j, as the full trainer), backward (adapter grads +=)
+ *   all-reduce the adapter gradients (sum) and the loss over dp
+ *   global norm of the adapter gradients → clip factor → AdamW on the adapters (decay on A and B)
+ * The loop is its own (not train_step.c's) because the full trainer's Par owns the base's
+ * gradients, moments and ZeRO shards, which a frozen base does not have; what it shares with it
+ * is the model, the loader, the optimizer, the schedule and the data order. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "ckpt/ckpt.h"
+#include "ckpt/lora_ckpt.h"
+#include "core/mem.h"
+#include "core/timer.h"
+#include "model/gpt.h"
+#include "model/lora.h"
+#include "model/matmul.h"
+#include "train/events.h"
+#include "train/train.h"
+
+typedef struct {
+    TrainConfig cfg;
+    Comm *comm, *own_comm;
+    int dp, rank;
+    MemStats mem;
+    Loader train, val;
+    Gpt g;
+    Lora lo;
+    float *m, *v;           /* AdamW moments over the adapters (MEM_MOMENTS) */
+    int32_t *inp, *tgt;     /* the step's k micro-batches (MEM_DATA) */
+    size_t batch_ints;
+    uint64_t base_hash;
+    EventLog log;
+    long step;
+} LoraRun;
+
+/* Flags the LoRA loop does not implement: refused with one line each instead of ignored. */
+static Status refuse(const TrainConfig *c, int world, Err *err) {
+    TrainConfig d = train_default_config();
+    const char *bad = NULL;
+    if (c->tp > 1) bad = "--tp (adapters split like their base are not implemented)";
+    else if (c->pp > 1) bad = "--pp";
+    else if (c->sp) bad = "--sp";
+    else if (c->bf16 || c->fp16) bad = "--precision bf16/fp16 (LoRA runs an fp32 base)";
+    else if (c->zero != 0) bad = "--zero (the adapters' state is replicated over dp: ZeRO 0)";
+    else if (c->optim.kind != OPT_ADAMW && c->optim.kind != OPT_ADAM) bad = "--optimizer other than adamw or adam";
+    else if (c->sample_every > 0) bad = "--sample-every";
+    else if (c->log_layer_stats) bad = "--log-layer-stats";
+    else if (c->ckpt_async) bad = "--ckpt-async";
+    else if (c->health.policy != d.health.policy) bad = "--spike-policy skip/rollback";
+    else if (c->keep_last != d.keep_last || c->keep_every != d.keep_every) bad = "--keep-last/--keep-every";
+    else if (c->pp_schedule[0] || c->pp_layers[0] || c->interleave > 1) bad = "--pp-schedule/--pp-layers/--interleave";
+    else if (c->mtbf_hours > 0) bad = "--mtbf";
+    if (bad) return err_set(err, ST_ERR_INPUT, "--lora-rank: %s is not supported with LoRA", bad);
+    if (c->dp != 0 && c->dp != world)
+        return err_set(err, ST_ERR_INPUT, "--dp %d: with LoRA the world of %d ranks is the data-parallel group", c->dp, world);
+    return ST_OK;
+}
+
+static void run_free(LoraRun *r) {
+    events_close(&r->log);
+    mem_free(&r->mem, MEM_DATA, r->inp, r->batch_ints * sizeof(int32_t));
+    mem_free(&r->mem, MEM_DATA, r->tgt, r->batch_ints * sizeof(int32_t));
+    mem_free(&r->mem, MEM_MOMENTS, r->m, r->lo.lay.total * sizeof(float));
+    mem_free(&r->mem, MEM_MOMENTS, r->v, r->lo.lay.total * sizeof(float));
+    lora_free(&r->lo);
+    gpt_free(&r->g);
+    loader_close(&r->train);
+    loader_close(&r->val);
+    comm_finalize(r->own_comm);
+}
+
+static uint64_t lora_base_hash(const Gpt *g) { return XXH3_64bits(g->w.params, g->w.layout.total * sizeof(float)); }
+
+/* The base: initialised from the seed, then --init-from's weights; its hash. */
+static Status setup_model(LoraRun *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    GptOptions go = gpt_default_options();
+    go.B = c->micro_batch, go.T = c->seq_len, go.threads = c->threads, go.recompute = c->recompute;
+    go.frozen = 1; /* the base is never sharded: ZeRO 0 */
+    Status st = gpt_init(&r->g, &c->model, &go, &r->mem, err);
+    if (st != ST_OK) return st;
+    gpt_init_params(&r->g, c->seed);
+    if (c->init_from[0] && (st = ckpt_init_from(&r->g.w, c->init_from, err)) != ST_OK)
+        return err_prefix(err, "--init-from"), st;
+    r->g.s.dropout_seed = c->seed ^ 0xd509u;
+    r->base_hash = lora_base_hash(&r->g);
+    LoraLayout ll;
+    if ((st = lora_layout_init(&ll, &c->model, &c->lora, r->dp, err)) != ST_OK) return st;
+    if ((st = lora_init(&r->lo, &ll, (size_t)c->micro_batch * c->seq_len, c->threads, &r->mem, err)) != ST_OK) return st;
+    lora_init_params(&r->lo, c->seed);
+    gpt_set_lora(&r->g, &r->lo);
+    r->m = mem_alloc(&r->mem, MEM_MOMENTS, ll.total * sizeof(float));
+    r->v = mem_alloc(&r->mem, MEM_MOMENTS, ll.total * sizeof(float));
+    r->batch_ints = (size_t)c->grad_accum * c->micro_batch * c->seq_len;
+    r->inp = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
+    r->tgt = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
+    if (!r->m || !r->v || !r->inp || !r->tgt) return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA moments, batches)");
+    memset(r->m, 0, ll.total * sizeof(float)), memset(r->v, 0, ll.total * sizeof(float));
+    return ST_OK;
+}
+
+/* --resume: the adapters, their moments, the step and the data order; the base must be the one the
+ * checkpoint was trained on (its hash). */
+static Status resume(LoraRun *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    if (!c->resume[0]) return ST_OK;
+    char path[4096];
+    Status st = ckpt_lora_resolve(c->ckpt_dir, c->resume, path, sizeof path, err);
+    if (st != ST_OK || !path[0]) return st;
+    LoraCkptMeta meta;
+    LoraConfig lc;
+    ModelConfig mc;
+    if ((st = ckpt_lora_read_meta(path, &meta, &lc, &mc, err)) != ST_OK) return st;
+    const LoraConfig *cur = &r->lo.lay.cfg;
+    if (lc.rank != cur->rank || lc.alpha != cur->alpha || lc.dropout != cur->dropout || lc.targets != cur->targets)
+        return err_set(err, ST_ERR_INPUT, "--resume %s: the checkpoint has LoRA rank %d alpha %g dropout %g, this run rank %d "
+                       "alpha %g dropout %g (or other targets)", path, lc.rank, lc.alpha, lc.dropout, cur->rank, cur->alpha,
+                       cur->dropout);
+    if (meta.base_hash != r->base_hash)
+        return err_set(err, ST_ERR_INPUT, "--resume %s: the base weights differ from the checkpoint's (XXH3 %016llx, "
+                       "checkpoint %016llx from %s): give the same --init-from / --seed", path,
+                       (unsigned long long)r->base_hash, (unsigned long long)meta.base_hash,
+                       meta.init_from[0] ? meta.init_from : "a random base");
+    if ((st = ckpt_lora_load(path, &r->lo.lay, r->lo.params, r->m, r->v, err)) != ST_OK) return st;
+    loader_set_state(&r->train, meta.loader);
+    r->step = meta.step;
+    if (r->rank == 0 && !c->quiet) printf("lora: resumed from %s (step %ld)\n", path, meta.step);
+    return ST_OK;
+}
+
+static Status save(LoraRun *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    if (!c->ckpt_dir[0] || r->rank != 0) return ST_OK;
+    LoraCkptMeta meta;
+    memset(&meta, 0, sizeof meta);
+    meta.step = r->step, meta.loader = loader_get_state(&r->train);
+    snprintf(meta.init_from, sizeof meta.init_from, "%s", c->init_from);
+    snprintf(meta.tokenizer, sizeof meta.tokenizer, "%s", c->tokenizer);
+    meta.base_seed = c->seed, meta.base_hash = r->base_hash;
+    char out[4200];
+    double t0 = timer_ms();
+    Status st = ckpt_lora_save(c->ckpt_dir, &c->model, &r->lo.lay, &meta, r->lo.params, r->m, r->v, out, sizeof out, err);
+    if (st == ST_OK && r->log.f) {
+        fprintf(r->log.f, "{\"event\": \"ckpt\", \"step\": %ld, \"mode\": \"lora\", \"time_ms\": %.3f, \"path\": \"%s\"}\n",
+                r->step, timer_ms() - t0, out);
+        fflush(r->log.f);
+    }
+    return st;
+}
+
+static Status validation(LoraRun *r, double *loss, Err *err) {
+    TrainConfig *c = &r->cfg;
+    int B = c->micro_batch, T = c->seq_len;
+    double sum = 0;
+    long ntok = 0;
+    for (int j = 0; j < c->val_batches; j++) {
+        uint64_t first = (uint64_t)j * B;
+        if (first >= r->val.nwin) break;
+        int rows = (uint64_t)B < r->val.nwin - first ? B : (int)(r->val.nwin - first);
+        loader_fill(&r->val, first, rows, r->inp, r->tgt);
+        for (size_t i = 0; i < (size_t)rows * T; i++) ntok += r->tgt[i] >= 0;
+        sum += gpt_forward(&r->g, r->inp, r->tgt, rows, T, 0.0f, 0, 0);
+    }
+    Status st = gpt_status(&r->g, err);
+    *loss = ntok ? sum / ntok : NAN;
+    return st;
+}
+
+/* One optimizer step over the adapters. */
+static Status step(LoraRun *r, TrainResult *res, Err *err) {
+    TrainConfig *c = &r->cfg;
+    int B = c->micro_batch, T = c->seq_len, k = c->grad_accum;
+    double t0 = timer_ms();
+    for (int j = 0; j < k; j++)
+        loader_fill_rank(&r->train, r->rank, r->dp, j, B, k, r->inp + (size_t)j * B * T, r->tgt + (size_t)j * B * T);
+    loader_step_done(&r->train, r->dp, B, k);
+    int64_t ntok = 0;
+    for (size_t i = 0; i < r->batch_ints; i++) ntok += r->tgt[i] >= 0;
+    Status st = comm_allreduce_i64(r->comm, &ntok, 1, COMM_SUM, err);
+    if (st != ST_OK) return st;
+    long next = r->step + 1;
+    float dscale = ntok > 0 ? 1.0f / (float)ntok : 0.0f;
+    memset(r->lo.grads, 0, r->lo.lay.total * sizeof(float));
+    double loss_sum = 0;
+    uint64_t drop0 = ((uint64_t)(next - 1) * r->dp + r->rank) * k;
+    for (int j = 0; j < k; j++) {
+        size_t off = (size_t)j * B * T;
+        loss_sum += gpt_forward(&r->g, r->inp + off, r->tgt + off, B, T, dscale, 1, drop0 + j);
+        gpt_backward(&r->g);
+    }
+    if ((st = gpt_status(&r->g, err)) != ST_OK) return st;
+    if (r->dp > 1) {
+        if ((st = comm_allreduce_f32(r->comm, r->lo.grads, r->lo.grads, r->lo.lay.total, err)) != ST_OK) return st;
+        if ((st = comm_allreduce_f64(r->comm, &loss_sum, 1, COMM_SUM, err)) != ST_OK) return st;
+    }
+    if (c->faults.grad_scale != 0) /* test-only (ST_PAR_TEST_GRAD_SCALE): a wrong reduction */
+        for (size_t i = 0; i < r->lo.lay.total; i++) r->lo.grads[i] *= c->faults.grad_scale;
+    double norm = optim_l2_norm(r->lo.grads, r->lo.lay.total, c->threads);
+    float scale = optim_clip_scale(norm, c->grad_clip), lr = sched_lr(&c->sched, next);
+    OptimRange all = {0, r->lo.lay.total, 1, 1.0f}; /* decay on A and B (PEFT under HF Trainer) */
+    optim_step(&c->optim, r->lo.params, r->lo.grads, r->m, r->v, &all, 1, next, lr, scale, c->threads);
+    r->step = next;
+    double loss = ntok > 0 ? loss_sum / (double)ntok : 0.0, ms = timer_ms() - t0;
+    if (res->steps_done == 0) res->first_loss = loss;
+    res->last_loss = loss, res->steps_done++;
+    if (r->log.f) {
+        fprintf(r->log.f, "{\"event\": \"step\", \"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+                "\"grad_norm_clipped\": %.9g, \"tokens\": %lld, \"lora\": true, \"time_ms\": {\"total\": %.3f}}\n",
+                next, loss, lr, norm, norm * scale, (long long)ntok, ms);
+        fflush(r->log.f);
+    }
+    if (r->rank == 0 && !c->quiet)
+        printf("step %ld/%ld | loss %.6f | lr %.3g | norm %.4f | %.1f ms (lora)\n", next, c->steps, loss, lr, norm, ms);
+    return ST_OK;
+}
+
+Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
+    LoraRun run;
+    memset(&run, 0, sizeof run);
+    LoraRun *r = &run;
+    r->cfg = *cfg;
+    TrainConfig *c = &r->cfg;
+    memset(res, 0, sizeof *res);
+    res->first_val = res->last_val = NAN;
+    Status st = ST_OK;
+    r->comm = c->comm;
+    if (!r->comm && (st = comm_init_local(&r->own_comm, err)) != ST_OK) return st;
+    if (!r->comm) r->comm = r->own_comm;
+    int world = r->comm->world;
+    if ((st = refuse(c, world, err)) != ST_OK) goto done;
+    r->dp = world, r->rank = r->comm->rank;
+    if ((st = comm_set_grid(r->comm, r->dp, 1, 1, err)) != ST_OK) goto done;
+    mm_set_threads(c->threads);
+    int lflags = LOADER_SHUFFLE | (c->no_pack ? LOADER_NO_PACK : 0);
+    if ((st = loader_open(&r->train, c->data, c->seq_len, 0, c->tokenizer_hash, c->data_seed, lflags, err)) != ST_OK) goto done;
+    if (c->model.vocab == 0) c->model.vocab = (int)loader_header_vocab(&r->train);
+    if ((st = model_config_validate(&c->model, err)) != ST_OK) goto done;
+    if ((st = loader_check_vocab(&r->train, (uint32_t)c->model.vocab, err)) != ST_OK) goto done;
+    if (c->val_data[0] && (st = loader_open(&r->val, c->val_data, c->seq_len, (uint32_t)c->model.vocab, c->tokenizer_hash,
+                                            0, c->no_pack ? LOADER_NO_PACK : 0, err)) != ST_OK)
+        goto done;
+    c->sched.total = c->steps;
+    if ((st = setup_model(r, err)) != ST_OK) goto done;
+    if ((st = resume(r, err)) != ST_OK) goto done;
+    res->start_step = r->step;
+    if ((st = events_open(&r->log, r->rank == 0 ? c->log_path : "", r->step > 0, err)) != ST_OK) goto done;
+    {
+        char tg[64];
+        lora_targets_string(r->lo.lay.cfg.targets, tg, sizeof tg);
+        size_t plan[MEM_NCAT] = {0};
+        ActOptions ao = layout_act_options(c->micro_batch, c->seq_len, c->threads);
+        ao.recompute = c->recompute;
+        lora_memory_plan(&c->model, &ao, &r->lo.lay, optim_num_moments(&c->optim), plan);
+        plan[MEM_DATA] = 2 * r->batch_ints * sizeof(int32_t);
+        int equal = 1;
+        for (int i = 0; i < MEM_NCAT; i++)
+            if (i != MEM_COMM) equal &= plan[i] == r->mem.bytes[i];
+        if (r->log.f) {
+            fprintf(r->log.f, "{\"event\": \"start\", \"lora\": {\"rank\": %d, \"alpha\": %g, \"dropout\": %g, \"targets\": "
+                    "\"%s\", \"adapter_params\": %zu, \"base_params\": %zu, \"base_xxh3\": \"%016llx\"}, \"world\": %d, "
+                    "\"resumed_from_step\": %ld}\n", c->lora.rank, c->lora.alpha, c->lora.dropout, tg,
+                    r->lo.lay.block_floats * r->lo.lay.L, r->g.w.layout.total, (unsigned long long)r->base_hash, world,
+                    r->step);
+            fprintf(r->log.f, "{\"event\": \"memory\", \"lora\": true, \"measured\": {");
+            for (int i = 0; i < MEM_NCAT; i++) fprintf(r->log.f, "%s\"%s\": %zu", i ? ", " : "", mem_category_name(i), r->mem.bytes[i]);
+            fprintf(r->log.f, "}, \"planned\": {");
+            for (int i = 0; i < MEM_NCAT; i++) fprintf(r->log.f, "%s\"%s\": %zu", i ? ", " : "", mem_category_name(i), plan[i]);
+            fprintf(r->log.f, "}, \"planned_equals_measured\": %s}\n", equal ? "true" : "false");
+            fflush(r->log.f);
+        }
+        if (r->rank == 0 && !c->quiet)
+            printf("lora: rank %d alpha %g dropout %g targets %s: %zu adapter parameters on a frozen base of %lld "
+                   "(%.3f%%), dp %d\n", c->lora.rank, c->lora.alpha, c->lora.dropout, tg,
+                   r->lo.lay.block_floats * r->lo.lay.L, model_config_num_params(&c->model),
+                   100.0 * (double)(r->lo.lay.block_floats * r->lo.lay.L) / (double)model_config_num_params(&c->model), r->dp);
+    }
+    long stop_at = c->stop_after > 0 && c->stop_after < c->steps ? c->stop_after : c->steps;
+    while (st == ST_OK && r->step < stop_at) {
+        st = step(r, res, err);
+        if (st == ST_OK && c->val_data[0] && c->val_every > 0 && r->step % c->val_every == 0) {
+            double vl;
+            if ((st = validation(r, &vl, err)) == ST_OK) {
+                if (isnan(res->first_val)) res->first_val = vl;
+                res->last_val = vl;
+                if (r->log.f) fprintf(r->log.f, "{\"event\": \"val\", \"step\": %ld, \"loss\": %.9g}\n", r->step, vl);
+            }
+        }
+        if (st == ST_OK && c->ckpt_every > 0 && r->step % c->ckpt_every == 0 && r->step < stop_at) st = save(r, err);
+    }
+    if (st == ST_OK && res->steps_done + res->start_step >= 0) st = save(r, err);
+    if (st == ST_OK && c->val_data[0] && c->val_every <= 0) {
+        double vl;
+        if ((st = validation(r, &vl, err)) == ST_OK) {
+            res->first_val = res->last_val = vl;
+            if (r->log.f) fprintf(r->log.f, "{\"event\": \"val\", \"step\": %ld, \"loss\": %.9g}\n", r->step, vl);
+        }
+    }
+    if (st == ST_OK && c->out_dir[0] && r->rank == 0 && r->step >= c->steps) {
+        /* The base must be unchanged: the adapters are all this run trained. */
+        if (lora_base_hash(&r->g) != r->base_hash)
+            st = err_set(err, ST_ERR_RUNTIME, "lora: the frozen base changed during training (XXH3 differs)");
+        else st = ckpt_lora_write_adapter(c->out_dir, &r->lo.lay, r->lo.params, c->init_from, err);
+        if (st == ST_OK && !c->quiet) printf("saved the LoRA adapter to %s/adapter_model.safetensors\n", c->out_dir);
+    }
+    if (st == ST_OK && r->log.f) {
+        fprintf(r->log.f, "{\"event\": \"end\", \"steps\": %ld, \"final_loss\": %.9g, \"base_xxh3_after\": \"%016llx\"}\n",
+                r->step, res->last_loss, (unsigned long long)lora_base_hash(&r->g));
+    }
+    res->preempted = r->step < c->steps;
+    res->num_params = (long long)(r->lo.lay.block_floats * r->lo.lay.L);
+done:
+    run_free(r);
+    return st;
+}
