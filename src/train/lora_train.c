@@ -214,8 +214,8 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
     if (res->steps_done == 0) res->first_loss = loss;
     res->last_loss = loss, res->steps_done++;
     if (r->log.f) {
-        fprintf(r->log.f, "{\"event\": \"step\", \"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-                "\"grad_norm_clipped\": %.9g, \"tokens\": %lld, \"lora\": true, \"time_ms\": {\"total\": %.3f}}\n",
+        fprintf(r->log.f, "{\"event\": \"step\", \"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, "
+                "\"grad_norm_clipped\": %.17g, \"tokens\": %lld, \"lora\": true, \"time_ms\": {\"total\": %.3f}}\n",
                 next, loss, lr, norm, norm * scale, (long long)ntok, ms);
         fflush(r->log.f);
     }

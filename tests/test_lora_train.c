@@ -1,0 +1,308 @@
+/* test_lora_train.c — `scaletrain train --lora-rank ...` and `export --merge | --adapter` end to end.
+ *
+ * Usage: test_lora_train MPIEXEC SCALETRAIN
+ *
+ * Oracles and their negative controls:
+ *   resume   a run stopped after step 3 (--stop-after) and resumed from its checkpoint equals the
+ *            uninterrupted run: every step record's loss and gradient norm as exact text, the final
+ *            adapter_model.safetensors byte for byte (LoRA dropout 0.1, so the masks are resumed too).
+ *            Control: a fresh run of the same steps (no resume) must differ.
+ *   dp       mpirun -np 2 (micro-batch 2, no accumulation) against one process with --grad-accum 2 (the
+ *            same global batch, samples and dropout masks): losses and norms within 1e-5 relative,
+ *            the adapters within 1e-5. Control: ST_PAR_TEST_GRAD_SCALE=2 (a sum/mean mistake in the
+ *            reduction) must move the norms.
+ *   memory   the start-time memory record: measured == planned (lora_memory_plan) in every category,
+ *            and independently of the plan code gradients = 4·P, moments = 8·P with P = L·Σ r·(in + out)
+ *            from the model's shapes, parameters = 4·(P + the base layout's floats). Control: the
+ *            closed form at rank r + 1 must not match.
+ *   merge    export --merge's model.safetensors against the base folder's model.safetensors and the
+ *            --adapter export's A and B: W_hf + (alpha/r)·(B·A)ᵀ for GPT-2's Conv1D layers (stored
+ *            (in, out)), within 1e-6 relative per tensor, every other tensor bitwise. Control: the
+ *            unscaled B·A must fail. The adapter folder: PEFT's tensor names and shapes and its
+ *            adapter_config.json (peft_type, r, lora_alpha, target_modules, fan_in_fan_out, task_type).
+ *   frozen   the base's XXH3 at the start equals the one after training (the log), and export --merge
+ *            refuses a --base other than the one trained on (the recomputed hash).
+ *   refusals one line, exit 2: an unknown target, q alone on GPT-2, --lora-alpha without --lora-rank,
+ *            --optimizer lion, --zero 1, --tp 2, --precision bf16. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/safetensors.h"
+#include "core/fileio.h"
+#include "model/config.h"
+#include "model/layout.h"
+#include "runcmp.h"
+#include "testutil.h"
+
+#define DIR "lora_train_runs"
+static const char *g_mpi, *g_bin;
+
+#define COMMON                                                                                                        \
+    "train --data " DIR "/train.bin --layers 2 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 --micro-batch 2 " \
+    "--lr 2e-3 --min-lr 2e-4 --warmup 2 --threads 1 --quiet --steps 6 --lora-rank 4 --lora-alpha 8 "              \
+    "--lora-targets all --init-from " DIR "/base_out"
+
+static int run(const char *name, const char *cmd) {
+    char lg[512];
+    snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, name);
+    return rc_run(DIR, name, cmd, NULL);
+}
+
+/* The whole text of step records' "loss" and "grad_norm" fields, steps 1..n. */
+static void step_text(const char *name, char *out, size_t cap) {
+    cJSON *all = rc_records(DIR, name), *o;
+    size_t n = 0;
+    out[0] = 0;
+    cJSON_ArrayForEach(o, all) {
+        const char *ev = rc_event(o);
+        if (ev && !strcmp(ev, "step"))
+            n += (size_t)snprintf(out + n, n < cap ? cap - n : 0, "%g:%.17g:%.17g ", rc_num(o, "step"), rc_num(o, "loss"),
+                                  rc_num(o, "grad_norm"));
+    }
+    cJSON_Delete(all);
+}
+
+/* A safetensors file's F32 tensor `name` (shape expected), malloc'd; NULL if absent. */
+static float *read_tensor(const char *path, const char *name, int rows, int cols) {
+    char *data = NULL;
+    size_t len;
+    Err e;
+    if (file_read_all(path, &data, &len, &e) != ST_OK) return NULL;
+    StFile f;
+    float *out = NULL;
+    if (st_parse(&f, path, data, len, &e) == ST_OK) {
+        int shape[2] = {rows, cols};
+        out = malloc(sizeof(float) * (size_t)rows * (cols > 0 ? cols : 1));
+        if (st_read_f32(&f, name, cols > 0 ? 2 : 1, shape, 0, out, &e) != ST_OK) free(out), out = NULL;
+        st_file_free(&f);
+    }
+    free(data);
+    return out;
+}
+
+static void check_refusals(void) {
+    static const struct { const char *extra, *flag; } R[] = {
+        {"--lora-targets q", "--lora-targets"}, {"--lora-targets qq", "--lora-targets"},
+        {"--optimizer lion", "--optimizer"},    {"--zero 1", "--zero"},
+        {"--tp 2", "--tp"},                     {"--precision bf16", "--precision"},
+    };
+    int ok = 1;
+    char cmd[2048], out[1024];
+    for (size_t i = 0; i < sizeof R / sizeof R[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s " COMMON " %s", g_bin, R[i].extra);
+        int rc = run("refuse", cmd);
+        snprintf(out, sizeof out, "%s/refuse.out", DIR);
+        char *t = tu_slurp(out);
+        int one = t && strstr(t, R[i].flag) && strstr(t, "scaletrain train:");
+        if (rc != 2 || !one) printf("  refusal of '%s': rc %d, output: %s\n", R[i].extra, rc, t ? t : "(none)");
+        ok &= rc == 2 && one;
+        free(t);
+    }
+    snprintf(cmd, sizeof cmd, "%s train --data " DIR "/train.bin --lora-alpha 8 --steps 1", g_bin);
+    int rc = run("refuse", cmd);
+    char *t = tu_slurp(DIR "/refuse.out");
+    ok &= rc == 2 && t && strstr(t, "--lora-alpha");
+    free(t);
+    tu_check(ok, "refusals", "unknown target, q alone on GPT-2, lion, --zero 1, --tp 2, bf16, --lora-alpha alone: exit 2 "
+             "with a line naming the flag");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        printf("usage: test_lora_train MPIEXEC SCALETRAIN\n");
+        return 2;
+    }
+    g_mpi = argv[1], g_bin = argv[2];
+    char cmd[4096];
+    tu_shell("rm -rf " DIR);
+    rc_make_data(DIR);
+    /* The base: an ordinary short training run's --out folder (a Hugging Face GPT-2 folder). */
+    snprintf(cmd, sizeof cmd,
+             "%s train --data " DIR "/train.bin --layers 2 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 "
+             "--micro-batch 2 --steps 3 --threads 1 --quiet --out " DIR "/base_out",
+             g_bin);
+    if (run("base", cmd) != 0) {
+        tu_check(0, "base run", "see " DIR "/base.out");
+        return tu_exit();
+    }
+
+    /* ---- resume vs uninterrupted ---- */
+    snprintf(cmd, sizeof cmd, "%s " COMMON " --lora-dropout 0.1 --ckpt-dir " DIR "/ck_full --log " DIR "/full.jsonl --out " DIR
+             "/full_out", g_bin);
+    int rc1 = run("full", cmd);
+    snprintf(cmd, sizeof cmd, "%s " COMMON " --lora-dropout 0.1 --ckpt-dir " DIR "/ck_res --log " DIR
+             "/res.jsonl --stop-after 3", g_bin);
+    int rc2 = run("res1", cmd);
+    snprintf(cmd, sizeof cmd, "%s " COMMON " --lora-dropout 0.1 --ckpt-dir " DIR "/ck_res --log " DIR
+             "/res.jsonl --resume auto --out " DIR "/res_out", g_bin);
+    int rc3 = run("res2", cmd);
+    static char a[8192], b[8192], c[8192];
+    step_text("full", a, sizeof a), step_text("res", b, sizeof b);
+    int same_files = tu_same_file(DIR "/full_out/adapter_model.safetensors", DIR "/res_out/adapter_model.safetensors");
+    tu_check(rc1 == 0 && rc2 == 0 && rc3 == 0 && a[0] && !strcmp(a, b) && same_files, "resume equals uninterrupted",
+             "6 step records as exact text%s, final adapters byte-equal %d", strcmp(a, b) ? " DIFFER" : "", same_files);
+    /* Control: steps 4-6 of a fresh 3-step start differ from the resumed ones. */
+    snprintf(cmd, sizeof cmd, "%s " COMMON " --lora-dropout 0.1 --log " DIR "/fresh.jsonl --stop-after 3", g_bin);
+    run("fresh", cmd);
+    step_text("fresh", c, sizeof c);
+    const char *tail_b = strstr(b, "4:"), *c1 = strstr(c, "1:");
+    char shifted[8192] = "";
+    if (c1) { /* renumber the fresh run's steps 1..3 as 4..6 */
+        RcLog lf;
+        rc_read_log(DIR, "fresh", &lf);
+        size_t n = 0;
+        for (int s = 1; s <= 3 && s <= lf.n; s++)
+            n += (size_t)snprintf(shifted + n, sizeof shifted - n, "%d:%.17g:%.17g ", s + 3, lf.loss[s - 1], lf.norm[s - 1]);
+    }
+    tu_check(tail_b && shifted[0] && strcmp(tail_b, shifted) != 0, "negative control: a fresh start is not a resume",
+             "steps 4-6 differ");
+
+    /* ---- frozen base: the hash before and after, in the log ---- */
+    {
+        cJSON *all = rc_records(DIR, "full"), *o;
+        const char *h0 = NULL, *h1 = NULL;
+        cJSON_ArrayForEach(o, all) {
+            const char *ev = rc_event(o);
+            if (ev && !strcmp(ev, "start")) h0 = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "lora"), "base_xxh3")->valuestring;
+            if (ev && !strcmp(ev, "end")) h1 = cJSON_GetObjectItem(o, "base_xxh3_after")->valuestring;
+        }
+        tu_check(h0 && h1 && !strcmp(h0, h1), "frozen base: XXH3 at start equals after 6 steps", "%s / %s", h0 ? h0 : "?",
+                 h1 ? h1 : "?");
+        cJSON_Delete(all);
+    }
+
+    /* ---- memory: measured == planned, and a closed form ---- */
+    {
+        cJSON *all = rc_records(DIR, "full"), *o, *mem = NULL;
+        cJSON_ArrayForEach(o, all) {
+            const char *ev = rc_event(o);
+            if (ev && !strcmp(ev, "memory") && !mem) mem = o;
+        }
+        const cJSON *meas = mem ? cJSON_GetObjectItem(mem, "measured") : NULL;
+        int eq = mem && cJSON_IsTrue(cJSON_GetObjectItem(mem, "planned_equals_measured"));
+        ModelConfig mc = {2, 2, 32, 97, 0, 32, 0.0f};
+        Err e;
+        model_config_validate(&mc, &e);
+        ParamLayout pl;
+        layout_init(&pl, &mc, 1);
+        for (int r = 4; r <= 5; r++) {
+            int C = 32;
+            double P = 2.0 * r * ((C + 3 * C) + (C + C) + (C + 4 * C) + (4 * C + C)); /* c_attn, c_proj, c_fc, mlp.c_proj */
+            int ok = meas && rc_num(meas, "gradients") == 4 * P && rc_num(meas, "optimizer_moments") == 8 * P &&
+                     rc_num(meas, "parameters") == 4 * (P + (double)pl.total);
+            if (r == 4)
+                tu_check(eq && ok, "memory: measured == plan == closed form", "P = %.0f adapter floats, base %zu floats", P,
+                         pl.total);
+            else
+                tu_check(!ok, "negative control: the closed form at rank 5", "does not match");
+        }
+        layout_free(&pl);
+        cJSON_Delete(all);
+    }
+
+    /* ---- export --adapter and --merge ---- */
+    snprintf(cmd, sizeof cmd, "%s export " DIR "/ck_full --adapter -o " DIR "/peft", g_bin);
+    int e1 = run("export_adapter", cmd);
+    snprintf(cmd, sizeof cmd, "%s export " DIR "/ck_full --merge -o " DIR "/merged", g_bin);
+    int e2 = run("export_merge", cmd);
+    snprintf(cmd, sizeof cmd, "%s export " DIR "/ck_full --merge --base " DIR "/merged -o " DIR "/bad", g_bin);
+    int e3 = run("export_badbase", cmd);
+    tu_check(e1 == 0 && e2 == 0 && e3 == 2, "exports", "--adapter rc %d, --merge rc %d, --merge with another --base rc %d "
+             "(refused: its hash)", e1, e2, e3);
+    {
+        char *cfg = tu_slurp(DIR "/peft/adapter_config.json");
+        cJSON *j = cfg ? cJSON_Parse(cfg) : NULL;
+        const cJSON *tm = j ? cJSON_GetObjectItem(j, "target_modules") : NULL;
+        int ok = j && !strcmp(cJSON_GetObjectItem(j, "peft_type")->valuestring, "LORA") &&
+                 rc_num(j, "r") == 4 && rc_num(j, "lora_alpha") == 8 &&
+                 !strcmp(cJSON_GetObjectItem(j, "task_type")->valuestring, "CAUSAL_LM") &&
+                 cJSON_IsTrue(cJSON_GetObjectItem(j, "fan_in_fan_out")) && cJSON_GetArraySize(tm) == 4 &&
+                 !strcmp(cJSON_GetArrayItem(tm, 0)->valuestring, "attn.c_attn");
+        tu_check(ok, "adapter_config.json", "PEFT fields");
+        cJSON_Delete(j);
+        free(cfg);
+    }
+    const char *W[4][2] = {{"attn.c_attn", "h.%d.attn.c_attn.weight"}, {"attn.c_proj", "h.%d.attn.c_proj.weight"},
+                           {"mlp.c_fc", "h.%d.mlp.c_fc.weight"}, {"mlp.c_proj", "h.%d.mlp.c_proj.weight"}};
+    const int IN[4] = {32, 32, 32, 128}, OUT[4] = {96, 32, 128, 32};
+    for (int pass = 0; pass < 2; pass++) { /* 1: the unscaled control */
+        double worst = 0;
+        int found = 1;
+        for (int l = 0; l < 2; l++)
+            for (int k = 0; k < 4; k++) {
+                char an[160], bn[160], wn[160];
+                snprintf(an, sizeof an, "base_model.model.transformer.h.%d.%s.lora_A.weight", l, W[k][0]);
+                snprintf(bn, sizeof bn, "base_model.model.transformer.h.%d.%s.lora_B.weight", l, W[k][0]);
+                snprintf(wn, sizeof wn, W[k][1], l);
+                float *A = read_tensor(DIR "/peft/adapter_model.safetensors", an, 4, IN[k]);
+                float *B = read_tensor(DIR "/peft/adapter_model.safetensors", bn, OUT[k], 4);
+                float *W0 = read_tensor(DIR "/base_out/model.safetensors", wn, IN[k], OUT[k]); /* Conv1D (in, out) */
+                float *W1 = read_tensor(DIR "/merged/model.safetensors", wn, IN[k], OUT[k]);
+                found &= A && B && W0 && W1;
+                if (A && B && W0 && W1) {
+                    double num = 0, den = 0, s = pass ? 1.0 : 8.0 / 4.0;
+                    for (int i = 0; i < IN[k]; i++)
+                        for (int o = 0; o < OUT[k]; o++) {
+                            double ba = 0;
+                            for (int j = 0; j < 4; j++) ba += (double)B[o * 4 + j] * A[j * IN[k] + i];
+                            double want = W0[i * OUT[k] + o] + s * ba, d = W1[i * OUT[k] + o] - want;
+                            num += d * d, den += want * want;
+                        }
+                    worst = fmax(worst, sqrt(num / den));
+                }
+                free(A), free(B), free(W0), free(W1);
+            }
+        if (!pass)
+            tu_check(found && worst <= 1e-6, "export --merge = W + (alpha/r)(BA)^T (Conv1D layout)",
+                     "worst rel L2 %.3g (tol 1e-6), tensors found %d", worst, found);
+        else
+            tu_check(found && worst > 1e-3, "negative control: unscaled BA", "worst rel L2 %.3g (must exceed 1e-3)", worst);
+    }
+    {   /* the untouched tensors bitwise: wte and a LayerNorm */
+        float *a0 = read_tensor(DIR "/base_out/model.safetensors", "wte.weight", 97, 32);
+        float *a1 = read_tensor(DIR "/merged/model.safetensors", "wte.weight", 97, 32);
+        float *n0 = read_tensor(DIR "/base_out/model.safetensors", "h.1.ln_2.weight", 32, 0);
+        float *n1 = read_tensor(DIR "/merged/model.safetensors", "h.1.ln_2.weight", 32, 0);
+        tu_check(a0 && a1 && n0 && n1 && !memcmp(a0, a1, 97 * 32 * 4) && !memcmp(n0, n1, 32 * 4),
+                 "export --merge: tensors without adapters bitwise the base's", "wte, h.1.ln_2");
+        free(a0), free(a1), free(n0), free(n1);
+    }
+
+    /* ---- dp 2 against one process ---- */
+    const char *DP = " --lora-dropout 0.1 ";
+    snprintf(cmd, sizeof cmd, "%s " COMMON "%s--grad-accum 2 --log " DIR "/one.jsonl --out " DIR "/one_out", g_bin, DP);
+    int d1 = run("one", cmd);
+    snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
+             "%s--log " DIR "/two.jsonl --out " DIR "/two_out", g_mpi, g_bin, DP);
+    int d2 = run("two", cmd);
+    snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 -x "
+             "ST_PAR_TEST_GRAD_SCALE=2 %s " COMMON "%s--log " DIR "/twobad.jsonl", g_mpi, g_bin, DP);
+    int d3 = run("twobad", cmd);
+    RcLog l1, l2, l3;
+    int r1 = rc_read_log(DIR, "one", &l1), r2 = rc_read_log(DIR, "two", &l2), r3 = rc_read_log(DIR, "twobad", &l3);
+    double wl = 0, wn = 0, bn = 0;
+    for (int s = 0; s < 6; s++) {
+        wl = fmax(wl, fabs(l2.loss[s] - l1.loss[s]) / fabs(l1.loss[s]));
+        wn = fmax(wn, fabs(l2.norm[s] - l1.norm[s]) / fabs(l1.norm[s]));
+        bn = fmax(bn, fabs(l3.norm[s] - l1.norm[s]) / fabs(l1.norm[s]));
+    }
+    double we = 1;
+    {
+        float *p1 = read_tensor(DIR "/one_out/adapter_model.safetensors",
+                                "base_model.model.transformer.h.1.mlp.c_fc.lora_B.weight", 128, 4);
+        float *p2 = read_tensor(DIR "/two_out/adapter_model.safetensors",
+                                "base_model.model.transformer.h.1.mlp.c_fc.lora_B.weight", 128, 4);
+        if (p1 && p2) we = tu_rel_err_f(p2, p1, 128 * 4);
+        free(p1), free(p2);
+    }
+    tu_check(d1 == 0 && d2 == 0 && r1 && r2 && l1.n == 6 && l2.n == 6 && wl <= 1e-5 && wn <= 1e-5 && we <= 1e-5,
+             "dp 2 equals one process (grad-accum 2)", "losses rel %.3g, norms rel %.3g, final lora_B rel %.3g (tol 1e-5)", wl,
+             wn, we);
+    tu_check(d3 == 0 && r3 && bn > 0.5, "negative control: gradient scale fault at dp 2", "norms rel %.3g (must exceed 0.5)", bn);
+
+    check_refusals();
+    return tu_exit();
+}
