@@ -7,10 +7,12 @@
  *            uninterrupted run: every step record's loss and gradient norm as exact text, the final
  *            adapter_model.safetensors byte for byte (LoRA dropout 0.1, so the masks are resumed too).
  *            Control: a fresh run of the same steps (no resume) must differ.
- *   dp       mpirun -np 2 (micro-batch 2, no accumulation) against one process with --grad-accum 2 (the
- *            same global batch, samples and dropout masks): losses and norms within 1e-5 relative,
- *            the adapters within 1e-5. Control: ST_PAR_TEST_GRAD_SCALE=2 (a sum/mean mistake in the
- *            reduction) must move the norms.
+ *   dp       mpirun -np 2 (micro-batch 2, no accumulation) at ZeRO 0, 1 and 2, and a dp 2 ZeRO 1 run
+ *            stopped after step 3 and resumed on one process, against one process with --grad-accum 2
+ *            (the same global batch, samples and dropout masks): losses and norms within 1e-5
+ *            relative, the adapters within 1e-5; at ZeRO 1 the moments are half per rank (measured ==
+ *            plan). Control: ST_PAR_TEST_GRAD_SCALE=2 (a sum/mean mistake in the reduction, ZeRO 0
+ *            and 2) must move the norms.
  *   memory   the start-time memory record: measured == planned (lora_memory_plan) in every category,
  *            and independently of the plan code gradients = 4·P, moments = 8·P with P = L·Σ r·(in + out)
  *            from the model's shapes, parameters = 4·(P + the base layout's floats). Control: the
@@ -23,7 +25,7 @@
  *   frozen   the base's XXH3 at the start equals the one after training (the log), and export --merge
  *            refuses a --base other than the one trained on (the recomputed hash).
  *   refusals one line, exit 2: an unknown target, q alone on GPT-2, --lora-alpha without --lora-rank,
- *            --optimizer lion, --zero 1, --tp 2, --precision bf16. */
+ *            --optimizer lion, --zero 3, --tp 2, --precision bf16. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -86,7 +88,7 @@ static float *read_tensor(const char *path, const char *name, int rows, int cols
 static void check_refusals(void) {
     static const struct { const char *extra, *flag; } R[] = {
         {"--lora-targets q", "--lora-targets"}, {"--lora-targets qq", "--lora-targets"},
-        {"--optimizer lion", "--optimizer"},    {"--zero 1", "--zero"},
+        {"--optimizer lion", "--optimizer"},    {"--zero 3", "--zero"},
         {"--tp 2", "--tp"},                     {"--precision bf16", "--precision"},
     };
     int ok = 1;
@@ -106,7 +108,7 @@ static void check_refusals(void) {
     char *t = tu_slurp(DIR "/refuse.out");
     ok &= rc == 2 && t && strstr(t, "--lora-alpha");
     free(t);
-    tu_check(ok, "refusals", "unknown target, q alone on GPT-2, lion, --zero 1, --tp 2, bf16, --lora-alpha alone: exit 2 "
+    tu_check(ok, "refusals", "unknown target, q alone on GPT-2, lion, --zero 3, --tp 2, bf16, --lora-alpha alone: exit 2 "
              "with a line naming the flag");
 }
 
@@ -271,37 +273,74 @@ int main(int argc, char **argv) {
         free(a0), free(a1), free(n0), free(n1);
     }
 
-    /* ---- dp 2 against one process ---- */
+    /* ---- dp 2 (ZeRO 0, 1, 2; and a resume from dp 2 onto one process) against one process ---- */
     const char *DP = " --lora-dropout 0.1 ";
     snprintf(cmd, sizeof cmd, "%s " COMMON "%s--grad-accum 2 --log " DIR "/one.jsonl --out " DIR "/one_out", g_bin, DP);
     int d1 = run("one", cmd);
-    snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
-             "%s--log " DIR "/two.jsonl --out " DIR "/two_out", g_mpi, g_bin, DP);
-    int d2 = run("two", cmd);
-    snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 -x "
-             "ST_PAR_TEST_GRAD_SCALE=2 %s " COMMON "%s--log " DIR "/twobad.jsonl", g_mpi, g_bin, DP);
-    int d3 = run("twobad", cmd);
-    RcLog l1, l2, l3;
-    int r1 = rc_read_log(DIR, "one", &l1), r2 = rc_read_log(DIR, "two", &l2), r3 = rc_read_log(DIR, "twobad", &l3);
-    double wl = 0, wn = 0, bn = 0;
-    for (int s = 0; s < 6; s++) {
-        wl = fmax(wl, fabs(l2.loss[s] - l1.loss[s]) / fabs(l1.loss[s]));
-        wn = fmax(wn, fabs(l2.norm[s] - l1.norm[s]) / fabs(l1.norm[s]));
-        bn = fmax(bn, fabs(l3.norm[s] - l1.norm[s]) / fabs(l1.norm[s]));
-    }
-    double we = 1;
-    {
-        float *p1 = read_tensor(DIR "/one_out/adapter_model.safetensors",
-                                "base_model.model.transformer.h.1.mlp.c_fc.lora_B.weight", 128, 4);
-        float *p2 = read_tensor(DIR "/two_out/adapter_model.safetensors",
-                                "base_model.model.transformer.h.1.mlp.c_fc.lora_B.weight", 128, 4);
+    RcLog l1;
+    int r1 = rc_read_log(DIR, "one", &l1);
+    float *p1 = read_tensor(DIR "/one_out/adapter_model.safetensors", "base_model.model.transformer.h.1.mlp.c_fc.lora_B.weight",
+                            128, 4);
+    for (int zero = 0; zero <= 3; zero++) { /* 3: dp 2 at ZeRO 1 stopped after 3 steps, resumed on one process */
+        char name[32];
+        snprintf(name, sizeof name, zero < 3 ? "two_z%d" : "grid", zero);
+        if (zero < 3) {
+            snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
+                     "%s--zero %d --log " DIR "/%s.jsonl --out " DIR "/%s_out", g_mpi, g_bin, DP, zero, name, name);
+            run(name, cmd);
+        } else {
+            snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
+                     "%s--zero 1 --stop-after 3 --ckpt-dir " DIR "/ck_grid --log " DIR "/grid.jsonl", g_mpi, g_bin, DP);
+            run("grid1", cmd);
+            snprintf(cmd, sizeof cmd, "%s " COMMON "%s--grad-accum 2 --resume auto --ckpt-dir " DIR "/ck_grid --log " DIR
+                     "/grid.jsonl --out " DIR "/grid_out", g_bin, DP);
+            run("grid2", cmd);
+        }
+        RcLog l2;
+        int r2 = rc_read_log(DIR, name, &l2);
+        double wl = 0, wn = 0, we = 1;
+        for (int s = 0; s < 6; s++) {
+            wl = fmax(wl, fabs(l2.loss[s] - l1.loss[s]) / fabs(l1.loss[s]));
+            wn = fmax(wn, fabs(l2.norm[s] - l1.norm[s]) / fabs(l1.norm[s]));
+        }
+        char pt[256], what[128];
+        snprintf(pt, sizeof pt, DIR "/%s_out/adapter_model.safetensors", name);
+        float *p2 = read_tensor(pt, "base_model.model.transformer.h.1.mlp.c_fc.lora_B.weight", 128, 4);
         if (p1 && p2) we = tu_rel_err_f(p2, p1, 128 * 4);
-        free(p1), free(p2);
+        free(p2);
+        if (zero < 3) snprintf(what, sizeof what, "dp 2 ZeRO %d equals one process (grad-accum 2)", zero);
+        else snprintf(what, sizeof what, "dp 2 ZeRO 1 for 3 steps, resumed on one process, equals one process");
+        tu_check(d1 == 0 && r1 && r2 && l1.n == 6 && l2.n == 6 && wl <= 1e-5 && wn <= 1e-5 && we <= 1e-5, what,
+                 "losses rel %.3g, norms rel %.3g, final lora_B rel %.3g (tol 1e-5)", wl, wn, we);
+        if (zero == 1) { /* the moments sharded: half of 8·P per rank, as planned */
+            cJSON *all = rc_records(DIR, name), *o, *mem = NULL;
+            cJSON_ArrayForEach(o, all) {
+                const char *ev = rc_event(o);
+                if (ev && !strcmp(ev, "memory") && !mem) mem = o;
+            }
+            const cJSON *meas = mem ? cJSON_GetObjectItem(mem, "measured") : NULL;
+            tu_check(meas && cJSON_IsTrue(cJSON_GetObjectItem(mem, "planned_equals_measured")) &&
+                         rc_num(meas, "optimizer_moments") == 8 * 4096 / 2,
+                     "memory at ZeRO 1: moments sharded over dp 2, measured == plan", "%.0f bytes",
+                     meas ? rc_num(meas, "optimizer_moments") : -1);
+            cJSON_Delete(all);
+        }
     }
-    tu_check(d1 == 0 && d2 == 0 && r1 && r2 && l1.n == 6 && l2.n == 6 && wl <= 1e-5 && wn <= 1e-5 && we <= 1e-5,
-             "dp 2 equals one process (grad-accum 2)", "losses rel %.3g, norms rel %.3g, final lora_B rel %.3g (tol 1e-5)", wl,
-             wn, we);
-    tu_check(d3 == 0 && r3 && bn > 0.5, "negative control: gradient scale fault at dp 2", "norms rel %.3g (must exceed 0.5)", bn);
+    free(p1);
+    for (int zero = 0; zero <= 2; zero += 2) { /* control: a sum/mean mistake in the reduction moves the norms */
+        char name[32];
+        snprintf(name, sizeof name, "bad_z%d", zero);
+        snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 -x "
+                 "ST_PAR_TEST_GRAD_SCALE=2 %s " COMMON "%s--zero %d --log " DIR "/%s.jsonl", g_mpi, g_bin, DP, zero, name);
+        run(name, cmd);
+        RcLog l3;
+        int r3 = rc_read_log(DIR, name, &l3);
+        double bn = 0;
+        for (int s = 0; s < 6; s++) bn = fmax(bn, fabs(l3.norm[s] - l1.norm[s]) / fabs(l1.norm[s]));
+        char what[96];
+        snprintf(what, sizeof what, "negative control: gradient scale fault at dp 2 ZeRO %d", zero);
+        tu_check(r3 && l3.n == 6 && bn > 0.5, what, "norms rel %.3g (must exceed 0.5)", bn);
+    }
 
     check_refusals();
     return tu_exit();

@@ -114,23 +114,27 @@ size_t lora_scratch_floats(const LoraLayout *ll, size_t N) {
     return 2 * N * (size_t)ll->max_in + N * (size_t)ll->cfg.rank;
 }
 
-void lora_plan_bytes(const LoraLayout *ll, size_t N, int n_moments, size_t bytes[MEM_NCAT]) {
+size_t lora_moment_floats(const LoraLayout *ll, int dp, int zero) {
+    return zero >= 1 && dp > 1 ? ll->total / (size_t)dp : ll->total;
+}
+
+void lora_plan_bytes(const LoraLayout *ll, size_t N, int n_moments, int dp, int zero, size_t bytes[MEM_NCAT]) {
     bytes[MEM_PARAMS] += ll->total * sizeof(float);
     bytes[MEM_GRADS] += ll->total * sizeof(float);
-    bytes[MEM_MOMENTS] += (size_t)n_moments * ll->total * sizeof(float);
+    bytes[MEM_MOMENTS] += (size_t)n_moments * lora_moment_floats(ll, dp, zero) * sizeof(float);
     bytes[MEM_ACTIVATIONS] += lora_act_floats(ll, N) * sizeof(float);
     bytes[MEM_WORKSPACE] += lora_scratch_floats(ll, N) * sizeof(float);
 }
 
-void lora_memory_plan(const ModelConfig *cfg, const ActOptions *o, const LoraLayout *ll, int n_moments,
-                      size_t bytes[MEM_NCAT]) {
+void lora_memory_plan(const ModelConfig *cfg, const ActOptions *o, const LoraLayout *ll, int n_moments, int dp,
+                      int zero, size_t bytes[MEM_NCAT]) {
     memset(bytes, 0, MEM_NCAT * sizeof bytes[0]);
     ParamLayout pl;
     ST_CHECK(layout_init(&pl, cfg, 1) == 0);
     bytes[MEM_PARAMS] = pl.total * sizeof(float);
     layout_free(&pl);
     layout_run_bytes(cfg, o, bytes);
-    lora_plan_bytes(ll, (size_t)o->B * o->T, n_moments, bytes);
+    lora_plan_bytes(ll, (size_t)o->B * o->T, n_moments, dp, zero, bytes);
 }
 
 Status lora_init(Lora *lo, const LoraLayout *ll, size_t N, int nt, MemStats *mem, Err *err) {

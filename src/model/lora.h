@@ -88,15 +88,19 @@ Status lora_layout_init(LoraLayout *ll, const ModelConfig *cfg, const LoraConfig
 size_t lora_act_floats(const LoraLayout *ll, size_t N);
 size_t lora_scratch_floats(const LoraLayout *ll, size_t N);
 
-/* Bytes per memory category of the adapters (params, grads, moments: n_moments buffers), their
- * activations and scratch for N rows: added to the base's plan. bytes[MEM_NCAT] is ADDED to. */
-void lora_plan_bytes(const LoraLayout *ll, size_t N, int n_moments, size_t bytes[MEM_NCAT]);
+/* Bytes per memory category of the adapters (params and grads whole on every rank; n_moments moment
+ * buffers of total floats, or at ZeRO >= 1 of the rank's shard total/dp), their activations and
+ * scratch for N rows: added to the base's plan. bytes[MEM_NCAT] is ADDED to. */
+void lora_plan_bytes(const LoraLayout *ll, size_t N, int n_moments, int dp, int zero, size_t bytes[MEM_NCAT]);
+/* Floats of each moment buffer a rank holds: total, or total/dp at ZeRO >= 1 (ll built with
+ * shard_multiple = dp). */
+size_t lora_moment_floats(const LoraLayout *ll, int dp, int zero);
 
-/* The memory plan of one process fine-tuning cfg with these adapters (ZeRO 0, fp32): the frozen base's
+/* The memory plan of one rank fine-tuning cfg with these adapters (fp32, tp 1, pp 1): the frozen base's
  * fp32 parameters (MEM_PARAMS; no gradients, master or moments), its activations and workspace for o
  * (layout_run_bytes, exactly what gpt_init allocates), and lora_plan_bytes. bytes[MEM_NCAT] is set. */
-void lora_memory_plan(const ModelConfig *cfg, const ActOptions *o, const LoraLayout *ll, int n_moments,
-                      size_t bytes[MEM_NCAT]);
+void lora_memory_plan(const ModelConfig *cfg, const ActOptions *o, const LoraLayout *ll, int n_moments, int dp,
+                      int zero, size_t bytes[MEM_NCAT]);
 
 typedef struct Lora {
     LoraLayout lay;

@@ -35,7 +35,10 @@ typedef struct {
     Loader train, val;
     Gpt g;
     Lora lo;
-    float *m, *v;           /* AdamW moments over the adapters (MEM_MOMENTS) */
+    float *m, *v;           /* AdamW moments (MEM_MOMENTS): of every adapter float, or at ZeRO >= 1 of
+                               this rank's shard [rank·S, (rank + 1)·S), S = total/dp */
+    size_t mfloats;         /* floats of m and of v */
+    int zero;
     int32_t *inp, *tgt;     /* the step's k micro-batches (MEM_DATA) */
     size_t batch_ints;
     uint64_t base_hash;
@@ -51,7 +54,7 @@ static Status refuse(const TrainConfig *c, int world, Err *err) {
     else if (c->pp > 1) bad = "--pp";
     else if (c->sp) bad = "--sp";
     else if (c->bf16 || c->fp16) bad = "--precision bf16/fp16 (LoRA runs an fp32 base)";
-    else if (c->zero != 0) bad = "--zero (the adapters' state is replicated over dp: ZeRO 0)";
+    else if (c->zero >= 3) bad = "--zero 3 (every block's forward needs its adapters whole; ZeRO 0-2 are)";
     else if (c->optim.kind != OPT_ADAMW && c->optim.kind != OPT_ADAM) bad = "--optimizer other than adamw or adam";
     else if (c->sample_every > 0) bad = "--sample-every";
     else if (c->log_layer_stats) bad = "--log-layer-stats";
@@ -70,8 +73,8 @@ static void run_free(LoraRun *r) {
     events_close(&r->log);
     mem_free(&r->mem, MEM_DATA, r->inp, r->batch_ints * sizeof(int32_t));
     mem_free(&r->mem, MEM_DATA, r->tgt, r->batch_ints * sizeof(int32_t));
-    mem_free(&r->mem, MEM_MOMENTS, r->m, r->lo.lay.total * sizeof(float));
-    mem_free(&r->mem, MEM_MOMENTS, r->v, r->lo.lay.total * sizeof(float));
+    mem_free(&r->mem, MEM_MOMENTS, r->m, r->mfloats * sizeof(float));
+    mem_free(&r->mem, MEM_MOMENTS, r->v, r->mfloats * sizeof(float));
     lora_free(&r->lo);
     gpt_free(&r->g);
     loader_close(&r->train);
@@ -99,13 +102,14 @@ static Status setup_model(LoraRun *r, Err *err) {
     if ((st = lora_init(&r->lo, &ll, (size_t)c->micro_batch * c->seq_len, c->threads, &r->mem, err)) != ST_OK) return st;
     lora_init_params(&r->lo, c->seed);
     gpt_set_lora(&r->g, &r->lo);
-    r->m = mem_alloc(&r->mem, MEM_MOMENTS, ll.total * sizeof(float));
-    r->v = mem_alloc(&r->mem, MEM_MOMENTS, ll.total * sizeof(float));
+    r->mfloats = lora_moment_floats(&ll, r->dp, r->zero);
+    r->m = mem_alloc(&r->mem, MEM_MOMENTS, r->mfloats * sizeof(float));
+    r->v = mem_alloc(&r->mem, MEM_MOMENTS, r->mfloats * sizeof(float));
     r->batch_ints = (size_t)c->grad_accum * c->micro_batch * c->seq_len;
     r->inp = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
     r->tgt = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
     if (!r->m || !r->v || !r->inp || !r->tgt) return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA moments, batches)");
-    memset(r->m, 0, ll.total * sizeof(float)), memset(r->v, 0, ll.total * sizeof(float));
+    memset(r->m, 0, r->mfloats * sizeof(float)), memset(r->v, 0, r->mfloats * sizeof(float));
     return ST_OK;
 }
 
@@ -131,16 +135,48 @@ static Status resume(LoraRun *r, Err *err) {
                        "checkpoint %016llx from %s): give the same --init-from / --seed", path,
                        (unsigned long long)r->base_hash, (unsigned long long)meta.base_hash,
                        meta.init_from[0] ? meta.init_from : "a random base");
-    if ((st = ckpt_lora_load(path, &r->lo.lay, r->lo.params, r->m, r->v, err)) != ST_OK) return st;
+    size_t total = r->lo.lay.total, off = r->mfloats < total ? (size_t)r->rank * r->mfloats : 0;
+    float *m = r->m, *v = r->v;
+    if (off || r->mfloats < total) { /* ZeRO >= 1: the whole moments, then this rank's shard */
+        m = mem_alloc(&r->mem, MEM_CKPT_STAGING, 2 * total * sizeof(float));
+        if (!m) return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA moments staging)");
+        v = m + total;
+    }
+    st = ckpt_lora_load(path, &r->lo.lay, r->lo.params, m, v, err);
+    if (m != r->m) {
+        memcpy(r->m, m + off, r->mfloats * sizeof(float)), memcpy(r->v, v + off, r->mfloats * sizeof(float));
+        mem_free(&r->mem, MEM_CKPT_STAGING, m, 2 * total * sizeof(float));
+    }
+    if (st != ST_OK) return st;
     loader_set_state(&r->train, meta.loader);
     r->step = meta.step;
     if (r->rank == 0 && !c->quiet) printf("lora: resumed from %s (step %ld)\n", path, meta.step);
     return ST_OK;
 }
 
+static Status save_files(LoraRun *r, const float *m, const float *v, Err *err);
+
 static Status save(LoraRun *r, Err *err) {
     TrainConfig *c = &r->cfg;
-    if (!c->ckpt_dir[0] || r->rank != 0) return ST_OK;
+    if (!c->ckpt_dir[0]) return ST_OK;
+    size_t total = r->lo.lay.total;
+    float *m = r->m, *v = r->v;
+    if (r->mfloats < total) { /* ZeRO >= 1: every rank's shard of the moments gathered (all ranks call) */
+        m = mem_alloc(&r->mem, MEM_CKPT_STAGING, 2 * total * sizeof(float));
+        if (!m) return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA moments staging)");
+        v = m + total;
+        Status st = comm_allgather_f32(r->comm, r->m, m, r->mfloats, err);
+        if (st == ST_OK) st = comm_allgather_f32(r->comm, r->v, v, r->mfloats, err);
+        if (st == ST_OK && r->rank == 0) st = save_files(r, m, v, err);
+        mem_free(&r->mem, MEM_CKPT_STAGING, m, 2 * total * sizeof(float));
+        return st;
+    }
+    return r->rank == 0 ? save_files(r, m, v, err) : ST_OK;
+}
+
+/* Rank 0 writes the checkpoint of the adapters and the whole moments m, v. */
+static Status save_files(LoraRun *r, const float *m, const float *v, Err *err) {
+    TrainConfig *c = &r->cfg;
     LoraCkptMeta meta;
     memset(&meta, 0, sizeof meta);
     meta.step = r->step, meta.loader = loader_get_state(&r->train);
@@ -149,7 +185,7 @@ static Status save(LoraRun *r, Err *err) {
     meta.base_seed = c->seed, meta.base_hash = r->base_hash;
     char out[4200];
     double t0 = timer_ms();
-    Status st = ckpt_lora_save(c->ckpt_dir, &c->model, &r->lo.lay, &meta, r->lo.params, r->m, r->v, out, sizeof out, err);
+    Status st = ckpt_lora_save(c->ckpt_dir, &c->model, &r->lo.lay, &meta, r->lo.params, m, v, out, sizeof out, err);
     if (st == ST_OK && r->log.f) {
         fprintf(r->log.f, "{\"event\": \"ckpt\", \"step\": %ld, \"mode\": \"lora\", \"time_ms\": %.3f, \"path\": \"%s\"}\n",
                 r->step, timer_ms() - t0, out);
@@ -199,16 +235,29 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
         gpt_backward(&r->g);
     }
     if ((st = gpt_status(&r->g, err)) != ST_OK) return st;
-    if (r->dp > 1) {
-        if ((st = comm_allreduce_f32(r->comm, r->lo.grads, r->lo.grads, r->lo.lay.total, err)) != ST_OK) return st;
-        if ((st = comm_allreduce_f64(r->comm, &loss_sum, 1, COMM_SUM, err)) != ST_OK) return st;
+    /* The update's range: every adapter float, or at ZeRO >= 1 this rank's shard [off, off + S). */
+    size_t total = r->lo.lay.total, S = r->mfloats, off = S < total ? (size_t)r->rank * S : 0;
+    float *gr = r->lo.grads + off;
+    double norm;
+    if (r->dp > 1 && (st = comm_allreduce_f64(r->comm, &loss_sum, 1, COMM_SUM, err)) != ST_OK) return st;
+    if (r->dp > 1 && r->zero >= 2) { /* the shard's sums only, and the norm from the shards' squares */
+        if ((st = comm_reduce_scatter_f32(r->comm, r->lo.grads, gr, S, err)) != ST_OK) return st;
+        if (c->faults.grad_scale != 0) /* test-only (ST_PAR_TEST_GRAD_SCALE): a wrong reduction */
+            for (size_t i = 0; i < S; i++) gr[i] *= c->faults.grad_scale;
+        double sq = optim_l2_norm(gr, S, c->threads);
+        sq *= sq;
+        if ((st = comm_allreduce_f64(r->comm, &sq, 1, COMM_SUM, err)) != ST_OK) return st;
+        norm = sqrt(sq);
+    } else {
+        if (r->dp > 1 && (st = comm_allreduce_f32(r->comm, r->lo.grads, r->lo.grads, total, err)) != ST_OK) return st;
+        if (c->faults.grad_scale != 0)
+            for (size_t i = 0; i < total; i++) r->lo.grads[i] *= c->faults.grad_scale;
+        norm = optim_l2_norm(r->lo.grads, total, c->threads);
     }
-    if (c->faults.grad_scale != 0) /* test-only (ST_PAR_TEST_GRAD_SCALE): a wrong reduction */
-        for (size_t i = 0; i < r->lo.lay.total; i++) r->lo.grads[i] *= c->faults.grad_scale;
-    double norm = optim_l2_norm(r->lo.grads, r->lo.lay.total, c->threads);
     float scale = optim_clip_scale(norm, c->grad_clip), lr = sched_lr(&c->sched, next);
-    OptimRange all = {0, r->lo.lay.total, 1, 1.0f}; /* decay on A and B (PEFT under HF Trainer) */
-    optim_step(&c->optim, r->lo.params, r->lo.grads, r->m, r->v, &all, 1, next, lr, scale, c->threads);
+    OptimRange all = {0, S, 1, 1.0f}; /* decay on A and B (PEFT under HF Trainer) */
+    optim_step(&c->optim, r->lo.params + off, gr, r->m, r->v, &all, 1, next, lr, scale, c->threads);
+    if (S < total && (st = comm_allgather_f32(r->comm, r->lo.params + off, r->lo.params, S, err)) != ST_OK) return st;
     r->step = next;
     double loss = ntok > 0 ? loss_sum / (double)ntok : 0.0, ms = timer_ms() - t0;
     if (res->steps_done == 0) res->first_loss = loss;
@@ -238,8 +287,9 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     if (!r->comm) r->comm = r->own_comm;
     int world = r->comm->world;
     if ((st = refuse(c, world, err)) != ST_OK) goto done;
-    r->dp = world, r->rank = r->comm->rank;
+    r->dp = world, r->rank = r->comm->rank, r->zero = c->zero;
     if ((st = comm_set_grid(r->comm, r->dp, 1, 1, err)) != ST_OK) goto done;
+    r->rank = r->comm->dp_rank; /* tp = pp = 1: the world rank */
     mm_set_threads(c->threads);
     int lflags = LOADER_SHUFFLE | (c->no_pack ? LOADER_NO_PACK : 0);
     if ((st = loader_open(&r->train, c->data, c->seq_len, 0, c->tokenizer_hash, c->data_seed, lflags, err)) != ST_OK) goto done;
@@ -260,7 +310,7 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
         size_t plan[MEM_NCAT] = {0};
         ActOptions ao = layout_act_options(c->micro_batch, c->seq_len, c->threads);
         ao.recompute = c->recompute;
-        lora_memory_plan(&c->model, &ao, &r->lo.lay, optim_num_moments(&c->optim), plan);
+        lora_memory_plan(&c->model, &ao, &r->lo.lay, optim_num_moments(&c->optim), r->dp, r->zero, plan);
         plan[MEM_DATA] = 2 * r->batch_ints * sizeof(int32_t);
         int equal = 1;
         for (int i = 0; i < MEM_NCAT; i++)
