@@ -342,6 +342,27 @@ int main(int argc, char **argv) {
         tu_check(r3 && l3.n == 6 && bn > 0.5, what, "norms rel %.3g (must exceed 0.5)", bn);
     }
 
+    /* ---- plan --lora-rank prices what the runs allocated ---- */
+    for (int z = 0; z <= 1; z++) {
+        snprintf(cmd, sizeof cmd, "%s plan --json --layers 2 --heads 2 --channels 32 --vocab 97 --max-seq-len 32 --seq-len 32 "
+                 "--micro-batch 2 --threads 1 --lora-rank 4 --lora-targets all --dp %d --zero %d 2>/dev/null", g_bin, z ? 2 : 1, z);
+        cJSON *pj = rc_command_json(cmd), *all = rc_records(DIR, z ? "two_z1" : "full"), *o, *mem = NULL;
+        cJSON_ArrayForEach(o, all) {
+            const char *ev = rc_event(o);
+            if (ev && !strcmp(ev, "memory") && !mem) mem = o;
+        }
+        const cJSON *meas = mem ? cJSON_GetObjectItem(mem, "measured") : NULL;
+        const cJSON *pb = pj ? cJSON_GetObjectItem(cJSON_GetObjectItem(pj, "lora"), "bytes_per_rank") : NULL;
+        static const char *const CAT[] = {"parameters", "gradients", "master_weights", "optimizer_moments", "activations",
+                                          "workspace"};
+        int ok = meas && pb, ctl = 1;
+        for (int i = 0; ok && i < 6; i++) ok &= rc_num(pb, CAT[i]) == rc_num(meas, CAT[i]);
+        if (pb) ctl = rc_num(pb, "optimizer_moments") == (z ? 8.0 * 4096 : 8.0 * 4096 / 2); /* the other stage's bytes */
+        tu_check(ok && !ctl, z ? "plan --lora-rank --dp 2 --zero 1 = the dp 2 run's allocation" : "plan --lora-rank = the run's allocation",
+                 "6 categories equal; control: the other ZeRO stage's moments differ");
+        cJSON_Delete(pj), cJSON_Delete(all);
+    }
+
     check_refusals();
     return tu_exit();
 }
