@@ -363,6 +363,32 @@ int main(int argc, char **argv) {
         cJSON_Delete(pj), cJSON_Delete(all);
     }
 
+    /* ---- Llama: PEFT's names and shapes of every target in the adapter folder train --out writes ---- */
+    {
+        snprintf(cmd, sizeof cmd, "%s train --data " DIR "/train.bin --arch llama --layers 2 --heads 2 --kv-heads 1 --channels 32 "
+                 "--ffn 48 --max-seq-len 32 --seq-len 32 --micro-batch 2 --steps 2 --threads 1 --quiet --lora-rank 2 "
+                 "--lora-targets all --out " DIR "/llama_peft", g_bin);
+        int rc = run("llama", cmd);
+        static const struct { const char *mod; int in, out; } M[] = {
+            {"self_attn.q_proj", 32, 32}, {"self_attn.k_proj", 32, 16}, {"self_attn.v_proj", 32, 16}, {"self_attn.o_proj", 32, 32},
+            {"mlp.gate_proj", 32, 48},    {"mlp.up_proj", 32, 48},      {"mlp.down_proj", 48, 32}};
+        int ok = rc == 0;
+        for (int l = 0; l < 2 && ok; l++)
+            for (int k = 0; k < 7 && ok; k++)
+                for (int b = 0; b < 2 && ok; b++) {
+                    char nm[160];
+                    snprintf(nm, sizeof nm, "base_model.model.model.layers.%d.%s.lora_%c.weight", l, M[k].mod, b ? 'B' : 'A');
+                    float *t = read_tensor(DIR "/llama_peft/adapter_model.safetensors", nm, b ? M[k].out : 2, b ? 2 : M[k].in);
+                    if (!t) printf("  missing or misshapen: %s\n", nm);
+                    ok &= t != NULL;
+                    free(t);
+                }
+        char *cfg = tu_slurp(DIR "/llama_peft/adapter_config.json");
+        ok &= cfg && strstr(cfg, "\"down_proj\"") && strstr(cfg, "\"fan_in_fan_out\":\tfalse");
+        free(cfg);
+        tu_check(ok, "Llama adapter folder", "28 tensors with PEFT names and (r, in) / (out, r) shapes, fan_in_fan_out false");
+    }
+
     check_refusals();
     return tu_exit();
 }

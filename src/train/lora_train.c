@@ -63,6 +63,11 @@ static Status refuse(const TrainConfig *c, int world, Err *err) {
     else if (c->keep_last != d.keep_last || c->keep_every != d.keep_every) bad = "--keep-last/--keep-every";
     else if (c->pp_schedule[0] || c->pp_layers[0] || c->interleave > 1) bad = "--pp-schedule/--pp-layers/--interleave";
     else if (c->mtbf_hours > 0) bad = "--mtbf";
+    else if (memcmp(&c->health, &d.health, sizeof d.health)) bad = "--spike-*/--gnorm-spike-*/--max-nonfinite/--stall-window";
+    else if (c->no_overlap || c->comm_timeout > 0) bad = "--no-overlap/--comm-timeout";
+    else if (c->no_noise_scale) bad = "--no-noise-scale (no noise scale is estimated)";
+    else if (c->peak_flops > 0 || c->have_hw) bad = "--peak-gflops/--hardware (no MFU or plan prediction is logged)";
+    else if (c->overrides[0]) bad = "--override (a LoRA resume checks the LoRA config and the base only)";
     if (bad) return err_set(err, ST_ERR_INPUT, "--lora-rank: %s is not supported with LoRA", bad);
     if (c->dp != 0 && c->dp != world)
         return err_set(err, ST_ERR_INPUT, "--dp %d: with LoRA the world of %d ranks is the data-parallel group", c->dp, world);
