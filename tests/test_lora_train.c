@@ -22,10 +22,15 @@
  *            (in, out)), within 1e-6 relative per tensor, every other tensor bitwise. Control: the
  *            unscaled B·A must fail. The adapter folder: PEFT's tensor names and shapes and its
  *            adapter_config.json (peft_type, r, lora_alpha, target_modules, fan_in_fan_out, task_type).
+ *   tp       mpirun -np 2 --tp 2 (adapters split like their base: B's rows of column-parallel layers, GPT-2's
+ *            fused c_attn by Q, K, V blocks; A's columns of row-parallel ones), GPT-2 and Llama with GQA,
+ *            and a GPT-2 tp 2 run stopped after step 3 and resumed on one process, against one process:
+ *            losses and norms within 1e-5, every adapter tensor of the step-6 checkpoints within 1e-5.
+ *            Control: ST_PAR_TEST_TP_FAULT=1 (the backward's tp sums skipped) must move the norms.
  *   frozen   the base's XXH3 at the start equals the one after training (the log), and export --merge
  *            refuses a --base other than the one trained on (the recomputed hash).
  *   refusals one line, exit 2: an unknown target, q alone on GPT-2, --lora-alpha without --lora-rank,
- *            --optimizer lion, --zero 3, --tp 2, --precision bf16. */
+ *            --optimizer lion, --zero 3, --tp 2 --zero 1, --precision bf16, --pp 2. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -89,7 +94,7 @@ static void check_refusals(void) {
     static const struct { const char *extra, *flag; } R[] = {
         {"--lora-targets q", "--lora-targets"}, {"--lora-targets qq", "--lora-targets"},
         {"--optimizer lion", "--optimizer"},    {"--zero 3", "--zero"},
-        {"--tp 2", "--tp"},                     {"--precision bf16", "--precision"},
+        {"--tp 2 --zero 1", "--zero >= 1 with --tp"}, {"--precision bf16", "--precision"}, {"--pp 2", "--pp"},
     };
     int ok = 1;
     char cmd[2048], out[1024];
@@ -108,7 +113,7 @@ static void check_refusals(void) {
     char *t = tu_slurp(DIR "/refuse.out");
     ok &= rc == 2 && t && strstr(t, "--lora-alpha");
     free(t);
-    tu_check(ok, "refusals", "unknown target, q alone on GPT-2, lion, --zero 3, --tp 2, bf16, --lora-alpha alone: exit 2 "
+    tu_check(ok, "refusals", "unknown target, q alone on GPT-2, lion, --zero 3, --tp 2 --zero 1, bf16, --pp 2, --lora-alpha alone: exit 2 "
              "with a line naming the flag");
 }
 
@@ -168,8 +173,9 @@ int main(int argc, char **argv) {
         const char *h0 = NULL, *h1 = NULL;
         cJSON_ArrayForEach(o, all) {
             const char *ev = rc_event(o);
-            if (ev && !strcmp(ev, "start")) h0 = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "lora"), "base_xxh3")->valuestring;
-            if (ev && !strcmp(ev, "end")) h1 = cJSON_GetObjectItem(o, "base_xxh3_after")->valuestring;
+            if (ev && !strcmp(ev, "start"))
+                h0 = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "lora"), "base_local_xxh3")->valuestring;
+            if (ev && !strcmp(ev, "end")) h1 = cJSON_GetObjectItem(o, "base_local_xxh3_after")->valuestring;
         }
         tu_check(h0 && h1 && !strcmp(h0, h1), "frozen base: XXH3 at start equals after 6 steps", "%s / %s", h0 ? h0 : "?",
                  h1 ? h1 : "?");
@@ -340,6 +346,77 @@ int main(int argc, char **argv) {
         char what[96];
         snprintf(what, sizeof what, "negative control: gradient scale fault at dp 2 ZeRO %d", zero);
         tu_check(r3 && l3.n == 6 && bn > 0.5, what, "norms rel %.3g (must exceed 0.5)", bn);
+    }
+
+    /* ---- tp 2 (adapters split like their base), GPT-2 and Llama (GQA), against one process ---- */
+    {
+        static const char *const ARCH[2] = {"", " --arch llama --heads 4 --kv-heads 2 --ffn 64"};
+        for (int a = 0; a < 2; a++) {
+            /* the Llama runs train from a random base (shape flags after COMMON override the GPT-2 base's) */
+            char base[1200], nm1[32], nm2[32], ext[300];
+            snprintf(base, sizeof base, "%s " COMMON "%s", g_bin, ARCH[a]);
+            if (a) { /* no --init-from: the GPT-2 base is not this model */
+                char *p = strstr(base, " --init-from");
+                if (p) *p = 0;
+                strcat(base, ARCH[a]);
+            }
+            snprintf(nm1, sizeof nm1, "tp1_%d", a), snprintf(nm2, sizeof nm2, "tp2_%d", a);
+            snprintf(cmd, sizeof cmd, "%s --log " DIR "/%s.jsonl --ckpt-dir " DIR "/ck_%s", base, nm1, nm1);
+            int q1 = run(nm1, cmd);
+            for (int v = 0; v < (a ? 2 : 3); v++) { /* 0: tp 2; 1: the fault control; 2: tp 2 stopped at 3, resumed on one process */
+                const char *nm = v == 0 ? nm2 : v == 1 ? "tp2_fault" : "tp2_grid";
+                snprintf(ext, sizeof ext, "%s", v == 1 ? "-x ST_PAR_TEST_TP_FAULT=1 " : "");
+                snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s%s --tp 2 "
+                         "--log " DIR "/%s.jsonl --ckpt-dir " DIR "/ck_%s_%d%s", g_mpi, ext, base, nm, nm, a, v == 2 ? " --stop-after 3" : "");
+                int q2 = run(nm, cmd);
+                if (v == 2) {
+                    snprintf(cmd, sizeof cmd, "%s --log " DIR "/%s.jsonl --ckpt-dir " DIR "/ck_%s_%d --resume auto", base, nm, nm, a);
+                    q2 |= run("tp2_grid_resume", cmd);
+                }
+                RcLog la, lb;
+                int ra = rc_read_log(DIR, nm1, &la), rb = rc_read_log(DIR, nm, &lb);
+                double wl = 0, wn = 0;
+                for (int s = 0; s < 6; s++) {
+                    wl = fmax(wl, fabs(lb.loss[s] - la.loss[s]) / fabs(la.loss[s]));
+                    wn = fmax(wn, fabs(lb.norm[s] - la.norm[s]) / fabs(la.norm[s]));
+                }
+                char what[160];
+                if (v == 1) {
+                    snprintf(what, sizeof what, "negative control: %s tp 2 with the backward's tp sums skipped", a ? "Llama" : "GPT-2");
+                    tu_check(q2 == 0 && rb && wn > 1e-3, what, "norms rel %.3g (must exceed 1e-3)", wn);
+                    continue;
+                }
+                /* the final adapters: the checkpoints' adapter files, tensor by tensor */
+                char f1[300], f2[300];
+                snprintf(f1, sizeof f1, DIR "/ck_%s/step_00000006/adapter_model.safetensors", nm1);
+                snprintf(f2, sizeof f2, DIR "/ck_%s_%d/step_00000006/adapter_model.safetensors", nm, a);
+                static const char *const GT[4][2] = {{"attn.c_attn", "96"}, {"attn.c_proj", "32"}, {"mlp.c_fc", "128"}, {"mlp.c_proj", "32"}};
+                static const char *const LT[7][2] = {{"self_attn.q_proj", "32"}, {"self_attn.k_proj", "16"}, {"self_attn.v_proj", "16"},
+                                                     {"self_attn.o_proj", "32"}, {"mlp.gate_proj", "64"}, {"mlp.up_proj", "64"},
+                                                     {"mlp.down_proj", "32"}};
+                double we = 0;
+                int found = 1, nt = a ? 7 : 4;
+                for (int l = 0; l < 2; l++)
+                    for (int t = 0; t < nt; t++)
+                        for (int b = 0; b < 2; b++) {
+                            const char *mod = a ? LT[t][0] : GT[t][0];
+                            int out = atoi(a ? LT[t][1] : GT[t][1]);
+                            int in = a ? (t == 6 ? 64 : 32) : (t == 3 ? 128 : 32);
+                            char tn[200];
+                            snprintf(tn, sizeof tn, a ? "base_model.model.model.layers.%d.%s.lora_%c.weight"
+                                                      : "base_model.model.transformer.h.%d.%s.lora_%c.weight", l, mod, b ? 'B' : 'A');
+                            int rows = b ? out : 4, cols = b ? 4 : in;
+                            float *x1 = read_tensor(f1, tn, rows, cols), *x2 = read_tensor(f2, tn, rows, cols);
+                            found &= x1 && x2;
+                            if (x1 && x2) we = fmax(we, tu_rel_err_f(x2, x1, (size_t)rows * cols));
+                            free(x1), free(x2);
+                        }
+                snprintf(what, sizeof what, v == 0 ? "%s tp 2 equals one process" : "%s tp 2 for 3 steps, resumed on one process, "
+                         "equals one process", a ? "Llama (GQA)" : "GPT-2 (fused c_attn)");
+                tu_check(q1 == 0 && q2 == 0 && ra && rb && la.n == 6 && lb.n == 6 && found && wl <= 1e-5 && wn <= 1e-5 && we <= 1e-5,
+                         what, "losses rel %.3g, norms rel %.3g, every adapter tensor rel %.3g (tol 1e-5)", wl, wn, we);
+            }
+        }
     }
 
     /* ---- plan --lora-rank prices what the runs allocated ---- */

@@ -590,21 +590,23 @@ int cmd_plan(int argc, char **argv) {
         ModelConfig lc;
         if (!plan_model_to_config(&in.model, &lc) || model_config_validate(&lc, &err) != ST_OK)
             return cli_fail("plan", ST_ERR_INPUT, "--lora-rank: expected a model this trainer builds (a shape, not --params)");
-        if (in.tp > 1 || in.pp > 1 || in.zero > 2 || strcmp(precision, "fp32")) {
-            snprintf(err.msg, sizeof err.msg, "--lora-rank: LoRA runs at --tp 1 --pp 1 --zero 0..2 --precision fp32, found "
-                     "tp %d, pp %d, zero %d, %s", in.tp, in.pp, in.zero, precision);
+        if (in.pp > 1 || in.zero > 2 || (in.tp > 1 && in.zero > 0) || in.sp || strcmp(precision, "fp32")) {
+            snprintf(err.msg, sizeof err.msg, "--lora-rank: LoRA runs at --pp 1, --zero 0..2 (0 with --tp > 1), no --sp, "
+                     "--precision fp32, found tp %d, pp %d, zero %d, %s", in.tp, in.pp, in.zero, precision);
             return cli_fail("plan", ST_ERR_INPUT, err.msg);
         }
         LoraConfig cfgl = {lora_rank, (float)lora_rank, 0.0f, 0};
         if (!lora_targets[0]) snprintf(lora_targets, sizeof lora_targets, "%s", lc.arch == ARCH_LLAMA ? "q,v" : "q,k,v");
         LoraLayout ll;
         if ((st = lora_parse_targets(lora_targets, &lc, &cfgl.targets, &err)) != ST_OK ||
-            (st = lora_layout_init(&ll, &lc, &cfgl, in.dp, &err)) != ST_OK)
+            (st = lora_layout_init_tp(&ll, &lc, &cfgl, in.dp, in.tp, 0, &err)) != ST_OK)
             return cli_fail("plan", st, err.msg);
         ActOptions ao = layout_act_options(in.micro_batch, in.seq_len, in.threads);
-        ao.recompute = (Recompute)in.recompute;
+        ao.recompute = (Recompute)in.recompute, ao.tp = in.tp;
         lora_memory_plan(&lc, &ao, &ll, in.n_moments, in.dp, in.zero, lora_bytes);
-        lora_params = (long long)(ll.block_floats * (size_t)ll.L);
+        LoraLayout whole; /* the adapters of the whole model (tp 1) */
+        if ((st = lora_layout_init(&whole, &lc, &cfgl, 1, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+        lora_params = (long long)(whole.block_floats * (size_t)whole.L);
     }
 #undef SEEN
     PlanResult *r = calloc(1, sizeof *r);

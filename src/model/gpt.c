@@ -25,8 +25,11 @@ static const uint16_t *lp(const Gpt *g, const float *p) {
 
 void gpt_set_lora(Gpt *g, struct Lora *lora) {
     if (lora) {
-        ST_CHECK_MSG(g->w.prec == GPT_FP32 && g->s.tp == 1, "LoRA adapters need an fp32 model at tp 1");
-        ST_CHECK_MSG(lora->lay.L == g->w.cfg.n_layer && lora->N >= (size_t)g->s.B * g->s.T, "LoRA adapters built for another model");
+        ST_CHECK_MSG(g->w.prec == GPT_FP32 && !g->s.sp, "LoRA adapters need an fp32 model without --sp");
+        ST_CHECK_MSG(lora->lay.L == g->w.cfg.n_layer && lora->N >= (size_t)g->s.B * g->s.T && lora->lay.tp == g->s.tp &&
+                     lora->lay.tp_rank == g->s.tp_rank, "LoRA adapters built for another model or tp slice");
+        ST_CHECK_MSG(g->s.tp == 1 || g->hooks.tp_allreduce, "LoRA at tp > 1: set the tp hooks before gpt_set_lora");
+        lora->tp_allreduce = g->s.tp > 1 ? g->hooks.tp_allreduce : NULL, lora->tp_ctx = g->hooks.ctx;
     }
     g->lora = lora;
 }
@@ -117,9 +120,9 @@ static Status check_options(const ModelConfig *cfg, const GptOptions *o, Err *er
                            cfg->n_layer);
         prev = o->stage.last[i];
     }
-    if (o->frozen && (o->precision != GPT_FP32 || o->tp != 1 || o->stage.n > 1 || o->split_backward || o->external_params))
-        return err_set(err, ST_ERR_INPUT, "--lora-rank: a frozen base needs --precision fp32, --tp 1, --pp 1 and ZeRO <= 2, "
-                       "found precision %d, tp %d, %d model chunks%s", (int)o->precision, o->tp, o->stage.n > 1 ? o->stage.n : 1,
+    if (o->frozen && (o->precision != GPT_FP32 || o->sp || o->stage.n > 1 || o->split_backward || o->external_params))
+        return err_set(err, ST_ERR_INPUT, "--lora-rank: a frozen base needs --precision fp32, no --sp, --pp 1 and ZeRO <= 2, "
+                       "found precision %d, sp %d, %d model chunks%s", (int)o->precision, o->sp, o->stage.n > 1 ? o->stage.n : 1,
                        o->external_params ? ", external parameters (ZeRO 3)" : "");
     if (o->sp && ((long)o->B * o->T) % o->tp)
         return err_set(err, ST_ERR_INPUT, "--sp: expected --micro-batch x --seq-len = %d x %d = %ld divisible by --tp %d",

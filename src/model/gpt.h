@@ -256,7 +256,8 @@ void gpt_free(Gpt *g);
 
 /* Attaches LoRA adapters (model/lora.h; NULL detaches): every forward adds them to their GEMMs and
  * every backward accumulates their gradients (lora->grads, +=). They must be built for this model's
- * config and a row capacity >= B·T; fp32, tp 1, the whole model (ST_CHECK). */
+ * config, tp slice and a row capacity >= B·T; fp32, no --sp, the whole model (ST_CHECK); at tp > 1 the
+ * model's tp hooks must be set first (the adapters use its tp_allreduce). */
 struct Lora;
 void gpt_set_lora(Gpt *g, struct Lora *lora);
 

@@ -73,7 +73,15 @@ void lora_tensor_name(const ModelConfig *cfg, int l, int target, int is_b, char 
 }
 
 Status lora_layout_init(LoraLayout *ll, const ModelConfig *cfg, const LoraConfig *c, int shard_multiple, Err *err) {
+    return lora_layout_init_tp(ll, cfg, c, shard_multiple, 1, 0, err);
+}
+
+Status lora_layout_init_tp(LoraLayout *ll, const ModelConfig *cfg, const LoraConfig *c, int shard_multiple, int tp,
+                           int tp_rank, Err *err) {
     memset(ll, 0, sizeof *ll);
+    if (tp > 1 && c->dropout > 0)
+        return err_set(err, ST_ERR_INPUT, "--lora-dropout %g with --tp %d: expected 0 (the masks of a row-parallel layer's "
+                       "column slice are not implemented)", c->dropout, tp);
     if (c->rank < 1) return err_set(err, ST_ERR_INPUT, "--lora-rank: expected a positive integer, found %d", c->rank);
     if (!(c->alpha > 0)) return err_set(err, ST_ERR_INPUT, "--lora-alpha: expected a positive number, found %g", c->alpha);
     if (!(c->dropout >= 0 && c->dropout < 1))
@@ -82,22 +90,27 @@ Status lora_layout_init(LoraLayout *ll, const ModelConfig *cfg, const LoraConfig
     if (shard_multiple < 1) shard_multiple = 1;
     ll->cfg = *c, ll->model = *cfg, ll->L = cfg->n_layer;
     ll->scale = c->alpha / (float)c->rank;
-    ModelDims d = layout_dims(cfg, 1);
+    ll->tp = tp, ll->tp_rank = tp_rank;
+    ModelDims d = layout_dims(cfg, tp);
     int C = cfg->n_embd, kv = d.KVl * d.hs, llama = cfg->arch == ARCH_LLAMA, r = c->rank;
     size_t off = 0;
     for (int t = 0; t < LORA_NTARGETS; t++) {
         if (!(c->targets & 1u << t)) continue;
         if (!llama && (t == LORA_K || t == LORA_V)) continue; /* inside c_attn's adapter (LORA_Q) */
         LoraAdapter a = {.target = t};
-        switch (t) {
-        case LORA_Q: a.site = LORA_SITE_QKV, a.col = 0, a.in = C, a.out = llama ? C : d.QKVl; break;
-        case LORA_K: a.site = LORA_SITE_QKV, a.col = C, a.in = C, a.out = kv; break;
-        case LORA_V: a.site = LORA_SITE_QKV, a.col = C + kv, a.in = C, a.out = kv; break;
-        case LORA_O: a.site = LORA_SITE_O, a.col = 0, a.in = d.Cl, a.out = C; break;
+        a.groups = 1;
+        switch (t) { /* this rank's q|k|v output is [q (Cl) | k (KVl·hs) | v (KVl·hs)], gate|up [gate | up] */
+        case LORA_Q:
+            a.site = LORA_SITE_QKV, a.col = 0, a.in = C, a.out = llama ? d.Cl : d.QKVl, a.groups = llama ? 1 : 3;
+            break;
+        case LORA_K: a.site = LORA_SITE_QKV, a.col = d.Cl, a.in = C, a.out = kv; break;
+        case LORA_V: a.site = LORA_SITE_QKV, a.col = d.Cl + kv, a.in = C, a.out = kv; break;
+        case LORA_O: a.site = LORA_SITE_O, a.col = 0, a.in = d.Cl, a.out = C, a.row_par = 1; break;
         case LORA_GATE: a.site = LORA_SITE_FC, a.col = 0, a.in = C, a.out = d.Fl; break;
         case LORA_UP: a.site = LORA_SITE_FC, a.col = llama ? d.Fl : 0, a.in = C, a.out = d.Fl; break;
-        default: a.site = LORA_SITE_DOWN, a.col = 0, a.in = d.Fl, a.out = C; break;
+        default: a.site = LORA_SITE_DOWN, a.col = 0, a.in = d.Fl, a.out = C, a.row_par = 1; break;
         }
+        a.in_full = a.row_par ? a.in * tp : a.in, a.out_full = a.row_par ? a.out : a.out * tp;
         a.a_off = off, off += (size_t)r * a.in;
         a.b_off = off, off += (size_t)a.out * r;
         if (a.in > ll->max_in) ll->max_in = a.in;
@@ -129,8 +142,8 @@ void lora_plan_bytes(const LoraLayout *ll, size_t N, int n_moments, int dp, int 
 void lora_memory_plan(const ModelConfig *cfg, const ActOptions *o, const LoraLayout *ll, int n_moments, int dp,
                       int zero, size_t bytes[MEM_NCAT]) {
     memset(bytes, 0, MEM_NCAT * sizeof bytes[0]);
-    ParamLayout pl;
-    ST_CHECK(layout_init(&pl, cfg, 1) == 0);
+    ParamLayout pl; /* the base's slice of tp rank 0 (every rank's is as large) */
+    ST_CHECK(layout_init_tp(&pl, cfg, 1, o->tp > 1 ? o->tp : 1, 0) == 0);
     bytes[MEM_PARAMS] = pl.total * sizeof(float);
     layout_free(&pl);
     layout_run_bytes(cfg, o, bytes);
@@ -172,10 +185,13 @@ void lora_init_params(Lora *lo, uint64_t seed) {
         for (int k = 0; k < ll->n; k++) {
             const LoraAdapter *a = &ll->ad[k];
             float *A = lo->params + (size_t)l * ll->block_floats + a->a_off;
-            float bound = 1.0f / sqrtf((float)a->in);
+            float bound = 1.0f / sqrtf((float)a->in_full);
             uint64_t stream = (uint64_t)0x4c6f5241 * 65536 + (uint64_t)l * LORA_NTARGETS + (uint64_t)a->target;
-            for (size_t i = 0; i < (size_t)ll->cfg.rank * a->in; i++)
-                A[i] = bound * (2.0f * rng_uniform(seed, stream, i) - 1.0f);
+            size_t c0 = a->row_par ? (size_t)ll->tp_rank * a->in : 0; /* a row-parallel rank's columns */
+            for (int j = 0; j < ll->cfg.rank; j++)
+                for (int c = 0; c < a->in; c++) /* the element of the whole A (r, in_full): tp-independent */
+                    A[(size_t)j * a->in + c] =
+                        bound * (2.0f * rng_uniform(seed, stream, (size_t)j * a->in_full + c0 + c) - 1.0f);
         }
 }
 
@@ -203,6 +219,7 @@ void lora_forward(Lora *lo, int l, int site, const float *x, float *y, int ldy, 
         float *u = saved_u(lo, l, k);
         mm_sgemm(0, 1, N, r, a->in, 1.0f, xd, a->in, A, a->in, 0.0f, u, r);               /* u = xd · Aᵀ */
         mm_sgemm(0, 1, N, a->out, r, ll->scale, u, r, B, r, 1.0f, y + a->col, ldy);       /* y += s · u · Bᵀ */
+        if (a->row_par && lo->tp_allreduce) lo->tp_allreduce(lo->tp_ctx, u, (size_t)N * r, 0); /* partial → whole u */
     }
 }
 
@@ -219,6 +236,12 @@ void lora_backward(Lora *lo, int l, int site, const float *x, const float *dy, i
         mm_sgemm(1, 0, a->out, r, N, ll->scale, dyc, ldy, u, r, 1.0f, dB, r);             /* dB += s · dyᵀ · u */
         mm_sgemm(0, 0, N, r, a->out, ll->scale, dyc, ldy, B, r, 0.0f, lo->du, r);         /* du = s · dy · B */
         const float *xd = dropped(lo, a, x, N, d);
+        if (!a->row_par && lo->tp_allreduce) { /* column-parallel at tp > 1: dx gets the partial du · A */
+            mm_sgemm(0, 0, N, a->in, r, 1.0f, lo->du, r, A, a->in, 1.0f, dx, a->in);
+            lo->tp_allreduce(lo->tp_ctx, lo->du, (size_t)N * r, 0);                      /* du whole */
+            mm_sgemm(1, 0, r, a->in, N, 1.0f, lo->du, r, xd, a->in, 1.0f, dA, a->in);
+            continue;
+        }
         mm_sgemm(1, 0, r, a->in, N, 1.0f, lo->du, r, xd, a->in, 1.0f, dA, a->in);         /* dA += duᵀ · xd */
         if (d.p <= 0) {
             mm_sgemm(0, 0, N, a->in, r, 1.0f, lo->du, r, A, a->in, 1.0f, dx, a->in);     /* dx += du · A */
@@ -233,8 +256,51 @@ void lora_backward(Lora *lo, int l, int site, const float *x, const float *dy, i
     }
 }
 
+void lora_tp_copy(const LoraLayout *local, float *lbuf, const LoraLayout *full, float *fbuf, int to_full) {
+    int r = local->cfg.rank, tp = local->tp, tr = local->tp_rank;
+    ST_CHECK(full->tp == 1 && full->n == local->n && full->L == local->L);
+    for (int l = 0; l < local->L; l++)
+        for (int k = 0; k < local->n; k++) {
+            const LoraAdapter *a = &local->ad[k], *f = &full->ad[k];
+            float *lA = lbuf + (size_t)l * local->block_floats + a->a_off, *lB = lbuf + (size_t)l * local->block_floats + a->b_off;
+            float *fA = fbuf + (size_t)l * full->block_floats + f->a_off, *fB = fbuf + (size_t)l * full->block_floats + f->b_off;
+            for (int j = 0; j < r; j++) { /* A (r, in): a row-parallel rank's columns, or the whole row */
+                float *ls = lA + (size_t)j * a->in, *fs = fA + (size_t)j * f->in + (a->row_par ? (size_t)tr * a->in : 0);
+                if (to_full) memcpy(fs, ls, (size_t)a->in * sizeof(float));
+                else memcpy(ls, fs, (size_t)a->in * sizeof(float));
+            }
+            /* B (out, r): a column-parallel rank's rows of each group, or every row */
+            int per = a->out / a->groups, fper = f->out / f->groups;
+            for (int gi = 0; gi < a->groups; gi++)
+                for (int o = 0; o < per; o++) {
+                    size_t fo = (size_t)gi * fper + (a->row_par ? 0 : (size_t)tr * per) + o;
+                    float *ls = lB + ((size_t)gi * per + o) * r, *fs = fB + fo * r;
+                    if (to_full) memcpy(fs, ls, (size_t)r * sizeof(float));
+                    else memcpy(ls, fs, (size_t)r * sizeof(float));
+                }
+        }
+    (void)tp;
+}
+
+void lora_norm_sq(const LoraLayout *ll, const float *g, double *split_sq, double *repl_sq) {
+    double s = 0, rp = 0;
+    for (int l = 0; l < ll->L; l++)
+        for (int k = 0; k < ll->n; k++) {
+            const LoraAdapter *a = &ll->ad[k];
+            size_t o = (size_t)l * ll->block_floats;
+            double sa = 0, sb = 0;
+            for (size_t i = 0; i < (size_t)ll->cfg.rank * a->in; i++) sa += (double)g[o + a->a_off + i] * g[o + a->a_off + i];
+            for (size_t i = 0; i < (size_t)ll->cfg.rank * a->out; i++) sb += (double)g[o + a->b_off + i] * g[o + a->b_off + i];
+            if (ll->tp == 1) s += sa + sb;
+            else if (a->row_par) s += sa, rp += sb; /* A split, B replicated */
+            else s += sb, rp += sa;                 /* B split, A replicated */
+        }
+    *split_sq = s, *repl_sq = rp;
+}
+
 void lora_merge(const LoraLayout *ll, const float *adapters, ParamViews *base) {
     int r = ll->cfg.rank;
+    ST_CHECK_MSG(ll->tp == 1, "lora_merge: the whole adapters (tp 1)");
     for (int l = 0; l < ll->L; l++) {
         BlockParams *bp = &base->blocks[l];
         for (int k = 0; k < ll->n; k++) {

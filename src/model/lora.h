@@ -52,7 +52,12 @@ typedef struct {
     int target;        /* LORA_*: GPT-2's fused c_attn is LORA_Q standing for q|k|v */
     int site;          /* LORA_SITE_* */
     int col;           /* its first output column in the site GEMM's output row */
-    int in, out;       /* x (N, in) → y columns [col, col + out) */
+    int in, out;       /* x (N, in) → y columns [col, col + out): this tp rank's widths */
+    int in_full, out_full; /* the whole layer's */
+    int row_par;       /* tensor parallelism: 0 the base is column-parallel (q|k|v, gate|up, fc): B holds
+                          the rank's rows (out/tp of each of `groups` row blocks), A is replicated;
+                          1 row-parallel (o, down): A holds the rank's columns (in/tp), B is replicated */
+    int groups;        /* GPT-2's c_attn: 3 (its Q, K, V row blocks each split over tp); else 1 */
     size_t a_off;      /* A (r, in) at block offset + a_off; B (out, r) at block offset + b_off */
     size_t b_off;
 } LoraAdapter;
@@ -65,7 +70,8 @@ typedef struct {
     size_t block_floats;              /* one block's adapters */
     size_t total;                     /* L · block_floats padded to a multiple of shard_multiple */
     float scale;                      /* alpha / r */
-    int max_in;                       /* widest adapter input */
+    int max_in;                       /* widest adapter input (this rank's) */
+    int tp, tp_rank;                  /* the slice held (1, 0: everything) */
 } LoraLayout;
 
 /* "q,k,v,o,gate,up,down", "attn", "mlp", "all" (comma-separated, any mix) → a target mask for arch.
@@ -82,6 +88,18 @@ void lora_tensor_name(const ModelConfig *cfg, int l, int target, int is_b, char 
 /* Checks c (rank >= 1, alpha > 0, dropout in [0, 1), a non-empty mask) and builds the layout.
  * ST_ERR_INPUT names the flag. */
 Status lora_layout_init(LoraLayout *ll, const ModelConfig *cfg, const LoraConfig *c, int shard_multiple, Err *err);
+/* The layout of tp rank tp_rank's adapters, split like their base (LoraAdapter.row_par); every
+ * rank's total is the same. LoRA dropout with tp > 1 is refused (ST_ERR_INPUT: a row-parallel
+ * layer's input is a column slice whose masks would not be one process's). */
+Status lora_layout_init_tp(LoraLayout *ll, const ModelConfig *cfg, const LoraConfig *c, int shard_multiple, int tp,
+                           int tp_rank, Err *err);
+/* Copies every adapter tensor's slice between a tp layout (local, lbuf) and the whole one (full,
+ * fbuf; tp 1): to_full = 1 writes the rank's elements into fbuf (replicated tensors too), 0 fills
+ * lbuf from fbuf. */
+void lora_tp_copy(const LoraLayout *local, float *lbuf, const LoraLayout *full, float *fbuf, int to_full);
+/* Squared L2 norms of a gradient buffer in layout ll: of the split tensors (this rank's part) and of
+ * the replicated ones (equal on every tp rank), each in double in layout order. */
+void lora_norm_sq(const LoraLayout *ll, const float *g, double *split_sq, double *repl_sq);
 
 /* Floats of the saved activations (u of every block and adapter) and of the scratch for a
  * micro-batch capacity of N = B·T rows: what lora_init allocates (memory plan). */
@@ -96,11 +114,18 @@ void lora_plan_bytes(const LoraLayout *ll, size_t N, int n_moments, int dp, int 
  * shard_multiple = dp). */
 size_t lora_moment_floats(const LoraLayout *ll, int dp, int zero);
 
-/* The memory plan of one rank fine-tuning cfg with these adapters (fp32, tp 1, pp 1): the frozen base's
+/* The memory plan of one rank fine-tuning cfg with these adapters (fp32, pp 1; o->tp the tp slice,
+ * ll its adapters' layout): the frozen base's
  * fp32 parameters (MEM_PARAMS; no gradients, master or moments), its activations and workspace for o
  * (layout_run_bytes, exactly what gpt_init allocates), and lora_plan_bytes. bytes[MEM_NCAT] is set. */
 void lora_memory_plan(const ModelConfig *cfg, const ActOptions *o, const LoraLayout *ll, int n_moments, int dp,
                       int zero, size_t bytes[MEM_NCAT]);
+
+/* tp > 1 (set by gpt_set_lora from the model's hooks): the sum over the tp group, in place. Forward
+ * of a row-parallel layer: y gets this rank's partial s·u_p·Bᵀ (the model sums y after), then u is
+ * summed (saved whole); backward of a column-parallel layer: dx gets the partial du_p·A (summed with
+ * the model's), then du is summed before dA. */
+typedef void (*LoraAllreduce)(void *ctx, float *buf, size_t n, int max);
 
 typedef struct Lora {
     LoraLayout lay;
@@ -110,6 +135,8 @@ typedef struct Lora {
     float *xd, *dx;   /* N · max_in each (MEM_WORKSPACE) */
     float *du;        /* N · r (MEM_WORKSPACE) */
     size_t N;         /* row capacity */
+    LoraAllreduce tp_allreduce; /* tp > 1: the tp group's sum (gpt_set_lora); NULL at tp 1 */
+    void *tp_ctx;
     int nt;
     MemStats *mem;
 } Lora;
@@ -126,6 +153,7 @@ void lora_init_params(Lora *lo, uint64_t seed);
  * u. x (N, in), y (N, ldy). d: the dropout of the site's adapters; stream is the block's base stream,
  * the adapter's is stream | (8 + target). */
 void lora_forward(Lora *lo, int l, int site, const float *x, float *y, int ldy, int N, Dropout d);
+
 /* The backward of lora_forward: dB += s · dyᵀ · u; du = s · dy · B; dA += duᵀ · drop(x);
  * dx (N, in) += drop(du · A). dy (N, ldy). Gradients ADD. */
 void lora_backward(Lora *lo, int l, int site, const float *x, const float *dy, int ldy, float *dx, int N, Dropout d);

@@ -30,7 +30,12 @@
 typedef struct {
     TrainConfig cfg;
     Comm *comm, *own_comm;
-    int dp, rank;
+    int dp, rank;           /* data-parallel group and this rank's place in it (dp_rank) */
+    int tp, tp_rank;        /* tensor-parallel group: the base's and the adapters' slice held */
+    LoraLayout full_lay;    /* tp > 1: the whole adapters' layout (checkpoints, --out) */
+    Err hook_err;           /* the first failure of a tp collective inside forward/backward */
+    uint64_t local_hash;    /* XXH3 of this rank's base buffer at start: the frozen check at the end */
+    int in_backward;        /* test-only fault (ST_PAR_TEST_TP_FAULT): the tp sums of the backward skipped */
     MemStats mem;
     Loader train, val;
     Gpt g;
@@ -50,7 +55,7 @@ typedef struct {
 static Status refuse(const TrainConfig *c, int world, Err *err) {
     TrainConfig d = train_default_config();
     const char *bad = NULL;
-    if (c->tp > 1) bad = "--tp (adapters split like their base are not implemented)";
+    if (c->tp > 1 && c->zero > 0) bad = "--zero >= 1 with --tp > 1 (ZeRO 1-2 run at tp 1)";
     else if (c->pp > 1) bad = "--pp";
     else if (c->sp) bad = "--sp";
     else if (c->bf16 || c->fp16) bad = "--precision bf16/fp16 (LoRA runs an fp32 base)";
@@ -69,8 +74,10 @@ static Status refuse(const TrainConfig *c, int world, Err *err) {
     else if (c->peak_flops > 0 || c->have_hw) bad = "--peak-gflops/--hardware (no MFU or plan prediction is logged)";
     else if (c->overrides[0]) bad = "--override (a LoRA resume checks the LoRA config and the base only)";
     if (bad) return err_set(err, ST_ERR_INPUT, "--lora-rank: %s is not supported with LoRA", bad);
-    if (c->dp != 0 && c->dp != world)
-        return err_set(err, ST_ERR_INPUT, "--dp %d: with LoRA the world of %d ranks is the data-parallel group", c->dp, world);
+    int tp = c->tp > 1 ? c->tp : 1;
+    if (world % tp || (c->dp != 0 && c->dp * tp != world))
+        return err_set(err, ST_ERR_INPUT, "--dp %d --tp %d: with LoRA expected dp x tp = the world of %d ranks", c->dp, tp,
+                       world);
     return ST_OK;
 }
 
@@ -89,21 +96,73 @@ static void run_free(LoraRun *r) {
 
 static uint64_t lora_base_hash(const Gpt *g) { return XXH3_64bits(g->w.params, g->w.layout.total * sizeof(float)); }
 
+/* The model's tp hooks over the tp group (the first failure is kept for the step to report). */
+static void hook_allreduce(void *ctx, float *buf, size_t n, int max) {
+    LoraRun *r = ctx;
+    Err e;
+    if (r->in_backward && r->cfg.faults.tp_skip_backward) return;
+    if (comm_tp_allreduce_f32(r->comm, buf, n, max ? COMM_MAX : COMM_SUM, &e) != ST_OK && r->hook_err.status == ST_OK)
+        r->hook_err = e;
+}
+static void hook_allgather(void *ctx, float *buf, size_t block) {
+    LoraRun *r = ctx;
+    Err e;
+    if (comm_tp_allgather_f32(r->comm, buf, block, &e) != ST_OK && r->hook_err.status == ST_OK) r->hook_err = e;
+}
+static void hook_reduce_scatter(void *ctx, float *buf, size_t block) {
+    LoraRun *r = ctx;
+    Err e;
+    if (comm_tp_reduce_scatter_f32(r->comm, buf, block, &e) != ST_OK && r->hook_err.status == ST_OK) r->hook_err = e;
+}
+
+/* tp > 1: the whole adapters-layout buffer (full_lay) of a local one, assembled from every tp rank's
+ * (all ranks call; out: full_lay.total floats). */
+static Status gather_full(LoraRun *r, const float *local, float *out, Err *err) {
+    size_t T = r->lo.lay.total;
+    float *g = mem_alloc(&r->mem, MEM_CKPT_STAGING, (size_t)r->tp * T * sizeof(float));
+    if (!g) return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA tp gather)");
+    memcpy(g + (size_t)r->tp_rank * T, local, T * sizeof(float));
+    Status st = comm_tp_allgather_f32(r->comm, g, T, err);
+    memset(out, 0, r->full_lay.total * sizeof(float));
+    for (int k = 0; st == ST_OK && k < r->tp; k++) {
+        LoraLayout lk;
+        if ((st = lora_layout_init_tp(&lk, &r->cfg.model, &r->cfg.lora, r->dp, r->tp, k, err)) == ST_OK)
+            lora_tp_copy(&lk, g + (size_t)k * T, &r->full_lay, out, 1);
+    }
+    mem_free(&r->mem, MEM_CKPT_STAGING, g, (size_t)r->tp * T * sizeof(float));
+    return st;
+}
+
 /* The base: initialised from the seed, then --init-from's weights; its hash. */
 static Status setup_model(LoraRun *r, Err *err) {
     TrainConfig *c = &r->cfg;
     GptOptions go = gpt_default_options();
     go.B = c->micro_batch, go.T = c->seq_len, go.threads = c->threads, go.recompute = c->recompute;
-    go.frozen = 1; /* the base is never sharded: ZeRO 0 */
+    go.frozen = 1; /* the base is never sharded over dp: ZeRO 0 */
+    go.tp = r->tp, go.tp_rank = r->tp_rank;
     Status st = gpt_init(&r->g, &c->model, &go, &r->mem, err);
     if (st != ST_OK) return st;
-    gpt_init_params(&r->g, c->seed);
-    if (c->init_from[0] && (st = ckpt_init_from(&r->g.w, c->init_from, err)) != ST_OK)
-        return err_prefix(err, "--init-from"), st;
+    r->g.hooks.ctx = r, r->g.hooks.tp_allreduce = hook_allreduce;
+    r->g.hooks.tp_allgather = hook_allgather, r->g.hooks.tp_reduce_scatter = hook_reduce_scatter;
+    /* The whole base (seed, then --init-from) and its hash; at tp > 1 then this rank's slices. */
+    ParamLayout full;
+    if (layout_init(&full, &c->model, 1) != 0) return err_set(err, ST_ERR_RUNTIME, "out of memory (the full layout)");
+    float *fbuf = r->tp > 1 ? mem_alloc(&r->mem, MEM_CKPT_STAGING, full.total * sizeof(float)) : r->g.w.params;
+    if (!fbuf) st = err_set(err, ST_ERR_RUNTIME, "out of memory (the whole base)");
+    GptWeights view = r->g.w;
+    view.layout = full, view.params = fbuf;
+    if (st == ST_OK) gpt_init_params_buf(&full, fbuf, c->seed, c->threads);
+    if (st == ST_OK && c->init_from[0] && (st = ckpt_init_from(&view, c->init_from, err)) != ST_OK) err_prefix(err, "--init-from");
+    if (st == ST_OK) r->base_hash = XXH3_64bits(fbuf, full.total * sizeof(float));
+    if (st == ST_OK && r->tp > 1) layout_tp_copy(&r->g.w.layout, r->g.w.params, &full, fbuf, 0, 1);
+    if (r->tp > 1) mem_free(&r->mem, MEM_CKPT_STAGING, fbuf, full.total * sizeof(float));
+    layout_free(&full);
+    if (st != ST_OK) return st;
+    r->local_hash = lora_base_hash(&r->g);
     r->g.s.dropout_seed = c->seed ^ 0xd509u;
-    r->base_hash = lora_base_hash(&r->g);
     LoraLayout ll;
-    if ((st = lora_layout_init(&ll, &c->model, &c->lora, r->dp, err)) != ST_OK) return st;
+    if ((st = lora_layout_init_tp(&ll, &c->model, &c->lora, r->dp, r->tp, r->tp_rank, err)) != ST_OK) return st;
+    if ((st = lora_layout_init(&r->full_lay, &c->model, &c->lora, 1, err)) != ST_OK) return st;
     if ((st = lora_init(&r->lo, &ll, (size_t)c->micro_batch * c->seq_len, c->threads, &r->mem, err)) != ST_OK) return st;
     lora_init_params(&r->lo, c->seed);
     gpt_set_lora(&r->g, &r->lo);
@@ -140,6 +199,23 @@ static Status resume(LoraRun *r, Err *err) {
                        "checkpoint %016llx from %s): give the same --init-from / --seed", path,
                        (unsigned long long)r->base_hash, (unsigned long long)meta.base_hash,
                        meta.init_from[0] ? meta.init_from : "a random base");
+    if (r->tp > 1) { /* the whole adapters and moments, then this rank's slices */
+        size_t F = r->full_lay.total;
+        float *f = mem_alloc(&r->mem, MEM_CKPT_STAGING, 3 * F * sizeof(float));
+        if (!f) return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA resume staging)");
+        st = ckpt_lora_load(path, &r->full_lay, f, f + F, f + 2 * F, err);
+        if (st == ST_OK) {
+            lora_tp_copy(&r->lo.lay, r->lo.params, &r->full_lay, f, 0);
+            lora_tp_copy(&r->lo.lay, r->m, &r->full_lay, f + F, 0);
+            lora_tp_copy(&r->lo.lay, r->v, &r->full_lay, f + 2 * F, 0);
+        }
+        mem_free(&r->mem, MEM_CKPT_STAGING, f, 3 * F * sizeof(float));
+        if (st != ST_OK) return st;
+        loader_set_state(&r->train, meta.loader);
+        r->step = meta.step;
+        if (r->comm->rank == 0 && !c->quiet) printf("lora: resumed from %s (step %ld)\n", path, meta.step);
+        return ST_OK;
+    }
     size_t total = r->lo.lay.total, off = r->mfloats < total ? (size_t)r->rank * r->mfloats : 0;
     float *m = r->m, *v = r->v;
     if (off || r->mfloats < total) { /* ZeRO >= 1: the whole moments, then this rank's shard */
@@ -155,15 +231,26 @@ static Status resume(LoraRun *r, Err *err) {
     if (st != ST_OK) return st;
     loader_set_state(&r->train, meta.loader);
     r->step = meta.step;
-    if (r->rank == 0 && !c->quiet) printf("lora: resumed from %s (step %ld)\n", path, meta.step);
+    if (r->comm->rank == 0 && !c->quiet) printf("lora: resumed from %s (step %ld)\n", path, meta.step);
     return ST_OK;
 }
 
-static Status save_files(LoraRun *r, const float *m, const float *v, Err *err);
+static Status save_files(LoraRun *r, const LoraLayout *ll, const float *p, const float *m, const float *v, Err *err);
 
 static Status save(LoraRun *r, Err *err) {
     TrainConfig *c = &r->cfg;
     if (!c->ckpt_dir[0]) return ST_OK;
+    if (r->tp > 1) { /* every tp rank's slices assembled (all ranks call), written by world rank 0 */
+        size_t F = r->full_lay.total;
+        float *f = mem_alloc(&r->mem, MEM_CKPT_STAGING, 3 * F * sizeof(float));
+        if (!f) return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA checkpoint staging)");
+        Status st = gather_full(r, r->lo.params, f, err);
+        if (st == ST_OK) st = gather_full(r, r->m, f + F, err);
+        if (st == ST_OK) st = gather_full(r, r->v, f + 2 * F, err);
+        if (st == ST_OK && r->comm->rank == 0) st = save_files(r, &r->full_lay, f, f + F, f + 2 * F, err);
+        mem_free(&r->mem, MEM_CKPT_STAGING, f, 3 * F * sizeof(float));
+        return st;
+    }
     size_t total = r->lo.lay.total;
     float *m = r->m, *v = r->v;
     if (r->mfloats < total) { /* ZeRO >= 1: every rank's shard of the moments gathered (all ranks call) */
@@ -172,15 +259,15 @@ static Status save(LoraRun *r, Err *err) {
         v = m + total;
         Status st = comm_allgather_f32(r->comm, r->m, m, r->mfloats, err);
         if (st == ST_OK) st = comm_allgather_f32(r->comm, r->v, v, r->mfloats, err);
-        if (st == ST_OK && r->rank == 0) st = save_files(r, m, v, err);
+        if (st == ST_OK && r->rank == 0) st = save_files(r, &r->lo.lay, r->lo.params, m, v, err);
         mem_free(&r->mem, MEM_CKPT_STAGING, m, 2 * total * sizeof(float));
         return st;
     }
-    return r->rank == 0 ? save_files(r, m, v, err) : ST_OK;
+    return r->rank == 0 ? save_files(r, &r->lo.lay, r->lo.params, m, v, err) : ST_OK;
 }
 
-/* Rank 0 writes the checkpoint of the adapters and the whole moments m, v. */
-static Status save_files(LoraRun *r, const float *m, const float *v, Err *err) {
+/* Rank 0 writes the checkpoint of the adapters p and the whole moments m, v (layout ll). */
+static Status save_files(LoraRun *r, const LoraLayout *ll, const float *p, const float *m, const float *v, Err *err) {
     TrainConfig *c = &r->cfg;
     LoraCkptMeta meta;
     memset(&meta, 0, sizeof meta);
@@ -190,7 +277,7 @@ static Status save_files(LoraRun *r, const float *m, const float *v, Err *err) {
     meta.base_seed = c->seed, meta.base_hash = r->base_hash;
     char out[4200];
     double t0 = timer_ms();
-    Status st = ckpt_lora_save(c->ckpt_dir, &c->model, &r->lo.lay, &meta, r->lo.params, m, v, out, sizeof out, err);
+    Status st = ckpt_lora_save(c->ckpt_dir, &c->model, ll, &meta, p, m, v, out, sizeof out, err);
     if (st == ST_OK && r->log.f) {
         fprintf(r->log.f, "{\"event\": \"ckpt\", \"step\": %ld, \"mode\": \"lora\", \"time_ms\": %.3f, \"path\": \"%s\"}\n",
                 r->step, timer_ms() - t0, out);
@@ -225,8 +312,8 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
     for (int j = 0; j < k; j++)
         loader_fill_rank(&r->train, r->rank, r->dp, j, B, k, r->inp + (size_t)j * B * T, r->tgt + (size_t)j * B * T);
     loader_step_done(&r->train, r->dp, B, k);
-    int64_t ntok = 0;
-    for (size_t i = 0; i < r->batch_ints; i++) ntok += r->tgt[i] >= 0;
+    int64_t ntok = 0; /* counted once per dp replica (its tp ranks share the batch) */
+    for (size_t i = 0; i < r->batch_ints && r->tp_rank == 0; i++) ntok += r->tgt[i] >= 0;
     Status st = comm_allreduce_i64(r->comm, &ntok, 1, COMM_SUM, err);
     if (st != ST_OK) return st;
     long next = r->step + 1;
@@ -237,14 +324,18 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
     for (int j = 0; j < k; j++) {
         size_t off = (size_t)j * B * T;
         loss_sum += gpt_forward(&r->g, r->inp + off, r->tgt + off, B, T, dscale, 1, drop0 + j);
+        r->in_backward = 1;
         gpt_backward(&r->g);
+        r->in_backward = 0;
     }
     if ((st = gpt_status(&r->g, err)) != ST_OK) return st;
+    if (r->hook_err.status != ST_OK) return *err = r->hook_err, r->hook_err.status;
+    if (r->tp_rank != 0) loss_sum = 0; /* every tp rank computed every row's loss: count it once */
     /* The update's range: every adapter float, or at ZeRO >= 1 this rank's shard [off, off + S). */
     size_t total = r->lo.lay.total, S = r->mfloats, off = S < total ? (size_t)r->rank * S : 0;
     float *gr = r->lo.grads + off;
     double norm;
-    if (r->dp > 1 && (st = comm_allreduce_f64(r->comm, &loss_sum, 1, COMM_SUM, err)) != ST_OK) return st;
+    if (r->comm->world > 1 && (st = comm_allreduce_f64(r->comm, &loss_sum, 1, COMM_SUM, err)) != ST_OK) return st;
     if (r->dp > 1 && r->zero >= 2) { /* the shard's sums only, and the norm from the shards' squares */
         if ((st = comm_reduce_scatter_f32(r->comm, r->lo.grads, gr, S, err)) != ST_OK) return st;
         if (c->faults.grad_scale != 0) /* test-only (ST_PAR_TEST_GRAD_SCALE): a wrong reduction */
@@ -257,7 +348,15 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
         if (r->dp > 1 && (st = comm_allreduce_f32(r->comm, r->lo.grads, r->lo.grads, total, err)) != ST_OK) return st;
         if (c->faults.grad_scale != 0)
             for (size_t i = 0; i < total; i++) r->lo.grads[i] *= c->faults.grad_scale;
-        norm = optim_l2_norm(r->lo.grads, total, c->threads);
+        if (r->tp == 1) {
+            norm = optim_l2_norm(r->lo.grads, total, c->threads);
+        } else { /* the split tensors' squares from every tp rank, the replicated ones once */
+            double sp, rp;
+            lora_norm_sq(&r->lo.lay, r->lo.grads, &sp, &rp);
+            double sq = r->rank == 0 ? sp + (r->tp_rank == 0 ? rp : 0.0) : 0.0;
+            if ((st = comm_allreduce_f64(r->comm, &sq, 1, COMM_SUM, err)) != ST_OK) return st;
+            norm = sqrt(sq);
+        }
     }
     float scale = optim_clip_scale(norm, c->grad_clip), lr = sched_lr(&c->sched, next);
     OptimRange all = {0, S, 1, 1.0f}; /* decay on A and B (PEFT under HF Trainer) */
@@ -273,7 +372,7 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
                 next, loss, lr, norm, norm * scale, (long long)ntok, ms);
         fflush(r->log.f);
     }
-    if (r->rank == 0 && !c->quiet)
+    if (r->comm->rank == 0 && !c->quiet)
         printf("step %ld/%ld | loss %.6f | lr %.3g | norm %.4f | %.1f ms (lora)\n", next, c->steps, loss, lr, norm, ms);
     return ST_OK;
 }
@@ -292,9 +391,10 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     if (!r->comm) r->comm = r->own_comm;
     int world = r->comm->world;
     if ((st = refuse(c, world, err)) != ST_OK) goto done;
-    r->dp = world, r->rank = r->comm->rank, r->zero = c->zero;
-    if ((st = comm_set_grid(r->comm, r->dp, 1, 1, err)) != ST_OK) goto done;
-    r->rank = r->comm->dp_rank; /* tp = pp = 1: the world rank */
+    r->zero = c->zero;
+    r->tp = c->tp > 1 ? c->tp : 1, r->dp = world / r->tp;
+    if ((st = comm_set_grid(r->comm, r->dp, r->tp, 1, err)) != ST_OK) goto done;
+    r->rank = r->comm->dp_rank, r->tp_rank = r->comm->tp_rank;
     mm_set_threads(c->threads);
     int lflags = LOADER_SHUFFLE | (c->no_pack ? LOADER_NO_PACK : 0);
     if ((st = loader_open(&r->train, c->data, c->seq_len, 0, c->tokenizer_hash, c->data_seed, lflags, err)) != ST_OK) goto done;
@@ -308,13 +408,13 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     if ((st = setup_model(r, err)) != ST_OK) goto done;
     if ((st = resume(r, err)) != ST_OK) goto done;
     res->start_step = r->step;
-    if ((st = events_open(&r->log, r->rank == 0 ? c->log_path : "", r->step > 0, err)) != ST_OK) goto done;
+    if ((st = events_open(&r->log, r->comm->rank == 0 ? c->log_path : "", r->step > 0, err)) != ST_OK) goto done;
     {
         char tg[64];
         lora_targets_string(r->lo.lay.cfg.targets, tg, sizeof tg);
         size_t plan[MEM_NCAT] = {0};
         ActOptions ao = layout_act_options(c->micro_batch, c->seq_len, c->threads);
-        ao.recompute = c->recompute;
+        ao.recompute = c->recompute, ao.tp = r->tp;
         lora_memory_plan(&c->model, &ao, &r->lo.lay, optim_num_moments(&c->optim), r->dp, r->zero, plan);
         plan[MEM_DATA] = 2 * r->batch_ints * sizeof(int32_t);
         int equal = 1;
@@ -322,10 +422,11 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
             if (i != MEM_COMM) equal &= plan[i] == r->mem.bytes[i];
         if (r->log.f) {
             fprintf(r->log.f, "{\"event\": \"start\", \"lora\": {\"rank\": %d, \"alpha\": %g, \"dropout\": %g, \"targets\": "
-                    "\"%s\", \"adapter_params\": %zu, \"base_params\": %zu, \"base_xxh3\": \"%016llx\"}, \"world\": %d, "
-                    "\"resumed_from_step\": %ld}\n", c->lora.rank, c->lora.alpha, c->lora.dropout, tg,
-                    r->lo.lay.block_floats * r->lo.lay.L, r->g.w.layout.total, (unsigned long long)r->base_hash, world,
-                    r->step);
+                    "\"%s\", \"adapter_params\": %zu, \"base_params\": %zu, \"base_xxh3\": \"%016llx\", \"base_local_xxh3\": "
+                    "\"%016llx\"}, \"world\": %d, \"dp\": %d, \"tp\": %d, \"zero\": %d, \"resumed_from_step\": %ld}\n",
+                    c->lora.rank, c->lora.alpha, c->lora.dropout, tg, r->full_lay.block_floats * r->full_lay.L,
+                    r->g.w.layout.total, (unsigned long long)r->base_hash, (unsigned long long)r->local_hash, world, r->dp,
+                    r->tp, r->zero, r->step);
             fprintf(r->log.f, "{\"event\": \"memory\", \"lora\": true, \"measured\": {");
             for (int i = 0; i < MEM_NCAT; i++) fprintf(r->log.f, "%s\"%s\": %zu", i ? ", " : "", mem_category_name(i), r->mem.bytes[i]);
             fprintf(r->log.f, "}, \"planned\": {");
@@ -333,7 +434,7 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
             fprintf(r->log.f, "}, \"planned_equals_measured\": %s}\n", equal ? "true" : "false");
             fflush(r->log.f);
         }
-        if (r->rank == 0 && !c->quiet)
+        if (r->comm->rank == 0 && !c->quiet)
             printf("lora: rank %d alpha %g dropout %g targets %s: %zu adapter parameters on a frozen base of %lld "
                    "(%.3f%%), dp %d\n", c->lora.rank, c->lora.alpha, c->lora.dropout, tg,
                    r->lo.lay.block_floats * r->lo.lay.L, model_config_num_params(&c->model),
@@ -360,19 +461,28 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
             if (r->log.f) fprintf(r->log.f, "{\"event\": \"val\", \"step\": %ld, \"loss\": %.9g}\n", r->step, vl);
         }
     }
-    if (st == ST_OK && c->out_dir[0] && r->rank == 0 && r->step >= c->steps) {
-        /* The base must be unchanged: the adapters are all this run trained. */
-        if (lora_base_hash(&r->g) != r->base_hash)
-            st = err_set(err, ST_ERR_RUNTIME, "lora: the frozen base changed during training (XXH3 differs)");
-        else st = ckpt_lora_write_adapter(c->out_dir, &r->lo.lay, r->lo.params, c->init_from, err);
-        if (st == ST_OK && !c->quiet) printf("saved the LoRA adapter to %s/adapter_model.safetensors\n", c->out_dir);
+    /* The base must be unchanged: the adapters are all this run trained (each rank its slice). */
+    if (st == ST_OK && lora_base_hash(&r->g) != r->local_hash)
+        st = err_set(err, ST_ERR_RUNTIME, "lora: the frozen base changed during training (XXH3 differs)");
+    if (st == ST_OK && c->out_dir[0] && r->step >= c->steps) {
+        const LoraLayout *ll = &r->lo.lay;
+        float *p = r->lo.params;
+        if (r->tp > 1) { /* the whole adapters (all ranks call) */
+            ll = &r->full_lay;
+            if (!(p = mem_alloc(&r->mem, MEM_CKPT_STAGING, ll->total * sizeof(float))))
+                st = err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA --out staging)");
+            else st = gather_full(r, r->lo.params, p, err);
+        }
+        if (st == ST_OK && r->comm->rank == 0) st = ckpt_lora_write_adapter(c->out_dir, ll, p, c->init_from, err);
+        if (st == ST_OK && r->comm->rank == 0 && !c->quiet) printf("saved the LoRA adapter to %s/adapter_model.safetensors\n", c->out_dir);
+        if (p != r->lo.params) mem_free(&r->mem, MEM_CKPT_STAGING, p, ll->total * sizeof(float));
     }
     if (st == ST_OK && r->log.f) {
-        fprintf(r->log.f, "{\"event\": \"end\", \"steps\": %ld, \"final_loss\": %.9g, \"base_xxh3_after\": \"%016llx\"}\n",
+        fprintf(r->log.f, "{\"event\": \"end\", \"steps\": %ld, \"final_loss\": %.17g, \"base_local_xxh3_after\": \"%016llx\"}\n",
                 r->step, res->last_loss, (unsigned long long)lora_base_hash(&r->g));
     }
     res->preempted = r->step < c->steps;
-    res->num_params = (long long)(r->lo.lay.block_floats * r->lo.lay.L);
+    res->num_params = (long long)(r->full_lay.block_floats * r->full_lay.L);
 done:
     run_free(r);
     return st;
