@@ -120,7 +120,9 @@ int cmd_export(int argc, char **argv) {
     if (lpath[0]) {
         if (merge == adapter)
             return cli_fail("export", ST_ERR_INPUT, "a LoRA checkpoint: expected exactly one of --merge or --adapter");
-        if (adapter && (bf16 || args_find(specs, n, "max-shard-size")->seen || tokenizer[0] || strcmp(format, "hf")))
+        if (strcmp(format, "hf"))
+            return cli_fail("export", ST_ERR_INPUT, "--format: a LoRA export writes Hugging Face / PEFT files; expected hf");
+        if (adapter && (bf16 || args_find(specs, n, "max-shard-size")->seen || tokenizer[0]))
             return cli_fail("export", ST_ERR_INPUT, "--adapter: writes PEFT's fp32 files; --dtype, --max-shard-size, "
                             "--tokenizer and --format apply to --merge only");
         return export_lora(lpath, merge, base, out, tokenizer, bf16, (uint64_t)(lim * mult));

@@ -182,6 +182,8 @@ static Status setup_model(LoraRun *r, Err *err) {
 static Status resume(LoraRun *r, Err *err) {
     TrainConfig *c = &r->cfg;
     if (!c->resume[0]) return ST_OK;
+    if (!strcmp(c->resume, "auto") && !c->ckpt_dir[0])
+        return err_set(err, ST_ERR_INPUT, "--resume auto: expected --ckpt-dir to search, found none");
     char path[4096];
     Status st = ckpt_lora_resolve(c->ckpt_dir, c->resume, path, sizeof path, err);
     if (st != ST_OK || !path[0]) return st;
