@@ -10,6 +10,8 @@
  *   FD      central finite differences of the fp32 loss, LoRA dropout 0.1 (masks included), on the
  *           largest-gradient entry and a middle entry of every adapter tensor of block 0: |fd − g| within 1e-2
  *           of the tensor's largest |g| (fp32 loss, h = 1e-2).
+ *   recompute  adapter gradients under --recompute selective and full bitwise those of none (dropout 0.1);
+ *           control: those of other dropout masks differ.
  *   frozen  the base has no gradient buffer (d.grads NULL) and its parameters are bitwise identical
  *           (memcmp) after forward, backward and three AdamW steps of the adapters.
  * Negative controls (each must FAIL its check): the scale alpha instead of alpha/r (torch gradients);
@@ -103,9 +105,11 @@ static void load_adapters(const Fx *x, const LoraLayout *ll, float *buf, const c
 }
 
 /* A frozen model with the fixture's base and adapters; scale alpha (the fixture's unless given). */
+static Recompute g_recompute = RECOMPUTE_NONE;
+
 static void build(const Fx *x, Gpt *g, Lora *lo, float alpha, float dropout) {
     GptOptions go = gpt_default_options();
-    go.B = x->B, go.T = x->T, go.frozen = 1;
+    go.B = x->B, go.T = x->T, go.frozen = 1, go.recompute = g_recompute;
     Err err;
     if (gpt_init(g, &x->mc, &go, NULL, &err) != ST_OK) {
         printf("gpt_init: %s\n", err.msg);
@@ -292,6 +296,41 @@ static double fd_check(const char *file, uint64_t fd_drop) {
     return worst;
 }
 
+/* Adapter gradients with LoRA dropout 0.1 under --recompute full and selective against none: bitwise
+ * (the recomputed forward redraws the same masks and u). Returns 1 if all equal. */
+static int recompute_equal(const char *file) {
+    Fx x;
+    open_fx(file, &x);
+    Gpt g;
+    Lora lo;
+    float *ref = NULL;
+    int same = 1;
+    for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_FULL; rc++) {
+        g_recompute = (Recompute)rc;
+        build(&x, &g, &lo, x.alpha, 0.1f);
+        loss_grads(&x, &g, &lo, 3);
+        if (!ref) {
+            ref = malloc(lo.lay.total * sizeof(float));
+            memcpy(ref, lo.grads, lo.lay.total * sizeof(float));
+        } else {
+            same &= memcmp(ref, lo.grads, lo.lay.total * sizeof(float)) == 0;
+        }
+        lora_free(&lo), gpt_free(&g);
+    }
+    g_recompute = RECOMPUTE_NONE;
+    /* Negative control: other masks (dropout counter 4) must not compare equal. */
+    build(&x, &g, &lo, x.alpha, 0.1f);
+    loss_grads(&x, &g, &lo, 4);
+    int control = memcmp(ref, lo.grads, lo.lay.total * sizeof(float)) != 0;
+    lora_free(&lo), gpt_free(&g);
+    char nm[160];
+    snprintf(nm, sizeof nm, "%s negative control: other dropout masks differ", file);
+    tu_check(control, nm, "memcmp of the adapter gradients");
+    free(ref);
+    fixture_free(&x.f);
+    return same;
+}
+
 int main(void) {
     check_torch("lora_gpt2.bin");
     check_torch("lora_llama.bin");
@@ -304,6 +343,12 @@ int main(void) {
         double bad = fd_check(file, 6);
         snprintf(nm, sizeof nm, "%s negative control: other dropout masks", file);
         tu_check(bad > 2e-2, nm, "worst=%.3g (must exceed 2e-2)", bad);
+    }
+    for (int i = 0; i < 2; i++) {
+        const char *file = i ? "lora_llama.bin" : "lora_gpt2.bin";
+        char nm[160];
+        snprintf(nm, sizeof nm, "%s recompute selective and full = none", file);
+        tu_check(recompute_equal(file), nm, "adapter gradients bitwise equal (LoRA dropout 0.1)");
     }
     return tu_exit();
 }
