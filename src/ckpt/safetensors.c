@@ -531,9 +531,11 @@ size_t st_hf_config_text(const ModelConfig *c, const char *tokenizer, char *buf,
     int n;
     char mup[160], eps[32], theta[32], rm[256], scaling[320];
     mup_json(c, mup, sizeof mup);
-    /* bos = eos = EOT: the named tokenizer's (cl100k/o200k: not the last id), else the last id */
-    long named = tokenizer_named_eot(tokenizer);
+    /* eos = EOT: the named tokenizer's (cl100k/o200k/llama3: not the last id), else the last id; bos =
+     * the same, except llama3's <|begin_of_text|> */
+    long named = tokenizer_named_eot(tokenizer), named_bos = tokenizer_named_bos(tokenizer);
     int eot = named >= 0 && named < c->vocab ? (int)named : c->vocab - 1;
+    int bos = named_bos >= 0 && named_bos < c->vocab ? (int)named_bos : eot;
     if (c->arch == ARCH_LLAMA) {
         /* Both generations' keys with one meaning: transformers 4 reads rope_theta and rope_scaling
          * (null for the default RoPE), transformers 5 reads rope_parameters. */
@@ -554,7 +556,7 @@ size_t st_hf_config_text(const ModelConfig *c, const char *tokenizer, char *buf,
                      "  \"scaletrain\": {\"tokenizer\": \"%s\", \"dropout\": %g%s}\n}\n",
                      c->vocab, c->n_embd, c->ffn, c->n_layer, c->n_head, c->n_kv_head, c->n_embd / c->n_head,
                      c->max_seq, float_text(c->norm_eps, eps), float_text((float)c->rope_theta, theta), scaling,
-                     theta, model_rope_type_name(c->rope_type), rm, c->dropout, c->untied ? "false" : "true", eot,
+                     theta, model_rope_type_name(c->rope_type), rm, c->dropout, c->untied ? "false" : "true", bos,
                      eot, tokenizer ? tokenizer : "", c->dropout, mup);
         if (n < 0) return 0;
         return (size_t)n < len ? (size_t)n : len - 1;
@@ -569,7 +571,7 @@ size_t st_hf_config_text(const ModelConfig *c, const char *tokenizer, char *buf,
                      "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"torch_dtype\": \"float32\",\n"
                      "  \"dtype\": \"float32\",\n  \"scaletrain\": {\"tokenizer\": \"%s\"%s}\n}\n",
                      c->vocab, c->max_seq, c->max_seq, c->n_embd, c->n_layer, c->n_head, c->dropout, c->dropout,
-                     c->dropout, eot, eot, tokenizer ? tokenizer : "", mup);
+                     c->dropout, bos, eot, tokenizer ? tokenizer : "", mup);
     if (n < 0) return 0;
     return (size_t)n < len ? (size_t)n : len - 1;
 }
