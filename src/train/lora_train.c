@@ -438,9 +438,10 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
         }
         if (r->comm->rank == 0 && !c->quiet)
             printf("lora: rank %d alpha %g dropout %g targets %s: %zu adapter parameters on a frozen base of %lld "
-                   "(%.3f%%), dp %d\n", c->lora.rank, c->lora.alpha, c->lora.dropout, tg,
-                   r->lo.lay.block_floats * r->lo.lay.L, model_config_num_params(&c->model),
-                   100.0 * (double)(r->lo.lay.block_floats * r->lo.lay.L) / (double)model_config_num_params(&c->model), r->dp);
+                   "(%.3f%%), dp %d tp %d zero %d\n", c->lora.rank, c->lora.alpha, c->lora.dropout, tg,
+                   r->full_lay.block_floats * r->full_lay.L, model_config_num_params(&c->model),
+                   100.0 * (double)(r->full_lay.block_floats * r->full_lay.L) / (double)model_config_num_params(&c->model),
+                   r->dp, r->tp, r->zero);
     }
     long stop_at = c->stop_after > 0 && c->stop_after < c->steps ? c->stop_after : c->steps;
     while (st == ST_OK && r->step < stop_at) {
@@ -455,7 +456,7 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
         }
         if (st == ST_OK && c->ckpt_every > 0 && r->step % c->ckpt_every == 0 && r->step < stop_at) st = save(r, err);
     }
-    if (st == ST_OK && res->steps_done + res->start_step >= 0) st = save(r, err);
+    if (st == ST_OK && res->steps_done > 0) st = save(r, err); /* the last step (or --stop-after's) */
     if (st == ST_OK && c->val_data[0] && c->val_every <= 0) {
         double vl;
         if ((st = validation(r, &vl, err)) == ST_OK) {
