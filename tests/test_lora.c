@@ -4,7 +4,8 @@
  *   torch   tests/fixtures/lora_{gpt2,llama}.bin from gen_lora_ref.py: a float64 PyTorch GPT-2 (one
  *           adapter on the fused c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) and Llama (q, k, v, o,
  *           gate, up, down) with y = xWᵀ + (alpha/r)(xAᵀ)Bᵀ written from LoRA's definition. Loss and
- *           every adapter gradient within 1e-5 (relative L2 per tensor); three AdamW steps on the
+ *           every adapter gradient within 1e-5 (relative L2 per tensor), the fixture's own float64 central
+ *           differences (h = 1e-6) agreeing with its gradients within 1e-6; three AdamW steps on the
  *           adapters: losses within 1e-5, final adapters within 1e-4; merged weights W + (alpha/r)·B·A
  *           within 1e-6 of torch's; the merged model's logits equal the adapted model's within 1e-5.
  *   FD      central finite differences of the fp32 loss, LoRA dropout 0.1 (masks included), on the
@@ -182,8 +183,10 @@ static void check_torch(const char *file) {
     double le = fabs(loss - ref) / fabs(ref), ge = adapters_err(&x, &lo, lo.grads, "grad.");
     snprintf(nm, sizeof nm, "%s torch loss", file);
     tu_check(le <= 1e-5, nm, "rel=%.3g (tol 1e-5)", le);
+    double fdself = *(const double *)need(&x.f, "fd_selfcheck")->data;
     snprintf(nm, sizeof nm, "%s torch adapter gradients", file);
-    tu_check(ge <= 1e-5, nm, "worst rel L2=%.3g (tol 1e-5)", ge);
+    tu_check(ge <= 1e-5 && fdself <= 1e-6, nm, "worst rel L2=%.3g (tol 1e-5); the fixture's float64 finite differences "
+             "agree with its gradients to %.3g (tol 1e-6)", ge, fdself);
     /* Three AdamW steps on the adapters (the fixture's hyperparameters, decay on A and B). */
     const double *hp = need(&x.f, "adamw_hparams")->data, *lref = need(&x.f, "adamw_losses")->data;
     OptimConfig oc = optim_default_config(OPT_ADAMW);
