@@ -29,6 +29,8 @@
  *            Control: ST_PAR_TEST_TP_FAULT=1 (the backward's tp sums skipped) must move the norms.
  *   frozen   the base's XXH3 at the start equals the one after training (the log), and export --merge
  *            refuses a --base other than the one trained on (the recomputed hash).
+ *   signal   SIGTERM during a run: exit 0 with the checkpoint of the last logged step (control: SIGKILL
+ *            leaves none).
  *   refusals one line, exit 2: an unknown target, q alone on GPT-2, --lora-alpha without --lora-rank,
  *            --optimizer lion, --zero 3, --tp 2 --zero 1, --precision bf16, --pp 2. */
 #include <cjson/cJSON.h>
@@ -464,6 +466,35 @@ int main(int argc, char **argv) {
         ok &= cfg && strstr(cfg, "\"down_proj\"") && strstr(cfg, "\"fan_in_fan_out\":\tfalse");
         free(cfg);
         tu_check(ok, "Llama adapter folder", "28 tensors with PEFT names and (r, in) / (out, r) shapes, fan_in_fan_out false");
+    }
+
+    /* ---- SIGTERM: the step finishes, its checkpoint is written, exit 0 (control: SIGKILL leaves none) ---- */
+    for (int kill9 = 0; kill9 < 2; kill9++) {
+        const char *nm = kill9 ? "sigkill" : "sigterm";
+        snprintf(cmd, sizeof cmd, "rm -rf " DIR "/ck_%s; %s train --data " DIR "/train.bin --layers 2 --heads 2 --channels 32 "
+                 "--max-seq-len 32 --seq-len 32 --micro-batch 2 --threads 1 --quiet --steps 1000000 --lora-rank 2 --ckpt-dir "
+                 DIR "/ck_%s --log " DIR "/%s.jsonl & P=$!; sleep 3; kill -%s $P; wait $P", nm, g_bin, nm, nm, kill9 ? "KILL" : "TERM");
+        int rc = run(nm, cmd);
+        RcLog lg;
+        int rl = rc_read_log(DIR, nm, &lg);
+        char latest[300], want[64] = "";
+        snprintf(latest, sizeof latest, DIR "/ck_%s/latest", nm);
+        char *t = tu_slurp(latest);
+        /* rc_read_log keeps steps up to RC_MAXSTEPS: the last step is read from the log's tail instead */
+        cJSON *all = rc_records(DIR, nm), *o;
+        long last = 0;
+        cJSON_ArrayForEach(o, all) {
+            const char *ev = rc_event(o);
+            if (ev && !strcmp(ev, "step")) last = (long)rc_num(o, "step");
+        }
+        cJSON_Delete(all);
+        snprintf(want, sizeof want, "step_%08ld\n", last);
+        if (!kill9)
+            tu_check(rc == 0 && rl && last > 0 && t && !strcmp(t, want), "SIGTERM: checkpoint of the last step, exit 0",
+                     "last step %ld, latest %s", last, t ? t : "(none)");
+        else
+            tu_check(rc != 0 && !t, "negative control: SIGKILL leaves no checkpoint", "rc %d", rc);
+        free(t);
     }
 
     check_refusals();

@@ -12,7 +12,9 @@
  * gradients, moments and ZeRO shards, which a frozen base does not have; what it shares with it
  * is the model, the loader, the optimizer, the schedule and the data order. */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -36,6 +38,7 @@ typedef struct {
     Err hook_err;           /* the first failure of a tp collective inside forward/backward */
     uint64_t local_hash;    /* XXH3 of this rank's base buffer at start: the frozen check at the end */
     int in_backward;        /* test-only fault (ST_PAR_TEST_TP_FAULT): the tp sums of the backward skipped */
+    int stop;               /* a SIGTERM/SIGINT reached some rank (agreed in the step's token count) */
     MemStats mem;
     Loader train, val;
     Gpt g;
@@ -79,6 +82,14 @@ static Status refuse(const TrainConfig *c, int world, Err *err) {
         return err_set(err, ST_ERR_INPUT, "--dp %d --tp %d: with LoRA expected dp x tp = the world of %d ranks", c->dp, tp,
                        world);
     return ST_OK;
+}
+
+/* cfg.handle_signals: SIGTERM/SIGINT finish the step, save and end cleanly (as the full trainer);
+ * a second signal ends the process at once. */
+static volatile sig_atomic_t stop_signal = 0;
+static void on_stop(int sig) {
+    if (stop_signal) _exit(128 + sig);
+    stop_signal = sig;
 }
 
 static void run_free(LoraRun *r) {
@@ -314,10 +325,12 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
     for (int j = 0; j < k; j++)
         loader_fill_rank(&r->train, r->rank, r->dp, j, B, k, r->inp + (size_t)j * B * T, r->tgt + (size_t)j * B * T);
     loader_step_done(&r->train, r->dp, B, k);
-    int64_t ntok = 0; /* counted once per dp replica (its tp ranks share the batch) */
-    for (size_t i = 0; i < r->batch_ints && r->tp_rank == 0; i++) ntok += r->tgt[i] >= 0;
-    Status st = comm_allreduce_i64(r->comm, &ntok, 1, COMM_SUM, err);
+    int64_t v[2] = {0, stop_signal != 0}; /* tokens counted once per dp replica (its tp ranks share the batch) */
+    for (size_t i = 0; i < r->batch_ints && r->tp_rank == 0; i++) v[0] += r->tgt[i] >= 0;
+    Status st = comm_allreduce_i64(r->comm, v, 2, COMM_SUM, err);
     if (st != ST_OK) return st;
+    int64_t ntok = v[0];
+    r->stop = v[1] > 0;
     long next = r->step + 1;
     float dscale = ntok > 0 ? 1.0f / (float)ntok : 0.0f;
     memset(r->lo.grads, 0, r->lo.lay.total * sizeof(float));
@@ -444,7 +457,15 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
                    r->dp, r->tp, r->zero);
     }
     long stop_at = c->stop_after > 0 && c->stop_after < c->steps ? c->stop_after : c->steps;
-    while (st == ST_OK && r->step < stop_at) {
+    struct sigaction sa, old_term, old_int;
+    if (c->handle_signals) {
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop;
+        sigemptyset(&sa.sa_mask);
+        stop_signal = 0;
+        sigaction(SIGTERM, &sa, &old_term), sigaction(SIGINT, &sa, &old_int);
+    }
+    while (st == ST_OK && r->step < stop_at && !r->stop) {
         st = step(r, res, err);
         if (st == ST_OK && c->val_data[0] && c->val_every > 0 && r->step % c->val_every == 0) {
             double vl;
@@ -454,8 +475,12 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
                 if (r->log.f) fprintf(r->log.f, "{\"event\": \"val\", \"step\": %ld, \"loss\": %.9g}\n", r->step, vl);
             }
         }
-        if (st == ST_OK && c->ckpt_every > 0 && r->step % c->ckpt_every == 0 && r->step < stop_at) st = save(r, err);
+        if (st == ST_OK && c->ckpt_every > 0 && r->step % c->ckpt_every == 0 && r->step < stop_at && !r->stop)
+            st = save(r, err);
     }
+    if (c->handle_signals) sigaction(SIGTERM, &old_term, NULL), sigaction(SIGINT, &old_int, NULL);
+    if (st == ST_OK && r->stop && r->comm->rank == 0 && !c->quiet)
+        printf("lora: stop signal: saving step %ld and ending\n", r->step);
     if (st == ST_OK && res->steps_done > 0) st = save(r, err); /* the last step (or --stop-after's) */
     if (st == ST_OK && c->val_data[0] && c->val_every <= 0) {
         double vl;
