@@ -74,7 +74,9 @@ int cmd_export(int argc, char **argv) {
         {"merge", ARG_FLAG, &merge, 0, "LoRA checkpoint: the base with W + (alpha/r)*B*A folded in, as an hf folder"},
         {"adapter", ARG_FLAG, &adapter, 0,
          "LoRA checkpoint: PEFT's adapter_model.safetensors + adapter_config.json"},
-        {"base", ARG_STR, base, sizeof base, "LoRA --merge: the base weights (default: the checkpoint's --init-from)"},
+        {"base", ARG_STR, base, sizeof base,
+         "LoRA: the base weights --merge folds into, and --adapter's base_model_name_or_path; none given: the "
+         "checkpoint's --init-from"},
     };
     int n = (int)(sizeof specs / sizeof specs[0]), npos = 0, help = 0;
     /* -o is the one short option: rewrite it to --out for the shared parser. */

@@ -301,8 +301,8 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         {"lora-alpha", ARG_FLOAT, &lora_alpha, 0, "LoRA: the adapters' scale is alpha / r (0: alpha = r)"},
         {"lora-dropout", ARG_FLOAT, &c.lora.dropout, 0, "LoRA: dropout on the adapters' input"},
         {"lora-targets", ARG_STR, lora_targets, sizeof lora_targets,
-         "LoRA: layers adapted, from q,k,v,o,gate,up,down or the groups attn, mlp, all (default: llama q,v; gpt2 "
-         "q,k,v = its fused c_attn)"},
+         "LoRA: layers adapted, from q,k,v,o,gate,up,down or the groups attn, mlp, all; none given: llama q,v, gpt2 "
+         "q,k,v (its fused c_attn)"},
         {"mtbf", ARG_DOUBLE, &c.mtbf_hours, 0, "mean time between failures in hours: print the Young/Daly interval"},
     };
     int n = (int)(sizeof specs / sizeof specs[0]), npos = 0, help = 0;
