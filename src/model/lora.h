@@ -22,6 +22,12 @@
  * Saved activations: per block and adapter u = A · drop(x) (N, r) for the backward. Scratch: the
  * dropped input and its gradient (N × max in) and du (N, r).
  *
+ * Tensor parallelism (lora_layout_init_tp): each adapter is split like its base layer. Column-
+ * parallel bases (q|k|v, gate|up, GPT-2's c_attn and c_fc): B holds the rank's output rows, A is
+ * replicated; row-parallel bases (o, down): A holds the rank's input columns, B is replicated. One
+ * tp all-reduce of an (N, r) matrix per adapter: u in a row-parallel forward, du in a column-parallel
+ * backward (lora_forward / lora_backward). Replicated tensors get equal gradients on every tp rank.
+ *
  * The base is never written: with GptOptions.frozen the model allocates no base gradients and its
  * backward computes input gradients only (gpt.h). */
 #ifndef ST_MODEL_LORA_H
