@@ -27,12 +27,15 @@
  *            and a GPT-2 tp 2 run stopped after step 3 and resumed on one process, against one process:
  *            losses and norms within 1e-5, every adapter tensor of the step-6 checkpoints within 1e-5.
  *            Control: ST_PAR_TEST_TP_FAULT=1 (the backward's tp sums skipped) must move the norms.
+ *   dp x tp  mpirun -np 4 --tp 2 at ZeRO 2, and at ZeRO 1 stopped after step 3 and resumed on -np 2 --tp 2
+ *            ZeRO 0, against one process with --grad-accum 2: losses and norms within 1e-5, the step-6
+ *            checkpoints' exp_avg_sq of GPT-2's c_attn B within 1e-4.
  *   frozen   the base's XXH3 at the start equals the one after training (the log), and export --merge
  *            refuses a --base other than the one trained on (the recomputed hash).
  *   signal   SIGTERM during a run: exit 0 with the checkpoint of the last logged step (control: SIGKILL
  *            leaves none).
  *   refusals one line, exit 2: an unknown target, q alone on GPT-2, --lora-alpha without --lora-rank,
- *            --optimizer lion, --zero 3, --tp 2 --zero 1, --precision bf16, --pp 2. */
+ *            --optimizer lion, --zero 3, --sp, --precision bf16, --pp 2. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -96,7 +99,7 @@ static void check_refusals(void) {
     static const struct { const char *extra, *flag; } R[] = {
         {"--lora-targets q", "--lora-targets"}, {"--lora-targets qq", "--lora-targets"},
         {"--optimizer lion", "--optimizer"},    {"--zero 3", "--zero"},
-        {"--tp 2 --zero 1", "--zero >= 1 with --tp"}, {"--precision bf16", "--precision"}, {"--pp 2", "--pp"},
+        {"--tp 2 --sp", "--sp"}, {"--precision bf16", "--precision"}, {"--pp 2", "--pp"},
     };
     int ok = 1;
     char cmd[2048], out[1024];
@@ -115,7 +118,7 @@ static void check_refusals(void) {
     char *t = tu_slurp(DIR "/refuse.out");
     ok &= rc == 2 && t && strstr(t, "--lora-alpha");
     free(t);
-    tu_check(ok, "refusals", "unknown target, q alone on GPT-2, lion, --zero 3, --tp 2 --zero 1, bf16, --pp 2, --lora-alpha alone: exit 2 "
+    tu_check(ok, "refusals", "unknown target, q alone on GPT-2, lion, --zero 3, --sp, bf16, --pp 2, --lora-alpha alone: exit 2 "
              "with a line naming the flag");
 }
 
@@ -418,6 +421,44 @@ int main(int argc, char **argv) {
                 tu_check(q1 == 0 && q2 == 0 && ra && rb && la.n == 6 && lb.n == 6 && found && wl <= 1e-5 && wn <= 1e-5 && we <= 1e-5,
                          what, "losses rel %.3g, norms rel %.3g, every adapter tensor rel %.3g (tol 1e-5)", wl, wn, we);
             }
+        }
+    }
+
+    /* ---- dp 2 x tp 2 at ZeRO 2, and dp 2 x tp 2 ZeRO 1 stopped after 3 steps and resumed at dp 1 x tp 2 ZeRO 0,
+     * against one process (LoRA dropout 0: tp) ---- */
+    {
+        snprintf(cmd, sizeof cmd, "%s " COMMON " --grad-accum 2 --log " DIR "/one_nd.jsonl --ckpt-dir " DIR "/ck_one_nd", g_bin);
+        int q1 = run("one_nd", cmd);
+        snprintf(cmd, sizeof cmd, "timeout 150 %s --allow-run-as-root --oversubscribe -np 4 -x OMP_NUM_THREADS=1 %s " COMMON
+                 " --tp 2 --zero 2 --log " DIR "/dptp.jsonl --ckpt-dir " DIR "/ck_dptp", g_mpi, g_bin);
+        int q2 = run("dptp", cmd);
+        snprintf(cmd, sizeof cmd, "timeout 150 %s --allow-run-as-root --oversubscribe -np 4 -x OMP_NUM_THREADS=1 %s " COMMON
+                 " --tp 2 --zero 1 --stop-after 3 --log " DIR "/dptp_grid.jsonl --ckpt-dir " DIR "/ck_dptp_grid", g_mpi, g_bin);
+        int q3 = run("dptp_grid1", cmd);
+        snprintf(cmd, sizeof cmd, "timeout 150 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
+                 " --tp 2 --grad-accum 2 --resume auto --log " DIR "/dptp_grid.jsonl --ckpt-dir " DIR "/ck_dptp_grid", g_mpi, g_bin);
+        q3 |= run("dptp_grid2", cmd);
+        for (int v = 0; v < 2; v++) {
+            const char *nm = v ? "dptp_grid" : "dptp";
+            RcLog la, lb;
+            int ra = rc_read_log(DIR, "one_nd", &la), rb = rc_read_log(DIR, nm, &lb);
+            double wl = 0, wn = 0, we = 1;
+            for (int st = 0; st < 6; st++) {
+                wl = fmax(wl, fabs(lb.loss[st] - la.loss[st]) / fabs(la.loss[st]));
+                wn = fmax(wn, fabs(lb.norm[st] - la.norm[st]) / fabs(la.norm[st]));
+            }
+            char f2[300];
+            snprintf(f2, sizeof f2, DIR "/ck_%s/step_00000006/optimizer.safetensors", nm);
+            /* the moments too: exp_avg_sq of GPT-2's c_attn B (split over tp by Q, K, V blocks, sharded over dp) */
+            float *x1 = read_tensor(DIR "/ck_one_nd/step_00000006/optimizer.safetensors",
+                                    "exp_avg_sq.base_model.model.transformer.h.0.attn.c_attn.lora_B.weight", 96, 4);
+            float *x2 = read_tensor(f2, "exp_avg_sq.base_model.model.transformer.h.0.attn.c_attn.lora_B.weight", 96, 4);
+            if (x1 && x2) we = tu_rel_err_f(x2, x1, 96 * 4);
+            free(x1), free(x2);
+            tu_check(q1 == 0 && (v ? q3 : q2) == 0 && ra && rb && la.n == 6 && lb.n == 6 && wl <= 1e-5 && wn <= 1e-5 && we <= 1e-4,
+                     v ? "dp 2 x tp 2 ZeRO 1 for 3 steps, resumed at dp 1 x tp 2 ZeRO 0, equals one process"
+                       : "dp 2 x tp 2 ZeRO 2 equals one process",
+                     "losses rel %.3g, norms rel %.3g (tol 1e-5), c_attn B's exp_avg_sq rel %.3g (tol 1e-4)", wl, wn, we);
         }
     }
 

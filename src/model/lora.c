@@ -282,15 +282,21 @@ void lora_tp_copy(const LoraLayout *local, float *lbuf, const LoraLayout *full, 
     (void)tp;
 }
 
-void lora_norm_sq(const LoraLayout *ll, const float *g, double *split_sq, double *repl_sq) {
+/* Σ g[i]² over i in [b, e) ∩ [lo, hi). */
+static double sq_range(const float *g, size_t b, size_t e, size_t lo, size_t hi) {
+    double s = 0;
+    for (size_t i = b > lo ? b : lo; i < (e < hi ? e : hi); i++) s += (double)g[i] * g[i];
+    return s;
+}
+
+void lora_norm_sq(const LoraLayout *ll, const float *g, size_t lo, size_t hi, double *split_sq, double *repl_sq) {
     double s = 0, rp = 0;
     for (int l = 0; l < ll->L; l++)
         for (int k = 0; k < ll->n; k++) {
             const LoraAdapter *a = &ll->ad[k];
-            size_t o = (size_t)l * ll->block_floats;
-            double sa = 0, sb = 0;
-            for (size_t i = 0; i < (size_t)ll->cfg.rank * a->in; i++) sa += (double)g[o + a->a_off + i] * g[o + a->a_off + i];
-            for (size_t i = 0; i < (size_t)ll->cfg.rank * a->out; i++) sb += (double)g[o + a->b_off + i] * g[o + a->b_off + i];
+            size_t o = (size_t)l * ll->block_floats, na = (size_t)ll->cfg.rank * a->in, nb = (size_t)ll->cfg.rank * a->out;
+            double sa = sq_range(g, o + a->a_off, o + a->a_off + na, lo, hi);
+            double sb = sq_range(g, o + a->b_off, o + a->b_off + nb, lo, hi);
             if (ll->tp == 1) s += sa + sb;
             else if (a->row_par) s += sa, rp += sb; /* A split, B replicated */
             else s += sb, rp += sa;                 /* B split, A replicated */

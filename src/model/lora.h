@@ -103,9 +103,10 @@ Status lora_layout_init_tp(LoraLayout *ll, const ModelConfig *cfg, const LoraCon
  * fbuf; tp 1): to_full = 1 writes the rank's elements into fbuf (replicated tensors too), 0 fills
  * lbuf from fbuf. */
 void lora_tp_copy(const LoraLayout *local, float *lbuf, const LoraLayout *full, float *fbuf, int to_full);
-/* Squared L2 norms of a gradient buffer in layout ll: of the split tensors (this rank's part) and of
- * the replicated ones (equal on every tp rank), each in double in layout order. */
-void lora_norm_sq(const LoraLayout *ll, const float *g, double *split_sq, double *repl_sq);
+/* Squared L2 norms of the elements [lo, hi) of a gradient buffer in layout ll: of the split tensors'
+ * (this rank's part) and of the replicated ones' (equal on every tp rank), each in double in layout
+ * order (at tp 1 everything counts as split). */
+void lora_norm_sq(const LoraLayout *ll, const float *g, size_t lo, size_t hi, double *split_sq, double *repl_sq);
 
 /* Floats of the saved activations (u of every block and adapter) and of the scratch for a
  * micro-batch capacity of N = B·T rows: what lora_init allocates (memory plan). */

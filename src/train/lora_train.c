@@ -58,8 +58,7 @@ typedef struct {
 static Status refuse(const TrainConfig *c, int world, Err *err) {
     TrainConfig d = train_default_config();
     const char *bad = NULL;
-    if (c->tp > 1 && c->zero > 0) bad = "--zero >= 1 with --tp > 1 (ZeRO 1-2 run at tp 1)";
-    else if (c->pp > 1) bad = "--pp";
+    if (c->pp > 1) bad = "--pp";
     else if (c->sp) bad = "--sp";
     else if (c->bf16 || c->fp16) bad = "--precision bf16/fp16 (LoRA runs an fp32 base)";
     else if (c->zero >= 3) bad = "--zero 3 (every block's forward needs its adapters whole; ZeRO 0-2 are)";
@@ -212,35 +211,26 @@ static Status resume(LoraRun *r, Err *err) {
                        "checkpoint %016llx from %s): give the same --init-from / --seed", path,
                        (unsigned long long)r->base_hash, (unsigned long long)meta.base_hash,
                        meta.init_from[0] ? meta.init_from : "a random base");
-    if (r->tp > 1) { /* the whole adapters and moments, then this rank's slices */
-        size_t F = r->full_lay.total;
-        float *f = mem_alloc(&r->mem, MEM_CKPT_STAGING, 3 * F * sizeof(float));
-        if (!f) return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA resume staging)");
-        st = ckpt_lora_load(path, &r->full_lay, f, f + F, f + 2 * F, err);
-        if (st == ST_OK) {
-            lora_tp_copy(&r->lo.lay, r->lo.params, &r->full_lay, f, 0);
-            lora_tp_copy(&r->lo.lay, r->m, &r->full_lay, f + F, 0);
-            lora_tp_copy(&r->lo.lay, r->v, &r->full_lay, f + 2 * F, 0);
+    /* The whole adapters and moments (the file's layout), then this rank's tp slices, then its
+     * ZeRO shard of the moments. */
+    size_t total = r->lo.lay.total;
+    const LoraLayout *fl = r->tp > 1 ? &r->full_lay : &r->lo.lay;
+    size_t F = fl->total, nst = 3 * F + 2 * total;
+    float *f = mem_alloc(&r->mem, MEM_CKPT_STAGING, nst * sizeof(float));
+    if (!f) return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA resume staging)");
+    float *lm = f + 3 * F, *lv = lm + total; /* this rank's slice of the moments, whole over dp */
+    if ((st = ckpt_lora_load(path, fl, f, f + F, f + 2 * F, err)) == ST_OK) {
+        if (r->tp > 1) {
+            lora_tp_copy(&r->lo.lay, r->lo.params, fl, f, 0);
+            lora_tp_copy(&r->lo.lay, lm, fl, f + F, 0), lora_tp_copy(&r->lo.lay, lv, fl, f + 2 * F, 0);
+        } else {
+            memcpy(r->lo.params, f, total * sizeof(float));
+            memcpy(lm, f + F, total * sizeof(float)), memcpy(lv, f + 2 * F, total * sizeof(float));
         }
-        mem_free(&r->mem, MEM_CKPT_STAGING, f, 3 * F * sizeof(float));
-        if (st != ST_OK) return st;
-        loader_set_state(&r->train, meta.loader);
-        r->step = meta.step;
-        if (r->comm->rank == 0 && !c->quiet) printf("lora: resumed from %s (step %ld)\n", path, meta.step);
-        return ST_OK;
+        size_t off = r->mfloats < total ? (size_t)r->rank * r->mfloats : 0;
+        memcpy(r->m, lm + off, r->mfloats * sizeof(float)), memcpy(r->v, lv + off, r->mfloats * sizeof(float));
     }
-    size_t total = r->lo.lay.total, off = r->mfloats < total ? (size_t)r->rank * r->mfloats : 0;
-    float *m = r->m, *v = r->v;
-    if (off || r->mfloats < total) { /* ZeRO >= 1: the whole moments, then this rank's shard */
-        m = mem_alloc(&r->mem, MEM_CKPT_STAGING, 2 * total * sizeof(float));
-        if (!m) return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA moments staging)");
-        v = m + total;
-    }
-    st = ckpt_lora_load(path, &r->lo.lay, r->lo.params, m, v, err);
-    if (m != r->m) {
-        memcpy(r->m, m + off, r->mfloats * sizeof(float)), memcpy(r->v, v + off, r->mfloats * sizeof(float));
-        mem_free(&r->mem, MEM_CKPT_STAGING, m, 2 * total * sizeof(float));
-    }
+    mem_free(&r->mem, MEM_CKPT_STAGING, f, nst * sizeof(float));
     if (st != ST_OK) return st;
     loader_set_state(&r->train, meta.loader);
     r->step = meta.step;
@@ -253,30 +243,30 @@ static Status save_files(LoraRun *r, const LoraLayout *ll, const float *p, const
 static Status save(LoraRun *r, Err *err) {
     TrainConfig *c = &r->cfg;
     if (!c->ckpt_dir[0]) return ST_OK;
-    if (r->tp > 1) { /* every tp rank's slices assembled (all ranks call), written by world rank 0 */
+    size_t total = r->lo.lay.total;
+    float *m = r->m, *v = r->v, *mv = NULL;
+    Status st = ST_OK;
+    if (r->mfloats < total) { /* ZeRO >= 1: every dp rank's shard of the moments gathered (all ranks call) */
+        if (!(mv = mem_alloc(&r->mem, MEM_CKPT_STAGING, 2 * total * sizeof(float))))
+            return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA moments staging)");
+        m = mv, v = mv + total;
+        st = comm_allgather_f32(r->comm, r->m, m, r->mfloats, err);
+        if (st == ST_OK) st = comm_allgather_f32(r->comm, r->v, v, r->mfloats, err);
+    }
+    if (st == ST_OK && r->tp > 1) { /* every tp rank's slices assembled (all ranks call) */
         size_t F = r->full_lay.total;
         float *f = mem_alloc(&r->mem, MEM_CKPT_STAGING, 3 * F * sizeof(float));
-        if (!f) return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA checkpoint staging)");
-        Status st = gather_full(r, r->lo.params, f, err);
-        if (st == ST_OK) st = gather_full(r, r->m, f + F, err);
-        if (st == ST_OK) st = gather_full(r, r->v, f + 2 * F, err);
+        if (!f) st = err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA checkpoint staging)");
+        if (st == ST_OK) st = gather_full(r, r->lo.params, f, err);
+        if (st == ST_OK) st = gather_full(r, m, f + F, err);
+        if (st == ST_OK) st = gather_full(r, v, f + 2 * F, err);
         if (st == ST_OK && r->comm->rank == 0) st = save_files(r, &r->full_lay, f, f + F, f + 2 * F, err);
         mem_free(&r->mem, MEM_CKPT_STAGING, f, 3 * F * sizeof(float));
-        return st;
+    } else if (st == ST_OK && r->comm->rank == 0) {
+        st = save_files(r, &r->lo.lay, r->lo.params, m, v, err);
     }
-    size_t total = r->lo.lay.total;
-    float *m = r->m, *v = r->v;
-    if (r->mfloats < total) { /* ZeRO >= 1: every rank's shard of the moments gathered (all ranks call) */
-        m = mem_alloc(&r->mem, MEM_CKPT_STAGING, 2 * total * sizeof(float));
-        if (!m) return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA moments staging)");
-        v = m + total;
-        Status st = comm_allgather_f32(r->comm, r->m, m, r->mfloats, err);
-        if (st == ST_OK) st = comm_allgather_f32(r->comm, r->v, v, r->mfloats, err);
-        if (st == ST_OK && r->rank == 0) st = save_files(r, &r->lo.lay, r->lo.params, m, v, err);
-        mem_free(&r->mem, MEM_CKPT_STAGING, m, 2 * total * sizeof(float));
-        return st;
-    }
-    return r->rank == 0 ? save_files(r, &r->lo.lay, r->lo.params, m, v, err) : ST_OK;
+    mem_free(&r->mem, MEM_CKPT_STAGING, mv, 2 * total * sizeof(float));
+    return st;
 }
 
 /* Rank 0 writes the checkpoint of the adapters p and the whole moments m, v (layout ll). */
@@ -355,8 +345,15 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
         if ((st = comm_reduce_scatter_f32(r->comm, r->lo.grads, gr, S, err)) != ST_OK) return st;
         if (c->faults.grad_scale != 0) /* test-only (ST_PAR_TEST_GRAD_SCALE): a wrong reduction */
             for (size_t i = 0; i < S; i++) gr[i] *= c->faults.grad_scale;
-        double sq = optim_l2_norm(gr, S, c->threads);
-        sq *= sq;
+        double sq;
+        if (r->tp == 1) {
+            sq = optim_l2_norm(gr, S, c->threads);
+            sq *= sq;
+        } else { /* the shard's split elements, and its replicated ones from tp rank 0 only */
+            double sp, rp;
+            lora_norm_sq(&r->lo.lay, r->lo.grads, off, off + S, &sp, &rp);
+            sq = sp + (r->tp_rank == 0 ? rp : 0.0);
+        }
         if ((st = comm_allreduce_f64(r->comm, &sq, 1, COMM_SUM, err)) != ST_OK) return st;
         norm = sqrt(sq);
     } else {
@@ -367,7 +364,7 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
             norm = optim_l2_norm(r->lo.grads, total, c->threads);
         } else { /* the split tensors' squares from every tp rank, the replicated ones once */
             double sp, rp;
-            lora_norm_sq(&r->lo.lay, r->lo.grads, &sp, &rp);
+            lora_norm_sq(&r->lo.lay, r->lo.grads, 0, total, &sp, &rp);
             double sq = r->rank == 0 ? sp + (r->tp_rank == 0 ? rp : 0.0) : 0.0;
             if ((st = comm_allreduce_f64(r->comm, &sq, 1, COMM_SUM, err)) != ST_OK) return st;
             norm = sqrt(sq);
