@@ -18,6 +18,7 @@
 #include "core/mem.h"
 #include "model/config.h"
 #include "model/layout.h"
+#include "model/lora.h"
 #include "optim/optim.h"
 #include "parallel/schedule.h"
 #include "plan/plan.h"
@@ -289,6 +290,8 @@ int cmd_plan(int argc, char **argv) {
     double params = 0, peak_tflops = 0, memory_gib = 0, mem_bw_gbs = 0, intra_gbs = 0, inter_gbs = 0, matmul_eff = 0,
            storage_gbs = 0;
     long global_batch = 0;
+    int lora_rank = 0;
+    char lora_targets[128] = "";
     int nodes = 0, dpn = 0, wb = 0, gb = 0, mb = -1, ob = 0, ab = 0, moments = -1, hess_every = 10, json = 0, no_overlap = 0;
     int no_noise = 0;
     char pp_schedule[32] = "", pp_layers[256] = "";
@@ -365,6 +368,8 @@ int cmd_plan(int argc, char **argv) {
         {"mtbf", ARG_DOUBLE, &in.mtbf_hours, 0, "mean time between failures of the job, hours"},
         {"scaling", ARG_STR, scaling_src, sizeof scaling_src, "a `scaletrain fit --json` result: its Approach 3 law joins the published ones and judges over-training"},
         {"json", ARG_FLAG, &json, 0, "print one JSON object (schema: docs/plan.md)"},
+        {"lora-rank", ARG_INT, &lora_rank, 0, "also price LoRA fine-tuning at this rank on a frozen fp32 base (docs/lora.md)"},
+        {"lora-targets", ARG_STR, lora_targets, sizeof lora_targets, "with --lora-rank: the adapted layers (as train's)"},
     };
     int n = (int)(sizeof specs / sizeof specs[0]), npos = 0, help = 0;
     char *pos[1];
@@ -591,6 +596,33 @@ int cmd_plan(int argc, char **argv) {
             return cli_fail("plan", st, err.msg);
         }
     }
+    /* ---- LoRA: the per-rank bytes of train --lora-rank (lora_memory_plan: what it allocates) ---- */
+    size_t lora_bytes[MEM_NCAT] = {0};
+    long long lora_params = 0;
+    if (SEEN("lora-targets") && lora_rank <= 0)
+        return cli_fail("plan", ST_ERR_INPUT, "--lora-targets: expected --lora-rank > 0 with it, found no --lora-rank");
+    if (lora_rank != 0) {
+        ModelConfig lc;
+        if (!plan_model_to_config(&in.model, &lc) || model_config_validate(&lc, &err) != ST_OK)
+            return cli_fail("plan", ST_ERR_INPUT, "--lora-rank: expected a model this trainer builds (a shape, not --params)");
+        if (in.pp > 1 || in.zero > 2 || in.sp || strcmp(precision, "fp32")) {
+            snprintf(err.msg, sizeof err.msg, "--lora-rank: LoRA runs at --pp 1, --zero 0..2, no --sp, "
+                     "--precision fp32, found tp %d, pp %d, zero %d, %s", in.tp, in.pp, in.zero, precision);
+            return cli_fail("plan", ST_ERR_INPUT, err.msg);
+        }
+        LoraConfig cfgl = {lora_rank, (float)lora_rank, 0.0f, 0};
+        if (!lora_targets[0]) snprintf(lora_targets, sizeof lora_targets, "%s", lc.arch == ARCH_LLAMA ? "q,v" : "q,k,v");
+        LoraLayout ll;
+        if ((st = lora_parse_targets(lora_targets, &lc, &cfgl.targets, &err)) != ST_OK ||
+            (st = lora_layout_init_tp(&ll, &lc, &cfgl, in.dp, in.tp, 0, &err)) != ST_OK)
+            return cli_fail("plan", st, err.msg);
+        ActOptions ao = layout_act_options(in.micro_batch, in.seq_len, in.threads);
+        ao.recompute = (Recompute)in.recompute, ao.tp = in.tp;
+        lora_memory_plan(&lc, &ao, &ll, in.n_moments, in.dp, in.zero, lora_bytes);
+        LoraLayout whole; /* the adapters of the whole model (tp 1) */
+        if ((st = lora_layout_init(&whole, &lc, &cfgl, 1, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+        lora_params = (long long)(whole.block_floats * (size_t)whole.L);
+    }
 #undef SEEN
     PlanResult *r = calloc(1, sizeof *r);
     if (!r) return cli_fail("plan", ST_ERR_RUNTIME, "out of memory");
@@ -601,12 +633,35 @@ int cmd_plan(int argc, char **argv) {
     }
     if (json) {
         cJSON *o = plan_json(&in, r, &ps);
+        if (lora_rank > 0) { /* LoRA: what one rank of train --lora-rank allocates, by category */
+            cJSON *lo = cJSON_AddObjectToObject(o, "lora"), *b = cJSON_AddObjectToObject(lo, "bytes_per_rank");
+            cJSON_AddNumberToObject(lo, "rank", lora_rank);
+            cJSON_AddStringToObject(lo, "targets", lora_targets);
+            cJSON_AddNumberToObject(lo, "adapter_params", (double)lora_params);
+            double tot = 0;
+            for (int i = 0; i < MEM_NCAT; i++) {
+                cJSON_AddNumberToObject(b, mem_category_name(i), (double)lora_bytes[i]);
+                tot += (double)lora_bytes[i];
+            }
+            cJSON_AddNumberToObject(lo, "total_bytes_per_rank", tot);
+        }
         char *s = cJSON_Print(o);
         if (s) puts(s);
         free(s);
         cJSON_Delete(o);
     } else {
         print_review(&in, r, &ps);
+        if (lora_rank > 0) {
+            char b1[32], b2[32], b3[32], b4[32], b5[32];
+            double tot = 0;
+            for (int i = 0; i < MEM_NCAT; i++) tot += (double)lora_bytes[i];
+            printf("\nLoRA fine-tuning (rank %d, targets %s, frozen fp32 base, docs/lora.md): %lld adapter parameters; "
+                   "per rank: base + adapters %s, gradients %s, moments %s, activations + workspace %s, total %s\n",
+                   lora_rank, lora_targets, lora_params, fmt_bytes(b1, sizeof b1, (double)lora_bytes[MEM_PARAMS]),
+                   fmt_bytes(b2, sizeof b2, (double)lora_bytes[MEM_GRADS]), fmt_bytes(b3, sizeof b3, (double)lora_bytes[MEM_MOMENTS]),
+                   fmt_bytes(b4, sizeof b4, (double)(lora_bytes[MEM_ACTIVATIONS] + lora_bytes[MEM_WORKSPACE])),
+                   fmt_bytes(b5, sizeof b5, tot));
+        }
     }
     plan_sched_free(&ps);
     fflush(stdout);

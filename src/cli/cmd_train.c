@@ -172,6 +172,8 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
     char model[64] = "", arch[16] = "gpt2", precision[16] = "fp32", recompute[16] = "none", spike_policy[16] = "log", optimizer[16] = "adamw", schedule[16] = "cosine", shape[16] = "linear", tok_dir[1024] = "";
     long batch_tokens = 0;
     int tie = 0, doc_mask = 0;
+    char lora_targets[128] = "";
+    float lora_alpha = 0;
     double peak_gflops = 0;
     float beta1 = -1, beta2 = -1, wd = -1, eps = -1, momentum = -1, muon_lr = -1, muon_mom = -1, sh_eps = -1, gamma = -1;
     int sh_block = ARG_UNSET_INT, sh_every = ARG_UNSET_INT, hess_every = ARG_UNSET_INT; /* unset: the optimizer's default */
@@ -297,6 +299,13 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
          "log per-layer gradient, weight and update norms in every step record (one process, ZeRO 0)"},
         {"stop-after", ARG_LONG, &c.stop_after, 0,
          "stop after this step as if preempted: checkpoint and exit 0 (the schedule still spans --steps)"},
+        {"lora-rank", ARG_INT, &c.lora.rank, 0,
+         "LoRA fine-tuning: adapters of this rank r on a frozen base (0: off; docs/lora.md)"},
+        {"lora-alpha", ARG_FLOAT, &lora_alpha, 0, "LoRA: the adapters' scale is alpha / r (0: alpha = r)"},
+        {"lora-dropout", ARG_FLOAT, &c.lora.dropout, 0, "LoRA: dropout on the adapters' input"},
+        {"lora-targets", ARG_STR, lora_targets, sizeof lora_targets,
+         "LoRA: layers adapted, from q,k,v,o,gate,up,down or the groups attn, mlp, all; none given: llama q,v, gpt2 "
+         "q,k,v (its fused c_attn)"},
         {"mtbf", ARG_DOUBLE, &c.mtbf_hours, 0, "mean time between failures in hours: print the Young/Daly interval"},
     };
     int n = (int)(sizeof specs / sizeof specs[0]), npos = 0, help = 0;
@@ -352,6 +361,18 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         snprintf(err.msg, sizeof err.msg, "--doc-mask: expected packed rows, found --no-pack (each row already holds "
                  "one document, its padding masked; drop one of the two)");
         FAIL(ST_ERR_INPUT);
+    }
+    if (c.lora.rank == 0) {
+        static const char *const LORA_ONLY[] = {"lora-alpha", "lora-dropout", "lora-targets"};
+        for (int i = 0; i < 3; i++)
+            if (args_find(specs, n, LORA_ONLY[i])->seen) {
+                snprintf(err.msg, sizeof err.msg, "--%s: expected --lora-rank > 0 with it, found no --lora-rank", LORA_ONLY[i]);
+                FAIL(ST_ERR_INPUT);
+            }
+    } else {
+        c.lora.alpha = lora_alpha > 0 ? lora_alpha : (float)c.lora.rank;
+        if (!lora_targets[0]) snprintf(lora_targets, sizeof lora_targets, "%s", c.model.arch == ARCH_LLAMA ? "q,v" : "q,k,v");
+        if ((st = lora_parse_targets(lora_targets, &c.model, &c.lora.targets, &err)) != ST_OK) FAIL(st);
     }
     if ((st = optim_parse_kind(optimizer, &c.optim.kind, &err)) != ST_OK) FAIL(st);
     OptimConfig od = optim_default_config(c.optim.kind);

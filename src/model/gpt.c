@@ -9,6 +9,7 @@
 #include "core/timer.h"
 #include "model/backend.h"
 #include "model/kernels.h"
+#include "model/lora.h"
 
 enum { DROP_EMBED = 0, DROP_ATTN = 1, DROP_ATTN_RES = 2, DROP_MLP_RES = 3 };
 
@@ -20,6 +21,33 @@ static const uint16_t *lp(const Gpt *g, const float *p) {
         if (w->lp_from[i] && p >= w->lp_from[i] && p < w->lp_from[i] + w->lp_len[i]) return w->lp_to[i] + (p - w->lp_from[i]);
     ST_CHECK_MSG(0, "no working copy mapped for a parameter (gpt_map_lp)");
     return NULL;
+}
+
+void gpt_set_lora(Gpt *g, struct Lora *lora) {
+    if (lora) {
+        ST_CHECK_MSG(g->w.prec == GPT_FP32 && !g->s.sp, "LoRA adapters need an fp32 model without --sp");
+        ST_CHECK_MSG(lora->lay.L == g->w.cfg.n_layer && lora->N >= (size_t)g->s.B * g->s.T && lora->lay.tp == g->s.tp &&
+                     lora->lay.tp_rank == g->s.tp_rank, "LoRA adapters built for another model or tp slice");
+        ST_CHECK_MSG(g->s.tp == 1 || g->hooks.tp_allreduce, "LoRA at tp > 1: set the tp hooks before gpt_set_lora");
+        lora->tp_allreduce = g->s.tp > 1 ? g->hooks.tp_allreduce : NULL, lora->tp_ctx = g->hooks.ctx;
+    }
+    g->lora = lora;
+}
+
+/* LoRA's dropout for block l's adapters (training forwards only); lora_forward adds the target to
+ * the stream (sites 8..14, beside the model's 0..3). */
+static Dropout lora_dropout_at(const Gpt *g, int layer) {
+    Dropout d = {g->s.cur_train ? g->lora->lay.cfg.dropout : 0.0f, g->s.dropout_seed,
+                 (g->s.cur_drop_counter << 24) | ((uint64_t)(layer + 1) << 4), 0, 0, 0};
+    return d;
+}
+
+/* The adapters of block l at a GEMM site, forward (y += ...) or backward (dx += ..., their grads +=). */
+static void lora_fwd(Gpt *g, int l, int site, const float *x, float *y, int ldy) {
+    if (g->lora) lora_forward(g->lora, l, site, x, y, ldy, g->s.curB * g->s.curT, lora_dropout_at(g, l));
+}
+static void lora_bwd(Gpt *g, int l, int site, const float *x, const float *dy, int ldy, float *dx) {
+    if (g->lora) lora_backward(g->lora, l, site, x, dy, ldy, dx, g->s.curB * g->s.curT, lora_dropout_at(g, l));
 }
 
 void gpt_map_lp(Gpt *g, int i, const float *from, const uint16_t *to, size_t len) {
@@ -92,6 +120,10 @@ static Status check_options(const ModelConfig *cfg, const GptOptions *o, Err *er
                            cfg->n_layer);
         prev = o->stage.last[i];
     }
+    if (o->frozen && (o->precision != GPT_FP32 || o->sp || o->stage.n > 1 || o->split_backward || o->external_params))
+        return err_set(err, ST_ERR_INPUT, "--lora-rank: a frozen base needs --precision fp32, no --sp, --pp 1 and ZeRO <= 2, "
+                       "found precision %d, sp %d, %d model chunks%s", (int)o->precision, o->sp, o->stage.n > 1 ? o->stage.n : 1,
+                       o->external_params ? ", external parameters (ZeRO 3)" : "");
     if (o->sp && ((long)o->B * o->T) % o->tp)
         return err_set(err, ST_ERR_INPUT, "--sp: expected --micro-batch x --seq-len = %d x %d = %ld divisible by --tp %d",
                        o->B, o->T, (long)o->B * o->T, o->tp);
@@ -122,7 +154,8 @@ static int weights_alloc(GptWeights *w, const ModelConfig *cfg, const GptOptions
 
 static int grads_alloc(GptGrads *d, const GptWeights *w, const GptOptions *o, const Backend *be, MemStats *mem) {
     if (!(d->g.blocks = calloc((size_t)w->cfg.n_layer, sizeof(BlockParams)))) return -1;
-    if (o->external_grads) return 0; /* the caller points the views */
+    d->frozen = o->frozen;
+    if (o->external_grads || o->frozen) return 0; /* the caller points the views; frozen: none (NULL views) */
     if (!(d->grads = be->alloc(mem, MEM_GRADS, w->layout.total * sizeof(float)))) return -1;
     layout_views(&w->layout, d->grads, &d->g);
     return 0;
@@ -511,11 +544,13 @@ static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
         norm_forward(g, a->ln1, NULL, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b);
         const float *in = sp_gather_rows(g, a->ln1);
         g->be->matmul_forward_p(&s->mp, a->qkv, in, p->qkvw, lp(g, p->qkvw), p->qkvb, N, C, Q, nt);
+        lora_fwd(g, l, LORA_SITE_QKV, in, a->qkv, Q);
     }
     if (s->dim.rms)
         g->be->rope_forward(a->qkv, s->rope_cs, s->cur_docpos, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, 0, nt);
     attn_forward(g, a, l, B, T);
     g->be->matmul_forward_p(&s->mp, s->dbuf_b, a->atty, p->attprojw, lp(g, p->attprojw), rb_att, N, Ca, C, nt);
+    lora_fwd(g, l, LORA_SITE_O, a->atty, s->dbuf_b, C);
     float *br = tp_reduce_rows(g, s->dbuf_b);
     if (!tp1 && p->attprojb) g->be->bias_add_rows(br, p->attprojb, Nl, C, nt);
     if (s->mp.bf16) {
@@ -531,9 +566,11 @@ static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
                               dropout_at(g, l, DROP_ATTN_RES), p->ln2w, p->ln2b);
         const float *in = sp_gather_rows(g, a->ln2);
         g->be->matmul_forward_p(&s->mp, a->fch, in, p->fcw, lp(g, p->fcw), p->fcb, N, C, H, nt);
+        lora_fwd(g, l, LORA_SITE_FC, in, a->fch, H);
         if (s->dim.rms) g->be->swiglu_forward(a->fch_gelu, a->fch, N, F, nt);
         else g->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * F, nt);
         g->be->matmul_forward_p(&s->mp, s->dbuf_b, a->fch_gelu, p->fcprojw, lp(g, p->fcprojw), rb_fc, N, F, C, nt);
+        lora_fwd(g, l, LORA_SITE_DOWN, a->fch_gelu, s->dbuf_b, C);
     }
     br = tp_reduce_rows(g, s->dbuf_b);
     if (!tp1 && p->fcprojb) g->be->bias_add_rows(br, p->fcprojb, Nl, C, nt);
@@ -759,15 +796,18 @@ static void block_backward(Gpt *g, int l, const float *x, int B, int T, int acc)
     const float *dbr = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_MLP_RES) : off);
     linear_backward(g, s->dbuf_a, dp->fcprojw, dp->fcprojb, dbr, a->fch_gelu, a->fchg_lp, p->fcprojw, N, F, C, acc,
                     a->wg_fcproj);
+    lora_bwd(g, l, LORA_SITE_DOWN, a->fch_gelu, dbr, C, s->dbuf_a);
     const float *dh = mlp_act_backward(g, a, dp->fcb, N, acc);
     const float *in = sp_gather_rows(g, bf ? (const float *)a->ln2_lp : a->ln2);
     linear_backward(g, s->dbuf_b, dp->fcw, dp->fcb, dh, in, (const uint16_t *)in, p->fcw, N, C, H, acc, a->wg_fc);
+    lora_bwd(g, l, LORA_SITE_FC, in, dh, H, s->dbuf_b);
     ln_backward(g, s->dres, dp->ln2w, dp->ln2b, tp_reduce_rows(g, s->dbuf_b), a->res2, p->ln2w, a->ln2_mean,
                 a->ln2_rstd, acc);
     dbr = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN_RES) : off);
     g->be->matmul_backward_p(&s->mp, s->dbuf_b, s->split_backward ? NULL : dp->attprojw, dp->attprojb, dbr, a->atty,
                              p->attprojw, lp(g, p->attprojw), N, s->dim.Cl, C, acc, s->nt);
     if (s->split_backward) g->be->copy(a->wg_attproj, dbr, (size_t)N * C * sizeof(float));
+    lora_bwd(g, l, LORA_SITE_O, a->atty, dbr, C, s->dbuf_b);
     Dropout da = cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off;
     g->be->attention_backward(s->dbuf_a, s->att_scratch, s->dbuf_b, a->qkv, a->atty, a->lse, s->cur_docpos, B, T,
                               s->dim.NHl, s->dim.KVl, s->dim.hs, s->att_scale, da, bf, s->nt);
@@ -779,6 +819,7 @@ static void block_backward(Gpt *g, int l, const float *x, int B, int T, int acc)
     in = sp_gather_rows(g, bf ? (const float *)a->ln1_lp : a->ln1);
     linear_backward(g, s->dbuf_b, dp->qkvw, dp->qkvb, bf ? NULL : s->dbuf_a, in, (const uint16_t *)in, p->qkvw, N, C,
                     Q, acc, a->wg_qkv);
+    lora_bwd(g, l, LORA_SITE_QKV, in, s->dbuf_a, Q, s->dbuf_b);
     ln_backward(g, s->dres, dp->ln1w, dp->ln1b, tp_reduce_rows(g, s->dbuf_b), x, p->ln1w, a->ln1_mean, a->ln1_rstd,
                 acc);
 }
@@ -848,7 +889,7 @@ void gpt_backward_stage(Gpt *g, int slot, int chunk, const float *dout) {
         block_backward(g, l, l > first ? s->la[l - 1].res3 : s->encoded, B, T, acc);
         if (!s->split_backward) hook(g->hooks.grads_ready, g->hooks.ctx, l + 1); /* split: after the W pass */
     }
-    if (first == 0) embed_backward(g, B, T, acc);
+    if (first == 0 && !g->d.frozen) embed_backward(g, B, T, acc); /* frozen: no embedding gradients to compute */
     s->have_head_grads = 0, g->d.overwrite = 0;
     s->ms_bwd += timer_ms() - t0;
     take_errors(g);

@@ -84,6 +84,11 @@ typedef struct {
     int split_backward;     /* 1: backward computes input gradients (and biases, LayerNorms); the weight
                                GEMMs wait for gpt_weight_stage (zero-bubble schedules). Needs
                                recompute none and no --sp */
+    int frozen;             /* 1: the base is frozen (LoRA, model/lora.h): no gradient buffers are
+                               allocated (d.grads NULL, views NULL) and backward computes only the
+                               gradients of the activations (down to block 0's input; the embedding's
+                               backward is skipped) for the attached adapters (gpt_set_lora). fp32,
+                               tp 1, one pipeline stage, no split backward */
 } GptOptions;
 
 GptOptions gpt_default_options(void);
@@ -133,6 +138,7 @@ typedef struct {
     float *grads;           /* layout.total floats (category gradients) */
     ParamViews g;           /* named views into grads */
     int overwrite;          /* set by gpt_overwrite_grads, cleared by the next gpt_backward */
+    int frozen;             /* GptOptions.frozen: no base gradients at all */
 } GptGrads;
 
 /* Saved activations of one block for the current micro-batch (in a pipeline slot). */
@@ -232,6 +238,7 @@ typedef struct {
     GptRunState s;
     GptHooks hooks;
     const Backend *be;      /* the kernels, GEMMs and memory of this model (GptOptions.backend) */
+    struct Lora *lora;      /* LoRA adapters added to the targeted GEMMs (gpt_set_lora; not owned; NULL: none) */
     MemStats *mem;          /* where allocations are counted (not owned; may be NULL) */
 } Gpt;
 
@@ -253,6 +260,13 @@ typedef struct {
  * w.params (init, load, optimizer step). */
 Status gpt_init(Gpt *g, const ModelConfig *cfg, const GptOptions *o, MemStats *mem, Err *err);
 void gpt_free(Gpt *g);
+
+/* Attaches LoRA adapters (model/lora.h; NULL detaches): every forward adds them to their GEMMs and
+ * every backward accumulates their gradients (lora->grads, +=). They must be built for this model's
+ * config, tp slice and a row capacity >= B·T; fp32, no --sp, the whole model (ST_CHECK); at tp > 1 the
+ * model's tp hooks must be set first (the adapters use its tp_allreduce). */
+struct Lora;
+void gpt_set_lora(Gpt *g, struct Lora *lora);
 
 /* Maps range i < GPT_LP_RANGES of fp32 parameter addresses to their 2-byte copies (see GptWeights). */
 void gpt_map_lp(Gpt *g, int i, const float *from, const uint16_t *to, size_t len);

@@ -264,8 +264,8 @@ void layernorm_backward(float *dinp, float *dw, float *db, float *scratch, const
                 sw += scratch[(size_t)k * 2 * C + c];
                 sb += scratch[(size_t)k * 2 * C + C + c];
             }
-            dw[c] = acc ? dw[c] + sw : sw;
-            db[c] = acc ? db[c] + sb : sb;
+            if (dw) dw[c] = acc ? dw[c] + sw : sw; /* NULL: a frozen base (LoRA) */
+            if (db) db[c] = acc ? db[c] + sb : sb;
         }
     }
 }
@@ -347,7 +347,7 @@ void rmsnorm_backward(float *dinp, float *dw, float *scratch, const float *dout,
         for (int c = 0; c < C; c++) {
             float sw = 0;
             for (int k = 0; k < nchunk; k++) sw += scratch[(size_t)k * C + c];
-            dw[c] = acc ? dw[c] + sw : sw;
+            if (dw) dw[c] = acc ? dw[c] + sw : sw;
         }
     }
 }
