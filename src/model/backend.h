@@ -145,6 +145,12 @@ typedef struct Backend {
 /* The CPU backend: kernels.h over oneDNN (matmul.h), OpenMP threads, host memory. */
 const Backend *backend_cpu(void);
 
+/* The CUDA backend (backend_cuda.cu; docs/cuda.md): cuBLASLt GEMMs and the .cu kernels on device
+ * memory of GPU 0, host_addressable = 0. Defined only in a build with ST_CUDA (ST_HAVE_CUDA); the
+ * device is opened at the first call that needs it, so a machine without a GPU can hold the table,
+ * and every entry then records the failure (take_error) instead of running. */
+const Backend *backend_cuda(void);
+
 /* The backend called `name` ("cpu"; "cuda" where the program was built with it), for --device.
  * ST_ERR_INPUT naming --device, what was expected and what was found, for any other name. */
 Status backend_find(const char *name, const Backend **out, Err *err);
