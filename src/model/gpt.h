@@ -84,6 +84,11 @@ typedef struct {
     int split_backward;     /* 1: backward computes input gradients (and biases, LayerNorms); the weight
                                GEMMs wait for gpt_weight_stage (zero-bubble schedules). Needs
                                recompute none and no --sp */
+    int doc_mask;           /* 1: document masking (docs/doc-mask.md): in each row a document starts at
+                               the row's start and after every doc_eot token (the EOT ends, and belongs
+                               to, the document before it); attention never crosses a document start
+                               and positions restart at 0 there. 0 (default): one document per row */
+    int32_t doc_eot;        /* the EOT id of doc_mask */
 } GptOptions;
 
 GptOptions gpt_default_options(void);
@@ -163,6 +168,8 @@ typedef struct {
     float *lnf, *lnf_mean, *lnf_rstd, *losses; /* head rank only */
     float *dhead;           /* head rank with several slots: the head's input gradient (N, C) */
     const int32_t *inp;
+    int32_t *docpos;        /* doc_mask: the micro-batch's document positions (B·T, doc_positions of inp),
+                               computed by its forward on every stage and read by its backward */
     int B, T, Nl, train, chunk, have_head_grads;
     uint64_t drop_counter;
 } GptSlot;
@@ -208,8 +215,13 @@ typedef struct {
     uint64_t dropout_seed;
     HeadSample sample;      /* gpt_set_label_sampling's draws (u NULL: the data's targets) */
 
+    int doc_mask;           /* GptOptions.doc_mask, doc_eot */
+    int32_t doc_eot;
+    int32_t *docpos_host;   /* doc_mask: host staging of the positions (B·T) */
+
     /* The current micro-batch, between gpt_forward and gpt_backward. */
     const int32_t *cur_inp;
+    const int32_t *cur_docpos; /* the bound slot's document positions (NULL without doc_mask) */
     int curB, curT;
     int curNl;              /* rows of the residual stream held: curB·curT, or its 1/tp under --sp */
     uint64_t cur_drop_counter;

@@ -369,7 +369,8 @@ ActSizes layout_activations(const ModelConfig *cfg, const ActOptions *o) {
     size_t dhead = st->head && st->slots > 1 ? d.N * d.C : 0, h = bf16 ? 2 : 1;
     size_t wgrad = st->split ? (d.N * d.C + h - 1) / h + (d.N * d.Hl + h - 1) / h + d.N * d.C + (d.N * d.QKVl + h - 1) / h
                              : 0;
-    a.slot = a.encoded + (size_t)st->blocks * (a.per_layer + wgrad) + a.final_ + dhead;
+    a.docpos = o->doc_mask ? d.N : 0;
+    a.slot = a.docpos + a.encoded + (size_t)st->blocks * (a.per_layer + wgrad) + a.final_ + dhead;
     a.total = (size_t)st->slots * a.slot + a.shared;
     /* Workspace: dres (Nl·C) + dbuf_a (N·max(Fl, C)) + dbuf_b (N·C) + dbuf_c (N·C) + attention (per
      * thread: fp32 score blocks and bf16 copies of one head, see kernels.c) + LayerNorm partial

@@ -177,7 +177,8 @@ typedef struct {
     size_t per_layer;    /* saved tensors of one block (recompute level applied) */
     size_t shared;       /* one block's recomputed tensors, shared by all blocks (0 without recompute) */
     size_t final_;       /* lnf out, mean, rstd, per-row losses */
-    size_t slot;         /* one pipeline slot: encoded + blocks·per_layer + final_ (+ the head's input
+    size_t docpos;       /* document masking: the per-token document positions (N int32; else 0) */
+    size_t slot;         /* one pipeline slot: docpos + encoded + blocks·per_layer + final_ (+ the head's input
                             gradient with several slots); the whole model: encoded + L per_layer + final_ */
     size_t total;        /* slots · slot + shared */
     size_t scratch;      /* backward and head scratch (workspace) */
@@ -221,6 +222,8 @@ typedef struct {
                               vocabulary-parallel loss statistics and, under --sp, the gathered
                               LayerNorm output (docs/parallel.md) */
     const ActStage *stage; /* a pipeline rank's share; NULL (default): the whole model, one slot */
+    int doc_mask;          /* document masking (docs/doc-mask.md): each slot also keeps its micro-batch's
+                              per-token document positions, N int32 (counted as N floats) */
 } ActOptions;
 
 /* B×T, threads, and the defaults: fp32, no recompute, tp 1, no sp, the whole model. */
