@@ -3,6 +3,9 @@
  * row's log-sum-exp saved; backward recomputes the probabilities from it. No T×T matrix is ever
  * stored, and the `scratch` argument is not used (the layout's CPU scratch stays allocated).
  *
+ * Document masking (pos non-NULL; kernels.h): query t sees keys [t − pos[b·T + t], t]; the key
+ * loop skips tiles wholly before that start, and masked scores are −inf as those above the diagonal.
+ *
  * Layout as the CPU: qkv rows (B·T) of (NH + 2·KV)·hs floats (query heads, key heads, value heads);
  * query head h reads KV head h / (NH/KV). hs <= 128 (ATT_EMAX · 32).
  *
@@ -27,8 +30,8 @@
 
 static __device__ __forceinline__ float rnd(float x, int lowp) { return lowp ? cu_round_bf16(x) : x; }
 
-__global__ void k_att_forward(float *out, float *lse, const float *qkv, int T, int NH, int KV, int hs, float scale,
-                              Dropout d, int lowp) {
+__global__ void k_att_forward(float *out, float *lse, const float *qkv, const int32_t *pos, int T, int NH, int KV,
+                              int hs, float scale, Dropout d, int lowp) {
     extern __shared__ float sm[];
     int hsp = hs + 1; /* padded K rows: lane j reads row j without bank conflicts */
     float *Ks = sm, *Vs = Ks + ATT_K * hsp, *Qs = Vs + ATT_K * hs;
@@ -39,6 +42,7 @@ __global__ void k_att_forward(float *out, float *lse, const float *qkv, int T, i
     const float *base = qkv + (size_t)b * T * ld;
     uint64_t bhg = (uint64_t)b * (d.heads ? d.heads : NH) + d.head0 + h;
     float *q = Qs + warp * hs;
+    int start = pos && row < T ? row - pos[(size_t)b * T + row] : 0; /* the row's first visible key */
     if (row < T)
         for (int x = lane; x < hs; x += 32) q[x] = rnd(base[(size_t)row * ld + (size_t)h * hs + x], lowp);
     float m = -INFINITY, l = 0, o[ATT_EMAX] = {0, 0, 0, 0};
@@ -55,21 +59,22 @@ __global__ void k_att_forward(float *out, float *lse, const float *qkv, int T, i
             Vs[j * hs + x] = rnd(vv, lowp);
         }
         __syncthreads();
-        if (row >= T || k0 > row) continue; /* the whole warp: row is per warp */
+        if (row >= T || k0 > row || k0 + ATT_K <= start) continue; /* the whole warp: row is per warp */
         int key = k0 + lane, jn = min(ATT_K, row - k0 + 1);
+        int vis = key <= row && key >= start;
         float s = -INFINITY;
-        if (key <= row) {
+        if (vis) {
             float acc = 0;
             for (int x = 0; x < hs; x++) acc += q[x] * Ks[lane * hsp + x];
             s = acc * scale;
         }
         float bm = fmaxf(m, cu_warp_max(s));
         float corr = m == -INFINITY ? 0.0f : expf(m - bm);
-        float p = key <= row ? expf(s - bm) : 0.0f;
+        float p = vis ? expf(s - bm) : 0.0f;
         l = l * corr + cu_warp_sum(p);
         m = bm;
         float pd = p;
-        if (d.p > 0 && key <= row) pd *= cu_drop(d, bhg * T * T + (uint64_t)row * T + key);
+        if (d.p > 0 && vis) pd *= cu_drop(d, bhg * T * T + (uint64_t)row * T + key);
         pd = rnd(pd, lowp);
 #pragma unroll
         for (int e = 0; e < ATT_EMAX; e++) o[e] *= corr;
@@ -95,7 +100,8 @@ __global__ void k_att_forward(float *out, float *lse, const float *qkv, int T, i
 
 /* dQ rows (overwritten): one warp per query row. */
 __global__ void k_att_backward_dq(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
-                                  int T, int NH, int KV, int hs, float scale, Dropout d, int lowp) {
+                                  const int32_t *pos, int T, int NH, int KV, int hs, float scale, Dropout d,
+                                  int lowp) {
     extern __shared__ float sm[];
     int hsp = hs + 1;
     float *Ks = sm, *Vs = Ks + ATT_K * hsp, *Qs = Vs + ATT_K * hsp, *dYs = Qs + ATT_Q * hs;
@@ -106,6 +112,7 @@ __global__ void k_att_backward_dq(float *dqkv, const float *dout, const float *q
     const float *base = qkv + (size_t)b * T * ld;
     uint64_t bhg = (uint64_t)b * (d.heads ? d.heads : NH) + d.head0 + h;
     float *q = Qs + warp * hs, *dy = dYs + warp * hs;
+    int start = pos && row < T ? row - pos[(size_t)b * T + row] : 0;
     float D = 0, L = 0;
     if (row < T) {
         const float *g = dout + ((size_t)b * T + row) * C + (size_t)h * hs;
@@ -133,10 +140,10 @@ __global__ void k_att_backward_dq(float *dqkv, const float *dout, const float *q
             Vs[j * hsp + x] = rnd(vv, lowp);
         }
         __syncthreads();
-        if (row >= T || k0 > row) continue;
+        if (row >= T || k0 > row || k0 + ATT_K <= start) continue;
         int key = k0 + lane, jn = min(ATT_K, row - k0 + 1);
         float ds = 0;
-        if (key <= row) {
+        if (key <= row && key >= start) {
             float sacc = 0, dp = 0;
             for (int x = 0; x < hs; x++) {
                 sacc += q[x] * Ks[lane * hsp + x];
@@ -167,11 +174,13 @@ __global__ void k_att_backward_dq(float *dqkv, const float *dout, const float *q
 /* dK, dV rows (overwritten): one warp per key row j of KV head kh; the group's query heads in
  * order, each head's query rows i >= j in order. */
 __global__ void k_att_backward_dkv(float *dqkv, const float *dout, const float *qkv, const float *out,
-                                   const float *lse, int T, int NH, int KV, int hs, float scale, Dropout d, int lowp) {
+                                   const float *lse, const int32_t *pos, int T, int NH, int KV, int hs, float scale,
+                                   Dropout d, int lowp) {
     extern __shared__ float sm[];
     int hsp = hs + 1;
     float *Qt = sm, *dYt = Qt + ATT_K * hsp, *Dt = dYt + ATT_K * hsp, *Lt = Dt + ATT_K, *Kj = Lt + ATT_K,
           *Vj = Kj + ATT_Q * hs;
+    int *St = (int *)(Vj + ATT_Q * hs); /* the tile's query rows' first visible keys */
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int bkv = blockIdx.y, b = bkv / KV, kh = bkv % KV, G = NH / KV;
     size_t ld = (size_t)(NH + 2 * KV) * hs, C = (size_t)NH * hs;
@@ -211,13 +220,14 @@ __global__ void k_att_backward_dkv(float *dqkv, const float *dout, const float *
                 if (lane == 0) {
                     Dt[i] = s;
                     Lt[i] = qr < T ? lse[((size_t)b * NH + h) * T + qr] : 0.0f;
+                    St[i] = pos && qr < T ? qr - pos[(size_t)b * T + qr] : 0;
                 }
             }
             __syncthreads();
             if (j >= T) continue;
             int i = q0 + lane, in = min(ATT_K, T - q0);
             float pd = 0, ds = 0;
-            if (i >= j && i < T) {
+            if (i >= j && i < T && St[lane] <= j) {
                 float sacc = 0, dp = 0;
                 for (int x = 0; x < hs; x++) {
                     sacc += Qt[lane * hsp + x] * kj[x];
@@ -259,27 +269,27 @@ static int att_check(int NH, int KV, int hs) {
     return 1;
 }
 
-void cu_attention_forward(float *out, float *lse, float *scratch, const float *qkv, int B, int T, int NH, int KV,
-                          int hs, float scale, Dropout d, int lowp, int nt) {
+void cu_attention_forward(float *out, float *lse, float *scratch, const float *qkv, const int32_t *pos, int B, int T,
+                          int NH, int KV, int hs, float scale, Dropout d, int lowp, int nt) {
     if (!cu_ready() || !att_check(NH, KV, hs)) return;
     size_t smem = ((size_t)ATT_K * (hs + 1) + (size_t)ATT_K * hs + (size_t)ATT_Q * hs) * sizeof(float);
     dim3 grid(cu_blocks((size_t)T, ATT_Q), B * NH);
-    k_att_forward<<<grid, 32 * ATT_Q, smem, cu_stream()>>>(out, lse, qkv, T, NH, KV, hs, scale, d, lowp);
+    k_att_forward<<<grid, 32 * ATT_Q, smem, cu_stream()>>>(out, lse, qkv, pos, T, NH, KV, hs, scale, d, lowp);
     CU_LAUNCHED("attention_forward");
 }
 
 void cu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                           const float *lse, int B, int T, int NH, int KV, int hs, float scale, Dropout d, int lowp,
-                           int nt) {
+                           const float *lse, const int32_t *pos, int B, int T, int NH, int KV, int hs, float scale,
+                           Dropout d, int lowp, int nt) {
     if (!cu_ready() || !att_check(NH, KV, hs)) return;
     size_t smem_q = (2 * (size_t)ATT_K * (hs + 1) + 2 * (size_t)ATT_Q * hs) * sizeof(float);
     dim3 grid_q(cu_blocks((size_t)T, ATT_Q), B * NH);
-    k_att_backward_dq<<<grid_q, 32 * ATT_Q, smem_q, cu_stream()>>>(dqkv, dout, qkv, out, lse, T, NH, KV, hs, scale, d,
-                                                                   lowp);
+    k_att_backward_dq<<<grid_q, 32 * ATT_Q, smem_q, cu_stream()>>>(dqkv, dout, qkv, out, lse, pos, T, NH, KV, hs, scale,
+                                                                   d, lowp);
     CU_LAUNCHED("attention_backward(dq)");
-    size_t smem_kv = (2 * (size_t)ATT_K * (hs + 1) + 2 * (size_t)ATT_K + 2 * (size_t)ATT_Q * hs) * sizeof(float);
+    size_t smem_kv = (2 * (size_t)ATT_K * (hs + 1) + 3 * (size_t)ATT_K + 2 * (size_t)ATT_Q * hs) * sizeof(float);
     dim3 grid_kv(cu_blocks((size_t)T, ATT_Q), B * KV);
-    k_att_backward_dkv<<<grid_kv, 32 * ATT_Q, smem_kv, cu_stream()>>>(dqkv, dout, qkv, out, lse, T, NH, KV, hs, scale,
-                                                                      d, lowp);
+    k_att_backward_dkv<<<grid_kv, 32 * ATT_Q, smem_kv, cu_stream()>>>(dqkv, dout, qkv, out, lse, pos, T, NH, KV, hs,
+                                                                      scale, d, lowp);
     CU_LAUNCHED("attention_backward(dkv)");
 }

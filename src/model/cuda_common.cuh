@@ -112,14 +112,14 @@ __device__ __forceinline__ float cu_warp_max(float v) {
 
 /* ---- the kernels' host entry points (contracts in kernels.h) ---- */
 
-void cu_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C,
-                        Dropout d, int nt);
-void cu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C,
-                         Dropout d, int nt);
-void cu_encoder_forward_vp(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C,
-                           int v0, int vn, int nt);
-void cu_encoder_backward_vp(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C,
-                            int v0, int vn, int nt);
+void cu_encoder_forward(float *out, const int32_t *inp, const int32_t *pos, const float *wte, const float *wpe, int B,
+                        int T, int C, Dropout d, int nt);
+void cu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, const int32_t *pos, int B,
+                         int T, int C, Dropout d, int nt);
+void cu_encoder_forward_vp(float *out, const int32_t *inp, const int32_t *pos, const float *wte, const float *wpe,
+                           int B, int T, int C, int v0, int vn, int nt);
+void cu_encoder_backward_vp(float *dwte, float *dwpe, const float *dout, const int32_t *inp, const int32_t *pos,
+                            int B, int T, int C, int v0, int vn, int nt);
 void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
                           int N, int C, int nt);
 void cu_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const float *inp, const float *w,
@@ -141,17 +141,19 @@ void cu_residual_rmsnorm_forward_bf16(float *res, uint16_t *out, float *rstd, co
 void cu_rmsnorm_backward(float *dinp, float *dw, float *scratch, const float *dout, const float *inp, const float *w,
                          const float *rstd, int N, int C, int acc, int nt);
 void cu_rope_table(float *cs, int T, int hs, const double *inv_freq);
-void cu_rope_forward(float *qkv, const float *cs, int B, int T, int NH, int KV, int hs, int pos0, int nt);
-void cu_rope_backward(float *dqkv, const float *cs, int B, int T, int NH, int KV, int hs, int pos0, int nt);
+void cu_rope_forward(float *qkv, const float *cs, const int32_t *pos, int B, int T, int NH, int KV, int hs, int pos0,
+                     int nt);
+void cu_rope_backward(float *dqkv, const float *cs, const int32_t *pos, int B, int T, int NH, int KV, int hs,
+                      int pos0, int nt);
 void cu_swiglu_forward(float *out, const float *h, int N, int F, int nt);
 void cu_swiglu_forward_bf16(uint16_t *out, const float *h, int N, int F, int nt);
 void cu_swiglu_backward(float *dh, const float *dout, const float *h, int N, int F, int nt);
 void cu_swiglu_backward_bf16(uint16_t *dh, const float *dout, const float *h, int N, int F, int nt);
-void cu_attention_forward(float *out, float *lse, float *scratch, const float *qkv, int B, int T, int NH, int KV,
-                          int hs, float scale, Dropout d, int lowp, int nt);
+void cu_attention_forward(float *out, float *lse, float *scratch, const float *qkv, const int32_t *pos, int B, int T,
+                          int NH, int KV, int hs, float scale, Dropout d, int lowp, int nt);
 void cu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                           const float *lse, int B, int T, int NH, int KV, int hs, float scale, Dropout d, int lowp,
-                           int nt);
+                           const float *lse, const int32_t *pos, int B, int T, int NH, int KV, int hs, float scale,
+                           Dropout d, int lowp, int nt);
 void cu_gelu_forward(float *out, const float *inp, size_t n, int nt);
 void cu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int nt);
 void cu_gelu_forward_bf16(uint16_t *out, const float *inp, size_t n, int nt);

@@ -19,29 +19,36 @@
 /* Encoder                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
-__global__ void k_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int T, int C,
-                                  size_t n, Dropout d) {
+/* Token bt's position: t, or its document position (kernels.h, "Document masking"). */
+static __device__ __forceinline__ size_t tok_pos(const int32_t *pos, size_t bt, int T) {
+    return pos ? (size_t)pos[bt] : bt % T;
+}
+
+__global__ void k_encoder_forward(float *out, const int32_t *inp, const int32_t *pos, const float *wte,
+                                  const float *wpe, int T, int C, size_t n, Dropout d) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     size_t bt = i / C;
     int c = (int)(i % C);
-    float v = wte[(size_t)inp[bt] * C + c] + wpe[(bt % T) * C + c];
+    float v = wte[(size_t)inp[bt] * C + c] + wpe[tok_pos(pos, bt, T) * C + c];
     out[i] = d.p > 0 ? v * cu_drop(d, i) : v;
 }
 
-void cu_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C,
-                        Dropout d, int nt) {
+void cu_encoder_forward(float *out, const int32_t *inp, const int32_t *pos, const float *wte, const float *wpe, int B,
+                        int T, int C, Dropout d, int nt) {
     if (!cu_ready()) return;
     size_t n = (size_t)B * T * C;
-    k_encoder_forward<<<cu_blocks(n, TPB), TPB, 0, cu_stream()>>>(out, inp, wte, wpe, T, C, n, d);
+    k_encoder_forward<<<cu_blocks(n, TPB), TPB, 0, cu_stream()>>>(out, inp, pos, wte, wpe, T, C, n, d);
     CU_LAUNCHED("encoder_forward");
 }
 
 #define ENC_MAXK 32 /* columns per thread: C <= 32 · 256 */
 
-/* One block per row bt. The block whose row is the FIRST occurrence of its token (rows v0-shifted
- * and range-checked when vn > 0) sums, for each of its columns, dwte's value and then every row
- * with that token in row order: the CPU's order of additions. Other blocks return. */
+/* A scatter-add of rows in row order: dst[key[bt]] += drop'(dout[bt]) (keys v0-shifted and
+ * range-checked when vn > 0): dwte by token, or dwpe by document position. One block per row bt;
+ * the block whose row is the FIRST occurrence of its key sums, for each of its columns, dst's value
+ * and then every row with that key in row order (the CPU's order of additions); other blocks
+ * return. O(N²) key comparisons, read from L2: no atomics, no sort. */
 __global__ void k_encoder_backward_wte(float *dwte, const float *dout, const int32_t *inp, int N, int C, Dropout d,
                                        int v0, int vn) {
     __shared__ int tile[TPB];
@@ -105,42 +112,49 @@ static int enc_check(int C) {
     return 1;
 }
 
-void cu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C,
-                         Dropout d, int nt) {
+void cu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, const int32_t *pos, int B,
+                         int T, int C, Dropout d, int nt) {
     if (!cu_ready() || !enc_check(C)) return;
     k_encoder_backward_wte<<<B * T, TPB, 0, cu_stream()>>>(dwte, dout, inp, B * T, C, d, 0, 0);
     CU_LAUNCHED("encoder_backward(wte)");
-    k_encoder_backward_wpe<<<cu_blocks((size_t)T * C, TPB), TPB, 0, cu_stream()>>>(dwpe, dout, B, T, C, d);
+    if (pos) {
+        k_encoder_backward_wte<<<B * T, TPB, 0, cu_stream()>>>(dwpe, dout, pos, B * T, C, d, 0, 0);
+    } else {
+        k_encoder_backward_wpe<<<cu_blocks((size_t)T * C, TPB), TPB, 0, cu_stream()>>>(dwpe, dout, B, T, C, d);
+    }
     CU_LAUNCHED("encoder_backward(wpe)");
 }
 
-__global__ void k_encoder_forward_vp(float *out, const int32_t *inp, const float *wte, const float *wpe, int T, int C,
-                                     size_t n, int v0, int vn) {
+__global__ void k_encoder_forward_vp(float *out, const int32_t *inp, const int32_t *pos, const float *wte,
+                                     const float *wpe, int T, int C, size_t n, int v0, int vn) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     size_t bt = i / C;
     int c = (int)(i % C), v = inp[bt] - v0;
     float e = v >= 0 && v < vn ? wte[(size_t)v * C + c] : 0.0f;
-    out[i] = wpe ? e + wpe[(bt % T) * C + c] : e;
+    out[i] = wpe ? e + wpe[tok_pos(pos, bt, T) * C + c] : e;
 }
 
-void cu_encoder_forward_vp(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C,
-                           int v0, int vn, int nt) {
+void cu_encoder_forward_vp(float *out, const int32_t *inp, const int32_t *pos, const float *wte, const float *wpe,
+                           int B, int T, int C, int v0, int vn, int nt) {
     if (!cu_ready()) return;
     size_t n = (size_t)B * T * C;
-    k_encoder_forward_vp<<<cu_blocks(n, TPB), TPB, 0, cu_stream()>>>(out, inp, wte, wpe, T, C, n, v0, vn);
+    k_encoder_forward_vp<<<cu_blocks(n, TPB), TPB, 0, cu_stream()>>>(out, inp, pos, wte, wpe, T, C, n, v0, vn);
     CU_LAUNCHED("encoder_forward_vp");
 }
 
-void cu_encoder_backward_vp(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C,
-                            int v0, int vn, int nt) {
+void cu_encoder_backward_vp(float *dwte, float *dwpe, const float *dout, const int32_t *inp, const int32_t *pos,
+                            int B, int T, int C, int v0, int vn, int nt) {
     if (!cu_ready() || !enc_check(C)) return;
     Dropout none = {0};
     if (vn > 0) {
         k_encoder_backward_wte<<<B * T, TPB, 0, cu_stream()>>>(dwte, dout, inp, B * T, C, none, v0, vn);
         CU_LAUNCHED("encoder_backward_vp(wte)");
     }
-    if (dwpe) {
+    if (dwpe && pos) {
+        k_encoder_backward_wte<<<B * T, TPB, 0, cu_stream()>>>(dwpe, dout, pos, B * T, C, none, 0, 0);
+        CU_LAUNCHED("encoder_backward_vp(wpe)");
+    } else if (dwpe) {
         k_encoder_backward_wpe<<<cu_blocks((size_t)T * C, TPB), TPB, 0, cu_stream()>>>(dwpe, dout, B, T, C, none);
         CU_LAUNCHED("encoder_backward_vp(wpe)");
     }
@@ -339,7 +353,8 @@ void cu_rope_table(float *cs, int T, int hs, const double *inv_freq) {
 }
 
 /* One thread per (row, head of the NH + KV rotated, pair i < hs/2). */
-__global__ void k_rope(float *qkv, const float *cs, int T, int NH, int KV, int hs, int pos0, float sign, size_t n) {
+__global__ void k_rope(float *qkv, const float *cs, const int32_t *pos, int T, int NH, int KV, int hs, int pos0,
+                       float sign, size_t n) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= n) return;
     int half = hs / 2, nh = NH + KV;
@@ -347,24 +362,27 @@ __global__ void k_rope(float *qkv, const float *cs, int T, int NH, int KV, int h
     size_t rest = idx / half;
     int h = (int)(rest % nh);
     size_t bt = rest / nh;
-    const float *co = cs + (size_t)(pos0 + bt % T) * hs, *si = co + half;
+    const float *co = cs + (pos0 + tok_pos(pos, bt, T)) * hs, *si = co + half;
     float *x = qkv + bt * (size_t)(NH + 2 * KV) * hs + (size_t)h * hs;
     float a = x[i], b = x[i + half], s = sign * si[i];
     x[i] = a * co[i] - b * s;
     x[i + half] = b * co[i] + a * s;
 }
 
-static void rope_apply(float *qkv, const float *cs, int B, int T, int NH, int KV, int hs, int pos0, float sign) {
+static void rope_apply(float *qkv, const float *cs, const int32_t *pos, int B, int T, int NH, int KV, int hs,
+                       int pos0, float sign) {
     if (!cu_ready()) return;
     size_t n = (size_t)B * T * (NH + KV) * (hs / 2);
-    k_rope<<<cu_blocks(n, TPB), TPB, 0, cu_stream()>>>(qkv, cs, T, NH, KV, hs, pos0, sign, n);
+    k_rope<<<cu_blocks(n, TPB), TPB, 0, cu_stream()>>>(qkv, cs, pos, T, NH, KV, hs, pos0, sign, n);
     CU_LAUNCHED("rope");
 }
-void cu_rope_forward(float *qkv, const float *cs, int B, int T, int NH, int KV, int hs, int pos0, int nt) {
-    rope_apply(qkv, cs, B, T, NH, KV, hs, pos0, 1.0f);
+void cu_rope_forward(float *qkv, const float *cs, const int32_t *pos, int B, int T, int NH, int KV, int hs, int pos0,
+                     int nt) {
+    rope_apply(qkv, cs, pos, B, T, NH, KV, hs, pos0, 1.0f);
 }
-void cu_rope_backward(float *dqkv, const float *cs, int B, int T, int NH, int KV, int hs, int pos0, int nt) {
-    rope_apply(dqkv, cs, B, T, NH, KV, hs, pos0, -1.0f);
+void cu_rope_backward(float *dqkv, const float *cs, const int32_t *pos, int B, int T, int NH, int KV, int hs,
+                      int pos0, int nt) {
+    rope_apply(dqkv, cs, pos, B, T, NH, KV, hs, pos0, -1.0f);
 }
 
 __device__ __forceinline__ float silu_at(float g) { return g / (1.0f + expf(-g)); }
