@@ -71,6 +71,7 @@ static const Backend CPU = {
     .head_forward_backward = head_forward_backward,
     .head_forward_backward_p = head_forward_backward_p,
     .head_forward_backward_vp = head_forward_backward_vp,
+    /* optim_update, sumsq: NULL, the optimizer runs in optim/ on the host memory of this backend */
 };
 
 const Backend *backend_cpu(void) { return &CPU; }

@@ -511,6 +511,8 @@ static const Backend CUDA_BACKEND = {
     .head_forward_backward = cu_head_forward_backward,
     .head_forward_backward_p = cu_head_forward_backward_p,
     .head_forward_backward_vp = cu_head_forward_backward_vp,
+    .optim_update = cu_optim_update,
+    .sumsq = cu_sumsq,
 };
 
 extern "C" const Backend *backend_cuda(void) { return &CUDA_BACKEND; }

@@ -172,6 +172,9 @@ void cu_colsum(float *colsum, const float *src, int N, int OC, int acc);
 void cu_scale_inplace(float *x, size_t n, float a, int nt);
 void cu_add_or_set(float *dst, const float *src, size_t n, int acc);
 
+void cu_optim_update(const BackendOptStep *s, float *p, const float *g, float *m, float *v, uint16_t *lowp, size_t n);
+double cu_sumsq(const float *x, size_t n);
+
 /* The LM head's per-row softmax / cross-entropy on a chunk of m logits rows (leading dimension ld,
  * V real columns): losses[i], and with grad set the logits row replaced by its gradient
  * (softmax − onehot)·dscale (0 on masked rows); probs, when non-NULL, gets row 0's probabilities
