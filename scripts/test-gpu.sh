@@ -15,7 +15,7 @@ run() { # name, then the command
   echo "== $name: $*"
   if "$@"; then echo "== $name: PASS"; else echo "== $name: FAIL (exit $?)"; fail=1; fi
 }
-for exe in test_backend_kernels test_cuda_optim; do
+for exe in test_backend_kernels test_cuda_optim test_cuda_model; do
   if [[ ! -x "$build/tests/$exe" ]]; then
     echo "test-gpu: $build/tests/$exe is missing: FAIL" >&2
     fail=1
@@ -23,5 +23,6 @@ for exe in test_backend_kernels test_cuda_optim; do
 done
 run backend_kernels "$build/tests/test_backend_kernels" cuda
 run cuda_optim "$build/tests/test_cuda_optim"
+run cuda_model "$build/tests/test_cuda_model"
 if [[ $fail -ne 0 ]]; then echo "test-gpu: FAILED"; exit 1; fi
 echo "test-gpu: all passed"
