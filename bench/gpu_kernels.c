@@ -4,9 +4,11 @@
  * Until the trainer runs on the GPU (gpt_init refuses non-host backends), this is what can be
  * measured of "our step": each kernel's median time over reps after a warm-up (the backend's sync,
  * then the host clock), the bf16 GEMM rate on a 8192³ problem (the ceiling MFU is measured against,
- * and the figure plan's GPU presets can be calibrated with), and a step estimate: 12 × the layer's
- * kernels + the head + the AdamW update, forward and backward. Inputs are random (never zeros:
- * zeros run faster than real data). Prints a table; `--json` adds one RESULT line.
+ * and the figure plan's GPU presets can be calibrated with), a step estimate from them (12 × the
+ * layer's kernels + the head + the AdamW update), and then the real step: the model built on the
+ * device (GptOptions.device_resident), bf16, forward, backward, gradient norm, clip 1.0 and AdamW
+ * with the bf16 working copy, timed by phase (the backend's sync between phases). Inputs are random
+ * (never zeros: zeros run faster than real data). Prints a table and RESULT {json} lines.
  *
  * usage: gpu_kernels [cuda|cpu] [B] [T]     (defaults: cuda 16 1024) */
 #include <math.h>
@@ -17,6 +19,7 @@
 #include "core/rng.h"
 #include "core/timer.h"
 #include "model/backend.h"
+#include "model/gpt.h"
 
 static const Backend *be;
 
@@ -137,6 +140,91 @@ static void f_adamw(void *p) {
     be->optim_update(&s, c->grads, c->out, c->m, c->v, c->wlp, c->nparams);
 }
 
+/* The model's own step at GPT-2 124M, bf16, on the device: median ms per phase over 10 steps. */
+static void model_step(int B, int T, double peak_tflops) {
+    ModelConfig mc = {12, 12, 768, 50257, 0, T, 0.0f};
+    Err e = {0};
+    if (model_config_validate(&mc, &e) != ST_OK) {
+        fprintf(stderr, "gpu_kernels: %s\n", e.msg);
+        exit(1);
+    }
+    GptOptions o = gpt_default_options();
+    o.backend = be, o.B = B, o.T = T, o.precision = GPT_BF16, o.device_resident = 1;
+    MemStats mem = {0};
+    Gpt g;
+    if (gpt_init(&g, &mc, &o, &mem, &e) != ST_OK) {
+        fprintf(stderr, "gpu_kernels: model step: %s\n", e.msg);
+        exit(1);
+    }
+    gpt_init_params(&g, 1);
+    gpt_sync_lp(&g);
+    size_t total = g.w.layout.total;
+    float *m = be->alloc(&mem, MEM_MOMENTS, total * 4), *v = be->alloc(&mem, MEM_MOMENTS, total * 4);
+    int32_t *inp = malloc((size_t)B * T * 4), *tgt = malloc((size_t)B * T * 4);
+    double ph[4][16];
+    const char *phase[4] = {"forward", "backward", "norm+clip", "AdamW"};
+    int reps = 10;
+    double loss = 0;
+    for (int it = 0; it < 3 + reps; it++) {
+        for (int i = 0; i < B * T; i++) {
+            inp[i] = (int32_t)rng_below(5, (uint64_t)it, (uint64_t)i, 50257);
+            tgt[i] = (int32_t)rng_below(6, (uint64_t)it, (uint64_t)i, 50257);
+        }
+        double t[5];
+        be->sync();
+        t[0] = timer_ms();
+        gpt_zero_grads(&g);
+        loss = gpt_forward(&g, inp, tgt, B, T, 1.0f / (B * T), 1, (uint64_t)it) / (B * T);
+        be->sync();
+        t[1] = timer_ms();
+        gpt_backward(&g);
+        be->sync();
+        t[2] = timer_ms();
+        if (gpt_status(&g, &e) != ST_OK) {
+            fprintf(stderr, "gpu_kernels: model step: %s\n", e.msg);
+            exit(1);
+        }
+        double norm = sqrt(be->sumsq(g.d.grads, total));
+        float clip = norm > 1.0 ? (float)(1.0 / norm) : 1.0f;
+        t[3] = timer_ms();
+        BackendOptStep s = {BACKEND_OPT_ADAMW, 6e-4f, 0.1f, clip, 0.9f, 0.95f, 1e-8f, 0,
+                            1.0f - powf(0.9f, it + 1.0f), 1.0f - powf(0.95f, it + 1.0f), it + 1, 1};
+        be->optim_update(&s, g.w.params, g.d.grads, m, v, g.w.params_lp, total);
+        be->sync();
+        t[4] = timer_ms();
+        if (be->take_error(&e) != ST_OK) {
+            fprintf(stderr, "gpu_kernels: model step: %s\n", e.msg);
+            exit(1);
+        }
+        if (it >= 3)
+            for (int k = 0; k < 4; k++) ph[k][it - 3] = t[k + 1] - t[k];
+    }
+    double step = 0, med[4];
+    for (int k = 0; k < 4; k++) {
+        qsort(ph[k], reps, sizeof(double), cmpd);
+        med[k] = ph[k][reps / 2];
+        step += med[k];
+    }
+    size_t dev = 0;
+    for (int c = 0; c < MEM_NCAT; c++) dev += mem.peak[c];
+    double flops = 6.0 * 124475904.0 * B * T + 12.0 * 12 * T * 768.0 * B * T;
+    printf("model step (GPT-2 124M, bf16, device-resident), B %d T %d: %.1f ms = %.0f tokens/s, MFU %.1f%% of "
+           "the measured GEMM rate, %.1f%% of 989 TFLOP/s; loss %.4f; %.2f GiB allocated\n",
+           B, T, step, B * T / (step * 1e-3), 100 * flops / (step * 1e-3) / (peak_tflops * 1e12),
+           100 * flops / (step * 1e-3) / 989e12, loss, dev / 1073741824.0);
+    for (int k = 0; k < 4; k++) printf("  %-10s %8.2f ms\n", phase[k], med[k]);
+    for (int c = 0; c < MEM_NCAT; c++)
+        if (mem.peak[c]) printf("  %-12s %10.1f MiB\n", mem_category_name((MemCategory)c), mem.peak[c] / 1048576.0);
+    printf("RESULT {\"ours\":\"model-step\",\"B\":%d,\"T\":%d,\"median_ms\":%.2f,\"tokens_per_s\":%.0f,"
+           "\"mfu\":%.4f,\"peak_mem_gib\":%.2f,\"fwd_ms\":%.2f,\"bwd_ms\":%.2f,\"norm_ms\":%.2f,\"opt_ms\":%.2f,"
+           "\"loss\":%.4f}\n",
+           B, T, step, B * T / (step * 1e-3), flops / (step * 1e-3) / 989e12, dev / 1073741824.0, med[0], med[1],
+           med[2], med[3], loss);
+    be->free(&mem, MEM_MOMENTS, m, total * 4), be->free(&mem, MEM_MOMENTS, v, total * 4);
+    free(inp), free(tgt);
+    gpt_free(&g);
+}
+
 int main(int argc, char **argv) {
     const char *name = argc > 1 ? argv[1] : "cuda";
     Err e = {0};
@@ -204,5 +292,11 @@ int main(int argc, char **argv) {
     printf("RESULT {\"backend\":\"%s\",\"B\":%d,\"T\":%d,\"gemm_tflops\":%.1f,\"step_ms_est\":%.2f,"
            "\"attn_fwd_ms\":%.3f,\"attn_bwd_ms\":%.3f,\"head_ms\":%.3f,\"adamw_ms\":%.3f}\n",
            be->name, c.B, c.T, peak, total, ms[3], ms[4], ms[9], ms[10]);
+    /* the kernels' buffers go before the model takes its memory */
+    void *bufs[] = {c.x, c.y, c.res, c.mean, c.rstd, c.w, c.b, c.qkv, c.att, c.lse, c.dqkv, c.fch, c.out, c.grads,
+                    c.m, c.v, c.losses, c.logits, c.xlp, c.wlp, c.plp, c.big_a, c.big_b, c.bigc, c.tg, c.mp.a,
+                    c.mp.b};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(NULL, MEM_WORKSPACE, bufs[i], 1);
+    model_step(c.B, c.T, peak);
     return 0;
 }
