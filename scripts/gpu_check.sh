@@ -35,7 +35,7 @@ step() {
   local t0 rc
   t0=$(date +%s)
   echo "=== $name: $*" | tee -a "$out/$log"
-  timeout "$limit" "$@" >> "$out/$log" 2>&1
+  timeout "$limit" bash -c '"$@"' step "$@" >> "$out/$log" 2>&1 # the steps are the functions below (exported)
   rc=$?
   local dt=$(( $(date +%s) - t0 )) status=PASS note="log: $log"
   if [[ $rc -ne 0 ]]; then
@@ -75,6 +75,8 @@ bench() {
 }
 
 export LD_LIBRARY_PATH="$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export build prefix jobs
+export -f gpu_info unpack build_and_test sanitize bench
 step gpu gpu.txt 30 gpu_info
 step bundle build.log 60 unpack
 step build build.log 300 build_and_test
@@ -85,23 +87,15 @@ step bench bench.log 330 bench
 
 {
   echo
-  echo "=== gpu_check: $(head -1 "$out/gpu.txt" 2>/dev/null | cut -c1-60) $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)"
+  echo "=== gpu_check on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo 'no GPU found'), $(git rev-parse --short HEAD 2>/dev/null)"
   printf '%-10s %-6s %6s  %s\n' step status time note
   printf '%s\n' "${rows[@]}"
   echo "--- GPU suite (test-gpu.txt):"
   grep -E "^== .*: (PASS|FAIL)|test-gpu:" "$out/test-gpu.txt" 2>/dev/null | head -8
-  grep -h ": FAIL" "$out/build.log" 2>/dev/null | head -8
+  grep -h "^[a-z_0-9'.]*: FAIL" "$out/build.log" 2>/dev/null | head -8
   echo "--- sanitizers: $(grep -h "ERROR SUMMARY" "$out/memcheck.log" "$out/racecheck.log" 2>/dev/null | tr '\n' ' ')"
   echo "--- bench (B, peer, ms/step, tokens/s, MFU, peak GiB):"
-  grep -h "^RESULT" "$out/bench.log" 2>/dev/null | python3 -c '
-import json, sys
-for line in sys.stdin:
-    r = json.loads(line[7:])
-    if "peer" in r:
-        print(f"  B{r[\"B\"]:<3} {r[\"peer\"]:<18} {r[\"median_ms\"]:8.1f} {r[\"tokens_per_s\"]:>9} {r[\"mfu\"]*100:5.1f}% {r[\"peak_mem_gib\"]:6.1f}")
-    else:
-        print(f"  B{r[\"B\"]:<3} ours (kernels, est.) {r[\"step_ms_est\"]:6.1f} {round(r[\"B\"]*r[\"T\"]/(r[\"step_ms_est\"]*1e-3)):>9}   attn fwd/bwd {r[\"attn_fwd_ms\"]:.2f}/{r[\"attn_bwd_ms\"]:.2f} ms, bf16 GEMM {r[\"gemm_tflops\"]} TFLOP/s")
-' 2>/dev/null
+  python3 bench/gpu_summary.py < "$out/bench.log" 2>&1
   echo "total $(( $(date +%s) - t_all ))s; logs in $out"
 } | tee "$out/summary.txt"
 exit $fail
