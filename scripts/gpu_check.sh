@@ -12,7 +12,9 @@
 #                (bench/torch_gpu_peer.py, eager and torch.compile), B 16 then B 32, T 1024
 # A short table is printed last; every step's full log is in OUTDIR (7 files: the device tool
 # brings back at most 8). A failed step does not stop the later ones; the exit status is non-zero
-# if any failed. GPU_CHECK_SKIP="bench racecheck" skips steps by name.
+# if any failed. GPU_CHECK_SKIP="bench racecheck" skips steps by name; GPU_CHECK_BUDGET (seconds,
+# default 560) bounds all steps together: a step gets at most what is left, so the table always prints
+# inside the device tool's 600-second command limit.
 #
 # usage: scripts/gpu_check.sh OUTDIR
 set -uo pipefail
@@ -27,13 +29,17 @@ skip=" ${GPU_CHECK_SKIP:-} "
 rows=()
 fail=0
 t_all=$(date +%s)
+deadline=$(( t_all + ${GPU_CHECK_BUDGET:-560} )) # seconds for all steps: inside the device tool's 600
 
 # step NAME LOG TIMEOUT_S COMMAND...: runs it with its output in OUTDIR/LOG, records a table row.
 step() {
   local name=$1 log=$2 limit=$3; shift 3
   if [[ "$skip" == *" $name "* ]]; then rows+=("$(printf '%-10s %-6s %6s  %s' "$name" SKIP - "GPU_CHECK_SKIP")"); return; fi
-  local t0 rc
+  local t0 rc rem
   t0=$(date +%s)
+  rem=$(( deadline - t0 )) # every step ends inside the budget, so the table is always printed
+  if (( rem < 15 )); then rows+=("$(printf '%-10s %-6s %6s  %s' "$name" SKIP - "budget spent")"); fail=1; return; fi
+  (( limit > rem )) && limit=$rem
   echo "=== $name: $*" | tee -a "$out/$log"
   timeout "$limit" bash -c '"$@"' step "$@" >> "$out/$log" 2>&1 # the steps are the functions below (exported)
   rc=$?
