@@ -12,7 +12,8 @@
  * as the floor for elements near zero where cancellation makes a pure relative error meaningless.
  * fp32 outputs: err <= 1e-5. bf16 GEMMs: the reference takes the bf16-rounded operands, so the
  * products are exact and only the fp32 accumulation differs: 1e-5 as well. Outputs rounded to bf16
- * and attention's lowp mode (probabilities and dS rounded inside): 1.6e-2 (a few bf16 ulps).
+ * and attention's lowp mode (probabilities and dS rounded inside): 1.6e-2 (a few bf16 ulps), and
+ * 4e-2 for the lowp attention's input gradients (dS, a difference, is rounded to bf16).
  *
  * Poison: every output that a kernel overwrites is filled with NaN before the call, so an element
  * it leaves unwritten fails (NaN never passes). Outputs it accumulates into start from random values.
@@ -38,6 +39,8 @@ static uint64_t seed;
 static uint64_t stream_ctr = 1;
 #define TOL32 1e-5
 #define TOL16 1.6e-2
+#define TOL16_ATT_GRAD 4e-2 /* attention's lowp dqkv: dS = P∘(dP − D), a difference, rounded to bf16;
+                               measured on the CPU 1.1e-2 to 1.8e-2 over 6 draws */
 
 /* ---- buffers ---- */
 
@@ -508,7 +511,7 @@ static void test_attention(AttCase ac) {
     snprintf(nm, sizeof nm, "attention_%s_lse", ac.name);
     cmp(nm, gl, rl, nl, tol);
     snprintf(nm, sizeof nm, "attention_%s_dqkv", ac.name);
-    cmp(nm, runs[0], rdq, nq, tol);
+    cmp(nm, runs[0], rdq, nq, ac.lowp ? TOL16_ATT_GRAD : tol);
     snprintf(nm, sizeof nm, "attention_%s_backward_repeats", ac.name);
     same_bits(nm, runs[0], runs[1], nq);
     free(gy), free(gl), free(runs[0]), free(runs[1]), free(ry), free(rl), free(rdq), free(P), free(Pd), free(dP);
