@@ -48,10 +48,10 @@ void cu_encoder_forward(float *out, const int32_t *inp, const int32_t *pos, cons
  * range-checked when vn > 0): dwte by token, or dwpe by document position. One block per row bt;
  * the block whose row is the FIRST occurrence of its key sums, for each of its columns, dst's value
  * and then every row with that key in row order (the CPU's order of additions); other blocks
- * return. O(N²) key comparisons, read from L2: no atomics, no sort. */
+ * return. O(N²) key comparisons (one per thread per tile, from L2): no atomics, no sort. */
 __global__ void k_encoder_backward_wte(float *dwte, const float *dout, const int32_t *inp, int N, int C, Dropout d,
                                        int v0, int vn) {
-    __shared__ int tile[TPB];
+    __shared__ unsigned masks[TPB / 32];
     int bt = blockIdx.x, tok = inp[bt];
     if (vn > 0) {
         if (tok < v0 || tok >= v0 + vn) return;
@@ -69,18 +69,22 @@ __global__ void k_encoder_backward_wte(float *dwte, const float *dout, const int
         int c = threadIdx.x + k * TPB;
         acc[k] = c < C ? g[c] : 0.0f;
     }
+    /* The rows of each tile that hold the key, as one ballot mask per warp, then walked in
+     * ascending row order: matches are few, so a tile costs one comparison per thread. */
     for (int j0 = bt; j0 < N; j0 += TPB) {
+        int j = j0 + (int)threadIdx.x;
+        unsigned hit = __ballot_sync(0xffffffffu, j < N && inp[j] == tok);
+        __syncthreads(); /* the previous tile's masks are read */
+        if (threadIdx.x % 32 == 0) masks[threadIdx.x / 32] = hit;
         __syncthreads();
-        tile[threadIdx.x] = j0 + (int)threadIdx.x < N ? inp[j0 + threadIdx.x] : -1;
-        __syncthreads();
-        int jn = N - j0 < TPB ? N - j0 : TPB;
-        for (int jj = 0; jj < jn; jj++) {
-            if (tile[jj] != tok) continue;
-            size_t row = (size_t)(j0 + jj) * C;
+        for (int w = 0; w < TPB / 32; w++) {
+            for (unsigned mk = masks[w]; mk; mk &= mk - 1) {
+                size_t row = (size_t)(j0 + w * 32 + __ffs(mk) - 1) * C;
 #pragma unroll
-            for (int k = 0; k < ENC_MAXK; k++) {
-                int c = threadIdx.x + k * TPB;
-                if (c < C) acc[k] += d.p > 0 ? dout[row + c] * cu_drop(d, row + c) : dout[row + c];
+                for (int k = 0; k < ENC_MAXK; k++) {
+                    int c = threadIdx.x + k * TPB;
+                    if (c < C) acc[k] += d.p > 0 ? dout[row + c] * cu_drop(d, row + c) : dout[row + c];
+                }
             }
         }
     }
