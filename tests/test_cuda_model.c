@@ -13,7 +13,8 @@
  * twice gives the same losses bit for bit. Negative control: the device table with one kernel's
  * output scaled by 1.001 (GELU for GPT-2, SwiGLU for Llama) must fail the loss or the gradient-norm
  * comparison (the loss alone moves by about 1e-5 at this scale: the MLP's projection is small at
- * init). */
+ * init). bf16 (bf16 GEMM operands, fp32 master, AdamW writing the bf16 working copy): the device's
+ * losses within twice the CPU bf16 run's own spread from the CPU fp32 run. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,17 +65,18 @@ static void swiglu_scaled(float *out, const float *h, int N, int F, int nt) {
 }
 
 /* 20 steps on backend be (device: through the table's optimizer; host: optim/). */
-static Run run(const Backend *be, const ModelConfig *mc, int device) {
+static Run run(const Backend *be, const ModelConfig *mc, int device, GptPrecision prec) {
     Run r = {0};
     Err e = {0};
     GptOptions o = gpt_default_options();
-    o.backend = be, o.B = BB, o.T = TT, o.threads = 2, o.device_resident = device;
+    o.backend = be, o.B = BB, o.T = TT, o.threads = 2, o.device_resident = device, o.precision = prec;
     Gpt g;
     if (gpt_init(&g, mc, &o, NULL, &e) != ST_OK) {
         tu_check(0, "gpt_init", "%s: %s", be->name, e.msg);
         return r;
     }
     gpt_init_params(&g, 1234);
+    gpt_sync_lp(&g); /* bf16: the working copy of the master */
     size_t total = g.w.layout.total;
     r.total = total;
     float *m = NULL, *v = NULL;
@@ -102,11 +104,13 @@ static Run run(const Backend *be, const ModelConfig *mc, int device) {
         float clip = optim_clip_scale(norm, 1.0f), lr = 1e-3f;
         if (device) {
             BackendOptStep s = {BACKEND_OPT_ADAMW, lr, 0.1f, clip, oc.beta1, oc.beta2, oc.eps, 0,
-                                1.0f - powf(oc.beta1, (float)step), 1.0f - powf(oc.beta2, (float)step), step, 0};
-            be->optim_update(&s, g.w.params, g.d.grads, m, v, NULL, total);
+                                1.0f - powf(oc.beta1, (float)step), 1.0f - powf(oc.beta2, (float)step), step,
+                                prec == GPT_BF16};
+            be->optim_update(&s, g.w.params, g.d.grads, m, v, g.w.params_lp, total);
         } else {
             OptimRange rg = {0, total, 1, 1.0f};
-            optim_step(&oc, g.w.params, g.d.grads, m, v, &rg, 1, step, lr, clip, 2);
+            optim_step_lowp(&oc, g.w.params, g.d.grads, m, v, &rg, 1, step, lr, clip, g.w.params_lp,
+                            prec == GPT_BF16 ? OPTIM_LOWP_BF16 : OPTIM_LOWP_NONE, 2);
         }
         if (be->take_error(&e) != ST_OK) {
             tu_check(0, "optimizer", "%s step %d: %s", be->name, step, e.msg);
@@ -135,9 +139,9 @@ static double worst(const double *a, const double *b) {
 
 static void compare(const char *name, const ModelConfig *mc, int is_llama) {
     char nm[128];
-    Run cpu = run(backend_cpu(), mc, 0);
-    Run dev = run(&dev_table, mc, 1);
-    Run dev2 = run(&dev_table, mc, 1);
+    Run cpu = run(backend_cpu(), mc, 0, GPT_FP32);
+    Run dev = run(&dev_table, mc, 1, GPT_FP32);
+    Run dev2 = run(&dev_table, mc, 1, GPT_FP32);
     if (!cpu.ok || !dev.ok || !dev2.ok) {
         tu_check(0, name, "a run did not finish its %d steps", nsteps);
         return;
@@ -177,12 +181,20 @@ static void compare(const char *name, const ModelConfig *mc, int is_llama) {
     ctl_table = dev_table;
     if (is_llama) ctl_table.swiglu_forward = swiglu_scaled;
     else ctl_table.gelu_forward = gelu_scaled;
-    Run bad = run(&ctl_table, mc, 1);
+    Run bad = run(&ctl_table, mc, 1, GPT_FP32);
     double wb = worst(bad.loss, cpu.loss), wbn = worst(bad.norm, cpu.norm);
     snprintf(nm, sizeof nm, "%s_control_%s_x1.001", name, is_llama ? "swiglu" : "gelu");
     tu_check(bad.ok && (!(wb <= 1e-5) || !(wbn <= 1e-5)), nm,
              "worst relative loss difference %.3g, norm difference %.3g (one must exceed 1e-5)", wb, wbn);
-    free(cpu.params), free(dev.params), free(dev2.params), free(bad.params);
+    /* bf16: the device's bf16 run against the CPU's, within twice the CPU bf16 run's own spread
+     * (its largest relative loss difference from the CPU fp32 run): each bf16 run is that far from
+     * the fp32 trajectory, so two of them are at most twice as far apart. */
+    Run cb = run(backend_cpu(), mc, 0, GPT_BF16), db = run(&dev_table, mc, 1, GPT_BF16);
+    double spread = worst(cb.loss, cpu.loss), wd = worst(db.loss, cb.loss);
+    snprintf(nm, sizeof nm, "%s_bf16_within_cpu_spread", name);
+    tu_check(cb.ok && db.ok && spread > 0 && wd <= 2 * spread, nm,
+             "device bf16 vs CPU bf16 losses %.3g, CPU bf16 vs fp32 spread %.3g (tol 2x spread)", wd, spread);
+    free(cpu.params), free(dev.params), free(dev2.params), free(bad.params), free(cb.params), free(db.params);
 }
 
 int main(int argc, char **argv) {

@@ -303,7 +303,12 @@ Status gpt_init(Gpt *g, const ModelConfig *cfg, const GptOptions *o, MemStats *m
     }
     if (!wok || !dok || grads_alloc(&g->d, &g->w, o, be, mem) != 0 ||
         run_state_alloc(&g->s, cfg, o, g->w.prec, be, mem) != 0) {
+        Err why = {0}; /* a device backend says why (no GPU, out of device memory); the CPU's has nothing */
+        int said = be->take_error(&why) != ST_OK;
         gpt_free(g);
+        if (said)
+            return err_set(err, ST_ERR_RUNTIME, "allocating the model (L=%d C=%d V=%d B=%d T=%d) on %s: %s",
+                           cfg->n_layer, cfg->n_embd, cfg->vocab, o->B, o->T, be->name, why.msg);
         return err_set(err, ST_ERR_RUNTIME, "out of memory allocating the model (L=%d C=%d V=%d B=%d T=%d)",
                        cfg->n_layer, cfg->n_embd, cfg->vocab, o->B, o->T);
     }
