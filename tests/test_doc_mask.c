@@ -7,8 +7,11 @@
  *     (its own T, positions from 0, gradients summed over the six runs), for GPT-2 (learned
  *     positions) and Llama (RoPE, GQA 4:2). Control: the same packed batch without doc_mask must
  *     differ from the documents alone (losses by > 1e-3 relative).
+ *     The same under bf16 (<= 1e-5: only the fp32 accumulation order differs; control > 0.1).
  *     Recompute: under doc_mask with dropout, recompute none / selective / full give the same
  *     loss and gradients bit for bit (the positions reach the recomputed forward).
+ *     KV cache: token by token over a history with three EOTs, infer_feed's logits equal the last
+ *     row of the masked forward (gpt_logits, <= 1e-5); control: an unmasked cache differs.
  *  2. The kernel: attention_gqa_forward/_backward with document positions against a float64
  *     reference whose query i sums over keys j in [start(i), i] only (softmax, dropout with the
  *     same absolute (row, key) index, and the chain rule written out), fp32 (<= 1e-5) and bf16
@@ -18,11 +21,11 @@
  *     for bit. RoPE with positions = RoPE of each row alone at pos0 = its position (bit for bit);
  *     the GPT-2 embedding with positions = wte[tok] + wpe[pos] and its backward = the float64
  *     scatter.
- *  3. FLOPs: layout_attention_span (the per-token attended length the trainer's MFU uses) =
- *     Σ L_i² / (B·T) by hand for the batch above, T for a batch without EOT, and
- *     layout_flops_per_token_span(cfg, T) == layout_flops_per_token(cfg, T) exactly; the attention
- *     part scales linearly in the span (closed form 12·L·C·span). plan's mean-document-length
- *     span min(len, T). */
+ *  3. FLOPs: layout_doc_span (the per-token attention span the trainer's MFU uses) = Σ L_i² / (B·T)
+ *     by hand for the batch above, T for a row without EOT; layout_flops_per_token_span equals the
+ *     closed form 6·(12·L·C² + V·C) + 12·L·C·S for S = 1..1024 and, at S = T,
+ *     layout_flops_per_token exactly; plan --doc-mask --mean-doc-len prices S = min(len, T).
+ *     Control: the masked plan is below the unmasked one. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,8 +33,10 @@
 
 #include "core/rng.h"
 #include "model/gpt.h"
+#include "model/infer.h"
 #include "model/kernels.h"
 #include "model/layout.h"
+#include "plan/plan.h"
 #include "testutil.h"
 
 #define EOT 3 /* the test vocabulary's EOT id */
@@ -64,16 +69,21 @@ typedef struct {
     double loss;
 } Run;
 
-static int model_init(Gpt *g, const ModelConfig *mc, int doc_mask, Recompute rc) {
+static GptPrecision g_prec = GPT_FP32; /* the precision model_init builds */
+
+static int model_init(Gpt *g, const ModelConfig *mc0, int doc_mask, Recompute rc) {
     GptOptions o = gpt_default_options();
-    o.B = B, o.T = T, o.threads = 2, o.recompute = rc;
-    o.doc_mask = doc_mask, o.doc_eot = EOT;
+    o.B = B, o.T = T, o.threads = 2, o.recompute = rc, o.precision = g_prec;
+    ModelConfig m = *mc0;
+    m.doc_mask = doc_mask, m.doc_eot = EOT;
+    const ModelConfig *mc = &m;
     Err e;
     if (gpt_init(g, mc, &o, NULL, &e) != ST_OK) {
         printf("gpt_init: %s\n", e.msg);
         return -1;
     }
     gpt_init_params(g, 11);
+    gpt_sync_lp(g);
     return 0;
 }
 
@@ -151,6 +161,21 @@ static void model_case(const char *name, ModelConfig mc) {
     tu_check(ok && cl > 1e-3 && cg > 1e-3, what, "losses max rel %.3g, gradients rel %.3g (must be > 1e-3)", cl, cg);
     free(m.losses), free(m.grads), free(a.losses), free(a.grads), free(u.losses), free(u.grads);
 
+    /* bf16 (GEMM and attention operands rounded to bf16, fp32 accumulation): a document rounds the same
+     * values packed or alone, so only the accumulation order differs (measured ~1e-7): <= 1e-5. */
+    g_prec = GPT_BF16;
+    Run mb = {0}, ab = {0}, ub = {0};
+    ok = run_packed(&mc, 1, RECOMPUTE_NONE, &mb) == 0 && run_alone(&mc, &ab) == 0 &&
+         run_packed(&mc, 0, RECOMPUTE_NONE, &ub) == 0;
+    g_prec = GPT_FP32;
+    el = ok ? max_rel(mb.losses, ab.losses, B * T) : 1, eg = ok ? tu_rel_err_f(mb.grads, ab.grads, mb.n) : 1;
+    cg = ok ? tu_rel_err_f(ub.grads, ab.grads, ub.n) : 0;
+    snprintf(what, sizeof what, "%s bf16: doc-mask packed = documents alone (<= 1e-5; control without the mask > 0.1)",
+             name);
+    tu_check(ok && el <= 1e-5 && eg <= 1e-5 && cg > 0.1, what, "losses max rel %.3g, gradients rel %.3g; control %.3g",
+             el, eg, cg);
+    free(mb.losses), free(mb.grads), free(ab.losses), free(ab.grads), free(ub.losses), free(ub.grads);
+
     /* Recompute levels under doc-mask, dropout on: bit for bit. */
     mc.dropout = 0.1f;
     Run r[3] = {{0}};
@@ -162,6 +187,48 @@ static void model_case(const char *name, ModelConfig mc) {
     snprintf(what, sizeof what, "%s: doc-mask + dropout: recompute none = selective = full, bit for bit", name);
     tu_check(same, what, "losses %.17g %.17g %.17g", r[0].loss, r[1].loss, r[2].loss);
     for (int k = 0; k < 3; k++) free(r[k].losses), free(r[k].grads);
+}
+
+/* KV-cache generation under doc-mask: after each token of a history with EOTs, infer_feed's logits
+ * equal the last row of the masked training forward over the history so far (gpt_logits); the
+ * cache restarts after an EOT. Control: the same feed on the model without masking differs. */
+static void kv_case(const char *name, ModelConfig mc) {
+    enum { H = 20 };
+    mc.doc_mask = 1, mc.doc_eot = EOT;
+    Err e;
+    Gpt g;
+    KvCache kv = {0};
+    if (model_config_validate(&mc, &e) != ST_OK || model_init(&g, &mc, 1, RECOMPUTE_NONE) ||
+        kv_init(&kv, &g, &e) != ST_OK) {
+        tu_check(0, name, "setup failed");
+        return;
+    }
+    int32_t hist[H];
+    for (int i = 0; i < H; i++) hist[i] = (i * 7 + 5) % mc.vocab == EOT ? 1 : (i * 7 + 5) % mc.vocab;
+    hist[4] = hist[5] = hist[12] = EOT; /* documents 0..4, 5, 6..12, 13..19 (an EOT-only document) */
+    float *full = malloc(sizeof(float) * H * mc.vocab);
+    double worst = 0;
+    int fails = 0;
+    for (int n = 1; n <= H; n++) {
+        fails += infer_feed(&g, &kv, hist, (size_t)n, &e) != ST_OK;
+        fails += gpt_logits(&g, hist, n, full, &e) != ST_OK;
+        double r = tu_rel_err_f(kv.logits, full + (size_t)(n - 1) * mc.vocab, (size_t)mc.vocab);
+        worst = r > worst ? r : worst;
+    }
+    char what[160];
+    snprintf(what, sizeof what, "%s: doc-mask KV-cache logits = the masked forward's, token by token over 3 EOTs", name);
+    tu_check(!fails && worst < 1e-5, what, "worst rel %.3g (tol 1e-5), %d failures", worst, fails);
+    /* Control: the cache of the unmasked model keeps the earlier documents in view. */
+    kv_free(&kv);
+    g.w.cfg.doc_mask = 0;
+    double last = 1;
+    if (kv_init(&kv, &g, &e) == ST_OK && infer_feed(&g, &kv, hist, H, &e) == ST_OK)
+        last = tu_rel_err_f(kv.logits, full + (size_t)(H - 1) * mc.vocab, (size_t)mc.vocab);
+    snprintf(what, sizeof what, "%s: control: an unmasked cache over the same history differs", name);
+    tu_check(last > 1e-3, what, "rel %.3g (must be > 1e-3)", last);
+    kv_free(&kv);
+    free(full);
+    gpt_free(&g);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -337,7 +404,66 @@ static void position_kernels(void) {
              "%d %d %d %d %d %d %d %d", p8[0], p8[1], p8[2], p8[3], p8[4], p8[5], p8[6], p8[7]);
 }
 
+/* ---------------------------------------------------------------------------------------------- */
+/* 3. FLOPs                                                                                        */
+/* ---------------------------------------------------------------------------------------------- */
+
+static void flops(void) {
+    ModelConfig c = {.n_layer = 6, .n_head = 6, .n_embd = 384, .vocab = 50257, .max_seq = 1024};
+    Err e;
+    if (model_config_validate(&c, &e) != ST_OK) {
+        tu_check(0, "flops config", "%s", e.msg);
+        return;
+    }
+    /* The test batch: Σ L² / (B·T) by hand. */
+    int32_t inp[B * T], tgt[B * T];
+    make_batch(50, inp, tgt);
+    double want = 0;
+    for (int b = 0; b < B; b++)
+        for (int d = 0; d < NDOC; d++) want += (double)LENS[b][d] * LENS[b][d];
+    want /= (double)B * T;
+    double span = layout_doc_span(inp, B, T, EOT);
+    int32_t none[T];
+    for (int t = 0; t < T; t++) none[t] = 7;
+    double s1 = layout_doc_span(none, 1, T, EOT);
+    tu_check(span == want && s1 == T, "layout_doc_span = Σ L_i² / (B·T) (docs 9|14|9, 20|1|11); T without EOT",
+             "%.17g vs %.17g by hand; no EOT %.17g (want %d)", span, want, s1, T);
+    /* Closed form: 6·(12·L·C² + V·C) + 12·L·C·S; span T = layout_flops_per_token exactly. */
+    double L = c.n_layer, C = c.n_embd, V = c.vocab;
+    int bad = 0;
+    double worst = 0;
+    for (double S = 1; S <= 1024; S *= 2) {
+        double f = layout_flops_per_token_span(&c, S), cf = 6.0 * (12.0 * L * C * C + V * C) + 12.0 * L * C * S;
+        double rel = fabs(f - cf) / cf;
+        worst = rel > worst ? rel : worst;
+        bad += rel > 1e-15;
+    }
+    int exact = layout_flops_per_token_span(&c, 1024) == layout_flops_per_token(&c, 1024);
+    tu_check(!bad && exact, "layout_flops_per_token_span = 6(12LC²+VC) + 12LCS; span T = layout_flops_per_token",
+             "worst rel %.3g over S = 1..1024; span T %s", worst, exact ? "identical" : "differs");
+    /* plan: --doc-mask --mean-doc-len 256 at T 1024 prices span 256; 4096 is capped at T; control: no mask. */
+    PlanInput in = plan_default_input();
+    plan_model_from_config(&in.model, &c);
+    in.seq_len = 1024, in.micro_batch = 1;
+    PlanResult r0, r1, r2;
+    Status a = plan_predict_step(&in, &r0, &e);
+    in.doc_mask = 1, in.mean_doc_len = 256;
+    Status b = plan_predict_step(&in, &r1, &e);
+    in.mean_doc_len = 4096;
+    Status d = plan_predict_step(&in, &r2, &e);
+    int ok = a == ST_OK && b == ST_OK && d == ST_OK;
+    tu_check(ok && r1.compute.fpt == layout_flops_per_token_span(&c, 256) && r2.compute.fpt == r0.compute.fpt &&
+                 r0.compute.fpt == layout_flops_per_token(&c, 1024),
+             "plan --doc-mask --mean-doc-len: fpt at span min(len, T) (256: the span formula; 4096: = unmasked)",
+             "fpt %.10g (want %.10g), %.10g and unmasked %.10g", ok ? r1.compute.fpt : 0,
+             layout_flops_per_token_span(&c, 256), ok ? r2.compute.fpt : 0, ok ? r0.compute.fpt : 0);
+    tu_check(ok && r1.compute.fpt < r0.compute.fpt - 1e6,
+             "control: plan's document-masked price is below the unmasked one (the flag is not ignored)",
+             "%.10g vs %.10g", ok ? r1.compute.fpt : 0, ok ? r0.compute.fpt : 0);
+}
+
 int main(void) {
+    flops();
     position_kernels();
     attention_case(0, 0.0f);
     attention_case(0, 0.1f);
@@ -347,5 +473,7 @@ int main(void) {
     ModelConfig llama = {.n_layer = 2, .n_head = 4, .n_embd = 32, .vocab = 50, .max_seq = 32, .arch = ARCH_LLAMA,
                          .n_kv_head = 2};
     model_case("llama-gqa", llama);
+    kv_case("gpt2", gpt2);
+    kv_case("llama-gqa", llama);
     return tu_exit();
 }

@@ -309,6 +309,18 @@ static int ends_with(const char *s, const char *suf) {
     return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
+PrepareFormat docsource_format_of(const char *path, PrepareFormat format) {
+    if (format != PREP_FORMAT_AUTO) return format;
+    char base[4096];
+    snprintf(base, sizeof base, "%s", path);
+    size_t bl = strlen(base);
+    if (ends_with(base, ".gz")) base[bl - 3] = 0;
+    else if (ends_with(base, ".zst")) base[bl - 4] = 0;
+    return ends_with(base, ".jsonl") || ends_with(base, ".json") ? PREP_FORMAT_JSONL
+         : ends_with(base, ".tokens")                            ? PREP_FORMAT_WIKITEXT
+                                                                 : PREP_FORMAT_TEXT;
+}
+
 Status docreader_open(DocReader **out, const char *path, const DocReaderOptions *o, Err *err) {
     *out = NULL;
     DocReader *r = calloc(1, sizeof *r);
@@ -332,17 +344,7 @@ Status docreader_open(DocReader **out, const char *path, const DocReaderOptions 
         docreader_close(r);
         return st;
     }
-    r->fmt = o->format;
-    if (r->fmt == PREP_FORMAT_AUTO) {
-        char base[4096];
-        snprintf(base, sizeof base, "%s", path);
-        size_t bl = strlen(base);
-        if (ends_with(base, ".gz")) base[bl - 3] = 0;
-        else if (ends_with(base, ".zst")) base[bl - 4] = 0;
-        r->fmt = ends_with(base, ".jsonl") || ends_with(base, ".json") ? PREP_FORMAT_JSONL
-               : ends_with(base, ".tokens")                            ? PREP_FORMAT_WIKITEXT
-                                                                       : PREP_FORMAT_TEXT;
-    }
+    r->fmt = docsource_format_of(path, o->format);
     *out = r;
     return ST_OK;
 }

@@ -48,6 +48,10 @@ typedef struct {
 
 typedef struct DocReader DocReader;
 
+/* The format a file is read as: `format` unless AUTO, else by extension with .gz/.zst removed
+ * (.jsonl/.json: JSON Lines, .tokens: WikiText, anything else and "-": text). */
+PrepareFormat docsource_format_of(const char *path, PrepareFormat format);
+
 /* Opens path ("-" = standard input). Errors: missing or unreadable file (ST_ERR_INPUT). */
 Status docreader_open(DocReader **r, const char *path, const DocReaderOptions *o, Err *err);
 

@@ -790,8 +790,39 @@ static void split_writers_init(SplitWriter sw[2], const PrepareOptions *o) {
     }
 }
 
-/* Phase 2: the runs merged by key into the train and val shards (docs/data.md §6). */
-static Status merge_runs(const PrepareOptions *o, size_t nruns, int width, PrepareStats *s, Err *err) {
+/* A validation split was asked for (--val-fraction > 0 or --val-docs > 0) but one side came out
+ * empty: the corpus has a single distinct document (a text file without separator lines is one
+ * document), or --val-docs takes them all. Refused before any shard is committed, saying what to
+ * change (issue 26: `train --val-data` would otherwise stop on a missing val_*.bin). `text`: some
+ * input is read as text, so the separator is worth naming. */
+static Status check_split(const PrepareOptions *o, const char *what, int text, const PrepareStats *s, Err *err) {
+    int asked = o->val_docs > 0 || (o->val_docs < 0 && o->val_fraction > 0);
+    if (!asked || (s->val_docs > 0 && s->train_docs > 0)) return ST_OK;
+    size_t unique = s->val_docs + s->train_docs;
+    char hint[512] = "";
+    if (text) {
+        const char *sep = o->separator ? o->separator : "";
+        if (*sep)
+            snprintf(hint, sizeof hint, " (text is cut into documents at lines \"%s\", and there are none): give "
+                     "--separator \"\" to cut at blank lines, or give", sep);
+        else
+            snprintf(hint, sizeof hint, " (text is cut into documents at blank lines with --separator \"\", and "
+                     "there are none): cut the text into paragraphs or give a separator line with --separator, or give");
+    }
+    if (s->val_docs == 0)
+        return err_set(err, ST_ERR_INPUT,
+                       "%s: expected at least 2 distinct documents for a validation split, found %zu%s "
+                       "--val-fraction 0 for no validation split (then train without --val-data)",
+                       what, unique, *hint ? hint : ": give");
+    return err_set(err, ST_ERR_INPUT,
+                   "--val-docs %ld: expected fewer than the %zu distinct documents of %s, found all of them taken "
+                   "for validation (no training document left)", o->val_docs, unique, what);
+}
+
+/* Phase 2: the runs merged by key into the train and val shards (docs/data.md §6). `what` names the
+ * inputs in errors, `text` as in check_split. */
+static Status merge_runs(const PrepareOptions *o, const char *what, int text, size_t nruns, int width, PrepareStats *s,
+                         Err *err) {
     Merge m = {0};
     SplitWriter sw[2];
     memset(sw, 0, sizeof sw);
@@ -832,6 +863,7 @@ static Status merge_runs(const PrepareOptions *o, size_t nruns, int width, Prepa
             o->progress(o->progress_ctx, &p);
         }
     }
+    if (!st) st = check_split(o, what, text, s, err);
     for (int w = 0; w < 2 && !st; w++) st = sw_commit(&sw[w], &nsh, err);
     if (!st && o->progress) {
         PrepareProgress p = {2, merged, s->docs, s->docs, omp_get_wtime() - t0};
@@ -1021,7 +1053,12 @@ Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
         work_dir_clear(o->out_dir, 1);
         goto done;
     }
-    if ((st = merge_runs(o, j.runs, width, &s, err)) != ST_OK) goto done;
+    char what[4200];
+    snprintf(what, sizeof what, "%s%s", in.n == 1 ? (strcmp(in.v[0].path, "-") ? in.v[0].path : "<stdin>") : "inputs",
+             in.n == 1 ? "" : " (all files)");
+    int text = 0;
+    for (size_t i = 0; i < in.n; i++) text |= docsource_format_of(in.v[i].path, o->format) == PREP_FORMAT_TEXT;
+    if ((st = merge_runs(o, what, text, j.runs, width, &s, err)) != ST_OK) goto done;
     remove_stale(o->out_dir, "train", s.train_shards);
     remove_stale(o->out_dir, "val", s.val_shards);
     if (s.nopack_rows) s.nopack_utilization = (double)s.train_tokens / ((double)s.nopack_rows * o->seq_len);

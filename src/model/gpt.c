@@ -165,8 +165,8 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
     ast.split = o->split_backward;
     layout_free(&stl);
     /* GptPrecision is the layout's 0/1/2 */
-    ActOptions ao = {B, T, s->nt, rc, (int)prec, tp, o->sp, &ast, o->doc_mask != 0};
-    s->doc_mask = o->doc_mask != 0, s->doc_eot = o->doc_eot;
+    ActOptions ao = {B, T, s->nt, rc, (int)prec, tp, o->sp, &ast};
+    s->doc_mask = cfg->doc_mask != 0, s->doc_eot = cfg->doc_eot;
     if (s->doc_mask && !(s->docpos_host = malloc((size_t)B * T * sizeof(int32_t)))) return -1;
     ActSizes as = layout_activations(cfg, &ao);
     s->acts_floats = as.total;

@@ -84,11 +84,6 @@ typedef struct {
     int split_backward;     /* 1: backward computes input gradients (and biases, LayerNorms); the weight
                                GEMMs wait for gpt_weight_stage (zero-bubble schedules). Needs
                                recompute none and no --sp */
-    int doc_mask;           /* 1: document masking (docs/doc-mask.md): in each row a document starts at
-                               the row's start and after every doc_eot token (the EOT ends, and belongs
-                               to, the document before it); attention never crosses a document start
-                               and positions restart at 0 there. 0 (default): one document per row */
-    int32_t doc_eot;        /* the EOT id of doc_mask */
     int device_resident;    /* 1: accept a backend whose memory is not host-addressable (CUDA): the
                                model stages inp and tgt into backend memory itself and initialises
                                the parameters through a host copy; the caller reads and writes
@@ -221,7 +216,7 @@ typedef struct {
     uint64_t dropout_seed;
     HeadSample sample;      /* gpt_set_label_sampling's draws (u NULL: the data's targets) */
 
-    int doc_mask;           /* GptOptions.doc_mask, doc_eot */
+    int doc_mask;           /* ModelConfig.doc_mask, doc_eot (document masking) */
     int32_t doc_eot;
     int32_t *docpos_host;   /* doc_mask: host staging of the positions (B·T) */
     int32_t *dev_inp, *dev_tgt; /* device_resident: the micro-batch's tokens and targets in backend

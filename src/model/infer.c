@@ -149,6 +149,19 @@ Status infer_status(const Gpt *g, Err *err) { return g->be->take_error(err); }
 
 Status infer_feed(const Gpt *g, KvCache *kv, const int32_t *hist, size_t n, Err *err) {
     ST_CHECK(n > kv->start + (size_t)kv->len);
+    const ModelConfig *c = &g->w.cfg;
+    if (c->doc_mask) {
+        /* Document masking: the next logits are those of the last token's document, which starts
+         * after the last EOT before it. A cached window reaching into an earlier document restarts
+         * at that start (positions from 0), as the masked forward computes them. */
+        size_t ds = 0;
+        for (size_t j = n - 1; j > kv->start; j--)
+            if (hist[j - 1] == c->doc_eot) {
+                ds = j;
+                break;
+            }
+        if (ds > kv->start) kv->start = ds, kv->len = 0;
+    }
     if (n - kv->start > (size_t)kv->cap) {
         size_t keep = kv->cap > 1 ? (size_t)kv->cap / 2 : 1;
         kv->start = n - keep, kv->len = 0;

@@ -19,7 +19,8 @@
 
 /* Causal attention, flash style: per (batch, query head), 64-query blocks against key blocks of up
  * to 256 with an online softmax, so the T×T matrix is never stored; only each row's log-sum-exp is
- * saved, and backward recomputes the probabilities from it. Blocks above the diagonal are skipped.
+ * saved, and backward recomputes the probabilities from it. Blocks above the diagonal are skipped;
+ * with document positions (document masking, kernels.h) so are the keys before a block's documents.
  *
  * With lowp (bf16), each head's Q, K, V (and dY in backward) are first rounded into contiguous
  * bf16 copies, and the probabilities and dS are rounded before their GEMMs, so all five GEMMs run
@@ -70,22 +71,20 @@ size_t attention_gqa_scratch_floats(int T, int hs, int group, int nt) {
     return attention_scratch_floats(T, hs, nt);
 }
 
-/* Grouped-query attention. The qkv row holds NH query heads, then KV key heads, then KV value
- * heads (ld = (NH + 2·KV)·hs floats); query head h reads KV head h / G, G = NH / KV, in place.
- *
- * Forward: one task per (batch, query head), as the GPT-2 attention; with lowp, a thread keeps the
- * bf16 K, V of the KV head it converted last, so the G query heads of a group (adjacent in the
- * static schedule) convert their shared K, V once. At KV = NH every task does exactly what the
- * GPT-2 kernel did, in the same order: results are bit-identical. */
 /* Document masking (pos non-NULL): query row t sees keys [t − pos[b·T + t], t]. A query block's key
- * loop starts at the smallest document start of its rows (key blocks wholly before it are never
- * computed), and each row's softmax runs over its own range [js, jn) of a key block, the entries
+ * loop starts at the smallest document start of its rows, rounded down to a multiple of 64 (keys
+ * before it are never computed), and each row's softmax runs over its own range [js, jn) of a key block, the entries
  * outside set to 0 as those above the diagonal are. pos NULL: js = 0 and the loop starts at 0,
  * exactly the causal kernel. Dropout indices stay those of the absolute (row, key) pair. */
 static int doc_block_start(const int32_t *dpos, int r0, int m) {
     int s = r0 - dpos[r0];
     for (int i = 1; i < m; i++) s = r0 + i - dpos[r0 + i] < s ? r0 + i - dpos[r0 + i] : s;
-    return s < 0 ? 0 : s;
+    /* Rounded down to a multiple of the query block: the key blocks' widths stay multiples of 64
+     * (kend is one), so the GEMMs keep the few shapes of the causal kernel instead of one per
+     * document start (each new shape is a oneDNN primitive to create, matmul.c's cache). The keys
+     * below the start inside it are masked per row. */
+    s = s < 0 ? 0 : s;
+    return s / ATT_BLOCK * ATT_BLOCK;
 }
 static int doc_row_from(const int32_t *dpos, int row, int k0) {
     if (!dpos) return 0;
@@ -93,6 +92,13 @@ static int doc_row_from(const int32_t *dpos, int row, int k0) {
     return s > 0 ? s : 0;
 }
 
+/* Grouped-query attention. The qkv row holds NH query heads, then KV key heads, then KV value
+ * heads (ld = (NH + 2·KV)·hs floats); query head h reads KV head h / G, G = NH / KV, in place.
+ *
+ * Forward: one task per (batch, query head), as the GPT-2 attention; with lowp, a thread keeps the
+ * bf16 K, V of the KV head it converted last, so the G query heads of a group (adjacent in the
+ * static schedule) convert their shared K, V once. At KV = NH every task does exactly what the
+ * GPT-2 kernel did, in the same order: results are bit-identical. */
 void attention_gqa_forward(float *out, float *lse, float *scratch, const float *qkv, const int32_t *pos, int B, int T,
                            int NH, int KV, int hs, float scale, Dropout d, int lowp, int nt) {
     int G = NH / KV, C = NH * hs, ld = (NH + 2 * KV) * hs;
