@@ -3,13 +3,16 @@
  * GPT-2 of depth 4 (dropout 0.1: the device's Philox must draw the CPU's masks) and a Llama with
  * grouped-query attention (4 query heads, 2 KV heads), both fp32 (cuBLASLt without TF32). Usage:
  *   test_cuda_model          the CUDA backend (make test-gpu; fails without a GPU or a CUDA build)
- *   test_cuda_model cpu      the "device" is a copy of the CPU table with optim/ in its optimizer
- *                            entries: checks this harness here (CTest); its comparisons are exact
+ *   test_cuda_model cpu      the "device" is a copy of the CPU table marked not host-addressable,
+ *                            with optim/ in its optimizer entries: checks this harness and the
+ *                            model's device path (token staging, host-copy init, gpt_logits) here
+ *                            (CTest); its comparisons are exact
  *
  * The device model is built with GptOptions.device_resident; its optimizer runs through the table
  * (optim_update, sumsq), the CPU's through optim/ (optim_step_lowp, optim_l2_norm). Oracle: the CPU
  * path. Tolerances (the issue's): each step's loss <= 1e-5 relative, each gradient norm <= 1e-5
- * relative, final weights per tensor ||dev − cpu|| / ||cpu|| <= 1e-4. Determinism: the device run
+ * relative, final weights per tensor ||dev − cpu|| / ||cpu|| <= 1e-4, then gpt_logits of one
+ * sequence on the trained weights <= 1e-4 (normwise). Determinism: the device run
  * twice gives the same losses bit for bit. Negative control: the device table with one kernel's
  * output scaled by 1.001 (GELU for GPT-2, SwiGLU for Llama) must fail the loss or the gradient-norm
  * comparison (the loss alone moves by about 1e-5 at this scale: the MLP's projection is small at
@@ -36,6 +39,7 @@ static Backend dev_table, ctl_table; /* the device (or its CPU stand-in), and th
 typedef struct {
     double loss[STEPS], norm[STEPS];
     float *params; /* host copy of the final parameters */
+    float *logits; /* gpt_logits of one sequence after the last step (TT × vocab) */
     size_t total;
     int ok;
 } Run;
@@ -121,6 +125,12 @@ static Run run(const Backend *be, const ModelConfig *mc, int device, GptPrecisio
     }
     r.params = malloc(total * 4);
     be->to_host(r.params, g.w.params, total * 4);
+    /* the inference path on the trained weights: gpt_logits stages its tokens and targets too */
+    r.logits = malloc((size_t)TT * mc->vocab * sizeof(float));
+    if (r.ok && gpt_logits(&g, inp, TT, r.logits, &e) != ST_OK) {
+        tu_check(0, "gpt_logits", "%s: %s", be->name, e.msg);
+        r.ok = 0;
+    }
     if (device) be->free(NULL, MEM_MOMENTS, m, total * 4), be->free(NULL, MEM_MOMENTS, v, total * 4);
     else free(m), free(v);
     gpt_free(&g);
@@ -174,6 +184,14 @@ static void compare(const char *name, const ModelConfig *mc, int is_llama) {
     } else {
         tu_check(0, "layout_init", "%s", e.msg);
     }
+    double ln = 0, ld = 0;
+    for (size_t i = 0; i < (size_t)TT * mc->vocab; i++) {
+        double d = (double)dev.logits[i] - cpu.logits[i];
+        ln += d * d, ld += (double)cpu.logits[i] * cpu.logits[i];
+    }
+    snprintf(nm, sizeof nm, "%s_logits_after_training", name);
+    tu_check(sqrt(ln / ld) <= 1e-4, nm, "gpt_logits of one sequence: ||dev - cpu|| / ||cpu|| %.3g (tol 1e-4)",
+             sqrt(ln / ld));
     snprintf(nm, sizeof nm, "%s_device_repeats", name);
     tu_check(!memcmp(dev.loss, dev2.loss, sizeof dev.loss) && !memcmp(dev.norm, dev2.norm, sizeof dev.norm), nm,
              "the device run twice: losses and norms bit for bit");
@@ -195,6 +213,7 @@ static void compare(const char *name, const ModelConfig *mc, int is_llama) {
     tu_check(cb.ok && db.ok && spread > 0 && wd <= 2 * spread, nm,
              "device bf16 vs CPU bf16 losses %.3g, CPU bf16 vs fp32 spread %.3g (tol 2x spread)", wd, spread);
     free(cpu.params), free(dev.params), free(dev2.params), free(bad.params), free(cb.params), free(db.params);
+    free(cpu.logits), free(dev.logits), free(dev2.logits), free(bad.logits), free(cb.logits), free(db.logits);
 }
 
 int main(int argc, char **argv) {
@@ -203,6 +222,7 @@ int main(int argc, char **argv) {
     if (cpu_mode) {
         nsteps = 4;
         dev_table = *backend_cpu();
+        dev_table.host_addressable = 0; /* gpt_init takes the device path: staging, host-copy init */
         dev_table.optim_update = cpu_update, dev_table.sumsq = cpu_sumsq;
     } else {
         const Backend *be;
