@@ -173,7 +173,12 @@ void args_print_help(const ArgSpec *specs, int n) {
         case ARG_STR: snprintf(def, sizeof def, "%s", *(char *)s->dst ? (char *)s->dst : "none"); break;
         case ARG_FLAG: snprintf(def, sizeof def, "%s", *(int *)s->dst ? "on" : "off"); break;
         }
-        printf("  --%-16s %s (default: %s)\n", s->name, s->help, def);
+        /* Generated from the table, once: a help line that already explains its default ("default
+         * 512", "(-1: 0.9)", "(0: the world size)") is not followed by the raw sentinel value. */
+        char own[80];
+        snprintf(own, sizeof own, "(%.64s:", def);
+        if (strstr(s->help, "default") || strstr(s->help, own)) printf("  --%-16s %s\n", s->name, s->help);
+        else printf("  --%-16s %s (default: %s)\n", s->name, s->help, def);
     }
     printf("  --%-16s %s\n", "config FILE", "JSON object of options; the command line overrides it");
 }

@@ -290,9 +290,7 @@ int cmd_plan(int argc, char **argv) {
     char pp_schedule[32] = "", pp_layers[256] = "";
     int pp_print = 0;
     ArgSpec specs[] = {
-        {"model", ARG_STR, model, sizeof model,
-         "preset: d2..d64, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-7b, llama-13b, llama-70b, llama-405b, llama3-8b, "
-         "llama3.1-8b, llama3.2-1b, llama3.2-3b"},
+        {"model", ARG_STR, model, sizeof model, "preset (one table with train's; see below)"},
         {"arch", ARG_STR, arch, sizeof arch, "shape family without --model: gpt2 | llama"},
         {"layers", ARG_INT, &layers, 0, "transformer blocks L"},
         {"heads", ARG_INT, &heads, 0, "attention heads"},
@@ -307,7 +305,7 @@ int cmd_plan(int argc, char **argv) {
         {"seq-len", ARG_INT, &in.seq_len, 0, "tokens per sequence T"},
         {"grad-accum", ARG_INT, &in.grad_accum, 0, "micro-batches per optimizer step k"},
         {"global-batch", ARG_LONG, &global_batch, 0, "sequences per step (sets --grad-accum; 0: unused)"},
-        {"dp", ARG_INT, &in.dp, 0, "data-parallel ranks (default: world / (tp x pp) when --nodes is given)"},
+        {"dp", ARG_INT, &in.dp, 0, "data-parallel ranks (1; with --nodes and no --dp: world / (tp x pp))"},
         {"tp", ARG_INT, &in.tp, 0, "tensor-parallel ranks"},
         {"pp", ARG_INT, &in.pp, 0, "pipeline stages"},
         {"sp", ARG_FLAG, &in.sp, 0, "sequence parallelism inside the TP group"},
@@ -369,6 +367,7 @@ int cmd_plan(int argc, char **argv) {
                "bubble, communication, scaling laws, checkpointing and the launch checklist (docs/plan.md).\n"
                "Exit 2 on bad input or a launch-checklist error.\n\n");
         args_print_help(specs, n);
+        printf("\n--model presets: %s\n", model_preset_names());
         return 0;
     }
 #define SEEN(name) (args_find(specs, n, name)->seen)

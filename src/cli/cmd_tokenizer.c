@@ -106,7 +106,7 @@ static void usage(FILE *f) {
             "       scaletrain tokenizer encode [options] FILE [-o OUT]\n"
             "       scaletrain tokenizer decode [options] FILE [-o OUT]\n"
             "\n"
-            "train: learn a byte-level BPE with GPT-2's pre-tokenization (options: tokenizer train --help)\n"
+            "train: learn a byte-level BPE with the --pattern pre-tokenization: gpt2, cl100k or o200k (options: tokenizer train --help)\n"
             "encode / decode: FILE is text (encode) or ids (decode); '-' is stdin\n"
             "  --tokenizer T       gpt2 | cl100k | o200k | bytes | FILE.tkr | DIR of a trained tokenizer [gpt2]\n"
             "  --tokenizer-dir D   where the named tokenizer's files are [<exe>/../data/gpt2_tokenizer or tokenizers]\n"

@@ -176,8 +176,7 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
     float beta1 = -1, beta2 = -1, wd = -1, eps = -1, momentum = -1, muon_lr = -1, muon_mom = -1, sh_eps = -1, gamma = -1;
     int sh_block = ARG_UNSET_INT, sh_every = ARG_UNSET_INT, hess_every = ARG_UNSET_INT; /* unset: the optimizer's default */
     ArgSpec specs[] = {
-        {"model", ARG_STR, model, sizeof model,
-         "preset: d2, d4, ..., gpt2-124m; llama-d2, ..., llama-7b, llama3-8b (sets the shape and --arch)"},
+        {"model", ARG_STR, model, sizeof model, "preset, sets the shape and --arch (the list: below)"},
         {"arch", ARG_STR, arch, sizeof arch, "gpt2 | llama (RMSNorm, RoPE, SwiGLU, grouped-query attention)"},
         {"kv-heads", ARG_INT, &c.model.n_kv_head, 0, "llama: key/value heads, dividing --heads (0: --heads)"},
         {"ffn", ARG_INT, &c.model.ffn, 0, "llama: MLP width F (0: 8C/3 rounded up to --ffn-multiple)"},
@@ -185,7 +184,7 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         {"norm-eps", ARG_FLOAT, &c.model.norm_eps, 0, "llama: RMSNorm epsilon (0: 1e-5)"},
         {"rope-theta", ARG_FLOAT, &c.model.rope_theta, 0, "llama: RoPE base (0: 10000)"},
         {"rope-type", ARG_STR, rope_type, sizeof rope_type,
-         "llama: default | linear (frequencies / --rope-factor) | llama3 (Llama 3.1's scaling; default: the preset's)"},
+         "llama: default | linear (frequencies / --rope-factor) | llama3 (Llama 3.1's scaling); not given: the preset's"},
         {"rope-factor", ARG_FLOAT, &c.model.rope_factor, 0, "llama: --rope-type linear or llama3: the factor"},
         {"rope-low-freq-factor", ARG_FLOAT, &c.model.rope_low_freq_factor, 0, "llama: --rope-type llama3: low_freq_factor"},
         {"rope-high-freq-factor", ARG_FLOAT, &c.model.rope_high_freq_factor, 0,
@@ -309,8 +308,9 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
     Status st = args_parse(specs, n, argc, argv, pos, 0, &npos, &help, &err);
     if (st != ST_OK) FAIL(st);
     if (help) {
-        printf("usage: scaletrain train --data SHARDS [options]\n\nTrains a GPT-2 style model on token shards.\n\n");
+        printf("usage: scaletrain train --data SHARDS [options]\n\nTrains a GPT-2 or Llama model on token shards (under mpirun for more than one process).\n\n");
         args_print_help(specs, n);
+        printf("\n--model presets (one table with plan's): %s\n", model_preset_names());
         a->help = 1;
         return ST_OK;
     }

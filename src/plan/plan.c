@@ -20,35 +20,11 @@
 /* ================================================================ model ============== */
 
 Status plan_model_preset(PlanModel *m, const char *name, Err *err) {
-    /* Llama shapes: Touvron et al. 2023 (Llama 2, Table 1 / released configs) and Llama 3.1
-     * 405B (Dubey et al. 2024, Table 3). d_ff is the SwiGLU width of the released configs. */
-    static const struct { const char *name; int L, a, kv, h, F, V, maxT; } LL[] = {
-        {"llama-7b", 32, 32, 32, 4096, 11008, 32000, 4096},
-        {"llama-13b", 40, 40, 40, 5120, 13824, 32000, 4096},
-        {"llama-70b", 80, 64, 8, 8192, 28672, 32000, 4096},
-        {"llama-405b", 126, 128, 8, 16384, 53248, 128256, 131072},
-    };
-    memset(m, 0, sizeof *m);
-    for (size_t i = 0; i < sizeof LL / sizeof LL[0]; i++) {
-        if (strcasecmp(name, LL[i].name) == 0) {
-            snprintf(m->name, sizeof m->name, "%s", LL[i].name);
-            m->arch = PLAN_ARCH_LLAMA;
-            m->n_layer = LL[i].L, m->n_head = LL[i].a, m->n_kv_head = LL[i].kv, m->d_model = LL[i].h;
-            m->d_ff = LL[i].F, m->vocab = LL[i].V, m->max_seq = LL[i].maxT;
-            m->tied_head = 0, m->learned_pos = 0, m->norm_bias = 0, m->linear_bias = 0, m->gated_mlp = 1;
-            return ST_OK;
-        }
-    }
-    const char *gname = strcasecmp(name, "gpt2-1.5b") == 0 ? "gpt2-1558m" : name;
+    /* One preset table for train and plan (model_config_preset): a name one accepts, the other does. */
     ModelConfig cfg = {0};
-    cfg.vocab = 50257, cfg.max_seq = 1024;
-    Err e2;
-    if (model_config_preset(&cfg, gname, &e2) != ST_OK)
-        return err_set(err, ST_ERR_INPUT,
-                       "--model: expected a preset (d1..d64, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m or "
-                       "gpt2-1.5b, llama-d1..llama-d64, llama-7b, llama-13b, llama-70b, llama-405b, llama3-8b, "
-                       "llama3.1-8b, llama3.2-1b, llama3.2-3b), found '%s'",
-                       name);
+    cfg.vocab = 50257, cfg.max_seq = 1024; /* GPT-2's, for the presets that leave them */
+    Status st = model_config_preset(&cfg, name, err);
+    if (st != ST_OK) return st;
     plan_model_from_config(m, &cfg);
     snprintf(m->name, sizeof m->name, "%s", name);
     return ST_OK;

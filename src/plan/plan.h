@@ -48,11 +48,8 @@ typedef struct {
     long long params_override; /* > 0: only the count is known (--params N); shape fields unused */
 } PlanModel;
 
-/* Fills m from a preset: our "dN" and "gpt2-124m/350m/774m/1558m" (alias gpt2-1.5b) via
- * model/config (vocab 50257, max_seq 1024), and "llama-7b", "llama-13b", "llama-70b" (Llama 2
- * shapes, V 32000, 4096 positions) and "llama-405b" (Llama 3.1: V 128256, 131072 positions),
- * and model/config's other Llama presets ("llama3-8b", "llama3.1-8b", "llama3.2-1b",
- * "llama3.2-3b", "llama-dN").
+/* Fills m from a preset of model/config's one table (model_config_preset: the names train accepts,
+ * model_preset_names); presets that leave vocab and max_seq get GPT-2's 50257 and 1024.
  * ST_ERR_INPUT naming --model and the known presets on an unknown name. */
 Status plan_model_preset(PlanModel *m, const char *name, Err *err);
 
