@@ -152,9 +152,48 @@ static void test_help(void) {
                "llama3.2-3b), found 'gpt5'");
 }
 
+#define SHAPE "--layers 1 --heads 2 --channels 32 --max-seq-len 64 --seq-len 32 --micro-batch 2 --steps 2 --quiet"
+
+/* Text where shards belong, a directory where a glob belongs, another tokenizer's shards. */
+static void test_data(void) {
+    /* 3000 and 500 bytes of the bundled corpus: text, above and below the 1024-byte header */
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "head -c 3000 %s/data/tinyshakespeare/input.txt > " TMP "/corpus.txt && "
+             "head -c 500 %s/data/tinyshakespeare/input.txt > " TMP "/short.txt && rm -rf " TMP "/shards",
+             ST_SOURCE_DIR, ST_SOURCE_DIR);
+    if (!tu_shell(cmd)) return;
+    expect_msg("text file as --data", "train --data " TMP "/corpus.txt " SHAPE, 2,
+               "corpus.txt|found text|scaletrain prepare --out DIR|--data 'DIR/train_*.bin'",
+               "scaletrain train: corpus.txt: expected magic/version 20240520/1 (uint16) or 20240801/7 (uint32), found "
+               "1936877894/1766006900");
+    expect_msg("short text file as --data", "train --data " TMP "/short.txt " SHAPE, 2,
+               "short.txt|text|scaletrain prepare --out DIR",
+               "scaletrain train: short.txt: expected at least a 1024-byte shard header, found 500 bytes");
+    /* control: a binary file of the wrong magic keeps the magic message, without the text hint */
+    FILE *f = fopen(TMP "/zeros.bin", "wb");
+    static const int32_t hdr[256] = {12345, 1, 0};
+    if (f) fwrite(hdr, 4, 256, f), fclose(f);
+    expect_msg("binary non-shard: no text hint", "train --data " TMP "/zeros.bin " SHAPE, 2,
+               "expected magic/version|found 12345/1", NULL);
+    char *t = tu_slurp(TMP "/err.txt");
+    tu_check(t && !strstr(t, "prepare"), "binary non-shard: the text hint is not given", "stderr=\"%s\"", t ? t : "");
+    free(t);
+    if (!tu_shell(BIN " prepare --tokenizer bytes --out " TMP "/shards " TMP "/corpus.txt >/dev/null 2>&1")) return;
+    expect_msg("directory as --data", "train --data " TMP "/shards " SHAPE, 2,
+               "shards: a directory|'" TMP "/shards/train_*.bin'", "scaletrain train: shards: expected a regular file");
+    expect_msg("another tokenizer's shards: names, not hashes", "train --data '" TMP "/shards/train_*.bin' --tokenizer gpt2 " SHAPE, 2,
+               "prepared with tokenizer bytes|--tokenizer gpt2|train with --tokenizer bytes",
+               "scaletrain train: shards/train_000000.bin: made with tokenizer hash c068a593b15c7392, expected "
+               "1bf434d25c46b296 (the --tokenizer of this run)");
+    /* control: the same shards with their own tokenizer train */
+    int rc = run("train --data '" TMP "/shards/train_*.bin' --tokenizer bytes " SHAPE);
+    tu_check(rc == 0, "control: the shards train with their own --tokenizer", "exit=%d", rc);
+}
+
 int main(void) {
     Err e;
     file_mkdirs(TMP, &e);
     test_help();
+    test_data();
     return tu_exit();
 }

@@ -136,7 +136,8 @@ Status tr_setup_data(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
     Status st;
     int lflags = LOADER_SHUFFLE | (c->no_pack ? LOADER_NO_PACK : 0);
-    if ((st = loader_open(&r->train, c->data, c->seq_len, 0, c->tokenizer_hash, c->data_seed, lflags, err)) != ST_OK)
+    if ((st = loader_open_named(&r->train, c->data, c->seq_len, 0, c->tokenizer_hash, c->tokenizer, c->data_seed, lflags,
+                                 err)) != ST_OK)
         return st;
     if (c->model.vocab == 0) {
         c->model.vocab = (int)loader_header_vocab(&r->train);
@@ -148,7 +149,8 @@ Status tr_setup_data(Run *r, Err *err) {
     if ((st = loader_check_vocab(&r->train, (uint32_t)c->model.vocab, err)) != ST_OK) return st;
     if (c->val_data[0]) {
         int vflags = c->no_pack ? LOADER_NO_PACK : 0;
-        if ((st = loader_open(&r->val, c->val_data, c->seq_len, (uint32_t)c->model.vocab, c->tokenizer_hash, 0, vflags,
+        if ((st = loader_open_named(&r->val, c->val_data, c->seq_len, (uint32_t)c->model.vocab, c->tokenizer_hash,
+                                     c->tokenizer, 0, vflags,
                               err)) != ST_OK)
             return st;
         /* --sp splits every forward's rows over tp; a validation set shorter than one micro-batch
