@@ -176,7 +176,8 @@ static void test_data(void) {
     expect_msg("binary non-shard: no text hint", "train --data " TMP "/zeros.bin " SHAPE, 2,
                "expected magic/version|found 12345/1", NULL);
     char *t = tu_slurp(TMP "/err.txt");
-    tu_check(t && !strstr(t, "prepare"), "binary non-shard: the text hint is not given", "stderr=\"%s\"", t ? t : "");
+    tu_check(t && !strstr(t, "prepare"), "binary non-shard: the text hint is not given", "stderr=\"%.*s\"",
+             t ? (int)strcspn(t, "\n") : 0, t ? t : "");
     free(t);
     if (!tu_shell(BIN " prepare --tokenizer bytes --out " TMP "/shards " TMP "/corpus.txt >/dev/null 2>&1")) return;
     expect_msg("directory as --data", "train --data " TMP "/shards " SHAPE, 2,
@@ -190,10 +191,83 @@ static void test_data(void) {
     tu_check(rc == 0, "control: the shards train with their own --tokenizer", "exit=%d", rc);
 }
 
-int main(void) {
+static const char *g_mpi; /* mpiexec, from CMake (argv[1]) */
+
+/* Launching: a grid without mpirun, --zero on one process, one copy of a replicated error. */
+static void test_launch(void) {
+    const char *data = "--data '" TMP "/shards/train_*.bin' --tokenizer bytes " SHAPE;
+    char args[2048];
+    snprintf(args, sizeof args, "train %s --tp 2", data);
+    expect_msg("--tp 2 without mpirun", args, 2, "--tp 2|2 processes|mpirun -np 2",
+               "scaletrain train: --tp 2: expected a divisor of the world size 1 (ranks launched), found a remainder of 1");
+    snprintf(args, sizeof args, "train %s --pp 2", data);
+    expect_msg("--pp 2 without mpirun", args, 2, "--pp 2|2 processes|mpirun -np 2",
+               "scaletrain train: --pp 2: expected tp x pp = 2 to divide the world size 1 (ranks launched), found a "
+               "remainder of 1");
+    /* the pre-fix binary ran this to the end (exit 0): the exit status check fails on it */
+    snprintf(args, sizeof args, "train %s --zero 1", data);
+    expect_msg("--zero 1 on one process is refused", args, 2, "--zero: would change nothing|mpirun -np N", NULL);
+    snprintf(args, sizeof args, "train %s --zero 0", data);
+    int rc = run(args);
+    tu_check(rc == 0, "control: --zero 0 on one process runs", "exit=%d", rc);
+    /* one line of a replicated error under mpirun, not one per rank */
+    if (!g_mpi || !g_mpi[0]) {
+        tu_check(0, "one copy of a replicated error under mpirun", "no mpiexec given to the test (MPI missing)");
+        return;
+    }
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "timeout 60 %s --allow-run-as-root --oversubscribe -np 2 %s train %s --lr abc >" TMP
+             "/out.txt 2>" TMP "/err.txt", g_mpi, BIN, data);
+    rc = system(cmd);
+    char *t = tu_slurp(TMP "/err.txt");
+    int copies = 0;
+    for (const char *p = t; p && (p = strstr(p, "scaletrain train: --lr: expected a number")); p++) copies++;
+    tu_check(WIFEXITED(rc) && WEXITSTATUS(rc) == 2 && copies == 1, "one copy of a replicated error under mpirun",
+             "exit=%d copies=%d", WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, copies);
+    free(t);
+    const char *old = "scaletrain train: --lr: expected a number, found 'abc'\nscaletrain train: --lr: expected a number, "
+                      "found 'abc'\n";
+    copies = 0;
+    for (const char *p = old; (p = strstr(p, "scaletrain train: --lr: expected a number")); p++) copies++;
+    tu_check(copies != 1, "one copy under mpirun: negative control (the pre-fix stderr had one per rank)", "copies=%d",
+             copies);
+}
+
+/* --config takes the option names with hyphens or underscores. */
+static void test_config(void) {
+    FILE *f = fopen(TMP "/under.json", "w");
+    if (f) {
+        fputs("{\"layers\": 1, \"heads\": 2, \"channels\": 32, \"max_seq_len\": 64, \"seq_len\": 32, "
+              "\"micro_batch\": 2, \"steps\": 2, \"quiet\": true, \"tokenizer\": \"bytes\"}\n", f);
+        fclose(f);
+    }
+    int rc = run("train --data '" TMP "/shards/train_*.bin' --config " TMP "/under.json --log " TMP "/under.jsonl");
+    char *log = tu_slurp(TMP "/under.jsonl");
+    tu_check(rc == 0 && log && strstr(log, "\"max_seq_len\":64") , "--config with underscore keys", "exit=%d", rc);
+    if (rc) {
+        char *t = tu_slurp(TMP "/err.txt");
+        printf("  stderr: %s", t ? t : "");
+        free(t);
+    }
+    free(log);
+    /* the pre-fix parser: "--config under.json: unknown option 'max_seq_len'" (exit 2), which rc == 0 rejects */
+    f = fopen(TMP "/twice.json", "w");
+    if (f) fputs("{\"max_seq_len\": 64, \"max-seq-len\": 32}\n", f), fclose(f);
+    expect_msg("--config with both spellings of a key", "train --config " TMP "/twice.json", 2,
+               "twice.json|max-seq-len|given twice", NULL);
+    f = fopen(TMP "/typo.json", "w");
+    if (f) fputs("{\"max_seq_length\": 64}\n", f), fclose(f);
+    expect_msg("--config unknown key says how keys are spelled", "train --config " TMP "/typo.json", 2,
+               "unknown option 'max_seq_length'|without the dashes", "scaletrain train: --config typo.json: unknown option 'max_seq_length'");
+}
+
+int main(int argc, char **argv) {
+    g_mpi = argc > 1 ? argv[1] : NULL;
     Err e;
     file_mkdirs(TMP, &e);
     test_help();
     test_data();
+    test_launch();
+    test_config();
     return tu_exit();
 }

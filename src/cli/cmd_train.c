@@ -60,7 +60,7 @@ static Status bundled_corpus(TrainConfig *c, Err *err) {
 /* Refuses an option given where it would change nothing (issue 12: flags that do nothing are
  * defects): one line naming the option and what it needs. c is the parsed configuration. */
 static Status refuse_inert(ArgSpec *specs, int n, const TrainConfig *c, const Comm *comm, Err *err) {
-    int world = comm ? comm->world : 1, par = world > 1 || c->zero > 0;
+    int world = comm ? comm->world : 1, par = world > 1;
     OptimKind ok = c->optim.kind;
     int ckpt = c->ckpt_dir[0] != 0;
     int noval = c->data[0] && !c->val_data[0]; /* without --data the bundled corpus brings its validation split */
@@ -90,7 +90,9 @@ static Status refuse_inert(ArgSpec *specs, int n, const TrainConfig *c, const Co
         {"override", !c->resume[0], "--resume"},
         {"sample-tokens", c->sample_every <= 0, "--sample-every N > 0"},
         {"tokenizer-dir", tokenizer_data_subdir(c->tokenizer) == NULL, "--tokenizer gpt2, cl100k or o200k"},
-        {"no-overlap", !par, "data parallelism (more than one rank under mpirun, or --zero)"},
+        {"no-overlap", !par, "data parallelism (more than one rank under mpirun)"},
+        {"zero", world <= 1 && c->zero > 0, "more than one process (mpirun -np N): ZeRO shards the optimizer state, "
+                                            "gradients and weights over the data-parallel ranks"},
         {"comm-timeout", world <= 1, "more than one rank (mpirun -np N)"},
         {"val-every", noval && c->val_every > 0, "--val-data (there is nothing to validate on)"},
         {"val-batches", noval, "--val-data (there is nothing to validate on)"},
@@ -457,11 +459,20 @@ void train_args_free(TrainArgs *a) {
     a->cfg.sample_tokenizer = NULL;
 }
 
+/* An input error (flags, grid, data, config) is the same on every rank, which all run the same
+ * command line on the same files (resume's checks agree across ranks first): rank 0 alone prints
+ * it, so a job of N ranks shows one line, not N copies. Other failures print on the rank that saw
+ * them. */
+static int train_fail(const Comm *comm, Status st, const char *msg) {
+    if (st == ST_ERR_INPUT && comm && comm->world > 1 && comm->rank != 0) return (int)st;
+    return cli_fail("train", st, msg);
+}
+
 int cmd_train_comm(int argc, char **argv, Comm *comm) {
     static TrainArgs a; /* large (paths); one per process */
     Err err = {0};
     Status st = train_args_parse(argc, argv, comm, &a, &err);
-    if (st != ST_OK) return cli_fail("train", st, err.msg);
+    if (st != ST_OK) return train_fail(comm, st, err.msg);
     if (a.help) return 0;
     TrainConfig c = a.cfg;
     c.argv_joined = a.joined;
@@ -471,7 +482,7 @@ int cmd_train_comm(int argc, char **argv, Comm *comm) {
     st = train_run(&c, &res, &err);
     train_args_free(&a);
     if (st != ST_OK) {
-        int rc = cli_fail("train", st, err.msg);
+        int rc = train_fail(comm, st, err.msg);
         /* A failure only some ranks see would leave the others waiting in a collective: end the
          * job. Input errors (grid, config hash, flags, data) are seen by every rank: plain exit. */
         if (comm && comm->world > 1 && st != ST_ERR_INPUT) comm_abort(comm, rc, err.msg);

@@ -98,6 +98,13 @@ Status tr_setup_grid(Run *r, Err *err) {
         r->comm = r->own_comm;
     }
     int tp = c->tp > 0 ? c->tp : 1, pp = c->pp > 0 ? c->pp : 1, world = r->comm->world;
+    if (world == 1 && (tp > 1 || pp > 1 || c->dp > 1)) { /* a grid asked of a process started alone */
+        int dp = c->dp > 0 ? c->dp : 1;
+        const char *flag = tp > 1 ? "tp" : pp > 1 ? "pp" : "dp";
+        return err_set(err, ST_ERR_INPUT, "--%s %d: expected dp x tp x pp = %d x %d x %d = %d processes, found this one "
+                       "alone: launch it under MPI, e.g. `mpirun -np %d scaletrain train ...` (docs/parallel.md)",
+                       flag, tp > 1 ? tp : pp > 1 ? pp : dp, dp, tp, pp, dp * tp * pp, dp * tp * pp);
+    }
     if (world % tp)
         return err_set(err, ST_ERR_INPUT, "--tp %d: expected a divisor of the world size %d (ranks launched), found a "
                        "remainder of %d", tp, world, world % tp);
