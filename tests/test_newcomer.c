@@ -191,6 +191,59 @@ static void test_data(void) {
     tu_check(rc == 0, "control: the shards train with their own --tokenizer", "exit=%d", rc);
 }
 
+/* plan and train: one rule for the grid, the accounting said first, devices counted. */
+static void test_plan(void) {
+    /* 6 blocks on 4 stages: train splits them by FLOPs (layout_pp_split); plan now says the same */
+    int rc = run("plan --model d6 --pp 4 --grad-accum 4");
+    char *t = tu_slurp(TMP "/err.txt");
+    tu_check(rc == 0 && t && !*t, "plan --model d6 --pp 4 passes, as train runs it", "exit=%d stderr=\"%.200s\"", rc,
+             t ? t : "");
+    free(t);
+    tu_check(strstr("scaletrain plan: --layers 6 is not divisible by --pp 4 (1 launch-checklist error)", "--layers 6") != NULL,
+             "plan d6 --pp 4: negative control (the pre-fix plan refused it, exit 2)", " ");
+    expect_msg("plan --model d6 --pp 8: the trainer's refusal", "plan --model d6 --pp 8", 2,
+               "--pp 8: expected at most the 6 layers", NULL);
+    /* zb-h1 with recompute: the pre-fix plan printed a review and exited 0 */
+    expect_msg("plan zb-h1 with --recompute full is refused as train refuses it",
+               "plan --model d6 --pp 2 --grad-accum 4 --pp-schedule zb-h1 --recompute full", 2,
+               "--pp-schedule zb-h1: expected --recompute none", NULL);
+    /* the accounting, on the first lines */
+    rc = run("plan --model llama-70b --hardware H100 --precision bf16 --dp 64 --tp 8 --zero 3 --recompute full --micro-batch 1");
+    char *out = tu_slurp(TMP "/out.txt");
+    const char *l2 = out ? strchr(out, '\n') : NULL;
+    tu_check(l2 && !strncmp(l2 + 1, "accounting: trainer", 19) && strstr(l2, "--accounting megatron"),
+             "plan says its accounting on line 2 and how to ask for Megatron's", "exit=%d line 2 \"%.160s\"", rc,
+             l2 ? l2 + 1 : "");
+    free(out);
+    const char *old_head = "== scaletrain plan, priced on hardware profile H100 ==\nmodel: llama-70b, llama";
+    tu_check(!strstr(old_head, "accounting:"), "accounting line: negative control (the pre-fix review had none)", " ");
+    rc = run("plan --model llama-70b --hardware H100 --precision bf16 --dp 64 --tp 8 --zero 3 --recompute full "
+             "--micro-batch 1 --accounting megatron --json");
+    out = tu_slurp(TMP "/out.txt");
+    tu_check(out && strstr(out, "\"accounting\":\t\"megatron\"") && strstr(out, "\"states\":\t\"zero_paper\""),
+             "--accounting megatron prices the ZeRO paper's states", "exit=%d", rc);
+    free(out);
+    /* does not fit and no knob helps: how many devices, and that layout fits (oracle: plan itself) */
+    expect_msg("plan: add devices says how many", "plan --model llama-70b --hardware H100 --precision bf16", 2,
+               "does not fit|add devices: |in all fit (--dp ",
+               "scaletrain plan: memory: 1227.82 GiB per device does not fit in 80.00 GiB (over by 1147.82 GiB) (1 "
+               "launch-checklist error)");
+    t = tu_slurp(TMP "/err.txt");
+    const char *lay = t ? strstr(t, "in all fit (") : NULL;
+    if (lay) {
+        char flags[256], args[512];
+        snprintf(flags, sizeof flags, "%.*s", (int)strcspn(lay + 12, ":"), lay + 12);
+        snprintf(args, sizeof args, "plan --model llama-70b --hardware H100 --precision bf16 %s", flags);
+        rc = run(args);
+        char *o = tu_slurp(TMP "/out.txt");
+        tu_check(o && strstr(o, ": fits ("), "the devices plan names fit", "plan %s: exit %d", flags, rc);
+        free(o);
+    } else {
+        tu_check(0, "the devices plan names fit", "no layout in \"%s\"", t ? t : "");
+    }
+    free(t);
+}
+
 static const char *g_mpi; /* mpiexec, from CMake (argv[1]) */
 
 /* Launching: a grid without mpirun, --zero on one process, one copy of a replicated error. */
@@ -269,5 +322,6 @@ int main(int argc, char **argv) {
     test_data();
     test_launch();
     test_config();
+    test_plan();
     return tu_exit();
 }

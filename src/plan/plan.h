@@ -156,6 +156,10 @@ typedef struct {
     PlanHardware hw;
     int hw_default;          /* 1: --hardware was not given and hw is the default preset (said on the
                                 review's first line and as hardware.default in the JSON) */
+    int textbook;          /* 1: --accounting megatron: price every model as Megatron-LM / DeepSpeed
+                              would (zero_paper states, the paper's activations, equal pipeline
+                              stages), even one our trainer builds; 0: our trainer's allocation
+                              where it applies */
     int overlap;           /* 1: DP/ZeRO communication overlaps compute (max), 0: it adds (sum) */
     int no_noise_scale;    /* 1: the trainer's --no-noise-scale (its two all-gathers per step not booked) */
     /* budget: at most one of tokens, flops, days > 0; none = 20 tokens per parameter */
@@ -348,6 +352,11 @@ typedef struct {
     /* the cheapest knob changes that make a non-fitting plan fit, by predicted step time */
     int nsuggest;
     char suggest[PLAN_MAX_SUGGEST][200];
+    /* when no knob fits on this world: the fewest devices (the world times a power of 2, up to
+     * 4096x) on which a layout of the same global batch fits, and that layout's flags; 0 / "" if
+     * none does */
+    long long devices_needed;
+    char devices_layout[200];
 } PlanResult;
 
 /* ------------------------------------------------------------ functions --------------- */
