@@ -61,16 +61,10 @@ int cmd_export(int argc, char **argv) {
         return cli_fail("export", ST_ERR_INPUT,
                         "--tokenizer: would change nothing with --format llmc (the .bin records no tokenizer); expected --format hf");
 
-    char src[4096], note[1536];
-    int plain = ckpt_is_weights_folder(pos[0]);
-    if (plain) {
-        snprintf(src, sizeof src, "%s", pos[0]);
-    } else {
-        if ((st = ckpt_resolve(NULL, pos[0], src, sizeof src, note, sizeof note, &err)) != ST_OK)
-            return cli_fail("export", st, err.msg);
-        if (!src[0]) return cli_fail("export", ST_ERR_INPUT, "no checkpoint found in the given directory");
-        if (note[0]) fprintf(stderr, "scaletrain export: %s\n", note);
-    }
+    char src[4096];
+    int plain = 0;
+    if ((st = cli_resolve_weights("export", pos[0], src, sizeof src, &plain, 0, &err)) != ST_OK)
+        return cli_fail("export", st, err.msg);
     ModelConfig cfg;
     char recorded[256];
     if ((st = st_load_hf_config(src, &cfg, recorded, sizeof recorded, &err)) != ST_OK)
