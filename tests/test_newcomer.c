@@ -20,10 +20,17 @@
 #define BIN ST_BINARY_DIR "/scaletrain"
 #define TMP ST_BINARY_DIR "/test_newcomer"
 
+/* The binary under test: the build's, or $ST_NEWCOMER_BIN (to run these checks against a binary
+ * built before the fixes: every check of a message must then fail). */
+static const char *bin(void) {
+    const char *b = getenv("ST_NEWCOMER_BIN");
+    return b && *b ? b : BIN;
+}
+
 /* `scaletrain args`: exit status; stdout and stderr kept in TMP/out.txt, TMP/err.txt. */
 static int run(const char *args) {
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "%s %s >" TMP "/out.txt 2>" TMP "/err.txt", BIN, args);
+    snprintf(cmd, sizeof cmd, "%s %s >" TMP "/out.txt 2>" TMP "/err.txt", bin(), args);
     int rc = system(cmd);
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
@@ -268,6 +275,48 @@ static void test_weights_arg(void) {
                "scaletrain sample: nowhere/config.json: cannot open (No such file or directory)");
 }
 
+/* --init-from: says what it loaded, takes the file's shape with the flags given on top, and keeps
+ * the tokenizer recorded with the weights. */
+static void test_init_from(void) {
+    const char *data = "--data '" TMP "/shards/train_*.bin' --seq-len 16 --micro-batch 2 --steps 1 --quiet";
+    char args[2048];
+    snprintf(args, sizeof args, "train %s --tokenizer bytes --arch llama --layers 1 --heads 2 --kv-heads 1 --channels 32 "
+             "--max-seq-len 64 --out " TMP "/wl", data);
+    if (run(args) != 0) {
+        tu_check(0, "init-from: the Llama weights to start from", "train exit != 0");
+        return;
+    }
+    /* what was loaded: the numbers are the file's config.json (written by the run above) */
+    snprintf(args, sizeof args, "train %s --init-from " TMP "/wl", data);
+    int rc = run(args);
+    char *out = tu_slurp(TMP "/out.txt");
+    tu_check(rc == 0 && out &&
+                 strstr(out, "init: weights from " TMP "/wl: llama L=1 heads=2 kv_heads=1 C=32 untied V=257 max_seq=64") &&
+                 strstr(out, "tokenizer bytes"),
+             "--init-from says what it loaded (file, shape, tokenizer)", "exit=%d stdout=\"%.300s\"", rc, out ? out : "");
+    free(out);
+    tu_check(!strstr("step 1 loss ...", "init: weights from"), "init-from line: negative control (the pre-fix run printed none)", " ");
+    /* one shape flag: the file's shape, the flag on top (RoPE: no weight depends on --max-seq-len) */
+    snprintf(args, sizeof args, "train %s --init-from " TMP "/wl --max-seq-len 128", data);
+    rc = run(args);
+    out = tu_slurp(TMP "/out.txt");
+    char *err = tu_slurp(TMP "/err.txt");
+    tu_check(rc == 0 && out && strstr(out, "llama L=1 heads=2 kv_heads=1 C=32 untied V=257 max_seq=128"),
+             "--init-from with one shape flag keeps the file's shape", "exit=%d stderr=\"%.200s\"", rc, err ? err : "");
+    free(out), free(err);
+    /* pre-fix: "--init-from: wl/config.json: model_type: the file holds a llama, this run builds a gpt2" (exit 2) */
+    /* another tokenizer's shards: refused without --tokenizer, naming both */
+    if (!tu_shell(BIN " prepare --tokenizer gpt2 --out " TMP "/gshards " TMP "/corpus.txt >/dev/null 2>&1")) return;
+    expect_msg("--init-from weights of bytes on gpt2 shards (no --tokenizer)",
+               "train --data '" TMP "/gshards/train_*.bin' --seq-len 16 --micro-batch 2 --steps 1 --quiet --init-from " TMP
+               "/wl",
+               2, "prepared with tokenizer gpt2|this run's tokenizer is bytes|--init-from", NULL);
+    expect_msg("--init-from weights of bytes with --tokenizer gpt2",
+               "train --data '" TMP "/gshards/train_*.bin' --seq-len 16 --micro-batch 2 --steps 1 --quiet --init-from " TMP
+               "/wl --tokenizer gpt2",
+               2, "--tokenizer gpt2|trained with tokenizer bytes|expected --tokenizer bytes", NULL);
+}
+
 static const char *g_mpi; /* mpiexec, from CMake (argv[1]) */
 
 /* Launching: a grid without mpirun, --zero on one process, one copy of a replicated error. */
@@ -294,7 +343,7 @@ static void test_launch(void) {
     }
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "timeout 60 %s --allow-run-as-root --oversubscribe -np 2 %s train %s --lr abc >" TMP
-             "/out.txt 2>" TMP "/err.txt", g_mpi, BIN, data);
+             "/out.txt 2>" TMP "/err.txt", g_mpi, bin(), data);
     rc = system(cmd);
     char *t = tu_slurp(TMP "/err.txt");
     int copies = 0;
@@ -348,5 +397,6 @@ int main(int argc, char **argv) {
     test_config();
     test_plan();
     test_weights_arg();
+    test_init_from();
     return tu_exit();
 }

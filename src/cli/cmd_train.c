@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt/ckpt.h"
 #include "ckpt/safetensors.h"
 #include "cli/args.h"
 
@@ -327,23 +328,70 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         snprintf(err.msg, sizeof err.msg, "--param: expected sp or mup, found '%s'", param);
         FAIL(ST_ERR_INPUT);
     }
-    /* --init-from a Hugging Face folder with no shape flag: the model is the folder's config.json
-     * (GPT-2 or Llama); with shape flags the file is checked against them instead. */
-    static const char *const SHAPE[] = {"model", "arch", "layers", "heads", "channels", "kv-heads", "ffn", "ffn-multiple",
-                                        "vocab", "max-seq-len", "norm-eps", "rope-theta", "rope-type", "rope-factor",
-                                        "rope-low-freq-factor", "rope-high-freq-factor", "rope-original-max-seq-len",
-                                        "tie-embeddings", "param",
-                                        "mup-base-width", "mup-input-alpha", "mup-output-alpha"};
-    int shaped = 0;
-    for (size_t i = 0; i < sizeof SHAPE / sizeof SHAPE[0]; i++) shaped |= args_find(specs, n, SHAPE[i])->seen;
-    char cfgpath[1100];
-    snprintf(cfgpath, sizeof cfgpath, "%s/config.json", c.init_from);
-    if (c.init_from[0] && !shaped && access(cfgpath, F_OK) == 0) {
-        ModelConfig fc;
-        if ((st = st_load_hf_config(c.init_from, &fc, NULL, 0, &err)) != ST_OK)
+    /* --init-from: the model is the file's shape (its config.json, or an llm.c header), with only
+     * the shape flags given overriding it (issue 26: one flag used to drop the rest of the shape to
+     * the defaults). --model or --arch instead says the whole shape, and the file is checked
+     * against it. The tokenizer recorded with the weights becomes the run's unless --tokenizer is
+     * given, so shards of another tokenizer are refused; a --tokenizer other than it is refused. */
+    char recorded[256] = "";
+    if (c.init_from[0]) {
+        ModelConfig given = c.model, fc;
+        char cdir[1100], cjson[1200];
+        snprintf(cdir, sizeof cdir, "%s", c.init_from);
+        size_t ln = strlen(cdir);
+        int is_dir = file_is_dir(cdir), is_st = ln > 12 && !strcmp(cdir + ln - 12, ".safetensors");
+        if (!is_dir) { /* a .safetensors file: its config.json is beside it; an llm.c .bin: its header */
+            char *slash = strrchr(cdir, '/');
+            if (slash) *slash = '\0';
+            else snprintf(cdir, sizeof cdir, ".");
+        }
+        snprintf(cjson, sizeof cjson, "%s/config.json", cdir);
+        int has_json = (is_dir || is_st) && access(cjson, F_OK) == 0;
+        if (has_json && (st = st_load_hf_config(cdir, &fc, recorded, sizeof recorded, &err)) != ST_OK)
             return err_prefix(&err, "--init-from"), *e = err, st;
-        fc.dropout = c.model.dropout;
-        c.model = fc;
+        int from_file = !args_find(specs, n, "model")->seen && !args_find(specs, n, "arch")->seen;
+        if (from_file && (has_json || (st = ckpt_peek_config(c.init_from, &fc, &err)) == ST_OK)) {
+            static const struct { const char *flag; size_t off, size; } O[] = {
+                {"layers", offsetof(ModelConfig, n_layer), sizeof(int)},
+                {"heads", offsetof(ModelConfig, n_head), sizeof(int)},
+                {"channels", offsetof(ModelConfig, n_embd), sizeof(int)},
+                {"kv-heads", offsetof(ModelConfig, n_kv_head), sizeof(int)},
+                {"ffn", offsetof(ModelConfig, ffn), sizeof(int)},
+                {"ffn-multiple", offsetof(ModelConfig, ffn_multiple), sizeof(int)},
+                {"vocab", offsetof(ModelConfig, vocab), sizeof(int)},
+                {"max-seq-len", offsetof(ModelConfig, max_seq), sizeof(int)},
+                {"norm-eps", offsetof(ModelConfig, norm_eps), sizeof(float)},
+                {"rope-theta", offsetof(ModelConfig, rope_theta), sizeof(float)},
+                {"rope-type", offsetof(ModelConfig, rope_type), sizeof(int)},
+                {"rope-factor", offsetof(ModelConfig, rope_factor), sizeof(float)},
+                {"rope-low-freq-factor", offsetof(ModelConfig, rope_low_freq_factor), sizeof(float)},
+                {"rope-high-freq-factor", offsetof(ModelConfig, rope_high_freq_factor), sizeof(float)},
+                {"rope-original-max-seq-len", offsetof(ModelConfig, rope_orig_max_seq), sizeof(int)},
+                {"param", offsetof(ModelConfig, param), sizeof(int)},
+                {"mup-base-width", offsetof(ModelConfig, mup_base_width), sizeof(float)},
+                {"mup-input-alpha", offsetof(ModelConfig, mup_input_alpha), sizeof(float)},
+                {"mup-output-alpha", offsetof(ModelConfig, mup_output_alpha), sizeof(float)},
+            };
+            for (size_t i = 0; i < sizeof O / sizeof O[0]; i++)
+                if (args_find(specs, n, O[i].flag)->seen) memcpy((char *)&fc + O[i].off, (char *)&given + O[i].off, O[i].size);
+            if (tie) fc.untied = 0;
+            if (args_find(specs, n, "param")->seen) /* another parameterization: its multipliers are the flags' */
+                fc.mup_base_width = given.mup_base_width, fc.mup_input_alpha = given.mup_input_alpha,
+                fc.mup_output_alpha = given.mup_output_alpha;
+            if (fc.arch == ARCH_GPT2) fc.n_kv_head = 0, fc.ffn = 0; /* derived from --heads, --channels */
+            fc.dropout = given.dropout;
+            c.model = fc;
+        } else if (from_file) {
+            return err_prefix(&err, "--init-from"), *e = err, st;
+        }
+        if (recorded[0] && !args_find(specs, n, "tokenizer")->seen) {
+            snprintf(c.tokenizer, sizeof c.tokenizer, "%s", recorded);
+        } else if (recorded[0] && strcmp(c.tokenizer, recorded)) {
+            snprintf(err.msg, sizeof err.msg, "--tokenizer %s: the weights of --init-from %.400s were trained with "
+                     "tokenizer %s (their config.json): expected --tokenizer %s or none (then shards of another "
+                     "tokenizer are refused)", c.tokenizer, c.init_from, recorded, recorded);
+            FAIL(ST_ERR_INPUT);
+        }
     }
     if ((st = optim_parse_kind(optimizer, &c.optim.kind, &err)) != ST_OK) FAIL(st);
     OptimConfig od = optim_default_config(c.optim.kind);

@@ -113,23 +113,26 @@ static Status set_add_glob(LoaderSet *s, const char *pattern, uint64_t expected_
         s->nshards++;
         if (expected_hash && sh->meta.tokenizer_hash && sh->meta.tokenizer_hash != expected_hash) {
             /* Names, not hashes, and the two ways out. */
-            char made[256], want[300];
+            char made[256], want[300], redo[300];
             const char *en = expected_name && expected_name[0] ? expected_name : NULL;
-            if (en) snprintf(want, sizeof want, "--tokenizer %s", en);
-            else snprintf(want, sizeof want, "the run's --tokenizer");
+            if (en) snprintf(redo, sizeof redo, "--tokenizer %s", en);
+            else snprintf(redo, sizeof redo, "the run's --tokenizer");
+            if (en) snprintf(want, sizeof want, "this run's tokenizer is %s", en);
+            else snprintf(want, sizeof want, "this run's tokenizer is another");
             if (shard_tokenizer_name(sh->path, sh->meta.tokenizer_hash, made, sizeof made))
                 st = err_set(err, ST_ERR_INPUT,
-                             "%s: prepared with tokenizer %s, expected %s's tokens (hashes %016llx vs %016llx): train "
-                             "with --tokenizer %s, or prepare the text again with %s",
+                             "%s: prepared with tokenizer %s, %s (its --tokenizer, or the one recorded with its "
+                             "--init-from weights; hashes %016llx vs %016llx): prepare the text again with %s, or "
+                             "train with --tokenizer %s",
                              sh->path, made, want, (unsigned long long)sh->meta.tokenizer_hash,
-                             (unsigned long long)expected_hash, made, want);
+                             (unsigned long long)expected_hash, redo, made);
             else
                 st = err_set(err, ST_ERR_INPUT,
-                             "%s: prepared with another tokenizer than %s (hashes %016llx vs %016llx; no manifest.json "
-                             "beside it names it): train with the --tokenizer the shards were prepared with, or "
-                             "prepare the text again with %s",
+                             "%s: prepared with another tokenizer, %s (hashes %016llx vs %016llx; no manifest.json beside "
+                             "the shard names its tokenizer): prepare the text again with %s, or train with the "
+                             "--tokenizer the shards were prepared with",
                              sh->path, want, (unsigned long long)sh->meta.tokenizer_hash,
-                             (unsigned long long)expected_hash, want);
+                             (unsigned long long)expected_hash, redo);
             break;
         }
         s->start[s->nshards] = s->start[s->nshards - 1] + sh->ntok;

@@ -272,6 +272,14 @@ Status tr_setup_model(Run *r, Err *err) {
         err_prefix(err, "--init-from");
         return st;
     }
+    if (c->init_from[0] && !r->rs.path[0] && r->comm->rank == 0) { /* what was loaded: file, shape, tokenizer */
+        const ModelConfig *m = &c->model;
+        printf("init: weights from %s: %s L=%d heads=%d kv_heads=%d C=%d%s V=%d max_seq=%d, %lld parameters; tokenizer "
+               "%s\n", c->init_from, model_arch_name(m->arch), m->n_layer, m->n_head, m->n_kv_head ? m->n_kv_head : m->n_head,
+               m->n_embd, m->arch == ARCH_LLAMA ? (m->untied ? " untied" : " tied") : "", m->vocab, m->max_seq,
+               model_config_num_params(m), c->tokenizer[0] ? c->tokenizer : "not recorded with the weights (none checked)");
+        fflush(stdout);
+    }
     r->batch_ints = (size_t)k * B * T;
     r->inp = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
     r->tgt = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
