@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/types.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "core/fileio.h"
 #include "data/shard.h"
@@ -319,6 +322,82 @@ static void test_init_from(void) {
 
 static const char *g_mpi; /* mpiexec, from CMake (argv[1]) */
 
+/* Step records in a metrics log, and the last one's step. */
+static int log_steps(const char *path, long *last) {
+    char *t = tu_slurp(path);
+    int n = 0;
+    for (const char *p = t; p && (p = strstr(p, "\"event\":\"step\"")); p++) {
+        const char *q = strstr(p, "\"step\":");
+        if (q) *last = strtol(q + 7, NULL, 10);
+        n++;
+    }
+    free(t);
+    return n;
+}
+
+/* A 2-rank train under `launcher` (scripts/launch or plain mpirun) whose checkpoint save takes 3 s
+ * (ST_CKPT_FAIL_AT=begin:slow3: longer than mpirun's 1 s between its SIGTERM and SIGKILL to the
+ * ranks), sent SIGTERM after 3 step records. Returns the launcher's exit status (-1: killed, -2:
+ * did not end in 60 s), *last the last logged step. */
+static int preempt_run(const char *launcher, const char *dir, long *last) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
+    if (!tu_shell(cmd)) return -3;
+    snprintf(cmd, sizeof cmd,
+             "exec %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 -x ST_CKPT_FAIL_AT %s train "
+             "--data '" TMP "/shards/train_*.bin' --tokenizer bytes --layers 2 --heads 2 --channels 64 --max-seq-len 64 "
+             "--seq-len 64 --micro-batch 4 --steps 100000 --threads 1 --ckpt-dir %s/ck --log %s/log.jsonl >%s/out.txt 2>&1",
+             launcher, bin(), dir, dir, dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("ST_CKPT_FAIL_AT", "begin:slow3", 1);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    char lg[600];
+    snprintf(lg, sizeof lg, "%s/log.jsonl", dir);
+    *last = -1;
+    for (int i = 0; i < 600 && log_steps(lg, last) < 3; i++) usleep(100000);
+    kill(pid, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 600; i++, usleep(100000))
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            log_steps(lg, last);
+            return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        }
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return -2;
+}
+
+/* Preemption under mpirun: SIGTERM to the documented launch line saves at the current step and
+ * exits 0; to a plain mpirun, the save is lost (Open MPI SIGKILLs the ranks 1 s after its SIGTERM). */
+static void test_preempt(void) {
+    if (!g_mpi || !g_mpi[0]) {
+        tu_check(0, "preemption under mpirun", "no mpiexec given to the test (MPI missing)");
+        return;
+    }
+    long last = -1;
+    char want[64], *latest;
+    int rc = preempt_run(ST_SOURCE_DIR "/scripts/launch", TMP "/pre_launch", &last);
+    latest = tu_slurp(TMP "/pre_launch/ck/latest");
+    if (latest) latest[strcspn(latest, "\n")] = '\0';
+    snprintf(want, sizeof want, "step_%08ld", last);
+    int saved = latest && last > 0 && !strncmp(latest, want, strlen(want));
+    char state[256];
+    snprintf(state, sizeof state, TMP "/pre_launch/ck/%s/state.json", want);
+    char *st = tu_slurp(state);
+    tu_check(rc == 0 && saved && st, "SIGTERM to scripts/launch (mpirun -np 2): checkpoint at the current step, exit 0",
+             "exit=%d last step %ld, latest=%s, state.json %s", rc, last, latest ? latest : "(none)", st ? "present" : "missing");
+    free(latest), free(st);
+    /* negative control: the same job under plain mpirun loses the save and exits non-zero */
+    rc = preempt_run(g_mpi, TMP "/pre_mpirun", &last);
+    latest = tu_slurp(TMP "/pre_mpirun/ck/latest");
+    tu_check(rc != 0 && !latest, "negative control: SIGTERM to plain mpirun loses the save (Open MPI's SIGKILL)",
+             "exit=%d last step %ld, latest=%s", rc, last, latest ? latest : "(none)");
+    free(latest);
+}
+
 /* Launching: a grid without mpirun, --zero on one process, one copy of a replicated error. */
 static void test_launch(void) {
     const char *data = "--data '" TMP "/shards/train_*.bin' --tokenizer bytes " SHAPE;
@@ -387,10 +466,18 @@ static void test_config(void) {
                "unknown option 'max_seq_length'|without the dashes", "scaletrain train: --config typo.json: unknown option 'max_seq_length'");
 }
 
+/* argv[1]: mpiexec; argv[2]: "preempt" runs the mpirun preemption part alone (a CTest of its own,
+ * so that each stays near 10 s), anything else the messages. */
 int main(int argc, char **argv) {
     g_mpi = argc > 1 ? argv[1] : NULL;
     Err e;
     file_mkdirs(TMP, &e);
+    if (argc > 2 && !strcmp(argv[2], "preempt")) {
+        if (tu_shell("head -c 3000 " ST_SOURCE_DIR "/data/tinyshakespeare/input.txt > " TMP "/pcorpus.txt && rm -rf " TMP
+                     "/shards && " BIN " prepare --tokenizer bytes --out " TMP "/shards " TMP "/pcorpus.txt >/dev/null 2>&1"))
+            test_preempt();
+        return tu_exit();
+    }
     test_help();
     test_data();
     test_launch();
