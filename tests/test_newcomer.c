@@ -320,6 +320,20 @@ static void test_init_from(void) {
                2, "--tokenizer gpt2|trained with tokenizer bytes|expected --tokenizer bytes", NULL);
 }
 
+/* The report's runs table shows each run's grid and precision: the page's embedded data for the run
+ * of log holds them as the run's flags say, and the table's header names the two columns. */
+static void check_report(const char *name, const char *log, const char *grid, const char *prec) {
+    char args[1024];
+    snprintf(args, sizeof args, "report %s -o " TMP "/report.html", log);
+    int rc = run(args);
+    char *html = tu_slurp(TMP "/report.html");
+    char want[256];
+    snprintf(want, sizeof want, "\"grid\":\"%s\",\"precision\":\"%s\"", grid, prec);
+    tu_check(rc == 0 && html && strstr(html, want) && strstr(html, "'configuration', 'grid', 'precision'"), name,
+             "exit=%d, want %s", rc, want);
+    free(html);
+}
+
 static const char *g_mpi; /* mpiexec, from CMake (argv[1]) */
 
 /* Step records in a metrics log, and the last one's step. */
@@ -390,6 +404,8 @@ static void test_preempt(void) {
     tu_check(rc == 0 && saved && st, "SIGTERM to scripts/launch (mpirun -np 2): checkpoint at the current step, exit 0",
              "exit=%d last step %ld, latest=%s, state.json %s", rc, last, latest ? latest : "(none)", st ? "present" : "missing");
     free(latest), free(st);
+    check_report("report: the run's grid and precision (mpirun -np 2)", TMP "/pre_launch/log.jsonl",
+                 "dp 2 x tp 1 x pp 1, ZeRO 0", "fp32");
     /* negative control: the same job under plain mpirun loses the save and exits non-zero */
     rc = preempt_run(g_mpi, TMP "/pre_mpirun", &last);
     latest = tu_slurp(TMP "/pre_mpirun/ck/latest");
@@ -443,7 +459,7 @@ static void test_config(void) {
     FILE *f = fopen(TMP "/under.json", "w");
     if (f) {
         fputs("{\"layers\": 1, \"heads\": 2, \"channels\": 32, \"max_seq_len\": 64, \"seq_len\": 32, "
-              "\"micro_batch\": 2, \"steps\": 2, \"quiet\": true, \"tokenizer\": \"bytes\"}\n", f);
+              "\"micro_batch\": 2, \"steps\": 2, \"quiet\": true, \"tokenizer\": \"bytes\", \"precision\": \"bf16\"}\n", f);
         fclose(f);
     }
     int rc = run("train --data '" TMP "/shards/train_*.bin' --config " TMP "/under.json --log " TMP "/under.jsonl");
@@ -455,6 +471,9 @@ static void test_config(void) {
         free(t);
     }
     free(log);
+    /* the report of that run (bf16 from the config file): grid and precision columns */
+    check_report("report: the run's grid and precision (one process, bf16)", TMP "/under.jsonl",
+                 "dp 1 x tp 1 x pp 1, ZeRO 0", "bf16");
     /* the pre-fix parser: "--config under.json: unknown option 'max_seq_len'" (exit 2), which rc == 0 rejects */
     f = fopen(TMP "/twice.json", "w");
     if (f) fputs("{\"max_seq_len\": 64, \"max-seq-len\": 32}\n", f), fclose(f);
