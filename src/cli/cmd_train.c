@@ -350,7 +350,8 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         if (has_json && (st = st_load_hf_config(cdir, &fc, recorded, sizeof recorded, &err)) != ST_OK)
             return err_prefix(&err, "--init-from"), *e = err, st;
         int from_file = !args_find(specs, n, "model")->seen && !args_find(specs, n, "arch")->seen;
-        if (from_file && (has_json || (st = ckpt_peek_config(c.init_from, &fc, &err)) == ST_OK)) {
+        /* a folder without config.json (bare weights): the flags say the shape, as before */
+        if (from_file && (has_json || (!is_dir && (st = ckpt_peek_config(c.init_from, &fc, &err)) == ST_OK))) {
             static const struct { const char *flag; size_t off, size; } O[] = {
                 {"layers", offsetof(ModelConfig, n_layer), sizeof(int)},
                 {"heads", offsetof(ModelConfig, n_head), sizeof(int)},
@@ -381,7 +382,7 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
             if (fc.arch == ARCH_GPT2) fc.n_kv_head = 0, fc.ffn = 0; /* derived from --heads, --channels */
             fc.dropout = given.dropout;
             c.model = fc;
-        } else if (from_file) {
+        } else if (from_file && !is_dir) {
             return err_prefix(&err, "--init-from"), *e = err, st;
         }
         if (recorded[0] && !args_find(specs, n, "tokenizer")->seen) {
