@@ -199,7 +199,9 @@ void args_print_help(const ArgSpec *specs, int n) {
         if (strstr(s->help, "default") || strstr(s->help, own)) printf("  --%-16s %s\n", s->name, s->help);
         else printf("  --%-16s %s (default: %s)\n", s->name, s->help, def);
     }
-    printf("  --%-16s %s\n", "config FILE", "JSON object of options; the command line overrides it");
+    printf("  --%-16s %s\n", "config FILE",
+           "JSON object of options, keyed by option name (\"max-seq-len\" or \"max_seq_len\"); the command line "
+           "overrides it");
 }
 
 void args_exe_dir(char *buf, size_t len) {
