@@ -630,6 +630,8 @@ static const OptionEffect OPTION_EFFECTS[] = {
     {"days", PB, PB " --days 1", "batch.budget_tokens"},
     {"target-days", PB, PB " --target-days 1", "compute.mfu_required"},
     {"mtbf", PB, PB " --mtbf 1", "checkpoint.interval_s"},
+    {"doc-mask", PB, PB " --doc-mask --mean-doc-len 64", "compute.flops_per_token"},
+    {"mean-doc-len", PB " --doc-mask --mean-doc-len 64", PB " --doc-mask --mean-doc-len 32", "compute.flops_per_token"},
     {"config", PB, PB " --config " TMP "/dp2.json", "layout.dp"},
 };
 

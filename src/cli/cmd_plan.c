@@ -138,7 +138,11 @@ static void print_review(const PlanInput *in, const PlanResult *r, const PlanSch
            in->seq_len, in->grad_accum, in->dp, r->batch_seqs, r->batch_tokens);
     printf("  budget (%s): %.4g tokens = %lld steps\n", r->budget_source, r->tokens, r->steps);
     printf("\n-- compute --\n");
-    printf("  FLOPs per token: 6N = %.4g, exact with attention = %.4g\n", r->compute.fpt_6n, r->compute.fpt);
+    printf("  FLOPs per token: 6N = %.4g, exact with attention = %.4g", r->compute.fpt_6n, r->compute.fpt);
+    if (in->doc_mask) /* layout_doc_span_mean: the span the attention term is priced at */
+        printf(" (document-masked: attention over %.4g keys per token, mean document %.4g of %d)",
+               layout_doc_span_mean(in->seq_len, in->mean_doc_len), in->mean_doc_len, in->seq_len);
+    printf("\n");
     if (in->recompute) printf("  with %s recompute: %.4g hardware FLOPs per token\n", plan_recompute_name(in->recompute), r->compute.fpt_hw);
     printf("  total: 6ND = %.4g, exact = %.4g FLOPs\n", r->compute.total_6nd, r->compute.total);
     printf("  step: matmul %s + elementwise %s + bubble %s + tp %s + pp %s; dp/zero comm %s (%s not hidden by "
@@ -319,6 +323,10 @@ int cmd_plan(int argc, char **argv) {
         {"params", ARG_DOUBLE, &params, 0, "a parameter count alone, e.g. 7e9 (no shape: FLOPs 6N, no activations)"},
         {"micro-batch", ARG_INT, &in.micro_batch, 0, "sequences per micro-batch B"},
         {"seq-len", ARG_INT, &in.seq_len, 0, "tokens per sequence T"},
+        {"doc-mask", ARG_FLAG, &in.doc_mask, 0,
+         "document masking (train --doc-mask): attention priced per document, from --mean-doc-len"},
+        {"mean-doc-len", ARG_DOUBLE, &in.mean_doc_len, 0,
+         "--doc-mask: mean document length in tokens (the attention span is min(it, --seq-len))"},
         {"grad-accum", ARG_INT, &in.grad_accum, 0, "micro-batches per optimizer step k"},
         {"global-batch", ARG_LONG, &global_batch, 0, "sequences per step (sets --grad-accum; 0: unused)"},
         {"dp", ARG_INT, &in.dp, 0, "data-parallel ranks (1; with --nodes and no --dp: world / (tp x pp))"},
@@ -527,6 +535,13 @@ int cmd_plan(int argc, char **argv) {
     in.overlap = !no_overlap;
     in.no_noise_scale = no_noise;
     if ((st = plan_parse_recompute(recompute, &in.recompute, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+    if (SEEN("mean-doc-len") && !in.doc_mask)
+        return cli_fail("plan", ST_ERR_INPUT, "--mean-doc-len: would change nothing here; expected --doc-mask");
+    if (in.doc_mask && !(in.mean_doc_len >= 1)) {
+        snprintf(err.msg, sizeof err.msg, "--mean-doc-len: expected a mean document length >= 1 token with --doc-mask, "
+                 "found %g", in.mean_doc_len);
+        return cli_fail("plan", ST_ERR_INPUT, err.msg);
+    }
     /* ---- hardware ---- */
     if ((st = hw_resolve(&in.hw, hardware, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
     in.hw_default = !SEEN("hardware");

@@ -63,14 +63,17 @@ typedef struct Backend {
     void (*add_or_set)(float *dst, const float *src, size_t n, int acc);       /* dst (+)= src */
 
     /* ---- the layer kernels (kernels.h) ---- */
-    void (*encoder_forward)(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C,
-                            Dropout d, int nt);
-    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C,
-                             Dropout d, int nt);
-    void (*encoder_forward_vp)(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C,
-                               int v0, int vn, int nt);
-    void (*encoder_backward_vp)(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C,
-                                int v0, int vn, int nt);
+    /* `pos` (here, in rope_* and attention_*): the per-token document positions of document masking
+     * (kernels.h, "Document masking"; B·T int32 in backend memory), NULL: positions 0..T-1 and plain
+     * causal attention, exactly as without the argument. */
+    void (*encoder_forward)(float *out, const int32_t *inp, const int32_t *pos, const float *wte, const float *wpe,
+                            int B, int T, int C, Dropout d, int nt);
+    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *inp, const int32_t *pos,
+                             int B, int T, int C, Dropout d, int nt);
+    void (*encoder_forward_vp)(float *out, const int32_t *inp, const int32_t *pos, const float *wte, const float *wpe,
+                               int B, int T, int C, int v0, int vn, int nt);
+    void (*encoder_backward_vp)(float *dwte, float *dwpe, const float *dout, const int32_t *inp, const int32_t *pos,
+                                int B, int T, int C, int v0, int vn, int nt);
     void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
                               int N, int C, int nt);
     void (*layernorm_forward_bf16)(uint16_t *out, float *mean, float *rstd, const float *inp, const float *w,
@@ -93,17 +96,20 @@ typedef struct Backend {
     void (*rmsnorm_backward)(float *dinp, float *dw, float *scratch, const float *dout, const float *inp,
                              const float *w, const float *rstd, int N, int C, int acc, int nt);
     void (*rope_table)(float *cs, int T, int hs, const double *inv_freq);
-    void (*rope_forward)(float *qkv, const float *cs, int B, int T, int NH, int KV, int hs, int pos0, int nt);
-    void (*rope_backward)(float *dqkv, const float *cs, int B, int T, int NH, int KV, int hs, int pos0, int nt);
+    void (*rope_forward)(float *qkv, const float *cs, const int32_t *pos, int B, int T, int NH, int KV, int hs,
+                         int pos0, int nt);
+    void (*rope_backward)(float *dqkv, const float *cs, const int32_t *pos, int B, int T, int NH, int KV, int hs,
+                          int pos0, int nt);
     void (*swiglu_forward)(float *out, const float *h, int N, int F, int nt);
     void (*swiglu_forward_bf16)(uint16_t *out, const float *h, int N, int F, int nt);
     void (*swiglu_backward)(float *dh, const float *dout, const float *h, int N, int F, int nt);
     void (*swiglu_backward_bf16)(uint16_t *dh, const float *dout, const float *h, int N, int F, int nt);
-    void (*attention_forward)(float *out, float *lse, float *scratch, const float *qkv, int B, int T, int NH, int KV,
-                              int hs, float scale, Dropout d, int lowp, int nt);   /* attention_gqa_forward */
+    void (*attention_forward)(float *out, float *lse, float *scratch, const float *qkv, const int32_t *pos, int B,
+                              int T, int NH, int KV, int hs, float scale, Dropout d, int lowp,
+                              int nt);                                             /* attention_gqa_forward */
     void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                               const float *lse, int B, int T, int NH, int KV, int hs, float scale, Dropout d,
-                               int lowp, int nt);                                  /* attention_gqa_backward */
+                               const float *lse, const int32_t *pos, int B, int T, int NH, int KV, int hs, float scale,
+                               Dropout d, int lowp, int nt);                       /* attention_gqa_backward */
     void (*gelu_forward)(float *out, const float *inp, size_t n, int nt);
     void (*gelu_backward)(float *dinp, const float *dout, const float *inp, size_t n, int nt);
     void (*gelu_forward_bf16)(uint16_t *out, const float *inp, size_t n, int nt);

@@ -161,7 +161,10 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
     ActStage ast = layout_act_stage(&stl, o->slots);
     ast.split = o->split_backward;
     layout_free(&stl);
-    ActOptions ao = {B, T, s->nt, rc, (int)prec, tp, o->sp, &ast}; /* GptPrecision is the layout's 0/1/2 */
+    /* GptPrecision is the layout's 0/1/2 */
+    ActOptions ao = {B, T, s->nt, rc, (int)prec, tp, o->sp, &ast};
+    s->doc_mask = cfg->doc_mask != 0, s->doc_eot = cfg->doc_eot;
+    if (s->doc_mask && !(s->docpos_host = malloc((size_t)B * T * sizeof(int32_t)))) return -1;
     ActSizes as = layout_activations(cfg, &ao);
     s->acts_floats = as.total;
     s->scratch_floats = as.scratch;
@@ -191,6 +194,10 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
     for (int k = 0; k < ast.slots; k++) {
         GptSlot *sl = &s->slots[k];
         sl->la = store + (size_t)k * ast.blocks;
+        if (s->doc_mask) { /* int32 in float-sized cells */
+            sl->docpos = (int32_t *)a;
+            a += N;
+        }
         TAKE(sl->encoded, Nl * C);
         for (int l = 0; l < ast.blocks; l++) {
             LayerActs *x = &sl->la[l];
@@ -305,6 +312,7 @@ void gpt_free(Gpt *g) {
     g->be->free(g->mem, MEM_ACTIVATIONS, s->acts, s->acts_floats * sizeof(float));
     g->be->free(g->mem, MEM_WORKSPACE, s->scratch, s->scratch_floats * sizeof(float));
     free(s->la);
+    free(s->docpos_host);
     if (s->slots) free(s->slots[0].la);
     free(s->slots);
     g->be->free(g->mem, MEM_GRADS, g->d.grads, total * sizeof(float));
@@ -475,8 +483,8 @@ static void attn_forward(Gpt *g, LayerActs *a, int l, int B, int T) {
     GptRunState *s = &g->s;
     Dropout off = {0}, d = g->w.cfg.dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off;
     /* GPT-2 is the case KV = NH (attention_forward's arguments, bit for bit). */
-    g->be->attention_forward(a->atty, a->lse, s->att_scratch, a->qkv, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, s->att_scale, d,
-                          s->mp.bf16, s->nt);
+    g->be->attention_forward(a->atty, a->lse, s->att_scratch, a->qkv, s->cur_docpos, B, T, s->dim.NHl, s->dim.KVl,
+                             s->dim.hs, s->att_scale, d, s->mp.bf16, s->nt);
 }
 
 /* Forward of block l on input x (the Nl rows held of (B, T, C)) into its LayerActs (shared
@@ -501,7 +509,8 @@ static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
         const float *in = sp_gather_rows(g, a->ln1);
         g->be->matmul_forward_p(&s->mp, a->qkv, in, p->qkvw, lp(g, p->qkvw), p->qkvb, N, C, Q, nt);
     }
-    if (s->dim.rms) g->be->rope_forward(a->qkv, s->rope_cs, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, 0, nt);
+    if (s->dim.rms)
+        g->be->rope_forward(a->qkv, s->rope_cs, s->cur_docpos, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, 0, nt);
     attn_forward(g, a, l, B, T);
     g->be->matmul_forward_p(&s->mp, s->dbuf_b, a->atty, p->attprojw, lp(g, p->attprojw), rb_att, N, Ca, C, nt);
     float *br = tp_reduce_rows(g, s->dbuf_b);
@@ -535,11 +544,13 @@ static void embed_forward(Gpt *g, const int32_t *inp, int B, int T) {
     GptRunState *s = &g->s;
     int C = g->w.cfg.n_embd, nt = s->nt;
     if (s->tp == 1 && g->w.p.wpe) {
-        g->be->encoder_forward(s->encoded, inp, g->w.p.wte, g->w.p.wpe, B, T, C, dropout_at(g, -1, DROP_EMBED), nt);
+        g->be->encoder_forward(s->encoded, inp, s->cur_docpos, g->w.p.wte, g->w.p.wpe, B, T, C,
+                               dropout_at(g, -1, DROP_EMBED), nt);
         return;
     }
     /* Vocabulary-parallel (and Llama, which has no wpe, at any tp). */
-    g->be->encoder_forward_vp(s->dbuf_b, inp, g->w.p.wte, s->tp_rank == 0 ? g->w.p.wpe : NULL, B, T, C, s->v0, s->Vr, nt);
+    g->be->encoder_forward_vp(s->dbuf_b, inp, s->cur_docpos, g->w.p.wte, s->tp_rank == 0 ? g->w.p.wpe : NULL, B, T, C,
+                              s->v0, s->Vr, nt);
     float *own = tp_reduce_rows(g, s->dbuf_b);
     Dropout d = dropout_at(g, -1, DROP_EMBED);
     size_t nlc = (size_t)s->curNl * C;
@@ -600,6 +611,12 @@ double gpt_forward_stage(Gpt *g, int slot, int chunk, const int32_t *inp, const 
     int Nl = s->curNl;
     GptSlot *sl = &s->slots[slot];
     sl->inp = inp, sl->B = B, sl->T = T, sl->Nl = Nl, sl->train = s->cur_train, sl->chunk = chunk;
+    s->cur_docpos = NULL;
+    if (s->doc_mask) { /* every stage derives them from the tokens it is given */
+        doc_positions(s->docpos_host, inp, B, T, s->doc_eot);
+        g->be->from_host(sl->docpos, s->docpos_host, (size_t)B * T * sizeof(int32_t));
+        s->cur_docpos = sl->docpos;
+    }
     sl->drop_counter = drop_counter, sl->have_head_grads = 0;
 
     if (f == 0) {
@@ -749,9 +766,10 @@ static void block_backward(Gpt *g, int l, const float *x, int B, int T, int acc)
                              p->attprojw, lp(g, p->attprojw), N, s->dim.Cl, C, acc, s->nt);
     if (s->split_backward) g->be->copy(a->wg_attproj, dbr, (size_t)N * C * sizeof(float));
     Dropout da = cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off;
-    g->be->attention_backward(s->dbuf_a, s->att_scratch, s->dbuf_b, a->qkv, a->atty, a->lse, B, T, s->dim.NHl,
-                              s->dim.KVl, s->dim.hs, s->att_scale, da, bf, s->nt);
-    if (s->dim.rms) g->be->rope_backward(s->dbuf_a, s->rope_cs, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, 0, s->nt);
+    g->be->attention_backward(s->dbuf_a, s->att_scratch, s->dbuf_b, a->qkv, a->atty, a->lse, s->cur_docpos, B, T,
+                              s->dim.NHl, s->dim.KVl, s->dim.hs, s->att_scale, da, bf, s->nt);
+    if (s->dim.rms)
+        g->be->rope_backward(s->dbuf_a, s->rope_cs, s->cur_docpos, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, 0, s->nt);
     if (bf) /* the bias gradient and the rounding first, as the bf16 path always did */
         dp->qkvb ? g->be->cast_bf16_colsum(s->mp.a, dp->qkvb, s->dbuf_a, N, Q, acc, s->nt)
                  : g->be->cast_bf16(s->mp.a, s->dbuf_a, (size_t)N * Q, s->nt);
@@ -791,10 +809,11 @@ static void embed_backward(Gpt *g, int B, int T, int acc) {
     if (s->input_mult != 1.0f) g->be->scale_inplace(s->dres, (size_t)s->curNl * C, s->input_mult, s->nt); /* muP */
     Dropout d = dropout_at(g, -1, DROP_EMBED), off = {0};
     if (s->tp == 1 && g->d.g.wpe) {
-        g->be->encoder_backward(g->d.g.wte, g->d.g.wpe, s->dres, s->cur_inp, B, T, C, d, s->nt);
+        g->be->encoder_backward(g->d.g.wte, g->d.g.wpe, s->dres, s->cur_inp, s->cur_docpos, B, T, C, d, s->nt);
     } else { /* every rank needs every row's gradient for its vocabulary rows (and computes wpe's whole) */
         const float *demb = branch_grad(g, s->dbuf_c, s->dres, d.p > 0 ? d : off);
-        g->be->encoder_backward_vp(g->d.g.wte, g->d.g.wpe, demb, s->cur_inp, B, T, C, s->v0, s->Vr, s->nt);
+        g->be->encoder_backward_vp(g->d.g.wte, g->d.g.wpe, demb, s->cur_inp, s->cur_docpos, B, T, C, s->v0, s->Vr,
+                                   s->nt);
     }
     hook(g->hooks.grads_ready, g->hooks.ctx, 0);
 }
@@ -808,6 +827,7 @@ void gpt_backward_stage(Gpt *g, int slot, int chunk, const float *dout) {
     int first = sb->first[chunk], last = sb->last[chunk];
     bind_slot(g, slot, chunk);
     s->cur_inp = sl->inp, s->curB = sl->B, s->curT = sl->T, s->curNl = sl->Nl;
+    s->cur_docpos = s->doc_mask ? sl->docpos : NULL;
     s->cur_drop_counter = sl->drop_counter, s->cur_train = 1;
     int B = s->curB, T = s->curT;
     double t0 = timer_ms();

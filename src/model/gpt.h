@@ -163,6 +163,8 @@ typedef struct {
     float *lnf, *lnf_mean, *lnf_rstd, *losses; /* head rank only */
     float *dhead;           /* head rank with several slots: the head's input gradient (N, C) */
     const int32_t *inp;
+    int32_t *docpos;        /* doc_mask: the micro-batch's document positions (B·T, doc_positions of inp),
+                               computed by its forward on every stage and read by its backward */
     int B, T, Nl, train, chunk, have_head_grads;
     uint64_t drop_counter;
 } GptSlot;
@@ -208,8 +210,13 @@ typedef struct {
     uint64_t dropout_seed;
     HeadSample sample;      /* gpt_set_label_sampling's draws (u NULL: the data's targets) */
 
+    int doc_mask;           /* ModelConfig.doc_mask, doc_eot (document masking) */
+    int32_t doc_eot;
+    int32_t *docpos_host;   /* doc_mask: host staging of the positions (B·T) */
+
     /* The current micro-batch, between gpt_forward and gpt_backward. */
     const int32_t *cur_inp;
+    const int32_t *cur_docpos; /* the bound slot's document positions (NULL without doc_mask) */
     int curB, curT;
     int curNl;              /* rows of the residual stream held: curB·curT, or its 1/tp under --sp */
     uint64_t cur_drop_counter;
