@@ -189,7 +189,7 @@ static void test_data(void) {
     tu_check(t && !strstr(t, "prepare"), "binary non-shard: the text hint is not given", "stderr=\"%.*s\"",
              t ? (int)strcspn(t, "\n") : 0, t ? t : "");
     free(t);
-    if (!tu_shell(BIN " prepare --tokenizer bytes --out " TMP "/shards " TMP "/corpus.txt >/dev/null 2>&1")) return;
+    if (!tu_shell(BIN " prepare --tokenizer bytes --separator \"\" --out " TMP "/shards " TMP "/corpus.txt >/dev/null 2>&1")) return;
     expect_msg("directory as --data", "train --data " TMP "/shards " SHAPE, 2,
                "shards: a directory|'" TMP "/shards/train_*.bin'", "scaletrain train: shards: expected a regular file");
     expect_msg("another tokenizer's shards: names, not hashes", "train --data '" TMP "/shards/train_*.bin' --tokenizer gpt2 " SHAPE, 2,
@@ -309,7 +309,7 @@ static void test_init_from(void) {
     free(out), free(err);
     /* pre-fix: "--init-from: wl/config.json: model_type: the file holds a llama, this run builds a gpt2" (exit 2) */
     /* another tokenizer's shards: refused without --tokenizer, naming both */
-    if (!tu_shell(BIN " prepare --tokenizer gpt2 --out " TMP "/gshards " TMP "/corpus.txt >/dev/null 2>&1")) return;
+    if (!tu_shell(BIN " prepare --tokenizer gpt2 --separator \"\" --out " TMP "/gshards " TMP "/corpus.txt >/dev/null 2>&1")) return;
     expect_msg("--init-from weights of bytes on gpt2 shards (no --tokenizer)",
                "train --data '" TMP "/gshards/train_*.bin' --seq-len 16 --micro-batch 2 --steps 1 --quiet --init-from " TMP
                "/wl",
@@ -493,7 +493,7 @@ int main(int argc, char **argv) {
     file_mkdirs(TMP, &e);
     if (argc > 2 && !strcmp(argv[2], "preempt")) {
         if (tu_shell("head -c 3000 " ST_SOURCE_DIR "/data/tinyshakespeare/input.txt > " TMP "/pcorpus.txt && rm -rf " TMP
-                     "/shards && " BIN " prepare --tokenizer bytes --out " TMP "/shards " TMP "/pcorpus.txt >/dev/null 2>&1"))
+                     "/shards && " BIN " prepare --tokenizer bytes --separator \"\" --out " TMP "/shards " TMP "/pcorpus.txt >/dev/null 2>&1"))
             test_preempt();
         return tu_exit();
     }

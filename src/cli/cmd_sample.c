@@ -81,7 +81,7 @@ int cmd_sample(int argc, char **argv) {
         return cli_fail("sample", ST_ERR_INPUT, err.msg);
     }
     if (cfg.doc_mask && tokenizer_eot(tk) != (uint32_t)cfg.doc_eot) {
-        snprintf(err.msg, sizeof err.msg, "--tokenizer %s: EOT id %u, the weights in %s were trained with document "
+        snprintf(err.msg, sizeof err.msg, "--tokenizer %s: EOT id %u, the weights in %.600s were trained with document "
                  "masking at EOT id %d", tokenizer, tokenizer_eot(tk), dir, cfg.doc_eot);
         tokenizer_free(tk);
         return cli_fail("sample", ST_ERR_INPUT, err.msg);
