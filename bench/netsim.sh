@@ -41,6 +41,17 @@ MODEL=(--layers 6 --heads 6 --channels 384 --vocab 256 --max-seq-len 128 --seq-l
 
 tmp=$(mktemp -d)
 cleanup() {
+  # Processes still inside the namespaces (an interrupted mpirun, its orted and ranks) are ours.
+  local ns pids
+  for ns in "$NS0" "$NS1"; do
+    pids=$(ip netns pids "$ns" 2>/dev/null || true)
+    [[ -n $pids ]] && kill $pids 2>/dev/null || true
+  done
+  sleep 0.5
+  for ns in "$NS0" "$NS1"; do
+    pids=$(ip netns pids "$ns" 2>/dev/null || true)
+    [[ -n $pids ]] && kill -9 $pids 2>/dev/null || true
+  done
   ip netns del "$NS0" 2>/dev/null || true # deleting a namespace deletes its veth end and qdisc,
   ip netns del "$NS1" 2>/dev/null || true # and the peer with it
   ip link del "$V0" 2>/dev/null || true

@@ -55,9 +55,27 @@ Status hw_measure(PlanHardware *hw, int threads, Err *err) {
     hw->matmul_eff = f / hw->peak_fp32;
     if (hw->matmul_eff > 1) hw->matmul_eff = 1;
     hw->peak_bf16 = hw->peak_fp32 * (h > f ? h / f : 1.0); /* effective: bf16 GEMM rate relative to fp32 */
+    hw->peak_fp16 = hw->peak_fp32; /* fp16 is emulated: its GEMMs run in fp32 */
     hw->mem_bw = peak_measure_bandwidth(threads, (size_t)512 << 20);
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     if (pages > 0 && psz > 0) hw->memory = (double)pages * (double)psz;
+    return ST_OK;
+}
+
+Status hw_this_machine(PlanHardware *hw, int threads, const char *cache_path, int *measured, Err *err) {
+    *measured = 0;
+    cJSON *j = machine_profile_load(cache_path, threads);
+    if (j) {
+        Status st = plan_hardware_from_json(hw, j, err);
+        cJSON_Delete(j);
+        if (st == ST_OK) return ST_OK; /* an unreadable entry is measured over */
+    }
+    Status st = hw_measure(hw, threads, err);
+    if (st != ST_OK) return st;
+    *measured = 1;
+    j = plan_hardware_to_json(hw);
+    machine_profile_store(cache_path, threads, j);
+    cJSON_Delete(j);
     return ST_OK;
 }
 

@@ -15,6 +15,11 @@
  * matmul speed-up, and memory bandwidth, with `threads` threads; the rest from cpu-zen4-2c. */
 Status hw_measure(PlanHardware *hw, int threads, Err *err);
 
+/* This machine's measured profile for `threads` threads (`plan`'s default): from the cache file
+ * cache_path (train/machine_peak.h) when it holds one for this machine, else measured now
+ * (hw_measure, about 2 s) and stored there; *measured says which. */
+Status hw_this_machine(PlanHardware *hw, int threads, const char *cache_path, int *measured, Err *err);
+
 /* The measured peaks' cache file (train/machine_peak.h) from the environment: $ST_PEAK_CACHE (a
  * path, or "off" for none), else $XDG_CACHE_HOME/scaletrain/peaks.json, else
  * $HOME/.cache/scaletrain/peaks.json; "" when none applies. */

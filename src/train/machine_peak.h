@@ -10,8 +10,9 @@
  *
  * The cache: one JSON file (format in docs/plan.md) of entries keyed by host name, CPU model,
  * online CPU count, the binary's ISA level, threads and precision, so another machine (or another
- * build target) never reads an entry measured elsewhere. A hit costs a file read instead of the
- * 0.3 s (fp32) to 0.5 s (bf16) of measurement. */
+ * build target) never reads an entry measured elsewhere. A hit costs a file read and a 40 ms GEMM
+ * check (the cached GEMM figure only rises: a start on a quieter machine raises an entry measured
+ * under load) instead of the 0.3 s (fp32) to 0.5 s (bf16) of measurement. */
 #ifndef ST_TRAIN_MACHINE_PEAK_H
 #define ST_TRAIN_MACHINE_PEAK_H
 
@@ -43,6 +44,14 @@ typedef struct {
  * A cache that cannot be read or parsed is measured over; one that cannot be written leaves the
  * measurement in use. Errors: ST_ERR_RUNTIME only when nothing could be measured. */
 Status machine_peak_resolve(MachinePeak *out, const MachinePeakOptions *o, Err *err);
+
+/* This machine's hardware profile for `threads` in the cache (`plan`'s default hardware; the
+ * profile is plan_hardware_to_json's object, the entry keyed like the peaks'): a copy the caller
+ * deletes, or NULL when the cache has none (or cache_path is NULL or ""). */
+struct cJSON;
+struct cJSON *machine_profile_load(const char *cache_path, int threads);
+/* Stores (replaces) it; a cache that cannot be written is left as it was. */
+void machine_profile_store(const char *cache_path, int threads, const struct cJSON *profile);
 
 /* The key fields of this machine as the cache stores them (for messages and tests): host, CPU
  * model, online CPUs and ISA level, "host | cpu | N cpus | isa". */
