@@ -132,6 +132,7 @@ PY
 # grid flags of a config name
 grid() {
   case $1 in
+    one) echo "" ;;
     dp0) echo "--dp 2 --zero 0 --no-overlap" ;; dp1) echo "--dp 2 --zero 1 --no-overlap" ;;
     dp2) echo "--dp 2 --zero 2 --no-overlap" ;; dp3) echo "--dp 2 --zero 3 --no-overlap" ;;
     dp0o) echo "--dp 2 --zero 0" ;; tp) echo "--dp 1 --tp 2" ;; pp) echo "--dp 1 --pp 2 --grad-accum 4" ;;
@@ -166,15 +167,15 @@ calibrate() {
     END { a = t["4096"] / 2; printf "%.3e %.4e\n", a, 16777216 / (t["16777216"] - 2 * a) }' "$out"
 }
 
-# summarize LOG: rank 0's medians over the steps after the first: comm (dp/world + tp waits; for pp
-# the point-to-point waits are in the pipeline's idle time, printed instead), step total.
+# summarize LOG: rank 0's medians over the steps after the first: comm (time_ms.comm: every wait in
+# a collective or, at pp, a point-to-point transfer, the pipeline's idle time included), step total.
 summarize() {
   python3 - "$1" <<'PY'
 import json, statistics, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
 steps = [r for r in recs if r['event'] == 'step'][1:]
 med = lambda f: statistics.median(f(s) for s in steps)
-comm = med(lambda s: s['time_ms']['comm'] + (s['pipeline']['idle_ms'] if 'pipeline' in s else 0))
+comm = med(lambda s: s['time_ms']['comm'])
 print(f"{comm:.2f} {med(lambda s: s['time_ms']['total']):.2f}")
 PY
 }
@@ -199,6 +200,27 @@ print(f"{1e3 * comm:.2f} {1e3 * st:.2f}")' "$1"
 echo "# netsim $(date -u +%Y-%m-%dT%H:%MZ): $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# $bin train ${MODEL[*]} --steps $steps --threads 1, 2 ranks (one per namespace), $rounds rounds; netem: $have_netem"
 python3 -c 'import json,sys; h=json.load(open(sys.argv[1])); print("# profile: fp32 peak %.1f GFLOP/s, matmul eff %.2f, mem bw %.1f GB/s" % (h["peak_fp32"]/1e9, h["matmul_eff"], h["mem_bw"]/1e9))' "$tmp/hw.json"
+# Compute calibration: one process of one thread doing one rank's dp work (no mpirun, no link);
+# the profile's matmul rate is scaled so that the plan's step equals its measured median, so
+# the rows below compare the communication model, not the compute model (printed: the factor).
+for ((r = 0; r < rounds; r++)); do
+  OMP_NUM_THREADS=1 ST_PEAK_CACHE=off "$bin" train --data "$tmp/train.bin" "${MODEL[@]}" --steps "$steps" --threads 1 \
+    --val-every 0 --quiet --no-noise-scale --log "$tmp/one.$r.jsonl" >"$tmp/one.$r.out" 2>&1 \
+    || { echo "netsim: one-process run failed" >&2; cat "$tmp/one.$r.out" >&2; exit 1; }
+  summarize "$tmp/one.$r.jsonl" >"$tmp/one.$r.sum"
+done
+one_ms=$(cat "$tmp"/one.*.sum | python3 -c 'import statistics, sys; print(statistics.median(float(l.split()[1]) for l in sys.stdin))')
+"$bin" plan "${MODEL[@]}" --threads 1 --hardware "$tmp/hw.json" --json >"$tmp/one_plan.json"
+python3 - "$tmp/hw.json" "$tmp/one_plan.json" "$one_ms" <<'PY'
+import json, sys
+h = json.load(open(sys.argv[1])); c = json.load(open(sys.argv[2]))["compute"]; t = c["time_s"]; meas = float(sys.argv[3]) / 1e3
+rest = c["step_s"] - t["matmul"]  # elementwise + optimizer: kept as the profile prices them
+f = t["matmul"] / max(meas - rest, 1e-9)
+print(f"# compute calibration: one process (no link) measured {1e3 * meas:.1f} ms/step, plan {1e3 * c['step_s']:.1f}: "
+      f"fp32 peak x matmul efficiency ({h['peak_fp32'] / 1e9:.1f} GFLOP/s x {h['matmul_eff']:.3f}) scaled by {f:.3f}")
+h["peak_fp32"] *= f  # peak x efficiency prices the matmuls; the peak, not the efficiency (<= 1), is scaled
+json.dump(h, open(sys.argv[1], "w"))
+PY
 echo
 echo "| link | config | measured comm ms | plan comm ms | comm meas/plan | measured step ms | plan step ms | step meas/plan | plan (calibrated link) comm / step ms | meas/plan |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
