@@ -305,6 +305,7 @@ int cmd_plan(int argc, char **argv) {
     int layers = 0, heads = 0, kv_heads = 0, channels = 0, ffn = 0, vocab = 50257, max_seq = 1024, tie = 0;
     double params = 0, peak_tflops = 0, memory_gib = 0, mem_bw_gbs = 0, intra_gbs = 0, inter_gbs = 0, matmul_eff = 0,
            storage_gbs = 0;
+    double intra_lat_us = -1, inter_lat_us = -1;
     long global_batch = 0;
     int nodes = 0, dpn = 0, wb = 0, gb = 0, mb = -1, ob = 0, ab = 0, moments = -1, hess_every = 10, json = 0, no_overlap = 0;
     int no_noise = 0;
@@ -368,6 +369,9 @@ int cmd_plan(int argc, char **argv) {
         {"mem-bw-gbs", ARG_DOUBLE, &mem_bw_gbs, 0, "override memory bandwidth in GB/s (0: preset)"},
         {"intra-bw-gbs", ARG_DOUBLE, &intra_gbs, 0, "override intra-node GB/s per device (0: preset)"},
         {"inter-bw-gbs", ARG_DOUBLE, &inter_gbs, 0, "override inter-node GB/s per device (0: preset)"},
+        {"intra-lat-us", ARG_DOUBLE, &intra_lat_us, 0, "override the intra-node latency α per message in µs (-1: preset)"},
+        {"inter-lat-us", ARG_DOUBLE, &inter_lat_us, 0,
+         "override the inter-node latency α per message in µs (-1: preset; bench/netsim.sh measures one)"},
         {"matmul-eff", ARG_DOUBLE, &matmul_eff, 0, "override the matmul efficiency (0: preset)"},
         {"storage-bw-gbs", ARG_DOUBLE, &storage_gbs, 0, "checkpoint write GB/s per node (0: preset)"},
         {"no-overlap", ARG_FLAG, &no_overlap, 0, "DP/ZeRO communication adds to the step (default: it overlaps the backward pass)"},
@@ -558,6 +562,14 @@ int cmd_plan(int argc, char **argv) {
     if (SEEN("mem-bw-gbs")) in.hw.mem_bw = mem_bw_gbs * 1e9;
     if (SEEN("intra-bw-gbs")) in.hw.intra_bw = intra_gbs * 1e9;
     if (SEEN("inter-bw-gbs")) in.hw.inter_bw = inter_gbs * 1e9;
+    if ((SEEN("intra-lat-us") && !(intra_lat_us >= 0)) || (SEEN("inter-lat-us") && !(inter_lat_us >= 0))) {
+        snprintf(err.msg, sizeof err.msg, "--%s-lat-us: expected a latency >= 0 µs, found %g",
+                 SEEN("intra-lat-us") && !(intra_lat_us >= 0) ? "intra" : "inter",
+                 SEEN("intra-lat-us") && !(intra_lat_us >= 0) ? intra_lat_us : inter_lat_us);
+        return cli_fail("plan", ST_ERR_INPUT, err.msg);
+    }
+    if (SEEN("intra-lat-us")) in.hw.intra_lat = intra_lat_us * 1e-6;
+    if (SEEN("inter-lat-us")) in.hw.inter_lat = inter_lat_us * 1e-6;
     if (SEEN("matmul-eff")) in.hw.matmul_eff = matmul_eff;
     if (SEEN("storage-bw-gbs")) in.hw.storage_bw = storage_gbs * 1e9;
     if (SEEN("nodes")) {
