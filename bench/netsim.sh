@@ -11,15 +11,19 @@
 # Everything it creates (namespaces, veth, qdiscs, /etc/netns/*, the temporary directory) is removed
 # on exit by a trap, also on failure or Ctrl-C.
 #
-# For each link (LINKS, default "10gbit:50us 1gbit:200us") and each grid (dp 2 at ZeRO 0-3 with
-# --no-overlap so the trainer's comm time is the whole collective time, dp 2 ZeRO 0 overlapped, tp 2,
-# pp 2) it prints the measured median comm and step time (rank 0, steps after the first, median over
-# ROUNDS rounds' medians) beside `plan --json`'s predictions for the same grid on a hardware profile
-# with the link's figures as the inter-node bandwidth and latency and devices_per_node 1 (so every
-# group crosses the link), the plan's peak and efficiency set from a one-process run of the same
-# per-rank work (so the comparison isolates the communication model).
+# For each link (LINKS: RATE or RATE:DELAY, default "10gbit 1gbit"; a DELAY needs netem) and each
+# grid (CONFIGS: dp0-dp3 = dp 2 at ZeRO 0-3 with --no-overlap, so the trainer's comm time is the
+# whole collective time; dp0o = dp 2 ZeRO 0 overlapped; dp0p = the same with Open MPI's TCP
+# progress thread; tp = tp 2; pp = pp 2 with 4 micro-batches) it prints rank 0's measured comm and
+# step time (the fastest step of ROUNDS rounds, and the median of the rounds' medians) beside
+# `plan --json`'s predictions for the same grid, priced on this machine's profile with the link as
+# the inter-node network and devices_per_node 1 (every group crosses the link): once with the
+# link's nominal rate and the α comm_bench measures across it, once with the bandwidth comm_bench
+# measures (the link as MPI over TCP delivers it). A one-process run of the same per-rank work
+# first scales the profile's matmul rate so that the plan's compute equals the measured one: the
+# rows then compare the communication model, not the compute model.
 #
-# usage: sudo [ROUNDS=3] [STEPS=6] [LINKS="10gbit:50us 1gbit:200us"] [CONFIGS="dp0 dp1 dp2 dp3 dp0o tp pp"]
+# usage: sudo [ROUNDS=3] [STEPS=6] [LINKS="10gbit 1gbit"] [CONFIGS="dp0 dp1 dp2 dp3 dp0o dp0p tp pp"]
 #             bench/netsim.sh > table.md
 # Results: bench/results/netsim.md.
 set -euo pipefail
@@ -33,7 +37,7 @@ done
 rounds=${ROUNDS:-3}
 steps=${STEPS:-6}
 links=${LINKS:-"10gbit 1gbit"}
-configs=${CONFIGS:-"dp0 dp1 dp2 dp3 dp0o tp pp"}
+configs=${CONFIGS:-"dp0 dp1 dp2 dp3 dp0o dp0p tp pp"}
 NS0=st-ns0 NS1=st-ns1 V0=st-veth0 V1=st-veth1 IP0=10.231.0.1 IP1=10.231.0.2
 # Model: config C of bench/common.sh with a shorter sequence (6/384/256, 8 x 128 per rank), so a
 # step is ~0.5 s and the dp gradient all-reduce (43 MB) is 10-50% of it at 10 Gb/s and 1 Gb/s.
@@ -135,18 +139,25 @@ grid() {
     one) echo "" ;;
     dp0) echo "--dp 2 --zero 0 --no-overlap" ;; dp1) echo "--dp 2 --zero 1 --no-overlap" ;;
     dp2) echo "--dp 2 --zero 2 --no-overlap" ;; dp3) echo "--dp 2 --zero 3 --no-overlap" ;;
-    dp0o) echo "--dp 2 --zero 0" ;; tp) echo "--dp 1 --tp 2" ;; pp) echo "--dp 1 --pp 2 --grad-accum 4" ;;
+    dp0o|dp0p) echo "--dp 2 --zero 0" ;; tp) echo "--dp 1 --tp 2" ;; pp) echo "--dp 1 --pp 2 --grad-accum 4" ;;
     *) echo "netsim: unknown config $1" >&2; exit 1 ;;
   esac
 }
 
-# run LOG FLAGS...: one 2-rank job across the link (rank 0 in st-ns0, rank 1 in st-ns1).
+# Open MPI options of a config: dp0p is dp0o with the TCP transport's progress thread (without it a
+# nonblocking collective's bytes move only while a rank is inside an MPI call, so the gradient
+# all-reduce cannot overlap the backward pass; the plan assumes it does).
+mpi_extra() { [[ $1 == dp0p ]] && echo "--mca btl_tcp_progress_thread 1" || true; }
+
+# run LOG [--mpi "MCA OPTIONS"] FLAGS...: one 2-rank job across the link (rank 0 in st-ns0, rank 1
+# in st-ns1).
 run2() {
-  local log=$1; shift
+  local log=$1 extra=(); shift
+  if [[ ${1:-} == --mpi ]]; then read -ra extra <<<"$2"; shift 2; fi
   ip netns exec "$NS0" unshare --uts sh -c 'hostname st-node0; exec "$@"' sh \
     timeout 600 mpirun --allow-run-as-root -np 2 --hostfile "$tmp/hosts" --map-by node --bind-to none \
     --mca plm_rsh_agent "$tmp/rsh" --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include 10.231.0.0/24 \
-    --mca oob_tcp_if_include 10.231.0.0/24 -x OMP_NUM_THREADS=1 -x ST_PEAK_CACHE=off \
+    --mca oob_tcp_if_include 10.231.0.0/24 "${extra[@]}" -x OMP_NUM_THREADS=1 -x ST_PEAK_CACHE=off \
     "$bin" train --data "$tmp/train.bin" "${MODEL[@]}" --steps "$steps" --threads 1 --val-every 0 --quiet \
     --no-noise-scale --log "$log" "$@" >"$log.out" 2>&1 || { echo "netsim: run failed, see below" >&2; cat "$log.out" >&2; exit 1; }
 }
@@ -167,16 +178,18 @@ calibrate() {
     END { a = t["4096"] / 2; printf "%.3e %.4e\n", a, 16777216 / (t["16777216"] - 2 * a) }' "$out"
 }
 
-# summarize LOG: rank 0's medians over the steps after the first: comm (time_ms.comm: every wait in
-# a collective or, at pp, a point-to-point transfer, the pipeline's idle time included), step total.
+# summarize LOG: rank 0's comm (time_ms.comm: every wait in a collective or, at pp, a point-to-point
+# transfer, the pipeline's idle time included) and step total, over the steps after the first: their
+# medians, then the fastest step's (the least disturbed by other jobs on a shared machine).
 summarize() {
   python3 - "$1" <<'PY'
 import json, statistics, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
 steps = [r for r in recs if r['event'] == 'step'][1:]
 med = lambda f: statistics.median(f(s) for s in steps)
-comm = med(lambda s: s['time_ms']['comm'])
-print(f"{comm:.2f} {med(lambda s: s['time_ms']['total']):.2f}")
+fast = min(steps, key=lambda s: s['time_ms']['total'])  # the step least disturbed by other load
+print(f"{med(lambda s: s['time_ms']['comm']):.2f} {med(lambda s: s['time_ms']['total']):.2f} "
+      f"{fast['time_ms']['comm']:.2f} {fast['time_ms']['total']:.2f}")
 PY
 }
 
@@ -190,7 +203,7 @@ plan_row() {
 import json, sys
 c = json.load(sys.stdin)["compute"]; t = c["time_s"]
 comp = t["matmul"] + t["elementwise"]
-comm = t["dp"] + t["tp"] + t["pp"] + t["bubble"] if sys.argv[1] != "dp0o" else c["step_s"] - comp - t["optimizer"] - t["bubble"]
+comm = t["dp"] + t["tp"] + t["pp"] + t["bubble"] if sys.argv[1] not in ("dp0o", "dp0p") else c["step_s"] - comp - t["optimizer"] - t["bubble"]
 st = c["step_s"]
 print(f"{1e3 * comm:.2f} {1e3 * st:.2f}")' "$1"
 }
@@ -201,7 +214,7 @@ echo "# netsim $(date -u +%Y-%m-%dT%H:%MZ): $(sed -n 's/^model name[^:]*: //p' /
 echo "# $bin train ${MODEL[*]} --steps $steps --threads 1, 2 ranks (one per namespace), $rounds rounds; netem: $have_netem"
 python3 -c 'import json,sys; h=json.load(open(sys.argv[1])); print("# profile: fp32 peak %.1f GFLOP/s, matmul eff %.2f, mem bw %.1f GB/s" % (h["peak_fp32"]/1e9, h["matmul_eff"], h["mem_bw"]/1e9))' "$tmp/hw.json"
 # Compute calibration: one process of one thread doing one rank's dp work (no mpirun, no link);
-# the profile's matmul rate is scaled so that the plan's step equals its measured median, so
+# the profile's matmul rate is scaled so that the plan's step equals its fastest step, so
 # the rows below compare the communication model, not the compute model (printed: the factor).
 for ((r = 0; r < rounds; r++)); do
   OMP_NUM_THREADS=1 ST_PEAK_CACHE=off "$bin" train --data "$tmp/train.bin" "${MODEL[@]}" --steps "$steps" --threads 1 \
@@ -209,20 +222,22 @@ for ((r = 0; r < rounds; r++)); do
     || { echo "netsim: one-process run failed" >&2; cat "$tmp/one.$r.out" >&2; exit 1; }
   summarize "$tmp/one.$r.jsonl" >"$tmp/one.$r.sum"
 done
-one_ms=$(cat "$tmp"/one.*.sum | python3 -c 'import statistics, sys; print(statistics.median(float(l.split()[1]) for l in sys.stdin))')
+one_ms=$(cat "$tmp"/one.*.sum | python3 -c 'import sys; print(min(float(l.split()[3]) for l in sys.stdin))')
 "$bin" plan "${MODEL[@]}" --threads 1 --hardware "$tmp/hw.json" --json >"$tmp/one_plan.json"
 python3 - "$tmp/hw.json" "$tmp/one_plan.json" "$one_ms" <<'PY'
 import json, sys
 h = json.load(open(sys.argv[1])); c = json.load(open(sys.argv[2]))["compute"]; t = c["time_s"]; meas = float(sys.argv[3]) / 1e3
 rest = c["step_s"] - t["matmul"]  # elementwise + optimizer: kept as the profile prices them
 f = t["matmul"] / max(meas - rest, 1e-9)
-print(f"# compute calibration: one process (no link) measured {1e3 * meas:.1f} ms/step, plan {1e3 * c['step_s']:.1f}: "
+print(f"# compute calibration: one process (no link), fastest step {1e3 * meas:.1f} ms, plan {1e3 * c['step_s']:.1f}: "
       f"fp32 peak x matmul efficiency ({h['peak_fp32'] / 1e9:.1f} GFLOP/s x {h['matmul_eff']:.3f}) scaled by {f:.3f}")
 h["peak_fp32"] *= f  # peak x efficiency prices the matmuls; the peak, not the efficiency (<= 1), is scaled
 json.dump(h, open(sys.argv[1], "w"))
 PY
 echo
-echo "| link | config | measured comm ms | plan comm ms | comm meas/plan | measured step ms | plan step ms | step meas/plan | plan (calibrated link) comm / step ms | meas/plan |"
+echo "Measured: rank 0, fastest step of all rounds (median of the rounds' medians in brackets); ratios are fastest / plan."
+echo
+echo "| link | config | measured comm ms | plan comm ms | comm ratio | measured step ms | plan step ms | step ratio | plan on the link as measured: comm / step ms | ratios |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 for link in $links; do
   rate=${link%%:*} delay=
@@ -243,21 +258,23 @@ PY
   for ((r = 0; r < rounds; r++)); do
     for cfg in $configs; do
       # shellcheck disable=SC2046
-      run2 "$tmp/$rate.$cfg.$r.jsonl" $(grid "$cfg")
+      run2 "$tmp/$rate.$cfg.$r.jsonl" --mpi "$(mpi_extra "$cfg")" $(grid "$cfg")
       summarize "$tmp/$rate.$cfg.$r.jsonl" >"$tmp/$rate.$cfg.$r.sum"
     done
   done
   for cfg in $configs; do
-    read -r mc ms < <(cat "$tmp/$rate.$cfg".*.sum | python3 -c '
+    read -r mc ms mcm msm < <(cat "$tmp/$rate.$cfg".*.sum | python3 -c '
 import statistics, sys
 rows = [list(map(float, l.split())) for l in sys.stdin]
-print(*(f"{statistics.median(r[i] for r in rows):.1f}" for i in (0, 1)))')
+fast = min(rows, key=lambda r: r[3])
+print(f"{fast[2]:.1f} {fast[3]:.1f}", *(f"{statistics.median(r[i] for r in rows):.1f}" for i in (0, 1)))')
     read -r pc ps < <(plan_row "$cfg" "$tmp/hw_link.json")
     read -r cc cs < <(plan_row "$cfg" "$tmp/hw_cal.json")
-    python3 -c 'import sys; l, c, mc, pc, ms, ps, cc, cs = sys.argv[1:3] + list(map(float, sys.argv[3:]))
+    python3 -c 'import sys; l, c, mc, pc, ms, ps, cc, cs, mcm, msm = sys.argv[1:3] + list(map(float, sys.argv[3:]))
 r = lambda a, b: f"{a / b:.2f}" if b > 0 else "-"
-print(f"| {l} | {c} | {mc:.1f} | {pc:.1f} | {r(mc, pc)} | {ms:.1f} | {ps:.1f} | {r(ms, ps)} | {cc:.1f} / {cs:.1f} | {r(mc, cc)} / {r(ms, cs)} |")' \
-      "$link" "$cfg" "$mc" "$pc" "$ms" "$ps" "$cc" "$cs"
+print(f"| {l} | {c} | {mc:.1f} ({mcm:.1f}) | {pc:.1f} | {r(mc, pc)} | {ms:.1f} ({msm:.1f}) | {ps:.1f} | {r(ms, ps)} | "
+      f"{cc:.1f} / {cs:.1f} | {r(mc, cc)} / {r(ms, cs)} |")' \
+      "$link" "$cfg" "$mc" "$pc" "$ms" "$ps" "$cc" "$cs" "$mcm" "$msm"
   done
 done
 echo
