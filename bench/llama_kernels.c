@@ -85,13 +85,13 @@ static void bench_attention(int gqa, int B, int T, int NH, const int *kvs, int n
             int KV = kvs[k];
             double t0 = timer_ms();
 #ifndef LK_MHA_ONLY
-            if (gqa) attention_gqa_forward(out, lse, scr, qkv, B, T, NH, KV, hs, 1.0f / sqrtf((float)hs), d, lowp, nt);
+            if (gqa) attention_gqa_forward(out, lse, scr, qkv, NULL, B, T, NH, KV, hs, 1.0f / sqrtf((float)hs), d, lowp, nt);
             else
 #endif
                 attention_forward(out, lse, scr, qkv, B, T, C, NH, d, lowp, nt);
             double t1 = timer_ms();
 #ifndef LK_MHA_ONLY
-            if (gqa) attention_gqa_backward(dqkv, scr, dy, qkv, out, lse, B, T, NH, KV, hs, 1.0f / sqrtf((float)hs), d, lowp, nt);
+            if (gqa) attention_gqa_backward(dqkv, scr, dy, qkv, out, lse, NULL, B, T, NH, KV, hs, 1.0f / sqrtf((float)hs), d, lowp, nt);
             else
 #endif
                 attention_backward(dqkv, scr, dy, qkv, out, lse, B, T, C, NH, d, lowp, nt);
@@ -130,11 +130,11 @@ static void bench_cmp(int B, int T, int NH, int hs, int lowp, int reps, int nt) 
             double t0 = timer_ms();
             if (k == 0) base_attention_forward(out, lse, scr, qkv, B, T, C, NH, d, lowp, nt);
             else if (k == 1) attention_forward(out, lse, scr, qkv, B, T, C, NH, d, lowp, nt);
-            else attention_gqa_forward(out, lse, scr, qkv, B, T, NH, NH, hs, 1.0f / sqrtf((float)hs), d, lowp, nt);
+            else attention_gqa_forward(out, lse, scr, qkv, NULL, B, T, NH, NH, hs, 1.0f / sqrtf((float)hs), d, lowp, nt);
             double t1 = timer_ms();
             if (k == 0) base_attention_backward(dqkv, scr, dy, qkv, out, lse, B, T, C, NH, d, lowp, nt);
             else if (k == 1) attention_backward(dqkv, scr, dy, qkv, out, lse, B, T, C, NH, d, lowp, nt);
-            else attention_gqa_backward(dqkv, scr, dy, qkv, out, lse, B, T, NH, NH, hs, 1.0f / sqrtf((float)hs), d, lowp, nt);
+            else attention_gqa_backward(dqkv, scr, dy, qkv, out, lse, NULL, B, T, NH, NH, hs, 1.0f / sqrtf((float)hs), d, lowp, nt);
             double t2 = timer_ms();
             if (r >= 0) t[k][0][r] = t1 - t0, t[k][1][r] = t2 - t1;
         }
@@ -208,8 +208,8 @@ static void run_kernel(Elem *e, int k) {
     case K_LN_BWD:
         layernorm_backward(e->dx, e->dw, e->db, e->scr, e->dout, e->x, e->w, e->mean, e->rstd, N, C, 1, nt);
         break;
-    case K_ROPE: rope_forward(e->qkv, e->cs, 1, N, e->NH, e->KV, e->hs, 0, nt); break;
-    case K_ROPE_BWD: rope_backward(e->qkv, e->cs, 1, N, e->NH, e->KV, e->hs, 0, nt); break;
+    case K_ROPE: rope_forward(e->qkv, e->cs, NULL, 1, N, e->NH, e->KV, e->hs, 0, nt); break;
+    case K_ROPE_BWD: rope_backward(e->qkv, e->cs, NULL, 1, N, e->NH, e->KV, e->hs, 0, nt); break;
     case K_SWI: swiglu_forward(e->o, e->h, N, F, nt); break;
     case K_SWI_BF16: swiglu_forward_bf16(e->hlp, e->h, N, F, nt); break;
     case K_SWI_BWD: swiglu_backward(e->dh, e->dof, e->h, N, F, nt); break;

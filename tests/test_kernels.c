@@ -283,7 +283,7 @@ static void test_gelu(void) {
 typedef struct { int32_t *inp; float *wte, *wpe; int B, T, C; Dropout d; } EncCtx;
 static void enc_fwd(Case *c) {
     EncCtx *x = c->ctx;
-    encoder_forward(c->out, x->inp, x->wte, x->wpe, x->B, x->T, x->C, x->d, 2);
+    encoder_forward(c->out, x->inp, NULL, x->wte, x->wpe, x->B, x->T, x->C, x->d, 2);
 }
 static void test_encoder(float p) {
     int B = 2, T = 4, C = 6, V = 5;
@@ -291,7 +291,7 @@ static void test_encoder(float p) {
     EncCtx x = {inp, randv(V * C, 13, 1), randv(T * C, 14, 1), B, T, C, {p, 5, 1}};
     Case c = {enc_fwd, calloc(B * T * C, 4), randv(B * T * C, 15, 1), (size_t)B * T * C, &x};
     float *dwte = calloc(V * C, 4), *dwpe = calloc(T * C, 4);
-    encoder_backward(dwte, dwpe, c.R, inp, B, T, C, x.d, 2);
+    encoder_backward(dwte, dwpe, c.R, inp, NULL, B, T, C, x.d, 2);
     fd_check(&c, x.wte, dwte, V * C, p > 0 ? "encoder dwte (dropout)" : "encoder dwte");
     fd_check(&c, x.wpe, dwpe, T * C, p > 0 ? "encoder dwpe (dropout)" : "encoder dwpe");
 }
@@ -370,8 +370,8 @@ static void test_threads(void) {
     for (int i = 0; i < N; i++) tok[i] = (int32_t)rng_below(1, 2, i, 7); /* many repeats */
     float *e1 = calloc(V * C, 4), *e2 = calloc(V * C, 4), *p1 = calloc(N * C, 4), *p2 = calloc(N * C, 4);
     Dropout off = {0};
-    encoder_backward(e1, p1, dout, tok, 3, 100, C, off, 1);
-    encoder_backward(e2, p2, dout, tok, 3, 100, C, off, 2);
+    encoder_backward(e1, p1, dout, tok, NULL, 3, 100, C, off, 1);
+    encoder_backward(e2, p2, dout, tok, NULL, 3, 100, C, off, 2);
     tu_check(!memcmp(e1, e2, V * C * 4) && !memcmp(p1, p2, 100 * C * 4),
              "embedding gradients bit-identical for 1 and 2 threads", "repeated tokens");
 }

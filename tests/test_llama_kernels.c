@@ -285,7 +285,7 @@ static void test_rope_case(int NH, int KV, int hs, int pos0, double theta) {
     rope_table(cs, pos0 + T, hs, inv);
     float *x = randv(n, 20, 1), *y = malloc(n * 4), *R = randv(n, 21, 1);
     memcpy(y, x, n * 4);
-    rope_forward(y, cs, B, T, NH, KV, hs, pos0, 2);
+    rope_forward(y, cs, NULL, B, T, NH, KV, hs, pos0, 2);
     RopeRef r = {to_d(x, n), to_d(R, n), calloc(n, 8), B, T, NH, KV, hs, pos0, 0, theta, NULL, NULL};
     rope_ref_angles(&r);
     double *ref = calloc(n, 8);
@@ -310,7 +310,7 @@ static void test_rope_case(int NH, int KV, int hs, int pos0, double theta) {
     /* backward: rotate R back; against finite differences of the float64 forward */
     float *g = malloc(n * 4);
     memcpy(g, R, n * 4);
-    rope_backward(g, cs, B, T, NH, KV, hs, pos0, 2);
+    rope_backward(g, cs, NULL, B, T, NH, KV, hs, pos0, 2);
     double *num = calloc(n, 8);
     fd_grad(num, r.x, n, rope_loss, &r);
     double eg = tu_rel_err_fd(g, num, n);
@@ -319,14 +319,14 @@ static void test_rope_case(int NH, int KV, int hs, int pos0, double theta) {
     /* negative control: the forward rotation applied to the gradient (not its transpose) */
     float *gbad = malloc(n * 4);
     memcpy(gbad, R, n * 4);
-    rope_forward(gbad, cs, B, T, NH, KV, hs, pos0, 2);
+    rope_forward(gbad, cs, NULL, B, T, NH, KV, hs, pos0, 2);
     double eb = tu_rel_err_fd(gbad, num, n);
     snprintf(name, sizeof name, "negative control: rope backward turning forward (hs=%d)", hs);
     control(eb <= TOL_FD, name, "rel_err=%.3g", eb);
     /* threads */
     float *y1 = malloc(n * 4);
     memcpy(y1, x, n * 4);
-    rope_forward(y1, cs, B, T, NH, KV, hs, pos0, 1);
+    rope_forward(y1, cs, NULL, B, T, NH, KV, hs, pos0, 1);
     snprintf(name, sizeof name, "rope bit-identical for 1 and 2 threads (hs=%d)", hs);
     tu_check(!memcmp(y, y1, n * 4), name, "memcmp equal");
 }
@@ -536,8 +536,8 @@ static void test_gqa_case(int B, int T, int NH, int KV, int hs, float p, int low
     float *qkv = randv(nq, 40 + T, 1), *dy = randv(no, 41 + T, 1);
     float *out = calloc(no, 4), *lse = calloc((size_t)B * NH * T, 4), *dqkv = calloc(nq, 4);
     float *scr = calloc(attention_gqa_scratch_floats(T, hs, NH / KV, 2), 4);
-    attention_gqa_forward(out, lse, scr, qkv, B, T, NH, KV, hs, 1.0f / sqrtf((float)hs), d, lowp, 2);
-    attention_gqa_backward(dqkv, scr, dy, qkv, out, lse, B, T, NH, KV, hs, 1.0f / sqrtf((float)hs), d, lowp, 2);
+    attention_gqa_forward(out, lse, scr, qkv, NULL, B, T, NH, KV, hs, 1.0f / sqrtf((float)hs), d, lowp, 2);
+    attention_gqa_backward(dqkv, scr, dy, qkv, out, lse, NULL, B, T, NH, KV, hs, 1.0f / sqrtf((float)hs), d, lowp, 2);
     AttRef a = {B, T, NH, KV, hs, d, kv_group, 0, to_d(qkv, nq), to_d(dy, no), calloc(no, 8)};
     double *ref = calloc(no, 8), *dref = calloc(nq, 8);
     ref_attention(&a, a.qkv, ref, a.R, dref);
@@ -599,8 +599,8 @@ static void test_gqa_vs_mha(int B, int T, int NH, int KV, int hs, float p, int l
     float *o2 = calloc(no, 4), *l2 = calloc((size_t)B * NH * T, 4), *g2 = calloc(n3, 4);
     float *scr = calloc(attention_gqa_scratch_floats(T, hs, G, 2), 4);
     float *scr3 = calloc(attention_scratch_floats(T, hs, 2), 4);
-    attention_gqa_forward(o1, l1, scr, qkv, B, T, NH, KV, hs, 1.0f / sqrtf((float)hs), d, lowp, 2);
-    attention_gqa_backward(g1, scr, dy, qkv, o1, l1, B, T, NH, KV, hs, 1.0f / sqrtf((float)hs), d, lowp, 2);
+    attention_gqa_forward(o1, l1, scr, qkv, NULL, B, T, NH, KV, hs, 1.0f / sqrtf((float)hs), d, lowp, 2);
+    attention_gqa_backward(g1, scr, dy, qkv, o1, l1, NULL, B, T, NH, KV, hs, 1.0f / sqrtf((float)hs), d, lowp, 2);
     attention_forward(o2, l2, scr3, x3, B, T, C, NH, d, lowp, 2);
     attention_backward(g2, scr3, dy, x3, o2, l2, B, T, C, NH, d, lowp, 2);
     char name[160];
@@ -639,8 +639,8 @@ static void test_gqa_threads(int lowp) {
     float *scr = calloc(attention_gqa_scratch_floats(T, hs, NH / KV, 2), 4);
     for (int k = 0; k < 2; k++) {
         o[k] = calloc(no, 4), l[k] = calloc((size_t)B * NH * T, 4), g[k] = calloc(nq, 4);
-        attention_gqa_forward(o[k], l[k], scr, qkv, B, T, NH, KV, hs, 1.0f / sqrtf((float)hs), d, lowp, k + 1);
-        attention_gqa_backward(g[k], scr, dy, qkv, o[k], l[k], B, T, NH, KV, hs, 1.0f / sqrtf((float)hs), d, lowp, k + 1);
+        attention_gqa_forward(o[k], l[k], scr, qkv, NULL, B, T, NH, KV, hs, 1.0f / sqrtf((float)hs), d, lowp, k + 1);
+        attention_gqa_backward(g[k], scr, dy, qkv, o[k], l[k], NULL, B, T, NH, KV, hs, 1.0f / sqrtf((float)hs), d, lowp, k + 1);
     }
     tu_check(!memcmp(o[0], o[1], no * 4) && !memcmp(l[0], l[1], (size_t)B * NH * T * 4) && !memcmp(g[0], g[1], nq * 4),
              lowp ? "attention_gqa bf16 bit-identical for 1 and 2 threads (B=3 KV=1 NH=3, dropout)"
@@ -658,8 +658,8 @@ static void test_gqa_tp_slice(void) {
     float *qkv = randv(nq, 70, 1), *dy = randv(no, 71, 1);
     float *o = calloc(no, 4), *l = calloc((size_t)B * NH * T, 4), *g = calloc(nq, 4);
     float *scr = calloc(attention_gqa_scratch_floats(T, hs, NH / KV, 2), 4);
-    attention_gqa_forward(o, l, scr, qkv, B, T, NH, KV, hs, 1.0f / sqrtf((float)hs), d, 0, 2);
-    attention_gqa_backward(g, scr, dy, qkv, o, l, B, T, NH, KV, hs, 1.0f / sqrtf((float)hs), d, 0, 2);
+    attention_gqa_forward(o, l, scr, qkv, NULL, B, T, NH, KV, hs, 1.0f / sqrtf((float)hs), d, 0, 2);
+    attention_gqa_backward(g, scr, dy, qkv, o, l, NULL, B, T, NH, KV, hs, 1.0f / sqrtf((float)hs), d, 0, 2);
     int ok = 1;
     for (int r = 0; r < 2; r++) {
         float *xs = calloc((size_t)B * T * lds, 4), *dys = calloc((size_t)B * T * Cs, 4);
@@ -673,8 +673,8 @@ static void test_gqa_tp_slice(void) {
         }
         Dropout ds = d;
         ds.head0 = r * nh, ds.heads = NH;
-        attention_gqa_forward(os, ls, scr, xs, B, T, nh, kv, hs, 1.0f / sqrtf((float)hs), ds, 0, 2);
-        attention_gqa_backward(gs, scr, dys, xs, os, ls, B, T, nh, kv, hs, 1.0f / sqrtf((float)hs), ds, 0, 2);
+        attention_gqa_forward(os, ls, scr, xs, NULL, B, T, nh, kv, hs, 1.0f / sqrtf((float)hs), ds, 0, 2);
+        attention_gqa_backward(gs, scr, dys, xs, os, ls, NULL, B, T, nh, kv, hs, 1.0f / sqrtf((float)hs), ds, 0, 2);
         for (size_t bt = 0; bt < (size_t)B * T; bt++) {
             ok &= !memcmp(os + bt * Cs, o + bt * C + r * Cs, Cs * 4);
             ok &= !memcmp(gs + bt * lds, g + bt * ld + r * nh * hs, Cs * 4);

@@ -586,6 +586,8 @@ static const OptionEffect OPTION_EFFECTS[] = {
     {"pp", PB, PB " --pp 2", "parameters.per_device"},
     {"sp", PB " --tp 2", PB " --tp 2 --sp", "activations.per_layer_korthikanti"},
     {"zero", PB " --dp 2", PB " --dp 2 --zero 1", "memory_bytes.moments"},
+    {"lora-rank", PB " --lora-rank 4", PB " --lora-rank 8", "lora.adapter_params"},
+    {"lora-targets", PB " --lora-rank 4", PB " --lora-rank 4 --lora-targets all", "lora.total_bytes_per_rank"},
     {"recompute", PB, PB " --recompute full", "compute.hw_flops_per_token"},
     {"pp-microbatches", PB " --pp 2 --grad-accum 4", PB " --pp 2 --grad-accum 4 --pp-microbatches 2", "pipeline.bubble"},
     {"interleave", PB " --pp 2 --grad-accum 4", PB " --pp 2 --grad-accum 4 --interleave 3", "pipeline.bubble_interleaved"},
@@ -632,6 +634,8 @@ static const OptionEffect OPTION_EFFECTS[] = {
     {"days", PB, PB " --days 1", "batch.budget_tokens"},
     {"target-days", PB, PB " --target-days 1", "compute.mfu_required"},
     {"mtbf", PB, PB " --mtbf 1", "checkpoint.interval_s"},
+    {"doc-mask", PB, PB " --doc-mask --mean-doc-len 64", "compute.flops_per_token"},
+    {"mean-doc-len", PB " --doc-mask --mean-doc-len 64", PB " --doc-mask --mean-doc-len 32", "compute.flops_per_token"},
     {"config", PB, PB " --config " TMP "/dp2.json", "layout.dp"},
 };
 

@@ -135,6 +135,260 @@ static void write_big_vocab(const char *dir) {
     fclose(f);
 }
 
+/* ---- line pieces (issue 26: the quick start on any plain text file) ---- */
+
+/* The rule of docs/data.md §6 computed from whole lines, as the docs state it: a piece takes lines
+ * until it holds at least n bytes, and ends there unless fewer than n bytes would be left (then it
+ * takes the rest). Returns the number of pieces; their offsets and lengths go to off/len. */
+static size_t oracle_pieces(const char *t, size_t total, size_t n, size_t *off, size_t *len, size_t cap) {
+    size_t k = 0, start = 0, pos = 0;
+    while (pos < total) {
+        const char *nl = memchr(t + pos, '\n', total - pos);
+        pos = nl ? (size_t)(nl - t) + 1 : total; /* the end of the next line */
+        if ((pos - start >= n && total - pos >= n) || pos == total) {
+            if (k < cap) off[k] = start, len[k] = pos - start;
+            k++;
+            start = pos;
+        }
+    }
+    return k;
+}
+
+typedef struct {
+    const uint8_t *p;
+    size_t n;
+} Doc;
+static int cmp_docs(const void *a, const void *b) {
+    const Doc *x = a, *y = b;
+    size_t m = x->n < y->n ? x->n : y->n;
+    int c = memcmp(x->p, y->p, m);
+    return c ? c : (x->n > y->n) - (x->n < y->n);
+}
+
+/* 1 when the documents of the byte-token stream t (EOT 256 after each) are exactly the pieces
+ * (off, len) of text, as multisets. */
+static int same_docs(const uint32_t *t, size_t nt, const char *text, const size_t *off, const size_t *len, size_t np) {
+    uint8_t *bytes = malloc(nt + 1);
+    Doc *got = malloc((nt + 1) * sizeof *got), *want = malloc((np + 1) * sizeof *want);
+    size_t ng = 0, start = 0;
+    int ok = bytes && got && want;
+    for (size_t i = 0; ok && i < nt; i++) {
+        if (t[i] == 256) {
+            got[ng++] = (Doc){bytes + start, i - start};
+            start = i + 1;
+        } else {
+            ok = t[i] < 256;
+            bytes[i] = (uint8_t)t[i];
+        }
+    }
+    ok = ok && start == nt && ng == np;
+    for (size_t i = 0; ok && i < np; i++) want[i] = (Doc){(const uint8_t *)text + off[i], len[i]};
+    if (ok) {
+        qsort(got, ng, sizeof *got, cmp_docs);
+        qsort(want, np, sizeof *want, cmp_docs);
+        for (size_t i = 0; ok && i < np; i++) ok = cmp_docs(&got[i], &want[i]) == 0;
+    }
+    free(bytes), free(got), free(want);
+    return ok;
+}
+
+/* Both splits of dir as one byte-token stream (train then val). */
+static uint32_t *read_both(const char *dir, const Tokenizer *bt, size_t *n) {
+    size_t ntr, nva, sh;
+    uint64_t src;
+    int hdr = 1, elem = 0;
+    uint32_t *tr = read_split(dir, "train", &ntr, &sh, &src, tokenizer_hash(bt), &hdr, &elem);
+    uint32_t *va = read_split(dir, "val", &nva, &sh, &src, tokenizer_hash(bt), &hdr, &elem);
+    uint32_t *all = malloc((ntr + nva + 1) * sizeof *all);
+    if (ntr) memcpy(all, tr, ntr * sizeof *all);
+    if (nva) memcpy(all + ntr, va, nva * sizeof *all);
+    free(tr), free(va);
+    *n = ntr + nva;
+    return all;
+}
+
+/* A text without blank lines (and without separator lines), --separator "", a validation split:
+ * cut into pieces at line ends (docs/data.md §6). Oracle: the pieces computed from the lines here;
+ * the split by the keyed rule on those pieces; the same shards from 1 thread and small runs as from
+ * 3 threads. Boundaries: no cut without a validation split, with a blank line, with two inputs;
+ * a text too short for two pieces and the default separator are refused in one line. Negative
+ * control: pieces of another size do not match. */
+static void test_line_pieces(const Tokenizer *bt) {
+    enum { TOTAL_MAX = 48000, MAXP = 64 };
+    static char text[TOTAL_MAX + 8];
+    size_t total = 0;
+    uint64_t x = 2026;
+    static const char *frag[] = {"the ", "mill ", "caf\xc3\xa9 ", "river ", "\xe2\x80\x94 ", "stones ", "light "};
+    for (int line = 0; total < 40000; line++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        size_t want = line == 17 ? 6000 : 1 + (size_t)(x >> 33) % 180; /* one line longer than a piece */
+        size_t start = total;
+        while (total - start < want) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            const char *f = frag[(x >> 40) % 7];
+            memcpy(text + total, f, strlen(f));
+            total += strlen(f);
+        }
+        text[total++] = '\n';
+    }
+    text[--total] = 0; /* the last line without its newline */
+    write_file("pieces.txt", text);
+    size_t off[MAXP], len[MAXP];
+    size_t np = oracle_pieces(text, total, PREP_LINE_PIECE_BYTES, off, len, MAXP);
+    int sizes_ok = np >= 5 && np <= MAXP;
+    for (size_t i = 0; i < np && i < MAXP; i++)
+        sizes_ok &= len[i] >= PREP_LINE_PIECE_BYTES && (text[off[i] + len[i] - 1] == '\n' || i == np - 1);
+    tu_check(sizes_ok, "line_pieces_oracle_sane", "%zu pieces of %zu bytes", np, total);
+
+    Err err;
+    const char *in1[1] = {keep(path("pieces.txt"))};
+    PrepareOptions o = prepare_default_options();
+    o.inputs = in1, o.ninputs = 1, o.tok = bt, o.seed = 7;
+    o.separator = "", o.val_fraction = 0.1, o.threads = 3;
+    o.out_dir = keep(path("lp1"));
+    PrepareStats s;
+    Status st = prepare_run(&o, &s, &err);
+    size_t nt = 0;
+    uint32_t *all = st ? NULL : read_both(o.out_dir, bt, &nt);
+    size_t want_val = 0;
+    for (size_t i = 0; i < np; i++)
+        want_val += XXH3_128bits_withSeed(text + off[i], len[i], 7).high64 <
+                    (uint64_t)((long double)0.1 * 18446744073709551616.0L);
+    if (want_val == 0) want_val = 1;
+    tu_check(!st && s.line_pieces == np && s.docs == np && s.val_docs == want_val && s.train_docs == np - want_val &&
+                 s.bytes == total && all && same_docs(all, nt, text, off, len, np),
+             "line_pieces_cut", "%s pieces %llu (oracle %zu), docs %zu, val %zu (rule %zu), bytes %llu of %zu",
+             st ? err.msg : "", (unsigned long long)s.line_pieces, np, s.docs, s.val_docs, want_val,
+             (unsigned long long)s.bytes, total);
+    /* negative control: pieces of another size are another set */
+    size_t off2[MAXP * 2], len2[MAXP * 2];
+    size_t np2 = oracle_pieces(text, total, PREP_LINE_PIECE_BYTES / 2, off2, len2, MAXP * 2);
+    tu_check(all && !same_docs(all, nt, text, off2, len2, np2 < MAXP * 2 ? np2 : MAXP * 2),
+             "control_line_pieces_other_size", "pieces of %d bytes (%zu) must not match", PREP_LINE_PIECE_BYTES / 2, np2);
+
+    /* the same shards from 1 thread and runs of 4 KiB (many batches and runs) */
+    o.threads = 1, o.run_bytes = 4096, o.out_dir = keep(path("lp2"));
+    st = prepare_run(&o, &s, &err);
+    size_t nt2 = 0;
+    uint32_t *all2 = st ? NULL : read_both(o.out_dir, bt, &nt2);
+    tu_check(!st && all && all2 && nt2 == nt && memcmp(all, all2, nt * sizeof *all) == 0 && s.runs > 1,
+             "line_pieces_threads_memory", "%s tokens %zu vs %zu, runs %zu", st ? err.msg : "", nt2, nt, s.runs);
+    /* interrupted after 2 runs (mid-input) and after 1 shard (the journal then carries the piece
+     * count), each resumed: the same shards, the same count */
+    o.out_dir = keep(path("lp2r")), o.fault_after_runs = 2;
+    Status st1 = prepare_run(&o, &s, &err);
+    o.fault_after_runs = 0;
+    st = prepare_run(&o, &s, &err);
+    uint32_t *all3 = st ? NULL : read_both(o.out_dir, bt, &nt2);
+    tu_check(st1 == ST_ERR_RUNTIME && !st && s.line_pieces == np && all && all3 && nt2 == nt &&
+                 memcmp(all, all3, nt * sizeof *all) == 0,
+             "line_pieces_resume_reading", "first %d, %s pieces %llu, tokens %zu", (int)st1, st ? err.msg : "",
+             (unsigned long long)s.line_pieces, nt2);
+    free(all3);
+    o.out_dir = keep(path("lp2m")), o.shard_tokens = 4000, o.fault_after_shards = 1;
+    st1 = prepare_run(&o, &s, &err);
+    o.fault_after_shards = 0;
+    st = prepare_run(&o, &s, &err);
+    tu_check(st1 == ST_ERR_RUNTIME && !st && s.line_pieces == np && s.docs == np && s.train_tokens + s.val_tokens == nt,
+             "line_pieces_resume_merge", "first %d, %s pieces %llu, docs %zu", (int)st1, st ? err.msg : "",
+             (unsigned long long)s.line_pieces, s.docs);
+    o.shard_tokens = 100000000;
+    free(all), free(all2);
+    o.threads = 2, o.run_bytes = (size_t)256 << 20;
+
+    /* no validation split: one document, as before */
+    o.val_fraction = 0, o.out_dir = keep(path("lp3"));
+    st = prepare_run(&o, &s, &err);
+    tu_check(!st && s.docs == 1 && s.line_pieces == 0 && s.bytes == total, "line_pieces_not_without_val",
+             "%s docs %zu pieces %llu", st ? err.msg : "", s.docs, (unsigned long long)s.line_pieces);
+    o.val_fraction = 0.1;
+
+    /* a blank line: blank-line documents, as before (the newline before it belongs to neither) */
+    size_t cut = off[np / 2];
+    static char text2[TOTAL_MAX + 8];
+    memcpy(text2, text, cut);
+    text2[cut] = '\n';
+    memcpy(text2 + cut + 1, text + cut, total - cut + 1);
+    write_file("pieces_blank.txt", text2);
+    in1[0] = keep(path("pieces_blank.txt"));
+    o.out_dir = keep(path("lp4"));
+    st = prepare_run(&o, &s, &err);
+    size_t boff[2] = {0, cut + 1}, blen[2] = {cut - 1, total - cut};
+    all = st ? NULL : read_both(o.out_dir, bt, &nt);
+    tu_check(!st && s.docs == 2 && s.line_pieces == 0 && all && same_docs(all, nt, text2, boff, blen, 2),
+             "line_pieces_not_with_blank_line", "%s docs %zu pieces %llu", st ? err.msg : "", s.docs,
+             (unsigned long long)s.line_pieces);
+    free(all);
+
+    /* two inputs (the text cut in two at a line end): two documents, as before */
+    static char half[TOTAL_MAX + 8];
+    memcpy(half, text, cut), half[cut] = 0;
+    write_file("half1.txt", half);
+    write_file("half2.txt", text + cut);
+    const char *in2[2] = {keep(path("half1.txt")), keep(path("half2.txt"))};
+    o.inputs = in2, o.ninputs = 2, o.out_dir = keep(path("lp5"));
+    st = prepare_run(&o, &s, &err);
+    tu_check(!st && s.docs == 2 && s.line_pieces == 0, "line_pieces_not_with_two_inputs", "%s docs %zu pieces %llu",
+             st ? err.msg : "", s.docs, (unsigned long long)s.line_pieces);
+    o.inputs = in1, o.ninputs = 1;
+
+    /* too short for two pieces: refused, naming the rule */
+    memcpy(half, text, 8000), half[8000] = 0;
+    char *nl = strrchr(half, '\n');
+    if (nl) nl[1] = 0;
+    write_file("short.txt", half);
+    in1[0] = keep(path("short.txt"));
+    o.out_dir = keep(path("lp6"));
+    st = prepare_run(&o, &s, &err);
+    tu_check(st == ST_ERR_INPUT && strstr(err.msg, "short.txt") && strstr(err.msg, "1 piece,") &&
+                 strstr(err.msg, "at least 8192 bytes") && strstr(err.msg, "--val-fraction 0"),
+             "line_pieces_too_short_refused", "%s", st ? err.msg : "accepted");
+
+    /* a split that leaves no training document: one document under the --val-fraction threshold is
+     * the "found 1" error (not --val-docs'), two of them name --val-fraction */
+    o.val_fraction = 0.999999, o.out_dir = keep(path("lp10"));
+    st = prepare_run(&o, &s, &err);
+    tu_check(st == ST_ERR_INPUT && strstr(err.msg, "at least 2 distinct documents") && strstr(err.msg, "found 1") &&
+                 !strstr(err.msg, "--val-docs"),
+             "split_single_document_in_val", "%s", st ? err.msg : "accepted");
+    write_file("two.txt", "first document\n\nsecond document\n");
+    in1[0] = keep(path("two.txt"));
+    o.out_dir = keep(path("lp11"));
+    st = prepare_run(&o, &s, &err);
+    tu_check(st == ST_ERR_INPUT && strstr(err.msg, "--val-fraction 0.999999: expected at least one training document") &&
+                 strstr(err.msg, "all 2 distinct"),
+             "split_all_in_val_fraction", "%s", st ? err.msg : "accepted");
+    o.val_fraction = 0.1;
+
+    /* the default separator: one document, refused as before (the hint names --separator "") */
+    in1[0] = keep(path("pieces.txt"));
+    o.separator = "<|endoftext|>", o.out_dir = keep(path("lp7"));
+    st = prepare_run(&o, &s, &err);
+    tu_check(st == ST_ERR_INPUT && strstr(err.msg, "--separator \"\"") && strstr(err.msg, "found 1"),
+             "line_pieces_not_with_separator_line", "%s", st ? err.msg : "accepted");
+
+    /* the binary: one notice line when it cuts, none with a blank line */
+    char cmd[3000];
+    snprintf(cmd, sizeof cmd, "%s/scaletrain prepare --quiet --tokenizer bytes --separator \"\" --val-fraction 0.1 "
+             "--out %s %s > %s 2>&1", ST_BINARY_DIR, path("lp8"), path("pieces.txt"), path("lp8.out"));
+    int rc = system(cmd);
+    char *out = tu_slurp(path("lp8.out"));
+    int notices = 0;
+    for (const char *q = out; q && (q = strstr(q, "prepare: notice:")); q++) notices++;
+    char want[64];
+    snprintf(want, sizeof want, "into %zu documents of at least %d bytes", np, PREP_LINE_PIECE_BYTES);
+    tu_check(rc == 0 && notices == 1 && strstr(out, want) && strstr(out, "--val-fraction 0"), "cli_line_pieces_notice",
+             "exit %d, %d notice(s): %.400s", rc, notices, out ? out : "(none)");
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s/scaletrain prepare --quiet --tokenizer bytes --separator \"\" --val-fraction 0.1 "
+             "--out %s %s > %s 2>&1", ST_BINARY_DIR, path("lp9"), path("pieces_blank.txt"), path("lp9.out"));
+    rc = system(cmd);
+    out = tu_slurp(path("lp9.out"));
+    tu_check(rc == 0 && out && !strstr(out, "notice"), "cli_no_notice_with_blank_line", "exit %d: %.300s", rc,
+             out ? out : "(none)");
+    free(out);
+}
+
 int main(void) {
     if (!mkdtemp(tmpdir)) return 1;
     Err err;
@@ -358,6 +612,8 @@ int main(void) {
              "cli_vocab_over_65536_auto_version_7", "exit=%d version=%u elem=%d last=%u", rc7, st7 ? 0 : s7.meta.version,
              st7 ? 0 : s7.elem_bytes, st7 ? 0 : shard_token(&s7, s7.ntok - 1));
     if (!st7) shard_close(&s7);
+
+    test_line_pieces(bt);
 
     tokenizer_free(bt);
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

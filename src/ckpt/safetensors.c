@@ -487,6 +487,8 @@ static const char *float_text(float x, char *buf) {
 
 /* muP's multipliers in config.json's "scaletrain" object: without them the weights are not the
  * model (docs/mup.md); standard models write nothing (their files are as before). */
+/* The "scaletrain" object's optional members: "mup" (muP runs), "doc_mask" (document masking,
+ * {"eot": id}); nothing for a standard run without masking (its config.json as before). */
 static void mup_json(const ModelConfig *c, char *buf, size_t len) {
     buf[0] = '\0';
     if (c->param == PARAM_MUP)
@@ -496,10 +498,23 @@ static void mup_json(const ModelConfig *c, char *buf, size_t len) {
                  float_text(c->mup_base_width, w), float_text(c->mup_input_alpha, a),
                  float_text(c->mup_output_alpha, b));
     }
+    if (c->doc_mask) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, len - used, ", \"doc_mask\": {\"eot\": %d}", c->doc_eot);
+    }
 }
 
-/* Reads the "scaletrain" object's "mup" member (absent: the standard parameterization). */
+/* Reads the "scaletrain" object's "mup" member (absent: the standard parameterization) and its
+ * "doc_mask" (absent: no document masking). */
 static Status mup_read(const cJSON *sc, const char *path, ModelConfig *cfg, Err *err) {
+    const cJSON *dm = sc ? cJSON_GetObjectItemCaseSensitive(sc, "doc_mask") : NULL;
+    if (dm && !cJSON_IsNull(dm)) {
+        const cJSON *eot = cJSON_GetObjectItemCaseSensitive(dm, "eot");
+        if (!cJSON_IsNumber(eot) || eot->valuedouble != (double)(int)eot->valuedouble)
+            return err_set(err, ST_ERR_INPUT, "%s: scaletrain.doc_mask: expected {\"eot\": an integer token id}, found "
+                           "another value", path);
+        cfg->doc_mask = 1, cfg->doc_eot = (int)eot->valuedouble;
+    }
     const cJSON *mu = sc ? cJSON_GetObjectItemCaseSensitive(sc, "mup") : NULL;
     if (!mu || cJSON_IsNull(mu)) return ST_OK;
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(mu, "base_width");
@@ -529,11 +544,13 @@ static const char *rope_members(const ModelConfig *c, char *buf) {
 
 size_t st_hf_config_text(const ModelConfig *c, const char *tokenizer, char *buf, size_t len) {
     int n;
-    char mup[160], eps[32], theta[32], rm[256], scaling[320];
+    char mup[224], eps[32], theta[32], rm[256], scaling[320];
     mup_json(c, mup, sizeof mup);
-    /* bos = eos = EOT: the named tokenizer's (cl100k/o200k: not the last id), else the last id */
-    long named = tokenizer_named_eot(tokenizer);
+    /* eos = EOT: the named tokenizer's (cl100k/o200k/llama3: not the last id), else the last id; bos =
+     * the same, except llama3's <|begin_of_text|> */
+    long named = tokenizer_named_eot(tokenizer), named_bos = tokenizer_named_bos(tokenizer);
     int eot = named >= 0 && named < c->vocab ? (int)named : c->vocab - 1;
+    int bos = named_bos >= 0 && named_bos < c->vocab ? (int)named_bos : eot;
     if (c->arch == ARCH_LLAMA) {
         /* Both generations' keys with one meaning: transformers 4 reads rope_theta and rope_scaling
          * (null for the default RoPE), transformers 5 reads rope_parameters. */
@@ -554,7 +571,7 @@ size_t st_hf_config_text(const ModelConfig *c, const char *tokenizer, char *buf,
                      "  \"scaletrain\": {\"tokenizer\": \"%s\", \"dropout\": %g%s}\n}\n",
                      c->vocab, c->n_embd, c->ffn, c->n_layer, c->n_head, c->n_kv_head, c->n_embd / c->n_head,
                      c->max_seq, float_text(c->norm_eps, eps), float_text((float)c->rope_theta, theta), scaling,
-                     theta, model_rope_type_name(c->rope_type), rm, c->dropout, c->untied ? "false" : "true", eot,
+                     theta, model_rope_type_name(c->rope_type), rm, c->dropout, c->untied ? "false" : "true", bos,
                      eot, tokenizer ? tokenizer : "", c->dropout, mup);
         if (n < 0) return 0;
         return (size_t)n < len ? (size_t)n : len - 1;
@@ -569,7 +586,7 @@ size_t st_hf_config_text(const ModelConfig *c, const char *tokenizer, char *buf,
                      "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"torch_dtype\": \"float32\",\n"
                      "  \"dtype\": \"float32\",\n  \"scaletrain\": {\"tokenizer\": \"%s\"%s}\n}\n",
                      c->vocab, c->max_seq, c->max_seq, c->n_embd, c->n_layer, c->n_head, c->dropout, c->dropout,
-                     c->dropout, eot, eot, tokenizer ? tokenizer : "", mup);
+                     c->dropout, bos, eot, tokenizer ? tokenizer : "", mup);
     if (n < 0) return 0;
     return (size_t)n < len ? (size_t)n : len - 1;
 }

@@ -36,7 +36,7 @@
 int cmd_eval(int argc, char **argv) {
     char data[4096] = "";
     long tokens = 0;
-    int B = 8, T = 0, threads = 2, json = 0, quiet = 0;
+    int B = 8, T = 0, threads = 2, json = 0, quiet = 0, doc_mask = 0, no_doc_mask = 0;
     char device[16] = "cpu";
     ArgSpec specs[] = {
         {"data", ARG_STR, data, sizeof data, "token shards: path, glob or comma list (one dataset, no weights)"},
@@ -45,6 +45,9 @@ int cmd_eval(int argc, char **argv) {
         {"seq-len", ARG_INT, &T, 0, "tokens per row T (0: the model's max sequence length)"},
         {"threads", ARG_INT, &threads, 0, "threads for our kernels and the GEMM library"},
         {"device", ARG_STR, device, sizeof device, "where the model computes: cpu (cuda only in a build with CUDA)"},
+        {"doc-mask", ARG_FLAG, &doc_mask, 0,
+         "document masking (docs/doc-mask.md) even if the weights were trained without it (default: as trained)"},
+        {"no-doc-mask", ARG_FLAG, &no_doc_mask, 0, "no document masking even if the weights were trained with it"},
         {"json", ARG_FLAG, &json, 0, "print the result as one JSON object"},
         {"quiet", ARG_FLAG, &quiet, 0, "no progress output"},
     };
@@ -67,6 +70,8 @@ int cmd_eval(int argc, char **argv) {
     if (B < 1) return cli_fail("eval", ST_ERR_INPUT, "--micro-batch: expected >= 1");
     if (T < 0) return cli_fail("eval", ST_ERR_INPUT, "--seq-len: expected >= 0");
     if (threads < 1 || threads > 1024) return cli_fail("eval", ST_ERR_INPUT, "--threads: expected 1..1024");
+    if (doc_mask && no_doc_mask)
+        return cli_fail("eval", ST_ERR_INPUT, "--doc-mask / --no-doc-mask: expected at most one, found both");
 
     /* The weights: a plain folder, else a checkpoint (verified) or the newest one of a --ckpt-dir. */
     char src[4096], note[1536];
@@ -116,6 +121,16 @@ int cmd_eval(int argc, char **argv) {
                      hv, src, cfg.vocab);
         goto fail;
     }
+    /* Document masking: as the weights were trained (config.json), unless a flag says otherwise; the
+     * documents end with the shards' EOT, which must be the one the weights were trained with. */
+    uint32_t seot = loader_header_eot(&ld);
+    if (no_doc_mask) cfg.doc_mask = 0;
+    else if (doc_mask && !cfg.doc_mask) cfg.doc_mask = 1, cfg.doc_eot = (int)seot;
+    if (cfg.doc_mask && (uint32_t)cfg.doc_eot != seot) {
+        st = err_set(&err, ST_ERR_INPUT, "--data %s: document masking expected EOT id %d (the weights in %s), the "
+                     "shards' header says %u", data, cfg.doc_eot, src, seot);
+        goto fail;
+    }
     uint64_t rows = ld.nwin;
     if (tokens > 0) {
         uint64_t want = ((uint64_t)tokens + (uint64_t)T - 1) / (uint64_t)T;
@@ -155,6 +170,7 @@ int cmd_eval(int argc, char **argv) {
         cJSON_AddStringToObject(o, "data", data);
         cJSON_AddNumberToObject(o, "rows", (double)rows);
         cJSON_AddNumberToObject(o, "seq_len", T);
+        if (cfg.doc_mask) cJSON_AddBoolToObject(o, "doc_mask", 1);
         cJSON_AddNumberToObject(o, "targets", (double)targets);
         cJSON_AddNumberToObject(o, "loss_sum_nats", nats);
         cJSON_AddNumberToObject(o, "loss", loss);
@@ -174,9 +190,9 @@ int cmd_eval(int argc, char **argv) {
         cJSON_free(t);
         cJSON_Delete(o);
     } else {
-        printf("eval: %s on %s: %llu tokens (%llu rows of %d) of %zu in %d shard%s, %.1f s\n", src, data,
-               (unsigned long long)targets, (unsigned long long)rows, T, ld.total_tokens, ld.nshards,
-               ld.nshards == 1 ? "" : "s", el);
+        printf("eval: %s on %s: %llu tokens (%llu rows of %d%s) of %zu in %d shard%s, %.1f s\n", src, data,
+               (unsigned long long)targets, (unsigned long long)rows, T, cfg.doc_mask ? ", document-masked" : "",
+               ld.total_tokens, ld.nshards, ld.nshards == 1 ? "" : "s", el);
         printf("loss %.4f nats/token | perplexity %.3f | ", loss, ppl);
         if (bytes_per_token > 0)
             printf("bits/byte %.4f (%.3f source bytes/token)\n", bpb, bytes_per_token);

@@ -7,15 +7,62 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "ckpt/ckpt.h"
 #include "ckpt/safetensors.h"
 #include "cli/args.h"
 #include "cli/cmds.h"
 #include "cli/cmds_ckpt.h"
+#include "ckpt/lora_ckpt.h"
+#include "model/lora.h"
+
+/* A LoRA checkpoint (ckpt/lora_ckpt.h): --adapter writes PEFT's adapter folder, --merge the base with
+ * W + (alpha/r)·B·A folded into every adapted weight as an ordinary Hugging Face folder (config
+ * unchanged). The base is the one state.json references (--init-from path or seed), or --base; its
+ * XXH3 must equal the recorded one. */
+static int export_lora(const char *path, int merge, const char *base, const char *out, const char *tokenizer, int bf16,
+                       uint64_t shard) {
+    LoraCkptMeta meta;
+    LoraConfig lc;
+    ModelConfig cfg;
+    LoraLayout ll;
+    Err err = {0};
+    Status st = ckpt_lora_read_meta(path, &meta, &lc, &cfg, &err);
+    if (st == ST_OK) st = lora_layout_init(&ll, &cfg, &lc, 1, &err);
+    if (st != ST_OK) return cli_fail("export", st, err.msg);
+    float *ad = malloc(ll.total * sizeof(float));
+    if (!ad) return cli_fail("export", ST_ERR_RUNTIME, "out of memory");
+    st = ckpt_lora_load(path, &ll, ad, NULL, NULL, &err);
+    const char *src = base[0] ? base : meta.init_from;
+    if (st == ST_OK && !merge) st = ckpt_lora_write_adapter(out, &ll, ad, src, &err);
+    if (st == ST_OK && merge) {
+        Gpt g = {0};
+        st = gpt_init(&g, &cfg, NULL, NULL, &err);
+        if (st == ST_OK) {
+            gpt_init_params(&g, meta.base_seed);
+            if (src[0] && (st = ckpt_init_from(&g.w, src, &err)) != ST_OK) err_prefix(&err, "--base");
+        }
+        uint64_t h = st == ST_OK ? XXH3_64bits(g.w.params, g.w.layout.total * sizeof(float)) : 0;
+        if (st == ST_OK && h != meta.base_hash)
+            st = err_set(&err, ST_ERR_INPUT, "--base %s: its weights (XXH3 %016llx) are not the base %s was trained on "
+                         "(XXH3 %016llx)", src[0] ? src : "(random, from the recorded seed)", (unsigned long long)h, path,
+                         (unsigned long long)meta.base_hash);
+        if (st == ST_OK) {
+            lora_merge(&ll, ad, &g.w.p);
+            st = st_save_hf_opts(&g.w, out, tokenizer[0] ? tokenizer : meta.tokenizer, bf16, shard, &err);
+        }
+        gpt_free(&g);
+    }
+    free(ad);
+    if (st != ST_OK) return cli_fail("export", st, err.msg);
+    printf("exported %s (LoRA %s) to %s\n", path, merge ? "merged into the base, hf" : "adapter, PEFT", out);
+    return 0;
+}
 
 int cmd_export(int argc, char **argv) {
-    char format[16] = "hf", out[1024] = "", tokenizer[256] = "", dtype[16] = "fp32", shard[32] = "5GB";
+    char format[16] = "hf", out[1024] = "", tokenizer[256] = "", dtype[16] = "fp32", shard[32] = "5GB", base[1024] = "";
+    int merge = 0, adapter = 0;
     ArgSpec specs[] = {
         {"format", ARG_STR, format, sizeof format, "hf (model.safetensors + config.json) | llmc (llm.c fp32 .bin)"},
         {"out", ARG_STR, out, sizeof out, "output: a directory for hf, a file for llmc (-o is accepted)"},
@@ -24,6 +71,12 @@ int cmd_export(int argc, char **argv) {
         {"max-shard-size", ARG_STR, shard, sizeof shard,
          "hf: split into model-0000k-of-0000n.safetensors + model.safetensors.index.json above this many bytes of "
          "tensors per file (e.g. 5GB, 200MB, 4096; Hugging Face's default 5GB)"},
+        {"merge", ARG_FLAG, &merge, 0, "LoRA checkpoint: the base with W + (alpha/r)*B*A folded in, as an hf folder"},
+        {"adapter", ARG_FLAG, &adapter, 0,
+         "LoRA checkpoint: PEFT's adapter_model.safetensors + adapter_config.json"},
+        {"base", ARG_STR, base, sizeof base,
+         "LoRA: the base weights --merge folds into, and --adapter's base_model_name_or_path; none given: the "
+         "checkpoint's --init-from"},
     };
     int n = (int)(sizeof specs / sizeof specs[0]), npos = 0, help = 0;
     /* -o is the one short option: rewrite it to --out for the shared parser. */
@@ -62,6 +115,23 @@ int cmd_export(int argc, char **argv) {
                         "--tokenizer: would change nothing with --format llmc (the .bin records no tokenizer); expected --format hf");
 
     char src[4096], note[1536];
+    char lpath[4096] = "";
+    if (ckpt_lora_is_checkpoint(pos[0])) snprintf(lpath, sizeof lpath, "%s", pos[0]);
+    else if (!ckpt_is_weights_folder(pos[0]) && ckpt_lora_resolve(pos[0], "auto", lpath, sizeof lpath, &err) != ST_OK)
+        lpath[0] = 0;
+    if (lpath[0]) {
+        if (merge == adapter)
+            return cli_fail("export", ST_ERR_INPUT, "a LoRA checkpoint: expected exactly one of --merge or --adapter");
+        if (strcmp(format, "hf"))
+            return cli_fail("export", ST_ERR_INPUT, "--format: a LoRA export writes Hugging Face / PEFT files; expected hf");
+        if (adapter && (bf16 || args_find(specs, n, "max-shard-size")->seen || tokenizer[0]))
+            return cli_fail("export", ST_ERR_INPUT, "--adapter: writes PEFT's fp32 files; --dtype, --max-shard-size, "
+                            "--tokenizer and --format apply to --merge only");
+        return export_lora(lpath, merge, base, out, tokenizer, bf16, (uint64_t)(lim * mult));
+    }
+    if (merge || adapter || base[0])
+        return cli_fail("export", ST_ERR_INPUT, "--merge/--adapter/--base: expected a LoRA checkpoint (state.json of "
+                        "format scaletrain-lora), found an ordinary checkpoint or weights folder");
     int plain = ckpt_is_weights_folder(pos[0]);
     if (plain) {
         snprintf(src, sizeof src, "%s", pos[0]);

@@ -21,6 +21,7 @@
 #include "core/mem.h"
 #include "model/config.h"
 #include "model/layout.h"
+#include "model/lora.h"
 #include "optim/optim.h"
 #include "parallel/schedule.h"
 #include "plan/plan.h"
@@ -128,7 +129,11 @@ static void print_review(const PlanInput *in, const PlanResult *r, const PlanSch
            in->seq_len, in->grad_accum, in->dp, r->batch_seqs, r->batch_tokens);
     printf("  budget (%s): %.4g tokens = %lld steps\n", r->budget_source, r->tokens, r->steps);
     printf("\n-- compute --\n");
-    printf("  FLOPs per token: 6N = %.4g, exact with attention = %.4g\n", r->compute.fpt_6n, r->compute.fpt);
+    printf("  FLOPs per token: 6N = %.4g, exact with attention = %.4g", r->compute.fpt_6n, r->compute.fpt);
+    if (in->doc_mask) /* layout_doc_span_mean: the span the attention term is priced at */
+        printf(" (document-masked: attention over %.4g keys per token, mean document %.4g of %d)",
+               layout_doc_span_mean(in->seq_len, in->mean_doc_len), in->mean_doc_len, in->seq_len);
+    printf("\n");
     if (in->recompute) printf("  with %s recompute: %.4g hardware FLOPs per token\n", plan_recompute_name(in->recompute), r->compute.fpt_hw);
     printf("  total: 6ND = %.4g, exact = %.4g FLOPs\n", r->compute.total_6nd, r->compute.total);
     printf("  step: matmul %s + elementwise %s + bubble %s + tp %s + pp %s; dp/zero comm %s (%s not hidden by "
@@ -307,6 +312,8 @@ int cmd_plan(int argc, char **argv) {
            storage_gbs = 0;
     double intra_lat_us = -1, inter_lat_us = -1;
     long global_batch = 0;
+    int lora_rank = 0;
+    char lora_targets[128] = "";
     int nodes = 0, dpn = 0, wb = 0, gb = 0, mb = -1, ob = 0, ab = 0, moments = -1, hess_every = 10, json = 0, no_overlap = 0;
     int no_noise = 0;
     char pp_schedule[32] = "", pp_layers[256] = "";
@@ -327,6 +334,10 @@ int cmd_plan(int argc, char **argv) {
         {"params", ARG_DOUBLE, &params, 0, "a parameter count alone, e.g. 7e9 (no shape: FLOPs 6N, no activations)"},
         {"micro-batch", ARG_INT, &in.micro_batch, 0, "sequences per micro-batch B"},
         {"seq-len", ARG_INT, &in.seq_len, 0, "tokens per sequence T"},
+        {"doc-mask", ARG_FLAG, &in.doc_mask, 0,
+         "document masking (train --doc-mask): attention priced per document, from --mean-doc-len"},
+        {"mean-doc-len", ARG_DOUBLE, &in.mean_doc_len, 0,
+         "--doc-mask: mean document length in tokens (the attention span is min(it, --seq-len))"},
         {"grad-accum", ARG_INT, &in.grad_accum, 0, "micro-batches per optimizer step k"},
         {"global-batch", ARG_LONG, &global_batch, 0, "sequences per step (sets --grad-accum; 0: unused)"},
         {"dp", ARG_INT, &in.dp, 0, "data-parallel ranks (default: world / (tp x pp) when --nodes is given)"},
@@ -383,6 +394,8 @@ int cmd_plan(int argc, char **argv) {
         {"mtbf", ARG_DOUBLE, &in.mtbf_hours, 0, "mean time between failures of the job, hours"},
         {"scaling", ARG_STR, scaling_src, sizeof scaling_src, "a `scaletrain fit --json` result: its Approach 3 law joins the published ones and judges over-training"},
         {"json", ARG_FLAG, &json, 0, "print one JSON object (schema: docs/plan.md)"},
+        {"lora-rank", ARG_INT, &lora_rank, 0, "also price LoRA fine-tuning at this rank on a frozen fp32 base (docs/lora.md)"},
+        {"lora-targets", ARG_STR, lora_targets, sizeof lora_targets, "with --lora-rank: the adapted layers (as train's)"},
     };
     int n = (int)(sizeof specs / sizeof specs[0]), npos = 0, help = 0;
     char *pos[1];
@@ -532,6 +545,13 @@ int cmd_plan(int argc, char **argv) {
     in.overlap = !no_overlap;
     in.no_noise_scale = no_noise;
     if ((st = plan_parse_recompute(recompute, &in.recompute, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+    if (SEEN("mean-doc-len") && !in.doc_mask)
+        return cli_fail("plan", ST_ERR_INPUT, "--mean-doc-len: would change nothing here; expected --doc-mask");
+    if (in.doc_mask && !(in.mean_doc_len >= 1)) {
+        snprintf(err.msg, sizeof err.msg, "--mean-doc-len: expected a mean document length >= 1 token with --doc-mask, "
+                 "found %g", in.mean_doc_len);
+        return cli_fail("plan", ST_ERR_INPUT, err.msg);
+    }
     /* ---- hardware ---- */
     /* Without --hardware: this machine's measured profile, from the cache (measured and cached on
      * the first call); with no cache (ST_PEAK_CACHE=off, no $HOME) the cpu-zen4-2c preset. */
@@ -629,6 +649,33 @@ int cmd_plan(int argc, char **argv) {
             return cli_fail("plan", st, err.msg);
         }
     }
+    /* ---- LoRA: the per-rank bytes of train --lora-rank (lora_memory_plan: what it allocates) ---- */
+    size_t lora_bytes[MEM_NCAT] = {0};
+    long long lora_params = 0;
+    if (SEEN("lora-targets") && lora_rank <= 0)
+        return cli_fail("plan", ST_ERR_INPUT, "--lora-targets: expected --lora-rank > 0 with it, found no --lora-rank");
+    if (lora_rank != 0) {
+        ModelConfig lc;
+        if (!plan_model_to_config(&in.model, &lc) || model_config_validate(&lc, &err) != ST_OK)
+            return cli_fail("plan", ST_ERR_INPUT, "--lora-rank: expected a model this trainer builds (a shape, not --params)");
+        if (in.pp > 1 || in.zero > 2 || in.sp || strcmp(precision, "fp32")) {
+            snprintf(err.msg, sizeof err.msg, "--lora-rank: LoRA runs at --pp 1, --zero 0..2, no --sp, "
+                     "--precision fp32, found tp %d, pp %d, zero %d, %s", in.tp, in.pp, in.zero, precision);
+            return cli_fail("plan", ST_ERR_INPUT, err.msg);
+        }
+        LoraConfig cfgl = {lora_rank, (float)lora_rank, 0.0f, 0};
+        if (!lora_targets[0]) snprintf(lora_targets, sizeof lora_targets, "%s", lc.arch == ARCH_LLAMA ? "q,v" : "q,k,v");
+        LoraLayout ll;
+        if ((st = lora_parse_targets(lora_targets, &lc, &cfgl.targets, &err)) != ST_OK ||
+            (st = lora_layout_init_tp(&ll, &lc, &cfgl, in.dp, in.tp, 0, &err)) != ST_OK)
+            return cli_fail("plan", st, err.msg);
+        ActOptions ao = layout_act_options(in.micro_batch, in.seq_len, in.threads);
+        ao.recompute = (Recompute)in.recompute, ao.tp = in.tp;
+        lora_memory_plan(&lc, &ao, &ll, in.n_moments, in.dp, in.zero, lora_bytes);
+        LoraLayout whole; /* the adapters of the whole model (tp 1) */
+        if ((st = lora_layout_init(&whole, &lc, &cfgl, 1, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+        lora_params = (long long)(whole.block_floats * (size_t)whole.L);
+    }
 #undef SEEN
     PlanResult *r = calloc(1, sizeof *r);
     if (!r) return cli_fail("plan", ST_ERR_RUNTIME, "out of memory");
@@ -639,12 +686,35 @@ int cmd_plan(int argc, char **argv) {
     }
     if (json) {
         cJSON *o = plan_json(&in, r, &ps);
+        if (lora_rank > 0) { /* LoRA: what one rank of train --lora-rank allocates, by category */
+            cJSON *lo = cJSON_AddObjectToObject(o, "lora"), *b = cJSON_AddObjectToObject(lo, "bytes_per_rank");
+            cJSON_AddNumberToObject(lo, "rank", lora_rank);
+            cJSON_AddStringToObject(lo, "targets", lora_targets);
+            cJSON_AddNumberToObject(lo, "adapter_params", (double)lora_params);
+            double tot = 0;
+            for (int i = 0; i < MEM_NCAT; i++) {
+                cJSON_AddNumberToObject(b, mem_category_name(i), (double)lora_bytes[i]);
+                tot += (double)lora_bytes[i];
+            }
+            cJSON_AddNumberToObject(lo, "total_bytes_per_rank", tot);
+        }
         char *s = cJSON_Print(o);
         if (s) puts(s);
         free(s);
         cJSON_Delete(o);
     } else {
         print_review(&in, r, &ps);
+        if (lora_rank > 0) {
+            char b1[32], b2[32], b3[32], b4[32], b5[32];
+            double tot = 0;
+            for (int i = 0; i < MEM_NCAT; i++) tot += (double)lora_bytes[i];
+            printf("\nLoRA fine-tuning (rank %d, targets %s, frozen fp32 base, docs/lora.md): %lld adapter parameters; "
+                   "per rank: base + adapters %s, gradients %s, moments %s, activations + workspace %s, total %s\n",
+                   lora_rank, lora_targets, lora_params, fmt_bytes(b1, sizeof b1, (double)lora_bytes[MEM_PARAMS]),
+                   fmt_bytes(b2, sizeof b2, (double)lora_bytes[MEM_GRADS]), fmt_bytes(b3, sizeof b3, (double)lora_bytes[MEM_MOMENTS]),
+                   fmt_bytes(b4, sizeof b4, (double)(lora_bytes[MEM_ACTIVATIONS] + lora_bytes[MEM_WORKSPACE])),
+                   fmt_bytes(b5, sizeof b5, tot));
+        }
     }
     plan_sched_free(&ps);
     fflush(stdout);

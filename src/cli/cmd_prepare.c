@@ -73,10 +73,11 @@ int cmd_prepare(int argc, char **argv) {
     char field[256] = "text";
     ArgSpec specs[] = {
         {"out", ARG_STR, out, sizeof out, "output directory for train_NNNNNN.bin / val_NNNNNN.bin (required)"},
-        {"tokenizer", ARG_STR, spec, sizeof spec, "gpt2 | cl100k | o200k | bytes | FILE.tkr | DIR of a trained tokenizer"},
+        {"tokenizer", ARG_STR, spec, sizeof spec, "gpt2 | cl100k | o200k | llama3 | bytes | FILE.tkr | DIR of a trained tokenizer or of llama3"},
         {"tokenizer-dir", ARG_STR, dirbuf, sizeof dirbuf,
          "where the named tokenizer's files are (none: gpt2: $ST_GPT2_DIR, <exe>/../data/gpt2_tokenizer, ./data/...; "
-         "cl100k, o200k: <exe>/../data/tokenizers, ./data/tokenizers)"},
+         "cl100k, o200k: <exe>/../data/tokenizers, ./data/tokenizers; llama3: .../data/tokenizers/llama3 with Meta's "
+         "tokenizer.model)"},
         {"format", ARG_STR, format, sizeof format, "auto | text | jsonl | wikitext (auto: by extension, .gz/.zst removed)"},
         {"field", ARG_STR, field, sizeof field, "JSON Lines: the string field holding each document's text"},
         {"skip-bad", ARG_FLAG, &skip_bad, 0,
@@ -141,7 +142,7 @@ int cmd_prepare(int argc, char **argv) {
     /* --seed is never inert: besides the split it keys the order of the documents in the shards */
     if (!rc && SEEN("tokenizer-dir") && !tokenizer_data_subdir(spec))
         rc = fail(2, "--tokenizer-dir: would change nothing for tokenizer '%s'; expected it only with --tokenizer gpt2, "
-                     "cl100k or o200k", spec);
+                     "cl100k, o200k or llama3", spec);
     if (!rc && SEEN("separator") && (!strcmp(format, "jsonl") || !strcmp(format, "wikitext")))
         rc = fail(2, "--separator: would change nothing with --format %s; expected --format text or auto", format);
     if (!rc && SEEN("field") && (!strcmp(format, "text") || !strcmp(format, "wikitext")))
@@ -167,7 +168,8 @@ int cmd_prepare(int argc, char **argv) {
     const char *sub = tokenizer_data_subdir(spec);
     if (!rc && !dir && sub && !(dir = cli_find_tokenizer_dir(spec, gdir, sizeof gdir)))
         rc = fail(2, "tokenizer %s: expected its files next to the executable (../data/%s) or in ./data/%s, found "
-                     "none: give --tokenizer-dir", spec, sub, sub);
+                     "none: give --tokenizer-dir%s", spec, sub, sub,
+                     strcmp(spec, "llama3") ? "" : " (scripts/fetch-llama3-tokenizer.sh fetches Meta's tokenizer.model)");
     Tokenizer *tok = NULL;
     if (!rc && tokenizer_load(&tok, spec, dir, &err)) rc = fail(err.status == ST_ERR_INPUT ? 2 : 1, "%s", err.msg);
     if (rc) {
@@ -197,6 +199,12 @@ int cmd_prepare(int argc, char **argv) {
         uint64_t toks = s.train_tokens + s.val_tokens;
         printf("prepare: tokenizer %s (vocab %u, hash %016llx), %zu files\n", tokenizer_kind(tok),
                tokenizer_vocab_size(tok), (unsigned long long)tokenizer_hash(tok), s.files);
+        if (s.line_pieces >= 2) /* no silent behaviour: the documents are not the user's paragraphs */
+            printf("prepare: notice: %s has no blank line between text, so with --separator \"\" it is one document "
+                   "and a validation split needs two: cut at line ends into %llu documents of at least %d bytes; "
+                   "put blank lines between documents to choose them yourself, or give --val-fraction 0 to keep it "
+                   "whole\n", strcmp(inputs[0], "-") ? inputs[0] : "standard input", (unsigned long long)s.line_pieces,
+                   PREP_LINE_PIECE_BYTES);
         if (s.resumed_files)
             printf("prepare: resumed: %zu of %zu inputs were finished by an interrupted call and skipped\n",
                    s.resumed_files, s.files);

@@ -89,7 +89,7 @@ static Status refuse_inert(ArgSpec *specs, int n, const TrainConfig *c, const Co
         {"mtbf", c->quiet, "no --quiet (the interval is printed)"},
         {"override", !c->resume[0], "--resume"},
         {"sample-tokens", c->sample_every <= 0, "--sample-every N > 0"},
-        {"tokenizer-dir", tokenizer_data_subdir(c->tokenizer) == NULL, "--tokenizer gpt2, cl100k or o200k"},
+        {"tokenizer-dir", tokenizer_data_subdir(c->tokenizer) == NULL, "--tokenizer gpt2, cl100k, o200k or llama3"},
         {"no-overlap", !par, "data parallelism (more than one rank under mpirun, or --zero)"},
         {"comm-timeout", world <= 1, "more than one rank (mpirun -np N)"},
         {"val-every", noval && c->val_every > 0, "--val-data (there is nothing to validate on)"},
@@ -171,7 +171,9 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
     char rope_type[16] = "";
     char model[64] = "", arch[16] = "gpt2", precision[16] = "fp32", recompute[16] = "none", spike_policy[16] = "log", optimizer[16] = "adamw", schedule[16] = "cosine", shape[16] = "linear", tok_dir[1024] = "";
     long batch_tokens = 0;
-    int tie = 0;
+    int tie = 0, doc_mask = 0;
+    char lora_targets[128] = "";
+    float lora_alpha = 0;
     double peak_gflops = 0;
     float beta1 = -1, beta2 = -1, wd = -1, eps = -1, momentum = -1, muon_lr = -1, muon_mom = -1, sh_eps = -1, gamma = -1;
     int sh_block = ARG_UNSET_INT, sh_every = ARG_UNSET_INT, hess_every = ARG_UNSET_INT; /* unset: the optimizer's default */
@@ -207,8 +209,8 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         {"data", ARG_STR, c.data, sizeof c.data, "training shards: path or glob (none: the bundled Tiny Shakespeare)"},
         {"val-data", ARG_STR, c.val_data, sizeof c.val_data, "validation shards: path or glob"},
         {"tokenizer", ARG_STR, c.tokenizer, sizeof c.tokenizer,
-         "gpt2 | cl100k | o200k | bytes | FILE.tkr | DIR: checked against the shards, recorded for `sample`"},
-        {"tokenizer-dir", ARG_STR, tok_dir, sizeof tok_dir, "where the named tokenizer's files are (gpt2: encoder.json, vocab.bpe; cl100k, o200k: NAME_base.tkr)"},
+         "gpt2 | cl100k | o200k | llama3 | bytes | FILE.tkr | DIR: checked against the shards, recorded for `sample`"},
+        {"tokenizer-dir", ARG_STR, tok_dir, sizeof tok_dir, "where the named tokenizer's files are (gpt2: encoder.json, vocab.bpe; cl100k, o200k: NAME_base.tkr; llama3: tokenizer.model)"},
         {"micro-batch", ARG_INT, &c.micro_batch, 0, "sequences per micro-batch B"},
         {"seq-len", ARG_INT, &c.seq_len, 0, "tokens per sequence T"},
         {"grad-accum", ARG_INT, &c.grad_accum, 0, "micro-batches per optimizer step k"},
@@ -258,6 +260,9 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         {"recompute", ARG_STR, recompute, sizeof recompute,
          "none | selective (LayerNorm and GELU outputs) | full (each block's forward rerun in backward)"},
         {"no-pack", ARG_FLAG, &c.no_pack, 0, "one document per row with the padding masked (default: packed rows)"},
+        {"doc-mask", ARG_FLAG, &doc_mask, 0,
+         "document masking in packed rows: attention stays inside each document (ended by EOT), positions restart "
+         "at 0 (docs/doc-mask.md)"},
         {"no-noise-scale", ARG_FLAG, &c.no_noise_scale, 0,
          "do not estimate the gradient noise scale (logged when dp >= 2 or --grad-accum >= 2, without --pp)"},
         {"ckpt-dir", ARG_STR, c.ckpt_dir, sizeof c.ckpt_dir, "directory of checkpoints step_NNNNNNNN/"},
@@ -297,6 +302,13 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
          "log per-layer gradient, weight and update norms in every step record (one process, ZeRO 0)"},
         {"stop-after", ARG_LONG, &c.stop_after, 0,
          "stop after this step as if preempted: checkpoint and exit 0 (the schedule still spans --steps)"},
+        {"lora-rank", ARG_INT, &c.lora.rank, 0,
+         "LoRA fine-tuning: adapters of this rank r on a frozen base (0: off; docs/lora.md)"},
+        {"lora-alpha", ARG_FLOAT, &lora_alpha, 0, "LoRA: the adapters' scale is alpha / r (0: alpha = r)"},
+        {"lora-dropout", ARG_FLOAT, &c.lora.dropout, 0, "LoRA: dropout on the adapters' input"},
+        {"lora-targets", ARG_STR, lora_targets, sizeof lora_targets,
+         "LoRA: layers adapted, from q,k,v,o,gate,up,down or the groups attn, mlp, all; none given: llama q,v, gpt2 "
+         "q,k,v (its fused c_attn)"},
         {"mtbf", ARG_DOUBLE, &c.mtbf_hours, 0, "mean time between failures in hours: print the Young/Daly interval"},
     };
     int n = (int)(sizeof specs / sizeof specs[0]), npos = 0, help = 0;
@@ -345,6 +357,25 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
             return err_prefix(&err, "--init-from"), *e = err, st;
         fc.dropout = c.model.dropout;
         c.model = fc;
+    }
+    /* This run's flag, also over --init-from's config.json (the EOT comes from the shards' header) */
+    c.model.doc_mask = doc_mask, c.model.doc_eot = 0;
+    if (doc_mask && c.no_pack) {
+        snprintf(err.msg, sizeof err.msg, "--doc-mask: expected packed rows, found --no-pack (each row already holds "
+                 "one document, its padding masked; drop one of the two)");
+        FAIL(ST_ERR_INPUT);
+    }
+    if (c.lora.rank == 0) {
+        static const char *const LORA_ONLY[] = {"lora-alpha", "lora-dropout", "lora-targets"};
+        for (int i = 0; i < 3; i++)
+            if (args_find(specs, n, LORA_ONLY[i])->seen) {
+                snprintf(err.msg, sizeof err.msg, "--%s: expected --lora-rank > 0 with it, found no --lora-rank", LORA_ONLY[i]);
+                FAIL(ST_ERR_INPUT);
+            }
+    } else {
+        c.lora.alpha = lora_alpha > 0 ? lora_alpha : (float)c.lora.rank;
+        if (!lora_targets[0]) snprintf(lora_targets, sizeof lora_targets, "%s", c.model.arch == ARCH_LLAMA ? "q,v" : "q,k,v");
+        if ((st = lora_parse_targets(lora_targets, &c.model, &c.lora.targets, &err)) != ST_OK) FAIL(st);
     }
     if ((st = optim_parse_kind(optimizer, &c.optim.kind, &err)) != ST_OK) FAIL(st);
     OptimConfig od = optim_default_config(c.optim.kind);

@@ -50,7 +50,16 @@ struct DocReader {
     int wiki_seen, done;
     char *jstr;                 /* a JSON document's string, freed at the next call */
     DocSkips skips;
+    /* line pieces (o.line_pieces): the first document, held until a second one is found */
+    int lp;                     /* LP_START, LP_SECOND, LP_PASS or LP_PIECES */
+    uint8_t *first;             /* the first document (the buffer taken from doc) */
+    size_t flen, fpos;          /* its length; the start of the next piece */
+    const uint8_t *second;      /* the second document (in doc), returned at the next call */
+    size_t slen;
+    uint64_t pieces;            /* pieces returned */
 };
+
+enum { LP_START = 0, LP_SECOND, LP_PASS, LP_PIECES };
 
 /* ================================================================== 1. UTF-8 */
 
@@ -309,6 +318,18 @@ static int ends_with(const char *s, const char *suf) {
     return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
+PrepareFormat docsource_format_of(const char *path, PrepareFormat format) {
+    if (format != PREP_FORMAT_AUTO) return format;
+    char base[4096];
+    snprintf(base, sizeof base, "%s", path);
+    size_t bl = strlen(base);
+    if (ends_with(base, ".gz")) base[bl - 3] = 0;
+    else if (ends_with(base, ".zst")) base[bl - 4] = 0;
+    return ends_with(base, ".jsonl") || ends_with(base, ".json") ? PREP_FORMAT_JSONL
+         : ends_with(base, ".tokens")                            ? PREP_FORMAT_WIKITEXT
+                                                                 : PREP_FORMAT_TEXT;
+}
+
 Status docreader_open(DocReader **out, const char *path, const DocReaderOptions *o, Err *err) {
     *out = NULL;
     DocReader *r = calloc(1, sizeof *r);
@@ -332,17 +353,7 @@ Status docreader_open(DocReader **out, const char *path, const DocReaderOptions 
         docreader_close(r);
         return st;
     }
-    r->fmt = o->format;
-    if (r->fmt == PREP_FORMAT_AUTO) {
-        char base[4096];
-        snprintf(base, sizeof base, "%s", path);
-        size_t bl = strlen(base);
-        if (ends_with(base, ".gz")) base[bl - 3] = 0;
-        else if (ends_with(base, ".zst")) base[bl - 4] = 0;
-        r->fmt = ends_with(base, ".jsonl") || ends_with(base, ".json") ? PREP_FORMAT_JSONL
-               : ends_with(base, ".tokens")                            ? PREP_FORMAT_WIKITEXT
-                                                                       : PREP_FORMAT_TEXT;
-    }
+    r->fmt = docsource_format_of(path, o->format);
     *out = r;
     return ST_OK;
 }
@@ -481,6 +492,52 @@ static Status next_lines_doc(DocReader *r, const uint8_t **doc, size_t *n, Err *
     return ST_OK;
 }
 
+/* Line pieces (docsource.h): the first document is held while the next one is read; when there is
+ * none, the first is returned piece by piece (each the first line end >= N bytes on, unless fewer
+ * than N bytes would be left). */
+static Status next_piece_doc(DocReader *r, const uint8_t **doc, size_t *n, Err *err) {
+    Status st;
+    switch (r->lp) {
+    case LP_START: {
+        const uint8_t *d;
+        size_t dn;
+        if ((st = next_lines_doc(r, &d, &dn, err)) != ST_OK) return st;
+        if (!d) {
+            r->lp = LP_PASS;
+            return ST_OK;
+        }
+        r->first = r->doc, r->flen = dn, r->fpos = 0; /* take the buffer: the second one reads into a new one */
+        r->doc = NULL, r->dlen = r->dcap = 0;
+        if ((st = next_lines_doc(r, &d, &dn, err)) != ST_OK) return st;
+        if (d) { /* several documents: the input is read as usual */
+            r->second = d, r->slen = dn, r->lp = LP_SECOND;
+            *doc = r->first, *n = r->flen;
+            return ST_OK;
+        }
+        r->lp = LP_PIECES;
+    } /* fall through */
+    case LP_PIECES: {
+        size_t a = r->fpos, e = r->flen, np = r->o.line_pieces;
+        if (a == e) return ST_OK;
+        if (e - a >= 2 * np) {
+            const uint8_t *nl = memchr(r->first + a + np - 1, '\n', e - (a + np - 1));
+            size_t c = nl ? (size_t)(nl - r->first) + 1 : e;
+            if (e - c >= np) e = c;
+        }
+        *doc = r->first + a, *n = e - a;
+        r->fpos = e;
+        r->pieces++;
+        return ST_OK;
+    }
+    case LP_SECOND:
+        *doc = r->second, *n = r->slen;
+        r->lp = LP_PASS;
+        return ST_OK;
+    default:
+        return next_lines_doc(r, doc, n, err);
+    }
+}
+
 Status docreader_next(DocReader *r, const uint8_t **doc, size_t *n, Err *err) {
     *doc = NULL;
     *n = 0;
@@ -496,12 +553,15 @@ Status docreader_next(DocReader *r, const uint8_t **doc, size_t *n, Err *err) {
         if (st) return st;
     }
     if (r->fmt == PREP_FORMAT_JSONL) return next_jsonl(r, doc, n, err);
+    if (r->fmt == PREP_FORMAT_TEXT && r->o.line_pieces && !(r->o.separator && r->o.separator[0]))
+        return next_piece_doc(r, doc, n, err);
     return next_lines_doc(r, doc, n, err);
 }
 
 uint64_t docreader_raw_bytes(const DocReader *r) { return r->raw_total; }
 uint64_t docreader_checksum(const DocReader *r) { return XXH3_64bits_digest(r->xx); }
 const DocSkips *docreader_skips(const DocReader *r) { return &r->skips; }
+uint64_t docreader_line_pieces(const DocReader *r) { return r->pieces; }
 
 void docreader_close(DocReader *r) {
     if (!r) return;
@@ -512,6 +572,7 @@ void docreader_close(DocReader *r) {
     free(r->raw);
     free(r->buf);
     free(r->doc);
+    free(r->first);
     free(r->jstr);
     free(r);
 }

@@ -7,9 +7,17 @@
  *     before the separator line belongs to neither document; "" makes every blank line a boundary;
  *   - JSON Lines: one object per non-blank line, the document is its string field `field`;
  *   - WikiText (*.tokens): a top-level heading line " = Title = " starts an article.
+ *   - line pieces (line_pieces = N > 0, text with separator "" only): an input whose text comes out
+ *     as a single document is returned instead as consecutive pieces, each ending at a line end
+ *     (its '\n' included): a piece ends at the first line end at least N bytes after its start,
+ *     unless fewer than N bytes would follow, in which case it takes the rest. So every piece has
+ *     at least N bytes (the whole text when it has fewer than 2N), and the pieces concatenated
+ *     are the document. To know that no second document follows, the first document is held
+ *     until the second one is found.
  * The format follows the name with any .gz / .zst removed (.jsonl / .json -> JSON Lines, .tokens
  * -> WikiText, else text) unless forced; standard input is text unless forced.
- * Memory: a 1 MiB read buffer, the longest line and the longest document.
+ * Memory: a 1 MiB read buffer, the longest line and the longest document (with line_pieces, the
+ * first document too while the second is read).
  *
  * Bad input is an error (ST_ERR_INPUT) naming the file, what was expected and what was found,
  * with the line number and the byte offset in the decoded stream: binary data (a NUL byte; more
@@ -38,6 +46,8 @@ typedef struct {
     const char *field;        /* JSON Lines: the string field holding the text; NULL = "text" */
     int skip_bad;             /* count and skip bad JSON lines, missing fields, invalid UTF-8 */
     int allow_invalid_utf8;   /* keep documents with invalid UTF-8 (their bytes are encoded as is) */
+    size_t line_pieces;       /* text with separator "": when the whole input is one document, cut it
+                                 into pieces of at least this many bytes at line ends; 0 = never */
 } DocReaderOptions;
 
 typedef struct {
@@ -47,6 +57,10 @@ typedef struct {
 } DocSkips;
 
 typedef struct DocReader DocReader;
+
+/* The format a file is read as: `format` unless AUTO, else by extension with .gz/.zst removed
+ * (.jsonl/.json: JSON Lines, .tokens: WikiText, anything else and "-": text). */
+PrepareFormat docsource_format_of(const char *path, PrepareFormat format);
 
 /* Opens path ("-" = standard input). Errors: missing or unreadable file (ST_ERR_INPUT). */
 Status docreader_open(DocReader **r, const char *path, const DocReaderOptions *o, Err *err);
@@ -58,6 +72,9 @@ Status docreader_next(DocReader *r, const uint8_t **doc, size_t *n, Err *err);
 uint64_t docreader_raw_bytes(const DocReader *r);   /* bytes read from the file so far */
 uint64_t docreader_checksum(const DocReader *r);    /* XXH3-64 of those raw bytes */
 const DocSkips *docreader_skips(const DocReader *r);
+/* With line_pieces: how many pieces the input was cut into so far (1: the single document was
+ * shorter than two pieces; 0: the input has several documents, or none, or the option is off). */
+uint64_t docreader_line_pieces(const DocReader *r);
 void docreader_close(DocReader *r);                 /* safe on NULL */
 
 /* Offset of the first byte of p[0..n) that is not part of well-formed UTF-8, or SIZE_MAX. */

@@ -48,6 +48,7 @@ typedef struct {
     uint64_t docs;          /* documents in written runs */
     uint64_t raw_bytes;     /* bytes read (when done) */
     uint64_t checksum;      /* XXH3-64 of those bytes (when done) */
+    uint64_t line_pieces;   /* pieces its single document was cut into (when done; docsource.h) */
 } Input;
 
 typedef struct {
@@ -116,8 +117,19 @@ static Status collect_inputs(Inputs *in, const PrepareOptions *o, Err *err) {
 }
 
 static DocReaderOptions reader_options(const PrepareOptions *o) {
-    DocReaderOptions r = {o->format, o->separator ? o->separator : "", o->field, o->skip_bad, o->allow_invalid_utf8};
+    DocReaderOptions r = {o->format, o->separator ? o->separator : "", o->field, o->skip_bad, o->allow_invalid_utf8, 0};
     return r;
+}
+
+/* Line pieces (docs/data.md §6): a validation split is asked for, documents end at blank lines
+ * (--separator ""), and the corpus is one text input, so a text without blank lines would be one
+ * document and no split could be made: that input is cut into pieces at line ends instead. Only
+ * there, so every corpus `prepare` accepted before gives the same shards. */
+static size_t line_pieces_for(const PrepareOptions *o, const Inputs *in) {
+    int asked = o->val_docs > 0 || (o->val_docs < 0 && o->val_fraction > 0);
+    int blank = !(o->separator && o->separator[0]);
+    return asked && blank && in->n == 1 && docsource_format_of(in->v[0].path, o->format) == PREP_FORMAT_TEXT
+               ? PREP_LINE_PIECE_BYTES : 0;
 }
 
 /* ================================================================== 2. runs */
@@ -243,6 +255,8 @@ static uint64_t config_hash(const PrepareOptions *o, const Inputs *in, int width
     uint64_t v[8] = {tokenizer_hash(o->tok), o->seed, (uint64_t)o->format, (uint64_t)o->skip_bad,
                      (uint64_t)o->allow_invalid_utf8, (uint64_t)width, in->n, 1 /* journal version */};
     XXH3_64bits_update(s, v, sizeof v);
+    uint64_t lp = line_pieces_for(o, in); /* hashed only when on: other journals keep their hash */
+    if (lp) XXH3_64bits_update(s, &lp, sizeof lp);
     const char *sep = o->separator ? o->separator : "", *field = o->field ? o->field : "text";
     XXH3_64bits_update(s, sep, strlen(sep) + 1);
     XXH3_64bits_update(s, field, strlen(field) + 1);
@@ -279,6 +293,7 @@ static Status journal_write(const char *out, const Journal *j, const Inputs *in,
         cJSON_AddNumberToObject(x, "bytes", (double)in->v[i].raw_bytes);
         snprintf(hex, sizeof hex, "%016llx", (unsigned long long)in->v[i].checksum);
         cJSON_AddStringToObject(x, "xxh3_64", hex);
+        if (in->v[i].line_pieces) cJSON_AddNumberToObject(x, "line_pieces", (double)in->v[i].line_pieces);
         cJSON_AddItemToArray(a, x);
     }
     char *text = cJSON_Print(o);
@@ -323,6 +338,7 @@ static int journal_read(const char *out, uint64_t config, Journal *j, Inputs *in
             in->v[i].docs = (uint64_t)NUM(x, "docs");
             in->v[i].raw_bytes = (uint64_t)NUM(x, "bytes");
             in->v[i].checksum = cJSON_IsString(h) ? strtoull(h->valuestring, NULL, 16) : 0;
+            in->v[i].line_pieces = (uint64_t)NUM(x, "line_pieces");
         }
     }
 #undef NUM
@@ -369,6 +385,7 @@ typedef struct {
     uint64_t input_docs;       /* documents of that input read so far */
     int input_done;            /* the batch ends the input: */
     uint64_t raw_bytes, checksum; /* the input's size as read and XXH3-64 */
+    uint64_t line_pieces;      /* and the pieces its single document was cut into */
     DocSkips skips;            /* and its skipped records */
     int failed;                /* an encoding task failed: */
     Err efail;
@@ -506,6 +523,7 @@ static Status batch_finish(Reader *R, Batch *b, Err *err) {
         x->done = 1;
         x->raw_bytes = b->raw_bytes;
         x->checksum = b->checksum;
+        x->line_pieces = b->line_pieces;
         R->j->skips.bad_json += b->skips.bad_json, R->j->skips.missing_field += b->skips.missing_field;
         R->j->skips.bad_utf8 += b->skips.bad_utf8;
         R->j->bytes_read += b->raw_bytes;
@@ -542,6 +560,7 @@ static void report(Reader *R, uint64_t done, uint64_t docs) {
 static Status read_loop(Reader *R, Err *err) {
     const PrepareOptions *o = R->o;
     DocReaderOptions ro = reader_options(o);
+    ro.line_pieces = line_pieces_for(o, R->in);
     Batch *cur = &R->b[0], *busy = NULL;
     uint64_t done_before = 0, docs = R->j->docs; /* input bytes of finished inputs; documents read */
     Status st = ST_OK;
@@ -575,6 +594,7 @@ static Status read_loop(Reader *R, Err *err) {
         if (!st) { /* the input's last batch carries its end */
             cur->input = i, cur->input_docs = seen, cur->input_done = 1;
             cur->raw_bytes = docreader_raw_bytes(dr), cur->checksum = docreader_checksum(dr);
+            cur->line_pieces = docreader_line_pieces(dr);
             cur->skips = *docreader_skips(dr);
             done_before += cur->raw_bytes;
             st = batch_submit(R, &cur, &busy, err);
@@ -790,8 +810,51 @@ static void split_writers_init(SplitWriter sw[2], const PrepareOptions *o) {
     }
 }
 
-/* Phase 2: the runs merged by key into the train and val shards (docs/data.md §6). */
-static Status merge_runs(const PrepareOptions *o, size_t nruns, int width, PrepareStats *s, Err *err) {
+/* A validation split was asked for (--val-fraction > 0 or --val-docs > 0) but one side came out
+ * empty: the corpus has a single distinct document (a text file without separator lines is one
+ * document), or --val-docs takes them all. Refused before any shard is committed, saying what to
+ * change (issue 26: `train --val-data` would otherwise stop on a missing val_*.bin). `text`: some
+ * input is read as text, so the separator is worth naming. */
+static Status check_split(const PrepareOptions *o, const char *what, int text, const PrepareStats *s, Err *err) {
+    int asked = o->val_docs > 0 || (o->val_docs < 0 && o->val_fraction > 0);
+    if (!asked || (s->val_docs > 0 && s->train_docs > 0)) return ST_OK;
+    size_t unique = s->val_docs + s->train_docs;
+    char hint[512] = "";
+    if (text) {
+        const char *sep = o->separator ? o->separator : "";
+        if (*sep)
+            snprintf(hint, sizeof hint, " (text is cut into documents at lines \"%s\", and there are none): give "
+                     "--separator \"\" to cut at blank lines, or give", sep);
+        else if (s->line_pieces)
+            snprintf(hint, sizeof hint, " (text is cut into documents at blank lines with --separator \"\", and a "
+                     "text without any into pieces of at least %d bytes at line ends: this one gave %llu piece%s, "
+                     "%zu distinct, and two need at least %d bytes with a line end between): give a longer text, or "
+                     "give", PREP_LINE_PIECE_BYTES, (unsigned long long)s->line_pieces, s->line_pieces == 1 ? "" : "s",
+                     unique, 2 * PREP_LINE_PIECE_BYTES);
+        else
+            snprintf(hint, sizeof hint, " (text is cut into documents at blank lines with --separator \"\", and "
+                     "there are none): cut the text into paragraphs or give a separator line with --separator, or give");
+    }
+    /* a single document may fall under the --val-fraction threshold: it is the same error (found 1) */
+    if (unique < 2)
+        return err_set(err, ST_ERR_INPUT,
+                       "%s: expected at least 2 distinct documents for a validation split, found %zu%s "
+                       "--val-fraction 0 for no validation split (then train without --val-data)",
+                       what, unique, *hint ? hint : ": give");
+    if (o->val_docs < 0)
+        return err_set(err, ST_ERR_INPUT,
+                       "--val-fraction %g: expected at least one training document, found all %zu distinct documents "
+                       "of %s under the validation threshold (docs/data.md §6): give a smaller --val-fraction or more "
+                       "documents", o->val_fraction, unique, what);
+    return err_set(err, ST_ERR_INPUT,
+                   "--val-docs %ld: expected fewer than the %zu distinct documents of %s, found all of them taken "
+                   "for validation (no training document left)", o->val_docs, unique, what);
+}
+
+/* Phase 2: the runs merged by key into the train and val shards (docs/data.md §6). `what` names the
+ * inputs in errors, `text` as in check_split. */
+static Status merge_runs(const PrepareOptions *o, const char *what, int text, size_t nruns, int width, PrepareStats *s,
+                         Err *err) {
     Merge m = {0};
     SplitWriter sw[2];
     memset(sw, 0, sizeof sw);
@@ -832,6 +895,7 @@ static Status merge_runs(const PrepareOptions *o, size_t nruns, int width, Prepa
             o->progress(o->progress_ctx, &p);
         }
     }
+    if (!st) st = check_split(o, what, text, s, err);
     for (int w = 0; w < 2 && !st; w++) st = sw_commit(&sw[w], &nsh, err);
     if (!st && o->progress) {
         PrepareProgress p = {2, merged, s->docs, s->docs, omp_get_wtime() - t0};
@@ -881,6 +945,7 @@ static Status write_manifest(const PrepareOptions *o, const Inputs *in, const Pr
         snprintf(hex, sizeof hex, "%016llx", (unsigned long long)in->v[i].checksum);
         cJSON_AddStringToObject(x, "xxh3_64", hex);
         cJSON_AddNumberToObject(x, "documents", (double)in->v[i].docs);
+        if (in->v[i].line_pieces) cJSON_AddNumberToObject(x, "line_pieces", (double)in->v[i].line_pieces);
         cJSON_AddItemToArray(a, x);
     }
     cJSON *r = cJSON_AddObjectToObject(m, "result");
@@ -1014,6 +1079,7 @@ Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
     s.skips = j.skips;
     s.runs = j.runs;
     for (size_t i = 0; i < in.n; i++) s.input_bytes += in.v[i].raw_bytes;
+    if (line_pieces_for(o, &in)) s.line_pieces = in.v[0].line_pieces;
     if (j.docs == 0) {
         st = err_set(err, ST_ERR_INPUT, "%s%s: expected at least one non-empty document, found none (empty input)",
                      in.n == 1 ? (strcmp(in.v[0].path, "-") ? in.v[0].path : "<stdin>") : "inputs",
@@ -1021,7 +1087,12 @@ Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
         work_dir_clear(o->out_dir, 1);
         goto done;
     }
-    if ((st = merge_runs(o, j.runs, width, &s, err)) != ST_OK) goto done;
+    char what[4200];
+    snprintf(what, sizeof what, "%s%s", in.n == 1 ? (strcmp(in.v[0].path, "-") ? in.v[0].path : "<stdin>") : "inputs",
+             in.n == 1 ? "" : " (all files)");
+    int text = 0;
+    for (size_t i = 0; i < in.n; i++) text |= docsource_format_of(in.v[i].path, o->format) == PREP_FORMAT_TEXT;
+    if ((st = merge_runs(o, what, text, j.runs, width, &s, err)) != ST_OK) goto done;
     remove_stale(o->out_dir, "train", s.train_shards);
     remove_stale(o->out_dir, "val", s.val_shards);
     if (s.nopack_rows) s.nopack_utilization = (double)s.train_tokens / ((double)s.nopack_rows * o->seq_len);

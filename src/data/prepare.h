@@ -18,6 +18,9 @@
  *      each split is written in key order into shards of at most shard_tokens tokens, each shard
  *      streamed to a temporary file and renamed when full.
  *   3. manifest.json beside the shards; .prepare/ removed.
+ * Line pieces: when a validation split is asked for, the separator is "" and the corpus is one text
+ * input, that input is read with DocReaderOptions.line_pieces = PREP_LINE_PIECE_BYTES: a text
+ * without blank lines, which would be a single document and no split, is cut at line ends.
  * The shards are thus a function of the set of documents, the seed and the tokenizer: not of the
  * thread count, the order of the inputs, how the corpus is cut into files, nor of interruptions
  * (a rerun with the same inputs and options resumes after the last run written).
@@ -33,6 +36,13 @@
 #include "core/status.h"
 #include "data/bpe.h"
 #include "data/docsource.h"
+
+/* Line pieces: with a validation split asked for and --separator "" (documents end at blank lines),
+ * a corpus of one text input that comes out as a single document is cut instead into pieces of at
+ * least this many bytes, each ending at a line end (docsource.h has the rule, docs/data.md §6 the
+ * why): about one 1024-token context of English under GPT-2. Fixed, so the documents depend on the
+ * text alone. */
+#define PREP_LINE_PIECE_BYTES 4096
 
 typedef struct {
     int phase;                 /* 1 read and encode, 2 merge into shards */
@@ -83,6 +93,8 @@ typedef struct {
     uint64_t train_tokens, val_tokens; /* EOTs included */
     size_t train_shards, val_shards;
     size_t runs;               /* sorted runs merged */
+    uint64_t line_pieces;      /* >= 2: the corpus, one text input without blank lines, was cut into this
+                                  many pieces at line ends (PREP_LINE_PIECE_BYTES); 0: not cut */
     /* Packing report for the train split at o->seq_len: packed rows use every target slot; with
      * --no-pack every document takes ceil((its tokens + EOT) / T) rows of its own (loader.h). */
     uint64_t nopack_rows;

@@ -41,6 +41,21 @@
 #include "core/status.h"
 #include "model/kernels.h"
 
+/* One optimizer step's constants for Backend.optim_update: optim.c's update rule of `kind` with
+ * these numbers, on one range. The kinds are optim.h's OptimKind values (model/ does not include
+ * optim/: DESIGN's direction), checked equal by test_cuda_optim. */
+enum { BACKEND_OPT_ADAMW = 0, BACKEND_OPT_ADAM = 1, BACKEND_OPT_SGD = 2, BACKEND_OPT_LION = 3 };
+typedef struct {
+    int kind;            /* BACKEND_OPT_*: the kinds a device runs (Muon, Shampoo, Sophia: not here) */
+    float lr;            /* this range's rate: lr · lr_mult */
+    float wd;            /* weight decay of this range (0 where the range has none) */
+    float grad_scale;    /* every gradient is multiplied by it first (clipping) */
+    float beta1, beta2, eps, momentum;
+    float bc1, bc2;      /* bias corrections 1 − beta1^step, 1 − beta2^step (powf, as optim.c) */
+    long step;           /* from 1 (SGD's momentum starts at step 1 with buf = g) */
+    int lowp;            /* 0: none; 1: round each updated parameter to bf16, 2: to fp16 (OptimLowp) */
+} BackendOptStep;
+
 typedef struct Backend {
     const char *name;     /* "cpu", "cuda" */
     int host_addressable; /* 1: host code may use backend memory in place (see above) */
@@ -63,14 +78,17 @@ typedef struct Backend {
     void (*add_or_set)(float *dst, const float *src, size_t n, int acc);       /* dst (+)= src */
 
     /* ---- the layer kernels (kernels.h) ---- */
-    void (*encoder_forward)(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C,
-                            Dropout d, int nt);
-    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C,
-                             Dropout d, int nt);
-    void (*encoder_forward_vp)(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C,
-                               int v0, int vn, int nt);
-    void (*encoder_backward_vp)(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C,
-                                int v0, int vn, int nt);
+    /* `pos` (here, in rope_* and attention_*): the per-token document positions of document masking
+     * (kernels.h, "Document masking"; B·T int32 in backend memory), NULL: positions 0..T-1 and plain
+     * causal attention, exactly as without the argument. */
+    void (*encoder_forward)(float *out, const int32_t *inp, const int32_t *pos, const float *wte, const float *wpe,
+                            int B, int T, int C, Dropout d, int nt);
+    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *inp, const int32_t *pos,
+                             int B, int T, int C, Dropout d, int nt);
+    void (*encoder_forward_vp)(float *out, const int32_t *inp, const int32_t *pos, const float *wte, const float *wpe,
+                               int B, int T, int C, int v0, int vn, int nt);
+    void (*encoder_backward_vp)(float *dwte, float *dwpe, const float *dout, const int32_t *inp, const int32_t *pos,
+                                int B, int T, int C, int v0, int vn, int nt);
     void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
                               int N, int C, int nt);
     void (*layernorm_forward_bf16)(uint16_t *out, float *mean, float *rstd, const float *inp, const float *w,
@@ -93,17 +111,20 @@ typedef struct Backend {
     void (*rmsnorm_backward)(float *dinp, float *dw, float *scratch, const float *dout, const float *inp,
                              const float *w, const float *rstd, int N, int C, int acc, int nt);
     void (*rope_table)(float *cs, int T, int hs, const double *inv_freq);
-    void (*rope_forward)(float *qkv, const float *cs, int B, int T, int NH, int KV, int hs, int pos0, int nt);
-    void (*rope_backward)(float *dqkv, const float *cs, int B, int T, int NH, int KV, int hs, int pos0, int nt);
+    void (*rope_forward)(float *qkv, const float *cs, const int32_t *pos, int B, int T, int NH, int KV, int hs,
+                         int pos0, int nt);
+    void (*rope_backward)(float *dqkv, const float *cs, const int32_t *pos, int B, int T, int NH, int KV, int hs,
+                          int pos0, int nt);
     void (*swiglu_forward)(float *out, const float *h, int N, int F, int nt);
     void (*swiglu_forward_bf16)(uint16_t *out, const float *h, int N, int F, int nt);
     void (*swiglu_backward)(float *dh, const float *dout, const float *h, int N, int F, int nt);
     void (*swiglu_backward_bf16)(uint16_t *dh, const float *dout, const float *h, int N, int F, int nt);
-    void (*attention_forward)(float *out, float *lse, float *scratch, const float *qkv, int B, int T, int NH, int KV,
-                              int hs, float scale, Dropout d, int lowp, int nt);   /* attention_gqa_forward */
+    void (*attention_forward)(float *out, float *lse, float *scratch, const float *qkv, const int32_t *pos, int B,
+                              int T, int NH, int KV, int hs, float scale, Dropout d, int lowp,
+                              int nt);                                             /* attention_gqa_forward */
     void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                               const float *lse, int B, int T, int NH, int KV, int hs, float scale, Dropout d,
-                               int lowp, int nt);                                  /* attention_gqa_backward */
+                               const float *lse, const int32_t *pos, int B, int T, int NH, int KV, int hs, float scale,
+                               Dropout d, int lowp, int nt);                       /* attention_gqa_backward */
     void (*gelu_forward)(float *out, const float *inp, size_t n, int nt);
     void (*gelu_backward)(float *dinp, const float *dout, const float *inp, size_t n, int nt);
     void (*gelu_forward_bf16)(uint16_t *out, const float *inp, size_t n, int nt);
@@ -140,10 +161,25 @@ typedef struct Backend {
                                      const int32_t *targets, int n, int C, int v0, int Vr, int Vl, float dscale,
                                      int chunk, int acc, int nt, HeadReduceFn reduce, void *ctx, double *ms_fwd,
                                      double *ms_bwd);
+
+    /* ---- the optimizer on backend memory (NULL on host-addressable backends: optim/ runs there) ----
+     * optim_update: optim_step_lowp's rule on n elements of one range (params p, grads g, moments m,
+     * v; lowp: the working copy, rounded from the updated p when s->lowp, may be NULL), elementwise.
+     * sumsq: Σ x² in optim_l2_norm's partition (fp32 sums per 4096-element chunk, the chunks added
+     * in double in order); the caller takes sqrt over its ranges. */
+    void (*optim_update)(const BackendOptStep *s, float *p, const float *g, float *m, float *v, uint16_t *lowp,
+                         size_t n);
+    double (*sumsq)(const float *x, size_t n);
 } Backend;
 
 /* The CPU backend: kernels.h over oneDNN (matmul.h), OpenMP threads, host memory. */
 const Backend *backend_cpu(void);
+
+/* The CUDA backend (backend_cuda.cu; docs/cuda.md): cuBLASLt GEMMs and the .cu kernels on device
+ * memory of GPU 0, host_addressable = 0. Defined only in a build with ST_CUDA (ST_HAVE_CUDA); the
+ * device is opened at the first call that needs it, so a machine without a GPU can hold the table,
+ * and every entry then records the failure (take_error) instead of running. */
+const Backend *backend_cuda(void);
 
 /* The backend called `name` ("cpu"; "cuda" where the program was built with it), for --device.
  * ST_ERR_INPUT naming --device, what was expected and what was found, for any other name. */

@@ -228,6 +228,11 @@ Status model_config_validate(ModelConfig *cfg, Err *err) {
         if (cfg->untied != 0 && cfg->untied != 1)
             return err_set(err, ST_ERR_INPUT, "--tie-embeddings: expected on or off, found %d", cfg->untied);
     }
+    if (cfg->doc_mask != 0 && cfg->doc_mask != 1)
+        return err_set(err, ST_ERR_INPUT, "--doc-mask: expected on or off, found %d", cfg->doc_mask);
+    if (cfg->doc_mask && (cfg->doc_eot < 0 || cfg->doc_eot >= cfg->vocab))
+        return err_set(err, ST_ERR_INPUT, "--doc-mask: expected the EOT id in 0..%d (the vocabulary), found %d",
+                       cfg->vocab - 1, cfg->doc_eot);
     if (cfg->param == PARAM_SP) {
         if (cfg->mup_base_width != 0.0f || cfg->mup_input_alpha != 0.0f || cfg->mup_output_alpha != 0.0f)
             return err_set(err, ST_ERR_INPUT, "--param sp: expected no --mup-base-width, --mup-input-alpha or "

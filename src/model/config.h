@@ -49,6 +49,13 @@ typedef struct {
                                learning rate and init */
     float mup_input_alpha;  /* muP: embedding output multiplier (validate: 0 -> 1) */
     float mup_output_alpha; /* muP: logit multiplier before the 1/m (validate: 0 -> 1) */
+    /* Document masking (--doc-mask; docs/doc-mask.md): in each row a document starts at the row's
+     * start and after every doc_eot token (the EOT closes, and belongs to, the document before it);
+     * attention never crosses a document start and positions restart at 0 there. 0: one document
+     * per row (causal over the whole row), and doc_eot unused. How the model computes, so it is
+     * recorded with the weights (config.json's "scaletrain" object) and the checkpoint's config. */
+    int doc_mask;
+    int doc_eot;            /* the EOT id, 0..vocab-1 (the shards' header) */
 } ModelConfig;
 
 enum { ARCH_GPT2 = 0, ARCH_LLAMA = 1 };

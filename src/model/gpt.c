@@ -9,6 +9,7 @@
 #include "core/timer.h"
 #include "model/backend.h"
 #include "model/kernels.h"
+#include "model/lora.h"
 
 enum { DROP_EMBED = 0, DROP_ATTN = 1, DROP_ATTN_RES = 2, DROP_MLP_RES = 3 };
 
@@ -20,6 +21,33 @@ static const uint16_t *lp(const Gpt *g, const float *p) {
         if (w->lp_from[i] && p >= w->lp_from[i] && p < w->lp_from[i] + w->lp_len[i]) return w->lp_to[i] + (p - w->lp_from[i]);
     ST_CHECK_MSG(0, "no working copy mapped for a parameter (gpt_map_lp)");
     return NULL;
+}
+
+void gpt_set_lora(Gpt *g, struct Lora *lora) {
+    if (lora) {
+        ST_CHECK_MSG(g->w.prec == GPT_FP32 && !g->s.sp, "LoRA adapters need an fp32 model without --sp");
+        ST_CHECK_MSG(lora->lay.L == g->w.cfg.n_layer && lora->N >= (size_t)g->s.B * g->s.T && lora->lay.tp == g->s.tp &&
+                     lora->lay.tp_rank == g->s.tp_rank, "LoRA adapters built for another model or tp slice");
+        ST_CHECK_MSG(g->s.tp == 1 || g->hooks.tp_allreduce, "LoRA at tp > 1: set the tp hooks before gpt_set_lora");
+        lora->tp_allreduce = g->s.tp > 1 ? g->hooks.tp_allreduce : NULL, lora->tp_ctx = g->hooks.ctx;
+    }
+    g->lora = lora;
+}
+
+/* LoRA's dropout for block l's adapters (training forwards only); lora_forward adds the target to
+ * the stream (sites 8..14, beside the model's 0..3). */
+static Dropout lora_dropout_at(const Gpt *g, int layer) {
+    Dropout d = {g->s.cur_train ? g->lora->lay.cfg.dropout : 0.0f, g->s.dropout_seed,
+                 (g->s.cur_drop_counter << 24) | ((uint64_t)(layer + 1) << 4), 0, 0, 0};
+    return d;
+}
+
+/* The adapters of block l at a GEMM site, forward (y += ...) or backward (dx += ..., their grads +=). */
+static void lora_fwd(Gpt *g, int l, int site, const float *x, float *y, int ldy) {
+    if (g->lora) lora_forward(g->lora, l, site, x, y, ldy, g->s.curB * g->s.curT, lora_dropout_at(g, l));
+}
+static void lora_bwd(Gpt *g, int l, int site, const float *x, const float *dy, int ldy, float *dx) {
+    if (g->lora) lora_backward(g->lora, l, site, x, dy, ldy, dx, g->s.curB * g->s.curT, lora_dropout_at(g, l));
 }
 
 void gpt_map_lp(Gpt *g, int i, const float *from, const uint16_t *to, size_t len) {
@@ -92,6 +120,10 @@ static Status check_options(const ModelConfig *cfg, const GptOptions *o, Err *er
                            cfg->n_layer);
         prev = o->stage.last[i];
     }
+    if (o->frozen && (o->precision != GPT_FP32 || o->sp || o->stage.n > 1 || o->split_backward || o->external_params))
+        return err_set(err, ST_ERR_INPUT, "--lora-rank: a frozen base needs --precision fp32, no --sp, --pp 1 and ZeRO <= 2, "
+                       "found precision %d, sp %d, %d model chunks%s", (int)o->precision, o->sp, o->stage.n > 1 ? o->stage.n : 1,
+                       o->external_params ? ", external parameters (ZeRO 3)" : "");
     if (o->sp && ((long)o->B * o->T) % o->tp)
         return err_set(err, ST_ERR_INPUT, "--sp: expected --micro-batch x --seq-len = %d x %d = %ld divisible by --tp %d",
                        o->B, o->T, (long)o->B * o->T, o->tp);
@@ -122,7 +154,8 @@ static int weights_alloc(GptWeights *w, const ModelConfig *cfg, const GptOptions
 
 static int grads_alloc(GptGrads *d, const GptWeights *w, const GptOptions *o, const Backend *be, MemStats *mem) {
     if (!(d->g.blocks = calloc((size_t)w->cfg.n_layer, sizeof(BlockParams)))) return -1;
-    if (o->external_grads) return 0; /* the caller points the views */
+    d->frozen = o->frozen;
+    if (o->external_grads || o->frozen) return 0; /* the caller points the views; frozen: none (NULL views) */
     if (!(d->grads = be->alloc(mem, MEM_GRADS, w->layout.total * sizeof(float)))) return -1;
     layout_views(&w->layout, d->grads, &d->g);
     return 0;
@@ -164,7 +197,10 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
     ActStage ast = layout_act_stage(&stl, o->slots);
     ast.split = o->split_backward;
     layout_free(&stl);
-    ActOptions ao = {B, T, s->nt, rc, (int)prec, tp, o->sp, &ast}; /* GptPrecision is the layout's 0/1/2 */
+    /* GptPrecision is the layout's 0/1/2 */
+    ActOptions ao = {B, T, s->nt, rc, (int)prec, tp, o->sp, &ast};
+    s->doc_mask = cfg->doc_mask != 0, s->doc_eot = cfg->doc_eot;
+    if (s->doc_mask && !(s->docpos_host = malloc((size_t)B * T * sizeof(int32_t)))) return -1;
     ActSizes as = layout_activations(cfg, &ao);
     s->acts_floats = as.total;
     s->scratch_floats = as.scratch;
@@ -194,6 +230,10 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
     for (int k = 0; k < ast.slots; k++) {
         GptSlot *sl = &s->slots[k];
         sl->la = store + (size_t)k * ast.blocks;
+        if (s->doc_mask) { /* int32 in float-sized cells */
+            sl->docpos = (int32_t *)a;
+            a += N;
+        }
         TAKE(sl->encoded, Nl * C);
         for (int l = 0; l < ast.blocks; l++) {
             LayerActs *x = &sl->la[l];
@@ -273,17 +313,35 @@ Status gpt_init(Gpt *g, const ModelConfig *cfg, const GptOptions *o, MemStats *m
     g->be = o->backend ? o->backend : backend_cpu();
     Status st = check_options(cfg, o, err);
     if (st != ST_OK) return st;
-    if (!g->be->host_addressable) /* backend.h: the trainer's host paths are not there yet */
+    if (!g->be->host_addressable && !o->device_resident) /* backend.h: the trainer's host paths are not there yet */
         return err_set(err, ST_ERR_INPUT, "--device %s: the model's buffers would not be host-addressable, and the "
                        "optimizer, parallel and checkpoint paths for such a backend are not built yet", g->be->name);
+    if (!g->be->host_addressable &&
+        (o->tp > 1 || o->stage.n > 1 || o->slots > 1 || o->external_params || o->external_grads))
+        return err_set(err, ST_ERR_INPUT, "--device %s: expected one process's whole model (tp 1, one pipeline "
+                       "chunk and slot, own parameter and gradient storage), found tp %d, %d chunks, %d slots%s",
+                       g->be->name, o->tp, o->stage.n, o->slots,
+                       o->external_params || o->external_grads ? ", external storage (ZeRO)" : "");
     const Backend *be = g->be;
     int wok = weights_alloc(&g->w, cfg, o, be, mem) == 0;
     if (wok) { /* the vocabulary rows held, from the layout */
         ST_CHECK(g->w.layout.vocab_local == layout_dims(cfg, o->tp).Vl);
         g->s.v0 = o->tp_rank * g->w.layout.vocab_local, g->s.Vr = g->w.layout.tensors[0].rows_real;
     }
-    if (!wok || grads_alloc(&g->d, &g->w, o, be, mem) != 0 || run_state_alloc(&g->s, cfg, o, g->w.prec, be, mem) != 0) {
+    int dok = 1;
+    if (wok && !be->host_addressable) { /* the tokens and targets a forward copies in */
+        size_t bt = (size_t)o->B * o->T * sizeof(int32_t);
+        g->s.dev_inp = be->alloc(mem, MEM_DATA, bt), g->s.dev_tgt = be->alloc(mem, MEM_DATA, bt);
+        dok = g->s.dev_inp && g->s.dev_tgt;
+    }
+    if (!wok || !dok || grads_alloc(&g->d, &g->w, o, be, mem) != 0 ||
+        run_state_alloc(&g->s, cfg, o, g->w.prec, be, mem) != 0) {
+        Err why = {0}; /* a device backend says why (no GPU, out of device memory); the CPU's has nothing */
+        int said = be->take_error(&why) != ST_OK;
         gpt_free(g);
+        if (said)
+            return err_set(err, ST_ERR_RUNTIME, "allocating the model (L=%d C=%d V=%d B=%d T=%d) on %s: %s",
+                           cfg->n_layer, cfg->n_embd, cfg->vocab, o->B, o->T, be->name, why.msg);
         return err_set(err, ST_ERR_RUNTIME, "out of memory allocating the model (L=%d C=%d V=%d B=%d T=%d)",
                        cfg->n_layer, cfg->n_embd, cfg->vocab, o->B, o->T);
     }
@@ -308,6 +366,10 @@ void gpt_free(Gpt *g) {
     g->be->free(g->mem, MEM_ACTIVATIONS, s->acts, s->acts_floats * sizeof(float));
     g->be->free(g->mem, MEM_WORKSPACE, s->scratch, s->scratch_floats * sizeof(float));
     free(s->la);
+    free(s->docpos_host);
+    size_t bt = (size_t)s->B * s->T * sizeof(int32_t);
+    g->be->free(g->mem, MEM_DATA, s->dev_inp, bt);
+    g->be->free(g->mem, MEM_DATA, s->dev_tgt, bt);
     if (s->slots) free(s->slots[0].la);
     free(s->slots);
     g->be->free(g->mem, MEM_GRADS, g->d.grads, total * sizeof(float));
@@ -348,7 +410,17 @@ void gpt_init_params_buf(const ParamLayout *pl, float *buf, uint64_t seed, int n
 
 void gpt_init_params(Gpt *g, uint64_t seed) {
     ST_CHECK(g->w.params != NULL);
-    gpt_init_params_buf(&g->w.layout, g->w.params, seed, g->s.nt);
+    if (g->be->host_addressable) {
+        gpt_init_params_buf(&g->w.layout, g->w.params, seed, g->s.nt);
+        return;
+    }
+    /* device_resident: the same values drawn on the host, then copied (a host buffer of the size) */
+    size_t bytes = g->w.layout.total * sizeof(float);
+    float *h = malloc(bytes);
+    ST_CHECK_MSG(h != NULL, "gpt_init_params: no host memory for the parameters' staging copy");
+    gpt_init_params_buf(&g->w.layout, h, seed, g->s.nt);
+    g->be->from_host(g->w.params, h, bytes);
+    free(h);
 }
 
 void gpt_round_lp(const Gpt *g, uint16_t *dst, const float *src, size_t n) {
@@ -478,8 +550,8 @@ static void attn_forward(Gpt *g, LayerActs *a, int l, int B, int T) {
     GptRunState *s = &g->s;
     Dropout off = {0}, d = g->w.cfg.dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off;
     /* GPT-2 is the case KV = NH (attention_forward's arguments, bit for bit). */
-    g->be->attention_forward(a->atty, a->lse, s->att_scratch, a->qkv, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, s->att_scale, d,
-                          s->mp.bf16, s->nt);
+    g->be->attention_forward(a->atty, a->lse, s->att_scratch, a->qkv, s->cur_docpos, B, T, s->dim.NHl, s->dim.KVl,
+                             s->dim.hs, s->att_scale, d, s->mp.bf16, s->nt);
 }
 
 /* Forward of block l on input x (the Nl rows held of (B, T, C)) into its LayerActs (shared
@@ -503,10 +575,13 @@ static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
         norm_forward(g, a->ln1, NULL, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b);
         const float *in = sp_gather_rows(g, a->ln1);
         g->be->matmul_forward_p(&s->mp, a->qkv, in, p->qkvw, lp(g, p->qkvw), p->qkvb, N, C, Q, nt);
+        lora_fwd(g, l, LORA_SITE_QKV, in, a->qkv, Q);
     }
-    if (s->dim.rms) g->be->rope_forward(a->qkv, s->rope_cs, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, 0, nt);
+    if (s->dim.rms)
+        g->be->rope_forward(a->qkv, s->rope_cs, s->cur_docpos, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, 0, nt);
     attn_forward(g, a, l, B, T);
     g->be->matmul_forward_p(&s->mp, s->dbuf_b, a->atty, p->attprojw, lp(g, p->attprojw), rb_att, N, Ca, C, nt);
+    lora_fwd(g, l, LORA_SITE_O, a->atty, s->dbuf_b, C);
     float *br = tp_reduce_rows(g, s->dbuf_b);
     if (!tp1 && p->attprojb) g->be->bias_add_rows(br, p->attprojb, Nl, C, nt);
     if (s->mp.bf16) {
@@ -522,9 +597,11 @@ static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
                               dropout_at(g, l, DROP_ATTN_RES), p->ln2w, p->ln2b);
         const float *in = sp_gather_rows(g, a->ln2);
         g->be->matmul_forward_p(&s->mp, a->fch, in, p->fcw, lp(g, p->fcw), p->fcb, N, C, H, nt);
+        lora_fwd(g, l, LORA_SITE_FC, in, a->fch, H);
         if (s->dim.rms) g->be->swiglu_forward(a->fch_gelu, a->fch, N, F, nt);
         else g->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * F, nt);
         g->be->matmul_forward_p(&s->mp, s->dbuf_b, a->fch_gelu, p->fcprojw, lp(g, p->fcprojw), rb_fc, N, F, C, nt);
+        lora_fwd(g, l, LORA_SITE_DOWN, a->fch_gelu, s->dbuf_b, C);
     }
     br = tp_reduce_rows(g, s->dbuf_b);
     if (!tp1 && p->fcprojb) g->be->bias_add_rows(br, p->fcprojb, Nl, C, nt);
@@ -538,11 +615,13 @@ static void embed_forward(Gpt *g, const int32_t *inp, int B, int T) {
     GptRunState *s = &g->s;
     int C = g->w.cfg.n_embd, nt = s->nt;
     if (s->tp == 1 && g->w.p.wpe) {
-        g->be->encoder_forward(s->encoded, inp, g->w.p.wte, g->w.p.wpe, B, T, C, dropout_at(g, -1, DROP_EMBED), nt);
+        g->be->encoder_forward(s->encoded, inp, s->cur_docpos, g->w.p.wte, g->w.p.wpe, B, T, C,
+                               dropout_at(g, -1, DROP_EMBED), nt);
         return;
     }
     /* Vocabulary-parallel (and Llama, which has no wpe, at any tp). */
-    g->be->encoder_forward_vp(s->dbuf_b, inp, g->w.p.wte, s->tp_rank == 0 ? g->w.p.wpe : NULL, B, T, C, s->v0, s->Vr, nt);
+    g->be->encoder_forward_vp(s->dbuf_b, inp, s->cur_docpos, g->w.p.wte, s->tp_rank == 0 ? g->w.p.wpe : NULL, B, T, C,
+                              s->v0, s->Vr, nt);
     float *own = tp_reduce_rows(g, s->dbuf_b);
     Dropout d = dropout_at(g, -1, DROP_EMBED);
     size_t nlc = (size_t)s->curNl * C;
@@ -596,6 +675,15 @@ double gpt_forward_stage(Gpt *g, int slot, int chunk, const int32_t *inp, const 
                  "tensor parallelism needs the tp_* hooks");
     ST_CHECK_MSG(!s->sp || N % s->tp == 0, "--sp: the micro-batch's rows must divide by tp");
     double t0 = timer_ms();
+    const int32_t *host_inp = inp; /* doc_positions reads the tokens on the host */
+    if (s->dev_inp) { /* device_resident: the micro-batch into backend memory */
+        g->be->from_host(s->dev_inp, inp, (size_t)N * sizeof(int32_t));
+        inp = s->dev_inp;
+        if (tgt) {
+            g->be->from_host(s->dev_tgt, tgt, (size_t)N * sizeof(int32_t));
+            tgt = s->dev_tgt;
+        }
+    }
     bind_slot(g, slot, chunk);
     s->cur_inp = inp, s->curB = B, s->curT = T, s->cur_drop_counter = drop_counter;
     s->curNl = s->sp ? N / s->tp : N;
@@ -603,6 +691,12 @@ double gpt_forward_stage(Gpt *g, int slot, int chunk, const int32_t *inp, const 
     int Nl = s->curNl;
     GptSlot *sl = &s->slots[slot];
     sl->inp = inp, sl->B = B, sl->T = T, sl->Nl = Nl, sl->train = s->cur_train, sl->chunk = chunk;
+    s->cur_docpos = NULL;
+    if (s->doc_mask) { /* every stage derives them from the tokens it is given */
+        doc_positions(s->docpos_host, host_inp, B, T, s->doc_eot);
+        g->be->from_host(sl->docpos, s->docpos_host, (size_t)B * T * sizeof(int32_t));
+        s->cur_docpos = sl->docpos;
+    }
     sl->drop_counter = drop_counter, sl->have_head_grads = 0;
 
     if (f == 0) {
@@ -742,25 +836,30 @@ static void block_backward(Gpt *g, int l, const float *x, int B, int T, int acc)
     const float *dbr = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_MLP_RES) : off);
     linear_backward(g, s->dbuf_a, dp->fcprojw, dp->fcprojb, dbr, a->fch_gelu, a->fchg_lp, p->fcprojw, N, F, C, acc,
                     a->wg_fcproj);
+    lora_bwd(g, l, LORA_SITE_DOWN, a->fch_gelu, dbr, C, s->dbuf_a);
     const float *dh = mlp_act_backward(g, a, dp->fcb, N, acc);
     const float *in = sp_gather_rows(g, bf ? (const float *)a->ln2_lp : a->ln2);
     linear_backward(g, s->dbuf_b, dp->fcw, dp->fcb, dh, in, (const uint16_t *)in, p->fcw, N, C, H, acc, a->wg_fc);
+    lora_bwd(g, l, LORA_SITE_FC, in, dh, H, s->dbuf_b);
     ln_backward(g, s->dres, dp->ln2w, dp->ln2b, tp_reduce_rows(g, s->dbuf_b), a->res2, p->ln2w, a->ln2_mean,
                 a->ln2_rstd, acc);
     dbr = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN_RES) : off);
     g->be->matmul_backward_p(&s->mp, s->dbuf_b, s->split_backward ? NULL : dp->attprojw, dp->attprojb, dbr, a->atty,
                              p->attprojw, lp(g, p->attprojw), N, s->dim.Cl, C, acc, s->nt);
     if (s->split_backward) g->be->copy(a->wg_attproj, dbr, (size_t)N * C * sizeof(float));
+    lora_bwd(g, l, LORA_SITE_O, a->atty, dbr, C, s->dbuf_b);
     Dropout da = cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off;
-    g->be->attention_backward(s->dbuf_a, s->att_scratch, s->dbuf_b, a->qkv, a->atty, a->lse, B, T, s->dim.NHl,
-                              s->dim.KVl, s->dim.hs, s->att_scale, da, bf, s->nt);
-    if (s->dim.rms) g->be->rope_backward(s->dbuf_a, s->rope_cs, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, 0, s->nt);
+    g->be->attention_backward(s->dbuf_a, s->att_scratch, s->dbuf_b, a->qkv, a->atty, a->lse, s->cur_docpos, B, T,
+                              s->dim.NHl, s->dim.KVl, s->dim.hs, s->att_scale, da, bf, s->nt);
+    if (s->dim.rms)
+        g->be->rope_backward(s->dbuf_a, s->rope_cs, s->cur_docpos, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, 0, s->nt);
     if (bf) /* the bias gradient and the rounding first, as the bf16 path always did */
         dp->qkvb ? g->be->cast_bf16_colsum(s->mp.a, dp->qkvb, s->dbuf_a, N, Q, acc, s->nt)
                  : g->be->cast_bf16(s->mp.a, s->dbuf_a, (size_t)N * Q, s->nt);
     in = sp_gather_rows(g, bf ? (const float *)a->ln1_lp : a->ln1);
     linear_backward(g, s->dbuf_b, dp->qkvw, dp->qkvb, bf ? NULL : s->dbuf_a, in, (const uint16_t *)in, p->qkvw, N, C,
                     Q, acc, a->wg_qkv);
+    lora_bwd(g, l, LORA_SITE_QKV, in, s->dbuf_a, Q, s->dbuf_b);
     ln_backward(g, s->dres, dp->ln1w, dp->ln1b, tp_reduce_rows(g, s->dbuf_b), x, p->ln1w, a->ln1_mean, a->ln1_rstd,
                 acc);
 }
@@ -794,10 +893,11 @@ static void embed_backward(Gpt *g, int B, int T, int acc) {
     if (s->input_mult != 1.0f) g->be->scale_inplace(s->dres, (size_t)s->curNl * C, s->input_mult, s->nt); /* muP */
     Dropout d = dropout_at(g, -1, DROP_EMBED), off = {0};
     if (s->tp == 1 && g->d.g.wpe) {
-        g->be->encoder_backward(g->d.g.wte, g->d.g.wpe, s->dres, s->cur_inp, B, T, C, d, s->nt);
+        g->be->encoder_backward(g->d.g.wte, g->d.g.wpe, s->dres, s->cur_inp, s->cur_docpos, B, T, C, d, s->nt);
     } else { /* every rank needs every row's gradient for its vocabulary rows (and computes wpe's whole) */
         const float *demb = branch_grad(g, s->dbuf_c, s->dres, d.p > 0 ? d : off);
-        g->be->encoder_backward_vp(g->d.g.wte, g->d.g.wpe, demb, s->cur_inp, B, T, C, s->v0, s->Vr, s->nt);
+        g->be->encoder_backward_vp(g->d.g.wte, g->d.g.wpe, demb, s->cur_inp, s->cur_docpos, B, T, C, s->v0, s->Vr,
+                                   s->nt);
     }
     hook(g->hooks.grads_ready, g->hooks.ctx, 0);
 }
@@ -811,6 +911,7 @@ void gpt_backward_stage(Gpt *g, int slot, int chunk, const float *dout) {
     int first = sb->first[chunk], last = sb->last[chunk];
     bind_slot(g, slot, chunk);
     s->cur_inp = sl->inp, s->curB = sl->B, s->curT = sl->T, s->curNl = sl->Nl;
+    s->cur_docpos = s->doc_mask ? sl->docpos : NULL;
     s->cur_drop_counter = sl->drop_counter, s->cur_train = 1;
     int B = s->curB, T = s->curT;
     double t0 = timer_ms();
@@ -828,7 +929,7 @@ void gpt_backward_stage(Gpt *g, int slot, int chunk, const float *dout) {
         block_backward(g, l, l > first ? s->la[l - 1].res3 : s->encoded, B, T, acc);
         if (!s->split_backward) hook(g->hooks.grads_ready, g->hooks.ctx, l + 1); /* split: after the W pass */
     }
-    if (first == 0) embed_backward(g, B, T, acc);
+    if (first == 0 && !g->d.frozen) embed_backward(g, B, T, acc); /* frozen: no embedding gradients to compute */
     s->have_head_grads = 0, g->d.overwrite = 0;
     s->ms_bwd += timer_ms() - t0;
     take_errors(g);
@@ -879,7 +980,8 @@ Status gpt_probs_row0(Gpt *g, const int32_t *inp, int T, float *probs, Err *err)
     if (!tgt) return err_set(err, ST_ERR_RUNTIME, "out of memory (%d targets)", T);
     const ModelConfig *c = &g->w.cfg;
     gpt_forward(g, inp, tgt, 1, T, 0.0f, 0, 0);
-    g->be->head_forward_backward(g->s.losses, NULL, NULL, g->s.logits, g->s.lnf, g->w.p.head, tgt, 1, c->n_embd, c->vocab,
+    const int32_t *t0 = g->s.dev_tgt ? g->s.dev_tgt : tgt; /* device_resident: the forward staged them */
+    g->be->head_forward_backward(g->s.losses, NULL, NULL, g->s.logits, g->s.lnf, g->w.p.head, t0, 1, c->n_embd, c->vocab,
                           c->vocab_padded, 0.0f, g->s.head_chunk, 1, g->s.nt, probs, NULL, NULL);
     free(tgt);
     return gpt_status(g, err);
@@ -894,12 +996,13 @@ Status gpt_logits(Gpt *g, const int32_t *inp, int T, float *logits, Err *err) {
     if (!tgt) return err_set(err, ST_ERR_RUNTIME, "out of memory (%d targets)", T);
     memset(tgt, 0xff, (size_t)T * sizeof *tgt); /* every target -1: ignored */
     gpt_forward(g, inp, tgt, 1, T, 0.0f, 0, 0); /* train = 0: no dropout */
+    const int32_t *tg = g->s.dev_tgt ? g->s.dev_tgt : tgt; /* device_resident: the forward staged them */
     /* The head again, chunk by chunk, keeping each chunk's raw logits (the forward's buffer only
      * holds the last chunk, and without dx the head leaves them unnormalised). */
     for (int r0 = 0; r0 < T; r0 += chunk) {
         int m = T - r0 < chunk ? T - r0 : chunk;
         g->be->head_forward_backward_p(&g->s.mp, g->s.losses + r0, NULL, NULL, g->s.logits, g->s.lnf + (size_t)r0 * C,
-                                g->w.p.head, lp(g, g->w.p.head), tgt + r0, m, C, V, Vp, 0.0f, chunk, 1, g->s.nt, NULL,
+                                g->w.p.head, lp(g, g->w.p.head), tg + r0, m, C, V, Vp, 0.0f, chunk, 1, g->s.nt, NULL,
                                 NULL, NULL, NULL);
         for (int i = 0; i < m; i++)
             g->be->to_host(logits + (size_t)(r0 + i) * V, g->s.logits + (size_t)i * Vp, (size_t)V * sizeof(float));

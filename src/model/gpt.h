@@ -84,6 +84,17 @@ typedef struct {
     int split_backward;     /* 1: backward computes input gradients (and biases, LayerNorms); the weight
                                GEMMs wait for gpt_weight_stage (zero-bubble schedules). Needs
                                recompute none and no --sp */
+    int frozen;             /* 1: the base is frozen (LoRA, model/lora.h): no gradient buffers are
+                               allocated (d.grads NULL, views NULL) and backward computes only the
+                               gradients of the activations (down to block 0's input; the embedding's
+                               backward is skipped) for the attached adapters (gpt_set_lora). fp32,
+                               tp 1, one pipeline stage, no split backward */
+    int device_resident;    /* 1: accept a backend whose memory is not host-addressable (CUDA): the
+                               model stages inp and tgt into backend memory itself and initialises
+                               the parameters through a host copy; the caller reads and writes
+                               parameters and gradients only through the backend (to_host, from_host,
+                               optim_update, sumsq). One slot, one chunk, tp 1, own storage only.
+                               0 (default): such a backend is refused (the trainer's paths) */
 } GptOptions;
 
 GptOptions gpt_default_options(void);
@@ -133,6 +144,7 @@ typedef struct {
     float *grads;           /* layout.total floats (category gradients) */
     ParamViews g;           /* named views into grads */
     int overwrite;          /* set by gpt_overwrite_grads, cleared by the next gpt_backward */
+    int frozen;             /* GptOptions.frozen: no base gradients at all */
 } GptGrads;
 
 /* Saved activations of one block for the current micro-batch (in a pipeline slot). */
@@ -163,6 +175,8 @@ typedef struct {
     float *lnf, *lnf_mean, *lnf_rstd, *losses; /* head rank only */
     float *dhead;           /* head rank with several slots: the head's input gradient (N, C) */
     const int32_t *inp;
+    int32_t *docpos;        /* doc_mask: the micro-batch's document positions (B·T, doc_positions of inp),
+                               computed by its forward on every stage and read by its backward */
     int B, T, Nl, train, chunk, have_head_grads;
     uint64_t drop_counter;
 } GptSlot;
@@ -208,8 +222,15 @@ typedef struct {
     uint64_t dropout_seed;
     HeadSample sample;      /* gpt_set_label_sampling's draws (u NULL: the data's targets) */
 
+    int doc_mask;           /* ModelConfig.doc_mask, doc_eot (document masking) */
+    int32_t doc_eot;
+    int32_t *docpos_host;   /* doc_mask: host staging of the positions (B·T) */
+    int32_t *dev_inp, *dev_tgt; /* device_resident: the micro-batch's tokens and targets in backend
+                               memory (B·T each, MEM_DATA); NULL on host-addressable backends */
+
     /* The current micro-batch, between gpt_forward and gpt_backward. */
     const int32_t *cur_inp;
+    const int32_t *cur_docpos; /* the bound slot's document positions (NULL without doc_mask) */
     int curB, curT;
     int curNl;              /* rows of the residual stream held: curB·curT, or its 1/tp under --sp */
     uint64_t cur_drop_counter;
@@ -225,6 +246,7 @@ typedef struct {
     GptRunState s;
     GptHooks hooks;
     const Backend *be;      /* the kernels, GEMMs and memory of this model (GptOptions.backend) */
+    struct Lora *lora;      /* LoRA adapters added to the targeted GEMMs (gpt_set_lora; not owned; NULL: none) */
     MemStats *mem;          /* where allocations are counted (not owned; may be NULL) */
 } Gpt;
 
@@ -246,6 +268,13 @@ typedef struct {
  * w.params (init, load, optimizer step). */
 Status gpt_init(Gpt *g, const ModelConfig *cfg, const GptOptions *o, MemStats *mem, Err *err);
 void gpt_free(Gpt *g);
+
+/* Attaches LoRA adapters (model/lora.h; NULL detaches): every forward adds them to their GEMMs and
+ * every backward accumulates their gradients (lora->grads, +=). They must be built for this model's
+ * config, tp slice and a row capacity >= B·T; fp32, no --sp, the whole model (ST_CHECK); at tp > 1 the
+ * model's tp hooks must be set first (the adapters use its tp_allreduce). */
+struct Lora;
+void gpt_set_lora(Gpt *g, struct Lora *lora);
 
 /* Maps range i < GPT_LP_RANGES of fp32 parameter addresses to their 2-byte copies (see GptWeights). */
 void gpt_map_lp(Gpt *g, int i, const float *from, const uint16_t *to, size_t len);

@@ -92,7 +92,7 @@ static void llama_step(const Gpt *g, KvCache *kv, int32_t token) {
         float *K = kv->k + ((size_t)l * kv->cap) * kvw, *V = kv->v + ((size_t)l * kv->cap) * kvw;
         g->be->rmsnorm_forward(kv->ln, &rstd, kv->x, p->ln1w, 1, C, eps, nt);
         g->be->matmul_forward(kv->qkv, kv->ln, p->qkvw, NULL, 1, C, Q, nt);
-        g->be->rope_forward(kv->qkv, kv->rope, 1, 1, NH, KV, hs, pos, nt);
+        g->be->rope_forward(kv->qkv, kv->rope, NULL, 1, 1, NH, KV, hs, pos, nt);
         memcpy(K + (size_t)pos * kvw, kv->qkv + C, kvw * sizeof(float));
         memcpy(V + (size_t)pos * kvw, kv->qkv + C + kvw, kvw * sizeof(float));
         attend(kv, kv->qkv, K, V, pos, NH, KV, hs, model_attn_scale(c));
@@ -121,7 +121,7 @@ void infer_step(const Gpt *g, KvCache *kv, int32_t token) {
     ST_CHECK(pos < kv->cap && token >= 0 && token < c->vocab);
     float mean, rstd;
     Dropout off = {0};
-    g->be->encoder_forward(kv->x, &token, g->w.p.wte, g->w.p.wpe + (size_t)pos * C, 1, 1, C, off, nt);
+    g->be->encoder_forward(kv->x, &token, NULL, g->w.p.wte, g->w.p.wpe + (size_t)pos * C, 1, 1, C, off, nt);
     scale_vec(kv->x, C, model_input_mult(c));
     for (int l = 0; l < c->n_layer; l++) {
         const BlockParams *p = &g->w.p.blocks[l];
@@ -149,6 +149,19 @@ Status infer_status(const Gpt *g, Err *err) { return g->be->take_error(err); }
 
 Status infer_feed(const Gpt *g, KvCache *kv, const int32_t *hist, size_t n, Err *err) {
     ST_CHECK(n > kv->start + (size_t)kv->len);
+    const ModelConfig *c = &g->w.cfg;
+    if (c->doc_mask) {
+        /* Document masking: the next logits are those of the last token's document, which starts
+         * after the last EOT before it. A cached window reaching into an earlier document restarts
+         * at that start (positions from 0), as the masked forward computes them. */
+        size_t ds = 0;
+        for (size_t j = n - 1; j > kv->start; j--)
+            if (hist[j - 1] == c->doc_eot) {
+                ds = j;
+                break;
+            }
+        if (ds > kv->start) kv->start = ds, kv->len = 0;
+    }
     if (n - kv->start > (size_t)kv->cap) {
         size_t keep = kv->cap > 1 ? (size_t)kv->cap / 2 : 1;
         kv->start = n - keep, kv->len = 0;

@@ -41,6 +41,9 @@ void infer_step(const Gpt *g, KvCache *kv, int32_t token);
  * the file comment). Afterwards the cache holds hist[kv->start .. n). ST_ERR_RUNTIME when a GEMM
  * failed on the way (its message names the shape, matmul.h): the logits are garbage then. */
 Status infer_feed(const Gpt *g, KvCache *kv, const int32_t *hist, size_t n, Err *err);
+/* Under document masking (cfg.doc_mask) the window never reaches before the last token's document:
+ * a history with an EOT restarts the cache after it (docs/doc-mask.md), so the logits are those of
+ * the masked forward over the history (test_doc_mask). */
 
 /* The first GEMM failure since the last call (after infer_step), as infer_feed reports it. */
 Status infer_status(const Gpt *g, Err *err);

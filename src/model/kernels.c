@@ -19,11 +19,22 @@
 /* Encoder                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
-void encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C,
-                     Dropout d, int nt) {
+void doc_positions(int32_t *pos, const int32_t *inp, int B, int T, int32_t eot) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            size_t i = (size_t)b * T + t;
+            pos[i] = t == 0 || inp[i - 1] == eot ? 0 : pos[i - 1] + 1;
+        }
+}
+
+/* The position of token bt of a (B, T) batch: t, or its document position (document masking). */
+static inline size_t tok_pos(const int32_t *pos, long bt, int T) { return pos ? (size_t)pos[bt] : (size_t)(bt % T); }
+
+void encoder_forward(float *out, const int32_t *inp, const int32_t *pos, const float *wte, const float *wpe, int B,
+                     int T, int C, Dropout d, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (long bt = 0; bt < (long)B * T; bt++) {
-        const float *e = wte + (size_t)inp[bt] * C, *p = wpe + (size_t)(bt % T) * C;
+        const float *e = wte + (size_t)inp[bt] * C, *p = wpe + tok_pos(pos, bt, T) * C;
         float *o = out + (size_t)bt * C;
         if (d.p > 0) {
             for (int c = 0; c < C; c++) o[c] = (e[c] + p[c]) * drop_scale(d, (uint64_t)bt * C + c);
@@ -34,8 +45,8 @@ void encoder_forward(float *out, const int32_t *inp, const float *wte, const flo
     }
 }
 
-void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C,
-                      Dropout d, int nt) {
+void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, const int32_t *pos, int B,
+                      int T, int C, Dropout d, int nt) {
     /* Each thread owns a channel range and walks all rows in order: the sum order of every
      * dwte element is the row order, whatever the thread count. */
 #pragma omp parallel num_threads(nt)
@@ -52,30 +63,44 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t
                 for (int c = c0; c < c1; c++) g[c] += o[c];
             }
         }
-#pragma omp for schedule(static)
-        for (int t = 0; t < T; t++) {
-            float *g = dwpe + (size_t)t * C;
-            for (int b = 0; b < B; b++) {
-                size_t bt = (size_t)b * T + t;
-                const float *o = dout + bt * C;
+        if (pos) {
+            /* document positions: a scatter like dwte's, each thread on its channel range in row order */
+            for (long bt = 0; bt < (long)B * T; bt++) {
+                float *g = dwpe + (size_t)pos[bt] * C;
+                const float *o = dout + (size_t)bt * C;
                 if (d.p > 0) {
-                    for (int c = 0; c < C; c++) g[c] += o[c] * drop_scale(d, (uint64_t)bt * C + c);
+                    for (int c = c0; c < c1; c++) g[c] += o[c] * drop_scale(d, (uint64_t)bt * C + c);
                 } else {
 #pragma omp simd
-                    for (int c = 0; c < C; c++) g[c] += o[c];
+                    for (int c = c0; c < c1; c++) g[c] += o[c];
+                }
+            }
+        } else {
+#pragma omp for schedule(static)
+            for (int t = 0; t < T; t++) {
+                float *g = dwpe + (size_t)t * C;
+                for (int b = 0; b < B; b++) {
+                    size_t bt = (size_t)b * T + t;
+                    const float *o = dout + bt * C;
+                    if (d.p > 0) {
+                        for (int c = 0; c < C; c++) g[c] += o[c] * drop_scale(d, (uint64_t)bt * C + c);
+                    } else {
+#pragma omp simd
+                        for (int c = 0; c < C; c++) g[c] += o[c];
+                    }
                 }
             }
         }
     }
 }
 
-void encoder_forward_vp(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C,
-                        int v0, int vn, int nt) {
+void encoder_forward_vp(float *out, const int32_t *inp, const int32_t *pos, const float *wte, const float *wpe,
+                        int B, int T, int C, int v0, int vn, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (long bt = 0; bt < (long)B * T; bt++) {
         int v = inp[bt] - v0;
         float *o = out + (size_t)bt * C;
-        const float *p = wpe ? wpe + (size_t)(bt % T) * C : NULL;
+        const float *p = wpe ? wpe + tok_pos(pos, bt, T) * C : NULL;
         if (v >= 0 && v < vn) {
             const float *e = wte + (size_t)v * C;
             if (p) {
@@ -92,8 +117,8 @@ void encoder_forward_vp(float *out, const int32_t *inp, const float *wte, const 
     }
 }
 
-void encoder_backward_vp(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C, int v0,
-                         int vn, int nt) {
+void encoder_backward_vp(float *dwte, float *dwpe, const float *dout, const int32_t *inp, const int32_t *pos, int B,
+                         int T, int C, int v0, int vn, int nt) {
 #pragma omp parallel num_threads(nt)
     {
         int tid = omp_get_thread_num(), n = omp_get_num_threads();
@@ -106,7 +131,14 @@ void encoder_backward_vp(float *dwte, float *dwpe, const float *dout, const int3
 #pragma omp simd
             for (int c = c0; c < c1; c++) g[c] += o[c];
         }
-        if (dwpe) {
+        if (dwpe && pos) {
+            for (long bt = 0; bt < (long)B * T; bt++) {
+                float *g = dwpe + (size_t)pos[bt] * C;
+                const float *o = dout + (size_t)bt * C;
+#pragma omp simd
+                for (int c = c0; c < c1; c++) g[c] += o[c];
+            }
+        } else if (dwpe) {
 #pragma omp for schedule(static)
             for (int t = 0; t < T; t++) {
                 float *g = dwpe + (size_t)t * C;
@@ -232,8 +264,8 @@ void layernorm_backward(float *dinp, float *dw, float *db, float *scratch, const
                 sw += scratch[(size_t)k * 2 * C + c];
                 sb += scratch[(size_t)k * 2 * C + C + c];
             }
-            dw[c] = acc ? dw[c] + sw : sw;
-            db[c] = acc ? db[c] + sb : sb;
+            if (dw) dw[c] = acc ? dw[c] + sw : sw; /* NULL: a frozen base (LoRA) */
+            if (db) db[c] = acc ? db[c] + sb : sb;
         }
     }
 }
@@ -315,7 +347,7 @@ void rmsnorm_backward(float *dinp, float *dw, float *scratch, const float *dout,
         for (int c = 0; c < C; c++) {
             float sw = 0;
             for (int k = 0; k < nchunk; k++) sw += scratch[(size_t)k * C + c];
-            dw[c] = acc ? dw[c] + sw : sw;
+            if (dw) dw[c] = acc ? dw[c] + sw : sw;
         }
     }
 }
@@ -337,13 +369,13 @@ void rope_table(float *cs, int T, int hs, const double *inv_freq) {
 /* Rotates the NH + KV heads at the start of each qkv row (q heads, then k heads) by the angles of
  * position pos0 + t: (a, b) = (x[i], x[i + hs/2]) → (a·cos − b·sin, b·cos + a·sin) with sign = 1;
  * sign = −1 turns by −angle, the transpose (the backward of a rotation). One pass, in place. */
-static void rope_apply(float *qkv, const float *cs, int B, int T, int NH, int KV, int hs, int pos0, float sign,
-                       int nt) {
+static void rope_apply(float *qkv, const float *cs, const int32_t *pos, int B, int T, int NH, int KV, int hs, int pos0,
+                       float sign, int nt) {
     int half = hs / 2, nh = NH + KV;
     size_t ld = (size_t)(NH + 2 * KV) * hs;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (long bt = 0; bt < (long)B * T; bt++) {
-        const float *co = cs + (size_t)(pos0 + bt % T) * hs, *si = co + half;
+        const float *co = cs + (size_t)(pos0 + (pos ? pos[bt] : bt % T)) * hs, *si = co + half;
         float *row = qkv + (size_t)bt * ld;
         for (int h = 0; h < nh; h++) {
             float *x = row + (size_t)h * hs, *y = x + half;
@@ -357,12 +389,14 @@ static void rope_apply(float *qkv, const float *cs, int B, int T, int NH, int KV
     }
 }
 
-void rope_forward(float *qkv, const float *cs, int B, int T, int NH, int KV, int hs, int pos0, int nt) {
-    rope_apply(qkv, cs, B, T, NH, KV, hs, pos0, 1.0f, nt);
+void rope_forward(float *qkv, const float *cs, const int32_t *pos, int B, int T, int NH, int KV, int hs, int pos0,
+                  int nt) {
+    rope_apply(qkv, cs, pos, B, T, NH, KV, hs, pos0, 1.0f, nt);
 }
 
-void rope_backward(float *dqkv, const float *cs, int B, int T, int NH, int KV, int hs, int pos0, int nt) {
-    rope_apply(dqkv, cs, B, T, NH, KV, hs, pos0, -1.0f, nt);
+void rope_backward(float *dqkv, const float *cs, const int32_t *pos, int B, int T, int NH, int KV, int hs, int pos0,
+                   int nt) {
+    rope_apply(dqkv, cs, pos, B, T, NH, KV, hs, pos0, -1.0f, nt);
 }
 
 /* SwiGLU: per row, g = h[0, F) (gate), u = h[F, 2F) (up); out = silu(g) · u with

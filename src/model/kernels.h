@@ -29,21 +29,34 @@ typedef struct {
     int head0, heads;
 } Dropout;
 
-/* out (N=B·T, C) = drop(wte[inp] + wpe[t]). */
-void encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C,
-                     Dropout d, int nt);
-/* dwte[inp] += drop'(dout), dwpe[t] += sum over b. */
-void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C,
-                      Dropout d, int nt);
+/* Document masking (docs/doc-mask.md). The position kernels (encoder_*, rope_*) and attention
+ * take `pos`, NULL or B·T int32: pos[b·T + t] is token t's position inside its document within
+ * row b (0 at a document's first token, then +1 per token). Token t's document starts at row
+ * index t − pos[b·T + t]; attention then lets query t see keys s with t − pos[b·T + t] <= s <= t
+ * (causal and block-diagonal), by bounding the key loop: no T×T mask exists. pos = NULL: every
+ * row is one document (positions t, plain causal attention), bit for bit the kernels without the
+ * argument. doc_positions (gpt.c's caller of these) fills pos from the tokens. */
+
+/* The document positions of the (B, T) tokens inp: pos[b·T + t] = 0 at t = 0 and after an `eot`
+ * token (inp[b·T + t − 1] == eot), else pos[b·T + t − 1] + 1. Host memory. */
+void doc_positions(int32_t *pos, const int32_t *inp, int B, int T, int32_t eot);
+
+/* out (N=B·T, C) = drop(wte[inp] + wpe[p]), p = t (pos NULL) or pos[b·T + t]. */
+void encoder_forward(float *out, const int32_t *inp, const int32_t *pos, const float *wte, const float *wpe, int B,
+                     int T, int C, Dropout d, int nt);
+/* dwte[inp] += drop'(dout), dwpe[p] += sum over the rows at position p (row order: the sum order
+ * is independent of nt). */
+void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, const int32_t *pos, int B,
+                      int T, int C, Dropout d, int nt);
 
 /* Vocabulary-parallel embedding (tensor parallelism): wte holds vocabulary rows [v0, v0 + vn).
  * out (N, C) = (inp in range ? wte[inp - v0] : 0) + (wpe ? wpe[t] : 0); no dropout (the sum over
  * ranks comes first). */
-void encoder_forward_vp(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C,
-                        int v0, int vn, int nt);
+void encoder_forward_vp(float *out, const int32_t *inp, const int32_t *pos, const float *wte, const float *wpe,
+                        int B, int T, int C, int v0, int vn, int nt);
 /* dwte[inp - v0] += dout for inp in range; dwpe[t] += sum over b (dwpe NULL: skipped). */
-void encoder_backward_vp(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C, int v0,
-                         int vn, int nt);
+void encoder_backward_vp(float *dwte, float *dwpe, const float *dout, const int32_t *inp, const int32_t *pos, int B,
+                         int T, int C, int v0, int vn, int nt);
 
 /* out (N, C) = LN(inp) · w + b; saves mean, rstd (N). eps 1e-5. */
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
@@ -113,8 +126,11 @@ void rope_table(float *cs, int T, int hs, const double *inv_freq);
 /* In place on the rows of qkv (B·T rows of (NH + 2·KV)·hs: q heads, k heads, v heads): rotates the
  * NH q heads and the KV k heads of row b·T + t by position pos0 + t (cs covers pos0 + T positions);
  * v untouched. rope_backward rotates the same parts of dqkv back (the transpose: angle −θ). */
-void rope_forward(float *qkv, const float *cs, int B, int T, int NH, int KV, int hs, int pos0, int nt);
-void rope_backward(float *dqkv, const float *cs, int B, int T, int NH, int KV, int hs, int pos0, int nt);
+/* pos non-NULL (document masking): row b·T + t turns by position pos0 + pos[b·T + t] instead. */
+void rope_forward(float *qkv, const float *cs, const int32_t *pos, int B, int T, int NH, int KV, int hs, int pos0,
+                  int nt);
+void rope_backward(float *dqkv, const float *cs, const int32_t *pos, int B, int T, int NH, int KV, int hs, int pos0,
+                   int nt);
 
 /* SwiGLU on the fused gate|up GEMM output h (N, 2F: per row F gate values, then F up values):
  * out (N, F) = silu(gate) · up, silu(x) = x / (1 + e^-x). The _bf16 form writes the next GEMM's
@@ -133,13 +149,14 @@ void swiglu_backward_bf16(uint16_t *dh, const float *dout, const float *h, int N
  * Scores are q·k · scale: 1/sqrt(hs) in the standard parameterization, 1/hs under muP
  * (model_attn_scale). Dropout's head indices are query heads. */
 size_t attention_gqa_scratch_floats(int T, int hs, int group, int nt);
-void attention_gqa_forward(float *out, float *lse, float *scratch, const float *qkv, int B, int T, int NH, int KV,
-                           int hs, float scale, Dropout d, int lowp, int nt);
+/* pos: document masking (above); NULL: causal over the whole row. */
+void attention_gqa_forward(float *out, float *lse, float *scratch, const float *qkv, const int32_t *pos, int B, int T,
+                           int NH, int KV, int hs, float scale, Dropout d, int lowp, int nt);
 /* dqkv (B, T, (NH + 2·KV)·hs) overwritten: each KV head's gradient sums over its group's query
  * heads in a fixed order (results independent of nt). */
 void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                            const float *lse, int B, int T, int NH, int KV, int hs, float scale, Dropout d, int lowp,
-                            int nt);
+                            const float *lse, const int32_t *pos, int B, int T, int NH, int KV, int hs, float scale,
+                            Dropout d, int lowp, int nt);
 
 /* GELU, tanh approximation. */
 void gelu_forward(float *out, const float *inp, size_t n, int nt);

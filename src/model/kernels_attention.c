@@ -19,7 +19,8 @@
 
 /* Causal attention, flash style: per (batch, query head), 64-query blocks against key blocks of up
  * to 256 with an online softmax, so the T×T matrix is never stored; only each row's log-sum-exp is
- * saved, and backward recomputes the probabilities from it. Blocks above the diagonal are skipped.
+ * saved, and backward recomputes the probabilities from it. Blocks above the diagonal are skipped;
+ * with document positions (document masking, kernels.h) so are the keys before a block's documents.
  *
  * With lowp (bf16), each head's Q, K, V (and dY in backward) are first rounded into contiguous
  * bf16 copies, and the probabilities and dS are rounded before their GEMMs, so all five GEMMs run
@@ -70,6 +71,27 @@ size_t attention_gqa_scratch_floats(int T, int hs, int group, int nt) {
     return attention_scratch_floats(T, hs, nt);
 }
 
+/* Document masking (pos non-NULL): query row t sees keys [t − pos[b·T + t], t]. A query block's key
+ * loop starts at the smallest document start of its rows, rounded down to a multiple of 64 (keys
+ * before it are never computed), and each row's softmax runs over its own range [js, jn) of a key block, the entries
+ * outside set to 0 as those above the diagonal are. pos NULL: js = 0 and the loop starts at 0,
+ * exactly the causal kernel. Dropout indices stay those of the absolute (row, key) pair. */
+static int doc_block_start(const int32_t *dpos, int r0, int m) {
+    int s = r0 - dpos[r0];
+    for (int i = 1; i < m; i++) s = r0 + i - dpos[r0 + i] < s ? r0 + i - dpos[r0 + i] : s;
+    /* Rounded down to a multiple of the query block: the key blocks' widths stay multiples of 64
+     * (kend is one), so the GEMMs keep the few shapes of the causal kernel instead of one per
+     * document start (each new shape is a oneDNN primitive to create, matmul.c's cache). The keys
+     * below the start inside it are masked per row. */
+    s = s < 0 ? 0 : s;
+    return s / ATT_BLOCK * ATT_BLOCK;
+}
+static int doc_row_from(const int32_t *dpos, int row, int k0) {
+    if (!dpos) return 0;
+    int s = row - dpos[row] - k0;
+    return s > 0 ? s : 0;
+}
+
 /* Grouped-query attention. The qkv row holds NH query heads, then KV key heads, then KV value
  * heads (ld = (NH + 2·KV)·hs floats); query head h reads KV head h / G, G = NH / KV, in place.
  *
@@ -77,8 +99,8 @@ size_t attention_gqa_scratch_floats(int T, int hs, int group, int nt) {
  * bf16 K, V of the KV head it converted last, so the G query heads of a group (adjacent in the
  * static schedule) convert their shared K, V once. At KV = NH every task does exactly what the
  * GPT-2 kernel did, in the same order: results are bit-identical. */
-void attention_gqa_forward(float *out, float *lse, float *scratch, const float *qkv, int B, int T, int NH, int KV,
-                           int hs, float scale, Dropout d, int lowp, int nt) {
+void attention_gqa_forward(float *out, float *lse, float *scratch, const float *qkv, const int32_t *pos, int B, int T,
+                           int NH, int KV, int hs, float scale, Dropout d, int lowp, int nt) {
     int G = NH / KV, C = NH * hs, ld = (NH + 2 * KV) * hs;
 #pragma omp parallel num_threads(nt)
     {
@@ -99,11 +121,13 @@ void attention_gqa_forward(float *out, float *lse, float *scratch, const float *
                     held = (long)b * KV + kh;
                 }
             }
+            const int32_t *dpos = pos ? pos + (size_t)b * T : NULL;
             for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
                 int m = T - r0 < ATT_BLOCK ? T - r0 : ATT_BLOCK, kend = r0 + m;
+                int kbeg = dpos ? doc_block_start(dpos, r0, m) : 0;
                 float mx[ATT_BLOCK], l[ATT_BLOCK];
                 for (int i = 0; i < m; i++) mx[i] = -INFINITY, l[i] = 0;
-                for (int k0 = 0; k0 < kend; k0 += ATT_KBLOCK) {
+                for (int k0 = kbeg; k0 < kend; k0 += ATT_KBLOCK) {
                     int kn = kend - k0 < ATT_KBLOCK ? kend - k0 : ATT_KBLOCK;
                     if (lowp)
                         mm_gemm_bf16(0, 1, m, kn, hs, scale, w.Qb + (size_t)r0 * hs, hs, w.Kb + (size_t)k0 * hs, hs,
@@ -112,21 +136,23 @@ void attention_gqa_forward(float *out, float *lse, float *scratch, const float *
                         mm_sgemm(0, 1, m, kn, hs, scale, q + (size_t)r0 * ld, ld, k + (size_t)k0 * ld, ld, 0.0f, S, kn);
                     for (int i = 0; i < m; i++) {
                         int row = r0 + i, jn = row - k0 + 1 < kn ? row - k0 + 1 : kn; /* causal: keys <= row */
+                        int js = doc_row_from(dpos, row, k0); /* document: keys >= its start */
                         float *srow = S + (size_t)i * kn, bm = mx[i];
 #pragma omp simd reduction(max : bm)
-                        for (int j = 0; j < jn; j++) bm = srow[j] > bm ? srow[j] : bm;
+                        for (int j = js; j < jn; j++) bm = srow[j] > bm ? srow[j] : bm;
                         float corr = st_expf(mx[i] - bm), sum = 0;
                         if (mx[i] == -INFINITY) corr = 0.0f;
 #pragma omp simd reduction(+ : sum)
-                        for (int j = 0; j < jn; j++) {
+                        for (int j = js; j < jn; j++) {
                             srow[j] = st_expf(srow[j] - bm);
                             sum += srow[j];
                         }
-                        for (int j = jn; j < kn; j++) srow[j] = 0.0f;
+                        for (int j = 0; j < js && j < kn; j++) srow[j] = 0.0f;
+                        for (int j = jn > js ? jn : js; j < kn; j++) srow[j] = 0.0f;
                         l[i] = l[i] * corr + sum;
                         mx[i] = bm;
                         float *yrow = y + (size_t)row * C;
-                        if (k0 == 0) {
+                        if (k0 == kbeg) {
                             for (int x = 0; x < hs; x++) yrow[x] = 0.0f;
                         } else {
                             for (int x = 0; x < hs; x++) yrow[x] *= corr;
@@ -161,8 +187,8 @@ void attention_gqa_forward(float *out, float *lse, float *scratch, const float *
  * — a fixed summation order, independent of the thread count. At KV = NH this is the GPT-2
  * kernel's per-head task, bit for bit. */
 void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                            const float *lse, int B, int T, int NH, int KV, int hs, float scale, Dropout d, int lowp,
-                            int nt) {
+                            const float *lse, const int32_t *pos, int B, int T, int NH, int KV, int hs, float scale,
+                            Dropout d, int lowp, int nt) {
     int G = NH / KV, C = NH * hs, ld = (NH + 2 * KV) * hs;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int bkv = 0; bkv < B * KV; bkv++) {
@@ -173,6 +199,7 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
         float *dk = drow0 + (size_t)(NH + kh) * hs, *dv = dk + (size_t)KV * hs;
         AttScratch w = att_scratch(scratch, T, hs);
         float *P = w.S, *dP = w.dP, *Pd = w.Pd;
+        const int32_t *dpos = pos ? pos + (size_t)b * T : NULL;
         for (int t = 0; t < T; t++) {
             float *a = dk + (size_t)t * ld, *c = dv + (size_t)t * ld;
             for (int x = 0; x < hs; x++) a[x] = 0.0f, c[x] = 0.0f;
@@ -198,7 +225,8 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                     for (int x = 0; x < hs; x++) s += g[x] * o[x];
                     D[i] = s;
                 }
-                for (int k0 = 0; k0 < kend; k0 += ATT_KBLOCK) {
+                int kbeg = dpos ? doc_block_start(dpos, r0, m) : 0;
+                for (int k0 = kbeg; k0 < kend; k0 += ATT_KBLOCK) {
                     int kn = kend - k0 < ATT_KBLOCK ? kend - k0 : ATT_KBLOCK;
                     /* P = exp(scale·Q K^T − L), recomputed; dP = dY V^T */
                     if (lowp) {
@@ -212,10 +240,12 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                     }
                     for (int i = 0; i < m; i++) {
                         int row = r0 + i, jn = row - k0 + 1 < kn ? row - k0 + 1 : kn;
+                        int js = doc_row_from(dpos, row, k0);
                         float *prow = P + (size_t)i * kn, *g = dP + (size_t)i * kn, li = L[row];
 #pragma omp simd
-                        for (int j = 0; j < jn; j++) prow[j] = st_expf(prow[j] - li);
-                        for (int j = jn; j < kn; j++) prow[j] = 0.0f;
+                        for (int j = js; j < jn; j++) prow[j] = st_expf(prow[j] - li);
+                        for (int j = 0; j < js && j < kn; j++) prow[j] = 0.0f;
+                        for (int j = jn > js ? jn : js; j < kn; j++) prow[j] = 0.0f;
                         if (d.p > 0) {
                             for (int j = 0; j < kn; j++) {
                                 float ks = drop_scale(d, bhg * T * T + (size_t)row * T + k0 + j);
@@ -224,8 +254,9 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                             }
                         }
 #pragma omp simd
-                        for (int j = 0; j < jn; j++) g[j] = prow[j] * (g[j] - D[i]) * scale;
-                        for (int j = jn; j < kn; j++) g[j] = 0.0f;
+                        for (int j = js; j < jn; j++) g[j] = prow[j] * (g[j] - D[i]) * scale;
+                        for (int j = 0; j < js && j < kn; j++) g[j] = 0.0f;
+                        for (int j = jn > js ? jn : js; j < kn; j++) g[j] = 0.0f;
                     }
                     /* dV += Pd^T dY; dQ += dS K; dK += dS^T Q */
                     const float *Pv = d.p > 0 ? Pd : P;
@@ -253,11 +284,11 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
 /* The GPT-2 attention is GQA with one KV head per query head. */
 void attention_forward(float *out, float *lse, float *scratch, const float *qkv, int B, int T, int C, int NH,
                        Dropout d, int lowp, int nt) {
-    attention_gqa_forward(out, lse, scratch, qkv, B, T, NH, NH, C / NH, 1.0f / sqrtf((float)(C / NH)), d, lowp, nt);
+    attention_gqa_forward(out, lse, scratch, qkv, NULL, B, T, NH, NH, C / NH, 1.0f / sqrtf((float)(C / NH)), d, lowp, nt);
 }
 
 void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
                         const float *lse, int B, int T, int C, int NH, Dropout d, int lowp, int nt) {
-    attention_gqa_backward(dqkv, scratch, dout, qkv, out, lse, B, T, NH, NH, C / NH, 1.0f / sqrtf((float)(C / NH)), d,
+    attention_gqa_backward(dqkv, scratch, dout, qkv, out, lse, NULL, B, T, NH, NH, C / NH, 1.0f / sqrtf((float)(C / NH)), d,
                            lowp, nt);
 }

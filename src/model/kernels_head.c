@@ -39,20 +39,21 @@ static void head_logits_gemm(const MatPrec *mp, float *logits, int ld, const flo
     }
 }
 
+/* dwte NULL: a frozen head (LoRA), its weight gradient skipped. */
 static void head_backward_gemms(const MatPrec *mp, float *dx_c, float *dwte, const float *logits, int ld,
                                 const float *x_c, const float *wte, const uint16_t *wte_lp, int m, int rows, int C,
                                 float beta, int nt) {
     if (mp && mp->fp16) {
         round_fp16(mp->fa, logits, (size_t)m * ld, nt);
         mm_sgemm(0, 0, m, C, rows, 1.0f, mp->fa, ld, mp->fw, C, 0.0f, dx_c, C);
-        mm_sgemm(1, 0, rows, C, m, 1.0f, mp->fa, ld, mp->fb, C, beta, dwte, C);
+        if (dwte) mm_sgemm(1, 0, rows, C, m, 1.0f, mp->fa, ld, mp->fb, C, beta, dwte, C);
     } else if (mp && mp->bf16) {
         cast_bf16(mp->a, logits, (size_t)m * ld, nt);
         mm_gemm_bf16(0, 0, m, C, rows, 1.0f, mp->a, ld, wte_lp, C, 0.0f, dx_c, C);
-        mm_gemm_bf16(1, 0, rows, C, m, 1.0f, mp->a, ld, mp->b, C, beta, dwte, C);
+        if (dwte) mm_gemm_bf16(1, 0, rows, C, m, 1.0f, mp->a, ld, mp->b, C, beta, dwte, C);
     } else {
         mm_sgemm(0, 0, m, C, rows, 1.0f, logits, ld, wte, C, 0.0f, dx_c, C);
-        mm_sgemm(1, 0, rows, C, m, 1.0f, logits, ld, x_c, C, beta, dwte, C);
+        if (dwte) mm_sgemm(1, 0, rows, C, m, 1.0f, logits, ld, x_c, C, beta, dwte, C);
     }
 }
 

@@ -369,7 +369,8 @@ ActSizes layout_activations(const ModelConfig *cfg, const ActOptions *o) {
     size_t dhead = st->head && st->slots > 1 ? d.N * d.C : 0, h = bf16 ? 2 : 1;
     size_t wgrad = st->split ? (d.N * d.C + h - 1) / h + (d.N * d.Hl + h - 1) / h + d.N * d.C + (d.N * d.QKVl + h - 1) / h
                              : 0;
-    a.slot = a.encoded + (size_t)st->blocks * (a.per_layer + wgrad) + a.final_ + dhead;
+    a.docpos = cfg->doc_mask ? d.N : 0;
+    a.slot = a.docpos + a.encoded + (size_t)st->blocks * (a.per_layer + wgrad) + a.final_ + dhead;
     a.total = (size_t)st->slots * a.slot + a.shared;
     /* Workspace: dres (Nl·C) + dbuf_a (N·max(Fl, C)) + dbuf_b (N·C) + dbuf_c (N·C) + attention (per
      * thread: fp32 score blocks and bf16 copies of one head, see kernels.c) + LayerNorm partial
@@ -602,7 +603,7 @@ size_t layout_shampoo_bytes(const ParamLayout *pl, int block, int every, int dp,
     return head + (64 - head % 64) % 64 + scratch; /* the scratch (doubles inside) 64-byte aligned */
 }
 
-TokenFlops layout_token_flops(double block_matmul_weights, int L, int C, int V, int T) {
+TokenFlops layout_token_flops(double block_matmul_weights, int L, int C, int V, double T) {
     TokenFlops f;
     f.blocks = 2.0 * L * block_matmul_weights;
     f.attention = 4.0 * L * (double)T * C;
@@ -611,9 +612,25 @@ TokenFlops layout_token_flops(double block_matmul_weights, int L, int C, int V, 
     return f;
 }
 
-double layout_flops_per_token(const ModelConfig *cfg, int T) {
-    return layout_token_flops(layout_block_matmul_weights(cfg), cfg->n_layer, cfg->n_embd, cfg->vocab, T).train;
+double layout_flops_per_token(const ModelConfig *cfg, int T) { return layout_flops_per_token_span(cfg, T); }
+
+double layout_flops_per_token_span(const ModelConfig *cfg, double span) {
+    return layout_token_flops(layout_block_matmul_weights(cfg), cfg->n_layer, cfg->n_embd, cfg->vocab, span).train;
 }
+
+double layout_doc_span(const int32_t *inp, int B, int T, int eot) {
+    double sq = 0;
+    for (int b = 0; b < B; b++) {
+        long len = 0;
+        for (int t = 0; t < T; t++) {
+            len++;
+            if (inp[(size_t)b * T + t] == eot || t == T - 1) sq += (double)len * len, len = 0;
+        }
+    }
+    return B > 0 && T > 0 ? sq / ((double)B * T) : 0.0;
+}
+
+double layout_doc_span_mean(int T, double mean_len) { return mean_len < T ? mean_len : (double)T; }
 
 /* ---- Pipeline stages (layout.h, docs/plan.md "Pipeline stages: the split") ---- */
 

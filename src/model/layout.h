@@ -20,6 +20,7 @@
 #define ST_MODEL_LAYOUT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/mem.h"
 #include "core/status.h"
@@ -177,7 +178,9 @@ typedef struct {
     size_t per_layer;    /* saved tensors of one block (recompute level applied) */
     size_t shared;       /* one block's recomputed tensors, shared by all blocks (0 without recompute) */
     size_t final_;       /* lnf out, mean, rstd, per-row losses */
-    size_t slot;         /* one pipeline slot: encoded + blocks·per_layer + final_ (+ the head's input
+    size_t docpos;       /* cfg->doc_mask: the slot's per-token document positions (N int32, counted as
+                            N floats); else 0 */
+    size_t slot;         /* one pipeline slot: docpos + encoded + blocks·per_layer + final_ (+ the head's input
                             gradient with several slots); the whole model: encoded + L per_layer + final_ */
     size_t total;        /* slots · slot + shared */
     size_t scratch;      /* backward and head scratch (workspace) */
@@ -339,19 +342,34 @@ int layout_shampoo_blocks(const ParamLayout *pl, int block, int every, int dp, L
 size_t layout_shampoo_bytes(const ParamLayout *pl, int block, int every, int dp, int rank);
 
 /* FLOPs per token of a GPT-style decoder (a multiply-add is 2; PaLM's accounting: attention scores
- * over the full T×T, embedding lookups free, backward = 2 × forward), by part of the forward pass. */
+ * over the full T×T, embedding lookups free, backward = 2 × forward), by part of the forward pass.
+ * T here is the attention span S of a token: the keys it is charged for, T without document masking
+ * (PaLM's full row); with it, each document of length L_i is charged its full L_i × L_i block, so a
+ * row costs Σ L_i² scores instead of T², i.e. S = Σ L_i² / T per token (layout_doc_span). Both
+ * count full squares, not causal triangles (T(T+1)/2, L_i(L_i+1)/2): the convention stays PaLM's,
+ * and the masked count is the unmasked one scaled by the same Σ L_i² / T² (docs/doc-mask.md). */
 typedef struct {
     double blocks;    /* the blocks' matmuls: 2·L·W, W = weight elements of one block's matmuls */
-    double attention; /* QKᵀ and AV: 4·L·T·C */
+    double attention; /* QKᵀ and AV: 4·L·S·C */
     double head;      /* the LM head: 2·V·C */
     double train;     /* model FLOPs per trained token: 3·(blocks + attention + head) */
 } TokenFlops;
 
-TokenFlops layout_token_flops(double block_matmul_weights, int L, int C, int V, int T);
+TokenFlops layout_token_flops(double block_matmul_weights, int L, int C, int V, double span);
 
 /* Model FLOPs per trained token of our GPT-2 (W = 12C², V unpadded): 6·(12·L·C² + V·C) + 12·L·T·C.
  * The MFU numerator of the trainer and plan's exact count. */
 double layout_flops_per_token(const ModelConfig *cfg, int T);
+/* The same at attention span `span` (layout_token_flops): layout_flops_per_token(cfg, T) is
+ * layout_flops_per_token_span(cfg, T); document masking passes layout_doc_span's. */
+double layout_flops_per_token_span(const ModelConfig *cfg, double span);
+/* The attention span of the (B, T) tokens inp under document masking: Σ over rows and over the
+ * documents of each row (a document ends after an `eot` token or at the row's end) of L_i², over
+ * B·T. T for rows without an EOT; 1 for rows of EOTs only. */
+double layout_doc_span(const int32_t *inp, int B, int T, int eot);
+/* plan's price of the span for documents of mean length mean_len (> 0) in rows of T: min(mean_len,
+ * T), exact for rows of whole documents of that length (the documents cut at row edges ignored). */
+double layout_doc_span_mean(int T, double mean_len);
 
 /* ---- Pipeline stages: which blocks each of pp stages holds (docs/plan.md, "Pipeline stages") ----
  *

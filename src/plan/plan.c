@@ -612,6 +612,7 @@ static Status core_params(Core *c, PlanResult *r, Err *err) {
     r->n_params = plan_model_num_params(m);
     ModelConfig cfg;
     int ours = plan_model_to_config(m, &cfg);
+    if (ours && in->doc_mask) cfg.doc_mask = 1, cfg.doc_eot = 0; /* the slots' document positions (layout) */
     if (shaped) {
         BlockCount bc = block_count(m);
         r->n_params_layer = (long long)(bc.mat + bc.colbias + bc.rowbias + bc.norms + 0.5);
@@ -867,7 +868,9 @@ static void core_compute(Core *c, PlanResult *r) {
     double N = (double)r->n_params;
     r->compute.fpt_6n = 6.0 * N;
     if (shaped) {
-        TokenFlops tf = layout_token_flops(block_count(m).mat, L, m->d_model, m->vocab, T);
+        /* --doc-mask: each document is charged its own L_i² scores (layout.h): span min(mean length, T) */
+        double span = in->doc_mask && in->mean_doc_len > 0 ? layout_doc_span_mean(T, in->mean_doc_len) : (double)T;
+        TokenFlops tf = layout_token_flops(block_count(m).mat, L, m->d_model, m->vocab, span);
         r->compute.fpt = tf.train;
         /* Recompute reruns forward work (Korthikanti's levels): full the blocks, selective the attention core. */
         r->compute.fpt_hw = r->compute.fpt + (in->recompute == PLAN_RECOMPUTE_FULL ? tf.blocks + tf.attention

@@ -133,6 +133,10 @@ typedef struct {
     int micro_batch;       /* B sequences per micro-batch per data-parallel replica */
     int seq_len;           /* T */
     int grad_accum;        /* k micro-batches per optimizer step per replica */
+    int doc_mask;          /* 1: document masking (docs/doc-mask.md): attention priced at span
+                              layout_doc_span_mean(T, mean_doc_len) instead of T (layout_token_flops),
+                              and the trainer's per-slot document positions in the activations */
+    double mean_doc_len;   /* doc_mask: mean document length in tokens (> 0); 0: T (no saving) */
     /* parallel layout */
     int dp, tp, pp;
     int sp;                /* 1: Megatron sequence parallelism inside the TP group */

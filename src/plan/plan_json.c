@@ -101,6 +101,10 @@ cJSON *plan_json(const PlanInput *in, const PlanResult *r, const PlanSched *ps) 
     cJSON_AddBoolToObject(jl, "sp", in->sp);
     cJSON_AddNumberToObject(jl, "zero", in->zero);
     cJSON_AddStringToObject(jl, "recompute", plan_recompute_name(in->recompute));
+    if (in->doc_mask) { /* only then: other plans' JSON as before */
+        cJSON_AddBoolToObject(jl, "doc_mask", 1);
+        cJSON_AddNumberToObject(jl, "mean_doc_len", in->mean_doc_len);
+    }
     cJSON_AddNumberToObject(jl, "pp_microbatches", r->microbatches);
     cJSON_AddNumberToObject(jl, "interleave", in->interleave);
     cJSON_AddNumberToObject(jl, "world", r->world);

@@ -1,4 +1,4 @@
-/* report.h — `scaletrain report`: metrics logs (JSON Lines, README "Progress and metrics") → one
+/* report.h — `scaletrain report`: metrics logs (JSON Lines, docs/reference.md "Progress and metrics") → one
  * self-contained HTML page of charts.
  *
  * Two stages, both pure library code (no printing):

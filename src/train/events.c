@@ -95,6 +95,11 @@ cJSON *events_config_json(const TrainConfig *c) {
         add_num(m, "mup_input_alpha", c->model.mup_input_alpha);
         add_num(m, "mup_output_alpha", c->model.mup_output_alpha);
     }
+    if (c->model.doc_mask) { /* runs without it write none (their checkpoints compare as before); a trajectory
+                                field on resume (ckpt_field_kind) */
+        cJSON_AddBoolToObject(m, "doc_mask", 1);
+        add_num(m, "doc_eot", c->model.doc_eot);
+    }
     cJSON_AddStringToObject(o, "data", c->data);
     cJSON_AddStringToObject(o, "val_data", c->val_data);
     cJSON_AddStringToObject(o, "tokenizer", c->tokenizer);

@@ -265,6 +265,7 @@ static Status run_finish(Run *r, Err *err) {
 Status train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     Status st = validate(cfg, err);
     if (st != ST_OK) return st;
+    if (cfg->lora.rank > 0) return lora_train_run(cfg, res, err);
     memset(res, 0, sizeof *res);
     res->first_val = res->last_val = NAN;
     Run run;

@@ -14,6 +14,7 @@
 #include "core/status.h"
 #include "model/config.h"
 #include "model/layout.h"
+#include "model/lora.h"
 #include "optim/optim.h"
 #include "plan/plan.h"
 #include "train/health.h"
@@ -99,6 +100,8 @@ typedef struct {
                                 parameters is kept for the update) */
     long stop_after;         /* > 0: stop after this step as if preempted (checkpoint, clean exit); for
                                 job time slots: the schedule still spans --steps */
+    LoraConfig lora;         /* lora.rank > 0: LoRA fine-tuning of a frozen base (train/lora_train.c,
+                                docs/lora.md); 0: ordinary training */
     /* Free-form build info of the caller (e.g. the command line), recorded in `start`. */
     const char *argv_joined;
 } TrainConfig;
@@ -125,6 +128,11 @@ typedef struct {
 /* Runs training. Bad configuration or data → ST_ERR_INPUT with a message naming the flag or
  * file; I/O failure → ST_ERR_RUNTIME. Progress lines go to stdout unless quiet. */
 Status train_run(const TrainConfig *cfg, TrainResult *res, Err *err);
+
+/* LoRA fine-tuning (cfg->lora.rank > 0; train_run calls it): the base frozen, the adapters trained
+ * (docs/lora.md). Flags it does not implement (tp, pp, ZeRO, bf16, other optimizers, ...) are
+ * refused with one line naming them. */
+Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err);
 
 /* The plan's input for this configuration on a dp × tp × pp grid, as the trainer builds it for its
  * start record (docs/plan.md): the model, batch, grid, optimizer moments, recompute and the

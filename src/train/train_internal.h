@@ -152,6 +152,8 @@ typedef struct {
     long next;                  /* the step this update would complete */
     long ntok;                  /* unmasked target tokens of the step, all ranks */
     long ntok0;                 /* this rank's tokens of its first micro-batch (the noise scale's small batch) */
+    double span;                /* --doc-mask: the step's attention span Σ L_i² / tokens over every row of
+                                   the global batch (layout_doc_span), the MFU's attention term */
     double noise[6];            /* b_small, |G_small|², |G|², tr(Σ), B_simple of the step, smoothed B_simple */
     int stop;                   /* a stop signal reached some rank (agreed by all) */
     double t0, t1, t2, t3;      /* start; data ready; gradients reduced; update applied */

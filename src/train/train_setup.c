@@ -145,6 +145,7 @@ Status tr_setup_data(Run *r, Err *err) {
             return err_set(err, ST_ERR_INPUT, "--vocab: not given and the shard headers of %s record no vocabulary size",
                            c->data);
     }
+    if (c->model.doc_mask) c->model.doc_eot = (int)loader_header_eot(&r->train); /* documents end with it */
     if ((st = model_config_validate(&c->model, err)) != ST_OK) return st;
     if ((st = loader_check_vocab(&r->train, (uint32_t)c->model.vocab, err)) != ST_OK) return st;
     if (c->val_data[0]) {
@@ -152,6 +153,9 @@ Status tr_setup_data(Run *r, Err *err) {
         if ((st = loader_open(&r->val, c->val_data, c->seq_len, (uint32_t)c->model.vocab, c->tokenizer_hash, 0, vflags,
                               err)) != ST_OK)
             return st;
+        if (c->model.doc_mask && (int)loader_header_eot(&r->val) != c->model.doc_eot)
+            return err_set(err, ST_ERR_INPUT, "--val-data %s: --doc-mask expected the training shards' EOT id %d, found %u",
+                           c->val_data, c->model.doc_eot, loader_header_eot(&r->val));
         /* --sp splits every forward's rows over tp; a validation set shorter than one micro-batch
          * runs a smaller one, which must split too. */
         if (c->sp && r->val.nwin < (uint64_t)c->micro_batch && (r->val.nwin * (uint64_t)c->seq_len) % (uint64_t)r->tp)
@@ -335,6 +339,7 @@ void train_plan_input(const TrainConfig *c, int dp, int tp, int pp, double peak,
     pi.shampoo_block = c->optim.shampoo_block, pi.precond_every = c->optim.precond_every;
     pi.hess_every = c->optim.kind == OPT_SOPHIA ? c->optim.hess_every : 0;
     pi.recompute = (PlanRecompute)c->recompute;
+    pi.doc_mask = c->model.doc_mask; /* priced at span T (mean_doc_len 0): the documents are not known yet */
     if (c->have_hw) pi.hw = c->hw; /* a measured profile (plan --measure-hardware) */
     else if (peak > 0) pi.hw.peak_fp32 = peak;
     /* This trainer's precisions; fp16 is emulated, so its GEMMs run at the fp32 rate. */
@@ -412,7 +417,10 @@ Status tr_announce(Run *r, Err *err) {
                    m->mup_input_alpha);
         printf("data: %zu train tokens in %d shard(s), %llu rows of %d+1 (%s, utilization %.1f%%)%s\n",
                r->train.total_tokens, r->train.nshards, (unsigned long long)r->train.nwin, T,
-               c->no_pack ? "one document per row, padding masked" : "packed", 100 * util,
+               c->no_pack ? "one document per row, padding masked"
+               : c->model.doc_mask ? "packed, document-masked: attention within each EOT-closed document"
+                                   : "packed",
+               100 * util,
                r->val.nshards ? "" : ", no validation data");
         printf("batch: micro-batch %d x seq %d x accumulation %d%s = %lld sequences = %lld tokens per step\n", B, T, k,
                r->dp > 1 ? " x dp" : "", r->acct.batch_seqs, r->acct.batch_tokens);
@@ -420,8 +428,9 @@ Status tr_announce(Run *r, Err *err) {
         for (int mc = 0; mc < MEM_NCAT; mc++)
             if (r->mem.bytes[mc]) printf(" %s %.1f MiB", mem_category_name((MemCategory)mc), r->mem.bytes[mc] / 1048576.0);
         printf("\n");
-        printf("compute: %.3g FLOP/token, peak %.1f GFLOP/s per rank (%s), %d threads, %s\n", r->acct.fpt, r->acct.peak / 1e9,
-               c->peak_flops > 0 ? "given" : r->acct.peak_kind, nt, mm_backend_info());
+        printf("compute: %.3g FLOP/token%s, peak %.1f GFLOP/s per rank (%s), %d threads, %s\n", r->acct.fpt,
+               c->model.doc_mask ? " at span T (--doc-mask: each step's MFU counts its documents' spans)" : "",
+               r->acct.peak / 1e9, c->peak_flops > 0 ? "given" : r->acct.peak_kind, nt, mm_backend_info());
         fflush(stdout);
     }
     size_t state[MEM_NCAT];

@@ -86,8 +86,12 @@ static void log_sample(Run *r, long step) {
     uint32_t he = loader_header_eot(&r->train); /* start from end-of-text (not the last id for cl100k/o200k) */
     int32_t cur = he < (uint32_t)c->model.vocab ? (int32_t)he : c->model.vocab - 1;
     int ok = 1;
+    int32_t prev = -1; /* the token fed before cur */
     for (int i = 0; i < n && ids && ok; i++) {
+        /* --doc-mask: a token after an EOT starts a document: the cache restarts (positions from 0) */
+        if (c->model.doc_mask && prev == c->model.doc_eot) kv.len = 0;
         infer_step(&r->g, &kv, cur);
+        prev = cur;
         if (infer_status(&r->g, &e) != ST_OK) { /* a failed GEMM: no sample rather than a garbage one */
             if (!c->quiet) printf("sample %5ld | skipped: %s\n", step, e.msg);
             ok = 0;
@@ -140,9 +144,13 @@ static Status step_data(Run *r, Step *s, Err *err) {
     s->ntok0 = 0;
     for (size_t i = 0; i < (size_t)B * T; i++) s->ntok0 += r->tgt[i] >= 0;
     s->comm_ms0 = r->comm->stats.wait_ms_total, s->comm_b0 = tr_comm_bytes_total(r->comm), s->cs0 = r->comm->stats;
-    int64_t v[2] = {ntok, tr_stop_signal != 0};
-    Status st = comm_allreduce_i64(r->comm, v, 2, COMM_SUM, err);
+    /* --doc-mask: Σ L_i² over the documents of the replica's rows (an integer: exact in the sum) */
+    int dm = c->model.doc_mask;
+    double span = dm && r->tp_rank == 0 && r->pp_rank == 0 ? layout_doc_span(r->inp, B * k, T, c->model.doc_eot) : 0;
+    int64_t v[3] = {ntok, tr_stop_signal != 0, (int64_t)llround(span * (double)B * k * T)};
+    Status st = comm_allreduce_i64(r->comm, v, dm ? 3 : 2, COMM_SUM, err);
     s->ntok = (long)v[0], s->stop = v[1] > 0;
+    s->span = dm ? (double)v[2] / (double)r->acct.batch_tokens : c->seq_len;
     s->t1 = timer_ms();
     return st;
 }
@@ -522,7 +530,9 @@ static Status step_report(Run *r, Step *s, Err *err) {
     if (r->nmeasured < r->step_cap) r->step_ms[r->nmeasured++] = dt;
     r->ms_total += dt;
     /* The model FLOPs of the step: its batch, and the same batch again in Sophia's Hessian pass. */
-    double tok_s = r->acct.batch_tokens / (dt * 1e-3), mfu = r->acct.fpt * tok_s * (s->hess_ms > 0 ? 2 : 1) / r->acct.peak_job;
+    /* --doc-mask: the attention term at the step's own document lengths (layout_doc_span) */
+    double fpt = c->model.doc_mask ? layout_flops_per_token_span(&c->model, s->span) : r->acct.fpt;
+    double tok_s = r->acct.batch_tokens / (dt * 1e-3), mfu = fpt * tok_s * (s->hess_ms > 0 ? 2 : 1) / r->acct.peak_job;
     double elapsed = (timer_ms() - r->loop_t0) * 1e-3;
     long done = r->attempt - r->rs.attempt, left = c->steps - r->step;
     double eta = done > 0 ? elapsed / done * left : NAN;

@@ -1,0 +1,328 @@
+/* lora_ckpt.c — PEFT adapter folders and LoRA checkpoints (see lora_ckpt.h). */
+#include "ckpt/lora_ckpt.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <xxhash.h>
+
+#include "ckpt/safetensors.h"
+#include "core/fileio.h"
+
+static Status atomic_sink(void *ctx, const void *p, size_t n, Err *err) {
+    return file_atomic_write((FileAtomic *)ctx, p, n, err);
+}
+
+/* Writes the tensors to path atomically through st_write. */
+static Status write_st(const char *path, const StTensorOut *t, int n, Err *err) {
+    FileAtomic f;
+    Status st = file_atomic_open(&f, path, err);
+    if (st != ST_OK) return st;
+    if ((st = st_write(t, n, NULL, atomic_sink, &f, err)) == ST_OK) st = file_atomic_commit(&f, err);
+    if (st != ST_OK) file_atomic_abort(&f);
+    return st;
+}
+
+static Status write_text(const char *path, const char *text, Err *err) {
+    const void *b[1] = {text};
+    size_t n[1] = {strlen(text)};
+    return file_write_atomic(path, b, n, 1, err);
+}
+
+/* The adapter tensors of ll over buf (params or a moment), named prefix + PEFT name. Returns the count. */
+static int adapter_tensors(const LoraLayout *ll, const float *buf, const char *prefix, StTensorOut *t) {
+    int n = 0, r = ll->cfg.rank;
+    for (int l = 0; l < ll->L; l++)
+        for (int k = 0; k < ll->n; k++) {
+            const LoraAdapter *a = &ll->ad[k];
+            for (int b = 0; b < 2; b++, n++) {
+                char name[128];
+                lora_tensor_name(&ll->model, l, a->target, b, name, sizeof name);
+                memset(&t[n], 0, sizeof t[n]);
+                snprintf(t[n].name, sizeof t[n].name, "%s%s", prefix, name);
+                t[n].ndim = 2;
+                t[n].shape[0] = b ? a->out : r, t[n].shape[1] = b ? r : a->in;
+                t[n].data = buf + (size_t)l * ll->block_floats + (b ? a->b_off : a->a_off);
+            }
+        }
+    return n;
+}
+
+static Status read_adapter_file(const char *path, const LoraLayout *ll, const char *prefix, float *buf, Err *err) {
+    char *data = NULL;
+    size_t len = 0;
+    Status st = file_read_all(path, &data, &len, err);
+    if (st != ST_OK) return st;
+    StFile f;
+    if ((st = st_parse(&f, path, data, len, err)) != ST_OK) {
+        free(data);
+        return st;
+    }
+    int cap = 2 * ll->L * ll->n;
+    StTensorOut *t = calloc((size_t)cap, sizeof *t);
+    if (!t) st = err_set(err, ST_ERR_RUNTIME, "out of memory");
+    memset(buf, 0, ll->total * sizeof(float));
+    int n = t ? adapter_tensors(ll, buf, prefix, t) : 0;
+    for (int i = 0; st == ST_OK && i < n; i++)
+        st = st_read_f32(&f, t[i].name, 2, t[i].shape, 0, (float *)t[i].data, err);
+    if (st == ST_OK && f.n != n)
+        st = err_set(err, ST_ERR_INPUT, "%s: expected %d tensors (rank %d, targets of %d layers), found %d", path, n,
+                     ll->cfg.rank, ll->L, f.n);
+    free(t);
+    st_file_free(&f);
+    free(data);
+    return st;
+}
+
+Status ckpt_lora_write_adapter(const char *dir, const LoraLayout *ll, const float *params, const char *base, Err *err) {
+    Status st = file_mkdirs(dir, err);
+    if (st != ST_OK) return st;
+    int cap = 2 * ll->L * ll->n;
+    StTensorOut *t = calloc((size_t)cap, sizeof *t);
+    if (!t) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    int n = adapter_tensors(ll, params, "", t);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    st = write_st(path, t, n, err);
+    free(t);
+    if (st != ST_OK) return st;
+    /* adapter_config.json: PEFT's LoraConfig fields. GPT-2's layers are Conv1D (weight (in, out)):
+     * fan_in_fan_out true tells PEFT to transpose B·A when merging into them. */
+    cJSON *c = cJSON_CreateObject(), *tm = cJSON_CreateArray();
+    cJSON_AddStringToObject(c, "peft_type", "LORA");
+    cJSON_AddStringToObject(c, "task_type", "CAUSAL_LM");
+    cJSON_AddStringToObject(c, "base_model_name_or_path", base ? base : "");
+    cJSON_AddNumberToObject(c, "r", ll->cfg.rank);
+    cJSON_AddNumberToObject(c, "lora_alpha", ll->cfg.alpha);
+    cJSON_AddNumberToObject(c, "lora_dropout", ll->cfg.dropout);
+    cJSON_AddBoolToObject(c, "fan_in_fan_out", ll->model.arch != ARCH_LLAMA);
+    cJSON_AddStringToObject(c, "bias", "none");
+    cJSON_AddBoolToObject(c, "inference_mode", 1);
+    cJSON_AddBoolToObject(c, "use_rslora", 0);
+    cJSON_AddBoolToObject(c, "init_lora_weights", 1);
+    for (int k = 0; k < ll->n; k++) cJSON_AddItemToArray(tm, cJSON_CreateString(lora_module_name(&ll->model, ll->ad[k].target)));
+    cJSON_AddItemToObject(c, "target_modules", tm);
+    char *text = cJSON_Print(c);
+    cJSON_Delete(c);
+    if (!text) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    st = write_text(path, text, err);
+    free(text);
+    return st;
+}
+
+Status ckpt_lora_read_adapter(const char *dir, const LoraLayout *ll, float *params, Err *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    return read_adapter_file(path, ll, "", params, err);
+}
+
+static Status hash_file(const char *path, uint64_t *h, Err *err) {
+    char *data = NULL;
+    size_t len = 0;
+    Status st = file_read_all(path, &data, &len, err);
+    if (st != ST_OK) return st;
+    *h = XXH3_64bits(data, len);
+    free(data);
+    return ST_OK;
+}
+
+static const char *const FILES[] = {"adapter_model.safetensors", "adapter_config.json", "optimizer.safetensors",
+                                    "config.json"};
+#define NFILES 4
+
+Status ckpt_lora_save(const char *ckpt_dir, const ModelConfig *cfg, const LoraLayout *ll, const LoraCkptMeta *meta,
+                      const float *params, const float *m, const float *v, char *out, size_t out_len, Err *err) {
+    char fin[4200], tmp[4300], path[4400];
+    snprintf(fin, sizeof fin, "%s/step_%08ld", ckpt_dir, meta->step);
+    snprintf(tmp, sizeof tmp, "%s.tmp", fin);
+    Status st = file_mkdirs(ckpt_dir, err);
+    if (st != ST_OK) return st;
+    file_rm_tree(tmp);
+    /* 1. the files, each written to a temporary name, fsynced and renamed inside step_N.tmp */
+    if ((st = ckpt_lora_write_adapter(tmp, ll, params, meta->init_from, err)) != ST_OK) return st;
+    int cap = 4 * ll->L * ll->n;
+    StTensorOut *t = calloc((size_t)cap, sizeof *t);
+    if (!t) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    int n = adapter_tensors(ll, m, "exp_avg.", t);
+    n += adapter_tensors(ll, v, "exp_avg_sq.", t + n);
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
+    st = write_st(path, t, n, err);
+    free(t);
+    if (st != ST_OK) return st;
+    char cfgtext[8192];
+    st_hf_config_text(cfg, meta->tokenizer, cfgtext, sizeof cfgtext);
+    snprintf(path, sizeof path, "%s/config.json", tmp);
+    if ((st = write_text(path, cfgtext, err)) != ST_OK) return st;
+    /* 2. state.json with every file's checksum */
+    cJSON *s = cJSON_CreateObject(), *lo = cJSON_CreateObject(), *base = cJSON_CreateObject(), *fl = cJSON_CreateObject();
+    char buf[64], tg[64];
+    cJSON_AddStringToObject(s, "format", "scaletrain-lora");
+    cJSON_AddNumberToObject(s, "version", 1);
+    cJSON_AddNumberToObject(s, "step", (double)meta->step);
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)meta->loader.seed);
+    cJSON_AddStringToObject(s, "loader_seed", buf);
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)meta->loader.consumed);
+    cJSON_AddStringToObject(s, "loader_consumed", buf);
+    cJSON_AddNumberToObject(lo, "rank", ll->cfg.rank);
+    cJSON_AddNumberToObject(lo, "alpha", ll->cfg.alpha);
+    cJSON_AddNumberToObject(lo, "dropout", ll->cfg.dropout);
+    lora_targets_string(ll->cfg.targets, tg, sizeof tg);
+    cJSON_AddStringToObject(lo, "targets", tg);
+    cJSON_AddItemToObject(s, "lora", lo);
+    cJSON_AddStringToObject(base, "init_from", meta->init_from);
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)meta->base_seed);
+    cJSON_AddStringToObject(base, "seed", buf);
+    snprintf(buf, sizeof buf, "%016llx", (unsigned long long)meta->base_hash);
+    cJSON_AddStringToObject(base, "xxh3", buf);
+    cJSON_AddItemToObject(s, "base", base);
+    for (int i = 0; i < NFILES && st == ST_OK; i++) {
+        uint64_t h;
+        snprintf(path, sizeof path, "%s/%s", tmp, FILES[i]);
+        if ((st = hash_file(path, &h, err)) != ST_OK) break;
+        snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
+        cJSON_AddStringToObject(fl, FILES[i], buf);
+    }
+    cJSON_AddItemToObject(s, "files", fl);
+    char *text = st == ST_OK ? cJSON_Print(s) : NULL;
+    cJSON_Delete(s);
+    if (st != ST_OK) return st;
+    if (!text) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    snprintf(path, sizeof path, "%s/state.json", tmp);
+    st = write_text(path, text, err);
+    free(text);
+    if (st != ST_OK) return st;
+    /* 3. rename the directory, fsync the parent; 4. move `latest` */
+    file_rm_tree(fin);
+    if (rename(tmp, fin) != 0) return err_set(err, ST_ERR_RUNTIME, "%s: rename to %s failed: %s", tmp, fin, strerror(errno));
+    if ((st = file_fsync_dir(ckpt_dir, err)) != ST_OK) return st;
+    snprintf(path, sizeof path, "%s/latest", ckpt_dir);
+    char latest[64];
+    snprintf(latest, sizeof latest, "step_%08ld\n", meta->step);
+    if ((st = write_text(path, latest, err)) != ST_OK) return st;
+    if (out) snprintf(out, out_len, "%s", fin);
+    return ST_OK;
+}
+
+int ckpt_lora_is_checkpoint(const char *dir) {
+    char path[4200], *data = NULL;
+    size_t len;
+    Err e;
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    if (file_read_all(path, &data, &len, &e) != ST_OK) return 0;
+    int yes = strstr(data, "\"scaletrain-lora\"") != NULL;
+    free(data);
+    return yes;
+}
+
+Status ckpt_lora_resolve(const char *ckpt_dir, const char *spec, char *out, size_t out_len, Err *err) {
+    out[0] = 0;
+    if (spec[0] && strcmp(spec, "auto")) {
+        if (!ckpt_lora_is_checkpoint(spec))
+            return err_set(err, ST_ERR_INPUT, "--resume %s: expected a LoRA checkpoint directory (state.json with format "
+                           "scaletrain-lora), found none", spec);
+        snprintf(out, out_len, "%s", spec);
+        return ST_OK;
+    }
+    char path[4200], *data = NULL;
+    size_t len;
+    snprintf(path, sizeof path, "%s/latest", ckpt_dir);
+    struct stat sb;
+    if (stat(path, &sb) != 0) return ST_OK; /* nothing saved yet: a fresh start */
+    Status st = file_read_all(path, &data, &len, err);
+    if (st != ST_OK) return st;
+    while (len && (data[len - 1] == '\n' || data[len - 1] == ' ')) data[--len] = 0;
+    snprintf(out, out_len, "%s/%s", ckpt_dir, data);
+    free(data);
+    if (!ckpt_lora_is_checkpoint(out))
+        return err_set(err, ST_ERR_INPUT, "%s/latest names %s, which is not a LoRA checkpoint", ckpt_dir, out);
+    return ST_OK;
+}
+
+static const char *jstr(const cJSON *o, const char *k) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(x) ? x->valuestring : NULL;
+}
+static int jnum(const cJSON *o, const char *k, double *v) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsNumber(x)) return 0;
+    *v = x->valuedouble;
+    return 1;
+}
+
+Status ckpt_lora_read_meta(const char *path, LoraCkptMeta *meta, LoraConfig *lc, ModelConfig *cfg, Err *err) {
+    char p[4200], *data = NULL;
+    size_t len;
+    memset(meta, 0, sizeof *meta);
+    snprintf(p, sizeof p, "%s/state.json", path);
+    Status st = file_read_all(p, &data, &len, err);
+    if (st != ST_OK) return st;
+    cJSON *s = cJSON_Parse(data);
+    free(data);
+    const cJSON *lo = s ? cJSON_GetObjectItemCaseSensitive(s, "lora") : NULL;
+    const cJSON *base = s ? cJSON_GetObjectItemCaseSensitive(s, "base") : NULL;
+    const cJSON *fl = s ? cJSON_GetObjectItemCaseSensitive(s, "files") : NULL;
+    double step, rank, alpha, drop;
+    const char *fmt = s ? jstr(s, "format") : NULL, *tg = lo ? jstr(lo, "targets") : NULL;
+    const char *seed = jstr(s, "loader_seed"), *cons = jstr(s, "loader_consumed");
+    const char *bseed = base ? jstr(base, "seed") : NULL, *bh = base ? jstr(base, "xxh3") : NULL;
+    const char *bi = base ? jstr(base, "init_from") : NULL;
+    if (!fmt || strcmp(fmt, "scaletrain-lora") || !jnum(s, "step", &step) || !lo || !jnum(lo, "rank", &rank) ||
+        !jnum(lo, "alpha", &alpha) || !jnum(lo, "dropout", &drop) || !tg || !seed || !cons || !bseed || !bh || !bi || !fl) {
+        cJSON_Delete(s);
+        return err_set(err, ST_ERR_INPUT, "%s: expected a LoRA checkpoint's state.json (format scaletrain-lora with step, "
+                       "loader, lora and base), found something else", p);
+    }
+    meta->step = (long)step;
+    meta->loader.seed = strtoull(seed, NULL, 10), meta->loader.consumed = strtoull(cons, NULL, 10);
+    meta->base_seed = strtoull(bseed, NULL, 10), meta->base_hash = strtoull(bh, NULL, 16);
+    snprintf(meta->init_from, sizeof meta->init_from, "%s", bi);
+    char targets[64];
+    snprintf(targets, sizeof targets, "%s", tg);
+    /* Every file against its checksum. */
+    for (int i = 0; i < NFILES && st == ST_OK; i++) {
+        const char *want = jstr(fl, FILES[i]);
+        uint64_t h;
+        snprintf(p, sizeof p, "%s/%s", path, FILES[i]);
+        if (!want) st = err_set(err, ST_ERR_INPUT, "%s/state.json: no checksum for %s", path, FILES[i]);
+        else if ((st = hash_file(p, &h, err)) == ST_OK && h != strtoull(want, NULL, 16))
+            st = err_set(err, ST_ERR_INPUT, "%s: checksum %016llx, state.json records %s (a damaged checkpoint)", p,
+                         (unsigned long long)h, want);
+    }
+    cJSON_Delete(s);
+    if (st != ST_OK) return st;
+    if ((st = st_load_hf_config(path, cfg, meta->tokenizer, sizeof meta->tokenizer, err)) != ST_OK) return st;
+    lc->rank = (int)rank, lc->alpha = (float)alpha, lc->dropout = (float)drop;
+    return lora_parse_targets(targets, cfg, &lc->targets, err);
+}
+
+Status ckpt_lora_load(const char *path, const LoraLayout *ll, float *params, float *m, float *v, Err *err) {
+    char p[4200];
+    Status st = ckpt_lora_read_adapter(path, ll, params, err);
+    if (st != ST_OK || !m) return st;
+    snprintf(p, sizeof p, "%s/optimizer.safetensors", path);
+    char *data = NULL;
+    size_t len;
+    if ((st = file_read_all(p, &data, &len, err)) != ST_OK) return st;
+    StFile f;
+    if ((st = st_parse(&f, p, data, len, err)) != ST_OK) {
+        free(data);
+        return st;
+    }
+    int cap = 4 * ll->L * ll->n;
+    StTensorOut *t = calloc((size_t)cap, sizeof *t);
+    if (!t) st = err_set(err, ST_ERR_RUNTIME, "out of memory");
+    memset(m, 0, ll->total * sizeof(float)), memset(v, 0, ll->total * sizeof(float));
+    int n = t ? adapter_tensors(ll, m, "exp_avg.", t) : 0;
+    n += t ? adapter_tensors(ll, v, "exp_avg_sq.", t + n) : 0;
+    for (int i = 0; st == ST_OK && i < n; i++)
+        st = st_read_f32(&f, t[i].name, 2, t[i].shape, 0, (float *)t[i].data, err);
+    if (st == ST_OK && f.n != n) st = err_set(err, ST_ERR_INPUT, "%s: expected %d tensors, found %d", p, n, f.n);
+    free(t);
+    st_file_free(&f);
+    free(data);
+    return st;
+}

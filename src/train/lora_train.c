@@ -1,0 +1,514 @@
+/* lora_train.c — LoRA fine-tuning (docs/lora.md): the base model frozen (no gradients, no optimizer
+ * state), adapters (model/lora.h) trained with their own AdamW state, data-parallel over the
+ * adapters' gradients; checkpoints of the adapters and their moments (ckpt/lora_ckpt.h).
+ *
+ * One step, as the full trainer's (DESIGN.md §2) but over the adapters only:
+ *   fill the rank's k micro-batches; count the step's unmasked targets (one all-reduce)
+ *   adapter grads = 0; per micro-batch j: forward (dscale 1/tokens, dropout counter
+ *     ((step − 1)·dp + rank)·k + j, as the full trainer), backward (adapter grads +=)
+ *   all-reduce the adapter gradients (sum) and the loss over dp
+ *   global norm of the adapter gradients → clip factor → AdamW on the adapters (decay on A and B)
+ * The loop is its own (not train_step.c's) because the full trainer's Par owns the base's
+ * gradients, moments and ZeRO shards, which a frozen base does not have; what it shares with it
+ * is the model, the loader, the optimizer, the schedule and the data order. */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "ckpt/ckpt.h"
+#include "ckpt/lora_ckpt.h"
+#include "core/mem.h"
+#include "core/timer.h"
+#include "model/gpt.h"
+#include "model/lora.h"
+#include "model/matmul.h"
+#include "train/events.h"
+#include "train/train.h"
+
+typedef struct {
+    TrainConfig cfg;
+    Comm *comm, *own_comm;
+    int dp, rank;           /* data-parallel group and this rank's place in it (dp_rank) */
+    int tp, tp_rank;        /* tensor-parallel group: the base's and the adapters' slice held */
+    LoraLayout full_lay;    /* tp > 1: the whole adapters' layout (checkpoints, --out) */
+    Err hook_err;           /* the first failure of a tp collective inside forward/backward */
+    uint64_t local_hash;    /* XXH3 of this rank's base buffer at start: the frozen check at the end */
+    int in_backward;        /* test-only fault (ST_PAR_TEST_TP_FAULT): the tp sums of the backward skipped */
+    int stop;               /* a SIGTERM/SIGINT reached some rank (agreed in the step's token count) */
+    MemStats mem;
+    Loader train, val;
+    Gpt g;
+    Lora lo;
+    float *m, *v;           /* AdamW moments (MEM_MOMENTS): of every adapter float, or at ZeRO >= 1 of
+                               this rank's shard [rank·S, (rank + 1)·S), S = total/dp */
+    size_t mfloats;         /* floats of m and of v */
+    int zero;
+    int32_t *inp, *tgt;     /* the step's k micro-batches (MEM_DATA) */
+    size_t batch_ints;
+    uint64_t base_hash;
+    EventLog log;
+    long step;
+} LoraRun;
+
+/* Flags the LoRA loop does not implement: refused with one line each instead of ignored. */
+static Status refuse(const TrainConfig *c, int world, Err *err) {
+    TrainConfig d = train_default_config();
+    const char *bad = NULL;
+    if (c->pp > 1) bad = "--pp";
+    else if (c->sp) bad = "--sp";
+    else if (c->bf16 || c->fp16) bad = "--precision bf16/fp16 (LoRA runs an fp32 base)";
+    else if (c->zero >= 3) bad = "--zero 3 (every block's forward needs its adapters whole; ZeRO 0-2 are)";
+    else if (c->optim.kind != OPT_ADAMW && c->optim.kind != OPT_ADAM) bad = "--optimizer other than adamw or adam";
+    else if (c->sample_every > 0) bad = "--sample-every";
+    else if (c->log_layer_stats) bad = "--log-layer-stats";
+    else if (c->ckpt_async) bad = "--ckpt-async";
+    else if (c->health.policy != d.health.policy) bad = "--spike-policy skip/rollback";
+    else if (c->keep_last != d.keep_last || c->keep_every != d.keep_every) bad = "--keep-last/--keep-every";
+    else if (c->pp_schedule[0] || c->pp_layers[0] || c->interleave > 1) bad = "--pp-schedule/--pp-layers/--interleave";
+    else if (c->mtbf_hours > 0) bad = "--mtbf";
+    else if (memcmp(&c->health, &d.health, sizeof d.health)) bad = "--spike-*/--gnorm-spike-*/--max-nonfinite/--stall-window";
+    else if (c->no_overlap || c->comm_timeout > 0) bad = "--no-overlap/--comm-timeout";
+    else if (c->no_noise_scale) bad = "--no-noise-scale (no noise scale is estimated)";
+    else if (c->peak_flops > 0 || c->have_hw) bad = "--peak-gflops/--hardware (no MFU or plan prediction is logged)";
+    else if (c->overrides[0]) bad = "--override (a LoRA resume checks the LoRA config and the base only)";
+    if (bad) return err_set(err, ST_ERR_INPUT, "--lora-rank: %s is not supported with LoRA", bad);
+    int tp = c->tp > 1 ? c->tp : 1;
+    if (world % tp || (c->dp != 0 && c->dp * tp != world))
+        return err_set(err, ST_ERR_INPUT, "--dp %d --tp %d: with LoRA expected dp x tp = the world of %d ranks", c->dp, tp,
+                       world);
+    return ST_OK;
+}
+
+/* cfg.handle_signals: SIGTERM/SIGINT finish the step, save and end cleanly (as the full trainer);
+ * a second signal ends the process at once. */
+static volatile sig_atomic_t stop_signal = 0;
+static void on_stop(int sig) {
+    if (stop_signal) _exit(128 + sig);
+    stop_signal = sig;
+}
+
+static void run_free(LoraRun *r) {
+    events_close(&r->log);
+    mem_free(&r->mem, MEM_DATA, r->inp, r->batch_ints * sizeof(int32_t));
+    mem_free(&r->mem, MEM_DATA, r->tgt, r->batch_ints * sizeof(int32_t));
+    mem_free(&r->mem, MEM_MOMENTS, r->m, r->mfloats * sizeof(float));
+    mem_free(&r->mem, MEM_MOMENTS, r->v, r->mfloats * sizeof(float));
+    lora_free(&r->lo);
+    gpt_free(&r->g);
+    loader_close(&r->train);
+    loader_close(&r->val);
+    comm_finalize(r->own_comm);
+}
+
+static uint64_t lora_base_hash(const Gpt *g) { return XXH3_64bits(g->w.params, g->w.layout.total * sizeof(float)); }
+
+/* The model's tp hooks over the tp group (the first failure is kept for the step to report). */
+static void hook_allreduce(void *ctx, float *buf, size_t n, int max) {
+    LoraRun *r = ctx;
+    Err e;
+    if (r->in_backward && r->cfg.faults.tp_skip_backward) return;
+    if (comm_tp_allreduce_f32(r->comm, buf, n, max ? COMM_MAX : COMM_SUM, &e) != ST_OK && r->hook_err.status == ST_OK)
+        r->hook_err = e;
+}
+static void hook_allgather(void *ctx, float *buf, size_t block) {
+    LoraRun *r = ctx;
+    Err e;
+    if (comm_tp_allgather_f32(r->comm, buf, block, &e) != ST_OK && r->hook_err.status == ST_OK) r->hook_err = e;
+}
+static void hook_reduce_scatter(void *ctx, float *buf, size_t block) {
+    LoraRun *r = ctx;
+    Err e;
+    if (comm_tp_reduce_scatter_f32(r->comm, buf, block, &e) != ST_OK && r->hook_err.status == ST_OK) r->hook_err = e;
+}
+
+/* tp > 1: the whole adapters-layout buffer (full_lay) of a local one, assembled from every tp rank's
+ * (all ranks call; out: full_lay.total floats). */
+static Status gather_full(LoraRun *r, const float *local, float *out, Err *err) {
+    size_t T = r->lo.lay.total;
+    float *g = mem_alloc(&r->mem, MEM_CKPT_STAGING, (size_t)r->tp * T * sizeof(float));
+    if (!g) return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA tp gather)");
+    memcpy(g + (size_t)r->tp_rank * T, local, T * sizeof(float));
+    Status st = comm_tp_allgather_f32(r->comm, g, T, err);
+    memset(out, 0, r->full_lay.total * sizeof(float));
+    for (int k = 0; st == ST_OK && k < r->tp; k++) {
+        LoraLayout lk;
+        if ((st = lora_layout_init_tp(&lk, &r->cfg.model, &r->cfg.lora, r->dp, r->tp, k, err)) == ST_OK)
+            lora_tp_copy(&lk, g + (size_t)k * T, &r->full_lay, out, 1);
+    }
+    mem_free(&r->mem, MEM_CKPT_STAGING, g, (size_t)r->tp * T * sizeof(float));
+    return st;
+}
+
+/* The base: initialised from the seed, then --init-from's weights; its hash. */
+static Status setup_model(LoraRun *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    GptOptions go = gpt_default_options();
+    go.B = c->micro_batch, go.T = c->seq_len, go.threads = c->threads, go.recompute = c->recompute;
+    go.frozen = 1; /* the base is never sharded over dp: ZeRO 0 */
+    go.tp = r->tp, go.tp_rank = r->tp_rank;
+    Status st = gpt_init(&r->g, &c->model, &go, &r->mem, err);
+    if (st != ST_OK) return st;
+    r->g.hooks.ctx = r, r->g.hooks.tp_allreduce = hook_allreduce;
+    r->g.hooks.tp_allgather = hook_allgather, r->g.hooks.tp_reduce_scatter = hook_reduce_scatter;
+    /* The whole base (seed, then --init-from) and its hash; at tp > 1 then this rank's slices. */
+    ParamLayout full;
+    if (layout_init(&full, &c->model, 1) != 0) return err_set(err, ST_ERR_RUNTIME, "out of memory (the full layout)");
+    float *fbuf = r->tp > 1 ? mem_alloc(&r->mem, MEM_CKPT_STAGING, full.total * sizeof(float)) : r->g.w.params;
+    if (!fbuf) st = err_set(err, ST_ERR_RUNTIME, "out of memory (the whole base)");
+    GptWeights view = r->g.w;
+    view.layout = full, view.params = fbuf;
+    if (st == ST_OK) gpt_init_params_buf(&full, fbuf, c->seed, c->threads);
+    if (st == ST_OK && c->init_from[0] && (st = ckpt_init_from(&view, c->init_from, err)) != ST_OK) err_prefix(err, "--init-from");
+    if (st == ST_OK) r->base_hash = XXH3_64bits(fbuf, full.total * sizeof(float));
+    if (st == ST_OK && r->tp > 1) layout_tp_copy(&r->g.w.layout, r->g.w.params, &full, fbuf, 0, 1);
+    if (r->tp > 1) mem_free(&r->mem, MEM_CKPT_STAGING, fbuf, full.total * sizeof(float));
+    layout_free(&full);
+    if (st != ST_OK) return st;
+    r->local_hash = lora_base_hash(&r->g);
+    r->g.s.dropout_seed = c->seed ^ 0xd509u;
+    LoraLayout ll;
+    if ((st = lora_layout_init_tp(&ll, &c->model, &c->lora, r->dp, r->tp, r->tp_rank, err)) != ST_OK) return st;
+    if ((st = lora_layout_init(&r->full_lay, &c->model, &c->lora, 1, err)) != ST_OK) return st;
+    if ((st = lora_init(&r->lo, &ll, (size_t)c->micro_batch * c->seq_len, c->threads, &r->mem, err)) != ST_OK) return st;
+    lora_init_params(&r->lo, c->seed);
+    gpt_set_lora(&r->g, &r->lo);
+    r->mfloats = lora_moment_floats(&ll, r->dp, r->zero);
+    r->m = mem_alloc(&r->mem, MEM_MOMENTS, r->mfloats * sizeof(float));
+    r->v = mem_alloc(&r->mem, MEM_MOMENTS, r->mfloats * sizeof(float));
+    r->batch_ints = (size_t)c->grad_accum * c->micro_batch * c->seq_len;
+    r->inp = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
+    r->tgt = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
+    if (!r->m || !r->v || !r->inp || !r->tgt) return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA moments, batches)");
+    memset(r->m, 0, r->mfloats * sizeof(float)), memset(r->v, 0, r->mfloats * sizeof(float));
+    return ST_OK;
+}
+
+/* --resume: the adapters, their moments, the step and the data order; the base must be the one the
+ * checkpoint was trained on (its hash). */
+static Status resume(LoraRun *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    if (!c->resume[0]) return ST_OK;
+    if (!strcmp(c->resume, "auto") && !c->ckpt_dir[0])
+        return err_set(err, ST_ERR_INPUT, "--resume auto: expected --ckpt-dir to search, found none");
+    char path[4096];
+    Status st = ckpt_lora_resolve(c->ckpt_dir, c->resume, path, sizeof path, err);
+    if (st != ST_OK || !path[0]) return st;
+    LoraCkptMeta meta;
+    LoraConfig lc;
+    ModelConfig mc;
+    if ((st = ckpt_lora_read_meta(path, &meta, &lc, &mc, err)) != ST_OK) return st;
+    const LoraConfig *cur = &r->lo.lay.cfg;
+    if (lc.rank != cur->rank || lc.alpha != cur->alpha || lc.dropout != cur->dropout || lc.targets != cur->targets)
+        return err_set(err, ST_ERR_INPUT, "--resume %s: the checkpoint has LoRA rank %d alpha %g dropout %g, this run rank %d "
+                       "alpha %g dropout %g (or other targets)", path, lc.rank, lc.alpha, lc.dropout, cur->rank, cur->alpha,
+                       cur->dropout);
+    if (meta.base_hash != r->base_hash)
+        return err_set(err, ST_ERR_INPUT, "--resume %s: the base weights differ from the checkpoint's (XXH3 %016llx, "
+                       "checkpoint %016llx from %s): give the same --init-from / --seed", path,
+                       (unsigned long long)r->base_hash, (unsigned long long)meta.base_hash,
+                       meta.init_from[0] ? meta.init_from : "a random base");
+    /* The whole adapters and moments (the file's layout), then this rank's tp slices, then its
+     * ZeRO shard of the moments. */
+    size_t total = r->lo.lay.total;
+    const LoraLayout *fl = r->tp > 1 ? &r->full_lay : &r->lo.lay;
+    size_t F = fl->total, nst = 3 * F + 2 * total;
+    float *f = mem_alloc(&r->mem, MEM_CKPT_STAGING, nst * sizeof(float));
+    if (!f) return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA resume staging)");
+    float *lm = f + 3 * F, *lv = lm + total; /* this rank's slice of the moments, whole over dp */
+    if ((st = ckpt_lora_load(path, fl, f, f + F, f + 2 * F, err)) == ST_OK) {
+        if (r->tp > 1) {
+            lora_tp_copy(&r->lo.lay, r->lo.params, fl, f, 0);
+            lora_tp_copy(&r->lo.lay, lm, fl, f + F, 0), lora_tp_copy(&r->lo.lay, lv, fl, f + 2 * F, 0);
+        } else {
+            memcpy(r->lo.params, f, total * sizeof(float));
+            memcpy(lm, f + F, total * sizeof(float)), memcpy(lv, f + 2 * F, total * sizeof(float));
+        }
+        size_t off = r->mfloats < total ? (size_t)r->rank * r->mfloats : 0;
+        memcpy(r->m, lm + off, r->mfloats * sizeof(float)), memcpy(r->v, lv + off, r->mfloats * sizeof(float));
+    }
+    mem_free(&r->mem, MEM_CKPT_STAGING, f, nst * sizeof(float));
+    if (st != ST_OK) return st;
+    loader_set_state(&r->train, meta.loader);
+    r->step = meta.step;
+    if (r->comm->rank == 0 && !c->quiet) printf("lora: resumed from %s (step %ld)\n", path, meta.step);
+    return ST_OK;
+}
+
+static Status save_files(LoraRun *r, const LoraLayout *ll, const float *p, const float *m, const float *v, Err *err);
+
+static Status save(LoraRun *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    if (!c->ckpt_dir[0]) return ST_OK;
+    size_t total = r->lo.lay.total;
+    float *m = r->m, *v = r->v, *mv = NULL;
+    Status st = ST_OK;
+    if (r->mfloats < total) { /* ZeRO >= 1: every dp rank's shard of the moments gathered (all ranks call) */
+        if (!(mv = mem_alloc(&r->mem, MEM_CKPT_STAGING, 2 * total * sizeof(float))))
+            return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA moments staging)");
+        m = mv, v = mv + total;
+        st = comm_allgather_f32(r->comm, r->m, m, r->mfloats, err);
+        if (st == ST_OK) st = comm_allgather_f32(r->comm, r->v, v, r->mfloats, err);
+    }
+    if (st == ST_OK && r->tp > 1) { /* every tp rank's slices assembled (all ranks call) */
+        size_t F = r->full_lay.total;
+        float *f = mem_alloc(&r->mem, MEM_CKPT_STAGING, 3 * F * sizeof(float));
+        if (!f) st = err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA checkpoint staging)");
+        if (st == ST_OK) st = gather_full(r, r->lo.params, f, err);
+        if (st == ST_OK) st = gather_full(r, m, f + F, err);
+        if (st == ST_OK) st = gather_full(r, v, f + 2 * F, err);
+        if (st == ST_OK && r->comm->rank == 0) st = save_files(r, &r->full_lay, f, f + F, f + 2 * F, err);
+        mem_free(&r->mem, MEM_CKPT_STAGING, f, 3 * F * sizeof(float));
+    } else if (st == ST_OK && r->comm->rank == 0) {
+        st = save_files(r, &r->lo.lay, r->lo.params, m, v, err);
+    }
+    mem_free(&r->mem, MEM_CKPT_STAGING, mv, 2 * total * sizeof(float));
+    return st;
+}
+
+/* Rank 0 writes the checkpoint of the adapters p and the whole moments m, v (layout ll). */
+static Status save_files(LoraRun *r, const LoraLayout *ll, const float *p, const float *m, const float *v, Err *err) {
+    TrainConfig *c = &r->cfg;
+    LoraCkptMeta meta;
+    memset(&meta, 0, sizeof meta);
+    meta.step = r->step, meta.loader = loader_get_state(&r->train);
+    snprintf(meta.init_from, sizeof meta.init_from, "%s", c->init_from);
+    snprintf(meta.tokenizer, sizeof meta.tokenizer, "%s", c->tokenizer);
+    meta.base_seed = c->seed, meta.base_hash = r->base_hash;
+    char out[4200];
+    double t0 = timer_ms();
+    Status st = ckpt_lora_save(c->ckpt_dir, &c->model, ll, &meta, p, m, v, out, sizeof out, err);
+    if (st == ST_OK && r->log.f) {
+        fprintf(r->log.f, "{\"event\": \"ckpt\", \"step\": %ld, \"mode\": \"lora\", \"time_ms\": %.3f, \"path\": \"%s\"}\n",
+                r->step, timer_ms() - t0, out);
+        fflush(r->log.f);
+    }
+    return st;
+}
+
+static Status validation(LoraRun *r, double *loss, Err *err) {
+    TrainConfig *c = &r->cfg;
+    int B = c->micro_batch, T = c->seq_len;
+    double sum = 0;
+    long ntok = 0;
+    for (int j = 0; j < c->val_batches; j++) {
+        uint64_t first = (uint64_t)j * B;
+        if (first >= r->val.nwin) break;
+        int rows = (uint64_t)B < r->val.nwin - first ? B : (int)(r->val.nwin - first);
+        loader_fill(&r->val, first, rows, r->inp, r->tgt);
+        for (size_t i = 0; i < (size_t)rows * T; i++) ntok += r->tgt[i] >= 0;
+        sum += gpt_forward(&r->g, r->inp, r->tgt, rows, T, 0.0f, 0, 0);
+    }
+    Status st = gpt_status(&r->g, err);
+    *loss = ntok ? sum / ntok : NAN;
+    return st;
+}
+
+/* One optimizer step over the adapters. */
+static Status step(LoraRun *r, TrainResult *res, Err *err) {
+    TrainConfig *c = &r->cfg;
+    int B = c->micro_batch, T = c->seq_len, k = c->grad_accum;
+    double t0 = timer_ms();
+    for (int j = 0; j < k; j++)
+        loader_fill_rank(&r->train, r->rank, r->dp, j, B, k, r->inp + (size_t)j * B * T, r->tgt + (size_t)j * B * T);
+    loader_step_done(&r->train, r->dp, B, k);
+    int64_t v[2] = {0, stop_signal != 0}; /* tokens counted once per dp replica (its tp ranks share the batch) */
+    for (size_t i = 0; i < r->batch_ints && r->tp_rank == 0; i++) v[0] += r->tgt[i] >= 0;
+    Status st = comm_allreduce_i64(r->comm, v, 2, COMM_SUM, err);
+    if (st != ST_OK) return st;
+    int64_t ntok = v[0];
+    r->stop = v[1] > 0;
+    long next = r->step + 1;
+    float dscale = ntok > 0 ? 1.0f / (float)ntok : 0.0f;
+    memset(r->lo.grads, 0, r->lo.lay.total * sizeof(float));
+    double loss_sum = 0;
+    uint64_t drop0 = ((uint64_t)(next - 1) * r->dp + r->rank) * k;
+    for (int j = 0; j < k; j++) {
+        size_t off = (size_t)j * B * T;
+        loss_sum += gpt_forward(&r->g, r->inp + off, r->tgt + off, B, T, dscale, 1, drop0 + j);
+        r->in_backward = 1;
+        gpt_backward(&r->g);
+        r->in_backward = 0;
+    }
+    if ((st = gpt_status(&r->g, err)) != ST_OK) return st;
+    if (r->hook_err.status != ST_OK) return *err = r->hook_err, r->hook_err.status;
+    if (r->tp_rank != 0) loss_sum = 0; /* every tp rank computed every row's loss: count it once */
+    /* The update's range: every adapter float, or at ZeRO >= 1 this rank's shard [off, off + S). */
+    size_t total = r->lo.lay.total, S = r->mfloats, off = S < total ? (size_t)r->rank * S : 0;
+    float *gr = r->lo.grads + off;
+    double norm;
+    if (r->comm->world > 1 && (st = comm_allreduce_f64(r->comm, &loss_sum, 1, COMM_SUM, err)) != ST_OK) return st;
+    if (r->dp > 1 && r->zero >= 2) { /* the shard's sums only, and the norm from the shards' squares */
+        if ((st = comm_reduce_scatter_f32(r->comm, r->lo.grads, gr, S, err)) != ST_OK) return st;
+        if (c->faults.grad_scale != 0) /* test-only (ST_PAR_TEST_GRAD_SCALE): a wrong reduction */
+            for (size_t i = 0; i < S; i++) gr[i] *= c->faults.grad_scale;
+        double sq;
+        if (r->tp == 1) {
+            sq = optim_l2_norm(gr, S, c->threads);
+            sq *= sq;
+        } else { /* the shard's split elements, and its replicated ones from tp rank 0 only */
+            double sp, rp;
+            lora_norm_sq(&r->lo.lay, r->lo.grads, off, off + S, &sp, &rp);
+            sq = sp + (r->tp_rank == 0 ? rp : 0.0);
+        }
+        if ((st = comm_allreduce_f64(r->comm, &sq, 1, COMM_SUM, err)) != ST_OK) return st;
+        norm = sqrt(sq);
+    } else {
+        if (r->dp > 1 && (st = comm_allreduce_f32(r->comm, r->lo.grads, r->lo.grads, total, err)) != ST_OK) return st;
+        if (c->faults.grad_scale != 0)
+            for (size_t i = 0; i < total; i++) r->lo.grads[i] *= c->faults.grad_scale;
+        if (r->tp == 1) {
+            norm = optim_l2_norm(r->lo.grads, total, c->threads);
+        } else { /* the split tensors' squares from every tp rank, the replicated ones once */
+            double sp, rp;
+            lora_norm_sq(&r->lo.lay, r->lo.grads, 0, total, &sp, &rp);
+            double sq = r->rank == 0 ? sp + (r->tp_rank == 0 ? rp : 0.0) : 0.0;
+            if ((st = comm_allreduce_f64(r->comm, &sq, 1, COMM_SUM, err)) != ST_OK) return st;
+            norm = sqrt(sq);
+        }
+    }
+    float scale = optim_clip_scale(norm, c->grad_clip), lr = sched_lr(&c->sched, next);
+    OptimRange all = {0, S, 1, 1.0f}; /* decay on A and B (PEFT under HF Trainer) */
+    optim_step(&c->optim, r->lo.params + off, gr, r->m, r->v, &all, 1, next, lr, scale, c->threads);
+    if (S < total && (st = comm_allgather_f32(r->comm, r->lo.params + off, r->lo.params, S, err)) != ST_OK) return st;
+    r->step = next;
+    double loss = ntok > 0 ? loss_sum / (double)ntok : 0.0, ms = timer_ms() - t0;
+    if (res->steps_done == 0) res->first_loss = loss;
+    res->last_loss = loss, res->steps_done++;
+    if (r->log.f) {
+        fprintf(r->log.f, "{\"event\": \"step\", \"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, "
+                "\"grad_norm_clipped\": %.17g, \"tokens\": %lld, \"lora\": true, \"time_ms\": {\"total\": %.3f}}\n",
+                next, loss, lr, norm, norm * scale, (long long)ntok, ms);
+        fflush(r->log.f);
+    }
+    if (r->comm->rank == 0 && !c->quiet)
+        printf("step %ld/%ld | loss %.6f | lr %.3g | norm %.4f | %.1f ms (lora)\n", next, c->steps, loss, lr, norm, ms);
+    return ST_OK;
+}
+
+Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
+    LoraRun run;
+    memset(&run, 0, sizeof run);
+    LoraRun *r = &run;
+    r->cfg = *cfg;
+    TrainConfig *c = &r->cfg;
+    memset(res, 0, sizeof *res);
+    res->first_val = res->last_val = NAN;
+    Status st = ST_OK;
+    r->comm = c->comm;
+    if (!r->comm && (st = comm_init_local(&r->own_comm, err)) != ST_OK) return st;
+    if (!r->comm) r->comm = r->own_comm;
+    int world = r->comm->world;
+    if ((st = refuse(c, world, err)) != ST_OK) goto done;
+    r->zero = c->zero;
+    r->tp = c->tp > 1 ? c->tp : 1, r->dp = world / r->tp;
+    if ((st = comm_set_grid(r->comm, r->dp, r->tp, 1, err)) != ST_OK) goto done;
+    r->rank = r->comm->dp_rank, r->tp_rank = r->comm->tp_rank;
+    mm_set_threads(c->threads);
+    int lflags = LOADER_SHUFFLE | (c->no_pack ? LOADER_NO_PACK : 0);
+    if ((st = loader_open(&r->train, c->data, c->seq_len, 0, c->tokenizer_hash, c->data_seed, lflags, err)) != ST_OK) goto done;
+    if (c->model.vocab == 0) c->model.vocab = (int)loader_header_vocab(&r->train);
+    if ((st = model_config_validate(&c->model, err)) != ST_OK) goto done;
+    if ((st = loader_check_vocab(&r->train, (uint32_t)c->model.vocab, err)) != ST_OK) goto done;
+    if (c->val_data[0] && (st = loader_open(&r->val, c->val_data, c->seq_len, (uint32_t)c->model.vocab, c->tokenizer_hash,
+                                            0, c->no_pack ? LOADER_NO_PACK : 0, err)) != ST_OK)
+        goto done;
+    c->sched.total = c->steps;
+    if ((st = setup_model(r, err)) != ST_OK) goto done;
+    if ((st = resume(r, err)) != ST_OK) goto done;
+    res->start_step = r->step;
+    if ((st = events_open(&r->log, r->comm->rank == 0 ? c->log_path : "", r->step > 0, err)) != ST_OK) goto done;
+    {
+        char tg[64];
+        lora_targets_string(r->lo.lay.cfg.targets, tg, sizeof tg);
+        size_t plan[MEM_NCAT] = {0};
+        ActOptions ao = layout_act_options(c->micro_batch, c->seq_len, c->threads);
+        ao.recompute = c->recompute, ao.tp = r->tp;
+        lora_memory_plan(&c->model, &ao, &r->lo.lay, optim_num_moments(&c->optim), r->dp, r->zero, plan);
+        plan[MEM_DATA] = 2 * r->batch_ints * sizeof(int32_t);
+        int equal = 1;
+        for (int i = 0; i < MEM_NCAT; i++)
+            if (i != MEM_COMM) equal &= plan[i] == r->mem.bytes[i];
+        if (r->log.f) {
+            fprintf(r->log.f, "{\"event\": \"start\", \"lora\": {\"rank\": %d, \"alpha\": %g, \"dropout\": %g, \"targets\": "
+                    "\"%s\", \"adapter_params\": %zu, \"base_params\": %zu, \"base_xxh3\": \"%016llx\", \"base_local_xxh3\": "
+                    "\"%016llx\"}, \"world\": %d, \"dp\": %d, \"tp\": %d, \"zero\": %d, \"resumed_from_step\": %ld}\n",
+                    c->lora.rank, c->lora.alpha, c->lora.dropout, tg, r->full_lay.block_floats * r->full_lay.L,
+                    r->g.w.layout.total, (unsigned long long)r->base_hash, (unsigned long long)r->local_hash, world, r->dp,
+                    r->tp, r->zero, r->step);
+            fprintf(r->log.f, "{\"event\": \"memory\", \"lora\": true, \"measured\": {");
+            for (int i = 0; i < MEM_NCAT; i++) fprintf(r->log.f, "%s\"%s\": %zu", i ? ", " : "", mem_category_name(i), r->mem.bytes[i]);
+            fprintf(r->log.f, "}, \"planned\": {");
+            for (int i = 0; i < MEM_NCAT; i++) fprintf(r->log.f, "%s\"%s\": %zu", i ? ", " : "", mem_category_name(i), plan[i]);
+            fprintf(r->log.f, "}, \"planned_equals_measured\": %s}\n", equal ? "true" : "false");
+            fflush(r->log.f);
+        }
+        if (r->comm->rank == 0 && !c->quiet)
+            printf("lora: rank %d alpha %g dropout %g targets %s: %zu adapter parameters on a frozen base of %lld "
+                   "(%.3f%%), dp %d tp %d zero %d\n", c->lora.rank, c->lora.alpha, c->lora.dropout, tg,
+                   r->full_lay.block_floats * r->full_lay.L, model_config_num_params(&c->model),
+                   100.0 * (double)(r->full_lay.block_floats * r->full_lay.L) / (double)model_config_num_params(&c->model),
+                   r->dp, r->tp, r->zero);
+    }
+    long stop_at = c->stop_after > 0 && c->stop_after < c->steps ? c->stop_after : c->steps;
+    struct sigaction sa, old_term, old_int;
+    if (c->handle_signals) {
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop;
+        sigemptyset(&sa.sa_mask);
+        stop_signal = 0;
+        sigaction(SIGTERM, &sa, &old_term), sigaction(SIGINT, &sa, &old_int);
+    }
+    while (st == ST_OK && r->step < stop_at && !r->stop) {
+        st = step(r, res, err);
+        if (st == ST_OK && c->val_data[0] && c->val_every > 0 && r->step % c->val_every == 0) {
+            double vl;
+            if ((st = validation(r, &vl, err)) == ST_OK) {
+                if (isnan(res->first_val)) res->first_val = vl;
+                res->last_val = vl;
+                if (r->log.f) fprintf(r->log.f, "{\"event\": \"val\", \"step\": %ld, \"loss\": %.9g}\n", r->step, vl);
+            }
+        }
+        if (st == ST_OK && c->ckpt_every > 0 && r->step % c->ckpt_every == 0 && r->step < stop_at && !r->stop)
+            st = save(r, err);
+    }
+    if (c->handle_signals) sigaction(SIGTERM, &old_term, NULL), sigaction(SIGINT, &old_int, NULL);
+    if (st == ST_OK && r->stop && r->comm->rank == 0 && !c->quiet)
+        printf("lora: stop signal: saving step %ld and ending\n", r->step);
+    if (st == ST_OK && res->steps_done > 0) st = save(r, err); /* the last step (or --stop-after's) */
+    if (st == ST_OK && c->val_data[0] && c->val_every <= 0) {
+        double vl;
+        if ((st = validation(r, &vl, err)) == ST_OK) {
+            res->first_val = res->last_val = vl;
+            if (r->log.f) fprintf(r->log.f, "{\"event\": \"val\", \"step\": %ld, \"loss\": %.9g}\n", r->step, vl);
+        }
+    }
+    /* The base must be unchanged: the adapters are all this run trained (each rank its slice). */
+    if (st == ST_OK && lora_base_hash(&r->g) != r->local_hash)
+        st = err_set(err, ST_ERR_RUNTIME, "lora: the frozen base changed during training (XXH3 differs)");
+    if (st == ST_OK && c->out_dir[0] && r->step >= c->steps) {
+        const LoraLayout *ll = &r->lo.lay;
+        float *p = r->lo.params;
+        if (r->tp > 1) { /* the whole adapters (all ranks call) */
+            ll = &r->full_lay;
+            if (!(p = mem_alloc(&r->mem, MEM_CKPT_STAGING, ll->total * sizeof(float))))
+                st = err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA --out staging)");
+            else st = gather_full(r, r->lo.params, p, err);
+        }
+        if (st == ST_OK && r->comm->rank == 0) st = ckpt_lora_write_adapter(c->out_dir, ll, p, c->init_from, err);
+        if (st == ST_OK && r->comm->rank == 0 && !c->quiet) printf("saved the LoRA adapter to %s/adapter_model.safetensors\n", c->out_dir);
+        if (p != r->lo.params) mem_free(&r->mem, MEM_CKPT_STAGING, p, ll->total * sizeof(float));
+    }
+    if (st == ST_OK && r->log.f) {
+        fprintf(r->log.f, "{\"event\": \"end\", \"steps\": %ld, \"final_loss\": %.17g, \"base_local_xxh3_after\": \"%016llx\"}\n",
+                r->step, res->last_loss, (unsigned long long)lora_base_hash(&r->g));
+    }
+    res->preempted = r->step < c->steps;
+    res->num_params = (long long)(r->full_lay.block_floats * r->full_lay.L);
+done:
+    run_free(r);
+    return st;
+}

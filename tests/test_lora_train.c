@@ -1,0 +1,543 @@
+/* test_lora_train.c — `scaletrain train --lora-rank ...` and `export --merge | --adapter` end to end.
+ *
+ * Usage: test_lora_train MPIEXEC SCALETRAIN
+ *
+ * Oracles and their negative controls:
+ *   resume   a run stopped after step 3 (--stop-after) and resumed from its checkpoint equals the
+ *            uninterrupted run: every step record's loss and gradient norm as exact text, the final
+ *            adapter_model.safetensors byte for byte (LoRA dropout 0.1, so the masks are resumed too).
+ *            Control: a fresh run of the same steps (no resume) must differ.
+ *   dp       mpirun -np 2 (micro-batch 2, no accumulation) at ZeRO 0, 1 and 2, and a dp 2 ZeRO 1 run
+ *            stopped after step 3 and resumed on one process, against one process with --grad-accum 2
+ *            (the same global batch, samples and dropout masks): losses and norms within 1e-5
+ *            relative, the adapters within 1e-5; at ZeRO 1 the moments are half per rank (measured ==
+ *            plan). Control: ST_PAR_TEST_GRAD_SCALE=2 (a sum/mean mistake in the reduction, ZeRO 0
+ *            and 2) must move the norms.
+ *   memory   the start-time memory record: measured == planned (lora_memory_plan) in every category,
+ *            and independently of the plan code gradients = 4·P, moments = 8·P with P = L·Σ r·(in + out)
+ *            from the model's shapes, parameters = 4·(P + the base layout's floats). Control: the
+ *            closed form at rank r + 1 must not match.
+ *   merge    export --merge's model.safetensors against the base folder's model.safetensors and the
+ *            --adapter export's A and B: W_hf + (alpha/r)·(B·A)ᵀ for GPT-2's Conv1D layers (stored
+ *            (in, out)), within 1e-6 relative per tensor, every other tensor bitwise. Control: the
+ *            unscaled B·A must fail. The adapter folder: PEFT's tensor names and shapes and its
+ *            adapter_config.json (peft_type, r, lora_alpha, target_modules, fan_in_fan_out, task_type).
+ *   tp       mpirun -np 2 --tp 2 (adapters split like their base: B's rows of column-parallel layers, GPT-2's
+ *            fused c_attn by Q, K, V blocks; A's columns of row-parallel ones), GPT-2 and Llama with GQA,
+ *            and a GPT-2 tp 2 run stopped after step 3 and resumed on one process, against one process:
+ *            losses and norms within 1e-5, every adapter tensor of the step-6 checkpoints within 1e-5.
+ *            Control: ST_PAR_TEST_TP_FAULT=1 (the backward's tp sums skipped) must move the norms.
+ *   dp x tp  mpirun -np 4 --tp 2 at ZeRO 2, and at ZeRO 1 stopped after step 3 and resumed on -np 2 --tp 2
+ *            ZeRO 0, against one process with --grad-accum 2: losses and norms within 1e-5, the step-6
+ *            checkpoints' exp_avg_sq of GPT-2's c_attn B within 1e-4.
+ *   frozen   the base's XXH3 at the start equals the one after training (the log), and export --merge
+ *            refuses a --base other than the one trained on (the recomputed hash).
+ *   signal   SIGTERM during a run: exit 0 with the checkpoint of the last logged step (control: SIGKILL
+ *            leaves none).
+ *   refusals one line, exit 2: an unknown target, q alone on GPT-2, --lora-alpha without --lora-rank,
+ *            --optimizer lion, --zero 3, --sp, --precision bf16, --pp 2. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/safetensors.h"
+#include "core/fileio.h"
+#include "model/config.h"
+#include "model/layout.h"
+#include "runcmp.h"
+#include "testutil.h"
+
+#define DIR "lora_train_runs"
+static const char *g_mpi, *g_bin;
+
+#define COMMON                                                                                                        \
+    "train --data " DIR "/train.bin --layers 2 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 --micro-batch 2 " \
+    "--lr 2e-3 --min-lr 2e-4 --warmup 2 --threads 1 --quiet --steps 6 --lora-rank 4 --lora-alpha 8 "              \
+    "--lora-targets all --init-from " DIR "/base_out"
+
+static int run(const char *name, const char *cmd) {
+    char lg[512];
+    snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, name);
+    return rc_run(DIR, name, cmd, NULL);
+}
+
+/* The whole text of step records' "loss" and "grad_norm" fields, steps 1..n. */
+static void step_text(const char *name, char *out, size_t cap) {
+    cJSON *all = rc_records(DIR, name), *o;
+    size_t n = 0;
+    out[0] = 0;
+    cJSON_ArrayForEach(o, all) {
+        const char *ev = rc_event(o);
+        if (ev && !strcmp(ev, "step"))
+            n += (size_t)snprintf(out + n, n < cap ? cap - n : 0, "%g:%.17g:%.17g ", rc_num(o, "step"), rc_num(o, "loss"),
+                                  rc_num(o, "grad_norm"));
+    }
+    cJSON_Delete(all);
+}
+
+/* A safetensors file's F32 tensor `name` (shape expected), malloc'd; NULL if absent. */
+static float *read_tensor(const char *path, const char *name, int rows, int cols) {
+    char *data = NULL;
+    size_t len;
+    Err e;
+    if (file_read_all(path, &data, &len, &e) != ST_OK) return NULL;
+    StFile f;
+    float *out = NULL;
+    if (st_parse(&f, path, data, len, &e) == ST_OK) {
+        int shape[2] = {rows, cols};
+        out = malloc(sizeof(float) * (size_t)rows * (cols > 0 ? cols : 1));
+        if (st_read_f32(&f, name, cols > 0 ? 2 : 1, shape, 0, out, &e) != ST_OK) free(out), out = NULL;
+        st_file_free(&f);
+    }
+    free(data);
+    return out;
+}
+
+static void check_refusals(void) {
+    static const struct { const char *extra, *flag; } R[] = {
+        {"--lora-targets q", "--lora-targets"}, {"--lora-targets qq", "--lora-targets"},
+        {"--optimizer lion", "--optimizer"},    {"--zero 3", "--zero"},
+        {"--tp 2 --sp", "--sp"}, {"--precision bf16", "--precision"}, {"--pp 2", "--pp"},
+    };
+    int ok = 1;
+    char cmd[2048], out[1024];
+    for (size_t i = 0; i < sizeof R / sizeof R[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s " COMMON " %s", g_bin, R[i].extra);
+        int rc = run("refuse", cmd);
+        snprintf(out, sizeof out, "%s/refuse.out", DIR);
+        char *t = tu_slurp(out);
+        int one = t && strstr(t, R[i].flag) && strstr(t, "scaletrain train:");
+        if (rc != 2 || !one) printf("  refusal of '%s': rc %d, output: %s\n", R[i].extra, rc, t ? t : "(none)");
+        ok &= rc == 2 && one;
+        free(t);
+    }
+    snprintf(cmd, sizeof cmd, "%s train --data " DIR "/train.bin --lora-alpha 8 --steps 1", g_bin);
+    int rc = run("refuse", cmd);
+    char *t = tu_slurp(DIR "/refuse.out");
+    ok &= rc == 2 && t && strstr(t, "--lora-alpha");
+    free(t);
+    tu_check(ok, "refusals", "unknown target, q alone on GPT-2, lion, --zero 3, --sp, bf16, --pp 2, --lora-alpha alone: exit 2 "
+             "with a line naming the flag");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        printf("usage: test_lora_train MPIEXEC SCALETRAIN\n");
+        return 2;
+    }
+    g_mpi = argv[1], g_bin = argv[2];
+    char cmd[4096];
+    tu_shell("rm -rf " DIR);
+    rc_make_data(DIR);
+    /* The base: an ordinary short training run's --out folder (a Hugging Face GPT-2 folder). */
+    snprintf(cmd, sizeof cmd,
+             "%s train --data " DIR "/train.bin --layers 2 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 "
+             "--micro-batch 2 --steps 3 --threads 1 --quiet --out " DIR "/base_out",
+             g_bin);
+    if (run("base", cmd) != 0) {
+        tu_check(0, "base run", "see " DIR "/base.out");
+        return tu_exit();
+    }
+
+    /* ---- resume vs uninterrupted ---- */
+    snprintf(cmd, sizeof cmd, "%s " COMMON " --lora-dropout 0.1 --ckpt-dir " DIR "/ck_full --log " DIR "/full.jsonl --out " DIR
+             "/full_out", g_bin);
+    int rc1 = run("full", cmd);
+    snprintf(cmd, sizeof cmd, "%s " COMMON " --lora-dropout 0.1 --ckpt-dir " DIR "/ck_res --log " DIR
+             "/res.jsonl --stop-after 3", g_bin);
+    int rc2 = run("res1", cmd);
+    snprintf(cmd, sizeof cmd, "%s " COMMON " --lora-dropout 0.1 --ckpt-dir " DIR "/ck_res --log " DIR
+             "/res.jsonl --resume auto --out " DIR "/res_out", g_bin);
+    int rc3 = run("res2", cmd);
+    static char a[8192], b[8192], c[8192];
+    step_text("full", a, sizeof a), step_text("res", b, sizeof b);
+    int same_files = tu_same_file(DIR "/full_out/adapter_model.safetensors", DIR "/res_out/adapter_model.safetensors");
+    tu_check(rc1 == 0 && rc2 == 0 && rc3 == 0 && a[0] && !strcmp(a, b) && same_files, "resume equals uninterrupted",
+             "6 step records as exact text%s, final adapters byte-equal %d", strcmp(a, b) ? " DIFFER" : "", same_files);
+    /* Control: steps 4-6 of a fresh 3-step start differ from the resumed ones. */
+    snprintf(cmd, sizeof cmd, "%s " COMMON " --lora-dropout 0.1 --log " DIR "/fresh.jsonl --stop-after 3", g_bin);
+    run("fresh", cmd);
+    step_text("fresh", c, sizeof c);
+    const char *tail_b = strstr(b, "4:"), *c1 = strstr(c, "1:");
+    char shifted[8192] = "";
+    if (c1) { /* renumber the fresh run's steps 1..3 as 4..6 */
+        RcLog lf;
+        rc_read_log(DIR, "fresh", &lf);
+        size_t n = 0;
+        for (int s = 1; s <= 3 && s <= lf.n; s++)
+            n += (size_t)snprintf(shifted + n, sizeof shifted - n, "%d:%.17g:%.17g ", s + 3, lf.loss[s - 1], lf.norm[s - 1]);
+    }
+    tu_check(tail_b && shifted[0] && strcmp(tail_b, shifted) != 0, "negative control: a fresh start is not a resume",
+             "steps 4-6 differ");
+
+    /* ---- frozen base: the hash before and after, in the log ---- */
+    {
+        cJSON *all = rc_records(DIR, "full"), *o;
+        const char *h0 = NULL, *h1 = NULL;
+        cJSON_ArrayForEach(o, all) {
+            const char *ev = rc_event(o);
+            if (ev && !strcmp(ev, "start"))
+                h0 = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "lora"), "base_local_xxh3")->valuestring;
+            if (ev && !strcmp(ev, "end")) h1 = cJSON_GetObjectItem(o, "base_local_xxh3_after")->valuestring;
+        }
+        tu_check(h0 && h1 && !strcmp(h0, h1), "frozen base: XXH3 at start equals after 6 steps", "%s / %s", h0 ? h0 : "?",
+                 h1 ? h1 : "?");
+        cJSON_Delete(all);
+    }
+
+    /* ---- memory: measured == planned, and a closed form ---- */
+    {
+        cJSON *all = rc_records(DIR, "full"), *o, *mem = NULL;
+        cJSON_ArrayForEach(o, all) {
+            const char *ev = rc_event(o);
+            if (ev && !strcmp(ev, "memory") && !mem) mem = o;
+        }
+        const cJSON *meas = mem ? cJSON_GetObjectItem(mem, "measured") : NULL;
+        int eq = mem && cJSON_IsTrue(cJSON_GetObjectItem(mem, "planned_equals_measured"));
+        ModelConfig mc = {2, 2, 32, 97, 0, 32, 0.0f};
+        Err e;
+        model_config_validate(&mc, &e);
+        ParamLayout pl;
+        layout_init(&pl, &mc, 1);
+        for (int r = 4; r <= 5; r++) {
+            int C = 32;
+            double P = 2.0 * r * ((C + 3 * C) + (C + C) + (C + 4 * C) + (4 * C + C)); /* c_attn, c_proj, c_fc, mlp.c_proj */
+            int ok = meas && rc_num(meas, "gradients") == 4 * P && rc_num(meas, "optimizer_moments") == 8 * P &&
+                     rc_num(meas, "parameters") == 4 * (P + (double)pl.total);
+            if (r == 4)
+                tu_check(eq && ok, "memory: measured == plan == closed form", "P = %.0f adapter floats, base %zu floats", P,
+                         pl.total);
+            else
+                tu_check(!ok, "negative control: the closed form at rank 5", "does not match");
+        }
+        layout_free(&pl);
+        cJSON_Delete(all);
+    }
+
+    /* ---- export --adapter and --merge ---- */
+    snprintf(cmd, sizeof cmd, "%s export " DIR "/ck_full --adapter -o " DIR "/peft", g_bin);
+    int e1 = run("export_adapter", cmd);
+    snprintf(cmd, sizeof cmd, "%s export " DIR "/ck_full --merge -o " DIR "/merged", g_bin);
+    int e2 = run("export_merge", cmd);
+    snprintf(cmd, sizeof cmd, "%s export " DIR "/ck_full --merge --base " DIR "/merged -o " DIR "/bad", g_bin);
+    int e3 = run("export_badbase", cmd);
+    tu_check(e1 == 0 && e2 == 0 && e3 == 2, "exports", "--adapter rc %d, --merge rc %d, --merge with another --base rc %d "
+             "(refused: its hash)", e1, e2, e3);
+    {
+        char *cfg = tu_slurp(DIR "/peft/adapter_config.json");
+        cJSON *j = cfg ? cJSON_Parse(cfg) : NULL;
+        const cJSON *tm = j ? cJSON_GetObjectItem(j, "target_modules") : NULL;
+        int ok = j && !strcmp(cJSON_GetObjectItem(j, "peft_type")->valuestring, "LORA") &&
+                 rc_num(j, "r") == 4 && rc_num(j, "lora_alpha") == 8 &&
+                 !strcmp(cJSON_GetObjectItem(j, "task_type")->valuestring, "CAUSAL_LM") &&
+                 cJSON_IsTrue(cJSON_GetObjectItem(j, "fan_in_fan_out")) && cJSON_GetArraySize(tm) == 4 &&
+                 !strcmp(cJSON_GetArrayItem(tm, 0)->valuestring, "attn.c_attn");
+        tu_check(ok, "adapter_config.json", "PEFT fields");
+        cJSON_Delete(j);
+        free(cfg);
+    }
+    const char *W[4][2] = {{"attn.c_attn", "h.%d.attn.c_attn.weight"}, {"attn.c_proj", "h.%d.attn.c_proj.weight"},
+                           {"mlp.c_fc", "h.%d.mlp.c_fc.weight"}, {"mlp.c_proj", "h.%d.mlp.c_proj.weight"}};
+    const int IN[4] = {32, 32, 32, 128}, OUT[4] = {96, 32, 128, 32};
+    for (int pass = 0; pass < 2; pass++) { /* 1: the unscaled control */
+        double worst = 0;
+        int found = 1;
+        for (int l = 0; l < 2; l++)
+            for (int k = 0; k < 4; k++) {
+                char an[160], bn[160], wn[160];
+                snprintf(an, sizeof an, "base_model.model.transformer.h.%d.%s.lora_A.weight", l, W[k][0]);
+                snprintf(bn, sizeof bn, "base_model.model.transformer.h.%d.%s.lora_B.weight", l, W[k][0]);
+                snprintf(wn, sizeof wn, W[k][1], l);
+                float *A = read_tensor(DIR "/peft/adapter_model.safetensors", an, 4, IN[k]);
+                float *B = read_tensor(DIR "/peft/adapter_model.safetensors", bn, OUT[k], 4);
+                float *W0 = read_tensor(DIR "/base_out/model.safetensors", wn, IN[k], OUT[k]); /* Conv1D (in, out) */
+                float *W1 = read_tensor(DIR "/merged/model.safetensors", wn, IN[k], OUT[k]);
+                found &= A && B && W0 && W1;
+                if (A && B && W0 && W1) {
+                    double num = 0, den = 0, s = pass ? 1.0 : 8.0 / 4.0;
+                    for (int i = 0; i < IN[k]; i++)
+                        for (int o = 0; o < OUT[k]; o++) {
+                            double ba = 0;
+                            for (int j = 0; j < 4; j++) ba += (double)B[o * 4 + j] * A[j * IN[k] + i];
+                            double want = W0[i * OUT[k] + o] + s * ba, d = W1[i * OUT[k] + o] - want;
+                            num += d * d, den += want * want;
+                        }
+                    worst = fmax(worst, sqrt(num / den));
+                }
+                free(A), free(B), free(W0), free(W1);
+            }
+        if (!pass)
+            tu_check(found && worst <= 1e-6, "export --merge = W + (alpha/r)(BA)^T (Conv1D layout)",
+                     "worst rel L2 %.3g (tol 1e-6), tensors found %d", worst, found);
+        else
+            tu_check(found && worst > 1e-3, "negative control: unscaled BA", "worst rel L2 %.3g (must exceed 1e-3)", worst);
+    }
+    {   /* the untouched tensors bitwise: wte and a LayerNorm */
+        float *a0 = read_tensor(DIR "/base_out/model.safetensors", "wte.weight", 97, 32);
+        float *a1 = read_tensor(DIR "/merged/model.safetensors", "wte.weight", 97, 32);
+        float *n0 = read_tensor(DIR "/base_out/model.safetensors", "h.1.ln_2.weight", 32, 0);
+        float *n1 = read_tensor(DIR "/merged/model.safetensors", "h.1.ln_2.weight", 32, 0);
+        tu_check(a0 && a1 && n0 && n1 && !memcmp(a0, a1, 97 * 32 * 4) && !memcmp(n0, n1, 32 * 4),
+                 "export --merge: tensors without adapters bitwise the base's", "wte, h.1.ln_2");
+        free(a0), free(a1), free(n0), free(n1);
+    }
+
+    /* ---- dp 2 (ZeRO 0, 1, 2; and a resume from dp 2 onto one process) against one process ---- */
+    const char *DP = " --lora-dropout 0.1 ";
+    snprintf(cmd, sizeof cmd, "%s " COMMON "%s--grad-accum 2 --log " DIR "/one.jsonl --out " DIR "/one_out", g_bin, DP);
+    int d1 = run("one", cmd);
+    RcLog l1;
+    int r1 = rc_read_log(DIR, "one", &l1);
+    float *p1 = read_tensor(DIR "/one_out/adapter_model.safetensors", "base_model.model.transformer.h.1.mlp.c_fc.lora_B.weight",
+                            128, 4);
+    for (int zero = 0; zero <= 3; zero++) { /* 3: dp 2 at ZeRO 1 stopped after 3 steps, resumed on one process */
+        char name[32];
+        snprintf(name, sizeof name, zero < 3 ? "two_z%d" : "grid", zero);
+        if (zero < 3) {
+            snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
+                     "%s--zero %d --log " DIR "/%s.jsonl --out " DIR "/%s_out", g_mpi, g_bin, DP, zero, name, name);
+            run(name, cmd);
+        } else {
+            snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
+                     "%s--zero 1 --stop-after 3 --ckpt-dir " DIR "/ck_grid --log " DIR "/grid.jsonl", g_mpi, g_bin, DP);
+            run("grid1", cmd);
+            snprintf(cmd, sizeof cmd, "%s " COMMON "%s--grad-accum 2 --resume auto --ckpt-dir " DIR "/ck_grid --log " DIR
+                     "/grid.jsonl --out " DIR "/grid_out", g_bin, DP);
+            run("grid2", cmd);
+        }
+        RcLog l2;
+        int r2 = rc_read_log(DIR, name, &l2);
+        double wl = 0, wn = 0, we = 1;
+        for (int s = 0; s < 6; s++) {
+            wl = fmax(wl, fabs(l2.loss[s] - l1.loss[s]) / fabs(l1.loss[s]));
+            wn = fmax(wn, fabs(l2.norm[s] - l1.norm[s]) / fabs(l1.norm[s]));
+        }
+        char pt[256], what[128];
+        snprintf(pt, sizeof pt, DIR "/%s_out/adapter_model.safetensors", name);
+        float *p2 = read_tensor(pt, "base_model.model.transformer.h.1.mlp.c_fc.lora_B.weight", 128, 4);
+        if (p1 && p2) we = tu_rel_err_f(p2, p1, 128 * 4);
+        free(p2);
+        if (zero < 3) snprintf(what, sizeof what, "dp 2 ZeRO %d equals one process (grad-accum 2)", zero);
+        else snprintf(what, sizeof what, "dp 2 ZeRO 1 for 3 steps, resumed on one process, equals one process");
+        tu_check(d1 == 0 && r1 && r2 && l1.n == 6 && l2.n == 6 && wl <= 1e-5 && wn <= 1e-5 && we <= 1e-5, what,
+                 "losses rel %.3g, norms rel %.3g, final lora_B rel %.3g (tol 1e-5)", wl, wn, we);
+        if (zero == 1) { /* the moments sharded: half of 8·P per rank, as planned */
+            cJSON *all = rc_records(DIR, name), *o, *mem = NULL;
+            cJSON_ArrayForEach(o, all) {
+                const char *ev = rc_event(o);
+                if (ev && !strcmp(ev, "memory") && !mem) mem = o;
+            }
+            const cJSON *meas = mem ? cJSON_GetObjectItem(mem, "measured") : NULL;
+            tu_check(meas && cJSON_IsTrue(cJSON_GetObjectItem(mem, "planned_equals_measured")) &&
+                         rc_num(meas, "optimizer_moments") == 8 * 4096 / 2,
+                     "memory at ZeRO 1: moments sharded over dp 2, measured == plan", "%.0f bytes",
+                     meas ? rc_num(meas, "optimizer_moments") : -1);
+            cJSON_Delete(all);
+        }
+    }
+    free(p1);
+    for (int zero = 0; zero <= 2; zero += 2) { /* control: a sum/mean mistake in the reduction moves the norms */
+        char name[32];
+        snprintf(name, sizeof name, "bad_z%d", zero);
+        snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 -x "
+                 "ST_PAR_TEST_GRAD_SCALE=2 %s " COMMON "%s--zero %d --log " DIR "/%s.jsonl", g_mpi, g_bin, DP, zero, name);
+        run(name, cmd);
+        RcLog l3;
+        int r3 = rc_read_log(DIR, name, &l3);
+        double bn = 0;
+        for (int s = 0; s < 6; s++) bn = fmax(bn, fabs(l3.norm[s] - l1.norm[s]) / fabs(l1.norm[s]));
+        char what[96];
+        snprintf(what, sizeof what, "negative control: gradient scale fault at dp 2 ZeRO %d", zero);
+        tu_check(r3 && l3.n == 6 && bn > 0.5, what, "norms rel %.3g (must exceed 0.5)", bn);
+    }
+
+    /* ---- tp 2 (adapters split like their base), GPT-2 and Llama (GQA), against one process ---- */
+    {
+        static const char *const ARCH[2] = {"", " --arch llama --heads 4 --kv-heads 2 --ffn 64"};
+        for (int a = 0; a < 2; a++) {
+            /* the Llama runs train from a random base (shape flags after COMMON override the GPT-2 base's) */
+            char base[1200], nm1[32], nm2[32], ext[300];
+            snprintf(base, sizeof base, "%s " COMMON "%s", g_bin, ARCH[a]);
+            if (a) { /* no --init-from: the GPT-2 base is not this model */
+                char *p = strstr(base, " --init-from");
+                if (p) *p = 0;
+                strcat(base, ARCH[a]);
+            }
+            snprintf(nm1, sizeof nm1, "tp1_%d", a), snprintf(nm2, sizeof nm2, "tp2_%d", a);
+            snprintf(cmd, sizeof cmd, "%s --log " DIR "/%s.jsonl --ckpt-dir " DIR "/ck_%s", base, nm1, nm1);
+            int q1 = run(nm1, cmd);
+            for (int v = 0; v < (a ? 2 : 3); v++) { /* 0: tp 2; 1: the fault control; 2: tp 2 stopped at 3, resumed on one process */
+                const char *nm = v == 0 ? nm2 : v == 1 ? "tp2_fault" : "tp2_grid";
+                snprintf(ext, sizeof ext, "%s", v == 1 ? "-x ST_PAR_TEST_TP_FAULT=1 " : "");
+                snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s%s --tp 2 "
+                         "--log " DIR "/%s.jsonl --ckpt-dir " DIR "/ck_%s_%d%s", g_mpi, ext, base, nm, nm, a, v == 2 ? " --stop-after 3" : "");
+                int q2 = run(nm, cmd);
+                if (v == 2) {
+                    snprintf(cmd, sizeof cmd, "%s --log " DIR "/%s.jsonl --ckpt-dir " DIR "/ck_%s_%d --resume auto", base, nm, nm, a);
+                    q2 |= run("tp2_grid_resume", cmd);
+                }
+                RcLog la, lb;
+                int ra = rc_read_log(DIR, nm1, &la), rb = rc_read_log(DIR, nm, &lb);
+                double wl = 0, wn = 0;
+                for (int s = 0; s < 6; s++) {
+                    wl = fmax(wl, fabs(lb.loss[s] - la.loss[s]) / fabs(la.loss[s]));
+                    wn = fmax(wn, fabs(lb.norm[s] - la.norm[s]) / fabs(la.norm[s]));
+                }
+                char what[160];
+                if (v == 1) {
+                    snprintf(what, sizeof what, "negative control: %s tp 2 with the backward's tp sums skipped", a ? "Llama" : "GPT-2");
+                    tu_check(q2 == 0 && rb && wn > 1e-3, what, "norms rel %.3g (must exceed 1e-3)", wn);
+                    continue;
+                }
+                /* the final adapters: the checkpoints' adapter files, tensor by tensor */
+                char f1[300], f2[300];
+                snprintf(f1, sizeof f1, DIR "/ck_%s/step_00000006/adapter_model.safetensors", nm1);
+                snprintf(f2, sizeof f2, DIR "/ck_%s_%d/step_00000006/adapter_model.safetensors", nm, a);
+                static const char *const GT[4][2] = {{"attn.c_attn", "96"}, {"attn.c_proj", "32"}, {"mlp.c_fc", "128"}, {"mlp.c_proj", "32"}};
+                static const char *const LT[7][2] = {{"self_attn.q_proj", "32"}, {"self_attn.k_proj", "16"}, {"self_attn.v_proj", "16"},
+                                                     {"self_attn.o_proj", "32"}, {"mlp.gate_proj", "64"}, {"mlp.up_proj", "64"},
+                                                     {"mlp.down_proj", "32"}};
+                double we = 0;
+                int found = 1, nt = a ? 7 : 4;
+                for (int l = 0; l < 2; l++)
+                    for (int t = 0; t < nt; t++)
+                        for (int b = 0; b < 2; b++) {
+                            const char *mod = a ? LT[t][0] : GT[t][0];
+                            int out = atoi(a ? LT[t][1] : GT[t][1]);
+                            int in = a ? (t == 6 ? 64 : 32) : (t == 3 ? 128 : 32);
+                            char tn[200];
+                            snprintf(tn, sizeof tn, a ? "base_model.model.model.layers.%d.%s.lora_%c.weight"
+                                                      : "base_model.model.transformer.h.%d.%s.lora_%c.weight", l, mod, b ? 'B' : 'A');
+                            int rows = b ? out : 4, cols = b ? 4 : in;
+                            float *x1 = read_tensor(f1, tn, rows, cols), *x2 = read_tensor(f2, tn, rows, cols);
+                            found &= x1 && x2;
+                            if (x1 && x2) we = fmax(we, tu_rel_err_f(x2, x1, (size_t)rows * cols));
+                            free(x1), free(x2);
+                        }
+                snprintf(what, sizeof what, v == 0 ? "%s tp 2 equals one process" : "%s tp 2 for 3 steps, resumed on one process, "
+                         "equals one process", a ? "Llama (GQA)" : "GPT-2 (fused c_attn)");
+                tu_check(q1 == 0 && q2 == 0 && ra && rb && la.n == 6 && lb.n == 6 && found && wl <= 1e-5 && wn <= 1e-5 && we <= 1e-5,
+                         what, "losses rel %.3g, norms rel %.3g, every adapter tensor rel %.3g (tol 1e-5)", wl, wn, we);
+            }
+        }
+    }
+
+    /* ---- dp 2 x tp 2 at ZeRO 2, and dp 2 x tp 2 ZeRO 1 stopped after 3 steps and resumed at dp 1 x tp 2 ZeRO 0,
+     * against one process (LoRA dropout 0: tp) ---- */
+    {
+        snprintf(cmd, sizeof cmd, "%s " COMMON " --grad-accum 2 --log " DIR "/one_nd.jsonl --ckpt-dir " DIR "/ck_one_nd", g_bin);
+        int q1 = run("one_nd", cmd);
+        snprintf(cmd, sizeof cmd, "timeout 150 %s --allow-run-as-root --oversubscribe -np 4 -x OMP_NUM_THREADS=1 %s " COMMON
+                 " --tp 2 --zero 2 --log " DIR "/dptp.jsonl --ckpt-dir " DIR "/ck_dptp", g_mpi, g_bin);
+        int q2 = run("dptp", cmd);
+        snprintf(cmd, sizeof cmd, "timeout 150 %s --allow-run-as-root --oversubscribe -np 4 -x OMP_NUM_THREADS=1 %s " COMMON
+                 " --tp 2 --zero 1 --stop-after 3 --log " DIR "/dptp_grid.jsonl --ckpt-dir " DIR "/ck_dptp_grid", g_mpi, g_bin);
+        int q3 = run("dptp_grid1", cmd);
+        snprintf(cmd, sizeof cmd, "timeout 150 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
+                 " --tp 2 --grad-accum 2 --resume auto --log " DIR "/dptp_grid.jsonl --ckpt-dir " DIR "/ck_dptp_grid", g_mpi, g_bin);
+        q3 |= run("dptp_grid2", cmd);
+        for (int v = 0; v < 2; v++) {
+            const char *nm = v ? "dptp_grid" : "dptp";
+            RcLog la, lb;
+            int ra = rc_read_log(DIR, "one_nd", &la), rb = rc_read_log(DIR, nm, &lb);
+            double wl = 0, wn = 0, we = 1;
+            for (int st = 0; st < 6; st++) {
+                wl = fmax(wl, fabs(lb.loss[st] - la.loss[st]) / fabs(la.loss[st]));
+                wn = fmax(wn, fabs(lb.norm[st] - la.norm[st]) / fabs(la.norm[st]));
+            }
+            char f2[300];
+            snprintf(f2, sizeof f2, DIR "/ck_%s/step_00000006/optimizer.safetensors", nm);
+            /* the moments too: exp_avg_sq of GPT-2's c_attn B (split over tp by Q, K, V blocks, sharded over dp) */
+            float *x1 = read_tensor(DIR "/ck_one_nd/step_00000006/optimizer.safetensors",
+                                    "exp_avg_sq.base_model.model.transformer.h.0.attn.c_attn.lora_B.weight", 96, 4);
+            float *x2 = read_tensor(f2, "exp_avg_sq.base_model.model.transformer.h.0.attn.c_attn.lora_B.weight", 96, 4);
+            if (x1 && x2) we = tu_rel_err_f(x2, x1, 96 * 4);
+            free(x1), free(x2);
+            tu_check(q1 == 0 && (v ? q3 : q2) == 0 && ra && rb && la.n == 6 && lb.n == 6 && wl <= 1e-5 && wn <= 1e-5 && we <= 1e-4,
+                     v ? "dp 2 x tp 2 ZeRO 1 for 3 steps, resumed at dp 1 x tp 2 ZeRO 0, equals one process"
+                       : "dp 2 x tp 2 ZeRO 2 equals one process",
+                     "losses rel %.3g, norms rel %.3g (tol 1e-5), c_attn B's exp_avg_sq rel %.3g (tol 1e-4)", wl, wn, we);
+        }
+    }
+
+    /* ---- plan --lora-rank prices what the runs allocated ---- */
+    for (int z = 0; z <= 1; z++) {
+        snprintf(cmd, sizeof cmd, "%s plan --json --layers 2 --heads 2 --channels 32 --vocab 97 --max-seq-len 32 --seq-len 32 "
+                 "--micro-batch 2 --threads 1 --lora-rank 4 --lora-targets all --dp %d --zero %d 2>/dev/null", g_bin, z ? 2 : 1, z);
+        cJSON *pj = rc_command_json(cmd), *all = rc_records(DIR, z ? "two_z1" : "full"), *o, *mem = NULL;
+        cJSON_ArrayForEach(o, all) {
+            const char *ev = rc_event(o);
+            if (ev && !strcmp(ev, "memory") && !mem) mem = o;
+        }
+        const cJSON *meas = mem ? cJSON_GetObjectItem(mem, "measured") : NULL;
+        const cJSON *pb = pj ? cJSON_GetObjectItem(cJSON_GetObjectItem(pj, "lora"), "bytes_per_rank") : NULL;
+        static const char *const CAT[] = {"parameters", "gradients", "master_weights", "optimizer_moments", "activations",
+                                          "workspace"};
+        int ok = meas && pb, ctl = 1;
+        for (int i = 0; ok && i < 6; i++) ok &= rc_num(pb, CAT[i]) == rc_num(meas, CAT[i]);
+        if (pb) ctl = rc_num(pb, "optimizer_moments") == (z ? 8.0 * 4096 : 8.0 * 4096 / 2); /* the other stage's bytes */
+        tu_check(ok && !ctl, z ? "plan --lora-rank --dp 2 --zero 1 = the dp 2 run's allocation" : "plan --lora-rank = the run's allocation",
+                 "6 categories equal; control: the other ZeRO stage's moments differ");
+        cJSON_Delete(pj), cJSON_Delete(all);
+    }
+
+    /* ---- Llama: PEFT's names and shapes of every target in the adapter folder train --out writes ---- */
+    {
+        snprintf(cmd, sizeof cmd, "%s train --data " DIR "/train.bin --arch llama --layers 2 --heads 2 --kv-heads 1 --channels 32 "
+                 "--ffn 48 --max-seq-len 32 --seq-len 32 --micro-batch 2 --steps 2 --threads 1 --quiet --lora-rank 2 "
+                 "--lora-targets all --out " DIR "/llama_peft", g_bin);
+        int rc = run("llama", cmd);
+        static const struct { const char *mod; int in, out; } M[] = {
+            {"self_attn.q_proj", 32, 32}, {"self_attn.k_proj", 32, 16}, {"self_attn.v_proj", 32, 16}, {"self_attn.o_proj", 32, 32},
+            {"mlp.gate_proj", 32, 48},    {"mlp.up_proj", 32, 48},      {"mlp.down_proj", 48, 32}};
+        int ok = rc == 0;
+        for (int l = 0; l < 2 && ok; l++)
+            for (int k = 0; k < 7 && ok; k++)
+                for (int b = 0; b < 2 && ok; b++) {
+                    char nm[160];
+                    snprintf(nm, sizeof nm, "base_model.model.model.layers.%d.%s.lora_%c.weight", l, M[k].mod, b ? 'B' : 'A');
+                    float *t = read_tensor(DIR "/llama_peft/adapter_model.safetensors", nm, b ? M[k].out : 2, b ? 2 : M[k].in);
+                    if (!t) printf("  missing or misshapen: %s\n", nm);
+                    ok &= t != NULL;
+                    free(t);
+                }
+        char *cfg = tu_slurp(DIR "/llama_peft/adapter_config.json");
+        ok &= cfg && strstr(cfg, "\"down_proj\"") && strstr(cfg, "\"fan_in_fan_out\":\tfalse");
+        free(cfg);
+        tu_check(ok, "Llama adapter folder", "28 tensors with PEFT names and (r, in) / (out, r) shapes, fan_in_fan_out false");
+    }
+
+    /* ---- SIGTERM: the step finishes, its checkpoint is written, exit 0 (control: SIGKILL leaves none) ---- */
+    for (int kill9 = 0; kill9 < 2; kill9++) {
+        const char *nm = kill9 ? "sigkill" : "sigterm";
+        snprintf(cmd, sizeof cmd, "rm -rf " DIR "/ck_%s; %s train --data " DIR "/train.bin --layers 2 --heads 2 --channels 32 "
+                 "--max-seq-len 32 --seq-len 32 --micro-batch 2 --threads 1 --quiet --steps 1000000 --lora-rank 2 --ckpt-dir "
+                 DIR "/ck_%s --log " DIR "/%s.jsonl & P=$!; sleep 3; kill -%s $P; wait $P", nm, g_bin, nm, nm, kill9 ? "KILL" : "TERM");
+        int rc = run(nm, cmd);
+        RcLog lg;
+        int rl = rc_read_log(DIR, nm, &lg);
+        char latest[300], want[64] = "";
+        snprintf(latest, sizeof latest, DIR "/ck_%s/latest", nm);
+        char *t = tu_slurp(latest);
+        /* rc_read_log keeps steps up to RC_MAXSTEPS: the last step is read from the log's tail instead */
+        cJSON *all = rc_records(DIR, nm), *o;
+        long last = 0;
+        cJSON_ArrayForEach(o, all) {
+            const char *ev = rc_event(o);
+            if (ev && !strcmp(ev, "step")) last = (long)rc_num(o, "step");
+        }
+        cJSON_Delete(all);
+        snprintf(want, sizeof want, "step_%08ld\n", last);
+        if (!kill9)
+            tu_check(rc == 0 && rl && last > 0 && t && !strcmp(t, want), "SIGTERM: checkpoint of the last step, exit 0",
+                     "last step %ld, latest %s", last, t ? t : "(none)");
+        else
+            tu_check(rc != 0 && !t, "negative control: SIGKILL leaves no checkpoint", "rc %d", rc);
+        free(t);
+    }
+
+    check_refusals();
+    return tu_exit();
+}
