@@ -23,16 +23,16 @@
 #define GEMM_S 512
 #define GEMM_MIN_REPS 10
 #define GEMM_MIN_MS 100.0
-#define GEMM_CHECK_MS 30.0 /* the check on a cache hit */
+#define GEMM_CHECK_MS 20.0 /* the check on a cache hit: 3 calls and 20 ms at least */
 
 MachinePeakOptions machine_peak_default_options(void) {
     MachinePeakOptions o = {.threads = 1, .bf16 = 0, .cache_path = NULL, .remeasure = 0, .probe_scale = 1, .no_gemm = 0};
     return o;
 }
 
-/* Best rate over at least GEMM_MIN_REPS timed calls and min_ms after one untimed call (which
+/* Best rate over at least min_reps timed calls and min_ms after one untimed call (which
  * creates oneDNN's primitive). 0 when memory runs out or a GEMM fails. */
-static double gemm_peak(int bf16, double min_ms) {
+static double gemm_peak(int bf16, double min_ms, int min_reps) {
     const int S = GEMM_S;
     size_t n = (size_t)S * S;
     float *a = malloc(n * 4), *b = malloc(n * 4), *c = malloc(n * 4);
@@ -56,7 +56,7 @@ static double gemm_peak(int bf16, double min_ms) {
             }
             double r = 2.0 * S * S * (double)S / ((t1 - t0) * 1e-3);
             if (r > best) best = r;
-            if (rep >= GEMM_MIN_REPS && t1 >= t_end) break;
+            if (rep >= min_reps && t1 >= t_end) break;
         }
         Err e;
         if (mm_take_error(&e) != ST_OK) best = 0; /* a GEMM that did not run measured nothing */
@@ -262,11 +262,11 @@ Status machine_peak_resolve(MachinePeak *out, const MachinePeakOptions *o, Err *
                 break;
             }
         }
-        /* A short GEMM check (~40 ms): the cached figure is a floor that only rises, so an entry
+        /* A short GEMM check (3 calls, 20 ms at least): the cached figure is a floor that only rises, so an entry
          * measured on a loaded machine (low, and MFU over it could pass 1 once the machine is
          * quiet) is raised by the first quieter start. */
         if (out->cached) {
-            double now = gemm_peak(o->bf16, GEMM_CHECK_MS);
+            double now = gemm_peak(o->bf16, GEMM_CHECK_MS, 3);
             if (now > out->gemm) {
                 out->gemm = now;
                 cache_store(o->cache_path, doc, &k, o->threads, prec, out->probe, out->gemm);
@@ -281,7 +281,7 @@ Status machine_peak_resolve(MachinePeak *out, const MachinePeakOptions *o, Err *
             if (pb > out->probe) out->probe = pb;
         }
         if (o->probe_scale > 0) out->probe *= o->probe_scale;
-        out->gemm = o->no_gemm ? 0 : gemm_peak(o->bf16, GEMM_MIN_MS);
+        out->gemm = o->no_gemm ? 0 : gemm_peak(o->bf16, GEMM_MIN_MS, GEMM_MIN_REPS);
         if (use_cache && out->probe > 0) cache_store(o->cache_path, doc, &k, o->threads, prec, out->probe, out->gemm);
     }
     cJSON_Delete(doc);

@@ -10,9 +10,9 @@
  *
  * The cache: one JSON file (format in docs/plan.md) of entries keyed by host name, CPU model,
  * online CPU count, the binary's ISA level, threads and precision, so another machine (or another
- * build target) never reads an entry measured elsewhere. A hit costs a file read and a 40 ms GEMM
- * check (the cached GEMM figure only rises: a start on a quieter machine raises an entry measured
- * under load) instead of the 0.3 s (fp32) to 0.5 s (bf16) of measurement. */
+ * build target) never reads an entry measured elsewhere. A hit costs a file read and a short GEMM
+ * check, 31–72 ms at load 11 (the cached GEMM figure only rises: a start on a quieter machine raises
+ * an entry measured under load), instead of the 345–547 ms of measurement. */
 #ifndef ST_TRAIN_MACHINE_PEAK_H
 #define ST_TRAIN_MACHINE_PEAK_H
 
