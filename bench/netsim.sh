@@ -34,6 +34,9 @@ bin=$(readlink -f "${BIN:-build/scaletrain}")
 for t in ip tc unshare mpirun python3; do
   command -v "$t" >/dev/null || { echo "netsim: '$t' not found" >&2; exit 1; }
 done
+# No per-machine peak or profile cache (train/machine_peak.h): the runs measure under the benchmark's
+# load, and `plan --measure-hardware` below must not replace the user's cached profile.
+export ST_PEAK_CACHE=off
 rounds=${ROUNDS:-3}
 steps=${STEPS:-6}
 links=${LINKS:-"10gbit 1gbit"}
