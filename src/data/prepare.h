@@ -18,6 +18,9 @@
  *      each split is written in key order into shards of at most shard_tokens tokens, each shard
  *      streamed to a temporary file and renamed when full.
  *   3. manifest.json beside the shards; .prepare/ removed.
+ * Format chat (chat.h, docs/finetune.md): each document is a conversation rendered by the chat
+ * template into ids and a per-token loss mask; the mask travels with the ids through runs and merge
+ * and is written beside each shard (X.mask beside X.bin, shard.h) after the shard.
  * The shards are thus a function of the set of documents, the seed and the tokenizer: not of the
  * thread count, the order of the inputs, how the corpus is cut into files, nor of interruptions
  * (a rerun with the same inputs and options resumes after the last run written).
@@ -32,6 +35,7 @@
 
 #include "core/status.h"
 #include "data/bpe.h"
+#include "data/chat.h"
 #include "data/docsource.h"
 
 typedef struct {
@@ -50,7 +54,9 @@ typedef struct {
     PrepareFormat format;      /* default AUTO */
     const char *separator;     /* document separator line for text files; default "<|endoftext|>" */
     const char *field;         /* JSON Lines: the string field of the text; default "text" */
-    int skip_bad;              /* count and skip bad records (bad JSON, no field, invalid UTF-8); default 0 */
+    int skip_bad;              /* count and skip bad records (bad JSON, no field, invalid UTF-8, a bad
+                                  conversation); default 0 */
+    ChatTemplate chat_template; /* format chat: the template (chat.h); default AUTO (by the tokenizer) */
     int allow_invalid_utf8;    /* keep documents with invalid UTF-8 (encoded as bytes); default 0 */
     double val_fraction;       /* share of (unique) documents for validation, by key; default 0.05 */
     long val_docs;             /* if >= 0: the val_docs documents of smallest key (overrides fraction); default -1 */
@@ -82,6 +88,8 @@ typedef struct {
     uint64_t bytes;            /* text bytes of the kept documents */
     uint64_t train_tokens, val_tokens; /* EOTs included */
     size_t train_shards, val_shards;
+    uint64_t train_trained, val_trained; /* format chat: trained targets (mask bits set) per split */
+    ChatTemplate chat_template; /* format chat: the template used (AUTO resolved) */
     size_t runs;               /* sorted runs merged */
     /* Packing report for the train split at o->seq_len: packed rows use every target slot; with
      * --no-pack every document takes ceil((its tokens + EOT) / T) rows of its own (loader.h). */
