@@ -86,13 +86,13 @@ static void write_shard(const char *dir, const char *name, int mask) {
     "--lr 0.5 --schedule constant --warmup 0 --steps 3 --val-every 0 --threads 1 --quiet"
 
 /* Runs `train` on data with B rows per micro-batch, k micro-batches, np ranks (0: no mpirun). */
-static int train(const char *name, const char *data, int np, int B, int k) {
+static int train(const char *name, const char *data, int np, int B, int k, const char *extra) {
     char cmd[4096], launch[1024] = "";
     if (np > 0)
         snprintf(launch, sizeof launch, "timeout 120 %s --allow-run-as-root --oversubscribe -np %d -x OMP_NUM_THREADS=1 ",
                  g_mpi, np);
-    snprintf(cmd, sizeof cmd, "rm -f %s/%s.jsonl; %s%s " COMMON " --data %s --micro-batch %d --grad-accum %d --log %s/%s.jsonl",
-             DIR, name, launch, g_bin, data, B, k, DIR, name);
+    snprintf(cmd, sizeof cmd, "rm -f %s/%s.jsonl; %s%s " COMMON " --data %s --micro-batch %d --grad-accum %d --log %s/%s.jsonl %s",
+             DIR, name, launch, g_bin, data, B, k, DIR, name, extra ? extra : "");
     int rc = rc_run(DIR, name, cmd, NULL);
     if (rc != 0) tu_check(0, name, "exit %d (see %s/%s.out)", rc, DIR, name);
     return rc == 0;
@@ -116,7 +116,7 @@ static double loss_diff(const char *name, const double *ref, int want_tokens, in
 
 static void check_run(const char *name, const char *data, int np, int B, int k, const double *ref, int want_tokens,
                       const char *what) {
-    if (!train(name, data, np, B, k)) return;
+    if (!train(name, data, np, B, k, NULL)) return;
     int tok_ok;
     double d = loss_diff(name, ref, want_tokens, &tok_ok);
     tu_check(d <= 1e-6, name, "%s: %d rank(s), micro-batch %d x accumulation %d: max |loss - PyTorch| = %.3g over %d "
@@ -141,6 +141,27 @@ static void part_loss(void) {
     double d = loss_diff("ones_k2", g_masked, g_rows * g_T, &tok_ok);
     tu_check(d > 1e-4, "control_differs", "the all-ones mask run against the masked reference: max diff %.3g (must "
              "exceed 1e-4, else the masked comparison could not tell masks apart)", d);
+    /* validation on the masked shard after step s = the loss before step s + 1 */
+    char extra[512];
+    snprintf(extra, sizeof extra, "--val-data %s --val-every 1 --val-batches 2", M);
+    if (train("masked_val", M, 0, 2, 2, extra)) {
+        cJSON *all = rc_records(DIR, "masked_val"), *o;
+        double worst = 0;
+        int n = 0, tok_ok = 1;
+        cJSON_ArrayForEach(o, all) {
+            const char *ev = rc_event(o);
+            long st = (long)rc_num(o, "step");
+            if (!ev || strcmp(ev, "val") || st < 1 || st >= g_steps) continue;
+            double d = fabs(rc_num(o, "loss") - g_masked[st]);
+            worst = d > worst || isnan(d) ? d : worst;
+            tok_ok &= rc_num(o, "tokens") == trained;
+            n++;
+        }
+        tu_check(n == g_steps - 1 && worst <= 1e-6 && tok_ok, "val_masked",
+                 "%d validation records after steps 1..%d: max |val loss - PyTorch's next-step loss| = %.3g (tol 1e-6), "
+                 "tokens = %d: %s", n, g_steps - 1, worst, trained, tok_ok ? "yes" : "no");
+        cJSON_Delete(all);
+    }
     /* eval: the masked mean of the initial weights on the masked shard = step 1's loss */
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "%s eval " FIX "/sft_init --data %s --seq-len 8 --micro-batch 3 --json --quiet", g_bin, M);
