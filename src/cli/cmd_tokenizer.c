@@ -1,6 +1,6 @@
 /* cmd_tokenizer.c — `scaletrain tokenizer train|encode|decode` (docs/tokenizer.md).
  *
- *   tokenizer train  --vocab-size N --out DIR [--pattern gpt2|cl100k|o200k] [--holdout F] [--threads N] [--separator S] INPUT...
+ *   tokenizer train  --vocab-size N --out DIR [--pattern gpt2|cl100k|o200k|llama3] [--holdout F] [--threads N] [--separator S] INPUT...
  *   tokenizer encode [--tokenizer gpt2|bytes|DIR] [--format txt|u16le|u32le] FILE [-o OUT]
  *   tokenizer decode [--tokenizer gpt2|bytes|DIR] [--format txt|u16le|u32le] FILE [-o OUT]
  * Also the helpers shared with cmd_prepare.c (cmds_data.h). */
@@ -83,7 +83,8 @@ const char *cli_find_tokenizer_dir(const char *spec, char *buf, size_t n) {
     if (!strcmp(spec, "gpt2")) return cli_find_gpt2_dir(buf, n);
     char probe[PATH_MAX + 64];
     if (!args_find_data_dir(NULL, sub, buf, n)) return NULL;
-    snprintf(probe, sizeof probe, "%s/%s_base.tkr", buf, spec);
+    if (!strcmp(spec, "llama3")) snprintf(probe, sizeof probe, "%s/tokenizer.model", buf);
+    else snprintf(probe, sizeof probe, "%s/%s_base.tkr", buf, spec);
     return access(probe, R_OK) == 0 ? buf : NULL;
 }
 
@@ -106,10 +107,21 @@ static void usage(FILE *f) {
             "       scaletrain tokenizer encode [options] FILE [-o OUT]\n"
             "       scaletrain tokenizer decode [options] FILE [-o OUT]\n"
             "\n"
-            "train: learn a byte-level BPE with GPT-2's pre-tokenization (options: tokenizer train --help)\n"
+            "train: learn a byte-level BPE with the pre-tokenizer of --pattern gpt2 | cl100k | o200k | llama3 [gpt2]\n"
+            "       (options: tokenizer train --help)\n"
             "encode / decode: FILE is text (encode) or ids (decode); '-' is stdin\n"
-            "  --tokenizer T       gpt2 | cl100k | o200k | bytes | FILE.tkr | DIR of a trained tokenizer [gpt2]\n"
-            "  --tokenizer-dir D   where the named tokenizer's files are [<exe>/../data/gpt2_tokenizer or tokenizers]\n"
+            "  --tokenizer T       tokenizer and its pre-tokenizer pattern                 [gpt2]\n"
+            "                        gpt2     GPT-2 BPE (encoder.json + vocab.bpe), GPT-2's pattern, 50257 ids\n"
+            "                        cl100k   tiktoken cl100k_base (cl100k_base.tkr), cl100k's pattern, 100277 ids\n"
+            "                        o200k    tiktoken o200k_base (o200k_base.tkr), o200k's pattern, 200019 ids\n"
+            "                        llama3   Meta's Llama 3 (tokenizer.model + 256 special tokens), Llama 3's\n"
+            "                                 pattern (= cl100k's), 128256 ids, EOT <|end_of_text|> 128001\n"
+            "                        bytes    one id per byte + EOT, 257 ids\n"
+            "                        FILE.tkr a rank file: the pattern it names\n"
+            "                        DIR      encoder.json + vocab.bpe (+ `pattern`: gpt2 | cl100k | o200k |\n"
+            "                                 llama3), or tokenizer.model + `pattern` reading llama3\n"
+            "  --tokenizer-dir D   where the named tokenizer's files are [<exe>/../data/gpt2_tokenizer,\n"
+            "                      .../data/tokenizers (cl100k, o200k), .../data/tokenizers/llama3 (llama3)]\n"
             "  --format F          ids as txt (decimal, space-separated) | u16le | u32le   [txt]\n"
             "  -o, --output OUT    output file ('-' = stdout)                              [-]\n"
             "  -h, --help          this help\n");
@@ -158,7 +170,7 @@ static int cmd_train(int argc, char **argv) {
     snprintf(sep, sizeof sep, "%s", po.separator);
     ArgSpec specs[] = {
         {"vocab-size", ARG_LONG, &vocab, 0, "vocabulary incl. 256 bytes and <|endoftext|> (>= 257)"},
-        {"pattern", ARG_STR, pattern, sizeof pattern, "pre-tokenizer: gpt2 | cl100k | o200k (recorded in DIR/pattern)"},
+        {"pattern", ARG_STR, pattern, sizeof pattern, "pre-tokenizer: gpt2 | cl100k | o200k | llama3 (recorded in DIR/pattern)"},
         {"out", ARG_STR, out, sizeof out, "output directory for encoder.json + vocab.bpe (required)"},
         {"holdout", ARG_DOUBLE, &holdout, 0, "last fraction of the corpus held out for the bytes/token report"},
         {"threads", ARG_INT, &threads, 0, "pre-token counting threads (0 = all cores)"},
@@ -182,7 +194,7 @@ static int cmd_train(int argc, char **argv) {
         rc = fail(2, "--vocab-size: expected an integer >= 257 (256 bytes + <|endoftext|>), found %ld", vocab);
     if (!rc && !(holdout >= 0 && holdout < 1)) rc = fail(2, "--holdout: expected a fraction in [0, 1), found %g", holdout);
     BpePattern pat = BPE_PATTERN_GPT2;
-    if (!rc && bpe_pattern_parse(pattern, &pat)) rc = fail(2, "--pattern: expected gpt2, cl100k or o200k, found '%s'", pattern);
+    if (!rc && bpe_pattern_parse(pattern, &pat)) rc = fail(2, "--pattern: expected gpt2, cl100k, o200k or llama3, found '%s'", pattern);
     if (!rc && (threads < 0 || threads > 4096)) rc = fail(2, "--threads: expected 0..4096, found %d", threads);
     if (!rc && !out[0]) rc = fail(2, "--out: expected an output directory, found nothing (see --help)");
     if (!rc && nfiles == 0) rc = fail(2, "expected at least one corpus INPUT, found none (see --help)");
@@ -302,7 +314,7 @@ static int cmd_codec(int argc, char **argv, int encode) {
     const char *sub = tokenizer_data_subdir(spec);
     if (dir && !sub)
         return fail(2, "--tokenizer-dir: would change nothing for tokenizer '%s'; expected it only with --tokenizer "
-                       "gpt2, cl100k or o200k", spec);
+                       "gpt2, cl100k, o200k or llama3", spec);
     char gdir[PATH_MAX];
     if (!dir && sub && !(dir = cli_find_tokenizer_dir(spec, gdir, sizeof gdir)))
         return fail(2, "tokenizer %s: expected its files next to the executable (../data/%s) or in ./data/%s, found "

@@ -3,10 +3,11 @@
  *
  * Contents:
  *   1. character classes (UTF-8 decoding + generated Unicode range tables)
- *   2. pre-tokenization (GPT-2's, cl100k's and o200k's regexes, by hand)
+ *   2. pre-tokenization (GPT-2's, cl100k's (= Llama 3's) and o200k's regexes, by hand)
  *   3. byte <-> unicode map of GPT-2's files
  *   4. hash tables (merges by id pair, token bytes -> id)
- *   5. loading encoder.json + vocab.bpe; loading rank files
+ *   5. loading encoder.json + vocab.bpe; loading rank files; Meta's Llama 3 tokenizer.model; special
+ *      tokens by name
  *   6. BPE of one pre-token (rank-ordered merges, heap for long pre-tokens), encode, decode
  * Contract and thread-safety notes are in bpe.h; the format is in docs/tokenizer.md. */
 #include "data/bpe.h"
@@ -313,10 +314,12 @@ size_t bpe_pretoken_end_pattern(BpePattern p, const uint8_t *s, size_t n, size_t
     static const PatRules digits4_c = {0, 1, 4, 0, 0}, case_c = {0, 0, 3, 0, 0},
                           case_o = {1, 0, 3, M_UPPER, M_LOWER}, digits4_o = {1, 1, 4, M_UPPER, M_LOWER};
     switch (p) {
-    case BPE_PATTERN_CL100K: return tik_pretoken_end(&RULES_CL100K, s, n, i);
+    case BPE_PATTERN_CL100K:
+    case BPE_PATTERN_LLAMA3: return tik_pretoken_end(&RULES_CL100K, s, n, i);
     case BPE_PATTERN_O200K: return tik_pretoken_end(&RULES_O200K, s, n, i);
     case BPE_PATTERN_TEST_CL100K_DIGITS4: return tik_pretoken_end(&digits4_c, s, n, i);
-    case BPE_PATTERN_TEST_CL100K_CASE: return tik_pretoken_end(&case_c, s, n, i);
+    case BPE_PATTERN_TEST_CL100K_CASE:
+    case BPE_PATTERN_TEST_LLAMA3_CASE: return tik_pretoken_end(&case_c, s, n, i);
     case BPE_PATTERN_TEST_O200K_CASE: return tik_pretoken_end(&case_o, s, n, i);
     case BPE_PATTERN_TEST_O200K_DIGITS4: return tik_pretoken_end(&digits4_o, s, n, i);
     default: return bpe_pretoken_end(s, n, i);
@@ -325,7 +328,8 @@ size_t bpe_pretoken_end_pattern(BpePattern p, const uint8_t *s, size_t n, size_t
 
 int bpe_pattern_parse(const char *name, BpePattern *out) {
     static const struct { const char *name; BpePattern p; } tab[] = {
-        {"gpt2", BPE_PATTERN_GPT2}, {"cl100k", BPE_PATTERN_CL100K}, {"o200k", BPE_PATTERN_O200K}};
+        {"gpt2", BPE_PATTERN_GPT2}, {"cl100k", BPE_PATTERN_CL100K}, {"o200k", BPE_PATTERN_O200K},
+        {"llama3", BPE_PATTERN_LLAMA3}};
     for (size_t k = 0; name && k < sizeof tab / sizeof *tab; k++)
         if (!strcmp(name, tab[k].name)) {
             *out = tab[k].p;
@@ -335,7 +339,11 @@ int bpe_pattern_parse(const char *name, BpePattern *out) {
 }
 
 const char *bpe_pattern_name(BpePattern p) {
-    return p == BPE_PATTERN_GPT2 ? "gpt2" : p == BPE_PATTERN_CL100K ? "cl100k" : p == BPE_PATTERN_O200K ? "o200k" : "test";
+    return p == BPE_PATTERN_GPT2     ? "gpt2"
+           : p == BPE_PATTERN_CL100K ? "cl100k"
+           : p == BPE_PATTERN_O200K  ? "o200k"
+           : p == BPE_PATTERN_LLAMA3 ? "llama3"
+                                     : "test";
 }
 
 /* ================================================================== 3. byte <-> unicode */
@@ -437,9 +445,11 @@ typedef struct {
 struct Tokenizer {
     int kind;             /* KIND_* */
     BpePattern pattern;   /* pre-tokenizer */
-    char name[16];        /* tiktoken encodings: the rank file's pattern name ("cl100k", "o200k") */
+    char name[16];        /* tiktoken encodings: the rank file's pattern name ("cl100k", "o200k"), "llama3" */
     uint32_t vocab;       /* highest id + 1 (holes and special tokens included) */
-    uint32_t eot;         /* id of <|endoftext|> */
+    uint32_t eot;         /* id that ends a document: <|endoftext|> (llama3: <|end_of_text|>) */
+    uint32_t first_special; /* ids >= this that are not holes are special tokens (EOT's id for gpt2,
+                               bytes and directory tokenizers; the rank count for tiktoken ones) */
     uint8_t *pool;        /* token bytes, concatenated (a hole has none) */
     size_t *off;          /* [vocab + 1] offsets of each token's bytes in pool */
     uint32_t byte_id[256];/* single-byte token of each byte */
@@ -504,6 +514,7 @@ static Status load_bytes(Tokenizer **out, Err *err) {
     t->kind = KIND_BYTES;
     t->vocab = 257;
     t->eot = 256;
+    t->first_special = 256;
     t->pool = malloc(256 + sizeof EOT_TEXT);
     t->off = malloc(258 * sizeof *t->off);
     if (!t->pool || !t->off) {
@@ -594,6 +605,7 @@ Status tokenizer_load_files(Tokenizer **out, const char *enc_path, const char *b
     t->kind = KIND_BPE;
     t->vocab = (uint32_t)nv;
     t->eot = t->vocab - 1;
+    t->first_special = t->eot;
     t->off = calloc((size_t)nv + 1, sizeof *t->off);
     size_t *lens = calloc((size_t)nv, sizeof *lens);
     long *src = malloc((size_t)nv * sizeof *src); /* unused slot marker */
@@ -765,6 +777,14 @@ static const char PAT_O200K[] =
     "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
     "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+/* Llama 3's pat_str, verbatim from Meta's tokenizer.py: character for character the string above (the
+ * pat_str of cl100k_base in npm tiktoken 1.0.22; Python tiktoken's newer cl100k string with possessive
+ * quantifiers, `\s++$` and `\s*[\r\n]` matches the same pre-tokens), so the same rules implement it.
+ * It is kept as its own constant because it is Meta's, not OpenAI's: if one changes, the other does not. */
+static const char PAT_LLAMA3[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
 static uint64_t fnv1a64(const uint8_t *b, size_t n) {
     uint64_t h = 0xcbf29ce484222325ULL;
     for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
@@ -793,12 +813,70 @@ static int bytesmap_build(BytesMap *m, const Tokenizer *t, uint32_t nordinary) {
     return 0;
 }
 
+/* The common end of loading a rank set (a rank file or tokenizer.model): t->pool / t->off hold ranks
+ * 0..nranks-1 then the special tokens. Checks that ranks are non-empty and distinct and that every
+ * byte is a token, builds the whole-pre-token map and the merge table, computes the hash. Errors name
+ * `path`. */
+static Status ranks_finish(Tokenizer *t, const char *path, uint32_t nranks, Err *err) {
+    Status st = ST_OK;
+    uint32_t *pairs = NULL;
+    for (uint32_t r = 0; r < nranks; r++)
+        if (t->off[r + 1] == t->off[r]) {
+            st = err_set(err, ST_ERR_INPUT, "%s: expected non-empty tokens, found rank %u empty", path, r);
+            goto done;
+        }
+    if (bytesmap_build(&t->pieces, t, nranks)) goto oom;
+    for (uint32_t r = 0; r < nranks; r++)
+        if (bytesmap_find(&t->pieces, t->pool + t->off[r], t->off[r + 1] - t->off[r]) != r) {
+            st = err_set(err, ST_ERR_INPUT, "%s: expected distinct tokens, found rank %u repeating an earlier one", path, r);
+            goto done;
+        }
+    for (int c = 0; c < 256; c++) {
+        uint8_t by = (uint8_t)c;
+        if ((t->byte_id[c] = bytesmap_find(&t->pieces, &by, 1)) == UINT32_MAX) {
+            st = err_set(err, ST_ERR_INPUT, "%s: expected a token for every byte, found none for 0x%02X", path, c);
+            goto done;
+        }
+    }
+    /* tiktoken merges two adjacent parts when their concatenation is a token, lowest rank first:
+     * the same as merging id pairs (a, b) -> token a+b at rank(a+b), for every split of every token
+     * into two tokens. Collected first, then put into a table of the right size. */
+    size_t np = 0, cp = 1 << 16;
+    pairs = malloc(cp * 3 * sizeof *pairs);
+    if (!pairs) goto oom;
+    for (uint32_t r = 0; r < nranks; r++) {
+        const uint8_t *tb = t->pool + t->off[r];
+        size_t l = t->off[r + 1] - t->off[r];
+        for (size_t k = 1; k < l; k++) {
+            uint32_t a = bytesmap_find(&t->pieces, tb, k), c = a == UINT32_MAX ? a : bytesmap_find(&t->pieces, tb + k, l - k);
+            if (c == UINT32_MAX) continue;
+            if (np == cp) {
+                uint32_t *q = realloc(pairs, 2 * cp * 3 * sizeof *pairs);
+                if (!q) goto oom;
+                pairs = q;
+                cp *= 2;
+            }
+            pairs[3 * np] = a, pairs[3 * np + 1] = c, pairs[3 * np + 2] = r;
+            np++;
+        }
+    }
+    if (mergemap_init(&t->merges, np)) goto oom;
+    for (size_t k = 0; k < np; k++)
+        mergemap_put(&t->merges, (uint64_t)pairs[3 * k] << 32 | pairs[3 * k + 1], (uint64_t)pairs[3 * k + 2] << 32 | pairs[3 * k + 2]);
+    compute_hash(t);
+    goto done;
+oom:
+    st = err_set(err, ST_ERR_RUNTIME, "%s: out of memory loading the rank file", path);
+done:
+    free(pairs);
+    return st;
+}
+
 Status tokenizer_load_ranks(Tokenizer **out, const char *path, BpePattern pattern, Err *err) {
     *out = NULL;
     char *buf = NULL;
     size_t n = 0;
     Tokenizer *t = NULL;
-    uint32_t *pairs = NULL;
     Status st = slurp(path, &buf, &n, err);
     if (st) return st;
     const uint8_t *b = (const uint8_t *)buf;
@@ -837,10 +915,10 @@ Status tokenizer_load_ranks(Tokenizer **out, const char *path, BpePattern patter
     }
     BpePattern fp;
     if (bpe_pattern_parse(name, &fp) || fp == BPE_PATTERN_GPT2) {
-        st = err_set(err, ST_ERR_INPUT, "%s: expected pattern cl100k or o200k, found \"%s\"", path, name);
+        st = err_set(err, ST_ERR_INPUT, "%s: expected pattern cl100k, o200k or llama3, found \"%s\"", path, name);
         goto done;
     }
-    const char *impl = fp == BPE_PATTERN_CL100K ? PAT_CL100K : PAT_O200K;
+    const char *impl = fp == BPE_PATTERN_O200K ? PAT_O200K : fp == BPE_PATTERN_LLAMA3 ? PAT_LLAMA3 : PAT_CL100K;
     if (strcmp(pat, impl) != 0) {
         st = err_set(err, ST_ERR_INPUT, "%s: expected %s's pat_str \"%s\", found \"%.200s\"", path, name, impl, pat);
         goto done;
@@ -908,50 +986,8 @@ Status tokenizer_load_ranks(Tokenizer **out, const char *path, BpePattern patter
         pos += 5 + l;
     }
     t->off[vocab] = o;
-    for (uint32_t r = 0; r < nranks; r++)
-        if (t->off[r + 1] == t->off[r]) {
-            st = err_set(err, ST_ERR_INPUT, "%s: expected non-empty tokens, found rank %u empty", path, r);
-            goto done;
-        }
-    if (bytesmap_build(&t->pieces, t, nranks)) goto oom;
-    for (uint32_t r = 0; r < nranks; r++)
-        if (bytesmap_find(&t->pieces, t->pool + t->off[r], t->off[r + 1] - t->off[r]) != r) {
-            st = err_set(err, ST_ERR_INPUT, "%s: expected distinct tokens, found rank %u repeating an earlier one", path, r);
-            goto done;
-        }
-    for (int c = 0; c < 256; c++) {
-        uint8_t by = (uint8_t)c;
-        if ((t->byte_id[c] = bytesmap_find(&t->pieces, &by, 1)) == UINT32_MAX) {
-            st = err_set(err, ST_ERR_INPUT, "%s: expected a token for every byte, found none for 0x%02X", path, c);
-            goto done;
-        }
-    }
-    /* tiktoken merges two adjacent parts when their concatenation is a token, lowest rank first:
-     * the same as merging id pairs (a, b) -> token a+b at rank(a+b), for every split of every token
-     * into two tokens. Collected first, then put into a table of the right size. */
-    size_t np = 0, cp = 1 << 16;
-    pairs = malloc(cp * 3 * sizeof *pairs);
-    if (!pairs) goto oom;
-    for (uint32_t r = 0; r < nranks; r++) {
-        const uint8_t *tb = t->pool + t->off[r];
-        size_t l = t->off[r + 1] - t->off[r];
-        for (size_t k = 1; k < l; k++) {
-            uint32_t a = bytesmap_find(&t->pieces, tb, k), c = a == UINT32_MAX ? a : bytesmap_find(&t->pieces, tb + k, l - k);
-            if (c == UINT32_MAX) continue;
-            if (np == cp) {
-                uint32_t *q = realloc(pairs, 2 * cp * 3 * sizeof *pairs);
-                if (!q) goto oom;
-                pairs = q;
-                cp *= 2;
-            }
-            pairs[3 * np] = a, pairs[3 * np + 1] = c, pairs[3 * np + 2] = r;
-            np++;
-        }
-    }
-    if (mergemap_init(&t->merges, np)) goto oom;
-    for (size_t k = 0; k < np; k++)
-        mergemap_put(&t->merges, (uint64_t)pairs[3 * k] << 32 | pairs[3 * k + 1], (uint64_t)pairs[3 * k + 2] << 32 | pairs[3 * k + 2]);
-    compute_hash(t);
+    t->first_special = nranks;
+    if ((st = ranks_finish(t, path, nranks, err))) goto done;
     *out = t;
     t = NULL;
     st = ST_OK;
@@ -962,14 +998,160 @@ truncated:
 oom:
     st = err_set(err, ST_ERR_RUNTIME, "%s: out of memory loading the rank file", path);
 done:
-    free(pairs);
     free(buf);
     tokenizer_free(t);
     return st;
 }
 
+/* ---- Meta's Llama 3 tokenizer.model (docs/tokenizer.md §3c) ------------------------------ */
+
+enum { LLAMA3_RANKS = 128000, LLAMA3_SPECIALS = 256 };
+
+/* The names of Meta's special tokens 128000..128011, in id order, as in Meta's llama-models
+ * models/llama3/tokenizer.py (Llama 3.1 and later; Llama 3.0 called 128004, 128005, 128008, 128010
+ * and 128011 <|reserved_special_token_2..6|>). Ids 128012..128255 are <|reserved_special_token_2|> ..
+ * <|reserved_special_token_245|>. */
+static const char *const LLAMA3_NAMED[] = {
+    "<|begin_of_text|>",   "<|end_of_text|>",        "<|reserved_special_token_0|>", "<|reserved_special_token_1|>",
+    "<|finetune_right_pad_id|>", "<|step_id|>",     "<|start_header_id|>",          "<|end_header_id|>",
+    "<|eom_id|>",          "<|eot_id|>",             "<|python_tag|>",               "<|image|>",
+};
+enum { LLAMA3_NNAMED = sizeof LLAMA3_NAMED / sizeof *LLAMA3_NAMED };
+
+/* The text of Llama 3 special token k (id 128000 + k) into buf (>= 40 bytes); returns its length. */
+static size_t llama3_special_text(uint32_t k, char *buf, size_t cap) {
+    if (k < LLAMA3_NNAMED) return (size_t)snprintf(buf, cap, "%s", LLAMA3_NAMED[k]);
+    return (size_t)snprintf(buf, cap, "<|reserved_special_token_%u|>", k - LLAMA3_NNAMED + 2);
+}
+
+/* Standard base64 (RFC 4648 alphabet, '=' padding, length a multiple of 4) of s[0..n) into out;
+ * returns the decoded length, or -1 if s is not such a string. */
+static long base64_decode(const uint8_t *s, size_t n, uint8_t *out) {
+    static const char alpha[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    int8_t v[256];
+    memset(v, -1, sizeof v);
+    for (int k = 0; k < 64; k++) v[(uint8_t)alpha[k]] = (int8_t)k;
+    if (n == 0 || n % 4) return -1;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 4) {
+        int pad = (s[i + 3] == '=') + (s[i + 2] == '=' && s[i + 3] == '=');
+        if (pad && i + 4 != n) return -1;
+        int a = v[s[i]], b = v[s[i + 1]], c = pad >= 2 ? 0 : v[s[i + 2]], d = pad >= 1 ? 0 : v[s[i + 3]];
+        if (a < 0 || b < 0 || c < 0 || d < 0) return -1;
+        uint32_t w = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)c << 6 | (uint32_t)d;
+        out[o++] = (uint8_t)(w >> 16);
+        if (pad < 2) out[o++] = (uint8_t)(w >> 8);
+        if (pad < 1) out[o++] = (uint8_t)w;
+    }
+    return (long)o;
+}
+
+Status tokenizer_load_llama3(Tokenizer **out, const char *path, BpePattern pattern, Err *err) {
+    *out = NULL;
+    char *buf = NULL;
+    size_t n = 0;
+    Tokenizer *t = NULL;
+    Status st = slurp(path, &buf, &n, err);
+    if (st) return st;
+    const uint8_t *b = (const uint8_t *)buf;
+    /* lines: LF-terminated (the last one may lack its LF); count them first */
+    size_t nlines = 0;
+    for (size_t i = 0; i < n; i++) nlines += b[i] == '\n';
+    if (n && b[n - 1] != '\n') nlines++;
+    if (nlines != LLAMA3_RANKS) {
+        st = err_set(err, ST_ERR_INPUT, "%s: expected %u lines `base64(token) rank` (Meta's Llama 3 tokenizer.model), "
+                     "found %zu lines", path, LLAMA3_RANKS, nlines);
+        goto done;
+    }
+    t = calloc(1, sizeof *t);
+    if (!t) goto oom;
+    t->kind = KIND_TIKTOKEN;
+    t->pattern = pattern == BPE_PATTERN_FILE ? BPE_PATTERN_LLAMA3 : pattern;
+    snprintf(t->name, sizeof t->name, "llama3");
+    t->vocab = LLAMA3_RANKS + LLAMA3_SPECIALS;
+    t->eot = LLAMA3_RANKS + 1; /* <|end_of_text|> */
+    t->first_special = LLAMA3_RANKS;
+    t->off = calloc((size_t)t->vocab + 1, sizeof *t->off);
+    t->pool = malloc(n + 64 * LLAMA3_SPECIALS); /* decoded tokens are shorter than their base64 */
+    if (!t->off || !t->pool) goto oom;
+    size_t pos = 0, o = 0;
+    for (uint32_t line = 0; line < LLAMA3_RANKS; line++) {
+        size_t e = pos, sp = SIZE_MAX;
+        while (e < n && b[e] != '\n') {
+            if (b[e] == ' ' && sp == SIZE_MAX) sp = e;
+            e++;
+        }
+        if (sp == SIZE_MAX || sp == pos || sp + 1 == e) {
+            st = err_set(err, ST_ERR_INPUT, "%s:%u: expected `base64(token) rank`, found \"%.*s\"", path, line + 1,
+                         (int)(e - pos > 60 ? 60 : e - pos), (const char *)(b + pos));
+            goto done;
+        }
+        long l = base64_decode(b + pos, sp - pos, t->pool + o);
+        if (l <= 0) {
+            st = err_set(err, ST_ERR_INPUT, "%s:%u: expected the token's bytes in base64, found \"%.*s\"", path, line + 1,
+                         (int)(sp - pos > 60 ? 60 : sp - pos), (const char *)(b + pos));
+            goto done;
+        }
+        unsigned long rank = 0;
+        int ok = e - (sp + 1) <= 9;
+        for (size_t k = sp + 1; ok && k < e; k++) {
+            if (b[k] < '0' || b[k] > '9') ok = 0;
+            else rank = rank * 10 + (unsigned long)(b[k] - '0');
+        }
+        if (!ok || rank != line) {
+            st = err_set(err, ST_ERR_INPUT, "%s:%u: expected rank %u (ranks in order from 0), found \"%.*s\"", path, line + 1,
+                         line, (int)(e - sp - 1 > 20 ? 20 : e - sp - 1), (const char *)(b + sp + 1));
+            goto done;
+        }
+        t->off[line] = o;
+        o += (size_t)l;
+        pos = e + 1;
+    }
+    for (uint32_t k = 0; k < LLAMA3_SPECIALS; k++) {
+        t->off[LLAMA3_RANKS + k] = o;
+        o += llama3_special_text(k, (char *)t->pool + o, 64);
+    }
+    t->off[t->vocab] = o;
+    if ((st = ranks_finish(t, path, LLAMA3_RANKS, err))) goto done;
+    *out = t;
+    t = NULL;
+    goto done;
+oom:
+    st = err_set(err, ST_ERR_RUNTIME, "%s: out of memory loading the Llama 3 tokenizer", path);
+done:
+    free(buf);
+    tokenizer_free(t);
+    return st;
+}
+
+int tokenizer_special_id(const Tokenizer *t, const char *text, uint32_t *id) {
+    size_t n = strlen(text);
+    for (uint32_t k = t->first_special; k < t->vocab; k++) {
+        size_t l = t->off[k + 1] - t->off[k];
+        if (l == n && l && !memcmp(t->pool + t->off[k], text, n)) {
+            *id = k;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+uint32_t tokenizer_special_count(const Tokenizer *t) {
+    uint32_t c = 0;
+    for (uint32_t k = t->first_special; k < t->vocab; k++) c += t->off[k + 1] != t->off[k];
+    return c;
+}
+
+uint32_t tokenizer_special_at(const Tokenizer *t, uint32_t k) {
+    for (uint32_t id = t->first_special; id < t->vocab; id++)
+        if (t->off[id + 1] != t->off[id] && k-- == 0) return id;
+    ST_CHECK(!"tokenizer_special_at: k >= tokenizer_special_count");
+    return UINT32_MAX;
+}
+
 long tokenizer_named_eot(const char *spec) {
-    static const struct { const char *name; long eot; } tab[] = {{"gpt2", 50256}, {"cl100k", 100257}, {"o200k", 199999}, {"bytes", 256}};
+    static const struct { const char *name; long eot; } tab[] = {{"gpt2", 50256}, {"cl100k", 100257}, {"o200k", 199999},
+                                                                 {"llama3", LLAMA3_RANKS + 1}, {"bytes", 256}};
     for (size_t k = 0; spec && k < sizeof tab / sizeof *tab; k++)
         if (!strcmp(spec, tab[k].name)) return tab[k].eot;
     return -1;
@@ -979,6 +1161,7 @@ const char *tokenizer_data_subdir(const char *spec) {
     if (!spec) return NULL;
     if (!strcmp(spec, "gpt2")) return "gpt2_tokenizer";
     if (!strcmp(spec, "cl100k") || !strcmp(spec, "o200k")) return "tokenizers";
+    if (!strcmp(spec, "llama3")) return "tokenizers/llama3";
     return NULL;
 }
 
@@ -993,14 +1176,17 @@ static Status read_pattern_file(const char *dir, BpePattern *p, Err *err) {
     Status st = slurp(path, &buf, &n, err);
     if (st) return st;
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) buf[--n] = 0;
-    if (bpe_pattern_parse(buf, p)) st = err_set(err, ST_ERR_INPUT, "%s: expected gpt2, cl100k or o200k, found \"%.40s\"", path, buf);
+    if (bpe_pattern_parse(buf, p))
+        st = err_set(err, ST_ERR_INPUT, "%s: expected gpt2, cl100k, o200k or llama3, found \"%.40s\"", path, buf);
     free(buf);
     return st;
 }
 
 Status tokenizer_load(Tokenizer **out, const char *spec, const char *data_dir, Err *err) {
     *out = NULL;
-    if (!spec) return err_set(err, ST_ERR_INPUT, "tokenizer: expected gpt2, cl100k, o200k, bytes, a rank file or a directory, found nothing");
+    if (!spec)
+        return err_set(err, ST_ERR_INPUT, "tokenizer: expected gpt2, cl100k, o200k, llama3, bytes, a rank file or a "
+                                          "directory, found nothing");
     if (strcmp(spec, "bytes") == 0) return load_bytes(out, err);
     const char *dir = spec;
     char rp[2048];
@@ -1017,6 +1203,13 @@ Status tokenizer_load(Tokenizer **out, const char *spec, const char *data_dir, E
         }
         return st;
     }
+    if (!strcmp(spec, "llama3")) {
+        if (!data_dir)
+            return err_set(err, ST_ERR_INPUT, "tokenizer llama3: expected the directory holding Meta's tokenizer.model, "
+                                              "found none (give --tokenizer-dir)");
+        snprintf(rp, sizeof rp, "%s/tokenizer.model", data_dir);
+        return tokenizer_load_llama3(out, rp, BPE_PATTERN_FILE, err);
+    }
     if (!strcmp(spec, "gpt2")) {
         if (!data_dir)
             return err_set(err, ST_ERR_INPUT, "tokenizer gpt2: expected a directory with encoder.json and vocab.bpe, "
@@ -1027,13 +1220,18 @@ Status tokenizer_load(Tokenizer **out, const char *spec, const char *data_dir, E
     if (stat(dir, &sb) == 0 && S_ISREG(sb.st_mode)) return tokenizer_load_ranks(out, dir, BPE_PATTERN_FILE, err);
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return err_set(err, ST_ERR_INPUT,
-                       "tokenizer %s: expected gpt2, cl100k, o200k, bytes, a rank file or a directory with encoder.json "
-                       "and vocab.bpe, found %s", dir, stat(dir, &sb) != 0 ? "no such file or directory" : "neither");
+                       "tokenizer %s: expected gpt2, cl100k, o200k, llama3, bytes, a rank file or a directory with "
+                       "encoder.json and vocab.bpe, found %s", dir, stat(dir, &sb) != 0 ? "no such file or directory" : "neither");
     BpePattern pat;
     Status st = read_pattern_file(dir, &pat, err);
     if (st) return st;
-    char ep[2048], bp[2048];
+    /* Meta's tokenizer.model with a `pattern` file reading llama3 (what fetch-llama3-tokenizer.sh writes);
+     * a directory trained with --pattern llama3 has encoder.json and no tokenizer.model */
+    char mp[2048], ep[2048], bp[2048];
+    snprintf(mp, sizeof mp, "%s/tokenizer.model", dir);
     snprintf(ep, sizeof ep, "%s/encoder.json", dir);
+    if (pat == BPE_PATTERN_LLAMA3 && (stat(mp, &sb) == 0 || stat(ep, &sb) != 0))
+        return tokenizer_load_llama3(out, mp, BPE_PATTERN_FILE, err);
     snprintf(bp, sizeof bp, "%s/vocab.bpe", dir);
     st = tokenizer_load_files(out, ep, bp, err);
     if (!st && pat != BPE_PATTERN_GPT2) {
@@ -1050,7 +1248,8 @@ uint64_t tokenizer_hash(const Tokenizer *t) { return t->hash; }
 const char *tokenizer_kind(const Tokenizer *t) {
     if (t->kind == KIND_TIKTOKEN)
         return t->pattern == BPE_PATTERN_CL100K && !strcmp(t->name, "cl100k") ? "cl100k"
-               : t->pattern == BPE_PATTERN_O200K && !strcmp(t->name, "o200k") ? "o200k" : "tiktoken";
+               : t->pattern == BPE_PATTERN_O200K && !strcmp(t->name, "o200k") ? "o200k"
+               : t->pattern == BPE_PATTERN_LLAMA3 && !strcmp(t->name, "llama3") ? "llama3" : "tiktoken";
     return t->kind == KIND_BYTES ? "bytes" : t->kind == KIND_GPT2 ? "gpt2" : "bpe";
 }
 BpePattern tokenizer_pattern(const Tokenizer *t) { return t->pattern; }
@@ -1224,7 +1423,7 @@ Status tokenizer_encode(const Tokenizer *t, const uint8_t *text, size_t n, uint3
     while (i < n) {
         /* the common patterns inline (their rules are constants there) */
         size_t j = pat == BPE_PATTERN_GPT2     ? bpe_pretoken_end(text, n, i)
-                   : pat == BPE_PATTERN_CL100K ? tik_pretoken_end(&RULES_CL100K, text, n, i)
+                   : pat == BPE_PATTERN_CL100K || pat == BPE_PATTERN_LLAMA3 ? tik_pretoken_end(&RULES_CL100K, text, n, i)
                    : pat == BPE_PATTERN_O200K  ? tik_pretoken_end(&RULES_O200K, text, n, i)
                                                : bpe_pretoken_end_pattern(pat, text, n, i);
         if (ids_reserve(ids, cap, *nids + (j - i))) {

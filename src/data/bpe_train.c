@@ -1,6 +1,6 @@
 /* bpe_train.c — learning a byte-level BPE (contract in bpe.h, format in docs/tokenizer.md).
  *
- * 1. count pre-tokens (the chosen pattern: GPT-2's, cl100k's or o200k's) in a hash map of byte strings;
+ * 1. count pre-tokens (the chosen pattern: GPT-2's, cl100k's, o200k's or Llama 3's) in a hash map of byte strings;
  * 2. each distinct pre-token becomes a "word": a symbol sequence (initially its bytes) and a count;
  * 3. pair counts (adjacent symbols, weighted by word count, overlapping pairs counted) in a hash map,
  *    each pair with the list of words it occurs in; a max-heap of (count, pair) with lazy deletion:
@@ -287,7 +287,7 @@ typedef struct {
  * depend on the input only. Returns the count, or SIZE_MAX on out of memory. */
 /* A cut just before the '\n' at s[i] is a pre-token boundary whatever follows: no rule looks behind,
  * and the pre-token ending at s[i - 1] cannot extend over a newline when s[i - 1] is printable
- * non-space ASCII (gpt2), or an ASCII letter or digit (cl100k, o200k: their punctuation runs take
+ * non-space ASCII (gpt2), or an ASCII letter or digit (cl100k, o200k, llama3: their punctuation runs take
  * trailing newlines, `[\r\n]*`). */
 static int cut_before(const uint8_t *s, size_t i, BpePattern p) {
     uint8_t c = s[i - 1];
@@ -493,8 +493,9 @@ Status bpe_train(const uint8_t *const *texts, const size_t *lens, size_t ntexts,
     size_t ntouched = 0, ctouched = 0;
     uint64_t corpus = 0;
     for (size_t f = 0; f < ntexts; f++) corpus += lens[f];
-    if (o->pattern != BPE_PATTERN_GPT2 && o->pattern != BPE_PATTERN_CL100K && o->pattern != BPE_PATTERN_O200K)
-        return err_set(err, ST_ERR_INPUT, "pattern: expected gpt2, cl100k or o200k, found %d", (int)o->pattern);
+    if (o->pattern != BPE_PATTERN_GPT2 && o->pattern != BPE_PATTERN_CL100K && o->pattern != BPE_PATTERN_O200K &&
+        o->pattern != BPE_PATTERN_LLAMA3)
+        return err_set(err, ST_ERR_INPUT, "pattern: expected gpt2, cl100k, o200k or llama3, found %d", (int)o->pattern);
     if (count_pretokens(texts, lens, ntexts, o->threads, o->pattern, &pt, &npt)) goto oom;
     /* base vocabulary: id = byte value */
     size_t nmerge_max = o->vocab_size - 257;

@@ -122,23 +122,10 @@ int chat_parse(const char *line, size_t n, uint8_t **out, size_t *len, size_t *c
 
 /* ================================================================== 3. special tokens */
 
-/* The id of special token `text` of tok, or -1: an id whose bytes are the text and that encoding the
- * text does not produce (TODO: tokenizer_special_id once the Llama 3 tokenizer branch is merged). */
+/* The id of special token `text` of tok, or -1 (ordinary tokens with the same bytes are not found). */
 static long special_id(const Tokenizer *tok, const char *text) {
-    size_t tl = strlen(text);
-    for (uint32_t id = tokenizer_vocab_size(tok); id-- > 0;) {
-        size_t l;
-        const uint8_t *b = tokenizer_token_bytes(tok, id, &l);
-        if (!b || l != tl || memcmp(b, text, tl)) continue;
-        uint32_t *ids = NULL;
-        size_t n = 0, cap = 0;
-        Err e;
-        int ordinary = tokenizer_encode(tok, (const uint8_t *)text, tl, &ids, &n, &cap, &e) == ST_OK && n == 1 &&
-                       ids[0] == id;
-        free(ids);
-        return ordinary ? -1 : (long)id;
-    }
-    return -1;
+    uint32_t id;
+    return tokenizer_special_id(tok, text, &id) == 0 ? (long)id : -1;
 }
 
 Status chat_format_init(ChatFormat *f, ChatTemplate t, const Tokenizer *tok, Err *err) {
