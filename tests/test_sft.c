@@ -17,10 +17,13 @@
  *    a dataset where one shard has a mask and another has none, a mask of another shard's tokens (same
  *    count: the hash), and a mask of another length are refused naming the file. Control: the same
  *    shards with their own masks open.
- * 3. prepare --format chat (plain template, GPT-2): the documents of the shard and its mask equal
- *    tests/fixtures/sft_chat_expected.txt, rendered independently by gen_sft_chat.py (its own template
- *    code, the tokenizer CLI, byte offsets from encoder.json), as a multiset (prepare orders documents by
- *    key). Negative control: the expectation with one mask bit flipped does not match. The validation
+ * 3. prepare --format chat: the documents of the shard and its mask, as a multiset (prepare orders
+ *    documents by key), equal an independent rendering by gen_sft_chat.py: plain with GPT-2
+ *    (sft_chat_expected.txt: its own template code, the tokenizer CLI, byte offsets from encoder.json)
+ *    and llama3 with Meta's Llama 3 tokenizer (sft_chat_llama3_expected.txt: Meta's reference
+ *    ChatFormat, each piece encoded on its own; the tokenizer.model is fetched, as for
+ *    test_llama3_tokenizer, and its absence FAILS). Negative control: the expectation with one mask bit
+ *    flipped does not match. auto picks llama3 for that tokenizer; llama3 with GPT-2 is refused. The validation
  *    split gets masks too and the manifest records them. Bad input: each malformed line is refused with
  *    exit 2 and one line naming file:line and what was found; --skip-bad counts and warns instead. */
 #include <cjson/cJSON.h>
@@ -301,20 +304,24 @@ static void check_bad(const char *name, const char *content, int line, const cha
     free(out);
 }
 
-static void part_prepare(void) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "rm -rf " DIR "/chat && %s prepare --quiet --format chat --val-fraction 0 --no-dedup --out "
-             DIR "/chat " FIX "/sft_chat.jsonl > " DIR "/chat.out 2>&1", g_bin);
+/* prepare --format chat of the fixture with `tok_args` against the expectation file `expected`
+ * (documents end with EOT `eot`), and the control with one mask bit flipped. */
+static void check_render(const char *name, const char *tok_args, const char *expected, uint32_t eot) {
+    char cmd[4096], out_dir[1024], shard[1100];
+    snprintf(out_dir, sizeof out_dir, DIR "/%s", name);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && %s prepare --quiet --format chat %s --val-fraction 0 --no-dedup --out %s "
+             FIX "/sft_chat.jsonl > %s.out 2>&1", out_dir, g_bin, tok_args, out_dir, out_dir);
     if (!tu_shell(cmd)) return;
-    char *exp_text = tu_slurp(FIX "/sft_chat_expected.txt");
-    if (!exp_text) return tu_check(0, "prepare_render", "cannot read %s/sft_chat_expected.txt", FIX);
+    char *exp_text = tu_slurp(expected);
+    if (!exp_text) return tu_check(0, name, "cannot read %s (regenerate: tests/fixtures/gen_sft_chat.py)", expected);
     char *want[64], *got[64];
     int nw = 0;
     for (char *l = strtok(exp_text, "\n"); l && nw < 64; l = strtok(NULL, "\n")) want[nw++] = l;
-    int ng = shard_docs(DIR "/chat/train_000000.bin", 50256, got, 64);
+    snprintf(shard, sizeof shard, "%s/train_000000.bin", out_dir);
+    int ng = shard_docs(shard, eot, got, 64);
     int ok = ng > 0 && same_docs(got, ng, want, nw);
-    tu_check(ok, "prepare_render", "%d documents of the shard + mask against %d rendered independently "
-             "(gen_sft_chat.py): %s", ng, nw, ok ? "equal" : "differ");
+    tu_check(ok, name, "%s: %d documents of the shard + mask against %d rendered independently "
+             "(gen_sft_chat.py): %s", tok_args, ng, nw, ok ? "equal" : "differ");
     if (ng > 0) { /* negative control: one mask bit flipped in the expectation */
         char *copy = strdup(want[0]);
         char *bar = strchr(copy, '|');
@@ -322,12 +329,52 @@ static void part_prepare(void) {
         char *want2[64];
         memcpy(want2, want, sizeof want);
         want2[0] = copy;
-        tu_check(!same_docs(got, ng, want2, nw), "prepare_render_control",
-                 "an expectation with one mask bit flipped must not match");
+        char cname[128];
+        snprintf(cname, sizeof cname, "%s_control", name);
+        tu_check(!same_docs(got, ng, want2, nw), cname, "an expectation with one mask bit flipped must not match");
         free(copy);
     }
     for (int i = 0; i < (ng > 0 ? ng : 0); i++) free(got[i]);
     free(exp_text);
+}
+
+static void part_prepare(void) {
+    char cmd[4096];
+    check_render("render_plain", "--tokenizer gpt2", FIX "/sft_chat_expected.txt", 50256);
+    /* llama3: Meta's tokenizer.model is not in the repository (as test_llama3_tokenizer: without it this fails) */
+    const char *env = getenv("ST_LLAMA3_DIR");
+    char l3[1024], model[1100], args[1200];
+    snprintf(l3, sizeof l3, "%s", env && *env ? env : ST_SOURCE_DIR "/data/tokenizers/llama3");
+    snprintf(model, sizeof model, "%s/tokenizer.model", l3);
+    FILE *mf = fopen(model, "rb");
+    if (!mf)
+        tu_check(0, "render_llama3", "%s: expected Meta's Llama 3 tokenizer, found none (scripts/fetch-llama3-tokenizer.sh, "
+                 "which `make test` runs through scripts/install-deps.sh --test; or set ST_LLAMA3_DIR)", model);
+    else {
+        fclose(mf);
+        snprintf(args, sizeof args, "--tokenizer llama3 --tokenizer-dir %s", l3);
+        check_render("render_llama3", args, FIX "/sft_chat_llama3_expected.txt", 128001);
+        /* auto picks llama3 for the Llama 3 tokenizer; --chat-template plain overrides it */
+        char *man = tu_slurp(DIR "/render_llama3/manifest.json");
+        tu_check(man && strstr(man, "\"chat_template\":\t\"llama3\""), "render_llama3_auto",
+                 "--chat-template auto with --tokenizer llama3 is llama3 (manifest)");
+        free(man);
+        snprintf(args, sizeof args, "--tokenizer llama3 --tokenizer-dir %s --chat-template plain", l3);
+        snprintf(cmd, sizeof cmd, "rm -rf " DIR "/l3plain && %s prepare --quiet --format chat %s --out " DIR "/l3plain "
+                 FIX "/sft_chat.jsonl > " DIR "/l3plain.out 2>&1", g_bin, args);
+        man = tu_shell(cmd) ? tu_slurp(DIR "/l3plain/manifest.json") : NULL;
+        tu_check(man && strstr(man, "\"chat_template\":\t\"plain\""), "render_llama3_plain",
+                 "--chat-template plain with --tokenizer llama3 is plain");
+        free(man);
+    }
+    /* llama3 needs its special tokens: refused with GPT-2 */
+    snprintf(cmd, sizeof cmd, "%s prepare --quiet --format chat --chat-template llama3 --out " DIR "/l3gpt2 " FIX
+             "/sft_chat.jsonl > " DIR "/l3gpt2.out 2>&1", g_bin);
+    int rc0 = system(cmd);
+    char *o0 = tu_slurp(DIR "/l3gpt2.out");
+    tu_check(WIFEXITED(rc0) && WEXITSTATUS(rc0) == 2 && o0 && strstr(o0, "<|begin_of_text|>"), "llama3_needs_specials",
+             "--chat-template llama3 with gpt2: exit 2 naming the missing token: %s", o0 ? o0 : "");
+    free(o0);
     /* the validation split gets masks; the manifest records them */
     snprintf(cmd, sizeof cmd, "rm -rf " DIR "/chatv && %s prepare --quiet --format chat --val-docs 3 --out " DIR "/chatv "
              FIX "/sft_chat.jsonl > " DIR "/chatv.out 2>&1", g_bin);
