@@ -25,7 +25,10 @@
  *    test_llama3_tokenizer, and its absence FAILS). Negative control: the expectation with one mask bit
  *    flipped does not match. auto picks llama3 for that tokenizer; llama3 with GPT-2 is refused. The validation
  *    split gets masks too and the manifest records them. Bad input: each malformed line is refused with
- *    exit 2 and one line naming file:line and what was found; --skip-bad counts and warns instead. */
+ *    exit 2 and one line naming file:line and what was found; --skip-bad counts and warns instead.
+ * 4. eval --exact-match: a tiny byte-level model fine-tuned on two conversations until it has memorized
+ *    them answers all 80 lines of its training file exactly (oracle: the answers it was trained on);
+ *    control: the same prompts with the answers swapped score 0 of 2. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -415,6 +418,41 @@ static void part_prepare(void) {
     free(out);
 }
 
+/* ---------------------------------------------------------------- 4. eval --exact-match */
+
+/* A tiny byte-level model fine-tuned until it has memorized two conversations ("abc" -> "cba", "xyz"
+ * -> "zyx"): greedy answers to their prompts must be exactly the trained answers (2 of 2), and the
+ * same prompts with the answers swapped must score 0 of 2 (the control: the comparison can fail). */
+static void part_exact(void) {
+    FILE *f = fopen(DIR "/memo.jsonl", "w");
+    if (!f) return tu_check(0, "exact_match", "cannot write " DIR "/memo.jsonl");
+    for (int i = 0; i < 40; i++)
+        fputs("{\"prompt\": \"abc\", \"response\": \"cba\"}\n{\"prompt\": \"xyz\", \"response\": \"zyx\"}\n", f);
+    fclose(f);
+    f = fopen(DIR "/memo_swapped.jsonl", "w");
+    if (!f) return tu_check(0, "exact_match", "cannot write " DIR "/memo_swapped.jsonl");
+    fputs("{\"prompt\": \"abc\", \"response\": \"zyx\"}\n{\"prompt\": \"xyz\", \"response\": \"cba\"}\n", f);
+    fclose(f);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "rm -rf " DIR "/memo " DIR "/memo_model && %s prepare --quiet --tokenizer bytes --format chat "
+             "--no-dedup --val-fraction 0 --out " DIR "/memo " DIR "/memo.jsonl > " DIR "/memo.out 2>&1 && %s train --data "
+             "'" DIR "/memo/train_*.bin' --tokenizer bytes --layers 1 --heads 2 --channels 32 --max-seq-len 64 --seq-len 32 "
+             "--micro-batch 8 --steps 150 --lr 1e-2 --warmup 0 --val-every 0 --threads 1 --quiet --out " DIR "/memo_model "
+             ">> " DIR "/memo.out 2>&1", g_bin, g_bin);
+    if (!tu_shell(cmd)) return;
+    const char *files[2] = {DIR "/memo.jsonl", DIR "/memo_swapped.jsonl"};
+    double want[2][2] = {{80, 80}, {2, 0}}; /* conversations, matches */
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "%s eval " DIR "/memo_model --exact-match %s --max-new-tokens 8 --threads 1 --json", g_bin,
+                 files[k]);
+        cJSON *j = rc_command_json(cmd);
+        double nc = j ? rc_num(j, "conversations") : NAN, nm = j ? rc_num(j, "exact_matches") : NAN;
+        tu_check(nc == want[k][0] && nm == want[k][1], k ? "exact_match_control" : "exact_match",
+                 "%s: %.0f of %.0f greedy answers exact (expected %.0f of %.0f)", files[k], nm, nc, want[k][1], want[k][0]);
+        cJSON_Delete(j);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         printf("usage: test_sft MPIEXEC SCALETRAIN\n");
@@ -441,6 +479,7 @@ int main(int argc, char **argv) {
     part_loader();
     part_prepare();
     part_loss();
+    part_exact();
     fixture_free(&g_fx);
     return tu_exit();
 }

@@ -267,3 +267,18 @@ Status chat_render(const ChatFormat *f, const Tokenizer *tok, const uint8_t *doc
     free(r.flag);
     return st;
 }
+
+int chat_last_answer(const uint8_t *doc, size_t n, const uint8_t **p, size_t *len) {
+    int found = -1;
+    for (size_t i = 0; i < n;) {
+        const uint8_t *z = memchr(doc + i, 0, n - i);
+        if (!z) break;
+        if (doc[i] == 'a') *p = doc + i + 1, *len = (size_t)(z - doc) - i - 1, found = 0;
+        i = (size_t)(z - doc) + 1;
+    }
+    return found;
+}
+
+uint32_t chat_stop_id(const ChatFormat *f, const Tokenizer *tok) {
+    return f->t == CHAT_TEMPLATE_LLAMA3 ? f->eot_id : tokenizer_eot(tok);
+}

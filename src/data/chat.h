@@ -75,4 +75,11 @@ Status chat_format_init(ChatFormat *f, ChatTemplate t, const Tokenizer *tok, Err
 Status chat_render(const ChatFormat *f, const Tokenizer *tok, const uint8_t *doc, size_t n, int prompt_only,
                    uint32_t **ids, size_t *nids, size_t *cap, uint8_t **mask, size_t *mcap, int *eot_trained, Err *err);
 
+/* The content of the last assistant message of a serialized conversation (*p into doc, *len bytes),
+ * 0; -1 when there is none. What `eval --exact-match` compares a generated answer with. */
+int chat_last_answer(const uint8_t *doc, size_t n, const uint8_t **p, size_t *len);
+
+/* The token that ends an assistant turn in generation: <|eot_id|> for llama3, the EOT for plain. */
+uint32_t chat_stop_id(const ChatFormat *f, const Tokenizer *tok);
+
 #endif
