@@ -8,7 +8,8 @@
  *    training 1, 6, 3 and 8 targets of its rows; 3 SGD steps (lr 0.5, no momentum, decay or clip)
  *    whose every step takes all 4 rows. The step loss (mean over the step's trained targets, across
  *    accumulation and ranks) of one process at accumulation 1, 2 and 4, and of 2 ranks under mpirun at
- *    accumulation 1 and 2, equals PyTorch's masked cross-entropy within 1e-6 (absolute, every step; steps
+ *    accumulation 1 and 2 (and with --tp 2 and --pp 2: the vocabulary-parallel loss and the pipeline's
+ *    label routing), equals PyTorch's masked cross-entropy within 1e-6 (absolute, every step; steps
  *    2 and 3 see the gradient, so a gradient normalised per micro-batch or rank also shows); each step
  *    record's `tokens` is the 18 trained targets. eval of the initial weights on the masked shard gives
  *    step 1's loss and 18 targets. Negative control: the same tokens with an all-ones mask (and with no
@@ -120,14 +121,19 @@ static double loss_diff(const char *name, const double *ref, int want_tokens, in
     return worst;
 }
 
-static void check_run(const char *name, const char *data, int np, int B, int k, const double *ref, int want_tokens,
-                      const char *what) {
-    if (!train(name, data, np, B, k, NULL)) return;
+static void check_run_x(const char *name, const char *data, int np, int B, int k, const double *ref, int want_tokens,
+                        const char *what, const char *extra) {
+    if (!train(name, data, np, B, k, extra)) return;
     int tok_ok;
     double d = loss_diff(name, ref, want_tokens, &tok_ok);
     tu_check(d <= 1e-6, name, "%s: %d rank(s), micro-batch %d x accumulation %d: max |loss - PyTorch| = %.3g over %d "
              "steps (tol 1e-6)", what, np ? np : 1, B, k, d, g_steps);
     tu_check(tok_ok, name, "every step record's tokens = %d (the step's trained targets)", want_tokens);
+}
+
+static void check_run(const char *name, const char *data, int np, int B, int k, const double *ref, int want_tokens,
+                      const char *what) {
+    check_run_x(name, data, np, B, k, ref, want_tokens, what, NULL);
 }
 
 static void part_loss(void) {
@@ -140,6 +146,9 @@ static void part_loss(void) {
     check_run("masked_k4", M, 0, 1, 4, g_masked, trained, "masked");
     check_run("masked_dp2_k1", M, 2, 2, 1, g_masked, trained, "masked");
     check_run("masked_dp2_k2", M, 2, 1, 2, g_masked, trained, "masked");
+    /* the other consumers of targets: the vocabulary-parallel loss (tp) and pipeline label routing (pp) */
+    check_run_x("masked_tp2", M, 2, 2, 2, g_masked, trained, "masked, --tp 2", "--tp 2");
+    check_run_x("masked_pp2", M, 2, 2, 2, g_masked, trained, "masked, --pp 2", "--pp 2");
     /* negative control: all targets trained */
     check_run("ones_k2", O, 0, 2, 2, g_ones, g_rows * g_T, "all-ones mask (control)");
     check_run("nomask_dp2", N, 2, 2, 1, g_ones, g_rows * g_T, "no mask (control)");

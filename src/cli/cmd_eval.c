@@ -150,9 +150,11 @@ int cmd_eval(int argc, char **argv) {
     Status st = args_parse(specs, n, argc, argv, pos, 1, &npos, &help, &err);
     if (st != ST_OK) return cli_fail("eval", st, err.msg);
     if (help || npos != 1) {
-        printf("usage: scaletrain eval WEIGHTS --data SHARDS [options]\n\n"
+        printf("usage: scaletrain eval WEIGHTS --data SHARDS [options]\n"
+               "       scaletrain eval WEIGHTS --exact-match CHATS.jsonl [options]\n\n"
                "Loss, perplexity and bits per byte of saved weights (a weights folder, a checkpoint or a\n"
-               "--ckpt-dir) on token shards, read in order.\n\n");
+               "--ckpt-dir) on token shards, read in order (on shards with loss masks: the trained targets);\n"
+               "or the share of chat prompts answered exactly by greedy generation (docs/finetune.md).\n\n");
         args_print_help(specs, n);
         return help ? 0 : cli_fail("eval", ST_ERR_INPUT, "expected one weights directory, found none");
     }

@@ -111,6 +111,8 @@ int cmd_prepare(int argc, char **argv) {
                "INPUT: text files (documents end at a separator line), .jsonl files (field \"text\"),\n"
                "       WikiText .tokens files (one document per ' = Title = ' article), directories of them,\n"
                "       or - (standard input); gzip and zstd are read as such (.jsonl.gz, .jsonl.zst).\n"
+               "Chat (SFT): --format chat reads {\"messages\": [...]} or {\"prompt\", \"response\"} lines and writes a\n"
+               "       loss mask beside each shard (docs/finetune.md).\n"
                "Parquet: scripts/parquet2jsonl FILE.parquet | scaletrain prepare --format jsonl ... -\n"
                "The split and the order are by a keyed hash of each document (docs/data.md); an interrupted\n"
                "prepare with the same inputs and options resumes.\n\n");
