@@ -4,8 +4,9 @@
 Usage: python3 scripts/make-task.py TASK --out DIR [--train N] [--test N] [--seed S]
   TASK  add      "What is 123 + 45?" -> "168"   (two numbers below 10^D, --digits D, default 3)
         reverse  "Reverse: stone" -> "enots"    (3-7 lowercase letters)
-Writes DIR/train.jsonl (N conversations, default 4000) and DIR/test.jsonl (held out: default 200
-prompts that appear nowhere in train.jsonl), one {"prompt": ..., "response": ...} object per line,
+Writes DIR/train.jsonl (N conversations, default 4000, drawn with replacement: `prepare` drops the
+repeats) and DIR/test.jsonl (held out: default 200 distinct prompts that appear nowhere in
+train.jsonl), one {"prompt": ..., "response": ...} object per line,
 what `scaletrain prepare --format chat` reads and `scaletrain eval --exact-match` scores.
 Deterministic for a seed (Python's random.Random); standard library only.
 """
@@ -42,8 +43,8 @@ def main():
         ap.error("--train and --test: expected >= 1")
     if not 1 <= a.digits <= 9:
         ap.error("--digits: expected 1..9, found %d" % a.digits)
-    if a.task == "add" and a.train + a.test > 10 ** (2 * a.digits) // 2:
-        ap.error("--digits %d: only %d distinct prompts, expected at least twice --train + --test"
+    if a.task == "add" and a.test > 10 ** (2 * a.digits) // 2:
+        ap.error("--digits %d: only %d distinct prompts, expected at least twice --test"
                  % (a.digits, 10 ** (2 * a.digits)))
     r = random.Random(a.seed)
     make = TASKS[a.task]
