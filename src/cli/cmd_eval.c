@@ -15,7 +15,8 @@
  * has no source byte count, bits per byte is not reported.
  *
  * --exact-match FILE.jsonl (chat JSON Lines, docs/finetune.md): for each conversation, the prompt is
- * its chat-template rendering up to where the last assistant message's content starts, the model
+ * EOT (as in training, where every conversation follows one) then its chat-template rendering up to
+ * where the last assistant message's content starts, the model
  * generates greedily (argmax, KV cache) until the template's end of turn (plain: EOT; llama3:
  * <|eot_id|>) or --max-new-tokens, and the decoded answer, stripped of ASCII white space, is compared
  * byte for byte with that message's (stripped) content. Reports matches / conversations. */
@@ -79,13 +80,16 @@ static Status exact_match(const Gpt *g, const ModelConfig *mc, const Tokenizer *
         chat_last_answer(doc, n, &want, &wlen); /* the reader refuses a conversation without one */
         int eot;
         if ((st = chat_render(f, tk, doc, n, 1, &ids, &nids, &cap, &mask, &mcap, &eot, err)) != ST_OK) break;
-        if ((int)nids + max_new > maxT) {
-            st = err_set(err, ST_ERR_INPUT, "%s: conversation %ld: a prompt of %zu tokens + --max-new-tokens %d exceeds the "
-                         "model's max sequence length %d", file, *total + 1, nids, max_new, maxT);
+        if ((int)nids + 1 + max_new > maxT) {
+            st = err_set(err, ST_ERR_INPUT, "%s: conversation %ld: a prompt of %zu tokens + EOT + --max-new-tokens %d exceeds "
+                         "the model's max sequence length %d", file, *total + 1, nids, max_new, maxT);
             break;
         }
-        for (size_t i = 0; i < nids; i++) hist[i] = (int32_t)ids[i];
-        size_t nh = nids;
+        /* In training every conversation follows an EOT (the previous one's in packed rows, the row's
+         * synthetic one with --no-pack): the prompt does too. */
+        hist[0] = (int32_t)tokenizer_eot(tk);
+        for (size_t i = 0; i < nids; i++) hist[i + 1] = (int32_t)ids[i];
+        size_t nh = nids + 1, first = nh;
         kv.len = 0, kv.start = 0;
         for (int t = 0; t < max_new; t++) {
             if ((st = infer_feed(g, &kv, hist, nh, err)) != ST_OK) break;
@@ -94,7 +98,7 @@ static Status exact_match(const Gpt *g, const ModelConfig *mc, const Tokenizer *
             hist[nh++] = (int32_t)id;
         }
         if (st != ST_OK) break;
-        for (size_t i = nids; i < nh && st == ST_OK; i++) {
+        for (size_t i = first; i < nh && st == ST_OK; i++) {
             uint32_t id = (uint32_t)hist[i];
             st = tokenizer_decode(tk, &id, 1, &text, &tlen, &tcap, err);
         }
