@@ -432,12 +432,13 @@ Status tr_announce(Run *r, Err *err) {
                    "logits x %.4g, embeddings x %g, attention 1/hs\n", model_width_mult(m), m->n_embd,
                    m->mup_base_width, 1.0 / model_width_mult(m), 1.0 / model_width_mult(m), model_logit_mult(m),
                    m->mup_input_alpha);
-        printf("data: %zu train tokens in %d shard(s), %llu rows of %d+1 (%s, utilization %.1f%%)%s\n",
+        printf("data: %zu train tokens in %d shard(s), %llu rows of %d+1 (%s, utilization %.1f%%)%s%s\n",
                r->train.total_tokens, r->train.nshards, (unsigned long long)r->train.nwin, T,
                c->no_pack ? "one document per row, padding masked"
                : c->model.doc_mask ? "packed, document-masked: attention within each EOT-closed document"
                                    : "packed",
                100 * util,
+               r->train.masked ? ", loss masks: only trained targets count (the loss is their mean over the step)" : "",
                r->val.nshards ? "" : ", no validation data");
         printf("batch: micro-batch %d x seq %d x accumulation %d%s = %lld sequences = %lld tokens per step\n", B, T, k,
                r->dp > 1 ? " x dp" : "", r->acct.batch_seqs, r->acct.batch_tokens);
@@ -455,7 +456,7 @@ Status tr_announce(Run *r, Err *err) {
     StartEvent se = {.config = r->config, .threads = nt, .command = c->argv_joined, .batch_seqs = r->acct.batch_seqs,
                      .batch_tokens = r->acct.batch_tokens, .num_params = nparams, .flops_per_token = r->acct.fpt,
                      .peak_flops = r->acct.peak, .peak_flops_job = r->acct.peak_job, .data_utilization = util,
-                     .world = r->world, .peak_given = c->peak_flops > 0, .peak_kind = r->acct.peak_kind,
+                     .loss_masks = r->train.masked, .world = r->world, .peak_given = c->peak_flops > 0, .peak_kind = r->acct.peak_kind,
                      .peak_probe_flops = r->acct.mpeak.probe, .peak_gemm_flops = r->acct.mpeak.gemm,
                      .resumed_from_step = r->rs.step, .resume_requested = c->resume,
                      .resume_checkpoint = r->rs.path, .resume_note = r->rs.note,
