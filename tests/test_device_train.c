@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "model/layout.h"
 #include "runcmp.h"
 #include "testutil.h"
@@ -116,6 +118,20 @@ static void one_model(int arch, const char *tag, const char *opt) {
     snprintf(lbl, sizeof lbl, "%s_init_from", tag);
     tu_check(i1 == 0 && i2 == 0, lbl, "both runs exit 0 (got %d, %d)", i1, i2);
     compare(lbl, n[5], n[4], &pl, 3, 0);
+    /* eval of the CPU run's weights on both: the loss sum over the validation shard */
+    double nats[2] = {NAN, NAN};
+    for (int d = 0; d < 2; d++) {
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "%s %s eval %s/%s_out --data %s/val.bin --device %s --json --quiet --threads 1",
+                 d ? g_env : "", g_bin, DIR, n[0], DIR, d ? g_dev : "cpu");
+        cJSON *o = rc_command_json(cmd);
+        nats[d] = o ? rc_num(o, "loss_sum_nats") : NAN;
+        cJSON_Delete(o);
+    }
+    double de = fabs(nats[1] - nats[0]) / fabs(nats[0]);
+    snprintf(lbl, sizeof lbl, "%s_eval", tag);
+    tu_check(de <= 1e-5, lbl, "eval --device %s: loss sum %.17g vs cpu %.17g, relative %.3g (tol 1e-5)", g_dev, nats[1],
+             nats[0], de);
     /* control: the device's reduced gradients x1.001 must fail the comparison */
     snprintf(extra, sizeof extra, "--steps %d %s", STEPS, opt);
     rc = train(n[6], arch, g_dev, "ST_PAR_TEST_GRAD_SCALE=1.001", extra, 0);

@@ -28,10 +28,12 @@
 #include "cli/cmds.h"
 #include "core/progress.h"
 #include "cli/cmds_report.h"
+#include "cli/faults.h"
 #include "data/loader.h"
 #include "model/backend.h"
 #include "model/gpt.h"
 #include "model/matmul.h"
+#include "train/devemu.h"
 
 int cmd_eval(int argc, char **argv) {
     char data[4096] = "";
@@ -65,7 +67,9 @@ int cmd_eval(int argc, char **argv) {
     }
     if (!data[0]) return cli_fail("eval", ST_ERR_INPUT, "--data: expected token shards, found nothing");
     const Backend *be;
-    if ((st = backend_find(device, &be, &err)) != ST_OK) return cli_fail("eval", st, err.msg);
+    Faults faults;
+    if ((st = cli_faults_from_env(&faults, &err)) != ST_OK) return cli_fail("eval", st, err.msg);
+    if ((st = devemu_find(device, faults.emulated_device, &be, &err)) != ST_OK) return cli_fail("eval", st, err.msg);
     if (tokens < 0) return cli_fail("eval", ST_ERR_INPUT, "--tokens: expected >= 0");
     if (B < 1) return cli_fail("eval", ST_ERR_INPUT, "--micro-batch: expected >= 1");
     if (T < 0) return cli_fail("eval", ST_ERR_INPUT, "--seq-len: expected >= 0");
@@ -140,8 +144,22 @@ int cmd_eval(int argc, char **argv) {
     omp_set_num_threads(threads);
     GptOptions go = gpt_default_options();
     go.B = B, go.T = T, go.threads = threads, go.backend = be;
+    go.device_resident = !be->host_addressable; /* a device: the whole model there, the weights copied in */
     if ((st = gpt_init(&g, &cfg, &go, NULL, &err)) != ST_OK) goto fail;
-    if ((st = ckpt_load_weights(&g.w, src, &err)) != ST_OK) goto fail;
+    if (be->host_addressable) {
+        if ((st = ckpt_load_weights(&g.w, src, &err)) != ST_OK) goto fail;
+    } else { /* read into host memory, then one copy to the device */
+        GptWeights view = g.w;
+        size_t bytes = g.w.layout.total * sizeof(float);
+        if (!(view.params = calloc(1, bytes))) {
+            st = err_set(&err, ST_ERR_RUNTIME, "out of memory for the weights' host copy (%zu bytes)", bytes);
+            goto fail;
+        }
+        st = ckpt_load_weights(&view, src, &err);
+        if (st == ST_OK) be->from_host(g.w.params, view.params, bytes), gpt_sync_lp(&g);
+        free(view.params);
+        if (st != ST_OK) goto fail;
+    }
     inp = malloc(sizeof *inp * (size_t)B * (size_t)T);
     tgt = malloc(sizeof *tgt * (size_t)B * (size_t)T);
     if (!inp || !tgt) {
