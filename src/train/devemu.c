@@ -28,43 +28,52 @@ static size_t page_round(size_t n) {
 
 static void protect_all(int prot) {
     for (int i = 0; i < nregions; i++)
-        if (mprotect(regions[i].p, regions[i].len, prot) != 0) abort();
+        if (mprotect(regions[i].p, regions[i].len, prot) != 0)
+            abort();
 }
 
 /* Entering a table entry opens every device page; leaving the outermost closes them again. */
 static void emu_enter(void) {
-    if (depth++ == 0) protect_all(PROT_READ | PROT_WRITE);
+    if (depth++ == 0)
+        protect_all(PROT_READ | PROT_WRITE);
 }
 static void emu_leave(void) {
-    if (--depth == 0) protect_all(PROT_NONE);
+    if (--depth == 0)
+        protect_all(PROT_NONE);
 }
 
 static void *emu_alloc(MemStats *ms, MemCategory c, size_t bytes) {
-    if (bytes == 0) return NULL;
+    if (bytes == 0)
+        return NULL;
     if (nregions == capregions) {
         int cap = capregions ? capregions * 2 : 64;
         EmuRegion *r = realloc(regions, (size_t)cap * sizeof *r);
-        if (!r) return NULL;
+        if (!r)
+            return NULL;
         regions = r, capregions = cap;
     }
     size_t len = page_round(bytes);
     void *p = mmap(NULL, len, depth ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return NULL; /* zero-filled by the kernel */
+    if (p == MAP_FAILED)
+        return NULL; /* zero-filled by the kernel */
     regions[nregions++] = (EmuRegion){p, len};
     if (ms) {
         ms->bytes[c] += bytes;
-        if (ms->bytes[c] > ms->peak[c]) ms->peak[c] = ms->bytes[c];
+        if (ms->bytes[c] > ms->peak[c])
+            ms->peak[c] = ms->bytes[c];
     }
     return p;
 }
 
 static void emu_free(MemStats *ms, MemCategory c, void *p, size_t bytes) {
-    if (!p) return;
+    if (!p)
+        return;
     for (int i = 0; i < nregions; i++)
         if (regions[i].p == p) {
             munmap(p, regions[i].len);
             regions[i] = regions[--nregions];
-            if (ms) ms->bytes[c] -= bytes;
+            if (ms)
+                ms->bytes[c] -= bytes;
             return;
         }
     abort(); /* not the emulated device's memory */
@@ -91,7 +100,10 @@ static void emu_optim_update(const BackendOptStep *s, float *p, const float *g, 
     c.beta1 = s->beta1, c.beta2 = s->beta2, c.eps = s->eps, c.momentum = s->momentum, c.weight_decay = s->wd;
     OptimRange r = {0, n, s->wd != 0.0f, 1.0f};
     optim_step_lowp(&c, p, g, m, v, &r, 1, s->step, s->lr, s->grad_scale, lowp,
-                    s->lowp == 1 ? OPTIM_LOWP_BF16 : s->lowp == 2 ? OPTIM_LOWP_FP16 : OPTIM_LOWP_NONE, 1);
+                    s->lowp == 1   ? OPTIM_LOWP_BF16
+                    : s->lowp == 2 ? OPTIM_LOWP_FP16
+                                   : OPTIM_LOWP_NONE,
+                    1);
     emu_leave();
 }
 
@@ -102,7 +114,8 @@ static double emu_sumsq(const float *x, size_t n) {
     for (size_t c0 = 0; c0 < n; c0 += 4096) {
         size_t c1 = c0 + 4096 < n ? c0 + 4096 : n;
         double a = 0;
-        for (size_t i = c0; i < c1; i++) a += (double)x[i] * x[i];
+        for (size_t i = c0; i < c1; i++)
+            a += (double)x[i] * x[i];
         s += a;
     }
     emu_leave();
@@ -136,72 +149,88 @@ static void w_add_or_set(float *dst, const float *src, size_t n, int acc) {
     base.add_or_set(dst, src, n, acc);
     emu_leave();
 }
-static void w_encoder_forward(float *out, const int32_t *inp, const int32_t *pos, const float *wte, const float *wpe, int B, int T, int C, Dropout d, int nt) {
+static void w_encoder_forward(float *out, const int32_t *inp, const int32_t *pos, const float *wte, const float *wpe,
+                              int B, int T, int C, Dropout d, int nt) {
     emu_enter();
     base.encoder_forward(out, inp, pos, wte, wpe, B, T, C, d, nt);
     emu_leave();
 }
-static void w_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, const int32_t *pos, int B, int T, int C, Dropout d, int nt) {
+static void w_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, const int32_t *pos,
+                               int B, int T, int C, Dropout d, int nt) {
     emu_enter();
     base.encoder_backward(dwte, dwpe, dout, inp, pos, B, T, C, d, nt);
     emu_leave();
 }
-static void w_encoder_forward_vp(float *out, const int32_t *inp, const int32_t *pos, const float *wte, const float *wpe, int B, int T, int C, int v0, int vn, int nt) {
+static void w_encoder_forward_vp(float *out, const int32_t *inp, const int32_t *pos, const float *wte, const float *wpe,
+                                 int B, int T, int C, int v0, int vn, int nt) {
     emu_enter();
     base.encoder_forward_vp(out, inp, pos, wte, wpe, B, T, C, v0, vn, nt);
     emu_leave();
 }
-static void w_encoder_backward_vp(float *dwte, float *dwpe, const float *dout, const int32_t *inp, const int32_t *pos, int B, int T, int C, int v0, int vn, int nt) {
+static void w_encoder_backward_vp(float *dwte, float *dwpe, const float *dout, const int32_t *inp, const int32_t *pos,
+                                  int B, int T, int C, int v0, int vn, int nt) {
     emu_enter();
     base.encoder_backward_vp(dwte, dwpe, dout, inp, pos, B, T, C, v0, vn, nt);
     emu_leave();
 }
-static void w_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C, int nt) {
+static void w_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                                int N, int C, int nt) {
     emu_enter();
     base.layernorm_forward(out, mean, rstd, inp, w, b, N, C, nt);
     emu_leave();
 }
-static void w_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C, int nt) {
+static void w_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const float *inp, const float *w,
+                                     const float *b, int N, int C, int nt) {
     emu_enter();
     base.layernorm_forward_bf16(out, mean, rstd, inp, w, b, N, C, nt);
     emu_leave();
 }
-static void w_residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a, const float *b, Dropout d, const float *w, const float *bias, int N, int C, int nt) {
+static void w_residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a,
+                                         const float *b, Dropout d, const float *w, const float *bias, int N, int C,
+                                         int nt) {
     emu_enter();
     base.residual_layernorm_forward(res, out, mean, rstd, a, b, d, w, bias, N, C, nt);
     emu_leave();
 }
-static void w_residual_layernorm_forward_bf16(float *res, uint16_t *out, float *mean, float *rstd, const float *a, const float *b, Dropout d, const float *w, const float *bias, int N, int C, int nt) {
+static void w_residual_layernorm_forward_bf16(float *res, uint16_t *out, float *mean, float *rstd, const float *a,
+                                              const float *b, Dropout d, const float *w, const float *bias, int N,
+                                              int C, int nt) {
     emu_enter();
     base.residual_layernorm_forward_bf16(res, out, mean, rstd, a, b, d, w, bias, N, C, nt);
     emu_leave();
 }
-static void w_layernorm_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout, const float *inp, const float *w, const float *mean, const float *rstd, int N, int C, int acc, int nt) {
+static void w_layernorm_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout, const float *inp,
+                                 const float *w, const float *mean, const float *rstd, int N, int C, int acc, int nt) {
     emu_enter();
     base.layernorm_backward(dinp, dw, db, scratch, dout, inp, w, mean, rstd, N, C, acc, nt);
     emu_leave();
 }
-static void w_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps, int nt) {
+static void w_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps,
+                              int nt) {
     emu_enter();
     base.rmsnorm_forward(out, rstd, inp, w, N, C, eps, nt);
     emu_leave();
 }
-static void w_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const float *inp, const float *w, int N, int C, float eps, int nt) {
+static void w_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const float *inp, const float *w, int N, int C,
+                                   float eps, int nt) {
     emu_enter();
     base.rmsnorm_forward_bf16(out, rstd, inp, w, N, C, eps, nt);
     emu_leave();
 }
-static void w_residual_rmsnorm_forward(float *res, float *out, float *rstd, const float *a, const float *b, Dropout d, const float *w, int N, int C, float eps, int nt) {
+static void w_residual_rmsnorm_forward(float *res, float *out, float *rstd, const float *a, const float *b, Dropout d,
+                                       const float *w, int N, int C, float eps, int nt) {
     emu_enter();
     base.residual_rmsnorm_forward(res, out, rstd, a, b, d, w, N, C, eps, nt);
     emu_leave();
 }
-static void w_residual_rmsnorm_forward_bf16(float *res, uint16_t *out, float *rstd, const float *a, const float *b, Dropout d, const float *w, int N, int C, float eps, int nt) {
+static void w_residual_rmsnorm_forward_bf16(float *res, uint16_t *out, float *rstd, const float *a, const float *b,
+                                            Dropout d, const float *w, int N, int C, float eps, int nt) {
     emu_enter();
     base.residual_rmsnorm_forward_bf16(res, out, rstd, a, b, d, w, N, C, eps, nt);
     emu_leave();
 }
-static void w_rmsnorm_backward(float *dinp, float *dw, float *scratch, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C, int acc, int nt) {
+static void w_rmsnorm_backward(float *dinp, float *dw, float *scratch, const float *dout, const float *inp,
+                               const float *w, const float *rstd, int N, int C, int acc, int nt) {
     emu_enter();
     base.rmsnorm_backward(dinp, dw, scratch, dout, inp, w, rstd, N, C, acc, nt);
     emu_leave();
@@ -211,12 +240,14 @@ static void w_rope_table(float *cs, int T, int hs, const double *inv_freq) {
     base.rope_table(cs, T, hs, inv_freq);
     emu_leave();
 }
-static void w_rope_forward(float *qkv, const float *cs, const int32_t *pos, int B, int T, int NH, int KV, int hs, int pos0, int nt) {
+static void w_rope_forward(float *qkv, const float *cs, const int32_t *pos, int B, int T, int NH, int KV, int hs,
+                           int pos0, int nt) {
     emu_enter();
     base.rope_forward(qkv, cs, pos, B, T, NH, KV, hs, pos0, nt);
     emu_leave();
 }
-static void w_rope_backward(float *dqkv, const float *cs, const int32_t *pos, int B, int T, int NH, int KV, int hs, int pos0, int nt) {
+static void w_rope_backward(float *dqkv, const float *cs, const int32_t *pos, int B, int T, int NH, int KV, int hs,
+                            int pos0, int nt) {
     emu_enter();
     base.rope_backward(dqkv, cs, pos, B, T, NH, KV, hs, pos0, nt);
     emu_leave();
@@ -241,12 +272,15 @@ static void w_swiglu_backward_bf16(uint16_t *dh, const float *dout, const float 
     base.swiglu_backward_bf16(dh, dout, h, N, F, nt);
     emu_leave();
 }
-static void w_attention_forward(float *out, float *lse, float *scratch, const float *qkv, const int32_t *pos, int B, int T, int NH, int KV, int hs, float scale, Dropout d, int lowp, int nt) {
+static void w_attention_forward(float *out, float *lse, float *scratch, const float *qkv, const int32_t *pos, int B,
+                                int T, int NH, int KV, int hs, float scale, Dropout d, int lowp, int nt) {
     emu_enter();
     base.attention_forward(out, lse, scratch, qkv, pos, B, T, NH, KV, hs, scale, d, lowp, nt);
     emu_leave();
 }
-static void w_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out, const float *lse, const int32_t *pos, int B, int T, int NH, int KV, int hs, float scale, Dropout d, int lowp, int nt) {
+static void w_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                                 const float *lse, const int32_t *pos, int B, int T, int NH, int KV, int hs,
+                                 float scale, Dropout d, int lowp, int nt) {
     emu_enter();
     base.attention_backward(dqkv, scratch, dout, qkv, out, lse, pos, B, T, NH, KV, hs, scale, d, lowp, nt);
     emu_leave();
@@ -266,7 +300,8 @@ static void w_gelu_forward_bf16(uint16_t *out, const float *inp, size_t n, int n
     base.gelu_forward_bf16(out, inp, n, nt);
     emu_leave();
 }
-static void w_gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, const float *dout, const float *inp, int N, int OC, int acc, int nt) {
+static void w_gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, const float *dout, const float *inp, int N, int OC,
+                                 int acc, int nt) {
     emu_enter();
     base.gelu_backward_bf16(dinp_lp, colsum, dout, inp, N, OC, acc, nt);
     emu_leave();
@@ -301,44 +336,62 @@ static void w_cast_fp16(uint16_t *dst, const float *src, size_t n, int nt) {
     base.cast_fp16(dst, src, n, nt);
     emu_leave();
 }
-static void w_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int nt) {
+static void w_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC,
+                             int nt) {
     emu_enter();
     base.matmul_forward(out, inp, w, bias, N, C, OC, nt);
     emu_leave();
 }
-static void w_matmul_forward_lp(float *out, const uint16_t *inp_lp, const uint16_t *w_lp, const float *bias, int N, int C, int OC) {
+static void w_matmul_forward_lp(float *out, const uint16_t *inp_lp, const uint16_t *w_lp, const float *bias, int N,
+                                int C, int OC) {
     emu_enter();
     base.matmul_forward_lp(out, inp_lp, w_lp, bias, N, C, OC);
     emu_leave();
 }
-static void w_matmul_backward_lp(float *dinp, float *dw, const uint16_t *dout_lp, const uint16_t *inp_lp, const uint16_t *w_lp, int N, int C, int OC, int acc) {
+static void w_matmul_backward_lp(float *dinp, float *dw, const uint16_t *dout_lp, const uint16_t *inp_lp,
+                                 const uint16_t *w_lp, int N, int C, int OC, int acc) {
     emu_enter();
     base.matmul_backward_lp(dinp, dw, dout_lp, inp_lp, w_lp, N, C, OC, acc);
     emu_leave();
 }
-static void w_matmul_forward_p(const MatPrec *mp, float *out, const float *inp, const float *w, const uint16_t *w_lp, const float *bias, int N, int C, int OC, int nt) {
+static void w_matmul_forward_p(const MatPrec *mp, float *out, const float *inp, const float *w, const uint16_t *w_lp,
+                               const float *bias, int N, int C, int OC, int nt) {
     emu_enter();
     base.matmul_forward_p(mp, out, inp, w, w_lp, bias, N, C, OC, nt);
     emu_leave();
 }
-static void w_matmul_backward_p(const MatPrec *mp, float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, const uint16_t *w_lp, int N, int C, int OC, int acc, int nt) {
+static void w_matmul_backward_p(const MatPrec *mp, float *dinp, float *dw, float *dbias, const float *dout,
+                                const float *inp, const float *w, const uint16_t *w_lp, int N, int C, int OC, int acc,
+                                int nt) {
     emu_enter();
     base.matmul_backward_p(mp, dinp, dw, dbias, dout, inp, w, w_lp, N, C, OC, acc, nt);
     emu_leave();
 }
-static void w_head_forward_backward(float *losses, float *dx, float *dwte, float *logits, const float *x, const float *wte, const int32_t *targets, int n, int C, int V, int Vp, float dscale, int chunk, int acc, int nt, float *probs_out, double *ms_fwd, double *ms_bwd) {
+static void w_head_forward_backward(float *losses, float *dx, float *dwte, float *logits, const float *x,
+                                    const float *wte, const int32_t *targets, int n, int C, int V, int Vp, float dscale,
+                                    int chunk, int acc, int nt, float *probs_out, double *ms_fwd, double *ms_bwd) {
     emu_enter();
-    base.head_forward_backward(losses, dx, dwte, logits, x, wte, targets, n, C, V, Vp, dscale, chunk, acc, nt, probs_out, ms_fwd, ms_bwd);
+    base.head_forward_backward(losses, dx, dwte, logits, x, wte, targets, n, C, V, Vp, dscale, chunk, acc, nt,
+                               probs_out, ms_fwd, ms_bwd);
     emu_leave();
 }
-static void w_head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float *dwte, float *logits, const float *x, const float *wte, const uint16_t *wte_lp, const int32_t *targets, int n, int C, int V, int Vp, float dscale, int chunk, int acc, int nt, float *probs_out, const HeadSample *smp, double *ms_fwd, double *ms_bwd) {
+static void w_head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float *dwte, float *logits,
+                                      const float *x, const float *wte, const uint16_t *wte_lp, const int32_t *targets,
+                                      int n, int C, int V, int Vp, float dscale, int chunk, int acc, int nt,
+                                      float *probs_out, const HeadSample *smp, double *ms_fwd, double *ms_bwd) {
     emu_enter();
-    base.head_forward_backward_p(mp, losses, dx, dwte, logits, x, wte, wte_lp, targets, n, C, V, Vp, dscale, chunk, acc, nt, probs_out, smp, ms_fwd, ms_bwd);
+    base.head_forward_backward_p(mp, losses, dx, dwte, logits, x, wte, wte_lp, targets, n, C, V, Vp, dscale, chunk, acc,
+                                 nt, probs_out, smp, ms_fwd, ms_bwd);
     emu_leave();
 }
-static void w_head_forward_backward_vp(const MatPrec *mp, float *losses, float *dx, float *dwte, float *logits, float *stats, const float *x, const float *wte, const uint16_t *wte_lp, const int32_t *targets, int n, int C, int v0, int Vr, int Vl, float dscale, int chunk, int acc, int nt, HeadReduceFn reduce, void *ctx, double *ms_fwd, double *ms_bwd) {
+static void w_head_forward_backward_vp(const MatPrec *mp, float *losses, float *dx, float *dwte, float *logits,
+                                       float *stats, const float *x, const float *wte, const uint16_t *wte_lp,
+                                       const int32_t *targets, int n, int C, int v0, int Vr, int Vl, float dscale,
+                                       int chunk, int acc, int nt, HeadReduceFn reduce, void *ctx, double *ms_fwd,
+                                       double *ms_bwd) {
     emu_enter();
-    base.head_forward_backward_vp(mp, losses, dx, dwte, logits, stats, x, wte, wte_lp, targets, n, C, v0, Vr, Vl, dscale, chunk, acc, nt, reduce, ctx, ms_fwd, ms_bwd);
+    base.head_forward_backward_vp(mp, losses, dx, dwte, logits, stats, x, wte, wte_lp, targets, n, C, v0, Vr, Vl,
+                                  dscale, chunk, acc, nt, reduce, ctx, ms_fwd, ms_bwd);
     emu_leave();
 }
 
