@@ -86,7 +86,8 @@ static Status validate(const TrainConfig *c, Err *err) {
         if (c->optim.kind != OPT_ADAMW && c->optim.kind != OPT_ADAM && c->optim.kind != OPT_SGD && c->optim.kind != OPT_LION)
             return err_set(err, ST_ERR_INPUT, "--optimizer %s: expected adamw, adam, sgd or lion with --device %s (the "
                            "device's optimizer entries)", optim_kind_name(c->optim.kind), c->device);
-        const char *no = c->log_layer_stats ? "--log-layer-stats"
+        const char *no = c->lora.rank > 0 ? "--lora-rank (LoRA trains on the CPU)"
+                         : c->log_layer_stats ? "--log-layer-stats"
                          : c->sample_every > 0 ? "--sample-every (the KV cache is not on the device; use 0)"
                          : c->ckpt_async ? "--ckpt-async"
                          : c->tp > 1 ? "--tp"
