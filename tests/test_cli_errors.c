@@ -126,10 +126,11 @@ int main(void) {
     tu_check(system(mcmd) == 0, "muP model trains", "%s", mcmd);
     expect_error("muP model to llm.c", "export " TMP "/mupout --format llmc -o " TMP "/mup.bin",
                  "llm.c's format has no place for muP's multipliers");
-    snprintf(args, sizeof args, "train --data %s/good.bin %s --init-from %s/mupout", TMP, common, TMP);
+    /* a standard run says --param sp: without it the run takes the file's model, muP included */
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --param sp --init-from %s/mupout", TMP, common, TMP);
     expect_error("muP weights into a standard run", args, "scaletrain.mup: the file's model is mup (base width 16");
     expect_error("unknown command", "frobnicate", "unknown command 'frobnicate'");
-    expect_error("sample without weights", "sample " TMP "/nothing-here", "nothing-here/config.json");
+    expect_error("sample without weights", "sample " TMP "/nothing-here", "nothing-here: expected a weights folder");
     /* The good shard trains (so the failures above are about the bad input, not the setup). */
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s train --data %s/good.bin %s >/dev/null 2>&1", BIN, TMP, common);

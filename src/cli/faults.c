@@ -25,6 +25,11 @@ Status cli_faults_from_env(Faults *f, Err *err) {
     f->device_bypass = env_is_1("ST_PAR_TEST_DEVICE_BYPASS");
     f->emulated_device = env_is_1("ST_TRAIN_TEST_EMULATED_DEVICE");
     f->resume_verify_first = env_is_1("ST_TRAIN_TEST_RESUME_VERIFY");
+    if ((e = getenv("ST_TRAIN_TEST_PEAK_FAULT")) && *e) {
+        if (!strcmp(e, "probe")) f->peak_probe_scale = 0.1;
+        else if (!strcmp(e, "probe-nogemm")) f->peak_probe_scale = 0.1, f->peak_no_gemm = 1;
+        else return err_set(err, ST_ERR_INPUT, "ST_TRAIN_TEST_PEAK_FAULT=%s: expected probe or probe-nogemm", e);
+    }
     if ((e = getenv("ST_CKPT_FAIL_AT")) && *e) {
         snprintf(f->ckpt_fail_stage, sizeof f->ckpt_fail_stage, "%s", e);
         char *colon = strchr(f->ckpt_fail_stage, ':');
@@ -33,7 +38,9 @@ Status cli_faults_from_env(Faults *f, Err *err) {
             if (!strcmp(colon + 1, "exit")) f->ckpt_fail_mode = 1;
             else if (!strcmp(colon + 1, "stop")) f->ckpt_fail_mode = 2;
             else if (!strcmp(colon + 1, "slow")) f->ckpt_fail_mode = 3;
-            else return err_set(err, ST_ERR_INPUT, "ST_CKPT_FAIL_AT=%s: expected STAGE, STAGE:exit, STAGE:stop or STAGE:slow", e);
+            else if (!strncmp(colon + 1, "slow", 4) && atoi(colon + 5) >= 1 && atoi(colon + 5) <= 60)
+                f->ckpt_fail_mode = 3, f->ckpt_slow_s = atoi(colon + 5);
+            else return err_set(err, ST_ERR_INPUT, "ST_CKPT_FAIL_AT=%s: expected STAGE, STAGE:exit, STAGE:stop, STAGE:slow or STAGE:slowN (N seconds, 1..60)", e);
         }
     }
     if ((e = getenv("ST_CKPT_FAIL_RANK")) && *e) {

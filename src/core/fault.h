@@ -40,12 +40,18 @@ typedef struct {
     int resume_verify_first; /* ST_TRAIN_TEST_RESUME_VERIFY=1: --resume verifies each candidate's data
                                 (ckpt_resolve) before the load reads it again: the double read the
                                 one-pass resume replaced (test_resume's negative control) */
+    double peak_probe_scale; /* ST_TRAIN_TEST_PEAK_FAULT=probe: the FMA probe reports a tenth of what it
+                                measured (0 = off); =probe-nogemm: and peak_no_gemm. test_dp (mfu) */
+    int peak_no_gemm;     /* no GEMM measurement of the peak (the probe alone: the old peak, the
+                             bound's negative control) */
     /* ---- checkpoints (src/ckpt; docs/checkpoint.md, "Fault injection") ---- */
     char ckpt_fail_stage[32]; /* ST_CKPT_FAIL_AT=STAGE[:MODE]: a save aborts at STAGE (ckpt.c's
                                  CKPT_STAGES; an unknown name fails the save with ST_ERR_INPUT); "" = off */
     int ckpt_fail_mode;   /* MODE: 0 the save returns ST_ERR_RUNTIME, 1 `exit` _exit(3), 2 `stop`
-                             raise(SIGSTOP) (the test's parent kill -9s it), 3 `slow` sleep 1 s and go on.
-                             test_ckpt, test_ckpt_shard, test_pp (resume) */
+                             raise(SIGSTOP) (the test's parent kill -9s it), 3 `slow` sleep 1 s and go on
+                             (`slowN`: N seconds, 1..60). test_ckpt, test_ckpt_shard, test_pp (resume),
+                             test_newcomer (a save longer than mpirun's grace period) */
+    int ckpt_slow_s;      /* `slowN`'s N (0: 1 s) */
     int ckpt_fail_only_rank; /* 1 with ST_CKPT_FAIL_RANK=R (sharded saves): the fault fires only on */
     int ckpt_fail_rank;      /* world rank R (0: on every rank) */
     int ckpt_async_sync;  /* ST_CKPT_ASYNC_SYNC=1: an asynchronous save waits for its own write (the

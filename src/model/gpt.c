@@ -105,10 +105,7 @@ static Status check_options(const ModelConfig *cfg, const GptOptions *o, Err *er
     if (o->tp_rank < 0 || o->tp_rank >= o->tp)
         return err_set(err, ST_ERR_INPUT, "tp rank %d outside the tp group of %d", o->tp_rank, o->tp);
     if (o->sp && o->tp == 1) return err_set(err, ST_ERR_INPUT, "--sp: expected --tp > 1, found --tp 1");
-    if (o->split_backward && (o->recompute != RECOMPUTE_NONE || o->sp))
-        return err_set(err, ST_ERR_INPUT, "--pp-schedule zb-h1: expected --recompute none without --sp (the weight-"
-                       "gradient pass reads the saved LayerNorm and GELU outputs whole), found --recompute %s%s",
-                       layout_recompute_name(o->recompute), o->sp ? " with --sp" : "");
+    if (o->split_backward && (st = layout_check_split_backward(o->recompute, o->sp, err)) != ST_OK) return st;
     if (o->slots < 1) return err_set(err, ST_ERR_INPUT, "pipeline: expected at least 1 activation slot, found %d", o->slots);
     if (o->stage.n < 0 || o->stage.n > LAYOUT_MAX_CHUNKS)
         return err_set(err, ST_ERR_INPUT, "--interleave: expected 1..%d model chunks per rank, found %d",

@@ -184,6 +184,8 @@ void ev_start(EventLog *lg, const StartEvent *e) {
     add_num(o, "peak_flops_job", e->peak_flops_job);
     cJSON_AddStringToObject(o, "peak_source", e->peak_given ? "given" : "measured");
     cJSON_AddStringToObject(o, "peak_kind", e->peak_given ? "given" : e->peak_kind);
+    add_num(o, "peak_probe_flops", e->peak_probe_flops);
+    add_num(o, "peak_gemm_flops", e->peak_gemm_flops);
     add_num(o, "data_utilization", e->data_utilization);
     add_num(o, "resumed_from_step", (double)e->resumed_from_step);
     cJSON *rs = cJSON_AddObjectToObject(o, "resume");

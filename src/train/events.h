@@ -7,7 +7,8 @@
  *   start     schema_version, config{...}, build{git_commit, compiler, gemm, threads, command},
  *             effective_batch{sequences, tokens}, num_params, flops_per_token, world,
  *             peak_flops (this rank), peak_flops_job (sum over ranks: the MFU denominator),
- *             peak_source, peak_kind, data_utilization, resumed_from_step,
+ *             peak_source, peak_kind, peak_probe_flops and peak_gemm_flops (this rank's two
+ *             measurements, peak_flops their max; 0 when given), data_utilization, resumed_from_step,
  *             resume{requested, found, checkpoint, note}, plan{step_ms, tokens_per_s, mfu,
  *             num_params, memory_total}, memory_planned{category: bytes}
  *   memory    (at start) measured{category: bytes}, planned{4 state categories}, measured_by_rank
@@ -75,6 +76,7 @@ typedef struct {
     const char *command;        /* may be NULL */
     long long batch_seqs, batch_tokens, num_params;
     double flops_per_token, peak_flops, peak_flops_job, data_utilization;
+    double peak_probe_flops, peak_gemm_flops; /* train/machine_peak.h */
     int world, peak_given;
     const char *peak_kind;
     long resumed_from_step;

@@ -41,7 +41,9 @@ typedef struct {
     uint64_t data_seed;      /* data order */
 
     int threads;
-    double peak_flops;       /* 0: measure at start */
+    double peak_flops;       /* 0: measure at start (train/machine_peak.h) */
+    char peak_cache[1024];   /* the measured peaks' cache file ("" = none: measure every start) */
+    int remeasure_peak;      /* 1: measure the peak even when the cache has it, and update the cache */
     int have_hw;             /* hw holds a hardware profile (--hardware) for the plan's prediction */
     PlanHardware hw;
     int val_every;           /* 0: only at the end (if val_data) */
@@ -71,7 +73,8 @@ typedef struct {
     char overrides[512];     /* comma-separated trajectory fields allowed to change on resume, or "all" */
     char init_from[1024];    /* start from weights: HF safetensors (file or dir) or llm.c .bin */
     double mtbf_hours;       /* > 0: print the Young/Daly checkpoint interval for this MTBF */
-    int handle_signals;      /* SIGTERM/SIGINT finish the step, save, exit cleanly (CLI sets it) */
+    int handle_signals;      /* SIGTERM/SIGINT/SIGUSR1 finish the step, save, exit cleanly (CLI sets it);
+                                SIGUSR1 because mpirun forwards it to every rank (docs/checkpoint.md) */
     HealthOptions health;    /* spike / divergence / stall detectors and their policy (train/health.h) */
     long debug_spike_step;   /* test hook: corrupt the batch of this attempt (random targets) */
     long debug_nan_step;     /* test hook: put a NaN into the gradients of this attempt */

@@ -18,6 +18,7 @@
 #include "ckpt/shard.h"
 #include "core/mem.h"
 #include "core/peak.h"
+#include "train/machine_peak.h"
 #include "core/progress.h"
 #include "core/stats.h"
 #include "core/rng.h"
@@ -99,6 +100,13 @@ Status tr_setup_grid(Run *r, Err *err) {
         r->comm = r->own_comm;
     }
     int tp = c->tp > 0 ? c->tp : 1, pp = c->pp > 0 ? c->pp : 1, world = r->comm->world;
+    if (world == 1 && (tp > 1 || pp > 1 || c->dp > 1)) { /* a grid asked of a process started alone */
+        int dp = c->dp > 0 ? c->dp : 1;
+        const char *flag = tp > 1 ? "tp" : pp > 1 ? "pp" : "dp";
+        return err_set(err, ST_ERR_INPUT, "--%s %d: expected dp x tp x pp = %d x %d x %d = %d processes, found this one "
+                       "alone: launch it under MPI, e.g. `mpirun -np %d scaletrain train ...` (docs/parallel.md)",
+                       flag, tp > 1 ? tp : pp > 1 ? pp : dp, dp, tp, pp, dp * tp * pp, dp * tp * pp);
+    }
     if (world % tp)
         return err_set(err, ST_ERR_INPUT, "--tp %d: expected a divisor of the world size %d (ranks launched), found a "
                        "remainder of %d", tp, world, world % tp);
@@ -137,7 +145,8 @@ Status tr_setup_data(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
     Status st;
     int lflags = LOADER_SHUFFLE | (c->no_pack ? LOADER_NO_PACK : 0);
-    if ((st = loader_open(&r->train, c->data, c->seq_len, 0, c->tokenizer_hash, c->data_seed, lflags, err)) != ST_OK)
+    if ((st = loader_open_named(&r->train, c->data, c->seq_len, 0, c->tokenizer_hash, c->tokenizer, c->data_seed, lflags,
+                                 err)) != ST_OK)
         return st;
     if (c->model.vocab == 0) {
         c->model.vocab = (int)loader_header_vocab(&r->train);
@@ -150,7 +159,8 @@ Status tr_setup_data(Run *r, Err *err) {
     if ((st = loader_check_vocab(&r->train, (uint32_t)c->model.vocab, err)) != ST_OK) return st;
     if (c->val_data[0]) {
         int vflags = c->no_pack ? LOADER_NO_PACK : 0;
-        if ((st = loader_open(&r->val, c->val_data, c->seq_len, (uint32_t)c->model.vocab, c->tokenizer_hash, 0, vflags,
+        if ((st = loader_open_named(&r->val, c->val_data, c->seq_len, (uint32_t)c->model.vocab, c->tokenizer_hash,
+                                     c->tokenizer, 0, vflags,
                               err)) != ST_OK)
             return st;
         if (c->model.doc_mask && (int)loader_header_eot(&r->val) != c->model.doc_eot)
@@ -272,6 +282,14 @@ Status tr_setup_model(Run *r, Err *err) {
         err_prefix(err, "--init-from");
         return st;
     }
+    if (c->init_from[0] && !r->rs.path[0] && r->comm->rank == 0) { /* what was loaded: file, shape, tokenizer */
+        const ModelConfig *m = &c->model;
+        printf("init: weights from %s: %s L=%d heads=%d kv_heads=%d C=%d%s V=%d max_seq=%d, %lld parameters; tokenizer "
+               "%s\n", c->init_from, model_arch_name(m->arch), m->n_layer, m->n_head, m->n_kv_head ? m->n_kv_head : m->n_head,
+               m->n_embd, m->arch == ARCH_LLAMA ? (m->untied ? " untied" : " tied") : "", m->vocab, m->max_seq,
+               model_config_num_params(m), c->tokenizer[0] ? c->tokenizer : "not recorded with the weights (none checked)");
+        fflush(stdout);
+    }
     r->batch_ints = (size_t)k * B * T;
     r->inp = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
     r->tgt = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
@@ -360,9 +378,17 @@ Status tr_setup_accounting(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
     int B = c->micro_batch, T = c->seq_len, k = c->grad_accum, nt = c->threads;
     r->acct.peak = c->peak_flops;
-    r->acct.peak_kind = "fp32 FMA";
-    if (!(r->acct.peak > 0) && c->bf16 && !c->fp16) r->acct.peak = peak_measure_bf16(nt, 200.0), r->acct.peak_kind = "bf16 dot product";
-    if (!(r->acct.peak > 0)) r->acct.peak = peak_measure_fp32(nt, 200.0), r->acct.peak_kind = "fp32 FMA";
+    r->acct.peak_kind = "given";
+    if (!(r->acct.peak > 0)) {
+        /* The best of the FMA probe and a compute-bound GEMM of the precision the GEMMs run in
+         * (fp16 is emulated in fp32), so MFU stays below 1 (train/machine_peak.h). */
+        MachinePeakOptions po = machine_peak_default_options();
+        po.threads = nt, po.bf16 = c->bf16 && !c->fp16, po.cache_path = c->peak_cache, po.remeasure = c->remeasure_peak;
+        po.probe_scale = c->faults.peak_probe_scale, po.no_gemm = c->faults.peak_no_gemm;
+        Status pst = machine_peak_resolve(&r->acct.mpeak, &po, err);
+        if (pst != ST_OK) return pst;
+        r->acct.peak = r->acct.mpeak.best, r->acct.peak_kind = r->acct.mpeak.kind;
+    }
     r->acct.peak_job = r->acct.peak;
     Status st = comm_allreduce_f64(r->comm, &r->acct.peak_job, 1, COMM_SUM, err);
     if (st != ST_OK) return st;
@@ -435,6 +461,7 @@ Status tr_announce(Run *r, Err *err) {
                      .batch_tokens = r->acct.batch_tokens, .num_params = nparams, .flops_per_token = r->acct.fpt,
                      .peak_flops = r->acct.peak, .peak_flops_job = r->acct.peak_job, .data_utilization = util,
                      .world = r->world, .peak_given = c->peak_flops > 0, .peak_kind = r->acct.peak_kind,
+                     .peak_probe_flops = r->acct.mpeak.probe, .peak_gemm_flops = r->acct.mpeak.gemm,
                      .resumed_from_step = r->rs.step, .resume_requested = c->resume,
                      .resume_checkpoint = r->rs.path, .resume_note = r->rs.note,
                      .resume_read_bytes = (double)r->res->resume_read_bytes, .have_plan = r->acct.have_plan};
