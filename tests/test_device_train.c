@@ -159,7 +159,7 @@ static void one_model(int arch, const char *tag, const char *opt) {
 static void refusals(void) {
     static const char *flag[][2] = {{"--optimizer muon", "--optimizer muon"}, {"--optimizer sophia", "--optimizer sophia"},
                                     {"--sample-every 2", "--sample-every"}, {"--log-layer-stats", "--log-layer-stats"},
-                                    {"--zero 1", "--zero"}, {"--lora-rank 2", "--lora-rank"}, {"--ckpt-async --ckpt-dir " DIR "/x", "--ckpt-async"}};
+                                    {"--optimizer shampoo", "--optimizer shampoo"}, {"--lora-rank 2", "--lora-rank"}, {"--ckpt-async --ckpt-dir " DIR "/x", "--ckpt-async"}};
     for (size_t i = 0; i < sizeof flag / sizeof flag[0]; i++) {
         char extra[256], path[1400], nm[32];
         snprintf(nm, sizeof nm, "refuse%zu", i);
