@@ -43,7 +43,11 @@ static const char *ARCH[2] = {
 static int train(const char *name, int arch, const char *dev, const char *env, const char *extra, int append) {
     char cmd[4096], lg[1200];
     snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, name);
-    if (!append) remove(lg);
+    if (!append) { /* a run that fails must not be compared by an earlier run's files */
+        remove(lg);
+        snprintf(cmd, sizeof cmd, "rm -rf %s/%s_out", DIR, name);
+        tu_shell(cmd);
+    }
     snprintf(cmd, sizeof cmd,
              "%s %s %s train --data %s/train.bin %s --seq-len 32 --micro-batch 2 --lr 2e-3 --min-lr 2e-4 --warmup 3 "
              "--threads 1 --quiet --device %s --log %s --out %s/%s_out %s",
