@@ -75,12 +75,16 @@ int main(void) {
     expect_error("wrong magic", args, "magic");
     snprintf(args, sizeof args, "train --data %s/bigtok.bin %s", TMP, common);
     expect_error("token id >= vocabulary", args, "token id 300 at position 777 is not below the vocabulary size 257");
-    snprintf(args, sizeof args, "train --data %s/good.bin %s --device cuda", TMP, common);
-#ifdef ST_HAVE_CUDA /* a CUDA build (ST_CUDA): the backend exists, the trainer's device paths do not yet */
-    expect_error("--device cuda in a CUDA build (trainer not on the GPU yet)", args,
-                 "--device cuda: the model's buffers would not be host-addressable");
+#ifdef ST_HAVE_CUDA /* a CUDA build (ST_CUDA): the trainer runs on it in one process (test_device_train);
+                     * what its device path lacks is refused before the GPU is touched, on any machine */
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --device cuda --log-layer-stats", TMP, common);
+    expect_error("--device cuda with a host-only flag", args,
+                 "--device cuda: --log-layer-stats is not supported on a device backend yet");
+    expect_error("sample --device cuda (the KV cache is host code)", "sample /nonexistent --device cuda",
+                 "--device cuda: the KV cache of sampling is not on the device yet");
 #define ST_DEVICES "cpu, cuda"
 #else
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --device cuda", TMP, common);
     expect_error("--device cuda in a build without CUDA", args, "--device: expected one of cpu, found cuda: this build has no CUDA backend");
 #define ST_DEVICES "cpu"
 #endif

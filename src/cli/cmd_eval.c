@@ -36,6 +36,7 @@
 #include "cli/cmds_ckpt.h"
 #include "core/progress.h"
 #include "cli/cmds_report.h"
+#include "cli/faults.h"
 #include "core/rng.h"
 #include "data/bpe.h"
 #include "data/chat.h"
@@ -45,6 +46,7 @@
 #include "model/backend.h"
 #include "model/gpt.h"
 #include "model/matmul.h"
+#include "train/devemu.h"
 
 static int is_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
@@ -194,7 +196,9 @@ int cmd_eval(int argc, char **argv) {
     if (max_new < 1) return cli_fail("eval", ST_ERR_INPUT, "--max-new-tokens: expected >= 1");
     if (show < 0) return cli_fail("eval", ST_ERR_INPUT, "--show: expected >= 0");
     const Backend *be;
-    if ((st = backend_find(device, &be, &err)) != ST_OK) return cli_fail("eval", st, err.msg);
+    Faults faults;
+    if ((st = cli_faults_from_env(&faults, &err)) != ST_OK) return cli_fail("eval", st, err.msg);
+    if ((st = devemu_find(device, faults.emulated_device, &be, &err)) != ST_OK) return cli_fail("eval", st, err.msg);
     if (tokens < 0) return cli_fail("eval", ST_ERR_INPUT, "--tokens: expected >= 0");
     if (B < 1) return cli_fail("eval", ST_ERR_INPUT, "--micro-batch: expected >= 1");
     if (T < 0) return cli_fail("eval", ST_ERR_INPUT, "--seq-len: expected >= 0");
@@ -211,6 +215,11 @@ int cmd_eval(int argc, char **argv) {
     char recorded[256] = "";
     if ((st = st_load_hf_config(src, &cfg, recorded, sizeof recorded, &err)) != ST_OK) return cli_fail("eval", st, err.msg);
     if (em_file[0]) {
+        if (!be->host_addressable) { /* generation's KV cache (model/infer.c) computes on the host */
+            snprintf(err.msg, sizeof err.msg, "--exact-match: generation runs on the CPU only (as sample does); "
+                     "expected --device cpu, found --device %s", device);
+            return cli_fail("eval", ST_ERR_INPUT, err.msg);
+        }
         if (!tokenizer[0]) snprintf(tokenizer, sizeof tokenizer, "%s", recorded);
         if (!tokenizer[0])
             return cli_fail("eval", ST_ERR_INPUT, "--tokenizer: expected one (none recorded with the weights)");
@@ -297,8 +306,22 @@ int cmd_eval(int argc, char **argv) {
     omp_set_num_threads(threads);
     GptOptions go = gpt_default_options();
     go.B = B, go.T = T, go.threads = threads, go.backend = be;
+    go.device_resident = !be->host_addressable; /* a device: the whole model there, the weights copied in */
     if ((st = gpt_init(&g, &cfg, &go, NULL, &err)) != ST_OK) goto fail;
-    if ((st = ckpt_load_weights(&g.w, src, &err)) != ST_OK) goto fail;
+    if (be->host_addressable) {
+        if ((st = ckpt_load_weights(&g.w, src, &err)) != ST_OK) goto fail;
+    } else { /* read into host memory, then one copy to the device */
+        GptWeights view = g.w;
+        size_t bytes = g.w.layout.total * sizeof(float);
+        if (!(view.params = calloc(1, bytes))) {
+            st = err_set(&err, ST_ERR_RUNTIME, "out of memory for the weights' host copy (%zu bytes)", bytes);
+            goto fail;
+        }
+        st = ckpt_load_weights(&view, src, &err);
+        if (st == ST_OK) be->from_host(g.w.params, view.params, bytes), gpt_sync_lp(&g);
+        free(view.params);
+        if (st != ST_OK) goto fail;
+    }
     inp = malloc(sizeof *inp * (size_t)B * (size_t)T);
     tgt = malloc(sizeof *tgt * (size_t)B * (size_t)T);
     if (!inp || !tgt) {

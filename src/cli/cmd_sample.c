@@ -49,6 +49,11 @@ int cmd_sample(int argc, char **argv) {
         return cli_fail("sample", ST_ERR_INPUT, "--top-k: would change nothing with --temperature 0 (greedy); expected a temperature > 0");
     GptOptions go = gpt_default_options();
     if ((st = backend_find(device, &go.backend, &err)) != ST_OK) return cli_fail("sample", st, err.msg);
+    if (!go.backend->host_addressable) { /* docs/cuda.md, section 7 */
+        snprintf(err.msg, sizeof err.msg, "--device %s: the KV cache of sampling is not on the device yet; expected "
+                 "--device cpu", device);
+        return cli_fail("sample", ST_ERR_INPUT, err.msg);
+    }
     /* WEIGHTS as eval and export take it: a weights folder, a checkpoint or a --ckpt-dir */
     char dir[4096];
     int plain = 0;

@@ -29,7 +29,12 @@ typedef struct {
                              optimizer state (Muon's momentum; Shampoo's moments and block state;
                              Sophia's Hessian EMA), a resume that lost it; =2: Shampoo's block state only
                              (what the checkpoint's extra file carries). test_matopt */
+    int device_bypass;    /* ST_PAR_TEST_DEVICE_BYPASS=1: on a device backend the full-state copy out
+                             (checkpoints, exports) reads the parameters with memcpy instead of the
+                             backend's to_host: the emulated device must stop it (test_device_train) */
     /* ---- train (src/train) ---- */
+    int emulated_device;  /* ST_TRAIN_TEST_EMULATED_DEVICE=1: `--device emu` is the emulated device
+                             (train/devemu.h): the CPU table behind a device's contract. test_device_train */
     int hess_rank_local;  /* ST_TRAIN_TEST_HESS_FAULT=1: Sophia's sampled labels keyed by rank-local rows
                              (every rank draws the same labels for its own rows). test_matopt (sophia) */
     int resume_verify_first; /* ST_TRAIN_TEST_RESUME_VERIFY=1: --resume verifies each candidate's data

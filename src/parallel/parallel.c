@@ -90,6 +90,13 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
     Par *p = calloc(1, sizeof *p);
     if (!p) return err_set(err, ST_ERR_RUNTIME, "out of memory (parallel state)");
     p->c = c, p->g = g, p->o = *o, p->mem = mem, p->pl = pl;
+    p->dev = g->be->host_addressable ? NULL : g->be;
+    if (p->dev && (c->world > 1 || o->zero != 0 || o->muon || o->shampoo || !p->dev->optim_update || !p->dev->sumsq)) {
+        free(p);
+        return err_set(err, ST_ERR_INPUT, "--device %s: expected one process at ZeRO 0 with AdamW, Adam, SGD or Lion "
+                       "(the device's optimizer entries), found world %d, ZeRO %d%s", g->be->name, c->world, o->zero,
+                       o->muon ? ", Muon" : o->shampoo ? ", Shampoo" : "");
+    }
     p->dp = c->dp, p->r = c->dp_rank, p->zero = o->zero, p->nseg = pl->nseg, p->L = g->w.cfg.n_layer;
     if (p->o.bucket_floats == 0) p->o.bucket_floats = PAR_DEFAULT_BUCKET_FLOATS;
     if (p->o.nt < 1) p->o.nt = 1;
@@ -108,8 +115,14 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
 
     /* Moments, then each mechanism's state. */
     p->mom_floats = p->zero >= 1 ? S : pl->total;
-    p->m = par_alloc_f(p, MEM_MOMENTS, p->mom_floats, &ok);
-    if (o->n_moments >= 2) p->v = par_alloc_f(p, MEM_MOMENTS, p->mom_floats, &ok);
+    if (p->dev) { /* the moments live beside the parameters, in the device's memory */
+        size_t b = p->mom_floats * sizeof(float);
+        p->m = p->dev->alloc(mem, MEM_MOMENTS, b), ok = p->m != NULL || b == 0;
+        if (o->n_moments >= 2) p->v = p->dev->alloc(mem, MEM_MOMENTS, b), ok = ok && (p->v || b == 0);
+    } else {
+        p->m = par_alloc_f(p, MEM_MOMENTS, p->mom_floats, &ok);
+        if (o->n_moments >= 2) p->v = par_alloc_f(p, MEM_MOMENTS, p->mom_floats, &ok);
+    }
     if (!ok || !zero_init(p) || !tied_init(p)) goto oom;
     Status mst = matopt_init(p, err);
     if (mst == ST_ERR_INPUT) {
@@ -173,8 +186,13 @@ void par_free(Par *p) {
     zero_free(p);
     tied_free(p);
     matopt_free(p);
-    mem_free(ms, MEM_MOMENTS, p->m, p->mom_floats * sizeof(float));
-    mem_free(ms, MEM_MOMENTS, p->v, p->mom_floats * sizeof(float));
+    if (p->dev) {
+        p->dev->free(ms, MEM_MOMENTS, p->m, p->mom_floats * sizeof(float));
+        p->dev->free(ms, MEM_MOMENTS, p->v, p->mom_floats * sizeof(float));
+    } else {
+        mem_free(ms, MEM_MOMENTS, p->m, p->mom_floats * sizeof(float));
+        mem_free(ms, MEM_MOMENTS, p->v, p->mom_floats * sizeof(float));
+    }
     if (p->g && p->g->hooks.ctx == p) memset(&p->g->hooks, 0, sizeof p->g->hooks);
     free(p->off), free(p->len), free(p->blk), free(p->soff), free(p->pieces), free(p->ranges);
     free(p->norm.chunk_seg), free(p->norm.chunk_start), free(p->norm.partials), free(p->norm.twice);
@@ -212,12 +230,24 @@ Status par_grads_finish(Par *p, Err *err) {
     if (gscale != 0.0f) { /* test fault: every rank's reduced gradients scaled alike */
         float *G = zero_grads(p);
         size_t n = p->zero >= 2 ? p->S : p->pl->total;
-        for (size_t i = 0; i < n; i++) G[i] *= gscale;
+        if (p->dev) p->dev->scale_inplace(G, n, gscale, 1);
+        else
+            for (size_t i = 0; i < n; i++) G[i] *= gscale;
     }
     return par_hook_status(p, err);
 }
 
+/* A device's norm: Σ x² of each segment through the table (its chunks of NORM_CHUNK restart at each
+ * segment, as the partition below), the segments added in order. One process (par_init). */
+static double dev_grad_sumsq(Par *p) {
+    double sum = 0;
+    for (int s = 0; s < p->nseg; s++)
+        if (p->blk[s]) sum += p->dev->sumsq(p->g->d.grads + p->off[s], p->blk[s]);
+    return sum;
+}
+
 Status par_grad_norm(Par *p, double *norm, Err *err) {
+    if (p->dev) return *norm = sqrt(dev_grad_sumsq(p)), ST_OK;
     const ParNorm *nm = &p->norm;
     long nc = (long)nm->nchunks;
 #pragma omp parallel for schedule(static) num_threads(p->o.nt)
@@ -245,6 +275,23 @@ Status par_grad_norm(Par *p, double *norm, Err *err) {
 
 Status par_optim_step(Par *p, const OptimConfig *oc, long step, float lr, float matrix_lr, float grad_scale, Err *err) {
     matopt_sophia_reset(p, oc);
+    if (p->dev) { /* optim_step_lowp's rule per range through the table (par_init: ZeRO 0, no matrices) */
+        if ((int)oc->kind != BACKEND_OPT_ADAMW && (int)oc->kind != BACKEND_OPT_ADAM && (int)oc->kind != BACKEND_OPT_SGD &&
+            (int)oc->kind != BACKEND_OPT_LION)
+            return err_set(err, ST_ERR_INPUT, "--device %s: optimizer %s does not run on the device", p->dev->name,
+                           optim_kind_name(oc->kind));
+        const float bc1 = 1.0f - powf(oc->beta1, (float)step), bc2 = 1.0f - powf(oc->beta2, (float)step);
+        int lk = p->g->w.prec == GPT_FP16 ? 2 : p->g->w.prec == GPT_BF16 ? 1 : 0;
+        for (int i = 0; i < p->nranges; i++) {
+            const OptimRange *rg = &p->ranges[i];
+            BackendOptStep s = {(int)oc->kind, lr * rg->lr_mult, rg->decay ? oc->weight_decay : 0.0f, grad_scale,
+                                oc->beta1, oc->beta2, oc->eps, oc->momentum, bc1, bc2, step, lk};
+            p->dev->optim_update(&s, p->g->w.params + rg->offset, p->g->d.grads + rg->offset, p->m + rg->offset,
+                                 p->v ? p->v + rg->offset : NULL,
+                                 p->g->w.params_lp ? p->g->w.params_lp + rg->offset : NULL, rg->n);
+        }
+        return ST_OK;
+    }
     if (p->zero == 0) { /* mixed precision: the working copy follows the master in the same pass */
         OptimLowp lk = p->g->w.prec == GPT_FP16 ? OPTIM_LOWP_FP16 : p->g->w.prec == GPT_BF16 ? OPTIM_LOWP_BF16 : OPTIM_LOWP_NONE;
         optim_step_lowp(oc, p->g->w.params, p->g->d.grads, p->m, p->v, p->ranges, p->nranges, step, lr, grad_scale,

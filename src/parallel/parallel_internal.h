@@ -15,6 +15,7 @@
 #ifndef ST_PARALLEL_PARALLEL_INTERNAL_H
 #define ST_PARALLEL_PARALLEL_INTERNAL_H
 
+#include "model/backend.h"
 #include "parallel/parallel.h"
 
 #define NORM_CHUNK 4096 /* fixed partition of the norm's partial sums (thread-count independent) */
@@ -114,6 +115,8 @@ struct Par {
     ParOptions o;
     MemStats *mem;
     const ParamLayout *pl;
+    const Backend *dev;             /* a backend that is not host-addressable (one process, ZeRO 0), else NULL:
+                                       moments in its memory, norm and update through its table */
     int dp, r, zero, nseg, L;
     size_t *off, *len, *blk, *soff; /* per segment: flat offset, length, block = len/dp, shard offset */
     size_t S, E, X;                 /* shard floats, embedding segment floats, largest other segment */

@@ -240,6 +240,10 @@ static double seg_local_sumsq(const Par *p, int s) {
         if (t->segment != s || (pl->tp_rank > 0 && t->split == TP_REPLICATED)) continue;
         const float *x = base + (t->offset - p->off[s]);
         long n = (long)t->numel;
+        if (p->dev) { /* the device's Σ x² */
+            acc += p->dev->sumsq(x, (size_t)n);
+            continue;
+        }
         double a = 0;
 #pragma omp parallel for reduction(+ : a) num_threads(p->o.nt) schedule(static)
         for (long i = 0; i < n; i++) a += (double)x[i] * x[i];
@@ -444,13 +448,16 @@ void par_set_full(Par *p, const float *params, const float *m, const float *v) {
     size_t T = p->pl->total;
     if (params) {
         if (p->zero >= 3) copy_owned(p, p->zp.shard, params);
+        else if (p->dev) p->dev->from_host(p->g->w.params, params, T * sizeof(float)), gpt_sync_lp(p->g);
         else memcpy(p->g->w.params, params, T * sizeof(float)), gpt_sync_lp(p->g);
     }
     float *mine[2] = {p->m, p->v};
     const float *src[2] = {m, v};
     for (int b = 0; b < 2; b++) {
         if (!mine[b]) continue;
-        if (!src[b]) memset(mine[b], 0, p->mom_floats * sizeof(float));
+        if (p->dev && !src[b]) p->dev->zero(mine[b], p->mom_floats * sizeof(float));
+        else if (p->dev) p->dev->from_host(mine[b], src[b], T * sizeof(float));
+        else if (!src[b]) memset(mine[b], 0, p->mom_floats * sizeof(float));
         else if (p->zero >= 1) copy_owned(p, mine[b], src[b]);
         else memcpy(mine[b], src[b], T * sizeof(float));
     }
@@ -474,6 +481,7 @@ Status par_get_full(Par *p, float *params, float *m, float *v, Err *err) {
     Status st = ST_OK;
     if (params) {
         if (p->zero >= 3) st = gather_shard(p, p->zp.shard, params, err);
+        else if (p->dev && !p->o.faults.device_bypass) p->dev->to_host(params, p->g->w.params, T * sizeof(float));
         else memcpy(params, p->g->w.params, T * sizeof(float));
     }
     float *dst[2] = {m, v}, *mine[2] = {p->m, p->v};
@@ -481,6 +489,7 @@ Status par_get_full(Par *p, float *params, float *m, float *v, Err *err) {
         if (!dst[b]) continue;
         if (!mine[b]) memset(dst[b], 0, T * sizeof(float));
         else if (p->zero >= 1) st = gather_shard(p, mine[b], dst[b], err);
+        else if (p->dev) p->dev->to_host(dst[b], mine[b], T * sizeof(float));
         else memcpy(dst[b], mine[b], T * sizeof(float));
     }
     return st;

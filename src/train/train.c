@@ -44,6 +44,7 @@
 #include "plan/plan.h"
 #include "train/events.h"
 #include "train/train_internal.h"
+#include "train/devemu.h"
 #include "train/noise.h"
 
 TrainConfig train_default_config(void) {
@@ -78,7 +79,24 @@ void tr_fmt_duration(double s, char *buf, size_t len) {
 
 static Status validate(const TrainConfig *c, Err *err) {
     const Backend *be;
-    if (backend_find(c->device, &be, err) != ST_OK) return ST_ERR_INPUT;
+    if (devemu_find(c->device, c->faults.emulated_device, &be, err) != ST_OK) return ST_ERR_INPUT;
+    /* A device backend (not host-addressable): what its path does not have is refused here, whole
+     * (docs/cuda.md, section 6); the grid (one process, ZeRO 0) is checked by par_init. */
+    if (!be->host_addressable) {
+        if (c->optim.kind != OPT_ADAMW && c->optim.kind != OPT_ADAM && c->optim.kind != OPT_SGD && c->optim.kind != OPT_LION)
+            return err_set(err, ST_ERR_INPUT, "--optimizer %s: expected adamw, adam, sgd or lion with --device %s (the "
+                           "device's optimizer entries)", optim_kind_name(c->optim.kind), c->device);
+        const char *no = c->lora.rank > 0 ? "--lora-rank (LoRA trains on the CPU)"
+                         : c->log_layer_stats ? "--log-layer-stats"
+                         : c->sample_every > 0 ? "--sample-every (the KV cache is not on the device; use 0)"
+                         : c->ckpt_async ? "--ckpt-async"
+                         : c->tp > 1 ? "--tp"
+                         : c->pp > 1 ? "--pp"
+                         : c->dp > 1 ? "--dp"
+                         : c->zero != 0 ? "--zero (expected 0)"
+                                        : NULL;
+        if (no) return err_set(err, ST_ERR_INPUT, "--device %s: %s is not supported on a device backend yet", c->device, no);
+    }
     if (c->micro_batch < 1)
         return err_set(err, ST_ERR_INPUT, "--micro-batch: expected a positive integer, found %d", c->micro_batch);
     if (c->seq_len < 1) return err_set(err, ST_ERR_INPUT, "--seq-len: expected a positive integer, found %d", c->seq_len);

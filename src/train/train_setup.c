@@ -36,6 +36,7 @@
 #include "plan/plan.h"
 #include "train/events.h"
 #include "train/train_internal.h"
+#include "train/devemu.h"
 #include "train/noise.h"
 
 /* Pipeline: the schedule (built, then simulated with unit times, which refuses an incomplete or
@@ -220,7 +221,7 @@ static Status run_init_weights(Run *r, const char *path, Err *err) {
         tr_run_staging_free(r, &r->g.w.layout, mine, 1);
         return st;
     }
-    if (r->cfg.zero < 3) {
+    if (r->cfg.zero < 3 && r->g.be->host_addressable) {
         if (!path) gpt_init_params(&r->g, r->cfg.seed);
         Status st = path ? ckpt_init_from(&r->g.w, path, err) : ST_OK;
         gpt_sync_lp(&r->g);
@@ -245,8 +246,12 @@ Status tr_setup_model(Run *r, Err *err) {
     int B = c->micro_batch, T = c->seq_len, k = c->grad_accum, nt = c->threads;
     mm_set_threads(nt);
     GptOptions go = gpt_default_options();
-    Status st = backend_find(c->device, &go.backend, err);
+    Status st = devemu_find(c->device, c->faults.emulated_device, &go.backend, err);
     if (st != ST_OK) return st;
+    /* A device backend: the whole model in its memory; the host reaches it only through staging
+     * (par_set_full / par_get_full), so the in-place checkpoint paths of `local` are not taken. */
+    go.device_resident = !go.backend->host_addressable;
+    if (go.device_resident) r->local = 0;
     go.B = B, go.T = T, go.threads = nt, go.recompute = c->recompute;
     go.precision = c->fp16 ? GPT_FP16 : c->bf16 ? GPT_BF16 : GPT_FP32;
     go.tp = r->tp, go.tp_rank = r->tp_rank, go.sp = c->sp;

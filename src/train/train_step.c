@@ -185,7 +185,10 @@ static void step_micro_batches(Run *r, Step *s) {
     s->lscale = c->fp16 ? r->scaler.scale : 1.0f;
     float dscale = s->ntok > 0 ? s->lscale / (float)s->ntok : 0.0f;
     Status st = step_walk(r, s, dscale, NULL, &s->loss_sum, &r->pipe.stats, &s->gemm_err);
-    if (r->attempt == c->debug_nan_step && r->g.d.grads) r->g.d.grads[r->g.w.layout.tensors[2].offset] = NAN; /* test hook */
+    if (r->attempt == c->debug_nan_step && r->g.d.grads) { /* test hook */
+        float nan = NAN;
+        r->g.be->from_host(r->g.d.grads + r->g.w.layout.tensors[2].offset, &nan, sizeof nan);
+    }
     s->gemm_st = gpt_status(&r->g, st == ST_OK ? &s->gemm_err : NULL);
     if (st != ST_OK) s->gemm_st = st;
 }

@@ -1,0 +1,468 @@
+/* devemu.c — the test-only emulated device backend (devemu.h): the CPU table's entries, each
+ * wrapped so the device's pages are readable and writable only inside it. The wrappers of the
+ * kernel entries are mechanical (one per backend.h entry, generated from its declarations). */
+#include "train/devemu.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "optim/optim.h"
+
+static Backend base, emu;
+static int built;
+
+/* The allocations, each its own mapping of whole pages. */
+typedef struct {
+    void *p;
+    size_t len;
+} EmuRegion;
+static EmuRegion *regions;
+static int nregions, capregions, depth;
+
+static size_t page_round(size_t n) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    return (n + pg - 1) / pg * pg;
+}
+
+static void protect_all(int prot) {
+    for (int i = 0; i < nregions; i++)
+        if (mprotect(regions[i].p, regions[i].len, prot) != 0)
+            abort();
+}
+
+/* Entering a table entry opens every device page; leaving the outermost closes them again. */
+static void emu_enter(void) {
+    if (depth++ == 0)
+        protect_all(PROT_READ | PROT_WRITE);
+}
+static void emu_leave(void) {
+    if (--depth == 0)
+        protect_all(PROT_NONE);
+}
+
+static void *emu_alloc(MemStats *ms, MemCategory c, size_t bytes) {
+    if (bytes == 0)
+        return NULL;
+    if (nregions == capregions) {
+        int cap = capregions ? capregions * 2 : 64;
+        EmuRegion *r = realloc(regions, (size_t)cap * sizeof *r);
+        if (!r)
+            return NULL;
+        regions = r, capregions = cap;
+    }
+    size_t len = page_round(bytes);
+    void *p = mmap(NULL, len, depth ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL; /* zero-filled by the kernel */
+    regions[nregions++] = (EmuRegion){p, len};
+    if (ms) {
+        ms->bytes[c] += bytes;
+        if (ms->bytes[c] > ms->peak[c])
+            ms->peak[c] = ms->bytes[c];
+    }
+    return p;
+}
+
+static void emu_free(MemStats *ms, MemCategory c, void *p, size_t bytes) {
+    if (!p)
+        return;
+    for (int i = 0; i < nregions; i++)
+        if (regions[i].p == p) {
+            munmap(p, regions[i].len);
+            regions[i] = regions[--nregions];
+            if (ms)
+                ms->bytes[c] -= bytes;
+            return;
+        }
+    abort(); /* not the emulated device's memory */
+}
+
+static void emu_to_host(void *host, const void *src, size_t bytes) {
+    emu_enter();
+    memcpy(host, src, bytes);
+    emu_leave();
+}
+static void emu_from_host(void *dst, const void *host, size_t bytes) {
+    emu_enter();
+    memcpy(dst, host, bytes);
+    emu_leave();
+}
+static void emu_sync(void) {}
+static Status emu_take_error(Err *err) { return base.take_error(err); }
+
+/* optim.c's rule on one range, as backend.h's optim_update describes it. */
+static void emu_optim_update(const BackendOptStep *s, float *p, const float *g, float *m, float *v, uint16_t *lowp,
+                             size_t n) {
+    emu_enter();
+    OptimConfig c = optim_default_config((OptimKind)s->kind);
+    c.beta1 = s->beta1, c.beta2 = s->beta2, c.eps = s->eps, c.momentum = s->momentum, c.weight_decay = s->wd;
+    OptimRange r = {0, n, s->wd != 0.0f, 1.0f};
+    optim_step_lowp(&c, p, g, m, v, &r, 1, s->step, s->lr, s->grad_scale, lowp,
+                    s->lowp == 1   ? OPTIM_LOWP_BF16
+                    : s->lowp == 2 ? OPTIM_LOWP_FP16
+                                   : OPTIM_LOWP_NONE,
+                    1);
+    emu_leave();
+}
+
+/* Σ x² in optim_l2_norm's partition (4096-element chunks, each in double, added in order). */
+static double emu_sumsq(const float *x, size_t n) {
+    emu_enter();
+    double s = 0;
+    for (size_t c0 = 0; c0 < n; c0 += 4096) {
+        size_t c1 = c0 + 4096 < n ? c0 + 4096 : n;
+        double a = 0;
+        for (size_t i = c0; i < c1; i++)
+            a += (double)x[i] * x[i];
+        s += a;
+    }
+    emu_leave();
+    return s;
+}
+
+/* ---- the kernel entries, each inside emu_enter / emu_leave ---- */
+static void w_copy(void *dst, const void *src, size_t bytes) {
+    emu_enter();
+    base.copy(dst, src, bytes);
+    emu_leave();
+}
+static void w_zero(void *dst, size_t bytes) {
+    emu_enter();
+    base.zero(dst, bytes);
+    emu_leave();
+}
+static void w_scale_inplace(float *x, size_t n, float a, int nt) {
+    emu_enter();
+    base.scale_inplace(x, n, a, nt);
+    emu_leave();
+}
+static double w_sum_ordered(const float *x, size_t n) {
+    emu_enter();
+    double r = base.sum_ordered(x, n);
+    emu_leave();
+    return r;
+}
+static void w_add_or_set(float *dst, const float *src, size_t n, int acc) {
+    emu_enter();
+    base.add_or_set(dst, src, n, acc);
+    emu_leave();
+}
+static void w_encoder_forward(float *out, const int32_t *inp, const int32_t *pos, const float *wte, const float *wpe,
+                              int B, int T, int C, Dropout d, int nt) {
+    emu_enter();
+    base.encoder_forward(out, inp, pos, wte, wpe, B, T, C, d, nt);
+    emu_leave();
+}
+static void w_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, const int32_t *pos,
+                               int B, int T, int C, Dropout d, int nt) {
+    emu_enter();
+    base.encoder_backward(dwte, dwpe, dout, inp, pos, B, T, C, d, nt);
+    emu_leave();
+}
+static void w_encoder_forward_vp(float *out, const int32_t *inp, const int32_t *pos, const float *wte, const float *wpe,
+                                 int B, int T, int C, int v0, int vn, int nt) {
+    emu_enter();
+    base.encoder_forward_vp(out, inp, pos, wte, wpe, B, T, C, v0, vn, nt);
+    emu_leave();
+}
+static void w_encoder_backward_vp(float *dwte, float *dwpe, const float *dout, const int32_t *inp, const int32_t *pos,
+                                  int B, int T, int C, int v0, int vn, int nt) {
+    emu_enter();
+    base.encoder_backward_vp(dwte, dwpe, dout, inp, pos, B, T, C, v0, vn, nt);
+    emu_leave();
+}
+static void w_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                                int N, int C, int nt) {
+    emu_enter();
+    base.layernorm_forward(out, mean, rstd, inp, w, b, N, C, nt);
+    emu_leave();
+}
+static void w_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const float *inp, const float *w,
+                                     const float *b, int N, int C, int nt) {
+    emu_enter();
+    base.layernorm_forward_bf16(out, mean, rstd, inp, w, b, N, C, nt);
+    emu_leave();
+}
+static void w_residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a,
+                                         const float *b, Dropout d, const float *w, const float *bias, int N, int C,
+                                         int nt) {
+    emu_enter();
+    base.residual_layernorm_forward(res, out, mean, rstd, a, b, d, w, bias, N, C, nt);
+    emu_leave();
+}
+static void w_residual_layernorm_forward_bf16(float *res, uint16_t *out, float *mean, float *rstd, const float *a,
+                                              const float *b, Dropout d, const float *w, const float *bias, int N,
+                                              int C, int nt) {
+    emu_enter();
+    base.residual_layernorm_forward_bf16(res, out, mean, rstd, a, b, d, w, bias, N, C, nt);
+    emu_leave();
+}
+static void w_layernorm_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout, const float *inp,
+                                 const float *w, const float *mean, const float *rstd, int N, int C, int acc, int nt) {
+    emu_enter();
+    base.layernorm_backward(dinp, dw, db, scratch, dout, inp, w, mean, rstd, N, C, acc, nt);
+    emu_leave();
+}
+static void w_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps,
+                              int nt) {
+    emu_enter();
+    base.rmsnorm_forward(out, rstd, inp, w, N, C, eps, nt);
+    emu_leave();
+}
+static void w_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const float *inp, const float *w, int N, int C,
+                                   float eps, int nt) {
+    emu_enter();
+    base.rmsnorm_forward_bf16(out, rstd, inp, w, N, C, eps, nt);
+    emu_leave();
+}
+static void w_residual_rmsnorm_forward(float *res, float *out, float *rstd, const float *a, const float *b, Dropout d,
+                                       const float *w, int N, int C, float eps, int nt) {
+    emu_enter();
+    base.residual_rmsnorm_forward(res, out, rstd, a, b, d, w, N, C, eps, nt);
+    emu_leave();
+}
+static void w_residual_rmsnorm_forward_bf16(float *res, uint16_t *out, float *rstd, const float *a, const float *b,
+                                            Dropout d, const float *w, int N, int C, float eps, int nt) {
+    emu_enter();
+    base.residual_rmsnorm_forward_bf16(res, out, rstd, a, b, d, w, N, C, eps, nt);
+    emu_leave();
+}
+static void w_rmsnorm_backward(float *dinp, float *dw, float *scratch, const float *dout, const float *inp,
+                               const float *w, const float *rstd, int N, int C, int acc, int nt) {
+    emu_enter();
+    base.rmsnorm_backward(dinp, dw, scratch, dout, inp, w, rstd, N, C, acc, nt);
+    emu_leave();
+}
+static void w_rope_table(float *cs, int T, int hs, const double *inv_freq) {
+    emu_enter();
+    base.rope_table(cs, T, hs, inv_freq);
+    emu_leave();
+}
+static void w_rope_forward(float *qkv, const float *cs, const int32_t *pos, int B, int T, int NH, int KV, int hs,
+                           int pos0, int nt) {
+    emu_enter();
+    base.rope_forward(qkv, cs, pos, B, T, NH, KV, hs, pos0, nt);
+    emu_leave();
+}
+static void w_rope_backward(float *dqkv, const float *cs, const int32_t *pos, int B, int T, int NH, int KV, int hs,
+                            int pos0, int nt) {
+    emu_enter();
+    base.rope_backward(dqkv, cs, pos, B, T, NH, KV, hs, pos0, nt);
+    emu_leave();
+}
+static void w_swiglu_forward(float *out, const float *h, int N, int F, int nt) {
+    emu_enter();
+    base.swiglu_forward(out, h, N, F, nt);
+    emu_leave();
+}
+static void w_swiglu_forward_bf16(uint16_t *out, const float *h, int N, int F, int nt) {
+    emu_enter();
+    base.swiglu_forward_bf16(out, h, N, F, nt);
+    emu_leave();
+}
+static void w_swiglu_backward(float *dh, const float *dout, const float *h, int N, int F, int nt) {
+    emu_enter();
+    base.swiglu_backward(dh, dout, h, N, F, nt);
+    emu_leave();
+}
+static void w_swiglu_backward_bf16(uint16_t *dh, const float *dout, const float *h, int N, int F, int nt) {
+    emu_enter();
+    base.swiglu_backward_bf16(dh, dout, h, N, F, nt);
+    emu_leave();
+}
+static void w_attention_forward(float *out, float *lse, float *scratch, const float *qkv, const int32_t *pos, int B,
+                                int T, int NH, int KV, int hs, float scale, Dropout d, int lowp, int nt) {
+    emu_enter();
+    base.attention_forward(out, lse, scratch, qkv, pos, B, T, NH, KV, hs, scale, d, lowp, nt);
+    emu_leave();
+}
+static void w_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                                 const float *lse, const int32_t *pos, int B, int T, int NH, int KV, int hs,
+                                 float scale, Dropout d, int lowp, int nt) {
+    emu_enter();
+    base.attention_backward(dqkv, scratch, dout, qkv, out, lse, pos, B, T, NH, KV, hs, scale, d, lowp, nt);
+    emu_leave();
+}
+static void w_gelu_forward(float *out, const float *inp, size_t n, int nt) {
+    emu_enter();
+    base.gelu_forward(out, inp, n, nt);
+    emu_leave();
+}
+static void w_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int nt) {
+    emu_enter();
+    base.gelu_backward(dinp, dout, inp, n, nt);
+    emu_leave();
+}
+static void w_gelu_forward_bf16(uint16_t *out, const float *inp, size_t n, int nt) {
+    emu_enter();
+    base.gelu_forward_bf16(out, inp, n, nt);
+    emu_leave();
+}
+static void w_gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, const float *dout, const float *inp, int N, int OC,
+                                 int acc, int nt) {
+    emu_enter();
+    base.gelu_backward_bf16(dinp_lp, colsum, dout, inp, N, OC, acc, nt);
+    emu_leave();
+}
+static void w_bias_add_rows(float *x, const float *bias, int N, int C, int nt) {
+    emu_enter();
+    base.bias_add_rows(x, bias, N, C, nt);
+    emu_leave();
+}
+static void w_residual_forward(float *out, const float *a, const float *b, size_t n, Dropout d, int nt) {
+    emu_enter();
+    base.residual_forward(out, a, b, n, d, nt);
+    emu_leave();
+}
+static void w_dropout_backward(float *out, const float *dout, size_t n, Dropout d, int nt) {
+    emu_enter();
+    base.dropout_backward(out, dout, n, d, nt);
+    emu_leave();
+}
+static void w_cast_bf16(uint16_t *dst, const float *src, size_t n, int nt) {
+    emu_enter();
+    base.cast_bf16(dst, src, n, nt);
+    emu_leave();
+}
+static void w_cast_bf16_colsum(uint16_t *dst, float *colsum, const float *src, int N, int OC, int acc, int nt) {
+    emu_enter();
+    base.cast_bf16_colsum(dst, colsum, src, N, OC, acc, nt);
+    emu_leave();
+}
+static void w_cast_fp16(uint16_t *dst, const float *src, size_t n, int nt) {
+    emu_enter();
+    base.cast_fp16(dst, src, n, nt);
+    emu_leave();
+}
+static void w_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC,
+                             int nt) {
+    emu_enter();
+    base.matmul_forward(out, inp, w, bias, N, C, OC, nt);
+    emu_leave();
+}
+static void w_matmul_forward_lp(float *out, const uint16_t *inp_lp, const uint16_t *w_lp, const float *bias, int N,
+                                int C, int OC) {
+    emu_enter();
+    base.matmul_forward_lp(out, inp_lp, w_lp, bias, N, C, OC);
+    emu_leave();
+}
+static void w_matmul_backward_lp(float *dinp, float *dw, const uint16_t *dout_lp, const uint16_t *inp_lp,
+                                 const uint16_t *w_lp, int N, int C, int OC, int acc) {
+    emu_enter();
+    base.matmul_backward_lp(dinp, dw, dout_lp, inp_lp, w_lp, N, C, OC, acc);
+    emu_leave();
+}
+static void w_matmul_forward_p(const MatPrec *mp, float *out, const float *inp, const float *w, const uint16_t *w_lp,
+                               const float *bias, int N, int C, int OC, int nt) {
+    emu_enter();
+    base.matmul_forward_p(mp, out, inp, w, w_lp, bias, N, C, OC, nt);
+    emu_leave();
+}
+static void w_matmul_backward_p(const MatPrec *mp, float *dinp, float *dw, float *dbias, const float *dout,
+                                const float *inp, const float *w, const uint16_t *w_lp, int N, int C, int OC, int acc,
+                                int nt) {
+    emu_enter();
+    base.matmul_backward_p(mp, dinp, dw, dbias, dout, inp, w, w_lp, N, C, OC, acc, nt);
+    emu_leave();
+}
+static void w_head_forward_backward(float *losses, float *dx, float *dwte, float *logits, const float *x,
+                                    const float *wte, const int32_t *targets, int n, int C, int V, int Vp, float dscale,
+                                    int chunk, int acc, int nt, float *probs_out, double *ms_fwd, double *ms_bwd) {
+    emu_enter();
+    base.head_forward_backward(losses, dx, dwte, logits, x, wte, targets, n, C, V, Vp, dscale, chunk, acc, nt,
+                               probs_out, ms_fwd, ms_bwd);
+    emu_leave();
+}
+static void w_head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float *dwte, float *logits,
+                                      const float *x, const float *wte, const uint16_t *wte_lp, const int32_t *targets,
+                                      int n, int C, int V, int Vp, float dscale, int chunk, int acc, int nt,
+                                      float *probs_out, const HeadSample *smp, double *ms_fwd, double *ms_bwd) {
+    emu_enter();
+    base.head_forward_backward_p(mp, losses, dx, dwte, logits, x, wte, wte_lp, targets, n, C, V, Vp, dscale, chunk, acc,
+                                 nt, probs_out, smp, ms_fwd, ms_bwd);
+    emu_leave();
+}
+static void w_head_forward_backward_vp(const MatPrec *mp, float *losses, float *dx, float *dwte, float *logits,
+                                       float *stats, const float *x, const float *wte, const uint16_t *wte_lp,
+                                       const int32_t *targets, int n, int C, int v0, int Vr, int Vl, float dscale,
+                                       int chunk, int acc, int nt, HeadReduceFn reduce, void *ctx, double *ms_fwd,
+                                       double *ms_bwd) {
+    emu_enter();
+    base.head_forward_backward_vp(mp, losses, dx, dwte, logits, stats, x, wte, wte_lp, targets, n, C, v0, Vr, Vl,
+                                  dscale, chunk, acc, nt, reduce, ctx, ms_fwd, ms_bwd);
+    emu_leave();
+}
+
+static void emu_wrap_all(Backend *t) {
+    t->copy = w_copy;
+    t->zero = w_zero;
+    t->scale_inplace = w_scale_inplace;
+    t->sum_ordered = w_sum_ordered;
+    t->add_or_set = w_add_or_set;
+    t->encoder_forward = w_encoder_forward;
+    t->encoder_backward = w_encoder_backward;
+    t->encoder_forward_vp = w_encoder_forward_vp;
+    t->encoder_backward_vp = w_encoder_backward_vp;
+    t->layernorm_forward = w_layernorm_forward;
+    t->layernorm_forward_bf16 = w_layernorm_forward_bf16;
+    t->residual_layernorm_forward = w_residual_layernorm_forward;
+    t->residual_layernorm_forward_bf16 = w_residual_layernorm_forward_bf16;
+    t->layernorm_backward = w_layernorm_backward;
+    t->rmsnorm_forward = w_rmsnorm_forward;
+    t->rmsnorm_forward_bf16 = w_rmsnorm_forward_bf16;
+    t->residual_rmsnorm_forward = w_residual_rmsnorm_forward;
+    t->residual_rmsnorm_forward_bf16 = w_residual_rmsnorm_forward_bf16;
+    t->rmsnorm_backward = w_rmsnorm_backward;
+    t->rope_table = w_rope_table;
+    t->rope_forward = w_rope_forward;
+    t->rope_backward = w_rope_backward;
+    t->swiglu_forward = w_swiglu_forward;
+    t->swiglu_forward_bf16 = w_swiglu_forward_bf16;
+    t->swiglu_backward = w_swiglu_backward;
+    t->swiglu_backward_bf16 = w_swiglu_backward_bf16;
+    t->attention_forward = w_attention_forward;
+    t->attention_backward = w_attention_backward;
+    t->gelu_forward = w_gelu_forward;
+    t->gelu_backward = w_gelu_backward;
+    t->gelu_forward_bf16 = w_gelu_forward_bf16;
+    t->gelu_backward_bf16 = w_gelu_backward_bf16;
+    t->bias_add_rows = w_bias_add_rows;
+    t->residual_forward = w_residual_forward;
+    t->dropout_backward = w_dropout_backward;
+    t->cast_bf16 = w_cast_bf16;
+    t->cast_bf16_colsum = w_cast_bf16_colsum;
+    t->cast_fp16 = w_cast_fp16;
+    t->matmul_forward = w_matmul_forward;
+    t->matmul_forward_lp = w_matmul_forward_lp;
+    t->matmul_backward_lp = w_matmul_backward_lp;
+    t->matmul_forward_p = w_matmul_forward_p;
+    t->matmul_backward_p = w_matmul_backward_p;
+    t->head_forward_backward = w_head_forward_backward;
+    t->head_forward_backward_p = w_head_forward_backward_p;
+    t->head_forward_backward_vp = w_head_forward_backward_vp;
+}
+
+const Backend *devemu_backend(void) {
+    if (!built) {
+        base = *backend_cpu();
+        emu = base;
+        emu_wrap_all(&emu);
+        emu.name = "emu";
+        emu.host_addressable = 0;
+        emu.alloc = emu_alloc, emu.free = emu_free, emu.to_host = emu_to_host, emu.from_host = emu_from_host;
+        emu.sync = emu_sync, emu.take_error = emu_take_error;
+        emu.optim_update = emu_optim_update, emu.sumsq = emu_sumsq;
+        built = 1;
+    }
+    return &emu;
+}
+
+Status devemu_find(const char *name, int emulated, const Backend **out, Err *err) {
+    if (emulated && !strcmp(name, "emu")) {
+        *out = devemu_backend();
+        return ST_OK;
+    }
+    return backend_find(name, out, err);
+}

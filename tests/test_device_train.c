@@ -1,0 +1,196 @@
+/* test_device_train.c — `scaletrain train --device DEV` in one process against the CPU path (issue 25):
+ * the trainer's device path (moments in device memory, norm and update through the table, checkpoints
+ * and --init-from through host copies) end to end.
+ *
+ * Modes: `emu` (CTest): DEV is the test-only emulated device (train/devemu.h: the CPU table whose
+ * memory is mprotect'ed except inside a table entry, so a host dereference of a parameter, gradient
+ * or moment is a SIGSEGV), enabled by the fault ST_TRAIN_TEST_EMULATED_DEVICE=1; `cuda` (make
+ * test-gpu): DEV is the GPU.
+ *
+ * Oracle: the CPU run from the same seed on the same batches, for GPT-2 tiny (dropout 0.1, AdamW,
+ * clip 1.0, 2 micro-batches per step, validation) and a Llama with 4 query / 2 KV heads (SGD with
+ * momentum in emu; AdamW in cuda), 10 steps: each step's loss and gradient norm <= 1e-5 relative,
+ * final weights per tensor <= 1e-4 (rc_weights_rel). Resume: 5 steps on the device, then 5 on the
+ * CPU from its checkpoint (and the other way round) against the CPU's 10 uninterrupted, with the log
+ * showing a real resume (tu_log_resumed); --init-from a CPU run's weights, 3 steps, against the CPU.
+ * On the emulated device every comparison is expected (and printed) bit for bit or within 1e-15.
+ * Negative controls: the device run with its reduced gradients scaled by 1.001 (ST_PAR_TEST_GRAD_SCALE)
+ * must fail the norm comparison; emu: the checkpoint copy out reading the parameters with memcpy
+ * instead of to_host (ST_PAR_TEST_DEVICE_BYPASS) must be stopped by a signal; every refused
+ * combination says so in one line. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "model/layout.h"
+#include "runcmp.h"
+#include "testutil.h"
+
+#define DIR ST_BINARY_DIR "/test_device_train"
+#define STEPS 10
+
+static const char *g_bin, *g_dev, *g_env;
+
+static const char *ARCH[2] = {
+    "--layers 2 --heads 2 --channels 32 --max-seq-len 32 --dropout 0.1 --grad-accum 2 --val-data " DIR
+    "/val.bin --val-every 5",
+    "--arch llama --layers 2 --heads 4 --kv-heads 2 --channels 32 --ffn 48 --max-seq-len 32"};
+
+/* One run: device dev ("cpu" or g_dev), extra flags; log DIR/name.jsonl (appended when append). */
+static int train(const char *name, int arch, const char *dev, const char *env, const char *extra, int append) {
+    char cmd[4096], lg[1200];
+    snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, name);
+    if (!append) { /* a run that fails must not be compared by an earlier run's files */
+        remove(lg);
+        snprintf(cmd, sizeof cmd, "rm -rf %s/%s_out", DIR, name);
+        tu_shell(cmd);
+    }
+    snprintf(cmd, sizeof cmd,
+             "%s %s %s train --data %s/train.bin %s --seq-len 32 --micro-batch 2 --lr 2e-3 --min-lr 2e-4 --warmup 3 "
+             "--threads 1 --quiet --device %s --log %s --out %s/%s_out %s",
+             strcmp(dev, "cpu") ? g_env : "", env ? env : "", g_bin, DIR, ARCH[arch], dev, lg, DIR, name,
+             extra ? extra : "");
+    return rc_run(DIR, name, cmd, NULL);
+}
+
+/* name against ref: losses and norms per step, final weights per tensor; 1 if within tolerance. */
+static int compare(const char *label, const char *name, const char *ref, const ParamLayout *pl, int steps, int quiet) {
+    double dl, dn, key = 0;
+    RcLog la;
+    int ok = rc_log_diffs(DIR, name, ref, steps, &dl, &dn, &la);
+    float *a = rc_weights(DIR, name, pl), *b = rc_weights(DIR, ref, pl);
+    double dw = a && b ? rc_weights_rel(pl, a, b, &key) : NAN;
+    int pass = ok && dl <= 1e-5 && dn <= 1e-5 && dw <= 1e-4 && key <= 1e-4;
+    if (!quiet)
+        tu_check(pass, label, "%d steps: losses %.3g, norms %.3g (tol 1e-5), weights %.3g, key bias %.3g (tol 1e-4)%s",
+                 steps, dl, dn, dw, key, ok ? "" : " [a log lacks steps]");
+    else
+        printf("  %s: losses %.3g, norms %.3g, weights %.3g\n", label, dl, dn, dw);
+    free(a), free(b);
+    return pass;
+}
+
+static void resumed(const char *label, const char *name, long from) {
+    char lg[1200], why[512];
+    snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, name);
+    tu_check(tu_log_resumed(lg, from, STEPS, 1, 1, why, sizeof why), label, "%s", why);
+}
+
+static void one_model(int arch, const char *tag, const char *opt) {
+    ParamLayout pl;
+    ModelConfig mc = {2, arch ? 4 : 2, 32, 97, 0, 32, 0.0f};
+    if (arch) mc.arch = ARCH_LLAMA, mc.n_kv_head = 2, mc.ffn = 48, mc.untied = 1; /* the CLI's Llama head: untied */
+    Err e;
+    if (model_config_validate(&mc, &e) != ST_OK || layout_init(&pl, &mc, 1) != 0) {
+        tu_check(0, tag, "layout: %s", e.msg);
+        return;
+    }
+    char n[8][64], lbl[128], extra[1600];
+    const char *suffix[8] = {"cpu", "dev", "d2c", "c2d", "init_cpu", "init_dev", "ctl", "bypass"};
+    for (int i = 0; i < 8; i++) snprintf(n[i], sizeof n[i], "%s_%s", tag, suffix[i]);
+    snprintf(extra, sizeof extra, "--steps %d %s", STEPS, opt);
+    int rc = train(n[0], arch, "cpu", NULL, extra, 0);
+    tu_check(rc == 0, tag, "the CPU run exits 0 (got %d)", rc);
+    rc = train(n[1], arch, g_dev, NULL, extra, 0);
+    snprintf(lbl, sizeof lbl, "%s_device_vs_cpu", tag);
+    tu_check(rc == 0, lbl, "the %s run exits 0 (got %d; %s/%s.out)", g_dev, rc, DIR, n[1]);
+    compare(lbl, n[1], n[0], &pl, STEPS, 0);
+    /* resume both ways: 5 steps on one, the checkpoint, 5 on the other */
+    for (int w = 0; w < 2; w++) {
+        const char *first = w ? "cpu" : g_dev, *second = w ? g_dev : "cpu", *nm = n[2 + w];
+        char ck[1400], cmd[1500];
+        snprintf(ck, sizeof ck, "%s/%s_ckpt", DIR, nm);
+        snprintf(cmd, sizeof cmd, "rm -rf %s", ck);
+        tu_shell(cmd);
+        snprintf(extra, sizeof extra, "--steps %d --stop-after 5 --ckpt-dir %s %s", STEPS, ck, opt);
+        int r1 = train(nm, arch, first, NULL, extra, 0);
+        snprintf(extra, sizeof extra, "--steps %d --ckpt-dir %s --resume auto %s", STEPS, ck, opt);
+        int r2 = train(nm, arch, second, NULL, extra, 1);
+        snprintf(lbl, sizeof lbl, "%s_resume_%s_to_%s", tag, first, second);
+        tu_check(r1 == 0 && r2 == 0, lbl, "both halves exit 0 (got %d, %d)", r1, r2);
+        compare(lbl, nm, n[0], &pl, STEPS, 0);
+        snprintf(lbl, sizeof lbl, "%s_resume_%s_to_%s_is_a_resume", tag, first, second);
+        resumed(lbl, nm, 5);
+    }
+    /* --init-from the CPU run's weights */
+    char init[1400];
+    snprintf(init, sizeof init, "--steps 3 --init-from %s/%s_out/model.safetensors %s", DIR, n[0], opt);
+    int i1 = train(n[4], arch, "cpu", NULL, init, 0), i2 = train(n[5], arch, g_dev, NULL, init, 0);
+    snprintf(lbl, sizeof lbl, "%s_init_from", tag);
+    tu_check(i1 == 0 && i2 == 0, lbl, "both runs exit 0 (got %d, %d)", i1, i2);
+    compare(lbl, n[5], n[4], &pl, 3, 0);
+    /* eval of the CPU run's weights on both: the loss sum over the validation shard */
+    double nats[2] = {NAN, NAN};
+    for (int d = 0; d < 2; d++) {
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "%s %s eval %s/%s_out --data %s/val.bin --device %s --json --quiet --threads 1",
+                 d ? g_env : "", g_bin, DIR, n[0], DIR, d ? g_dev : "cpu");
+        cJSON *o = rc_command_json(cmd);
+        nats[d] = o ? rc_num(o, "loss_sum_nats") : NAN;
+        cJSON_Delete(o);
+    }
+    double de = fabs(nats[1] - nats[0]) / fabs(nats[0]);
+    snprintf(lbl, sizeof lbl, "%s_eval", tag);
+    tu_check(de <= 1e-5, lbl, "eval --device %s: loss sum %.17g vs cpu %.17g, relative %.3g (tol 1e-5)", g_dev, nats[1],
+             nats[0], de);
+    /* control: the device's reduced gradients x1.001 must fail the comparison */
+    snprintf(extra, sizeof extra, "--steps %d %s", STEPS, opt);
+    rc = train(n[6], arch, g_dev, "ST_PAR_TEST_GRAD_SCALE=1.001", extra, 0);
+    snprintf(lbl, sizeof lbl, "%s_control_grads_x1.001_fails", tag);
+    int c = compare(lbl, n[6], n[0], &pl, STEPS, 1);
+    tu_check(rc == 0 && !c, lbl, "the scaled run exits 0 (got %d) and fails the comparison", rc);
+    /* control (emu): a host memcpy of device parameters is stopped */
+    if (!strcmp(g_dev, "emu")) {
+        rc = train(n[7], arch, g_dev, "ST_PAR_TEST_DEVICE_BYPASS=1", extra, 0);
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s.out", DIR, n[7]);
+        char *out = tu_slurp(path);
+        /* a SIGSEGV: the shell's 139, rc_run's -1, or ASan's report of it (exit 1) */
+        int segv = rc == 139 || rc == -1 || (out && strstr(out, "SEGV"));
+        snprintf(lbl, sizeof lbl, "%s_control_host_read_of_device_memory_stopped", tag);
+        tu_check(rc != 0 && segv, lbl,
+                 "the checkpoint copy reading the parameters without to_host: exit %d, SIGSEGV %s (expected)", rc,
+                 segv ? "yes" : "no");
+        free(out);
+    }
+    layout_free(&pl);
+}
+
+/* Every combination the device path does not have is refused with one line naming it. */
+static void refusals(void) {
+    static const char *flag[][2] = {{"--optimizer muon", "--optimizer muon"}, {"--optimizer sophia", "--optimizer sophia"},
+                                    {"--sample-every 2", "--sample-every"}, {"--log-layer-stats", "--log-layer-stats"},
+                                    {"--optimizer shampoo", "--optimizer shampoo"}, {"--lora-rank 2", "--lora-rank"}, {"--ckpt-async --ckpt-dir " DIR "/x", "--ckpt-async"}};
+    for (size_t i = 0; i < sizeof flag / sizeof flag[0]; i++) {
+        char extra[256], path[1400], nm[32];
+        snprintf(nm, sizeof nm, "refuse%zu", i);
+        snprintf(extra, sizeof extra, "--steps 2 %s", flag[i][0]);
+        int rc = train(nm, 0, g_dev, NULL, extra, 0);
+        snprintf(path, sizeof path, "%s/%s.out", DIR, nm);
+        char *out = tu_slurp(path);
+        int lines = 0;
+        for (char *p = out; p && *p; p++) lines += *p == '\n';
+        tu_check(rc != 0 && out && strstr(out, flag[i][1]) && strstr(out, "--device") && lines == 1, nm,
+                 "%s on the device: exit %d, one line naming it: %.300s", flag[i][0], rc, out ? out : "(no output)");
+        free(out);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3 || (strcmp(argv[2], "emu") && strcmp(argv[2], "cuda"))) {
+        fprintf(stderr, "usage: test_device_train SCALETRAIN emu|cuda\n");
+        return 2;
+    }
+    g_bin = argv[1], g_dev = argv[2];
+    g_env = !strcmp(g_dev, "emu") ? "ST_TRAIN_TEST_EMULATED_DEVICE=1" : "";
+    rc_make_data(DIR);
+    rc_make_val_data(DIR, "val.bin", 0);
+    printf("test_device_train: --device %s against --device cpu, %d steps\n", g_dev, STEPS);
+    one_model(0, "gpt2", "");
+    one_model(1, "llama_gqa", !strcmp(g_dev, "emu") ? "--optimizer sgd --grad-clip 0 --lr 0.1 --min-lr 0.01" : "");
+    refusals();
+    return tu_exit();
+}
