@@ -34,6 +34,11 @@
  *            refuses a --base other than the one trained on (the recomputed hash).
  *   signal   SIGTERM during a run: exit 0 with the checkpoint of the last logged step (control: SIGKILL
  *            leaves none).
+ *   doc-mask LoRA --doc-mask with --lr 0 against the full trainer's --doc-mask run from the same base (both
+ *            losses are the base's masked forward over the same batches): within 1e-6; the EOT the LoRA
+ *            model masks at, its checkpoint's and its merged export's config.json equal the full
+ *            trainer's (the shards' 96); resuming it without --doc-mask is refused. Control: the LoRA
+ *            run without --doc-mask must differ by > 1e-4.
  *   refusals one line, exit 2: an unknown target, q alone on GPT-2, --lora-alpha without --lora-rank,
  *            --optimizer lion, --zero 3, --sp, --precision bf16, --pp 2. */
 #include <cjson/cJSON.h>
@@ -120,6 +125,72 @@ static void check_refusals(void) {
     free(t);
     tu_check(ok, "refusals", "unknown target, q alone on GPT-2, lion, --zero 3, --sp, bf16, --pp 2, --lora-alpha alone: exit 2 "
              "with a line naming the flag");
+}
+
+/* config.json's scaletrain.doc_mask.eot (-1: absent, -2: no file). */
+static int config_doc_eot(const char *path) {
+    char *t = tu_slurp(path);
+    if (!t) return -2;
+    cJSON *j = cJSON_Parse(t);
+    free(t);
+    const cJSON *e = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "scaletrain"), "doc_mask"), "eot");
+    int v = cJSON_IsNumber(e) ? (int)e->valuedouble : -1;
+    cJSON_Delete(j);
+    return v;
+}
+
+/* --doc-mask under LoRA masks at the shards' EOT, as the full trainer: with --lr 0 both runs' step
+ * losses are the base's masked forward over the same batches (B = 0: the adapters add exactly 0). */
+static void check_doc_mask(void) {
+    char cmd[4096];
+    const char *base = "train --data " DIR "/train.bin --layers 2 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 "
+                       "--micro-batch 2 --lr 0 --min-lr 0 --warmup 0 --threads 1 --quiet --steps 4 --init-from " DIR "/base_out";
+    snprintf(cmd, sizeof cmd, "%s %s --doc-mask --log " DIR "/dm_full.jsonl", g_bin, base);
+    int r0 = run("dm_full", cmd);
+    snprintf(cmd, sizeof cmd, "%s %s --doc-mask --lora-rank 4 --lora-targets all --ckpt-dir " DIR "/ck_dm --log " DIR
+             "/dm_lora.jsonl", g_bin, base);
+    int r1 = run("dm_lora", cmd);
+    snprintf(cmd, sizeof cmd, "%s %s --lora-rank 4 --lora-targets all --log " DIR "/dm_off.jsonl", g_bin, base);
+    int r2 = run("dm_off", cmd);
+    RcLog lf, ll, lo;
+    int ok = rc_read_log(DIR, "dm_full", &lf) && rc_read_log(DIR, "dm_lora", &ll) && rc_read_log(DIR, "dm_off", &lo);
+    ok &= lf.n == 4 && ll.n == 4 && lo.n == 4;
+    double same = ok ? rc_max_rel(lf.loss, ll.loss, 4) : 1, off = ok ? rc_max_rel(lf.loss, lo.loss, 4) : 0;
+    /* the EOT: the full trainer's (its start record's model.doc_eot), the LoRA run's model's, the
+     * checkpoint's and the merged export's config.json */
+    int eot_full = -1, eot_lora = -1;
+    cJSON *all = rc_records(DIR, "dm_full"), *o;
+    cJSON_ArrayForEach(o, all) {
+        const char *ev = rc_event(o);
+        const cJSON *m = ev && !strcmp(ev, "start") ? cJSON_GetObjectItem(cJSON_GetObjectItem(o, "config"), "model") : NULL;
+        if (m && cJSON_GetObjectItem(m, "doc_eot")) eot_full = (int)rc_num(m, "doc_eot");
+    }
+    cJSON_Delete(all);
+    all = rc_records(DIR, "dm_lora");
+    cJSON_ArrayForEach(o, all) {
+        const char *ev = rc_event(o);
+        const cJSON *d = ev && !strcmp(ev, "start") ? cJSON_GetObjectItem(o, "doc_mask") : NULL;
+        if (d) eot_lora = (int)rc_num(d, "eot");
+    }
+    cJSON_Delete(all);
+    snprintf(cmd, sizeof cmd, "%s export " DIR "/ck_dm --merge -o " DIR "/dm_merged", g_bin);
+    int r3 = run("dm_export", cmd);
+    int eot_ck = config_doc_eot(DIR "/ck_dm/step_00000004/config.json"), eot_mg = config_doc_eot(DIR "/dm_merged/config.json");
+    tu_check(r0 == 0 && r1 == 0 && r2 == 0 && r3 == 0 && ok && same <= 1e-6 && eot_full == 96 && eot_lora == eot_full &&
+                 eot_ck == eot_full && eot_mg == eot_full,
+             "--doc-mask under LoRA = the full trainer's masking",
+             "lr 0 step losses rel %.3g (<= 1e-6); EOT: full trainer %d, LoRA model %d, checkpoint config %d, merged "
+             "export config %d (want the shards' 96)", same, eot_full, eot_lora, eot_ck, eot_mg);
+    tu_check(ok && off > 1e-4, "negative control: LoRA without --doc-mask", "losses rel %.3g from the masked (must exceed "
+             "1e-4)", off);
+    /* resuming the masked checkpoint without --doc-mask is a different trajectory: refused */
+    snprintf(cmd, sizeof cmd, "%s %s --steps 6 --lora-rank 4 --lora-targets all --ckpt-dir " DIR "/ck_dm --resume auto",
+             g_bin, base);
+    int r4 = run("dm_resume", cmd);
+    char *t = tu_slurp(DIR "/dm_resume.out");
+    tu_check(r4 == 2 && t && strstr(t, "model.doc_mask"), "LoRA resume of a --doc-mask checkpoint without it: refused",
+             "rc %d, %s", r4, t ? t : "(no output)");
+    free(t);
 }
 
 int main(int argc, char **argv) {
@@ -538,6 +609,7 @@ int main(int argc, char **argv) {
         free(t);
     }
 
+    check_doc_mask();
     check_refusals();
     return tu_exit();
 }

@@ -206,6 +206,10 @@ static Status resume(LoraRun *r, Err *err) {
         return err_set(err, ST_ERR_INPUT, "--resume %s: the checkpoint has LoRA rank %d alpha %g dropout %g, this run rank %d "
                        "alpha %g dropout %g (or other targets)", path, lc.rank, lc.alpha, lc.dropout, cur->rank, cur->alpha,
                        cur->dropout);
+    if (mc.doc_mask != c->model.doc_mask || (mc.doc_mask && mc.doc_eot != c->model.doc_eot))
+        return err_set(err, ST_ERR_INPUT, "--resume %s: model.doc_mask: the checkpoint was trained %s, this run %s", path,
+                       mc.doc_mask ? "with --doc-mask" : "without --doc-mask",
+                       c->model.doc_mask ? "with it (or another EOT)" : "without it");
     if (meta.base_hash != r->base_hash)
         return err_set(err, ST_ERR_INPUT, "--resume %s: the base weights differ from the checkpoint's (XXH3 %016llx, "
                        "checkpoint %016llx from %s): give the same --init-from / --seed", path,
@@ -411,11 +415,19 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     int lflags = LOADER_SHUFFLE | (c->no_pack ? LOADER_NO_PACK : 0);
     if ((st = loader_open(&r->train, c->data, c->seq_len, 0, c->tokenizer_hash, c->data_seed, lflags, err)) != ST_OK) goto done;
     if (c->model.vocab == 0) c->model.vocab = (int)loader_header_vocab(&r->train);
+    /* --doc-mask: documents end with the shards' EOT, as the full trainer (train_setup.c); set before
+     * gpt_init (setup_model) reads it and before the checkpoints' config.json record it. */
+    if (c->model.doc_mask) c->model.doc_eot = (int)loader_header_eot(&r->train);
     if ((st = model_config_validate(&c->model, err)) != ST_OK) goto done;
     if ((st = loader_check_vocab(&r->train, (uint32_t)c->model.vocab, err)) != ST_OK) goto done;
     if (c->val_data[0] && (st = loader_open(&r->val, c->val_data, c->seq_len, (uint32_t)c->model.vocab, c->tokenizer_hash,
                                             0, c->no_pack ? LOADER_NO_PACK : 0, err)) != ST_OK)
         goto done;
+    if (c->val_data[0] && c->model.doc_mask && (int)loader_header_eot(&r->val) != c->model.doc_eot) {
+        st = err_set(err, ST_ERR_INPUT, "--val-data %s: --doc-mask expected the training shards' EOT id %d, found %u",
+                     c->val_data, c->model.doc_eot, loader_header_eot(&r->val));
+        goto done;
+    }
     c->sched.total = c->steps;
     if ((st = setup_model(r, err)) != ST_OK) goto done;
     if ((st = resume(r, err)) != ST_OK) goto done;
@@ -435,10 +447,12 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
         if (r->log.f) {
             fprintf(r->log.f, "{\"event\": \"start\", \"lora\": {\"rank\": %d, \"alpha\": %g, \"dropout\": %g, \"targets\": "
                     "\"%s\", \"adapter_params\": %zu, \"base_params\": %zu, \"base_xxh3\": \"%016llx\", \"base_local_xxh3\": "
-                    "\"%016llx\"}, \"world\": %d, \"dp\": %d, \"tp\": %d, \"zero\": %d, \"resumed_from_step\": %ld}\n",
+                    "\"%016llx\"}, \"world\": %d, \"dp\": %d, \"tp\": %d, \"zero\": %d, \"resumed_from_step\": %ld%s",
                     c->lora.rank, c->lora.alpha, c->lora.dropout, tg, r->full_lay.block_floats * r->full_lay.L,
                     r->g.w.layout.total, (unsigned long long)r->base_hash, (unsigned long long)r->local_hash, world, r->dp,
-                    r->tp, r->zero, r->step);
+                    r->tp, r->zero, r->step, r->g.s.doc_mask ? "" : "}\n");
+            if (r->g.s.doc_mask) /* the model's own EOT (what it masks at), only under --doc-mask */
+                fprintf(r->log.f, ", \"doc_mask\": {\"eot\": %d}}\n", (int)r->g.s.doc_eot);
             fprintf(r->log.f, "{\"event\": \"memory\", \"lora\": true, \"measured\": {");
             for (int i = 0; i < MEM_NCAT; i++) fprintf(r->log.f, "%s\"%s\": %zu", i ? ", " : "", mem_category_name(i), r->mem.bytes[i]);
             fprintf(r->log.f, "}, \"planned\": {");
