@@ -7,12 +7,15 @@
  *            uninterrupted run: every step record's loss and gradient norm as exact text, the final
  *            adapter_model.safetensors byte for byte (LoRA dropout 0.1, so the masks are resumed too).
  *            Control: a fresh run of the same steps (no resume) must differ.
- *   dp       mpirun -np 2 (micro-batch 2, no accumulation) at ZeRO 0, 1 and 2, and a dp 2 ZeRO 1 run
- *            stopped after step 3 and resumed on one process, against one process with --grad-accum 2
+ *   dp       mpirun -np 2 (micro-batch 2, no accumulation) at ZeRO 0, 1, 2 and 3, a dp 2 ZeRO 1 run
+ *            stopped after step 3 and resumed on one process, and a dp 2 ZeRO 3 run stopped after step
+ *            3 and resumed at dp 2 ZeRO 3, against one process with --grad-accum 2
  *            (the same global batch, samples and dropout masks): losses and norms within 1e-5
- *            relative, the adapters within 1e-5; at ZeRO 1 the moments are half per rank (measured ==
- *            plan). Control: ST_PAR_TEST_GRAD_SCALE=2 (a sum/mean mistake in the reduction, ZeRO 0
- *            and 2) must move the norms.
+ *            relative, the adapters within 1e-5; at ZeRO 1 the moments are half per rank, at ZeRO 3
+ *            the adapters, gradients and moments are the rank's pieces plus one block's window
+ *            (measured == plan == a closed form; plan --zero 3 == the run, control: the dp 1 plan
+ *            differs). Control: ST_PAR_TEST_GRAD_SCALE=2 (a sum/mean mistake in the reduction, ZeRO 0,
+ *            2 and 3) must move the norms.
  *   memory   the start-time memory record: measured == planned (lora_memory_plan) in every category,
  *            and independently of the plan code gradients = 4·P, moments = 8·P with P = L·Σ r·(in + out)
  *            from the model's shapes, parameters = 4·(P + the base layout's floats). Control: the
@@ -40,7 +43,7 @@
  *            trainer's (the shards' 96); resuming it without --doc-mask is refused. Control: the LoRA
  *            run without --doc-mask must differ by > 1e-4.
  *   refusals one line, exit 2: an unknown target, q alone on GPT-2, --lora-alpha without --lora-rank,
- *            --optimizer lion, --zero 3, --sp, --precision bf16, --pp 2. */
+ *            --optimizer lion, --zero 3 --tp 2, --sp, --precision bf16, --pp 2. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -103,7 +106,7 @@ static float *read_tensor(const char *path, const char *name, int rows, int cols
 static void check_refusals(void) {
     static const struct { const char *extra, *flag; } R[] = {
         {"--lora-targets q", "--lora-targets"}, {"--lora-targets qq", "--lora-targets"},
-        {"--optimizer lion", "--optimizer"},    {"--zero 3", "--zero"},
+        {"--optimizer lion", "--optimizer"},    {"--zero 3 --tp 2", "--zero"},
         {"--tp 2 --sp", "--sp"}, {"--precision bf16", "--precision"}, {"--pp 2", "--pp"},
     };
     int ok = 1;
@@ -123,7 +126,7 @@ static void check_refusals(void) {
     char *t = tu_slurp(DIR "/refuse.out");
     ok &= rc == 2 && t && strstr(t, "--lora-alpha");
     free(t);
-    tu_check(ok, "refusals", "unknown target, q alone on GPT-2, lion, --zero 3, --sp, bf16, --pp 2, --lora-alpha alone: exit 2 "
+    tu_check(ok, "refusals", "unknown target, q alone on GPT-2, lion, --zero 3 --tp 2, --sp, bf16, --pp 2, --lora-alpha alone: exit 2 "
              "with a line naming the flag");
 }
 
@@ -363,10 +366,21 @@ int main(int argc, char **argv) {
     int r1 = rc_read_log(DIR, "one", &l1);
     float *p1 = read_tensor(DIR "/one_out/adapter_model.safetensors", "base_model.model.transformer.h.1.mlp.c_fc.lora_B.weight",
                             128, 4);
-    for (int zero = 0; zero <= 3; zero++) { /* 3: dp 2 at ZeRO 1 stopped after 3 steps, resumed on one process */
+    /* 0-3: dp 2 at that ZeRO stage; 4: dp 2 at ZeRO 1 stopped after 3 steps, resumed on one process;
+     * 5: dp 2 at ZeRO 3 stopped after 3 steps (checkpoint assembled from the pieces), resumed at dp 2
+     * ZeRO 3 (pieces cut from it) */
+    for (int zero = 0; zero <= 5; zero++) {
         char name[32];
-        snprintf(name, sizeof name, zero < 3 ? "two_z%d" : "grid", zero);
-        if (zero < 3) {
+        snprintf(name, sizeof name, zero <= 3 ? "two_z%d" : zero == 4 ? "grid" : "z3res", zero);
+        if (zero == 5) {
+            snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
+                     "%s--zero 3 --stop-after 3 --ckpt-dir " DIR "/ck_z3res --log " DIR "/z3res.jsonl", g_mpi, g_bin, DP);
+            run("z3res1", cmd);
+            snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
+                     "%s--zero 3 --resume auto --ckpt-dir " DIR "/ck_z3res --log " DIR "/z3res.jsonl --out " DIR "/z3res_out",
+                     g_mpi, g_bin, DP);
+            run("z3res2", cmd);
+        } else if (zero <= 3) {
             snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
                      "%s--zero %d --log " DIR "/%s.jsonl --out " DIR "/%s_out", g_mpi, g_bin, DP, zero, name, name);
             run(name, cmd);
@@ -390,8 +404,9 @@ int main(int argc, char **argv) {
         float *p2 = read_tensor(pt, "base_model.model.transformer.h.1.mlp.c_fc.lora_B.weight", 128, 4);
         if (p1 && p2) we = tu_rel_err_f(p2, p1, 128 * 4);
         free(p2);
-        if (zero < 3) snprintf(what, sizeof what, "dp 2 ZeRO %d equals one process (grad-accum 2)", zero);
-        else snprintf(what, sizeof what, "dp 2 ZeRO 1 for 3 steps, resumed on one process, equals one process");
+        if (zero <= 3) snprintf(what, sizeof what, "dp 2 ZeRO %d equals one process (grad-accum 2)", zero);
+        else if (zero == 4) snprintf(what, sizeof what, "dp 2 ZeRO 1 for 3 steps, resumed on one process, equals one process");
+        else snprintf(what, sizeof what, "dp 2 ZeRO 3 for 3 steps, resumed at dp 2 ZeRO 3, equals one process");
         tu_check(d1 == 0 && r1 && r2 && l1.n == 6 && l2.n == 6 && wl <= 1e-5 && wn <= 1e-5 && we <= 1e-5, what,
                  "losses rel %.3g, norms rel %.3g, final lora_B rel %.3g (tol 1e-5)", wl, wn, we);
         if (zero == 1) { /* the moments sharded: half of 8·P per rank, as planned */
@@ -407,9 +422,31 @@ int main(int argc, char **argv) {
                      meas ? rc_num(meas, "optimizer_moments") : -1);
             cJSON_Delete(all);
         }
+        if (zero == 3) { /* ZeRO 3: each rank holds its half of every block plus one block's window */
+            cJSON *all = rc_records(DIR, name), *o, *mem = NULL;
+            cJSON_ArrayForEach(o, all) {
+                const char *ev = rc_event(o);
+                if (ev && !strcmp(ev, "memory") && !mem) mem = o;
+            }
+            const cJSON *meas = mem ? cJSON_GetObjectItem(mem, "measured") : NULL;
+            ModelConfig mc = {2, 2, 32, 97, 0, 32, 0.0f};
+            Err e;
+            model_config_validate(&mc, &e);
+            ParamLayout pl;
+            layout_init(&pl, &mc, 1);
+            double pc = 4.0 * (4 * 32 + 2 * 32 + 5 * 32 + 5 * 32) / 2; /* one block's adapters over dp 2 */
+            int ok = meas && cJSON_IsTrue(cJSON_GetObjectItem(mem, "planned_equals_measured")) &&
+                     rc_num(meas, "parameters") == 4 * ((double)pl.total + (2 + 2) * pc) &&
+                     rc_num(meas, "gradients") == 4 * (2 + 2) * pc && rc_num(meas, "optimizer_moments") == 8 * 2 * pc;
+            tu_check(ok, "memory at ZeRO 3: L pieces + one block's window of adapters and gradients, L pieces of "
+                     "moments; measured == plan", "piece %.0f floats, parameters %.0f bytes", pc,
+                     meas ? rc_num(meas, "parameters") : -1);
+            layout_free(&pl);
+            cJSON_Delete(all);
+        }
     }
     free(p1);
-    for (int zero = 0; zero <= 2; zero += 2) { /* control: a sum/mean mistake in the reduction moves the norms */
+    for (int zero = 0; zero <= 3; zero += zero ? 1 : 2) { /* control: a sum/mean mistake in the reduction moves the norms */
         char name[32];
         snprintf(name, sizeof name, "bad_z%d", zero);
         snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 -x "
@@ -534,10 +571,11 @@ int main(int argc, char **argv) {
     }
 
     /* ---- plan --lora-rank prices what the runs allocated ---- */
-    for (int z = 0; z <= 1; z++) {
+    for (int z = 0; z <= 2; z++) { /* 2: ZeRO 3 at dp 2 */
         snprintf(cmd, sizeof cmd, "%s plan --json --layers 2 --heads 2 --channels 32 --vocab 97 --max-seq-len 32 --seq-len 32 "
-                 "--micro-batch 2 --threads 1 --lora-rank 4 --lora-targets all --dp %d --zero %d 2>/dev/null", g_bin, z ? 2 : 1, z);
-        cJSON *pj = rc_command_json(cmd), *all = rc_records(DIR, z ? "two_z1" : "full"), *o, *mem = NULL;
+                 "--micro-batch 2 --threads 1 --lora-rank 4 --lora-targets all --dp %d --zero %d 2>/dev/null", g_bin, z ? 2 : 1,
+                 z == 2 ? 3 : z);
+        cJSON *pj = rc_command_json(cmd), *all = rc_records(DIR, z == 2 ? "two_z3" : z ? "two_z1" : "full"), *o, *mem = NULL;
         cJSON_ArrayForEach(o, all) {
             const char *ev = rc_event(o);
             if (ev && !strcmp(ev, "memory") && !mem) mem = o;
@@ -548,9 +586,18 @@ int main(int argc, char **argv) {
                                           "workspace"};
         int ok = meas && pb, ctl = 1;
         for (int i = 0; ok && i < 6; i++) ok &= rc_num(pb, CAT[i]) == rc_num(meas, CAT[i]);
-        if (pb) ctl = rc_num(pb, "optimizer_moments") == (z ? 8.0 * 4096 : 8.0 * 4096 / 2); /* the other stage's bytes */
-        tu_check(ok && !ctl, z ? "plan --lora-rank --dp 2 --zero 1 = the dp 2 run's allocation" : "plan --lora-rank = the run's allocation",
-                 "6 categories equal; control: the other ZeRO stage's moments differ");
+        if (pb && z < 2) ctl = rc_num(pb, "optimizer_moments") == (z ? 8.0 * 4096 : 8.0 * 4096 / 2); /* the other stage's bytes */
+        if (z == 2) { /* control: the ZeRO 3 plan at dp 1 (a whole block's piece) must not match the dp 2 run */
+            snprintf(cmd, sizeof cmd, "%s plan --json --layers 2 --heads 2 --channels 32 --vocab 97 --max-seq-len 32 --seq-len 32 "
+                     "--micro-batch 2 --threads 1 --lora-rank 4 --lora-targets all --dp 1 --zero 3 2>/dev/null", g_bin);
+            cJSON *p1j = rc_command_json(cmd);
+            const cJSON *p1b = p1j ? cJSON_GetObjectItem(cJSON_GetObjectItem(p1j, "lora"), "bytes_per_rank") : NULL;
+            ctl = !p1b || (meas && rc_num(p1b, "parameters") == rc_num(meas, "parameters"));
+            cJSON_Delete(p1j);
+        }
+        tu_check(ok && !ctl, z == 2 ? "plan --lora-rank --dp 2 --zero 3 = the dp 2 ZeRO 3 run's allocation"
+                             : z ? "plan --lora-rank --dp 2 --zero 1 = the dp 2 run's allocation" : "plan --lora-rank = the run's allocation",
+                 "6 categories equal; control: %s differ", z == 2 ? "the dp 1 ZeRO 3 plan's parameters" : "the other ZeRO stage's moments");
         cJSON_Delete(pj), cJSON_Delete(all);
     }
 

@@ -47,6 +47,11 @@ typedef struct {
                                this rank's shard [rank·S, (rank + 1)·S), S = total/dp */
     size_t mfloats;         /* floats of m and of v */
     int zero;
+    /* ZeRO 3 (lora_moment_floats): the rank's piece of every block's adapters and of their gradient
+     * sums (L · pc floats each); lo holds one block's window (dp · pc) that the model's hooks fill by an
+     * all-gather before the block's forward and backward and reduce-scatter into sg after its backward. */
+    size_t pc;
+    float *sp, *sg;
     int32_t *inp, *tgt;     /* the step's k micro-batches (MEM_DATA) */
     size_t batch_ints;
     uint64_t base_hash;
@@ -61,7 +66,7 @@ static Status refuse(const TrainConfig *c, int world, Err *err) {
     if (c->pp > 1) bad = "--pp";
     else if (c->sp) bad = "--sp";
     else if (c->bf16 || c->fp16) bad = "--precision bf16/fp16 (LoRA runs an fp32 base)";
-    else if (c->zero >= 3) bad = "--zero 3 (every block's forward needs its adapters whole; ZeRO 0-2 are)";
+    else if (c->zero >= 3 && c->tp > 1) bad = "--zero 3 with --tp > 1 (ZeRO 0-2 are; ZeRO 3 at --tp 1)";
     else if (c->optim.kind != OPT_ADAMW && c->optim.kind != OPT_ADAM) bad = "--optimizer other than adamw or adam";
     else if (c->sample_every > 0) bad = "--sample-every";
     else if (c->log_layer_stats) bad = "--log-layer-stats";
@@ -93,6 +98,8 @@ static void on_stop(int sig) {
 
 static void run_free(LoraRun *r) {
     events_close(&r->log);
+    mem_free(&r->mem, MEM_PARAMS, r->sp, r->mfloats * sizeof(float));
+    mem_free(&r->mem, MEM_GRADS, r->sg, r->mfloats * sizeof(float));
     mem_free(&r->mem, MEM_DATA, r->inp, r->batch_ints * sizeof(int32_t));
     mem_free(&r->mem, MEM_DATA, r->tgt, r->batch_ints * sizeof(int32_t));
     mem_free(&r->mem, MEM_MOMENTS, r->m, r->mfloats * sizeof(float));
@@ -123,6 +130,56 @@ static void hook_reduce_scatter(void *ctx, float *buf, size_t block) {
     LoraRun *r = ctx;
     Err e;
     if (comm_tp_reduce_scatter_f32(r->comm, buf, block, &e) != ST_OK && r->hook_err.status == ST_OK) r->hook_err = e;
+}
+
+/* ZeRO 3: block seg - 1's adapters gathered into the window (forward, and again for the backward,
+ * whose gradient window starts at zero); its gradients reduce-scattered into the rank's piece of the
+ * sums after its backward. Segments 0 and L + 1 (embeddings, head) have no adapters. */
+static void z3_gather(LoraRun *r, int seg) {
+    Err e;
+    float *w = r->lo.params + (size_t)r->rank * r->pc;
+    memcpy(w, r->sp + (size_t)(seg - 1) * r->pc, r->pc * sizeof(float));
+    if (comm_allgather_f32(r->comm, w, r->lo.params, r->pc, &e) != ST_OK && r->hook_err.status == ST_OK) r->hook_err = e;
+}
+static void hook_before_forward(void *ctx, int seg) {
+    LoraRun *r = ctx;
+    if (seg >= 1 && seg <= r->lo.lay.L) z3_gather(r, seg);
+}
+static void hook_before_backward(void *ctx, int seg) {
+    LoraRun *r = ctx;
+    if (seg < 1 || seg > r->lo.lay.L) return;
+    z3_gather(r, seg);
+    memset(r->lo.grads, 0, r->lo.pfloats * sizeof(float));
+}
+static void hook_grads_ready(void *ctx, int seg) {
+    LoraRun *r = ctx;
+    if (seg < 1 || seg > r->lo.lay.L) return;
+    Err e;
+    float *own = r->lo.grads + (size_t)r->rank * r->pc, *sum = r->sg + (size_t)(seg - 1) * r->pc;
+    if (comm_reduce_scatter_f32(r->comm, r->lo.grads, own, r->pc, &e) != ST_OK && r->hook_err.status == ST_OK) r->hook_err = e;
+    for (size_t i = 0; i < r->pc; i++) sum[i] += own[i];
+}
+/* ZeRO 3: the whole adapters-layout buffer from every rank's pieces (all ranks call; uses the
+ * window, so only between steps), and a rank's pieces of a whole one. */
+static Status z3_to_whole(LoraRun *r, const float *pieces, float *whole, Err *err) {
+    const LoraLayout *ll = &r->lo.lay;
+    Status st = ST_OK;
+    memset(whole, 0, ll->total * sizeof(float));
+    for (int l = 0; l < ll->L && st == ST_OK; l++) {
+        float *w = r->lo.params + (size_t)r->rank * r->pc;
+        memcpy(w, pieces + (size_t)l * r->pc, r->pc * sizeof(float));
+        if ((st = comm_allgather_f32(r->comm, w, r->lo.params, r->pc, err)) == ST_OK)
+            memcpy(whole + (size_t)l * ll->block_floats, r->lo.params, ll->block_floats * sizeof(float));
+    }
+    return st;
+}
+static void z3_from_whole(LoraRun *r, const float *whole, float *pieces) {
+    const LoraLayout *ll = &r->lo.lay;
+    for (int l = 0; l < ll->L; l++)
+        for (size_t i = 0; i < r->pc; i++) {
+            size_t j = (size_t)r->rank * r->pc + i;
+            pieces[(size_t)l * r->pc + i] = j < ll->block_floats ? whole[(size_t)l * ll->block_floats + j] : 0.0f;
+        }
 }
 
 /* tp > 1: the whole adapters-layout buffer (full_lay) of a local one, assembled from every tp rank's
@@ -173,10 +230,29 @@ static Status setup_model(LoraRun *r, Err *err) {
     LoraLayout ll;
     if ((st = lora_layout_init_tp(&ll, &c->model, &c->lora, r->dp, r->tp, r->tp_rank, err)) != ST_OK) return st;
     if ((st = lora_layout_init(&r->full_lay, &c->model, &c->lora, 1, err)) != ST_OK) return st;
-    if ((st = lora_init(&r->lo, &ll, (size_t)c->micro_batch * c->seq_len, c->threads, &r->mem, err)) != ST_OK) return st;
-    lora_init_params(&r->lo, c->seed);
-    gpt_set_lora(&r->g, &r->lo);
+    size_t N = (size_t)c->micro_batch * c->seq_len;
     r->mfloats = lora_moment_floats(&ll, r->dp, r->zero);
+    if (r->zero >= 3) {
+        r->pc = lora_zero3_piece(&ll, r->dp);
+        if ((st = lora_init_window(&r->lo, &ll, N, c->threads, (size_t)r->dp * r->pc, &r->mem, err)) != ST_OK) return st;
+        r->sp = mem_alloc(&r->mem, MEM_PARAMS, r->mfloats * sizeof(float));
+        r->sg = mem_alloc(&r->mem, MEM_GRADS, r->mfloats * sizeof(float));
+        float *w = mem_alloc(&r->mem, MEM_CKPT_STAGING, ll.total * sizeof(float));
+        if (!r->sp || !r->sg || !w) {
+            mem_free(&r->mem, MEM_CKPT_STAGING, w, ll.total * sizeof(float));
+            return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA ZeRO 3 pieces)");
+        }
+        lora_init_params_buf(&ll, w, c->seed);
+        z3_from_whole(r, w, r->sp);
+        memset(r->sg, 0, r->mfloats * sizeof(float));
+        mem_free(&r->mem, MEM_CKPT_STAGING, w, ll.total * sizeof(float));
+        r->g.hooks.before_forward = hook_before_forward, r->g.hooks.before_backward = hook_before_backward;
+        r->g.hooks.grads_ready = hook_grads_ready;
+    } else {
+        if ((st = lora_init(&r->lo, &ll, N, c->threads, &r->mem, err)) != ST_OK) return st;
+        lora_init_params(&r->lo, c->seed);
+    }
+    gpt_set_lora(&r->g, &r->lo);
     r->m = mem_alloc(&r->mem, MEM_MOMENTS, r->mfloats * sizeof(float));
     r->v = mem_alloc(&r->mem, MEM_MOMENTS, r->mfloats * sizeof(float));
     r->batch_ints = (size_t)c->grad_accum * c->micro_batch * c->seq_len;
@@ -227,12 +303,15 @@ static Status resume(LoraRun *r, Err *err) {
         if (r->tp > 1) {
             lora_tp_copy(&r->lo.lay, r->lo.params, fl, f, 0);
             lora_tp_copy(&r->lo.lay, lm, fl, f + F, 0), lora_tp_copy(&r->lo.lay, lv, fl, f + 2 * F, 0);
+        } else if (r->zero >= 3) { /* the rank's pieces */
+            z3_from_whole(r, f, r->sp), z3_from_whole(r, f + F, r->m), z3_from_whole(r, f + 2 * F, r->v);
         } else {
             memcpy(r->lo.params, f, total * sizeof(float));
             memcpy(lm, f + F, total * sizeof(float)), memcpy(lv, f + 2 * F, total * sizeof(float));
         }
         size_t off = r->mfloats < total ? (size_t)r->rank * r->mfloats : 0;
-        memcpy(r->m, lm + off, r->mfloats * sizeof(float)), memcpy(r->v, lv + off, r->mfloats * sizeof(float));
+        if (r->zero < 3)
+            memcpy(r->m, lm + off, r->mfloats * sizeof(float)), memcpy(r->v, lv + off, r->mfloats * sizeof(float));
     }
     mem_free(&r->mem, MEM_CKPT_STAGING, f, nst * sizeof(float));
     if (st != ST_OK) return st;
@@ -250,6 +329,16 @@ static Status save(LoraRun *r, Err *err) {
     size_t total = r->lo.lay.total;
     float *m = r->m, *v = r->v, *mv = NULL;
     Status st = ST_OK;
+    if (r->zero >= 3) { /* the whole adapters and moments from every rank's pieces (all ranks call) */
+        float *f = mem_alloc(&r->mem, MEM_CKPT_STAGING, 3 * total * sizeof(float));
+        if (!f) return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA checkpoint staging)");
+        st = z3_to_whole(r, r->sp, f, err);
+        if (st == ST_OK) st = z3_to_whole(r, r->m, f + total, err);
+        if (st == ST_OK) st = z3_to_whole(r, r->v, f + 2 * total, err);
+        if (st == ST_OK && r->comm->rank == 0) st = save_files(r, &r->lo.lay, f, f + total, f + 2 * total, err);
+        mem_free(&r->mem, MEM_CKPT_STAGING, f, 3 * total * sizeof(float));
+        return st;
+    }
     if (r->mfloats < total) { /* ZeRO >= 1: every dp rank's shard of the moments gathered (all ranks call) */
         if (!(mv = mem_alloc(&r->mem, MEM_CKPT_STAGING, 2 * total * sizeof(float))))
             return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA moments staging)");
@@ -327,7 +416,8 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
     r->stop = v[1] > 0;
     long next = r->step + 1;
     float dscale = ntok > 0 ? 1.0f / (float)ntok : 0.0f;
-    memset(r->lo.grads, 0, r->lo.lay.total * sizeof(float));
+    if (r->zero >= 3) memset(r->sg, 0, r->mfloats * sizeof(float)); /* the hooks add every micro-batch's sums */
+    else memset(r->lo.grads, 0, r->lo.lay.total * sizeof(float));
     double loss_sum = 0;
     uint64_t drop0 = ((uint64_t)(next - 1) * r->dp + r->rank) * k;
     for (int j = 0; j < k; j++) {
@@ -341,11 +431,18 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
     if (r->hook_err.status != ST_OK) return *err = r->hook_err, r->hook_err.status;
     if (r->tp_rank != 0) loss_sum = 0; /* every tp rank computed every row's loss: count it once */
     /* The update's range: every adapter float, or at ZeRO >= 1 this rank's shard [off, off + S). */
-    size_t total = r->lo.lay.total, S = r->mfloats, off = S < total ? (size_t)r->rank * S : 0;
-    float *gr = r->lo.grads + off;
+    size_t total = r->lo.lay.total, S = r->mfloats, off = S < total && r->zero < 3 ? (size_t)r->rank * S : 0;
+    float *gr = r->zero >= 3 ? r->sg : r->lo.grads + off, *pr = r->zero >= 3 ? r->sp : r->lo.params + off;
     double norm;
     if (r->comm->world > 1 && (st = comm_allreduce_f64(r->comm, &loss_sum, 1, COMM_SUM, err)) != ST_OK) return st;
-    if (r->dp > 1 && r->zero >= 2) { /* the shard's sums only, and the norm from the shards' squares */
+    if (r->zero >= 3) { /* tp 1: the pieces hold the dp sums already (the hooks); norm from their squares */
+        if (c->faults.grad_scale != 0)
+            for (size_t i = 0; i < S; i++) gr[i] *= c->faults.grad_scale;
+        double sq = optim_l2_norm(gr, S, c->threads);
+        sq *= sq;
+        if ((st = comm_allreduce_f64(r->comm, &sq, 1, COMM_SUM, err)) != ST_OK) return st;
+        norm = sqrt(sq);
+    } else if (r->dp > 1 && r->zero >= 2) { /* the shard's sums only, and the norm from the shards' squares */
         if ((st = comm_reduce_scatter_f32(r->comm, r->lo.grads, gr, S, err)) != ST_OK) return st;
         if (c->faults.grad_scale != 0) /* test-only (ST_PAR_TEST_GRAD_SCALE): a wrong reduction */
             for (size_t i = 0; i < S; i++) gr[i] *= c->faults.grad_scale;
@@ -376,8 +473,8 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
     }
     float scale = optim_clip_scale(norm, c->grad_clip), lr = sched_lr(&c->sched, next);
     OptimRange all = {0, S, 1, 1.0f}; /* decay on A and B (PEFT under HF Trainer) */
-    optim_step(&c->optim, r->lo.params + off, gr, r->m, r->v, &all, 1, next, lr, scale, c->threads);
-    if (S < total && (st = comm_allgather_f32(r->comm, r->lo.params + off, r->lo.params, S, err)) != ST_OK) return st;
+    optim_step(&c->optim, pr, gr, r->m, r->v, &all, 1, next, lr, scale, c->threads);
+    if (r->zero < 3 && S < total && (st = comm_allgather_f32(r->comm, r->lo.params + off, r->lo.params, S, err)) != ST_OK) return st;
     r->step = next;
     double loss = ntok > 0 ? loss_sum / (double)ntok : 0.0, ms = timer_ms() - t0;
     if (res->steps_done == 0) res->first_loss = loss;
@@ -506,7 +603,11 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     if (st == ST_OK && c->out_dir[0] && r->step >= c->steps) {
         const LoraLayout *ll = &r->lo.lay;
         float *p = r->lo.params;
-        if (r->tp > 1) { /* the whole adapters (all ranks call) */
+        if (r->zero >= 3) { /* the whole adapters from the pieces (all ranks call) */
+            if (!(p = mem_alloc(&r->mem, MEM_CKPT_STAGING, ll->total * sizeof(float))))
+                st = err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA --out staging)");
+            else st = z3_to_whole(r, r->sp, p, err);
+        } else if (r->tp > 1) { /* the whole adapters (all ranks call) */
             ll = &r->full_lay;
             if (!(p = mem_alloc(&r->mem, MEM_CKPT_STAGING, ll->total * sizeof(float))))
                 st = err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA --out staging)");
