@@ -42,6 +42,12 @@
  *            model masks at, its checkpoint's and its merged export's config.json equal the full
  *            trainer's (the shards' 96); resuming it without --doc-mask is refused. Control: the LoRA
  *            run without --doc-mask must differ by > 1e-4.
+ *   bf16 base --lora-base-precision bf16 (blocks stored in bf16) against an fp32-base run from a copy of the
+ *            base whose block tensors the test rounded to bf16: every step's loss and norm as exact
+ *            text; within 1e-4 of the unrounded base's run; memory measured == plan == closed form,
+ *            plan --lora-base-precision bf16 == the run; the stored base's hash unchanged; export
+ *            --merge = the bf16 blocks + (alpha/r)(BA)ᵀ; a resume with an fp32 base refused.
+ *            Control: the unrounded base's run must differ.
  *   refusals one line, exit 2: an unknown target, q alone on GPT-2, --lora-alpha without --lora-rank,
  *            --optimizer lion, --zero 3 --tp 2, --sp, --precision bf16, --pp 2. */
 #include <cjson/cJSON.h>
@@ -51,6 +57,7 @@
 #include <string.h>
 
 #include "ckpt/safetensors.h"
+#include "core/half.h"
 #include "core/fileio.h"
 #include "model/config.h"
 #include "model/layout.h"
@@ -194,6 +201,121 @@ static void check_doc_mask(void) {
     tu_check(r4 == 2 && t && strstr(t, "model.doc_mask"), "LoRA resume of a --doc-mask checkpoint without it: refused",
              "rc %d, %s", r4, t ? t : "(no output)");
     free(t);
+}
+
+static Status write_file_fn(void *ctx, const void *p, size_t n, Err *err) {
+    return fwrite(p, 1, n, (FILE *)ctx) == n ? ST_OK : err_set(err, ST_ERR_RUNTIME, "short write");
+}
+
+/* --lora-base-precision bf16: the blocks stored in bf16 and computed in fp32 from their values. The
+ * oracle: an fp32-base LoRA run from a copy of the base whose block tensors the test rounded to bf16
+ * itself (nearest even) computes the same numbers, so every step's loss and norm must be equal as
+ * exact text. Also: losses within 1e-4 of the unrounded fp32-base run (bf16 rounding of the base),
+ * the base's stored hash unchanged after training, memory measured == plan == a closed form (fp32
+ * rest, 2-byte blocks, one fp32 block window) and plan --lora-base-precision bf16 == the run,
+ * export --merge merges into the bf16 values, a resume without the flag refused. Control: the
+ * unrounded fp32-base run must differ from the bf16 run. */
+static void check_bf16_base(void) {
+    char cmd[4096];
+    ModelConfig mc = {2, 2, 32, 97, 0, 32, 0.0f};
+    Err e;
+    model_config_validate(&mc, &e);
+    ParamLayout pl;
+    layout_init(&pl, &mc, 1);
+    int ok_write = 0;
+    { /* the rounded copy of base_out */
+        char *data = NULL;
+        size_t len;
+        StFile f;
+        float *w = calloc(pl.total, sizeof(float));
+        if (w && file_read_all(DIR "/base_out/model.safetensors", &data, &len, &e) == ST_OK &&
+            st_parse(&f, "base_out", data, len, &e) == ST_OK) {
+            if (st_hf_read_model(&f, &pl, w, &e) == ST_OK) {
+                for (size_t i = pl.seg_off[1]; i < pl.seg_off[mc.n_layer + 1]; i++) {
+                    uint32_t u = (uint32_t)half_bf16(w[i]) << 16;
+                    memcpy(&w[i], &u, sizeof u);
+                }
+                tu_shell("mkdir -p " DIR "/base_r16 && cp " DIR "/base_out/config.json " DIR "/base_r16/");
+                FILE *o = fopen(DIR "/base_r16/model.safetensors", "wb");
+                ok_write = o && st_hf_write_model(&pl, w, write_file_fn, o, &e) == ST_OK;
+                if (o) fclose(o);
+            }
+            st_file_free(&f);
+        }
+        free(w), free(data);
+    }
+    const char *args = "train --data " DIR "/train.bin --layers 2 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 "
+                       "--micro-batch 2 --lr 2e-3 --min-lr 2e-4 --warmup 2 --threads 1 --quiet --steps 6 --lora-rank 4 "
+                       "--lora-alpha 8 --lora-targets all --lora-dropout 0.1";
+    snprintf(cmd, sizeof cmd, "%s %s --init-from " DIR "/base_out --lora-base-precision bf16 --log " DIR "/b16.jsonl "
+             "--ckpt-dir " DIR "/ck_b16", g_bin, args);
+    int r1 = run("b16", cmd);
+    snprintf(cmd, sizeof cmd, "%s %s --init-from " DIR "/base_r16 --log " DIR "/r16.jsonl", g_bin, args);
+    int r2 = run("r16", cmd);
+    snprintf(cmd, sizeof cmd, "%s %s --init-from " DIR "/base_out --log " DIR "/f32.jsonl", g_bin, args);
+    int r3 = run("f32", cmd);
+    static char a[8192], b[8192], c[8192];
+    step_text("b16", a, sizeof a), step_text("r16", b, sizeof b), step_text("f32", c, sizeof c);
+    tu_check(ok_write && r1 == 0 && r2 == 0 && a[0] && !strcmp(a, b), "bf16 base = fp32 base of the bf16-rounded blocks",
+             "6 steps' losses and norms as exact text%s", strcmp(a, b) ? " DIFFER" : "");
+    RcLog lb, lf;
+    int rl = rc_read_log(DIR, "b16", &lb) && rc_read_log(DIR, "f32", &lf) && lb.n == 6 && lf.n == 6;
+    double dl = rl ? rc_max_rel(lb.loss, lf.loss, 6) : 1;
+    tu_check(r3 == 0 && rl && dl <= 1e-4, "bf16 base close to the fp32 base", "losses rel %.3g (tol 1e-4)", dl);
+    tu_check(r3 == 0 && c[0] && strcmp(a, c) != 0 && dl > 0, "negative control: the unrounded fp32 base differs",
+             "losses rel %.3g", dl);
+    /* memory and the stored base's hash */
+    cJSON *all = rc_records(DIR, "b16"), *o, *mem = NULL;
+    const char *h0 = NULL, *h1 = NULL;
+    cJSON_ArrayForEach(o, all) {
+        const char *ev = rc_event(o);
+        if (ev && !strcmp(ev, "memory") && !mem) mem = o;
+        if (ev && !strcmp(ev, "start")) h0 = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "lora"), "base_local_xxh3")->valuestring;
+        if (ev && !strcmp(ev, "end")) h1 = cJSON_GetObjectItem(o, "base_local_xxh3_after")->valuestring;
+    }
+    const cJSON *meas = mem ? cJSON_GetObjectItem(mem, "measured") : NULL;
+    size_t blocks = pl.seg_off[mc.n_layer + 1] - pl.seg_off[1], win = pl.seg_off[2] - pl.seg_off[1];
+    double P = 2.0 * 4 * ((32 + 3 * 32) + (32 + 32) + (32 + 4 * 32) + (4 * 32 + 32));
+    double want = 4.0 * (double)(pl.total - blocks) + 2.0 * (double)blocks + 4.0 * (double)win + 4 * P;
+    tu_check(meas && cJSON_IsTrue(cJSON_GetObjectItem(mem, "planned_equals_measured")) && rc_num(meas, "parameters") == want &&
+                 h0 && h1 && !strcmp(h0, h1),
+             "bf16 base: memory measured == plan == closed form, stored base unchanged", "parameters %.0f bytes (closed form "
+             "%.0f), base XXH3 %s / %s", meas ? rc_num(meas, "parameters") : -1, want, h0 ? h0 : "?", h1 ? h1 : "?");
+    snprintf(cmd, sizeof cmd, "%s plan --json --layers 2 --heads 2 --channels 32 --vocab 97 --max-seq-len 32 --seq-len 32 "
+             "--micro-batch 2 --threads 1 --lora-rank 4 --lora-targets all --lora-base-precision bf16 2>/dev/null", g_bin);
+    cJSON *pj = rc_command_json(cmd);
+    const cJSON *pb = pj ? cJSON_GetObjectItem(cJSON_GetObjectItem(pj, "lora"), "bytes_per_rank") : NULL;
+    tu_check(pb && meas && rc_num(pb, "parameters") == rc_num(meas, "parameters"), "plan --lora-base-precision bf16 = the run",
+             "parameters %.0f", pb ? rc_num(pb, "parameters") : -1);
+    cJSON_Delete(pj), cJSON_Delete(all);
+    /* export --merge: the bf16 values + (alpha/r) B A, so the merged model's first block c_fc equals the
+     * one merged from the rounded base (the same adapters: export of base_r16 + the b16 checkpoint) */
+    snprintf(cmd, sizeof cmd, "%s export " DIR "/ck_b16 --merge -o " DIR "/b16_merged", g_bin);
+    int e1 = run("b16_merge", cmd);
+    snprintf(cmd, sizeof cmd, "%s export " DIR "/ck_b16 --adapter -o " DIR "/b16_peft", g_bin);
+    int e2 = run("b16_peft", cmd);
+    float *W0 = read_tensor(DIR "/base_r16/model.safetensors", "h.0.mlp.c_fc.weight", 32, 128);
+    float *W1 = read_tensor(DIR "/b16_merged/model.safetensors", "h.0.mlp.c_fc.weight", 32, 128);
+    float *A = read_tensor(DIR "/b16_peft/adapter_model.safetensors", "base_model.model.transformer.h.0.mlp.c_fc.lora_A.weight", 4, 32);
+    float *B = read_tensor(DIR "/b16_peft/adapter_model.safetensors", "base_model.model.transformer.h.0.mlp.c_fc.lora_B.weight", 128, 4);
+    double num = 0, den = 0;
+    for (int i = 0; W0 && W1 && A && B && i < 32; i++)
+        for (int k = 0; k < 128; k++) {
+            double ba = 0;
+            for (int j = 0; j < 4; j++) ba += (double)B[k * 4 + j] * A[j * 32 + i];
+            double wv = W0[i * 128 + k] + 2.0 * ba, d = W1[i * 128 + k] - wv;
+            num += d * d, den += wv * wv;
+        }
+    tu_check(e1 == 0 && e2 == 0 && W0 && W1 && A && B && sqrt(num / den) <= 1e-6, "bf16 base: export --merge = bf16 W + (alpha/r)(BA)^T",
+             "rel L2 %.3g (tol 1e-6)", den > 0 ? sqrt(num / den) : -1.0);
+    free(W0), free(W1), free(A), free(B);
+    snprintf(cmd, sizeof cmd, "%s %s --steps 7 --init-from " DIR "/base_out --ckpt-dir " DIR "/ck_b16 --resume auto", g_bin, args);
+    int r4 = run("b16_resume", cmd);
+    char *t = tu_slurp(DIR "/b16_resume.out");
+    tu_check(r4 == 2 && t && strstr(t, "base bf16"), "resume of a bf16-base checkpoint with an fp32 base: refused", "rc %d, %s",
+             r4, t ? t : "(no output)");
+    free(t);
+    layout_free(&pl);
 }
 
 int main(int argc, char **argv) {
@@ -657,6 +779,7 @@ int main(int argc, char **argv) {
     }
 
     check_doc_mask();
+    check_bf16_base();
     check_refusals();
     return tu_exit();
 }

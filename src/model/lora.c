@@ -145,12 +145,26 @@ void lora_plan_bytes(const LoraLayout *ll, size_t N, int n_moments, int dp, int 
     bytes[MEM_WORKSPACE] += lora_scratch_floats(ll, N) * sizeof(float);
 }
 
+size_t lora_base_window_floats(const ParamLayout *pl) {
+    size_t w = 0;
+    for (int s = 1; s <= pl->cfg.n_layer; s++)
+        if (pl->seg_off[s + 1] - pl->seg_off[s] > w) w = pl->seg_off[s + 1] - pl->seg_off[s];
+    return w;
+}
+
+size_t lora_base_param_bytes(const ParamLayout *pl, int base_bf16) {
+    if (!base_bf16) return pl->total * sizeof(float);
+    int L = pl->cfg.n_layer;
+    size_t blocks = pl->seg_off[L + 1] - pl->seg_off[1], rest = pl->total - blocks;
+    return rest * sizeof(float) + blocks * sizeof(uint16_t) + lora_base_window_floats(pl) * sizeof(float);
+}
+
 void lora_memory_plan(const ModelConfig *cfg, const ActOptions *o, const LoraLayout *ll, int n_moments, int dp,
                       int zero, size_t bytes[MEM_NCAT]) {
     memset(bytes, 0, MEM_NCAT * sizeof bytes[0]);
     ParamLayout pl; /* the base's slice of tp rank 0 (every rank's is as large) */
     ST_CHECK(layout_init_tp(&pl, cfg, 1, o->tp > 1 ? o->tp : 1, 0) == 0);
-    bytes[MEM_PARAMS] = pl.total * sizeof(float);
+    bytes[MEM_PARAMS] = lora_base_param_bytes(&pl, ll->cfg.base_bf16);
     layout_free(&pl);
     layout_run_bytes(cfg, o, bytes);
     lora_plan_bytes(ll, (size_t)o->B * o->T, n_moments, dp, zero, bytes);

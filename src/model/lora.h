@@ -51,6 +51,7 @@ typedef struct {
     float alpha;       /* the scale's numerator: s = alpha / r */
     float dropout;     /* LoRA dropout on the adapter's input, [0, 1) */
     unsigned targets;  /* bit LORA_x set: the layer is adapted */
+    int base_bf16;     /* 1: the frozen base's blocks are stored in bf16 (lora_base_param_floats) */
 } LoraConfig;
 
 /* One adapter of a block (the same for every block). */
@@ -125,6 +126,14 @@ void lora_plan_bytes(const LoraLayout *ll, size_t N, int n_moments, int dp, int 
  * parameters, gradient sums and moments alike). */
 size_t lora_moment_floats(const LoraLayout *ll, int dp, int zero);
 size_t lora_zero3_piece(const LoraLayout *ll, int dp);
+
+/* A bf16-stored base (LoraConfig.base_bf16): the blocks' tensors (segments 1..L, every weight, bias
+ * and norm of every block) are kept as bf16 (2 bytes each), the embeddings and final norm
+ * (segments 0 and L + 1) as fp32, and one fp32 window of the largest block, into which a block is
+ * widened before its forward and backward (the model computes in fp32 from the window). Bytes of
+ * the base's parameters of layout pl, either precision. */
+size_t lora_base_param_bytes(const ParamLayout *pl, int base_bf16);
+size_t lora_base_window_floats(const ParamLayout *pl);
 
 /* The memory plan of one rank fine-tuning cfg with these adapters (fp32, pp 1; o->tp the tp slice,
  * ll its adapters' layout): the frozen base's

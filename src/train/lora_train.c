@@ -21,6 +21,7 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt/lora_ckpt.h"
+#include "core/half.h"
 #include "core/mem.h"
 #include "core/timer.h"
 #include "model/gpt.h"
@@ -52,6 +53,13 @@ typedef struct {
      * all-gather before the block's forward and backward and reduce-scatter into sg after its backward. */
     size_t pc;
     float *sp, *sg;
+    /* --lora-base-precision bf16 (LoraConfig.base_bf16, tp 1): the blocks of the base in bf16 (b16,
+     * nb values), the embeddings and final norm in fp32 (b32: segment 0, then segment L + 1), and
+     * the fp32 window (nwin) that the hooks widen a block into and point its views at. */
+    int bf16;
+    uint16_t *b16;
+    float *b32, *win;
+    size_t nb, n32, nwin;
     int32_t *inp, *tgt;     /* the step's k micro-batches (MEM_DATA) */
     size_t batch_ints;
     uint64_t base_hash;
@@ -66,6 +74,7 @@ static Status refuse(const TrainConfig *c, int world, Err *err) {
     if (c->pp > 1) bad = "--pp";
     else if (c->sp) bad = "--sp";
     else if (c->bf16 || c->fp16) bad = "--precision bf16/fp16 (LoRA runs an fp32 base)";
+    else if (c->lora.base_bf16 && c->tp > 1) bad = "--lora-base-precision bf16 with --tp > 1";
     else if (c->zero >= 3 && c->tp > 1) bad = "--zero 3 with --tp > 1 (ZeRO 0-2 are; ZeRO 3 at --tp 1)";
     else if (c->optim.kind != OPT_ADAMW && c->optim.kind != OPT_ADAM) bad = "--optimizer other than adamw or adam";
     else if (c->sample_every > 0) bad = "--sample-every";
@@ -99,6 +108,9 @@ static void on_stop(int sig) {
 static void run_free(LoraRun *r) {
     events_close(&r->log);
     mem_free(&r->mem, MEM_PARAMS, r->sp, r->mfloats * sizeof(float));
+    mem_free(&r->mem, MEM_PARAMS, r->b16, r->nb * sizeof(uint16_t));
+    mem_free(&r->mem, MEM_PARAMS, r->b32, r->n32 * sizeof(float));
+    mem_free(&r->mem, MEM_PARAMS, r->win, r->nwin * sizeof(float));
     mem_free(&r->mem, MEM_GRADS, r->sg, r->mfloats * sizeof(float));
     mem_free(&r->mem, MEM_DATA, r->inp, r->batch_ints * sizeof(int32_t));
     mem_free(&r->mem, MEM_DATA, r->tgt, r->batch_ints * sizeof(int32_t));
@@ -111,7 +123,12 @@ static void run_free(LoraRun *r) {
     comm_finalize(r->own_comm);
 }
 
-static uint64_t lora_base_hash(const Gpt *g) { return XXH3_64bits(g->w.params, g->w.layout.total * sizeof(float)); }
+/* XXH3 of the base as this rank stores it: its fp32 buffer, or under bf16 storage the bf16 blocks
+ * then (seeded by their hash) the fp32 rest. */
+static uint64_t lora_base_hash(const LoraRun *r) {
+    if (!r->bf16) return XXH3_64bits(r->g.w.params, r->g.w.layout.total * sizeof(float));
+    return XXH3_64bits_withSeed(r->b32, r->n32 * sizeof(float), XXH3_64bits(r->b16, r->nb * sizeof(uint16_t)));
+}
 
 /* The model's tp hooks over the tp group (the first failure is kept for the step to report). */
 static void hook_allreduce(void *ctx, float *buf, size_t n, int max) {
@@ -141,19 +158,34 @@ static void z3_gather(LoraRun *r, int seg) {
     memcpy(w, r->sp + (size_t)(seg - 1) * r->pc, r->pc * sizeof(float));
     if (comm_allgather_f32(r->comm, w, r->lo.params, r->pc, &e) != ST_OK && r->hook_err.status == ST_OK) r->hook_err = e;
 }
+/* bf16 base: block seg - 1 widened into the window, its views pointed there (exact: bf16 → fp32). */
+static void widen_block(LoraRun *r, int seg) {
+    const ParamLayout *pl = &r->g.w.layout;
+    size_t o = pl->seg_off[seg] - pl->seg_off[1], n = pl->seg_off[seg + 1] - pl->seg_off[seg];
+    const uint16_t *h = r->b16 + o;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)h[i] << 16;
+        memcpy(&r->win[i], &u, sizeof u);
+    }
+    layout_segment_views(pl, seg, r->win, &r->g.w.p);
+}
 static void hook_before_forward(void *ctx, int seg) {
     LoraRun *r = ctx;
-    if (seg >= 1 && seg <= r->lo.lay.L) z3_gather(r, seg);
+    if (seg < 1 || seg > r->lo.lay.L) return;
+    if (r->bf16) widen_block(r, seg);
+    if (r->zero >= 3) z3_gather(r, seg);
 }
 static void hook_before_backward(void *ctx, int seg) {
     LoraRun *r = ctx;
     if (seg < 1 || seg > r->lo.lay.L) return;
+    if (r->bf16) widen_block(r, seg);
+    if (r->zero < 3) return;
     z3_gather(r, seg);
     memset(r->lo.grads, 0, r->lo.pfloats * sizeof(float));
 }
 static void hook_grads_ready(void *ctx, int seg) {
     LoraRun *r = ctx;
-    if (seg < 1 || seg > r->lo.lay.L) return;
+    if (seg < 1 || seg > r->lo.lay.L || r->zero < 3) return;
     Err e;
     float *own = r->lo.grads + (size_t)r->rank * r->pc, *sum = r->sg + (size_t)(seg - 1) * r->pc;
     if (comm_reduce_scatter_f32(r->comm, r->lo.grads, own, r->pc, &e) != ST_OK && r->hook_err.status == ST_OK) r->hook_err = e;
@@ -207,6 +239,8 @@ static Status setup_model(LoraRun *r, Err *err) {
     go.B = c->micro_batch, go.T = c->seq_len, go.threads = c->threads, go.recompute = c->recompute;
     go.frozen = 1; /* the base is never sharded over dp: ZeRO 0 */
     go.tp = r->tp, go.tp_rank = r->tp_rank;
+    r->bf16 = c->lora.base_bf16;
+    go.external_params = r->bf16; /* bf16 storage: this loop holds the base and points the views */
     Status st = gpt_init(&r->g, &c->model, &go, &r->mem, err);
     if (st != ST_OK) return st;
     r->g.hooks.ctx = r, r->g.hooks.tp_allreduce = hook_allreduce;
@@ -214,7 +248,8 @@ static Status setup_model(LoraRun *r, Err *err) {
     /* The whole base (seed, then --init-from) and its hash; at tp > 1 then this rank's slices. */
     ParamLayout full;
     if (layout_init(&full, &c->model, 1) != 0) return err_set(err, ST_ERR_RUNTIME, "out of memory (the full layout)");
-    float *fbuf = r->tp > 1 ? mem_alloc(&r->mem, MEM_CKPT_STAGING, full.total * sizeof(float)) : r->g.w.params;
+    int staged = r->tp > 1 || r->bf16;
+    float *fbuf = staged ? mem_alloc(&r->mem, MEM_CKPT_STAGING, full.total * sizeof(float)) : r->g.w.params;
     if (!fbuf) st = err_set(err, ST_ERR_RUNTIME, "out of memory (the whole base)");
     GptWeights view = r->g.w;
     view.layout = full, view.params = fbuf;
@@ -222,10 +257,29 @@ static Status setup_model(LoraRun *r, Err *err) {
     if (st == ST_OK && c->init_from[0] && (st = ckpt_init_from(&view, c->init_from, err)) != ST_OK) err_prefix(err, "--init-from");
     if (st == ST_OK) r->base_hash = XXH3_64bits(fbuf, full.total * sizeof(float));
     if (st == ST_OK && r->tp > 1) layout_tp_copy(&r->g.w.layout, r->g.w.params, &full, fbuf, 0, 1);
-    if (r->tp > 1) mem_free(&r->mem, MEM_CKPT_STAGING, fbuf, full.total * sizeof(float));
+    if (st == ST_OK && r->bf16) { /* tp 1: the blocks rounded to bf16 (nearest even), the rest kept in fp32 */
+        const ParamLayout *pl = &r->g.w.layout;
+        int L = pl->cfg.n_layer;
+        size_t b0 = pl->seg_off[1], b1 = pl->seg_off[L + 1];
+        r->nb = b1 - b0, r->n32 = pl->total - r->nb, r->nwin = lora_base_window_floats(pl);
+        r->b16 = mem_alloc(&r->mem, MEM_PARAMS, r->nb * sizeof(uint16_t));
+        r->b32 = mem_alloc(&r->mem, MEM_PARAMS, r->n32 * sizeof(float));
+        r->win = mem_alloc(&r->mem, MEM_PARAMS, r->nwin * sizeof(float));
+        if (!r->b16 || !r->b32 || !r->win) st = err_set(err, ST_ERR_RUNTIME, "out of memory (the bf16 base)");
+        for (size_t i = 0; st == ST_OK && i < r->nb; i++) r->b16[i] = half_bf16(fbuf[b0 + i]);
+        if (st == ST_OK) {
+            memcpy(r->b32, fbuf, b0 * sizeof(float));
+            memcpy(r->b32 + b0, fbuf + b1, (pl->total - b1) * sizeof(float));
+            memset(r->win, 0, r->nwin * sizeof(float));
+            layout_segment_views(pl, 0, r->b32, &r->g.w.p);
+            layout_segment_views(pl, L + 1, r->b32 + b0, &r->g.w.p);
+            r->g.hooks.before_forward = hook_before_forward, r->g.hooks.before_backward = hook_before_backward;
+        }
+    }
+    if (staged) mem_free(&r->mem, MEM_CKPT_STAGING, fbuf, full.total * sizeof(float));
     layout_free(&full);
     if (st != ST_OK) return st;
-    r->local_hash = lora_base_hash(&r->g);
+    r->local_hash = lora_base_hash(r);
     r->g.s.dropout_seed = c->seed ^ 0xd509u;
     LoraLayout ll;
     if ((st = lora_layout_init_tp(&ll, &c->model, &c->lora, r->dp, r->tp, r->tp_rank, err)) != ST_OK) return st;
@@ -278,10 +332,11 @@ static Status resume(LoraRun *r, Err *err) {
     ModelConfig mc;
     if ((st = ckpt_lora_read_meta(path, &meta, &lc, &mc, err)) != ST_OK) return st;
     const LoraConfig *cur = &r->lo.lay.cfg;
-    if (lc.rank != cur->rank || lc.alpha != cur->alpha || lc.dropout != cur->dropout || lc.targets != cur->targets)
-        return err_set(err, ST_ERR_INPUT, "--resume %s: the checkpoint has LoRA rank %d alpha %g dropout %g, this run rank %d "
-                       "alpha %g dropout %g (or other targets)", path, lc.rank, lc.alpha, lc.dropout, cur->rank, cur->alpha,
-                       cur->dropout);
+    if (lc.rank != cur->rank || lc.alpha != cur->alpha || lc.dropout != cur->dropout || lc.targets != cur->targets ||
+        lc.base_bf16 != cur->base_bf16)
+        return err_set(err, ST_ERR_INPUT, "--resume %s: the checkpoint has LoRA rank %d alpha %g dropout %g base %s, this "
+                       "run rank %d alpha %g dropout %g base %s (or other targets)", path, lc.rank, lc.alpha, lc.dropout,
+                       lc.base_bf16 ? "bf16" : "fp32", cur->rank, cur->alpha, cur->dropout, cur->base_bf16 ? "bf16" : "fp32");
     if (mc.doc_mask != c->model.doc_mask || (mc.doc_mask && mc.doc_eot != c->model.doc_eot))
         return err_set(err, ST_ERR_INPUT, "--resume %s: model.doc_mask: the checkpoint was trained %s, this run %s", path,
                        mc.doc_mask ? "with --doc-mask" : "without --doc-mask",
@@ -598,7 +653,7 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
         }
     }
     /* The base must be unchanged: the adapters are all this run trained (each rank its slice). */
-    if (st == ST_OK && lora_base_hash(&r->g) != r->local_hash)
+    if (st == ST_OK && lora_base_hash(r) != r->local_hash)
         st = err_set(err, ST_ERR_RUNTIME, "lora: the frozen base changed during training (XXH3 differs)");
     if (st == ST_OK && c->out_dir[0] && r->step >= c->steps) {
         const LoraLayout *ll = &r->lo.lay;
@@ -619,7 +674,7 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     }
     if (st == ST_OK && r->log.f) {
         fprintf(r->log.f, "{\"event\": \"end\", \"steps\": %ld, \"final_loss\": %.17g, \"base_local_xxh3_after\": \"%016llx\"}\n",
-                r->step, res->last_loss, (unsigned long long)lora_base_hash(&r->g));
+                r->step, res->last_loss, (unsigned long long)lora_base_hash(r));
     }
     res->preempted = r->step < c->steps;
     res->num_params = (long long)(r->full_lay.block_floats * r->full_lay.L);
