@@ -11,7 +11,7 @@ ARCH       ?= gpt2
 DEMO_MODEL_gpt2  = --layers 4 --heads 4 --channels 256
 DEMO_MODEL_llama = --arch llama --layers 4 --heads 4 --kv-heads 2 --channels 256
 
-.PHONY: all deps deps-test build demo test test-release test-asan bench clean
+.PHONY: all deps deps-test build demo test test-release test-asan test-gpu bench clean
 
 all: build
 
@@ -50,6 +50,14 @@ test-asan: deps-test
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DST_SANITIZE=ON >/dev/null
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure --timeout 900
+
+# The GPU suite (issue 25, docs/cuda.md): the CUDA backend's tests on the GPU. `make test` compiles
+# them (so they cannot rot) but cannot run them without a GPU; this runs them, and fails, never
+# skips, where there is no GPU or no CUDA build. No `deps`: the GPU machine installs nothing.
+test-gpu:
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DST_CUDA=ON >/dev/null
+	@cmake --build $(BUILD) -j$(JOBS)
+	bash scripts/test-gpu.sh $(BUILD)
 
 bench: build
 	bash bench/bench_step.sh

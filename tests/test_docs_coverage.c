@@ -151,9 +151,6 @@ static char *docs_text(void) {
     return all;
 }
 
-/* Pages other branches of issue 26 write (linked from the README before they merge): skipped while
- * absent. Remove an entry once its page is in the repository. */
-static const char *const PENDING[] = {"docs/troubleshooting.md"};
 
 static int path_char(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || (c && strchr("_./-", c));
@@ -176,9 +173,6 @@ static int broken_links(const char *text, const char *dir, const char *fname, ch
         snprintf(rel, sizeof rel, "%s%s%.*s", dir, *dir ? "/" : "", (int)(e - q), q);
         snprintf(path, sizeof path, "%s/%s", ST_SOURCE_DIR, rel);
         if (access(path, F_OK) == 0) continue;
-        int pending = 0;
-        for (size_t k = 0; k < sizeof PENDING / sizeof PENDING[0]; k++) pending |= !strcmp(rel, PENDING[k]);
-        if (pending) continue;
         n++;
         if (strlen(bad) + strlen(rel) + strlen(fname) + 8 < cap)
             snprintf(bad + strlen(bad), cap - strlen(bad), "%s: %s; ", fname, rel);

@@ -83,11 +83,30 @@ static Status load_config(ArgSpec *specs, int n, const char *path, Err *err) {
         return err_set(err, ST_ERR_INPUT, "--config %s: expected a JSON object of options, found invalid JSON", path);
     }
     for (cJSON *it = j->child; it && st == ST_OK; it = it->next) {
-        ArgSpec *s = args_find(specs, n, it->string);
+        /* Keys are option names, hyphenated as on the command line ("max-seq-len"); the underscore
+         * spelling of JSON and Python ("max_seq_len") names the same option. */
+        char key[128];
+        snprintf(key, sizeof key, "%s", it->string);
+        for (char *q = key; *q; q++)
+            if (*q == '_') *q = '-';
+        ArgSpec *s = args_find(specs, n, key);
         if (!s) {
-            st = err_set(err, ST_ERR_INPUT, "--config %s: unknown option '%s'", path, it->string);
+            st = err_set(err, ST_ERR_INPUT, "--config %s: unknown option '%s' (keys are the option names without "
+                         "the dashes, e.g. \"max-seq-len\" or \"max_seq_len\"; see --help)", path, it->string);
             break;
         }
+        for (cJSON *prev = j->child; prev != it; prev = prev->next) { /* both spellings in one file */
+            char pk[128];
+            snprintf(pk, sizeof pk, "%s", prev->string);
+            for (char *q = pk; *q; q++)
+                if (*q == '_') *q = '-';
+            if (!strcmp(pk, key)) {
+                st = err_set(err, ST_ERR_INPUT, "--config %s: option '%s' given twice (\"%s\" and \"%s\")", path, key,
+                             prev->string, it->string);
+                break;
+            }
+        }
+        if (st != ST_OK) break;
         char buf[1100];
         if (cJSON_IsString(it)) snprintf(buf, sizeof buf, "%s", it->valuestring);
         else if (cJSON_IsBool(it)) snprintf(buf, sizeof buf, "%s", cJSON_IsTrue(it) ? "true" : "false");
@@ -173,9 +192,16 @@ void args_print_help(const ArgSpec *specs, int n) {
         case ARG_STR: snprintf(def, sizeof def, "%s", *(char *)s->dst ? (char *)s->dst : "none"); break;
         case ARG_FLAG: snprintf(def, sizeof def, "%s", *(int *)s->dst ? "on" : "off"); break;
         }
-        printf("  --%-16s %s (default: %s)\n", s->name, s->help, def);
+        /* Generated from the table, once: a help line that already explains its default ("default
+         * 512", "(-1: 0.9)", "(0: the world size)") is not followed by the raw sentinel value. */
+        char own[80];
+        snprintf(own, sizeof own, "(%.64s:", def);
+        if (strstr(s->help, "default") || strstr(s->help, own)) printf("  --%-16s %s\n", s->name, s->help);
+        else printf("  --%-16s %s (default: %s)\n", s->name, s->help, def);
     }
-    printf("  --%-16s %s\n", "config FILE", "JSON object of options; the command line overrides it");
+    printf("  --%-16s %s\n", "config FILE",
+           "JSON object of options, keyed by option name (\"max-seq-len\" or \"max_seq_len\"); the command line "
+           "overrides it");
 }
 
 void args_exe_dir(char *buf, size_t len) {

@@ -2,7 +2,8 @@
  *
  * Every option has a --long-name, a type, a destination, a default shown by --help and a help
  * line. `--name value` and `--name=value` are accepted; `--config FILE.json` loads a JSON object
- * whose keys are option names (without dashes) before the command line, which overrides it.
+ * whose keys are option names without the leading dashes ("max-seq-len"; "max_seq_len" too) before
+ * the command line, which overrides it.
  * Errors are one line naming the flag, what was expected and what was found (ST_ERR_INPUT). */
 #ifndef ST_CLI_ARGS_H
 #define ST_CLI_ARGS_H

@@ -26,6 +26,7 @@
 #include "ckpt/safetensors.h"
 #include "cli/args.h"
 #include "cli/cmds.h"
+#include "cli/cmds_ckpt.h"
 #include "core/progress.h"
 #include "cli/cmds_report.h"
 #include "data/loader.h"
@@ -74,24 +75,10 @@ int cmd_eval(int argc, char **argv) {
         return cli_fail("eval", ST_ERR_INPUT, "--doc-mask / --no-doc-mask: expected at most one, found both");
 
     /* The weights: a plain folder, else a checkpoint (verified) or the newest one of a --ckpt-dir. */
-    char src[4096], note[1536];
-    int plain = ckpt_is_weights_folder(pos[0]);
-    if (plain) {
-        snprintf(src, sizeof src, "%s", pos[0]);
-    } else {
-        if (access(pos[0], F_OK) != 0) {
-            snprintf(err.msg, sizeof err.msg, "%s: expected a weights folder or checkpoint, but it does not exist",
-                     pos[0]);
-            return cli_fail("eval", ST_ERR_INPUT, err.msg);
-        }
-        if ((st = ckpt_resolve(NULL, pos[0], src, sizeof src, note, sizeof note, &err)) != ST_OK)
-            return cli_fail("eval", st, err.msg);
-        if (!src[0]) {
-            snprintf(err.msg, sizeof err.msg, "%s: no model.safetensors and no checkpoint in it", pos[0]);
-            return cli_fail("eval", ST_ERR_INPUT, err.msg);
-        }
-        if (note[0] && !quiet) fprintf(stderr, "scaletrain eval: %s\n", note);
-    }
+    char src[4096];
+    int plain = 0;
+    if ((st = cli_resolve_weights("eval", pos[0], src, sizeof src, &plain, quiet, &err)) != ST_OK)
+        return cli_fail("eval", st, err.msg);
     ModelConfig cfg;
     if ((st = st_load_hf_config(src, &cfg, NULL, 0, &err)) != ST_OK) return cli_fail("eval", st, err.msg);
     if (T == 0) T = cfg.max_seq;

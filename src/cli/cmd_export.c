@@ -122,7 +122,7 @@ int cmd_export(int argc, char **argv) {
         return cli_fail("export", ST_ERR_INPUT,
                         "--tokenizer: would change nothing with --format llmc (the .bin records no tokenizer); expected --format hf");
 
-    char src[4096], note[1536];
+    char src[4096];
     char lpath[4096] = "";
     if (ckpt_lora_is_checkpoint(pos[0])) snprintf(lpath, sizeof lpath, "%s", pos[0]);
     else if (!ckpt_is_weights_folder(pos[0]) && ckpt_lora_resolve(pos[0], "auto", lpath, sizeof lpath, &err) != ST_OK)
@@ -140,15 +140,9 @@ int cmd_export(int argc, char **argv) {
     if (merge || adapter || base[0])
         return cli_fail("export", ST_ERR_INPUT, "--merge/--adapter/--base: expected a LoRA checkpoint (state.json of "
                         "format scaletrain-lora), found an ordinary checkpoint or weights folder");
-    int plain = ckpt_is_weights_folder(pos[0]);
-    if (plain) {
-        snprintf(src, sizeof src, "%s", pos[0]);
-    } else {
-        if ((st = ckpt_resolve(NULL, pos[0], src, sizeof src, note, sizeof note, &err)) != ST_OK)
-            return cli_fail("export", st, err.msg);
-        if (!src[0]) return cli_fail("export", ST_ERR_INPUT, "no checkpoint found in the given directory");
-        if (note[0]) fprintf(stderr, "scaletrain export: %s\n", note);
-    }
+    int plain = 0;
+    if ((st = cli_resolve_weights("export", pos[0], src, sizeof src, &plain, 0, &err)) != ST_OK)
+        return cli_fail("export", st, err.msg);
     ModelConfig cfg;
     char recorded[256];
     if ((st = st_load_hf_config(src, &cfg, recorded, sizeof recorded, &err)) != ST_OK)

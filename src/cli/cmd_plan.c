@@ -55,6 +55,17 @@ static void print_review(const PlanInput *in, const PlanResult *r, const PlanSch
                "chooses; plan --measure-hardware FILE measures this machine) ==\n", in->hw.name);
     else
         printf("== scaletrain plan, priced on hardware profile %s ==\n", in->hw.name);
+    /* Which accounting priced it, second: a GPU plan of our CPU trainer's bytes is not Megatron's. */
+    if (in->textbook)
+        printf("accounting: megatron (Megatron-LM / DeepSpeed bytes: %d-byte gradients and activations, the ZeRO "
+               "paper's states, Korthikanti activations), as asked by --accounting megatron\n", p->grad);
+    else if (r->mem.trainer_states || r->act.exact_used)
+        printf("accounting: trainer (what this CPU trainer allocates: %d-byte gradients, %s activations%s); for "
+               "Megatron-style bytes run plan with --accounting megatron\n",
+               p->grad, r->act.exact_used ? "fp32" : "Korthikanti", r->mem.trainer_states ? ", states as its ranks hold them" : "");
+    else
+        printf("accounting: megatron-style (ZeRO paper states, %s activations): our trainer does not build this model "
+               "or layout\n", r->act.exact_used ? "our kernels'" : "Korthikanti");
     /* ---- model ---- */
     if (m->params_override > 0) {
         printf("model: %lld parameters (count only)\n", r->n_params);
@@ -107,8 +118,13 @@ static void print_review(const PlanInput *in, const PlanResult *r, const PlanSch
     if (r->mem.fits) printf(" (%.2f GiB free)\n", r->mem.margin / GIB);
     else printf(" by %.2f GiB\n", -r->mem.margin / GIB);
     for (int i = 0; i < r->nsuggest; i++) printf("  %s: %s\n", i == 0 ? "cheapest fix" : "or", r->suggest[i]);
-    if (!r->mem.fits && r->nsuggest == 0)
-        printf("  no single change of zero/recompute/sp/micro-batch/tp/pp on this world makes it fit: add devices\n");
+    if (!r->mem.fits && r->nsuggest == 0 && r->devices_needed > 0)
+        printf("  no single change of zero/recompute/sp/micro-batch/tp/pp on this world of %d makes it fit: add devices, "
+               "%lld in all fit (%s)\n", r->world, r->devices_needed, r->devices_layout);
+    else if (!r->mem.fits && r->nsuggest == 0)
+        printf("  no single change of zero/recompute/sp/micro-batch/tp/pp on this world of %d makes it fit, nor any "
+               "layout on up to 4096 times as many devices with the same global batch: shrink the model or the batch\n",
+               r->world);
     if (m->params_override == 0) {
         printf("  activations per layer per micro-batch (b=%d s=%d): paper sbh(34+5as/h) = %s; this layout = %s",
                in->micro_batch, in->seq_len, fmt_bytes(a, sizeof a, r->act.korth_plain),
@@ -284,7 +300,7 @@ int cmd_plan(int argc, char **argv) {
     char scaling_src[512] = "";
     PlanInput in = plan_default_input();
     char model[64] = "", arch[16] = "gpt2", precision[16] = "fp32", optimizer[16] = "adamw", recompute[16] = "none",
-         hardware[1024] = "cpu-zen4-2c", acts[16] = "auto", measure[1024] = "";
+         hardware[1024] = "cpu-zen4-2c", acts[16] = "auto", measure[1024] = "", accounting[16] = "trainer";
     int measure_threads = 2;
     int layers = 0, heads = 0, kv_heads = 0, channels = 0, ffn = 0, vocab = 50257, max_seq = 1024, tie = 0;
     double params = 0, peak_tflops = 0, memory_gib = 0, mem_bw_gbs = 0, intra_gbs = 0, inter_gbs = 0, matmul_eff = 0,
@@ -297,9 +313,7 @@ int cmd_plan(int argc, char **argv) {
     char pp_schedule[32] = "", pp_layers[256] = "";
     int pp_print = 0;
     ArgSpec specs[] = {
-        {"model", ARG_STR, model, sizeof model,
-         "preset: d2..d64, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-7b, llama-13b, llama-70b, llama-405b, llama3-8b, "
-         "llama3.1-8b, llama3.2-1b, llama3.2-3b"},
+        {"model", ARG_STR, model, sizeof model, "preset (one table with train's; see below)"},
         {"arch", ARG_STR, arch, sizeof arch, "shape family without --model: gpt2 | llama"},
         {"layers", ARG_INT, &layers, 0, "transformer blocks L"},
         {"heads", ARG_INT, &heads, 0, "attention heads"},
@@ -318,7 +332,7 @@ int cmd_plan(int argc, char **argv) {
          "--doc-mask: mean document length in tokens (the attention span is min(it, --seq-len))"},
         {"grad-accum", ARG_INT, &in.grad_accum, 0, "micro-batches per optimizer step k"},
         {"global-batch", ARG_LONG, &global_batch, 0, "sequences per step (sets --grad-accum; 0: unused)"},
-        {"dp", ARG_INT, &in.dp, 0, "data-parallel ranks (default: world / (tp x pp) when --nodes is given)"},
+        {"dp", ARG_INT, &in.dp, 0, "data-parallel ranks (1; with --nodes and no --dp: world / (tp x pp))"},
         {"tp", ARG_INT, &in.tp, 0, "tensor-parallel ranks"},
         {"pp", ARG_INT, &in.pp, 0, "pipeline stages"},
         {"sp", ARG_FLAG, &in.sp, 0, "sequence parallelism inside the TP group"},
@@ -344,6 +358,10 @@ int cmd_plan(int argc, char **argv) {
         {"hess-every", ARG_INT, &hess_every, 0, "Sophia's steps between Hessian passes (with --optimizer sophia; default 10)"},
         {"moments", ARG_INT, &moments, 0, "optimizer moments per parameter (-1: from --optimizer)"},
         {"activations", ARG_STR, acts, sizeof acts, "auto | paper (Korthikanti et al.) | exact (our kernels)"},
+        {"accounting", ARG_STR, accounting, sizeof accounting,
+         "trainer (what this CPU trainer allocates, for the models it builds: fp32 gradients and activations) | "
+         "megatron (Megatron-LM / DeepSpeed bytes: 16-bit gradients and activations under bf16/fp16, the ZeRO "
+         "paper's states, Korthikanti activations)"},
         {"threads", ARG_INT, &in.threads, 0, "trainer threads (size our attention scratch)"},
         {"hardware", ARG_STR, hardware, sizeof hardware,
          "A100-40GB | A100-80GB | H100 | H200 | cpu-zen4-2c | FILE.json (from --measure-hardware)"},
@@ -384,6 +402,7 @@ int cmd_plan(int argc, char **argv) {
                "bubble, communication, scaling laws, checkpointing and the launch checklist (docs/plan.md).\n"
                "Exit 2 on bad input or a launch-checklist error.\n\n");
         args_print_help(specs, n);
+        printf("\n--model presets: %s\n", model_preset_names());
         return 0;
     }
 #define SEEN(name) (args_find(specs, n, name)->seen)
@@ -476,8 +495,13 @@ int cmd_plan(int argc, char **argv) {
         in.model.tied_head = 1; /* GPT-2's already is */
     }
     /* ---- precision, optimizer, activations, recompute ---- */
+    if (!strcmp(accounting, "megatron")) in.textbook = 1;
+    else if (strcmp(accounting, "trainer")) {
+        snprintf(err.msg, sizeof err.msg, "--accounting: expected trainer or megatron, found '%s'", accounting);
+        return cli_fail("plan", ST_ERR_INPUT, err.msg);
+    }
     ModelConfig ours_cfg;
-    int ours = plan_model_to_config(&in.model, &ours_cfg);
+    int ours = plan_model_to_config(&in.model, &ours_cfg) && !in.textbook;
     st = ours ? plan_precision_trainer(&in.prec, precision, &err) : plan_precision_preset(&in.prec, precision, &err);
     if (st != ST_OK) return cli_fail("plan", st, err.msg);
     if (SEEN("weight-bytes")) in.prec.weight = wb;
@@ -676,8 +700,14 @@ int cmd_plan(int argc, char **argv) {
         const PlanCheck *first = NULL;
         for (int i = 0; i < r->nchecks && !first; i++)
             if (r->checks[i].level == PLAN_CHECK_ERROR) first = &r->checks[i];
-        snprintf(err.msg, sizeof err.msg, "%s (%d launch-checklist error%s)", first ? first->msg : "checklist error",
-                 r->nerrors, r->nerrors == 1 ? "" : "s");
+        /* A memory error says what fits: the cheapest knob, or how many devices */
+        char fix[320] = "";
+        if (first && !strncmp(first->msg, "memory:", 7) && r->nsuggest > 0)
+            snprintf(fix, sizeof fix, "; cheapest fix: %s", r->suggest[0]);
+        else if (first && !strncmp(first->msg, "memory:", 7) && r->devices_needed > 0)
+            snprintf(fix, sizeof fix, "; add devices: %lld in all fit (%s)", r->devices_needed, r->devices_layout);
+        snprintf(err.msg, sizeof err.msg, "%s%s (%d launch-checklist error%s)", first ? first->msg : "checklist error",
+                 fix, r->nerrors, r->nerrors == 1 ? "" : "s");
         rc = cli_fail("plan", ST_ERR_INPUT, err.msg);
     }
     free(r);

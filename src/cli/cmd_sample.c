@@ -7,6 +7,7 @@
 #include "ckpt/safetensors.h"
 #include "cli/args.h"
 #include "cli/cmds.h"
+#include "cli/cmds_ckpt.h"
 #include "core/rng.h"
 #include "data/bpe.h"
 #include "model/backend.h"
@@ -34,7 +35,7 @@ int cmd_sample(int argc, char **argv) {
     Status st = args_parse(specs, n, argc, argv, pos, 1, &npos, &help, &err);
     if (st != ST_OK) return cli_fail("sample", st, err.msg);
     if (help || npos != 1) {
-        printf("usage: scaletrain sample DIR [options]\n\nGenerates text from DIR/model.safetensors + config.json.\n\n");
+        printf("usage: scaletrain sample WEIGHTS [options]\n\nGenerates text from WEIGHTS: a folder of model.safetensors + config.json (train --out),\na checkpoint step_NNNNNNNN/ or a --ckpt-dir (its newest valid checkpoint), as eval and export take it.\n\n");
         args_print_help(specs, n);
         return help ? 0 : cli_fail("sample", ST_ERR_INPUT, "expected one weights directory, found none");
     }
@@ -48,7 +49,11 @@ int cmd_sample(int argc, char **argv) {
         return cli_fail("sample", ST_ERR_INPUT, "--top-k: would change nothing with --temperature 0 (greedy); expected a temperature > 0");
     GptOptions go = gpt_default_options();
     if ((st = backend_find(device, &go.backend, &err)) != ST_OK) return cli_fail("sample", st, err.msg);
-    const char *dir = pos[0];
+    /* WEIGHTS as eval and export take it: a weights folder, a checkpoint or a --ckpt-dir */
+    char dir[4096];
+    int plain = 0;
+    if ((st = cli_resolve_weights("sample", pos[0], dir, sizeof dir, &plain, 0, &err)) != ST_OK)
+        return cli_fail("sample", st, err.msg);
     ModelConfig cfg;
     char recorded[256];
     if ((st = st_load_hf_config(dir, &cfg, recorded, sizeof recorded, &err)) != ST_OK)
@@ -70,13 +75,13 @@ int cmd_sample(int argc, char **argv) {
         return cli_fail("sample", st, err.msg);
     }
     if ((int)tokenizer_vocab_size(tk) != cfg.vocab) {
-        snprintf(err.msg, sizeof err.msg, "--tokenizer %s: has %u ids, the model in %s expects %d", tokenizer,
+        snprintf(err.msg, sizeof err.msg, "--tokenizer %s: has %u ids, the model in %.600s expects %d", tokenizer,
                  tokenizer_vocab_size(tk), dir, cfg.vocab);
         tokenizer_free(tk);
         return cli_fail("sample", ST_ERR_INPUT, err.msg);
     }
     if (cfg.doc_mask && tokenizer_eot(tk) != (uint32_t)cfg.doc_eot) {
-        snprintf(err.msg, sizeof err.msg, "--tokenizer %s: EOT id %u, the weights in %s were trained with document "
+        snprintf(err.msg, sizeof err.msg, "--tokenizer %s: EOT id %u, the weights in %.600s were trained with document "
                  "masking at EOT id %d", tokenizer, tokenizer_eot(tk), dir, cfg.doc_eot);
         tokenizer_free(tk);
         return cli_fail("sample", ST_ERR_INPUT, err.msg);

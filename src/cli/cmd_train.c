@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt/ckpt.h"
 #include "ckpt/safetensors.h"
 #include "cli/args.h"
 
@@ -60,7 +61,7 @@ static Status bundled_corpus(TrainConfig *c, Err *err) {
 /* Refuses an option given where it would change nothing (issue 12: flags that do nothing are
  * defects): one line naming the option and what it needs. c is the parsed configuration. */
 static Status refuse_inert(ArgSpec *specs, int n, const TrainConfig *c, const Comm *comm, Err *err) {
-    int world = comm ? comm->world : 1, par = world > 1 || c->zero > 0;
+    int world = comm ? comm->world : 1, par = world > 1;
     OptimKind ok = c->optim.kind;
     int ckpt = c->ckpt_dir[0] != 0;
     int noval = c->data[0] && !c->val_data[0]; /* without --data the bundled corpus brings its validation split */
@@ -90,7 +91,9 @@ static Status refuse_inert(ArgSpec *specs, int n, const TrainConfig *c, const Co
         {"override", !c->resume[0], "--resume"},
         {"sample-tokens", c->sample_every <= 0, "--sample-every N > 0"},
         {"tokenizer-dir", tokenizer_data_subdir(c->tokenizer) == NULL, "--tokenizer gpt2, cl100k, o200k or llama3"},
-        {"no-overlap", !par, "data parallelism (more than one rank under mpirun, or --zero)"},
+        {"no-overlap", !par, "data parallelism (more than one rank under mpirun)"},
+        {"zero", world <= 1 && c->zero > 0, "more than one process (mpirun -np N): ZeRO shards the optimizer state, "
+                                            "gradients and weights over the data-parallel ranks"},
         {"comm-timeout", world <= 1, "more than one rank (mpirun -np N)"},
         {"val-every", noval && c->val_every > 0, "--val-data (there is nothing to validate on)"},
         {"val-batches", noval, "--val-data (there is nothing to validate on)"},
@@ -179,8 +182,7 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
     float beta1 = -1, beta2 = -1, wd = -1, eps = -1, momentum = -1, muon_lr = -1, muon_mom = -1, sh_eps = -1, gamma = -1;
     int sh_block = ARG_UNSET_INT, sh_every = ARG_UNSET_INT, hess_every = ARG_UNSET_INT; /* unset: the optimizer's default */
     ArgSpec specs[] = {
-        {"model", ARG_STR, model, sizeof model,
-         "preset: d2, d4, ..., gpt2-124m; llama-d2, ..., llama-7b, llama3-8b (sets the shape and --arch)"},
+        {"model", ARG_STR, model, sizeof model, "preset, sets the shape and --arch (the list: below)"},
         {"arch", ARG_STR, arch, sizeof arch, "gpt2 | llama (RMSNorm, RoPE, SwiGLU, grouped-query attention)"},
         {"kv-heads", ARG_INT, &c.model.n_kv_head, 0, "llama: key/value heads, dividing --heads (0: --heads)"},
         {"ffn", ARG_INT, &c.model.ffn, 0, "llama: MLP width F (0: 8C/3 rounded up to --ffn-multiple)"},
@@ -188,7 +190,7 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         {"norm-eps", ARG_FLOAT, &c.model.norm_eps, 0, "llama: RMSNorm epsilon (0: 1e-5)"},
         {"rope-theta", ARG_FLOAT, &c.model.rope_theta, 0, "llama: RoPE base (0: 10000)"},
         {"rope-type", ARG_STR, rope_type, sizeof rope_type,
-         "llama: default | linear (frequencies / --rope-factor) | llama3 (Llama 3.1's scaling; default: the preset's)"},
+         "llama: default | linear (frequencies / --rope-factor) | llama3 (Llama 3.1's scaling); not given: the preset's"},
         {"rope-factor", ARG_FLOAT, &c.model.rope_factor, 0, "llama: --rope-type linear or llama3: the factor"},
         {"rope-low-freq-factor", ARG_FLOAT, &c.model.rope_low_freq_factor, 0, "llama: --rope-type llama3: low_freq_factor"},
         {"rope-high-freq-factor", ARG_FLOAT, &c.model.rope_high_freq_factor, 0,
@@ -324,8 +326,9 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
     Status st = args_parse(specs, n, argc, argv, pos, 0, &npos, &help, &err);
     if (st != ST_OK) FAIL(st);
     if (help) {
-        printf("usage: scaletrain train --data SHARDS [options]\n\nTrains a GPT-2 style model on token shards.\n\n");
+        printf("usage: scaletrain train --data SHARDS [options]\n\nTrains a GPT-2 or Llama model on token shards (under mpirun for more than one process).\n\n");
         args_print_help(specs, n);
+        printf("\n--model presets (one table with plan's): %s\n", model_preset_names());
         a->help = 1;
         return ST_OK;
     }
@@ -340,23 +343,71 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         snprintf(err.msg, sizeof err.msg, "--param: expected sp or mup, found '%s'", param);
         FAIL(ST_ERR_INPUT);
     }
-    /* --init-from a Hugging Face folder with no shape flag: the model is the folder's config.json
-     * (GPT-2 or Llama); with shape flags the file is checked against them instead. */
-    static const char *const SHAPE[] = {"model", "arch", "layers", "heads", "channels", "kv-heads", "ffn", "ffn-multiple",
-                                        "vocab", "max-seq-len", "norm-eps", "rope-theta", "rope-type", "rope-factor",
-                                        "rope-low-freq-factor", "rope-high-freq-factor", "rope-original-max-seq-len",
-                                        "tie-embeddings", "param",
-                                        "mup-base-width", "mup-input-alpha", "mup-output-alpha"};
-    int shaped = 0;
-    for (size_t i = 0; i < sizeof SHAPE / sizeof SHAPE[0]; i++) shaped |= args_find(specs, n, SHAPE[i])->seen;
-    char cfgpath[1100];
-    snprintf(cfgpath, sizeof cfgpath, "%s/config.json", c.init_from);
-    if (c.init_from[0] && !shaped && access(cfgpath, F_OK) == 0) {
-        ModelConfig fc;
-        if ((st = st_load_hf_config(c.init_from, &fc, NULL, 0, &err)) != ST_OK)
+    /* --init-from: the model is the file's shape (its config.json, or an llm.c header), with only
+     * the shape flags given overriding it (issue 26: one flag used to drop the rest of the shape to
+     * the defaults). --model or --arch instead says the whole shape, and the file is checked
+     * against it. The tokenizer recorded with the weights becomes the run's unless --tokenizer is
+     * given, so shards of another tokenizer are refused; a --tokenizer other than it is refused. */
+    char recorded[256] = "";
+    if (c.init_from[0]) {
+        ModelConfig given = c.model, fc;
+        char cdir[1100], cjson[1200];
+        snprintf(cdir, sizeof cdir, "%s", c.init_from);
+        size_t ln = strlen(cdir);
+        int is_dir = file_is_dir(cdir), is_st = ln > 12 && !strcmp(cdir + ln - 12, ".safetensors");
+        if (!is_dir) { /* a .safetensors file: its config.json is beside it; an llm.c .bin: its header */
+            char *slash = strrchr(cdir, '/');
+            if (slash) *slash = '\0';
+            else snprintf(cdir, sizeof cdir, ".");
+        }
+        snprintf(cjson, sizeof cjson, "%s/config.json", cdir);
+        int has_json = (is_dir || is_st) && access(cjson, F_OK) == 0;
+        if (has_json && (st = st_load_hf_config(cdir, &fc, recorded, sizeof recorded, &err)) != ST_OK)
             return err_prefix(&err, "--init-from"), *e = err, st;
-        fc.dropout = c.model.dropout;
-        c.model = fc;
+        int from_file = !args_find(specs, n, "model")->seen && !args_find(specs, n, "arch")->seen;
+        /* a folder without config.json (bare weights): the flags say the shape, as before */
+        if (from_file && (has_json || (!is_dir && (st = ckpt_peek_config(c.init_from, &fc, &err)) == ST_OK))) {
+            static const struct { const char *flag; size_t off, size; } O[] = {
+                {"layers", offsetof(ModelConfig, n_layer), sizeof(int)},
+                {"heads", offsetof(ModelConfig, n_head), sizeof(int)},
+                {"channels", offsetof(ModelConfig, n_embd), sizeof(int)},
+                {"kv-heads", offsetof(ModelConfig, n_kv_head), sizeof(int)},
+                {"ffn", offsetof(ModelConfig, ffn), sizeof(int)},
+                {"ffn-multiple", offsetof(ModelConfig, ffn_multiple), sizeof(int)},
+                {"vocab", offsetof(ModelConfig, vocab), sizeof(int)},
+                {"max-seq-len", offsetof(ModelConfig, max_seq), sizeof(int)},
+                {"norm-eps", offsetof(ModelConfig, norm_eps), sizeof(float)},
+                {"rope-theta", offsetof(ModelConfig, rope_theta), sizeof(float)},
+                {"rope-type", offsetof(ModelConfig, rope_type), sizeof(int)},
+                {"rope-factor", offsetof(ModelConfig, rope_factor), sizeof(float)},
+                {"rope-low-freq-factor", offsetof(ModelConfig, rope_low_freq_factor), sizeof(float)},
+                {"rope-high-freq-factor", offsetof(ModelConfig, rope_high_freq_factor), sizeof(float)},
+                {"rope-original-max-seq-len", offsetof(ModelConfig, rope_orig_max_seq), sizeof(int)},
+                {"param", offsetof(ModelConfig, param), sizeof(int)},
+                {"mup-base-width", offsetof(ModelConfig, mup_base_width), sizeof(float)},
+                {"mup-input-alpha", offsetof(ModelConfig, mup_input_alpha), sizeof(float)},
+                {"mup-output-alpha", offsetof(ModelConfig, mup_output_alpha), sizeof(float)},
+            };
+            for (size_t i = 0; i < sizeof O / sizeof O[0]; i++)
+                if (args_find(specs, n, O[i].flag)->seen) memcpy((char *)&fc + O[i].off, (char *)&given + O[i].off, O[i].size);
+            if (tie) fc.untied = 0;
+            if (args_find(specs, n, "param")->seen) /* another parameterization: its multipliers are the flags' */
+                fc.mup_base_width = given.mup_base_width, fc.mup_input_alpha = given.mup_input_alpha,
+                fc.mup_output_alpha = given.mup_output_alpha;
+            if (fc.arch == ARCH_GPT2) fc.n_kv_head = 0, fc.ffn = 0; /* derived from --heads, --channels */
+            fc.dropout = given.dropout;
+            c.model = fc;
+        } else if (from_file && !is_dir) {
+            return err_prefix(&err, "--init-from"), *e = err, st;
+        }
+        if (recorded[0] && !args_find(specs, n, "tokenizer")->seen) {
+            snprintf(c.tokenizer, sizeof c.tokenizer, "%s", recorded);
+        } else if (recorded[0] && strcmp(c.tokenizer, recorded)) {
+            snprintf(err.msg, sizeof err.msg, "--tokenizer %s: the weights of --init-from %.400s were trained with "
+                     "tokenizer %s (their config.json): expected --tokenizer %s or none (then shards of another "
+                     "tokenizer are refused)", c.tokenizer, c.init_from, recorded, recorded);
+            FAIL(ST_ERR_INPUT);
+        }
     }
     /* This run's flag, also over --init-from's config.json (the EOT comes from the shards' header) */
     c.model.doc_mask = doc_mask, c.model.doc_eot = 0;
@@ -496,11 +547,20 @@ void train_args_free(TrainArgs *a) {
     a->cfg.sample_tokenizer = NULL;
 }
 
+/* An input error (flags, grid, data, config) is the same on every rank, which all run the same
+ * command line on the same files (resume's checks agree across ranks first): rank 0 alone prints
+ * it, so a job of N ranks shows one line, not N copies. Other failures print on the rank that saw
+ * them. */
+static int train_fail(const Comm *comm, Status st, const char *msg) {
+    if (st == ST_ERR_INPUT && comm && comm->world > 1 && comm->rank != 0) return (int)st;
+    return cli_fail("train", st, msg);
+}
+
 int cmd_train_comm(int argc, char **argv, Comm *comm) {
     static TrainArgs a; /* large (paths); one per process */
     Err err = {0};
     Status st = train_args_parse(argc, argv, comm, &a, &err);
-    if (st != ST_OK) return cli_fail("train", st, err.msg);
+    if (st != ST_OK) return train_fail(comm, st, err.msg);
     if (a.help) return 0;
     TrainConfig c = a.cfg;
     c.argv_joined = a.joined;
@@ -510,7 +570,7 @@ int cmd_train_comm(int argc, char **argv, Comm *comm) {
     st = train_run(&c, &res, &err);
     train_args_free(&a);
     if (st != ST_OK) {
-        int rc = cli_fail("train", st, err.msg);
+        int rc = train_fail(comm, st, err.msg);
         /* A failure only some ranks see would leave the others waiting in a collective: end the
          * job. Input errors (grid, config hash, flags, data) are seen by every rank: plain exit. */
         if (comm && comm->world > 1 && st != ST_ERR_INPUT) comm_abort(comm, rc, err.msg);

@@ -5,6 +5,17 @@
 #ifndef ST_CLI_CMDS_CKPT_H
 #define ST_CLI_CMDS_CKPT_H
 
+#include <stddef.h>
+
+#include "core/status.h"
+
 int cmd_export(int argc, char **argv);
+
+/* The WEIGHTS argument of sample, eval and export, resolved one way: a plain weights folder
+ * (model.safetensors + config.json without a state.json, e.g. `train --out`; *plain = 1), a
+ * checkpoint directory (verified) or a --ckpt-dir (its newest valid checkpoint; a note on stderr
+ * "scaletrain CMD: ..." when newer ones were skipped, unless quiet). The folder to read into src.
+ * Errors (ST_ERR_INPUT): one line naming arg and the three forms expected. */
+Status cli_resolve_weights(const char *cmd, const char *arg, char *src, size_t len, int *plain, int quiet, Err *err);
 
 #endif

@@ -14,7 +14,7 @@
  *   ST_PAR_TEST_MATRIX_FAULT=1        matrix_no_share
  *   ST_PAR_TEST_MATRIX_RESET=N        matrix_reset
  *   ST_TRAIN_TEST_HESS_FAULT=1        hess_rank_local
- *   ST_CKPT_FAIL_AT=STAGE[:MODE]      ckpt_fail_stage, ckpt_fail_mode (MODE exit | stop | slow)
+ *   ST_CKPT_FAIL_AT=STAGE[:MODE]      ckpt_fail_stage, ckpt_fail_mode (MODE exit | stop | slow | slowN)
  *   ST_CKPT_FAIL_RANK=R               ckpt_fail_only_rank, ckpt_fail_rank
  *   ST_CKPT_ASYNC_SYNC=1              ckpt_async_sync
  *   ST_CKPT_SHARD_TEST=skip-verify|wrong-slice   ckpt_skip_verify, ckpt_wrong_slice

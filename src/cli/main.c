@@ -19,6 +19,7 @@ static void usage(FILE *f) {
             "  tokenizer  train, encode or decode with a tokenizer\n"
             "  plan       the training-plan review: memory, FLOPs, time, communication, scaling laws\n"
             "  eval       loss, perplexity and bits per byte of saved weights on token shards\n"
+            "  export     saved weights -> Hugging Face (safetensors + config.json) or llm.c's .bin\n"
             "  fit        scaling laws (Chinchilla Approaches 1-3, Kaplan) fitted to a CSV of runs\n"
             "  report     an HTML page of charts from metrics logs (train --log)\n"
             "  sweep      a grid of short trainings from a spec (sizes x tokens, IsoFLOP) and their results table\n"
@@ -54,6 +55,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "report")) return cmd_report(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "fit")) return cmd_fit(argc - 2, argv + 2);
-    fprintf(stderr, "scaletrain: unknown command '%s' (expected train, sample, prepare, tokenizer, plan, export, report, eval or fit)\n", cmd);
+    fprintf(stderr, "scaletrain: unknown command '%s' (expected train, sample, prepare, tokenizer, plan, eval, export, fit, report, sweep or study; see scaletrain --help)\n", cmd);
     return 2;
 }

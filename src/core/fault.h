@@ -39,8 +39,10 @@ typedef struct {
     char ckpt_fail_stage[32]; /* ST_CKPT_FAIL_AT=STAGE[:MODE]: a save aborts at STAGE (ckpt.c's
                                  CKPT_STAGES; an unknown name fails the save with ST_ERR_INPUT); "" = off */
     int ckpt_fail_mode;   /* MODE: 0 the save returns ST_ERR_RUNTIME, 1 `exit` _exit(3), 2 `stop`
-                             raise(SIGSTOP) (the test's parent kill -9s it), 3 `slow` sleep 1 s and go on.
-                             test_ckpt, test_ckpt_shard, test_pp (resume) */
+                             raise(SIGSTOP) (the test's parent kill -9s it), 3 `slow` sleep 1 s and go on
+                             (`slowN`: N seconds, 1..60). test_ckpt, test_ckpt_shard, test_pp (resume),
+                             test_newcomer (a save longer than mpirun's grace period) */
+    int ckpt_slow_s;      /* `slowN`'s N (0: 1 s) */
     int ckpt_fail_only_rank; /* 1 with ST_CKPT_FAIL_RANK=R (sharded saves): the fault fires only on */
     int ckpt_fail_rank;      /* world rank R (0: on every rank) */
     int ckpt_async_sync;  /* ST_CKPT_ASYNC_SYNC=1: an asynchronous save waits for its own write (the

@@ -4,12 +4,14 @@
  *           4. open / close / queries  5. sample -> row -> tokens. */
 #include "data/loader.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fileio.h"
 #include "core/rng.h"
 
 /* ================================================================== 1. the --data spec */
@@ -49,7 +51,44 @@ static int parse_item(const char *item, size_t len, char *pat, size_t patlen, do
 
 /* ================================================================== 2. one dataset */
 
-static Status set_add_glob(LoaderSet *s, const char *pattern, uint64_t expected_hash, Err *err) {
+/* The --tokenizer a shard was prepared with, from the manifest.json prepare wrote beside it: the
+ * value of --tokenizer in its "command" (prepare's default gpt2 when absent), else its
+ * tokenizer.kind; only when the manifest's hash is the shard's. 0 when unknown. */
+static int shard_tokenizer_name(const char *shard_path, uint64_t hash, char *out, size_t cap) {
+    char path[1100];
+    const char *slash = strrchr(shard_path, '/');
+    if (slash) snprintf(path, sizeof path, "%.*s/manifest.json", (int)(slash - shard_path), shard_path);
+    else snprintf(path, sizeof path, "manifest.json");
+    char *text = NULL;
+    size_t len = 0;
+    Err e;
+    if (file_read_all(path, &text, &len, &e) != ST_OK) return 0;
+    cJSON *m = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(m, "tokenizer");
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(t, "hash"), *k = cJSON_GetObjectItemCaseSensitive(t, "kind");
+    const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(m, "command");
+    char hex[32];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
+    int found = 0;
+    if (cJSON_IsString(h) && !strcmp(h->valuestring, hex)) {
+        const char *c = cJSON_IsString(cmd) ? cmd->valuestring : NULL, *a = c ? strstr(c, " --tokenizer") : NULL;
+        if (a && (a[12] == ' ' || a[12] == '=')) {
+            a += 13;
+            snprintf(out, cap, "%.*s", (int)strcspn(a, " "), a);
+            found = out[0] != 0;
+        } else if (c && strstr(c, "prepare")) {
+            snprintf(out, cap, "gpt2"), found = 1;
+        } else if (cJSON_IsString(k)) {
+            snprintf(out, cap, "%s", k->valuestring), found = 1;
+        }
+    }
+    cJSON_Delete(m);
+    return found;
+}
+
+static Status set_add_glob(LoaderSet *s, const char *pattern, uint64_t expected_hash, const char *expected_name,
+                           Err *err) {
     glob_t gl;
     int rc = glob(pattern, 0, NULL, &gl);
     if (rc != 0) {
@@ -73,9 +112,27 @@ static Status set_add_glob(LoaderSet *s, const char *pattern, uint64_t expected_
         if ((st = shard_open(sh, gl.gl_pathv[i], err)) != ST_OK) break;
         s->nshards++;
         if (expected_hash && sh->meta.tokenizer_hash && sh->meta.tokenizer_hash != expected_hash) {
-            st = err_set(err, ST_ERR_INPUT,
-                         "%s: made with tokenizer hash %016llx, expected %016llx (the --tokenizer of this run)",
-                         sh->path, (unsigned long long)sh->meta.tokenizer_hash, (unsigned long long)expected_hash);
+            /* Names, not hashes, and the two ways out. */
+            char made[256], want[300], redo[300];
+            const char *en = expected_name && expected_name[0] ? expected_name : NULL;
+            if (en) snprintf(redo, sizeof redo, "--tokenizer %s", en);
+            else snprintf(redo, sizeof redo, "the run's --tokenizer");
+            if (en) snprintf(want, sizeof want, "this run's tokenizer is %s", en);
+            else snprintf(want, sizeof want, "this run's tokenizer is another");
+            if (shard_tokenizer_name(sh->path, sh->meta.tokenizer_hash, made, sizeof made))
+                st = err_set(err, ST_ERR_INPUT,
+                             "%s: prepared with tokenizer %s, %s (its --tokenizer, or the one recorded with its "
+                             "--init-from weights; hashes %016llx vs %016llx): prepare the text again with %s, or "
+                             "train with --tokenizer %s",
+                             sh->path, made, want, (unsigned long long)sh->meta.tokenizer_hash,
+                             (unsigned long long)expected_hash, redo, made);
+            else
+                st = err_set(err, ST_ERR_INPUT,
+                             "%s: prepared with another tokenizer, %s (hashes %016llx vs %016llx; no manifest.json beside "
+                             "the shard names its tokenizer): prepare the text again with %s, or train with the "
+                             "--tokenizer the shards were prepared with",
+                             sh->path, want, (unsigned long long)sh->meta.tokenizer_hash,
+                             (unsigned long long)expected_hash, redo);
             break;
         }
         s->start[s->nshards] = s->start[s->nshards - 1] + sh->ntok;
@@ -224,6 +281,11 @@ static Status build_mix(Loader *ld, Err *err) {
 
 Status loader_open(Loader *ld, const char *spec, int T, uint32_t vocab, uint64_t expected_hash, uint64_t seed,
                    int flags, Err *err) {
+    return loader_open_named(ld, spec, T, vocab, expected_hash, NULL, seed, flags, err);
+}
+
+Status loader_open_named(Loader *ld, const char *spec, int T, uint32_t vocab, uint64_t expected_hash,
+                         const char *expected_name, uint64_t seed, int flags, Err *err) {
     memset(ld, 0, sizeof *ld);
     ld->T = T, ld->flags = flags, ld->shuffle = (flags & LOADER_SHUFFLE) != 0, ld->st.seed = seed;
     if (T < 1) return err_set(err, ST_ERR_INPUT, "--seq-len: expected a positive integer, found %d", T);
@@ -268,7 +330,7 @@ Status loader_open(Loader *ld, const char *spec, int T, uint32_t vocab, uint64_t
             s->weight = nweighted ? w[i] / wsum : 1.0;
             s->perm_epoch[0] = s->perm_epoch[1] = UINT64_MAX;
         }
-        st = set_add_glob(s, pats[i], expected_hash, err);
+        st = set_add_glob(s, pats[i], expected_hash, expected_name, err);
     }
     /* totals, EOT, rows */
     uint32_t hv = 0;

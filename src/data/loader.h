@@ -96,6 +96,11 @@ typedef struct {
  * name the file or the spec item. loader_close is safe after a failed open. */
 Status loader_open(Loader *ld, const char *spec, int T, uint32_t vocab, uint64_t expected_hash, uint64_t seed,
                    int flags, Err *err);
+/* loader_open, with the name of the expected tokenizer (the run's --tokenizer) for the mismatch
+ * message: "x.bin: prepared with tokenizer bytes, expected --tokenizer gpt2's tokens ...: train with
+ * --tokenizer bytes, or prepare the text again with --tokenizer gpt2". */
+Status loader_open_named(Loader *ld, const char *spec, int T, uint32_t vocab, uint64_t expected_hash,
+                         const char *expected_name, uint64_t seed, int flags, Err *err);
 void loader_close(Loader *ld);
 
 /* Checks every token of every shard is below vocab; the error names the file and position. */

@@ -4,6 +4,7 @@
 #include "core/fileio.h"
 
 #include <errno.h>
+#include <glob.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,19 +29,65 @@ void shard_close(Shard *s) {
     s->ntok = 0;
 }
 
+/* Whether the first bytes of a file read as text (no NUL, control characters only as whitespace):
+ * a token shard's header starts with its magic, whose bytes hold a NUL. */
+static int looks_like_text(const uint8_t *b, size_t n) {
+    if (n == 0) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (b[i] == 0 || (b[i] < 32 && b[i] != '\n' && b[i] != '\r' && b[i] != '\t' && b[i] != '\f')) return 0;
+    return 1;
+}
+
+/* The fix for a file that is not a shard but text: prepare it first. */
+#define TEXT_HINT ": make token shards from it first with `scaletrain prepare --out DIR %s` and pass --data 'DIR/train_*.bin'"
+
+/* A directory given where shards are expected: the glob to give instead (the shards prepare wrote
+ * in it when there are some). */
+static Status refuse_directory(const char *path, Err *err) {
+    char pat[1100];
+    const char *pick = "*.bin";
+    static const char *const pref[] = {"train_*.bin", "val_*.bin", "*.bin"};
+    for (size_t i = 0; i < sizeof pref / sizeof pref[0]; i++) {
+        glob_t gl;
+        snprintf(pat, sizeof pat, "%s/%s", path, pref[i]);
+        int rc = glob(pat, 0, NULL, &gl);
+        if (rc == 0) globfree(&gl);
+        if (rc == 0) {
+            pick = pref[i];
+            break;
+        }
+    }
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    return err_set(err, ST_ERR_INPUT,
+                   "%s: a directory, expected a token shard or a glob of them: give '%.*s/%s' (quoted, so that "
+                   "scaletrain expands it)", path, (int)n, path, pick);
+}
+
 Status shard_open(Shard *s, const char *path, Err *err) {
     memset(s, 0, sizeof *s);
     snprintf(s->path, sizeof s->path, "%s", path);
     int fd = open(path, O_RDONLY);
     if (fd < 0) return err_set(err, ST_ERR_INPUT, "%s: expected a token shard, found %s", path, strerror(errno));
     struct stat sb;
+    if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        close(fd);
+        return refuse_directory(path, err);
+    }
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(fd);
         return err_set(err, ST_ERR_INPUT, "%s: expected a regular file", path);
     }
+    /* The first bytes tell text from a shard, for the message of either check below. */
+    uint8_t head[512];
+    ssize_t got = pread(fd, head, sizeof head, 0);
+    int text = got > 0 && looks_like_text(head, (size_t)got);
     size_t hdr = SHARD_HEADER_INTS * 4;
     if ((size_t)sb.st_size < hdr) {
         close(fd);
+        if (text)
+            return err_set(err, ST_ERR_INPUT, "%s: expected a token shard, found %lld bytes of text" TEXT_HINT, path,
+                           (long long)sb.st_size, path);
         return err_set(err, ST_ERR_INPUT, "%s: expected at least a %zu-byte shard header, found %lld bytes", path,
                        hdr, (long long)sb.st_size);
     }
@@ -55,6 +102,9 @@ Status shard_open(Shard *s, const char *path, Err *err) {
     else if (magic == SHARD_MAGIC_U32 && version == SHARD_VERSION_U32) s->elem_bytes = 4;
     else {
         shard_close(s);
+        if (text)
+            return err_set(err, ST_ERR_INPUT, "%s: expected a token shard (magic %d or %d), found text" TEXT_HINT, path,
+                           SHARD_MAGIC_U16, SHARD_MAGIC_U32, path);
         return err_set(err, ST_ERR_INPUT,
                        "%s: expected magic/version %d/%d (uint16) or %d/%d (uint32), found %u/%u", path,
                        SHARD_MAGIC_U16, SHARD_VERSION_U16, SHARD_MAGIC_U32, SHARD_VERSION_U32, magic, version);

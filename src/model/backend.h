@@ -41,6 +41,21 @@
 #include "core/status.h"
 #include "model/kernels.h"
 
+/* One optimizer step's constants for Backend.optim_update: optim.c's update rule of `kind` with
+ * these numbers, on one range. The kinds are optim.h's OptimKind values (model/ does not include
+ * optim/: DESIGN's direction), checked equal by test_cuda_optim. */
+enum { BACKEND_OPT_ADAMW = 0, BACKEND_OPT_ADAM = 1, BACKEND_OPT_SGD = 2, BACKEND_OPT_LION = 3 };
+typedef struct {
+    int kind;            /* BACKEND_OPT_*: the kinds a device runs (Muon, Shampoo, Sophia: not here) */
+    float lr;            /* this range's rate: lr · lr_mult */
+    float wd;            /* weight decay of this range (0 where the range has none) */
+    float grad_scale;    /* every gradient is multiplied by it first (clipping) */
+    float beta1, beta2, eps, momentum;
+    float bc1, bc2;      /* bias corrections 1 − beta1^step, 1 − beta2^step (powf, as optim.c) */
+    long step;           /* from 1 (SGD's momentum starts at step 1 with buf = g) */
+    int lowp;            /* 0: none; 1: round each updated parameter to bf16, 2: to fp16 (OptimLowp) */
+} BackendOptStep;
+
 typedef struct Backend {
     const char *name;     /* "cpu", "cuda" */
     int host_addressable; /* 1: host code may use backend memory in place (see above) */
@@ -146,10 +161,25 @@ typedef struct Backend {
                                      const int32_t *targets, int n, int C, int v0, int Vr, int Vl, float dscale,
                                      int chunk, int acc, int nt, HeadReduceFn reduce, void *ctx, double *ms_fwd,
                                      double *ms_bwd);
+
+    /* ---- the optimizer on backend memory (NULL on host-addressable backends: optim/ runs there) ----
+     * optim_update: optim_step_lowp's rule on n elements of one range (params p, grads g, moments m,
+     * v; lowp: the working copy, rounded from the updated p when s->lowp, may be NULL), elementwise.
+     * sumsq: Σ x² in optim_l2_norm's partition (fp32 sums per 4096-element chunk, the chunks added
+     * in double in order); the caller takes sqrt over its ranges. */
+    void (*optim_update)(const BackendOptStep *s, float *p, const float *g, float *m, float *v, uint16_t *lowp,
+                         size_t n);
+    double (*sumsq)(const float *x, size_t n);
 } Backend;
 
 /* The CPU backend: kernels.h over oneDNN (matmul.h), OpenMP threads, host memory. */
 const Backend *backend_cpu(void);
+
+/* The CUDA backend (backend_cuda.cu; docs/cuda.md): cuBLASLt GEMMs and the .cu kernels on device
+ * memory of GPU 0, host_addressable = 0. Defined only in a build with ST_CUDA (ST_HAVE_CUDA); the
+ * device is opened at the first call that needs it, so a machine without a GPU can hold the table,
+ * and every entry then records the failure (take_error) instead of running. */
+const Backend *backend_cuda(void);
 
 /* The backend called `name` ("cpu"; "cuda" where the program was built with it), for --device.
  * ST_ERR_INPUT naming --device, what was expected and what was found, for any other name. */

@@ -71,14 +71,22 @@ static const Backend CPU = {
     .head_forward_backward = head_forward_backward,
     .head_forward_backward_p = head_forward_backward_p,
     .head_forward_backward_vp = head_forward_backward_vp,
+    /* optim_update, sumsq: NULL, the optimizer runs in optim/ on the host memory of this backend */
 };
 
 const Backend *backend_cpu(void) { return &CPU; }
 
+#ifdef ST_HAVE_CUDA
+const char *backend_names(void) { return "cpu, cuda"; }
+#else
 const char *backend_names(void) { return "cpu"; }
+#endif
 
 Status backend_find(const char *name, const Backend **out, Err *err) {
     if (name && !strcmp(name, "cpu")) return *out = &CPU, ST_OK;
+#ifdef ST_HAVE_CUDA
+    if (name && !strcmp(name, "cuda")) return *out = backend_cuda(), ST_OK;
+#endif
     if (name && !strcmp(name, "cuda"))
         return err_set(err, ST_ERR_INPUT, "--device: expected one of %s, found cuda: this build has no CUDA backend",
                        backend_names());

@@ -3,7 +3,9 @@
 
 #include "model/kernels.h"
 
+#include <ctype.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,9 +83,23 @@ static const struct { const char *name; int L, NH, KV, C, F, V, maxT; float thet
     {"llama3.1-8b", 32, 32, 8, 4096, 14336, 128256, 131072, 500000.0f, 0, 8.0f},
     {"llama3.2-1b", 16, 32, 8, 2048, 8192, 128256, 131072, 500000.0f, 1, 32.0f},
     {"llama3.2-3b", 28, 24, 8, 3072, 8192, 128256, 131072, 500000.0f, 1, 32.0f},
+    /* Llama 3.1 405B (Dubey et al. 2024, Table 3; its released config.json) */
+    {"llama-405b", 126, 128, 8, 16384, 53248, 128256, 131072, 500000.0f, 0, 8.0f},
 };
 
-Status model_config_preset(ModelConfig *cfg, const char *name, Err *err) {
+/* The one list of preset names, for --help and for the error on an unknown name (train and plan). */
+#define PRESET_NAMES                                                                                                  \
+    "d1..d64, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m (alias gpt2-1.5b), llama-d1..llama-d64, llama-7b, "       \
+    "llama-13b, llama-70b, llama-405b, llama3-8b, llama3.1-8b, llama3.2-1b, llama3.2-3b"
+
+const char *model_preset_names(void) { return PRESET_NAMES; }
+
+Status model_config_preset(ModelConfig *cfg, const char *name_in, Err *err) {
+    char name[32]; /* names compare case-insensitively: "LLaMA-7B" is llama-7b */
+    size_t nl = strlen(name_in);
+    if (nl >= sizeof name) return err_set(err, ST_ERR_INPUT, "--model: expected a preset (%s), found '%s'", PRESET_NAMES, name_in);
+    for (size_t i = 0; i <= nl; i++) name[i] = (char)tolower((unsigned char)name_in[i]);
+    if (!strcmp(name, "gpt2-1.5b")) snprintf(name, sizeof name, "gpt2-1558m");
     for (size_t i = 0; i < sizeof LLAMA / sizeof LLAMA[0]; i++) {
         if (strcmp(name, LLAMA[i].name) == 0) {
             cfg->arch = ARCH_LLAMA, cfg->untied = 1;
@@ -133,11 +149,7 @@ Status model_config_preset(ModelConfig *cfg, const char *name, Err *err) {
             return ST_OK;
         }
     }
-    return err_set(err, ST_ERR_INPUT,
-                   "--model: expected a preset (d1..d64, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-d1.."
-                   "llama-d64, llama-7b, llama-13b, llama-70b, llama3-8b, llama3.1-8b, llama3.2-1b, llama3.2-3b), "
-                   "found '%s'",
-                   name);
+    return err_set(err, ST_ERR_INPUT, "--model: expected a preset (%s), found '%s'", PRESET_NAMES, name_in);
 }
 
 /* The RoPE type's parameters: each type's own in range, every other one 0 (a value that would

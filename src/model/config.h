@@ -97,9 +97,13 @@ int model_arch_parse(const char *name);
  * theta 500000), and with llama3 RoPE scaling (low 1, high 4, original 8192 positions; V 128256,
  * 131072 positions, theta 500000): "llama3.1-8b" (32, 32/8, 4096, 14336, factor 8, untied),
  * "llama3.2-1b" (16, 32/8, 2048, 8192, factor 32, tied), "llama3.2-3b" (28, 24/8, 3072, 8192,
- * factor 32, tied). A published shape sets the RoPE type and head tying too. ST_ERR_INPUT on an
- * unknown name. */
+ * factor 32, tied), "llama-405b" (126, 128/8, 16384, 53248, factor 8, untied). A published shape
+ * sets the RoPE type and head tying too. Names compare case-insensitively; "gpt2-1.5b" is
+ * gpt2-1558m. ST_ERR_INPUT on an unknown name. The one preset table of train, plan and sweep. */
 Status model_config_preset(ModelConfig *cfg, const char *name, Err *err);
+
+/* The preset names as one line for --help and errors: "d1..d64, gpt2-124m, ...". */
+const char *model_preset_names(void);
 
 /* Llama's default MLP width for C channels: 8C/3 rounded up, then up to a multiple of `multiple`
  * (ffn_multiple; 256 by default): 4096 → 11008. The one formula model_config_validate and plan use. */

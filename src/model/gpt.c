@@ -105,10 +105,7 @@ static Status check_options(const ModelConfig *cfg, const GptOptions *o, Err *er
     if (o->tp_rank < 0 || o->tp_rank >= o->tp)
         return err_set(err, ST_ERR_INPUT, "tp rank %d outside the tp group of %d", o->tp_rank, o->tp);
     if (o->sp && o->tp == 1) return err_set(err, ST_ERR_INPUT, "--sp: expected --tp > 1, found --tp 1");
-    if (o->split_backward && (o->recompute != RECOMPUTE_NONE || o->sp))
-        return err_set(err, ST_ERR_INPUT, "--pp-schedule zb-h1: expected --recompute none without --sp (the weight-"
-                       "gradient pass reads the saved LayerNorm and GELU outputs whole), found --recompute %s%s",
-                       layout_recompute_name(o->recompute), o->sp ? " with --sp" : "");
+    if (o->split_backward && (st = layout_check_split_backward(o->recompute, o->sp, err)) != ST_OK) return st;
     if (o->slots < 1) return err_set(err, ST_ERR_INPUT, "pipeline: expected at least 1 activation slot, found %d", o->slots);
     if (o->stage.n < 0 || o->stage.n > LAYOUT_MAX_CHUNKS)
         return err_set(err, ST_ERR_INPUT, "--interleave: expected 1..%d model chunks per rank, found %d",
@@ -312,17 +309,35 @@ Status gpt_init(Gpt *g, const ModelConfig *cfg, const GptOptions *o, MemStats *m
     g->be = o->backend ? o->backend : backend_cpu();
     Status st = check_options(cfg, o, err);
     if (st != ST_OK) return st;
-    if (!g->be->host_addressable) /* backend.h: the trainer's host paths are not there yet */
+    if (!g->be->host_addressable && !o->device_resident) /* backend.h: the trainer's host paths are not there yet */
         return err_set(err, ST_ERR_INPUT, "--device %s: the model's buffers would not be host-addressable, and the "
                        "optimizer, parallel and checkpoint paths for such a backend are not built yet", g->be->name);
+    if (!g->be->host_addressable &&
+        (o->tp > 1 || o->stage.n > 1 || o->slots > 1 || o->external_params || o->external_grads))
+        return err_set(err, ST_ERR_INPUT, "--device %s: expected one process's whole model (tp 1, one pipeline "
+                       "chunk and slot, own parameter and gradient storage), found tp %d, %d chunks, %d slots%s",
+                       g->be->name, o->tp, o->stage.n, o->slots,
+                       o->external_params || o->external_grads ? ", external storage (ZeRO)" : "");
     const Backend *be = g->be;
     int wok = weights_alloc(&g->w, cfg, o, be, mem) == 0;
     if (wok) { /* the vocabulary rows held, from the layout */
         ST_CHECK(g->w.layout.vocab_local == layout_dims(cfg, o->tp).Vl);
         g->s.v0 = o->tp_rank * g->w.layout.vocab_local, g->s.Vr = g->w.layout.tensors[0].rows_real;
     }
-    if (!wok || grads_alloc(&g->d, &g->w, o, be, mem) != 0 || run_state_alloc(&g->s, cfg, o, g->w.prec, be, mem) != 0) {
+    int dok = 1;
+    if (wok && !be->host_addressable) { /* the tokens and targets a forward copies in */
+        size_t bt = (size_t)o->B * o->T * sizeof(int32_t);
+        g->s.dev_inp = be->alloc(mem, MEM_DATA, bt), g->s.dev_tgt = be->alloc(mem, MEM_DATA, bt);
+        dok = g->s.dev_inp && g->s.dev_tgt;
+    }
+    if (!wok || !dok || grads_alloc(&g->d, &g->w, o, be, mem) != 0 ||
+        run_state_alloc(&g->s, cfg, o, g->w.prec, be, mem) != 0) {
+        Err why = {0}; /* a device backend says why (no GPU, out of device memory); the CPU's has nothing */
+        int said = be->take_error(&why) != ST_OK;
         gpt_free(g);
+        if (said)
+            return err_set(err, ST_ERR_RUNTIME, "allocating the model (L=%d C=%d V=%d B=%d T=%d) on %s: %s",
+                           cfg->n_layer, cfg->n_embd, cfg->vocab, o->B, o->T, be->name, why.msg);
         return err_set(err, ST_ERR_RUNTIME, "out of memory allocating the model (L=%d C=%d V=%d B=%d T=%d)",
                        cfg->n_layer, cfg->n_embd, cfg->vocab, o->B, o->T);
     }
@@ -348,6 +363,9 @@ void gpt_free(Gpt *g) {
     g->be->free(g->mem, MEM_WORKSPACE, s->scratch, s->scratch_floats * sizeof(float));
     free(s->la);
     free(s->docpos_host);
+    size_t bt = (size_t)s->B * s->T * sizeof(int32_t);
+    g->be->free(g->mem, MEM_DATA, s->dev_inp, bt);
+    g->be->free(g->mem, MEM_DATA, s->dev_tgt, bt);
     if (s->slots) free(s->slots[0].la);
     free(s->slots);
     g->be->free(g->mem, MEM_GRADS, g->d.grads, total * sizeof(float));
@@ -388,7 +406,17 @@ void gpt_init_params_buf(const ParamLayout *pl, float *buf, uint64_t seed, int n
 
 void gpt_init_params(Gpt *g, uint64_t seed) {
     ST_CHECK(g->w.params != NULL);
-    gpt_init_params_buf(&g->w.layout, g->w.params, seed, g->s.nt);
+    if (g->be->host_addressable) {
+        gpt_init_params_buf(&g->w.layout, g->w.params, seed, g->s.nt);
+        return;
+    }
+    /* device_resident: the same values drawn on the host, then copied (a host buffer of the size) */
+    size_t bytes = g->w.layout.total * sizeof(float);
+    float *h = malloc(bytes);
+    ST_CHECK_MSG(h != NULL, "gpt_init_params: no host memory for the parameters' staging copy");
+    gpt_init_params_buf(&g->w.layout, h, seed, g->s.nt);
+    g->be->from_host(g->w.params, h, bytes);
+    free(h);
 }
 
 void gpt_round_lp(const Gpt *g, uint16_t *dst, const float *src, size_t n) {
@@ -643,6 +671,15 @@ double gpt_forward_stage(Gpt *g, int slot, int chunk, const int32_t *inp, const 
                  "tensor parallelism needs the tp_* hooks");
     ST_CHECK_MSG(!s->sp || N % s->tp == 0, "--sp: the micro-batch's rows must divide by tp");
     double t0 = timer_ms();
+    const int32_t *host_inp = inp; /* doc_positions reads the tokens on the host */
+    if (s->dev_inp) { /* device_resident: the micro-batch into backend memory */
+        g->be->from_host(s->dev_inp, inp, (size_t)N * sizeof(int32_t));
+        inp = s->dev_inp;
+        if (tgt) {
+            g->be->from_host(s->dev_tgt, tgt, (size_t)N * sizeof(int32_t));
+            tgt = s->dev_tgt;
+        }
+    }
     bind_slot(g, slot, chunk);
     s->cur_inp = inp, s->curB = B, s->curT = T, s->cur_drop_counter = drop_counter;
     s->curNl = s->sp ? N / s->tp : N;
@@ -652,7 +689,7 @@ double gpt_forward_stage(Gpt *g, int slot, int chunk, const int32_t *inp, const 
     sl->inp = inp, sl->B = B, sl->T = T, sl->Nl = Nl, sl->train = s->cur_train, sl->chunk = chunk;
     s->cur_docpos = NULL;
     if (s->doc_mask) { /* every stage derives them from the tokens it is given */
-        doc_positions(s->docpos_host, inp, B, T, s->doc_eot);
+        doc_positions(s->docpos_host, host_inp, B, T, s->doc_eot);
         g->be->from_host(sl->docpos, s->docpos_host, (size_t)B * T * sizeof(int32_t));
         s->cur_docpos = sl->docpos;
     }
@@ -939,7 +976,8 @@ Status gpt_probs_row0(Gpt *g, const int32_t *inp, int T, float *probs, Err *err)
     if (!tgt) return err_set(err, ST_ERR_RUNTIME, "out of memory (%d targets)", T);
     const ModelConfig *c = &g->w.cfg;
     gpt_forward(g, inp, tgt, 1, T, 0.0f, 0, 0);
-    g->be->head_forward_backward(g->s.losses, NULL, NULL, g->s.logits, g->s.lnf, g->w.p.head, tgt, 1, c->n_embd, c->vocab,
+    const int32_t *t0 = g->s.dev_tgt ? g->s.dev_tgt : tgt; /* device_resident: the forward staged them */
+    g->be->head_forward_backward(g->s.losses, NULL, NULL, g->s.logits, g->s.lnf, g->w.p.head, t0, 1, c->n_embd, c->vocab,
                           c->vocab_padded, 0.0f, g->s.head_chunk, 1, g->s.nt, probs, NULL, NULL);
     free(tgt);
     return gpt_status(g, err);
@@ -954,12 +992,13 @@ Status gpt_logits(Gpt *g, const int32_t *inp, int T, float *logits, Err *err) {
     if (!tgt) return err_set(err, ST_ERR_RUNTIME, "out of memory (%d targets)", T);
     memset(tgt, 0xff, (size_t)T * sizeof *tgt); /* every target -1: ignored */
     gpt_forward(g, inp, tgt, 1, T, 0.0f, 0, 0); /* train = 0: no dropout */
+    const int32_t *tg = g->s.dev_tgt ? g->s.dev_tgt : tgt; /* device_resident: the forward staged them */
     /* The head again, chunk by chunk, keeping each chunk's raw logits (the forward's buffer only
      * holds the last chunk, and without dx the head leaves them unnormalised). */
     for (int r0 = 0; r0 < T; r0 += chunk) {
         int m = T - r0 < chunk ? T - r0 : chunk;
         g->be->head_forward_backward_p(&g->s.mp, g->s.losses + r0, NULL, NULL, g->s.logits, g->s.lnf + (size_t)r0 * C,
-                                g->w.p.head, lp(g, g->w.p.head), tgt + r0, m, C, V, Vp, 0.0f, chunk, 1, g->s.nt, NULL,
+                                g->w.p.head, lp(g, g->w.p.head), tg + r0, m, C, V, Vp, 0.0f, chunk, 1, g->s.nt, NULL,
                                 NULL, NULL, NULL);
         for (int i = 0; i < m; i++)
             g->be->to_host(logits + (size_t)(r0 + i) * V, g->s.logits + (size_t)i * Vp, (size_t)V * sizeof(float));

@@ -90,6 +90,12 @@ typedef struct {
                                backward is skipped) for the attached adapters (gpt_set_lora). fp32,
                                one pipeline stage, no split backward; with external_params the caller
                                holds the base (LoRA's bf16-stored base widens a block per segment) */
+    int device_resident;    /* 1: accept a backend whose memory is not host-addressable (CUDA): the
+                               model stages inp and tgt into backend memory itself and initialises
+                               the parameters through a host copy; the caller reads and writes
+                               parameters and gradients only through the backend (to_host, from_host,
+                               optim_update, sumsq). One slot, one chunk, tp 1, own storage only.
+                               0 (default): such a backend is refused (the trainer's paths) */
 } GptOptions;
 
 GptOptions gpt_default_options(void);
@@ -220,6 +226,8 @@ typedef struct {
     int doc_mask;           /* ModelConfig.doc_mask, doc_eot (document masking) */
     int32_t doc_eot;
     int32_t *docpos_host;   /* doc_mask: host staging of the positions (B·T) */
+    int32_t *dev_inp, *dev_tgt; /* device_resident: the micro-batch's tokens and targets in backend
+                               memory (B·T each, MEM_DATA); NULL on host-addressable backends */
 
     /* The current micro-batch, between gpt_forward and gpt_backward. */
     const int32_t *cur_inp;

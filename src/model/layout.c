@@ -806,3 +806,11 @@ size_t layout_pp_tied_floats(const ParamLayout *pl, int pp) {
     int wte = layout_find_id(pl, 0);
     return pp > 1 && !pl->cfg.untied && wte >= 0 && pl->has_embed != pl->has_head ? pl->tensors[wte].numel : 0;
 }
+
+Status layout_check_split_backward(Recompute recompute, int sp, Err *err) {
+    if (recompute != RECOMPUTE_NONE || sp)
+        return err_set(err, ST_ERR_INPUT, "--pp-schedule zb-h1: expected --recompute none without --sp (the weight-"
+                       "gradient pass reads the saved LayerNorm and GELU outputs whole), found --recompute %s%s",
+                       layout_recompute_name(recompute), sp ? " with --sp" : "");
+    return ST_OK;
+}

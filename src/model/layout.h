@@ -396,6 +396,11 @@ double layout_doc_span_mean(int T, double mean_len);
  * ST_ERR_INPUT with one line naming --pp or --pp-layers, what was expected and what was found:
  * pp < 1, pp > L, a count that is not a positive decimal number, the wrong number of counts, a sum
  * other than L. T >= 1 is the sequence length the attention cost is counted at. */
+/* The split-backward schedule (--pp-schedule zb-h1) needs what a block saved in its forward whole:
+ * ST_ERR_INPUT naming --pp-schedule zb-h1 unless recompute is none and sp is off. The one rule of
+ * the model (gpt_init) and plan's checklist. */
+Status layout_check_split_backward(Recompute recompute, int sp, Err *err);
+
 Status layout_pp_split(const ModelConfig *cfg, int T, int pp, const char *explicit_layers, int first[], int last[],
                        Err *err);
 

@@ -20,35 +20,11 @@
 /* ================================================================ model ============== */
 
 Status plan_model_preset(PlanModel *m, const char *name, Err *err) {
-    /* Llama shapes: Touvron et al. 2023 (Llama 2, Table 1 / released configs) and Llama 3.1
-     * 405B (Dubey et al. 2024, Table 3). d_ff is the SwiGLU width of the released configs. */
-    static const struct { const char *name; int L, a, kv, h, F, V, maxT; } LL[] = {
-        {"llama-7b", 32, 32, 32, 4096, 11008, 32000, 4096},
-        {"llama-13b", 40, 40, 40, 5120, 13824, 32000, 4096},
-        {"llama-70b", 80, 64, 8, 8192, 28672, 32000, 4096},
-        {"llama-405b", 126, 128, 8, 16384, 53248, 128256, 131072},
-    };
-    memset(m, 0, sizeof *m);
-    for (size_t i = 0; i < sizeof LL / sizeof LL[0]; i++) {
-        if (strcasecmp(name, LL[i].name) == 0) {
-            snprintf(m->name, sizeof m->name, "%s", LL[i].name);
-            m->arch = PLAN_ARCH_LLAMA;
-            m->n_layer = LL[i].L, m->n_head = LL[i].a, m->n_kv_head = LL[i].kv, m->d_model = LL[i].h;
-            m->d_ff = LL[i].F, m->vocab = LL[i].V, m->max_seq = LL[i].maxT;
-            m->tied_head = 0, m->learned_pos = 0, m->norm_bias = 0, m->linear_bias = 0, m->gated_mlp = 1;
-            return ST_OK;
-        }
-    }
-    const char *gname = strcasecmp(name, "gpt2-1.5b") == 0 ? "gpt2-1558m" : name;
+    /* One preset table for train and plan (model_config_preset): a name one accepts, the other does. */
     ModelConfig cfg = {0};
-    cfg.vocab = 50257, cfg.max_seq = 1024;
-    Err e2;
-    if (model_config_preset(&cfg, gname, &e2) != ST_OK)
-        return err_set(err, ST_ERR_INPUT,
-                       "--model: expected a preset (d1..d64, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m or "
-                       "gpt2-1.5b, llama-d1..llama-d64, llama-7b, llama-13b, llama-70b, llama-405b, llama3-8b, "
-                       "llama3.1-8b, llama3.2-1b, llama3.2-3b), found '%s'",
-                       name);
+    cfg.vocab = 50257, cfg.max_seq = 1024; /* GPT-2's, for the presets that leave them */
+    Status st = model_config_preset(&cfg, name, err);
+    if (st != ST_OK) return st;
     plan_model_from_config(m, &cfg);
     snprintf(m->name, sizeof m->name, "%s", name);
     return ST_OK;
@@ -611,7 +587,7 @@ static Status core_params(Core *c, PlanResult *r, Err *err) {
     /* ---- parameters ---- */
     r->n_params = plan_model_num_params(m);
     ModelConfig cfg;
-    int ours = plan_model_to_config(m, &cfg);
+    int ours = plan_model_to_config(m, &cfg) && !in->textbook; /* --accounting megatron: never ours */
     if (ours && in->doc_mask) cfg.doc_mask = 1, cfg.doc_eot = 0; /* the slots' document positions (layout) */
     if (shaped) {
         BlockCount bc = block_count(m);
@@ -1074,10 +1050,28 @@ static void core_checks(Core *c, PlanResult *r) {
         if (m->n_kv_head % tp)
             check_add(r, PLAN_CHECK_ERROR, 1, "--kv-heads %d is not divisible by --tp %d", m->n_kv_head, tp);
         if (m->d_ff % tp) check_add(r, PLAN_CHECK_ERROR, 1, "--ffn %d is not divisible by --tp %d", m->d_ff, tp);
-        if (L % pp) check_add(r, PLAN_CHECK_ERROR, 1, "--layers %d is not divisible by --pp %d", L, pp);
-        else if (v > 1 && L % (pp * v))
+        if (ours && pp * v > 1) {
+            /* The trainer's rule, from its own function (one rule for plan and train): blocks split
+             * by FLOPs into pp x v stages of at least one block each, or as --pp-layers says. */
+            int S = pp * v, *first = malloc(2 * (size_t)S * sizeof *first);
+            Err pe;
+            if (first && layout_pp_split(&c->cfg, T, S, in->pp_layers[0] ? in->pp_layers : NULL, first, first + S,
+                                         &pe) != ST_OK) {
+                if (v > 1) err_prefix(&pe, "--interleave %d: %d x %d = %d virtual stages", v, pp, v, S); /* as train's */
+                check_add(r, PLAN_CHECK_ERROR, 1, "%s", pe.msg);
+            }
+            free(first);
+        } else if (L % pp) {
+            /* Megatron-style models (not ours): equal stages */
+            check_add(r, PLAN_CHECK_ERROR, 1, "--layers %d is not divisible by --pp %d", L, pp);
+        } else if (v > 1 && L % (pp * v)) {
             check_add(r, PLAN_CHECK_ERROR, 1, "--layers %d is not divisible by --pp %d x --interleave %d = %d", L, pp, v,
                       pp * v);
+        }
+        /* --pp-schedule zb-h1 splits the backward: the trainer's rule (layout_check_split_backward) */
+        Err ze;
+        if (!strcmp(in->pp_schedule, "zb-h1") && layout_check_split_backward((Recompute)in->recompute, in->sp, &ze) != ST_OK)
+            check_add(r, PLAN_CHECK_ERROR, 1, "%s", ze.msg);
         if (T > m->max_seq)
             check_add(r, PLAN_CHECK_ERROR, 1, "--seq-len %d is over the model's --max-seq-len %d", T, m->max_seq);
         /* Our trainer splits the micro-batch's B·T rows (gpt.c); Megatron splits the sequence. */
@@ -1248,10 +1242,47 @@ static void suggest_knobs(const PlanInput *in, PlanResult *r) {
     r->nsuggest = nbest;
 }
 
+/* No knob fits on this world: the fewest devices that would. Doubles the data-parallel degree (the
+ * world times 2, 4, ... 4096) at the most frugal settings (ZeRO 3, full recompute, --sp when tp > 1,
+ * the smallest micro-batch that keeps the global batch), trying tp 1..8 and pp 1..64 at each world;
+ * the first world with a layout that fits and has no input error is the answer. */
+static void suggest_devices(const PlanInput *in, PlanResult *r) {
+    PlanResult *t = malloc(sizeof *t);
+    if (!t) return;
+    int pps[] = {1, 2, 4, 8, 16, 32, 64}, tps[] = {1, 2, 4, 8};
+    long long world0 = (long long)in->dp * in->tp * in->pp, seqs = (long long)in->micro_batch * in->grad_accum * in->dp;
+    for (long long mult = 2; mult <= 4096 && !r->devices_needed; mult *= 2) {
+        long long world = world0 * mult;
+        for (int ti = 0; ti < 4 && !r->devices_needed; ti++) {
+            for (int pi = 0; pi < 7 && !r->devices_needed; pi++) {
+                int tp = tps[ti] > in->tp ? tps[ti] : in->tp, pp = pps[pi] > in->pp ? pps[pi] : in->pp;
+                if (world % ((long long)tp * pp) || world / ((long long)tp * pp) > 1 << 20) continue;
+                int dp = (int)(world / ((long long)tp * pp));
+                if (seqs % dp) continue; /* the global batch must split over the replicas */
+                PlanInput v = *in;
+                v.tp = tp, v.pp = pp, v.dp = dp, v.zero = 3, v.recompute = PLAN_RECOMPUTE_FULL, v.sp = tp > 1;
+                v.micro_batch = 1, v.grad_accum = (int)(seqs / dp), v.pp_microbatches = 0, v.act_mode = PLAN_ACT_AUTO;
+                v.world = 0;
+                Err e;
+                if (plan_core(&v, t, CORE_STEP, &e) != ST_OK || !t->mem.fits) continue;
+                int bad = 0;
+                for (int c = 0; c < t->nchecks; c++) bad |= t->checks[c].input;
+                if (bad) continue;
+                r->devices_needed = world;
+                snprintf(r->devices_layout, sizeof r->devices_layout,
+                         "--dp %d --tp %d --pp %d --zero 3 --recompute full%s --micro-batch 1 --grad-accum %d: %.2f GiB",
+                         dp, tp, pp, tp > 1 ? " --sp" : "", v.grad_accum, t->mem.total / 1073741824.0);
+            }
+        }
+    }
+    free(t);
+}
+
 Status plan_compute(const PlanInput *in, PlanResult *r, Err *err) {
     Status st = plan_core(in, r, CORE_FULL, err);
     if (st != ST_OK) return st;
     if (!r->mem.fits) suggest_knobs(in, r);
+    if (!r->mem.fits && r->nsuggest == 0) suggest_devices(in, r);
     return ST_OK;
 }
 

@@ -48,11 +48,8 @@ typedef struct {
     long long params_override; /* > 0: only the count is known (--params N); shape fields unused */
 } PlanModel;
 
-/* Fills m from a preset: our "dN" and "gpt2-124m/350m/774m/1558m" (alias gpt2-1.5b) via
- * model/config (vocab 50257, max_seq 1024), and "llama-7b", "llama-13b", "llama-70b" (Llama 2
- * shapes, V 32000, 4096 positions) and "llama-405b" (Llama 3.1: V 128256, 131072 positions),
- * and model/config's other Llama presets ("llama3-8b", "llama3.1-8b", "llama3.2-1b",
- * "llama3.2-3b", "llama-dN").
+/* Fills m from a preset of model/config's one table (model_config_preset: the names train accepts,
+ * model_preset_names); presets that leave vocab and max_seq get GPT-2's 50257 and 1024.
  * ST_ERR_INPUT naming --model and the known presets on an unknown name. */
 Status plan_model_preset(PlanModel *m, const char *name, Err *err);
 
@@ -163,6 +160,10 @@ typedef struct {
     PlanHardware hw;
     int hw_default;          /* 1: --hardware was not given and hw is the default preset (said on the
                                 review's first line and as hardware.default in the JSON) */
+    int textbook;          /* 1: --accounting megatron: price every model as Megatron-LM / DeepSpeed
+                              would (zero_paper states, the paper's activations, equal pipeline
+                              stages), even one our trainer builds; 0: our trainer's allocation
+                              where it applies */
     int overlap;           /* 1: DP/ZeRO communication overlaps compute (max), 0: it adds (sum) */
     int no_noise_scale;    /* 1: the trainer's --no-noise-scale (its two all-gathers per step not booked) */
     /* budget: at most one of tokens, flops, days > 0; none = 20 tokens per parameter */
@@ -355,6 +356,11 @@ typedef struct {
     /* the cheapest knob changes that make a non-fitting plan fit, by predicted step time */
     int nsuggest;
     char suggest[PLAN_MAX_SUGGEST][200];
+    /* when no knob fits on this world: the fewest devices (the world times a power of 2, up to
+     * 4096x) on which a layout of the same global batch fits, and that layout's flags; 0 / "" if
+     * none does */
+    long long devices_needed;
+    char devices_layout[200];
 } PlanResult;
 
 /* ------------------------------------------------------------ functions --------------- */

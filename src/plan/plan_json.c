@@ -140,6 +140,8 @@ cJSON *plan_json(const PlanInput *in, const PlanResult *r, const PlanSched *ps) 
     /* The states per rank under the trainer's category names (its `memory` event), and which model
      * gave them: "trainer" (layout_zero_bytes: what each rank of our trainer allocates) or "zero_paper". */
     cJSON_AddStringToObject(je, "states", r->mem.trainer_states ? "trainer" : "zero_paper");
+    /* --accounting: "trainer" (our trainer's allocation where it applies) or "megatron" (asked for) */
+    cJSON_AddStringToObject(je, "accounting", in->textbook ? "megatron" : "trainer");
     cJSON *jcat = cJSON_AddObjectToObject(je, "by_category");
     cJSON_AddNumberToObject(jcat, mem_category_name(MEM_PARAMS), r->mem.weights);
     cJSON_AddNumberToObject(jcat, mem_category_name(MEM_GRADS), r->mem.grads);
@@ -151,6 +153,10 @@ cJSON *plan_json(const PlanInput *in, const PlanResult *r, const PlanSched *ps) 
     }
     cJSON *js = cJSON_AddArrayToObject(je, "fixes");
     for (int i = 0; i < r->nsuggest; i++) cJSON_AddItemToArray(js, cJSON_CreateString(r->suggest[i]));
+    if (r->devices_needed > 0) { /* no knob fits on this world: the fewest devices that fit */
+        cJSON_AddNumberToObject(je, "devices_needed", (double)r->devices_needed);
+        cJSON_AddStringToObject(je, "devices_layout", r->devices_layout);
+    }
     cJSON *ja = cJSON_AddObjectToObject(o, "activations");
     cJSON_AddStringToObject(ja, "mode", r->act.exact_used ? "exact" : "korthikanti");
     cJSON_AddNumberToObject(ja, "per_layer_used", r->act.per_layer);

@@ -68,13 +68,13 @@
     D.runs.forEach(function (r) { if (r.warning) w.appendChild(el('div', { 'class': 'warn' }, 'warning: ' + r.warning)); });
     var t = el('table', { 'class': 'runs' });
     var h = el('tr');
-    ['', 'run', 'configuration', 'steps', 'last loss', 'last val', 'spikes', 'resumed from', 'replayed', 'events'].forEach(function (c) { h.appendChild(el('th', null, c)); });
+    ['', 'run', 'configuration', 'grid', 'precision', 'steps', 'last loss', 'last val', 'spikes', 'resumed from', 'replayed', 'events'].forEach(function (c) { h.appendChild(el('th', null, c)); });
     t.appendChild(h);
     D.runs.forEach(function (r, i) {
       var tr = el('tr');
       var sw = el('td'); sw.appendChild(el('span', { 'class': 'swatch', style: 'background:' + color(i) })); tr.appendChild(sw);
       var n = r.steps.step.length, nv = r.val.loss.length;
-      [r.name, r.summary, n ? String(r.steps.step[n - 1]) : '-', n ? si(r.steps.loss[n - 1]) : '-',
+      [r.name, r.summary, r.grid || '-', r.precision || '-', n ? String(r.steps.step[n - 1]) : '-', n ? si(r.steps.loss[n - 1]) : '-',
        nv ? si(r.val.loss[nv - 1]) : '-', String(r.spikes.step.length),
        r.resumed_from.length ? r.resumed_from.join(', ') : '-', String(r.replayed),
        r.events + (r.bad_lines ? ' (' + r.bad_lines + ' bad lines)' : '')].forEach(function (c) { tr.appendChild(el('td', null, c)); });

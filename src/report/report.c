@@ -116,6 +116,13 @@ static void start_summary(ReportRun *r, const cJSON *o) {
     if (!isnan(num(cfg, "steps"))) ADD("%s%g steps", k ? ", " : "", num(cfg, "steps"));
     if (cJSON_IsString(commit)) ADD("%scommit %s", k ? ", " : "", commit->valuestring);
 #undef ADD
+    /* the grid and the precision: columns of their own in the runs table (issue 26) */
+    if (!isnan(num(cfg, "dp")) && !isnan(num(cfg, "zero")))
+        snprintf(r->grid, sizeof r->grid, "dp %g x tp %g x pp %g%s, ZeRO %g", num(cfg, "dp"),
+                 isnan(num(cfg, "tp")) ? 1.0 : num(cfg, "tp"), isnan(num(cfg, "pp")) ? 1.0 : num(cfg, "pp"),
+                 num(cfg, "sp") > 0 ? " +sp" : "", num(cfg, "zero"));
+    const cJSON *prec = cJSON_GetObjectItemCaseSensitive(cfg, "precision");
+    if (cJSON_IsString(prec)) snprintf(r->precision, sizeof r->precision, "%s", prec->valuestring);
 }
 
 /* Drops kept rows of the step table whose step >= s (a replay supersedes them). */
@@ -431,6 +438,10 @@ static void render_run(Buf *b, const ReportRun *r) {
     buf_json_str(b, r->path);
     page_str(b, ",\"summary\":");
     buf_json_str(b, r->summary);
+    page_str(b, ",\"grid\":");
+    buf_json_str(b, r->grid);
+    page_str(b, ",\"precision\":");
+    buf_json_str(b, r->precision);
     buf_fmt(b, ",\"replayed\":%zu,\"lines\":%zu,\"events\":%zu,\"bad_lines\":%zu,\"warning\":", r->replayed,
             r->lines, r->events, r->bad_lines);
     char w[4096];

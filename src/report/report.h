@@ -74,6 +74,8 @@ typedef struct ReportRun {
     char path[1024];      /* the log file */
     char name[256];       /* label: file name without directory and .jsonl */
     char summary[1024];   /* one line from the start record (model, batch, optimizer, commit) */
+    char grid[96];        /* "dp 2 x tp 1 x pp 1, ZeRO 1" (+sp) from the start record's config; "" if absent */
+    char precision[16];   /* "fp32" | "bf16" | "fp16" from the start record's config; "" if absent */
     double batch_tokens;  /* effective_batch.tokens from start (0 if unknown) */
     RepCol step[REP_NCOL];
     RepCol val_step, val_tokens, val_loss;

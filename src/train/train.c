@@ -132,7 +132,7 @@ static Status validate(const TrainConfig *c, Err *err) {
     return ST_OK;
 }
 
-/* Preemption: the signal handler only sets a flag that the step loop reads between steps; a
+/* Preemption (SIGTERM, SIGINT, SIGUSR1): the signal handler only sets a flag that the step loop reads between steps; a
  * second signal exits at once. Process-wide by nature (signals are), installed only when the
  * caller asks (the CLI), so library users and concurrent runs are unaffected. */
 volatile sig_atomic_t tr_stop_signal = 0;
@@ -211,6 +211,10 @@ static void signals_install(Run *r) {
     tr_stop_signal = 0;
     sigaction(SIGTERM, &sa, &r->old_term);
     sigaction(SIGINT, &sa, &r->old_int);
+    /* mpirun turns its own SIGTERM/SIGINT into SIGKILL for the ranks a second later, but forwards
+     * SIGUSR1 untouched: `kill -USR1 <mpirun>` (scripts/launch does it on TERM/INT) stops every
+     * rank the same way, and the job exits 0 (docs/checkpoint.md, "Preemption"). */
+    sigaction(SIGUSR1, &sa, &r->old_usr1);
     r->signals = 1;
 }
 
@@ -218,6 +222,7 @@ static void signals_restore(Run *r) {
     if (!r->signals) return;
     sigaction(SIGTERM, &r->old_term, NULL);
     sigaction(SIGINT, &r->old_int, NULL);
+    sigaction(SIGUSR1, &r->old_usr1, NULL);
 }
 
 /* The last asynchronous write, the medians, the Young/Daly interval, the final weights, the end

@@ -71,7 +71,8 @@ typedef struct {
     char overrides[512];     /* comma-separated trajectory fields allowed to change on resume, or "all" */
     char init_from[1024];    /* start from weights: HF safetensors (file or dir) or llm.c .bin */
     double mtbf_hours;       /* > 0: print the Young/Daly checkpoint interval for this MTBF */
-    int handle_signals;      /* SIGTERM/SIGINT finish the step, save, exit cleanly (CLI sets it) */
+    int handle_signals;      /* SIGTERM/SIGINT/SIGUSR1 finish the step, save, exit cleanly (CLI sets it);
+                                SIGUSR1 because mpirun forwards it to every rank (docs/checkpoint.md) */
     HealthOptions health;    /* spike / divergence / stall detectors and their policy (train/health.h) */
     long debug_spike_step;   /* test hook: corrupt the batch of this attempt (random targets) */
     long debug_nan_step;     /* test hook: put a NaN into the gradients of this attempt */

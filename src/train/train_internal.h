@@ -142,7 +142,7 @@ typedef struct {
     long step, attempt;
     double ms_total, loop_t0;
     int signals;
-    struct sigaction old_term, old_int;
+    struct sigaction old_term, old_int, old_usr1;
 } Run;
 
 /* What one step measured and decided, filled stage by stage. */

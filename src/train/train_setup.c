@@ -98,6 +98,13 @@ Status tr_setup_grid(Run *r, Err *err) {
         r->comm = r->own_comm;
     }
     int tp = c->tp > 0 ? c->tp : 1, pp = c->pp > 0 ? c->pp : 1, world = r->comm->world;
+    if (world == 1 && (tp > 1 || pp > 1 || c->dp > 1)) { /* a grid asked of a process started alone */
+        int dp = c->dp > 0 ? c->dp : 1;
+        const char *flag = tp > 1 ? "tp" : pp > 1 ? "pp" : "dp";
+        return err_set(err, ST_ERR_INPUT, "--%s %d: expected dp x tp x pp = %d x %d x %d = %d processes, found this one "
+                       "alone: launch it under MPI, e.g. `mpirun -np %d scaletrain train ...` (docs/parallel.md)",
+                       flag, tp > 1 ? tp : pp > 1 ? pp : dp, dp, tp, pp, dp * tp * pp, dp * tp * pp);
+    }
     if (world % tp)
         return err_set(err, ST_ERR_INPUT, "--tp %d: expected a divisor of the world size %d (ranks launched), found a "
                        "remainder of %d", tp, world, world % tp);
@@ -136,7 +143,8 @@ Status tr_setup_data(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
     Status st;
     int lflags = LOADER_SHUFFLE | (c->no_pack ? LOADER_NO_PACK : 0);
-    if ((st = loader_open(&r->train, c->data, c->seq_len, 0, c->tokenizer_hash, c->data_seed, lflags, err)) != ST_OK)
+    if ((st = loader_open_named(&r->train, c->data, c->seq_len, 0, c->tokenizer_hash, c->tokenizer, c->data_seed, lflags,
+                                 err)) != ST_OK)
         return st;
     if (c->model.vocab == 0) {
         c->model.vocab = (int)loader_header_vocab(&r->train);
@@ -149,7 +157,8 @@ Status tr_setup_data(Run *r, Err *err) {
     if ((st = loader_check_vocab(&r->train, (uint32_t)c->model.vocab, err)) != ST_OK) return st;
     if (c->val_data[0]) {
         int vflags = c->no_pack ? LOADER_NO_PACK : 0;
-        if ((st = loader_open(&r->val, c->val_data, c->seq_len, (uint32_t)c->model.vocab, c->tokenizer_hash, 0, vflags,
+        if ((st = loader_open_named(&r->val, c->val_data, c->seq_len, (uint32_t)c->model.vocab, c->tokenizer_hash,
+                                     c->tokenizer, 0, vflags,
                               err)) != ST_OK)
             return st;
         if (c->model.doc_mask && (int)loader_header_eot(&r->val) != c->model.doc_eot)
@@ -266,6 +275,14 @@ Status tr_setup_model(Run *r, Err *err) {
     if (c->init_from[0] && !r->rs.path[0] && (st = run_init_weights(r, c->init_from, err)) != ST_OK) {
         err_prefix(err, "--init-from");
         return st;
+    }
+    if (c->init_from[0] && !r->rs.path[0] && r->comm->rank == 0) { /* what was loaded: file, shape, tokenizer */
+        const ModelConfig *m = &c->model;
+        printf("init: weights from %s: %s L=%d heads=%d kv_heads=%d C=%d%s V=%d max_seq=%d, %lld parameters; tokenizer "
+               "%s\n", c->init_from, model_arch_name(m->arch), m->n_layer, m->n_head, m->n_kv_head ? m->n_kv_head : m->n_head,
+               m->n_embd, m->arch == ARCH_LLAMA ? (m->untied ? " untied" : " tied") : "", m->vocab, m->max_seq,
+               model_config_num_params(m), c->tokenizer[0] ? c->tokenizer : "not recorded with the weights (none checked)");
+        fflush(stdout);
     }
     r->batch_ints = (size_t)k * B * T;
     r->inp = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));

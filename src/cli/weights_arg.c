@@ -1,0 +1,27 @@
+/* weights_arg.c — the WEIGHTS argument of sample, eval and export (cmds_ckpt.h): one resolution for
+ * the three, so that what one accepts the others do. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+#include "cli/cmds_ckpt.h"
+
+Status cli_resolve_weights(const char *cmd, const char *arg, char *src, size_t len, int *plain, int quiet, Err *err) {
+    *plain = ckpt_is_weights_folder(arg);
+    if (*plain) {
+        snprintf(src, len, "%s", arg);
+        return ST_OK;
+    }
+    if (access(arg, F_OK) != 0)
+        return err_set(err, ST_ERR_INPUT, "%s: expected a weights folder (train --out), a checkpoint or a --ckpt-dir, "
+                       "but it does not exist", arg);
+    char note[1536];
+    Status st = ckpt_resolve(NULL, arg, src, len, note, sizeof note, err);
+    if (st != ST_OK) return st;
+    if (!src[0])
+        return err_set(err, ST_ERR_INPUT, "%s: expected model.safetensors + config.json (train --out), a checkpoint "
+                       "step_NNNNNNNN/ or a --ckpt-dir holding them, found none of these", arg);
+    if (note[0] && !quiet) fprintf(stderr, "scaletrain %s: %s\n", cmd, note);
+    return ST_OK;
+}

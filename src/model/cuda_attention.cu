@@ -1,0 +1,295 @@
+/* cuda_attention.cu — causal grouped-query attention on the GPU, flash style (kernels.h's
+ * attention_gqa_forward/backward): tiles of keys in shared memory, an online softmax, only each
+ * row's log-sum-exp saved; backward recomputes the probabilities from it. No T×T matrix is ever
+ * stored, and the `scratch` argument is not used (the layout's CPU scratch stays allocated).
+ *
+ * Document masking (pos non-NULL; kernels.h): query t sees keys [t − pos[b·T + t], t]; the key
+ * loop skips tiles wholly before that start, and masked scores are −inf as those above the diagonal.
+ *
+ * Layout as the CPU: qkv rows (B·T) of (NH + 2·KV)·hs floats (query heads, key heads, value heads);
+ * query head h reads KV head h / (NH/KV). hs <= 128 (ATT_EMAX · 32).
+ *
+ * Work split. Forward and dQ: one warp per query row, ATT_Q rows per block, key tiles of ATT_K
+ * (each lane one key of the tile for the scores, then each lane its hs/32 output dimensions). dK,
+ * dV: one warp per key row of a KV head, walking the group's query heads in order and their query
+ * rows in order, so each dK, dV element is one thread's sum in a fixed order: no atomics, the same
+ * bits every run. The probabilities' normaliser D_i = Σ dY_i·Y_i is recomputed where needed.
+ *
+ * lowp (bf16) rounds what the CPU rounds before its GEMMs: Q, K, V, dY, the (dropped)
+ * probabilities and dS; products accumulate in fp32, the softmax statistics stay fp32.
+ *
+ * Performance: scalar fp32 FMAs from shared memory (no tensor cores yet): correct first; the
+ * bench (scripts/gpu_check.sh) shows its share of the step. */
+#include <math.h>
+
+#include "model/cuda_common.cuh"
+
+#define ATT_Q 8    /* query (or key) rows per block: one warp each */
+#define ATT_K 32   /* keys (or queries) per shared-memory tile: one per lane */
+#define ATT_EMAX 4 /* output dimensions per lane: hs <= 128 */
+
+static __device__ __forceinline__ float rnd(float x, int lowp) { return lowp ? cu_round_bf16(x) : x; }
+
+__global__ void k_att_forward(float *out, float *lse, const float *qkv, const int32_t *pos, int T, int NH, int KV,
+                              int hs, float scale, Dropout d, int lowp) {
+    extern __shared__ float sm[];
+    int hsp = hs + 1; /* padded K rows: lane j reads row j without bank conflicts */
+    float *Ks = sm, *Vs = Ks + ATT_K * hsp, *Qs = Vs + ATT_K * hs;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH, kh = h / (NH / KV);
+    size_t ld = (size_t)(NH + 2 * KV) * hs, C = (size_t)NH * hs;
+    int row = blockIdx.x * ATT_Q + warp, last = min(T - 1, (int)blockIdx.x * ATT_Q + ATT_Q - 1);
+    const float *base = qkv + (size_t)b * T * ld;
+    uint64_t bhg = (uint64_t)b * (d.heads ? d.heads : NH) + d.head0 + h;
+    float *q = Qs + warp * hs;
+    int start = pos && row < T ? row - pos[(size_t)b * T + row] : 0; /* the row's first visible key */
+    if (row < T)
+        for (int x = lane; x < hs; x += 32) q[x] = rnd(base[(size_t)row * ld + (size_t)h * hs + x], lowp);
+    float m = -INFINITY, l = 0, o[ATT_EMAX] = {0, 0, 0, 0};
+    for (int k0 = 0; k0 <= last; k0 += ATT_K) {
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < ATT_K * hs; idx += blockDim.x) {
+            int j = idx / hs, x = idx % hs, key = k0 + j;
+            float kv = 0, vv = 0;
+            if (key < T) {
+                kv = base[(size_t)key * ld + (size_t)(NH + kh) * hs + x];
+                vv = base[(size_t)key * ld + (size_t)(NH + KV + kh) * hs + x];
+            }
+            Ks[j * hsp + x] = rnd(kv, lowp);
+            Vs[j * hs + x] = rnd(vv, lowp);
+        }
+        __syncthreads();
+        if (row >= T || k0 > row || k0 + ATT_K <= start) continue; /* the whole warp: row is per warp */
+        int key = k0 + lane, jn = min(ATT_K, row - k0 + 1);
+        int vis = key <= row && key >= start;
+        float s = -INFINITY;
+        if (vis) {
+            float acc = 0;
+            for (int x = 0; x < hs; x++) acc += q[x] * Ks[lane * hsp + x];
+            s = acc * scale;
+        }
+        float bm = fmaxf(m, cu_warp_max(s));
+        float corr = m == -INFINITY ? 0.0f : expf(m - bm);
+        float p = vis ? expf(s - bm) : 0.0f;
+        l = l * corr + cu_warp_sum(p);
+        m = bm;
+        float pd = p;
+        if (d.p > 0 && vis) pd *= cu_drop(d, bhg * T * T + (uint64_t)row * T + key);
+        pd = rnd(pd, lowp);
+#pragma unroll
+        for (int e = 0; e < ATT_EMAX; e++) o[e] *= corr;
+        for (int j = 0; j < jn; j++) {
+            float pj = __shfl_sync(0xffffffffu, pd, j);
+#pragma unroll
+            for (int e = 0; e < ATT_EMAX; e++) {
+                int x = lane + 32 * e;
+                if (x < hs) o[e] += pj * Vs[j * hs + x];
+            }
+        }
+    }
+    if (row >= T) return;
+    float inv = 1.0f / l;
+    float *y = out + ((size_t)b * T + row) * C + (size_t)h * hs;
+#pragma unroll
+    for (int e = 0; e < ATT_EMAX; e++) {
+        int x = lane + 32 * e;
+        if (x < hs) y[x] = o[e] * inv;
+    }
+    if (lane == 0) lse[(size_t)bh * T + row] = m + logf(l);
+}
+
+/* dQ rows (overwritten): one warp per query row. */
+__global__ void k_att_backward_dq(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                                  const int32_t *pos, int T, int NH, int KV, int hs, float scale, Dropout d,
+                                  int lowp) {
+    extern __shared__ float sm[];
+    int hsp = hs + 1;
+    float *Ks = sm, *Vs = Ks + ATT_K * hsp, *Qs = Vs + ATT_K * hsp, *dYs = Qs + ATT_Q * hs;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH, kh = h / (NH / KV);
+    size_t ld = (size_t)(NH + 2 * KV) * hs, C = (size_t)NH * hs;
+    int row = blockIdx.x * ATT_Q + warp, last = min(T - 1, (int)blockIdx.x * ATT_Q + ATT_Q - 1);
+    const float *base = qkv + (size_t)b * T * ld;
+    uint64_t bhg = (uint64_t)b * (d.heads ? d.heads : NH) + d.head0 + h;
+    float *q = Qs + warp * hs, *dy = dYs + warp * hs;
+    int start = pos && row < T ? row - pos[(size_t)b * T + row] : 0;
+    float D = 0, L = 0;
+    if (row < T) {
+        const float *g = dout + ((size_t)b * T + row) * C + (size_t)h * hs;
+        const float *yv = out + ((size_t)b * T + row) * C + (size_t)h * hs;
+        float s = 0;
+        for (int x = lane; x < hs; x += 32) {
+            q[x] = rnd(base[(size_t)row * ld + (size_t)h * hs + x], lowp);
+            dy[x] = rnd(g[x], lowp);
+            s += g[x] * yv[x];
+        }
+        D = cu_warp_sum(s);
+        L = lse[(size_t)bh * T + row];
+    }
+    float dq[ATT_EMAX] = {0, 0, 0, 0};
+    for (int k0 = 0; k0 <= last; k0 += ATT_K) {
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < ATT_K * hs; idx += blockDim.x) {
+            int j = idx / hs, x = idx % hs, key = k0 + j;
+            float kv = 0, vv = 0;
+            if (key < T) {
+                kv = base[(size_t)key * ld + (size_t)(NH + kh) * hs + x];
+                vv = base[(size_t)key * ld + (size_t)(NH + KV + kh) * hs + x];
+            }
+            Ks[j * hsp + x] = rnd(kv, lowp);
+            Vs[j * hsp + x] = rnd(vv, lowp);
+        }
+        __syncthreads();
+        if (row >= T || k0 > row || k0 + ATT_K <= start) continue;
+        int key = k0 + lane, jn = min(ATT_K, row - k0 + 1);
+        float ds = 0;
+        if (key <= row && key >= start) {
+            float sacc = 0, dp = 0;
+            for (int x = 0; x < hs; x++) {
+                sacc += q[x] * Ks[lane * hsp + x];
+                dp += dy[x] * Vs[lane * hsp + x];
+            }
+            float p = expf(sacc * scale - L);
+            if (d.p > 0) dp *= cu_drop(d, bhg * T * T + (uint64_t)row * T + key);
+            ds = rnd(p * (dp - D) * scale, lowp);
+        }
+        for (int j = 0; j < jn; j++) {
+            float sj = __shfl_sync(0xffffffffu, ds, j);
+#pragma unroll
+            for (int e = 0; e < ATT_EMAX; e++) {
+                int x = lane + 32 * e;
+                if (x < hs) dq[e] += sj * Ks[j * hsp + x];
+            }
+        }
+    }
+    if (row >= T) return;
+    float *g = dqkv + ((size_t)b * T + row) * ld + (size_t)h * hs;
+#pragma unroll
+    for (int e = 0; e < ATT_EMAX; e++) {
+        int x = lane + 32 * e;
+        if (x < hs) g[x] = dq[e];
+    }
+}
+
+/* dK, dV rows (overwritten): one warp per key row j of KV head kh; the group's query heads in
+ * order, each head's query rows i >= j in order. */
+__global__ void k_att_backward_dkv(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                   const float *lse, const int32_t *pos, int T, int NH, int KV, int hs, float scale,
+                                   Dropout d, int lowp) {
+    extern __shared__ float sm[];
+    int hsp = hs + 1;
+    float *Qt = sm, *dYt = Qt + ATT_K * hsp, *Dt = dYt + ATT_K * hsp, *Lt = Dt + ATT_K, *Kj = Lt + ATT_K,
+          *Vj = Kj + ATT_Q * hs;
+    int *St = (int *)(Vj + ATT_Q * hs); /* the tile's query rows' first visible keys */
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int bkv = blockIdx.y, b = bkv / KV, kh = bkv % KV, G = NH / KV;
+    size_t ld = (size_t)(NH + 2 * KV) * hs, C = (size_t)NH * hs;
+    int first = blockIdx.x * ATT_Q, j = first + warp;
+    const float *base = qkv + (size_t)b * T * ld;
+    float *kj = Kj + warp * hs, *vj = Vj + warp * hs;
+    if (j < T)
+        for (int x = lane; x < hs; x += 32) {
+            kj[x] = rnd(base[(size_t)j * ld + (size_t)(NH + kh) * hs + x], lowp);
+            vj[x] = rnd(base[(size_t)j * ld + (size_t)(NH + KV + kh) * hs + x], lowp);
+        }
+    float dk[ATT_EMAX] = {0, 0, 0, 0}, dv[ATT_EMAX] = {0, 0, 0, 0};
+    for (int h = kh * G; h < (kh + 1) * G; h++) {
+        uint64_t bhg = (uint64_t)b * (d.heads ? d.heads : NH) + d.head0 + h;
+        for (int q0 = first; q0 < T; q0 += ATT_K) {
+            __syncthreads();
+            for (int idx = threadIdx.x; idx < ATT_K * hs; idx += blockDim.x) {
+                int i = idx / hs, x = idx % hs, qr = q0 + i;
+                float qv = 0, gv = 0;
+                if (qr < T) {
+                    qv = base[(size_t)qr * ld + (size_t)h * hs + x];
+                    gv = dout[((size_t)b * T + qr) * C + (size_t)h * hs + x];
+                }
+                Qt[i * hsp + x] = rnd(qv, lowp);
+                dYt[i * hsp + x] = rnd(gv, lowp);
+            }
+            /* D and L of the tile's query rows: ATT_K / ATT_Q rows per warp, fp32 dY·Y. */
+            for (int i = warp; i < ATT_K; i += ATT_Q) {
+                int qr = q0 + i;
+                float s = 0;
+                if (qr < T) {
+                    const float *g = dout + ((size_t)b * T + qr) * C + (size_t)h * hs;
+                    const float *yv = out + ((size_t)b * T + qr) * C + (size_t)h * hs;
+                    for (int x = lane; x < hs; x += 32) s += g[x] * yv[x];
+                }
+                s = cu_warp_sum(s);
+                if (lane == 0) {
+                    Dt[i] = s;
+                    Lt[i] = qr < T ? lse[((size_t)b * NH + h) * T + qr] : 0.0f;
+                    St[i] = pos && qr < T ? qr - pos[(size_t)b * T + qr] : 0;
+                }
+            }
+            __syncthreads();
+            if (j >= T) continue;
+            int i = q0 + lane, in = min(ATT_K, T - q0);
+            float pd = 0, ds = 0;
+            if (i >= j && i < T && St[lane] <= j) {
+                float sacc = 0, dp = 0;
+                for (int x = 0; x < hs; x++) {
+                    sacc += Qt[lane * hsp + x] * kj[x];
+                    dp += dYt[lane * hsp + x] * vj[x];
+                }
+                float p = expf(sacc * scale - Lt[lane]), ks = 1.0f;
+                if (d.p > 0) ks = cu_drop(d, bhg * T * T + (uint64_t)i * T + j);
+                pd = rnd(p * ks, lowp);
+                ds = rnd(p * (dp * ks - Dt[lane]) * scale, lowp);
+            }
+            for (int ii = 0; ii < in; ii++) {
+                float pi = __shfl_sync(0xffffffffu, pd, ii), si = __shfl_sync(0xffffffffu, ds, ii);
+#pragma unroll
+                for (int e = 0; e < ATT_EMAX; e++) {
+                    int x = lane + 32 * e;
+                    if (x < hs) {
+                        dv[e] += pi * dYt[ii * hsp + x];
+                        dk[e] += si * Qt[ii * hsp + x];
+                    }
+                }
+            }
+        }
+    }
+    if (j >= T) return;
+    float *gk = dqkv + ((size_t)b * T + j) * ld + (size_t)(NH + kh) * hs, *gv = gk + (size_t)KV * hs;
+#pragma unroll
+    for (int e = 0; e < ATT_EMAX; e++) {
+        int x = lane + 32 * e;
+        if (x < hs) gk[x] = dk[e], gv[x] = dv[e];
+    }
+}
+
+static int att_check(int NH, int KV, int hs) {
+    if (hs < 1 || hs > 32 * ATT_EMAX || KV < 1 || NH % KV) {
+        cu_fail(ST_ERR_INPUT, "CUDA attention: expected head size 1..%d and KV heads dividing %d, found hs %d, KV %d",
+                32 * ATT_EMAX, NH, hs, KV);
+        return 0;
+    }
+    return 1;
+}
+
+void cu_attention_forward(float *out, float *lse, float *scratch, const float *qkv, const int32_t *pos, int B, int T,
+                          int NH, int KV, int hs, float scale, Dropout d, int lowp, int nt) {
+    if (!cu_ready() || !att_check(NH, KV, hs)) return;
+    size_t smem = ((size_t)ATT_K * (hs + 1) + (size_t)ATT_K * hs + (size_t)ATT_Q * hs) * sizeof(float);
+    dim3 grid(cu_blocks((size_t)T, ATT_Q), B * NH);
+    k_att_forward<<<grid, 32 * ATT_Q, smem, cu_stream()>>>(out, lse, qkv, pos, T, NH, KV, hs, scale, d, lowp);
+    CU_LAUNCHED("attention_forward");
+}
+
+void cu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                           const float *lse, const int32_t *pos, int B, int T, int NH, int KV, int hs, float scale,
+                           Dropout d, int lowp, int nt) {
+    if (!cu_ready() || !att_check(NH, KV, hs)) return;
+    size_t smem_q = (2 * (size_t)ATT_K * (hs + 1) + 2 * (size_t)ATT_Q * hs) * sizeof(float);
+    dim3 grid_q(cu_blocks((size_t)T, ATT_Q), B * NH);
+    k_att_backward_dq<<<grid_q, 32 * ATT_Q, smem_q, cu_stream()>>>(dqkv, dout, qkv, out, lse, pos, T, NH, KV, hs, scale,
+                                                                   d, lowp);
+    CU_LAUNCHED("attention_backward(dq)");
+    size_t smem_kv = (2 * (size_t)ATT_K * (hs + 1) + 3 * (size_t)ATT_K + 2 * (size_t)ATT_Q * hs) * sizeof(float);
+    dim3 grid_kv(cu_blocks((size_t)T, ATT_Q), B * KV);
+    k_att_backward_dkv<<<grid_kv, 32 * ATT_Q, smem_kv, cu_stream()>>>(dqkv, dout, qkv, out, lse, pos, T, NH, KV, hs,
+                                                                      scale, d, lowp);
+    CU_LAUNCHED("attention_backward(dkv)");
+}
