@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/peak.h"
+#include "train/machine_peak.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "model/gpt.h"
@@ -80,8 +80,17 @@ int main(int argc, char **argv) {
     qsort(bw + w, n, sizeof(double), cmp), qsort(op + w, n, sizeof(double), cmp);
     double med = tot[w + n / 2];
     double fpt = layout_flops_per_token(&mc, T);
-    /* MFU against this machine's peak of the GEMM precision, measured now (same process, same load). */
-    double peak = bf16 ? peak_measure_bf16(nt, 300) : peak_measure_fp32(nt, 300);
+    /* MFU against this machine's peak of the GEMM precision, measured now (same process, same load,
+     * no cache): the best of the FMA probe and a GEMM, as the trainer's (train/machine_peak.h). */
+    MachinePeakOptions po = machine_peak_default_options();
+    po.threads = nt, po.bf16 = bf16;
+    MachinePeak mp;
+    Err perr;
+    if (machine_peak_resolve(&mp, &po, &perr) != ST_OK) {
+        fprintf(stderr, "step_bench: %s\n", perr.msg);
+        return 1;
+    }
+    double peak = mp.best;
     printf("RESULT {\"peer\": \"scaletrain\", \"arch\": \"%s\", \"flops_per_token\": %.0f, \"L\": %d, \"C\": %d, \"V\": %d, \"B\": %d, \"T\": %d, \"threads\": %d, "
            "\"median_ms\": %.2f, \"forward_ms\": %.2f, \"backward_ms\": %.2f, \"optimizer_ms\": %.2f, "
            "\"tokens_per_s\": %.1f, \"gflops\": %.1f, \"peak_gflops\": %.1f, \"mfu\": %.4f, \"precision\": \"%s\", \"recompute\": \"%s\", "

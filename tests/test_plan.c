@@ -622,6 +622,9 @@ static const OptionEffect OPTION_EFFECTS[] = {
     {"intra-bw-gbs", PB " --dp 2 --devices-per-node 2", PB " --dp 2 --devices-per-node 2 --intra-bw-gbs 1",
      "communication.dp_allreduce_s"},
     {"inter-bw-gbs", PB " --dp 2", PB " --dp 2 --inter-bw-gbs 1", "communication.dp_allreduce_s"},
+    {"intra-lat-us", PB " --dp 2 --devices-per-node 2", PB " --dp 2 --devices-per-node 2 --intra-lat-us 500",
+     "communication.dp_allreduce_s"},
+    {"inter-lat-us", PB " --dp 2", PB " --dp 2 --inter-lat-us 500", "communication.dp_allreduce_s"},
     {"matmul-eff", PB, PB " --matmul-eff 0.5", "compute.time_s.matmul"},
     {"storage-bw-gbs", PB, PB " --storage-bw-gbs 5", "checkpoint.write_s"},
     {"no-overlap", PB " --dp 2", PB " --dp 2 --no-overlap", "compute.step_s"},
@@ -836,6 +839,7 @@ static void test_cli(void) {
     expect_error("cli: unknown preset", "--model gpt2-9b", "--model: expected a preset");
     expect_error("cli: unknown hardware", "--model d6 --hardware tpu-v9", "--hardware: expected a preset");
     expect_error("cli: no model", "--micro-batch 4", "expected a model");
+    expect_error("cli: negative latency", "--model d6 --dp 2 --inter-lat-us -5", "--inter-lat-us: expected a latency >= 0 µs, found -5");
     expect_error("cli: zero micro-batch", "--model d6 --micro-batch 0", "--micro-batch: expected an integer >= 1, found 0");
     expect_error("cli: negative layers", "--model d6 --layers -3", "--layers: expected a positive integer, found -3");
     expect_error("cli: negative params", "--params -5", "--params: expected a positive whole parameter count");

@@ -12,7 +12,14 @@
  * where source_bytes and total_tokens are those of all the shards given (shard header words [5],[6]
  * and [2]): each token stands for the dataset's average number of source bytes, so evaluating a
  * part of the shards attributes to it bytes in proportion to the tokens evaluated. When any shard
- * has no source byte count, bits per byte is not reported. */
+ * has no source byte count, bits per byte is not reported.
+ *
+ * --exact-match FILE.jsonl (chat JSON Lines, docs/finetune.md): for each conversation, the prompt is
+ * EOT (as in training, where every conversation follows one) then its chat-template rendering up to
+ * where the last assistant message's content starts, the model
+ * generates greedily (argmax, KV cache) until the template's end of turn (plain: EOT; llama3:
+ * <|eot_id|>) or --max-new-tokens, and the decoded answer, stripped of ASCII white space, is compared
+ * byte for byte with that message's (stripped) content. Reports matches / conversations. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -29,17 +36,110 @@
 #include "cli/cmds_ckpt.h"
 #include "core/progress.h"
 #include "cli/cmds_report.h"
+#include "core/rng.h"
+#include "data/bpe.h"
+#include "data/chat.h"
+#include "data/docsource.h"
 #include "data/loader.h"
+#include "model/infer.h"
 #include "model/backend.h"
 #include "model/gpt.h"
 #include "model/matmul.h"
+
+static int is_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+/* [*p, *p + *n) without leading and trailing ASCII white space. */
+static void strip_ws(const uint8_t **p, size_t *n) {
+    while (*n && is_ws((*p)[0])) ++*p, --*n;
+    while (*n && is_ws((*p)[*n - 1])) --*n;
+}
+
+/* Greedy answers to the conversations of `file` against their last assistant message (see the file
+ * comment). *matches / *total; up to `show` mismatches printed (prompt's answer vs generated). */
+static Status exact_match(const Gpt *g, const ModelConfig *mc, const Tokenizer *tk, const ChatFormat *f, const char *file,
+                          int max_new, int show, int quiet, long *matches, long *total, Err *err) {
+    DocReaderOptions ro = {PREP_FORMAT_CHAT, "", NULL, 0, 0};
+    DocReader *dr = NULL;
+    Status st = docreader_open(&dr, file, &ro, err);
+    KvCache kv = {0};
+    uint32_t *ids = NULL;
+    uint8_t *mask = NULL, *text = NULL;
+    size_t cap = 0, mcap = 0, tcap = 0;
+    int32_t *hist = NULL;
+    int maxT = mc->max_seq, V = mc->vocab;
+    uint32_t stop = chat_stop_id(f, tk);
+    *matches = *total = 0;
+    if (st == ST_OK) st = kv_init(&kv, g, err);
+    if (st == ST_OK && !(hist = malloc(sizeof *hist * (size_t)maxT)))
+        st = err_set(err, ST_ERR_RUNTIME, "out of memory");
+    while (st == ST_OK) {
+        const uint8_t *doc;
+        size_t n, nids = 0, tlen = 0;
+        if ((st = docreader_next(dr, &doc, &n, err)) != ST_OK || !doc) break;
+        const uint8_t *want;
+        size_t wlen;
+        chat_last_answer(doc, n, &want, &wlen); /* the reader refuses a conversation without one */
+        int eot;
+        if ((st = chat_render(f, tk, doc, n, 1, &ids, &nids, &cap, &mask, &mcap, &eot, err)) != ST_OK) break;
+        if ((int)nids + 1 + max_new > maxT) {
+            st = err_set(err, ST_ERR_INPUT, "%s: conversation %ld: a prompt of %zu tokens + EOT + --max-new-tokens %d exceeds "
+                         "the model's max sequence length %d", file, *total + 1, nids, max_new, maxT);
+            break;
+        }
+        /* In training every conversation follows an EOT (the previous one's in packed rows, the row's
+         * synthetic one with --no-pack): the prompt does too. */
+        hist[0] = (int32_t)tokenizer_eot(tk);
+        for (size_t i = 0; i < nids; i++) hist[i + 1] = (int32_t)ids[i];
+        size_t nh = nids + 1, first = nh;
+        kv.len = 0, kv.start = 0;
+        for (int t = 0; t < max_new; t++) {
+            if ((st = infer_feed(g, &kv, hist, nh, err)) != ST_OK) break;
+            uint32_t id = (uint32_t)infer_pick(kv.logits, V, 0.0f, 0, 0.0f, NULL);
+            if (id == stop || id == tokenizer_eot(tk)) break;
+            hist[nh++] = (int32_t)id;
+        }
+        if (st != ST_OK) break;
+        for (size_t i = first; i < nh && st == ST_OK; i++) {
+            uint32_t id = (uint32_t)hist[i];
+            st = tokenizer_decode(tk, &id, 1, &text, &tlen, &tcap, err);
+        }
+        const uint8_t *gp = text;
+        size_t gl = text ? tlen : 0;
+        strip_ws(&gp, &gl);
+        strip_ws(&want, &wlen);
+        int ok = gl == wlen && (wlen == 0 || memcmp(gp, want, wlen) == 0);
+        *matches += ok, ++*total;
+        if (!ok && show > 0 && !quiet) {
+            printf("mismatch %ld: expected \"%.*s\", generated \"%.*s\"\n", *total, (int)wlen, (const char *)want, (int)gl,
+                   (const char *)gp);
+            show--;
+        }
+    }
+    if (st == ST_OK && *total == 0) st = err_set(err, ST_ERR_INPUT, "%s: expected at least one conversation, found none", file);
+    free(hist);
+    free(ids);
+    free(mask);
+    free(text);
+    kv_free(&kv);
+    docreader_close(dr);
+    return st;
+}
 
 int cmd_eval(int argc, char **argv) {
     char data[4096] = "";
     long tokens = 0;
     int B = 8, T = 0, threads = 2, json = 0, quiet = 0, doc_mask = 0, no_doc_mask = 0;
-    char device[16] = "cpu";
+    char device[16] = "cpu", em_file[4096] = "", chat_template[16] = "auto", tokenizer[256] = "", tok_dir[1024] = "";
+    int max_new = 32, show = 3;
     ArgSpec specs[] = {
+        {"exact-match", ARG_STR, em_file, sizeof em_file,
+         "chat JSON Lines: greedy answers to each conversation's prompt against its last assistant message "
+         "(docs/finetune.md); instead of --data"},
+        {"chat-template", ARG_STR, chat_template, sizeof chat_template, "--exact-match: auto | llama3 | plain"},
+        {"max-new-tokens", ARG_INT, &max_new, 0, "--exact-match: tokens generated at most per answer"},
+        {"show", ARG_INT, &show, 0, "--exact-match: mismatches printed"},
+        {"tokenizer", ARG_STR, tokenizer, sizeof tokenizer, "--exact-match: the tokenizer (default: recorded with the weights)"},
+        {"tokenizer-dir", ARG_STR, tok_dir, sizeof tok_dir, "--exact-match: where a named tokenizer's files are"},
         {"data", ARG_STR, data, sizeof data, "token shards: path, glob or comma list (one dataset, no weights)"},
         {"tokens", ARG_LONG, &tokens, 0, "evaluate about this many target tokens (whole rows of T; 0: all)"},
         {"micro-batch", ARG_INT, &B, 0, "rows per forward pass B"},
@@ -58,13 +158,41 @@ int cmd_eval(int argc, char **argv) {
     Status st = args_parse(specs, n, argc, argv, pos, 1, &npos, &help, &err);
     if (st != ST_OK) return cli_fail("eval", st, err.msg);
     if (help || npos != 1) {
-        printf("usage: scaletrain eval WEIGHTS --data SHARDS [options]\n\n"
+        printf("usage: scaletrain eval WEIGHTS --data SHARDS [options]\n"
+               "       scaletrain eval WEIGHTS --exact-match CHATS.jsonl [options]\n\n"
                "Loss, perplexity and bits per byte of saved weights (a weights folder, a checkpoint or a\n"
-               "--ckpt-dir) on token shards, read in order.\n\n");
+               "--ckpt-dir) on token shards, read in order (on shards with loss masks: the trained targets);\n"
+               "or the share of chat prompts answered exactly by greedy generation (docs/finetune.md).\n\n");
         args_print_help(specs, n);
         return help ? 0 : cli_fail("eval", ST_ERR_INPUT, "expected one weights directory, found none");
     }
-    if (!data[0]) return cli_fail("eval", ST_ERR_INPUT, "--data: expected token shards, found nothing");
+#define SEEN(name) (args_find(specs, n, name)->seen)
+    if (em_file[0] && data[0])
+        return cli_fail("eval", ST_ERR_INPUT, "--exact-match and --data: expected one of the two, found both");
+    if (em_file[0]) {
+        const char *inert[] = {"tokens", "micro-batch", "seq-len"};
+        for (int i = 0; i < 3; i++)
+            if (SEEN(inert[i])) {
+                snprintf(err.msg, sizeof err.msg, "--%s: would change nothing with --exact-match; expected it only with --data",
+                         inert[i]);
+                return cli_fail("eval", ST_ERR_INPUT, err.msg);
+            }
+    } else {
+        const char *inert[] = {"chat-template", "max-new-tokens", "show", "tokenizer", "tokenizer-dir"};
+        for (int i = 0; i < 5; i++)
+            if (SEEN(inert[i])) {
+                snprintf(err.msg, sizeof err.msg, "--%s: would change nothing without --exact-match", inert[i]);
+                return cli_fail("eval", ST_ERR_INPUT, err.msg);
+            }
+    }
+#undef SEEN
+    if (!data[0] && !em_file[0])
+        return cli_fail("eval", ST_ERR_INPUT, "--data: expected token shards (or --exact-match FILE.jsonl), found nothing");
+    ChatTemplate tmpl;
+    if (chat_template_parse(chat_template, &tmpl))
+        return cli_fail("eval", ST_ERR_INPUT, "--chat-template: expected auto, llama3 or plain");
+    if (max_new < 1) return cli_fail("eval", ST_ERR_INPUT, "--max-new-tokens: expected >= 1");
+    if (show < 0) return cli_fail("eval", ST_ERR_INPUT, "--show: expected >= 0");
     const Backend *be;
     if ((st = backend_find(device, &be, &err)) != ST_OK) return cli_fail("eval", st, err.msg);
     if (tokens < 0) return cli_fail("eval", ST_ERR_INPUT, "--tokens: expected >= 0");
@@ -80,7 +208,49 @@ int cmd_eval(int argc, char **argv) {
     if ((st = cli_resolve_weights("eval", pos[0], src, sizeof src, &plain, quiet, &err)) != ST_OK)
         return cli_fail("eval", st, err.msg);
     ModelConfig cfg;
-    if ((st = st_load_hf_config(src, &cfg, NULL, 0, &err)) != ST_OK) return cli_fail("eval", st, err.msg);
+    char recorded[256] = "";
+    if ((st = st_load_hf_config(src, &cfg, recorded, sizeof recorded, &err)) != ST_OK) return cli_fail("eval", st, err.msg);
+    if (em_file[0]) {
+        if (!tokenizer[0]) snprintf(tokenizer, sizeof tokenizer, "%s", recorded);
+        if (!tokenizer[0])
+            return cli_fail("eval", ST_ERR_INPUT, "--tokenizer: expected one (none recorded with the weights)");
+        char tdir[1024];
+        const char *sub = tokenizer_data_subdir(tokenizer);
+        args_find_data_dir(tok_dir, sub ? sub : "gpt2_tokenizer", tdir, sizeof tdir);
+        Tokenizer *tk = NULL;
+        if ((st = tokenizer_load(&tk, tokenizer, tdir, &err)) != ST_OK) {
+            err_prefix(&err, "--tokenizer %s", tokenizer);
+            return cli_fail("eval", st, err.msg);
+        }
+        ChatFormat f;
+        Gpt g;
+        memset(&g, 0, sizeof g);
+        long hits = 0, total = 0;
+        mm_set_threads(threads);
+        omp_set_num_threads(threads);
+        GptOptions go = gpt_default_options();
+        go.threads = threads, go.backend = be;
+        double t0 = omp_get_wtime();
+        if ((int)tokenizer_vocab_size(tk) != cfg.vocab)
+            st = err_set(&err, ST_ERR_INPUT, "--tokenizer %s: has %u ids, the model in %s expects %d", tokenizer,
+                         tokenizer_vocab_size(tk), src, cfg.vocab);
+        if (st == ST_OK) st = chat_format_init(&f, tmpl, tk, &err);
+        if (st == ST_OK) st = gpt_init(&g, &cfg, &go, NULL, &err);
+        if (st == ST_OK) st = ckpt_load_weights(&g.w, src, &err);
+        if (st == ST_OK) st = exact_match(&g, &cfg, tk, &f, em_file, max_new, show, quiet || json, &hits, &total, &err);
+        gpt_free(&g);
+        tokenizer_free(tk);
+        if (st != ST_OK) return cli_fail("eval", st, err.msg);
+        double acc = (double)hits / (double)total;
+        if (json)
+            printf("{\"weights\":\"%s\",\"exact_match_file\":\"%s\",\"chat_template\":\"%s\",\"conversations\":%ld,"
+                   "\"exact_matches\":%ld,\"exact_match\":%.6f,\"seconds\":%.3f}\n", src, em_file,
+                   chat_template_name(f.t), total, hits, acc, omp_get_wtime() - t0);
+        else
+            printf("eval: %s on %s: exact match %ld / %ld = %.1f%% (greedy, template %s, %.1f s)\n", src, em_file, hits,
+                   total, 100 * acc, chat_template_name(f.t), omp_get_wtime() - t0);
+        return 0;
+    }
     if (T == 0) T = cfg.max_seq;
     if (T > cfg.max_seq) {
         snprintf(err.msg, sizeof err.msg, "--seq-len: expected <= %d (the model's max sequence length), found %d",

@@ -9,11 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/cmds.h"
 #include "cli/cmds_plan.h"
 #include "cli/hwprobe.h"
+#include "train/machine_peak.h"
+#include "core/timer.h"
 #include "core/fileio.h"
 #include "core/mem.h"
 #include "model/config.h"
@@ -50,7 +53,10 @@ static void print_review(const PlanInput *in, const PlanResult *r, const PlanSch
     const PlanPrecision *p = &in->prec;
     char a[64], b[64], c[64], d[64];
     /* Which machine priced the plan, first: a default profile is not this machine. */
-    if (in->hw_default)
+    if (in->hw_default && !strncmp(in->hw.name, "measured", 8))
+        printf("== scaletrain plan, priced on hardware profile %s (the default: this machine as measured, cached per "
+               "machine; --hardware PRESET or FILE.json chooses another) ==\n", in->hw.name);
+    else if (in->hw_default)
         printf("== scaletrain plan, priced on hardware profile %s (the default: --hardware PRESET or FILE.json "
                "chooses; plan --measure-hardware FILE measures this machine) ==\n", in->hw.name);
     else
@@ -296,15 +302,31 @@ static Status read_scaling(PlanInput *in, const char *path, Err *err) {
     return ST_OK;
 }
 
+/* A warning on stderr when the machine was busy while it was measured (1-minute load average at or
+ * above its CPU count): the figures are then low, and they are cached. */
+static void warn_if_loaded(void) {
+    double load = 0;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &load) != 1) load = 0;
+        fclose(f);
+    }
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus > 0 && load >= (double)cpus)
+        fprintf(stderr, "plan: warning: the machine was busy while measured (load %.1f on %ld CPUs), so its figures are "
+                "low; measure again when it is quiet (plan --measure-hardware FILE replaces the cached profile)\n", load, cpus);
+}
+
 int cmd_plan(int argc, char **argv) {
     char scaling_src[512] = "";
     PlanInput in = plan_default_input();
     char model[64] = "", arch[16] = "gpt2", precision[16] = "fp32", optimizer[16] = "adamw", recompute[16] = "none",
-         hardware[1024] = "cpu-zen4-2c", acts[16] = "auto", measure[1024] = "", accounting[16] = "trainer";
+         hardware[1024] = "", acts[16] = "auto", measure[1024] = "", accounting[16] = "trainer";
     int measure_threads = 2;
     int layers = 0, heads = 0, kv_heads = 0, channels = 0, ffn = 0, vocab = 50257, max_seq = 1024, tie = 0;
     double params = 0, peak_tflops = 0, memory_gib = 0, mem_bw_gbs = 0, intra_gbs = 0, inter_gbs = 0, matmul_eff = 0,
            storage_gbs = 0;
+    double intra_lat_us = -1, inter_lat_us = -1;
     long global_batch = 0;
     int lora_rank = 0;
     char lora_targets[128] = "", lora_base_prec[16] = "fp32";
@@ -364,7 +386,8 @@ int cmd_plan(int argc, char **argv) {
          "paper's states, Korthikanti activations)"},
         {"threads", ARG_INT, &in.threads, 0, "trainer threads (size our attention scratch)"},
         {"hardware", ARG_STR, hardware, sizeof hardware,
-         "A100-40GB | A100-80GB | H100 | H200 | cpu-zen4-2c | FILE.json (from --measure-hardware)"},
+         "A100-40GB | A100-80GB | H100 | H200 | cpu-zen4-2c | FILE.json (from --measure-hardware); default: this "
+         "machine's measured profile, cached per machine (docs/plan.md)"},
         {"measure-hardware", ARG_STR, measure, sizeof measure,
          "measure this machine (FMA peak, GEMM efficiency, bf16 speed-up, memory bandwidth), write FILE.json, exit"},
         {"measure-threads", ARG_INT, &measure_threads, 0, "threads for --measure-hardware"},
@@ -375,6 +398,9 @@ int cmd_plan(int argc, char **argv) {
         {"mem-bw-gbs", ARG_DOUBLE, &mem_bw_gbs, 0, "override memory bandwidth in GB/s (0: preset)"},
         {"intra-bw-gbs", ARG_DOUBLE, &intra_gbs, 0, "override intra-node GB/s per device (0: preset)"},
         {"inter-bw-gbs", ARG_DOUBLE, &inter_gbs, 0, "override inter-node GB/s per device (0: preset)"},
+        {"intra-lat-us", ARG_DOUBLE, &intra_lat_us, 0, "override the intra-node latency α per message in µs (-1: preset)"},
+        {"inter-lat-us", ARG_DOUBLE, &inter_lat_us, 0,
+         "override the inter-node latency α per message in µs (-1: preset; bench/netsim.sh measures one)"},
         {"matmul-eff", ARG_DOUBLE, &matmul_eff, 0, "override the matmul efficiency (0: preset)"},
         {"storage-bw-gbs", ARG_DOUBLE, &storage_gbs, 0, "checkpoint write GB/s per node (0: preset)"},
         {"no-overlap", ARG_FLAG, &no_overlap, 0, "DP/ZeRO communication adds to the step (default: it overlaps the backward pass)"},
@@ -417,8 +443,11 @@ int cmd_plan(int argc, char **argv) {
             }
         PlanHardware hw;
         if ((st = hw_measure(&hw, measure_threads, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+        warn_if_loaded();
         cJSON *j = plan_hardware_to_json(&hw);
-        char *text = cJSON_Print(j);
+        char *text = cJSON_Print(j), cache[1024];
+        hw_peak_cache_path(cache, sizeof cache); /* and this machine's default profile from now on */
+        machine_profile_store(cache, measure_threads, j);
         cJSON_Delete(j);
         const void *bufs[2] = {text, "\n"};
         size_t lens[2] = {strlen(text), 1};
@@ -550,7 +579,23 @@ int cmd_plan(int argc, char **argv) {
         return cli_fail("plan", ST_ERR_INPUT, err.msg);
     }
     /* ---- hardware ---- */
-    if ((st = hw_resolve(&in.hw, hardware, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+    /* Without --hardware: this machine's measured profile, from the cache (measured and cached on
+     * the first call); with no cache (ST_PEAK_CACHE=off, no $HOME) the cpu-zen4-2c preset. */
+    char cache[1024];
+    hw_peak_cache_path(cache, sizeof cache);
+    if (SEEN("hardware")) {
+        if ((st = hw_resolve(&in.hw, hardware, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+    } else if (cache[0]) {
+        int measured, nt = in.threads > 0 ? in.threads : 1;
+        double t0 = timer_ms();
+        if ((st = hw_this_machine(&in.hw, nt, cache, &measured, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+        if (measured) {
+            fprintf(stderr, "plan: measured this machine's profile (%d threads) in %.1f s, cached in %s\n", nt,
+                    (timer_ms() - t0) * 1e-3, cache);
+            warn_if_loaded();
+        }
+    } else if ((st = hw_resolve(&in.hw, "cpu-zen4-2c", &err)) != ST_OK)
+        return cli_fail("plan", st, err.msg);
     in.hw_default = !SEEN("hardware");
     if (SEEN("devices-per-node")) in.hw.devices_per_node = dpn;
     if (SEEN("peak-tflops")) {
@@ -563,6 +608,14 @@ int cmd_plan(int argc, char **argv) {
     if (SEEN("mem-bw-gbs")) in.hw.mem_bw = mem_bw_gbs * 1e9;
     if (SEEN("intra-bw-gbs")) in.hw.intra_bw = intra_gbs * 1e9;
     if (SEEN("inter-bw-gbs")) in.hw.inter_bw = inter_gbs * 1e9;
+    if ((SEEN("intra-lat-us") && !(intra_lat_us >= 0)) || (SEEN("inter-lat-us") && !(inter_lat_us >= 0))) {
+        snprintf(err.msg, sizeof err.msg, "--%s-lat-us: expected a latency >= 0 µs, found %g",
+                 SEEN("intra-lat-us") && !(intra_lat_us >= 0) ? "intra" : "inter",
+                 SEEN("intra-lat-us") && !(intra_lat_us >= 0) ? intra_lat_us : inter_lat_us);
+        return cli_fail("plan", ST_ERR_INPUT, err.msg);
+    }
+    if (SEEN("intra-lat-us")) in.hw.intra_lat = intra_lat_us * 1e-6;
+    if (SEEN("inter-lat-us")) in.hw.inter_lat = inter_lat_us * 1e-6;
     if (SEEN("matmul-eff")) in.hw.matmul_eff = matmul_eff;
     if (SEEN("storage-bw-gbs")) in.hw.storage_bw = storage_gbs * 1e9;
     if (SEEN("nodes")) {

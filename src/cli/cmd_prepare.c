@@ -70,7 +70,7 @@ int cmd_prepare(int argc, char **argv) {
     long val_docs = -1, shard_tokens = (long)o.shard_tokens;
     int threads = 0, no_dedup = 0, quiet = 0, skip_bad = 0, allow_bad_utf8 = 0;
     long memory_mb = (long)(o.run_bytes >> 20);
-    char field[256] = "text";
+    char field[256] = "text", chat_template[16] = "auto";
     ArgSpec specs[] = {
         {"out", ARG_STR, out, sizeof out, "output directory for train_NNNNNN.bin / val_NNNNNN.bin (required)"},
         {"tokenizer", ARG_STR, spec, sizeof spec, "gpt2 | cl100k | o200k | llama3 | bytes | FILE.tkr | DIR of a trained tokenizer or of llama3"},
@@ -78,7 +78,11 @@ int cmd_prepare(int argc, char **argv) {
          "where the named tokenizer's files are (none: gpt2: $ST_GPT2_DIR, <exe>/../data/gpt2_tokenizer, ./data/...; "
          "cl100k, o200k: <exe>/../data/tokenizers, ./data/tokenizers; llama3: .../data/tokenizers/llama3 with Meta's "
          "tokenizer.model)"},
-        {"format", ARG_STR, format, sizeof format, "auto | text | jsonl | wikitext (auto: by extension, .gz/.zst removed)"},
+        {"format", ARG_STR, format, sizeof format,
+         "auto | text | jsonl | wikitext | chat (auto: by extension, .gz/.zst removed; chat: only when named, "
+         "docs/finetune.md)"},
+        {"chat-template", ARG_STR, chat_template, sizeof chat_template,
+         "--format chat: auto | llama3 | plain (auto: llama3 for the Llama 3 tokenizer, plain for any other)"},
         {"field", ARG_STR, field, sizeof field, "JSON Lines: the string field holding each document's text"},
         {"skip-bad", ARG_FLAG, &skip_bad, 0,
          "count and skip bad records (not JSON, no --field, invalid UTF-8) instead of stopping at the first"},
@@ -107,6 +111,8 @@ int cmd_prepare(int argc, char **argv) {
                "INPUT: text files (documents end at a separator line), .jsonl files (field \"text\"),\n"
                "       WikiText .tokens files (one document per ' = Title = ' article), directories of them,\n"
                "       or - (standard input); gzip and zstd are read as such (.jsonl.gz, .jsonl.zst).\n"
+               "Chat (SFT): --format chat reads {\"messages\": [...]} or {\"prompt\", \"response\"} lines and writes a\n"
+               "       loss mask beside each shard (docs/finetune.md).\n"
                "Parquet: scripts/parquet2jsonl FILE.parquet | scaletrain prepare --format jsonl ... -\n"
                "The split and the order are by a keyed hash of each document (docs/data.md); an interrupted\n"
                "prepare with the same inputs and options resumes.\n\n");
@@ -124,8 +130,11 @@ int cmd_prepare(int argc, char **argv) {
         else if (!strcmp(format, "text")) o.format = PREP_FORMAT_TEXT;
         else if (!strcmp(format, "jsonl")) o.format = PREP_FORMAT_JSONL;
         else if (!strcmp(format, "wikitext")) o.format = PREP_FORMAT_WIKITEXT;
-        else rc = fail(2, "--format: expected auto, text, jsonl or wikitext, found '%s'", format);
+        else if (!strcmp(format, "chat")) o.format = PREP_FORMAT_CHAT;
+        else rc = fail(2, "--format: expected auto, text, jsonl, wikitext or chat, found '%s'", format);
     }
+    if (!rc && chat_template_parse(chat_template, &o.chat_template))
+        rc = fail(2, "--chat-template: expected auto, llama3 or plain, found '%s'", chat_template);
     if (!rc && !(val_fraction >= 0 && val_fraction < 1))
         rc = fail(2, "--val-fraction: expected a number in [0, 1), found %g", val_fraction);
     if (!rc && val_docs < -1) rc = fail(2, "--val-docs: expected an integer >= 0 (or -1), found %ld", val_docs);
@@ -143,9 +152,11 @@ int cmd_prepare(int argc, char **argv) {
     if (!rc && SEEN("tokenizer-dir") && !tokenizer_data_subdir(spec))
         rc = fail(2, "--tokenizer-dir: would change nothing for tokenizer '%s'; expected it only with --tokenizer gpt2, "
                      "cl100k, o200k or llama3", spec);
-    if (!rc && SEEN("separator") && (!strcmp(format, "jsonl") || !strcmp(format, "wikitext")))
+    if (!rc && SEEN("chat-template") && strcmp(format, "chat"))
+        rc = fail(2, "--chat-template: would change nothing with --format %s; expected --format chat", format);
+    if (!rc && SEEN("separator") && (!strcmp(format, "jsonl") || !strcmp(format, "wikitext") || !strcmp(format, "chat")))
         rc = fail(2, "--separator: would change nothing with --format %s; expected --format text or auto", format);
-    if (!rc && SEEN("field") && (!strcmp(format, "text") || !strcmp(format, "wikitext")))
+    if (!rc && SEEN("field") && (!strcmp(format, "text") || !strcmp(format, "wikitext") || !strcmp(format, "chat")))
         rc = fail(2, "--field: would change nothing with --format %s; expected --format jsonl or auto", format);
 #undef SEEN
     if (!rc && o.seq_len < 0) rc = fail(2, "--seq-len: expected an integer >= 0, found %d", o.seq_len);
@@ -210,7 +221,17 @@ int cmd_prepare(int argc, char **argv) {
                    s.resumed_files, s.files);
         printf("prepare: documents %zu read, %zu duplicates dropped, %zu train + %zu val\n", s.docs, s.duplicates,
                s.train_docs, s.val_docs);
-        if (s.skips.bad_json + s.skips.missing_field + s.skips.bad_utf8)
+        if (o.format == PREP_FORMAT_CHAT) {
+            if (s.skips.bad_json + s.skips.missing_field + s.skips.bad_utf8 + s.skips.bad_chat)
+                fprintf(stderr, "scaletrain prepare: warning: skipped (--skip-bad): %llu lines not JSON objects, %llu "
+                        "with neither \"messages\" nor \"prompt\"/\"response\", %llu bad conversations (role, "
+                        "content, nothing to train), %llu with invalid UTF-8\n", (unsigned long long)s.skips.bad_json,
+                        (unsigned long long)s.skips.missing_field, (unsigned long long)s.skips.bad_chat,
+                        (unsigned long long)s.skips.bad_utf8);
+            printf("prepare: chat template %s; trained targets (loss mask): %llu train, %llu val; a .mask beside each "
+                   "shard\n", chat_template_name(s.chat_template), (unsigned long long)s.train_trained,
+                   (unsigned long long)s.val_trained);
+        } else if (s.skips.bad_json + s.skips.missing_field + s.skips.bad_utf8)
             printf("prepare: skipped (--skip-bad): %llu lines not JSON objects, %llu without a string \"%s\", %llu "
                    "documents with invalid UTF-8\n", (unsigned long long)s.skips.bad_json,
                    (unsigned long long)s.skips.missing_field, field, (unsigned long long)s.skips.bad_utf8);

@@ -245,7 +245,10 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         {"device", ARG_STR, c.device, sizeof c.device, "where the model computes: cpu (cuda only in a build with CUDA)"},
         {"hardware", ARG_STR, hardware, sizeof hardware,
          "hardware profile for the plan's predicted step time: a plan preset or FILE.json from plan --measure-hardware"},
-        {"peak-gflops", ARG_DOUBLE, &peak_gflops, 0, "peak GFLOP/s for MFU (0: measure at start)"},
+        {"peak-gflops", ARG_DOUBLE, &peak_gflops, 0,
+         "peak GFLOP/s for MFU (0: the best of the FMA probe and a GEMM, cached per machine; docs/plan.md)"},
+        {"remeasure-peak", ARG_FLAG, &c.remeasure_peak, 0,
+         "measure the peak now even if this machine's cache has it, and update the cache"},
         {"val-every", ARG_INT, &c.val_every, 0, "validate every N steps (0: only at the end)"},
         {"val-batches", ARG_INT, &c.val_batches, 0, "micro-batches per validation"},
         {"sample-every", ARG_INT, &c.sample_every, 0, "print and log a generated sample every N steps (0: never)"},
@@ -486,6 +489,12 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         c.grad_accum = (int)(batch_tokens / per);
     }
     c.peak_flops = peak_gflops * 1e9;
+    if (c.remeasure_peak && peak_gflops > 0) {
+        snprintf(err.msg, sizeof err.msg, "--remeasure-peak: expected no --peak-gflops (a given peak is not measured), "
+                 "found --peak-gflops %g", peak_gflops);
+        FAIL(ST_ERR_INPUT);
+    }
+    hw_peak_cache_path(c.peak_cache, sizeof c.peak_cache);
     if (hardware[0]) {
         if ((st = hw_resolve(&c.hw, hardware, &err)) != ST_OK) FAIL(st);
         c.have_hw = 1;

@@ -23,6 +23,11 @@ Status cli_faults_from_env(Faults *f, Err *err) {
     if ((e = getenv("ST_PAR_TEST_MATRIX_RESET"))) f->matrix_reset = atoi(e);
     f->hess_rank_local = env_is_1("ST_TRAIN_TEST_HESS_FAULT");
     f->resume_verify_first = env_is_1("ST_TRAIN_TEST_RESUME_VERIFY");
+    if ((e = getenv("ST_TRAIN_TEST_PEAK_FAULT")) && *e) {
+        if (!strcmp(e, "probe")) f->peak_probe_scale = 0.1;
+        else if (!strcmp(e, "probe-nogemm")) f->peak_probe_scale = 0.1, f->peak_no_gemm = 1;
+        else return err_set(err, ST_ERR_INPUT, "ST_TRAIN_TEST_PEAK_FAULT=%s: expected probe or probe-nogemm", e);
+    }
     if ((e = getenv("ST_CKPT_FAIL_AT")) && *e) {
         snprintf(f->ckpt_fail_stage, sizeof f->ckpt_fail_stage, "%s", e);
         char *colon = strchr(f->ckpt_fail_stage, ':');

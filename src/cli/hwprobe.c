@@ -11,6 +11,7 @@
 #include "core/peak.h"
 #include "core/timer.h"
 #include "model/matmul.h"
+#include "train/machine_peak.h"
 
 /* Median-of-5 GFLOP/s of C(M,N) = A(M,K)·op(B) with the given transposes, fp32 or bf16. */
 static double gemm_rate(int ta, int tb, int M, int N, int K, int bf16) {
@@ -40,7 +41,13 @@ Status hw_measure(PlanHardware *hw, int threads, Err *err) {
     if (st != ST_OK) return st;
     mm_set_threads(threads);
     snprintf(hw->name, sizeof hw->name, "measured-%dt", threads);
-    hw->peak_fp32 = peak_measure_fp32(threads, 300.0);
+    /* The fp32 peak as the trainer's MFU takes it: the best of the FMA probe and a 1024^3 GEMM
+     * (train/machine_peak.h), measured now (no cache: this command is the measurement). */
+    MachinePeakOptions po = machine_peak_default_options();
+    po.threads = threads;
+    MachinePeak mp;
+    if ((st = machine_peak_resolve(&mp, &po, err)) != ST_OK) return st;
+    hw->peak_fp32 = mp.best;
     /* The three GEMMs of a linear layer at a training shape (N = 2048 rows, C 384 → 4C). */
     const int N = 2048, C = 384, OC = 1536;
     double f = (gemm_rate(0, 1, N, OC, C, 0) + gemm_rate(0, 0, N, C, OC, 0) + gemm_rate(1, 0, OC, C, N, 0)) / 3;
@@ -48,10 +55,37 @@ Status hw_measure(PlanHardware *hw, int threads, Err *err) {
     hw->matmul_eff = f / hw->peak_fp32;
     if (hw->matmul_eff > 1) hw->matmul_eff = 1;
     hw->peak_bf16 = hw->peak_fp32 * (h > f ? h / f : 1.0); /* effective: bf16 GEMM rate relative to fp32 */
+    hw->peak_fp16 = hw->peak_fp32; /* fp16 is emulated: its GEMMs run in fp32 */
     hw->mem_bw = peak_measure_bandwidth(threads, (size_t)512 << 20);
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     if (pages > 0 && psz > 0) hw->memory = (double)pages * (double)psz;
     return ST_OK;
+}
+
+Status hw_this_machine(PlanHardware *hw, int threads, const char *cache_path, int *measured, Err *err) {
+    *measured = 0;
+    cJSON *j = machine_profile_load(cache_path, threads);
+    if (j) {
+        Status st = plan_hardware_from_json(hw, j, err);
+        cJSON_Delete(j);
+        if (st == ST_OK) return ST_OK; /* an unreadable entry is measured over */
+    }
+    Status st = hw_measure(hw, threads, err);
+    if (st != ST_OK) return st;
+    *measured = 1;
+    j = plan_hardware_to_json(hw);
+    machine_profile_store(cache_path, threads, j);
+    cJSON_Delete(j);
+    return ST_OK;
+}
+
+void hw_peak_cache_path(char *buf, size_t n) {
+    const char *e = getenv("ST_PEAK_CACHE"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    buf[0] = '\0';
+    if (e && *e) {
+        if (strcmp(e, "off")) snprintf(buf, n, "%s", e);
+    } else if (x && *x) snprintf(buf, n, "%s/scaletrain/peaks.json", x);
+    else if (h && *h) snprintf(buf, n, "%s/.cache/scaletrain/peaks.json", h);
 }
 
 Status hw_resolve(PlanHardware *hw, const char *v, Err *err) {

@@ -35,6 +35,10 @@ typedef struct {
     int resume_verify_first; /* ST_TRAIN_TEST_RESUME_VERIFY=1: --resume verifies each candidate's data
                                 (ckpt_resolve) before the load reads it again: the double read the
                                 one-pass resume replaced (test_resume's negative control) */
+    double peak_probe_scale; /* ST_TRAIN_TEST_PEAK_FAULT=probe: the FMA probe reports a tenth of what it
+                                measured (0 = off); =probe-nogemm: and peak_no_gemm. test_dp (mfu) */
+    int peak_no_gemm;     /* no GEMM measurement of the peak (the probe alone: the old peak, the
+                             bound's negative control) */
     /* ---- checkpoints (src/ckpt; docs/checkpoint.md, "Fault injection") ---- */
     char ckpt_fail_stage[32]; /* ST_CKPT_FAIL_AT=STAGE[:MODE]: a save aborts at STAGE (ckpt.c's
                                  CKPT_STAGES; an unknown name fails the save with ST_ERR_INPUT); "" = off */

@@ -4,6 +4,8 @@
  * Contents: 1. UTF-8  2. raw input and decompression  3. lines  4. documents per format. */
 #include "data/docsource.h"
 
+#include "data/chat.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -49,6 +51,8 @@ struct DocReader {
     uint64_t doc_line, doc_off; /* first line (1-based) and decoded offset of the document */
     int wiki_seen, done;
     char *jstr;                 /* a JSON document's string, freed at the next call */
+    uint8_t *chat;              /* chat: the serialized conversation */
+    size_t chat_len, chat_cap;
     DocSkips skips;
     /* line pieces (o.line_pieces): the first document, held until a second one is found */
     int lp;                     /* LP_START, LP_SECOND, LP_PASS or LP_PIECES */
@@ -428,6 +432,50 @@ static Status next_jsonl(DocReader *r, const uint8_t **doc, size_t *n, Err *err)
     }
 }
 
+/* Chat: each non-blank line one conversation (chat.h), serialized into r->chat. */
+static Status next_chat(DocReader *r, const uint8_t **doc, size_t *n, Err *err) {
+    for (;;) {
+        const uint8_t *l;
+        size_t ll;
+        Status st = next_line(r, &l, &ll, err);
+        if (st) return st;
+        if (!l) return ST_OK;
+        int blank = 1;
+        for (size_t k = 0; k < ll && blank; k++) blank = l[k] == ' ' || l[k] == '\t' || l[k] == '\r' || l[k] == '\n';
+        if (blank) continue;
+        r->doc_line = r->lineno;
+        char found[200];
+        int rc = chat_parse((const char *)l, ll, &r->chat, &r->chat_len, &r->chat_cap, found, sizeof found);
+        if (rc < 0) return err_set(err, ST_ERR_RUNTIME, "%s:%llu: out of memory", r->path, (unsigned long long)r->lineno);
+        if (rc != CHAT_OK) {
+            if (r->o.skip_bad) {
+                if (rc == CHAT_BAD_JSON) r->skips.bad_json++;
+                else if (rc == CHAT_NO_SCHEMA) r->skips.missing_field++;
+                else r->skips.bad_chat++;
+                continue;
+            }
+            return err_set(err, ST_ERR_INPUT, "%s:%llu: expected a chat object ({\"messages\": [{\"role\", \"content\"}, "
+                           "...]} or {\"prompt\", \"response\"}), found %s (--skip-bad skips such lines)", r->path,
+                           (unsigned long long)r->lineno, found);
+        }
+        if (!r->o.allow_invalid_utf8) {
+            size_t bad = utf8_first_invalid(r->chat, r->chat_len);
+            if (bad != SIZE_MAX) {
+                if (r->o.skip_bad) {
+                    r->skips.bad_utf8++;
+                    continue;
+                }
+                return err_set(err, ST_ERR_INPUT, "%s:%llu: expected valid UTF-8 in the messages, found byte 0x%02x "
+                               "(--skip-bad skips such lines, --allow-invalid-utf8 keeps them)", r->path,
+                               (unsigned long long)r->lineno, r->chat[bad]);
+            }
+        }
+        *doc = r->chat;
+        *n = r->chat_len;
+        return ST_OK;
+    }
+}
+
 /* Text and WikiText: lines accumulate into r->doc until a boundary. */
 static Status next_lines_doc(DocReader *r, const uint8_t **doc, size_t *n, Err *err) {
     const char *sep = r->o.separator ? r->o.separator : "";
@@ -553,6 +601,7 @@ Status docreader_next(DocReader *r, const uint8_t **doc, size_t *n, Err *err) {
         if (st) return st;
     }
     if (r->fmt == PREP_FORMAT_JSONL) return next_jsonl(r, doc, n, err);
+    if (r->fmt == PREP_FORMAT_CHAT) return next_chat(r, doc, n, err);
     if (r->fmt == PREP_FORMAT_TEXT && r->o.line_pieces && !(r->o.separator && r->o.separator[0]))
         return next_piece_doc(r, doc, n, err);
     return next_lines_doc(r, doc, n, err);
@@ -574,5 +623,6 @@ void docreader_close(DocReader *r) {
     free(r->doc);
     free(r->first);
     free(r->jstr);
+    free(r->chat);
     free(r);
 }

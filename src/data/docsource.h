@@ -6,7 +6,7 @@
  *   - text: a line equal to the separator (optionally ending in \r) ends a document; the newline
  *     before the separator line belongs to neither document; "" makes every blank line a boundary;
  *   - JSON Lines: one object per non-blank line, the document is its string field `field`;
- *   - WikiText (*.tokens): a top-level heading line " = Title = " starts an article.
+ *   - WikiText (*.tokens): a top-level heading line " = Title = " starts an article;
  *   - line pieces (line_pieces = N > 0, text with separator "" only): an input whose text comes out
  *     as a single document is returned instead as consecutive pieces, each ending at a line end
  *     (its '\n' included): a piece ends at the first line end at least N bytes after its start,
@@ -14,6 +14,7 @@
  *     at least N bytes (the whole text when it has fewer than 2N), and the pieces concatenated
  *     are the document. To know that no second document follows, the first document is held
  *     until the second one is found.
+ *   - chat (only when forced): one conversation per non-blank JSON line, serialized (chat.h).
  * The format follows the name with any .gz / .zst removed (.jsonl / .json -> JSON Lines, .tokens
  * -> WikiText, else text) unless forced; standard input is text unless forced.
  * Memory: a 1 MiB read buffer, the longest line and the longest document (with line_pieces, the
@@ -23,7 +24,7 @@
  * with the line number and the byte offset in the decoded stream: binary data (a NUL byte; more
  * than a quarter of the first MiB control bytes or invalid UTF-8), a truncated or corrupt gzip /
  * zstd stream (with the compressed offset), a line that is not a JSON object, an object without
- * the string field, a document that is not valid UTF-8. With skip_bad the last three are counted
+ * the string field, a document that is not valid UTF-8, a conversation chat_parse refuses. With skip_bad the last three are counted
  * and skipped instead; with allow_invalid_utf8 invalid bytes are kept (they encode as bytes). */
 #ifndef ST_DATA_DOCSOURCE_H
 #define ST_DATA_DOCSOURCE_H
@@ -38,6 +39,8 @@ typedef enum {
     PREP_FORMAT_TEXT,
     PREP_FORMAT_JSONL,
     PREP_FORMAT_WIKITEXT,
+    PREP_FORMAT_CHAT,     /* chat JSON Lines (chat.h): a document is one serialized conversation; never
+                             chosen by extension */
 } PrepareFormat;
 
 typedef struct {
@@ -54,6 +57,7 @@ typedef struct {
     uint64_t bad_json;        /* lines that are not a JSON object (skipped) */
     uint64_t missing_field;   /* objects without the string field (skipped) */
     uint64_t bad_utf8;        /* documents with invalid UTF-8 (skipped) */
+    uint64_t bad_chat;        /* chat: bad messages, unknown roles, empty answers, nothing to train (skipped) */
 } DocSkips;
 
 typedef struct DocReader DocReader;

@@ -111,6 +111,7 @@ static Status set_add_glob(LoaderSet *s, const char *pattern, uint64_t expected_
         Shard *sh = &s->shards[s->nshards];
         if ((st = shard_open(sh, gl.gl_pathv[i], err)) != ST_OK) break;
         s->nshards++;
+        if ((st = shard_mask_open(sh, err)) != ST_OK) break;
         if (expected_hash && sh->meta.tokenizer_hash && sh->meta.tokenizer_hash != expected_hash) {
             /* Names, not hashes, and the two ways out. */
             char made[256], want[300], redo[300];
@@ -141,7 +142,8 @@ static Status set_add_glob(LoaderSet *s, const char *pattern, uint64_t expected_
     return st;
 }
 
-static uint32_t set_token(const LoaderSet *s, size_t g, int *hint) {
+/* The shard holding global token g (hint: the last one found, updated). */
+static int set_shard_of(const LoaderSet *s, size_t g, int *hint) {
     int k = *hint;
     if (g < s->start[k] || g >= s->start[k + 1]) {
         int lo = 0, hi = s->nshards - 1;
@@ -152,7 +154,40 @@ static uint32_t set_token(const LoaderSet *s, size_t g, int *hint) {
         }
         k = *hint = lo;
     }
+    return k;
+}
+
+static uint32_t set_token(const LoaderSet *s, size_t g, int *hint) {
+    int k = set_shard_of(s, g, hint);
     return shard_token(&s->shards[k], g - s->start[k]);
+}
+
+/* Global token g as a target: its id, or -1 when its shard's loss mask says it is not trained. */
+static int32_t set_target(const LoaderSet *s, size_t g, int *hint) {
+    int k = set_shard_of(s, g, hint);
+    const Shard *sh = &s->shards[k];
+    size_t i = g - s->start[k];
+    if (sh->mask && !shard_mask_bit(sh, i)) return -1;
+    return (int32_t)shard_token(sh, i);
+}
+
+/* The shards of one dataset all have loss masks or none has (a half-masked set would train the
+ * prompts of some conversations: refused, naming a shard of each kind). */
+static Status set_check_masks(LoaderSet *s, Err *err) {
+    int with = -1, without = -1;
+    for (int i = 0; i < s->nshards; i++) {
+        if (s->shards[i].mask) with = with < 0 ? i : with;
+        else without = without < 0 ? i : without;
+    }
+    s->masked = with >= 0;
+    if (with >= 0 && without >= 0) {
+        char mp[1100];
+        shard_mask_path(mp, sizeof mp, s->shards[without].path);
+        return err_set(err, ST_ERR_INPUT,
+                       "%s: expected a loss mask beside every shard of the dataset (as beside %s), found none (%s is "
+                       "missing)", s->shards[without].path, s->shards[with].path, mp);
+    }
+    return ST_OK;
 }
 
 /* Calls fn(ctx, first, n_targets) for every document of the stream: [s, e) content, e the EOT (or
@@ -332,6 +367,10 @@ Status loader_open_named(Loader *ld, const char *spec, int T, uint32_t vocab, ui
         }
         st = set_add_glob(s, pats[i], expected_hash, expected_name, err);
     }
+    for (int d = 0; d < nsets && st == ST_OK; d++) {
+        st = set_check_masks(&ld->sets[d], err);
+        ld->masked |= ld->sets[d].masked;
+    }
     /* totals, EOT, rows */
     uint32_t hv = 0;
     for (int d = 0; d < nsets && st == ST_OK; d++) {
@@ -483,14 +522,14 @@ void loader_fill(Loader *ld, uint64_t first, int count, int32_t *inp, int32_t *t
         if (!(ld->flags & LOADER_NO_PACK)) {
             size_t g0 = (size_t)row * T;
             for (int t = 0; t < T; t++) in[t] = (int32_t)set_token(s, g0 + t, &hint);
-            for (int t = 0; t < T; t++) tg[t] = (int32_t)set_token(s, g0 + t + 1, &hint);
+            for (int t = 0; t < T; t++) tg[t] = set_target(s, g0 + t + 1, &hint);
             continue;
         }
         uint64_t f = s->row_first[row]; /* global index of the first target */
         int n = (int)s->row_len[row];
         for (int t = 0; t < n; t++) {
             in[t] = f + t == 0 ? (int32_t)ld->eot : (int32_t)set_token(s, f + t - 1, &hint);
-            tg[t] = (int32_t)set_token(s, f + t, &hint);
+            tg[t] = set_target(s, f + t, &hint);
         }
         for (int t = n; t < T; t++) in[t] = (int32_t)ld->eot, tg[t] = -1;
     }

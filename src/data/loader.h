@@ -25,6 +25,12 @@
  * assignment is a pure function of n: independent of ranks, exactly resumable, and every window of
  * P consecutive samples holds exactly q_d samples of dataset d.
  *
+ * Loss masks (SFT, docs/finetune.md). A shard may have a mask beside it (shard.h): one bit per token,
+ * 1 = trained as a target. A target whose bit is 0 is handed out as -1 (ignored by the loss, like
+ * no-pack padding), in packed and no-pack rows alike; inputs are never masked. Within a dataset every
+ * shard has a mask or none has. Masks are a function of the token position, so the state below
+ * resumes them exactly as the tokens.
+ *
  * Ranks. Optimizer step s, rank r, micro-batch j, row b take global sample
  *   n = consumed + r·(B·k) + j·B + b,   consumed = samples of all completed steps (s·G, G = B·k·dp),
  * so the same global batch gives the same samples on any number of ranks and a run resumed on
@@ -65,6 +71,7 @@ typedef struct {
     uint64_t *row_first;    /* no-pack: global index + 1 of each row's first input (0 = synthetic EOT) */
     uint32_t *row_len;      /* no-pack: real targets of each row (1..T) */
     uint64_t source_bytes;  /* sum of the shards' source byte counts, 0 if any is unknown */
+    int masked;             /* every shard has a loss mask (shard.h): untrained targets are -1 */
     uint64_t perm_epoch[2]; /* two cached epoch permutations (a batch may straddle epochs) */
     uint64_t *perm[2];
     int perm_next;
@@ -85,6 +92,7 @@ typedef struct {
     uint64_t nwin;         /* rows per epoch, summed over the datasets */
     int shuffle;           /* flags & LOADER_SHUFFLE */
     uint64_t source_bytes; /* 0 if unknown for any dataset */
+    int masked;            /* some dataset has loss masks (SFT data, docs/finetune.md) */
 } Loader;
 
 /* Opens the datasets of `spec` and validates every shard (header, size, tokenizer hash when both

@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "data/chat.h"
 #include "data/loader.h"
 #include "data/shard.h"
 
@@ -134,14 +135,16 @@ static size_t line_pieces_for(const PrepareOptions *o, const Inputs *in) {
 
 /* ================================================================== 2. runs */
 
-/* A record: key (hi, lo: 16 bytes) | source bytes (u64) | token count (u32) | 0 (u32) | tokens
- * (u16 or u32 each, the shards' width). A run file: "STRUN001", u64 record count, the records in
- * increasing key. */
+/* A record: key (hi, lo: 16 bytes) | source bytes (u64) | token count n (u32) | flags (u32: 1 = a
+ * loss mask follows) | tokens (u16 or u32 each, the shards' width) | with the flag, n + 1 mask bytes
+ * (1 = trained target; the last one for the EOT appended after the document). A run file:
+ * "STRUN001", u64 record count, the records in increasing key. */
 typedef struct {
     uint64_t hi, lo;
 } Key;
 
 #define REC_HEAD 32
+#define REC_MASKED 1u
 #define RUN_MAGIC "STRUN001"
 
 static int key_cmp(Key a, Key b) { return a.hi != b.hi ? (a.hi < b.hi ? -1 : 1) : a.lo != b.lo ? (a.lo < b.lo ? -1 : 1) : 0; }
@@ -157,13 +160,17 @@ typedef struct {
     RunIdx *idx;
     size_t n, icap;
     int width;                 /* bytes per token: 2 or 4 */
+    int masked;                /* records carry loss masks (--format chat) */
 } RunBuf;
+
+/* Bytes of a record of n tokens. */
+static size_t rec_bytes(size_t n, int width, int masked) { return REC_HEAD + n * (size_t)width + (masked ? n + 1 : 0); }
 
 static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); } /* little-endian hosts (x86-64, arm64) */
 static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 
-static int runbuf_add(RunBuf *rb, Key k, uint64_t src, const uint32_t *ids, size_t n) {
-    size_t need = REC_HEAD + n * (size_t)rb->width;
+static int runbuf_add(RunBuf *rb, Key k, uint64_t src, const uint32_t *ids, size_t n, const uint8_t *mask, int eot) {
+    size_t need = rec_bytes(n, rb->width, rb->masked);
     if (rb->len + need > rb->cap) {
         size_t nc = rb->cap ? rb->cap : (1u << 20);
         while (nc < rb->len + need) nc *= 2;
@@ -179,8 +186,8 @@ static int runbuf_add(RunBuf *rb, Key k, uint64_t src, const uint32_t *ids, size
     }
     uint8_t *p = rb->data + rb->len;
     put64(p, k.hi), put64(p + 8, k.lo), put64(p + 16, src);
-    uint32_t n32 = (uint32_t)n, z = 0;
-    memcpy(p + 24, &n32, 4), memcpy(p + 28, &z, 4);
+    uint32_t n32 = (uint32_t)n, flags = rb->masked ? REC_MASKED : 0;
+    memcpy(p + 24, &n32, 4), memcpy(p + 28, &flags, 4);
     p += REC_HEAD;
     if (rb->width == 4) memcpy(p, ids, n * 4);
     else
@@ -188,6 +195,7 @@ static int runbuf_add(RunBuf *rb, Key k, uint64_t src, const uint32_t *ids, size
             uint16_t v = (uint16_t)ids[i];
             memcpy(p + 2 * i, &v, 2);
         }
+    if (rb->masked) memcpy(p + n * (size_t)rb->width, mask, n), p[n * (size_t)rb->width + n] = (uint8_t)eot;
     rb->idx[rb->n++] = (RunIdx){k, rb->len};
     rb->len += need;
     return 0;
@@ -220,7 +228,7 @@ static Status runbuf_flush(RunBuf *rb, const char *out, size_t i, Err *err) {
         const uint8_t *rec = rb->data + rb->idx[r].off;
         uint32_t nt;
         memcpy(&nt, rec + 24, 4);
-        size_t len = REC_HEAD + (size_t)nt * (size_t)rb->width;
+        size_t len = rec_bytes(nt, rb->width, rb->masked);
         if (on + len > (1u << 20)) {
             st = file_atomic_write(&f, obuf, on, err);
             on = 0;
@@ -257,6 +265,10 @@ static uint64_t config_hash(const PrepareOptions *o, const Inputs *in, int width
     XXH3_64bits_update(s, v, sizeof v);
     uint64_t lp = line_pieces_for(o, in); /* hashed only when on: other journals keep their hash */
     if (lp) XXH3_64bits_update(s, &lp, sizeof lp);
+    if (o->format == PREP_FORMAT_CHAT) { /* the template decides the ids (other formats hash as before) */
+        uint64_t t = 0x43484154u + (uint64_t)o->chat_template;
+        XXH3_64bits_update(s, &t, sizeof t);
+    }
     const char *sep = o->separator ? o->separator : "", *field = o->field ? o->field : "text";
     XXH3_64bits_update(s, sep, strlen(sep) + 1);
     XXH3_64bits_update(s, field, strlen(field) + 1);
@@ -284,6 +296,7 @@ static Status journal_write(const char *out, const Journal *j, const Inputs *in,
     cJSON_AddNumberToObject(o, "skipped_bad_json", (double)j->skips.bad_json);
     cJSON_AddNumberToObject(o, "skipped_missing_field", (double)j->skips.missing_field);
     cJSON_AddNumberToObject(o, "skipped_bad_utf8", (double)j->skips.bad_utf8);
+    cJSON_AddNumberToObject(o, "skipped_bad_chat", (double)j->skips.bad_chat);
     cJSON *a = cJSON_AddArrayToObject(o, "inputs");
     for (size_t i = 0; i < in->n; i++) {
         cJSON *x = cJSON_CreateObject();
@@ -332,6 +345,7 @@ static int journal_read(const char *out, uint64_t config, Journal *j, Inputs *in
         j->skips.bad_json = (uint64_t)NUM(o, "skipped_bad_json");
         j->skips.missing_field = (uint64_t)NUM(o, "skipped_missing_field");
         j->skips.bad_utf8 = (uint64_t)NUM(o, "skipped_bad_utf8");
+        j->skips.bad_chat = (uint64_t)NUM(o, "skipped_bad_chat");
         for (size_t i = 0; i < in->n; i++) {
             cJSON *x = cJSON_GetArrayItem(a, (int)i), *h = cJSON_GetObjectItemCaseSensitive(x, "xxh3_64");
             in->v[i].done = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x, "done"));
@@ -379,6 +393,11 @@ typedef struct {
     uint32_t **tids;
     size_t *tn, *tcap_ids, *tfirst;
     size_t ntask, taskcap;
+    /* chat: task t's mask bytes beside tids[t] (tmask[t][j] for tids[t][j]), each document's EOT flag */
+    const ChatFormat *chat;    /* NULL: plain encoding, no masks */
+    uint8_t **tmask;
+    size_t *tmcap;
+    uint8_t *eot_trained;
     /* where the reader stood after the batch's last document: applied to the inputs when the batch
      * is in the run buffer, so the journal never counts a document that is not in a written run */
     size_t input;              /* the input its documents come from (a batch never spans two) */
@@ -392,9 +411,10 @@ typedef struct {
 } Batch;
 
 static void batch_free(Batch *b) {
-    for (size_t t = 0; t < b->taskcap; t++) free(b->tids[t]);
+    for (size_t t = 0; t < b->taskcap; t++) free(b->tids[t]), free(b->tmask ? b->tmask[t] : NULL);
     free(b->text), free(b->off), free(b->len), free(b->key), free(b->idoff), free(b->nids);
     free(b->tids), free(b->tn), free(b->tcap_ids), free(b->tfirst);
+    free(b->tmask), free(b->tmcap), free(b->eot_trained);
     memset(b, 0, sizeof *b);
 }
 
@@ -411,7 +431,9 @@ static int batch_add(Batch *b, const uint8_t *p, size_t n) {
         if (i2) b->idoff = i2;
         size_t *n2 = realloc(b->nids, nc * sizeof *n2);
         if (n2) b->nids = n2;
-        if (!o2 || !l2 || !k2 || !i2 || !n2) return -1;
+        uint8_t *e2 = realloc(b->eot_trained, nc);
+        if (e2) b->eot_trained = e2;
+        if (!o2 || !l2 || !k2 || !i2 || !n2 || !e2) return -1;
         b->cap = nc;
     }
     if (b->tlen + n > b->tcap) {
@@ -450,7 +472,12 @@ static void batch_encode_range(Batch *b, const PrepareOptions *o, size_t t, size
         b->key[i] = (Key){h.high64, h.low64};
         Err e2;
         b->idoff[i] = b->tn[t];
-        if (tokenizer_encode(o->tok, p, b->len[i], &b->tids[t], &b->tn[t], &b->tcap_ids[t], &e2)) { /* appends */
+        int et = 0;
+        Status st = b->chat ? chat_render(b->chat, o->tok, p, b->len[i], 0, &b->tids[t], &b->tn[t], &b->tcap_ids[t],
+                                          &b->tmask[t], &b->tmcap[t], &et, &e2)
+                            : tokenizer_encode(o->tok, p, b->len[i], &b->tids[t], &b->tn[t], &b->tcap_ids[t], &e2);
+        b->eot_trained[i] = (uint8_t)et;
+        if (st) { /* appends */
 #pragma omp critical(prepare_encode_failed)
             if (!b->failed) b->failed = 1, b->efail = e2;
             b->tn[t] = b->idoff[i];
@@ -476,8 +503,12 @@ static int batch_spawn(Batch *b, const PrepareOptions *o) {
             if (t3) b->tcap_ids = t3;
             size_t *t4 = realloc(b->tfirst, nc * sizeof *t4);
             if (t4) b->tfirst = t4;
-            if (!t1 || !t2 || !t3 || !t4) return -1;
-            for (size_t t = b->taskcap; t < nc; t++) b->tids[t] = NULL, b->tcap_ids[t] = 0;
+            uint8_t **t5 = realloc(b->tmask, nc * sizeof *t5);
+            if (t5) b->tmask = t5;
+            size_t *t6 = realloc(b->tmcap, nc * sizeof *t6);
+            if (t6) b->tmcap = t6;
+            if (!t1 || !t2 || !t3 || !t4 || !t5 || !t6) return -1;
+            for (size_t t = b->taskcap; t < nc; t++) b->tids[t] = NULL, b->tcap_ids[t] = 0, b->tmask[t] = NULL, b->tmcap[t] = 0;
             b->taskcap = nc;
         }
         size_t t = b->ntask++;
@@ -513,7 +544,8 @@ static Status batch_finish(Reader *R, Batch *b, Err *err) {
     for (size_t t = 0; t < b->ntask; t++) {
         size_t e = t + 1 < b->ntask ? b->tfirst[t + 1] : b->n;
         for (size_t i = b->tfirst[t]; i < e; i++)
-            if (runbuf_add(&R->rb, b->key[i], b->len[i], b->tids[t] + b->idoff[i], b->nids[i]))
+            if (runbuf_add(&R->rb, b->key[i], b->len[i], b->tids[t] + b->idoff[i], b->nids[i],
+                           b->chat ? b->tmask[t] + b->idoff[i] : NULL, b->chat ? b->eot_trained[i] : 0))
                 return err_set(err, ST_ERR_RUNTIME, "prepare: out of memory (run buffer)");
     }
     R->j->docs += b->n;
@@ -525,7 +557,7 @@ static Status batch_finish(Reader *R, Batch *b, Err *err) {
         x->checksum = b->checksum;
         x->line_pieces = b->line_pieces;
         R->j->skips.bad_json += b->skips.bad_json, R->j->skips.missing_field += b->skips.missing_field;
-        R->j->skips.bad_utf8 += b->skips.bad_utf8;
+        R->j->skips.bad_utf8 += b->skips.bad_utf8, R->j->skips.bad_chat += b->skips.bad_chat;
         R->j->bytes_read += b->raw_bytes;
     }
     b->n = b->tlen = 0;
@@ -629,6 +661,7 @@ typedef struct {
     Key key;                   /* current record */
     uint64_t src;
     uint32_t ntok;
+    uint32_t flags;            /* REC_MASKED: n + 1 mask bytes follow the tokens */
     int live;
 } RunReader;
 
@@ -644,6 +677,7 @@ static Status rr_next(RunReader *r, Err *err) {
     r->key = (Key){get64(h), get64(h + 8)};
     r->src = get64(h + 16);
     memcpy(&r->ntok, h + 24, 4);
+    memcpy(&r->flags, h + 28, 4);
     r->left--;
     r->live = 1;
     return ST_OK;
@@ -657,13 +691,47 @@ typedef struct {
     size_t shards;
     uint64_t tokens, src;
     ShardMeta meta;
+    /* chat: the open shard's loss mask, packed bits (shard.h), written beside it at commit */
+    int masked;
+    uint8_t *bits;
+    size_t bits_cap;           /* bytes */
+    uint64_t trained;          /* trained targets of the split */
 } SplitWriter;
+
+/* Records the mask bits of k tokens just appended to the open shard (mask NULL: all `fill`). */
+static Status sw_mask_add(SplitWriter *s, const uint8_t *mask, int fill, size_t k, Err *err) {
+    if (!s->masked) return ST_OK;
+    size_t first = s->w.n - k, need = (s->w.n + 7) / 8;
+    if (need > s->bits_cap) {
+        size_t nc = s->bits_cap ? 2 * s->bits_cap : 4096;
+        while (nc < need) nc *= 2;
+        uint8_t *nb = realloc(s->bits, nc);
+        if (!nb) return err_set(err, ST_ERR_RUNTIME, "prepare: out of memory (loss mask)");
+        memset(nb + s->bits_cap, 0, nc - s->bits_cap);
+        s->bits = nb, s->bits_cap = nc;
+    }
+    for (size_t j = 0; j < k; j++)
+        if (mask ? mask[j] : fill) {
+            size_t i = first + j;
+            s->bits[i >> 3] |= (uint8_t)(1u << (i & 7));
+            s->trained++;
+        }
+    return ST_OK;
+}
 
 static Status sw_commit(SplitWriter *s, int *shards_this_call, Err *err) {
     if (!s->open) return ST_OK;
+    char path[sizeof s->w.f.path];
+    memcpy(path, s->w.f.path, sizeof path);
+    size_t n = s->w.n;
     Status st = shard_writer_commit(&s->w, s->src, err);
     shard_writer_abort(&s->w);
     s->open = 0;
+    /* the mask after its shard: it carries the hash of the shard's committed tokens */
+    if (!st && s->masked) {
+        st = shard_mask_write(path, s->bits, n, err);
+        memset(s->bits, 0, s->bits_cap);
+    }
     if (st) return st;
     s->shards++;
     s->src = 0;
@@ -674,8 +742,9 @@ static Status sw_commit(SplitWriter *s, int *shards_this_call, Err *err) {
 }
 
 /* Appends a document's ids and EOT, starting a new shard when one is full (a document may span two
- * shards; its source bytes count where its EOT is). */
-static Status sw_add(SplitWriter *s, const uint32_t *ids, size_t n, uint32_t eot, uint64_t doc_bytes, int *nsh, Err *err) {
+ * shards; its source bytes count where its EOT is). mask (chat): n + 1 bytes, the EOT's last. */
+static Status sw_add(SplitWriter *s, const uint32_t *ids, const uint8_t *mask, size_t n, uint32_t eot, uint64_t doc_bytes,
+                     int *nsh, Err *err) {
     size_t i = 0;
     for (;;) {
         if (s->open && s->w.n == s->o->shard_tokens) {
@@ -693,10 +762,12 @@ static Status sw_add(SplitWriter *s, const uint32_t *ids, size_t n, uint32_t eot
         if (i == n) {
             s->tokens++;
             s->src += doc_bytes;
-            return shard_writer_append(&s->w, &eot, 1, err);
+            Status st = shard_writer_append(&s->w, &eot, 1, err);
+            return st ? st : sw_mask_add(s, mask ? mask + n : NULL, 0, 1, err);
         }
         size_t k = n - i < room ? n - i : room;
         Status st = shard_writer_append(&s->w, ids + i, k, err);
+        if (!st) st = sw_mask_add(s, mask ? mask + i : NULL, 0, k, err);
         if (st) return st;
         s->tokens += k;
         i += k;
@@ -727,9 +798,17 @@ static void heap_down(Merge *m, size_t i) {
 }
 
 /* Reads the tokens of run r's current record into *buf (u32), then advances r and the heap. */
-static Status merge_take(Merge *m, int width, uint32_t **buf, size_t *cap, Key *k, uint64_t *src, size_t *ntok, Err *err) {
+static Status merge_take(Merge *m, int width, uint32_t **buf, size_t *cap, uint8_t **mbuf, size_t *mcap, Key *k,
+                         uint64_t *src, size_t *ntok, Err *err) {
     RunReader *r = &m->r[m->heap[0]];
     *k = r->key, *src = r->src, *ntok = r->ntok;
+    if ((r->flags & REC_MASKED) && *ntok + 1 > *mcap) {
+        size_t nc = *mcap ? *mcap : 4096;
+        while (nc < *ntok + 1) nc *= 2;
+        uint8_t *nb = realloc(*mbuf, nc);
+        if (!nb) return err_set(err, ST_ERR_RUNTIME, "prepare: out of memory (a document of %zu tokens)", *ntok);
+        *mbuf = nb, *mcap = nc;
+    }
     if (*ntok > *cap) {
         size_t nc = *cap ? *cap : 4096;
         while (nc < *ntok) nc *= 2;
@@ -744,6 +823,8 @@ static Status merge_take(Merge *m, int width, uint32_t **buf, size_t *cap, Key *
         if (fread(t, 2, *ntok, r->f) != *ntok) return err_set(err, ST_ERR_RUNTIME, "%s: truncated run", r->path);
         for (size_t i = 0; i < *ntok; i++) (*buf)[i] = t[i];
     }
+    if ((r->flags & REC_MASKED) && fread(*mbuf, 1, *ntok + 1, r->f) != *ntok + 1)
+        return err_set(err, ST_ERR_RUNTIME, "%s: truncated run", r->path);
     Status st = rr_next(r, err);
     if (st) return st;
     if (!r->live) m->heap[0] = m->heap[--m->nh];
@@ -786,7 +867,8 @@ static void merge_close(Merge *m) {
 static Status merge_skip_equal(Merge *m, Key k, int width, PrepareStats *s, uint64_t *merged, Err *err) {
     while (m->nh && key_cmp(m->r[m->heap[0]].key, k) == 0) {
         RunReader *r = &m->r[m->heap[0]];
-        if (fseek(r->f, (long)((size_t)r->ntok * (size_t)width), SEEK_CUR) != 0)
+        size_t skip = (size_t)r->ntok * (size_t)width + ((r->flags & REC_MASKED) ? (size_t)r->ntok + 1 : 0);
+        if (fseek(r->f, (long)skip, SEEK_CUR) != 0)
             return err_set(err, ST_ERR_RUNTIME, "%s: seek failed", r->path);
         Status st = rr_next(r, err);
         if (st) return st;
@@ -807,6 +889,7 @@ static void split_writers_init(SplitWriter sw[2], const PrepareOptions *o) {
         /* word [8] only where it says something: shards of EOT-last tokenizers stay as before */
         sw[w].meta.eot_plus1 = eot + 1 == vocab ? 0 : eot + 1;
         sw[w].meta.version = o->shard_version;
+        sw[w].masked = o->format == PREP_FORMAT_CHAT;
     }
 }
 
@@ -860,7 +943,8 @@ static Status merge_runs(const PrepareOptions *o, const char *what, int text, si
     memset(sw, 0, sizeof sw);
     split_writers_init(sw, o);
     uint32_t *buf = NULL, eot = tokenizer_eot(o->tok);
-    size_t cap = 0;
+    uint8_t *mbuf = NULL;
+    size_t cap = 0, mcap = 0;
     int nsh = 0;
     /* validation: high 64 key bits below val_fraction * 2^64 (computed in long double) */
     uint64_t thr = (uint64_t)((long double)o->val_fraction * 18446744073709551616.0L), unique = 0, merged = 0;
@@ -871,7 +955,7 @@ static Status merge_runs(const PrepareOptions *o, const char *what, int text, si
         Key k;
         uint64_t src;
         size_t nt;
-        if ((st = merge_take(&m, width, &buf, &cap, &k, &src, &nt, err)) != ST_OK) break;
+        if ((st = merge_take(&m, width, &buf, &cap, &mbuf, &mcap, &k, &src, &nt, err)) != ST_OK) break;
         merged++;
         if (o->dedup && unique && key_cmp(k, last) == 0) {
             s->duplicates++;
@@ -886,7 +970,7 @@ static Status merge_runs(const PrepareOptions *o, const char *what, int text, si
             val = m.nh > 0;
         }
         unique++;
-        if ((st = sw_add(&sw[val], buf, nt, eot, src, &nsh, err)) != ST_OK) break;
+        if ((st = sw_add(&sw[val], buf, sw[val].masked ? mbuf : NULL, nt, eot, src, &nsh, err)) != ST_OK) break;
         if (val) s->val_docs++;
         else s->train_docs++, s->nopack_rows += o->seq_len > 0 ? loader_nopack_rows(nt + 1, o->seq_len) : 0;
         s->bytes += src;
@@ -903,10 +987,14 @@ static Status merge_runs(const PrepareOptions *o, const char *what, int text, si
     }
     s->train_tokens = sw[0].tokens, s->val_tokens = sw[1].tokens;
     s->train_shards = sw[0].shards, s->val_shards = sw[1].shards;
-    for (int w = 0; w < 2; w++)
+    s->train_trained = sw[0].trained, s->val_trained = sw[1].trained;
+    for (int w = 0; w < 2; w++) {
         if (sw[w].open) shard_writer_abort(&sw[w].w);
+        free(sw[w].bits);
+    }
     merge_close(&m);
     free(buf);
+    free(mbuf);
     return st;
 }
 
@@ -924,8 +1012,9 @@ static Status write_manifest(const PrepareOptions *o, const Inputs *in, const Pr
     cJSON_AddNumberToObject(t, "vocab_size", tokenizer_vocab_size(o->tok));
     cJSON_AddNumberToObject(t, "eot", tokenizer_eot(o->tok));
     cJSON *f = cJSON_AddObjectToObject(m, "options");
-    const char *fmt[] = {"auto", "text", "jsonl", "wikitext"};
+    const char *fmt[] = {"auto", "text", "jsonl", "wikitext", "chat"};
     cJSON_AddStringToObject(f, "format", fmt[o->format]);
+    if (o->format == PREP_FORMAT_CHAT) cJSON_AddStringToObject(f, "chat_template", chat_template_name(s->chat_template));
     cJSON_AddStringToObject(f, "separator", o->separator ? o->separator : "");
     cJSON_AddStringToObject(f, "field", o->field ? o->field : "text");
     cJSON_AddNumberToObject(f, "val_fraction", o->val_fraction);
@@ -954,6 +1043,7 @@ static Status write_manifest(const PrepareOptions *o, const Inputs *in, const Pr
     cJSON_AddNumberToObject(r, "skipped_bad_json", (double)s->skips.bad_json);
     cJSON_AddNumberToObject(r, "skipped_missing_field", (double)s->skips.missing_field);
     cJSON_AddNumberToObject(r, "skipped_bad_utf8", (double)s->skips.bad_utf8);
+    if (o->format == PREP_FORMAT_CHAT) cJSON_AddNumberToObject(r, "skipped_bad_chat", (double)s->skips.bad_chat);
     cJSON_AddNumberToObject(r, "train_documents", (double)s->train_docs);
     cJSON_AddNumberToObject(r, "val_documents", (double)s->val_docs);
     cJSON_AddNumberToObject(r, "bytes", (double)s->bytes);
@@ -963,6 +1053,11 @@ static Status write_manifest(const PrepareOptions *o, const Inputs *in, const Pr
     cJSON_AddNumberToObject(r, "bytes_per_token", toks ? (double)s->bytes / (double)toks : 0.0);
     cJSON_AddNumberToObject(r, "train_shards", (double)s->train_shards);
     cJSON_AddNumberToObject(r, "val_shards", (double)s->val_shards);
+    if (o->format == PREP_FORMAT_CHAT) { /* a .mask beside every shard (docs/formats.md) */
+        cJSON_AddBoolToObject(r, "loss_masks", 1);
+        cJSON_AddNumberToObject(r, "train_trained_tokens", (double)s->train_trained);
+        cJSON_AddNumberToObject(r, "val_trained_tokens", (double)s->val_trained);
+    }
     char *text = cJSON_Print(m);
     cJSON_Delete(m);
     if (!text) return err_set(err, ST_ERR_RUNTIME, "out of memory");
@@ -979,8 +1074,9 @@ static Status write_manifest(const PrepareOptions *o, const Inputs *in, const Pr
 /* ================================================================== 7. prepare_run */
 
 /* Removes <prefix>_NNNNNN.bin left by an earlier run with more shards, so a glob sees only ours,
- * and temporaries of shards an interrupted call was writing. */
-static void remove_stale(const char *dir, const char *prefix, size_t from) {
+ * temporaries of shards an interrupted call was writing, and every <prefix>_NNNNNN.mask that is not
+ * ours (index >= masks_kept: all of them after a text prepare, so old masks never meet new tokens). */
+static void remove_stale(const char *dir, const char *prefix, size_t from, size_t masks_kept) {
     for (size_t i = from;; i++) {
         char path[4200];
         snprintf(path, sizeof path, "%s/%s_%06zu.bin", dir, prefix, i);
@@ -989,12 +1085,17 @@ static void remove_stale(const char *dir, const char *prefix, size_t from) {
     DIR *d = opendir(dir);
     if (!d) return;
     size_t pl = strlen(prefix);
-    for (struct dirent *e; (e = readdir(d));)
-        if (!strncmp(e->d_name, prefix, pl) && e->d_name[pl] == '_' && strstr(e->d_name, ".bin.tmp.")) {
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, prefix, pl) || e->d_name[pl] != '_') continue;
+        char *end;
+        unsigned long long idx = strtoull(e->d_name + pl + 1, &end, 10);
+        int stale_mask = end != e->d_name + pl + 1 && !strcmp(end, ".mask") && idx >= masks_kept;
+        if (strstr(e->d_name, ".bin.tmp.") || strstr(e->d_name, ".mask.tmp") || stale_mask) {
             char path[4600];
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
             unlink(path);
         }
+    }
     closedir(d);
 }
 
@@ -1064,10 +1165,15 @@ Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
     if ((st = collect_inputs(&in, o, err)) != ST_OK) goto done;
     uint32_t vocab = tokenizer_vocab_size(o->tok);
     int width = o->shard_version == SHARD_VERSION_U32 || vocab > 65536 ? 4 : 2;
+    ChatFormat chat;
+    if (o->format == PREP_FORMAT_CHAT && (st = chat_format_init(&chat, o->chat_template, o->tok, err)) != ST_OK) goto done;
+    s.chat_template = o->format == PREP_FORMAT_CHAT ? chat.t : CHAT_TEMPLATE_AUTO;
     if ((st = work_begin(o, &in, width, &j, &s.resumed_files, err)) != ST_OK) goto done;
     if (!j.read_done) {
         R.o = o, R.in = &in, R.j = &j;
         R.rb.width = width;
+        R.rb.masked = o->format == PREP_FORMAT_CHAT;
+        R.b[0].chat = R.b[1].chat = R.rb.masked ? &chat : NULL;
         R.threads = o->threads > 0 ? o->threads : omp_get_max_threads();
         R.batch_bytes = o->run_bytes / 4 < BATCH_BYTES ? o->run_bytes / 4 : BATCH_BYTES;
         R.t0 = omp_get_wtime();
@@ -1093,8 +1199,9 @@ Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
     int text = 0;
     for (size_t i = 0; i < in.n; i++) text |= docsource_format_of(in.v[i].path, o->format) == PREP_FORMAT_TEXT;
     if ((st = merge_runs(o, what, text, j.runs, width, &s, err)) != ST_OK) goto done;
-    remove_stale(o->out_dir, "train", s.train_shards);
-    remove_stale(o->out_dir, "val", s.val_shards);
+    int masked = o->format == PREP_FORMAT_CHAT;
+    remove_stale(o->out_dir, "train", s.train_shards, masked ? s.train_shards : 0);
+    remove_stale(o->out_dir, "val", s.val_shards, masked ? s.val_shards : 0);
     if (s.nopack_rows) s.nopack_utilization = (double)s.train_tokens / ((double)s.nopack_rows * o->seq_len);
     if ((st = write_manifest(o, &in, &s, width, err)) != ST_OK) goto done;
     work_dir_clear(o->out_dir, 1);

@@ -21,6 +21,9 @@
  * Line pieces: when a validation split is asked for, the separator is "" and the corpus is one text
  * input, that input is read with DocReaderOptions.line_pieces = PREP_LINE_PIECE_BYTES: a text
  * without blank lines, which would be a single document and no split, is cut at line ends.
+ * Format chat (chat.h, docs/finetune.md): each document is a conversation rendered by the chat
+ * template into ids and a per-token loss mask; the mask travels with the ids through runs and merge
+ * and is written beside each shard (X.mask beside X.bin, shard.h) after the shard.
  * The shards are thus a function of the set of documents, the seed and the tokenizer: not of the
  * thread count, the order of the inputs, how the corpus is cut into files, nor of interruptions
  * (a rerun with the same inputs and options resumes after the last run written).
@@ -35,6 +38,7 @@
 
 #include "core/status.h"
 #include "data/bpe.h"
+#include "data/chat.h"
 #include "data/docsource.h"
 
 /* Line pieces: with a validation split asked for and --separator "" (documents end at blank lines),
@@ -60,7 +64,9 @@ typedef struct {
     PrepareFormat format;      /* default AUTO */
     const char *separator;     /* document separator line for text files; default "<|endoftext|>" */
     const char *field;         /* JSON Lines: the string field of the text; default "text" */
-    int skip_bad;              /* count and skip bad records (bad JSON, no field, invalid UTF-8); default 0 */
+    int skip_bad;              /* count and skip bad records (bad JSON, no field, invalid UTF-8, a bad
+                                  conversation); default 0 */
+    ChatTemplate chat_template; /* format chat: the template (chat.h); default AUTO (by the tokenizer) */
     int allow_invalid_utf8;    /* keep documents with invalid UTF-8 (encoded as bytes); default 0 */
     double val_fraction;       /* share of (unique) documents for validation, by key; default 0.05 */
     long val_docs;             /* if >= 0: the val_docs documents of smallest key (overrides fraction); default -1 */
@@ -92,6 +98,8 @@ typedef struct {
     uint64_t bytes;            /* text bytes of the kept documents */
     uint64_t train_tokens, val_tokens; /* EOTs included */
     size_t train_shards, val_shards;
+    uint64_t train_trained, val_trained; /* format chat: trained targets (mask bits set) per split */
+    ChatTemplate chat_template; /* format chat: the template used (AUTO resolved) */
     size_t runs;               /* sorted runs merged */
     uint64_t line_pieces;      /* >= 2: the corpus, one text input without blank lines, was cut into this
                                   many pieces at line ends (PREP_LINE_PIECE_BYTES); 0: not cut */

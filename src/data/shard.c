@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 static uint32_t rd32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -23,6 +24,11 @@ static void wr32(uint8_t *p, uint32_t v) {
 
 void shard_close(Shard *s) {
     if (s->map) munmap(s->map, s->map_bytes);
+    if (s->mask_map) munmap(s->mask_map, s->mask_map_bytes);
+    s->mask_map = NULL;
+    s->mask_map_bytes = 0;
+    s->mask = NULL;
+    s->mask_trained = 0;
     s->map = NULL;
     s->map_bytes = 0;
     s->tokens = NULL;
@@ -258,3 +264,107 @@ Status shard_writer_commit(ShardWriter *w, uint64_t source_bytes, Err *err) {
 }
 
 void shard_writer_abort(ShardWriter *w) { file_atomic_abort(&w->f); }
+
+/* ------------------------------------------------------------------ loss masks */
+
+static uint64_t rd64(const uint8_t *p) { return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32; }
+static void wr64(uint8_t *p, uint64_t v) { wr32(p, (uint32_t)v), wr32(p + 4, (uint32_t)(v >> 32)); }
+
+void shard_mask_path(char *out, size_t cap, const char *shard_path) {
+    size_t n = strlen(shard_path);
+    if (n >= 4 && !strcmp(shard_path + n - 4, ".bin")) snprintf(out, cap, "%.*s.mask", (int)(n - 4), shard_path);
+    else snprintf(out, cap, "%s.mask", shard_path);
+}
+
+uint64_t shard_tokens_hash(const Shard *s) { return XXH3_64bits(s->tokens, s->ntok * (size_t)s->elem_bytes); }
+
+static uint64_t popcount_bytes(const uint8_t *b, size_t nbytes) {
+    uint64_t c = 0;
+    for (size_t i = 0; i < nbytes; i++) c += (uint64_t)__builtin_popcount(b[i]);
+    return c;
+}
+
+Status shard_mask_open(Shard *s, Err *err) {
+    char path[1100];
+    shard_mask_path(path, sizeof path, s->path);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        if (errno == ENOENT) return ST_OK; /* no mask: every target is trained */
+        return err_set(err, ST_ERR_INPUT, "%s: expected a readable mask file, found %s", path, strerror(errno));
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return err_set(err, ST_ERR_INPUT, "%s: expected a regular file (a loss mask)", path);
+    }
+    size_t want = SHARD_MASK_HEADER + (s->ntok + 7) / 8;
+    if ((size_t)sb.st_size < SHARD_MASK_HEADER) {
+        close(fd);
+        return err_set(err, ST_ERR_INPUT, "%s: expected a %d-byte mask header, found a file of %lld bytes", path,
+                       SHARD_MASK_HEADER, (long long)sb.st_size);
+    }
+    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return err_set(err, ST_ERR_RUNTIME, "%s: mmap failed (%s)", path, strerror(errno));
+    const uint8_t *h = map;
+    uint32_t magic = rd32(h), version = rd32(h + 4), bits = rd32(h + 32);
+    uint64_t count = rd64(h + 8), hash = rd64(h + 16), trained = rd64(h + 24);
+    Status st = ST_OK;
+    if (magic != SHARD_MASK_MAGIC || version != SHARD_MASK_VERSION || bits != 1)
+        st = err_set(err, ST_ERR_INPUT, "%s: expected mask magic/version/bits %d/%d/1, found %u/%u/%u", path,
+                     SHARD_MASK_MAGIC, SHARD_MASK_VERSION, magic, version, bits);
+    else if (count != s->ntok)
+        st = err_set(err, ST_ERR_INPUT, "%s: expected a mask of %zu tokens (its shard %s), found %llu", path, s->ntok,
+                     s->path, (unsigned long long)count);
+    else if ((size_t)sb.st_size != want)
+        st = err_set(err, ST_ERR_INPUT, "%s: expected %zu bytes for %zu tokens, found a file of %lld bytes", path, want,
+                     s->ntok, (long long)sb.st_size);
+    else if (hash != shard_tokens_hash(s))
+        st = err_set(err, ST_ERR_INPUT, "%s: expected the hash of its shard's tokens %016llx, found %016llx (the mask "
+                     "was written for other tokens)", path, (unsigned long long)shard_tokens_hash(s),
+                     (unsigned long long)hash);
+    else if (popcount_bytes(h + SHARD_MASK_HEADER, (s->ntok + 7) / 8) != trained ||
+             (s->ntok % 8 && (h[want - 1] >> (s->ntok % 8)) != 0))
+        st = err_set(err, ST_ERR_INPUT, "%s: expected %llu trained tokens (header) and zero padding bits, found %llu bits "
+                     "set (a corrupt mask)", path, (unsigned long long)trained,
+                     (unsigned long long)popcount_bytes(h + SHARD_MASK_HEADER, (s->ntok + 7) / 8));
+    if (st != ST_OK) {
+        munmap(map, (size_t)sb.st_size);
+        return st;
+    }
+    s->mask_map = map;
+    s->mask_map_bytes = (size_t)sb.st_size;
+    s->mask = h + SHARD_MASK_HEADER;
+    s->mask_trained = trained;
+    return ST_OK;
+}
+
+Status shard_mask_write(const char *shard_path, const uint8_t *bits, size_t n, Err *err) {
+    Shard sh;
+    Status st = shard_open(&sh, shard_path, err);
+    if (st) return st;
+    char path[1100];
+    shard_mask_path(path, sizeof path, shard_path);
+    if (sh.ntok != n) {
+        shard_close(&sh);
+        return err_set(err, ST_ERR_INPUT, "%s: expected a mask of %zu tokens (its shard's), found %zu", path, sh.ntok, n);
+    }
+    size_t nb = (n + 7) / 8;
+    if (n % 8 && (bits[nb - 1] >> (n % 8)) != 0) {
+        shard_close(&sh);
+        return err_set(err, ST_ERR_INPUT, "%s: expected zero padding bits after token %zu, found some set", path, n);
+    }
+    uint64_t trained = popcount_bytes(bits, nb);
+    uint8_t hdr[SHARD_MASK_HEADER];
+    memset(hdr, 0, sizeof hdr);
+    wr32(hdr, SHARD_MASK_MAGIC);
+    wr32(hdr + 4, SHARD_MASK_VERSION);
+    wr64(hdr + 8, n);
+    wr64(hdr + 16, shard_tokens_hash(&sh));
+    wr64(hdr + 24, trained);
+    wr32(hdr + 32, 1);
+    shard_close(&sh);
+    const void *bufs[2] = {hdr, bits};
+    size_t lens[2] = {sizeof hdr, nb};
+    return file_write_atomic(path, bufs, lens, 2, err);
+}

@@ -39,6 +39,11 @@ typedef struct {
     const void *tokens;
     size_t ntok;
     ShardMeta meta;
+    /* The loss mask beside the shard (shard_mask_open; NULL: none, every target trained). */
+    void *mask_map;
+    size_t mask_map_bytes;
+    const uint8_t *mask;   /* bit i (LSB first) of byte i/8: token i is a trained target */
+    uint64_t mask_trained; /* bits set */
 } Shard;
 
 /* Maps and validates a shard: magic/version, header count vs file size. Errors name the path,
@@ -49,6 +54,36 @@ void shard_close(Shard *s);
 static inline uint32_t shard_token(const Shard *s, size_t i) {
     return s->elem_bytes == 2 ? ((const uint16_t *)s->tokens)[i] : ((const uint32_t *)s->tokens)[i];
 }
+
+/* ------------------------------------------------------------------ loss masks (SFT)
+ * Beside a token shard X.bin (any other name: X + ".mask"), X.mask holds one bit per token: 1 = the
+ * token is a trained *target* (the loss counts predicting it from the token before), 0 = it is not
+ * (prompt, template, padding). Byte layout (docs/formats.md "Mask shards"): a 64-byte header
+ *   [0] u32 magic 20261126  [4] u32 version 1  [8] u64 token count n  [16] u64 XXH3-64 (seed 0) of the
+ *   token shard's token bytes (the file from byte 1024 on)  [24] u64 bits set  [32] u32 bits per token
+ *   (1)  [36..64) reserved 0
+ * then ceil(n/8) bytes of bits. The hash ties a mask to the exact tokens it was written for. */
+#define SHARD_MASK_MAGIC 20261126
+#define SHARD_MASK_VERSION 1
+#define SHARD_MASK_HEADER 64
+
+/* The mask path of a token shard: X.bin -> X.mask, anything else X -> X.mask. */
+void shard_mask_path(char *out, size_t cap, const char *shard_path);
+
+/* XXH3-64 (seed 0) of the shard's token bytes as stored. */
+uint64_t shard_tokens_hash(const Shard *s);
+
+/* Opens the mask beside an open shard when there is one (s->mask NULL when the file is absent) and
+ * validates it: size, magic, version, bits per token, count = the shard's, hash = the shard's tokens,
+ * bits set = the header's count. Errors (ST_ERR_INPUT) name the mask file, expected and found. */
+Status shard_mask_open(Shard *s, Err *err);
+
+static inline int shard_mask_bit(const Shard *s, size_t i) { return (s->mask[i >> 3] >> (i & 7)) & 1; }
+
+/* Writes the mask of the (committed) token shard at shard_path crash-safely: bits holds ceil(n/8)
+ * packed bytes as in the file (bit i & 7 of byte i >> 3: token i trained; padding bits 0, checked), n
+ * must be the shard's token count (checked); the hash is read from the shard itself. */
+Status shard_mask_write(const char *shard_path, const uint8_t *bits, size_t n, Err *err);
 
 /* Index of the first token >= vocab, or SIZE_MAX if every token is below vocab. */
 size_t shard_find_token_at_least(const Shard *s, uint32_t vocab);

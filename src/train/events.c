@@ -184,7 +184,10 @@ void ev_start(EventLog *lg, const StartEvent *e) {
     add_num(o, "peak_flops_job", e->peak_flops_job);
     cJSON_AddStringToObject(o, "peak_source", e->peak_given ? "given" : "measured");
     cJSON_AddStringToObject(o, "peak_kind", e->peak_given ? "given" : e->peak_kind);
+    add_num(o, "peak_probe_flops", e->peak_probe_flops);
+    add_num(o, "peak_gemm_flops", e->peak_gemm_flops);
     add_num(o, "data_utilization", e->data_utilization);
+    cJSON_AddBoolToObject(o, "loss_masks", e->loss_masks);
     add_num(o, "resumed_from_step", (double)e->resumed_from_step);
     cJSON *rs = cJSON_AddObjectToObject(o, "resume");
     cJSON_AddStringToObject(rs, "requested", e->resume_requested ? e->resume_requested : "");
@@ -338,11 +341,12 @@ void ev_spike(EventLog *lg, const SpikeEvent *e) {
     emit(lg, o);
 }
 
-void ev_val(EventLog *lg, long step, double loss, double ms) {
+void ev_val(EventLog *lg, long step, double loss, double tokens, double ms) {
     cJSON *o = event("val");
     add_num(o, "step", (double)step);
     add_num(o, "loss", loss);
     add_num(o, "perplexity", exp(loss));
+    add_num(o, "tokens", tokens);
     add_num(o, "time_ms", ms);
     emit(lg, o);
 }

@@ -7,7 +7,9 @@
  *   start     schema_version, config{...}, build{git_commit, compiler, gemm, threads, command},
  *             effective_batch{sequences, tokens}, num_params, flops_per_token, world,
  *             peak_flops (this rank), peak_flops_job (sum over ranks: the MFU denominator),
- *             peak_source, peak_kind, data_utilization, resumed_from_step,
+ *             peak_source, peak_kind, peak_probe_flops and peak_gemm_flops (this rank's two
+ *             measurements, peak_flops their max; 0 when given), data_utilization, loss_masks (the
+ *             training shards carry loss masks, docs/finetune.md), resumed_from_step,
  *             resume{requested, found, checkpoint, note}, plan{step_ms, tokens_per_s, mfu,
  *             num_params, memory_total}, memory_planned{category: bytes}
  *   memory    (at start) measured{category: bytes}, planned{4 state categories}, measured_by_rank
@@ -16,7 +18,9 @@
  *             rss_anon_above_baseline, rss_unaccounted, allocated_total_by_rank[],
  *             rss_anon_above_baseline_by_rank[]
  *   step      step, batch, loss, lr, grad_norm, grad_norm_clipped, grad_norm_by_rank[], applied,
- *             loss_scale (fp16), tokens, tokens_seen, tokens_per_s, mfu, elapsed_s, eta_s,
+ *             loss_scale (fp16), tokens (the step's trained targets: the loss denominator, below
+ *             the batch's tokens with loss masks or no-pack padding), tokens_seen (batch tokens
+ *             times steps), tokens_per_s, mfu, elapsed_s, eta_s,
  *             comm_bytes, comm_bytes_by_kind{kind: bytes}, step_ms_max, step_ms_median,
  *             time_ms{total, data, forward, backward, comm, comm_dp, comm_tp, optimizer,
  *             checkpoint[, hessian]} (comm = comm_dp + comm_tp: exposed waits in the dp/world collectives and
@@ -32,7 +36,8 @@
  *             "final_norm", the raw gradient's L2 norm (before clipping, fp16 unscaled), the
  *             weights' norm before the update, the norm of the update w_after - w_before, and
  *             update_norm / weight_norm)
- *   val       step, loss, perplexity, time_ms
+ *   val       step, loss, perplexity, tokens (the validated targets: with loss masks the trained
+ *             ones, the loss is their mean), time_ms
  *   spike | nonfinite   step, batch, metric, value, median, z, action, tokens_seen
  *   stall     step, why
  *   skip      step, batch
@@ -75,7 +80,9 @@ typedef struct {
     const char *command;        /* may be NULL */
     long long batch_seqs, batch_tokens, num_params;
     double flops_per_token, peak_flops, peak_flops_job, data_utilization;
+    double peak_probe_flops, peak_gemm_flops; /* train/machine_peak.h */
     int world, peak_given;
+    int loss_masks;             /* the training data has loss masks (SFT): step tokens = trained targets */
     const char *peak_kind;
     long resumed_from_step;
     const char *resume_requested, *resume_checkpoint, *resume_note;
@@ -146,7 +153,7 @@ typedef struct {
 } SpikeEvent;
 void ev_spike(EventLog *lg, const SpikeEvent *e);
 
-void ev_val(EventLog *lg, long step, double loss, double ms);
+void ev_val(EventLog *lg, long step, double loss, double tokens, double ms);
 void ev_stall(EventLog *lg, long step, const char *why);
 void ev_skip(EventLog *lg, long step, long batch);
 void ev_rollback(EventLog *lg, long step, long to_step, long batch, const char *checkpoint);

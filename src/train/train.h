@@ -41,7 +41,9 @@ typedef struct {
     uint64_t data_seed;      /* data order */
 
     int threads;
-    double peak_flops;       /* 0: measure at start */
+    double peak_flops;       /* 0: measure at start (train/machine_peak.h) */
+    char peak_cache[1024];   /* the measured peaks' cache file ("" = none: measure every start) */
+    int remeasure_peak;      /* 1: measure the peak even when the cache has it, and update the cache */
     int have_hw;             /* hw holds a hardware profile (--hardware) for the plan's prediction */
     PlanHardware hw;
     int val_every;           /* 0: only at the end (if val_data) */

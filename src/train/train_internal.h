@@ -20,6 +20,7 @@
 #include "ckpt/shard.h"
 #include "core/mem.h"
 #include "core/peak.h"
+#include "train/machine_peak.h"
 #include "core/progress.h"
 #include "core/stats.h"
 #include "core/rng.h"
@@ -89,7 +90,8 @@ typedef struct {
     long long batch_seqs, batch_tokens;
     double fpt;                 /* model FLOPs per token */
     double peak, peak_job;      /* this rank's peak FLOP/s, and the sum over ranks (MFU's denominator) */
-    const char *peak_kind;
+    const char *peak_kind;      /* what gave `peak` (mpeak.kind, or "given") */
+    MachinePeak mpeak;          /* the probe's and the GEMM's figures (zero when --peak-gflops) */
     PlanResult plan;
     int have_plan;
     size_t rss_base;            /* resident anonymous memory before the run allocated anything */

@@ -18,6 +18,7 @@
 #include "ckpt/shard.h"
 #include "core/mem.h"
 #include "core/peak.h"
+#include "train/machine_peak.h"
 #include "core/progress.h"
 #include "core/stats.h"
 #include "core/rng.h"
@@ -372,9 +373,17 @@ Status tr_setup_accounting(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
     int B = c->micro_batch, T = c->seq_len, k = c->grad_accum, nt = c->threads;
     r->acct.peak = c->peak_flops;
-    r->acct.peak_kind = "fp32 FMA";
-    if (!(r->acct.peak > 0) && c->bf16 && !c->fp16) r->acct.peak = peak_measure_bf16(nt, 200.0), r->acct.peak_kind = "bf16 dot product";
-    if (!(r->acct.peak > 0)) r->acct.peak = peak_measure_fp32(nt, 200.0), r->acct.peak_kind = "fp32 FMA";
+    r->acct.peak_kind = "given";
+    if (!(r->acct.peak > 0)) {
+        /* The best of the FMA probe and a compute-bound GEMM of the precision the GEMMs run in
+         * (fp16 is emulated in fp32), so MFU stays below 1 (train/machine_peak.h). */
+        MachinePeakOptions po = machine_peak_default_options();
+        po.threads = nt, po.bf16 = c->bf16 && !c->fp16, po.cache_path = c->peak_cache, po.remeasure = c->remeasure_peak;
+        po.probe_scale = c->faults.peak_probe_scale, po.no_gemm = c->faults.peak_no_gemm;
+        Status pst = machine_peak_resolve(&r->acct.mpeak, &po, err);
+        if (pst != ST_OK) return pst;
+        r->acct.peak = r->acct.mpeak.best, r->acct.peak_kind = r->acct.mpeak.kind;
+    }
     r->acct.peak_job = r->acct.peak;
     Status st = comm_allreduce_f64(r->comm, &r->acct.peak_job, 1, COMM_SUM, err);
     if (st != ST_OK) return st;
@@ -423,12 +432,13 @@ Status tr_announce(Run *r, Err *err) {
                    "logits x %.4g, embeddings x %g, attention 1/hs\n", model_width_mult(m), m->n_embd,
                    m->mup_base_width, 1.0 / model_width_mult(m), 1.0 / model_width_mult(m), model_logit_mult(m),
                    m->mup_input_alpha);
-        printf("data: %zu train tokens in %d shard(s), %llu rows of %d+1 (%s, utilization %.1f%%)%s\n",
+        printf("data: %zu train tokens in %d shard(s), %llu rows of %d+1 (%s, utilization %.1f%%)%s%s\n",
                r->train.total_tokens, r->train.nshards, (unsigned long long)r->train.nwin, T,
                c->no_pack ? "one document per row, padding masked"
                : c->model.doc_mask ? "packed, document-masked: attention within each EOT-closed document"
                                    : "packed",
                100 * util,
+               r->train.masked ? ", loss masks: only trained targets count (the loss is their mean over the step)" : "",
                r->val.nshards ? "" : ", no validation data");
         printf("batch: micro-batch %d x seq %d x accumulation %d%s = %lld sequences = %lld tokens per step\n", B, T, k,
                r->dp > 1 ? " x dp" : "", r->acct.batch_seqs, r->acct.batch_tokens);
@@ -446,7 +456,8 @@ Status tr_announce(Run *r, Err *err) {
     StartEvent se = {.config = r->config, .threads = nt, .command = c->argv_joined, .batch_seqs = r->acct.batch_seqs,
                      .batch_tokens = r->acct.batch_tokens, .num_params = nparams, .flops_per_token = r->acct.fpt,
                      .peak_flops = r->acct.peak, .peak_flops_job = r->acct.peak_job, .data_utilization = util,
-                     .world = r->world, .peak_given = c->peak_flops > 0, .peak_kind = r->acct.peak_kind,
+                     .loss_masks = r->train.masked, .world = r->world, .peak_given = c->peak_flops > 0, .peak_kind = r->acct.peak_kind,
+                     .peak_probe_flops = r->acct.mpeak.probe, .peak_gemm_flops = r->acct.mpeak.gemm,
                      .resumed_from_step = r->rs.step, .resume_requested = c->resume,
                      .resume_checkpoint = r->rs.path, .resume_note = r->rs.note,
                      .resume_read_bytes = (double)r->res->resume_read_bytes, .have_plan = r->acct.have_plan};

@@ -48,7 +48,8 @@
 /* Mean loss over `batches` sequential micro-batches of the validation stream. With a pipeline
  * (pr non-NULL) the micro-batches go through the stages and the last stage's sum is shared over
  * the world (NaN everywhere if a message failed). */
-static double validate_loss(Gpt *g, Loader *val, int batches, int32_t *inp, int32_t *tgt, PpRun *pr, Comm *c) {
+static double validate_loss(Gpt *g, Loader *val, int batches, int32_t *inp, int32_t *tgt, PpRun *pr, Comm *c,
+                            double *tokens) {
     int B = g->s.B, T = g->s.T;
     uint64_t avail = val->nwin / (uint64_t)B;
     if ((uint64_t)batches > avail) batches = (int)(avail ? avail : 1);
@@ -70,6 +71,7 @@ static double validate_loss(Gpt *g, Loader *val, int batches, int32_t *inp, int3
         Err e;
         if (comm_allreduce_f64(c, &sum, 1, COMM_SUM, &e) != ST_OK) sum = NAN;
     }
+    *tokens = count;
     return count > 0 ? sum / count : NAN;
 }
 
@@ -588,7 +590,9 @@ static void step_validate(Run *r, Step *s) {
     int due = s->updated && c->val_every > 0 && (r->step % c->val_every == 0 || r->step == 1);
     if (r->val.nshards && (due || s->last || after_resume || s->stopping)) {
         double tv = timer_ms();
-        double vl = validate_loss(&r->g, &r->val, c->val_batches, r->inp, r->tgt, r->pp > 1 ? r->pipe.run : NULL, r->comm);
+        double vtok = 0;
+        double vl = validate_loss(&r->g, &r->val, c->val_batches, r->inp, r->tgt, r->pp > 1 ? r->pipe.run : NULL, r->comm,
+                                  &vtok);
         double vms = timer_ms() - tv;
         if (isnan(r->res->first_val)) r->res->first_val = vl;
         r->res->last_val = vl;
@@ -596,7 +600,7 @@ static void step_validate(Run *r, Step *s) {
             printf("val   %5ld | loss %.4f | perplexity %.2f | %.0f ms\n", r->step, vl, exp(vl), vms);
             fflush(stdout);
         }
-        ev_val(&r->log, r->step, vl, vms);
+        ev_val(&r->log, r->step, vl, vtok, vms);
     }
     if (c->sample_every > 0 && s->updated && (r->step % c->sample_every == 0 || s->last)) log_sample(r, r->step);
 }

@@ -1,0 +1,300 @@
+/* machine_peak.c — the best of the FMA probe and a measured GEMM, cached per machine
+ * (machine_peak.h; the cache format is in docs/plan.md). */
+#include "train/machine_peak.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/fileio.h"
+#include "core/peak.h"
+#include "core/timer.h"
+#include "model/matmul.h"
+
+/* The GEMM: C (S, S) = A (S, S) · B^T (S, S), a linear layer's forward form. S = 512 is
+ * compute-bound (S/6 = 85 FLOP per byte of fp32 operands, all in L2) and short (0.27 GFLOP: about
+ * 2.5 ms on one Zen 5 core), so on a shared machine the best of many calls finds one that no other
+ * job interrupted. Measured on the 2-core Zen 5 against 1024^3, 2048^3 and training shapes (best of
+ * 12 calls, load 5): 512^3 was the fastest of them at 1 and 2 threads, fp32 and bf16 (fp32 1 thread
+ * 113 GFLOP/s against 108 at 1024^3; 2 threads 224 against 208; bf16 2 threads 440 against 232). */
+#define GEMM_S 512
+#define GEMM_MIN_REPS 10
+#define GEMM_MIN_MS 100.0
+#define GEMM_CHECK_MS 20.0 /* the check on a cache hit: 3 calls and 20 ms at least */
+
+MachinePeakOptions machine_peak_default_options(void) {
+    MachinePeakOptions o = {.threads = 1, .bf16 = 0, .cache_path = NULL, .remeasure = 0, .probe_scale = 1, .no_gemm = 0};
+    return o;
+}
+
+/* Best rate over at least min_reps timed calls and min_ms after one untimed call (which
+ * creates oneDNN's primitive). 0 when memory runs out or a GEMM fails. */
+static double gemm_peak(int bf16, double min_ms, int min_reps) {
+    const int S = GEMM_S;
+    size_t n = (size_t)S * S;
+    float *a = malloc(n * 4), *b = malloc(n * 4), *c = malloc(n * 4);
+    uint16_t *ah = malloc(n * 2), *bh = malloc(n * 2);
+    double best = 0;
+    if (a && b && c && ah && bh) {
+        /* Small normal values (no denormals, no overflow over K = 1024 terms). */
+        for (size_t i = 0; i < n; i++) {
+            a[i] = 0.001f * (float)(i % 97), b[i] = 0.001f * (float)(i % 89);
+            ah[i] = 0x3c00 + (uint16_t)(i % 7), bh[i] = 0x3c00 + (uint16_t)(i % 5); /* ~2^-7 */
+        }
+        double t_end = 0;
+        for (int rep = 0;; rep++) {
+            double t0 = timer_ms();
+            if (bf16) mm_gemm_bf16(0, 1, S, S, S, 1.0f, ah, S, bh, S, 0.0f, c, S);
+            else mm_sgemm(0, 1, S, S, S, 1.0f, a, S, b, S, 0.0f, c, S);
+            double t1 = timer_ms();
+            if (rep == 0) {
+                t_end = t1 + min_ms;
+                continue;
+            }
+            double r = 2.0 * S * S * (double)S / ((t1 - t0) * 1e-3);
+            if (r > best) best = r;
+            if (rep >= min_reps && t1 >= t_end) break;
+        }
+        Err e;
+        if (mm_take_error(&e) != ST_OK) best = 0; /* a GEMM that did not run measured nothing */
+    }
+    free(a), free(b), free(c), free(ah), free(bh);
+    return best;
+}
+
+/* ---------------------------------------------------------------- the machine's key */
+
+static void cpu_model(char *buf, int n) {
+    snprintf(buf, n, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10)) continue;
+        char *v = strchr(line, ':');
+        if (!v) continue;
+        v++;
+        while (*v == ' ' || *v == '\t') v++;
+        v[strcspn(v, "\n")] = '\0';
+        snprintf(buf, n, "%s", v);
+        break;
+    }
+    fclose(f);
+}
+
+/* The instruction level this binary's probes were compiled for: the same host measured by a
+ * -march=native and a generic build gives different probe figures. */
+static const char *isa_level(void) {
+#if defined(__AVX512BF16__)
+    return "avx512bf16";
+#elif defined(__AVX512F__)
+    return "avx512";
+#elif defined(__AVX2__)
+    return "avx2";
+#else
+    return "base";
+#endif
+}
+
+typedef struct {
+    char host[256], cpu[256];
+    int cpus;
+} MachineKey;
+
+static void machine_key(MachineKey *k) {
+    if (gethostname(k->host, sizeof k->host) != 0) snprintf(k->host, sizeof k->host, "unknown");
+    k->host[sizeof k->host - 1] = '\0';
+    cpu_model(k->cpu, sizeof k->cpu);
+    k->cpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+void machine_peak_describe(char *buf, int n) {
+    MachineKey k;
+    machine_key(&k);
+    snprintf(buf, n, "%s | %s | %d cpus | %s", k.host, k.cpu, k.cpus, isa_level());
+}
+
+/* ---------------------------------------------------------------- the cache file */
+
+/* 1 when entry e is this machine's for `threads` (and precision `prec`; NULL: a profile entry,
+ * which has none). */
+static int entry_matches(const cJSON *e, const MachineKey *k, int threads, const char *prec) {
+    const cJSON *h = cJSON_GetObjectItem(e, "host"), *c = cJSON_GetObjectItem(e, "cpu"),
+                *n = cJSON_GetObjectItem(e, "cpus"), *i = cJSON_GetObjectItem(e, "isa"),
+                *t = cJSON_GetObjectItem(e, "threads"), *p = cJSON_GetObjectItem(e, "precision");
+    return cJSON_IsString(h) && !strcmp(h->valuestring, k->host) && cJSON_IsString(c) && !strcmp(c->valuestring, k->cpu) &&
+           cJSON_IsNumber(n) && n->valueint == k->cpus && cJSON_IsString(i) && !strcmp(i->valuestring, isa_level()) &&
+           cJSON_IsNumber(t) && t->valueint == threads &&
+           (prec ? cJSON_IsString(p) && !strcmp(p->valuestring, prec) : !p);
+}
+
+/* A new entry holding this machine's key fields. */
+static cJSON *entry_new(const MachineKey *k, int threads) {
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "host", k->host);
+    cJSON_AddStringToObject(e, "cpu", k->cpu);
+    cJSON_AddNumberToObject(e, "cpus", k->cpus);
+    cJSON_AddStringToObject(e, "isa", isa_level());
+    cJSON_AddNumberToObject(e, "threads", threads);
+    return e;
+}
+
+/* The cache's entries array (a fresh document when the file is absent or not ours). */
+static cJSON *cache_load(const char *path) {
+    char *text = NULL;
+    size_t len;
+    Err e;
+    cJSON *doc = NULL;
+    if (file_read_all(path, &text, &len, &e) == ST_OK) {
+        doc = cJSON_Parse(text);
+        free(text);
+        const cJSON *fmt = cJSON_GetObjectItem(doc, "format");
+        if (doc && (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "scaletrain-peaks") ||
+                    !cJSON_IsArray(cJSON_GetObjectItem(doc, "entries"))))
+            cJSON_Delete(doc), doc = NULL;
+    }
+    if (!doc) {
+        doc = cJSON_CreateObject();
+        cJSON_AddStringToObject(doc, "format", "scaletrain-peaks");
+        cJSON_AddNumberToObject(doc, "version", 1);
+        cJSON_AddItemToObject(doc, "entries", cJSON_CreateArray());
+    }
+    if (!cJSON_IsArray(cJSON_GetObjectItem(doc, "profiles"))) {
+        cJSON_DeleteItemFromObject(doc, "profiles");
+        cJSON_AddItemToObject(doc, "profiles", cJSON_CreateArray());
+    }
+    return doc;
+}
+
+/* Writes doc atomically, creating the directory. Failures are ignored (the measurement stays in
+ * use; the next run measures again). */
+static void cache_write(const char *path, const cJSON *doc) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    Err err;
+    if (slash && slash != dir) {
+        *slash = '\0';
+        if (file_mkdirs(dir, &err) != ST_OK) return;
+    }
+    char *text = cJSON_Print(doc);
+    if (!text) return;
+    const void *bufs[2] = {text, "\n"};
+    size_t lens[2] = {strlen(text), 1};
+    (void)file_write_atomic(path, bufs, lens, 2, &err);
+    free(text);
+}
+
+/* Replaces this machine's entries in doc's array `arr` (for threads, prec) by e (taken), writes. */
+static void cache_put(const char *path, cJSON *doc, const char *arr, const MachineKey *k, int threads,
+                      const char *prec, cJSON *e) {
+    cJSON *entries = cJSON_GetObjectItem(doc, arr);
+    for (int i = cJSON_GetArraySize(entries) - 1; i >= 0; i--)
+        if (entry_matches(cJSON_GetArrayItem(entries, i), k, threads, prec)) cJSON_DeleteItemFromArray(entries, i);
+    cJSON_AddNumberToObject(e, "measured_unix", (double)time(NULL));
+    double load = -1; /* the 1-minute load average when measured: a loaded machine measures low */
+    FILE *lf = fopen("/proc/loadavg", "r");
+    if (lf) {
+        if (fscanf(lf, "%lf", &load) != 1) load = -1;
+        fclose(lf);
+    }
+    cJSON_AddNumberToObject(e, "loadavg", load);
+    cJSON_AddItemToArray(entries, e);
+    cache_write(path, doc);
+}
+
+static void cache_store(const char *path, cJSON *doc, const MachineKey *k, int threads, const char *prec,
+                        double probe, double gemm) {
+    cJSON *e = entry_new(k, threads);
+    cJSON_AddStringToObject(e, "precision", prec);
+    cJSON_AddNumberToObject(e, "probe_flops", probe);
+    cJSON_AddNumberToObject(e, "gemm_flops", gemm);
+    cache_put(path, doc, "entries", k, threads, prec, e);
+}
+
+cJSON *machine_profile_load(const char *cache_path, int threads) {
+    if (!cache_path || !cache_path[0]) return NULL;
+    MachineKey k;
+    machine_key(&k);
+    cJSON *doc = cache_load(cache_path), *found = NULL;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "profiles")) {
+        const cJSON *p = cJSON_GetObjectItem(e, "profile");
+        if (entry_matches(e, &k, threads, NULL) && cJSON_IsObject(p)) {
+            found = cJSON_Duplicate(p, 1);
+            break;
+        }
+    }
+    cJSON_Delete(doc);
+    return found;
+}
+
+void machine_profile_store(const char *cache_path, int threads, const cJSON *profile) {
+    if (!cache_path || !cache_path[0]) return;
+    MachineKey k;
+    machine_key(&k);
+    cJSON *doc = cache_load(cache_path), *e = entry_new(&k, threads);
+    cJSON_AddItemToObject(e, "profile", cJSON_Duplicate(profile, 1));
+    cache_put(cache_path, doc, "profiles", &k, threads, NULL, e);
+    cJSON_Delete(doc);
+}
+
+/* ---------------------------------------------------------------- the peak */
+
+Status machine_peak_resolve(MachinePeak *out, const MachinePeakOptions *o, Err *err) {
+    memset(out, 0, sizeof *out);
+    const char *prec = o->bf16 ? "bf16" : "fp32";
+    int faulty = (o->probe_scale > 0 && o->probe_scale != 1) || o->no_gemm;
+    int use_cache = o->cache_path && o->cache_path[0] && !faulty;
+    MachineKey k;
+    machine_key(&k);
+    cJSON *doc = use_cache ? cache_load(o->cache_path) : NULL;
+    if (doc && !o->remeasure) {
+        const cJSON *e, *entries = cJSON_GetObjectItem(doc, "entries");
+        cJSON_ArrayForEach(e, entries) {
+            if (!entry_matches(e, &k, o->threads, prec)) continue;
+            const cJSON *p = cJSON_GetObjectItem(e, "probe_flops"), *g = cJSON_GetObjectItem(e, "gemm_flops");
+            if (cJSON_IsNumber(p) && cJSON_IsNumber(g) && p->valuedouble > 0 && g->valuedouble >= 0) {
+                out->probe = p->valuedouble, out->gemm = g->valuedouble, out->cached = 1;
+                break;
+            }
+        }
+        /* A short GEMM check (3 calls, 20 ms at least): the cached figure is a floor that only rises, so an entry
+         * measured on a loaded machine (low, and MFU over it could pass 1 once the machine is
+         * quiet) is raised by the first quieter start. */
+        if (out->cached) {
+            double now = gemm_peak(o->bf16, GEMM_CHECK_MS, 3);
+            if (now > out->gemm) {
+                out->gemm = now;
+                cache_store(o->cache_path, doc, &k, o->threads, prec, out->probe, out->gemm);
+            }
+        }
+    }
+    if (!out->cached) {
+        out->probe = peak_measure_fp32(o->threads, 200.0);
+        if (o->bf16) {
+            /* A bf16 run's peak is at least the fp32 one (its non-GEMM work is fp32). */
+            double pb = peak_measure_bf16(o->threads, 200.0);
+            if (pb > out->probe) out->probe = pb;
+        }
+        if (o->probe_scale > 0) out->probe *= o->probe_scale;
+        out->gemm = o->no_gemm ? 0 : gemm_peak(o->bf16, GEMM_MIN_MS, GEMM_MIN_REPS);
+        if (use_cache && out->probe > 0) cache_store(o->cache_path, doc, &k, o->threads, prec, out->probe, out->gemm);
+    }
+    cJSON_Delete(doc);
+    if (out->gemm > out->probe) {
+        out->best = out->gemm;
+        snprintf(out->kind, sizeof out->kind, "%s GEMM %d^3%s", prec, GEMM_S, out->cached ? ", cached" : "");
+    } else {
+        out->best = out->probe;
+        snprintf(out->kind, sizeof out->kind, "%s probe%s", o->bf16 ? "bf16 dot product" : "fp32 FMA",
+                 out->cached ? ", cached" : "");
+    }
+    if (!(out->best > 0))
+        return err_set(err, ST_ERR_RUNTIME, "peak FLOP/s: neither the FMA probe nor the %s GEMM measured anything "
+                       "(give --peak-gflops)", prec);
+    return ST_OK;
+}

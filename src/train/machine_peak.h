@@ -1,0 +1,60 @@
+/* machine_peak.h — the peak FLOP/s that MFU divides by: the best of the FMA probe and a measured
+ * GEMM of the run's precision, cached per machine (docs/plan.md, "Peak and MFU").
+ *
+ * Why both: the FMA probe (core/peak.c) measures what a register-resident loop of fused
+ * multiply-adds reaches; oneDNN's GEMMs can beat it (AMX tiles for bf16, AVX-512 bf16 dot products,
+ * or a probe slowed by instrumentation), and MFU over a peak that the GEMMs beat passes 1 (issue
+ * 28: 1.24–3.0 seen on a Xeon). The GEMM rate of a compute-bound shape through model/matmul's API,
+ * with the run's thread count, is what the step's matmuls can reach at best; the larger of the
+ * two is the peak, so MFU stays below 1 whichever measurement under-reports.
+ *
+ * The cache: one JSON file (format in docs/plan.md) of entries keyed by host name, CPU model,
+ * online CPU count, the binary's ISA level, threads and precision, so another machine (or another
+ * build target) never reads an entry measured elsewhere. A hit costs a file read and a short GEMM
+ * check, 31–72 ms at load 11 (the cached GEMM figure only rises: a start on a quieter machine raises
+ * an entry measured under load), instead of the 345–547 ms of measurement. */
+#ifndef ST_TRAIN_MACHINE_PEAK_H
+#define ST_TRAIN_MACHINE_PEAK_H
+
+#include "core/status.h"
+
+typedef struct {
+    int threads;            /* threads the run uses (the probe's and the GEMM library's) */
+    int bf16;               /* 1: the bf16 peak (bf16 probe, bf16 GEMM, and the fp32 probe as a floor) */
+    const char *cache_path; /* the cache file; NULL or "" = no cache (measure every time) */
+    int remeasure;          /* 1: measure even on a cache hit, and replace the entry */
+    /* Test-only faults (core/fault.h: peak_probe_low, peak_no_gemm); any set bypasses the cache so a
+     * faulty figure is neither read nor written. */
+    double probe_scale;     /* the probe's result times this (0 or 1: unchanged) */
+    int no_gemm;            /* 1: no GEMM measurement (the peak is the probe's alone) */
+} MachinePeakOptions;
+
+MachinePeakOptions machine_peak_default_options(void);
+
+typedef struct {
+    double probe;     /* FLOP/s of the FMA (fp32) or dot-product (bf16; max with fp32) probe */
+    double gemm;      /* FLOP/s of the compute-bound GEMM of the precision (0: not measured) */
+    double best;      /* max(probe, gemm): the peak */
+    int cached;       /* 1: probe and gemm came from the cache */
+    char kind[64];    /* what gave `best`, e.g. "fp32 GEMM 512^3" or "fp32 FMA probe" (+ ", cached") */
+} MachinePeak;
+
+/* Measures (or reads from the cache) this machine's peak for o's precision and threads. The GEMM
+ * runs through model/matmul (its thread count must already be set to o->threads: mm_set_threads).
+ * A cache that cannot be read or parsed is measured over; one that cannot be written leaves the
+ * measurement in use. Errors: ST_ERR_RUNTIME only when nothing could be measured. */
+Status machine_peak_resolve(MachinePeak *out, const MachinePeakOptions *o, Err *err);
+
+/* This machine's hardware profile for `threads` in the cache (`plan`'s default hardware; the
+ * profile is plan_hardware_to_json's object, the entry keyed like the peaks'): a copy the caller
+ * deletes, or NULL when the cache has none (or cache_path is NULL or ""). */
+struct cJSON;
+struct cJSON *machine_profile_load(const char *cache_path, int threads);
+/* Stores (replaces) it; a cache that cannot be written is left as it was. */
+void machine_profile_store(const char *cache_path, int threads, const struct cJSON *profile);
+
+/* The key fields of this machine as the cache stores them (for messages and tests): host, CPU
+ * model, online CPUs and ISA level, "host | cpu | N cpus | isa". */
+void machine_peak_describe(char *buf, int n);
+
+#endif
