@@ -30,7 +30,7 @@
  *            and a GPT-2 tp 2 run stopped after step 3 and resumed on one process, against one process:
  *            losses and norms within 1e-5, every adapter tensor of the step-6 checkpoints within 1e-5.
  *            Control: ST_PAR_TEST_TP_FAULT=1 (the backward's tp sums skipped) must move the norms.
- *   dp x tp  mpirun -np 4 --tp 2 at ZeRO 2, and at ZeRO 1 stopped after step 3 and resumed on -np 2 --tp 2
+ *   dp x tp  mpirun -np 4 --tp 2 at ZeRO 2 and at ZeRO 3, and at ZeRO 1 stopped after step 3 and resumed on -np 2 --tp 2
  *            ZeRO 0, against one process with --grad-accum 2: losses and norms within 1e-5, the step-6
  *            checkpoints' exp_avg_sq of GPT-2's c_attn B within 1e-4.
  *   frozen   the base's XXH3 at the start equals the one after training (the log), and export --merge
@@ -49,7 +49,7 @@
  *            --merge = the bf16 blocks + (alpha/r)(BA)ᵀ; a resume with an fp32 base refused.
  *            Control: the unrounded base's run must differ.
  *   refusals one line, exit 2: an unknown target, q alone on GPT-2, --lora-alpha without --lora-rank,
- *            --optimizer lion, --zero 3 --tp 2, --sp, --precision bf16, --pp 2. */
+ *            --optimizer lion, --lora-base-precision bf16 --tp 2, --sp, --precision bf16, --pp 2. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -113,7 +113,7 @@ static float *read_tensor(const char *path, const char *name, int rows, int cols
 static void check_refusals(void) {
     static const struct { const char *extra, *flag; } R[] = {
         {"--lora-targets q", "--lora-targets"}, {"--lora-targets qq", "--lora-targets"},
-        {"--optimizer lion", "--optimizer"},    {"--zero 3 --tp 2", "--zero"},
+        {"--optimizer lion", "--optimizer"},    {"--tp 2 --lora-base-precision bf16", "--lora-base-precision"},
         {"--tp 2 --sp", "--sp"}, {"--precision bf16", "--precision"}, {"--pp 2", "--pp"},
     };
     int ok = 1;
@@ -133,7 +133,7 @@ static void check_refusals(void) {
     char *t = tu_slurp(DIR "/refuse.out");
     ok &= rc == 2 && t && strstr(t, "--lora-alpha");
     free(t);
-    tu_check(ok, "refusals", "unknown target, q alone on GPT-2, lion, --zero 3 --tp 2, --sp, bf16, --pp 2, --lora-alpha alone: exit 2 "
+    tu_check(ok, "refusals", "unknown target, q alone on GPT-2, lion, --lora-base-precision bf16 --tp 2, --sp, bf16, --pp 2, --lora-alpha alone: exit 2 "
              "with a line naming the flag");
 }
 
@@ -668,8 +668,11 @@ int main(int argc, char **argv) {
         snprintf(cmd, sizeof cmd, "timeout 150 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
                  " --tp 2 --grad-accum 2 --resume auto --log " DIR "/dptp_grid.jsonl --ckpt-dir " DIR "/ck_dptp_grid", g_mpi, g_bin);
         q3 |= run("dptp_grid2", cmd);
-        for (int v = 0; v < 2; v++) {
-            const char *nm = v ? "dptp_grid" : "dptp";
+        snprintf(cmd, sizeof cmd, "timeout 150 %s --allow-run-as-root --oversubscribe -np 4 -x OMP_NUM_THREADS=1 %s " COMMON
+                 " --tp 2 --zero 3 --log " DIR "/dptp_z3.jsonl --ckpt-dir " DIR "/ck_dptp_z3", g_mpi, g_bin);
+        int q4 = run("dptp_z3", cmd);
+        for (int v = 0; v < 3; v++) {
+            const char *nm = v == 2 ? "dptp_z3" : v ? "dptp_grid" : "dptp";
             RcLog la, lb;
             int ra = rc_read_log(DIR, "one_nd", &la), rb = rc_read_log(DIR, nm, &lb);
             double wl = 0, wn = 0, we = 1;
@@ -685,9 +688,11 @@ int main(int argc, char **argv) {
             float *x2 = read_tensor(f2, "exp_avg_sq.base_model.model.transformer.h.0.attn.c_attn.lora_B.weight", 96, 4);
             if (x1 && x2) we = tu_rel_err_f(x2, x1, 96 * 4);
             free(x1), free(x2);
-            tu_check(q1 == 0 && (v ? q3 : q2) == 0 && ra && rb && la.n == 6 && lb.n == 6 && wl <= 1e-5 && wn <= 1e-5 && we <= 1e-4,
-                     v ? "dp 2 x tp 2 ZeRO 1 for 3 steps, resumed at dp 1 x tp 2 ZeRO 0, equals one process"
-                       : "dp 2 x tp 2 ZeRO 2 equals one process",
+            tu_check(q1 == 0 && (v == 2 ? q4 : v ? q3 : q2) == 0 && ra && rb && la.n == 6 && lb.n == 6 && wl <= 1e-5 &&
+                         wn <= 1e-5 && we <= 1e-4,
+                     v == 2 ? "dp 2 x tp 2 ZeRO 3 equals one process"
+                     : v    ? "dp 2 x tp 2 ZeRO 1 for 3 steps, resumed at dp 1 x tp 2 ZeRO 0, equals one process"
+                            : "dp 2 x tp 2 ZeRO 2 equals one process",
                      "losses rel %.3g, norms rel %.3g (tol 1e-5), c_attn B's exp_avg_sq rel %.3g (tol 1e-4)", wl, wn, we);
         }
     }

@@ -318,24 +318,40 @@ void lora_tp_copy(const LoraLayout *local, float *lbuf, const LoraLayout *full, 
 }
 
 /* Σ g[i]² over i in [b, e) ∩ [lo, hi). */
-static double sq_range(const float *g, size_t b, size_t e, size_t lo, size_t hi) {
+/* Σ g[i]² over i in [b, e) ∩ [lo, hi), g holding the elements from index `base` on (g[i − base]). */
+static double sq_range(const float *g, size_t base, size_t b, size_t e, size_t lo, size_t hi) {
     double s = 0;
-    for (size_t i = b > lo ? b : lo; i < (e < hi ? e : hi); i++) s += (double)g[i] * g[i];
+    for (size_t i = b > lo ? b : lo; i < (e < hi ? e : hi); i++) s += (double)g[i - base] * g[i - base];
     return s;
+}
+
+/* One block's adapters' squares over the block-local range [lo, hi) held by g (from index base). */
+static void block_sq(const LoraLayout *ll, const float *g, size_t base, size_t o, size_t lo, size_t hi, double *s,
+                     double *rp) {
+    for (int k = 0; k < ll->n; k++) {
+        const LoraAdapter *a = &ll->ad[k];
+        size_t na = (size_t)ll->cfg.rank * a->in, nb = (size_t)ll->cfg.rank * a->out;
+        double sa = sq_range(g, base, o + a->a_off, o + a->a_off + na, lo, hi);
+        double sb = sq_range(g, base, o + a->b_off, o + a->b_off + nb, lo, hi);
+        if (ll->tp == 1) *s += sa + sb;
+        else if (a->row_par) *s += sa, *rp += sb; /* A split, B replicated */
+        else *s += sb, *rp += sa;                 /* B split, A replicated */
+    }
+}
+
+void lora_norm_sq_zero3(const LoraLayout *ll, const float *pieces, int dp, int rank, double *split_sq, double *repl_sq) {
+    size_t pc = lora_zero3_piece(ll, dp), bf = ll->block_floats;
+    double s = 0, rp = 0;
+    for (int l = 0; l < ll->L; l++) {
+        size_t lo = (size_t)rank * pc, hi = lo + pc < bf ? lo + pc : bf;
+        if (lo < hi) block_sq(ll, pieces + (size_t)l * pc, lo, 0, lo, hi, &s, &rp);
+    }
+    *split_sq = s, *repl_sq = rp;
 }
 
 void lora_norm_sq(const LoraLayout *ll, const float *g, size_t lo, size_t hi, double *split_sq, double *repl_sq) {
     double s = 0, rp = 0;
-    for (int l = 0; l < ll->L; l++)
-        for (int k = 0; k < ll->n; k++) {
-            const LoraAdapter *a = &ll->ad[k];
-            size_t o = (size_t)l * ll->block_floats, na = (size_t)ll->cfg.rank * a->in, nb = (size_t)ll->cfg.rank * a->out;
-            double sa = sq_range(g, o + a->a_off, o + a->a_off + na, lo, hi);
-            double sb = sq_range(g, o + a->b_off, o + a->b_off + nb, lo, hi);
-            if (ll->tp == 1) s += sa + sb;
-            else if (a->row_par) s += sa, rp += sb; /* A split, B replicated */
-            else s += sb, rp += sa;                 /* B split, A replicated */
-        }
+    for (int l = 0; l < ll->L; l++) block_sq(ll, g, 0, (size_t)l * ll->block_floats, lo, hi, &s, &rp);
     *split_sq = s, *repl_sq = rp;
 }
 

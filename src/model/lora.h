@@ -108,6 +108,8 @@ void lora_tp_copy(const LoraLayout *local, float *lbuf, const LoraLayout *full, 
  * (this rank's part) and of the replicated ones' (equal on every tp rank), each in double in layout
  * order (at tp 1 everything counts as split). */
 void lora_norm_sq(const LoraLayout *ll, const float *g, size_t lo, size_t hi, double *split_sq, double *repl_sq);
+/* The same over ZeRO 3 pieces (lora_moment_floats): rank `rank`'s piece of every block. */
+void lora_norm_sq_zero3(const LoraLayout *ll, const float *pieces, int dp, int rank, double *split_sq, double *repl_sq);
 
 /* Floats of the saved activations (u of every block and adapter) and of the scratch for a
  * micro-batch capacity of N = B·T rows: what lora_init allocates (memory plan). */

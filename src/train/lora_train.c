@@ -75,7 +75,6 @@ static Status refuse(const TrainConfig *c, int world, Err *err) {
     else if (c->sp) bad = "--sp";
     else if (c->bf16 || c->fp16) bad = "--precision bf16/fp16 (LoRA runs an fp32 base)";
     else if (c->lora.base_bf16 && c->tp > 1) bad = "--lora-base-precision bf16 with --tp > 1";
-    else if (c->zero >= 3 && c->tp > 1) bad = "--zero 3 with --tp > 1 (ZeRO 0-2 are; ZeRO 3 at --tp 1)";
     else if (c->optim.kind != OPT_ADAMW && c->optim.kind != OPT_ADAM) bad = "--optimizer other than adamw or adam";
     else if (c->sample_every > 0) bad = "--sample-every";
     else if (c->log_layer_stats) bad = "--log-layer-stats";
@@ -350,23 +349,25 @@ static Status resume(LoraRun *r, Err *err) {
      * ZeRO shard of the moments. */
     size_t total = r->lo.lay.total;
     const LoraLayout *fl = r->tp > 1 ? &r->full_lay : &r->lo.lay;
-    size_t F = fl->total, nst = 3 * F + 2 * total;
+    size_t F = fl->total, nst = 3 * F + 3 * total;
     float *f = mem_alloc(&r->mem, MEM_CKPT_STAGING, nst * sizeof(float));
     if (!f) return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA resume staging)");
-    float *lm = f + 3 * F, *lv = lm + total; /* this rank's slice of the moments, whole over dp */
+    float *lp = f + 3 * F, *lm = lp + total, *lv = lm + total; /* this rank's tp slice, whole over dp */
     if ((st = ckpt_lora_load(path, fl, f, f + F, f + 2 * F, err)) == ST_OK) {
         if (r->tp > 1) {
-            lora_tp_copy(&r->lo.lay, r->lo.params, fl, f, 0);
+            lora_tp_copy(&r->lo.lay, lp, fl, f, 0);
             lora_tp_copy(&r->lo.lay, lm, fl, f + F, 0), lora_tp_copy(&r->lo.lay, lv, fl, f + 2 * F, 0);
-        } else if (r->zero >= 3) { /* the rank's pieces */
-            z3_from_whole(r, f, r->sp), z3_from_whole(r, f + F, r->m), z3_from_whole(r, f + 2 * F, r->v);
         } else {
-            memcpy(r->lo.params, f, total * sizeof(float));
+            memcpy(lp, f, total * sizeof(float));
             memcpy(lm, f + F, total * sizeof(float)), memcpy(lv, f + 2 * F, total * sizeof(float));
         }
         size_t off = r->mfloats < total ? (size_t)r->rank * r->mfloats : 0;
-        if (r->zero < 3)
+        if (r->zero >= 3) { /* the rank's pieces */
+            z3_from_whole(r, lp, r->sp), z3_from_whole(r, lm, r->m), z3_from_whole(r, lv, r->v);
+        } else {
+            memcpy(r->lo.params, lp, total * sizeof(float));
             memcpy(r->m, lm + off, r->mfloats * sizeof(float)), memcpy(r->v, lv + off, r->mfloats * sizeof(float));
+        }
     }
     mem_free(&r->mem, MEM_CKPT_STAGING, f, nst * sizeof(float));
     if (st != ST_OK) return st;
@@ -384,14 +385,19 @@ static Status save(LoraRun *r, Err *err) {
     size_t total = r->lo.lay.total;
     float *m = r->m, *v = r->v, *mv = NULL;
     Status st = ST_OK;
-    if (r->zero >= 3) { /* the whole adapters and moments from every rank's pieces (all ranks call) */
-        float *f = mem_alloc(&r->mem, MEM_CKPT_STAGING, 3 * total * sizeof(float));
+    if (r->zero >= 3) { /* the tp slice's adapters and moments from every dp rank's pieces (all ranks call) */
+        size_t F = r->tp > 1 ? r->full_lay.total : 0, n = 3 * total + 3 * F;
+        float *f = mem_alloc(&r->mem, MEM_CKPT_STAGING, n * sizeof(float)), *g = f + 3 * total;
         if (!f) return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA checkpoint staging)");
         st = z3_to_whole(r, r->sp, f, err);
         if (st == ST_OK) st = z3_to_whole(r, r->m, f + total, err);
         if (st == ST_OK) st = z3_to_whole(r, r->v, f + 2 * total, err);
-        if (st == ST_OK && r->comm->rank == 0) st = save_files(r, &r->lo.lay, f, f + total, f + 2 * total, err);
-        mem_free(&r->mem, MEM_CKPT_STAGING, f, 3 * total * sizeof(float));
+        for (int i = 0; st == ST_OK && r->tp > 1 && i < 3; i++) /* then the whole adapters over tp */
+            st = gather_full(r, f + (size_t)i * total, g + (size_t)i * F, err);
+        if (st == ST_OK && r->comm->rank == 0)
+            st = r->tp > 1 ? save_files(r, &r->full_lay, g, g + F, g + 2 * F, err)
+                           : save_files(r, &r->lo.lay, f, f + total, f + 2 * total, err);
+        mem_free(&r->mem, MEM_CKPT_STAGING, f, n * sizeof(float));
         return st;
     }
     if (r->mfloats < total) { /* ZeRO >= 1: every dp rank's shard of the moments gathered (all ranks call) */
@@ -490,11 +496,18 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
     float *gr = r->zero >= 3 ? r->sg : r->lo.grads + off, *pr = r->zero >= 3 ? r->sp : r->lo.params + off;
     double norm;
     if (r->comm->world > 1 && (st = comm_allreduce_f64(r->comm, &loss_sum, 1, COMM_SUM, err)) != ST_OK) return st;
-    if (r->zero >= 3) { /* tp 1: the pieces hold the dp sums already (the hooks); norm from their squares */
+    if (r->zero >= 3) { /* the pieces hold the dp sums already (the hooks); norm from their squares */
         if (c->faults.grad_scale != 0)
             for (size_t i = 0; i < S; i++) gr[i] *= c->faults.grad_scale;
-        double sq = optim_l2_norm(gr, S, c->threads);
-        sq *= sq;
+        double sq;
+        if (r->tp == 1) {
+            sq = optim_l2_norm(gr, S, c->threads);
+            sq *= sq;
+        } else { /* the pieces' split elements, and their replicated ones from tp rank 0 only */
+            double sp, rp;
+            lora_norm_sq_zero3(&r->lo.lay, gr, r->dp, r->rank, &sp, &rp);
+            sq = sp + (r->tp_rank == 0 ? rp : 0.0);
+        }
         if ((st = comm_allreduce_f64(r->comm, &sq, 1, COMM_SUM, err)) != ST_OK) return st;
         norm = sqrt(sq);
     } else if (r->dp > 1 && r->zero >= 2) { /* the shard's sums only, and the norm from the shards' squares */
@@ -658,19 +671,23 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     if (st == ST_OK && c->out_dir[0] && r->step >= c->steps) {
         const LoraLayout *ll = &r->lo.lay;
         float *p = r->lo.params;
-        if (r->zero >= 3) { /* the whole adapters from the pieces (all ranks call) */
-            if (!(p = mem_alloc(&r->mem, MEM_CKPT_STAGING, ll->total * sizeof(float))))
+        float *zs = NULL; /* ZeRO 3: the tp slice assembled from the pieces first */
+        if (r->zero >= 3) {
+            if (!(zs = mem_alloc(&r->mem, MEM_CKPT_STAGING, r->lo.lay.total * sizeof(float))))
                 st = err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA --out staging)");
-            else st = z3_to_whole(r, r->sp, p, err);
-        } else if (r->tp > 1) { /* the whole adapters (all ranks call) */
+            else st = z3_to_whole(r, r->sp, zs, err);
+            p = zs;
+        }
+        if (st == ST_OK && r->tp > 1) { /* the whole adapters (all ranks call) */
             ll = &r->full_lay;
             if (!(p = mem_alloc(&r->mem, MEM_CKPT_STAGING, ll->total * sizeof(float))))
                 st = err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA --out staging)");
-            else st = gather_full(r, r->lo.params, p, err);
+            else st = gather_full(r, zs ? zs : r->lo.params, p, err);
         }
         if (st == ST_OK && r->comm->rank == 0) st = ckpt_lora_write_adapter(c->out_dir, ll, p, c->init_from, err);
         if (st == ST_OK && r->comm->rank == 0 && !c->quiet) printf("saved the LoRA adapter to %s/adapter_model.safetensors\n", c->out_dir);
-        if (p != r->lo.params) mem_free(&r->mem, MEM_CKPT_STAGING, p, ll->total * sizeof(float));
+        if (p != r->lo.params && p != zs) mem_free(&r->mem, MEM_CKPT_STAGING, p, ll->total * sizeof(float));
+        mem_free(&r->mem, MEM_CKPT_STAGING, zs, r->lo.lay.total * sizeof(float));
     }
     if (st == ST_OK && r->log.f) {
         fprintf(r->log.f, "{\"event\": \"end\", \"steps\": %ld, \"final_loss\": %.17g, \"base_local_xxh3_after\": \"%016llx\"}\n",
