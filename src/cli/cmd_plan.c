@@ -686,8 +686,8 @@ int cmd_plan(int argc, char **argv) {
         ModelConfig lc;
         if (!plan_model_to_config(&in.model, &lc) || model_config_validate(&lc, &err) != ST_OK)
             return cli_fail("plan", ST_ERR_INPUT, "--lora-rank: expected a model this trainer builds (a shape, not --params)");
-        if (in.pp > 1 || in.zero > 3 || (in.zero == 3 && in.tp > 1) || in.sp || strcmp(precision, "fp32")) {
-            snprintf(err.msg, sizeof err.msg, "--lora-rank: LoRA runs at --pp 1, --zero 0..3 (3 at --tp 1), no --sp, "
+        if (in.pp > 1 || in.zero > 3 || in.sp || strcmp(precision, "fp32")) {
+            snprintf(err.msg, sizeof err.msg, "--lora-rank: LoRA runs at --pp 1, --zero 0..3, no --sp, "
                      "--precision fp32, found tp %d, pp %d, zero %d, %s", in.tp, in.pp, in.zero, precision);
             return cli_fail("plan", ST_ERR_INPUT, err.msg);
         }
