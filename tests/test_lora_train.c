@@ -7,12 +7,15 @@
  *            uninterrupted run: every step record's loss and gradient norm as exact text, the final
  *            adapter_model.safetensors byte for byte (LoRA dropout 0.1, so the masks are resumed too).
  *            Control: a fresh run of the same steps (no resume) must differ.
- *   dp       mpirun -np 2 (micro-batch 2, no accumulation) at ZeRO 0, 1 and 2, and a dp 2 ZeRO 1 run
- *            stopped after step 3 and resumed on one process, against one process with --grad-accum 2
+ *   dp       mpirun -np 2 (micro-batch 2, no accumulation) at ZeRO 0, 1, 2 and 3, a dp 2 ZeRO 1 run
+ *            stopped after step 3 and resumed on one process, and a dp 2 ZeRO 3 run stopped after step
+ *            3 and resumed at dp 2 ZeRO 3, against one process with --grad-accum 2
  *            (the same global batch, samples and dropout masks): losses and norms within 1e-5
- *            relative, the adapters within 1e-5; at ZeRO 1 the moments are half per rank (measured ==
- *            plan). Control: ST_PAR_TEST_GRAD_SCALE=2 (a sum/mean mistake in the reduction, ZeRO 0
- *            and 2) must move the norms.
+ *            relative, the adapters within 1e-5; at ZeRO 1 the moments are half per rank, at ZeRO 3
+ *            the adapters, gradients and moments are the rank's pieces plus one block's window
+ *            (measured == plan == a closed form; plan --zero 3 == the run, control: the dp 1 plan
+ *            differs). Control: ST_PAR_TEST_GRAD_SCALE=2 (a sum/mean mistake in the reduction, ZeRO 0,
+ *            2 and 3) must move the norms.
  *   memory   the start-time memory record: measured == planned (lora_memory_plan) in every category,
  *            and independently of the plan code gradients = 4·P, moments = 8·P with P = L·Σ r·(in + out)
  *            from the model's shapes, parameters = 4·(P + the base layout's floats). Control: the
@@ -27,15 +30,26 @@
  *            and a GPT-2 tp 2 run stopped after step 3 and resumed on one process, against one process:
  *            losses and norms within 1e-5, every adapter tensor of the step-6 checkpoints within 1e-5.
  *            Control: ST_PAR_TEST_TP_FAULT=1 (the backward's tp sums skipped) must move the norms.
- *   dp x tp  mpirun -np 4 --tp 2 at ZeRO 2, and at ZeRO 1 stopped after step 3 and resumed on -np 2 --tp 2
+ *   dp x tp  mpirun -np 4 --tp 2 at ZeRO 2 and at ZeRO 3, and at ZeRO 1 stopped after step 3 and resumed on -np 2 --tp 2
  *            ZeRO 0, against one process with --grad-accum 2: losses and norms within 1e-5, the step-6
  *            checkpoints' exp_avg_sq of GPT-2's c_attn B within 1e-4.
  *   frozen   the base's XXH3 at the start equals the one after training (the log), and export --merge
  *            refuses a --base other than the one trained on (the recomputed hash).
  *   signal   SIGTERM during a run: exit 0 with the checkpoint of the last logged step (control: SIGKILL
  *            leaves none).
+ *   doc-mask LoRA --doc-mask with --lr 0 against the full trainer's --doc-mask run from the same base (both
+ *            losses are the base's masked forward over the same batches): within 1e-6; the EOT the LoRA
+ *            model masks at, its checkpoint's and its merged export's config.json equal the full
+ *            trainer's (the shards' 96); resuming it without --doc-mask is refused. Control: the LoRA
+ *            run without --doc-mask must differ by > 1e-4.
+ *   bf16 base --lora-base-precision bf16 (blocks stored in bf16) against an fp32-base run from a copy of the
+ *            base whose block tensors the test rounded to bf16: every step's loss and norm as exact
+ *            text; within 1e-4 of the unrounded base's run; memory measured == plan == closed form,
+ *            plan --lora-base-precision bf16 == the run; the stored base's hash unchanged; export
+ *            --merge = the bf16 blocks + (alpha/r)(BA)ᵀ; a resume with an fp32 base refused.
+ *            Control: the unrounded base's run must differ.
  *   refusals one line, exit 2: an unknown target, q alone on GPT-2, --lora-alpha without --lora-rank,
- *            --optimizer lion, --zero 3, --sp, --precision bf16, --pp 2. */
+ *            --optimizer lion, --lora-base-precision bf16 --tp 2, --sp, --precision bf16, --pp 2. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -43,6 +57,7 @@
 #include <string.h>
 
 #include "ckpt/safetensors.h"
+#include "core/half.h"
 #include "core/fileio.h"
 #include "model/config.h"
 #include "model/layout.h"
@@ -98,7 +113,7 @@ static float *read_tensor(const char *path, const char *name, int rows, int cols
 static void check_refusals(void) {
     static const struct { const char *extra, *flag; } R[] = {
         {"--lora-targets q", "--lora-targets"}, {"--lora-targets qq", "--lora-targets"},
-        {"--optimizer lion", "--optimizer"},    {"--zero 3", "--zero"},
+        {"--optimizer lion", "--optimizer"},    {"--tp 2 --lora-base-precision bf16", "--lora-base-precision"},
         {"--tp 2 --sp", "--sp"}, {"--precision bf16", "--precision"}, {"--pp 2", "--pp"},
     };
     int ok = 1;
@@ -118,8 +133,189 @@ static void check_refusals(void) {
     char *t = tu_slurp(DIR "/refuse.out");
     ok &= rc == 2 && t && strstr(t, "--lora-alpha");
     free(t);
-    tu_check(ok, "refusals", "unknown target, q alone on GPT-2, lion, --zero 3, --sp, bf16, --pp 2, --lora-alpha alone: exit 2 "
+    tu_check(ok, "refusals", "unknown target, q alone on GPT-2, lion, --lora-base-precision bf16 --tp 2, --sp, bf16, --pp 2, --lora-alpha alone: exit 2 "
              "with a line naming the flag");
+}
+
+/* config.json's scaletrain.doc_mask.eot (-1: absent, -2: no file). */
+static int config_doc_eot(const char *path) {
+    char *t = tu_slurp(path);
+    if (!t) return -2;
+    cJSON *j = cJSON_Parse(t);
+    free(t);
+    const cJSON *e = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "scaletrain"), "doc_mask"), "eot");
+    int v = cJSON_IsNumber(e) ? (int)e->valuedouble : -1;
+    cJSON_Delete(j);
+    return v;
+}
+
+/* --doc-mask under LoRA masks at the shards' EOT, as the full trainer: with --lr 0 both runs' step
+ * losses are the base's masked forward over the same batches (B = 0: the adapters add exactly 0). */
+static void check_doc_mask(void) {
+    char cmd[4096];
+    const char *base = "train --data " DIR "/train.bin --layers 2 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 "
+                       "--micro-batch 2 --lr 0 --min-lr 0 --warmup 0 --threads 1 --quiet --steps 4 --init-from " DIR "/base_out";
+    snprintf(cmd, sizeof cmd, "%s %s --doc-mask --log " DIR "/dm_full.jsonl", g_bin, base);
+    int r0 = run("dm_full", cmd);
+    snprintf(cmd, sizeof cmd, "%s %s --doc-mask --lora-rank 4 --lora-targets all --ckpt-dir " DIR "/ck_dm --log " DIR
+             "/dm_lora.jsonl", g_bin, base);
+    int r1 = run("dm_lora", cmd);
+    snprintf(cmd, sizeof cmd, "%s %s --lora-rank 4 --lora-targets all --log " DIR "/dm_off.jsonl", g_bin, base);
+    int r2 = run("dm_off", cmd);
+    RcLog lf, ll, lo;
+    int ok = rc_read_log(DIR, "dm_full", &lf) && rc_read_log(DIR, "dm_lora", &ll) && rc_read_log(DIR, "dm_off", &lo);
+    ok &= lf.n == 4 && ll.n == 4 && lo.n == 4;
+    double same = ok ? rc_max_rel(lf.loss, ll.loss, 4) : 1, off = ok ? rc_max_rel(lf.loss, lo.loss, 4) : 0;
+    /* the EOT: the full trainer's (its start record's model.doc_eot), the LoRA run's model's, the
+     * checkpoint's and the merged export's config.json */
+    int eot_full = -1, eot_lora = -1;
+    cJSON *all = rc_records(DIR, "dm_full"), *o;
+    cJSON_ArrayForEach(o, all) {
+        const char *ev = rc_event(o);
+        const cJSON *m = ev && !strcmp(ev, "start") ? cJSON_GetObjectItem(cJSON_GetObjectItem(o, "config"), "model") : NULL;
+        if (m && cJSON_GetObjectItem(m, "doc_eot")) eot_full = (int)rc_num(m, "doc_eot");
+    }
+    cJSON_Delete(all);
+    all = rc_records(DIR, "dm_lora");
+    cJSON_ArrayForEach(o, all) {
+        const char *ev = rc_event(o);
+        const cJSON *d = ev && !strcmp(ev, "start") ? cJSON_GetObjectItem(o, "doc_mask") : NULL;
+        if (d) eot_lora = (int)rc_num(d, "eot");
+    }
+    cJSON_Delete(all);
+    snprintf(cmd, sizeof cmd, "%s export " DIR "/ck_dm --merge -o " DIR "/dm_merged", g_bin);
+    int r3 = run("dm_export", cmd);
+    int eot_ck = config_doc_eot(DIR "/ck_dm/step_00000004/config.json"), eot_mg = config_doc_eot(DIR "/dm_merged/config.json");
+    tu_check(r0 == 0 && r1 == 0 && r2 == 0 && r3 == 0 && ok && same <= 1e-6 && eot_full == 96 && eot_lora == eot_full &&
+                 eot_ck == eot_full && eot_mg == eot_full,
+             "--doc-mask under LoRA = the full trainer's masking",
+             "lr 0 step losses rel %.3g (<= 1e-6); EOT: full trainer %d, LoRA model %d, checkpoint config %d, merged "
+             "export config %d (want the shards' 96)", same, eot_full, eot_lora, eot_ck, eot_mg);
+    tu_check(ok && off > 1e-4, "negative control: LoRA without --doc-mask", "losses rel %.3g from the masked (must exceed "
+             "1e-4)", off);
+    /* resuming the masked checkpoint without --doc-mask is a different trajectory: refused */
+    snprintf(cmd, sizeof cmd, "%s %s --steps 6 --lora-rank 4 --lora-targets all --ckpt-dir " DIR "/ck_dm --resume auto",
+             g_bin, base);
+    int r4 = run("dm_resume", cmd);
+    char *t = tu_slurp(DIR "/dm_resume.out");
+    tu_check(r4 == 2 && t && strstr(t, "model.doc_mask"), "LoRA resume of a --doc-mask checkpoint without it: refused",
+             "rc %d, %s", r4, t ? t : "(no output)");
+    free(t);
+}
+
+static Status write_file_fn(void *ctx, const void *p, size_t n, Err *err) {
+    return fwrite(p, 1, n, (FILE *)ctx) == n ? ST_OK : err_set(err, ST_ERR_RUNTIME, "short write");
+}
+
+/* --lora-base-precision bf16: the blocks stored in bf16 and computed in fp32 from their values. The
+ * oracle: an fp32-base LoRA run from a copy of the base whose block tensors the test rounded to bf16
+ * itself (nearest even) computes the same numbers, so every step's loss and norm must be equal as
+ * exact text. Also: losses within 1e-4 of the unrounded fp32-base run (bf16 rounding of the base),
+ * the base's stored hash unchanged after training, memory measured == plan == a closed form (fp32
+ * rest, 2-byte blocks, one fp32 block window) and plan --lora-base-precision bf16 == the run,
+ * export --merge merges into the bf16 values, a resume without the flag refused. Control: the
+ * unrounded fp32-base run must differ from the bf16 run. */
+static void check_bf16_base(void) {
+    char cmd[4096];
+    ModelConfig mc = {2, 2, 32, 97, 0, 32, 0.0f};
+    Err e;
+    model_config_validate(&mc, &e);
+    ParamLayout pl;
+    layout_init(&pl, &mc, 1);
+    int ok_write = 0;
+    { /* the rounded copy of base_out */
+        char *data = NULL;
+        size_t len;
+        StFile f;
+        float *w = calloc(pl.total, sizeof(float));
+        if (w && file_read_all(DIR "/base_out/model.safetensors", &data, &len, &e) == ST_OK &&
+            st_parse(&f, "base_out", data, len, &e) == ST_OK) {
+            if (st_hf_read_model(&f, &pl, w, &e) == ST_OK) {
+                for (size_t i = pl.seg_off[1]; i < pl.seg_off[mc.n_layer + 1]; i++) {
+                    uint32_t u = (uint32_t)half_bf16(w[i]) << 16;
+                    memcpy(&w[i], &u, sizeof u);
+                }
+                tu_shell("mkdir -p " DIR "/base_r16 && cp " DIR "/base_out/config.json " DIR "/base_r16/");
+                FILE *o = fopen(DIR "/base_r16/model.safetensors", "wb");
+                ok_write = o && st_hf_write_model(&pl, w, write_file_fn, o, &e) == ST_OK;
+                if (o) fclose(o);
+            }
+            st_file_free(&f);
+        }
+        free(w), free(data);
+    }
+    const char *args = "train --data " DIR "/train.bin --layers 2 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 "
+                       "--micro-batch 2 --lr 2e-3 --min-lr 2e-4 --warmup 2 --threads 1 --quiet --steps 6 --lora-rank 4 "
+                       "--lora-alpha 8 --lora-targets all --lora-dropout 0.1";
+    snprintf(cmd, sizeof cmd, "%s %s --init-from " DIR "/base_out --lora-base-precision bf16 --log " DIR "/b16.jsonl "
+             "--ckpt-dir " DIR "/ck_b16", g_bin, args);
+    int r1 = run("b16", cmd);
+    snprintf(cmd, sizeof cmd, "%s %s --init-from " DIR "/base_r16 --log " DIR "/r16.jsonl", g_bin, args);
+    int r2 = run("r16", cmd);
+    snprintf(cmd, sizeof cmd, "%s %s --init-from " DIR "/base_out --log " DIR "/f32.jsonl", g_bin, args);
+    int r3 = run("f32", cmd);
+    static char a[8192], b[8192], c[8192];
+    step_text("b16", a, sizeof a), step_text("r16", b, sizeof b), step_text("f32", c, sizeof c);
+    tu_check(ok_write && r1 == 0 && r2 == 0 && a[0] && !strcmp(a, b), "bf16 base = fp32 base of the bf16-rounded blocks",
+             "6 steps' losses and norms as exact text%s", strcmp(a, b) ? " DIFFER" : "");
+    RcLog lb, lf;
+    int rl = rc_read_log(DIR, "b16", &lb) && rc_read_log(DIR, "f32", &lf) && lb.n == 6 && lf.n == 6;
+    double dl = rl ? rc_max_rel(lb.loss, lf.loss, 6) : 1;
+    tu_check(r3 == 0 && rl && dl <= 1e-4, "bf16 base close to the fp32 base", "losses rel %.3g (tol 1e-4)", dl);
+    tu_check(r3 == 0 && c[0] && strcmp(a, c) != 0 && dl > 0, "negative control: the unrounded fp32 base differs",
+             "losses rel %.3g", dl);
+    /* memory and the stored base's hash */
+    cJSON *all = rc_records(DIR, "b16"), *o, *mem = NULL;
+    const char *h0 = NULL, *h1 = NULL;
+    cJSON_ArrayForEach(o, all) {
+        const char *ev = rc_event(o);
+        if (ev && !strcmp(ev, "memory") && !mem) mem = o;
+        if (ev && !strcmp(ev, "start")) h0 = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "lora"), "base_local_xxh3")->valuestring;
+        if (ev && !strcmp(ev, "end")) h1 = cJSON_GetObjectItem(o, "base_local_xxh3_after")->valuestring;
+    }
+    const cJSON *meas = mem ? cJSON_GetObjectItem(mem, "measured") : NULL;
+    size_t blocks = pl.seg_off[mc.n_layer + 1] - pl.seg_off[1], win = pl.seg_off[2] - pl.seg_off[1];
+    double P = 2.0 * 4 * ((32 + 3 * 32) + (32 + 32) + (32 + 4 * 32) + (4 * 32 + 32));
+    double want = 4.0 * (double)(pl.total - blocks) + 2.0 * (double)blocks + 4.0 * (double)win + 4 * P;
+    tu_check(meas && cJSON_IsTrue(cJSON_GetObjectItem(mem, "planned_equals_measured")) && rc_num(meas, "parameters") == want &&
+                 h0 && h1 && !strcmp(h0, h1),
+             "bf16 base: memory measured == plan == closed form, stored base unchanged", "parameters %.0f bytes (closed form "
+             "%.0f), base XXH3 %s / %s", meas ? rc_num(meas, "parameters") : -1, want, h0 ? h0 : "?", h1 ? h1 : "?");
+    snprintf(cmd, sizeof cmd, "%s plan --json --layers 2 --heads 2 --channels 32 --vocab 97 --max-seq-len 32 --seq-len 32 "
+             "--micro-batch 2 --threads 1 --lora-rank 4 --lora-targets all --lora-base-precision bf16 2>/dev/null", g_bin);
+    cJSON *pj = rc_command_json(cmd);
+    const cJSON *pb = pj ? cJSON_GetObjectItem(cJSON_GetObjectItem(pj, "lora"), "bytes_per_rank") : NULL;
+    tu_check(pb && meas && rc_num(pb, "parameters") == rc_num(meas, "parameters"), "plan --lora-base-precision bf16 = the run",
+             "parameters %.0f", pb ? rc_num(pb, "parameters") : -1);
+    cJSON_Delete(pj), cJSON_Delete(all);
+    /* export --merge: the bf16 values + (alpha/r) B A, so the merged model's first block c_fc equals the
+     * one merged from the rounded base (the same adapters: export of base_r16 + the b16 checkpoint) */
+    snprintf(cmd, sizeof cmd, "%s export " DIR "/ck_b16 --merge -o " DIR "/b16_merged", g_bin);
+    int e1 = run("b16_merge", cmd);
+    snprintf(cmd, sizeof cmd, "%s export " DIR "/ck_b16 --adapter -o " DIR "/b16_peft", g_bin);
+    int e2 = run("b16_peft", cmd);
+    float *W0 = read_tensor(DIR "/base_r16/model.safetensors", "h.0.mlp.c_fc.weight", 32, 128);
+    float *W1 = read_tensor(DIR "/b16_merged/model.safetensors", "h.0.mlp.c_fc.weight", 32, 128);
+    float *A = read_tensor(DIR "/b16_peft/adapter_model.safetensors", "base_model.model.transformer.h.0.mlp.c_fc.lora_A.weight", 4, 32);
+    float *B = read_tensor(DIR "/b16_peft/adapter_model.safetensors", "base_model.model.transformer.h.0.mlp.c_fc.lora_B.weight", 128, 4);
+    double num = 0, den = 0;
+    for (int i = 0; W0 && W1 && A && B && i < 32; i++)
+        for (int k = 0; k < 128; k++) {
+            double ba = 0;
+            for (int j = 0; j < 4; j++) ba += (double)B[k * 4 + j] * A[j * 32 + i];
+            double wv = W0[i * 128 + k] + 2.0 * ba, d = W1[i * 128 + k] - wv;
+            num += d * d, den += wv * wv;
+        }
+    tu_check(e1 == 0 && e2 == 0 && W0 && W1 && A && B && sqrt(num / den) <= 1e-6, "bf16 base: export --merge = bf16 W + (alpha/r)(BA)^T",
+             "rel L2 %.3g (tol 1e-6)", den > 0 ? sqrt(num / den) : -1.0);
+    free(W0), free(W1), free(A), free(B);
+    snprintf(cmd, sizeof cmd, "%s %s --steps 7 --init-from " DIR "/base_out --ckpt-dir " DIR "/ck_b16 --resume auto", g_bin, args);
+    int r4 = run("b16_resume", cmd);
+    char *t = tu_slurp(DIR "/b16_resume.out");
+    tu_check(r4 == 2 && t && strstr(t, "base bf16"), "resume of a bf16-base checkpoint with an fp32 base: refused", "rc %d, %s",
+             r4, t ? t : "(no output)");
+    free(t);
+    layout_free(&pl);
 }
 
 int main(int argc, char **argv) {
@@ -292,10 +488,21 @@ int main(int argc, char **argv) {
     int r1 = rc_read_log(DIR, "one", &l1);
     float *p1 = read_tensor(DIR "/one_out/adapter_model.safetensors", "base_model.model.transformer.h.1.mlp.c_fc.lora_B.weight",
                             128, 4);
-    for (int zero = 0; zero <= 3; zero++) { /* 3: dp 2 at ZeRO 1 stopped after 3 steps, resumed on one process */
+    /* 0-3: dp 2 at that ZeRO stage; 4: dp 2 at ZeRO 1 stopped after 3 steps, resumed on one process;
+     * 5: dp 2 at ZeRO 3 stopped after 3 steps (checkpoint assembled from the pieces), resumed at dp 2
+     * ZeRO 3 (pieces cut from it) */
+    for (int zero = 0; zero <= 5; zero++) {
         char name[32];
-        snprintf(name, sizeof name, zero < 3 ? "two_z%d" : "grid", zero);
-        if (zero < 3) {
+        snprintf(name, sizeof name, zero <= 3 ? "two_z%d" : zero == 4 ? "grid" : "z3res", zero);
+        if (zero == 5) {
+            snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
+                     "%s--zero 3 --stop-after 3 --ckpt-dir " DIR "/ck_z3res --log " DIR "/z3res.jsonl", g_mpi, g_bin, DP);
+            run("z3res1", cmd);
+            snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
+                     "%s--zero 3 --resume auto --ckpt-dir " DIR "/ck_z3res --log " DIR "/z3res.jsonl --out " DIR "/z3res_out",
+                     g_mpi, g_bin, DP);
+            run("z3res2", cmd);
+        } else if (zero <= 3) {
             snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
                      "%s--zero %d --log " DIR "/%s.jsonl --out " DIR "/%s_out", g_mpi, g_bin, DP, zero, name, name);
             run(name, cmd);
@@ -319,8 +526,9 @@ int main(int argc, char **argv) {
         float *p2 = read_tensor(pt, "base_model.model.transformer.h.1.mlp.c_fc.lora_B.weight", 128, 4);
         if (p1 && p2) we = tu_rel_err_f(p2, p1, 128 * 4);
         free(p2);
-        if (zero < 3) snprintf(what, sizeof what, "dp 2 ZeRO %d equals one process (grad-accum 2)", zero);
-        else snprintf(what, sizeof what, "dp 2 ZeRO 1 for 3 steps, resumed on one process, equals one process");
+        if (zero <= 3) snprintf(what, sizeof what, "dp 2 ZeRO %d equals one process (grad-accum 2)", zero);
+        else if (zero == 4) snprintf(what, sizeof what, "dp 2 ZeRO 1 for 3 steps, resumed on one process, equals one process");
+        else snprintf(what, sizeof what, "dp 2 ZeRO 3 for 3 steps, resumed at dp 2 ZeRO 3, equals one process");
         tu_check(d1 == 0 && r1 && r2 && l1.n == 6 && l2.n == 6 && wl <= 1e-5 && wn <= 1e-5 && we <= 1e-5, what,
                  "losses rel %.3g, norms rel %.3g, final lora_B rel %.3g (tol 1e-5)", wl, wn, we);
         if (zero == 1) { /* the moments sharded: half of 8·P per rank, as planned */
@@ -336,9 +544,31 @@ int main(int argc, char **argv) {
                      meas ? rc_num(meas, "optimizer_moments") : -1);
             cJSON_Delete(all);
         }
+        if (zero == 3) { /* ZeRO 3: each rank holds its half of every block plus one block's window */
+            cJSON *all = rc_records(DIR, name), *o, *mem = NULL;
+            cJSON_ArrayForEach(o, all) {
+                const char *ev = rc_event(o);
+                if (ev && !strcmp(ev, "memory") && !mem) mem = o;
+            }
+            const cJSON *meas = mem ? cJSON_GetObjectItem(mem, "measured") : NULL;
+            ModelConfig mc = {2, 2, 32, 97, 0, 32, 0.0f};
+            Err e;
+            model_config_validate(&mc, &e);
+            ParamLayout pl;
+            layout_init(&pl, &mc, 1);
+            double pc = 4.0 * (4 * 32 + 2 * 32 + 5 * 32 + 5 * 32) / 2; /* one block's adapters over dp 2 */
+            int ok = meas && cJSON_IsTrue(cJSON_GetObjectItem(mem, "planned_equals_measured")) &&
+                     rc_num(meas, "parameters") == 4 * ((double)pl.total + (2 + 2) * pc) &&
+                     rc_num(meas, "gradients") == 4 * (2 + 2) * pc && rc_num(meas, "optimizer_moments") == 8 * 2 * pc;
+            tu_check(ok, "memory at ZeRO 3: L pieces + one block's window of adapters and gradients, L pieces of "
+                     "moments; measured == plan", "piece %.0f floats, parameters %.0f bytes", pc,
+                     meas ? rc_num(meas, "parameters") : -1);
+            layout_free(&pl);
+            cJSON_Delete(all);
+        }
     }
     free(p1);
-    for (int zero = 0; zero <= 2; zero += 2) { /* control: a sum/mean mistake in the reduction moves the norms */
+    for (int zero = 0; zero <= 3; zero += zero ? 1 : 2) { /* control: a sum/mean mistake in the reduction moves the norms */
         char name[32];
         snprintf(name, sizeof name, "bad_z%d", zero);
         snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 -x "
@@ -438,8 +668,11 @@ int main(int argc, char **argv) {
         snprintf(cmd, sizeof cmd, "timeout 150 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
                  " --tp 2 --grad-accum 2 --resume auto --log " DIR "/dptp_grid.jsonl --ckpt-dir " DIR "/ck_dptp_grid", g_mpi, g_bin);
         q3 |= run("dptp_grid2", cmd);
-        for (int v = 0; v < 2; v++) {
-            const char *nm = v ? "dptp_grid" : "dptp";
+        snprintf(cmd, sizeof cmd, "timeout 150 %s --allow-run-as-root --oversubscribe -np 4 -x OMP_NUM_THREADS=1 %s " COMMON
+                 " --tp 2 --zero 3 --log " DIR "/dptp_z3.jsonl --ckpt-dir " DIR "/ck_dptp_z3", g_mpi, g_bin);
+        int q4 = run("dptp_z3", cmd);
+        for (int v = 0; v < 3; v++) {
+            const char *nm = v == 2 ? "dptp_z3" : v ? "dptp_grid" : "dptp";
             RcLog la, lb;
             int ra = rc_read_log(DIR, "one_nd", &la), rb = rc_read_log(DIR, nm, &lb);
             double wl = 0, wn = 0, we = 1;
@@ -455,18 +688,21 @@ int main(int argc, char **argv) {
             float *x2 = read_tensor(f2, "exp_avg_sq.base_model.model.transformer.h.0.attn.c_attn.lora_B.weight", 96, 4);
             if (x1 && x2) we = tu_rel_err_f(x2, x1, 96 * 4);
             free(x1), free(x2);
-            tu_check(q1 == 0 && (v ? q3 : q2) == 0 && ra && rb && la.n == 6 && lb.n == 6 && wl <= 1e-5 && wn <= 1e-5 && we <= 1e-4,
-                     v ? "dp 2 x tp 2 ZeRO 1 for 3 steps, resumed at dp 1 x tp 2 ZeRO 0, equals one process"
-                       : "dp 2 x tp 2 ZeRO 2 equals one process",
+            tu_check(q1 == 0 && (v == 2 ? q4 : v ? q3 : q2) == 0 && ra && rb && la.n == 6 && lb.n == 6 && wl <= 1e-5 &&
+                         wn <= 1e-5 && we <= 1e-4,
+                     v == 2 ? "dp 2 x tp 2 ZeRO 3 equals one process"
+                     : v    ? "dp 2 x tp 2 ZeRO 1 for 3 steps, resumed at dp 1 x tp 2 ZeRO 0, equals one process"
+                            : "dp 2 x tp 2 ZeRO 2 equals one process",
                      "losses rel %.3g, norms rel %.3g (tol 1e-5), c_attn B's exp_avg_sq rel %.3g (tol 1e-4)", wl, wn, we);
         }
     }
 
     /* ---- plan --lora-rank prices what the runs allocated ---- */
-    for (int z = 0; z <= 1; z++) {
+    for (int z = 0; z <= 2; z++) { /* 2: ZeRO 3 at dp 2 */
         snprintf(cmd, sizeof cmd, "%s plan --json --layers 2 --heads 2 --channels 32 --vocab 97 --max-seq-len 32 --seq-len 32 "
-                 "--micro-batch 2 --threads 1 --lora-rank 4 --lora-targets all --dp %d --zero %d 2>/dev/null", g_bin, z ? 2 : 1, z);
-        cJSON *pj = rc_command_json(cmd), *all = rc_records(DIR, z ? "two_z1" : "full"), *o, *mem = NULL;
+                 "--micro-batch 2 --threads 1 --lora-rank 4 --lora-targets all --dp %d --zero %d 2>/dev/null", g_bin, z ? 2 : 1,
+                 z == 2 ? 3 : z);
+        cJSON *pj = rc_command_json(cmd), *all = rc_records(DIR, z == 2 ? "two_z3" : z ? "two_z1" : "full"), *o, *mem = NULL;
         cJSON_ArrayForEach(o, all) {
             const char *ev = rc_event(o);
             if (ev && !strcmp(ev, "memory") && !mem) mem = o;
@@ -477,9 +713,18 @@ int main(int argc, char **argv) {
                                           "workspace"};
         int ok = meas && pb, ctl = 1;
         for (int i = 0; ok && i < 6; i++) ok &= rc_num(pb, CAT[i]) == rc_num(meas, CAT[i]);
-        if (pb) ctl = rc_num(pb, "optimizer_moments") == (z ? 8.0 * 4096 : 8.0 * 4096 / 2); /* the other stage's bytes */
-        tu_check(ok && !ctl, z ? "plan --lora-rank --dp 2 --zero 1 = the dp 2 run's allocation" : "plan --lora-rank = the run's allocation",
-                 "6 categories equal; control: the other ZeRO stage's moments differ");
+        if (pb && z < 2) ctl = rc_num(pb, "optimizer_moments") == (z ? 8.0 * 4096 : 8.0 * 4096 / 2); /* the other stage's bytes */
+        if (z == 2) { /* control: the ZeRO 3 plan at dp 1 (a whole block's piece) must not match the dp 2 run */
+            snprintf(cmd, sizeof cmd, "%s plan --json --layers 2 --heads 2 --channels 32 --vocab 97 --max-seq-len 32 --seq-len 32 "
+                     "--micro-batch 2 --threads 1 --lora-rank 4 --lora-targets all --dp 1 --zero 3 2>/dev/null", g_bin);
+            cJSON *p1j = rc_command_json(cmd);
+            const cJSON *p1b = p1j ? cJSON_GetObjectItem(cJSON_GetObjectItem(p1j, "lora"), "bytes_per_rank") : NULL;
+            ctl = !p1b || (meas && rc_num(p1b, "parameters") == rc_num(meas, "parameters"));
+            cJSON_Delete(p1j);
+        }
+        tu_check(ok && !ctl, z == 2 ? "plan --lora-rank --dp 2 --zero 3 = the dp 2 ZeRO 3 run's allocation"
+                             : z ? "plan --lora-rank --dp 2 --zero 1 = the dp 2 run's allocation" : "plan --lora-rank = the run's allocation",
+                 "6 categories equal; control: %s differ", z == 2 ? "the dp 1 ZeRO 3 plan's parameters" : "the other ZeRO stage's moments");
         cJSON_Delete(pj), cJSON_Delete(all);
     }
 
@@ -538,6 +783,8 @@ int main(int argc, char **argv) {
         free(t);
     }
 
+    check_doc_mask();
+    check_bf16_base();
     check_refusals();
     return tu_exit();
 }

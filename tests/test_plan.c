@@ -588,6 +588,7 @@ static const OptionEffect OPTION_EFFECTS[] = {
     {"zero", PB " --dp 2", PB " --dp 2 --zero 1", "memory_bytes.moments"},
     {"lora-rank", PB " --lora-rank 4", PB " --lora-rank 8", "lora.adapter_params"},
     {"lora-targets", PB " --lora-rank 4", PB " --lora-rank 4 --lora-targets all", "lora.total_bytes_per_rank"},
+    {"lora-base-precision", PB " --lora-rank 4", PB " --lora-rank 4 --lora-base-precision bf16", "lora.total_bytes_per_rank"},
     {"recompute", PB, PB " --recompute full", "compute.hw_flops_per_token"},
     {"pp-microbatches", PB " --pp 2 --grad-accum 4", PB " --pp 2 --grad-accum 4 --pp-microbatches 2", "pipeline.bubble"},
     {"interleave", PB " --pp 2 --grad-accum 4", PB " --pp 2 --grad-accum 4 --interleave 3", "pipeline.bubble_interleaved"},

@@ -172,6 +172,7 @@ Status ckpt_lora_save(const char *ckpt_dir, const ModelConfig *cfg, const LoraLa
     cJSON_AddNumberToObject(lo, "dropout", ll->cfg.dropout);
     lora_targets_string(ll->cfg.targets, tg, sizeof tg);
     cJSON_AddStringToObject(lo, "targets", tg);
+    if (ll->cfg.base_bf16) cJSON_AddStringToObject(lo, "base_precision", "bf16"); /* absent: fp32 */
     cJSON_AddItemToObject(s, "lora", lo);
     cJSON_AddStringToObject(base, "init_from", meta->init_from);
     snprintf(buf, sizeof buf, "%llu", (unsigned long long)meta->base_seed);
@@ -282,6 +283,8 @@ Status ckpt_lora_read_meta(const char *path, LoraCkptMeta *meta, LoraConfig *lc,
     snprintf(meta->init_from, sizeof meta->init_from, "%s", bi);
     char targets[64];
     snprintf(targets, sizeof targets, "%s", tg);
+    const char *bp = jstr(lo, "base_precision");
+    int base_bf16 = bp && !strcmp(bp, "bf16");
     /* Every file against its checksum. */
     for (int i = 0; i < NFILES && st == ST_OK; i++) {
         const char *want = jstr(fl, FILES[i]);
@@ -295,7 +298,7 @@ Status ckpt_lora_read_meta(const char *path, LoraCkptMeta *meta, LoraConfig *lc,
     cJSON_Delete(s);
     if (st != ST_OK) return st;
     if ((st = st_load_hf_config(path, cfg, meta->tokenizer, sizeof meta->tokenizer, err)) != ST_OK) return st;
-    lc->rank = (int)rank, lc->alpha = (float)alpha, lc->dropout = (float)drop;
+    lc->rank = (int)rank, lc->alpha = (float)alpha, lc->dropout = (float)drop, lc->base_bf16 = base_bf16;
     return lora_parse_targets(targets, cfg, &lc->targets, err);
 }
 

@@ -15,11 +15,12 @@
 #include "cli/cmds.h"
 #include "cli/cmds_ckpt.h"
 #include "ckpt/lora_ckpt.h"
+#include "core/half.h"
 #include "model/lora.h"
 
 /* A LoRA checkpoint (ckpt/lora_ckpt.h): --adapter writes PEFT's adapter folder, --merge the base with
  * W + (alpha/r)·B·A folded into every adapted weight as an ordinary Hugging Face folder (config
- * unchanged). The base is the one state.json references (--init-from path or seed), or --base; its
+ * unchanged; a checkpoint trained on a bf16-stored base merges into the blocks' bf16 values). The base is the one state.json references (--init-from path or seed), or --base; its
  * XXH3 must equal the recorded one. */
 static int export_lora(const char *path, int merge, const char *base, const char *out, const char *tokenizer, int bf16,
                        uint64_t shard) {
@@ -48,6 +49,13 @@ static int export_lora(const char *path, int merge, const char *base, const char
             st = err_set(&err, ST_ERR_INPUT, "--base %s: its weights (XXH3 %016llx) are not the base %s was trained on "
                          "(XXH3 %016llx)", src[0] ? src : "(random, from the recorded seed)", (unsigned long long)h, path,
                          (unsigned long long)meta.base_hash);
+        if (st == ST_OK && lc.base_bf16) { /* trained on the blocks' bf16 values (--lora-base-precision bf16) */
+            const ParamLayout *pl = &g.w.layout;
+            for (size_t i = pl->seg_off[1]; i < pl->seg_off[cfg.n_layer + 1]; i++) {
+                uint32_t u = (uint32_t)half_bf16(g.w.params[i]) << 16;
+                memcpy(&g.w.params[i], &u, sizeof u);
+            }
+        }
         if (st == ST_OK) {
             lora_merge(&ll, ad, &g.w.p);
             st = st_save_hf_opts(&g.w, out, tokenizer[0] ? tokenizer : meta.tokenizer, bf16, shard, &err);

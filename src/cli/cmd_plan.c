@@ -329,7 +329,7 @@ int cmd_plan(int argc, char **argv) {
     double intra_lat_us = -1, inter_lat_us = -1;
     long global_batch = 0;
     int lora_rank = 0;
-    char lora_targets[128] = "";
+    char lora_targets[128] = "", lora_base_prec[16] = "fp32";
     int nodes = 0, dpn = 0, wb = 0, gb = 0, mb = -1, ob = 0, ab = 0, moments = -1, hess_every = 10, json = 0, no_overlap = 0;
     int no_noise = 0;
     char pp_schedule[32] = "", pp_layers[256] = "";
@@ -414,6 +414,8 @@ int cmd_plan(int argc, char **argv) {
         {"json", ARG_FLAG, &json, 0, "print one JSON object (schema: docs/plan.md)"},
         {"lora-rank", ARG_INT, &lora_rank, 0, "also price LoRA fine-tuning at this rank on a frozen fp32 base (docs/lora.md)"},
         {"lora-targets", ARG_STR, lora_targets, sizeof lora_targets, "with --lora-rank: the adapted layers (as train's)"},
+        {"lora-base-precision", ARG_STR, lora_base_prec, sizeof lora_base_prec,
+         "with --lora-rank: the frozen base's block storage, fp32 or bf16 (as train's)"},
     };
     int n = (int)(sizeof specs / sizeof specs[0]), npos = 0, help = 0;
     char *pos[1];
@@ -676,18 +678,22 @@ int cmd_plan(int argc, char **argv) {
     /* ---- LoRA: the per-rank bytes of train --lora-rank (lora_memory_plan: what it allocates) ---- */
     size_t lora_bytes[MEM_NCAT] = {0};
     long long lora_params = 0;
+    if (SEEN("lora-base-precision") && lora_rank <= 0)
+        return cli_fail("plan", ST_ERR_INPUT, "--lora-base-precision: expected --lora-rank > 0 with it, found no --lora-rank");
     if (SEEN("lora-targets") && lora_rank <= 0)
         return cli_fail("plan", ST_ERR_INPUT, "--lora-targets: expected --lora-rank > 0 with it, found no --lora-rank");
     if (lora_rank != 0) {
         ModelConfig lc;
         if (!plan_model_to_config(&in.model, &lc) || model_config_validate(&lc, &err) != ST_OK)
             return cli_fail("plan", ST_ERR_INPUT, "--lora-rank: expected a model this trainer builds (a shape, not --params)");
-        if (in.pp > 1 || in.zero > 2 || in.sp || strcmp(precision, "fp32")) {
-            snprintf(err.msg, sizeof err.msg, "--lora-rank: LoRA runs at --pp 1, --zero 0..2, no --sp, "
+        if (in.pp > 1 || in.zero > 3 || in.sp || strcmp(precision, "fp32")) {
+            snprintf(err.msg, sizeof err.msg, "--lora-rank: LoRA runs at --pp 1, --zero 0..3, no --sp, "
                      "--precision fp32, found tp %d, pp %d, zero %d, %s", in.tp, in.pp, in.zero, precision);
             return cli_fail("plan", ST_ERR_INPUT, err.msg);
         }
-        LoraConfig cfgl = {lora_rank, (float)lora_rank, 0.0f, 0};
+        LoraConfig cfgl = {lora_rank, (float)lora_rank, 0.0f, 0, !strcmp(lora_base_prec, "bf16")};
+        if ((strcmp(lora_base_prec, "fp32") && !cfgl.base_bf16) || (cfgl.base_bf16 && in.tp > 1))
+            return cli_fail("plan", ST_ERR_INPUT, "--lora-base-precision: expected fp32, or bf16 at --tp 1");
         if (!lora_targets[0]) snprintf(lora_targets, sizeof lora_targets, "%s", lc.arch == ARCH_LLAMA ? "q,v" : "q,k,v");
         LoraLayout ll;
         if ((st = lora_parse_targets(lora_targets, &lc, &cfgl.targets, &err)) != ST_OK ||

@@ -175,6 +175,7 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
     char model[64] = "", arch[16] = "gpt2", precision[16] = "fp32", recompute[16] = "none", spike_policy[16] = "log", optimizer[16] = "adamw", schedule[16] = "cosine", shape[16] = "linear", tok_dir[1024] = "";
     long batch_tokens = 0;
     int tie = 0, doc_mask = 0;
+    char lora_base_prec[16] = "fp32";
     char lora_targets[128] = "";
     float lora_alpha = 0;
     double peak_gflops = 0;
@@ -311,6 +312,8 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         {"lora-targets", ARG_STR, lora_targets, sizeof lora_targets,
          "LoRA: layers adapted, from q,k,v,o,gate,up,down or the groups attn, mlp, all; none given: llama q,v, gpt2 "
          "q,k,v (its fused c_attn)"},
+        {"lora-base-precision", ARG_STR, lora_base_prec, sizeof lora_base_prec,
+         "LoRA: storage of the frozen base's blocks, fp32 (default) or bf16 (computed in fp32 from bf16 values)"},
         {"mtbf", ARG_DOUBLE, &c.mtbf_hours, 0, "mean time between failures in hours: print the Young/Daly interval"},
     };
     int n = (int)(sizeof specs / sizeof specs[0]), npos = 0, help = 0;
@@ -417,8 +420,8 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         FAIL(ST_ERR_INPUT);
     }
     if (c.lora.rank == 0) {
-        static const char *const LORA_ONLY[] = {"lora-alpha", "lora-dropout", "lora-targets"};
-        for (int i = 0; i < 3; i++)
+        static const char *const LORA_ONLY[] = {"lora-alpha", "lora-dropout", "lora-targets", "lora-base-precision"};
+        for (int i = 0; i < 4; i++)
             if (args_find(specs, n, LORA_ONLY[i])->seen) {
                 snprintf(err.msg, sizeof err.msg, "--%s: expected --lora-rank > 0 with it, found no --lora-rank", LORA_ONLY[i]);
                 FAIL(ST_ERR_INPUT);
@@ -427,6 +430,11 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         c.lora.alpha = lora_alpha > 0 ? lora_alpha : (float)c.lora.rank;
         if (!lora_targets[0]) snprintf(lora_targets, sizeof lora_targets, "%s", c.model.arch == ARCH_LLAMA ? "q,v" : "q,k,v");
         if ((st = lora_parse_targets(lora_targets, &c.model, &c.lora.targets, &err)) != ST_OK) FAIL(st);
+        if (strcmp(lora_base_prec, "fp32") && strcmp(lora_base_prec, "bf16")) {
+            snprintf(err.msg, sizeof err.msg, "--lora-base-precision: expected fp32 or bf16, found '%s'", lora_base_prec);
+            FAIL(ST_ERR_INPUT);
+        }
+        c.lora.base_bf16 = !strcmp(lora_base_prec, "bf16");
     }
     if ((st = optim_parse_kind(optimizer, &c.optim.kind, &err)) != ST_OK) FAIL(st);
     OptimConfig od = optim_default_config(c.optim.kind);

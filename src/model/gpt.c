@@ -117,10 +117,9 @@ static Status check_options(const ModelConfig *cfg, const GptOptions *o, Err *er
                            cfg->n_layer);
         prev = o->stage.last[i];
     }
-    if (o->frozen && (o->precision != GPT_FP32 || o->sp || o->stage.n > 1 || o->split_backward || o->external_params))
-        return err_set(err, ST_ERR_INPUT, "--lora-rank: a frozen base needs --precision fp32, no --sp, --pp 1 and ZeRO <= 2, "
-                       "found precision %d, sp %d, %d model chunks%s", (int)o->precision, o->sp, o->stage.n > 1 ? o->stage.n : 1,
-                       o->external_params ? ", external parameters (ZeRO 3)" : "");
+    if (o->frozen && (o->precision != GPT_FP32 || o->sp || o->stage.n > 1 || o->split_backward))
+        return err_set(err, ST_ERR_INPUT, "--lora-rank: a frozen base needs --precision fp32, no --sp and --pp 1, found "
+                       "precision %d, sp %d, %d model chunks", (int)o->precision, o->sp, o->stage.n > 1 ? o->stage.n : 1);
     if (o->sp && ((long)o->B * o->T) % o->tp)
         return err_set(err, ST_ERR_INPUT, "--sp: expected --micro-batch x --seq-len = %d x %d = %ld divisible by --tp %d",
                        o->B, o->T, (long)o->B * o->T, o->tp);

@@ -88,7 +88,8 @@ typedef struct {
                                allocated (d.grads NULL, views NULL) and backward computes only the
                                gradients of the activations (down to block 0's input; the embedding's
                                backward is skipped) for the attached adapters (gpt_set_lora). fp32,
-                               tp 1, one pipeline stage, no split backward */
+                               one pipeline stage, no split backward; with external_params the caller
+                               holds the base (LoRA's bf16-stored base widens a block per segment) */
     int device_resident;    /* 1: accept a backend whose memory is not host-addressable (CUDA): the
                                model stages inp and tgt into backend memory itself and initialises
                                the parameters through a host copy; the caller reads and writes

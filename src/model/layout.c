@@ -247,6 +247,34 @@ int layout_find_id(const ParamLayout *pl, int id) {
     return -1;
 }
 
+void layout_segment_views(const ParamLayout *pl, int s, float *buf, ParamViews *v) {
+    int K = layout_block_tensors(&pl->cfg), L = pl->cfg.n_layer, llama = pl->cfg.arch == ARCH_LLAMA;
+    for (int i = 0; i < pl->ntensors; i++) {
+        const TensorInfo *t = &pl->tensors[i];
+        if (t->segment != s) continue;
+        float *q = buf + (t->offset - pl->seg_off[s]);
+        if (s == 0) {
+            if (t->id == 0) v->wte = q;
+            else if (llama) v->lm_head = q;
+            else v->wpe = q;
+        } else if (s == L + 1) {
+            if (t->id == 2 + L * K) v->lnfw = q;
+            else v->lnfb = q;
+        } else if (llama) { /* wk, wv and wup follow wq and wgate in the same buffer: no views of their own */
+            BlockParams *b = &v->blocks[s - 1];
+            float **f[LB_COUNT] = {&b->ln1w, &b->qkvw, NULL, NULL, &b->attprojw, &b->ln2w, &b->fcw, NULL, &b->fcprojw};
+            float **dst = f[t->id - 2 - (s - 1) * K];
+            if (dst) *dst = q;
+        } else {
+            BlockParams *b = &v->blocks[s - 1];
+            float **f[BT_COUNT] = {&b->ln1w, &b->ln1b, &b->qkvw, &b->qkvb, &b->attprojw, &b->attprojb,
+                                   &b->ln2w, &b->ln2b, &b->fcw, &b->fcb, &b->fcprojw, &b->fcprojb};
+            *f[t->id - 2 - (s - 1) * K] = q;
+        }
+    }
+    if (s == 0 && pl->has_head) v->head = pl->cfg.untied ? v->lm_head : v->wte;
+}
+
 void layout_views(const ParamLayout *pl, float *base, ParamViews *v) {
     BlockParams *blocks = v->blocks;
     memset(v, 0, sizeof *v);

@@ -157,6 +157,10 @@ typedef struct {
  * layout does not hold (another pipeline stage's) get NULL. */
 void layout_views(const ParamLayout *pl, float *base, ParamViews *v);
 
+/* Points the views of segment s (0 embeddings, 1..L blocks, L + 1 final norm) at buf, which holds
+ * that segment's floats (seg_off[s + 1] − seg_off[s]); the other views are left as they are. */
+void layout_segment_views(const ParamLayout *pl, int s, float *buf, ParamViews *v);
+
 /* The dimensions derived from a config and a tensor-parallel degree, computed once (layout_dims) for
  * the model, the layout and the sizes `plan` prices: what one tp rank's GEMMs and kernels work on. */
 typedef struct {

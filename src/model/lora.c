@@ -127,16 +127,36 @@ size_t lora_scratch_floats(const LoraLayout *ll, size_t N) {
     return 2 * N * (size_t)ll->max_in + N * (size_t)ll->cfg.rank;
 }
 
+size_t lora_zero3_piece(const LoraLayout *ll, int dp) { return (ll->block_floats + (size_t)dp - 1) / (size_t)dp; }
+
 size_t lora_moment_floats(const LoraLayout *ll, int dp, int zero) {
+    if (zero >= 3) return (size_t)ll->L * lora_zero3_piece(ll, dp);
     return zero >= 1 && dp > 1 ? ll->total / (size_t)dp : ll->total;
 }
 
 void lora_plan_bytes(const LoraLayout *ll, size_t N, int n_moments, int dp, int zero, size_t bytes[MEM_NCAT]) {
-    bytes[MEM_PARAMS] += ll->total * sizeof(float);
-    bytes[MEM_GRADS] += ll->total * sizeof(float);
+    /* ZeRO 3: the rank's pieces (L · piece) of the parameters and gradient sums, plus one block's
+     * window (dp · piece) of each, gathered / reduce-scattered around the block */
+    size_t whole = zero >= 3 ? lora_moment_floats(ll, dp, zero) + (size_t)dp * lora_zero3_piece(ll, dp) : ll->total;
+    bytes[MEM_PARAMS] += whole * sizeof(float);
+    bytes[MEM_GRADS] += whole * sizeof(float);
     bytes[MEM_MOMENTS] += (size_t)n_moments * lora_moment_floats(ll, dp, zero) * sizeof(float);
     bytes[MEM_ACTIVATIONS] += lora_act_floats(ll, N) * sizeof(float);
     bytes[MEM_WORKSPACE] += lora_scratch_floats(ll, N) * sizeof(float);
+}
+
+size_t lora_base_window_floats(const ParamLayout *pl) {
+    size_t w = 0;
+    for (int s = 1; s <= pl->cfg.n_layer; s++)
+        if (pl->seg_off[s + 1] - pl->seg_off[s] > w) w = pl->seg_off[s + 1] - pl->seg_off[s];
+    return w;
+}
+
+size_t lora_base_param_bytes(const ParamLayout *pl, int base_bf16) {
+    if (!base_bf16) return pl->total * sizeof(float);
+    int L = pl->cfg.n_layer;
+    size_t blocks = pl->seg_off[L + 1] - pl->seg_off[1], rest = pl->total - blocks;
+    return rest * sizeof(float) + blocks * sizeof(uint16_t) + lora_base_window_floats(pl) * sizeof(float);
 }
 
 void lora_memory_plan(const ModelConfig *cfg, const ActOptions *o, const LoraLayout *ll, int n_moments, int dp,
@@ -144,18 +164,18 @@ void lora_memory_plan(const ModelConfig *cfg, const ActOptions *o, const LoraLay
     memset(bytes, 0, MEM_NCAT * sizeof bytes[0]);
     ParamLayout pl; /* the base's slice of tp rank 0 (every rank's is as large) */
     ST_CHECK(layout_init_tp(&pl, cfg, 1, o->tp > 1 ? o->tp : 1, 0) == 0);
-    bytes[MEM_PARAMS] = pl.total * sizeof(float);
+    bytes[MEM_PARAMS] = lora_base_param_bytes(&pl, ll->cfg.base_bf16);
     layout_free(&pl);
     layout_run_bytes(cfg, o, bytes);
     lora_plan_bytes(ll, (size_t)o->B * o->T, n_moments, dp, zero, bytes);
 }
 
-Status lora_init(Lora *lo, const LoraLayout *ll, size_t N, int nt, MemStats *mem, Err *err) {
+static Status init_common(Lora *lo, const LoraLayout *ll, size_t N, int nt, size_t pfloats, MemStats *mem, Err *err) {
     memset(lo, 0, sizeof *lo);
-    lo->lay = *ll, lo->N = N, lo->nt = nt, lo->mem = mem;
+    lo->lay = *ll, lo->N = N, lo->nt = nt, lo->mem = mem, lo->pfloats = pfloats;
     size_t xs = N * (size_t)ll->max_in;
-    lo->params = mem_alloc(mem, MEM_PARAMS, ll->total * sizeof(float));
-    lo->grads = mem_alloc(mem, MEM_GRADS, ll->total * sizeof(float));
+    lo->params = mem_alloc(mem, MEM_PARAMS, pfloats * sizeof(float));
+    lo->grads = mem_alloc(mem, MEM_GRADS, pfloats * sizeof(float));
     lo->u = mem_alloc(mem, MEM_ACTIVATIONS, lora_act_floats(ll, N) * sizeof(float));
     float *scr = mem_alloc(mem, MEM_WORKSPACE, lora_scratch_floats(ll, N) * sizeof(float));
     if (!lo->params || !lo->grads || !lo->u || !scr) {
@@ -164,27 +184,42 @@ Status lora_init(Lora *lo, const LoraLayout *ll, size_t N, int nt, MemStats *mem
         return err_set(err, ST_ERR_RUNTIME, "out of memory allocating the LoRA adapters (%zu floats)", ll->total);
     }
     lo->xd = scr, lo->dx = scr + xs, lo->du = scr + 2 * xs;
-    memset(lo->params, 0, ll->total * sizeof(float));
-    memset(lo->grads, 0, ll->total * sizeof(float));
+    memset(lo->params, 0, pfloats * sizeof(float));
+    memset(lo->grads, 0, pfloats * sizeof(float));
     return ST_OK;
+}
+
+Status lora_init(Lora *lo, const LoraLayout *ll, size_t N, int nt, MemStats *mem, Err *err) {
+    return init_common(lo, ll, N, nt, ll->total, mem, err);
+}
+
+Status lora_init_window(Lora *lo, const LoraLayout *ll, size_t N, int nt, size_t wfloats, MemStats *mem, Err *err) {
+    ST_CHECK(wfloats >= ll->block_floats);
+    Status st = init_common(lo, ll, N, nt, wfloats, mem, err);
+    lo->window = 1;
+    return st;
 }
 
 void lora_free(Lora *lo) {
     const LoraLayout *ll = &lo->lay;
-    mem_free(lo->mem, MEM_PARAMS, lo->params, ll->total * sizeof(float));
-    mem_free(lo->mem, MEM_GRADS, lo->grads, ll->total * sizeof(float));
+    mem_free(lo->mem, MEM_PARAMS, lo->params, lo->pfloats * sizeof(float));
+    mem_free(lo->mem, MEM_GRADS, lo->grads, lo->pfloats * sizeof(float));
     mem_free(lo->mem, MEM_ACTIVATIONS, lo->u, lora_act_floats(ll, lo->N) * sizeof(float));
     mem_free(lo->mem, MEM_WORKSPACE, lo->xd, lora_scratch_floats(ll, lo->N) * sizeof(float));
     memset(lo, 0, sizeof *lo);
 }
 
 void lora_init_params(Lora *lo, uint64_t seed) {
-    const LoraLayout *ll = &lo->lay;
-    memset(lo->params, 0, ll->total * sizeof(float));
+    ST_CHECK(!lo->window);
+    lora_init_params_buf(&lo->lay, lo->params, seed);
+}
+
+void lora_init_params_buf(const LoraLayout *ll, float *params, uint64_t seed) {
+    memset(params, 0, ll->total * sizeof(float));
     for (int l = 0; l < ll->L; l++)
         for (int k = 0; k < ll->n; k++) {
             const LoraAdapter *a = &ll->ad[k];
-            float *A = lo->params + (size_t)l * ll->block_floats + a->a_off;
+            float *A = params + (size_t)l * ll->block_floats + a->a_off;
             float bound = 1.0f / sqrtf((float)a->in_full);
             uint64_t stream = (uint64_t)0x4c6f5241 * 65536 + (uint64_t)l * LORA_NTARGETS + (uint64_t)a->target;
             size_t c0 = a->row_par ? (size_t)ll->tp_rank * a->in : 0; /* a row-parallel rank's columns */
@@ -214,7 +249,7 @@ void lora_forward(Lora *lo, int l, int site, const float *x, float *y, int ldy, 
     for (int k = 0; k < ll->n; k++) {
         const LoraAdapter *a = &ll->ad[k];
         if (a->site != site) continue;
-        const float *A = lo->params + (size_t)l * ll->block_floats + a->a_off, *B = A - a->a_off + a->b_off;
+        const float *A = lo->params + (lo->window ? 0 : (size_t)l * ll->block_floats) + a->a_off, *B = A - a->a_off + a->b_off;
         const float *xd = dropped(lo, a, x, N, d);
         float *u = saved_u(lo, l, k);
         mm_sgemm(0, 1, N, r, a->in, 1.0f, xd, a->in, A, a->in, 0.0f, u, r);               /* u = xd · Aᵀ */
@@ -229,7 +264,7 @@ void lora_backward(Lora *lo, int l, int site, const float *x, const float *dy, i
     for (int k = 0; k < ll->n; k++) {
         const LoraAdapter *a = &ll->ad[k];
         if (a->site != site) continue;
-        size_t bo = (size_t)l * ll->block_floats;
+        size_t bo = lo->window ? 0 : (size_t)l * ll->block_floats; /* ZeRO 3: the window holds block l */
         const float *A = lo->params + bo + a->a_off, *B = lo->params + bo + a->b_off;
         float *dA = lo->grads + bo + a->a_off, *dB = lo->grads + bo + a->b_off;
         const float *u = saved_u(lo, l, k), *dyc = dy + a->col;
@@ -283,24 +318,40 @@ void lora_tp_copy(const LoraLayout *local, float *lbuf, const LoraLayout *full, 
 }
 
 /* Σ g[i]² over i in [b, e) ∩ [lo, hi). */
-static double sq_range(const float *g, size_t b, size_t e, size_t lo, size_t hi) {
+/* Σ g[i]² over i in [b, e) ∩ [lo, hi), g holding the elements from index `base` on (g[i − base]). */
+static double sq_range(const float *g, size_t base, size_t b, size_t e, size_t lo, size_t hi) {
     double s = 0;
-    for (size_t i = b > lo ? b : lo; i < (e < hi ? e : hi); i++) s += (double)g[i] * g[i];
+    for (size_t i = b > lo ? b : lo; i < (e < hi ? e : hi); i++) s += (double)g[i - base] * g[i - base];
     return s;
+}
+
+/* One block's adapters' squares over the block-local range [lo, hi) held by g (from index base). */
+static void block_sq(const LoraLayout *ll, const float *g, size_t base, size_t o, size_t lo, size_t hi, double *s,
+                     double *rp) {
+    for (int k = 0; k < ll->n; k++) {
+        const LoraAdapter *a = &ll->ad[k];
+        size_t na = (size_t)ll->cfg.rank * a->in, nb = (size_t)ll->cfg.rank * a->out;
+        double sa = sq_range(g, base, o + a->a_off, o + a->a_off + na, lo, hi);
+        double sb = sq_range(g, base, o + a->b_off, o + a->b_off + nb, lo, hi);
+        if (ll->tp == 1) *s += sa + sb;
+        else if (a->row_par) *s += sa, *rp += sb; /* A split, B replicated */
+        else *s += sb, *rp += sa;                 /* B split, A replicated */
+    }
+}
+
+void lora_norm_sq_zero3(const LoraLayout *ll, const float *pieces, int dp, int rank, double *split_sq, double *repl_sq) {
+    size_t pc = lora_zero3_piece(ll, dp), bf = ll->block_floats;
+    double s = 0, rp = 0;
+    for (int l = 0; l < ll->L; l++) {
+        size_t lo = (size_t)rank * pc, hi = lo + pc < bf ? lo + pc : bf;
+        if (lo < hi) block_sq(ll, pieces + (size_t)l * pc, lo, 0, lo, hi, &s, &rp);
+    }
+    *split_sq = s, *repl_sq = rp;
 }
 
 void lora_norm_sq(const LoraLayout *ll, const float *g, size_t lo, size_t hi, double *split_sq, double *repl_sq) {
     double s = 0, rp = 0;
-    for (int l = 0; l < ll->L; l++)
-        for (int k = 0; k < ll->n; k++) {
-            const LoraAdapter *a = &ll->ad[k];
-            size_t o = (size_t)l * ll->block_floats, na = (size_t)ll->cfg.rank * a->in, nb = (size_t)ll->cfg.rank * a->out;
-            double sa = sq_range(g, o + a->a_off, o + a->a_off + na, lo, hi);
-            double sb = sq_range(g, o + a->b_off, o + a->b_off + nb, lo, hi);
-            if (ll->tp == 1) s += sa + sb;
-            else if (a->row_par) s += sa, rp += sb; /* A split, B replicated */
-            else s += sb, rp += sa;                 /* B split, A replicated */
-        }
+    for (int l = 0; l < ll->L; l++) block_sq(ll, g, 0, (size_t)l * ll->block_floats, lo, hi, &s, &rp);
     *split_sq = s, *repl_sq = rp;
 }
 

@@ -51,6 +51,7 @@ typedef struct {
     float alpha;       /* the scale's numerator: s = alpha / r */
     float dropout;     /* LoRA dropout on the adapter's input, [0, 1) */
     unsigned targets;  /* bit LORA_x set: the layer is adapted */
+    int base_bf16;     /* 1: the frozen base's blocks are stored in bf16 (lora_base_param_floats) */
 } LoraConfig;
 
 /* One adapter of a block (the same for every block). */
@@ -107,6 +108,8 @@ void lora_tp_copy(const LoraLayout *local, float *lbuf, const LoraLayout *full, 
  * (this rank's part) and of the replicated ones' (equal on every tp rank), each in double in layout
  * order (at tp 1 everything counts as split). */
 void lora_norm_sq(const LoraLayout *ll, const float *g, size_t lo, size_t hi, double *split_sq, double *repl_sq);
+/* The same over ZeRO 3 pieces (lora_moment_floats): rank `rank`'s piece of every block. */
+void lora_norm_sq_zero3(const LoraLayout *ll, const float *pieces, int dp, int rank, double *split_sq, double *repl_sq);
 
 /* Floats of the saved activations (u of every block and adapter) and of the scratch for a
  * micro-batch capacity of N = B·T rows: what lora_init allocates (memory plan). */
@@ -114,12 +117,25 @@ size_t lora_act_floats(const LoraLayout *ll, size_t N);
 size_t lora_scratch_floats(const LoraLayout *ll, size_t N);
 
 /* Bytes per memory category of the adapters (params and grads whole on every rank; n_moments moment
- * buffers of total floats, or at ZeRO >= 1 of the rank's shard total/dp), their activations and
+ * buffers of total floats, or at ZeRO >= 1 of the rank's shard total/dp; at ZeRO 3 params and grads
+ * are the rank's pieces plus one block's window of dp · piece floats each), their activations and
  * scratch for N rows: added to the base's plan. bytes[MEM_NCAT] is ADDED to. */
 void lora_plan_bytes(const LoraLayout *ll, size_t N, int n_moments, int dp, int zero, size_t bytes[MEM_NCAT]);
-/* Floats of each moment buffer a rank holds: total, or total/dp at ZeRO >= 1 (ll built with
- * shard_multiple = dp). */
+/* Floats of each moment buffer a rank holds: total, or total/dp at ZeRO 1-2 (ll built with
+ * shard_multiple = dp); at ZeRO 3 L · lora_zero3_piece: the rank's piece of every block.
+ * ZeRO 3 shards block by block: block l (block_floats, zero-padded to dp · piece) is split into dp
+ * pieces of `piece` floats; rank k holds piece k of every block, at k's buffers + l · piece (its
+ * parameters, gradient sums and moments alike). */
 size_t lora_moment_floats(const LoraLayout *ll, int dp, int zero);
+size_t lora_zero3_piece(const LoraLayout *ll, int dp);
+
+/* A bf16-stored base (LoraConfig.base_bf16): the blocks' tensors (segments 1..L, every weight, bias
+ * and norm of every block) are kept as bf16 (2 bytes each), the embeddings and final norm
+ * (segments 0 and L + 1) as fp32, and one fp32 window of the largest block, into which a block is
+ * widened before its forward and backward (the model computes in fp32 from the window). Bytes of
+ * the base's parameters of layout pl, either precision. */
+size_t lora_base_param_bytes(const ParamLayout *pl, int base_bf16);
+size_t lora_base_window_floats(const ParamLayout *pl);
 
 /* The memory plan of one rank fine-tuning cfg with these adapters (fp32, pp 1; o->tp the tp slice,
  * ll its adapters' layout): the frozen base's
@@ -136,8 +152,11 @@ typedef void (*LoraAllreduce)(void *ctx, float *buf, size_t n, int max);
 
 typedef struct Lora {
     LoraLayout lay;
-    float *params;    /* lay.total (MEM_PARAMS) */
-    float *grads;     /* lay.total (MEM_GRADS) */
+    float *params;    /* lay.total (MEM_PARAMS); window: one block's (pfloats >= block_floats) */
+    float *grads;     /* as params (MEM_GRADS) */
+    size_t pfloats;   /* floats of params and of grads */
+    int window;       /* 1 (lora_init_window, ZeRO 3): params/grads hold only the block being computed, which
+                         the caller gathers before the block's forward/backward (the model's hooks) */
     float *u;         /* saved u: L · n · N · r (MEM_ACTIVATIONS) */
     float *xd, *dx;   /* N · max_in each (MEM_WORKSPACE) */
     float *du;        /* N · r (MEM_WORKSPACE) */
@@ -152,9 +171,15 @@ typedef struct Lora {
  * lora_free is safe on a zeroed or half-built Lora. */
 Status lora_init(Lora *lo, const LoraLayout *ll, size_t N, int nt, MemStats *mem, Err *err);
 void lora_free(Lora *lo);
+/* ZeRO 3: as lora_init, but params and grads are one block's window of wfloats (>= block_floats):
+ * lora_forward/lora_backward of block l read params[0, block_floats) and add into grads, which the
+ * caller fills (gather) and drains (reduce-scatter) around each block. */
+Status lora_init_window(Lora *lo, const LoraLayout *ll, size_t N, int nt, size_t wfloats, MemStats *mem, Err *err);
 /* PEFT's initialisation: A[i] = (2u − 1)/sqrt(in), u = rng_uniform(seed, stream, i) with stream
  * 0x4c6f5241 ("LoRA") · 65536 + l · LORA_NTARGETS + target; B = 0. */
 void lora_init_params(Lora *lo, uint64_t seed);
+/* The same values into a whole-layout buffer (ll->total floats). */
+void lora_init_params_buf(const LoraLayout *ll, float *params, uint64_t seed);
 
 /* The adapters of block l at `site`: y[:, col:col+out] += s · (drop(x) · Aᵀ) · Bᵀ for each, saving
  * u. x (N, in), y (N, ldy). d: the dropout of the site's adapters; stream is the block's base stream,

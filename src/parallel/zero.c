@@ -15,35 +15,7 @@
 /* ================================================================ views */
 
 /* Points the views of segment s (params or grads) at buf, which holds that segment. */
-static void seg_views(Par *p, ParamViews *v, int s, float *buf) {
-    const ParamLayout *pl = p->pl;
-    for (int i = 0; i < pl->ntensors; i++) {
-        const TensorInfo *t = &pl->tensors[i];
-        if (t->segment != s) continue;
-        float *q = buf + (t->offset - p->off[s]);
-        int K = layout_block_tensors(&pl->cfg), llama = pl->cfg.arch == ARCH_LLAMA;
-        if (s == 0) {
-            if (t->id == 0) v->wte = q;
-            else if (llama) v->lm_head = q;
-            else v->wpe = q;
-        } else if (s == p->L + 1) {
-            if (t->id == 2 + p->L * K) v->lnfw = q;
-            else v->lnfb = q;
-        } else if (llama) {
-            /* wk, wv and wup follow wq and wgate in the same buffer: no views of their own */
-            BlockParams *b = &v->blocks[s - 1];
-            float **f[LB_COUNT] = {&b->ln1w, &b->qkvw, NULL, NULL, &b->attprojw, &b->ln2w, &b->fcw, NULL, &b->fcprojw};
-            float **dst = f[t->id - 2 - (s - 1) * K];
-            if (dst) *dst = q;
-        } else {
-            BlockParams *b = &v->blocks[s - 1];
-            float **f[BT_COUNT] = {&b->ln1w, &b->ln1b, &b->qkvw, &b->qkvb, &b->attprojw, &b->attprojb,
-                                   &b->ln2w, &b->ln2b, &b->fcw, &b->fcb, &b->fcprojw, &b->fcprojb};
-            *f[t->id - 2 - (s - 1) * K] = q;
-        }
-    }
-    if (s == 0 && pl->has_head) v->head = pl->cfg.untied ? v->lm_head : v->wte;
-}
+static void seg_views(Par *p, ParamViews *v, int s, float *buf) { layout_segment_views(p->pl, s, buf, v); }
 
 /* ================================================================ gradients, stage 0/1 */
 

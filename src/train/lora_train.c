@@ -21,6 +21,7 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt/lora_ckpt.h"
+#include "core/half.h"
 #include "core/mem.h"
 #include "core/timer.h"
 #include "model/gpt.h"
@@ -47,6 +48,18 @@ typedef struct {
                                this rank's shard [rank·S, (rank + 1)·S), S = total/dp */
     size_t mfloats;         /* floats of m and of v */
     int zero;
+    /* ZeRO 3 (lora_moment_floats): the rank's piece of every block's adapters and of their gradient
+     * sums (L · pc floats each); lo holds one block's window (dp · pc) that the model's hooks fill by an
+     * all-gather before the block's forward and backward and reduce-scatter into sg after its backward. */
+    size_t pc;
+    float *sp, *sg;
+    /* --lora-base-precision bf16 (LoraConfig.base_bf16, tp 1): the blocks of the base in bf16 (b16,
+     * nb values), the embeddings and final norm in fp32 (b32: segment 0, then segment L + 1), and
+     * the fp32 window (nwin) that the hooks widen a block into and point its views at. */
+    int bf16;
+    uint16_t *b16;
+    float *b32, *win;
+    size_t nb, n32, nwin;
     int32_t *inp, *tgt;     /* the step's k micro-batches (MEM_DATA) */
     size_t batch_ints;
     uint64_t base_hash;
@@ -61,7 +74,7 @@ static Status refuse(const TrainConfig *c, int world, Err *err) {
     if (c->pp > 1) bad = "--pp";
     else if (c->sp) bad = "--sp";
     else if (c->bf16 || c->fp16) bad = "--precision bf16/fp16 (LoRA runs an fp32 base)";
-    else if (c->zero >= 3) bad = "--zero 3 (every block's forward needs its adapters whole; ZeRO 0-2 are)";
+    else if (c->lora.base_bf16 && c->tp > 1) bad = "--lora-base-precision bf16 with --tp > 1";
     else if (c->optim.kind != OPT_ADAMW && c->optim.kind != OPT_ADAM) bad = "--optimizer other than adamw or adam";
     else if (c->sample_every > 0) bad = "--sample-every";
     else if (c->log_layer_stats) bad = "--log-layer-stats";
@@ -93,6 +106,11 @@ static void on_stop(int sig) {
 
 static void run_free(LoraRun *r) {
     events_close(&r->log);
+    mem_free(&r->mem, MEM_PARAMS, r->sp, r->mfloats * sizeof(float));
+    mem_free(&r->mem, MEM_PARAMS, r->b16, r->nb * sizeof(uint16_t));
+    mem_free(&r->mem, MEM_PARAMS, r->b32, r->n32 * sizeof(float));
+    mem_free(&r->mem, MEM_PARAMS, r->win, r->nwin * sizeof(float));
+    mem_free(&r->mem, MEM_GRADS, r->sg, r->mfloats * sizeof(float));
     mem_free(&r->mem, MEM_DATA, r->inp, r->batch_ints * sizeof(int32_t));
     mem_free(&r->mem, MEM_DATA, r->tgt, r->batch_ints * sizeof(int32_t));
     mem_free(&r->mem, MEM_MOMENTS, r->m, r->mfloats * sizeof(float));
@@ -104,7 +122,12 @@ static void run_free(LoraRun *r) {
     comm_finalize(r->own_comm);
 }
 
-static uint64_t lora_base_hash(const Gpt *g) { return XXH3_64bits(g->w.params, g->w.layout.total * sizeof(float)); }
+/* XXH3 of the base as this rank stores it: its fp32 buffer, or under bf16 storage the bf16 blocks
+ * then (seeded by their hash) the fp32 rest. */
+static uint64_t lora_base_hash(const LoraRun *r) {
+    if (!r->bf16) return XXH3_64bits(r->g.w.params, r->g.w.layout.total * sizeof(float));
+    return XXH3_64bits_withSeed(r->b32, r->n32 * sizeof(float), XXH3_64bits(r->b16, r->nb * sizeof(uint16_t)));
+}
 
 /* The model's tp hooks over the tp group (the first failure is kept for the step to report). */
 static void hook_allreduce(void *ctx, float *buf, size_t n, int max) {
@@ -123,6 +146,71 @@ static void hook_reduce_scatter(void *ctx, float *buf, size_t block) {
     LoraRun *r = ctx;
     Err e;
     if (comm_tp_reduce_scatter_f32(r->comm, buf, block, &e) != ST_OK && r->hook_err.status == ST_OK) r->hook_err = e;
+}
+
+/* ZeRO 3: block seg - 1's adapters gathered into the window (forward, and again for the backward,
+ * whose gradient window starts at zero); its gradients reduce-scattered into the rank's piece of the
+ * sums after its backward. Segments 0 and L + 1 (embeddings, head) have no adapters. */
+static void z3_gather(LoraRun *r, int seg) {
+    Err e;
+    float *w = r->lo.params + (size_t)r->rank * r->pc;
+    memcpy(w, r->sp + (size_t)(seg - 1) * r->pc, r->pc * sizeof(float));
+    if (comm_allgather_f32(r->comm, w, r->lo.params, r->pc, &e) != ST_OK && r->hook_err.status == ST_OK) r->hook_err = e;
+}
+/* bf16 base: block seg - 1 widened into the window, its views pointed there (exact: bf16 → fp32). */
+static void widen_block(LoraRun *r, int seg) {
+    const ParamLayout *pl = &r->g.w.layout;
+    size_t o = pl->seg_off[seg] - pl->seg_off[1], n = pl->seg_off[seg + 1] - pl->seg_off[seg];
+    const uint16_t *h = r->b16 + o;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)h[i] << 16;
+        memcpy(&r->win[i], &u, sizeof u);
+    }
+    layout_segment_views(pl, seg, r->win, &r->g.w.p);
+}
+static void hook_before_forward(void *ctx, int seg) {
+    LoraRun *r = ctx;
+    if (seg < 1 || seg > r->lo.lay.L) return;
+    if (r->bf16) widen_block(r, seg);
+    if (r->zero >= 3) z3_gather(r, seg);
+}
+static void hook_before_backward(void *ctx, int seg) {
+    LoraRun *r = ctx;
+    if (seg < 1 || seg > r->lo.lay.L) return;
+    if (r->bf16) widen_block(r, seg);
+    if (r->zero < 3) return;
+    z3_gather(r, seg);
+    memset(r->lo.grads, 0, r->lo.pfloats * sizeof(float));
+}
+static void hook_grads_ready(void *ctx, int seg) {
+    LoraRun *r = ctx;
+    if (seg < 1 || seg > r->lo.lay.L || r->zero < 3) return;
+    Err e;
+    float *own = r->lo.grads + (size_t)r->rank * r->pc, *sum = r->sg + (size_t)(seg - 1) * r->pc;
+    if (comm_reduce_scatter_f32(r->comm, r->lo.grads, own, r->pc, &e) != ST_OK && r->hook_err.status == ST_OK) r->hook_err = e;
+    for (size_t i = 0; i < r->pc; i++) sum[i] += own[i];
+}
+/* ZeRO 3: the whole adapters-layout buffer from every rank's pieces (all ranks call; uses the
+ * window, so only between steps), and a rank's pieces of a whole one. */
+static Status z3_to_whole(LoraRun *r, const float *pieces, float *whole, Err *err) {
+    const LoraLayout *ll = &r->lo.lay;
+    Status st = ST_OK;
+    memset(whole, 0, ll->total * sizeof(float));
+    for (int l = 0; l < ll->L && st == ST_OK; l++) {
+        float *w = r->lo.params + (size_t)r->rank * r->pc;
+        memcpy(w, pieces + (size_t)l * r->pc, r->pc * sizeof(float));
+        if ((st = comm_allgather_f32(r->comm, w, r->lo.params, r->pc, err)) == ST_OK)
+            memcpy(whole + (size_t)l * ll->block_floats, r->lo.params, ll->block_floats * sizeof(float));
+    }
+    return st;
+}
+static void z3_from_whole(LoraRun *r, const float *whole, float *pieces) {
+    const LoraLayout *ll = &r->lo.lay;
+    for (int l = 0; l < ll->L; l++)
+        for (size_t i = 0; i < r->pc; i++) {
+            size_t j = (size_t)r->rank * r->pc + i;
+            pieces[(size_t)l * r->pc + i] = j < ll->block_floats ? whole[(size_t)l * ll->block_floats + j] : 0.0f;
+        }
 }
 
 /* tp > 1: the whole adapters-layout buffer (full_lay) of a local one, assembled from every tp rank's
@@ -150,6 +238,8 @@ static Status setup_model(LoraRun *r, Err *err) {
     go.B = c->micro_batch, go.T = c->seq_len, go.threads = c->threads, go.recompute = c->recompute;
     go.frozen = 1; /* the base is never sharded over dp: ZeRO 0 */
     go.tp = r->tp, go.tp_rank = r->tp_rank;
+    r->bf16 = c->lora.base_bf16;
+    go.external_params = r->bf16; /* bf16 storage: this loop holds the base and points the views */
     Status st = gpt_init(&r->g, &c->model, &go, &r->mem, err);
     if (st != ST_OK) return st;
     r->g.hooks.ctx = r, r->g.hooks.tp_allreduce = hook_allreduce;
@@ -157,7 +247,8 @@ static Status setup_model(LoraRun *r, Err *err) {
     /* The whole base (seed, then --init-from) and its hash; at tp > 1 then this rank's slices. */
     ParamLayout full;
     if (layout_init(&full, &c->model, 1) != 0) return err_set(err, ST_ERR_RUNTIME, "out of memory (the full layout)");
-    float *fbuf = r->tp > 1 ? mem_alloc(&r->mem, MEM_CKPT_STAGING, full.total * sizeof(float)) : r->g.w.params;
+    int staged = r->tp > 1 || r->bf16;
+    float *fbuf = staged ? mem_alloc(&r->mem, MEM_CKPT_STAGING, full.total * sizeof(float)) : r->g.w.params;
     if (!fbuf) st = err_set(err, ST_ERR_RUNTIME, "out of memory (the whole base)");
     GptWeights view = r->g.w;
     view.layout = full, view.params = fbuf;
@@ -165,18 +256,56 @@ static Status setup_model(LoraRun *r, Err *err) {
     if (st == ST_OK && c->init_from[0] && (st = ckpt_init_from(&view, c->init_from, err)) != ST_OK) err_prefix(err, "--init-from");
     if (st == ST_OK) r->base_hash = XXH3_64bits(fbuf, full.total * sizeof(float));
     if (st == ST_OK && r->tp > 1) layout_tp_copy(&r->g.w.layout, r->g.w.params, &full, fbuf, 0, 1);
-    if (r->tp > 1) mem_free(&r->mem, MEM_CKPT_STAGING, fbuf, full.total * sizeof(float));
+    if (st == ST_OK && r->bf16) { /* tp 1: the blocks rounded to bf16 (nearest even), the rest kept in fp32 */
+        const ParamLayout *pl = &r->g.w.layout;
+        int L = pl->cfg.n_layer;
+        size_t b0 = pl->seg_off[1], b1 = pl->seg_off[L + 1];
+        r->nb = b1 - b0, r->n32 = pl->total - r->nb, r->nwin = lora_base_window_floats(pl);
+        r->b16 = mem_alloc(&r->mem, MEM_PARAMS, r->nb * sizeof(uint16_t));
+        r->b32 = mem_alloc(&r->mem, MEM_PARAMS, r->n32 * sizeof(float));
+        r->win = mem_alloc(&r->mem, MEM_PARAMS, r->nwin * sizeof(float));
+        if (!r->b16 || !r->b32 || !r->win) st = err_set(err, ST_ERR_RUNTIME, "out of memory (the bf16 base)");
+        for (size_t i = 0; st == ST_OK && i < r->nb; i++) r->b16[i] = half_bf16(fbuf[b0 + i]);
+        if (st == ST_OK) {
+            memcpy(r->b32, fbuf, b0 * sizeof(float));
+            memcpy(r->b32 + b0, fbuf + b1, (pl->total - b1) * sizeof(float));
+            memset(r->win, 0, r->nwin * sizeof(float));
+            layout_segment_views(pl, 0, r->b32, &r->g.w.p);
+            layout_segment_views(pl, L + 1, r->b32 + b0, &r->g.w.p);
+            r->g.hooks.before_forward = hook_before_forward, r->g.hooks.before_backward = hook_before_backward;
+        }
+    }
+    if (staged) mem_free(&r->mem, MEM_CKPT_STAGING, fbuf, full.total * sizeof(float));
     layout_free(&full);
     if (st != ST_OK) return st;
-    r->local_hash = lora_base_hash(&r->g);
+    r->local_hash = lora_base_hash(r);
     r->g.s.dropout_seed = c->seed ^ 0xd509u;
     LoraLayout ll;
     if ((st = lora_layout_init_tp(&ll, &c->model, &c->lora, r->dp, r->tp, r->tp_rank, err)) != ST_OK) return st;
     if ((st = lora_layout_init(&r->full_lay, &c->model, &c->lora, 1, err)) != ST_OK) return st;
-    if ((st = lora_init(&r->lo, &ll, (size_t)c->micro_batch * c->seq_len, c->threads, &r->mem, err)) != ST_OK) return st;
-    lora_init_params(&r->lo, c->seed);
-    gpt_set_lora(&r->g, &r->lo);
+    size_t N = (size_t)c->micro_batch * c->seq_len;
     r->mfloats = lora_moment_floats(&ll, r->dp, r->zero);
+    if (r->zero >= 3) {
+        r->pc = lora_zero3_piece(&ll, r->dp);
+        if ((st = lora_init_window(&r->lo, &ll, N, c->threads, (size_t)r->dp * r->pc, &r->mem, err)) != ST_OK) return st;
+        r->sp = mem_alloc(&r->mem, MEM_PARAMS, r->mfloats * sizeof(float));
+        r->sg = mem_alloc(&r->mem, MEM_GRADS, r->mfloats * sizeof(float));
+        float *w = mem_alloc(&r->mem, MEM_CKPT_STAGING, ll.total * sizeof(float));
+        if (!r->sp || !r->sg || !w) {
+            mem_free(&r->mem, MEM_CKPT_STAGING, w, ll.total * sizeof(float));
+            return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA ZeRO 3 pieces)");
+        }
+        lora_init_params_buf(&ll, w, c->seed);
+        z3_from_whole(r, w, r->sp);
+        memset(r->sg, 0, r->mfloats * sizeof(float));
+        mem_free(&r->mem, MEM_CKPT_STAGING, w, ll.total * sizeof(float));
+        r->g.hooks.before_forward = hook_before_forward, r->g.hooks.before_backward = hook_before_backward;
+        r->g.hooks.grads_ready = hook_grads_ready;
+    } else {
+        if ((st = lora_init(&r->lo, &ll, N, c->threads, &r->mem, err)) != ST_OK) return st;
+        lora_init_params(&r->lo, c->seed);
+    }
+    gpt_set_lora(&r->g, &r->lo);
     r->m = mem_alloc(&r->mem, MEM_MOMENTS, r->mfloats * sizeof(float));
     r->v = mem_alloc(&r->mem, MEM_MOMENTS, r->mfloats * sizeof(float));
     r->batch_ints = (size_t)c->grad_accum * c->micro_batch * c->seq_len;
@@ -202,10 +331,15 @@ static Status resume(LoraRun *r, Err *err) {
     ModelConfig mc;
     if ((st = ckpt_lora_read_meta(path, &meta, &lc, &mc, err)) != ST_OK) return st;
     const LoraConfig *cur = &r->lo.lay.cfg;
-    if (lc.rank != cur->rank || lc.alpha != cur->alpha || lc.dropout != cur->dropout || lc.targets != cur->targets)
-        return err_set(err, ST_ERR_INPUT, "--resume %s: the checkpoint has LoRA rank %d alpha %g dropout %g, this run rank %d "
-                       "alpha %g dropout %g (or other targets)", path, lc.rank, lc.alpha, lc.dropout, cur->rank, cur->alpha,
-                       cur->dropout);
+    if (lc.rank != cur->rank || lc.alpha != cur->alpha || lc.dropout != cur->dropout || lc.targets != cur->targets ||
+        lc.base_bf16 != cur->base_bf16)
+        return err_set(err, ST_ERR_INPUT, "--resume %s: the checkpoint has LoRA rank %d alpha %g dropout %g base %s, this "
+                       "run rank %d alpha %g dropout %g base %s (or other targets)", path, lc.rank, lc.alpha, lc.dropout,
+                       lc.base_bf16 ? "bf16" : "fp32", cur->rank, cur->alpha, cur->dropout, cur->base_bf16 ? "bf16" : "fp32");
+    if (mc.doc_mask != c->model.doc_mask || (mc.doc_mask && mc.doc_eot != c->model.doc_eot))
+        return err_set(err, ST_ERR_INPUT, "--resume %s: model.doc_mask: the checkpoint was trained %s, this run %s", path,
+                       mc.doc_mask ? "with --doc-mask" : "without --doc-mask",
+                       c->model.doc_mask ? "with it (or another EOT)" : "without it");
     if (meta.base_hash != r->base_hash)
         return err_set(err, ST_ERR_INPUT, "--resume %s: the base weights differ from the checkpoint's (XXH3 %016llx, "
                        "checkpoint %016llx from %s): give the same --init-from / --seed", path,
@@ -215,20 +349,25 @@ static Status resume(LoraRun *r, Err *err) {
      * ZeRO shard of the moments. */
     size_t total = r->lo.lay.total;
     const LoraLayout *fl = r->tp > 1 ? &r->full_lay : &r->lo.lay;
-    size_t F = fl->total, nst = 3 * F + 2 * total;
+    size_t F = fl->total, nst = 3 * F + 3 * total;
     float *f = mem_alloc(&r->mem, MEM_CKPT_STAGING, nst * sizeof(float));
     if (!f) return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA resume staging)");
-    float *lm = f + 3 * F, *lv = lm + total; /* this rank's slice of the moments, whole over dp */
+    float *lp = f + 3 * F, *lm = lp + total, *lv = lm + total; /* this rank's tp slice, whole over dp */
     if ((st = ckpt_lora_load(path, fl, f, f + F, f + 2 * F, err)) == ST_OK) {
         if (r->tp > 1) {
-            lora_tp_copy(&r->lo.lay, r->lo.params, fl, f, 0);
+            lora_tp_copy(&r->lo.lay, lp, fl, f, 0);
             lora_tp_copy(&r->lo.lay, lm, fl, f + F, 0), lora_tp_copy(&r->lo.lay, lv, fl, f + 2 * F, 0);
         } else {
-            memcpy(r->lo.params, f, total * sizeof(float));
+            memcpy(lp, f, total * sizeof(float));
             memcpy(lm, f + F, total * sizeof(float)), memcpy(lv, f + 2 * F, total * sizeof(float));
         }
         size_t off = r->mfloats < total ? (size_t)r->rank * r->mfloats : 0;
-        memcpy(r->m, lm + off, r->mfloats * sizeof(float)), memcpy(r->v, lv + off, r->mfloats * sizeof(float));
+        if (r->zero >= 3) { /* the rank's pieces */
+            z3_from_whole(r, lp, r->sp), z3_from_whole(r, lm, r->m), z3_from_whole(r, lv, r->v);
+        } else {
+            memcpy(r->lo.params, lp, total * sizeof(float));
+            memcpy(r->m, lm + off, r->mfloats * sizeof(float)), memcpy(r->v, lv + off, r->mfloats * sizeof(float));
+        }
     }
     mem_free(&r->mem, MEM_CKPT_STAGING, f, nst * sizeof(float));
     if (st != ST_OK) return st;
@@ -246,6 +385,21 @@ static Status save(LoraRun *r, Err *err) {
     size_t total = r->lo.lay.total;
     float *m = r->m, *v = r->v, *mv = NULL;
     Status st = ST_OK;
+    if (r->zero >= 3) { /* the tp slice's adapters and moments from every dp rank's pieces (all ranks call) */
+        size_t F = r->tp > 1 ? r->full_lay.total : 0, n = 3 * total + 3 * F;
+        float *f = mem_alloc(&r->mem, MEM_CKPT_STAGING, n * sizeof(float)), *g = f + 3 * total;
+        if (!f) return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA checkpoint staging)");
+        st = z3_to_whole(r, r->sp, f, err);
+        if (st == ST_OK) st = z3_to_whole(r, r->m, f + total, err);
+        if (st == ST_OK) st = z3_to_whole(r, r->v, f + 2 * total, err);
+        for (int i = 0; st == ST_OK && r->tp > 1 && i < 3; i++) /* then the whole adapters over tp */
+            st = gather_full(r, f + (size_t)i * total, g + (size_t)i * F, err);
+        if (st == ST_OK && r->comm->rank == 0)
+            st = r->tp > 1 ? save_files(r, &r->full_lay, g, g + F, g + 2 * F, err)
+                           : save_files(r, &r->lo.lay, f, f + total, f + 2 * total, err);
+        mem_free(&r->mem, MEM_CKPT_STAGING, f, n * sizeof(float));
+        return st;
+    }
     if (r->mfloats < total) { /* ZeRO >= 1: every dp rank's shard of the moments gathered (all ranks call) */
         if (!(mv = mem_alloc(&r->mem, MEM_CKPT_STAGING, 2 * total * sizeof(float))))
             return err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA moments staging)");
@@ -323,7 +477,8 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
     r->stop = v[1] > 0;
     long next = r->step + 1;
     float dscale = ntok > 0 ? 1.0f / (float)ntok : 0.0f;
-    memset(r->lo.grads, 0, r->lo.lay.total * sizeof(float));
+    if (r->zero >= 3) memset(r->sg, 0, r->mfloats * sizeof(float)); /* the hooks add every micro-batch's sums */
+    else memset(r->lo.grads, 0, r->lo.lay.total * sizeof(float));
     double loss_sum = 0;
     uint64_t drop0 = ((uint64_t)(next - 1) * r->dp + r->rank) * k;
     for (int j = 0; j < k; j++) {
@@ -337,11 +492,25 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
     if (r->hook_err.status != ST_OK) return *err = r->hook_err, r->hook_err.status;
     if (r->tp_rank != 0) loss_sum = 0; /* every tp rank computed every row's loss: count it once */
     /* The update's range: every adapter float, or at ZeRO >= 1 this rank's shard [off, off + S). */
-    size_t total = r->lo.lay.total, S = r->mfloats, off = S < total ? (size_t)r->rank * S : 0;
-    float *gr = r->lo.grads + off;
+    size_t total = r->lo.lay.total, S = r->mfloats, off = S < total && r->zero < 3 ? (size_t)r->rank * S : 0;
+    float *gr = r->zero >= 3 ? r->sg : r->lo.grads + off, *pr = r->zero >= 3 ? r->sp : r->lo.params + off;
     double norm;
     if (r->comm->world > 1 && (st = comm_allreduce_f64(r->comm, &loss_sum, 1, COMM_SUM, err)) != ST_OK) return st;
-    if (r->dp > 1 && r->zero >= 2) { /* the shard's sums only, and the norm from the shards' squares */
+    if (r->zero >= 3) { /* the pieces hold the dp sums already (the hooks); norm from their squares */
+        if (c->faults.grad_scale != 0)
+            for (size_t i = 0; i < S; i++) gr[i] *= c->faults.grad_scale;
+        double sq;
+        if (r->tp == 1) {
+            sq = optim_l2_norm(gr, S, c->threads);
+            sq *= sq;
+        } else { /* the pieces' split elements, and their replicated ones from tp rank 0 only */
+            double sp, rp;
+            lora_norm_sq_zero3(&r->lo.lay, gr, r->dp, r->rank, &sp, &rp);
+            sq = sp + (r->tp_rank == 0 ? rp : 0.0);
+        }
+        if ((st = comm_allreduce_f64(r->comm, &sq, 1, COMM_SUM, err)) != ST_OK) return st;
+        norm = sqrt(sq);
+    } else if (r->dp > 1 && r->zero >= 2) { /* the shard's sums only, and the norm from the shards' squares */
         if ((st = comm_reduce_scatter_f32(r->comm, r->lo.grads, gr, S, err)) != ST_OK) return st;
         if (c->faults.grad_scale != 0) /* test-only (ST_PAR_TEST_GRAD_SCALE): a wrong reduction */
             for (size_t i = 0; i < S; i++) gr[i] *= c->faults.grad_scale;
@@ -372,8 +541,8 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
     }
     float scale = optim_clip_scale(norm, c->grad_clip), lr = sched_lr(&c->sched, next);
     OptimRange all = {0, S, 1, 1.0f}; /* decay on A and B (PEFT under HF Trainer) */
-    optim_step(&c->optim, r->lo.params + off, gr, r->m, r->v, &all, 1, next, lr, scale, c->threads);
-    if (S < total && (st = comm_allgather_f32(r->comm, r->lo.params + off, r->lo.params, S, err)) != ST_OK) return st;
+    optim_step(&c->optim, pr, gr, r->m, r->v, &all, 1, next, lr, scale, c->threads);
+    if (r->zero < 3 && S < total && (st = comm_allgather_f32(r->comm, r->lo.params + off, r->lo.params, S, err)) != ST_OK) return st;
     r->step = next;
     double loss = ntok > 0 ? loss_sum / (double)ntok : 0.0, ms = timer_ms() - t0;
     if (res->steps_done == 0) res->first_loss = loss;
@@ -411,11 +580,19 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     int lflags = LOADER_SHUFFLE | (c->no_pack ? LOADER_NO_PACK : 0);
     if ((st = loader_open(&r->train, c->data, c->seq_len, 0, c->tokenizer_hash, c->data_seed, lflags, err)) != ST_OK) goto done;
     if (c->model.vocab == 0) c->model.vocab = (int)loader_header_vocab(&r->train);
+    /* --doc-mask: documents end with the shards' EOT, as the full trainer (train_setup.c); set before
+     * gpt_init (setup_model) reads it and before the checkpoints' config.json record it. */
+    if (c->model.doc_mask) c->model.doc_eot = (int)loader_header_eot(&r->train);
     if ((st = model_config_validate(&c->model, err)) != ST_OK) goto done;
     if ((st = loader_check_vocab(&r->train, (uint32_t)c->model.vocab, err)) != ST_OK) goto done;
     if (c->val_data[0] && (st = loader_open(&r->val, c->val_data, c->seq_len, (uint32_t)c->model.vocab, c->tokenizer_hash,
                                             0, c->no_pack ? LOADER_NO_PACK : 0, err)) != ST_OK)
         goto done;
+    if (c->val_data[0] && c->model.doc_mask && (int)loader_header_eot(&r->val) != c->model.doc_eot) {
+        st = err_set(err, ST_ERR_INPUT, "--val-data %s: --doc-mask expected the training shards' EOT id %d, found %u",
+                     c->val_data, c->model.doc_eot, loader_header_eot(&r->val));
+        goto done;
+    }
     c->sched.total = c->steps;
     if ((st = setup_model(r, err)) != ST_OK) goto done;
     if ((st = resume(r, err)) != ST_OK) goto done;
@@ -435,10 +612,12 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
         if (r->log.f) {
             fprintf(r->log.f, "{\"event\": \"start\", \"lora\": {\"rank\": %d, \"alpha\": %g, \"dropout\": %g, \"targets\": "
                     "\"%s\", \"adapter_params\": %zu, \"base_params\": %zu, \"base_xxh3\": \"%016llx\", \"base_local_xxh3\": "
-                    "\"%016llx\"}, \"world\": %d, \"dp\": %d, \"tp\": %d, \"zero\": %d, \"resumed_from_step\": %ld}\n",
+                    "\"%016llx\"}, \"world\": %d, \"dp\": %d, \"tp\": %d, \"zero\": %d, \"resumed_from_step\": %ld%s",
                     c->lora.rank, c->lora.alpha, c->lora.dropout, tg, r->full_lay.block_floats * r->full_lay.L,
                     r->g.w.layout.total, (unsigned long long)r->base_hash, (unsigned long long)r->local_hash, world, r->dp,
-                    r->tp, r->zero, r->step);
+                    r->tp, r->zero, r->step, r->g.s.doc_mask ? "" : "}\n");
+            if (r->g.s.doc_mask) /* the model's own EOT (what it masks at), only under --doc-mask */
+                fprintf(r->log.f, ", \"doc_mask\": {\"eot\": %d}}\n", (int)r->g.s.doc_eot);
             fprintf(r->log.f, "{\"event\": \"memory\", \"lora\": true, \"measured\": {");
             for (int i = 0; i < MEM_NCAT; i++) fprintf(r->log.f, "%s\"%s\": %zu", i ? ", " : "", mem_category_name(i), r->mem.bytes[i]);
             fprintf(r->log.f, "}, \"planned\": {");
@@ -487,24 +666,32 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
         }
     }
     /* The base must be unchanged: the adapters are all this run trained (each rank its slice). */
-    if (st == ST_OK && lora_base_hash(&r->g) != r->local_hash)
+    if (st == ST_OK && lora_base_hash(r) != r->local_hash)
         st = err_set(err, ST_ERR_RUNTIME, "lora: the frozen base changed during training (XXH3 differs)");
     if (st == ST_OK && c->out_dir[0] && r->step >= c->steps) {
         const LoraLayout *ll = &r->lo.lay;
         float *p = r->lo.params;
-        if (r->tp > 1) { /* the whole adapters (all ranks call) */
+        float *zs = NULL; /* ZeRO 3: the tp slice assembled from the pieces first */
+        if (r->zero >= 3) {
+            if (!(zs = mem_alloc(&r->mem, MEM_CKPT_STAGING, r->lo.lay.total * sizeof(float))))
+                st = err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA --out staging)");
+            else st = z3_to_whole(r, r->sp, zs, err);
+            p = zs;
+        }
+        if (st == ST_OK && r->tp > 1) { /* the whole adapters (all ranks call) */
             ll = &r->full_lay;
             if (!(p = mem_alloc(&r->mem, MEM_CKPT_STAGING, ll->total * sizeof(float))))
                 st = err_set(err, ST_ERR_RUNTIME, "out of memory (LoRA --out staging)");
-            else st = gather_full(r, r->lo.params, p, err);
+            else st = gather_full(r, zs ? zs : r->lo.params, p, err);
         }
         if (st == ST_OK && r->comm->rank == 0) st = ckpt_lora_write_adapter(c->out_dir, ll, p, c->init_from, err);
         if (st == ST_OK && r->comm->rank == 0 && !c->quiet) printf("saved the LoRA adapter to %s/adapter_model.safetensors\n", c->out_dir);
-        if (p != r->lo.params) mem_free(&r->mem, MEM_CKPT_STAGING, p, ll->total * sizeof(float));
+        if (p != r->lo.params && p != zs) mem_free(&r->mem, MEM_CKPT_STAGING, p, ll->total * sizeof(float));
+        mem_free(&r->mem, MEM_CKPT_STAGING, zs, r->lo.lay.total * sizeof(float));
     }
     if (st == ST_OK && r->log.f) {
         fprintf(r->log.f, "{\"event\": \"end\", \"steps\": %ld, \"final_loss\": %.17g, \"base_local_xxh3_after\": \"%016llx\"}\n",
-                r->step, res->last_loss, (unsigned long long)lora_base_hash(&r->g));
+                r->step, res->last_loss, (unsigned long long)lora_base_hash(r));
     }
     res->preempted = r->step < c->steps;
     res->num_params = (long long)(r->full_lay.block_floats * r->full_lay.L);
