@@ -1,43 +1,68 @@
 #!/usr/bin/env bash
 # sft-example.sh — supervised fine-tuning end to end on a synthetic task, measured by exact match on
-# held-out prompts before and after (docs/finetune.md §2).
+# held-out prompts before and after, with full fine-tuning and with LoRA from the same base
+# (docs/finetune.md §2, where the measured figures are).
 #
 #   bash scripts/sft-example.sh [OUT]          (default OUT = build/sft-example)
 #
-# Environment: TASK=add|reverse (add), DIGITS (2), STEPS (700), THREADS (2), ST (build/scaletrain).
-# Measured figures (and what they say) are in docs/finetune.md §2.
-# The base is `make demo`'s model (build/demo/model, its tokenizer build/demo/tok) when it exists;
-# otherwise a model of the demo's size (4 layers, 4 heads, 256 channels) trained from scratch, with a
-# BPE tokenizer of the demo's recipe (8192 ids on Tiny Shakespeare) made here.
+# Environment: MODE=both|full|lora (both), TASK=upper|copy|add|reverse (upper), LETTERS (4),
+#   DIGITS (2, TASK=add), STEPS (500), LORA_STEPS (500), THREADS (1), ST (build/scaletrain),
+#   BASE (a weights folder with the bytes tokenizer to start from; default: made here, see below).
+# The task: "Upper: eszy" -> "ESZY" (4 random lowercase letters), 8000 training conversations and 200
+# held-out prompts that appear nowhere in training, bytes tokenizer, plain chat template.
+# The base: unless BASE is given, a byte-level model of the `make demo` model's size (GPT-2, 4 layers,
+# 4 heads, 256 channels) pretrained with the demo's recipe on Tiny Shakespeare for 200 steps (kept in
+# OUT/base and reused by later runs). The demo's own model (build/demo/model) uses its 8192-id BPE,
+# which splits random letter strings irregularly; the byte tokenizer keeps one letter per token.
+# Full fine-tuning uses --doc-mask: every conversation of a packed row attends only to itself and
+# starts at position 0 (docs/doc-mask.md); LoRA uses --no-pack (one conversation per row).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 ST=${ST:-$ROOT/build/scaletrain}
 OUT=${1:-$ROOT/build/sft-example}
-TASK=${TASK:-add}
+MODE=${MODE:-both}
+TASK=${TASK:-upper}
+LETTERS=${LETTERS:-4}
 DIGITS=${DIGITS:-2}
-STEPS=${STEPS:-700}
-THREADS=${THREADS:-2}
+STEPS=${STEPS:-500}
+LORA_STEPS=${LORA_STEPS:-500}
+THREADS=${THREADS:-1}
 [[ -x "$ST" ]] || { echo "sft-example: expected the scaletrain binary at $ST (make build), found none" >&2; exit 2; }
+case "$MODE" in both|full|lora) ;; *) echo "sft-example: MODE: expected both, full or lora, found '$MODE'" >&2; exit 2;; esac
 mkdir -p "$OUT"
 
-python3 "$ROOT/scripts/make-task.py" "$TASK" --digits "$DIGITS" --train 8000 --out "$OUT/task"
-if [[ -f "$ROOT/build/demo/model/model.safetensors" ]]; then
-  TOK=$ROOT/build/demo/tok
-  MODEL=(--init-from "$ROOT/build/demo/model")
-  BASE=$ROOT/build/demo/model
-else
-  TOK=$OUT/tok
-  [[ -d "$TOK" ]] || "$ST" tokenizer train --vocab-size 8192 --separator "" --out "$TOK" "$ROOT/data/tinyshakespeare/input.txt"
-  MODEL=(--layers 4 --heads 4 --channels 256 --max-seq-len 128)
-  BASE=
+if [[ -z "${BASE:-}" ]]; then
+  BASE=$OUT/base/model
+  if [[ ! -f "$BASE/model.safetensors" ]]; then
+    echo "pretraining the base (bytes, demo size, Tiny Shakespeare, 200 steps):"
+    "$ST" prepare --quiet --tokenizer bytes --separator "" --val-fraction 0.1 --seq-len 128 --out "$OUT/base/data" \
+      "$ROOT/data/tinyshakespeare/input.txt"
+    "$ST" train --data "$OUT/base/data/train_*.bin" --val-data "$OUT/base/data/val_*.bin" --tokenizer bytes \
+      --layers 4 --heads 4 --channels 256 --max-seq-len 128 --micro-batch 16 --seq-len 128 \
+      --lr 2e-3 --min-lr 2e-4 --warmup 20 --steps 200 --val-every 50 --val-batches 20 \
+      --threads "$THREADS" --log "$OUT/base/train.jsonl" --out "$BASE" --quiet
+  fi
 fi
-"$ST" prepare --quiet --tokenizer "$TOK" --format chat --val-docs 100 --out "$OUT/data" "$OUT/task/train.jsonl"
-if [[ -n "$BASE" ]]; then
-  echo "before (the base model):"
-  "$ST" eval "$BASE" --exact-match "$OUT/task/test.jsonl" --max-new-tokens 8 --show 0 --threads "$THREADS" --tokenizer "$TOK"
+
+python3 "$ROOT/scripts/make-task.py" "$TASK" --letters "$LETTERS" --digits "$DIGITS" --train 8000 --out "$OUT/task"
+"$ST" prepare --quiet --tokenizer bytes --format chat --val-docs 100 --out "$OUT/data" "$OUT/task/train.jsonl"
+EM=(--exact-match "$OUT/task/test.jsonl" --max-new-tokens 16 --threads "$THREADS")
+SFT=(--init-from "$BASE" --data "$OUT/data/train_*.bin" --val-data "$OUT/data/val_*.bin" --tokenizer bytes
+     --micro-batch 16 --seq-len 64 --warmup 20 --val-every 100 --val-batches 4 --threads "$THREADS" --quiet)
+
+echo "before (the base model):"
+"$ST" eval "$BASE" "${EM[@]}" --show 0
+if [[ "$MODE" != lora ]]; then
+  "$ST" train "${SFT[@]}" --doc-mask --lr 2e-3 --min-lr 2e-4 --steps "$STEPS" --log "$OUT/full.jsonl" --out "$OUT/full"
+  echo "after $STEPS steps of full fine-tuning:"
+  "$ST" eval "$OUT/full" "${EM[@]}" --show 3
 fi
-"$ST" train "${MODEL[@]}" --data "$OUT/data/train_*.bin" --val-data "$OUT/data/val_*.bin" --tokenizer "$TOK" \
-  --micro-batch 16 --seq-len 64 --lr 2e-3 --min-lr 2e-4 --warmup 20 --steps "$STEPS" --val-every 100 --val-batches 4 \
-  --threads "$THREADS" --log "$OUT/train.jsonl" --out "$OUT/model" --quiet
-echo "after $STEPS steps of SFT:"
-"$ST" eval "$OUT/model" --exact-match "$OUT/task/test.jsonl" --max-new-tokens 8 --show 3 --threads "$THREADS"
+if [[ "$MODE" != full ]]; then
+  # --no-pack, not --doc-mask: the LoRA loop does not apply document masking (docs/finetune.md §2);
+  # one conversation per row starts at position 0 as well. eval needs a weights folder: merge first.
+  "$ST" train "${SFT[@]}" --no-pack --lora-rank 16 --lora-alpha 32 --lora-targets all --lr 2e-3 --min-lr 2e-4 \
+    --steps "$LORA_STEPS" --log "$OUT/lora.jsonl" --out "$OUT/lora" --ckpt-dir "$OUT/lora-ckpt" --ckpt-every "$LORA_STEPS"
+  "$ST" export "$OUT/lora-ckpt" --merge -o "$OUT/lora-merged"
+  echo "after $LORA_STEPS steps of LoRA (rank 16, all targets; merged into the base):"
+  "$ST" eval "$OUT/lora-merged" "${EM[@]}" --show 3
+fi
