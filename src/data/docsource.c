@@ -384,17 +384,28 @@ static Status check_doc_utf8(DocReader *r, const uint8_t *p, size_t n, int *skip
                    (unsigned long long)line, p[bad], (unsigned long long)(r->doc_off + bad));
 }
 
+/* The next non-blank line (a JSON Lines record or a conversation), r->doc_line set to its number;
+ * *l NULL at the end of the input. */
+static Status next_record_line(DocReader *r, const uint8_t **l, size_t *ll, Err *err) {
+    for (;;) {
+        Status st = next_line(r, l, ll, err);
+        if (st || !*l) return st;
+        int blank = 1;
+        for (size_t k = 0; k < *ll && blank; k++)
+            blank = (*l)[k] == ' ' || (*l)[k] == '\t' || (*l)[k] == '\r' || (*l)[k] == '\n';
+        if (blank) continue;
+        r->doc_line = r->lineno;
+        return ST_OK;
+    }
+}
+
 static Status next_jsonl(DocReader *r, const uint8_t **doc, size_t *n, Err *err) {
     for (;;) {
         const uint8_t *l;
         size_t ll;
-        Status st = next_line(r, &l, &ll, err);
+        Status st = next_record_line(r, &l, &ll, err);
         if (st) return st;
         if (!l) return ST_OK;
-        int blank = 1;
-        for (size_t k = 0; k < ll && blank; k++) blank = l[k] == ' ' || l[k] == '\t' || l[k] == '\r' || l[k] == '\n';
-        if (blank) continue;
-        r->doc_line = r->lineno;
         cJSON *o = cJSON_ParseWithLength((const char *)l, ll);
         cJSON *t = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, r->field) : NULL;
         if (!o || !cJSON_IsObject(o) || !cJSON_IsString(t)) {
@@ -437,13 +448,9 @@ static Status next_chat(DocReader *r, const uint8_t **doc, size_t *n, Err *err) 
     for (;;) {
         const uint8_t *l;
         size_t ll;
-        Status st = next_line(r, &l, &ll, err);
+        Status st = next_record_line(r, &l, &ll, err);
         if (st) return st;
         if (!l) return ST_OK;
-        int blank = 1;
-        for (size_t k = 0; k < ll && blank; k++) blank = l[k] == ' ' || l[k] == '\t' || l[k] == '\r' || l[k] == '\n';
-        if (blank) continue;
-        r->doc_line = r->lineno;
         char found[200];
         int rc = chat_parse((const char *)l, ll, &r->chat, &r->chat_len, &r->chat_cap, found, sizeof found);
         if (rc < 0) return err_set(err, ST_ERR_RUNTIME, "%s:%llu: out of memory", r->path, (unsigned long long)r->lineno);
