@@ -31,6 +31,7 @@
 
 #include "core/half.h"
 #include "core/rng.h"
+#include "backend_put.h"
 #include "model/backend.h"
 #include "testutil.h"
 
@@ -51,17 +52,7 @@ static float *hrand(size_t n, float a) {
     for (size_t i = 0; i < n; i++) h[i] = (2.0f * rng_uniform(seed, s, i) - 1.0f) * a;
     return h;
 }
-static void *dput(const void *h, size_t bytes) {
-    void *d = be->alloc(NULL, MEM_WORKSPACE, bytes);
-    if (!d) {
-        Err e = {0};
-        be->take_error(&e);
-        fprintf(stderr, "test_backend_kernels: %s alloc of %zu bytes failed: %s\n", be->name, bytes, e.msg);
-        exit(1);
-    }
-    be->from_host(d, h, bytes);
-    return d;
-}
+static void *dput(const void *h, size_t bytes) { return backend_put(be, "test_backend_kernels", h, bytes); }
 static float *dputf(const float *h, size_t n) { return dput(h, n * sizeof(float)); }
 /* n floats of NaN (or, for 2-byte outputs, 0xFFFF: NaN in bf16 and fp16). */
 static void *dpoison(size_t bytes) {

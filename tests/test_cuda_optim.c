@@ -23,6 +23,7 @@
 
 #include "core/half.h"
 #include "core/rng.h"
+#include "backend_put.h"
 #include "model/backend.h"
 #include "optim/optim.h"
 #include "testutil.h"
@@ -50,17 +51,7 @@ static float *hrand(size_t n, float lo, float hi, uint64_t stream) {
     for (size_t i = 0; i < n; i++) h[i] = lo + (hi - lo) * rng_uniform(seed, stream, i);
     return h;
 }
-static void *dput(const void *h, size_t bytes) {
-    void *d = be->alloc(NULL, MEM_WORKSPACE, bytes);
-    if (!d) {
-        Err e = {0};
-        be->take_error(&e);
-        fprintf(stderr, "test_cuda_optim: %s alloc of %zu bytes failed: %s\n", be->name, bytes, e.msg);
-        exit(1);
-    }
-    be->from_host(d, h, bytes);
-    return d;
-}
+static void *dput(const void *h, size_t bytes) { return backend_put(be, "test_cuda_optim", h, bytes); }
 
 static double max_err(const float *got, const double *ref, size_t n, const char *skip) {
     double ss = 0, worst = 0;
