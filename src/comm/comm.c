@@ -227,9 +227,7 @@ Status comm_init(Comm **out, int *argc, char ***argv, Err *err) {
     }
     c->dp = c->world;
     c->dp_rank = c->rank;
-    /* All ranks on one node (shared memory): Open MPI 4.1's MPI_Ireduce_scatter_block is slower
-     * than the ring all-reduce of the whole buffer there, so in-place reduce-scatters use the latter
-     * (docs/comm.md); across nodes the native reduce-scatter sends half the bytes. */
+    /* All ranks on one node (shared memory): the plan prices every group there (train_setup.c). */
     MPI_Comm node;
     if (MPI_Comm_split_type(m->world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
         int nsize = 0, all_one_node = 0;
@@ -237,7 +235,7 @@ Status comm_init(Comm **out, int *argc, char ***argv, Err *err) {
         MPI_Comm_free(&node);
         int mine = nsize == c->world;
         if (MPI_Allreduce(&mine, &all_one_node, 1, MPI_INT, MPI_MIN, m->world) == MPI_SUCCESS)
-            c->rs_as_allreduce = all_one_node;
+            c->one_node = all_one_node;
     }
     /* srun without an MPI plugin starts N singletons that each see world 1: say so, do not train N
      * independent copies. */
