@@ -148,6 +148,28 @@ static int req_test(CommReq *req, int *rc) {
     return flag;
 }
 
+/* Starts a ring reduce-scatter of buf's p blocks over comm (this rank = rank); req is begun. */
+static Status ring_start(Comm *c, CommReq *req, float *buf, size_t block, int p, int rank, MPI_Comm comm, Err *err) {
+    if (block == 0) return ST_OK; /* nothing to add (req_begin left it inactive) */
+    Ring *g = calloc(1, sizeof *g);
+    float *tmp = malloc(block * sizeof(float));
+    if (!g || !tmp) {
+        free(g), free(tmp);
+        return err_set(err, ST_ERR_RUNTIME, "out of memory for the reduce-scatter's receive block (%zu floats)", block);
+    }
+    *g = (Ring){.buf = buf, .tmp = tmp, .block = block, .p = p, .r = rank,
+                .tag = (int)(c->ring_seq++ % RING_TAG_SPANS) * RING_MAX_RANKS, .fault = c->test_ring_fault, .comm = comm};
+    req->ring = g;
+    req->active = 1;
+    int rc = ring_post(g);
+    if (rc != MPI_SUCCESS) {
+        free(g->tmp), free(g);
+        req->ring = NULL, req->active = 0;
+        return mpi_fail(c, err, rc, "MPI_Isend/MPI_Irecv", "reduce-scatter ring");
+    }
+    return ST_OK;
+}
+
 /* ================================================================ lifecycle */
 
 /* 1 if the environment says a launcher started us (so MPI_Init will join a multi-process job). */
@@ -499,26 +521,9 @@ Status comm_ireduce_scatter_f32(Comm *c, const float *send, float *recv, size_t 
     }
     MPI_Request r;
     int rc;
-    if (recv == own && c->dp > 1 && c->dp <= RING_MAX_RANKS) {
-        if (block == 0) return ST_OK; /* nothing to add (req_begin left it inactive) */
-        Ring *g = calloc(1, sizeof *g);
-        float *tmp = malloc(block * sizeof(float));
-        if (!g || !tmp) {
-            free(g), free(tmp);
-            return err_set(err, ST_ERR_RUNTIME, "out of memory for the reduce-scatter's receive block (%zu floats)", block);
-        }
-        *g = (Ring){.buf = (float *)send, .tmp = tmp, .block = block, .p = c->dp, .r = c->dp_rank,
-                    .tag = (int)(c->ring_seq++ % RING_TAG_SPANS) * RING_MAX_RANKS, .fault = c->test_ring_fault,
-                    .comm = c->mpi->dp};
-        req->ring = g;
-        req->active = 1;
-        if ((rc = ring_post(g)) != MPI_SUCCESS) {
-            free(g->tmp), free(g);
-            req->ring = NULL, req->active = 0;
-            return mpi_fail(c, err, rc, "MPI_Isend/MPI_Irecv", "reduce-scatter ring");
-        }
-        return ST_OK;
-    } else if (recv == own) {
+    if (recv == own && c->dp > 1 && c->dp <= RING_MAX_RANKS)
+        return ring_start(c, req, (float *)send, block, c->dp, c->dp_rank, c->mpi->dp, err);
+    if (recv == own) {
         /* MPI_IN_PLACE leaves the result at the start of the buffer; move it after completion. */
         rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, (float *)send, (int)block, MPI_FLOAT, MPI_SUM, c->mpi->dp, &r);
         req->move_dst = recv;
