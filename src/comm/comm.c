@@ -148,8 +148,10 @@ static int req_test(CommReq *req, int *rc) {
     return flag;
 }
 
-/* Starts a ring reduce-scatter of buf's p blocks over comm (this rank = rank); req is begun. */
-static Status ring_start(Comm *c, CommReq *req, float *buf, size_t block, int p, int rank, MPI_Comm comm, Err *err) {
+/* Starts a ring reduce-scatter of buf's p blocks over comm (this rank = rank); req is begun; *seq
+ * counts the rings started on comm (their tags), the same on all its ranks. */
+static Status ring_start(Comm *c, CommReq *req, float *buf, size_t block, int p, int rank, MPI_Comm comm,
+                         uint32_t *seq, Err *err) {
     if (block == 0) return ST_OK; /* nothing to add (req_begin left it inactive) */
     Ring *g = calloc(1, sizeof *g);
     float *tmp = malloc(block * sizeof(float));
@@ -158,7 +160,7 @@ static Status ring_start(Comm *c, CommReq *req, float *buf, size_t block, int p,
         return err_set(err, ST_ERR_RUNTIME, "out of memory for the reduce-scatter's receive block (%zu floats)", block);
     }
     *g = (Ring){.buf = buf, .tmp = tmp, .block = block, .p = p, .r = rank,
-                .tag = (int)(c->ring_seq++ % RING_TAG_SPANS) * RING_MAX_RANKS, .fault = c->test_ring_fault, .comm = comm};
+                .tag = (int)((*seq)++ % RING_TAG_SPANS) * RING_MAX_RANKS, .fault = c->test_ring_fault, .comm = comm};
     req->ring = g;
     req->active = 1;
     int rc = ring_post(g);
@@ -522,7 +524,7 @@ Status comm_ireduce_scatter_f32(Comm *c, const float *send, float *recv, size_t 
     MPI_Request r;
     int rc;
     if (recv == own && c->dp > 1 && c->dp <= RING_MAX_RANKS)
-        return ring_start(c, req, (float *)send, block, c->dp, c->dp_rank, c->mpi->dp, err);
+        return ring_start(c, req, (float *)send, block, c->dp, c->dp_rank, c->mpi->dp, &c->ring_seq[0], err);
     if (recv == own) {
         /* MPI_IN_PLACE leaves the result at the start of the buffer; move it after completion. */
         rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, (float *)send, (int)block, MPI_FLOAT, MPI_SUM, c->mpi->dp, &r);
@@ -621,6 +623,10 @@ static Status tp_call(Comm *c, CommKind k, float *buf, size_t n, MPI_Op op, Err 
             call = "MPI_Iallgather";
             rc = MPI_Iallgather(MPI_IN_PLACE, (int)block, MPI_FLOAT, buf, (int)block, MPI_FLOAT, c->mpi->tp, &r);
         } else {
+            if (c->tp <= RING_MAX_RANKS) { /* comm's ring (see comm_ireduce_scatter_f32) */
+                st = ring_start(c, &req, buf, block, c->tp, c->tp_rank, c->mpi->tp, &c->ring_seq[1], err);
+                return st == ST_OK ? comm_wait(&req, c->timeout_s, comm_kind_name(k), c->step, err) : st;
+            }
             /* In place the result lands at the start of buf; it moves to the own block after. */
             call = "MPI_Ireduce_scatter_block";
             rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, (int)block, MPI_FLOAT, MPI_SUM, c->mpi->tp, &r);

@@ -69,7 +69,8 @@ typedef struct {
     int one_node;                 /* 1: every rank of the world shares one node (shared memory) */
     int test_ring_fault;          /* tests only: 1 = the ring reduce-scatter drops its last step's
                                      addition (a negative control for test_comm) */
-    uint32_t ring_seq;            /* ring reduce-scatters started (their message tags; same on every rank) */
+    uint32_t ring_seq[2];         /* ring reduce-scatters started on the dp [0] and tp [1] groups (their
+                                     message tags; the same on every rank of the group) */
     CommStats stats;              /* cumulative accounting */
     CommMpi *mpi;                 /* NULL in single-process mode */
 } Comm;
