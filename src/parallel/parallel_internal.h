@@ -102,6 +102,21 @@ typedef struct {
     size_t floats; /* chunk of the exchange (<= bucket_floats) */
 } ParTied;
 
+/* A device backend under dp > 1 (dev_stage.c): each dp collective runs on a host slot that the
+ * device range is copied into (to_host) and its result copied back from (from_host). */
+#define DEV_STAGE_SLOTS 2 /* = ZERO_BUCKETS_IN_FLIGHT; the slot not just taken is the older one */
+enum { STAGE_ALLREDUCE, STAGE_REDUCE_SCATTER, STAGE_PARAMS };
+typedef struct {
+    int on;                                /* a device and dp > 1 */
+    float *slot[DEV_STAGE_SLOTS];          /* host memory (MEM_COMM), slot_floats each */
+    size_t slot_floats;
+    int req[DEV_STAGE_SLOTS];              /* the ZeroBuckets request slot a's collective runs in; -1: free */
+    int kind[DEV_STAGE_SLOTS], oldest;     /* STAGE_*; the slot taken first of those in use */
+    const char *what[DEV_STAGE_SLOTS];     /* the collective's name for comm_wait's timeout message */
+    float *back_dev[DEV_STAGE_SLOTS];      /* where the result goes on the device ... */
+    size_t back_off[DEV_STAGE_SLOTS], back_n[DEV_STAGE_SLOTS]; /* ... from slot + back_off, back_n floats */
+} DevStage;
+
 /* Where the step is. */
 typedef struct {
     int k, j, last, in_step; /* micro-batches, the current one, it is the last, inside a step */
@@ -134,6 +149,7 @@ struct Par {
     ParNorm norm;
     ParMatopt mo;
     ParTied tied;
+    DevStage stage;
     ParStep st;
 
     void (*progress_fn)(void *);
@@ -165,6 +181,19 @@ float *zero_grads(Par *p);
 float *zero_params(Par *p);
 /* This rank's owned block of segment s's reduced gradient. */
 const float *zero_owned_grad(const Par *p, int s);
+
+/* ---- dev_stage.c (a device backend, dp > 1; ZeroBuckets' requests carry the collectives) ---- */
+/* Allocates the host slots when p->dev and dp > 1 (sets DevStage.on). 0 when out of memory. */
+int stage_init(Par *p);
+void stage_free(Par *p);
+/* ZeRO 0: stage-0 request i (a bucket of the gradient buffer) all-reduced on a host slot. */
+Status stage_allreduce(Par *p, int i, Err *err);
+/* ZeRO 1: segment s's gradients reduce-scattered on a host slot; its owned block goes back. */
+Status stage_reduce_scatter(Par *p, int s, Err *err);
+/* ZeRO 1: segment s's parameters all-gathered from every rank's owned block on a host slot. */
+Status stage_allgather_params(Par *p, int s, Err *err);
+/* Copies back the results of the complete collectives (wait: of every one, waiting for them). */
+Status stage_reap(Par *p, int wait, Err *err);
 
 /* ---- tp.c ---- */
 void tp_set_hooks(Par *p); /* tp_allreduce, tp_allgather, tp_reduce_scatter */

@@ -29,7 +29,8 @@ static void pump_buckets(Par *p) {
         int i = zb->queue[zb->qhead++];
         float *b = p->g->d.grads + zb->req_off[i];
         Err e;
-        Status st = comm_iallreduce_f32(p->c, b, b, zb->req_n[i], &zb->req[i], &e);
+        Status st = p->stage.on ? stage_allreduce(p, i, &e) /* a device: through a host slot */
+                                : comm_iallreduce_f32(p->c, b, b, zb->req_n[i], &zb->req[i], &e);
         if (st != ST_OK) {
             par_hook_fail(p, st, &e);
             return;
@@ -52,7 +53,8 @@ static void start_seg_grads(Par *p, int s) {
         pump_buckets(p);
         return;
     }
-    st = comm_ireduce_scatter_f32(p->c, base, base + (size_t)p->r * p->blk[s], p->blk[s], &zb->req[zb->seg_req0[s]], &e);
+    if (p->stage.on) st = stage_reduce_scatter(p, s, &e); /* a device: through a host slot */
+    else st = comm_ireduce_scatter_f32(p->c, base, base + (size_t)p->r * p->blk[s], p->blk[s], &zb->req[zb->seg_req0[s]], &e);
     if (st != ST_OK) par_hook_fail(p, st, &e);
 }
 
@@ -60,6 +62,11 @@ static void progress(Par *p) {
     if (p->progress_fn) p->progress_fn(p->progress_ctx);
     for (int i = 0; i < p->zb.nreq; i++)
         if (p->zb.req[i].active) comm_test(&p->zb.req[i]);
+    if (p->stage.on) { /* a device: the results complete so far go back now */
+        Err e;
+        Status st = stage_reap(p, 0, &e);
+        if (st != ST_OK) par_hook_fail(p, st, &e);
+    }
     if (p->zero == 0) pump_buckets(p);
     for (int a = 0; a < 2; a++)
         if (p->zg.slot_req[a].active) comm_test(&p->zg.slot_req[a]);
@@ -345,6 +352,7 @@ void zero_step_begin(Par *p) {
     memset(p->zb.started, 0, (size_t)p->nseg * sizeof(int));
     p->zb.qhead = p->zb.qtail = 0;
     if (p->zero >= 2) memset(p->zg.shard, 0, p->S * sizeof(float));
+    else if ((p->zero == 1 || p->c->pp > 1) && p->dev) gpt_zero_grads(p->g);
     else if (p->zero == 1 || p->c->pp > 1) memset(p->g->d.grads, 0, p->pl->total * sizeof(float));
     else gpt_overwrite_grads(p->g); /* (a pipeline's several micro-batches in flight add from zero) */
 }
@@ -368,6 +376,7 @@ Status zero_grads_finish(Par *p, Err *err) {
     if (p->zero <= 1) {
         if ((st = comm_wait_all(p->zb.req, p->zb.nreq, p->c->timeout_s, "grad bucket", p->c->step, err)) != ST_OK)
             return st;
+        if (p->stage.on && (st = stage_reap(p, 1, err)) != ST_OK) return st; /* a device: the last results back */
     } else {
         for (int a = 0; a < 2; a++)
             if ((st = gslot_finish(p, a, err)) != ST_OK) return st;
@@ -388,7 +397,12 @@ Status zero_params_sync(Par *p, Err *err) {
     Status st = ST_OK;
     ZeroBuckets *zb = &p->zb;
     ZeroParams *zp = &p->zp;
-    if (p->zero == 1 || p->zero == 2) {
+    if (p->zero == 1 && p->stage.on) { /* a device: each segment through a host slot */
+        for (int s = 0; s < p->nseg && st == ST_OK; s++)
+            if (p->blk[s]) st = stage_allgather_params(p, s, err);
+        if (st == ST_OK) st = stage_reap(p, 1, err);
+        if (st == ST_OK) gpt_sync_lp(p->g);
+    } else if (p->zero == 1 || p->zero == 2) {
         float *P = p->g->w.params;
         for (int s = 0; s < p->nseg && st == ST_OK; s++)
             if (p->blk[s]) st = comm_iallgather_f32(p->c, P + p->off[s] + (size_t)p->r * p->blk[s], P + p->off[s], p->blk[s],
@@ -411,9 +425,13 @@ Status zero_params_sync(Par *p, Err *err) {
 
 /* ================================================================ state in and out */
 
+/* The owned blocks of a full host buffer into a shard (on a device: through from_host). */
 static void copy_owned(Par *p, float *shard, const float *full) {
-    for (int s = 0; s < p->nseg; s++)
-        memcpy(shard + p->soff[s], full + p->off[s] + (size_t)p->r * p->blk[s], p->blk[s] * sizeof(float));
+    for (int s = 0; s < p->nseg; s++) {
+        const float *src = full + p->off[s] + (size_t)p->r * p->blk[s];
+        if (p->dev) p->dev->from_host(shard + p->soff[s], src, p->blk[s] * sizeof(float));
+        else memcpy(shard + p->soff[s], src, p->blk[s] * sizeof(float));
+    }
 }
 
 void par_set_full(Par *p, const float *params, const float *m, const float *v) {
@@ -428,9 +446,9 @@ void par_set_full(Par *p, const float *params, const float *m, const float *v) {
     for (int b = 0; b < 2; b++) {
         if (!mine[b]) continue;
         if (p->dev && !src[b]) p->dev->zero(mine[b], p->mom_floats * sizeof(float));
-        else if (p->dev) p->dev->from_host(mine[b], src[b], T * sizeof(float));
         else if (!src[b]) memset(mine[b], 0, p->mom_floats * sizeof(float));
         else if (p->zero >= 1) copy_owned(p, mine[b], src[b]);
+        else if (p->dev) p->dev->from_host(mine[b], src[b], T * sizeof(float));
         else memcpy(mine[b], src[b], T * sizeof(float));
     }
     p->zp.b0_valid = 0, p->zp.slot_seg[0] = p->zp.slot_seg[1] = -1;
@@ -442,7 +460,8 @@ static Status gather_shard(Par *p, const float *shard, float *full, Err *err) {
     for (int s = 0; s < p->nseg && st == ST_OK; s++) {
         if (!p->blk[s]) continue;
         float *mine = full + p->off[s] + (size_t)p->r * p->blk[s];
-        memcpy(mine, shard + p->soff[s], p->blk[s] * sizeof(float));
+        if (p->dev) p->dev->to_host(mine, shard + p->soff[s], p->blk[s] * sizeof(float)); /* a device's shard */
+        else memcpy(mine, shard + p->soff[s], p->blk[s] * sizeof(float));
         st = comm_allgather_f32(p->c, mine, full + p->off[s], p->blk[s], err);
     }
     return st;
