@@ -24,20 +24,28 @@
 
 int stage_init(Par *p) {
     DevStage *ds = &p->stage;
-    ds->on = p->dev != NULL && p->dp > 1;
+    /* One process at ZeRO 0 (the device's fast path) runs no collective at all; at ZeRO >= 1 its
+     * in-place collectives over one rank still go through the host, as no MPI may see device memory. */
+    ds->on = p->dev != NULL && (p->dp > 1 || p->zero >= 1);
     for (int a = 0; a < DEV_STAGE_SLOTS; a++) ds->req[a] = -1;
     if (!ds->on) return 1;
-    size_t n = p->o.bucket_floats;
-    if (p->zero >= 1) n = p->E > p->X ? p->E : p->X;
+    size_t n = p->E > p->X ? p->E : p->X; /* the largest segment */
+    if (p->zero == 0 && n > p->o.bucket_floats) n = p->o.bucket_floats;
     ds->slot_floats = n;
     int ok = 1;
     for (int a = 0; a < DEV_STAGE_SLOTS; a++) ds->slot[a] = par_alloc_f(p, MEM_COMM, n, &ok);
+    if (p->zero >= 2) { /* the host twins of ZeroGrads' device buckets */
+        ds->hb0 = par_alloc_f(p, MEM_COMM, p->E, &ok);
+        for (int a = 0; a < 2; a++) ds->hbuf[a] = par_alloc_f(p, MEM_COMM, p->X, &ok);
+    }
     return ok;
 }
 
 void stage_free(Par *p) {
     DevStage *ds = &p->stage;
     for (int a = 0; a < DEV_STAGE_SLOTS; a++) mem_free(p->mem, MEM_COMM, ds->slot[a], ds->slot_floats * sizeof(float));
+    mem_free(p->mem, MEM_COMM, ds->hb0, p->E * sizeof(float));
+    for (int a = 0; a < 2; a++) mem_free(p->mem, MEM_COMM, ds->hbuf[a], p->X * sizeof(float));
 }
 
 /* Slot a's collective is complete (or is waited for when `wait`): its result goes back to the device
@@ -116,4 +124,22 @@ Status stage_allgather_params(Par *p, int s, Err *err) {
     ds->req[a] = i, ds->oldest = a ^ 1, ds->what[a] = "param all-gather", ds->kind[a] = STAGE_PARAMS;
     ds->back_dev[a] = dev, ds->back_off[a] = 0, ds->back_n[a] = p->len[s];
     return ST_OK;
+}
+
+/* ZeRO 2: the host twin of a ZeroGrads bucket (the embedding bucket or slot a). */
+static float *twin(Par *p, const float *bucket) {
+    return bucket == p->zg.b0 ? p->stage.hb0 : bucket == p->zg.buf[0] ? p->stage.hbuf[0] : p->stage.hbuf[1];
+}
+
+Status stage_bucket_rs_start(Par *p, float *bucket, int s, CommReq *req, Err *err) {
+    float *h = twin(p, bucket);
+    p->dev->to_host(h, bucket, p->len[s] * sizeof(float));
+    return comm_ireduce_scatter_f32(p->c, h, h + (size_t)p->r * p->blk[s], p->blk[s], req, err);
+}
+
+void stage_bucket_rs_finish(Par *p, float *bucket, int s) {
+    size_t own = (size_t)p->r * p->blk[s];
+    if (!(p->o.faults.stage_skip && s == 0)) /* the test fault: the embedding's reduced block stays on the host */
+        p->dev->from_host(bucket + own, twin(p, bucket) + own, p->blk[s] * sizeof(float));
+    p->dev->add_or_set(p->zg.shard + p->soff[s], bucket + own, p->blk[s], 1);
 }

@@ -115,6 +115,7 @@ typedef struct {
     const char *what[DEV_STAGE_SLOTS];     /* the collective's name for comm_wait's timeout message */
     float *back_dev[DEV_STAGE_SLOTS];      /* where the result goes on the device ... */
     size_t back_off[DEV_STAGE_SLOTS], back_n[DEV_STAGE_SLOTS]; /* ... from slot + back_off, back_n floats */
+    float *hb0, *hbuf[2];                  /* ZeRO 2: host twins of ZeroGrads' b0 and buf[2] (MEM_COMM) */
 } DevStage;
 
 /* Where the step is. */
@@ -194,6 +195,11 @@ Status stage_reduce_scatter(Par *p, int s, Err *err);
 Status stage_allgather_params(Par *p, int s, Err *err);
 /* Copies back the results of the complete collectives (wait: of every one, waiting for them). */
 Status stage_reap(Par *p, int wait, Err *err);
+/* ZeRO 2: a device bucket (ZeroGrads' b0 or buf[a]) holding segment s copied to its host twin, whose
+ * reduce-scatter starts into req; once req is complete, _finish adds the reduced owned block into the
+ * device's gradient shard (through the bucket's own block). */
+Status stage_bucket_rs_start(Par *p, float *bucket, int s, CommReq *req, Err *err);
+void stage_bucket_rs_finish(Par *p, float *bucket, int s);
 
 /* ---- tp.c ---- */
 void tp_set_hooks(Par *p); /* tp_allreduce, tp_allgather, tp_reduce_scatter */

@@ -14,6 +14,25 @@
 
 /* ================================================================ views */
 
+/* n floats of a gradient buffer set to zero: the device's memory through its table. */
+static void zero_fill(Par *p, float *x, size_t n) {
+    if (p->dev) p->dev->zero(x, n * sizeof(float));
+    else memset(x, 0, n * sizeof(float));
+}
+
+/* ZeRO 2's gradient buffers: in the device's memory on a device. */
+static float *grad_alloc(Par *p, size_t n, int *ok) {
+    if (!p->dev) return par_alloc_f(p, MEM_GRADS, n, ok);
+    float *x = n ? p->dev->alloc(p->mem, MEM_GRADS, n * sizeof(float)) : NULL;
+    if (n && !x) *ok = 0;
+    return x;
+}
+
+static void grad_free(Par *p, float *x, size_t n) {
+    if (p->dev) p->dev->free(p->mem, MEM_GRADS, x, n * sizeof(float));
+    else mem_free(p->mem, MEM_GRADS, x, n * sizeof(float));
+}
+
 /* Points the views of segment s (params or grads) at buf, which holds that segment. */
 static void seg_views(Par *p, ParamViews *v, int s, float *buf) { layout_segment_views(p->pl, s, buf, v); }
 
@@ -82,7 +101,8 @@ static Status gslot_finish(Par *p, int a, Err *err) {
     int s = zg->slot_seg[a];
     Status st = comm_wait(&zg->slot_req[a], p->c->timeout_s, "grad reduce-scatter", p->c->step, err);
     if (st != ST_OK) return st;
-    par_add_into(zg->shard + p->soff[s], zg->buf[a] + (size_t)p->r * p->blk[s], p->blk[s], p->o.nt);
+    if (p->stage.on) stage_bucket_rs_finish(p, zg->buf[a], s); /* a device: through its host twin */
+    else par_add_into(zg->shard + p->soff[s], zg->buf[a] + (size_t)p->r * p->blk[s], p->blk[s], p->o.nt);
     zg->slot_pending[a] = 0;
     return ST_OK;
 }
@@ -92,14 +112,16 @@ static Status g0_finish(Par *p, Err *err) {
     if (!zg->b0_pending) return ST_OK;
     Status st = comm_wait(&zg->b0_req, p->c->timeout_s, "grad reduce-scatter", p->c->step, err);
     if (st != ST_OK) return st;
-    par_add_into(zg->shard + p->soff[0], zg->b0 + (size_t)p->r * p->blk[0], p->blk[0], p->o.nt);
+    if (p->stage.on) stage_bucket_rs_finish(p, zg->b0, 0);
+    else par_add_into(zg->shard + p->soff[0], zg->b0 + (size_t)p->r * p->blk[0], p->blk[0], p->o.nt);
     zg->b0_pending = 0;
     return ST_OK;
 }
 
 static void start_bucket_rs(Par *p, float *buf, int s, CommReq *req) {
     Err e;
-    Status st = comm_ireduce_scatter_f32(p->c, buf, buf + (size_t)p->r * p->blk[s], p->blk[s], req, &e);
+    Status st = p->stage.on ? stage_bucket_rs_start(p, buf, s, req, &e) /* a device: through a host twin */
+                            : comm_ireduce_scatter_f32(p->c, buf, buf + (size_t)p->r * p->blk[s], p->blk[s], req, &e);
     if (st != ST_OK) par_hook_fail(p, st, &e);
 }
 
@@ -184,7 +206,7 @@ static void h_before_forward(void *ctx, int s) {
         Err e;
         Status st = g0_finish(p, &e);
         if (st != ST_OK) par_hook_fail(p, st, &e);
-        memset(p->zg.b0, 0, p->E * sizeof(float));
+        zero_fill(p, p->zg.b0, p->E);
         seg_views(p, &p->g->d.g, 0, p->zg.b0);
     }
 }
@@ -201,7 +223,7 @@ static void h_before_backward(void *ctx, int s) {
         Err e;
         Status st = gslot_finish(p, a, &e);
         if (st != ST_OK) par_hook_fail(p, st, &e);
-        memset(zg->buf[a], 0, p->len[s] * sizeof(float));
+        zero_fill(p, zg->buf[a], p->len[s]);
         zg->slot_seg[a] = s;
         zg->seg_slot[s] = a;
         seg_views(p, &p->g->d.g, s, zg->buf[a]);
@@ -299,9 +321,9 @@ int zero_init(Par *p) {
             zb->req_n[i] = p->len[s] - done < p->o.bucket_floats ? p->len[s] - done : p->o.bucket_floats;
         }
     if (p->zero >= 2) {
-        zg->shard = par_alloc_f(p, MEM_GRADS, p->S, &ok);
-        zg->b0 = par_alloc_f(p, MEM_GRADS, p->E, &ok);
-        zg->buf[0] = par_alloc_f(p, MEM_GRADS, p->X, &ok), zg->buf[1] = par_alloc_f(p, MEM_GRADS, p->X, &ok);
+        zg->shard = grad_alloc(p, p->S, &ok);
+        zg->b0 = grad_alloc(p, p->E, &ok);
+        zg->buf[0] = grad_alloc(p, p->X, &ok), zg->buf[1] = grad_alloc(p, p->X, &ok);
     }
     if (p->zero >= 3) {
         /* Mixed precision: the shard is the fp32 master; the gathered buffers and their 2-byte
@@ -331,13 +353,13 @@ void zero_free(Par *p) {
     ZeroParams *zp = &p->zp;
     free(p->zb.started), free(p->zb.seg_req0), free(p->zb.seg_nreq), free(p->zb.req), free(zg->seg_slot);
     free(p->zb.queue), free(p->zb.req_off), free(p->zb.req_n);
-    mem_free(ms, MEM_GRADS, zg->shard, p->S * sizeof(float));
-    mem_free(ms, MEM_GRADS, zg->b0, p->E * sizeof(float));
+    grad_free(p, zg->shard, p->S);
+    grad_free(p, zg->b0, p->E);
     mem_free(ms, p->g && p->g->w.prec != GPT_FP32 ? MEM_MASTER : MEM_PARAMS, zp->shard, p->S * sizeof(float));
     mem_free(ms, MEM_PARAMS, zp->b0, p->E * sizeof(float));
     mem_free(ms, MEM_PARAMS, zp->lb0, p->E * sizeof(uint16_t));
     for (int a = 0; a < 2; a++) {
-        mem_free(ms, MEM_GRADS, zg->buf[a], p->X * sizeof(float));
+        grad_free(p, zg->buf[a], p->X);
         mem_free(ms, MEM_PARAMS, zp->buf[a], p->X * sizeof(float));
         mem_free(ms, MEM_PARAMS, zp->lbuf[a], p->X * sizeof(uint16_t));
     }
@@ -351,7 +373,7 @@ void zero_step_begin(Par *p) {
      * buffer, like stage 2's shard, is zeroed. */
     memset(p->zb.started, 0, (size_t)p->nseg * sizeof(int));
     p->zb.qhead = p->zb.qtail = 0;
-    if (p->zero >= 2) memset(p->zg.shard, 0, p->S * sizeof(float));
+    if (p->zero >= 2) zero_fill(p, p->zg.shard, p->S);
     else if ((p->zero == 1 || p->c->pp > 1) && p->dev) gpt_zero_grads(p->g);
     else if (p->zero == 1 || p->c->pp > 1) memset(p->g->d.grads, 0, p->pl->total * sizeof(float));
     else gpt_overwrite_grads(p->g); /* (a pipeline's several micro-batches in flight add from zero) */
@@ -397,7 +419,7 @@ Status zero_params_sync(Par *p, Err *err) {
     Status st = ST_OK;
     ZeroBuckets *zb = &p->zb;
     ZeroParams *zp = &p->zp;
-    if (p->zero == 1 && p->stage.on) { /* a device: each segment through a host slot */
+    if ((p->zero == 1 || p->zero == 2) && p->stage.on) { /* a device: each segment through a host slot */
         for (int s = 0; s < p->nseg && st == ST_OK; s++)
             if (p->blk[s]) st = stage_allgather_params(p, s, err);
         if (st == ST_OK) st = stage_reap(p, 1, err);
