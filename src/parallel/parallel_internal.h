@@ -9,6 +9,7 @@
  *   tp.c        the tp_* hooks, the pieces the norm counts on another rank (ParNorm.twice), and
  *               whole tensors from every rank's slices (par_full_tensors)
  *   pp_tied.c   the pipeline's tied-embedding gradient exchange (ParTied)
+ *   dev_stage.c a device backend's dp collectives staged through host memory (DevStage)
  *   matopt.c    Muon's, Shampoo's and Sophia's sharded steps (ParMatopt)
  * Segment s is 0 (embeddings), 1..L (blocks) or L+1 (final norm); "block" of a segment means
  * the dp rank's owned part of it (parallel.h, "Ownership"). */
