@@ -374,8 +374,7 @@ void zero_step_begin(Par *p) {
     memset(p->zb.started, 0, (size_t)p->nseg * sizeof(int));
     p->zb.qhead = p->zb.qtail = 0;
     if (p->zero >= 2) zero_fill(p, p->zg.shard, p->S);
-    else if ((p->zero == 1 || p->c->pp > 1) && p->dev) gpt_zero_grads(p->g);
-    else if (p->zero == 1 || p->c->pp > 1) memset(p->g->d.grads, 0, p->pl->total * sizeof(float));
+    else if (p->zero == 1 || p->c->pp > 1) zero_fill(p, p->g->d.grads, p->pl->total);
     else gpt_overwrite_grads(p->g); /* (a pipeline's several micro-batches in flight add from zero) */
 }
 
