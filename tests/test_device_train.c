@@ -275,7 +275,7 @@ static void dp_mode(void) {
     tu_check(r0 == 0 && r1 == 0, "dp_references", "one process on cpu and on %s exit 0 (got %d, %d)", g_dev, r0, r1);
     float *wcpu = rc_weights(DIR, "dp_cpu1", &pl), *wdev = rc_weights(DIR, "dp_dev1", &pl);
     RcTol tcpu = strcmp(g_dev, "emu") ? DEV_TOL : DP_TOL; /* against the CPU */
-    for (int zero = 0; zero <= 2; zero++) {
+    for (int zero = 0; zero <= 3; zero++) {
         char nm[32];
         snprintf(nm, sizeof nm, "dp_dev2_z%d", zero);
         snprintf(extra, sizeof extra, "%s --zero %d", steps, zero);
@@ -285,9 +285,12 @@ static void dp_mode(void) {
                  DIR, nm);
         rc_compare(DIR, nm, "dp_cpu1", STEPS, &pl, wcpu, tcpu, NULL);
         rc_compare(DIR, nm, "dp_dev1", STEPS, &pl, wdev, DP_TOL, NULL);
-        /* ZeRO 0's whole state and ZeRO 2's shards (ZeRO 1's moments are gathered as ZeRO 2's) */
-        if (zero != 1) dp_resume(zero, &pl, wcpu, tcpu);
-        /* control: the reduced first bucket not copied back to the device must fail */
+        /* ZeRO 0's whole state and ZeRO 3's shards of parameters and moments (ZeRO 1-2's moments are
+         * gathered as ZeRO 3's) */
+        if (zero == 0 || zero == 3) dp_resume(zero, &pl, wcpu, tcpu);
+        /* control: the reduced first bucket not copied back to the device must fail; run at ZeRO 0 (the
+         * slots, also ZeRO 1's) and ZeRO 3 (the bucket twins, also ZeRO 2's) */
+        if (zero == 1 || zero == 2) continue;
         char cn[32];
         snprintf(cn, sizeof cn, "dp_ctl_z%d", zero);
         snprintf(extra, sizeof extra, "%s --zero %d", steps, zero);
@@ -298,11 +301,11 @@ static void dp_mode(void) {
         tu_check(rc == 0 && !pass, lbl, "exit %d; against one process: losses %.3g, norms %.3g, weights %.3g (must fail)",
                  rc, got.loss, got.norm, got.w);
     }
-    /* emu, bf16 at ZeRO 1 and 2: dp 2 on the device against dp 2 on the CPU (the same grid, so the same summation order:
-     * the working copy re-rounded after ZeRO 1-2's parameter all-gather, on the device, is checked
-     * against the CPU's; expected bit for bit). On a GPU bf16 has no such twin (its kernels round
+    /* emu, bf16 at ZeRO 1 and 3: dp 2 on the device against dp 2 on the CPU (the same grid, so the same
+     * summation order: the working copy re-rounded on the device after ZeRO 1's parameter all-gather
+     * and after each of ZeRO 3's gathers is checked against the CPU's; expected bit for bit). On a GPU bf16 has no such twin (its kernels round
      * elsewhere than the CPU's): not run there. */
-    for (int zero = 1; zero <= 2 && !strcmp(g_dev, "emu"); zero++) {
+    for (int zero = 1; zero <= 3 && !strcmp(g_dev, "emu"); zero += 2) {
         char nc[32], nd[32];
         snprintf(nc, sizeof nc, "dp_bf16_cpu2_z%d", zero);
         snprintf(nd, sizeof nd, "dp_bf16_dev2_z%d", zero);
@@ -317,7 +320,7 @@ static void dp_mode(void) {
         free(wc), free(wd);
     }
     /* what the device does not run under dp: refused in one line naming the flag */
-    static const char *flag[][2] = {{"--zero 3", "--zero 3"}, {"--tp 2", "--tp"}};
+    static const char *flag[][2] = {{"--pp 2", "--pp"}, {"--tp 2", "--tp"}};
     for (int i = 0; i < 2; i++) {
         char nm[32], path[1400];
         snprintf(nm, sizeof nm, "dp_refuse%d", i);

@@ -28,6 +28,7 @@ int stage_init(Par *p) {
      * in-place collectives over one rank still go through the host, as no MPI may see device memory. */
     ds->on = p->dev != NULL && (p->dp > 1 || p->zero >= 1);
     for (int a = 0; a < DEV_STAGE_SLOTS; a++) ds->req[a] = -1;
+    for (int k = 0; k < 3; k++) ds->gather_seg[k] = -1;
     if (!ds->on) return 1;
     size_t n = p->E > p->X ? p->E : p->X; /* the largest segment */
     if (p->zero == 0 && n > p->o.bucket_floats) n = p->o.bucket_floats;
@@ -38,6 +39,10 @@ int stage_init(Par *p) {
         ds->hb0 = par_alloc_f(p, MEM_COMM, p->E, &ok);
         for (int a = 0; a < 2; a++) ds->hbuf[a] = par_alloc_f(p, MEM_COMM, p->X, &ok);
     }
+    if (p->zero >= 3) { /* and of ZeroParams' gather buffers */
+        ds->hp0 = par_alloc_f(p, MEM_COMM, p->E, &ok);
+        for (int a = 0; a < 2; a++) ds->hpbuf[a] = par_alloc_f(p, MEM_COMM, p->X, &ok);
+    }
     return ok;
 }
 
@@ -45,7 +50,11 @@ void stage_free(Par *p) {
     DevStage *ds = &p->stage;
     for (int a = 0; a < DEV_STAGE_SLOTS; a++) mem_free(p->mem, MEM_COMM, ds->slot[a], ds->slot_floats * sizeof(float));
     mem_free(p->mem, MEM_COMM, ds->hb0, p->E * sizeof(float));
-    for (int a = 0; a < 2; a++) mem_free(p->mem, MEM_COMM, ds->hbuf[a], p->X * sizeof(float));
+    mem_free(p->mem, MEM_COMM, ds->hp0, p->E * sizeof(float));
+    for (int a = 0; a < 2; a++) {
+        mem_free(p->mem, MEM_COMM, ds->hbuf[a], p->X * sizeof(float));
+        mem_free(p->mem, MEM_COMM, ds->hpbuf[a], p->X * sizeof(float));
+    }
 }
 
 /* Slot a's collective is complete (or is waited for when `wait`): its result goes back to the device
@@ -142,4 +151,27 @@ void stage_bucket_rs_finish(Par *p, float *bucket, int s) {
     if (!(p->o.faults.stage_skip && s == 0)) /* the test fault: the embedding's reduced block stays on the host */
         p->dev->from_host(bucket + own, twin(p, bucket) + own, p->blk[s] * sizeof(float));
     p->dev->add_or_set(p->zg.shard + p->soff[s], bucket + own, p->blk[s], 1);
+}
+
+/* ZeRO 3: a gather buffer's index (0 the embedding buffer, 1 + a slot a). */
+static int gather_index(const Par *p, const float *buf) { return buf == p->zp.b0 ? 0 : buf == p->zp.buf[0] ? 1 : 2; }
+
+Status stage_gather_start(Par *p, int s, float *buf, CommReq *req, Err *err) {
+    DevStage *ds = &p->stage;
+    int k = gather_index(p, buf);
+    float *h = k == 0 ? ds->hp0 : ds->hpbuf[k - 1];
+    size_t own = (size_t)p->r * p->blk[s];
+    p->dev->to_host(h + own, p->zp.shard + p->soff[s], p->blk[s] * sizeof(float));
+    ds->gather_seg[k] = -1; /* nothing to copy back until the gather has started */
+    Status st = comm_iallgather_f32(p->c, h + own, h, p->blk[s], req, err);
+    if (st == ST_OK) ds->gather_seg[k] = s;
+    return st;
+}
+
+void stage_gather_finish(Par *p, float *buf) {
+    DevStage *ds = &p->stage;
+    int k = gather_index(p, buf), s = ds->gather_seg[k];
+    if (s < 0) return; /* copied back already (the buffer is reused without a new gather) */
+    p->dev->from_host(buf, k == 0 ? ds->hp0 : ds->hpbuf[k - 1], p->len[s] * sizeof(float));
+    ds->gather_seg[k] = -1;
 }

@@ -91,12 +91,12 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
     if (!p) return err_set(err, ST_ERR_RUNTIME, "out of memory (parallel state)");
     p->c = c, p->g = g, p->o = *o, p->mem = mem, p->pl = pl;
     p->dev = g->be->host_addressable ? NULL : g->be;
-    /* A device: data parallelism only (its collectives staged through host memory, dev_stage.c), at ZeRO
-     * 0, 1 or 2, with the optimizers the device's entries run. */
-    if (p->dev && (c->tp > 1 || c->pp > 1 || o->zero > 2 || o->muon || o->shampoo || !p->dev->optim_update ||
+    /* A device: data parallelism only (its collectives staged through host memory, dev_stage.c), with
+     * the optimizers the device's entries run. */
+    if (p->dev && (c->tp > 1 || c->pp > 1 || o->muon || o->shampoo || !p->dev->optim_update ||
                    !p->dev->sumsq)) {
         free(p);
-        return err_set(err, ST_ERR_INPUT, "--device %s: expected data parallelism only (tp 1, pp 1) at ZeRO 0, 1 or 2 with "
+        return err_set(err, ST_ERR_INPUT, "--device %s: expected data parallelism only (tp 1, pp 1) with "
                        "AdamW, Adam, SGD or Lion (the device's optimizer entries), found tp %d, pp %d, ZeRO %d%s",
                        g->be->name, c->tp, c->pp, o->zero, o->muon ? ", Muon" : o->shampoo ? ", Shampoo" : "");
     }
@@ -300,12 +300,13 @@ Status par_optim_step(Par *p, const OptimConfig *oc, long step, float lr, float 
                                  p->v ? p->v + rg->offset : NULL,
                                  p->g->w.params_lp ? p->g->w.params_lp + rg->offset : NULL, rg->n);
         }
-        const float *G = zero_grads(p); /* ZeRO 2: the gradient shard */
-        for (int i = 0; i < p->npieces; i++) { /* ZeRO 1-2: the owned pieces; the working copy after the gather */
+        float *P = zero_params(p);      /* ZeRO 3: the parameter shard (the master) */
+        const float *G = zero_grads(p); /* ZeRO 2-3: the gradient shard */
+        for (int i = 0; i < p->npieces; i++) { /* ZeRO 1-3: the owned pieces; the working copy after the gather */
             const Piece *q = &p->pieces[i];
             BackendOptStep s = {(int)oc->kind, lr * q->lr_mult, q->decay ? oc->weight_decay : 0.0f, grad_scale,
                                 oc->beta1, oc->beta2, oc->eps, oc->momentum, bc1, bc2, step, 0};
-            p->dev->optim_update(&s, p->g->w.params + q->p_off, G + q->g_off, p->m + q->m_off,
+            p->dev->optim_update(&s, P + q->p_off, G + q->g_off, p->m + q->m_off,
                                  p->v ? p->v + q->m_off : NULL, NULL, q->n);
         }
         return ST_OK;

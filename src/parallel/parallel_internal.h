@@ -117,6 +117,8 @@ typedef struct {
     float *back_dev[DEV_STAGE_SLOTS];      /* where the result goes on the device ... */
     size_t back_off[DEV_STAGE_SLOTS], back_n[DEV_STAGE_SLOTS]; /* ... from slot + back_off, back_n floats */
     float *hb0, *hbuf[2];                  /* ZeRO 2: host twins of ZeroGrads' b0 and buf[2] (MEM_COMM) */
+    float *hp0, *hpbuf[2];                 /* ZeRO 3: host twins of ZeroParams' b0 and buf[2] (MEM_COMM) */
+    int gather_seg[3];                     /* the segment gathered on twin 0 (hp0), 1, 2 not yet copied back; -1 */
 } DevStage;
 
 /* Where the step is. */
@@ -201,6 +203,11 @@ Status stage_reap(Par *p, int wait, Err *err);
  * device's gradient shard (through the bucket's own block). */
 Status stage_bucket_rs_start(Par *p, float *bucket, int s, CommReq *req, Err *err);
 void stage_bucket_rs_finish(Par *p, float *bucket, int s);
+/* ZeRO 3: segment s gathered into a device gather buffer (ZeroParams' b0 or buf[a]): this rank's
+ * block of the device shard copied to the buffer's host twin, all-gathered there into req; once req
+ * is complete, _finish copies the segment into the buffer (once per gather). */
+Status stage_gather_start(Par *p, int s, float *buf, CommReq *req, Err *err);
+void stage_gather_finish(Par *p, float *buf);
 
 /* ---- tp.c ---- */
 void tp_set_hooks(Par *p); /* tp_allreduce, tp_allgather, tp_reduce_scatter */

@@ -20,17 +20,18 @@ static void zero_fill(Par *p, float *x, size_t n) {
     else memset(x, 0, n * sizeof(float));
 }
 
-/* ZeRO 2's gradient buffers: in the device's memory on a device. */
-static float *grad_alloc(Par *p, size_t n, int *ok) {
-    if (!p->dev) return par_alloc_f(p, MEM_GRADS, n, ok);
-    float *x = n ? p->dev->alloc(p->mem, MEM_GRADS, n * sizeof(float)) : NULL;
-    if (n && !x) *ok = 0;
+/* ZeRO 2-3's buffers (gradient shard and buckets, parameter shard and gather buffers, their 2-byte
+ * copies): bytes of category c, in the device's memory on a device; *ok = 0 when out of memory. */
+static void *state_alloc(Par *p, MemCategory c, size_t bytes, int *ok) {
+    if (bytes == 0) return NULL;
+    void *x = p->dev ? p->dev->alloc(p->mem, c, bytes) : mem_alloc(p->mem, c, bytes);
+    if (!x) *ok = 0;
     return x;
 }
 
-static void grad_free(Par *p, float *x, size_t n) {
-    if (p->dev) p->dev->free(p->mem, MEM_GRADS, x, n * sizeof(float));
-    else mem_free(p->mem, MEM_GRADS, x, n * sizeof(float));
+static void state_free(Par *p, MemCategory c, void *x, size_t bytes) {
+    if (p->dev) p->dev->free(p->mem, c, x, bytes);
+    else mem_free(p->mem, c, x, bytes);
 }
 
 /* Points the views of segment s (params or grads) at buf, which holds that segment. */
@@ -134,9 +135,14 @@ static void start_gather(Par *p, int s, float *buf, CommReq *req) {
     for (int a = 0; a < 2; a++)
         if (buf == zp->buf[a]) zp->lslot_ok[a] = 0;
     size_t b = p->blk[s];
-    memcpy(buf + (size_t)p->r * b, zp->shard + p->soff[s], b * sizeof(float));
     Err e;
-    Status st = comm_iallgather_f32(p->c, buf + (size_t)p->r * b, buf, b, req, &e);
+    Status st;
+    if (p->stage.on) { /* a device: on the buffer's host twin, copied back by wait_gather */
+        st = stage_gather_start(p, s, buf, req, &e);
+    } else {
+        memcpy(buf + (size_t)p->r * b, zp->shard + p->soff[s], b * sizeof(float));
+        st = comm_iallgather_f32(p->c, buf + (size_t)p->r * b, buf, b, req, &e);
+    }
     if (st != ST_OK) par_hook_fail(p, st, &e);
 }
 
@@ -144,6 +150,13 @@ static void wait_req(Par *p, CommReq *req, const char *what) {
     Err e;
     Status st = comm_wait(req, p->c->timeout_s, what, p->c->step, &e);
     if (st != ST_OK) par_hook_fail(p, st, &e);
+}
+
+/* The gather into buf (started by start_gather) complete and its result in buf: on a device, copied
+ * back from the host twin (once per gather). */
+static void wait_gather(Par *p, CommReq *req, float *buf) {
+    wait_req(p, req, "param all-gather");
+    if (p->stage.on) stage_gather_finish(p, buf);
 }
 
 /* Mixed precision: rounds a gathered fp32 segment into its working copy, once per gather. */
@@ -164,7 +177,7 @@ static void ensure_params(Par *p, int s, int next) {
         zp->slot_seg[a] = s;
         start_gather(p, s, zp->buf[a], &zp->slot_req[a]);
     }
-    wait_req(p, &zp->slot_req[a], "param all-gather");
+    wait_gather(p, &zp->slot_req[a], zp->buf[a]);
     round_gathered(p, zp->buf[a], zp->lbuf[a], p->len[s], &zp->lslot_ok[a]);
     seg_views(p, &p->g->w.p, s, zp->buf[a]);
     if (next >= 1 && next <= p->L + 1 && zp->slot_seg[a ^ 1] != next) {
@@ -187,7 +200,7 @@ static void h_before_forward(void *ctx, int s) {
                 start_gather(p, 0, zp->b0, &zp->b0_req);
                 zp->b0_valid = 1;
             }
-            wait_req(p, &zp->b0_req, "param all-gather");
+            wait_gather(p, &zp->b0_req, zp->b0);
             round_gathered(p, zp->b0, zp->lb0, p->len[0], &zp->lb0_ok);
             seg_views(p, &p->g->w.p, 0, zp->b0);
             if (zp->slot_seg[0] != 1 && zp->slot_seg[1] != 1) {
@@ -321,21 +334,22 @@ int zero_init(Par *p) {
             zb->req_n[i] = p->len[s] - done < p->o.bucket_floats ? p->len[s] - done : p->o.bucket_floats;
         }
     if (p->zero >= 2) {
-        zg->shard = grad_alloc(p, p->S, &ok);
-        zg->b0 = grad_alloc(p, p->E, &ok);
-        zg->buf[0] = grad_alloc(p, p->X, &ok), zg->buf[1] = grad_alloc(p, p->X, &ok);
+        zg->shard = state_alloc(p, MEM_GRADS, p->S * sizeof(float), &ok);
+        zg->b0 = state_alloc(p, MEM_GRADS, p->E * sizeof(float), &ok);
+        zg->buf[0] = state_alloc(p, MEM_GRADS, p->X * sizeof(float), &ok);
+        zg->buf[1] = state_alloc(p, MEM_GRADS, p->X * sizeof(float), &ok);
     }
     if (p->zero >= 3) {
         /* Mixed precision: the shard is the fp32 master; the gathered buffers and their 2-byte
          * copies are the parameters the model reads. */
-        zp->shard = par_alloc_f(p, g->w.prec != GPT_FP32 ? MEM_MASTER : MEM_PARAMS, p->S, &ok);
-        zp->b0 = par_alloc_f(p, MEM_PARAMS, p->E, &ok);
-        zp->buf[0] = par_alloc_f(p, MEM_PARAMS, p->X, &ok), zp->buf[1] = par_alloc_f(p, MEM_PARAMS, p->X, &ok);
+        zp->shard = state_alloc(p, g->w.prec != GPT_FP32 ? MEM_MASTER : MEM_PARAMS, p->S * sizeof(float), &ok);
+        zp->b0 = state_alloc(p, MEM_PARAMS, p->E * sizeof(float), &ok);
+        zp->buf[0] = state_alloc(p, MEM_PARAMS, p->X * sizeof(float), &ok);
+        zp->buf[1] = state_alloc(p, MEM_PARAMS, p->X * sizeof(float), &ok);
         if (g->w.prec != GPT_FP32 && ok) {
-            zp->lb0 = mem_alloc(p->mem, MEM_PARAMS, p->E * sizeof(uint16_t));
-            zp->lbuf[0] = mem_alloc(p->mem, MEM_PARAMS, p->X * sizeof(uint16_t));
-            zp->lbuf[1] = mem_alloc(p->mem, MEM_PARAMS, p->X * sizeof(uint16_t));
-            ok = zp->lb0 && zp->lbuf[0] && zp->lbuf[1];
+            zp->lb0 = state_alloc(p, MEM_PARAMS, p->E * sizeof(uint16_t), &ok);
+            zp->lbuf[0] = state_alloc(p, MEM_PARAMS, p->X * sizeof(uint16_t), &ok);
+            zp->lbuf[1] = state_alloc(p, MEM_PARAMS, p->X * sizeof(uint16_t), &ok);
             if (ok) {
                 gpt_map_lp(g, 0, zp->b0, zp->lb0, p->E);
                 gpt_map_lp(g, 1, zp->buf[0], zp->lbuf[0], p->X);
@@ -348,20 +362,19 @@ int zero_init(Par *p) {
 }
 
 void zero_free(Par *p) {
-    MemStats *ms = p->mem;
     ZeroGrads *zg = &p->zg;
     ZeroParams *zp = &p->zp;
     free(p->zb.started), free(p->zb.seg_req0), free(p->zb.seg_nreq), free(p->zb.req), free(zg->seg_slot);
     free(p->zb.queue), free(p->zb.req_off), free(p->zb.req_n);
-    grad_free(p, zg->shard, p->S);
-    grad_free(p, zg->b0, p->E);
-    mem_free(ms, p->g && p->g->w.prec != GPT_FP32 ? MEM_MASTER : MEM_PARAMS, zp->shard, p->S * sizeof(float));
-    mem_free(ms, MEM_PARAMS, zp->b0, p->E * sizeof(float));
-    mem_free(ms, MEM_PARAMS, zp->lb0, p->E * sizeof(uint16_t));
+    state_free(p, MEM_GRADS, zg->shard, p->S * sizeof(float));
+    state_free(p, MEM_GRADS, zg->b0, p->E * sizeof(float));
+    state_free(p, p->g && p->g->w.prec != GPT_FP32 ? MEM_MASTER : MEM_PARAMS, zp->shard, p->S * sizeof(float));
+    state_free(p, MEM_PARAMS, zp->b0, p->E * sizeof(float));
+    state_free(p, MEM_PARAMS, zp->lb0, p->E * sizeof(uint16_t));
     for (int a = 0; a < 2; a++) {
-        grad_free(p, zg->buf[a], p->X);
-        mem_free(ms, MEM_PARAMS, zp->buf[a], p->X * sizeof(float));
-        mem_free(ms, MEM_PARAMS, zp->lbuf[a], p->X * sizeof(uint16_t));
+        state_free(p, MEM_GRADS, zg->buf[a], p->X * sizeof(float));
+        state_free(p, MEM_PARAMS, zp->buf[a], p->X * sizeof(float));
+        state_free(p, MEM_PARAMS, zp->lbuf[a], p->X * sizeof(uint16_t));
     }
 }
 
