@@ -22,12 +22,13 @@
  * Mode `dp MPIEXEC` (CTest test_device_train_dp with emu; make test-gpu with cuda): two ranks under
  * mpirun sharing the one device (dp 2; the gradient collectives staged through host memory,
  * parallel/dev_stage.c), GPT-2 tiny with dropout 0.1, AdamW, clip 1.0, global batch 8 sequences, at
- * ZeRO 0 and 1. Oracle: one process on the CPU and one process on the device with the same global
- * batch, 10 steps, within test_dp's tolerances (losses 1e-8, norms 1e-6, weights 1e-5; cuda against
- * the CPU: the 1e-5 / 1e-4 above), every rank logging the same norm; the dp 2 device checkpoint of
- * step 5 resumed by one process on the CPU. Negative control: the reduced first gradient bucket not
- * copied back to the device (ST_PAR_TEST_STAGE_FAULT=1) must fail against the CPU; --zero 2 and --tp 2
- * on the device refused in one line. */
+ * ZeRO 0, 1, 2 and 3. Oracle: one process on the CPU and one process on the device with the same
+ * global batch, 10 steps, within test_dp's tolerances (losses 1e-8, norms 1e-6, weights 1e-5; cuda
+ * against the CPU: the 1e-5 / 1e-4 above), every rank logging the same norm; the dp 2 device
+ * checkpoint of step 5 (ZeRO 0 and 3) resumed by one process on the CPU; emu: bf16 at ZeRO 1 and 3
+ * against dp 2 on the CPU. Negative control: the reduced first gradient bucket not copied back to the
+ * device (ST_PAR_TEST_STAGE_FAULT=1) must fail against the CPU (ZeRO 0 and 3); --pp 2 and --tp 2 on
+ * the device refused in one line. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

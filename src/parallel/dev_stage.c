@@ -15,9 +15,13 @@
  * stage 1 holds the largest segment (its reduce-scatter is one collective per segment, not split:
  * a rank's block must stay contiguous), and a segment waiting for a slot waits for the older one.
  *
+ * ZeRO 2 and 3 keep their device buffers (gradient buckets, parameter gather buffers) and give each
+ * a host twin of its size: the collective runs on the twin, and its result goes back into the
+ * buffer when zero.c waits for it.
+ *
  * Not here: device pointers handed to a CUDA-aware MPI (the MPIs of the project's machines,
- * Debian's and Ubuntu's Open MPI, are not built with CUDA), NCCL, ZeRO 2 and 3 (refused by
- * par_init). */
+ * Debian's and Ubuntu's Open MPI, are not built with CUDA), NCCL, pinned host buffers (the backend
+ * table has no pinned allocation). */
 #include <string.h>
 
 #include "parallel/parallel_internal.h"
