@@ -63,9 +63,14 @@ typedef struct {
     int abort_on_timeout;         /* 1 (default): a timeout prints and MPI_Aborts the job; 0: comm_wait
                                      returns ST_ERR_RUNTIME and the caller must call comm_abort */
     int rs_as_allreduce;          /* 1: an in-place reduce-scatter runs as an all-reduce of the whole
-                                     buffer and keeps the own block (counts 2(p-1)/p·S bytes); 0:
-                                     MPI_Ireduce_scatter_block. Default 1 when all ranks share one
-                                     node (measured faster there), else 0. See docs/comm.md */
+                                     buffer and keeps the own block (counts 2(p-1)/p·S bytes); 0: our
+                                     ring of point-to-point messages (in place) or
+                                     MPI_Ireduce_scatter_block (out of place). Default 1 when all
+                                     ranks share one node (measured faster there), else 0. See
+                                     docs/comm.md */
+    int test_ring_fault;          /* tests only: 1 = the ring reduce-scatter drops its last step's
+                                     addition (a negative control for test_comm) */
+    uint32_t ring_seq;            /* ring reduce-scatters started (their message tags; same on every rank) */
     CommStats stats;              /* cumulative accounting */
     CommMpi *mpi;                 /* NULL in single-process mode */
 } Comm;
@@ -85,6 +90,7 @@ typedef struct {
     float *move_dst;      /* after completion, move move_n floats move_src -> move_dst (in-place */
     const float *move_src;/* reduce-scatter: MPI leaves the result at the start of the buffer) */
     size_t move_n;
+    void *ring;           /* comm.c's state of a ring reduce-scatter in progress (NULL otherwise) */
 } CommReq;
 
 /* ---------------------------------------------------------------- lifecycle */

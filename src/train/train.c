@@ -148,16 +148,6 @@ static Status validate(const TrainConfig *c, Err *err) {
     return ST_OK;
 }
 
-/* Preemption (SIGTERM, SIGINT, SIGUSR1): the signal handler only sets a flag that the step loop reads between steps; a
- * second signal exits at once. Process-wide by nature (signals are), installed only when the
- * caller asks (the CLI), so library users and concurrent runs are unaffected. */
-volatile sig_atomic_t tr_stop_signal = 0;
-
-static void on_stop_signal(int sig) {
-    if (tr_stop_signal) _exit(128 + sig);
-    tr_stop_signal = sig;
-}
-
 /* Splits "a,b,c" into at most max pointers into buf (modified). */
 int tr_split_list(char *buf, const char **out, int max) {
     int n = 0;
@@ -219,27 +209,10 @@ static Status run_setup(Run *r, Err *err) {
 }
 
 static void signals_install(Run *r) {
-    if (!r->cfg.handle_signals) return;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    tr_stop_signal = 0;
-    sigaction(SIGTERM, &sa, &r->old_term);
-    sigaction(SIGINT, &sa, &r->old_int);
-    /* mpirun turns its own SIGTERM/SIGINT into SIGKILL for the ranks a second later, but forwards
-     * SIGUSR1 untouched: `kill -USR1 <mpirun>` (scripts/launch does it on TERM/INT) stops every
-     * rank the same way, and the job exits 0 (docs/checkpoint.md, "Preemption"). */
-    sigaction(SIGUSR1, &sa, &r->old_usr1);
-    r->signals = 1;
+    if (r->cfg.handle_signals) tr_signals_on(&r->sig);
 }
 
-static void signals_restore(Run *r) {
-    if (!r->signals) return;
-    sigaction(SIGTERM, &r->old_term, NULL);
-    sigaction(SIGINT, &r->old_int, NULL);
-    sigaction(SIGUSR1, &r->old_usr1, NULL);
-}
+static void signals_restore(Run *r) { tr_signals_off(&r->sig); }
 
 /* The last asynchronous write, the medians, the Young/Daly interval, the final weights, the end
  * record and the plan against the measurement. */
