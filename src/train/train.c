@@ -81,7 +81,7 @@ static Status validate(const TrainConfig *c, Err *err) {
     const Backend *be;
     if (devemu_find(c->device, c->faults.emulated_device, &be, err) != ST_OK) return ST_ERR_INPUT;
     /* A device backend (not host-addressable): what its path does not have is refused here, whole
-     * (docs/cuda.md, section 6); the grid (one process, ZeRO 0) is checked by par_init. */
+     * (docs/cuda.md, section 6); the grid (data parallelism only) is checked by par_init. */
     if (!be->host_addressable) {
         if (c->optim.kind != OPT_ADAMW && c->optim.kind != OPT_ADAM && c->optim.kind != OPT_SGD && c->optim.kind != OPT_LION)
             return err_set(err, ST_ERR_INPUT, "--optimizer %s: expected adamw, adam, sgd or lion with --device %s (the "
@@ -92,9 +92,7 @@ static Status validate(const TrainConfig *c, Err *err) {
                          : c->ckpt_async ? "--ckpt-async"
                          : c->tp > 1 ? "--tp"
                          : c->pp > 1 ? "--pp"
-                         : c->dp > 1 ? "--dp"
-                         : c->zero != 0 ? "--zero (expected 0)"
-                                        : NULL;
+                                       : NULL;
         if (no) return err_set(err, ST_ERR_INPUT, "--device %s: %s is not supported on a device backend yet", c->device, no);
     }
     if (c->micro_batch < 1)
