@@ -154,6 +154,8 @@ stage() {
   if (( sdl - now < 10 )); then echo "server: $1 skipped (budget spent)"; printf '%s\t-\t{"skipped": "budget"}\n' "$1" >> "$res"; return 1; fi
   echo "server: $1 ($(( sdl - now ))s at most, $(( now - t_all ))s elapsed)"
 }
+# PyTorch runs on its own libraries: LD_LIBRARY_PATH without the bundle (gpu_check.sh exports it).
+pyld=$(tr ':' '\n' <<<"${LD_LIBRARY_PATH:-}" | grep -vxF "$prefix/lib" | paste -sd: -)
 ours=(env LD_LIBRARY_PATH="$ourlib") # our programs' command prefix (timeout runs it: no shell function)
 steps_for() { echo "${SERVER_STEPS:-$1}"; }
 
@@ -169,46 +171,50 @@ sdl=$deadline
   echo "--- ldd $st"; env LD_LIBRARY_PATH="$ourlib" ldd "$st" 2>&1
   echo "--- mpirun: $(mpirun --version 2>&1 | head -1)"
   echo "--- $py: $(command -v "$py")"
-  timeout 60 "$py" -c 'import torch, sys
+  timeout 60 env LD_LIBRARY_PATH="$pyld" "$py" -c 'import torch, sys
 print("torch", torch.__version__, "python", sys.version.split()[0], "threads", torch.get_num_threads())
 cap = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
 print("cpu capability:", cap() if cap else "n/a", "| mkldnn:", torch.backends.mkldnn.is_available())
 print(torch.__config__.show())
-print(torch.__config__.parallel_info())' 2>&1
+print(torch.__config__.parallel_info())' > "$work/torch.txt" 2>&1
+  cat "$work/torch.txt"
   echo "--- oneDNN ISA (a bf16 step of config C, DNNL_VERBOSE=1):"
   timeout 60 "${ours[@]}" OMP_NUM_THREADS="$N" DNNL_VERBOSE=1 ONEDNN_VERBOSE=1 "$sb" 6 6 384 256 8 256 3 "$N" bf16 2>&1 | grep -m3 -E "info,cpu|isa" || true
 } > "$work/env.txt" 2>&1
-tv=$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)
+tv=$(sed -n 's/^torch \([^ ]*\) python.*/\1/p' "$work/torch.txt"); tv=${tv:-none}
 echo "server: $(lscpu | sed -n 's/^Model name: *//p'), $ncpu cpus, $numa NUMA node(s); PyTorch $tv under $py; binaries ${bindir:-none}"
 ok=1
-[[ -x $st && -x $sb ]] || { echo "server: no scaletrain/step_bench (run 'bash bench/server.sh --pack' here and carry .device-bundle, or set SERVER_BIN)" | tee -a "$work/env.txt"; ok=0; }
+# refuse MESSAGE: no stage runs; the message is printed now and in the table.
+refuse() { echo "server: $1" | tee -a "$work/env.txt"; printf 'env\terror\t{"error": "%s"}\n' "${1//\"/\'}" >> "$res"; ok=0; }
+[[ -x $st && -x $sb ]] || refuse "no scaletrain/step_bench in ${bindir:-.device-bundle/server/bin} (run 'bash bench/server.sh --pack' here and carry .device-bundle, or set SERVER_BIN)"
 if [[ $ok -eq 1 ]] && env LD_LIBRARY_PATH="$ourlib" ldd "$st" | grep -q "not found"; then
-  echo "server: $st lacks libraries: $(env LD_LIBRARY_PATH="$ourlib" ldd "$st" | grep 'not found' | awk '{print $1}' | tr '\n' ' ')(carry .device-bundle)" | tee -a "$work/env.txt"; ok=0
+  refuse "$st lacks libraries: $(env LD_LIBRARY_PATH="$ourlib" ldd "$st" | grep 'not found' | awk '{print $1}' | tr '\n' ' ')(carry .device-bundle)"
 fi
 slowblas=0
-if "$py" -c 'import torch; print(torch.__config__.show())' 2>/dev/null | grep -q "BLAS_INFO=generic"; then
+if grep -q "BLAS_INFO=generic" "$work/torch.txt"; then
   # Debian's torch calls the system libblas.so.3: the reference one makes it ~30x slow (bench/common.sh).
   if ! (require_fast_blas) 2>>"$work/env.txt"; then
-    [[ ${SERVER_SLOW_BLAS_OK:-0} == 1 ]] || { echo "server: PyTorch would run on the reference BLAS (set SERVER_SLOW_BLAS_OK=1 for a smoke test)"; ok=0; }
+    [[ ${SERVER_SLOW_BLAS_OK:-0} == 1 ]] || refuse "PyTorch ($py) would run on the reference BLAS, ~30x slow (SERVER_SLOW_BLAS_OK=1 for a smoke test)"
     slowblas=1
   fi
 fi
-[[ -f $peer ]] || { echo "server: no PyTorch peer (carry .device-bundle from 'bench/server.sh --pack', or SERVER_PEER=)"; ok=0; }
+[[ "$tv" != none ]] || refuse "no PyTorch under $py (SERVER_PYTHON=...): $(tail -1 "$work/torch.txt")"
+[[ -f $peer ]] || refuse "no PyTorch peer (carry .device-bundle from 'bench/server.sh --pack', or SERVER_PEER=)"
 printf 'env\tinfo\t{"torch": "%s", "python": "%s", "N": %d, "dp": %d, "tpr": %d, "numa": %d, "ncpu": %d, "slow_blas": %d, "gb": %d, "cpu": "%s", "load": "%s", "date": "%s", "build": "%s"}\n' \
   "$tv" "$py" "$N" "$dp" "$tpr" "$numa" "$ncpu" "$slowblas" "${SERVER_GLOBAL_BATCH:-64}" "$(lscpu | sed -n 's/^Model name: *//p' | tr -d '"')" \
   "$(cut -d' ' -f1-3 /proc/loadavg)" "$(date -u +%FT%TZ)" "$(head -1 .device-bundle/server/BUILD 2>/dev/null | tr -d '"')" >> "$res"
 pack
 
 # --- peer: ours vs PyTorch at N threads, interleaved ---------------------------------------------
-if [[ $ok -eq 1 ]] && stage peer $(( budget * 40 / 100 )); then
+if [[ $ok -eq 1 ]] && stage peer $(( budget * 36 / 100 )); then
   for ((r = 0; r < rounds; r++)); do
     for cfg in "${configs[@]}"; do
       read -r name L NH C V B T steps <<<"$cfg"
       steps=$(steps_for "$steps")
       shape=(--V "$V" --L "$L" --NH "$NH" --C "$C" --B "$B" --T "$T" --steps "$steps" --threads "$N")
-      rec peer "$name torch fp32" peer.log env OMP_NUM_THREADS="$N" "$py" "$peer" "${shape[@]}" &&
+      rec peer "$name torch fp32" peer.log env LD_LIBRARY_PATH="$pyld" OMP_NUM_THREADS="$N" "$py" "$peer" "${shape[@]}" &&
       rec peer "$name ours fp32" peer.log "${ours[@]}" OMP_NUM_THREADS="$N" "$sb" "$L" "$NH" "$C" "$V" "$B" "$T" "$steps" "$N" fp32 &&
-      rec peer "$name torch bf16" peer.log env OMP_NUM_THREADS="$N" "$py" bench/torch_bf16_peer.py --peer "$peer" "${shape[@]}" &&
+      rec peer "$name torch bf16" peer.log env LD_LIBRARY_PATH="$pyld" OMP_NUM_THREADS="$N" "$py" bench/torch_bf16_peer.py --peer "$peer" "${shape[@]}" &&
       rec peer "$name ours bf16" peer.log "${ours[@]}" OMP_NUM_THREADS="$N" "$sb" "$L" "$NH" "$C" "$V" "$B" "$T" "$steps" "$N" bf16 || break 2
     done
   done
@@ -216,10 +222,11 @@ if [[ $ok -eq 1 ]] && stage peer $(( budget * 40 / 100 )); then
 fi
 
 # --- scale: our step on config B at each thread count, per phase --------------------------------
-if [[ $ok -eq 1 ]] && stage scale $(( budget * 22 / 100 )); then
+if [[ $ok -eq 1 ]] && stage scale $(( budget * 26 / 100 )); then
   read -r name L NH C V B T _ <<<"$scfg"
-  for t in $threads; do
-    s=$(steps_for $(( t <= 2 ? 5 : 8 )))
+  # Most threads first, so that a budget cut loses the slow few-thread runs, not the 16-thread one.
+  for t in $(tr ' ' '\n' <<<"$threads" | sort -rn); do
+    s=$(steps_for $(( t == 1 ? 3 : t == 2 ? 4 : 6 ))) # step_bench times the steps after 2 warm-up ones
     rec scale "$t fp32" scale.log "${ours[@]}" OMP_NUM_THREADS="$t" "$sb" "$L" "$NH" "$C" "$V" "$B" "$T" "$s" "$t" fp32 &&
     rec scale "$t bf16" scale.log "${ours[@]}" OMP_NUM_THREADS="$t" "$sb" "$L" "$NH" "$C" "$V" "$B" "$T" "$s" "$t" bf16 || break
   done
@@ -281,3 +288,5 @@ echo "total $(( $(date +%s) - t_all ))s; logs in $out/server.tar.gz" >> "$work/s
 pack
 echo
 cat "$work/summary.txt"
+# Non-zero when nothing could run or a program failed (a stage cut by the budget is not a failure).
+[[ $ok -eq 1 ]] && awk -F'"failed": ' 'NF > 1 && $2 + 0 != 124 { bad = 1 } END { exit bad }' "$res"

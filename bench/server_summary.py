@@ -20,12 +20,14 @@ for line in open(os.path.join(work, "results.tsv")):
         except ValueError:
             rows.append((parts[0], parts[1], {"failed": "unparsable"}))
 
-env = next((r for s, t, r in rows if s == "env"), {})
+env = next((r for s, t, r in rows if s == "env" and t == "info"), {})
 N = env.get("N", 0)
 print(f"=== bench/server.sh: {env.get('cpu', '?')}, {env.get('ncpu', '?')} cpus, {env.get('numa', '?')} NUMA node(s), "
       f"load {env.get('load', '?')} at start, {env.get('date', '?')}")
 print(f"    PyTorch {env.get('torch', '?')} ({env.get('python', '?')}); ours: {env.get('build') or 'build-portable (not packed)'}")
 for s, t, r in rows:
+    if s == "env" and t == "error":
+        print(f"    NOT RUN: {r['error']}")
     if t == "-" and "skipped" in r:
         print(f"    stage {s}: skipped ({r['skipped']})")
 
@@ -43,8 +45,9 @@ def runs(stage, tag):
     return [r for s, t, r in rows if s == stage and t == tag and "tokens_per_s" in r]
 
 
-def failed(stage, tag):
-    return sum(1 for s, t, r in rows if s == stage and t == tag and "failed" in r)
+def failed(stage, tag, cut=False):
+    """Runs that failed (cut=True: those the stage's time limit stopped, exit 124)."""
+    return sum(1 for s, t, r in rows if s == stage and t == tag and "failed" in r and (r["failed"] == 124) == cut)
 
 
 # 1. ours against PyTorch, interleaved, medians over rounds
@@ -55,16 +58,17 @@ if any(s == "peer" and t != "-" for s, t, _ in rows):
     print("|---|---:|---:|---:|---:|---:|---:|---|---:|")
     for cfg in dict.fromkeys(t.split()[0] for s, t, _ in rows if s == "peer" and t != "-"):
         v = {k: runs("peer", f"{cfg} {k}") for k in ("torch fp32", "ours fp32", "torch bf16", "ours bf16")}
-        if not any(v.values()) and not any(failed("peer", f"{cfg} {k}") for k in v):
+        if not any(v.values()) and not any(failed("peer", f"{cfg} {k}") + failed("peer", f"{cfg} {k}", True) for k in v):
             continue
         m = {k: med([r["tokens_per_s"] for r in x]) for k, x in v.items()}
         mfu = {k: med([r.get("mfu") for r in v[k]]) for k in ("ours fp32", "ours bf16")}
         ratio = lambda a, b: f"**{m[a] / m[b]:.2f}×**" if m[a] and m[b] else "-"
         nf = sum(failed("peer", f"{cfg} {k}") for k in v)
+        nc = sum(failed("peer", f"{cfg} {k}", cut=True) for k in v)
         print(f"| {cfg} | {fmt(m['torch fp32'])} | {fmt(m['ours fp32'])} | {ratio('ours fp32', 'torch fp32')} | "
               f"{fmt(m['torch bf16'])} | {fmt(m['ours bf16'])} | {ratio('ours bf16', 'torch bf16')} | "
               f"{fmt(mfu['ours fp32'], '{:.2f}')} / {fmt(mfu['ours bf16'], '{:.2f}')} | "
-              f"{min(len(x) for x in v.values())}{f' ({nf} failed)' if nf else ''} |")
+              f"{min(len(x) for x in v.values())}{f' ({nf} failed)' if nf else ''}{f' ({nc} cut by the budget)' if nc else ''} |")
 
 # 2. thread scaling of our step, per phase
 sc = {}
@@ -89,7 +93,8 @@ if sc:
         for t in ths:
             r = sc[(t, prec)]
             if "tokens_per_s" not in r:
-                print(f"| {t} | {prec} | failed ({r}) | | | | | | |")
+                why = "cut by the budget" if r.get("failed") == 124 else f"failed ({r})"
+                print(f"| {t} | {prec} | {why} | | | | | | |")
                 continue
             sp = r["tokens_per_s"] / base["tokens_per_s"]
             gbs = r.get("params", 0) * (34 if prec == "bf16" else 32) / (r["optimizer_ms"] * 1e-3) / 1e9 if r.get("params") else None
@@ -124,7 +129,8 @@ if pl:
                 if e.get("event") == "step":
                     steps.append(e)
         if "failed" in r or not steps:
-            print(f"| {tag} | failed (exit {r.get('failed', '?')}, {len(steps)} steps logged) | | | | | | | |")
+            why = "cut by the budget" if r.get("failed") == 124 else f"failed (exit {r.get('failed', '?')})"
+            print(f"| {tag} | {why}, {len(steps)} steps logged | | | | | | | |")
             continue
         st = steps[1:] or steps
         tm = lambda k: med([e.get("time_ms", {}).get(k) for e in st])
