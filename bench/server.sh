@@ -24,13 +24,15 @@
 #              N/R threads (R = SERVER_DP, 8): unbound, each rank bound to its own N/R cores, ranks
 #              spread round-robin over NUMA nodes, and one rank per NUMA node (the last two where there
 #              are several nodes); tokens/s, the step's split, the logged MFU (must stay <= 1)
-#       zero   bench/zero_overlap.sh R N/R, where it exists (ZeRO-2/3 communication hiding)
+#       zero   bench/zero_overlap.sh R N/R B "2 3" 4 1, where it exists (ZeRO-2/3 communication
+#              hiding: config B, with and without overlap), with what is left of the budget
 #   All logs, the raw results and the table go into OUTDIR/server.tar.gz (one file: the device tool
 #   brings back at most 8, and scripts/gpu_check.sh's stage "server" adds only this one).
 #
 # Settings (environment): SERVER_THREADS ("1 2 4 8 16": the powers of two up to nproc, and nproc),
 # SERVER_ROUNDS (2), SERVER_STEPS (every program's step count; default per config and thread count),
 # SERVER_BUDGET (300 s for all stages; each stage has its share, the table always prints),
+# SERVER_PLACE_MODEL (d6: the trainer's preset in place), SERVER_ZERO_CONFIGS (B), SERVER_ZERO_STAGES ("2 3"), SERVER_ZERO_STEPS (4),
 # SERVER_SKIP (stage names), SERVER_DP (8), SERVER_GLOBAL_BATCH (64 sequences: place), SERVER_CONFIGS
 # (other shapes: below), SERVER_PREFIX (/tmp/st-prefix), SERVER_PYTHON (python3), SERVER_BIN (a folder holding
 # scaletrain and bench/step_bench or step_bench; default .device-bundle/server/bin),
@@ -200,8 +202,8 @@ if grep -q "BLAS_INFO=generic" "$work/torch.txt"; then
 fi
 [[ "$tv" != none ]] || refuse "no PyTorch under $py (SERVER_PYTHON=...): $(tail -1 "$work/torch.txt")"
 [[ -f $peer ]] || refuse "no PyTorch peer (carry .device-bundle from 'bench/server.sh --pack', or SERVER_PEER=)"
-printf 'env\tinfo\t{"torch": "%s", "python": "%s", "N": %d, "dp": %d, "tpr": %d, "numa": %d, "ncpu": %d, "slow_blas": %d, "gb": %d, "cpu": "%s", "load": "%s", "date": "%s", "build": "%s"}\n' \
-  "$tv" "$py" "$N" "$dp" "$tpr" "$numa" "$ncpu" "$slowblas" "${SERVER_GLOBAL_BATCH:-64}" "$(lscpu | sed -n 's/^Model name: *//p' | tr -d '"')" \
+printf 'env\tinfo\t{"model": "%s", "torch": "%s", "python": "%s", "N": %d, "dp": %d, "tpr": %d, "numa": %d, "ncpu": %d, "slow_blas": %d, "gb": %d, "cpu": "%s", "load": "%s", "date": "%s", "build": "%s"}\n' \
+  "${SERVER_PLACE_MODEL:-d6}" "$tv" "$py" "$N" "$dp" "$tpr" "$numa" "$ncpu" "$slowblas" "${SERVER_GLOBAL_BATCH:-64}" "$(lscpu | sed -n 's/^Model name: *//p' | tr -d '"')" \
   "$(cut -d' ' -f1-3 /proc/loadavg)" "$(date -u +%FT%TZ)" "$(head -1 .device-bundle/server/BUILD 2>/dev/null | tr -d '"')" >> "$res"
 pack
 
@@ -246,7 +248,7 @@ with open(path, 'wb') as f:
 PY
   gb=${SERVER_GLOBAL_BATCH:-64}
   s=$(steps_for 5)
-  train=(--data "$data" --model d6 --seq-len 256 --max-seq-len 256 --micro-batch 8 --steps "$s" --val-every 0
+  train=(--data "$data" --model "${SERVER_PLACE_MODEL:-d6}" --seq-len 256 --max-seq-len 256 --micro-batch 8 --steps "$s" --val-every 0
          --warmup 2 --quiet --no-noise-scale)
   tr1() { # tr1 TAG OMP-ENV...: one process, N threads, global batch by accumulation
     local tag=$1; shift
@@ -274,8 +276,14 @@ fi
 
 # --- zero: ZeRO-2/3 communication hiding (bench/zero_overlap.sh, where it exists) ---------------
 if [[ -f bench/zero_overlap.sh && $ok -eq 1 ]] && stage zero $(( deadline - $(date +%s) )); then
-  echo "\$ BIN=$st bash bench/zero_overlap.sh $dp $tpr" >> "$work/zero.log"
-  ( export LD_LIBRARY_PATH="$ourlib" BIN=$st; timeout "$(left)" bash bench/zero_overlap.sh "$dp" "$tpr" ) >> "$work/zero.log" 2>&1
+  # dp R x N/R on config B, ZeRO 2 and 3, with and without overlap: 4 trainer runs of 4 steps
+  zargs=("$dp" "$tpr" "${SERVER_ZERO_CONFIGS:-B}" "${SERVER_ZERO_STAGES:-2 3}" "${SERVER_ZERO_STEPS:-4}" 1)
+  echo "\$ BIN=$st bash bench/zero_overlap.sh ${zargs[*]}" >> "$work/zero.log"
+  (
+    export LD_LIBRARY_PATH="$ourlib" BIN=$st OUT=$work/zero
+    [[ ${hwt:-1} -gt 1 ]] && export MPI_EXTRA="--use-hwthread-cpus ${MPI_EXTRA:-}"
+    timeout "$(left)" bash bench/zero_overlap.sh "${zargs[@]}"
+  ) >> "$work/zero.log" 2>&1
   printf 'zero\tdone\t{"rc": %d}\n' $? >> "$res"
 elif [[ ! -f bench/zero_overlap.sh ]]; then
   printf 'zero\t-\t{"skipped": "no bench/zero_overlap.sh"}\n' >> "$res"
@@ -283,7 +291,7 @@ fi
 
 # --- the table --------------------------------------------------------------------------------
 "$py" bench/server_summary.py "$work" > "$work/summary.txt" 2>&1 || python3 bench/server_summary.py "$work" > "$work/summary.txt" 2>&1
-[[ -f $work/zero.log ]] && { echo "--- zero (bench/zero_overlap.sh $dp $tpr), last lines:"; tail -15 "$work/zero.log"; } >> "$work/summary.txt"
+[[ -f $work/zero.log ]] && { echo "--- zero (bench/zero_overlap.sh ${zargs[*]}), its table:"; grep -E '^(\||# dp|zero_overlap:)' "$work/zero.log"; } >> "$work/summary.txt"
 echo "total $(( $(date +%s) - t_all ))s; logs in $out/server.tar.gz" >> "$work/summary.txt"
 pack
 echo
