@@ -177,6 +177,11 @@ sdl=$deadline
 print("torch", torch.__version__, "python", sys.version.split()[0], "threads", torch.get_num_threads())
 cap = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
 print("cpu capability:", cap() if cap else "n/a", "| mkldnn:", torch.backends.mkldnn.is_available())
+try:
+    import numpy
+    print("numpy", numpy.__version__)
+except ImportError:
+    print("numpy: missing")
 print(torch.__config__.show())
 print(torch.__config__.parallel_info())' > "$work/torch.txt" 2>&1
   cat "$work/torch.txt"
@@ -201,6 +206,7 @@ if grep -q "BLAS_INFO=generic" "$work/torch.txt"; then
   fi
 fi
 [[ "$tv" != none ]] || refuse "no PyTorch under $py (SERVER_PYTHON=...): $(tail -1 "$work/torch.txt")"
+grep -q "^numpy: missing" "$work/torch.txt" && refuse "the PyTorch peer needs numpy, which $py lacks"
 [[ -f $peer ]] || refuse "no PyTorch peer (carry .device-bundle from 'bench/server.sh --pack', or SERVER_PEER=)"
 printf 'env\tinfo\t{"model": "%s", "torch": "%s", "python": "%s", "N": %d, "dp": %d, "tpr": %d, "numa": %d, "ncpu": %d, "slow_blas": %d, "gb": %d, "cpu": "%s", "load": "%s", "date": "%s", "build": "%s"}\n' \
   "${SERVER_PLACE_MODEL:-d6}" "$tv" "$py" "$N" "$dp" "$tpr" "$numa" "$ncpu" "$slowblas" "${SERVER_GLOBAL_BATCH:-64}" "$(lscpu | sed -n 's/^Model name: *//p' | tr -d '"')" \
