@@ -30,16 +30,16 @@
 #   brings back at most 8, and scripts/gpu_check.sh's stage "server" adds only this one).
 #
 # Settings (environment): SERVER_THREADS ("1 2 4 8 16": the powers of two up to nproc, and nproc),
-# SERVER_ROUNDS (2), SERVER_STEPS (every program's step count; default per config and thread count),
-# SERVER_BUDGET (300 s for all stages; each stage has its share, the table always prints),
-# SERVER_PLACE_MODEL (d6: the trainer's preset in place), SERVER_ZERO_CONFIGS (B), SERVER_ZERO_STAGES ("2 3"), SERVER_ZERO_STEPS (4),
-# SERVER_SKIP (stage names), SERVER_DP (8), SERVER_GLOBAL_BATCH (64 sequences: place), SERVER_CONFIGS
-# (other shapes: below), SERVER_PREFIX (/tmp/st-prefix), SERVER_PYTHON (python3), SERVER_BIN (a folder holding
-# scaletrain and bench/step_bench or step_bench; default .device-bundle/server/bin),
-# SERVER_PEER (the peer script), SERVER_SLOW_BLAS_OK=1 (a PyTorch on the reference BLAS: figures marked).
+# SERVER_ROUNDS (2), SERVER_STEPS (every program's step count; default per config and thread
+# count), SERVER_BUDGET (300 s for all stages; each stage has its share, the table always prints),
+# SERVER_SKIP (stage names), SERVER_DP (8), SERVER_GLOBAL_BATCH (64 sequences: place),
+# SERVER_PLACE_MODEL (d6: the trainer's preset in place), SERVER_ZERO_CONFIGS (B),
+# SERVER_ZERO_STAGES ("2 3"), SERVER_ZERO_STEPS (4), SERVER_CONFIGS (other shapes: below),
+# SERVER_PREFIX (/tmp/st-prefix), SERVER_PYTHON (python3), SERVER_BIN (a folder holding scaletrain
+# and step_bench or bench/step_bench; default .device-bundle/server/bin), SERVER_PEER (the peer
+# script), SERVER_SLOW_BLAS_OK=1 (run a PyTorch on the reference BLAS anyway: its figures marked).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD
 arch_flags="-march=x86-64-v4 -mavx512bf16"
 
 if [[ ${1:-} == --pack ]]; then
