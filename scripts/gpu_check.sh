@@ -39,7 +39,10 @@ deadline=$(( t_all + ${GPU_CHECK_BUDGET:-560} )) # seconds for all steps: inside
 # step NAME LOG TIMEOUT_S COMMAND...: runs it with its output in OUTDIR/LOG, records a table row.
 step() {
   local name=$1 log=$2 limit=$3; shift 3
-  if [[ "$skip" == *" $name "* ]]; then rows+=("$(printf '%-10s %-6s %6s  %s' "$name" SKIP - "GPU_CHECK_SKIP")"); return; fi
+  if [[ "$skip" == *" $name "* ]]; then
+    local why=GPU_CHECK_SKIP; [[ $name == server && ${GPU_CHECK_SERVER:-0} != 1 ]] && why="off (GPU_CHECK_SERVER=1 runs it)"
+    rows+=("$(printf '%-10s %-6s %6s  %s' "$name" SKIP - "$why")"); return
+  fi
   local t0 rc rem
   t0=$(date +%s)
   rem=$(( deadline - t0 )) # every step ends inside the budget, so the table is always printed
