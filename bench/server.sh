@@ -17,6 +17,8 @@
 #       peer   ours (step_bench) against PyTorch (peer fp32, and bench/torch_bf16_peer.py's bf16
 #              autocast) on configs A, B, C (bench/common.sh) at N threads (the largest of
 #              SERVER_THREADS); the four programs interleaved in each round, medians over rounds
+#              (and, where scripts/gpu_check.sh built build-gpu/ there, its -march=native step_bench
+#              on B beside the portable one: what the portable flags cost)
 #       scale  our step on config B, fp32 and bf16, at each of SERVER_THREADS: forward / backward /
 #              optimizer, speedup and parallel efficiency per phase against the fewest threads
 #       place  the trainer (d6: config B's shape; global batch 64 sequences of 256, random tokens):
@@ -35,7 +37,7 @@
 # SERVER_SKIP (stage names), SERVER_DP (8), SERVER_GLOBAL_BATCH (64 sequences: place),
 # SERVER_PLACE_MODEL (d6: the trainer's preset in place), SERVER_ZERO_CONFIGS (B),
 # SERVER_ZERO_STAGES ("2 3"), SERVER_ZERO_STEPS (4), SERVER_CONFIGS (other shapes: below),
-# SERVER_PREFIX (/tmp/st-prefix), SERVER_PYTHON (python3), SERVER_BIN (a folder holding scaletrain
+# SERVER_NATIVE_BIN (build-gpu/bench/step_bench), SERVER_PREFIX (/tmp/st-prefix), SERVER_PYTHON (python3), SERVER_BIN (a folder holding scaletrain
 # and step_bench or bench/step_bench; default .device-bundle/server/bin), SERVER_PEER (the peer
 # script), SERVER_SLOW_BLAS_OK=1 (run a PyTorch on the reference BLAS anyway: its figures marked).
 set -uo pipefail
@@ -110,6 +112,10 @@ if [[ -z $bindir ]]; then
 fi
 st=${bindir:-none}/scaletrain
 sb=${bindir:-none}/step_bench; [[ -x $sb ]] || sb=$bindir/bench/step_bench
+# A -march=native step_bench built on the server (scripts/gpu_check.sh's build-gpu), where there is
+# one: the peer stage times it on B beside the portable one (what the portable flags cost).
+nsb=${SERVER_NATIVE_BIN:-build-gpu/bench/step_bench}
+[[ -x $nsb ]] || nsb=""
 peer=${SERVER_PEER:-}
 [[ -n $peer ]] || for p in .device-bundle/server/torch_gpt2_bench.py ../shared/peers/torch_gpt2_bench.py; do
   [[ -f $p ]] && { peer=$p; break; }; done
@@ -224,6 +230,10 @@ if [[ $ok -eq 1 ]] && stage peer $(( budget * 36 / 100 )); then
       rec peer "$name ours fp32" peer.log "${ours[@]}" OMP_NUM_THREADS="$N" "$sb" "$L" "$NH" "$C" "$V" "$B" "$T" "$steps" "$N" fp32 &&
       rec peer "$name torch bf16" peer.log env LD_LIBRARY_PATH="$pyld" OMP_NUM_THREADS="$N" "$py" bench/torch_bf16_peer.py --peer "$peer" "${shape[@]}" &&
       rec peer "$name ours bf16" peer.log "${ours[@]}" OMP_NUM_THREADS="$N" "$sb" "$L" "$NH" "$C" "$V" "$B" "$T" "$steps" "$N" bf16 || break 2
+      if [[ -n $nsb && $name == B ]]; then
+        rec peer "$name native fp32" peer.log "${ours[@]}" OMP_NUM_THREADS="$N" "$nsb" "$L" "$NH" "$C" "$V" "$B" "$T" "$steps" "$N" fp32 &&
+        rec peer "$name native bf16" peer.log "${ours[@]}" OMP_NUM_THREADS="$N" "$nsb" "$L" "$NH" "$C" "$V" "$B" "$T" "$steps" "$N" bf16 || break 2
+      fi
     done
   done
   pack

@@ -56,8 +56,10 @@ if any(s == "peer" and t != "-" for s, t, _ in rows):
     print(f"\n--- ours vs PyTorch {env.get('torch', '?')}, {N} threads, tokens/s, median of rounds{slow}")
     print("| config | PyTorch fp32 | ours fp32 | ratio | PyTorch bf16 autocast | ours bf16 | ratio | ours MFU fp32 / bf16 | rounds |")
     print("|---|---:|---:|---:|---:|---:|---:|---|---:|")
+    notes = []
     for cfg in dict.fromkeys(t.split()[0] for s, t, _ in rows if s == "peer" and t != "-"):
         v = {k: runs("peer", f"{cfg} {k}") for k in ("torch fp32", "ours fp32", "torch bf16", "ours bf16")}
+        nat = {k: med([r["tokens_per_s"] for r in runs("peer", f"{cfg} native {k}")]) for k in ("fp32", "bf16")}
         if not any(v.values()) and not any(failed("peer", f"{cfg} {k}") + failed("peer", f"{cfg} {k}", True) for k in v):
             continue
         m = {k: med([r["tokens_per_s"] for r in x]) for k, x in v.items()}
@@ -69,6 +71,13 @@ if any(s == "peer" and t != "-" for s, t, _ in rows):
               f"{fmt(m['torch bf16'])} | {fmt(m['ours bf16'])} | {ratio('ours bf16', 'torch bf16')} | "
               f"{fmt(mfu['ours fp32'], '{:.2f}')} / {fmt(mfu['ours bf16'], '{:.2f}')} | "
               f"{min(len(x) for x in v.values())}{f' ({nf} failed)' if nf else ''}{f' ({nc} cut by the budget)' if nc else ''} |")
+        if any(nat.values()):
+            notes.append(f"{cfg}: the server's own -march=native step_bench (build-gpu): fp32 {fmt(nat['fp32'])}, bf16 {fmt(nat['bf16'])} "
+                         f"tokens/s; portable / native = {fmt(m['ours fp32'] / nat['fp32'] if m['ours fp32'] and nat['fp32'] else None, '{:.2f}')}"
+                         f" / {fmt(m['ours bf16'] / nat['bf16'] if m['ours bf16'] and nat['bf16'] else None, '{:.2f}')}")
+
+    for n in notes:
+        print("  " + n)
 
 # 2. thread scaling of our step, per phase
 sc = {}
