@@ -114,7 +114,12 @@ if sc:
             a, b = sc[(good[0], prec)], sc[(good[-1], prec)]
             ph = {k: a[k] / b[k] for k in ("forward_ms", "backward_ms", "optimizer_ms") if b[k] > 0}
             share = {k: b[k] / b["median_ms"] for k in ph}
-            print(f"  {prec} {good[0]} -> {good[-1]} threads (×{good[-1] / good[0]:g}): forward ×{ph.get('forward_ms', 0):.1f}, "
+            # Karp-Flatt: the serial fraction e that Amdahl's law needs to give the measured speedup S
+            # on p times the threads, e = (1/S - 1/p) / (1 - 1/p); a rising e means overhead grows with threads.
+            p, S = good[-1] / good[0], b["tokens_per_s"] / a["tokens_per_s"]
+            kf = (1 / S - 1 / p) / (1 - 1 / p) if p > 1 else float("nan")
+            print(f"  {prec} {good[0]} -> {good[-1]} threads (×{p:g}, speedup {S:.2f}, Karp-Flatt serial fraction {kf:.2f}): "
+                  f"forward ×{ph.get('forward_ms', 0):.1f}, "
                   f"backward ×{ph.get('backward_ms', 0):.1f}, optimizer ×{ph.get('optimizer_ms', 0):.1f}; at {good[-1]} threads the "
                   f"optimizer is {share.get('optimizer_ms', 0):.0%} of the step (at {good[0]}: "
                   f"{a['optimizer_ms'] / a['median_ms']:.0%})")
