@@ -127,7 +127,8 @@ if sc:
 # 3. the trainer: placements
 pl = [(t, r) for s, t, r in rows if s == "place" and t != "-"]
 if pl:
-    print(f"\n--- the trainer, {env.get('model', 'd6')} (d6: config B's shape), global batch {env.get('gb', '?')} × 256, fp32: placements "
+    model = env.get("model", "d6")
+    print(f"\n--- the trainer, {model}{' (config B' + chr(39) + 's shape)' if model == 'd6' else ''}, global batch {env.get('gb', '?')} × 256, fp32: placements "
           "(medians over the steps after the first; MFU against the logged peak, must be <= 1)")
     print("| run | tokens/s | step ms | forward | backward | comm (waited) | optimizer | MFU median (max) | loss at the end |")
     print("|---|---:|---:|---:|---:|---:|---:|---|---:|")
