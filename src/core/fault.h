@@ -31,7 +31,9 @@ typedef struct {
                              (what the checkpoint's extra file carries). test_matopt */
     int device_bypass;    /* ST_PAR_TEST_DEVICE_BYPASS=1: on a device backend the full-state copy out
                              (checkpoints, exports) reads the parameters with memcpy instead of the
-                             backend's to_host: the emulated device must stop it (test_device_train) */
+                             backend's to_host, and generation (sample, train --sample-every) copies
+                             the logits out the same way: the emulated device must stop both
+                             (test_device_train, test_device_sample) */
     /* ---- train (src/train) ---- */
     int emulated_device;  /* ST_TRAIN_TEST_EMULATED_DEVICE=1: `--device emu` is the emulated device
                              (train/devemu.h): the CPU table behind a device's contract. test_device_train */

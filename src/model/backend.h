@@ -125,6 +125,8 @@ typedef struct Backend {
     void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
                                const float *lse, const int32_t *pos, int B, int T, int NH, int KV, int hs, float scale,
                                Dropout d, int lowp, int nt);                       /* attention_gqa_backward */
+    void (*attention_decode)(float *out, float *scores, const float *q, const float *K, const float *V, int pos,
+                             int NH, int KV, int hs, float scale, int nt);       /* attention_decode_forward */
     void (*gelu_forward)(float *out, const float *inp, size_t n, int nt);
     void (*gelu_backward)(float *dinp, const float *dout, const float *inp, size_t n, int nt);
     void (*gelu_forward_bf16)(uint16_t *out, const float *inp, size_t n, int nt);

@@ -493,6 +493,7 @@ static const Backend CUDA_BACKEND = {
     .swiglu_backward_bf16 = cu_swiglu_backward_bf16,
     .attention_forward = cu_attention_forward,
     .attention_backward = cu_attention_backward,
+    .attention_decode = cu_attention_decode,
     .gelu_forward = cu_gelu_forward,
     .gelu_backward = cu_gelu_backward,
     .gelu_forward_bf16 = cu_gelu_forward_bf16,

@@ -285,6 +285,12 @@ static void w_attention_backward(float *dqkv, float *scratch, const float *dout,
     base.attention_backward(dqkv, scratch, dout, qkv, out, lse, pos, B, T, NH, KV, hs, scale, d, lowp, nt);
     emu_leave();
 }
+static void w_attention_decode(float *out, float *scores, const float *q, const float *K, const float *V, int pos,
+                               int NH, int KV, int hs, float scale, int nt) {
+    emu_enter();
+    base.attention_decode(out, scores, q, K, V, pos, NH, KV, hs, scale, nt);
+    emu_leave();
+}
 static void w_gelu_forward(float *out, const float *inp, size_t n, int nt) {
     emu_enter();
     base.gelu_forward(out, inp, n, nt);
@@ -424,6 +430,7 @@ static void emu_wrap_all(Backend *t) {
     t->swiglu_backward_bf16 = w_swiglu_backward_bf16;
     t->attention_forward = w_attention_forward;
     t->attention_backward = w_attention_backward;
+    t->attention_decode = w_attention_decode;
     t->gelu_forward = w_gelu_forward;
     t->gelu_backward = w_gelu_backward;
     t->gelu_forward_bf16 = w_gelu_forward_bf16;
