@@ -90,6 +90,8 @@ static void emu_from_host(void *dst, const void *host, size_t bytes) {
     emu_leave();
 }
 static void emu_sync(void) {}
+/* Its GEMMs are the CPU's: the peak measured through it is this CPU's GEMM rate (machine_peak.h). */
+static const char *emu_device_name(void) { return "emulated device (the CPU table)"; }
 static Status emu_take_error(Err *err) { return base.take_error(err); }
 
 /* optim.c's rule on one range, as backend.h's optim_update describes it. */
@@ -459,7 +461,7 @@ const Backend *devemu_backend(void) {
         emu.name = "emu";
         emu.host_addressable = 0;
         emu.alloc = emu_alloc, emu.free = emu_free, emu.to_host = emu_to_host, emu.from_host = emu_from_host;
-        emu.sync = emu_sync, emu.take_error = emu_take_error;
+        emu.sync = emu_sync, emu.take_error = emu_take_error, emu.device_name = emu_device_name;
         emu.optim_update = emu_optim_update, emu.sumsq = emu_sumsq;
         built = 1;
     }
