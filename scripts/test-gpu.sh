@@ -19,7 +19,7 @@ run() { # name, then the command
   echo "== $name: $*"
   if "$@"; then echo "== $name: PASS"; else echo "== $name: FAIL (exit $?)"; fail=1; fi
 }
-for exe in test_backend_kernels test_cuda_optim test_cuda_model test_device_train; do
+for exe in test_backend_kernels test_cuda_optim test_cuda_model test_device_train test_device_sample test_device_plan; do
   if [[ ! -x "$build/tests/$exe" ]]; then
     echo "test-gpu: $build/tests/$exe is missing: FAIL" >&2
     fail=1
@@ -32,5 +32,7 @@ run device_train "$build/tests/test_device_train" "$build/scaletrain" cuda
 # dp 2: two ranks under mpirun sharing the one GPU (host-staged collectives; docs/cuda.md §6)
 mpiexec=$(sed -n 's/^MPIEXEC_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt")
 run device_train_dp "$build/tests/test_device_train" "$build/scaletrain" cuda dp "${mpiexec:-mpirun}"
+run device_sample "$build/tests/test_device_sample" "$build/scaletrain" cuda
+run device_plan "$build/tests/test_device_plan" "$build/scaletrain" cuda
 if [[ $fail -ne 0 ]]; then echo "test-gpu: FAILED"; exit 1; fi
 echo "test-gpu: all passed"

@@ -19,7 +19,8 @@
  * it leaves unwritten fails (NaN never passes). Outputs it accumulates into start from random values.
  * Negative control: each comparison is repeated with the output element of largest |ref| scaled by
  * 1 + max(1e-3, 4·tol) (1.001 for fp32) and must fail. Determinism: the reductions (embedding,
- * norm and attention backward, column sums, the head) run twice and must agree bit for bit.
+ * norm and attention backward, column sums, the head, attention_decode) run twice and must agree bit
+ * for bit.
  * Failure recording: after each call the backend's take_error must be ST_OK; on cuda, an
  * unsupported head size must be recorded (ST_ERR_INPUT) instead of running. */
 #include <math.h>
@@ -513,6 +514,41 @@ static void test_attention(AttCase ac) {
 
 /* ---- GEMMs ---- */
 
+/* attention_decode (sampling's one query token over a KV cache of pos+1 rows) against float64. */
+static void test_attention_decode(int NH, int KV, int hs, int pos) {
+    int kvw = KV * hs, G = NH / KV, n = pos + 1;
+    float scale = 1.0f / sqrtf((float)hs);
+    float *q = hrand((size_t)NH * hs, 1.0f), *K = hrand((size_t)n * kvw, 1.0f), *V = hrand((size_t)n * kvw, 1.0f);
+    float *d_q = dputf(q, (size_t)NH * hs), *d_k = dputf(K, (size_t)n * kvw), *d_v = dputf(V, (size_t)n * kvw);
+    float *d_s = dpoison((size_t)NH * n * sizeof(float)), *d_y = dpoison((size_t)NH * hs * sizeof(float));
+    be->attention_decode(d_y, d_s, d_q, d_k, d_v, pos, NH, KV, hs, scale, 1);
+    backend_ok("attention_decode");
+    float *y = dget(d_y, (size_t)NH * hs);
+    double *ref = calloc((size_t)NH * hs, sizeof(double)), *w = malloc((size_t)n * sizeof(double));
+    for (int h = 0; h < NH; h++) {
+        int off = (h / G) * hs;
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; j < n; j++) {
+            double d = 0;
+            for (int i = 0; i < hs; i++) d += (double)q[h * hs + i] * K[(size_t)j * kvw + off + i];
+            w[j] = d * scale, mx = w[j] > mx ? w[j] : mx;
+        }
+        for (int j = 0; j < n; j++) sum += w[j] = exp(w[j] - mx);
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < hs; i++) ref[h * hs + i] += w[j] / sum * V[(size_t)j * kvw + off + i];
+    }
+    char nm[96];
+    snprintf(nm, sizeof nm, "attention_decode_NH%d_KV%d_hs%d_pos%d", NH, KV, hs, pos);
+    cmp(nm, y, ref, (size_t)NH * hs, TOL32);
+    be->attention_decode(d_y, d_s, d_q, d_k, d_v, pos, NH, KV, hs, scale, 1);
+    float *y2 = dget(d_y, (size_t)NH * hs);
+    snprintf(nm, sizeof nm, "attention_decode_NH%d_KV%d_hs%d_pos%d_repeats", NH, KV, hs, pos);
+    same_bits(nm, y, y2, (size_t)NH * hs);
+    dfree(d_q, (size_t)NH * hs * 4), dfree(d_k, (size_t)n * kvw * 4), dfree(d_v, (size_t)n * kvw * 4);
+    dfree(d_s, (size_t)NH * n * 4), dfree(d_y, (size_t)NH * hs * 4);
+    free(q), free(K), free(V), free(y), free(y2), free(ref), free(w);
+}
+
 static void test_matmul(int bf16) {
     int N = 70, C = 48, OC = 40;
     float *x = hrand((size_t)N * C, 1), *w = hrand((size_t)OC * C, 1), *bias = hrand(OC, 1);
@@ -726,6 +762,10 @@ int main(int argc, char **argv) {
     test_attention((AttCase){2, 45, 4, 1, 24, 0.1f, 0, 0, "mqa_hs24_dropout"});
     test_attention((AttCase){2, 45, 4, 2, 32, 0.0f, 1, 0, "gqa_docmask"});
     test_attention((AttCase){2, 45, 4, 2, 32, 0.0f, 0, 1, "gqa_lowp"});
+    /* NH, KV, hs, pos: GQA; MHA past one block's 128 threads; MQA at the first position */
+    test_attention_decode(4, 2, 32, 44);
+    test_attention_decode(2, 2, 64, 300);
+    test_attention_decode(4, 1, 24, 0);
     test_matmul(0);
     test_matmul(1);
     test_head();

@@ -308,20 +308,8 @@ int cmd_eval(int argc, char **argv) {
     go.B = B, go.T = T, go.threads = threads, go.backend = be;
     go.device_resident = !be->host_addressable; /* a device: the whole model there, the weights copied in */
     if ((st = gpt_init(&g, &cfg, &go, NULL, &err)) != ST_OK) goto fail;
-    if (be->host_addressable) {
-        if ((st = ckpt_load_weights(&g.w, src, &err)) != ST_OK) goto fail;
-    } else { /* read into host memory, then one copy to the device */
-        GptWeights view = g.w;
-        size_t bytes = g.w.layout.total * sizeof(float);
-        if (!(view.params = calloc(1, bytes))) {
-            st = err_set(&err, ST_ERR_RUNTIME, "out of memory for the weights' host copy (%zu bytes)", bytes);
-            goto fail;
-        }
-        st = ckpt_load_weights(&view, src, &err);
-        if (st == ST_OK) be->from_host(g.w.params, view.params, bytes), gpt_sync_lp(&g);
-        free(view.params);
-        if (st != ST_OK) goto fail;
-    }
+    /* on a device: read into host memory, then one copy to the device */
+    if ((st = cli_load_weights(&g, src, &err)) != ST_OK) goto fail;
     inp = malloc(sizeof *inp * (size_t)B * (size_t)T);
     tgt = malloc(sizeof *tgt * (size_t)B * (size_t)T);
     if (!inp || !tgt) {

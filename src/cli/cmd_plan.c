@@ -119,6 +119,9 @@ static void print_review(const PlanInput *in, const PlanResult *r, const PlanSch
            fmt_bytes(b, sizeof b, r->act.per_layer), r->layers_per_device, r->act.inflight);
     printf("  workspace    %s\n", fmt_bytes(a, sizeof a, r->mem.workspace));
     printf("  comm buffers %s\n", fmt_bytes(a, sizeof a, r->mem.comm));
+    if (r->mem.backend > 0)
+        printf("  backend      %s  (the CUDA backend's cuBLASLt workspace and reduction scratch, in no category)\n",
+               fmt_bytes(a, sizeof a, r->mem.backend));
     printf("  total        %s of %s: %s", fmt_bytes(a, sizeof a, r->mem.total), fmt_bytes(b, sizeof b, r->mem.device),
            r->mem.fits ? "fits" : "does not fit");
     if (r->mem.fits) printf(" (%.2f GiB free)\n", r->mem.margin / GIB);

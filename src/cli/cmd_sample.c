@@ -8,10 +8,12 @@
 #include "cli/args.h"
 #include "cli/cmds.h"
 #include "cli/cmds_ckpt.h"
+#include "cli/faults.h"
 #include "core/rng.h"
 #include "data/bpe.h"
 #include "model/backend.h"
 #include "model/infer.h"
+#include "train/devemu.h"
 
 int cmd_sample(int argc, char **argv) {
     char prompt[4096] = "", tokenizer[256] = "", tok_dir[1024] = "", device[16] = "cpu";
@@ -27,7 +29,7 @@ int cmd_sample(int argc, char **argv) {
         {"seed", ARG_U64, &seed, 0, "sampling seed"},
         {"tokenizer", ARG_STR, tokenizer, sizeof tokenizer, "gpt2 | cl100k | o200k | llama3 | bytes | FILE.tkr | DIR (default: recorded with the weights)"},
         {"tokenizer-dir", ARG_STR, tok_dir, sizeof tok_dir, "where the named tokenizer's files are (gpt2: encoder.json, vocab.bpe; cl100k, o200k: NAME_base.tkr; llama3: tokenizer.model)"},
-        {"device", ARG_STR, device, sizeof device, "where the model computes: cpu (cuda only in a build with CUDA)"},
+        {"device", ARG_STR, device, sizeof device, "where the model and its KV cache compute: cpu (cuda only in a build with CUDA)"},
     };
     int n = (int)(sizeof specs / sizeof specs[0]), npos = 0, help = 0;
     char *pos[1];
@@ -48,12 +50,13 @@ int cmd_sample(int argc, char **argv) {
     if (temperature == 0 && args_find(specs, n, "top-k")->seen)
         return cli_fail("sample", ST_ERR_INPUT, "--top-k: would change nothing with --temperature 0 (greedy); expected a temperature > 0");
     GptOptions go = gpt_default_options();
-    if ((st = backend_find(device, &go.backend, &err)) != ST_OK) return cli_fail("sample", st, err.msg);
-    if (!go.backend->host_addressable) { /* docs/cuda.md, section 7 */
-        snprintf(err.msg, sizeof err.msg, "--device %s: the KV cache of sampling is not on the device yet; expected "
-                 "--device cpu", device);
-        return cli_fail("sample", ST_ERR_INPUT, err.msg);
-    }
+    Faults faults;
+    if ((st = cli_faults_from_env(&faults, &err)) != ST_OK) return cli_fail("sample", st, err.msg);
+    if ((st = devemu_find(device, faults.emulated_device, &go.backend, &err)) != ST_OK)
+        return cli_fail("sample", st, err.msg);
+    /* A device: the whole model there (one token's activations), the weights copied in, the KV
+     * cache in its memory (infer.h); only tokens go in and logits come out. */
+    go.device_resident = !go.backend->host_addressable;
     /* WEIGHTS as eval and export take it: a weights folder, a checkpoint or a --ckpt-dir */
     char dir[4096];
     int plain = 0;
@@ -100,8 +103,9 @@ int cmd_sample(int argc, char **argv) {
     float *work = NULL;
     int rc = 0;
     if ((st = gpt_init(&g, &cfg, &go, NULL, &err)) != ST_OK) goto fail;
-    if ((st = ckpt_load_weights(&g.w, dir, &err)) != ST_OK) goto fail;
+    if ((st = cli_load_weights(&g, dir, &err)) != ST_OK) goto fail;
     if ((st = kv_init(&kv, &g, &err)) != ST_OK) goto fail;
+    kv.test_host_read = faults.device_bypass;
     if ((st = tokenizer_encode(tk, (const uint8_t *)prompt, strlen(prompt), &ids, &nids, &cap, &err)) != ST_OK)
         goto fail;
     if (nids == 0) {

@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "core/status.h"
+#include "model/gpt.h"
 
 int cmd_export(int argc, char **argv);
 
@@ -17,5 +18,10 @@ int cmd_export(int argc, char **argv);
  * "scaletrain CMD: ..." when newer ones were skipped, unless quiet). The folder to read into src.
  * Errors (ST_ERR_INPUT): one line naming arg and the three forms expected. */
 Status cli_resolve_weights(const char *cmd, const char *arg, char *src, size_t len, int *plain, int quiet, Err *err);
+
+/* The weights of folder src into g (gpt_init'ed) wherever its backend keeps them: in place on a
+ * host-addressable backend; on a device read into a host buffer first, then one from_host and
+ * gpt_sync_lp (sample and eval --device cuda). ckpt_load_weights' errors; out of memory. */
+Status cli_load_weights(Gpt *g, const char *src, Err *err);
 
 #endif

@@ -1,11 +1,14 @@
 /* weights_arg.c — the WEIGHTS argument of sample, eval and export (cmds_ckpt.h): one resolution for
  * the three, so that what one accepts the others do. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
 #include "cli/cmds_ckpt.h"
+#include "model/backend.h"
+#include "model/gpt.h"
 
 Status cli_resolve_weights(const char *cmd, const char *arg, char *src, size_t len, int *plain, int quiet, Err *err) {
     *plain = ckpt_is_weights_folder(arg);
@@ -24,4 +27,16 @@ Status cli_resolve_weights(const char *cmd, const char *arg, char *src, size_t l
                        "step_NNNNNNNN/ or a --ckpt-dir holding them, found none of these", arg);
     if (note[0] && !quiet) fprintf(stderr, "scaletrain %s: %s\n", cmd, note);
     return ST_OK;
+}
+
+Status cli_load_weights(Gpt *g, const char *src, Err *err) {
+    if (g->be->host_addressable) return ckpt_load_weights(&g->w, src, err);
+    GptWeights view = g->w; /* the same layout over a host buffer */
+    size_t bytes = g->w.layout.total * sizeof(float);
+    if (!(view.params = calloc(1, bytes)))
+        return err_set(err, ST_ERR_RUNTIME, "out of memory for the weights' host copy (%zu bytes)", bytes);
+    Status st = ckpt_load_weights(&view, src, err);
+    if (st == ST_OK) g->be->from_host(g->w.params, view.params, bytes), gpt_sync_lp(g);
+    free(view.params);
+    return st;
 }

@@ -31,7 +31,9 @@ typedef struct {
                              (what the checkpoint's extra file carries). test_matopt */
     int device_bypass;    /* ST_PAR_TEST_DEVICE_BYPASS=1: on a device backend the full-state copy out
                              (checkpoints, exports) reads the parameters with memcpy instead of the
-                             backend's to_host: the emulated device must stop it (test_device_train) */
+                             backend's to_host, and generation (sample, train --sample-every) copies
+                             the logits out the same way: the emulated device must stop both
+                             (test_device_train, test_device_sample) */
     int stage_skip;       /* ST_PAR_TEST_STAGE_FAULT=1: on a device under dp > 1 (parallel/dev_stage.c)
                              the reduced first gradient bucket is not copied back to the device (each
                              rank keeps its own gradients there). test_device_train (dp) */

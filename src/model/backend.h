@@ -56,6 +56,14 @@ typedef struct {
     int lowp;            /* 0: none; 1: round each updated parameter to bf16, 2: to fp16 (OptimLowp) */
 } BackendOptStep;
 
+/* The CUDA backend's private device memory: allocated once when the device opens, outside every
+ * MemStats (the layout does not size it): the cuBLASLt workspace and the reduction scratch (column
+ * partial sums, the norms' chunk partials, the head's probabilities). `plan` adds their sum to a
+ * GPU's bytes (PlanHardware.backend_bytes, PlanResult.mem.backend); backend_cuda.cu allocates them. */
+#define BACKEND_CUDA_GEMM_WS_BYTES ((size_t)32 << 20)
+#define BACKEND_CUDA_REDUCE_BYTES ((size_t)32 << 20)
+#define BACKEND_CUDA_PRIVATE_BYTES (BACKEND_CUDA_GEMM_WS_BYTES + BACKEND_CUDA_REDUCE_BYTES)
+
 typedef struct Backend {
     const char *name;     /* "cpu", "cuda" */
     int host_addressable; /* 1: host code may use backend memory in place (see above) */
@@ -70,6 +78,9 @@ typedef struct Backend {
     void (*to_host)(void *host, const void *src, size_t bytes);
     void (*from_host)(void *dst, const void *host, size_t bytes);
     void (*sync)(void);                    /* waits for every kernel launched so far */
+    /* The device's name, for the measured peak's cache key (train/machine_peak.h; "NVIDIA H100 80GB
+     * HBM3"); NULL on host-addressable backends (the CPU's key is the host's). */
+    const char *(*device_name)(void);
     Status (*take_error)(Err *err);        /* the first kernel/GEMM failure since the last call */
 
     /* ---- elementwise and reductions the model needs beyond the layer kernels ---- */
@@ -125,6 +136,8 @@ typedef struct Backend {
     void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
                                const float *lse, const int32_t *pos, int B, int T, int NH, int KV, int hs, float scale,
                                Dropout d, int lowp, int nt);                       /* attention_gqa_backward */
+    void (*attention_decode)(float *out, float *scores, const float *q, const float *K, const float *V, int pos,
+                             int NH, int KV, int hs, float scale, int nt);       /* attention_decode_forward */
     void (*gelu_forward)(float *out, const float *inp, size_t n, int nt);
     void (*gelu_backward)(float *dinp, const float *dout, const float *inp, size_t n, int nt);
     void (*gelu_forward_bf16)(uint16_t *out, const float *inp, size_t n, int nt);

@@ -54,6 +54,7 @@ static const Backend CPU = {
     .swiglu_backward_bf16 = swiglu_backward_bf16,
     .attention_forward = attention_gqa_forward,
     .attention_backward = attention_gqa_backward,
+    .attention_decode = attention_decode_forward,
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,
     .gelu_forward_bf16 = gelu_forward_bf16,

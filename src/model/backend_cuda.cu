@@ -11,8 +11,8 @@
  *
  * Memory the model's layout does not size: the cuBLASLt workspace (CU_GEMM_WS bytes) and the
  * reduction scratch (CU_REDUCE_FLOATS floats, the column sums' partials and the head's
- * probabilities), both allocated once at open and not counted in any MemStats (docs/cuda.md lists
- * it as the known difference from plan's per-category bytes).
+ * probabilities), both allocated once at open and not counted in any MemStats: their sizes are
+ * backend.h's BACKEND_CUDA_* constants, which `plan` adds to a GPU's bytes as its own line.
  *
  * GEMMs. Row-major C = alpha·op(A)·op(B) + beta·C is the column-major C^T = op(B)^T·op(A)^T, so
  * cuBLASLt gets (B, A) with the roles swapped and no copy. Compute type CUBLAS_COMPUTE_32F
@@ -31,8 +31,8 @@
 
 #include "model/cuda_common.cuh"
 
-#define CU_GEMM_WS ((size_t)32 << 20)
-#define CU_REDUCE_FLOATS ((size_t)8 << 20)
+#define CU_GEMM_WS BACKEND_CUDA_GEMM_WS_BYTES /* backend.h: plan counts them */
+#define CU_REDUCE_FLOATS (BACKEND_CUDA_REDUCE_BYTES / sizeof(float))
 #define CU_PLANS 256
 #define CU_HOST_STAGE 65536 /* floats: sum_ordered's host staging */
 
@@ -222,6 +222,16 @@ static void cu_to_host(void *host, const void *src, size_t bytes) {
 static void cu_from_host(void *dst, const void *host, size_t bytes) {
     if (bytes && cu_ready()) CU_TRY(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice));
 }
+/* cudaGetDeviceProperties' name of the open device ("CUDA (no usable GPU)" when it cannot open). */
+static const char *cu_device_name(void) {
+    static char name[256];
+    cudaDeviceProp p;
+    if (!cu_ready() || cudaGetDeviceProperties(&p, G.device) != cudaSuccess)
+        return snprintf(name, sizeof name, "CUDA (no usable GPU)"), name;
+    snprintf(name, sizeof name, "%s", p.name);
+    return name;
+}
+
 static void cu_sync(void) {
     if (G.state == 1) CU_TRY(cudaDeviceSynchronize());
 }
@@ -471,6 +481,7 @@ static const Backend CUDA_BACKEND = {
     .to_host = cu_to_host,
     .from_host = cu_from_host,
     .sync = cu_sync,
+    .device_name = cu_device_name,
     .take_error = cu_take_error,
     .scale_inplace = cu_scale_inplace,
     .sum_ordered = cu_sum_ordered,
@@ -498,6 +509,7 @@ static const Backend CUDA_BACKEND = {
     .swiglu_backward_bf16 = cu_swiglu_backward_bf16,
     .attention_forward = cu_attention_forward,
     .attention_backward = cu_attention_backward,
+    .attention_decode = cu_attention_decode,
     .gelu_forward = cu_gelu_forward,
     .gelu_backward = cu_gelu_backward,
     .gelu_forward_bf16 = cu_gelu_forward_bf16,

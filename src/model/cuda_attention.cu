@@ -293,3 +293,59 @@ void cu_attention_backward(float *dqkv, float *scratch, const float *dout, const
                                                                       scale, d, lowp);
     CU_LAUNCHED("attention_backward(dkv)");
 }
+
+/* ---- decoding: one query token over the KV cache (kernels.h's attention_decode_forward) ----
+ * One block per query head, DEC_THREADS threads: each thread the scores of keys j ≡ tid (mod
+ * threads) into the head's row of `scores` (NH·(pos+1) floats), the block's max and Σexp by a
+ * fixed tree (same bits every run), then one thread per output dimension sums the value rows in
+ * row order. Results equal the CPU's to rounding (the CPU sums the exponentials in row order). */
+#define DEC_THREADS 128
+
+/* v reduced over the block by op (0: sum, 1: max) in a fixed order; every thread gets the result. */
+static __device__ float dec_block_reduce(float v, int op, float *red) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    v = op ? cu_warp_max(v) : cu_warp_sum(v);
+    __syncthreads(); /* red may still be read by a previous call */
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    float r = red[0];
+    for (int i = 1; i < DEC_THREADS / 32; i++) r = op ? fmaxf(r, red[i]) : r + red[i];
+    return r;
+}
+
+__global__ void k_att_decode(float *out, float *scores, const float *q, const float *K, const float *V, int pos,
+                             int NH, int KV, int hs, float scale) {
+    __shared__ float red[DEC_THREADS / 32];
+    int h = blockIdx.x, G = NH / KV, kvw = KV * hs, off = (h / G) * hs, n = pos + 1;
+    const float *qh = q + (size_t)h * hs;
+    float *s = scores + (size_t)h * n;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < n; j += DEC_THREADS) {
+        const float *k = K + (size_t)j * kvw + off;
+        float d = 0;
+        for (int i = 0; i < hs; i++) d += qh[i] * k[i];
+        s[j] = d * scale;
+        mx = fmaxf(mx, s[j]);
+    }
+    mx = dec_block_reduce(mx, 1, red);
+    float sum = 0;
+    for (int j = threadIdx.x; j < n; j += DEC_THREADS) sum += s[j] = expf(s[j] - mx);
+    sum = dec_block_reduce(sum, 0, red); /* its __syncthreads also publishes s[] to the block */
+    for (int i = threadIdx.x; i < hs; i += DEC_THREADS) {
+        float y = 0;
+        for (int j = 0; j < n; j++) y += s[j] / sum * V[(size_t)j * kvw + off + i];
+        out[(size_t)h * hs + i] = y;
+    }
+}
+
+void cu_attention_decode(float *out, float *scores, const float *q, const float *K, const float *V, int pos, int NH,
+                         int KV, int hs, float scale, int nt) {
+    if (!cu_ready()) return;
+    if (hs < 1 || KV < 1 || NH % KV || pos < 0) {
+        cu_fail(ST_ERR_INPUT, "CUDA attention_decode: expected KV heads dividing %d and pos >= 0, found KV %d, pos %d",
+                NH, KV, pos);
+        return;
+    }
+    k_att_decode<<<NH, DEC_THREADS, 0, cu_stream()>>>(out, scores, q, K, V, pos, NH, KV, hs, scale);
+    CU_LAUNCHED("attention_decode");
+}

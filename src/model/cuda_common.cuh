@@ -154,6 +154,8 @@ void cu_attention_forward(float *out, float *lse, float *scratch, const float *q
 void cu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
                            const float *lse, const int32_t *pos, int B, int T, int NH, int KV, int hs, float scale,
                            Dropout d, int lowp, int nt);
+void cu_attention_decode(float *out, float *scores, const float *q, const float *K, const float *V, int pos, int NH,
+                         int KV, int hs, float scale, int nt);
 void cu_gelu_forward(float *out, const float *inp, size_t n, int nt);
 void cu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int nt);
 void cu_gelu_forward_bf16(uint16_t *out, const float *inp, size_t n, int nt);

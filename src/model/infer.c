@@ -1,4 +1,6 @@
-/* infer.c — one-token forward with a KV cache, the sliding window over a history, the sampler. */
+/* infer.c — one-token forward with a KV cache, the sliding window over a history, the sampler.
+ * Every step runs through the model's backend table on backend memory (the cache included), so the
+ * same code samples on the CPU and on a device; the sampler (infer_pick) reads host logits. */
 #include "model/infer.h"
 
 #include <math.h>
@@ -8,105 +10,102 @@
 #include "model/backend.h"
 #include "model/kernels.h"
 
+/* The backend buffers of a cache, in one order: kv_init allocates and kv_free frees them by it. */
+static float **kv_slot(KvCache *kv, int i) {
+    float **slot[] = {&kv->k, &kv->v, &kv->rope, &kv->x, &kv->ln, &kv->qkv, &kv->att,
+                      &kv->y, &kv->h, &kv->hg, &kv->scores, &kv->stat, &kv->dlogits, (float **)&kv->tok};
+    _Static_assert(sizeof slot / sizeof slot[0] == sizeof kv->bytes / sizeof kv->bytes[0], "one size per buffer");
+    return slot[i];
+}
+
 Status kv_init(KvCache *kv, const Gpt *g, Err *err) {
     memset(kv, 0, sizeof *kv);
     const ModelConfig *c = &g->w.cfg;
+    const Backend *be = g->be;
     /* The cache holds the KV heads only (Llama's grouped-query attention; GPT-2: KV = NH). */
-    size_t C = c->n_embd, hs = C / (size_t)c->n_head, kvw = (size_t)c->n_kv_head * hs;
-    size_t cache = (size_t)c->n_layer * c->max_seq * kvw, H = (size_t)c->ffn * (c->arch == ARCH_LLAMA ? 2 : 1);
+    size_t C = c->n_embd, hs = C / (size_t)c->n_head, kvw = (size_t)c->n_kv_head * hs, T = (size_t)c->max_seq;
+    size_t cache = (size_t)c->n_layer * T * kvw, H = (size_t)c->ffn * (c->arch == ARCH_LLAMA ? 2 : 1);
+    size_t floats[14] = {cache, cache, c->arch == ARCH_LLAMA ? T * hs : 0, C, C, (size_t)layout_qkv_width(c), C,
+                         C, H, H, (size_t)c->n_head * T, 2, (size_t)c->vocab_padded, 1};
     kv->cap = c->max_seq;
-    kv->k = calloc(cache, sizeof(float));
-    kv->v = calloc(cache, sizeof(float));
-    kv->x = calloc(C, sizeof(float)), kv->ln = calloc(C, sizeof(float));
-    kv->qkv = calloc((size_t)layout_qkv_width(c), sizeof(float));
-    kv->att = calloc(C, sizeof(float)), kv->y = calloc(C, sizeof(float));
-    kv->h = calloc(H, sizeof(float)), kv->hg = calloc(H, sizeof(float));
+    kv->be = be;
+    for (int i = 0; i < 14; i++) {
+        kv->bytes[i] = floats[i] * sizeof(float); /* the token: one int32, the size of a float */
+        if (floats[i] && !(*kv_slot(kv, i) = be->alloc(NULL, MEM_ACTIVATIONS, kv->bytes[i]))) {
+            kv_free(kv);
+            return err_set(err, ST_ERR_RUNTIME, "out of memory for the KV cache (%zu bytes on %s)", kv->bytes[i],
+                           be->name);
+        }
+    }
+    if (!(kv->logits = calloc((size_t)c->vocab_padded, sizeof(float)))) {
+        kv_free(kv);
+        return err_set(err, ST_ERR_RUNTIME, "out of memory for the logits");
+    }
     if (c->arch == ARCH_LLAMA) {
         double *inv_freq = malloc(hs / 2 * sizeof(double)); /* the training forward's frequencies */
-        if (!(kv->rope = malloc((size_t)c->max_seq * hs * sizeof(float))) || !inv_freq)
-            return free(inv_freq), kv_free(kv), err_set(err, ST_ERR_RUNTIME, "out of memory for the RoPE table");
+        if (!inv_freq) return kv_free(kv), err_set(err, ST_ERR_RUNTIME, "out of memory for the RoPE table");
         model_rope_inv_freq(c, inv_freq);
-        g->be->rope_table(kv->rope, c->max_seq, (int)hs, inv_freq);
+        be->rope_table(kv->rope, c->max_seq, (int)hs, inv_freq);
         free(inv_freq);
-    }
-    kv->scores = calloc((size_t)c->max_seq, sizeof(float));
-    kv->logits = calloc((size_t)c->vocab_padded, sizeof(float));
-    if (!kv->k || !kv->v || !kv->x || !kv->ln || !kv->qkv || !kv->att || !kv->y || !kv->h || !kv->hg ||
-        !kv->scores || !kv->logits) {
-        kv_free(kv);
-        return err_set(err, ST_ERR_RUNTIME, "out of memory for the KV cache");
     }
     return ST_OK;
 }
 
 void kv_free(KvCache *kv) {
-    free(kv->k), free(kv->v), free(kv->x), free(kv->ln), free(kv->qkv), free(kv->att);
-    free(kv->y), free(kv->h), free(kv->hg), free(kv->scores), free(kv->logits), free(kv->rope);
+    if (kv->be)
+        for (int i = 0; i < 14; i++) kv->be->free(NULL, MEM_ACTIVATIONS, *kv_slot(kv, i), kv->bytes[i]);
+    free(kv->logits);
     memset(kv, 0, sizeof *kv);
 }
 
 /* x[0, n) *= a: muP's input and logit multipliers, the training forward's (gpt.c), in the same
  * place of the computation so the cache's logits equal the forward's. */
-static void scale_vec(float *x, int n, float a) {
-    if (a != 1.0f)
-        for (int i = 0; i < n; i++) x[i] *= a;
+static void scale_vec(const Backend *be, float *x, int n, float a) {
+    if (a != 1.0f) be->scale_inplace(x, (size_t)n, a, 1);
 }
 
-/* Causal attention of the query heads in q against cached K, V rows 0..pos (kvw floats per row):
- * query head h reads KV head h / (NH / KV). */
-static void attend(KvCache *kv, const float *q, const float *K, const float *V, int pos, int NH, int KV, int hs,
-                   float scale) {
-    int G = NH / KV, kvw = KV * hs;
-    for (int h = 0; h < NH; h++) {
-        const float *qh = q + h * hs;
-        int off = (h / G) * hs;
-        float mx = -INFINITY, s = 0;
-        for (int j = 0; j <= pos; j++) {
-            const float *k = K + (size_t)j * kvw + off;
-            float d = 0;
-            for (int i = 0; i < hs; i++) d += qh[i] * k[i];
-            kv->scores[j] = d * scale;
-            mx = kv->scores[j] > mx ? kv->scores[j] : mx;
-        }
-        for (int j = 0; j <= pos; j++) s += kv->scores[j] = expf(kv->scores[j] - mx);
-        float *y = kv->att + h * hs;
-        memset(y, 0, hs * sizeof(float));
-        for (int j = 0; j <= pos; j++) {
-            const float *v = V + (size_t)j * kvw + off;
-            float w = kv->scores[j] / s;
-            for (int i = 0; i < hs; i++) y[i] += w * v[i];
-        }
-    }
+/* The cached K, V rows of the token at kv->len from q|k|v (kvw floats each at offsets C and C + kvw). */
+static void cache_kv(const Backend *be, KvCache *kv, int l, int C, int kvw) {
+    size_t row = ((size_t)l * kv->cap + (size_t)kv->len) * kvw;
+    be->copy(kv->k + row, kv->qkv + C, (size_t)kvw * sizeof(float));
+    be->copy(kv->v + row, kv->qkv + C + kvw, (size_t)kvw * sizeof(float));
+}
+
+/* The V real logits out of the backend into kv->logits. */
+static void logits_out(const Backend *be, KvCache *kv, int V) {
+    if (kv->test_host_read) memcpy(kv->logits, kv->dlogits, (size_t)V * sizeof(float)); /* the fault: no to_host */
+    else be->to_host(kv->logits, kv->dlogits, (size_t)V * sizeof(float));
 }
 
 /* Llama's step: RMSNorm, q|k|v, RoPE at the cache position, GQA over the cached KV heads, SwiGLU. */
 static void llama_step(const Gpt *g, KvCache *kv, int32_t token) {
     const ModelConfig *c = &g->w.cfg;
+    const Backend *be = g->be;
     int C = c->n_embd, NH = c->n_head, KV = c->n_kv_head, hs = C / NH, F = c->ffn, pos = kv->len, nt = 1;
     int kvw = KV * hs, Q = layout_qkv_width(c);
-    float rstd, eps = c->norm_eps;
-    memcpy(kv->x, g->w.p.wte + (size_t)token * C, C * sizeof(float));
-    scale_vec(kv->x, C, model_input_mult(c));
+    float eps = c->norm_eps, *rstd = kv->stat;
+    be->copy(kv->x, g->w.p.wte + (size_t)token * C, C * sizeof(float));
+    scale_vec(be, kv->x, C, model_input_mult(c));
     for (int l = 0; l < c->n_layer; l++) {
         const BlockParams *p = &g->w.p.blocks[l];
         float *K = kv->k + ((size_t)l * kv->cap) * kvw, *V = kv->v + ((size_t)l * kv->cap) * kvw;
-        g->be->rmsnorm_forward(kv->ln, &rstd, kv->x, p->ln1w, 1, C, eps, nt);
-        g->be->matmul_forward(kv->qkv, kv->ln, p->qkvw, NULL, 1, C, Q, nt);
-        g->be->rope_forward(kv->qkv, kv->rope, NULL, 1, 1, NH, KV, hs, pos, nt);
-        memcpy(K + (size_t)pos * kvw, kv->qkv + C, kvw * sizeof(float));
-        memcpy(V + (size_t)pos * kvw, kv->qkv + C + kvw, kvw * sizeof(float));
-        attend(kv, kv->qkv, K, V, pos, NH, KV, hs, model_attn_scale(c));
-        g->be->matmul_forward(kv->y, kv->att, p->attprojw, NULL, 1, C, C, nt);
-        for (int i = 0; i < C; i++) kv->x[i] += kv->y[i];
-        g->be->rmsnorm_forward(kv->ln, &rstd, kv->x, p->ln2w, 1, C, eps, nt);
-        g->be->matmul_forward(kv->h, kv->ln, p->fcw, NULL, 1, C, 2 * F, nt);
-        g->be->swiglu_forward(kv->hg, kv->h, 1, F, nt);
-        g->be->matmul_forward(kv->y, kv->hg, p->fcprojw, NULL, 1, F, C, nt);
-        for (int i = 0; i < C; i++) kv->x[i] += kv->y[i];
+        be->rmsnorm_forward(kv->ln, rstd, kv->x, p->ln1w, 1, C, eps, nt);
+        be->matmul_forward(kv->qkv, kv->ln, p->qkvw, NULL, 1, C, Q, nt);
+        be->rope_forward(kv->qkv, kv->rope, NULL, 1, 1, NH, KV, hs, pos, nt);
+        cache_kv(be, kv, l, C, kvw);
+        be->attention_decode(kv->att, kv->scores, kv->qkv, K, V, pos, NH, KV, hs, model_attn_scale(c), nt);
+        be->matmul_forward(kv->y, kv->att, p->attprojw, NULL, 1, C, C, nt);
+        be->add_or_set(kv->x, kv->y, (size_t)C, 1);
+        be->rmsnorm_forward(kv->ln, rstd, kv->x, p->ln2w, 1, C, eps, nt);
+        be->matmul_forward(kv->h, kv->ln, p->fcw, NULL, 1, C, 2 * F, nt);
+        be->swiglu_forward(kv->hg, kv->h, 1, F, nt);
+        be->matmul_forward(kv->y, kv->hg, p->fcprojw, NULL, 1, F, C, nt);
+        be->add_or_set(kv->x, kv->y, (size_t)C, 1);
     }
-    g->be->rmsnorm_forward(kv->ln, &rstd, kv->x, g->w.p.lnfw, 1, C, eps, nt);
-    scale_vec(kv->ln, C, model_logit_mult(c));
-    g->be->matmul_forward(kv->logits, kv->ln, g->w.p.head, NULL, 1, C, c->vocab, nt);
+    be->rmsnorm_forward(kv->ln, rstd, kv->x, g->w.p.lnfw, 1, C, eps, nt);
+    scale_vec(be, kv->ln, C, model_logit_mult(c));
+    be->matmul_forward(kv->dlogits, kv->ln, g->w.p.head, NULL, 1, C, c->vocab, nt);
+    logits_out(be, kv, c->vocab);
     kv->len++;
 }
 
@@ -117,31 +116,33 @@ void infer_step(const Gpt *g, KvCache *kv, int32_t token) {
         llama_step(g, kv, token);
         return;
     }
+    const Backend *be = g->be;
     int C = c->n_embd, NH = c->n_head, hs = C / NH, pos = kv->len, nt = 1;
     ST_CHECK(pos < kv->cap && token >= 0 && token < c->vocab);
-    float mean, rstd;
+    float *mean = kv->stat, *rstd = kv->stat + 1;
     Dropout off = {0};
-    g->be->encoder_forward(kv->x, &token, NULL, g->w.p.wte, g->w.p.wpe + (size_t)pos * C, 1, 1, C, off, nt);
-    scale_vec(kv->x, C, model_input_mult(c));
+    be->from_host(kv->tok, &token, sizeof token);
+    be->encoder_forward(kv->x, kv->tok, NULL, g->w.p.wte, g->w.p.wpe + (size_t)pos * C, 1, 1, C, off, nt);
+    scale_vec(be, kv->x, C, model_input_mult(c));
     for (int l = 0; l < c->n_layer; l++) {
         const BlockParams *p = &g->w.p.blocks[l];
         float *K = kv->k + ((size_t)l * kv->cap) * C, *V = kv->v + ((size_t)l * kv->cap) * C;
-        g->be->layernorm_forward(kv->ln, &mean, &rstd, kv->x, p->ln1w, p->ln1b, 1, C, nt);
-        g->be->matmul_forward(kv->qkv, kv->ln, p->qkvw, p->qkvb, 1, C, 3 * C, nt);
-        memcpy(K + (size_t)pos * C, kv->qkv + C, C * sizeof(float));
-        memcpy(V + (size_t)pos * C, kv->qkv + 2 * C, C * sizeof(float));
-        attend(kv, kv->qkv, K, V, pos, NH, NH, hs, model_attn_scale(c));
-        g->be->matmul_forward(kv->y, kv->att, p->attprojw, p->attprojb, 1, C, C, nt);
-        for (int i = 0; i < C; i++) kv->x[i] += kv->y[i];
-        g->be->layernorm_forward(kv->ln, &mean, &rstd, kv->x, p->ln2w, p->ln2b, 1, C, nt);
-        g->be->matmul_forward(kv->h, kv->ln, p->fcw, p->fcb, 1, C, 4 * C, nt);
-        g->be->gelu_forward(kv->hg, kv->h, (size_t)4 * C, nt);
-        g->be->matmul_forward(kv->y, kv->hg, p->fcprojw, p->fcprojb, 1, 4 * C, C, nt);
-        for (int i = 0; i < C; i++) kv->x[i] += kv->y[i];
+        be->layernorm_forward(kv->ln, mean, rstd, kv->x, p->ln1w, p->ln1b, 1, C, nt);
+        be->matmul_forward(kv->qkv, kv->ln, p->qkvw, p->qkvb, 1, C, 3 * C, nt);
+        cache_kv(be, kv, l, C, C);
+        be->attention_decode(kv->att, kv->scores, kv->qkv, K, V, pos, NH, NH, hs, model_attn_scale(c), nt);
+        be->matmul_forward(kv->y, kv->att, p->attprojw, p->attprojb, 1, C, C, nt);
+        be->add_or_set(kv->x, kv->y, (size_t)C, 1);
+        be->layernorm_forward(kv->ln, mean, rstd, kv->x, p->ln2w, p->ln2b, 1, C, nt);
+        be->matmul_forward(kv->h, kv->ln, p->fcw, p->fcb, 1, C, 4 * C, nt);
+        be->gelu_forward(kv->hg, kv->h, (size_t)4 * C, nt);
+        be->matmul_forward(kv->y, kv->hg, p->fcprojw, p->fcprojb, 1, 4 * C, C, nt);
+        be->add_or_set(kv->x, kv->y, (size_t)C, 1);
     }
-    g->be->layernorm_forward(kv->ln, &mean, &rstd, kv->x, g->w.p.lnfw, g->w.p.lnfb, 1, C, nt);
-    scale_vec(kv->ln, C, model_logit_mult(c));
-    g->be->matmul_forward(kv->logits, kv->ln, g->w.p.wte, NULL, 1, C, c->vocab, nt);
+    be->layernorm_forward(kv->ln, mean, rstd, kv->x, g->w.p.lnfw, g->w.p.lnfb, 1, C, nt);
+    scale_vec(be, kv->ln, C, model_logit_mult(c));
+    be->matmul_forward(kv->dlogits, kv->ln, g->w.p.wte, NULL, 1, C, c->vocab, nt);
+    logits_out(be, kv, c->vocab);
     kv->len++;
 }
 

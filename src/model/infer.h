@@ -19,17 +19,32 @@
 
 #include "model/gpt.h"
 
+/* The cache and the one-token buffers live in the model's backend memory (g->be->alloc, counted
+ * in no MemStats: they are not the training layout's), so on a device backend (CUDA) the whole
+ * step runs there and only the token goes in (from_host) and the logits come out (to_host). */
 typedef struct {
     int len;          /* positions cached so far */
     int cap;          /* maxT */
     size_t start;     /* history index of the token at position 0 (infer_feed) */
+    /* ---- backend memory ---- */
     float *k, *v;     /* (L, maxT, KV·hs) each: the KV heads only (GPT-2: C) */
     float *rope;      /* Llama: the RoPE table of positions [0, maxT) */
-    float *x, *ln, *qkv, *att, *y, *h, *hg, *scores; /* one-token buffers */
-    float *logits;    /* (Vp) */
+    float *x, *ln, *qkv, *att, *y, *h, *hg; /* one-token buffers */
+    float *scores;    /* (NH, maxT): attention_decode's scratch */
+    float *stat;      /* 2: the norm's mean and rstd (not used after the step) */
+    float *dlogits;   /* (Vp): the head's output */
+    int32_t *tok;     /* 1: the token fed */
+    /* ---- host memory ---- */
+    float *logits;    /* (Vp): the V real logits of the last step, copied out of dlogits */
+    const struct Backend *be; /* the backend the buffers above came from (kv_free) */
+    size_t bytes[14];  /* each backend buffer's size, in kv_init's order (kv_free) */
+    int test_host_read; /* test fault (Faults.device_bypass): the logits copied out by memcpy instead of
+                           to_host, which the emulated device must stop with a signal (test_device_sample) */
 } KvCache;
 
+/* Allocates the cache for g's model through g's backend. ST_ERR_RUNTIME when out of memory. */
 Status kv_init(KvCache *kv, const Gpt *g, Err *err);
+/* Frees what kv_init allocated; safe on a zeroed or half-built cache. */
 void kv_free(KvCache *kv);
 
 /* Feeds `token` at position kv->len (< maxT) and writes the V real logits to kv->logits. */

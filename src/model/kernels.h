@@ -158,6 +158,14 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                             const float *lse, const int32_t *pos, int B, int T, int NH, int KV, int hs, float scale,
                             Dropout d, int lowp, int nt);
 
+/* One query token's causal attention over a KV cache (infer.c's decoding step): out (NH·hs)
+ * overwritten from q (NH·hs) against the cached rows 0..pos of K and V (each row KV·hs floats: the
+ * KV heads only), query head h reading KV head h / (NH/KV); per head softmax(q·k · scale) over the
+ * rows, the scores and their sum in row order. scores: NH·(pos+1) floats of scratch (the CPU uses
+ * the first pos+1). nt is unused (one token: the heads run in order). */
+void attention_decode_forward(float *out, float *scores, const float *q, const float *K, const float *V, int pos,
+                              int NH, int KV, int hs, float scale, int nt);
+
 /* GELU, tanh approximation. */
 void gelu_forward(float *out, const float *inp, size_t n, int nt);
 /* dinp = dout · gelu'(inp) (overwritten; dinp may alias dout). */

@@ -292,3 +292,36 @@ void attention_backward(float *dqkv, float *scratch, const float *dout, const fl
     attention_gqa_backward(dqkv, scratch, dout, qkv, out, lse, NULL, B, T, NH, NH, C / NH, 1.0f / sqrtf((float)(C / NH)), d,
                            lowp, nt);
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Decoding: one query token over the KV cache                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The loop infer.c ran on the host before the cache moved behind the seam, unchanged (so CPU
+ * sampling keeps its bits): per head the scores into scratch, their max, exp and sum in row order,
+ * then the weighted sum of the value rows in row order. */
+void attention_decode_forward(float *out, float *scores, const float *q, const float *K, const float *V, int pos,
+                              int NH, int KV, int hs, float scale, int nt) {
+    (void)nt;
+    int G = NH / KV, kvw = KV * hs;
+    for (int h = 0; h < NH; h++) {
+        const float *qh = q + h * hs;
+        int off = (h / G) * hs;
+        float mx = -INFINITY, s = 0;
+        for (int j = 0; j <= pos; j++) {
+            const float *k = K + (size_t)j * kvw + off;
+            float d = 0;
+            for (int i = 0; i < hs; i++) d += qh[i] * k[i];
+            scores[j] = d * scale;
+            mx = scores[j] > mx ? scores[j] : mx;
+        }
+        for (int j = 0; j <= pos; j++) s += scores[j] = expf(scores[j] - mx);
+        float *y = out + h * hs;
+        memset(y, 0, hs * sizeof(float));
+        for (int j = 0; j <= pos; j++) {
+            const float *v = V + (size_t)j * kvw + off;
+            float w = scores[j] / s;
+            for (int i = 0; i < hs; i++) y[i] += w * v[i];
+        }
+    }
+}

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "model/backend.h"
 #include "model/layout.h"
 #include "parallel/schedule.h"
 
@@ -128,6 +129,8 @@ Status plan_hardware_preset(PlanHardware *hw, const char *name, Err *err) {
     for (size_t i = 0; i < sizeof P / sizeof P[0]; i++) {
         if (strcasecmp(name, P[i].name) == 0) {
             *hw = P[i];
+            /* a GPU runs our CUDA backend, which holds its workspace besides the layout's bytes */
+            hw->backend_bytes = strncasecmp(name, "cpu", 3) ? (double)BACKEND_CUDA_PRIVATE_BYTES : 0.0;
             return ST_OK;
         }
     }
@@ -824,8 +827,9 @@ static void core_pipeline(Core *c, PlanResult *r) {
      * (Our trainer's buckets and gather slots are inside its gradients and weights.) */
     if (dp > 1 && !r->mem.trainer_states) r->mem.comm = 2.0 * layer_dev * pr->grad;
     if (dp > 1 && in->zero == 3 && !r->mem.trainer_states) r->mem.comm += 2.0 * layer_dev * pr->weight;
+    r->mem.backend = hw->backend_bytes;
     r->mem.total = r->mem.weights + r->mem.grads + r->mem.master + r->mem.moments + r->mem.activations +
-                   r->mem.workspace + r->mem.comm;
+                   r->mem.workspace + r->mem.comm + r->mem.backend;
     r->mem.device = hw->memory;
     r->mem.margin = hw->memory - r->mem.total;
     r->mem.fits = r->mem.margin >= 0;
@@ -1292,7 +1296,7 @@ Status plan_predict_step(const PlanInput *in, PlanResult *r, Err *err) { return 
 
 #define HW_FIELDS(X)                                                                        \
     X(peak_fp32) X(peak_bf16) X(peak_fp16) X(memory) X(mem_bw) X(intra_bw) X(inter_bw)     \
-    X(intra_lat) X(inter_lat) X(matmul_eff) X(storage_bw)
+    X(intra_lat) X(inter_lat) X(matmul_eff) X(storage_bw) X(backend_bytes)
 
 cJSON *plan_hardware_to_json(const PlanHardware *hw) {
     cJSON *o = cJSON_CreateObject();

@@ -81,6 +81,9 @@ typedef struct {
     int devices_per_node;
     double matmul_eff;     /* fraction of peak that the model's matmuls achieve */
     double storage_bw;     /* bytes/s a node writes checkpoints at */
+    double backend_bytes;  /* device memory the compute backend keeps outside every category: the GPU
+                              presets BACKEND_CUDA_PRIVATE_BYTES (model/backend.h: the CUDA backend's
+                              cuBLASLt workspace and reduction scratch), 0 on a CPU */
 } PlanHardware;
 
 /* Presets: "A100-40GB", "A100-80GB", "H100" (SXM), "H200", "cpu-zen4-2c" (this machine:
@@ -241,6 +244,8 @@ typedef struct {
         double activations;      /* saved activations of the in-flight micro-batches */
         double workspace;        /* backward scratch and logits (exact mode: layout scratch) */
         double comm;             /* gradient buckets, ZeRO-3 gathered blocks */
+        double backend;          /* the backend's private memory (PlanHardware.backend_bytes): in the
+                                    total, in no category (the trainer's MemStats do not see it) */
         double total;
         double device;           /* hardware memory */
         double margin;           /* device - total (negative: does not fit by -margin) */

@@ -124,6 +124,7 @@ cJSON *plan_json(const PlanInput *in, const PlanResult *r, const PlanSched *ps) 
     cJSON_AddNumberToObject(jh, "devices_per_node", in->hw.devices_per_node);
     cJSON_AddNumberToObject(jh, "matmul_eff", in->hw.matmul_eff);
     cJSON_AddNumberToObject(jh, "storage_bw", in->hw.storage_bw);
+    cJSON_AddNumberToObject(jh, "backend_bytes", in->hw.backend_bytes);
     cJSON *je = cJSON_AddObjectToObject(o, "memory_bytes");
     cJSON_AddNumberToObject(je, "weights", r->mem.weights);
     cJSON_AddNumberToObject(je, "gradients", r->mem.grads);
@@ -132,6 +133,7 @@ cJSON *plan_json(const PlanInput *in, const PlanResult *r, const PlanSched *ps) 
     cJSON_AddNumberToObject(je, "activations", r->mem.activations);
     cJSON_AddNumberToObject(je, "workspace", r->mem.workspace);
     cJSON_AddNumberToObject(je, "comm", r->mem.comm);
+    cJSON_AddNumberToObject(je, "backend", r->mem.backend); /* the CUDA backend's workspace on a GPU */
     cJSON_AddNumberToObject(je, "total", r->mem.total);
     cJSON_AddNumberToObject(je, "device", r->mem.device);
     cJSON_AddNumberToObject(je, "margin", r->mem.margin);

@@ -90,6 +90,8 @@ static void emu_from_host(void *dst, const void *host, size_t bytes) {
     emu_leave();
 }
 static void emu_sync(void) {}
+/* Its GEMMs are the CPU's: the peak measured through it is this CPU's GEMM rate (machine_peak.h). */
+static const char *emu_device_name(void) { return "emulated device (the CPU table)"; }
 static Status emu_take_error(Err *err) { return base.take_error(err); }
 
 /* optim.c's rule on one range, as backend.h's optim_update describes it. */
@@ -285,6 +287,12 @@ static void w_attention_backward(float *dqkv, float *scratch, const float *dout,
     base.attention_backward(dqkv, scratch, dout, qkv, out, lse, pos, B, T, NH, KV, hs, scale, d, lowp, nt);
     emu_leave();
 }
+static void w_attention_decode(float *out, float *scores, const float *q, const float *K, const float *V, int pos,
+                               int NH, int KV, int hs, float scale, int nt) {
+    emu_enter();
+    base.attention_decode(out, scores, q, K, V, pos, NH, KV, hs, scale, nt);
+    emu_leave();
+}
 static void w_gelu_forward(float *out, const float *inp, size_t n, int nt) {
     emu_enter();
     base.gelu_forward(out, inp, n, nt);
@@ -424,6 +432,7 @@ static void emu_wrap_all(Backend *t) {
     t->swiglu_backward_bf16 = w_swiglu_backward_bf16;
     t->attention_forward = w_attention_forward;
     t->attention_backward = w_attention_backward;
+    t->attention_decode = w_attention_decode;
     t->gelu_forward = w_gelu_forward;
     t->gelu_backward = w_gelu_backward;
     t->gelu_forward_bf16 = w_gelu_forward_bf16;
@@ -452,7 +461,7 @@ const Backend *devemu_backend(void) {
         emu.name = "emu";
         emu.host_addressable = 0;
         emu.alloc = emu_alloc, emu.free = emu_free, emu.to_host = emu_to_host, emu.from_host = emu_from_host;
-        emu.sync = emu_sync, emu.take_error = emu_take_error;
+        emu.sync = emu_sync, emu.take_error = emu_take_error, emu.device_name = emu_device_name;
         emu.optim_update = emu_optim_update, emu.sumsq = emu_sumsq;
         built = 1;
     }

@@ -12,6 +12,7 @@
 #include "core/fileio.h"
 #include "core/peak.h"
 #include "core/timer.h"
+#include "model/backend.h"
 #include "model/matmul.h"
 
 /* The GEMM: C (S, S) = A (S, S) · B^T (S, S), a linear layer's forward form. S = 512 is
@@ -65,6 +66,84 @@ static double gemm_peak(int bf16, double min_ms, int min_reps) {
     return best;
 }
 
+/* ---------------------------------------------------------------- a device's GEMM */
+
+#define DEV_GEMM_S0 512
+#define DEV_GEMM_SMAX 8192
+#define DEV_GEMM_GROW_MS 2.0 /* one call under this: the shape is too small to be compute-bound */
+
+/* n elements of backend memory filled with a repeating pattern of `row` (rlen elements of esz bytes,
+ * n a multiple of rlen): the row copied in once, then the filled part doubled by `copy`. */
+static int dev_fill(const Backend *be, void *dst, const void *row, size_t rlen, size_t n, size_t esz) {
+    be->from_host(dst, row, rlen * esz);
+    for (size_t done = rlen; done < n;) {
+        size_t m = done < n - done ? done : n - done;
+        be->copy((char *)dst + done * esz, dst, m * esz);
+        done += m;
+    }
+    return 1;
+}
+
+/* One timed call of the S^3 GEMM of the precision on be (ms), between syncs. */
+static double dev_gemm_call(const Backend *be, int bf16, int S, float *c, const float *a, const float *b,
+                            const uint16_t *ah, const uint16_t *bh, int nt) {
+    be->sync();
+    double t0 = timer_ms();
+    if (bf16) be->matmul_forward_lp(c, ah, bh, NULL, S, S, S);
+    else be->matmul_forward(c, a, b, NULL, S, S, S, nt);
+    be->sync();
+    return timer_ms() - t0;
+}
+
+/* The best rate of be's GEMM (docs: MachinePeakOptions.device) over at least min_reps calls and
+ * min_ms; *size the S it settled on. 0 when memory runs out or a GEMM fails. */
+static double device_gemm_peak(const Backend *be, int bf16, int nt, double min_ms, int min_reps, int *size) {
+    double best = 0;
+    *size = 0;
+    for (int S = DEV_GEMM_S0; S <= DEV_GEMM_SMAX; S *= 2) {
+        size_t n = (size_t)S * S;
+        float *a = NULL, *b = NULL, *c = be->alloc(NULL, MEM_WORKSPACE, n * 4);
+        uint16_t *ah = NULL, *bh = NULL;
+        if (bf16) ah = be->alloc(NULL, MEM_WORKSPACE, n * 2), bh = be->alloc(NULL, MEM_WORKSPACE, n * 2);
+        else a = be->alloc(NULL, MEM_WORKSPACE, n * 4), b = be->alloc(NULL, MEM_WORKSPACE, n * 4);
+        float *ra = malloc((size_t)S * 4), *rb = malloc((size_t)S * 4);
+        uint16_t *rah = malloc((size_t)S * 2), *rbh = malloc((size_t)S * 2);
+        int ok = c && (bf16 ? ah && bh : a && b) && ra && rb && rah && rbh;
+        double grow = 0, rate = 0;
+        if (ok) {
+            /* small normal values, as gemm_peak's (no denormals, no overflow) */
+            for (int i = 0; i < S; i++) {
+                ra[i] = 0.001f * (float)(i % 97), rb[i] = 0.001f * (float)(i % 89);
+                rah[i] = 0x3c00 + (uint16_t)(i % 7), rbh[i] = 0x3c00 + (uint16_t)(i % 5);
+            }
+            if (bf16) dev_fill(be, ah, rah, (size_t)S, n, 2), dev_fill(be, bh, rbh, (size_t)S, n, 2);
+            else dev_fill(be, a, ra, (size_t)S, n, 4), dev_fill(be, b, rb, (size_t)S, n, 4);
+            dev_gemm_call(be, bf16, S, c, a, b, ah, bh, nt); /* untimed: plans, library load */
+            grow = dev_gemm_call(be, bf16, S, c, a, b, ah, bh, nt);
+            if (grow >= DEV_GEMM_GROW_MS || S == DEV_GEMM_SMAX) {
+                double t_end = timer_ms() + min_ms;
+                for (int rep = 0; rep < min_reps || timer_ms() < t_end; rep++) {
+                    double ms = dev_gemm_call(be, bf16, S, c, a, b, ah, bh, nt);
+                    double r = 2.0 * S * S * (double)S / (ms * 1e-3);
+                    if (r > rate) rate = r;
+                }
+            }
+            Err e;
+            if (be->take_error(&e) != ST_OK) ok = 0, rate = 0; /* a GEMM that did not run measured nothing */
+        }
+        be->free(NULL, MEM_WORKSPACE, c, n * 4);
+        be->free(NULL, MEM_WORKSPACE, a, n * 4), be->free(NULL, MEM_WORKSPACE, b, n * 4);
+        be->free(NULL, MEM_WORKSPACE, ah, n * 2), be->free(NULL, MEM_WORKSPACE, bh, n * 2);
+        free(ra), free(rb), free(rah), free(rbh);
+        if (!ok) break; /* out of memory at this size: the last size's rate stands */
+        if (rate > 0) {
+            best = rate, *size = S;
+            break;
+        }
+    }
+    return best;
+}
+
 /* ---------------------------------------------------------------- the machine's key */
 
 static void cpu_model(char *buf, int n) {
@@ -102,9 +181,11 @@ static const char *isa_level(void) {
 typedef struct {
     char host[256], cpu[256];
     int cpus;
+    char device[256]; /* a device backend's device_name ("": the CPU's own peak) */
 } MachineKey;
 
 static void machine_key(MachineKey *k) {
+    k->device[0] = '\0';
     if (gethostname(k->host, sizeof k->host) != 0) snprintf(k->host, sizeof k->host, "unknown");
     k->host[sizeof k->host - 1] = '\0';
     cpu_model(k->cpu, sizeof k->cpu);
@@ -122,6 +203,8 @@ void machine_peak_describe(char *buf, int n) {
 /* 1 when entry e is this machine's for `threads` (and precision `prec`; NULL: a profile entry,
  * which has none). */
 static int entry_matches(const cJSON *e, const MachineKey *k, int threads, const char *prec) {
+    const cJSON *d = cJSON_GetObjectItem(e, "device");
+    if (k->device[0] ? !cJSON_IsString(d) || strcmp(d->valuestring, k->device) : d != NULL) return 0;
     const cJSON *h = cJSON_GetObjectItem(e, "host"), *c = cJSON_GetObjectItem(e, "cpu"),
                 *n = cJSON_GetObjectItem(e, "cpus"), *i = cJSON_GetObjectItem(e, "isa"),
                 *t = cJSON_GetObjectItem(e, "threads"), *p = cJSON_GetObjectItem(e, "precision");
@@ -139,6 +222,7 @@ static cJSON *entry_new(const MachineKey *k, int threads) {
     cJSON_AddNumberToObject(e, "cpus", k->cpus);
     cJSON_AddStringToObject(e, "isa", isa_level());
     cJSON_AddNumberToObject(e, "threads", threads);
+    if (k->device[0]) cJSON_AddStringToObject(e, "device", k->device);
     return e;
 }
 
@@ -244,8 +328,54 @@ void machine_profile_store(const char *cache_path, int threads, const cJSON *pro
 
 /* ---------------------------------------------------------------- the peak */
 
+/* A device's peak: its GEMM's measured rate (cached by device name), no probe. */
+static Status device_peak_resolve(MachinePeak *out, const MachinePeakOptions *o, Err *err) {
+    const Backend *be = o->device;
+    const char *prec = o->bf16 ? "bf16" : "fp32";
+    int use_cache = o->cache_path && o->cache_path[0] && !o->no_gemm && !(o->probe_scale > 0 && o->probe_scale != 1);
+    MachineKey k;
+    machine_key(&k);
+    snprintf(k.device, sizeof k.device, "%s", be->device_name ? be->device_name() : be->name);
+    cJSON *doc = use_cache ? cache_load(o->cache_path) : NULL;
+    int size = 0;
+    if (doc && !o->remeasure) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "entries")) {
+            const cJSON *g = cJSON_GetObjectItem(e, "gemm_flops"), *sz = cJSON_GetObjectItem(e, "gemm_size");
+            if (entry_matches(e, &k, o->threads, prec) && cJSON_IsNumber(g) && g->valuedouble > 0) {
+                out->gemm = g->valuedouble, out->cached = 1;
+                size = cJSON_IsNumber(sz) ? sz->valueint : 0;
+                break;
+            }
+        }
+        if (out->cached) { /* the short check: a cached floor only rises, as the CPU's */
+            int s2;
+            double now = device_gemm_peak(be, o->bf16, o->threads, GEMM_CHECK_MS, 3, &s2);
+            if (now > out->gemm) out->gemm = now, size = s2, out->cached = 0;
+        }
+    }
+    if (!out->cached && !(out->gemm > 0) && !o->no_gemm)
+        out->gemm = device_gemm_peak(be, o->bf16, o->threads, GEMM_MIN_MS, GEMM_MIN_REPS, &size);
+    if (use_cache && !out->cached && out->gemm > 0) {
+        cJSON *e = entry_new(&k, o->threads);
+        cJSON_AddStringToObject(e, "precision", prec);
+        cJSON_AddNumberToObject(e, "probe_flops", 0);
+        cJSON_AddNumberToObject(e, "gemm_flops", out->gemm);
+        cJSON_AddNumberToObject(e, "gemm_size", size);
+        cache_put(o->cache_path, doc, "entries", &k, o->threads, prec, e);
+    }
+    cJSON_Delete(doc);
+    out->best = out->gemm;
+    snprintf(out->kind, sizeof out->kind, "%s GEMM %d^3 on %.100s%s", prec, size, k.device, out->cached ? ", cached" : "");
+    if (!(out->best > 0))
+        return err_set(err, ST_ERR_RUNTIME, "peak FLOP/s: the %s GEMM on %s measured nothing (give --peak-gflops or "
+                       "--hardware PRESET)", prec, k.device);
+    return ST_OK;
+}
+
 Status machine_peak_resolve(MachinePeak *out, const MachinePeakOptions *o, Err *err) {
     memset(out, 0, sizeof *out);
+    if (o->device && !o->device->host_addressable) return device_peak_resolve(out, o, err);
     const char *prec = o->bf16 ? "bf16" : "fp32";
     int faulty = (o->probe_scale > 0 && o->probe_scale != 1) || o->no_gemm;
     int use_cache = o->cache_path && o->cache_path[0] && !faulty;

@@ -18,6 +18,8 @@
 
 #include "core/status.h"
 
+struct Backend;
+
 typedef struct {
     int threads;            /* threads the run uses (the probe's and the GEMM library's) */
     int bf16;               /* 1: the bf16 peak (bf16 probe, bf16 GEMM, and the fp32 probe as a floor) */
@@ -27,6 +29,12 @@ typedef struct {
      * faulty figure is neither read nor written. */
     double probe_scale;     /* the probe's result times this (0 or 1: unchanged) */
     int no_gemm;            /* 1: no GEMM measurement (the peak is the probe's alone) */
+    /* A device backend (host_addressable 0; NULL: this CPU): the peak is the rate of its own GEMM
+     * (matmul_forward in fp32, matmul_forward_lp in bf16: cuBLASLt on a GPU) on its memory, timed
+     * between `sync`s, the size doubled from 512 while one call takes under 2 ms (up to 8192), so
+     * a GPU is measured at a compute-bound shape; no FMA probe. Cached like the CPU's, keyed by the
+     * host and the backend's device_name. */
+    const struct Backend *device;
 } MachinePeakOptions;
 
 MachinePeakOptions machine_peak_default_options(void);
@@ -36,7 +44,8 @@ typedef struct {
     double gemm;      /* FLOP/s of the compute-bound GEMM of the precision (0: not measured) */
     double best;      /* max(probe, gemm): the peak */
     int cached;       /* 1: probe and gemm came from the cache */
-    char kind[64];    /* what gave `best`, e.g. "fp32 GEMM 512^3" or "fp32 FMA probe" (+ ", cached") */
+    char kind[160];   /* what gave `best`, e.g. "fp32 GEMM 512^3", "fp32 FMA probe" or "bf16 GEMM
+                         8192^3 on NVIDIA H100 80GB HBM3" (+ ", cached") */
 } MachinePeak;
 
 /* Measures (or reads from the cache) this machine's peak for o's precision and threads. The GEMM

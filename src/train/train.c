@@ -88,7 +88,6 @@ static Status validate(const TrainConfig *c, Err *err) {
                            "device's optimizer entries)", optim_kind_name(c->optim.kind), c->device);
         const char *no = c->lora.rank > 0 ? "--lora-rank (LoRA trains on the CPU)"
                          : c->log_layer_stats ? "--log-layer-stats"
-                         : c->sample_every > 0 ? "--sample-every (the KV cache is not on the device; use 0)"
                          : c->ckpt_async ? "--ckpt-async"
                          : c->tp > 1 ? "--tp"
                          : c->pp > 1 ? "--pp"

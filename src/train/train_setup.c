@@ -379,12 +379,22 @@ Status tr_setup_accounting(Run *r, Err *err) {
     int B = c->micro_batch, T = c->seq_len, k = c->grad_accum, nt = c->threads;
     r->acct.peak = c->peak_flops;
     r->acct.peak_kind = "given";
+    const Backend *be = r->g.be;
+    if (!(r->acct.peak > 0) && !be->host_addressable && c->have_hw) {
+        /* A device with --hardware: the preset's (or profile's) dense peak of the precision */
+        r->acct.peak = c->bf16 && !c->fp16 ? c->hw.peak_bf16 : c->hw.peak_fp32;
+        snprintf(r->acct.mpeak.kind, sizeof r->acct.mpeak.kind, "%s %s dense peak (--hardware)", c->hw.name,
+                 c->bf16 && !c->fp16 ? "bf16" : "fp32");
+        r->acct.mpeak.best = r->acct.peak, r->acct.peak_kind = r->acct.mpeak.kind;
+    }
     if (!(r->acct.peak > 0)) {
         /* The best of the FMA probe and a compute-bound GEMM of the precision the GEMMs run in
-         * (fp16 is emulated in fp32), so MFU stays below 1 (train/machine_peak.h). */
+         * (fp16 is emulated in fp32), so MFU stays below 1 (train/machine_peak.h); on a device its
+         * own GEMM's rate (cuBLASLt on a GPU), cached by the device's name. */
         MachinePeakOptions po = machine_peak_default_options();
         po.threads = nt, po.bf16 = c->bf16 && !c->fp16, po.cache_path = c->peak_cache, po.remeasure = c->remeasure_peak;
         po.probe_scale = c->faults.peak_probe_scale, po.no_gemm = c->faults.peak_no_gemm;
+        po.device = be->host_addressable ? NULL : be;
         Status pst = machine_peak_resolve(&r->acct.mpeak, &po, err);
         if (pst != ST_OK) return pst;
         r->acct.peak = r->acct.mpeak.best, r->acct.peak_kind = r->acct.mpeak.kind;

@@ -76,13 +76,15 @@ static double validate_loss(Gpt *g, Loader *val, int batches, int32_t *inp, int3
 }
 
 /* A generation sample from the current weights (KV cache, temperature 0.8 over the whole
- * vocabulary, seeded by the step so it is reproducible), printed and logged. */
+ * vocabulary, seeded by the step so it is reproducible), printed and logged. On a device the KV
+ * cache is in its memory (infer.h): only the tokens and the logits cross. */
 static void log_sample(Run *r, long step) {
     const TrainConfig *c = &r->cfg;
     if (!r->g.w.params) return; /* ZeRO-3: the full weights are not on this rank */
     KvCache kv;
     Err e;
     if (kv_init(&kv, &r->g, &e) != ST_OK) return;
+    kv.test_host_read = c->faults.device_bypass; /* the test fault: logits by memcpy (devemu stops it) */
     int n = c->sample_tokens < c->model.max_seq ? c->sample_tokens : c->model.max_seq - 1;
     uint32_t *ids = calloc((size_t)n + 1, sizeof *ids);
     uint32_t he = loader_header_eot(&r->train); /* start from end-of-text (not the last id for cl100k/o200k) */
