@@ -139,12 +139,13 @@ int main(int argc, char **argv) {
            "\"median_ms\": %.2f, \"forward_ms\": %.2f, \"backward_ms\": %.2f, \"optimizer_ms\": %.2f, "
            "\"tokens_per_s\": %.1f, \"gflops\": %.1f, \"peak_gflops\": %.1f, \"mfu\": %.4f, \"precision\": \"%s\", \"recompute\": \"%s\", "
            "\"cpu_ms\": %.2f, \"cpu_forward_ms\": %.2f, \"cpu_backward_ms\": %.2f, \"cpu_optimizer_ms\": %.2f, "
-           "\"cpu_peak_gflops\": %.1f, \"cpu_mfu\": %.4f, \"activation_bytes\": %zu, \"allocated_bytes\": %zu}\n",
+           "\"cpu_peak_gflops\": %.1f, \"cpu_mfu\": %.4f, \"activation_bytes\": %zu, \"allocated_bytes\": %zu, \"params\": %zu}\n",
            model_arch_name(mc.arch), fpt, mc.n_layer, mc.n_embd, mc.vocab, B, T, nt, med, fw[w + n / 2], bw[w + n / 2], op[w + n / 2], N / (med * 1e-3),
            fpt * N / (med * 1e-3) / 1e9, peak / 1e9, fpt * N / (med * 1e-3) / peak, bf16 ? "bf16" : "fp32", layout_recompute_name(rc),
            cmed, cfw[w + n / 2], cbw[w + n / 2], cop[w + n / 2], cpeak / 1e9, cpeak > 0 ? fpt * N / (cmed * 1e-3) / cpeak : 0.0,
            ms.bytes[MEM_ACTIVATIONS], ms.bytes[MEM_PARAMS] + ms.bytes[MEM_MASTER] + ms.bytes[MEM_GRADS] +
-               ms.bytes[MEM_ACTIVATIONS] + ms.bytes[MEM_WORKSPACE] + 2 * g.w.layout.total * 4);
+               ms.bytes[MEM_ACTIVATIONS] + ms.bytes[MEM_WORKSPACE] + 2 * g.w.layout.total * 4,
+           g.w.layout.total);
     gpt_free(&g);
     return 0;
 }
