@@ -2,10 +2,18 @@
  * tokens, per phase, for a given shape. Used by bench/bench_step.sh beside the PyTorch peer.
  *
  * usage: step_bench L NH C V B T [steps] [threads] [fp32|bf16] [none|selective|full] [gpt2|llama KV F]
- *   llama: RMSNorm, RoPE, SwiGLU of width F, KV key/value heads, untied head (issue 15). */
+ *   llama: RMSNorm, RoPE, SwiGLU of width F, KV key/value heads, untied head (issue 15).
+ *
+ * Besides wall-clock medians it reports the median process CPU time of a step and of its parts
+ * (cpu_*_ms). On a machine shared with other jobs the wall clock of a 2-thread step mostly measures
+ * the other jobs (a thread waiting at a barrier for its descheduled partner), while the CPU time of
+ * a 1-thread run stays close to the work done; with 1 thread it also reports cpu_mfu, the model
+ * FLOPs per CPU second against a 512^3 GEMM of the precision timed the same way in the same
+ * process (cpu_peak_gflops), as a load-robust stand-in for MFU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "train/machine_peak.h"
 #include "core/rng.h"
@@ -13,6 +21,35 @@
 #include "model/gpt.h"
 #include "model/matmul.h"
 #include "optim/optim.h"
+
+static double cpu_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* The best FLOP/s in process CPU time of 20 calls of the 512^3 GEMM of machine_peak (C = A · B^T,
+ * bf16 or fp32 inputs) after one untimed call. */
+static double cpu_gemm_peak(int bf16) {
+    const int S = 512;
+    size_t n = (size_t)S * S;
+    float *a = malloc(n * 4), *b = malloc(n * 4), *c = malloc(n * 4);
+    uint16_t *ah = malloc(n * 2), *bh = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) {
+        a[i] = 0.001f * (float)(i % 97), b[i] = 0.001f * (float)(i % 89);
+        ah[i] = 0x3c00 + (uint16_t)(i % 7), bh[i] = 0x3c00 + (uint16_t)(i % 5);
+    }
+    double best = 0;
+    for (int rep = 0; rep <= 20; rep++) {
+        double t0 = cpu_ms();
+        if (bf16) mm_gemm_bf16(0, 1, S, S, S, 1.0f, ah, S, bh, S, 0.0f, c, S);
+        else mm_sgemm(0, 1, S, S, S, 1.0f, a, S, b, S, 0.0f, c, S);
+        double r = 2.0 * S * S * (double)S / ((cpu_ms() - t0) * 1e-3);
+        if (rep > 0 && r > best) best = r;
+    }
+    free(a), free(b), free(c), free(ah), free(bh);
+    return best;
+}
 
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -58,26 +95,32 @@ int main(int argc, char **argv) {
     OptimConfig oc = optim_default_config(OPT_ADAMW);
     double *tot = calloc(steps, sizeof(double)), *fw = calloc(steps, sizeof(double)),
            *bw = calloc(steps, sizeof(double)), *op = calloc(steps, sizeof(double));
+    double *ctot = calloc(steps, sizeof(double)), *cfw = calloc(steps, sizeof(double)),
+           *cbw = calloc(steps, sizeof(double)), *cop = calloc(steps, sizeof(double));
     for (int s = 0; s < steps; s++) {
         for (int i = 0; i < N; i++) {
             inp[i] = (int32_t)rng_below(7, 1, (uint64_t)s * N + i, (uint64_t)mc.vocab);
             tgt[i] = (int32_t)rng_below(7, 2, (uint64_t)s * N + i, (uint64_t)mc.vocab);
         }
-        double t0 = timer_ms();
+        double t0 = timer_ms(), c0 = cpu_ms();
         gpt_overwrite_grads(&g);
         g.s.ms_fwd = g.s.ms_bwd = 0;
         gpt_forward(&g, inp, tgt, B, T, 1.0f / N, 1, 0);
+        double c1 = cpu_ms();
         gpt_backward(&g);
-        double t1 = timer_ms();
+        double t1 = timer_ms(), c2 = cpu_ms();
         double norm = optim_l2_norm(g.d.grads, g.w.layout.total, nt);
         optim_step_lowp(&oc, g.w.params, g.d.grads, m, v, &r, 1, s + 1, 1e-4f, optim_clip_scale(norm, 1.0f), g.w.params_lp,
                         bf16 ? OPTIM_LOWP_BF16 : OPTIM_LOWP_NONE, nt);
-        double t2 = timer_ms();
+        double t2 = timer_ms(), c3 = cpu_ms();
         tot[s] = t2 - t0, fw[s] = g.s.ms_fwd, bw[s] = (t1 - t0) - g.s.ms_fwd, op[s] = t2 - t1;
+        ctot[s] = c3 - c0, cfw[s] = c1 - c0, cbw[s] = c2 - c1, cop[s] = c3 - c2;
     }
     int w = steps > 2 ? 2 : 0, n = steps - w;
     qsort(tot + w, n, sizeof(double), cmp), qsort(fw + w, n, sizeof(double), cmp);
     qsort(bw + w, n, sizeof(double), cmp), qsort(op + w, n, sizeof(double), cmp);
+    qsort(ctot + w, n, sizeof(double), cmp), qsort(cfw + w, n, sizeof(double), cmp);
+    qsort(cbw + w, n, sizeof(double), cmp), qsort(cop + w, n, sizeof(double), cmp);
     double med = tot[w + n / 2];
     double fpt = layout_flops_per_token(&mc, T);
     /* MFU against this machine's peak of the GEMM precision, measured now (same process, same load,
@@ -91,12 +134,15 @@ int main(int argc, char **argv) {
         return 1;
     }
     double peak = mp.best;
+    double cpeak = nt == 1 ? cpu_gemm_peak(bf16) : 0, cmed = ctot[w + n / 2];
     printf("RESULT {\"peer\": \"scaletrain\", \"arch\": \"%s\", \"flops_per_token\": %.0f, \"L\": %d, \"C\": %d, \"V\": %d, \"B\": %d, \"T\": %d, \"threads\": %d, "
            "\"median_ms\": %.2f, \"forward_ms\": %.2f, \"backward_ms\": %.2f, \"optimizer_ms\": %.2f, "
            "\"tokens_per_s\": %.1f, \"gflops\": %.1f, \"peak_gflops\": %.1f, \"mfu\": %.4f, \"precision\": \"%s\", \"recompute\": \"%s\", "
-           "\"activation_bytes\": %zu, \"allocated_bytes\": %zu, \"params\": %zu}\n",
+           "\"cpu_ms\": %.2f, \"cpu_forward_ms\": %.2f, \"cpu_backward_ms\": %.2f, \"cpu_optimizer_ms\": %.2f, "
+           "\"cpu_peak_gflops\": %.1f, \"cpu_mfu\": %.4f, \"activation_bytes\": %zu, \"allocated_bytes\": %zu, \"params\": %zu}\n",
            model_arch_name(mc.arch), fpt, mc.n_layer, mc.n_embd, mc.vocab, B, T, nt, med, fw[w + n / 2], bw[w + n / 2], op[w + n / 2], N / (med * 1e-3),
            fpt * N / (med * 1e-3) / 1e9, peak / 1e9, fpt * N / (med * 1e-3) / peak, bf16 ? "bf16" : "fp32", layout_recompute_name(rc),
+           cmed, cfw[w + n / 2], cbw[w + n / 2], cop[w + n / 2], cpeak / 1e9, cpeak > 0 ? fpt * N / (cmed * 1e-3) / cpeak : 0.0,
            ms.bytes[MEM_ACTIVATIONS], ms.bytes[MEM_PARAMS] + ms.bytes[MEM_MASTER] + ms.bytes[MEM_GRADS] +
                ms.bytes[MEM_ACTIVATIONS] + ms.bytes[MEM_WORKSPACE] + 2 * g.w.layout.total * 4,
            g.w.layout.total);

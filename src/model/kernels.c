@@ -476,40 +476,46 @@ static inline float gelu_grad_at(float x) {
 
 /* What a column-sum pass does to each element g of src (N, OC) besides adding it to its column:
  * nothing, round it to bf16 into dst, or take v = g · gelu'(inp) first (then v is summed and
- * rounded). One 64-column block per task, rows summed in order: bit-identical for any thread
- * count, and the same sums in all three modes. */
+ * rounded). Each column is summed over the rows in order by one thread (kernels_internal.h):
+ * bit-identical for any thread count, and the same sums in all three modes. */
 enum { COLSUM_PLAIN, COLSUM_CAST, COLSUM_GELU };
 
 static void colsum_pass(int mode, uint16_t *dst, float *colsum, const float *src, const float *inp, int N, int OC,
                         int acc, int nt) {
-    int nblk = (OC + COLSUM_BLOCK - 1) / COLSUM_BLOCK;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int kb = 0; kb < nblk; kb++) {
-        int j0 = kb * COLSUM_BLOCK, j1 = j0 + COLSUM_BLOCK < OC ? j0 + COLSUM_BLOCK : OC;
-        float sum[COLSUM_BLOCK] = {0};
-        for (int i = 0; i < N; i++) {
-            const float *g = src + (size_t)i * OC;
-            uint16_t *d = dst ? dst + (size_t)i * OC : NULL;
-            if (mode == COLSUM_PLAIN) {
+    int units = (OC + COLSUM_UNIT - 1) / COLSUM_UNIT;
+#pragma omp parallel num_threads(nt)
+    {
+        int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+        int c0 = (int)((long)units * tid / nth) * COLSUM_UNIT, c1 = (int)((long)units * (tid + 1) / nth) * COLSUM_UNIT;
+        if (c1 > OC) c1 = OC;
+        for (int j0 = c0; j0 < c1; j0 += COLSUM_SPAN) {
+            int j1 = j0 + COLSUM_SPAN < c1 ? j0 + COLSUM_SPAN : c1;
+            float sum[COLSUM_SPAN];
+            memset(sum, 0, sizeof(float) * (size_t)(j1 - j0));
+            for (int i = 0; i < N; i++) {
+                const float *g = src + (size_t)i * OC;
+                uint16_t *d = dst ? dst + (size_t)i * OC : NULL;
+                if (mode == COLSUM_PLAIN) {
 #pragma omp simd
-                for (int j = j0; j < j1; j++) sum[j - j0] += g[j];
-            } else if (mode == COLSUM_CAST) {
+                    for (int j = j0; j < j1; j++) sum[j - j0] += g[j];
+                } else if (mode == COLSUM_CAST) {
 #pragma omp simd
-                for (int j = j0; j < j1; j++) {
-                    sum[j - j0] += g[j];
-                    d[j] = half_bf16(g[j]);
-                }
-            } else {
-                const float *x = inp + (size_t)i * OC;
+                    for (int j = j0; j < j1; j++) {
+                        sum[j - j0] += g[j];
+                        d[j] = half_bf16(g[j]);
+                    }
+                } else {
+                    const float *x = inp + (size_t)i * OC;
 #pragma omp simd
-                for (int j = j0; j < j1; j++) {
-                    float v = g[j] * gelu_grad_at(x[j]);
-                    sum[j - j0] += v;
-                    d[j] = half_bf16(v);
+                    for (int j = j0; j < j1; j++) {
+                        float v = g[j] * gelu_grad_at(x[j]);
+                        sum[j - j0] += v;
+                        d[j] = half_bf16(v);
+                    }
                 }
             }
+            for (int j = j0; j < j1; j++) colsum[j] = acc ? colsum[j] + sum[j - j0] : sum[j - j0];
         }
-        for (int j = j0; j < j1; j++) colsum[j] = acc ? colsum[j] + sum[j - j0] : sum[j - j0];
     }
 }
 

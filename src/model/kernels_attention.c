@@ -102,6 +102,9 @@ static int doc_row_from(const int32_t *dpos, int row, int k0) {
 void attention_gqa_forward(float *out, float *lse, float *scratch, const float *qkv, const int32_t *pos, int B, int T,
                            int NH, int KV, int hs, float scale, Dropout d, int lowp, int nt) {
     int G = NH / KV, C = NH * hs, ld = (NH + 2 * KV) * hs;
+    /* bf16 without dropout: each probability row is rounded to the P·V GEMM's bf16 operand as soon
+     * as it is computed, instead of the whole block by a second pass. */
+    const int fuse = lowp && !(d.p > 0);
 #pragma omp parallel num_threads(nt)
     {
         long held = -1; /* the (b, KV head) whose bf16 K, V this thread's scratch holds */
@@ -149,6 +152,9 @@ void attention_gqa_forward(float *out, float *lse, float *scratch, const float *
                         }
                         for (int j = 0; j < js && j < kn; j++) srow[j] = 0.0f;
                         for (int j = jn > js ? jn : js; j < kn; j++) srow[j] = 0.0f;
+                        /* Rounded while the row is in L1. (Writing the bf16 inside the loop above
+                         * changes its vector length and so the order of the row sum.) */
+                        if (fuse) rows_to_bf16(w.Pb + (size_t)i * kn, srow, 1, kn, kn);
                         l[i] = l[i] * corr + sum;
                         mx[i] = bm;
                         float *yrow = y + (size_t)row * C;
@@ -164,7 +170,7 @@ void attention_gqa_forward(float *out, float *lse, float *scratch, const float *
                     }
                     const float *P = d.p > 0 ? Pd : S;
                     if (lowp) {
-                        rows_to_bf16(w.Pb, P, m, kn, kn);
+                        if (!fuse) rows_to_bf16(w.Pb, P, m, kn, kn);
                         mm_gemm_bf16(0, 0, m, hs, kn, 1.0f, w.Pb, kn, w.Vb + (size_t)k0 * hs, hs, 1.0f,
                                      y + (size_t)r0 * C, C);
                     } else {
@@ -190,6 +196,9 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                             const float *lse, const int32_t *pos, int B, int T, int NH, int KV, int hs, float scale,
                             Dropout d, int lowp, int nt) {
     int G = NH / KV, C = NH * hs, ld = (NH + 2 * KV) * hs;
+    /* bf16 without dropout: P and dS are written only as the bf16 operands of their GEMMs, in the
+     * loop that computes them (the same values, rounded from the same fp32; no reduction there). */
+    const int fuse = lowp && !(d.p > 0);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int bkv = 0; bkv < B * KV; bkv++) {
         int b = bkv / KV, kh = bkv % KV;
@@ -242,6 +251,19 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                         int row = r0 + i, jn = row - k0 + 1 < kn ? row - k0 + 1 : kn;
                         int js = doc_row_from(dpos, row, k0);
                         float *prow = P + (size_t)i * kn, *g = dP + (size_t)i * kn, li = L[row];
+                        if (fuse) {
+                            uint16_t *pb = w.Pb + (size_t)i * kn, *sb = w.dSb + (size_t)i * kn;
+                            float Di = D[i];
+#pragma omp simd
+                            for (int j = js; j < jn; j++) {
+                                float p = st_expf(prow[j] - li);
+                                pb[j] = half_bf16(p);
+                                sb[j] = half_bf16(p * (g[j] - Di) * scale);
+                            }
+                            for (int j = 0; j < js && j < kn; j++) pb[j] = 0, sb[j] = 0;
+                            for (int j = jn > js ? jn : js; j < kn; j++) pb[j] = 0, sb[j] = 0;
+                            continue;
+                        }
 #pragma omp simd
                         for (int j = js; j < jn; j++) prow[j] = st_expf(prow[j] - li);
                         for (int j = 0; j < js && j < kn; j++) prow[j] = 0.0f;
@@ -261,7 +283,7 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                     /* dV += Pd^T dY; dQ += dS K; dK += dS^T Q */
                     const float *Pv = d.p > 0 ? Pd : P;
                     if (lowp) {
-                        rows_to_bf16(w.Pb, Pv, m, kn, kn), rows_to_bf16(w.dSb, dP, m, kn, kn);
+                        if (!fuse) rows_to_bf16(w.Pb, Pv, m, kn, kn), rows_to_bf16(w.dSb, dP, m, kn, kn);
                         mm_gemm_bf16(1, 0, kn, hs, m, 1.0f, w.Pb, kn, w.dYb + (size_t)r0 * hs, hs, 1.0f,
                                      dv + (size_t)k0 * ld, ld);
                         mm_gemm_bf16(0, 0, m, hs, kn, 1.0f, w.dSb, kn, w.Kb + (size_t)k0 * hs, hs, 1.0f,

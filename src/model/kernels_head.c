@@ -42,19 +42,26 @@ static void head_logits_gemm(const MatPrec *mp, float *logits, int ld, const flo
 /* dwte NULL: a frozen head (LoRA), its weight gradient skipped. */
 static void head_backward_gemms(const MatPrec *mp, float *dx_c, float *dwte, const float *logits, int ld,
                                 const float *x_c, const float *wte, const uint16_t *wte_lp, int m, int rows, int C,
-                                float beta, int nt) {
+                                float beta, int nt, int lp_ready) {
     if (mp && mp->fp16) {
         round_fp16(mp->fa, logits, (size_t)m * ld, nt);
         mm_sgemm(0, 0, m, C, rows, 1.0f, mp->fa, ld, mp->fw, C, 0.0f, dx_c, C);
         if (dwte) mm_sgemm(1, 0, rows, C, m, 1.0f, mp->fa, ld, mp->fb, C, beta, dwte, C);
     } else if (mp && mp->bf16) {
-        cast_bf16(mp->a, logits, (size_t)m * ld, nt);
+        if (!lp_ready) cast_bf16(mp->a, logits, (size_t)m * ld, nt);
         mm_gemm_bf16(0, 0, m, C, rows, 1.0f, mp->a, ld, wte_lp, C, 0.0f, dx_c, C);
         if (dwte) mm_gemm_bf16(1, 0, rows, C, m, 1.0f, mp->a, ld, mp->b, C, beta, dwte, C);
     } else {
         mm_sgemm(0, 0, m, C, rows, 1.0f, logits, ld, wte, C, 0.0f, dx_c, C);
         if (dwte) mm_sgemm(1, 0, rows, C, m, 1.0f, logits, ld, x_c, C, beta, dwte, C);
     }
+}
+
+/* The label's logit gradient p - dscale rounded to bf16, with p first rounded to fp32 as the fp32
+ * path stores it (volatile: no fused multiply-subtract may skip that rounding). */
+static uint16_t label_grad_bf16(float p, float dscale) {
+    volatile float q = p;
+    return half_bf16(q - dscale);
 }
 
 void head_forward_backward(float *losses, float *dx, float *dwte, float *logits, const float *x, const float *wte,
@@ -93,6 +100,11 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
                              int Vp, float dscale, int chunk, int acc, int nt, float *probs_out, const HeadSample *smp,
                              double *ms_fwd, double *ms_bwd) {
     head_widen(mp, wte_lp, V, C, nt); /* the V real rows of the tied weight */
+    /* bf16 with a backward: the logits' gradient is written straight as the bf16 operand of the
+     * two backward GEMMs (mp->a, leading dimension Vp), each value rounded from the same fp32 as
+     * before, instead of into the fp32 logits and rounded by a second pass over them (a chunk's
+     * logits are larger than the caches: that pass cost a read and a write of them). */
+    const int fuse = mp && mp->bf16 && dx;
     for (int r0 = 0; r0 < n; r0 += chunk) {
         int m = n - r0 < chunk ? n - r0 : chunk;
         float beta = acc || r0 > 0 ? 1.0f : 0.0f; /* overwriting: the first chunk writes dwte's V rows */
@@ -102,6 +114,7 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int i = 0; i < m; i++) {
             float *l = logits + (size_t)i * Vp;
+            uint16_t *lo = fuse ? mp->a + (size_t)i * Vp : NULL;
             int t = targets[r0 + i];
             float mx = l[0], s = 0;
 #pragma omp simd reduction(max : mx)
@@ -109,7 +122,8 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
             if (smp) { /* the label drawn from this row's softmax; one exponential pass serves all */
                 if (t < 0) {
                     smp->labels[r0 + i] = -1, losses[r0 + i] = 0.0f;
-                    if (dx) memset(l, 0, sizeof(float) * V);
+                    if (lo) memset(lo, 0, sizeof(uint16_t) * V);
+                    else if (dx) memset(l, 0, sizeof(float) * V);
                     continue;
                 }
 #pragma omp simd reduction(+ : s)
@@ -117,7 +131,12 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
                 int y = sample_row(l, V, s, smp->u[r0 + i]);
                 smp->labels[r0 + i] = y;
                 losses[r0 + i] = logf(s) - logf(l[y]);
-                if (dx) {
+                if (lo) {
+                    float inv = dscale / s;
+#pragma omp simd
+                    for (int v = 0; v < V; v++) lo[v] = half_bf16(l[v] * inv);
+                    lo[y] = label_grad_bf16(l[y] * inv, dscale);
+                } else if (dx) {
                     float inv = dscale / s;
 #pragma omp simd
                     for (int v = 0; v < V; v++) l[v] *= inv;
@@ -131,7 +150,16 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
             losses[r0 + i] = t >= 0 ? lse - l[t] : 0.0f;
             if (probs_out && r0 + i == 0)
                 for (int v = 0; v < V; v++) probs_out[v] = st_expf(l[v] - lse);
-            if (dx) {
+            if (lo) {
+                if (t < 0) {
+                    memset(lo, 0, sizeof(uint16_t) * V);
+                } else {
+                    float inv = dscale / s;
+#pragma omp simd
+                    for (int v = 0; v < V; v++) lo[v] = half_bf16(st_expf(l[v] - mx) * inv);
+                    lo[t] = label_grad_bf16(st_expf(l[t] - mx) * inv, dscale);
+                }
+            } else if (dx) {
                 if (t < 0) {
                     memset(l, 0, sizeof(float) * V);
                 } else {
@@ -146,7 +174,7 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
         if (ms_fwd) *ms_fwd += t1 - t0;
         if (dx) {
             head_backward_gemms(mp, dx + (size_t)r0 * C, dwte, logits, Vp, x + (size_t)r0 * C, wte, wte_lp, m, V, C, beta,
-                                nt);
+                                nt, fuse);
             if (ms_bwd) *ms_bwd += timer_ms() - t1;
         }
     }
@@ -205,7 +233,7 @@ void head_forward_backward_vp(const MatPrec *mp, float *losses, float *dx, float
             if (Vr == 0) memset(dx + (size_t)r0 * C, 0, (size_t)m * C * sizeof(float));
             else
                 head_backward_gemms(mp, dx + (size_t)r0 * C, dwte, logits, Vl, x + (size_t)r0 * C, wte, wte_lp, m, Vr, C,
-                                    beta, nt);
+                                    beta, nt, 0);
             if (ms_bwd) *ms_bwd += timer_ms() - t1;
         }
     }
