@@ -102,6 +102,15 @@ typedef struct {
     size_t floats; /* chunk of the exchange (<= bucket_floats) */
 } ParTied;
 
+/* Tensor parallelism's nonblocking collectives (tp.c): the model's tp_start / tp_wait handles are
+ * indices into req. At most two are in flight (a gather and a sum, docs/parallel.md "Overlap"). */
+#define PAR_TP_REQS 4
+typedef struct {
+    CommReq req[PAR_TP_REQS];
+    int busy[PAR_TP_REQS];    /* started and not yet waited */
+    int deferred[PAR_TP_REQS];/* Faults.tp_nowait: waited late, at the next tp hook */
+} ParTp;
+
 /* Where the step is. */
 typedef struct {
     int k, j, last, in_step; /* micro-batches, the current one, it is the last, inside a step */
@@ -134,6 +143,7 @@ struct Par {
     ParNorm norm;
     ParMatopt mo;
     ParTied tied;
+    ParTp tp;
     ParStep st;
 
     void (*progress_fn)(void *);
@@ -167,7 +177,9 @@ float *zero_params(Par *p);
 const float *zero_owned_grad(const Par *p, int s);
 
 /* ---- tp.c ---- */
-void tp_set_hooks(Par *p); /* tp_allreduce, tp_allgather, tp_reduce_scatter */
+void tp_set_hooks(Par *p); /* tp_allreduce, tp_allgather, tp_reduce_scatter, tp_start, tp_wait, tp_progress */
+/* Completes the tp requests still open (Faults.tp_nowait's deferred waits) before the step ends. */
+Status tp_finish(Par *p, Err *err);
 /* Fills ParNorm.twice. 0 when out of memory. */
 int tp_norm_init(Par *p);
 /* local less the sum of squares of each piece in ParNorm.twice, subtracted piece by piece. */
