@@ -2,8 +2,11 @@
 #include "model/gpt.h"
 
 #include <math.h>
+#include <omp.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/rng.h"
 #include "core/timer.h"
@@ -494,12 +497,84 @@ static int tp_overlap(const Gpt *g) {
     return s->tp > 1 && g->hooks.tp_start && !g->lora && !s->split_backward && !s->mp.fp16;
 }
 
+/* One GEMM step of an overlapped layer (what overlap_run runs beside the progress loop). */
+typedef enum { JOB_FWD, JOB_DINP, JOB_DW } JobKind;
+typedef struct {
+    JobKind kind;
+    float *out;           /* FWD: (rows, OC); DINP: dinp (N, C); DW: dw (OC, C) */
+    float *dbias;         /* DINP: the bias gradient (+)= column sums of dY, or NULL */
+    const float *in;      /* FWD: (rows, C); DW: the whole input (N, C); bf16 bits under bf16 */
+    const float *dout;    /* DINP, DW: dY (N, OC) fp32, or NULL under bf16: s->mp.a holds it rounded */
+    const float *w, *bias;/* the weight (OC, C); FWD: the bias or NULL */
+    int rows, C, OC, acc;
+} Job;
+
+static void job_run(Gpt *g, const Job *j) {
+    GptRunState *s = &g->s;
+    int bf = s->mp.bf16, nt = s->nt;
+    switch (j->kind) {
+    case JOB_FWD:
+        if (bf) g->be->matmul_forward_lp(j->out, (const uint16_t *)j->in, lp(g, j->w), j->bias, j->rows, j->C, j->OC);
+        else g->be->matmul_forward_p(&s->mp, j->out, j->in, j->w, lp(g, j->w), j->bias, j->rows, j->C, j->OC, nt);
+        break;
+    case JOB_DINP:
+        if (bf) {
+            if (j->dout && j->dbias) g->be->cast_bf16_colsum(s->mp.a, j->dbias, j->dout, j->rows, j->OC, j->acc, nt);
+            else if (j->dout) g->be->cast_bf16(s->mp.a, j->dout, (size_t)j->rows * j->OC, nt);
+            g->be->matmul_backward_lp(j->out, NULL, s->mp.a, NULL, lp(g, j->w), j->rows, j->C, j->OC, j->acc);
+        } else {
+            g->be->matmul_backward_p(&s->mp, j->out, NULL, j->dbias, j->dout, NULL, j->w, lp(g, j->w), j->rows, j->C,
+                                     j->OC, j->acc, nt);
+        }
+        break;
+    case JOB_DW:
+        if (bf) g->be->matmul_backward_lp(NULL, j->out, s->mp.a, (const uint16_t *)j->in, NULL, j->rows, j->C, j->OC, j->acc);
+        else g->be->matmul_backward_p(&s->mp, NULL, j->out, NULL, j->dout, j->in, j->w, NULL, j->rows, j->C, j->OC,
+                                      j->acc, nt);
+        break;
+    }
+}
+
+/* Runs job j while the collectives in flight progress. Open MPI moves a nonblocking collective only
+ * inside an MPI call, and oneDNN's GEMM cannot be cut into pieces with calls between them without
+ * changing its blocking (and so its bits: measured), so with one kernel thread (--threads 1) the GEMM
+ * runs on a second OpenMP thread while the calling thread (the one that may call MPI) calls
+ * tp_progress every TP_POLL_US until nothing is in flight, then sleeps until the GEMM is done.
+ * A GEMM inside a parallel region is single-threaded (matmul.h): the same as at --threads 1. With
+ * more kernel threads the GEMM keeps them and runs here, the collective moving at the wait. */
+#define TP_POLL_US 50
+static void overlap_run(Gpt *g, const Job *j) {
+    GptHooks *h = &g->hooks;
+    if (g->s.nt != 1 || !h->tp_progress) {
+        job_run(g, j);
+        return;
+    }
+    atomic_int done = 0;
+#pragma omp parallel num_threads(2)
+    {
+        if (omp_get_num_threads() < 2) { /* no second thread: the GEMM here, progress at the wait */
+            job_run(g, j);
+        } else if (omp_get_thread_num() == 1) {
+            job_run(g, j);
+            atomic_store(&done, 1);
+        } else {
+            int busy = 1;
+            struct timespec ts = {0, TP_POLL_US * 1000L};
+            while (!atomic_load(&done)) {
+                if (busy) busy = h->tp_progress(h->ctx) > 0;
+                if (!busy) ts.tv_nsec = 4 * TP_POLL_US * 1000L; /* only the GEMM left: check less often */
+                nanosleep(&ts, NULL);
+            }
+        }
+    }
+}
+
 /* --sp forward, overlapped: the whole (N, C) pre-norm output (own rows at `own`; bf16 when
  * s->mp.bf16) times the column-parallel weight w (OC, C) into out (N, OC), bias added. The all-gather
  * of the other ranks' rows is in flight while this rank's own row block is multiplied; then the
- * other row blocks. Returns the gathered input (s->sp_gather), for nothing but reading. */
-static const float *sp_colpar_forward(Gpt *g, float *out, const float *own, const float *w, const float *bias, int C,
-                                      int OC) {
+ * other row blocks (a GEMM split by output rows gives the same bits: each row's dot products are
+ * unchanged; checked by test_tp overlap and bitcheck). */
+static void sp_colpar_forward(Gpt *g, float *out, const float *own, const float *w, const float *bias, int C, int OC) {
     GptRunState *s = &g->s;
     GptHooks *h = &g->hooks;
     int bf = s->mp.bf16, Nl = s->curNl, t = s->tp;
@@ -508,13 +583,14 @@ static const float *sp_colpar_forward(Gpt *g, float *out, const float *own, cons
     int hg = h->tp_start(h->ctx, GPT_TP_ALLGATHER, s->sp_gather, blk);
     for (int k = 0; k < t; k++) {
         int r = (s->tp_rank + k) % t; /* own block first: its rows need nothing from the others */
-        if (k == 1) h->tp_wait(h->ctx, hg);
-        const float *in = s->sp_gather + (size_t)r * blk;
-        float *o = out + (size_t)r * Nl * OC;
-        if (bf) g->be->matmul_forward_lp(o, (const uint16_t *)in, lp(g, w), bias, Nl, C, OC);
-        else g->be->matmul_forward_p(&s->mp, o, in, w, lp(g, w), bias, Nl, C, OC, s->nt);
+        Job j = {JOB_FWD, out + (size_t)r * Nl * OC, NULL, s->sp_gather + (size_t)r * blk, NULL, w, bias, Nl, C, OC, 0};
+        if (k == 0) {
+            overlap_run(g, &j);
+            h->tp_wait(h->ctx, hg);
+        } else {
+            job_run(g, &j);
+        }
     }
-    return s->sp_gather;
 }
 
 /* Backward of a column-parallel linear (fc, qkv) at tp > 1, overlapped (Megatron): under --sp the
@@ -528,27 +604,22 @@ static float *colpar_backward(Gpt *g, float *dinp, float *dw, float *dbias, cons
                               const float *w, int N, int C, int OC, int acc) {
     GptRunState *s = &g->s;
     GptHooks *h = &g->hooks;
-    int bf = s->mp.bf16, nt = s->nt;
     size_t nlc = (size_t)s->curNl * C;
     const float *in = own;
-    int hg = -1;
+    Job jd = {JOB_DINP, dinp, dbias, NULL, dout, w, NULL, N, C, OC, acc};
     if (s->sp) {
-        size_t blk = bf ? nlc / 2 : nlc;
+        size_t blk = s->mp.bf16 ? nlc / 2 : nlc;
         g->be->copy(s->sp_gather + (size_t)s->tp_rank * blk, own, blk * sizeof(float));
-        hg = h->tp_start(h->ctx, GPT_TP_ALLGATHER, s->sp_gather, blk);
+        int hg = h->tp_start(h->ctx, GPT_TP_ALLGATHER, s->sp_gather, blk);
         in = s->sp_gather;
-    }
-    if (bf) {
-        if (dout && dbias) g->be->cast_bf16_colsum(s->mp.a, dbias, dout, N, OC, acc, nt);
-        else if (dout) g->be->cast_bf16(s->mp.a, dout, (size_t)N * OC, nt);
-        g->be->matmul_backward_lp(dinp, NULL, s->mp.a, NULL, lp(g, w), N, C, OC, acc);
+        overlap_run(g, &jd);
+        h->tp_wait(h->ctx, hg);
     } else {
-        g->be->matmul_backward_p(&s->mp, dinp, NULL, dbias, dout, NULL, w, lp(g, w), N, C, OC, acc, nt);
+        job_run(g, &jd);
     }
-    if (hg >= 0) h->tp_wait(h->ctx, hg);
     int hr = h->tp_start(h->ctx, s->sp ? GPT_TP_REDUCE_SCATTER : GPT_TP_ALLREDUCE, dinp, nlc);
-    if (bf) g->be->matmul_backward_lp(NULL, dw, s->mp.a, (const uint16_t *)in, NULL, N, C, OC, acc);
-    else g->be->matmul_backward_p(&s->mp, NULL, dw, NULL, dout, in, w, NULL, N, C, OC, acc, nt);
+    Job jw = {JOB_DW, dw, NULL, in, dout, w, NULL, N, C, OC, acc};
+    overlap_run(g, &jw);
     h->tp_wait(h->ctx, hr);
     return dinp + (s->sp ? (size_t)s->tp_rank * nlc : 0);
 }

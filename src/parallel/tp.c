@@ -89,11 +89,15 @@ static void h_tp_wait(void *ctx, int h) {
     p->tp.busy[h] = 0;
 }
 
-static void h_tp_progress(void *ctx) {
+/* One MPI_Test per request in flight (completed ones stay busy until tp_wait). Returns how many are
+ * still incomplete. */
+static int h_tp_progress(void *ctx) {
     Par *p = ctx;
-    if (p->o.faults.tp_nowait) return; /* the fault's requests move only at the next tp hook */
+    if (p->o.faults.tp_nowait) return 0; /* the fault's requests move only at the next tp hook */
+    int left = 0;
     for (int i = 0; i < PAR_TP_REQS; i++)
-        if (p->tp.busy[i]) comm_test(&p->tp.req[i]);
+        if (p->tp.busy[i] && !comm_test(&p->tp.req[i])) left++;
+    return left;
 }
 
 Status tp_finish(Par *p, Err *err) {
