@@ -46,7 +46,9 @@ tp_bytes() {
 plan_field() { python3 -c 'import json,sys; j=json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
 
-modes="one tp2_before tp2_after tp2sp_before tp2sp_after"
+# MODES (environment) picks the runs; tp2_noprog / tp2sp_noprog: overlapped without progress calls
+# (ST_PAR_TEST_TP_NOPROGRESS=1: a collective moves only at its start and its wait).
+modes=${MODES:-one tp2_before tp2_after tp2sp_before tp2sp_after}
 echo "| config | run | step ms (median) | tokens/s | vs 1 process | exposed tp ms/step (median) | plan α-β tp ms/step | exposed / α-β | overlapped per step | tp MB/step measured = planned | load (1 min) |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"
 for cfg in $cfgs; do
@@ -61,6 +63,7 @@ for cfg in $cfgs; do
       if [[ $mode == *_before ]]; then
         if [[ -n ${BASE:-} ]]; then bin=$BASE; else env="-x ST_PAR_TEST_TP_BLOCKING=1"; fi
       fi
+      [[ $mode == *_noprog ]] && env="-x ST_PAR_TEST_TP_NOPROGRESS=1"
       load1 >>"$tmp/$cfg.$mode.load"
       if [[ $mode == one ]]; then
         $ST train $shape --steps "$steps" --val-every 0 --threads 2 --quiet --log "$log" >/dev/null
@@ -74,7 +77,7 @@ for cfg in $cfgs; do
       cp "$log" "$tmp/$cfg.$mode.last.jsonl"
     done
   done
-  one=$(med <"$tmp/$cfg.one.ms")
+  one=$(med <"$tmp/$cfg.one.ms" 2>/dev/null || true)
   for mode in $modes; do
     ms=$(med <"$tmp/$cfg.$mode.ms")
     ld=$(sort -g "$tmp/$cfg.$mode.load" | awk 'NR==1{a=$1} {b=$1} END {printf "%.1f–%.1f", a, b}')
@@ -84,7 +87,11 @@ for cfg in $cfgs; do
       continue
     fi
     sp=$([[ $mode == tp2sp* ]] && echo "--sp" || echo "")
-    when=$([[ $mode == *_before ]] && echo "blocking (before)" || echo "overlapped (after)")
+    case $mode in
+      *_before) when="blocking (before)" ;;
+      *_noprog) when="overlapped, no progress calls" ;;
+      *) when="overlapped (after)" ;;
+    esac
     pj=$($ST plan $shape --grad-accum 1 --threads 1 --tp 2 $sp --devices-per-node 2 --json)
     ptp=$(plan_field 'j["compute"]["time_s"]["tp"]*1e3' <<<"$pj")
     pbytes=$(plan_field 'int(sum(v for n,v in j["comm_bytes_by_kind"].items() if n.startswith("tp ")))' <<<"$pj")
@@ -93,9 +100,21 @@ for cfg in $cfgs; do
     comm=$(med <"$tmp/$cfg.$mode.comm")
     awk -v c="$cfg" -v md="tp 2${sp:+ --sp}, $when" -v m="$ms" -v o="$one" -v cm="$comm" -v p="$ptp" \
         -v mb="$mbytes" -v pb="$pbytes" -v ov="${ovl:--}" -v l="$ld" \
-      'BEGIN {printf "| %s | %s | %.1f | %.0f | %.2f | %.1f | %.1f | %.1f | %s | %.1f %s %.1f | %s |\n", c, md, m, 2048 / (m * 1e-3), o / m,
+      'BEGIN {printf "| %s | %s | %.1f | %.0f | %s | %.1f | %.1f | %.1f | %s | %.1f %s %.1f | %s |\n", c, md, m, 2048 / (m * 1e-3),
+              (o == "") ? "-" : sprintf("%.2f", o / m),
               cm, p, cm / p, ov, mb / 1e6, (mb == pb) ? "=" : "!=", pb / 1e6, l}'
   done
 done
 echo
+# The same runs before and after, compared as text: every step's loss and gradient norms.
+for f in "$tmp"/*.tp2*_before.last.jsonl; do
+  [[ -e $f ]] || continue
+  for g in "${f/_before./_after.}" "${f/_before./_noprog.}"; do
+    [[ -e $g ]] || continue
+    a=$(grep '"event":"step"' "$f" | grep -o '"\(loss\|grad_norm\|grad_norm_clipped\)":[^,]*' | md5sum | cut -c1-12)
+    b=$(grep '"event":"step"' "$g" | grep -o '"\(loss\|grad_norm\|grad_norm_clipped\)":[^,]*' | md5sum | cut -c1-12)
+    n=$(grep -c '"event":"step"' "$g")
+    echo "$(basename "$g" .last.jsonl) vs before: $n steps' loss and norms $([[ $a == "$b" ]] && echo "identical to the bit" || echo "DIFFER")"
+  done
+done
 echo "rounds $rounds, $steps steps per run, before = ${BASE:-this binary with ST_PAR_TEST_TP_BLOCKING=1}; $(date -u '+%F %H:%M UTC'); load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

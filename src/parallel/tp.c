@@ -116,7 +116,7 @@ void tp_set_hooks(Par *p) {
     if (p->o.faults.tp_blocking) return; /* test-only: the blocking path as before issue 28 */
     h->tp_start = h_tp_start;
     h->tp_wait = h_tp_wait;
-    h->tp_progress = h_tp_progress;
+    h->tp_progress = p->o.faults.tp_no_progress ? NULL : h_tp_progress;
 }
 
 /* ================================================================ the norm's replicated pieces */
