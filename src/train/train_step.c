@@ -557,8 +557,8 @@ static Status step_report(Run *r, Step *s, Err *err) {
     }
     double pipe[4] = {0, 0, 0, 0}; /* pp > 1: bubble measured, formula, simulated; idle of this rank */
     if (r->pp > 1 && (st = pipeline_bubble(r, s, pipe, err)) != ST_OK) return st;
-    /* tp's exposed time: its waits plus the progress calls made for its overlapped collectives
-     * (comm_test, between GEMMs), which are not in wait_ms_total. */
+    /* tp's exposed time: its waits; apart, the progress calls made for its overlapped collectives
+     * (comm_test on the calling thread while a GEMM runs on another, model/gpt.c overlap_run). */
     double comm_ms = r->comm->stats.wait_ms_total - s->comm_ms0, by_kind[COMM_NKIND], tp_ms = 0, tp_test_ms = 0;
     for (int k = 0; k < COMM_NKIND; k++) {
         by_kind[k] = (double)(r->comm->stats.bytes[k] - s->cs0.bytes[k]);
@@ -576,7 +576,7 @@ static Status step_report(Run *r, Step *s, Err *err) {
                    .step_ms_max = mx, .step_ms_median = stats_median_inplace(r->by_rank2, (size_t)r->world), .ms_total = dt,
                    .ms_data = s->t1 - s->t0, .ms_forward = r->g.s.ms_fwd,
                    .ms_backward = (s->t2 - s->t1) - r->g.s.ms_fwd - s->hess_ms,
-                   .ms_comm = comm_ms + tp_test_ms, .ms_comm_dp = comm_ms - tp_ms, .ms_comm_tp = tp_ms + tp_test_ms,
+                   .ms_comm = comm_ms, .ms_comm_dp = comm_ms - tp_ms, .ms_comm_tp = tp_ms, .ms_tp_progress = tp_test_ms,
                    .tp_overlapped = r->comm->tp > 1 ? tp_nb : -1,
                    .comm_bytes_by_kind = by_kind, .ms_optimizer = s->t3 - s->t2, .ms_checkpoint = s->ckpt_ms,
                    .pp = r->pp, .pp_idle_ms = r->pipe.stats.idle_ms, .pp_busy_ms = r->pipe.stats.busy_ms, .pp_f_ms = r->pipe.stats.f_ms,
