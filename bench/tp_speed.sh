@@ -40,6 +40,8 @@ med() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] +
 after_first() { grep '"event":"step"' "$1" | tail -n +2; }
 comm_tp() { after_first "$1" | sed -n 's/.*"comm_tp":\([0-9.e+-]*\).*/\1/p'; }
 overlapped() { after_first "$1" | head -1 | sed -n 's/.*"tp_overlapped":\([0-9.e+-]*\).*/\1/p'; }
+# per step after the first: the overlapped collectives a progress call saw complete before their wait
+done_early() { after_first "$1" | sed -n 's/.*"tp_overlapped_done":\([0-9.e+-]*\).*/\1/p'; }
 tp_bytes() {
   after_first "$1" | head -1 | python3 -c 'import json,sys; k=json.loads(sys.stdin.read())["comm_bytes_by_kind"]; print(int(sum(v for n,v in k.items() if n.startswith("tp "))))'
 }
@@ -49,12 +51,12 @@ load1() { cut -d' ' -f1 /proc/loadavg; }
 # MODES (environment) picks the runs; tp2_noprog / tp2sp_noprog: overlapped without progress calls
 # (ST_PAR_TEST_TP_NOPROGRESS=1: a collective moves only at its start and its wait).
 modes=${MODES:-one tp2_before tp2_after tp2sp_before tp2sp_after}
-echo "| config | run | step ms (median) | tokens/s | vs 1 process | exposed tp ms/step (median) | plan α-β tp ms/step | exposed / α-β | overlapped per step | tp MB/step measured = planned | load (1 min) |"
+echo "| config | run | step ms (median) | tokens/s | vs 1 process | exposed tp ms/step (median) | plan α-β tp ms/step | exposed / α-β | overlapped per step (done before the wait, median) | tp MB/step measured = planned | load (1 min) |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"
 for cfg in $cfgs; do
   V=$([[ $cfg == B ]] && echo 50257 || echo 257) # C: the bundled bytes and their end-of-text id
   shape="--layers 6 --heads 6 --channels 384 --vocab $V --max-seq-len 256 --seq-len 256 --micro-batch 8"
-  for mode in $modes; do : >"$tmp/$cfg.$mode.ms"; : >"$tmp/$cfg.$mode.comm"; : >"$tmp/$cfg.$mode.load"; done
+  for mode in $modes; do : >"$tmp/$cfg.$mode.ms"; : >"$tmp/$cfg.$mode.comm"; : >"$tmp/$cfg.$mode.load"; : >"$tmp/$cfg.$mode.done"; done
   for ((r = 0; r < rounds; r++)); do
     for mode in $modes; do
       log="$tmp/$cfg.$mode.$r.jsonl"
@@ -74,10 +76,12 @@ for cfg in $cfgs; do
       fi
       grep '"event":"end"' "$log" | sed -n 's/.*"median_step_ms":\([0-9.e+-]*\).*/\1/p' >>"$tmp/$cfg.$mode.ms"
       comm_tp "$log" >>"$tmp/$cfg.$mode.comm"
+      done_early "$log" >>"$tmp/$cfg.$mode.done"
       cp "$log" "$tmp/$cfg.$mode.last.jsonl"
     done
   done
-  one=$(med <"$tmp/$cfg.one.ms" 2>/dev/null || true)
+  one=""
+  [[ -s $tmp/$cfg.one.ms ]] && one=$(med <"$tmp/$cfg.one.ms")
   for mode in $modes; do
     ms=$(med <"$tmp/$cfg.$mode.ms")
     ld=$(sort -g "$tmp/$cfg.$mode.load" | awk 'NR==1{a=$1} {b=$1} END {printf "%.1f–%.1f", a, b}')
@@ -97,6 +101,7 @@ for cfg in $cfgs; do
     pbytes=$(plan_field 'int(sum(v for n,v in j["comm_bytes_by_kind"].items() if n.startswith("tp ")))' <<<"$pj")
     mbytes=$(tp_bytes "$tmp/$cfg.$mode.last.jsonl")
     ovl=$(overlapped "$tmp/$cfg.$mode.last.jsonl")
+    [[ -s $tmp/$cfg.$mode.done ]] && ovl="$ovl ($(med <"$tmp/$cfg.$mode.done"))"
     comm=$(med <"$tmp/$cfg.$mode.comm")
     awk -v c="$cfg" -v md="tp 2${sp:+ --sp}, $when" -v m="$ms" -v o="$one" -v cm="$comm" -v p="$ptp" \
         -v mb="$mbytes" -v pb="$pbytes" -v ov="${ovl:--}" -v l="$ld" \

@@ -248,7 +248,10 @@ int comm_test(CommReq *req) {
         req->mpi_rc = rc;
         return 1;
     }
-    if (flag) req_finish(req);
+    if (flag) {
+        c->stats.test_done[req->kind]++;
+        req_finish(req);
+    }
     return flag;
 }
 

@@ -47,6 +47,8 @@ typedef struct {
     double wait_ms_total;       /* exposed communication time: sum of wait_ms */
     double test_ms;             /* wall time inside comm_test (progress work done while overlapping) */
     double test_ms_by_kind[COMM_NKIND]; /* test_ms split by the kind of the request tested */
+    uint64_t test_done[COMM_NKIND]; /* requests whose completion comm_test observed (they completed
+                                   while the caller overlapped them, before any comm_wait) */
     uint64_t tp_nonblocking;    /* tp collectives started by the comm_tp_i* forms (overlapped by the
                                    caller with computation; the blocking forms do not count) */
 } CommStats;

@@ -22,7 +22,9 @@
  *             the batch's tokens with loss masks or no-pack padding), tokens_seen (batch tokens
  *             times steps), tokens_per_s, mfu, elapsed_s, eta_s,
  *             comm_bytes, comm_bytes_by_kind{kind: bytes}, [tp_overlapped (tp > 1: the tp collectives
- *             started nonblocking and overlapped with a GEMM, docs/parallel.md "Overlap"),]
+ *             started nonblocking and overlapped with a GEMM, docs/parallel.md "Overlap"),
+ *             tp_overlapped_done (of those, the ones seen complete by a progress call before
+ *             their wait: wholly hidden),]
  *             step_ms_max, step_ms_median,
  *             time_ms{total, data, forward, backward, comm, comm_dp, comm_tp[, tp_progress], optimizer,
  *             checkpoint[, hessian]} (comm = comm_dp + comm_tp: exposed waits in the dp/world collectives and
@@ -145,6 +147,8 @@ typedef struct {
     double ms_tp_progress;  /* tp > 1: time in the progress calls of the overlapped tp collectives */
     double tp_overlapped;   /* tp > 1: tp collectives started nonblocking and overlapped with GEMMs this
                                step (CommStats.tp_nonblocking); < 0: not written (tp 1) */
+    double tp_overlapped_done; /* of those, the ones a progress call saw complete before their wait
+                               (hidden behind the GEMM; CommStats.test_done of the tp kinds) */
     int sophia;                 /* the run's optimizer is Sophia: time_ms.hessian and hessian{} are written */
     double ms_hessian;          /* its Hessian pass (0 on steps without one) */
     double hess_loss, hess_bytes, hess_tokens; /* the pass's sampled-label loss, collective bytes, tokens */

@@ -201,6 +201,7 @@ static void step_comm_exclude(Run *r, Step *s, const CommStats *before) {
         s->cs0.bytes[k] += now->bytes[k] - before->bytes[k];
         s->cs0.wait_ms[k] += now->wait_ms[k] - before->wait_ms[k];
         s->cs0.test_ms_by_kind[k] += now->test_ms_by_kind[k] - before->test_ms_by_kind[k];
+        s->cs0.test_done[k] += now->test_done[k] - before->test_done[k];
         s->comm_b0 += (double)(now->bytes[k] - before->bytes[k]);
     }
     s->comm_ms0 += now->wait_ms_total - before->wait_ms_total;
@@ -567,7 +568,9 @@ static Status step_report(Run *r, Step *s, Err *err) {
             tp_test_ms += r->comm->stats.test_ms_by_kind[k] - s->cs0.test_ms_by_kind[k];
         }
     }
-    double tp_nb = (double)(r->comm->stats.tp_nonblocking - s->cs0.tp_nonblocking);
+    double tp_nb = (double)(r->comm->stats.tp_nonblocking - s->cs0.tp_nonblocking), tp_early = 0;
+    for (int k = 0; k < COMM_NKIND; k++)
+        if (comm_kind_is_tp((CommKind)k)) tp_early += (double)(r->comm->stats.test_done[k] - s->cs0.test_done[k]);
     StepEvent e = {.step = s->next, .batch = r->attempt, .loss = s->loss, .lr = s->lr, .grad_norm = s->norm,
                    .grad_norm_clipped = s->norm * s->scale, .grad_norm_by_rank = r->by_rank, .world = r->world,
                    .applied = s->updated, .fp16 = c->fp16, .loss_scale = s->lscale, .tokens = (double)s->ntok,
@@ -577,7 +580,7 @@ static Status step_report(Run *r, Step *s, Err *err) {
                    .ms_data = s->t1 - s->t0, .ms_forward = r->g.s.ms_fwd,
                    .ms_backward = (s->t2 - s->t1) - r->g.s.ms_fwd - s->hess_ms,
                    .ms_comm = comm_ms, .ms_comm_dp = comm_ms - tp_ms, .ms_comm_tp = tp_ms, .ms_tp_progress = tp_test_ms,
-                   .tp_overlapped = r->comm->tp > 1 ? tp_nb : -1,
+                   .tp_overlapped = r->comm->tp > 1 ? tp_nb : -1, .tp_overlapped_done = tp_early,
                    .comm_bytes_by_kind = by_kind, .ms_optimizer = s->t3 - s->t2, .ms_checkpoint = s->ckpt_ms,
                    .pp = r->pp, .pp_idle_ms = r->pipe.stats.idle_ms, .pp_busy_ms = r->pipe.stats.busy_ms, .pp_f_ms = r->pipe.stats.f_ms,
                    .pp_b_ms = r->pipe.stats.b_ms, .pp_w_ms = r->pipe.stats.w_ms, .pp_bubble = pipe[0], .pp_bubble_formula = pipe[1], .pp_bubble_sim = pipe[2],
