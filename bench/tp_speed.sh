@@ -31,8 +31,8 @@ ST=$PWD/build/scaletrain
 [[ -x $ST ]] || { echo "tp_speed: build first (make build)" >&2; exit 2; }
 [[ -z ${BASE:-} || -x $BASE ]] || { echo "tp_speed: BASE=$BASE: expected an executable scaletrain" >&2; exit 2; }
 command -v mpirun >/dev/null || { echo "tp_speed: mpirun not found" >&2; exit 2; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+tmp=$(mktemp -d /tmp/tp_speed.XXXXXX)
+[[ -n ${KEEP:-} ]] || trap 'rm -rf "$tmp"' EXIT # KEEP=1: the logs stay in $tmp
 MPI="mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1"
 # median of the numbers on stdin
 med() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
@@ -67,12 +67,17 @@ for cfg in $cfgs; do
       fi
       [[ $mode == *_noprog ]] && env="-x ST_PAR_TEST_TP_NOPROGRESS=1"
       load1 >>"$tmp/$cfg.$mode.load"
+      rc=0
       if [[ $mode == one ]]; then
-        $ST train $shape --steps "$steps" --val-every 0 --threads 2 --quiet --log "$log" >/dev/null
+        $ST train $shape --steps "$steps" --val-every 0 --threads 2 --quiet --log "$log" >/dev/null || rc=$?
       else
         # shellcheck disable=SC2086
         $MPI $env $bin train $shape --steps "$steps" --val-every 0 --threads 1 --tp 2 $sp \
-          --quiet --log "$log" >/dev/null
+          --quiet --log "$log" >/dev/null || rc=$?
+      fi
+      if [[ $rc != 0 ]] || ! grep -q '"event":"end"' "$log"; then
+        echo "tp_speed: $cfg $mode round $r failed (exit $rc), left out" >&2
+        continue
       fi
       grep '"event":"end"' "$log" | sed -n 's/.*"median_step_ms":\([0-9.e+-]*\).*/\1/p' >>"$tmp/$cfg.$mode.ms"
       comm_tp "$log" >>"$tmp/$cfg.$mode.comm"
@@ -80,6 +85,7 @@ for cfg in $cfgs; do
       cp "$log" "$tmp/$cfg.$mode.last.jsonl"
     done
   done
+  set +e # the table: a missing figure prints as empty rather than ending the script
   one=""
   [[ -s $tmp/$cfg.one.ms ]] && one=$(med <"$tmp/$cfg.one.ms")
   for mode in $modes; do
