@@ -94,11 +94,12 @@ int main(int argc, char **argv) {
     printf("RESULT {\"peer\": \"scaletrain\", \"arch\": \"%s\", \"flops_per_token\": %.0f, \"L\": %d, \"C\": %d, \"V\": %d, \"B\": %d, \"T\": %d, \"threads\": %d, "
            "\"median_ms\": %.2f, \"forward_ms\": %.2f, \"backward_ms\": %.2f, \"optimizer_ms\": %.2f, "
            "\"tokens_per_s\": %.1f, \"gflops\": %.1f, \"peak_gflops\": %.1f, \"mfu\": %.4f, \"precision\": \"%s\", \"recompute\": \"%s\", "
-           "\"activation_bytes\": %zu, \"allocated_bytes\": %zu}\n",
+           "\"activation_bytes\": %zu, \"allocated_bytes\": %zu, \"params\": %zu}\n",
            model_arch_name(mc.arch), fpt, mc.n_layer, mc.n_embd, mc.vocab, B, T, nt, med, fw[w + n / 2], bw[w + n / 2], op[w + n / 2], N / (med * 1e-3),
            fpt * N / (med * 1e-3) / 1e9, peak / 1e9, fpt * N / (med * 1e-3) / peak, bf16 ? "bf16" : "fp32", layout_recompute_name(rc),
            ms.bytes[MEM_ACTIVATIONS], ms.bytes[MEM_PARAMS] + ms.bytes[MEM_MASTER] + ms.bytes[MEM_GRADS] +
-               ms.bytes[MEM_ACTIVATIONS] + ms.bytes[MEM_WORKSPACE] + 2 * g.w.layout.total * 4);
+               ms.bytes[MEM_ACTIVATIONS] + ms.bytes[MEM_WORKSPACE] + 2 * g.w.layout.total * 4,
+           g.w.layout.total);
     gpt_free(&g);
     return 0;
 }

@@ -15,6 +15,10 @@
 # if any failed. GPU_CHECK_SKIP="bench racecheck" skips steps by name; GPU_CHECK_BUDGET (seconds,
 # default 560) bounds all steps together: a step gets at most what is left, so the table always prints
 # inside the device tool's 600-second command limit.
+#   7. server    only with GPU_CHECK_SERVER=1: bench/server.sh, the 16-core CPU comparison against
+#                PyTorch (issue 28; docs/performance.md), with what is left of the budget (its
+#                stages shrink to fit; skip GPU steps to give it its full 300 s). Its output joins
+#                bench.log and its logs come back as server.tar.gz, the 8th file.
 #
 # usage: scripts/gpu_check.sh OUTDIR
 set -uo pipefail
@@ -26,6 +30,7 @@ jobs=$(nproc)
 build=${GPU_CHECK_BUILD:-build-gpu} # GPU_CHECK_BUILD: another build folder (tests of this script)
 prefix=/tmp/st-prefix
 skip=" ${GPU_CHECK_SKIP:-} "
+[[ ${GPU_CHECK_SERVER:-0} == 1 ]] || skip+="server "
 rows=()
 fail=0
 t_all=$(date +%s)
@@ -34,7 +39,10 @@ deadline=$(( t_all + ${GPU_CHECK_BUDGET:-560} )) # seconds for all steps: inside
 # step NAME LOG TIMEOUT_S COMMAND...: runs it with its output in OUTDIR/LOG, records a table row.
 step() {
   local name=$1 log=$2 limit=$3; shift 3
-  if [[ "$skip" == *" $name "* ]]; then rows+=("$(printf '%-10s %-6s %6s  %s' "$name" SKIP - "GPU_CHECK_SKIP")"); return; fi
+  if [[ "$skip" == *" $name "* ]]; then
+    local why=GPU_CHECK_SKIP; [[ $name == server && ${GPU_CHECK_SERVER:-0} != 1 ]] && why="off (GPU_CHECK_SERVER=1 runs it)"
+    rows+=("$(printf '%-10s %-6s %6s  %s' "$name" SKIP - "$why")"); return
+  fi
   local t0 rc rem
   t0=$(date +%s)
   rem=$(( deadline - t0 )) # every step ends inside the budget, so the table is always printed
@@ -84,9 +92,14 @@ bench() {
   return $rc
 }
 
+server() { # SERVER_BUDGET (300 s) or what is left of the check's budget, whichever is less
+  local b=$(( deadline - $(date +%s) - 5 )); (( b > ${SERVER_BUDGET:-300} )) && b=${SERVER_BUDGET:-300}
+  SERVER_BUDGET=$b SERVER_PREFIX=$prefix bash bench/server.sh "$out"
+}
+
 export LD_LIBRARY_PATH="$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export build prefix jobs
-export -f gpu_info unpack build_and_test sanitize bench
+export build prefix jobs out deadline
+export -f gpu_info unpack build_and_test sanitize bench server
 step gpu gpu.txt 30 gpu_info
 step bundle build.log 60 unpack
 step build build.log 300 build_and_test
@@ -94,6 +107,7 @@ grep -E "^(== |test-gpu:)|FAIL" "$out/build.log" > "$out/test-gpu.txt" 2>/dev/nu
 step memcheck memcheck.log 150 sanitize memcheck
 step racecheck racecheck.log 150 sanitize racecheck
 step bench bench.log 330 bench
+step server bench.log 560 server
 
 {
   echo
@@ -106,6 +120,10 @@ step bench bench.log 330 bench
   echo "--- sanitizers: $(grep -h "ERROR SUMMARY" "$out/memcheck.log" "$out/racecheck.log" 2>/dev/null | tr '\n' ' ')"
   echo "--- bench (B, peer, ms/step, tokens/s, MFU, peak GiB):"
   python3 bench/gpu_summary.py < "$out/bench.log" 2>&1
+  if [[ "$skip" != *" server "* ]]; then # bench/server.sh's table (its logs: server.tar.gz)
+    echo "--- server (bench/server.sh):"
+    sed -n '/^=== bench\/server.sh/,/^total /p' "$out/bench.log"
+  fi
   echo "total $(( $(date +%s) - t_all ))s; logs in $out"
 } | tee "$out/summary.txt"
 exit $fail

@@ -29,5 +29,8 @@ run backend_kernels "$build/tests/test_backend_kernels" cuda
 run cuda_optim "$build/tests/test_cuda_optim"
 run cuda_model "$build/tests/test_cuda_model"
 run device_train "$build/tests/test_device_train" "$build/scaletrain" cuda
+# dp 2: two ranks under mpirun sharing the one GPU (host-staged collectives; docs/cuda.md §6)
+mpiexec=$(sed -n 's/^MPIEXEC_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt")
+run device_train_dp "$build/tests/test_device_train" "$build/scaletrain" cuda dp "${mpiexec:-mpirun}"
 if [[ $fail -ne 0 ]]; then echo "test-gpu: FAILED"; exit 1; fi
 echo "test-gpu: all passed"

@@ -13,7 +13,11 @@
  *  3. Selection: backend_find accepts "cpu" (and "cuda" in a CUDA build, which gpt_init then refuses
  *     until the trainer's device paths exist) and refuses anything else with one line naming
  *     --device, what was expected and what was found; a backend whose memory is not
- *     host-addressable is refused by gpt_init (backend.h's contract). */
+ *     host-addressable is refused by gpt_init (backend.h's contract).
+ *  4. Which GPU a process uses (backend_device_index, the CUDA backend's rule for ranks under mpirun
+ *     or srun): a table of cases written from the rule (ST_CUDA_DEVICE first, else the local rank
+ *     modulo the GPUs, else 0; bad values refused naming the variable). Control: the rule without
+ *     the modulo (a rank's index as is), written here, must miss some of the cases. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,6 +236,54 @@ static void selection(void) {
     if (st == ST_OK) gpt_free(&g);
 }
 
+/* ---- 4. which GPU ---- */
+
+typedef struct {
+    const char *device, *local; /* ST_CUDA_DEVICE, the launcher's local rank (NULL: unset) */
+    int ndev, want;             /* want -1: refused */
+    const char *names;          /* refused: what the message must name */
+} DevCase;
+
+static const DevCase DEV_CASES[] = {
+    {NULL, NULL, 1, 0, NULL},  {NULL, "0", 1, 0, NULL},   {NULL, "1", 1, 0, NULL}, /* two ranks, one GPU */
+    {NULL, "1", 2, 1, NULL},   {NULL, "3", 2, 1, NULL},   {NULL, "5", 4, 1, NULL},
+    {"1", "0", 2, 1, NULL},    {"0", "1", 2, 0, NULL},    /* ST_CUDA_DEVICE wins over the rank */
+    {"2", NULL, 2, -1, "ST_CUDA_DEVICE"}, {"x", NULL, 2, -1, "ST_CUDA_DEVICE"}, {"-1", "0", 2, -1, "'-1'"},
+    {NULL, "r1", 2, -1, "local rank"},    {NULL, NULL, 0, -1, "0 devices"},
+};
+
+/* The control: a rank's index taken as the device with no modulo. */
+static int index_no_modulo(const char *device, const char *local, int ndev, Err *err) {
+    int d = device ? atoi(device) : local ? atoi(local) : 0;
+    if (ndev < 1 || d < 0 || d >= ndev) return err_set(err, ST_ERR_INPUT, "ST_CUDA_DEVICE or local rank '%d'", d), -1;
+    return d;
+}
+
+static int dev_cases_pass(int (*fn)(const char *, const char *, int, Err *), int report) {
+    int all = 1;
+    for (size_t i = 0; i < sizeof DEV_CASES / sizeof DEV_CASES[0]; i++) {
+        const DevCase *c = &DEV_CASES[i];
+        Err e = {0};
+        int got = fn(c->device, c->local, c->ndev, &e);
+        int ok = got == c->want && (c->want >= 0 || (strstr(e.msg, c->names) && !strchr(e.msg, '\n')));
+        all = all && ok;
+        if (report) {
+            char name[64];
+            snprintf(name, sizeof name, "device_index_%zu", i);
+            tu_check(ok, name, "ST_CUDA_DEVICE %s, local rank %s, %d GPUs: got %d (expected %d)%s%s",
+                     c->device ? c->device : "unset", c->local ? c->local : "unset", c->ndev, got, c->want,
+                     got < 0 ? ": " : "", got < 0 ? e.msg : "");
+        }
+    }
+    return all;
+}
+
+static void device_index(void) {
+    dev_cases_pass(backend_device_index, 1);
+    tu_check(!dev_cases_pass(index_no_modulo, 0), "device_index_control_no_modulo",
+             "the rule without the modulo misses cases (two ranks on one GPU would ask for device 1)");
+}
+
 int main(void) {
     symbols();
     ModelConfig gpt2 = {2, 4, 32, 97, 0, 32, 0.1f};
@@ -240,5 +292,6 @@ int main(void) {
     llama.arch = ARCH_LLAMA, llama.n_kv_head = 2;
     table_copy("llama_gqa_bf16", llama, GPT_BF16);
     selection();
+    device_index();
     return tu_failures ? 1 : 0;
 }

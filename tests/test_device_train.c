@@ -17,7 +17,18 @@
  * Negative controls: the device run with its reduced gradients scaled by 1.001 (ST_PAR_TEST_GRAD_SCALE)
  * must fail the norm comparison; emu: the checkpoint copy out reading the parameters with memcpy
  * instead of to_host (ST_PAR_TEST_DEVICE_BYPASS) must be stopped by a signal; every refused
- * combination says so in one line. */
+ * combination says so in one line.
+ *
+ * Mode `dp MPIEXEC` (CTest test_device_train_dp with emu; make test-gpu with cuda): two ranks under
+ * mpirun sharing the one device (dp 2; the gradient collectives staged through host memory,
+ * parallel/dev_stage.c), GPT-2 tiny with dropout 0.1, AdamW, clip 1.0, global batch 8 sequences, at
+ * ZeRO 0, 1, 2 and 3. Oracle: one process on the CPU and one process on the device with the same
+ * global batch, 10 steps, within test_dp's tolerances (losses 1e-8, norms 1e-6, weights 1e-5; cuda
+ * against the CPU: the 1e-5 / 1e-4 above), every rank logging the same norm; the dp 2 device
+ * checkpoint of step 5 (ZeRO 0 and 3) resumed by one process on the CPU; emu: bf16 at ZeRO 1 and 3
+ * against dp 2 on the CPU. Negative control: the reduced first gradient bucket not copied back to the
+ * device (ST_PAR_TEST_STAGE_FAULT=1) must fail against the CPU (ZeRO 0 and 3); --pp 2 and --tp 2 on
+ * the device refused in one line. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,15 +190,172 @@ static void refusals(void) {
     }
 }
 
+/* ---------------------------------------------------------------- dp: several processes on one device */
+
+/* test_dp's tolerances (summation order across ranks; AdamW, clip 1.0): losses, norms, weights, key bias:
+ * dp 2 against one process on the same backend, and on emu (the CPU's kernels) against the CPU. A GPU
+ * against the CPU: this file's device tolerances (its kernels are not the CPU's). */
+static const RcTol DP_TOL = {1e-8, 1e-6, 1e-5, 1e-4}, DEV_TOL = {1e-5, 1e-5, 1e-4, 1e-4};
+static const char *g_mpi;
+
+#define DP_MODEL "--layers 2 --heads 2 --channels 32 --max-seq-len 32 --dropout 0.1"
+
+/* One dp run: np 0 = one process without a launcher, else np ranks under mpirun sharing the device
+ * (each rank takes micro-batch 2 x accumulation 4/np: the global batch is 8 sequences at any np). env
+ * "VAR=value" (or NULL) goes to every rank; append keeps the log (a resumed run continues it). */
+static int dp_train(const char *name, int np, const char *dev, const char *env, const char *extra, int append) {
+    char cmd[4096], launch[1024] = "", pre[256] = "", lg[1200];
+    snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, name);
+    if (!append) {
+        remove(lg);
+        snprintf(cmd, sizeof cmd, "rm -rf %s/%s_out", DIR, name);
+        tu_shell(cmd);
+    }
+    const char *denv = strcmp(dev, "cpu") ? g_env : "";
+    snprintf(pre, sizeof pre, "%s %s", denv, env ? env : "");
+    if (np > 0) { /* -x passes each variable set above to the ranks */
+        char xs[256] = "";
+        const char *vars[2] = {denv, env ? env : ""};
+        for (int i = 0; i < 2; i++)
+            if (vars[i][0])
+                snprintf(xs + strlen(xs), sizeof xs - strlen(xs), " -x %.*s", (int)strcspn(vars[i], "="), vars[i]);
+        snprintf(launch, sizeof launch, "timeout 120 %s --allow-run-as-root --oversubscribe -np %d -x OMP_NUM_THREADS=1%s",
+                 g_mpi, np, xs);
+    }
+    snprintf(cmd, sizeof cmd,
+             "%s %s %s train --data %s/train.bin " DP_MODEL " --seq-len 32 --micro-batch 2 --grad-accum %d --lr 2e-3 "
+             "--min-lr 2e-4 --warmup 3 --threads 1 --quiet --device %s --log %s --out %s/%s_out %s",
+             pre, launch, g_bin, DIR, 4 / (np > 0 ? np : 1), dev, lg, DIR, name, extra ? extra : "");
+    return rc_run(DIR, name, cmd, NULL);
+}
+
+/* name against ref within t, without checks of its own: 1 if it passes (the controls' comparison). */
+static int dp_close(const char *name, const char *ref, const ParamLayout *pl, RcTol t, RcTol *got) {
+    double dl, dn, key = INFINITY;
+    RcLog la;
+    int ok = rc_log_diffs(DIR, name, ref, STEPS, &dl, &dn, &la);
+    float *a = rc_weights(DIR, name, pl), *b = rc_weights(DIR, ref, pl);
+    double dw = a && b ? rc_weights_rel(pl, a, b, &key) : INFINITY;
+    free(a), free(b);
+    if (got) *got = (RcTol){dl, dn, dw, key};
+    return ok && dl <= t.loss && dn <= t.norm && dw <= t.w && key <= t.key;
+}
+
+/* The dp 2 device checkpoint of step 5 at ZeRO `zero` resumed by one process on the CPU, against the
+ * CPU's uninterrupted run (weights wcpu) within t; the log must show the resume. */
+static void dp_resume(int zero, const ParamLayout *pl, const float *wcpu, RcTol t) {
+    char rn[32], ck[1400], cmd[1500], lg[1200], why[512], extra[1600], lbl[160];
+    snprintf(rn, sizeof rn, "dp_d2c_z%d", zero);
+    snprintf(ck, sizeof ck, "%s/%s_ckpt", DIR, rn);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", ck);
+    tu_shell(cmd);
+    snprintf(extra, sizeof extra, "--steps %d --zero %d --stop-after 5 --ckpt-dir %s", STEPS, zero, ck);
+    int a = dp_train(rn, 2, g_dev, NULL, extra, 0);
+    snprintf(extra, sizeof extra, "--steps %d --ckpt-dir %s --resume auto", STEPS, ck);
+    int b = dp_train(rn, 0, "cpu", NULL, extra, 1);
+    snprintf(lbl, sizeof lbl, "%s_runs", rn);
+    tu_check(a == 0 && b == 0, lbl, "dp 2 on %s to step 5, then one process on cpu: exit %d, %d", g_dev, a, b);
+    rc_compare(DIR, rn, "dp_cpu1", STEPS, pl, wcpu, t, NULL);
+    snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, rn);
+    snprintf(lbl, sizeof lbl, "%s_is_a_resume", rn);
+    tu_check(tu_log_resumed(lg, 5, STEPS, 2, 1, why, sizeof why), lbl, "%s", why);
+}
+
+static void dp_mode(void) {
+    ParamLayout pl;
+    ModelConfig mc = {2, 2, 32, 97, 0, 32, 0.0f};
+    Err e;
+    if (model_config_validate(&mc, &e) != ST_OK || layout_init(&pl, &mc, 1) != 0) {
+        tu_check(0, "dp_layout", "layout: %s", e.msg);
+        return;
+    }
+    char steps[64], extra[1600], lbl[160];
+    snprintf(steps, sizeof steps, "--steps %d", STEPS);
+    /* the references: one process on the CPU and on the device, the same global batch */
+    int r0 = dp_train("dp_cpu1", 0, "cpu", NULL, steps, 0), r1 = dp_train("dp_dev1", 0, g_dev, NULL, steps, 0);
+    tu_check(r0 == 0 && r1 == 0, "dp_references", "one process on cpu and on %s exit 0 (got %d, %d)", g_dev, r0, r1);
+    float *wcpu = rc_weights(DIR, "dp_cpu1", &pl), *wdev = rc_weights(DIR, "dp_dev1", &pl);
+    RcTol tcpu = strcmp(g_dev, "emu") ? DEV_TOL : DP_TOL; /* against the CPU */
+    for (int zero = 0; zero <= 3; zero++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "dp_dev2_z%d", zero);
+        snprintf(extra, sizeof extra, "%s --zero %d", steps, zero);
+        int rc = dp_train(nm, 2, g_dev, NULL, extra, 0);
+        snprintf(lbl, sizeof lbl, "%s_runs", nm);
+        tu_check(rc == 0, lbl, "mpirun -np 2 train --device %s --zero %d exits 0 (got %d; %s/%s.out)", g_dev, zero, rc,
+                 DIR, nm);
+        rc_compare(DIR, nm, "dp_cpu1", STEPS, &pl, wcpu, tcpu, NULL);
+        rc_compare(DIR, nm, "dp_dev1", STEPS, &pl, wdev, DP_TOL, NULL);
+        /* ZeRO 0's whole state and ZeRO 3's shards of parameters and moments (ZeRO 1-2's moments are
+         * gathered as ZeRO 3's) */
+        if (zero == 0 || zero == 3) dp_resume(zero, &pl, wcpu, tcpu);
+        /* control: the reduced first bucket not copied back to the device must fail; run at ZeRO 0 (the
+         * slots, also ZeRO 1's) and ZeRO 3 (the bucket twins, also ZeRO 2's) */
+        if (zero == 1 || zero == 2) continue;
+        char cn[32];
+        snprintf(cn, sizeof cn, "dp_ctl_z%d", zero);
+        snprintf(extra, sizeof extra, "%s --zero %d", steps, zero);
+        rc = dp_train(cn, 2, g_dev, "ST_PAR_TEST_STAGE_FAULT=1", extra, 0);
+        RcTol got;
+        int pass = dp_close(cn, "dp_cpu1", &pl, tcpu, &got);
+        snprintf(lbl, sizeof lbl, "%s_skipped_copy_back_fails", cn);
+        tu_check(rc == 0 && !pass, lbl, "exit %d; against one process: losses %.3g, norms %.3g, weights %.3g (must fail)",
+                 rc, got.loss, got.norm, got.w);
+    }
+    /* emu, bf16 at ZeRO 1 and 3: dp 2 on the device against dp 2 on the CPU (the same grid, so the same
+     * summation order: the working copy re-rounded on the device after ZeRO 1's parameter all-gather
+     * and after each of ZeRO 3's gathers is checked against the CPU's; expected bit for bit). On a GPU bf16 has no such twin (its kernels round
+     * elsewhere than the CPU's): not run there. */
+    for (int zero = 1; zero <= 3 && !strcmp(g_dev, "emu"); zero += 2) {
+        char nc[32], nd[32];
+        snprintf(nc, sizeof nc, "dp_bf16_cpu2_z%d", zero);
+        snprintf(nd, sizeof nd, "dp_bf16_dev2_z%d", zero);
+        snprintf(extra, sizeof extra, "%s --zero %d --precision bf16", steps, zero);
+        int a = dp_train(nc, 2, "cpu", NULL, extra, 0), b = dp_train(nd, 2, g_dev, NULL, extra, 0);
+        snprintf(lbl, sizeof lbl, "%s_runs", nd);
+        tu_check(a == 0 && b == 0, lbl, "bf16 dp 2 on cpu and on %s at ZeRO %d exit 0 (got %d, %d)", g_dev, zero, a, b);
+        float *wc = rc_weights(DIR, nc, &pl), *wd = rc_weights(DIR, nd, &pl);
+        rc_compare(DIR, nd, nc, STEPS, &pl, wc, DP_TOL, NULL);
+        printf("  %s: final weights %s the CPU's bit for bit\n", nd,
+               wc && wd && !memcmp(wc, wd, pl.total * sizeof(float)) ? "equal" : "NOT equal");
+        free(wc), free(wd);
+    }
+    /* what the device does not run under dp: refused in one line naming the flag */
+    static const char *flag[][2] = {{"--pp 2", "--pp"}, {"--tp 2", "--tp"}};
+    for (int i = 0; i < 2; i++) {
+        char nm[32], path[1400];
+        snprintf(nm, sizeof nm, "dp_refuse%d", i);
+        snprintf(extra, sizeof extra, "--steps 2 %s", flag[i][0]);
+        int rc = dp_train(nm, 2, g_dev, NULL, extra, 0);
+        snprintf(path, sizeof path, "%s/%s.out", DIR, nm);
+        char *out = tu_slurp(path), *line = out ? strstr(out, "scaletrain train:") : NULL;
+        int one = line && strstr(line, flag[i][1]) && strstr(line, "--device") &&
+                  (!strchr(line, '\n') || !strstr(strchr(line, '\n'), "scaletrain train:"));
+        tu_check(rc != 0 && one, nm, "mpirun -np 2 %s on the device: exit %d, one line naming it: %.*s", flag[i][0], rc,
+                 line ? (int)strcspn(line, "\n") : 6, line ? line : "(none)");
+        free(out);
+    }
+    free(wcpu), free(wdev);
+    layout_free(&pl);
+}
+
 int main(int argc, char **argv) {
-    if (argc < 3 || (strcmp(argv[2], "emu") && strcmp(argv[2], "cuda"))) {
-        fprintf(stderr, "usage: test_device_train SCALETRAIN emu|cuda\n");
+    if (argc < 3 || (strcmp(argv[2], "emu") && strcmp(argv[2], "cuda")) ||
+        (argc > 3 && (argc != 5 || strcmp(argv[3], "dp")))) {
+        fprintf(stderr, "usage: test_device_train SCALETRAIN emu|cuda [dp MPIEXEC]\n");
         return 2;
     }
     g_bin = argv[1], g_dev = argv[2];
     g_env = !strcmp(g_dev, "emu") ? "ST_TRAIN_TEST_EMULATED_DEVICE=1" : "";
     rc_make_data(DIR);
     rc_make_val_data(DIR, "val.bin", 0);
+    if (argc == 5) {
+        g_mpi = argv[4];
+        printf("test_device_train dp: mpirun -np 2 train --device %s (ranks sharing the device) against one process "
+               "on cpu and on %s, %d steps\n", g_dev, g_dev, STEPS);
+        dp_mode();
+        return tu_exit();
+    }
     printf("test_device_train: --device %s against --device cpu, %d steps\n", g_dev, STEPS);
     one_model(0, "gpt2", "");
     one_model(1, "llama_gqa", !strcmp(g_dev, "emu") ? "--optimizer sgd --grad-clip 0 --lr 0.1 --min-lr 0.01" : "");

@@ -33,7 +33,7 @@
  *            for the --sp runs, must fail all three checks; a run with the test-only fault
  *            ST_PAR_TEST_TP_FAULT=1 (the backward's tp all-reduces skipped) must fail the comm check.
  * The plan is told the ranks share one node (--devices-per-node = world), as they do under mpirun
- * here: comm.c then runs the dp group's in-place reduce-scatters as all-reduces and books their bytes. */
+ * here; the dp group's in-place reduce-scatters are comm's ring there too ((p-1)/p·S). */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -302,7 +302,7 @@ static void runs(void) {
         ModelConfig cfg = {2, 4, 32, 97, 0, 32, 0};
         Err e;
         model_config_validate(&cfg, &e);
-        PlanTrainerStep ts = {2, 32, 4, r->dp, r->tp, r->sp, r->zero, r->rc, r->prec, 1, 1,
+        PlanTrainerStep ts = {2, 32, 4, r->dp, r->tp, r->sp, r->zero, r->rc, r->prec, 0, 1,
                               plan_noise_scale_on(r->dp, 1, 4, 0)};
         PlanCommKinds first;
         Status st = plan_trainer_comm(&cfg, &ts, 1e9, 1e-6, &first, &e);

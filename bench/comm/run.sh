@@ -8,7 +8,7 @@ out="$root/bench/comm/results"
 bin="${BUILD:-$root/build}/comm_bench"
 mkdir -p "$out" "$(dirname "$bin")"
 mpicc -std=c11 -O3 -march=native -D_GNU_SOURCE -Wall -I"$root/src" -o "$bin" \
-  "$root/bench/comm/comm_bench.c" "$root/src/comm/comm.c" "$root/src/core/status.c" -lm
+  "$root/bench/comm/comm_bench.c" "$root/src/comm/comm.c" "$root/src/core/collective.c" "$root/src/core/status.c" -lm
 run="mpirun --oversubscribe -np 2 --bind-to core"
 [[ $(id -u) -eq 0 ]] && run="mpirun --allow-run-as-root --oversubscribe -np 2 --bind-to core"
 for m in default threshold nommap; do

@@ -26,6 +26,7 @@ Status cli_faults_from_env(Faults *f, Err *err) {
     if ((e = getenv("ST_PAR_TEST_MATRIX_RESET"))) f->matrix_reset = atoi(e);
     f->hess_rank_local = env_is_1("ST_TRAIN_TEST_HESS_FAULT");
     f->device_bypass = env_is_1("ST_PAR_TEST_DEVICE_BYPASS");
+    f->stage_skip = env_is_1("ST_PAR_TEST_STAGE_FAULT");
     f->emulated_device = env_is_1("ST_TRAIN_TEST_EMULATED_DEVICE");
     f->resume_verify_first = env_is_1("ST_TRAIN_TEST_RESUME_VERIFY");
     if ((e = getenv("ST_TRAIN_TEST_PEAK_FAULT")) && *e) {

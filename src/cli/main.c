@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cmds.h"
+#include "core/stopsig.h"
 #include "cli/cmds_data.h"
 #include "cli/cmds_plan.h"
 #include "cli/cmds_fit.h"
@@ -35,6 +36,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "train") || !strcmp(cmd, "sweep") || !strcmp(cmd, "study")) {
         /* The process grid lives exactly as long as the subcommand: MPI under a launcher (mpirun,
          * srun), otherwise comm's single-process mode. */
+        /* Before MPI and OpenMP start threads: the stop signals go to stopsig's waiting thread only
+         * (core/stopsig.h); they keep their default actions until a run asks for a graceful stop. */
+        stopsig_init();
         Comm *comm = NULL;
         Err err = {0};
         if (comm_init(&comm, &argc, &argv, &err) != ST_OK) {

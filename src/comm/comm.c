@@ -78,6 +78,100 @@ static void req_finish(CommReq *req) {
     req->active = 0;
 }
 
+/* ---------------------------------------------------------------- ring reduce-scatter
+ *
+ * Open MPI 4.1's nonblocking reduce-scatter (libnbc) reduces the whole buffer to one root and
+ * scatters it back: over a network the root's link carries 1.5·S for 2 ranks where the ring
+ * carries S/2 (measured 3.3x the α-β time on a shaped TCP link, bench/results/netsim.md). Ours is the
+ * bandwidth-optimal ring: p−1 steps; at step s rank r sends block (r−1−s) mod p to r+1 and adds the
+ * block (r−2−s) mod p received from r−1 into its own copy, so after the last step block r holds the
+ * sum of every rank's block r. In place only (the blocks in between are overwritten by partial
+ * sums). Progressed by comm_test/comm_wait: each call tests the step's two messages and, once both
+ * are done, adds and starts the next step. The sum of block r is the same on every run (a fixed
+ * order: the ranks r+1, r+2, …, r−1 added in turn, then r). */
+/* Message tags: ring k's step s is tag (k mod RING_TAG_SPANS)·RING_MAX_RANKS + s, below the 32767
+ * every MPI allows; a dp group of more ranks uses MPI_Ireduce_scatter_block. */
+#define RING_MAX_RANKS 128
+#define RING_TAG_SPANS 255
+
+typedef struct {
+    float *buf;        /* the p blocks */
+    float *tmp;        /* the block received at this step */
+    size_t block;
+    int p, r, step, tag, fault;
+    MPI_Comm comm;
+    MPI_Request rq[2]; /* send, receive */
+} Ring;
+
+static float *ring_blk(const Ring *g, int k) { return g->buf + (size_t)(((k % g->p) + g->p) % g->p) * g->block; }
+
+/* Starts step g->step's messages. */
+static int ring_post(Ring *g) {
+    int right = (g->r + 1) % g->p, left = (g->r - 1 + g->p) % g->p;
+    int rc = MPI_Irecv(g->tmp, (int)g->block, MPI_FLOAT, left, g->tag + g->step, g->comm, &g->rq[1]);
+    if (rc != MPI_SUCCESS) return rc;
+    return MPI_Isend(ring_blk(g, g->r - 1 - g->step), (int)g->block, MPI_FLOAT, right, g->tag + g->step, g->comm,
+                     &g->rq[0]);
+}
+
+/* Tests the ring; *done = 1 once its last step is added. Returns an MPI code. */
+static int ring_test(CommReq *req, int *done) {
+    Ring *g = req->ring;
+    *done = 0;
+    int flag = 0, rc = MPI_Testall(2, g->rq, &flag, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS || !flag) return rc;
+    float *dst = ring_blk(g, g->r - 2 - g->step);
+    int last = g->step == g->p - 2;
+    if (!(last && g->fault))
+        for (size_t i = 0; i < g->block; i++) dst[i] += g->tmp[i];
+    if (last) {
+        free(g->tmp);
+        free(g);
+        req->ring = NULL;
+        *done = 1;
+        return MPI_SUCCESS;
+    }
+    g->step++;
+    return ring_post(g);
+}
+
+/* One test of a started request, whatever carries it: 1 = complete; MPI's code in *rc. */
+static int req_test(CommReq *req, int *rc) {
+    int flag = 0;
+    if (req->ring) {
+        *rc = ring_test(req, &flag);
+        return flag;
+    }
+    MPI_Request r = req_get(req);
+    *rc = MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+    req_put(req, r);
+    return flag;
+}
+
+/* Starts a ring reduce-scatter of buf's p blocks over comm (this rank = rank); req is begun; *seq
+ * counts the rings started on comm (their tags), the same on all its ranks. */
+static Status ring_start(Comm *c, CommReq *req, float *buf, size_t block, int p, int rank, MPI_Comm comm,
+                         uint32_t *seq, Err *err) {
+    if (block == 0) return ST_OK; /* nothing to add (req_begin left it inactive) */
+    Ring *g = calloc(1, sizeof *g);
+    float *tmp = malloc(block * sizeof(float));
+    if (!g || !tmp) {
+        free(g), free(tmp);
+        return err_set(err, ST_ERR_RUNTIME, "out of memory for the reduce-scatter's receive block (%zu floats)", block);
+    }
+    *g = (Ring){.buf = buf, .tmp = tmp, .block = block, .p = p, .r = rank,
+                .tag = (int)((*seq)++ % RING_TAG_SPANS) * RING_MAX_RANKS, .fault = c->test_ring_fault, .comm = comm};
+    req->ring = g;
+    req->active = 1;
+    int rc = ring_post(g);
+    if (rc != MPI_SUCCESS) {
+        free(g->tmp), free(g);
+        req->ring = NULL, req->active = 0;
+        return mpi_fail(c, err, rc, "MPI_Isend/MPI_Irecv", "reduce-scatter ring");
+    }
+    return ST_OK;
+}
+
 /* ================================================================ lifecycle */
 
 /* 1 if the environment says a launcher started us (so MPI_Init will join a multi-process job). */
@@ -157,9 +251,7 @@ Status comm_init(Comm **out, int *argc, char ***argv, Err *err) {
     }
     c->dp = c->world;
     c->dp_rank = c->rank;
-    /* All ranks on one node (shared memory): Open MPI 4.1's MPI_Ireduce_scatter_block is slower
-     * than the ring all-reduce of the whole buffer there, so in-place reduce-scatters use the latter
-     * (docs/comm.md); across nodes the native reduce-scatter sends half the bytes. */
+    /* All ranks on one node (shared memory): the plan prices every group there (train_setup.c). */
     MPI_Comm node;
     if (MPI_Comm_split_type(m->world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
         int nsize = 0, all_one_node = 0;
@@ -167,7 +259,7 @@ Status comm_init(Comm **out, int *argc, char ***argv, Err *err) {
         MPI_Comm_free(&node);
         int mine = nsize == c->world;
         if (MPI_Allreduce(&mine, &all_one_node, 1, MPI_INT, MPI_MIN, m->world) == MPI_SUCCESS)
-            c->rs_as_allreduce = all_one_node;
+            c->one_node = all_one_node;
     }
     /* srun without an MPI plugin starts N singletons that each see world 1: say so, do not train N
      * independent copies. */
@@ -237,10 +329,7 @@ int comm_test(CommReq *req) {
     if (req->mpi_rc != MPI_SUCCESS) return 1;
     Comm *c = req->comm;
     double t0 = timer_ms();
-    MPI_Request r = req_get(req);
-    int flag = 0;
-    int rc = MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
-    req_put(req, r);
+    int rc = MPI_SUCCESS, flag = req_test(req, &rc);
     double dt = timer_ms() - t0;
     c->stats.test_ms += dt;
     c->stats.test_ms_by_kind[req->kind] += dt;
@@ -272,10 +361,7 @@ Status comm_wait(CommReq *req, double timeout_s, const char *what, long step, Er
             req->active = 0;
             break;
         }
-        MPI_Request r = req_get(req);
-        int flag = 0;
-        int rc = MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
-        req_put(req, r);
+        int rc = MPI_SUCCESS, flag = req_test(req, &rc);
         if (rc != MPI_SUCCESS) {
             req->mpi_rc = rc;
             continue;
@@ -442,6 +528,8 @@ Status comm_ireduce_scatter_f32(Comm *c, const float *send, float *recv, size_t 
     }
     MPI_Request r;
     int rc;
+    if (recv == own && c->dp > 1 && c->dp <= RING_MAX_RANKS)
+        return ring_start(c, req, (float *)send, block, c->dp, c->dp_rank, c->mpi->dp, &c->ring_seq[0], err);
     if (recv == own) {
         /* MPI_IN_PLACE leaves the result at the start of the buffer; move it after completion. */
         rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, (float *)send, (int)block, MPI_FLOAT, MPI_SUM, c->mpi->dp, &r);
@@ -526,6 +614,8 @@ static Status tp_start(Comm *c, CommKind k, float *buf, size_t n, MPI_Op op, Com
     } else if (k == COMM_TP_ALLGATHER) {
         call = "MPI_Iallgather";
         rc = MPI_Iallgather(MPI_IN_PLACE, (int)block, MPI_FLOAT, buf, (int)block, MPI_FLOAT, c->mpi->tp, &r);
+    } else if (c->tp <= RING_MAX_RANKS) { /* comm's ring (see comm_ireduce_scatter_f32) */
+        return ring_start(c, req, buf, block, c->tp, c->tp_rank, c->mpi->tp, &c->ring_seq[1], err);
     } else {
         /* In place the result lands at the start of buf; it moves to the own block after. */
         call = "MPI_Ireduce_scatter_block";

@@ -68,9 +68,14 @@ typedef struct {
     int abort_on_timeout;         /* 1 (default): a timeout prints and MPI_Aborts the job; 0: comm_wait
                                      returns ST_ERR_RUNTIME and the caller must call comm_abort */
     int rs_as_allreduce;          /* 1: an in-place reduce-scatter runs as an all-reduce of the whole
-                                     buffer and keeps the own block (counts 2(p-1)/p·S bytes); 0:
-                                     MPI_Ireduce_scatter_block. Default 1 when all ranks share one
-                                     node (measured faster there), else 0. See docs/comm.md */
+                                     buffer and keeps the own block (counts 2(p-1)/p·S bytes); 0
+                                     (default): our ring of point-to-point messages (in place) or
+                                     MPI_Ireduce_scatter_block (out of place). See docs/comm.md */
+    int one_node;                 /* 1: every rank of the world shares one node (shared memory) */
+    int test_ring_fault;          /* tests only: 1 = the ring reduce-scatter drops its last step's
+                                     addition (a negative control for test_comm) */
+    uint32_t ring_seq[2];         /* ring reduce-scatters started on the dp [0] and tp [1] groups (their
+                                     message tags; the same on every rank of the group) */
     CommStats stats;              /* cumulative accounting */
     CommMpi *mpi;                 /* NULL in single-process mode */
 } Comm;
@@ -90,6 +95,7 @@ typedef struct {
     float *move_dst;      /* after completion, move move_n floats move_src -> move_dst (in-place */
     const float *move_src;/* reduce-scatter: MPI leaves the result at the start of the buffer) */
     size_t move_n;
+    void *ring;           /* comm.c's state of a ring reduce-scatter in progress (NULL otherwise) */
 } CommReq;
 
 /* ---------------------------------------------------------------- lifecycle */
@@ -134,7 +140,7 @@ Status comm_iallreduce_f32(Comm *c, const float *send, float *recv, size_t n, Co
 
 /* send holds dp blocks of `block` floats (rank-major); recv (block floats) gets the sum over ranks
  * of block dp_rank. In place: recv == send + dp_rank*block; then the other blocks of send are
- * undefined afterwards (MPI uses them; with c->rs_as_allreduce they hold the all-reduced sums). */
+ * undefined afterwards (MPI uses them; the ring leaves partial sums there, c->rs_as_allreduce the all-reduced sums). */
 Status comm_reduce_scatter_f32(Comm *c, const float *send, float *recv, size_t block, Err *err);
 Status comm_ireduce_scatter_f32(Comm *c, const float *send, float *recv, size_t block, CommReq *req, Err *err);
 

@@ -41,6 +41,9 @@ typedef struct {
     int device_bypass;    /* ST_PAR_TEST_DEVICE_BYPASS=1: on a device backend the full-state copy out
                              (checkpoints, exports) reads the parameters with memcpy instead of the
                              backend's to_host: the emulated device must stop it (test_device_train) */
+    int stage_skip;       /* ST_PAR_TEST_STAGE_FAULT=1: on a device under dp > 1 (parallel/dev_stage.c)
+                             the reduced first gradient bucket is not copied back to the device (each
+                             rank keeps its own gradients there). test_device_train (dp) */
     /* ---- train (src/train) ---- */
     int emulated_device;  /* ST_TRAIN_TEST_EMULATED_DEVICE=1: `--device emu` is the emulated device
                              (train/devemu.h): the CPU table behind a device's contract. test_device_train */

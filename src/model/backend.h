@@ -188,4 +188,11 @@ Status backend_find(const char *name, const Backend **out, Err *err);
 /* The names this build offers, for --help and error messages ("cpu" or "cpu, cuda"). */
 const char *backend_names(void);
 
+/* Which of ndev GPUs a process uses (docs/cuda.md §6, "Which GPU a rank uses"): `device`
+ * (ST_CUDA_DEVICE) when not NULL, which must be an index below ndev; else the process's rank on its
+ * node (`local_rank`: the launcher's OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID) modulo ndev, so
+ * ranks spread over a node's GPUs and share them round robin (two ranks on one GPU: both 0); else 0.
+ * -1 with err set (naming the variable and the value) when a value is not a valid index. */
+int backend_device_index(const char *device, const char *local_rank, int ndev, Err *err);
+
 #endif

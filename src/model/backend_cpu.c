@@ -4,6 +4,7 @@
  * calling them directly. */
 #include "model/backend.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/matmul.h"
@@ -81,6 +82,33 @@ const char *backend_names(void) { return "cpu, cuda"; }
 #else
 const char *backend_names(void) { return "cpu"; }
 #endif
+
+/* A non-negative decimal integer (the whole string), else -1. */
+static long parse_index(const char *s) {
+    if (!s || *s < '0' || *s > '9') return -1;
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *end ? -1 : v;
+}
+
+int backend_device_index(const char *device, const char *local_rank, int ndev, Err *err) {
+    if (ndev < 1) return err_set(err, ST_ERR_RUNTIME, "no GPU to choose from (%d devices)", ndev), -1;
+    if (device) {
+        long d = parse_index(device);
+        if (d < 0 || d >= ndev)
+            return err_set(err, ST_ERR_INPUT, "ST_CUDA_DEVICE: expected a device index in [0, %d), found '%s'", ndev,
+                           device), -1;
+        return (int)d;
+    }
+    if (local_rank) {
+        long r = parse_index(local_rank);
+        if (r < 0)
+            return err_set(err, ST_ERR_INPUT, "the launcher's local rank: expected a non-negative integer, found '%s'",
+                           local_rank), -1;
+        return (int)(r % ndev);
+    }
+    return 0;
+}
 
 Status backend_find(const char *name, const Backend **out, Err *err) {
     if (name && !strcmp(name, "cpu")) return *out = &CPU, ST_OK;

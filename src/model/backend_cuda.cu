@@ -117,10 +117,15 @@ static int open_device(void) {
     if (e != cudaSuccess || n < 1)
         return open_fail("CUDA backend: no usable GPU (cudaGetDeviceCount: %s, %d devices)",
                          e != cudaSuccess ? cudaGetErrorString(e) : "ok", n);
-    const char *env = getenv("ST_CUDA_DEVICE");
-    G.device = env ? atoi(env) : 0;
-    if (G.device < 0 || G.device >= n)
-        return open_fail("ST_CUDA_DEVICE: expected a device index in [0, %d), found '%s'", n, env);
+    /* Which GPU: ST_CUDA_DEVICE when set; else, under a launcher, the process's rank on its node
+     * modulo the GPUs it sees (Open MPI's mpirun, then Slurm's srun), so ranks spread over a node's
+     * GPUs and share them round-robin when there are fewer GPUs than ranks (two ranks on one GPU
+     * both use device 0); else device 0 (docs/cuda.md §6, "Several processes"). */
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!local) local = getenv("SLURM_LOCALID");
+    Err pe;
+    G.device = backend_device_index(getenv("ST_CUDA_DEVICE"), local, n, &pe);
+    if (G.device < 0) return open_fail("CUDA backend: %s", pe.msg);
     if ((e = cudaSetDevice(G.device)) != cudaSuccess)
         return open_fail("CUDA backend: cudaSetDevice(%d): %s", G.device, cudaGetErrorString(e));
     const char *lib = "libcublasLt.so.13";

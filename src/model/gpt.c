@@ -315,12 +315,11 @@ Status gpt_init(Gpt *g, const ModelConfig *cfg, const GptOptions *o, MemStats *m
     if (!g->be->host_addressable && !o->device_resident) /* backend.h: the trainer's host paths are not there yet */
         return err_set(err, ST_ERR_INPUT, "--device %s: the model's buffers would not be host-addressable, and the "
                        "optimizer, parallel and checkpoint paths for such a backend are not built yet", g->be->name);
-    if (!g->be->host_addressable &&
-        (o->tp > 1 || o->stage.n > 1 || o->slots > 1 || o->external_params || o->external_grads))
+    /* External gradients and parameters (ZeRO 2, 3) are the caller's device buffers (parallel/ allocates
+     * them through the same backend). */
+    if (!g->be->host_addressable && (o->tp > 1 || o->stage.n > 1 || o->slots > 1))
         return err_set(err, ST_ERR_INPUT, "--device %s: expected one process's whole model (tp 1, one pipeline "
-                       "chunk and slot, own parameter and gradient storage), found tp %d, %d chunks, %d slots%s",
-                       g->be->name, o->tp, o->stage.n, o->slots,
-                       o->external_params || o->external_grads ? ", external storage (ZeRO)" : "");
+                       "chunk and slot), found tp %d, %d chunks, %d slots", g->be->name, o->tp, o->stage.n, o->slots);
     const Backend *be = g->be;
     int wok = weights_alloc(&g->w, cfg, o, be, mem) == 0;
     if (wok) { /* the vocabulary rows held, from the layout */

@@ -91,11 +91,14 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
     if (!p) return err_set(err, ST_ERR_RUNTIME, "out of memory (parallel state)");
     p->c = c, p->g = g, p->o = *o, p->mem = mem, p->pl = pl;
     p->dev = g->be->host_addressable ? NULL : g->be;
-    if (p->dev && (c->world > 1 || o->zero != 0 || o->muon || o->shampoo || !p->dev->optim_update || !p->dev->sumsq)) {
+    /* A device: data parallelism only (its collectives staged through host memory, dev_stage.c), with
+     * the optimizers the device's entries run. */
+    if (p->dev && (c->tp > 1 || c->pp > 1 || o->muon || o->shampoo || !p->dev->optim_update ||
+                   !p->dev->sumsq)) {
         free(p);
-        return err_set(err, ST_ERR_INPUT, "--device %s: expected one process at ZeRO 0 with AdamW, Adam, SGD or Lion "
-                       "(the device's optimizer entries), found world %d, ZeRO %d%s", g->be->name, c->world, o->zero,
-                       o->muon ? ", Muon" : o->shampoo ? ", Shampoo" : "");
+        return err_set(err, ST_ERR_INPUT, "--device %s: expected data parallelism only (tp 1, pp 1) with "
+                       "AdamW, Adam, SGD or Lion (the device's optimizer entries), found tp %d, pp %d, ZeRO %d%s",
+                       g->be->name, c->tp, c->pp, o->zero, o->muon ? ", Muon" : o->shampoo ? ", Shampoo" : "");
     }
     p->dp = c->dp, p->r = c->dp_rank, p->zero = o->zero, p->nseg = pl->nseg, p->L = g->w.cfg.n_layer;
     if (p->o.bucket_floats == 0) p->o.bucket_floats = PAR_DEFAULT_BUCKET_FLOATS;
@@ -123,7 +126,7 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
         p->m = par_alloc_f(p, MEM_MOMENTS, p->mom_floats, &ok);
         if (o->n_moments >= 2) p->v = par_alloc_f(p, MEM_MOMENTS, p->mom_floats, &ok);
     }
-    if (!ok || !zero_init(p) || !tied_init(p)) goto oom;
+    if (!ok || !zero_init(p) || !tied_init(p) || !stage_init(p)) goto oom;
     Status mst = matopt_init(p, err);
     if (mst == ST_ERR_INPUT) {
         par_free(p);
@@ -184,6 +187,7 @@ void par_free(Par *p) {
     if (!p) return;
     MemStats *ms = p->mem;
     zero_free(p);
+    stage_free(p);
     tied_free(p);
     matopt_free(p);
     if (p->dev) {
@@ -238,17 +242,18 @@ Status par_grads_finish(Par *p, Err *err) {
     return par_hook_status(p, err);
 }
 
-/* A device's norm: Σ x² of each segment through the table (its chunks of NORM_CHUNK restart at each
- * segment, as the partition below), the segments added in order. One process (par_init). */
+/* A device's part of the norm: Σ x² of each owned block through the table (its chunks of
+ * NORM_CHUNK restart at each block, as the partition below), the blocks added in order. The
+ * per-rank sums are then added as the CPU's (par_grad_norm). */
 static double dev_grad_sumsq(Par *p) {
     double sum = 0;
     for (int s = 0; s < p->nseg; s++)
-        if (p->blk[s]) sum += p->dev->sumsq(p->g->d.grads + p->off[s], p->blk[s]);
+        if (p->blk[s]) sum += p->dev->sumsq(zero_owned_grad(p, s), p->blk[s]);
     return sum;
 }
 
-Status par_grad_norm(Par *p, double *norm, Err *err) {
-    if (p->dev) return *norm = sqrt(dev_grad_sumsq(p)), ST_OK;
+/* The CPU's part of the norm: the fixed chunks of the owned blocks, in parallel, added in order. */
+static double host_grad_sumsq(Par *p) {
     const ParNorm *nm = &p->norm;
     long nc = (long)nm->nchunks;
 #pragma omp parallel for schedule(static) num_threads(p->o.nt)
@@ -262,6 +267,11 @@ Status par_grad_norm(Par *p, double *norm, Err *err) {
     }
     double local = 0;
     for (size_t ci = 0; ci < nm->nchunks; ci++) local += nm->partials[ci];
+    return local;
+}
+
+Status par_grad_norm(Par *p, double *norm, Err *err) {
+    double local = p->dev ? dev_grad_sumsq(p) : host_grad_sumsq(p);
     local = tp_norm_subtract(p, local); /* tp rank > 0: the replicated tensors count on rank 0 */
     /* Fixed order across ranks: every rank adds the same per-rank sums in rank order. */
     double *all = calloc((size_t)p->c->world, sizeof(double));
@@ -276,20 +286,29 @@ Status par_grad_norm(Par *p, double *norm, Err *err) {
 
 Status par_optim_step(Par *p, const OptimConfig *oc, long step, float lr, float matrix_lr, float grad_scale, Err *err) {
     matopt_sophia_reset(p, oc);
-    if (p->dev) { /* optim_step_lowp's rule per range through the table (par_init: ZeRO 0, no matrices) */
+    if (p->dev) { /* optim_step_lowp's rule per range through the table (par_init: ZeRO 0 or 1, no matrices) */
         if ((int)oc->kind != BACKEND_OPT_ADAMW && (int)oc->kind != BACKEND_OPT_ADAM && (int)oc->kind != BACKEND_OPT_SGD &&
             (int)oc->kind != BACKEND_OPT_LION)
             return err_set(err, ST_ERR_INPUT, "--device %s: optimizer %s does not run on the device", p->dev->name,
                            optim_kind_name(oc->kind));
         const float bc1 = 1.0f - powf(oc->beta1, (float)step), bc2 = 1.0f - powf(oc->beta2, (float)step);
         int lk = p->g->w.prec == GPT_FP16 ? 2 : p->g->w.prec == GPT_BF16 ? 1 : 0;
-        for (int i = 0; i < p->nranges; i++) {
+        for (int i = 0; i < p->nranges; i++) { /* ZeRO 0: every tensor whole */
             const OptimRange *rg = &p->ranges[i];
             BackendOptStep s = {(int)oc->kind, lr * rg->lr_mult, rg->decay ? oc->weight_decay : 0.0f, grad_scale,
                                 oc->beta1, oc->beta2, oc->eps, oc->momentum, bc1, bc2, step, lk};
             p->dev->optim_update(&s, p->g->w.params + rg->offset, p->g->d.grads + rg->offset, p->m + rg->offset,
                                  p->v ? p->v + rg->offset : NULL,
                                  p->g->w.params_lp ? p->g->w.params_lp + rg->offset : NULL, rg->n);
+        }
+        float *P = zero_params(p);      /* ZeRO 3: the parameter shard (the master) */
+        const float *G = zero_grads(p); /* ZeRO 2-3: the gradient shard */
+        for (int i = 0; i < p->npieces; i++) { /* ZeRO 1-3: the owned pieces; the working copy after the gather */
+            const Piece *q = &p->pieces[i];
+            BackendOptStep s = {(int)oc->kind, lr * q->lr_mult, q->decay ? oc->weight_decay : 0.0f, grad_scale,
+                                oc->beta1, oc->beta2, oc->eps, oc->momentum, bc1, bc2, step, 0};
+            p->dev->optim_update(&s, P + q->p_off, G + q->g_off, p->m + q->m_off,
+                                 p->v ? p->v + q->m_off : NULL, NULL, q->n);
         }
         return ST_OK;
     }

@@ -9,6 +9,7 @@
  *   tp.c        the tp_* hooks, the pieces the norm counts on another rank (ParNorm.twice), and
  *               whole tensors from every rank's slices (par_full_tensors)
  *   pp_tied.c   the pipeline's tied-embedding gradient exchange (ParTied)
+ *   dev_stage.c a device backend's dp collectives staged through host memory (DevStage)
  *   matopt.c    Muon's, Shampoo's and Sophia's sharded steps (ParMatopt)
  * Segment s is 0 (embeddings), 1..L (blocks) or L+1 (final norm); "block" of a segment means
  * the dp rank's owned part of it (parallel.h, "Ownership"). */
@@ -111,6 +112,24 @@ typedef struct {
     int deferred[PAR_TP_REQS];/* Faults.tp_nowait: waited late, at the next tp hook */
 } ParTp;
 
+/* A device backend under dp > 1 (dev_stage.c): each dp collective runs on a host slot that the
+ * device range is copied into (to_host) and its result copied back from (from_host). */
+#define DEV_STAGE_SLOTS 2 /* = ZERO_BUCKETS_IN_FLIGHT; the slot not just taken is the older one */
+enum { STAGE_ALLREDUCE, STAGE_REDUCE_SCATTER, STAGE_PARAMS };
+typedef struct {
+    int on;                                /* a device and dp > 1 */
+    float *slot[DEV_STAGE_SLOTS];          /* host memory (MEM_COMM), slot_floats each */
+    size_t slot_floats;
+    int req[DEV_STAGE_SLOTS];              /* the ZeroBuckets request slot a's collective runs in; -1: free */
+    int kind[DEV_STAGE_SLOTS], oldest;     /* STAGE_*; the slot taken first of those in use */
+    const char *what[DEV_STAGE_SLOTS];     /* the collective's name for comm_wait's timeout message */
+    float *back_dev[DEV_STAGE_SLOTS];      /* where the result goes on the device ... */
+    size_t back_off[DEV_STAGE_SLOTS], back_n[DEV_STAGE_SLOTS]; /* ... from slot + back_off, back_n floats */
+    float *hb0, *hbuf[2];                  /* ZeRO 2: host twins of ZeroGrads' b0 and buf[2] (MEM_COMM) */
+    float *hp0, *hpbuf[2];                 /* ZeRO 3: host twins of ZeroParams' b0 and buf[2] (MEM_COMM) */
+    int gather_seg[3];                     /* the segment gathered on twin 0 (hp0), 1, 2 not yet copied back; -1 */
+} DevStage;
+
 /* Where the step is. */
 typedef struct {
     int k, j, last, in_step; /* micro-batches, the current one, it is the last, inside a step */
@@ -144,6 +163,7 @@ struct Par {
     ParMatopt mo;
     ParTied tied;
     ParTp tp;
+    DevStage stage;
     ParStep st;
 
     void (*progress_fn)(void *);
@@ -175,6 +195,29 @@ float *zero_grads(Par *p);
 float *zero_params(Par *p);
 /* This rank's owned block of segment s's reduced gradient. */
 const float *zero_owned_grad(const Par *p, int s);
+
+/* ---- dev_stage.c (a device backend, dp > 1; ZeroBuckets' requests carry the collectives) ---- */
+/* Allocates the host slots when p->dev and dp > 1 (sets DevStage.on). 0 when out of memory. */
+int stage_init(Par *p);
+void stage_free(Par *p);
+/* ZeRO 0: stage-0 request i (a bucket of the gradient buffer) all-reduced on a host slot. */
+Status stage_allreduce(Par *p, int i, Err *err);
+/* ZeRO 1: segment s's gradients reduce-scattered on a host slot; its owned block goes back. */
+Status stage_reduce_scatter(Par *p, int s, Err *err);
+/* ZeRO 1: segment s's parameters all-gathered from every rank's owned block on a host slot. */
+Status stage_allgather_params(Par *p, int s, Err *err);
+/* Copies back the results of the complete collectives (wait: of every one, waiting for them). */
+Status stage_reap(Par *p, int wait, Err *err);
+/* ZeRO 2: a device bucket (ZeroGrads' b0 or buf[a]) holding segment s copied to its host twin, whose
+ * reduce-scatter starts into req; once req is complete, _finish adds the reduced owned block into the
+ * device's gradient shard (through the bucket's own block). */
+Status stage_bucket_rs_start(Par *p, float *bucket, int s, CommReq *req, Err *err);
+void stage_bucket_rs_finish(Par *p, float *bucket, int s);
+/* ZeRO 3: segment s gathered into a device gather buffer (ZeroParams' b0 or buf[a]): this rank's
+ * block of the device shard copied to the buffer's host twin, all-gathered there into req; once req
+ * is complete, _finish copies the segment into the buffer (once per gather). */
+Status stage_gather_start(Par *p, int s, float *buf, CommReq *req, Err *err);
+void stage_gather_finish(Par *p, float *buf);
 
 /* ---- tp.c ---- */
 void tp_set_hooks(Par *p); /* tp_allreduce, tp_allgather, tp_reduce_scatter, tp_start, tp_wait, tp_progress */

@@ -14,6 +14,26 @@
 
 /* ================================================================ views */
 
+/* n floats of a gradient buffer set to zero: the device's memory through its table. */
+static void zero_fill(Par *p, float *x, size_t n) {
+    if (p->dev) p->dev->zero(x, n * sizeof(float));
+    else memset(x, 0, n * sizeof(float));
+}
+
+/* ZeRO 2-3's buffers (gradient shard and buckets, parameter shard and gather buffers, their 2-byte
+ * copies): bytes of category c, in the device's memory on a device; *ok = 0 when out of memory. */
+static void *state_alloc(Par *p, MemCategory c, size_t bytes, int *ok) {
+    if (bytes == 0) return NULL;
+    void *x = p->dev ? p->dev->alloc(p->mem, c, bytes) : mem_alloc(p->mem, c, bytes);
+    if (!x) *ok = 0;
+    return x;
+}
+
+static void state_free(Par *p, MemCategory c, void *x, size_t bytes) {
+    if (p->dev) p->dev->free(p->mem, c, x, bytes);
+    else mem_free(p->mem, c, x, bytes);
+}
+
 /* Points the views of segment s (params or grads) at buf, which holds that segment. */
 static void seg_views(Par *p, ParamViews *v, int s, float *buf) { layout_segment_views(p->pl, s, buf, v); }
 
@@ -29,7 +49,8 @@ static void pump_buckets(Par *p) {
         int i = zb->queue[zb->qhead++];
         float *b = p->g->d.grads + zb->req_off[i];
         Err e;
-        Status st = comm_iallreduce_f32(p->c, b, b, zb->req_n[i], &zb->req[i], &e);
+        Status st = p->stage.on ? stage_allreduce(p, i, &e) /* a device: through a host slot */
+                                : comm_iallreduce_f32(p->c, b, b, zb->req_n[i], &zb->req[i], &e);
         if (st != ST_OK) {
             par_hook_fail(p, st, &e);
             return;
@@ -52,7 +73,8 @@ static void start_seg_grads(Par *p, int s) {
         pump_buckets(p);
         return;
     }
-    st = comm_ireduce_scatter_f32(p->c, base, base + (size_t)p->r * p->blk[s], p->blk[s], &zb->req[zb->seg_req0[s]], &e);
+    if (p->stage.on) st = stage_reduce_scatter(p, s, &e); /* a device: through a host slot */
+    else st = comm_ireduce_scatter_f32(p->c, base, base + (size_t)p->r * p->blk[s], p->blk[s], &zb->req[zb->seg_req0[s]], &e);
     if (st != ST_OK) par_hook_fail(p, st, &e);
 }
 
@@ -60,6 +82,11 @@ static void progress(Par *p) {
     if (p->progress_fn) p->progress_fn(p->progress_ctx);
     for (int i = 0; i < p->zb.nreq; i++)
         if (p->zb.req[i].active) comm_test(&p->zb.req[i]);
+    if (p->stage.on) { /* a device: the results complete so far go back now */
+        Err e;
+        Status st = stage_reap(p, 0, &e);
+        if (st != ST_OK) par_hook_fail(p, st, &e);
+    }
     if (p->zero == 0) pump_buckets(p);
     for (int a = 0; a < 2; a++)
         if (p->zg.slot_req[a].active) comm_test(&p->zg.slot_req[a]);
@@ -75,7 +102,8 @@ static Status gslot_finish(Par *p, int a, Err *err) {
     int s = zg->slot_seg[a];
     Status st = comm_wait(&zg->slot_req[a], p->c->timeout_s, "grad reduce-scatter", p->c->step, err);
     if (st != ST_OK) return st;
-    par_add_into(zg->shard + p->soff[s], zg->buf[a] + (size_t)p->r * p->blk[s], p->blk[s], p->o.nt);
+    if (p->stage.on) stage_bucket_rs_finish(p, zg->buf[a], s); /* a device: through its host twin */
+    else par_add_into(zg->shard + p->soff[s], zg->buf[a] + (size_t)p->r * p->blk[s], p->blk[s], p->o.nt);
     zg->slot_pending[a] = 0;
     return ST_OK;
 }
@@ -85,14 +113,16 @@ static Status g0_finish(Par *p, Err *err) {
     if (!zg->b0_pending) return ST_OK;
     Status st = comm_wait(&zg->b0_req, p->c->timeout_s, "grad reduce-scatter", p->c->step, err);
     if (st != ST_OK) return st;
-    par_add_into(zg->shard + p->soff[0], zg->b0 + (size_t)p->r * p->blk[0], p->blk[0], p->o.nt);
+    if (p->stage.on) stage_bucket_rs_finish(p, zg->b0, 0);
+    else par_add_into(zg->shard + p->soff[0], zg->b0 + (size_t)p->r * p->blk[0], p->blk[0], p->o.nt);
     zg->b0_pending = 0;
     return ST_OK;
 }
 
 static void start_bucket_rs(Par *p, float *buf, int s, CommReq *req) {
     Err e;
-    Status st = comm_ireduce_scatter_f32(p->c, buf, buf + (size_t)p->r * p->blk[s], p->blk[s], req, &e);
+    Status st = p->stage.on ? stage_bucket_rs_start(p, buf, s, req, &e) /* a device: through a host twin */
+                            : comm_ireduce_scatter_f32(p->c, buf, buf + (size_t)p->r * p->blk[s], p->blk[s], req, &e);
     if (st != ST_OK) par_hook_fail(p, st, &e);
 }
 
@@ -105,9 +135,14 @@ static void start_gather(Par *p, int s, float *buf, CommReq *req) {
     for (int a = 0; a < 2; a++)
         if (buf == zp->buf[a]) zp->lslot_ok[a] = 0;
     size_t b = p->blk[s];
-    memcpy(buf + (size_t)p->r * b, zp->shard + p->soff[s], b * sizeof(float));
     Err e;
-    Status st = comm_iallgather_f32(p->c, buf + (size_t)p->r * b, buf, b, req, &e);
+    Status st;
+    if (p->stage.on) { /* a device: on the buffer's host twin, copied back by wait_gather */
+        st = stage_gather_start(p, s, buf, req, &e);
+    } else {
+        memcpy(buf + (size_t)p->r * b, zp->shard + p->soff[s], b * sizeof(float));
+        st = comm_iallgather_f32(p->c, buf + (size_t)p->r * b, buf, b, req, &e);
+    }
     if (st != ST_OK) par_hook_fail(p, st, &e);
 }
 
@@ -115,6 +150,13 @@ static void wait_req(Par *p, CommReq *req, const char *what) {
     Err e;
     Status st = comm_wait(req, p->c->timeout_s, what, p->c->step, &e);
     if (st != ST_OK) par_hook_fail(p, st, &e);
+}
+
+/* The gather into buf (started by start_gather) complete and its result in buf: on a device, copied
+ * back from the host twin (once per gather). */
+static void wait_gather(Par *p, CommReq *req, float *buf) {
+    wait_req(p, req, "param all-gather");
+    if (p->stage.on) stage_gather_finish(p, buf);
 }
 
 /* Mixed precision: rounds a gathered fp32 segment into its working copy, once per gather. */
@@ -135,7 +177,7 @@ static void ensure_params(Par *p, int s, int next) {
         zp->slot_seg[a] = s;
         start_gather(p, s, zp->buf[a], &zp->slot_req[a]);
     }
-    wait_req(p, &zp->slot_req[a], "param all-gather");
+    wait_gather(p, &zp->slot_req[a], zp->buf[a]);
     round_gathered(p, zp->buf[a], zp->lbuf[a], p->len[s], &zp->lslot_ok[a]);
     seg_views(p, &p->g->w.p, s, zp->buf[a]);
     if (next >= 1 && next <= p->L + 1 && zp->slot_seg[a ^ 1] != next) {
@@ -158,7 +200,7 @@ static void h_before_forward(void *ctx, int s) {
                 start_gather(p, 0, zp->b0, &zp->b0_req);
                 zp->b0_valid = 1;
             }
-            wait_req(p, &zp->b0_req, "param all-gather");
+            wait_gather(p, &zp->b0_req, zp->b0);
             round_gathered(p, zp->b0, zp->lb0, p->len[0], &zp->lb0_ok);
             seg_views(p, &p->g->w.p, 0, zp->b0);
             if (zp->slot_seg[0] != 1 && zp->slot_seg[1] != 1) {
@@ -177,7 +219,7 @@ static void h_before_forward(void *ctx, int s) {
         Err e;
         Status st = g0_finish(p, &e);
         if (st != ST_OK) par_hook_fail(p, st, &e);
-        memset(p->zg.b0, 0, p->E * sizeof(float));
+        zero_fill(p, p->zg.b0, p->E);
         seg_views(p, &p->g->d.g, 0, p->zg.b0);
     }
 }
@@ -194,7 +236,7 @@ static void h_before_backward(void *ctx, int s) {
         Err e;
         Status st = gslot_finish(p, a, &e);
         if (st != ST_OK) par_hook_fail(p, st, &e);
-        memset(zg->buf[a], 0, p->len[s] * sizeof(float));
+        zero_fill(p, zg->buf[a], p->len[s]);
         zg->slot_seg[a] = s;
         zg->seg_slot[s] = a;
         seg_views(p, &p->g->d.g, s, zg->buf[a]);
@@ -292,21 +334,22 @@ int zero_init(Par *p) {
             zb->req_n[i] = p->len[s] - done < p->o.bucket_floats ? p->len[s] - done : p->o.bucket_floats;
         }
     if (p->zero >= 2) {
-        zg->shard = par_alloc_f(p, MEM_GRADS, p->S, &ok);
-        zg->b0 = par_alloc_f(p, MEM_GRADS, p->E, &ok);
-        zg->buf[0] = par_alloc_f(p, MEM_GRADS, p->X, &ok), zg->buf[1] = par_alloc_f(p, MEM_GRADS, p->X, &ok);
+        zg->shard = state_alloc(p, MEM_GRADS, p->S * sizeof(float), &ok);
+        zg->b0 = state_alloc(p, MEM_GRADS, p->E * sizeof(float), &ok);
+        zg->buf[0] = state_alloc(p, MEM_GRADS, p->X * sizeof(float), &ok);
+        zg->buf[1] = state_alloc(p, MEM_GRADS, p->X * sizeof(float), &ok);
     }
     if (p->zero >= 3) {
         /* Mixed precision: the shard is the fp32 master; the gathered buffers and their 2-byte
          * copies are the parameters the model reads. */
-        zp->shard = par_alloc_f(p, g->w.prec != GPT_FP32 ? MEM_MASTER : MEM_PARAMS, p->S, &ok);
-        zp->b0 = par_alloc_f(p, MEM_PARAMS, p->E, &ok);
-        zp->buf[0] = par_alloc_f(p, MEM_PARAMS, p->X, &ok), zp->buf[1] = par_alloc_f(p, MEM_PARAMS, p->X, &ok);
+        zp->shard = state_alloc(p, g->w.prec != GPT_FP32 ? MEM_MASTER : MEM_PARAMS, p->S * sizeof(float), &ok);
+        zp->b0 = state_alloc(p, MEM_PARAMS, p->E * sizeof(float), &ok);
+        zp->buf[0] = state_alloc(p, MEM_PARAMS, p->X * sizeof(float), &ok);
+        zp->buf[1] = state_alloc(p, MEM_PARAMS, p->X * sizeof(float), &ok);
         if (g->w.prec != GPT_FP32 && ok) {
-            zp->lb0 = mem_alloc(p->mem, MEM_PARAMS, p->E * sizeof(uint16_t));
-            zp->lbuf[0] = mem_alloc(p->mem, MEM_PARAMS, p->X * sizeof(uint16_t));
-            zp->lbuf[1] = mem_alloc(p->mem, MEM_PARAMS, p->X * sizeof(uint16_t));
-            ok = zp->lb0 && zp->lbuf[0] && zp->lbuf[1];
+            zp->lb0 = state_alloc(p, MEM_PARAMS, p->E * sizeof(uint16_t), &ok);
+            zp->lbuf[0] = state_alloc(p, MEM_PARAMS, p->X * sizeof(uint16_t), &ok);
+            zp->lbuf[1] = state_alloc(p, MEM_PARAMS, p->X * sizeof(uint16_t), &ok);
             if (ok) {
                 gpt_map_lp(g, 0, zp->b0, zp->lb0, p->E);
                 gpt_map_lp(g, 1, zp->buf[0], zp->lbuf[0], p->X);
@@ -319,20 +362,19 @@ int zero_init(Par *p) {
 }
 
 void zero_free(Par *p) {
-    MemStats *ms = p->mem;
     ZeroGrads *zg = &p->zg;
     ZeroParams *zp = &p->zp;
     free(p->zb.started), free(p->zb.seg_req0), free(p->zb.seg_nreq), free(p->zb.req), free(zg->seg_slot);
     free(p->zb.queue), free(p->zb.req_off), free(p->zb.req_n);
-    mem_free(ms, MEM_GRADS, zg->shard, p->S * sizeof(float));
-    mem_free(ms, MEM_GRADS, zg->b0, p->E * sizeof(float));
-    mem_free(ms, p->g && p->g->w.prec != GPT_FP32 ? MEM_MASTER : MEM_PARAMS, zp->shard, p->S * sizeof(float));
-    mem_free(ms, MEM_PARAMS, zp->b0, p->E * sizeof(float));
-    mem_free(ms, MEM_PARAMS, zp->lb0, p->E * sizeof(uint16_t));
+    state_free(p, MEM_GRADS, zg->shard, p->S * sizeof(float));
+    state_free(p, MEM_GRADS, zg->b0, p->E * sizeof(float));
+    state_free(p, p->g && p->g->w.prec != GPT_FP32 ? MEM_MASTER : MEM_PARAMS, zp->shard, p->S * sizeof(float));
+    state_free(p, MEM_PARAMS, zp->b0, p->E * sizeof(float));
+    state_free(p, MEM_PARAMS, zp->lb0, p->E * sizeof(uint16_t));
     for (int a = 0; a < 2; a++) {
-        mem_free(ms, MEM_GRADS, zg->buf[a], p->X * sizeof(float));
-        mem_free(ms, MEM_PARAMS, zp->buf[a], p->X * sizeof(float));
-        mem_free(ms, MEM_PARAMS, zp->lbuf[a], p->X * sizeof(uint16_t));
+        state_free(p, MEM_GRADS, zg->buf[a], p->X * sizeof(float));
+        state_free(p, MEM_PARAMS, zp->buf[a], p->X * sizeof(float));
+        state_free(p, MEM_PARAMS, zp->lbuf[a], p->X * sizeof(uint16_t));
     }
 }
 
@@ -344,8 +386,8 @@ void zero_step_begin(Par *p) {
      * buffer, like stage 2's shard, is zeroed. */
     memset(p->zb.started, 0, (size_t)p->nseg * sizeof(int));
     p->zb.qhead = p->zb.qtail = 0;
-    if (p->zero >= 2) memset(p->zg.shard, 0, p->S * sizeof(float));
-    else if (p->zero == 1 || p->c->pp > 1) memset(p->g->d.grads, 0, p->pl->total * sizeof(float));
+    if (p->zero >= 2) zero_fill(p, p->zg.shard, p->S);
+    else if (p->zero == 1 || p->c->pp > 1) zero_fill(p, p->g->d.grads, p->pl->total);
     else gpt_overwrite_grads(p->g); /* (a pipeline's several micro-batches in flight add from zero) */
 }
 
@@ -368,6 +410,7 @@ Status zero_grads_finish(Par *p, Err *err) {
     if (p->zero <= 1) {
         if ((st = comm_wait_all(p->zb.req, p->zb.nreq, p->c->timeout_s, "grad bucket", p->c->step, err)) != ST_OK)
             return st;
+        if (p->stage.on && (st = stage_reap(p, 1, err)) != ST_OK) return st; /* a device: the last results back */
     } else {
         for (int a = 0; a < 2; a++)
             if ((st = gslot_finish(p, a, err)) != ST_OK) return st;
@@ -388,7 +431,12 @@ Status zero_params_sync(Par *p, Err *err) {
     Status st = ST_OK;
     ZeroBuckets *zb = &p->zb;
     ZeroParams *zp = &p->zp;
-    if (p->zero == 1 || p->zero == 2) {
+    if ((p->zero == 1 || p->zero == 2) && p->stage.on) { /* a device: each segment through a host slot */
+        for (int s = 0; s < p->nseg && st == ST_OK; s++)
+            if (p->blk[s]) st = stage_allgather_params(p, s, err);
+        if (st == ST_OK) st = stage_reap(p, 1, err);
+        if (st == ST_OK) gpt_sync_lp(p->g);
+    } else if (p->zero == 1 || p->zero == 2) {
         float *P = p->g->w.params;
         for (int s = 0; s < p->nseg && st == ST_OK; s++)
             if (p->blk[s]) st = comm_iallgather_f32(p->c, P + p->off[s] + (size_t)p->r * p->blk[s], P + p->off[s], p->blk[s],
@@ -411,9 +459,13 @@ Status zero_params_sync(Par *p, Err *err) {
 
 /* ================================================================ state in and out */
 
+/* The owned blocks of a full host buffer into a shard (on a device: through from_host). */
 static void copy_owned(Par *p, float *shard, const float *full) {
-    for (int s = 0; s < p->nseg; s++)
-        memcpy(shard + p->soff[s], full + p->off[s] + (size_t)p->r * p->blk[s], p->blk[s] * sizeof(float));
+    for (int s = 0; s < p->nseg; s++) {
+        const float *src = full + p->off[s] + (size_t)p->r * p->blk[s];
+        if (p->dev) p->dev->from_host(shard + p->soff[s], src, p->blk[s] * sizeof(float));
+        else memcpy(shard + p->soff[s], src, p->blk[s] * sizeof(float));
+    }
 }
 
 void par_set_full(Par *p, const float *params, const float *m, const float *v) {
@@ -428,9 +480,9 @@ void par_set_full(Par *p, const float *params, const float *m, const float *v) {
     for (int b = 0; b < 2; b++) {
         if (!mine[b]) continue;
         if (p->dev && !src[b]) p->dev->zero(mine[b], p->mom_floats * sizeof(float));
-        else if (p->dev) p->dev->from_host(mine[b], src[b], T * sizeof(float));
         else if (!src[b]) memset(mine[b], 0, p->mom_floats * sizeof(float));
         else if (p->zero >= 1) copy_owned(p, mine[b], src[b]);
+        else if (p->dev) p->dev->from_host(mine[b], src[b], T * sizeof(float));
         else memcpy(mine[b], src[b], T * sizeof(float));
     }
     p->zp.b0_valid = 0, p->zp.slot_seg[0] = p->zp.slot_seg[1] = -1;
@@ -442,7 +494,8 @@ static Status gather_shard(Par *p, const float *shard, float *full, Err *err) {
     for (int s = 0; s < p->nseg && st == ST_OK; s++) {
         if (!p->blk[s]) continue;
         float *mine = full + p->off[s] + (size_t)p->r * p->blk[s];
-        memcpy(mine, shard + p->soff[s], p->blk[s] * sizeof(float));
+        if (p->dev) p->dev->to_host(mine, shard + p->soff[s], p->blk[s] * sizeof(float)); /* a device's shard */
+        else memcpy(mine, shard + p->soff[s], p->blk[s] * sizeof(float));
         st = comm_allgather_f32(p->c, mine, full + p->off[s], p->blk[s], err);
     }
     return st;

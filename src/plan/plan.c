@@ -911,9 +911,9 @@ static void core_comm(Core *c, PlanResult *r) {
         r->comm.tp_megatron = 8.0 * act_msg * (tp - 1) / tp * (in->recompute == PLAN_RECOMPUTE_FULL ? 1.5 : 1.0) * Lp * mb;
     if (ours && pp == 1 && mb == k && (tp == 1 || tp_ours)) {
         /* Our trainer's collectives, call by call (a step after the first); at tp > 1 they are the tp
-         * time. In-place reduce-scatters run as all-reduces when the world shares one node (comm.c). */
+         * time. In-place reduce-scatters are comm's ring (rs_as_allreduce 0) on one node or several. */
         PlanTrainerStep ts = {B, T, k, dp, tp, in->sp && tp > 1, in->zero, (int)in->recompute, prec_i,
-                              r->nodes == 1, 0, plan_noise_scale_on(dp, pp, k, in->no_noise_scale)};
+                              0, 0, plan_noise_scale_on(dp, pp, k, in->no_noise_scale)};
         PlanCommKinds ck;
         Err ce;
         if (plan_trainer_comm(cfgp, &ts, bw_tp, lat_tp, &ck, &ce) == ST_OK) {

@@ -28,6 +28,7 @@
 #include "model/lora.h"
 #include "model/matmul.h"
 #include "train/events.h"
+#include "train/stop.h"
 #include "train/train.h"
 
 typedef struct {
@@ -94,14 +95,6 @@ static Status refuse(const TrainConfig *c, int world, Err *err) {
         return err_set(err, ST_ERR_INPUT, "--dp %d --tp %d: with LoRA expected dp x tp = the world of %d ranks", c->dp, tp,
                        world);
     return ST_OK;
-}
-
-/* cfg.handle_signals: SIGTERM/SIGINT finish the step, save and end cleanly (as the full trainer);
- * a second signal ends the process at once. */
-static volatile sig_atomic_t stop_signal = 0;
-static void on_stop(int sig) {
-    if (stop_signal) _exit(128 + sig);
-    stop_signal = sig;
 }
 
 static void run_free(LoraRun *r) {
@@ -469,7 +462,7 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
     for (int j = 0; j < k; j++)
         loader_fill_rank(&r->train, r->rank, r->dp, j, B, k, r->inp + (size_t)j * B * T, r->tgt + (size_t)j * B * T);
     loader_step_done(&r->train, r->dp, B, k);
-    int64_t v[2] = {0, stop_signal != 0}; /* tokens counted once per dp replica (its tp ranks share the batch) */
+    int64_t v[2] = {0, tr_stop_pending() != 0}; /* tokens counted once per dp replica (its tp ranks share the batch) */
     for (size_t i = 0; i < r->batch_ints && r->tp_rank == 0; i++) v[0] += r->tgt[i] >= 0;
     Status st = comm_allreduce_i64(r->comm, v, 2, COMM_SUM, err);
     if (st != ST_OK) return st;
@@ -633,14 +626,8 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
                    r->dp, r->tp, r->zero);
     }
     long stop_at = c->stop_after > 0 && c->stop_after < c->steps ? c->stop_after : c->steps;
-    struct sigaction sa, old_term, old_int;
-    if (c->handle_signals) {
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_stop;
-        sigemptyset(&sa.sa_mask);
-        stop_signal = 0;
-        sigaction(SIGTERM, &sa, &old_term), sigaction(SIGINT, &sa, &old_int);
-    }
+    TrSignals sig = {0};
+    if (c->handle_signals) tr_signals_on(&sig); /* SIGTERM/SIGINT/SIGUSR1: finish the step, save, end */
     while (st == ST_OK && r->step < stop_at && !r->stop) {
         st = step(r, res, err);
         if (st == ST_OK && c->val_data[0] && c->val_every > 0 && r->step % c->val_every == 0) {
@@ -654,7 +641,7 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
         if (st == ST_OK && c->ckpt_every > 0 && r->step % c->ckpt_every == 0 && r->step < stop_at && !r->stop)
             st = save(r, err);
     }
-    if (c->handle_signals) sigaction(SIGTERM, &old_term, NULL), sigaction(SIGINT, &old_int, NULL);
+    tr_signals_off(&sig);
     if (st == ST_OK && r->stop && r->comm->rank == 0 && !c->quiet)
         printf("lora: stop signal: saving step %ld and ending\n", r->step);
     if (st == ST_OK && res->steps_done > 0) st = save(r, err); /* the last step (or --stop-after's) */

@@ -81,7 +81,7 @@ static Status validate(const TrainConfig *c, Err *err) {
     const Backend *be;
     if (devemu_find(c->device, c->faults.emulated_device, &be, err) != ST_OK) return ST_ERR_INPUT;
     /* A device backend (not host-addressable): what its path does not have is refused here, whole
-     * (docs/cuda.md, section 6); the grid (one process, ZeRO 0) is checked by par_init. */
+     * (docs/cuda.md, section 6); the grid (data parallelism only) is checked by par_init. */
     if (!be->host_addressable) {
         if (c->optim.kind != OPT_ADAMW && c->optim.kind != OPT_ADAM && c->optim.kind != OPT_SGD && c->optim.kind != OPT_LION)
             return err_set(err, ST_ERR_INPUT, "--optimizer %s: expected adamw, adam, sgd or lion with --device %s (the "
@@ -92,9 +92,7 @@ static Status validate(const TrainConfig *c, Err *err) {
                          : c->ckpt_async ? "--ckpt-async"
                          : c->tp > 1 ? "--tp"
                          : c->pp > 1 ? "--pp"
-                         : c->dp > 1 ? "--dp"
-                         : c->zero != 0 ? "--zero (expected 0)"
-                                        : NULL;
+                                       : NULL;
         if (no) return err_set(err, ST_ERR_INPUT, "--device %s: %s is not supported on a device backend yet", c->device, no);
     }
     if (c->micro_batch < 1)
@@ -148,16 +146,6 @@ static Status validate(const TrainConfig *c, Err *err) {
     if (c->val_every < 0) return err_set(err, ST_ERR_INPUT, "--val-every: expected >= 0, found %d", c->val_every);
     if (!c->data[0]) return err_set(err, ST_ERR_INPUT, "--data: expected a token shard path or glob, found none");
     return ST_OK;
-}
-
-/* Preemption (SIGTERM, SIGINT, SIGUSR1): the signal handler only sets a flag that the step loop reads between steps; a
- * second signal exits at once. Process-wide by nature (signals are), installed only when the
- * caller asks (the CLI), so library users and concurrent runs are unaffected. */
-volatile sig_atomic_t tr_stop_signal = 0;
-
-static void on_stop_signal(int sig) {
-    if (tr_stop_signal) _exit(128 + sig);
-    tr_stop_signal = sig;
 }
 
 /* Splits "a,b,c" into at most max pointers into buf (modified). */
@@ -221,27 +209,10 @@ static Status run_setup(Run *r, Err *err) {
 }
 
 static void signals_install(Run *r) {
-    if (!r->cfg.handle_signals) return;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    tr_stop_signal = 0;
-    sigaction(SIGTERM, &sa, &r->old_term);
-    sigaction(SIGINT, &sa, &r->old_int);
-    /* mpirun turns its own SIGTERM/SIGINT into SIGKILL for the ranks a second later, but forwards
-     * SIGUSR1 untouched: `kill -USR1 <mpirun>` (scripts/launch does it on TERM/INT) stops every
-     * rank the same way, and the job exits 0 (docs/checkpoint.md, "Preemption"). */
-    sigaction(SIGUSR1, &sa, &r->old_usr1);
-    r->signals = 1;
+    if (r->cfg.handle_signals) tr_signals_on(&r->sig);
 }
 
-static void signals_restore(Run *r) {
-    if (!r->signals) return;
-    sigaction(SIGTERM, &r->old_term, NULL);
-    sigaction(SIGINT, &r->old_int, NULL);
-    sigaction(SIGUSR1, &r->old_usr1, NULL);
-}
+static void signals_restore(Run *r) { tr_signals_off(&r->sig); }
 
 /* The last asynchronous write, the medians, the Young/Daly interval, the final weights, the end
  * record and the plan against the measurement. */

@@ -307,7 +307,8 @@ void tr_note_write_time(Run *r, const CkptSaveInfo *info) {
  * Collective over the world; every rank returns the same status. */
 static Status run_save_sharded(Run *r, const CkptMeta *meta, const CkptOptions *o, CkptSaveInfo *info, Err *err) {
     const ParamLayout *pl = &r->g.w.layout;
-    int nv = par_moment(r->par, 1) ? 1 : 0, staged = r->cfg.zero > 0;
+    /* A device's state reaches the host only through par_get_full's to_host: staged at ZeRO 0 too. */
+    int nv = par_moment(r->par, 1) ? 1 : 0, staged = r->cfg.zero > 0 || !r->g.be->host_addressable;
     size_t n = pl->total;
     float *buf = staged ? tr_run_staging(r, pl, 2 + nv) : NULL;
     Status st = buf || !staged ? ST_OK : err_set(err, ST_ERR_RUNTIME, "out of memory (checkpoint staging)");

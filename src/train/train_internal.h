@@ -21,6 +21,7 @@
 #include "core/mem.h"
 #include "core/peak.h"
 #include "train/machine_peak.h"
+#include "train/stop.h"
 #include "core/progress.h"
 #include "core/stats.h"
 #include "core/rng.h"
@@ -143,8 +144,7 @@ typedef struct {
      * counts batches consumed. They differ only after health actions skipped or rolled back. */
     long step, attempt;
     double ms_total, loop_t0;
-    int signals;
-    struct sigaction old_term, old_int, old_usr1;
+    TrSignals sig;
 } Run;
 
 /* What one step measured and decided, filled stage by stage. */
@@ -171,8 +171,6 @@ typedef struct {
     Err gemm_err;
 } Step;
 
-/* Set by SIGTERM/SIGINT (signals_install, train.c), read by the step loop between steps. */
-extern volatile sig_atomic_t tr_stop_signal;
 
 /* ---- across the trainer's files (contracts at their definitions) ---- */
 void tr_fmt_duration(double s, char *buf, size_t len);

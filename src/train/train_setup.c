@@ -397,9 +397,8 @@ Status tr_setup_accounting(Run *r, Err *err) {
 
     PlanInput pi;
     train_plan_input(c, r->dp, r->tp, r->pp, r->acct.peak, &pi);
-    /* Every rank on one node (comm found them so): dp and tp collectives go over shared memory,
-     * and an in-place reduce-scatter runs as an all-reduce (comm.h), as the plan then assumes. */
-    if (r->comm->rs_as_allreduce && r->world > pi.hw.devices_per_node) pi.hw.devices_per_node = r->world;
+    /* Every rank on one node (comm found them so): dp and tp collectives go over shared memory. */
+    if (r->comm->one_node && r->world > pi.hw.devices_per_node) pi.hw.devices_per_node = r->world;
     Err perr;
     r->acct.have_plan = plan_predict_step(&pi, &r->acct.plan, &perr) == ST_OK;
     return ST_OK;

@@ -149,7 +149,7 @@ static Status step_data(Run *r, Step *s, Err *err) {
     /* --doc-mask: Σ L_i² over the documents of the replica's rows (an integer: exact in the sum) */
     int dm = c->model.doc_mask;
     double span = dm && r->tp_rank == 0 && r->pp_rank == 0 ? layout_doc_span(r->inp, B * k, T, c->model.doc_eot) : 0;
-    int64_t v[3] = {ntok, tr_stop_signal != 0, (int64_t)llround(span * (double)B * k * T)};
+    int64_t v[3] = {ntok, tr_stop_pending() != 0, (int64_t)llround(span * (double)B * k * T)};
     Status st = comm_allreduce_i64(r->comm, v, dm ? 3 : 2, COMM_SUM, err);
     s->ntok = (long)v[0], s->stop = v[1] > 0;
     s->span = dm ? (double)v[2] / (double)r->acct.batch_tokens : c->seq_len;
@@ -446,7 +446,7 @@ static Status step_checkpoint(Run *r, Step *s, Err *err) {
     const TrainConfig *c = &r->cfg;
     s->last = s->updated && r->step == c->steps;
     /* One process reads the flag now; under MPI every rank acts on the agreed one. */
-    int signalled = s->stop || (r->world == 1 && tr_stop_signal != 0);
+    int signalled = s->stop || (r->world == 1 && tr_stop_pending() != 0);
     s->stopping = signalled || (c->stop_after > 0 && r->step >= c->stop_after && !s->last);
     int due = s->updated && c->ckpt_every > 0 && r->step % c->ckpt_every == 0;
     if (!c->ckpt_dir[0] || s->rolled_back || !(s->last || s->stopping || due)) return ST_OK;
@@ -644,7 +644,7 @@ Status tr_train_step(Run *r, int *stop, Err *err) {
     if (s.stopping) {
         r->res->preempted = 1, *stop = 1;
         if (!c->quiet) {
-            if (tr_stop_signal) printf("stopped by signal %d after step %ld", (int)tr_stop_signal, r->step);
+            if (tr_stop_pending()) printf("stopped by signal %d after step %ld", tr_stop_pending(), r->step);
             else if (s.stop) printf("stopped by a signal on another rank after step %ld", r->step);
             else printf("stopped after step %ld (--stop-after)", r->step);
             printf("%s\n", c->ckpt_dir[0] ? "; checkpoint saved, resume with --resume auto" : " (no --ckpt-dir: not saved)");

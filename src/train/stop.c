@@ -1,0 +1,47 @@
+/* stop.c — see stop.h. */
+#include "train/stop.h"
+
+#include <string.h>
+#include <unistd.h>
+
+#include "core/stopsig.h"
+
+static volatile sig_atomic_t stop_signal = 0; /* the recording handler's (mode 2) */
+
+static void on_stop_signal(int sig) {
+    if (stop_signal) _exit(128 + sig);
+    stop_signal = sig;
+}
+
+void tr_signals_on(TrSignals *s) {
+    memset(s, 0, sizeof *s);
+    stop_signal = 0;
+    if (stopsig_active()) {
+        stopsig_graceful(1);
+        s->mode = 1;
+        return;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, &s->old_term);
+    sigaction(SIGINT, &sa, &s->old_int);
+    /* mpirun turns its own SIGTERM/SIGINT into SIGKILL for the ranks a second later, but forwards
+     * SIGUSR1 untouched: `kill -USR1 <mpirun>` (scripts/launch does it on TERM/INT) stops every
+     * rank the same way, and the job exits 0. */
+    sigaction(SIGUSR1, &sa, &s->old_usr1);
+    s->mode = 2;
+}
+
+void tr_signals_off(TrSignals *s) {
+    if (s->mode == 1) stopsig_graceful(0);
+    if (s->mode == 2) {
+        sigaction(SIGTERM, &s->old_term, NULL);
+        sigaction(SIGINT, &s->old_int, NULL);
+        sigaction(SIGUSR1, &s->old_usr1, NULL);
+    }
+    s->mode = 0;
+}
+
+int tr_stop_pending(void) { return stopsig_active() && stopsig_pending() ? stopsig_pending() : (int)stop_signal; }
