@@ -1,7 +1,7 @@
 /* test_tp.c — tensor (Megatron) and sequence parallelism end to end: `scaletrain train --tp N [--sp]`
  * under mpirun against one process (issue 13). Modelled on test_dp.c.
  *
- * Usage: test_tp MPIEXEC SCALETRAIN TP_WORKER [equiv|mixed|resume|rest|refuse|memory]
+ * Usage: test_tp MPIEXEC SCALETRAIN TP_WORKER [equiv|mixed|resume|rest|refuse|memory|overlap]
  *
  * Oracle: one process running the same global batch (micro-batch 2 × accumulation 4 = 8 sequences
  * per step; a world of tp ranks runs accumulation 4, dp 2 × tp 2 accumulation 2), 10 steps, fp32,
@@ -60,7 +60,13 @@
  *           measured ones differ. Each rank's resident memory above its baseline within 5% of its
  *           allocated total at tp 2 and at dp 2 × tp 2 ZeRO 1 bf16 on a 50k-vocabulary model
  *           (0.3 GB per rank; release build only, as test_dp). Negative control: the allocation
- *           less the moments fails the 5% check. */
+ *           less the moments fails the 5% check.
+ *   overlap the overlapped tp collectives (issue 28) against the blocking path (test switch
+ *           ST_PAR_TEST_TP_BLOCKING=1) at tp 2, tp 2 --sp, tp 2 --sp bf16 with dropout and full
+ *           recompute: losses, norms and final weights equal to the bit, and every step record's
+ *           tp_overlapped equal to the count of column-parallel collectives (0 on the blocking
+ *           path). Negative control: ST_PAR_TEST_TP_NOWAIT=1 (the overlapped waits return at once)
+ *           fails the comparison with one process, with and without --sp. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -822,9 +828,89 @@ static void memory(void) {
     }
 }
 
+/* ---------------------------------------------------------------- overlap */
+
+/* Every step record of run `name` has tp_overlapped == want; 1 if so (steps records at least). */
+static int overlapped_is(const char *name, double want, char *detail, size_t cap) {
+    cJSON *all = records(name);
+    const cJSON *o;
+    int n = 0, ok = all != NULL;
+    double seen = NAN;
+    cJSON_ArrayForEach(o, all) {
+        if (strcmp(event_of(o), "step")) continue;
+        seen = num(o, "tp_overlapped");
+        n++;
+        if (seen != want) ok = 0;
+    }
+    snprintf(detail, cap, "%d step records, tp_overlapped %g (want %g)", n, seen, want);
+    cJSON_Delete(all);
+    return ok && n == STEPS;
+}
+
+/* The overlapped tp collectives (issue 28) against the blocking path they replace (the test switch
+ * ST_PAR_TEST_TP_BLOCKING=1): the same GEMMs on the same operands, so every step's loss and norm
+ * and every final weight are the same bits (exact equality), at tp 2, tp 2 --sp, and tp 2 --sp in
+ * bf16 with dropout and full recompute; each step record counts the collectives that were
+ * overlapped (2 per block and micro-batch without --sp: the column-parallel layers' input-gradient
+ * sums; with --sp 6: 2 forward gathers, 2 backward re-gathers, 2 reduce-scatters; + 2 for the
+ * recomputed forward), and the blocking runs 0 (so the overlap path is what ran). Negative control:
+ * ST_PAR_TEST_TP_NOWAIT=1 (an overlapped collective's wait returns at once: the model reads the
+ * buffer before the sum or gather arrived) must fail the equivalence comparison with one process
+ * at the equiv part's tolerances, with and without --sp. */
+static void overlap(void) {
+    ParamLayout pl;
+    test_layout(&pl, 2, 97);
+    const int k = 4, L = 2;
+    struct {
+        const char *name, *extra;
+        int per; /* overlapped collectives per block and micro-batch */
+    } R[] = {{"ovl_tp2", "--tp 2", 2},
+             {"ovl_tp2_sp", "--tp 2 --sp", 6},
+             {"ovl_tp2_sp_bf16", "--tp 2 --sp --precision bf16 --dropout 0.1 --recompute full", 8}};
+    for (size_t i = 0; i < sizeof R / sizeof R[0]; i++) {
+        char blk[64], detail[256], what[200];
+        snprintf(blk, sizeof blk, "%s_blocking", R[i].name);
+        double secs;
+        int rc = train_env(blk, 2, 2, k, R[i].extra, "ST_PAR_TEST_TP_BLOCKING=1", 0, &secs);
+        printf("%s: %.1f s\n", blk, secs);
+        if (rc != 0) {
+            tu_check(0, blk, "exit %d, see %s/%s.out", rc, DIR, blk);
+            continue;
+        }
+        if (!train_ok(R[i].name, 2, 2, k, R[i].extra)) continue;
+        double lw = NAN, nw = NAN;
+        Log la;
+        int all = log_diffs(R[i].name, blk, STEPS, &lw, &nw, &la);
+        float *wa = weights(R[i].name, &pl), *wb = weights(blk, &pl);
+        int same_w = wa && wb && !memcmp(wa, wb, pl.total * sizeof(float));
+        free(wa), free(wb);
+        snprintf(what, sizeof what, "%s: overlapped equals blocking to the bit (losses, norms, weights)", R[i].name);
+        tu_check(all && lw == 0 && nw == 0 && same_w, what, "losses max rel %.2e, norms %.2e, weights %s", lw, nw,
+                 same_w ? "identical" : "differ");
+        snprintf(what, sizeof what, "%s: every step overlapped %d collectives", R[i].name, R[i].per * L * k);
+        tu_check(overlapped_is(R[i].name, R[i].per * L * k, detail, sizeof detail), what, "%s", detail);
+        snprintf(what, sizeof what, "%s: the blocking path overlapped none", blk);
+        tu_check(overlapped_is(blk, 0, detail, sizeof detail), what, "%s", detail);
+    }
+    /* Negative control: waits skipped, against one process at the equivalence tolerances. */
+    if (train_ok("ovl_ref", 0, 2, k, ""))
+        for (int sp = 0; sp < 2; sp++) {
+            const char *name = sp ? "ovl_tp2_sp_nowait" : "ovl_tp2_nowait";
+            double secs, lw = NAN, nw = NAN;
+            Log la;
+            int rc = train_env(name, 2, 2, k, sp ? "--tp 2 --sp" : "--tp 2", "ST_PAR_TEST_TP_NOWAIT=1", 0, &secs);
+            int all = rc == 0 && log_diffs(name, "ovl_ref", STEPS, &lw, &nw, &la);
+            char what[160];
+            snprintf(what, sizeof what, "negative control: %s (overlapped waits skipped) fails the comparison", name);
+            tu_check(all && (lw > TOL.loss || nw > TOL.norm), what, "exit %d; losses max rel %.2e, grad_norm max rel "
+                     "%.2e (tol %g)", rc, lw, nw, TOL.norm);
+        }
+    layout_free(&pl);
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: test_tp MPIEXEC SCALETRAIN TP_WORKER [equiv|mixed|resume|rest|refuse|memory]\n");
+        fprintf(stderr, "usage: test_tp MPIEXEC SCALETRAIN TP_WORKER [equiv|mixed|resume|rest|refuse|memory|overlap]\n");
         return 2;
     }
     g_mpi = argv[1], g_bin = argv[2], g_worker = argv[3];
@@ -838,6 +924,7 @@ int main(int argc, char **argv) {
     if (!strcmp(what, "rest") || !strcmp(what, "all")) rest();
     if (!strcmp(what, "refuse") || !strcmp(what, "all")) refuse();
     if (!strcmp(what, "memory") || !strcmp(what, "all")) memory();
+    if (!strcmp(what, "overlap") || !strcmp(what, "all")) overlap();
     printf("test_tp %s: %.1f s\n", what, (timer_ms() - t0) * 1e-3);
     return tu_exit();
 }

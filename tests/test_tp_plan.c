@@ -27,8 +27,10 @@
  *              comm    `plan --json` comm_bytes_by_kind == every step record's comm_bytes_by_kind
  *                      after the first, every kind exactly; the first step == plan_trainer_comm with
  *                      first_step (the memory record's two extra all-gathers).
+ *              overlap `plan --json` communication.tp_overlapped_calls == every step record's
+ *                      tp_overlapped (the collectives the trainer overlapped with GEMMs, issue 28).
  *            Negative controls: the plan of a different tp (tp 1 on the same world), or without --sp
- *            for the --sp runs, must fail both checks; a run with the test-only fault
+ *            for the --sp runs, must fail all three checks; a run with the test-only fault
  *            ST_PAR_TEST_TP_FAULT=1 (the backward's tp all-reduces skipped) must fail the comm check.
  * The plan is told the ranks share one node (--devices-per-node = world), as they do under mpirun
  * here; the dp group's in-place reduce-scatters are comm's ring there too ((p-1)/p·S). */
@@ -247,6 +249,27 @@ static int comm_matches(const cJSON *plan, const double *want1, const cJSON *all
     return ok;
 }
 
+/* Every step record's tp_overlapped (the collectives the trainer overlapped with GEMMs, issue 28)
+ * against the plan's communication.tp_overlapped_calls; 1 if all equal and non-zero. */
+static int overlap_matches(const cJSON *plan, const cJSON *all, char *detail, size_t cap) {
+    const cJSON *pc = get(get(plan, "communication"), "tp_overlapped_calls"), *o;
+    double want = cJSON_IsNumber(pc) ? pc->valuedouble : -1;
+    int n = 0, ok = want > 0;
+    snprintf(detail, cap, "plan: %.0f overlapped calls per step", want);
+    cJSON_ArrayForEach(o, all) {
+        const char *e = cJSON_GetStringValue(get(o, "event"));
+        if (!e || strcmp(e, "step")) continue;
+        const cJSON *m = get(o, "tp_overlapped");
+        n++;
+        if (!cJSON_IsNumber(m) || m->valuedouble != want) {
+            if (ok) snprintf(detail, cap, "step %d: tp_overlapped %.0f, planned %.0f", n, cJSON_IsNumber(m) ? m->valuedouble : -1,
+                             want);
+            ok = 0;
+        }
+    }
+    return ok && n == STEPS;
+}
+
 typedef struct {
     const char *name, *flags; /* flags of both train and plan beyond MODEL, --dp and --tp */
     int dp, tp, sp, zero, rc, prec;
@@ -289,6 +312,8 @@ static void runs(void) {
         int comm_ok = st == ST_OK && comm_matches(plan, first.bytes, all, detail, sizeof detail);
         snprintf(what, sizeof what, "%s: plan --json comm_bytes_by_kind == every step record's", r->name);
         tu_check(comm_ok, what, "%s", st == ST_OK ? detail : e.msg);
+        snprintf(what, sizeof what, "%s: plan --json tp_overlapped_calls == every step record's tp_overlapped", r->name);
+        tu_check(overlap_matches(plan, all, detail, sizeof detail), what, "%s", detail);
         /* Negative controls: the plan without --sp, or of tp 1 on the same world. */
         char wrong_flags[256];
         snprintf(wrong_flags, sizeof wrong_flags, "%s", r->flags);
@@ -298,9 +323,11 @@ static void runs(void) {
         char d1[640], d2[640];
         int m_caught = !memory_matches(wrong, all, world, d1, sizeof d1);
         int c_caught = !comm_matches(wrong, first.bytes, all, d2, sizeof d2);
+        char d3[256];
+        int o_caught = !overlap_matches(wrong, all, d3, sizeof d3);
         snprintf(what, sizeof what, "negative control: %s against the plan %s", r->name,
                  r->sp ? "without --sp" : "of tp 1 on the same world");
-        tu_check(m_caught && c_caught, what, "memory: %s | comm: %s", d1, d2);
+        tu_check(m_caught && c_caught && o_caught, what, "memory: %s | comm: %s | overlap: %s", d1, d2, d3);
         if (i == 0) {
             /* Negative control of the measurement: the backward's tp all-reduces skipped. */
             int frc = train("tp2_fault", world, tflags, "ST_PAR_TEST_TP_FAULT=1");

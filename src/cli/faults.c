@@ -18,6 +18,9 @@ Status cli_faults_from_env(Faults *f, Err *err) {
     if ((e = getenv("ST_PAR_TEST_KILL")) && sscanf(e, "%d:%ld", &f->kill_rank, &f->kill_step) != 2)
         f->kill_rank = 0, f->kill_step = 0;
     f->tp_skip_backward = env_is_1("ST_PAR_TEST_TP_FAULT");
+    f->tp_nowait = env_is_1("ST_PAR_TEST_TP_NOWAIT");
+    f->tp_blocking = env_is_1("ST_PAR_TEST_TP_BLOCKING");
+    f->tp_no_progress = env_is_1("ST_PAR_TEST_TP_NOPROGRESS");
     f->pp_skip_tied = env_is_1("ST_PAR_TEST_PP_FAULT");
     f->matrix_no_share = env_is_1("ST_PAR_TEST_MATRIX_FAULT");
     if ((e = getenv("ST_PAR_TEST_MATRIX_RESET"))) f->matrix_reset = atoi(e);

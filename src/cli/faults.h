@@ -10,6 +10,9 @@
  *   ST_PAR_TEST_GRAD_SCALE=F          grad_scale
  *   ST_PAR_TEST_KILL=RANK:STEP        kill_rank, kill_step
  *   ST_PAR_TEST_TP_FAULT=1            tp_skip_backward
+ *   ST_PAR_TEST_TP_NOWAIT=1           tp_nowait
+ *   ST_PAR_TEST_TP_BLOCKING=1         tp_blocking
+ *   ST_PAR_TEST_TP_NOPROGRESS=1       tp_no_progress
  *   ST_PAR_TEST_PP_FAULT=1            pp_skip_tied
  *   ST_PAR_TEST_MATRIX_FAULT=1        matrix_no_share
  *   ST_PAR_TEST_MATRIX_RESET=N        matrix_reset

@@ -330,12 +330,17 @@ int comm_test(CommReq *req) {
     Comm *c = req->comm;
     double t0 = timer_ms();
     int rc = MPI_SUCCESS, flag = req_test(req, &rc);
-    c->stats.test_ms += timer_ms() - t0;
+    double dt = timer_ms() - t0;
+    c->stats.test_ms += dt;
+    c->stats.test_ms_by_kind[req->kind] += dt;
     if (rc != MPI_SUCCESS) {
         req->mpi_rc = rc;
         return 1;
     }
-    if (flag) req_finish(req);
+    if (flag) {
+        c->stats.test_done[req->kind]++;
+        req_finish(req);
+    }
     return flag;
 }
 
@@ -595,50 +600,51 @@ Status comm_bcast_f32(Comm *c, float *buf, size_t n, int root, Err *err) {
 
 /* ================================================================ tensor-parallel collectives (tp group) */
 
+/* Starts one in-place collective of kind k over the tp group into *req (n floats in all; the blocks
+ * are n / tp). The caller checked n <= INT_MAX (all-reduce) or the block (the others). */
+static Status tp_start(Comm *c, CommKind k, float *buf, size_t n, MPI_Op op, CommReq *req, Err *err) {
+    req_begin(c, req, k, comm_ring_bytes(k, (uint64_t)n * 4, c->tp));
+    int rc;
+    const char *call;
+    MPI_Request r;
+    size_t block = n / (size_t)c->tp;
+    if (k == COMM_TP_ALLREDUCE) {
+        call = "MPI_Iallreduce";
+        rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, op, c->mpi->tp, &r);
+    } else if (k == COMM_TP_ALLGATHER) {
+        call = "MPI_Iallgather";
+        rc = MPI_Iallgather(MPI_IN_PLACE, (int)block, MPI_FLOAT, buf, (int)block, MPI_FLOAT, c->mpi->tp, &r);
+    } else if (c->tp <= RING_MAX_RANKS) { /* comm's ring (see comm_ireduce_scatter_f32) */
+        return ring_start(c, req, buf, block, c->tp, c->tp_rank, c->mpi->tp, &c->ring_seq[1], err);
+    } else {
+        /* In place the result lands at the start of buf; it moves to the own block after. */
+        call = "MPI_Ireduce_scatter_block";
+        rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, (int)block, MPI_FLOAT, MPI_SUM, c->mpi->tp, &r);
+        req->move_dst = buf + (size_t)c->tp_rank * block, req->move_src = buf, req->move_n = block;
+    }
+    if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, call, comm_kind_name(k));
+    req_put(req, r);
+    req->active = 1;
+    return ST_OK;
+}
+
 /* One blocking in-place collective over the tp group, in pieces of at most INT_MAX elements. */
 static Status tp_call(Comm *c, CommKind k, float *buf, size_t n, MPI_Op op, Err *err) {
     if (c->tp <= 1 || !c->mpi || n == 0) return ST_OK;
-    CommReq req = {0};
-    req_begin(c, &req, k, comm_ring_bytes(k, (uint64_t)n * 4, c->tp));
-    int rc = MPI_SUCCESS;
-    const char *call = "MPI_Iallreduce";
-    MPI_Request r;
+    Status st = ST_OK;
     if (k == COMM_TP_ALLREDUCE) {
-        size_t done = 0;
-        while (done < n && rc == MPI_SUCCESS) {
+        for (size_t done = 0; done < n && st == ST_OK; done += (size_t)INT_MAX) {
             size_t m = n - done < (size_t)INT_MAX ? n - done : (size_t)INT_MAX;
-            rc = MPI_Iallreduce(MPI_IN_PLACE, buf + done, (int)m, MPI_FLOAT, op, c->mpi->tp, &r);
-            if (rc != MPI_SUCCESS) break;
-            req_put(&req, r);
-            req.active = 1;
-            Status st = comm_wait(&req, c->timeout_s, "tp all-reduce", c->step, err);
-            if (st != ST_OK) return st;
-            done += m;
+            CommReq req = {0};
+            st = tp_start(c, k, buf + done, m, op, &req, err);
+            if (st == ST_OK) st = comm_wait(&req, c->timeout_s, "tp all-reduce", c->step, err);
         }
-    } else {
-        size_t block = n / (size_t)c->tp;
-        Status st = check_count(c, block, comm_kind_name(k), err);
-        if (st != ST_OK) return st;
-        if (k == COMM_TP_ALLGATHER) {
-            call = "MPI_Iallgather";
-            rc = MPI_Iallgather(MPI_IN_PLACE, (int)block, MPI_FLOAT, buf, (int)block, MPI_FLOAT, c->mpi->tp, &r);
-        } else {
-            if (c->tp <= RING_MAX_RANKS) { /* comm's ring (see comm_ireduce_scatter_f32) */
-                st = ring_start(c, &req, buf, block, c->tp, c->tp_rank, c->mpi->tp, &c->ring_seq[1], err);
-                return st == ST_OK ? comm_wait(&req, c->timeout_s, comm_kind_name(k), c->step, err) : st;
-            }
-            /* In place the result lands at the start of buf; it moves to the own block after. */
-            call = "MPI_Ireduce_scatter_block";
-            rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, (int)block, MPI_FLOAT, MPI_SUM, c->mpi->tp, &r);
-            req.move_dst = buf + (size_t)c->tp_rank * block, req.move_src = buf, req.move_n = block;
-        }
-        if (rc == MPI_SUCCESS) {
-            req_put(&req, r);
-            req.active = 1;
-            return comm_wait(&req, c->timeout_s, comm_kind_name(k), c->step, err);
-        }
+        return st;
     }
-    return rc == MPI_SUCCESS ? ST_OK : mpi_fail(c, err, rc, call, comm_kind_name(k));
+    if ((st = check_count(c, n / (size_t)c->tp, comm_kind_name(k), err)) != ST_OK) return st;
+    CommReq req = {0};
+    st = tp_start(c, k, buf, n, op, &req, err);
+    return st == ST_OK ? comm_wait(&req, c->timeout_s, comm_kind_name(k), c->step, err) : st;
 }
 
 Status comm_tp_allreduce_f32(Comm *c, float *buf, size_t n, CommOp op, Err *err) {
@@ -651,6 +657,28 @@ Status comm_tp_allgather_f32(Comm *c, float *buf, size_t block, Err *err) {
 
 Status comm_tp_reduce_scatter_f32(Comm *c, float *buf, size_t block, Err *err) {
     return tp_call(c, COMM_TP_REDUCE_SCATTER, buf, block * (size_t)c->tp, MPI_SUM, err);
+}
+
+/* The nonblocking forms: one request each (no splitting), booked as started-nonblocking. */
+static Status tp_istart(Comm *c, CommKind k, float *buf, size_t n, size_t count, MPI_Op op, CommReq *req, Err *err) {
+    memset(req, 0, sizeof *req);
+    if (c->tp <= 1 || !c->mpi || n == 0) return ST_OK;
+    Status st = check_count(c, count, comm_kind_name(k), err);
+    if (st != ST_OK) return st;
+    c->stats.tp_nonblocking++;
+    return tp_start(c, k, buf, n, op, req, err);
+}
+
+Status comm_tp_iallreduce_f32(Comm *c, float *buf, size_t n, CommOp op, CommReq *req, Err *err) {
+    return tp_istart(c, COMM_TP_ALLREDUCE, buf, n, n, op == COMM_MAX ? MPI_MAX : MPI_SUM, req, err);
+}
+
+Status comm_tp_iallgather_f32(Comm *c, float *buf, size_t block, CommReq *req, Err *err) {
+    return tp_istart(c, COMM_TP_ALLGATHER, buf, block * (size_t)c->tp, block, MPI_SUM, req, err);
+}
+
+Status comm_tp_ireduce_scatter_f32(Comm *c, float *buf, size_t block, CommReq *req, Err *err) {
+    return tp_istart(c, COMM_TP_REDUCE_SCATTER, buf, block * (size_t)c->tp, block, MPI_SUM, req, err);
 }
 
 /* ================================================================ pipeline point-to-point (pp group) */

@@ -46,6 +46,11 @@ typedef struct {
     double wait_ms[COMM_NKIND]; /* wall time blocked in comm_wait / blocking calls, per kind */
     double wait_ms_total;       /* exposed communication time: sum of wait_ms */
     double test_ms;             /* wall time inside comm_test (progress work done while overlapping) */
+    double test_ms_by_kind[COMM_NKIND]; /* test_ms split by the kind of the request tested */
+    uint64_t test_done[COMM_NKIND]; /* requests whose completion comm_test observed (they completed
+                                   while the caller overlapped them, before any comm_wait) */
+    uint64_t tp_nonblocking;    /* tp collectives started by the comm_tp_i* forms (overlapped by the
+                                   caller with computation; the blocking forms do not count) */
 } CommStats;
 
 typedef struct CommMpi CommMpi; /* private to comm.c: MPI handles */
@@ -149,8 +154,8 @@ Status comm_bcast_f32(Comm *c, float *buf, size_t n, int root, Err *err);
 Status comm_ibcast_f32(Comm *c, float *buf, size_t n, int root, CommReq *req, Err *err);
 
 /* ---------------------------------------------------------------- tensor-parallel collectives
- * Over the tp group (the tp consecutive world ranks with the same dp and pp coordinates), blocking
- * and in place: the model needs their result before its next kernel. No-ops when tp == 1. Bytes
+ * Over the tp group (the tp consecutive world ranks with the same dp and pp coordinates), in
+ * place, blocking or (comm_tp_i*) nonblocking. No-ops when tp == 1. Bytes
  * are booked under the COMM_TP_* kinds, so a step record splits dp from tp communication. */
 
 /* buf (n floats) = the sum (or max) over the tp group. */
@@ -160,6 +165,16 @@ Status comm_tp_allgather_f32(Comm *c, float *buf, size_t block, Err *err);
 /* buf holds tp blocks; afterwards the own block holds the sum over ranks of that block (the other
  * blocks are undefined). */
 Status comm_tp_reduce_scatter_f32(Comm *c, float *buf, size_t block, Err *err);
+
+/* Nonblocking forms of the three (issue 28: the model overlaps them with independent GEMMs):
+ * start into *req, progress with comm_test, finish with comm_wait (which books the exposed wait
+ * under the kind; comm_test's time goes to stats.test_ms_by_kind). Same semantics, bytes and
+ * MPI calls as the blocking forms, one request each: counts above INT_MAX elements (the
+ * all-reduce's n, the others' block) are refused with ST_ERR_INPUT. tp == 1 or no MPI: *req is left
+ * inactive. Each start adds 1 to stats.tp_nonblocking. */
+Status comm_tp_iallreduce_f32(Comm *c, float *buf, size_t n, CommOp op, CommReq *req, Err *err);
+Status comm_tp_iallgather_f32(Comm *c, float *buf, size_t block, CommReq *req, Err *err);
+Status comm_tp_ireduce_scatter_f32(Comm *c, float *buf, size_t block, CommReq *req, Err *err);
 
 /* ---------------------------------------------------------------- pipeline point-to-point
  * Between stages of the pp group (the ranks with the same dp and tp coordinates, ordered by

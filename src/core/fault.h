@@ -21,6 +21,15 @@ typedef struct {
     int tp_skip_backward; /* ST_PAR_TEST_TP_FAULT=1: the tp all-reduces of the backward pass skipped
                              (Megatron's f operator missing: the first loss stays right, every gradient
                              below the head is wrong). test_tp, test_tp_plan, test_llama_grid */
+    int tp_nowait;        /* ST_PAR_TEST_TP_NOWAIT=1: an overlapped tp collective's wait returns at once
+                             (the model reads its buffer before the sum or gather arrived); the request
+                             is completed at the next tp hook. test_tp (overlap) */
+    int tp_blocking;      /* ST_PAR_TEST_TP_BLOCKING=1: the nonblocking tp hooks left unset, so the model
+                             takes the blocking path it took before issue 28 (the overlap's reference).
+                             test_tp (overlap), bench/tp_speed.sh */
+    int tp_no_progress;   /* ST_PAR_TEST_TP_NOPROGRESS=1: no tp_progress hook, so an overlapped collective
+                             moves only at its start and wait (the progress design's alternative,
+                             measured by bench/tp_speed.sh) */
     int pp_skip_tied;     /* ST_PAR_TEST_PP_FAULT=1: the pipeline's tied wte gradient exchange skipped
                              (each end updates with its own part). test_pp, test_pp_plan, test_llama_grid */
     int matrix_no_share;  /* ST_PAR_TEST_MATRIX_FAULT=1: Muon's and Shampoo's owners do not share their

@@ -2,8 +2,11 @@
 #include "model/gpt.h"
 
 #include <math.h>
+#include <omp.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/rng.h"
 #include "core/timer.h"
@@ -482,6 +485,144 @@ static const float *sp_gather_rows(Gpt *g, const float *own) {
     return s->sp_gather;
 }
 
+/* Overlapped tp collectives (issue 28, docs/parallel.md "Overlap"): at tp > 1 with the nonblocking
+ * hooks set, the column-parallel layers' collectives run while GEMMs that do not touch their
+ * buffers compute. The same GEMM calls on the same operands as the blocking path (only their order
+ * relative to the collectives changes), so the results are the same bits. Not with LoRA adapters
+ * (they add into the input gradient before its sum), a split backward (no weight GEMM here) or
+ * fp16 storage (its GEMMs round both operands together). */
+static int tp_overlap(const Gpt *g) {
+    const GptRunState *s = &g->s;
+    return s->tp > 1 && g->hooks.tp_start && !g->lora && !s->split_backward && !s->mp.fp16;
+}
+
+/* One GEMM step of an overlapped layer (what overlap_run runs beside the progress loop). */
+typedef enum { JOB_FWD, JOB_DINP, JOB_DW } JobKind;
+typedef struct {
+    JobKind kind;
+    float *out;           /* FWD: (rows, OC); DINP: dinp (N, C); DW: dw (OC, C) */
+    float *dbias;         /* DINP: the bias gradient (+)= column sums of dY, or NULL */
+    const float *in;      /* FWD: (rows, C); DW: the whole input (N, C); bf16 bits under bf16 */
+    const float *dout;    /* DINP, DW: dY (N, OC) fp32, or NULL under bf16: s->mp.a holds it rounded */
+    const float *w, *bias;/* the weight (OC, C); FWD: the bias or NULL */
+    int rows, C, OC, acc;
+} Job;
+
+static void job_run(Gpt *g, const Job *j) {
+    GptRunState *s = &g->s;
+    int bf = s->mp.bf16, nt = s->nt;
+    switch (j->kind) {
+    case JOB_FWD:
+        if (bf) g->be->matmul_forward_lp(j->out, (const uint16_t *)j->in, lp(g, j->w), j->bias, j->rows, j->C, j->OC);
+        else g->be->matmul_forward_p(&s->mp, j->out, j->in, j->w, lp(g, j->w), j->bias, j->rows, j->C, j->OC, nt);
+        break;
+    case JOB_DINP:
+        if (bf) {
+            if (j->dout && j->dbias) g->be->cast_bf16_colsum(s->mp.a, j->dbias, j->dout, j->rows, j->OC, j->acc, nt);
+            else if (j->dout) g->be->cast_bf16(s->mp.a, j->dout, (size_t)j->rows * j->OC, nt);
+            g->be->matmul_backward_lp(j->out, NULL, s->mp.a, NULL, lp(g, j->w), j->rows, j->C, j->OC, j->acc);
+        } else {
+            g->be->matmul_backward_p(&s->mp, j->out, NULL, j->dbias, j->dout, NULL, j->w, lp(g, j->w), j->rows, j->C,
+                                     j->OC, j->acc, nt);
+        }
+        break;
+    case JOB_DW:
+        if (bf) g->be->matmul_backward_lp(NULL, j->out, s->mp.a, (const uint16_t *)j->in, NULL, j->rows, j->C, j->OC, j->acc);
+        else g->be->matmul_backward_p(&s->mp, NULL, j->out, NULL, j->dout, j->in, j->w, NULL, j->rows, j->C, j->OC,
+                                      j->acc, nt);
+        break;
+    }
+}
+
+/* Runs job j while the collectives in flight progress. Open MPI moves a nonblocking collective only
+ * inside an MPI call, and oneDNN's GEMM cannot be cut into pieces with calls between them without
+ * changing its blocking (and so its bits: measured), so with one kernel thread (--threads 1) the GEMM
+ * runs on a second OpenMP thread while the calling thread (the one that may call MPI) calls
+ * tp_progress every TP_POLL_US until nothing is in flight, then sleeps until the GEMM is done.
+ * A GEMM inside a parallel region is single-threaded (matmul.h): the same as at --threads 1. With
+ * more kernel threads the GEMM keeps them and runs here, the collective moving at the wait. */
+#define TP_POLL_US 50
+static void overlap_run(Gpt *g, const Job *j) {
+    GptHooks *h = &g->hooks;
+    if (g->s.nt != 1 || !h->tp_progress) {
+        job_run(g, j);
+        return;
+    }
+    atomic_int done = 0;
+#pragma omp parallel num_threads(2)
+    {
+        if (omp_get_num_threads() < 2) { /* no second thread: the GEMM here, progress at the wait */
+            job_run(g, j);
+        } else if (omp_get_thread_num() == 1) {
+            job_run(g, j);
+            atomic_store(&done, 1);
+        } else {
+            int busy = 1;
+            struct timespec ts = {0, TP_POLL_US * 1000L};
+            while (!atomic_load(&done)) {
+                if (busy) busy = h->tp_progress(h->ctx) > 0;
+                if (!busy) ts.tv_nsec = 4 * TP_POLL_US * 1000L; /* only the GEMM left: check less often */
+                nanosleep(&ts, NULL);
+            }
+        }
+    }
+}
+
+/* --sp forward, overlapped: the whole (N, C) pre-norm output (own rows at `own`; bf16 when
+ * s->mp.bf16) times the column-parallel weight w (OC, C) into out (N, OC), bias added. The all-gather
+ * of the other ranks' rows is in flight while this rank's own row block is multiplied; then the
+ * other row blocks (a GEMM split by output rows gives the same bits: each row's dot products are
+ * unchanged; checked by test_tp overlap and bitcheck). */
+static void sp_colpar_forward(Gpt *g, float *out, const float *own, const float *w, const float *bias, int C, int OC) {
+    GptRunState *s = &g->s;
+    GptHooks *h = &g->hooks;
+    int bf = s->mp.bf16, Nl = s->curNl, t = s->tp;
+    size_t nlc = (size_t)Nl * C, blk = bf ? nlc / 2 : nlc;
+    g->be->copy(s->sp_gather + (size_t)s->tp_rank * blk, own, blk * sizeof(float));
+    int hg = h->tp_start(h->ctx, GPT_TP_ALLGATHER, s->sp_gather, blk);
+    for (int k = 0; k < t; k++) {
+        int r = (s->tp_rank + k) % t; /* own block first: its rows need nothing from the others */
+        Job j = {JOB_FWD, out + (size_t)r * Nl * OC, NULL, s->sp_gather + (size_t)r * blk, NULL, w, bias, Nl, C, OC, 0};
+        if (k == 0) {
+            overlap_run(g, &j);
+            h->tp_wait(h->ctx, hg);
+        } else {
+            job_run(g, &j);
+        }
+    }
+}
+
+/* Backward of a column-parallel linear (fc, qkv) at tp > 1, overlapped (Megatron): under --sp the
+ * re-gather of the pre-norm output (own rows at `own`) is in flight during the input-gradient
+ * GEMM dinp (N, C) = dY·W; then the input gradient's sum over the tp group (all-reduce, or
+ * reduce-scatter under --sp) is in flight during the weight-gradient GEMM dw (+)= dY^T·in. dY:
+ * dout (fp32), or under bf16 with dout NULL the operand already rounded into s->mp.a (as
+ * linear_backward); dbias (+)= its column sums. Returns the rows held of the summed input gradient
+ * (tp_reduce_rows' result). */
+static float *colpar_backward(Gpt *g, float *dinp, float *dw, float *dbias, const float *dout, const float *own,
+                              const float *w, int N, int C, int OC, int acc) {
+    GptRunState *s = &g->s;
+    GptHooks *h = &g->hooks;
+    size_t nlc = (size_t)s->curNl * C;
+    const float *in = own;
+    Job jd = {JOB_DINP, dinp, dbias, NULL, dout, w, NULL, N, C, OC, acc};
+    if (s->sp) {
+        size_t blk = s->mp.bf16 ? nlc / 2 : nlc;
+        g->be->copy(s->sp_gather + (size_t)s->tp_rank * blk, own, blk * sizeof(float));
+        int hg = h->tp_start(h->ctx, GPT_TP_ALLGATHER, s->sp_gather, blk);
+        in = s->sp_gather;
+        overlap_run(g, &jd);
+        h->tp_wait(h->ctx, hg);
+    } else {
+        job_run(g, &jd);
+    }
+    int hr = h->tp_start(h->ctx, s->sp ? GPT_TP_REDUCE_SCATTER : GPT_TP_ALLREDUCE, dinp, nlc);
+    Job jw = {JOB_DW, dw, NULL, in, dout, w, NULL, N, C, OC, acc};
+    overlap_run(g, &jw);
+    h->tp_wait(h->ctx, hr);
+    return dinp + (s->sp ? (size_t)s->tp_rank * nlc : 0);
+}
+
 /* The gradient of a row-parallel layer's output for all N rows: the rows held (src, Nl rows)
  * copied into dst's own block (after `d`'s dropout) and, under --sp, gathered. Returns dst, or
  * src when there is nothing to do (no dropout, no --sp). */
@@ -560,17 +701,25 @@ static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
     const BlockParams *p = &g->w.p.blocks[l];
     LayerActs *a = &s->la[l];
     const float *rb_att = tp1 ? p->attprojb : NULL, *rb_fc = tp1 ? p->fcprojb : NULL; /* tp > 1: after the sum */
-    int Q = s->dim.QKVl, H = s->dim.Hl;
+    int Q = s->dim.QKVl, H = s->dim.Hl, ovl = s->sp && tp_overlap(g); /* --sp: gathers overlapped */
     if (s->mp.bf16) {
         /* bf16: the norm and activation outputs are produced, stored and used as bf16 GEMM operands. */
         norm_forward(g, NULL, a->ln1_lp, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b);
-        const uint16_t *in = (const uint16_t *)sp_gather_rows(g, (const float *)a->ln1_lp);
-        g->be->matmul_forward_lp(a->qkv, in, lp(g, p->qkvw), p->qkvb, N, C, Q);
+        if (ovl) {
+            sp_colpar_forward(g, a->qkv, (const float *)a->ln1_lp, p->qkvw, p->qkvb, C, Q);
+        } else {
+            const uint16_t *in = (const uint16_t *)sp_gather_rows(g, (const float *)a->ln1_lp);
+            g->be->matmul_forward_lp(a->qkv, in, lp(g, p->qkvw), p->qkvb, N, C, Q);
+        }
     } else {
         norm_forward(g, a->ln1, NULL, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b);
-        const float *in = sp_gather_rows(g, a->ln1);
-        g->be->matmul_forward_p(&s->mp, a->qkv, in, p->qkvw, lp(g, p->qkvw), p->qkvb, N, C, Q, nt);
-        lora_fwd(g, l, LORA_SITE_QKV, in, a->qkv, Q);
+        if (ovl) {
+            sp_colpar_forward(g, a->qkv, a->ln1, p->qkvw, p->qkvb, C, Q);
+        } else {
+            const float *in = sp_gather_rows(g, a->ln1);
+            g->be->matmul_forward_p(&s->mp, a->qkv, in, p->qkvw, lp(g, p->qkvw), p->qkvb, N, C, Q, nt);
+            lora_fwd(g, l, LORA_SITE_QKV, in, a->qkv, Q);
+        }
     }
     if (s->dim.rms)
         g->be->rope_forward(a->qkv, s->rope_cs, s->cur_docpos, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, 0, nt);
@@ -582,17 +731,25 @@ static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
     if (s->mp.bf16) {
         residual_norm_forward(g, a->res2, NULL, a->ln2_lp, a->ln2_mean, a->ln2_rstd, x, br,
                               dropout_at(g, l, DROP_ATTN_RES), p->ln2w, p->ln2b);
-        const uint16_t *in = (const uint16_t *)sp_gather_rows(g, (const float *)a->ln2_lp);
-        g->be->matmul_forward_lp(a->fch, in, lp(g, p->fcw), p->fcb, N, C, H);
+        if (ovl) {
+            sp_colpar_forward(g, a->fch, (const float *)a->ln2_lp, p->fcw, p->fcb, C, H);
+        } else {
+            const uint16_t *in = (const uint16_t *)sp_gather_rows(g, (const float *)a->ln2_lp);
+            g->be->matmul_forward_lp(a->fch, in, lp(g, p->fcw), p->fcb, N, C, H);
+        }
         if (s->dim.rms) g->be->swiglu_forward_bf16(a->fchg_lp, a->fch, N, F, nt);
         else g->be->gelu_forward_bf16(a->fchg_lp, a->fch, (size_t)N * F, nt);
         g->be->matmul_forward_lp(s->dbuf_b, a->fchg_lp, lp(g, p->fcprojw), rb_fc, N, F, C);
     } else {
         residual_norm_forward(g, a->res2, a->ln2, NULL, a->ln2_mean, a->ln2_rstd, x, br,
                               dropout_at(g, l, DROP_ATTN_RES), p->ln2w, p->ln2b);
-        const float *in = sp_gather_rows(g, a->ln2);
-        g->be->matmul_forward_p(&s->mp, a->fch, in, p->fcw, lp(g, p->fcw), p->fcb, N, C, H, nt);
-        lora_fwd(g, l, LORA_SITE_FC, in, a->fch, H);
+        if (ovl) {
+            sp_colpar_forward(g, a->fch, a->ln2, p->fcw, p->fcb, C, H);
+        } else {
+            const float *in = sp_gather_rows(g, a->ln2);
+            g->be->matmul_forward_p(&s->mp, a->fch, in, p->fcw, lp(g, p->fcw), p->fcb, N, C, H, nt);
+            lora_fwd(g, l, LORA_SITE_FC, in, a->fch, H);
+        }
         if (s->dim.rms) g->be->swiglu_forward(a->fch_gelu, a->fch, N, F, nt);
         else g->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * F, nt);
         g->be->matmul_forward_p(&s->mp, s->dbuf_b, a->fch_gelu, p->fcprojw, lp(g, p->fcprojw), rb_fc, N, F, C, nt);
@@ -826,6 +983,7 @@ static void block_backward(Gpt *g, int l, const float *x, int B, int T, int acc)
     BlockParams *dp = &g->d.g.blocks[l];
     LayerActs *a = &s->la[l];
     int N = B * T, C = cfg->n_embd, F = s->dim.Fl, H = s->dim.Hl, Q = s->dim.QKVl, bf = s->mp.bf16;
+    int ovl = tp_overlap(g); /* the column-parallel layers' collectives overlapped with GEMMs */
     Dropout off = {0};
     block_recompute(g, l, x, B, T);
     const float *dbr = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_MLP_RES) : off);
@@ -833,11 +991,17 @@ static void block_backward(Gpt *g, int l, const float *x, int B, int T, int acc)
                     a->wg_fcproj);
     lora_bwd(g, l, LORA_SITE_DOWN, a->fch_gelu, dbr, C, s->dbuf_a);
     const float *dh = mlp_act_backward(g, a, dp->fcb, N, acc);
-    const float *in = sp_gather_rows(g, bf ? (const float *)a->ln2_lp : a->ln2);
-    linear_backward(g, s->dbuf_b, dp->fcw, dp->fcb, dh, in, (const uint16_t *)in, p->fcw, N, C, H, acc, a->wg_fc);
-    lora_bwd(g, l, LORA_SITE_FC, in, dh, H, s->dbuf_b);
-    ln_backward(g, s->dres, dp->ln2w, dp->ln2b, tp_reduce_rows(g, s->dbuf_b), a->res2, p->ln2w, a->ln2_mean,
-                a->ln2_rstd, acc);
+    const float *own = bf ? (const float *)a->ln2_lp : a->ln2, *in;
+    float *dx;
+    if (ovl) {
+        dx = colpar_backward(g, s->dbuf_b, dp->fcw, dp->fcb, dh, own, p->fcw, N, C, H, acc);
+    } else {
+        in = sp_gather_rows(g, own);
+        linear_backward(g, s->dbuf_b, dp->fcw, dp->fcb, dh, in, (const uint16_t *)in, p->fcw, N, C, H, acc, a->wg_fc);
+        lora_bwd(g, l, LORA_SITE_FC, in, dh, H, s->dbuf_b);
+        dx = tp_reduce_rows(g, s->dbuf_b);
+    }
+    ln_backward(g, s->dres, dp->ln2w, dp->ln2b, dx, a->res2, p->ln2w, a->ln2_mean, a->ln2_rstd, acc);
     dbr = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN_RES) : off);
     g->be->matmul_backward_p(&s->mp, s->dbuf_b, s->split_backward ? NULL : dp->attprojw, dp->attprojb, dbr, a->atty,
                              p->attprojw, lp(g, p->attprojw), N, s->dim.Cl, C, acc, s->nt);
@@ -851,12 +1015,17 @@ static void block_backward(Gpt *g, int l, const float *x, int B, int T, int acc)
     if (bf) /* the bias gradient and the rounding first, as the bf16 path always did */
         dp->qkvb ? g->be->cast_bf16_colsum(s->mp.a, dp->qkvb, s->dbuf_a, N, Q, acc, s->nt)
                  : g->be->cast_bf16(s->mp.a, s->dbuf_a, (size_t)N * Q, s->nt);
-    in = sp_gather_rows(g, bf ? (const float *)a->ln1_lp : a->ln1);
-    linear_backward(g, s->dbuf_b, dp->qkvw, dp->qkvb, bf ? NULL : s->dbuf_a, in, (const uint16_t *)in, p->qkvw, N, C,
-                    Q, acc, a->wg_qkv);
-    lora_bwd(g, l, LORA_SITE_QKV, in, s->dbuf_a, Q, s->dbuf_b);
-    ln_backward(g, s->dres, dp->ln1w, dp->ln1b, tp_reduce_rows(g, s->dbuf_b), x, p->ln1w, a->ln1_mean, a->ln1_rstd,
-                acc);
+    own = bf ? (const float *)a->ln1_lp : a->ln1;
+    if (ovl) {
+        dx = colpar_backward(g, s->dbuf_b, dp->qkvw, dp->qkvb, bf ? NULL : s->dbuf_a, own, p->qkvw, N, C, Q, acc);
+    } else {
+        in = sp_gather_rows(g, own);
+        linear_backward(g, s->dbuf_b, dp->qkvw, dp->qkvb, bf ? NULL : s->dbuf_a, in, (const uint16_t *)in, p->qkvw, N,
+                        C, Q, acc, a->wg_qkv);
+        lora_bwd(g, l, LORA_SITE_QKV, in, s->dbuf_a, Q, s->dbuf_b);
+        dx = tp_reduce_rows(g, s->dbuf_b);
+    }
+    ln_backward(g, s->dres, dp->ln1w, dp->ln1b, dx, x, p->ln1w, a->ln1_mean, a->ln1_rstd, acc);
 }
 
 /* The head's chunk: the final norm's backward from the head's input gradient (computed in the

@@ -118,7 +118,19 @@ typedef struct {
     void (*tp_allreduce)(void *ctx, float *buf, size_t n, int max);
     void (*tp_allgather)(void *ctx, float *buf, size_t block);
     void (*tp_reduce_scatter)(void *ctx, float *buf, size_t block);
+    /* Nonblocking forms (issue 28; NULL: the blocking ones above serve everywhere). tp_start starts
+     * the collective `kind` (GPT_TP_*: n floats for an all-reduce sum, the block for the others) on
+     * buf and returns a handle for tp_wait; buf belongs to the collective until tp_wait returns.
+     * The model overlaps them with GEMMs that neither read nor write buf (docs/parallel.md
+     * "Overlap"). tp_progress lets the collectives in flight advance (Open MPI moves a nonblocking
+     * collective only inside MPI calls) and returns how many are still in flight; the model calls
+     * it only from the thread that calls the other hooks. May be NULL. */
+    int (*tp_start)(void *ctx, int kind, float *buf, size_t n);
+    void (*tp_wait)(void *ctx, int handle);
+    int (*tp_progress)(void *ctx);
 } GptHooks;
+
+enum { GPT_TP_ALLREDUCE, GPT_TP_ALLGATHER, GPT_TP_REDUCE_SCATTER }; /* GptHooks.tp_start's kinds */
 
 /* The weights. params is NULL with external parameters: the caller then points the views at its
  * buffers. Under mixed precision every GEMM reads the 2-byte working copy of a parameter, found

@@ -228,6 +228,7 @@ double par_noise_sumsq(const Par *p) { return p->st.noise_sumsq; }
 Status par_grads_finish(Par *p, Err *err) {
     Status st;
     if (p->tied.on && p->zero <= 1 && (st = tied_exchange(p, err)) != ST_OK) return st;
+    if ((st = tp_finish(p, err)) != ST_OK) return st;
     if ((st = zero_grads_finish(p, err)) != ST_OK) return st;
     p->st.in_step = 0;
     float gscale = p->o.faults.grad_scale;

@@ -103,6 +103,15 @@ typedef struct {
     size_t floats; /* chunk of the exchange (<= bucket_floats) */
 } ParTied;
 
+/* Tensor parallelism's nonblocking collectives (tp.c): the model's tp_start / tp_wait handles are
+ * indices into req. At most two are in flight (a gather and a sum, docs/parallel.md "Overlap"). */
+#define PAR_TP_REQS 4
+typedef struct {
+    CommReq req[PAR_TP_REQS];
+    int busy[PAR_TP_REQS];    /* started and not yet waited */
+    int deferred[PAR_TP_REQS];/* Faults.tp_nowait: waited late, at the next tp hook */
+} ParTp;
+
 /* A device backend under dp > 1 (dev_stage.c): each dp collective runs on a host slot that the
  * device range is copied into (to_host) and its result copied back from (from_host). */
 #define DEV_STAGE_SLOTS 2 /* = ZERO_BUCKETS_IN_FLIGHT; the slot not just taken is the older one */
@@ -153,6 +162,7 @@ struct Par {
     ParNorm norm;
     ParMatopt mo;
     ParTied tied;
+    ParTp tp;
     DevStage stage;
     ParStep st;
 
@@ -210,7 +220,9 @@ Status stage_gather_start(Par *p, int s, float *buf, CommReq *req, Err *err);
 void stage_gather_finish(Par *p, float *buf);
 
 /* ---- tp.c ---- */
-void tp_set_hooks(Par *p); /* tp_allreduce, tp_allgather, tp_reduce_scatter */
+void tp_set_hooks(Par *p); /* tp_allreduce, tp_allgather, tp_reduce_scatter, tp_start, tp_wait, tp_progress */
+/* Completes the tp requests still open (Faults.tp_nowait's deferred waits) before the step ends. */
+Status tp_finish(Par *p, Err *err);
 /* Fills ParNorm.twice. 0 when out of memory. */
 int tp_norm_init(Par *p);
 /* local less the sum of squares of each piece in ParNorm.twice, subtracted piece by piece. */

@@ -4,8 +4,10 @@
  * holds whole, and a pipeline head stage's copy of the tied wte), and whole tensors assembled from
  * every rank's slices for the gathered checkpoint and the final weights (par_full_tensors).
  *
- * The collectives are blocking; an error is kept for par_grads_finish and the model runs on with
- * garbage, as after a failed GEMM. */
+ * The collectives are blocking (tp_allreduce, tp_allgather, tp_reduce_scatter) or nonblocking
+ * (tp_start / tp_wait / tp_progress, issue 28: the model overlaps the column-parallel layers'
+ * collectives with their independent GEMMs, docs/parallel.md "Overlap"); an error is kept for
+ * par_grads_finish and the model runs on with garbage, as after a failed GEMM. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,8 +15,21 @@
 
 /* ================================================================ hooks */
 
+/* Faults.tp_nowait: the waits the fault skipped, done now (before the next tp collective starts,
+ * so every rank starts its collectives in the same order and none is left open). */
+static void flush_deferred(Par *p) {
+    for (int i = 0; i < PAR_TP_REQS; i++) {
+        if (!p->tp.deferred[i]) continue;
+        Err e;
+        Status st = comm_wait(&p->tp.req[i], p->c->timeout_s, "tp overlapped (deferred)", p->c->step, &e);
+        if (st != ST_OK) par_hook_fail(p, st, &e);
+        p->tp.deferred[i] = p->tp.busy[i] = 0;
+    }
+}
+
 static void h_tp_allreduce(void *ctx, float *buf, size_t n, int max) {
     Par *p = ctx;
+    flush_deferred(p);
     if (p->o.faults.tp_skip_backward && p->st.in_bwd) return;
     Err e;
     Status st = comm_tp_allreduce_f32(p->c, buf, n, max ? COMM_MAX : COMM_SUM, &e);
@@ -23,6 +38,7 @@ static void h_tp_allreduce(void *ctx, float *buf, size_t n, int max) {
 
 static void h_tp_allgather(void *ctx, float *buf, size_t block) {
     Par *p = ctx;
+    flush_deferred(p);
     Err e;
     Status st = comm_tp_allgather_f32(p->c, buf, block, &e);
     if (st != ST_OK) par_hook_fail(p, st, &e);
@@ -30,15 +46,77 @@ static void h_tp_allgather(void *ctx, float *buf, size_t block) {
 
 static void h_tp_reduce_scatter(void *ctx, float *buf, size_t block) {
     Par *p = ctx;
+    flush_deferred(p);
     Err e;
     Status st = comm_tp_reduce_scatter_f32(p->c, buf, block, &e);
     if (st != ST_OK) par_hook_fail(p, st, &e);
 }
 
+/* Starts the collective `kind` (GPT_TP_*) on buf into a free request; returns its index, or -1 when
+ * nothing is left to wait for (the tp fault's skipped sum, an error, tp 1). */
+static int h_tp_start(void *ctx, int kind, float *buf, size_t n) {
+    Par *p = ctx;
+    flush_deferred(p);
+    if (kind == GPT_TP_ALLREDUCE && p->o.faults.tp_skip_backward && p->st.in_bwd) return -1;
+    int i = 0;
+    while (i < PAR_TP_REQS && p->tp.busy[i]) i++;
+    ST_CHECK_MSG(i < PAR_TP_REQS, "more tp collectives in flight than ParTp holds");
+    Err e;
+    CommReq *q = &p->tp.req[i];
+    Status st = kind == GPT_TP_ALLREDUCE   ? comm_tp_iallreduce_f32(p->c, buf, n, COMM_SUM, q, &e)
+                : kind == GPT_TP_ALLGATHER ? comm_tp_iallgather_f32(p->c, buf, n, q, &e)
+                                           : comm_tp_ireduce_scatter_f32(p->c, buf, n, q, &e);
+    if (st != ST_OK) {
+        par_hook_fail(p, st, &e);
+        return -1;
+    }
+    if (!q->active) return -1;
+    p->tp.busy[i] = 1;
+    return i;
+}
+
+static void h_tp_wait(void *ctx, int h) {
+    Par *p = ctx;
+    if (h < 0) return;
+    ST_CHECK(h < PAR_TP_REQS && p->tp.busy[h]);
+    if (p->o.faults.tp_nowait) { /* test-only: the buffer is read before the collective completed */
+        p->tp.deferred[h] = 1;
+        return;
+    }
+    Err e;
+    Status st = comm_wait(&p->tp.req[h], p->c->timeout_s, "tp overlapped", p->c->step, &e);
+    if (st != ST_OK) par_hook_fail(p, st, &e);
+    p->tp.busy[h] = 0;
+}
+
+/* One MPI_Test per request in flight (completed ones stay busy until tp_wait). Returns how many are
+ * still incomplete. */
+static int h_tp_progress(void *ctx) {
+    Par *p = ctx;
+    if (p->o.faults.tp_nowait) return 0; /* the fault's requests move only at the next tp hook */
+    int left = 0;
+    for (int i = 0; i < PAR_TP_REQS; i++)
+        if (p->tp.busy[i] && !comm_test(&p->tp.req[i])) left++;
+    return left;
+}
+
+Status tp_finish(Par *p, Err *err) {
+    flush_deferred(p);
+    if (p->hook_st != ST_OK) return ST_OK; /* par_grads_finish reports the hook's error */
+    for (int i = 0; i < PAR_TP_REQS; i++)
+        if (p->tp.busy[i]) return err_set(err, ST_ERR_RUNTIME, "tp collective %d started and never waited", i);
+    return ST_OK;
+}
+
 void tp_set_hooks(Par *p) {
-    p->g->hooks.tp_allreduce = h_tp_allreduce;
-    p->g->hooks.tp_allgather = h_tp_allgather;
-    p->g->hooks.tp_reduce_scatter = h_tp_reduce_scatter;
+    GptHooks *h = &p->g->hooks;
+    h->tp_allreduce = h_tp_allreduce;
+    h->tp_allgather = h_tp_allgather;
+    h->tp_reduce_scatter = h_tp_reduce_scatter;
+    if (p->o.faults.tp_blocking) return; /* test-only: the blocking path as before issue 28 */
+    h->tp_start = h_tp_start;
+    h->tp_wait = h_tp_wait;
+    h->tp_progress = p->o.faults.tp_no_progress ? NULL : h_tp_progress;
 }
 
 /* ================================================================ the norm's replicated pieces */

@@ -257,6 +257,17 @@ Status plan_trainer_comm(const ModelConfig *cfg, const PlanTrainerStep *s, doubl
             uint64_t norm_params = cfg->arch == ARCH_LLAMA ? C : 2 * C; /* RMSNorm: weight; LayerNorm: + bias */
             book(&b, COMM_TP_ALLREDUCE, norm_params * 4, t, k * (2 * Lf + 1)); /* the norms' parameter gradients */
         }
+        /* What the trainer overlaps (gpt.c tp_overlap: not in fp16): the column-parallel layers'
+         * input-gradient sums (2 per block backward) and under --sp their LayerNorm outputs' gathers
+         * (2 per block forward, recomputed forward included, and 2 backward). */
+        if (s->precision != 2) {
+            double sums = k * 2 * Lf, gathers = sp ? k * (4 * Lf + 2 * rerun) : 0;
+            uint64_t ln = sp && s->precision == 1 ? N * C * 2 : NC4;
+            out->tp_overlap_calls = sums + gathers;
+            out->tp_overlap_time = sums * (sp ? plan_ring_half((double)NC4, t, bw_tp, lat_tp)
+                                              : plan_ring_allreduce((double)NC4, t, bw_tp, lat_tp)) +
+                                   gathers * plan_ring_half((double)ln, t, bw_tp, lat_tp);
+        }
         /* The vocabulary-parallel loss: row max (m floats) and the two sums (2m) per head chunk. */
         uint64_t chunk = (uint64_t)layout_head_chunk_rows(cfg, s->B, s->T);
         for (uint64_t r0 = 0; r0 < N; r0 += chunk) {
@@ -918,6 +929,7 @@ static void core_comm(Core *c, PlanResult *r) {
                 for (int kk = 0; kk < COMM_NKIND; kk++)
                     if (comm_kind_is_tp((CommKind)kk)) r->comm.tp_bytes += ck.bytes[kk];
                 r->comm.tp_time = ck.tp_time;
+                r->comm.tp_overlap_calls = ck.tp_overlap_calls, r->comm.tp_overlap_time = ck.tp_overlap_time;
             }
         }
     }

@@ -324,6 +324,7 @@ typedef struct {
         double rs_bytes, ag_bytes, zero_time;/* ZeRO reduce-scatter + all-gather(s) */
         double tp_bytes, tp_time;            /* TP all-reduces (or SP all-gather + reduce-scatter); for our
                                                 trainer at tp > 1 its exact bytes and their α-β time */
+        double tp_overlap_calls, tp_overlap_time; /* our trainer: PlanCommKinds' (0 otherwise) */
         int tp_exact;                        /* 1: tp_bytes, tp_time from plan_trainer_comm */
         double tp_megatron;                  /* the textbook form: 8·b·s·h·(t-1)/t bytes of act-byte
                                                 elements per layer per micro-batch (+50% with full
@@ -417,6 +418,13 @@ typedef struct {
     double calls[COMM_NKIND]; /* collectives started per step (tp ones only at tp > 1, as comm.c) */
     double tp_time;           /* α-β time of the tp collectives per step: plan_ring_allreduce (all-reduce)
                                  or plan_ring_half (all-gather, reduce-scatter) of each call's buffer */
+    double tp_overlap_calls;  /* of those, the ones the trainer starts nonblocking and overlaps with an
+                                 independent GEMM (issue 28; the step record's tp_overlapped): per block
+                                 and micro-batch the two column-parallel input-gradient sums, and under
+                                 --sp the two forward all-gathers (and the recomputed forward's), the
+                                 two backward re-gathers; none in fp16 */
+    double tp_overlap_time;   /* their α-β time: what the overlap can hide at most (it hides all of it
+                                 where each GEMM outlasts its collective) */
 } PlanCommKinds;
 
 /* What every rank of our trainer sends in one optimizer step (a step without a checkpoint or a

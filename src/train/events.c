@@ -259,6 +259,8 @@ void ev_step(EventLog *lg, const StepEvent *e) {
     add_num(o, "eta_s", e->eta_s);
     add_num(o, "comm_bytes", e->comm_bytes);
     if (e->comm_bytes_by_kind) {
+        if (e->tp_overlapped >= 0) add_num(o, "tp_overlapped", e->tp_overlapped);
+        if (e->tp_overlapped >= 0) add_num(o, "tp_overlapped_done", e->tp_overlapped_done);
         cJSON *k = cJSON_AddObjectToObject(o, "comm_bytes_by_kind");
         for (int i = 0; i < COMM_NKIND; i++) add_num(k, comm_kind_name((CommKind)i), e->comm_bytes_by_kind[i]);
     }
@@ -315,6 +317,7 @@ void ev_step(EventLog *lg, const StepEvent *e) {
     add_num(tm, "comm", e->ms_comm);
     add_num(tm, "comm_dp", e->ms_comm_dp);
     add_num(tm, "comm_tp", e->ms_comm_tp);
+    if (e->tp_overlapped >= 0) add_num(tm, "tp_progress", e->ms_tp_progress);
     add_num(tm, "optimizer", e->ms_optimizer);
     add_num(tm, "checkpoint", e->ms_checkpoint);
     if (e->sophia) add_num(tm, "hessian", e->ms_hessian);

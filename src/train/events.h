@@ -21,10 +21,16 @@
  *             loss_scale (fp16), tokens (the step's trained targets: the loss denominator, below
  *             the batch's tokens with loss masks or no-pack padding), tokens_seen (batch tokens
  *             times steps), tokens_per_s, mfu, elapsed_s, eta_s,
- *             comm_bytes, comm_bytes_by_kind{kind: bytes}, step_ms_max, step_ms_median,
- *             time_ms{total, data, forward, backward, comm, comm_dp, comm_tp, optimizer,
+ *             comm_bytes, comm_bytes_by_kind{kind: bytes}, [tp_overlapped (tp > 1: the tp collectives
+ *             started nonblocking and overlapped with a GEMM, docs/parallel.md "Overlap"),
+ *             tp_overlapped_done (of those, the ones seen complete by a progress call before
+ *             their wait: wholly hidden),]
+ *             step_ms_max, step_ms_median,
+ *             time_ms{total, data, forward, backward, comm, comm_dp, comm_tp[, tp_progress], optimizer,
  *             checkpoint[, hessian]} (comm = comm_dp + comm_tp: exposed waits in the dp/world collectives and
- *             in the tensor-parallel ones; the kinds are comm_kind_name's; a checkpoint save's
+ *             in the tensor-parallel ones; at tp > 1 tp_progress: the time the overlapped tp
+ *             collectives' progress calls took on the calling thread while a GEMM ran on another,
+ *             not exposed and in no other part; the kinds are comm_kind_name's; a checkpoint save's
  *             gathers are left out of the step's communication: they are its checkpoint time),
  *             pipeline{...} (pp > 1), noise_scale{b_big, b_small, g2_small, g2, trace_sigma,
  *             b_simple, b_simple_ema, g2_small_by_replica[]} (when estimated: train/noise.h),
@@ -138,6 +144,11 @@ typedef struct {
     int nseg;
     const double *seg_grad, *seg_weight, *seg_update;
     double ms_total, ms_data, ms_forward, ms_backward, ms_comm, ms_comm_dp, ms_comm_tp, ms_optimizer, ms_checkpoint;
+    double ms_tp_progress;  /* tp > 1: time in the progress calls of the overlapped tp collectives */
+    double tp_overlapped;   /* tp > 1: tp collectives started nonblocking and overlapped with GEMMs this
+                               step (CommStats.tp_nonblocking); < 0: not written (tp 1) */
+    double tp_overlapped_done; /* of those, the ones a progress call saw complete before their wait
+                               (hidden behind the GEMM; CommStats.test_done of the tp kinds) */
     int sophia;                 /* the run's optimizer is Sophia: time_ms.hessian and hessian{} are written */
     double ms_hessian;          /* its Hessian pass (0 on steps without one) */
     double hess_loss, hess_bytes, hess_tokens; /* the pass's sampled-label loss, collective bytes, tokens */

@@ -202,9 +202,12 @@ static void step_comm_exclude(Run *r, Step *s, const CommStats *before) {
     for (int k = 0; k < COMM_NKIND; k++) {
         s->cs0.bytes[k] += now->bytes[k] - before->bytes[k];
         s->cs0.wait_ms[k] += now->wait_ms[k] - before->wait_ms[k];
+        s->cs0.test_ms_by_kind[k] += now->test_ms_by_kind[k] - before->test_ms_by_kind[k];
+        s->cs0.test_done[k] += now->test_done[k] - before->test_done[k];
         s->comm_b0 += (double)(now->bytes[k] - before->bytes[k]);
     }
     s->comm_ms0 += now->wait_ms_total - before->wait_ms_total;
+    s->cs0.tp_nonblocking += now->tp_nonblocking - before->tp_nonblocking;
 }
 
 /* Sophia's Hessian estimate (Liu et al. 2023, Gauss-Newton-Bartlett): a forward and backward of
@@ -557,12 +560,19 @@ static Status step_report(Run *r, Step *s, Err *err) {
     }
     double pipe[4] = {0, 0, 0, 0}; /* pp > 1: bubble measured, formula, simulated; idle of this rank */
     if (r->pp > 1 && (st = pipeline_bubble(r, s, pipe, err)) != ST_OK) return st;
-    double comm_ms = r->comm->stats.wait_ms_total - s->comm_ms0, by_kind[COMM_NKIND], tp_ms = 0;
+    /* tp's exposed time: its waits; apart, the progress calls made for its overlapped collectives
+     * (comm_test on the calling thread while a GEMM runs on another, model/gpt.c overlap_run). */
+    double comm_ms = r->comm->stats.wait_ms_total - s->comm_ms0, by_kind[COMM_NKIND], tp_ms = 0, tp_test_ms = 0;
     for (int k = 0; k < COMM_NKIND; k++) {
         by_kind[k] = (double)(r->comm->stats.bytes[k] - s->cs0.bytes[k]);
-        if (comm_kind_is_tp((CommKind)k))
+        if (comm_kind_is_tp((CommKind)k)) {
             tp_ms += r->comm->stats.wait_ms[k] - s->cs0.wait_ms[k];
+            tp_test_ms += r->comm->stats.test_ms_by_kind[k] - s->cs0.test_ms_by_kind[k];
+        }
     }
+    double tp_nb = (double)(r->comm->stats.tp_nonblocking - s->cs0.tp_nonblocking), tp_early = 0;
+    for (int k = 0; k < COMM_NKIND; k++)
+        if (comm_kind_is_tp((CommKind)k)) tp_early += (double)(r->comm->stats.test_done[k] - s->cs0.test_done[k]);
     StepEvent e = {.step = s->next, .batch = r->attempt, .loss = s->loss, .lr = s->lr, .grad_norm = s->norm,
                    .grad_norm_clipped = s->norm * s->scale, .grad_norm_by_rank = r->by_rank, .world = r->world,
                    .applied = s->updated, .fp16 = c->fp16, .loss_scale = s->lscale, .tokens = (double)s->ntok,
@@ -571,7 +581,8 @@ static Status step_report(Run *r, Step *s, Err *err) {
                    .step_ms_max = mx, .step_ms_median = stats_median_inplace(r->by_rank2, (size_t)r->world), .ms_total = dt,
                    .ms_data = s->t1 - s->t0, .ms_forward = r->g.s.ms_fwd,
                    .ms_backward = (s->t2 - s->t1) - r->g.s.ms_fwd - s->hess_ms,
-                   .ms_comm = comm_ms, .ms_comm_dp = comm_ms - tp_ms, .ms_comm_tp = tp_ms,
+                   .ms_comm = comm_ms, .ms_comm_dp = comm_ms - tp_ms, .ms_comm_tp = tp_ms, .ms_tp_progress = tp_test_ms,
+                   .tp_overlapped = r->comm->tp > 1 ? tp_nb : -1, .tp_overlapped_done = tp_early,
                    .comm_bytes_by_kind = by_kind, .ms_optimizer = s->t3 - s->t2, .ms_checkpoint = s->ckpt_ms,
                    .pp = r->pp, .pp_idle_ms = r->pipe.stats.idle_ms, .pp_busy_ms = r->pipe.stats.busy_ms, .pp_f_ms = r->pipe.stats.f_ms,
                    .pp_b_ms = r->pipe.stats.b_ms, .pp_w_ms = r->pipe.stats.w_ms, .pp_bubble = pipe[0], .pp_bubble_formula = pipe[1], .pp_bubble_sim = pipe[2],
