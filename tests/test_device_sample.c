@@ -40,6 +40,7 @@
 #include "model/gpt.h"
 #include "model/infer.h"
 #include "runcmp.h"
+#include "sample_weights.h"
 #include "testutil.h"
 #include "train/devemu.h"
 
@@ -49,20 +50,6 @@ enum { MAXT = 16, HIST = 56, V = 257, GEN = 60 };
 static const char *g_bin, *g_dev, *g_env;
 static const Backend *g_be;
 
-/* Random weights (test_sample's): matrices N(0, 0.2), wpe N(0, 0.5), vectors N(0, 0.1) around 1 for
- * the norms' weights; the padded vocabulary rows zero. */
-static void fill_weights(const ParamLayout *pl, float *p, uint64_t seed) {
-    memset(p, 0, pl->total * sizeof(float));
-    for (int k = 0; k < pl->ntensors; k++) {
-        const TensorInfo *t = &pl->tensors[k];
-        const char *leaf = strrchr(t->name, '.');
-        leaf = leaf ? leaf + 1 : t->name;
-        int lnw = !strcmp(leaf, "ln1w") || !strcmp(leaf, "ln2w") || !strcmp(leaf, "lnfw");
-        float std = t->ndim == 2 ? (!strcmp(t->name, "wpe") ? 0.5f : 0.2f) : 0.1f;
-        size_t n = (size_t)t->rows_real * (t->ndim == 2 ? (size_t)t->shape[1] : 1);
-        for (size_t i = 0; i < n; i++) p[t->offset + i] = (lnw ? 1.0f : 0.0f) + std * rng_normal(seed, (uint64_t)k, i);
-    }
-}
 
 /* A model on backend be (device_resident unless host-addressable) holding the weights w. */
 static int make_model(Gpt *g, const ModelConfig *mc, const Backend *be, const float *w) {
@@ -158,7 +145,7 @@ static void one_model(const char *tag, ModelConfig mc) {
         tu_check(0, tag, "gpt_init cpu: %s", e.msg);
         return;
     }
-    fill_weights(&cpu.w.layout, cpu.w.params, 11);
+    sample_fill_weights(&cpu.w.layout, cpu.w.params, 11);
     if (!make_model(&dev, &mc, g_be, cpu.w.params)) return;
     int32_t hist[HIST];
     for (int i = 0; i < HIST; i++) hist[i] = (int32_t)(rng_uniform(5, 1, (uint64_t)i) * (V - 1));

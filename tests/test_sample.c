@@ -29,6 +29,7 @@
 #include "model/infer.h"
 #include "model/kernels.h"
 #include "model/matmul.h"
+#include "sample_weights.h"
 #include "testutil.h"
 
 #define BIN ST_BINARY_DIR "/scaletrain"
@@ -40,21 +41,7 @@ enum { L = 2, NH = 4, C = 32, V = 257, MAXT = 16, HIST = 56, GEN = 40 };
 static Gpt g;
 static float full[MAXT * V];
 
-/* Random weights large enough that attention and the logits are far from uniform: matrices
- * N(0, 0.2), wpe N(0, 0.5) so positions matter, biases N(0, 0.1), LayerNorm weights 1 + N(0, 0.1). */
-static void fill_weights(uint64_t seed) {
-    const ParamLayout *pl = &g.w.layout;
-    memset(g.w.params, 0, pl->total * sizeof(float));
-    for (int k = 0; k < pl->ntensors; k++) {
-        const TensorInfo *t = &pl->tensors[k];
-        const char *leaf = strrchr(t->name, '.');
-        leaf = leaf ? leaf + 1 : t->name;
-        int lnw = !strcmp(leaf, "ln1w") || !strcmp(leaf, "ln2w") || !strcmp(leaf, "lnfw");
-        float std = t->ndim == 2 ? (!strcmp(t->name, "wpe") ? 0.5f : 0.2f) : 0.1f;
-        size_t n = (size_t)t->rows_real * (t->ndim == 2 ? (size_t)t->shape[1] : 1);
-        for (size_t i = 0; i < n; i++) g.w.params[t->offset + i] = (lnw ? 1.0f : 0.0f) + std * rng_normal(seed, (uint64_t)k, i);
-    }
-}
+static void fill_weights(uint64_t seed) { sample_fill_weights(&g.w.layout, g.w.params, seed); }
 
 /* Relative error of kv's logits against the last row of the full forward over hist[s .. n). */
 /* full = gpt_logits over x (T tokens); a failure ends the test. */
