@@ -337,7 +337,7 @@ static Status device_peak_resolve(MachinePeak *out, const MachinePeakOptions *o,
     machine_key(&k);
     snprintf(k.device, sizeof k.device, "%s", be->device_name ? be->device_name() : be->name);
     cJSON *doc = use_cache ? cache_load(o->cache_path) : NULL;
-    int size = 0;
+    int size = 0, raised = 0;
     if (doc && !o->remeasure) {
         const cJSON *e;
         cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "entries")) {
@@ -348,15 +348,15 @@ static Status device_peak_resolve(MachinePeak *out, const MachinePeakOptions *o,
                 break;
             }
         }
-        if (out->cached) { /* the short check: a cached floor only rises, as the CPU's */
+        if (out->cached) { /* the short check: a cached floor only rises, as the CPU's (still "cached") */
             int s2;
             double now = device_gemm_peak(be, o->bf16, o->threads, GEMM_CHECK_MS, 3, &s2);
-            if (now > out->gemm) out->gemm = now, size = s2, out->cached = 0;
+            if (now > out->gemm) out->gemm = now, size = s2, raised = 1;
         }
     }
     if (!out->cached && !(out->gemm > 0) && !o->no_gemm)
         out->gemm = device_gemm_peak(be, o->bf16, o->threads, GEMM_MIN_MS, GEMM_MIN_REPS, &size);
-    if (use_cache && !out->cached && out->gemm > 0) {
+    if (use_cache && (!out->cached || raised) && out->gemm > 0) {
         cJSON *e = entry_new(&k, o->threads);
         cJSON_AddStringToObject(e, "precision", prec);
         cJSON_AddNumberToObject(e, "probe_flops", 0);
