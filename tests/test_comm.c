@@ -167,10 +167,9 @@ static void test_ring(Comm *c) {
         again = malloc(n2 * sizeof(float));
         for (size_t i = 0; i < n2; i++) again[i] = frand(r + 20, i);
         if (st == ST_OK) st = comm_reduce_scatter_f32(c, again, again + (size_t)r * blocks[2], blocks[2], &err);
-        int same = 1;
         for (size_t i = 0; i < n2; i++) buf[2][i] = frand(r + 20, i);
         if (st == ST_OK) st = comm_reduce_scatter_f32(c, buf[2], buf[2] + (size_t)r * blocks[2], blocks[2], &err);
-        same = !memcmp(again + (size_t)r * blocks[2], buf[2] + (size_t)r * blocks[2], blocks[2] * sizeof(float));
+        int same = !memcmp(again + (size_t)r * blocks[2], buf[2] + (size_t)r * blocks[2], blocks[2] * sizeof(float));
         if (!fault) {
             check(st == ST_OK && worst <= 1e-6, "ring_reduce_scatter_3_in_flight", "rel=%.3g vs double sums %s", worst,
                   st ? err.msg : "");

@@ -55,7 +55,7 @@ static const char *g_mpi, *g_bin;
 
 /* plan_trainer_comm's tp bytes per step of cfg at tp t (one micro-batch, no dp). */
 static double tp_bytes(const ModelConfig *cfg, int B, int T, int t, int sp, int rc, int prec) {
-    PlanTrainerStep s = {B, T, 1, 1, t, sp, 0, rc, prec, 1, 0};
+    PlanTrainerStep s = {B, T, 1, 1, t, sp, 0, rc, prec, 0};
     PlanCommKinds o;
     Err e;
     if (plan_trainer_comm(cfg, &s, 1e9, 1e-6, &o, &e) != ST_OK) return -1;
@@ -302,7 +302,7 @@ static void runs(void) {
         ModelConfig cfg = {2, 4, 32, 97, 0, 32, 0};
         Err e;
         model_config_validate(&cfg, &e);
-        PlanTrainerStep ts = {2, 32, 4, r->dp, r->tp, r->sp, r->zero, r->rc, r->prec, 0, 1,
+        PlanTrainerStep ts = {2, 32, 4, r->dp, r->tp, r->sp, r->zero, r->rc, r->prec, 1,
                               plan_noise_scale_on(r->dp, 1, 4, 0)};
         PlanCommKinds first;
         Status st = plan_trainer_comm(&cfg, &ts, 1e9, 1e-6, &first, &e);

@@ -526,10 +526,10 @@ Status comm_ireduce_scatter_f32(Comm *c, const float *send, float *recv, size_t 
         if (own != recv && block) memcpy(recv, own, block * sizeof(float));
         return ST_OK;
     }
-    MPI_Request r;
-    int rc;
     if (recv == own && c->dp > 1 && c->dp <= RING_MAX_RANKS)
         return ring_start(c, req, (float *)send, block, c->dp, c->dp_rank, c->mpi->dp, &c->ring_seq[0], err);
+    MPI_Request r;
+    int rc;
     if (recv == own) {
         /* MPI_IN_PLACE leaves the result at the start of the buffer; move it after completion. */
         rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, (float *)send, (int)block, MPI_FLOAT, MPI_SUM, c->mpi->dp, &r);

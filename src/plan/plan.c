@@ -279,8 +279,6 @@ Status plan_trainer_comm(const ModelConfig *cfg, const PlanTrainerStep *s, doubl
     /* The dp group: segments of the tp slice's layout, split over dp (shard_multiple = dp). */
     ParamLayout pl;
     if (layout_init_tp(&pl, cfg, dp, t, 0) != 0) return err_set(err, ST_ERR_RUNTIME, "out of memory building the layout");
-    /* A reduce-scatter's bytes: in place, as an all-reduce of the whole segment on one node. */
-    CommKind rs_as = s->rs_as_allreduce && dp > 1 ? COMM_ALLREDUCE : COMM_REDUCE_SCATTER;
     for (int g = 0; g < pl.nseg; g++) {
         uint64_t len = pl.seg_off[g + 1] - pl.seg_off[g], len4 = len * 4;
         if (s->zero == 0) {
@@ -290,9 +288,9 @@ Status plan_trainer_comm(const ModelConfig *cfg, const PlanTrainerStep *s, doubl
             }
             continue;
         }
-        /* comm_ireduce_scatter_f32 books under COMM_REDUCE_SCATTER whichever form runs. */
+        /* comm_ireduce_scatter_f32's in-place ring: (p-1)/p of the segment (comm.c). */
         double rs = s->zero >= 2 ? k : 1;
-        out->bytes[COMM_REDUCE_SCATTER] += rs * (double)comm_ring_bytes(rs_as, len4, dp);
+        out->bytes[COMM_REDUCE_SCATTER] += rs * (double)comm_ring_bytes(COMM_REDUCE_SCATTER, len4, dp);
         out->calls[COMM_REDUCE_SCATTER] += rs;
         if (s->zero <= 2) {
             book(&b, COMM_ALLGATHER, len4, dp, 1); /* the updated parameters after the optimizer */
@@ -915,9 +913,9 @@ static void core_comm(Core *c, PlanResult *r) {
         r->comm.tp_megatron = 8.0 * act_msg * (tp - 1) / tp * (in->recompute == PLAN_RECOMPUTE_FULL ? 1.5 : 1.0) * Lp * mb;
     if (ours && pp == 1 && mb == k && (tp == 1 || tp_ours)) {
         /* Our trainer's collectives, call by call (a step after the first); at tp > 1 they are the tp
-         * time. In-place reduce-scatters are comm's ring (rs_as_allreduce 0) on one node or several. */
+         * time. */
         PlanTrainerStep ts = {B, T, k, dp, tp, in->sp && tp > 1, in->zero, (int)in->recompute, prec_i,
-                              0, 0, plan_noise_scale_on(dp, pp, k, in->no_noise_scale)};
+                              0, plan_noise_scale_on(dp, pp, k, in->no_noise_scale)};
         PlanCommKinds ck;
         Err ce;
         if (plan_trainer_comm(cfgp, &ts, bw_tp, lat_tp, &ck, &ce) == ST_OK) {

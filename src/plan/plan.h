@@ -402,8 +402,6 @@ typedef struct {
     int dp, tp, sp, zero;    /* grid (world = dp·tp, tp fastest) and ZeRO stage over the dp group */
     int recompute;           /* Recompute level (model/layout.h) */
     int precision;           /* 0 fp32, 1 bf16, 2 fp16 (bf16 gathers its LayerNorm outputs in 2 bytes) */
-    int rs_as_allreduce;     /* 1: the dp group's in-place reduce-scatters run, and are booked, as
-                                all-reduces (comm.h rs_as_allreduce, off by default: the ring runs) */
     int first_step;          /* 1: the run's first step, which also gathers the memory record */
     int noise;               /* 1: the gradient noise scale is estimated (plan_noise_scale_on) */
 } PlanTrainerStep;

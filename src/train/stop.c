@@ -44,4 +44,7 @@ void tr_signals_off(TrSignals *s) {
     s->mode = 0;
 }
 
-int tr_stop_pending(void) { return stopsig_active() && stopsig_pending() ? stopsig_pending() : (int)stop_signal; }
+int tr_stop_pending(void) {
+    int sig = stopsig_active() ? stopsig_pending() : 0;
+    return sig ? sig : (int)stop_signal;
+}
