@@ -428,6 +428,25 @@ static double mfu_check(const Log *lg, int np, double peak, double *worst, doubl
     return median_of(v + 1, MFU_STEPS - 1);
 }
 
+/* The MFU denominator in force at each step of run `name`: the start record's peak_flops_job, then
+ * each "peak" record's from its step on (the achieved-rate guard, events.h). Returns the number of
+ * peak records; peak[i] is step i+1's. */
+static int peaks_in_force(const char *name, double start_peak, double *peak) {
+    for (int i = 0; i < MFU_STEPS; i++) peak[i] = start_peak;
+    cJSON *all = records(name);
+    int n = 0;
+    const cJSON *r;
+    cJSON_ArrayForEach(r, all) {
+        const cJSON *ev = cJSON_GetObjectItem(r, "event"), *st = cJSON_GetObjectItem(r, "step"),
+                    *pj = cJSON_GetObjectItem(r, "peak_flops_job");
+        if (!cJSON_IsString(ev) || strcmp(ev->valuestring, "peak") || !cJSON_IsNumber(st) || !cJSON_IsNumber(pj)) continue;
+        n++;
+        for (int i = st->valueint - 1; i >= 0 && i < MFU_STEPS; i++) peak[i] = pj->valuedouble;
+    }
+    cJSON_Delete(all);
+    return n;
+}
+
 /* The start record's string field k of run `name` ("" when absent). */
 static void start_string(const char *name, const char *k, char *out, size_t n) {
     cJSON *all = records(name);
@@ -506,6 +525,30 @@ static void mfu(void) {
              "peak %.1f GFLOP/s (%s), max MFU %.3f", okl ? low.peak * 1e-9 : 0, kind, okl ? ml : 0);
     tu_check(okb && mb > 1 && strstr(kind_bare, "probe"), "negative control: the same probe without the GEMM gives MFU > 1",
              "peak %.1f GFLOP/s (%s), max MFU %.3f", okb ? bare.peak * 1e-9 : 0, kind_bare, okb ? mb : 0);
+
+    /* A peak measured low as a whole (probe and GEMM at a tenth: what a start under heavy load
+     * measures; ST_TRAIN_TEST_PEAK_FAULT=low): the first step beats it, and the achieved-rate guard
+     * makes that step's model FLOP/s the denominator from there on (a "peak" record), so MFU stays
+     * <= 1 and every step's MFU is its rate over the peak then in force. Negative control
+     * (=low-noguard): the same low peak without the guard logs MFU > 1. */
+    Log glow, gbare;
+    int okg = mfu_one("mfu_low", "ST_TRAIN_TEST_PEAK_FAULT=low", &glow);
+    int okn = mfu_one("mfu_low_noguard", "ST_TRAIN_TEST_PEAK_FAULT=low-noguard", &gbare);
+    double pk[MFU_STEPS], gw = 0, gm = 0, nw, nm = 0;
+    int nraise = okg ? peaks_in_force("mfu_low", glow.peak_job, pk) : 0;
+    for (int i = 0; okg && i < MFU_STEPS; i++) {
+        Log one_step = glow;
+        double w, m;
+        for (int j = 0; j < MFU_STEPS; j++) one_step.mfu[j] = glow.mfu[i], one_step.ms[j] = glow.ms[i];
+        mfu_check(&one_step, 1, pk[i], &w, &m);
+        gw = w > gw || isnan(w) ? w : gw, gm = m > gm || isnan(m) ? m : gm;
+    }
+    tu_check(okg && nraise >= 1 && gm <= 1 + 1e-9 && gw <= 1e-6,
+             "peak measured 10x low: a step's achieved rate becomes the peak, MFU <= 1",
+             "%d peak records; max MFU %.3f; max rel diff to rate / peak in force %.1e", nraise, gm, gw);
+    if (okn) mfu_check(&gbare, 1, gbare.peak_job, &nw, &nm);
+    tu_check(okn && nm > 1 && peaks_in_force("mfu_low_noguard", gbare.peak_job, pk) == 0,
+             "negative control: the same low peak without the guard logs MFU > 1", "max MFU %.3f", okn ? nm : 0);
 }
 
 /* The peak cache (train/machine_peak.h, docs/plan.md): a run with an empty cache measures and
