@@ -605,18 +605,28 @@ static void peak_cache(void) {
     /* plan's default hardware: this machine's profile from the same cache. The first call measures
      * and stores it (name measured-1t); a planted profile for this machine (peak 1.234e12) is what
      * the next call prices on; keyed by another host it is not (measured again); without a cache
-     * (ST_PEAK_CACHE=off) the default is the cpu-zen4-2c preset. */
+     * (ST_PEAK_CACHE=off) the default is the cpu-zen4-2c preset. A profile of this machine planted
+     * low (peak 1e9, matmul efficiency 0.01, 1 MB/s; bf16 peak 1e15, above anything measured) as
+     * measured at load 1e6 is measured again and raised figure by figure (peak and bandwidth up, the
+     * bf16 peak kept); the same plant at load 0.5 is used as it is (the control). */
     remove(cache);
-    double pk[4] = {0, 0, 0, 0};
-    char name[4][64] = {"", "", "", ""};
-    for (int i = 0; i < 4; i++) {
-        if (i == 1 || i == 2) { /* plant */
+    double pk[6] = {0}, bw[6] = {0}, pb[6] = {0};
+    char name[6][64] = {"", "", "", "", "", ""};
+    for (int i = 0; i < 6; i++) {
+        if (i == 1 || i == 2 || i >= 4) { /* plant */
             char *t = tu_slurp(cache);
             cJSON *doc = t ? cJSON_Parse(t) : NULL, *e;
             free(t);
             cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "profiles")) {
-                cJSON_ReplaceItemInObject(cJSON_GetObjectItem(e, "profile"), "peak_fp32", cJSON_CreateNumber(1.234e12));
+                cJSON *prof = cJSON_GetObjectItem(e, "profile");
+                cJSON_ReplaceItemInObject(prof, "peak_fp32", cJSON_CreateNumber(i >= 4 ? 1e9 : 1.234e12));
                 if (i == 2) cJSON_ReplaceItemInObject(e, "host", cJSON_CreateString("another-machine"));
+                if (i >= 4) {
+                    cJSON_ReplaceItemInObject(prof, "matmul_eff", cJSON_CreateNumber(0.01));
+                    cJSON_ReplaceItemInObject(prof, "mem_bw", cJSON_CreateNumber(1e6));
+                    cJSON_ReplaceItemInObject(prof, "peak_bf16", cJSON_CreateNumber(1e15));
+                    cJSON_ReplaceItemInObject(e, "loadavg", cJSON_CreateNumber(i == 4 ? 1e6 : 0.5));
+                }
             }
             char *out = doc ? cJSON_Print(doc) : NULL;
             FILE *f = fopen(cache, "w");
@@ -628,10 +638,15 @@ static void peak_cache(void) {
                  g_bin);
         cJSON *doc = rc_command_json(cmd);
         const cJSON *hw = cJSON_GetObjectItem(doc, "hardware"), *nmj = cJSON_GetObjectItem(hw, "name");
-        pk[i] = num(hw, "peak_fp32");
+        pk[i] = num(hw, "peak_fp32"), bw[i] = num(hw, "mem_bw"), pb[i] = num(hw, "peak_bf16");
         if (cJSON_IsString(nmj)) snprintf(name[i], sizeof name[i], "%s", nmj->valuestring);
         cJSON_Delete(doc);
     }
+    tu_check(pk[4] > 1e10 && bw[4] > 1e8 && pb[4] == 1e15, "plan's default: a profile measured at load 1e6 is measured "
+             "again, each figure raised", "peak %.3g (planted 1e9), mem bw %.3g (1e6), bf16 peak %.3g (1e15 kept)", pk[4],
+             bw[4], pb[4]);
+    tu_check(pk[5] == 1e9 && bw[5] == 1e6, "control: the same profile measured at load 0.5 is used as it is",
+             "peak %.3g, mem bw %.3g", pk[5], bw[5]);
     tu_check(!strcmp(name[0], "measured-1t") && pk[0] > 0 && pk[0] < 1e12, "plan's default: this machine measured (and cached)",
              "profile '%s', peak %.3g FLOP/s", name[0], pk[0]);
     tu_check(pk[1] == 1.234e12, "plan's default: the cached profile of this machine is used", "peak %.4g FLOP/s", pk[1]);

@@ -300,16 +300,18 @@ static void cache_store(const char *path, cJSON *doc, const MachineKey *k, int t
     cache_put(path, doc, "entries", k, threads, prec, e);
 }
 
-cJSON *machine_profile_load(const char *cache_path, int threads) {
+cJSON *machine_profile_load(const char *cache_path, int threads, double *loadavg) {
+    if (loadavg) *loadavg = -1;
     if (!cache_path || !cache_path[0]) return NULL;
     MachineKey k;
     machine_key(&k);
     cJSON *doc = cache_load(cache_path), *found = NULL;
     const cJSON *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "profiles")) {
-        const cJSON *p = cJSON_GetObjectItem(e, "profile");
+        const cJSON *p = cJSON_GetObjectItem(e, "profile"), *l = cJSON_GetObjectItem(e, "loadavg");
         if (entry_matches(e, &k, threads, NULL) && cJSON_IsObject(p)) {
             found = cJSON_Duplicate(p, 1);
+            if (loadavg && cJSON_IsNumber(l)) *loadavg = l->valuedouble;
             break;
         }
     }

@@ -57,9 +57,10 @@ Status machine_peak_resolve(MachinePeak *out, const MachinePeakOptions *o, Err *
 
 /* This machine's hardware profile for `threads` in the cache (`plan`'s default hardware; the
  * profile is plan_hardware_to_json's object, the entry keyed like the peaks'): a copy the caller
- * deletes, or NULL when the cache has none (or cache_path is NULL or ""). */
+ * deletes, or NULL when the cache has none (or cache_path is NULL or ""). *loadavg (if not NULL):
+ * the 1-minute load average when it was measured (-1 unknown). */
 struct cJSON;
-struct cJSON *machine_profile_load(const char *cache_path, int threads);
+struct cJSON *machine_profile_load(const char *cache_path, int threads, double *loadavg);
 /* Stores (replaces) it; a cache that cannot be written is left as it was. */
 void machine_profile_store(const char *cache_path, int threads, const struct cJSON *profile);
 
