@@ -14,9 +14,9 @@ if ! grep -q '^ST_CUDA:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
   exit 1
 fi
 fail=0
-# Each executable runs under its own time limit (seconds; TEST_GPU_TIMEOUT_SCALE multiplies them, e.g.
-# 3 under compute-sanitizer): a hang (a kernel that never ends, a rank waiting for the other) fails
-# that one test with exit 124 instead of eating the time of every test after it.
+# Each executable runs under its own time limit (seconds; TEST_GPU_TIMEOUT_SCALE, an integer,
+# multiplies them, e.g. 3 under compute-sanitizer): a hang (a kernel that never ends, a rank waiting
+# for the other) fails that one test with exit 124 instead of eating the time of every test after it.
 scale=${TEST_GPU_TIMEOUT_SCALE:-1}
 run() { # name, limit_s, then the command
   local name=$1 limit=$(( $2 * scale )) rc; shift 2
