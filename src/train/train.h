@@ -124,6 +124,10 @@ typedef struct {
     long overflows;                 /* fp16 steps skipped by the loss scaler */
     float final_loss_scale;
     long long num_params;
+    int err_everywhere;             /* on failure under several ranks: every rank returned this same
+                                       error (an invalid flag, the grid, a refusal the ranks agreed
+                                       on), so rank 0's copy is enough; 0: this rank's own finding
+                                       (a file only it reads), which it must print itself */
 } TrainResult;
 
 /* Runs training. Bad configuration or data → ST_ERR_INPUT with a message naming the flag or
