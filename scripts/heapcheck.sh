@@ -15,13 +15,16 @@
 #   --no-debug-malloc  plain glibc malloc (the A/B control)
 #   --signal-after S   send SIGUSR1 to mpirun S seconds into each run (the stop-signal path of
 #                      scripts/launch; the job must then exit 0 after its checkpoint)
+#   --comm ITERS       run build/tests/heap_comm_stress ITERS instead of the trainer: the dp
+#                      buckets' in-place all-reduces and ring reduce-scatters with allocation churn,
+#                      no model (a fault of the comm layer or Open MPI shows in seconds)
 #   TRAIN ARGS         replace the default job: the reported failing one, dp 2 x 1 thread, d6 shape
 #                      at the GPT-2 vocabulary size (50257) on the bundled corpus, 5 steps, validation only at the end.
 # Run it at low priority on a shared machine: nice -n 19 scripts/heapcheck.sh -n 50
 # Exit: 0 all runs passed, 1 a run failed (its directory is printed), 2 bad usage.
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
-runs=20 np=2 out=/tmp/heapcheck bin="$here/build/scaletrain" debug=1 sig=0
+runs=20 np=2 out=/tmp/heapcheck bin="$here/build/scaletrain" debug=1 sig=0 comm=0
 while [ $# -gt 0 ]; do
     case "$1" in
     -n) runs=$2; shift 2 ;;
@@ -30,11 +33,16 @@ while [ $# -gt 0 ]; do
     -b) bin=$2; shift 2 ;;
     --no-debug-malloc) debug=0; shift ;;
     --signal-after) sig=$2; shift 2 ;;
+    --comm) comm=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "heapcheck.sh: unknown argument '$1' (see the usage at the top of the script)" >&2; exit 2 ;;
     esac
 done
-case "$runs$np$sig" in *[!0-9]*) echo "heapcheck.sh: -n, -p and --signal-after take whole numbers, found '$runs' '$np' '$sig'" >&2; exit 2 ;; esac
+case "$runs$np$sig$comm" in *[!0-9]*) echo "heapcheck.sh: -n, -p, --signal-after and --comm take whole numbers, found '$runs' '$np' '$sig' '$comm'" >&2; exit 2 ;; esac
+if [ "$comm" -gt 0 ]; then
+    bin="$(dirname "$bin")/tests/heap_comm_stress"
+    [ -x "$bin" ] || { echo "heapcheck.sh: $bin: expected the stress program (cmake --build build --target heap_comm_stress)" >&2; exit 2; }
+fi
 [ -x "$bin" ] || { echo "heapcheck.sh: $bin: expected the scaletrain binary (build it first, or -b BINARY)" >&2; exit 2; }
 mpirun=$(command -v mpirun) || { echo "heapcheck.sh: mpirun not found (install openmpi-bin)" >&2; exit 2; }
 dbg=/usr/lib/x86_64-linux-gnu/libc_malloc_debug.so.0
@@ -42,7 +50,9 @@ if [ "$debug" = 1 ] && [ ! -e "$dbg" ]; then
     echo "heapcheck.sh: $dbg: expected glibc's malloc debug library (glibc >= 2.34), not found" >&2
     exit 2
 fi
-if [ $# -gt 0 ]; then
+if [ "$comm" -gt 0 ]; then
+    args=("$comm")
+elif [ $# -gt 0 ]; then
     args=("$@")
 else
     args=(train --layers 6 --heads 6 --channels 384 --vocab 50257 --threads 1 --steps 5 --val-every 0)
@@ -59,7 +69,7 @@ for ((i = 1; i <= runs; i++)); do
     t0=$(date +%s.%N)
     # Each run in its own directory: core files land in the working directory (core_pattern 'core').
     (cd "$d" && exec "$mpirun" --allow-run-as-root --oversubscribe -np "$np" "${envs[@]}" \
-        "$bin" "${args[@]}" --ckpt-dir "$d/ck" >"$d/out.txt" 2>&1) &
+        "$bin" "${args[@]}" $([ "$comm" -gt 0 ] || echo --ckpt-dir "$d/ck") >"$d/out.txt" 2>&1) &
     pid=$!
     if [ "$sig" -gt 0 ]; then
         (sleep "$sig"; kill -USR1 "$pid" 2>/dev/null) &
