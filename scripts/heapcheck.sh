@@ -13,7 +13,7 @@
 #   -o OUT             output directory (default /tmp/heapcheck)
 #   -b BINARY          scaletrain to run (default build/scaletrain)
 #   --no-debug-malloc  plain glibc malloc (the A/B control)
-#   --signal-after S   send SIGUSR1 to mpirun S seconds into each run (the stop-signal path of
+#   --signal-after S   send SIGUSR1 to mpirun S seconds after each run's first step line (the stop path of
 #                      scripts/launch; the job must then exit 0 after its checkpoint)
 #   --comm ITERS       run build/tests/heap_comm_stress ITERS instead of the trainer: the dp
 #                      buckets' in-place all-reduces and ring reduce-scatters with allocation churn,
@@ -72,7 +72,10 @@ for ((i = 1; i <= runs; i++)); do
         "$bin" "${args[@]}" $([ "$comm" -gt 0 ] || echo --ckpt-dir "$d/ck") >"$d/out.txt" 2>&1) &
     pid=$!
     if [ "$sig" -gt 0 ]; then
-        (sleep "$sig"; kill -USR1 "$pid" 2>/dev/null) &
+        # S seconds after the first step line: a signal before the loop starts takes the default
+        # action, and mpirun drops one that arrives before it has started the ranks.
+        (while kill -0 "$pid" 2>/dev/null && ! grep -q '^step ' "$d/out.txt" 2>/dev/null; do sleep 0.5; done
+         sleep "$sig"; kill -USR1 "$pid" 2>/dev/null) &
     fi
     wait "$pid"
     rc=$?
