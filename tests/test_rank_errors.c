@@ -12,6 +12,8 @@
  *     rank, nothing killed by the launcher;
  *   - both files bad (a replicated error): exactly one copy of the message, and no `rank 1:` line
  *     (the oracle tells the two apart);
+ *   - a flag value bad on rank 1's command line alone (MPMD): rank 1's own line, rank 0's saying the
+ *     command line was refused on 1 other rank;
  * Control: both files good: exit 0.
  * Usage: test_rank_errors MPIEXEC (no MPIEXEC: the test fails, it does not pass). */
 #include <stdio.h>
@@ -46,16 +48,16 @@ static int count(const char *text, const char *needle) {
     return n;
 }
 
-/* Runs the job with rank 0 in TMP/dir0 and rank 1 in TMP/dir1; returns the exit status (-1: not
- * exited) and the stderr text in *err (caller frees). */
-static int run_job(const char *dir0, const char *dir1, char **err) {
+/* Runs the job with rank 0 in TMP/dir0 and rank 1 in TMP/dir1, rank 1's command line ending with
+ * extra1; returns the exit status (-1: not exited) and the stderr text in *err (caller frees). */
+static int run_job(const char *dir0, const char *dir1, const char *extra1, char **err) {
     const char *args = "train --data shard.bin --layers 1 --heads 2 --channels 32 --vocab 257 --max-seq-len 64 "
                        "--seq-len 32 --micro-batch 2 --steps 1 --peak-gflops 100 --threads 1 --quiet";
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
              "timeout 120 %s --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -np 1 -wdir %s/%s %s %s : "
-             "-np 1 -wdir %s/%s %s %s >%s/out.txt 2>%s/err.txt",
-             g_mpi, TMP, dir0, BIN, args, TMP, dir1, BIN, args, TMP, TMP);
+             "-np 1 -wdir %s/%s %s %s %s >%s/out.txt 2>%s/err.txt",
+             g_mpi, TMP, dir0, BIN, args, TMP, dir1, BIN, args, extra1, TMP, TMP);
     int rc = system(cmd);
     *err = tu_slurp(TMP "/err.txt");
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
@@ -79,7 +81,7 @@ int main(int argc, char **argv) {
     char *err = NULL;
 
     /* rank 1 alone reads a bad shard */
-    int rc = run_job("good_a", "bad_a", &err);
+    int rc = run_job("good_a", "bad_a", "", &err);
     const char *t = err ? err : "";
     int own = count(t, "scaletrain train: rank 1: ") == 1 && strstr(t, "shard.bin") && strstr(t, "magic");
     int summary = count(t, "scaletrain train: data: refused on 1 other rank(s) of 2") == 1;
@@ -89,15 +91,24 @@ int main(int argc, char **argv) {
     free(err);
 
     /* the same bad shard on both ranks: one copy, from rank 0 */
-    rc = run_job("bad_a", "bad_b", &err);
+    rc = run_job("bad_a", "bad_b", "", &err);
     t = err ? err : "";
     int copies = count(t, "magic");
     tu_check(rc == 2 && copies == 1 && !strstr(t, "rank 1: ") && !strstr(t, "refused on"),
              "a replicated input error: one copy, no rank-1 line", "exit=%d copies=%d stderr=\"%s\"", rc, copies, t);
     free(err);
 
+    /* a flag only rank 1's command line has (MPMD): refused by rank 1 alone, before any data */
+    rc = run_job("good_a", "good_b", "--lr abc", &err);
+    t = err ? err : "";
+    own = count(t, "scaletrain train: rank 1: --lr: expected a number, found 'abc'") == 1;
+    summary = count(t, "scaletrain train: command line: refused on 1 other rank(s) of 2") == 1;
+    tu_check(rc == 2 && own && summary, "a flag bad on rank 1 alone: rank 1 names itself, rank 0 says the command line was refused",
+             "exit=%d own=%d summary=%d stderr=\"%s\"", rc, own, summary, t);
+    free(err);
+
     /* control: good shards on both ranks train */
-    rc = run_job("good_a", "good_b", &err);
+    rc = run_job("good_a", "good_b", "", &err);
     tu_check(rc == 0, "control: good shards on both ranks train", "exit=%d stderr=\"%s\"", rc, err ? err : "");
     free(err);
     return tu_exit();

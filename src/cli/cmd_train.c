@@ -577,8 +577,12 @@ int cmd_train_comm(int argc, char **argv, Comm *comm) {
     static TrainArgs a; /* large (paths); one per process */
     Err err = {0};
     Status st = train_args_parse(argc, argv, comm, &a, &err);
-    if (st != ST_OK) return train_fail(comm, st, err.msg, 1); /* the same command line on every rank */
-    if (a.help) return 0;
+    if (st == ST_OK && a.help) return 0;
+    /* Usually the same command line on every rank, but a --config file or a path may differ
+     * between nodes: agreed on, so a rank's own refusal is printed and no rank waits alone. */
+    int everywhere = 1;
+    st = train_agree(comm, st, "command line", &err, &everywhere);
+    if (st != ST_OK) return train_fail(comm, st, err.msg, everywhere);
     TrainConfig c = a.cfg;
     c.argv_joined = a.joined;
     c.handle_signals = 1;
