@@ -556,13 +556,13 @@ void train_args_free(TrainArgs *a) {
     a->cfg.sample_tokenizer = NULL;
 }
 
-/* An input error that is the same on every rank (a flag: every rank parses the same command line;
- * the grid; a refusal the ranks agreed on, train_run's res.err_everywhere) is printed by rank 0
- * alone, so a job of N ranks shows one line, not N copies. An input error that a rank found by
- * itself (a shard or an --init-from file that only it could not read, its part of a checkpoint)
- * is printed by that rank, named: `scaletrain train: rank 1: ...`; before 2026-11-26 those were
- * dropped on ranks other than 0 and the job ended non-zero without a word. Other failures print
- * on the rank that saw them. */
+/* An input error that is the same on every rank (a flag of the common command line, the grid, a
+ * refusal the ranks agreed on: train_agree's and train_run's res.err_everywhere) is printed by rank
+ * 0 alone, so a job of N ranks shows one line, not N copies. An input error that a rank found by
+ * itself (a shard, a --config or --init-from file that only it could not read, its part of a
+ * checkpoint, a flag only its command line has) is printed by that rank, named: `scaletrain train:
+ * rank 1: ...`; before 2026-11-26 those were dropped on ranks other than 0 and the job hung in the
+ * next collective without a word. Other failures print on the rank that saw them. */
 static int train_fail(const Comm *comm, Status st, const char *msg, int everywhere) {
     if (st == ST_ERR_INPUT && comm && comm->world > 1 && comm->rank != 0) {
         if (everywhere) return (int)st;
