@@ -14,10 +14,12 @@
  *     all-reduce agrees on the verdict.
  * Run it with glibc's checking malloc (scripts/heapcheck.sh --comm does): a corrupted chunk aborts
  * at the next free that touches it. Exit 0: all iterations exact and no abort.
- * Test-only fault (--fault-free-early): frees a receive block while its collective is in flight
- * (the pattern suspected), which the checks must catch (the negative control of the tool).
+ * Test-only faults: --fault-free-early frees a receive block while its collective is in flight
+ * (the pattern suspected; it must crash); --fault-overflow writes one byte past a block and frees
+ * it, which the checking malloc must abort (heapcheck.sh runs it first: without the preload in
+ * effect the check would be off without a word).
  *
- * usage: mpirun -np 2 heap_comm_stress [ITERATIONS] [--fault-free-early] */
+ * usage: mpirun -np 2 heap_comm_stress [ITERATIONS] [--fault-free-early | --fault-overflow] */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +57,23 @@ int main(int argc, char **argv) {
     long iters = argc > 1 && argv[1][0] != '-' ? atol(argv[1]) : 200;
     int fault = 0;
     for (int i = 1; i < argc; i++) fault |= !strcmp(argv[i], "--fault-free-early");
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--fault-overflow")) {
+            /* The checking malloc's own control: one byte past a block, then free. glibc's checking
+             * malloc aborts here at any size; plain glibc only for some (4104 bytes: 'corrupted
+             * size vs. prev_size', 4096: nothing). Reaching the line below means no check ran. */
+            size_t n = 4096;
+            /* A size the compiler cannot see and a barrier: gcc -O2 otherwise drops the overflowing
+             * memset of a block that is freed unread (measured), and the control would test nothing. */
+            volatile size_t extra = 1;
+            char *a = malloc(n), *b = malloc(n);
+            if (a) memset(a, 1, n + extra);
+            __asm__ volatile("" : : "r"(a), "r"(b) : "memory");
+            free(a), free(b);
+            fprintf(stderr, "heap_comm_stress: a 1-byte overflow went unnoticed: the checking malloc is not active\n");
+            comm_finalize(c);
+            return 3;
+        }
     int p = c->world, r = c->rank;
     if (p < 2) {
         fprintf(stderr, "heap_comm_stress: expected mpirun -np 2 or more, found a world of %d\n", p);
