@@ -73,7 +73,8 @@ if [ "$debug" = 1 ]; then
     stress="$(dirname "$bin")/tests/heap_comm_stress"
     [ "$comm" -gt 0 ] && stress=$bin
     if [ -x "$stress" ]; then
-        timeout 120 "$mpirun" --allow-run-as-root --oversubscribe -np "$np" "${envs[@]}" "$stress" --fault-overflow >"$out/control.txt" 2>&1
+        (cd "$out" && exec timeout 120 "$mpirun" --allow-run-as-root --oversubscribe -np "$np" "${envs[@]}" "$stress" \
+            --fault-overflow >"$out/control.txt" 2>&1) # its core files stay in OUT
         crc=$?
         if [ "$crc" -eq 0 ] || [ "$crc" -eq 3 ] || [ "$crc" -eq 124 ] || ! grep -q -E "free\(\)|corrupt|Abort" "$out/control.txt"; then
             echo "heapcheck.sh: control failed: a 1-byte overflow was not caught under $dbg (exit $crc, $out/control.txt)" >&2
