@@ -102,7 +102,10 @@ for ((i = 1; i <= runs; i++)); do
          sleep "$sig"; kill -USR1 "$pid" 2>/dev/null) &
     fi
     # the watchdog: a run past --timeout is ended and counted as a failure (exit 124)
-    (sleep "$limit"; touch "$d/timed_out"; kill -TERM "$pid" 2>/dev/null; sleep 5; kill -KILL "$pid" 2>/dev/null) &
+    (trap 'kill "$s" 2>/dev/null; exit 0' TERM # ended with the run: take its sleep along
+     sleep "$limit" & s=$!
+     wait "$s" || exit 0
+     touch "$d/timed_out"; kill -TERM "$pid" 2>/dev/null; sleep 5; kill -KILL "$pid" 2>/dev/null) &
     wd=$!
     wait "$pid"
     rc=$?
