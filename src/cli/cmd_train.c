@@ -556,12 +556,20 @@ void train_args_free(TrainArgs *a) {
     a->cfg.sample_tokenizer = NULL;
 }
 
-/* An input error (flags, grid, data, config) is the same on every rank, which all run the same
- * command line on the same files (resume's checks agree across ranks first): rank 0 alone prints
- * it, so a job of N ranks shows one line, not N copies. Other failures print on the rank that saw
- * them. */
-static int train_fail(const Comm *comm, Status st, const char *msg) {
-    if (st == ST_ERR_INPUT && comm && comm->world > 1 && comm->rank != 0) return (int)st;
+/* An input error that is the same on every rank (a flag of the common command line, the grid, a
+ * refusal the ranks agreed on: train_agree's and train_run's res.err_everywhere) is printed by rank
+ * 0 alone, so a job of N ranks shows one line, not N copies. An input error that a rank found by
+ * itself (a shard, a --config or --init-from file that only it could not read, its part of a
+ * checkpoint, a flag only its command line has) is printed by that rank, named: `scaletrain train:
+ * rank 1: ...`; before 2026-11-26 those were dropped on ranks other than 0 and the job hung in the
+ * next collective without a word. Other failures print on the rank that saw them. */
+static int train_fail(const Comm *comm, Status st, const char *msg, int everywhere) {
+    if (st == ST_ERR_INPUT && comm && comm->world > 1 && comm->rank != 0) {
+        if (everywhere) return (int)st;
+        fprintf(stderr, "scaletrain train: rank %d: %s\n", comm->rank, msg);
+        fflush(stderr);
+        return (int)st;
+    }
     return cli_fail("train", st, msg);
 }
 
@@ -569,8 +577,12 @@ int cmd_train_comm(int argc, char **argv, Comm *comm) {
     static TrainArgs a; /* large (paths); one per process */
     Err err = {0};
     Status st = train_args_parse(argc, argv, comm, &a, &err);
-    if (st != ST_OK) return train_fail(comm, st, err.msg);
-    if (a.help) return 0;
+    if (st == ST_OK && a.help) return 0;
+    /* Usually the same command line on every rank, but a --config file or a path may differ
+     * between nodes: agreed on, so a rank's own refusal is printed and no rank waits alone. */
+    int everywhere = 1;
+    st = train_agree(comm, st, "command line", &err, &everywhere);
+    if (st != ST_OK) return train_fail(comm, st, err.msg, everywhere);
     TrainConfig c = a.cfg;
     c.argv_joined = a.joined;
     c.handle_signals = 1;
@@ -579,7 +591,7 @@ int cmd_train_comm(int argc, char **argv, Comm *comm) {
     st = train_run(&c, &res, &err);
     train_args_free(&a);
     if (st != ST_OK) {
-        int rc = train_fail(comm, st, err.msg);
+        int rc = train_fail(comm, st, err.msg, res.err_everywhere);
         /* A failure only some ranks see would leave the others waiting in a collective: end the
          * job. Input errors (grid, config hash, flags, data) are seen by every rank: plain exit. */
         if (comm && comm->world > 1 && st != ST_ERR_INPUT) comm_abort(comm, rc, err.msg);

@@ -193,11 +193,18 @@ double tr_comm_bytes_total(const Comm *c) {
 
 static Status run_setup(Run *r, Err *err) {
     Status st;
-    if ((st = tr_setup_grid(r, err)) != ST_OK) return st; /* a wrong grid is refused before any allocation */
-    if ((st = tr_setup_data(r, err)) != ST_OK) return st;
-    if ((st = tr_setup_same_config(r, err)) != ST_OK) return st;
+    if ((st = tr_setup_grid(r, err)) != ST_OK) { /* a wrong grid is refused before any allocation */
+        r->res->err_everywhere = st == ST_ERR_INPUT; /* flags and world size: the same on every rank */
+        return st;
+    }
+    /* Each rank opens the shards and reads --init-from itself: agreed on before the next collective. */
+    if ((st = tr_agree_setup(r, tr_setup_data(r, err), "data", err)) != ST_OK) return st;
+    if ((st = tr_setup_same_config(r, err)) != ST_OK) {
+        r->res->err_everywhere = st == ST_ERR_INPUT; /* every rank compared every rank's hash */
+        return st;
+    }
     if ((st = tr_resume_find(r, err)) != ST_OK) return st;
-    if ((st = tr_setup_model(r, err)) != ST_OK) return st;
+    if ((st = tr_agree_setup(r, tr_setup_model(r, err), "model setup", err)) != ST_OK) return st;
     if ((st = tr_resume_load(r, err)) != ST_OK) return st;
     if ((st = tr_setup_outputs(r, err)) != ST_OK) return st;
     if ((st = tr_setup_accounting(r, err)) != ST_OK) return st;
@@ -256,11 +263,14 @@ static Status run_finish(Run *r, Err *err) {
 }
 
 Status train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
-    Status st = validate(cfg, err);
-    if (st != ST_OK) return st;
-    if (cfg->lora.rank > 0) return lora_train_run(cfg, res, err);
     memset(res, 0, sizeof *res);
     res->first_val = res->last_val = NAN;
+    Status st = validate(cfg, err);
+    if (st != ST_OK) {
+        res->err_everywhere = 1; /* the flags alone: the same on every rank */
+        return st;
+    }
+    if (cfg->lora.rank > 0) return lora_train_run(cfg, res, err);
     Run run;
     memset(&run, 0, sizeof run);
     Run *r = &run;

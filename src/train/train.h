@@ -124,11 +124,24 @@ typedef struct {
     long overflows;                 /* fp16 steps skipped by the loss scaler */
     float final_loss_scale;
     long long num_params;
+    int err_everywhere;             /* on failure under several ranks: every rank returned this same
+                                       error (an invalid flag, the grid, a refusal the ranks agreed
+                                       on), so rank 0's copy is enough; 0: this rank's own finding
+                                       (a file only it reads), which it must print itself */
 } TrainResult;
 
 /* Runs training. Bad configuration or data → ST_ERR_INPUT with a message naming the flag or
  * file; I/O failure → ST_ERR_RUNTIME. Progress lines go to stdout unless quiet. */
 Status train_run(const TrainConfig *cfg, TrainResult *res, Err *err);
+
+/* A stage's outcome st (err its message) agreed over c's world, so that a check some ranks fail
+ * alone (a file only they read, a flag only their command line has) ends every rank at this point
+ * instead of leaving the others in the next collective. A failing rank keeps its error; *everywhere
+ * = 1 when it is rank 0's message too (rank 0 prints it once), 0 when it is this rank's own (it
+ * must print it itself, named). A rank that passed returns "<stage>: refused on N other rank(s) of
+ * W (their messages say why)", *everywhere = 1. Returns st, or that refusal. Collective: every rank
+ * calls it after the same stage; one process (c NULL or world 1) returns st. */
+Status train_agree(Comm *c, Status st, const char *stage, Err *err, int *everywhere);
 
 /* LoRA fine-tuning (cfg->lora.rank > 0; train_run calls it): the base frozen, the adapters trained
  * (docs/lora.md). Flags it does not implement (tp, pp, ZeRO, bf16, other optimizers, ...) are

@@ -209,6 +209,9 @@ static Status resume_load_verified(Run *r, CkptMeta *m, Err *err) {
             ckpt_meta_free(m);
             st = err_set(err, ST_ERR_INPUT, "%s: failed to load on %lld other rank(s) (their messages say why)",
                          r->rs.path, (long long)(v[0] + v[1]));
+            r->res->err_everywhere = 1; /* rank 0 says it once; the failing ranks print their own */
+        } else {
+            r->res->err_everywhere = 0; /* this rank's own reason */
         }
         if (v[1] || strcmp(c->resume, "auto")) return v[1] && st == ST_ERR_INPUT ? ST_ERR_RUNTIME : st;
         char refused[4096], why[1024];

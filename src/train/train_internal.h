@@ -180,6 +180,12 @@ int tr_split_list(char *buf, const char **out, int max);
 double tr_comm_bytes_total(const Comm *c);
 Status tr_setup_grid(Run *r, Err *err);
 Status tr_setup_data(Run *r, Err *err);
+/* A setup stage's outcome st (err its message) agreed over the world, so a check that failed on
+ * some ranks alone ends every rank here instead of leaving the others in the next collective: a
+ * failing rank keeps its error (marked err_everywhere when it is rank 0's message too); a rank that
+ * passed returns "<stage>: refused on N other rank(s) (their messages say why)". Returns st, or that
+ * refusal. Collective over the world: every rank must call it after the same stage. */
+Status tr_agree_setup(Run *r, Status st, const char *stage, Err *err);
 Status tr_setup_same_config(Run *r, Err *err);
 Status tr_setup_model(Run *r, Err *err);
 Status tr_setup_outputs(Run *r, Err *err);

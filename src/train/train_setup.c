@@ -180,6 +180,31 @@ Status tr_setup_data(Run *r, Err *err) {
     return ST_OK;
 }
 
+Status train_agree(Comm *c, Status st, const char *stage, Err *err, int *everywhere) {
+    if (!c || c->world == 1) return st;
+    int64_t v[2] = {st == ST_ERR_INPUT, st != ST_OK && st != ST_ERR_INPUT};
+    Err ce;
+    if (comm_allreduce_i64(c, v, 2, COMM_SUM, &ce) != ST_OK) return st != ST_OK ? st : (*err = ce, ce.status);
+    if (!v[0] && !v[1]) return ST_OK;
+    /* Rank 0's message beside this rank's: the same text is a replicated error (rank 0 prints it
+     * once); another one is this rank's own finding, which it prints itself (cli/cmd_train.c). */
+    char msg0[sizeof err->msg];
+    memset(msg0, 0, sizeof msg0);
+    if (c->rank == 0 && st != ST_OK) snprintf(msg0, sizeof msg0, "%s", err->msg);
+    if (comm_bcast_bytes(c, msg0, sizeof msg0, 0, &ce) != ST_OK) return st != ST_OK ? st : (*err = ce, ce.status);
+    if (st != ST_OK) {
+        *everywhere = strcmp(msg0, err->msg) == 0;
+        return st;
+    }
+    *everywhere = 1; /* rank 0 says it once; the failing ranks say why */
+    return err_set(err, v[1] ? ST_ERR_RUNTIME : ST_ERR_INPUT, "%s: refused on %lld other rank(s) of %d (their messages "
+                   "say why)", stage, (long long)(v[0] + v[1]), c->world);
+}
+
+Status tr_agree_setup(Run *r, Status st, const char *stage, Err *err) {
+    return train_agree(r->comm, st, stage, err, &r->res->err_everywhere);
+}
+
 /* Every rank got the same config (hash of its JSON); the grid and each rank's threads are printed;
  * from here on only rank 0 prints progress and writes the log. */
 Status tr_setup_same_config(Run *r, Err *err) {
