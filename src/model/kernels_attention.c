@@ -272,7 +272,18 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                 int m = T - r0 < ATT_BLOCK ? T - r0 : ATT_BLOCK, kend = r0 + m;
                 int mp = (m + 1) / 2; /* the tile path's P^T, dS^T rows: m rounded up to even, in pairs */
                 float D[ATT_BLOCK]; /* rowsum(dY ∘ Y) = Σ_j P_ij dP'_ij (dropout included) */
-                for (int i = 0; i < m; i++) {
+                /* Each row's sum in x order, eight rows at a time: eight independent chains
+                 * instead of one (one row's chain of hs dependent adds was ~5% of the bf16
+                 * attention at T = 256); every sum keeps its order, so D is bit for bit the same. */
+                int i8 = 0;
+                for (; i8 + 8 <= m; i8 += 8) {
+                    float s8[8] = {0};
+                    for (int x = 0; x < hs; x++)
+                        for (int r = 0; r < 8; r++)
+                            s8[r] += dy[(size_t)(r0 + i8 + r) * C + x] * y[(size_t)(r0 + i8 + r) * C + x];
+                    for (int r = 0; r < 8; r++) D[i8 + r] = s8[r];
+                }
+                for (int i = i8; i < m; i++) {
                     const float *g = dy + (size_t)(r0 + i) * C, *o = y + (size_t)(r0 + i) * C;
                     float s = 0;
                     for (int x = 0; x < hs; x++) s += g[x] * o[x];
