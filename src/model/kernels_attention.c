@@ -12,7 +12,6 @@
 #include "model/fastmath.h"
 #include "model/kernels_internal.h"
 #include "model/matmul.h"
-#include "model/tile_bf16.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Attention                                                                                  */
@@ -27,11 +26,11 @@
  * bf16 copies, and the probabilities and dS are rounded before their GEMMs, so all five GEMMs run
  * on the bf16 units with fp32 accumulation; the softmax, its statistics and every output stay fp32.
  *
- * bf16 without dropout, where the build targets AVX512_BF16 (tile_bf16.h) and hs is even, the five
- * GEMMs are tile_gemm_bf16 calls instead of oneDNN's ("the tile path"): no library call per 64-row
+ * bf16 without dropout, where the build targets AVX512_BF16 (matmul.h) and hs is even, the five
+ * GEMMs are mm_tile_gemm_bf16 calls instead of oneDNN's ("the tile path"): no library call per 64-row
  * block, and operands in the pair layouts vdpbf16ps reads, packed once per head (K^T, V^T and K, V,
  * Q, dY with row pairs interleaved) or written so by the softmax loop (P and dS, and backward's
- * P^T and dS^T). Its sums run in another order than oneDNN's (tile_bf16.h), so its bf16 results
+ * P^T and dS^T). Its sums run in another order than oneDNN's (matmul.h), so its bf16 results
  * differ from the oneDNN path's in the last bits; fp32 and dropout runs never take it.
  *
  * One implementation, grouped-query (attention_gqa_*, below); GPT-2's multi-head attention is its
@@ -66,7 +65,7 @@ static void rows_to_bf16(uint16_t *dst, const float *src, int rows, int cols, si
 typedef struct {
     float *S, *dP, *Pd;
     uint16_t *Pb, *dSb, *Qb, *Kb, *Vb, *dYb;
-    /* The tile path (pair layouts, tile_bf16.h): P^T, dS^T (pair rows along the query rows), the
+    /* The tile path (pair layouts, matmul.h): P^T, dS^T (pair rows along the query rows), the
      * packed K^T, V^T, and K, V, Q, dY (row pairs interleaved). Q, dY as pair rows are Qb, dYb. */
     uint32_t *PT, *dST, *KT, *VT, *K2, *V2, *Q2, *dY2;
 } AttScratch;
@@ -79,7 +78,8 @@ static AttScratch att_scratch(float *scratch, int T, int hs) {
     a.Pb = (uint16_t *)(base + 3 * blk), a.dSb = (uint16_t *)(base + 3 * blk + blk / 2 + 32);
     a.PT = (uint32_t *)(base + 4 * blk + 64), a.dST = a.PT + blk / 2;
     uint32_t *h = (uint32_t *)(base + 5 * blk + 64);
-    a.Qb = (uint16_t *)h, a.Kb = (uint16_t *)(h + hd), a.Vb = (uint16_t *)(h + 2 * hd), a.dYb = (uint16_t *)(h + 3 * hd);
+    a.Qb = (uint16_t *)h, a.Kb = (uint16_t *)(h + hd);
+    a.Vb = (uint16_t *)(h + 2 * hd), a.dYb = (uint16_t *)(h + 3 * hd);
     a.KT = h + 4 * hd, a.VT = h + 5 * hd, a.K2 = h + 6 * hd, a.V2 = h + 7 * hd;
     /* Q, dY interleaved share the oneDNN path's K, V rows (the tile path never uses those). */
     a.Q2 = (uint32_t *)a.Kb, a.dY2 = (uint32_t *)a.Vb;
@@ -87,7 +87,7 @@ static AttScratch att_scratch(float *scratch, int T, int hs) {
 }
 
 /* 1 when attention takes the tile path (above): bf16, no dropout, even hs, and a build with it. */
-static int att_tile(int lowp, Dropout d, int hs) { return lowp && !(d.p > 0) && hs % 2 == 0 && tile_bf16_available(); }
+static int att_tile(int lowp, Dropout d, int hs) { return lowp && !(d.p > 0) && hs % 2 == 0 && mm_tile_available(); }
 
 size_t attention_gqa_scratch_floats(int T, int hs, int group, int nt) {
     (void)group; /* query heads are processed one at a time: the scratch is that of one head */
@@ -144,7 +144,7 @@ void attention_gqa_forward(float *out, float *lse, float *scratch, const float *
                 rows_to_bf16(w.Qb, q, T, hs, ld);
                 if (held != (long)b * KV + kh) {
                     if (tl)
-                        tile_pack_t(w.KT, T, k, ld, T, hs), tile_pack_rows(w.V2, hs, v, ld, T, hs);
+                        mm_tile_pack_t(w.KT, T, k, ld, T, hs), mm_tile_pack_rows(w.V2, hs, v, ld, T, hs);
                     else
                         rows_to_bf16(w.Kb, k, T, hs, ld), rows_to_bf16(w.Vb, v, T, hs, ld);
                     held = (long)b * KV + kh;
@@ -160,8 +160,8 @@ void attention_gqa_forward(float *out, float *lse, float *scratch, const float *
                     int kn = kend - k0 < ATT_KBLOCK ? kend - k0 : ATT_KBLOCK;
                     int kp = (kn + 1) / 2; /* the tile path's P rows: kn rounded up to even, in pairs */
                     if (tl)
-                        tile_gemm_bf16(m, kn, hp, scale, (const uint32_t *)w.Qb + (size_t)r0 * hp, hp, w.KT + k0, T,
-                                       0.0f, S, kn);
+                        mm_tile_gemm_bf16(m, kn, hp, scale, (const uint32_t *)w.Qb + (size_t)r0 * hp, hp, w.KT + k0,
+                                          T, 0.0f, S, kn);
                     else if (lowp)
                         mm_gemm_bf16(0, 1, m, kn, hs, scale, w.Qb + (size_t)r0 * hs, hs, w.Kb + (size_t)k0 * hs, hs,
                                      0.0f, S, kn);
@@ -206,8 +206,8 @@ void attention_gqa_forward(float *out, float *lse, float *scratch, const float *
                     }
                     const float *P = d.p > 0 ? Pd : S;
                     if (tl) {
-                        tile_gemm_bf16(m, hs, kp, 1.0f, (const uint32_t *)w.Pb, kp, w.V2 + (size_t)k0 / 2 * hs, hs, 1.0f,
-                                       y + (size_t)r0 * C, C);
+                        mm_tile_gemm_bf16(m, hs, kp, 1.0f, (const uint32_t *)w.Pb, kp, w.V2 + (size_t)k0 / 2 * hs, hs,
+                                          1.0f, y + (size_t)r0 * C, C);
                     } else if (lowp) {
                         if (!fuse) rows_to_bf16(w.Pb, P, m, kn, kn);
                         mm_gemm_bf16(0, 0, m, hs, kn, 1.0f, w.Pb, kn, w.Vb + (size_t)k0 * hs, hs, 1.0f,
@@ -253,7 +253,8 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
             for (int x = 0; x < hs; x++) a[x] = 0.0f, c[x] = 0.0f;
         }
         if (tl)
-            tile_pack_t(w.KT, T, k, ld, T, hs), tile_pack_t(w.VT, T, v, ld, T, hs), tile_pack_rows(w.K2, hs, k, ld, T, hs);
+            mm_tile_pack_t(w.KT, T, k, ld, T, hs), mm_tile_pack_t(w.VT, T, v, ld, T, hs),
+                mm_tile_pack_rows(w.K2, hs, k, ld, T, hs);
         else if (lowp)
             rows_to_bf16(w.Kb, k, T, hs, ld), rows_to_bf16(w.Vb, v, T, hs, ld);
         for (int h = kh * G; h < (kh + 1) * G; h++) {
@@ -267,7 +268,7 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                 for (int x = 0; x < hs; x++) a[x] = 0.0f;
             }
             if (lowp) rows_to_bf16(w.Qb, q, T, hs, ld), rows_to_bf16(w.dYb, dy, T, hs, C);
-            if (tl) tile_pack_rows(w.Q2, hs, q, ld, T, hs), tile_pack_rows(w.dY2, hs, dy, C, T, hs);
+            if (tl) mm_tile_pack_rows(w.Q2, hs, q, ld, T, hs), mm_tile_pack_rows(w.dY2, hs, dy, C, T, hs);
             for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
                 int m = T - r0 < ATT_BLOCK ? T - r0 : ATT_BLOCK, kend = r0 + m;
                 int mp = (m + 1) / 2; /* the tile path's P^T, dS^T rows: m rounded up to even, in pairs */
@@ -294,9 +295,9 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                     int kn = kend - k0 < ATT_KBLOCK ? kend - k0 : ATT_KBLOCK, kp = (kn + 1) / 2;
                     /* P = exp(scale·Q K^T − L), recomputed; dP = dY V^T */
                     if (tl) {
-                        tile_gemm_bf16(m, kn, hp, scale, (const uint32_t *)w.Qb + (size_t)r0 * hp, hp, w.KT + k0, T,
+                        mm_tile_gemm_bf16(m, kn, hp, scale, (const uint32_t *)w.Qb + (size_t)r0 * hp, hp, w.KT + k0, T,
                                        0.0f, P, kn);
-                        tile_gemm_bf16(m, kn, hp, 1.0f, (const uint32_t *)w.dYb + (size_t)r0 * hp, hp, w.VT + k0, T,
+                        mm_tile_gemm_bf16(m, kn, hp, 1.0f, (const uint32_t *)w.dYb + (size_t)r0 * hp, hp, w.VT + k0, T,
                                        0.0f, dP, kn);
                     } else if (lowp) {
                         mm_gemm_bf16(0, 1, m, kn, hs, scale, w.Qb + (size_t)r0 * hs, hs, w.Kb + (size_t)k0 * hs, hs,
@@ -359,13 +360,13 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                     /* dV += Pd^T dY; dQ += dS K; dK += dS^T Q */
                     const float *Pv = d.p > 0 ? Pd : P;
                     if (tl) {
-                        tile_pack_rows_t(w.PT, mp, w.Pb, (size_t)2 * kp, m, kn);
-                        tile_pack_rows_t(w.dST, mp, w.dSb, (size_t)2 * kp, m, kn);
-                        tile_gemm_bf16(kn, hs, mp, 1.0f, w.PT, mp, w.dY2 + (size_t)r0 / 2 * hs, hs, 1.0f,
+                        mm_tile_pack_rows_t(w.PT, mp, w.Pb, (size_t)2 * kp, m, kn);
+                        mm_tile_pack_rows_t(w.dST, mp, w.dSb, (size_t)2 * kp, m, kn);
+                        mm_tile_gemm_bf16(kn, hs, mp, 1.0f, w.PT, mp, w.dY2 + (size_t)r0 / 2 * hs, hs, 1.0f,
                                        dv + (size_t)k0 * ld, ld);
-                        tile_gemm_bf16(m, hs, kp, 1.0f, (const uint32_t *)w.dSb, kp, w.K2 + (size_t)k0 / 2 * hs, hs, 1.0f,
-                                       dq + (size_t)r0 * ld, ld);
-                        tile_gemm_bf16(kn, hs, mp, 1.0f, w.dST, mp, w.Q2 + (size_t)r0 / 2 * hs, hs, 1.0f,
+                        mm_tile_gemm_bf16(m, hs, kp, 1.0f, (const uint32_t *)w.dSb, kp, w.K2 + (size_t)k0 / 2 * hs, hs,
+                                          1.0f, dq + (size_t)r0 * ld, ld);
+                        mm_tile_gemm_bf16(kn, hs, mp, 1.0f, w.dST, mp, w.Q2 + (size_t)r0 / 2 * hs, hs, 1.0f,
                                        dk + (size_t)k0 * ld, ld);
                     } else if (lowp) {
                         if (!fuse) rows_to_bf16(w.Pb, Pv, m, kn, kn), rows_to_bf16(w.dSb, dP, m, kn, kn);

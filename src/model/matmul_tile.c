@@ -1,5 +1,5 @@
-/* tile_bf16.c — small bf16 GEMMs on vdpbf16ps and their operand packing (tile_bf16.h). */
-#include "model/tile_bf16.h"
+/* matmul_tile.c — small bf16 GEMMs on vdpbf16ps and their operand packing (matmul.h). */
+#include "model/matmul.h"
 
 #include <string.h>
 
@@ -9,7 +9,7 @@
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #include <immintrin.h>
 
-int tile_bf16_available(void) { return 1; }
+int mm_tile_available(void) { return 1; }
 
 /* One register tile: R rows (1..4) × NV vectors of 16 columns (1..4), the last vector's columns
  * limited by mask `last`; 16 accumulators at most, each pair step loads NV vectors of B and
@@ -50,7 +50,7 @@ static inline __attribute__((always_inline)) void tile(const int R, const int NV
     default: tile(R, 4, last, KP, alpha, a, lda, b, ldb, beta1, c, ldc); break;                           \
     }
 
-void tile_gemm_bf16(int M, int N, int KP, float alpha, const uint32_t *A, int lda, const uint32_t *B, int ldb,
+void mm_tile_gemm_bf16(int M, int N, int KP, float alpha, const uint32_t *A, int lda, const uint32_t *B, int ldb,
                     float beta, float *C, int ldc) {
     ST_CHECK(beta == 0.0f || beta == 1.0f);
     int beta1 = beta != 0.0f;
@@ -76,11 +76,11 @@ void tile_gemm_bf16(int M, int N, int KP, float alpha, const uint32_t *A, int ld
 
 #else
 
-int tile_bf16_available(void) { return 0; }
+int mm_tile_available(void) { return 0; }
 
-void tile_gemm_bf16(int M, int N, int KP, float alpha, const uint32_t *A, int lda, const uint32_t *B, int ldb,
+void mm_tile_gemm_bf16(int M, int N, int KP, float alpha, const uint32_t *A, int lda, const uint32_t *B, int ldb,
                     float beta, float *C, int ldc) {
-    ST_CHECK_MSG(0, "tile_gemm_bf16: this build does not target AVX512_BF16 (check tile_bf16_available)");
+    ST_CHECK_MSG(0, "mm_tile_gemm_bf16: this build does not target AVX512_BF16 (check mm_tile_available)");
 }
 
 #endif
@@ -131,7 +131,7 @@ static inline void store_t(uint32_t *dst, size_t ldd, __m512i r[16], int rows, i
     for (int t = 0; t < rows; t++) _mm512_mask_storeu_epi32(dst + (size_t)t * ldd, k, r[t]);
 }
 
-void tile_pack_t(uint32_t *dst, int ldd, const float *X, size_t ldx, int N, int K) {
+void mm_tile_pack_t(uint32_t *dst, int ldd, const float *X, size_t ldx, int N, int K) {
     int KP = (K + 1) / 2;
     for (int n0 = 0; n0 < N; n0 += 16) {
         int nn = N - n0 < 16 ? N - n0 : 16;
@@ -158,7 +158,7 @@ void tile_pack_t(uint32_t *dst, int ldd, const float *X, size_t ldx, int N, int 
     }
 }
 
-void tile_pack_rows_t(uint32_t *dst, int ldd, const uint16_t *X, size_t ldx, int R, int N) {
+void mm_tile_pack_rows_t(uint32_t *dst, int ldd, const uint16_t *X, size_t ldx, int R, int N) {
     int RP = (R + 1) / 2;
     for (int p0 = 0; p0 < RP; p0 += 16) {
         int pn = RP - p0 < 16 ? RP - p0 : 16;
@@ -174,8 +174,8 @@ void tile_pack_rows_t(uint32_t *dst, int ldd, const uint16_t *X, size_t ldx, int
                     continue;
                 }
                 __m512i a = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, X + (size_t)i * ldx + n0));
-                __m512i b = i + 1 < R ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, X + (size_t)(i + 1) * ldx + n0))
-                                      : _mm512_setzero_si512();
+                __m512i b = _mm512_setzero_si512();
+                if (i + 1 < R) b = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, X + (size_t)(i + 1) * ldx + n0));
                 r[t] = _mm512_or_si512(a, _mm512_slli_epi32(b, 16));
             }
             store_t(dst + (size_t)n0 * ldd + p0, ldd, r, nn, pn);
@@ -185,7 +185,7 @@ void tile_pack_rows_t(uint32_t *dst, int ldd, const uint16_t *X, size_t ldx, int
 
 #else
 
-void tile_pack_t(uint32_t *dst, int ldd, const float *X, size_t ldx, int N, int K) {
+void mm_tile_pack_t(uint32_t *dst, int ldd, const float *X, size_t ldx, int N, int K) {
     for (int n = 0; n < N; n++) {
         const float *x = X + (size_t)n * ldx;
         int p = 0;
@@ -194,7 +194,7 @@ void tile_pack_t(uint32_t *dst, int ldd, const float *X, size_t ldx, int N, int 
     }
 }
 
-void tile_pack_rows_t(uint32_t *dst, int ldd, const uint16_t *X, size_t ldx, int R, int N) {
+void mm_tile_pack_rows_t(uint32_t *dst, int ldd, const uint16_t *X, size_t ldx, int R, int N) {
     for (int p = 0; 2 * p < R; p++)
         for (int n = 0; n < N; n++)
             dst[(size_t)n * ldd + p] = (uint32_t)X[(size_t)(2 * p) * ldx + n] |
@@ -203,7 +203,7 @@ void tile_pack_rows_t(uint32_t *dst, int ldd, const uint16_t *X, size_t ldx, int
 
 #endif
 
-void tile_pack_rows(uint32_t *dst, int ldd, const float *X, size_t ldx, int R, int N) {
+void mm_tile_pack_rows(uint32_t *dst, int ldd, const float *X, size_t ldx, int R, int N) {
     for (int p = 0; 2 * p < R; p++) {
         const float *x0 = X + (size_t)(2 * p) * ldx, *x1 = x0 + ldx;
         uint32_t *d = dst + (size_t)p * ldd;
