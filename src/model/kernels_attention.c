@@ -30,8 +30,10 @@
  * GEMMs are mm_tile_gemm_bf16 calls instead of oneDNN's ("the tile path"): no library call per 64-row
  * block, and operands in the pair layouts vdpbf16ps reads, packed once per head (K^T, V^T and K, V,
  * Q, dY with row pairs interleaved) or written so by the softmax loop (P and dS, and backward's
- * P^T and dS^T). Its sums run in another order than oneDNN's (matmul.h), so its bf16 results
- * differ from the oneDNN path's in the last bits; fp32 and dropout runs never take it.
+ * P^T and dS^T). Each output sums the k pairs in order, then alpha, then + C: the order of
+ * oneDNN 2.6's bf16 kernels on Zen 4, so there the results are bit-identical to the oneDNN path's
+ * (scripts/bitcheck.sh, bench/attn_bench's checksums); another oneDNN or CPU may sum otherwise.
+ * fp32 and dropout runs never take it.
  *
  * One implementation, grouped-query (attention_gqa_*, below); GPT-2's multi-head attention is its
  * case KV = NH (attention_forward/_backward at the end of this section). */
@@ -295,10 +297,10 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                     int kn = kend - k0 < ATT_KBLOCK ? kend - k0 : ATT_KBLOCK, kp = (kn + 1) / 2;
                     /* P = exp(scale·Q K^T − L), recomputed; dP = dY V^T */
                     if (tl) {
-                        mm_tile_gemm_bf16(m, kn, hp, scale, (const uint32_t *)w.Qb + (size_t)r0 * hp, hp, w.KT + k0, T,
-                                       0.0f, P, kn);
-                        mm_tile_gemm_bf16(m, kn, hp, 1.0f, (const uint32_t *)w.dYb + (size_t)r0 * hp, hp, w.VT + k0, T,
-                                       0.0f, dP, kn);
+                        mm_tile_gemm_bf16(m, kn, hp, scale, (const uint32_t *)w.Qb + (size_t)r0 * hp, hp, w.KT + k0,
+                                          T, 0.0f, P, kn);
+                        mm_tile_gemm_bf16(m, kn, hp, 1.0f, (const uint32_t *)w.dYb + (size_t)r0 * hp, hp, w.VT + k0,
+                                          T, 0.0f, dP, kn);
                     } else if (lowp) {
                         mm_gemm_bf16(0, 1, m, kn, hs, scale, w.Qb + (size_t)r0 * hs, hs, w.Kb + (size_t)k0 * hs, hs,
                                      0.0f, P, kn);
@@ -363,11 +365,11 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                         mm_tile_pack_rows_t(w.PT, mp, w.Pb, (size_t)2 * kp, m, kn);
                         mm_tile_pack_rows_t(w.dST, mp, w.dSb, (size_t)2 * kp, m, kn);
                         mm_tile_gemm_bf16(kn, hs, mp, 1.0f, w.PT, mp, w.dY2 + (size_t)r0 / 2 * hs, hs, 1.0f,
-                                       dv + (size_t)k0 * ld, ld);
+                                          dv + (size_t)k0 * ld, ld);
                         mm_tile_gemm_bf16(m, hs, kp, 1.0f, (const uint32_t *)w.dSb, kp, w.K2 + (size_t)k0 / 2 * hs, hs,
                                           1.0f, dq + (size_t)r0 * ld, ld);
                         mm_tile_gemm_bf16(kn, hs, mp, 1.0f, w.dST, mp, w.Q2 + (size_t)r0 / 2 * hs, hs, 1.0f,
-                                       dk + (size_t)k0 * ld, ld);
+                                          dk + (size_t)k0 * ld, ld);
                     } else if (lowp) {
                         if (!fuse) rows_to_bf16(w.Pb, Pv, m, kn, kn), rows_to_bf16(w.dSb, dP, m, kn, kn);
                         mm_gemm_bf16(1, 0, kn, hs, m, 1.0f, w.Pb, kn, w.dYb + (size_t)r0 * hs, hs, 1.0f,

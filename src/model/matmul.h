@@ -54,8 +54,8 @@ const char *mm_backend_info(void);
 
 /* ---- Small bf16 tiles (matmul_tile.c) ---------------------------------------------------------- */
 
-/* Small bf16 GEMMs on the AVX-512 bf16 dot-product instruction (vdpbf16ps), called
- * inline without a library: attention's 64-query blocks (kernels_attention.c), where oneDNN's
+/* Small bf16 GEMMs on the AVX-512 bf16 dot-product instruction (vdpbf16ps), run in the caller's
+ * thread without a library call: attention's 64-query blocks (kernels_attention.c), where oneDNN's
  * per-call cost (about 3 µs, bench/results/step.md) and its small-shape kernels held the bf16
  * attention to 30–80 % of the 512³ GEMM's rate.
  *
@@ -68,17 +68,21 @@ const char *mm_backend_info(void);
  *     For B = X^T with X (N × K) row-major bf16, this is X's pairs transposed (mm_tile_pack_t);
  *     for B = X (K × N) row-major, rows 2p and 2p + 1 of X interleaved (mm_tile_pack_rows).
  * Each fp32 output is the sum over pairs in order p = 0, 1, ..., the two products of a pair
- * added by the instruction: a fixed order, independent of the thread count.
+ * added by the instruction, then times alpha, then + C: a fixed order, independent of the thread
+ * count, and the one oneDNN 2.6's bf16 kernels follow on Zen 4 (mm_gemm_bf16 gives the same bits
+ * there; bench/results/step.md). Roundings to bf16 are half_bf16's (to nearest, ties to even).
  *
  * Available only where the compiler targets AVX512_BF16 (Release's -march=native on Zen 4/5,
- * Cooper Lake, Sapphire Rapids); mm_tile_available() says so, and callers use oneDNN otherwise. */
+ * Cooper Lake, Sapphire Rapids); mm_tile_available() says so, and callers use oneDNN otherwise.
+ * These calls cannot fail (no primitive, no allocation): nothing is recorded for mm_take_error. */
+
 /* 1 when this build has the kernels (compiled for AVX512_BF16). */
 int mm_tile_available(void);
 
 /* C (M × N, ldc floats) = alpha · A · B + beta · C, beta 0 or 1; A, B as in the header, KP pairs.
  * No allocation; C is read (beta 1) and written only inside its M × N. Aborts if unavailable. */
 void mm_tile_gemm_bf16(int M, int N, int KP, float alpha, const uint32_t *A, int lda, const uint32_t *B, int ldb,
-                    float beta, float *C, int ldc);
+                       float beta, float *C, int ldc);
 
 /* dst (KP × N pairs, row stride ldd) = the packed-pair form of X^T, X (N rows × K columns) fp32 with
  * leading dimension ldx, rounded to bf16 (KP = ceil(K / 2); an odd K's last pair carries 0). */

@@ -51,7 +51,7 @@ static inline __attribute__((always_inline)) void tile(const int R, const int NV
     }
 
 void mm_tile_gemm_bf16(int M, int N, int KP, float alpha, const uint32_t *A, int lda, const uint32_t *B, int ldb,
-                    float beta, float *C, int ldc) {
+                       float beta, float *C, int ldc) {
     ST_CHECK(beta == 0.0f || beta == 1.0f);
     int beta1 = beta != 0.0f;
     /* Column blocks of 64 outside, rows inside: a block's KP × 64 pairs of B (16 KB at KP = 64)
@@ -79,7 +79,7 @@ void mm_tile_gemm_bf16(int M, int N, int KP, float alpha, const uint32_t *A, int
 int mm_tile_available(void) { return 0; }
 
 void mm_tile_gemm_bf16(int M, int N, int KP, float alpha, const uint32_t *A, int lda, const uint32_t *B, int ldb,
-                    float beta, float *C, int ldc) {
+                       float beta, float *C, int ldc) {
     ST_CHECK_MSG(0, "mm_tile_gemm_bf16: this build does not target AVX512_BF16 (check mm_tile_available)");
 }
 
@@ -108,7 +108,8 @@ static inline void transpose16(__m512i r[16]) {
         r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
         r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
     }
-    /* Now each 128-bit lane q of r[4a + b] holds row-group a's 4 × 4 sub-block for columns 4q + b'. */
+    /* Now 128-bit lane q of r[4a + b] holds column 4q + b of rows 4a .. 4a + 3: gather the four
+     * lanes of each column (two rounds of 128-bit lane shuffles). */
     for (int i = 0; i < 4; i++) {
         t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);      /* lanes 0, 2 of r[i], then of r[i + 4] */
         t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xDD);  /* lanes 1, 3 */
