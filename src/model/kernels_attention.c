@@ -26,15 +26,29 @@
  * bf16 copies, and the probabilities and dS are rounded before their GEMMs, so all five GEMMs run
  * on the bf16 units with fp32 accumulation; the softmax, its statistics and every output stay fp32.
  *
+ * bf16 without dropout, where the build targets AVX512_BF16 (matmul.h) and hs is even, the five
+ * GEMMs are mm_tile_gemm_bf16 calls instead of oneDNN's ("the tile path"): no library call per 64-row
+ * block, and operands in the pair layouts vdpbf16ps reads, packed once per head (K^T, V^T and K, V,
+ * Q, dY with row pairs interleaved) or written so by the softmax loop (P and dS, and backward's
+ * P^T and dS^T). Each output sums the k pairs in order, then alpha, then + C: the order of
+ * oneDNN 2.6's bf16 kernels on Zen 4, so there the results are bit-identical to the oneDNN path's
+ * (scripts/bitcheck.sh, bench/attn_bench's checksums); another oneDNN or CPU may sum otherwise.
+ * fp32 and dropout runs never take it.
+ *
  * One implementation, grouped-query (attention_gqa_*, below); GPT-2's multi-head attention is its
  * case KV = NH (attention_forward/_backward at the end of this section). */
 #define ATT_BLOCK 64
 #define ATT_KBLOCK 256
 
-/* Per thread: S/P, dP and the dropped P (fp32, 64 × min(T, 256) each), their bf16 roundings
- * (half as many floats each), then bf16 Q, K, V, dY of one head (T × hs each). */
+/* Per thread: S/P, dP and the dropped P (fp32, 64 × min(T, 256) each = blk floats); the bf16
+ * P and dS (64 rows of min(T, 256) rounded up to even: blk / 2 + 32 floats each); the tile path's
+ * P^T and dS^T (min(T, 256) rows of 64: blk / 2 each); then eight per-head operands of T × hs
+ * bf16 values, T rounded up to even (T·hs / 2 + hs floats each): bf16 Q, K, V, dY as rows (the
+ * oneDNN path uses the first four as Q, K, V, dY), and the tile path's Q, dY rows, K^T, V^T, and
+ * K, V, Q, dY with row pairs interleaved. */
 static size_t att_blk(int T) { return (size_t)ATT_BLOCK * (size_t)(T < ATT_KBLOCK ? T : ATT_KBLOCK); }
-static size_t att_thread_floats(int T, int hs) { return 4 * att_blk(T) + 2 * (size_t)T * hs; }
+static size_t att_head(int T, int hs) { return (size_t)T * hs / 2 + (size_t)hs; }
+static size_t att_thread_floats(int T, int hs) { return 5 * att_blk(T) + 64 + 8 * att_head(T, hs); }
 
 size_t attention_scratch_floats(int T, int hs, int nt) {
     return (size_t)(nt > 0 ? nt : 1) * att_thread_floats(T, hs);
@@ -53,18 +67,29 @@ static void rows_to_bf16(uint16_t *dst, const float *src, int rows, int cols, si
 typedef struct {
     float *S, *dP, *Pd;
     uint16_t *Pb, *dSb, *Qb, *Kb, *Vb, *dYb;
+    /* The tile path (pair layouts, matmul.h): P^T, dS^T (pair rows along the query rows), the
+     * packed K^T, V^T, and K, V, Q, dY (row pairs interleaved). Q, dY as pair rows are Qb, dYb. */
+    uint32_t *PT, *dST, *KT, *VT, *K2, *V2, *Q2, *dY2;
 } AttScratch;
 
 static AttScratch att_scratch(float *scratch, int T, int hs) {
-    size_t blk = att_blk(T);
+    size_t blk = att_blk(T), hd = att_head(T, hs);
     float *base = scratch + (size_t)omp_get_thread_num() * att_thread_floats(T, hs);
     AttScratch a;
     a.S = base, a.dP = base + blk, a.Pd = base + 2 * blk;
-    a.Pb = (uint16_t *)(base + 3 * blk), a.dSb = a.Pb + blk;
-    a.Qb = (uint16_t *)(base + 4 * blk), a.Kb = a.Qb + (size_t)T * hs, a.Vb = a.Kb + (size_t)T * hs;
-    a.dYb = a.Vb + (size_t)T * hs;
+    a.Pb = (uint16_t *)(base + 3 * blk), a.dSb = (uint16_t *)(base + 3 * blk + blk / 2 + 32);
+    a.PT = (uint32_t *)(base + 4 * blk + 64), a.dST = a.PT + blk / 2;
+    uint32_t *h = (uint32_t *)(base + 5 * blk + 64);
+    a.Qb = (uint16_t *)h, a.Kb = (uint16_t *)(h + hd);
+    a.Vb = (uint16_t *)(h + 2 * hd), a.dYb = (uint16_t *)(h + 3 * hd);
+    a.KT = h + 4 * hd, a.VT = h + 5 * hd, a.K2 = h + 6 * hd, a.V2 = h + 7 * hd;
+    /* Q, dY interleaved share the oneDNN path's K, V rows (the tile path never uses those). */
+    a.Q2 = (uint32_t *)a.Kb, a.dY2 = (uint32_t *)a.Vb;
     return a;
 }
+
+/* 1 when attention takes the tile path (above): bf16, no dropout, even hs, and a build with it. */
+static int att_tile(int lowp, Dropout d, int hs) { return lowp && !(d.p > 0) && hs % 2 == 0 && mm_tile_available(); }
 
 size_t attention_gqa_scratch_floats(int T, int hs, int group, int nt) {
     (void)group; /* query heads are processed one at a time: the scratch is that of one head */
@@ -104,7 +129,7 @@ void attention_gqa_forward(float *out, float *lse, float *scratch, const float *
     int G = NH / KV, C = NH * hs, ld = (NH + 2 * KV) * hs;
     /* bf16 without dropout: each probability row is rounded to the P·V GEMM's bf16 operand as soon
      * as it is computed, instead of the whole block by a second pass. */
-    const int fuse = lowp && !(d.p > 0);
+    const int fuse = lowp && !(d.p > 0), tl = att_tile(lowp, d, hs), hp = hs / 2;
 #pragma omp parallel num_threads(nt)
     {
         long held = -1; /* the (b, KV head) whose bf16 K, V this thread's scratch holds */
@@ -120,7 +145,10 @@ void attention_gqa_forward(float *out, float *lse, float *scratch, const float *
             if (lowp) {
                 rows_to_bf16(w.Qb, q, T, hs, ld);
                 if (held != (long)b * KV + kh) {
-                    rows_to_bf16(w.Kb, k, T, hs, ld), rows_to_bf16(w.Vb, v, T, hs, ld);
+                    if (tl)
+                        mm_tile_pack_t(w.KT, T, k, ld, T, hs), mm_tile_pack_rows(w.V2, hs, v, ld, T, hs);
+                    else
+                        rows_to_bf16(w.Kb, k, T, hs, ld), rows_to_bf16(w.Vb, v, T, hs, ld);
                     held = (long)b * KV + kh;
                 }
             }
@@ -132,7 +160,11 @@ void attention_gqa_forward(float *out, float *lse, float *scratch, const float *
                 for (int i = 0; i < m; i++) mx[i] = -INFINITY, l[i] = 0;
                 for (int k0 = kbeg; k0 < kend; k0 += ATT_KBLOCK) {
                     int kn = kend - k0 < ATT_KBLOCK ? kend - k0 : ATT_KBLOCK;
-                    if (lowp)
+                    int kp = (kn + 1) / 2; /* the tile path's P rows: kn rounded up to even, in pairs */
+                    if (tl)
+                        mm_tile_gemm_bf16(m, kn, hp, scale, (const uint32_t *)w.Qb + (size_t)r0 * hp, hp, w.KT + k0,
+                                          T, 0.0f, S, kn);
+                    else if (lowp)
                         mm_gemm_bf16(0, 1, m, kn, hs, scale, w.Qb + (size_t)r0 * hs, hs, w.Kb + (size_t)k0 * hs, hs,
                                      0.0f, S, kn);
                     else
@@ -154,7 +186,13 @@ void attention_gqa_forward(float *out, float *lse, float *scratch, const float *
                         for (int j = jn > js ? jn : js; j < kn; j++) srow[j] = 0.0f;
                         /* Rounded while the row is in L1. (Writing the bf16 inside the loop above
                          * changes its vector length and so the order of the row sum.) */
-                        if (fuse) rows_to_bf16(w.Pb + (size_t)i * kn, srow, 1, kn, kn);
+                        if (tl) {
+                            uint16_t *pb = w.Pb + (size_t)i * 2 * kp;
+                            rows_to_bf16(pb, srow, 1, kn, kn);
+                            if (kn % 2) pb[kn] = 0; /* the last pair's zero */
+                        } else if (fuse) {
+                            rows_to_bf16(w.Pb + (size_t)i * kn, srow, 1, kn, kn);
+                        }
                         l[i] = l[i] * corr + sum;
                         mx[i] = bm;
                         float *yrow = y + (size_t)row * C;
@@ -169,7 +207,10 @@ void attention_gqa_forward(float *out, float *lse, float *scratch, const float *
                                     srow[j] * drop_scale(d, bhg * T * T + (size_t)row * T + k0 + j);
                     }
                     const float *P = d.p > 0 ? Pd : S;
-                    if (lowp) {
+                    if (tl) {
+                        mm_tile_gemm_bf16(m, hs, kp, 1.0f, (const uint32_t *)w.Pb, kp, w.V2 + (size_t)k0 / 2 * hs, hs,
+                                          1.0f, y + (size_t)r0 * C, C);
+                    } else if (lowp) {
                         if (!fuse) rows_to_bf16(w.Pb, P, m, kn, kn);
                         mm_gemm_bf16(0, 0, m, hs, kn, 1.0f, w.Pb, kn, w.Vb + (size_t)k0 * hs, hs, 1.0f,
                                      y + (size_t)r0 * C, C);
@@ -198,7 +239,7 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
     int G = NH / KV, C = NH * hs, ld = (NH + 2 * KV) * hs;
     /* bf16 without dropout: P and dS are written only as the bf16 operands of their GEMMs, in the
      * loop that computes them (the same values, rounded from the same fp32; no reduction there). */
-    const int fuse = lowp && !(d.p > 0);
+    const int fuse = lowp && !(d.p > 0), tl = att_tile(lowp, d, hs), hp = hs / 2;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int bkv = 0; bkv < B * KV; bkv++) {
         int b = bkv / KV, kh = bkv % KV;
@@ -213,7 +254,11 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
             float *a = dk + (size_t)t * ld, *c = dv + (size_t)t * ld;
             for (int x = 0; x < hs; x++) a[x] = 0.0f, c[x] = 0.0f;
         }
-        if (lowp) rows_to_bf16(w.Kb, k, T, hs, ld), rows_to_bf16(w.Vb, v, T, hs, ld);
+        if (tl)
+            mm_tile_pack_t(w.KT, T, k, ld, T, hs), mm_tile_pack_t(w.VT, T, v, ld, T, hs),
+                mm_tile_pack_rows(w.K2, hs, k, ld, T, hs);
+        else if (lowp)
+            rows_to_bf16(w.Kb, k, T, hs, ld), rows_to_bf16(w.Vb, v, T, hs, ld);
         for (int h = kh * G; h < (kh + 1) * G; h++) {
             uint64_t bhg = (uint64_t)b * (d.heads ? d.heads : NH) + d.head0 + h;
             const float *q = row0 + (size_t)h * hs;
@@ -225,10 +270,23 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                 for (int x = 0; x < hs; x++) a[x] = 0.0f;
             }
             if (lowp) rows_to_bf16(w.Qb, q, T, hs, ld), rows_to_bf16(w.dYb, dy, T, hs, C);
+            if (tl) mm_tile_pack_rows(w.Q2, hs, q, ld, T, hs), mm_tile_pack_rows(w.dY2, hs, dy, C, T, hs);
             for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
                 int m = T - r0 < ATT_BLOCK ? T - r0 : ATT_BLOCK, kend = r0 + m;
+                int mp = (m + 1) / 2; /* the tile path's P^T, dS^T rows: m rounded up to even, in pairs */
                 float D[ATT_BLOCK]; /* rowsum(dY ∘ Y) = Σ_j P_ij dP'_ij (dropout included) */
-                for (int i = 0; i < m; i++) {
+                /* Each row's sum in x order, eight rows at a time: eight independent chains
+                 * instead of one (one row's chain of hs dependent adds was ~5% of the bf16
+                 * attention at T = 256); every sum keeps its order, so D is bit for bit the same. */
+                int i8 = 0;
+                for (; i8 + 8 <= m; i8 += 8) {
+                    float s8[8] = {0};
+                    for (int x = 0; x < hs; x++)
+                        for (int r = 0; r < 8; r++)
+                            s8[r] += dy[(size_t)(r0 + i8 + r) * C + x] * y[(size_t)(r0 + i8 + r) * C + x];
+                    for (int r = 0; r < 8; r++) D[i8 + r] = s8[r];
+                }
+                for (int i = i8; i < m; i++) {
                     const float *g = dy + (size_t)(r0 + i) * C, *o = y + (size_t)(r0 + i) * C;
                     float s = 0;
                     for (int x = 0; x < hs; x++) s += g[x] * o[x];
@@ -236,9 +294,14 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                 }
                 int kbeg = dpos ? doc_block_start(dpos, r0, m) : 0;
                 for (int k0 = kbeg; k0 < kend; k0 += ATT_KBLOCK) {
-                    int kn = kend - k0 < ATT_KBLOCK ? kend - k0 : ATT_KBLOCK;
+                    int kn = kend - k0 < ATT_KBLOCK ? kend - k0 : ATT_KBLOCK, kp = (kn + 1) / 2;
                     /* P = exp(scale·Q K^T − L), recomputed; dP = dY V^T */
-                    if (lowp) {
+                    if (tl) {
+                        mm_tile_gemm_bf16(m, kn, hp, scale, (const uint32_t *)w.Qb + (size_t)r0 * hp, hp, w.KT + k0,
+                                          T, 0.0f, P, kn);
+                        mm_tile_gemm_bf16(m, kn, hp, 1.0f, (const uint32_t *)w.dYb + (size_t)r0 * hp, hp, w.VT + k0,
+                                          T, 0.0f, dP, kn);
+                    } else if (lowp) {
                         mm_gemm_bf16(0, 1, m, kn, hs, scale, w.Qb + (size_t)r0 * hs, hs, w.Kb + (size_t)k0 * hs, hs,
                                      0.0f, P, kn);
                         mm_gemm_bf16(0, 1, m, kn, hs, 1.0f, w.dYb + (size_t)r0 * hs, hs, w.Vb + (size_t)k0 * hs, hs,
@@ -251,6 +314,22 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                         int row = r0 + i, jn = row - k0 + 1 < kn ? row - k0 + 1 : kn;
                         int js = doc_row_from(dpos, row, k0);
                         float *prow = P + (size_t)i * kn, *g = dP + (size_t)i * kn, li = L[row];
+                        if (tl) {
+                            /* P and dS as bf16 rows; dS's are the dQ GEMM's A as they are, and
+                             * both are transposed below into the dV, dK GEMMs' A. */
+                            uint16_t *pb = w.Pb + (size_t)i * 2 * kp, *sb = w.dSb + (size_t)i * 2 * kp;
+                            float Di = D[i];
+                            for (int j = 0; j < js && j < kn; j++) pb[j] = 0, sb[j] = 0;
+#pragma omp simd
+                            for (int j = js; j < jn; j++) {
+                                float p = st_expf(prow[j] - li);
+                                pb[j] = half_bf16(p);
+                                sb[j] = half_bf16(p * (g[j] - Di) * scale);
+                            }
+                            for (int j = jn > js ? jn : js; j < kn; j++) pb[j] = 0, sb[j] = 0;
+                            if (kn % 2) sb[kn] = 0; /* the last pair's zero */
+                            continue;
+                        }
                         if (fuse) {
                             uint16_t *pb = w.Pb + (size_t)i * kn, *sb = w.dSb + (size_t)i * kn;
                             float Di = D[i];
@@ -282,7 +361,16 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                     }
                     /* dV += Pd^T dY; dQ += dS K; dK += dS^T Q */
                     const float *Pv = d.p > 0 ? Pd : P;
-                    if (lowp) {
+                    if (tl) {
+                        mm_tile_pack_rows_t(w.PT, mp, w.Pb, (size_t)2 * kp, m, kn);
+                        mm_tile_pack_rows_t(w.dST, mp, w.dSb, (size_t)2 * kp, m, kn);
+                        mm_tile_gemm_bf16(kn, hs, mp, 1.0f, w.PT, mp, w.dY2 + (size_t)r0 / 2 * hs, hs, 1.0f,
+                                          dv + (size_t)k0 * ld, ld);
+                        mm_tile_gemm_bf16(m, hs, kp, 1.0f, (const uint32_t *)w.dSb, kp, w.K2 + (size_t)k0 / 2 * hs, hs,
+                                          1.0f, dq + (size_t)r0 * ld, ld);
+                        mm_tile_gemm_bf16(kn, hs, mp, 1.0f, w.dST, mp, w.Q2 + (size_t)r0 / 2 * hs, hs, 1.0f,
+                                          dk + (size_t)k0 * ld, ld);
+                    } else if (lowp) {
                         if (!fuse) rows_to_bf16(w.Pb, Pv, m, kn, kn), rows_to_bf16(w.dSb, dP, m, kn, kn);
                         mm_gemm_bf16(1, 0, kn, hs, m, 1.0f, w.Pb, kn, w.dYb + (size_t)r0 * hs, hs, 1.0f,
                                      dv + (size_t)k0 * ld, ld);
