@@ -88,8 +88,8 @@ static AttScratch att_scratch(float *scratch, int T, int hs) {
     return a;
 }
 
-/* 1 when attention takes the tile path (above): bf16, no dropout, even hs, and a build with it. */
-static int att_tile(int lowp, Dropout d, int hs) { return lowp && !(d.p > 0) && hs % 2 == 0 && mm_tile_available(); }
+/* 1 when attention takes the tile path (above): bf16, no dropout, even hs, a build with it, no AMX. */
+static int att_tile(int lowp, Dropout d, int hs) { return lowp && !(d.p > 0) && hs % 2 == 0 && mm_tile_preferred(); }
 
 size_t attention_gqa_scratch_floats(int T, int hs, int group, int nt) {
     (void)group; /* query heads are processed one at a time: the scratch is that of one head */

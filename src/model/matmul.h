@@ -79,6 +79,10 @@ const char *mm_backend_info(void);
 /* 1 when this build has the kernels (compiled for AVX512_BF16). */
 int mm_tile_available(void);
 
+/* 1 when callers should use them: available, and the CPU has no AMX-BF16 (there oneDNN's AMX
+ * GEMMs are the faster path; measured only on Zen 4, without AMX, so far). */
+int mm_tile_preferred(void);
+
 /* C (M × N, ldc floats) = alpha · A · B + beta · C, beta 0 or 1; A, B as in the header, KP pairs.
  * No allocation; C is read (beta 1) and written only inside its M × N. Aborts if unavailable. */
 void mm_tile_gemm_bf16(int M, int N, int KP, float alpha, const uint32_t *A, int lda, const uint32_t *B, int ldb,

@@ -7,9 +7,21 @@
 #include "core/status.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
+#include <cpuid.h>
 #include <immintrin.h>
 
 int mm_tile_available(void) { return 1; }
+
+/* AMX-BF16 (CPUID.(EAX=7,ECX=0):EDX[22]): oneDNN's AMX tiles beat one vdpbf16ps per 16 columns. */
+int mm_tile_preferred(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        unsigned a, b, c, d;
+        int amx = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1u);
+        cached = !amx;
+    }
+    return cached;
+}
 
 /* One register tile: R rows (1..4) × NV vectors of 16 columns (1..4), the last vector's columns
  * limited by mask `last`; 16 accumulators at most, each pair step loads NV vectors of B and
@@ -77,6 +89,8 @@ void mm_tile_gemm_bf16(int M, int N, int KP, float alpha, const uint32_t *A, int
 #else
 
 int mm_tile_available(void) { return 0; }
+
+int mm_tile_preferred(void) { return 0; }
 
 void mm_tile_gemm_bf16(int M, int N, int KP, float alpha, const uint32_t *A, int lda, const uint32_t *B, int ldb,
                        float beta, float *C, int ldc) {
