@@ -13,8 +13,10 @@
 #
 # For each link (LINKS: RATE or RATE:DELAY, default "10gbit 1gbit"; a DELAY needs netem) and each
 # grid (CONFIGS: dp0-dp3 = dp 2 at ZeRO 0-3 with --no-overlap, so the trainer's comm time is the
-# whole collective time; dp0o = dp 2 ZeRO 0 overlapped; dp0p = the same with Open MPI's TCP
-# progress thread; tp = tp 2; pp = pp 2 with 4 micro-batches) it prints rank 0's measured comm and
+# whole collective time; dp0o = dp 2 ZeRO 0 overlapped, with comm's progress thread (on by
+# default across nodes); dp0n = the same with ST_COMM_PROGRESS=off (no progress between the
+# trainer's own MPI calls: the control); dp0p = dp0n with Open MPI's TCP progress thread instead;
+# tp = tp 2; pp = pp 2 with 4 micro-batches) it prints rank 0's measured comm and
 # step time (the fastest step of ROUNDS rounds, and the median of the rounds' medians) beside
 # `plan --json`'s predictions for the same grid, priced on this machine's profile with the link as
 # the inter-node network and devices_per_node 1 (every group crosses the link): once with the
@@ -23,7 +25,7 @@
 # first scales the profile's matmul rate so that the plan's compute equals the measured one: the
 # rows then compare the communication model, not the compute model.
 #
-# usage: sudo [ROUNDS=3] [STEPS=6] [LINKS="10gbit 1gbit"] [CONFIGS="dp0 dp1 dp2 dp3 dp0o dp0p tp pp"]
+# usage: sudo [ROUNDS=3] [STEPS=6] [LINKS="10gbit 1gbit"] [CONFIGS="dp0 dp1 dp2 dp3 dp0o dp0n dp0p tp pp"]
 #             bench/netsim.sh > table.md
 # Results: bench/results/netsim.md.
 set -euo pipefail
@@ -40,7 +42,7 @@ export ST_PEAK_CACHE=off
 rounds=${ROUNDS:-3}
 steps=${STEPS:-6}
 links=${LINKS:-"10gbit 1gbit"}
-configs=${CONFIGS:-"dp0 dp1 dp2 dp3 dp0o dp0p tp pp"}
+configs=${CONFIGS:-"dp0 dp1 dp2 dp3 dp0o dp0n dp0p tp pp"}
 NS0=st-ns0 NS1=st-ns1 V0=st-veth0 V1=st-veth1 IP0=10.231.0.1 IP1=10.231.0.2
 # Model: config C of bench/common.sh with a shorter sequence (6/384/256, 8 x 128 per rank), so a
 # step is ~0.5 s and the dp gradient all-reduce (43 MB) is 10-50% of it at 10 Gb/s and 1 Gb/s.
@@ -142,15 +144,21 @@ grid() {
     one) echo "" ;;
     dp0) echo "--dp 2 --zero 0 --no-overlap" ;; dp1) echo "--dp 2 --zero 1 --no-overlap" ;;
     dp2) echo "--dp 2 --zero 2 --no-overlap" ;; dp3) echo "--dp 2 --zero 3 --no-overlap" ;;
-    dp0o|dp0p) echo "--dp 2 --zero 0" ;; tp) echo "--dp 1 --tp 2" ;; pp) echo "--dp 1 --pp 2 --grad-accum 4" ;;
+    dp0o|dp0n|dp0p) echo "--dp 2 --zero 0" ;; tp) echo "--dp 1 --tp 2" ;; pp) echo "--dp 1 --pp 2 --grad-accum 4" ;;
     *) echo "netsim: unknown config $1" >&2; exit 1 ;;
   esac
 }
 
-# Open MPI options of a config: dp0p is dp0o with the TCP transport's progress thread (without it a
-# nonblocking collective's bytes move only while a rank is inside an MPI call, so the gradient
-# all-reduce cannot overlap the backward pass; the plan assumes it does).
-mpi_extra() { [[ $1 == dp0p ]] && echo "--mca btl_tcp_progress_thread 1" || true; }
+# Open MPI options of a config: without a progress thread a nonblocking collective's bytes move
+# only while a rank is inside an MPI call, so the gradient all-reduce cannot overlap the backward
+# pass (the plan assumes it does). dp0n turns comm's thread off; dp0p replaces it with the TCP
+# transport's own progress thread.
+mpi_extra() {
+  case $1 in
+    dp0n) echo "-x ST_COMM_PROGRESS=off" ;;
+    dp0p) echo "-x ST_COMM_PROGRESS=off --mca btl_tcp_progress_thread 1" ;;
+  esac
+}
 
 # run LOG [--mpi "MCA OPTIONS"] FLAGS...: one 2-rank job across the link (rank 0 in st-ns0, rank 1
 # in st-ns1).
@@ -206,7 +214,7 @@ plan_row() {
 import json, sys
 c = json.load(sys.stdin)["compute"]; t = c["time_s"]
 comp = t["matmul"] + t["elementwise"]
-comm = t["dp"] + t["tp"] + t["pp"] + t["bubble"] if sys.argv[1] not in ("dp0o", "dp0p") else c["step_s"] - comp - t["optimizer"] - t["bubble"]
+comm = t["dp"] + t["tp"] + t["pp"] + t["bubble"] if sys.argv[1] not in ("dp0o", "dp0n", "dp0p") else c["step_s"] - comp - t["optimizer"] - t["bubble"]
 st = c["step_s"]
 print(f"{1e3 * comm:.2f} {1e3 * st:.2f}")' "$1"
 }
