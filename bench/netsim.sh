@@ -185,6 +185,8 @@ calibrate() {
     --mca plm_rsh_agent "$tmp/rsh" --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include 10.231.0.0/24 \
     --mca oob_tcp_if_include 10.231.0.0/24 -x OMP_NUM_THREADS=1 "$tmp/comm_bench" --only 0 --quick --max-mb 16 >"$out" 2>&1 \
     || { echo "netsim: comm_bench failed" >&2; cat "$out" >&2; exit 1; }
+  # CALDIR=DIR keeps each link's comm_bench table (all sizes 4 KiB-16 MiB, every form) as DIR/comm_bench_RATE.md.
+  if [[ -n ${CALDIR:-} ]]; then mkdir -p "$CALDIR" && cp "$out" "$CALDIR/comm_bench_$rate.md"; fi
   awk -F'|' '/^\| all-reduce \| comm API/ && NF == 9 { gsub(/ /, "", $4); gsub(/ /, "", $5); t[$4] = $5 * 1e-6 }
     END { a = t["4096"] / 2; printf "%.3e %.4e\n", a, 16777216 / (t["16777216"] - 2 * a) }' "$out"
 }
