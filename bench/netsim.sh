@@ -179,13 +179,17 @@ run2() {
 mpicc -std=c11 -O3 -march=native -D_GNU_SOURCE -I src -o "$tmp/comm_bench" bench/comm/comm_bench.c src/comm/comm.c \
   src/core/status.c src/core/collective.c -lm
 calibrate() {
-  local out=$tmp/cal.out
+  local out=$tmp/cal.out sweep=--quick
+  [[ -n ${BENCH_FULL:-} ]] && sweep=
+  # shellcheck disable=SC2086
   ip netns exec "$NS0" unshare --uts sh -c 'hostname st-node0; exec "$@"' sh \
     timeout 300 mpirun --allow-run-as-root -np 2 --hostfile "$tmp/hosts" --map-by node --bind-to none \
     --mca plm_rsh_agent "$tmp/rsh" --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include 10.231.0.0/24 \
-    --mca oob_tcp_if_include 10.231.0.0/24 -x OMP_NUM_THREADS=1 "$tmp/comm_bench" --only 0 --quick --max-mb 16 >"$out" 2>&1 \
+    --mca oob_tcp_if_include 10.231.0.0/24 -x OMP_NUM_THREADS=1 "$tmp/comm_bench" --only 0 \
+    $sweep --max-mb 16 >"$out" 2>&1 \
     || { echo "netsim: comm_bench failed" >&2; cat "$out" >&2; exit 1; }
-  # CALDIR=DIR keeps each link's comm_bench table (all sizes 4 KiB-16 MiB, every form) as DIR/comm_bench_RATE.md.
+  # CALDIR=DIR keeps each link's comm_bench table (every all-reduce form at 4 KiB, 64 KiB, 1 and 16
+  # MiB, or with BENCH_FULL=1 every 4x from 4 KiB to 16 MiB) as DIR/comm_bench_RATE.md.
   if [[ -n ${CALDIR:-} ]]; then mkdir -p "$CALDIR" && cp "$out" "$CALDIR/comm_bench_$rate.md"; fi
   awk -F'|' '/^\| all-reduce \| comm API/ && NF == 9 { gsub(/ /, "", $4); gsub(/ /, "", $5); t[$4] = $5 * 1e-6 }
     END { a = t["4096"] / 2; printf "%.3e %.4e\n", a, 16777216 / (t["16777216"] - 2 * a) }' "$out"
