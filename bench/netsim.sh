@@ -276,6 +276,15 @@ PY
     for cfg in $configs; do
       # shellcheck disable=SC2046
       run2 "$tmp/$rate.$cfg.$r.jsonl" --mpi "$(mpi_extra "$cfg")" $(grid "$cfg")
+      # The start record's build.comm says whether comm's progress thread ran: on for every run
+      # across the link except dp0n and dp0p (a wrong host setup would make it one node).
+      python3 - "$tmp/$rate.$cfg.$r.jsonl" "$cfg" <<'PY' >&2
+import json, sys
+line = json.loads(open(sys.argv[1]).readline()).get("build", {}).get("comm", "")
+want = sys.argv[2] not in ("dp0n", "dp0p")
+if ("progress thread" in line) != want:
+    print(f"netsim: warning: {sys.argv[2]} ran with comm's progress thread {'off' if want else 'on'}: {line!r}")
+PY
       summarize "$tmp/$rate.$cfg.$r.jsonl" >"$tmp/$rate.$cfg.$r.sum"
     done
   done
