@@ -13,8 +13,10 @@
 #
 # For each link (LINKS: RATE or RATE:DELAY, default "10gbit 1gbit"; a DELAY needs netem) and each
 # grid (CONFIGS: dp0-dp3 = dp 2 at ZeRO 0-3 with --no-overlap, so the trainer's comm time is the
-# whole collective time; dp0o = dp 2 ZeRO 0 overlapped; dp0p = the same with Open MPI's TCP
-# progress thread; tp = tp 2; pp = pp 2 with 4 micro-batches) it prints rank 0's measured comm and
+# whole collective time; dp0o = dp 2 ZeRO 0 overlapped, with comm's progress thread (on by
+# default across nodes); dp0n = the same with ST_COMM_PROGRESS=off (no progress between the
+# trainer's own MPI calls: the control); dp0p = dp0n with Open MPI's TCP progress thread instead;
+# tp = tp 2; pp = pp 2 with 4 micro-batches) it prints rank 0's measured comm and
 # step time (the fastest step of ROUNDS rounds, and the median of the rounds' medians) beside
 # `plan --json`'s predictions for the same grid, priced on this machine's profile with the link as
 # the inter-node network and devices_per_node 1 (every group crosses the link): once with the
@@ -23,7 +25,7 @@
 # first scales the profile's matmul rate so that the plan's compute equals the measured one: the
 # rows then compare the communication model, not the compute model.
 #
-# usage: sudo [ROUNDS=3] [STEPS=6] [LINKS="10gbit 1gbit"] [CONFIGS="dp0 dp1 dp2 dp3 dp0o dp0p tp pp"]
+# usage: sudo [ROUNDS=3] [STEPS=6] [LINKS="10gbit 1gbit"] [CONFIGS="dp0 dp1 dp2 dp3 dp0o dp0n dp0p tp pp"]
 #             bench/netsim.sh > table.md
 # Results: bench/results/netsim.md.
 set -euo pipefail
@@ -40,7 +42,7 @@ export ST_PEAK_CACHE=off
 rounds=${ROUNDS:-3}
 steps=${STEPS:-6}
 links=${LINKS:-"10gbit 1gbit"}
-configs=${CONFIGS:-"dp0 dp1 dp2 dp3 dp0o dp0p tp pp"}
+configs=${CONFIGS:-"dp0 dp1 dp2 dp3 dp0o dp0n dp0p tp pp"}
 NS0=st-ns0 NS1=st-ns1 V0=st-veth0 V1=st-veth1 IP0=10.231.0.1 IP1=10.231.0.2
 # Model: config C of bench/common.sh with a shorter sequence (6/384/256, 8 x 128 per rank), so a
 # step is ~0.5 s and the dp gradient all-reduce (43 MB) is 10-50% of it at 10 Gb/s and 1 Gb/s.
@@ -142,15 +144,21 @@ grid() {
     one) echo "" ;;
     dp0) echo "--dp 2 --zero 0 --no-overlap" ;; dp1) echo "--dp 2 --zero 1 --no-overlap" ;;
     dp2) echo "--dp 2 --zero 2 --no-overlap" ;; dp3) echo "--dp 2 --zero 3 --no-overlap" ;;
-    dp0o|dp0p) echo "--dp 2 --zero 0" ;; tp) echo "--dp 1 --tp 2" ;; pp) echo "--dp 1 --pp 2 --grad-accum 4" ;;
+    dp0o|dp0n|dp0p) echo "--dp 2 --zero 0" ;; tp) echo "--dp 1 --tp 2" ;; pp) echo "--dp 1 --pp 2 --grad-accum 4" ;;
     *) echo "netsim: unknown config $1" >&2; exit 1 ;;
   esac
 }
 
-# Open MPI options of a config: dp0p is dp0o with the TCP transport's progress thread (without it a
-# nonblocking collective's bytes move only while a rank is inside an MPI call, so the gradient
-# all-reduce cannot overlap the backward pass; the plan assumes it does).
-mpi_extra() { [[ $1 == dp0p ]] && echo "--mca btl_tcp_progress_thread 1" || true; }
+# Open MPI options of a config: without a progress thread a nonblocking collective's bytes move
+# only while a rank is inside an MPI call, so the gradient all-reduce cannot overlap the backward
+# pass (the plan assumes it does). dp0n turns comm's thread off; dp0p replaces it with the TCP
+# transport's own progress thread.
+mpi_extra() {
+  case $1 in
+    dp0n) echo "-x ST_COMM_PROGRESS=off" ;;
+    dp0p) echo "-x ST_COMM_PROGRESS=off --mca btl_tcp_progress_thread 1" ;;
+  esac
+}
 
 # run LOG [--mpi "MCA OPTIONS"] FLAGS...: one 2-rank job across the link (rank 0 in st-ns0, rank 1
 # in st-ns1).
@@ -171,12 +179,18 @@ run2() {
 mpicc -std=c11 -O3 -march=native -D_GNU_SOURCE -I src -o "$tmp/comm_bench" bench/comm/comm_bench.c src/comm/comm.c \
   src/core/status.c src/core/collective.c -lm
 calibrate() {
-  local out=$tmp/cal.out
+  local out=$tmp/cal.out sweep=--quick
+  [[ -n ${BENCH_FULL:-} ]] && sweep=
+  # shellcheck disable=SC2086
   ip netns exec "$NS0" unshare --uts sh -c 'hostname st-node0; exec "$@"' sh \
     timeout 300 mpirun --allow-run-as-root -np 2 --hostfile "$tmp/hosts" --map-by node --bind-to none \
     --mca plm_rsh_agent "$tmp/rsh" --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include 10.231.0.0/24 \
-    --mca oob_tcp_if_include 10.231.0.0/24 -x OMP_NUM_THREADS=1 "$tmp/comm_bench" --only 0 --quick --max-mb 16 >"$out" 2>&1 \
+    --mca oob_tcp_if_include 10.231.0.0/24 -x OMP_NUM_THREADS=1 "$tmp/comm_bench" --only 0 \
+    $sweep --max-mb 16 >"$out" 2>&1 \
     || { echo "netsim: comm_bench failed" >&2; cat "$out" >&2; exit 1; }
+  # CALDIR=DIR keeps each link's comm_bench table (every all-reduce form at 4 KiB, 64 KiB, 1 and 16
+  # MiB, or with BENCH_FULL=1 every 4x from 4 KiB to 16 MiB) as DIR/comm_bench_RATE.md.
+  if [[ -n ${CALDIR:-} ]]; then mkdir -p "$CALDIR" && cp "$out" "$CALDIR/comm_bench_$rate.md"; fi
   awk -F'|' '/^\| all-reduce \| comm API/ && NF == 9 { gsub(/ /, "", $4); gsub(/ /, "", $5); t[$4] = $5 * 1e-6 }
     END { a = t["4096"] / 2; printf "%.3e %.4e\n", a, 16777216 / (t["16777216"] - 2 * a) }' "$out"
 }
@@ -206,7 +220,7 @@ plan_row() {
 import json, sys
 c = json.load(sys.stdin)["compute"]; t = c["time_s"]
 comp = t["matmul"] + t["elementwise"]
-comm = t["dp"] + t["tp"] + t["pp"] + t["bubble"] if sys.argv[1] not in ("dp0o", "dp0p") else c["step_s"] - comp - t["optimizer"] - t["bubble"]
+comm = t["dp"] + t["tp"] + t["pp"] + t["bubble"] if sys.argv[1] not in ("dp0o", "dp0n", "dp0p") else c["step_s"] - comp - t["optimizer"] - t["bubble"]
 st = c["step_s"]
 print(f"{1e3 * comm:.2f} {1e3 * st:.2f}")' "$1"
 }
@@ -262,6 +276,15 @@ PY
     for cfg in $configs; do
       # shellcheck disable=SC2046
       run2 "$tmp/$rate.$cfg.$r.jsonl" --mpi "$(mpi_extra "$cfg")" $(grid "$cfg")
+      # The start record's build.comm says whether comm's progress thread ran: on for every run
+      # across the link except dp0n and dp0p (a wrong host setup would make it one node).
+      python3 - "$tmp/$rate.$cfg.$r.jsonl" "$cfg" <<'PY' >&2
+import json, sys
+line = json.loads(open(sys.argv[1]).readline()).get("build", {}).get("comm", "")
+want = sys.argv[2] not in ("dp0n", "dp0p")
+if ("progress thread" in line) != want:
+    print(f"netsim: warning: {sys.argv[2]} ran with comm's progress thread {'off' if want else 'on'}: {line!r}")
+PY
       summarize "$tmp/$rate.$cfg.$r.jsonl" >"$tmp/$rate.$cfg.$r.sum"
     done
   done

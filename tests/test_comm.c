@@ -16,6 +16,7 @@
  *            step 7: the job must end with a message naming "grad bucket 3" and step 7
  *   kill     the last rank SIGKILLs itself after starting an all-reduce; the others wait with a
  *            long timeout: Open MPI must end the job */
+#include <dirent.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -366,6 +367,65 @@ static void test_overlap(Comm *c) {
     free(exact);
 }
 
+/* The progress thread (comm.c; ST_COMM_PROGRESS). Oracle: a 16 MiB all-reduce started and then
+ * left alone for 1 s, with no MPI call from this thread, is complete at its first comm_test when
+ * the thread runs, and bit-identical to the blocking all-reduce of the same data. Negative control
+ * (the same run without the thread: test_comm_np2, where one node means auto = off): the first
+ * test must find it pending (Open MPI moves it only inside MPI calls; libnbc's two dependent
+ * rounds cannot both complete in one call), so the check can tell a thread that progresses from
+ * one that does not. Also: the thread exists (named st-progress) only when on, and blocks the stop
+ * signals (core/stopsig.h: they must reach stopsig's waiter only). */
+static void test_progress(Comm *c) {
+    if (c->world < 2) return;
+    int on = c->progress_thread;
+    size_t n = (size_t)4 << 20;
+    float *a = malloc(n * sizeof(float)), *ref = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) a[i] = ref[i] = frand(c->rank, i);
+    Err err = {0};
+    Status st = comm_allreduce_f32(c, ref, ref, n, &err);
+    st = st ? st : comm_barrier(c, &err);
+    CommReq req = {0};
+    uint64_t polls0 = comm_progress_polls(c);
+    if (st == ST_OK) st = comm_iallreduce_f32(c, a, a, n, &req, &err);
+    struct timespec ts = {1, 0};
+    nanosleep(&ts, NULL);
+    int first = comm_test(&req);
+    uint64_t polls = comm_progress_polls(c) - polls0;
+    if (st == ST_OK) st = comm_wait(&req, 30, "progress all-reduce", 0, &err);
+    double md = tu_max_abs_diff_f(a, ref, n);
+    check(st == ST_OK && first == on && (polls > 0) == on && md == 0,
+          on ? "progress_thread_completes_alone" : "progress_negative_control_no_thread_stays_pending",
+          "thread %s: first test after 1 s %s, %llu progress polls, vs blocking maxdiff=%g %s", on ? "on" : "off",
+          first ? "complete" : "pending", (unsigned long long)polls, md, st ? err.msg : "");
+    /* The thread by name in /proc, and its blocked-signal mask (SigBlk, hex). */
+    int found = 0, blocks = 0;
+    char path[96], line[256];
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *de;
+    while (d && !found && (de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "/proc/self/task/%.32s/comm", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        found = fgets(line, sizeof line, f) && strncmp(line, "st-progress", 11) == 0;
+        fclose(f);
+        if (!found) continue;
+        snprintf(path, sizeof path, "/proc/self/task/%.32s/status", de->d_name);
+        if (!(f = fopen(path, "r"))) continue;
+        while (fgets(line, sizeof line, f))
+            if (strncmp(line, "SigBlk:", 7) == 0) {
+                unsigned long long m = strtoull(line + 7, NULL, 16);
+                blocks = (m >> (SIGTERM - 1) & 1) && (m >> (SIGINT - 1) & 1) && (m >> (SIGUSR1 - 1) & 1);
+            }
+        fclose(f);
+    }
+    if (d) closedir(d);
+    check(found == on && (!on || blocks), "progress_thread_named_and_blocks_stop_signals",
+          "st-progress thread %s (expected %s), stop signals %s", found ? "found" : "absent", on ? "present" : "absent",
+          blocks ? "blocked" : "not blocked");
+    free(a), free(ref);
+}
+
 static void test_limits(Comm *c) {
     Err err = {0};
     CommReq q = {0};
@@ -501,6 +561,7 @@ int main(int argc, char **argv) {
     test_ring(c);
     test_scalars(c);
     test_overlap(c);
+    test_progress(c);
     test_limits(c);
     test_pp_p2p(c);
     if (c->rank == 0) printf("test_comm: %.0f ms, exposed wait %.1f ms\n", timer_ms() - t0, c->stats.wait_ms_total);

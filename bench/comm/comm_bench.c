@@ -189,6 +189,10 @@ int main(int argc, char **argv) {
         mallopt(M_TRIM_THRESHOLD, 1 << 30);
     }
     Err err = {0};
+    /* The MPI forms below call MPI directly, outside comm's lock: comm's progress thread (on by
+     * default across nodes) must not run beside them. The comm API's times are then those of a
+     * blocking wait, which progresses by itself. */
+    setenv("ST_COMM_PROGRESS", "off", 1);
     if (comm_init(&comm, &argc, &argv, &err) != ST_OK || !comm->is_mpi) {
         fprintf(stderr, "comm_bench: run under mpirun (%s)\n", err.msg);
         return 1;

@@ -11,10 +11,14 @@
 
 #include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/timer.h"
@@ -28,6 +32,14 @@ struct CommMpi {
     MPI_Comm pp;        /* pipeline group: same dp and tp coordinates, ordered by pp_rank */
     int we_initialized; /* comm_init called MPI_Init_thread, so comm_finalize finalizes */
     uint64_t *u64;      /* world entries: scratch for comm_check_same_u64 (allocated at init) */
+    /* The progress thread (see "progress thread" below); all zero while it does not run. */
+    MPI_Comm prog;          /* private duplicate of world the thread probes (never carries a message) */
+    pthread_mutex_t lock;   /* held around every MPI call once the thread runs (MPI_THREAD_SERIALIZED) */
+    pthread_t thread;
+    int thread_on;          /* 1 between the thread's start and its join (written by the main thread) */
+    atomic_int stop;        /* 1: the thread ends at its next poll */
+    atomic_int pending;     /* nonblocking requests started and not yet seen complete (polls only then) */
+    atomic_ullong polls;    /* progress calls the thread made (comm_progress_polls) */
 };
 
 /* ================================================================ helpers */
@@ -46,6 +58,33 @@ static MPI_Request req_get(const CommReq *req) {
     MPI_Request r;
     memcpy(&r, req->handle, sizeof r);
     return r;
+}
+
+/* Every MPI call made after comm_init holds m->lock while the progress thread runs, so the two
+ * threads never call MPI at once (what MPI_THREAD_SERIALIZED asks). Without the thread: no lock. */
+static void mpi_lock(const Comm *c) {
+    if (c->mpi && c->mpi->thread_on) pthread_mutex_lock(&c->mpi->lock);
+}
+static void mpi_unlock(const Comm *c) {
+    if (c->mpi && c->mpi->thread_on) pthread_mutex_unlock(&c->mpi->lock);
+}
+static int mpi_locked_end(const Comm *c, int rc) {
+    mpi_unlock(c);
+    return rc;
+}
+/* rc = CALL made under the lock: MPI_CALL(c, MPI_CALL(c, MPI_Isend(...))). */
+#define MPI_CALL(c, call) mpi_locked_end((c), (mpi_lock(c), (call)))
+
+/* The request is now in MPI's hands (active until comm_test/comm_wait see it complete); the
+ * progress thread polls while any is. */
+static void req_go(CommReq *req) {
+    req->active = 1;
+    if (req->comm && req->comm->mpi) atomic_fetch_add(&req->comm->mpi->pending, 1);
+}
+/* The request left MPI's hands (completed or failed). */
+static void req_gone(CommReq *req) {
+    req->active = 0;
+    if (req->comm && req->comm->mpi) atomic_fetch_sub(&req->comm->mpi->pending, 1);
 }
 
 /* Prepares req for a new operation and books calls and bytes. */
@@ -75,7 +114,7 @@ static Status check_count(const Comm *c, size_t n, const char *what, Err *err) {
 static void req_finish(CommReq *req) {
     if (req->move_n && req->move_dst != req->move_src)
         memmove(req->move_dst, req->move_src, req->move_n * sizeof(float));
-    req->active = 0;
+    req_gone(req);
 }
 
 /* ---------------------------------------------------------------- ring reduce-scatter
@@ -138,13 +177,15 @@ static int ring_test(CommReq *req, int *done) {
 /* One test of a started request, whatever carries it: 1 = complete; MPI's code in *rc. */
 static int req_test(CommReq *req, int *rc) {
     int flag = 0;
+    mpi_lock(req->comm);
     if (req->ring) {
         *rc = ring_test(req, &flag);
-        return flag;
+    } else {
+        MPI_Request r = req_get(req);
+        *rc = MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+        req_put(req, r);
     }
-    MPI_Request r = req_get(req);
-    *rc = MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
-    req_put(req, r);
+    mpi_unlock(req->comm);
     return flag;
 }
 
@@ -162,15 +203,104 @@ static Status ring_start(Comm *c, CommReq *req, float *buf, size_t block, int p,
     *g = (Ring){.buf = buf, .tmp = tmp, .block = block, .p = p, .r = rank,
                 .tag = (int)((*seq)++ % RING_TAG_SPANS) * RING_MAX_RANKS, .fault = c->test_ring_fault, .comm = comm};
     req->ring = g;
-    req->active = 1;
-    int rc = ring_post(g);
-    if (rc != MPI_SUCCESS) {
+    int rc = MPI_CALL(c, ring_post(g));
+    if (rc == MPI_SUCCESS) req_go(req);
+    else {
         free(g->tmp), free(g);
-        req->ring = NULL, req->active = 0;
+        req->ring = NULL;
         return mpi_fail(c, err, rc, "MPI_Isend/MPI_Irecv", "reduce-scatter ring");
     }
     return ST_OK;
 }
+
+/* ================================================================ progress thread
+ *
+ * Open MPI moves a nonblocking collective's bytes only inside MPI calls (its TCP transport, and
+ * libnbc's schedule rounds, advance in opal_progress). The trainer tests its requests between
+ * blocks, which over shared memory is enough but over TCP leaves nearly all of a gradient
+ * all-reduce for the final wait (bench/results/netsim.md: 313 of 369 ms exposed at 1 Gb/s). The
+ * thread calls MPI every PROGRESS_POLL_US while any request is pending (an MPI_Iprobe on a private
+ * communicator: ob1 runs one opal_progress per call), so the transfer runs while the main thread
+ * computes. It does no arithmetic and starts nothing: every collective is still started, reduced
+ * (the ring's additions, libnbc's fixed schedule) and finished by the main thread's calls in
+ * the same order, so results are bit-identical with or without it; only when the bytes move
+ * changes. The two threads never call MPI at once (m->lock, MPI_THREAD_SERIALIZED). The thread is
+ * created with every signal blocked (core/stopsig.h: the stop signals reach stopsig's waiter only).
+ * ST_COMM_PROGRESS=auto (default: on when the ranks span more than one node, where the transport
+ * is a network) | on | off. */
+#define PROGRESS_POLL_US 50   /* between progress calls while requests are pending */
+#define PROGRESS_IDLE_US 1000 /* between checks for pending requests while none is */
+
+static void *progress_main(void *arg) {
+    CommMpi *m = arg;
+    pthread_setname_np(pthread_self(), "st-progress"); /* shown by top -H; test_comm finds it so */
+    while (!atomic_load(&m->stop)) {
+        int busy = atomic_load(&m->pending) > 0;
+        if (busy) {
+            int flag = 0;
+            pthread_mutex_lock(&m->lock);
+            MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, m->prog, &flag, MPI_STATUS_IGNORE);
+            pthread_mutex_unlock(&m->lock);
+            atomic_fetch_add(&m->polls, 1);
+        }
+        struct timespec ts = {0, (busy ? PROGRESS_POLL_US : PROGRESS_IDLE_US) * 1000L};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+/* The mode ST_COMM_PROGRESS asks for: 1 on, 0 off, -1 auto; -2 and err set for anything else. */
+static int progress_mode(Err *err) {
+    const char *v = getenv("ST_COMM_PROGRESS");
+    if (!v || !*v || strcmp(v, "auto") == 0) return -1;
+    if (strcmp(v, "on") == 0) return 1;
+    if (strcmp(v, "off") == 0) return 0;
+    err_set(err, ST_ERR_INPUT, "ST_COMM_PROGRESS: expected auto, on or off, found '%s'", v);
+    return -2;
+}
+
+/* Starts the thread if the mode says so (after the world and its groups exist). */
+static Status progress_start(Comm *c, Err *err) {
+    CommMpi *m = c->mpi;
+    int mode = progress_mode(err);
+    if (mode == -2) return ST_ERR_INPUT;
+    if (mode == -1) mode = !c->one_node && c->world > 1 && c->thread_level >= MPI_THREAD_SERIALIZED;
+    if (!mode) return ST_OK;
+    if (c->thread_level < MPI_THREAD_SERIALIZED)
+        return err_set(err, ST_ERR_RUNTIME,
+                       "ST_COMM_PROGRESS=on: MPI provides thread level %d, the progress thread needs "
+                       "MPI_THREAD_SERIALIZED (%d)", c->thread_level, MPI_THREAD_SERIALIZED);
+    int rc = MPI_Comm_dup(m->world, &m->prog);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Comm_dup", "progress thread");
+    if (pthread_mutex_init(&m->lock, NULL) != 0)
+        return err_set(err, ST_ERR_RUNTIME, "comm: cannot create the progress thread's mutex");
+    atomic_store(&m->stop, 0);
+    m->thread_on = 1; /* before the thread exists: from here on every MPI call takes the lock */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int prc = pthread_create(&m->thread, NULL, progress_main, m);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (prc != 0) {
+        m->thread_on = 0;
+        pthread_mutex_destroy(&m->lock);
+        return err_set(err, ST_ERR_RUNTIME, "comm: cannot start the progress thread (pthread_create error %d)", prc);
+    }
+    c->progress_thread = 1;
+    return ST_OK;
+}
+
+static void progress_stop(Comm *c) {
+    CommMpi *m = c->mpi;
+    if (!m || !m->thread_on) return;
+    atomic_store(&m->stop, 1);
+    pthread_join(m->thread, NULL);
+    m->thread_on = 0;
+    pthread_mutex_destroy(&m->lock);
+    c->progress_thread = 0;
+}
+
+uint64_t comm_progress_polls(const Comm *c) { return c->mpi ? atomic_load(&c->mpi->polls) : 0; }
 
 /* ================================================================ lifecycle */
 
@@ -210,7 +340,7 @@ Status comm_init(Comm **out, int *argc, char ***argv, Err *err) {
         free(c);
         return err_set(err, ST_ERR_RUNTIME, "comm_init: out of memory");
     }
-    m->world = m->dp = m->tp = m->pp = MPI_COMM_NULL;
+    m->world = m->dp = m->tp = m->pp = m->prog = MPI_COMM_NULL;
     c->mpi = m;
     c->is_mpi = 1;
     int inited = 0, rc;
@@ -220,7 +350,9 @@ Status comm_init(Comm **out, int *argc, char ***argv, Err *err) {
          * blocking all-reduce on 256 KiB-4 MiB buckets; its ring algorithm matches it (docs/comm.md).
          * Only a default: a value set by the user (environment or mpirun --mca) wins. */
         setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
-        rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &c->thread_level);
+        /* SERIALIZED: the progress thread may call MPI, never at the same time as the main thread
+         * (Open MPI takes its multi-thread locks only under MPI_THREAD_MULTIPLE). */
+        rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &c->thread_level);
         if (rc != MPI_SUCCESS) {
             st = mpi_fail(c, err, rc, "MPI_Init_thread", "init");
             free(m);
@@ -274,6 +406,7 @@ Status comm_init(Comm **out, int *argc, char ***argv, Err *err) {
         st = err_set(err, ST_ERR_RUNTIME, "comm_init: out of memory");
         goto fail;
     }
+    if ((st = progress_start(c, err)) != ST_OK) goto fail;
     *out = c;
     return ST_OK;
 fail:
@@ -285,6 +418,8 @@ void comm_finalize(Comm *c) {
     if (!c) return;
     CommMpi *m = c->mpi;
     if (m) {
+        progress_stop(c);
+        if (m->prog != MPI_COMM_NULL) MPI_Comm_free(&m->prog);
         if (m->dp != MPI_COMM_NULL) MPI_Comm_free(&m->dp);
         if (m->tp != MPI_COMM_NULL) MPI_Comm_free(&m->tp);
         if (m->pp != MPI_COMM_NULL) MPI_Comm_free(&m->pp);
@@ -312,14 +447,15 @@ void comm_describe(const Comm *c, char *buf, size_t cap) {
     }
     char lib[MPI_MAX_LIBRARY_VERSION_STRING];
     int len = 0;
-    if (MPI_Get_library_version(lib, &len) != MPI_SUCCESS) lib[0] = 0;
+    if (MPI_CALL(c, MPI_Get_library_version(lib, &len)) != MPI_SUCCESS) lib[0] = 0;
     char *comma = strchr(lib, ',');
     if (comma) *comma = 0;
     const char *lvl = c->thread_level == MPI_THREAD_SINGLE       ? "single"
                       : c->thread_level == MPI_THREAD_FUNNELED   ? "funneled"
                       : c->thread_level == MPI_THREAD_SERIALIZED ? "serialized"
                                                                  : "multiple";
-    snprintf(buf, cap, "mpi world=%d dp=%d tp=%d pp=%d thread=%s (%s)", c->world, c->dp, c->tp, c->pp, lvl, lib);
+    snprintf(buf, cap, "mpi world=%d dp=%d tp=%d pp=%d thread=%s%s (%s)", c->world, c->dp, c->tp, c->pp, lvl,
+             c->progress_thread ? ", progress thread" : "", lib);
 }
 
 /* ================================================================ requests */
@@ -358,7 +494,7 @@ Status comm_wait(CommReq *req, double timeout_s, const char *what, long step, Er
     for (;;) {
         if (req->mpi_rc != MPI_SUCCESS) {
             st = mpi_fail(c, err, req->mpi_rc, "MPI_Test", name);
-            req->active = 0;
+            req_gone(req);
             break;
         }
         int rc = MPI_SUCCESS, flag = req_test(req, &rc);
@@ -417,10 +553,10 @@ Status comm_check_same_u64(Comm *c, uint64_t value, const char *what, Err *err) 
     CommReq req = {0};
     req_begin(c, &req, COMM_SCALAR, (uint64_t)(c->world - 1) * sizeof(uint64_t));
     MPI_Request r;
-    int rc = MPI_Iallgather(&value, 1, MPI_UINT64_T, m->u64, 1, MPI_UINT64_T, m->world, &r);
+    int rc = MPI_CALL(c, MPI_Iallgather(&value, 1, MPI_UINT64_T, m->u64, 1, MPI_UINT64_T, m->world, &r));
     if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Iallgather", what);
     req_put(&req, r);
-    req.active = 1;
+    req_go(&req);
     Status st = comm_wait(&req, c->timeout_s, what, c->step, err);
     if (st != ST_OK) return st;
     int ndiff = 0;
@@ -445,10 +581,12 @@ Status comm_check_same_u64(Comm *c, uint64_t value, const char *what, Err *err) 
 /* Replaces *group by the split of the world with this color and key (MPI_ERRORS_RETURN set). */
 static Status split_group(Comm *c, MPI_Comm *group, int color, int key, const char *what, Err *err) {
     MPI_Comm g;
-    int rc = MPI_Comm_split(c->mpi->world, color, key, &g);
+    int rc = MPI_CALL(c, MPI_Comm_split(c->mpi->world, color, key, &g));
     if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Comm_split", what);
+    mpi_lock(c);
     MPI_Comm_set_errhandler(g, MPI_ERRORS_RETURN);
     if (*group != MPI_COMM_NULL) MPI_Comm_free(group);
+    mpi_unlock(c);
     *group = g;
     return ST_OK;
 }
@@ -496,10 +634,10 @@ Status comm_iallreduce_f32(Comm *c, const float *send, float *recv, size_t n, Co
         return ST_OK;
     }
     MPI_Request r;
-    int rc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)n, MPI_FLOAT, MPI_SUM, c->mpi->dp, &r);
+    int rc = MPI_CALL(c, MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)n, MPI_FLOAT, MPI_SUM, c->mpi->dp, &r));
     if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Iallreduce", "all-reduce");
     req_put(req, r);
-    req->active = 1;
+    req_go(req);
     return ST_OK;
 }
 
@@ -515,10 +653,10 @@ Status comm_ireduce_scatter_f32(Comm *c, const float *send, float *recv, size_t 
         if (st != ST_OK) return st;
         req_begin(c, req, COMM_REDUCE_SCATTER, comm_ring_bytes(COMM_ALLREDUCE, (uint64_t)total * 4, c->dp));
         MPI_Request r;
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, (float *)send, (int)total, MPI_FLOAT, MPI_SUM, c->mpi->dp, &r);
+        int rc = MPI_CALL(c, MPI_Iallreduce(MPI_IN_PLACE, (float *)send, (int)total, MPI_FLOAT, MPI_SUM, c->mpi->dp, &r));
         if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Iallreduce", "reduce-scatter as all-reduce");
         req_put(req, r);
-        req->active = 1;
+        req_go(req);
         return ST_OK;
     }
     req_begin(c, req, COMM_REDUCE_SCATTER, comm_ring_bytes(COMM_REDUCE_SCATTER, (uint64_t)total * 4, c->dp));
@@ -532,16 +670,16 @@ Status comm_ireduce_scatter_f32(Comm *c, const float *send, float *recv, size_t 
     int rc;
     if (recv == own) {
         /* MPI_IN_PLACE leaves the result at the start of the buffer; move it after completion. */
-        rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, (float *)send, (int)block, MPI_FLOAT, MPI_SUM, c->mpi->dp, &r);
+        rc = MPI_CALL(c, MPI_Ireduce_scatter_block(MPI_IN_PLACE, (float *)send, (int)block, MPI_FLOAT, MPI_SUM, c->mpi->dp, &r));
         req->move_dst = recv;
         req->move_src = send;
         req->move_n = block;
     } else {
-        rc = MPI_Ireduce_scatter_block(send, recv, (int)block, MPI_FLOAT, MPI_SUM, c->mpi->dp, &r);
+        rc = MPI_CALL(c, MPI_Ireduce_scatter_block(send, recv, (int)block, MPI_FLOAT, MPI_SUM, c->mpi->dp, &r));
     }
     if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Ireduce_scatter_block", "reduce-scatter");
     req_put(req, r);
-    req->active = 1;
+    req_go(req);
     return ST_OK;
 }
 
@@ -555,11 +693,11 @@ Status comm_iallgather_f32(Comm *c, const float *send, float *recv, size_t block
         return ST_OK;
     }
     MPI_Request r;
-    int rc = MPI_Iallgather(send == own ? MPI_IN_PLACE : send, (int)block, MPI_FLOAT, recv, (int)block, MPI_FLOAT,
-                            c->mpi->dp, &r);
+    int rc = MPI_CALL(c, MPI_Iallgather(send == own ? MPI_IN_PLACE : send, (int)block, MPI_FLOAT, recv, (int)block, MPI_FLOAT,
+                            c->mpi->dp, &r));
     if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Iallgather", "all-gather");
     req_put(req, r);
-    req->active = 1;
+    req_go(req);
     return ST_OK;
 }
 
@@ -571,10 +709,10 @@ Status comm_ibcast_f32(Comm *c, float *buf, size_t n, int root, CommReq *req, Er
     req_begin(c, req, COMM_BCAST, comm_ring_bytes(COMM_BCAST, (uint64_t)n * 4, c->dp));
     if (!c->mpi) return ST_OK;
     MPI_Request r;
-    int rc = MPI_Ibcast(buf, (int)n, MPI_FLOAT, root, c->mpi->dp, &r);
+    int rc = MPI_CALL(c, MPI_Ibcast(buf, (int)n, MPI_FLOAT, root, c->mpi->dp, &r));
     if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Ibcast", "broadcast");
     req_put(req, r);
-    req->active = 1;
+    req_go(req);
     return ST_OK;
 }
 
@@ -610,21 +748,21 @@ static Status tp_start(Comm *c, CommKind k, float *buf, size_t n, MPI_Op op, Com
     size_t block = n / (size_t)c->tp;
     if (k == COMM_TP_ALLREDUCE) {
         call = "MPI_Iallreduce";
-        rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, op, c->mpi->tp, &r);
+        rc = MPI_CALL(c, MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, op, c->mpi->tp, &r));
     } else if (k == COMM_TP_ALLGATHER) {
         call = "MPI_Iallgather";
-        rc = MPI_Iallgather(MPI_IN_PLACE, (int)block, MPI_FLOAT, buf, (int)block, MPI_FLOAT, c->mpi->tp, &r);
+        rc = MPI_CALL(c, MPI_Iallgather(MPI_IN_PLACE, (int)block, MPI_FLOAT, buf, (int)block, MPI_FLOAT, c->mpi->tp, &r));
     } else if (c->tp <= RING_MAX_RANKS) { /* comm's ring (see comm_ireduce_scatter_f32) */
         return ring_start(c, req, buf, block, c->tp, c->tp_rank, c->mpi->tp, &c->ring_seq[1], err);
     } else {
         /* In place the result lands at the start of buf; it moves to the own block after. */
         call = "MPI_Ireduce_scatter_block";
-        rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, (int)block, MPI_FLOAT, MPI_SUM, c->mpi->tp, &r);
+        rc = MPI_CALL(c, MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, (int)block, MPI_FLOAT, MPI_SUM, c->mpi->tp, &r));
         req->move_dst = buf + (size_t)c->tp_rank * block, req->move_src = buf, req->move_n = block;
     }
     if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, call, comm_kind_name(k));
     req_put(req, r);
-    req->active = 1;
+    req_go(req);
     return ST_OK;
 }
 
@@ -695,10 +833,10 @@ Status comm_pp_isend_f32(Comm *c, const float *buf, size_t n, int to_pp_rank, in
     if (st != ST_OK) return st;
     req_begin(c, req, COMM_PP_SEND, (uint64_t)n * 4);
     MPI_Request r;
-    int rc = MPI_Isend(buf, (int)n, MPI_FLOAT, to_pp_rank, tag, c->mpi->pp, &r);
+    int rc = MPI_CALL(c, MPI_Isend(buf, (int)n, MPI_FLOAT, to_pp_rank, tag, c->mpi->pp, &r));
     if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Isend", "pp send");
     req_put(req, r);
-    req->active = 1;
+    req_go(req);
     return ST_OK;
 }
 
@@ -707,10 +845,10 @@ Status comm_pp_irecv_f32(Comm *c, float *buf, size_t n, int from_pp_rank, int ta
     if (st != ST_OK) return st;
     req_init(c, req, COMM_PP_SEND, 0); /* nothing booked: the sender's call and bytes count */
     MPI_Request r;
-    int rc = MPI_Irecv(buf, (int)n, MPI_FLOAT, from_pp_rank, tag, c->mpi->pp, &r);
+    int rc = MPI_CALL(c, MPI_Irecv(buf, (int)n, MPI_FLOAT, from_pp_rank, tag, c->mpi->pp, &r));
     if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Irecv", "pp receive");
     req_put(req, r);
-    req->active = 1;
+    req_go(req);
     return ST_OK;
 }
 
@@ -722,10 +860,10 @@ static Status iallreduce_scalar(Comm *c, void *buf, int n, MPI_Datatype t, size_
     req_begin(c, req, COMM_SCALAR, comm_ring_bytes(COMM_SCALAR, (uint64_t)n * esize, c->world));
     if (!c->mpi) return ST_OK;
     MPI_Request r;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, n, t, op == COMM_MAX ? MPI_MAX : MPI_SUM, c->mpi->world, &r);
+    int rc = MPI_CALL(c, MPI_Iallreduce(MPI_IN_PLACE, buf, n, t, op == COMM_MAX ? MPI_MAX : MPI_SUM, c->mpi->world, &r));
     if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Iallreduce", "scalar all-reduce");
     req_put(req, r);
-    req->active = 1;
+    req_go(req);
     return ST_OK;
 }
 
@@ -755,10 +893,10 @@ Status comm_allgather_f64(Comm *c, double value, double *all, Err *err) {
         return ST_OK;
     }
     MPI_Request r;
-    int rc = MPI_Iallgather(&value, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, c->mpi->world, &r);
+    int rc = MPI_CALL(c, MPI_Iallgather(&value, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, c->mpi->world, &r));
     if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Iallgather", "scalar all-gather");
     req_put(&req, r);
-    req.active = 1;
+    req_go(&req);
     return comm_wait(&req, c->timeout_s, "scalar all-gather", c->step, err);
 }
 
@@ -771,10 +909,10 @@ Status comm_bcast_bytes(Comm *c, void *buf, size_t n, int root, Err *err) {
     req_begin(c, &req, COMM_BCAST, comm_ring_bytes(COMM_BCAST, n, c->world));
     if (!c->mpi) return ST_OK;
     MPI_Request r;
-    int rc = MPI_Ibcast(buf, (int)n, MPI_BYTE, root, c->mpi->world, &r);
+    int rc = MPI_CALL(c, MPI_Ibcast(buf, (int)n, MPI_BYTE, root, c->mpi->world, &r));
     if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Ibcast", "byte broadcast");
     req_put(&req, r);
-    req.active = 1;
+    req_go(&req);
     return comm_wait(&req, c->timeout_s, "byte broadcast", c->step, err);
 }
 
@@ -800,13 +938,13 @@ Status comm_gather_bytes(Comm *c, const void *send, size_t n, void **all, size_t
     CommReq req = {0};
     req_begin(c, &req, COMM_SCALAR, sizeof(int));
     MPI_Request r;
-    int rc = MPI_Igather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, c->mpi->world, &r);
+    int rc = MPI_CALL(c, MPI_Igather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, c->mpi->world, &r));
     if (rc != MPI_SUCCESS) {
         free(counts), free(displs);
         return mpi_fail(c, err, rc, "MPI_Igather", "byte gather (counts)");
     }
     req_put(&req, r);
-    req.active = 1;
+    req_go(&req);
     Status wst = comm_wait(&req, c->timeout_s, "byte gather (counts)", c->step, err);
     if (wst != ST_OK) {
         free(counts), free(displs);
@@ -828,13 +966,13 @@ Status comm_gather_bytes(Comm *c, const void *send, size_t n, void **all, size_t
             for (int i = 0; i < c->world; i++) counts[i] = 0, displs[i] = 0;
     }
     req_begin(c, &req, COMM_SCALAR, (uint64_t)n);
-    rc = MPI_Igatherv(send, mine, MPI_BYTE, buf, counts, displs, MPI_BYTE, 0, c->mpi->world, &r);
+    rc = MPI_CALL(c, MPI_Igatherv(send, mine, MPI_BYTE, buf, counts, displs, MPI_BYTE, 0, c->mpi->world, &r));
     if (rc != MPI_SUCCESS) {
         free(counts), free(displs), free(buf);
         return mpi_fail(c, err, rc, "MPI_Igatherv", "byte gather");
     }
     req_put(&req, r);
-    req.active = 1;
+    req_go(&req);
     wst = comm_wait(&req, c->timeout_s, "byte gather", c->step, err);
     if (wst == ST_OK && st == ST_OK && c->rank == 0) {
         for (int i = 0; i < c->world; i++) lens[i] = (size_t)counts[i];
@@ -849,9 +987,9 @@ Status comm_barrier(Comm *c, Err *err) {
     CommReq req = {0};
     req_begin(c, &req, COMM_SCALAR, 0);
     MPI_Request r;
-    int rc = MPI_Ibarrier(c->mpi->world, &r);
+    int rc = MPI_CALL(c, MPI_Ibarrier(c->mpi->world, &r));
     if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Ibarrier", "barrier");
     req_put(&req, r);
-    req.active = 1;
+    req_go(&req);
     return comm_wait(&req, c->timeout_s, "barrier", c->step, err);
 }

@@ -7,9 +7,12 @@
  * <mpi.h>.
  *
  * Conventions
- * - Threads: MPI is initialised with MPI_THREAD_FUNNELED: only the thread that called comm_init
- *   may call comm_* (OpenMP regions must not); that is what the trainer does (communication is
- *   started and progressed between kernels, never inside them).
+ * - Threads: only the thread that called comm_init may call comm_* (OpenMP regions must not); that
+ *   is what the trainer does (communication is started and progressed between kernels, never
+ *   inside them). MPI is initialised with MPI_THREAD_SERIALIZED because comm's own progress
+ *   thread (ST_COMM_PROGRESS, on by default when the ranks span nodes) also calls MPI, under a
+ *   lock every comm call takes: it keeps nonblocking collectives moving while the caller
+ *   computes, and changes when bytes move, never what is added in which order.
  * - Errors: MPI_ERRORS_RETURN is set on every communicator, so an MPI failure becomes a Status and
  *   a message naming the collective; nothing here prints, except comm_abort and a comm_wait timeout
  *   (the one documented exception to "only cli prints": the job has to end on every rank and the
@@ -72,6 +75,8 @@ typedef struct {
                                      (default): our ring of point-to-point messages (in place) or
                                      MPI_Ireduce_scatter_block (out of place). See docs/comm.md */
     int one_node;                 /* 1: every rank of the world shares one node (shared memory) */
+    int progress_thread;          /* 1 while comm's progress thread runs (comm.c; ST_COMM_PROGRESS=auto|on|off,
+                                     auto = on when the ranks span nodes) */
     int test_ring_fault;          /* tests only: 1 = the ring reduce-scatter drops its last step's
                                      addition (a negative control for test_comm) */
     uint32_t ring_seq[2];         /* ring reduce-scatters started on the dp [0] and tp [1] groups (their
@@ -101,10 +106,13 @@ typedef struct {
 /* ---------------------------------------------------------------- lifecycle */
 
 /* Creates *c. If a launcher is detected (OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK/PMI_SIZE,
- * SLURM_STEP_NUM_TASKS with SLURM_PROCID, or ST_COMM=mpi) calls MPI_Init_thread(FUNNELED) (unless
+ * SLURM_STEP_NUM_TASKS with SLURM_PROCID, or ST_COMM=mpi) calls MPI_Init_thread(SERIALIZED) (unless
  * MPI is already initialised), sets MPI_ERRORS_RETURN and duplicates the world communicator;
  * otherwise single-process mode (ST_COMM=single forces it). argc/argv are passed to MPI (may be
- * NULL). Grid defaults to dp = world. On failure *c is NULL and err says why. */
+ * NULL). Grid defaults to dp = world. Then the progress thread starts where ST_COMM_PROGRESS says
+ * (auto, the default: when the ranks span more than one node; on; off); a value other than
+ * auto|on|off is refused (ST_ERR_INPUT naming the variable), and `on` where MPI provides less than
+ * MPI_THREAD_SERIALIZED too. On failure *c is NULL and err says why. */
 Status comm_init(Comm **c, int *argc, char ***argv, Err *err);
 
 /* Creates a single-process *c (world 1) whatever the environment: for library callers that run
@@ -230,7 +238,12 @@ Status comm_wait_all(CommReq *reqs, int n, double timeout_s, const char *what, l
 /* The kinds, their names and the ring formula: core/collective.h. */
 
 /* One-line description of the grid and mode for the start record, e.g.
- * "mpi world=4 dp=4 tp=1 pp=1 thread=funneled (Open MPI v4.1.4)". */
+ * "mpi world=4 dp=4 tp=1 pp=1 thread=serialized (Open MPI v4.1.4)", with ", progress thread" after
+ * the thread level while it runs. */
 void comm_describe(const Comm *c, char *buf, size_t cap);
+
+/* Progress calls comm's progress thread has made so far (0 without it): the thread polls only
+ * while a nonblocking request is pending. */
+uint64_t comm_progress_polls(const Comm *c);
 
 #endif

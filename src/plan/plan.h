@@ -290,10 +290,11 @@ typedef struct {
         double t_bubble;         /* pipeline idle time */
         double t_tp, t_pp;       /* exposed TP all-reduces and PP point-to-point */
         double t_dp;             /* DP all-reduce or ZeRO collectives (all of them) */
-        double t_dp_exposed;     /* the part of t_dp no compute hides: the embedding gradient's
-                                    collective (ready last in the backward pass), ZeRO 1-2's
-                                    parameter all-gather after the update, ZeRO 3's embedding
-                                    gather before the first forward */
+        double t_dp_exposed;     /* the part of t_dp no compute hides (plan_overlap_exposed): the
+                                    collectives of the first block's and the embedding's gradients
+                                    (ready last in the backward pass), what the others outlast
+                                    their block's backward, ZeRO 1-2's parameter all-gather after the
+                                    update, ZeRO 3's embedding gather before the first forward */
         double t_optimizer;      /* optimizer step, memory-bound */
         double t_hessian;        /* Sophia: its Hessian pass amortised, (compute + dp comm) / hess_every */
         double step_overlap;     /* max(compute, dp comm - exposed) + exposed + optimizer + hessian */
@@ -480,6 +481,15 @@ double plan_bubble(int p, int m, int v);
 double plan_ring_allreduce(double S, int n, double bw, double lat);
 /* Ring reduce-scatter or all-gather: (n-1)/n S/bw + (n-1) lat. */
 double plan_ring_half(double S, int n, double bw, double lat);
+
+/* The exposed part of the per-block gradient collectives overlapped with the backward pass, on one
+ * link that carries them in the order they become ready (docs/plan.md "Overlap"): nblocks blocks'
+ * collectives of x_block seconds each become ready t_block apart (each block's backward), the
+ * first block's last, when only the embedding's lookup gradient is left to compute (~0), and
+ * then the embedding's of x_last. The first block's and the embedding's collectives have nothing
+ * left to run behind; each of the other nblocks-1 adds what its transfer outlasts a block's
+ * backward: x_last + x_block + (nblocks-1)·max(0, x_block - t_block). nblocks < 1: x_last. */
+double plan_overlap_exposed(int nblocks, double x_block, double t_block, double x_last);
 
 /* Chinchilla parametric fit L(N, D) = E + A/N^alpha + B/D^beta, and the compute-optimal
  * allocation for C = 6 N D: N = G (C/6)^(beta/(alpha+beta)), D = (C/6)^(alpha/(alpha+beta)) / G,

@@ -174,6 +174,7 @@ void ev_start(EventLog *lg, const StartEvent *e) {
     cJSON_AddStringToObject(b, "gemm", mm_backend_info());
     add_num(b, "threads", e->threads);
     if (e->command) cJSON_AddStringToObject(b, "command", e->command);
+    if (e->comm) cJSON_AddStringToObject(b, "comm", e->comm);
     cJSON *eb = cJSON_AddObjectToObject(o, "effective_batch");
     add_num(eb, "sequences", (double)e->batch_seqs);
     add_num(eb, "tokens", (double)e->batch_tokens);

@@ -87,6 +87,7 @@ typedef struct {
     const struct cJSON *config; /* borrowed */
     int threads;
     const char *command;        /* may be NULL */
+    const char *comm;           /* comm_describe's line (grid, MPI thread level, progress thread); may be NULL */
     long long batch_seqs, batch_tokens, num_params;
     double flops_per_token, peak_flops, peak_flops_job, data_utilization;
     double peak_probe_flops, peak_gemm_flops; /* train/machine_peak.h */

@@ -493,7 +493,10 @@ Status tr_announce(Run *r, Err *err) {
     }
     size_t state[MEM_NCAT];
     run_state_plan(r, state);
-    StartEvent se = {.config = r->config, .threads = nt, .command = c->argv_joined, .batch_seqs = r->acct.batch_seqs,
+    char comm_line[256];
+    comm_describe(r->comm, comm_line, sizeof comm_line);
+    StartEvent se = {.config = r->config, .threads = nt, .command = c->argv_joined, .comm = comm_line,
+                     .batch_seqs = r->acct.batch_seqs,
                      .batch_tokens = r->acct.batch_tokens, .num_params = nparams, .flops_per_token = r->acct.fpt,
                      .peak_flops = r->acct.peak, .peak_flops_job = r->acct.peak_job, .data_utilization = util,
                      .loss_masks = r->train.masked, .world = r->world, .peak_given = c->peak_flops > 0, .peak_kind = r->acct.peak_kind,
