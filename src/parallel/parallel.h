@@ -156,7 +156,8 @@ void par_set_extra_state(Par *p, const float *buf);
  *   par_grads_finish(p, &err);            waits for the gradient collectives (exposed comm)
  *   par_grad_norm(p, &norm, &err);        global norm, identical on every rank
  *   par_optim_step(p, ...);               this rank's part of the update (Muon: collective)
- *   par_params_sync(p, &err);             stage 1–2 all-gather; stage 3 invalidates caches */
+ *   par_params_sync(p, &err);             stage 1–2 all-gather started (waited by the next
+ *                                         forward's hooks); stage 3 invalidates caches */
 void par_step_begin(Par *p, int k, long step);
 void par_micro_begin(Par *p, int j);
 Status par_grads_finish(Par *p, Err *err);
@@ -194,7 +195,15 @@ void par_hess_update(Par *p, const OptimConfig *oc, float scale);
  * Muon. Owners are assigned once, longest-processing-time first: matrices by Newton–Schulz FLOPs
  * (muon_ns_flops) descending, each to the rank with the least FLOPs so far (lowest rank on ties). */
 int par_muon_owner(const Par *p, int i);
+/* Stage 1-2: starts the all-gather of the updated parameters, segment by segment in forward order;
+ * each segment's before_forward hook waits for its own (so later segments' gathers run behind
+ * earlier segments' forward), or, with ParOptions.overlap = 0 or on a device, all are waited here.
+ * Stage 3: the gathered copies are invalidated. */
 Status par_params_sync(Par *p, Err *err);
+/* Waits for every parameter all-gather par_params_sync started (stage 1-2; others: ST_OK), so the
+ * full parameters may be read outside a forward (generation samples) or written. par_get_full,
+ * par_set_full and par_optim_step call it themselves. */
+Status par_params_wait(Par *p, Err *err);
 
 /* Pipeline: fn(ctx) is called between kernels (from the hooks) to progress the point-to-point
  * messages of the pipeline runtime. */

@@ -83,6 +83,7 @@ static void log_sample(Run *r, long step) {
     if (!r->g.w.params) return; /* ZeRO-3: the full weights are not on this rank */
     KvCache kv;
     Err e;
+    if (r->par && par_params_wait(r->par, &e) != ST_OK) return; /* generation runs no forward hooks */
     if (kv_init(&kv, &r->g, &e) != ST_OK) return;
     kv.test_host_read = c->faults.device_bypass; /* the test fault: logits by memcpy (devemu stops it) */
     int n = c->sample_tokens < c->model.max_seq ? c->sample_tokens : c->model.max_seq - 1;
