@@ -266,7 +266,7 @@ static void ensure_params(Par *p, int s, int next, int fwd) {
     int a = zp->slot_seg[0] == s ? 0 : zp->slot_seg[1] == s ? 1 : -1;
     if (a < 0) {
         a = zp->slot_seg[0] == next ? 1 : 0;
-        wait_gather(p, &zp->slot_ag[a], zp->buf[a]);
+        zc_wait_hook(p, &zp->slot_ag[a]); /* the slot's old gather done (its contents are dropped) */
         zp->slot_seg[a] = s;
         start_gather(p, s, zp->buf[a], &zp->slot_ag[a], fwd);
     }
@@ -274,7 +274,7 @@ static void ensure_params(Par *p, int s, int next, int fwd) {
     round_gathered(p, zp->buf[a], zp->lbuf[a], p->len[s], &zp->lslot_ok[a]);
     seg_views(p, &p->g->w.p, s, zp->buf[a]);
     if (next >= 1 && next <= p->L + 1 && zp->slot_seg[a ^ 1] != next) {
-        wait_gather(p, &zp->slot_ag[a ^ 1], zp->buf[a ^ 1]);
+        zc_wait_hook(p, &zp->slot_ag[a ^ 1]);
         zp->slot_seg[a ^ 1] = next;
         start_gather(p, next, zp->buf[a ^ 1], &zp->slot_ag[a ^ 1], fwd);
     }
@@ -323,7 +323,7 @@ static void h_before_forward(void *ctx, int s) {
             seg_views(p, &p->g->w.p, 0, zp->b0);
             if (zp->slot_seg[0] != 1 && zp->slot_seg[1] != 1) {
                 int a = zc_pending(&zp->slot_ag[0]) ? 1 : 0;
-                wait_gather(p, &zp->slot_ag[a], zp->buf[a]);
+                zc_wait_hook(p, &zp->slot_ag[a]);
                 zp->slot_seg[a] = 1;
                 start_gather(p, 1, zp->buf[a], &zp->slot_ag[a], 1);
             }
