@@ -188,7 +188,7 @@ void par_free(Par *p) {
     if (!p) return;
     MemStats *ms = p->mem;
     Err e;
-    if (p->zs.all && p->hook_st == ST_OK) (void)zero_params_wait(p, &e); /* the last step's gathers write into params */
+    if (p->zb.param && p->hook_st == ST_OK) (void)zero_params_wait(p, &e); /* the last step's gathers write into params */
     zero_free(p);
     stage_free(p);
     tied_free(p);
