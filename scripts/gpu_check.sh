@@ -87,7 +87,8 @@ bench() {
   local rc=0
   for B in 16 32; do
     $build/bench/gpu_kernels cuda "$B" 1024 || rc=1
-    PYTHONUNBUFFERED=1 python3 bench/torch_gpu_peer.py --B "$B" --T 1024 --steps 15 --warmup 4 || rc=1
+    # PyTorch with the machine's own libraries: the bundle's Debian zlib/zstd/gfortran are not on its path
+    LD_LIBRARY_PATH=$orig_ld PYTHONUNBUFFERED=1 python3 bench/torch_gpu_peer.py --B "$B" --T 1024 --steps 15 --warmup 4 || rc=1
   done
   return $rc
 }
@@ -97,8 +98,9 @@ server() { # SERVER_BUDGET (300 s) or what is left of the check's budget, whiche
   SERVER_BUDGET=$b SERVER_PREFIX=$prefix bash bench/server.sh "$out"
 }
 
+orig_ld=${LD_LIBRARY_PATH:-}
 export LD_LIBRARY_PATH="$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export build prefix jobs out deadline
+export build prefix jobs out deadline orig_ld
 export -f gpu_info unpack build_and_test sanitize bench server
 step gpu gpu.txt 30 gpu_info
 step bundle build.log 60 unpack

@@ -14,10 +14,18 @@ if ! grep -q '^ST_CUDA:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
   exit 1
 fi
 fail=0
-run() { # name, then the command
-  local name=$1; shift
+# Each executable runs under its own time limit (seconds; TEST_GPU_TIMEOUT_SCALE, an integer,
+# multiplies them, e.g. 3 under compute-sanitizer): a hang (a kernel that never ends, a rank waiting
+# for the other) fails that one test with exit 124 instead of eating the time of every test after it.
+scale=${TEST_GPU_TIMEOUT_SCALE:-1}
+run() { # name, limit_s, then the command
+  local name=$1 limit=$(( $2 * scale )) rc; shift 2
   echo "== $name: $*"
-  if "$@"; then echo "== $name: PASS"; else echo "== $name: FAIL (exit $?)"; fail=1; fi
+  timeout "$limit" "$@"
+  rc=$?
+  if [[ $rc -eq 0 ]]; then echo "== $name: PASS"
+  elif [[ $rc -eq 124 ]]; then echo "== $name: FAIL (timed out after ${limit}s)"; fail=1
+  else echo "== $name: FAIL (exit $rc)"; fail=1; fi
 }
 for exe in test_backend_kernels test_cuda_optim test_cuda_model test_device_train test_device_sample test_device_plan; do
   if [[ ! -x "$build/tests/$exe" ]]; then
@@ -25,14 +33,14 @@ for exe in test_backend_kernels test_cuda_optim test_cuda_model test_device_trai
     fail=1
   fi
 done
-run backend_kernels "$build/tests/test_backend_kernels" cuda
-run cuda_optim "$build/tests/test_cuda_optim"
-run cuda_model "$build/tests/test_cuda_model"
-run device_train "$build/tests/test_device_train" "$build/scaletrain" cuda
+run backend_kernels 60 "$build/tests/test_backend_kernels" cuda
+run cuda_optim 30 "$build/tests/test_cuda_optim"
+run cuda_model 90 "$build/tests/test_cuda_model"
+run device_train 150 "$build/tests/test_device_train" "$build/scaletrain" cuda
 # dp 2: two ranks under mpirun sharing the one GPU (host-staged collectives; docs/cuda.md §6)
 mpiexec=$(sed -n 's/^MPIEXEC_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt")
-run device_train_dp "$build/tests/test_device_train" "$build/scaletrain" cuda dp "${mpiexec:-mpirun}"
-run device_sample "$build/tests/test_device_sample" "$build/scaletrain" cuda
-run device_plan "$build/tests/test_device_plan" "$build/scaletrain" cuda
+run device_train_dp 150 "$build/tests/test_device_train" "$build/scaletrain" cuda dp "${mpiexec:-mpirun}"
+run device_sample 60 "$build/tests/test_device_sample" "$build/scaletrain" cuda
+run device_plan 60 "$build/tests/test_device_plan" "$build/scaletrain" cuda
 if [[ $fail -ne 0 ]]; then echo "test-gpu: FAILED"; exit 1; fi
 echo "test-gpu: all passed"

@@ -142,8 +142,10 @@ static double drop_ref(Dropout d, uint64_t i) {
 
 /* ------------------------------------------------------------------------------------------ */
 
-static void test_encoder(int use_pos) {
-    int B = 3, T = 37, C = 40, V = 11; /* few tokens: many repeats in the scatter */
+/* C = 300 > 256: the GPU's embedding backward gives each thread the columns c, c + 256, ... (a
+ * second pass with a tail of 44) */
+static void test_encoder(int use_pos, int C) {
+    int B = 3, T = 37, V = 11; /* few tokens: many repeats in the scatter */
     size_t N = (size_t)B * T;
     Dropout d = {0.1f, seed + 7, 3, 0, 0, 0};
     int32_t *inp = malloc(N * 4), *pos = malloc(N * 4);
@@ -549,8 +551,10 @@ static void test_attention_decode(int NH, int KV, int hs, int pos) {
     free(q), free(K), free(V), free(y), free(y2), free(ref), free(w);
 }
 
-static void test_matmul(int bf16) {
-    int N = 70, C = 48, OC = 40;
+/* Odd N, C, OC: leading dimensions of 29 and 41 elements (cuBLASLt with operands aligned to 4 or
+ * 2 bytes only, as a model with such widths would give it). */
+static void test_matmul(int bf16, int N, int C, int OC) {
+    char nm[96];
     float *x = hrand((size_t)N * C, 1), *w = hrand((size_t)OC * C, 1), *bias = hrand(OC, 1);
     float *dout = hrand((size_t)N * OC, 1), *dw0 = hrand((size_t)OC * C, 1), *db0 = hrand(OC, 1);
     uint16_t *wlp = malloc((size_t)OC * C * 2);
@@ -595,10 +599,15 @@ static void test_matmul(int bf16) {
 #undef OPF
     float *go = dget(d_out, (size_t)N * OC), *gdx = dget(d_dinp, (size_t)N * C), *gdw = dget(d_dw, (size_t)OC * C);
     float *gdb = dget(d_db, OC);
-    cmp(bf16 ? "matmul_forward_bf16" : "matmul_forward_fp32", go, ro, (size_t)N * OC, TOL32);
-    cmp(bf16 ? "matmul_backward_bf16_dinp" : "matmul_backward_fp32_dinp", gdx, rdx, (size_t)N * C, TOL32);
-    cmp(bf16 ? "matmul_backward_bf16_dw_acc" : "matmul_backward_fp32_dw_acc", gdw, rdw, (size_t)OC * C, TOL32);
-    cmp(bf16 ? "matmul_backward_bf16_dbias_acc" : "matmul_backward_fp32_dbias_acc", gdb, rdb, OC, TOL32);
+    const char *pr = bf16 ? "bf16" : "fp32";
+    snprintf(nm, sizeof nm, "matmul_forward_%s_%dx%dx%d", pr, N, C, OC);
+    cmp(nm, go, ro, (size_t)N * OC, TOL32);
+    snprintf(nm, sizeof nm, "matmul_backward_%s_%dx%dx%d_dinp", pr, N, C, OC);
+    cmp(nm, gdx, rdx, (size_t)N * C, TOL32);
+    snprintf(nm, sizeof nm, "matmul_backward_%s_%dx%dx%d_dw_acc", pr, N, C, OC);
+    cmp(nm, gdw, rdw, (size_t)OC * C, TOL32);
+    snprintf(nm, sizeof nm, "matmul_backward_%s_%dx%dx%d_dbias_acc", pr, N, C, OC);
+    cmp(nm, gdb, rdb, OC, TOL32);
     free(go), free(gdx), free(gdw), free(gdb), free(ro), free(rdx), free(rdw), free(rdb);
     free(x), free(w), free(bias), free(dout), free(dw0), free(db0), free(wlp);
     dfree(d_x, (size_t)N * C * 4), dfree(d_w, (size_t)OC * C * 4), dfree(d_bias, OC * 4);
@@ -609,16 +618,18 @@ static void test_matmul(int bf16) {
 
 /* ---- the fused LM head ---- */
 
-static void test_head(void) {
-    int n = 37, C = 32, V = 101, Vp = 128, chunk = 16;
+/* n rows in chunks (the last partial), V real columns of Vp; GPT-2's V = 50257 (odd, padded to 50304,
+ * more columns than a block's threads walk in one pass) as well as a small one. */
+static void test_head(int n, int C, int V, int Vp, int chunk) {
     float dscale = 1.0f / n;
+    char nm[96];
     float *x = hrand((size_t)n * C, 1), *wte = hrand((size_t)Vp * C, 1);
     int32_t *tg = malloc((size_t)n * 4);
     for (int i = 0; i < n; i++) tg[i] = (int32_t)rng_below(seed, 77, i, V);
-    tg[5] = -1; /* a masked row */
+    tg[n > 5 ? 5 : n - 1] = -1; /* a masked row */
     float *d_x = dputf(x, (size_t)n * C), *d_wte = dputf(wte, (size_t)Vp * C);
     int32_t *d_tg = dput(tg, (size_t)n * 4);
-    float *runs[2][3], probs[101];
+    float *runs[2][3], *probs = malloc((size_t)V * sizeof(float));
     for (int r = 0; r < 2; r++) {
         float *d_loss = dpoison((size_t)n * 4), *d_dx = dpoison((size_t)n * C * 4), *d_dwte = dpoison((size_t)Vp * C * 4);
         float *d_log = dpoison((size_t)chunk * Vp * 4);
@@ -631,7 +642,7 @@ static void test_head(void) {
         dfree(d_log, (size_t)chunk * Vp * 4);
     }
     double *rl = malloc((size_t)n * 8), *rdx = calloc((size_t)n * C, 8), *rdw = calloc((size_t)V * C, 8);
-    double *lg = malloc((size_t)V * 8), rp[101];
+    double *lg = malloc((size_t)V * 8), *rp = malloc((size_t)V * 8);
     for (int i = 0; i < n; i++) {
         double mx = -INFINITY, s = 0;
         for (int v = 0; v < V; v++) {
@@ -654,11 +665,17 @@ static void test_head(void) {
             }
         }
     }
-    cmp("head_losses", runs[0][0], rl, n, TOL32);
-    cmp("head_dx", runs[0][1], rdx, (size_t)n * C, TOL32);
-    cmp("head_dwte", runs[0][2], rdw, (size_t)V * C, TOL32);
-    cmp("head_probs_row0", probs, rp, V, TOL32);
-    same_bits("head_repeats_dwte", runs[0][2], runs[1][2], (size_t)V * C);
+    snprintf(nm, sizeof nm, "head_V%d_losses", V);
+    cmp(nm, runs[0][0], rl, n, TOL32);
+    snprintf(nm, sizeof nm, "head_V%d_dx", V);
+    cmp(nm, runs[0][1], rdx, (size_t)n * C, TOL32);
+    snprintf(nm, sizeof nm, "head_V%d_dwte", V);
+    cmp(nm, runs[0][2], rdw, (size_t)V * C, TOL32);
+    snprintf(nm, sizeof nm, "head_V%d_probs_row0", V);
+    cmp(nm, probs, rp, V, TOL32);
+    snprintf(nm, sizeof nm, "head_V%d_repeats_dwte", V);
+    same_bits(nm, runs[0][2], runs[1][2], (size_t)V * C);
+    free(probs), free(rp);
     for (int r = 0; r < 2; r++) free(runs[r][0]), free(runs[r][1]), free(runs[r][2]);
     free(rl), free(rdx), free(rdw), free(lg), free(x), free(wte), free(tg);
     dfree(d_x, (size_t)n * C * 4), dfree(d_wte, (size_t)Vp * C * 4), dfree(d_tg, (size_t)n * 4);
@@ -726,13 +743,18 @@ static void test_elementwise(void) {
     dfree(d_h, n * 2), dfree(d_bias, (size_t)C * 4);
 }
 
-/* A call the backend cannot run is recorded, not run (cuda: head size over 128). */
+/* A call the backend cannot run is recorded, not run (cuda: head size over 128; batch x heads over
+ * the grid's y limit of 65535, which a launch would reject). */
 static void test_refusal(void) {
     if (strcmp(be->name, "cuda")) return;
     be->attention_forward(NULL, NULL, NULL, NULL, NULL, 1, 4, 1, 1, 200, 1.0f, (Dropout){0}, 0, 1);
     Err e = {0};
     Status st = be->take_error(&e);
     tu_check(st == ST_ERR_INPUT && strstr(e.msg, "head size") && !strchr(e.msg, '\n'), "cuda_records_refusal", "%s",
+             st == ST_OK ? "not recorded" : e.msg);
+    be->attention_backward(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 2048, 4, 64, 64, 64, 1.0f, (Dropout){0}, 0, 1);
+    st = be->take_error(&e);
+    tu_check(st == ST_ERR_INPUT && strstr(e.msg, "grid") && !strchr(e.msg, '\n'), "cuda_records_grid_refusal", "%s",
              st == ST_OK ? "not recorded" : e.msg);
 }
 
@@ -750,8 +772,8 @@ int main(int argc, char **argv) {
     seed = env ? strtoull(env, NULL, 0) : ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
     printf("test_backend_kernels: backend %s, seed %llu (ST_TEST_SEED repeats it)\n", be->name,
            (unsigned long long)seed);
-    test_encoder(0);
-    test_encoder(1);
+    test_encoder(0, 40);
+    test_encoder(1, 300);
     test_norm(0);
     test_norm(1);
     test_rope();
@@ -762,13 +784,18 @@ int main(int argc, char **argv) {
     test_attention((AttCase){2, 45, 4, 1, 24, 0.1f, 0, 0, "mqa_hs24_dropout"});
     test_attention((AttCase){2, 45, 4, 2, 32, 0.0f, 1, 0, "gqa_docmask"});
     test_attention((AttCase){2, 45, 4, 2, 32, 0.0f, 0, 1, "gqa_lowp"});
+    /* the largest head size (4 dimensions per lane, the most shared memory), T one past a key tile */
+    test_attention((AttCase){1, 33, 2, 1, 128, 0.1f, 1, 0, "mqa_hs128_T33_docmask_dropout"});
     /* NH, KV, hs, pos: GQA; MHA past one block's 128 threads; MQA at the first position */
     test_attention_decode(4, 2, 32, 44);
     test_attention_decode(2, 2, 64, 300);
     test_attention_decode(4, 1, 24, 0);
-    test_matmul(0);
-    test_matmul(1);
-    test_head();
+    test_matmul(0, 70, 48, 40);
+    test_matmul(1, 70, 48, 40);
+    test_matmul(0, 37, 29, 41);
+    test_matmul(1, 37, 29, 41);
+    test_head(37, 32, 101, 128, 16);
+    test_head(5, 16, 50257, 50304, 2);
     test_elementwise();
     test_refusal();
     return tu_exit();

@@ -502,6 +502,25 @@ static double mfu_check(const Log *lg, int np, double peak, double *worst, doubl
     return median_of(v + 1, MFU_STEPS - 1);
 }
 
+/* The MFU denominator in force at each step of run `name`: the start record's peak_flops_job, then
+ * each "peak" record's from its step on (the achieved-rate guard, events.h). Returns the number of
+ * peak records; peak[i] is step i+1's. */
+static int peaks_in_force(const char *name, double start_peak, double *peak) {
+    for (int i = 0; i < MFU_STEPS; i++) peak[i] = start_peak;
+    cJSON *all = records(name);
+    int n = 0;
+    const cJSON *r;
+    cJSON_ArrayForEach(r, all) {
+        const cJSON *ev = cJSON_GetObjectItem(r, "event"), *st = cJSON_GetObjectItem(r, "step"),
+                    *pj = cJSON_GetObjectItem(r, "peak_flops_job");
+        if (!cJSON_IsString(ev) || strcmp(ev->valuestring, "peak") || !cJSON_IsNumber(st) || !cJSON_IsNumber(pj)) continue;
+        n++;
+        for (int i = st->valueint - 1; i >= 0 && i < MFU_STEPS; i++) peak[i] = pj->valuedouble;
+    }
+    cJSON_Delete(all);
+    return n;
+}
+
 /* The start record's string field k of run `name` ("" when absent). */
 static void start_string(const char *name, const char *k, char *out, size_t n) {
     cJSON *all = records(name);
@@ -580,6 +599,30 @@ static void mfu(void) {
              "peak %.1f GFLOP/s (%s), max MFU %.3f", okl ? low.peak * 1e-9 : 0, kind, okl ? ml : 0);
     tu_check(okb && mb > 1 && strstr(kind_bare, "probe"), "negative control: the same probe without the GEMM gives MFU > 1",
              "peak %.1f GFLOP/s (%s), max MFU %.3f", okb ? bare.peak * 1e-9 : 0, kind_bare, okb ? mb : 0);
+
+    /* A peak measured low as a whole (probe and GEMM at a tenth: what a start under heavy load
+     * measures; ST_TRAIN_TEST_PEAK_FAULT=low): the first step beats it, and the achieved-rate guard
+     * makes that step's model FLOP/s the denominator from there on (a "peak" record), so MFU stays
+     * <= 1 and every step's MFU is its rate over the peak then in force. Negative control
+     * (=low-noguard): the same low peak without the guard logs MFU > 1. */
+    Log glow, gbare;
+    int okg = mfu_one("mfu_low", "ST_TRAIN_TEST_PEAK_FAULT=low", &glow);
+    int okn = mfu_one("mfu_low_noguard", "ST_TRAIN_TEST_PEAK_FAULT=low-noguard", &gbare);
+    double pk[MFU_STEPS], gw = 0, gm = 0, nw, nm = 0;
+    int nraise = okg ? peaks_in_force("mfu_low", glow.peak_job, pk) : 0;
+    for (int i = 0; okg && i < MFU_STEPS; i++) {
+        Log one_step = glow;
+        double w, m;
+        for (int j = 0; j < MFU_STEPS; j++) one_step.mfu[j] = glow.mfu[i], one_step.ms[j] = glow.ms[i];
+        mfu_check(&one_step, 1, pk[i], &w, &m);
+        gw = w > gw || isnan(w) ? w : gw, gm = m > gm || isnan(m) ? m : gm;
+    }
+    tu_check(okg && nraise >= 1 && gm <= 1 + 1e-9 && gw <= 1e-6,
+             "peak measured 10x low: a step's achieved rate becomes the peak, MFU <= 1",
+             "%d peak records; max MFU %.3f; max rel diff to rate / peak in force %.1e", nraise, gm, gw);
+    if (okn) mfu_check(&gbare, 1, gbare.peak_job, &nw, &nm);
+    tu_check(okn && nm > 1 && peaks_in_force("mfu_low_noguard", gbare.peak_job, pk) == 0,
+             "negative control: the same low peak without the guard logs MFU > 1", "max MFU %.3f", okn ? nm : 0);
 }
 
 /* The peak cache (train/machine_peak.h, docs/plan.md): a run with an empty cache measures and
@@ -636,18 +679,28 @@ static void peak_cache(void) {
     /* plan's default hardware: this machine's profile from the same cache. The first call measures
      * and stores it (name measured-1t); a planted profile for this machine (peak 1.234e12) is what
      * the next call prices on; keyed by another host it is not (measured again); without a cache
-     * (ST_PEAK_CACHE=off) the default is the cpu-zen4-2c preset. */
+     * (ST_PEAK_CACHE=off) the default is the cpu-zen4-2c preset. A profile of this machine planted
+     * low (peak 1e9, matmul efficiency 0.01, 1 MB/s; bf16 peak 1e15, above anything measured) as
+     * measured at load 1e6 is measured again and raised figure by figure (peak and bandwidth up, the
+     * bf16 peak kept); the same plant at load 0.5 is used as it is (the control). */
     remove(cache);
-    double pk[4] = {0, 0, 0, 0};
-    char name[4][64] = {"", "", "", ""};
-    for (int i = 0; i < 4; i++) {
-        if (i == 1 || i == 2) { /* plant */
+    double pk[6] = {0}, bw[6] = {0}, pb[6] = {0};
+    char name[6][64] = {"", "", "", "", "", ""};
+    for (int i = 0; i < 6; i++) {
+        if (i == 1 || i == 2 || i >= 4) { /* plant */
             char *t = tu_slurp(cache);
             cJSON *doc = t ? cJSON_Parse(t) : NULL, *e;
             free(t);
             cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "profiles")) {
-                cJSON_ReplaceItemInObject(cJSON_GetObjectItem(e, "profile"), "peak_fp32", cJSON_CreateNumber(1.234e12));
+                cJSON *prof = cJSON_GetObjectItem(e, "profile");
+                cJSON_ReplaceItemInObject(prof, "peak_fp32", cJSON_CreateNumber(i >= 4 ? 1e9 : 1.234e12));
                 if (i == 2) cJSON_ReplaceItemInObject(e, "host", cJSON_CreateString("another-machine"));
+                if (i >= 4) {
+                    cJSON_ReplaceItemInObject(prof, "matmul_eff", cJSON_CreateNumber(0.01));
+                    cJSON_ReplaceItemInObject(prof, "mem_bw", cJSON_CreateNumber(1e6));
+                    cJSON_ReplaceItemInObject(prof, "peak_bf16", cJSON_CreateNumber(1e15));
+                    cJSON_ReplaceItemInObject(e, "loadavg", cJSON_CreateNumber(i == 4 ? 1e6 : 0.5));
+                }
             }
             char *out = doc ? cJSON_Print(doc) : NULL;
             FILE *f = fopen(cache, "w");
@@ -659,10 +712,15 @@ static void peak_cache(void) {
                  g_bin);
         cJSON *doc = rc_command_json(cmd);
         const cJSON *hw = cJSON_GetObjectItem(doc, "hardware"), *nmj = cJSON_GetObjectItem(hw, "name");
-        pk[i] = num(hw, "peak_fp32");
+        pk[i] = num(hw, "peak_fp32"), bw[i] = num(hw, "mem_bw"), pb[i] = num(hw, "peak_bf16");
         if (cJSON_IsString(nmj)) snprintf(name[i], sizeof name[i], "%s", nmj->valuestring);
         cJSON_Delete(doc);
     }
+    tu_check(pk[4] > 1e10 && bw[4] > 1e8 && pb[4] == 1e15, "plan's default: a profile measured at load 1e6 is measured "
+             "again, each figure raised", "peak %.3g (planted 1e9), mem bw %.3g (1e6), bf16 peak %.3g (1e15 kept)", pk[4],
+             bw[4], pb[4]);
+    tu_check(pk[5] == 1e9 && bw[5] == 1e6, "control: the same profile measured at load 0.5 is used as it is",
+             "peak %.3g, mem bw %.3g", pk[5], bw[5]);
     tu_check(!strcmp(name[0], "measured-1t") && pk[0] > 0 && pk[0] < 1e12, "plan's default: this machine measured (and cached)",
              "profile '%s', peak %.3g FLOP/s", name[0], pk[0]);
     tu_check(pk[1] == 1.234e12, "plan's default: the cached profile of this machine is used", "peak %.4g FLOP/s", pk[1]);

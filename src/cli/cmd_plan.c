@@ -590,13 +590,15 @@ int cmd_plan(int argc, char **argv) {
         if ((st = hw_resolve(&in.hw, hardware, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
     } else if (cache[0]) {
         int measured, nt = in.threads > 0 ? in.threads : 1;
-        double t0 = timer_ms();
-        if ((st = hw_this_machine(&in.hw, nt, cache, &measured, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
-        if (measured) {
+        double t0 = timer_ms(), was;
+        if ((st = hw_this_machine(&in.hw, nt, cache, &measured, &was, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+        if (measured == 2)
+            fprintf(stderr, "plan: this machine's cached profile (%d threads) was measured at load %.1f; measured again "
+                    "in %.1f s, each figure raised where now higher, cached in %s\n", nt, was, (timer_ms() - t0) * 1e-3, cache);
+        else if (measured)
             fprintf(stderr, "plan: measured this machine's profile (%d threads) in %.1f s, cached in %s\n", nt,
                     (timer_ms() - t0) * 1e-3, cache);
-            warn_if_loaded();
-        }
+        if (measured) warn_if_loaded();
     } else if ((st = hw_resolve(&in.hw, "cpu-zen4-2c", &err)) != ST_OK)
         return cli_fail("plan", st, err.msg);
     in.hw_default = !SEEN("hardware");

@@ -38,8 +38,11 @@ Status cli_faults_from_env(Faults *f, Err *err) {
     f->resume_verify_first = env_is_1("ST_TRAIN_TEST_RESUME_VERIFY");
     if ((e = getenv("ST_TRAIN_TEST_PEAK_FAULT")) && *e) {
         if (!strcmp(e, "probe")) f->peak_probe_scale = 0.1;
-        else if (!strcmp(e, "probe-nogemm")) f->peak_probe_scale = 0.1, f->peak_no_gemm = 1;
-        else return err_set(err, ST_ERR_INPUT, "ST_TRAIN_TEST_PEAK_FAULT=%s: expected probe or probe-nogemm", e);
+        else if (!strcmp(e, "probe-nogemm")) f->peak_probe_scale = 0.1, f->peak_no_gemm = 1, f->peak_no_guard = 1;
+        else if (!strcmp(e, "low")) f->peak_probe_scale = 0.1, f->peak_gemm_scale = 0.1;
+        else if (!strcmp(e, "low-noguard")) f->peak_probe_scale = 0.1, f->peak_gemm_scale = 0.1, f->peak_no_guard = 1;
+        else return err_set(err, ST_ERR_INPUT, "ST_TRAIN_TEST_PEAK_FAULT=%s: expected probe, probe-nogemm, low or "
+                            "low-noguard", e);
     }
     if ((e = getenv("ST_CKPT_FAIL_AT")) && *e) {
         snprintf(f->ckpt_fail_stage, sizeof f->ckpt_fail_stage, "%s", e);

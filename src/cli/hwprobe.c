@@ -2,6 +2,7 @@
 #include "cli/hwprobe.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,17 +63,48 @@ Status hw_measure(PlanHardware *hw, int threads, Err *err) {
     return ST_OK;
 }
 
-Status hw_this_machine(PlanHardware *hw, int threads, const char *cache_path, int *measured, Err *err) {
+static double loadavg_now(void) {
+    double load = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &load) != 1) load = -1;
+        fclose(f);
+    }
+    return load;
+}
+
+/* A profile measured on a busy machine is low in every figure (the GEMMs and the memory stream
+ * share the cores with other work: matmul efficiency 0.23 at load 6.9 where 0.85 is this machine's
+ * quiet figure, 2026-11-26). Each figure is a best achievable rate, so a later, quieter measurement
+ * can only raise it: the refreshed profile keeps the larger of old and new per figure. */
+static void profile_raise(PlanHardware *hw, const PlanHardware *old) {
+    double rate = fmax(hw->matmul_eff * hw->peak_fp32, old->matmul_eff * old->peak_fp32);
+    hw->peak_fp32 = fmax(hw->peak_fp32, old->peak_fp32);
+    hw->peak_bf16 = fmax(hw->peak_bf16, old->peak_bf16);
+    hw->peak_fp16 = fmax(hw->peak_fp16, old->peak_fp16);
+    hw->matmul_eff = fmin(1.0, rate / hw->peak_fp32);
+    hw->mem_bw = fmax(hw->mem_bw, old->mem_bw);
+}
+
+Status hw_this_machine(PlanHardware *hw, int threads, const char *cache_path, int *measured, double *was_load, Err *err) {
     *measured = 0;
-    cJSON *j = machine_profile_load(cache_path, threads);
-    if (j) {
-        Status st = plan_hardware_from_json(hw, j, err);
-        cJSON_Delete(j);
-        if (st == ST_OK) return ST_OK; /* an unreadable entry is measured over */
+    double was = -1, now = loadavg_now();
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    cJSON *j = machine_profile_load(cache_path, threads, &was);
+    PlanHardware old;
+    int have_old = j && plan_hardware_from_json(&old, j, err) == ST_OK; /* an unreadable entry is measured over */
+    cJSON_Delete(j);
+    if (was_load) *was_load = was;
+    /* Measured while more work than cores ran, and the machine is quieter now: measure again. */
+    int stale = have_old && cpus > 0 && was > (double)cpus && now >= 0 && now < 0.75 * was;
+    if (have_old && !stale) {
+        *hw = old;
+        return ST_OK;
     }
     Status st = hw_measure(hw, threads, err);
     if (st != ST_OK) return st;
-    *measured = 1;
+    if (have_old) profile_raise(hw, &old);
+    *measured = have_old ? 2 : 1;
     j = plan_hardware_to_json(hw);
     machine_profile_store(cache_path, threads, j);
     cJSON_Delete(j);

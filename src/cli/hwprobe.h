@@ -17,8 +17,12 @@ Status hw_measure(PlanHardware *hw, int threads, Err *err);
 
 /* This machine's measured profile for `threads` threads (`plan`'s default): from the cache file
  * cache_path (train/machine_peak.h) when it holds one for this machine, else measured now
- * (hw_measure, about 2 s) and stored there; *measured says which. */
-Status hw_this_machine(PlanHardware *hw, int threads, const char *cache_path, int *measured, Err *err);
+ * (hw_measure, about 2 s) and stored there. A cached profile measured at a load above the CPU
+ * count is measured again when the load has fallen below 3/4 of that, each figure the larger of
+ * the two. *measured: 0 cached, 1 measured, 2 re-measured; *was_load (if not NULL): the cached
+ * entry's load when measured (-1 none). */
+Status hw_this_machine(PlanHardware *hw, int threads, const char *cache_path, int *measured, double *was_load,
+                       Err *err);
 
 /* The measured peaks' cache file (train/machine_peak.h) from the environment: $ST_PEAK_CACHE (a
  * path, or "off" for none), else $XDG_CACHE_HOME/scaletrain/peaks.json, else

@@ -63,7 +63,11 @@ typedef struct {
     double peak_probe_scale; /* ST_TRAIN_TEST_PEAK_FAULT=probe: the FMA probe reports a tenth of what it
                                 measured (0 = off); =probe-nogemm: and peak_no_gemm. test_dp (mfu) */
     int peak_no_gemm;     /* no GEMM measurement of the peak (the probe alone: the old peak, the
-                             bound's negative control) */
+                             bound's negative control; with peak_no_guard) */
+    double peak_gemm_scale; /* =low: the probe and the GEMM both report a tenth (a peak measured on a
+                               loaded machine); the achieved-rate guard must keep MFU <= 1 */
+    int peak_no_guard;    /* =low-noguard and =probe-nogemm: no achieved-rate guard (a step's MFU can
+                             pass 1: the guard's negative control) */
     /* ---- checkpoints (src/ckpt; docs/checkpoint.md, "Fault injection") ---- */
     char ckpt_fail_stage[32]; /* ST_CKPT_FAIL_AT=STAGE[:MODE]: a save aborts at STAGE (ckpt.c's
                                  CKPT_STAGES; an unknown name fails the save with ST_ERR_INPUT); "" = off */

@@ -35,6 +35,9 @@
 #define CU_REDUCE_FLOATS (BACKEND_CUDA_REDUCE_BYTES / sizeof(float))
 #define CU_PLANS 256
 #define CU_HOST_STAGE 65536 /* floats: sum_ordered's host staging */
+#ifndef ST_CUDA_LIBDIR /* CMake passes the toolkit's library folder (CUDAToolkit_LIBRARY_DIR) */
+#define ST_CUDA_LIBDIR "/usr/local/cuda/lib64"
+#endif
 
 /* cuBLASLt's entry points, taken from the library opened at run time. */
 typedef struct {
@@ -128,13 +131,22 @@ static int open_device(void) {
     if (G.device < 0) return open_fail("CUDA backend: %s", pe.msg);
     if ((e = cudaSetDevice(G.device)) != cudaSuccess)
         return open_fail("CUDA backend: cudaSetDevice(%d): %s", G.device, cudaGetErrorString(e));
+    /* By soname first (the loader's path: LD_LIBRARY_PATH, ld.so.conf), then in the toolkit's
+     * library folder this program was built against (ST_CUDA_LIBDIR, from CMake), so a machine
+     * whose ld.so.conf does not list /usr/local/cuda/lib64 still finds it. */
     const char *lib = "libcublasLt.so.13";
     G.lt.lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    char first_err[256];
+    snprintf(first_err, sizeof first_err, "%s", G.lt.lib ? "" : dlerror());
+    static char path[512];
     if (!G.lt.lib) {
-        lib = "libcublasLt.so";
+        snprintf(path, sizeof path, "%s/libcublasLt.so.13", ST_CUDA_LIBDIR);
+        lib = path;
         G.lt.lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     }
-    if (!G.lt.lib) return open_fail("CUDA backend: cannot open libcublasLt.so.13: %s", dlerror());
+    if (!G.lt.lib)
+        return open_fail("CUDA backend: cannot open libcublasLt.so.13 (by soname: %s; then %s: %s)", first_err, lib,
+                         dlerror());
     LT_SYM(create, "cublasLtCreate");
     LT_SYM(destroy, "cublasLtDestroy");
     LT_SYM(desc_create, "cublasLtMatmulDescCreate");

@@ -260,10 +260,19 @@ __global__ void k_att_backward_dkv(float *dqkv, const float *dout, const float *
     }
 }
 
-static int att_check(int NH, int KV, int hs) {
+/* The launches put (batch, head) on gridDim.y, whose limit is 65535 (not gridDim.x's 2^31 − 1):
+ * B·NH above it would be "invalid configuration argument" at launch; it is refused by name. */
+#define ATT_GRID_Y 65535
+
+static int att_check(int B, int NH, int KV, int hs) {
     if (hs < 1 || hs > 32 * ATT_EMAX || KV < 1 || NH % KV) {
         cu_fail(ST_ERR_INPUT, "CUDA attention: expected head size 1..%d and KV heads dividing %d, found hs %d, KV %d",
                 32 * ATT_EMAX, NH, hs, KV);
+        return 0;
+    }
+    if ((long)B * NH > ATT_GRID_Y) {
+        cu_fail(ST_ERR_INPUT, "CUDA attention: expected batch x heads <= %d (the grid's y limit), found %d x %d",
+                ATT_GRID_Y, B, NH);
         return 0;
     }
     return 1;
@@ -271,7 +280,7 @@ static int att_check(int NH, int KV, int hs) {
 
 void cu_attention_forward(float *out, float *lse, float *scratch, const float *qkv, const int32_t *pos, int B, int T,
                           int NH, int KV, int hs, float scale, Dropout d, int lowp, int nt) {
-    if (!cu_ready() || !att_check(NH, KV, hs)) return;
+    if (!cu_ready() || !att_check(B, NH, KV, hs)) return;
     size_t smem = ((size_t)ATT_K * (hs + 1) + (size_t)ATT_K * hs + (size_t)ATT_Q * hs) * sizeof(float);
     dim3 grid(cu_blocks((size_t)T, ATT_Q), B * NH);
     k_att_forward<<<grid, 32 * ATT_Q, smem, cu_stream()>>>(out, lse, qkv, pos, T, NH, KV, hs, scale, d, lowp);
@@ -281,7 +290,7 @@ void cu_attention_forward(float *out, float *lse, float *scratch, const float *q
 void cu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
                            const float *lse, const int32_t *pos, int B, int T, int NH, int KV, int hs, float scale,
                            Dropout d, int lowp, int nt) {
-    if (!cu_ready() || !att_check(NH, KV, hs)) return;
+    if (!cu_ready() || !att_check(B, NH, KV, hs)) return;
     size_t smem_q = (2 * (size_t)ATT_K * (hs + 1) + 2 * (size_t)ATT_Q * hs) * sizeof(float);
     dim3 grid_q(cu_blocks((size_t)T, ATT_Q), B * NH);
     k_att_backward_dq<<<grid_q, 32 * ATT_Q, smem_q, cu_stream()>>>(dqkv, dout, qkv, out, lse, pos, T, NH, KV, hs, scale,

@@ -309,14 +309,18 @@ __global__ void k_norm_backward_sum(float *dw, float *db, const float *scratch, 
         sw += scratch[k * stride + c];
         if (!rms) sb += scratch[k * stride + C + c];
     }
-    dw[c] = acc ? dw[c] + sw : sw;
-    if (!rms) db[c] = acc ? db[c] + sb : sb;
+    if (dw) dw[c] = acc ? dw[c] + sw : sw; /* NULL: a frozen weight, as the CPU's (LoRA) */
+    if (!rms && db) db[c] = acc ? db[c] + sb : sb;
 }
 
 static void norm_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout, const float *inp,
                           const float *w, const float *mean, const float *rstd, int N, int C, int acc, int rms) {
     if (!cu_ready()) return;
     int nchunk = (N + KERNEL_ROW_CHUNK - 1) / KERNEL_ROW_CHUNK;
+    if (nchunk > 65535) { /* the chunks are gridDim.y (limit 65535) */
+        cu_fail(ST_ERR_INPUT, "CUDA norm backward: expected at most %d rows, found %d", 65535 * KERNEL_ROW_CHUNK, N);
+        return;
+    }
     cudaStream_t s = cu_stream();
     k_norm_backward_dx<<<cu_blocks((size_t)N, ROWS_PER_BLOCK), 32 * ROWS_PER_BLOCK, 0, s>>>(dinp, dout, inp, w, mean,
                                                                                           rstd, N, C, rms);

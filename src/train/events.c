@@ -362,6 +362,15 @@ void ev_stall(EventLog *lg, long step, const char *why) {
     emit(lg, o);
 }
 
+void ev_peak(EventLog *lg, long step, double peak_job, double previous, double achieved) {
+    cJSON *o = event("peak");
+    add_num(o, "step", (double)step);
+    add_num(o, "peak_flops_job", peak_job);
+    add_num(o, "previous_peak_flops_job", previous);
+    add_num(o, "achieved_flops", achieved);
+    emit(lg, o);
+}
+
 void ev_skip(EventLog *lg, long step, long batch) {
     cJSON *o = event("skip");
     add_num(o, "step", (double)step);

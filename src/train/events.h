@@ -49,6 +49,9 @@
  *             ones, the loss is their mean), time_ms
  *   spike | nonfinite   step, batch, metric, value, median, z, action, tokens_seen
  *   stall     step, why
+ *   peak      step, peak_flops_job (the MFU denominator from this step on), previous_peak_flops_job,
+ *             achieved_flops (the step's model FLOP/s, which beat the previous peak: the measured or
+ *             given peak was low, e.g. measured under load; MFU is bounded by 1, docs/plan.md)
  *   skip      step, batch
  *   rollback  step, to_step, batch, checkpoint
  *   overflow  step, batch, loss_scale, new_loss_scale
@@ -171,6 +174,7 @@ void ev_spike(EventLog *lg, const SpikeEvent *e);
 
 void ev_val(EventLog *lg, long step, double loss, double tokens, double ms);
 void ev_stall(EventLog *lg, long step, const char *why);
+void ev_peak(EventLog *lg, long step, double peak_job, double previous, double achieved);
 void ev_skip(EventLog *lg, long step, long batch);
 void ev_rollback(EventLog *lg, long step, long to_step, long batch, const char *checkpoint);
 void ev_overflow(EventLog *lg, long step, long batch, double scale, double new_scale);

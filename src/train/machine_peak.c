@@ -27,7 +27,8 @@
 #define GEMM_CHECK_MS 20.0 /* the check on a cache hit: 3 calls and 20 ms at least */
 
 MachinePeakOptions machine_peak_default_options(void) {
-    MachinePeakOptions o = {.threads = 1, .bf16 = 0, .cache_path = NULL, .remeasure = 0, .probe_scale = 1, .no_gemm = 0};
+    MachinePeakOptions o = {.threads = 1, .bf16 = 0, .cache_path = NULL, .remeasure = 0, .probe_scale = 1, .no_gemm = 0,
+                             .gemm_scale = 1};
     return o;
 }
 
@@ -299,16 +300,18 @@ static void cache_store(const char *path, cJSON *doc, const MachineKey *k, int t
     cache_put(path, doc, "entries", k, threads, prec, e);
 }
 
-cJSON *machine_profile_load(const char *cache_path, int threads) {
+cJSON *machine_profile_load(const char *cache_path, int threads, double *loadavg) {
+    if (loadavg) *loadavg = -1;
     if (!cache_path || !cache_path[0]) return NULL;
     MachineKey k;
     machine_key(&k);
     cJSON *doc = cache_load(cache_path), *found = NULL;
     const cJSON *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "profiles")) {
-        const cJSON *p = cJSON_GetObjectItem(e, "profile");
+        const cJSON *p = cJSON_GetObjectItem(e, "profile"), *l = cJSON_GetObjectItem(e, "loadavg");
         if (entry_matches(e, &k, threads, NULL) && cJSON_IsObject(p)) {
             found = cJSON_Duplicate(p, 1);
+            if (loadavg && cJSON_IsNumber(l)) *loadavg = l->valuedouble;
             break;
         }
     }
@@ -332,7 +335,8 @@ void machine_profile_store(const char *cache_path, int threads, const cJSON *pro
 static Status device_peak_resolve(MachinePeak *out, const MachinePeakOptions *o, Err *err) {
     const Backend *be = o->device;
     const char *prec = o->bf16 ? "bf16" : "fp32";
-    int use_cache = o->cache_path && o->cache_path[0] && !o->no_gemm && !(o->probe_scale > 0 && o->probe_scale != 1);
+    int use_cache = o->cache_path && o->cache_path[0] && !o->no_gemm && !(o->probe_scale > 0 && o->probe_scale != 1) &&
+                    !(o->gemm_scale > 0 && o->gemm_scale != 1);
     MachineKey k;
     machine_key(&k);
     snprintf(k.device, sizeof k.device, "%s", be->device_name ? be->device_name() : be->name);
@@ -356,6 +360,7 @@ static Status device_peak_resolve(MachinePeak *out, const MachinePeakOptions *o,
     }
     if (!out->cached && !(out->gemm > 0) && !o->no_gemm)
         out->gemm = device_gemm_peak(be, o->bf16, o->threads, GEMM_MIN_MS, GEMM_MIN_REPS, &size);
+    if (!out->cached && o->gemm_scale > 0) out->gemm *= o->gemm_scale;
     if (use_cache && (!out->cached || raised) && out->gemm > 0) {
         cJSON *e = entry_new(&k, o->threads);
         cJSON_AddStringToObject(e, "precision", prec);
@@ -377,7 +382,7 @@ Status machine_peak_resolve(MachinePeak *out, const MachinePeakOptions *o, Err *
     memset(out, 0, sizeof *out);
     if (o->device && !o->device->host_addressable) return device_peak_resolve(out, o, err);
     const char *prec = o->bf16 ? "bf16" : "fp32";
-    int faulty = (o->probe_scale > 0 && o->probe_scale != 1) || o->no_gemm;
+    int faulty = (o->probe_scale > 0 && o->probe_scale != 1) || o->no_gemm || (o->gemm_scale > 0 && o->gemm_scale != 1);
     int use_cache = o->cache_path && o->cache_path[0] && !faulty;
     MachineKey k;
     machine_key(&k);
@@ -412,6 +417,7 @@ Status machine_peak_resolve(MachinePeak *out, const MachinePeakOptions *o, Err *
         }
         if (o->probe_scale > 0) out->probe *= o->probe_scale;
         out->gemm = o->no_gemm ? 0 : gemm_peak(o->bf16, GEMM_MIN_MS, GEMM_MIN_REPS);
+        if (o->gemm_scale > 0) out->gemm *= o->gemm_scale;
         if (use_cache && out->probe > 0) cache_store(o->cache_path, doc, &k, o->threads, prec, out->probe, out->gemm);
     }
     cJSON_Delete(doc);

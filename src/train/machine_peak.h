@@ -25,10 +25,11 @@ typedef struct {
     int bf16;               /* 1: the bf16 peak (bf16 probe, bf16 GEMM, and the fp32 probe as a floor) */
     const char *cache_path; /* the cache file; NULL or "" = no cache (measure every time) */
     int remeasure;          /* 1: measure even on a cache hit, and replace the entry */
-    /* Test-only faults (core/fault.h: peak_probe_low, peak_no_gemm); any set bypasses the cache so a
-     * faulty figure is neither read nor written. */
+    /* Test-only faults (core/fault.h: peak_probe_scale, peak_no_gemm, peak_gemm_scale); any set
+     * bypasses the cache so a faulty figure is neither read nor written. */
     double probe_scale;     /* the probe's result times this (0 or 1: unchanged) */
     int no_gemm;            /* 1: no GEMM measurement (the peak is the probe's alone) */
+    double gemm_scale;      /* the GEMM's result times this (0 or 1: unchanged) */
     /* A device backend (host_addressable 0; NULL: this CPU): the peak is the rate of its own GEMM
      * (matmul_forward in fp32, matmul_forward_lp in bf16: cuBLASLt on a GPU) on its memory, timed
      * between `sync`s, the size doubled from 512 while one call takes under 2 ms (up to 8192), so
@@ -56,9 +57,10 @@ Status machine_peak_resolve(MachinePeak *out, const MachinePeakOptions *o, Err *
 
 /* This machine's hardware profile for `threads` in the cache (`plan`'s default hardware; the
  * profile is plan_hardware_to_json's object, the entry keyed like the peaks'): a copy the caller
- * deletes, or NULL when the cache has none (or cache_path is NULL or ""). */
+ * deletes, or NULL when the cache has none (or cache_path is NULL or ""). *loadavg (if not NULL):
+ * the 1-minute load average when it was measured (-1 unknown). */
 struct cJSON;
-struct cJSON *machine_profile_load(const char *cache_path, int threads);
+struct cJSON *machine_profile_load(const char *cache_path, int threads, double *loadavg);
 /* Stores (replaces) it; a cache that cannot be written is left as it was. */
 void machine_profile_store(const char *cache_path, int threads, const struct cJSON *profile);
 

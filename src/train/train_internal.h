@@ -90,7 +90,9 @@ typedef struct {
 typedef struct {
     long long batch_seqs, batch_tokens;
     double fpt;                 /* model FLOPs per token */
-    double peak, peak_job;      /* this rank's peak FLOP/s, and the sum over ranks (MFU's denominator) */
+    double peak, peak_job;      /* this rank's peak FLOP/s, and the sum over ranks (MFU's denominator;
+                                   raised to a step's achieved model FLOP/s when that beats it) */
+    int peak_raised;            /* a step beat the peak (the notice is printed once) */
     const char *peak_kind;      /* what gave `peak` (mpeak.kind, or "given") */
     MachinePeak mpeak;          /* the probe's and the GEMM's figures (zero when --peak-gflops) */
     PlanResult plan;

@@ -394,6 +394,7 @@ Status tr_setup_accounting(Run *r, Err *err) {
         MachinePeakOptions po = machine_peak_default_options();
         po.threads = nt, po.bf16 = c->bf16 && !c->fp16, po.cache_path = c->peak_cache, po.remeasure = c->remeasure_peak;
         po.probe_scale = c->faults.peak_probe_scale, po.no_gemm = c->faults.peak_no_gemm;
+        po.gemm_scale = c->faults.peak_gemm_scale;
         po.device = be->host_addressable ? NULL : be;
         Status pst = machine_peak_resolve(&r->acct.mpeak, &po, err);
         if (pst != ST_OK) return pst;

@@ -543,7 +543,18 @@ static Status step_report(Run *r, Step *s, Err *err) {
     /* The model FLOPs of the step: its batch, and the same batch again in Sophia's Hessian pass. */
     /* --doc-mask: the attention term at the step's own document lengths (layout_doc_span) */
     double fpt = c->model.doc_mask ? layout_flops_per_token_span(&c->model, s->span) : r->acct.fpt;
-    double tok_s = r->acct.batch_tokens / (dt * 1e-3), mfu = fpt * tok_s * (s->hess_ms > 0 ? 2 : 1) / r->acct.peak_job;
+    double tok_s = r->acct.batch_tokens / (dt * 1e-3), rate = fpt * tok_s * (s->hess_ms > 0 ? 2 : 1);
+    if (rate > r->acct.peak_job && !c->faults.peak_no_guard) {
+        /* No step can beat the peak: one that did shows the peak was measured low (under load at
+         * start, or given low). The achieved rate becomes the denominator, so MFU never passes 1. */
+        if (!c->quiet && !r->acct.peak_raised)
+            printf("note: step %ld ran at %.1f GFLOP/s, above the %s peak of %.1f GFLOP/s (measured under load? "
+                   "--remeasure-peak on a quiet machine); MFU is against the achieved rate from here on\n",
+                   s->next, rate * 1e-9, c->peak_flops > 0 ? "given" : "measured", r->acct.peak_job * 1e-9);
+        ev_peak(&r->log, s->next, rate, r->acct.peak_job, rate);
+        r->acct.peak_job = rate, r->acct.peak_raised = 1;
+    }
+    double mfu = rate / r->acct.peak_job;
     double elapsed = (timer_ms() - r->loop_t0) * 1e-3;
     long done = r->attempt - r->rs.attempt, left = c->steps - r->step;
     double eta = done > 0 ? elapsed / done * left : NAN;
