@@ -22,13 +22,18 @@
  * and parameters (stage 3) live in that order.
  *
  * Stages (what each rank stores; G = gradients, P = parameters, M = moments):
- *   0  P, G, M full; per-segment gradient all-reduce (split into buckets of ≤ bucket_floats),
- *      queued at grads_ready on the last micro-batch and started in that order, at most
- *      ZERO_BUCKETS_IN_FLIGHT at once (the MPI library's temporaries stay bounded), progressed and
- *      refilled by comm_test in before_backward,
- *      waited before the norm; every rank runs the optimizer on the whole range.
+ *   Every collective runs in pieces of ≤ bucket_floats (4 MiB) through one scheduler (zero.c:
+ *   queued in hook order, started in that order, at most ZERO_IN_FLIGHT reduction pieces at once so
+ *   the MPI library's and the ring's temporaries stay bounded, progressed and refilled by comm_test
+ *   in before_forward, before_backward and grads_ready). A reduce-scatter or all-gather piece is the
+ *   same floats of every rank's block (layout_dp_piece_floats), so it runs comm's ring and sums in
+ *   the unsplit segment's order.
+ *   0  P, G, M full; per-segment gradient all-reduce (buckets of ≤ bucket_floats), queued at
+ *      grads_ready on the last micro-batch, waited before the norm; every rank runs the optimizer
+ *      on the whole range.
  *   1  P, G full, M sharded; per-segment in-place reduce-scatter at grads_ready of the last
- *      micro-batch; each rank updates its blocks; per-segment all-gather of P after the update.
+ *      micro-batch; each rank updates its blocks; per-segment all-gather of P queued after the
+ *      update and waited by that segment's next before_forward (--no-overlap, a device: at once).
  *   2  as 1, but G sharded: backward writes each segment into a bucket (external gradients; the
  *      g->d.g views are re-pointed from the hooks), the bucket is reduce-scattered at grads_ready of
  *      EVERY micro-batch and its owned block ADDED to the gradient shard (DeepSpeed's scheme).
@@ -62,13 +67,14 @@
 #include "model/layout.h"
 #include "optim/optim.h"
 
-/* The default bucket of stage 0's gradient all-reduce, in floats (4 MiB): one source with plan,
- * model/layout.h's LAYOUT_BUCKET_FLOATS (plan_trainer_comm books the same buckets). */
+/* The default bucket of stage 0's gradient all-reduce and the largest piece of ZeRO's other
+ * collectives, in floats (4 MiB): one source with plan, model/layout.h's LAYOUT_BUCKET_FLOATS
+ * (plan_trainer_comm books the same buckets and pieces). */
 #define PAR_DEFAULT_BUCKET_FLOATS LAYOUT_BUCKET_FLOATS
 
 typedef struct {
     int zero;             /* ZeRO stage 0..3 */
-    size_t bucket_floats; /* largest all-reduce request of stage 0 (default PAR_DEFAULT_BUCKET_FLOATS) */
+    size_t bucket_floats; /* largest request of ZeRO's collectives (default PAR_DEFAULT_BUCKET_FLOATS) */
     int overlap;          /* 1 (default): start buckets from grads_ready; 0: start all after the
                              backward pass (for measuring how much overlap hides) */
     int n_moments;        /* optimizer moment buffers (optim_num_moments) */
