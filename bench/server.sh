@@ -307,7 +307,7 @@ fi
 
 # --- the table --------------------------------------------------------------------------------
 "$py" bench/server_summary.py "$work" > "$work/summary.txt" 2>&1 || python3 bench/server_summary.py "$work" > "$work/summary.txt" 2>&1
-[[ -f $work/zero.log ]] && { echo "--- zero (bench/zero_overlap.sh ${zargs[*]}), its table:"; grep -E '^(\||# dp|zero_overlap:)' "$work/zero.log"; } >> "$work/summary.txt"
+[[ -f $work/zero.log ]] && { echo "--- zero (bench/zero_overlap.sh ${zargs[*]}), its table:"; grep -E '^(\||# dp|# hidden|zero_overlap:)' "$work/zero.log"; } >> "$work/summary.txt"
 echo "total $(( $(date +%s) - t_all ))s; logs in $out/server.tar.gz" >> "$work/summary.txt"
 pack
 echo

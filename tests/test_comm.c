@@ -124,6 +124,76 @@ static void test_float_collectives(Comm *c) {
     }
 }
 
+/* ZeRO's pieces (comm_ireduce_scatter_piece_f32 / comm_iallgather_piece_f32; docs/parallel.md
+ * "Pieces"): a buffer of p blocks split into pieces of q floats of every block, all started before
+ * any is waited (progressed by comm_test), on random data. Oracle: the reduce-scatter's own block is
+ * bit-identical to the unsplit in-place ring's (the same summation order per element); the
+ * all-gather exact. Controls: the last piece left out must leave the own block different from the
+ * unsplit ring's (p > 1), and the all-gather's other ranks' parts unfilled; a piece longer than the
+ * block stride, and a split piece under rs_as_allreduce (whole collectives only), are refused. */
+static void test_pieces(Comm *c) {
+    int p = c->dp, r = c->dp_rank, rs_default = c->rs_as_allreduce;
+    static const size_t blocks[] = {7, 1000, 65537};
+    for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
+        size_t n = blocks[bi], tot = n * (size_t)p, q = n > 8 ? n / 3 + 1 : 2, np_ = (n + q - 1) / q;
+        float *ref = malloc(tot * sizeof(float)), *a = malloc(tot * sizeof(float));
+        CommReq *rq = calloc(np_, sizeof *rq), one = {0};
+        Err err = {0};
+        char name[96];
+        c->rs_as_allreduce = 0;
+        for (size_t i = 0; i < tot; i++) ref[i] = frand(r, i);
+        Status st = comm_ireduce_scatter_f32(c, ref, ref + (size_t)r * n, n, &one, &err);
+        if (st == ST_OK) st = comm_wait(&one, 10, "whole", 0, &err);
+        for (int mode = 0; mode < 3; mode++) { /* 0 pieces, 1 as all-reduce (refused), 2 last piece left out */
+            c->rs_as_allreduce = mode == 1;
+            for (size_t i = 0; i < tot; i++) a[i] = frand(r, i);
+            Status sp = ST_OK;
+            for (size_t k = 0; k < np_ - (mode == 2) && sp == ST_OK; k++)
+                sp = comm_ireduce_scatter_piece_f32(c, a + k * q, n, n - k * q < q ? n - k * q : q, &rq[k], &err);
+            for (size_t k = 0; k < np_; k++) (void)comm_test(&rq[k]);
+            if (sp == ST_OK) sp = comm_wait_all(rq, (int)np_, 10, "piece", 0, &err);
+            c->rs_as_allreduce = rs_default;
+            double md = 0;
+            for (size_t j = 0; j < n; j++) {
+                size_t i = (size_t)r * n + j;
+                md = fmax(md, fabs(a[i] - ref[i]));
+            }
+            int same = !memcmp(a + (size_t)r * n, ref + (size_t)r * n, n * sizeof(float));
+            (void)comm_allreduce_f64(c, &md, 1, COMM_MAX, &err);
+            if (mode == 0) {
+                snprintf(name, sizeof name, "reduce_scatter_pieces%zu_same_bits_as_whole_block%zu", q, n);
+                check(st == ST_OK && sp == ST_OK && same, name, "maxdiff=%g vs the unsplit ring %s", md, sp ? err.msg : "");
+            } else if (mode == 1) { /* one rank runs no MPI: nothing to refuse */
+                snprintf(name, sizeof name, "reduce_scatter_pieces%zu_as_allreduce_refused_block%zu", q, n);
+                check(p == 1 ? sp == ST_OK : sp == ST_ERR_INPUT && strstr(err.msg, "rs_as_allreduce"), name, "%s",
+                      sp ? err.msg : "accepted");
+            } else {
+                snprintf(name, sizeof name, "reduce_scatter_pieces%zu_last_left_out_control_block%zu", q, n);
+                check(sp == ST_OK && (p == 1 || md > 0), name, "maxdiff=%g must be > 0 %s", md, sp ? err.msg : "");
+            }
+        }
+        for (int mode = 0; mode < 2; mode++) { /* 1: the last piece left out (control) */
+            for (size_t i = 0; i < tot; i++) a[i] = (size_t)r == i / n ? (float)(r * 1000 + (int)(i % 1000)) : -1.f;
+            Status sp = ST_OK;
+            for (size_t k = 0; k < np_ - mode && sp == ST_OK; k++)
+                sp = comm_iallgather_piece_f32(c, a + k * q, n, n - k * q < q ? n - k * q : q, &rq[k], &err);
+            if (sp == ST_OK) sp = comm_wait_all(rq, (int)np_, 10, "piece", 0, &err);
+            double md = 0;
+            for (size_t i = 0; i < tot; i++) md = fmax(md, fabs(a[i] - (float)((int)(i / n) * 1000 + (int)(i % 1000))));
+            (void)comm_allreduce_f64(c, &md, 1, COMM_MAX, &err);
+            snprintf(name, sizeof name, "allgather_pieces%zu_%s_block%zu", q, mode ? "last_left_out_control" : "exact", n);
+            if (!mode) check(sp == ST_OK && md == 0, name, "maxdiff=%g %s", md, sp ? err.msg : "");
+            else check(sp == ST_OK && (p == 1 || md > 0), name, "maxdiff=%g must be > 0 %s", md, sp ? err.msg : "");
+        }
+        free(ref), free(a), free(rq);
+    }
+    float x[4] = {0};
+    CommReq rq = {0};
+    Err err = {0};
+    Status st = comm_ireduce_scatter_piece_f32(c, x, 2, 3, &rq, &err);
+    check(st == ST_ERR_INPUT && strstr(err.msg, "stride"), "piece_longer_than_stride_refused", "%s", err.msg);
+}
+
 /* The ring reduce-scatter (comm.c, in place, across nodes; forced here with rs_as_allreduce = 0):
  * three rings in flight at once on random data (started in order, waited in reverse, progressed
  * only by comm_test in between), each own block against a double sum every rank recomputes
@@ -559,6 +629,7 @@ int main(int argc, char **argv) {
     test_checks(c);
     test_float_collectives(c);
     test_ring(c);
+    test_pieces(c);
     test_scalars(c);
     test_overlap(c);
     test_progress(c);

@@ -1,7 +1,7 @@
 /* test_dp.c — data parallelism and ZeRO 0–3 end to end: `scaletrain train` under mpirun against
  * one process (issue 6; issue 12 made every check able to fail).
  *
- * Usage: test_dp MPIEXEC SCALETRAIN [equiv|scale|mixed|resume|fault|mfu|peak|memory]
+ * Usage: test_dp MPIEXEC SCALETRAIN [equiv|scale|mixed|resume|fault|overlap|mfu|peak|memory]
  *
  * Oracle: one process running the same global batch (micro-batch 2 × accumulation 4 = 8 sequences
  * per step; dp=2 runs accumulation 2, dp=4 accumulation 1), 20 steps, fp32. Every comparison covers
@@ -36,6 +36,15 @@
  *           (the memory record's measured_by_rank, what the ranks' allocators counted); each rank's resident memory above its baseline within 5% of its
  *           allocated total (dp 2 ZeRO 2 fp32, dp 4 ZeRO 3 bf16; 0.3 GB per rank). Negative
  *           controls: the plan of dp 1 differs; RSS against the allocation less the moments fails.
+ *   overlap ZeRO's collectives split into pieces (issue 28; ST_PAR_TEST_BUCKET=1000 floats, so every
+ *           segment of the test model has 4-13 pieces) and the stage 1-2 parameter all-gathers
+ *           waited in the next forward's hooks: at dp 2 ZeRO 1-3 bit-identical (losses and grad
+ *           norms as printed) to the same runs unsplit (control: the same comparison against the
+ *           one-process run fails); dp 2 × ZeRO 0-3, dp 4 × ZeRO 2-3 and dp 2
+ *           ZeRO 2 --no-overlap against the one-process reference (AdamW tolerances). Negative
+ *           control (ST_PAR_TEST_GATHER_FAULT=1: the first piece of block 1's gather not waited
+ *           before block 1's forward, started after it) at ZeRO 1 and 3: the losses must leave the
+ *           tolerance by 10x.
  *   mfu     MFU under MPI is the job's model FLOP/s over the sum of the ranks' peaks: the dp 2 step
  *           records satisfy mfu = flops_per_token · tokens/s / peak_flops_job with tokens/s the
  *           job's, peak_flops_job ≈ 2 × one rank's, every step below 1; the median within a factor
@@ -78,16 +87,21 @@ static int run(const char *name, const char *cmd, double *secs) { return rc_run(
     "train --data " DIR "/train.bin --layers 2 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 --micro-batch 2 " \
     "--lr 2e-3 --min-lr 2e-4 --warmup 5 --val-every 0 --threads 1 --peak-gflops 100 --quiet"
 
-/* One training run: np 0 = one process without mpirun. env "VAR=value" (or NULL) is set for every
- * rank; append keeps the log (a resumed run continues it), else it is removed first. */
+/* One training run: np 0 = one process without mpirun. env "VAR=value" (or NULL; several separated
+ * by spaces) is set for every rank; append keeps the log (a resumed run continues it), else it is
+ * removed first. */
 static int train_env(const char *name, int np, int k, int zero, const char *extra, const char *env, int append,
                      double *secs) {
-    char cmd[4096], launch[1024] = "", var[64] = "";
-    if (env) snprintf(var, sizeof var, "%.*s", (int)strcspn(env, "="), env);
+    char cmd[4096], launch[1024] = "", var[256] = "";
+    for (const char *e = env; e && *e;) { /* "-x VAR " for each */
+        size_t n = strcspn(e, "="), used = strlen(var);
+        snprintf(var + used, sizeof var - used, "-x %.*s ", (int)n, e);
+        e += strcspn(e, " ");
+        e += strspn(e, " ");
+    }
     if (np > 0)
-        snprintf(launch, sizeof launch,
-                 "%s timeout 120 %s --allow-run-as-root --oversubscribe -np %d -x OMP_NUM_THREADS=1 %s%s ",
-                 env ? env : "", g_mpi, np, var[0] ? "-x " : "", var);
+        snprintf(launch, sizeof launch, "%s timeout 120 %s --allow-run-as-root --oversubscribe -np %d -x OMP_NUM_THREADS=1 %s",
+                 env ? env : "", g_mpi, np, var);
     else if (env)
         snprintf(launch, sizeof launch, "%s ", env);
     snprintf(cmd, sizeof cmd,
@@ -117,14 +131,16 @@ static int log_diffs(const char *name, const char *ref, double *loss, double *no
     return rc_log_diffs(DIR, name, ref, STEPS, loss, norm, la);
 }
 
-static int loss_text_equal(const char *a, const char *b) {
-    char pa[1200], pb[1200];
+/* Every step record's "key" printed the same (as text: every bit) in logs a and b. */
+static int field_text_equal(const char *a, const char *b, const char *key) {
+    char pa[1200], pb[1200], k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
     snprintf(pa, sizeof pa, "%s/%s.jsonl", DIR, a), snprintf(pb, sizeof pb, "%s/%s.jsonl", DIR, b);
     char *x = tu_slurp(pa), *y = tu_slurp(pb);
     int same = x && y;
     char *p = x, *q = y;
     while (same) {
-        p = strstr(p, "\"loss\":"), q = strstr(q, "\"loss\":");
+        p = strstr(p, k), q = strstr(q, k);
         if (!p || !q) {
             same = !p && !q;
             break;
@@ -136,6 +152,8 @@ static int loss_text_equal(const char *a, const char *b) {
     free(x), free(y);
     return same;
 }
+
+static int loss_text_equal(const char *a, const char *b) { return field_text_equal(a, b, "loss"); }
 
 /* Final weights of a run in the one-process layout (rc_weights). */
 static float *weights(const char *name, const ParamLayout *pl) { return rc_weights(DIR, name, pl); }
@@ -251,6 +269,62 @@ static void scale(void) {
     all = ok2 && log_diffs("fault_sgd", "ref_sgd", &lw, &nw, &la);
     tu_check(all && lw > 100 * SGD_TOL.loss && nw > 0.5, "negative control: gradients x2 under SGD: the losses catch it too",
              "losses max rel %.2e (tol %g), grad_norm max rel %.2f", lw, SGD_TOL.loss, nw);
+    layout_free(&pl);
+}
+
+/* Pieces and deferred gathers (issue 28): every ZeRO collective split into pieces (ST_PAR_TEST_BUCKET
+ * = 1000 floats: 500 per rank at dp 2, so each segment of the test model has 4-13 pieces) and the
+ * stage 1-2 parameter all-gathers waited in the next forward's hooks. Oracles: at dp 2 the losses
+ * and gradient norms of ZeRO 1-3 in pieces are bit-identical (as printed) to the same runs unsplit
+ * (the ring's summation order per element is the segment's; control: the same comparison against
+ * the one-process run, a few 1e-9 away, fails); dp 2 ZeRO 0-3, dp 4 ZeRO 2-3 and dp 2 ZeRO 2
+ * --no-overlap against the one-process reference (AdamW tolerances). Negative control
+ * (ST_PAR_TEST_GATHER_FAULT=1: the first piece of block 1's gather not waited before block 1's
+ * forward but started after it) at ZeRO 1 and 3: the losses must leave the tolerance by 10x. */
+static void overlap(void) {
+    ParamLayout pl;
+    test_layout(&pl);
+    double secs;
+    const char *bucket = "ST_PAR_TEST_BUCKET=1000";
+    if (train("ref_k4", 0, 4, 0, NULL, &secs) != 0) tu_check(0, "reference run", "see %s/ref_k4.out", DIR);
+    float *wref = weights("ref_k4", &pl);
+    static const int runs[][4] = {{2, 0, 1, 0}, {2, 1, 1, 1}, {2, 2, 1, 1}, {2, 3, 1, 1}, {4, 2, 1, 0}, {4, 3, 1, 0}, {2, 2, 0, 0}};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        int dp = runs[i][0], z = runs[i][1], ov = runs[i][2], bits = runs[i][3];
+        char name[64], whole[64];
+        snprintf(name, sizeof name, "pieces_dp%d_zero%d%s", dp, z, ov ? "" : "_nooverlap");
+        int rc = train_env(name, dp, 4 / dp, z, ov ? NULL : "--no-overlap", bucket, 0, &secs);
+        printf("%s: %.1f s\n", name, secs);
+        if (rc != 0) {
+            tu_check(0, name, "exit %d, see %s/%s.out", rc, DIR, name);
+            continue;
+        }
+        compare(name, "ref_k4", &pl, wref);
+        if (!bits) continue;
+        snprintf(whole, sizeof whole, "whole_dp%d_zero%d", dp, z);
+        rc = train_env(whole, dp, 4 / dp, z, NULL, NULL, 0, &secs);
+        int same = rc == 0 && field_text_equal(name, whole, "loss") && field_text_equal(name, whole, "grad_norm");
+        char what[160];
+        snprintf(what, sizeof what, "%s_bit_identical_to_unsplit", name);
+        tu_check(same, what, "losses and grad norms as printed, pieces vs one collective per segment (exit %d)", rc);
+        if (z == 1) { /* control of the comparison: the one-process run differs in the last bits */
+            snprintf(what, sizeof what, "%s_control_differs_from_one_process", name);
+            tu_check(!field_text_equal(name, "ref_k4", "loss"), what, "the same text comparison against ref_k4 must fail");
+        }
+    }
+    /* Negative control: block 1's first gather piece read before it arrived (the previous step's
+     * values at ZeRO 1, the slot's old contents at ZeRO 3). */
+    for (int z = 1; z <= 3; z += 2) {
+        char name[64];
+        snprintf(name, sizeof name, "gather_fault_zero%d", z);
+        double lw = NAN, nw = NAN;
+        Log la;
+        int ok = train_env(name, 2, 2, z, NULL, "ST_PAR_TEST_BUCKET=1000 ST_PAR_TEST_GATHER_FAULT=1", 0, &secs) == 0;
+        ok = ok && log_diffs(name, "ref_k4", &lw, &nw, &la);
+        tu_check(ok && lw > 10 * ADAMW_TOL.loss, name, "negative control: losses max rel %.2e must exceed 10x tol %g",
+                 lw, ADAMW_TOL.loss);
+    }
+    free(wref);
     layout_free(&pl);
 }
 
@@ -783,7 +857,7 @@ static void memory(void) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: test_dp MPIEXEC SCALETRAIN [equiv|scale|mixed|resume|fault|mfu|peak|memory]\n");
+        fprintf(stderr, "usage: test_dp MPIEXEC SCALETRAIN [equiv|scale|mixed|resume|fault|overlap|mfu|peak|memory]\n");
         return 2;
     }
     g_mpi = argv[1], g_bin = argv[2];
@@ -794,6 +868,7 @@ int main(int argc, char **argv) {
     if (!strcmp(what, "mixed") || !strcmp(what, "all")) mixed();
     if (!strcmp(what, "resume") || !strcmp(what, "all")) resume();
     if (!strcmp(what, "fault") || !strcmp(what, "all")) fault();
+    if (!strcmp(what, "overlap") || !strcmp(what, "all")) overlap();
     if (!strcmp(what, "mfu") || !strcmp(what, "all")) mfu();
     if (!strcmp(what, "peak") || !strcmp(what, "all")) peak_cache();
     if (!strcmp(what, "memory") || !strcmp(what, "all")) memory();

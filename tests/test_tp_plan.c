@@ -17,6 +17,9 @@
  *            4sba/t (fp32), sbh(12 + 40/t) + ... (bf16); tp+sp (sbh/t)(64 + (16 + 4a)/h) (fp32),
  *            (sbh/t)(52 + ...) (bf16), selective (sbh/t)(40 + ...), full 4sbh/t. Negative control:
  *            Korthikanti's form in 4-byte elements differs.
+ *            And ZeRO's pieces (issue 28): GPT-2 124M's shape at dp 8, ZeRO 1 and 2: reduce-scatter and
+ *            all-gather bytes == the unsplit segments' ring bytes, calls == sum ceil(blk / (2^20/8)).
+ *            Negative control: one call per segment differs.
  *   runs     `scaletrain train` under mpirun, 3 steps of a small model (L=2, 4 heads, C=32, V=97,
  *            B=2, T=32, accumulation 4) at tp 2, tp 2 --sp, dp 2 × tp 2 ZeRO 1, tp 2 bf16 --sp and
  *            tp 2 --recompute full. Oracles: the trainer's own counters.
@@ -62,7 +65,49 @@ static double tp_bytes(const ModelConfig *cfg, int B, int T, int t, int sp, int 
     return o.bytes[COMM_TP_ALLREDUCE] + o.bytes[COMM_TP_ALLGATHER] + o.bytes[COMM_TP_REDUCE_SCATTER];
 }
 
+/* ZeRO's pieces (issue 28) in plan_trainer_comm: GPT-2 124M's shape (L 12, C 768, V 50257) at dp 8,
+ * ZeRO 1 and 2 (k = 2). Closed forms from the layout's segment lengths: the reduce-scatter and
+ * all-gather bytes are the unsplit segments' ring bytes, sum (p-1)/p·4·len (the pieces add up
+ * exactly), and the calls are sum ceil(blk / (2^20 / 8)) per collective (each rank's part of a piece
+ * is 4 MiB / dp). Negative control: one call per segment (the count before the pieces) differs. */
+static void zero_pieces(void) {
+    ModelConfig cfg = {12, 12, 768, 50257, 0, 1024, 0.0f};
+    Err e;
+    ParamLayout pl;
+    const int dp = 8;
+    if (model_config_validate(&cfg, &e) != ST_OK || layout_init_tp(&pl, &cfg, dp, 1, 0) != 0) {
+        tu_check(0, "zero_pieces_layout", "%s", e.msg);
+        return;
+    }
+    double bytes = 0, calls = 0, segs = 0;
+    for (int g = 0; g < pl.nseg; g++) {
+        uint64_t len = pl.seg_off[g + 1] - pl.seg_off[g], blk = len / dp, q = ((uint64_t)1 << 20) / dp;
+        if (!len) continue;
+        bytes += (double)(4 * len * (dp - 1) / dp);
+        calls += (double)((blk + q - 1) / q);
+        segs += 1;
+    }
+    layout_free(&pl);
+    for (int z = 1; z <= 2; z++) {
+        PlanTrainerStep st = {4, 1024, 2, dp, 1, 0, z, 0, 0, 0};
+        PlanCommKinds o;
+        Status rc = plan_trainer_comm(&cfg, &st, 1e9, 1e-6, &o, &e);
+        double k = z == 2 ? 2 : 1; /* ZeRO 2 reduce-scatters every micro-batch */
+        int ok = rc == ST_OK && o.bytes[COMM_REDUCE_SCATTER] == k * bytes && o.bytes[COMM_ALLGATHER] == bytes &&
+                 o.calls[COMM_REDUCE_SCATTER] == k * calls && o.calls[COMM_ALLGATHER] == calls;
+        char name[64];
+        snprintf(name, sizeof name, "zero%d_dp8_pieces_bytes_and_calls", z);
+        tu_check(ok, name, "reduce-scatter %.0f B in %.0f calls (closed form %.0f B, %.0f), all-gather %.0f B in %.0f calls (%.0f, %.0f)",
+                 o.bytes[COMM_REDUCE_SCATTER], o.calls[COMM_REDUCE_SCATTER], k * bytes, k * calls, o.bytes[COMM_ALLGATHER],
+                 o.calls[COMM_ALLGATHER], bytes, calls);
+        if (z == 1)
+            tu_check(rc == ST_OK && o.calls[COMM_REDUCE_SCATTER] != segs, "zero1_dp8_pieces_control_one_call_per_segment",
+                     "%.0f segments must differ from the %.0f calls counted", segs, o.calls[COMM_REDUCE_SCATTER]);
+    }
+}
+
 static void formula(void) {
+    zero_pieces();
     const int B = 4, T = 64, C = 128, tps[3] = {2, 4, 8};
     int ok = 1, caught = 1;
     char detail[256] = "";

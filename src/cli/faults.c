@@ -26,6 +26,13 @@ Status cli_faults_from_env(Faults *f, Err *err) {
     if ((e = getenv("ST_PAR_TEST_MATRIX_RESET"))) f->matrix_reset = atoi(e);
     f->hess_rank_local = env_is_1("ST_TRAIN_TEST_HESS_FAULT");
     f->device_bypass = env_is_1("ST_PAR_TEST_DEVICE_BYPASS");
+    f->gather_late = env_is_1("ST_PAR_TEST_GATHER_FAULT");
+    if ((e = getenv("ST_PAR_TEST_BUCKET")) && *e) {
+        char *end;
+        long v = strtol(e, &end, 10);
+        if (*end || v < 1) return err_set(err, ST_ERR_INPUT, "ST_PAR_TEST_BUCKET=%s: expected a number of floats >= 1", e);
+        f->bucket_floats = v;
+    }
     f->stage_skip = env_is_1("ST_PAR_TEST_STAGE_FAULT");
     f->emulated_device = env_is_1("ST_TRAIN_TEST_EMULATED_DEVICE");
     f->resume_verify_first = env_is_1("ST_TRAIN_TEST_RESUME_VERIFY");

@@ -16,6 +16,8 @@
  *   ST_PAR_TEST_PP_FAULT=1            pp_skip_tied
  *   ST_PAR_TEST_MATRIX_FAULT=1        matrix_no_share
  *   ST_PAR_TEST_MATRIX_RESET=N        matrix_reset
+ *   ST_PAR_TEST_GATHER_FAULT=1        gather_late
+ *   ST_PAR_TEST_BUCKET=N              bucket_floats
  *   ST_TRAIN_TEST_HESS_FAULT=1        hess_rank_local
  *   ST_CKPT_FAIL_AT=STAGE[:MODE]      ckpt_fail_stage, ckpt_fail_mode (MODE exit | stop | slow | slowN)
  *   ST_CKPT_FAIL_RANK=R               ckpt_fail_only_rank, ckpt_fail_rank

@@ -130,19 +130,21 @@ static void req_finish(CommReq *req) {
  * order: the ranks r+1, r+2, …, r−1 added in turn, then r). */
 /* Message tags: ring k's step s is tag (k mod RING_TAG_SPANS)·RING_MAX_RANKS + s, below the 32767
  * every MPI allows; a dp group of more ranks uses MPI_Ireduce_scatter_block. */
-#define RING_MAX_RANKS 128
+#define RING_MAX_RANKS COMM_RING_MAX_RANKS
 #define RING_TAG_SPANS 255
 
 typedef struct {
-    float *buf;        /* the p blocks */
+    float *buf;        /* the p blocks: block k at buf + k·stride */
     float *tmp;        /* the block received at this step */
-    size_t block;
+    size_t block;      /* floats of each block */
+    size_t stride;     /* floats from one block's start to the next: block for a whole buffer, more
+                          for one piece of a segment's blocks (comm_ireduce_scatter_piece_f32) */
     int p, r, step, tag, fault;
     MPI_Comm comm;
     MPI_Request rq[2]; /* send, receive */
 } Ring;
 
-static float *ring_blk(const Ring *g, int k) { return g->buf + (size_t)(((k % g->p) + g->p) % g->p) * g->block; }
+static float *ring_blk(const Ring *g, int k) { return g->buf + (size_t)(((k % g->p) + g->p) % g->p) * g->stride; }
 
 /* Starts step g->step's messages. */
 static int ring_post(Ring *g) {
@@ -189,10 +191,11 @@ static int req_test(CommReq *req, int *rc) {
     return flag;
 }
 
-/* Starts a ring reduce-scatter of buf's p blocks over comm (this rank = rank); req is begun; *seq
- * counts the rings started on comm (their tags), the same on all its ranks. */
-static Status ring_start(Comm *c, CommReq *req, float *buf, size_t block, int p, int rank, MPI_Comm comm,
-                         uint32_t *seq, Err *err) {
+/* Starts a ring reduce-scatter of buf's p blocks (block floats each, `stride` floats apart) over
+ * comm (this rank = rank); req is begun; *seq counts the rings started on comm (their tags), the
+ * same on all its ranks. */
+static Status ring_start(Comm *c, CommReq *req, float *buf, size_t block, size_t stride, int p, int rank,
+                         MPI_Comm comm, uint32_t *seq, Err *err) {
     if (block == 0) return ST_OK; /* nothing to add (req_begin left it inactive) */
     Ring *g = calloc(1, sizeof *g);
     float *tmp = malloc(block * sizeof(float));
@@ -200,7 +203,7 @@ static Status ring_start(Comm *c, CommReq *req, float *buf, size_t block, int p,
         free(g), free(tmp);
         return err_set(err, ST_ERR_RUNTIME, "out of memory for the reduce-scatter's receive block (%zu floats)", block);
     }
-    *g = (Ring){.buf = buf, .tmp = tmp, .block = block, .p = p, .r = rank,
+    *g = (Ring){.buf = buf, .tmp = tmp, .block = block, .stride = stride, .p = p, .r = rank,
                 .tag = (int)((*seq)++ % RING_TAG_SPANS) * RING_MAX_RANKS, .fault = c->test_ring_fault, .comm = comm};
     req->ring = g;
     int rc = MPI_CALL(c, ring_post(g));
@@ -665,7 +668,7 @@ Status comm_ireduce_scatter_f32(Comm *c, const float *send, float *recv, size_t 
         return ST_OK;
     }
     if (recv == own && c->dp > 1 && c->dp <= RING_MAX_RANKS)
-        return ring_start(c, req, (float *)send, block, c->dp, c->dp_rank, c->mpi->dp, &c->ring_seq[0], err);
+        return ring_start(c, req, (float *)send, block, block, c->dp, c->dp_rank, c->mpi->dp, &c->ring_seq[0], err);
     MPI_Request r;
     int rc;
     if (recv == own) {
@@ -696,6 +699,63 @@ Status comm_iallgather_f32(Comm *c, const float *send, float *recv, size_t block
     int rc = MPI_CALL(c, MPI_Iallgather(send == own ? MPI_IN_PLACE : send, (int)block, MPI_FLOAT, recv, (int)block, MPI_FLOAT,
                             c->mpi->dp, &r));
     if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Iallgather", "all-gather");
+    req_put(req, r);
+    req_go(req);
+    return ST_OK;
+}
+
+/* The MPI datatype of one rank's part of a piece: n floats whose extent is `stride` floats, so the
+ * p parts of a piece are p elements of it (MPI copies the type: it is freed at once). */
+static int piece_type(size_t n, size_t stride, MPI_Datatype *t) {
+    MPI_Datatype cont;
+    int rc = MPI_Type_contiguous((int)n, MPI_FLOAT, &cont);
+    if (rc != MPI_SUCCESS) return rc;
+    rc = MPI_Type_create_resized(cont, 0, (MPI_Aint)(stride * sizeof(float)), t);
+    MPI_Type_free(&cont);
+    if (rc == MPI_SUCCESS) rc = MPI_Type_commit(t);
+    return rc;
+}
+
+/* Checks a piece's arguments (n floats of each of dp blocks `stride` apart). */
+static Status piece_check(const Comm *c, size_t stride, size_t n, const char *what, Err *err) {
+    Status st = check_count(c, n, what, err);
+    if (st != ST_OK) return st;
+    if (n > stride)
+        return err_set(err, ST_ERR_INPUT, "%s piece of %zu floats per rank: expected at most the block stride %zu", what, n, stride);
+    return ST_OK;
+}
+
+Status comm_ireduce_scatter_piece_f32(Comm *c, float *buf, size_t stride, size_t n, CommReq *req, Err *err) {
+    if (n == stride) return comm_ireduce_scatter_f32(c, buf, buf + (size_t)c->dp_rank * stride, n, req, err);
+    Status st = piece_check(c, stride, n, "reduce-scatter", err);
+    if (st != ST_OK) return st;
+    /* A piece is the ring's only: MPI's reduce-scatter and all-reduce take no strided parts. */
+    if (c->mpi && c->dp > 1 && c->rs_as_allreduce)
+        return err_set(err, ST_ERR_INPUT, "reduce-scatter piece of %zu of %zu floats per rank: rs_as_allreduce runs whole collectives only", n, stride);
+    if (c->mpi && c->dp > RING_MAX_RANKS)
+        return err_set(err, ST_ERR_INPUT, "reduce-scatter piece of %zu of %zu floats per rank: pieces need the ring, which runs on at most %d dp ranks, found %d",
+                       n, stride, RING_MAX_RANKS, c->dp);
+    req_begin(c, req, COMM_REDUCE_SCATTER, comm_ring_bytes(COMM_REDUCE_SCATTER, (uint64_t)n * (uint64_t)c->dp * 4, c->dp));
+    if (!c->mpi || c->dp == 1) return ST_OK; /* one rank: its part is the sum */
+    return ring_start(c, req, buf, n, stride, c->dp, c->dp_rank, c->mpi->dp, &c->ring_seq[0], err);
+}
+
+Status comm_iallgather_piece_f32(Comm *c, float *buf, size_t stride, size_t n, CommReq *req, Err *err) {
+    if (n == stride) return comm_iallgather_f32(c, buf + (size_t)c->dp_rank * stride, buf, n, req, err);
+    Status st = piece_check(c, stride, n, "all-gather", err);
+    if (st != ST_OK) return st;
+    req_begin(c, req, COMM_ALLGATHER, comm_ring_bytes(COMM_ALLGATHER, (uint64_t)n * (uint64_t)c->dp * 4, c->dp));
+    if (!c->mpi || n == 0) return ST_OK;
+    MPI_Datatype t;
+    MPI_Request r;
+    mpi_lock(c);
+    int rc = piece_type(n, stride, &t);
+    if (rc == MPI_SUCCESS) {
+        rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, 1, t, c->mpi->dp, &r);
+        MPI_Type_free(&t);
+    }
+    mpi_unlock(c);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, err, rc, "MPI_Iallgather", "all-gather piece");
     req_put(req, r);
     req_go(req);
     return ST_OK;
@@ -753,7 +813,7 @@ static Status tp_start(Comm *c, CommKind k, float *buf, size_t n, MPI_Op op, Com
         call = "MPI_Iallgather";
         rc = MPI_CALL(c, MPI_Iallgather(MPI_IN_PLACE, (int)block, MPI_FLOAT, buf, (int)block, MPI_FLOAT, c->mpi->tp, &r));
     } else if (c->tp <= RING_MAX_RANKS) { /* comm's ring (see comm_ireduce_scatter_f32) */
-        return ring_start(c, req, buf, block, c->tp, c->tp_rank, c->mpi->tp, &c->ring_seq[1], err);
+        return ring_start(c, req, buf, block, block, c->tp, c->tp_rank, c->mpi->tp, &c->ring_seq[1], err);
     } else {
         /* In place the result lands at the start of buf; it moves to the own block after. */
         call = "MPI_Ireduce_scatter_block";

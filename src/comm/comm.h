@@ -157,6 +157,22 @@ Status comm_ireduce_scatter_f32(Comm *c, const float *send, float *recv, size_t 
 Status comm_allgather_f32(Comm *c, const float *send, float *recv, size_t block, Err *err);
 Status comm_iallgather_f32(Comm *c, const float *send, float *recv, size_t block, CommReq *req, Err *err);
 
+/* One piece of an in-place reduce-scatter or all-gather of dp blocks split into pieces (ZeRO's
+ * pieces of a segment; docs/parallel.md "Pieces"): the piece is the same n floats of every rank's
+ * block, at buf + k·stride for dp rank k (buf points at the piece's part of block 0; stride is the
+ * block size). Each rank's part stays inside its own block, so ownership and the ring's order are
+ * those of the whole collective: a segment reduce-scattered in pieces is bit-identical to the
+ * segment reduce-scattered at once. n == stride is the whole collective (comm_ireduce_scatter_f32 /
+ * comm_iallgather_f32 in place).
+ *   reduce-scatter: afterwards buf + dp_rank·stride holds the sum over ranks of the parts; the
+ *     other parts are undefined. The ring (comm.c), over blocks `stride` apart; booked as the
+ *     reduce-scatter of n·dp floats. A piece smaller than the block is the ring's only: refused
+ *     (ST_ERR_INPUT) above COMM_RING_MAX_RANKS dp ranks and with c->rs_as_allreduce.
+ *   all-gather: afterwards every rank's part holds that rank's values (MPI_Iallgather over a
+ *     strided type); booked as the all-gather of n·dp floats.
+ * Pieces of n·dp floats book exactly their share of the whole collective's ring bytes. */
+Status comm_ireduce_scatter_piece_f32(Comm *c, float *buf, size_t stride, size_t n, CommReq *req, Err *err);
+Status comm_iallgather_piece_f32(Comm *c, float *buf, size_t stride, size_t n, CommReq *req, Err *err);
 /* buf (n floats) on every dp rank gets the values of dp rank `root`. */
 Status comm_bcast_f32(Comm *c, float *buf, size_t n, int root, Err *err);
 Status comm_ibcast_f32(Comm *c, float *buf, size_t n, int root, CommReq *req, Err *err);

@@ -29,4 +29,8 @@ int comm_kind_is_tp(CommKind k);        /* 1 for the tensor-parallel kinds (a st
  * broadcast S (pipelined chain), 0 when p == 1. */
 uint64_t comm_ring_bytes(CommKind k, uint64_t bytes, int p);
 
+/* The most ranks comm's ring reduce-scatter runs on (its message tags); a larger dp group takes
+ * MPI_Ireduce_scatter_block, and ZeRO's collectives are then not split into pieces. */
+#define COMM_RING_MAX_RANKS 128
+
 #endif

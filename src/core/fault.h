@@ -38,6 +38,12 @@ typedef struct {
                              optimizer state (Muon's momentum; Shampoo's moments and block state;
                              Sophia's Hessian EMA), a resume that lost it; =2: Shampoo's block state only
                              (what the checkpoint's extra file carries). test_matopt */
+    int gather_late;      /* ST_PAR_TEST_GATHER_FAULT=1: the first piece of block 1's parameter all-gather
+                             is not waited before block 1's forward; it starts only after that forward
+                             (stages 1-2: the forward reads the previous step's values there; stage 3:
+                             what the slot held). The negative control of the deferred gathers. test_dp (overlap) */
+    long bucket_floats;   /* ST_PAR_TEST_BUCKET=N: ZeRO's collectives split at N floats instead of
+                             4 MiB (a tiny test model then has many pieces per segment); 0 = off. test_dp (overlap) */
     int device_bypass;    /* ST_PAR_TEST_DEVICE_BYPASS=1: on a device backend the full-state copy out
                              (checkpoints, exports) reads the parameters with memcpy instead of the
                              backend's to_host, and generation (sample, train --sample-every) copies

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/collective.h"
 #include "model/kernels.h"
 
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
@@ -813,4 +814,17 @@ Status layout_check_split_backward(Recompute recompute, int sp, Err *err) {
                        "gradient pass reads the saved LayerNorm and GELU outputs whole), found --recompute %s%s",
                        layout_recompute_name(recompute), sp ? " with --sp" : "");
     return ST_OK;
+}
+
+size_t layout_dp_piece_floats(size_t bucket_floats, int dp, size_t block) {
+    if (block == 0) return 0;
+    size_t q = dp > 0 ? bucket_floats / (size_t)dp : bucket_floats;
+    if (q == 0) q = 1;
+    if (dp > COMM_RING_MAX_RANKS || q > block) q = block;
+    return q;
+}
+
+size_t layout_dp_pieces(size_t bucket_floats, int dp, size_t block) {
+    size_t q = layout_dp_piece_floats(bucket_floats, dp, block);
+    return q ? (block + q - 1) / q : 0;
 }

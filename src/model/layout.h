@@ -435,6 +435,16 @@ StageBlocks layout_pp_rank_stage(const int first[], const int last[], int pp, in
  * the same buckets (plan_trainer_comm). */
 #define LAYOUT_BUCKET_FLOATS ((size_t)1 << 20)
 
+/* ZeRO 1-3's reduce-scatters and all-gathers of a segment's dp blocks run in pieces (docs/parallel.md
+ * "Pieces"): piece i is the floats [i·q, (i+1)·q) of every rank's block, q = this function's result,
+ * bucket_floats / dp (at least 1), so a whole piece holds at most bucket_floats; the whole block
+ * (one piece) when it is no larger or when dp exceeds COMM_RING_MAX_RANKS (the ring runs the
+ * pieces). 0 for an empty block. The trainer (zero.c) splits and plan_trainer_comm counts the calls
+ * with it. */
+size_t layout_dp_piece_floats(size_t bucket_floats, int dp, size_t block);
+/* Pieces of a block of `block` floats: ceil(block / layout_dp_piece_floats(...)), 0 when empty. */
+size_t layout_dp_pieces(size_t bucket_floats, int dp, size_t block);
+
 /* Floats of the tied wte gradient a pipeline end sends to the other end every step (and receives
  * from it): the local wte's numel (vocab_local·C) when pp > 1 and pl holds wte with exactly one of
  * the embeddings and the head; 0 otherwise. The exchange goes through a MEM_COMM buffer of

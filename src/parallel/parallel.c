@@ -102,6 +102,7 @@ Status par_init(Par **out, Comm *c, Gpt *g, const ParOptions *o, MemStats *mem, 
     }
     p->dp = c->dp, p->r = c->dp_rank, p->zero = o->zero, p->nseg = pl->nseg, p->L = g->w.cfg.n_layer;
     if (p->o.bucket_floats == 0) p->o.bucket_floats = PAR_DEFAULT_BUCKET_FLOATS;
+    if (o->faults.bucket_floats > 0) p->o.bucket_floats = (size_t)o->faults.bucket_floats; /* test-only */
     if (p->o.nt < 1) p->o.nt = 1;
     int ns = p->nseg, ok = 1;
     p->off = calloc((size_t)ns, sizeof(size_t)), p->len = calloc((size_t)ns, sizeof(size_t));
@@ -186,6 +187,8 @@ void par_set_progress(Par *p, void (*fn)(void *ctx), void *ctx) {
 void par_free(Par *p) {
     if (!p) return;
     MemStats *ms = p->mem;
+    Err e;
+    if (p->zb.param && p->hook_st == ST_OK) (void)zero_params_wait(p, &e); /* the last step's gathers write into params */
     zero_free(p);
     stage_free(p);
     tied_free(p);
@@ -285,6 +288,8 @@ Status par_grad_norm(Par *p, double *norm, Err *err) {
 }
 
 Status par_optim_step(Par *p, const OptimConfig *oc, long step, float lr, float matrix_lr, float grad_scale, Err *err) {
+    Status wst = zero_params_wait(p, err); /* a forward normally waited for them all already */
+    if (wst != ST_OK) return wst;
     matopt_sophia_reset(p, oc);
     if (p->dev) { /* optim_step_lowp's rule per range through the table (par_init: ZeRO 0 or 1, no matrices) */
         if ((int)oc->kind != BACKEND_OPT_ADAMW && (int)oc->kind != BACKEND_OPT_ADAM && (int)oc->kind != BACKEND_OPT_SGD &&
@@ -331,3 +336,5 @@ Status par_optim_step(Par *p, const OptimConfig *oc, long step, float lr, float 
 }
 
 Status par_params_sync(Par *p, Err *err) { return zero_params_sync(p, err); }
+
+Status par_params_wait(Par *p, Err *err) { return zero_params_wait(p, err); }

@@ -22,13 +22,18 @@
  * and parameters (stage 3) live in that order.
  *
  * Stages (what each rank stores; G = gradients, P = parameters, M = moments):
- *   0  P, G, M full; per-segment gradient all-reduce (split into buckets of ≤ bucket_floats),
- *      queued at grads_ready on the last micro-batch and started in that order, at most
- *      ZERO_BUCKETS_IN_FLIGHT at once (the MPI library's temporaries stay bounded), progressed and
- *      refilled by comm_test in before_backward,
- *      waited before the norm; every rank runs the optimizer on the whole range.
+ *   Every collective runs in pieces of ≤ bucket_floats (4 MiB) through one scheduler (zero.c:
+ *   queued in hook order, started in that order, at most ZERO_IN_FLIGHT reduction pieces at once so
+ *   the MPI library's and the ring's temporaries stay bounded, progressed and refilled by comm_test
+ *   in before_forward, before_backward and grads_ready). A reduce-scatter or all-gather piece is the
+ *   same floats of every rank's block (layout_dp_piece_floats), so it runs comm's ring and sums in
+ *   the unsplit segment's order.
+ *   0  P, G, M full; per-segment gradient all-reduce (buckets of ≤ bucket_floats), queued at
+ *      grads_ready on the last micro-batch, waited before the norm; every rank runs the optimizer
+ *      on the whole range.
  *   1  P, G full, M sharded; per-segment in-place reduce-scatter at grads_ready of the last
- *      micro-batch; each rank updates its blocks; per-segment all-gather of P after the update.
+ *      micro-batch; each rank updates its blocks; per-segment all-gather of P queued after the
+ *      update and waited by that segment's next before_forward (--no-overlap, a device: at once).
  *   2  as 1, but G sharded: backward writes each segment into a bucket (external gradients; the
  *      g->d.g views are re-pointed from the hooks), the bucket is reduce-scattered at grads_ready of
  *      EVERY micro-batch and its owned block ADDED to the gradient shard (DeepSpeed's scheme).
@@ -62,13 +67,14 @@
 #include "model/layout.h"
 #include "optim/optim.h"
 
-/* The default bucket of stage 0's gradient all-reduce, in floats (4 MiB): one source with plan,
- * model/layout.h's LAYOUT_BUCKET_FLOATS (plan_trainer_comm books the same buckets). */
+/* The default bucket of stage 0's gradient all-reduce and the largest piece of ZeRO's other
+ * collectives, in floats (4 MiB): one source with plan, model/layout.h's LAYOUT_BUCKET_FLOATS
+ * (plan_trainer_comm books the same buckets and pieces). */
 #define PAR_DEFAULT_BUCKET_FLOATS LAYOUT_BUCKET_FLOATS
 
 typedef struct {
     int zero;             /* ZeRO stage 0..3 */
-    size_t bucket_floats; /* largest all-reduce request of stage 0 (default PAR_DEFAULT_BUCKET_FLOATS) */
+    size_t bucket_floats; /* largest request of ZeRO's collectives (default PAR_DEFAULT_BUCKET_FLOATS) */
     int overlap;          /* 1 (default): start buckets from grads_ready; 0: start all after the
                              backward pass (for measuring how much overlap hides) */
     int n_moments;        /* optimizer moment buffers (optim_num_moments) */
@@ -156,7 +162,8 @@ void par_set_extra_state(Par *p, const float *buf);
  *   par_grads_finish(p, &err);            waits for the gradient collectives (exposed comm)
  *   par_grad_norm(p, &norm, &err);        global norm, identical on every rank
  *   par_optim_step(p, ...);               this rank's part of the update (Muon: collective)
- *   par_params_sync(p, &err);             stage 1–2 all-gather; stage 3 invalidates caches */
+ *   par_params_sync(p, &err);             stage 1–2 all-gather started (waited by the next
+ *                                         forward's hooks); stage 3 invalidates caches */
 void par_step_begin(Par *p, int k, long step);
 void par_micro_begin(Par *p, int j);
 Status par_grads_finish(Par *p, Err *err);
@@ -194,7 +201,15 @@ void par_hess_update(Par *p, const OptimConfig *oc, float scale);
  * Muon. Owners are assigned once, longest-processing-time first: matrices by Newton–Schulz FLOPs
  * (muon_ns_flops) descending, each to the rank with the least FLOPs so far (lowest rank on ties). */
 int par_muon_owner(const Par *p, int i);
+/* Stage 1-2: starts the all-gather of the updated parameters, segment by segment in forward order;
+ * each segment's before_forward hook waits for its own (so later segments' gathers run behind
+ * earlier segments' forward), or, with ParOptions.overlap = 0 or on a device, all are waited here.
+ * Stage 3: the gathered copies are invalidated. */
 Status par_params_sync(Par *p, Err *err);
+/* Waits for every parameter all-gather par_params_sync started (stage 1-2; others: ST_OK), so the
+ * full parameters may be read outside a forward (generation samples) or written. par_get_full,
+ * par_set_full and par_optim_step call it themselves. */
+Status par_params_wait(Par *p, Err *err);
 
 /* Pipeline: fn(ctx) is called between kernels (from the hooks) to progress the point-to-point
  * messages of the pipeline runtime. */

@@ -30,27 +30,68 @@ typedef struct {
     float mx_scale; /* Muon's shape scale of its tensor's matrices; 0: a flat (AdamW) range */
 } Piece;
 
-/* Stage 0/1: the collectives on the full gradient buffer (and stage 1–2's parameter all-gather). */
+/* One of ZeRO's collectives split into pieces, each its own request (docs/parallel.md "Pieces"):
+ *   ZC_ALLREDUCE       stage 0: a segment's gradient range; piece i is the contiguous floats
+ *                      [i·piece, (i+1)·piece) of it (the buckets of bucket_floats)
+ *   ZC_REDUCE_SCATTER  stage 1-3: a segment's dp blocks of `block` floats, in place; piece i is the
+ *   ZC_ALLGATHER       floats [i·piece, (i+1)·piece) of every rank's block (comm's *_piece_f32), so
+ *                      each rank's part stays in its own block and the ring's summation order is
+ *                      the whole segment's: the pieces' result is bit-identical to the unsplit one
+ * Its pieces start in order through the scheduler (ZeroSched). */
+typedef enum { ZC_ALLREDUCE, ZC_REDUCE_SCATTER, ZC_ALLGATHER } ZcKind;
 typedef struct {
-    CommReq *req;             /* stage 0: all-reduce buckets of <= bucket_floats; else one per segment */
-    int nreq;
-    int *seg_req0, *seg_nreq; /* segment s's requests: req[seg_req0[s]] .. + seg_nreq[s] */
-    int *started;             /* segment s's gradient collective started this step */
-    /* Stage 0: the buckets whose gradients are ready wait in this queue (request indices, in the
-     * order the backward finished them) and at most ZERO_BUCKETS_IN_FLIGHT all-reduces run at
-     * once, so the MPI library's temporaries stay bounded (one per request in flight). */
-    int *queue, qhead, qtail;
-    size_t *req_off, *req_n;  /* request i's range of the gradient buffer */
-} ZeroBuckets;
+    CommReq *req;     /* nmax pieces */
+    int nmax, n;      /* allocated; pieces of the current collective */
+    int started;      /* pieces started (the next one to start) */
+    int queued;       /* in the scheduler's queue (some pieces not started yet) */
+    int hold;         /* test fault (Faults.gather_late): this piece is started neither by the queue
+                         nor by zc_wait but after the forward that should have waited it; -1: none */
+    int staged;       /* a device: each piece runs on one of dev_stage.c's host slots */
+    ZcKind kind;
+    float *buf;       /* all-reduce: the range; otherwise block 0 of the segment's dp blocks */
+    size_t block;     /* floats from one rank's block to the next (reduce-scatter, all-gather) */
+    size_t span;      /* floats the pieces cover: all-reduce the range, otherwise one block */
+    size_t piece;     /* floats of a piece (all-reduce) or of each rank's part of a piece */
+    const char *what; /* named in a timeout */
+} ZColl;
 
-/* Stage 0's all-reduce buckets in flight at once (each up to bucket_floats; default 4 MiB). */
-#define ZERO_BUCKETS_IN_FLIGHT 2
+/* Piece i of z: its offset from z->buf (in each rank's block for a reduce-scatter or all-gather)
+ * and its floats (per rank). */
+static inline void zc_piece(const ZColl *z, int i, size_t *off, size_t *n) {
+    *off = (size_t)i * z->piece;
+    *n = z->span - *off < z->piece ? z->span - *off : z->piece;
+}
+
+/* Pieces in flight at once over all of ZeRO's collectives, counting the reductions (all-reduce,
+ * reduce-scatter: the MPI library's and the ring's temporaries stay bounded, one per piece) and on a
+ * device every staged piece (each holds a host slot). Host all-gathers, in place, need nothing and
+ * are not counted, so a step's parameter gathers all start within the step. */
+#define ZERO_IN_FLIGHT 2
+
+/* The scheduler: every collective in the order it was queued (the same on every rank, so the
+ * pieces start in one order everywhere, as MPI and the ring's tags require). */
+typedef struct {
+    ZColl **all;  /* every ZColl of this Par (progress, waits) */
+    int nall;
+    ZColl **fifo; /* ring of the queued collectives, nall entries */
+    int head, count;
+} ZeroSched;
+
+/* Stages 0-2 on the full buffers. */
+typedef struct {
+    ZColl *grad;   /* per segment: stage 0 its all-reduce (buckets of bucket_floats), stage 1 its
+                      in-place reduce-scatter, started on the last micro-batch */
+    ZColl *param;  /* per segment: stage 1-2 the parameter all-gather after the update, waited in
+                      that segment's before_forward (overlap) or at once (--no-overlap, a device) */
+    int *started;  /* segment s's gradient collective started this step */
+    int *lp_stale; /* mixed precision, stage 1-2: segment s's working copy awaits its gather */
+} ZeroBuckets;
 
 /* Stage 2/3 gradients: the shard, the embedding bucket, two bucket slots for the other segments. */
 typedef struct {
     float *shard, *b0, *buf[2];
     int slot_seg[2], slot_pending[2], next, b0_pending;
-    CommReq slot_req[2], b0_req;
+    ZColl slot_rs[2], b0_rs;
     int *seg_slot; /* slot holding segment s's gradients during its backward */
 } ZeroGrads;
 
@@ -59,7 +100,7 @@ typedef struct {
 typedef struct {
     float *shard, *b0, *buf[2];
     int slot_seg[2], b0_valid;
-    CommReq slot_req[2], b0_req;
+    ZColl slot_ag[2], b0_ag;
     uint16_t *lb0, *lbuf[2];
     int lslot_ok[2], lb0_ok;
 } ZeroParams;
@@ -112,22 +153,19 @@ typedef struct {
     int deferred[PAR_TP_REQS];/* Faults.tp_nowait: waited late, at the next tp hook */
 } ParTp;
 
-/* A device backend under dp > 1 (dev_stage.c): each dp collective runs on a host slot that the
- * device range is copied into (to_host) and its result copied back from (from_host). */
-#define DEV_STAGE_SLOTS 2 /* = ZERO_BUCKETS_IN_FLIGHT; the slot not just taken is the older one */
-enum { STAGE_ALLREDUCE, STAGE_REDUCE_SCATTER, STAGE_PARAMS };
+/* A device backend under dp > 1 (dev_stage.c): each staged piece of a dp collective runs on a host
+ * slot that the device range is copied into (to_host) and its result copied back from (from_host). */
+#define DEV_STAGE_SLOTS ZERO_IN_FLIGHT /* the scheduler's cap: a slot is free when a piece starts */
 typedef struct {
-    int on;                                /* a device and dp > 1 */
-    float *slot[DEV_STAGE_SLOTS];          /* host memory (MEM_COMM), slot_floats each */
+    int on;                            /* a device and dp > 1 (or ZeRO >= 1) */
+    float *slot[DEV_STAGE_SLOTS];      /* host memory (MEM_COMM), slot_floats each */
     size_t slot_floats;
-    int req[DEV_STAGE_SLOTS];              /* the ZeroBuckets request slot a's collective runs in; -1: free */
-    int kind[DEV_STAGE_SLOTS], oldest;     /* STAGE_*; the slot taken first of those in use */
-    const char *what[DEV_STAGE_SLOTS];     /* the collective's name for comm_wait's timeout message */
-    float *back_dev[DEV_STAGE_SLOTS];      /* where the result goes on the device ... */
-    size_t back_off[DEV_STAGE_SLOTS], back_n[DEV_STAGE_SLOTS]; /* ... from slot + back_off, back_n floats */
-    float *hb0, *hbuf[2];                  /* ZeRO 2: host twins of ZeroGrads' b0 and buf[2] (MEM_COMM) */
-    float *hp0, *hpbuf[2];                 /* ZeRO 3: host twins of ZeroParams' b0 and buf[2] (MEM_COMM) */
-    int gather_seg[3];                     /* the segment gathered on twin 0 (hp0), 1, 2 not yet copied back; -1 */
+    const ZColl *z[DEV_STAGE_SLOTS];   /* the collective whose piece holds slot a; NULL: free */
+    int piece[DEV_STAGE_SLOTS];        /* which piece */
+    int oldest;                        /* the slot taken first of those in use */
+    float *hb0, *hbuf[2];              /* ZeRO 2: host twins of ZeroGrads' b0 and buf[2] (MEM_COMM) */
+    float *hp0, *hpbuf[2];             /* ZeRO 3: host twins of ZeroParams' b0 and buf[2] (MEM_COMM) */
+    int gather_seg[3];                 /* the segment gathered on twin 0 (hp0), 1, 2 not yet copied back; -1 */
 } DevStage;
 
 /* Where the step is. */
@@ -156,6 +194,7 @@ struct Par {
     OptimRange *ranges;  /* stage 0: every tensor of the flat rule (the matrix optimizer's left out) */
     int nranges;
 
+    ZeroSched zs;
     ZeroBuckets zb;
     ZeroGrads zg;
     ZeroParams zp;
@@ -188,7 +227,12 @@ void zero_set_hooks(Par *p); /* before_forward, before_backward, grads_ready */
 void zero_step_begin(Par *p);
 /* Starts the segments the hooks did not start, waits for every gradient collective. */
 Status zero_grads_finish(Par *p, Err *err);
+/* Stage 1-2: starts the parameter all-gathers in forward order (waited in before_forward; here with
+ * --no-overlap and on a device); stage 3: invalidates the gathered copies. */
 Status zero_params_sync(Par *p, Err *err);
+/* Waits for every pending parameter all-gather (and rounds the working copies): before anything
+ * outside a forward reads or writes the full parameters. */
+Status zero_params_wait(Par *p, Err *err);
 /* The reduced gradients the optimizer reads: the shard (stage >= 2) or the full buffer. */
 float *zero_grads(Par *p);
 /* The fp32 parameters the optimizer writes: the shard (stage 3) or the full buffer. */
@@ -196,27 +240,27 @@ float *zero_params(Par *p);
 /* This rank's owned block of segment s's reduced gradient. */
 const float *zero_owned_grad(const Par *p, int s);
 
-/* ---- dev_stage.c (a device backend, dp > 1; ZeroBuckets' requests carry the collectives) ---- */
+/* ---- dev_stage.c (a device backend, dp > 1; zero.c's ZColl pieces carry the collectives) ---- */
 /* Allocates the host slots when p->dev and dp > 1 (sets DevStage.on). 0 when out of memory. */
 int stage_init(Par *p);
 void stage_free(Par *p);
-/* ZeRO 0: stage-0 request i (a bucket of the gradient buffer) all-reduced on a host slot. */
-Status stage_allreduce(Par *p, int i, Err *err);
-/* ZeRO 1: segment s's gradients reduce-scattered on a host slot; its owned block goes back. */
-Status stage_reduce_scatter(Par *p, int s, Err *err);
-/* ZeRO 1: segment s's parameters all-gathered from every rank's owned block on a host slot. */
-Status stage_allgather_params(Par *p, int s, Err *err);
-/* Copies back the results of the complete collectives (wait: of every one, waiting for them). */
+/* Piece i of the staged collective z (ZeRO 0-1 gradients, ZeRO 1-2 parameters, on the device's
+ * buffers): takes a host slot (reaping finished ones, else waiting for the oldest), copies the
+ * piece's device ranges into it packed (rank k's part at k·n) and starts the whole collective of the
+ * packed slot into z->req[i]; the result goes back when the piece is reaped. */
+Status stage_piece_start(Par *p, const ZColl *z, int i, Err *err);
+/* Copies back the results of the complete pieces (wait: of every one, waiting for them). */
 Status stage_reap(Par *p, int wait, Err *err);
-/* ZeRO 2: a device bucket (ZeroGrads' b0 or buf[a]) holding segment s copied to its host twin, whose
- * reduce-scatter starts into req; once req is complete, _finish adds the reduced owned block into the
- * device's gradient shard (through the bucket's own block). */
-Status stage_bucket_rs_start(Par *p, float *bucket, int s, CommReq *req, Err *err);
+/* ZeRO 2: a device bucket (ZeroGrads' b0 or buf[a]) holding segment s copied to its host twin, which
+ * is returned for the reduce-scatter's pieces; once they are complete, _finish adds the reduced
+ * owned block into the device's gradient shard (through the bucket's own block). */
+float *stage_bucket_rs_host(Par *p, float *bucket, int s);
 void stage_bucket_rs_finish(Par *p, float *bucket, int s);
-/* ZeRO 3: segment s gathered into a device gather buffer (ZeroParams' b0 or buf[a]): this rank's
- * block of the device shard copied to the buffer's host twin, all-gathered there into req; once req
- * is complete, _finish copies the segment into the buffer (once per gather). */
-Status stage_gather_start(Par *p, int s, float *buf, CommReq *req, Err *err);
+/* ZeRO 3: segment s to be gathered into a device gather buffer (ZeroParams' b0 or buf[a]): this
+ * rank's block of the device shard copied to the buffer's host twin, which is returned for the
+ * all-gather's pieces; once they are complete, _finish copies the segment into the buffer (once per
+ * gather). */
+float *stage_gather_host(Par *p, int s, float *buf);
 void stage_gather_finish(Par *p, float *buf);
 
 /* ---- tp.c ---- */

@@ -1,11 +1,13 @@
 /* zero.c — ZeRO stages 0–3 over the dp group (parallel.h's table, docs/parallel.md "Buckets and
- * overlap"): the gradient collectives of stage 0/1 on the full buffer (ZeroBuckets), the stage 2/3
- * bucket slots and gradient shard (ZeroGrads), the stage 3 parameter gathers (ZeroParams), the dp
- * hooks the model calls around each segment, and parameters and moments in and out of the
- * layout (par_set_full / par_get_full).
+ * overlap" and "Pieces"): every collective split into pieces of at most bucket_floats that start
+ * through one scheduler (ZeroSched: in queue order, ZERO_IN_FLIGHT reductions at once); the gradient
+ * collectives of stage 0/1 and the stage 1-2 parameter all-gathers on the full buffers
+ * (ZeroBuckets), the stage 2/3 bucket slots and gradient shard (ZeroGrads), the stage 3 parameter
+ * gathers (ZeroParams), the dp hooks the model calls around each segment, and parameters and
+ * moments in and out of the layout (par_set_full / par_get_full).
  *
- * Contents: views of one segment · gradients, stage 0/1 · gradients, stage 2/3 · parameters,
- * stage 3 · the hooks · init / free · the step's parts · state in and out. */
+ * Contents: views of one segment · the scheduler of pieces · gradients, stage 0/1 · gradients,
+ * stage 2/3 · parameters · the hooks · init / free · the step's parts · state in and out. */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,60 +39,145 @@ static void state_free(Par *p, MemCategory c, void *x, size_t bytes) {
 /* Points the views of segment s (params or grads) at buf, which holds that segment. */
 static void seg_views(Par *p, ParamViews *v, int s, float *buf) { layout_segment_views(p->pl, s, buf, v); }
 
-/* ================================================================ gradients, stage 0/1 */
+/* ================================================================ the scheduler of pieces */
 
-/* Stage 0: starts queued buckets while fewer than ZERO_BUCKETS_IN_FLIGHT run. Every rank queues
- * the same buckets in the same order, so the collectives start in one order everywhere. */
-static void pump_buckets(Par *p) {
-    ZeroBuckets *zb = &p->zb;
-    int active = 0;
-    for (int i = 0; i < zb->nreq; i++) active += zb->req[i].active;
-    while (active < ZERO_BUCKETS_IN_FLIGHT && zb->qhead < zb->qtail) {
-        int i = zb->queue[zb->qhead++];
-        float *b = p->g->d.grads + zb->req_off[i];
-        Err e;
-        Status st = p->stage.on ? stage_allreduce(p, i, &e) /* a device: through a host slot */
-                                : comm_iallreduce_f32(p->c, b, b, zb->req_n[i], &zb->req[i], &e);
-        if (st != ST_OK) {
-            par_hook_fail(p, st, &e);
-            return;
-        }
-        active++;
-    }
+/* Pieces of a collective covering `span` floats. */
+static int npieces(size_t span, size_t piece) { return span ? (int)((span + piece - 1) / piece) : 0; }
+
+/* Each rank's part of a reduce-scatter or all-gather piece of segment s (layout_dp_piece_floats:
+ * the floats plan counts the pieces with), or the whole block where comm's ring cannot run the
+ * pieces (more than COMM_RING_MAX_RANKS dp ranks, or a block of one piece anyway). */
+static size_t rs_piece(const Par *p, int s) {
+    size_t q = layout_dp_piece_floats(p->o.bucket_floats, p->dp, p->blk[s]);
+    return q ? q : 1; /* an empty block: no pieces anyway */
 }
 
-/* Segment s's gradients are complete on this rank: stage 0 queues its buckets, stage 1 starts its
- * in-place reduce-scatter. */
-static void start_seg_grads(Par *p, int s) {
-    ZeroBuckets *zb = &p->zb;
-    Err e;
-    Status st = ST_OK;
-    if (zb->started[s] || p->len[s] == 0) return; /* empty: a block another pipeline stage holds */
-    zb->started[s] = 1;
-    float *base = p->g->d.grads + p->off[s];
-    if (p->zero == 0) {
-        for (int q = 0; q < zb->seg_nreq[s]; q++) zb->queue[zb->qtail++] = zb->seg_req0[s] + q;
-        pump_buckets(p);
-        return;
+/* The pieces the cap counts now: reductions, and staged pieces (each holds a host slot). */
+static int zc_counted(const ZColl *z) { return z->kind != ZC_ALLGATHER || z->staged; }
+
+static int zc_active(const Par *p) {
+    int n = 0;
+    for (int k = 0; k < p->zs.nall; k++) {
+        const ZColl *z = p->zs.all[k];
+        if (!zc_counted(z)) continue;
+        for (int i = 0; i < z->started; i++) n += z->req[i].active;
     }
-    if (p->stage.on) st = stage_reduce_scatter(p, s, &e); /* a device: through a host slot */
-    else st = comm_ireduce_scatter_f32(p->c, base, base + (size_t)p->r * p->blk[s], p->blk[s], &zb->req[zb->seg_req0[s]], &e);
+    return n;
+}
+
+static void zc_start_piece(Par *p, ZColl *z, int i) {
+    size_t off, n;
+    zc_piece(z, i, &off, &n);
+    Err e;
+    Status st;
+    if (z->staged) st = stage_piece_start(p, z, i, &e); /* a device: on a host slot */
+    else if (z->kind == ZC_ALLREDUCE) st = comm_iallreduce_f32(p->c, z->buf + off, z->buf + off, n, &z->req[i], &e);
+    else if (z->kind == ZC_REDUCE_SCATTER) st = comm_ireduce_scatter_piece_f32(p->c, z->buf + off, z->block, n, &z->req[i], &e);
+    else st = comm_iallgather_piece_f32(p->c, z->buf + off, z->block, n, &z->req[i], &e);
     if (st != ST_OK) par_hook_fail(p, st, &e);
 }
 
+/* Starts queued pieces, oldest collective first, while fewer than ZERO_IN_FLIGHT counted pieces
+ * run. Only the head of the queue starts pieces, so the order is the queue's on every rank. */
+static void zc_pump(Par *p) {
+    ZeroSched *zs = &p->zs;
+    int active = zc_active(p);
+    while (zs->count > 0) {
+        ZColl *z = zs->fifo[zs->head];
+        if (zc_counted(z) && active >= ZERO_IN_FLIGHT) break;
+        int i = z->started++;
+        if (z->started >= z->n) /* its last piece: out of the queue */
+            z->queued = 0, zs->head = (zs->head + 1) % zs->nall, zs->count--;
+        if (i == z->hold) continue; /* test fault: started later (gather_fault_release) */
+        zc_start_piece(p, z, i);
+        active += zc_counted(z);
+    }
+}
+
+/* Queues collective z: kind over buf (dp blocks `block` apart for a reduce-scatter or all-gather)
+ * covering `span` floats, in pieces of `piece`. z must be complete (waited). hold: a piece the
+ * queue leaves alone (test fault), -1 none. */
+static void zc_begin(Par *p, ZColl *z, ZcKind kind, float *buf, size_t block, size_t span, size_t piece,
+                     const char *what, int hold) {
+    ST_CHECK_MSG(!z->queued, "ZeRO collective queued again before it completed");
+    for (int i = 0; i < z->started; i++) ST_CHECK_MSG(!z->req[i].active, "ZeRO collective restarted while pending");
+    z->kind = kind, z->buf = buf, z->block = block, z->span = span, z->piece = piece, z->what = what;
+    z->n = npieces(span, piece), z->started = 0, z->hold = z->n > 0 ? hold : -1;
+    ST_CHECK(z->n <= z->nmax);
+    if (z->n == 0) return;
+    ZeroSched *zs = &p->zs;
+    zs->fifo[(zs->head + zs->count) % zs->nall] = z, zs->count++, z->queued = 1;
+    zc_pump(p);
+}
+
+/* Waits until every piece of z (but a held one) is complete (on a device: its result copied back),
+ * starting queued pieces as others finish. Waiting on any started piece cannot deadlock: every rank
+ * starts the same pieces in the same order, and one test progresses all of the process's pending
+ * collectives. */
+static Status zc_wait(Par *p, ZColl *z, Err *err) {
+    Status st;
+    for (;;) {
+        for (int i = 0; i < z->started; i++)
+            if (i != z->hold && (st = comm_wait(&z->req[i], p->c->timeout_s, z->what, p->c->step, err)) != ST_OK)
+                return st;
+        if (!z->queued) break;
+        CommReq *any = NULL; /* a slot must free up before z's next piece starts */
+        for (int k = 0; k < p->zs.nall && !any; k++)
+            for (int i = 0; i < p->zs.all[k]->started && !any; i++)
+                if (p->zs.all[k]->req[i].active && zc_counted(p->zs.all[k])) any = &p->zs.all[k]->req[i];
+        if (any && (st = comm_wait(any, p->c->timeout_s, z->what, p->c->step, err)) != ST_OK) return st;
+        if (p->stage.on && (st = stage_reap(p, 0, err)) != ST_OK) return st;
+        zc_pump(p);
+        if ((st = par_hook_status(p, err)) != ST_OK) return st;
+    }
+    if (z->staged && (st = stage_reap(p, 0, err)) != ST_OK) return st; /* its last results back */
+    return par_hook_status(p, err);
+}
+
+/* Some piece of z not complete yet. */
+static int zc_pending(const ZColl *z) {
+    if (z->queued) return 1;
+    for (int i = 0; i < z->started; i++)
+        if (z->req[i].active) return 1;
+    return 0;
+}
+
+/* A hook's wait: an error is kept for par_grads_finish. */
+static void zc_wait_hook(Par *p, ZColl *z) {
+    Err e;
+    Status st = zc_wait(p, z, &e);
+    if (st != ST_OK) par_hook_fail(p, st, &e);
+}
+
+/* Tests every piece in flight (Open MPI and the ring progress only inside MPI calls), copies back a
+ * device's finished pieces and starts queued ones in the places that freed up. Called between
+ * segments in the forward and the backward. */
 static void progress(Par *p) {
     if (p->progress_fn) p->progress_fn(p->progress_ctx);
-    for (int i = 0; i < p->zb.nreq; i++)
-        if (p->zb.req[i].active) comm_test(&p->zb.req[i]);
+    for (int k = 0; k < p->zs.nall; k++) { /* a collective's pieces finish about in order */
+        ZColl *z = p->zs.all[k];
+        for (int i = 0; i < z->started; i++)
+            if (z->req[i].active && !comm_test(&z->req[i])) break;
+    }
     if (p->stage.on) { /* a device: the results complete so far go back now */
         Err e;
         Status st = stage_reap(p, 0, &e);
         if (st != ST_OK) par_hook_fail(p, st, &e);
     }
-    if (p->zero == 0) pump_buckets(p);
-    for (int a = 0; a < 2; a++)
-        if (p->zg.slot_req[a].active) comm_test(&p->zg.slot_req[a]);
-    if (p->zg.b0_req.active) comm_test(&p->zg.b0_req);
+    zc_pump(p);
+}
+
+/* ================================================================ gradients, stage 0/1 */
+
+/* Segment s's gradients are complete on this rank: stage 0 queues its all-reduce buckets, stage 1
+ * its in-place reduce-scatter pieces. */
+static void start_seg_grads(Par *p, int s) {
+    ZeroBuckets *zb = &p->zb;
+    if (zb->started[s] || p->len[s] == 0) return; /* empty: a block another pipeline stage holds */
+    zb->started[s] = 1;
+    float *base = p->g->d.grads + p->off[s];
+    if (p->zero == 0) zc_begin(p, &zb->grad[s], ZC_ALLREDUCE, base, 0, p->len[s], p->o.bucket_floats, "grad bucket", -1);
+    else zc_begin(p, &zb->grad[s], ZC_REDUCE_SCATTER, base, p->blk[s], p->blk[s], rs_piece(p, s), "grad reduce-scatter", -1);
 }
 
 /* ================================================================ gradients, stage 2/3 */
@@ -100,7 +187,7 @@ static Status gslot_finish(Par *p, int a, Err *err) {
     ZeroGrads *zg = &p->zg;
     if (!zg->slot_pending[a]) return ST_OK;
     int s = zg->slot_seg[a];
-    Status st = comm_wait(&zg->slot_req[a], p->c->timeout_s, "grad reduce-scatter", p->c->step, err);
+    Status st = zc_wait(p, &zg->slot_rs[a], err);
     if (st != ST_OK) return st;
     if (p->stage.on) stage_bucket_rs_finish(p, zg->buf[a], s); /* a device: through its host twin */
     else par_add_into(zg->shard + p->soff[s], zg->buf[a] + (size_t)p->r * p->blk[s], p->blk[s], p->o.nt);
@@ -111,7 +198,7 @@ static Status gslot_finish(Par *p, int a, Err *err) {
 static Status g0_finish(Par *p, Err *err) {
     ZeroGrads *zg = &p->zg;
     if (!zg->b0_pending) return ST_OK;
-    Status st = comm_wait(&zg->b0_req, p->c->timeout_s, "grad reduce-scatter", p->c->step, err);
+    Status st = zc_wait(p, &zg->b0_rs, err);
     if (st != ST_OK) return st;
     if (p->stage.on) stage_bucket_rs_finish(p, zg->b0, 0);
     else par_add_into(zg->shard + p->soff[0], zg->b0 + (size_t)p->r * p->blk[0], p->blk[0], p->o.nt);
@@ -119,43 +206,49 @@ static Status g0_finish(Par *p, Err *err) {
     return ST_OK;
 }
 
-static void start_bucket_rs(Par *p, float *buf, int s, CommReq *req) {
+/* Queues the reduce-scatter of the bucket buf holding segment s (a device: on its host twin). */
+static void start_bucket_rs(Par *p, float *buf, int s, ZColl *z) {
+    float *h = p->stage.on ? stage_bucket_rs_host(p, buf, s) : buf;
+    zc_begin(p, z, ZC_REDUCE_SCATTER, h, p->blk[s], p->blk[s], rs_piece(p, s), "grad reduce-scatter", -1);
+}
+
+/* ================================================================ parameters */
+
+/* Test fault (Faults.gather_late): the piece of block 1's gather for a forward that the queue
+ * leaves alone (the first), or -1. */
+static int gather_fault_hold(const Par *p, int s, int fwd) { return p->o.faults.gather_late && fwd && s == 1 ? 0 : -1; }
+
+/* ...started (and completed) after that forward, from the next segment's hook. */
+static void gather_fault_release(Par *p, ZColl *z) {
+    if (z->hold < 0) return;
+    int i = z->hold;
+    z->hold = -1;
+    zc_start_piece(p, z, i);
     Err e;
-    Status st = p->stage.on ? stage_bucket_rs_start(p, buf, s, req, &e) /* a device: through a host twin */
-                            : comm_ireduce_scatter_f32(p->c, buf, buf + (size_t)p->r * p->blk[s], p->blk[s], req, &e);
+    Status st = comm_wait(&z->req[i], p->c->timeout_s, z->what, p->c->step, &e);
+    if (st == ST_OK && z->staged) st = stage_reap(p, 0, &e);
     if (st != ST_OK) par_hook_fail(p, st, &e);
 }
 
-/* ================================================================ parameters, stage 3 */
-
-/* Starts the all-gather of segment s into buf (own block copied in first, then in place). */
-static void start_gather(Par *p, int s, float *buf, CommReq *req) {
+/* Stage 3: starts the all-gather of segment s into buf (own block copied in first, then in place;
+ * a device: on the buffer's host twin, copied back by wait_gather); fwd: for a forward (the test
+ * fault's). */
+static void start_gather(Par *p, int s, float *buf, ZColl *z, int fwd) {
     ZeroParams *zp = &p->zp;
     if (buf == zp->b0) zp->lb0_ok = 0;
     for (int a = 0; a < 2; a++)
         if (buf == zp->buf[a]) zp->lslot_ok[a] = 0;
     size_t b = p->blk[s];
-    Err e;
-    Status st;
-    if (p->stage.on) { /* a device: on the buffer's host twin, copied back by wait_gather */
-        st = stage_gather_start(p, s, buf, req, &e);
-    } else {
-        memcpy(buf + (size_t)p->r * b, zp->shard + p->soff[s], b * sizeof(float));
-        st = comm_iallgather_f32(p->c, buf + (size_t)p->r * b, buf, b, req, &e);
-    }
-    if (st != ST_OK) par_hook_fail(p, st, &e);
-}
-
-static void wait_req(Par *p, CommReq *req, const char *what) {
-    Err e;
-    Status st = comm_wait(req, p->c->timeout_s, what, p->c->step, &e);
-    if (st != ST_OK) par_hook_fail(p, st, &e);
+    float *h = buf;
+    if (p->stage.on) h = stage_gather_host(p, s, buf);
+    else memcpy(buf + (size_t)p->r * b, zp->shard + p->soff[s], b * sizeof(float));
+    zc_begin(p, z, ZC_ALLGATHER, h, b, b, rs_piece(p, s), "param all-gather", gather_fault_hold(p, s, fwd));
 }
 
 /* The gather into buf (started by start_gather) complete and its result in buf: on a device, copied
  * back from the host twin (once per gather). */
-static void wait_gather(Par *p, CommReq *req, float *buf) {
-    wait_req(p, req, "param all-gather");
+static void wait_gather(Par *p, ZColl *z, float *buf) {
+    zc_wait_hook(p, z);
     if (p->stage.on) stage_gather_finish(p, buf);
 }
 
@@ -168,23 +261,36 @@ static void round_gathered(Par *p, const float *buf, uint16_t *lp, size_t n, int
 
 /* Segment s (>= 1) gathered and its views set; then the gather of `next` (if >= 1) started in the
  * other slot. */
-static void ensure_params(Par *p, int s, int next) {
+static void ensure_params(Par *p, int s, int next, int fwd) {
     ZeroParams *zp = &p->zp;
     int a = zp->slot_seg[0] == s ? 0 : zp->slot_seg[1] == s ? 1 : -1;
     if (a < 0) {
         a = zp->slot_seg[0] == next ? 1 : 0;
-        if (zp->slot_req[a].active) wait_req(p, &zp->slot_req[a], "param all-gather");
+        zc_wait_hook(p, &zp->slot_ag[a]); /* the slot's old gather done (its contents are dropped) */
         zp->slot_seg[a] = s;
-        start_gather(p, s, zp->buf[a], &zp->slot_req[a]);
+        start_gather(p, s, zp->buf[a], &zp->slot_ag[a], fwd);
     }
-    wait_gather(p, &zp->slot_req[a], zp->buf[a]);
+    wait_gather(p, &zp->slot_ag[a], zp->buf[a]);
     round_gathered(p, zp->buf[a], zp->lbuf[a], p->len[s], &zp->lslot_ok[a]);
     seg_views(p, &p->g->w.p, s, zp->buf[a]);
     if (next >= 1 && next <= p->L + 1 && zp->slot_seg[a ^ 1] != next) {
-        if (zp->slot_req[a ^ 1].active) wait_req(p, &zp->slot_req[a ^ 1], "param all-gather");
+        zc_wait_hook(p, &zp->slot_ag[a ^ 1]);
         zp->slot_seg[a ^ 1] = next;
-        start_gather(p, next, zp->buf[a ^ 1], &zp->slot_req[a ^ 1]);
+        start_gather(p, next, zp->buf[a ^ 1], &zp->slot_ag[a ^ 1], fwd);
     }
+}
+
+/* Stage 1-2: segment s's parameters gathered (the all-gather zero_params_sync started) and, with
+ * mixed precision, its working copy rounded from them. */
+static Status params_ready(Par *p, int s, Err *err) {
+    ZeroBuckets *zb = &p->zb;
+    Status st = zc_wait(p, &zb->param[s], err);
+    if (st != ST_OK) return st;
+    if (zb->lp_stale[s]) {
+        if (p->g->w.params_lp) gpt_round_lp(p->g, p->g->w.params_lp + p->off[s], p->g->w.params + p->off[s], p->len[s]);
+        zb->lp_stale[s] = 0;
+    }
+    return ST_OK;
 }
 
 /* ================================================================ hooks */
@@ -193,24 +299,36 @@ static void h_before_forward(void *ctx, int s) {
     Par *p = ctx;
     ZeroParams *zp = &p->zp;
     p->st.in_bwd = 0;
+    progress(p);
+    if (p->zero == 1 || p->zero == 2) {
+        Err e;
+        Status st = ST_OK;
+        /* The previous segment's held piece (test fault) completes after that segment's forward. */
+        if (s >= 2) gather_fault_release(p, &p->zb.param[s - 1]);
+        /* The head reads wte (segment 0) again: on a pipeline's last stage no embedding forward ran. */
+        if (s == p->L + 1) st = params_ready(p, 0, &e);
+        if (st == ST_OK) st = params_ready(p, s, &e);
+        if (st != ST_OK) par_hook_fail(p, st, &e);
+    }
     if (p->zero >= 3) {
+        if (s >= 2) gather_fault_release(p, &zp->slot_ag[0]), gather_fault_release(p, &zp->slot_ag[1]);
         if (s == 0) {
             /* wte is also the LM head: the embedding segment stays gathered until the update. */
             if (!zp->b0_valid) {
-                start_gather(p, 0, zp->b0, &zp->b0_req);
+                start_gather(p, 0, zp->b0, &zp->b0_ag, 1);
                 zp->b0_valid = 1;
             }
-            wait_gather(p, &zp->b0_req, zp->b0);
+            wait_gather(p, &zp->b0_ag, zp->b0);
             round_gathered(p, zp->b0, zp->lb0, p->len[0], &zp->lb0_ok);
             seg_views(p, &p->g->w.p, 0, zp->b0);
             if (zp->slot_seg[0] != 1 && zp->slot_seg[1] != 1) {
-                int a = zp->slot_req[0].active ? 1 : 0;
-                if (zp->slot_req[a].active) wait_req(p, &zp->slot_req[a], "param all-gather");
+                int a = zc_pending(&zp->slot_ag[0]) ? 1 : 0;
+                zc_wait_hook(p, &zp->slot_ag[a]);
                 zp->slot_seg[a] = 1;
-                start_gather(p, 1, zp->buf[a], &zp->slot_req[a]);
+                start_gather(p, 1, zp->buf[a], &zp->slot_ag[a], 1);
             }
         } else {
-            ensure_params(p, s, s + 1);
+            ensure_params(p, s, s + 1, 1);
         }
     }
     if (p->zero >= 2 && s == p->L + 1) {
@@ -229,7 +347,7 @@ static void h_before_backward(void *ctx, int s) {
     ZeroGrads *zg = &p->zg;
     p->st.in_bwd = 1;
     progress(p);
-    if (p->zero >= 3 && s >= 1) ensure_params(p, s, s - 1);
+    if (p->zero >= 3 && s >= 1) ensure_params(p, s, s - 1, 0);
     if (p->zero >= 2 && s >= 1) {
         int a = zg->next;
         zg->next ^= 1;
@@ -275,7 +393,7 @@ static void h_grads_ready(void *ctx, int s) {
     if (p->zero >= 2) {
         ZeroGrads *zg = &p->zg;
         if (s == 0) {
-            start_bucket_rs(p, zg->b0, 0, &zg->b0_req);
+            start_bucket_rs(p, zg->b0, 0, &zg->b0_rs);
             zg->b0_pending = 1;
             if (!p->o.overlap) {
                 Err e;
@@ -284,7 +402,7 @@ static void h_grads_ready(void *ctx, int s) {
             }
         } else {
             int a = zg->seg_slot[s];
-            start_bucket_rs(p, zg->buf[a], s, &zg->slot_req[a]);
+            start_bucket_rs(p, zg->buf[a], s, &zg->slot_rs[a]);
             zg->slot_pending[a] = 1;
             if (!p->o.overlap) {
                 Err e;
@@ -295,6 +413,7 @@ static void h_grads_ready(void *ctx, int s) {
     } else if (p->st.last && p->o.overlap && !(s == 0 && p->tied.on)) {
         start_seg_grads(p, s); /* a tied wte waits for the pipeline's exchange (par_grads_finish) */
     }
+    if (p->o.overlap) progress(p);
 }
 
 void zero_set_hooks(Par *p) {
@@ -305,34 +424,57 @@ void zero_set_hooks(Par *p) {
 
 /* ================================================================ init / free */
 
+/* A collective of up to nmax pieces, registered with the scheduler. */
+static int zc_init(Par *p, ZColl *z, int nmax, int staged) {
+    z->nmax = nmax, z->hold = -1, z->staged = staged;
+    if (nmax > 0 && !(z->req = calloc((size_t)nmax, sizeof(CommReq)))) return 0;
+    p->zs.all[p->zs.nall++] = z;
+    return 1;
+}
+
 int zero_init(Par *p) {
     ZeroBuckets *zb = &p->zb;
     ZeroGrads *zg = &p->zg;
     ZeroParams *zp = &p->zp;
     Gpt *g = p->g;
     int ns = p->nseg, ok = 1;
-    zb->seg_req0 = calloc((size_t)ns, sizeof(int)), zb->seg_nreq = calloc((size_t)ns, sizeof(int));
+    /* A device: the dp collectives go through host memory (dev_stage.c). One process at ZeRO 0 (the
+     * device's fast path) runs none; at ZeRO >= 1 its in-place collectives over one rank still go
+     * through the host, as no MPI may see device memory. */
+    p->stage.on = p->dev != NULL && (p->dp > 1 || p->zero >= 1);
+    zb->grad = calloc((size_t)ns, sizeof(ZColl)), zb->param = calloc((size_t)ns, sizeof(ZColl));
     zg->seg_slot = calloc((size_t)ns, sizeof(int));
-    zb->started = calloc((size_t)ns, sizeof(int));
-    if (!zb->started || !zb->seg_req0 || !zb->seg_nreq || !zg->seg_slot) return 0;
-    /* Requests: stage 0 all-reduce buckets of <= bucket_floats; otherwise one per segment (the
-     * reduce-scatter of stage 1, the parameter all-gather of stages 1-2). */
+    zb->started = calloc((size_t)ns, sizeof(int)), zb->lp_stale = calloc((size_t)ns, sizeof(int));
+    int ncoll = 2 * ns + 6; /* grad and param per segment; stage 2/3 slots and embedding, both kinds */
+    p->zs.all = calloc((size_t)ncoll, sizeof(ZColl *)), p->zs.fifo = calloc((size_t)ncoll, sizeof(ZColl *));
+    if (!zb->started || !zb->lp_stale || !zb->grad || !zb->param || !zg->seg_slot || !p->zs.all || !p->zs.fifo) return 0;
+    /* Stage 0: all-reduce buckets of <= bucket_floats; otherwise pieces of rs_piece per rank. Staged
+     * on a device: stages 0-1's gradients and stages 1-2's parameters (on the device's buffers). */
     for (int s = 0; s < ns; s++) {
-        zb->seg_req0[s] = zb->nreq;
-        zb->seg_nreq[s] = p->zero == 0 ? (int)((p->len[s] + p->o.bucket_floats - 1) / p->o.bucket_floats) : 1;
-        if (zb->seg_nreq[s] < 1) zb->seg_nreq[s] = 1;
-        zb->nreq += zb->seg_nreq[s];
+        int ng = p->zero == 0 ? npieces(p->len[s], p->o.bucket_floats) : npieces(p->blk[s], rs_piece(p, s));
+        int np_ = p->zero == 1 || p->zero == 2 ? npieces(p->blk[s], rs_piece(p, s)) : 0;
+        if (!zc_init(p, &zb->grad[s], p->zero <= 1 ? ng : 0, p->stage.on)) return 0;
+        if (!zc_init(p, &zb->param[s], np_, p->stage.on)) return 0;
+        /* what a staged piece's slot must hold (dev_stage.c's slot_need) */
+        zb->grad[s].kind = p->zero == 0 ? ZC_ALLREDUCE : ZC_REDUCE_SCATTER;
+        zb->grad[s].piece = p->zero == 0 ? (p->len[s] < p->o.bucket_floats ? p->len[s] : p->o.bucket_floats) : rs_piece(p, s);
+        zb->param[s].kind = ZC_ALLGATHER, zb->param[s].piece = rs_piece(p, s);
     }
-    if (!(zb->req = calloc((size_t)zb->nreq, sizeof(CommReq)))) return 0;
-    zb->queue = calloc((size_t)zb->nreq, sizeof(int));
-    zb->req_off = calloc((size_t)zb->nreq, sizeof(size_t)), zb->req_n = calloc((size_t)zb->nreq, sizeof(size_t));
-    if (!zb->queue || !zb->req_off || !zb->req_n) return 0;
-    for (int s = 0; s < ns; s++) /* stage 0's bucket ranges */
-        for (int q = 0, i = zb->seg_req0[s]; q < zb->seg_nreq[s]; q++, i++) {
-            size_t done = (size_t)q * p->o.bucket_floats;
-            zb->req_off[i] = p->off[s] + done;
-            zb->req_n[i] = p->len[s] - done < p->o.bucket_floats ? p->len[s] - done : p->o.bucket_floats;
-        }
+    /* Stage 2-3's slots take any segment >= 1 in turn: as many pieces as the most any has. */
+    int most = 0;
+    for (int s = 1; s < ns; s++)
+        if (npieces(p->blk[s], rs_piece(p, s)) > most) most = npieces(p->blk[s], rs_piece(p, s));
+    int n0 = npieces(p->blk[0], rs_piece(p, 0));
+    if (p->zero >= 2) {
+        for (int a = 0; a < 2; a++)
+            if (!zc_init(p, &zg->slot_rs[a], most, 0)) return 0;
+        if (!zc_init(p, &zg->b0_rs, n0, 0)) return 0;
+    }
+    if (p->zero >= 3) {
+        for (int a = 0; a < 2; a++)
+            if (!zc_init(p, &zp->slot_ag[a], most, 0)) return 0;
+        if (!zc_init(p, &zp->b0_ag, n0, 0)) return 0;
+    }
     if (p->zero >= 2) {
         zg->shard = state_alloc(p, MEM_GRADS, p->S * sizeof(float), &ok);
         zg->b0 = state_alloc(p, MEM_GRADS, p->E * sizeof(float), &ok);
@@ -364,8 +506,9 @@ int zero_init(Par *p) {
 void zero_free(Par *p) {
     ZeroGrads *zg = &p->zg;
     ZeroParams *zp = &p->zp;
-    free(p->zb.started), free(p->zb.seg_req0), free(p->zb.seg_nreq), free(p->zb.req), free(zg->seg_slot);
-    free(p->zb.queue), free(p->zb.req_off), free(p->zb.req_n);
+    for (int k = 0; k < p->zs.nall; k++) free(p->zs.all[k]->req);
+    free(p->zs.all), free(p->zs.fifo);
+    free(p->zb.started), free(p->zb.lp_stale), free(p->zb.grad), free(p->zb.param), free(zg->seg_slot);
     state_free(p, MEM_GRADS, zg->shard, p->S * sizeof(float));
     state_free(p, MEM_GRADS, zg->b0, p->E * sizeof(float));
     state_free(p, p->g && p->g->w.prec != GPT_FP32 ? MEM_MASTER : MEM_PARAMS, zp->shard, p->S * sizeof(float));
@@ -385,7 +528,6 @@ void zero_step_begin(Par *p) {
      * Stage 1's in-place reduce-scatter may leave partial sums outside the owned block, so its
      * buffer, like stage 2's shard, is zeroed. */
     memset(p->zb.started, 0, (size_t)p->nseg * sizeof(int));
-    p->zb.qhead = p->zb.qtail = 0;
     if (p->zero >= 2) zero_fill(p, p->zg.shard, p->S);
     else if (p->zero == 1 || p->c->pp > 1) zero_fill(p, p->g->d.grads, p->pl->total);
     else gpt_overwrite_grads(p->g); /* (a pipeline's several micro-batches in flight add from zero) */
@@ -397,19 +539,9 @@ Status zero_grads_finish(Par *p, Err *err) {
      * and a head stage's embedding segment (no embedding backward runs there). */
     if (p->zero <= 1)
         for (int s = p->nseg - 1; s >= 0; s--) start_seg_grads(p, s);
-    /* Stage 0: the queued buckets, each started when one in flight is done (oldest first). */
-    for (ZeroBuckets *zb = &p->zb; p->zero == 0 && zb->qhead < zb->qtail;) {
-        CommReq *oldest = NULL;
-        for (int k = 0; k < zb->qhead && !oldest; k++)
-            if (zb->req[zb->queue[k]].active) oldest = &zb->req[zb->queue[k]];
-        if (oldest && (st = comm_wait_all(oldest, 1, p->c->timeout_s, "grad bucket", p->c->step, err)) != ST_OK)
-            return st;
-        pump_buckets(p);
-        if ((st = par_hook_status(p, err)) != ST_OK) return st;
-    }
     if (p->zero <= 1) {
-        if ((st = comm_wait_all(p->zb.req, p->zb.nreq, p->c->timeout_s, "grad bucket", p->c->step, err)) != ST_OK)
-            return st;
+        for (int s = p->nseg - 1; s >= 0; s--) /* in the order they were queued */
+            if ((st = zc_wait(p, &p->zb.grad[s], err)) != ST_OK) return st;
         if (p->stage.on && (st = stage_reap(p, 1, err)) != ST_OK) return st; /* a device: the last results back */
     } else {
         for (int a = 0; a < 2; a++)
@@ -431,28 +563,38 @@ Status zero_params_sync(Par *p, Err *err) {
     Status st = ST_OK;
     ZeroBuckets *zb = &p->zb;
     ZeroParams *zp = &p->zp;
-    if ((p->zero == 1 || p->zero == 2) && p->stage.on) { /* a device: each segment through a host slot */
-        for (int s = 0; s < p->nseg && st == ST_OK; s++)
-            if (p->blk[s]) st = stage_allgather_params(p, s, err);
-        if (st == ST_OK) st = stage_reap(p, 1, err);
-        if (st == ST_OK) gpt_sync_lp(p->g);
-    } else if (p->zero == 1 || p->zero == 2) {
+    if (p->zero == 1 || p->zero == 2) {
+        /* In forward order, so the gathers of later segments run behind earlier segments' forward
+         * (each waited in its before_forward). --no-overlap waits here, as before issue 28; so does
+         * a device (its pieces hold host slots, and a step books its own gathers' bytes). */
         float *P = p->g->w.params;
-        for (int s = 0; s < p->nseg && st == ST_OK; s++)
-            if (p->blk[s]) st = comm_iallgather_f32(p->c, P + p->off[s] + (size_t)p->r * p->blk[s], P + p->off[s], p->blk[s],
-                                     &zb->req[zb->seg_req0[s]], err);
-        if (st == ST_OK) st = comm_wait_all(zb->req, zb->nreq, p->c->timeout_s, "param all-gather", p->c->step, err);
-        if (st == ST_OK) gpt_sync_lp(p->g); /* mixed precision: the working copy of the gathered master */
+        for (int s = 0; s < p->nseg; s++) {
+            if (!p->blk[s]) continue;
+            zc_begin(p, &zb->param[s], ZC_ALLGATHER, P + p->off[s], p->blk[s], p->blk[s], rs_piece(p, s), "param all-gather",
+                     gather_fault_hold(p, s, 1));
+            zb->lp_stale[s] = 1;
+        }
+        if ((st = par_hook_status(p, err)) != ST_OK) return st;
+        if (!p->o.overlap || p->stage.on) st = zero_params_wait(p, err);
     } else if (p->zero == 3) {
         /* The shard changed: every gathered copy is stale. */
         for (int a = 0; a < 2; a++) {
-            if (zp->slot_req[a].active && st == ST_OK)
-                st = comm_wait(&zp->slot_req[a], p->c->timeout_s, "param all-gather", p->c->step, err);
+            if (st == ST_OK) st = zc_wait(p, &zp->slot_ag[a], err);
             zp->slot_seg[a] = -1;
         }
-        if (zp->b0_req.active && st == ST_OK)
-            st = comm_wait(&zp->b0_req, p->c->timeout_s, "param all-gather", p->c->step, err);
+        if (st == ST_OK) st = zc_wait(p, &zp->b0_ag, err);
         zp->b0_valid = 0;
+        for (int k = 0; k < 3; k++) p->stage.gather_seg[k] = -1; /* a device: nothing left to copy back */
+    }
+    return st;
+}
+
+Status zero_params_wait(Par *p, Err *err) {
+    Status st = ST_OK;
+    if (p->zero != 1 && p->zero != 2) return ST_OK;
+    for (int s = 0; s < p->nseg && st == ST_OK; s++) {
+        gather_fault_release(p, &p->zb.param[s]);
+        st = params_ready(p, s, err);
     }
     return st;
 }
@@ -470,6 +612,9 @@ static void copy_owned(Par *p, float *shard, const float *full) {
 
 void par_set_full(Par *p, const float *params, const float *m, const float *v) {
     size_t T = p->pl->total;
+    Err e;
+    Status st = zero_params_wait(p, &e); /* no all-gather may still write the parameters */
+    if (st != ST_OK) par_hook_fail(p, st, &e);
     if (params) {
         if (p->zero >= 3) copy_owned(p, p->zp.shard, params);
         else if (p->dev) p->dev->from_host(p->g->w.params, params, T * sizeof(float)), gpt_sync_lp(p->g);
@@ -503,8 +648,8 @@ static Status gather_shard(Par *p, const float *shard, float *full, Err *err) {
 
 Status par_get_full(Par *p, float *params, float *m, float *v, Err *err) {
     size_t T = p->pl->total;
-    Status st = ST_OK;
-    if (params) {
+    Status st = zero_params_wait(p, err); /* the last update's gathers complete */
+    if (params && st == ST_OK) {
         if (p->zero >= 3) st = gather_shard(p, p->zp.shard, params, err);
         else if (p->dev && !p->o.faults.device_bypass) p->dev->to_host(params, p->g->w.params, T * sizeof(float));
         else memcpy(params, p->g->w.params, T * sizeof(float));

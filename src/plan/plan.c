@@ -230,6 +230,17 @@ static void book(CommBook *b, CommKind k, uint64_t total, int p, double times) {
         b->o->tp_time += times * plan_ring_half((double)total, p, b->bw, b->lat);
 }
 
+/* Books `times` reduce-scatters or all-gathers of a segment's dp blocks of `blk` floats as zero.c
+ * runs them: in pieces of layout_dp_piece_floats per rank, each booked as the collective of its dp
+ * parts (so the bytes are the whole segment's, and the calls the pieces'). */
+static void book_pieces(CommBook *b, CommKind k, uint64_t blk, int dp, double times) {
+    uint64_t q = layout_dp_piece_floats(LAYOUT_BUCKET_FLOATS, dp, (size_t)blk);
+    if (q == 0) return;
+    uint64_t full = blk / q, rest = blk % q;
+    if (full) book(b, k, q * (uint64_t)dp * 4, dp, times * (double)full);
+    if (rest) book(b, k, rest * (uint64_t)dp * 4, dp, times);
+}
+
 Status plan_trainer_comm(const ModelConfig *cfg, const PlanTrainerStep *s, double bw_tp, double lat_tp,
                          PlanCommKinds *out, Err *err) {
     memset(out, 0, sizeof *out);
@@ -280,7 +291,7 @@ Status plan_trainer_comm(const ModelConfig *cfg, const PlanTrainerStep *s, doubl
     ParamLayout pl;
     if (layout_init_tp(&pl, cfg, dp, t, 0) != 0) return err_set(err, ST_ERR_RUNTIME, "out of memory building the layout");
     for (int g = 0; g < pl.nseg; g++) {
-        uint64_t len = pl.seg_off[g + 1] - pl.seg_off[g], len4 = len * 4;
+        uint64_t len = pl.seg_off[g + 1] - pl.seg_off[g];
         if (s->zero == 0) {
             for (uint64_t done = 0; done < len; done += LAYOUT_BUCKET_FLOATS) {
                 uint64_t n = len - done < LAYOUT_BUCKET_FLOATS ? len - done : LAYOUT_BUCKET_FLOATS;
@@ -288,12 +299,12 @@ Status plan_trainer_comm(const ModelConfig *cfg, const PlanTrainerStep *s, doubl
             }
             continue;
         }
-        /* comm_ireduce_scatter_f32's in-place ring: (p-1)/p of the segment (comm.c). */
+        /* comm's in-place ring over the segment's dp blocks, in pieces (zero.c): (p-1)/p of each. */
+        uint64_t blk = len / (uint64_t)dp;
         double rs = s->zero >= 2 ? k : 1;
-        out->bytes[COMM_REDUCE_SCATTER] += rs * (double)comm_ring_bytes(COMM_REDUCE_SCATTER, len4, dp);
-        out->calls[COMM_REDUCE_SCATTER] += rs;
+        book_pieces(&b, COMM_REDUCE_SCATTER, blk, dp, rs);
         if (s->zero <= 2) {
-            book(&b, COMM_ALLGATHER, len4, dp, 1); /* the updated parameters after the optimizer */
+            book_pieces(&b, COMM_ALLGATHER, blk, dp, 1); /* the updated parameters after the optimizer */
             continue;
         }
         /* ZeRO 3 (parallel.c's two gather slots, invalidated after each update): the first micro-batch
@@ -302,7 +313,7 @@ Status plan_trainer_comm(const ModelConfig *cfg, const PlanTrainerStep *s, doubl
          * 3..L+1 forward and L-1..1 backward. */
         double first = g == 0 ? 1 : g <= L - 1 ? 2 : 1;   /* segment g in the first micro-batch */
         double later = (g >= 3 ? 1 : 0) + (g >= 1 && g <= L - 1 ? 1 : 0);
-        book(&b, COMM_ALLGATHER, len4, dp, first + (k - 1) * later);
+        book_pieces(&b, COMM_ALLGATHER, blk, dp, first + (k - 1) * later);
     }
     layout_free(&pl);
     /* The world's scalars: token count and stop flag (2 int64), loss and GEMM flag (2 doubles); the

@@ -437,7 +437,9 @@ typedef struct {
  *              vocabulary-parallel loss: per head chunk of m rows an all-reduce of m and one of 2m;
  *   dp group   ZeRO 0: the gradient all-reduce per segment in buckets of LAYOUT_BUCKET_FLOATS;
  *              1: a reduce-scatter per segment, 2-3: per segment and micro-batch; 1-2: the parameter
- *              all-gather per segment; 3: the segment gathers of the two-slot prefetch;
+ *              all-gather per segment; 3: the segment gathers of the two-slot prefetch; stages 1-3
+ *              split each reduce-scatter and all-gather into pieces of layout_dp_piece_floats per
+ *              rank (a call each; the bytes are the segment's);
  *   world      the scalar collectives of the step (token count, loss, norm, per-rank norms and times;
  *              the first step adds the memory record's two; the noise scale two more).
  * bw_tp, lat_tp: the tp group's link for tp_time. ST_ERR_INPUT when the trainer would refuse the

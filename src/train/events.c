@@ -319,6 +319,7 @@ void ev_step(EventLog *lg, const StepEvent *e) {
     add_num(tm, "comm_dp", e->ms_comm_dp);
     add_num(tm, "comm_tp", e->ms_comm_tp);
     if (e->tp_overlapped >= 0) add_num(tm, "tp_progress", e->ms_tp_progress);
+    if (e->ms_dp_progress >= 0) add_num(tm, "dp_progress", e->ms_dp_progress);
     add_num(tm, "optimizer", e->ms_optimizer);
     add_num(tm, "checkpoint", e->ms_checkpoint);
     if (e->sophia) add_num(tm, "hessian", e->ms_hessian);

@@ -83,6 +83,7 @@ static void log_sample(Run *r, long step) {
     if (!r->g.w.params) return; /* ZeRO-3: the full weights are not on this rank */
     KvCache kv;
     Err e;
+    if (r->par && par_params_wait(r->par, &e) != ST_OK) return; /* generation runs no forward hooks */
     if (kv_init(&kv, &r->g, &e) != ST_OK) return;
     kv.test_host_read = c->faults.device_bypass; /* the test fault: logits by memcpy (devemu stops it) */
     int n = c->sample_tokens < c->model.max_seq ? c->sample_tokens : c->model.max_seq - 1;
@@ -574,11 +575,15 @@ static Status step_report(Run *r, Step *s, Err *err) {
     /* tp's exposed time: its waits; apart, the progress calls made for its overlapped collectives
      * (comm_test on the calling thread while a GEMM runs on another, model/gpt.c overlap_run). */
     double comm_ms = r->comm->stats.wait_ms_total - s->comm_ms0, by_kind[COMM_NKIND], tp_ms = 0, tp_test_ms = 0;
+    double dp_test_ms = 0; /* the other kinds' progress calls (ZeRO's pieces between segments) */
     for (int k = 0; k < COMM_NKIND; k++) {
         by_kind[k] = (double)(r->comm->stats.bytes[k] - s->cs0.bytes[k]);
+        double test_ms = r->comm->stats.test_ms_by_kind[k] - s->cs0.test_ms_by_kind[k];
         if (comm_kind_is_tp((CommKind)k)) {
             tp_ms += r->comm->stats.wait_ms[k] - s->cs0.wait_ms[k];
-            tp_test_ms += r->comm->stats.test_ms_by_kind[k] - s->cs0.test_ms_by_kind[k];
+            tp_test_ms += test_ms;
+        } else {
+            dp_test_ms += test_ms;
         }
     }
     double tp_nb = (double)(r->comm->stats.tp_nonblocking - s->cs0.tp_nonblocking), tp_early = 0;
@@ -593,6 +598,7 @@ static Status step_report(Run *r, Step *s, Err *err) {
                    .ms_data = s->t1 - s->t0, .ms_forward = r->g.s.ms_fwd,
                    .ms_backward = (s->t2 - s->t1) - r->g.s.ms_fwd - s->hess_ms,
                    .ms_comm = comm_ms, .ms_comm_dp = comm_ms - tp_ms, .ms_comm_tp = tp_ms, .ms_tp_progress = tp_test_ms,
+                   .ms_dp_progress = r->world > 1 ? dp_test_ms : -1,
                    .tp_overlapped = r->comm->tp > 1 ? tp_nb : -1, .tp_overlapped_done = tp_early,
                    .comm_bytes_by_kind = by_kind, .ms_optimizer = s->t3 - s->t2, .ms_checkpoint = s->ckpt_ms,
                    .pp = r->pp, .pp_idle_ms = r->pipe.stats.idle_ms, .pp_busy_ms = r->pipe.stats.busy_ms, .pp_f_ms = r->pipe.stats.f_ms,
