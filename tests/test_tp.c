@@ -861,12 +861,16 @@ static void overlap(void) {
     ParamLayout pl;
     test_layout(&pl, 2, 97);
     const int k = 4, L = 2;
+    /* The row-parallel sums' chunks per layer: N = 2 x 32 rows without --sp, 32 per rank with it;
+     * the odd run N = 2 x 29, 29 rows per rank (uneven chunks of 14 and 15). */
+    int cn = layout_tp_row_chunks(64), cs = layout_tp_row_chunks(32), co = layout_tp_row_chunks(29);
     struct {
         const char *name, *extra;
         int per; /* overlapped collectives per block and micro-batch */
-    } R[] = {{"ovl_tp2", "--tp 2", 2},
-             {"ovl_tp2_sp", "--tp 2 --sp", 6},
-             {"ovl_tp2_sp_bf16", "--tp 2 --sp --precision bf16 --dropout 0.1 --recompute full", 8}};
+    } R[] = {{"ovl_tp2", "--tp 2", 2 + 2 * cn},
+             {"ovl_tp2_sp", "--tp 2 --sp", 6 + 2 * cs},
+             {"ovl_tp2_sp_bf16", "--tp 2 --sp --precision bf16 --dropout 0.1 --recompute full", 8 + 4 * cs},
+             {"ovl_tp2_sp_odd", "--tp 2 --sp --seq-len 29 --dropout 0.1", 6 + 2 * co}};
     for (size_t i = 0; i < sizeof R / sizeof R[0]; i++) {
         char blk[64], detail[256], what[200];
         snprintf(blk, sizeof blk, "%s_blocking", R[i].name);

@@ -497,7 +497,7 @@ static int tp_overlap(const Gpt *g) {
 }
 
 /* One GEMM step of an overlapped layer (what overlap_run runs beside the progress loop). */
-typedef enum { JOB_FWD, JOB_DINP, JOB_DW } JobKind;
+typedef enum { JOB_FWD, JOB_DINP, JOB_DW, JOB_CALL } JobKind;
 typedef struct {
     JobKind kind;
     float *out;           /* FWD: (rows, OC); DINP: dinp (N, C); DW: dw (OC, C) */
@@ -506,6 +506,8 @@ typedef struct {
     const float *dout;    /* DINP, DW: dY (N, OC) fp32, or NULL under bf16: s->mp.a holds it rounded */
     const float *w, *bias;/* the weight (OC, C); FWD: the bias or NULL */
     int rows, C, OC, acc;
+    void (*call)(const void *arg); /* CALL: any other step (the row-parallel layers' chunks), on arg */
+    const void *arg;
 } Job;
 
 static void job_run(Gpt *g, const Job *j) {
@@ -531,6 +533,7 @@ static void job_run(Gpt *g, const Job *j) {
         else g->be->matmul_backward_p(&s->mp, NULL, j->out, NULL, j->dout, j->in, j->w, NULL, j->rows, j->C, j->OC,
                                       j->acc, nt);
         break;
+    case JOB_CALL: j->call(j->arg); break;
     }
 }
 
@@ -650,11 +653,13 @@ static void norm_forward(const Gpt *g, float *out, uint16_t *out_lp, float *mean
     else g->be->layernorm_forward(out, mean, rstd, x, w, b, Nl, C, nt);
 }
 
-/* res = a + drop(br), then its pre-norm as norm_forward, in one pass. */
-static void residual_norm_forward(const Gpt *g, float *res, float *out, uint16_t *out_lp, float *mean, float *rstd,
-                                  const float *a, const float *br, Dropout d, const float *w, const float *b) {
+/* res = a + drop(br), then its pre-norm as norm_forward, in one pass, over Nl rows (the rows held, or
+ * a chunk of them: the pointers then point at its first row, d.offset at its first element). */
+static void residual_norm_forward(const Gpt *g, int Nl, float *res, float *out, uint16_t *out_lp, float *mean,
+                                  float *rstd, const float *a, const float *br, Dropout d, const float *w,
+                                  const float *b) {
     const GptRunState *s = &g->s;
-    int C = g->w.cfg.n_embd, Nl = s->curNl, nt = s->nt;
+    int C = g->w.cfg.n_embd, nt = s->nt;
     float eps = g->w.cfg.norm_eps;
     if (s->dim.rms && out_lp) g->be->residual_rmsnorm_forward_bf16(res, out_lp, rstd, a, br, d, w, Nl, C, eps, nt);
     else if (s->dim.rms) g->be->residual_rmsnorm_forward(res, out, rstd, a, br, d, w, Nl, C, eps, nt);
@@ -690,10 +695,111 @@ static void attn_forward(Gpt *g, LayerActs *a, int l, int B, int T) {
                              s->dim.hs, s->att_scale, d, s->mp.bf16, s->nt);
 }
 
+/* ---- Row-parallel forward, overlapped (issue 28, docs/parallel.md "Overlap") ----
+ *
+ * A row-parallel layer (attention output projection, MLP down projection) gives each tp rank a
+ * partial (N, C) that the tp group sums (all-reduce, or under --sp reduce-scatter) before its bias
+ * and the residual. Overlapped, the rows held are cut into layout_tp_row_chunks pieces: chunk k's
+ * GEMM rows, then its sum started; chunk k+1's GEMM runs while chunk k's sum is in flight; the
+ * tail (bias, residual, and after the attention the second pre-norm) of chunk k runs while chunk
+ * k+1's sum is. Every element gets the same GEMM dot product (a GEMM split by output rows keeps
+ * each row's: test_tp overlap and bitcheck compare against the blocking path to the bit), the same
+ * sum over the ranks and the same row-wise tail, so the results are the blocking path's bits.
+ *
+ * Under --sp chunk k is rows [r0, r1) of every rank's block of Nl rows: its GEMMs write them as tp
+ * consecutive blocks of m = r1 - r0 rows at dbuf_b + tp·r0·C, so that the chunk's reduce-scatter
+ * (block m·C) leaves rank r's rows [r0, r1) summed in block r. Without --sp chunk k is rows
+ * [r0, r1) of the N rows, at their place in dbuf_b. */
+typedef struct {
+    Gpt *g;
+    int l;               /* the block */
+    int mlp;             /* 0: the attention projection (tail: bias, res2 = x + drop(.), ln2 of res2);
+                            1: the MLP down projection (tail: bias, res3 = res2 + drop(.)) */
+    const float *in;     /* the GEMM's input (N, K): fp32, or bf16 bits when in_lp */
+    int in_lp;           /* 1: bf16 input (matmul_forward_lp), 0: matmul_forward_p (rounds under bf16) */
+    const float *w;      /* (C, K) this rank's slice of the weight */
+    int K;
+    const float *x;      /* the block's input (the Nl rows held): the attention's residual */
+    int k, nchunks;      /* the chunk the next step acts on, and how many */
+} RowPar;
+
+static int rowpar_start(const RowPar *rp, int k) { return layout_tp_row_start(rp->g->s.curNl, k); }
+
+/* Chunk rp->k's GEMMs (the partial sums of its rows, see above). */
+static void rowpar_gemm(const void *arg) {
+    const RowPar *rp = arg;
+    Gpt *g = rp->g;
+    GptRunState *s = &g->s;
+    int C = g->w.cfg.n_embd, Nl = s->curNl, r0 = rowpar_start(rp, rp->k), m = rowpar_start(rp, rp->k + 1) - r0;
+    int nb = s->sp ? s->tp : 1;
+    for (int r = 0; r < nb; r++) {
+        size_t row = (size_t)r * Nl + r0; /* the input row of block r's chunk */
+        float *out = s->dbuf_b + ((size_t)nb * r0 + (size_t)r * m) * C;
+        if (rp->in_lp) g->be->matmul_forward_lp(out, (const uint16_t *)rp->in + row * rp->K, lp(g, rp->w), NULL, m, rp->K, C);
+        else g->be->matmul_forward_p(&s->mp, out, rp->in + row * rp->K, rp->w, lp(g, rp->w), NULL, m, rp->K, C, s->nt);
+    }
+}
+
+/* The summed rows of chunk k held by this rank. */
+static float *rowpar_summed(const RowPar *rp, int k) {
+    const GptRunState *s = &rp->g->s;
+    int C = rp->g->w.cfg.n_embd, r0 = rowpar_start(rp, k), m = rowpar_start(rp, k + 1) - r0;
+    return s->dbuf_b + ((size_t)(s->sp ? s->tp : 1) * r0 + (size_t)(s->sp ? s->tp_rank : 0) * m) * C;
+}
+
+/* Chunk rp->k's tail on its summed rows: bias, residual, (attention) the second pre-norm. */
+static void rowpar_tail(const void *arg) {
+    const RowPar *rp = arg;
+    Gpt *g = rp->g;
+    GptRunState *s = &g->s;
+    const BlockParams *p = &g->w.p.blocks[rp->l];
+    LayerActs *a = &s->la[rp->l];
+    int C = g->w.cfg.n_embd, nt = s->nt, r0 = rowpar_start(rp, rp->k), m = rowpar_start(rp, rp->k + 1) - r0;
+    size_t o = (size_t)r0 * C;
+    float *br = rowpar_summed(rp, rp->k);
+    const float *bias = rp->mlp ? p->fcprojb : p->attprojb;
+    if (bias) g->be->bias_add_rows(br, bias, m, C, nt);
+    Dropout d = dropout_at(g, rp->l, rp->mlp ? DROP_MLP_RES : DROP_ATTN_RES);
+    d.offset += o; /* the chunk's first element in the rows held */
+    if (rp->mlp) {
+        g->be->residual_forward(a->res3 + o, a->res2 + o, br, (size_t)m * C, d, nt);
+        return;
+    }
+    int bf = s->mp.bf16;
+    residual_norm_forward(g, m, a->res2 + o, bf ? NULL : a->ln2 + o, bf ? a->ln2_lp + o : NULL,
+                          a->ln2_mean ? a->ln2_mean + r0 : NULL, a->ln2_rstd + r0, rp->x + o, br, d, p->ln2w, p->ln2b);
+}
+
+/* The whole row-parallel layer (see above): GEMMs, sums and tails of every chunk; collectives move
+ * (tp_progress) while the GEMM or tail beside them runs (overlap_run). */
+static void rowpar_forward(RowPar *rp) {
+    Gpt *g = rp->g;
+    GptRunState *s = &g->s;
+    GptHooks *h = &g->hooks;
+    int C = g->w.cfg.n_embd, kind = s->sp ? GPT_TP_REDUCE_SCATTER : GPT_TP_ALLREDUCE;
+    int hd[LAYOUT_TP_ROW_CHUNKS];
+    rp->nchunks = layout_tp_row_chunks(s->curNl);
+    for (int k = 0; k < rp->nchunks; k++) {
+        rp->k = k;
+        Job j = {.kind = JOB_CALL, .call = rowpar_gemm, .arg = rp};
+        if (k == 0) job_run(g, &j); /* nothing in flight yet */
+        else overlap_run(g, &j);
+        int r0 = rowpar_start(rp, k), m = rowpar_start(rp, k + 1) - r0;
+        hd[k] = h->tp_start(h->ctx, kind, s->dbuf_b + (size_t)(s->sp ? s->tp : 1) * r0 * C, (size_t)m * C);
+    }
+    for (int k = 0; k < rp->nchunks; k++) {
+        h->tp_wait(h->ctx, hd[k]);
+        rp->k = k;
+        Job j = {.kind = JOB_CALL, .call = rowpar_tail, .arg = rp};
+        if (k + 1 < rp->nchunks) overlap_run(g, &j); /* the later chunks' sums are in flight */
+        else job_run(g, &j);
+    }
+}
+
 /* Forward of block l on input x (the Nl rows held of (B, T, C)) into its LayerActs (shared
  * buffers under recompute). With tp > 1 the attention and MLP are Megatron's parallel regions:
  * a column-parallel GEMM on the whole LayerNorm output, a row-parallel GEMM whose partial sums
- * tp_reduce_rows combines before the bias and the residual. */
+ * tp_reduce_rows combines before the bias and the residual (overlapped: rowpar_forward). */
 static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
     const ModelConfig *cfg = &g->w.cfg;
     GptRunState *s = &g->s;
@@ -701,61 +807,63 @@ static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
     const BlockParams *p = &g->w.p.blocks[l];
     LayerActs *a = &s->la[l];
     const float *rb_att = tp1 ? p->attprojb : NULL, *rb_fc = tp1 ? p->fcprojb : NULL; /* tp > 1: after the sum */
-    int Q = s->dim.QKVl, H = s->dim.Hl, ovl = s->sp && tp_overlap(g); /* --sp: gathers overlapped */
-    if (s->mp.bf16) {
-        /* bf16: the norm and activation outputs are produced, stored and used as bf16 GEMM operands. */
-        norm_forward(g, NULL, a->ln1_lp, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b);
-        if (ovl) {
-            sp_colpar_forward(g, a->qkv, (const float *)a->ln1_lp, p->qkvw, p->qkvb, C, Q);
-        } else {
-            const uint16_t *in = (const uint16_t *)sp_gather_rows(g, (const float *)a->ln1_lp);
-            g->be->matmul_forward_lp(a->qkv, in, lp(g, p->qkvw), p->qkvb, N, C, Q);
-        }
+    int Q = s->dim.QKVl, H = s->dim.Hl, bf = s->mp.bf16;
+    int rovl = tp_overlap(g), ovl = s->sp && rovl; /* row-parallel sums overlapped; --sp: gathers too */
+    /* bf16: the norm and activation outputs are produced, stored and used as bf16 GEMM operands. */
+    norm_forward(g, bf ? NULL : a->ln1, bf ? a->ln1_lp : NULL, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b);
+    const float *own1 = bf ? (const float *)a->ln1_lp : a->ln1;
+    if (ovl) {
+        sp_colpar_forward(g, a->qkv, own1, p->qkvw, p->qkvb, C, Q);
+    } else if (bf) {
+        const uint16_t *in = (const uint16_t *)sp_gather_rows(g, own1);
+        g->be->matmul_forward_lp(a->qkv, in, lp(g, p->qkvw), p->qkvb, N, C, Q);
     } else {
-        norm_forward(g, a->ln1, NULL, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b);
-        if (ovl) {
-            sp_colpar_forward(g, a->qkv, a->ln1, p->qkvw, p->qkvb, C, Q);
-        } else {
-            const float *in = sp_gather_rows(g, a->ln1);
-            g->be->matmul_forward_p(&s->mp, a->qkv, in, p->qkvw, lp(g, p->qkvw), p->qkvb, N, C, Q, nt);
-            lora_fwd(g, l, LORA_SITE_QKV, in, a->qkv, Q);
-        }
+        const float *in = sp_gather_rows(g, own1);
+        g->be->matmul_forward_p(&s->mp, a->qkv, in, p->qkvw, lp(g, p->qkvw), p->qkvb, N, C, Q, nt);
+        lora_fwd(g, l, LORA_SITE_QKV, in, a->qkv, Q);
     }
     if (s->dim.rms)
         g->be->rope_forward(a->qkv, s->rope_cs, s->cur_docpos, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, 0, nt);
     attn_forward(g, a, l, B, T);
-    g->be->matmul_forward_p(&s->mp, s->dbuf_b, a->atty, p->attprojw, lp(g, p->attprojw), rb_att, N, Ca, C, nt);
-    lora_fwd(g, l, LORA_SITE_O, a->atty, s->dbuf_b, C);
-    float *br = tp_reduce_rows(g, s->dbuf_b);
-    if (!tp1 && p->attprojb) g->be->bias_add_rows(br, p->attprojb, Nl, C, nt);
-    if (s->mp.bf16) {
-        residual_norm_forward(g, a->res2, NULL, a->ln2_lp, a->ln2_mean, a->ln2_rstd, x, br,
-                              dropout_at(g, l, DROP_ATTN_RES), p->ln2w, p->ln2b);
-        if (ovl) {
-            sp_colpar_forward(g, a->fch, (const float *)a->ln2_lp, p->fcw, p->fcb, C, H);
-        } else {
-            const uint16_t *in = (const uint16_t *)sp_gather_rows(g, (const float *)a->ln2_lp);
-            g->be->matmul_forward_lp(a->fch, in, lp(g, p->fcw), p->fcb, N, C, H);
-        }
-        if (s->dim.rms) g->be->swiglu_forward_bf16(a->fchg_lp, a->fch, N, F, nt);
-        else g->be->gelu_forward_bf16(a->fchg_lp, a->fch, (size_t)N * F, nt);
+    if (rovl) {
+        RowPar rp = {.g = g, .l = l, .mlp = 0, .in = a->atty, .in_lp = 0, .w = p->attprojw, .K = Ca, .x = x};
+        rowpar_forward(&rp);
+    } else {
+        g->be->matmul_forward_p(&s->mp, s->dbuf_b, a->atty, p->attprojw, lp(g, p->attprojw), rb_att, N, Ca, C, nt);
+        lora_fwd(g, l, LORA_SITE_O, a->atty, s->dbuf_b, C);
+        float *br = tp_reduce_rows(g, s->dbuf_b);
+        if (!tp1 && p->attprojb) g->be->bias_add_rows(br, p->attprojb, Nl, C, nt);
+        residual_norm_forward(g, Nl, a->res2, bf ? NULL : a->ln2, bf ? a->ln2_lp : NULL, a->ln2_mean, a->ln2_rstd, x,
+                              br, dropout_at(g, l, DROP_ATTN_RES), p->ln2w, p->ln2b);
+    }
+    const float *own2 = bf ? (const float *)a->ln2_lp : a->ln2;
+    if (ovl) {
+        sp_colpar_forward(g, a->fch, own2, p->fcw, p->fcb, C, H);
+    } else if (bf) {
+        const uint16_t *in = (const uint16_t *)sp_gather_rows(g, own2);
+        g->be->matmul_forward_lp(a->fch, in, lp(g, p->fcw), p->fcb, N, C, H);
+    } else {
+        const float *in = sp_gather_rows(g, own2);
+        g->be->matmul_forward_p(&s->mp, a->fch, in, p->fcw, lp(g, p->fcw), p->fcb, N, C, H, nt);
+        lora_fwd(g, l, LORA_SITE_FC, in, a->fch, H);
+    }
+    if (s->dim.rms && bf) g->be->swiglu_forward_bf16(a->fchg_lp, a->fch, N, F, nt);
+    else if (s->dim.rms) g->be->swiglu_forward(a->fch_gelu, a->fch, N, F, nt);
+    else if (bf) g->be->gelu_forward_bf16(a->fchg_lp, a->fch, (size_t)N * F, nt);
+    else g->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * F, nt);
+    const float *fin = bf ? (const float *)a->fchg_lp : a->fch_gelu; /* the down projection's input */
+    if (rovl) {
+        RowPar rp = {.g = g, .l = l, .mlp = 1, .in = fin, .in_lp = bf, .w = p->fcprojw, .K = F, .x = x};
+        rowpar_forward(&rp);
+        return;
+    }
+    if (bf) {
         g->be->matmul_forward_lp(s->dbuf_b, a->fchg_lp, lp(g, p->fcprojw), rb_fc, N, F, C);
     } else {
-        residual_norm_forward(g, a->res2, a->ln2, NULL, a->ln2_mean, a->ln2_rstd, x, br,
-                              dropout_at(g, l, DROP_ATTN_RES), p->ln2w, p->ln2b);
-        if (ovl) {
-            sp_colpar_forward(g, a->fch, a->ln2, p->fcw, p->fcb, C, H);
-        } else {
-            const float *in = sp_gather_rows(g, a->ln2);
-            g->be->matmul_forward_p(&s->mp, a->fch, in, p->fcw, lp(g, p->fcw), p->fcb, N, C, H, nt);
-            lora_fwd(g, l, LORA_SITE_FC, in, a->fch, H);
-        }
-        if (s->dim.rms) g->be->swiglu_forward(a->fch_gelu, a->fch, N, F, nt);
-        else g->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * F, nt);
         g->be->matmul_forward_p(&s->mp, s->dbuf_b, a->fch_gelu, p->fcprojw, lp(g, p->fcprojw), rb_fc, N, F, C, nt);
         lora_fwd(g, l, LORA_SITE_DOWN, a->fch_gelu, s->dbuf_b, C);
     }
-    br = tp_reduce_rows(g, s->dbuf_b);
+    float *br = tp_reduce_rows(g, s->dbuf_b);
     if (!tp1 && p->fcprojb) g->be->bias_add_rows(br, p->fcprojb, Nl, C, nt);
     g->be->residual_forward(a->res3, a->res2, br, (size_t)Nl * C, dropout_at(g, l, DROP_MLP_RES), nt);
 }
