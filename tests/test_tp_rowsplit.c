@@ -9,6 +9,8 @@
  * thread the chunks run on the second thread of an OpenMP region, as overlap_run runs them.
  * Shapes: bench/tp_speed.sh's at tp 2 (M = 8 x 256 rows; the attention projection K = 384/2, the
  * MLP down projection K = 4·384/2, OC = 384) and test_tp's (M = 2 x 29, 2 x 32; K 16 and 64, OC 32).
+ * The same for the backward's input-gradient GEMM dY·W split into --sp's two rank blocks (gpt.c
+ * sp_rowpar_backward; fcproj and attproj at the benchmark's shapes).
  * Negative control: the same GEMM split along K instead (two GEMMs, the second accumulating, which
  * changes the order of the additions; the reason the model never splits that way) must differ in
  * some element of the shapes with K >= 192. */
@@ -106,6 +108,43 @@ int main(void) {
                 free(wa), free(wa_lp), free(ina), free(ina_lp);
             }
         free(in), free(w), free(ref), free(got), free(in_lp), free(w_lp);
+    }
+    /* The backward's input gradient dinp (M, K) = dY (M, OC) · W (OC, K) under --sp, split into the
+     * tp = 2 rank blocks of M/2 rows (gpt.c sp_rowpar_backward): fcproj K = 768, attproj K = 192. */
+    static const Shape D[] = {{2048, 768, 384}, {2048, 192, 384}, {58, 64, 32}};
+    for (size_t i = 0; i < sizeof D / sizeof D[0]; i++) {
+        int M = D[i].M, K = D[i].K, OC = D[i].OC, h = M / 2;
+        size_t ndy = (size_t)M * OC, nw = (size_t)OC * K, nout = (size_t)M * K;
+        float *dy = malloc(ndy * sizeof *dy), *w = malloc(nw * sizeof *w);
+        float *ref = malloc(nout * sizeof *ref), *got = malloc(nout * sizeof *got);
+        uint16_t *dy_lp = malloc(ndy * sizeof *dy_lp), *w_lp = malloc(nw * sizeof *w_lp);
+        if (!dy || !w || !ref || !got || !dy_lp || !w_lp) {
+            tu_check(0, "allocation", "out of memory");
+            return tu_exit();
+        }
+        for (size_t x = 0; x < ndy; x++) dy[x] = rng_normal(13, i, x), dy_lp[x] = half_bf16(dy[x]);
+        for (size_t x = 0; x < nw; x++) w[x] = 0.02f * rng_normal(14, i, x), w_lp[x] = half_bf16(w[x]);
+        for (int bf = 0; bf < 2; bf++)
+            for (int nt = 1; nt <= 2; nt++) {
+                mm_set_threads(nt);
+                if (bf) mm_gemm_bf16(0, 0, M, K, OC, 1.0f, dy_lp, OC, w_lp, K, 0.0f, ref, K);
+                else mm_sgemm(0, 0, M, K, OC, 1.0f, dy, OC, w, K, 0.0f, ref, K);
+                memset(got, 0xff, nout * sizeof *got);
+                for (int r = 0; r < 2; r++) {
+                    int r0 = r * h, m = r ? M - h : h;
+#pragma omp parallel num_threads(2)
+                    if (omp_get_thread_num() == (nt == 1 && omp_get_num_threads() > 1 ? 1 : 0)) {
+                        if (bf) mm_gemm_bf16(0, 0, m, K, OC, 1.0f, dy_lp + (size_t)r0 * OC, OC, w_lp, K, 0.0f,
+                                             got + (size_t)r0 * K, K);
+                        else mm_sgemm(0, 0, m, K, OC, 1.0f, dy + (size_t)r0 * OC, OC, w, K, 0.0f, got + (size_t)r0 * K, K);
+                    }
+                }
+                char name[160];
+                snprintf(name, sizeof name, "%s dY·W M=%d K=%d OC=%d threads %d, 2 rank blocks: == one GEMM to the bit",
+                         bf ? "bf16" : "fp32", M, K, OC, nt);
+                tu_check(!memcmp(ref, got, nout * sizeof *got), name, "maxdiff=%g", tu_max_abs_diff_f(ref, got, nout));
+            }
+        free(dy), free(w), free(ref), free(got), free(dy_lp), free(w_lp);
     }
     Err e = {0};
     tu_check(mm_take_error(&e) == ST_OK, "no GEMM failed", "%s", e.msg);

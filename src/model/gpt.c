@@ -626,6 +626,68 @@ static float *colpar_backward(Gpt *g, float *dinp, float *dw, float *dbias, cons
     return dinp + (s->sp ? (size_t)s->tp_rank * nlc : 0);
 }
 
+/* --sp backward of a row-parallel linear (fcproj: in (N, K = F/tp); attproj: K = C/tp), overlapped:
+ * the output gradient's rows held (src, dropped out by d) go into dst's own block (N, C) as in
+ * branch_grad, and their all-gather is in flight while the own rows' input gradient
+ * dinp[own] = dY[own]·W runs (a GEMM split by output rows: the same bits, test_tp_rowsplit); after
+ * the wait the other blocks' rows, then the bias and weight gradients over all N rows as the
+ * blocking path computes them (linear_backward, matmul_backward_p): under bf16 dY is rounded into
+ * s->mp.a (the own rows twice, the same values; the bias gradient's column sums in the blocking
+ * path's one pass), the input in_lp, or in32 rounded into s->mp.b when in_lp is NULL. */
+/* Rows of a linear layer's input gradient, dinp (rows, K) = dY (rows, C) · W (C, K): dY fp32 (dy), or
+ * under bf16 its rounded copy dy_lp. What sp_rowpar_backward runs beside the gather. */
+typedef struct {
+    Gpt *g;
+    float *dinp;
+    const float *dy;
+    const uint16_t *dy_lp;
+    const float *w;
+    int rows, K, C;
+} DinpRows;
+
+static void dinp_rows(const void *arg) {
+    const DinpRows *r = arg;
+    Gpt *g = r->g;
+    if (r->dy_lp) g->be->matmul_backward_lp(r->dinp, NULL, r->dy_lp, NULL, lp(g, r->w), r->rows, r->K, r->C, 0);
+    else g->be->matmul_backward_p(&g->s.mp, r->dinp, NULL, NULL, r->dy, NULL, r->w, NULL, r->rows, r->K, r->C, 0, g->s.nt);
+}
+
+static void sp_rowpar_backward(Gpt *g, float *dinp, float *dw, float *dbias, float *dst, const float *src, Dropout d,
+                               const float *in32, const uint16_t *in_lp, const float *w, int K, int acc) {
+    GptRunState *s = &g->s;
+    GptHooks *h = &g->hooks;
+    int C = g->w.cfg.n_embd, Nl = s->curNl, N = Nl * s->tp, nt = s->nt, bf = s->mp.bf16, me = s->tp_rank;
+    size_t nlc = (size_t)Nl * C;
+    float *own = dst + (size_t)me * nlc;
+    if (d.p > 0) g->be->dropout_backward(own, src, nlc, d, nt);
+    else g->be->copy(own, src, nlc * sizeof(float));
+    int hg = h->tp_start(h->ctx, GPT_TP_ALLGATHER, dst, nlc);
+    for (int k = 0; k < s->tp; k++) {
+        int r = (me + k) % s->tp; /* own block first: it needs nothing from the others */
+        DinpRows dr = {g, dinp + (size_t)r * Nl * K, dst + (size_t)r * nlc, bf ? s->mp.a + (size_t)r * nlc : NULL, w,
+                       Nl, K, C};
+        if (k == 0) {
+            if (bf) g->be->cast_bf16(s->mp.a + (size_t)me * nlc, own, nlc, nt); /* at its place in mp.a */
+            Job j = {.kind = JOB_CALL, .call = dinp_rows, .arg = &dr};
+            overlap_run(g, &j);
+            h->tp_wait(h->ctx, hg);
+            /* The gather is in: dY rounded whole (the own rows again: the same values) with the bias
+             * gradient's column sums, in the blocking path's one pass. */
+            if (bf && dbias) g->be->cast_bf16_colsum(s->mp.a, dbias, dst, N, C, acc, nt);
+            else if (bf) g->be->cast_bf16(s->mp.a, dst, (size_t)N * C, nt);
+            continue;
+        }
+        dinp_rows(&dr);
+    }
+    if (bf) {
+        const uint16_t *inl = in_lp;
+        if (!inl) g->be->cast_bf16(s->mp.b, in32, (size_t)N * K, nt), inl = s->mp.b;
+        g->be->matmul_backward_lp(NULL, dw, s->mp.a, inl, NULL, N, K, C, acc);
+    } else {
+        g->be->matmul_backward_p(&s->mp, NULL, dw, dbias, dst, in32, w, NULL, N, K, C, acc, nt);
+    }
+}
+
 /* The gradient of a row-parallel layer's output for all N rows: the rows held (src, Nl rows)
  * copied into dst's own block (after `d`'s dropout) and, under --sp, gathered. Returns dst, or
  * src when there is nothing to do (no dropout, no --sp). */
@@ -1093,11 +1155,19 @@ static void block_backward(Gpt *g, int l, const float *x, int B, int T, int acc)
     int N = B * T, C = cfg->n_embd, F = s->dim.Fl, H = s->dim.Hl, Q = s->dim.QKVl, bf = s->mp.bf16;
     int ovl = tp_overlap(g); /* the column-parallel layers' collectives overlapped with GEMMs */
     Dropout off = {0};
+    int spo = ovl && s->sp; /* --sp: the row-parallel layers' output-gradient gathers overlapped */
     block_recompute(g, l, x, B, T);
-    const float *dbr = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_MLP_RES) : off);
-    linear_backward(g, s->dbuf_a, dp->fcprojw, dp->fcprojb, dbr, a->fch_gelu, a->fchg_lp, p->fcprojw, N, F, C, acc,
-                    a->wg_fcproj);
-    lora_bwd(g, l, LORA_SITE_DOWN, a->fch_gelu, dbr, C, s->dbuf_a);
+    const float *dbr;
+    if (spo) {
+        sp_rowpar_backward(g, s->dbuf_a, dp->fcprojw, dp->fcprojb, s->dbuf_c, s->dres,
+                           cfg->dropout > 0 ? dropout_at(g, l, DROP_MLP_RES) : off, a->fch_gelu, a->fchg_lp,
+                           p->fcprojw, F, acc);
+    } else {
+        dbr = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_MLP_RES) : off);
+        linear_backward(g, s->dbuf_a, dp->fcprojw, dp->fcprojb, dbr, a->fch_gelu, a->fchg_lp, p->fcprojw, N, F, C, acc,
+                        a->wg_fcproj);
+        lora_bwd(g, l, LORA_SITE_DOWN, a->fch_gelu, dbr, C, s->dbuf_a);
+    }
     const float *dh = mlp_act_backward(g, a, dp->fcb, N, acc);
     const float *own = bf ? (const float *)a->ln2_lp : a->ln2, *in;
     float *dx;
@@ -1110,11 +1180,17 @@ static void block_backward(Gpt *g, int l, const float *x, int B, int T, int acc)
         dx = tp_reduce_rows(g, s->dbuf_b);
     }
     ln_backward(g, s->dres, dp->ln2w, dp->ln2b, dx, a->res2, p->ln2w, a->ln2_mean, a->ln2_rstd, acc);
-    dbr = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN_RES) : off);
-    g->be->matmul_backward_p(&s->mp, s->dbuf_b, s->split_backward ? NULL : dp->attprojw, dp->attprojb, dbr, a->atty,
-                             p->attprojw, lp(g, p->attprojw), N, s->dim.Cl, C, acc, s->nt);
-    if (s->split_backward) g->be->copy(a->wg_attproj, dbr, (size_t)N * C * sizeof(float));
-    lora_bwd(g, l, LORA_SITE_O, a->atty, dbr, C, s->dbuf_b);
+    if (spo) {
+        sp_rowpar_backward(g, s->dbuf_b, dp->attprojw, dp->attprojb, s->dbuf_c, s->dres,
+                           cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN_RES) : off, a->atty, NULL, p->attprojw,
+                           s->dim.Cl, acc);
+    } else {
+        dbr = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN_RES) : off);
+        g->be->matmul_backward_p(&s->mp, s->dbuf_b, s->split_backward ? NULL : dp->attprojw, dp->attprojb, dbr,
+                                 a->atty, p->attprojw, lp(g, p->attprojw), N, s->dim.Cl, C, acc, s->nt);
+        if (s->split_backward) g->be->copy(a->wg_attproj, dbr, (size_t)N * C * sizeof(float));
+        lora_bwd(g, l, LORA_SITE_O, a->atty, dbr, C, s->dbuf_b);
+    }
     Dropout da = cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off;
     g->be->attention_backward(s->dbuf_a, s->att_scratch, s->dbuf_b, a->qkv, a->atty, a->lse, s->cur_docpos, B, T,
                               s->dim.NHl, s->dim.KVl, s->dim.hs, s->att_scale, da, bf, s->nt);
