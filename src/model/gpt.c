@@ -486,10 +486,12 @@ static const float *sp_gather_rows(Gpt *g, const float *own) {
 }
 
 /* Overlapped tp collectives (issue 28, docs/parallel.md "Overlap"): at tp > 1 with the nonblocking
- * hooks set, the column-parallel layers' collectives run while GEMMs that do not touch their
- * buffers compute. The same GEMM calls on the same operands as the blocking path (only their order
- * relative to the collectives changes), so the results are the same bits. Not with LoRA adapters
- * (they add into the input gradient before its sum), a split backward (no weight GEMM here) or
+ * hooks set, the column-parallel layers' collectives, the row-parallel layers' forward sums (in row
+ * chunks, rowpar_forward) and under --sp their output-gradient gathers (sp_rowpar_backward) run
+ * while GEMMs or row-wise kernels that do not touch their buffers compute. The same arithmetic on
+ * the same operands as the blocking path (GEMMs at most split by output rows, which keeps every
+ * row's bits), so the results are the same bits. Not with LoRA adapters (they add into the input
+ * gradient, and the row-parallel output, before its sum), a split backward (no weight GEMM here) or
  * fp16 storage (its GEMMs round both operands together). */
 static int tp_overlap(const Gpt *g) {
     const GptRunState *s = &g->s;

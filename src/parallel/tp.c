@@ -6,7 +6,8 @@
  *
  * The collectives are blocking (tp_allreduce, tp_allgather, tp_reduce_scatter) or nonblocking
  * (tp_start / tp_wait / tp_progress, issue 28: the model overlaps the column-parallel layers'
- * collectives with their independent GEMMs, docs/parallel.md "Overlap"); an error is kept for
+ * collectives with their independent GEMMs, and the row-parallel layers' sums chunk by chunk,
+ * docs/parallel.md "Overlap"); an error is kept for
  * par_grads_finish and the model runs on with garbage, as after a failed GEMM. */
 #include <stdlib.h>
 #include <string.h>
