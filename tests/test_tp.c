@@ -856,8 +856,8 @@ static int overlapped_is(const char *name, double want, char *detail, size_t cap
  * bf16 with dropout and full recompute; each step record counts the collectives that were
  * overlapped (per block and micro-batch without --sp: the column-parallel layers' 2 input-gradient
  * sums and the row-parallel layers' 2 forward sums of layout_tp_row_chunks pieces each; with --sp
- * also 2 forward gathers, 2 backward re-gathers and the row-parallel layers' 2 output-gradient
- * gathers; the recomputed forward's gathers and chunked sums again), and the blocking runs 0 (so
+ * also 2 forward gathers, 2 backward re-gathers, the row-parallel layers' 2 output-gradient
+ * gathers and the second LayerNorm's parameter-gradient sum; the recomputed forward's gathers and chunked sums again), and the blocking runs 0 (so
  * the overlap path is what ran). Negative control:
  * ST_PAR_TEST_TP_NOWAIT=1 (an overlapped collective's wait returns at once: the model reads the
  * buffer before the sum or gather arrived) must fail the equivalence comparison with one process
@@ -873,9 +873,9 @@ static void overlap(void) {
         const char *name, *extra;
         int per; /* overlapped collectives per block and micro-batch */
     } R[] = {{"ovl_tp2", "--tp 2", 2 + 2 * cn},
-             {"ovl_tp2_sp", "--tp 2 --sp", 8 + 2 * cs},
-             {"ovl_tp2_sp_bf16", "--tp 2 --sp --precision bf16 --dropout 0.1 --recompute full", 10 + 4 * cs},
-             {"ovl_tp2_sp_odd", "--tp 2 --sp --seq-len 29 --dropout 0.1", 8 + 2 * co}};
+             {"ovl_tp2_sp", "--tp 2 --sp", 9 + 2 * cs},
+             {"ovl_tp2_sp_bf16", "--tp 2 --sp --precision bf16 --dropout 0.1 --recompute full", 11 + 4 * cs},
+             {"ovl_tp2_sp_odd", "--tp 2 --sp --seq-len 29 --dropout 0.1", 9 + 2 * co}};
     for (size_t i = 0; i < sizeof R / sizeof R[0]; i++) {
         char blk[64], detail[256], what[200];
         snprintf(blk, sizeof blk, "%s_blocking", R[i].name);

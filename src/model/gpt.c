@@ -732,22 +732,36 @@ static void residual_norm_forward(const Gpt *g, int Nl, float *res, float *out, 
 }
 
 /* Pre-norm backward of the rows held (LayerNorm, or RMSNorm without db). Under --sp each rank
- * has a part of the parameter gradients: they are summed over the tp group before they join dw, db. */
-static void ln_backward(Gpt *g, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                        const float *mean, const float *rstd, int acc) {
+ * has a part of the parameter gradients: they are summed over the tp group before they join dw, db.
+ * With `defer` (--sp, overlapped hooks) the sum is left in flight: returns its handle, and
+ * ln_grads_finish waits and adds (before the next ln_backward, which reuses s->sp_lngrad); else -1. */
+static int ln_backward(Gpt *g, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                       const float *mean, const float *rstd, int acc, int defer) {
     GptRunState *s = &g->s;
     int C = g->w.cfg.n_embd, Nl = s->curNl, np = s->dim.rms ? 1 : 2;
     if (!s->sp) {
         if (s->dim.rms) g->be->rmsnorm_backward(dinp, dw, s->ln_scratch, dout, inp, w, rstd, Nl, C, acc, s->nt);
         else g->be->layernorm_backward(dinp, dw, db, s->ln_scratch, dout, inp, w, mean, rstd, Nl, C, acc, s->nt);
-        return;
+        return -1;
     }
     float *pw = s->sp_lngrad, *pb = pw + C;
     if (s->dim.rms) g->be->rmsnorm_backward(dinp, pw, s->ln_scratch, dout, inp, w, rstd, Nl, C, 0, s->nt);
     else g->be->layernorm_backward(dinp, pw, pb, s->ln_scratch, dout, inp, w, mean, rstd, Nl, C, 0, s->nt);
+    if (defer) return g->hooks.tp_start(g->hooks.ctx, GPT_TP_ALLREDUCE, pw, (size_t)np * C);
     g->hooks.tp_allreduce(g->hooks.ctx, pw, (size_t)np * C, 0);
     g->be->add_or_set(dw, pw, (size_t)C, acc);
     if (!s->dim.rms) g->be->add_or_set(db, pb, (size_t)C, acc);
+    return -1;
+}
+
+/* The end of a deferred ln_backward (h its handle, or -1 after a blocking one: nothing to do). */
+static void ln_grads_finish(Gpt *g, int defer, int h, float *dw, float *db, int acc) {
+    GptRunState *s = &g->s;
+    int C = g->w.cfg.n_embd;
+    if (!defer) return;
+    g->hooks.tp_wait(g->hooks.ctx, h);
+    g->be->add_or_set(dw, s->sp_lngrad, (size_t)C, acc);
+    if (!s->dim.rms) g->be->add_or_set(db, s->sp_lngrad + C, (size_t)C, acc);
 }
 
 /* Attention of the block's q|k|v (q and k already rotated for Llama). */
@@ -1181,7 +1195,8 @@ static void block_backward(Gpt *g, int l, const float *x, int B, int T, int acc)
         lora_bwd(g, l, LORA_SITE_FC, in, dh, H, s->dbuf_b);
         dx = tp_reduce_rows(g, s->dbuf_b);
     }
-    ln_backward(g, s->dres, dp->ln2w, dp->ln2b, dx, a->res2, p->ln2w, a->ln2_mean, a->ln2_rstd, acc);
+    /* --sp: the second norm's parameter-gradient sum in flight through the attention's backward. */
+    int hl = ln_backward(g, s->dres, dp->ln2w, dp->ln2b, dx, a->res2, p->ln2w, a->ln2_mean, a->ln2_rstd, acc, spo);
     if (spo) {
         sp_rowpar_backward(g, s->dbuf_b, dp->attprojw, dp->attprojb, s->dbuf_c, s->dres,
                            cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN_RES) : off, a->atty, NULL, p->attprojw,
@@ -1211,7 +1226,8 @@ static void block_backward(Gpt *g, int l, const float *x, int B, int T, int acc)
         lora_bwd(g, l, LORA_SITE_QKV, in, s->dbuf_a, Q, s->dbuf_b);
         dx = tp_reduce_rows(g, s->dbuf_b);
     }
-    ln_backward(g, s->dres, dp->ln1w, dp->ln1b, dx, x, p->ln1w, a->ln1_mean, a->ln1_rstd, acc);
+    ln_grads_finish(g, spo, hl, dp->ln2w, dp->ln2b, acc);
+    ln_backward(g, s->dres, dp->ln1w, dp->ln1b, dx, x, p->ln1w, a->ln1_mean, a->ln1_rstd, acc, 0);
 }
 
 /* The head's chunk: the final norm's backward from the head's input gradient (computed in the
@@ -1225,7 +1241,7 @@ static void head_backward(Gpt *g, const float *xlast, int acc) {
     /* The head's input gradient: with tp > 1 each rank holds a part (its vocabulary rows' share). */
     float *dhead = tp_reduce_rows(g, s->dhead);
     if (s->logit_mult != 1.0f) g->be->scale_inplace(dhead, NlC, s->logit_mult, s->nt);
-    ln_backward(g, s->dres, g->d.g.lnfw, g->d.g.lnfb, dhead, xlast, g->w.p.lnfw, s->lnf_mean, s->lnf_rstd, acc);
+    ln_backward(g, s->dres, g->d.g.lnfw, g->d.g.lnfb, dhead, xlast, g->w.p.lnfw, s->lnf_mean, s->lnf_rstd, acc, 0);
     hook(g->hooks.grads_ready, g->hooks.ctx, L + 1);
 }
 

@@ -274,17 +274,22 @@ Status plan_trainer_comm(const ModelConfig *cfg, const PlanTrainerStep *s, doubl
         }
         /* What the trainer overlaps (gpt.c tp_overlap: not in fp16): the column-parallel layers'
          * input-gradient sums (2 per block backward), under --sp their LayerNorm outputs' gathers
-         * (2 per block forward, recomputed forward included, and 2 backward) and the row-parallel
-         * layers' output-gradient gathers, and the row-parallel layers' chunked sums above. */
+         * (2 per block forward, recomputed forward included, and 2 backward), the row-parallel
+         * layers' output-gradient gathers and one LayerNorm gradient sum per block, and the
+         * row-parallel layers' chunked sums above. */
         if (rowpar_chunked) {
-            /* --sp also: the row-parallel layers' output-gradient gathers (2 per block backward). */
+            /* --sp also: the row-parallel layers' output-gradient gathers (2 per block backward) and
+             * the second LayerNorm's parameter-gradient all-reduce (1 per block backward). */
             double sums = k * 2 * Lf, gathers = sp ? k * (4 * Lf + 2 * rerun) : 0, rgathers = sp ? k * 2 * Lf : 0;
+            double lnsums = sp ? k * Lf : 0;
             uint64_t ln = sp && s->precision == 1 ? N * C * 2 : NC4;
-            out->tp_overlap_calls = sums + gathers + rgathers + rowpar * nrc;
+            uint64_t norm_bytes = (cfg->arch == ARCH_LLAMA ? C : 2 * C) * 4;
+            out->tp_overlap_calls = sums + gathers + rgathers + lnsums + rowpar * nrc;
             out->tp_overlap_time = sums * (sp ? plan_ring_half((double)NC4, t, bw_tp, lat_tp)
                                               : plan_ring_allreduce((double)NC4, t, bw_tp, lat_tp)) +
                                    gathers * plan_ring_half((double)ln, t, bw_tp, lat_tp) +
-                                   rgathers * plan_ring_half((double)NC4, t, bw_tp, lat_tp) + rowpar_time;
+                                   rgathers * plan_ring_half((double)NC4, t, bw_tp, lat_tp) +
+                                   lnsums * plan_ring_allreduce((double)norm_bytes, t, bw_tp, lat_tp) + rowpar_time;
         }
         /* The vocabulary-parallel loss: row max (m floats) and the two sums (2m) per head chunk. */
         uint64_t chunk = (uint64_t)layout_head_chunk_rows(cfg, s->B, s->T);

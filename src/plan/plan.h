@@ -421,8 +421,9 @@ typedef struct {
                                  and micro-batch the two column-parallel input-gradient sums, the
                                  row-parallel layers' forward sums in layout_tp_row_chunks pieces each,
                                  and under --sp the two forward all-gathers (and the recomputed
-                                 forward's, with its chunked sums), the two backward re-gathers and
-                                 the two row-parallel output-gradient gathers; none in fp16 */
+                                 forward's, with its chunked sums), the two backward re-gathers, the
+                                 two row-parallel output-gradient gathers and the second LayerNorm's
+                                 parameter-gradient sum; none in fp16 */
     double tp_overlap_time;   /* their α-β time: what the overlap can hide at most (it hides all of it
                                  where each GEMM outlasts its collective) */
 } PlanCommKinds;
