@@ -6,8 +6,9 @@
 # interleaved run by run so all see the same machine (other sessions load it: the load average is
 # recorded beside every run).
 #
-# "before" is BASE (a binary built from main before issue 28) when set, else this binary with the
-# test switch ST_PAR_TEST_TP_BLOCKING=1, which takes the same blocking path.
+# "before" is BASE (an earlier binary: main before issue 28, or before its row-parallel forward
+# chunks) when set, else this binary with the test switch ST_PAR_TEST_TP_BLOCKING=1, which takes the
+# blocking path; the *_blocking modes are always this binary with that switch.
 #
 # Per run: the median step time (end record), tokens/s, and from the step records after the first
 # the median exposed tp communication per step (time_ms.comm_tp: time blocked in the tp collectives,
@@ -49,7 +50,8 @@ plan_field() { python3 -c 'import json,sys; j=json.load(sys.stdin); print(eval(s
 load1() { cut -d' ' -f1 /proc/loadavg; }
 
 # MODES (environment) picks the runs; tp2_noprog / tp2sp_noprog: overlapped without progress calls
-# (ST_PAR_TEST_TP_NOPROGRESS=1: a collective moves only at its start and its wait).
+# (ST_PAR_TEST_TP_NOPROGRESS=1: a collective moves only at its start and its wait); tp2_blocking /
+# tp2sp_blocking: this binary's blocking path (ST_PAR_TEST_TP_BLOCKING=1) beside a BASE "before".
 modes=${MODES:-one tp2_before tp2_after tp2sp_before tp2sp_after}
 echo "| config | run | step ms (median) | tokens/s | vs 1 process | exposed tp ms/step (median) | plan α-β tp ms/step | exposed / α-β | overlapped per step (done before the wait, median) | tp MB/step measured = planned | load (1 min) |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"
@@ -66,6 +68,7 @@ for cfg in $cfgs; do
         if [[ -n ${BASE:-} ]]; then bin=$BASE; else env="-x ST_PAR_TEST_TP_BLOCKING=1"; fi
       fi
       [[ $mode == *_noprog ]] && env="-x ST_PAR_TEST_TP_NOPROGRESS=1"
+      [[ $mode == *_blocking ]] && env="-x ST_PAR_TEST_TP_BLOCKING=1"
       load1 >>"$tmp/$cfg.$mode.load"
       rc=0
       if [[ $mode == one ]]; then
@@ -98,7 +101,8 @@ for cfg in $cfgs; do
     fi
     sp=$([[ $mode == tp2sp* ]] && echo "--sp" || echo "")
     case $mode in
-      *_before) when="blocking (before)" ;;
+      *_before) when=$([[ -n ${BASE:-} ]] && echo "BASE binary (before)" || echo "blocking (before)") ;;
+      *_blocking) when="blocking" ;;
       *_noprog) when="overlapped, no progress calls" ;;
       *) when="overlapped (after)" ;;
     esac
@@ -120,7 +124,7 @@ echo
 # The same runs before and after, compared as text: every step's loss and gradient norms.
 for f in "$tmp"/*.tp2*_before.last.jsonl; do
   [[ -e $f ]] || continue
-  for g in "${f/_before./_after.}" "${f/_before./_noprog.}"; do
+  for g in "${f/_before./_after.}" "${f/_before./_noprog.}" "${f/_before./_blocking.}"; do
     [[ -e $g ]] || continue
     a=$(grep '"event":"step"' "$f" | grep -o '"\(loss\|grad_norm\|grad_norm_clipped\)":[^,]*' | md5sum | cut -c1-12)
     b=$(grep '"event":"step"' "$g" | grep -o '"\(loss\|grad_norm\|grad_norm_clipped\)":[^,]*' | md5sum | cut -c1-12)

@@ -64,9 +64,12 @@
  *   overlap the overlapped tp collectives (issue 28) against the blocking path (test switch
  *           ST_PAR_TEST_TP_BLOCKING=1) at tp 2, tp 2 --sp, tp 2 --sp bf16 with dropout and full
  *           recompute: losses, norms and final weights equal to the bit, and every step record's
- *           tp_overlapped equal to the count of column-parallel collectives (0 on the blocking
- *           path). Negative control: ST_PAR_TEST_TP_NOWAIT=1 (the overlapped waits return at once)
- *           fails the comparison with one process, with and without --sp. */
+ *           tp_overlapped equal to the count of overlapped collectives (0 on the blocking
+ *           path); the forward's row-parallel sums run in layout_tp_row_chunks pieces (one run with
+ *           an odd row count per rank). Negative controls: ST_PAR_TEST_TP_NOWAIT=1 (the overlapped
+ *           waits return at once) fails the comparison with one process, with and without --sp;
+ *           ST_PAR_TEST_TP_NOWAIT_FWD=1 (only the forward's chunked sums not waited) differs from
+ *           the blocking run, with and without --sp. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -851,9 +854,11 @@ static int overlapped_is(const char *name, double want, char *detail, size_t cap
  * ST_PAR_TEST_TP_BLOCKING=1): the same GEMMs on the same operands, so every step's loss and norm
  * and every final weight are the same bits (exact equality), at tp 2, tp 2 --sp, and tp 2 --sp in
  * bf16 with dropout and full recompute; each step record counts the collectives that were
- * overlapped (2 per block and micro-batch without --sp: the column-parallel layers' input-gradient
- * sums; with --sp 6: 2 forward gathers, 2 backward re-gathers, 2 reduce-scatters; + 2 for the
- * recomputed forward), and the blocking runs 0 (so the overlap path is what ran). Negative control:
+ * overlapped (per block and micro-batch without --sp: the column-parallel layers' 2 input-gradient
+ * sums and the row-parallel layers' 2 forward sums of layout_tp_row_chunks pieces each; with --sp
+ * also 2 forward gathers, 2 backward re-gathers, the row-parallel layers' 2 output-gradient
+ * gathers and the second LayerNorm's parameter-gradient sum; the recomputed forward's gathers and chunked sums again), and the blocking runs 0 (so
+ * the overlap path is what ran). Negative control:
  * ST_PAR_TEST_TP_NOWAIT=1 (an overlapped collective's wait returns at once: the model reads the
  * buffer before the sum or gather arrived) must fail the equivalence comparison with one process
  * at the equiv part's tolerances, with and without --sp. */
@@ -861,12 +866,16 @@ static void overlap(void) {
     ParamLayout pl;
     test_layout(&pl, 2, 97);
     const int k = 4, L = 2;
+    /* The row-parallel sums' chunks per layer: N = 2 x 32 rows without --sp, 32 per rank with it;
+     * the odd run N = 2 x 29, 29 rows per rank (uneven chunks of 14 and 15). */
+    int cn = layout_tp_row_chunks(64), cs = layout_tp_row_chunks(32), co = layout_tp_row_chunks(29);
     struct {
         const char *name, *extra;
         int per; /* overlapped collectives per block and micro-batch */
-    } R[] = {{"ovl_tp2", "--tp 2", 2},
-             {"ovl_tp2_sp", "--tp 2 --sp", 6},
-             {"ovl_tp2_sp_bf16", "--tp 2 --sp --precision bf16 --dropout 0.1 --recompute full", 8}};
+    } R[] = {{"ovl_tp2", "--tp 2", 2 + 2 * cn},
+             {"ovl_tp2_sp", "--tp 2 --sp", 9 + 2 * cs},
+             {"ovl_tp2_sp_bf16", "--tp 2 --sp --precision bf16 --dropout 0.1 --recompute full", 11 + 4 * cs},
+             {"ovl_tp2_sp_odd", "--tp 2 --sp --seq-len 29 --dropout 0.1", 9 + 2 * co}};
     for (size_t i = 0; i < sizeof R / sizeof R[0]; i++) {
         char blk[64], detail[256], what[200];
         snprintf(blk, sizeof blk, "%s_blocking", R[i].name);
@@ -891,6 +900,22 @@ static void overlap(void) {
         tu_check(overlapped_is(R[i].name, R[i].per * L * k, detail, sizeof detail), what, "%s", detail);
         snprintf(what, sizeof what, "%s: the blocking path overlapped none", blk);
         tu_check(overlapped_is(blk, 0, detail, sizeof detail), what, "%s", detail);
+    }
+    /* Negative control of the forward's chunked row-parallel sums alone: their waits skipped
+     * (ST_PAR_TEST_TP_NOWAIT_FWD=1: the bias, residual and LayerNorm read a chunk before its sum
+     * arrived), against the blocking run of the same grid, which they must no longer equal. */
+    for (int i = 0; i < 2; i++) {
+        char name[64], blk[64];
+        snprintf(name, sizeof name, "%s_nowait_fwd", R[i].name);
+        snprintf(blk, sizeof blk, "%s_blocking", R[i].name);
+        double secs, lw = NAN, nw = NAN;
+        Log la;
+        int rc = train_env(name, 2, 2, k, R[i].extra, "ST_PAR_TEST_TP_NOWAIT_FWD=1", 0, &secs);
+        int all = rc == 0 && log_diffs(name, blk, STEPS, &lw, &nw, &la);
+        char what[160];
+        snprintf(what, sizeof what, "negative control: %s (the forward's overlapped sums not waited) differs from "
+                 "the blocking run", name);
+        tu_check(all && (lw > 0 || nw > 0), what, "exit %d; losses max rel %.2e, grad_norm max rel %.2e", rc, lw, nw);
     }
     /* Negative control: waits skipped, against one process at the equivalence tolerances. */
     if (train_ok("ovl_ref", 0, 2, k, ""))

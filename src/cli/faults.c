@@ -19,6 +19,7 @@ Status cli_faults_from_env(Faults *f, Err *err) {
         f->kill_rank = 0, f->kill_step = 0;
     f->tp_skip_backward = env_is_1("ST_PAR_TEST_TP_FAULT");
     f->tp_nowait = env_is_1("ST_PAR_TEST_TP_NOWAIT");
+    f->tp_nowait_fwd = env_is_1("ST_PAR_TEST_TP_NOWAIT_FWD");
     f->tp_blocking = env_is_1("ST_PAR_TEST_TP_BLOCKING");
     f->tp_no_progress = env_is_1("ST_PAR_TEST_TP_NOPROGRESS");
     f->pp_skip_tied = env_is_1("ST_PAR_TEST_PP_FAULT");

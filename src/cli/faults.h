@@ -11,6 +11,7 @@
  *   ST_PAR_TEST_KILL=RANK:STEP        kill_rank, kill_step
  *   ST_PAR_TEST_TP_FAULT=1            tp_skip_backward
  *   ST_PAR_TEST_TP_NOWAIT=1           tp_nowait
+ *   ST_PAR_TEST_TP_NOWAIT_FWD=1       tp_nowait_fwd
  *   ST_PAR_TEST_TP_BLOCKING=1         tp_blocking
  *   ST_PAR_TEST_TP_NOPROGRESS=1       tp_no_progress
  *   ST_PAR_TEST_PP_FAULT=1            pp_skip_tied

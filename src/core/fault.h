@@ -24,6 +24,9 @@ typedef struct {
     int tp_nowait;        /* ST_PAR_TEST_TP_NOWAIT=1: an overlapped tp collective's wait returns at once
                              (the model reads its buffer before the sum or gather arrived); the request
                              is completed at the next tp hook. test_tp (overlap) */
+    int tp_nowait_fwd;    /* ST_PAR_TEST_TP_NOWAIT_FWD=1: as tp_nowait for the forward's overlapped sums
+                             only (the row-parallel layers' chunked all-reduces / reduce-scatters, issue
+                             28's second part), so the control fails if that path reads early. test_tp */
     int tp_blocking;      /* ST_PAR_TEST_TP_BLOCKING=1: the nonblocking tp hooks left unset, so the model
                              takes the blocking path it took before issue 28 (the overlap's reference).
                              test_tp (overlap), bench/tp_speed.sh */

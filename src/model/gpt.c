@@ -486,10 +486,12 @@ static const float *sp_gather_rows(Gpt *g, const float *own) {
 }
 
 /* Overlapped tp collectives (issue 28, docs/parallel.md "Overlap"): at tp > 1 with the nonblocking
- * hooks set, the column-parallel layers' collectives run while GEMMs that do not touch their
- * buffers compute. The same GEMM calls on the same operands as the blocking path (only their order
- * relative to the collectives changes), so the results are the same bits. Not with LoRA adapters
- * (they add into the input gradient before its sum), a split backward (no weight GEMM here) or
+ * hooks set, the column-parallel layers' collectives, the row-parallel layers' forward sums (in row
+ * chunks, rowpar_forward) and under --sp their output-gradient gathers (sp_rowpar_backward) run
+ * while GEMMs or row-wise kernels that do not touch their buffers compute. The same arithmetic on
+ * the same operands as the blocking path (GEMMs at most split by output rows, which keeps every
+ * row's bits), so the results are the same bits. Not with LoRA adapters (they add into the input
+ * gradient, and the row-parallel output, before its sum), a split backward (no weight GEMM here) or
  * fp16 storage (its GEMMs round both operands together). */
 static int tp_overlap(const Gpt *g) {
     const GptRunState *s = &g->s;
@@ -497,7 +499,7 @@ static int tp_overlap(const Gpt *g) {
 }
 
 /* One GEMM step of an overlapped layer (what overlap_run runs beside the progress loop). */
-typedef enum { JOB_FWD, JOB_DINP, JOB_DW } JobKind;
+typedef enum { JOB_FWD, JOB_DINP, JOB_DW, JOB_CALL } JobKind;
 typedef struct {
     JobKind kind;
     float *out;           /* FWD: (rows, OC); DINP: dinp (N, C); DW: dw (OC, C) */
@@ -506,6 +508,8 @@ typedef struct {
     const float *dout;    /* DINP, DW: dY (N, OC) fp32, or NULL under bf16: s->mp.a holds it rounded */
     const float *w, *bias;/* the weight (OC, C); FWD: the bias or NULL */
     int rows, C, OC, acc;
+    void (*call)(const void *arg); /* CALL: any other step (the row-parallel layers' chunks), on arg */
+    const void *arg;
 } Job;
 
 static void job_run(Gpt *g, const Job *j) {
@@ -531,6 +535,7 @@ static void job_run(Gpt *g, const Job *j) {
         else g->be->matmul_backward_p(&s->mp, NULL, j->out, NULL, j->dout, j->in, j->w, NULL, j->rows, j->C, j->OC,
                                       j->acc, nt);
         break;
+    case JOB_CALL: j->call(j->arg); break;
     }
 }
 
@@ -623,6 +628,68 @@ static float *colpar_backward(Gpt *g, float *dinp, float *dw, float *dbias, cons
     return dinp + (s->sp ? (size_t)s->tp_rank * nlc : 0);
 }
 
+/* --sp backward of a row-parallel linear (fcproj: in (N, K = F/tp); attproj: K = C/tp), overlapped:
+ * the output gradient's rows held (src, dropped out by d) go into dst's own block (N, C) as in
+ * branch_grad, and their all-gather is in flight while the own rows' input gradient
+ * dinp[own] = dY[own]·W runs (a GEMM split by output rows: the same bits, test_tp_rowsplit); after
+ * the wait the other blocks' rows, then the bias and weight gradients over all N rows as the
+ * blocking path computes them (linear_backward, matmul_backward_p): under bf16 dY is rounded into
+ * s->mp.a (the own rows twice, the same values; the bias gradient's column sums in the blocking
+ * path's one pass), the input in_lp, or in32 rounded into s->mp.b when in_lp is NULL. */
+/* Rows of a linear layer's input gradient, dinp (rows, K) = dY (rows, C) · W (C, K): dY fp32 (dy), or
+ * under bf16 its rounded copy dy_lp. What sp_rowpar_backward runs beside the gather. */
+typedef struct {
+    Gpt *g;
+    float *dinp;
+    const float *dy;
+    const uint16_t *dy_lp;
+    const float *w;
+    int rows, K, C;
+} DinpRows;
+
+static void dinp_rows(const void *arg) {
+    const DinpRows *r = arg;
+    Gpt *g = r->g;
+    if (r->dy_lp) g->be->matmul_backward_lp(r->dinp, NULL, r->dy_lp, NULL, lp(g, r->w), r->rows, r->K, r->C, 0);
+    else g->be->matmul_backward_p(&g->s.mp, r->dinp, NULL, NULL, r->dy, NULL, r->w, NULL, r->rows, r->K, r->C, 0, g->s.nt);
+}
+
+static void sp_rowpar_backward(Gpt *g, float *dinp, float *dw, float *dbias, float *dst, const float *src, Dropout d,
+                               const float *in32, const uint16_t *in_lp, const float *w, int K, int acc) {
+    GptRunState *s = &g->s;
+    GptHooks *h = &g->hooks;
+    int C = g->w.cfg.n_embd, Nl = s->curNl, N = Nl * s->tp, nt = s->nt, bf = s->mp.bf16, me = s->tp_rank;
+    size_t nlc = (size_t)Nl * C;
+    float *own = dst + (size_t)me * nlc;
+    if (d.p > 0) g->be->dropout_backward(own, src, nlc, d, nt);
+    else g->be->copy(own, src, nlc * sizeof(float));
+    int hg = h->tp_start(h->ctx, GPT_TP_ALLGATHER, dst, nlc);
+    for (int k = 0; k < s->tp; k++) {
+        int r = (me + k) % s->tp; /* own block first: it needs nothing from the others */
+        DinpRows dr = {g, dinp + (size_t)r * Nl * K, dst + (size_t)r * nlc, bf ? s->mp.a + (size_t)r * nlc : NULL, w,
+                       Nl, K, C};
+        if (k == 0) {
+            if (bf) g->be->cast_bf16(s->mp.a + (size_t)me * nlc, own, nlc, nt); /* at its place in mp.a */
+            Job j = {.kind = JOB_CALL, .call = dinp_rows, .arg = &dr};
+            overlap_run(g, &j);
+            h->tp_wait(h->ctx, hg);
+            /* The gather is in: dY rounded whole (the own rows again: the same values) with the bias
+             * gradient's column sums, in the blocking path's one pass. */
+            if (bf && dbias) g->be->cast_bf16_colsum(s->mp.a, dbias, dst, N, C, acc, nt);
+            else if (bf) g->be->cast_bf16(s->mp.a, dst, (size_t)N * C, nt);
+            continue;
+        }
+        dinp_rows(&dr);
+    }
+    if (bf) {
+        const uint16_t *inl = in_lp;
+        if (!inl) g->be->cast_bf16(s->mp.b, in32, (size_t)N * K, nt), inl = s->mp.b;
+        g->be->matmul_backward_lp(NULL, dw, s->mp.a, inl, NULL, N, K, C, acc);
+    } else {
+        g->be->matmul_backward_p(&s->mp, NULL, dw, dbias, dst, in32, w, NULL, N, K, C, acc, nt);
+    }
+}
+
 /* The gradient of a row-parallel layer's output for all N rows: the rows held (src, Nl rows)
  * copied into dst's own block (after `d`'s dropout) and, under --sp, gathered. Returns dst, or
  * src when there is nothing to do (no dropout, no --sp). */
@@ -650,11 +717,13 @@ static void norm_forward(const Gpt *g, float *out, uint16_t *out_lp, float *mean
     else g->be->layernorm_forward(out, mean, rstd, x, w, b, Nl, C, nt);
 }
 
-/* res = a + drop(br), then its pre-norm as norm_forward, in one pass. */
-static void residual_norm_forward(const Gpt *g, float *res, float *out, uint16_t *out_lp, float *mean, float *rstd,
-                                  const float *a, const float *br, Dropout d, const float *w, const float *b) {
+/* res = a + drop(br), then its pre-norm as norm_forward, in one pass, over Nl rows (the rows held, or
+ * a chunk of them: the pointers then point at its first row, d.offset at its first element). */
+static void residual_norm_forward(const Gpt *g, int Nl, float *res, float *out, uint16_t *out_lp, float *mean,
+                                  float *rstd, const float *a, const float *br, Dropout d, const float *w,
+                                  const float *b) {
     const GptRunState *s = &g->s;
-    int C = g->w.cfg.n_embd, Nl = s->curNl, nt = s->nt;
+    int C = g->w.cfg.n_embd, nt = s->nt;
     float eps = g->w.cfg.norm_eps;
     if (s->dim.rms && out_lp) g->be->residual_rmsnorm_forward_bf16(res, out_lp, rstd, a, br, d, w, Nl, C, eps, nt);
     else if (s->dim.rms) g->be->residual_rmsnorm_forward(res, out, rstd, a, br, d, w, Nl, C, eps, nt);
@@ -663,22 +732,36 @@ static void residual_norm_forward(const Gpt *g, float *res, float *out, uint16_t
 }
 
 /* Pre-norm backward of the rows held (LayerNorm, or RMSNorm without db). Under --sp each rank
- * has a part of the parameter gradients: they are summed over the tp group before they join dw, db. */
-static void ln_backward(Gpt *g, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                        const float *mean, const float *rstd, int acc) {
+ * has a part of the parameter gradients: they are summed over the tp group before they join dw, db.
+ * With `defer` (--sp, overlapped hooks) the sum is left in flight: returns its handle, and
+ * ln_grads_finish waits and adds (before the next ln_backward, which reuses s->sp_lngrad); else -1. */
+static int ln_backward(Gpt *g, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                       const float *mean, const float *rstd, int acc, int defer) {
     GptRunState *s = &g->s;
     int C = g->w.cfg.n_embd, Nl = s->curNl, np = s->dim.rms ? 1 : 2;
     if (!s->sp) {
         if (s->dim.rms) g->be->rmsnorm_backward(dinp, dw, s->ln_scratch, dout, inp, w, rstd, Nl, C, acc, s->nt);
         else g->be->layernorm_backward(dinp, dw, db, s->ln_scratch, dout, inp, w, mean, rstd, Nl, C, acc, s->nt);
-        return;
+        return -1;
     }
     float *pw = s->sp_lngrad, *pb = pw + C;
     if (s->dim.rms) g->be->rmsnorm_backward(dinp, pw, s->ln_scratch, dout, inp, w, rstd, Nl, C, 0, s->nt);
     else g->be->layernorm_backward(dinp, pw, pb, s->ln_scratch, dout, inp, w, mean, rstd, Nl, C, 0, s->nt);
+    if (defer) return g->hooks.tp_start(g->hooks.ctx, GPT_TP_ALLREDUCE, pw, (size_t)np * C);
     g->hooks.tp_allreduce(g->hooks.ctx, pw, (size_t)np * C, 0);
     g->be->add_or_set(dw, pw, (size_t)C, acc);
     if (!s->dim.rms) g->be->add_or_set(db, pb, (size_t)C, acc);
+    return -1;
+}
+
+/* The end of a deferred ln_backward (h its handle, or -1 after a blocking one: nothing to do). */
+static void ln_grads_finish(Gpt *g, int defer, int h, float *dw, float *db, int acc) {
+    GptRunState *s = &g->s;
+    int C = g->w.cfg.n_embd;
+    if (!defer) return;
+    g->hooks.tp_wait(g->hooks.ctx, h);
+    g->be->add_or_set(dw, s->sp_lngrad, (size_t)C, acc);
+    if (!s->dim.rms) g->be->add_or_set(db, s->sp_lngrad + C, (size_t)C, acc);
 }
 
 /* Attention of the block's q|k|v (q and k already rotated for Llama). */
@@ -690,10 +773,111 @@ static void attn_forward(Gpt *g, LayerActs *a, int l, int B, int T) {
                              s->dim.hs, s->att_scale, d, s->mp.bf16, s->nt);
 }
 
+/* ---- Row-parallel forward, overlapped (issue 28, docs/parallel.md "Overlap") ----
+ *
+ * A row-parallel layer (attention output projection, MLP down projection) gives each tp rank a
+ * partial (N, C) that the tp group sums (all-reduce, or under --sp reduce-scatter) before its bias
+ * and the residual. Overlapped, the rows held are cut into layout_tp_row_chunks pieces: chunk k's
+ * GEMM rows, then its sum started; chunk k+1's GEMM runs while chunk k's sum is in flight; the
+ * tail (bias, residual, and after the attention the second pre-norm) of chunk k runs while chunk
+ * k+1's sum is. Every element gets the same GEMM dot product (a GEMM split by output rows keeps
+ * each row's: test_tp overlap and bitcheck compare against the blocking path to the bit), the same
+ * sum over the ranks and the same row-wise tail, so the results are the blocking path's bits.
+ *
+ * Under --sp chunk k is rows [r0, r1) of every rank's block of Nl rows: its GEMMs write them as tp
+ * consecutive blocks of m = r1 - r0 rows at dbuf_b + tp·r0·C, so that the chunk's reduce-scatter
+ * (block m·C) leaves rank r's rows [r0, r1) summed in block r. Without --sp chunk k is rows
+ * [r0, r1) of the N rows, at their place in dbuf_b. */
+typedef struct {
+    Gpt *g;
+    int l;               /* the block */
+    int mlp;             /* 0: the attention projection (tail: bias, res2 = x + drop(.), ln2 of res2);
+                            1: the MLP down projection (tail: bias, res3 = res2 + drop(.)) */
+    const float *in;     /* the GEMM's input (N, K): fp32, or bf16 bits when in_lp */
+    int in_lp;           /* 1: bf16 input (matmul_forward_lp), 0: matmul_forward_p (rounds under bf16) */
+    const float *w;      /* (C, K) this rank's slice of the weight */
+    int K;
+    const float *x;      /* the block's input (the Nl rows held): the attention's residual */
+    int k, nchunks;      /* the chunk the next step acts on, and how many */
+} RowPar;
+
+static int rowpar_start(const RowPar *rp, int k) { return layout_tp_row_start(rp->g->s.curNl, k); }
+
+/* Chunk rp->k's GEMMs (the partial sums of its rows, see above). */
+static void rowpar_gemm(const void *arg) {
+    const RowPar *rp = arg;
+    Gpt *g = rp->g;
+    GptRunState *s = &g->s;
+    int C = g->w.cfg.n_embd, Nl = s->curNl, r0 = rowpar_start(rp, rp->k), m = rowpar_start(rp, rp->k + 1) - r0;
+    int nb = s->sp ? s->tp : 1;
+    for (int r = 0; r < nb; r++) {
+        size_t row = (size_t)r * Nl + r0; /* the input row of block r's chunk */
+        float *out = s->dbuf_b + ((size_t)nb * r0 + (size_t)r * m) * C;
+        if (rp->in_lp) g->be->matmul_forward_lp(out, (const uint16_t *)rp->in + row * rp->K, lp(g, rp->w), NULL, m, rp->K, C);
+        else g->be->matmul_forward_p(&s->mp, out, rp->in + row * rp->K, rp->w, lp(g, rp->w), NULL, m, rp->K, C, s->nt);
+    }
+}
+
+/* The summed rows of chunk k held by this rank. */
+static float *rowpar_summed(const RowPar *rp, int k) {
+    const GptRunState *s = &rp->g->s;
+    int C = rp->g->w.cfg.n_embd, r0 = rowpar_start(rp, k), m = rowpar_start(rp, k + 1) - r0;
+    return s->dbuf_b + ((size_t)(s->sp ? s->tp : 1) * r0 + (size_t)(s->sp ? s->tp_rank : 0) * m) * C;
+}
+
+/* Chunk rp->k's tail on its summed rows: bias, residual, (attention) the second pre-norm. */
+static void rowpar_tail(const void *arg) {
+    const RowPar *rp = arg;
+    Gpt *g = rp->g;
+    GptRunState *s = &g->s;
+    const BlockParams *p = &g->w.p.blocks[rp->l];
+    LayerActs *a = &s->la[rp->l];
+    int C = g->w.cfg.n_embd, nt = s->nt, r0 = rowpar_start(rp, rp->k), m = rowpar_start(rp, rp->k + 1) - r0;
+    size_t o = (size_t)r0 * C;
+    float *br = rowpar_summed(rp, rp->k);
+    const float *bias = rp->mlp ? p->fcprojb : p->attprojb;
+    if (bias) g->be->bias_add_rows(br, bias, m, C, nt);
+    Dropout d = dropout_at(g, rp->l, rp->mlp ? DROP_MLP_RES : DROP_ATTN_RES);
+    d.offset += o; /* the chunk's first element in the rows held */
+    if (rp->mlp) {
+        g->be->residual_forward(a->res3 + o, a->res2 + o, br, (size_t)m * C, d, nt);
+        return;
+    }
+    int bf = s->mp.bf16;
+    residual_norm_forward(g, m, a->res2 + o, bf ? NULL : a->ln2 + o, bf ? a->ln2_lp + o : NULL,
+                          a->ln2_mean ? a->ln2_mean + r0 : NULL, a->ln2_rstd + r0, rp->x + o, br, d, p->ln2w, p->ln2b);
+}
+
+/* The whole row-parallel layer (see above): GEMMs, sums and tails of every chunk; collectives move
+ * (tp_progress) while the GEMM or tail beside them runs (overlap_run). */
+static void rowpar_forward(RowPar *rp) {
+    Gpt *g = rp->g;
+    GptRunState *s = &g->s;
+    GptHooks *h = &g->hooks;
+    int C = g->w.cfg.n_embd, kind = s->sp ? GPT_TP_REDUCE_SCATTER : GPT_TP_ALLREDUCE;
+    int hd[LAYOUT_TP_ROW_CHUNKS];
+    rp->nchunks = layout_tp_row_chunks(s->curNl);
+    for (int k = 0; k < rp->nchunks; k++) {
+        rp->k = k;
+        Job j = {.kind = JOB_CALL, .call = rowpar_gemm, .arg = rp};
+        if (k == 0) job_run(g, &j); /* nothing in flight yet */
+        else overlap_run(g, &j);
+        int r0 = rowpar_start(rp, k), m = rowpar_start(rp, k + 1) - r0;
+        hd[k] = h->tp_start(h->ctx, kind, s->dbuf_b + (size_t)(s->sp ? s->tp : 1) * r0 * C, (size_t)m * C);
+    }
+    for (int k = 0; k < rp->nchunks; k++) {
+        h->tp_wait(h->ctx, hd[k]);
+        rp->k = k;
+        Job j = {.kind = JOB_CALL, .call = rowpar_tail, .arg = rp};
+        if (k + 1 < rp->nchunks) overlap_run(g, &j); /* the later chunks' sums are in flight */
+        else job_run(g, &j);
+    }
+}
+
 /* Forward of block l on input x (the Nl rows held of (B, T, C)) into its LayerActs (shared
  * buffers under recompute). With tp > 1 the attention and MLP are Megatron's parallel regions:
  * a column-parallel GEMM on the whole LayerNorm output, a row-parallel GEMM whose partial sums
- * tp_reduce_rows combines before the bias and the residual. */
+ * tp_reduce_rows combines before the bias and the residual (overlapped: rowpar_forward). */
 static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
     const ModelConfig *cfg = &g->w.cfg;
     GptRunState *s = &g->s;
@@ -701,61 +885,63 @@ static void block_forward(Gpt *g, int l, const float *x, int B, int T) {
     const BlockParams *p = &g->w.p.blocks[l];
     LayerActs *a = &s->la[l];
     const float *rb_att = tp1 ? p->attprojb : NULL, *rb_fc = tp1 ? p->fcprojb : NULL; /* tp > 1: after the sum */
-    int Q = s->dim.QKVl, H = s->dim.Hl, ovl = s->sp && tp_overlap(g); /* --sp: gathers overlapped */
-    if (s->mp.bf16) {
-        /* bf16: the norm and activation outputs are produced, stored and used as bf16 GEMM operands. */
-        norm_forward(g, NULL, a->ln1_lp, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b);
-        if (ovl) {
-            sp_colpar_forward(g, a->qkv, (const float *)a->ln1_lp, p->qkvw, p->qkvb, C, Q);
-        } else {
-            const uint16_t *in = (const uint16_t *)sp_gather_rows(g, (const float *)a->ln1_lp);
-            g->be->matmul_forward_lp(a->qkv, in, lp(g, p->qkvw), p->qkvb, N, C, Q);
-        }
+    int Q = s->dim.QKVl, H = s->dim.Hl, bf = s->mp.bf16;
+    int rovl = tp_overlap(g), ovl = s->sp && rovl; /* row-parallel sums overlapped; --sp: gathers too */
+    /* bf16: the norm and activation outputs are produced, stored and used as bf16 GEMM operands. */
+    norm_forward(g, bf ? NULL : a->ln1, bf ? a->ln1_lp : NULL, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b);
+    const float *own1 = bf ? (const float *)a->ln1_lp : a->ln1;
+    if (ovl) {
+        sp_colpar_forward(g, a->qkv, own1, p->qkvw, p->qkvb, C, Q);
+    } else if (bf) {
+        const uint16_t *in = (const uint16_t *)sp_gather_rows(g, own1);
+        g->be->matmul_forward_lp(a->qkv, in, lp(g, p->qkvw), p->qkvb, N, C, Q);
     } else {
-        norm_forward(g, a->ln1, NULL, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b);
-        if (ovl) {
-            sp_colpar_forward(g, a->qkv, a->ln1, p->qkvw, p->qkvb, C, Q);
-        } else {
-            const float *in = sp_gather_rows(g, a->ln1);
-            g->be->matmul_forward_p(&s->mp, a->qkv, in, p->qkvw, lp(g, p->qkvw), p->qkvb, N, C, Q, nt);
-            lora_fwd(g, l, LORA_SITE_QKV, in, a->qkv, Q);
-        }
+        const float *in = sp_gather_rows(g, own1);
+        g->be->matmul_forward_p(&s->mp, a->qkv, in, p->qkvw, lp(g, p->qkvw), p->qkvb, N, C, Q, nt);
+        lora_fwd(g, l, LORA_SITE_QKV, in, a->qkv, Q);
     }
     if (s->dim.rms)
         g->be->rope_forward(a->qkv, s->rope_cs, s->cur_docpos, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, 0, nt);
     attn_forward(g, a, l, B, T);
-    g->be->matmul_forward_p(&s->mp, s->dbuf_b, a->atty, p->attprojw, lp(g, p->attprojw), rb_att, N, Ca, C, nt);
-    lora_fwd(g, l, LORA_SITE_O, a->atty, s->dbuf_b, C);
-    float *br = tp_reduce_rows(g, s->dbuf_b);
-    if (!tp1 && p->attprojb) g->be->bias_add_rows(br, p->attprojb, Nl, C, nt);
-    if (s->mp.bf16) {
-        residual_norm_forward(g, a->res2, NULL, a->ln2_lp, a->ln2_mean, a->ln2_rstd, x, br,
-                              dropout_at(g, l, DROP_ATTN_RES), p->ln2w, p->ln2b);
-        if (ovl) {
-            sp_colpar_forward(g, a->fch, (const float *)a->ln2_lp, p->fcw, p->fcb, C, H);
-        } else {
-            const uint16_t *in = (const uint16_t *)sp_gather_rows(g, (const float *)a->ln2_lp);
-            g->be->matmul_forward_lp(a->fch, in, lp(g, p->fcw), p->fcb, N, C, H);
-        }
-        if (s->dim.rms) g->be->swiglu_forward_bf16(a->fchg_lp, a->fch, N, F, nt);
-        else g->be->gelu_forward_bf16(a->fchg_lp, a->fch, (size_t)N * F, nt);
+    if (rovl) {
+        RowPar rp = {.g = g, .l = l, .mlp = 0, .in = a->atty, .in_lp = 0, .w = p->attprojw, .K = Ca, .x = x};
+        rowpar_forward(&rp);
+    } else {
+        g->be->matmul_forward_p(&s->mp, s->dbuf_b, a->atty, p->attprojw, lp(g, p->attprojw), rb_att, N, Ca, C, nt);
+        lora_fwd(g, l, LORA_SITE_O, a->atty, s->dbuf_b, C);
+        float *br = tp_reduce_rows(g, s->dbuf_b);
+        if (!tp1 && p->attprojb) g->be->bias_add_rows(br, p->attprojb, Nl, C, nt);
+        residual_norm_forward(g, Nl, a->res2, bf ? NULL : a->ln2, bf ? a->ln2_lp : NULL, a->ln2_mean, a->ln2_rstd, x,
+                              br, dropout_at(g, l, DROP_ATTN_RES), p->ln2w, p->ln2b);
+    }
+    const float *own2 = bf ? (const float *)a->ln2_lp : a->ln2;
+    if (ovl) {
+        sp_colpar_forward(g, a->fch, own2, p->fcw, p->fcb, C, H);
+    } else if (bf) {
+        const uint16_t *in = (const uint16_t *)sp_gather_rows(g, own2);
+        g->be->matmul_forward_lp(a->fch, in, lp(g, p->fcw), p->fcb, N, C, H);
+    } else {
+        const float *in = sp_gather_rows(g, own2);
+        g->be->matmul_forward_p(&s->mp, a->fch, in, p->fcw, lp(g, p->fcw), p->fcb, N, C, H, nt);
+        lora_fwd(g, l, LORA_SITE_FC, in, a->fch, H);
+    }
+    if (s->dim.rms && bf) g->be->swiglu_forward_bf16(a->fchg_lp, a->fch, N, F, nt);
+    else if (s->dim.rms) g->be->swiglu_forward(a->fch_gelu, a->fch, N, F, nt);
+    else if (bf) g->be->gelu_forward_bf16(a->fchg_lp, a->fch, (size_t)N * F, nt);
+    else g->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * F, nt);
+    const float *fin = bf ? (const float *)a->fchg_lp : a->fch_gelu; /* the down projection's input */
+    if (rovl) {
+        RowPar rp = {.g = g, .l = l, .mlp = 1, .in = fin, .in_lp = bf, .w = p->fcprojw, .K = F, .x = x};
+        rowpar_forward(&rp);
+        return;
+    }
+    if (bf) {
         g->be->matmul_forward_lp(s->dbuf_b, a->fchg_lp, lp(g, p->fcprojw), rb_fc, N, F, C);
     } else {
-        residual_norm_forward(g, a->res2, a->ln2, NULL, a->ln2_mean, a->ln2_rstd, x, br,
-                              dropout_at(g, l, DROP_ATTN_RES), p->ln2w, p->ln2b);
-        if (ovl) {
-            sp_colpar_forward(g, a->fch, a->ln2, p->fcw, p->fcb, C, H);
-        } else {
-            const float *in = sp_gather_rows(g, a->ln2);
-            g->be->matmul_forward_p(&s->mp, a->fch, in, p->fcw, lp(g, p->fcw), p->fcb, N, C, H, nt);
-            lora_fwd(g, l, LORA_SITE_FC, in, a->fch, H);
-        }
-        if (s->dim.rms) g->be->swiglu_forward(a->fch_gelu, a->fch, N, F, nt);
-        else g->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * F, nt);
         g->be->matmul_forward_p(&s->mp, s->dbuf_b, a->fch_gelu, p->fcprojw, lp(g, p->fcprojw), rb_fc, N, F, C, nt);
         lora_fwd(g, l, LORA_SITE_DOWN, a->fch_gelu, s->dbuf_b, C);
     }
-    br = tp_reduce_rows(g, s->dbuf_b);
+    float *br = tp_reduce_rows(g, s->dbuf_b);
     if (!tp1 && p->fcprojb) g->be->bias_add_rows(br, p->fcprojb, Nl, C, nt);
     g->be->residual_forward(a->res3, a->res2, br, (size_t)Nl * C, dropout_at(g, l, DROP_MLP_RES), nt);
 }
@@ -985,11 +1171,19 @@ static void block_backward(Gpt *g, int l, const float *x, int B, int T, int acc)
     int N = B * T, C = cfg->n_embd, F = s->dim.Fl, H = s->dim.Hl, Q = s->dim.QKVl, bf = s->mp.bf16;
     int ovl = tp_overlap(g); /* the column-parallel layers' collectives overlapped with GEMMs */
     Dropout off = {0};
+    int spo = ovl && s->sp; /* --sp: the row-parallel layers' output-gradient gathers overlapped */
     block_recompute(g, l, x, B, T);
-    const float *dbr = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_MLP_RES) : off);
-    linear_backward(g, s->dbuf_a, dp->fcprojw, dp->fcprojb, dbr, a->fch_gelu, a->fchg_lp, p->fcprojw, N, F, C, acc,
-                    a->wg_fcproj);
-    lora_bwd(g, l, LORA_SITE_DOWN, a->fch_gelu, dbr, C, s->dbuf_a);
+    const float *dbr;
+    if (spo) {
+        sp_rowpar_backward(g, s->dbuf_a, dp->fcprojw, dp->fcprojb, s->dbuf_c, s->dres,
+                           cfg->dropout > 0 ? dropout_at(g, l, DROP_MLP_RES) : off, a->fch_gelu, a->fchg_lp,
+                           p->fcprojw, F, acc);
+    } else {
+        dbr = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_MLP_RES) : off);
+        linear_backward(g, s->dbuf_a, dp->fcprojw, dp->fcprojb, dbr, a->fch_gelu, a->fchg_lp, p->fcprojw, N, F, C, acc,
+                        a->wg_fcproj);
+        lora_bwd(g, l, LORA_SITE_DOWN, a->fch_gelu, dbr, C, s->dbuf_a);
+    }
     const float *dh = mlp_act_backward(g, a, dp->fcb, N, acc);
     const float *own = bf ? (const float *)a->ln2_lp : a->ln2, *in;
     float *dx;
@@ -1001,12 +1195,19 @@ static void block_backward(Gpt *g, int l, const float *x, int B, int T, int acc)
         lora_bwd(g, l, LORA_SITE_FC, in, dh, H, s->dbuf_b);
         dx = tp_reduce_rows(g, s->dbuf_b);
     }
-    ln_backward(g, s->dres, dp->ln2w, dp->ln2b, dx, a->res2, p->ln2w, a->ln2_mean, a->ln2_rstd, acc);
-    dbr = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN_RES) : off);
-    g->be->matmul_backward_p(&s->mp, s->dbuf_b, s->split_backward ? NULL : dp->attprojw, dp->attprojb, dbr, a->atty,
-                             p->attprojw, lp(g, p->attprojw), N, s->dim.Cl, C, acc, s->nt);
-    if (s->split_backward) g->be->copy(a->wg_attproj, dbr, (size_t)N * C * sizeof(float));
-    lora_bwd(g, l, LORA_SITE_O, a->atty, dbr, C, s->dbuf_b);
+    /* --sp: the second norm's parameter-gradient sum in flight through the attention's backward. */
+    int hl = ln_backward(g, s->dres, dp->ln2w, dp->ln2b, dx, a->res2, p->ln2w, a->ln2_mean, a->ln2_rstd, acc, spo);
+    if (spo) {
+        sp_rowpar_backward(g, s->dbuf_b, dp->attprojw, dp->attprojb, s->dbuf_c, s->dres,
+                           cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN_RES) : off, a->atty, NULL, p->attprojw,
+                           s->dim.Cl, acc);
+    } else {
+        dbr = branch_grad(g, s->dbuf_c, s->dres, cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN_RES) : off);
+        g->be->matmul_backward_p(&s->mp, s->dbuf_b, s->split_backward ? NULL : dp->attprojw, dp->attprojb, dbr,
+                                 a->atty, p->attprojw, lp(g, p->attprojw), N, s->dim.Cl, C, acc, s->nt);
+        if (s->split_backward) g->be->copy(a->wg_attproj, dbr, (size_t)N * C * sizeof(float));
+        lora_bwd(g, l, LORA_SITE_O, a->atty, dbr, C, s->dbuf_b);
+    }
     Dropout da = cfg->dropout > 0 ? dropout_at(g, l, DROP_ATTN) : off;
     g->be->attention_backward(s->dbuf_a, s->att_scratch, s->dbuf_b, a->qkv, a->atty, a->lse, s->cur_docpos, B, T,
                               s->dim.NHl, s->dim.KVl, s->dim.hs, s->att_scale, da, bf, s->nt);
@@ -1025,7 +1226,8 @@ static void block_backward(Gpt *g, int l, const float *x, int B, int T, int acc)
         lora_bwd(g, l, LORA_SITE_QKV, in, s->dbuf_a, Q, s->dbuf_b);
         dx = tp_reduce_rows(g, s->dbuf_b);
     }
-    ln_backward(g, s->dres, dp->ln1w, dp->ln1b, dx, x, p->ln1w, a->ln1_mean, a->ln1_rstd, acc);
+    ln_grads_finish(g, spo, hl, dp->ln2w, dp->ln2b, acc);
+    ln_backward(g, s->dres, dp->ln1w, dp->ln1b, dx, x, p->ln1w, a->ln1_mean, a->ln1_rstd, acc, 0);
 }
 
 /* The head's chunk: the final norm's backward from the head's input gradient (computed in the
@@ -1039,7 +1241,7 @@ static void head_backward(Gpt *g, const float *xlast, int acc) {
     /* The head's input gradient: with tp > 1 each rank holds a part (its vocabulary rows' share). */
     float *dhead = tp_reduce_rows(g, s->dhead);
     if (s->logit_mult != 1.0f) g->be->scale_inplace(dhead, NlC, s->logit_mult, s->nt);
-    ln_backward(g, s->dres, g->d.g.lnfw, g->d.g.lnfb, dhead, xlast, g->w.p.lnfw, s->lnf_mean, s->lnf_rstd, acc);
+    ln_backward(g, s->dres, g->d.g.lnfw, g->d.g.lnfb, dhead, xlast, g->w.p.lnfw, s->lnf_mean, s->lnf_rstd, acc, 0);
     hook(g->hooks.grads_ready, g->hooks.ctx, L + 1);
 }
 

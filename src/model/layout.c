@@ -326,6 +326,10 @@ int layout_head_chunk_rows(const ModelConfig *cfg, int B, int T) {
     return (int)rows;
 }
 
+int layout_tp_row_chunks(int rows) { return rows < LAYOUT_TP_ROW_CHUNKS ? (rows < 1 ? 1 : rows) : LAYOUT_TP_ROW_CHUNKS; }
+
+int layout_tp_row_start(int rows, int k) { return (int)((long)rows * k / layout_tp_row_chunks(rows)); }
+
 ModelDims layout_dims(const ModelConfig *cfg, int tp) {
     ModelDims d;
     if (tp < 1) tp = 1;

@@ -422,6 +422,16 @@ void layout_fp16_scratch_tp(const ModelConfig *cfg, int B, int T, int tp, size_t
 /* Rows of logits computed at once in the fused LM head + loss (bounds the logits buffer). */
 int layout_head_chunk_rows(const ModelConfig *cfg, int B, int T);
 
+/* Tensor parallelism's forward row-parallel sums (attention output and MLP down projections),
+ * overlapped (issue 28, docs/parallel.md "Overlap"): the `rows` rows a rank holds of the residual
+ * stream (N = B·T without --sp, N/tp with it) are computed and summed in layout_tp_row_chunks(rows)
+ * pieces, chunk k covering rows [layout_tp_row_start(rows, k), layout_tp_row_start(rows, k + 1)),
+ * so that one chunk's collective is in flight while the next chunk's GEMM runs. Shared by the
+ * model (gpt.c) and plan's call count (plan_trainer_comm). */
+#define LAYOUT_TP_ROW_CHUNKS 2
+int layout_tp_row_chunks(int rows);
+int layout_tp_row_start(int rows, int k);
+
 /* ---- Pipeline ranks: what one of pp ranks holds (plan's per-rank figures; the trainer's call sites
  * compute the same: train.c pipeline_rank_stage, parallel.c par_init's tied buffer) ---- */
 

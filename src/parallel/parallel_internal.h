@@ -145,12 +145,13 @@ typedef struct {
 } ParTied;
 
 /* Tensor parallelism's nonblocking collectives (tp.c): the model's tp_start / tp_wait handles are
- * indices into req. At most two are in flight (a gather and a sum, docs/parallel.md "Overlap"). */
+ * indices into req. At most two are in flight (a gather and a sum, or two row chunks' sums, docs/parallel.md "Overlap"). */
 #define PAR_TP_REQS 4
 typedef struct {
     CommReq req[PAR_TP_REQS];
     int busy[PAR_TP_REQS];    /* started and not yet waited */
     int deferred[PAR_TP_REQS];/* Faults.tp_nowait: waited late, at the next tp hook */
+    int fwd_sum[PAR_TP_REQS]; /* a sum started in the forward (Faults.tp_nowait_fwd defers its wait) */
 } ParTp;
 
 /* A device backend under dp > 1 (dev_stage.c): each staged piece of a dp collective runs on a host

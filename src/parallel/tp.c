@@ -6,7 +6,8 @@
  *
  * The collectives are blocking (tp_allreduce, tp_allgather, tp_reduce_scatter) or nonblocking
  * (tp_start / tp_wait / tp_progress, issue 28: the model overlaps the column-parallel layers'
- * collectives with their independent GEMMs, docs/parallel.md "Overlap"); an error is kept for
+ * collectives with their independent GEMMs, and the row-parallel layers' sums chunk by chunk,
+ * docs/parallel.md "Overlap"); an error is kept for
  * par_grads_finish and the model runs on with garbage, as after a failed GEMM. */
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,7 @@ static int h_tp_start(void *ctx, int kind, float *buf, size_t n) {
     }
     if (!q->active) return -1;
     p->tp.busy[i] = 1;
+    p->tp.fwd_sum[i] = kind != GPT_TP_ALLGATHER && !p->st.in_bwd;
     return i;
 }
 
@@ -79,7 +81,8 @@ static void h_tp_wait(void *ctx, int h) {
     Par *p = ctx;
     if (h < 0) return;
     ST_CHECK(h < PAR_TP_REQS && p->tp.busy[h]);
-    if (p->o.faults.tp_nowait) { /* test-only: the buffer is read before the collective completed */
+    if (p->o.faults.tp_nowait || (p->o.faults.tp_nowait_fwd && p->tp.fwd_sum[h])) {
+        /* test-only: the buffer is read before the collective completed */
         p->tp.deferred[h] = 1;
         return;
     }
@@ -96,7 +99,7 @@ static int h_tp_progress(void *ctx) {
     if (p->o.faults.tp_nowait) return 0; /* the fault's requests move only at the next tp hook */
     int left = 0;
     for (int i = 0; i < PAR_TP_REQS; i++)
-        if (p->tp.busy[i] && !comm_test(&p->tp.req[i])) left++;
+        if (p->tp.busy[i] && !p->tp.deferred[i] && !comm_test(&p->tp.req[i])) left++;
     return left;
 }
 

@@ -255,29 +255,52 @@ Status plan_trainer_comm(const ModelConfig *cfg, const PlanTrainerStep *s, doubl
     CommBook b = {out, bw_tp, lat_tp};
     double k = s->k, Lf = L, rerun = s->recompute == RECOMPUTE_FULL ? Lf : 0; /* blocks run forward again */
     uint64_t NC4 = N * C * 4; /* the (N, C) fp32 buffer every tp collective of a block works on */
+    /* The block forward's two row-parallel sums (and the recomputed forward's): whole, or where the
+     * trainer overlaps them (gpt.c tp_overlap: not in fp16) in layout_tp_row_chunks pieces of the
+     * rows held, chunk c's sum over its m_c rows of every rank's block: m_c·C·4 bytes per rank block. */
+    int rowpar_chunked = s->precision != 2;
+    int rows = (int)(sp ? N / (uint64_t)t : N), nrc = rowpar_chunked ? layout_tp_row_chunks(rows) : 1;
+    double rowpar = k * 2 * (Lf + rerun), rowpar_time = 0;
     if (t > 1) {
+        CommKind rk = sp ? COMM_TP_REDUCE_SCATTER : COMM_TP_ALLREDUCE;
+        for (int c = 0; c < nrc; c++) {
+            uint64_t m = (uint64_t)(rowpar_chunked ? layout_tp_row_start(rows, c + 1) - layout_tp_row_start(rows, c)
+                                                   : rows);
+            uint64_t bytes = m * C * 4 * (sp ? (uint64_t)t : 1);
+            book(&b, rk, bytes, t, rowpar);
+            rowpar_time += rowpar * (sp ? plan_ring_half((double)bytes, t, bw_tp, lat_tp)
+                                        : plan_ring_allreduce((double)bytes, t, bw_tp, lat_tp));
+        }
         if (!sp) {
-            /* Embedding, 2 per block forward, head input, 2 per block backward (+2 per rerun block). */
-            book(&b, COMM_TP_ALLREDUCE, NC4, t, k * (2 + 4 * Lf + 2 * rerun));
+            /* Embedding, head input, 2 per block backward (the forward's sums above). */
+            book(&b, COMM_TP_ALLREDUCE, NC4, t, k * (2 + 2 * Lf));
         } else {
             /* The LayerNorm outputs are gathered in their storage type: bf16 as half as many floats. */
             uint64_t ln = s->precision == 1 ? N * C * 2 : NC4;
-            book(&b, COMM_TP_REDUCE_SCATTER, NC4, t, k * (2 + 4 * Lf + 2 * rerun));
+            book(&b, COMM_TP_REDUCE_SCATTER, NC4, t, k * (2 + 2 * Lf)); /* embedding, head input, backward */
             book(&b, COMM_TP_ALLGATHER, ln, t, k * (4 * Lf + 2 * rerun)); /* forward and backward's re-gather */
             book(&b, COMM_TP_ALLGATHER, NC4, t, k * (2 + 2 * Lf)); /* lnf, residual and embedding gradients */
             uint64_t norm_params = cfg->arch == ARCH_LLAMA ? C : 2 * C; /* RMSNorm: weight; LayerNorm: + bias */
             book(&b, COMM_TP_ALLREDUCE, norm_params * 4, t, k * (2 * Lf + 1)); /* the norms' parameter gradients */
         }
         /* What the trainer overlaps (gpt.c tp_overlap: not in fp16): the column-parallel layers'
-         * input-gradient sums (2 per block backward) and under --sp their LayerNorm outputs' gathers
-         * (2 per block forward, recomputed forward included, and 2 backward). */
-        if (s->precision != 2) {
-            double sums = k * 2 * Lf, gathers = sp ? k * (4 * Lf + 2 * rerun) : 0;
+         * input-gradient sums (2 per block backward), under --sp their LayerNorm outputs' gathers
+         * (2 per block forward, recomputed forward included, and 2 backward), the row-parallel
+         * layers' output-gradient gathers and one LayerNorm gradient sum per block, and the
+         * row-parallel layers' chunked sums above. */
+        if (rowpar_chunked) {
+            /* --sp also: the row-parallel layers' output-gradient gathers (2 per block backward) and
+             * the second LayerNorm's parameter-gradient all-reduce (1 per block backward). */
+            double sums = k * 2 * Lf, gathers = sp ? k * (4 * Lf + 2 * rerun) : 0, rgathers = sp ? k * 2 * Lf : 0;
+            double lnsums = sp ? k * Lf : 0;
             uint64_t ln = sp && s->precision == 1 ? N * C * 2 : NC4;
-            out->tp_overlap_calls = sums + gathers;
+            uint64_t norm_bytes = (cfg->arch == ARCH_LLAMA ? C : 2 * C) * 4;
+            out->tp_overlap_calls = sums + gathers + rgathers + lnsums + rowpar * nrc;
             out->tp_overlap_time = sums * (sp ? plan_ring_half((double)NC4, t, bw_tp, lat_tp)
                                               : plan_ring_allreduce((double)NC4, t, bw_tp, lat_tp)) +
-                                   gathers * plan_ring_half((double)ln, t, bw_tp, lat_tp);
+                                   gathers * plan_ring_half((double)ln, t, bw_tp, lat_tp) +
+                                   rgathers * plan_ring_half((double)NC4, t, bw_tp, lat_tp) +
+                                   lnsums * plan_ring_allreduce((double)norm_bytes, t, bw_tp, lat_tp) + rowpar_time;
         }
         /* The vocabulary-parallel loss: row max (m floats) and the two sums (2m) per head chunk. */
         uint64_t chunk = (uint64_t)layout_head_chunk_rows(cfg, s->B, s->T);

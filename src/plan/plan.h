@@ -419,9 +419,12 @@ typedef struct {
                                  or plan_ring_half (all-gather, reduce-scatter) of each call's buffer */
     double tp_overlap_calls;  /* of those, the ones the trainer starts nonblocking and overlaps with an
                                  independent GEMM (issue 28; the step record's tp_overlapped): per block
-                                 and micro-batch the two column-parallel input-gradient sums, and under
-                                 --sp the two forward all-gathers (and the recomputed forward's), the
-                                 two backward re-gathers; none in fp16 */
+                                 and micro-batch the two column-parallel input-gradient sums, the
+                                 row-parallel layers' forward sums in layout_tp_row_chunks pieces each,
+                                 and under --sp the two forward all-gathers (and the recomputed
+                                 forward's, with its chunked sums), the two backward re-gathers, the
+                                 two row-parallel output-gradient gathers and the second LayerNorm's
+                                 parameter-gradient sum; none in fp16 */
     double tp_overlap_time;   /* their α-β time: what the overlap can hide at most (it hides all of it
                                  where each GEMM outlasts its collective) */
 } PlanCommKinds;
