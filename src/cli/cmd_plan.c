@@ -308,12 +308,7 @@ static Status read_scaling(PlanInput *in, const char *path, Err *err) {
 /* A warning on stderr when the machine was busy while it was measured (1-minute load average at or
  * above its CPU count): the figures are then low, and they are cached. */
 static void warn_if_loaded(void) {
-    double load = 0;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &load) != 1) load = 0;
-        fclose(f);
-    }
+    double load = machine_loadavg();
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (cpus > 0 && load >= (double)cpus)
         fprintf(stderr, "plan: warning: the machine was busy while measured (load %.1f on %ld CPUs), so its figures are "

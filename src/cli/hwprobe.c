@@ -63,16 +63,6 @@ Status hw_measure(PlanHardware *hw, int threads, Err *err) {
     return ST_OK;
 }
 
-static double loadavg_now(void) {
-    double load = -1;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &load) != 1) load = -1;
-        fclose(f);
-    }
-    return load;
-}
-
 /* A profile measured on a busy machine is low in every figure (the GEMMs and the memory stream
  * share the cores with other work: matmul efficiency 0.23 at load 6.9 where 0.85 is this machine's
  * quiet figure, 2026-11-26). Each figure is a best achievable rate, so a later, quieter measurement
@@ -88,7 +78,7 @@ static void profile_raise(PlanHardware *hw, const PlanHardware *old) {
 
 Status hw_this_machine(PlanHardware *hw, int threads, const char *cache_path, int *measured, double *was_load, Err *err) {
     *measured = 0;
-    double was = -1, now = loadavg_now();
+    double was = -1, now = machine_loadavg();
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     cJSON *j = machine_profile_load(cache_path, threads, &was);
     PlanHardware old;

@@ -72,7 +72,7 @@ static int mpi_locked_end(const Comm *c, int rc) {
     mpi_unlock(c);
     return rc;
 }
-/* rc = CALL made under the lock: MPI_CALL(c, MPI_CALL(c, MPI_Isend(...))). */
+/* rc = CALL made under the lock: rc = MPI_CALL(c, MPI_Isend(...)). */
 #define MPI_CALL(c, call) mpi_locked_end((c), (mpi_lock(c), (call)))
 
 /* The request is now in MPI's hands (active until comm_test/comm_wait see it complete); the

@@ -273,6 +273,16 @@ static void cache_write(const char *path, const cJSON *doc) {
     free(text);
 }
 
+double machine_loadavg(void) {
+    double load = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &load) != 1) load = -1;
+        fclose(f);
+    }
+    return load;
+}
+
 /* Replaces this machine's entries in doc's array `arr` (for threads, prec) by e (taken), writes. */
 static void cache_put(const char *path, cJSON *doc, const char *arr, const MachineKey *k, int threads,
                       const char *prec, cJSON *e) {
@@ -280,13 +290,8 @@ static void cache_put(const char *path, cJSON *doc, const char *arr, const Machi
     for (int i = cJSON_GetArraySize(entries) - 1; i >= 0; i--)
         if (entry_matches(cJSON_GetArrayItem(entries, i), k, threads, prec)) cJSON_DeleteItemFromArray(entries, i);
     cJSON_AddNumberToObject(e, "measured_unix", (double)time(NULL));
-    double load = -1; /* the 1-minute load average when measured: a loaded machine measures low */
-    FILE *lf = fopen("/proc/loadavg", "r");
-    if (lf) {
-        if (fscanf(lf, "%lf", &load) != 1) load = -1;
-        fclose(lf);
-    }
-    cJSON_AddNumberToObject(e, "loadavg", load);
+    /* the 1-minute load average when measured: a loaded machine measures low */
+    cJSON_AddNumberToObject(e, "loadavg", machine_loadavg());
     cJSON_AddItemToArray(entries, e);
     cache_write(path, doc);
 }

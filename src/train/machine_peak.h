@@ -55,6 +55,10 @@ typedef struct {
  * measurement in use. Errors: ST_ERR_RUNTIME only when nothing could be measured. */
 Status machine_peak_resolve(MachinePeak *out, const MachinePeakOptions *o, Err *err);
 
+/* The 1-minute load average now (/proc/loadavg; -1 where unreadable): stored with each cache
+ * entry, since a loaded machine measures low. */
+double machine_loadavg(void);
+
 /* This machine's hardware profile for `threads` in the cache (`plan`'s default hardware; the
  * profile is plan_hardware_to_json's object, the entry keyed like the peaks'): a copy the caller
  * deletes, or NULL when the cache has none (or cache_path is NULL or ""). *loadavg (if not NULL):
