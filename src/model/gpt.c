@@ -3,6 +3,8 @@
 
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -539,13 +541,59 @@ static void job_run(Gpt *g, const Job *j) {
     }
 }
 
+/* The overlap worker: one thread per process, made on first use, that runs a job while the calling
+ * thread (the one that may call MPI) progresses the collectives in flight. Between jobs it sleeps on
+ * a condition variable. It is not an OpenMP team: libgomp's idle team thread spins for its wait
+ * policy's spin count after every region, and with ranks sharing cores (4 ranks of pp 2 × tp 2 on 2
+ * cores) that spinning took the cores from the ranks with work: 16x slower steps (7.6 s against
+ * 0.5 s for test_pp's 10 steps; OMP_WAIT_POLICY=passive alone gave 0.6 s). Its OpenMP thread count is
+ * 1, so a GEMM on it takes the same single-thread path as one at --threads 1 (the same bits). */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    Gpt *g;
+    const Job *job;   /* the posted job, NULL when there is none */
+    atomic_int done;  /* set by the worker when the posted job has run */
+} OverlapWorker;
+
+static OverlapWorker ow = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0};
+static pthread_once_t ow_once = PTHREAD_ONCE_INIT;
+static int ow_ok; /* 1 when the worker runs; otherwise jobs run on the caller */
+
+static void *ow_main(void *arg) {
+    (void)arg;
+    omp_set_num_threads(1);
+    pthread_mutex_lock(&ow.mu);
+    for (;;) {
+        while (!ow.job) pthread_cond_wait(&ow.cv, &ow.mu);
+        const Job *j = ow.job;
+        pthread_mutex_unlock(&ow.mu);
+        job_run(ow.g, j);
+        pthread_mutex_lock(&ow.mu);
+        ow.job = NULL;
+        atomic_store(&ow.done, 1);
+    }
+    return NULL;
+}
+
+/* Started with every signal blocked: the stop signals reach core/stopsig's waiter only, and no
+ * handler frame can land on the stack a oneDNN kernel moved into the heap (docs/debugging.md). */
+static void ow_start(void) {
+    pthread_t t;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    ow_ok = pthread_create(&t, NULL, ow_main, NULL) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (ow_ok) pthread_detach(t);
+}
+
 /* Runs job j while the collectives in flight progress. Open MPI moves a nonblocking collective only
  * inside an MPI call, and oneDNN's GEMM cannot be cut into pieces with calls between them without
  * changing its blocking (and so its bits: measured), so with one kernel thread (--threads 1) the GEMM
- * runs on a second OpenMP thread while the calling thread (the one that may call MPI) calls
- * tp_progress every TP_POLL_US until nothing is in flight, then sleeps until the GEMM is done.
- * A GEMM inside a parallel region is single-threaded (matmul.h): the same as at --threads 1. With
- * more kernel threads the GEMM keeps them and runs here, the collective moving at the wait. */
+ * runs on the overlap worker while the calling thread calls tp_progress every TP_POLL_US until
+ * nothing is in flight, then checks every 4·TP_POLL_US until the GEMM is done. With more kernel
+ * threads the GEMM keeps them and runs here, the collective moving at the wait. */
 #define TP_POLL_US 50
 static void overlap_run(Gpt *g, const Job *j) {
     GptHooks *h = &g->hooks;
@@ -553,24 +601,25 @@ static void overlap_run(Gpt *g, const Job *j) {
         job_run(g, j);
         return;
     }
-    atomic_int done = 0;
-#pragma omp parallel num_threads(2)
-    {
-        if (omp_get_num_threads() < 2) { /* no second thread: the GEMM here, progress at the wait */
-            job_run(g, j);
-        } else if (omp_get_thread_num() == 1) {
-            job_run(g, j);
-            atomic_store(&done, 1);
-        } else {
-            int busy = 1;
-            struct timespec ts = {0, TP_POLL_US * 1000L};
-            while (!atomic_load(&done)) {
-                if (busy) busy = h->tp_progress(h->ctx) > 0;
-                if (!busy) ts.tv_nsec = 4 * TP_POLL_US * 1000L; /* only the GEMM left: check less often */
-                nanosleep(&ts, NULL);
-            }
-        }
+    pthread_once(&ow_once, ow_start);
+    if (!ow_ok) { /* no second thread: the GEMM here, progress at the wait */
+        job_run(g, j);
+        return;
     }
+    pthread_mutex_lock(&ow.mu);
+    ow.g = g, ow.job = j;
+    atomic_store(&ow.done, 0);
+    pthread_cond_signal(&ow.cv);
+    pthread_mutex_unlock(&ow.mu);
+    int busy = 1;
+    struct timespec ts = {0, TP_POLL_US * 1000L};
+    while (!atomic_load(&ow.done)) {
+        if (busy) busy = h->tp_progress(h->ctx) > 0;
+        if (!busy) ts.tv_nsec = 4 * TP_POLL_US * 1000L; /* only the GEMM left: check less often */
+        nanosleep(&ts, NULL);
+    }
+    pthread_mutex_lock(&ow.mu); /* the worker's writes before `done` are visible; it is back waiting */
+    pthread_mutex_unlock(&ow.mu);
 }
 
 /* --sp forward, overlapped: the whole (N, C) pre-norm output (own rows at `own`; bf16 when
