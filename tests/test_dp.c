@@ -1,7 +1,7 @@
 /* test_dp.c — data parallelism and ZeRO 0–3 end to end: `scaletrain train` under mpirun against
  * one process (issue 6; issue 12 made every check able to fail).
  *
- * Usage: test_dp MPIEXEC SCALETRAIN [equiv|scale|mixed|resume|fault|overlap|mfu|peak|memory]
+ * Usage: test_dp MPIEXEC SCALETRAIN [equiv|scale|mixed|resume|fault|overlap|prefetch|mfu|peak|memory]
  *
  * Oracle: one process running the same global batch (micro-batch 2 × accumulation 4 = 8 sequences
  * per step; dp=2 runs accumulation 2, dp=4 accumulation 1), 20 steps, fp32. Every comparison covers
@@ -45,6 +45,10 @@
  *           control (ST_PAR_TEST_GATHER_FAULT=1: the first piece of block 1's gather not waited
  *           before block 1's forward, started after it) at ZeRO 1 and 3: the losses must leave the
  *           tolerance by 10x.
+ *   prefetch ZeRO 3 --no-overlap gathers each segment when needed: the step records'
+ *           zero_gathers_ahead 0 at every step (overlapped: > 0), losses and grad norms bit-identical
+ *           to the overlapped run. Negative control: ST_PAR_TEST_ZERO_PREFETCH=1 (the prefetch under
+ *           --no-overlap) fails the zero check.
  *   mfu     MFU under MPI is the job's model FLOP/s over the sum of the ranks' peaks: the dp 2 step
  *           records satisfy mfu = flops_per_token · tokens/s / peak_flops_job with tokens/s the
  *           job's, peak_flops_job ≈ 2 × one rank's, every step below 1; the median within a factor
@@ -326,6 +330,66 @@ static void overlap(void) {
     }
     free(wref);
     layout_free(&pl);
+}
+
+/* Each step record's zero_gathers_ahead of run `name`: *n steps read, *steps_with the ones carrying
+ * the field, *lo and *hi its range. */
+static void gathers_ahead(const char *name, int *n, int *with, double *lo, double *hi) {
+    cJSON *all = records(name);
+    *n = *with = 0, *lo = INFINITY, *hi = -INFINITY;
+    const cJSON *r;
+    cJSON_ArrayForEach(r, all) {
+        const cJSON *ev = cJSON_GetObjectItem(r, "event"), *v = cJSON_GetObjectItem(r, "zero_gathers_ahead");
+        if (!cJSON_IsString(ev) || strcmp(ev->valuestring, "step")) continue;
+        (*n)++;
+        if (!cJSON_IsNumber(v)) continue;
+        (*with)++;
+        if (v->valuedouble < *lo) *lo = v->valuedouble;
+        if (v->valuedouble > *hi) *hi = v->valuedouble;
+    }
+    cJSON_Delete(all);
+}
+
+/* ZeRO 3 under --no-overlap gathers each segment when it is needed, blocking (issue 28: its
+ * two-slot prefetch ran under --no-overlap too, so with comm's progress thread those bytes moved
+ * behind the compute while `plan --no-overlap` prices every gather as exposed). Oracle: the step
+ * records' zero_gathers_ahead (gathers started before the hook that needs them) is 0 at every step
+ * of dp 2 ZeRO 3 --no-overlap and > 0 at every step of the same run overlapped (the counter
+ * counts); the two runs' losses and grad norms are bit-identical as printed (a gather copies bytes:
+ * when it runs changes nothing). Negative control: ST_PAR_TEST_ZERO_PREFETCH=1 (the old prefetch
+ * under --no-overlap) must fail the zero check, with the same losses. */
+static void prefetch(void) {
+    double secs, lo, hi;
+    int n, with;
+    static const char *names[] = {"ahead_zero3_nooverlap", "ahead_zero3_overlap", "ahead_zero3_nooverlap_fault"};
+    static const char *extra[] = {"--no-overlap", NULL, "--no-overlap"};
+    static const char *env[] = {NULL, NULL, "ST_PAR_TEST_ZERO_PREFETCH=1"};
+    int ok[3];
+    for (int i = 0; i < 3; i++) {
+        ok[i] = train_env(names[i], 2, 2, 3, extra[i], env[i], 0, &secs) == 0;
+        printf("%s: %.1f s\n", names[i], secs);
+        if (!ok[i]) tu_check(0, names[i], "exit non-zero, see %s/%s.out", DIR, names[i]);
+    }
+    if (ok[0]) {
+        gathers_ahead(names[0], &n, &with, &lo, &hi);
+        tu_check(n == STEPS && with == n && lo == 0 && hi == 0, "zero3_nooverlap_gathers_when_needed",
+                 "%d steps, %d with zero_gathers_ahead, range %g..%g (want %d, all 0)", n, with, lo, hi, STEPS);
+    }
+    if (ok[1]) {
+        gathers_ahead(names[1], &n, &with, &lo, &hi);
+        tu_check(n == STEPS && with == n && lo > 0, "zero3_overlap_prefetches",
+                 "%d steps, %d with zero_gathers_ahead, range %g..%g (want every step > 0)", n, with, lo, hi);
+    }
+    if (ok[0] && ok[1])
+        tu_check(field_text_equal(names[0], names[1], "loss") && field_text_equal(names[0], names[1], "grad_norm"),
+                 "zero3_nooverlap_bit_identical_to_overlap", "losses and grad norms as printed");
+    if (ok[2]) {
+        gathers_ahead(names[2], &n, &with, &lo, &hi);
+        tu_check(n == STEPS && with == n && hi > 0, "negative_control_prefetch_under_nooverlap_caught",
+                 "ST_PAR_TEST_ZERO_PREFETCH=1: zero_gathers_ahead range %g..%g must leave 0", lo, hi);
+        tu_check(field_text_equal(names[0], names[2], "loss"), "negative_control_same_losses",
+                 "the prefetch changes timing, not values");
+    }
 }
 
 /* Trains `name` to step 10 on grid 1 (--stop-after) with checkpoints in DIR/<name>_ck, then runs
@@ -858,7 +922,7 @@ static void memory(void) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: test_dp MPIEXEC SCALETRAIN [equiv|scale|mixed|resume|fault|overlap|mfu|peak|memory]\n");
+        fprintf(stderr, "usage: test_dp MPIEXEC SCALETRAIN [equiv|scale|mixed|resume|fault|overlap|prefetch|mfu|peak|memory]\n");
         return 2;
     }
     g_mpi = argv[1], g_bin = argv[2];
@@ -870,6 +934,7 @@ int main(int argc, char **argv) {
     if (!strcmp(what, "resume") || !strcmp(what, "all")) resume();
     if (!strcmp(what, "fault") || !strcmp(what, "all")) fault();
     if (!strcmp(what, "overlap") || !strcmp(what, "all")) overlap();
+    if (!strcmp(what, "prefetch") || !strcmp(what, "all")) prefetch();
     if (!strcmp(what, "mfu") || !strcmp(what, "all")) mfu();
     if (!strcmp(what, "peak") || !strcmp(what, "all")) peak_cache();
     if (!strcmp(what, "memory") || !strcmp(what, "all")) memory();

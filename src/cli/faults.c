@@ -28,6 +28,7 @@ Status cli_faults_from_env(Faults *f, Err *err) {
     f->hess_rank_local = env_is_1("ST_TRAIN_TEST_HESS_FAULT");
     f->device_bypass = env_is_1("ST_PAR_TEST_DEVICE_BYPASS");
     f->gather_late = env_is_1("ST_PAR_TEST_GATHER_FAULT");
+    f->zero_prefetch = env_is_1("ST_PAR_TEST_ZERO_PREFETCH");
     if ((e = getenv("ST_PAR_TEST_BUCKET")) && *e) {
         char *end;
         long v = strtol(e, &end, 10);

@@ -18,6 +18,7 @@
  *   ST_PAR_TEST_MATRIX_FAULT=1        matrix_no_share
  *   ST_PAR_TEST_MATRIX_RESET=N        matrix_reset
  *   ST_PAR_TEST_GATHER_FAULT=1        gather_late
+ *   ST_PAR_TEST_ZERO_PREFETCH=1       zero_prefetch
  *   ST_PAR_TEST_BUCKET=N              bucket_floats
  *   ST_TRAIN_TEST_HESS_FAULT=1        hess_rank_local
  *   ST_CKPT_FAIL_AT=STAGE[:MODE]      ckpt_fail_stage, ckpt_fail_mode (MODE exit | stop | slow | slowN)

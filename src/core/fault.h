@@ -45,6 +45,9 @@ typedef struct {
                              is not waited before block 1's forward; it starts only after that forward
                              (stages 1-2: the forward reads the previous step's values there; stage 3:
                              what the slot held). The negative control of the deferred gathers. test_dp (overlap) */
+    int zero_prefetch;    /* ST_PAR_TEST_ZERO_PREFETCH=1: ZeRO 3 gathers the next segment ahead also under
+                             --no-overlap (what it did before issue 28's netsim found it: its bytes
+                             moved during compute). The control of test_dp (prefetch) */
     long bucket_floats;   /* ST_PAR_TEST_BUCKET=N: ZeRO's collectives split at N floats instead of
                              4 MiB (a tiny test model then has many pieces per segment); 0 = off. test_dp (overlap) */
     int device_bypass;    /* ST_PAR_TEST_DEVICE_BYPASS=1: on a device backend the full-state copy out

@@ -228,6 +228,8 @@ void par_micro_begin(Par *p, int j) {
 
 double par_noise_sumsq(const Par *p) { return p->st.noise_sumsq; }
 
+long par_zero_gathers_ahead(const Par *p) { return p && p->zero >= 3 ? p->zp.ahead : -1; }
+
 Status par_grads_finish(Par *p, Err *err) {
     Status st;
     if (p->tied.on && p->zero <= 1 && (st = tied_exchange(p, err)) != ST_OK) return st;

@@ -174,6 +174,10 @@ Status par_grads_finish(Par *p, Err *err);
  * over a replica's tp ranks is that micro-batch's squared gradient norm. Not for pp > 1 (a tied
  * wte's two parts are summed only after the backward). */
 double par_noise_sumsq(const Par *p);
+/* ZeRO 3: parameter gathers started ahead of the hook that needs them so far (the two-slot prefetch
+ * behind the compute; 0 under --no-overlap, which gathers each segment when needed); -1 below
+ * ZeRO 3 or without a Par. The step record's zero_gathers_ahead is its change over the step. */
+long par_zero_gathers_ahead(const Par *p);
 Status par_grad_norm(Par *p, double *norm, Err *err);
 /* The update of this rank's part: the flat ranges by oc's rule (Muon: AdamW) at lr; with
  * ParOptions.muon also the hidden matrices at matrix_lr, which is collective over the dp group

@@ -103,6 +103,8 @@ typedef struct {
     ZColl slot_ag[2], b0_ag;
     uint16_t *lb0, *lbuf[2];
     int lslot_ok[2], lb0_ok;
+    long ahead;    /* gathers started before the hook that needs them (the two-slot prefetch; none
+                      under --no-overlap): par_zero_gathers_ahead, the step record's */
 } ZeroParams;
 
 /* The global norm's fixed partition of the owned slices, and the pieces counted elsewhere. */

@@ -259,6 +259,13 @@ static void round_gathered(Par *p, const float *buf, uint16_t *lp, size_t n, int
     *ok = 1;
 }
 
+/* The segment to gather ahead after `next` is needed, or -1: with overlap the two-slot prefetch
+ * gathers the next segment behind this one's compute; --no-overlap gathers each segment when it is
+ * needed, blocking (a flag does what it says: with comm's progress thread a prefetched gather's
+ * bytes would move during compute, and `plan --no-overlap` prices every gather as exposed). Test
+ * fault Faults.zero_prefetch: the prefetch also under --no-overlap (test_dp's control). */
+static int prefetch_seg(const Par *p, int next) { return p->o.overlap || p->o.faults.zero_prefetch ? next : -1; }
+
 /* Segment s (>= 1) gathered and its views set; then the gather of `next` (if >= 1) started in the
  * other slot. */
 static void ensure_params(Par *p, int s, int next, int fwd) {
@@ -277,6 +284,7 @@ static void ensure_params(Par *p, int s, int next, int fwd) {
         zc_wait_hook(p, &zp->slot_ag[a ^ 1]);
         zp->slot_seg[a ^ 1] = next;
         start_gather(p, next, zp->buf[a ^ 1], &zp->slot_ag[a ^ 1], fwd);
+        zp->ahead++;
     }
 }
 
@@ -321,14 +329,15 @@ static void h_before_forward(void *ctx, int s) {
             wait_gather(p, &zp->b0_ag, zp->b0);
             round_gathered(p, zp->b0, zp->lb0, p->len[0], &zp->lb0_ok);
             seg_views(p, &p->g->w.p, 0, zp->b0);
-            if (zp->slot_seg[0] != 1 && zp->slot_seg[1] != 1) {
+            if (prefetch_seg(p, 1) == 1 && zp->slot_seg[0] != 1 && zp->slot_seg[1] != 1) {
                 int a = zc_pending(&zp->slot_ag[0]) ? 1 : 0;
                 zc_wait_hook(p, &zp->slot_ag[a]);
                 zp->slot_seg[a] = 1;
                 start_gather(p, 1, zp->buf[a], &zp->slot_ag[a], 1);
+                zp->ahead++;
             }
         } else {
-            ensure_params(p, s, s + 1, 1);
+            ensure_params(p, s, prefetch_seg(p, s + 1), 1);
         }
     }
     if (p->zero >= 2 && s == p->L + 1) {
@@ -347,7 +356,7 @@ static void h_before_backward(void *ctx, int s) {
     ZeroGrads *zg = &p->zg;
     p->st.in_bwd = 1;
     progress(p);
-    if (p->zero >= 3 && s >= 1) ensure_params(p, s, s - 1, 0);
+    if (p->zero >= 3 && s >= 1) ensure_params(p, s, prefetch_seg(p, s - 1), 0);
     if (p->zero >= 2 && s >= 1) {
         int a = zg->next;
         zg->next ^= 1;

@@ -262,6 +262,7 @@ void ev_step(EventLog *lg, const StepEvent *e) {
     if (e->comm_bytes_by_kind) {
         if (e->tp_overlapped >= 0) add_num(o, "tp_overlapped", e->tp_overlapped);
         if (e->tp_overlapped >= 0) add_num(o, "tp_overlapped_done", e->tp_overlapped_done);
+        if (e->zero_gathers_ahead >= 0) add_num(o, "zero_gathers_ahead", e->zero_gathers_ahead);
         cJSON *k = cJSON_AddObjectToObject(o, "comm_bytes_by_kind");
         for (int i = 0; i < COMM_NKIND; i++) add_num(k, comm_kind_name((CommKind)i), e->comm_bytes_by_kind[i]);
     }

@@ -24,7 +24,8 @@
  *             comm_bytes, comm_bytes_by_kind{kind: bytes}, [tp_overlapped (tp > 1: the tp collectives
  *             started nonblocking and overlapped with a GEMM, docs/parallel.md "Overlap"),
  *             tp_overlapped_done (of those, the ones seen complete by a progress call before
- *             their wait: wholly hidden),]
+ *             their wait: wholly hidden),] [zero_gathers_ahead (ZeRO 3: parameter gathers started
+ *             ahead of the segment that needs them, the prefetch behind compute; 0 with --no-overlap),]
  *             step_ms_max, step_ms_median,
  *             time_ms{total, data, forward, backward, comm, comm_dp, comm_tp[, tp_progress][, dp_progress], optimizer,
  *             checkpoint[, hessian]} (comm = comm_dp + comm_tp: exposed waits in the dp/world collectives and
@@ -158,6 +159,8 @@ typedef struct {
                                step (CommStats.tp_nonblocking); < 0: not written (tp 1) */
     double tp_overlapped_done; /* of those, the ones a progress call saw complete before their wait
                                (hidden behind the GEMM; CommStats.test_done of the tp kinds) */
+    double zero_gathers_ahead; /* ZeRO 3: parameter gathers started before the hook that needs them this
+                               step (the overlap's prefetch; 0 under --no-overlap); < 0: not written */
     int sophia;                 /* the run's optimizer is Sophia: time_ms.hessian and hessian{} are written */
     double ms_hessian;          /* its Hessian pass (0 on steps without one) */
     double hess_loss, hess_bytes, hess_tokens; /* the pass's sampled-label loss, collective bytes, tokens */

@@ -161,6 +161,7 @@ typedef struct {
     double t0, t1, t2, t3;      /* start; data ready; gradients reduced; update applied */
     double comm_ms0, comm_b0;   /* communication counters at the start */
     CommStats cs0;
+    long ahead0;          /* par_zero_gathers_ahead at the step's start (ZeRO 3) */
     double loss_sum, loss, norm;
     float lscale, scale, lr;    /* fp16 loss scale (1 otherwise), clip factor, learning rate */
     int overflow, updated, rolled_back, last, stopping;

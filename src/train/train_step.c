@@ -149,6 +149,7 @@ static Status step_data(Run *r, Step *s, Err *err) {
     s->ntok0 = 0;
     for (size_t i = 0; i < (size_t)B * T; i++) s->ntok0 += r->tgt[i] >= 0;
     s->comm_ms0 = r->comm->stats.wait_ms_total, s->comm_b0 = tr_comm_bytes_total(r->comm), s->cs0 = r->comm->stats;
+    s->ahead0 = par_zero_gathers_ahead(r->par);
     /* --doc-mask: Σ L_i² over the documents of the replica's rows (an integer: exact in the sum) */
     int dm = c->model.doc_mask;
     double span = dm && r->tp_rank == 0 && r->pp_rank == 0 ? layout_doc_span(r->inp, B * k, T, c->model.doc_eot) : 0;
@@ -600,6 +601,7 @@ static Status step_report(Run *r, Step *s, Err *err) {
                    .ms_comm = comm_ms, .ms_comm_dp = comm_ms - tp_ms, .ms_comm_tp = tp_ms, .ms_tp_progress = tp_test_ms,
                    .ms_dp_progress = r->world > 1 ? dp_test_ms : -1,
                    .tp_overlapped = r->comm->tp > 1 ? tp_nb : -1, .tp_overlapped_done = tp_early,
+                   .zero_gathers_ahead = s->ahead0 >= 0 ? (double)(par_zero_gathers_ahead(r->par) - s->ahead0) : -1,
                    .comm_bytes_by_kind = by_kind, .ms_optimizer = s->t3 - s->t2, .ms_checkpoint = s->ckpt_ms,
                    .pp = r->pp, .pp_idle_ms = r->pipe.stats.idle_ms, .pp_busy_ms = r->pipe.stats.busy_ms, .pp_f_ms = r->pipe.stats.f_ms,
                    .pp_b_ms = r->pipe.stats.b_ms, .pp_w_ms = r->pipe.stats.w_ms, .pp_bubble = pipe[0], .pp_bubble_formula = pipe[1], .pp_bubble_sim = pipe[2],
