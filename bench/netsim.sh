@@ -25,6 +25,10 @@
 # first scales the profile's matmul rate so that the plan's compute equals the measured one: the
 # rows then compare the communication model, not the compute model.
 #
+# The last column is the fastest step's waits in the world's scalar collectives (time_ms.comm_by_kind):
+# they carry a few bytes, so what they wait is mostly the other rank arriving later (skew), not
+# the link. LOGDIR=DIR keeps the runs' logs; CALDIR=DIR the comm_bench tables.
+#
 # usage: sudo [ROUNDS=3] [STEPS=6] [LINKS="10gbit 1gbit"] [CONFIGS="dp0 dp1 dp2 dp3 dp0o dp0n dp0p tp pp"]
 #             bench/netsim.sh > table.md
 # Results: bench/results/netsim.md.
@@ -205,8 +209,11 @@ recs = [json.loads(l) for l in open(sys.argv[1])]
 steps = [r for r in recs if r['event'] == 'step'][1:]
 med = lambda f: statistics.median(f(s) for s in steps)
 fast = min(steps, key=lambda s: s['time_ms']['total'])  # the step least disturbed by other load
+# the fastest step's waits in the world's scalar collectives (token count, loss, norms, times): their
+# bytes are nothing, so they are mostly the ranks' skew (time_ms.comm_by_kind; -1 without it)
+sc = fast['time_ms'].get('comm_by_kind', {}).get('scalar collective', -1)
 print(f"{med(lambda s: s['time_ms']['comm']):.2f} {med(lambda s: s['time_ms']['total']):.2f} "
-      f"{fast['time_ms']['comm']:.2f} {fast['time_ms']['total']:.2f}")
+      f"{fast['time_ms']['comm']:.2f} {fast['time_ms']['total']:.2f} {sc:.2f}")
 PY
 }
 
@@ -254,8 +261,8 @@ PY
 echo
 echo "Measured: rank 0, fastest step of all rounds (median of the rounds' medians in brackets); ratios are fastest / plan."
 echo
-echo "| link | config | measured comm ms | plan comm ms | comm ratio | measured step ms | plan step ms | step ratio | plan on the link as measured: comm / step ms | ratios |"
-echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| link | config | measured comm ms | plan comm ms | comm ratio | measured step ms | plan step ms | step ratio | plan on the link as measured: comm / step ms | ratios | of the comm: scalar-collective waits ms |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for link in $links; do
   rate=${link%%:*} delay=
   [[ $link == *:* ]] && delay=${link#*:}
@@ -271,7 +278,7 @@ h.update(inter_bw=bits / 8, inter_lat=alpha, devices_per_node=1, name="netsim")
 json.dump(h, open(sys.argv[2], "w"))
 h.update(inter_bw=min(bwcal, bits / 8)); json.dump(h, open(sys.argv[3], "w"))
 PY
-  echo "| $link | (MPI all-reduce across it: α $(python3 -c "print(f'{float(\"$alpha\")*1e6:.1f}')") µs, $(python3 -c "print(f'{float(\"$bwcal\")/1e9:.3f}')") GB/s) | | | | | | | | |"
+  echo "| $link | (MPI all-reduce across it: α $(python3 -c "print(f'{float(\"$alpha\")*1e6:.1f}')") µs, $(python3 -c "print(f'{float(\"$bwcal\")/1e9:.3f}')") GB/s) | | | | | | | | | |"
   for ((r = 0; r < rounds; r++)); do
     for cfg in $configs; do
       # shellcheck disable=SC2046
@@ -286,21 +293,23 @@ if ("progress thread" in line) != want:
     print(f"netsim: warning: {sys.argv[2]} ran with comm's progress thread {'off' if want else 'on'}: {line!r}")
 PY
       summarize "$tmp/$rate.$cfg.$r.jsonl" >"$tmp/$rate.$cfg.$r.sum"
+      # LOGDIR=DIR keeps each run's metrics log (rank 0's step records) as DIR/RATE.CONFIG.ROUND.jsonl.
+      if [[ -n ${LOGDIR:-} ]]; then mkdir -p "$LOGDIR" && cp "$tmp/$rate.$cfg.$r.jsonl" "$LOGDIR/"; fi
     done
   done
   for cfg in $configs; do
-    read -r mc ms mcm msm < <(cat "$tmp/$rate.$cfg".*.sum | python3 -c '
+    read -r mc ms mcm msm msc < <(cat "$tmp/$rate.$cfg".*.sum | python3 -c '
 import statistics, sys
 rows = [list(map(float, l.split())) for l in sys.stdin]
 fast = min(rows, key=lambda r: r[3])
-print(f"{fast[2]:.1f} {fast[3]:.1f}", *(f"{statistics.median(r[i] for r in rows):.1f}" for i in (0, 1)))')
+print(f"{fast[2]:.1f} {fast[3]:.1f}", *(f"{statistics.median(r[i] for r in rows):.1f}" for i in (0, 1)), f"{fast[4]:.1f}")')
     read -r pc ps < <(plan_row "$cfg" "$tmp/hw_link.json")
     read -r cc cs < <(plan_row "$cfg" "$tmp/hw_cal.json")
-    python3 -c 'import sys; l, c, mc, pc, ms, ps, cc, cs, mcm, msm = sys.argv[1:3] + list(map(float, sys.argv[3:]))
+    python3 -c 'import sys; l, c, mc, pc, ms, ps, cc, cs, mcm, msm, msc = sys.argv[1:3] + list(map(float, sys.argv[3:]))
 r = lambda a, b: f"{a / b:.2f}" if b > 0 else "-"
 print(f"| {l} | {c} | {mc:.1f} ({mcm:.1f}) | {pc:.1f} | {r(mc, pc)} | {ms:.1f} ({msm:.1f}) | {ps:.1f} | {r(ms, ps)} | "
-      f"{cc:.1f} / {cs:.1f} | {r(mc, cc)} / {r(ms, cs)} |")' \
-      "$link" "$cfg" "$mc" "$pc" "$ms" "$ps" "$cc" "$cs" "$mcm" "$msm"
+      f"{cc:.1f} / {cs:.1f} | {r(mc, cc)} / {r(ms, cs)} | {msc:.1f} |")' \
+      "$link" "$cfg" "$mc" "$pc" "$ms" "$ps" "$cc" "$cs" "$mcm" "$msm" "$msc"
   done
 done
 echo

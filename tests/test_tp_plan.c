@@ -38,6 +38,7 @@
  * The plan is told the ranks share one node (--devices-per-node = world), as they do under mpirun
  * here; the dp group's in-place reduce-scatters are comm's ring there too ((p-1)/p·S). */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,8 +107,57 @@ static void zero_pieces(void) {
     }
 }
 
+/* What the tp overlap hides (issue 28, plan_tp_exposed): GPT-2 shape L 3, C 128, 8 heads, B 4,
+ * T 64 (N 256) at tp 2, fp32, no --sp. Closed form: per block the two column-parallel input-gradient
+ * all-reduces of the (N, C) buffer, xs = 2(t-1)/t·4NC/bw + 2(t-1)α each, beside their weight-gradient
+ * GEMMs of 2NC·3C/t (qkv) and 2NC·4C/t (fc) FLOPs; the two row-parallel forward sums in 2 row chunks
+ * of N/2 rows, xh each, chunk 0's beside chunk 1's GEMM (2·(N/2)·(C/t)·C, 2·(N/2)·(4C/t)·C), chunk 1's
+ * beside elementwise work only. exposed = tp_time − L·Σ min(x, flops/rate), at a rate where every
+ * GEMM outlasts its collective and at one where none does; the groups' Σ calls·x ==
+ * tp_overlap_time. Negative control: all tp time exposed (the plan before) differs, and so does
+ * hiding each collective whole (no min with the GEMM) at the slow rate. */
+static void tp_hidden(void) {
+    ModelConfig c = {3, 8, 128, 1000, 0, 64, 0};
+    Err e;
+    model_config_validate(&c, &e);
+    const int B = 4, T = 64, t = 2, L = 3;
+    double N = (double)B * T, C = 128, bw = 1e9, lat = 1e-5;
+    PlanTrainerStep s = {B, T, 1, 1, t, 0, 0, RECOMPUTE_NONE, 0, 0};
+    PlanCommKinds o;
+    if (plan_trainer_comm(&c, &s, bw, lat, &o, &e) != ST_OK) {
+        tu_check(0, "plan_trainer_comm tp 2", "%s", e.msg);
+        return;
+    }
+    double xs = 2.0 * (t - 1) / t * 4 * N * C / bw + 2.0 * (t - 1) * lat;
+    double xh = 2.0 * (t - 1) / t * 4 * (N / 2) * C / bw + 2.0 * (t - 1) * lat;
+    double fl[4] = {2 * N * C * 3 * C / t, 2 * N * C * 4 * C / t, 2 * (N / 2) * (C / t) * C, 2 * (N / 2) * (4 * C / t) * C};
+    double xx[4] = {xs, xs, xh, xh};
+    double ovl = L * (2 * xs + 4 * xh);
+    int ok = fabs(o.tp_overlap_time - ovl) <= 1e-12 * ovl;
+    char d[300];
+    snprintf(d, sizeof d, "tp_overlap_time %.9g, closed form %.9g", o.tp_overlap_time, ovl);
+    /* GEMMs at 1e15 FLOP/s hide almost nothing, at 1e6 every one outlasts its collective, at 3e10
+     * some do (the row chunks' 8 us GEMMs against their 66 us sums) and some do not. */
+    double rates[3] = {1e15, 3e10, 1e6}, got[3], want[3];
+    for (int i = 0; i < 3; i++) {
+        double hid = 0;
+        for (int g = 0; g < 4; g++) hid += L * fmin(xx[g], fl[g] / rates[i]);
+        want[i] = o.tp_time - hid, got[i] = plan_tp_exposed(&o, rates[i]);
+        if (fabs(got[i] - want[i]) > 1e-12 * o.tp_time && ok)
+            ok = 0, snprintf(d, sizeof d, "rate %g: exposed %.9g s, closed form %.9g", rates[i], got[i], want[i]);
+    }
+    if (ok) snprintf(d, sizeof d, "tp_time %.6g s; exposed %.6g / %.6g / %.6g s at 1e15 / 3e10 / 1e6 FLOP/s", o.tp_time, got[0],
+                     got[1], got[2]);
+    tu_check(ok, "plan_tp_exposed == tp_time - L x sum min(x, GEMM beside) (tp 2, fp32, 2 row chunks)", "%s", d);
+    double whole = o.tp_time - ovl; /* every overlapped collective hidden whole, the last chunk's sum too */
+    tu_check(fabs(got[2] - o.tp_time) > 0.1 * o.tp_time && fabs(got[2] - whole) > 0.1 * o.tp_time,
+             "negative control: all tp time exposed (the plan before), and every overlapped call hidden whole, differ",
+             "at 1e6 FLOP/s: %.6g s vs %.6g (all exposed), %.6g (all hidden)", got[2], o.tp_time, whole);
+}
+
 static void formula(void) {
     zero_pieces();
+    tp_hidden();
     const int B = 4, T = 64, C = 128, tps[3] = {2, 4, 8};
     int ok = 1, caught = 1;
     char detail[256] = "";

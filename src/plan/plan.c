@@ -241,6 +241,28 @@ static void book_pieces(CommBook *b, CommKind k, uint64_t blk, int dp, double ti
     if (rest) book(b, k, rest * (uint64_t)dp * 4, dp, times);
 }
 
+/* One group of overlapped tp collectives (PlanCommKinds.tp_ovl): `calls` of x seconds each, `flops`
+ * of GEMM beside each; counted into tp_overlap_calls and tp_overlap_time. */
+static void tp_ovl(PlanCommKinds *o, double calls, double x, double flops) {
+    if (calls <= 0) return;
+    o->tp_overlap_calls += calls;
+    o->tp_overlap_time += calls * x;
+    if (o->tp_novl < PLAN_TP_OVL_MAX) {
+        o->tp_ovl[o->tp_novl].calls = calls, o->tp_ovl[o->tp_novl].x = x, o->tp_ovl[o->tp_novl].flops = flops;
+        o->tp_novl++;
+    }
+}
+
+double plan_tp_exposed(const PlanCommKinds *ck, double flops_per_s) {
+    double hidden = 0;
+    for (int i = 0; i < ck->tp_novl && flops_per_s > 0; i++) {
+        double g = ck->tp_ovl[i].flops / flops_per_s;
+        hidden += ck->tp_ovl[i].calls * (ck->tp_ovl[i].x < g ? ck->tp_ovl[i].x : g);
+    }
+    double e = ck->tp_time - hidden;
+    return e > 0 ? e : 0;
+}
+
 Status plan_trainer_comm(const ModelConfig *cfg, const PlanTrainerStep *s, double bw_tp, double lat_tp,
                          PlanCommKinds *out, Err *err) {
     memset(out, 0, sizeof *out);
@@ -260,7 +282,7 @@ Status plan_trainer_comm(const ModelConfig *cfg, const PlanTrainerStep *s, doubl
      * rows held, chunk c's sum over its m_c rows of every rank's block: m_c·C·4 bytes per rank block. */
     int rowpar_chunked = s->precision != 2;
     int rows = (int)(sp ? N / (uint64_t)t : N), nrc = rowpar_chunked ? layout_tp_row_chunks(rows) : 1;
-    double rowpar = k * 2 * (Lf + rerun), rowpar_time = 0;
+    double rowpar = k * 2 * (Lf + rerun);
     if (t > 1) {
         CommKind rk = sp ? COMM_TP_REDUCE_SCATTER : COMM_TP_ALLREDUCE;
         for (int c = 0; c < nrc; c++) {
@@ -268,8 +290,6 @@ Status plan_trainer_comm(const ModelConfig *cfg, const PlanTrainerStep *s, doubl
                                                    : rows);
             uint64_t bytes = m * C * 4 * (sp ? (uint64_t)t : 1);
             book(&b, rk, bytes, t, rowpar);
-            rowpar_time += rowpar * (sp ? plan_ring_half((double)bytes, t, bw_tp, lat_tp)
-                                        : plan_ring_allreduce((double)bytes, t, bw_tp, lat_tp));
         }
         if (!sp) {
             /* Embedding, head input, 2 per block backward (the forward's sums above). */
@@ -289,18 +309,43 @@ Status plan_trainer_comm(const ModelConfig *cfg, const PlanTrainerStep *s, doubl
          * layers' output-gradient gathers and one LayerNorm gradient sum per block, and the
          * row-parallel layers' chunked sums above. */
         if (rowpar_chunked) {
-            /* --sp also: the row-parallel layers' output-gradient gathers (2 per block backward) and
-             * the second LayerNorm's parameter-gradient all-reduce (1 per block backward). */
-            double sums = k * 2 * Lf, gathers = sp ? k * (4 * Lf + 2 * rerun) : 0, rgathers = sp ? k * 2 * Lf : 0;
-            double lnsums = sp ? k * Lf : 0;
-            uint64_t ln = sp && s->precision == 1 ? N * C * 2 : NC4;
-            uint64_t norm_bytes = (cfg->arch == ARCH_LLAMA ? C : 2 * C) * 4;
-            out->tp_overlap_calls = sums + gathers + rgathers + lnsums + rowpar * nrc;
-            out->tp_overlap_time = sums * (sp ? plan_ring_half((double)NC4, t, bw_tp, lat_tp)
-                                              : plan_ring_allreduce((double)NC4, t, bw_tp, lat_tp)) +
-                                   gathers * plan_ring_half((double)ln, t, bw_tp, lat_tp) +
-                                   rgathers * plan_ring_half((double)NC4, t, bw_tp, lat_tp) +
-                                   lnsums * plan_ring_allreduce((double)norm_bytes, t, bw_tp, lat_tp) + rowpar_time;
+            /* Grouped by what runs beside them (PlanCommKinds.tp_ovl, priced by plan_tp_exposed):
+             * the GEMM's FLOPs on this rank. Per block: qkv's output width (C + 2·KV·hd)/t, the
+             * MLP's first layer F/t (SwiGLU's gate and up: 2F/t), the row-parallel layers' input
+             * widths C/t (attention projection) and F/t (down projection). */
+            double Nd = (double)N, Cd = (double)C, Nl = sp ? Nd / t : Nd;
+            double hd = Cd / cfg->n_head, kv = cfg->n_kv_head > 0 ? cfg->n_kv_head : cfg->n_head;
+            double F = cfg->ffn > 0 ? cfg->ffn : 4.0 * Cd;
+            double oc[2] = {(Cd + 2.0 * kv * hd) / t, (cfg->arch == ARCH_LLAMA ? 2.0 * F : F) / t}; /* qkv, fc */
+            double kin[2] = {Cd / t, F / t};                                                         /* attproj, fcproj */
+            double x_sum = sp ? plan_ring_half((double)NC4, t, bw_tp, lat_tp) : plan_ring_allreduce((double)NC4, t, bw_tp, lat_tp);
+            for (int l = 0; l < 2; l++) {
+                /* colpar_backward: the input gradient's sum (reduce-scatter under --sp) beside dW. */
+                tp_ovl(out, k * Lf, x_sum, 2.0 * Nd * Cd * oc[l]);
+                if (!sp) continue;
+                uint64_t ln = s->precision == 1 ? N * C * 2 : NC4;
+                double x_ln = plan_ring_half((double)ln, t, bw_tp, lat_tp);
+                /* sp_colpar_forward: the pre-norm output's gather beside the own rows' GEMM (every
+                 * forward, the recomputed one included); colpar_backward: its re-gather beside the
+                 * input-gradient GEMM over all N rows; sp_rowpar_backward: the output gradient's
+                 * gather beside the own rows' input-gradient GEMM. */
+                tp_ovl(out, k * (Lf + rerun), x_ln, 2.0 * Nl * Cd * oc[l]);
+                tp_ovl(out, k * Lf, x_ln, 2.0 * Nd * Cd * oc[l]);
+                tp_ovl(out, k * Lf, plan_ring_half((double)NC4, t, bw_tp, lat_tp), 2.0 * Nl * kin[l] * Cd);
+            }
+            /* rowpar_forward: chunk c's sum beside chunk c+1's GEMM (its rows of every rank block
+             * under --sp); the last chunk's beside the previous chunk's tail (elementwise: exposed). */
+            for (int l = 0; l < 2; l++)
+                for (int c = 0; c < nrc; c++) {
+                    uint64_t m = (uint64_t)(layout_tp_row_start(rows, c + 1) - layout_tp_row_start(rows, c));
+                    uint64_t bytes = m * C * 4 * (sp ? (uint64_t)t : 1);
+                    double x = sp ? plan_ring_half((double)bytes, t, bw_tp, lat_tp) : plan_ring_allreduce((double)bytes, t, bw_tp, lat_tp);
+                    double m1 = c + 1 < nrc ? layout_tp_row_start(rows, c + 2) - layout_tp_row_start(rows, c + 1) : 0;
+                    tp_ovl(out, k * (Lf + rerun), x, 2.0 * m1 * (sp ? t : 1) * kin[l] * Cd);
+                }
+            /* --sp: the second LayerNorm's parameter-gradient sum (1 per block backward), beside
+             * elementwise work only. */
+            if (sp) tp_ovl(out, k * Lf, plan_ring_allreduce((double)((cfg->arch == ARCH_LLAMA ? C : 2 * C) * 4), t, bw_tp, lat_tp), 0);
         }
         /* The vocabulary-parallel loss: row max (m floats) and the two sums (2m) per head chunk. */
         uint64_t chunk = (uint64_t)layout_head_chunk_rows(cfg, s->B, s->T);
@@ -968,6 +1013,11 @@ static void core_comm(Core *c, PlanResult *r) {
                     if (comm_kind_is_tp((CommKind)kk)) r->comm.tp_bytes += ck.bytes[kk];
                 r->comm.tp_time = ck.tp_time;
                 r->comm.tp_overlap_calls = ck.tp_overlap_calls, r->comm.tp_overlap_time = ck.tp_overlap_time;
+                /* What the overlap hides: each overlapped collective up to the GEMM beside it, where
+                 * its bytes move during that GEMM: one kernel thread (gpt.c overlap_run progresses
+                 * them from the calling thread), or comm's progress thread (on across nodes). */
+                int moves = in->threads <= 1 || r->comm.tp_inter;
+                r->comm.tp_exposed = plan_tp_exposed(&ck, moves ? c->peak * hw->matmul_eff : 0);
             }
         }
     }
@@ -993,7 +1043,7 @@ static void core_comm(Core *c, PlanResult *r) {
         r->comm.pp_bytes = 2.0 * mb * v * msg;
         r->comm.pp_time = 2.0 * mb * v * (msg / bw_pp + lat_pp);
     }
-    r->compute.t_tp = r->comm.tp_time;
+    r->compute.t_tp = r->comm.tp_exact ? r->comm.tp_exposed : r->comm.tp_time;
     r->compute.t_pp = r->comm.pp_time;
     int nbuckets = (Lp > 0 ? Lp : 1) + 1;
     double Sg = P * pr->grad, Sw = P * pr->weight;

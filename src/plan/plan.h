@@ -288,7 +288,8 @@ typedef struct {
         double t_matmul;         /* seconds per step per device: model + recompute FLOPs at peak*eff */
         double t_elementwise;    /* memory-bound elementwise traffic at mem_bw */
         double t_bubble;         /* pipeline idle time */
-        double t_tp, t_pp;       /* exposed TP all-reduces and PP point-to-point */
+        double t_tp, t_pp;       /* exposed TP collectives (comm.tp_exposed for our trainer, else all of
+                                    tp_time) and PP point-to-point */
         double t_dp;             /* DP all-reduce or ZeRO collectives (all of them) */
         double t_dp_exposed;     /* the part of t_dp no compute hides (plan_overlap_exposed): the
                                     collectives of the first block's and the embedding's gradients
@@ -326,6 +327,9 @@ typedef struct {
         double tp_bytes, tp_time;            /* TP all-reduces (or SP all-gather + reduce-scatter); for our
                                                 trainer at tp > 1 its exact bytes and their α-β time */
         double tp_overlap_calls, tp_overlap_time; /* our trainer: PlanCommKinds' (0 otherwise) */
+        double tp_exposed;                   /* our trainer: tp_time less what its overlap hides
+                                                (plan_tp_exposed; = tp_time at threads > 1 inside a
+                                                node, where the bytes move only at the wait) */
         int tp_exact;                        /* 1: tp_bytes, tp_time from plan_trainer_comm */
         double tp_megatron;                  /* the textbook form: 8·b·s·h·(t-1)/t bytes of act-byte
                                                 elements per layer per micro-batch (+50% with full
@@ -397,6 +401,8 @@ double plan_act_korthikanti(double s, double b, double h, double a, double f, do
 
 /* ---------------------------------------------------------- our trainer's collectives ------- */
 
+#define PLAN_TP_OVL_MAX 16 /* PlanCommKinds.tp_ovl's groups */
+
 /* One optimizer step of our trainer (train/train.c) as its communication sees it. */
 typedef struct {
     int B, T, k;             /* micro-batch, sequence length, micro-batches per step */
@@ -427,6 +433,13 @@ typedef struct {
                                  parameter-gradient sum; none in fp16 */
     double tp_overlap_time;   /* their α-β time: what the overlap can hide at most (it hides all of it
                                  where each GEMM outlasts its collective) */
+    int tp_novl;              /* groups in tp_ovl */
+    struct {
+        double calls;         /* collectives of the group per step */
+        double x;             /* α-β time of one */
+        double flops;         /* the independent work beside one (gpt.c overlap_run's job), in FLOPs:
+                                 0 where only elementwise work runs beside it (it is then exposed) */
+    } tp_ovl[PLAN_TP_OVL_MAX];/* the overlapped calls by what runs beside them (Σ calls·x = tp_overlap_time) */
 } PlanCommKinds;
 
 /* What every rank of our trainer sends in one optimizer step (a step without a checkpoint or a
@@ -478,6 +491,13 @@ typedef struct {
  * would refuse: tp that does not split the model, --sp rows not divisible, ZeRO 2-3, a schedule
  * that cannot be built or deadlocks, a split that does not fit (--pp-layers, pp·v > L), pp > PLAN_MAX_PP. */
 Status plan_trainer_pp(const ModelConfig *cfg, const PlanTrainerPipe *s, PlanPpRank out[], Err *err);
+
+/* The tp time a step cannot hide (docs/plan.md "Overlap"): ck->tp_time less, for each overlapped
+ * group of ck->tp_ovl, calls · min(x, flops / flops_per_s): each collective is hidden up to the time
+ * of the GEMM the trainer runs beside it (gpt.c overlap_run), the rule plan_overlap_exposed applies
+ * to the dp collectives behind the backward. flops_per_s: one rank's matmul rate (peak x
+ * efficiency); <= 0: nothing hidden. */
+double plan_tp_exposed(const PlanCommKinds *ck, double flops_per_s);
 
 /* Pipeline bubble fraction (p-1)/(v m + p-1); 0 when p == 1. */
 double plan_bubble(int p, int m, int v);

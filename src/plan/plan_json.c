@@ -279,6 +279,7 @@ cJSON *plan_json(const PlanInput *in, const PlanResult *r, const PlanSched *ps) 
     cJSON_AddBoolToObject(jco, "tp_exact", r->comm.tp_exact);
     cJSON_AddNumberToObject(jco, "tp_overlapped_calls", r->comm.tp_overlap_calls);
     cJSON_AddNumberToObject(jco, "tp_overlapped_s", r->comm.tp_overlap_time);
+    cJSON_AddNumberToObject(jco, "tp_exposed_s", r->comm.tp_exact ? r->comm.tp_exposed : r->comm.tp_time);
     cJSON_AddNumberToObject(jco, "tp_bytes_megatron_form", r->comm.tp_megatron);
     cJSON_AddNumberToObject(jco, "pp_bytes", r->comm.pp_bytes);
     cJSON_AddNumberToObject(jco, "pp_s", r->comm.pp_time);

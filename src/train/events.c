@@ -321,6 +321,10 @@ void ev_step(EventLog *lg, const StepEvent *e) {
     add_num(tm, "comm_tp", e->ms_comm_tp);
     if (e->tp_overlapped >= 0) add_num(tm, "tp_progress", e->ms_tp_progress);
     if (e->ms_dp_progress >= 0) add_num(tm, "dp_progress", e->ms_dp_progress);
+    if (e->ms_comm_by_kind) {
+        cJSON *k = cJSON_AddObjectToObject(tm, "comm_by_kind");
+        for (int i = 0; i < COMM_NKIND; i++) add_num(k, comm_kind_name((CommKind)i), e->ms_comm_by_kind[i]);
+    }
     add_num(tm, "optimizer", e->ms_optimizer);
     add_num(tm, "checkpoint", e->ms_checkpoint);
     if (e->sophia) add_num(tm, "hessian", e->ms_hessian);

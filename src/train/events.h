@@ -27,14 +27,15 @@
  *             their wait: wholly hidden),] [zero_gathers_ahead (ZeRO 3: parameter gathers started
  *             ahead of the segment that needs them, the prefetch behind compute; 0 with --no-overlap),]
  *             step_ms_max, step_ms_median,
- *             time_ms{total, data, forward, backward, comm, comm_dp, comm_tp[, tp_progress][, dp_progress], optimizer,
- *             checkpoint[, hessian]} (comm = comm_dp + comm_tp: exposed waits in the dp/world collectives and
+ *             time_ms{total, data, forward, backward, comm, comm_dp, comm_tp[, tp_progress][, dp_progress]
+ *             [, comm_by_kind{kind: ms}], optimizer, checkpoint[, hessian]} (comm = comm_dp + comm_tp: exposed waits in the dp/world collectives and
  *             in the tensor-parallel ones; at tp > 1 tp_progress: the time the overlapped tp
  *             collectives' progress calls took on the calling thread while a GEMM ran on another,
  *             not exposed and in no other part; with several processes dp_progress: the time the
  *             progress calls of the other collectives took (ZeRO's pieces tested between segments,
  *             pipeline messages), inside forward and backward, not in comm (bench/zero_overlap.sh
- *             prints it); the kinds are comm_kind_name's; a checkpoint save's
+ *             prints it); with several processes comm_by_kind: comm split by collective kind (the
+ *             scalar collectives' waits are mostly the ranks' skew: bench/netsim.sh); the kinds are comm_kind_name's; a checkpoint save's
  *             gathers are left out of the step's communication: they are its checkpoint time),
  *             pipeline{...} (pp > 1), noise_scale{b_big, b_small, g2_small, g2, trace_sigma,
  *             b_simple, b_simple_ema, g2_small_by_replica[]} (when estimated: train/noise.h),
@@ -152,6 +153,8 @@ typedef struct {
     int nseg;
     const double *seg_grad, *seg_weight, *seg_update;
     double ms_total, ms_data, ms_forward, ms_backward, ms_comm, ms_comm_dp, ms_comm_tp, ms_optimizer, ms_checkpoint;
+    const double *ms_comm_by_kind; /* world > 1: comm's exposed waits this step per collective kind
+                               (CommStats.wait_ms; their sum is ms_comm); NULL: not written */
     double ms_tp_progress;  /* tp > 1: time in the progress calls of the overlapped tp collectives */
     double ms_dp_progress;  /* world > 1: time in the progress calls of the other kinds (ZeRO's pieces,
                                pipeline messages); < 0: not written (one process) */

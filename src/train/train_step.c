@@ -577,8 +577,10 @@ static Status step_report(Run *r, Step *s, Err *err) {
      * (comm_test on the calling thread while a GEMM runs on another, model/gpt.c overlap_run). */
     double comm_ms = r->comm->stats.wait_ms_total - s->comm_ms0, by_kind[COMM_NKIND], tp_ms = 0, tp_test_ms = 0;
     double dp_test_ms = 0; /* the other kinds' progress calls (ZeRO's pieces between segments) */
+    double wait_by_kind[COMM_NKIND]; /* the exposed waits per kind (netsim tells skew from transfer) */
     for (int k = 0; k < COMM_NKIND; k++) {
         by_kind[k] = (double)(r->comm->stats.bytes[k] - s->cs0.bytes[k]);
+        wait_by_kind[k] = r->comm->stats.wait_ms[k] - s->cs0.wait_ms[k];
         double test_ms = r->comm->stats.test_ms_by_kind[k] - s->cs0.test_ms_by_kind[k];
         if (comm_kind_is_tp((CommKind)k)) {
             tp_ms += r->comm->stats.wait_ms[k] - s->cs0.wait_ms[k];
@@ -599,6 +601,7 @@ static Status step_report(Run *r, Step *s, Err *err) {
                    .ms_data = s->t1 - s->t0, .ms_forward = r->g.s.ms_fwd,
                    .ms_backward = (s->t2 - s->t1) - r->g.s.ms_fwd - s->hess_ms,
                    .ms_comm = comm_ms, .ms_comm_dp = comm_ms - tp_ms, .ms_comm_tp = tp_ms, .ms_tp_progress = tp_test_ms,
+                   .ms_comm_by_kind = r->world > 1 ? wait_by_kind : NULL,
                    .ms_dp_progress = r->world > 1 ? dp_test_ms : -1,
                    .tp_overlapped = r->comm->tp > 1 ? tp_nb : -1, .tp_overlapped_done = tp_early,
                    .zero_gathers_ahead = s->ahead0 >= 0 ? (double)(par_zero_gathers_ahead(r->par) - s->ahead0) : -1,
