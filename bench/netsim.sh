@@ -25,9 +25,11 @@
 # first scales the profile's matmul rate so that the plan's compute equals the measured one: the
 # rows then compare the communication model, not the compute model.
 #
-# The last column is the fastest step's waits in the world's scalar collectives (time_ms.comm_by_kind):
-# they carry a few bytes, so what they wait is mostly the other rank arriving later (skew), not
-# the link. LOGDIR=DIR keeps the runs' logs; CALDIR=DIR the comm_bench tables.
+# Two columns tell the ranks' skew from the link: the fastest step's waits in the world's scalar
+# collectives (time_ms.comm_by_kind: a few bytes, so what they wait is mostly the other rank arriving
+# later), and the least comm of any rank in that step (time_ms.comm_by_rank: the rank that arrived
+# last at each collective waited least, so its comm is the closest to the transfer itself; rank 0's,
+# the measured column, also holds what it waited for the other). LOGDIR=DIR keeps the runs' logs; CALDIR=DIR the comm_bench tables.
 #
 # usage: sudo [ROUNDS=3] [STEPS=6] [LINKS="10gbit 1gbit"] [CONFIGS="dp0 dp1 dp2 dp3 dp0o dp0n dp0p tp pp"]
 #             bench/netsim.sh > table.md
@@ -212,8 +214,11 @@ fast = min(steps, key=lambda s: s['time_ms']['total'])  # the step least disturb
 # the fastest step's waits in the world's scalar collectives (token count, loss, norms, times): their
 # bytes are nothing, so they are mostly the ranks' skew (time_ms.comm_by_kind; -1 without it)
 sc = fast['time_ms'].get('comm_by_kind', {}).get('scalar collective', -1)
+# the least comm of any rank in that step (time_ms.comm_by_rank): the rank that arrived last at the
+# collectives waited least, so this is the closest to the transfer itself (-1 without it)
+lo = min(fast['time_ms'].get('comm_by_rank', [-1]))
 print(f"{med(lambda s: s['time_ms']['comm']):.2f} {med(lambda s: s['time_ms']['total']):.2f} "
-      f"{fast['time_ms']['comm']:.2f} {fast['time_ms']['total']:.2f} {sc:.2f}")
+      f"{fast['time_ms']['comm']:.2f} {fast['time_ms']['total']:.2f} {sc:.2f} {lo:.2f}")
 PY
 }
 
@@ -261,8 +266,8 @@ PY
 echo
 echo "Measured: rank 0, fastest step of all rounds (median of the rounds' medians in brackets); ratios are fastest / plan."
 echo
-echo "| link | config | measured comm ms | plan comm ms | comm ratio | measured step ms | plan step ms | step ratio | plan on the link as measured: comm / step ms | ratios | of the comm: scalar-collective waits ms |"
-echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| link | config | measured comm ms | plan comm ms | comm ratio | measured step ms | plan step ms | step ratio | plan on the link as measured: comm / step ms | ratios | of the comm: scalar-collective waits ms | least comm of any rank ms (/ plan) |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for link in $links; do
   rate=${link%%:*} delay=
   [[ $link == *:* ]] && delay=${link#*:}
@@ -278,7 +283,7 @@ h.update(inter_bw=bits / 8, inter_lat=alpha, devices_per_node=1, name="netsim")
 json.dump(h, open(sys.argv[2], "w"))
 h.update(inter_bw=min(bwcal, bits / 8)); json.dump(h, open(sys.argv[3], "w"))
 PY
-  echo "| $link | (MPI all-reduce across it: α $(python3 -c "print(f'{float(\"$alpha\")*1e6:.1f}')") µs, $(python3 -c "print(f'{float(\"$bwcal\")/1e9:.3f}')") GB/s) | | | | | | | | | |"
+  echo "| $link | (MPI all-reduce across it: α $(python3 -c "print(f'{float(\"$alpha\")*1e6:.1f}')") µs, $(python3 -c "print(f'{float(\"$bwcal\")/1e9:.3f}')") GB/s) | | | | | | | | | | |"
   for ((r = 0; r < rounds; r++)); do
     for cfg in $configs; do
       # shellcheck disable=SC2046
@@ -298,18 +303,18 @@ PY
     done
   done
   for cfg in $configs; do
-    read -r mc ms mcm msm msc < <(cat "$tmp/$rate.$cfg".*.sum | python3 -c '
+    read -r mc ms mcm msm msc mlo < <(cat "$tmp/$rate.$cfg".*.sum | python3 -c '
 import statistics, sys
 rows = [list(map(float, l.split())) for l in sys.stdin]
 fast = min(rows, key=lambda r: r[3])
-print(f"{fast[2]:.1f} {fast[3]:.1f}", *(f"{statistics.median(r[i] for r in rows):.1f}" for i in (0, 1)), f"{fast[4]:.1f}")')
+print(f"{fast[2]:.1f} {fast[3]:.1f}", *(f"{statistics.median(r[i] for r in rows):.1f}" for i in (0, 1)), f"{fast[4]:.1f} {fast[5]:.1f}")')
     read -r pc ps < <(plan_row "$cfg" "$tmp/hw_link.json")
     read -r cc cs < <(plan_row "$cfg" "$tmp/hw_cal.json")
-    python3 -c 'import sys; l, c, mc, pc, ms, ps, cc, cs, mcm, msm, msc = sys.argv[1:3] + list(map(float, sys.argv[3:]))
+    python3 -c 'import sys; l, c, mc, pc, ms, ps, cc, cs, mcm, msm, msc, mlo = sys.argv[1:3] + list(map(float, sys.argv[3:]))
 r = lambda a, b: f"{a / b:.2f}" if b > 0 else "-"
 print(f"| {l} | {c} | {mc:.1f} ({mcm:.1f}) | {pc:.1f} | {r(mc, pc)} | {ms:.1f} ({msm:.1f}) | {ps:.1f} | {r(ms, ps)} | "
-      f"{cc:.1f} / {cs:.1f} | {r(mc, cc)} / {r(ms, cs)} | {msc:.1f} |")' \
-      "$link" "$cfg" "$mc" "$pc" "$ms" "$ps" "$cc" "$cs" "$mcm" "$msm" "$msc"
+      f"{cc:.1f} / {cs:.1f} | {r(mc, cc)} / {r(ms, cs)} | {msc:.1f} | {mlo:.1f} ({r(mlo, pc)}) |")' \
+      "$link" "$cfg" "$mc" "$pc" "$ms" "$ps" "$cc" "$cs" "$mcm" "$msm" "$msc" "$mlo"
   done
 done
 echo

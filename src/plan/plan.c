@@ -386,10 +386,10 @@ Status plan_trainer_comm(const ModelConfig *cfg, const PlanTrainerStep *s, doubl
     layout_free(&pl);
     /* The world's scalars: token count and stop flag (2 int64), loss and GEMM flag (2 doubles); the
      * all-gathers of one double each (comm_allgather_f64 books the ring all-gather of world doubles):
-     * the norm's partial sums, the per-rank norms, the step times, and in the first step the memory
-     * record's two. */
+     * the norm's partial sums, the per-rank norms, the step times, the per-rank communication times,
+     * and in the first step the memory record's two. */
     book(&b, COMM_SCALAR, 16, world, 2);
-    double gathers = 3 + (s->first_step ? 2 : 0) + (s->noise ? 2 : 0); /* noise: sums of squares, tokens */
+    double gathers = 4 + (s->first_step ? 2 : 0) + (s->noise ? 2 : 0); /* noise: sums of squares, tokens */
     out->bytes[COMM_SCALAR] += gathers * (double)comm_ring_bytes(COMM_ALLGATHER, 8 * (uint64_t)world, world);
     out->calls[COMM_SCALAR] += gathers;
     return ST_OK;

@@ -456,7 +456,7 @@ typedef struct {
  *              all-gather per segment; 3: the segment gathers of the two-slot prefetch; stages 1-3
  *              split each reduce-scatter and all-gather into pieces of layout_dp_piece_floats per
  *              rank (a call each; the bytes are the segment's);
- *   world      the scalar collectives of the step (token count, loss, norm, per-rank norms and times;
+ *   world      the scalar collectives of the step (token count, loss, norm, per-rank norms, times and comm;
  *              the first step adds the memory record's two; the noise scale two more).
  * bw_tp, lat_tp: the tp group's link for tp_time. ST_ERR_INPUT when the trainer would refuse the
  * step (tp does not split cfg; --sp rows not divisible by tp), ST_ERR_RUNTIME out of memory. */

@@ -325,6 +325,7 @@ void ev_step(EventLog *lg, const StepEvent *e) {
         cJSON *k = cJSON_AddObjectToObject(tm, "comm_by_kind");
         for (int i = 0; i < COMM_NKIND; i++) add_num(k, comm_kind_name((CommKind)i), e->ms_comm_by_kind[i]);
     }
+    if (e->ms_comm_by_rank) add_array(tm, "comm_by_rank", e->ms_comm_by_rank, e->world);
     add_num(tm, "optimizer", e->ms_optimizer);
     add_num(tm, "checkpoint", e->ms_checkpoint);
     if (e->sophia) add_num(tm, "hessian", e->ms_hessian);

@@ -28,14 +28,16 @@
  *             ahead of the segment that needs them, the prefetch behind compute; 0 with --no-overlap),]
  *             step_ms_max, step_ms_median,
  *             time_ms{total, data, forward, backward, comm, comm_dp, comm_tp[, tp_progress][, dp_progress]
- *             [, comm_by_kind{kind: ms}], optimizer, checkpoint[, hessian]} (comm = comm_dp + comm_tp: exposed waits in the dp/world collectives and
+ *             [, comm_by_kind{kind: ms}][, comm_by_rank[]], optimizer, checkpoint[, hessian]} (comm = comm_dp + comm_tp: exposed waits in the dp/world collectives and
  *             in the tensor-parallel ones; at tp > 1 tp_progress: the time the overlapped tp
  *             collectives' progress calls took on the calling thread while a GEMM ran on another,
  *             not exposed and in no other part; with several processes dp_progress: the time the
  *             progress calls of the other collectives took (ZeRO's pieces tested between segments,
  *             pipeline messages), inside forward and backward, not in comm (bench/zero_overlap.sh
  *             prints it); with several processes comm_by_kind: comm split by collective kind (the
- *             scalar collectives' waits are mostly the ranks' skew: bench/netsim.sh); the kinds are comm_kind_name's; a checkpoint save's
+ *             scalar collectives' waits are mostly the ranks' skew: bench/netsim.sh) and comm_by_rank:
+ *             every rank's comm before the step report's own gathers (the smallest is the closest to
+ *             the transfer time: the rank that arrived last waited least); the kinds are comm_kind_name's; a checkpoint save's
  *             gathers are left out of the step's communication: they are its checkpoint time),
  *             pipeline{...} (pp > 1), noise_scale{b_big, b_small, g2_small, g2, trace_sigma,
  *             b_simple, b_simple_ema, g2_small_by_replica[]} (when estimated: train/noise.h),
@@ -155,6 +157,8 @@ typedef struct {
     double ms_total, ms_data, ms_forward, ms_backward, ms_comm, ms_comm_dp, ms_comm_tp, ms_optimizer, ms_checkpoint;
     const double *ms_comm_by_kind; /* world > 1: comm's exposed waits this step per collective kind
                                (CommStats.wait_ms; their sum is ms_comm); NULL: not written */
+    const double *ms_comm_by_rank; /* world > 1: each rank's exposed communication this step up to
+                               the step report (world values); NULL: not written */
     double ms_tp_progress;  /* tp > 1: time in the progress calls of the overlapped tp collectives */
     double ms_dp_progress;  /* world > 1: time in the progress calls of the other kinds (ZeRO's pieces,
                                pipeline messages); < 0: not written (one process) */

@@ -166,6 +166,7 @@ static void run_free(Run *r) {
     free(r->step_ms);
     free(r->by_rank);
     free(r->by_rank2);
+    free(r->comm_by_rank);
     free(r->pipe.idle);
     free(r->ns.rep);
     free(r->ls.prev);

@@ -135,8 +135,9 @@ Status tr_setup_grid(Run *r, Err *err) {
                        "model on one rank; sample the saved weights with `scaletrain sample`)", c->sample_every, tp, pp);
     r->by_rank = calloc((size_t)r->world, sizeof *r->by_rank);
     r->by_rank2 = calloc((size_t)r->world, sizeof *r->by_rank2);
+    r->comm_by_rank = calloc((size_t)r->world, sizeof *r->comm_by_rank);
     r->pipe.idle = calloc((size_t)r->world, sizeof *r->pipe.idle);
-    if (!r->by_rank || !r->by_rank2 || !r->pipe.idle) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    if (!r->by_rank || !r->by_rank2 || !r->comm_by_rank || !r->pipe.idle) return err_set(err, ST_ERR_RUNTIME, "out of memory");
     return ST_OK;
 }
 

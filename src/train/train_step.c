@@ -536,6 +536,10 @@ static Status step_report(Run *r, Step *s, Err *err) {
     int first = r->attempt == r->rs.attempt + 1;
     Status st = first ? report_memory(r, s, err) : ST_OK;
     if (st == ST_OK) st = comm_allgather_f64(r->comm, dt, r->by_rank2, err);
+    /* Each rank's exposed communication so far this step: the rank that arrived last at the
+     * collectives waited least, so the smallest is closest to the transfer time itself and the
+     * spread is the ranks' skew (bench/netsim.sh). */
+    if (st == ST_OK) st = comm_allgather_f64(r->comm, r->comm->stats.wait_ms_total - s->comm_ms0, r->comm_by_rank, err);
     if (st != ST_OK) return st;
     double mx = 0;
     for (int i = 0; i < r->world; i++) mx = r->by_rank2[i] > mx ? r->by_rank2[i] : mx;
@@ -601,7 +605,7 @@ static Status step_report(Run *r, Step *s, Err *err) {
                    .ms_data = s->t1 - s->t0, .ms_forward = r->g.s.ms_fwd,
                    .ms_backward = (s->t2 - s->t1) - r->g.s.ms_fwd - s->hess_ms,
                    .ms_comm = comm_ms, .ms_comm_dp = comm_ms - tp_ms, .ms_comm_tp = tp_ms, .ms_tp_progress = tp_test_ms,
-                   .ms_comm_by_kind = r->world > 1 ? wait_by_kind : NULL,
+                   .ms_comm_by_kind = r->world > 1 ? wait_by_kind : NULL, .ms_comm_by_rank = r->world > 1 ? r->comm_by_rank : NULL,
                    .ms_dp_progress = r->world > 1 ? dp_test_ms : -1,
                    .tp_overlapped = r->comm->tp > 1 ? tp_nb : -1, .tp_overlapped_done = tp_early,
                    .zero_gathers_ahead = s->ahead0 >= 0 ? (double)(par_zero_gathers_ahead(r->par) - s->ahead0) : -1,
