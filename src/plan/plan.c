@@ -243,20 +243,21 @@ static void book_pieces(CommBook *b, CommKind k, uint64_t blk, int dp, double ti
 
 /* One group of overlapped tp collectives (PlanCommKinds.tp_ovl): `calls` of x seconds each, `flops`
  * of GEMM beside each; counted into tp_overlap_calls and tp_overlap_time. */
-static void tp_ovl(PlanCommKinds *o, double calls, double x, double flops) {
+static void tp_ovl(PlanCommKinds *o, double calls, double x, double flops, double bytes) {
     if (calls <= 0) return;
     o->tp_overlap_calls += calls;
     o->tp_overlap_time += calls * x;
     if (o->tp_novl < PLAN_TP_OVL_MAX) {
-        o->tp_ovl[o->tp_novl].calls = calls, o->tp_ovl[o->tp_novl].x = x, o->tp_ovl[o->tp_novl].flops = flops;
+        o->tp_ovl[o->tp_novl].calls = calls, o->tp_ovl[o->tp_novl].x = x;
+        o->tp_ovl[o->tp_novl].flops = flops, o->tp_ovl[o->tp_novl].bytes = bytes;
         o->tp_novl++;
     }
 }
 
-double plan_tp_exposed(const PlanCommKinds *ck, double flops_per_s) {
+double plan_tp_exposed(const PlanCommKinds *ck, double flops_per_s, double mem_bw) {
     double hidden = 0;
     for (int i = 0; i < ck->tp_novl && flops_per_s > 0; i++) {
-        double g = ck->tp_ovl[i].flops / flops_per_s;
+        double g = ck->tp_ovl[i].flops / flops_per_s + (mem_bw > 0 ? ck->tp_ovl[i].bytes / mem_bw : 0);
         hidden += ck->tp_ovl[i].calls * (ck->tp_ovl[i].x < g ? ck->tp_ovl[i].x : g);
     }
     double e = ck->tp_time - hidden;
@@ -321,7 +322,7 @@ Status plan_trainer_comm(const ModelConfig *cfg, const PlanTrainerStep *s, doubl
             double x_sum = sp ? plan_ring_half((double)NC4, t, bw_tp, lat_tp) : plan_ring_allreduce((double)NC4, t, bw_tp, lat_tp);
             for (int l = 0; l < 2; l++) {
                 /* colpar_backward: the input gradient's sum (reduce-scatter under --sp) beside dW. */
-                tp_ovl(out, k * Lf, x_sum, 2.0 * Nd * Cd * oc[l]);
+                tp_ovl(out, k * Lf, x_sum, 2.0 * Nd * Cd * oc[l], 0);
                 if (!sp) continue;
                 uint64_t ln = s->precision == 1 ? N * C * 2 : NC4;
                 double x_ln = plan_ring_half((double)ln, t, bw_tp, lat_tp);
@@ -329,23 +330,28 @@ Status plan_trainer_comm(const ModelConfig *cfg, const PlanTrainerStep *s, doubl
                  * forward, the recomputed one included); colpar_backward: its re-gather beside the
                  * input-gradient GEMM over all N rows; sp_rowpar_backward: the output gradient's
                  * gather beside the own rows' input-gradient GEMM. */
-                tp_ovl(out, k * (Lf + rerun), x_ln, 2.0 * Nl * Cd * oc[l]);
-                tp_ovl(out, k * Lf, x_ln, 2.0 * Nd * Cd * oc[l]);
-                tp_ovl(out, k * Lf, plan_ring_half((double)NC4, t, bw_tp, lat_tp), 2.0 * Nl * kin[l] * Cd);
+                tp_ovl(out, k * (Lf + rerun), x_ln, 2.0 * Nl * Cd * oc[l], 0);
+                tp_ovl(out, k * Lf, x_ln, 2.0 * Nd * Cd * oc[l], 0);
+                tp_ovl(out, k * Lf, plan_ring_half((double)NC4, t, bw_tp, lat_tp), 2.0 * Nl * kin[l] * Cd, 0);
             }
             /* rowpar_forward: chunk c's sum beside chunk c+1's GEMM (its rows of every rank block
-             * under --sp); the last chunk's beside the previous chunk's tail (elementwise: exposed). */
+             * under --sp); the last chunk's beside the previous chunk's tail on the rows held, an
+             * elementwise pass over its m rows: after the attention bias, residual and the second
+             * LayerNorm (6 passes of m·C floats: bias read and write, residual inputs read, sum and
+             * normalized output written), after the MLP bias and residual (5). */
             for (int l = 0; l < 2; l++)
                 for (int c = 0; c < nrc; c++) {
                     uint64_t m = (uint64_t)(layout_tp_row_start(rows, c + 1) - layout_tp_row_start(rows, c));
                     uint64_t bytes = m * C * 4 * (sp ? (uint64_t)t : 1);
                     double x = sp ? plan_ring_half((double)bytes, t, bw_tp, lat_tp) : plan_ring_allreduce((double)bytes, t, bw_tp, lat_tp);
                     double m1 = c + 1 < nrc ? layout_tp_row_start(rows, c + 2) - layout_tp_row_start(rows, c + 1) : 0;
-                    tp_ovl(out, k * (Lf + rerun), x, 2.0 * m1 * (sp ? t : 1) * kin[l] * Cd);
+                    double m0 = c > 0 ? layout_tp_row_start(rows, c) - layout_tp_row_start(rows, c - 1) : 0;
+                    double tail = c + 1 == nrc && c > 0 ? (l == 0 ? 6.0 : 5.0) * m0 * Cd * 4 : 0;
+                    tp_ovl(out, k * (Lf + rerun), x, 2.0 * m1 * (sp ? t : 1) * kin[l] * Cd, tail);
                 }
-            /* --sp: the second LayerNorm's parameter-gradient sum (1 per block backward), beside
-             * elementwise work only. */
-            if (sp) tp_ovl(out, k * Lf, plan_ring_allreduce((double)((cfg->arch == ARCH_LLAMA ? C : 2 * C) * 4), t, bw_tp, lat_tp), 0);
+            /* --sp: the second LayerNorm's parameter-gradient sum (1 per block backward): priced
+             * exposed (what runs beside it is not modelled). */
+            if (sp) tp_ovl(out, k * Lf, plan_ring_allreduce((double)((cfg->arch == ARCH_LLAMA ? C : 2 * C) * 4), t, bw_tp, lat_tp), 0, 0);
         }
         /* The vocabulary-parallel loss: row max (m floats) and the two sums (2m) per head chunk. */
         uint64_t chunk = (uint64_t)layout_head_chunk_rows(cfg, s->B, s->T);
@@ -1017,7 +1023,7 @@ static void core_comm(Core *c, PlanResult *r) {
                  * its bytes move during that GEMM: one kernel thread (gpt.c overlap_run progresses
                  * them from the calling thread), or comm's progress thread (on across nodes). */
                 int moves = in->threads <= 1 || r->comm.tp_inter;
-                r->comm.tp_exposed = plan_tp_exposed(&ck, moves ? c->peak * hw->matmul_eff : 0);
+                r->comm.tp_exposed = plan_tp_exposed(&ck, moves ? c->peak * hw->matmul_eff : 0, hw->mem_bw);
             }
         }
     }

@@ -437,8 +437,9 @@ typedef struct {
     struct {
         double calls;         /* collectives of the group per step */
         double x;             /* α-β time of one */
-        double flops;         /* the independent work beside one (gpt.c overlap_run's job), in FLOPs:
-                                 0 where only elementwise work runs beside it (it is then exposed) */
+        double flops;         /* the GEMM beside one (gpt.c overlap_run's job), in FLOPs */
+        double bytes;         /* the elementwise work beside one (a row chunk's tail), in bytes of
+                                 memory traffic; a group with neither is exposed */
     } tp_ovl[PLAN_TP_OVL_MAX];/* the overlapped calls by what runs beside them (Σ calls·x = tp_overlap_time) */
 } PlanCommKinds;
 
@@ -493,11 +494,12 @@ typedef struct {
 Status plan_trainer_pp(const ModelConfig *cfg, const PlanTrainerPipe *s, PlanPpRank out[], Err *err);
 
 /* The tp time a step cannot hide (docs/plan.md "Overlap"): ck->tp_time less, for each overlapped
- * group of ck->tp_ovl, calls · min(x, flops / flops_per_s): each collective is hidden up to the time
- * of the GEMM the trainer runs beside it (gpt.c overlap_run), the rule plan_overlap_exposed applies
- * to the dp collectives behind the backward. flops_per_s: one rank's matmul rate (peak x
- * efficiency); <= 0: nothing hidden. */
-double plan_tp_exposed(const PlanCommKinds *ck, double flops_per_s);
+ * group of ck->tp_ovl, calls · min(x, flops / flops_per_s + bytes / mem_bw): each collective is
+ * hidden up to the time of the work the trainer runs beside it (gpt.c overlap_run: a GEMM, or a row
+ * chunk's elementwise tail), the rule plan_overlap_exposed applies to the dp collectives behind the
+ * backward. flops_per_s: one rank's matmul rate (peak x efficiency), mem_bw its memory bandwidth;
+ * flops_per_s <= 0: nothing hidden (the bytes do not move beside the work). */
+double plan_tp_exposed(const PlanCommKinds *ck, double flops_per_s, double mem_bw);
 
 /* Pipeline bubble fraction (p-1)/(v m + p-1); 0 when p == 1. */
 double plan_bubble(int p, int m, int v);
