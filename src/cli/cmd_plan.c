@@ -225,13 +225,14 @@ static void print_review(const PlanInput *in, const PlanResult *r, const PlanSch
                fmt_bytes(a, sizeof a, r->comm.rs_bytes), fmt_bytes(b, sizeof b, r->comm.ag_bytes),
                fmt_time(c, sizeof c, r->comm.zero_time), r->comm.dp_inter ? "inter-node" : "intra-node");
     if (in->tp > 1 && r->comm.tp_exact)
-        printf("  TP collectives of our trainer: %s (all-reduce %s, all-gather %s, reduce-scatter %s), %s (%s); "
+        printf("  TP collectives of our trainer: %s (all-reduce %s, all-gather %s, reduce-scatter %s), %s (%s), "
+               "%s of it not hidden by the GEMMs beside the overlapped ones; "
                "textbook 8bsh(t-1)/t per layer x layers x micro-batches: %s\n",
                fmt_bytes(a, sizeof a, r->comm.tp_bytes), fmt_bytes(b, sizeof b, r->comm.by_kind[COMM_TP_ALLREDUCE]),
                fmt_bytes(c, sizeof c, r->comm.by_kind[COMM_TP_ALLGATHER]),
                fmt_bytes(d, sizeof d, r->comm.by_kind[COMM_TP_REDUCE_SCATTER]),
                fmt_time((char[64]){0}, 64, r->comm.tp_time), r->comm.tp_inter ? "inter-node" : "intra-node",
-               fmt_bytes((char[64]){0}, 64, r->comm.tp_megatron));
+               fmt_time((char[64]){0}, 64, r->comm.tp_exposed), fmt_bytes((char[64]){0}, 64, r->comm.tp_megatron));
     else if (in->tp > 1)
         printf("  TP all-reduces: %s, %s (%s)\n", fmt_bytes(a, sizeof a, r->comm.tp_bytes),
                fmt_time(b, sizeof b, r->comm.tp_time), r->comm.tp_inter ? "inter-node" : "intra-node");
