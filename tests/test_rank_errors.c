@@ -14,6 +14,7 @@
  *     (the oracle tells the two apart);
  *   - a flag value bad on rank 1's command line alone (MPMD): rank 1's own line, rank 0's saying the
  *     command line was refused on 1 other rank;
+ *   - `--help` on rank 1's command line alone: its usage printed once, every rank ends, exit 0;
  *   - `--resume ck` (relative) where only rank 0's directory has the checkpoint: rank 1's own
  *     "expected a checkpoint, found none", rank 0's saying resume was refused on 1 other rank;
  *   - `--resume auto --ckpt-dir ck` where the two directories hold checkpoints of different steps
@@ -131,6 +132,15 @@ int main(int argc, char **argv) {
     tu_check(rc == 2 && own && summary, "a flag bad on rank 1 alone: rank 1 names itself, rank 0 says the command line was refused",
              "exit=%d own=%d summary=%d stderr=\"%s\"", rc, own, summary, t);
     free(err);
+
+    /* --help on rank 1's command line alone: every rank ends (before, rank 0 waited in the
+     * command line's agreement until the timeout) */
+    rc = run_job("good_a", "good_b", "--help", &err);
+    char *out = tu_slurp(TMP "/out.txt");
+    int usage = count(out, "usage: scaletrain train") == 1;
+    tu_check(rc == 0 && usage, "--help on rank 1 alone: its usage once, every rank ends, exit 0", "exit=%d usage lines %d",
+             rc, count(out, "usage: scaletrain train"));
+    free(out), free(err);
 
     /* --resume ck (relative): only rank 0's directory has it */
     int made = make_ckpt("good_a", 2);

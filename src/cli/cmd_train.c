@@ -591,7 +591,14 @@ int cmd_train_comm(int argc, char **argv, Comm *comm) {
     static TrainArgs a; /* large (paths); one per process */
     Err err = {0};
     Status st = train_args_parse(argc, argv, comm, &a, &err);
-    if (st == ST_OK && a.help) return 0;
+    /* --help ends every rank: one whose command line alone has it (MPMD, a --config file) would
+     * otherwise leave the others waiting in the agreement below. */
+    int64_t help = st == ST_OK && a.help;
+    if (comm && comm->world > 1) {
+        Err he;
+        if (comm_allreduce_i64(comm, &help, 1, COMM_MAX, &he) != ST_OK) return cli_fail("train", he.status, he.msg);
+    }
+    if (help) return 0;
     /* Usually the same command line on every rank, but a --config file or a path may differ
      * between nodes: agreed on, so a rank's own refusal is printed and no rank waits alone. */
     int everywhere = 1;
