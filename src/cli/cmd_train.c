@@ -1,8 +1,11 @@
 /* cmd_train.c — `scaletrain train`: flags → TrainConfig → train_run. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
@@ -25,33 +28,44 @@ int cli_fail(const char *cmd, int status, const char *msg) {
 }
 
 /* With no --data, the bundled Tiny Shakespeare is prepared once (byte tokenizer, blank-line
- * documents, 10% validation) into a cache directory and used, so a new user sees loss fall at once. */
-static Status bundled_corpus(TrainConfig *c, Err *err) {
-    char text[1024], cache[900], probe[1000];
+ * documents, 10% validation) into a cache directory and used, so a new user sees loss fall at once.
+ * The ranks of a job on one node (and concurrent runs) share that directory: whoever holds an
+ * exclusive flock on its .lock prepares it when missing, the others find it done. Without the lock,
+ * two ranks of `mpirun -np 2 scaletrain train` on a fresh machine wrote the same work directory at
+ * once and one failed (2 of 3 tries: "cannot rename ... .tmp.PID: No such file or directory"). */
+static Status bundled_corpus(TrainConfig *c, const Comm *comm, Err *err) {
+    char text[1024], cache[900], probe[1000], lockp[1000];
     if (!args_find_data_dir("", "tinyshakespeare/input.txt", text, sizeof text))
         return err_set(err, ST_ERR_INPUT, "--data: not given and the bundled corpus %s is missing", text);
     const char *home = getenv("XDG_CACHE_HOME");
     if (home && home[0]) snprintf(cache, sizeof cache, "%s/scaletrain/tinyshakespeare-bytes", home);
     else snprintf(cache, sizeof cache, "%s/.cache/scaletrain/tinyshakespeare-bytes", getenv("HOME") ? getenv("HOME") : ".");
     snprintf(probe, sizeof probe, "%s/val_000000.bin", cache);
+    snprintf(lockp, sizeof lockp, "%s/.lock", cache);
+    Status st = file_mkdirs(cache, err);
+    if (st != ST_OK) return st;
+    int fd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0 || flock(fd, LOCK_EX) != 0) {
+        int e = errno;
+        if (fd >= 0) close(fd);
+        return err_set(err, ST_ERR_INPUT, "%s: cannot lock the bundled corpus's cache (%s)", lockp, strerror(e));
+    }
     if (access(probe, R_OK) != 0) {
         Tokenizer *tk = NULL;
-        Status st = tokenizer_load(&tk, "bytes", NULL, err);
-        if (st != ST_OK) return st;
-        if ((st = file_mkdirs(cache, err)) != ST_OK) {
+        if ((st = tokenizer_load(&tk, "bytes", NULL, err)) == ST_OK) {
+            const char *inputs[1] = {text};
+            PrepareOptions po = prepare_default_options();
+            po.inputs = inputs, po.ninputs = 1, po.out_dir = cache, po.tok = tk;
+            po.separator = "", po.val_fraction = 0.1;
+            PrepareStats ps;
+            st = prepare_run(&po, &ps, err);
             tokenizer_free(tk);
-            return st;
         }
-        const char *inputs[1] = {text};
-        PrepareOptions po = prepare_default_options();
-        po.inputs = inputs, po.ninputs = 1, po.out_dir = cache, po.tok = tk;
-        po.separator = "", po.val_fraction = 0.1;
-        PrepareStats ps;
-        st = prepare_run(&po, &ps, err);
-        tokenizer_free(tk);
-        if (st != ST_OK) return st;
     }
-    printf("data: no --data given, using the bundled Tiny Shakespeare (bytes) prepared in %s\n", cache);
+    close(fd); /* releases the lock */
+    if (st != ST_OK) return st;
+    if (!comm || comm->rank == 0)
+        printf("data: no --data given, using the bundled Tiny Shakespeare (bytes) prepared in %s\n", cache);
     snprintf(c->data, sizeof c->data, "%s/train_*.bin", cache);
     if (!c->val_data[0]) snprintf(c->val_data, sizeof c->val_data, "%s/val_*.bin", cache);
     if (!c->tokenizer[0]) snprintf(c->tokenizer, sizeof c->tokenizer, "bytes");
@@ -501,7 +515,7 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
     }
     if ((st = refuse_inert(specs, n, &c, comm, &err)) != ST_OK) FAIL(st);
     if ((st = cli_faults_from_env(&c.faults, &err)) != ST_OK) FAIL(st); /* the tests' ST_*_TEST variables */
-    if (!c.data[0] && (st = bundled_corpus(&c, &err)) != ST_OK) FAIL(st);
+    if (!c.data[0] && (st = bundled_corpus(&c, comm, &err)) != ST_OK) FAIL(st);
     if (c.tokenizer[0]) {
         char dir[1024];
         const char *sub = tokenizer_data_subdir(c.tokenizer);
@@ -577,7 +591,14 @@ int cmd_train_comm(int argc, char **argv, Comm *comm) {
     static TrainArgs a; /* large (paths); one per process */
     Err err = {0};
     Status st = train_args_parse(argc, argv, comm, &a, &err);
-    if (st == ST_OK && a.help) return 0;
+    /* --help ends every rank: one whose command line alone has it (MPMD, a --config file) would
+     * otherwise leave the others waiting in the agreement below. */
+    int64_t help = st == ST_OK && a.help;
+    if (comm && comm->world > 1) {
+        Err he;
+        if (comm_allreduce_i64(comm, &help, 1, COMM_MAX, &he) != ST_OK) return cli_fail("train", he.status, he.msg);
+    }
+    if (help) return 0;
     /* Usually the same command line on every rank, but a --config file or a path may differ
      * between nodes: agreed on, so a rank's own refusal is printed and no rank waits alone. */
     int everywhere = 1;

@@ -68,7 +68,7 @@ static Status resume_check(Run *r, const char *path, Err *err) {
  * load reads and verifies it once (tr_resume_load), and falls back to an older checkpoint if it
  * fails. Nothing found under --resume auto is a fresh start, said on the console and in the start
  * record; nothing found at an explicit path is an error. */
-Status tr_resume_find(Run *r, Err *err) {
+static Status resume_find_here(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
     if (!c->resume[0]) return ST_OK;
     int is_auto = !strcmp(c->resume, "auto");
@@ -89,6 +89,24 @@ Status tr_resume_find(Run *r, Err *err) {
         return ST_OK;
     }
     return resume_check(r, r->rs.path, err);
+}
+
+/* tr_resume_find on every rank, agreed: each rank looks in its own view of the directory (a
+ * node-local disk, a copy), so a rank that finds nothing, or another step than the others, is
+ * refused on every rank here, before the model is allocated, instead of one rank ending alone while
+ * the others wait in their next collective (or start fresh beside a resumed one under --resume auto).
+ * Copies of the same checkpoint on each node are fine: only the step must agree. */
+Status tr_resume_find(Run *r, Err *err) {
+    Status st = tr_agree_setup(r, resume_find_here(r, err), "resume", err);
+    if (st != ST_OK || r->comm->world == 1 || !r->cfg.resume[0]) return st;
+    int64_t step = r->rs.path[0] ? r->rs.step : -1, v[2] = {step, -step};
+    Err ce;
+    if (comm_allreduce_i64(r->comm, v, 2, COMM_MAX, &ce) != ST_OK) return *err = ce, ce.status;
+    if (v[0] == -v[1]) return ST_OK;
+    r->res->err_everywhere = 1; /* the same text on every rank: printed once */
+    return err_set(err, ST_ERR_INPUT, "--resume %s: expected every rank to find the same checkpoint, found steps %lld "
+                   "to %lld across the ranks (-1: none); every rank must see the same checkpoints (a shared "
+                   "--ckpt-dir, or the same copy on each node)", r->cfg.resume, (long long)-v[1], (long long)v[0]);
 }
 
 /* Transient buffers of a layout (initialisation, checkpoints, final weights) are staging memory:
