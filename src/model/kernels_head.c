@@ -144,6 +144,26 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
                 }
                 continue;
             }
+            /* With a gradient to write, the sum pass stores each exponential in place and the
+             * gradient pass scales them (one exp per logit instead of two; the same floats, so the
+             * same bits). Row 0 with probs_out keeps the logits: its probabilities read them. */
+            if ((lo || dx) && t >= 0 && !(probs_out && r0 + i == 0)) {
+                const float lt = l[t];
+#pragma omp simd reduction(+ : s)
+                for (int v = 0; v < V; v++) s += (l[v] = st_expf(l[v] - mx));
+                losses[r0 + i] = mx + logf(s) - lt;
+                float inv = dscale / s;
+                if (lo) {
+#pragma omp simd
+                    for (int v = 0; v < V; v++) lo[v] = half_bf16(l[v] * inv);
+                    lo[t] = label_grad_bf16(l[t] * inv, dscale);
+                } else {
+#pragma omp simd
+                    for (int v = 0; v < V; v++) l[v] *= inv;
+                    l[t] -= dscale;
+                }
+                continue;
+            }
 #pragma omp simd reduction(+ : s)
             for (int v = 0; v < V; v++) s += st_expf(l[v] - mx);
             float lse = mx + logf(s);
