@@ -13,7 +13,6 @@
 #include <mpi.h>
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/stopsig.h"
 #include "core/timer.h"
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((CommReq *)0)->handle), "CommReq.handle too small for MPI_Request");
@@ -279,11 +279,7 @@ static Status progress_start(Comm *c, Err *err) {
         return err_set(err, ST_ERR_RUNTIME, "comm: cannot create the progress thread's mutex");
     atomic_store(&m->stop, 0);
     m->thread_on = 1; /* before the thread exists: from here on every MPI call takes the lock */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    int prc = pthread_create(&m->thread, NULL, progress_main, m);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int prc = stopsig_thread_create(&m->thread, progress_main, m);
     if (prc != 0) {
         m->thread_on = 0;
         pthread_mutex_destroy(&m->lock);

@@ -72,3 +72,12 @@ void stopsig_graceful(int on) {
 }
 
 int stopsig_pending(void) { return atomic_load(&g_pending); }
+
+int stopsig_thread_create(pthread_t *t, void *(*fn)(void *), void *arg) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int rc = pthread_create(t, NULL, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}

@@ -14,6 +14,8 @@
 #ifndef ST_CORE_STOPSIG_H
 #define ST_CORE_STOPSIG_H
 
+#include <pthread.h>
+
 /* Blocks the stop signals in the calling thread and starts the waiting thread. Once per process;
  * returns 0, or -1 when the thread could not start (the signals are then left unblocked). */
 int stopsig_init(void);
@@ -23,5 +25,10 @@ int stopsig_active(void);
 void stopsig_graceful(int on);
 /* The signal recorded since stopsig_graceful(1), or 0. */
 int stopsig_pending(void);
+/* pthread_create with every signal blocked in the new thread (the caller's mask is kept): for the
+ * project's own worker threads, which no handler may interrupt (the stop signals go to the waiting
+ * thread; docs/debugging.md: a handler frame on a oneDNN kernel's heap stack). Returns
+ * pthread_create's result. */
+int stopsig_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
 
 #endif

@@ -4,13 +4,13 @@
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/rng.h"
+#include "core/stopsig.h"
 #include "core/timer.h"
 #include "model/backend.h"
 #include "model/kernels.h"
@@ -580,11 +580,7 @@ static void *ow_main(void *arg) {
  * handler frame can land on the stack a oneDNN kernel moved into the heap (docs/debugging.md). */
 static void ow_start(void) {
     pthread_t t;
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    ow_ok = pthread_create(&t, NULL, ow_main, NULL) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    ow_ok = stopsig_thread_create(&t, ow_main, NULL) == 0;
     if (ow_ok) pthread_detach(t);
 }
 
