@@ -183,8 +183,10 @@ run2() {
 # The link as MPI sees it: comm_bench's all-reduce through the comm API (what the trainer calls)
 # across the two namespaces at 4 KiB and 16 MiB (best of its timed calls). For 2 ranks the plan's
 # all-reduce is 2α + S/bw, so α = T(4 KiB)/2 and bw = 16 MiB / (T(16 MiB) − 2α). Prints "α_s bw_Bps".
-mpicc -std=c11 -O3 -march=native -D_GNU_SOURCE -I src -o "$tmp/comm_bench" bench/comm/comm_bench.c src/comm/comm.c \
-  src/core/status.c src/core/collective.c -lm
+# (the build's comm_bench target: it links exactly what comm needs)
+cmake --build "$(dirname "$bin")" --target comm_bench >/dev/null \
+  || { echo "netsim: cannot build comm_bench in $(dirname "$bin")" >&2; exit 1; }
+cp "$(dirname "$bin")/bench/comm_bench" "$tmp/comm_bench"
 calibrate() {
   local out=$tmp/cal.out sweep=--quick
   [[ -n ${BENCH_FULL:-} ]] && sweep=

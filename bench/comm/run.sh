@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Builds bench/comm/comm_bench (mpicc, against src/comm and src/core) and runs it with 2 ranks for
+# Builds bench/comm/comm_bench (the build's comm_bench target) and runs it with 2 ranks for
 # each malloc setting; the markdown tables go to bench/comm/results/*.md (copied into docs/comm.md).
 # Usage: bench/comm/run.sh [--quick] [--max-mb N]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="$root/bench/comm/results"
-bin="${BUILD:-$root/build}/comm_bench"
-mkdir -p "$out" "$(dirname "$bin")"
-mpicc -std=c11 -O3 -march=native -D_GNU_SOURCE -Wall -I"$root/src" -o "$bin" \
-  "$root/bench/comm/comm_bench.c" "$root/src/comm/comm.c" "$root/src/core/collective.c" "$root/src/core/status.c" -lm
+build="${BUILD:-$root/build}"
+bin="$build/bench/comm_bench"
+mkdir -p "$out"
+# The build's comm_bench target (bench/CMakeLists.txt) links exactly what src/comm needs.
+cmake --build "$build" --target comm_bench >/dev/null
 run="mpirun --oversubscribe -np 2 --bind-to core"
 [[ $(id -u) -eq 0 ]] && run="mpirun --allow-run-as-root --oversubscribe -np 2 --bind-to core"
 for m in default threshold nommap; do

@@ -41,6 +41,7 @@ typedef struct {
 typedef enum { ZC_ALLREDUCE, ZC_REDUCE_SCATTER, ZC_ALLGATHER } ZcKind;
 typedef struct {
     CommReq *req;     /* nmax pieces */
+    long *seq;        /* nmax: when each started piece started (ZeroSched.nstarted then) */
     int nmax, n;      /* allocated; pieces of the current collective */
     int started;      /* pieces started (the next one to start) */
     int queued;       /* in the scheduler's queue (some pieces not started yet) */
@@ -62,11 +63,20 @@ static inline void zc_piece(const ZColl *z, int i, size_t *off, size_t *n) {
     *n = z->span - *off < z->piece ? z->span - *off : z->piece;
 }
 
-/* Pieces in flight at once over all of ZeRO's collectives, counting the reductions (all-reduce,
- * reduce-scatter: the MPI library's and the ring's temporaries stay bounded, one per piece) and on a
- * device every staged piece (each holds a host slot). Host all-gathers, in place, need nothing and
- * are not counted, so a step's parameter gathers all start within the step. */
+/* Pieces in flight at once over all of ZeRO's collectives, counting the reductions (the MPI
+ * library's and the ring's temporaries stay bounded, one per piece) and on a device every staged
+ * piece (each holds one of DEV_STAGE_SLOTS host slots). Host all-gathers, in place, need nothing
+ * and are not counted, so a step's parameter gathers all start within the step.
+ * - ZERO_IN_FLIGHT: stage 0's bucket all-reduces (MPI's; 2 x 4 MiB kept ZeRO 0's RSS within 1% of
+ *   its allocation, docs/parallel.md).
+ * - ZERO_RS_IN_FLIGHT: the ring reduce-scatter pieces of stages 1-3 (a temporary of a rank's part,
+ *   4 MiB / dp, each). Over TCP each large message waits for its receiver's clear-to-send, which
+ *   travels behind the bulk data the receiver sends the other way (one byte stream per pair): with
+ *   2 pieces in flight the link idled during those handshakes and ZeRO 1's reduce-scatter ran at
+ *   0.5-0.7 of the link's rate across 1 Gb/s; with 8 at 0.9-1.0, as the uncounted all-gathers do
+ *   (bench/results/netsim.md). */
 #define ZERO_IN_FLIGHT 2
+#define ZERO_RS_IN_FLIGHT 8
 
 /* The scheduler: every collective in the order it was queued (the same on every rank, so the
  * pieces start in one order everywhere, as MPI and the ring's tags require). */
@@ -75,6 +85,7 @@ typedef struct {
     int nall;
     ZColl **fifo; /* ring of the queued collectives, nall entries */
     int head, count;
+    long nstarted; /* pieces started so far (their start order, ZColl.seq) */
 } ZeroSched;
 
 /* Stages 0-2 on the full buffers. */
@@ -158,7 +169,7 @@ typedef struct {
 
 /* A device backend under dp > 1 (dev_stage.c): each staged piece of a dp collective runs on a host
  * slot that the device range is copied into (to_host) and its result copied back from (from_host). */
-#define DEV_STAGE_SLOTS ZERO_IN_FLIGHT /* the scheduler's cap: a slot is free when a piece starts */
+#define DEV_STAGE_SLOTS 2 /* the scheduler's cap on a device: a slot is free when a piece starts */
 typedef struct {
     int on;                            /* a device and dp > 1 (or ZeRO >= 1) */
     float *slot[DEV_STAGE_SLOTS];      /* host memory (MEM_COMM), slot_floats each */

@@ -1,6 +1,7 @@
 /* zero.c — ZeRO stages 0–3 over the dp group (parallel.h's table, docs/parallel.md "Buckets and
  * overlap" and "Pieces"): every collective split into pieces of at most bucket_floats that start
- * through one scheduler (ZeroSched: in queue order, ZERO_IN_FLIGHT reductions at once); the gradient
+ * through one scheduler (ZeroSched: in queue order, at most ZERO_IN_FLIGHT all-reduces or ZERO_RS_IN_FLIGHT
+ * reduce-scatters at once, DEV_STAGE_SLOTS on a device); the gradient
  * collectives of stage 0/1 and the stage 1-2 parameter all-gathers on the full buffers
  * (ZeroBuckets), the stage 2/3 bucket slots and gradient shard (ZeroGrads), the stage 3 parameter
  * gathers (ZeroParams), the dp hooks the model calls around each segment, and parameters and
@@ -8,6 +9,7 @@
  *
  * Contents: views of one segment · the scheduler of pieces · gradients, stage 0/1 · gradients,
  * stage 2/3 · parameters · the hooks · init / free · the step's parts · state in and out. */
+#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +68,7 @@ static int zc_active(const Par *p) {
 }
 
 static void zc_start_piece(Par *p, ZColl *z, int i) {
+    z->seq[i] = p->zs.nstarted++;
     size_t off, n;
     zc_piece(z, i, &off, &n);
     Err e;
@@ -77,14 +80,16 @@ static void zc_start_piece(Par *p, ZColl *z, int i) {
     if (st != ST_OK) par_hook_fail(p, st, &e);
 }
 
-/* Starts queued pieces, oldest collective first, while fewer than ZERO_IN_FLIGHT counted pieces
- * run. Only the head of the queue starts pieces, so the order is the queue's on every rank. */
+/* Starts queued pieces, oldest collective first, while fewer counted pieces than the head's cap run
+ * (ZERO_IN_FLIGHT all-reduces, ZERO_RS_IN_FLIGHT reduce-scatters; on a device DEV_STAGE_SLOTS). Only the head of the queue starts pieces, so the
+ * order is the queue's on every rank. */
 static void zc_pump(Par *p) {
     ZeroSched *zs = &p->zs;
     int active = zc_active(p);
     while (zs->count > 0) {
         ZColl *z = zs->fifo[zs->head];
-        if (zc_counted(z) && active >= ZERO_IN_FLIGHT) break;
+        int cap = p->stage.on ? DEV_STAGE_SLOTS : z->kind == ZC_REDUCE_SCATTER ? ZERO_RS_IN_FLIGHT : ZERO_IN_FLIGHT;
+        if (zc_counted(z) && active >= cap) break;
         int i = z->started++;
         if (z->started >= z->n) /* its last piece: out of the queue */
             z->queued = 0, zs->head = (zs->head + 1) % zs->nall, zs->count--;
@@ -110,25 +115,46 @@ static void zc_begin(Par *p, ZColl *z, ZcKind kind, float *buf, size_t block, si
     zc_pump(p);
 }
 
+/* The counted piece in flight that started first (it frees a place in the cap soonest: pieces finish
+ * about in the order they started), or NULL. */
+static CommReq *zc_oldest(Par *p, long before) {
+    CommReq *best = NULL;
+    long bs = before;
+    for (int k = 0; k < p->zs.nall; k++) {
+        ZColl *o = p->zs.all[k];
+        if (!zc_counted(o)) continue;
+        for (int i = 0; i < o->started; i++)
+            if (o->req[i].active && o->seq[i] < bs) best = &o->req[i], bs = o->seq[i];
+    }
+    return best;
+}
+
 /* Waits until every piece of z (but a held one) is complete (on a device: its result copied back),
- * starting queued pieces as others finish. Waiting on any started piece cannot deadlock: every rank
- * starts the same pieces in the same order, and one test progresses all of the process's pending
- * collectives. */
+ * starting queued pieces as others finish. Each wait is for the oldest piece in flight (z's own
+ * first unfinished one, or an older piece of another collective), and the queue is pumped after
+ * every completion, so ZERO_IN_FLIGHT pieces stay in flight and every rank starts its pieces at the
+ * same points of the exchange. (Waiting z's pieces in turn before starting more let the ranks fall
+ * out of step: one rank's next piece started while the other still waited, the link idled, ZeRO 1's
+ * reduce-scatter ran 1.3-1.5x its line-rate time across 1 Gb/s; bench/results/netsim.md.) Waiting
+ * on any started piece cannot deadlock: every rank starts the same pieces in the same order, and
+ * one test progresses all of the process's pending collectives. */
 static Status zc_wait(Par *p, ZColl *z, Err *err) {
     Status st;
     for (;;) {
-        for (int i = 0; i < z->started; i++)
-            if (i != z->hold && (st = comm_wait(&z->req[i], p->c->timeout_s, z->what, p->c->step, err)) != ST_OK)
-                return st;
-        if (!z->queued) break;
-        CommReq *any = NULL; /* a slot must free up before z's next piece starts */
-        for (int k = 0; k < p->zs.nall && !any; k++)
-            for (int i = 0; i < p->zs.all[k]->started && !any; i++)
-                if (p->zs.all[k]->req[i].active && zc_counted(p->zs.all[k])) any = &p->zs.all[k]->req[i];
-        if (any && (st = comm_wait(any, p->c->timeout_s, z->what, p->c->step, err)) != ST_OK) return st;
-        if (p->stage.on && (st = stage_reap(p, 0, err)) != ST_OK) return st;
         zc_pump(p);
         if ((st = par_hook_status(p, err)) != ST_OK) return st;
+        CommReq *mine = NULL;
+        long mine_seq = LONG_MAX;
+        for (int i = 0; i < z->started && !mine; i++)
+            if (i != z->hold && z->req[i].active) mine = &z->req[i], mine_seq = z->seq[i];
+        if (!mine && !z->queued) break;
+        CommReq *w = zc_oldest(p, mine_seq);
+        if (!w) w = mine;
+        /* z still queued with nothing in flight cannot happen (the pump starts its head); say so
+         * rather than spin */
+        ST_CHECK_MSG(w != NULL, "ZeRO collective queued with no piece in flight");
+        if ((st = comm_wait(w, p->c->timeout_s, z->what, p->c->step, err)) != ST_OK) return st;
+        if (p->stage.on && (st = stage_reap(p, 0, err)) != ST_OK) return st;
     }
     if (z->staged && (st = stage_reap(p, 0, err)) != ST_OK) return st; /* its last results back */
     return par_hook_status(p, err);
@@ -436,8 +462,11 @@ void zero_set_hooks(Par *p) {
 /* A collective of up to nmax pieces, registered with the scheduler. */
 static int zc_init(Par *p, ZColl *z, int nmax, int staged) {
     z->nmax = nmax, z->hold = -1, z->staged = staged;
-    if (nmax > 0 && !(z->req = calloc((size_t)nmax, sizeof(CommReq)))) return 0;
-    p->zs.all[p->zs.nall++] = z;
+    p->zs.all[p->zs.nall++] = z; /* first: zero_free frees what was allocated */
+    if (nmax > 0) {
+        z->req = calloc((size_t)nmax, sizeof(CommReq)), z->seq = calloc((size_t)nmax, sizeof(long));
+        if (!z->req || !z->seq) return 0;
+    }
     return 1;
 }
 
@@ -515,7 +544,7 @@ int zero_init(Par *p) {
 void zero_free(Par *p) {
     ZeroGrads *zg = &p->zg;
     ZeroParams *zp = &p->zp;
-    for (int k = 0; k < p->zs.nall; k++) free(p->zs.all[k]->req);
+    for (int k = 0; k < p->zs.nall; k++) free(p->zs.all[k]->req), free(p->zs.all[k]->seq);
     free(p->zs.all), free(p->zs.fifo);
     free(p->zb.started), free(p->zb.lp_stale), free(p->zb.grad), free(p->zb.param), free(zg->seg_slot);
     state_free(p, MEM_GRADS, zg->shard, p->S * sizeof(float));
