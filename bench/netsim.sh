@@ -29,7 +29,9 @@
 # collectives (time_ms.comm_by_kind: a few bytes, so what they wait is mostly the other rank arriving
 # later), and the least comm of any rank in that step (time_ms.comm_by_rank: the rank that arrived
 # last at each collective waited least, so its comm is the closest to the transfer itself; rank 0's,
-# the measured column, also holds what it waited for the other). LOGDIR=DIR keeps the runs' logs; CALDIR=DIR the comm_bench tables.
+# the measured column, also holds what it waited for the other), and that least comm's median over
+# every step of every round (the fastest step's comm is one draw: at 10 Gb/s the ranks' random skew,
+# tens of ms, is larger than the transfer). LOGDIR=DIR keeps the runs' logs; CALDIR=DIR the comm_bench tables.
 # The last line counts the rows within 25 % of the plan (the issue's bar), controls left out.
 #
 # usage: sudo [ROUNDS=3] [STEPS=6] [LINKS="10gbit 1gbit"] [CONFIGS="dp0 dp1 dp2 dp3 dp0o dp0n dp0p tp pp"]
@@ -220,8 +222,11 @@ sc = fast['time_ms'].get('comm_by_kind', {}).get('scalar collective', -1)
 # the least comm of any rank in that step (time_ms.comm_by_rank): the rank that arrived last at the
 # collectives waited least, so this is the closest to the transfer itself (-1 without it)
 lo = min(fast['time_ms'].get('comm_by_rank', [-1]))
+# and over every step, the median of that least comm: the fastest step's comm is one draw, and
+# random skew between the ranks moves rank 0's comm by more than a fast link's transfer
+mlo = med(lambda s: min(s['time_ms'].get('comm_by_rank', [-1])))
 print(f"{med(lambda s: s['time_ms']['comm']):.2f} {med(lambda s: s['time_ms']['total']):.2f} "
-      f"{fast['time_ms']['comm']:.2f} {fast['time_ms']['total']:.2f} {sc:.2f} {lo:.2f}")
+      f"{fast['time_ms']['comm']:.2f} {fast['time_ms']['total']:.2f} {sc:.2f} {lo:.2f} {mlo:.2f}")
 PY
 }
 
@@ -269,8 +274,8 @@ PY
 echo
 echo "Measured: rank 0, fastest step of all rounds (median of the rounds' medians in brackets); ratios are fastest / plan."
 echo
-echo "| link | config | measured comm ms | plan comm ms | comm ratio | measured step ms | plan step ms | step ratio | plan on the link as measured: comm / step ms | ratios | of the comm: scalar-collective waits ms | least comm of any rank ms (/ plan) |"
-echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| link | config | measured comm ms | plan comm ms | comm ratio | measured step ms | plan step ms | step ratio | plan on the link as measured: comm / step ms | ratios | of the comm: scalar-collective waits ms | least comm of any rank ms (/ plan) | median over steps of the least comm ms (/ plan) |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for link in $links; do
   rate=${link%%:*} delay=
   [[ $link == *:* ]] && delay=${link#*:}
@@ -286,7 +291,7 @@ h.update(inter_bw=bits / 8, inter_lat=alpha, devices_per_node=1, name="netsim")
 json.dump(h, open(sys.argv[2], "w"))
 h.update(inter_bw=min(bwcal, bits / 8)); json.dump(h, open(sys.argv[3], "w"))
 PY
-  echo "| $link | (MPI all-reduce across it: α $(python3 -c "print(f'{float(\"$alpha\")*1e6:.1f}')") µs, $(python3 -c "print(f'{float(\"$bwcal\")/1e9:.3f}')") GB/s) | | | | | | | | | | |"
+  echo "| $link | (MPI all-reduce across it: α $(python3 -c "print(f'{float(\"$alpha\")*1e6:.1f}')") µs, $(python3 -c "print(f'{float(\"$bwcal\")/1e9:.3f}')") GB/s) | | | | | | | | | | | |"
   for ((r = 0; r < rounds; r++)); do
     for cfg in $configs; do
       # shellcheck disable=SC2046
@@ -306,18 +311,19 @@ PY
     done
   done
   for cfg in $configs; do
-    read -r mc ms mcm msm msc mlo < <(cat "$tmp/$rate.$cfg".*.sum | python3 -c '
+    read -r mc ms mcm msm msc mlo mml < <(cat "$tmp/$rate.$cfg".*.sum | python3 -c '
 import statistics, sys
 rows = [list(map(float, l.split())) for l in sys.stdin]
 fast = min(rows, key=lambda r: r[3])
-print(f"{fast[2]:.1f} {fast[3]:.1f}", *(f"{statistics.median(r[i] for r in rows):.1f}" for i in (0, 1)), f"{fast[4]:.1f} {fast[5]:.1f}")')
+print(f"{fast[2]:.1f} {fast[3]:.1f}", *(f"{statistics.median(r[i] for r in rows):.1f}" for i in (0, 1)), f"{fast[4]:.1f} {fast[5]:.1f}",
+      f"{statistics.median(r[6] for r in rows):.1f}")')
     read -r pc ps < <(plan_row "$cfg" "$tmp/hw_link.json")
     read -r cc cs < <(plan_row "$cfg" "$tmp/hw_cal.json")
-    python3 -c 'import sys; l, c, mc, pc, ms, ps, cc, cs, mcm, msm, msc, mlo = sys.argv[1:3] + list(map(float, sys.argv[3:]))
+    python3 -c 'import sys; l, c, mc, pc, ms, ps, cc, cs, mcm, msm, msc, mlo, mml = sys.argv[1:3] + list(map(float, sys.argv[3:]))
 r = lambda a, b: f"{a / b:.2f}" if b > 0 else "-"
 print(f"| {l} | {c} | {mc:.1f} ({mcm:.1f}) | {pc:.1f} | {r(mc, pc)} | {ms:.1f} ({msm:.1f}) | {ps:.1f} | {r(ms, ps)} | "
-      f"{cc:.1f} / {cs:.1f} | {r(mc, cc)} / {r(ms, cs)} | {msc:.1f} | {mlo:.1f} ({r(mlo, pc)}) |")' \
-      "$link" "$cfg" "$mc" "$pc" "$ms" "$ps" "$cc" "$cs" "$mcm" "$msm" "$msc" "$mlo" | tee -a "$tmp/rows.md"
+      f"{cc:.1f} / {cs:.1f} | {r(mc, cc)} / {r(ms, cs)} | {msc:.1f} | {mlo:.1f} ({r(mlo, pc)}) | {mml:.1f} ({r(mml, pc)}) |")' \
+      "$link" "$cfg" "$mc" "$pc" "$ms" "$ps" "$cc" "$cs" "$mcm" "$msm" "$msc" "$mlo" "$mml" | tee -a "$tmp/rows.md"
   done
 done
 echo
@@ -328,8 +334,10 @@ rows = [[c.strip() for c in l.strip().strip('|').split('|')] for l in open(sys.a
 rows = [r for r in rows if r[1] not in ('dp0n', 'dp0p')]
 ok = lambda x: x not in ('-', '') and abs(float(x) - 1) <= 0.25
 least = [r[11].split('(')[-1].rstrip(')') for r in rows]
+mleast = [r[12].split('(')[-1].rstrip(')') for r in rows]
 print(f"Within 25 % of the plan, {len(rows)} rows (controls dp0n, dp0p not counted): comm (rank 0) "
       f"{sum(ok(r[4]) for r in rows)}, comm (least of any rank) {sum(ok(x) for x in least)}, "
+      f"comm (median over steps of the least) {sum(ok(x) for x in mleast)}, "
       f"step {sum(ok(r[7]) for r in rows)}.")
 PY
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
