@@ -5,7 +5,9 @@
  * and every schedule shape at every step against its closed form (1e-6 relative), each with
  * negative controls (a broken recurrence, another shape's closed form) that the same comparison
  * must reject. The fused low-precision step is checked bit for bit against the plain step
- * followed by model/kernels' separate casts, and on hand-rounded values. */
+ * followed by model/kernels' separate casts, and on hand-rounded values. The gradient norm's
+ * chunk sums (eight chunks side by side) are checked bit for bit against the in-order double loop,
+ * with a reversed-order and a swapped-lane negative control. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
