@@ -5,7 +5,9 @@
  * and every schedule shape at every step against its closed form (1e-6 relative), each with
  * negative controls (a broken recurrence, another shape's closed form) that the same comparison
  * must reject. The fused low-precision step is checked bit for bit against the plain step
- * followed by model/kernels' separate casts, and on hand-rounded values. */
+ * followed by model/kernels' separate casts, and on hand-rounded values. The gradient norm's
+ * chunk sums (eight chunks side by side) are checked bit for bit against the in-order double loop,
+ * with a reversed-order and a swapped-lane negative control. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -304,7 +306,87 @@ static void check_schedules(void) {
     tu_check(dw > tol, "schedule negative control: warmup 10 output vs warmup 12 closed form", "detected: diff %.3g", dw);
 }
 
+/* The gradient norm's chunk sums (par_grad_norm): optim_chunk_sumsq8 against eight in-order
+ * double loops written here, bit for bit, at n = 4096 (the norm's chunk), 4099 and 5 (the tails
+ * past the 8-wide steps), on values from denormals to 1e18 so that the order of the additions
+ * shows in the last bits; optim_chunk_sumsq against the same loop, and both against a closed form
+ * on small integers. Negative controls: the same data summed in reverse order must differ from
+ * the kernel in some chunk (else the data could not see an order change), and the kernel with
+ * two chunk pointers swapped must be caught by the same comparison. */
+static double ref_sumsq(const float *x, size_t n, int reverse) {
+    double a = 0;
+    for (size_t i = 0; i < n; i++) {
+        float v = x[reverse ? n - 1 - i : i];
+        a += (double)v * (double)v;
+    }
+    return a;
+}
+
+static void check_chunk_sumsq(void) {
+    const size_t ns[3] = {4096, 4099, 5};
+    float *buf = malloc(8 * 4099 * sizeof(float));
+    uint64_t r = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < 8 * 4099; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        float mant = (float)((r >> 40) & 0xFFFFFF) / 16777216.0f - 0.5f;
+        int e = (int)((r >> 20) % 200) - 140; /* 2^-140 (denormal) .. 2^59 */
+        buf[i] = ldexpf(mant, e);
+        if (i % 101 == 0) buf[i] = 0.0f;
+    }
+    for (int t = 0; t < 3; t++) {
+        size_t n = ns[t];
+        const float *x[8];
+        for (int k = 0; k < 8; k++) x[k] = buf + (size_t)k * n;
+        double out[8];
+        optim_chunk_sumsq8(x, n, out);
+        int bad = 0, bad1 = 0, rev_differs = 0;
+        for (int k = 0; k < 8; k++) {
+            double want = ref_sumsq(x[k], n, 0);
+            bad += memcmp(&out[k], &want, sizeof want) != 0;
+            double one = optim_chunk_sumsq(x[k], n);
+            bad1 += memcmp(&one, &want, sizeof want) != 0;
+            double rev = ref_sumsq(x[k], n, 1);
+            rev_differs += memcmp(&rev, &out[k], sizeof rev) != 0;
+        }
+        char name[120];
+        snprintf(name, sizeof name, "chunk sums, 8 chunks of %zu: optim_chunk_sumsq8 equals the in-order loop bit for bit", n);
+        tu_check(bad == 0, name, "%d of 8 chunks differ", bad);
+        snprintf(name, sizeof name, "chunk sums of %zu: optim_chunk_sumsq equals the in-order loop bit for bit", n);
+        tu_check(bad1 == 0, name, "%d of 8 chunks differ", bad1);
+        if (n >= 4096) { /* 5 elements are too few to be sure an order change shows */
+            snprintf(name, sizeof name, "negative control: the reversed order differs from the kernel (n %zu)", n);
+            tu_check(rev_differs > 0, name, "no chunk's reversed sum differed: the data cannot see the order");
+        }
+        /* negative control: lanes swapped (chunks 2 and 5) must not pass the same comparison */
+        const float *sw[8];
+        memcpy(sw, x, sizeof sw);
+        sw[2] = x[5], sw[5] = x[2];
+        optim_chunk_sumsq8(sw, n, out);
+        int caught = 0;
+        for (int k = 0; k < 8; k++) {
+            double want = ref_sumsq(x[k], n, 0);
+            caught += memcmp(&out[k], &want, sizeof want) != 0;
+        }
+        snprintf(name, sizeof name, "negative control: two chunks swapped are caught (n %zu)", n);
+        tu_check(caught == 2, name, "%d chunks differ, expected 2", caught);
+    }
+    /* closed form: x[i] = i mod 7 - 3 over 4096 elements is 585 cycles of (9+4+1+0+1+4+9) = 28 and
+     * one extra element (4095 mod 7 = 0: 9): 585·28 + 9 = 16389, exact in double; chunk k scaled
+     * by (k + 1) gives (k + 1)² · 16389 */
+    for (int k = 0; k < 8; k++)
+        for (int i = 0; i < 4096; i++) buf[k * 4096 + i] = (float)((i % 7 - 3) * (k + 1));
+    const float *x[8];
+    for (int k = 0; k < 8; k++) x[k] = buf + k * 4096;
+    double out[8];
+    optim_chunk_sumsq8(x, 4096, out);
+    int bad = 0;
+    for (int k = 0; k < 8; k++) bad += out[k] != (double)(k + 1) * (k + 1) * 16389.0 || optim_chunk_sumsq(x[k], 4096) != out[k];
+    tu_check(bad == 0, "chunk sums on small integers equal the closed form (k+1)^2 * 16389", "%d of 8 chunks differ", bad);
+    free(buf);
+}
+
 int main(void) {
+    check_chunk_sumsq();
     /* AdamW, t=1: m̂ = g, v̂ = g², update = g/|g| = 1; θ - lr·(1 + wd·θ) = 1.5 - 1e-3·1.15 */
     near(one_step(OPT_ADAMW, 1.5f, 0.3f, 1e-3f, 0.1f, 1, 1, NULL), 1.49885, 1e-6, "adamw one step");
     /* Same tensor marked no-decay (bias/LayerNorm): 1.5 - 1e-3 */

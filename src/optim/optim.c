@@ -4,6 +4,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "core/half.h"
 
@@ -182,6 +185,53 @@ double optim_l2_norm(const float *x, size_t n, int nt) {
         for (size_t c = c0; c < c1; c++) total += part[c - c0];
     }
     return sqrt(total);
+}
+
+double optim_chunk_sumsq(const float *x, size_t n) {
+    double acc = 0;
+    for (size_t i = 0; i < n; i++) acc += (double)x[i] * x[i];
+    return acc;
+}
+
+/* A float's square is exact in double (24-bit significand, 48-bit product), so a fused
+ * multiply-add, a multiply then an add, and a vector lane all give the same sum as the scalar
+ * loop above: only the order of the additions matters, and each lane keeps its chunk's order. */
+void optim_chunk_sumsq8(const float *const x[8], size_t n, double out[8]) {
+    size_t i = 0;
+#if defined(__AVX512F__)
+    /* Lane k of acc is chunk k's sum. Each step loads 8 floats of every chunk, transposes the
+     * 8 x 8 block (element i + j of all chunks in vector j) and adds the squares for j = 0..7. */
+    __m512d acc = _mm512_setzero_pd();
+    for (; i + 8 <= n; i += 8) {
+        __m256 r0 = _mm256_loadu_ps(x[0] + i), r1 = _mm256_loadu_ps(x[1] + i), r2 = _mm256_loadu_ps(x[2] + i),
+               r3 = _mm256_loadu_ps(x[3] + i), r4 = _mm256_loadu_ps(x[4] + i), r5 = _mm256_loadu_ps(x[5] + i),
+               r6 = _mm256_loadu_ps(x[6] + i), r7 = _mm256_loadu_ps(x[7] + i);
+        __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+               t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+               t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+        __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+               s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+               s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+               s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+        const __m256 c[8] = {_mm256_permute2f128_ps(s0, s4, 0x20), _mm256_permute2f128_ps(s1, s5, 0x20),
+                             _mm256_permute2f128_ps(s2, s6, 0x20), _mm256_permute2f128_ps(s3, s7, 0x20),
+                             _mm256_permute2f128_ps(s0, s4, 0x31), _mm256_permute2f128_ps(s1, s5, 0x31),
+                             _mm256_permute2f128_ps(s2, s6, 0x31), _mm256_permute2f128_ps(s3, s7, 0x31)};
+        for (int j = 0; j < 8; j++) {
+            __m512d d = _mm512_cvtps_pd(c[j]);
+            acc = _mm512_add_pd(acc, _mm512_mul_pd(d, d));
+        }
+    }
+    _mm512_storeu_pd(out, acc);
+#else
+    for (int k = 0; k < 8; k++) out[k] = 0;
+#endif
+    /* The rest (all of it without AVX-512): eight independent chains, element by element. */
+    double a[8];
+    for (int k = 0; k < 8; k++) a[k] = out[k];
+    for (; i < n; i++)
+        for (int k = 0; k < 8; k++) a[k] += (double)x[k][i] * x[k][i];
+    for (int k = 0; k < 8; k++) out[k] = a[k];
 }
 
 float optim_clip_scale(double norm, float clip) {
