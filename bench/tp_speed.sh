@@ -14,7 +14,7 @@
 # the median exposed tp communication per step (time_ms.comm_tp: time blocked in the tp collectives,
 # which includes waiting for the slower rank, plus the progress calls of the overlapped ones), the
 # collectives overlapped per step (tp_overlapped) and the tp bytes per step (comm_bytes_by_kind).
-# Beside them the plan's α-β time of the same collectives (compute.time_s.tp of `plan --json` with
+# Beside them the plan's α-β time of the same collectives (communication.tp_s of `plan --json` with
 # the cpu-zen4-2c preset on one node: 10 GB/s, 1 µs; docs/comm.md measured 8-10 GB/s and 1-2 µs for
 # the in-place all-reduce up to 4 MiB), exposed / α-β, and the plan's byte count, which must equal
 # the measured one.
@@ -53,8 +53,8 @@ load1() { cut -d' ' -f1 /proc/loadavg; }
 # (ST_PAR_TEST_TP_NOPROGRESS=1: a collective moves only at its start and its wait); tp2_blocking /
 # tp2sp_blocking: this binary's blocking path (ST_PAR_TEST_TP_BLOCKING=1) beside a BASE "before".
 modes=${MODES:-one tp2_before tp2_after tp2sp_before tp2sp_after}
-echo "| config | run | step ms (median) | tokens/s | vs 1 process | exposed tp ms/step (median) | plan α-β tp ms/step | exposed / α-β | overlapped per step (done before the wait, median) | tp MB/step measured = planned | load (1 min) |"
-echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"
+echo "| config | run | step ms (median) | tokens/s | vs 1 process | exposed tp ms/step (median) | plan α-β tp ms/step | exposed / α-β | plan exposed ms/step | overlapped per step (done before the wait, median) | tp MB/step measured = planned | load (1 min) |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
 for cfg in $cfgs; do
   V=$([[ $cfg == B ]] && echo 50257 || echo 257) # C: the bundled bytes and their end-of-text id
   shape="--layers 6 --heads 6 --channels 384 --vocab $V --max-seq-len 256 --seq-len 256 --micro-batch 8"
@@ -107,17 +107,20 @@ for cfg in $cfgs; do
       *) when="overlapped (after)" ;;
     esac
     pj=$($ST plan $shape --grad-accum 1 --threads 1 --tp 2 $sp --devices-per-node 2 --json)
-    ptp=$(plan_field 'j["compute"]["time_s"]["tp"]*1e3' <<<"$pj")
+    # communication.tp_s: the α-β time of every tp collective; compute.time_s.tp (= tp_exposed_s) is
+    # what the plan leaves exposed after the overlap, printed beside it
+    ptp=$(plan_field 'j["communication"]["tp_s"]*1e3' <<<"$pj")
+    pexp=$(plan_field 'j["communication"]["tp_exposed_s"]*1e3' <<<"$pj")
     pbytes=$(plan_field 'int(sum(v for n,v in j["comm_bytes_by_kind"].items() if n.startswith("tp ")))' <<<"$pj")
     mbytes=$(tp_bytes "$tmp/$cfg.$mode.last.jsonl")
     ovl=$(overlapped "$tmp/$cfg.$mode.last.jsonl")
     [[ -s $tmp/$cfg.$mode.done ]] && ovl="$ovl ($(med <"$tmp/$cfg.$mode.done"))"
     comm=$(med <"$tmp/$cfg.$mode.comm")
-    awk -v c="$cfg" -v md="tp 2${sp:+ --sp}, $when" -v m="$ms" -v o="$one" -v cm="$comm" -v p="$ptp" \
+    awk -v c="$cfg" -v md="tp 2${sp:+ --sp}, $when" -v m="$ms" -v o="$one" -v cm="$comm" -v p="$ptp" -v pe="$pexp" \
         -v mb="$mbytes" -v pb="$pbytes" -v ov="${ovl:--}" -v l="$ld" \
-      'BEGIN {printf "| %s | %s | %.1f | %.0f | %s | %.1f | %.1f | %.1f | %s | %.1f %s %.1f | %s |\n", c, md, m, 2048 / (m * 1e-3),
+      'BEGIN {printf "| %s | %s | %.1f | %.0f | %s | %.1f | %.1f | %.1f | %.1f | %s | %.1f %s %.1f | %s |\n", c, md, m, 2048 / (m * 1e-3),
               (o == "") ? "-" : sprintf("%.2f", o / m),
-              cm, p, cm / p, ov, mb / 1e6, (mb == pb) ? "=" : "!=", pb / 1e6, l}'
+              cm, p, cm / p, pe, ov, mb / 1e6, (mb == pb) ? "=" : "!=", pb / 1e6, l}'
   done
 done
 echo
