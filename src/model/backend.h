@@ -178,8 +178,10 @@ typedef struct Backend {
     /* ---- the optimizer on backend memory (NULL on host-addressable backends: optim/ runs there) ----
      * optim_update: optim_step_lowp's rule on n elements of one range (params p, grads g, moments m,
      * v; lowp: the working copy, rounded from the updated p when s->lowp, may be NULL), elementwise.
-     * sumsq: Σ x² in optim_l2_norm's partition (fp32 sums per 4096-element chunk, the chunks added
-     * in double in order); the caller takes sqrt over its ranges. */
+     * sumsq: Σ x² in optim_l2_norm's partition (4096-element chunks, the chunks' sums added in double
+     * in order); within a chunk the backend's order and accumulator (CUDA: fp32, thread strides then
+     * a fixed tree; the CPU emulator, train/devemu.c: double in index order, the host trainer's
+     * par_grad_norm, so its runs equal the host's bit for bit); the caller takes sqrt over its ranges. */
     void (*optim_update)(const BackendOptStep *s, float *p, const float *g, float *m, float *v, uint16_t *lowp,
                          size_t n);
     double (*sumsq)(const float *x, size_t n);

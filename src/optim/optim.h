@@ -80,8 +80,9 @@ void optim_step_lowp(const OptimConfig *c, float *params, const float *grads, fl
                      const OptimRange *ranges, int nranges, long step, float lr, float grad_scale, uint16_t *lowp,
                      OptimLowp lowp_kind, int nt);
 
-/* Global L2 norm of x (n floats): fixed 4096-element partition summed in double in order, so the
- * result does not depend on the thread count. */
+/* Global L2 norm of x (n floats): an fp32 sum per fixed 4096-element chunk (vectorized order), the
+ * chunks added in double in order, so the result does not depend on the thread count. (The
+ * trainer's gradient norm, par_grad_norm, sums each chunk in double instead: optim_chunk_sumsq.) */
 double optim_l2_norm(const float *x, size_t n, int nt);
 /* The gradient norm's chunk sum (par_grad_norm's partition, parallel/): Σ x[i]² over n floats,
  * each square taken exactly in double and added in index order into a double that starts at 0. */
