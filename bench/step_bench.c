@@ -16,11 +16,12 @@
 #include <time.h>
 
 #include "train/machine_peak.h"
-#include "core/rng.h"
 #include "core/timer.h"
 #include "model/gpt.h"
 #include "model/matmul.h"
 #include "optim/optim.h"
+
+#include "bench_step_common.h"
 
 static double cpu_ms(void) {
     struct timespec ts;
@@ -78,42 +79,31 @@ int main(int argc, char **argv) {
         return 2;
     }
     mm_set_threads(nt);
-    Gpt g;
     MemStats ms = {0};
     GptOptions go = gpt_default_options();
     go.B = B, go.T = T, go.threads = nt, go.recompute = rc, go.precision = bf16 ? GPT_BF16 : GPT_FP32;
-    if (gpt_init(&g, &mc, &go, &ms, &err) != ST_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
-    gpt_init_params(&g, 1);
-    gpt_sync_lp(&g);
-    int N = B * T;
-    int32_t *inp = malloc(sizeof(int32_t) * N), *tgt = malloc(sizeof(int32_t) * N);
-    float *m = calloc(g.w.layout.total, 4), *v = calloc(g.w.layout.total, 4);
-    OptimRange r = {0, g.w.layout.total, 1, 1.0f};
-    OptimConfig oc = optim_default_config(OPT_ADAMW);
+    BenchStep bs;
+    if (!bench_step_init(&bs, &mc, &go, &ms)) return 1;
+    Gpt *g = &bs.g;
+    int N = bs.N;
     double *tot = calloc(steps, sizeof(double)), *fw = calloc(steps, sizeof(double)),
            *bw = calloc(steps, sizeof(double)), *op = calloc(steps, sizeof(double));
     double *ctot = calloc(steps, sizeof(double)), *cfw = calloc(steps, sizeof(double)),
            *cbw = calloc(steps, sizeof(double)), *cop = calloc(steps, sizeof(double));
     for (int s = 0; s < steps; s++) {
-        for (int i = 0; i < N; i++) {
-            inp[i] = (int32_t)rng_below(7, 1, (uint64_t)s * N + i, (uint64_t)mc.vocab);
-            tgt[i] = (int32_t)rng_below(7, 2, (uint64_t)s * N + i, (uint64_t)mc.vocab);
-        }
+        bench_step_batch(&bs, s);
         double t0 = timer_ms(), c0 = cpu_ms();
-        gpt_overwrite_grads(&g);
-        g.s.ms_fwd = g.s.ms_bwd = 0;
-        gpt_forward(&g, inp, tgt, B, T, 1.0f / N, 1, 0);
+        gpt_overwrite_grads(g);
+        g->s.ms_fwd = g->s.ms_bwd = 0;
+        gpt_forward(g, bs.inp, bs.tgt, B, T, 1.0f / N, 1, 0);
         double c1 = cpu_ms();
-        gpt_backward(&g);
+        gpt_backward(g);
         double t1 = timer_ms(), c2 = cpu_ms();
-        double norm = optim_l2_norm(g.d.grads, g.w.layout.total, nt);
-        optim_step_lowp(&oc, g.w.params, g.d.grads, m, v, &r, 1, s + 1, 1e-4f, optim_clip_scale(norm, 1.0f), g.w.params_lp,
+        double norm = optim_l2_norm(g->d.grads, g->w.layout.total, nt);
+        optim_step_lowp(&bs.oc, g->w.params, g->d.grads, bs.m, bs.v, &bs.r, 1, s + 1, 1e-4f, optim_clip_scale(norm, 1.0f), g->w.params_lp,
                         bf16 ? OPTIM_LOWP_BF16 : OPTIM_LOWP_NONE, nt);
         double t2 = timer_ms(), c3 = cpu_ms();
-        tot[s] = t2 - t0, fw[s] = g.s.ms_fwd, bw[s] = (t1 - t0) - g.s.ms_fwd, op[s] = t2 - t1;
+        tot[s] = t2 - t0, fw[s] = g->s.ms_fwd, bw[s] = (t1 - t0) - g->s.ms_fwd, op[s] = t2 - t1;
         ctot[s] = c3 - c0, cfw[s] = c1 - c0, cbw[s] = c2 - c1, cop[s] = c3 - c2;
     }
     int w = steps > 2 ? 2 : 0, n = steps - w;
@@ -151,8 +141,8 @@ int main(int argc, char **argv) {
            fpt * N / (med * 1e-3) / 1e9, peak / 1e9, raised, fpt * N / (med * 1e-3) / peak, bf16 ? "bf16" : "fp32", layout_recompute_name(rc),
            cmed, cfw[w + n / 2], cbw[w + n / 2], cop[w + n / 2], cpeak / 1e9, cpeak > 0 ? fpt * N / (cmed * 1e-3) / cpeak : 0.0,
            ms.bytes[MEM_ACTIVATIONS], ms.bytes[MEM_PARAMS] + ms.bytes[MEM_MASTER] + ms.bytes[MEM_GRADS] +
-               ms.bytes[MEM_ACTIVATIONS] + ms.bytes[MEM_WORKSPACE] + 2 * g.w.layout.total * 4,
-           g.w.layout.total);
-    gpt_free(&g);
+               ms.bytes[MEM_ACTIVATIONS] + ms.bytes[MEM_WORKSPACE] + 2 * g->w.layout.total * 4,
+           g->w.layout.total);
+    bench_step_free(&bs);
     return 0;
 }

@@ -18,12 +18,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/rng.h"
 #include "core/timer.h"
 #include "model/backend.h"
 #include "model/gpt.h"
 #include "model/matmul.h"
 #include "optim/optim.h"
+
+#include "bench_step_common.h"
 
 /* ---- the timed table ---- */
 
@@ -284,39 +285,28 @@ int main(int argc, char **argv) {
     mm_set_threads(nt);
     use_cpu_clock = nt == 1;
     Backend tb = timed_backend();
-    Gpt g;
     GptOptions go = gpt_default_options();
     go.B = B, go.T = T_, go.threads = nt, go.precision = bf16 ? GPT_BF16 : GPT_FP32, go.backend = &tb;
-    if (gpt_init(&g, &mc, &go, NULL, &err) != ST_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
-    gpt_init_params(&g, 1);
-    gpt_sync_lp(&g);
-    int N = B * T_;
-    int32_t *inp = malloc(sizeof(int32_t) * N), *tgt = malloc(sizeof(int32_t) * N);
-    float *m = calloc(g.w.layout.total, 4), *v = calloc(g.w.layout.total, 4);
-    OptimRange r = {0, g.w.layout.total, 1, 1.0f};
-    OptimConfig oc = optim_default_config(OPT_ADAMW);
+    BenchStep bs; /* step_bench's step (bench_step_common.h) */
+    if (!bench_step_init(&bs, &mc, &go, NULL)) return 1;
+    Gpt *g = &bs.g;
+    int N = bs.N;
     double step_ms = 0, fwd_ms = 0, bwd_ms = 0;
     for (int s = 0; s < steps; s++) {
-        for (int i = 0; i < N; i++) {
-            inp[i] = (int32_t)rng_below(7, 1, (uint64_t)s * N + i, (uint64_t)mc.vocab);
-            tgt[i] = (int32_t)rng_below(7, 2, (uint64_t)s * N + i, (uint64_t)mc.vocab);
-        }
+        bench_step_batch(&bs, s);
         recording = s >= 2;
         double t0 = now_ms();
-        gpt_overwrite_grads(&g);
-        gpt_forward(&g, inp, tgt, B, T_, 1.0f / N, 1, 0);
+        gpt_overwrite_grads(g);
+        gpt_forward(g, bs.inp, bs.tgt, B, T_, 1.0f / N, 1, 0);
         double t1 = now_ms();
-        gpt_backward(&g);
+        gpt_backward(g);
         double t2 = now_ms();
         double norm;
-        T(0, norm = optim_l2_norm(g.d.grads, g.w.layout.total, nt), "gradient norm (reads %zu grads)", g.w.layout.total);
+        T(0, norm = optim_l2_norm(g->d.grads, g->w.layout.total, nt), "gradient norm (reads %zu grads)", g->w.layout.total);
         T(0,
-          optim_step_lowp(&oc, g.w.params, g.d.grads, m, v, &r, 1, s + 1, 1e-4f, optim_clip_scale(norm, 1.0f),
-                          g.w.params_lp, bf16 ? OPTIM_LOWP_BF16 : OPTIM_LOWP_NONE, nt),
-          "AdamW%s (%zu params)", bf16 ? " + bf16 copy" : "", g.w.layout.total);
+          optim_step_lowp(&bs.oc, g->w.params, g->d.grads, bs.m, bs.v, &bs.r, 1, s + 1, 1e-4f, optim_clip_scale(norm, 1.0f),
+                          g->w.params_lp, bf16 ? OPTIM_LOWP_BF16 : OPTIM_LOWP_NONE, nt),
+          "AdamW%s (%zu params)", bf16 ? " + bf16 copy" : "", g->w.layout.total);
         if (recording) step_ms += now_ms() - t0, fwd_ms += t1 - t0, bwd_ms += t2 - t1;
     }
     recording = 0;
@@ -352,7 +342,7 @@ int main(int argc, char **argv) {
     }
     /* The head's three GEMMs per chunk alone (forward logits = x·wte^T, dx = dlogits·wte,
      * dwte += dlogits^T·x), at the chunk shape the model uses. */
-    int chunk = g.s.head_chunk > 0 && g.s.head_chunk < N ? g.s.head_chunk : N, Vp = mc.vocab_padded;
+    int chunk = g->s.head_chunk > 0 && g->s.head_chunk < N ? g->s.head_chunk : N, Vp = mc.vocab_padded;
     int nchunks = (N + chunk - 1) / chunk;
     double hm = 0;
     for (int c = 0; c < nchunks; c++) {
@@ -362,7 +352,6 @@ int main(int argc, char **argv) {
     }
     printf("# LM head's 3 GEMMs alone at its chunks (%d rows x %d x %d, %d chunks): %.2f ms/step, %.1f GFLOP/s\n",
            chunk, Vp, mc.n_embd, nchunks, hm, 6.0 * N * mc.n_embd * (double)Vp / (hm * 1e-3) / 1e9);
-    gpt_free(&g);
-    free(inp), free(tgt), free(m), free(v);
+    bench_step_free(&bs);
     return 0;
 }
