@@ -136,6 +136,7 @@ static void req_finish(CommReq *req) {
 typedef struct {
     float *buf;        /* the p blocks: block k at buf + k·stride */
     float *tmp;        /* the block received at this step */
+    int own_tmp;       /* tmp was allocated here (freed at the end); else the caller's */
     size_t block;      /* floats of each block */
     size_t stride;     /* floats from one block's start to the next: block for a whole buffer, more
                           for one piece of a segment's blocks (comm_ireduce_scatter_piece_f32) */
@@ -166,7 +167,7 @@ static int ring_test(CommReq *req, int *done) {
     if (!(last && g->fault))
         for (size_t i = 0; i < g->block; i++) dst[i] += g->tmp[i];
     if (last) {
-        free(g->tmp);
+        if (g->own_tmp) free(g->tmp);
         free(g);
         req->ring = NULL;
         *done = 1;
@@ -193,23 +194,27 @@ static int req_test(CommReq *req, int *rc) {
 
 /* Starts a ring reduce-scatter of buf's p blocks (block floats each, `stride` floats apart) over
  * comm (this rank = rank); req is begun; *seq counts the rings started on comm (their tags), the
- * same on all its ranks. */
+ * same on all its ranks. tmp: the receive block (block floats, the caller's until the ring is
+ * complete), or NULL to allocate one here. */
 static Status ring_start(Comm *c, CommReq *req, float *buf, size_t block, size_t stride, int p, int rank,
-                         MPI_Comm comm, uint32_t *seq, Err *err) {
+                         MPI_Comm comm, uint32_t *seq, float *tmp, Err *err) {
     if (block == 0) return ST_OK; /* nothing to add (req_begin left it inactive) */
     Ring *g = calloc(1, sizeof *g);
-    float *tmp = malloc(block * sizeof(float));
+    int own = tmp == NULL;
+    if (own) tmp = malloc(block * sizeof(float));
     if (!g || !tmp) {
-        free(g), free(tmp);
+        free(g);
+        if (own) free(tmp);
         return err_set(err, ST_ERR_RUNTIME, "out of memory for the reduce-scatter's receive block (%zu floats)", block);
     }
-    *g = (Ring){.buf = buf, .tmp = tmp, .block = block, .stride = stride, .p = p, .r = rank,
+    *g = (Ring){.buf = buf, .tmp = tmp, .own_tmp = own, .block = block, .stride = stride, .p = p, .r = rank,
                 .tag = (int)((*seq)++ % RING_TAG_SPANS) * RING_MAX_RANKS, .fault = c->test_ring_fault, .comm = comm};
     req->ring = g;
     int rc = MPI_CALL(c, ring_post(g));
     if (rc == MPI_SUCCESS) req_go(req);
     else {
-        free(g->tmp), free(g);
+        if (g->own_tmp) free(g->tmp);
+        free(g);
         req->ring = NULL;
         return mpi_fail(c, err, rc, "MPI_Isend/MPI_Irecv", "reduce-scatter ring");
     }
@@ -640,7 +645,7 @@ Status comm_iallreduce_f32(Comm *c, const float *send, float *recv, size_t n, Co
     return ST_OK;
 }
 
-Status comm_ireduce_scatter_f32(Comm *c, const float *send, float *recv, size_t block, CommReq *req, Err *err) {
+static Status ireduce_scatter(Comm *c, const float *send, float *recv, size_t block, float *tmp, CommReq *req, Err *err) {
     Status st = check_count(c, block, "reduce-scatter block", err);
     if (st != ST_OK) return st;
     const float *own = send + (size_t)c->dp_rank * block;
@@ -664,7 +669,7 @@ Status comm_ireduce_scatter_f32(Comm *c, const float *send, float *recv, size_t 
         return ST_OK;
     }
     if (recv == own && c->dp > 1 && c->dp <= RING_MAX_RANKS)
-        return ring_start(c, req, (float *)send, block, block, c->dp, c->dp_rank, c->mpi->dp, &c->ring_seq[0], err);
+        return ring_start(c, req, (float *)send, block, block, c->dp, c->dp_rank, c->mpi->dp, &c->ring_seq[0], tmp, err);
     MPI_Request r;
     int rc;
     if (recv == own) {
@@ -680,6 +685,10 @@ Status comm_ireduce_scatter_f32(Comm *c, const float *send, float *recv, size_t 
     req_put(req, r);
     req_go(req);
     return ST_OK;
+}
+
+Status comm_ireduce_scatter_f32(Comm *c, const float *send, float *recv, size_t block, CommReq *req, Err *err) {
+    return ireduce_scatter(c, send, recv, block, NULL, req, err);
 }
 
 Status comm_iallgather_f32(Comm *c, const float *send, float *recv, size_t block, CommReq *req, Err *err) {
@@ -722,7 +731,12 @@ static Status piece_check(const Comm *c, size_t stride, size_t n, const char *wh
 }
 
 Status comm_ireduce_scatter_piece_f32(Comm *c, float *buf, size_t stride, size_t n, CommReq *req, Err *err) {
-    if (n == stride) return comm_ireduce_scatter_f32(c, buf, buf + (size_t)c->dp_rank * stride, n, req, err);
+    return comm_ireduce_scatter_piece_tmp_f32(c, buf, stride, n, NULL, req, err);
+}
+
+Status comm_ireduce_scatter_piece_tmp_f32(Comm *c, float *buf, size_t stride, size_t n, float *tmp, CommReq *req,
+                                          Err *err) {
+    if (n == stride) return ireduce_scatter(c, buf, buf + (size_t)c->dp_rank * stride, n, tmp, req, err);
     Status st = piece_check(c, stride, n, "reduce-scatter", err);
     if (st != ST_OK) return st;
     /* A piece is the ring's only: MPI's reduce-scatter and all-reduce take no strided parts. */
@@ -733,7 +747,7 @@ Status comm_ireduce_scatter_piece_f32(Comm *c, float *buf, size_t stride, size_t
                        n, stride, RING_MAX_RANKS, c->dp);
     req_begin(c, req, COMM_REDUCE_SCATTER, comm_ring_bytes(COMM_REDUCE_SCATTER, (uint64_t)n * (uint64_t)c->dp * 4, c->dp));
     if (!c->mpi || c->dp == 1) return ST_OK; /* one rank: its part is the sum */
-    return ring_start(c, req, buf, n, stride, c->dp, c->dp_rank, c->mpi->dp, &c->ring_seq[0], err);
+    return ring_start(c, req, buf, n, stride, c->dp, c->dp_rank, c->mpi->dp, &c->ring_seq[0], tmp, err);
 }
 
 Status comm_iallgather_piece_f32(Comm *c, float *buf, size_t stride, size_t n, CommReq *req, Err *err) {
@@ -809,7 +823,7 @@ static Status tp_start(Comm *c, CommKind k, float *buf, size_t n, MPI_Op op, Com
         call = "MPI_Iallgather";
         rc = MPI_CALL(c, MPI_Iallgather(MPI_IN_PLACE, (int)block, MPI_FLOAT, buf, (int)block, MPI_FLOAT, c->mpi->tp, &r));
     } else if (c->tp <= RING_MAX_RANKS) { /* comm's ring (see comm_ireduce_scatter_f32) */
-        return ring_start(c, req, buf, block, block, c->tp, c->tp_rank, c->mpi->tp, &c->ring_seq[1], err);
+        return ring_start(c, req, buf, block, block, c->tp, c->tp_rank, c->mpi->tp, &c->ring_seq[1], NULL, err);
     } else {
         /* In place the result lands at the start of buf; it moves to the own block after. */
         call = "MPI_Ireduce_scatter_block";

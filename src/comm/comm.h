@@ -172,6 +172,12 @@ Status comm_iallgather_f32(Comm *c, const float *send, float *recv, size_t block
  *     strided type); booked as the all-gather of n·dp floats.
  * Pieces of n·dp floats book exactly their share of the whole collective's ring bytes. */
 Status comm_ireduce_scatter_piece_f32(Comm *c, float *buf, size_t stride, size_t n, CommReq *req, Err *err);
+/* The same with the ring's receive block given: tmp (n floats) stays the caller's and must not be
+ * touched until req completes; NULL allocates one per piece (as above). ZeRO's scheduler passes
+ * slots of its own, counted in the run's memory (MEM_COMM), so its pieces in flight add no
+ * untracked heap. */
+Status comm_ireduce_scatter_piece_tmp_f32(Comm *c, float *buf, size_t stride, size_t n, float *tmp, CommReq *req,
+                                          Err *err);
 Status comm_iallgather_piece_f32(Comm *c, float *buf, size_t stride, size_t n, CommReq *req, Err *err);
 /* buf (n floats) on every dp rank gets the values of dp rank `root`. */
 Status comm_bcast_f32(Comm *c, float *buf, size_t n, int root, Err *err);

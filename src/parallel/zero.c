@@ -67,6 +67,21 @@ static int zc_active(const Par *p) {
     return n;
 }
 
+/* A free receive-block slot for a ring reduce-scatter piece of n floats that req will carry, or
+ * NULL (no slots: comm allocates one). The cap keeps at most ZERO_RS_IN_FLIGHT such pieces in
+ * flight, so one is free whenever the scheduler starts one. */
+static float *rs_slot(Par *p, const CommReq *req, size_t n) {
+    ZeroSched *zs = &p->zs;
+    if (!zs->rs_tmp[0] || n > zs->rs_tmp_floats) return NULL;
+    for (int a = 0; a < ZERO_RS_IN_FLIGHT; a++)
+        if (!zs->rs_tmp_req[a] || !zs->rs_tmp_req[a]->active) {
+            zs->rs_tmp_req[a] = req;
+            return zs->rs_tmp[a];
+        }
+    ST_CHECK_MSG(0, "more ring reduce-scatter pieces in flight than receive slots");
+    return NULL;
+}
+
 static void zc_start_piece(Par *p, ZColl *z, int i) {
     z->seq[i] = p->zs.nstarted++;
     size_t off, n;
@@ -75,7 +90,7 @@ static void zc_start_piece(Par *p, ZColl *z, int i) {
     Status st;
     if (z->staged) st = stage_piece_start(p, z, i, &e); /* a device: on a host slot */
     else if (z->kind == ZC_ALLREDUCE) st = comm_iallreduce_f32(p->c, z->buf + off, z->buf + off, n, &z->req[i], &e);
-    else if (z->kind == ZC_REDUCE_SCATTER) st = comm_ireduce_scatter_piece_f32(p->c, z->buf + off, z->block, n, &z->req[i], &e);
+    else if (z->kind == ZC_REDUCE_SCATTER) st = comm_ireduce_scatter_piece_tmp_f32(p->c, z->buf + off, z->block, n, rs_slot(p, &z->req[i], n), &z->req[i], &e);
     else st = comm_iallgather_piece_f32(p->c, z->buf + off, z->block, n, &z->req[i], &e);
     if (st != ST_OK) par_hook_fail(p, st, &e);
 }
@@ -513,6 +528,15 @@ int zero_init(Par *p) {
             if (!zc_init(p, &zp->slot_ag[a], most, 0)) return 0;
         if (!zc_init(p, &zp->b0_ag, n0, 0)) return 0;
     }
+    /* The ring pieces' receive blocks (comm's ring: dp 2 .. COMM_RING_MAX_RANKS; not on a device,
+     * whose pieces run on its host slots). */
+    if (p->zero >= 1 && p->dp > 1 && p->dp <= COMM_RING_MAX_RANKS && !p->stage.on) {
+        size_t q = 0;
+        for (int s = 0; s < ns; s++)
+            if (p->blk[s] && rs_piece(p, s) > q) q = rs_piece(p, s);
+        p->zs.rs_tmp_floats = q;
+        for (int a = 0; a < ZERO_RS_IN_FLIGHT && q; a++) p->zs.rs_tmp[a] = par_alloc_f(p, MEM_COMM, q, &ok);
+    }
     if (p->zero >= 2) {
         zg->shard = state_alloc(p, MEM_GRADS, p->S * sizeof(float), &ok);
         zg->b0 = state_alloc(p, MEM_GRADS, p->E * sizeof(float), &ok);
@@ -546,6 +570,7 @@ void zero_free(Par *p) {
     ZeroParams *zp = &p->zp;
     for (int k = 0; k < p->zs.nall; k++) free(p->zs.all[k]->req), free(p->zs.all[k]->seq);
     free(p->zs.all), free(p->zs.fifo);
+    for (int a = 0; a < ZERO_RS_IN_FLIGHT; a++) mem_free(p->mem, MEM_COMM, p->zs.rs_tmp[a], p->zs.rs_tmp_floats * sizeof(float));
     free(p->zb.started), free(p->zb.lp_stale), free(p->zb.grad), free(p->zb.param), free(zg->seg_slot);
     state_free(p, MEM_GRADS, zg->shard, p->S * sizeof(float));
     state_free(p, MEM_GRADS, zg->b0, p->E * sizeof(float));
