@@ -16,7 +16,9 @@
  *                             (bf16), (N·C/t)·64 + (N/t)(16 + 4a) (--sp, fp32)
  *              workspace      the whole model's (layout_run_bytes, pp = 1) + 4·Nl·C (the received output
  *                             gradient; sent gradients use the runtime's MEM_COMM pool)
- *              tied buffer    4·min(Vl·C, 2^20) on ranks 0 and P − 1, else 0
+ *              comm           4·min(Vl·C, 2^20) on ranks 0 and P − 1 (the tied buffer), else 0; at ZeRO ≥ 1
+ *                             and dp > 1 + 4·8·min(2^20/dp, the rank's largest segment/dp) (the ring's
+ *                             receive slots)
  *              p2p per step   4·Nl·C·m·(2v − [r = 0] − [r = P − 1]) + [r ∈ {0, P−1}] 4·Vl·C
  *            exact (integers); plan_compute's memory per device == the worst rank's. Negative controls:
  *            the textbook forms (every stage min(P, m) slots; no head copy of wte; 2m messages on every
@@ -40,6 +42,7 @@
  *            ST_PAR_TEST_PP_FAULT=1 (the tied wte exchange skipped) must fail the pp send check.
  * The plan is told the ranks share one node (--devices-per-node = world) and --threads 1, as the runs. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +131,17 @@ static Want closed_form(const Case *k, int r, int slots_override, int head_copy,
     w.act = w.slots * slot;
     double wte = Vl * C;
     w.tied = embed != head ? 4 * (wte < 1048576.0 ? wte : 1048576.0) : 0;
+    /* ZeRO 1-3 at dp > 1: the ring reduce-scatter's 8 receive slots (zero.c), each the largest
+     * piece's part of a rank, min(1 Mi floats / dp, segment / dp) over this rank's segments: the
+     * embedding's (wte and wpe), the head copy of wte on a last stage without the embedding, a
+     * block (the last one with the final LayerNorm). */
+    if (k->zero >= 1 && k->dp > 1) {
+        double seg = w.blocks ? block + (head ? 2 * C : 0) : 0;
+        if (embed && Vl * C + s->maxT * C > seg) seg = Vl * C + s->maxT * C;
+        if (!embed && head && head_copy && wte > seg) seg = wte;
+        double q = floor(seg / k->dp), cap = floor(1048576.0 / k->dp);
+        w.tied += 4 * 8 * (q < cap ? q : cap);
+    }
     int msgs = msgs_all ? 2 * k->m * k->v : k->m * (2 * k->v - (r == 0) - (r == k->P - 1));
     w.p2p = 4 * Nl * C * msgs + (embed != head ? 4 * wte : 0);
     return w;

@@ -828,6 +828,16 @@ size_t layout_dp_piece_floats(size_t bucket_floats, int dp, size_t block) {
     return q;
 }
 
+size_t layout_dp_rs_slot_floats(const ParamLayout *pl, int dp, int zero, size_t bucket_floats) {
+    if (zero < 1 || dp < 2 || dp > COMM_RING_MAX_RANKS) return 0;
+    size_t q = 0;
+    for (int s = 0; s < pl->nseg; s++) {
+        size_t blk = (pl->seg_off[s + 1] - pl->seg_off[s]) / (size_t)dp, n = layout_dp_piece_floats(bucket_floats, dp, blk);
+        if (n > q) q = n;
+    }
+    return q;
+}
+
 size_t layout_dp_pieces(size_t bucket_floats, int dp, size_t block) {
     size_t q = layout_dp_piece_floats(bucket_floats, dp, block);
     return q ? (block + q - 1) / q : 0;

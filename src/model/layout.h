@@ -454,6 +454,13 @@ StageBlocks layout_pp_rank_stage(const int first[], const int last[], int pp, in
 size_t layout_dp_piece_floats(size_t bucket_floats, int dp, size_t block);
 /* Pieces of a block of `block` floats: ceil(block / layout_dp_piece_floats(...)), 0 when empty. */
 size_t layout_dp_pieces(size_t bucket_floats, int dp, size_t block);
+/* ZeRO 1-3's ring reduce-scatter pieces in flight at once (zero.c's scheduler; docs/parallel.md
+ * "Pieces") and the receive block each holds: LAYOUT_RS_IN_FLIGHT slots of this many floats, the
+ * largest piece's per-rank part over the layout's segments, allocated once per rank as `comm`
+ * memory; 0 where no ring runs (ZeRO 0, one dp rank, more than COMM_RING_MAX_RANKS). The trainer
+ * allocates them and plan counts them with it. */
+#define LAYOUT_RS_IN_FLIGHT 8
+size_t layout_dp_rs_slot_floats(const ParamLayout *pl, int dp, int zero, size_t bucket_floats);
 
 /* Floats of the tied wte gradient a pipeline end sends to the other end every step (and receives
  * from it): the local wte's numel (vocab_local·C) when pp > 1 and pl holds wte with exactly one of

@@ -76,7 +76,7 @@ static inline void zc_piece(const ZColl *z, int i, size_t *off, size_t *n) {
  *   0.5-0.7 of the link's rate across 1 Gb/s; with 8 at 0.9-1.0, as the uncounted all-gathers do
  *   (bench/results/netsim.md). */
 #define ZERO_IN_FLIGHT 2
-#define ZERO_RS_IN_FLIGHT 8
+#define ZERO_RS_IN_FLIGHT LAYOUT_RS_IN_FLIGHT /* 8 (model/layout.h: plan counts their slots) */
 
 /* The scheduler: every collective in the order it was queued (the same on every rank, so the
  * pieces start in one order everywhere, as MPI and the ring's tags require). */

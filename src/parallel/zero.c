@@ -528,12 +528,10 @@ int zero_init(Par *p) {
             if (!zc_init(p, &zp->slot_ag[a], most, 0)) return 0;
         if (!zc_init(p, &zp->b0_ag, n0, 0)) return 0;
     }
-    /* The ring pieces' receive blocks (comm's ring: dp 2 .. COMM_RING_MAX_RANKS; not on a device,
-     * whose pieces run on its host slots). */
-    if (p->zero >= 1 && p->dp > 1 && p->dp <= COMM_RING_MAX_RANKS && !p->stage.on) {
-        size_t q = 0;
-        for (int s = 0; s < ns; s++)
-            if (p->blk[s] && rs_piece(p, s) > q) q = rs_piece(p, s);
+    /* The ring pieces' receive blocks (layout_dp_rs_slot_floats: comm's ring, dp 2 ..
+     * COMM_RING_MAX_RANKS; not on a device, whose pieces run on its host slots). */
+    if (!p->stage.on) {
+        size_t q = layout_dp_rs_slot_floats(p->pl, p->dp, p->zero, p->o.bucket_floats);
         p->zs.rs_tmp_floats = q;
         for (int a = 0; a < ZERO_RS_IN_FLIGHT && q; a++) p->zs.rs_tmp[a] = par_alloc_f(p, MEM_COMM, q, &ok);
     }

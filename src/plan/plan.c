@@ -452,10 +452,12 @@ Status plan_trainer_pp(const ModelConfig *cfg, const PlanTrainerPipe *s, PlanPpR
         ActOptions ao = {s->B, s->T, s->threads, (Recompute)s->recompute, s->precision, tp, s->sp && tp > 1, &ast};
         layout_run_bytes(cfg, &ao, rb);
         size_t tied = layout_pp_tied_floats(&pl, pp);
+        size_t rs_slot = layout_dp_rs_slot_floats(&pl, dp, s->zero, LAYOUT_BUCKET_FLOATS);
         layout_free(&pl);
         for (int c = 0; c < MEM_NCAT; c++) o->bytes[c] = (double)zb[c];
         o->bytes[MEM_ACTIVATIONS] = (double)rb[MEM_ACTIVATIONS], o->bytes[MEM_WORKSPACE] = (double)rb[MEM_WORKSPACE];
-        o->bytes[MEM_COMM] = 4.0 * (double)(tied < LAYOUT_BUCKET_FLOATS ? tied : LAYOUT_BUCKET_FLOATS);
+        o->bytes[MEM_COMM] = 4.0 * (double)(tied < LAYOUT_BUCKET_FLOATS ? tied : LAYOUT_BUCKET_FLOATS) +
+                             4.0 * LAYOUT_RS_IN_FLIGHT * (double)rs_slot; /* ZeRO's ring receive slots */
         for (int c = 0; c < MEM_NCAT; c++) o->total += o->bytes[c];
         /* Every forward but the last virtual stage's sends its output on; every backward but
          * virtual stage 0's sends its input gradient back (pp.c). */
@@ -727,6 +729,8 @@ static Status core_params(Core *c, PlanResult *r, Err *err) {
             size_t zb[MEM_NCAT];
             StateBytes sb = {pr->weight, pr->grad, pr->master, pr->moment};
             layout_zero_bytes(&pl, dp, in->zero, in->n_moments, sb, zb);
+            /* ZeRO's ring reduce-scatter receive slots (zero.c), the trainer's comm memory */
+            r->mem.comm = 4.0 * LAYOUT_RS_IN_FLIGHT * (double)layout_dp_rs_slot_floats(&pl, dp, in->zero, LAYOUT_BUCKET_FLOATS);
             if (in->muon) zb[MEM_MOMENTS] += layout_muon_bytes(&pl, pr->compute == PLAN_DTYPE_BF16);
             if (in->shampoo) { /* the most loaded rank's owned block state */
                 size_t worst = 0;
