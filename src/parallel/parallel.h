@@ -23,9 +23,9 @@
  *
  * Stages (what each rank stores; G = gradients, P = parameters, M = moments):
  *   Every collective runs in pieces of ≤ bucket_floats (4 MiB) through one scheduler (zero.c:
- *   queued in hook order, started in that order, at most ZERO_IN_FLIGHT (2) all-reduce or ZERO_RS_IN_FLIGHT (8) ring
- *   reduce-scatter pieces at once so the MPI library's and the ring's temporaries stay bounded (2 on
- *   a device: its host slots), progressed and refilled by comm_test
+ *   queued in hook order, started in that order, at most ZERO_IN_FLIGHT (2) all-reduce or
+ *   ZERO_RS_IN_FLIGHT (8) ring reduce-scatter pieces at once so the MPI library's and the ring's
+ *   temporaries stay bounded (2 on a device: its host slots), progressed and refilled by comm_test
  *   in before_forward, before_backward and grads_ready). A reduce-scatter or all-gather piece is the
  *   same floats of every rank's block (layout_dp_piece_floats), so it runs comm's ring and sums in
  *   the unsplit segment's order.

@@ -69,9 +69,10 @@ static inline void zc_piece(const ZColl *z, int i, size_t *off, size_t *n) {
  * and are not counted, so a step's parameter gathers all start within the step.
  * - ZERO_IN_FLIGHT: stage 0's bucket all-reduces (MPI's; 2 x 4 MiB kept ZeRO 0's RSS within 1% of
  *   its allocation, docs/parallel.md).
- * - ZERO_RS_IN_FLIGHT: the ring reduce-scatter pieces of stages 1-3 (a temporary of a rank's part,
- *   4 MiB / dp, each, in slots counted as MEM_COMM: ZeroSched.rs_tmp). Over TCP each large message waits for its receiver's clear-to-send, which
- *   travels behind the bulk data the receiver sends the other way (one byte stream per pair): with
+ * - ZERO_RS_IN_FLIGHT: the ring reduce-scatter pieces of stages 1-3 (a receive block of a rank's
+ *   part, 4 MiB / dp, each, in slots counted as MEM_COMM: ZeroSched.rs_tmp). Over TCP each large
+ *   message waits for its receiver's clear-to-send, which travels behind the bulk data the
+ *   receiver sends the other way (one byte stream per pair): with
  *   2 pieces in flight the link idled during those handshakes and ZeRO 1's reduce-scatter ran at
  *   0.5-0.7 of the link's rate across 1 Gb/s; with 8 at 0.9-1.0, as the uncounted all-gathers do
  *   (bench/results/netsim.md). */

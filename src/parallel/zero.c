@@ -1,7 +1,7 @@
 /* zero.c — ZeRO stages 0–3 over the dp group (parallel.h's table, docs/parallel.md "Buckets and
  * overlap" and "Pieces"): every collective split into pieces of at most bucket_floats that start
- * through one scheduler (ZeroSched: in queue order, at most ZERO_IN_FLIGHT all-reduces or ZERO_RS_IN_FLIGHT
- * reduce-scatters at once, DEV_STAGE_SLOTS on a device); the gradient
+ * through one scheduler (ZeroSched: in queue order, at most ZERO_IN_FLIGHT all-reduces or
+ * ZERO_RS_IN_FLIGHT reduce-scatters at once, DEV_STAGE_SLOTS on a device); the gradient
  * collectives of stage 0/1 and the stage 1-2 parameter all-gathers on the full buffers
  * (ZeroBuckets), the stage 2/3 bucket slots and gradient shard (ZeroGrads), the stage 3 parameter
  * gathers (ZeroParams), the dp hooks the model calls around each segment, and parameters and
@@ -73,6 +73,10 @@ static int zc_active(const Par *p) {
 static float *rs_slot(Par *p, const CommReq *req, size_t n) {
     ZeroSched *zs = &p->zs;
     if (!zs->rs_tmp[0] || n > zs->rs_tmp_floats) return NULL;
+    /* req is about to start again: a slot it held for an earlier piece is free (else it would read
+     * busy while req runs on another slot, and the cap's last piece would find none) */
+    for (int a = 0; a < ZERO_RS_IN_FLIGHT; a++)
+        if (zs->rs_tmp_req[a] == req) zs->rs_tmp_req[a] = NULL;
     for (int a = 0; a < ZERO_RS_IN_FLIGHT; a++)
         if (!zs->rs_tmp_req[a] || !zs->rs_tmp_req[a]->active) {
             zs->rs_tmp_req[a] = req;
@@ -96,8 +100,8 @@ static void zc_start_piece(Par *p, ZColl *z, int i) {
 }
 
 /* Starts queued pieces, oldest collective first, while fewer counted pieces than the head's cap run
- * (ZERO_IN_FLIGHT all-reduces, ZERO_RS_IN_FLIGHT reduce-scatters; on a device DEV_STAGE_SLOTS). Only the head of the queue starts pieces, so the
- * order is the queue's on every rank. */
+ * (ZERO_IN_FLIGHT all-reduces, ZERO_RS_IN_FLIGHT reduce-scatters; on a device DEV_STAGE_SLOTS).
+ * Only the head of the queue starts pieces, so the order is the queue's on every rank. */
 static void zc_pump(Par *p) {
     ZeroSched *zs = &p->zs;
     int active = zc_active(p);
@@ -147,7 +151,7 @@ static CommReq *zc_oldest(Par *p, long before) {
 /* Waits until every piece of z (but a held one) is complete (on a device: its result copied back),
  * starting queued pieces as others finish. Each wait is for the oldest piece in flight (z's own
  * first unfinished one, or an older piece of another collective), and the queue is pumped after
- * every completion, so ZERO_IN_FLIGHT pieces stay in flight and every rank starts its pieces at the
+ * every completion, so the cap's pieces stay in flight and every rank starts its pieces at the
  * same points of the exchange. (Waiting z's pieces in turn before starting more let the ranks fall
  * out of step: one rank's next piece started while the other still waited, the link idled, ZeRO 1's
  * reduce-scatter ran 1.3-1.5x its line-rate time across 1 Gb/s; bench/results/netsim.md.) Waiting

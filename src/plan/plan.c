@@ -403,6 +403,12 @@ Status plan_trainer_comm(const ModelConfig *cfg, const PlanTrainerStep *s, doubl
 
 int plan_noise_scale_on(int dp, int pp, int k, int off) { return !off && pp == 1 && (dp >= 2 || k >= 2); }
 
+/* The trainer's comm memory for ZeRO's ring reduce-scatter receive slots (zero.c): LAYOUT_RS_IN_FLIGHT
+ * slots of the largest piece's per-rank part, in fp32. */
+static double rs_slots_bytes(const ParamLayout *pl, int dp, int zero) {
+    return 4.0 * LAYOUT_RS_IN_FLIGHT * (double)layout_dp_rs_slot_floats(pl, dp, zero, LAYOUT_BUCKET_FLOATS);
+}
+
 /* ---- our trainer's pipeline ranks (plan_trainer_pp) ---- */
 
 Status plan_trainer_pp(const ModelConfig *cfg, const PlanTrainerPipe *s, PlanPpRank out[], Err *err) {
@@ -452,12 +458,11 @@ Status plan_trainer_pp(const ModelConfig *cfg, const PlanTrainerPipe *s, PlanPpR
         ActOptions ao = {s->B, s->T, s->threads, (Recompute)s->recompute, s->precision, tp, s->sp && tp > 1, &ast};
         layout_run_bytes(cfg, &ao, rb);
         size_t tied = layout_pp_tied_floats(&pl, pp);
-        size_t rs_slot = layout_dp_rs_slot_floats(&pl, dp, s->zero, LAYOUT_BUCKET_FLOATS);
+        double rs_slots = rs_slots_bytes(&pl, dp, s->zero);
         layout_free(&pl);
         for (int c = 0; c < MEM_NCAT; c++) o->bytes[c] = (double)zb[c];
         o->bytes[MEM_ACTIVATIONS] = (double)rb[MEM_ACTIVATIONS], o->bytes[MEM_WORKSPACE] = (double)rb[MEM_WORKSPACE];
-        o->bytes[MEM_COMM] = 4.0 * (double)(tied < LAYOUT_BUCKET_FLOATS ? tied : LAYOUT_BUCKET_FLOATS) +
-                             4.0 * LAYOUT_RS_IN_FLIGHT * (double)rs_slot; /* ZeRO's ring receive slots */
+        o->bytes[MEM_COMM] = 4.0 * (double)(tied < LAYOUT_BUCKET_FLOATS ? tied : LAYOUT_BUCKET_FLOATS) + rs_slots;
         for (int c = 0; c < MEM_NCAT; c++) o->total += o->bytes[c];
         /* Every forward but the last virtual stage's sends its output on; every backward but
          * virtual stage 0's sends its input gradient back (pp.c). */
@@ -729,8 +734,7 @@ static Status core_params(Core *c, PlanResult *r, Err *err) {
             size_t zb[MEM_NCAT];
             StateBytes sb = {pr->weight, pr->grad, pr->master, pr->moment};
             layout_zero_bytes(&pl, dp, in->zero, in->n_moments, sb, zb);
-            /* ZeRO's ring reduce-scatter receive slots (zero.c), the trainer's comm memory */
-            r->mem.comm = 4.0 * LAYOUT_RS_IN_FLIGHT * (double)layout_dp_rs_slot_floats(&pl, dp, in->zero, LAYOUT_BUCKET_FLOATS);
+            r->mem.comm = rs_slots_bytes(&pl, dp, in->zero);
             if (in->muon) zb[MEM_MOMENTS] += layout_muon_bytes(&pl, pr->compute == PLAN_DTYPE_BF16);
             if (in->shampoo) { /* the most loaded rank's owned block state */
                 size_t worst = 0;
