@@ -69,7 +69,7 @@ unpack() {
 build_and_test() {
   local gen=()
   command -v ninja >/dev/null && gen=(-G Ninja)
-  [[ -f $build/CMakeCache.txt ]] || cmake -S . -B $build "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DST_CUDA=ON \
+  [[ -f $build/CMakeCache.txt ]] || cmake -S . -B $build "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DST_CUDA=ON -DST_CUEMU=OFF \
     -DCMAKE_PREFIX_PATH="$prefix" || return 1
   if command -v make >/dev/null; then
     make test-gpu BUILD=$build JOBS="$jobs"
