@@ -15,7 +15,10 @@
  * warps whose named lanes have all arrived, then the block barrier once every live thread is at it.
  * Running each thread as far as it can before the others start is the harshest legal interleaving
  * for a missing barrier: a thread that reads shared memory another thread has not yet written
- * reads the NaN the block's dynamic shared memory is filled with.
+ * reads the NaN the block's dynamic shared memory is filled with. CUEMU_ORDER=reverse runs blocks,
+ * warps and lanes in descending order: a kernel whose result depends on the order (a thread reading
+ * what a lower thread wrote without a barrier, a block reading another block's output) gives a
+ * different answer in the two orders, so CTest runs the kernel tests in both (a racecheck of sorts).
  *
  * What it checks, where a GPU would fault, hang or silently misbehave (each reported on stderr):
  *  - launch configuration: block size 1..1024, grid limits, dynamic shared memory <= 48 KiB (the
@@ -307,6 +310,7 @@ static struct {
     size_t smem_bytes, smem_cap;
     void (*body)(void *);
     void *ctx;
+    int reverse; /* CUEMU_ORDER=reverse: blocks, warps and lanes in descending order */
 #if CUEMU_ASAN
     const void *main_bottom;
     size_t main_size;
@@ -343,12 +347,20 @@ extern "C" void cuemu_fiber_main(void);
  * through the scheduler: half the switches), else back to the scheduler; returns when resumed. */
 static void to_main(void) {
     Fiber *f = S.cur, *next = NULL;
-    int i = (int)(f - S.f), end = (i & ~31) + 32 < S.n ? (i & ~31) + 32 : S.n;
-    for (int j = i + 1; j < end; j++)
-        if (S.f[j].state == F_RUN) {
-            next = &S.f[j];
-            break;
-        }
+    int i = (int)(f - S.f), w0 = i & ~31, end = w0 + 32 < S.n ? w0 + 32 : S.n;
+    if (S.reverse) {
+        for (int j = i - 1; j >= w0; j--)
+            if (S.f[j].state == F_RUN) {
+                next = &S.f[j];
+                break;
+            }
+    } else {
+        for (int j = i + 1; j < end; j++)
+            if (S.f[j].state == F_RUN) {
+                next = &S.f[j];
+                break;
+            }
+    }
     if (next) S.cur = next, cuemu_xy.thread = next->tid;
 #if CUEMU_ASAN
     void *fake = NULL;
@@ -497,11 +509,14 @@ static void run_block(void) {
     for (int i = 0; i < S.n; i++) fiber_start(&S.f[i]);
     if (S.smem_bytes) memset(S.smem, 0xFF, S.smem_bytes + CUEMU_GUARD);
     for (;;) {
-        for (int w0 = 0; w0 < S.n; w0 += 32) {
-            int lanes = S.n - w0 < 32 ? S.n - w0 : 32;
+        int nw = (S.n + 31) / 32;
+        for (int wi = 0; wi < nw; wi++) {
+            int w0 = 32 * (S.reverse ? nw - 1 - wi : wi), lanes = S.n - w0 < 32 ? S.n - w0 : 32;
             do {
-                for (int l = 0; l < lanes; l++)
+                for (int li = 0; li < lanes; li++) {
+                    int l = S.reverse ? lanes - 1 - li : li;
                     if (S.f[w0 + l].state == F_RUN) resume(&S.f[w0 + l]);
+                }
             } while (release_warp(w0));
         }
         int live = 0, at_bar = 0, orv = 0;
@@ -585,12 +600,16 @@ void cuemu_run(const char *name, void (*body)(void *), void *ctx, dim3 grid, dim
         S.f[i].tid.z = i / (block.x * block.y);
     }
     cuemu_xy.block_dim = uint3{block.x, block.y, block.z}, cuemu_xy.grid_dim = uint3{grid.x, grid.y, grid.z};
-    for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
-                cuemu_xy.block.x = x, cuemu_xy.block.y = y, cuemu_xy.block.z = z;
-                run_block();
-            }
+    const char *order = getenv("CUEMU_ORDER");
+    S.reverse = order && !strcmp(order, "reverse");
+    unsigned long nblocks = (unsigned long)grid.x * grid.y * grid.z;
+    for (unsigned long bi = 0; bi < nblocks; bi++) {
+        unsigned long b = S.reverse ? nblocks - 1 - bi : bi;
+        cuemu_xy.block.x = (unsigned)(b % grid.x);
+        cuemu_xy.block.y = (unsigned)(b / grid.x % grid.y);
+        cuemu_xy.block.z = (unsigned)(b / ((unsigned long)grid.x * grid.y));
+        run_block();
+    }
     S.kname = NULL;
     __atomic_store_n(&g_launching, 0, __ATOMIC_RELEASE);
 }

@@ -59,6 +59,16 @@ __global__ void k_neighbour(float *out, int sync) {
     out[threadIdx.x] = sm[(threadIdx.x + 1) % blockDim.x];
 }
 
+/* Thread i reads thread i−1's slot without a barrier: right when lower threads run first, wrong
+ * in CUEMU_ORDER=reverse (the missing barrier the forward order hides). */
+__global__ void k_prev(float *out) {
+    extern __shared__ float sm[];
+    sm[threadIdx.x] = (float)threadIdx.x;
+    out[threadIdx.x] = threadIdx.x ? sm[threadIdx.x - 1] : 0.0f;
+}
+/* Block b reads block b−1's output: a race between blocks, right only when blocks run in order. */
+__global__ void k_chain(float *x) { x[blockIdx.x + 1] = x[blockIdx.x] + 1.0f; }
+
 __global__ void k_lanes(int *out) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, v = lane * 10 + warp;
     int *o = out + threadIdx.x * 5;
@@ -329,6 +339,28 @@ int main(void) {
     for (int i = 0; i < 64; i++) wrong += hn[i] != (float)((i + 1) % 64);
     check(wrong > 0, "missing_barrier_is_caught", "%d of 64 threads read an unwritten (NaN) slot without the barrier",
           wrong);
+
+    /* the order-dependent kernels: both orders are checked, in a child each */
+    {
+        float hp[64], hc[9];
+        int forward_ok = 0, reverse_bad = 0;
+        for (int rev = 0; rev < 2; rev++) {
+            if (rev) setenv("CUEMU_ORDER", "reverse", 1);
+            k_prev<<<1, 64, 64 * sizeof(float)>>>(dn);
+            cudaMemcpy(hp, dn, sizeof hp, cudaMemcpyDeviceToHost);
+            cudaMemset(dn, 0, 9 * sizeof(float));
+            k_chain<<<8, 1>>>(dn);
+            cudaMemcpy(hc, dn, sizeof hc, cudaMemcpyDeviceToHost);
+            int ok = hc[8] == 8.0f;
+            for (int i = 1; i < 64; i++) ok &= hp[i] == (float)(i - 1);
+            if (rev) reverse_bad = !ok;
+            else forward_ok = ok;
+            unsetenv("CUEMU_ORDER");
+        }
+        check(forward_ok && reverse_bad, "reverse_order_exposes_order_dependence",
+              "a missing barrier (thread i reads i-1) and a block reading the previous block: right in the "
+              "forward order, wrong in CUEMU_ORDER=reverse");
+    }
 
     /* warp exchanges and __syncthreads_or */
     int *dl = (int *)dalloc(96 * 5 * sizeof(int)), hl[96 * 5];
