@@ -35,6 +35,7 @@
 # The last line counts the rows within 25 % of the plan (the issue's bar), controls left out.
 #
 # usage: sudo [ROUNDS=3] [STEPS=6] [LINKS="10gbit 1gbit"] [CONFIGS="dp0 dp1 dp2 dp3 dp0o dp0n dp0p tp pp"]
+#   (also dp1o, dp2o, dp3o: ZeRO 1-3 overlapped; beside dpK, the share of its communication hidden)
 #             bench/netsim.sh > table.md
 # Results: bench/results/netsim.md.
 set -euo pipefail
@@ -154,6 +155,7 @@ grid() {
     dp0) echo "--dp 2 --zero 0 --no-overlap" ;; dp1) echo "--dp 2 --zero 1 --no-overlap" ;;
     dp2) echo "--dp 2 --zero 2 --no-overlap" ;; dp3) echo "--dp 2 --zero 3 --no-overlap" ;;
     dp0o|dp0n|dp0p) echo "--dp 2 --zero 0" ;; tp) echo "--dp 1 --tp 2" ;; pp) echo "--dp 1 --pp 2 --grad-accum 4" ;;
+    dp1o) echo "--dp 2 --zero 1" ;; dp2o) echo "--dp 2 --zero 2" ;; dp3o) echo "--dp 2 --zero 3" ;;
     *) echo "netsim: unknown config $1" >&2; exit 1 ;;
   esac
 }
@@ -240,7 +242,8 @@ plan_row() {
 import json, sys
 c = json.load(sys.stdin)["compute"]; t = c["time_s"]
 comp = t["matmul"] + t["elementwise"]
-comm = t["dp"] + t["tp"] + t["pp"] + t["bubble"] if sys.argv[1] not in ("dp0o", "dp0n", "dp0p") else c["step_s"] - comp - t["optimizer"] - t["bubble"]
+overlapped = sys.argv[1] in ("dp0o", "dp0n", "dp0p", "dp1o", "dp2o", "dp3o")
+comm = c["step_s"] - comp - t["optimizer"] - t["bubble"] if overlapped else t["dp"] + t["tp"] + t["pp"] + t["bubble"]
 st = c["step_s"]
 print(f"{1e3 * comm:.2f} {1e3 * st:.2f}")' "$1"
 }
@@ -326,6 +329,19 @@ print(f"| {l} | {c} | {mc:.1f} ({mcm:.1f}) | {pc:.1f} | {r(mc, pc)} | {ms:.1f} (
       "$link" "$cfg" "$mc" "$pc" "$ms" "$ps" "$cc" "$cs" "$mcm" "$msm" "$msc" "$mlo" "$mml" | tee -a "$tmp/rows.md"
   done
 done
+echo
+# How much of each ZeRO stage's communication its overlap hides: the overlapped row's exposed comm
+# (dpKo) against the same stage's whole comm with --no-overlap (dpK), both rank 0's fastest step.
+python3 - "$tmp/rows.md" <<'PY'
+import sys
+rows = [[c.strip() for c in l.strip().strip("|").split("|")] for l in open(sys.argv[1])]
+comm = {(r[0], r[1]): float(r[2].split()[0]) for r in rows}
+for (link, cfg), exposed in comm.items():
+    if cfg.endswith("o") and (link, cfg[:-1]) in comm:
+        whole = comm[(link, cfg[:-1])]
+        print(f"{link} ZeRO {cfg[2]}: overlap hides {100 * (1 - exposed / whole):.0f} % of its communication "
+              f"(exposed {exposed:.1f} ms of {whole:.1f} ms without overlap)")
+PY
 echo
 # The issue's bar (within 25 % of the plan), counted over the rows that are not controls (dp0n, dp0p).
 python3 - "$tmp/rows.md" <<'PY'
