@@ -11,7 +11,7 @@ ARCH       ?= gpt2
 DEMO_MODEL_gpt2  = --layers 4 --heads 4 --channels 256
 DEMO_MODEL_llama = --arch llama --layers 4 --heads 4 --kv-heads 2 --channels 256
 
-.PHONY: all deps deps-test build demo test test-release test-asan test-gpu bench clean
+.PHONY: all deps deps-test build demo test test-release test-asan test-gpu test-cuemu bench clean
 
 all: build
 
@@ -58,6 +58,10 @@ test-gpu:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DST_CUDA=ON >/dev/null
 	@cmake --build $(BUILD) -j$(JOBS)
 	bash scripts/test-gpu.sh $(BUILD)
+
+# The same GPU suite on the CPU emulation of CUDA (tests/cuemu; docs/cuda.md section 4): no GPU needed.
+test-cuemu: build
+	CUEMU=1 bash scripts/test-gpu.sh $(BUILD)
 
 bench: build
 	bash bench/bench_step.sh
