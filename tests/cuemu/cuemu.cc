@@ -72,26 +72,29 @@
 #define CUEMU_SMEM_MAX 49152 /* dynamic shared memory without cudaFuncSetAttribute */
 #define CUEMU_GUARD 64       /* canary bytes after the dynamic shared memory */
 
+/* One line on stderr: "cuemu: " prefix message. */
+static void say(const char *prefix, const char *fmt, va_list ap) {
+    fprintf(stderr, "cuemu: %s", prefix);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    fflush(stderr);
+}
+#define SAY(prefix)                                                                                         \
+    do {                                                                                                    \
+        va_list ap;                                                                                         \
+        va_start(ap, fmt);                                                                                  \
+        say(prefix, fmt, ap);                                                                               \
+        va_end(ap);                                                                                         \
+    } while (0)
+/* What a GPU would not run as written: the process aborts. */
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "cuemu: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    fflush(stderr);
+    SAY("");
     abort();
 }
+/* A call a GPU refuses with an error code: the caller returns it. */
 static void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void warn(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "cuemu: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-}
+static void warn(const char *fmt, ...) { SAY(""); }
 
 /* ------------------------------------------------------------------------------------------ */
 /* Errors and device memory                                                                   */
@@ -639,12 +642,7 @@ struct CuemuLtPref {
 
 static cublasStatus_t lt_bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static cublasStatus_t lt_bad(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "cuemu: cuBLASLt: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
+    SAY("cuBLASLt: ");
     return CUBLAS_STATUS_INVALID_VALUE;
 }
 

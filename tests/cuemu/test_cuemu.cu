@@ -16,24 +16,17 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int failures;
-static void check(int ok, const char *name, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s: %s ", name, ok ? "OK" : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    fflush(stdout);
-    failures += !ok;
+extern "C" {
+#include "testutil.h"
 }
+
+#define check tu_check
 
 /* ---- kernels ---- */
 
@@ -447,6 +440,5 @@ int main(void) {
     gemm_checks();
     cudaFree(dx), cudaFree(dsum), cudaFree(dn), cudaFree(dl), cudaFree(dcoord), cudaFree(g_out), cudaFree(fresh);
     free(hx);
-    printf("%s\n", failures ? "test_cuemu: FAILED" : "test_cuemu: all passed");
-    return failures ? 1 : 0;
+    return tu_exit();
 }
