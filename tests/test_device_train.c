@@ -12,7 +12,9 @@
  * momentum in emu; AdamW in cuda), 10 steps: each step's loss and gradient norm <= 1e-5 relative,
  * final weights per tensor <= 1e-4 (rc_weights_rel). Resume: 5 steps on the device, then 5 on the
  * CPU from its checkpoint (and the other way round) against the CPU's 10 uninterrupted, with the log
- * showing a real resume (tu_log_resumed); --init-from a CPU run's weights, 3 steps, against the CPU.
+ * showing a real resume (tu_log_resumed), and device to CPU again with the device's checkpoint
+ * written by the asynchronous saver (--ckpt-async: its copy out through to_host); --init-from a CPU
+ * run's weights, 3 steps, against the CPU.
  * On the emulated device every comparison is expected (and printed) bit for bit or within 1e-15.
  * Negative controls: the device run with its reduced gradients scaled by 1.001 (ST_PAR_TEST_GRAD_SCALE)
  * must fail the norm comparison; emu: the checkpoint copy out reading the parameters with memcpy
@@ -27,8 +29,8 @@
  * against the CPU: the 1e-5 / 1e-4 above), every rank logging the same norm; the dp 2 device
  * checkpoint of step 5 (ZeRO 0 and 3) resumed by one process on the CPU; emu: bf16 at ZeRO 1 and 3
  * against dp 2 on the CPU. Negative control: the reduced first gradient bucket not copied back to the
- * device (ST_PAR_TEST_STAGE_FAULT=1) must fail against the CPU (ZeRO 0 and 3); --pp 2 and --tp 2 on
- * the device refused in one line. */
+ * device (ST_PAR_TEST_STAGE_FAULT=1) must fail against the CPU (ZeRO 0 and 3); --pp 2, --tp 2 and
+ * --ckpt-async (the sharded writer copies with memcpy) on the device refused in one line. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,9 +101,9 @@ static void one_model(int arch, const char *tag, const char *opt) {
         tu_check(0, tag, "layout: %s", e.msg);
         return;
     }
-    char n[8][64], lbl[128], extra[1600];
-    const char *suffix[8] = {"cpu", "dev", "d2c", "c2d", "init_cpu", "init_dev", "ctl", "bypass"};
-    for (int i = 0; i < 8; i++) snprintf(n[i], sizeof n[i], "%s_%s", tag, suffix[i]);
+    char n[9][64], lbl[128], extra[1600];
+    const char *suffix[9] = {"cpu", "dev", "d2c", "c2d", "init_cpu", "init_dev", "ctl", "bypass", "d2c_async"};
+    for (int i = 0; i < 9; i++) snprintf(n[i], sizeof n[i], "%s_%s", tag, suffix[i]);
     snprintf(extra, sizeof extra, "--steps %d %s", STEPS, opt);
     int rc = train(n[0], arch, "cpu", NULL, extra, 0);
     tu_check(rc == 0, tag, "the CPU run exits 0 (got %d)", rc);
@@ -109,21 +111,23 @@ static void one_model(int arch, const char *tag, const char *opt) {
     snprintf(lbl, sizeof lbl, "%s_device_vs_cpu", tag);
     tu_check(rc == 0, lbl, "the %s run exits 0 (got %d; %s/%s.out)", g_dev, rc, DIR, n[1]);
     compare(lbl, n[1], n[0], &pl, STEPS, 0);
-    /* resume both ways: 5 steps on one, the checkpoint, 5 on the other */
-    for (int w = 0; w < 2; w++) {
-        const char *first = w ? "cpu" : g_dev, *second = w ? g_dev : "cpu", *nm = n[2 + w];
+    /* resume both ways: 5 steps on one, the checkpoint, 5 on the other; then device to CPU again
+     * with the device's checkpoint written by the asynchronous saver (--ckpt-async) */
+    for (int w = 0; w < 3; w++) {
+        const char *first = w == 1 ? "cpu" : g_dev, *second = w == 1 ? g_dev : "cpu", *nm = w < 2 ? n[2 + w] : n[8];
+        const char *async = w == 2 ? "--ckpt-async" : "";
         char ck[1400], cmd[1500];
         snprintf(ck, sizeof ck, "%s/%s_ckpt", DIR, nm);
         snprintf(cmd, sizeof cmd, "rm -rf %s", ck);
         tu_shell(cmd);
-        snprintf(extra, sizeof extra, "--steps %d --stop-after 5 --ckpt-dir %s %s", STEPS, ck, opt);
+        snprintf(extra, sizeof extra, "--steps %d --stop-after 5 --ckpt-dir %s %s %s", STEPS, ck, async, opt);
         int r1 = train(nm, arch, first, NULL, extra, 0);
         snprintf(extra, sizeof extra, "--steps %d --ckpt-dir %s --resume auto %s", STEPS, ck, opt);
         int r2 = train(nm, arch, second, NULL, extra, 1);
-        snprintf(lbl, sizeof lbl, "%s_resume_%s_to_%s", tag, first, second);
+        snprintf(lbl, sizeof lbl, "%s_resume_%s_to_%s%s", tag, first, second, w == 2 ? "_async" : "");
         tu_check(r1 == 0 && r2 == 0, lbl, "both halves exit 0 (got %d, %d)", r1, r2);
         compare(lbl, nm, n[0], &pl, STEPS, 0);
-        snprintf(lbl, sizeof lbl, "%s_resume_%s_to_%s_is_a_resume", tag, first, second);
+        snprintf(lbl, sizeof lbl, "%s_resume_%s_to_%s%s_is_a_resume", tag, first, second, w == 2 ? "_async" : "");
         resumed(lbl, nm, 5);
     }
     /* --init-from the CPU run's weights */
@@ -174,7 +178,7 @@ static void one_model(int arch, const char *tag, const char *opt) {
 static void refusals(void) {
     static const char *flag[][2] = {{"--optimizer muon", "--optimizer muon"}, {"--optimizer sophia", "--optimizer sophia"},
                                     {"--log-layer-stats", "--log-layer-stats"},
-                                    {"--optimizer shampoo", "--optimizer shampoo"}, {"--lora-rank 2", "--lora-rank"}, {"--ckpt-async --ckpt-dir " DIR "/x", "--ckpt-async"}};
+                                    {"--optimizer shampoo", "--optimizer shampoo"}, {"--lora-rank 2", "--lora-rank"}};
     for (size_t i = 0; i < sizeof flag / sizeof flag[0]; i++) {
         char extra[256], path[1400], nm[32];
         snprintf(nm, sizeof nm, "refuse%zu", i);
@@ -343,8 +347,9 @@ static void dp_mode(void) {
         free(wc), free(wd);
     }
     /* what the device does not run under dp: refused in one line naming the flag */
-    static const char *flag[][2] = {{"--pp 2", "--pp"}, {"--tp 2", "--tp"}};
-    for (int i = 0; i < 2; i++) {
+    static const char *flag[][2] = {{"--pp 2", "--pp"}, {"--tp 2", "--tp"},
+                                    {"--ckpt-async --ckpt-dir " DIR "/dp_refuse_ckpt", "--ckpt-async"}};
+    for (int i = 0; i < 3; i++) {
         char nm[32], path[1400];
         snprintf(nm, sizeof nm, "dp_refuse%d", i);
         snprintf(extra, sizeof extra, "--steps 2 %s", flag[i][0]);

@@ -211,6 +211,12 @@ Status ckpt_async_init(CkptAsync **a, const GptWeights *w, const CkptOptState *o
 Status ckpt_async_save(CkptAsync *a, const GptWeights *w, const CkptOptState *opt, const CkptMeta *meta,
                        const CkptOptions *o, Err *err);
 
+/* How the saver copies each buffer out of the weights' memory: by default memcpy (host memory); a
+ * device run's weights and moments are not host-addressable, so the trainer sets its backend's copy
+ * to the host (its errors included: fn returns 0 on success, else fills err). */
+typedef int (*CkptCopyOut)(void *ctx, float *dst, const float *src, size_t n, Err *err);
+void ckpt_async_set_copy(CkptAsync *a, CkptCopyOut fn, void *ctx);
+
 /* 1 while a write is in flight. */
 int ckpt_async_busy(CkptAsync *a);
 

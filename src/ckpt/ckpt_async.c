@@ -35,7 +35,11 @@ struct CkptAsync {
     Err err;
     CkptSaveInfo info;
     double ms_copy;
+    CkptCopyOut copy; /* NULL: memcpy (ckpt_async_set_copy) */
+    void *copy_ctx;
 };
+
+void ckpt_async_set_copy(CkptAsync *a, CkptCopyOut fn, void *ctx) { a->copy = fn, a->copy_ctx = ctx; }
 
 /* Writes one float per 4 KiB page, so the kernel maps every page now and not during a copy
  * (mem_alloc zero-fills, but that is its business: this does not rely on it). */
@@ -119,7 +123,8 @@ Status ckpt_async_save(CkptAsync *a, const GptWeights *w, const CkptOptState *op
     for (int i = 0; i < 4; i++) {
         if (!want[i]) continue;
         if (!src[i]) return err_set(err, ST_ERR_INPUT, "asynchronous checkpoint: an optimizer buffer given at init is missing");
-        copy_par(*bufs[i], src[i], w->layout.total);
+        if (!a->copy) copy_par(*bufs[i], src[i], w->layout.total);
+        else if (a->copy(a->copy_ctx, *bufs[i], src[i], w->layout.total, err)) return ST_ERR_RUNTIME;
     }
     if (ckpt_meta_copy(&a->meta, meta) != 0) return err_set(err, ST_ERR_RUNTIME, "out of memory copying checkpoint meta");
     a->opts = *o;

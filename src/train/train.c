@@ -88,7 +88,8 @@ static Status validate(const TrainConfig *c, Err *err) {
                            "device's optimizer entries)", optim_kind_name(c->optim.kind), c->device);
         const char *no = c->lora.rank > 0 ? "--lora-rank (LoRA trains on the CPU)"
                          : c->log_layer_stats ? "--log-layer-stats"
-                         : c->ckpt_async ? "--ckpt-async"
+                         /* the sharded asynchronous writer copies its shares with memcpy */
+                         : c->ckpt_async && c->comm && c->comm->world > 1 ? "--ckpt-async with more than one process"
                          : c->tp > 1 ? "--tp"
                          : c->pp > 1 ? "--pp"
                                        : NULL;

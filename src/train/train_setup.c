@@ -330,6 +330,14 @@ Status tr_setup_model(Run *r, Err *err) {
     return ST_OK;
 }
 
+/* The asynchronous saver's copy of a device's buffer into its host staging (the save blocks
+ * training only for this copy, as on the CPU; the write runs behind it). */
+static int device_copy_out(void *ctx, float *dst, const float *src, size_t n, Err *err) {
+    const Backend *be = ctx;
+    be->to_host(dst, src, n * sizeof(float));
+    return be->take_error(err) != ST_OK;
+}
+
 /* The asynchronous checkpoint writer (its copy of the state) and the metrics log. */
 Status tr_setup_outputs(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
@@ -347,6 +355,7 @@ Status tr_setup_outputs(Run *r, Err *err) {
         CkptOptState opt = {par_moment(r->par, 0), par_moment(r->par, 1), NULL};
         Status st = ckpt_async_init(&r->ck.async, &r->g.w, &opt, &r->mem, err);
         if (st != ST_OK) return st;
+        if (!r->g.be->host_addressable) ckpt_async_set_copy(r->ck.async, device_copy_out, (void *)r->g.be);
     }
     if (c->log_layer_stats) {
         const ParamLayout *pl = &r->g.w.layout;
