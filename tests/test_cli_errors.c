@@ -77,9 +77,9 @@ int main(void) {
     expect_error("token id >= vocabulary", args, "token id 300 at position 777 is not below the vocabulary size 257");
 #ifdef ST_HAVE_CUDA /* a CUDA build (ST_CUDA): the trainer runs on it in one process (test_device_train);
                      * what its device path lacks is refused before the GPU is touched, on any machine */
-    snprintf(args, sizeof args, "train --data %s/good.bin %s --device cuda --log-layer-stats", TMP, common);
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --device cuda --lora-rank 2", TMP, common);
     expect_error("--device cuda with a host-only flag", args,
-                 "--device cuda: --log-layer-stats is not supported on a device backend yet");
+                 "--device cuda: --lora-rank (LoRA trains on the CPU) is not supported on a device backend yet");
     /* sample runs on the device (its KV cache there): no refusal, the weights argument is checked */
     expect_error("sample --device cuda reaches the weights", "sample /nonexistent --device cuda", "/nonexistent");
 #define ST_DEVICES "cpu, cuda"

@@ -87,7 +87,6 @@ static Status validate(const TrainConfig *c, Err *err) {
             return err_set(err, ST_ERR_INPUT, "--optimizer %s: expected adamw, adam, sgd or lion with --device %s (the "
                            "device's optimizer entries)", optim_kind_name(c->optim.kind), c->device);
         const char *no = c->lora.rank > 0 ? "--lora-rank (LoRA trains on the CPU)"
-                         : c->log_layer_stats ? "--log-layer-stats"
                          /* the sharded asynchronous writer copies its shares with memcpy */
                          : c->ckpt_async && c->comm && c->comm->world > 1 ? "--ckpt-async with more than one process"
                          : c->tp > 1 ? "--tp"
@@ -171,6 +170,7 @@ static void run_free(Run *r) {
     free(r->pipe.idle);
     free(r->ns.rep);
     free(r->ls.prev);
+    free(r->ls.host);
     free(r->ls.grad);
     mem_free(&r->mem, MEM_DATA, r->inp, r->batch_ints * sizeof(int32_t));
     mem_free(&r->mem, MEM_DATA, r->tgt, r->batch_ints * sizeof(int32_t));

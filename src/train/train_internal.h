@@ -82,6 +82,7 @@ typedef struct {
 /* --log-layer-stats: the parameters before the update and the norms per segment. */
 typedef struct {
     float *prev;
+    float *host; /* a device run: the gradients, then the updated weights, copied to the host */
     int nseg;
     double *grad, *weight, *update;
 } RunLayerStats;

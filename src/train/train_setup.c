@@ -359,13 +359,15 @@ Status tr_setup_outputs(Run *r, Err *err) {
     }
     if (c->log_layer_stats) {
         const ParamLayout *pl = &r->g.w.layout;
-        if (!r->local || !r->g.d.grads)
+        if (r->dp != 1 || r->sliced || c->zero != 0 || !r->g.d.grads) /* `local`, a device's run included */
             return err_set(err, ST_ERR_INPUT, "--log-layer-stats: expected one process at ZeRO 0 (dp, tp, pp 1), found "
                            "world %d, ZeRO %d", r->world, c->zero);
         r->ls.nseg = pl->nseg < LAYER_STATS_MAX ? pl->nseg : LAYER_STATS_MAX;
         r->ls.prev = malloc(pl->total * sizeof(float));
         r->ls.grad = calloc((size_t)r->ls.nseg * 3, sizeof(double));
-        if (!r->ls.prev || !r->ls.grad) return err_set(err, ST_ERR_RUNTIME, "out of memory (--log-layer-stats)");
+        if (!r->g.be->host_addressable) r->ls.host = malloc(pl->total * sizeof(float));
+        if (!r->ls.prev || !r->ls.grad || (!r->g.be->host_addressable && !r->ls.host))
+            return err_set(err, ST_ERR_RUNTIME, "out of memory (--log-layer-stats)");
         r->ls.weight = r->ls.grad + r->ls.nseg, r->ls.update = r->ls.weight + r->ls.nseg;
     }
     /* A resumed run appends to its log; a new run starts it. */

@@ -399,24 +399,42 @@ static Status step_health(Run *r, Step *s, Err *err) {
     return ST_OK;
 }
 
+/* The whole of a model buffer readable on the host: itself, or on a device its copy in ls.host
+ * (NULL after recording a device error). */
+static const float *layer_stats_host(Run *r, const float *buf, Err *err) {
+    const Backend *be = r->g.be;
+    if (be->host_addressable) return buf;
+    be->to_host(r->ls.host, buf, r->g.w.layout.total * sizeof(float));
+    return be->take_error(err) == ST_OK ? r->ls.host : NULL;
+}
+
 /* --log-layer-stats, before the update: per segment the raw gradient's norm (unscaled by the fp16
  * loss scale, before clipping) and the weights' norm, and a copy of the weights. Segments are the
- * layout's (embeddings, block 0..L-1, final norm); their padding is zero in both buffers. */
-static void layer_stats_before(Run *r, float lscale) {
+ * layout's (embeddings, block 0..L-1, final norm); their padding is zero in both buffers. On a
+ * device the gradients and the weights come to the host first (a diagnostic's cost). */
+static Status layer_stats_before(Run *r, float lscale, Err *err) {
     const ParamLayout *pl = &r->g.w.layout;
-    const float *w = r->g.w.params, *g = r->g.d.grads;
+    const float *g = layer_stats_host(r, r->g.d.grads, err);
+    if (!g) return ST_ERR_RUNTIME;
+    const float *w = r->g.be->host_addressable ? r->g.w.params : r->ls.prev;
+    if (!r->g.be->host_addressable) {
+        r->g.be->to_host(r->ls.prev, r->g.w.params, pl->total * sizeof(float));
+        if (r->g.be->take_error(err) != ST_OK) return ST_ERR_RUNTIME;
+    }
     for (int k = 0; k < r->ls.nseg; k++) {
         double gs = 0, ws = 0;
         for (size_t i = pl->seg_off[k]; i < pl->seg_off[k + 1]; i++) gs += (double)g[i] * g[i], ws += (double)w[i] * w[i];
         r->ls.grad[k] = sqrt(gs) / lscale, r->ls.weight[k] = sqrt(ws);
     }
-    memcpy(r->ls.prev, w, pl->total * sizeof(float));
+    if (r->g.be->host_addressable) memcpy(r->ls.prev, w, pl->total * sizeof(float));
+    return ST_OK;
 }
 
 /* After the update: the norm of the change of each segment's weights. */
-static void layer_stats_after(Run *r) {
+static Status layer_stats_after(Run *r, Err *err) {
     const ParamLayout *pl = &r->g.w.layout;
-    const float *w = r->g.w.params;
+    const float *w = layer_stats_host(r, r->g.w.params, err);
+    if (!w) return ST_ERR_RUNTIME;
     for (int k = 0; k < r->ls.nseg; k++) {
         double us = 0;
         for (size_t i = pl->seg_off[k]; i < pl->seg_off[k + 1]; i++) {
@@ -425,19 +443,20 @@ static void layer_stats_after(Run *r) {
         }
         r->ls.update[k] = sqrt(us);
     }
+    return ST_OK;
 }
 
 /* This rank's part of the update (clip and fp16 unscale folded into the gradient scale), then
  * ZeRO's parameter all-gather. */
 static Status step_update(Run *r, Step *s, Err *err) {
     Status st = ST_OK;
-    if (s->updated && r->ls.nseg) layer_stats_before(r, s->lscale);
+    if (s->updated && r->ls.nseg && (st = layer_stats_before(r, s->lscale, err)) != ST_OK) return st;
     if (s->updated) {
         /* Muon's matrices follow the schedule's shape at their own peak (--muon-lr); Shampoo's are
          * grafted to Adam and use the run's learning rate. */
         float mlr = r->cfg.sched.lr > 0 ? r->cfg.optim.muon_lr * (s->lr / r->cfg.sched.lr) : 0.0f;
         st = par_optim_step(r->par, &r->cfg.optim, s->next, s->lr, mlr, s->scale / s->lscale, err);
-        if (st == ST_OK && r->ls.nseg) layer_stats_after(r);
+        if (st == ST_OK && r->ls.nseg) st = layer_stats_after(r, err);
         if (st == ST_OK) st = par_params_sync(r->par, err);
         r->step = s->next;
     }
