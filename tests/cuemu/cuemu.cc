@@ -28,6 +28,7 @@
  *    that has exited or does not exist, lanes of one warp waiting at different exchanges, a
  *    shuffle reading a lane outside the mask, a write past the dynamic shared memory: the process
  *    aborts with the kernel, block and thread;
+ *  - a kernel's pointer arguments: NULL or inside device memory (cuemu_check_args, at each launch);
  *  - runtime calls: a copy or memset must lie inside one device allocation on its device side and
  *    outside device memory on its host side, cudaFree takes only what cudaMalloc returned; new
  *    device memory is filled with NaN bytes (0xFF), as uninitialised GPU memory is not zero;
@@ -550,6 +551,12 @@ static void run_block(void) {
             if ((unsigned char)S.smem[S.smem_bytes + i] != 0xFF)
                 die("kernel %s, block (%u,%u,%u): a write past its %zu bytes of dynamic shared memory", S.kname,
                     cuemu_xy.block.x, cuemu_xy.block.y, cuemu_xy.block.z, S.smem_bytes);
+}
+
+void cuemu_check_ptr(const char *kernel, int index, const void *p) {
+    if (p && !is_dev(p))
+        die("kernel %s: argument %d (%p) is not device memory (a GPU faults on it: an illegal address)", kernel, index,
+            p);
 }
 
 void *cuemu_dyn_smem(void) {

@@ -8,7 +8,8 @@
  * wrong answer (the scheduler's harshest legal interleaving); the GEMM comparison must fail on a
  * reference with one element scaled by 1.001; what a GPU would not run as written must abort a
  * child process with a message naming it (deadlock, an exchange naming an exited lane, lanes at
- * different exchanges, a write past dynamic shared memory), and the same child harness must pass a
+ * different exchanges, a write past dynamic shared memory, a host pointer as a kernel argument),
+ * and the same child harness must pass a
  * correct kernel; bad launches, copies and cuBLASLt calls must be refused. */
 #include <dlfcn.h>
 #include <math.h>
@@ -141,6 +142,8 @@ static void run_exited(void) { k_exited_lane<<<1, 32>>>(g_out); }
 static void run_mixed(void) { k_mixed<<<1, 32>>>(g_out); }
 static void run_overflow(void) { k_smem_overflow<<<1, 32, 16 * sizeof(float)>>>(g_out); }
 static void run_fine(void) { k_fine<<<1, 32>>>(g_out); }
+static int g_host[32];
+static void run_host_pointer(void) { k_fine<<<1, 32>>>(g_host); }
 static float *g_x; /* 1000 floats */
 static void run_past_the_end(void) { k_past_the_end<<<1, 32>>>((float *)g_out, g_x, 1000); }
 
@@ -392,6 +395,8 @@ int main(void) {
     check(r, "lanes_at_different_exchanges_abort", "%s", msg);
     r = child(run_overflow, "past its 64 bytes of dynamic shared memory", msg, sizeof msg);
     check(r, "dynamic_shared_memory_overflow_aborts", "%s", msg);
+    r = child(run_host_pointer, "argument 1", msg, sizeof msg);
+    check(r && strstr(msg, "is not device memory"), "host_pointer_argument_aborts", "%s", msg);
 #if defined(__SANITIZE_ADDRESS__)
     /* device memory is heap memory of exactly the allocation's size: a kernel reading 16 floats past
      * the end of a 1000-float buffer is AddressSanitizer's heap-buffer-overflow */

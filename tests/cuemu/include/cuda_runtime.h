@@ -145,6 +145,17 @@ void *cuemu_dyn_smem(void);
  * recorded for cudaGetLastError and nothing runs, as on a GPU. */
 void cuemu_run(const char *name, void (*body)(void *), void *ctx, dim3 grid, dim3 block, size_t smem,
                cudaStream_t s);
+/* A kernel's pointer arguments must be NULL or point into device memory: a GPU faults on a host
+ * pointer (an illegal address), where the emulator, sharing the host's memory, would not. */
+void cuemu_check_ptr(const char *kernel, int index, const void *p);
+static inline void cuemu_check_one(const char *, int) {}
+template <class T> static inline void cuemu_check_one(const char *k, int i, T *p) { cuemu_check_ptr(k, i, (const void *)p); }
+template <class T> static inline void cuemu_check_one(const char *, int, const T &) {}
+template <class... A> static inline void cuemu_check_args(const char *kernel, const A &...args) {
+    int i = 0;
+    (cuemu_check_one(kernel, ++i, args), ...);
+}
+
 template <class F>
 static inline void cuemu_launch(const char *name, F f, dim3 grid, dim3 block, size_t smem = 0, cudaStream_t s = 0) {
     cuemu_run(name, [](void *c) { (*(F *)c)(); }, &f, grid, block, smem, s);
