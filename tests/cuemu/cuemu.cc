@@ -1,7 +1,7 @@
 /* cuemu.cc — CUDA emulated on the CPU, for tests (docs/cuda.md section 4, "The CUDA emulation").
  *
- * Why. The CUDA backend (the .cu files of src/model) is compiled on every machine but only a GPU runs it, and
- * this project's machines rarely have one. The emulator runs the backend's own source — its
+ * Why. The CUDA backend (the .cu files of src/model) is compiled on every machine but only a GPU
+ * runs it, and this project's machines rarely have one. The emulator runs the backend's own source — its
  * kernels, its launches, its host code and its cuBLASLt calls — on the CPU, so CTest checks them
  * against the same oracles as the GPU suite (test_backend_kernels, test_cuda_model, the trainer's
  * device runs). It is a test tool with its own build of the backend (cu2cc.pl rewrites the two
@@ -11,8 +11,9 @@
  * How a launch runs. Blocks run one after another on the calling thread; each thread of a block
  * is a fiber (its own stack, switched by cuemu_swap below). A fiber runs until it reaches a
  * barrier (__syncthreads, __syncthreads_or) or a warp exchange (__shfl_sync, __shfl_xor_sync,
- * __ballot_sync, __syncwarp) or returns; when every fiber has stopped, the scheduler releases the
- * warps whose named lanes have all arrived, then the block barrier once every live thread is at it.
+ * __ballot_sync, __syncwarp) or returns. Each warp in turn runs its lanes in order and completes
+ * its exchanges once every lane the mask names has arrived, until its lanes have exited or wait
+ * at the block barrier; the barrier opens when every live thread of the block is at it.
  * Running each thread as far as it can before the others start is the harshest legal interleaving
  * for a missing barrier: a thread that reads shared memory another thread has not yet written
  * reads the NaN the block's dynamic shared memory is filled with. CUEMU_ORDER=reverse runs blocks,
@@ -40,9 +41,10 @@
  * Under AddressSanitizer (the ASan tree), device memory is heap memory, so a kernel that reads or
  * writes past an allocation is caught as compute-sanitizer's memcheck would.
  *
- * What it does not model: timing and concurrency between blocks (so no race between blocks is
- * seen: compute-sanitizer's racecheck on the GPU stays necessary), the GPU's own expf/logf ulps,
- * the order of cuBLASLt's fp32 accumulation, TF32, streams other than the default one. */
+ * What it does not model: timing, and races beyond what the two orders show (blocks overlapping in
+ * time, interleavings inside a warp between exchanges: compute-sanitizer's racecheck on the GPU
+ * stays necessary), the GPU's own expf/logf ulps, the order of cuBLASLt's fp32 accumulation, TF32,
+ * streams other than the default one. One host thread launches at a time (a second one aborts). */
 #include <dlfcn.h>
 #include <immintrin.h>
 #include <pthread.h>
@@ -766,7 +768,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     for (int i = 0; i < 4; i++) {
         uint32_t al = p->align[i];
         size_t eb = type_bytes(i < 2 ? a->type : dl->type);
-        if (al == 0 || (al & (al - 1))) return lt_bad("minimum alignment %u of %c is not a power of two", al, "ABCD"[i]);
+        if (al == 0 || (al & (al - 1)))
+            return lt_bad("minimum alignment %u of %c is not a power of two", al, "ABCD"[i]);
         if (al < eb) return CUBLAS_STATUS_NOT_SUPPORTED; /* no kernel reads elements misaligned to their size */
     }
     memset(&results[0], 0, sizeof results[0]);

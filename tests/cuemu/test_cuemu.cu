@@ -149,6 +149,12 @@ static void run_past_the_end(void) { k_past_the_end<<<1, 32>>>((float *)g_out, g
 
 /* ---- the emulated cuBLASLt against a float64 product ---- */
 
+/* A value in [-1, 1] in steps of 0.001 from a 64-bit LCG. */
+static float lcg(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1;
+    return (float)((*s >> 40) % 2001) / 1000.0f - 1.0f;
+}
+
 static float bf16_round(float x) {
     uint32_t u;
     memcpy(&u, &x, 4);
@@ -159,9 +165,9 @@ static float bf16_round(float x) {
 
 /* Column-major D (m, n; ld) = alpha·op(A)·op(B) + beta·C through the emulated library, op(A) (m, k)
  * and op(B) (kb, n) (kb != k: a mismatch); returns the status of the first call that failed. */
-static cublasStatus_t lt_gemm(cublasLtHandle_t h, int ta, int tb, int m, int n, int k, int kb, float alpha, const void *A,
-                              int lda, const void *B, int ldb, float beta, float *C, int ldc, int bf16, int align,
-                              int skew_a) {
+static cublasStatus_t lt_gemm(cublasLtHandle_t h, int ta, int tb, int m, int n, int k, int kb, float alpha,
+                              const void *A, int lda, const void *B, int ldb, float beta, float *C, int ldc, int bf16,
+                              int align, int skew_a) {
     cudaDataType in = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasLtMatmulDesc_t d = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
@@ -221,9 +227,9 @@ static void gemm_checks(void) {
                 size_t es = bf16 ? 2 : 4;
                 float *ha = (float *)malloc(sizeof(float) * lda * ac), *hb = (float *)malloc(sizeof(float) * ldb * bc);
                 float *hc = (float *)malloc(sizeof(float) * ldc * n);
-                for (int i = 0; i < lda * ac; i++) seed = seed * 6364136223846793005ull + 1, ha[i] = (float)((seed >> 40) % 2001) / 1000.0f - 1.0f;
-                for (int i = 0; i < ldb * bc; i++) seed = seed * 6364136223846793005ull + 1, hb[i] = (float)((seed >> 40) % 2001) / 1000.0f - 1.0f;
-                for (int i = 0; i < ldc * n; i++) seed = seed * 6364136223846793005ull + 1, hc[i] = (float)((seed >> 40) % 2001) / 1000.0f - 1.0f;
+                for (int i = 0; i < lda * ac; i++) ha[i] = lcg(&seed);
+                for (int i = 0; i < ldb * bc; i++) hb[i] = lcg(&seed);
+                for (int i = 0; i < ldc * n; i++) hc[i] = lcg(&seed);
                 if (bf16)
                     for (int i = 0; i < lda * ac; i++) ha[i] = bf16_round(ha[i]);
                 if (bf16)
@@ -286,9 +292,11 @@ static void gemm_checks(void) {
                     int nan = 0;
                     for (int j = 0; j < n; j++)
                         for (int i = 0; i < m; i++) nan += isnan(got[j * ldc + i]);
-                    check(s == 0 && nan == 0, "gemm_beta0_ignores_C", "status %d, %d NaN in D from a NaN C", (int)s, nan);
+                    check(s == 0 && nan == 0, "gemm_beta0_ignores_C", "status %d, %d NaN in D from a NaN C", (int)s,
+                          nan);
                     s = lt_gemm(h, 0, 0, m, n, k, k - 1, 1.0f, da, lda, db, ldb, 0.0f, dc, ldc, 0, 4, 0);
-                    check(s != 0, "gemm_refuses_a_shape_mismatch", "op(A) with k columns against op(B) with k - 1 rows: status %d", (int)s);
+                    check(s != 0, "gemm_refuses_a_shape_mismatch",
+                          "op(A) with k columns against op(B) with k - 1 rows: status %d", (int)s);
                     s = lt_gemm(h, 0, 0, m, n, k, k, 1.0f, da, lda, db, ldb, 0.0f, dc, ldc, 0, 16, 4);
                     check(s != 0, "gemm_refuses_a_pointer_below_the_promised_alignment",
                           "A 4 bytes past a 256-byte boundary, 16 promised: status %d", (int)s);
@@ -434,7 +442,8 @@ int main(void) {
     cudaError_t m3 = cudaFree((char *)fresh + 4);
     cudaError_t m4 = cudaMemset((char *)fresh + 8, 0, 16);
     cudaError_t m5 = cudaMemcpy(fresh, hx, 16, cudaMemcpyHostToDevice);
-    check(m1 == cudaErrorInvalidValue && m2 == cudaErrorInvalidValue && m3 != cudaSuccess && m4 == cudaErrorInvalidValue &&
+    check(m1 == cudaErrorInvalidValue && m2 == cudaErrorInvalidValue && m3 != cudaSuccess &&
+              m4 == cudaErrorInvalidValue &&
               m5 == cudaSuccess,
           "runtime_memory_checks",
           "copy past the end: %d, host pointer as the device side: %d, free of an interior pointer: %d, memset past "

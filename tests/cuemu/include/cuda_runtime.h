@@ -149,7 +149,9 @@ void cuemu_run(const char *name, void (*body)(void *), void *ctx, dim3 grid, dim
  * pointer (an illegal address), where the emulator, sharing the host's memory, would not. */
 void cuemu_check_ptr(const char *kernel, int index, const void *p);
 static inline void cuemu_check_one(const char *, int) {}
-template <class T> static inline void cuemu_check_one(const char *k, int i, T *p) { cuemu_check_ptr(k, i, (const void *)p); }
+template <class T> static inline void cuemu_check_one(const char *k, int i, T *p) {
+    cuemu_check_ptr(k, i, (const void *)p);
+}
 template <class T> static inline void cuemu_check_one(const char *, int, const T &) {}
 template <class... A> static inline void cuemu_check_args(const char *kernel, const A &...args) {
     int i = 0;
