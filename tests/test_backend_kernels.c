@@ -786,6 +786,10 @@ int main(int argc, char **argv) {
     test_attention((AttCase){2, 45, 4, 2, 32, 0.0f, 0, 1, "gqa_lowp"});
     /* the largest head size (4 dimensions per lane, the most shared memory), T one past a key tile */
     test_attention((AttCase){1, 33, 2, 1, 128, 0.1f, 1, 0, "mqa_hs128_T33_docmask_dropout"});
+    /* lowp past one 64-row block and key tile (cuda: the tensor-core forward at hs 64 and 128), with
+     * dropout and with document positions */
+    test_attention((AttCase){2, 130, 4, 2, 64, 0.1f, 0, 1, "gqa_lowp_hs64_T130_dropout"});
+    test_attention((AttCase){1, 70, 2, 1, 128, 0.0f, 1, 1, "mqa_lowp_hs128_T70_docmask"});
     /* NH, KV, hs, pos: GQA; MHA past one block's 128 threads; MQA at the first position */
     test_attention_decode(4, 2, 32, 44);
     test_attention_decode(2, 2, 64, 300);

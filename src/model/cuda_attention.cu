@@ -18,11 +18,17 @@
  * lowp (bf16) rounds what the CPU rounds before its GEMMs: Q, K, V, dY, the (dropped)
  * probabilities and dS; products accumulate in fp32, the softmax statistics stay fp32.
  *
- * Performance: scalar fp32 FMAs from shared memory (no tensor cores yet): correct first; the
- * bench (scripts/gpu_check.sh) shows its share of the step. */
+ * Performance: lowp's forward runs on tensor cores (k_att_forward_tc, below) for head sizes that
+ * are multiples of 16; the fp32 path and the backward are scalar fp32 FMAs from shared memory. The
+ * bench (scripts/gpu_check.sh) shows their share of the step. */
+#include <cuda_bf16.h>
 #include <math.h>
+#include <mma.h>
+#include <stdlib.h>
 
 #include "model/cuda_common.cuh"
+
+using namespace nvcuda;
 
 #define ATT_Q 8    /* query (or key) rows per block: one warp each */
 #define ATT_K 32   /* keys (or queries) per shared-memory tile: one per lane */
@@ -260,6 +266,129 @@ __global__ void k_att_backward_dkv(float *dqkv, const float *dout, const float *
     }
 }
 
+/* ---- the forward on tensor cores (lowp, head size a multiple of 16 up to 128) ----
+ *
+ * The same online softmax as k_att_forward, with its two products on bf16 tensor cores (wmma
+ * 16×16×16, fp32 accumulation): lowp's rounding is exactly that of the CPU's bf16 GEMMs (Q, K, V
+ * and the dropped probabilities rounded to bf16, products accumulated in fp32). A block holds
+ * TC_Q = 64 query rows, 16 per warp; key tiles of TC_K = 64. Per tile each warp computes its
+ * 16 × 64 scores (S = Q·Kᵀ) into shared memory, two lanes per row then mask, scale and fold them
+ * into the running maximum and sum, write the rounded probabilities P and rescale the row's output
+ * accumulator O (kept in shared memory: a fragment's element layout is unspecified), and the warp
+ * adds P·V to O. Shared memory (bytes): Q, K, V tiles 3 · 64 · (hs + 8) · 2, S 4 · 16 · 68 · 4,
+ * P 4 · 16 · 72 · 2, O 4 · 16 · (hs + 4) · 4: 70 KiB at hs 64, 110 KiB at hs 128, above the
+ * 48 KiB default, so the launch opts in with cudaFuncSetAttribute. Leading dimensions are padded
+ * (+8 bf16, +4 floats) against bank conflicts and keep every fragment pointer 32-byte aligned.
+ * ST_CUDA_ATT_SCALAR=1 runs k_att_forward instead (an A/B on the GPU; the tests run both). */
+#define TC_Q 64
+#define TC_K 64
+#define TC_WARPS (TC_Q / 16)
+
+static size_t tc_smem(int hs) {
+    size_t ldq = (size_t)hs + 8, lds = TC_K + 4, ldp = TC_K + 8, ldo = (size_t)hs + 4;
+    return (TC_Q + 2 * TC_K) * ldq * 2 + TC_WARPS * 16 * (lds * 4 + ldp * 2 + ldo * 4);
+}
+
+__global__ void k_att_forward_tc(float *out, float *lse, const float *qkv, const int32_t *pos, int T, int NH, int KV,
+                                 int hs, float scale, Dropout d) {
+    extern __shared__ float sm[];
+    const int ldq = hs + 8, lds = TC_K + 4, ldp = TC_K + 8, ldo = hs + 4;
+    __nv_bfloat16 *Qs = (__nv_bfloat16 *)sm, *Ks = Qs + TC_Q * ldq, *Vs = Ks + TC_K * ldq;
+    float *Ss = (float *)(Vs + TC_K * ldq);
+    __nv_bfloat16 *Ps = (__nv_bfloat16 *)(Ss + TC_WARPS * 16 * lds);
+    float *Os = (float *)(Ps + TC_WARPS * 16 * ldp);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH, kh = h / (NH / KV);
+    size_t ld = (size_t)(NH + 2 * KV) * hs, C = (size_t)NH * hs;
+    const float *base = qkv + (size_t)b * T * ld;
+    int q0 = blockIdx.x * TC_Q, last = min(T - 1, q0 + TC_Q - 1);
+    int w0 = q0 + warp * 16, wlast = min(T - 1, w0 + 15);
+    uint64_t bhg = (uint64_t)b * (d.heads ? d.heads : NH) + d.head0 + h;
+    float *Sw = Ss + warp * 16 * lds, *Ow = Os + warp * 16 * ldo;
+    __nv_bfloat16 *Pw = Ps + warp * 16 * ldp;
+    for (int idx = threadIdx.x; idx < TC_Q * hs; idx += blockDim.x) {
+        int i = idx / hs, x = idx % hs, row = q0 + i;
+        Qs[i * ldq + x] = __float2bfloat16(row < T ? base[(size_t)row * ld + (size_t)h * hs + x] : 0.0f);
+    }
+    for (int idx = lane; idx < 16 * ldo; idx += 32) Ow[idx] = 0.0f;
+    /* lanes 2r and 2r + 1 own row r of the warp's 16: columns [32·half, 32·half + 32) of a tile */
+    int r = lane >> 1, half = lane & 1, row = w0 + r;
+    int start = pos && row < T ? row - pos[(size_t)b * T + row] : 0;
+    float m = -INFINITY, l = 0;
+    for (int k0 = 0; k0 <= last; k0 += TC_K) {
+        __syncthreads(); /* the previous tile's K, V are read */
+        for (int idx = threadIdx.x; idx < TC_K * hs; idx += blockDim.x) {
+            int j = idx / hs, x = idx % hs, key = k0 + j;
+            float kv = 0, vv = 0;
+            if (key < T) {
+                kv = base[(size_t)key * ld + (size_t)(NH + kh) * hs + x];
+                vv = base[(size_t)key * ld + (size_t)(NH + KV + kh) * hs + x];
+            }
+            Ks[j * ldq + x] = __float2bfloat16(kv);
+            Vs[j * ldq + x] = __float2bfloat16(vv);
+        }
+        __syncthreads();
+        if (w0 >= T || k0 > wlast) continue; /* the whole warp: no row of it sees this tile */
+        for (int n = 0; n < TC_K / 16; n++) {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+            wmma::fill_fragment(acc, 0.0f);
+            for (int kk = 0; kk < hs / 16; kk++) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+                wmma::load_matrix_sync(fa, Qs + warp * 16 * ldq + kk * 16, ldq);
+                wmma::load_matrix_sync(fb, Ks + n * 16 * ldq + kk * 16, ldq);
+                wmma::mma_sync(acc, fa, fb, acc);
+            }
+            wmma::store_matrix_sync(Sw + n * 16, acc, lds, wmma::mem_row_major);
+        }
+        __syncwarp();
+        float tmax = -INFINITY;
+        for (int c = 0; c < 32; c++) {
+            int j = half * 32 + c, key = k0 + j;
+            float s = row < T && key <= row && key >= start ? Sw[r * lds + j] * scale : -INFINITY;
+            Sw[r * lds + j] = s;
+            tmax = fmaxf(tmax, s);
+        }
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+        float bm = fmaxf(m, tmax), corr = m == -INFINITY ? 0.0f : expf(m - bm), psum = 0;
+        for (int c = 0; c < 32; c++) {
+            int j = half * 32 + c, key = k0 + j;
+            float s = Sw[r * lds + j], p = s == -INFINITY ? 0.0f : expf(s - bm), pd = p;
+            if (d.p > 0 && s != -INFINITY) pd *= cu_drop(d, bhg * T * T + (uint64_t)row * T + key);
+            psum += p;
+            Pw[r * ldp + j] = __float2bfloat16(pd);
+        }
+        psum += __shfl_xor_sync(0xffffffffu, psum, 1);
+        l = l * corr + psum;
+        m = bm;
+        for (int x = half; x < hs; x += 2) Ow[r * ldo + x] *= corr;
+        __syncwarp();
+        for (int n = 0; n < hs / 16; n++) {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+            wmma::load_matrix_sync(acc, Ow + n * 16, ldo, wmma::mem_row_major);
+            for (int kk = 0; kk < TC_K / 16; kk++) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
+                wmma::load_matrix_sync(fa, Pw + kk * 16, ldp);
+                wmma::load_matrix_sync(fb, Vs + kk * 16 * ldq + n * 16, ldq);
+                wmma::mma_sync(acc, fa, fb, acc);
+            }
+            wmma::store_matrix_sync(Ow + n * 16, acc, ldo, wmma::mem_row_major);
+        }
+        __syncwarp();
+    }
+    if (row >= T) return;
+    float inv = 1.0f / l, *y = out + ((size_t)b * T + row) * C + (size_t)h * hs;
+    for (int x = half; x < hs; x += 2) y[x] = Ow[r * ldo + x] * inv;
+    if (half == 0) lse[(size_t)bh * T + row] = m + logf(l);
+}
+
+static int att_scalar_only(void) {
+    static int v = -1;
+    if (v < 0) v = getenv("ST_CUDA_ATT_SCALAR") && getenv("ST_CUDA_ATT_SCALAR")[0] == '1';
+    return v;
+}
+
 /* The launches put (batch, head) on gridDim.y, whose limit is 65535 (not gridDim.x's 2^31 − 1):
  * B·NH above it would be "invalid configuration argument" at launch; it is refused by name. */
 #define ATT_GRID_Y 65535
@@ -281,6 +410,18 @@ static int att_check(int B, int NH, int KV, int hs) {
 void cu_attention_forward(float *out, float *lse, float *scratch, const float *qkv, const int32_t *pos, int B, int T,
                           int NH, int KV, int hs, float scale, Dropout d, int lowp, int nt) {
     if (!cu_ready() || !att_check(B, NH, KV, hs)) return;
+    if (lowp && hs % 16 == 0 && !att_scalar_only()) {
+        static int opted_hs[129]; /* the shared-memory opt-in, once per head size */
+        size_t bytes = tc_smem(hs);
+        if (!opted_hs[hs]) {
+            CU_TRY(cudaFuncSetAttribute(k_att_forward_tc, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+            opted_hs[hs] = 1;
+        }
+        dim3 tgrid(cu_blocks((size_t)T, TC_Q), B * NH);
+        k_att_forward_tc<<<tgrid, 32 * TC_WARPS, bytes, cu_stream()>>>(out, lse, qkv, pos, T, NH, KV, hs, scale, d);
+        CU_LAUNCHED("attention_forward(tensor cores)");
+        return;
+    }
     size_t smem = ((size_t)ATT_K * (hs + 1) + (size_t)ATT_K * hs + (size_t)ATT_Q * hs) * sizeof(float);
     dim3 grid(cu_blocks((size_t)T, ATT_Q), B * NH);
     k_att_forward<<<grid, 32 * ATT_Q, smem, cu_stream()>>>(out, lse, qkv, pos, T, NH, KV, hs, scale, d, lowp);

@@ -566,7 +566,30 @@ void *cuemu_dyn_smem(void) {
     return S.smem_bytes ? S.smem : NULL;
 }
 
-void cuemu_run(const char *name, void (*body)(void *), void *ctx, dim3 grid, dim3 block, size_t smem,
+#define CUEMU_SMEM_OPTIN 232448 /* 227 KiB: the H100's and H200's most per block */
+static std::map<const void *, int> g_smem_optin; /* cudaFuncSetAttribute's per-kernel limits */
+
+cudaError_t cuemu_func_set_attribute(const void *fn, int attr, int value) {
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > CUEMU_SMEM_OPTIN) {
+        warn("cudaFuncSetAttribute(attribute %d, %d): not the shared-memory opt-in, or above %d bytes", attr, value,
+             CUEMU_SMEM_OPTIN);
+        return ret(cudaErrorInvalidValue);
+    }
+    pthread_mutex_lock(&g_mu);
+    g_smem_optin[fn] = value;
+    pthread_mutex_unlock(&g_mu);
+    return cudaSuccess;
+}
+
+void cuemu_wmma_check(const void *p, unsigned ldm, unsigned elem_bytes, const char *what) {
+    self(what);
+    if ((uintptr_t)p % 32) die("kernel %s: wmma::%s at %p, not 256-bit aligned", S.kname, what, p);
+    if ((ldm * elem_bytes) % 16)
+        die("kernel %s: wmma::%s with ldm %u (elements of %u bytes): not a multiple of 16 bytes", S.kname, what, ldm,
+            elem_bytes);
+}
+
+void cuemu_run(const void *fn, const char *name, void (*body)(void *), void *ctx, dim3 grid, dim3 block, size_t smem,
                cudaStream_t s) {
     if (S.cur) die("kernel %s launched from inside kernel %s (dynamic parallelism is not emulated)", name, S.kname);
     unsigned long threads = (unsigned long)block.x * block.y * block.z;
@@ -575,10 +598,14 @@ void cuemu_run(const char *name, void (*body)(void *), void *ctx, dim3 grid, dim
         bad = "block size outside 1..1024 threads";
     else if (grid.x < 1 || grid.x > 0x7fffffffu || grid.y < 1 || grid.y > 65535 || grid.z < 1 || grid.z > 65535)
         bad = "grid outside 1..2^31-1 x 1..65535 x 1..65535";
-    else if (smem > CUEMU_SMEM_MAX)
-        bad = "more than 48 KiB of dynamic shared memory without cudaFuncSetAttribute";
-    else if (s != 0)
-        bad = "a stream other than the default one";
+    pthread_mutex_lock(&g_mu);
+    auto opt = g_smem_optin.find(fn);
+    size_t smem_max = opt != g_smem_optin.end() && opt->second > CUEMU_SMEM_MAX ? (size_t)opt->second : CUEMU_SMEM_MAX;
+    pthread_mutex_unlock(&g_mu);
+    if (!bad && smem > smem_max)
+        bad = smem_max > CUEMU_SMEM_MAX ? "more dynamic shared memory than its cudaFuncSetAttribute allowed"
+                                         : "more than 48 KiB of dynamic shared memory without cudaFuncSetAttribute";
+    if (!bad && s != 0) bad = "a stream other than the default one";
     if (bad) {
         warn("launch of %s <<<(%u,%u,%u), (%u,%u,%u), %zu>>> refused: %s", name, grid.x, grid.y, grid.z, block.x,
              block.y, block.z, smem, bad);
@@ -602,7 +629,8 @@ void cuemu_run(const char *name, void (*body)(void *), void *ctx, dim3 grid, dim
     if (smem + CUEMU_GUARD > S.smem_cap) {
         free(S.smem);
         S.smem_cap = smem + CUEMU_GUARD;
-        S.smem = (char *)malloc(S.smem_cap);
+        S.smem = NULL; /* 128-aligned, as a block's shared memory is (wmma needs 32) */
+        if (posix_memalign((void **)&S.smem, 128, S.smem_cap)) S.smem = NULL;
         if (!S.smem) die("out of memory");
     }
     S.n = (int)threads, S.kname = name, S.body = body, S.ctx = ctx, S.smem_bytes = smem;

@@ -49,6 +49,8 @@ struct cudaDeviceProp {
 
 typedef enum cudaDataType_t { CUDA_R_16F = 2, CUDA_R_32F = 0, CUDA_R_16BF = 14 } cudaDataType;
 
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+
 cudaError_t cudaGetDeviceCount(int *n);
 cudaError_t cudaSetDevice(int dev);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev);
@@ -64,6 +66,11 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
 cudaError_t cudaMemset(void *dst, int value, size_t bytes);
 cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t s = 0);
 template <class T> static inline cudaError_t cudaMalloc(T **p, size_t bytes) { return cudaMalloc((void **)p, bytes); }
+/* The opt-in to more than 48 KiB of dynamic shared memory (up to the H100's 227 KiB), per kernel. */
+cudaError_t cuemu_func_set_attribute(const void *fn, int attr, int value);
+template <class F> static inline cudaError_t cudaFuncSetAttribute(F *fn, cudaFuncAttribute attr, int value) {
+    return cuemu_func_set_attribute((const void *)fn, (int)attr, value);
+}
 
 /* ---- the device language ---- */
 
@@ -143,7 +150,7 @@ static inline unsigned long max(unsigned long a, unsigned long b) { return a > b
 void *cuemu_dyn_smem(void);
 /* Runs body once per thread of every block, blocks one after another; a bad configuration is
  * recorded for cudaGetLastError and nothing runs, as on a GPU. */
-void cuemu_run(const char *name, void (*body)(void *), void *ctx, dim3 grid, dim3 block, size_t smem,
+void cuemu_run(const void *fn, const char *name, void (*body)(void *), void *ctx, dim3 grid, dim3 block, size_t smem,
                cudaStream_t s);
 /* A kernel's pointer arguments must be NULL or point into device memory: a GPU faults on a host
  * pointer (an illegal address), where the emulator, sharing the host's memory, would not. */
@@ -159,8 +166,9 @@ template <class... A> static inline void cuemu_check_args(const char *kernel, co
 }
 
 template <class F>
-static inline void cuemu_launch(const char *name, F f, dim3 grid, dim3 block, size_t smem = 0, cudaStream_t s = 0) {
-    cuemu_run(name, [](void *c) { (*(F *)c)(); }, &f, grid, block, smem, s);
+static inline void cuemu_launch(const void *fn, const char *name, F f, dim3 grid, dim3 block, size_t smem = 0,
+                                cudaStream_t s = 0) {
+    cuemu_run(fn, name, [](void *c) { (*(F *)c)(); }, &f, grid, block, smem, s);
 }
 
 #endif
