@@ -15,7 +15,9 @@
 #include <math.h>
 
 #include <cublasLt.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +99,22 @@ __global__ void k_smem_overflow(int *out) {
     out[threadIdx.x] = 0;
 }
 __global__ void k_past_the_end(float *out, const float *x, int n) { out[threadIdx.x] = x[threadIdx.x + n - 16]; }
+/* One 16×16 tile: D = A·B + C with A, B bf16 (row-major A, column-major B), from shared memory at
+ * byte offset `skew` (32 keeps wmma's 256-bit alignment, 16 breaks it). */
+__global__ void k_wmma(float *D, const float *A, const float *B, const float *Cm, int skew) {
+    extern __shared__ float sm[];
+    __nv_bfloat16 *a = (__nv_bfloat16 *)((char *)sm + skew), *b = a + 256;
+    for (int i = threadIdx.x; i < 256; i += 32) a[i] = __float2bfloat16(A[i]), b[i] = __float2bfloat16(B[i]);
+    __syncwarp();
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major> fa;
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::col_major> fb;
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> fc;
+    nvcuda::wmma::load_matrix_sync(fa, a, 16);
+    nvcuda::wmma::load_matrix_sync(fb, b, 16);
+    nvcuda::wmma::load_matrix_sync(fc, Cm, 16, nvcuda::wmma::mem_row_major);
+    nvcuda::wmma::mma_sync(fc, fa, fb, fc);
+    nvcuda::wmma::store_matrix_sync(D, fc, 16, nvcuda::wmma::mem_row_major);
+}
 __global__ void k_fine(int *out) { out[threadIdx.x] = __shfl_sync(0xffffffffu, (int)threadIdx.x, 0); }
 
 /* ---- helpers ---- */
@@ -144,6 +162,8 @@ static void run_overflow(void) { k_smem_overflow<<<1, 32, 16 * sizeof(float)>>>(
 static void run_fine(void) { k_fine<<<1, 32>>>(g_out); }
 static int g_host[32];
 static void run_host_pointer(void) { k_fine<<<1, 32>>>(g_host); }
+static float *g_wa, *g_wd; /* 256 floats each */
+static void run_wmma_misaligned(void) { k_wmma<<<1, 32, 2048>>>(g_wd, g_wa, g_wa, g_wa, 16); }
 static float *g_x; /* 1000 floats */
 static void run_past_the_end(void) { k_past_the_end<<<1, 32>>>((float *)g_out, g_x, 1000); }
 
@@ -415,6 +435,49 @@ int main(void) {
     (void)run_past_the_end;
     printf("asan_catches_a_kernel_reading_past_an_allocation: (the ASan tree's check)\n");
 #endif
+
+    /* wmma: one tile against a float64 product of the bf16-rounded operands; a pointer off the
+     * 256-bit alignment aborts */
+    {
+        float ha[256], hb[256], hc[256], hd[256];
+        uint64_t sd = 99;
+        for (int i = 0; i < 256; i++) ha[i] = lcg(&sd), hb[i] = lcg(&sd), hc[i] = lcg(&sd);
+        float *da = (float *)dalloc(sizeof ha), *db = (float *)dalloc(sizeof hb), *dc = (float *)dalloc(sizeof hc);
+        float *dd = (float *)dalloc(sizeof hd);
+        cudaMemcpy(da, ha, sizeof ha, cudaMemcpyHostToDevice);
+        cudaMemcpy(db, hb, sizeof hb, cudaMemcpyHostToDevice);
+        cudaMemcpy(dc, hc, sizeof hc, cudaMemcpyHostToDevice);
+        k_wmma<<<1, 32, 2048>>>(dd, da, db, dc, 32);
+        cudaMemcpy(hd, dd, sizeof hd, cudaMemcpyDeviceToHost);
+        double w = 0, wt = 0; /* wt: against B read row-major, the layout not asked for (control) */
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 16; j++) {
+                double ref = hc[i * 16 + j], reft = hc[i * 16 + j];
+                for (int k = 0; k < 16; k++) { /* B column-major: element (k, j) at j·16 + k */
+                    ref += (double)bf16_round(ha[i * 16 + k]) * bf16_round(hb[j * 16 + k]);
+                    reft += (double)bf16_round(ha[i * 16 + k]) * bf16_round(hb[k * 16 + j]);
+                }
+                w = fmax(w, fabs(hd[i * 16 + j] - ref) / (fabs(ref) + 1e-3));
+                wt = fmax(wt, fabs(hd[i * 16 + j] - reft) / (fabs(reft) + 1e-3));
+            }
+        check(cudaGetLastError() == cudaSuccess && w <= 1e-5 && wt > 1e-2, "wmma_tile",
+              "16x16x16 bf16 tile: worst error %.3g (fp32 sums, tol 1e-5); against the other layout %.3g (must "
+              "exceed 1e-2)",
+              w, wt);
+        g_wa = da, g_wd = dd;
+        r = child(run_wmma_misaligned, "not 256-bit aligned", msg, sizeof msg);
+        check(r, "wmma_misaligned_pointer_aborts", "%s", msg);
+        /* 64 KiB of shared memory: refused without the opt-in, run with it */
+        cudaGetLastError();
+        k_wmma<<<1, 32, 64 << 10>>>(dd, da, db, dc, 32);
+        cudaError_t without = cudaGetLastError();
+        cudaFuncSetAttribute(k_wmma, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 << 10);
+        k_wmma<<<1, 32, 64 << 10>>>(dd, da, db, dc, 32);
+        cudaError_t with = cudaGetLastError();
+        check(without == cudaErrorInvalidConfiguration && with == cudaSuccess, "shared_memory_opt_in",
+              "64 KiB without cudaFuncSetAttribute: %d, with it: %d", (int)without, (int)with);
+        cudaFree(da), cudaFree(db), cudaFree(dc), cudaFree(dd);
+    }
 
     /* launches a GPU refuses: nothing runs, cudaGetLastError says why */
     cudaGetLastError();
