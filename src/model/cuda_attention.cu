@@ -18,9 +18,9 @@
  * lowp (bf16) rounds what the CPU rounds before its GEMMs: Q, K, V, dY, the (dropped)
  * probabilities and dS; products accumulate in fp32, the softmax statistics stay fp32.
  *
- * Performance: lowp's forward runs on tensor cores (k_att_forward_tc, below) for head sizes that
- * are multiples of 16; the fp32 path and the backward are scalar fp32 FMAs from shared memory. The
- * bench (scripts/gpu_check.sh) shows their share of the step. */
+ * Performance: lowp's forward and dQ run on tensor cores (k_att_forward_tc, k_att_backward_dq_tc,
+ * below) for head sizes that are multiples of 16; the fp32 path and dK/dV are scalar fp32 FMAs
+ * from shared memory. The bench (scripts/gpu_check.sh) shows their share of the step. */
 #include <cuda_bf16.h>
 #include <math.h>
 #include <mma.h>
@@ -279,7 +279,7 @@ __global__ void k_att_backward_dkv(float *dqkv, const float *dout, const float *
  * P 4 · 16 · 72 · 2, O 4 · 16 · (hs + 4) · 4: 70 KiB at hs 64, 110 KiB at hs 128, above the
  * 48 KiB default, so the launch opts in with cudaFuncSetAttribute. Leading dimensions are padded
  * (+8 bf16, +4 floats) against bank conflicts and keep every fragment pointer 32-byte aligned.
- * ST_CUDA_ATT_SCALAR=1 runs k_att_forward instead (an A/B on the GPU; the tests run both). */
+ * ST_CUDA_ATT_SCALAR=1 runs the scalar kernels instead (an A/B on the GPU; the tests run both). */
 #define TC_Q 64
 #define TC_K 64
 #define TC_WARPS (TC_Q / 16)
@@ -383,6 +383,125 @@ __global__ void k_att_forward_tc(float *out, float *lse, const float *qkv, const
     if (half == 0) lse[(size_t)bh * T + row] = m + logf(l);
 }
 
+/* dQ on tensor cores (lowp, hs a multiple of 16): k_att_backward_dq's arithmetic with S = Q·Kᵀ,
+ * dP = dY·Vᵀ and dQ += dS·K as bf16 wmma tiles (fp32 accumulation). A warp's 16 rows keep their dQ
+ * in fragments across the key tiles (no rescaling, unlike the forward), staged through shared
+ * memory at the end so rows past T are not written. Shared memory: Q, dY, K, V tiles
+ * 4 · 64 · (hs + 8) · 2, S and dP 2 · 4 · 16 · 68 · 4, dS 4 · 16 · 72 · 2, the dQ staging
+ * 4 · 16 · (hs + 4) · 4: 96 KiB at hs 64, 144 KiB at hs 128. */
+#define TC_DQ_FRAGS 8 /* hs / 16 at hs 128 */
+
+static size_t tc_dq_smem(int hs) {
+    size_t ldq = (size_t)hs + 8, lds = TC_K + 4, ldp = TC_K + 8, ldo = (size_t)hs + 4;
+    return (2 * TC_Q + 2 * TC_K) * ldq * 2 + TC_WARPS * 16 * (2 * lds * 4 + ldp * 2 + ldo * 4);
+}
+
+__global__ void k_att_backward_dq_tc(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                     const float *lse, const int32_t *pos, int T, int NH, int KV, int hs, float scale,
+                                     Dropout d) {
+    extern __shared__ float sm[];
+    const int ldq = hs + 8, lds = TC_K + 4, ldp = TC_K + 8, ldo = hs + 4;
+    __nv_bfloat16 *Qs = (__nv_bfloat16 *)sm, *dYs = Qs + TC_Q * ldq, *Ks = dYs + TC_Q * ldq, *Vs = Ks + TC_K * ldq;
+    float *Ss = (float *)(Vs + TC_K * ldq), *dPs = Ss + TC_WARPS * 16 * lds;
+    __nv_bfloat16 *dSs = (__nv_bfloat16 *)(dPs + TC_WARPS * 16 * lds);
+    float *Os = (float *)(dSs + TC_WARPS * 16 * ldp);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH, kh = h / (NH / KV);
+    size_t ld = (size_t)(NH + 2 * KV) * hs, C = (size_t)NH * hs;
+    const float *base = qkv + (size_t)b * T * ld;
+    int q0 = blockIdx.x * TC_Q, last = min(T - 1, q0 + TC_Q - 1);
+    int w0 = q0 + warp * 16, wlast = min(T - 1, w0 + 15);
+    uint64_t bhg = (uint64_t)b * (d.heads ? d.heads : NH) + d.head0 + h;
+    float *Sw = Ss + warp * 16 * lds, *dPw = dPs + warp * 16 * lds, *Ow = Os + warp * 16 * ldo;
+    __nv_bfloat16 *dSw = dSs + warp * 16 * ldp;
+    for (int idx = threadIdx.x; idx < TC_Q * hs; idx += blockDim.x) {
+        int i = idx / hs, x = idx % hs, row = q0 + i;
+        float qv = 0, gv = 0;
+        if (row < T) {
+            qv = base[(size_t)row * ld + (size_t)h * hs + x];
+            gv = dout[((size_t)b * T + row) * C + (size_t)h * hs + x];
+        }
+        Qs[i * ldq + x] = __float2bfloat16(qv);
+        dYs[i * ldq + x] = __float2bfloat16(gv);
+    }
+    int r = lane >> 1, half = lane & 1, row = w0 + r;
+    int start = pos && row < T ? row - pos[(size_t)b * T + row] : 0;
+    float D = 0, L = 0;
+    if (row < T) { /* D = Σ dY·Y in fp32 from the unrounded values, as the scalar kernel */
+        const float *g = dout + ((size_t)b * T + row) * C + (size_t)h * hs;
+        const float *yv = out + ((size_t)b * T + row) * C + (size_t)h * hs;
+        for (int x = half; x < hs; x += 2) D += g[x] * yv[x];
+        L = lse[(size_t)bh * T + row];
+    }
+    D += __shfl_xor_sync(0xffffffffu, D, 1);
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> dq[TC_DQ_FRAGS];
+#pragma unroll
+    for (int n = 0; n < TC_DQ_FRAGS; n++) wmma::fill_fragment(dq[n], 0.0f); /* constant indices: registers */
+    for (int k0 = 0; k0 <= last; k0 += TC_K) {
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < TC_K * hs; idx += blockDim.x) {
+            int j = idx / hs, x = idx % hs, key = k0 + j;
+            float kv = 0, vv = 0;
+            if (key < T) {
+                kv = base[(size_t)key * ld + (size_t)(NH + kh) * hs + x];
+                vv = base[(size_t)key * ld + (size_t)(NH + KV + kh) * hs + x];
+            }
+            Ks[j * ldq + x] = __float2bfloat16(kv);
+            Vs[j * ldq + x] = __float2bfloat16(vv);
+        }
+        __syncthreads();
+        if (w0 >= T || k0 > wlast) continue;
+        for (int n = 0; n < TC_K / 16; n++) {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> s_acc, p_acc;
+            wmma::fill_fragment(s_acc, 0.0f);
+            wmma::fill_fragment(p_acc, 0.0f);
+            for (int kk = 0; kk < hs / 16; kk++) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fq, fy;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fk, fv;
+                wmma::load_matrix_sync(fq, Qs + warp * 16 * ldq + kk * 16, ldq);
+                wmma::load_matrix_sync(fk, Ks + n * 16 * ldq + kk * 16, ldq);
+                wmma::mma_sync(s_acc, fq, fk, s_acc);
+                wmma::load_matrix_sync(fy, dYs + warp * 16 * ldq + kk * 16, ldq);
+                wmma::load_matrix_sync(fv, Vs + n * 16 * ldq + kk * 16, ldq);
+                wmma::mma_sync(p_acc, fy, fv, p_acc);
+            }
+            wmma::store_matrix_sync(Sw + n * 16, s_acc, lds, wmma::mem_row_major);
+            wmma::store_matrix_sync(dPw + n * 16, p_acc, lds, wmma::mem_row_major);
+        }
+        __syncwarp();
+        for (int c = 0; c < 32; c++) {
+            int j = half * 32 + c, key = k0 + j;
+            float ds = 0;
+            if (row < T && key <= row && key >= start) {
+                float p = expf(Sw[r * lds + j] * scale - L), dp = dPw[r * lds + j];
+                if (d.p > 0) dp *= cu_drop(d, bhg * T * T + (uint64_t)row * T + key);
+                ds = p * (dp - D) * scale;
+            }
+            dSw[r * ldp + j] = __float2bfloat16(ds);
+        }
+        __syncwarp();
+        for (int kk = 0; kk < TC_K / 16; kk++) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fs;
+            wmma::load_matrix_sync(fs, dSw + kk * 16, ldp);
+#pragma unroll
+            for (int n = 0; n < TC_DQ_FRAGS; n++) {
+                if (n >= hs / 16) break;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fk;
+                wmma::load_matrix_sync(fk, Ks + kk * 16 * ldq + n * 16, ldq);
+                wmma::mma_sync(dq[n], fs, fk, dq[n]);
+            }
+        }
+    }
+    if (w0 >= T) return;
+#pragma unroll
+    for (int n = 0; n < TC_DQ_FRAGS; n++)
+        if (n < hs / 16) wmma::store_matrix_sync(Ow + n * 16, dq[n], ldo, wmma::mem_row_major);
+    __syncwarp();
+    if (row >= T) return;
+    float *g = dqkv + ((size_t)b * T + row) * ld + (size_t)h * hs;
+    for (int x = half; x < hs; x += 2) g[x] = Ow[r * ldo + x];
+}
+
 static int att_scalar_only(void) {
     static int v = -1;
     if (v < 0) v = getenv("ST_CUDA_ATT_SCALAR") && getenv("ST_CUDA_ATT_SCALAR")[0] == '1';
@@ -432,11 +551,24 @@ void cu_attention_backward(float *dqkv, float *scratch, const float *dout, const
                            const float *lse, const int32_t *pos, int B, int T, int NH, int KV, int hs, float scale,
                            Dropout d, int lowp, int nt) {
     if (!cu_ready() || !att_check(B, NH, KV, hs)) return;
-    size_t smem_q = (2 * (size_t)ATT_K * (hs + 1) + 2 * (size_t)ATT_Q * hs) * sizeof(float);
-    dim3 grid_q(cu_blocks((size_t)T, ATT_Q), B * NH);
-    k_att_backward_dq<<<grid_q, 32 * ATT_Q, smem_q, cu_stream()>>>(dqkv, dout, qkv, out, lse, pos, T, NH, KV, hs, scale,
-                                                                   d, lowp);
-    CU_LAUNCHED("attention_backward(dq)");
+    if (lowp && hs % 16 == 0 && !att_scalar_only()) {
+        static int opted_hs[129];
+        size_t bytes = tc_dq_smem(hs);
+        if (!opted_hs[hs]) {
+            CU_TRY(cudaFuncSetAttribute(k_att_backward_dq_tc, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+            opted_hs[hs] = 1;
+        }
+        dim3 tgrid(cu_blocks((size_t)T, TC_Q), B * NH);
+        k_att_backward_dq_tc<<<tgrid, 32 * TC_WARPS, bytes, cu_stream()>>>(dqkv, dout, qkv, out, lse, pos, T, NH, KV,
+                                                                          hs, scale, d);
+        CU_LAUNCHED("attention_backward(dq, tensor cores)");
+    } else {
+        size_t smem_q = (2 * (size_t)ATT_K * (hs + 1) + 2 * (size_t)ATT_Q * hs) * sizeof(float);
+        dim3 grid_q(cu_blocks((size_t)T, ATT_Q), B * NH);
+        k_att_backward_dq<<<grid_q, 32 * ATT_Q, smem_q, cu_stream()>>>(dqkv, dout, qkv, out, lse, pos, T, NH, KV, hs,
+                                                                       scale, d, lowp);
+        CU_LAUNCHED("attention_backward(dq)");
+    }
     size_t smem_kv = (2 * (size_t)ATT_K * (hs + 1) + 3 * (size_t)ATT_K + 2 * (size_t)ATT_Q * hs) * sizeof(float);
     dim3 grid_kv(cu_blocks((size_t)T, ATT_Q), B * KV);
     k_att_backward_dkv<<<grid_kv, 32 * ATT_Q, smem_kv, cu_stream()>>>(dqkv, dout, qkv, out, lse, pos, T, NH, KV, hs,
