@@ -289,6 +289,22 @@ static size_t tc_smem(int hs) {
     return (TC_Q + 2 * TC_K) * ldq * 2 + TC_WARPS * 16 * (lds * 4 + ldp * 2 + ldo * 4);
 }
 
+/* The block's key tile [k0, k0 + TC_K) of KV head kh, K and V rounded to bf16 (rows past T zero),
+ * rows of ldq elements: what both tensor-core kernels stage per tile. */
+static __device__ __forceinline__ void tc_load_kv(__nv_bfloat16 *Ks, __nv_bfloat16 *Vs, const float *base, int k0,
+                                                  int T, size_t ld, int NH, int KV, int kh, int hs, int ldq) {
+    for (int idx = threadIdx.x; idx < TC_K * hs; idx += blockDim.x) {
+        int j = idx / hs, x = idx % hs, key = k0 + j;
+        float kv = 0, vv = 0;
+        if (key < T) {
+            kv = base[(size_t)key * ld + (size_t)(NH + kh) * hs + x];
+            vv = base[(size_t)key * ld + (size_t)(NH + KV + kh) * hs + x];
+        }
+        Ks[j * ldq + x] = __float2bfloat16(kv);
+        Vs[j * ldq + x] = __float2bfloat16(vv);
+    }
+}
+
 __global__ void k_att_forward_tc(float *out, float *lse, const float *qkv, const int32_t *pos, int T, int NH, int KV,
                                  int hs, float scale, Dropout d) {
     extern __shared__ float sm[];
@@ -317,16 +333,7 @@ __global__ void k_att_forward_tc(float *out, float *lse, const float *qkv, const
     float m = -INFINITY, l = 0;
     for (int k0 = 0; k0 <= last; k0 += TC_K) {
         __syncthreads(); /* the previous tile's K, V are read */
-        for (int idx = threadIdx.x; idx < TC_K * hs; idx += blockDim.x) {
-            int j = idx / hs, x = idx % hs, key = k0 + j;
-            float kv = 0, vv = 0;
-            if (key < T) {
-                kv = base[(size_t)key * ld + (size_t)(NH + kh) * hs + x];
-                vv = base[(size_t)key * ld + (size_t)(NH + KV + kh) * hs + x];
-            }
-            Ks[j * ldq + x] = __float2bfloat16(kv);
-            Vs[j * ldq + x] = __float2bfloat16(vv);
-        }
+        tc_load_kv(Ks, Vs, base, k0, T, ld, NH, KV, kh, hs, ldq);
         __syncthreads();
         if (w0 >= T || k0 > wlast) continue; /* the whole warp: no row of it sees this tile */
         for (int n = 0; n < TC_K / 16; n++) {
@@ -439,16 +446,7 @@ __global__ void k_att_backward_dq_tc(float *dqkv, const float *dout, const float
     for (int n = 0; n < TC_DQ_FRAGS; n++) wmma::fill_fragment(dq[n], 0.0f); /* constant indices: registers */
     for (int k0 = 0; k0 <= last; k0 += TC_K) {
         __syncthreads();
-        for (int idx = threadIdx.x; idx < TC_K * hs; idx += blockDim.x) {
-            int j = idx / hs, x = idx % hs, key = k0 + j;
-            float kv = 0, vv = 0;
-            if (key < T) {
-                kv = base[(size_t)key * ld + (size_t)(NH + kh) * hs + x];
-                vv = base[(size_t)key * ld + (size_t)(NH + KV + kh) * hs + x];
-            }
-            Ks[j * ldq + x] = __float2bfloat16(kv);
-            Vs[j * ldq + x] = __float2bfloat16(vv);
-        }
+        tc_load_kv(Ks, Vs, base, k0, T, ld, NH, KV, kh, hs, ldq);
         __syncthreads();
         if (w0 >= T || k0 > wlast) continue;
         for (int n = 0; n < TC_K / 16; n++) {
@@ -502,6 +500,13 @@ __global__ void k_att_backward_dq_tc(float *dqkv, const float *dout, const float
     for (int x = half; x < hs; x += 2) g[x] = Ow[r * ldo + x];
 }
 
+/* A tensor-core kernel's shared-memory opt-in, once per kernel and head size (opted: its flags). */
+static void tc_opt_in(const void *kernel, int *opted, int hs, size_t bytes) {
+    if (opted[hs]) return;
+    CU_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    opted[hs] = 1;
+}
+
 static int att_scalar_only(void) {
     static int v = -1;
     if (v < 0) v = getenv("ST_CUDA_ATT_SCALAR") && getenv("ST_CUDA_ATT_SCALAR")[0] == '1';
@@ -530,12 +535,9 @@ void cu_attention_forward(float *out, float *lse, float *scratch, const float *q
                           int NH, int KV, int hs, float scale, Dropout d, int lowp, int nt) {
     if (!cu_ready() || !att_check(B, NH, KV, hs)) return;
     if (lowp && hs % 16 == 0 && !att_scalar_only()) {
-        static int opted_hs[129]; /* the shared-memory opt-in, once per head size */
+        static int opted[129];
         size_t bytes = tc_smem(hs);
-        if (!opted_hs[hs]) {
-            CU_TRY(cudaFuncSetAttribute(k_att_forward_tc, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-            opted_hs[hs] = 1;
-        }
+        tc_opt_in((const void *)k_att_forward_tc, opted, hs, bytes);
         dim3 tgrid(cu_blocks((size_t)T, TC_Q), B * NH);
         k_att_forward_tc<<<tgrid, 32 * TC_WARPS, bytes, cu_stream()>>>(out, lse, qkv, pos, T, NH, KV, hs, scale, d);
         CU_LAUNCHED("attention_forward(tensor cores)");
@@ -552,12 +554,9 @@ void cu_attention_backward(float *dqkv, float *scratch, const float *dout, const
                            Dropout d, int lowp, int nt) {
     if (!cu_ready() || !att_check(B, NH, KV, hs)) return;
     if (lowp && hs % 16 == 0 && !att_scalar_only()) {
-        static int opted_hs[129];
+        static int opted[129];
         size_t bytes = tc_dq_smem(hs);
-        if (!opted_hs[hs]) {
-            CU_TRY(cudaFuncSetAttribute(k_att_backward_dq_tc, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-            opted_hs[hs] = 1;
-        }
+        tc_opt_in((const void *)k_att_backward_dq_tc, opted, hs, bytes);
         dim3 tgrid(cu_blocks((size_t)T, TC_Q), B * NH);
         k_att_backward_dq_tc<<<tgrid, 32 * TC_WARPS, bytes, cu_stream()>>>(dqkv, dout, qkv, out, lse, pos, T, NH, KV,
                                                                           hs, scale, d);
