@@ -181,6 +181,12 @@ typedef struct {
 void tr_fmt_duration(double s, char *buf, size_t len);
 int tr_split_list(char *buf, const char **out, int max);
 double tr_comm_bytes_total(const Comm *c);
+/* One copy of a device buffer to the host, the backend's first error taken into err. */
+static inline Status tr_to_host(const Backend *be, void *dst, const void *src, size_t bytes, Err *err) {
+    be->to_host(dst, src, bytes);
+    return be->take_error(err);
+}
+
 Status tr_setup_grid(Run *r, Err *err);
 Status tr_setup_data(Run *r, Err *err);
 /* A setup stage's outcome st (err its message) agreed over the world, so a check that failed on

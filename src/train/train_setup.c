@@ -333,9 +333,7 @@ Status tr_setup_model(Run *r, Err *err) {
 /* The asynchronous saver's copy of a device's buffer into its host staging (the save blocks
  * training only for this copy, as on the CPU; the write runs behind it). */
 static int device_copy_out(void *ctx, float *dst, const float *src, size_t n, Err *err) {
-    const Backend *be = ctx;
-    be->to_host(dst, src, n * sizeof(float));
-    return be->take_error(err) != ST_OK;
+    return tr_to_host(ctx, dst, src, n * sizeof(float), err) != ST_OK;
 }
 
 /* The asynchronous checkpoint writer (its copy of the state) and the metrics log. */

@@ -402,10 +402,8 @@ static Status step_health(Run *r, Step *s, Err *err) {
 /* The whole of a model buffer readable on the host: itself, or on a device its copy in ls.host
  * (NULL after recording a device error). */
 static const float *layer_stats_host(Run *r, const float *buf, Err *err) {
-    const Backend *be = r->g.be;
-    if (be->host_addressable) return buf;
-    be->to_host(r->ls.host, buf, r->g.w.layout.total * sizeof(float));
-    return be->take_error(err) == ST_OK ? r->ls.host : NULL;
+    if (r->g.be->host_addressable) return buf;
+    return tr_to_host(r->g.be, r->ls.host, buf, r->g.w.layout.total * sizeof(float), err) == ST_OK ? r->ls.host : NULL;
 }
 
 /* --log-layer-stats, before the update: per segment the raw gradient's norm (unscaled by the fp16
@@ -414,19 +412,16 @@ static const float *layer_stats_host(Run *r, const float *buf, Err *err) {
  * device the gradients and the weights come to the host first (a diagnostic's cost). */
 static Status layer_stats_before(Run *r, float lscale, Err *err) {
     const ParamLayout *pl = &r->g.w.layout;
-    const float *g = layer_stats_host(r, r->g.d.grads, err);
+    const float *g = layer_stats_host(r, r->g.d.grads, err), *w = r->ls.prev;
     if (!g) return ST_ERR_RUNTIME;
-    const float *w = r->g.be->host_addressable ? r->g.w.params : r->ls.prev;
-    if (!r->g.be->host_addressable) {
-        r->g.be->to_host(r->ls.prev, r->g.w.params, pl->total * sizeof(float));
-        if (r->g.be->take_error(err) != ST_OK) return ST_ERR_RUNTIME;
-    }
+    size_t bytes = pl->total * sizeof(float);
+    if (r->g.be->host_addressable) memcpy(r->ls.prev, r->g.w.params, bytes);
+    else if (tr_to_host(r->g.be, r->ls.prev, r->g.w.params, bytes, err) != ST_OK) return ST_ERR_RUNTIME;
     for (int k = 0; k < r->ls.nseg; k++) {
         double gs = 0, ws = 0;
         for (size_t i = pl->seg_off[k]; i < pl->seg_off[k + 1]; i++) gs += (double)g[i] * g[i], ws += (double)w[i] * w[i];
         r->ls.grad[k] = sqrt(gs) / lscale, r->ls.weight[k] = sqrt(ws);
     }
-    if (r->g.be->host_addressable) memcpy(r->ls.prev, w, pl->total * sizeof(float));
     return ST_OK;
 }
 
