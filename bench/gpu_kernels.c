@@ -287,11 +287,24 @@ int main(int argc, char **argv) {
     total += gemm_bwd_rest;
     double flops = 6.0 * 124e6 * N + 12.0 * 12 * c.T * C * N; /* 6ND + attention (PaLM's appendix B) */
     printf("%-26s %10s %8s %12.2f\n", "other GEMM bwd (est.)", "", "", gemm_bwd_rest);
+    /* A/B: the scalar attention kernels (ST_CUDA_ATT_SCALAR=1) beside the tensor-core ones; not in the sum */
+    const char *was = getenv("ST_CUDA_ATT_SCALAR");
+    char keep[8] = "";
+    if (was) snprintf(keep, sizeof keep, "%s", was);
+    setenv("ST_CUDA_ATT_SCALAR", "1", 1);
+    double sc_fwd = bench(f_att_fwd, &c, 9), sc_bwd = bench(f_att_bwd, &c, 9);
+    if (was) setenv("ST_CUDA_ATT_SCALAR", keep, 1);
+    else unsetenv("ST_CUDA_ATT_SCALAR");
+    printf("%-26s %10.3f %8s %12s  default is %.2fx faster\n", "attention fwd (scalar A/B)", sc_fwd, "-", "",
+           sc_fwd / ms[3]);
+    printf("%-26s %10.3f %8s %12s  default is %.2fx faster\n", "attention bwd (scalar A/B)", sc_bwd, "-", "",
+           sc_bwd / ms[4]);
     printf("step estimate: %.1f ms = %.0f tokens/s, MFU %.1f%% of the measured bf16 GEMM rate\n", total,
            N / (total * 1e-3), 100.0 * flops / (total * 1e-3) / (peak * 1e12));
     printf("RESULT {\"backend\":\"%s\",\"B\":%d,\"T\":%d,\"gemm_tflops\":%.1f,\"step_ms_est\":%.2f,"
-           "\"attn_fwd_ms\":%.3f,\"attn_bwd_ms\":%.3f,\"head_ms\":%.3f,\"adamw_ms\":%.3f}\n",
-           be->name, c.B, c.T, peak, total, ms[3], ms[4], ms[9], ms[10]);
+           "\"attn_fwd_ms\":%.3f,\"attn_bwd_ms\":%.3f,\"attn_fwd_scalar_ms\":%.3f,\"attn_bwd_scalar_ms\":%.3f,"
+           "\"head_ms\":%.3f,\"adamw_ms\":%.3f}\n",
+           be->name, c.B, c.T, peak, total, ms[3], ms[4], sc_fwd, sc_bwd, ms[9], ms[10]);
     /* the kernels' buffers go before the model takes its memory */
     void *bufs[] = {c.x, c.y, c.res, c.mean, c.rstd, c.w, c.b, c.qkv, c.att, c.lse, c.dqkv, c.fch, c.out, c.grads,
                     c.m, c.v, c.losses, c.logits, c.xlp, c.wlp, c.plp, c.big_a, c.big_b, c.bigc, c.tg, c.mp.a,

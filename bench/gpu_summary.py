@@ -17,4 +17,5 @@ for line in sys.stdin:
     else:
         est = r["step_ms_est"]
         print(f"  {r['B']:<4} {'ours (kernel sum, est.)':<24} {est:8.1f} {r['B'] * r['T'] / (est * 1e-3):>9.0f} {'':>6} {'':>6}"
-              f"   attn fwd/bwd {r['attn_fwd_ms']:.2f}/{r['attn_bwd_ms']:.2f} ms, bf16 GEMM {r['gemm_tflops']} TFLOP/s")
+              f"   attn fwd/bwd {r['attn_fwd_ms']:.2f}/{r['attn_bwd_ms']:.2f} ms"
+              f" (scalar {r.get('attn_fwd_scalar_ms', 0):.2f}/{r.get('attn_bwd_scalar_ms', 0):.2f}), bf16 GEMM {r['gemm_tflops']} TFLOP/s")

@@ -18,9 +18,9 @@
  * lowp (bf16) rounds what the CPU rounds before its GEMMs: Q, K, V, dY, the (dropped)
  * probabilities and dS; products accumulate in fp32, the softmax statistics stay fp32.
  *
- * Performance: lowp's forward and dQ run on tensor cores (k_att_forward_tc, k_att_backward_dq_tc,
- * below) for head sizes that are multiples of 16; the fp32 path and dK/dV are scalar fp32 FMAs
- * from shared memory. The bench (scripts/gpu_check.sh) shows their share of the step. */
+ * Performance: lowp's forward, dQ and dK/dV run on tensor cores (k_att_forward_tc,
+ * k_att_backward_dq_tc, k_att_backward_dkv_tc, below) for head sizes that are multiples of 16; the
+ * fp32 path is scalar fp32 FMAs from shared memory. bench/gpu_kernels times both (an A/B). */
 #include <cuda_bf16.h>
 #include <math.h>
 #include <mma.h>
@@ -500,6 +500,146 @@ __global__ void k_att_backward_dq_tc(float *dqkv, const float *dout, const float
     for (int x = half; x < hs; x += 2) g[x] = Ow[r * ldo + x];
 }
 
+/* dK, dV on tensor cores (lowp, hs a multiple of 16): k_att_backward_dkv's arithmetic with
+ * Sᵀ = K·Qᵀ, dPᵀ = V·dYᵀ, dV += Pᵀ·dY and dK += dSᵀ·Q as bf16 wmma tiles (fp32 accumulation). A block
+ * holds TC_K = 64 key rows of one KV head, 16 per warp, and walks the group's query heads in order
+ * and their query tiles of TC_Q rows in order (from its own first key row: earlier rows see none of
+ * its keys); a warp keeps its dK and dV in fragments across them, so each element is one warp's sum
+ * in a fixed order (no atomics, the same bits every run). Per tile: the Q and dY tiles (bf16) and
+ * each query row's D = Σ dY·Y (fp32, unrounded), L and first visible key are staged once for the
+ * block; a warp whose 16 keys no row of the tile sees (past T, above the diagonal or before a
+ * document start) skips the tile's products. Shared memory: K, V, Q, dY tiles 4 · 64 · (hs + 8) · 2,
+ * Sᵀ and dPᵀ 4 · 2 · 16 · 68 · 4 (reused to stage the results), Pᵀ and dSᵀ 4 · 2 · 16 · 72 · 2, the
+ * rows' D, L, start 3 · 64 · 4: 89 KiB at hs 64, 121 KiB at hs 128. */
+static size_t tc_dkv_smem(int hs) {
+    size_t ldq = (size_t)hs + 8, lds = TC_Q + 4, ldp = TC_Q + 8;
+    return (2 * TC_Q + 2 * TC_K) * ldq * 2 + TC_WARPS * 2 * 16 * (lds * 4 + ldp * 2) + 3 * TC_Q * 4;
+}
+
+__global__ void k_att_backward_dkv_tc(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                      const float *lse, const int32_t *pos, int T, int NH, int KV, int hs,
+                                      float scale, Dropout d) {
+    extern __shared__ float sm[];
+    const int ldq = hs + 8, lds = TC_Q + 4, ldp = TC_Q + 8, ldo = hs + 4;
+    __nv_bfloat16 *Ks = (__nv_bfloat16 *)sm, *Vs = Ks + TC_K * ldq, *Qs = Vs + TC_K * ldq, *dYs = Qs + TC_Q * ldq;
+    float *SP = (float *)(dYs + TC_Q * ldq);
+    __nv_bfloat16 *PS = (__nv_bfloat16 *)(SP + TC_WARPS * 2 * 16 * lds);
+    float *Dt = (float *)(PS + TC_WARPS * 2 * 16 * ldp), *Lt = Dt + TC_Q;
+    int *St = (int *)(Lt + TC_Q); /* the tile's query rows' first visible keys */
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int bkv = blockIdx.y, b = bkv / KV, kh = bkv % KV, G = NH / KV;
+    size_t ld = (size_t)(NH + 2 * KV) * hs, C = (size_t)NH * hs;
+    const float *base = qkv + (size_t)b * T * ld;
+    int k0 = blockIdx.x * TC_K, j0 = k0 + warp * 16, jlast = min(T - 1, j0 + 15);
+    float *Sw = SP + warp * 2 * 16 * lds, *dPw = Sw + 16 * lds; /* the warp's Sᵀ and dPᵀ: 16 keys × 64 queries */
+    __nv_bfloat16 *Pw = PS + warp * 2 * 16 * ldp, *dSw = Pw + 16 * ldp;
+    tc_load_kv(Ks, Vs, base, k0, T, ld, NH, KV, kh, hs, ldq);
+    /* lanes 2r and 2r + 1 own key row r of the warp's 16: query columns [32·half, 32·half + 32) */
+    int r = lane >> 1, half = lane & 1, j = j0 + r;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> dk[TC_DQ_FRAGS], dv[TC_DQ_FRAGS];
+#pragma unroll
+    for (int n = 0; n < TC_DQ_FRAGS; n++) wmma::fill_fragment(dk[n], 0.0f), wmma::fill_fragment(dv[n], 0.0f);
+    for (int h = kh * G; h < (kh + 1) * G; h++) {
+        uint64_t bhg = (uint64_t)b * (d.heads ? d.heads : NH) + d.head0 + h;
+        for (int q0 = k0; q0 < T; q0 += TC_Q) {
+            __syncthreads(); /* the previous tile is read (the first time: K and V are staged) */
+            for (int idx = threadIdx.x; idx < TC_Q * hs; idx += blockDim.x) {
+                int i = idx / hs, x = idx % hs, qr = q0 + i;
+                float qv = 0, gv = 0;
+                if (qr < T) {
+                    qv = base[(size_t)qr * ld + (size_t)h * hs + x];
+                    gv = dout[((size_t)b * T + qr) * C + (size_t)h * hs + x];
+                }
+                Qs[i * ldq + x] = __float2bfloat16(qv);
+                dYs[i * ldq + x] = __float2bfloat16(gv);
+            }
+            for (int i = warp; i < TC_Q; i += TC_WARPS) { /* D, L, start: one row per warp at a time */
+                int qr = q0 + i;
+                float s = 0;
+                if (qr < T) {
+                    const float *g = dout + ((size_t)b * T + qr) * C + (size_t)h * hs;
+                    const float *yv = out + ((size_t)b * T + qr) * C + (size_t)h * hs;
+                    for (int x = lane; x < hs; x += 32) s += g[x] * yv[x];
+                }
+                s = cu_warp_sum(s);
+                if (lane == 0) {
+                    Dt[i] = s;
+                    Lt[i] = qr < T ? lse[((size_t)b * NH + h) * T + qr] : 0.0f;
+                    St[i] = qr >= T ? T : pos ? qr - pos[(size_t)b * T + qr] : 0; /* T: sees no key */
+                }
+            }
+            __syncthreads();
+            if (j0 >= T) continue;
+            int ia = q0 + lane, ib = ia + 32; /* does any row of the tile see any of the warp's keys? */
+            int any = (ia < T && ia >= j0 && St[lane] <= jlast) || (ib < T && ib >= j0 && St[lane + 32] <= jlast);
+            if (!__any_sync(0xffffffffu, any)) continue;
+            for (int n = 0; n < TC_Q / 16; n++) {
+                wmma::fragment<wmma::accumulator, 16, 16, 16, float> s_acc, p_acc;
+                wmma::fill_fragment(s_acc, 0.0f);
+                wmma::fill_fragment(p_acc, 0.0f);
+                for (int kk = 0; kk < hs / 16; kk++) {
+                    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fk, fv;
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fq, fy;
+                    wmma::load_matrix_sync(fk, Ks + warp * 16 * ldq + kk * 16, ldq);
+                    wmma::load_matrix_sync(fq, Qs + n * 16 * ldq + kk * 16, ldq);
+                    wmma::mma_sync(s_acc, fk, fq, s_acc);
+                    wmma::load_matrix_sync(fv, Vs + warp * 16 * ldq + kk * 16, ldq);
+                    wmma::load_matrix_sync(fy, dYs + n * 16 * ldq + kk * 16, ldq);
+                    wmma::mma_sync(p_acc, fv, fy, p_acc);
+                }
+                wmma::store_matrix_sync(Sw + n * 16, s_acc, lds, wmma::mem_row_major);
+                wmma::store_matrix_sync(dPw + n * 16, p_acc, lds, wmma::mem_row_major);
+            }
+            __syncwarp();
+            for (int c = 0; c < 32; c++) {
+                int ic = half * 32 + c, i = q0 + ic;
+                float pd = 0, ds = 0;
+                if (j < T && i < T && i >= j && St[ic] <= j) {
+                    float p = expf(Sw[r * lds + ic] * scale - Lt[ic]), ks = 1.0f;
+                    if (d.p > 0) ks = cu_drop(d, bhg * T * T + (uint64_t)i * T + j);
+                    pd = p * ks;
+                    ds = p * (dPw[r * lds + ic] * ks - Dt[ic]) * scale;
+                }
+                Pw[r * ldp + ic] = __float2bfloat16(pd);
+                dSw[r * ldp + ic] = __float2bfloat16(ds);
+            }
+            __syncwarp();
+            for (int kk = 0; kk < TC_Q / 16; kk++) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fp, fs;
+                wmma::load_matrix_sync(fp, Pw + kk * 16, ldp);
+                wmma::load_matrix_sync(fs, dSw + kk * 16, ldp);
+#pragma unroll
+                for (int n = 0; n < TC_DQ_FRAGS; n++) {
+                    if (n >= hs / 16) break;
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fy, fq;
+                    wmma::load_matrix_sync(fy, dYs + kk * 16 * ldq + n * 16, ldq);
+                    wmma::mma_sync(dv[n], fp, fy, dv[n]);
+                    wmma::load_matrix_sync(fq, Qs + kk * 16 * ldq + n * 16, ldq);
+                    wmma::mma_sync(dk[n], fs, fq, dk[n]);
+                }
+            }
+        }
+    }
+    if (j0 >= T) return;
+    /* staged through the warp's Sᵀ/dPᵀ area (16 · (hs + 4) <= 2 · 16 · 68 floats), dK then dV, so
+     * rows past T are not written */
+    size_t off = ((size_t)b * T + j) * ld + (size_t)(NH + kh) * hs;
+    __syncwarp();
+#pragma unroll
+    for (int n = 0; n < TC_DQ_FRAGS; n++)
+        if (n < hs / 16) wmma::store_matrix_sync(Sw + n * 16, dk[n], ldo, wmma::mem_row_major);
+    __syncwarp();
+    if (j < T)
+        for (int x = half; x < hs; x += 2) dqkv[off + x] = Sw[r * ldo + x];
+    __syncwarp();
+#pragma unroll
+    for (int n = 0; n < TC_DQ_FRAGS; n++)
+        if (n < hs / 16) wmma::store_matrix_sync(Sw + n * 16, dv[n], ldo, wmma::mem_row_major);
+    __syncwarp();
+    if (j < T)
+        for (int x = half; x < hs; x += 2) dqkv[off + (size_t)KV * hs + x] = Sw[r * ldo + x];
+}
+
 /* A tensor-core kernel's shared-memory opt-in, once per kernel and head size (opted: its flags). */
 static void tc_opt_in(const void *kernel, int *opted, int hs, size_t bytes) {
     if (opted[hs]) return;
@@ -507,10 +647,10 @@ static void tc_opt_in(const void *kernel, int *opted, int hs, size_t bytes) {
     opted[hs] = 1;
 }
 
+/* Read at every call (one getenv per launch): bench/gpu_kernels flips it for its A/B. */
 static int att_scalar_only(void) {
-    static int v = -1;
-    if (v < 0) v = getenv("ST_CUDA_ATT_SCALAR") && getenv("ST_CUDA_ATT_SCALAR")[0] == '1';
-    return v;
+    const char *v = getenv("ST_CUDA_ATT_SCALAR");
+    return v && v[0] == '1';
 }
 
 /* The launches put (batch, head) on gridDim.y, whose limit is 65535 (not gridDim.x's 2^31 − 1):
@@ -553,21 +693,27 @@ void cu_attention_backward(float *dqkv, float *scratch, const float *dout, const
                            const float *lse, const int32_t *pos, int B, int T, int NH, int KV, int hs, float scale,
                            Dropout d, int lowp, int nt) {
     if (!cu_ready() || !att_check(B, NH, KV, hs)) return;
-    if (lowp && hs % 16 == 0 && !att_scalar_only()) {
-        static int opted[129];
+    if (lowp && hs % 16 == 0 && !att_scalar_only()) { /* both on tensor cores */
+        static int opted[129], opted_kv[129];
         size_t bytes = tc_dq_smem(hs);
         tc_opt_in((const void *)k_att_backward_dq_tc, opted, hs, bytes);
         dim3 tgrid(cu_blocks((size_t)T, TC_Q), B * NH);
         k_att_backward_dq_tc<<<tgrid, 32 * TC_WARPS, bytes, cu_stream()>>>(dqkv, dout, qkv, out, lse, pos, T, NH, KV,
                                                                           hs, scale, d);
         CU_LAUNCHED("attention_backward(dq, tensor cores)");
-    } else {
-        size_t smem_q = (2 * (size_t)ATT_K * (hs + 1) + 2 * (size_t)ATT_Q * hs) * sizeof(float);
-        dim3 grid_q(cu_blocks((size_t)T, ATT_Q), B * NH);
-        k_att_backward_dq<<<grid_q, 32 * ATT_Q, smem_q, cu_stream()>>>(dqkv, dout, qkv, out, lse, pos, T, NH, KV, hs,
-                                                                       scale, d, lowp);
-        CU_LAUNCHED("attention_backward(dq)");
+        bytes = tc_dkv_smem(hs);
+        tc_opt_in((const void *)k_att_backward_dkv_tc, opted_kv, hs, bytes);
+        dim3 kgrid(cu_blocks((size_t)T, TC_K), B * KV);
+        k_att_backward_dkv_tc<<<kgrid, 32 * TC_WARPS, bytes, cu_stream()>>>(dqkv, dout, qkv, out, lse, pos, T, NH,
+                                                                           KV, hs, scale, d);
+        CU_LAUNCHED("attention_backward(dkv, tensor cores)");
+        return;
     }
+    size_t smem_q = (2 * (size_t)ATT_K * (hs + 1) + 2 * (size_t)ATT_Q * hs) * sizeof(float);
+    dim3 grid_q(cu_blocks((size_t)T, ATT_Q), B * NH);
+    k_att_backward_dq<<<grid_q, 32 * ATT_Q, smem_q, cu_stream()>>>(dqkv, dout, qkv, out, lse, pos, T, NH, KV, hs, scale,
+                                                                   d, lowp);
+    CU_LAUNCHED("attention_backward(dq)");
     size_t smem_kv = (2 * (size_t)ATT_K * (hs + 1) + 3 * (size_t)ATT_K + 2 * (size_t)ATT_Q * hs) * sizeof(float);
     dim3 grid_kv(cu_blocks((size_t)T, ATT_Q), B * KV);
     k_att_backward_dkv<<<grid_kv, 32 * ATT_Q, smem_kv, cu_stream()>>>(dqkv, dout, qkv, out, lse, pos, T, NH, KV, hs,

@@ -67,12 +67,14 @@ __global__ void k_chain(float *x) { x[blockIdx.x + 1] = x[blockIdx.x] + 1.0f; }
 
 __global__ void k_lanes(int *out) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, v = lane * 10 + warp;
-    int *o = out + threadIdx.x * 5;
+    int *o = out + threadIdx.x * 7;
     o[0] = __shfl_sync(0xffffffffu, v, 3);
     o[1] = __shfl_xor_sync(0xffffffffu, v, 5);
     o[2] = (int)__ballot_sync(0xffffffffu, lane & 1);
     o[3] = __shfl_sync(0xffffffffu, v, 2, 8);
     o[4] = __syncthreads_or(threadIdx.x == 77);
+    o[5] = __any_sync(0xffffffffu, lane == 9 && warp == 1);
+    o[6] = 2 * __all_sync(0xffffffffu, lane < 32) + __all_sync(0xffffffffu, lane != 4);
 }
 
 __global__ void k_coords(int *out) {
@@ -387,17 +389,17 @@ int main(void) {
     }
 
     /* warp exchanges and __syncthreads_or */
-    int *dl = (int *)dalloc(96 * 5 * sizeof(int)), hl[96 * 5];
+    int *dl = (int *)dalloc(96 * 7 * sizeof(int)), hl[96 * 7];
     k_lanes<<<1, 96>>>(dl);
     cudaMemcpy(hl, dl, sizeof hl, cudaMemcpyDeviceToHost);
     int lanes_ok = 1;
     for (int t = 0; t < 96; t++) {
         int lane = t % 32, warp = t / 32;
-        const int *o = hl + t * 5;
+        const int *o = hl + t * 7;
         lanes_ok &= o[0] == 3 * 10 + warp && o[1] == (lane ^ 5) * 10 + warp && (unsigned)o[2] == 0xAAAAAAAAu &&
-                    o[3] == ((lane & ~7) + 2) * 10 + warp && o[4] == 1;
+                    o[3] == ((lane & ~7) + 2) * 10 + warp && o[4] == 1 && o[5] == (warp == 1) && o[6] == 2;
     }
-    check(lanes_ok, "warp_exchanges", "shfl, shfl_xor, ballot, width-8 shfl and syncthreads_or on 3 warps");
+    check(lanes_ok, "warp_exchanges", "shfl, shfl_xor, ballot, any, all, width-8 shfl and syncthreads_or on 3 warps");
 
     /* coordinates */
     int *dcoord = (int *)dalloc(6 * 6 * sizeof(int)), hcoord[36];

@@ -107,6 +107,8 @@ void __syncwarp(unsigned mask = 0xffffffffu);
 /* Warp exchanges: every lane of mask must reach the same call (checked); values up to 8 bytes. */
 uint64_t cuemu_shfl(unsigned mask, uint64_t v, int arg, int width, int kind);
 unsigned __ballot_sync(unsigned mask, int pred);
+static inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+static inline int __all_sync(unsigned mask, int pred) { return (__ballot_sync(mask, pred) & mask) == mask; }
 template <class T> static inline T cuemu_shfl_t(unsigned mask, T v, int arg, int width, int kind) {
     static_assert(sizeof(T) <= 8, "shuffle of more than 8 bytes");
     uint64_t u = 0;
