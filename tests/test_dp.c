@@ -604,6 +604,25 @@ static void start_string(const char *name, const char *k, char *out, size_t n) {
     cJSON_Delete(all);
 }
 
+/* The start record's numeric array k of run `name` into out (at most n); returns its length, -1 if absent. */
+static int start_array(const char *name, const char *k, double *out, int n) {
+    cJSON *all = records(name);
+    int len = -1;
+    const cJSON *r;
+    cJSON_ArrayForEach(r, all) {
+        const cJSON *ev = cJSON_GetObjectItem(r, "event"), *v = cJSON_GetObjectItem(r, k);
+        if (!cJSON_IsString(ev) || strcmp(ev->valuestring, "start") || !cJSON_IsArray(v)) continue;
+        len = 0;
+        const cJSON *x;
+        cJSON_ArrayForEach(x, v) {
+            if (len < n) out[len] = cJSON_IsNumber(x) ? x->valuedouble : NAN;
+            len++;
+        }
+    }
+    cJSON_Delete(all);
+    return len;
+}
+
 /* One process, MFU_MODEL, measured peak (no cache), with `env` ("VAR=value" or ""). */
 static int mfu_one(const char *name, const char *env, Log *lg) {
     char cmd[4096];
@@ -628,22 +647,32 @@ static void mfu(void) {
         tu_check(0, "MFU runs", "see %s/mfu_1.out and mfu_dp2.out", DIR);
         return;
     }
-    /* The job's peak: each rank measured about what the one process measured (same core, 1 thread).
-     * The peak is the best of the FMA probe and a 1024^3 GEMM (train/machine_peak.h), so the bound
-     * holds in the ASan build too, where the instrumented code slows the step but not oneDNN's GEMM. */
-    double w1, w2, wbug, m1, m2, mbug, ref2 = 2 * one.peak;
+    /* The job's peak is the sum of the ranks' own peaks, each as its start record gives it (rank
+     * 0's peak_flops and every rank's peak_flops_by_rank): the two ranks measure at the same moment
+     * on two shared cores, so each reads 0.6-1.0 of what a lone process reads, and a comparison with
+     * 2 x the one-process peak (the test before) failed about once in 5 ASan runs. Each rank's
+     * peak must still be that of this machine: within 4x of the one process's (the peak is the best
+     * of the FMA probe and a 1024^3 GEMM, train/machine_peak.h, so this holds under ASan too). */
+    double w1, w2, wbug, m1, m2, mbug, pr[4] = {0};
+    int npr = start_array("mfu_dp2", "peak_flops_by_rank", pr, 4), npr1 = start_array("mfu_1", "peak_flops_by_rank", pr + 2, 2);
+    double sum = pr[0] + pr[1], lo = one.peak / 4, hi = one.peak * 4;
     double med1 = mfu_check(&one, 1, one.peak, &w1, &m1);
-    double med2 = mfu_check(&two, 2, ref2, &w2, &m2);
-    tu_check(w1 <= 1e-6 && one.peak_job == one.peak && m1 < 1, "one process: logged MFU == model FLOP/s / peak, below 1",
-             "max rel diff %.1e; peak %.1f GFLOP/s; max MFU %.3f", w1, one.peak * 1e-9, m1);
-    tu_check(w2 <= 0.25 && m2 < 1, "dp 2: logged MFU == the job's model FLOP/s / (2 x one rank's peak), below 1",
-             "max rel diff %.1e (tol 0.25: two peak measurements); peak_flops_job %.1f GFLOP/s, rank 0 %.1f, one "
-             "process %.1f; max MFU %.3f", w2, two.peak_job * 1e-9, two.peak * 1e-9, one.peak * 1e-9, m2);
+    double med2 = mfu_check(&two, 2, two.peak_job, &w2, &m2);
+    tu_check(w1 <= 1e-6 && one.peak_job == one.peak && npr1 == 1 && pr[2] == one.peak && m1 < 1,
+             "one process: logged MFU == model FLOP/s / peak, below 1", "max rel diff %.1e; peak %.1f GFLOP/s (by "
+             "rank: %d entries); max MFU %.3f", w1, one.peak * 1e-9, npr1, m1);
+    tu_check(npr == 2 && pr[0] == two.peak && two.peak_job == sum && pr[1] > lo && pr[1] < hi && pr[0] > lo && pr[0] < hi,
+             "dp 2: the job's peak is the sum of the two ranks' peaks, each this machine's",
+             "%d entries: rank 0 %.1f (peak_flops %.1f), rank 1 %.1f GFLOP/s; sum %.1f, peak_flops_job %.1f; one "
+             "process %.1f", npr, pr[0] * 1e-9, two.peak * 1e-9, pr[1] * 1e-9, sum * 1e-9, two.peak_job * 1e-9,
+             one.peak * 1e-9);
+    tu_check(w2 <= 1e-6 && m2 < 1, "dp 2: logged MFU == the job's model FLOP/s / the job's peak, below 1",
+             "max rel diff %.1e; max MFU %.3f", w2, m2);
     /* Negative control: the old denominator (one rank's peak) doubles the figure. */
     Log bug = two;
     for (int i = 0; i < MFU_STEPS; i++) bug.mfu[i] *= two.peak_job / two.peak;
-    mfu_check(&bug, 2, ref2, &wbug, &mbug);
-    tu_check(wbug > 0.25, "negative control: MFU over one rank's peak is caught", "max rel diff %.2f (tol 0.25)", wbug);
+    mfu_check(&bug, 2, two.peak_job, &wbug, &mbug);
+    tu_check(wbug > 1e-6, "negative control: MFU over one rank's peak is caught", "max rel diff %.2f (tol 1e-6)", wbug);
     /* Close to the one-process figure: each rank does the one process's work at its speed, less the
      * all-reduce and the wait for the slower rank: measured 0.88 on a quiet machine. On a machine
      * shared with other jobs the two ranks are slowed more than one process (two ranks on two cores

@@ -183,6 +183,7 @@ void ev_start(EventLog *lg, const StartEvent *e) {
     add_num(o, "world", e->world);
     add_num(o, "peak_flops", e->peak_flops);
     add_num(o, "peak_flops_job", e->peak_flops_job);
+    if (e->peak_flops_by_rank) add_array(o, "peak_flops_by_rank", e->peak_flops_by_rank, e->world);
     cJSON_AddStringToObject(o, "peak_source", e->peak_given ? "given" : "measured");
     cJSON_AddStringToObject(o, "peak_kind", e->peak_given ? "given" : e->peak_kind);
     add_num(o, "peak_probe_flops", e->peak_probe_flops);

@@ -7,6 +7,7 @@
  *   start     schema_version, config{...}, build{git_commit, compiler, gemm, threads, command},
  *             effective_batch{sequences, tokens}, num_params, flops_per_token, world,
  *             peak_flops (this rank), peak_flops_job (sum over ranks: the MFU denominator),
+ *             peak_flops_by_rank[] (each rank's, world entries, summed in rank order),
  *             peak_source, peak_kind, peak_probe_flops and peak_gemm_flops (this rank's two
  *             measurements, peak_flops their max; 0 when given), data_utilization, loss_masks (the
  *             training shards carry loss masks, docs/finetune.md), resumed_from_step,
@@ -97,6 +98,7 @@ typedef struct {
     const char *comm;           /* comm_describe's line (grid, MPI thread level, progress thread); may be NULL */
     long long batch_seqs, batch_tokens, num_params;
     double flops_per_token, peak_flops, peak_flops_job, data_utilization;
+    const double *peak_flops_by_rank; /* world entries; peak_flops_job is their sum */
     double peak_probe_flops, peak_gemm_flops; /* train/machine_peak.h */
     int world, peak_given;
     int loss_masks;             /* the training data has loss masks (SFT): step tokens = trained targets */

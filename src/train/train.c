@@ -167,6 +167,7 @@ static void run_free(Run *r) {
     free(r->by_rank);
     free(r->by_rank2);
     free(r->comm_by_rank);
+    free(r->peak_by_rank);
     free(r->pipe.idle);
     free(r->ns.rep);
     free(r->ls.prev);

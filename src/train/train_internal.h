@@ -133,6 +133,7 @@ typedef struct {
     long nmeasured, step_cap;
     double *by_rank;            /* world doubles: one value per rank, for per-rank records */
     double *by_rank2;
+    double *peak_by_rank;   /* each rank's peak FLOP/s at start (the start record's peak_flops_by_rank) */
     double *comm_by_rank;   /* each rank's exposed communication of the step (ms), before the report's gathers */
     EventLog log;
     cJSON *config;

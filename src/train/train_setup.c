@@ -136,8 +136,9 @@ Status tr_setup_grid(Run *r, Err *err) {
     r->by_rank = calloc((size_t)r->world, sizeof *r->by_rank);
     r->by_rank2 = calloc((size_t)r->world, sizeof *r->by_rank2);
     r->comm_by_rank = calloc((size_t)r->world, sizeof *r->comm_by_rank);
+    r->peak_by_rank = calloc((size_t)r->world, sizeof *r->peak_by_rank);
     r->pipe.idle = calloc((size_t)r->world, sizeof *r->pipe.idle);
-    if (!r->by_rank || !r->by_rank2 || !r->comm_by_rank || !r->pipe.idle) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    if (!r->by_rank || !r->by_rank2 || !r->comm_by_rank || !r->peak_by_rank || !r->pipe.idle) return err_set(err, ST_ERR_RUNTIME, "out of memory");
     return ST_OK;
 }
 
@@ -435,9 +436,12 @@ Status tr_setup_accounting(Run *r, Err *err) {
         if (pst != ST_OK) return pst;
         r->acct.peak = r->acct.mpeak.best, r->acct.peak_kind = r->acct.mpeak.kind;
     }
-    r->acct.peak_job = r->acct.peak;
-    Status st = comm_allreduce_f64(r->comm, &r->acct.peak_job, 1, COMM_SUM, err);
+    /* every rank's peak, summed in rank order: the same job peak on every rank, and the start
+     * record shows which rank measured what */
+    Status st = comm_allgather_f64(r->comm, r->acct.peak, r->peak_by_rank, err);
     if (st != ST_OK) return st;
+    r->acct.peak_job = 0;
+    for (int i = 0; i < r->world; i++) r->acct.peak_job += r->peak_by_rank[i];
     r->acct.fpt = layout_flops_per_token(&c->model, T);
     r->acct.batch_seqs = (long long)B * k * r->dp, r->acct.batch_tokens = r->acct.batch_seqs * T;
 
@@ -508,7 +512,8 @@ Status tr_announce(Run *r, Err *err) {
     StartEvent se = {.config = r->config, .threads = nt, .command = c->argv_joined, .comm = comm_line,
                      .batch_seqs = r->acct.batch_seqs,
                      .batch_tokens = r->acct.batch_tokens, .num_params = nparams, .flops_per_token = r->acct.fpt,
-                     .peak_flops = r->acct.peak, .peak_flops_job = r->acct.peak_job, .data_utilization = util,
+                     .peak_flops = r->acct.peak, .peak_flops_job = r->acct.peak_job,
+                     .peak_flops_by_rank = r->peak_by_rank, .data_utilization = util,
                      .loss_masks = r->train.masked, .world = r->world, .peak_given = c->peak_flops > 0, .peak_kind = r->acct.peak_kind,
                      .peak_probe_flops = r->acct.mpeak.probe, .peak_gemm_flops = r->acct.mpeak.gemm,
                      .resumed_from_step = r->rs.step, .resume_requested = c->resume,
