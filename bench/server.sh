@@ -26,6 +26,9 @@
 #              N/R threads (R = SERVER_DP, 8): unbound, each rank bound to its own N/R cores, ranks
 #              spread round-robin over NUMA nodes, and one rank per NUMA node (the last two where there
 #              are several nodes); tokens/s, the step's split, the logged MFU (must stay <= 1)
+#       tp     the trainer (the same d6, one micro-batch of 8 x 256) at tp 2 x N/2 threads, each rank
+#              bound to its cores: the overlapped tp collectives against the blocking path
+#              (ST_PAR_TEST_TP_BLOCKING=1), exposed tp time per step beside plan's alpha-beta time
 #       zero   bench/zero_overlap.sh R N/R B "2 3" 4 1, where it exists (ZeRO-2/3 communication
 #              hiding: config B, with and without overlap), with what is left of the budget
 #   All logs, the raw results and the table go into OUTDIR/server.tar.gz (one file: the device tool
@@ -251,10 +254,11 @@ if [[ $ok -eq 1 ]] && stage scale $(( budget * 26 / 100 )); then
   pack
 fi
 
-# --- place: the trainer, 1 process x N threads and mpirun dp x N/dp, placements ------------------
-if [[ $ok -eq 1 ]] && stage place $(( budget * 28 / 100 )); then
-  data=$work/tokens.bin # random-looking tokens of config B's vocabulary (step time does not depend on them)
-  "$py" - "$data" 50257 <<'PY'
+# The trainer's data (place and tp): random-looking tokens of config B's vocabulary (step time does
+# not depend on them), made once.
+data=$work/tokens.bin
+mkdata() {
+  [[ -f $data ]] || "$py" - "$data" 50257 <<'PY'
 import array, struct, sys
 path, V, n = sys.argv[1], int(sys.argv[2]), 400000
 hdr = [20240520, 1, n, 0, 0, 0, 0, V] + [0] * 248
@@ -262,6 +266,11 @@ tok = array.array('H', [(i * 7919 + (i // 13) * 31) % V for i in range(n)])
 with open(path, 'wb') as f:
     f.write(struct.pack('<256i', *hdr)); f.write(tok.tobytes())
 PY
+}
+
+# --- place: the trainer, 1 process x N threads and mpirun dp x N/dp, placements ------------------
+if [[ $ok -eq 1 ]] && stage place $(( budget * 26 / 100 )); then
+  mkdata
   gb=${SERVER_GLOBAL_BATCH:-64}
   s=$(steps_for 5)
   train=(--data "$data" --model "${SERVER_PLACE_MODEL:-d6}" --seq-len 256 --max-seq-len 256 --micro-batch 8 --steps "$s" --val-every 0
@@ -287,6 +296,24 @@ PY
     trn "${numa}x$(( N / numa )) per-numa" "$numa" $(( N / numa )) --map-by "numa:PE=$(( N / numa ))" --bind-to core \
       -x OMP_PLACES=cores -x OMP_PROC_BIND=close
   fi
+  pack
+fi
+
+# --- tp: tp 2 x N/2 threads, the overlapped collectives against the blocking path ----------------
+if [[ $ok -eq 1 ]] && (( N >= 2 )) && stage tp $(( budget * 8 / 100 )); then
+  mkdata
+  h=$(( N / 2 ))
+  tpargs=(--data "$data" --model "${SERVER_PLACE_MODEL:-d6}" --seq-len 256 --max-seq-len 256 --micro-batch 8
+          --steps "$(steps_for 4)" --val-every 0 --warmup 2 --quiet --no-noise-scale --tp 2 --threads "$h")
+  # plan's alpha-beta time of every tp collective (communication.tp_s) for the same grid on one node
+  "${ours[@]}" "$st" plan --model "${SERVER_PLACE_MODEL:-d6}" --seq-len 256 --micro-batch 8 --grad-accum 1 --tp 2 \
+    --threads "$h" --devices-per-node 2 --json > "$work/tp-plan.json" 2>> "$work/tp.log"
+  for mode in overlapped blocking; do
+    tenv=(); [[ $mode == blocking ]] && tenv=(-x ST_PAR_TEST_TP_BLOCKING=1)
+    rec tp "tp2x$h $mode" tp.log "${mpi[@]}" -np 2 --map-by "core:PE=$h" --bind-to core -x OMP_PLACES=cores \
+      -x OMP_PROC_BIND=close "${tenv[@]}" -x LD_LIBRARY_PATH="$ourlib" -x OMP_NUM_THREADS="$h" -x ST_PEAK_CACHE \
+      "$st" train "${tpargs[@]}" --log "$work/tp-$mode.jsonl" || break
+  done
   pack
 fi
 

@@ -154,3 +154,39 @@ if pl:
         print(f"| {tag} | {med([e['tokens_per_s'] for e in st]):.0f} | {tm('total'):.0f} | {tm('forward'):.0f} | "
               f"{tm('backward'):.0f} | {tm('comm'):.0f} | {tm('optimizer'):.0f} | "
               f"{fmt(med(mfus), '{:.2f}')} ({fmt(max(mfus) if mfus else None, '{:.2f}')}){flag} | {steps[-1]['loss']:.6f} |")
+
+# 4. tensor parallelism: overlapped against blocking (the tp stage)
+tpr_ = [(t, r) for s, t, r in rows if s == "tp" and t != "-"]
+if tpr_:
+    ab = None
+    try:
+        ab = json.load(open(os.path.join(work, "tp-plan.json")))["communication"]["tp_s"] * 1e3
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    print(f"\n--- tensor parallelism, tp 2, the trainer's d6 at 8 × 256 (medians over the steps after the first; "
+          f"plan's alpha-beta tp time {fmt(ab, '{:.1f}')} ms/step)")
+    print("| run | step ms | exposed tp ms/step | exposed / alpha-beta | overlapped collectives done before their wait |")
+    print("|---|---:|---:|---:|---:|")
+    for tag, r in tpr_:
+        mode = tag.split()[-1]
+        log = os.path.join(work, f"tp-{mode}.jsonl")
+        steps = []
+        if os.path.exists(log):
+            for line in open(log):
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue
+                if e.get("event") == "step":
+                    steps.append(e)
+        if "failed" in r or not steps:
+            why = "cut by the budget" if r.get("failed") == 124 else f"failed (exit {r.get('failed', '?')})"
+            print(f"| {tag} | {why}, {len(steps)} steps logged | | | |")
+            continue
+        st = steps[1:] or steps
+        ct = med([e.get("time_ms", {}).get("comm_tp") for e in st])
+        done = med([e.get("tp_overlapped_done") for e in st])
+        tot = med([e.get("tp_overlapped") for e in st])
+        ratio = ct / ab if ct is not None and ab else None
+        print(f"| {tag} | {med([e.get('time_ms', {}).get('total') for e in st]):.0f} | {fmt(ct, '{:.1f}')} | "
+              f"{fmt(ratio, '{:.1f}')} | {fmt(done)} of {fmt(tot)} |")

@@ -21,7 +21,9 @@
 #
 # Both configs train on the bundled Tiny Shakespeare bytes (ids < 257); B sets --vocab 50257 (the
 # head's cost), C --vocab 257 (common.sh's 256 plus the end-of-text id).
-# Usage: [BASE=/path/to/main/scaletrain] bench/tp_speed.sh [rounds=3] [steps=8] [configs="B C"]
+# TPR (threads per rank, default 1): with more, the overlapped GEMMs keep the rank's OpenMP team and
+# the overlap worker polls (model/gpt.c's overlap_run); the one-process row then has 2 x TPR threads.
+# Usage: [BASE=/path/to/main/scaletrain] [TPR=1] bench/tp_speed.sh [rounds=3] [steps=8] [configs="B C"]
 #        (from anywhere; builds nothing; needs mpirun)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,7 +36,8 @@ ST=$PWD/build/scaletrain
 command -v mpirun >/dev/null || { echo "tp_speed: mpirun not found" >&2; exit 2; }
 tmp=$(mktemp -d /tmp/tp_speed.XXXXXX)
 [[ -n ${KEEP:-} ]] || trap 'rm -rf "$tmp"' EXIT # KEEP=1: the logs stay in $tmp
-MPI="mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1"
+tpr=${TPR:-1}
+MPI="mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=$tpr"
 # median of the numbers on stdin
 med() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 # step records after the first: field extractors
@@ -72,10 +75,10 @@ for cfg in $cfgs; do
       load1 >>"$tmp/$cfg.$mode.load"
       rc=0
       if [[ $mode == one ]]; then
-        $ST train $shape --steps "$steps" --val-every 0 --threads 2 --quiet --log "$log" >/dev/null || rc=$?
+        $ST train $shape --steps "$steps" --val-every 0 --threads $((2 * tpr)) --quiet --log "$log" >/dev/null || rc=$?
       else
         # shellcheck disable=SC2086
-        $MPI $env $bin train $shape --steps "$steps" --val-every 0 --threads 1 --tp 2 $sp \
+        $MPI $env $bin train $shape --steps "$steps" --val-every 0 --threads "$tpr" --tp 2 $sp \
           --quiet --log "$log" >/dev/null || rc=$?
       fi
       if [[ $rc != 0 ]] || ! grep -q '"event":"end"' "$log"; then
@@ -96,7 +99,7 @@ for cfg in $cfgs; do
     ld=$(sort -g "$tmp/$cfg.$mode.load" | awk 'NR==1{a=$1} {b=$1} END {printf "%.1f–%.1f", a, b}')
     if [[ $mode == one ]]; then
       awk -v c="$cfg" -v m="$ms" -v l="$ld" \
-        'BEGIN {printf "| %s | 1 process, 2 threads | %.1f | %.0f | 1 | - | - | - | - | - | %s |\n", c, m, 2048 / (m * 1e-3), l}'
+        -v t=$((2 * tpr)) 'BEGIN {printf "| %s | 1 process, %d threads | %.1f | %.0f | 1 | - | - | - | - | - | %s |\n", c, t, m, 2048 / (m * 1e-3), l}'
       continue
     fi
     sp=$([[ $mode == tp2sp* ]] && echo "--sp" || echo "")
@@ -106,7 +109,7 @@ for cfg in $cfgs; do
       *_noprog) when="overlapped, no progress calls" ;;
       *) when="overlapped (after)" ;;
     esac
-    pj=$($ST plan $shape --grad-accum 1 --threads 1 --tp 2 $sp --devices-per-node 2 --json)
+    pj=$($ST plan $shape --grad-accum 1 --threads "$tpr" --tp 2 $sp --devices-per-node 2 --json)
     # communication.tp_s: the α-β time of every tp collective; compute.time_s.tp (= tp_exposed_s) is
     # what the plan leaves exposed after the overlap, printed beside it
     ptp=$(plan_field 'j["communication"]["tp_s"]*1e3' <<<"$pj")
@@ -135,4 +138,4 @@ for f in "$tmp"/*.tp2*_before.last.jsonl; do
     echo "$(basename "$g" .last.jsonl) vs before: $n steps' loss and norms $([[ $a == "$b" ]] && echo "identical to the bit" || echo "DIFFER")"
   done
 done
-echo "rounds $rounds, $steps steps per run, before = ${BASE:-this binary with ST_PAR_TEST_TP_BLOCKING=1}; $(date -u '+%F %H:%M UTC'); load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "rounds $rounds, $steps steps per run, $tpr thread(s) per rank, before = ${BASE:-this binary with ST_PAR_TEST_TP_BLOCKING=1}; $(date -u '+%F %H:%M UTC'); load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -852,7 +852,8 @@ static int overlapped_is(const char *name, double want, char *detail, size_t cap
 
 /* The overlapped tp collectives (issue 28) against the blocking path they replace (the test switch
  * ST_PAR_TEST_TP_BLOCKING=1): the same GEMMs on the same operands, so every step's loss and norm
- * and every final weight are the same bits (exact equality), at tp 2, tp 2 --sp, and tp 2 --sp in
+ * and every final weight are the same bits (exact equality), at tp 2 (one and two kernel threads
+ * per rank: the two progress designs of model/gpt.c's overlap_run), tp 2 --sp, and tp 2 --sp in
  * bf16 with dropout and full recompute; each step record counts the collectives that were
  * overlapped (per block and micro-batch without --sp: the column-parallel layers' 2 input-gradient
  * sums and the row-parallel layers' 2 forward sums of layout_tp_row_chunks pieces each; with --sp
@@ -875,7 +876,9 @@ static void overlap(void) {
     } R[] = {{"ovl_tp2", "--tp 2", 2 + 2 * cn},
              {"ovl_tp2_sp", "--tp 2 --sp", 9 + 2 * cs},
              {"ovl_tp2_sp_bf16", "--tp 2 --sp --precision bf16 --dropout 0.1 --recompute full", 11 + 4 * cs},
-             {"ovl_tp2_sp_odd", "--tp 2 --sp --seq-len 29 --dropout 0.1", 9 + 2 * co}};
+             {"ovl_tp2_sp_odd", "--tp 2 --sp --seq-len 29 --dropout 0.1", 9 + 2 * co},
+             /* two kernel threads per rank: the GEMM on the caller's team while the worker polls */
+             {"ovl_tp2_t2", "--tp 2 --threads 2", 2 + 2 * cn}};
     for (size_t i = 0; i < sizeof R / sizeof R[0]; i++) {
         char blk[64], detail[256], what[200];
         snprintf(blk, sizeof blk, "%s_blocking", R[i].name);

@@ -444,6 +444,8 @@ void comm_abort(Comm *c, int code, const char *msg) {
     _exit(code ? code : 1);
 }
 
+int comm_serialized(const Comm *c) { return c->mpi && c->thread_level >= MPI_THREAD_SERIALIZED; }
+
 void comm_describe(const Comm *c, char *buf, size_t cap) {
     if (!c->mpi) {
         snprintf(buf, cap, "single-process world=1 dp=1 tp=1 pp=1 (no MPI launcher detected)");

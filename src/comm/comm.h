@@ -264,6 +264,10 @@ Status comm_wait_all(CommReq *reqs, int n, double timeout_s, const char *what, l
  * the thread level while it runs. */
 void comm_describe(const Comm *c, char *buf, size_t cap);
 
+/* 1 when MPI runs and gave MPI_THREAD_SERIALIZED or more: a second thread may call comm's functions
+ * while the first calls none (tp's progress beside a multi-threaded GEMM, model/gpt.c). */
+int comm_serialized(const Comm *c);
+
 /* Progress calls comm's progress thread has made so far (0 without it): the thread polls only
  * while a nonblocking request is pending. */
 uint64_t comm_progress_polls(const Comm *c);

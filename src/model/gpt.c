@@ -541,22 +541,46 @@ static void job_run(Gpt *g, const Job *j) {
     }
 }
 
-/* The overlap worker: one thread per process, made on first use, that runs a job while the calling
- * thread (the one that may call MPI) progresses the collectives in flight. Between jobs it sleeps on
- * a condition variable. It is not an OpenMP team: libgomp's idle team thread spins for its wait
+/* The overlap worker: one thread per process, made on first use. At --threads 1 it runs a job while
+ * the calling thread (the one that may call MPI) progresses the collectives in flight; with more
+ * kernel threads it is the one that progresses them (poll: tp_progress every TP_POLL_US until none
+ * is left or the caller, done with the job on its own OpenMP team, says stop), which MPI allows
+ * where it gave MPI_THREAD_SERIALIZED (GptHooks.tp_progress_threaded): the caller makes no MPI call
+ * meanwhile. Between jobs it sleeps on a condition variable. It is not an OpenMP team: libgomp's idle team thread spins for its wait
  * policy's spin count after every region, and with ranks sharing cores (4 ranks of pp 2 × tp 2 on 2
  * cores) that spinning took the cores from the ranks with work: 16x slower steps (7.6 s against
  * 0.5 s for test_pp's 10 steps; OMP_WAIT_POLICY=passive alone gave 0.6 s). Its OpenMP thread count is
  * 1, so a GEMM on it takes the same single-thread path as one at --threads 1 (the same bits). */
 typedef struct {
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv, cv_done;
     Gpt *g;
     const Job *job;   /* the posted job, NULL when there is none */
-    atomic_int done;  /* set by the worker when the posted job has run */
+    int poll, stop;   /* poll: progress the collectives instead of a job, until stop (under mu) */
+    atomic_int done;  /* set by the worker when the posted job (or poll) has ended */
 } OverlapWorker;
 
-static OverlapWorker ow = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0};
+#define TP_POLL_US 50
+static OverlapWorker ow = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL,
+                           0, 0, 0};
+
+/* The worker's poll (ow.mu held on entry and exit): tp_progress every TP_POLL_US, the lock released
+ * around it, until nothing is in flight or the caller sets stop (it signals cv: no wait to the end
+ * of a period). */
+static void ow_poll(Gpt *g) {
+    GptHooks *h = &g->hooks;
+    while (!ow.stop) {
+        pthread_mutex_unlock(&ow.mu);
+        int left = h->tp_progress(h->ctx);
+        pthread_mutex_lock(&ow.mu);
+        if (left <= 0) break;
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += TP_POLL_US * 1000L;
+        if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
+        if (!ow.stop) pthread_cond_timedwait(&ow.cv, &ow.mu, &dl);
+    }
+}
 static pthread_once_t ow_once = PTHREAD_ONCE_INIT;
 static int ow_ok; /* 1 when the worker runs; otherwise jobs run on the caller */
 
@@ -565,13 +589,19 @@ static void *ow_main(void *arg) {
     omp_set_num_threads(1);
     pthread_mutex_lock(&ow.mu);
     for (;;) {
-        while (!ow.job) pthread_cond_wait(&ow.cv, &ow.mu);
-        const Job *j = ow.job;
-        pthread_mutex_unlock(&ow.mu);
-        job_run(ow.g, j);
-        pthread_mutex_lock(&ow.mu);
-        ow.job = NULL;
+        while (!ow.job && !ow.poll) pthread_cond_wait(&ow.cv, &ow.mu);
+        if (ow.poll) {
+            ow_poll(ow.g);
+            ow.poll = 0;
+        } else {
+            const Job *j = ow.job;
+            pthread_mutex_unlock(&ow.mu);
+            job_run(ow.g, j);
+            pthread_mutex_lock(&ow.mu);
+            ow.job = NULL;
+        }
         atomic_store(&ow.done, 1);
+        pthread_cond_signal(&ow.cv_done);
     }
     return NULL;
 }
@@ -589,17 +619,32 @@ static void ow_start(void) {
  * changing its blocking (and so its bits: measured), so with one kernel thread (--threads 1) the GEMM
  * runs on the overlap worker while the calling thread calls tp_progress every TP_POLL_US until
  * nothing is in flight, then checks every 4·TP_POLL_US until the GEMM is done. With more kernel
- * threads the GEMM keeps them and runs here, the collective moving at the wait. */
-#define TP_POLL_US 50
+ * threads the GEMM keeps them and runs here while the worker polls (where MPI allows a second
+ * thread to call it; otherwise the collective moves at its wait). Either way the GEMM runs with the
+ * thread count the blocking path gives it: the same bits. */
 static void overlap_run(Gpt *g, const Job *j) {
     GptHooks *h = &g->hooks;
-    if (g->s.nt != 1 || !h->tp_progress) {
+    if (!h->tp_progress || (g->s.nt != 1 && !h->tp_progress_threaded)) {
         job_run(g, j);
         return;
     }
     pthread_once(&ow_once, ow_start);
     if (!ow_ok) { /* no second thread: the GEMM here, progress at the wait */
         job_run(g, j);
+        return;
+    }
+    if (g->s.nt != 1) { /* the GEMM on this thread's team, the worker polls */
+        pthread_mutex_lock(&ow.mu);
+        ow.g = g, ow.poll = 1, ow.stop = 0;
+        atomic_store(&ow.done, 0);
+        pthread_cond_broadcast(&ow.cv);
+        pthread_mutex_unlock(&ow.mu);
+        job_run(g, j);
+        pthread_mutex_lock(&ow.mu);
+        ow.stop = 1;
+        pthread_cond_broadcast(&ow.cv);
+        while (!atomic_load(&ow.done)) pthread_cond_wait(&ow.cv_done, &ow.mu);
+        pthread_mutex_unlock(&ow.mu);
         return;
     }
     pthread_mutex_lock(&ow.mu);

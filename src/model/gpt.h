@@ -124,10 +124,12 @@ typedef struct {
      * The model overlaps them with GEMMs that neither read nor write buf (docs/parallel.md
      * "Overlap"). tp_progress lets the collectives in flight advance (Open MPI moves a nonblocking
      * collective only inside MPI calls) and returns how many are still in flight; the model calls
-     * it only from the thread that calls the other hooks. May be NULL. */
+     * it from the thread that calls the other hooks, or, where tp_progress_threaded is 1, from a
+     * second thread while that thread runs only kernels (never two calls at once). May be NULL. */
     int (*tp_start)(void *ctx, int kind, float *buf, size_t n);
     void (*tp_wait)(void *ctx, int handle);
     int (*tp_progress)(void *ctx);
+    int tp_progress_threaded;
 } GptHooks;
 
 enum { GPT_TP_ALLREDUCE, GPT_TP_ALLGATHER, GPT_TP_REDUCE_SCATTER }; /* GptHooks.tp_start's kinds */

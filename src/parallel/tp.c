@@ -120,6 +120,7 @@ void tp_set_hooks(Par *p) {
     h->tp_start = h_tp_start;
     h->tp_wait = h_tp_wait;
     h->tp_progress = p->o.faults.tp_no_progress ? NULL : h_tp_progress;
+    h->tp_progress_threaded = comm_serialized(p->c);
 }
 
 /* ================================================================ the norm's replicated pieces */

@@ -1027,11 +1027,12 @@ static void core_comm(Core *c, PlanResult *r) {
                     if (comm_kind_is_tp((CommKind)kk)) r->comm.tp_bytes += ck.bytes[kk];
                 r->comm.tp_time = ck.tp_time;
                 r->comm.tp_overlap_calls = ck.tp_overlap_calls, r->comm.tp_overlap_time = ck.tp_overlap_time;
-                /* What the overlap hides: each overlapped collective up to the GEMM beside it, where
-                 * its bytes move during that GEMM: one kernel thread (gpt.c overlap_run progresses
-                 * them from the calling thread), or comm's progress thread (on across nodes). */
-                int moves = in->threads <= 1 || r->comm.tp_inter;
-                r->comm.tp_exposed = plan_tp_exposed(&ck, moves ? c->peak * hw->matmul_eff : 0, hw->mem_bw);
+                /* What the overlap hides: each overlapped collective up to the GEMM beside it. Its
+                 * bytes move during that GEMM at any thread count: gpt.c's overlap_run progresses
+                 * them from a second thread (the calling one at --threads 1, the overlap worker
+                 * with more; MPI_THREAD_SERIALIZED, which comm asks for), and across nodes comm's
+                 * progress thread does too. */
+                r->comm.tp_exposed = plan_tp_exposed(&ck, c->peak * hw->matmul_eff, hw->mem_bw);
             }
         }
     }
