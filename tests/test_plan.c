@@ -358,13 +358,16 @@ static void test_param_counts(void) {
     }
 }
 
-/* Plan vs the trainer's own allocation for one of our models. */
-static void test_vs_trainer(const char *preset, int vocab, int B, int T) {
+/* Plan vs the trainer's own allocation for one of our models (rc: the recompute level; at tp 1 the
+ * plan counts the trainer's activations at every level). */
+static void test_vs_trainer(const char *preset, int vocab, int B, int T, Recompute rc) {
     PlanInput in = plan_default_input();
     Err e;
     plan_model_preset(&in.model, preset, &e);
     in.model.vocab = vocab;
     in.micro_batch = B, in.seq_len = T, in.threads = 2;
+    in.recompute = rc == RECOMPUTE_FULL ? PLAN_RECOMPUTE_FULL : rc == RECOMPUTE_SELECTIVE ? PLAN_RECOMPUTE_SELECTIVE
+                                                                                          : PLAN_RECOMPUTE_NONE;
     PlanResult r;
     Status st = plan_compute(&in, &r, &e);
     ModelConfig cfg = {0};
@@ -374,11 +377,12 @@ static void test_vs_trainer(const char *preset, int vocab, int B, int T) {
     MemStats mem = {0};
     Gpt g;
     GptOptions go = gpt_default_options();
-    go.B = B, go.T = T, go.threads = 2;
+    go.B = B, go.T = T, go.threads = 2, go.recompute = rc;
     Status gs = gpt_init(&g, &cfg, &go, &mem, &e);
     ParamLayout pl;
     layout_init(&pl, &cfg, 1);
     ActOptions ao = layout_act_options(B, T, 2);
+    ao.recompute = rc;
     ActSizes as = layout_activations(&cfg, &ao);
     /* The trainer allocates moments as layout.total floats per moment (train.c). */
     double moments = 2.0 * pl.total * sizeof(float);
@@ -390,7 +394,8 @@ static void test_vs_trainer(const char *preset, int vocab, int B, int T) {
              r.mem.workspace == (double)mem.bytes[MEM_WORKSPACE] && r.mem.activations == 4.0 * as.total &&
              r.compute.fpt == layout_flops_per_token(&cfg, T);
     char name[96];
-    snprintf(name, sizeof name, "plan == trainer for %s (V=%d, B=%d, T=%d)", preset, vocab, B, T);
+    snprintf(name, sizeof name, "plan == trainer for %s (V=%d, B=%d, T=%d, recompute %s)", preset, vocab, B, T,
+             layout_recompute_name(rc));
     tu_check(ok, name,
              "params %lld (trainer %lld), floats %lld, weights %.0f/%zu grads %.0f/%zu acts %.0f/%zu ws %.0f/%zu B, "
              "FLOP/token %.6g/%.6g",
@@ -644,6 +649,7 @@ static const OptionEffect OPTION_EFFECTS[] = {
     {"lora-targets", PB " --lora-rank 4", PB " --lora-rank 4 --lora-targets all", "lora.total_bytes_per_rank"},
     {"lora-base-precision", PB " --lora-rank 4", PB " --lora-rank 4 --lora-base-precision bf16", "lora.total_bytes_per_rank"},
     {"recompute", PB, PB " --recompute full", "compute.hw_flops_per_token"},
+    {"recompute", PB, PB " --recompute selective", "memory_bytes.activations"}, /* exact at tp 1 too */
     {"pp-microbatches", PB " --pp 2 --grad-accum 4", PB " --pp 2 --grad-accum 4 --pp-microbatches 2", "pipeline.bubble"},
     {"interleave", PB " --pp 2 --grad-accum 4", PB " --pp 2 --grad-accum 4 --interleave 3", "pipeline.bubble_interleaved"},
     {"pp-schedule", PB " --pp 2 --grad-accum 4", PB " --pp 2 --grad-accum 4 --pp-schedule zb-h1", "pipeline.bubble_schedule"},
@@ -964,10 +970,12 @@ int main(void) {
     test_korthikanti();
     test_scaling();
     test_param_counts();
-    test_vs_trainer("d2", 257, 4, 64);
-    test_vs_trainer("d6", 257, 4, 128);
-    test_vs_trainer("d6", 50257, 2, 64);
-    test_vs_trainer("gpt2-124m", 50257, 2, 64);
+    test_vs_trainer("d2", 257, 4, 64, RECOMPUTE_NONE);
+    test_vs_trainer("d6", 257, 4, 128, RECOMPUTE_NONE);
+    test_vs_trainer("d6", 50257, 2, 64, RECOMPUTE_NONE);
+    test_vs_trainer("gpt2-124m", 50257, 2, 64, RECOMPUTE_NONE);
+    test_vs_trainer("d6", 257, 4, 128, RECOMPUTE_SELECTIVE);
+    test_vs_trainer("gpt2-124m", 50257, 2, 64, RECOMPUTE_FULL);
     test_shared_formulas();
     test_checklist();
     test_cli();

@@ -810,12 +810,15 @@ static void core_activations(Core *c, PlanResult *r) {
     const ModelConfig *cfgp = &c->cfg;
     int ours = c->ours, prec_i = c->prec_i, tp_ours = c->tp_ours, Lp = c->Lp;
     /* ---- activations ---- */
-    int exact_ok = ours && tp == 1 && !in->sp && in->recompute == PLAN_RECOMPUTE_NONE && mb == k;
+    /* One device holding the whole model (tp 1, pp 1): the trainer's sizes at every recompute level,
+     * as at tp > 1; with pipeline stages, at --recompute none only. */
+    int whole = ours && tp == 1 && pp == 1 && !in->sp && mb == k;
+    int exact_ok = whole || (ours && tp == 1 && !in->sp && in->recompute == PLAN_RECOMPUTE_NONE && mb == k);
     if (in->act_mode == PLAN_ACT_EXACT && !exact_ok && !tp_ours)
         check_add(r, PLAN_CHECK_ERROR, 1,
                   "--activations exact: our kernels' sizes apply only to our GPT-2 models with --pp-microbatches = "
-                  "--grad-accum, at --tp 1 without --sp and with --recompute none, or at a --tp > 1 the trainer can "
-                  "split the model by (--pp 1)");
+                  "--grad-accum, at --tp 1 without --sp (with --pp > 1: and --recompute none), or at a --tp > 1 the "
+                  "trainer can split the model by (--pp 1)");
     r->act.inflight = 1;
     if (pp > 1) {
         /* 1F1B: the first stage holds min(p, m) micro-batches; interleaving multiplies that by
@@ -827,9 +830,9 @@ static void core_activations(Core *c, PlanResult *r) {
         /* The paper's own figure (16-bit activations) as the reference; this plan's uses pr->act. */
         r->act.korth_plain = plan_act_korthikanti(T, b_pipe, h, m->n_head, f, rr, m->gated_mlp, 1, 0, PLAN_RECOMPUTE_NONE, 2);
         r->act.korth = plan_act_korthikanti(T, b_pipe, h, m->n_head, f, rr, m->gated_mlp, tp, in->sp, in->recompute, pr->act);
-        if (tp_ours) {
-            /* One tp rank's saved tensors and scratch as gpt_init allocates them, at every recompute
-             * level and with --sp (pp = 1); exact_* without recompute, as at tp 1. */
+        if (tp_ours || whole) {
+            /* One tp rank's saved tensors and scratch as gpt_init allocates them (the whole model at
+             * tp 1), at every recompute level and with --sp (pp = 1); exact_* without recompute. */
             ActOptions ao = {B, T, in->threads, (Recompute)in->recompute, prec_i, tp, in->sp, NULL}, ao0 = ao;
             ao0.recompute = RECOMPUTE_NONE;
             ActSizes a0 = layout_activations(cfgp, &ao0), as = layout_activations(cfgp, &ao);
