@@ -10,7 +10,15 @@
  *   kill     non-zero exit within 15 s, and the output says a rank was killed (signal 9);
  *   wrongnp  (negative control of test_comm's world check) non-zero exit, and the output reports
  *            the world check failed against the wrong expectation;
- *   nonp     non-zero exit, and the output says the expected world size is missing. */
+ *   nonp     non-zero exit, and the output says the expected world size is missing;
+ *   abort    (TEST_COMM is heap_comm_stress, argv[5] glibc's checking malloc libc_malloc_debug.so.0)
+ *            a 1-byte heap overflow under the checking malloc (--fault-overflow) aborts a rank:
+ *            non-zero exit within 15 s, and the output shows glibc's report. Open MPI's backtrace
+ *            printer on SIGABRT calls malloc inside that abort and hangs the rank; comm_init leaves
+ *            SIGABRT out of its list (OMPI_MCA_opal_signal);
+ *   abort_control  (negative control) the same with SIGABRT put back in the list by the user's
+ *            OMPI_MCA_opal_signal (which comm_init respects): the job must still be running after
+ *            8 s (then it is killed). */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -23,11 +31,20 @@
 #include "testutil.h"
 
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: test_comm_fault MPIEXEC NP TEST_COMM timeout|kill|wrongnp|nonp\n");
+    const char *mode = argc > 4 ? argv[4] : "";
+    int abort_mode = !strcmp(mode, "abort") || !strcmp(mode, "abort_control");
+    if (argc != 5 + abort_mode) {
+        fprintf(stderr, "usage: test_comm_fault MPIEXEC NP TEST_COMM timeout|kill|wrongnp|nonp\n"
+                        "       test_comm_fault MPIEXEC NP HEAP_COMM_STRESS abort|abort_control LIBC_MALLOC_DEBUG\n");
         return 2;
     }
-    const char *mode = argv[4];
+    if (abort_mode && access(argv[5], R_OK) != 0) { /* a missing dependency fails, never passes */
+        tu_check(0, "abort: glibc's checking malloc", "expected %s (libc6), not found", argv[5]);
+        return tu_exit();
+    }
+    char preload[600];
+    snprintf(preload, sizeof preload, "LD_PRELOAD=%s", abort_mode ? argv[5] : "");
+    if (!strcmp(mode, "abort_control")) setenv("OMPI_MCA_opal_signal", "6,7,8,11", 1); /* SIGABRT included */
     char out_path[] = "/tmp/test_comm_fault_XXXXXX";
     int fd = mkstemp(out_path);
     if (fd < 0) {
@@ -43,7 +60,16 @@ int main(int argc, char **argv) {
         char arg[32];
         snprintf(arg, sizeof arg, "%s", mode);
         if (strcmp(mode, "wrongnp") == 0) snprintf(arg, sizeof arg, "%d", atoi(argv[2]) + 1);
-        if (strcmp(mode, "nonp") == 0)
+        if (abort_mode) {
+            char *av[24];
+            int n = 0;
+            const char *fixed[] = {argv[1], "--allow-run-as-root", "--oversubscribe", "-np", argv[2], "-x",
+                                   "OMP_NUM_THREADS=1", "-x", preload, "-x", "MALLOC_CHECK_=3", "-x", "MALLOC_PERTURB_=165"};
+            for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) av[n++] = (char *)fixed[i];
+            if (!strcmp(mode, "abort_control")) av[n++] = "-x", av[n++] = "OMPI_MCA_opal_signal";
+            av[n++] = argv[3], av[n++] = "--fault-overflow", av[n] = NULL;
+            execv(argv[1], av);
+        } else if (strcmp(mode, "nonp") == 0)
             execl(argv[1], argv[1], "--allow-run-as-root", "--oversubscribe", "-np", argv[2], argv[3], (char *)NULL);
         else
             execl(argv[1], argv[1], "--allow-run-as-root", "--oversubscribe", "-np", argv[2], argv[3], arg, (char *)NULL);
@@ -51,7 +77,7 @@ int main(int argc, char **argv) {
         _exit(127);
     }
     setpgid(pid, pid);
-    const double bound_ms = 40e3;
+    const double bound_ms = !strcmp(mode, "abort_control") ? 8e3 : 40e3;
     int status = 0, hung = 0;
     for (;;) {
         pid_t w = waitpid(pid, &status, WNOHANG);
@@ -86,6 +112,10 @@ int main(int argc, char **argv) {
              strstr(out, "did not complete within 2 s");
     } else if (strcmp(mode, "kill") == 0) {
         ok = !hung && code != 0 && secs < 15 && (strstr(out, "signal 9") || strstr(out, "Killed"));
+    } else if (!strcmp(mode, "abort")) {
+        ok = !hung && code != 0 && secs < 15 && (strstr(out, "free()") || strstr(out, "corrupt"));
+    } else if (!strcmp(mode, "abort_control")) {
+        ok = hung && (strstr(out, "free()") || strstr(out, "corrupt"));
     } else if (strcmp(mode, "wrongnp") == 0) {
         char want[96];
         snprintf(want, sizeof want, "world_equals_launched_np: FAIL world=%s expected np=%d", argv[2], atoi(argv[2]) + 1);
