@@ -41,6 +41,20 @@ def fmt(v, f="{:.0f}"):
     return "-" if v is None else f.format(v)
 
 
+def step_records(log):
+    """The step records of a trainer's JSON Lines log (none if it is missing)."""
+    steps = []
+    if os.path.exists(log):
+        for line in open(log):
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if e.get("event") == "step":
+                steps.append(e)
+    return steps
+
+
 def runs(stage, tag):
     return [r for s, t, r in rows if s == stage and t == tag and "tokens_per_s" in r]
 
@@ -133,16 +147,7 @@ if pl:
     print("| run | tokens/s | step ms | forward | backward | comm (waited) | optimizer | MFU median (max) | loss at the end |")
     print("|---|---:|---:|---:|---:|---:|---:|---|---:|")
     for tag, r in pl:
-        log = os.path.join(work, "place-" + tag.replace(" ", "_") + ".jsonl")
-        steps = []
-        if os.path.exists(log):
-            for line in open(log):
-                try:
-                    e = json.loads(line)
-                except ValueError:
-                    continue
-                if e.get("event") == "step":
-                    steps.append(e)
+        steps = step_records(os.path.join(work, "place-" + tag.replace(" ", "_") + ".jsonl"))
         if "failed" in r or not steps:
             why = "cut by the budget" if r.get("failed") == 124 else f"failed (exit {r.get('failed', '?')})"
             print(f"| {tag} | {why}, {len(steps)} steps logged | | | | | | | |")
@@ -169,16 +174,7 @@ if tpr_:
     print("|---|---:|---:|---:|---:|")
     for tag, r in tpr_:
         mode = tag.split()[-1]
-        log = os.path.join(work, f"tp-{mode}.jsonl")
-        steps = []
-        if os.path.exists(log):
-            for line in open(log):
-                try:
-                    e = json.loads(line)
-                except ValueError:
-                    continue
-                if e.get("event") == "step":
-                    steps.append(e)
+        steps = step_records(os.path.join(work, f"tp-{mode}.jsonl"))
         if "failed" in r or not steps:
             why = "cut by the budget" if r.get("failed") == 124 else f"failed (exit {r.get('failed', '?')})"
             print(f"| {tag} | {why}, {len(steps)} steps logged | | | |")

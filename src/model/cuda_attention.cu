@@ -305,6 +305,48 @@ static __device__ __forceinline__ void tc_load_kv(__nv_bfloat16 *Ks, __nv_bfloat
     }
 }
 
+/* Rows [q0, q0 + TC_Q) of query head h: Q and dY rounded to bf16 (rows past T zero), rows of ldq
+ * elements: what both backward kernels stage per query tile. */
+static __device__ __forceinline__ void tc_load_qdy(__nv_bfloat16 *Qs, __nv_bfloat16 *dYs, const float *base,
+                                                   const float *dout, int b, int q0, int T, size_t ld, size_t C, int h,
+                                                   int hs, int ldq) {
+    for (int idx = threadIdx.x; idx < TC_Q * hs; idx += blockDim.x) {
+        int i = idx / hs, x = idx % hs, row = q0 + i;
+        float qv = 0, gv = 0;
+        if (row < T) {
+            qv = base[(size_t)row * ld + (size_t)h * hs + x];
+            gv = dout[((size_t)b * T + row) * C + (size_t)h * hs + x];
+        }
+        Qs[i * ldq + x] = __float2bfloat16(qv);
+        dYs[i * ldq + x] = __float2bfloat16(gv);
+    }
+}
+
+/* A warp's two score-shaped products, 16 × 64 each, into shared memory (fp32, row-major, ld lds):
+ * X = A·Bᵀ and Y = E·Fᵀ, A and E the warp's 16 rows, B and F 64 rows, all bf16 rows of ldq
+ * elements and hs columns (dQ: S = Q·Kᵀ, dP = dY·Vᵀ; dK/dV: Sᵀ = K·Qᵀ, dPᵀ = V·dYᵀ). */
+static __device__ __forceinline__ void tc_two_products(float *X, float *Y, const __nv_bfloat16 *A,
+                                                       const __nv_bfloat16 *B, const __nv_bfloat16 *E,
+                                                       const __nv_bfloat16 *F, int hs, int ldq, int lds) {
+    for (int n = 0; n < TC_K / 16; n++) { /* TC_K = TC_Q: the other side's tile */
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> x_acc, y_acc;
+        wmma::fill_fragment(x_acc, 0.0f);
+        wmma::fill_fragment(y_acc, 0.0f);
+        for (int kk = 0; kk < hs / 16; kk++) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa, fe;
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb, ff;
+            wmma::load_matrix_sync(fa, A + kk * 16, ldq);
+            wmma::load_matrix_sync(fb, B + n * 16 * ldq + kk * 16, ldq);
+            wmma::mma_sync(x_acc, fa, fb, x_acc);
+            wmma::load_matrix_sync(fe, E + kk * 16, ldq);
+            wmma::load_matrix_sync(ff, F + n * 16 * ldq + kk * 16, ldq);
+            wmma::mma_sync(y_acc, fe, ff, y_acc);
+        }
+        wmma::store_matrix_sync(X + n * 16, x_acc, lds, wmma::mem_row_major);
+        wmma::store_matrix_sync(Y + n * 16, y_acc, lds, wmma::mem_row_major);
+    }
+}
+
 __global__ void k_att_forward_tc(float *out, float *lse, const float *qkv, const int32_t *pos, int T, int NH, int KV,
                                  int hs, float scale, Dropout d) {
     extern __shared__ float sm[];
@@ -421,16 +463,7 @@ __global__ void k_att_backward_dq_tc(float *dqkv, const float *dout, const float
     uint64_t bhg = (uint64_t)b * (d.heads ? d.heads : NH) + d.head0 + h;
     float *Sw = Ss + warp * 16 * lds, *dPw = dPs + warp * 16 * lds, *Ow = Os + warp * 16 * ldo;
     __nv_bfloat16 *dSw = dSs + warp * 16 * ldp;
-    for (int idx = threadIdx.x; idx < TC_Q * hs; idx += blockDim.x) {
-        int i = idx / hs, x = idx % hs, row = q0 + i;
-        float qv = 0, gv = 0;
-        if (row < T) {
-            qv = base[(size_t)row * ld + (size_t)h * hs + x];
-            gv = dout[((size_t)b * T + row) * C + (size_t)h * hs + x];
-        }
-        Qs[i * ldq + x] = __float2bfloat16(qv);
-        dYs[i * ldq + x] = __float2bfloat16(gv);
-    }
+    tc_load_qdy(Qs, dYs, base, dout, b, q0, T, ld, C, h, hs, ldq);
     int r = lane >> 1, half = lane & 1, row = w0 + r;
     int start = pos && row < T ? row - pos[(size_t)b * T + row] : 0;
     float D = 0, L = 0;
@@ -449,23 +482,7 @@ __global__ void k_att_backward_dq_tc(float *dqkv, const float *dout, const float
         tc_load_kv(Ks, Vs, base, k0, T, ld, NH, KV, kh, hs, ldq);
         __syncthreads();
         if (w0 >= T || k0 > wlast) continue;
-        for (int n = 0; n < TC_K / 16; n++) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> s_acc, p_acc;
-            wmma::fill_fragment(s_acc, 0.0f);
-            wmma::fill_fragment(p_acc, 0.0f);
-            for (int kk = 0; kk < hs / 16; kk++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fq, fy;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fk, fv;
-                wmma::load_matrix_sync(fq, Qs + warp * 16 * ldq + kk * 16, ldq);
-                wmma::load_matrix_sync(fk, Ks + n * 16 * ldq + kk * 16, ldq);
-                wmma::mma_sync(s_acc, fq, fk, s_acc);
-                wmma::load_matrix_sync(fy, dYs + warp * 16 * ldq + kk * 16, ldq);
-                wmma::load_matrix_sync(fv, Vs + n * 16 * ldq + kk * 16, ldq);
-                wmma::mma_sync(p_acc, fy, fv, p_acc);
-            }
-            wmma::store_matrix_sync(Sw + n * 16, s_acc, lds, wmma::mem_row_major);
-            wmma::store_matrix_sync(dPw + n * 16, p_acc, lds, wmma::mem_row_major);
-        }
+        tc_two_products(Sw, dPw, Qs + warp * 16 * ldq, Ks, dYs + warp * 16 * ldq, Vs, hs, ldq, lds);
         __syncwarp();
         for (int c = 0; c < 32; c++) {
             int j = half * 32 + c, key = k0 + j;
@@ -543,16 +560,7 @@ __global__ void k_att_backward_dkv_tc(float *dqkv, const float *dout, const floa
         uint64_t bhg = (uint64_t)b * (d.heads ? d.heads : NH) + d.head0 + h;
         for (int q0 = k0; q0 < T; q0 += TC_Q) {
             __syncthreads(); /* the previous tile is read (the first time: K and V are staged) */
-            for (int idx = threadIdx.x; idx < TC_Q * hs; idx += blockDim.x) {
-                int i = idx / hs, x = idx % hs, qr = q0 + i;
-                float qv = 0, gv = 0;
-                if (qr < T) {
-                    qv = base[(size_t)qr * ld + (size_t)h * hs + x];
-                    gv = dout[((size_t)b * T + qr) * C + (size_t)h * hs + x];
-                }
-                Qs[i * ldq + x] = __float2bfloat16(qv);
-                dYs[i * ldq + x] = __float2bfloat16(gv);
-            }
+            tc_load_qdy(Qs, dYs, base, dout, b, q0, T, ld, C, h, hs, ldq);
             for (int i = warp; i < TC_Q; i += TC_WARPS) { /* D, L, start: one row per warp at a time */
                 int qr = q0 + i;
                 float s = 0;
@@ -573,23 +581,7 @@ __global__ void k_att_backward_dkv_tc(float *dqkv, const float *dout, const floa
             int ia = q0 + lane, ib = ia + 32; /* does any row of the tile see any of the warp's keys? */
             int any = (ia < T && ia >= j0 && St[lane] <= jlast) || (ib < T && ib >= j0 && St[lane + 32] <= jlast);
             if (!__any_sync(0xffffffffu, any)) continue;
-            for (int n = 0; n < TC_Q / 16; n++) {
-                wmma::fragment<wmma::accumulator, 16, 16, 16, float> s_acc, p_acc;
-                wmma::fill_fragment(s_acc, 0.0f);
-                wmma::fill_fragment(p_acc, 0.0f);
-                for (int kk = 0; kk < hs / 16; kk++) {
-                    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fk, fv;
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fq, fy;
-                    wmma::load_matrix_sync(fk, Ks + warp * 16 * ldq + kk * 16, ldq);
-                    wmma::load_matrix_sync(fq, Qs + n * 16 * ldq + kk * 16, ldq);
-                    wmma::mma_sync(s_acc, fk, fq, s_acc);
-                    wmma::load_matrix_sync(fv, Vs + warp * 16 * ldq + kk * 16, ldq);
-                    wmma::load_matrix_sync(fy, dYs + n * 16 * ldq + kk * 16, ldq);
-                    wmma::mma_sync(p_acc, fv, fy, p_acc);
-                }
-                wmma::store_matrix_sync(Sw + n * 16, s_acc, lds, wmma::mem_row_major);
-                wmma::store_matrix_sync(dPw + n * 16, p_acc, lds, wmma::mem_row_major);
-            }
+            tc_two_products(Sw, dPw, Ks + warp * 16 * ldq, Qs, Vs + warp * 16 * ldq, dYs, hs, ldq, lds);
             __syncwarp();
             for (int c = 0; c < 32; c++) {
                 int ic = half * 32 + c, i = q0 + ic;
