@@ -177,6 +177,31 @@ __global__ void k_att_backward_dq(float *dqkv, const float *dout, const float *q
     }
 }
 
+/* D = Σ dY·Y (fp32, from the unrounded values), L (the forward's log-sum-exp) and the first visible
+ * key of query rows [q0, q0 + rows) of head h, one row per warp at a time (nwarps warps); a row past
+ * T gets D = L = 0 and start T (it sees no key). What both dK/dV kernels stage per query tile. */
+static __device__ __forceinline__ void att_row_stats(float *Dt, float *Lt, int *St, int rows, int nwarps,
+                                                     const float *dout, const float *out, const float *lse,
+                                                     const int32_t *pos, int b, int h, int q0, int T, int NH, size_t C,
+                                                     int hs) {
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int i = warp; i < rows; i += nwarps) {
+        int qr = q0 + i;
+        float s = 0;
+        if (qr < T) {
+            const float *g = dout + ((size_t)b * T + qr) * C + (size_t)h * hs;
+            const float *yv = out + ((size_t)b * T + qr) * C + (size_t)h * hs;
+            for (int x = lane; x < hs; x += 32) s += g[x] * yv[x];
+        }
+        s = cu_warp_sum(s);
+        if (lane == 0) {
+            Dt[i] = s;
+            Lt[i] = qr < T ? lse[((size_t)b * NH + h) * T + qr] : 0.0f;
+            St[i] = qr >= T ? T : pos ? qr - pos[(size_t)b * T + qr] : 0;
+        }
+    }
+}
+
 /* dK, dV rows (overwritten): one warp per key row j of KV head kh; the group's query heads in
  * order, each head's query rows i >= j in order. */
 __global__ void k_att_backward_dkv(float *dqkv, const float *dout, const float *qkv, const float *out,
@@ -213,22 +238,7 @@ __global__ void k_att_backward_dkv(float *dqkv, const float *dout, const float *
                 Qt[i * hsp + x] = rnd(qv, lowp);
                 dYt[i * hsp + x] = rnd(gv, lowp);
             }
-            /* D and L of the tile's query rows: ATT_K / ATT_Q rows per warp, fp32 dY·Y. */
-            for (int i = warp; i < ATT_K; i += ATT_Q) {
-                int qr = q0 + i;
-                float s = 0;
-                if (qr < T) {
-                    const float *g = dout + ((size_t)b * T + qr) * C + (size_t)h * hs;
-                    const float *yv = out + ((size_t)b * T + qr) * C + (size_t)h * hs;
-                    for (int x = lane; x < hs; x += 32) s += g[x] * yv[x];
-                }
-                s = cu_warp_sum(s);
-                if (lane == 0) {
-                    Dt[i] = s;
-                    Lt[i] = qr < T ? lse[((size_t)b * NH + h) * T + qr] : 0.0f;
-                    St[i] = pos && qr < T ? qr - pos[(size_t)b * T + qr] : 0;
-                }
-            }
+            att_row_stats(Dt, Lt, St, ATT_K, ATT_Q, dout, out, lse, pos, b, h, q0, T, NH, C, hs);
             __syncthreads();
             if (j >= T) continue;
             int i = q0 + lane, in = min(ATT_K, T - q0);
@@ -561,21 +571,7 @@ __global__ void k_att_backward_dkv_tc(float *dqkv, const float *dout, const floa
         for (int q0 = k0; q0 < T; q0 += TC_Q) {
             __syncthreads(); /* the previous tile is read (the first time: K and V are staged) */
             tc_load_qdy(Qs, dYs, base, dout, b, q0, T, ld, C, h, hs, ldq);
-            for (int i = warp; i < TC_Q; i += TC_WARPS) { /* D, L, start: one row per warp at a time */
-                int qr = q0 + i;
-                float s = 0;
-                if (qr < T) {
-                    const float *g = dout + ((size_t)b * T + qr) * C + (size_t)h * hs;
-                    const float *yv = out + ((size_t)b * T + qr) * C + (size_t)h * hs;
-                    for (int x = lane; x < hs; x += 32) s += g[x] * yv[x];
-                }
-                s = cu_warp_sum(s);
-                if (lane == 0) {
-                    Dt[i] = s;
-                    Lt[i] = qr < T ? lse[((size_t)b * NH + h) * T + qr] : 0.0f;
-                    St[i] = qr >= T ? T : pos ? qr - pos[(size_t)b * T + qr] : 0; /* T: sees no key */
-                }
-            }
+            att_row_stats(Dt, Lt, St, TC_Q, TC_WARPS, dout, out, lse, pos, b, h, q0, T, NH, C, hs);
             __syncthreads();
             if (j0 >= T) continue;
             int ia = q0 + lane, ib = ia + 32; /* does any row of the tile see any of the warp's keys? */
