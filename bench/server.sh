@@ -27,8 +27,9 @@
 #              spread round-robin over NUMA nodes, and one rank per NUMA node (the last two where there
 #              are several nodes); tokens/s, the step's split, the logged MFU (must stay <= 1)
 #       tp     the trainer (the same d6, one micro-batch of 8 x 256) at tp 2 x N/2 threads, each rank
-#              bound to its cores: the overlapped tp collectives against the blocking path
-#              (ST_PAR_TEST_TP_BLOCKING=1), exposed tp time per step beside plan's alpha-beta time
+#              bound to its cores, without and with --sp: the overlapped tp collectives against the
+#              blocking path (ST_PAR_TEST_TP_BLOCKING=1), exposed tp time per step beside plan's
+#              alpha-beta time
 #       zero   bench/zero_overlap.sh R N/R B "2 3" 4 1, where it exists (ZeRO-2/3 communication
 #              hiding: config B, with and without overlap), with what is left of the budget
 #   All logs, the raw results and the table go into OUTDIR/server.tar.gz (one file: the device tool
@@ -269,7 +270,7 @@ PY
 }
 
 # --- place: the trainer, 1 process x N threads and mpirun dp x N/dp, placements ------------------
-if [[ $ok -eq 1 ]] && stage place $(( budget * 26 / 100 )); then
+if [[ $ok -eq 1 ]] && stage place $(( budget * 24 / 100 )); then
   mkdata
   gb=${SERVER_GLOBAL_BATCH:-64}
   s=$(steps_for 5)
@@ -300,19 +301,22 @@ if [[ $ok -eq 1 ]] && stage place $(( budget * 26 / 100 )); then
 fi
 
 # --- tp: tp 2 x N/2 threads, the overlapped collectives against the blocking path ----------------
-if [[ $ok -eq 1 ]] && (( N >= 2 )) && stage tp $(( budget * 8 / 100 )); then
+if [[ $ok -eq 1 ]] && (( N >= 2 )) && stage tp $(( budget * 10 / 100 )); then
   mkdata
   h=$(( N / 2 ))
   tpargs=(--data "$data" --model "${SERVER_PLACE_MODEL:-d6}" --seq-len 256 --max-seq-len 256 --micro-batch 8
           --steps "$(steps_for 4)" --val-every 0 --warmup 2 --quiet --no-noise-scale --tp 2 --threads "$h")
   # plan's alpha-beta time of every tp collective (communication.tp_s) for the same grid on one node
-  "${ours[@]}" "$st" plan --model "${SERVER_PLACE_MODEL:-d6}" --seq-len 256 --micro-batch 8 --grad-accum 1 --tp 2 \
-    --threads "$h" --devices-per-node 2 --json > "$work/tp-plan.json" 2>> "$work/tp.log"
-  for mode in overlapped blocking; do
-    tenv=(); [[ $mode == blocking ]] && tenv=(-x ST_PAR_TEST_TP_BLOCKING=1)
+  for sp in "" --sp; do
+    "${ours[@]}" "$st" plan --model "${SERVER_PLACE_MODEL:-d6}" --seq-len 256 --micro-batch 8 --grad-accum 1 --tp 2 $sp \
+      --threads "$h" --devices-per-node 2 --json > "$work/tp-plan${sp:+-sp}.json" 2>> "$work/tp.log"
+  done
+  for mode in overlapped blocking overlapped-sp blocking-sp; do
+    tenv=(); [[ $mode == blocking* ]] && tenv=(-x ST_PAR_TEST_TP_BLOCKING=1)
+    sp=(); [[ $mode == *-sp ]] && sp=(--sp)
     rec tp "tp2x$h $mode" tp.log "${mpi[@]}" -np 2 --map-by "core:PE=$h" --bind-to core -x OMP_PLACES=cores \
       -x OMP_PROC_BIND=close "${tenv[@]}" -x LD_LIBRARY_PATH="$ourlib" -x OMP_NUM_THREADS="$h" -x ST_PEAK_CACHE \
-      "$st" train "${tpargs[@]}" --log "$work/tp-$mode.jsonl" || break
+      "$st" train "${tpargs[@]}" "${sp[@]}" --log "$work/tp-$mode.jsonl" || break
   done
   pack
 fi

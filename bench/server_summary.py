@@ -163,17 +163,18 @@ if pl:
 # 4. tensor parallelism: overlapped against blocking (the tp stage)
 tpr_ = [(t, r) for s, t, r in rows if s == "tp" and t != "-"]
 if tpr_:
-    ab = None
-    try:
-        ab = json.load(open(os.path.join(work, "tp-plan.json")))["communication"]["tp_s"] * 1e3
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    print(f"\n--- tensor parallelism, tp 2, the trainer's d6 at 8 × 256 (medians over the steps after the first; "
-          f"plan's alpha-beta tp time {fmt(ab, '{:.1f}')} ms/step)")
+    def alpha_beta(sp):
+        try:
+            return json.load(open(os.path.join(work, f"tp-plan{'-sp' if sp else ''}.json")))["communication"]["tp_s"] * 1e3
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    print("\n--- tensor parallelism, tp 2, the trainer's d6 at 8 × 256 (medians over the steps after the first; "
+          f"plan's alpha-beta tp time {fmt(alpha_beta(False), '{:.1f}')} ms/step, {fmt(alpha_beta(True), '{:.1f}')} with --sp)")
     print("| run | step ms | exposed tp ms/step | exposed / alpha-beta | overlapped collectives done before their wait |")
     print("|---|---:|---:|---:|---:|")
     for tag, r in tpr_:
         mode = tag.split()[-1]
+        ab = alpha_beta(mode.endswith("-sp"))
         steps = step_records(os.path.join(work, f"tp-{mode}.jsonl"))
         if "failed" in r or not steps:
             why = "cut by the budget" if r.get("failed") == 124 else f"failed (exit {r.get('failed', '?')})"
