@@ -4,7 +4,6 @@
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -541,66 +540,64 @@ static void job_run(Gpt *g, const Job *j) {
     }
 }
 
-/* The overlap worker: one thread per process, made on first use. At --threads 1 it runs a job while
- * the calling thread (the one that may call MPI) progresses the collectives in flight; with more
- * kernel threads it is the one that progresses them (poll: tp_progress every TP_POLL_US until none
- * is left or the caller, done with the job on its own OpenMP team, says stop), which MPI allows
- * where it gave MPI_THREAD_SERIALIZED (GptHooks.tp_progress_threaded): the caller makes no MPI call
- * meanwhile. Between jobs it sleeps on a condition variable. It is not an OpenMP team: libgomp's idle team thread spins for its wait
+/* The overlap worker: one thread per process, made on first use, so that one thread runs a job
+ * while the other progresses the collectives in flight (tp_progress every TP_POLL_US until none is
+ * left or the job is done). At --threads 1 the worker runs the job and the calling thread (the one
+ * that may call MPI) polls; with more kernel threads the job keeps the caller's OpenMP team and the
+ * worker polls, which MPI allows where it gave MPI_THREAD_SERIALIZED (GptHooks.tp_progress_threaded):
+ * the caller makes no MPI call meanwhile. Between jobs it sleeps on a condition variable. It is not
+ * an OpenMP team: libgomp's idle team thread spins for its wait
  * policy's spin count after every region, and with ranks sharing cores (4 ranks of pp 2 × tp 2 on 2
  * cores) that spinning took the cores from the ranks with work: 16x slower steps (7.6 s against
  * 0.5 s for test_pp's 10 steps; OMP_WAIT_POLICY=passive alone gave 0.6 s). Its OpenMP thread count is
  * 1, so a GEMM on it takes the same single-thread path as one at --threads 1 (the same bits). */
 typedef struct {
     pthread_mutex_t mu;
-    pthread_cond_t cv, cv_done;
+    pthread_cond_t cv, cv_done; /* cv: a post or stop for the worker; cv_done: the worker ended its part */
     Gpt *g;
-    const Job *job;   /* the posted job, NULL when there is none */
-    int poll, stop;   /* poll: progress the collectives instead of a job, until stop (under mu) */
-    atomic_int done;  /* set by the worker when the posted job (or poll) has ended */
+    const Job *job;        /* the posted job, or NULL: the worker polls */
+    int posted, stop, done; /* under mu: a part is posted; the caller's job ended; the worker's part ended */
 } OverlapWorker;
 
 #define TP_POLL_US 50
 static OverlapWorker ow = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL,
                            0, 0, 0};
+static pthread_once_t ow_once = PTHREAD_ONCE_INIT;
+static int ow_ok; /* 1 when the worker runs; otherwise jobs run on the caller */
 
-/* The worker's poll (ow.mu held on entry and exit): tp_progress every TP_POLL_US, the lock released
- * around it, until nothing is in flight or the caller sets stop (it signals cv: no wait to the end
- * of a period). */
-static void ow_poll(Gpt *g) {
-    GptHooks *h = &g->hooks;
-    while (!ow.stop) {
+/* The polling side, with ow.mu held on entry and exit: tp_progress every TP_POLL_US (the lock
+ * released around it) until nothing is in flight or the other side sets *end, signalling cv (so no
+ * period is waited out). */
+static void poll_until(GptHooks *h, const int *end, pthread_cond_t *cv) {
+    while (!*end) {
         pthread_mutex_unlock(&ow.mu);
         int left = h->tp_progress(h->ctx);
         pthread_mutex_lock(&ow.mu);
-        if (left <= 0) break;
+        if (left <= 0 || *end) break;
         struct timespec dl;
         clock_gettime(CLOCK_REALTIME, &dl);
         dl.tv_nsec += TP_POLL_US * 1000L;
         if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
-        if (!ow.stop) pthread_cond_timedwait(&ow.cv, &ow.mu, &dl);
+        pthread_cond_timedwait(cv, &ow.mu, &dl);
     }
 }
-static pthread_once_t ow_once = PTHREAD_ONCE_INIT;
-static int ow_ok; /* 1 when the worker runs; otherwise jobs run on the caller */
 
 static void *ow_main(void *arg) {
     (void)arg;
     omp_set_num_threads(1);
     pthread_mutex_lock(&ow.mu);
     for (;;) {
-        while (!ow.job && !ow.poll) pthread_cond_wait(&ow.cv, &ow.mu);
-        if (ow.poll) {
-            ow_poll(ow.g);
-            ow.poll = 0;
-        } else {
+        while (!ow.posted) pthread_cond_wait(&ow.cv, &ow.mu);
+        ow.posted = 0;
+        if (ow.job) {
             const Job *j = ow.job;
             pthread_mutex_unlock(&ow.mu);
             job_run(ow.g, j);
             pthread_mutex_lock(&ow.mu);
-            ow.job = NULL;
+        } else {
+            poll_until(&ow.g->hooks, &ow.stop, &ow.cv);
         }
-        atomic_store(&ow.done, 1);
+        ow.done = 1;
         pthread_cond_signal(&ow.cv_done);
     }
     return NULL;
@@ -616,12 +613,10 @@ static void ow_start(void) {
 
 /* Runs job j while the collectives in flight progress. Open MPI moves a nonblocking collective only
  * inside an MPI call, and oneDNN's GEMM cannot be cut into pieces with calls between them without
- * changing its blocking (and so its bits: measured), so with one kernel thread (--threads 1) the GEMM
- * runs on the overlap worker while the calling thread calls tp_progress every TP_POLL_US until
- * nothing is in flight, then checks every 4·TP_POLL_US until the GEMM is done. With more kernel
- * threads the GEMM keeps them and runs here while the worker polls (where MPI allows a second
- * thread to call it; otherwise the collective moves at its wait). Either way the GEMM runs with the
- * thread count the blocking path gives it: the same bits. */
+ * changing its blocking (and so its bits: measured), so the GEMM runs whole on one thread while the
+ * other calls tp_progress (the worker above: which side does what). Either way the GEMM runs with
+ * the thread count the blocking path gives it: the same bits. Where MPI allows no second calling
+ * thread and the rank has more than one kernel thread, the collective moves at its wait. */
 static void overlap_run(Gpt *g, const Job *j) {
     GptHooks *h = &g->hooks;
     if (!h->tp_progress || (g->s.nt != 1 && !h->tp_progress_threaded)) {
@@ -633,33 +628,20 @@ static void overlap_run(Gpt *g, const Job *j) {
         job_run(g, j);
         return;
     }
-    if (g->s.nt != 1) { /* the GEMM on this thread's team, the worker polls */
-        pthread_mutex_lock(&ow.mu);
-        ow.g = g, ow.poll = 1, ow.stop = 0;
-        atomic_store(&ow.done, 0);
-        pthread_cond_broadcast(&ow.cv);
+    int here = g->s.nt != 1; /* the job on this thread's team, the worker polls */
+    pthread_mutex_lock(&ow.mu);
+    ow.g = g, ow.job = here ? NULL : j, ow.stop = 0, ow.done = 0, ow.posted = 1;
+    pthread_cond_broadcast(&ow.cv);
+    if (here) {
         pthread_mutex_unlock(&ow.mu);
         job_run(g, j);
         pthread_mutex_lock(&ow.mu);
         ow.stop = 1;
         pthread_cond_broadcast(&ow.cv);
-        while (!atomic_load(&ow.done)) pthread_cond_wait(&ow.cv_done, &ow.mu);
-        pthread_mutex_unlock(&ow.mu);
-        return;
+    } else {
+        poll_until(h, &ow.done, &ow.cv_done);
     }
-    pthread_mutex_lock(&ow.mu);
-    ow.g = g, ow.job = j;
-    atomic_store(&ow.done, 0);
-    pthread_cond_signal(&ow.cv);
-    pthread_mutex_unlock(&ow.mu);
-    int busy = 1;
-    struct timespec ts = {0, TP_POLL_US * 1000L};
-    while (!atomic_load(&ow.done)) {
-        if (busy) busy = h->tp_progress(h->ctx) > 0;
-        if (!busy) ts.tv_nsec = 4 * TP_POLL_US * 1000L; /* only the GEMM left: check less often */
-        nanosleep(&ts, NULL);
-    }
-    pthread_mutex_lock(&ow.mu); /* the worker's writes before `done` are visible; it is back waiting */
+    while (!ow.done) pthread_cond_wait(&ow.cv_done, &ow.mu); /* its writes are visible past the lock */
     pthread_mutex_unlock(&ow.mu);
 }
 
