@@ -1,9 +1,9 @@
 /* devemu.h — a test-only emulated device backend: the CPU table behind a device's contract
  * (host_addressable 0), so the trainer's device path runs in CTest on a machine without a GPU.
  *
- * Its memory is not host memory the trainer may touch: every allocation is its own mmap'ed pages,
- * kept PROT_NONE while host code runs, opened (read-write) only for the duration of a table entry
- * (a kernel, a GEMM, copy, zero, to_host, from_host, optim_update, sumsq). A host dereference of a
+ * Its memory is not host memory the trainer may touch: every allocation is whole pages of one
+ * reserved address range, kept PROT_NONE while host code runs, opened (read-write) only for the
+ * duration of a table entry (a kernel, a GEMM, copy, zero, to_host, from_host, optim_update, sumsq). A host dereference of a
  * parameter, gradient or moment outside the table is a SIGSEGV, not a silent success. Numbers: the
  * CPU table's kernels and optim/'s update rules, so a run on it equals the CPU run to the bit except
  * where the device path's order of additions differs (the gradient norm per segment).
