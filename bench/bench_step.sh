@@ -26,12 +26,12 @@ for cfg in "${configs[@]}"; do
   pt=(); st=(); pb=(); sb=()
   for ((r = 0; r < rounds; r++)); do
     # Interleave the programs so background load affects all alike.
-    out=$(OMP_NUM_THREADS=$threads /usr/bin/python3 "$peer" --V "$V" --L "$L" --NH "$NH" --C "$C" --B "$B" --T "$T" \
+    out=$(env "${peer_env[@]}" OMP_NUM_THREADS=$threads /usr/bin/python3 "$peer" --V "$V" --L "$L" --NH "$NH" --C "$C" --B "$B" --T "$T" \
           --steps "$steps" --threads "$threads" | grep '^RESULT')
     pt+=("$(field "$out" tokens_per_s)")
     out=$(OMP_NUM_THREADS=$threads "$bin" "$L" "$NH" "$C" "$V" "$B" "$T" "$steps" "$threads" fp32)
     st+=("$(field "$out" tokens_per_s)")
-    out=$(OMP_NUM_THREADS=$threads /usr/bin/python3 bench/torch_bf16_peer.py --peer "$peer" --V "$V" --L "$L" \
+    out=$(env "${peer_env[@]}" OMP_NUM_THREADS=$threads /usr/bin/python3 bench/torch_bf16_peer.py --peer "$peer" --V "$V" --L "$L" \
           --NH "$NH" --C "$C" --B "$B" --T "$T" --steps "$steps" --threads "$threads" | grep '^RESULT')
     pb+=("$(field "$out" tokens_per_s)")
     out=$(OMP_NUM_THREADS=$threads "$bin" "$L" "$NH" "$C" "$V" "$B" "$T" "$steps" "$threads" bf16)

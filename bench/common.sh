@@ -21,3 +21,32 @@ require_fast_blas() {
        exit 1 ;;
   esac
 }
+
+# peer_env: `env` arguments for the PyTorch peers, so that the peer runs at its best on this
+# machine rather than paying for things that are not PyTorch's arithmetic:
+# - OpenBLAS (PyTorch 1.13's fp32 GEMMs) picks its kernels for this CPU: OPENBLAS_CORETYPE and
+#   OPENBLAS_L2_SIZE inherited from the environment are removed (a sandbox of 2026-11-27 exported
+#   OPENBLAS_CORETYPE=Haswell: AVX2 kernels on an AVX-512 CPU, 144 instead of 223 GFLOP/s on one Zen 5
+#   core). Should OpenBLAS's own detection still pick a core without AVX-512 on an AVX-512 CPU,
+#   it is told Cooperlake (with avx512_bf16) or SkylakeX. PEER_OPENBLAS_CORETYPE=X forces X.
+# - glibc's allocator keeps freed memory (MALLOC_MMAP_MAX_=0, a trim threshold of 64 GiB), as a
+#   tuned PyTorch deployment does with jemalloc or tcmalloc. By default each step's large tensors
+#   (B's 67 MB logits) are mmap'ed, returned to the kernel and faulted in again next step; on a VM
+#   with shadow page tables (the same Zen 5 VM) that was 24% of PyTorch's step in the kernel's fault
+#   path and 9% clearing pages. Ours allocates once, so it is not run with these settings.
+# PEER_PLAIN=1 runs the peers in the caller's environment unchanged, to see the difference.
+peer_env=()
+if [[ -z ${PEER_PLAIN:-} ]]; then
+  peer_env=(-u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736)
+  if [[ -n ${PEER_OPENBLAS_CORETYPE:-} ]]; then
+    peer_env+=("OPENBLAS_CORETYPE=$PEER_OPENBLAS_CORETYPE")
+  elif grep -qw avx512f /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo; then
+    core=$(env -u OPENBLAS_CORETYPE OPENBLAS_VERBOSE=2 /usr/bin/python3 -c "import numpy" 2>&1 | sed -n 's/^Core: //p' | head -1)
+    case "$core" in
+      SkylakeX|Cooperlake|SapphireRapids|"") ;;
+      *) if grep -qw avx512_bf16 /proc/cpuinfo; then peer_env+=(OPENBLAS_CORETYPE=Cooperlake); else peer_env+=(OPENBLAS_CORETYPE=SkylakeX); fi
+         echo "bench: OpenBLAS detects this AVX-512 CPU as '$core'; the PyTorch peer runs with ${peer_env[-1]}" >&2 ;;
+    esac
+  fi
+  [[ -n ${OPENBLAS_CORETYPE:-} ]] && echo "bench: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE in the environment is not passed to the PyTorch peer (PEER_OPENBLAS_CORETYPE to force one)" >&2
+fi

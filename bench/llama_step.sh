@@ -29,12 +29,12 @@ for ((r = 0; r < rounds; r++)); do
     out=$(OMP_NUM_THREADS=$threads "$bin" $L $NH $C $V $B $T $steps $threads $prec none llama $KV $F | grep '^RESULT')
     tok[llama_$prec]+="$(field "$out" tokens_per_s) "; mfu[llama_$prec]+="$(field "$out" mfu) "
   done
-  out=$(OMP_NUM_THREADS=$threads /usr/bin/python3 "$gpeer" --V $V --L $L --NH $NH --C $C --B $B --T $T --steps $steps \
+  out=$(env "${peer_env[@]}" OMP_NUM_THREADS=$threads /usr/bin/python3 "$gpeer" --V $V --L $L --NH $NH --C $C --B $B --T $T --steps $steps \
         --threads $threads | grep '^RESULT')
   tok[torch_gpt2_fp32]+="$(field "$out" tokens_per_s) "
   for prec in fp32 bf16; do
     flag=""; [[ $prec == bf16 ]] && flag="--bf16"
-    out=$(OMP_NUM_THREADS=$threads /usr/bin/python3 "$lpeer" --V $V --L $L --NH $NH --KV $KV --C $C --F $F --B $B --T $T \
+    out=$(env "${peer_env[@]}" OMP_NUM_THREADS=$threads /usr/bin/python3 "$lpeer" --V $V --L $L --NH $NH --KV $KV --C $C --F $F --B $B --T $T \
           --steps $steps --threads $threads $flag | grep '^RESULT')
     tok[torch_llama_$prec]+="$(field "$out" tokens_per_s) "
   done

@@ -230,9 +230,9 @@ if [[ $ok -eq 1 ]] && stage peer $(( budget * 36 / 100 )); then
       read -r name L NH C V B T steps <<<"$cfg"
       steps=$(steps_for "$steps")
       shape=(--V "$V" --L "$L" --NH "$NH" --C "$C" --B "$B" --T "$T" --steps "$steps" --threads "$N")
-      rec peer "$name torch fp32" peer.log env LD_LIBRARY_PATH="$pyld" OMP_NUM_THREADS="$N" "$py" "$peer" "${shape[@]}" &&
+      rec peer "$name torch fp32" peer.log env "${peer_env[@]}" LD_LIBRARY_PATH="$pyld" OMP_NUM_THREADS="$N" "$py" "$peer" "${shape[@]}" &&
       rec peer "$name ours fp32" peer.log "${ours[@]}" OMP_NUM_THREADS="$N" "$sb" "$L" "$NH" "$C" "$V" "$B" "$T" "$steps" "$N" fp32 &&
-      rec peer "$name torch bf16" peer.log env LD_LIBRARY_PATH="$pyld" OMP_NUM_THREADS="$N" "$py" bench/torch_bf16_peer.py --peer "$peer" "${shape[@]}" &&
+      rec peer "$name torch bf16" peer.log env "${peer_env[@]}" LD_LIBRARY_PATH="$pyld" OMP_NUM_THREADS="$N" "$py" bench/torch_bf16_peer.py --peer "$peer" "${shape[@]}" &&
       rec peer "$name ours bf16" peer.log "${ours[@]}" OMP_NUM_THREADS="$N" "$sb" "$L" "$NH" "$C" "$V" "$B" "$T" "$steps" "$N" bf16 || break 2
       if [[ -n $nsb && $name == B ]]; then
         rec peer "$name native fp32" peer.log "${ours[@]}" OMP_NUM_THREADS="$N" "$nsb" "$L" "$NH" "$C" "$V" "$B" "$T" "$steps" "$N" fp32 &&
