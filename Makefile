@@ -42,14 +42,16 @@ demo: build
 
 test: test-release test-asan
 
+# Tests run JOBS at a time: the suite is ~1.3 cores busy one at a time (process start-up, mpirun and
+# waits), so two at a time keep `make test` within its 20 minutes where a VM makes system calls dear.
 test-release: deps-test build
-	cd $(BUILD) && ctest --output-on-failure --timeout 600
+	cd $(BUILD) && ctest -j$(JOBS) --output-on-failure --timeout 600
 
 # The same suite under AddressSanitizer and UBSan (a separate build tree).
 test-asan: deps-test
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DST_SANITIZE=ON >/dev/null
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)
-	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure --timeout 900
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest -j$(JOBS) --output-on-failure --timeout 900
 
 # The GPU suite (issue 25, docs/cuda.md): the CUDA backend's tests on the GPU. `make test` compiles
 # them (so they cannot rot) but cannot run them without a GPU; this runs them, and fails, never
