@@ -177,6 +177,29 @@ __global__ void k_att_backward_dq(float *dqkv, const float *dout, const float *q
     }
 }
 
+/* A staged element: fp32 rounded to bf16 where lowp (the scalar kernels' tiles) or a bf16 value
+ * (the tensor-core kernels' tiles). */
+static __device__ __forceinline__ void tile_put(float *dst, float v, int lowp) { *dst = rnd(v, lowp); }
+static __device__ __forceinline__ void tile_put(__nv_bfloat16 *dst, float v, int) { *dst = __float2bfloat16(v); }
+
+/* Rows [q0, q0 + rows) of query head h: Q and dY (rows past T zero) into tiles of ldt elements a row:
+ * what every backward kernel that walks query tiles stages per tile. */
+template <typename E>
+static __device__ __forceinline__ void load_qdy(E *Qs, E *dYs, int rows, int ldt, int lowp, const float *base,
+                                                const float *dout, int b, int q0, int T, size_t ld, size_t C, int h,
+                                                int hs) {
+    for (int idx = threadIdx.x; idx < rows * hs; idx += blockDim.x) {
+        int i = idx / hs, x = idx % hs, row = q0 + i;
+        float qv = 0, gv = 0;
+        if (row < T) {
+            qv = base[(size_t)row * ld + (size_t)h * hs + x];
+            gv = dout[((size_t)b * T + row) * C + (size_t)h * hs + x];
+        }
+        tile_put(&Qs[i * ldt + x], qv, lowp);
+        tile_put(&dYs[i * ldt + x], gv, lowp);
+    }
+}
+
 /* D = Σ dY·Y (fp32, from the unrounded values), L (the forward's log-sum-exp) and the first visible
  * key of query rows [q0, q0 + rows) of head h, one row per warp at a time (nwarps warps); a row past
  * T gets D = L = 0 and start T (it sees no key). What both dK/dV kernels stage per query tile. */
@@ -228,16 +251,7 @@ __global__ void k_att_backward_dkv(float *dqkv, const float *dout, const float *
         uint64_t bhg = (uint64_t)b * (d.heads ? d.heads : NH) + d.head0 + h;
         for (int q0 = first; q0 < T; q0 += ATT_K) {
             __syncthreads();
-            for (int idx = threadIdx.x; idx < ATT_K * hs; idx += blockDim.x) {
-                int i = idx / hs, x = idx % hs, qr = q0 + i;
-                float qv = 0, gv = 0;
-                if (qr < T) {
-                    qv = base[(size_t)qr * ld + (size_t)h * hs + x];
-                    gv = dout[((size_t)b * T + qr) * C + (size_t)h * hs + x];
-                }
-                Qt[i * hsp + x] = rnd(qv, lowp);
-                dYt[i * hsp + x] = rnd(gv, lowp);
-            }
+            load_qdy(Qt, dYt, ATT_K, hsp, lowp, base, dout, b, q0, T, ld, C, h, hs);
             att_row_stats(Dt, Lt, St, ATT_K, ATT_Q, dout, out, lse, pos, b, h, q0, T, NH, C, hs);
             __syncthreads();
             if (j >= T) continue;
@@ -312,23 +326,6 @@ static __device__ __forceinline__ void tc_load_kv(__nv_bfloat16 *Ks, __nv_bfloat
         }
         Ks[j * ldq + x] = __float2bfloat16(kv);
         Vs[j * ldq + x] = __float2bfloat16(vv);
-    }
-}
-
-/* Rows [q0, q0 + TC_Q) of query head h: Q and dY rounded to bf16 (rows past T zero), rows of ldq
- * elements: what both backward kernels stage per query tile. */
-static __device__ __forceinline__ void tc_load_qdy(__nv_bfloat16 *Qs, __nv_bfloat16 *dYs, const float *base,
-                                                   const float *dout, int b, int q0, int T, size_t ld, size_t C, int h,
-                                                   int hs, int ldq) {
-    for (int idx = threadIdx.x; idx < TC_Q * hs; idx += blockDim.x) {
-        int i = idx / hs, x = idx % hs, row = q0 + i;
-        float qv = 0, gv = 0;
-        if (row < T) {
-            qv = base[(size_t)row * ld + (size_t)h * hs + x];
-            gv = dout[((size_t)b * T + row) * C + (size_t)h * hs + x];
-        }
-        Qs[i * ldq + x] = __float2bfloat16(qv);
-        dYs[i * ldq + x] = __float2bfloat16(gv);
     }
 }
 
@@ -473,7 +470,7 @@ __global__ void k_att_backward_dq_tc(float *dqkv, const float *dout, const float
     uint64_t bhg = (uint64_t)b * (d.heads ? d.heads : NH) + d.head0 + h;
     float *Sw = Ss + warp * 16 * lds, *dPw = dPs + warp * 16 * lds, *Ow = Os + warp * 16 * ldo;
     __nv_bfloat16 *dSw = dSs + warp * 16 * ldp;
-    tc_load_qdy(Qs, dYs, base, dout, b, q0, T, ld, C, h, hs, ldq);
+    load_qdy(Qs, dYs, TC_Q, ldq, 1, base, dout, b, q0, T, ld, C, h, hs);
     int r = lane >> 1, half = lane & 1, row = w0 + r;
     int start = pos && row < T ? row - pos[(size_t)b * T + row] : 0;
     float D = 0, L = 0;
@@ -570,7 +567,7 @@ __global__ void k_att_backward_dkv_tc(float *dqkv, const float *dout, const floa
         uint64_t bhg = (uint64_t)b * (d.heads ? d.heads : NH) + d.head0 + h;
         for (int q0 = k0; q0 < T; q0 += TC_Q) {
             __syncthreads(); /* the previous tile is read (the first time: K and V are staged) */
-            tc_load_qdy(Qs, dYs, base, dout, b, q0, T, ld, C, h, hs, ldq);
+            load_qdy(Qs, dYs, TC_Q, ldq, 1, base, dout, b, q0, T, ld, C, h, hs);
             att_row_stats(Dt, Lt, St, TC_Q, TC_WARPS, dout, out, lse, pos, b, h, q0, T, NH, C, hs);
             __syncthreads();
             if (j0 >= T) continue;
