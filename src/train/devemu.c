@@ -20,7 +20,7 @@ static int built;
  * and closed up to the next 2 MiB boundary, so that mprotect never splits a huge page there: on a
  * VM with shadow page tables each 4 KiB page touched after an mprotect costs an exit to the
  * hypervisor, and a 512^3 GEMM on the device ran at a quarter of the CPU's rate (test_device_plan's
- * peak check; 1.05x with huge pages). Freed pages go back to the kernel (remapped PROT_NONE,
+ * peak check; 0.96x with huge pages). Freed pages go back to the kernel (remapped PROT_NONE,
  * zero-filled when reused) and stay closed inside table entries, as an unmapped region was. */
 typedef struct {
     size_t off, len;
