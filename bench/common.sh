@@ -48,5 +48,7 @@ if [[ -z ${PEER_PLAIN:-} ]]; then
          echo "bench: OpenBLAS detects this AVX-512 CPU as '$core'; the PyTorch peer runs with ${peer_env[-1]}" >&2 ;;
     esac
   fi
-  [[ -n ${OPENBLAS_CORETYPE:-} ]] && echo "bench: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE in the environment is not passed to the PyTorch peer (PEER_OPENBLAS_CORETYPE to force one)" >&2
+  if [[ -n ${OPENBLAS_CORETYPE:-} ]]; then
+    echo "bench: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE in the environment is not passed to the PyTorch peer (PEER_OPENBLAS_CORETYPE to force one)" >&2
+  fi
 fi
