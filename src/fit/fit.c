@@ -255,23 +255,24 @@ int fit_budget_groups(const FitTable *t, int *gid) {
 
 /* ========================================================= Approach 3 ================= */
 
-typedef struct {
-    const FitTable *t;
-    const size_t *idx;
-    size_t n;
-    double delta;
-} ObjCtx;
-
-double fit_objective(const FitTable *t, const size_t *idx, size_t n, double delta, const double p[5], double g[5]) {
+/* The objective over rows given as ln N, ln D, ln L (xs, ys, ls: n each, in the sum's order). The
+ * logarithms of the data are the same at every evaluation, so fit_approach3 takes them once; and
+ * the largest of the three terms has weight exp(0) = 1 exactly, so it is not computed (for a
+ * finite maximum: an infinite one keeps exp(inf - inf) = NaN). Both give the bits of the direct
+ * form (`fit --json` byte-identical on three tables), with 4 of 7 transcendental calls per row
+ * saved: 1.77 -> 1.15 s for 108 runs from the 5400-start grid (2 threads, Zen 5 VM, 2026-11-27). */
+static double objective_logs(const double *xs, const double *ys, const double *ls, size_t n, double delta,
+                             const double p[5], double g[5]) {
     double e = p[0], a = p[1], b = p[2], al = p[3], be = p[4], f = 0;
     if (g) memset(g, 0, 5 * sizeof *g);
     for (size_t j = 0; j < n; j++) {
-        size_t i = idx ? idx[j] : j;
-        double x = log(t->N[i]), y = log(t->D[i]);
+        double x = xs[j], y = ys[j];
         double t1 = a - al * x, t2 = b - be * y, t3 = e;
         double m = fmax(t1, fmax(t2, t3));
-        double w1 = exp(t1 - m), w2 = exp(t2 - m), w3 = exp(t3 - m), s = w1 + w2 + w3;
-        double r = m + log(s) - log(t->L[i]);
+        int fin = isfinite(m);
+        double w1 = fin && t1 == m ? 1.0 : exp(t1 - m), w2 = fin && t2 == m ? 1.0 : exp(t2 - m),
+               w3 = fin && t3 == m ? 1.0 : exp(t3 - m), s = w1 + w2 + w3;
+        double r = m + log(s) - ls[j];
         double ar = fabs(r), dh;
         if (ar <= delta) f += 0.5 * r * r, dh = r;
         else f += delta * (ar - 0.5 * delta), dh = r > 0 ? delta : -delta;
@@ -287,10 +288,34 @@ double fit_objective(const FitTable *t, const size_t *idx, size_t n, double delt
     return f;
 }
 
+/* ln N, ln D, ln L of rows idx[0..n) (all rows when idx is NULL) into one allocation of 3n. */
+static double *row_logs(const FitTable *t, const size_t *idx, size_t n) {
+    double *v = malloc((n ? 3 * n : 1) * sizeof *v);
+    ST_CHECK(v != NULL);
+    for (size_t j = 0; j < n; j++) {
+        size_t i = idx ? idx[j] : j;
+        v[j] = log(t->N[i]), v[n + j] = log(t->D[i]), v[2 * n + j] = log(t->L[i]);
+    }
+    return v;
+}
+
+double fit_objective(const FitTable *t, const size_t *idx, size_t n, double delta, const double p[5], double g[5]) {
+    double *v = row_logs(t, idx, n);
+    double f = objective_logs(v, v + n, v + 2 * n, n, delta, p, g);
+    free(v);
+    return f;
+}
+
+typedef struct {
+    const double *xs, *ys, *ls; /* ln N, ln D, ln L of the rows, in order */
+    size_t n;
+    double delta;
+} ObjCtx;
+
 static lbfgsfloatval_t obj_eval(void *inst, const lbfgsfloatval_t *x, lbfgsfloatval_t *g, const int n,
                                 const lbfgsfloatval_t step) {
     const ObjCtx *c = inst;
-    return fit_objective(c->t, c->idx, c->n, c->delta, x, g);
+    return objective_logs(c->xs, c->ys, c->ls, c->n, c->delta, x, g);
 }
 
 /* One L-BFGS run from p (overwritten by the final point); returns 1 if it reported convergence. */
@@ -310,7 +335,7 @@ static int lbfgs_from(const ObjCtx *c, double p[5], double *f) {
     for (int k = 0; k < 5; k++) p[k] = x[k];
     lbfgs_free(x);
     /* The library returns the last accepted point on a line-search failure; re-evaluate there. */
-    *f = fit_objective(c->t, c->idx, c->n, c->delta, p, NULL);
+    *f = objective_logs(c->xs, c->ys, c->ls, c->n, c->delta, p, NULL);
     if (!isfinite(*f)) *f = INFINITY;
     return ret >= 0;
 }
@@ -349,7 +374,8 @@ int fit_approach3(const FitTable *t, const size_t *idx, size_t n, double delta, 
     double *pts = malloc((size_t)nstart * 5 * sizeof *pts), *fs = malloc((size_t)nstart * sizeof *fs);
     int *conv = malloc((size_t)nstart * sizeof *conv);
     ST_CHECK(pts && fs && conv);
-    ObjCtx c = {t, idx, n, delta};
+    double *logs = row_logs(t, idx, n);
+    ObjCtx c = {logs, logs + n, logs + 2 * n, n, delta};
     /* Independent starts; each writes only its own slot and the reduction below runs in start
      * order, so the result does not depend on the thread count. */
 #pragma omp parallel for schedule(dynamic, 8)
@@ -382,7 +408,7 @@ int fit_approach3(const FitTable *t, const size_t *idx, size_t n, double delta, 
         if (pick < 0) pick = best; /* fewer distinct minima than asked: repeat the best */
         memcpy(&keep[5 * k], &pts[5 * pick], 5 * sizeof *keep);
     }
-    free(pts), free(fs), free(conv), free(grid);
+    free(pts), free(fs), free(conv), free(grid), free(logs);
     return nconv;
 }
 
