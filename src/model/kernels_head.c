@@ -39,6 +39,38 @@ static void head_logits_gemm(const MatPrec *mp, float *logits, int ld, const flo
     }
 }
 
+/* The softmax denominator Σ_v e^(l[v] − mx) of one row, in blocks of HEAD_SUM_BLOCK: each block
+ * summed in fp32 (vectorised where the compiler can), the block sums in double. A plain fp32 sum of
+ * 50257 terms in order, as a build that does not vectorise the loop does it (the sanitizers', a
+ * portable one), drifts ~1e-5 relative, past the head's fp32 tolerance; blocked, the error is that
+ * of one block whatever the order inside it. head_exp_sum_store also leaves each exponential in
+ * l[v] for the gradient pass. */
+#define HEAD_SUM_BLOCK 512
+
+static float head_exp_sum(const float *l, int V, float mx) {
+    double s = 0;
+    for (int b0 = 0; b0 < V; b0 += HEAD_SUM_BLOCK) {
+        const int b1 = b0 + HEAD_SUM_BLOCK < V ? b0 + HEAD_SUM_BLOCK : V;
+        float bs = 0;
+#pragma omp simd reduction(+ : bs)
+        for (int v = b0; v < b1; v++) bs += st_expf(l[v] - mx);
+        s += bs;
+    }
+    return (float)s;
+}
+
+static float head_exp_sum_store(float *l, int V, float mx) {
+    double s = 0;
+    for (int b0 = 0; b0 < V; b0 += HEAD_SUM_BLOCK) {
+        const int b1 = b0 + HEAD_SUM_BLOCK < V ? b0 + HEAD_SUM_BLOCK : V;
+        float bs = 0;
+#pragma omp simd reduction(+ : bs)
+        for (int v = b0; v < b1; v++) bs += (l[v] = st_expf(l[v] - mx));
+        s += bs;
+    }
+    return (float)s;
+}
+
 /* dwte NULL: a frozen head (LoRA), its weight gradient skipped. */
 static void head_backward_gemms(const MatPrec *mp, float *dx_c, float *dwte, const float *logits, int ld,
                                 const float *x_c, const float *wte, const uint16_t *wte_lp, int m, int rows, int C,
@@ -116,7 +148,7 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
             float *l = logits + (size_t)i * Vp;
             uint16_t *lo = fuse ? mp->a + (size_t)i * Vp : NULL;
             int t = targets[r0 + i];
-            float mx = l[0], s = 0;
+            float mx = l[0], s;
 #pragma omp simd reduction(max : mx)
             for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
             if (smp) { /* the label drawn from this row's softmax; one exponential pass serves all */
@@ -126,8 +158,7 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
                     else if (dx) memset(l, 0, sizeof(float) * V);
                     continue;
                 }
-#pragma omp simd reduction(+ : s)
-                for (int v = 0; v < V; v++) s += (l[v] = st_expf(l[v] - mx));
+                s = head_exp_sum_store(l, V, mx);
                 int y = sample_row(l, V, s, smp->u[r0 + i]);
                 smp->labels[r0 + i] = y;
                 losses[r0 + i] = logf(s) - logf(l[y]);
@@ -149,8 +180,7 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
              * same bits). Row 0 with probs_out keeps the logits: its probabilities read them. */
             if ((lo || dx) && t >= 0 && !(probs_out && r0 + i == 0)) {
                 const float lt = l[t];
-#pragma omp simd reduction(+ : s)
-                for (int v = 0; v < V; v++) s += (l[v] = st_expf(l[v] - mx));
+                s = head_exp_sum_store(l, V, mx);
                 losses[r0 + i] = mx + logf(s) - lt;
                 float inv = dscale / s;
                 if (lo) {
@@ -164,8 +194,7 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
                 }
                 continue;
             }
-#pragma omp simd reduction(+ : s)
-            for (int v = 0; v < V; v++) s += st_expf(l[v] - mx);
+            s = head_exp_sum(l, V, mx);
             float lse = mx + logf(s);
             losses[r0 + i] = t >= 0 ? lse - l[t] : 0.0f;
             if (probs_out && r0 + i == 0)
@@ -223,9 +252,7 @@ void head_forward_backward_vp(const MatPrec *mp, float *losses, float *dx, float
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int i = 0; i < m; i++) {
             const float *l = logits + (size_t)i * Vl;
-            float s = 0, b = mx[i];
-#pragma omp simd reduction(+ : s)
-            for (int v = 0; v < Vr; v++) s += st_expf(l[v] - b);
+            const float s = head_exp_sum(l, Vr, mx[i]);
             int t = targets[r0 + i] - v0;
             se[i] = s;
             tl[i] = t >= 0 && t < Vr ? l[t] : 0.0f;
