@@ -11,6 +11,11 @@ ARCH       ?= gpt2
 DEMO_MODEL_gpt2  = --layers 4 --heads 4 --channels 256
 DEMO_MODEL_llama = --arch llama --layers 4 --heads 4 --kv-heads 2 --channels 256
 
+# A new build tree uses Ninja where it is installed (install-deps.sh installs it): it builds the
+# sanitizer tree in 128 s against Make's 153 s on 2 cores (2026-11-27). A tree that exists keeps the
+# generator it was configured with (CMake refuses to switch).
+CMAKE_GEN   = $(if $(wildcard $(1)/CMakeCache.txt),,$(if $(shell command -v ninja 2>/dev/null),-G Ninja))
+
 .PHONY: all deps deps-test build demo test test-release test-asan test-gpu test-cuemu bench clean
 
 all: build
@@ -23,7 +28,7 @@ deps-test:
 	@bash scripts/install-deps.sh --test
 
 build: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake -S . -B $(BUILD) $(call CMAKE_GEN,$(BUILD)) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j$(JOBS)
 
 # Trains a small GPT on the bundled Tiny Shakespeare for about two minutes on 2 cores: an 8192-token
@@ -48,9 +53,11 @@ test: test-release test-asan
 test-release: deps-test build
 	cd $(BUILD) && ctest -j$(JOBS) --output-on-failure --timeout 600
 
-# The same suite under AddressSanitizer and UBSan (a separate build tree).
+# The same suite under AddressSanitizer and UBSan (a separate build tree). -g1: line tables only,
+# all a sanitizer report names (file:line of every frame); 10% less build time than -g.
 test-asan: deps-test
-	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DST_SANITIZE=ON -DST_BENCH=OFF >/dev/null
+	@cmake -S . -B $(ASAN_BUILD) $(call CMAKE_GEN,$(ASAN_BUILD)) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" -DST_SANITIZE=ON -DST_BENCH=OFF >/dev/null
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest -j$(JOBS) --output-on-failure --timeout 900
 
@@ -58,7 +65,7 @@ test-asan: deps-test
 # them (so they cannot rot) but cannot run them without a GPU; this runs them, and fails, never
 # skips, where there is no GPU or no CUDA build. No `deps`: the GPU machine installs nothing.
 test-gpu:
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DST_CUDA=ON >/dev/null
+	@cmake -S . -B $(BUILD) $(call CMAKE_GEN,$(BUILD)) -DCMAKE_BUILD_TYPE=Release -DST_CUDA=ON >/dev/null
 	@cmake --build $(BUILD) -j$(JOBS)
 	bash scripts/test-gpu.sh $(BUILD)
 

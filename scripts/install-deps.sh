@@ -14,7 +14,7 @@
 # As root it runs apt-get; otherwise it prints the command to run and exits 1.
 set -euo pipefail
 
-pkgs=(build-essential cmake pkg-config libdnnl-dev libcjson-dev libxxhash-dev
+pkgs=(build-essential cmake ninja-build pkg-config libdnnl-dev libcjson-dev libxxhash-dev
       libopenmpi-dev openmpi-bin liblbfgs-dev libgsl-dev liblapack-dev
       zlib1g-dev libzstd-dev)
 parquet=0
