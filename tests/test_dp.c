@@ -895,21 +895,23 @@ static void memory(void) {
         int rz = np == 2 ? 2 : 3;
         const char *rp = np == 2 ? "fp32" : "bf16";
         char cmd[8192], name[64];
+        int runs = 0;
         int o = snprintf(cmd, sizeof cmd, "timeout 300 %s --allow-run-as-root --oversubscribe -np %d -x OMP_NUM_THREADS=1 %s %s",
                          g_mpi, np, ST_BINARY_DIR "/tests/dp_memory_worker", DIR);
 #if !defined(__SANITIZE_ADDRESS__) /* the RSS run serves the RSS check alone, which ASan's shadow voids (below) */
         o += snprintf(cmd + o, sizeof cmd - (size_t)o, " rss%d:%s/v50k.bin:" MEM_BIG ":%d:%s:2", np, DIR, rz, rp);
+        runs++;
 #else
         (void)rz, (void)rp;
 #endif
         for (int z = 0; z <= 3; z++)
-            for (int p = 0; p < 2; p++)
+            for (int p = 0; p < 2; p++, runs++)
                 o += snprintf(cmd + o, sizeof cmd - (size_t)o, " mem%d_z%d_%s:%s/train.bin:" MEM_SMALL ":%d:%s:1", np, z,
                               PREC[p], DIR, z, PREC[p]);
         snprintf(name, sizeof name, "memory_np%d", np);
         double secs;
         int rc = run(name, cmd, &secs);
-        printf("%s: %d runs in one job, %.1f s\n", name, strstr(cmd, " rss") ? 9 : 8, secs);
+        printf("%s: %d runs in one job, %.1f s\n", name, runs, secs);
         if (rc != 0) {
             tu_check(0, name, "exit %d, see %s/%s.out", rc, DIR, name);
             continue;
