@@ -7,6 +7,7 @@
  * whole tile, so a missing __syncwarp between a store and other lanes' reads cannot show here. */
 #ifndef CUEMU_MMA_H
 #define CUEMU_MMA_H
+#include <string.h>
 #include "cuda_bf16.h"
 #include "cuda_runtime.h"
 
@@ -70,20 +71,41 @@ template <class Use, int M, int N, int K, class T, class L>
 static inline void fill_fragment(fragment<Use, M, N, K, T, L> &f, T v) {
     for (int i = 0; i < f.num_elements; i++) f.x[i] = v;
 }
-/* d = a·b + c in fp32: the products of bf16 operands are exact in fp32, summed in k order. */
+/* d = a·b + c in fp32: the products of bf16 operands are exact in fp32, summed in k order.
+ * Every lane of a warp holds the same tiles here and its lanes run one after the other between two
+ * exchanges, so the first lane computes the product and the others find it in a one-entry memo of
+ * this OS thread, keyed on the operands byte for byte (a lane whose operands differ computes its
+ * own): the result is the same function of the operands, 32 times cheaper (under the sanitizers
+ * the tensor-core attention's products were most of test_backend_kernels_cuemu's time). */
+template <int M, int N, int K, class T> struct cuemu_mma_memo {
+    T a[M * K], b[K * N];
+    float c[M * N], d[M * N];
+    int valid;
+};
 template <int M, int N, int K, class T, class LA, class LB>
 static inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
                             const fragment<matrix_b, M, N, K, T, LB> &b,
                             const fragment<accumulator, M, N, K, float> &c) {
     __syncwarp();
-    float out[M * N];
+    static thread_local cuemu_mma_memo<M, N, K, T> memo;
+    if (memo.valid && !memcmp(memo.a, a.x, sizeof memo.a) && !memcmp(memo.b, b.x, sizeof memo.b) &&
+        !memcmp(memo.c, c.x, sizeof memo.c)) {
+        memcpy(d.x, memo.d, sizeof memo.d);
+        return;
+    }
+    float af[M * K], bt[N * K]; /* b transposed: both operands read along k */
+    for (int i = 0; i < M * K; i++) af[i] = cuemu_wf(a.x[i]);
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < N; j++) bt[j * K + k] = cuemu_wf(b.x[k * N + j]);
+    memcpy(memo.a, a.x, sizeof memo.a), memcpy(memo.b, b.x, sizeof memo.b), memcpy(memo.c, c.x, sizeof memo.c);
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
-            float s = c.x[i * N + j];
-            for (int k = 0; k < K; k++) s += cuemu_wf(a.x[i * K + k]) * cuemu_wf(b.x[k * N + j]);
-            out[i * N + j] = s;
+            float s = memo.c[i * N + j];
+            for (int k = 0; k < K; k++) s += af[i * K + k] * bt[j * K + k];
+            memo.d[i * N + j] = s;
         }
-    for (int i = 0; i < M * N; i++) d.x[i] = out[i];
+    memo.valid = 1;
+    memcpy(d.x, memo.d, sizeof memo.d);
 }
 } // namespace wmma
 } // namespace nvcuda
