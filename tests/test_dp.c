@@ -61,12 +61,19 @@
  *           "cached"); an entry keyed by another host is not used. Negative control: the planted
  *           entry keyed by this machine is used. `plan`'s default hardware: this machine's profile,
  *           measured once into the same cache, read from it (a planted profile is priced on, one
- *           keyed by another host is not), the cpu-zen4-2c preset without a cache. */
+ *           keyed by another host is not), the cpu-zen4-2c preset without a cache.
+ *           Threads against CPUs: a process pinned to one CPU (taskset -c 0) with --threads 2
+ *           prints "2 threads on 1 CPU" and the warning, and its peak is measured and cached for
+ *           1 thread (no 2-thread entry; control: the same run on 2 CPUs adds one); --threads 1
+ *           pinned prints neither. mpirun --bind-to core -np 2 --threads 2 warns for every rank;
+ *           --bind-to none -np 2 with --threads = the online CPUs warns for the node; --bind-to
+ *           none -np 2 --threads 1 (on 2 or more CPUs) warns of nothing. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/fileio.h"
 #include "data/shard.h"
@@ -826,6 +833,81 @@ static void peak_cache(void) {
     tu_check(!strcmp(name[3], "cpu-zen4-2c"), "plan's default without a cache: the cpu-zen4-2c preset", "profile '%s'", name[3]);
 }
 
+/* The cache's entries keyed for `threads` (any precision). */
+static int cache_entries(const char *path, int threads) {
+    char *t = tu_slurp(path);
+    cJSON *doc = t ? cJSON_Parse(t) : NULL, *e;
+    free(t);
+    int n = 0;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "entries")) {
+        const cJSON *th = cJSON_GetObjectItem(e, "threads");
+        n += cJSON_IsNumber(th) && th->valueint == threads;
+    }
+    cJSON_Delete(doc);
+    return n;
+}
+
+/* 1 when run `name`'s output holds `what`. */
+static int out_has(const char *name, const char *what) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s.out", DIR, name);
+    char *t = tu_slurp(path);
+    int has = t && strstr(t, what);
+    free(t);
+    return has;
+}
+
+#define CPU_MODEL "--layers 2 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 --micro-batch 2 --steps 1 --val-every 0"
+
+/* Threads against the CPUs a rank may run on (train_setup.c, warn_oversubscribed; the peak for
+ * min(threads, CPUs)). taskset is util-linux's, on every Debian: a missing one fails the runs. */
+static void threads_cpus(void) {
+    char cmd[4096], cache[1200];
+    double secs;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(cache, sizeof cache, "%s/peaks_cpus.json", DIR);
+    remove(cache);
+    const char *names[3] = {"cpus_pinned2", "cpus_pinned1", "cpus_two2"}, *sets[3] = {"0", "0", "0,1"};
+    int threads[3] = {2, 1, 2}, rc[3] = {-1, -1, -1}, e1[3] = {0}, e2[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        if (i == 2 && online < 2) break;
+        snprintf(cmd, sizeof cmd, "ST_PEAK_CACHE=%s taskset -c %s %s train --data %s/train.bin " CPU_MODEL " --threads %d",
+                 cache, sets[i], g_bin, DIR, threads[i]);
+        rc[i] = run(names[i], cmd, &secs);
+        e1[i] = cache_entries(cache, 1), e2[i] = cache_entries(cache, 2);
+    }
+    tu_check(rc[0] == 0 && out_has(names[0], "2 threads on 1 CPU,") &&
+                 out_has(names[0], "warning: 2 threads on the 1 CPU this process may run on") && e1[0] >= 1 && e2[0] == 0,
+             "threads: --threads 2 on one CPU says so, warns, and its peak is the 1-thread one (cached as such)",
+             "exit %d, cache entries for 1 thread %d, for 2 threads %d (%s/%s.out)", rc[0], e1[0], e2[0], DIR, names[0]);
+    tu_check(rc[1] == 0 && !out_has(names[1], "warning:") && !out_has(names[1], " on 1 CPU"),
+             "threads: --threads 1 on one CPU warns of nothing", "exit %d (%s/%s.out)", rc[1], DIR, names[1]);
+    if (online >= 2)
+        tu_check(rc[2] == 0 && !out_has(names[2], "warning:") && e2[2] > e2[1],
+                 "negative control: --threads 2 on two CPUs adds a 2-thread cache entry, no warning",
+                 "exit %d, 2-thread entries %d -> %d", rc[2], e2[1], e2[2]);
+
+    /* Ranks: bound to one core each with 2 threads; unbound with the node's CPUs each; unbound 1 each. */
+    int rt[3] = {2, (int)online, 1};
+    const char *bind[3] = {"core", "none", "none"}, *rn[3] = {"cpus_mpi_core2", "cpus_mpi_none_all", "cpus_mpi_none1"};
+    int rrc[3] = {-1, -1, -1};
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "ST_PEAK_CACHE=off timeout 120 %s --allow-run-as-root --bind-to %s -np 2 %s train "
+                 "--data %s/train.bin " CPU_MODEL " --threads %d", g_mpi, bind[i], g_bin, DIR, rt[i]);
+        rrc[i] = run(rn[i], cmd, &secs);
+    }
+    char want[256];
+    snprintf(want, sizeof want, "warning: 2 ranks on one node run %ld threads on its %ld CPUs", 2 * online, online);
+    tu_check(rrc[0] == 0 && out_has(rn[0], "warning: every rank runs 2 threads on the 1 CPU its affinity allows"),
+             "threads: mpirun --bind-to core -np 2 --threads 2 warns for every rank", "exit %d (%s/%s.out)", rrc[0], DIR,
+             rn[0]);
+    tu_check(rrc[1] == 0 && out_has(rn[1], want), "threads: mpirun --bind-to none -np 2 with all CPUs each warns for the node",
+             "exit %d, want '%s' (%s/%s.out)", rrc[1], want, DIR, rn[1]);
+    if (online >= 2)
+        tu_check(rrc[2] == 0 && !out_has(rn[2], "warning:"), "control: mpirun --bind-to none -np 2 --threads 1 warns of nothing",
+                 "exit %d (%s/%s.out)", rrc[2], DIR, rn[2]);
+}
+
 /* ---------------------------------------------------------------- memory per rank */
 
 /* The state categories, named as in the memory record and in `plan --json`'s memory_bytes.by_category. */
@@ -974,7 +1056,7 @@ int main(int argc, char **argv) {
     if (!strcmp(what, "overlap") || !strcmp(what, "all")) overlap();
     if (!strcmp(what, "prefetch") || !strcmp(what, "all")) prefetch();
     if (!strcmp(what, "mfu") || !strcmp(what, "all")) mfu();
-    if (!strcmp(what, "peak") || !strcmp(what, "all")) peak_cache();
+    if (!strcmp(what, "peak") || !strcmp(what, "all")) peak_cache(), threads_cpus();
     if (!strcmp(what, "memory") || !strcmp(what, "all")) memory();
     return tu_exit();
 }

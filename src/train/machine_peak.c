@@ -3,6 +3,7 @@
 #include "train/machine_peak.h"
 
 #include <cjson/cJSON.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,6 +192,13 @@ static void machine_key(MachineKey *k) {
     k->host[sizeof k->host - 1] = '\0';
     cpu_model(k->cpu, sizeof k->cpu);
     k->cpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+int machine_cpus_allowed(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
 }
 
 void machine_peak_describe(char *buf, int n) {

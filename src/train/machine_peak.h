@@ -72,4 +72,10 @@ void machine_profile_store(const char *cache_path, int threads, const struct cJS
  * model, online CPUs and ISA level, "host | cpu | N cpus | isa". */
 void machine_peak_describe(char *buf, int n);
 
+/* The CPUs this process may run on (its affinity mask: mpirun binds each rank to one core at
+ * -np 2, Slurm to its --cpus-per-task), at least 1; the online CPU count where the mask cannot be
+ * read. A run's threads beyond it take turns on those CPUs, so the peak is measured (and keyed in
+ * the cache) for min(threads, this). */
+int machine_cpus_allowed(void);
+
 #endif

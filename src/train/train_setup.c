@@ -207,6 +207,75 @@ Status tr_agree_setup(Run *r, Status st, const char *stage, Err *err) {
     return train_agree(r->comm, st, stage, err, &r->res->err_everywhere);
 }
 
+/* Threads against CPUs, said by rank 0 once (the run goes on): a rank whose threads exceed the CPUs
+ * its affinity allows (mpirun binds each rank to one core at -np 2), else a node whose ranks'
+ * threads together exceed its online CPUs. Their OpenMP threads then take turns on the cores, and
+ * a waiting thread spins on the core the awaited one needs: 2 ranks x 2 threads unbound on 2 cores
+ * ran 2.1x slower per step than 2 x 1 (docs/parallel.md, "Threads and CPUs"). The four arrays hold
+ * each rank's threads, allowed CPUs, node key (a hash of its host name) and the node's online CPUs. */
+static void warn_oversubscribed(int world, const double *thr, const double *allowed, const double *node,
+                                const double *node_cpus) {
+    char list[256] = "";
+    int over = 0, same = 1;
+    for (int i = 0; i < world; i++) {
+        if (thr[i] <= allowed[i]) continue;
+        same &= thr[i] == thr[0] && allowed[i] == allowed[0];
+        if (over++ < 4)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%srank %d %d threads on %d CPU%s",
+                     over > 1 ? ", " : "", i, (int)thr[i], (int)allowed[i], allowed[i] == 1 ? "" : "s");
+    }
+    if (over) {
+        if (world == 1)
+            printf("warning: %d threads on the %d CPU%s this process may run on: they take turns; give --threads %d\n",
+                   (int)thr[0], (int)allowed[0], allowed[0] == 1 ? "" : "s", (int)allowed[0]);
+        else if (over == world && same)
+            printf("warning: every rank runs %d threads on the %d CPU%s its affinity allows (mpirun binds each rank "
+                   "to one core at -np 2): give --threads %d, or bind each rank to more cores (--map-by slot:PE=%d)\n",
+                   (int)thr[0], (int)allowed[0], allowed[0] == 1 ? "" : "s", (int)allowed[0], (int)thr[0]);
+        else
+            printf("warning: more threads than the CPUs a rank may run on: %s%s: their threads take turns; give "
+                   "--threads at most the CPUs per rank\n", list, over > 4 ? ", ..." : "");
+        return;
+    }
+    for (int i = 0; i < world; i++) {
+        int first = 1, ranks = 0;
+        double sum = 0;
+        for (int j = 0; j < world; j++) {
+            if (node[j] != node[i]) continue;
+            first &= j >= i;
+            ranks++, sum += thr[j];
+        }
+        if (!first || sum <= node_cpus[i]) continue;
+        int fit = (int)node_cpus[i] / ranks; /* threads per rank that would fit */
+        char fix[64] = "fewer ranks per node";
+        if (fit >= 1) snprintf(fix, sizeof fix, "--threads %d, or fewer ranks per node", fit);
+        printf("warning: %d ranks on one node run %.0f threads on its %.0f CPUs: their threads take turns, and waiting "
+               "ones spin on the cores others need; give %s\n", ranks, sum, node_cpus[i], fix);
+        return;
+    }
+}
+
+Status train_warn_threads(Comm *comm, int threads, int quiet, Err *err) {
+    int world = comm->world;
+    double *v = calloc(4 * (size_t)world, sizeof *v); /* threads, allowed CPUs, node key, node CPUs */
+    if (!v) return err_set(err, ST_ERR_RUNTIME, "out of memory (threads per rank)");
+    char host[256] = "";
+    if (gethostname(host, sizeof host) != 0) host[0] = '\0';
+    host[sizeof host - 1] = '\0';
+    double key = (double)(XXH3_64bits(host, strlen(host)) >> 12); /* 52 bits: exact in a double */
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    Status st = comm_allgather_f64(comm, threads, v, err);
+    if (st == ST_OK) st = comm_allgather_f64(comm, machine_cpus_allowed(), v + world, err);
+    if (st == ST_OK) st = comm_allgather_f64(comm, key, v + 2 * world, err);
+    if (st == ST_OK) st = comm_allgather_f64(comm, online > 0 ? (double)online : 1.0, v + 3 * world, err);
+    if (st == ST_OK && comm->rank == 0 && !quiet) {
+        warn_oversubscribed(world, v, v + world, v + 2 * world, v + 3 * world);
+        fflush(stdout);
+    }
+    free(v);
+    return st;
+}
+
 /* Every rank got the same config (hash of its JSON); the grid and each rank's threads are printed;
  * from here on only rank 0 prints progress and writes the log. */
 Status tr_setup_same_config(Run *r, Err *err) {
@@ -225,6 +294,7 @@ Status tr_setup_same_config(Run *r, Err *err) {
         for (int i = 0; i < r->world; i++) printf(" rank %d %d%s", i, (int)r->by_rank[i], i + 1 < r->world ? "," : "\n");
         fflush(stdout);
     }
+    if (st == ST_OK) st = train_warn_threads(r->comm, c->threads, c->quiet, err);
     if (r->comm->rank != 0) c->quiet = 1, c->log_path[0] = 0;
     return st;
 }
@@ -428,7 +498,10 @@ Status tr_setup_accounting(Run *r, Err *err) {
          * (fp16 is emulated in fp32), so MFU stays below 1 (train/machine_peak.h); on a device its
          * own GEMM's rate (cuBLASLt on a GPU), cached by the device's name. */
         MachinePeakOptions po = machine_peak_default_options();
-        po.threads = nt, po.bf16 = c->bf16 && !c->fp16, po.cache_path = c->peak_cache, po.remeasure = c->remeasure_peak;
+        /* threads beyond the CPUs this rank may run on add no FLOP/s: the peak of those CPUs */
+        int cpus = machine_cpus_allowed();
+        po.threads = nt < cpus ? nt : cpus;
+        po.bf16 = c->bf16 && !c->fp16, po.cache_path = c->peak_cache, po.remeasure = c->remeasure_peak;
         po.probe_scale = c->faults.peak_probe_scale, po.no_gemm = c->faults.peak_no_gemm;
         po.gemm_scale = c->faults.peak_gemm_scale;
         po.device = be->host_addressable ? NULL : be;
@@ -500,9 +573,12 @@ Status tr_announce(Run *r, Err *err) {
         for (int mc = 0; mc < MEM_NCAT; mc++)
             if (r->mem.bytes[mc]) printf(" %s %.1f MiB", mem_category_name((MemCategory)mc), r->mem.bytes[mc] / 1048576.0);
         printf("\n");
-        printf("compute: %.3g FLOP/token%s, peak %.1f GFLOP/s per rank (%s), %d threads, %s\n", r->acct.fpt,
+        int cpus = machine_cpus_allowed();
+        char on[48] = "";
+        if (cpus < nt) snprintf(on, sizeof on, " on %d CPU%s", cpus, cpus == 1 ? "" : "s");
+        printf("compute: %.3g FLOP/token%s, peak %.1f GFLOP/s per rank (%s), %d threads%s, %s\n", r->acct.fpt,
                c->model.doc_mask ? " at span T (--doc-mask: each step's MFU counts its documents' spans)" : "",
-               r->acct.peak / 1e9, c->peak_flops > 0 ? "given" : r->acct.peak_kind, nt, mm_backend_info());
+               r->acct.peak / 1e9, c->peak_flops > 0 ? "given" : r->acct.peak_kind, nt, on, mm_backend_info());
         fflush(stdout);
     }
     size_t state[MEM_NCAT];
