@@ -18,7 +18,8 @@
  * is replica 0's at dp 2 (ZeRO 0 and ZeRO 2, where it is reduce-scattered per segment) and is split
  * over tp 2 (replicated tensors counted once); b_big equals the step's tokens; the small and big
  * estimates satisfy the estimator's formulas. Control: a run with --no-noise-scale logs none, and a
- * run with one micro-batch on one process (no smaller batch) logs none. */
+ * run with one micro-batch on one process (no smaller batch) logs none. The same grad-accum 2 run at
+ * --threads 2 logs g2_small bit-equal to 1 thread's (control: the comparison tells dp 2's apart). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,7 +144,7 @@ static void test_trainer(void) {
     rc_make_data(DIR);
     int rc = run("k1", 0, "--grad-accum 1") | run("k2", 0, "--grad-accum 2") | run("dp2", 2, "--grad-accum 1") |
              run("dp2_zero2", 2, "--grad-accum 1 --zero 2") | run("tp2", 2, "--grad-accum 2 --tp 2") |
-             run("off", 0, "--grad-accum 2 --no-noise-scale");
+             run("off", 0, "--grad-accum 2 --no-noise-scale") | run("k2_t2", 0, "--grad-accum 2 --threads 2");
     tu_check(rc == 0, "noise runs ran", "exit codes OR-ed: %d", rc);
     cJSON *a1, *a2, *ad, *az, *at, *ao;
     const cJSON *k1 = step_rec("k1", 1, &a1), *k2 = step_rec("k2", 1, &a2), *dp = step_rec("dp2", 1, &ad);
@@ -178,6 +179,17 @@ static void test_trainer(void) {
     /* Control: another micro-batch's norm (replica 1's) is not micro-batch 0's. */
     tu_check(rel(by1, ref) > 1e-3, "noise_negative_control_other_micro_batch", "replica 1 %.9g vs micro-batch 0 %.9g",
              by1, ref);
+    /* The per-segment sums do not depend on the thread count (fixed chunks, not an OpenMP
+     * reduction's per-thread partials): 2 threads log the bits of 1. Control: the same comparison
+     * between two runs whose figures differ (dp 2's mean of two replicas) tells them apart. */
+    cJSON *a3;
+    const cJSON *t2 = step_rec("k2_t2", 1, &a3);
+    double s1 = noise_field(k2, "g2_small"), s2 = t2 ? noise_field(t2, "g2_small") : NAN;
+    tu_check(isfinite(s1) && s1 == s2, "noise_small_batch_thread_independent",
+             "g2_small at 1 thread %.17g, at 2 threads %.17g (bit-equal)", s1, s2);
+    tu_check(isfinite(s1) && s1 != noise_field(dp, "g2_small"), "noise_negative_control_thread_check_discriminates",
+             "grad-accum 2 %.17g vs dp 2 %.17g", s1, noise_field(dp, "g2_small"));
+    cJSON_Delete(a3);
     cJSON_Delete(a1), cJSON_Delete(a2), cJSON_Delete(ad), cJSON_Delete(az), cJSON_Delete(at), cJSON_Delete(ao);
 }
 

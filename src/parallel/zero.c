@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "optim/optim.h"
 #include "parallel/parallel_internal.h"
 
 /* ================================================================ views */
@@ -430,10 +431,10 @@ static double seg_local_sumsq(const Par *p, int s) {
             acc += p->dev->sumsq(x, (size_t)n);
             continue;
         }
-        double a = 0;
-#pragma omp parallel for reduction(+ : a) num_threads(p->o.nt) schedule(static)
-        for (long i = 0; i < n; i++) a += (double)x[i] * x[i];
-        acc += a;
+        /* optim_l2_norm's fixed chunks: the same figure at any thread count (an OpenMP reduction's
+         * partial sums follow the threads) */
+        double a = optim_l2_norm(x, (size_t)n, p->o.nt);
+        acc += a * a;
     }
     return acc;
 }
