@@ -229,9 +229,10 @@ static void warn_oversubscribed(int world, const double *thr, const double *allo
             printf("warning: %d threads on the %d CPU%s this process may run on: they take turns; give --threads %d\n",
                    (int)thr[0], (int)allowed[0], allowed[0] == 1 ? "" : "s", (int)allowed[0]);
         else if (over == world && same)
-            printf("warning: every rank runs %d threads on the %d CPU%s its affinity allows (mpirun binds each rank "
-                   "to one core at -np 2): give --threads %d, or bind each rank to more cores (--map-by slot:PE=%d)\n",
-                   (int)thr[0], (int)allowed[0], allowed[0] == 1 ? "" : "s", (int)allowed[0], (int)thr[0]);
+            printf("warning: every rank runs %d threads on the %d CPU%s its affinity allows%s: give --threads %d, or "
+                   "bind each rank to more cores (--map-by slot:PE=%d)\n", (int)thr[0], (int)allowed[0],
+                   allowed[0] == 1 ? "" : "s", allowed[0] == 1 ? " (mpirun binds each rank to one core at -np 2)" : "",
+                   (int)allowed[0], (int)thr[0]);
         else
             printf("warning: more threads than the CPUs a rank may run on: %s%s: their threads take turns; give "
                    "--threads at most the CPUs per rank\n", list, over > 4 ? ", ..." : "");
