@@ -57,7 +57,7 @@ Status ckpt_fault_parse(Fault *f, const Faults *src, Err *err) {
     if (!src || !src->ckpt_fail_stage[0]) return ST_OK;
     snprintf(f->stage, sizeof f->stage, "%s", src->ckpt_fail_stage);
     f->mode = src->ckpt_fail_mode;
-    f->slow_s = src->ckpt_slow_s > 0 ? src->ckpt_slow_s : 1;
+    f->slow_ms = src->ckpt_slow_ms > 0 ? src->ckpt_slow_ms : 1000;
     for (int i = 0; i < NSTAGES; i++)
         if (!strcmp(f->stage, CKPT_STAGES[i])) return ST_OK;
     return err_set(err, ST_ERR_INPUT,
@@ -73,7 +73,7 @@ Status ckpt_fault_hit(const Fault *f, const char *stage, Err *err) {
         return ST_OK;
     }
     if (f->mode == 3) {
-        nanosleep(&(struct timespec){f->slow_s, 0}, NULL);
+        nanosleep(&(struct timespec){f->slow_ms / 1000, (long)(f->slow_ms % 1000) * 1000000L}, NULL);
         return ST_OK;
     }
     return err_set(err, ST_ERR_RUNTIME, "checkpoint save aborted at stage '%s' (test fault ST_CKPT_FAIL_AT)", stage);

@@ -35,8 +35,8 @@ int ckpt_meta_copy(CkptMeta *dst, const CkptMeta *src);
 /* ---- fault injection (Faults.ckpt_fail_stage, ckpt_fail_mode; core/fault.h) ---- */
 typedef struct {
     char stage[32]; /* "" = no fault */
-    int mode;       /* 0 return an error, 1 _exit(3), 2 raise(SIGSTOP), 3 sleep slow_s s and go on (a slow disk) */
-    int slow_s;     /* mode 3's seconds (1 unless `slowN`) */
+    int mode;       /* 0 return an error, 1 _exit(3), 2 raise(SIGSTOP), 3 sleep slow_ms and go on (a slow disk) */
+    int slow_ms;    /* mode 3's milliseconds (1000 unless `slowN` or a test sets Faults.ckpt_slow_ms) */
 } Fault;
 
 /* f from src's ckpt_fail_stage and ckpt_fail_mode (src NULL: no fault); ST_ERR_INPUT for a stage

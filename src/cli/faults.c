@@ -55,7 +55,7 @@ Status cli_faults_from_env(Faults *f, Err *err) {
             else if (!strcmp(colon + 1, "stop")) f->ckpt_fail_mode = 2;
             else if (!strcmp(colon + 1, "slow")) f->ckpt_fail_mode = 3;
             else if (!strncmp(colon + 1, "slow", 4) && atoi(colon + 5) >= 1 && atoi(colon + 5) <= 60)
-                f->ckpt_fail_mode = 3, f->ckpt_slow_s = atoi(colon + 5);
+                f->ckpt_fail_mode = 3, f->ckpt_slow_ms = 1000 * atoi(colon + 5);
             else return err_set(err, ST_ERR_INPUT, "ST_CKPT_FAIL_AT=%s: expected STAGE, STAGE:exit, STAGE:stop, STAGE:slow or STAGE:slowN (N seconds, 1..60)", e);
         }
     }

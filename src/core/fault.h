@@ -81,7 +81,7 @@ typedef struct {
                              raise(SIGSTOP) (the test's parent kill -9s it), 3 `slow` sleep 1 s and go on
                              (`slowN`: N seconds, 1..60). test_ckpt, test_ckpt_shard, test_pp (resume),
                              test_newcomer (a save longer than mpirun's grace period) */
-    int ckpt_slow_s;      /* `slowN`'s N (0: 1 s) */
+    int ckpt_slow_ms;     /* `slowN`: N s in ms (0: 1 s); test_ckpt sets it to fit its bound */
     int ckpt_fail_only_rank; /* 1 with ST_CKPT_FAIL_RANK=R (sharded saves): the fault fires only on */
     int ckpt_fail_rank;      /* world rank R (0: on every rank) */
     int ckpt_async_sync;  /* ST_CKPT_ASYNC_SYNC=1: an asynchronous save waits for its own write (the
