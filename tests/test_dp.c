@@ -65,7 +65,7 @@
  *           Threads against CPUs: a process pinned to one CPU (taskset -c 0) with --threads 2
  *           prints "2 threads on 1 CPU" and the warning, and its peak is measured and cached for
  *           1 thread (no 2-thread entry; control: the same run on 2 CPUs adds one); --threads 1
- *           pinned prints neither. mpirun --bind-to core -np 2 --threads 2 warns for every rank;
+ *           pinned prints neither. mpirun --bind-to hwthread -np 2 --threads 2 warns for every rank;
  *           --bind-to none -np 2 with --threads = the online CPUs warns for the node; --bind-to
  *           none -np 2 --threads 1 (on 2 or more CPUs) warns of nothing. */
 #include <cjson/cJSON.h>
@@ -887,10 +887,11 @@ static void threads_cpus(void) {
                  "negative control: --threads 2 on two CPUs adds a 2-thread cache entry, no warning",
                  "exit %d, 2-thread entries %d -> %d", rc[2], e2[1], e2[2]);
 
-    /* Ranks: bound to one core each with 2 threads; unbound with the node's CPUs each; unbound 1 each
-     * (a given peak: nothing measured, the warning is the check). */
+    /* Ranks: bound to one hardware thread each with 2 threads (hwthread, not core: one CPU on SMT
+     * machines too); unbound with the node's CPUs each; unbound 1 each (a given peak: nothing
+     * measured, the warning is the check). */
     int rt[3] = {2, (int)online, 1};
-    const char *bind[3] = {"core", "none", "none"}, *rn[3] = {"cpus_mpi_core2", "cpus_mpi_none_all", "cpus_mpi_none1"};
+    const char *bind[3] = {"hwthread", "none", "none"}, *rn[3] = {"cpus_mpi_hwthread2", "cpus_mpi_none_all", "cpus_mpi_none1"};
     int rrc[3] = {-1, -1, -1};
     for (int i = 0; i < 3; i++) {
         snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --bind-to %s -np 2 %s train --data %s/train.bin "
@@ -900,7 +901,7 @@ static void threads_cpus(void) {
     char want[256];
     snprintf(want, sizeof want, "warning: 2 ranks on one node run %ld threads on its %ld CPUs", 2 * online, online);
     tu_check(rrc[0] == 0 && out_has(rn[0], "warning: every rank runs 2 threads on the 1 CPU its affinity allows"),
-             "threads: mpirun --bind-to core -np 2 --threads 2 warns for every rank", "exit %d (%s/%s.out)", rrc[0], DIR,
+             "threads: mpirun --bind-to hwthread -np 2 --threads 2 warns for every rank", "exit %d (%s/%s.out)", rrc[0], DIR,
              rn[0]);
     tu_check(rrc[1] == 0 && out_has(rn[1], want), "threads: mpirun --bind-to none -np 2 with all CPUs each warns for the node",
              "exit %d, want '%s' (%s/%s.out)", rrc[1], want, DIR, rn[1]);
