@@ -166,7 +166,7 @@ void optim_step(const OptimConfig *c, float *params, const float *grads, float *
 
 #define NORM_CHUNK 4096
 
-double optim_l2_norm(const float *x, size_t n, int nt) {
+double optim_sumsq(const float *x, size_t n, int nt) {
     size_t nchunk = (n + NORM_CHUNK - 1) / NORM_CHUNK;
     double total = 0;
     /* Partial sums per fixed chunk, then an ordered sum: identical for any thread count. */
@@ -184,8 +184,10 @@ double optim_l2_norm(const float *x, size_t n, int nt) {
         }
         for (size_t c = c0; c < c1; c++) total += part[c - c0];
     }
-    return sqrt(total);
+    return total;
 }
+
+double optim_l2_norm(const float *x, size_t n, int nt) { return sqrt(optim_sumsq(x, n, nt)); }
 
 double optim_chunk_sumsq(const float *x, size_t n) {
     double acc = 0;

@@ -84,6 +84,9 @@ void optim_step_lowp(const OptimConfig *c, float *params, const float *grads, fl
  * chunks added in double in order, so the result does not depend on the thread count. (The
  * trainer's gradient norm, par_grad_norm, sums each chunk in double instead: optim_chunk_sumsq.) */
 double optim_l2_norm(const float *x, size_t n, int nt);
+/* The square of optim_l2_norm before its square root: the same chunks, the same bits at any thread
+ * count (the noise scale's per-segment Σx², parallel/zero.c). */
+double optim_sumsq(const float *x, size_t n, int nt);
 /* The gradient norm's chunk sum (par_grad_norm's partition, parallel/): Σ x[i]² over n floats,
  * each square taken exactly in double and added in index order into a double that starts at 0. */
 double optim_chunk_sumsq(const float *x, size_t n);

@@ -431,10 +431,9 @@ static double seg_local_sumsq(const Par *p, int s) {
             acc += p->dev->sumsq(x, (size_t)n);
             continue;
         }
-        /* optim_l2_norm's fixed chunks: the same figure at any thread count (an OpenMP reduction's
-         * partial sums follow the threads) */
-        double a = optim_l2_norm(x, (size_t)n, p->o.nt);
-        acc += a * a;
+        /* fixed chunks: the same figure at any thread count (an OpenMP reduction's partial sums
+         * follow the threads) */
+        acc += optim_sumsq(x, (size_t)n, p->o.nt);
     }
     return acc;
 }

@@ -197,10 +197,11 @@ Status tr_setup_data(Run *r, Err *err);
  * refusal. Collective over the world: every rank must call it after the same stage. */
 Status tr_agree_setup(Run *r, Status st, const char *stage, Err *err);
 Status tr_setup_same_config(Run *r, Err *err);
-/* Collective: every rank's threads, allowed CPUs and node gathered; rank 0 (unless quiet) warns
- * once where threads exceed a rank's allowed CPUs or a node's CPUs (docs/parallel.md, "Threads and
- * CPUs"). The full trainer and LoRA's both call it. */
-Status train_warn_threads(Comm *comm, int threads, int quiet, Err *err);
+/* Collective: every rank's threads (by_rank: already gathered, world entries; NULL: gathered here),
+ * allowed CPUs and node gathered; rank 0 (unless quiet) warns once where threads exceed a rank's
+ * allowed CPUs or a node's CPUs (docs/parallel.md, "Threads and CPUs"). The full trainer and LoRA's
+ * both call it. */
+Status train_warn_threads(Comm *comm, int threads, const double *by_rank, int quiet, Err *err);
 Status tr_setup_model(Run *r, Err *err);
 Status tr_setup_outputs(Run *r, Err *err);
 Status tr_setup_accounting(Run *r, Err *err);

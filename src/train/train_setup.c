@@ -256,7 +256,7 @@ static void warn_oversubscribed(int world, const double *thr, const double *allo
     }
 }
 
-Status train_warn_threads(Comm *comm, int threads, int quiet, Err *err) {
+Status train_warn_threads(Comm *comm, int threads, const double *by_rank, int quiet, Err *err) {
     int world = comm->world;
     double *v = calloc(4 * (size_t)world, sizeof *v); /* threads, allowed CPUs, node key, node CPUs */
     if (!v) return err_set(err, ST_ERR_RUNTIME, "out of memory (threads per rank)");
@@ -265,7 +265,9 @@ Status train_warn_threads(Comm *comm, int threads, int quiet, Err *err) {
     host[sizeof host - 1] = '\0';
     double key = (double)(XXH3_64bits(host, strlen(host)) >> 12); /* 52 bits: exact in a double */
     long online = sysconf(_SC_NPROCESSORS_ONLN);
-    Status st = comm_allgather_f64(comm, threads, v, err);
+    Status st = ST_OK;
+    if (by_rank) memcpy(v, by_rank, sizeof *v * (size_t)world);
+    else st = comm_allgather_f64(comm, threads, v, err);
     if (st == ST_OK) st = comm_allgather_f64(comm, machine_cpus_allowed(), v + world, err);
     if (st == ST_OK) st = comm_allgather_f64(comm, key, v + 2 * world, err);
     if (st == ST_OK) st = comm_allgather_f64(comm, online > 0 ? (double)online : 1.0, v + 3 * world, err);
@@ -295,7 +297,7 @@ Status tr_setup_same_config(Run *r, Err *err) {
         for (int i = 0; i < r->world; i++) printf(" rank %d %d%s", i, (int)r->by_rank[i], i + 1 < r->world ? "," : "\n");
         fflush(stdout);
     }
-    if (st == ST_OK) st = train_warn_threads(r->comm, c->threads, c->quiet, err);
+    if (st == ST_OK) st = train_warn_threads(r->comm, c->threads, r->by_rank, c->quiet, err);
     if (r->comm->rank != 0) c->quiet = 1, c->log_path[0] = 0;
     return st;
 }
