@@ -67,7 +67,9 @@
  *           1 thread (no 2-thread entry; control: the same run on 2 CPUs adds one); --threads 1
  *           pinned prints neither. mpirun --bind-to hwthread -np 2 --threads 2 warns for every rank;
  *           --bind-to none -np 2 with --threads = the online CPUs warns for the node; --bind-to
- *           none -np 2 --threads 1 (on 2 or more CPUs) warns of nothing. */
+ *           none -np 2 --threads 1 (on 2 or more CPUs) warns of nothing. Without --threads (auto):
+ *           machine_auto_threads against 10 closed forms; 1 thread pinned to one CPU, 2 on two, 1 per
+ *           rank bound to a hardware thread each, online/2 per rank unbound, none of them warned. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -80,6 +82,7 @@
 #include "model/layout.h"
 #include "runcmp.h"
 #include "testutil.h"
+#include "train/machine_peak.h"
 
 #define DIR ST_BINARY_DIR "/test_dp"
 #define STEPS 20
@@ -908,6 +911,51 @@ static void threads_cpus(void) {
     if (online >= 2)
         tu_check(rrc[2] == 0 && !out_has(rn[2], "warning:"), "control: mpirun --bind-to none -np 2 --threads 1 warns of nothing",
                  "exit %d (%s/%s.out)", rrc[2], DIR, rn[2]);
+
+    /* Without --threads: the rank's share of its node (machine_auto_threads), by its closed form
+     * first, then as runs print it. The explicit counts above are the control: the same launches
+     * given more threads than CPUs warn. */
+    int forms[][4] = {{2, 2, 1, 2}, {1, 2, 2, 1}, {16, 16, 8, 2}, {2, 16, 8, 2}, {16, 16, 1, 16}, {32, 32, 4, 8},
+                      {16, 32, 4, 8}, {1, 1, 4, 1}, {4096, 4096, 1, 1024}, {3, 3, 0, 3}};
+    char detail[160] = "all equal";
+    int bad = 0;
+    for (int i = 0; i < (int)(sizeof forms / sizeof *forms); i++) {
+        int got = machine_auto_threads(forms[i][0], forms[i][1], forms[i][2]);
+        if (got != forms[i][3] && !bad++)
+            snprintf(detail, sizeof detail, "allowed %d, node %d, ranks %d -> %d (want %d)", forms[i][0], forms[i][1],
+                     forms[i][2], got, forms[i][3]);
+    }
+    tu_check(!bad, "threads: auto = min(allowed CPUs, node CPUs / node ranks), 1..1024 (10 closed forms)", "%s", detail);
+    const char *an[2] = {"cpus_auto1", "cpus_auto2"};
+    int arc[2] = {-1, -1};
+    for (int i = 0; i < 2 && i < online; i++) {
+        snprintf(cmd, sizeof cmd, "taskset -c %s %s train --data %s/train.bin " CPU_MODEL " --peak-gflops 100",
+                 i ? "0,1" : "0", g_bin, DIR);
+        arc[i] = run(an[i], cmd, &secs);
+    }
+    tu_check(arc[0] == 0 && out_has(an[0], ", 1 thread (auto),") && !out_has(an[0], "warning:"),
+             "threads: no --threads on one CPU runs 1 (auto), no warning", "exit %d (%s/%s.out)", arc[0], DIR, an[0]);
+    if (online >= 2)
+        tu_check(arc[1] == 0 && out_has(an[1], ", 2 threads (auto),") && !out_has(an[1], "warning:"),
+                 "threads: no --threads on two CPUs runs 2 (auto)", "exit %d (%s/%s.out)", arc[1], DIR, an[1]);
+    const char *mn[2] = {"cpus_mpi_auto_hwthread", "cpus_mpi_auto_none"}, *mb[2] = {"hwthread", "none"};
+    int mrc[2] = {-1, -1};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --bind-to %s -np 2 %s train --data %s/train.bin "
+                 CPU_MODEL " --peak-gflops 100", g_mpi, mb[i], g_bin, DIR);
+        mrc[i] = run(mn[i], cmd, &secs);
+    }
+    int half = online / 2 > 1 ? (int)(online / 2) : 1;
+    char want2[96];
+    snprintf(want2, sizeof want2, "threads: rank 0 %d, rank 1 %d\n", half, half);
+    tu_check(mrc[0] == 0 && out_has(mn[0], "threads: rank 0 1, rank 1 1\n") && !out_has(mn[0], "warning:"),
+             "threads: mpirun --bind-to hwthread -np 2 without --threads runs 1 per rank, no warning", "exit %d (%s/%s.out)",
+             mrc[0], DIR, mn[0]);
+    tu_check(!out_has(rn[0], "threads: rank 0 1, rank 1 1\n") && out_has(rn[0], "threads: rank 0 2, rank 1 2\n"),
+             "control: the same launch given --threads 2 prints 2 per rank", "(%s/%s.out)", DIR, rn[0]);
+    tu_check(mrc[1] == 0 && out_has(mn[1], want2) && !out_has(mn[1], "warning:"),
+             "threads: mpirun --bind-to none -np 2 without --threads shares the node's CPUs", "exit %d, want '%.40s' (%s/%s.out)",
+             mrc[1], want2, DIR, mn[1]);
 }
 
 /* ---------------------------------------------------------------- memory per rank */

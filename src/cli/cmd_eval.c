@@ -47,6 +47,7 @@
 #include "model/gpt.h"
 #include "model/matmul.h"
 #include "train/devemu.h"
+#include "train/machine_peak.h"
 
 static int is_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
@@ -130,7 +131,7 @@ static Status exact_match(const Gpt *g, const ModelConfig *mc, const Tokenizer *
 int cmd_eval(int argc, char **argv) {
     char data[4096] = "";
     long tokens = 0;
-    int B = 8, T = 0, threads = 2, json = 0, quiet = 0, doc_mask = 0, no_doc_mask = 0;
+    int B = 8, T = 0, threads = 0, json = 0, quiet = 0, doc_mask = 0, no_doc_mask = 0;
     char device[16] = "cpu", em_file[4096] = "", chat_template[16] = "auto", tokenizer[256] = "", tok_dir[1024] = "";
     int max_new = 32, show = 3;
     ArgSpec specs[] = {
@@ -146,7 +147,7 @@ int cmd_eval(int argc, char **argv) {
         {"tokens", ARG_LONG, &tokens, 0, "evaluate about this many target tokens (whole rows of T; 0: all)"},
         {"micro-batch", ARG_INT, &B, 0, "rows per forward pass B"},
         {"seq-len", ARG_INT, &T, 0, "tokens per row T (0: the model's max sequence length)"},
-        {"threads", ARG_INT, &threads, 0, "threads for our kernels and the GEMM library"},
+        {"threads", ARG_INT, &threads, 0, "threads for our kernels and the GEMM library (0: the CPUs this process may run on)"},
         {"device", ARG_STR, device, sizeof device, "where the model computes: cpu (cuda only in a build with CUDA)"},
         {"doc-mask", ARG_FLAG, &doc_mask, 0,
          "document masking (docs/doc-mask.md) even if the weights were trained without it (default: as trained)"},
@@ -202,7 +203,15 @@ int cmd_eval(int argc, char **argv) {
     if (tokens < 0) return cli_fail("eval", ST_ERR_INPUT, "--tokens: expected >= 0");
     if (B < 1) return cli_fail("eval", ST_ERR_INPUT, "--micro-batch: expected >= 1");
     if (T < 0) return cli_fail("eval", ST_ERR_INPUT, "--seq-len: expected >= 0");
-    if (threads < 1 || threads > 1024) return cli_fail("eval", ST_ERR_INPUT, "--threads: expected 1..1024");
+    if (threads < 0 || threads > 1024) {
+        char m[96];
+        snprintf(m, sizeof m, "--threads: expected 0 (auto) or 1..1024, found %d", threads);
+        return cli_fail("eval", ST_ERR_INPUT, m);
+    }
+    if (threads == 0) {
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = machine_auto_threads(machine_cpus_allowed(), online > 0 ? (int)online : 1, 1);
+    }
     if (doc_mask && no_doc_mask)
         return cli_fail("eval", ST_ERR_INPUT, "--doc-mask / --no-doc-mask: expected at most one, found both");
 

@@ -255,7 +255,7 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         {"steps", ARG_LONG, &c.steps, 0, "optimizer steps"},
         {"seed", ARG_U64, &c.seed, 0, "initialisation and dropout seed"},
         {"data-seed", ARG_U64, &c.data_seed, 0, "data order seed"},
-        {"threads", ARG_INT, &c.threads, 0, "threads for our kernels and the GEMM library"},
+        {"threads", ARG_INT, &c.threads, 0, "threads for our kernels and the GEMM library (0: the CPUs this rank may run on, shared among its node's ranks)"},
         {"device", ARG_STR, c.device, sizeof c.device, "where the model computes: cpu (cuda only in a build with CUDA)"},
         {"hardware", ARG_STR, hardware, sizeof hardware,
          "hardware profile for the plan's predicted step time: a plan preset or FILE.json from plan --measure-hardware"},

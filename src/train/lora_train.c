@@ -570,7 +570,7 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     r->tp = c->tp > 1 ? c->tp : 1, r->dp = world / r->tp;
     if ((st = comm_set_grid(r->comm, r->dp, r->tp, 1, err)) != ST_OK) goto done;
     r->rank = r->comm->dp_rank, r->tp_rank = r->comm->tp_rank;
-    if ((st = train_warn_threads(r->comm, c->threads, NULL, c->quiet, err)) != ST_OK) goto done;
+    if ((st = train_threads(r->comm, &c->threads, NULL, NULL, c->quiet, err)) != ST_OK) goto done;
     mm_set_threads(c->threads);
     int lflags = LOADER_SHUFFLE | (c->no_pack ? LOADER_NO_PACK : 0);
     if ((st = loader_open(&r->train, c->data, c->seq_len, 0, c->tokenizer_hash, c->data_seed, lflags, err)) != ST_OK) goto done;

@@ -201,6 +201,12 @@ int machine_cpus_allowed(void) {
     return n > 0 ? (int)n : 1;
 }
 
+int machine_auto_threads(int allowed, int node_cpus, int node_ranks) {
+    int share = node_cpus / (node_ranks > 0 ? node_ranks : 1);
+    int t = allowed < share ? allowed : share;
+    return t > 1024 ? 1024 : t > 0 ? t : 1; /* --threads takes 1..1024 */
+}
+
 void machine_peak_describe(char *buf, int n) {
     MachineKey k;
     machine_key(&k);

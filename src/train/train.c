@@ -59,7 +59,7 @@ TrainConfig train_default_config(void) {
     c.grad_clip = 1.0f;
     c.steps = 1000;
     c.seed = 1337, c.data_seed = 42;
-    c.threads = 2;
+    c.threads = 0; /* auto: train_threads */
     snprintf(c.device, sizeof c.device, "cpu");
     c.val_every = 100, c.val_batches = 10;
     c.keep_last = 3;
@@ -100,8 +100,8 @@ static Status validate(const TrainConfig *c, Err *err) {
     if (c->grad_accum < 1)
         return err_set(err, ST_ERR_INPUT, "--grad-accum: expected a positive integer, found %d", c->grad_accum);
     if (c->steps < 1) return err_set(err, ST_ERR_INPUT, "--steps: expected a positive integer, found %ld", c->steps);
-    if (c->threads < 1 || c->threads > 1024)
-        return err_set(err, ST_ERR_INPUT, "--threads: expected 1..1024, found %d", c->threads);
+    if (c->threads < 0 || c->threads > 1024)
+        return err_set(err, ST_ERR_INPUT, "--threads: expected 0 (auto) or 1..1024, found %d", c->threads);
     if (!(c->sched.lr >= 0)) return err_set(err, ST_ERR_INPUT, "--lr: expected a value >= 0, found %g", c->sched.lr);
     if (!(c->sched.min_lr >= 0 && c->sched.min_lr <= c->sched.lr))
         return err_set(err, ST_ERR_INPUT, "--min-lr: expected a value in [0, --lr=%g], found %g", c->sched.lr,

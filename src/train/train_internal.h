@@ -132,6 +132,7 @@ typedef struct {
     double *step_ms;            /* wall time of each step, for the medians */
     long nmeasured, step_cap;
     double *by_rank;            /* world doubles: one value per rank, for per-rank records */
+    int threads_auto;           /* --threads 0: cfg.threads is this rank's share of its node */
     double *by_rank2;
     double *peak_by_rank;   /* each rank's peak FLOP/s at start (the start record's peak_flops_by_rank) */
     double *comm_by_rank;   /* each rank's exposed communication of the step (ms), before the report's gathers */
@@ -197,11 +198,12 @@ Status tr_setup_data(Run *r, Err *err);
  * refusal. Collective over the world: every rank must call it after the same stage. */
 Status tr_agree_setup(Run *r, Status st, const char *stage, Err *err);
 Status tr_setup_same_config(Run *r, Err *err);
-/* Collective: every rank's threads (by_rank: already gathered, world entries; NULL: gathered here),
- * allowed CPUs and node gathered; rank 0 (unless quiet) warns once where threads exceed a rank's
- * allowed CPUs or a node's CPUs (docs/parallel.md, "Threads and CPUs"). The full trainer and LoRA's
- * both call it. */
-Status train_warn_threads(Comm *comm, int threads, const double *by_rank, int quiet, Err *err);
+/* Collective: every rank's allowed CPUs and node gathered; *threads 0 (--threads' default) becomes
+ * this rank's share of its node (machine_auto_threads); every rank's threads gathered into by_rank
+ * (world entries; NULL: not kept). Rank 0 (unless quiet) prints grid (when not NULL) with each
+ * rank's threads, and warns once where threads exceed a rank's allowed CPUs or a node's CPUs
+ * (docs/parallel.md, "Threads and CPUs"). The full trainer and LoRA's both call it. */
+Status train_threads(Comm *comm, int *threads, double *by_rank, const char *grid, int quiet, Err *err);
 Status tr_setup_model(Run *r, Err *err);
 Status tr_setup_outputs(Run *r, Err *err);
 Status tr_setup_accounting(Run *r, Err *err);

@@ -256,7 +256,7 @@ static void warn_oversubscribed(int world, const double *thr, const double *allo
     }
 }
 
-Status train_warn_threads(Comm *comm, int threads, const double *by_rank, int quiet, Err *err) {
+Status train_threads(Comm *comm, int *threads, double *by_rank, const char *grid, int quiet, Err *err) {
     int world = comm->world;
     double *v = calloc(4 * (size_t)world, sizeof *v); /* threads, allowed CPUs, node key, node CPUs */
     if (!v) return err_set(err, ST_ERR_RUNTIME, "out of memory (threads per rank)");
@@ -265,13 +265,23 @@ Status train_warn_threads(Comm *comm, int threads, const double *by_rank, int qu
     host[sizeof host - 1] = '\0';
     double key = (double)(XXH3_64bits(host, strlen(host)) >> 12); /* 52 bits: exact in a double */
     long online = sysconf(_SC_NPROCESSORS_ONLN);
-    Status st = ST_OK;
-    if (by_rank) memcpy(v, by_rank, sizeof *v * (size_t)world);
-    else st = comm_allgather_f64(comm, threads, v, err);
-    if (st == ST_OK) st = comm_allgather_f64(comm, machine_cpus_allowed(), v + world, err);
+    int allowed = machine_cpus_allowed();
+    if (online < 1) online = 1;
+    Status st = comm_allgather_f64(comm, allowed, v + world, err);
     if (st == ST_OK) st = comm_allgather_f64(comm, key, v + 2 * world, err);
-    if (st == ST_OK) st = comm_allgather_f64(comm, online > 0 ? (double)online : 1.0, v + 3 * world, err);
+    if (st == ST_OK) st = comm_allgather_f64(comm, (double)online, v + 3 * world, err);
+    if (st == ST_OK && *threads == 0) { /* auto: this rank's share of its node */
+        int ranks = 0;
+        for (int j = 0; j < world; j++) ranks += v[2 * world + j] == key;
+        *threads = machine_auto_threads(allowed, (int)online, ranks);
+    }
+    if (st == ST_OK) st = comm_allgather_f64(comm, *threads, v, err);
+    if (st == ST_OK && by_rank) memcpy(by_rank, v, sizeof *v * (size_t)world);
     if (st == ST_OK && comm->rank == 0 && !quiet) {
+        if (grid) {
+            printf("%s\nthreads:", grid);
+            for (int i = 0; i < world; i++) printf(" rank %d %d%s", i, (int)v[i], i + 1 < world ? "," : "\n");
+        }
         warn_oversubscribed(world, v, v + world, v + 2 * world, v + 3 * world);
         fflush(stdout);
     }
@@ -279,8 +289,9 @@ Status train_warn_threads(Comm *comm, int threads, const double *by_rank, int qu
     return st;
 }
 
-/* Every rank got the same config (hash of its JSON); the grid and each rank's threads are printed;
- * from here on only rank 0 prints progress and writes the log. */
+/* Every rank got the same config (hash of its JSON, where --threads is still as given: 0 for auto);
+ * the threads are then resolved, the grid and each rank's threads printed; from here on only rank 0
+ * prints progress and writes the log. */
 Status tr_setup_same_config(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
     r->config = events_config_json(c);
@@ -289,15 +300,15 @@ Status tr_setup_same_config(Run *r, Err *err) {
     uint64_t h = XXH3_64bits(text, strlen(text));
     free(text);
     Status st = comm_check_same_u64(r->comm, h, "config hash", err);
-    if (st == ST_OK) st = comm_allgather_f64(r->comm, (double)c->threads, r->by_rank, err);
-    if (st == ST_OK && r->world > 1 && r->comm->rank == 0 && !c->quiet) {
-        char d[256];
+    char grid[320] = "", d[256];
+    if (st == ST_OK && r->world > 1) {
         comm_describe(r->comm, d, sizeof d);
-        printf("grid: %s, ZeRO stage %d, collective timeout %.0f s\nthreads:", d, c->zero, r->comm->timeout_s);
-        for (int i = 0; i < r->world; i++) printf(" rank %d %d%s", i, (int)r->by_rank[i], i + 1 < r->world ? "," : "\n");
-        fflush(stdout);
+        snprintf(grid, sizeof grid, "grid: %s, ZeRO stage %d, collective timeout %.0f s", d, c->zero, r->comm->timeout_s);
     }
-    if (st == ST_OK) st = train_warn_threads(r->comm, c->threads, r->by_rank, c->quiet, err);
+    r->threads_auto = c->threads == 0;
+    if (st == ST_OK) st = train_threads(r->comm, &c->threads, r->by_rank, r->world > 1 ? grid : NULL, c->quiet, err);
+    /* the config logged and checkpointed names the threads this rank runs */
+    if (st == ST_OK) cJSON_ReplaceItemInObjectCaseSensitive(r->config, "threads", cJSON_CreateNumber(c->threads));
     if (r->comm->rank != 0) c->quiet = 1, c->log_path[0] = 0;
     return st;
 }
@@ -579,9 +590,10 @@ Status tr_announce(Run *r, Err *err) {
         int cpus = machine_cpus_allowed();
         char on[48] = "";
         if (cpus < nt) snprintf(on, sizeof on, " on %d CPU%s", cpus, cpus == 1 ? "" : "s");
-        printf("compute: %.3g FLOP/token%s, peak %.1f GFLOP/s per rank (%s), %d threads%s, %s\n", r->acct.fpt,
+        printf("compute: %.3g FLOP/token%s, peak %.1f GFLOP/s per rank (%s), %d thread%s%s%s, %s\n", r->acct.fpt,
                c->model.doc_mask ? " at span T (--doc-mask: each step's MFU counts its documents' spans)" : "",
-               r->acct.peak / 1e9, c->peak_flops > 0 ? "given" : r->acct.peak_kind, nt, on, mm_backend_info());
+               r->acct.peak / 1e9, c->peak_flops > 0 ? "given" : r->acct.peak_kind, nt, nt == 1 ? "" : "s",
+               r->threads_auto ? " (auto)" : "", on, mm_backend_info());
         fflush(stdout);
     }
     size_t state[MEM_NCAT];
