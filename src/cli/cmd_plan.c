@@ -383,7 +383,8 @@ int cmd_plan(int argc, char **argv) {
          "trainer (what this CPU trainer allocates, for the models it builds: fp32 gradients and activations) | "
          "megatron (Megatron-LM / DeepSpeed bytes: 16-bit gradients and activations under bf16/fp16, the ZeRO "
          "paper's states, Korthikanti activations)"},
-        {"threads", ARG_INT, &in.threads, 0, "trainer threads (size our attention scratch)"},
+        {"threads", ARG_INT, &in.threads, 0, "trainer threads per rank (size our attention scratch; default: the trainer's, "
+                                               "the grid's ranks sharing this machine's CPUs)"},
         {"hardware", ARG_STR, hardware, sizeof hardware,
          "A100-40GB | A100-80GB | H100 | H200 | cpu-zen4-2c | FILE.json (from --measure-hardware); default: this "
          "machine's measured profile, cached per machine (docs/plan.md)"},
@@ -576,6 +577,13 @@ int cmd_plan(int argc, char **argv) {
         snprintf(err.msg, sizeof err.msg, "--mean-doc-len: expected a mean document length >= 1 token with --doc-mask, "
                  "found %g", in.mean_doc_len);
         return cli_fail("plan", ST_ERR_INPUT, err.msg);
+    }
+    /* The trainer's --threads default (machine_auto_threads) for the grid's ranks on this machine. */
+    if (!SEEN("threads")) {
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        long ranks = (long)in.dp * in.tp * in.pp;
+        in.threads = machine_auto_threads(machine_cpus_allowed(), online > 0 ? (int)online : 1,
+                                          ranks > 0 && ranks < 1 << 20 ? (int)ranks : 1);
     }
     /* ---- hardware ---- */
     /* Without --hardware: this machine's measured profile, from the cache (measured and cached on

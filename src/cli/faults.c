@@ -41,8 +41,8 @@ Status cli_faults_from_env(Faults *f, Err *err) {
     if ((e = getenv("ST_TRAIN_TEST_PEAK_FAULT")) && *e) {
         if (!strcmp(e, "probe")) f->peak_probe_scale = 0.1;
         else if (!strcmp(e, "probe-nogemm")) f->peak_probe_scale = 0.1, f->peak_no_gemm = 1, f->peak_no_guard = 1;
-        else if (!strcmp(e, "low")) f->peak_probe_scale = 0.1, f->peak_gemm_scale = 0.1;
-        else if (!strcmp(e, "low-noguard")) f->peak_probe_scale = 0.1, f->peak_gemm_scale = 0.1, f->peak_no_guard = 1;
+        else if (!strcmp(e, "low")) f->peak_probe_scale = 0.01, f->peak_gemm_scale = 0.01;
+        else if (!strcmp(e, "low-noguard")) f->peak_probe_scale = 0.01, f->peak_gemm_scale = 0.01, f->peak_no_guard = 1;
         else return err_set(err, ST_ERR_INPUT, "ST_TRAIN_TEST_PEAK_FAULT=%s: expected probe, probe-nogemm, low or "
                             "low-noguard", e);
     }

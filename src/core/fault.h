@@ -67,11 +67,13 @@ typedef struct {
                                 (ckpt_resolve) before the load reads it again: the double read the
                                 one-pass resume replaced (test_resume's negative control) */
     double peak_probe_scale; /* ST_TRAIN_TEST_PEAK_FAULT=probe: the FMA probe reports a tenth of what it
-                                measured (0 = off); =probe-nogemm: and peak_no_gemm. test_dp (mfu) */
+                                measured (0 = off); =probe-nogemm: and peak_no_gemm; =low: see below.
+                                test_dp (mfu) */
     int peak_no_gemm;     /* no GEMM measurement of the peak (the probe alone: the old peak, the
                              bound's negative control; with peak_no_guard) */
-    double peak_gemm_scale; /* =low: the probe and the GEMM both report a tenth (a peak measured on a
-                               loaded machine); the achieved-rate guard must keep MFU <= 1 */
+    double peak_gemm_scale; /* =low: the probe and the GEMM both report a hundredth (a peak measured
+                               on a loaded machine; a tenth was not always beaten by an ASan step
+                               beside another test); the achieved-rate guard must keep MFU <= 1 */
     int peak_no_guard;    /* =low-noguard and =probe-nogemm: no achieved-rate guard (a step's MFU can
                              pass 1: the guard's negative control) */
     /* ---- checkpoints (src/ckpt; docs/checkpoint.md, "Fault injection") ---- */
