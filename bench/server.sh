@@ -23,7 +23,8 @@
 #              optimizer, speedup and parallel efficiency per phase against the fewest threads
 #       place  the trainer (d6: config B's shape; global batch 64 sequences of 256, random tokens):
 #              1 process x N threads (OpenMP threads unpinned, then pinned to cores) and mpirun dp R x
-#              N/R threads (R = SERVER_DP, 8): unbound, each rank bound to its own N/R cores, ranks
+#              N/R threads (R = SERVER_DP, 8): unbound, each rank bound to its own N/R cores, unbound
+#              without --threads (the default: N/R each, "Rxauto none"), ranks
 #              spread round-robin over NUMA nodes, and one rank per NUMA node (the last two where there
 #              are several nodes); tokens/s, the step's split, the logged MFU (must stay <= 1)
 #       tp     the trainer (the same d6, one micro-batch of 8 x 256) at tp 2 x N/2 threads, each rank
@@ -281,17 +282,20 @@ if [[ $ok -eq 1 ]] && stage place $(( budget * 24 / 100 )); then
     rec place "$tag" place.log "${ours[@]}" OMP_NUM_THREADS="$N" "$@" "$st" train "${train[@]}" --threads "$N" --grad-accum $(( gb / 8 )) \
       --log "$work/place-${tag// /_}.jsonl"
   }
-  trn() { # trn TAG RANKS THREADS MPIRUN-PLACEMENT...: mpirun, global batch = ranks x 8 x accumulation
-    local tag=$1 np=$2 t=$3; shift 3
+  trn() { # trn TAG RANKS THREADS MPIRUN-PLACEMENT...: mpirun, global batch = ranks x 8 x accumulation; THREADS
+    local tag=$1 np=$2 t=$3; shift 3 # "auto": no --threads (the default: each rank's share of the node)
     local acc=$(( gb / (8 * np) )); (( acc < 1 )) && acc=1
-    rec place "$tag" place.log "${mpi[@]}" -np "$np" "$@" --report-bindings -x LD_LIBRARY_PATH="$ourlib" -x OMP_NUM_THREADS="$t" \
-      -x ST_PEAK_CACHE "$st" train "${train[@]}" --threads "$t" --grad-accum "$acc" --log "$work/place-${tag// /_}.jsonl"
+    local th=(--threads "$t") ompt=(-x OMP_NUM_THREADS="$t")
+    [[ $t == auto ]] && th=() ompt=()
+    rec place "$tag" place.log "${mpi[@]}" -np "$np" "$@" --report-bindings -x LD_LIBRARY_PATH="$ourlib" "${ompt[@]}" \
+      -x ST_PEAK_CACHE "$st" train "${train[@]}" "${th[@]}" --grad-accum "$acc" --log "$work/place-${tag// /_}.jsonl"
   }
   pin=(OMP_PLACES=cores OMP_PROC_BIND=close)
   tr1 "1x$N" OMP_PROC_BIND=false &&
   trn "${dp}x$tpr none" "$dp" "$tpr" --bind-to none &&
   trn "${dp}x$tpr cores" "$dp" "$tpr" --map-by "core:PE=$tpr" --bind-to core -x OMP_PLACES=cores -x OMP_PROC_BIND=close &&
   tr1 "1x$N pinned" "${pin[@]}" &&
+  trn "${dp}xauto none" "$dp" auto --bind-to none && # the default threads: N/dp each, as "none" above
   if (( numa > 1 )); then
     trn "${dp}x$tpr numa" "$dp" "$tpr" --map-by "numa:PE=$tpr" --bind-to core -x OMP_PLACES=cores -x OMP_PROC_BIND=close &&
     trn "${numa}x$(( N / numa )) per-numa" "$numa" $(( N / numa )) --map-by "numa:PE=$(( N / numa ))" --bind-to core \
