@@ -64,12 +64,11 @@
  *           keyed by another host is not), the cpu-zen4-2c preset without a cache.
  *           Threads against CPUs: a process pinned to one CPU (taskset -c 0) with --threads 2
  *           prints "2 threads on 1 CPU" and the warning, and its peak is measured and cached for
- *           1 thread (no 2-thread entry; control: the same run on 2 CPUs adds one); --threads 1
- *           pinned prints neither. mpirun --bind-to hwthread -np 2 --threads 2 warns for every rank;
- *           --bind-to none -np 2 with --threads = the online CPUs warns for the node; --bind-to
- *           none -np 2 --threads 1 (on 2 or more CPUs) warns of nothing. Without --threads (auto):
- *           machine_auto_threads against 10 closed forms; 1 thread pinned to one CPU, 2 on two, 1 per
- *           rank bound to a hardware thread each, online/2 per rank unbound, none of them warned. */
+ *           1 thread (no 2-thread entry; control: a run on 2 CPUs adds one). mpirun --bind-to
+ *           hwthread -np 2 --threads 2 warns for every rank; --bind-to none -np 2 with --threads =
+ *           the online CPUs warns for the node. Without --threads (the default, machine_auto_threads,
+ *           also against 10 closed forms): 1 thread pinned to one CPU, 2 on two, 1 per rank bound
+ *           to a hardware thread, online/2 per rank unbound, none of them warned. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -863,58 +862,14 @@ static int out_has(const char *name, const char *what) {
 #define CPU_MODEL "--layers 2 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 --micro-batch 2 --steps 1 --val-every 0"
 
 /* Threads against the CPUs a rank may run on (train_setup.c, warn_oversubscribed; the peak for
- * min(threads, CPUs)). taskset is util-linux's, on every Debian: a missing one fails the runs. */
+ * min(threads, CPUs)), and the default without --threads (machine_auto_threads: the rank's share
+ * of its node). taskset is util-linux's, on every Debian: a missing one fails the runs. */
 static void threads_cpus(void) {
     char cmd[4096], cache[1200];
     double secs;
     long online = sysconf(_SC_NPROCESSORS_ONLN);
-    snprintf(cache, sizeof cache, "%s/peaks_cpus.json", DIR);
-    remove(cache);
-    const char *names[3] = {"cpus_pinned2", "cpus_pinned1", "cpus_two2"}, *sets[3] = {"0", "0", "0,1"};
-    int threads[3] = {2, 1, 2}, rc[3] = {-1, -1, -1}, e1[3] = {0}, e2[3] = {0};
-    for (int i = 0; i < 3; i++) {
-        if (i == 2 && online < 2) break;
-        snprintf(cmd, sizeof cmd, "ST_PEAK_CACHE=%s taskset -c %s %s train --data %s/train.bin " CPU_MODEL " --threads %d",
-                 cache, sets[i], g_bin, DIR, threads[i]);
-        rc[i] = run(names[i], cmd, &secs);
-        e1[i] = cache_entries(cache, 1), e2[i] = cache_entries(cache, 2);
-    }
-    tu_check(rc[0] == 0 && out_has(names[0], "2 threads on 1 CPU,") &&
-                 out_has(names[0], "warning: 2 threads on the 1 CPU this process may run on") && e1[0] >= 1 && e2[0] == 0,
-             "threads: --threads 2 on one CPU says so, warns, and its peak is the 1-thread one (cached as such)",
-             "exit %d, cache entries for 1 thread %d, for 2 threads %d (%s/%s.out)", rc[0], e1[0], e2[0], DIR, names[0]);
-    tu_check(rc[1] == 0 && !out_has(names[1], "warning:") && !out_has(names[1], " on 1 CPU"),
-             "threads: --threads 1 on one CPU warns of nothing", "exit %d (%s/%s.out)", rc[1], DIR, names[1]);
-    if (online >= 2)
-        tu_check(rc[2] == 0 && !out_has(names[2], "warning:") && e2[2] > e2[1],
-                 "negative control: --threads 2 on two CPUs adds a 2-thread cache entry, no warning",
-                 "exit %d, 2-thread entries %d -> %d", rc[2], e2[1], e2[2]);
 
-    /* Ranks: bound to one hardware thread each with 2 threads (hwthread, not core: one CPU on SMT
-     * machines too); unbound with the node's CPUs each; unbound 1 each (a given peak: nothing
-     * measured, the warning is the check). */
-    int rt[3] = {2, (int)online, 1};
-    const char *bind[3] = {"hwthread", "none", "none"}, *rn[3] = {"cpus_mpi_hwthread2", "cpus_mpi_none_all", "cpus_mpi_none1"};
-    int rrc[3] = {-1, -1, -1};
-    for (int i = 0; i < 3; i++) {
-        snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --bind-to %s -np 2 %s train --data %s/train.bin "
-                 CPU_MODEL " --threads %d --peak-gflops 100", g_mpi, bind[i], g_bin, DIR, rt[i]);
-        rrc[i] = run(rn[i], cmd, &secs);
-    }
-    char want[256];
-    snprintf(want, sizeof want, "warning: 2 ranks on one node run %ld threads on its %ld CPUs", 2 * online, online);
-    tu_check(rrc[0] == 0 && out_has(rn[0], "warning: every rank runs 2 threads on the 1 CPU its affinity allows"),
-             "threads: mpirun --bind-to hwthread -np 2 --threads 2 warns for every rank", "exit %d (%s/%s.out)", rrc[0], DIR,
-             rn[0]);
-    tu_check(rrc[1] == 0 && out_has(rn[1], want), "threads: mpirun --bind-to none -np 2 with all CPUs each warns for the node",
-             "exit %d, want '%s' (%s/%s.out)", rrc[1], want, DIR, rn[1]);
-    if (online >= 2)
-        tu_check(rrc[2] == 0 && !out_has(rn[2], "warning:"), "control: mpirun --bind-to none -np 2 --threads 1 warns of nothing",
-                 "exit %d (%s/%s.out)", rrc[2], DIR, rn[2]);
-
-    /* Without --threads: the rank's share of its node (machine_auto_threads), by its closed form
-     * first, then as runs print it. The explicit counts above are the control: the same launches
-     * given more threads than CPUs warn. */
+    /* The default's closed form first. */
     int forms[][4] = {{2, 2, 1, 2}, {1, 2, 2, 1}, {16, 16, 8, 2}, {2, 16, 8, 2}, {16, 16, 1, 16}, {32, 32, 4, 8},
                       {16, 32, 4, 8}, {1, 1, 4, 1}, {4096, 4096, 1, 1024}, {3, 3, 0, 3}};
     char detail[160] = "all equal";
@@ -926,36 +881,64 @@ static void threads_cpus(void) {
                      forms[i][2], got, forms[i][3]);
     }
     tu_check(!bad, "threads: auto = min(allowed CPUs, node CPUs / node ranks), 1..1024 (10 closed forms)", "%s", detail);
-    const char *an[2] = {"cpus_auto1", "cpus_auto2"};
-    int arc[2] = {-1, -1};
-    for (int i = 0; i < 2 && i < online; i++) {
-        snprintf(cmd, sizeof cmd, "taskset -c %s %s train --data %s/train.bin " CPU_MODEL " --peak-gflops 100",
-                 i ? "0,1" : "0", g_bin, DIR);
-        arc[i] = run(an[i], cmd, &secs);
+
+    /* One process: --threads 2 on one CPU; no --threads on one CPU (auto: 1) and on two (auto: 2,
+     * measuring the 2-thread peak: the control that a fitting count adds its own cache entry). */
+    snprintf(cache, sizeof cache, "%s/peaks_cpus.json", DIR);
+    remove(cache);
+    const char *names[3] = {"cpus_pinned2", "cpus_auto1", "cpus_auto2"}, *sets[3] = {"0", "0", "0,1"},
+               *flags[3] = {"--threads 2", "", ""};
+    int rc[3] = {-1, -1, -1}, e1[3] = {0}, e2[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        if (i == 2 && online < 2) break;
+        snprintf(cmd, sizeof cmd, "ST_PEAK_CACHE=%s taskset -c %s %s train --data %s/train.bin " CPU_MODEL " %s", cache,
+                 sets[i], g_bin, DIR, flags[i]);
+        rc[i] = run(names[i], cmd, &secs);
+        e1[i] = cache_entries(cache, 1), e2[i] = cache_entries(cache, 2);
     }
-    tu_check(arc[0] == 0 && out_has(an[0], ", 1 thread (auto),") && !out_has(an[0], "warning:"),
-             "threads: no --threads on one CPU runs 1 (auto), no warning", "exit %d (%s/%s.out)", arc[0], DIR, an[0]);
+    tu_check(rc[0] == 0 && out_has(names[0], "2 threads on 1 CPU,") &&
+                 out_has(names[0], "warning: 2 threads on the 1 CPU this process may run on") && e1[0] >= 1 && e2[0] == 0,
+             "threads: --threads 2 on one CPU says so, warns, and its peak is the 1-thread one (cached as such)",
+             "exit %d, cache entries for 1 thread %d, for 2 threads %d (%s/%s.out)", rc[0], e1[0], e2[0], DIR, names[0]);
+    tu_check(rc[1] == 0 && out_has(names[1], ", 1 thread (auto),") && !out_has(names[1], "warning:") &&
+                 !out_has(names[1], " on 1 CPU"),
+             "threads: no --threads on one CPU runs 1 (auto) and warns of nothing", "exit %d (%s/%s.out)", rc[1], DIR,
+             names[1]);
     if (online >= 2)
-        tu_check(arc[1] == 0 && out_has(an[1], ", 2 threads (auto),") && !out_has(an[1], "warning:"),
-                 "threads: no --threads on two CPUs runs 2 (auto)", "exit %d (%s/%s.out)", arc[1], DIR, an[1]);
-    const char *mn[2] = {"cpus_mpi_auto_hwthread", "cpus_mpi_auto_none"}, *mb[2] = {"hwthread", "none"};
-    int mrc[2] = {-1, -1};
-    for (int i = 0; i < 2; i++) {
+        tu_check(rc[2] == 0 && out_has(names[2], ", 2 threads (auto),") && !out_has(names[2], "warning:") && e2[2] > e2[1],
+                 "negative control: no --threads on two CPUs runs 2 (auto), adds a 2-thread cache entry, no warning",
+                 "exit %d, 2-thread entries %d -> %d (%s/%s.out)", rc[2], e2[1], e2[2], DIR, names[2]);
+
+    /* Ranks: bound to one hardware thread each (hwthread, not core: one CPU on SMT machines too) with
+     * 2 threads and without --threads (auto: 1); unbound with the node's CPUs each and without
+     * --threads (auto: online/2 each). A given peak: nothing measured, the lines are the check. */
+    const char *rflags[4] = {"--threads 2", "", "", ""}, *bind[4] = {"hwthread", "hwthread", "none", "none"},
+               *rn[4] = {"cpus_mpi_hwthread2", "cpus_mpi_auto_hwthread", "cpus_mpi_none_all", "cpus_mpi_auto_none"};
+    char allf[32];
+    snprintf(allf, sizeof allf, "--threads %ld", online);
+    rflags[2] = allf;
+    int rrc[4] = {-1, -1, -1, -1};
+    for (int i = 0; i < 4; i++) {
         snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --bind-to %s -np 2 %s train --data %s/train.bin "
-                 CPU_MODEL " --peak-gflops 100", g_mpi, mb[i], g_bin, DIR);
-        mrc[i] = run(mn[i], cmd, &secs);
+                 CPU_MODEL " %s --peak-gflops 100", g_mpi, bind[i], g_bin, DIR, rflags[i]);
+        rrc[i] = run(rn[i], cmd, &secs);
     }
+    char want[256], want2[96];
+    snprintf(want, sizeof want, "warning: 2 ranks on one node run %ld threads on its %ld CPUs", 2 * online, online);
     int half = online / 2 > 1 ? (int)(online / 2) : 1;
-    char want2[96];
     snprintf(want2, sizeof want2, "threads: rank 0 %d, rank 1 %d\n", half, half);
-    tu_check(mrc[0] == 0 && out_has(mn[0], "threads: rank 0 1, rank 1 1\n") && !out_has(mn[0], "warning:"),
-             "threads: mpirun --bind-to hwthread -np 2 without --threads runs 1 per rank, no warning", "exit %d (%s/%s.out)",
-             mrc[0], DIR, mn[0]);
-    tu_check(!out_has(rn[0], "threads: rank 0 1, rank 1 1\n") && out_has(rn[0], "threads: rank 0 2, rank 1 2\n"),
-             "control: the same launch given --threads 2 prints 2 per rank", "(%s/%s.out)", DIR, rn[0]);
-    tu_check(mrc[1] == 0 && out_has(mn[1], want2) && !out_has(mn[1], "warning:"),
-             "threads: mpirun --bind-to none -np 2 without --threads shares the node's CPUs", "exit %d, want '%.40s' (%s/%s.out)",
-             mrc[1], want2, DIR, mn[1]);
+    tu_check(rrc[0] == 0 && out_has(rn[0], "warning: every rank runs 2 threads on the 1 CPU its affinity allows") &&
+                 out_has(rn[0], "threads: rank 0 2, rank 1 2\n"),
+             "threads: mpirun --bind-to hwthread -np 2 --threads 2 warns for every rank", "exit %d (%s/%s.out)", rrc[0], DIR,
+             rn[0]);
+    tu_check(rrc[1] == 0 && out_has(rn[1], "threads: rank 0 1, rank 1 1\n") && !out_has(rn[1], "warning:"),
+             "threads: the same launch without --threads runs 1 per rank and warns of nothing (the run above is its "
+             "control)", "exit %d (%s/%s.out)", rrc[1], DIR, rn[1]);
+    tu_check(rrc[2] == 0 && out_has(rn[2], want), "threads: mpirun --bind-to none -np 2 with all CPUs each warns for the node",
+             "exit %d, want '%s' (%s/%s.out)", rrc[2], want, DIR, rn[2]);
+    tu_check(rrc[3] == 0 && out_has(rn[3], want2) && !out_has(rn[3], "warning:"),
+             "threads: the same launch without --threads shares the node's CPUs and warns of nothing",
+             "exit %d, want '%.40s' (%s/%s.out)", rrc[3], want2, DIR, rn[3]);
 }
 
 /* ---------------------------------------------------------------- memory per rank */
