@@ -12,13 +12,16 @@
  *  - published parameter counts of GPT-2 and Llama 2 / 3.1 (Hugging Face configs);
  *  - our trainer itself: gpt_init's MemStats bytes per category, layout_init, layout_activations,
  *    model_config_num_params and layout_flops_per_token for d2, d6 and gpt2-124m (exact equality);
+ *  - the default --threads against this process's affinity mask (sched_getaffinity);
  *  - the scaletrain binary on bad input: exit 2 and one stderr line naming the flag. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "core/fileio.h"
 #include "core/mem.h"
@@ -672,7 +675,7 @@ static const OptionEffect OPTION_EFFECTS[] = {
     {"hess-every", PB " --optimizer sophia", PB " --optimizer sophia --hess-every 2", "compute.time_s.hessian"},
     {"moments", PB, PB " --moments 1", "memory_bytes.moments"},
     {"activations", PB, PB " --activations paper", "activations.mode"},
-    {"threads", PB, PB " --threads 8", "memory_bytes.workspace"},
+    {"threads", PB " --threads 1", PB " --threads 8", "memory_bytes.workspace"},
     {"hardware", PB, PB " --hardware H100", "hardware.name"},
     {"nodes", PB, PB " --nodes 2", "layout.world"},
     {"devices-per-node", PB " --dp 2", PB " --dp 2 --devices-per-node 2", "layout.nodes"},
@@ -825,6 +828,28 @@ static void test_option_effects(void) {
     tu_check(cJSON_IsTrue(hd1) && cJSON_IsFalse(hd2), "plan --json: hardware.default true without --hardware, false with it",
              "%s / %s", cJSON_IsTrue(hd1) ? "true" : "not true", cJSON_IsFalse(hd2) ? "false" : "not false");
     cJSON_Delete(jd), cJSON_Delete(jh);
+}
+
+/* plan's --threads default (and --threads 0) is the trainer's for one rank: the CPUs this process
+ * may run on, as its affinity mask counts them here. Control: one thread more prices another
+ * workspace (the attention scratch is per thread). */
+static void test_default_threads(void) {
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)online;
+    int k = allowed < online ? allowed : (int)online;
+    k = k < 1 ? 1 : k > 1023 ? 1023 : k;
+    char a[160], b[160];
+    snprintf(a, sizeof a, PB " --threads %d", k);
+    snprintf(b, sizeof b, PB " --threads %d", k + 1);
+    cJSON *jd = plan_json(PB, NULL), *j0 = plan_json(PB " --threads 0", NULL), *jk = plan_json(a, NULL), *jk1 = plan_json(b, NULL);
+    double wd = jnum(jd, "memory_bytes.workspace"), w0 = jnum(j0, "memory_bytes.workspace"),
+           wk = jnum(jk, "memory_bytes.workspace"), wk1 = jnum(jk1, "memory_bytes.workspace");
+    tu_check(jd && j0 && jk && wd == wk && w0 == wk, "plan: no --threads and --threads 0 price this process's CPUs",
+             "workspace %.0f / %.0f B, at --threads %d (CPUs allowed %d, online %ld) %.0f B", wd, w0, k, allowed, online, wk);
+    tu_check(jk1 && wk1 != wk, "control: one thread more prices another workspace", "--threads %d: %.0f B, %d: %.0f B", k,
+             wk, k + 1, wk1);
+    cJSON_Delete(jd), cJSON_Delete(j0), cJSON_Delete(jk), cJSON_Delete(jk1);
 }
 
 /* --measure-hardware writes a profile (about 5 s); --measure-threads names the threads it used. */
@@ -1004,6 +1029,7 @@ int main(void) {
     test_cli();
     test_plan_per_rank();
     test_option_effects();
+    test_default_threads();
     test_measure_hardware();
     return tu_exit();
 }

@@ -578,8 +578,9 @@ int cmd_plan(int argc, char **argv) {
                  "found %g", in.mean_doc_len);
         return cli_fail("plan", ST_ERR_INPUT, err.msg);
     }
-    /* The trainer's --threads default (machine_auto_threads) for the grid's ranks on this machine. */
-    if (!SEEN("threads")) {
+    /* The trainer's --threads default (machine_auto_threads) for the grid's ranks on this machine;
+     * 0 asks for it as it does of the trainer. */
+    if (!SEEN("threads") || in.threads == 0) {
         long online = sysconf(_SC_NPROCESSORS_ONLN);
         long ranks = (long)in.dp * in.tp * in.pp;
         in.threads = machine_auto_threads(machine_cpus_allowed(), online > 0 ? (int)online : 1,
