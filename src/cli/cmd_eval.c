@@ -208,10 +208,7 @@ int cmd_eval(int argc, char **argv) {
         snprintf(m, sizeof m, "--threads: expected 0 (auto) or 1..1024, found %d", threads);
         return cli_fail("eval", ST_ERR_INPUT, m);
     }
-    if (threads == 0) {
-        long online = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = machine_auto_threads(machine_cpus_allowed(), online > 0 ? (int)online : 1, 1);
-    }
+    if (threads == 0) threads = machine_default_threads(1);
     if (doc_mask && no_doc_mask)
         return cli_fail("eval", ST_ERR_INPUT, "--doc-mask / --no-doc-mask: expected at most one, found both");
 

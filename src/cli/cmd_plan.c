@@ -581,10 +581,8 @@ int cmd_plan(int argc, char **argv) {
     /* The trainer's --threads default (machine_auto_threads) for the grid's ranks on this machine;
      * 0 asks for it as it does of the trainer. */
     if (!SEEN("threads") || in.threads == 0) {
-        long online = sysconf(_SC_NPROCESSORS_ONLN);
         long ranks = (long)in.dp * in.tp * in.pp;
-        in.threads = machine_auto_threads(machine_cpus_allowed(), online > 0 ? (int)online : 1,
-                                          ranks > 0 && ranks < 1 << 20 ? (int)ranks : 1);
+        in.threads = machine_default_threads(ranks > 0 && ranks < 1 << 20 ? (int)ranks : 1);
     }
     /* ---- hardware ---- */
     /* Without --hardware: this machine's measured profile, from the cache (measured and cached on

@@ -23,13 +23,15 @@ static const char *const NAMES[MEM_NCAT] = {
 
 const char *mem_category_name(MemCategory c) { return (c >= 0 && c < MEM_NCAT) ? NAMES[c] : "?"; }
 
+static size_t round64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+
 /* calloc, not aligned_alloc + memset: a large block comes from fresh mmap pages that are already
  * zero, so calloc does not write them and the run touches each page first where it uses it (a model
  * of 124 M parameters took a second of page faults and memset at init, and the same page faults
  * again at its first step). The pointer calloc gave sits in the 8 bytes below the aligned block. */
 void *mem_alloc(MemStats *ms, MemCategory c, size_t bytes) {
     if (bytes == 0) return NULL;
-    size_t rounded = (bytes + 63) & ~(size_t)63;
+    size_t rounded = round64(bytes);
     if (rounded < bytes || rounded > (size_t)-1 - 128) return NULL;
     size_t total = rounded + 64 + sizeof(void *);
     char *base = calloc(1, total);
@@ -50,7 +52,7 @@ void mem_free(MemStats *ms, MemCategory c, void *p, size_t bytes) {
     char *base;
     UNPOISON((char *)p - sizeof(void *), sizeof base);
     memcpy(&base, (char *)p - sizeof(void *), sizeof base);
-    UNPOISON(base, (size_t)((char *)p - base) + ((bytes + 63) & ~(size_t)63));
+    UNPOISON(base, (size_t)((char *)p - base) + round64(bytes));
     free(base);
     if (ms) ms->bytes[c] -= bytes;
 }

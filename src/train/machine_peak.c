@@ -194,17 +194,25 @@ static void machine_key(MachineKey *k) {
     k->cpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
 }
 
+int machine_cpus_online(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
 int machine_cpus_allowed(void) {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
+    return machine_cpus_online();
 }
 
 int machine_auto_threads(int allowed, int node_cpus, int node_ranks) {
     int share = node_cpus / (node_ranks > 0 ? node_ranks : 1);
     int t = allowed < share ? allowed : share;
     return t > 1024 ? 1024 : t > 0 ? t : 1; /* --threads takes 1..1024 */
+}
+
+int machine_default_threads(int node_ranks) {
+    return machine_auto_threads(machine_cpus_allowed(), machine_cpus_online(), node_ranks);
 }
 
 void machine_peak_describe(char *buf, int n) {

@@ -78,10 +78,16 @@ void machine_peak_describe(char *buf, int n);
  * the cache) for min(threads, this). */
 int machine_cpus_allowed(void);
 
-/* `--threads 0` (the default of train, eval and sample): the CPUs a process may run on, shared
+/* `--threads 0` (the default of train, eval and plan): the CPUs a process may run on, shared
  * among the node_ranks processes of its node that run on its node_cpus online CPUs:
- * min(allowed, node_cpus / node_ranks), at least 1. One process gets every CPU its affinity allows;
- * mpirun's ranks bound to one core each get 1; 8 ranks unbound on 16 CPUs get 2 each. */
+ * min(allowed, node_cpus / node_ranks), at least 1 and at most 1024. One process gets every CPU its
+ * affinity allows; mpirun's ranks bound to one core each get 1; 8 ranks unbound on 16 CPUs get 2
+ * each. */
 int machine_auto_threads(int allowed, int node_cpus, int node_ranks);
+/* The online CPUs of this machine, at least 1. */
+int machine_cpus_online(void);
+/* machine_auto_threads for this process with node_ranks processes on this machine (eval: 1; plan:
+ * its grid's ranks). The trainer gathers every rank's figures and calls machine_auto_threads. */
+int machine_default_threads(int node_ranks);
 
 #endif

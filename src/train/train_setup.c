@@ -264,16 +264,14 @@ Status train_threads(Comm *comm, int *threads, double *by_rank, const char *grid
     if (gethostname(host, sizeof host) != 0) host[0] = '\0';
     host[sizeof host - 1] = '\0';
     double key = (double)(XXH3_64bits(host, strlen(host)) >> 12); /* 52 bits: exact in a double */
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    int allowed = machine_cpus_allowed();
-    if (online < 1) online = 1;
+    int online = machine_cpus_online(), allowed = machine_cpus_allowed();
     Status st = comm_allgather_f64(comm, allowed, v + world, err);
     if (st == ST_OK) st = comm_allgather_f64(comm, key, v + 2 * world, err);
     if (st == ST_OK) st = comm_allgather_f64(comm, (double)online, v + 3 * world, err);
     if (st == ST_OK && *threads == 0) { /* auto: this rank's share of its node */
         int ranks = 0;
         for (int j = 0; j < world; j++) ranks += v[2 * world + j] == key;
-        *threads = machine_auto_threads(allowed, (int)online, ranks);
+        *threads = machine_auto_threads(allowed, online, ranks);
     }
     if (st == ST_OK) st = comm_allgather_f64(comm, *threads, v, err);
     if (st == ST_OK && by_rank) memcpy(by_rank, v, sizeof *v * (size_t)world);
