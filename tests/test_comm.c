@@ -577,6 +577,22 @@ static void test_pp_p2p(Comm *c) {
     check(st == ST_OK, "pp_grid_restored", "%s", st ? e.msg : "");
 }
 
+/* How comm_wait waits (comm.c, ST_COMM_WAIT). Oracle, from the launch rather than from the variables
+ * mpirun sets: yield when ST_COMM_WAIT says so, spin when it says spin, else (auto) yield when the
+ * user asked Open MPI to (OMPI_MCA_mpi_yield_when_idle=1) or this one-node job has more ranks than
+ * online CPUs. CTest launches both outcomes (tests/CMakeLists.txt), so a fixed mode fails one. */
+static void test_wait_mode(Comm *c, const char *desc) {
+    const char *w = getenv("ST_COMM_WAIT"), *idle = getenv("OMPI_MCA_mpi_yield_when_idle");
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int want = w && !strcmp(w, "yield") ? 1
+               : w && !strcmp(w, "spin") ? 0
+                                         : (idle && !strcmp(idle, "1")) || (c->one_node && cpus > 0 && c->world > cpus);
+    int said = strstr(desc, "yields when idle") != NULL;
+    check(c->wait_yield == want && said == want, "wait_mode",
+          "ST_COMM_WAIT=%s, yield_when_idle=%s, %d ranks on %ld CPUs: %s expected, comm says %s (%s)", w ? w : "(unset)",
+          idle ? idle : "(unset)", c->world, cpus, want ? "yield" : "spin", c->wait_yield ? "yield" : "spin", desc);
+}
+
 int main(int argc, char **argv) {
     Comm *c = tu_world_init(&argc, &argv);
     Err err = {0};
@@ -626,6 +642,7 @@ int main(int argc, char **argv) {
     double t0 = timer_ms();
     check(c->world >= 1 && c->rank < c->world && c->dp == c->world && c->tp == 1 && c->pp == 1, "default_grid",
           "%s", desc);
+    if (c->mpi) test_wait_mode(c, desc);
     test_checks(c);
     test_float_collectives(c);
     test_ring(c);

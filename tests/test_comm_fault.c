@@ -11,6 +11,8 @@
  *   wrongnp  (negative control of test_comm's world check) non-zero exit, and the output reports
  *            the world check failed against the wrong expectation;
  *   nonp     non-zero exit, and the output says the expected world size is missing;
+ *   badwait  ST_COMM_WAIT=sometimes: non-zero exit, and the output names the variable, the values
+ *            it takes and the one found (comm_init refuses it on every rank);
  *   abort    (TEST_COMM is heap_comm_stress, argv[5] glibc's checking malloc libc_malloc_debug.so.0)
  *            a 1-byte heap overflow under the checking malloc (--fault-overflow) aborts a rank:
  *            non-zero exit within 15 s, and the output shows glibc's report. Open MPI's backtrace
@@ -34,7 +36,7 @@ int main(int argc, char **argv) {
     const char *mode = argc > 4 ? argv[4] : "";
     int abort_mode = !strcmp(mode, "abort") || !strcmp(mode, "abort_control");
     if (argc != 5 + abort_mode) {
-        fprintf(stderr, "usage: test_comm_fault MPIEXEC NP TEST_COMM timeout|kill|wrongnp|nonp\n"
+        fprintf(stderr, "usage: test_comm_fault MPIEXEC NP TEST_COMM timeout|kill|wrongnp|nonp|badwait\n"
                         "       test_comm_fault MPIEXEC NP HEAP_COMM_STRESS abort|abort_control LIBC_MALLOC_DEBUG\n");
         return 2;
     }
@@ -60,6 +62,11 @@ int main(int argc, char **argv) {
         char arg[32];
         snprintf(arg, sizeof arg, "%s", mode);
         if (strcmp(mode, "wrongnp") == 0) snprintf(arg, sizeof arg, "%d", atoi(argv[2]) + 1);
+        if (strcmp(mode, "badwait") == 0) {
+            snprintf(arg, sizeof arg, "%s", argv[2]);
+            execl(argv[1], argv[1], "--allow-run-as-root", "--oversubscribe", "-np", argv[2], "-x",
+                  "ST_COMM_WAIT=sometimes", argv[3], arg, (char *)NULL);
+        }
         if (abort_mode) {
             char *av[24];
             int n = 0;
@@ -120,6 +127,8 @@ int main(int argc, char **argv) {
         char want[96];
         snprintf(want, sizeof want, "world_equals_launched_np: FAIL world=%s expected np=%d", argv[2], atoi(argv[2]) + 1);
         ok = !hung && code != 0 && strstr(out, want) != NULL;
+    } else if (strcmp(mode, "badwait") == 0) {
+        ok = !hung && code != 0 && strstr(out, "ST_COMM_WAIT: expected auto, spin or yield, found 'sometimes'") != NULL;
     } else {
         ok = !hung && code != 0 && strstr(out, "expected the world size the launcher was asked for") != NULL;
     }
@@ -127,6 +136,7 @@ int main(int argc, char **argv) {
     const char *line = strstr(out, "scaletrain: rank");
     if (!line) line = strstr(out, "world_equals_launched_np");
     if (!line) line = strstr(out, "test_comm: expected");
+    if (!line) line = strstr(out, "ST_COMM_WAIT");
     if (!line) line = strstr(out, "mpirun noticed");
     if (!line) line = out;
     char first[400];

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -295,6 +296,32 @@ static Status progress_start(Comm *c, Err *err) {
     return ST_OK;
 }
 
+/* An Open MPI boolean parameter from the environment (OMPI_MCA_<name>): 1 true, 0 false or unset. */
+static int ompi_env_true(const char *name) {
+    const char *v = getenv(name);
+    if (!v) return 0;
+    return strcmp(v, "1") == 0 || strcasecmp(v, "true") == 0 || strcasecmp(v, "yes") == 0 ||
+           strcasecmp(v, "enabled") == 0;
+}
+
+/* ST_COMM_WAIT=auto|spin|yield: how comm_wait waits (comm.h, wait_yield). auto yields early where a
+ * rank shares its core: Open MPI was told so (mpirun sets OMPI_MCA_mpi_oversubscribe=1 when it
+ * places more ranks than slots; OMPI_MCA_mpi_yield_when_idle=1 is the user's way to say it, and
+ * makes Open MPI's own blocking waits yield too), or this node has more ranks than online CPUs. */
+static Status wait_mode_set(Comm *c, int node_ranks, Err *err) {
+    const char *v = getenv("ST_COMM_WAIT");
+    if (v && *v && strcmp(v, "auto") != 0) {
+        if (strcmp(v, "spin") == 0) c->wait_yield = 0;
+        else if (strcmp(v, "yield") == 0) c->wait_yield = 1;
+        else return err_set(err, ST_ERR_INPUT, "ST_COMM_WAIT: expected auto, spin or yield, found '%s'", v);
+        return ST_OK;
+    }
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    c->wait_yield = ompi_env_true("OMPI_MCA_mpi_oversubscribe") || ompi_env_true("OMPI_MCA_mpi_yield_when_idle") ||
+                    (cpus > 0 && node_ranks > cpus);
+    return ST_OK;
+}
+
 static void progress_stop(Comm *c) {
     CommMpi *m = c->mpi;
     if (!m || !m->thread_on) return;
@@ -398,8 +425,9 @@ Status comm_init(Comm **out, int *argc, char ***argv, Err *err) {
     c->dp_rank = c->rank;
     /* All ranks on one node (shared memory): the plan prices every group there (train_setup.c). */
     MPI_Comm node;
+    int nsize = 1;
     if (MPI_Comm_split_type(m->world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
-        int nsize = 0, all_one_node = 0;
+        int all_one_node = 0;
         MPI_Comm_size(node, &nsize);
         MPI_Comm_free(&node);
         int mine = nsize == c->world;
@@ -419,6 +447,7 @@ Status comm_init(Comm **out, int *argc, char ***argv, Err *err) {
         st = err_set(err, ST_ERR_RUNTIME, "comm_init: out of memory");
         goto fail;
     }
+    if ((st = wait_mode_set(c, nsize, err)) != ST_OK) goto fail;
     if ((st = progress_start(c, err)) != ST_OK) goto fail;
     *out = c;
     return ST_OK;
@@ -469,8 +498,8 @@ void comm_describe(const Comm *c, char *buf, size_t cap) {
                       : c->thread_level == MPI_THREAD_FUNNELED   ? "funneled"
                       : c->thread_level == MPI_THREAD_SERIALIZED ? "serialized"
                                                                  : "multiple";
-    snprintf(buf, cap, "mpi world=%d dp=%d tp=%d pp=%d thread=%s%s (%s)", c->world, c->dp, c->tp, c->pp, lvl,
-             c->progress_thread ? ", progress thread" : "", lib);
+    snprintf(buf, cap, "mpi world=%d dp=%d tp=%d pp=%d thread=%s%s%s (%s)", c->world, c->dp, c->tp, c->pp, lvl,
+             c->progress_thread ? ", progress thread" : "", c->wait_yield ? ", yields when idle" : "", lib);
 }
 
 /* ================================================================ requests */
@@ -532,10 +561,10 @@ Status comm_wait(CommReq *req, double timeout_s, const char *what, long step, Er
             if (c->abort_on_timeout) comm_abort(c, 1, err ? err->msg : "collective timed out");
             return st;
         }
-        /* Spin for latency (a rank has its cores), but after 10 ms yield so an oversubscribed or
-         * stuck peer can run (Open MPI itself yields inside MPI_Test only when it knows it is
-         * oversubscribed; an early yield cost up to 2x on 4 MiB collectives, docs/comm.md). */
-        if (++spins > 64 && now - t0 > 10.0) sched_yield();
+        /* A rank with its own core spins for latency, and yields after 10 ms so a stuck peer can
+         * run; a rank that shares its core (c->wait_yield) yields after a few polls, or it would
+         * spin away the time slice its peer needs to arrive (docs/comm.md, "Waiting"). */
+        if (++spins > 64 && (c->wait_yield || now - t0 > 10.0)) sched_yield();
     }
     now = timer_ms();
     c->stats.wait_ms[req->kind] += now - t0;

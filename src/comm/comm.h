@@ -75,6 +75,9 @@ typedef struct {
                                      (default): our ring of point-to-point messages (in place) or
                                      MPI_Ireduce_scatter_block (out of place). See docs/comm.md */
     int one_node;                 /* 1: every rank of the world shares one node (shared memory) */
+    int wait_yield;               /* 1: comm_wait yields the CPU after a few polls (this rank shares
+                                     its core: ST_COMM_WAIT=auto|spin|yield, comm.c); 0: it spins
+                                     10 ms first */
     int progress_thread;          /* 1 while comm's progress thread runs (comm.c; ST_COMM_PROGRESS=auto|on|off,
                                      auto = on when the ranks span nodes) */
     int test_ring_fault;          /* tests only: 1 = the ring reduce-scatter drops its last step's
