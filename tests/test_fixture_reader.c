@@ -1,11 +1,15 @@
 /* test_fixture_reader — the STFX0001 reader against the generated fixtures.
  * Oracles: the configs written by gen_gpt2_ref.py; an independent float64 recomputation of the
  * masked mean cross-entropy from "logits" and "targets" (log-sum-exp); softmax normalisation;
- * refusal of truncated / corrupted copies. */
+ * refusal of truncated / corrupted copies. Also the harness's ST_TEST_NICE (testutil.c): this
+ * program run with ST_TEST_NICE=19 reports nice 19 in its child; 'abc' and 20 are refused with one
+ * line and exit 2 (the control: 19 itself is accepted). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "fixture.h"
@@ -236,7 +240,40 @@ static void check_fixture(const char *file, const int expect_cfg[7], int n_entri
     free(buf);
 }
 
-int main(void) {
+/* ST_TEST_NICE through this program's own --nice mode, which prints its priority. */
+static int sh(const char *cmd) {
+    int rc = system(cmd);
+    return rc != -1 && WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+#define NICE_OUT ST_BINARY_DIR "/test_fixture_nice.out"
+static void check_nice(const char *self) {
+    char cmd[1200], *out;
+    snprintf(cmd, sizeof cmd, "ST_TEST_NICE=19 %s --nice > " NICE_OUT " 2>&1", self);
+    int rc = sh(cmd);
+    out = tu_slurp(NICE_OUT);
+    tu_check(rc == 0 && out && !strcmp(out, "nice 19\n"), "ST_TEST_NICE=19: the process runs at nice 19",
+             "exit %d, printed '%s'", rc, out ? out : "(nothing)");
+    free(out);
+    const char *bad[2] = {"abc", "20"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "ST_TEST_NICE=%s %s --nice > " NICE_OUT " 2>&1", bad[i], self);
+        rc = sh(cmd);
+        out = tu_slurp(NICE_OUT);
+        char want[128], what[96];
+        snprintf(want, sizeof want, "ST_TEST_NICE: expected an integer 0..19, found '%s'\n", bad[i]);
+        snprintf(what, sizeof what, "ST_TEST_NICE=%s refused in one line, exit 2", bad[i]);
+        tu_check(rc == 2 && out && !strcmp(out, want), what, "exit %d, printed '%s'", rc, out ? out : "(nothing)");
+        free(out);
+    }
+    remove(NICE_OUT);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--nice")) {
+        printf("nice %d\n", getpriority(PRIO_PROCESS, 0));
+        return 0;
+    }
+    check_nice(argv[0]);
     /* entries: config, inputs, targets, 3 x params, logits, loss, lm_probs_row0,
      * adamw_hparams, adamw_losses; params = 2 + 12 L + 2 */
     const int small[7] = {2, 4, 32, 67, 16, 3, 11};

@@ -7,12 +7,34 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/fileio.h"
 
 int tu_failures = 0;
+
+/* ST_TEST_NICE=N (tests/CMakeLists.txt sets 19 for every test without the mpi label): this process
+ * and what it starts run at nice N. `make test` runs two tests at a time on 2 cores, and the ranks
+ * of an mpirun job wait on each other at every collective: beside a test that computes without
+ * pause, a waiting rank's peer got the core only when the other's time slice ended, collective
+ * after collective (test_tp_overlap 5.5 s alone, 31.6 s beside test_cuda_model_cuemu; with the
+ * latter at nice 19, 8.1 s, and the emulator itself 39 s against 43: docs/testing.md). At a lower
+ * priority the test still has every cycle the ranks leave idle. Runs before main, so every test
+ * linked with this file obeys it; a value that is not an integer in 0..19 ends the test. */
+__attribute__((constructor)) static void tu_nice(void) {
+    const char *v = getenv("ST_TEST_NICE");
+    if (!v || !*v) return;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || n < 0 || n > 19) {
+        fprintf(stderr, "ST_TEST_NICE: expected an integer 0..19, found '%s'\n", v);
+        exit(2);
+    }
+    if (getpriority(PRIO_PROCESS, 0) < n && setpriority(PRIO_PROCESS, 0, (int)n) != 0)
+        perror("ST_TEST_NICE: setpriority");
+}
 
 void tu_check(int ok, const char *name, const char *fmt, ...) {
     va_list ap;
