@@ -2,8 +2,9 @@
  * Oracles: the configs written by gen_gpt2_ref.py; an independent float64 recomputation of the
  * masked mean cross-entropy from "logits" and "targets" (log-sum-exp); softmax normalisation;
  * refusal of truncated / corrupted copies. Also the harness's ST_TEST_NICE (testutil.c): this
- * program run with ST_TEST_NICE=19 reports nice 19 in its child; 'abc' and 20 are refused with one
- * line and exit 2 (the control: 19 itself is accepted). */
+ * program run with ST_TEST_NICE=19 reports nice 19 in its child, and without it this process's own
+ * priority (the control: CTest runs this test un-niced); 'abc' and 20 are refused with one line and
+ * exit 2. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,19 +248,33 @@ static int sh(const char *cmd) {
 }
 #define NICE_OUT ST_BINARY_DIR "/test_fixture_nice.out"
 static void check_nice(const char *self) {
-    char cmd[1200], *out;
+    char cmd[1200], *out, want[128];
+    int mine = getpriority(PRIO_PROCESS, 0); /* CTest runs this test un-niced (tests/CMakeLists.txt) */
     snprintf(cmd, sizeof cmd, "ST_TEST_NICE=19 %s --nice > " NICE_OUT " 2>&1", self);
     int rc = sh(cmd);
     out = tu_slurp(NICE_OUT);
     tu_check(rc == 0 && out && !strcmp(out, "nice 19\n"), "ST_TEST_NICE=19: the process runs at nice 19",
              "exit %d, printed '%s'", rc, out ? out : "(nothing)");
     free(out);
+    /* Control: without the variable the child keeps this process's priority, which must differ
+     * from 19 for the check above to have shown anything (run under nice 19, it cannot). */
+    snprintf(cmd, sizeof cmd, "env -u ST_TEST_NICE %s --nice > " NICE_OUT " 2>&1", self);
+    rc = sh(cmd);
+    out = tu_slurp(NICE_OUT);
+    snprintf(want, sizeof want, "nice %d\n", mine);
+    if (mine == 19)
+        tu_check(1, "control: without ST_TEST_NICE the child keeps the parent's priority",
+                 "(this process already runs at nice 19: only the refusals below can show anything)");
+    else
+        tu_check(rc == 0 && out && !strcmp(out, want), "control: without ST_TEST_NICE the child keeps the parent's priority",
+                 "exit %d, printed '%s', expected nice %d", rc, out ? out : "(nothing)", mine);
+    free(out);
     const char *bad[2] = {"abc", "20"};
     for (int i = 0; i < 2; i++) {
         snprintf(cmd, sizeof cmd, "ST_TEST_NICE=%s %s --nice > " NICE_OUT " 2>&1", bad[i], self);
         rc = sh(cmd);
         out = tu_slurp(NICE_OUT);
-        char want[128], what[96];
+        char what[96];
         snprintf(want, sizeof want, "ST_TEST_NICE: expected an integer 0..19, found '%s'\n", bad[i]);
         snprintf(what, sizeof what, "ST_TEST_NICE=%s refused in one line, exit 2", bad[i]);
         tu_check(rc == 2 && out && !strcmp(out, want), what, "exit %d, printed '%s'", rc, out ? out : "(nothing)");
