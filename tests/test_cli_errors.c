@@ -131,6 +131,26 @@ int main(void) {
     expect_error("muP weights into a standard run", args, "scaletrain.mup: the file's model is mup (base width 16");
     expect_error("unknown command", "frobnicate", "unknown command 'frobnicate'");
     expect_error("sample without weights", "sample " TMP "/nothing-here", "nothing-here: expected a weights folder");
+    /* ST_BF16_GEMM (matmul.h, mm_gemm_env): a bad value refused before any command runs; "packed"
+     * reaches the trainer (its start record's build.gemm names the packed GEMMs) where the build has
+     * the kernels. */
+    setenv("ST_BF16_GEMM", "sometimes", 1);
+    expect_error("bad ST_BF16_GEMM", "plan --model d6", "ST_BF16_GEMM: expected onednn or packed, found 'sometimes'");
+    setenv("ST_BF16_GEMM", "packed", 1);
+    char gcmd[4096];
+    snprintf(gcmd, sizeof gcmd, "rm -f %s/gemm_env.jsonl; %s train --data %s/good.bin %s --precision bf16 --log %s/gemm_env.jsonl "
+             ">/dev/null 2>%s/gemm_env.err", TMP, BIN, TMP, common, TMP, TMP);
+    int grc = system(gcmd);
+    unsetenv("ST_BF16_GEMM");
+    char *gtext = tu_slurp(__builtin_cpu_supports("avx512bf16") ? TMP "/gemm_env.jsonl" : TMP "/gemm_env.err");
+    int kernels = __builtin_cpu_supports("avx512bf16");
+    int named = gtext && strstr(gtext, "bf16 layer GEMMs packed (ST_BF16_GEMM)") != NULL;
+    int refused = gtext && strstr(gtext, "ST_BF16_GEMM=packed: this build has no AVX512_BF16 kernels") != NULL;
+    tu_check(WIFEXITED(grc) && (kernels ? WEXITSTATUS(grc) == 0 && named : WEXITSTATUS(grc) == 2 && refused),
+             "ST_BF16_GEMM=packed: the run says so (or, without the kernels, is refused in one line)",
+             "exit=%d, avx512bf16 %d, named %d, refused %d", WIFEXITED(grc) ? WEXITSTATUS(grc) : -1, kernels, named,
+             refused);
+    free(gtext);
     /* The good shard trains (so the failures above are about the bad input, not the setup). */
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s train --data %s/good.bin %s >/dev/null 2>&1", BIN, TMP, common);

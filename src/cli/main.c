@@ -9,6 +9,7 @@
 #include "cli/cmds_fit.h"
 #include "cli/cmds_ckpt.h"
 #include "cli/cmds_report.h"
+#include "model/matmul.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -33,6 +34,11 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     const char *cmd = argv[1];
+    Err genv = {0};
+    if (mm_gemm_env(&genv) != ST_OK) {
+        fprintf(stderr, "scaletrain: %s\n", genv.msg);
+        return 2;
+    }
     if (!strcmp(cmd, "train") || !strcmp(cmd, "sweep") || !strcmp(cmd, "study")) {
         /* The process grid lives exactly as long as the subcommand: MPI under a launcher (mpirun,
          * srun), otherwise comm's single-process mode. */

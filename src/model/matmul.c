@@ -54,14 +54,16 @@ static const char *dnnl_status_name(dnnl_status_t s) {
     }
 }
 
-/* Records a failed GEMM: its shape, what was being done and oneDNN's status. First one wins. */
+/* Records a failed GEMM: its shape, what was being done and oneDNN's status (s), or for the packed
+ * path (s = dnnl_success) only what failed. First one wins. */
 static void record(const Key *k, dnnl_status_t s, const char *what) {
     static const char *ops[4] = {"A*B", "A*B^T", "A^T*B", "A^T*B^T"};
     pthread_mutex_lock(&err_lock);
     if (first_err.status == ST_OK)
-        err_set(&first_err, ST_ERR_RUNTIME, "GEMM %dx%dx%d (MxNxK, %s, %s%s%s): oneDNN %s %s", k->M, k->N, k->K,
+        err_set(&first_err, ST_ERR_RUNTIME, "GEMM %dx%dx%d (MxNxK, %s, %s%s%s): %s%s%s%s", k->M, k->N, k->K,
                 k->bf16 ? "bf16" : "fp32", ops[2 * (k->ta != 0) + (k->tb != 0)], k->bias ? " + bias" : "",
-                k->beta1 ? " + C" : "", dnnl_status_name(s), what);
+                k->beta1 ? " + C" : "", s == dnnl_success ? "" : "oneDNN ", s == dnnl_success ? "" : dnnl_status_name(s),
+                s == dnnl_success ? "" : " ", what);
     pthread_mutex_unlock(&err_lock);
 }
 
@@ -212,6 +214,11 @@ static void run(int ta, int tb, int M, int N, int K, float alpha, const void *A,
         record(&key, dnnl_out_of_memory, "creating the primitive (test fault)");
         return;
     }
+    if (bf16 && mm_pack_wanted(M, N, K)) {
+        if (!mm_pack_gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias))
+            record(&key, dnnl_success, "out of memory for the packed bf16 GEMM's scratch (matmul_pack.c)");
+        return;
+    }
     ThreadState *ts = thread_state(&key);
     Entry *e = ts ? lookup(ts, &key) : NULL;
     if (!e) return;
@@ -248,11 +255,48 @@ void mm_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, co
     run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 1, NULL);
 }
 
+/* The packed bf16 GEMMs are off unless asked for (ST_BF16_GEMM=packed, mm_pack_enable(1)): on a
+ * whole step they measured 1.03× oneDNN on configs B and C and 0.97× on A (bench/results/step.md). */
+static atomic_int pack_on;
+
+void mm_pack_enable(int on) { atomic_store(&pack_on, on && mm_tile_available()); }
+
+Status mm_gemm_env(Err *err) {
+    const char *v = getenv("ST_BF16_GEMM");
+    if (!v || !*v) return ST_OK;
+    if (!strcmp(v, "onednn")) {
+        mm_pack_enable(0);
+        return ST_OK;
+    }
+    if (!strcmp(v, "packed")) {
+        if (!mm_tile_available())
+            return err_set(err, ST_ERR_INPUT, "ST_BF16_GEMM=packed: this build has no AVX512_BF16 kernels "
+                           "(a CPU or ST_ARCH_FLAGS without avx512bf16); unset it or use onednn");
+        mm_pack_enable(1);
+        return ST_OK;
+    }
+    return err_set(err, ST_ERR_INPUT, "ST_BF16_GEMM: expected onednn or packed, found '%s'", v);
+}
+
+/* By the shape of op(B) alone (K × N), so that a GEMM cut into row ranges (the tp overlap's row
+ * chunks, a micro-batch) takes the same path, and gives the same bits, as the whole: at least 64 K
+ * values (smaller layers measured as fast on oneDNN, and the test models' stay there), at most 8 M
+ * (its packed copy is scratch) with K at most 8192 (a panel's pairs stay in L2). The LM head's
+ * chunks (a 50257-row wte as op(B), or K = 50257) stay on oneDNN. Inside a parallel region the
+ * packed GEMM runs on the calling thread alone. */
+int mm_pack_wanted(int M, int N, int K) {
+    (void)M;
+    return atomic_load_explicit(&pack_on, memory_order_relaxed) && N >= 16 && K >= 16 && K <= 8192 &&
+           (double)N * K >= 65536.0 && (double)N * K <= 8388608.0;
+}
+
 void mm_set_threads(int n) { omp_set_num_threads(n); }
 
 const char *mm_backend_info(void) {
     static _Thread_local char buf[128]; /* per thread: no shared mutable state */
     const dnnl_version_t *v = dnnl_version();
-    snprintf(buf, sizeof buf, "oneDNN %d.%d.%d (%s)", v->major, v->minor, v->patch, v->cpu_runtime == DNNL_RUNTIME_OMP ? "omp" : "other runtime");
+    snprintf(buf, sizeof buf, "oneDNN %d.%d.%d (%s)%s", v->major, v->minor, v->patch,
+             v->cpu_runtime == DNNL_RUNTIME_OMP ? "omp" : "other runtime",
+             atomic_load(&pack_on) ? ", bf16 layer GEMMs packed (ST_BF16_GEMM)" : "");
     return buf;
 }

@@ -1,0 +1,240 @@
+/* test_matmul_pack.c — the packed bf16 GEMM (src/model/matmul_pack.c, mm_pack_gemm_bf16) that
+ * mm_gemm_bf16 and mm_linear_bf16 run on for large shapes.
+ *
+ * Oracles:
+ *  - float64 over the same bf16 operands (their products are exact in fp32, so the only error is
+ *    the fp32 accumulation): per element |C − ref| <= (K + 2)·2^-23·(|alpha|·Σ_k |a_k b_k| + |bias| +
+ *    |beta·C0|), at every transpose pair, row / column / odd-K tails, padded leading dimensions,
+ *    alpha ≠ 1, beta 0 and 1, with and without bias; C is poisoned with NaN before a beta-0 call,
+ *    so an element left unwritten fails (a NaN counts as over the bound);
+ *  - the same bits at 1 and 2 threads, and for rows computed as part of a smaller problem (another
+ *    blocking of the rows): each output's sum runs in one order whatever the cut;
+ *  - the dispatch: by default mm_linear_bf16 runs oneDNN (within the bound); once enabled
+ *    (mm_pack_enable(1), as ST_BF16_GEMM=packed does) it gives mm_pack_gemm_bf16's bits at a layer
+ *    shape, the same bits for row ranges run from a parallel region's threads, and not for the LM
+ *    head's chunks or a test-sized layer.
+ * Negative controls (run here): one B value off by one bf16 ulp in the GEMM's input (the oracle
+ * reads the true one) must exceed the bound; one output element overwritten by NaN must too.
+ * A build without AVX512_BF16 has no packed GEMM (mm_pack_gemm_bf16 returns 0): the test fails if
+ * this CPU has the instructions, i.e. the build lost them. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/half.h"
+#include "model/matmul.h"
+#include "testutil.h"
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static float frand(void) { /* xorshift64, uniform in [-1, 1) */
+    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
+    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+static double bf(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static uint16_t *rand_bf16(size_t n) {
+    uint16_t *v = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) v[i] = half_bf16(frand());
+    return v;
+}
+
+typedef struct {
+    int ta, tb, M, N, K, lda, ldb, ldc;
+    float alpha, beta;
+    int bias;
+} Shape;
+
+/* op(A)[i][k], op(B)[k][n] */
+static double a_at(const Shape *s, const uint16_t *A, int i, int k) {
+    return bf(s->ta ? A[(size_t)k * s->lda + i] : A[(size_t)i * s->lda + k]);
+}
+static double b_at(const Shape *s, const uint16_t *B, int k, int n) {
+    return bf(s->tb ? B[(size_t)n * s->ldb + k] : B[(size_t)k * s->ldb + n]);
+}
+
+/* Worst |C − ref| / bound over C (rows every `step`-th); a NaN or an infinity counts as INFINITY. */
+static double excess(const Shape *s, const uint16_t *A, const uint16_t *B, const float *bias, const float *C0,
+                     const float *C, int step) {
+    double worst = 0;
+    for (int i = 0; i < s->M; i += step)
+        for (int n = 0; n < s->N; n++) {
+            double ref = 0, mag = 0;
+            for (int k = 0; k < s->K; k++) {
+                double t = a_at(s, A, i, k) * b_at(s, B, k, n);
+                ref += t, mag += fabs(t);
+            }
+            ref *= s->alpha, mag *= fabs(s->alpha);
+            if (bias) ref += bias[n], mag += fabs(bias[n]);
+            if (s->beta != 0.0f) { /* a beta-0 call's C0 is NaN */
+                double c0 = C0[(size_t)i * s->ldc + n];
+                ref += s->beta * c0, mag += fabs(s->beta * c0);
+            }
+            double bound = (s->K + 2) * ldexp(1.0, -23) * mag + 1e-30;
+            double e = fabs(C[(size_t)i * s->ldc + n] - ref) / bound;
+            if (!(e <= 1e300)) e = INFINITY;
+            worst = e > worst ? e : worst;
+        }
+    return worst;
+}
+
+static size_t a_size(const Shape *s) { return (size_t)(s->ta ? s->K : s->M) * s->lda; }
+static size_t b_size(const Shape *s) { return (size_t)(s->tb ? s->N : s->K) * s->ldb; }
+
+/* C0 for the call: random for beta 1, NaN for beta 0 (an unwritten element shows). */
+static float *start_c(const Shape *s) {
+    size_t n = (size_t)s->M * s->ldc;
+    float *C = malloc(n * sizeof *C);
+    for (size_t i = 0; i < n; i++) C[i] = s->beta != 0.0f ? frand() : NAN;
+    return C;
+}
+
+static int run_pack(const Shape *s, const uint16_t *A, const uint16_t *B, const float *bias, float *C) {
+    return mm_pack_gemm_bf16(s->ta, s->tb, s->M, s->N, s->K, s->alpha, A, s->lda, B, s->ldb, s->beta, C, s->ldc, bias);
+}
+
+static void test_shape(Shape s, int controls) {
+    uint16_t *A = rand_bf16(a_size(&s)), *B = rand_bf16(b_size(&s));
+    float *bias = NULL;
+    if (s.bias) {
+        bias = malloc((size_t)s.N * sizeof *bias);
+        for (int n = 0; n < s.N; n++) bias[n] = frand();
+    }
+    float *C0 = start_c(&s), *C = malloc((size_t)s.M * s.ldc * sizeof *C), *C1 = malloc((size_t)s.M * s.ldc * sizeof *C);
+    size_t cb = (size_t)s.M * s.ldc * sizeof *C;
+    int step = s.M > 256 ? 7 : 1;
+    char name[160];
+    snprintf(name, sizeof name, "mm_pack_gemm_bf16 %s%s %dx%dx%d lda %d ldb %d ldc %d alpha %g beta %g%s vs float64",
+             s.ta ? "T" : "N", s.tb ? "T" : "N", s.M, s.N, s.K, s.lda, s.ldb, s.ldc, s.alpha, s.beta,
+             s.bias ? " + bias" : "");
+    memcpy(C, C0, cb);
+    omp_set_num_threads(2);
+    int ran = run_pack(&s, A, B, bias, C);
+    double e = ran ? excess(&s, A, B, bias, C0, C, step) : INFINITY;
+    tu_check(ran && e <= 1.0, name, "ran %d, worst error / fp32-sum bound = %.3g (<= 1)", ran, e);
+
+    /* The same bits at 1 thread. */
+    memcpy(C1, C0, cb);
+    omp_set_num_threads(1);
+    run_pack(&s, A, B, bias, C1);
+    omp_set_num_threads(2);
+    snprintf(name, sizeof name, "mm_pack_gemm_bf16 %s%s %dx%dx%d: 1 thread = 2 threads, bit for bit", s.ta ? "T" : "N",
+             s.tb ? "T" : "N", s.M, s.N, s.K);
+    tu_check(!memcmp(C, C1, cb), name, "%s", memcmp(C, C1, cb) ? "bits differ" : "identical");
+
+    /* Rows r0 .. M − 1 as a problem of their own (other row blocks): the same bits. */
+    int r0 = s.M > 9 ? 9 : s.M - 1;
+    Shape sub = s;
+    sub.M = s.M - r0;
+    const uint16_t *Asub = s.ta ? A + r0 : A + (size_t)r0 * s.lda;
+    memcpy(C1, C0, cb);
+    run_pack(&sub, Asub, B, bias, C1 + (size_t)r0 * s.ldc);
+    snprintf(name, sizeof name, "mm_pack_gemm_bf16 %s%s %dx%dx%d: rows %d.. alone = within the whole, bit for bit",
+             s.ta ? "T" : "N", s.tb ? "T" : "N", s.M, s.N, s.K, r0);
+    int same = !memcmp(C + (size_t)r0 * s.ldc, C1 + (size_t)r0 * s.ldc, (size_t)sub.M * s.ldc * sizeof *C);
+    tu_check(same, name, "%s", same ? "identical" : "bits differ");
+
+    if (controls) {
+        /* One B value one bf16 ulp off in the GEMM's input (the largest of op(B)'s first column, so
+         * the change is well over the bound at this K); the oracle reads the true B. */
+        size_t at = 0;
+        for (int k = 0; k < s.K; k++) {
+            size_t x = s.tb ? (size_t)k : (size_t)k * s.ldb;
+            if (fabs(bf(B[x])) > fabs(bf(B[at]))) at = x;
+        }
+        B[at] ^= 1u;
+        memcpy(C1, C0, cb);
+        run_pack(&s, A, B, bias, C1);
+        B[at] ^= 1u;
+        double ec = excess(&s, A, B, bias, C0, C1, 1);
+        tu_check(ec > 1.0, "control: packed GEMM with one B value off by one bf16 ulp is caught",
+                 "worst error / bound = %.3g (must be > 1)", ec);
+        /* One output element not written (NaN). */
+        memcpy(C1, C, cb);
+        C1[(size_t)(s.M / 2) * s.ldc + s.N / 2] = NAN;
+        ec = excess(&s, A, B, bias, C0, C1, 1);
+        tu_check(ec > 1.0, "control: an output element left NaN is caught", "worst error / bound = %.3g (must be > 1)",
+                 ec);
+    }
+    free(A), free(B), free(bias), free(C0), free(C), free(C1);
+}
+
+/* mm_gemm_bf16 at a training step's shape runs the packed GEMM where mm_pack_wanted says so, and
+ * oneDNN once disabled. */
+static void test_dispatch(void) {
+    Shape s = {.ta = 0, .tb = 1, .M = 512, .N = 384, .K = 384, .lda = 384, .ldb = 384, .ldc = 384, .alpha = 1, .beta = 0};
+    uint16_t *A = rand_bf16(a_size(&s)), *B = rand_bf16(b_size(&s));
+    float *bias = malloc((size_t)s.N * sizeof *bias);
+    for (int n = 0; n < s.N; n++) bias[n] = frand();
+    size_t cb = (size_t)s.M * s.ldc * sizeof(float);
+    float *C0 = start_c(&s), *Cp = malloc(cb), *Cg = malloc(cb), *Cd = malloc(cb);
+    omp_set_num_threads(2);
+    Err err;
+    /* Off by default: oneDNN, within the bound. */
+    int def = mm_pack_wanted(s.M, s.N, s.K);
+    memcpy(Cd, C0, cb);
+    mm_linear_bf16(s.M, s.N, s.K, A, B, bias, Cd);
+    double e = excess(&s, A, B, bias, C0, Cd, 3);
+    tu_check(!def && mm_take_error(&err) == ST_OK && e <= 1.0, "default: mm_linear_bf16 on oneDNN vs float64",
+             "wanted %d (0), worst error / bound = %.3g (<= 1)", def, e);
+    mm_pack_enable(1);
+    int wanted = mm_pack_wanted(s.M, s.N, s.K);
+    tu_check(wanted == 1, "mm_pack_enable(1): wanted at a layer shape (512x384x384)", "wanted %d", wanted);
+    memcpy(Cp, C0, cb), memcpy(Cg, C0, cb);
+    run_pack(&s, A, B, bias, Cp);
+    mm_linear_bf16(s.M, s.N, s.K, A, B, bias, Cg);
+    tu_check(mm_take_error(&err) == ST_OK && !memcmp(Cp, Cg, cb), "mm_linear_bf16 takes the packed path once enabled",
+             "%s", memcmp(Cp, Cg, cb) ? "bits differ from mm_pack_gemm_bf16" : "bits of mm_pack_gemm_bf16");
+    /* Row halves from the two threads of a parallel region (each GEMM on its calling thread, as the
+     * tp overlap's row chunks run): the bits of the whole. */
+    memcpy(Cd, C0, cb);
+#pragma omp parallel num_threads(2)
+    {
+        int h = omp_get_thread_num(), r0 = h ? 200 : 0, m = h ? s.M - 200 : 200;
+        mm_linear_bf16(m, s.N, s.K, A + (size_t)r0 * s.lda, B, bias, Cd + (size_t)r0 * s.ldc);
+    }
+    tu_check(mm_take_error(&err) == ST_OK && !memcmp(Cd, Cg, cb),
+             "mm_linear_bf16 on row ranges from a parallel region's threads = the whole, bit for bit", "%s",
+             memcmp(Cd, Cg, cb) ? "bits differ" : "identical");
+    /* Not wanted: the LM head's chunks (a 50304-row wte as op(B); K = 50304), a test-sized layer. */
+    tu_check(!mm_pack_wanted(333, 50304, 384) && !mm_pack_wanted(333, 384, 50304) && !mm_pack_wanted(64, 64, 64),
+             "mm_pack_wanted: not for the LM head's chunks or a 64 x 64 layer", "%d %d %d",
+             mm_pack_wanted(333, 50304, 384), mm_pack_wanted(333, 384, 50304), mm_pack_wanted(64, 64, 64));
+    mm_pack_enable(0);
+    tu_check(!mm_pack_wanted(s.M, s.N, s.K), "mm_pack_enable(0) turns the path off", "wanted %d",
+             mm_pack_wanted(s.M, s.N, s.K));
+    free(A), free(B), free(bias), free(C0), free(Cp), free(Cg), free(Cd);
+}
+
+int main(void) {
+    Shape probe = {.M = 8, .N = 16, .K = 2, .lda = 2, .ldb = 16, .ldc = 16, .alpha = 1};
+    uint16_t a[16] = {0}, b[32] = {0};
+    float c[128];
+    if (!mm_pack_gemm_bf16(0, 0, probe.M, probe.N, probe.K, 1.0f, a, 2, b, 16, 0.0f, c, 16, NULL)) {
+        __builtin_cpu_init();
+        int cpu = __builtin_cpu_supports("avx512bf16");
+        tu_check(!cpu, "mm_pack_gemm_bf16 in this build",
+                 cpu ? "missing, but this CPU has AVX512_BF16: the build lost -march=native (ST_ARCH_FLAGS)"
+                     : "not built (no AVX512_BF16 on this CPU/target): bf16 GEMMs run on oneDNN");
+        return tu_exit();
+    }
+    /* The layer GEMMs of a step (fwd NT + bias, dX NN, dW TN + C), at test-sized rows. */
+    test_shape((Shape){0, 1, 256, 1152, 384, 384, 384, 1152, 1.0f, 0.0f, 1}, 0);
+    test_shape((Shape){0, 0, 256, 384, 1536, 1536, 384, 384, 1.0f, 0.0f, 0}, 0);
+    test_shape((Shape){1, 0, 384, 1536, 256, 384, 1536, 1536, 1.0f, 1.0f, 0}, 0);
+    /* Every tail: rows (not a multiple of 8 or of the row blocks), columns (not of 16 or 48), odd
+     * K, odd and padded leading dimensions, alpha, the fourth transpose pair. */
+    test_shape((Shape){0, 1, 203, 77, 99, 101, 103, 80, 0.5f, 1.0f, 1}, 1);
+    test_shape((Shape){1, 1, 77, 203, 65, 80, 66, 205, -2.0f, 0.0f, 0}, 0);
+    test_shape((Shape){0, 0, 1, 1, 1, 1, 1, 1, 1.0f, 1.0f, 1}, 0);
+    test_shape((Shape){1, 0, 9, 50, 3, 9, 51, 50, 1.0f, 0.0f, 0}, 0);
+    test_shape((Shape){0, 0, 100, 49, 64, 65, 49, 49, 0.125f, 0.0f, 0}, 0);
+    test_shape((Shape){0, 1, 97, 96, 2048, 2048, 2048, 96, 1.0f, 1.0f, 0}, 0);
+    test_dispatch();
+    return tu_exit();
+}
