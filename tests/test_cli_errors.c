@@ -144,12 +144,23 @@ int main(void) {
     unsetenv("ST_BF16_GEMM");
     char *gtext = tu_slurp(__builtin_cpu_supports("avx512bf16") ? TMP "/gemm_env.jsonl" : TMP "/gemm_env.err");
     int kernels = __builtin_cpu_supports("avx512bf16");
-    int named = gtext && strstr(gtext, "bf16 layer GEMMs packed (ST_BF16_GEMM)") != NULL;
+    int named = gtext && strstr(gtext, "bf16 layer GEMMs on matmul_pack.c") != NULL;
     int refused = gtext && strstr(gtext, "ST_BF16_GEMM=packed: this build has no AVX512_BF16 kernels") != NULL;
     tu_check(WIFEXITED(grc) && (kernels ? WEXITSTATUS(grc) == 0 && named : WEXITSTATUS(grc) == 2 && refused),
              "ST_BF16_GEMM=packed: the run says so (or, without the kernels, is refused in one line)",
              "exit=%d, avx512bf16 %d, named %d, refused %d", WIFEXITED(grc) ? WEXITSTATUS(grc) : -1, kernels, named,
              refused);
+    free(gtext);
+    /* ... and ST_BF16_GEMM=onednn turns it off (the default where the CPU has AVX512_BF16 and no AMX
+     * is on: without this the variable could be ignored and the check above still pass). */
+    setenv("ST_BF16_GEMM", "onednn", 1);
+    grc = system(gcmd);
+    unsetenv("ST_BF16_GEMM");
+    gtext = tu_slurp(TMP "/gemm_env.jsonl");
+    tu_check(WIFEXITED(grc) && WEXITSTATUS(grc) == 0 && gtext && strstr(gtext, "\"gemm\"") &&
+                 !strstr(gtext, "bf16 layer GEMMs on matmul_pack.c"),
+             "ST_BF16_GEMM=onednn: the run's GEMMs are oneDNN's alone", "exit=%d, start record %s",
+             WIFEXITED(grc) ? WEXITSTATUS(grc) : -1, gtext ? "read" : "missing");
     free(gtext);
     /* The good shard trains (so the failures above are about the bad input, not the setup). */
     char cmd[4096];

@@ -9,10 +9,10 @@
  *    so an element left unwritten fails (a NaN counts as over the bound);
  *  - the same bits at 1 and 2 threads, and for rows computed as part of a smaller problem (another
  *    blocking of the rows): each output's sum runs in one order whatever the cut;
- *  - the dispatch: by default mm_linear_bf16 runs oneDNN (within the bound); once enabled
- *    (mm_pack_enable(1), as ST_BF16_GEMM=packed does) it gives mm_pack_gemm_bf16's bits at a layer
- *    shape, the same bits for row ranges run from a parallel region's threads, and not for the LM
- *    head's chunks or a test-sized layer.
+ *  - the dispatch: by default the packed path where mm_tile_preferred; turned off (mm_pack_enable(0),
+ *    as ST_BF16_GEMM=onednn does) mm_linear_bf16 runs oneDNN (within the bound); turned on it gives
+ *    mm_pack_gemm_bf16's bits at a layer shape, the same bits for row ranges run from a parallel
+ *    region's threads, and is not taken for the LM head's chunks or a test-sized layer.
  * Negative controls (run here): one B value off by one bf16 ulp in the GEMM's input (the oracle
  * reads the true one) must exceed the bound; one output element overwritten by NaN must too.
  * A build without AVX512_BF16 has no packed GEMM (mm_pack_gemm_bf16 returns 0): the test fails if
@@ -175,13 +175,18 @@ static void test_dispatch(void) {
     float *C0 = start_c(&s), *Cp = malloc(cb), *Cg = malloc(cb), *Cd = malloc(cb);
     omp_set_num_threads(2);
     Err err;
-    /* Off by default: oneDNN, within the bound. */
+    /* The default: packed where mm_tile_preferred (AVX512_BF16 without AMX). */
     int def = mm_pack_wanted(s.M, s.N, s.K);
+    tu_check(def == mm_tile_preferred(), "default: mm_pack_wanted at a layer shape (512x384x384) = mm_tile_preferred",
+             "wanted %d, mm_tile_preferred %d", def, mm_tile_preferred());
+    /* Turned off: oneDNN, within the bound. */
+    mm_pack_enable(0);
+    int off = mm_pack_wanted(s.M, s.N, s.K);
     memcpy(Cd, C0, cb);
     mm_linear_bf16(s.M, s.N, s.K, A, B, bias, Cd);
     double e = excess(&s, A, B, bias, C0, Cd, 3);
-    tu_check(!def && mm_take_error(&err) == ST_OK && e <= 1.0, "default: mm_linear_bf16 on oneDNN vs float64",
-             "wanted %d (0), worst error / bound = %.3g (<= 1)", def, e);
+    tu_check(!off && mm_take_error(&err) == ST_OK && e <= 1.0, "mm_pack_enable(0): mm_linear_bf16 on oneDNN vs float64",
+             "wanted %d (0), worst error / bound = %.3g (<= 1)", off, e);
     mm_pack_enable(1);
     int wanted = mm_pack_wanted(s.M, s.N, s.K);
     tu_check(wanted == 1, "mm_pack_enable(1): wanted at a layer shape (512x384x384)", "wanted %d", wanted);

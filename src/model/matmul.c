@@ -255,11 +255,18 @@ void mm_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, co
     run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 1, NULL);
 }
 
-/* The packed bf16 GEMMs are off unless asked for (ST_BF16_GEMM=packed, mm_pack_enable(1)): on a
- * whole step they measured 1.03× oneDNN on configs B and C and 0.97× on A (bench/results/step.md). */
-static atomic_int pack_on;
+/* The packed bf16 GEMMs: -1 until chosen (then on where mm_tile_preferred: AVX512_BF16 without AMX),
+ * else 0 / 1 as mm_pack_enable or ST_BF16_GEMM set it. On a 2-core Zen 5 a whole bf16 step measured
+ * 1.08–1.3× oneDNN on GPT-2 124M at 4 × 1024 tokens, 1.03× on configs B and C, 0.97× on A (4 × 64
+ * tokens; bench/results/step.md). */
+static atomic_int pack_on = -1;
 
 void mm_pack_enable(int on) { atomic_store(&pack_on, on && mm_tile_available()); }
+
+static int pack_enabled(void) {
+    int on = atomic_load_explicit(&pack_on, memory_order_relaxed);
+    return on < 0 ? mm_tile_preferred() : on;
+}
 
 Status mm_gemm_env(Err *err) {
     const char *v = getenv("ST_BF16_GEMM");
@@ -286,7 +293,7 @@ Status mm_gemm_env(Err *err) {
  * packed GEMM runs on the calling thread alone. */
 int mm_pack_wanted(int M, int N, int K) {
     (void)M;
-    return atomic_load_explicit(&pack_on, memory_order_relaxed) && N >= 16 && K >= 16 && K <= 8192 &&
+    return pack_enabled() && N >= 16 && K >= 16 && K <= 8192 &&
            (double)N * K >= 65536.0 && (double)N * K <= 8388608.0;
 }
 
@@ -297,6 +304,6 @@ const char *mm_backend_info(void) {
     const dnnl_version_t *v = dnnl_version();
     snprintf(buf, sizeof buf, "oneDNN %d.%d.%d (%s)%s", v->major, v->minor, v->patch,
              v->cpu_runtime == DNNL_RUNTIME_OMP ? "omp" : "other runtime",
-             atomic_load(&pack_on) ? ", bf16 layer GEMMs packed (ST_BF16_GEMM)" : "");
+             pack_enabled() ? ", bf16 layer GEMMs on matmul_pack.c" : "");
     return buf;
 }

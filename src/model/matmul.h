@@ -58,20 +58,22 @@ const char *mm_backend_info(void);
  * on vdpbf16ps with op(B) packed into column panels, threaded over the caller's OpenMP threads
  * (inside a parallel region: on the calling thread alone). Each output is the sum of its K/2 pairs in order, then
  * alpha, bias, C: the same bits at any thread count. mm_gemm_bf16 and mm_linear_bf16 take this path
- * for the layer shapes once enabled (mm_pack_enable, ST_BF16_GEMM=packed; off by default: on a
- * whole step it measured 0.97–1.03× oneDNN). Returns 0 without touching C when its scratch cannot
- * be allocated, or when the build has no AVX512_BF16. */
+ * for the layer shapes (mm_pack_wanted): by default where mm_tile_preferred() (AVX512_BF16 without
+ * AMX: Zen 4/5), else as mm_pack_enable / ST_BF16_GEMM say. Returns 0 without touching C when its
+ * scratch cannot be allocated, or when the build has no AVX512_BF16. */
 int mm_pack_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, const uint16_t *A, int lda,
                       const uint16_t *B, int ldb, float beta, float *C, int ldc, const float *bias);
 
 /* 1 when mm_gemm_bf16 / mm_linear_bf16 run this shape on mm_pack_gemm_bf16: enabled, and decided
- * by N and K alone (matmul.c), so row ranges of a GEMM take the path of the whole.
- * mm_pack_enable(1) turns the path on (where the build has the kernels), 0 off (the default). */
+ * by N and K alone (matmul.c), so row ranges of a GEMM take the path of the whole. Enabled by
+ * default where mm_tile_preferred(); mm_pack_enable(1) turns it on (where the build has the
+ * kernels, AMX or not), 0 off: every bf16 GEMM on oneDNN. */
 int mm_pack_wanted(int M, int N, int K);
 void mm_pack_enable(int on);
 
-/* Reads ST_BF16_GEMM once at start: unset or "onednn" (the default), or "packed"; anything else,
- * or "packed" in a build without the kernels, is ST_ERR_INPUT with one line naming the variable. */
+/* Reads ST_BF16_GEMM once at start: unset (the default above), "onednn" (off) or "packed" (on);
+ * anything else, or "packed" in a build without the kernels, is ST_ERR_INPUT with one line naming
+ * the variable. */
 Status mm_gemm_env(Err *err);
 
 /* ---- Small bf16 tiles (matmul_tile.c) ---------------------------------------------------------- */
