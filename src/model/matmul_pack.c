@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "core/status.h"
+#include "model/matmul_simd.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #include <immintrin.h>
@@ -107,33 +108,6 @@ static void tile_any(int R, int nv, __mmask16 last, int KP, float alpha, const u
     }
 }
 
-/* Transposes the 16 × 16 uint32 block r (row t = r[t]) in registers: r[t] becomes column t. */
-static inline void transpose16(__m512i r[16]) {
-    __m512i t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
-        t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xDD);
-        t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
-        t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xDD);
-    }
-    for (int i = 0; i < 4; i++) {
-        r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-        r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xDD);
-        r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
-        r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xDD);
-    }
-}
-
 /* 16 pairs (X[r0][n], X[r1][n]) for n = 0..15 under mask k (r1 NULL: high halves 0). */
 static inline __m512i pairs16(const uint16_t *r0, const uint16_t *r1, __mmask16 k) {
     __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, r0));
@@ -174,7 +148,7 @@ static void pack_b(uint32_t *d, int tb, const uint16_t *B, int ldb, int K, int K
                 __m512i x = _mm512_maskz_loadu_epi16(kk >= 32 ? 0xFFFFFFFFu : (1u << kk) - 1, w);
                 r[t] = x;
             }
-            transpose16(r);
+            mm_transpose16(r);
             for (int t = 0; t < pn; t++) _mm512_store_si512(d + (size_t)(p0 + t) * NR + c0, r[t]);
         }
     }

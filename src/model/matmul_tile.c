@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/half.h"
+#include "model/matmul_simd.h"
 #include "core/status.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
@@ -109,39 +110,11 @@ static inline __m512i bf16_lanes(__m512 x) {
     return _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd), 16);
 }
 
-/* Transposes the 16 × 16 uint32 block in r (row t = r[t]) in registers: r[t] becomes column t. */
-static inline void transpose16(__m512i r[16]) {
-    __m512i t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    /* Now 128-bit lane q of r[4a + b] holds column 4q + b of rows 4a .. 4a + 3: gather the four
-     * lanes of each column (two rounds of 128-bit lane shuffles). */
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);      /* lanes 0, 2 of r[i], then of r[i + 4] */
-        t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xDD);  /* lanes 1, 3 */
-        t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
-        t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xDD);
-    }
-    for (int i = 0; i < 4; i++) {
-        r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-        r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xDD);
-        r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
-        r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xDD);
-    }
-}
 
-/* Stores the transposed block: column t of the rows built (r[t] after transpose16) goes to
+/* Stores the transposed block: column t of the rows built (r[t] after mm_transpose16) goes to
  * dst + t·ldd, its first `cols` lanes; `rows` of them (tails of N, K). */
 static inline void store_t(uint32_t *dst, size_t ldd, __m512i r[16], int rows, int cols) {
-    transpose16(r);
+    mm_transpose16(r);
     __mmask16 k = (__mmask16)(cols >= 16 ? 0xFFFFu : (1u << cols) - 1);
     for (int t = 0; t < rows; t++) _mm512_mask_storeu_epi32(dst + (size_t)t * ldd, k, r[t]);
 }

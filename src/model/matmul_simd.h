@@ -1,0 +1,40 @@
+/* matmul_simd.h — register helpers shared by the bf16 GEMM files (matmul_tile.c, matmul_pack.c);
+ * internal to model/, for builds that target AVX-512 with bf16 dot products. */
+#ifndef ST_MODEL_MATMUL_SIMD_H
+#define ST_MODEL_MATMUL_SIMD_H
+
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#include <immintrin.h>
+
+/* Transposes the 16 × 16 uint32 block in r (row t = r[t]) in registers: r[t] becomes column t. */
+static inline void mm_transpose16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    /* Now 128-bit lane q of r[4a + b] holds column 4q + b of rows 4a .. 4a + 3: gather the four
+     * lanes of each column (two rounds of 128-bit lane shuffles). */
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);      /* lanes 0, 2 of r[i], then of r[i + 4] */
+        t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xDD);  /* lanes 1, 3 */
+        t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xDD);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xDD);
+        r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
+        r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xDD);
+    }
+}
+
+#endif
+
+#endif
