@@ -12,7 +12,8 @@
  *  - the dispatch: by default the packed path where mm_tile_preferred; turned off (mm_pack_enable(0),
  *    as ST_BF16_GEMM=onednn does) mm_linear_bf16 runs oneDNN (within the bound); turned on it gives
  *    mm_pack_gemm_bf16's bits at a layer shape, the same bits for row ranges run from a parallel
- *    region's threads, and is not taken for the LM head's chunks or a test-sized layer.
+ *    region's threads, and is not taken for the LM head's logits and input-gradient GEMMs or a
+ *    test-sized layer.
  * Negative controls (run here): one B value off by one bf16 ulp in the GEMM's input (the oracle
  * reads the true one) must exceed the bound; one output element overwritten by NaN must too.
  * A build without AVX512_BF16 has no packed GEMM (mm_pack_gemm_bf16 returns 0): the test fails if
@@ -206,9 +207,10 @@ static void test_dispatch(void) {
     tu_check(mm_take_error(&err) == ST_OK && !memcmp(Cd, Cg, cb),
              "mm_linear_bf16 on row ranges from a parallel region's threads = the whole, bit for bit", "%s",
              memcmp(Cd, Cg, cb) ? "bits differ" : "identical");
-    /* Not wanted: the LM head's chunks (a 50304-row wte as op(B); K = 50304), a test-sized layer. */
+    /* Not wanted: the LM head's logits (a 50304-row wte as op(B)) and input gradient (K = 50304), a
+     * test-sized layer. */
     tu_check(!mm_pack_wanted(333, 50304, 384) && !mm_pack_wanted(333, 384, 50304) && !mm_pack_wanted(64, 64, 64),
-             "mm_pack_wanted: not for the LM head's chunks or a 64 x 64 layer", "%d %d %d",
+             "mm_pack_wanted: not for the LM head's logits and input-gradient GEMMs or a 64 x 64 layer", "%d %d %d",
              mm_pack_wanted(333, 50304, 384), mm_pack_wanted(333, 384, 50304), mm_pack_wanted(64, 64, 64));
     mm_pack_enable(0);
     tu_check(!mm_pack_wanted(s.M, s.N, s.K), "mm_pack_enable(0) turns the path off", "wanted %d",

@@ -289,7 +289,8 @@ Status mm_gemm_env(Err *err) {
  * chunks, a micro-batch) takes the same path, and gives the same bits, as the whole: at least 64 K
  * values (smaller layers measured as fast on oneDNN, and the test models' stay there), at most 8 M
  * (its packed copy is scratch) with K at most 8192 (a panel's pairs stay in L2). The LM head's
- * chunks (a 50257-row wte as op(B), or K = 50257) stay on oneDNN. Inside a parallel region the
+ * logits (a 50257-row wte as op(B)) and input gradient (K = 50257) stay on oneDNN; its weight
+ * gradient (op(B) = the chunk's inputs) is taken. Inside a parallel region the
  * packed GEMM runs on the calling thread alone. */
 int mm_pack_wanted(int M, int N, int K) {
     (void)M;
