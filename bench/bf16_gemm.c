@@ -75,7 +75,6 @@ int main(int argc, char **argv) {
                         double t = now_ms() - t0;
                         if (r > 0 && t < best[p]) best[p] = t;
                     }
-                mm_pack_enable(1); /* as the timed loop leaves it */
                 Err e;
                 if (mm_take_error(&e) != ST_OK) {
                     fprintf(stderr, "bf16_gemm: %s\n", e.msg);

@@ -58,12 +58,13 @@ static const char *dnnl_status_name(dnnl_status_t s) {
  * path (s = dnnl_success) only what failed. First one wins. */
 static void record(const Key *k, dnnl_status_t s, const char *what) {
     static const char *ops[4] = {"A*B", "A*B^T", "A^T*B", "A^T*B^T"};
+    char by[48] = "";
+    if (s != dnnl_success) snprintf(by, sizeof by, "oneDNN %s ", dnnl_status_name(s));
     pthread_mutex_lock(&err_lock);
     if (first_err.status == ST_OK)
-        err_set(&first_err, ST_ERR_RUNTIME, "GEMM %dx%dx%d (MxNxK, %s, %s%s%s): %s%s%s%s", k->M, k->N, k->K,
+        err_set(&first_err, ST_ERR_RUNTIME, "GEMM %dx%dx%d (MxNxK, %s, %s%s%s): %s%s", k->M, k->N, k->K,
                 k->bf16 ? "bf16" : "fp32", ops[2 * (k->ta != 0) + (k->tb != 0)], k->bias ? " + bias" : "",
-                k->beta1 ? " + C" : "", s == dnnl_success ? "" : "oneDNN ", s == dnnl_success ? "" : dnnl_status_name(s),
-                s == dnnl_success ? "" : " ", what);
+                k->beta1 ? " + C" : "", by, what);
     pthread_mutex_unlock(&err_lock);
 }
 

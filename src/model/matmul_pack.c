@@ -84,7 +84,7 @@ static inline __attribute__((always_inline)) void tile(const int R, const int nv
 #define TILE_NV(R)                                                                   \
     switch (nv) {                                                                    \
     case 1: tile(R, 1, last, KP, alpha, a, sp, sr, b, bias, beta1, C, ldc); break;   \
-    case 2: tile(R, 2 < NV ? 2 : NV, last, KP, alpha, a, sp, sr, b, bias, beta1, C, ldc); break; \
+    case 2: tile(R, 2, last, KP, alpha, a, sp, sr, b, bias, beta1, C, ldc); break;   \
     default: tile(R, NV, last, KP, alpha, a, sp, sr, b, bias, beta1, C, ldc); break; \
     }
 
@@ -98,13 +98,7 @@ static void tile_any(int R, int nv, __mmask16 last, int KP, float alpha, const u
     case 5: TILE_NV(5) break;
     case 6: TILE_NV(6) break;
     case 7: TILE_NV(7) break;
-#if MR > 8
-    case 8: TILE_NV(8) break;
-    case 9: TILE_NV(9) break;
-    case 10: TILE_NV(10) break;
-    case 11: TILE_NV(11) break;
-#endif
-    default: TILE_NV(MR) break;
+    default: TILE_NV(8) break;
     }
 }
 
@@ -145,8 +139,7 @@ static void pack_b(uint32_t *d, int tb, const uint16_t *B, int ldb, int K, int K
                 const uint16_t *w = B + (size_t)(n0 + c0 + t) * ldb + 2 * p0;
                 int kk = K - 2 * p0 < 32 ? K - 2 * p0 : 32; /* values left in this row block */
                 /* 32 bf16 values = 16 pairs; an odd K's last pair gets a zero high half */
-                __m512i x = _mm512_maskz_loadu_epi16(kk >= 32 ? 0xFFFFFFFFu : (1u << kk) - 1, w);
-                r[t] = x;
+                r[t] = _mm512_maskz_loadu_epi16(kk >= 32 ? 0xFFFFFFFFu : (1u << kk) - 1, w);
             }
             mm_transpose16(r);
             for (int t = 0; t < pn; t++) _mm512_store_si512(d + (size_t)(p0 + t) * NR + c0, r[t]);

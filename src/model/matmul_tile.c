@@ -110,7 +110,6 @@ static inline __m512i bf16_lanes(__m512 x) {
     return _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd), 16);
 }
 
-
 /* Stores the transposed block: column t of the rows built (r[t] after mm_transpose16) goes to
  * dst + t·ldd, its first `cols` lanes; `rows` of them (tails of N, K). */
 static inline void store_t(uint32_t *dst, size_t ldd, __m512i r[16], int rows, int cols) {
