@@ -23,8 +23,13 @@ void rc_make_data(const char *dir);
 void rc_make_val_data(const char *dir, const char *name, int variant);
 
 /* Runs a shell command with output to dir/name.out; returns the exit code (-1 on a signal) and, if
- * secs is not NULL, the wall time in seconds. */
+ * secs is not NULL, the wall time in seconds. A run whose output shows that Open MPI could not start
+ * the job (rc_mpi_start_failure) is run once more, the first output kept as name.out.mpi-start-failed. */
 int rc_run(const char *dir, const char *name, const char *cmd, double *secs);
+
+/* The phrase of Open MPI's by which out (a job's output) says the job could not start (launch,
+ * run-time or MPI_Init failed), NULL if none. */
+const char *rc_mpi_start_failure(const char *out);
 
 /* A shell command's standard output (up to 128 KiB) parsed as one JSON value (caller deletes), NULL if
  * it cannot be run or is not JSON: `scaletrain plan --json`. */

@@ -88,6 +88,12 @@ static int train_run(const char *name, int np, int k, int steps, const char *ext
     double secs;
     int rc = rc_run(DIR, name, cmd, &secs);
     printf("%s: exit %d, %.1f s\n", name, rc, secs);
+    if (rc != 0) { /* what the run said, kept before a later run of the same name overwrites it */
+        char tail[1400];
+        snprintf(tail, sizeof tail, "tail -n 4 %s/%s.out | sed 's/^/  | /'", DIR, name);
+        fflush(stdout);
+        if (system(tail) != 0) printf("  (%s/%s.out unreadable)\n", DIR, name);
+    }
     return rc;
 }
 
