@@ -223,11 +223,7 @@ int main(void) {
     uint16_t a[16] = {0}, b[32] = {0};
     float c[128];
     if (!mm_pack_gemm_bf16(0, 0, probe.M, probe.N, probe.K, 1.0f, a, 2, b, 16, 0.0f, c, 16, NULL)) {
-        __builtin_cpu_init();
-        int cpu = __builtin_cpu_supports("avx512bf16");
-        tu_check(!cpu, "mm_pack_gemm_bf16 in this build",
-                 cpu ? "missing, but this CPU has AVX512_BF16: the build lost -march=native (ST_ARCH_FLAGS)"
-                     : "not built (no AVX512_BF16 on this CPU/target): bf16 GEMMs run on oneDNN");
+        tu_bf16_kernels_missing("mm_pack_gemm_bf16", "bf16 GEMMs run on oneDNN");
         return tu_exit();
     }
     /* The layer GEMMs of a step (fwd NT + bias, dX NN, dW TN + C), at test-sized rows. */

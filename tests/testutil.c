@@ -220,3 +220,12 @@ void tu_tag_attr(const char *doc, const char *p, const char *name, char *out, si
     memcpy(out, k, n);
     out[n] = '\0';
 }
+
+void tu_bf16_kernels_missing(const char *what, const char *instead) {
+    __builtin_cpu_init();
+    int cpu = __builtin_cpu_supports("avx512bf16");
+    char name[160];
+    snprintf(name, sizeof name, "%s in this build", what);
+    tu_check(!cpu, name, "%s%s", cpu ? "missing, but this CPU has AVX512_BF16: the build lost -march=native (ST_ARCH_FLAGS)"
+                                     : "not built (no AVX512_BF16 on this CPU/target): ", cpu ? "" : instead);
+}

@@ -28,6 +28,11 @@ char *tu_slurp(const char *path);
 /* 1 if both files can be read and hold the same bytes. */
 int tu_same_file(const char *a, const char *b);
 
+/* For a test whose AVX512_BF16 kernels (`what`) this build lacks: records a check that fails where
+ * the CPU has avx512bf16 (the build lost -march=native: ST_ARCH_FLAGS) and passes otherwise, saying
+ * what runs instead (`instead`). The caller then ends the test (tu_exit). */
+void tu_bf16_kernels_missing(const char *what, const char *instead);
+
 /* ---- the metrics log (src/train/events.h) ---- */
 
 /* Every record of a JSON Lines log, in file order, as one cJSON array (caller deletes); NULL if
