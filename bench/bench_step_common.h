@@ -11,6 +11,7 @@
 
 #include "core/rng.h"
 #include "model/gpt.h"
+#include "model/matmul.h"
 #include "optim/optim.h"
 
 typedef struct {
@@ -21,6 +22,16 @@ typedef struct {
     OptimRange r;       /* one range: every parameter, weight decay on */
     OptimConfig oc;
 } BenchStep;
+
+/* The GEMMs' threads, and ST_BF16_GEMM read as the trainer reads it (matmul.h, mm_gemm_env:
+ * "packed" or "onednn" for the bf16 layer GEMMs); prints "prog: error" and returns 0 on a bad value. */
+static inline int bench_step_gemm_setup(const char *prog, int nt) {
+    mm_set_threads(nt);
+    Err e = {0};
+    if (mm_gemm_env(&e) == ST_OK) return 1;
+    fprintf(stderr, "%s: %s\n", prog, e.msg);
+    return 0;
+}
 
 /* The model of go (B, T, threads, precision, backend set by the caller) with its parameters and
  * AdamW state; prints the error and returns 0 on failure. */

@@ -78,12 +78,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", err.msg);
         return 2;
     }
-    mm_set_threads(nt);
-    Err genv = {0};
-    if (mm_gemm_env(&genv) != ST_OK) { /* ST_BF16_GEMM=packed: the packed bf16 layer GEMMs (matmul.h) */
-        fprintf(stderr, "step_bench: %s\n", genv.msg);
-        return 2;
-    }
+    if (!bench_step_gemm_setup("step_bench", nt)) return 2;
     MemStats ms = {0};
     GptOptions go = gpt_default_options();
     go.B = B, go.T = T, go.threads = nt, go.recompute = rc, go.precision = bf16 ? GPT_BF16 : GPT_FP32;

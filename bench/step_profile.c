@@ -282,12 +282,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", err.msg);
         return 2;
     }
-    mm_set_threads(nt);
-    Err genv = {0};
-    if (mm_gemm_env(&genv) != ST_OK) { /* ST_BF16_GEMM=packed: the packed bf16 layer GEMMs (matmul.h) */
-        fprintf(stderr, "step_profile: %s\n", genv.msg);
-        return 2;
-    }
+    if (!bench_step_gemm_setup("step_profile", nt)) return 2;
     use_cpu_clock = nt == 1;
     Backend tb = timed_backend();
     GptOptions go = gpt_default_options();

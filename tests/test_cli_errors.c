@@ -142,8 +142,8 @@ int main(void) {
              ">/dev/null 2>%s/gemm_env.err", TMP, BIN, TMP, common, TMP, TMP);
     int grc = system(gcmd);
     unsetenv("ST_BF16_GEMM");
-    char *gtext = tu_slurp(__builtin_cpu_supports("avx512bf16") ? TMP "/gemm_env.jsonl" : TMP "/gemm_env.err");
     int kernels = __builtin_cpu_supports("avx512bf16");
+    char *gtext = tu_slurp(kernels ? TMP "/gemm_env.jsonl" : TMP "/gemm_env.err");
     int named = gtext && strstr(gtext, "bf16 layer GEMMs on matmul_pack.c") != NULL;
     int refused = gtext && strstr(gtext, "ST_BF16_GEMM=packed: this build has no AVX512_BF16 kernels") != NULL;
     tu_check(WIFEXITED(grc) && (kernels ? WEXITSTATUS(grc) == 0 && named : WEXITSTATUS(grc) == 2 && refused),
