@@ -14,8 +14,13 @@
  *    mm_pack_gemm_bf16's bits at a layer shape, the same bits for row ranges run from a parallel
  *    region's threads, and is not taken for the LM head's logits and input-gradient GEMMs or a
  *    test-sized layer.
+ *  - op(B) packed once (mm_pack_b_bf16, both layouts) and the GEMM against it (mm_packed_gemm_bf16,
+ *    as the bf16 LM head runs its logits and input gradient): float64 within the same bound, A's
+ *    value past an odd K poisoned with NaN (never read); a K long enough to run in blocks gives
+ *    mm_pack_gemm_bf16's one-pass bits (the blocks continue one fp32 chain); 1 thread = 2 threads.
  * Negative controls (run here): one B value off by one bf16 ulp in the GEMM's input (the oracle
- * reads the true one) must exceed the bound; one output element overwritten by NaN must too.
+ * reads the true one) must exceed the bound; one output element overwritten by NaN must too; the
+ * prepacked GEMM told K + 1 reads the poisoned value and must fail the bound.
  * A build without AVX512_BF16 has no packed GEMM (mm_pack_gemm_bf16 returns 0): the test fails if
  * this CPU has the instructions, i.e. the build lost them. */
 #include <math.h>
@@ -165,6 +170,64 @@ static void test_shape(Shape s, int controls) {
     free(A), free(B), free(bias), free(C0), free(C), free(C1);
 }
 
+/* op(B) packed once, then C = A · op(B) against it (alpha 1, beta 0, A read in place). */
+static void test_prepacked(int tb, int M, int N, int K, int lda, int controls) {
+    Shape s = {.ta = 0, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = tb ? K + 3 : N + 5, .ldc = N + 1,
+               .alpha = 1, .beta = 0};
+    uint16_t *A = rand_bf16(a_size(&s)), *B = rand_bf16(b_size(&s));
+    for (int i = 0; i < M && lda > K; i++) A[(size_t)i * lda + K] = 0x7FC0; /* NaN just past each row's K values */
+    size_t words = mm_packed_b_words(N, K), cb = (size_t)M * s.ldc * sizeof(float);
+    uint32_t *P = aligned_alloc(64, (words * 4 + 63) / 64 * 64);
+    float *C0 = start_c(&s), *C = malloc(cb), *C1 = malloc(cb);
+    char name[160];
+    omp_set_num_threads(2);
+    int packed = mm_pack_b_bf16(P, tb, N, K, B, s.ldb);
+    memcpy(C, C0, cb);
+    int ran = packed && mm_packed_gemm_bf16(M, N, K, A, lda, P, C, s.ldc);
+    double e = ran ? excess(&s, A, B, NULL, C0, C, 1) : INFINITY;
+    snprintf(name, sizeof name, "mm_packed_gemm_bf16 N%s %dx%dx%d lda %d (NaN past K) vs float64", tb ? "T" : "N", M, N, K,
+             lda);
+    tu_check(ran && e <= 1.0, name, "ran %d, worst error / fp32-sum bound = %.3g (<= 1)", ran, e);
+    memcpy(C1, C0, cb);
+    omp_set_num_threads(1);
+    mm_packed_gemm_bf16(M, N, K, A, lda, P, C1, s.ldc);
+    omp_set_num_threads(2);
+    snprintf(name, sizeof name, "mm_packed_gemm_bf16 N%s %dx%dx%d: 1 thread = 2 threads, bit for bit", tb ? "T" : "N", M, N,
+             K);
+    tu_check(!memcmp(C, C1, cb), name, "%s", memcmp(C, C1, cb) ? "bits differ" : "identical");
+    /* mm_pack_gemm_bf16 packs op(A) for an odd K (the last pair's high half 0) and sums each output
+     * in one pass: the prepacked GEMM's bits, K blocks or not. */
+    memcpy(C1, C0, cb);
+    run_pack(&s, A, B, NULL, C1);
+    snprintf(name, sizeof name, "mm_packed_gemm_bf16 N%s %dx%dx%d = mm_pack_gemm_bf16, bit for bit%s", tb ? "T" : "N", M,
+             N, K, (K + 1) / 2 > 2048 ? " (K in blocks)" : "");
+    tu_check(!memcmp(C, C1, cb), name, "%s", memcmp(C, C1, cb) ? "bits differ" : "identical");
+    if (controls) {
+        /* Told K + 1 (even), the GEMM reads the NaN past K in full pairs: NaN · 0 (B's last pair's
+         * high half) is NaN, so the poison is there to be caught. */
+        memcpy(C1, C0, cb);
+        mm_packed_gemm_bf16(M, N, K + 1, A, lda, P, C1, s.ldc);
+        double ec = excess(&s, A, B, NULL, C0, C1, 1);
+        tu_check(ec > 1.0, "control: the prepacked GEMM told K + 1 reads the NaN past K and is caught",
+                 "worst error / bound = %.3g (must be > 1)", ec);
+        /* One value of B one bf16 ulp off when packed (the oracle reads the true B). */
+        size_t at = 0;
+        for (int k = 0; k < K; k++) {
+            size_t x = tb ? (size_t)k : (size_t)k * s.ldb;
+            if (fabs(bf(B[x])) > fabs(bf(B[at]))) at = x;
+        }
+        B[at] ^= 1u;
+        mm_pack_b_bf16(P, tb, N, K, B, s.ldb);
+        B[at] ^= 1u;
+        memcpy(C1, C0, cb);
+        mm_packed_gemm_bf16(M, N, K, A, lda, P, C1, s.ldc);
+        ec = excess(&s, A, B, NULL, C0, C1, 1);
+        tu_check(ec > 1.0, "control: a packed B value off by one bf16 ulp is caught", "worst error / bound = %.3g (must be > 1)",
+                 ec);
+    }
+    free(A), free(B), free(P), free(C0), free(C), free(C1);
+}
+
 /* mm_gemm_bf16 at a training step's shape runs the packed GEMM where mm_pack_wanted says so, and
  * oneDNN once disabled. */
 static void test_dispatch(void) {
@@ -180,6 +243,10 @@ static void test_dispatch(void) {
     int def = mm_pack_wanted(s.M, s.N, s.K);
     tu_check(def == mm_tile_preferred(), "default: mm_pack_wanted at a layer shape (512x384x384) = mm_tile_preferred",
              "wanted %d, mm_tile_preferred %d", def, mm_tile_preferred());
+    /* The head packs its weight from 256 rows a call, where the layer GEMMs are packed. */
+    tu_check(mm_head_pack_wanted(256) == def && !mm_head_pack_wanted(255),
+             "default: mm_head_pack_wanted at 256 rows = mm_pack_wanted, never at 255", "%d at 256, %d at 255",
+             mm_head_pack_wanted(256), mm_head_pack_wanted(255));
     /* Turned off: oneDNN, within the bound. */
     mm_pack_enable(0);
     int off = mm_pack_wanted(s.M, s.N, s.K);
@@ -213,8 +280,8 @@ static void test_dispatch(void) {
              "mm_pack_wanted: not for the LM head's logits and input-gradient GEMMs or a 64 x 64 layer", "%d %d %d",
              mm_pack_wanted(333, 50304, 384), mm_pack_wanted(333, 384, 50304), mm_pack_wanted(64, 64, 64));
     mm_pack_enable(0);
-    tu_check(!mm_pack_wanted(s.M, s.N, s.K), "mm_pack_enable(0) turns the path off", "wanted %d",
-             mm_pack_wanted(s.M, s.N, s.K));
+    tu_check(!mm_pack_wanted(s.M, s.N, s.K) && !mm_head_pack_wanted(4096), "mm_pack_enable(0) turns the path off, the head's too",
+             "wanted %d, head %d", mm_pack_wanted(s.M, s.N, s.K), mm_head_pack_wanted(4096));
     free(A), free(B), free(bias), free(C0), free(Cp), free(Cg), free(Cd);
 }
 
@@ -238,6 +305,12 @@ int main(void) {
     test_shape((Shape){1, 0, 9, 50, 3, 9, 51, 50, 1.0f, 0.0f, 0}, 0);
     test_shape((Shape){0, 0, 100, 49, 64, 65, 49, 49, 0.125f, 0.0f, 0}, 0);
     test_shape((Shape){0, 1, 97, 96, 2048, 2048, 2048, 96, 1.0f, 1.0f, 0}, 0);
+    /* The head's logits (op(B) = wteᵀ, K = C, panels in parallel) and input gradient (op(B) = wte,
+     * K = the vocabulary: one pass, and 3 blocks of up to 1024 pairs), with tails and odd K. */
+    test_prepacked(1, 45, 203, 98, 98, 0);
+    test_prepacked(0, 29, 100, 97, 98, 1);
+    test_prepacked(0, 37, 100, 5001, 5004, 0);
+    test_prepacked(1, 19, 50, 4801, 4802, 0);
     test_dispatch();
     return tu_exit();
 }

@@ -197,8 +197,15 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
     ActStage ast = layout_act_stage(&stl, o->slots);
     ast.split = o->split_backward;
     layout_free(&stl);
+    if (mp->bf16 && ast.head && be->host_addressable) {
+        size_t w = layout_head_pack_words(cfg, B, T, tp, 1);
+        if (w) {
+            if (!(mp->wt = be->alloc(mem, MEM_WORKSPACE, w * sizeof(uint32_t)))) return -1;
+            mp->pack_words = w / 2, mp->wn = mp->wt + w / 2;
+        }
+    }
     /* GptPrecision is the layout's 0/1/2 */
-    ActOptions ao = {B, T, s->nt, rc, (int)prec, tp, o->sp, &ast};
+    ActOptions ao = {B, T, s->nt, rc, (int)prec, tp, o->sp, &ast, !be->host_addressable};
     s->doc_mask = cfg->doc_mask != 0, s->doc_eot = cfg->doc_eot;
     if (s->doc_mask && !(s->docpos_host = malloc((size_t)B * T * sizeof(int32_t)))) return -1;
     ActSizes as = layout_activations(cfg, &ao);
@@ -361,6 +368,7 @@ void gpt_free(Gpt *g) {
         g->be->free(g->mem, MEM_WORKSPACE, s->mp.fa, fa * sizeof(float));
         g->be->free(g->mem, MEM_WORKSPACE, s->mp.fb, fb * sizeof(float));
         g->be->free(g->mem, MEM_WORKSPACE, s->mp.fw, fw * sizeof(float));
+        g->be->free(g->mem, MEM_WORKSPACE, s->mp.wt, 2 * s->mp.pack_words * sizeof(uint32_t));
     }
     g->be->free(g->mem, MEM_ACTIVATIONS, s->acts, s->acts_floats * sizeof(float));
     g->be->free(g->mem, MEM_WORKSPACE, s->scratch, s->scratch_floats * sizeof(float));

@@ -199,6 +199,12 @@ typedef struct {
      * catches) into fp32 scratch and multiplied in fp32. fa, fb as a, b; fw >= the largest weight. */
     int fp16;
     float *fa, *fb, *fw;
+    /* bf16 on the packed GEMMs (matmul.h, mm_head_pack_wanted): the head's weight packed at each
+     * call of head_forward_backward_p / _vp, for its logits (wt: op(B) = wteᵀ) and its input
+     * gradient (wn: op(B) = wte), pack_words words each (layout_head_pack_words / 2). NULL: the
+     * head's logits and input gradient run on mm_gemm_bf16. */
+    uint32_t *wt, *wn;
+    size_t pack_words;
 } MatPrec;
 
 /* fp32 → fp16 bits (round to nearest even, overflow to inf), and fp32 rounded through fp16. */

@@ -26,11 +26,28 @@ static void head_widen(const MatPrec *mp, const uint16_t *wte_lp, int rows, int 
     if (mp && mp->fp16 && rows > 0) widen_fp16(mp->fw, wte_lp, (size_t)rows * C, nt);
 }
 
+/* The packed copies of wte_lp's `rows` rows (MatPrec.wt, .wn) for this call over n rows of x: 1
+ * when the head takes the packed GEMMs. wn only with a backward. Timed into the forward and backward it serves. */
+static int head_pack(const MatPrec *mp, const uint16_t *wte_lp, int n, int rows, int C, int backward, double *ms_fwd,
+                     double *ms_bwd) {
+    if (!mp || !mp->bf16 || !mp->wt || rows <= 0 || !mm_head_pack_wanted(n) ||
+        mm_packed_b_words(rows, C) > mp->pack_words || mm_packed_b_words(C, rows) > mp->pack_words)
+        return 0;
+    double t0 = timer_ms();
+    mm_pack_b_bf16(mp->wt, 1, rows, C, wte_lp, C);
+    double t1 = timer_ms();
+    if (backward) mm_pack_b_bf16(mp->wn, 0, C, rows, wte_lp, C);
+    if (ms_fwd) *ms_fwd += t1 - t0;
+    if (ms_bwd) *ms_bwd += timer_ms() - t1;
+    return 1;
+}
+
 static void head_logits_gemm(const MatPrec *mp, float *logits, int ld, const float *x_c, const float *wte,
-                             const uint16_t *wte_lp, int m, int rows, int C, int nt) {
+                             const uint16_t *wte_lp, int m, int rows, int C, int nt, int packed) {
     if (mp && mp->bf16) {
         cast_bf16(mp->b, x_c, (size_t)m * C, nt);
-        mm_gemm_bf16(0, 1, m, rows, C, 1.0f, mp->b, C, wte_lp, C, 0.0f, logits, ld);
+        if (!(packed && mm_packed_gemm_bf16(m, rows, C, mp->b, C, mp->wt, logits, ld)))
+            mm_gemm_bf16(0, 1, m, rows, C, 1.0f, mp->b, C, wte_lp, C, 0.0f, logits, ld);
     } else if (mp && mp->fp16) {
         round_fp16(mp->fb, x_c, (size_t)m * C, nt);
         mm_sgemm(0, 1, m, rows, C, 1.0f, mp->fb, C, mp->fw, C, 0.0f, logits, ld);
@@ -74,14 +91,15 @@ static float head_exp_sum_store(float *l, int V, float mx) {
 /* dwte NULL: a frozen head (LoRA), its weight gradient skipped. */
 static void head_backward_gemms(const MatPrec *mp, float *dx_c, float *dwte, const float *logits, int ld,
                                 const float *x_c, const float *wte, const uint16_t *wte_lp, int m, int rows, int C,
-                                float beta, int nt, int lp_ready) {
+                                float beta, int nt, int lp_ready, int packed) {
     if (mp && mp->fp16) {
         round_fp16(mp->fa, logits, (size_t)m * ld, nt);
         mm_sgemm(0, 0, m, C, rows, 1.0f, mp->fa, ld, mp->fw, C, 0.0f, dx_c, C);
         if (dwte) mm_sgemm(1, 0, rows, C, m, 1.0f, mp->fa, ld, mp->fb, C, beta, dwte, C);
     } else if (mp && mp->bf16) {
         if (!lp_ready) cast_bf16(mp->a, logits, (size_t)m * ld, nt);
-        mm_gemm_bf16(0, 0, m, C, rows, 1.0f, mp->a, ld, wte_lp, C, 0.0f, dx_c, C);
+        if (!(packed && mm_packed_gemm_bf16(m, C, rows, mp->a, ld, mp->wn, dx_c, C)))
+            mm_gemm_bf16(0, 0, m, C, rows, 1.0f, mp->a, ld, wte_lp, C, 0.0f, dx_c, C);
         if (dwte) mm_gemm_bf16(1, 0, rows, C, m, 1.0f, mp->a, ld, mp->b, C, beta, dwte, C);
     } else {
         mm_sgemm(0, 0, m, C, rows, 1.0f, logits, ld, wte, C, 0.0f, dx_c, C);
@@ -132,6 +150,7 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
                              int Vp, float dscale, int chunk, int acc, int nt, float *probs_out, const HeadSample *smp,
                              double *ms_fwd, double *ms_bwd) {
     head_widen(mp, wte_lp, V, C, nt); /* the V real rows of the tied weight */
+    const int packed = head_pack(mp, wte_lp, n, V, C, dx != NULL, ms_fwd, ms_bwd);
     /* bf16 with a backward: the logits' gradient is written straight as the bf16 operand of the
      * two backward GEMMs (mp->a, leading dimension Vp), each value rounded from the same fp32 as
      * before, instead of into the fp32 logits and rounded by a second pass over them (a chunk's
@@ -142,7 +161,7 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
         float beta = acc || r0 > 0 ? 1.0f : 0.0f; /* overwriting: the first chunk writes dwte's V rows */
         double t0 = timer_ms();
         /* Only the V real columns are computed; padded columns are never read (probability 0). */
-        head_logits_gemm(mp, logits, Vp, x + (size_t)r0 * C, wte, wte_lp, m, V, C, nt);
+        head_logits_gemm(mp, logits, Vp, x + (size_t)r0 * C, wte, wte_lp, m, V, C, nt, packed);
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int i = 0; i < m; i++) {
             float *l = logits + (size_t)i * Vp;
@@ -223,7 +242,7 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
         if (ms_fwd) *ms_fwd += t1 - t0;
         if (dx) {
             head_backward_gemms(mp, dx + (size_t)r0 * C, dwte, logits, Vp, x + (size_t)r0 * C, wte, wte_lp, m, V, C, beta,
-                                nt, fuse);
+                                nt, fuse, packed);
             if (ms_bwd) *ms_bwd += timer_ms() - t1;
         }
     }
@@ -234,12 +253,13 @@ void head_forward_backward_vp(const MatPrec *mp, float *losses, float *dx, float
                               int C, int v0, int Vr, int Vl, float dscale, int chunk, int acc, int nt,
                               HeadReduceFn reduce, void *ctx, double *ms_fwd, double *ms_bwd) {
     head_widen(mp, wte_lp, Vr, C, nt);
+    const int packed = head_pack(mp, wte_lp, n, Vr, C, dx != NULL, ms_fwd, ms_bwd);
     for (int r0 = 0; r0 < n; r0 += chunk) {
         int m = n - r0 < chunk ? n - r0 : chunk;
         float beta = acc || r0 > 0 ? 1.0f : 0.0f;
         float *mx = stats, *se = stats + m, *tl = stats + 2 * m;
         double t0 = timer_ms();
-        if (Vr > 0) head_logits_gemm(mp, logits, Vl, x + (size_t)r0 * C, wte, wte_lp, m, Vr, C, nt);
+        if (Vr > 0) head_logits_gemm(mp, logits, Vl, x + (size_t)r0 * C, wte, wte_lp, m, Vr, C, nt, packed);
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int i = 0; i < m; i++) {
             const float *l = logits + (size_t)i * Vl;
@@ -280,7 +300,7 @@ void head_forward_backward_vp(const MatPrec *mp, float *losses, float *dx, float
             if (Vr == 0) memset(dx + (size_t)r0 * C, 0, (size_t)m * C * sizeof(float));
             else
                 head_backward_gemms(mp, dx + (size_t)r0 * C, dwte, logits, Vl, x + (size_t)r0 * C, wte, wte_lp, m, Vr, C,
-                                    beta, nt, 0);
+                                    beta, nt, 0, packed);
             if (ms_bwd) *ms_bwd += timer_ms() - t1;
         }
     }

@@ -8,6 +8,7 @@
 
 #include "core/collective.h"
 #include "model/kernels.h"
+#include "model/matmul.h"
 
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
@@ -449,6 +450,13 @@ void layout_bf16_scratch_tp(const ModelConfig *cfg, int B, int T, int tp, size_t
     *b = nw;
 }
 
+size_t layout_head_pack_words(const ModelConfig *cfg, int B, int T, int tp, int precision) {
+    if (precision != 1 || !mm_head_pack_wanted((long)B * T)) return 0;
+    TpDims d = tp_dims(cfg, 1, 1, tp, 0);
+    size_t t = mm_packed_b_words((int)d.Vl, (int)d.C), n = mm_packed_b_words((int)d.C, (int)d.Vl);
+    return 2 * (t > n ? t : n); /* one block, its halves the two copies */
+}
+
 void layout_fp16_scratch(const ModelConfig *cfg, int B, int T, size_t *fa, size_t *fb, size_t *fw) {
     layout_fp16_scratch_tp(cfg, B, T, 1, fa, fb, fw);
 }
@@ -479,6 +487,7 @@ void layout_run_bytes(const ModelConfig *cfg, const ActOptions *o, size_t bytes[
         size_t a, b;
         layout_bf16_scratch_tp(cfg, B, T, tp, &a, &b);
         bytes[MEM_WORKSPACE] += (a + b) * 2;
+        if (!o->device && (!o->stage || o->stage->head)) bytes[MEM_WORKSPACE] += layout_head_pack_words(cfg, B, T, tp, 1) * 4;
     } else if (precision == 2) {
         size_t fa, fb, fw;
         layout_fp16_scratch_tp(cfg, B, T, tp, &fa, &fb, &fw);

@@ -228,6 +228,8 @@ typedef struct {
                               vocabulary-parallel loss statistics and, under --sp, the gathered
                               LayerNorm output (docs/parallel.md) */
     const ActStage *stage; /* a pipeline rank's share; NULL (default): the whole model, one slot */
+    int device;            /* 1: a backend whose memory the host cannot address (CUDA): none of the
+                              CPU kernels' own scratch (layout_head_pack_words); 0 (default): the CPU */
 } ActOptions;
 
 /* B×T, threads, and the defaults: fp32, no recompute, tp 1, no sp, the whole model. */
@@ -245,6 +247,11 @@ const char *layout_recompute_name(Recompute rc);
 void layout_bf16_scratch(const ModelConfig *cfg, int B, int T, size_t *a, size_t *b);
 /* The same for a tp rank: a >= max(N·max(C, 4C/tp), head chunk·Vl), b >= N·max(C, 4C/tp). */
 void layout_bf16_scratch_tp(const ModelConfig *cfg, int B, int T, int tp, size_t *a, size_t *b);
+/* uint32 words of the bf16 head's two packed weight copies (kernels.h MatPrec.wt, .wn) on a tp
+ * rank holding the head, on the CPU: twice the larger mm_packed_b_words of its Vl × C rows' two layouts where
+ * the head takes the packed GEMMs (bf16 and mm_head_pack_wanted(B·T): AVX512_BF16 without AMX, or
+ * ST_BF16_GEMM=packed, and at least 256 rows a micro-batch), else 0. GPT-2 124M: 2 × 77 MB. */
+size_t layout_head_pack_words(const ModelConfig *cfg, int B, int T, int tp, int precision);
 
 /* Planned bytes per memory category (core/mem.h order) of one process training this model
  * without sharding: parameters (bf16 working copy under bf16), master weights (fp32, bf16 only),

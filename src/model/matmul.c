@@ -290,14 +290,18 @@ Status mm_gemm_env(Err *err) {
  * chunks, a micro-batch) takes the same path, and gives the same bits, as the whole: at least 64 K
  * values (smaller layers measured as fast on oneDNN, and the test models' stay there), at most 8 M
  * (its packed copy is scratch) with K at most 8192 (a panel's pairs stay in L2). The LM head's
- * logits (a 50257-row wte as op(B)) and input gradient (K = 50257) stay on oneDNN; its weight
- * gradient (op(B) = the chunk's inputs) is taken. Inside a parallel region the
+ * logits (a 50257-row wte as op(B)) and input gradient (K = 50257) are not taken here: packing wte
+ * per chunk costs more than it gains, so kernels_head.c packs it once per call and runs them on
+ * mm_packed_gemm_bf16 (mm_head_pack_wanted); its weight gradient (op(B) = the chunk's inputs) is
+ * taken. Inside a parallel region the
  * packed GEMM runs on the calling thread alone. */
 int mm_pack_wanted(int M, int N, int K) {
     (void)M;
     return pack_enabled() && N >= 16 && K >= 16 && K <= 8192 &&
            (double)N * K >= 65536.0 && (double)N * K <= 8388608.0;
 }
+
+int mm_head_pack_wanted(long rows) { return rows >= 256 && pack_enabled() && mm_packed_b_words(1, 2) > 0; }
 
 void mm_set_threads(int n) { omp_set_num_threads(n); }
 

@@ -71,6 +71,23 @@ int mm_pack_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha
 int mm_pack_wanted(int M, int N, int K);
 void mm_pack_enable(int on);
 
+/* op(B) packed once and used by many calls (the bf16 LM head's weight, packed once per forward in
+ * the two layouts its logits and input gradient read). mm_packed_b_words: the uint32 words of the
+ * packed op(B) (K × N), 0 in a build without the kernels. mm_pack_b_bf16: packs op(B) = B (tb 0:
+ * B is K × N row-major) or Bᵀ (tb 1: B is N × K row-major) into dst, threaded as above; 0 in a build
+ * without the kernels. mm_packed_gemm_bf16: C (M × N, ldc) = A · op(B), A (M × K row-major bf16,
+ * lda even, A 4-byte aligned) read in place, alpha 1, beta 0; K may be odd (A's value past column
+ * K − 1 is never used). Each output is the sum of its pairs in order, as mm_pack_gemm_bf16's, also
+ * where a large K runs in blocks. Returns 0 without touching C when A's layout does not fit or the
+ * build has no kernels. mm_head_pack_wanted: 1 when a bf16 head call over `rows` rows takes this
+ * path: the packed GEMMs enabled (mm_pack_wanted's switch) and rows >= 256. Below that the packing
+ * (5 ms at C 384, 10 ms at C 768 on a 2-core Zen 5) costs more than the faster GEMMs save
+ * (`head_gemm`: at 128 rows 28.7 vs 26.7 ms and 61 vs 56 ms on oneDNN; at 256, 98–118 vs 118–154). */
+size_t mm_packed_b_words(int N, int K);
+int mm_pack_b_bf16(uint32_t *dst, int tb, int N, int K, const uint16_t *B, int ldb);
+int mm_packed_gemm_bf16(int M, int N, int K, const uint16_t *A, int lda, const uint32_t *Bp, float *C, int ldc);
+int mm_head_pack_wanted(long rows);
+
 /* Reads ST_BF16_GEMM once at start: unset (the default above), "onednn" (off) or "packed" (on);
  * anything else, or "packed" in a build without the kernels, is ST_ERR_INPUT with one line naming
  * the variable. */

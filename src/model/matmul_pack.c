@@ -19,7 +19,10 @@
  * Scratch, grown to the largest call and kept (as oneDNN keeps its primitives): the calling
  * thread's (op(B) packed, K·N·2 bytes rounded to panels; or in panel mode a packed op(A)), and each
  * OpenMP thread's (a block of op(A), MC·K·2 bytes, or a panel of op(B)). mm_pack_wanted keeps op(B)
- * under 8 M values and K under 8192. */
+ * under 8 M values and K under 8192.
+ *
+ * mm_packed_gemm_bf16 (the LM head): op(B) packed by the caller once for many calls, op(A) read in
+ * place, no scratch; a K too long for L2 runs in blocks that continue C's fp32 sums. */
 #include "model/matmul.h"
 
 #include <omp.h>
@@ -46,27 +49,45 @@ typedef uint32_t __attribute__((may_alias)) u32a;
 /* R rows (1..MR) × nv vectors (1..NV, the last one's columns limited by `last`) of C from KP pairs:
  * pair p of row r at a[p·sp + r·sr], panel row p at b + p·NR. R and nv are constants at each
  * call (the switches below), so the loops unroll and the accumulators stay in registers. */
+/* One pair row p into the accumulators; each row's A word masked by amask (the high half of an odd
+ * K's last pair, which B holds as 0, is cleared in A too: the value past A's K columns is not ours
+ * and may be a NaN). */
+#define TILE_PAIR(p, amask)                                                                                        \
+    do {                                                                                                           \
+        __m512i bv[NV];                                                                                            \
+        for (int v = 0; v < nv; v++) bv[v] = _mm512_load_si512(b + (size_t)(p) * NR + 16 * v);                     \
+        for (int r = 0; r < R; r++) {                                                                              \
+            __m512i av = _mm512_set1_epi32((int)(a[(size_t)(p) * sp + (size_t)r * sr] & (amask)));                 \
+            for (int v = 0; v < nv; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)av, (__m512bh)bv[v]); \
+        }                                                                                                          \
+    } while (0)
+
+/* cont: the accumulators start from C's values, and are stored as they are (alpha 1, no bias, no
+ * beta: the caller's K blocks after the first, so that an output summed in blocks is the same fp32
+ * chain as one summed at once). odd: the last pair is that of an odd K (TILE_PAIR). */
 static inline __attribute__((always_inline)) void tile(const int R, const int nv, __mmask16 last, int KP, float alpha,
                                                        const u32a *a, size_t sp, size_t sr, const uint32_t *b,
-                                                       const float *bias, int beta1, float *C, int ldc) {
+                                                       const float *bias, int beta1, float *C, int ldc, int cont,
+                                                       int odd) {
     __m512 acc[MR][NV];
     for (int r = 0; r < R; r++)
         for (int v = 0; v < nv; v++) {
+            if (cont) {
+                acc[r][v] = _mm512_maskz_loadu_ps(v == nv - 1 ? last : (__mmask16)0xFFFF, C + (size_t)r * ldc + 16 * v);
+                continue;
+            }
             acc[r][v] = _mm512_setzero_ps();
             /* C's lines fetched for writing now, while the pairs run: a step's outputs are cold,
              * and the stores at the end would each wait for memory */
             _mm_prefetch((const char *)(C + (size_t)r * ldc + 16 * v), _MM_HINT_ET0);
         }
-    for (int p = 0; p < KP; p++) {
+    const int KF = KP - (odd ? 1 : 0); /* the pairs with both halves */
+    for (int p = 0; p < KF; p++) {
         if ((p & 15) == 0) /* the rows' next cache lines of pairs, ahead of the hardware's streams */
             for (int r = 0; r < R; r++) _mm_prefetch((const char *)(a + (size_t)(p + 32) * sp + (size_t)r * sr), _MM_HINT_T0);
-        __m512i bv[NV];
-        for (int v = 0; v < nv; v++) bv[v] = _mm512_load_si512(b + (size_t)p * NR + 16 * v);
-        for (int r = 0; r < R; r++) {
-            __m512i av = _mm512_set1_epi32((int)a[(size_t)p * sp + (size_t)r * sr]);
-            for (int v = 0; v < nv; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)av, (__m512bh)bv[v]);
-        }
+        TILE_PAIR(p, 0xFFFFFFFFu);
     }
+    if (odd) TILE_PAIR(KF, 0xFFFFu);
     __m512 al = _mm512_set1_ps(alpha);
 #pragma GCC unroll 16
     for (int r = 0; r < R; r++)
@@ -74,7 +95,7 @@ static inline __attribute__((always_inline)) void tile(const int R, const int nv
         for (int v = 0; v < nv; v++) {
             __mmask16 k = v == nv - 1 ? last : (__mmask16)0xFFFF;
             float *c = C + (size_t)r * ldc + 16 * v;
-            __m512 x = alpha == 1.0f ? acc[r][v] : _mm512_mul_ps(acc[r][v], al);
+            __m512 x = cont || alpha == 1.0f ? acc[r][v] : _mm512_mul_ps(acc[r][v], al);
             if (bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(k, bias + 16 * v));
             if (beta1) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(k, c));
             _mm512_mask_storeu_ps(c, k, x);
@@ -83,13 +104,13 @@ static inline __attribute__((always_inline)) void tile(const int R, const int nv
 
 #define TILE_NV(R)                                                                   \
     switch (nv) {                                                                    \
-    case 1: tile(R, 1, last, KP, alpha, a, sp, sr, b, bias, beta1, C, ldc); break;   \
-    case 2: tile(R, 2, last, KP, alpha, a, sp, sr, b, bias, beta1, C, ldc); break;   \
-    default: tile(R, NV, last, KP, alpha, a, sp, sr, b, bias, beta1, C, ldc); break; \
+    case 1: tile(R, 1, last, KP, alpha, a, sp, sr, b, bias, beta1, C, ldc, cont, odd); break;   \
+    case 2: tile(R, 2, last, KP, alpha, a, sp, sr, b, bias, beta1, C, ldc, cont, odd); break;   \
+    default: tile(R, NV, last, KP, alpha, a, sp, sr, b, bias, beta1, C, ldc, cont, odd); break; \
     }
 
 static void tile_any(int R, int nv, __mmask16 last, int KP, float alpha, const u32a *a, size_t sp, size_t sr,
-                     const uint32_t *b, const float *bias, int beta1, float *C, int ldc) {
+                     const uint32_t *b, const float *bias, int beta1, float *C, int ldc, int cont, int odd) {
     switch (R) {
     case 1: TILE_NV(1) break;
     case 2: TILE_NV(2) break;
@@ -206,7 +227,7 @@ static void rows_panel(const Gemm *g, int i0, int i1, int j, const uint32_t *b, 
     for (int i = i0; i < i1; i += MR) {
         int R = i1 - i < MR ? i1 - i : MR;
         const u32a *a = g->direct ? (const u32a *)(const void *)(g->A + (size_t)i * g->lda) : ap + (size_t)(i - a0) * g->KP;
-        tile_any(R, nv, last, g->KP, g->alpha, a, sp, sr, b, bj, g->beta1, g->C + (size_t)i * g->ldc + n0, g->ldc);
+        tile_any(R, nv, last, g->KP, g->alpha, a, sp, sr, b, bj, g->beta1, g->C + (size_t)i * g->ldc + n0, g->ldc, 0, 0);
     }
 }
 
@@ -284,7 +305,83 @@ int mm_pack_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const ui
     return run_blocks(&g, nt);
 }
 
+/* ---- op(B) packed once, for many calls (the LM head's weight) ---- */
+
+size_t mm_packed_b_words(int N, int K) { return (size_t)((N + NR - 1) / NR) * (size_t)((K + 1) / 2) * NR; }
+
+int mm_pack_b_bf16(uint32_t *dst, int tb, int N, int K, const uint16_t *B, int ldb) {
+    int NP = (N + NR - 1) / NR, KP = (K + 1) / 2;
+    int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int j = 0; j < NP; j++) pack_b(dst + (size_t)j * KP * NR, tb, B, ldb, K, KP, j * NR, N - j * NR < NR ? N - j * NR : NR);
+    return 1;
+}
+
+/* K blocks of the many-pair calls (the head's input gradient, K = the vocabulary). Each block after
+ * the first reloads the thread's rows of C; 1024 to 2048 pairs measured best on Zen 5 at C 384 and
+ * 768 (`head_gemm`: 1.1–1.2× oneDNN; 128 pairs, with everything in L2, ran 0.9×). */
+#define KB_PAIRS 1024
+/* Up to this many pairs, one pass over K with the threads taking panels (the logits: K = C). */
+#define ONE_PASS_PAIRS 2048
+
+int mm_packed_gemm_bf16(int M, int N, int K, const uint16_t *A, int lda, const uint32_t *Bp, float *C, int ldc) {
+    if (lda % 2 || ((uintptr_t)A & 3)) return 0;
+    const int NP = (N + NR - 1) / NR, KP = (K + 1) / 2, odd = K % 2;
+    const size_t sr = (size_t)lda / 2;
+    const u32a *A32 = (const u32a *)(const void *)A;
+    int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+    if (KP <= ONE_PASS_PAIRS) {
+        /* Threads take panels; each runs every row against its panel (A's rows stay in L2). */
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+        for (int j = 0; j < NP; j++) {
+            int n0 = j * NR, nn = N - n0 < NR ? N - n0 : NR, nv = (nn + 15) / 16;
+            __mmask16 last = mask_n(nn - 16 * (nv - 1));
+            for (int i = 0; i < M; i += MR)
+                tile_any(M - i < MR ? M - i : MR, nv, last, KP, 1.0f, A32 + (size_t)i * sr, 1, sr, Bp + (size_t)j * KP * NR,
+                         NULL, 0, C + (size_t)i * ldc + n0, ldc, 0, odd);
+        }
+        return 1;
+    }
+    /* Many pairs (the head's input gradient: K = the vocabulary): threads take row ranges (whole
+     * register tiles), and run K in blocks, every panel per block; a block after the first starts
+     * from the partial sums in C, so each output is still its pairs summed in order. */
+    int G = (M + MR - 1) / MR;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int me = omp_get_thread_num(), n = omp_get_num_threads();
+        int i0 = (int)((long)G * me / n) * MR, i1 = (int)((long)G * (me + 1) / n) * MR;
+        if (i1 > M) i1 = M;
+        for (int p0 = 0; p0 < KP; p0 += KB_PAIRS) {
+            int kn = KP - p0 < KB_PAIRS ? KP - p0 : KB_PAIRS, final = p0 + kn == KP;
+            for (int j = 0; j < NP; j++) {
+                int n0 = j * NR, nn = N - n0 < NR ? N - n0 : NR, nv = (nn + 15) / 16;
+                __mmask16 last = mask_n(nn - 16 * (nv - 1));
+                const uint32_t *b = Bp + (size_t)j * KP * NR + (size_t)p0 * NR;
+                for (int i = i0; i < i1; i += MR)
+                    tile_any(i1 - i < MR ? i1 - i : MR, nv, last, kn, 1.0f, A32 + (size_t)i * sr + p0, 1, sr, b, NULL, 0,
+                             C + (size_t)i * ldc + n0, ldc, p0 > 0, final && odd);
+            }
+        }
+    }
+    return 1;
+}
+
 #else
+
+size_t mm_packed_b_words(int N, int K) {
+    (void)N, (void)K;
+    return 0;
+}
+
+int mm_pack_b_bf16(uint32_t *dst, int tb, int N, int K, const uint16_t *B, int ldb) {
+    (void)dst, (void)tb, (void)N, (void)K, (void)B, (void)ldb;
+    return 0;
+}
+
+int mm_packed_gemm_bf16(int M, int N, int K, const uint16_t *A, int lda, const uint32_t *Bp, float *C, int ldc) {
+    (void)M, (void)N, (void)K, (void)A, (void)lda, (void)Bp, (void)C, (void)ldc;
+    return 0;
+}
 
 int mm_pack_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda, const uint16_t *B,
                       int ldb, float beta, float *C, int ldc, const float *bias) {
