@@ -17,10 +17,15 @@
  *  - op(B) packed once (mm_pack_b_bf16, both layouts) and the GEMM against it (mm_packed_gemm_bf16,
  *    as the bf16 LM head runs its logits and input gradient): float64 within the same bound, A's
  *    value past an odd K poisoned with NaN (never read); a K long enough to run in blocks gives
- *    mm_pack_gemm_bf16's one-pass bits (the blocks continue one fp32 chain); 1 thread = 2 threads.
+ *    mm_pack_gemm_bf16's one-pass bits (the blocks continue one fp32 chain); 1 thread = 2 threads;
+ *  - the bf16 head on it (head_forward_backward_p with the packed weight): one 320-row chunk gives
+ *    the losses and input gradient of 64-row chunks, bit for bit (each row's logits and input
+ *    gradient do not depend on the rows around it), and its weight gradient matches the oneDNN
+ *    head's within the bf16 rounding of its inputs.
  * Negative controls (run here): one B value off by one bf16 ulp in the GEMM's input (the oracle
  * reads the true one) must exceed the bound; one output element overwritten by NaN must too; the
- * prepacked GEMM told K + 1 reads the poisoned value and must fail the bound.
+ * prepacked GEMM told K + 1 reads the poisoned value and must fail the bound; the head with one
+ * target moved must differ from the sub-chunked run.
  * A build without AVX512_BF16 has no packed GEMM (mm_pack_gemm_bf16 returns 0): the test fails if
  * this CPU has the instructions, i.e. the build lost them. */
 #include <math.h>
@@ -30,6 +35,7 @@
 #include <string.h>
 
 #include "core/half.h"
+#include "model/kernels.h"
 #include "model/matmul.h"
 #include "testutil.h"
 
@@ -228,6 +234,62 @@ static void test_prepacked(int tb, int M, int N, int K, int lda, int controls) {
     free(A), free(B), free(P), free(C0), free(C), free(C1);
 }
 
+/* The bf16 head with its weight packed: n = 320 rows in one chunk against 64-row chunks; V odd (the
+ * input gradient's K), a few ignored targets. */
+static void test_head_subchunks(void) {
+    const int n = 320, C = 64, V = 999, Vp = 1024;
+    uint16_t *wlp = rand_bf16((size_t)V * C);
+    float *x = malloc((size_t)n * C * sizeof *x), *wf = calloc((size_t)V * C, sizeof *wf);
+    int32_t *tg = malloc((size_t)n * sizeof *tg);
+    for (size_t i = 0; i < (size_t)n * C; i++) x[i] = frand();
+    for (int i = 0; i < n; i++) tg[i] = i % 37 == 5 ? -1 : (int)((unsigned)(frand() * 1e6f + 2e6f) % (unsigned)V);
+    size_t pw = mm_packed_b_words(V, C) > mm_packed_b_words(C, V) ? mm_packed_b_words(V, C) : mm_packed_b_words(C, V);
+    MatPrec mp = {.bf16 = 1, .pack_words = pw};
+    mp.a = malloc((size_t)n * Vp * 2), mp.b = malloc((size_t)n * C * 2);
+    mp.wt = aligned_alloc(64, 2 * pw * 4), mp.wn = mp.wt + pw;
+    float *logits = malloc((size_t)n * Vp * sizeof *logits);
+    float *loss[3], *dx[3], *dw[3];
+    for (int r = 0; r < 3; r++) {
+        loss[r] = malloc((size_t)n * sizeof(float)), dx[r] = malloc((size_t)n * C * sizeof(float));
+        dw[r] = malloc((size_t)V * C * sizeof(float));
+    }
+    omp_set_num_threads(2);
+    mm_pack_enable(1); /* also on an AMX CPU, where the default keeps oneDNN */
+    int wanted = mm_head_pack_wanted(n);
+    /* 0: one chunk; 1: 64-row chunks; 2: one chunk on oneDNN (no packed weight) */
+    for (int r = 0; r < 3; r++) {
+        MatPrec m2 = mp;
+        if (r == 2) m2.wt = m2.wn = NULL;
+        head_forward_backward_p(&m2, loss[r], dx[r], dw[r], logits, x, wf, wlp, tg, n, C, V, Vp, 1.0f / n, r == 1 ? 64 : n, 0,
+                                2, NULL, NULL, NULL, NULL);
+    }
+    int same = !memcmp(loss[0], loss[1], (size_t)n * sizeof(float)) && !memcmp(dx[0], dx[1], (size_t)n * C * sizeof(float));
+    tu_check(wanted && same, "bf16 head, packed weight: one 320-row chunk = 64-row chunks (losses, dx), bit for bit",
+             "packed %d, %s", wanted, same ? "identical" : "bits differ");
+    /* Against the oneDNN head: the logits and input gradient GEMMs sum in another order, so the
+     * bf16 logit gradients may round apart by one bf16 ulp (2^-8 relative) where the fp32 values
+     * straddle; the weight gradient's error is then within that times Σ|x|. */
+    double worst = 0;
+    for (int v = 0; v < V; v++)
+        for (int c = 0; c < C; c++) {
+            double mag = 0;
+            for (int i = 0; i < n; i++) mag += fabs(x[(size_t)i * C + c]) / n;
+            double e = fabs(dw[0][(size_t)v * C + c] - dw[2][(size_t)v * C + c]) / (ldexp(1.0, -7) * mag + 1e-30);
+            worst = !(e <= 1e300) ? INFINITY : e > worst ? e : worst;
+        }
+    tu_check(worst <= 1.0, "bf16 head, packed weight: weight gradient = the oneDNN head's within 2^-7 of Σ|x|/n",
+             "worst / bound = %.3g (<= 1)", worst);
+    /* Control: one target moved in the 64-row-chunk run: the comparison must see it. */
+    tg[100] = (tg[100] + 1) % V;
+    head_forward_backward_p(&mp, loss[1], dx[1], dw[1], logits, x, wf, wlp, tg, n, C, V, Vp, 1.0f / n, 64, 0, 2, NULL, NULL,
+                            NULL, NULL);
+    int caught = memcmp(loss[0], loss[1], (size_t)n * sizeof(float)) || memcmp(dx[0], dx[1], (size_t)n * C * sizeof(float));
+    tu_check(caught, "control: one target moved, the head's comparison differs", "%s", caught ? "differs" : "identical");
+    mm_pack_enable(mm_tile_preferred());
+    for (int r = 0; r < 3; r++) free(loss[r]), free(dx[r]), free(dw[r]);
+    free(wlp), free(x), free(wf), free(tg), free(mp.a), free(mp.b), free(mp.wt), free(logits);
+}
+
 /* mm_gemm_bf16 at a training step's shape runs the packed GEMM where mm_pack_wanted says so, and
  * oneDNN once disabled. */
 static void test_dispatch(void) {
@@ -311,6 +373,8 @@ int main(void) {
     test_prepacked(0, 29, 100, 97, 98, 1);
     test_prepacked(0, 37, 100, 5001, 5004, 0);
     test_prepacked(1, 19, 50, 4801, 4802, 0);
+    test_prepacked(0, 203, 60, 4501, 4502, 0); /* many rows: threads split the rows, K in blocks */
+    test_head_subchunks();
     test_dispatch();
     return tu_exit();
 }
