@@ -834,6 +834,7 @@ static void core_activations(Core *c, PlanResult *r) {
             /* One tp rank's saved tensors and scratch as gpt_init allocates them (the whole model at
              * tp 1), at every recompute level and with --sp (pp = 1); exact_* without recompute. */
             ActOptions ao = {B, T, in->threads, (Recompute)in->recompute, prec_i, tp, in->sp, NULL}, ao0 = ao;
+            ao.device = in->hw.backend_bytes > 0; /* a GPU profile: none of the CPU kernels' scratch */
             ao0.recompute = RECOMPUTE_NONE;
             ActSizes a0 = layout_activations(cfgp, &ao0), as = layout_activations(cfgp, &ao);
             r->act.exact_layer = 4.0 * a0.per_layer;
