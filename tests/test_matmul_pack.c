@@ -236,7 +236,7 @@ static void test_prepacked(int tb, int M, int N, int K, int lda, int controls) {
 
 /* The bf16 head with its weight packed: n = 320 rows in one chunk against 64-row chunks; V odd (the
  * input gradient's K), a few ignored targets. */
-static void test_head_subchunks(void) {
+static void test_head_packed(void) {
     const int n = 320, C = 64, V = 999, Vp = 1024;
     uint16_t *wlp = rand_bf16((size_t)V * C);
     float *x = malloc((size_t)n * C * sizeof *x), *wf = calloc((size_t)V * C, sizeof *wf);
@@ -374,7 +374,7 @@ int main(void) {
     test_prepacked(0, 37, 100, 5001, 5004, 0);
     test_prepacked(1, 19, 50, 4801, 4802, 0);
     test_prepacked(0, 203, 60, 4501, 4502, 0); /* many rows: threads split the rows, K in blocks */
-    test_head_subchunks();
+    test_head_packed();
     test_dispatch();
     return tu_exit();
 }

@@ -211,23 +211,39 @@ static uint32_t *grow(uint32_t **buf, size_t *cap, size_t words) {
 /* The operands of one call, as the loops below read them. */
 typedef struct {
     int ta, tb, M, N, K, KP, lda, ldb, ldc, beta1, direct;
+    int odd; /* direct A with an odd K: its last pair's high half masked (tile) */
     float alpha;
     const uint16_t *A, *B;
     const float *bias;
     float *C;
 } Gemm;
 
+/* Panel j of N columns: its first column n0, its 16-column vectors nv, the last one's mask. */
+static void panel_cols(int N, int j, int *n0, int *nv, __mmask16 *last) {
+    int nn = N - j * NR < NR ? N - j * NR : NR;
+    *n0 = j * NR, *nv = (nn + 15) / 16, *last = mask_n(nn - 16 * (*nv - 1));
+}
+
+/* Every panel of op(B) into dst, panel j at dst + j·KP·NR: the panels shared among the threads of
+ * the enclosing parallel region (an orphaned loop). */
+static void pack_panels(uint32_t *dst, int tb, const uint16_t *B, int ldb, int N, int K, int KP) {
+    int NP = (N + NR - 1) / NR;
+#pragma omp for schedule(static)
+    for (int j = 0; j < NP; j++) pack_b(dst + (size_t)j * KP * NR, tb, B, ldb, K, KP, j * NR, N - j * NR < NR ? N - j * NR : NR);
+}
+
 /* Rows i0 .. i1 − 1 (i0 a multiple of MR) of C's panel j from the packed panel b; op(A)'s pairs in
  * place (direct) or in groups of MR rows from ap, which holds rows a0 .. onwards. */
 static void rows_panel(const Gemm *g, int i0, int i1, int j, const uint32_t *b, const uint32_t *ap, int a0) {
-    int n0 = j * NR, nn = g->N - n0 < NR ? g->N - n0 : NR, nv = (nn + 15) / 16;
-    __mmask16 last = mask_n(nn - 16 * (nv - 1));
+    int n0, nv;
+    __mmask16 last;
+    panel_cols(g->N, j, &n0, &nv, &last);
     const float *bj = g->bias ? g->bias + n0 : NULL;
     size_t sp = g->direct ? 1 : MR, sr = g->direct ? (size_t)g->lda / 2 : 1;
     for (int i = i0; i < i1; i += MR) {
         int R = i1 - i < MR ? i1 - i : MR;
         const u32a *a = g->direct ? (const u32a *)(const void *)(g->A + (size_t)i * g->lda) : ap + (size_t)(i - a0) * g->KP;
-        tile_any(R, nv, last, g->KP, g->alpha, a, sp, sr, b, bj, g->beta1, g->C + (size_t)i * g->ldc + n0, g->ldc, 0, 0);
+        tile_any(R, nv, last, g->KP, g->alpha, a, sp, sr, b, bj, g->beta1, g->C + (size_t)i * g->ldc + n0, g->ldc, 0, g->odd);
     }
 }
 
@@ -275,9 +291,7 @@ static int run_blocks(const Gemm *g, int nt) {
     MB = (g->M + mc - 1) / mc;
 #pragma omp parallel num_threads(nt) if (nt > 1) reduction(| : failed)
     {
-#pragma omp for schedule(static)
-        for (int j = 0; j < NP; j++)
-            pack_b(Bp + (size_t)j * g->KP * NR, g->tb, g->B, g->ldb, g->K, g->KP, j * NR, g->N - j * NR < NR ? g->N - j * NR : NR);
+        pack_panels(Bp, g->tb, g->B, g->ldb, g->N, g->K, g->KP);
         uint32_t *Ap = g->direct ? NULL : grow(&own, &own_words, (size_t)mc * g->KP);
         failed = !g->direct && !Ap;
         if (!failed) {
@@ -310,10 +324,9 @@ int mm_pack_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const ui
 size_t mm_packed_b_words(int N, int K) { return (size_t)((N + NR - 1) / NR) * (size_t)((K + 1) / 2) * NR; }
 
 int mm_pack_b_bf16(uint32_t *dst, int tb, int N, int K, const uint16_t *B, int ldb) {
-    int NP = (N + NR - 1) / NR, KP = (K + 1) / 2;
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-    for (int j = 0; j < NP; j++) pack_b(dst + (size_t)j * KP * NR, tb, B, ldb, K, KP, j * NR, N - j * NR < NR ? N - j * NR : NR);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    pack_panels(dst, tb, B, ldb, N, K, (K + 1) / 2);
     return 1;
 }
 
@@ -332,14 +345,10 @@ int mm_packed_gemm_bf16(int M, int N, int K, const uint16_t *A, int lda, const u
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     if (KP <= ONE_PASS_PAIRS) {
         /* Threads take panels; each runs every row against its panel (A's rows stay in L2). */
+        Gemm g = {.M = M, .N = N, .K = K, .KP = KP, .lda = lda, .ldc = ldc, .direct = 1, .odd = odd, .alpha = 1.0f,
+                  .A = A, .C = C};
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-        for (int j = 0; j < NP; j++) {
-            int n0 = j * NR, nn = N - n0 < NR ? N - n0 : NR, nv = (nn + 15) / 16;
-            __mmask16 last = mask_n(nn - 16 * (nv - 1));
-            for (int i = 0; i < M; i += MR)
-                tile_any(M - i < MR ? M - i : MR, nv, last, KP, 1.0f, A32 + (size_t)i * sr, 1, sr, Bp + (size_t)j * KP * NR,
-                         NULL, 0, C + (size_t)i * ldc + n0, ldc, 0, odd);
-        }
+        for (int j = 0; j < NP; j++) rows_panel(&g, 0, M, j, Bp + (size_t)j * KP * NR, NULL, 0);
         return 1;
     }
     /* Many pairs (the head's input gradient: K = the vocabulary): threads take row ranges (whole
@@ -354,8 +363,9 @@ int mm_packed_gemm_bf16(int M, int N, int K, const uint16_t *A, int lda, const u
         for (int p0 = 0; p0 < KP; p0 += KB_PAIRS) {
             int kn = KP - p0 < KB_PAIRS ? KP - p0 : KB_PAIRS, final = p0 + kn == KP;
             for (int j = 0; j < NP; j++) {
-                int n0 = j * NR, nn = N - n0 < NR ? N - n0 : NR, nv = (nn + 15) / 16;
-                __mmask16 last = mask_n(nn - 16 * (nv - 1));
+                int n0, nv;
+                __mmask16 last;
+                panel_cols(N, j, &n0, &nv, &last);
                 const uint32_t *b = Bp + (size_t)j * KP * NR + (size_t)p0 * NR;
                 for (int i = i0; i < i1; i += MR)
                     tile_any(i1 - i < MR ? i1 - i : MR, nv, last, kn, 1.0f, A32 + (size_t)i * sr + p0, 1, sr, b, NULL, 0,
