@@ -54,14 +54,86 @@ size_t attention_scratch_floats(int T, int hs, int nt) {
     return (size_t)(nt > 0 ? nt : 1) * att_thread_floats(T, hs);
 }
 
+/* A head's operands are a few cache lines of each row far apart (its slice of a qkv or output row),
+ * read cold in the step; the hardware prefetchers do not run that far ahead, so the loops over them
+ * request the row ATT_AHEAD rows on themselves. */
+#define ATT_AHEAD 16
+static inline void prefetch_row(const float *p, int cols) {
+    for (int c = 0; c < cols; c += 16) __builtin_prefetch(p + c);
+}
+
 /* rows × cols of src (leading dimension ld) into dst (leading dimension cols), rounded to bf16. */
 static void rows_to_bf16(uint16_t *dst, const float *src, int rows, int cols, size_t ld) {
     for (int r = 0; r < rows; r++) {
         const float *s = src + (size_t)r * ld;
         uint16_t *d = dst + (size_t)r * cols;
+        if (r + ATT_AHEAD < rows) prefetch_row(s + ATT_AHEAD * ld, cols);
 #pragma omp simd
         for (int c = 0; c < cols; c++) d[c] = half_bf16(s[c]);
     }
+}
+
+/* The bf16 paths' row loops (fuse, below), in chunks of 16 keys from js rounded down to 16: a
+ * lane outside [js, jn) is masked, so there is no scalar remainder (on the diagonal block a row
+ * ends anywhere, and the remainder's scalar exps were a third of the forward's own time at T =
+ * 256), and a row's max and sum are taken per lane, then over the lanes in order: the same order
+ * in every build. The rest of [0, kn) is zeroed. fp32 and dropout runs keep the loops below. */
+#define ATT_LANES 16
+
+/* max(m, row[js..jn)). */
+static float row_max16(const float *row, int js, int jn, float m) {
+    float acc[ATT_LANES];
+    for (int l = 0; l < ATT_LANES; l++) acc[l] = m;
+    for (int j0 = js / ATT_LANES * ATT_LANES; j0 < jn; j0 += ATT_LANES) {
+#pragma omp simd
+        for (int l = 0; l < ATT_LANES; l++) {
+            int j = j0 + l;
+            float v = j >= js && j < jn ? row[j] : -INFINITY;
+            acc[l] = v > acc[l] ? v : acc[l];
+        }
+    }
+    for (int l = 1; l < ATT_LANES; l++) m = acc[l] > m ? acc[l] : m;
+    return acc[0] > m ? acc[0] : m;
+}
+
+/* p_j = exp(row_j − m) on [js, jn), 0 elsewhere in [0, kn), as bf16 into pb; returns Σ p_j (fp32,
+ * before rounding). */
+static float row_exp16(uint16_t *pb, const float *row, int kn, int js, int jn, float m) {
+    float acc[ATT_LANES] = {0};
+    int j0 = js / ATT_LANES * ATT_LANES;
+    for (int j = 0; j < j0; j++) pb[j] = 0;
+    for (; j0 < jn; j0 += ATT_LANES) {
+#pragma omp simd
+        for (int l = 0; l < ATT_LANES; l++) {
+            int j = j0 + l;
+            float p = j >= js && j < jn ? st_expf(row[j] - m) : 0.0f;
+            acc[l] += p;
+            if (j < kn) pb[j] = half_bf16(p);
+        }
+    }
+    for (int j = j0; j < kn; j++) pb[j] = 0;
+    float sum = 0;
+    for (int l = 0; l < ATT_LANES; l++) sum += acc[l];
+    return sum;
+}
+
+/* Backward: p_j = exp(row_j − L) and dS_j = p_j (dP_j − D) · scale on [js, jn), as bf16 into pb,
+ * sb; 0 elsewhere in [0, kn). */
+static void row_ds16(uint16_t *pb, uint16_t *sb, const float *row, const float *dp, int kn, int js, int jn, float L,
+                     float D, float scale) {
+    int j0 = js / ATT_LANES * ATT_LANES;
+    for (int j = 0; j < j0; j++) pb[j] = 0, sb[j] = 0;
+    for (; j0 < jn; j0 += ATT_LANES) {
+#pragma omp simd
+        for (int l = 0; l < ATT_LANES; l++) {
+            int j = j0 + l;
+            int in = j >= js && j < jn;
+            float p = in ? st_expf(row[j] - L) : 0.0f;
+            float ds = in ? p * (dp[j] - D) * scale : 0.0f;
+            if (j < kn) pb[j] = half_bf16(p), sb[j] = half_bf16(ds);
+        }
+    }
+    for (int j = j0; j < kn; j++) pb[j] = 0, sb[j] = 0;
 }
 
 typedef struct {
@@ -173,49 +245,47 @@ void attention_gqa_forward(float *out, float *lse, float *scratch, const float *
                         int row = r0 + i, jn = row - k0 + 1 < kn ? row - k0 + 1 : kn; /* causal: keys <= row */
                         int js = doc_row_from(dpos, row, k0); /* document: keys >= its start */
                         float *srow = S + (size_t)i * kn, bm = mx[i];
+                        float corr, sum = 0;
+                        if (fuse) {
+                            bm = row_max16(srow, js, jn, bm);
+                            corr = mx[i] == -INFINITY ? 0.0f : st_expf(mx[i] - bm);
+                            uint16_t *pb = w.Pb + (size_t)i * (tl ? 2 * kp : kn);
+                            sum = row_exp16(pb, srow, kn, js, jn, bm);
+                            if (tl && kn % 2) pb[kn] = 0; /* the last pair's zero */
+                        } else {
 #pragma omp simd reduction(max : bm)
-                        for (int j = js; j < jn; j++) bm = srow[j] > bm ? srow[j] : bm;
-                        float corr = st_expf(mx[i] - bm), sum = 0;
-                        if (mx[i] == -INFINITY) corr = 0.0f;
+                            for (int j = js; j < jn; j++) bm = srow[j] > bm ? srow[j] : bm;
+                            corr = mx[i] == -INFINITY ? 0.0f : st_expf(mx[i] - bm);
 #pragma omp simd reduction(+ : sum)
-                        for (int j = js; j < jn; j++) {
-                            srow[j] = st_expf(srow[j] - bm);
-                            sum += srow[j];
-                        }
-                        for (int j = 0; j < js && j < kn; j++) srow[j] = 0.0f;
-                        for (int j = jn > js ? jn : js; j < kn; j++) srow[j] = 0.0f;
-                        /* Rounded while the row is in L1. (Writing the bf16 inside the loop above
-                         * changes its vector length and so the order of the row sum.) */
-                        if (tl) {
-                            uint16_t *pb = w.Pb + (size_t)i * 2 * kp;
-                            rows_to_bf16(pb, srow, 1, kn, kn);
-                            if (kn % 2) pb[kn] = 0; /* the last pair's zero */
-                        } else if (fuse) {
-                            rows_to_bf16(w.Pb + (size_t)i * kn, srow, 1, kn, kn);
+                            for (int j = js; j < jn; j++) {
+                                srow[j] = st_expf(srow[j] - bm);
+                                sum += srow[j];
+                            }
+                            for (int j = 0; j < js && j < kn; j++) srow[j] = 0.0f;
+                            for (int j = jn > js ? jn : js; j < kn; j++) srow[j] = 0.0f;
                         }
                         l[i] = l[i] * corr + sum;
                         mx[i] = bm;
+                        /* The first key block's P·V writes the rows (beta 0, below); later ones add. */
                         float *yrow = y + (size_t)row * C;
-                        if (k0 == kbeg) {
-                            for (int x = 0; x < hs; x++) yrow[x] = 0.0f;
-                        } else {
+                        if (k0 != kbeg)
                             for (int x = 0; x < hs; x++) yrow[x] *= corr;
-                        }
                         if (d.p > 0)
                             for (int j = 0; j < kn; j++)
                                 Pd[(size_t)i * kn + j] =
                                     srow[j] * drop_scale(d, bhg * T * T + (size_t)row * T + k0 + j);
                     }
                     const float *P = d.p > 0 ? Pd : S;
+                    const float by = k0 == kbeg ? 0.0f : 1.0f;
                     if (tl) {
                         mm_tile_gemm_bf16(m, hs, kp, 1.0f, (const uint32_t *)w.Pb, kp, w.V2 + (size_t)k0 / 2 * hs, hs,
-                                          1.0f, y + (size_t)r0 * C, C);
+                                          by, y + (size_t)r0 * C, C);
                     } else if (lowp) {
                         if (!fuse) rows_to_bf16(w.Pb, P, m, kn, kn);
-                        mm_gemm_bf16(0, 0, m, hs, kn, 1.0f, w.Pb, kn, w.Vb + (size_t)k0 * hs, hs, 1.0f,
+                        mm_gemm_bf16(0, 0, m, hs, kn, 1.0f, w.Pb, kn, w.Vb + (size_t)k0 * hs, hs, by,
                                      y + (size_t)r0 * C, C);
                     } else {
-                        mm_sgemm(0, 0, m, hs, kn, 1.0f, P, kn, v + (size_t)k0 * ld, ld, 1.0f, y + (size_t)r0 * C, C);
+                        mm_sgemm(0, 0, m, hs, kn, 1.0f, P, kn, v + (size_t)k0 * ld, ld, by, y + (size_t)r0 * C, C);
                     }
                 }
                 for (int i = 0; i < m; i++) {
@@ -265,10 +335,6 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
             float *dq = drow0 + (size_t)h * hs;
             const float *dy = dout + (size_t)b * T * C + (size_t)h * hs, *y = out + (size_t)b * T * C + (size_t)h * hs;
             const float *L = lse + ((size_t)b * NH + h) * T;
-            for (int t = 0; t < T; t++) {
-                float *a = dq + (size_t)t * ld;
-                for (int x = 0; x < hs; x++) a[x] = 0.0f;
-            }
             if (lowp) rows_to_bf16(w.Qb, q, T, hs, ld), rows_to_bf16(w.dYb, dy, T, hs, C);
             if (tl) mm_tile_pack_rows(w.Q2, hs, q, ld, T, hs), mm_tile_pack_rows(w.dY2, hs, dy, C, T, hs);
             for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
@@ -281,6 +347,8 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                 int i8 = 0;
                 for (; i8 + 8 <= m; i8 += 8) {
                     float s8[8] = {0};
+                    for (int r = ATT_AHEAD; r < ATT_AHEAD + 8 && r0 + i8 + r < T; r++)
+                        prefetch_row(dy + (size_t)(r0 + i8 + r) * C, hs), prefetch_row(y + (size_t)(r0 + i8 + r) * C, hs);
                     for (int x = 0; x < hs; x++)
                         for (int r = 0; r < 8; r++)
                             s8[r] += dy[(size_t)(r0 + i8 + r) * C + x] * y[(size_t)(r0 + i8 + r) * C + x];
@@ -314,33 +382,13 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                         int row = r0 + i, jn = row - k0 + 1 < kn ? row - k0 + 1 : kn;
                         int js = doc_row_from(dpos, row, k0);
                         float *prow = P + (size_t)i * kn, *g = dP + (size_t)i * kn, li = L[row];
-                        if (tl) {
-                            /* P and dS as bf16 rows; dS's are the dQ GEMM's A as they are, and
-                             * both are transposed below into the dV, dK GEMMs' A. */
-                            uint16_t *pb = w.Pb + (size_t)i * 2 * kp, *sb = w.dSb + (size_t)i * 2 * kp;
-                            float Di = D[i];
-                            for (int j = 0; j < js && j < kn; j++) pb[j] = 0, sb[j] = 0;
-#pragma omp simd
-                            for (int j = js; j < jn; j++) {
-                                float p = st_expf(prow[j] - li);
-                                pb[j] = half_bf16(p);
-                                sb[j] = half_bf16(p * (g[j] - Di) * scale);
-                            }
-                            for (int j = jn > js ? jn : js; j < kn; j++) pb[j] = 0, sb[j] = 0;
-                            if (kn % 2) sb[kn] = 0; /* the last pair's zero */
-                            continue;
-                        }
                         if (fuse) {
-                            uint16_t *pb = w.Pb + (size_t)i * kn, *sb = w.dSb + (size_t)i * kn;
-                            float Di = D[i];
-#pragma omp simd
-                            for (int j = js; j < jn; j++) {
-                                float p = st_expf(prow[j] - li);
-                                pb[j] = half_bf16(p);
-                                sb[j] = half_bf16(p * (g[j] - Di) * scale);
-                            }
-                            for (int j = 0; j < js && j < kn; j++) pb[j] = 0, sb[j] = 0;
-                            for (int j = jn > js ? jn : js; j < kn; j++) pb[j] = 0, sb[j] = 0;
+                            /* P and dS as bf16 rows; dS's are the dQ GEMM's A as they are, and on
+                             * the tile path both are transposed below into the dV, dK GEMMs' A. */
+                            size_t rl = tl ? (size_t)2 * kp : (size_t)kn;
+                            uint16_t *pb = w.Pb + (size_t)i * rl, *sb = w.dSb + (size_t)i * rl;
+                            row_ds16(pb, sb, prow, g, kn, js, jn, li, D[i], scale);
+                            if (tl && kn % 2) sb[kn] = 0; /* the last pair's zero */
                             continue;
                         }
 #pragma omp simd
@@ -359,28 +407,29 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                         for (int j = 0; j < js && j < kn; j++) g[j] = 0.0f;
                         for (int j = jn > js ? jn : js; j < kn; j++) g[j] = 0.0f;
                     }
-                    /* dV += Pd^T dY; dQ += dS K; dK += dS^T Q */
+                    /* dV += Pd^T dY; dQ += dS K (the first key block writes it: beta 0); dK += dS^T Q */
                     const float *Pv = d.p > 0 ? Pd : P;
+                    const float bq = k0 == kbeg ? 0.0f : 1.0f;
                     if (tl) {
                         mm_tile_pack_rows_t(w.PT, mp, w.Pb, (size_t)2 * kp, m, kn);
                         mm_tile_pack_rows_t(w.dST, mp, w.dSb, (size_t)2 * kp, m, kn);
                         mm_tile_gemm_bf16(kn, hs, mp, 1.0f, w.PT, mp, w.dY2 + (size_t)r0 / 2 * hs, hs, 1.0f,
                                           dv + (size_t)k0 * ld, ld);
                         mm_tile_gemm_bf16(m, hs, kp, 1.0f, (const uint32_t *)w.dSb, kp, w.K2 + (size_t)k0 / 2 * hs, hs,
-                                          1.0f, dq + (size_t)r0 * ld, ld);
+                                          bq, dq + (size_t)r0 * ld, ld);
                         mm_tile_gemm_bf16(kn, hs, mp, 1.0f, w.dST, mp, w.Q2 + (size_t)r0 / 2 * hs, hs, 1.0f,
                                           dk + (size_t)k0 * ld, ld);
                     } else if (lowp) {
                         if (!fuse) rows_to_bf16(w.Pb, Pv, m, kn, kn), rows_to_bf16(w.dSb, dP, m, kn, kn);
                         mm_gemm_bf16(1, 0, kn, hs, m, 1.0f, w.Pb, kn, w.dYb + (size_t)r0 * hs, hs, 1.0f,
                                      dv + (size_t)k0 * ld, ld);
-                        mm_gemm_bf16(0, 0, m, hs, kn, 1.0f, w.dSb, kn, w.Kb + (size_t)k0 * hs, hs, 1.0f,
+                        mm_gemm_bf16(0, 0, m, hs, kn, 1.0f, w.dSb, kn, w.Kb + (size_t)k0 * hs, hs, bq,
                                      dq + (size_t)r0 * ld, ld);
                         mm_gemm_bf16(1, 0, kn, hs, m, 1.0f, w.dSb, kn, w.Qb + (size_t)r0 * hs, hs, 1.0f,
                                      dk + (size_t)k0 * ld, ld);
                     } else {
                         mm_sgemm(1, 0, kn, hs, m, 1.0f, Pv, kn, dy + (size_t)r0 * C, C, 1.0f, dv + (size_t)k0 * ld, ld);
-                        mm_sgemm(0, 0, m, hs, kn, 1.0f, dP, kn, k + (size_t)k0 * ld, ld, 1.0f, dq + (size_t)r0 * ld,
+                        mm_sgemm(0, 0, m, hs, kn, 1.0f, dP, kn, k + (size_t)k0 * ld, ld, bq, dq + (size_t)r0 * ld,
                                  ld);
                         mm_sgemm(1, 0, kn, hs, m, 1.0f, dP, kn, q + (size_t)r0 * ld, ld, 1.0f, dk + (size_t)k0 * ld,
                                  ld);

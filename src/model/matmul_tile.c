@@ -122,6 +122,11 @@ void mm_tile_pack_t(uint32_t *dst, int ldd, const float *X, size_t ldx, int N, i
     int KP = (K + 1) / 2;
     for (int n0 = 0; n0 < N; n0 += 16) {
         int nn = N - n0 < 16 ? N - n0 : 16;
+        /* The next block's rows, requested now: each row is a few lines far apart (a head's slice of
+         * a qkv row), which the hardware prefetchers do not follow; cold, this loop ran 4x slower than
+         * mm_tile_pack_rows over the same bytes. */
+        for (int t = n0 ? 32 : 0; t < 48 && n0 + t < N; t++)
+            for (int c = 0; c < K; c += 16) _mm_prefetch((const char *)(X + (size_t)(n0 + t) * ldx + c), _MM_HINT_T0);
         for (int p0 = 0; p0 < KP; p0 += 16) {
             int pn = KP - p0 < 16 ? KP - p0 : 16, k0 = 2 * p0, kk = K - k0 < 32 ? K - k0 : 32;
             __mmask16 lo = (__mmask16)(kk >= 16 ? 0xFFFFu : (1u << kk) - 1);
@@ -194,6 +199,8 @@ void mm_tile_pack_rows(uint32_t *dst, int ldd, const float *X, size_t ldx, int R
     for (int p = 0; 2 * p < R; p++) {
         const float *x0 = X + (size_t)(2 * p) * ldx, *x1 = x0 + ldx;
         uint32_t *d = dst + (size_t)p * ldd;
+        for (int t = 2 * p + 16; t < 2 * p + 18 && t < R; t++) /* rows far apart: as mm_tile_pack_t */
+            for (int c = 0; c < N; c += 16) __builtin_prefetch(X + (size_t)t * ldx + c);
         if (2 * p + 1 < R) {
 #pragma omp simd
             for (int n = 0; n < N; n++) d[n] = pair(x0[n], x1[n]);
