@@ -73,68 +73,101 @@ static void rows_to_bf16(uint16_t *dst, const float *src, int rows, int cols, si
     }
 }
 
-/* The bf16 paths' row loops (fuse, below), in chunks of 16 keys from js rounded down to 16: a
- * lane outside [js, jn) is masked, so there is no scalar remainder (on the diagonal block a row
- * ends anywhere, and the remainder's scalar exps were a third of the forward's own time at T =
- * 256), and a row's max and sum are taken per lane, then over the lanes in order: the same order
- * in every build. The rest of [0, kn) is zeroed. fp32 and dropout runs keep the loops below. */
-#define ATT_LANES 16
+/* The bf16 paths' row loops (fuse, below). With AVX-512 each row runs in 16-key vectors from js,
+ * the last one masked: no scalar remainder (on the diagonal block a row ends anywhere, and the
+ * remainder's scalar exps were a third of the forward's own time at T = 256); a row's max and sum
+ * are taken per lane, then over the lanes (_mm512_reduce_*). Elsewhere, plain vectorized loops.
+ * Every entry of [0, kn) outside [js, jn) is written 0. fp32 and dropout runs keep the loops in
+ * the kernels below. */
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#include <immintrin.h>
 
-/* max(m, row[js..jn)). */
-static float row_max16(const float *row, int js, int jn, float m) {
-    float acc[ATT_LANES];
-    for (int l = 0; l < ATT_LANES; l++) acc[l] = m;
-    for (int j0 = js / ATT_LANES * ATT_LANES; j0 < jn; j0 += ATT_LANES) {
-#pragma omp simd
-        for (int l = 0; l < ATT_LANES; l++) {
-            int j = j0 + l;
-            float v = j >= js && j < jn ? row[j] : -INFINITY;
-            acc[l] = v > acc[l] ? v : acc[l];
-        }
-    }
-    for (int l = 1; l < ATT_LANES; l++) m = acc[l] > m ? acc[l] : m;
-    return acc[0] > m ? acc[0] : m;
+static inline __mmask16 lanes_to(int n) { return (__mmask16)(n >= 16 ? 0xFFFFu : (1u << n) - 1u); }
+
+/* 16 fp32 values to bf16 as half_bf16 (to nearest, ties to even), stored under mask k. */
+static inline void store_bf16(uint16_t *d, __mmask16 k, __m512 x) {
+    __m512i u = _mm512_castps_si512(x);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    u = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd), 16);
+    _mm256_mask_storeu_epi16(d, k, _mm512_cvtepi32_epi16(u));
 }
 
-/* p_j = exp(row_j − m) on [js, jn), 0 elsewhere in [0, kn), as bf16 into pb; returns Σ p_j (fp32,
- * before rounding). */
-static float row_exp16(uint16_t *pb, const float *row, int kn, int js, int jn, float m) {
-    float acc[ATT_LANES] = {0};
-    int j0 = js / ATT_LANES * ATT_LANES;
-    for (int j = 0; j < j0; j++) pb[j] = 0;
-    for (; j0 < jn; j0 += ATT_LANES) {
-#pragma omp simd
-        for (int l = 0; l < ATT_LANES; l++) {
-            int j = j0 + l;
-            float p = j >= js && j < jn ? st_expf(row[j] - m) : 0.0f;
-            acc[l] += p;
-            if (j < kn) pb[j] = half_bf16(p);
-        }
+/* max(m, row[js..jn)); a NaN entry is passed over, as the scalar loop's comparison does. */
+static float row_max16(const float *row, int js, int jn, float m) {
+    __m512 acc = _mm512_set1_ps(m);
+    for (int j = js; j < jn; j += 16) {
+        __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), lanes_to(jn - j), row + j);
+        acc = _mm512_max_ps(v, acc);
     }
-    for (int j = j0; j < kn; j++) pb[j] = 0;
+    return _mm512_reduce_max_ps(acc);
+}
+
+/* p_j = exp(row_j − m) on [js, jn) as bf16 into pb; returns Σ p_j (fp32, before rounding). */
+static float row_exp16(uint16_t *pb, const float *row, int kn, int js, int jn, float m) {
+    __m512 acc = _mm512_setzero_ps(), vm = _mm512_set1_ps(m);
+    int j = 0;
+    for (; j + 16 <= js; j += 16) store_bf16(pb + j, 0xFFFF, _mm512_setzero_ps());
+    if (j < js) store_bf16(pb + j, lanes_to(js - j), _mm512_setzero_ps());
+    for (j = js; j < jn; j += 16) {
+        __mmask16 k = lanes_to(jn - j);
+        __m512 p = _mm512_maskz_mov_ps(k, st_expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row + j), vm)));
+        acc = _mm512_add_ps(acc, p);
+        store_bf16(pb + j, lanes_to(kn - j), p);
+    }
+    for (j = jn > js ? js + (jn - js + 15) / 16 * 16 : js; j < kn; j += 16)
+        store_bf16(pb + j, lanes_to(kn - j), _mm512_setzero_ps());
+    return _mm512_reduce_add_ps(acc);
+}
+
+/* Backward: p_j = exp(row_j − L) and dS_j = p_j (dP_j − D) · scale on [js, jn), as bf16 into pb, sb. */
+static void row_ds16(uint16_t *pb, uint16_t *sb, const float *row, const float *dp, int kn, int js, int jn, float L,
+                     float D, float scale) {
+    __m512 vl = _mm512_set1_ps(L), vd = _mm512_set1_ps(D), vs = _mm512_set1_ps(scale), z = _mm512_setzero_ps();
+    for (int j = 0; j < js; j += 16) store_bf16(pb + j, lanes_to(js - j), z), store_bf16(sb + j, lanes_to(js - j), z);
+    int j = js;
+    for (; j < jn; j += 16) {
+        __mmask16 k = lanes_to(jn - j), w = lanes_to(kn - j);
+        __m512 p = _mm512_maskz_mov_ps(k, st_expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row + j), vl)));
+        __m512 ds = _mm512_maskz_mul_ps(k, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_maskz_loadu_ps(k, dp + j), vd)), vs);
+        store_bf16(pb + j, w, p), store_bf16(sb + j, w, ds);
+    }
+    for (; j < kn; j += 16) store_bf16(pb + j, lanes_to(kn - j), z), store_bf16(sb + j, lanes_to(kn - j), z);
+}
+
+#else
+
+static float row_max16(const float *row, int js, int jn, float m) {
+#pragma omp simd reduction(max : m)
+    for (int j = js; j < jn; j++) m = row[j] > m ? row[j] : m;
+    return m;
+}
+
+static float row_exp16(uint16_t *pb, const float *row, int kn, int js, int jn, float m) {
     float sum = 0;
-    for (int l = 0; l < ATT_LANES; l++) sum += acc[l];
+    for (int j = 0; j < js && j < kn; j++) pb[j] = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int j = js; j < jn; j++) {
+        float p = st_expf(row[j] - m);
+        sum += p;
+        pb[j] = half_bf16(p);
+    }
+    for (int j = jn > js ? jn : js; j < kn; j++) pb[j] = 0;
     return sum;
 }
 
-/* Backward: p_j = exp(row_j − L) and dS_j = p_j (dP_j − D) · scale on [js, jn), as bf16 into pb,
- * sb; 0 elsewhere in [0, kn). */
 static void row_ds16(uint16_t *pb, uint16_t *sb, const float *row, const float *dp, int kn, int js, int jn, float L,
                      float D, float scale) {
-    int j0 = js / ATT_LANES * ATT_LANES;
-    for (int j = 0; j < j0; j++) pb[j] = 0, sb[j] = 0;
-    for (; j0 < jn; j0 += ATT_LANES) {
+    for (int j = 0; j < js && j < kn; j++) pb[j] = 0, sb[j] = 0;
 #pragma omp simd
-        for (int l = 0; l < ATT_LANES; l++) {
-            int j = j0 + l;
-            int in = j >= js && j < jn;
-            float p = in ? st_expf(row[j] - L) : 0.0f;
-            float ds = in ? p * (dp[j] - D) * scale : 0.0f;
-            if (j < kn) pb[j] = half_bf16(p), sb[j] = half_bf16(ds);
-        }
+    for (int j = js; j < jn; j++) {
+        float p = st_expf(row[j] - L);
+        pb[j] = half_bf16(p);
+        sb[j] = half_bf16(p * (dp[j] - D) * scale);
     }
-    for (int j = j0; j < kn; j++) pb[j] = 0, sb[j] = 0;
+    for (int j = jn > js ? jn : js; j < kn; j++) pb[j] = 0, sb[j] = 0;
 }
+
+#endif
 
 typedef struct {
     float *S, *dP, *Pd;
