@@ -16,7 +16,9 @@
  *     reference whose query i sums over keys j in [start(i), i] only (softmax, dropout with the
  *     same absolute (row, key) index, and the chain rule written out), fp32 (<= 1e-5) and bf16
  *     (in (1e-5, 1e-2]), T = 300 so that documents straddle the 64-query and 256-key blocks, a
- *     one-token document included. Controls: the masked kernel is far from the unmasked
+ *     one-token document included; and T = 640 with a document starting at 600, whose rows begin
+ *     past the first two key blocks of their query block (a row's first key beyond the block's
+ *     end: the bf16 row loops must not write past it). Controls: the masked kernel is far from the unmasked
  *     reference; a row without any EOT (positions 0..T-1) is the causal kernel (pos = NULL) bit
  *     for bit. RoPE with positions = RoPE of each row alone at pos0 = its position (bit for bit);
  *     the GPT-2 embedding with positions = wte[tok] + wpe[pos] and its backward = the float64
@@ -307,14 +309,17 @@ static void positions(int32_t *pos, const int *lens, int ndoc_per_row, int Bn, i
             for (int i = 0; i < lens[b * ndoc_per_row + d]; i++, t++) pos[b * Tn + t] = i;
 }
 
-static void attention_case(int lowp, float p) {
-    enum { AB = 2, AT = 300, NH = 4, KV = 2, HS = 16 };
-    static const int lens[AB * 4] = {70, 200, 29, 1, 1, 150, 64, 85};
+/* Two rows of AT tokens, ndoc documents each (lens: row 0's, then row 1's). */
+static void attention_case_docs(int lowp, float p, int AT, const int *lens, int ndoc) {
+    enum { AB = 2, NH = 4, KV = 2, HS = 16 };
     int ld = (NH + 2 * KV) * HS, C = NH * HS;
     size_t nq = (size_t)AB * AT * ld, no = (size_t)AB * AT * C;
     Dropout d = {p, 21, 5};
-    int32_t pos[AB * AT];
-    positions(pos, lens, 4, AB, AT);
+    int32_t *pos = malloc(sizeof(int32_t) * AB * AT);
+    positions(pos, lens, ndoc, AB, AT);
+    char docs[96] = "";
+    for (int i = 0; i < AB * ndoc; i++)
+        snprintf(docs + strlen(docs), sizeof docs - strlen(docs), "%s%d", i == 0 ? "" : i % ndoc ? "|" : ", ", lens[i]);
     float *qkv = randv(nq, 40 + lowp), *dy = randv(no, 41 + lowp);
     float *out = calloc(no, 4), *lse = calloc((size_t)AB * NH * AT, 4), *dqkv = calloc(nq, 4);
     float *scr = calloc(attention_gqa_scratch_floats(AT, HS, NH / KV, 2), 4);
@@ -325,8 +330,8 @@ static void attention_case(int lowp, float p) {
     ref_attention(qkv, pos, AB, AT, NH, KV, HS, d, dy, ref, dref);
     double e1 = tu_rel_err_fd(out, ref, no), e2 = tu_rel_err_fd(dqkv, dref, nq);
     char name[160];
-    snprintf(name, sizeof name, "masked attention_gqa %s vs float64 (B=%d T=%d NH=%d KV=%d, docs 70|200|29|1, 1|150|64|85%s)",
-             lowp ? "bf16" : "fp32", AB, AT, NH, KV, p > 0 ? ", dropout" : "");
+    snprintf(name, sizeof name, "masked attention_gqa %s vs float64 (B=%d T=%d NH=%d KV=%d, docs %s%s)",
+             lowp ? "bf16" : "fp32", AB, AT, NH, KV, docs, p > 0 ? ", dropout" : "");
     if (lowp)
         tu_check(e1 <= 1e-2 && e2 <= 1e-2 && e1 > 1e-5 && e2 > 1e-5, name,
                  "forward rel %.3g backward rel %.3g (expected in (1e-5, 1e-2])", e1, e2);
@@ -351,7 +356,12 @@ static void attention_case(int lowp, float p) {
              lowp ? "bf16" : "fp32", p > 0 ? ", dropout" : "");
     tu_check(same, name, "%s", same ? "identical" : "differ");
     free(qkv), free(dy), free(out), free(lse), free(dqkv), free(scr), free(ref), free(dref), free(unm);
-    free(o1), free(l1), free(g1), free(o2), free(l2), free(g2);
+    free(o1), free(l1), free(g1), free(o2), free(l2), free(g2), free(pos);
+}
+
+static void attention_case(int lowp, float p) {
+    static const int lens[2 * 4] = {70, 200, 29, 1, 1, 150, 64, 85};
+    attention_case_docs(lowp, p, 300, lens, 4);
 }
 
 static void position_kernels(void) {
@@ -468,6 +478,11 @@ int main(void) {
     attention_case(0, 0.0f);
     attention_case(0, 0.1f);
     attention_case(1, 0.0f);
+    /* Rows 576..639 of row 0 hold a document starting at 0 and one starting at 600: the query block
+     * walks key blocks 0, 256, 512, and the second document's rows start past the first two. */
+    static const int long_lens[2 * 2] = {600, 40, 1, 639};
+    attention_case_docs(1, 0.0f, 640, long_lens, 2);
+    attention_case_docs(0, 0.0f, 640, long_lens, 2);
     ModelConfig gpt2 = {.n_layer = 2, .n_head = 4, .n_embd = 32, .vocab = 50, .max_seq = 32};
     model_case("gpt2", gpt2);
     ModelConfig llama = {.n_layer = 2, .n_head = 4, .n_embd = 32, .vocab = 50, .max_seq = 32, .arch = ARCH_LLAMA,

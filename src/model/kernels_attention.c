@@ -105,9 +105,8 @@ static float row_max16(const float *row, int js, int jn, float m) {
 /* p_j = exp(row_j − m) on [js, jn) as bf16 into pb; returns Σ p_j (fp32, before rounding). */
 static float row_exp16(uint16_t *pb, const float *row, int kn, int js, int jn, float m) {
     __m512 acc = _mm512_setzero_ps(), vm = _mm512_set1_ps(m);
-    int j = 0;
-    for (; j + 16 <= js; j += 16) store_bf16(pb + j, 0xFFFF, _mm512_setzero_ps());
-    if (j < js) store_bf16(pb + j, lanes_to(js - j), _mm512_setzero_ps());
+    int jz = js < kn ? js : kn, j; /* a document may start past this key block */
+    for (j = 0; j < jz; j += 16) store_bf16(pb + j, lanes_to(jz - j), _mm512_setzero_ps());
     for (j = js; j < jn; j += 16) {
         __mmask16 k = lanes_to(jn - j);
         __m512 p = _mm512_maskz_mov_ps(k, st_expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row + j), vm)));
@@ -123,8 +122,9 @@ static float row_exp16(uint16_t *pb, const float *row, int kn, int js, int jn, f
 static void row_ds16(uint16_t *pb, uint16_t *sb, const float *row, const float *dp, int kn, int js, int jn, float L,
                      float D, float scale) {
     __m512 vl = _mm512_set1_ps(L), vd = _mm512_set1_ps(D), vs = _mm512_set1_ps(scale), z = _mm512_setzero_ps();
-    for (int j = 0; j < js; j += 16) store_bf16(pb + j, lanes_to(js - j), z), store_bf16(sb + j, lanes_to(js - j), z);
-    int j = js;
+    int jz = js < kn ? js : kn, j; /* a document may start past this key block */
+    for (j = 0; j < jz; j += 16) store_bf16(pb + j, lanes_to(jz - j), z), store_bf16(sb + j, lanes_to(jz - j), z);
+    j = js;
     for (; j < jn; j += 16) {
         __mmask16 k = lanes_to(jn - j), w = lanes_to(kn - j);
         __m512 p = _mm512_maskz_mov_ps(k, st_expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row + j), vl)));
