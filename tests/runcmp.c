@@ -302,8 +302,8 @@ void rc_spread(const char *dir, const char *alt, const char *ref, int steps, con
     double lspread = NAN, nspread = NAN;
     RcLog la;
     if (!rc_log_diffs(dir, alt, ref, steps, &lspread, &nspread, &la)) nspread = NAN;
-    printf("%s: one process, 4x2 vs 2x4 micro-batches: weights %.2e, key bias %.2e, losses %.2e, norms %.2e\n", tag,
-           wspread, kspread, lspread, nspread);
+    printf("%s: one process, %s vs %s (another micro-batch split): weights %.2e, key bias %.2e, losses %.2e, norms "
+           "%.2e\n", tag, alt, ref, wspread, kspread, lspread, nspread);
     *spread = (RcTol){lspread, nspread, wspread, kspread};
     free(wref), free(walt);
 }

@@ -304,8 +304,8 @@ static void equiv(void) {
 /* Mixed precision at tp 2 against one process in the same precision. The fp32 masters differ only
  * by summation order, but a master on the other side of a rounding boundary moves its 2-byte copy
  * by 2^-8 (bf16) relative, and training carries that on: the oracle is the spread the precision
- * shows for another summation order in one process (4×2 vs 2×4 micro-batches, the same global
- * batch). Within 3× that spread (weights, key bias, norms), losses within 1e-4, as test_dp. */
+ * shows for another summation order in one process (4×2 against 2×4 and 1×8 micro-batches, the
+ * same global batch; the mean of the two). Within 3× that spread (weights, key bias, norms), losses within 1e-4, as test_dp. */
 static void mixed(void) {
     ParamLayout pl;
     test_layout(&pl, 2, 97);
@@ -313,12 +313,21 @@ static void mixed(void) {
     const char *tag[2] = {"bf16", "fp16"};
     for (int k = 0; k < 2; k++) {
         char ref[64], alt[64], name[64], extra[128];
+        char alt8[64];
         snprintf(ref, sizeof ref, "mref_%s", tag[k]), snprintf(alt, sizeof alt, "mref_mb4_%s", tag[k]);
+        snprintf(alt8, sizeof alt8, "mref_mb8_%s", tag[k]);
         snprintf(name, sizeof name, "tp2_%s", tag[k]);
         snprintf(extra, sizeof extra, "%s --micro-batch 4", prec[k]);
         if (!train_ok(ref, 0, 2, 4, prec[k]) || !train_ok(alt, 0, 2, 2, extra)) continue;
-        Tol sp;
+        snprintf(extra, sizeof extra, "%s --micro-batch 8", prec[k]);
+        if (!train_ok(alt8, 0, 2, 1, extra)) continue;
+        /* The spread of one reordering is one draw of a chaotic quantity (bf16: 1.2e-3 to 1.5e-3
+         * between builds of the same code, 2026-11-28), so it is the mean over two: 2x4 and 1x8
+         * micro-batches against 4x2. */
+        Tol sp, sp8;
         rc_spread(DIR, alt, ref, STEPS, &pl, tag[k], &sp);
+        rc_spread(DIR, alt8, ref, STEPS, &pl, tag[k], &sp8);
+        sp = (Tol){0, (sp.norm + sp8.norm) / 2, (sp.w + sp8.w) / 2, (sp.key + sp8.key) / 2};
         snprintf(extra, sizeof extra, "--tp 2 %s", prec[k]);
         Tol t = {1e-4, 3 * sp.norm, 3 * sp.w, 3 * sp.key};
         if (train_ok(name, 2, 2, 4, extra)) compare_tol(name, ref, STEPS, &pl, t), check_grid(name, 1, 2, 0);

@@ -28,7 +28,9 @@ static inline float st_expf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t bits = ((int32_t)k + 127) << 23;
+    /* Shifted as unsigned: a NaN x reaches here (k NaN, converted to INT_MIN on x86) and a signed
+     * shift of that would be undefined; the result is NaN either way (p is NaN). */
+    uint32_t bits = (uint32_t)((int32_t)k + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     return p * scale;
