@@ -12,6 +12,7 @@
 #include "model/fastmath.h"
 #include "model/kernels_internal.h"
 #include "model/matmul.h"
+#include "model/matmul_simd.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Attention                                                                                  */
@@ -55,19 +56,15 @@ size_t attention_scratch_floats(int T, int hs, int nt) {
 }
 
 /* A head's operands are a few cache lines of each row far apart (its slice of a qkv or output row),
- * read cold in the step; the hardware prefetchers do not run that far ahead, so the loops over them
- * request the row ATT_AHEAD rows on themselves. */
+ * read cold in the step: the loops over them request the row ATT_AHEAD rows on (mm_prefetch_row). */
 #define ATT_AHEAD 16
-static inline void prefetch_row(const float *p, int cols) {
-    for (int c = 0; c < cols; c += 16) __builtin_prefetch(p + c);
-}
 
 /* rows × cols of src (leading dimension ld) into dst (leading dimension cols), rounded to bf16. */
 static void rows_to_bf16(uint16_t *dst, const float *src, int rows, int cols, size_t ld) {
     for (int r = 0; r < rows; r++) {
         const float *s = src + (size_t)r * ld;
         uint16_t *d = dst + (size_t)r * cols;
-        if (r + ATT_AHEAD < rows) prefetch_row(s + ATT_AHEAD * ld, cols);
+        if (r + ATT_AHEAD < rows) mm_prefetch_row(s + ATT_AHEAD * ld, cols);
 #pragma omp simd
         for (int c = 0; c < cols; c++) d[c] = half_bf16(s[c]);
     }
@@ -80,23 +77,16 @@ static void rows_to_bf16(uint16_t *dst, const float *src, int rows, int cols, si
  * Every entry of [0, kn) outside [js, jn) is written 0. fp32 and dropout runs keep the loops in
  * the kernels below. */
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-#include <immintrin.h>
-
-static inline __mmask16 lanes_to(int n) { return (__mmask16)(n >= 16 ? 0xFFFFu : (1u << n) - 1u); }
-
 /* 16 fp32 values to bf16 as half_bf16 (to nearest, ties to even), stored under mask k. */
 static inline void store_bf16(uint16_t *d, __mmask16 k, __m512 x) {
-    __m512i u = _mm512_castps_si512(x);
-    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    u = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd), 16);
-    _mm256_mask_storeu_epi16(d, k, _mm512_cvtepi32_epi16(u));
+    _mm256_mask_storeu_epi16(d, k, _mm512_cvtepi32_epi16(mm_bf16_lanes(x)));
 }
 
 /* max(m, row[js..jn)); a NaN entry is passed over, as the scalar loop's comparison does. */
 static float row_max16(const float *row, int js, int jn, float m) {
     __m512 acc = _mm512_set1_ps(m);
     for (int j = js; j < jn; j += 16) {
-        __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), lanes_to(jn - j), row + j);
+        __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), mm_mask16(jn - j), row + j);
         acc = _mm512_max_ps(v, acc);
     }
     return _mm512_reduce_max_ps(acc);
@@ -106,15 +96,14 @@ static float row_max16(const float *row, int js, int jn, float m) {
 static float row_exp16(uint16_t *pb, const float *row, int kn, int js, int jn, float m) {
     __m512 acc = _mm512_setzero_ps(), vm = _mm512_set1_ps(m);
     int jz = js < kn ? js : kn, j; /* a document may start past this key block */
-    for (j = 0; j < jz; j += 16) store_bf16(pb + j, lanes_to(jz - j), _mm512_setzero_ps());
+    for (j = 0; j < jz; j += 16) store_bf16(pb + j, mm_mask16(jz - j), _mm512_setzero_ps());
     for (j = js; j < jn; j += 16) {
-        __mmask16 k = lanes_to(jn - j);
+        __mmask16 k = mm_mask16(jn - j);
         __m512 p = _mm512_maskz_mov_ps(k, st_expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row + j), vm)));
         acc = _mm512_add_ps(acc, p);
-        store_bf16(pb + j, lanes_to(kn - j), p);
+        store_bf16(pb + j, mm_mask16(kn - j), p);
     }
-    for (j = jn > js ? js + (jn - js + 15) / 16 * 16 : js; j < kn; j += 16)
-        store_bf16(pb + j, lanes_to(kn - j), _mm512_setzero_ps());
+    for (; j < kn; j += 16) store_bf16(pb + j, mm_mask16(kn - j), _mm512_setzero_ps());
     return _mm512_reduce_add_ps(acc);
 }
 
@@ -123,15 +112,15 @@ static void row_ds16(uint16_t *pb, uint16_t *sb, const float *row, const float *
                      float D, float scale) {
     __m512 vl = _mm512_set1_ps(L), vd = _mm512_set1_ps(D), vs = _mm512_set1_ps(scale), z = _mm512_setzero_ps();
     int jz = js < kn ? js : kn, j; /* a document may start past this key block */
-    for (j = 0; j < jz; j += 16) store_bf16(pb + j, lanes_to(jz - j), z), store_bf16(sb + j, lanes_to(jz - j), z);
+    for (j = 0; j < jz; j += 16) store_bf16(pb + j, mm_mask16(jz - j), z), store_bf16(sb + j, mm_mask16(jz - j), z);
     j = js;
     for (; j < jn; j += 16) {
-        __mmask16 k = lanes_to(jn - j), w = lanes_to(kn - j);
+        __mmask16 k = mm_mask16(jn - j), w = mm_mask16(kn - j);
         __m512 p = _mm512_maskz_mov_ps(k, st_expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row + j), vl)));
         __m512 ds = _mm512_maskz_mul_ps(k, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_maskz_loadu_ps(k, dp + j), vd)), vs);
         store_bf16(pb + j, w, p), store_bf16(sb + j, w, ds);
     }
-    for (; j < kn; j += 16) store_bf16(pb + j, lanes_to(kn - j), z), store_bf16(sb + j, lanes_to(kn - j), z);
+    for (; j < kn; j += 16) store_bf16(pb + j, mm_mask16(kn - j), z), store_bf16(sb + j, mm_mask16(kn - j), z);
 }
 
 #else
@@ -381,7 +370,7 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                 for (; i8 + 8 <= m; i8 += 8) {
                     float s8[8] = {0};
                     for (int r = ATT_AHEAD; r < ATT_AHEAD + 8 && r0 + i8 + r < T; r++)
-                        prefetch_row(dy + (size_t)(r0 + i8 + r) * C, hs), prefetch_row(y + (size_t)(r0 + i8 + r) * C, hs);
+                        mm_prefetch_row(dy + (size_t)(r0 + i8 + r) * C, hs), mm_prefetch_row(y + (size_t)(r0 + i8 + r) * C, hs);
                     for (int x = 0; x < hs; x++)
                         for (int r = 0; r < 8; r++)
                             s8[r] += dy[(size_t)(r0 + i8 + r) * C + x] * y[(size_t)(r0 + i8 + r) * C + x];

@@ -130,8 +130,6 @@ static inline __m512i pairs16(const uint16_t *r0, const uint16_t *r1, __mmask16 
     return _mm512_or_si512(lo, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, r1)), 16));
 }
 
-static inline __mmask16 mask_n(int n) { return (__mmask16)(n >= 16 ? 0xFFFFu : (1u << n) - 1); }
-
 /* Panel j of op(B) (columns n0 .. n0 + nn - 1, zero beyond) into d (KP rows of NR pairs). */
 static void pack_b(uint32_t *d, int tb, const uint16_t *B, int ldb, int K, int KP, int n0, int nn) {
     if (!tb) {
@@ -140,7 +138,7 @@ static void pack_b(uint32_t *d, int tb, const uint16_t *B, int ldb, int K, int K
             const uint16_t *r0 = B + (size_t)(2 * p) * ldb + n0, *r1 = 2 * p + 1 < K ? r0 + ldb : NULL;
             for (int v = 0; v < NV; v++) {
                 int c = nn - 16 * v;
-                __m512i x = c > 0 ? pairs16(r0 + 16 * v, r1 ? r1 + 16 * v : NULL, mask_n(c)) : _mm512_setzero_si512();
+                __m512i x = c > 0 ? pairs16(r0 + 16 * v, r1 ? r1 + 16 * v : NULL, mm_mask16(c)) : _mm512_setzero_si512();
                 _mm512_store_si512(d + (size_t)p * NR + 16 * v, x);
             }
         }
@@ -173,7 +171,7 @@ static void pack_b(uint32_t *d, int tb, const uint16_t *B, int ldb, int K, int K
 static void pack_a(uint32_t *d, int ta, const uint16_t *A, int lda, int K, int KP, int i0, int rr) {
     if (ta) {
         /* op(A) = A^T, A (K × M row-major): pair p of row i is (A[2p][i], A[2p + 1][i]). */
-        __mmask16 k = mask_n(rr);
+        __mmask16 k = mm_mask16(rr);
         for (int p = 0; p < KP; p++) {
             const uint16_t *r0 = A + (size_t)(2 * p) * lda + i0, *r1 = 2 * p + 1 < K ? r0 + lda : NULL;
             _mm512_mask_storeu_epi32(d + (size_t)p * MR, (__mmask16)((1u << MR) - 1), pairs16(r0, r1, k));
@@ -221,7 +219,7 @@ typedef struct {
 /* Panel j of N columns: its first column n0, its 16-column vectors nv, the last one's mask. */
 static void panel_cols(int N, int j, int *n0, int *nv, __mmask16 *last) {
     int nn = N - j * NR < NR ? N - j * NR : NR;
-    *n0 = j * NR, *nv = (nn + 15) / 16, *last = mask_n(nn - 16 * (*nv - 1));
+    *n0 = j * NR, *nv = (nn + 15) / 16, *last = mm_mask16(nn - 16 * (*nv - 1));
 }
 
 /* Every panel of op(B) into dst, panel j at dst + j·KP·NR: the panels shared among the threads of

@@ -1,10 +1,30 @@
-/* matmul_simd.h — register helpers shared by the bf16 GEMM files (matmul_tile.c, matmul_pack.c);
- * internal to model/, for builds that target AVX-512 with bf16 dot products. */
+/* matmul_simd.h — helpers shared by the bf16 GEMM files (matmul_tile.c, matmul_pack.c) and bf16
+ * attention (kernels_attention.c); internal to model/. The register helpers exist in builds that
+ * target AVX-512 (the transpose: with bf16 dot products). */
 #ifndef ST_MODEL_MATMUL_SIMD_H
 #define ST_MODEL_MATMUL_SIMD_H
 
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
+/* Requests the lines of cols floats at p: rows of an operand that lie far apart (a head's slice of
+ * each qkv row), which the hardware prefetchers do not follow far enough ahead when they are cold. */
+static inline void mm_prefetch_row(const float *p, int cols) {
+    for (int c = 0; c < cols; c += 16) __builtin_prefetch(p + c);
+}
+
+#if defined(__AVX512F__)
 #include <immintrin.h>
+
+/* The first n of 16 lanes (n >= 0). */
+static inline __mmask16 mm_mask16(int n) { return (__mmask16)(n >= 16 ? 0xFFFFu : (1u << n) - 1u); }
+
+/* 16 fp32 lanes rounded to bf16 as half_bf16 does (to nearest, ties to even), in the low halves. */
+static inline __m512i mm_bf16_lanes(__m512 x) {
+    __m512i u = _mm512_castps_si512(x);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    return _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd), 16);
+}
+#endif
+
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
 
 /* Transposes the 16 × 16 uint32 block in r (row t = r[t]) in registers: r[t] becomes column t. */
 static inline void mm_transpose16(__m512i r[16]) {

@@ -103,13 +103,6 @@ void mm_tile_gemm_bf16(int M, int N, int KP, float alpha, const uint32_t *A, int
 static inline uint32_t pair(float lo, float hi) { return (uint32_t)half_bf16(lo) | (uint32_t)half_bf16(hi) << 16; }
 
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
-/* 16 fp32 lanes rounded to bf16 as half_bf16 does (to nearest, ties to even), in the low halves. */
-static inline __m512i bf16_lanes(__m512 x) {
-    __m512i u = _mm512_castps_si512(x);
-    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    return _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd), 16);
-}
-
 /* Stores the transposed block: column t of the rows built (r[t] after mm_transpose16) goes to
  * dst + t·ldd, its first `cols` lanes; `rows` of them (tails of N, K). */
 static inline void store_t(uint32_t *dst, size_t ldd, __m512i r[16], int rows, int cols) {
@@ -125,8 +118,7 @@ void mm_tile_pack_t(uint32_t *dst, int ldd, const float *X, size_t ldx, int N, i
         /* The next block's rows, requested now: each row is a few lines far apart (a head's slice of
          * a qkv row), which the hardware prefetchers do not follow; cold, this loop ran 4x slower than
          * mm_tile_pack_rows over the same bytes. */
-        for (int t = n0 ? 32 : 0; t < 48 && n0 + t < N; t++)
-            for (int c = 0; c < K; c += 16) _mm_prefetch((const char *)(X + (size_t)(n0 + t) * ldx + c), _MM_HINT_T0);
+        for (int t = n0 ? 32 : 0; t < 48 && n0 + t < N; t++) mm_prefetch_row(X + (size_t)(n0 + t) * ldx, K);
         for (int p0 = 0; p0 < KP; p0 += 16) {
             int pn = KP - p0 < 16 ? KP - p0 : 16, k0 = 2 * p0, kk = K - k0 < 32 ? K - k0 : 32;
             __mmask16 lo = (__mmask16)(kk >= 16 ? 0xFFFFu : (1u << kk) - 1);
@@ -141,7 +133,7 @@ void mm_tile_pack_t(uint32_t *dst, int ldd, const float *X, size_t ldx, int N, i
                     continue;
                 }
                 const float *x = X + (size_t)(n0 + t) * ldx + k0;
-                __m512i a = bf16_lanes(_mm512_maskz_loadu_ps(lo, x)), b = bf16_lanes(_mm512_maskz_loadu_ps(hi, x + 16));
+                __m512i a = mm_bf16_lanes(_mm512_maskz_loadu_ps(lo, x)), b = mm_bf16_lanes(_mm512_maskz_loadu_ps(hi, x + 16));
                 __m512i e = _mm512_permutex2var_epi32(a, even, b), o = _mm512_permutex2var_epi32(a, odd, b);
                 r[t] = _mm512_or_si512(e, _mm512_slli_epi32(o, 16));
             }
@@ -156,7 +148,7 @@ void mm_tile_pack_rows_t(uint32_t *dst, int ldd, const uint16_t *X, size_t ldx, 
         int pn = RP - p0 < 16 ? RP - p0 : 16;
         for (int n0 = 0; n0 < N; n0 += 16) {
             int nn = N - n0 < 16 ? N - n0 : 16;
-            __mmask16 k = (__mmask16)(nn >= 16 ? 0xFFFFu : (1u << nn) - 1);
+            __mmask16 k = mm_mask16(nn);
             /* Row t of the block: rows 2(p0 + t) and 2(p0 + t) + 1 of X interleaved, columns n0 ... */
             __m512i r[16];
             for (int t = 0; t < 16; t++) {
@@ -199,8 +191,7 @@ void mm_tile_pack_rows(uint32_t *dst, int ldd, const float *X, size_t ldx, int R
     for (int p = 0; 2 * p < R; p++) {
         const float *x0 = X + (size_t)(2 * p) * ldx, *x1 = x0 + ldx;
         uint32_t *d = dst + (size_t)p * ldd;
-        for (int t = 2 * p + 16; t < 2 * p + 18 && t < R; t++) /* rows far apart: as mm_tile_pack_t */
-            for (int c = 0; c < N; c += 16) __builtin_prefetch(X + (size_t)t * ldx + c);
+        for (int t = 2 * p + 16; t < 2 * p + 18 && t < R; t++) mm_prefetch_row(X + (size_t)t * ldx, N);
         if (2 * p + 1 < R) {
 #pragma omp simd
             for (int n = 0; n < N; n++) d[n] = pair(x0[n], x1[n]);
