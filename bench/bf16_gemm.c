@@ -2,7 +2,8 @@
  * (mm_linear_bf16 for the forward, mm_gemm_bf16 for dX and dW += dY^T X), on the packed kernel
  * (matmul_pack.c) and on oneDNN (mm_pack_enable(0)), interleaved call by call so that load hits
  * both alike. Per shape: the best of the timed calls (after one untimed call each), GFLOP/s, and
- * packed / oneDNN; per config the summed time of its 12 layer GEMMs (one layer).
+ * packed / oneDNN; per config the summed time of its 12 layer GEMMs (one layer). Last, the ceilings
+ * (ceilings below): the dot-product probe, and the packed kernel on hot operands.
  *
  * usage: bf16_gemm [threads=2] [reps=15] [configs=ABCG]   (BF16_GEMM_COLD=1: 64 MB written between
  * calls, so the operands come from memory as in a step)
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/peak.h"
 #include "model/matmul.h"
 
 static double now_ms(void) {
@@ -28,6 +30,38 @@ static void call(int kind, int N, int C, int OC, const uint16_t *x, const uint16
     if (kind == 0) mm_linear_bf16(N, OC, C, x, w, bias, out);
     else if (kind == 1) mm_gemm_bf16(0, 0, N, C, OC, 1.0f, dy, OC, w, C, 0.0f, out, C);
     else mm_gemm_bf16(1, 0, OC, C, N, 1.0f, dy, OC, x, C, 1.0f, out, C);
+}
+
+/* What the layer GEMMs above can reach at best on this machine, measured in the same process: the
+ * dot-product probe (core/peak.c: register-resident vdpbf16ps, the MFU peak of a bf16 run) and the
+ * packed kernel on hot operands (512 rows × 48·2·nt columns × K 384, op(B) packed once and read
+ * from L1/L2, A from L2, C in L2: no packing, no cold lines). The gap between the two is the
+ * register tile's own cost (loads, broadcasts, its prologue and epilogue every 192 pairs); the gap
+ * between the hot kernel and the table is what packing and memory cost the GEMMs of a step. */
+static void ceilings(int nt, int reps) {
+    const int M = 512, N = 96 * nt, K = 384;
+    uint16_t *a = malloc((size_t)M * K * 2), *b = malloc((size_t)N * K * 2);
+    uint32_t *bp = aligned_alloc(64, (mm_packed_b_words(N, K) * 4 + 63) / 64 * 64);
+    float *c = calloc((size_t)M * N, 4);
+    if (!a || !b || !bp || !c) {
+        fprintf(stderr, "bf16_gemm: out of memory for the ceiling's operands\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < (size_t)M * K; i++) a[i] = 0x3c00 + (uint16_t)(i % 97);
+    for (size_t i = 0; i < (size_t)N * K; i++) b[i] = 0x3c00 + (uint16_t)(i % 89);
+    mm_pack_b_bf16(bp, 1, N, K, b, K);
+    double best = 1e30;
+    for (int r = 0; r < 20 * reps; r++) {
+        double t0 = now_ms();
+        mm_packed_gemm_bf16(M, N, K, a, K, bp, c, N);
+        double t = now_ms() - t0;
+        if (r > 0 && t < best) best = t;
+    }
+    double hot = 2.0 * M * N * K / best * 1e-6, probe = peak_measure_bf16(nt, 300) * 1e-9;
+    printf("# ceilings, %d threads: bf16 dot-product probe %.0f GFLOP/s (the MFU peak); the packed kernel on hot "
+           "operands (%d × %d × %d, op(B) packed once) %.0f GFLOP/s = %.2f of the probe\n",
+           nt, probe, M, N, K, hot, hot / probe);
+    free(a), free(b), free(bp), free(c);
 }
 
 int main(int argc, char **argv) {
@@ -89,5 +123,6 @@ int main(int argc, char **argv) {
         }
         printf("| %c | one layer's 12 GEMMs, ms | %.2f | %.2f | %.2f× |\n", cfgs[c].name, sum[0], sum[1], sum[0] / sum[1]);
     }
+    ceilings(nt, reps);
     return 0;
 }
