@@ -158,6 +158,14 @@ static void row_ds16(uint16_t *pb, uint16_t *sb, const float *row, const float *
 
 #endif
 
+/* C (M × N) += A · B on its first n1 rows, = A · B on the rest (beta 0: rows not yet written);
+ * A's rows are pair rows of KP (row stride KP), B's row stride is N. Row by row the same bits as
+ * one call adding into zeros: a tile's sums start from +0 and are never −0. */
+static void tile_rows_from(int n1, int M, int N, int KP, const uint32_t *A, const uint32_t *B, float *C, int ldc) {
+    mm_tile_gemm_bf16(n1, N, KP, 1.0f, A, KP, B, N, 1.0f, C, ldc);
+    mm_tile_gemm_bf16(M - n1, N, KP, 1.0f, A + (size_t)n1 * KP, KP, B, N, 0.0f, C + (size_t)n1 * ldc, ldc);
+}
+
 typedef struct {
     float *S, *dP, *Pd;
     uint16_t *Pb, *dSb, *Qb, *Kb, *Vb, *dYb;
@@ -342,18 +350,18 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
         AttScratch w = att_scratch(scratch, T, hs);
         float *P = w.S, *dP = w.dP, *Pd = w.Pd;
         const int32_t *dpos = pos ? pos + (size_t)b * T : NULL;
-        /* The tile path writes each key row's dK, dV first with beta 0 (below); the others add
-         * from the start. */
-        if (!tl)
+        /* The tile path writes each key row's dK, dV first with beta 0 (tile_rows_from, below); the
+         * others add from the start. */
+        if (tl) {
+            mm_tile_pack_t(w.KT, T, k, ld, T, hs), mm_tile_pack_t(w.VT, T, v, ld, T, hs),
+                mm_tile_pack_rows(w.K2, hs, k, ld, T, hs);
+        } else {
             for (int t = 0; t < T; t++) {
                 float *a = dk + (size_t)t * ld, *c = dv + (size_t)t * ld;
                 for (int x = 0; x < hs; x++) a[x] = 0.0f, c[x] = 0.0f;
             }
-        if (tl)
-            mm_tile_pack_t(w.KT, T, k, ld, T, hs), mm_tile_pack_t(w.VT, T, v, ld, T, hs),
-                mm_tile_pack_rows(w.K2, hs, k, ld, T, hs);
-        else if (lowp)
-            rows_to_bf16(w.Kb, k, T, hs, ld), rows_to_bf16(w.Vb, v, T, hs, ld);
+            if (lowp) rows_to_bf16(w.Kb, k, T, hs, ld), rows_to_bf16(w.Vb, v, T, hs, ld);
+        }
         for (int h = kh * G; h < (kh + 1) * G; h++) {
             uint64_t bhg = (uint64_t)b * (d.heads ? d.heads : NH) + d.head0 + h;
             const float *q = row0 + (size_t)h * hs;
@@ -437,21 +445,16 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                     const float bq = k0 == kbeg ? 0.0f : 1.0f;
                     if (tl) {
                         /* Key rows from r0 on meet their first query block here (earlier blocks end
-                         * before r0); the group's first head writes them (beta 0: no zeroing pass,
-                         * and the same bits, as the sums start from +0 and never are -0), the
-                         * rows before r0 and the other heads add. */
+                         * before r0): the group's first head writes them, instead of a zeroing pass;
+                         * the rows before r0 and the other heads add. */
                         int n1 = h != kh * G ? kn : r0 - k0 < 0 ? 0 : r0 - k0 < kn ? r0 - k0 : kn;
                         const uint32_t *dY2 = w.dY2 + (size_t)r0 / 2 * hs, *Q2 = w.Q2 + (size_t)r0 / 2 * hs;
                         mm_tile_pack_rows_t(w.PT, mp, w.Pb, (size_t)2 * kp, m, kn);
                         mm_tile_pack_rows_t(w.dST, mp, w.dSb, (size_t)2 * kp, m, kn);
-                        mm_tile_gemm_bf16(n1, hs, mp, 1.0f, w.PT, mp, dY2, hs, 1.0f, dv + (size_t)k0 * ld, ld);
-                        mm_tile_gemm_bf16(kn - n1, hs, mp, 1.0f, w.PT + (size_t)n1 * mp, mp, dY2, hs, 0.0f,
-                                          dv + (size_t)(k0 + n1) * ld, ld);
+                        tile_rows_from(n1, kn, hs, mp, w.PT, dY2, dv + (size_t)k0 * ld, ld);
                         mm_tile_gemm_bf16(m, hs, kp, 1.0f, (const uint32_t *)w.dSb, kp, w.K2 + (size_t)k0 / 2 * hs, hs,
                                           bq, dq + (size_t)r0 * ld, ld);
-                        mm_tile_gemm_bf16(n1, hs, mp, 1.0f, w.dST, mp, Q2, hs, 1.0f, dk + (size_t)k0 * ld, ld);
-                        mm_tile_gemm_bf16(kn - n1, hs, mp, 1.0f, w.dST + (size_t)n1 * mp, mp, Q2, hs, 0.0f,
-                                          dk + (size_t)(k0 + n1) * ld, ld);
+                        tile_rows_from(n1, kn, hs, mp, w.dST, Q2, dk + (size_t)k0 * ld, ld);
                     } else if (lowp) {
                         if (!fuse) rows_to_bf16(w.Pb, Pv, m, kn, kn), rows_to_bf16(w.dSb, dP, m, kn, kn);
                         mm_gemm_bf16(1, 0, kn, hs, m, 1.0f, w.Pb, kn, w.dYb + (size_t)r0 * hs, hs, 1.0f,
