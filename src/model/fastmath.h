@@ -39,8 +39,9 @@ static inline float st_expf(float x) {
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
-/* st_expf on 16 lanes, its steps as the compiler contracts the scalar one (fused multiply-adds);
- * the clamps keep a NaN lane NaN. */
+/* st_expf on 16 lanes with fused multiply-adds (attention's softmax): within an ulp or two of
+ * st_expf, not bit-identical to it (the build compiles the scalar one without contraction;
+ * st_expf16_exact below is). The clamps keep a NaN lane NaN. */
 static inline __m512 st_expf16(__m512 x) {
     x = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), x));
     __m512 big = _mm512_set1_ps(12582912.0f);
@@ -77,16 +78,16 @@ static inline float st_gelu_grad(float x) {
 }
 
 #if defined(__AVX512F__)
-/* The same on 16 lanes, bit for bit: each step as the scalar functions above compile, products
+/* st_expf, st_tanhf, st_gelu and st_gelu_grad on 16 lanes, bit for bit: each step as the scalar
+ * functions above compile, products
  * and sums rounded one at a time (the build is ISO C, -std=c11, whose GCC default is
  * -ffp-contract=off: no fused multiply-adds unless written). GCC's own vectorization of the scalar
  * loops spends much of GELU's time on masks for st_expf's clamps (kernels.c runs these four
  * vectors at a time; tests/test_kernels.c compares them with the scalar functions on 2^22 inputs,
  * special values included: a fused multiply-add in x + 0.044715 x^3 changes ~2000 of them). */
-static inline __m512 st_tanh16(__m512 u) {
-    __m512 one = _mm512_set1_ps(1.0f), x = _mm512_mul_ps(_mm512_set1_ps(2.0f), u);
-    x = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), x));
+static inline __m512 st_expf16_exact(__m512 x) {
     __m512 big = _mm512_set1_ps(12582912.0f);
+    x = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), x));
     __m512 k = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), big), big);
     __m512 r = _mm512_sub_ps(x, _mm512_mul_ps(k, _mm512_set1_ps(0.693359375f)));
     r = _mm512_sub_ps(r, _mm512_mul_ps(k, _mm512_set1_ps(-2.12194440e-4f)));
@@ -96,9 +97,14 @@ static inline __m512 st_tanh16(__m512 u) {
     p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
     p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p, r), r), r), one);
+    p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p, r), r), r), _mm512_set1_ps(1.0f));
     __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(k), _mm512_set1_epi32(127)), 23);
-    __m512 d = _mm512_add_ps(_mm512_mul_ps(p, _mm512_castsi512_ps(e)), one); /* exp(2u) + 1 */
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+static inline __m512 st_tanh16(__m512 u) {
+    __m512 one = _mm512_set1_ps(1.0f);
+    __m512 d = _mm512_add_ps(st_expf16_exact(_mm512_mul_ps(_mm512_set1_ps(2.0f), u)), one);
     return _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), d));
 }
 

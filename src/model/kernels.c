@@ -13,7 +13,6 @@
 #include "model/fastmath.h"
 #include "model/kernels_internal.h"
 #include "model/matmul.h"
-#include "model/matmul_simd.h"
 
 
 /* ------------------------------------------------------------------------------------------ */
@@ -465,34 +464,9 @@ void matmul_forward(float *out, const float *inp, const float *w, const float *b
     mm_linear(N, OC, C, inp, w, bias, out);
 }
 
-/* GELU's loops run on fastmath.h's 16-lane forms where the build has AVX-512, bit-identical to
- * st_gelu / st_gelu_grad. Their long dependent chains (a degree-6 polynomial, a division) leave the
- * core waiting on latency, so four vectors run side by side: 1.7× GCC's vectorization of the
- * scalar loop on Zen 5. GELU_SPAN runs v = LD(i, k); v = F(v, i, k); ST(i, k, v) over elements
- * i0 .. i1 − 1 in vectors of 16 at i, k the lanes in range: a constant full mask in the main loop
- * (plain loads and stores; masked ones measured 13% slower), the last lanes masked. */
+/* GELU's loops run on fastmath.h's 16-lane forms (bit-identical to st_gelu / st_gelu_grad) four
+ * vectors at a time (VEC4_SPAN) where the build has AVX-512. */
 #if defined(__AVX512F__)
-#define GELU_SPAN(i0, i1, LD, F, ST)                                                                     \
-    do {                                                                                                 \
-        size_t i_ = (i0);                                                                                \
-        const __mmask16 f_ = 0xFFFF;                                                                     \
-        for (; i_ + 64 <= (i1); i_ += 64) {                                                              \
-            __m512 v0 = LD(i_, f_), v1 = LD(i_ + 16, f_), v2 = LD(i_ + 32, f_), v3 = LD(i_ + 48, f_);    \
-            v0 = F(v0, i_, f_), v1 = F(v1, i_ + 16, f_), v2 = F(v2, i_ + 32, f_), v3 = F(v3, i_ + 48, f_); \
-            ST(i_, f_, v0), ST(i_ + 16, f_, v1), ST(i_ + 32, f_, v2), ST(i_ + 48, f_, v3);               \
-        }                                                                                                \
-        for (; i_ < (i1); i_ += 16) {                                                                    \
-            __mmask16 k_ = mm_mask16((int)((i1) - i_));                                                  \
-            __m512 v = LD(i_, k_);                                                                       \
-            v = F(v, i_, k_);                                                                            \
-            ST(i_, k_, v);                                                                               \
-        }                                                                                                \
-    } while (0)
-static inline __attribute__((always_inline)) void store_bf16_16(uint16_t *d, __mmask16 k, __m512 x) {
-    __m256i h = _mm512_cvtepi32_epi16(mm_bf16_lanes(x));
-    if (k == 0xFFFF) _mm256_storeu_si256((__m256i *)(void *)d, h);
-    else _mm256_mask_storeu_epi16(d, k, h);
-}
 #define GELU_F(v, i, k) st_gelu16(v)
 #endif
 
@@ -535,7 +509,7 @@ static void colsum_pass(int mode, uint16_t *dst, float *colsum, const float *src
     (_mm512_mask_storeu_ps(sum + ((j) - (size_t)j0), k,                                               \
                            _mm512_add_ps(_mm512_maskz_loadu_ps(k, sum + ((j) - (size_t)j0)), v)), \
      store_bf16_16(d + (j), k, v))
-                    GELU_SPAN((size_t)j0, (size_t)j1, LD_, F_, ST_);
+                    VEC4_SPAN((size_t)j0, (size_t)j1, LD_, F_, ST_);
 #undef LD_
 #undef F_
 #undef ST_
@@ -653,7 +627,7 @@ void gelu_forward(float *out, const float *inp, size_t n, int nt) {
 #if defined(__AVX512F__)
 #define LD_(i, k) _mm512_maskz_loadu_ps(k, inp + (i))
 #define ST_(i, k, v) _mm512_mask_storeu_ps(out + (i), k, v)
-        GELU_SPAN(i0, i1, LD_, GELU_F, ST_);
+        VEC4_SPAN(i0, i1, LD_, GELU_F, ST_);
 #undef LD_
 #undef ST_
 #else
@@ -671,7 +645,7 @@ void gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, i
 #define LD_(i, k) _mm512_maskz_loadu_ps(k, inp + (i))
 #define F_(v, i, k) _mm512_mul_ps(_mm512_maskz_loadu_ps(k, dout + (i)), st_gelu_grad16(v))
 #define ST_(i, k, v) _mm512_mask_storeu_ps(dinp + (i), k, v)
-        GELU_SPAN(i0, i1, LD_, F_, ST_);
+        VEC4_SPAN(i0, i1, LD_, F_, ST_);
 #undef LD_
 #undef F_
 #undef ST_
@@ -689,7 +663,7 @@ void gelu_forward_bf16(uint16_t *out, const float *inp, size_t n, int nt) {
 #if defined(__AVX512F__)
 #define LD_(i, k) _mm512_maskz_loadu_ps(k, inp + (i))
 #define ST_(i, k, v) store_bf16_16(out + (i), k, v)
-        GELU_SPAN(i0, i1, LD_, GELU_F, ST_);
+        VEC4_SPAN(i0, i1, LD_, GELU_F, ST_);
 #undef LD_
 #undef ST_
 #else
