@@ -466,7 +466,7 @@ void matmul_forward(float *out, const float *inp, const float *w, const float *b
 
 /* GELU's loops run on fastmath.h's 16-lane forms (bit-identical to st_gelu / st_gelu_grad) four
  * vectors at a time (VEC4_SPAN) where the build has AVX-512. */
-#if defined(__AVX512F__)
+#if ST_VEC4
 #define GELU_F(v, i, k) st_gelu16(v)
 #endif
 
@@ -502,7 +502,7 @@ static void colsum_pass(int mode, uint16_t *dst, float *colsum, const float *src
                     }
                 } else {
                     const float *x = inp + (size_t)i * OC;
-#if defined(__AVX512F__)
+#if ST_VEC4
 #define LD_(j, k) _mm512_maskz_loadu_ps(k, x + (j))
 #define F_(v, j, k) _mm512_mul_ps(_mm512_maskz_loadu_ps(k, g + (j)), st_gelu_grad16(v))
 #define ST_(j, k, v)                                                                                  \
@@ -624,7 +624,7 @@ void gelu_forward(float *out, const float *inp, size_t n, int nt) {
 #pragma omp parallel num_threads(nt)
     {
         GELU_RANGE(n, i0, i1);
-#if defined(__AVX512F__)
+#if ST_VEC4
 #define LD_(i, k) _mm512_maskz_loadu_ps(k, inp + (i))
 #define ST_(i, k, v) _mm512_mask_storeu_ps(out + (i), k, v)
         VEC4_SPAN(i0, i1, LD_, GELU_F, ST_);
@@ -641,7 +641,7 @@ void gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, i
 #pragma omp parallel num_threads(nt)
     {
         GELU_RANGE(n, i0, i1);
-#if defined(__AVX512F__)
+#if ST_VEC4
 #define LD_(i, k) _mm512_maskz_loadu_ps(k, inp + (i))
 #define F_(v, i, k) _mm512_mul_ps(_mm512_maskz_loadu_ps(k, dout + (i)), st_gelu_grad16(v))
 #define ST_(i, k, v) _mm512_mask_storeu_ps(dinp + (i), k, v)
@@ -660,7 +660,7 @@ void gelu_forward_bf16(uint16_t *out, const float *inp, size_t n, int nt) {
 #pragma omp parallel num_threads(nt)
     {
         GELU_RANGE(n, i0, i1);
-#if defined(__AVX512F__)
+#if ST_VEC4
 #define LD_(i, k) _mm512_maskz_loadu_ps(k, inp + (i))
 #define ST_(i, k, v) store_bf16_16(out + (i), k, v)
         VEC4_SPAN(i0, i1, LD_, GELU_F, ST_);

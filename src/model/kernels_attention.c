@@ -76,7 +76,7 @@ static void rows_to_bf16(uint16_t *dst, const float *src, int rows, int cols, si
  * are taken per lane, then over the lanes (_mm512_reduce_*). Elsewhere, plain vectorized loops.
  * Every entry of [0, kn) outside [js, jn) is written 0. fp32 and dropout runs keep the loops in
  * the kernels below. */
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+#if ST_VEC4 /* the bf16 stores need AVX512BW and VL */
 /* 16 fp32 values to bf16 as half_bf16 (to nearest, ties to even), stored under mask k. */
 static inline void store_bf16(uint16_t *d, __mmask16 k, __m512 x) {
     _mm256_mask_storeu_epi16(d, k, _mm512_cvtepi32_epi16(mm_bf16_lanes(x)));

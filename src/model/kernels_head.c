@@ -78,7 +78,7 @@ static float head_exp_sum(const float *l, int V, float mx) {
 
 static float head_exp_sum_store(float *l, int V, float mx) {
     double s = 0;
-#if defined(__AVX512F__)
+#if ST_VEC4
     /* The exponentials first, four vectors at a time (st_expf16_exact: st_expf's bits; 1.7× the
      * vectorized loop below, whose chain waits on latency), then the same block sums of them. */
     const __m512 vm = _mm512_set1_ps(mx);

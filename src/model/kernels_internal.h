@@ -21,7 +21,9 @@ static inline float drop_scale(Dropout d, uint64_t i) {
     return rng_uniform(d.seed, d.stream, i + d.offset) >= d.p ? 1.0f / (1.0f - d.p) : 0.0f;
 }
 
-#if defined(__AVX512F__)
+/* ST_VEC4: the build has the AVX-512 subsets VEC4_SPAN and store_bf16_16 use. */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define ST_VEC4 1
 #include <immintrin.h>
 
 #include "model/matmul_simd.h"
