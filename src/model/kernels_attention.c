@@ -70,6 +70,25 @@ static void rows_to_bf16(uint16_t *dst, const float *src, int rows, int cols, si
     }
 }
 
+/* row[j] = exp(row[j] − m) on [js, jn): the fp32 and dropout paths' softmax. With AVX-512 on
+ * st_expf16_exact four vectors at a time (the same bits as st_expf; its chain waits on latency,
+ * gelu_bench), else GCC's vectorization of st_expf. */
+static void row_exp(float *row, int js, int jn, float m) {
+#if ST_VEC4
+    const __m512 vm = _mm512_set1_ps(m);
+#define LD_(j, k) _mm512_maskz_loadu_ps(k, row + (j))
+#define F_(x, j, k) st_expf16_exact(_mm512_sub_ps(x, vm))
+#define ST_(j, k, x) _mm512_mask_storeu_ps(row + (j), k, x)
+    if (jn > js) VEC4_SPAN((size_t)js, (size_t)jn, LD_, F_, ST_);
+#undef LD_
+#undef F_
+#undef ST_
+#else
+#pragma omp simd
+    for (int j = js; j < jn; j++) row[j] = st_expf(row[j] - m);
+#endif
+}
+
 /* The bf16 paths' row loops (fuse, below). With AVX-512 each row runs in 16-key vectors from js,
  * the last one masked: no scalar remainder (on the diagonal block a row ends anywhere, and the
  * remainder's scalar exps were a third of the forward's own time at T = 256); a row's max and sum
@@ -286,11 +305,9 @@ void attention_gqa_forward(float *out, float *lse, float *scratch, const float *
 #pragma omp simd reduction(max : bm)
                             for (int j = js; j < jn; j++) bm = srow[j] > bm ? srow[j] : bm;
                             corr = mx[i] == -INFINITY ? 0.0f : st_expf(mx[i] - bm);
+                            row_exp(srow, js, jn, bm);
 #pragma omp simd reduction(+ : sum)
-                            for (int j = js; j < jn; j++) {
-                                srow[j] = st_expf(srow[j] - bm);
-                                sum += srow[j];
-                            }
+                            for (int j = js; j < jn; j++) sum += srow[j];
                             for (int j = 0; j < js && j < kn; j++) srow[j] = 0.0f;
                             for (int j = jn > js ? jn : js; j < kn; j++) srow[j] = 0.0f;
                         }
@@ -424,8 +441,7 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                             if (tl && kn % 2) sb[kn] = 0; /* the last pair's zero */
                             continue;
                         }
-#pragma omp simd
-                        for (int j = js; j < jn; j++) prow[j] = st_expf(prow[j] - li);
+                        row_exp(prow, js, jn, li);
                         for (int j = 0; j < js && j < kn; j++) prow[j] = 0.0f;
                         for (int j = jn > js ? jn : js; j < kn; j++) prow[j] = 0.0f;
                         if (d.p > 0) {
