@@ -1,14 +1,17 @@
 /* gelu_bench.c — the elementwise passes whose per-element math is a long dependent chain (GELU,
- * its gradient, the LM head's exponentials) as the model runs them (kernels.c's gelu_forward,
- * gelu_forward_bf16, gelu_backward_bf16 with its bias sums: fastmath.h's 16-lane forms, four vectors
- * at a time, where the build has AVX-512) against the peer they replaced: GCC's vectorization of
- * the same scalar functions (st_gelu, st_gelu_grad, st_expf) in `#pragma omp simd` loops compiled
- * here with the same flags. Interleaved call by call, best of the timed calls, each on the same
+ * its gradient, SwiGLU's, the LM head's exponentials) as the model runs them (kernels.c's
+ * gelu_forward, gelu_forward_bf16, gelu_backward_bf16 with its bias sums, swiglu_forward_bf16,
+ * swiglu_backward_bf16: fastmath.h's 16-lane forms, four vectors at a time, where the build has
+ * AVX-512) against the peer they replaced: GCC's vectorization of the same scalar functions
+ * (st_gelu, st_gelu_grad, st_silu, st_swiglu_grad, st_expf) in `#pragma omp simd` loops compiled
+ * here with the same flags. Interleaved call by call (each first in every other round: the first
+ * of a pair pays for the dirty lines of the pass before), best of the timed calls, each on the same
  * threads; the outputs compared bit for bit (the kernels' contract), which fails the run if they
  * differ.
  *
  * usage: gelu_bench [threads=2] [reps=20] [N=2048] [F=1536]   (GELU on N × F, the MLP of configs B
- * and C; the head's exponentials on N/8 rows of 50257 logits) */
+ * and C; SwiGLU on N/2 rows of F gates and F up values; the head's exponentials on N/8 rows of
+ * 50257 logits) */
 #include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -58,6 +61,31 @@ static void peer_gelu_bwd_bf16(uint16_t *d, float *colsum, const float *g, const
         }
         for (int j = c0; j < c1; j++) colsum[j] = sum[j - c0];
         free(sum);
+    }
+}
+
+/* SwiGLU into bf16 on rows of 2F (gate, up), forward and backward, as kernels.c's loops did before. */
+static void peer_swiglu_bf16(uint16_t *out, const float *h, int N, int F, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *g = h + (size_t)i * 2 * F, *u = g + F;
+        uint16_t *o = out + (size_t)i * F;
+#pragma omp simd
+        for (int j = 0; j < F; j++) o[j] = half_bf16(st_silu(g[j]) * u[j]);
+    }
+}
+
+static void peer_swiglu_bwd_bf16(uint16_t *dh, const float *dout, const float *h, int N, int F, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *g = h + (size_t)i * 2 * F, *u = g + F, *d = dout + (size_t)i * F;
+        uint16_t *dg = dh + (size_t)i * 2 * F, *du = dg + F;
+#pragma omp simd
+        for (int j = 0; j < F; j++) {
+            float a, b;
+            st_swiglu_grad(&a, &b, d[j], g[j], u[j]);
+            dg[j] = half_bf16(a), du[j] = half_bf16(b);
+        }
     }
 }
 
@@ -134,19 +162,25 @@ int main(int argc, char **argv) {
         st = st * 6364136223846793005ull + 1442695040888963407ull;
         l0[i] = 16.0f * ((float)(st >> 40) / 16777216.0f - 0.5f);
     }
-    const char *names[4] = {"GELU forward, fp32", "GELU forward into bf16", "GELU backward into bf16 + bias sums",
-                            "LM head exponentials (st_expf)"};
-    double best[4][2];
-    for (int k = 0; k < 4; k++) best[k][0] = best[k][1] = 1e30;
+    const char *names[6] = {"GELU forward, fp32", "GELU forward into bf16", "GELU backward into bf16 + bias sums",
+                            "LM head exponentials (st_expf)", "SwiGLU forward into bf16", "SwiGLU backward into bf16"};
+    const int Ns = N / 2 > 0 ? N / 2 : 1; /* SwiGLU rows: 2F values each, in x; dout in g */
+    double best[6][2];
+    for (int k = 0; k < 6; k++) best[k][0] = best[k][1] = 1e30;
     for (int r = 0; r < reps; r++) {
-        for (int k = 0; k < 4; k++)
-            for (int who = 0; who < 2; who++) { /* 0: the model's kernel, 1: the peer */
+        for (int k = 0; k < 6; k++)
+            for (int w = 0; w < 2; w++) { /* who 0: the model's kernel, 1: the peer; each first in
+                                            * every other round (the first pays for the dirty lines
+                                            * of the pass before) */
+                int who = r % 2 ? 1 - w : w;
                 if (k == 3) memcpy(who ? l2 : l1, l0, nl * 4);
                 double t0 = now_ms();
                 if (k == 0) who ? peer_gelu(o2, x, n, nt) : gelu_forward(o1, x, n, nt);
                 else if (k == 1) who ? peer_gelu_bf16(b2, x, n, nt) : gelu_forward_bf16(b1, x, n, nt);
                 else if (k == 2) who ? peer_gelu_bwd_bf16(b2, s2, g, x, N, F, nt) : gelu_backward_bf16(b1, s1, g, x, N, F, 0, nt);
-                else who ? peer_exp_rows(l2, rows, V, nt) : our_exp_rows(l1, rows, V, nt);
+                else if (k == 3) who ? peer_exp_rows(l2, rows, V, nt) : our_exp_rows(l1, rows, V, nt);
+                else if (k == 4) who ? peer_swiglu_bf16(b2, x, Ns, F, nt) : swiglu_forward_bf16(b1, x, Ns, F, nt);
+                else who ? peer_swiglu_bwd_bf16(b2, g, x, Ns, F, nt) : swiglu_backward_bf16(b1, g, x, Ns, F, nt);
                 double t = now_ms() - t0;
                 if (r > 0 && t < best[k][who]) best[k][who] = t;
             }
@@ -158,12 +192,16 @@ int main(int argc, char **argv) {
             peer_gelu_bwd_bf16(b2, s2, g, x, N, F, nt), gelu_backward_bf16(b1, s1, g, x, N, F, 0, nt);
             same(b1, b2, n * 2, names[2]), same(s1, s2, (size_t)F * 4, "GELU backward's bias sums");
             same(l1, l2, nl * 4, names[3]);
+            peer_swiglu_bf16(b2, x, Ns, F, nt), swiglu_forward_bf16(b1, x, Ns, F, nt);
+            same(b1, b2, (size_t)Ns * F * 2, names[4]);
+            peer_swiglu_bwd_bf16(b2, g, x, Ns, F, nt), swiglu_backward_bf16(b1, g, x, Ns, F, nt);
+            same(b1, b2, (size_t)Ns * F * 2 * 2, names[5]);
         }
     }
-    printf("# gelu_bench: %d threads, GELU on %d x %d, exponentials on %d x %d, best of %d calls each, interleaved\n",
-           nt, N, F, rows, V, reps - 1);
+    printf("# gelu_bench: %d threads, GELU on %d x %d, SwiGLU on %d x 2 x %d, exponentials on %d x %d, best of %d calls "
+           "each, interleaved\n", nt, N, F, Ns, F, rows, V, reps - 1);
     printf("| pass | ours ms | peer (GCC's vectorized scalar loop) ms | peer / ours |\n|---|---:|---:|---:|\n");
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 6; k++)
         printf("| %s | %.3f | %.3f | %.2f× |\n", names[k], best[k][0], best[k][1], best[k][1] / best[k][0]);
     printf("# outputs %s\n", fails ? "DIFFER (see stderr)" : "bit-identical to the peer's");
     return fails;

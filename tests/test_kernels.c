@@ -316,6 +316,28 @@ static void test_gelu_lanes(void) {
              bad_f, bad_g, n);
     tu_check(near_f > n / 100 && near_g > n / 100, "gelu lanes negative control",
              "values one ulp away must differ: %zu and %zu of %zu did", near_f, near_g, n);
+    /* SwiGLU's passes the same way: rows of F = 1000 gates and 1000 up values (tails of 8 lanes)
+     * from the same inputs, against st_silu and st_swiglu_grad. */
+    int F = 1000, N = (int)(n / (2 * (size_t)F));
+    size_t nf = (size_t)N * F, bad_s = 0, bad_d = 0, near_s = 0;
+    float *dh = malloc(nf * 2 * 4);
+    swiglu_forward(y, x, N, F, 2);
+    swiglu_backward(dh, one, x, N, F, 2);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < F; j++) {
+            const float g = x[(size_t)i * 2 * F + j], u = x[(size_t)i * 2 * F + F + j];
+            float w = st_silu(g) * u, z = st_silu(nextafterf(g, INFINITY)) * u, a, b;
+            st_swiglu_grad(&a, &b, 1.0f, g, u);
+            const float *o = y + (size_t)i * F + j, *da = dh + (size_t)i * 2 * F + j, *db = da + F;
+            bad_s += memcmp(&w, o, 4) != 0 && !(isnan(w) && isnan(*o));
+            bad_d += (memcmp(&a, da, 4) != 0 && !(isnan(a) && isnan(*da))) + (memcmp(&b, db, 4) != 0 && !(isnan(b) && isnan(*db)));
+            near_s += isfinite(w) && fabsf(g) > 1e-3f && fabsf(g) < 10.0f && fabsf(u) > 1e-3f && memcmp(&z, o, 4) != 0;
+        }
+    tu_check(bad_s == 0 && bad_d == 0, "swiglu lanes",
+             "swiglu_forward / swiglu_backward bit-identical to st_silu / st_swiglu_grad required: %zu and %zu of %zu differ",
+             bad_s, bad_d, nf);
+    tu_check(near_s > nf / 100, "swiglu lanes negative control", "gates one ulp away must differ: %zu of %zu did",
+             near_s, nf);
 }
 
 /* ---- Encoder (repeated tokens, dropout) ---- */

@@ -77,8 +77,18 @@ static inline float st_gelu_grad(float x) {
     return 0.5f * (1.0f + t) + 0.5f * x * sech2 * ST_GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
+/* SwiGLU's gate: silu(g) = g · σ(g), σ(g) = 1/(1 + e^−g); the gradients of out = silu(g) · u given
+ * dout, *dg for the gate and *du for the up value (one exponential for both). */
+static inline float st_silu(float g) { return g / (1.0f + st_expf(-g)); }
+
+static inline void st_swiglu_grad(float *dg, float *du, float dout, float g, float u) {
+    float s = 1.0f / (1.0f + st_expf(-g));
+    *dg = dout * u * (s * (1.0f + g * (1.0f - s)));
+    *du = dout * (g * s);
+}
+
 #if defined(__AVX512F__)
-/* st_expf, st_tanhf, st_gelu and st_gelu_grad on 16 lanes, bit for bit: each step as the scalar
+/* st_expf, st_tanhf, st_gelu, st_gelu_grad, st_silu and st_swiglu_grad on 16 lanes, bit for bit: each step as the scalar
  * functions above compile, products
  * and sums rounded one at a time (the build is ISO C, -std=c11, whose GCC default is
  * -ffp-contract=off: no fused multiply-adds unless written). GCC's own vectorization of the scalar
@@ -117,6 +127,25 @@ static inline __m512 st_gelu_u16(__m512 x) {
 static inline __m512 st_gelu16(__m512 x) {
     __m512 t = st_tanh16(st_gelu_u16(x));
     return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), _mm512_add_ps(_mm512_set1_ps(1.0f), t));
+}
+
+static inline __m512 st_neg16(__m512 x) {
+    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
+}
+
+static inline __m512 st_silu16(__m512 g) {
+    return _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), st_expf16_exact(st_neg16(g))));
+}
+
+/* σ(g); st_swiglu_grad16 takes it as s. */
+static inline __m512 st_sigmoid16(__m512 g) {
+    return _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), st_expf16_exact(st_neg16(g))));
+}
+
+static inline void st_swiglu_grad16(__m512 *dg, __m512 *du, __m512 s, __m512 d, __m512 g, __m512 u) {
+    __m512 one = _mm512_set1_ps(1.0f);
+    *dg = _mm512_mul_ps(_mm512_mul_ps(d, u), _mm512_mul_ps(s, _mm512_add_ps(one, _mm512_mul_ps(g, _mm512_sub_ps(one, s)))));
+    *du = _mm512_mul_ps(d, _mm512_mul_ps(g, s));
 }
 
 static inline __m512 st_gelu_grad16(__m512 x) {

@@ -402,16 +402,26 @@ void rope_backward(float *dqkv, const float *cs, const int32_t *pos, int B, int 
 /* SwiGLU: per row, g = h[0, F) (gate), u = h[F, 2F) (up); out = silu(g) · u with
  * silu(g) = g · σ(g), σ(g) = 1/(1 + e^−g) (st_expf clamps e^−g to [e^−87, e^88], so silu is
  * finite everywhere). Backward: d/dg silu = σ · (1 + g · (1 − σ)), so dg = dout · u · σ(1 + g(1 − σ)),
- * du = dout · silu(g). The bf16 forms store the same fp32 values rounded. */
-static inline float silu_at(float g) { return g / (1.0f + st_expf(-g)); }
+ * du = dout · silu(g) (fastmath.h: st_silu, st_swiglu_grad; their 16-lane forms four vectors at a
+ * time, VEC4_SPAN). The bf16 forms store the same fp32 values rounded. */
+
 
 void swiglu_forward(float *out, const float *h, int N, int F, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int i = 0; i < N; i++) {
         const float *g = h + (size_t)i * 2 * F, *u = g + F;
         float *o = out + (size_t)i * F;
+#if ST_VEC4
+#define LD_(j, k) _mm512_maskz_loadu_ps(k, g + (j))
+#define F_(x, j, k) _mm512_mul_ps(st_silu16(x), _mm512_maskz_loadu_ps(k, u + (j)))
+#define ST_(j, k, x) _mm512_mask_storeu_ps(o + (j), k, x)
+        VEC4_SPAN(0, F, LD_, F_, ST_);
+#undef F_
+#undef ST_
+#else
 #pragma omp simd
-        for (int j = 0; j < F; j++) o[j] = silu_at(g[j]) * u[j];
+        for (int j = 0; j < F; j++) o[j] = st_silu(g[j]) * u[j];
+#endif
     }
 }
 
@@ -420,25 +430,43 @@ void swiglu_forward_bf16(uint16_t *out, const float *h, int N, int F, int nt) {
     for (int i = 0; i < N; i++) {
         const float *g = h + (size_t)i * 2 * F, *u = g + F;
         uint16_t *o = out + (size_t)i * F;
+#if ST_VEC4
+#define F_(x, j, k) _mm512_mul_ps(st_silu16(x), _mm512_maskz_loadu_ps(k, u + (j)))
+#define ST_(j, k, x) store_bf16_16(o + (j), k, x)
+        VEC4_SPAN(0, F, LD_, F_, ST_);
+#undef F_
+#undef ST_
+#else
 #pragma omp simd
-        for (int j = 0; j < F; j++) o[j] = half_bf16(silu_at(g[j]) * u[j]);
+        for (int j = 0; j < F; j++) o[j] = half_bf16(st_silu(g[j]) * u[j]);
+#endif
     }
 }
 
-/* One element's gradients: *dg for the gate, *du for the up value (one exponential for both). */
-static inline void swiglu_grad_at(float *dg, float *du, float dout, float g, float u) {
-    float s = 1.0f / (1.0f + st_expf(-g));
-    *dg = dout * u * (s * (1.0f + g * (1.0f - s)));
-    *du = dout * (g * s);
-}
+
+#if ST_VEC4
+#define SIG_(x, j, k) st_sigmoid16(x)
+#endif
 
 void swiglu_backward(float *dh, const float *dout, const float *h, int N, int F, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int i = 0; i < N; i++) {
         const float *g = h + (size_t)i * 2 * F, *u = g + F, *d = dout + (size_t)i * F;
         float *dg = dh + (size_t)i * 2 * F, *du = dg + F;
+#if ST_VEC4
+#define ST_(j, k, s)                                                                                     \
+    do {                                                                                                 \
+        __m512 a_, b_;                                                                                   \
+        st_swiglu_grad16(&a_, &b_, s, _mm512_maskz_loadu_ps(k, d + (j)), _mm512_maskz_loadu_ps(k, g + (j)), \
+                      _mm512_maskz_loadu_ps(k, u + (j)));                                                \
+        _mm512_mask_storeu_ps(dg + (j), k, a_), _mm512_mask_storeu_ps(du + (j), k, b_);                  \
+    } while (0)
+        VEC4_SPAN(0, F, LD_, SIG_, ST_);
+#undef ST_
+#else
 #pragma omp simd
-        for (int j = 0; j < F; j++) swiglu_grad_at(&dg[j], &du[j], d[j], g[j], u[j]);
+        for (int j = 0; j < F; j++) st_swiglu_grad(&dg[j], &du[j], d[j], g[j], u[j]);
+#endif
     }
 }
 
@@ -447,14 +475,30 @@ void swiglu_backward_bf16(uint16_t *dh, const float *dout, const float *h, int N
     for (int i = 0; i < N; i++) {
         const float *g = h + (size_t)i * 2 * F, *u = g + F, *d = dout + (size_t)i * F;
         uint16_t *dg = dh + (size_t)i * 2 * F, *du = dg + F;
+#if ST_VEC4
+#define ST_(j, k, s)                                                                                     \
+    do {                                                                                                 \
+        __m512 a_, b_;                                                                                   \
+        st_swiglu_grad16(&a_, &b_, s, _mm512_maskz_loadu_ps(k, d + (j)), _mm512_maskz_loadu_ps(k, g + (j)), \
+                      _mm512_maskz_loadu_ps(k, u + (j)));                                                \
+        store_bf16_16(dg + (j), k, a_), store_bf16_16(du + (j), k, b_);                                  \
+    } while (0)
+        VEC4_SPAN(0, F, LD_, SIG_, ST_);
+#undef ST_
+#else
 #pragma omp simd
         for (int j = 0; j < F; j++) {
             float a, b;
-            swiglu_grad_at(&a, &b, d[j], g[j], u[j]);
+            st_swiglu_grad(&a, &b, d[j], g[j], u[j]);
             dg[j] = half_bf16(a), du[j] = half_bf16(b);
         }
+#endif
     }
 }
+#if ST_VEC4
+#undef LD_
+#undef SIG_
+#endif
 
 /* ------------------------------------------------------------------------------------------ */
 /* Linear layers                                                                              */

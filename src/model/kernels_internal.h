@@ -41,7 +41,10 @@ static inline float drop_scale(Dropout d, uint64_t i) {
         for (; i_ + 64 <= (size_t)(i1); i_ += 64) {                                                      \
             __m512 v0 = LD(i_, f_), v1 = LD(i_ + 16, f_), v2 = LD(i_ + 32, f_), v3 = LD(i_ + 48, f_);    \
             v0 = F(v0, i_, f_), v1 = F(v1, i_ + 16, f_), v2 = F(v2, i_ + 32, f_), v3 = F(v3, i_ + 48, f_); \
-            ST(i_, f_, v0), ST(i_ + 16, f_, v1), ST(i_ + 32, f_, v2), ST(i_ + 48, f_, v3);               \
+            ST(i_, f_, v0);                                                                              \
+            ST(i_ + 16, f_, v1);                                                                         \
+            ST(i_ + 32, f_, v2);                                                                         \
+            ST(i_ + 48, f_, v3);                                                                         \
         }                                                                                                \
         for (; i_ < (size_t)(i1); i_ += 16) {                                                            \
             __mmask16 k_ = mm_mask16((int)((size_t)(i1) - i_));                                          \
