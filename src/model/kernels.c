@@ -446,6 +446,11 @@ void swiglu_forward_bf16(uint16_t *out, const float *h, int N, int F, int nt) {
 
 #if ST_VEC4
 #define SIG_(x, j, k) st_sigmoid16(x)
+/* The gradients a_ (gate) and b_ (up) of 16 lanes from σ = s, in the rows' d, g, u. */
+#define SWIGLU_GRAD_(j, k, s)                                                                                 \
+    __m512 a_, b_;                                                                                            \
+    st_swiglu_grad16(&a_, &b_, s, _mm512_maskz_loadu_ps(k, d + (j)), _mm512_maskz_loadu_ps(k, g + (j)),      \
+                     _mm512_maskz_loadu_ps(k, u + (j)))
 #endif
 
 void swiglu_backward(float *dh, const float *dout, const float *h, int N, int F, int nt) {
@@ -454,12 +459,10 @@ void swiglu_backward(float *dh, const float *dout, const float *h, int N, int F,
         const float *g = h + (size_t)i * 2 * F, *u = g + F, *d = dout + (size_t)i * F;
         float *dg = dh + (size_t)i * 2 * F, *du = dg + F;
 #if ST_VEC4
-#define ST_(j, k, s)                                                                                     \
-    do {                                                                                                 \
-        __m512 a_, b_;                                                                                   \
-        st_swiglu_grad16(&a_, &b_, s, _mm512_maskz_loadu_ps(k, d + (j)), _mm512_maskz_loadu_ps(k, g + (j)), \
-                      _mm512_maskz_loadu_ps(k, u + (j)));                                                \
-        _mm512_mask_storeu_ps(dg + (j), k, a_), _mm512_mask_storeu_ps(du + (j), k, b_);                  \
+#define ST_(j, k, s)                                                                      \
+    do {                                                                                  \
+        SWIGLU_GRAD_(j, k, s);                                                            \
+        _mm512_mask_storeu_ps(dg + (j), k, a_), _mm512_mask_storeu_ps(du + (j), k, b_);   \
     } while (0)
         VEC4_SPAN(0, F, LD_, SIG_, ST_);
 #undef ST_
@@ -476,12 +479,10 @@ void swiglu_backward_bf16(uint16_t *dh, const float *dout, const float *h, int N
         const float *g = h + (size_t)i * 2 * F, *u = g + F, *d = dout + (size_t)i * F;
         uint16_t *dg = dh + (size_t)i * 2 * F, *du = dg + F;
 #if ST_VEC4
-#define ST_(j, k, s)                                                                                     \
-    do {                                                                                                 \
-        __m512 a_, b_;                                                                                   \
-        st_swiglu_grad16(&a_, &b_, s, _mm512_maskz_loadu_ps(k, d + (j)), _mm512_maskz_loadu_ps(k, g + (j)), \
-                      _mm512_maskz_loadu_ps(k, u + (j)));                                                \
-        store_bf16_16(dg + (j), k, a_), store_bf16_16(du + (j), k, b_);                                  \
+#define ST_(j, k, s)                                                     \
+    do {                                                                 \
+        SWIGLU_GRAD_(j, k, s);                                           \
+        store_bf16_16(dg + (j), k, a_), store_bf16_16(du + (j), k, b_);  \
     } while (0)
         VEC4_SPAN(0, F, LD_, SIG_, ST_);
 #undef ST_
@@ -498,6 +499,7 @@ void swiglu_backward_bf16(uint16_t *dh, const float *dout, const float *h, int N
 #if ST_VEC4
 #undef LD_
 #undef SIG_
+#undef SWIGLU_GRAD_
 #endif
 
 /* ------------------------------------------------------------------------------------------ */
