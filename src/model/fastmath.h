@@ -88,13 +88,13 @@ static inline void st_swiglu_grad(float *dg, float *du, float dout, float g, flo
 }
 
 #if defined(__AVX512F__)
-/* st_expf, st_tanhf, st_gelu, st_gelu_grad, st_silu and st_swiglu_grad on 16 lanes, bit for bit: each step as the scalar
- * functions above compile, products
- * and sums rounded one at a time (the build is ISO C, -std=c11, whose GCC default is
- * -ffp-contract=off: no fused multiply-adds unless written). GCC's own vectorization of the scalar
- * loops spends much of GELU's time on masks for st_expf's clamps (kernels.c runs these four
- * vectors at a time; tests/test_kernels.c compares them with the scalar functions on 2^22 inputs,
- * special values included: a fused multiply-add in x + 0.044715 x^3 changes ~2000 of them). */
+/* st_expf, st_tanhf, st_gelu, st_gelu_grad, st_silu and st_swiglu_grad on 16 lanes, bit for bit:
+ * each step as the scalar functions above compile, products and sums rounded one at a time (the
+ * build is ISO C, -std=c11, whose GCC default is -ffp-contract=off: no fused multiply-adds unless
+ * written). GCC's own vectorization of the scalar loops runs one vector at a time and waits on
+ * this chain's latency; the kernels run four side by side (VEC4_SPAN, kernels_internal.h).
+ * tests/test_kernels.c compares them with the scalar functions on 2^22 inputs, special values
+ * included: a fused multiply-add in x + 0.044715 x^3 changes ~2000 of them. */
 static inline __m512 st_expf16_exact(__m512 x) {
     __m512 big = _mm512_set1_ps(12582912.0f);
     x = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), x));

@@ -405,7 +405,6 @@ void rope_backward(float *dqkv, const float *cs, const int32_t *pos, int B, int 
  * du = dout · silu(g) (fastmath.h: st_silu, st_swiglu_grad; their 16-lane forms four vectors at a
  * time, VEC4_SPAN). The bf16 forms store the same fp32 values rounded. */
 
-
 void swiglu_forward(float *out, const float *h, int N, int F, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int i = 0; i < N; i++) {
@@ -442,7 +441,6 @@ void swiglu_forward_bf16(uint16_t *out, const float *h, int N, int F, int nt) {
 #endif
     }
 }
-
 
 #if ST_VEC4
 #define SIG_(x, j, k) st_sigmoid16(x)

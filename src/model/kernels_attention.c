@@ -70,25 +70,6 @@ static void rows_to_bf16(uint16_t *dst, const float *src, int rows, int cols, si
     }
 }
 
-/* row[j] = exp(row[j] − m) on [js, jn): the fp32 and dropout paths' softmax. With AVX-512 on
- * st_expf16_exact four vectors at a time (the same bits as st_expf; its chain waits on latency,
- * gelu_bench), else GCC's vectorization of st_expf. */
-static void row_exp(float *row, int js, int jn, float m) {
-#if ST_VEC4
-    const __m512 vm = _mm512_set1_ps(m);
-#define LD_(j, k) _mm512_maskz_loadu_ps(k, row + (j))
-#define F_(x, j, k) st_expf16_exact(_mm512_sub_ps(x, vm))
-#define ST_(j, k, x) _mm512_mask_storeu_ps(row + (j), k, x)
-    if (jn > js) VEC4_SPAN((size_t)js, (size_t)jn, LD_, F_, ST_);
-#undef LD_
-#undef F_
-#undef ST_
-#else
-#pragma omp simd
-    for (int j = js; j < jn; j++) row[j] = st_expf(row[j] - m);
-#endif
-}
-
 /* The bf16 paths' row loops (fuse, below). With AVX-512 each row runs in 16-key vectors from js,
  * the last one masked: no scalar remainder (on the diagonal block a row ends anywhere, and the
  * remainder's scalar exps were a third of the forward's own time at T = 256); a row's max and sum
@@ -96,10 +77,6 @@ static void row_exp(float *row, int js, int jn, float m) {
  * Every entry of [0, kn) outside [js, jn) is written 0. fp32 and dropout runs keep the loops in
  * the kernels below. */
 #if ST_VEC4 /* the bf16 stores need AVX512BW and VL */
-/* 16 fp32 values to bf16 as half_bf16 (to nearest, ties to even), stored under mask k. */
-static inline void store_bf16(uint16_t *d, __mmask16 k, __m512 x) {
-    _mm256_mask_storeu_epi16(d, k, _mm512_cvtepi32_epi16(mm_bf16_lanes(x)));
-}
 
 /* max(m, row[js..jn)); a NaN entry is passed over, as the scalar loop's comparison does. */
 static float row_max16(const float *row, int js, int jn, float m) {
@@ -115,14 +92,14 @@ static float row_max16(const float *row, int js, int jn, float m) {
 static float row_exp16(uint16_t *pb, const float *row, int kn, int js, int jn, float m) {
     __m512 acc = _mm512_setzero_ps(), vm = _mm512_set1_ps(m);
     int jz = js < kn ? js : kn, j; /* a document may start past this key block */
-    for (j = 0; j < jz; j += 16) store_bf16(pb + j, mm_mask16(jz - j), _mm512_setzero_ps());
+    for (j = 0; j < jz; j += 16) store_bf16_16(pb + j, mm_mask16(jz - j), _mm512_setzero_ps());
     for (j = js; j < jn; j += 16) {
         __mmask16 k = mm_mask16(jn - j);
         __m512 p = _mm512_maskz_mov_ps(k, st_expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row + j), vm)));
         acc = _mm512_add_ps(acc, p);
-        store_bf16(pb + j, mm_mask16(kn - j), p);
+        store_bf16_16(pb + j, mm_mask16(kn - j), p);
     }
-    for (; j < kn; j += 16) store_bf16(pb + j, mm_mask16(kn - j), _mm512_setzero_ps());
+    for (; j < kn; j += 16) store_bf16_16(pb + j, mm_mask16(kn - j), _mm512_setzero_ps());
     return _mm512_reduce_add_ps(acc);
 }
 
@@ -131,15 +108,15 @@ static void row_ds16(uint16_t *pb, uint16_t *sb, const float *row, const float *
                      float D, float scale) {
     __m512 vl = _mm512_set1_ps(L), vd = _mm512_set1_ps(D), vs = _mm512_set1_ps(scale), z = _mm512_setzero_ps();
     int jz = js < kn ? js : kn, j; /* a document may start past this key block */
-    for (j = 0; j < jz; j += 16) store_bf16(pb + j, mm_mask16(jz - j), z), store_bf16(sb + j, mm_mask16(jz - j), z);
+    for (j = 0; j < jz; j += 16) store_bf16_16(pb + j, mm_mask16(jz - j), z), store_bf16_16(sb + j, mm_mask16(jz - j), z);
     j = js;
     for (; j < jn; j += 16) {
         __mmask16 k = mm_mask16(jn - j), w = mm_mask16(kn - j);
         __m512 p = _mm512_maskz_mov_ps(k, st_expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row + j), vl)));
         __m512 ds = _mm512_maskz_mul_ps(k, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_maskz_loadu_ps(k, dp + j), vd)), vs);
-        store_bf16(pb + j, w, p), store_bf16(sb + j, w, ds);
+        store_bf16_16(pb + j, w, p), store_bf16_16(sb + j, w, ds);
     }
-    for (; j < kn; j += 16) store_bf16(pb + j, mm_mask16(kn - j), z), store_bf16(sb + j, mm_mask16(kn - j), z);
+    for (; j < kn; j += 16) store_bf16_16(pb + j, mm_mask16(kn - j), z), store_bf16_16(sb + j, mm_mask16(kn - j), z);
 }
 
 #else
@@ -305,9 +282,7 @@ void attention_gqa_forward(float *out, float *lse, float *scratch, const float *
 #pragma omp simd reduction(max : bm)
                             for (int j = js; j < jn; j++) bm = srow[j] > bm ? srow[j] : bm;
                             corr = mx[i] == -INFINITY ? 0.0f : st_expf(mx[i] - bm);
-                            row_exp(srow, js, jn, bm);
-#pragma omp simd reduction(+ : sum)
-                            for (int j = js; j < jn; j++) sum += srow[j];
+                            sum = exp_rows_sum(srow, js, jn, bm);
                             for (int j = 0; j < js && j < kn; j++) srow[j] = 0.0f;
                             for (int j = jn > js ? jn : js; j < kn; j++) srow[j] = 0.0f;
                         }
@@ -441,7 +416,7 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                             if (tl && kn % 2) sb[kn] = 0; /* the last pair's zero */
                             continue;
                         }
-                        row_exp(prow, js, jn, li);
+                        exp_rows(prow, js, jn, li);
                         for (int j = 0; j < js && j < kn; j++) prow[j] = 0.0f;
                         for (int j = jn > js ? jn : js; j < kn; j++) prow[j] = 0.0f;
                         if (d.p > 0) {

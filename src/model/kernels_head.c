@@ -78,33 +78,8 @@ static float head_exp_sum(const float *l, int V, float mx) {
 
 static float head_exp_sum_store(float *l, int V, float mx) {
     double s = 0;
-#if ST_VEC4
-    /* The exponentials first, four vectors at a time (st_expf16_exact: st_expf's bits; 1.7× the
-     * vectorized loop below, whose chain waits on latency), then the same block sums of them. */
-    const __m512 vm = _mm512_set1_ps(mx);
-#define LD_(v, k) _mm512_maskz_loadu_ps(k, l + (v))
-#define F_(x, v, k) st_expf16_exact(_mm512_sub_ps(x, vm))
-#define ST_(v, k, x) _mm512_mask_storeu_ps(l + (v), k, x)
-    VEC4_SPAN(0, V, LD_, F_, ST_);
-#undef LD_
-#undef F_
-#undef ST_
-    for (int b0 = 0; b0 < V; b0 += HEAD_SUM_BLOCK) {
-        const int b1 = b0 + HEAD_SUM_BLOCK < V ? b0 + HEAD_SUM_BLOCK : V;
-        float bs = 0;
-#pragma omp simd reduction(+ : bs)
-        for (int v = b0; v < b1; v++) bs += l[v];
-        s += bs;
-    }
-#else
-    for (int b0 = 0; b0 < V; b0 += HEAD_SUM_BLOCK) {
-        const int b1 = b0 + HEAD_SUM_BLOCK < V ? b0 + HEAD_SUM_BLOCK : V;
-        float bs = 0;
-#pragma omp simd reduction(+ : bs)
-        for (int v = b0; v < b1; v++) bs += (l[v] = st_expf(l[v] - mx));
-        s += bs;
-    }
-#endif
+    for (int b0 = 0; b0 < V; b0 += HEAD_SUM_BLOCK)
+        s += exp_rows_sum(l, b0, b0 + HEAD_SUM_BLOCK < V ? b0 + HEAD_SUM_BLOCK : V, mx);
     return (float)s;
 }
 

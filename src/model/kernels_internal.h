@@ -4,6 +4,7 @@
 #define ST_MODEL_KERNELS_INTERNAL_H
 
 #include "core/rng.h"
+#include "model/fastmath.h"
 #include "model/kernels.h"
 
 /* Bias gradients: every column summed over the rows in order by one thread, so the sums do not
@@ -54,12 +55,48 @@ static inline float drop_scale(Dropout d, uint64_t i) {
         }                                                                                                \
     } while (0)
 
-/* 16 lanes rounded to bf16 (half_bf16's rounding) into d, lanes k. */
+/* 16 lanes rounded to bf16 (half_bf16's rounding, to nearest, ties to even) into d, lanes k. */
 static inline __attribute__((always_inline)) void store_bf16_16(uint16_t *d, __mmask16 k, __m512 x) {
     __m256i h = _mm512_cvtepi32_epi16(mm_bf16_lanes(x));
     if (k == 0xFFFF) _mm256_storeu_si256((__m256i *)(void *)d, h);
     else _mm256_mask_storeu_epi16(d, k, h);
 }
 #endif
+
+/* x[j] = exp(x[j] − m) for j in [j0, j1): a softmax's exponentials (the LM head's rows, the fp32
+ * and dropout attention's). With ST_VEC4 on st_expf16_exact four vectors at a time (st_expf's
+ * bits; its chain waits on latency, bench/gelu_bench), else GCC's vectorization of st_expf. */
+static inline void exp_rows(float *x, int j0, int j1, float m) {
+#if ST_VEC4
+    const __m512 vm = _mm512_set1_ps(m);
+#define LD_(j, k) _mm512_maskz_loadu_ps(k, x + (j))
+#define F_(v, j, k) st_expf16_exact(_mm512_sub_ps(v, vm))
+#define ST_(j, k, v) _mm512_mask_storeu_ps(x + (j), k, v)
+    if (j1 > j0) VEC4_SPAN((size_t)j0, (size_t)j1, LD_, F_, ST_);
+#undef LD_
+#undef F_
+#undef ST_
+#else
+#pragma omp simd
+    for (int j = j0; j < j1; j++) x[j] = st_expf(x[j] - m);
+#endif
+}
+
+/* exp_rows, returning the fp32 sum of the stored values over [j0, j1) in GCC's vectorized order.
+ * Without ST_VEC4 one fused loop: GCC's AVX2 vectorization sums the split form in another order,
+ * and the portable build keeps its bits; with AVX-512 both forms sum the same floats alike
+ * (bitcheck). */
+static inline float exp_rows_sum(float *x, int j0, int j1, float m) {
+    float sum = 0;
+#if ST_VEC4
+    exp_rows(x, j0, j1, m);
+#pragma omp simd reduction(+ : sum)
+    for (int j = j0; j < j1; j++) sum += x[j];
+#else
+#pragma omp simd reduction(+ : sum)
+    for (int j = j0; j < j1; j++) sum += (x[j] = st_expf(x[j] - m));
+#endif
+    return sum;
+}
 
 #endif
