@@ -8,8 +8,11 @@
  *    bf16 values are exact in fp32, so the only error is the fp32 accumulation): per element
  *    |C − ref| <= (K + 2)·2^-23 · (Σ_k |a_k b_k| + |beta·C0|), the standard bound of a K-term
  *    fp32 sum, at shapes with row, column and odd-K tails, beta 0 and 1, B packed both ways.
- * Negative control (run here): one packed B pair changed by one bf16 ulp must make the same
- * comparison fail, so a comparison that cannot fail is caught.
+ *  - the causal band (mm_tile_gemm_bf16_band): bit for bit the full tile GEMM on every output a
+ *    row needs, where A carries the mask's zeros; nothing written past the band's reach.
+ * Negative controls (run here): one packed B pair changed by one bf16 ulp must make the same
+ * comparison fail, so a comparison that cannot fail is caught; a nonzero A value inside the mask
+ * must make the band differ from the full GEMM (the skipped pairs are really skipped).
  * A build without AVX512_BF16 has no tile GEMM (attention then uses oneDNN): the packers are still
  * tested, and the test fails if this CPU has the instructions, i.e. the build lost them. */
 #include <math.h>
@@ -130,6 +133,56 @@ static void test_gemm(int M, int N, int K, float alpha, float beta, int b_rows) 
     free(Af), free(Bf), free(C0), free(A), free(B), free(C);
 }
 
+/* The causal band (mm_tile_gemm_bf16_band) against the full tile GEMM, bit for bit: query row i
+ * sees keys j <= i + d. A carries the mask's zeros (KEND: a query row's pairs past its last key;
+ * KBEG: a key row's pairs before its first query; their partial pairs keep a zero half), as
+ * attention's P and dS do. COLS: every column a row needs equal, and none past its tile's last
+ * key written (C there poisoned with NaN stays NaN). Negative control (control 1): one
+ * masked A value made nonzero must make KEND/KBEG differ from the full GEMM, which reads it. */
+static void test_band(MmBand band, int d, int M, int N, int KP, float beta, int control) {
+    int lda = KP + 1, ldb = N + 3;
+    uint32_t *A = calloc((size_t)M * lda, 4), *B = calloc((size_t)KP * ldb, 4);
+    float *C0 = randv((size_t)M * N), *Cf = malloc((size_t)M * N * 4), *Cb = malloc((size_t)M * N * 4);
+    for (int i = 0; i < M; i++)
+        for (int p = 0; p < KP; p++) {
+            float lo = frand(), hi = frand();
+            int k0 = 2 * p, k1 = 2 * p + 1; /* the pair's two keys (KEND) or queries (KBEG) */
+            if (band == MM_BAND_KEND) lo = k0 <= i + d ? lo : 0.0f, hi = k1 <= i + d ? hi : 0.0f;
+            if (band == MM_BAND_KBEG) lo = k0 >= i - d ? lo : 0.0f, hi = k1 >= i - d ? hi : 0.0f;
+            A[(size_t)i * lda + p] = pair_of(lo, hi);
+        }
+    for (size_t i = 0; i < (size_t)KP * ldb; i++) B[i] = pair_of(frand(), frand());
+    int at = -1; /* the control's masked A word: one no row of its tile reads */
+    if (control && band == MM_BAND_KEND && KP - 1 > (3 + d) / 2) at = KP - 1;                /* row 0's last pair */
+    if (control && band == MM_BAND_KBEG && ((M - 1) / 4 * 4 - d) / 2 > 0) at = (M - 1) * lda; /* the last row's first */
+    if (at >= 0) A[at] = pair_of(0.5f, 0.5f);
+    memcpy(Cf, C0, (size_t)M * N * 4);
+    for (size_t i = 0; i < (size_t)M * N; i++) Cb[i] = band == MM_BAND_COLS && beta == 0.0f ? NAN : C0[i];
+    mm_tile_gemm_bf16(M, N, KP, 0.125f, A, lda, B, ldb, beta, Cf, N);
+    mm_tile_gemm_bf16_band(band, d, M, N, KP, 0.125f, A, lda, B, ldb, beta, Cb, N);
+    int diff = 0, stray = 0;
+    for (int i = 0; i < M; i++)
+        for (int n = 0; n < N; n++) {
+            size_t x = (size_t)i * N + n;
+            int need = band != MM_BAND_COLS || n <= i + d;
+            int tend = i < M / 4 * 4 ? i / 4 * 4 + 4 : i + 1; /* 4-row tiles, then single rows */
+            int reach = band != MM_BAND_COLS || n < tend + d;
+            if (need && memcmp(&Cf[x], &Cb[x], 4)) diff++;
+            if (band == MM_BAND_COLS && beta == 0.0f && !reach && !isnan(Cb[x])) stray++;
+        }
+    const char *bn[] = {"none", "cols", "kend", "kbeg"};
+    char name[160];
+    if (control) {
+        snprintf(name, sizeof name, "control: band %s with a nonzero A value inside the mask differs from the full GEMM", bn[band]);
+        tu_check(at >= 0 && diff > 0, name, "masked word %d, %d outputs differ (must be > 0)", at, diff);
+    } else {
+        snprintf(name, sizeof name, "mm_tile_gemm_bf16_band %s d %d %dx%dx%d pairs beta %g = the full GEMM, bit for bit",
+                 bn[band], d, M, N, KP, beta);
+        tu_check(!diff && !stray, name, "%d needed outputs differ, %d written past the band", diff, stray);
+    }
+    free(A), free(B), free(C0), free(Cf), free(Cb);
+}
+
 int main(void) {
     test_pack(64, 64);
     test_pack(7, 37);
@@ -147,5 +200,17 @@ int main(void) {
     test_gemm(5, 70, 3, 1.0f, 0.0f, 1);
     test_gemm(1, 1, 1, 2.0f, 1.0f, 0);
     test_gemm(45, 45, 45, 0.17f, 0.0f, 0);  /* test_backend_kernels' T = 45 */
+    /* The band, as attention calls it (d = query block start − key block start) and at tails. */
+    test_band(MM_BAND_COLS, 0, 64, 64, 32, 0.0f, 0);   /* S on the diagonal block */
+    test_band(MM_BAND_COLS, 192, 64, 256, 32, 0.0f, 0); /* the last query block of T = 256 */
+    test_band(MM_BAND_COLS, 5, 61, 131, 7, 1.0f, 0);
+    test_band(MM_BAND_KEND, 0, 64, 64, 32, 1.0f, 0);    /* P·V, dS·K */
+    test_band(MM_BAND_KEND, 128, 64, 64, 96, 0.0f, 0);
+    test_band(MM_BAND_KEND, 3, 37, 70, 21, 1.0f, 0);
+    test_band(MM_BAND_KBEG, 0, 64, 64, 32, 1.0f, 0);    /* Pᵀ·dY, dSᵀ·Q (kn key rows, m queries) */
+    test_band(MM_BAND_KBEG, 192, 256, 64, 32, 0.0f, 0);
+    test_band(MM_BAND_KBEG, -6, 45, 33, 23, 1.0f, 0);   /* tile_rows_from's second call: d − n1 */
+    test_band(MM_BAND_KEND, 0, 64, 64, 32, 1.0f, 1);
+    test_band(MM_BAND_KBEG, 0, 64, 64, 32, 1.0f, 1);
     return tu_exit();
 }

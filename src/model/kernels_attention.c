@@ -31,7 +31,9 @@
  * GEMMs are mm_tile_gemm_bf16 calls instead of oneDNN's ("the tile path"): no library call per 64-row
  * block, and operands in the pair layouts vdpbf16ps reads, packed once per head (K^T, V^T and K, V,
  * Q, dY with row pairs interleaved) or written so by the softmax loop (P and dS, and backward's
- * P^T and dS^T). Each output sums the k pairs in order, then alpha, then + C: the order of
+ * P^T and dS^T). On a block that meets the diagonal they skip, tile by tile, what the causal mask
+ * zeroes (matmul.h's MM_BAND_*: S's and dP's columns past a row's last key, the zero pairs of P,
+ * dS and their transposes): 8–10% of bf16 attention at T = 256, the same bits. Each output sums the k pairs in order, then alpha, then + C: the order of
  * oneDNN 2.6's bf16 kernels on Zen 4, so there the results are bit-identical to the oneDNN path's
  * (scripts/bitcheck.sh, bench/attn_bench's checksums); another oneDNN or CPU may sum otherwise.
  * fp32 and dropout runs never take it.
@@ -155,11 +157,13 @@ static void row_ds16(uint16_t *pb, uint16_t *sb, const float *row, const float *
 #endif
 
 /* C (M × N) += A · B on its first n1 rows, = A · B on the rest (beta 0: rows not yet written);
- * A's rows are pair rows of KP (row stride KP), B's row stride is N. Row by row the same bits as
- * one call adding into zeros: a tile's sums start from +0 and are never −0. */
-static void tile_rows_from(int n1, int M, int N, int KP, const uint32_t *A, const uint32_t *B, float *C, int ldc) {
-    mm_tile_gemm_bf16(n1, N, KP, 1.0f, A, KP, B, N, 1.0f, C, ldc);
-    mm_tile_gemm_bf16(M - n1, N, KP, 1.0f, A + (size_t)n1 * KP, KP, B, N, 0.0f, C + (size_t)n1 * ldc, ldc);
+ * A's rows are pair rows of KP (row stride KP), B's row stride is N; key row i meets the queries
+ * from i − d on (MM_BAND_KBEG). Row by row the same bits as one call adding into zeros: a tile's
+ * sums start from +0 and are never −0. */
+static void tile_rows_from(int n1, int d, int M, int N, int KP, const uint32_t *A, const uint32_t *B, float *C, int ldc) {
+    mm_tile_gemm_bf16_band(MM_BAND_KBEG, d, n1, N, KP, 1.0f, A, KP, B, N, 1.0f, C, ldc);
+    mm_tile_gemm_bf16_band(MM_BAND_KBEG, d - n1, M - n1, N, KP, 1.0f, A + (size_t)n1 * KP, KP, B, N, 0.0f,
+                           C + (size_t)n1 * ldc, ldc);
 }
 
 typedef struct {
@@ -259,9 +263,9 @@ void attention_gqa_forward(float *out, float *lse, float *scratch, const float *
                 for (int k0 = kbeg; k0 < kend; k0 += ATT_KBLOCK) {
                     int kn = kend - k0 < ATT_KBLOCK ? kend - k0 : ATT_KBLOCK;
                     int kp = (kn + 1) / 2; /* the tile path's P rows: kn rounded up to even, in pairs */
-                    if (tl)
-                        mm_tile_gemm_bf16(m, kn, hp, scale, (const uint32_t *)w.Qb + (size_t)r0 * hp, hp, w.KT + k0,
-                                          T, 0.0f, S, kn);
+                    if (tl) /* S's columns past a row's last key are not needed: not computed */
+                        mm_tile_gemm_bf16_band(MM_BAND_COLS, r0 - k0, m, kn, hp, scale, (const uint32_t *)w.Qb + (size_t)r0 * hp,
+                                               hp, w.KT + k0, T, 0.0f, S, kn);
                     else if (lowp)
                         mm_gemm_bf16(0, 1, m, kn, hs, scale, w.Qb + (size_t)r0 * hs, hs, w.Kb + (size_t)k0 * hs, hs,
                                      0.0f, S, kn);
@@ -300,8 +304,8 @@ void attention_gqa_forward(float *out, float *lse, float *scratch, const float *
                     const float *P = d.p > 0 ? Pd : S;
                     const float by = k0 == kbeg ? 0.0f : 1.0f;
                     if (tl) {
-                        mm_tile_gemm_bf16(m, hs, kp, 1.0f, (const uint32_t *)w.Pb, kp, w.V2 + (size_t)k0 / 2 * hs, hs,
-                                          by, y + (size_t)r0 * C, C);
+                        mm_tile_gemm_bf16_band(MM_BAND_KEND, r0 - k0, m, hs, kp, 1.0f, (const uint32_t *)w.Pb, kp,
+                                               w.V2 + (size_t)k0 / 2 * hs, hs, by, y + (size_t)r0 * C, C);
                     } else if (lowp) {
                         if (!fuse) rows_to_bf16(w.Pb, P, m, kn, kn);
                         mm_gemm_bf16(0, 0, m, hs, kn, 1.0f, w.Pb, kn, w.Vb + (size_t)k0 * hs, hs, by,
@@ -390,10 +394,10 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                     int kn = kend - k0 < ATT_KBLOCK ? kend - k0 : ATT_KBLOCK, kp = (kn + 1) / 2;
                     /* P = exp(scale·Q K^T − L), recomputed; dP = dY V^T */
                     if (tl) {
-                        mm_tile_gemm_bf16(m, kn, hp, scale, (const uint32_t *)w.Qb + (size_t)r0 * hp, hp, w.KT + k0,
-                                          T, 0.0f, P, kn);
-                        mm_tile_gemm_bf16(m, kn, hp, 1.0f, (const uint32_t *)w.dYb + (size_t)r0 * hp, hp, w.VT + k0,
-                                          T, 0.0f, dP, kn);
+                        mm_tile_gemm_bf16_band(MM_BAND_COLS, r0 - k0, m, kn, hp, scale, (const uint32_t *)w.Qb + (size_t)r0 * hp,
+                                               hp, w.KT + k0, T, 0.0f, P, kn);
+                        mm_tile_gemm_bf16_band(MM_BAND_COLS, r0 - k0, m, kn, hp, 1.0f, (const uint32_t *)w.dYb + (size_t)r0 * hp,
+                                               hp, w.VT + k0, T, 0.0f, dP, kn);
                     } else if (lowp) {
                         mm_gemm_bf16(0, 1, m, kn, hs, scale, w.Qb + (size_t)r0 * hs, hs, w.Kb + (size_t)k0 * hs, hs,
                                      0.0f, P, kn);
@@ -442,10 +446,10 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                         const uint32_t *dY2 = w.dY2 + (size_t)r0 / 2 * hs, *Q2 = w.Q2 + (size_t)r0 / 2 * hs;
                         mm_tile_pack_rows_t(w.PT, mp, w.Pb, (size_t)2 * kp, m, kn);
                         mm_tile_pack_rows_t(w.dST, mp, w.dSb, (size_t)2 * kp, m, kn);
-                        tile_rows_from(n1, kn, hs, mp, w.PT, dY2, dv + (size_t)k0 * ld, ld);
-                        mm_tile_gemm_bf16(m, hs, kp, 1.0f, (const uint32_t *)w.dSb, kp, w.K2 + (size_t)k0 / 2 * hs, hs,
-                                          bq, dq + (size_t)r0 * ld, ld);
-                        tile_rows_from(n1, kn, hs, mp, w.dST, Q2, dk + (size_t)k0 * ld, ld);
+                        tile_rows_from(n1, r0 - k0, kn, hs, mp, w.PT, dY2, dv + (size_t)k0 * ld, ld);
+                        mm_tile_gemm_bf16_band(MM_BAND_KEND, r0 - k0, m, hs, kp, 1.0f, (const uint32_t *)w.dSb, kp,
+                                               w.K2 + (size_t)k0 / 2 * hs, hs, bq, dq + (size_t)r0 * ld, ld);
+                        tile_rows_from(n1, r0 - k0, kn, hs, mp, w.dST, Q2, dk + (size_t)k0 * ld, ld);
                     } else if (lowp) {
                         if (!fuse) rows_to_bf16(w.Pb, Pv, m, kn, kn), rows_to_bf16(w.dSb, dP, m, kn, kn);
                         mm_gemm_bf16(1, 0, kn, hs, m, 1.0f, w.Pb, kn, w.dYb + (size_t)r0 * hs, hs, 1.0f,

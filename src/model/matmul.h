@@ -129,6 +129,21 @@ int mm_tile_preferred(void);
 void mm_tile_gemm_bf16(int M, int N, int KP, float alpha, const uint32_t *A, int lda, const uint32_t *B, int ldb,
                        float beta, float *C, int ldc);
 
+/* Causal attention's GEMMs skip what its mask makes zero or unused. With query rows and key
+ * columns numbered from the call's first, query row i sees keys j <= i + d:
+ *   MM_BAND_COLS (S = Q·Kᵀ, dP = dY·Vᵀ; rows are queries, columns keys): C's columns past a row's
+ *     last key may be left unwritten (computed up to its 4-row tile's and 16-column vector's end);
+ *   MM_BAND_KEND (P·V, dS·K; rows are queries, pairs keys): A's pairs past a tile's last key are
+ *     zero and skipped;
+ *   MM_BAND_KBEG (Pᵀ·dY, dSᵀ·Q; rows are keys, pairs queries): A's pairs before a tile's first
+ *     query are zero and skipped.
+ * Every output written is the same sum as mm_tile_gemm_bf16's bit for bit where the skipped
+ * products are zero (a zero pair times finite B adds +0 to a sum that starts at +0 and is never
+ * −0 or denormal after vdpbf16ps); B's values at masked keys are never read. */
+typedef enum { MM_BAND_NONE, MM_BAND_COLS, MM_BAND_KEND, MM_BAND_KBEG } MmBand;
+void mm_tile_gemm_bf16_band(MmBand band, int d, int M, int N, int KP, float alpha, const uint32_t *A, int lda,
+                            const uint32_t *B, int ldb, float beta, float *C, int ldc);
+
 /* dst (KP × N pairs, row stride ldd) = the packed-pair form of X^T, X (N rows × K columns) fp32 with
  * leading dimension ldx, rounded to bf16 (KP = ceil(K / 2); an odd K's last pair carries 0). */
 void mm_tile_pack_t(uint32_t *dst, int ldd, const float *X, size_t ldx, int N, int K);

@@ -55,36 +55,58 @@ static inline __attribute__((always_inline)) void tile(const int R, const int NV
         }
 }
 
-#define TILE_NV(R)                                                                                        \
-    switch (nv) {                                                                                         \
-    case 1: tile(R, 1, last, KP, alpha, a, lda, b, ldb, beta1, c, ldc); break;                            \
-    case 2: tile(R, 2, last, KP, alpha, a, lda, b, ldb, beta1, c, ldc); break;                            \
-    case 3: tile(R, 3, last, KP, alpha, a, lda, b, ldb, beta1, c, ldc); break;                            \
-    default: tile(R, 4, last, KP, alpha, a, lda, b, ldb, beta1, c, ldc); break;                           \
+/* Tile rows i .. i + R − 1 under the band (matmul.h): its columns [0, *nn) of the block at n0 and
+ * its pairs [*p0, *p1); 0 when the band leaves the tile no column of this block. */
+static inline int band_cut(MmBand band, int d, int i, int R, int n0, int *nn, int KP, int *p0, int *p1) {
+    *p0 = 0, *p1 = KP;
+    if (band == MM_BAND_COLS) {
+        int w = i + R + d - n0; /* the tile's last row needs the columns before i + R + d */
+        if (w <= 0) return 0;
+        if (w < *nn) *nn = w;
+    } else if (band == MM_BAND_KEND) {
+        int e = (i + R - 1 + d) / 2 + 1; /* the pair of the last row's last key, + 1 */
+        *p1 = e < 1 ? 1 : e < KP ? e : KP;
+    } else if (band == MM_BAND_KBEG) {
+        int b = (i - d) / 2; /* the pair of the first row's first query */
+        *p0 = b < 0 ? 0 : b < KP ? b : KP - 1;
     }
+    return 1;
+}
 
-void mm_tile_gemm_bf16(int M, int N, int KP, float alpha, const uint32_t *A, int lda, const uint32_t *B, int ldb,
-                       float beta, float *C, int ldc) {
+#define TILE_BAND(R)                                                                                      \
+    do {                                                                                                  \
+        int nnt = nn, p0, p1;                                                                             \
+        if (!band_cut(band, d, i, R, n0, &nnt, KP, &p0, &p1)) break;                                      \
+        int nv = (nnt + 15) / 16;                                                                         \
+        __mmask16 last = (__mmask16)(nnt % 16 ? (1u << (nnt % 16)) - 1 : 0xFFFFu);                       \
+        const uint32_t *a = A + (size_t)i * lda + p0, *b = B + n0 + (size_t)p0 * ldb;                    \
+        float *c = C + (size_t)i * ldc + n0;                                                              \
+        int KPt = p1 - p0;                                                                                \
+        switch (nv) {                                                                                     \
+        case 1: tile(R, 1, last, KPt, alpha, a, lda, b, ldb, beta1, c, ldc); break;                       \
+        case 2: tile(R, 2, last, KPt, alpha, a, lda, b, ldb, beta1, c, ldc); break;                       \
+        case 3: tile(R, 3, last, KPt, alpha, a, lda, b, ldb, beta1, c, ldc); break;                       \
+        default: tile(R, 4, last, KPt, alpha, a, lda, b, ldb, beta1, c, ldc); break;                      \
+        }                                                                                                 \
+    } while (0)
+
+void mm_tile_gemm_bf16_band(MmBand band, int d, int M, int N, int KP, float alpha, const uint32_t *A, int lda,
+                            const uint32_t *B, int ldb, float beta, float *C, int ldc) {
     ST_CHECK(beta == 0.0f || beta == 1.0f);
     int beta1 = beta != 0.0f;
     /* Column blocks of 64 outside, rows inside: a block's KP × 64 pairs of B (16 KB at KP = 64)
      * stay in L1 while every row of A passes over them. */
     for (int n0 = 0; n0 < N; n0 += 64) {
-        int nn = N - n0 < 64 ? N - n0 : 64, nv = (nn + 15) / 16;
-        __mmask16 last = (__mmask16)(nn % 16 ? (1u << (nn % 16)) - 1 : 0xFFFFu);
-        const uint32_t *b = B + n0;
+        int nn = N - n0 < 64 ? N - n0 : 64;
         int i = 0;
-        for (; i + 4 <= M; i += 4) {
-            const uint32_t *a = A + (size_t)i * lda;
-            float *c = C + (size_t)i * ldc + n0;
-            TILE_NV(4)
-        }
-        for (; i < M; i++) {
-            const uint32_t *a = A + (size_t)i * lda;
-            float *c = C + (size_t)i * ldc + n0;
-            TILE_NV(1)
-        }
+        for (; i + 4 <= M; i += 4) TILE_BAND(4);
+        for (; i < M; i++) TILE_BAND(1);
     }
+}
+
+void mm_tile_gemm_bf16(int M, int N, int KP, float alpha, const uint32_t *A, int lda, const uint32_t *B, int ldb,
+                       float beta, float *C, int ldc) {
+    mm_tile_gemm_bf16_band(MM_BAND_NONE, 0, M, N, KP, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 #else
@@ -93,9 +115,14 @@ int mm_tile_available(void) { return 0; }
 
 int mm_tile_preferred(void) { return 0; }
 
+void mm_tile_gemm_bf16_band(MmBand band, int d, int M, int N, int KP, float alpha, const uint32_t *A, int lda,
+                            const uint32_t *B, int ldb, float beta, float *C, int ldc) {
+    ST_CHECK_MSG(0, "mm_tile_gemm_bf16: this build does not target AVX512_BF16 (check mm_tile_available)");
+}
+
 void mm_tile_gemm_bf16(int M, int N, int KP, float alpha, const uint32_t *A, int lda, const uint32_t *B, int ldb,
                        float beta, float *C, int ldc) {
-    ST_CHECK_MSG(0, "mm_tile_gemm_bf16: this build does not target AVX512_BF16 (check mm_tile_available)");
+    mm_tile_gemm_bf16_band(MM_BAND_NONE, 0, M, N, KP, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 #endif
