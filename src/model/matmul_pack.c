@@ -43,6 +43,7 @@
 #define MC 96          /* rows of A a thread keeps while the panels pass */
 #define PANEL_ROWS 512 /* at most this many rows: panel mode (run_panels) */
 #define PANEL_A_VALUES (2u << 20) /* ... if op(A) is read in place or packs into 8 MB */
+#define PACK_AHEAD 16             /* rows of op(B) requested ahead of pack_b's reads */
 
 /* A's pairs read in place from its bf16 rows: a uint32 view that may alias them. */
 typedef uint32_t __attribute__((may_alias)) u32a;
@@ -137,6 +138,11 @@ static void pack_b(uint32_t *d, int tb, const uint16_t *B, int ldb, int K, int K
         /* op(B) = B (K × N row-major): pair row p interleaves rows 2p and 2p + 1. */
         for (int p = 0; p < KP; p++) {
             const uint16_t *r0 = B + (size_t)(2 * p) * ldb + n0, *r1 = 2 * p + 1 < K ? r0 + ldb : NULL;
+            if (2 * p + PACK_AHEAD + 1 < K) /* the panel's rows are ldb apart: cold, the prefetchers lag */
+                for (int t = PACK_AHEAD; t < PACK_AHEAD + 2; t++) {
+                    const char *q = (const char *)(r0 + (size_t)t * ldb);
+                    __builtin_prefetch(q), __builtin_prefetch(q + 64), __builtin_prefetch(q + 2 * NR - 1);
+                }
             for (int v = 0; v < NV; v++) {
                 int c = nn - 16 * v;
                 __m512i x = c > 0 ? pairs16(r0 + 16 * v, r1 ? r1 + 16 * v : NULL, mm_mask16(c)) : _mm512_setzero_si512();
