@@ -139,7 +139,7 @@ void mm_tile_gemm_bf16(int M, int N, int KP, float alpha, const uint32_t *A, int
  *     query are zero and skipped.
  * Every output written is the same sum as mm_tile_gemm_bf16's bit for bit where the skipped
  * products are zero (a zero pair times finite B adds +0 to a sum that starts at +0 and is never
- * −0 or denormal after vdpbf16ps); B's values at masked keys are never read. */
+ * −0 or denormal after vdpbf16ps); the skipped pairs of A and B are never read. */
 typedef enum { MM_BAND_NONE, MM_BAND_COLS, MM_BAND_KEND, MM_BAND_KBEG } MmBand;
 void mm_tile_gemm_bf16_band(MmBand band, int d, int M, int N, int KP, float alpha, const uint32_t *A, int lda,
                             const uint32_t *B, int ldb, float beta, float *C, int ldc);

@@ -139,10 +139,8 @@ static void pack_b(uint32_t *d, int tb, const uint16_t *B, int ldb, int K, int K
         for (int p = 0; p < KP; p++) {
             const uint16_t *r0 = B + (size_t)(2 * p) * ldb + n0, *r1 = 2 * p + 1 < K ? r0 + ldb : NULL;
             if (2 * p + PACK_AHEAD + 1 < K) /* the panel's rows are ldb apart: cold, the prefetchers lag */
-                for (int t = PACK_AHEAD; t < PACK_AHEAD + 2; t++) {
-                    const char *q = (const char *)(r0 + (size_t)t * ldb);
-                    __builtin_prefetch(q), __builtin_prefetch(q + 64), __builtin_prefetch(q + 2 * NR - 1);
-                }
+                for (int t = PACK_AHEAD; t < PACK_AHEAD + 2; t++) /* the strip's 2·NR bytes as NR / 2 floats */
+                    mm_prefetch_row((const float *)(const void *)(r0 + (size_t)t * ldb), NR / 2);
             for (int v = 0; v < NV; v++) {
                 int c = nn - 16 * v;
                 __m512i x = c > 0 ? pairs16(r0 + 16 * v, r1 ? r1 + 16 * v : NULL, mm_mask16(c)) : _mm512_setzero_si512();
