@@ -368,10 +368,11 @@ int main(void) {
     test_shape((Shape){0, 0, 100, 49, 64, 65, 49, 49, 0.125f, 0.0f, 0}, 0);
     test_shape((Shape){0, 1, 97, 96, 2048, 2048, 2048, 96, 1.0f, 1.0f, 0}, 0);
     /* Over 512 rows (block mode: each thread's share of the 8-row groups cut into row blocks), with
-     * a row tail: A read in place, A packed (odd K), and A transposed. */
+     * a row tail: A read in place, A packed (odd K), and A transposed (pack_at_rows). */
     test_shape((Shape){0, 0, 1029, 100, 64, 64, 100, 100, 1.0f, 0.0f, 1}, 0);
     test_shape((Shape){0, 1, 1037, 77, 99, 101, 103, 80, 0.5f, 1.0f, 0}, 1);
     test_shape((Shape){1, 0, 777, 50, 130, 780, 51, 50, 1.0f, 0.0f, 0}, 0);
+    test_shape((Shape){1, 1, 1029, 77, 65, 1031, 66, 80, -2.0f, 0.0f, 0}, 0); /* A^T with an odd K */
     /* The head's logits (op(B) = wteᵀ, K = C, panels in parallel) and input gradient (op(B) = wte,
      * K = the vocabulary: one pass, and 3 blocks of up to 1024 pairs), with tails and odd K. */
     test_prepacked(1, 45, 203, 98, 98, 0);
