@@ -21,11 +21,14 @@
  *  - the bf16 head on it (head_forward_backward_p with the packed weight): one 320-row chunk gives
  *    the losses and input gradient of 64-row chunks, bit for bit (each row's logits and input
  *    gradient do not depend on the rows around it), and its weight gradient matches the oneDNN
- *    head's within the bf16 rounding of its inputs.
+ *    head's within the bf16 rounding of its inputs; with the backward GEMMs run per group of
+ *    chunks (MatPrec.head_rows), the same losses and input gradient, and the weight gradient
+ *    within the spread of fp32 sums in another order.
  * Negative controls (run here): one B value off by one bf16 ulp in the GEMM's input (the oracle
  * reads the true one) must exceed the bound; one output element overwritten by NaN must too; the
  * prepacked GEMM told K + 1 reads the poisoned value and must fail the bound; the head with one
- * target moved must differ from the sub-chunked run.
+ * target moved must differ from the sub-chunked run, and the grouped run's weight gradient with
+ * it must exceed its bound.
  * A build without AVX512_BF16 has no packed GEMM (mm_pack_gemm_bf16 returns 0): the test fails if
  * this CPU has the instructions, i.e. the build lost them. */
 #include <math.h>
@@ -236,6 +239,21 @@ static void test_prepacked(int tb, int M, int N, int K, int lda, int controls) {
 
 /* The bf16 head with its weight packed: n = 320 rows in one chunk against 64-row chunks; V odd (the
  * input gradient's K), a few ignored targets. */
+/* The largest |a − b| of two head weight gradients (V × C) over n · 2^-24 · Σ_i |x[i][c]| / n: the
+ * spread of summing n products of magnitude <= |x|/n in another order. */
+static double dw_excess(const float *a, const float *b, const float *x, int n, int C, int V) {
+    double worst = 0;
+    for (int c = 0; c < C; c++) {
+        double mag = 0;
+        for (int i = 0; i < n; i++) mag += fabs(x[(size_t)i * C + c]) / n;
+        for (int v = 0; v < V; v++) {
+            double e = fabs(a[(size_t)v * C + c] - b[(size_t)v * C + c]) / (n * ldexp(1.0, -24) * mag + 1e-30);
+            worst = !(e <= 1e300) ? INFINITY : e > worst ? e : worst;
+        }
+    }
+    return worst;
+}
+
 static void test_head_packed(void) {
     const int n = 320, C = 64, V = 999, Vp = 1024;
     uint16_t *wlp = rand_bf16((size_t)V * C);
@@ -248,8 +266,8 @@ static void test_head_packed(void) {
     mp.a = malloc((size_t)n * Vp * 2), mp.b = malloc((size_t)n * C * 2);
     mp.wt = aligned_alloc(64, 2 * pw * 4), mp.wn = mp.wt + pw;
     float *logits = malloc((size_t)n * Vp * sizeof *logits);
-    float *loss[3], *dx[3], *dw[3];
-    for (int r = 0; r < 3; r++) {
+    float *loss[4], *dx[4], *dw[4];
+    for (int r = 0; r < 4; r++) {
         loss[r] = malloc((size_t)n * sizeof(float)), dx[r] = malloc((size_t)n * C * sizeof(float));
         dw[r] = malloc((size_t)V * C * sizeof(float));
     }
@@ -279,14 +297,31 @@ static void test_head_packed(void) {
         }
     tu_check(worst <= 1.0, "bf16 head, packed weight: weight gradient = the oneDNN head's within 2^-7 of Σ|x|/n",
              "worst / bound = %.3g (<= 1)", worst);
-    /* Control: one target moved in the 64-row-chunk run: the comparison must see it. */
+    /* The backward GEMMs per group of three 64-row chunks (MatPrec.head_rows 192: groups of 192
+     * and 128 rows), as the trainer runs them: the same losses and input gradient bit for bit, and
+     * the weight gradient the one-chunk run's up to the order of its fp32 sums (dlogits' bf16
+     * values are the same, |dlogit| <= 1/n, so the error is within n · 2^-24 · Σ|x|/n). */
+    MatPrec m3 = mp;
+    m3.head_rows = 192;
+    head_forward_backward_p(&m3, loss[3], dx[3], dw[3], logits, x, wf, wlp, tg, n, C, V, Vp, 1.0f / n, 64, 0, 2, NULL,
+                            NULL, NULL, NULL);
+    same = !memcmp(loss[0], loss[3], (size_t)n * sizeof(float)) && !memcmp(dx[0], dx[3], (size_t)n * C * sizeof(float));
+    double eg = dw_excess(dw[3], dw[0], x, n, C, V);
+    tu_check(same && eg <= 1.0, "bf16 head, backward in groups of 3 chunks: losses, dx bit for bit, dwte = one chunk's",
+             "%s, dwte worst / (n·2^-24·Σ|x|/n) = %.3g (<= 1)", same ? "identical" : "bits differ", eg);
+    /* Control: one target moved in the 64-row-chunk run: the comparisons must see it. */
     tg[100] = (tg[100] + 1) % V;
     head_forward_backward_p(&mp, loss[1], dx[1], dw[1], logits, x, wf, wlp, tg, n, C, V, Vp, 1.0f / n, 64, 0, 2, NULL, NULL,
                             NULL, NULL);
     int caught = memcmp(loss[0], loss[1], (size_t)n * sizeof(float)) || memcmp(dx[0], dx[1], (size_t)n * C * sizeof(float));
     tu_check(caught, "control: one target moved, the head's comparison differs", "%s", caught ? "differs" : "identical");
+    head_forward_backward_p(&m3, loss[3], dx[3], dw[3], logits, x, wf, wlp, tg, n, C, V, Vp, 1.0f / n, 64, 0, 2, NULL,
+                            NULL, NULL, NULL);
+    eg = dw_excess(dw[3], dw[0], x, n, C, V);
+    tu_check(eg > 1.0, "control: one target moved in the grouped run, its dwte is past the bound",
+             "worst / bound = %.3g (must be > 1)", eg);
     mm_pack_enable(mm_tile_preferred());
-    for (int r = 0; r < 3; r++) free(loss[r]), free(dx[r]), free(dw[r]);
+    for (int r = 0; r < 4; r++) free(loss[r]), free(dx[r]), free(dw[r]);
     free(wlp), free(x), free(wf), free(tg), free(mp.a), free(mp.b), free(mp.wt), free(logits);
 }
 

@@ -184,8 +184,9 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
         if (!mp->fa || !mp->fb || !mp->fw) return -1;
     } else if (prec == GPT_BF16) {
         size_t na, nb;
-        layout_bf16_scratch_tp(cfg, B, T, tp, &na, &nb);
+        layout_bf16_scratch_tp(cfg, B, T, tp, be->host_addressable, &na, &nb);
         mp->bf16 = 1;
+        mp->head_rows = be->host_addressable ? layout_head_grad_rows(cfg, B, T, tp) : layout_head_chunk_rows(cfg, B, T);
         mp->a = be->alloc(mem, MEM_WORKSPACE, na * sizeof(uint16_t));
         mp->b = be->alloc(mem, MEM_WORKSPACE, nb * sizeof(uint16_t));
         if (!mp->a || !mp->b) return -1;
@@ -361,7 +362,7 @@ void gpt_free(Gpt *g) {
     size_t total = w->layout.total;
     if (s->mp.bf16 || s->mp.fp16) {
         size_t na, nb, fa, fb, fw;
-        layout_bf16_scratch_tp(&w->cfg, s->B, s->T, s->tp, &na, &nb);
+        layout_bf16_scratch_tp(&w->cfg, s->B, s->T, s->tp, g->be->host_addressable, &na, &nb);
         layout_fp16_scratch_tp(&w->cfg, s->B, s->T, s->tp, &fa, &fb, &fw);
         g->be->free(g->mem, MEM_WORKSPACE, s->mp.a, na * sizeof(uint16_t));
         g->be->free(g->mem, MEM_WORKSPACE, s->mp.b, nb * sizeof(uint16_t));

@@ -193,7 +193,9 @@ void dropout_backward(float *out, const float *dout, size_t n, Dropout d, int nt
  * mp == NULL or neither mp->bf16 nor mp->fp16 is exactly the fp32 kernel. */
 typedef struct {
     int bf16;
-    uint16_t *a, *b; /* scratch: a >= max(N·4C, head chunk·Vp) elements, b >= N·4C */
+    uint16_t *a, *b; /* scratch: a >= max(N·4C, head_rows·Vp) elements, b >= N·4C */
+    int head_rows;   /* the fused bf16 head's backward GEMMs run once per head_rows rows (whole
+                        chunks; layout_head_grad_rows), their logit gradient kept in a meanwhile */
     /* fp16 storage emulation: there is no fp16 arithmetic on this CPU (and oneDNN has no f16
      * matmul for it), so GEMM operands are rounded to fp16 (overflow → inf, which the loss scaler
      * catches) into fp32 scratch and multiplied in fp32. fa, fb as a, b; fw >= the largest weight. */

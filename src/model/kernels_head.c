@@ -42,12 +42,14 @@ static int head_pack(const MatPrec *mp, const uint16_t *wte_lp, int n, int rows,
     return 1;
 }
 
+/* bf16: x_c rounded into mp->b + xb_off (the chunk's place among the rows the backward reads). */
 static void head_logits_gemm(const MatPrec *mp, float *logits, int ld, const float *x_c, const float *wte,
-                             const uint16_t *wte_lp, int m, int rows, int C, int nt, int packed) {
+                             const uint16_t *wte_lp, int m, int rows, int C, int nt, int packed, size_t xb_off) {
     if (mp && mp->bf16) {
-        cast_bf16(mp->b, x_c, (size_t)m * C, nt);
-        if (!(packed && mm_packed_gemm_bf16(m, rows, C, mp->b, C, mp->wt, logits, ld)))
-            mm_gemm_bf16(0, 1, m, rows, C, 1.0f, mp->b, C, wte_lp, C, 0.0f, logits, ld);
+        uint16_t *xb = mp->b + xb_off;
+        cast_bf16(xb, x_c, (size_t)m * C, nt);
+        if (!(packed && mm_packed_gemm_bf16(m, rows, C, xb, C, mp->wt, logits, ld)))
+            mm_gemm_bf16(0, 1, m, rows, C, 1.0f, xb, C, wte_lp, C, 0.0f, logits, ld);
     } else if (mp && mp->fp16) {
         round_fp16(mp->fb, x_c, (size_t)m * C, nt);
         mm_sgemm(0, 1, m, rows, C, 1.0f, mp->fb, C, mp->fw, C, 0.0f, logits, ld);
@@ -151,95 +153,112 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
      * before, instead of into the fp32 logits and rounded by a second pass over them (a chunk's
      * logits are larger than the caches: that pass cost a read and a write of them). */
     const int fuse = mp && mp->bf16 && dx;
-    for (int r0 = 0; r0 < n; r0 += chunk) {
-        int m = n - r0 < chunk ? n - r0 : chunk;
-        float beta = acc || r0 > 0 ? 1.0f : 0.0f; /* overwriting: the first chunk writes dwte's V rows */
-        double t0 = timer_ms();
-        /* Only the V real columns are computed; padded columns are never read (probability 0). */
-        head_logits_gemm(mp, logits, Vp, x + (size_t)r0 * C, wte, wte_lp, m, V, C, nt, packed);
+    /* Fused, the backward GEMMs run once per group of whole chunks (mp->head_rows rows, their bf16
+     * logit gradients and inputs side by side in mp->a and mp->b): dwte is read and written once
+     * per group, not per chunk. dx's rows are the same sums either way; dwte's are summed over a
+     * group's rows in order, then added to the sum of the groups before. */
+    const int group = fuse && mp->head_rows > chunk ? mp->head_rows / chunk * chunk : chunk;
+    for (int g0 = 0; g0 < n; g0 += group) {
+        const int gm = n - g0 < group ? n - g0 : group;
+        double tb = 0;
+        for (int r0 = g0; r0 < g0 + gm; r0 += chunk) {
+            int m = g0 + gm - r0 < chunk ? g0 + gm - r0 : chunk;
+            double t0 = timer_ms();
+            /* Only the V real columns are computed; padded columns are never read (probability 0). */
+            head_logits_gemm(mp, logits, Vp, x + (size_t)r0 * C, wte, wte_lp, m, V, C, nt, packed,
+                             (size_t)(r0 - g0) * C);
 #pragma omp parallel for num_threads(nt) schedule(static)
-        for (int i = 0; i < m; i++) {
-            float *l = logits + (size_t)i * Vp;
-            uint16_t *lo = fuse ? mp->a + (size_t)i * Vp : NULL;
-            int t = targets[r0 + i];
-            float mx = l[0], s;
+            for (int i = 0; i < m; i++) {
+                float *l = logits + (size_t)i * Vp;
+                uint16_t *lo = fuse ? mp->a + (size_t)(r0 - g0 + i) * Vp : NULL;
+                int t = targets[r0 + i];
+                float mx = l[0], s;
 #pragma omp simd reduction(max : mx)
-            for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
-            if (smp) { /* the label drawn from this row's softmax; one exponential pass serves all */
-                if (t < 0) {
-                    smp->labels[r0 + i] = -1, losses[r0 + i] = 0.0f;
-                    if (lo) memset(lo, 0, sizeof(uint16_t) * V);
-                    else if (dx) memset(l, 0, sizeof(float) * V);
+                for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+                if (smp) { /* the label drawn from this row's softmax; one exponential pass serves all */
+                    if (t < 0) {
+                        smp->labels[r0 + i] = -1, losses[r0 + i] = 0.0f;
+                        if (lo) memset(lo, 0, sizeof(uint16_t) * V);
+                        else if (dx) memset(l, 0, sizeof(float) * V);
+                        continue;
+                    }
+                    s = head_exp_sum_store(l, V, mx);
+                    int y = sample_row(l, V, s, smp->u[r0 + i]);
+                    smp->labels[r0 + i] = y;
+                    losses[r0 + i] = logf(s) - logf(l[y]);
+                    if (lo) {
+                        float inv = dscale / s;
+#pragma omp simd
+                        for (int v = 0; v < V; v++) lo[v] = half_bf16(l[v] * inv);
+                        lo[y] = label_grad_bf16(l[y] * inv, dscale);
+                    } else if (dx) {
+                        float inv = dscale / s;
+#pragma omp simd
+                        for (int v = 0; v < V; v++) l[v] *= inv;
+                        l[y] -= dscale;
+                    }
                     continue;
                 }
-                s = head_exp_sum_store(l, V, mx);
-                int y = sample_row(l, V, s, smp->u[r0 + i]);
-                smp->labels[r0 + i] = y;
-                losses[r0 + i] = logf(s) - logf(l[y]);
-                if (lo) {
+                /* With a gradient to write, the sum pass stores each exponential in place and the
+                 * gradient pass scales them (one exp per logit instead of two; the same floats, so the
+                 * same bits). Row 0 with probs_out keeps the logits: its probabilities read them. */
+                if ((lo || dx) && t >= 0 && !(probs_out && r0 + i == 0)) {
+                    const float lt = l[t];
+                    s = head_exp_sum_store(l, V, mx);
+                    losses[r0 + i] = mx + logf(s) - lt;
                     float inv = dscale / s;
+                    if (lo) {
 #pragma omp simd
-                    for (int v = 0; v < V; v++) lo[v] = half_bf16(l[v] * inv);
-                    lo[y] = label_grad_bf16(l[y] * inv, dscale);
+                        for (int v = 0; v < V; v++) lo[v] = half_bf16(l[v] * inv);
+                        lo[t] = label_grad_bf16(l[t] * inv, dscale);
+                    } else {
+#pragma omp simd
+                        for (int v = 0; v < V; v++) l[v] *= inv;
+                        l[t] -= dscale;
+                    }
+                    continue;
+                }
+                s = head_exp_sum(l, V, mx);
+                float lse = mx + logf(s);
+                losses[r0 + i] = t >= 0 ? lse - l[t] : 0.0f;
+                if (probs_out && r0 + i == 0)
+                    for (int v = 0; v < V; v++) probs_out[v] = st_expf(l[v] - lse);
+                if (lo) {
+                    if (t < 0) {
+                        memset(lo, 0, sizeof(uint16_t) * V);
+                    } else {
+                        float inv = dscale / s;
+#pragma omp simd
+                        for (int v = 0; v < V; v++) lo[v] = half_bf16(st_expf(l[v] - mx) * inv);
+                        lo[t] = label_grad_bf16(st_expf(l[t] - mx) * inv, dscale);
+                    }
                 } else if (dx) {
-                    float inv = dscale / s;
+                    if (t < 0) {
+                        memset(l, 0, sizeof(float) * V);
+                    } else {
+                        float inv = dscale / s;
 #pragma omp simd
-                    for (int v = 0; v < V; v++) l[v] *= inv;
-                    l[y] -= dscale;
+                        for (int v = 0; v < V; v++) l[v] = st_expf(l[v] - mx) * inv;
+                        l[t] -= dscale;
+                    }
                 }
-                continue;
             }
-            /* With a gradient to write, the sum pass stores each exponential in place and the
-             * gradient pass scales them (one exp per logit instead of two; the same floats, so the
-             * same bits). Row 0 with probs_out keeps the logits: its probabilities read them. */
-            if ((lo || dx) && t >= 0 && !(probs_out && r0 + i == 0)) {
-                const float lt = l[t];
-                s = head_exp_sum_store(l, V, mx);
-                losses[r0 + i] = mx + logf(s) - lt;
-                float inv = dscale / s;
-                if (lo) {
-#pragma omp simd
-                    for (int v = 0; v < V; v++) lo[v] = half_bf16(l[v] * inv);
-                    lo[t] = label_grad_bf16(l[t] * inv, dscale);
-                } else {
-#pragma omp simd
-                    for (int v = 0; v < V; v++) l[v] *= inv;
-                    l[t] -= dscale;
-                }
-                continue;
-            }
-            s = head_exp_sum(l, V, mx);
-            float lse = mx + logf(s);
-            losses[r0 + i] = t >= 0 ? lse - l[t] : 0.0f;
-            if (probs_out && r0 + i == 0)
-                for (int v = 0; v < V; v++) probs_out[v] = st_expf(l[v] - lse);
-            if (lo) {
-                if (t < 0) {
-                    memset(lo, 0, sizeof(uint16_t) * V);
-                } else {
-                    float inv = dscale / s;
-#pragma omp simd
-                    for (int v = 0; v < V; v++) lo[v] = half_bf16(st_expf(l[v] - mx) * inv);
-                    lo[t] = label_grad_bf16(st_expf(l[t] - mx) * inv, dscale);
-                }
-            } else if (dx) {
-                if (t < 0) {
-                    memset(l, 0, sizeof(float) * V);
-                } else {
-                    float inv = dscale / s;
-#pragma omp simd
-                    for (int v = 0; v < V; v++) l[v] = st_expf(l[v] - mx) * inv;
-                    l[t] -= dscale;
-                }
+            double t1 = timer_ms();
+            if (ms_fwd) *ms_fwd += t1 - t0;
+            if (dx && !fuse) {
+                float beta = acc || r0 > 0 ? 1.0f : 0.0f; /* overwriting: the first chunk writes dwte's V rows */
+                head_backward_gemms(mp, dx + (size_t)r0 * C, dwte, logits, Vp, x + (size_t)r0 * C, wte, wte_lp, m, V, C,
+                                    beta, nt, 0, packed);
+                tb += timer_ms() - t1;
             }
         }
-        double t1 = timer_ms();
-        if (ms_fwd) *ms_fwd += t1 - t0;
-        if (dx) {
-            head_backward_gemms(mp, dx + (size_t)r0 * C, dwte, logits, Vp, x + (size_t)r0 * C, wte, wte_lp, m, V, C, beta,
-                                nt, fuse, packed);
-            if (ms_bwd) *ms_bwd += timer_ms() - t1;
+        if (fuse) {
+            double t1 = timer_ms();
+            head_backward_gemms(mp, dx + (size_t)g0 * C, dwte, logits, Vp, x + (size_t)g0 * C, wte, wte_lp, gm, V, C,
+                                acc || g0 > 0 ? 1.0f : 0.0f, nt, 1, packed);
+            tb += timer_ms() - t1;
         }
+        if (ms_bwd) *ms_bwd += tb;
     }
 }
 
@@ -254,7 +273,7 @@ void head_forward_backward_vp(const MatPrec *mp, float *losses, float *dx, float
         float beta = acc || r0 > 0 ? 1.0f : 0.0f;
         float *mx = stats, *se = stats + m, *tl = stats + 2 * m;
         double t0 = timer_ms();
-        if (Vr > 0) head_logits_gemm(mp, logits, Vl, x + (size_t)r0 * C, wte, wte_lp, m, Vr, C, nt, packed);
+        if (Vr > 0) head_logits_gemm(mp, logits, Vl, x + (size_t)r0 * C, wte, wte_lp, m, Vr, C, nt, packed, 0);
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int i = 0; i < m; i++) {
             const float *l = logits + (size_t)i * Vl;

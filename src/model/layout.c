@@ -327,6 +327,20 @@ int layout_head_chunk_rows(const ModelConfig *cfg, int B, int T) {
     return (int)rows;
 }
 
+int layout_head_grad_rows(const ModelConfig *cfg, int B, int T, int tp) {
+    /* Whole chunks, up to 2048 rows and 64 Mi values (128 MiB of bf16). The weight gradient's GEMM
+     * reads and writes all of dwte once per pass (77 MB each way at GPT-2's vocabulary and C 384):
+     * per 333-row chunk the head of config B took 418 ms a step, per 1332 rows 384, per 2048 381
+     * (bench/results/step.md, "The LM head's backward in groups of chunks"). */
+    int chunk = layout_head_chunk_rows(cfg, B, T);
+    if (tp > 1) return chunk; /* the vocabulary-parallel head (head_forward_backward_vp): per chunk */
+    long cap = (64L << 20) / cfg->vocab_padded, bt = (long)B * T;
+    if (cap > 2048) cap = 2048;
+    if (cap > bt) cap = bt;
+    long k = cap / chunk;
+    return (int)(k < 1 ? chunk : k * chunk);
+}
+
 int layout_tp_row_chunks(int rows) { return rows < LAYOUT_TP_ROW_CHUNKS ? (rows < 1 ? 1 : rows) : LAYOUT_TP_ROW_CHUNKS; }
 
 int layout_tp_row_start(int rows, int k) { return (int)((long)rows * k / layout_tp_row_chunks(rows)); }
@@ -429,10 +443,6 @@ const char *layout_recompute_name(Recompute rc) {
     return rc >= 0 && rc <= RECOMPUTE_FULL ? N[rc] : "?";
 }
 
-void layout_bf16_scratch(const ModelConfig *cfg, int B, int T, size_t *a, size_t *b) {
-    layout_bf16_scratch_tp(cfg, B, T, 1, a, b);
-}
-
 size_t layout_dbuf_width(const ModelConfig *cfg, int tp) {
     TpDims d = tp_dims(cfg, 1, 1, tp, 0);
     size_t w = d.C > d.QKVl ? d.C : d.QKVl;
@@ -440,12 +450,12 @@ size_t layout_dbuf_width(const ModelConfig *cfg, int tp) {
     return w > f ? w : f;
 }
 
-void layout_bf16_scratch_tp(const ModelConfig *cfg, int B, int T, int tp, size_t *a, size_t *b) {
+void layout_bf16_scratch_tp(const ModelConfig *cfg, int B, int T, int tp, int cpu, size_t *a, size_t *b) {
     TpDims d = tp_dims(cfg, B, T, tp, 0);
     size_t wide = d.Hl > d.C ? d.Hl : d.C;
     if (d.QKVl > wide) wide = d.QKVl;
     size_t nw = d.N * wide;
-    size_t head = (size_t)layout_head_chunk_rows(cfg, B, T) * d.Vl;
+    size_t head = (size_t)(cpu ? layout_head_grad_rows(cfg, B, T, tp) : layout_head_chunk_rows(cfg, B, T)) * d.Vl;
     *a = nw > head ? nw : head;
     *b = nw;
 }
@@ -462,7 +472,7 @@ void layout_fp16_scratch(const ModelConfig *cfg, int B, int T, size_t *fa, size_
 }
 
 void layout_fp16_scratch_tp(const ModelConfig *cfg, int B, int T, int tp, size_t *fa, size_t *fb, size_t *fw) {
-    layout_bf16_scratch_tp(cfg, B, T, tp, fa, fb);
+    layout_bf16_scratch_tp(cfg, B, T, tp, 0, fa, fb);
     TpDims d = tp_dims(cfg, B, T, tp, 0);
     size_t w = d.Vl > d.Hl ? d.Vl : d.Hl;
     if (d.QKVl > w) w = d.QKVl;
@@ -485,7 +495,7 @@ void layout_run_bytes(const ModelConfig *cfg, const ActOptions *o, size_t bytes[
     bytes[MEM_WORKSPACE] = as.scratch * 4;
     if (precision == 1) {
         size_t a, b;
-        layout_bf16_scratch_tp(cfg, B, T, tp, &a, &b);
+        layout_bf16_scratch_tp(cfg, B, T, tp, !o->device, &a, &b);
         bytes[MEM_WORKSPACE] += (a + b) * 2;
         if (!o->device && (!o->stage || o->stage->head)) bytes[MEM_WORKSPACE] += layout_head_pack_words(cfg, B, T, tp, 1) * 4;
     } else if (precision == 2) {

@@ -263,10 +263,12 @@ static void pack_at_rows(uint32_t *d, const uint16_t *A, int lda, int K, int KP,
     for (int p = 0; p < KP; p++) {
         const uint16_t *r0 = A + (size_t)(2 * p) * lda + i0, *r1 = 2 * p + 1 < K ? r0 + lda : NULL;
         if (2 * p + PACK_AHEAD + 1 < K) /* K rows lda apart, read a few cache lines each */
-            for (int t = PACK_AHEAD; t < PACK_AHEAD + 2; t++) mm_prefetch_row((const float *)(const void *)(r0 + (size_t)t * lda), (n + 1) / 2);
+            for (int t = PACK_AHEAD; t < PACK_AHEAD + 2; t++)
+                mm_prefetch_row((const float *)(const void *)(r0 + (size_t)t * lda), (n + 1) / 2);
         for (int c = 0; c < n; c += 32) {
             __mmask32 m = n - c >= 32 ? 0xFFFFFFFFu : (1u << (n - c)) - 1;
-            __m512i x0 = _mm512_maskz_loadu_epi16(m, r0 + c), x1 = r1 ? _mm512_maskz_loadu_epi16(m, r1 + c) : _mm512_setzero_si512();
+            __m512i x0 = _mm512_maskz_loadu_epi16(m, r0 + c);
+            __m512i x1 = r1 ? _mm512_maskz_loadu_epi16(m, r1 + c) : _mm512_setzero_si512();
             __m512i pr[2] = {_mm512_permutex2var_epi16(x0, lo, x1), _mm512_permutex2var_epi16(x0, hi, x1)};
             for (int h = 0; h < 4; h++) {
                 int q = c / MR + h;
@@ -301,7 +303,8 @@ static int run_panels(const Gemm *g, int nt) {
              * pack_at_rows' four or more streams measured 2–7 % slower here */
 #pragma omp for schedule(static)
             for (int q = 0; q < G; q++)
-                pack_a(Ap + (size_t)q * g->KP * MR, g->ta, g->A, g->lda, g->K, g->KP, q * MR, g->M - q * MR < MR ? g->M - q * MR : MR);
+                pack_a(Ap + (size_t)q * g->KP * MR, g->ta, g->A, g->lda, g->K, g->KP, q * MR,
+                       g->M - q * MR < MR ? g->M - q * MR : MR);
         }
         uint32_t *b = grow(&own, &own_words, (size_t)g->KP * NR);
         failed = !b;
