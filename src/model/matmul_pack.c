@@ -252,30 +252,21 @@ static void rows_panel(const Gemm *g, int i0, int i1, int j, const uint32_t *b, 
 
 /* Rows i0 .. i1 − 1 of op(A) = A^T (A K × M row-major) into their groups of MR (as pack_a, group q
  * of the range at d + q·KP·MR): for each pair p, the range's columns of A's rows 2p and 2p + 1 read
- * whole, 32 at a time, and interleaved into pairs in registers. Group by group (pack_a) read 16
- * bytes of each of K rows per group, 8–12 % of a weight gradient's time (its dY^T). */
+ * whole, 16 pairs (two groups) at a time. Group by group (pack_a) read 16 bytes of each of K rows
+ * per group, 8–12 % of a weight gradient's time (its dY^T). */
 static void pack_at_rows(uint32_t *d, const uint16_t *A, int lda, int K, int KP, int i0, int i1) {
-    /* pair t of a 32-column step: (row 2p's value t, row 2p + 1's value t); the second half 16 + t */
-    static const uint16_t lo_idx[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
-                                        8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-    const __m512i lo = _mm512_loadu_si512(lo_idx), hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-    const int n = i1 - i0, G = (n + MR - 1) / MR;
+    const int n = i1 - i0;
     for (int p = 0; p < KP; p++) {
         const uint16_t *r0 = A + (size_t)(2 * p) * lda + i0, *r1 = 2 * p + 1 < K ? r0 + lda : NULL;
         if (2 * p + PACK_AHEAD + 1 < K) /* K rows lda apart, read a few cache lines each */
             for (int t = PACK_AHEAD; t < PACK_AHEAD + 2; t++)
                 mm_prefetch_row((const float *)(const void *)(r0 + (size_t)t * lda), (n + 1) / 2);
-        for (int c = 0; c < n; c += 32) {
-            __mmask32 m = n - c >= 32 ? 0xFFFFFFFFu : (1u << (n - c)) - 1;
-            __m512i x0 = _mm512_maskz_loadu_epi16(m, r0 + c);
-            __m512i x1 = r1 ? _mm512_maskz_loadu_epi16(m, r1 + c) : _mm512_setzero_si512();
-            __m512i pr[2] = {_mm512_permutex2var_epi16(x0, lo, x1), _mm512_permutex2var_epi16(x0, hi, x1)};
-            for (int h = 0; h < 4; h++) {
-                int q = c / MR + h;
-                if (q >= G) break;
-                __m256i v = h & 1 ? _mm512_extracti64x4_epi64(pr[h / 2], 1) : _mm512_castsi512_si256(pr[h / 2]);
-                _mm256_store_si256((__m256i *)(void *)(d + (size_t)q * KP * MR + (size_t)p * MR), v);
-            }
+        for (int c = 0; c < n; c += 16) {
+            __m512i x = pairs16(r0 + c, r1 ? r1 + c : NULL, mm_mask16(n - c));
+            uint32_t *q = d + (size_t)(c / MR) * KP * MR + (size_t)p * MR;
+            _mm256_store_si256((__m256i *)(void *)q, _mm512_castsi512_si256(x));
+            if (n - c > MR) /* the second group of the 16 columns */
+                _mm256_store_si256((__m256i *)(void *)(q + (size_t)KP * MR), _mm512_extracti64x4_epi64(x, 1));
         }
     }
 }
