@@ -186,7 +186,7 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
         size_t na, nb;
         layout_bf16_scratch_tp(cfg, B, T, tp, be->host_addressable, &na, &nb);
         mp->bf16 = 1;
-        mp->head_rows = be->host_addressable ? layout_head_grad_rows(cfg, B, T, tp) : layout_head_chunk_rows(cfg, B, T);
+        mp->head_rows = layout_head_grad_rows(cfg, B, T, tp, be->host_addressable);
         mp->a = be->alloc(mem, MEM_WORKSPACE, na * sizeof(uint16_t));
         mp->b = be->alloc(mem, MEM_WORKSPACE, nb * sizeof(uint16_t));
         if (!mp->a || !mp->b) return -1;

@@ -160,7 +160,6 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
     const int group = fuse && mp->head_rows > chunk ? mp->head_rows / chunk * chunk : chunk;
     for (int g0 = 0; g0 < n; g0 += group) {
         const int gm = n - g0 < group ? n - g0 : group;
-        double tb = 0;
         for (int r0 = g0; r0 < g0 + gm; r0 += chunk) {
             int m = g0 + gm - r0 < chunk ? g0 + gm - r0 : chunk;
             double t0 = timer_ms();
@@ -243,22 +242,16 @@ void head_forward_backward_p(const MatPrec *mp, float *losses, float *dx, float 
                     }
                 }
             }
-            double t1 = timer_ms();
-            if (ms_fwd) *ms_fwd += t1 - t0;
-            if (dx && !fuse) {
-                float beta = acc || r0 > 0 ? 1.0f : 0.0f; /* overwriting: the first chunk writes dwte's V rows */
-                head_backward_gemms(mp, dx + (size_t)r0 * C, dwte, logits, Vp, x + (size_t)r0 * C, wte, wte_lp, m, V, C,
-                                    beta, nt, 0, packed);
-                tb += timer_ms() - t1;
-            }
+            if (ms_fwd) *ms_fwd += timer_ms() - t0;
         }
-        if (fuse) {
+        /* Unfused, a group is one chunk, its gradient in the fp32 logits. beta 0 for the first
+         * group (without acc): it writes dwte's V rows. */
+        if (dx) {
             double t1 = timer_ms();
             head_backward_gemms(mp, dx + (size_t)g0 * C, dwte, logits, Vp, x + (size_t)g0 * C, wte, wte_lp, gm, V, C,
-                                acc || g0 > 0 ? 1.0f : 0.0f, nt, 1, packed);
-            tb += timer_ms() - t1;
+                                acc || g0 > 0 ? 1.0f : 0.0f, nt, fuse, packed);
+            if (ms_bwd) *ms_bwd += timer_ms() - t1;
         }
-        if (ms_bwd) *ms_bwd += tb;
     }
 }
 

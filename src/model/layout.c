@@ -327,13 +327,13 @@ int layout_head_chunk_rows(const ModelConfig *cfg, int B, int T) {
     return (int)rows;
 }
 
-int layout_head_grad_rows(const ModelConfig *cfg, int B, int T, int tp) {
+int layout_head_grad_rows(const ModelConfig *cfg, int B, int T, int tp, int cpu) {
     /* Whole chunks, up to 2048 rows and 64 Mi values (128 MiB of bf16). The weight gradient's GEMM
      * reads and writes all of dwte once per pass (77 MB each way at GPT-2's vocabulary and C 384):
      * per 333-row chunk the head of config B took 418 ms a step, per 1332 rows 384, per 2048 381
-     * (bench/results/step.md, "The LM head's backward in groups of chunks"). */
+     * (bench/results/step.md, "dYᵀ packed by blocks, the LM head's backward by groups of chunks"). */
     int chunk = layout_head_chunk_rows(cfg, B, T);
-    if (tp > 1) return chunk; /* the vocabulary-parallel head (head_forward_backward_vp): per chunk */
+    if (!cpu || tp > 1) return chunk; /* a device's head, and the vocabulary-parallel one: per chunk */
     long cap = (64L << 20) / cfg->vocab_padded, bt = (long)B * T;
     if (cap > 2048) cap = 2048;
     if (cap > bt) cap = bt;
@@ -455,7 +455,7 @@ void layout_bf16_scratch_tp(const ModelConfig *cfg, int B, int T, int tp, int cp
     size_t wide = d.Hl > d.C ? d.Hl : d.C;
     if (d.QKVl > wide) wide = d.QKVl;
     size_t nw = d.N * wide;
-    size_t head = (size_t)(cpu ? layout_head_grad_rows(cfg, B, T, tp) : layout_head_chunk_rows(cfg, B, T)) * d.Vl;
+    size_t head = (size_t)layout_head_grad_rows(cfg, B, T, tp, cpu) * d.Vl;
     *a = nw > head ? nw : head;
     *b = nw;
 }

@@ -243,8 +243,8 @@ ActStage layout_act_stage(const ParamLayout *pl, int slots);
 const char *layout_recompute_name(Recompute rc);
 
 /* bf16 conversion scratch of the mixed-precision GEMMs on a tp rank, in elements (N = B·T):
- * a >= max(N·max(C, 4C/tp), head rows·Vl), b >= N·max(C, 4C/tp). Head rows: cpu 1, the CPU's fused
- * head (layout_head_grad_rows); cpu 0 (a device backend, or fp16's scratch), one chunk. */
+ * a >= max(N·max(C, 4C/tp), layout_head_grad_rows(cpu)·Vl), b >= N·max(C, 4C/tp); cpu 0 for a device
+ * backend, and for fp16's scratch (one chunk). */
 void layout_bf16_scratch_tp(const ModelConfig *cfg, int B, int T, int tp, int cpu, size_t *a, size_t *b);
 /* uint32 words of the bf16 head's two packed weight copies (kernels.h MatPrec.wt, .wn) on a tp
  * rank holding the head, on the CPU: twice the larger mm_packed_b_words of its Vl × C rows' two layouts where
@@ -427,9 +427,10 @@ void layout_fp16_scratch_tp(const ModelConfig *cfg, int B, int T, int tp, size_t
 
 /* Rows of logits computed at once in the fused LM head + loss (bounds the logits buffer). */
 int layout_head_chunk_rows(const ModelConfig *cfg, int B, int T);
-/* Rows whose bf16 logit gradient the CPU's fused head (head_forward_backward_p, MatPrec.head_rows)
- * keeps for one pass of its two backward GEMMs: a multiple of the chunk, the chunk at tp > 1. */
-int layout_head_grad_rows(const ModelConfig *cfg, int B, int T, int tp);
+/* Rows whose bf16 logit gradient the fused head (head_forward_backward_p, MatPrec.head_rows) keeps
+ * for one pass of its two backward GEMMs: on the CPU (cpu 1) a multiple of the chunk; the chunk at
+ * tp > 1 and on a device backend (cpu 0). */
+int layout_head_grad_rows(const ModelConfig *cfg, int B, int T, int tp, int cpu);
 
 /* Tensor parallelism's forward row-parallel sums (attention output and MLP down projections),
  * overlapped (issue 28, docs/parallel.md "Overlap"): the `rows` rows a rank holds of the residual
