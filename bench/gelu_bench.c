@@ -41,26 +41,34 @@ static void peer_gelu_bf16(uint16_t *out, const float *x, size_t n, int nt) {
     for (size_t i = 0; i < n; i++) out[i] = half_bf16(st_gelu(x[i]));
 }
 
-/* GELU's backward with the bias sums: each column summed over the rows in order (kernels.c). */
-static void peer_gelu_bwd_bf16(uint16_t *d, float *colsum, const float *g, const float *x, int N, int F, int nt) {
+/* GELU's backward with the bias sums in the kernels' order (kernels.h): each 64-row chunk's rows in
+ * order, then the chunks in order; threads take chunks, partial sums in part (colsum_floats). */
+static void peer_gelu_bwd_bf16(uint16_t *d, float *colsum, float *part, const float *g, const float *x, int N, int F,
+                               int nt) {
+    const int R = KERNEL_ROW_CHUNK, nchunk = (N + R - 1) / R;
 #pragma omp parallel num_threads(nt)
     {
-        int me = omp_get_thread_num(), nth = omp_get_num_threads();
-        int units = (F + 15) / 16, c0 = units * me / nth * 16, c1 = units * (me + 1) / nth * 16;
-        if (c1 > F) c1 = F;
-        float *sum = calloc((size_t)(c1 > c0 ? c1 - c0 : 1), sizeof(float));
-        for (int i = 0; i < N; i++) {
-            const float *gi = g + (size_t)i * F, *xi = x + (size_t)i * F;
-            uint16_t *di = d + (size_t)i * F;
+#pragma omp for schedule(static)
+        for (int k = 0; k < nchunk; k++) {
+            float *sum = part + (size_t)k * F;
+            memset(sum, 0, sizeof(float) * (size_t)F);
+            for (int i = k * R; i < N && i < (k + 1) * R; i++) {
+                const float *gi = g + (size_t)i * F, *xi = x + (size_t)i * F;
+                uint16_t *di = d + (size_t)i * F;
 #pragma omp simd
-            for (int j = c0; j < c1; j++) {
-                float v = gi[j] * st_gelu_grad(xi[j]);
-                sum[j - c0] += v;
-                di[j] = half_bf16(v);
+                for (int j = 0; j < F; j++) {
+                    float v = gi[j] * st_gelu_grad(xi[j]);
+                    sum[j] += v;
+                    di[j] = half_bf16(v);
+                }
             }
         }
-        for (int j = c0; j < c1; j++) colsum[j] = sum[j - c0];
-        free(sum);
+#pragma omp for schedule(static)
+        for (int j = 0; j < F; j++) {
+            float t = 0;
+            for (int k = 0; k < nchunk; k++) t += part[(size_t)k * F + j];
+            colsum[j] = t;
+        }
     }
 }
 
@@ -147,7 +155,8 @@ int main(int argc, char **argv) {
           *o2 = aligned_alloc(64, n * 4), *s1 = calloc((size_t)F, 4), *s2 = calloc((size_t)F, 4),
           *l0 = aligned_alloc(64, nl * 4), *l1 = aligned_alloc(64, nl * 4), *l2 = aligned_alloc(64, nl * 4);
     uint16_t *b1 = aligned_alloc(64, n * 2), *b2 = aligned_alloc(64, n * 2);
-    if (!x || !g || !o1 || !o2 || !s1 || !s2 || !l0 || !l1 || !l2 || !b1 || !b2) {
+    float *p1 = malloc(colsum_floats(N, F) * 4), *p2 = malloc(colsum_floats(N, F) * 4); /* the bias sums' scratch */
+    if (!x || !g || !o1 || !o2 || !s1 || !s2 || !l0 || !l1 || !l2 || !b1 || !b2 || !p1 || !p2) {
         fprintf(stderr, "gelu_bench: out of memory for %zu + %zu values\n", n, nl);
         return 1;
     }
@@ -177,7 +186,7 @@ int main(int argc, char **argv) {
                 double t0 = now_ms();
                 if (k == 0) who ? peer_gelu(o2, x, n, nt) : gelu_forward(o1, x, n, nt);
                 else if (k == 1) who ? peer_gelu_bf16(b2, x, n, nt) : gelu_forward_bf16(b1, x, n, nt);
-                else if (k == 2) who ? peer_gelu_bwd_bf16(b2, s2, g, x, N, F, nt) : gelu_backward_bf16(b1, s1, g, x, N, F, 0, nt);
+                else if (k == 2) who ? peer_gelu_bwd_bf16(b2, s2, p2, g, x, N, F, nt) : gelu_backward_bf16(b1, s1, p1, g, x, N, F, 0, nt);
                 else if (k == 3) who ? peer_exp_rows(l2, rows, V, nt) : our_exp_rows(l1, rows, V, nt);
                 else if (k == 4) who ? peer_swiglu_bf16(b2, x, Ns, F, nt) : swiglu_forward_bf16(b1, x, Ns, F, nt);
                 else who ? peer_swiglu_bwd_bf16(b2, g, x, Ns, F, nt) : swiglu_backward_bf16(b1, g, x, Ns, F, nt);
@@ -189,7 +198,7 @@ int main(int argc, char **argv) {
             same(o1, o2, n * 4, names[0]);
             peer_gelu_bf16(b2, x, n, nt), gelu_forward_bf16(b1, x, n, nt);
             same(b1, b2, n * 2, names[1]);
-            peer_gelu_bwd_bf16(b2, s2, g, x, N, F, nt), gelu_backward_bf16(b1, s1, g, x, N, F, 0, nt);
+            peer_gelu_bwd_bf16(b2, s2, p2, g, x, N, F, nt), gelu_backward_bf16(b1, s1, p1, g, x, N, F, 0, nt);
             same(b1, b2, n * 2, names[2]), same(s1, s2, (size_t)F * 4, "GELU backward's bias sums");
             same(l1, l2, nl * 4, names[3]);
             peer_swiglu_bf16(b2, x, Ns, F, nt), swiglu_forward_bf16(b1, x, Ns, F, nt);

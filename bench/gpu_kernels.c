@@ -127,7 +127,7 @@ static void f_gelu_fwd(void *p) {
 }
 static void f_gelu_bwd(void *p) {
     Ctx *c = p;
-    be->gelu_backward_bf16(c->plp, c->grads, c->fch, c->fch, c->N, 4 * c->C, 1, 1);
+    be->gelu_backward_bf16(c->plp, c->grads, NULL, c->fch, c->fch, c->N, 4 * c->C, 1, 1);
 }
 static void f_head(void *p) {
     Ctx *c = p;

@@ -129,9 +129,9 @@ static void w_gelu_backward(float *dinp, const float *dout, const float *inp, si
 static void w_gelu_forward_bf16(uint16_t *out, const float *inp, size_t n, int nt) {
     T(0, cpu->gelu_forward_bf16(out, inp, n, nt), "gelu_forward_bf16 %zu", n);
 }
-static void w_gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, const float *dout, const float *inp, int N, int OC,
-                                 int acc, int nt) {
-    T(0, cpu->gelu_backward_bf16(dinp_lp, colsum, dout, inp, N, OC, acc, nt), "gelu_backward_bf16+colsum %dx%d", N, OC);
+static void w_gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, float *sums, const float *dout, const float *inp,
+                                 int N, int OC, int acc, int nt) {
+    T(0, cpu->gelu_backward_bf16(dinp_lp, colsum, sums, dout, inp, N, OC, acc, nt), "gelu_backward_bf16+colsum %dx%d", N, OC);
 }
 static void w_bias_add_rows(float *x, const float *bias, int N, int C, int nt) {
     T(0, cpu->bias_add_rows(x, bias, N, C, nt), "bias_add_rows %dx%d", N, C);
@@ -145,8 +145,9 @@ static void w_dropout_backward(float *out, const float *dout, size_t n, Dropout 
 static void w_cast_bf16(uint16_t *dst, const float *src, size_t n, int nt) {
     T(0, cpu->cast_bf16(dst, src, n, nt), "cast_bf16 %zu", n);
 }
-static void w_cast_bf16_colsum(uint16_t *dst, float *colsum, const float *src, int N, int OC, int acc, int nt) {
-    T(0, cpu->cast_bf16_colsum(dst, colsum, src, N, OC, acc, nt), "cast_bf16+colsum %dx%d", N, OC);
+static void w_cast_bf16_colsum(uint16_t *dst, float *colsum, float *sums, const float *src, int N, int OC, int acc,
+                               int nt) {
+    T(0, cpu->cast_bf16_colsum(dst, colsum, sums, src, N, OC, acc, nt), "cast_bf16+colsum %dx%d", N, OC);
 }
 static void w_add_or_set(float *dst, const float *src, size_t n, int acc) {
     T(0, cpu->add_or_set(dst, src, n, acc), "add_or_set %zu", n);

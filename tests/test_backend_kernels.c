@@ -389,7 +389,7 @@ static void test_activations(void) {
     float *d_g = dpoison(n * 4), *d_dg = dpoison(n * 4), *d_cs = dpoison((size_t)F * 4);
     be->gelu_forward(d_g, d_x, n, 1);
     be->gelu_backward(d_dg, d_dout, d_x, n, 1);
-    be->gelu_backward_bf16(d_olp, d_cs, d_dout, d_x, N, F, 0, 1);
+    be->gelu_backward_bf16(d_olp, d_cs, NULL, d_dout, d_x, N, F, 0, 1);
     backend_ok("gelu");
     double *rcs = calloc(F, 8);
     for (size_t i = 0; i < n; i++) {

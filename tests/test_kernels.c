@@ -230,6 +230,42 @@ static void test_residual_layernorm(float p) {
              "max |out diff| %.3g against residual_forward + layernorm_forward, bit-identical required", tu_max_abs_diff_f(out1, out2, n));
 }
 
+/* ---- Bias sums (kernels.h): the documented order, computed here element by element ----
+ * Each column over a 64-row chunk's rows in order, then the chunks' sums in order; the kernel's
+ * result bit for bit with its scratch (threads taking chunks) and without (threads taking columns),
+ * at 1, 2 and 3 threads. Control: the plain row-order sum of a column, which this data makes differ
+ * in some column, must not match (the check can tell the orders apart). */
+static void test_colsum_order(const float *g, int N, int OC, float *sums) {
+    float *want = malloc(OC * 4), *plain = malloc(OC * 4), *got = malloc(OC * 4);
+    for (int j = 0; j < OC; j++) {
+        float tot = 0, p = 0, s = 0;
+        for (int i = 0; i < N; i++) {
+            if (i % KERNEL_ROW_CHUNK == 0) p = 0;
+            p += g[(size_t)i * OC + j], s += g[(size_t)i * OC + j];
+            if (i % KERNEL_ROW_CHUNK == KERNEL_ROW_CHUNK - 1 || i == N - 1) tot = i < KERNEL_ROW_CHUNK ? p : tot + p;
+        }
+        want[j] = tot, plain[j] = s;
+    }
+    int ok = 1;
+    for (int nt = 1; nt <= 3; nt++)
+        for (int scratch = 0; scratch < 2; scratch++) {
+            memset(got, 0xff, OC * 4); /* NaN: a column left unwritten fails */
+            matmul_backward(NULL, NULL, got, g, NULL, NULL, N, 1, OC, 0, nt);
+            if (scratch) {
+                MatPrec mp = {.sums = sums};
+                memset(got, 0xff, OC * 4);
+                matmul_backward_p(&mp, NULL, NULL, got, g, NULL, NULL, NULL, N, 1, OC, 0, nt);
+            }
+            if (memcmp(want, got, OC * 4)) ok = 0;
+        }
+    tu_check(ok, "bias sums: chunked order", "bit-identical to 64-row chunks summed in order required, with and without "
+                                             "scratch, 1-3 threads");
+    tu_check(memcmp(want, plain, OC * 4) != 0, "bias sums: control (plain row order)",
+             "the row-order sums must differ from the chunked ones somewhere on this data (else the check above "
+             "cannot tell the orders apart)");
+    /* want, plain, got: freed by free_tracked */
+}
+
 /* ---- The bf16-fused kernels against their unfused sequences, bit for bit ---- */
 static void test_bf16_fused(void) {
     int N = 70, OC = 150; /* a partial 64-column block and a partial 64-row chunk */
@@ -238,11 +274,13 @@ static void test_bf16_fused(void) {
     uint16_t *want = calloc(n, 2), *got = calloc(n, 2);
     float *bw = randv(OC, 72, 1), *bg = malloc(OC * 4), *f1 = calloc(n, 4);
     memcpy(bg, bw, OC * 4);
+    float *sums = malloc(colsum_floats(N, OC) * 4);
     cast_bf16(want, g, n, 2);
     matmul_backward(NULL, NULL, bw, g, NULL, NULL, N, 1, OC, 1, 2);
-    cast_bf16_colsum(got, bg, g, N, OC, 1, 2);
+    cast_bf16_colsum(got, bg, sums, g, N, OC, 1, 2);
     tu_check(!memcmp(want, got, n * 2) && !memcmp(bw, bg, OC * 4), "cast_bf16_colsum",
              "bf16 copy and bias sums bit-identical to cast_bf16 + matmul_backward required");
+    test_colsum_order(g, N, OC, sums);
     gelu_forward(f1, x, n, 2);
     cast_bf16(want, f1, n, 2);
     gelu_forward_bf16(got, x, n, 2);
@@ -266,7 +304,7 @@ static void test_bf16_fused(void) {
     gelu_backward(f1, g, x, n, 2);
     cast_bf16(want, f1, n, 2);
     matmul_backward(NULL, NULL, bw, f1, NULL, NULL, N, 1, OC, 1, 2);
-    gelu_backward_bf16(got, bg, g, x, N, OC, 1, 1); /* one thread against two: the sums do not move */
+    gelu_backward_bf16(got, bg, sums, g, x, N, OC, 1, 1); /* one thread against two: the sums do not move */
     tu_check(!memcmp(want, got, n * 2) && !memcmp(bw, bg, OC * 4), "gelu_backward_bf16",
              "bf16 gradient and bias sums bit-identical to gelu_backward + cast_bf16 + matmul_backward required");
 }

@@ -141,13 +141,13 @@ typedef struct Backend {
     void (*gelu_forward)(float *out, const float *inp, size_t n, int nt);
     void (*gelu_backward)(float *dinp, const float *dout, const float *inp, size_t n, int nt);
     void (*gelu_forward_bf16)(uint16_t *out, const float *inp, size_t n, int nt);
-    void (*gelu_backward_bf16)(uint16_t *dinp_lp, float *colsum, const float *dout, const float *inp, int N, int OC,
-                               int acc, int nt);
+    void (*gelu_backward_bf16)(uint16_t *dinp_lp, float *colsum, float *sums, const float *dout, const float *inp, int N,
+                               int OC, int acc, int nt);
     void (*bias_add_rows)(float *x, const float *bias, int N, int C, int nt);
     void (*residual_forward)(float *out, const float *a, const float *b, size_t n, Dropout d, int nt);
     void (*dropout_backward)(float *out, const float *dout, size_t n, Dropout d, int nt);
     void (*cast_bf16)(uint16_t *dst, const float *src, size_t n, int nt);
-    void (*cast_bf16_colsum)(uint16_t *dst, float *colsum, const float *src, int N, int OC, int acc, int nt);
+    void (*cast_bf16_colsum)(uint16_t *dst, float *colsum, float *sums, const float *src, int N, int OC, int acc, int nt);
     void (*cast_fp16)(uint16_t *dst, const float *src, size_t n, int nt);
 
     /* ---- GEMMs (kernels.h's linear layers over matmul.h) ---- */

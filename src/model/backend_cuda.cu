@@ -403,7 +403,7 @@ static void cu_matmul_backward_p(const MatPrec *mp, float *dinp, float *dw, floa
     } else if (!mp || !mp->bf16) {
         cu_matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, acc);
     } else {
-        if (dbias) cu_cast_bf16_colsum(mp->a, dbias, dout, N, OC, acc, nt);
+        if (dbias) cu_cast_bf16_colsum(mp->a, dbias, NULL, dout, N, OC, acc, nt);
         else cu_cast_bf16(mp->a, dout, (size_t)N * OC, nt);
         cu_cast_bf16(mp->b, inp, (size_t)N * C, nt);
         cu_matmul_backward_lp(dinp, dw, mp->a, mp->b, w_lp, N, C, OC, acc);

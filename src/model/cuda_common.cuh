@@ -159,13 +159,13 @@ void cu_attention_decode(float *out, float *scores, const float *q, const float 
 void cu_gelu_forward(float *out, const float *inp, size_t n, int nt);
 void cu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int nt);
 void cu_gelu_forward_bf16(uint16_t *out, const float *inp, size_t n, int nt);
-void cu_gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, const float *dout, const float *inp, int N, int OC,
-                           int acc, int nt);
+void cu_gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, float *sums, const float *dout, const float *inp, int N,
+                           int OC, int acc, int nt);
 void cu_bias_add_rows(float *x, const float *bias, int N, int C, int nt);
 void cu_residual_forward(float *out, const float *a, const float *b, size_t n, Dropout d, int nt);
 void cu_dropout_backward(float *out, const float *dout, size_t n, Dropout d, int nt);
 void cu_cast_bf16(uint16_t *dst, const float *src, size_t n, int nt);
-void cu_cast_bf16_colsum(uint16_t *dst, float *colsum, const float *src, int N, int OC, int acc, int nt);
+void cu_cast_bf16_colsum(uint16_t *dst, float *colsum, float *sums, const float *src, int N, int OC, int acc, int nt);
 void cu_cast_fp16(uint16_t *dst, const float *src, size_t n, int nt);
 void cu_round_fp16(float *dst, const float *src, size_t n);
 void cu_widen_fp16(float *dst, const uint16_t *src, size_t n);

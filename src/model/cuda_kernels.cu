@@ -536,11 +536,14 @@ static void colsum_pass(int mode, uint16_t *dst, float *colsum, const float *src
 void cu_colsum(float *colsum, const float *src, int N, int OC, int acc) {
     colsum_pass(COLSUM_PLAIN, NULL, colsum, src, NULL, N, OC, acc);
 }
-void cu_cast_bf16_colsum(uint16_t *dst, float *colsum, const float *src, int N, int OC, int acc, int nt) {
+/* sums (the CPU kernels' partial sums) is not used: the partial sums go to cu_reduce_scratch. */
+void cu_cast_bf16_colsum(uint16_t *dst, float *colsum, float *sums, const float *src, int N, int OC, int acc, int nt) {
+    (void)sums;
     colsum_pass(COLSUM_CAST, dst, colsum, src, NULL, N, OC, acc);
 }
-void cu_gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, const float *dout, const float *inp, int N, int OC,
-                           int acc, int nt) {
+void cu_gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, float *sums, const float *dout, const float *inp, int N,
+                           int OC, int acc, int nt) {
+    (void)sums;
     colsum_pass(COLSUM_GELU, dinp_lp, colsum, dout, inp, N, OC, acc);
 }
 

@@ -294,7 +294,8 @@ static int run_state_alloc(GptRunState *s, const ModelConfig *cfg, const GptOpti
     TAKE(s->dres, Nl * C), TAKE(s->dbuf_a, N * Fw), TAKE(s->dbuf_b, N * C), TAKE(s->dbuf_c, N * C);
     TAKE(s->att_scratch, s->dim.rms ? attention_gqa_scratch_floats(T, s->dim.hs, cfg->n_head / cfg->n_kv_head, s->nt)
                                 : attention_scratch_floats(T, s->dim.hs, s->nt));
-    TAKE(s->ln_scratch, (Nl + KERNEL_ROW_CHUNK - 1) / KERNEL_ROW_CHUNK * 2 * C);
+    TAKE(s->sums, layout_sums_floats(cfg, B, T, tp));
+    s->mp.sums = s->sums;
     TAKE(s->logits, (size_t)s->head_chunk * s->dim.Vl);
     if (tp > 1) TAKE(s->head_stats, 3 * (size_t)s->head_chunk);
     if (Nl < N) TAKE(s->sp_gather, lpa ? (N * C + 1) / 2 : N * C), TAKE(s->sp_lngrad, 2 * C);
@@ -532,7 +533,7 @@ static void job_run(Gpt *g, const Job *j) {
         break;
     case JOB_DINP:
         if (bf) {
-            if (j->dout && j->dbias) g->be->cast_bf16_colsum(s->mp.a, j->dbias, j->dout, j->rows, j->OC, j->acc, nt);
+            if (j->dout && j->dbias) g->be->cast_bf16_colsum(s->mp.a, j->dbias, s->sums, j->dout, j->rows, j->OC, j->acc, nt);
             else if (j->dout) g->be->cast_bf16(s->mp.a, j->dout, (size_t)j->rows * j->OC, nt);
             g->be->matmul_backward_lp(j->out, NULL, s->mp.a, NULL, lp(g, j->w), j->rows, j->C, j->OC, j->acc);
         } else {
@@ -756,7 +757,7 @@ static void sp_rowpar_backward(Gpt *g, float *dinp, float *dw, float *dbias, flo
             h->tp_wait(h->ctx, hg);
             /* The gather is in: dY rounded whole (the own rows again: the same values) with the bias
              * gradient's column sums, in the blocking path's one pass. */
-            if (bf && dbias) g->be->cast_bf16_colsum(s->mp.a, dbias, dst, N, C, acc, nt);
+            if (bf && dbias) g->be->cast_bf16_colsum(s->mp.a, dbias, s->sums, dst, N, C, acc, nt);
             else if (bf) g->be->cast_bf16(s->mp.a, dst, (size_t)N * C, nt);
             continue;
         }
@@ -821,13 +822,13 @@ static int ln_backward(Gpt *g, float *dinp, float *dw, float *db, const float *d
     GptRunState *s = &g->s;
     int C = g->w.cfg.n_embd, Nl = s->curNl, np = s->dim.rms ? 1 : 2;
     if (!s->sp) {
-        if (s->dim.rms) g->be->rmsnorm_backward(dinp, dw, s->ln_scratch, dout, inp, w, rstd, Nl, C, acc, s->nt);
-        else g->be->layernorm_backward(dinp, dw, db, s->ln_scratch, dout, inp, w, mean, rstd, Nl, C, acc, s->nt);
+        if (s->dim.rms) g->be->rmsnorm_backward(dinp, dw, s->sums, dout, inp, w, rstd, Nl, C, acc, s->nt);
+        else g->be->layernorm_backward(dinp, dw, db, s->sums, dout, inp, w, mean, rstd, Nl, C, acc, s->nt);
         return -1;
     }
     float *pw = s->sp_lngrad, *pb = pw + C;
-    if (s->dim.rms) g->be->rmsnorm_backward(dinp, pw, s->ln_scratch, dout, inp, w, rstd, Nl, C, 0, s->nt);
-    else g->be->layernorm_backward(dinp, pw, pb, s->ln_scratch, dout, inp, w, mean, rstd, Nl, C, 0, s->nt);
+    if (s->dim.rms) g->be->rmsnorm_backward(dinp, pw, s->sums, dout, inp, w, rstd, Nl, C, 0, s->nt);
+    else g->be->layernorm_backward(dinp, pw, pb, s->sums, dout, inp, w, mean, rstd, Nl, C, 0, s->nt);
     if (defer) return g->hooks.tp_start(g->hooks.ctx, GPT_TP_ALLREDUCE, pw, (size_t)np * C);
     g->hooks.tp_allreduce(g->hooks.ctx, pw, (size_t)np * C, 0);
     g->be->add_or_set(dw, pw, (size_t)C, acc);
@@ -1211,7 +1212,7 @@ static void linear_backward(Gpt *g, float *dinp, float *dw, float *dbias, const 
     GptRunState *s = &g->s;
     int split = s->split_backward, nt = s->nt;
     if (s->mp.bf16) {
-        if (dout && dbias) g->be->cast_bf16_colsum(s->mp.a, dbias, dout, N, OC, acc, nt);
+        if (dout && dbias) g->be->cast_bf16_colsum(s->mp.a, dbias, s->sums, dout, N, OC, acc, nt);
         else if (dout) g->be->cast_bf16(s->mp.a, dout, (size_t)N * OC, nt);
         g->be->matmul_backward_lp(dinp, split ? NULL : dw, s->mp.a, in_lp, lp(g, w), N, C, OC, acc);
         if (split) g->be->copy(wg, s->mp.a, (size_t)N * OC * sizeof(uint16_t));
@@ -1229,7 +1230,7 @@ static const float *mlp_act_backward(Gpt *g, const LayerActs *a, float *dfcb, in
     int F = s->dim.Fl, nt = s->nt;
     if (s->mp.bf16) {
         if (s->dim.rms) g->be->swiglu_backward_bf16(s->mp.a, s->dbuf_a, a->fch, N, F, nt);
-        else g->be->gelu_backward_bf16(s->mp.a, dfcb, s->dbuf_a, a->fch, N, F, acc, nt);
+        else g->be->gelu_backward_bf16(s->mp.a, dfcb, s->sums, s->dbuf_a, a->fch, N, F, acc, nt);
         return NULL;
     }
     if (!s->dim.rms) {
@@ -1295,7 +1296,7 @@ static void block_backward(Gpt *g, int l, const float *x, int B, int T, int acc)
     if (s->dim.rms)
         g->be->rope_backward(s->dbuf_a, s->rope_cs, s->cur_docpos, B, T, s->dim.NHl, s->dim.KVl, s->dim.hs, 0, s->nt);
     if (bf) /* the bias gradient and the rounding first, as the bf16 path always did */
-        dp->qkvb ? g->be->cast_bf16_colsum(s->mp.a, dp->qkvb, s->dbuf_a, N, Q, acc, s->nt)
+        dp->qkvb ? g->be->cast_bf16_colsum(s->mp.a, dp->qkvb, s->sums, s->dbuf_a, N, Q, acc, s->nt)
                  : g->be->cast_bf16(s->mp.a, s->dbuf_a, (size_t)N * Q, s->nt);
     own = bf ? (const float *)a->ln1_lp : a->ln1;
     if (ovl) {

@@ -217,7 +217,8 @@ typedef struct {
 
     float *scratch;         /* workspace */
     size_t scratch_floats;
-    float *dres, *dbuf_a, *dbuf_b, *dbuf_c, *att_scratch, *ln_scratch, *logits;
+    float *dres, *dbuf_a, *dbuf_b, *dbuf_c, *att_scratch, *logits;
+    float *sums; /* the row chunks' partial sums (layout_sums_floats): LayerNorm and bias gradients */
     int head_chunk;         /* rows of logits computed at once */
 
     /* Tensor parallelism: the slice this rank computes (tp 1: the whole model). */

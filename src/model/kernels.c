@@ -516,12 +516,82 @@ void matmul_forward(float *out, const float *inp, const float *w, const float *b
 
 /* What a column-sum pass does to each element g of src (N, OC) besides adding it to its column:
  * nothing, round it to bf16 into dst, or take v = g · gelu'(inp) first (then v is summed and
- * rounded). Each column is summed over the rows in order by one thread (kernels_internal.h):
- * bit-identical for any thread count, and the same sums in all three modes. */
+ * rounded). The sums' order is kernels.h's (per 64-row chunk, then the chunks in order): the same
+ * bits in all three modes, for any thread count, with or without the caller's scratch. */
 enum { COLSUM_PLAIN, COLSUM_CAST, COLSUM_GELU };
 
-static void colsum_pass(int mode, uint16_t *dst, float *colsum, const float *src, const float *inp, int N, int OC,
-                        int acc, int nt) {
+/* Rows i0 .. i1 − 1, columns j0 .. j1 − 1: sum[j − j0] = the rows' values of column j, in row order
+ * (dst, inp and src addressed by (row, column) as in the whole matrix). */
+static void colsum_rows(int mode, uint16_t *dst, float *sum, const float *src, const float *inp, int i0, int i1,
+                        int j0, int j1, int OC) {
+    memset(sum, 0, sizeof(float) * (size_t)(j1 - j0));
+    for (int i = i0; i < i1; i++) {
+        const float *g = src + (size_t)i * OC;
+        uint16_t *d = dst ? dst + (size_t)i * OC : NULL;
+        if (mode == COLSUM_PLAIN) {
+#pragma omp simd
+            for (int j = j0; j < j1; j++) sum[j - j0] += g[j];
+        } else if (mode == COLSUM_CAST) {
+#pragma omp simd
+            for (int j = j0; j < j1; j++) {
+                sum[j - j0] += g[j];
+                d[j] = half_bf16(g[j]);
+            }
+        } else {
+            const float *x = inp + (size_t)i * OC;
+#if ST_VEC4
+#define LD_(j, k) _mm512_maskz_loadu_ps(k, x + (j))
+#define F_(v, j, k) _mm512_mul_ps(_mm512_maskz_loadu_ps(k, g + (j)), st_gelu_grad16(v))
+#define ST_(j, k, v)                                                                                  \
+    (_mm512_mask_storeu_ps(sum + ((j) - (size_t)j0), k,                                               \
+                           _mm512_add_ps(_mm512_maskz_loadu_ps(k, sum + ((j) - (size_t)j0)), v)), \
+     store_bf16_16(d + (j), k, v))
+            VEC4_SPAN((size_t)j0, (size_t)j1, LD_, F_, ST_);
+#undef LD_
+#undef F_
+#undef ST_
+#else
+#pragma omp simd
+            for (int j = j0; j < j1; j++) {
+                float v = g[j] * st_gelu_grad(x[j]);
+                sum[j - j0] += v;
+                d[j] = half_bf16(v);
+            }
+#endif
+        }
+    }
+}
+
+size_t colsum_floats(int N, int OC) {
+    return (size_t)((N + KERNEL_ROW_CHUNK - 1) / KERNEL_ROW_CHUNK) * (size_t)(OC > 0 ? OC : 0);
+}
+
+static void colsum_pass(int mode, uint16_t *dst, float *colsum, float *sums, const float *src, const float *inp, int N,
+                        int OC, int acc, int nt) {
+    const int nchunk = (N + KERNEL_ROW_CHUNK - 1) / KERNEL_ROW_CHUNK;
+    if (sums) {
+        /* Threads take whole chunks (contiguous runs of rows), each chunk's sums into its row of
+         * sums, then columns add the chunks. Threads taking columns instead (each over every row)
+         * read and write alternate stretches of the same rows: at 2 threads on Zen 5 that ran 3–6×
+         * slower than one thread over whole rows (bench/results/step.md, "Bias sums by row chunks"). */
+#pragma omp parallel num_threads(nt)
+        {
+#pragma omp for schedule(static)
+            for (int k = 0; k < nchunk; k++) {
+                int i1 = (k + 1) * KERNEL_ROW_CHUNK < N ? (k + 1) * KERNEL_ROW_CHUNK : N;
+                colsum_rows(mode, dst, sums + (size_t)k * OC, src, inp, k * KERNEL_ROW_CHUNK, i1, 0, OC, OC);
+            }
+#pragma omp for schedule(static)
+            for (int j = 0; j < OC; j++) {
+                float t = 0;
+                for (int k = 0; k < nchunk; k++) t += sums[(size_t)k * OC + j];
+                colsum[j] = acc ? colsum[j] + t : t;
+            }
+        }
+        return;
+    }
+    /* No scratch: threads take spans of columns (multiples of COLSUM_UNIT), each chunk's sums of a
+     * span (at most COLSUM_SPAN columns at a time) added to the span's total in chunk order. */
     int units = (OC + COLSUM_UNIT - 1) / COLSUM_UNIT;
 #pragma omp parallel num_threads(nt)
     {
@@ -530,44 +600,16 @@ static void colsum_pass(int mode, uint16_t *dst, float *colsum, const float *src
         if (c1 > OC) c1 = OC;
         for (int j0 = c0; j0 < c1; j0 += COLSUM_SPAN) {
             int j1 = j0 + COLSUM_SPAN < c1 ? j0 + COLSUM_SPAN : c1;
-            float sum[COLSUM_SPAN];
-            memset(sum, 0, sizeof(float) * (size_t)(j1 - j0));
-            for (int i = 0; i < N; i++) {
-                const float *g = src + (size_t)i * OC;
-                uint16_t *d = dst ? dst + (size_t)i * OC : NULL;
-                if (mode == COLSUM_PLAIN) {
-#pragma omp simd
-                    for (int j = j0; j < j1; j++) sum[j - j0] += g[j];
-                } else if (mode == COLSUM_CAST) {
-#pragma omp simd
-                    for (int j = j0; j < j1; j++) {
-                        sum[j - j0] += g[j];
-                        d[j] = half_bf16(g[j]);
-                    }
-                } else {
-                    const float *x = inp + (size_t)i * OC;
-#if ST_VEC4
-#define LD_(j, k) _mm512_maskz_loadu_ps(k, x + (j))
-#define F_(v, j, k) _mm512_mul_ps(_mm512_maskz_loadu_ps(k, g + (j)), st_gelu_grad16(v))
-#define ST_(j, k, v)                                                                                  \
-    (_mm512_mask_storeu_ps(sum + ((j) - (size_t)j0), k,                                               \
-                           _mm512_add_ps(_mm512_maskz_loadu_ps(k, sum + ((j) - (size_t)j0)), v)), \
-     store_bf16_16(d + (j), k, v))
-                    VEC4_SPAN((size_t)j0, (size_t)j1, LD_, F_, ST_);
-#undef LD_
-#undef F_
-#undef ST_
-#else
-#pragma omp simd
-                    for (int j = j0; j < j1; j++) {
-                        float v = g[j] * st_gelu_grad(x[j]);
-                        sum[j - j0] += v;
-                        d[j] = half_bf16(v);
-                    }
-#endif
-                }
+            float part[COLSUM_SPAN], tot[COLSUM_SPAN];
+            for (int k = 0; k < nchunk; k++) {
+                int i1 = (k + 1) * KERNEL_ROW_CHUNK < N ? (k + 1) * KERNEL_ROW_CHUNK : N;
+                colsum_rows(mode, dst, part, src, inp, k * KERNEL_ROW_CHUNK, i1, j0, j1, OC);
+                for (int j = 0; j < j1 - j0; j++) tot[j] = k ? tot[j] + part[j] : part[j];
             }
-            for (int j = j0; j < j1; j++) colsum[j] = acc ? colsum[j] + sum[j - j0] : sum[j - j0];
+            for (int j = j0; j < j1; j++) {
+                float t = nchunk ? tot[j - j0] : 0.0f;
+                colsum[j] = acc ? colsum[j] + t : t;
+            }
         }
     }
 }
@@ -576,11 +618,11 @@ void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, co
                      int N, int C, int OC, int acc, int nt) {
     if (dinp) mm_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
     if (dw) mm_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, acc ? 1.0f : 0.0f, dw, C);
-    if (dbias) colsum_pass(COLSUM_PLAIN, NULL, dbias, dout, NULL, N, OC, acc, nt);
+    if (dbias) colsum_pass(COLSUM_PLAIN, NULL, dbias, NULL, dout, NULL, N, OC, acc, nt);
 }
 
-void cast_bf16_colsum(uint16_t *dst, float *colsum, const float *src, int N, int OC, int acc, int nt) {
-    colsum_pass(COLSUM_CAST, dst, colsum, src, NULL, N, OC, acc, nt);
+void cast_bf16_colsum(uint16_t *dst, float *colsum, float *sums, const float *src, int N, int OC, int acc, int nt) {
+    colsum_pass(COLSUM_CAST, dst, colsum, sums, src, NULL, N, OC, acc, nt);
 }
 
 void cast_bf16(uint16_t *dst, const float *src, size_t n, int nt) {
@@ -630,14 +672,15 @@ void matmul_backward_p(const MatPrec *mp, float *dinp, float *dw, float *dbias, 
         round_fp16(mp->fb, inp, (size_t)N * C, nt);
         widen_fp16(mp->fw, w_lp, (size_t)OC * C, nt);
         matmul_backward(dinp, dw, NULL, mp->fa, mp->fb, mp->fw, N, C, OC, acc, nt);
-        if (dbias) matmul_backward(NULL, NULL, dbias, mp->fa, NULL, NULL, N, C, OC, acc, nt);
+        if (dbias) colsum_pass(COLSUM_PLAIN, NULL, dbias, mp->sums, mp->fa, NULL, N, OC, acc, nt);
         return;
     }
     if (!mp || !mp->bf16) {
-        matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, acc, nt);
+        matmul_backward(dinp, dw, NULL, dout, inp, w, N, C, OC, acc, nt);
+        if (dbias) colsum_pass(COLSUM_PLAIN, NULL, dbias, mp ? mp->sums : NULL, dout, NULL, N, OC, acc, nt);
         return;
     }
-    if (dbias) cast_bf16_colsum(mp->a, dbias, dout, N, OC, acc, nt);
+    if (dbias) cast_bf16_colsum(mp->a, dbias, mp->sums, dout, N, OC, acc, nt);
     else cast_bf16(mp->a, dout, (size_t)N * OC, nt);
     cast_bf16(mp->b, inp, (size_t)N * C, nt);
     matmul_backward_lp(dinp, dw, mp->a, mp->b, w_lp, N, C, OC, acc);
@@ -717,9 +760,9 @@ void gelu_forward_bf16(uint16_t *out, const float *inp, size_t n, int nt) {
     }
 }
 
-void gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, const float *dout, const float *inp, int N, int OC, int acc,
-                        int nt) {
-    colsum_pass(COLSUM_GELU, dinp_lp, colsum, dout, inp, N, OC, acc, nt);
+void gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, float *sums, const float *dout, const float *inp, int N, int OC,
+                        int acc, int nt) {
+    colsum_pass(COLSUM_GELU, dinp_lp, colsum, sums, dout, inp, N, OC, acc, nt);
 }
 
 void bias_add_rows(float *x, const float *bias, int N, int C, int nt) {

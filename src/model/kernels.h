@@ -207,6 +207,7 @@ typedef struct {
      * head's logits and input gradient run on mm_gemm_bf16. */
     uint32_t *wt, *wn;
     size_t pack_words;
+    float *sums; /* the bias gradients' partial sums (cast_bf16_colsum), for every precision; NULL: none */
 } MatPrec;
 
 /* fp32 → fp16 bits (round to nearest even, overflow to inf), and fp32 rounded through fp16. */
@@ -216,9 +217,16 @@ void widen_fp16(float *dst, const uint16_t *src, size_t n, int nt);
 
 /* fp32 → bf16 (round to nearest even), n elements. */
 void cast_bf16(uint16_t *dst, const float *src, size_t n, int nt);
-/* The same on src (N, OC), and colsum (OC) += its column sums in one pass: bit-identical to
- * cast_bf16 and matmul_backward's bias gradient. */
-void cast_bf16_colsum(uint16_t *dst, float *colsum, const float *src, int N, int OC, int acc, int nt);
+/* Bias gradients, colsum (OC) (+)= the column sums of an (N, OC) gradient (matmul_backward's dbias
+ * and the fused kernels below), sum in one order whatever the thread count: each column over a
+ * KERNEL_ROW_CHUNK-row chunk's rows in order, then the chunks' sums in chunk order (the CUDA
+ * backend's order too). `sums`, the chunks' partial sums: colsum_floats(N, OC) floats of scratch;
+ * NULL (matmul_backward, callers without scratch): the same sums, threads taking columns instead
+ * of chunks, slower at 2 threads and more. */
+size_t colsum_floats(int N, int OC);
+/* cast_bf16 on src (N, OC) and its bias gradient in one pass: bit-identical to cast_bf16 and
+ * matmul_backward's. */
+void cast_bf16_colsum(uint16_t *dst, float *colsum, float *sums, const float *src, int N, int OC, int acc, int nt);
 
 /* GELU written straight as the next GEMM's bf16 operand: out = bf16(gelu(inp)), bit-identical to
  * gelu_forward then cast_bf16. */
@@ -226,8 +234,8 @@ void gelu_forward_bf16(uint16_t *out, const float *inp, size_t n, int nt);
 /* GELU backward on (N, OC) fused with the next GEMM's rounding and the bias gradient:
  * dinp_lp = bf16(dout · gelu'(inp)), colsum (OC) += the column sums of the fp32 values; no fp32
  * output is written. Bit-identical to gelu_backward, cast_bf16 and matmul_backward's dbias. */
-void gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, const float *dout, const float *inp, int N, int OC, int acc,
-                        int nt);
+void gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, float *sums, const float *dout, const float *inp, int N, int OC,
+                        int acc, int nt);
 
 /* A linear layer's bf16 GEMMs on operands already rounded (by the fused kernels above):
  * out = inp_lp · w_lp^T + bias; dinp = dout_lp · w_lp (skipped if NULL), dw += dout_lp^T · inp_lp

@@ -7,13 +7,12 @@
 #include "model/fastmath.h"
 #include "model/kernels.h"
 
-/* Bias gradients: every column summed over the rows in order by one thread, so the sums do not
- * depend on the thread count (nor on how the columns are shared out); the fused variants keep that
- * order bit for bit. A thread takes one contiguous span of columns (multiples of COLSUM_UNIT) and
- * walks the rows once over all of it (COLSUM_SPAN columns at a time only where it is wider): one
- * pass over the rows in address order. Blocks of 64 columns, each walking all the rows, made as many
- * strided passes as blocks and ran 2.7× slower (GELU's backward at 2048 × 1536 on one Zen 5 core:
- * 9.0 ms against 3.4 ms; the bf16 cast with the bias gradient 2.5 against 0.9 ms). */
+/* Bias gradients without the caller's scratch (kernels.h, colsum_floats): a thread takes one
+ * contiguous span of columns (multiples of COLSUM_UNIT) and walks the rows once over all of it
+ * (COLSUM_SPAN columns at a time only where it is wider), in the sums' chunked order. Blocks of 64
+ * columns, each walking all the rows, made as many strided passes as blocks and ran 2.7× slower
+ * (GELU's backward at 2048 × 1536 on one Zen 5 core: 9.0 ms against 3.4 ms). With scratch, threads
+ * take row chunks instead (kernels.c, colsum_pass). */
 #define COLSUM_UNIT 16
 #define COLSUM_SPAN 4096
 

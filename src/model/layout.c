@@ -421,16 +421,16 @@ ActSizes layout_activations(const ModelConfig *cfg, const ActOptions *o) {
     a.slot = a.docpos + a.encoded + (size_t)st->blocks * (a.per_layer + wgrad) + a.final_ + dhead;
     a.total = (size_t)st->slots * a.slot + a.shared;
     /* Workspace: dres (Nl·C) + dbuf_a (N·max(Fl, C)) + dbuf_b (N·C) + dbuf_c (N·C) + attention (per
-     * thread: fp32 score blocks and bf16 copies of one head, see kernels.c) + LayerNorm partial
-     * sums (2C per 64-row chunk) + one logits chunk (rows · Vl); with tp > 1 the vocabulary-parallel
+     * thread: fp32 score blocks and bf16 copies of one head, see kernels.c) + the row chunks' partial
+     * sums (layout_sums_floats) + one logits chunk (rows · Vl); with tp > 1 the vocabulary-parallel
      * loss statistics (3 per chunk row), with sequence parallelism the gathered LayerNorm output
      * (N·C, bf16 under bf16) and one LayerNorm's partial parameter gradients (2C). */
-    size_t chunks = (d.Nl + 63) / 64, Fw = layout_dbuf_width(cfg, tp);
+    size_t Fw = layout_dbuf_width(cfg, tp);
     size_t rows = (size_t)layout_head_chunk_rows(cfg, B, T);
     int hs = cfg->n_embd / cfg->n_head;
     size_t att = d.rms ? attention_gqa_scratch_floats(T, hs, cfg->n_head / cfg->n_kv_head, threads)
                        : attention_scratch_floats(T, hs, threads);
-    a.scratch = d.Nl * d.C + d.N * Fw + 2 * d.N * d.C + att + chunks * 2 * d.C + rows * d.Vl;
+    a.scratch = d.Nl * d.C + d.N * Fw + 2 * d.N * d.C + att + layout_sums_floats(cfg, B, T, tp) + rows * d.Vl;
     if (d.rms) a.scratch += (size_t)T * hs; /* the RoPE table */
     if (tp > 1) a.scratch += 3 * rows;
     if (d.Nl < d.N) a.scratch += (bf16 ? half_floats(d.N * d.C) : d.N * d.C) + 2 * d.C;
@@ -441,6 +441,13 @@ ActSizes layout_activations(const ModelConfig *cfg, const ActOptions *o) {
 const char *layout_recompute_name(Recompute rc) {
     static const char *const N[] = {"none", "selective", "full"};
     return rc >= 0 && rc <= RECOMPUTE_FULL ? N[rc] : "?";
+}
+
+size_t layout_sums_floats(const ModelConfig *cfg, int B, int T, int tp) {
+    /* A LayerNorm's two parameter gradients over its Nl rows, a bias gradient over N rows (the
+     * widest: dbuf_a's width, layout_dbuf_width); N >= Nl. */
+    size_t w = layout_dbuf_width(cfg, tp), ln = 2 * (size_t)cfg->n_embd;
+    return colsum_floats(B * T, (int)(w > ln ? w : ln));
 }
 
 size_t layout_dbuf_width(const ModelConfig *cfg, int tp) {

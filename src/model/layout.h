@@ -42,6 +42,9 @@ long long layout_block_params(const ModelConfig *cfg);
  * max(C, the q|k|v width, the MLP width; Llama: F + 2F, the down GEMM's input gradient beside
  * gate|up's). */
 size_t layout_dbuf_width(const ModelConfig *cfg, int tp);
+/* The row chunks' partial sums (GptRunState.sums): a LayerNorm's parameter gradients and the bias
+ * gradients (kernels.h, colsum_floats), the widest of them, over B·T rows. */
+size_t layout_sums_floats(const ModelConfig *cfg, int B, int T, int tp);
 
 typedef struct {
     char name[48];   /* our name: "wte", "h.3.qkvw", "lnfw" */

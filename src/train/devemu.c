@@ -364,10 +364,10 @@ static void w_gelu_forward_bf16(uint16_t *out, const float *inp, size_t n, int n
     base.gelu_forward_bf16(out, inp, n, nt);
     emu_leave();
 }
-static void w_gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, const float *dout, const float *inp, int N, int OC,
-                                 int acc, int nt) {
+static void w_gelu_backward_bf16(uint16_t *dinp_lp, float *colsum, float *sums, const float *dout, const float *inp,
+                                 int N, int OC, int acc, int nt) {
     emu_enter();
-    base.gelu_backward_bf16(dinp_lp, colsum, dout, inp, N, OC, acc, nt);
+    base.gelu_backward_bf16(dinp_lp, colsum, sums, dout, inp, N, OC, acc, nt);
     emu_leave();
 }
 static void w_bias_add_rows(float *x, const float *bias, int N, int C, int nt) {
@@ -390,9 +390,10 @@ static void w_cast_bf16(uint16_t *dst, const float *src, size_t n, int nt) {
     base.cast_bf16(dst, src, n, nt);
     emu_leave();
 }
-static void w_cast_bf16_colsum(uint16_t *dst, float *colsum, const float *src, int N, int OC, int acc, int nt) {
+static void w_cast_bf16_colsum(uint16_t *dst, float *colsum, float *sums, const float *src, int N, int OC, int acc,
+                               int nt) {
     emu_enter();
-    base.cast_bf16_colsum(dst, colsum, src, N, OC, acc, nt);
+    base.cast_bf16_colsum(dst, colsum, sums, src, N, OC, acc, nt);
     emu_leave();
 }
 static void w_cast_fp16(uint16_t *dst, const float *src, size_t n, int nt) {
