@@ -80,22 +80,38 @@ static void rows_to_bf16(uint16_t *dst, const float *src, int rows, int cols, si
  * the kernels below. */
 #if ST_VEC4 /* the bf16 stores need AVX512BW and VL */
 
-/* max(m, row[js..jn)); a NaN entry is passed over, as the scalar loop's comparison does. */
+/* max(m, row[js..jn)); a NaN entry is passed over, as the scalar loop's comparison does. Four
+ * lanes' maxima side by side (a max is exact: any grouping gives the same value). */
 static float row_max16(const float *row, int js, int jn, float m) {
-    __m512 acc = _mm512_set1_ps(m);
-    for (int j = js; j < jn; j += 16) {
-        __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), mm_mask16(jn - j), row + j);
-        acc = _mm512_max_ps(v, acc);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 a0 = _mm512_set1_ps(m), a1 = a0, a2 = a0, a3 = a0;
+    int j = js;
+    for (; j + 64 <= jn; j += 64) {
+        a0 = _mm512_max_ps(_mm512_loadu_ps(row + j), a0), a1 = _mm512_max_ps(_mm512_loadu_ps(row + j + 16), a1);
+        a2 = _mm512_max_ps(_mm512_loadu_ps(row + j + 32), a2), a3 = _mm512_max_ps(_mm512_loadu_ps(row + j + 48), a3);
     }
-    return _mm512_reduce_max_ps(acc);
+    for (; j < jn; j += 16) a0 = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, mm_mask16(jn - j), row + j), a0);
+    return _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(a0, a1), _mm512_max_ps(a2, a3)));
 }
+
+/* The softmax rows' exponentials, four vectors side by side (each waits on a long chain of
+ * latency; kernels_internal.h, VEC4_SPAN) while each lane's sum still adds the vectors in order. */
 
 /* p_j = exp(row_j − m) on [js, jn) as bf16 into pb; returns Σ p_j (fp32, before rounding). */
 static float row_exp16(uint16_t *pb, const float *row, int kn, int js, int jn, float m) {
     __m512 acc = _mm512_setzero_ps(), vm = _mm512_set1_ps(m);
     int jz = js < kn ? js : kn, j; /* a document may start past this key block */
     for (j = 0; j < jz; j += 16) store_bf16_16(pb + j, mm_mask16(jz - j), _mm512_setzero_ps());
-    for (j = js; j < jn; j += 16) {
+    for (j = js; j + 64 <= jn; j += 64) {
+        __m512 p0 = st_expf16(_mm512_sub_ps(_mm512_loadu_ps(row + j), vm));
+        __m512 p1 = st_expf16(_mm512_sub_ps(_mm512_loadu_ps(row + j + 16), vm));
+        __m512 p2 = st_expf16(_mm512_sub_ps(_mm512_loadu_ps(row + j + 32), vm));
+        __m512 p3 = st_expf16(_mm512_sub_ps(_mm512_loadu_ps(row + j + 48), vm));
+        acc = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc, p0), p1), p2), p3);
+        store_bf16_16(pb + j, 0xFFFF, p0), store_bf16_16(pb + j + 16, 0xFFFF, p1);
+        store_bf16_16(pb + j + 32, 0xFFFF, p2), store_bf16_16(pb + j + 48, 0xFFFF, p3);
+    }
+    for (; j < jn; j += 16) {
         __mmask16 k = mm_mask16(jn - j);
         __m512 p = _mm512_maskz_mov_ps(k, st_expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row + j), vm)));
         acc = _mm512_add_ps(acc, p);
@@ -111,7 +127,20 @@ static void row_ds16(uint16_t *pb, uint16_t *sb, const float *row, const float *
     __m512 vl = _mm512_set1_ps(L), vd = _mm512_set1_ps(D), vs = _mm512_set1_ps(scale), z = _mm512_setzero_ps();
     int jz = js < kn ? js : kn, j; /* a document may start past this key block */
     for (j = 0; j < jz; j += 16) store_bf16_16(pb + j, mm_mask16(jz - j), z), store_bf16_16(sb + j, mm_mask16(jz - j), z);
-    j = js;
+#define DS_(o)                                                                                                  \
+    do {                                                                                                        \
+        __m512 p = st_expf16(_mm512_sub_ps(_mm512_loadu_ps(row + j + (o)), vl));                                \
+        store_bf16_16(pb + j + (o), 0xFFFF, p);                                                                 \
+        store_bf16_16(sb + j + (o), 0xFFFF,                                                                     \
+                      _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(dp + j + (o)), vd)), vs)); \
+    } while (0)
+    for (j = js; j + 64 <= jn; j += 64) {
+        DS_(0);
+        DS_(16);
+        DS_(32);
+        DS_(48);
+    }
+#undef DS_
     for (; j < jn; j += 16) {
         __mmask16 k = mm_mask16(jn - j), w = mm_mask16(kn - j);
         __m512 p = _mm512_maskz_mov_ps(k, st_expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row + j), vl)));
