@@ -109,7 +109,7 @@ static void peer_exp_rows(float *l, int rows, int V, int nt) {
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
-/* The same with fastmath.h's st_expf16_exact four vectors at a time, as kernels_head.c runs it. */
+/* The same with fastmath.h's st_expf16 four vectors at a time, as kernels_head.c runs it. */
 static void our_exp_rows(float *l, int rows, int V, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int r = 0; r < rows; r++) {
@@ -117,16 +117,16 @@ static void our_exp_rows(float *l, int rows, int V, int nt) {
         const __m512 m = _mm512_set1_ps(1.5f);
         int v = 0;
         for (; v + 64 <= V; v += 64) {
-            __m512 a = st_expf16_exact(_mm512_sub_ps(_mm512_loadu_ps(x + v), m));
-            __m512 b = st_expf16_exact(_mm512_sub_ps(_mm512_loadu_ps(x + v + 16), m));
-            __m512 c = st_expf16_exact(_mm512_sub_ps(_mm512_loadu_ps(x + v + 32), m));
-            __m512 d = st_expf16_exact(_mm512_sub_ps(_mm512_loadu_ps(x + v + 48), m));
+            __m512 a = st_expf16(_mm512_sub_ps(_mm512_loadu_ps(x + v), m));
+            __m512 b = st_expf16(_mm512_sub_ps(_mm512_loadu_ps(x + v + 16), m));
+            __m512 c = st_expf16(_mm512_sub_ps(_mm512_loadu_ps(x + v + 32), m));
+            __m512 d = st_expf16(_mm512_sub_ps(_mm512_loadu_ps(x + v + 48), m));
             _mm512_storeu_ps(x + v, a), _mm512_storeu_ps(x + v + 16, b);
             _mm512_storeu_ps(x + v + 32, c), _mm512_storeu_ps(x + v + 48, d);
         }
         for (; v < V; v += 16) {
             __mmask16 k = V - v >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (V - v)) - 1);
-            _mm512_mask_storeu_ps(x + v, k, st_expf16_exact(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + v), m)));
+            _mm512_mask_storeu_ps(x + v, k, st_expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + v), m)));
         }
     }
 }

@@ -63,13 +63,13 @@ static inline __attribute__((always_inline)) void store_bf16_16(uint16_t *d, __m
 #endif
 
 /* x[j] = exp(x[j] − m) for j in [j0, j1): a softmax's exponentials (the LM head's rows, the fp32
- * and dropout attention's). With ST_VEC4 on st_expf16_exact four vectors at a time (st_expf's
+ * and dropout attention's). With ST_VEC4 on st_expf16 four vectors at a time (st_expf's
  * bits; its chain waits on latency, bench/gelu_bench), else GCC's vectorization of st_expf. */
 static inline void exp_rows(float *x, int j0, int j1, float m) {
 #if ST_VEC4
     const __m512 vm = _mm512_set1_ps(m);
 #define LD_(j, k) _mm512_maskz_loadu_ps(k, x + (j))
-#define F_(v, j, k) st_expf16_exact(_mm512_sub_ps(v, vm))
+#define F_(v, j, k) st_expf16(_mm512_sub_ps(v, vm))
 #define ST_(j, k, v) _mm512_mask_storeu_ps(x + (j), k, v)
     if (j1 > j0) VEC4_SPAN((size_t)j0, (size_t)j1, LD_, F_, ST_);
 #undef LD_
