@@ -532,24 +532,35 @@ static void colsum_rows(int mode, uint16_t *dst, float *sum, const float *src, c
 #pragma omp simd
             for (int j = j0; j < j1; j++) sum[j - j0] += g[j];
         } else if (mode == COLSUM_CAST) {
+#if ST_VEC4
+#define LD_(j, k) _mm512_maskz_loadu_ps(k, g + (j))
+#define F_(v, j, k) (v)
+#define ACC_(j, k, v)                                                                                 \
+    _mm512_mask_storeu_ps(sum + ((j) - (size_t)j0), k,                                                \
+                          _mm512_add_ps(_mm512_maskz_loadu_ps(k, sum + ((j) - (size_t)j0)), v))
+            VEC4_SPAN_BF16((size_t)j0, (size_t)j1, LD_, F_, ACC_, d);
+#undef LD_
+#undef F_
+#undef ACC_
+#else
 #pragma omp simd
             for (int j = j0; j < j1; j++) {
                 sum[j - j0] += g[j];
                 d[j] = half_bf16(g[j]);
             }
+#endif
         } else {
             const float *x = inp + (size_t)i * OC;
 #if ST_VEC4
 #define LD_(j, k) _mm512_maskz_loadu_ps(k, x + (j))
 #define F_(v, j, k) _mm512_mul_ps(_mm512_maskz_loadu_ps(k, g + (j)), st_gelu_grad16(v))
-#define ST_(j, k, v)                                                                                  \
-    (_mm512_mask_storeu_ps(sum + ((j) - (size_t)j0), k,                                               \
-                           _mm512_add_ps(_mm512_maskz_loadu_ps(k, sum + ((j) - (size_t)j0)), v)), \
-     store_bf16_16(d + (j), k, v))
-            VEC4_SPAN((size_t)j0, (size_t)j1, LD_, F_, ST_);
+#define ACC_(j, k, v)                                                                                 \
+    _mm512_mask_storeu_ps(sum + ((j) - (size_t)j0), k,                                                \
+                          _mm512_add_ps(_mm512_maskz_loadu_ps(k, sum + ((j) - (size_t)j0)), v))
+            VEC4_SPAN_BF16((size_t)j0, (size_t)j1, LD_, F_, ACC_, d);
 #undef LD_
 #undef F_
-#undef ST_
+#undef ACC_
 #else
 #pragma omp simd
             for (int j = j0; j < j1; j++) {
@@ -626,8 +637,18 @@ void cast_bf16_colsum(uint16_t *dst, float *colsum, float *sums, const float *sr
 }
 
 void cast_bf16(uint16_t *dst, const float *src, size_t n, int nt) {
+#if ST_VEC4
+#pragma omp parallel num_threads(nt)
+    {
+        size_t nv = (n + 31) / 32, me = (size_t)omp_get_thread_num(), nth = (size_t)omp_get_num_threads();
+        size_t i0 = nv * me / nth * 32, i1 = nv * (me + 1) / nth * 32; /* whole 64-byte lines of dst */
+        if (i1 > n) i1 = n;
+        if (i0 < i1) scale_bf16_row(dst + i0, src + i0, i1 - i0, 0, 1.0f);
+    }
+#else
 #pragma omp parallel for simd num_threads(nt) schedule(static)
     for (size_t i = 0; i < n; i++) dst[i] = half_bf16(src[i]);
+#endif
 }
 
 void cast_fp16(uint16_t *dst, const float *src, size_t n, int nt) {
@@ -749,10 +770,10 @@ void gelu_forward_bf16(uint16_t *out, const float *inp, size_t n, int nt) {
         GELU_RANGE(n, i0, i1);
 #if ST_VEC4
 #define LD_(i, k) _mm512_maskz_loadu_ps(k, inp + (i))
-#define ST_(i, k, v) store_bf16_16(out + (i), k, v)
-        VEC4_SPAN(i0, i1, LD_, GELU_F, ST_);
+#define ACC_(i, k, v) ((void)0)
+        VEC4_SPAN_BF16(i0, i1, LD_, GELU_F, ACC_, out);
 #undef LD_
-#undef ST_
+#undef ACC_
 #else
 #pragma omp simd
         for (size_t i = i0; i < i1; i++) out[i] = half_bf16(st_gelu(inp[i]));

@@ -60,6 +60,59 @@ static inline __attribute__((always_inline)) void store_bf16_16(uint16_t *d, __m
     if (k == 0xFFFF) _mm256_storeu_si256((__m256i *)(void *)d, h);
     else _mm256_mask_storeu_epi16(d, k, h);
 }
+
+/* 32 lanes (lo, then hi) rounded as store_bf16_16 into d. Where the build has AVX512_BF16, one
+ * vcvtne2ps2bf16 (0.19 ns per 16 values against 0.51 for the integer rounding, Zen 5, in L1),
+ * whose rounding is half_bf16's except that it quiets NaNs and flushes denormals: lanes of those
+ * (fpclass: QNaN, SNaN, denormal) take the integer rounding, so the bits are half_bf16's. */
+static inline __attribute__((always_inline)) void store_bf16_32(uint16_t *d, __m512 lo, __m512 hi) {
+#if defined(__AVX512BF16__)
+    if (__builtin_expect(!(_mm512_fpclass_ps_mask(lo, 0xA1) | _mm512_fpclass_ps_mask(hi, 0xA1)), 1)) {
+        _mm512_storeu_si512((void *)d, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        return;
+    }
+#endif
+    store_bf16_16(d, 0xFFFF, lo);
+    store_bf16_16(d + 16, 0xFFFF, hi);
+}
+
+/* VEC4_SPAN for a bf16 output OUT: v = F(LD(i, k)); ACC(i, k, v) (anything else done with the fp32
+ * value); OUT[i..] = bf16(v), the full vectors two at a time (store_bf16_32). */
+#define VEC4_SPAN_BF16(i0, i1, LD, F, ACC, OUT)                                                          \
+    do {                                                                                                 \
+        size_t i_ = (i0);                                                                                \
+        const __mmask16 f_ = 0xFFFF;                                                                     \
+        for (; i_ + 64 <= (size_t)(i1); i_ += 64) {                                                      \
+            __m512 v0 = LD(i_, f_), v1 = LD(i_ + 16, f_), v2 = LD(i_ + 32, f_), v3 = LD(i_ + 48, f_);    \
+            v0 = F(v0, i_, f_), v1 = F(v1, i_ + 16, f_), v2 = F(v2, i_ + 32, f_), v3 = F(v3, i_ + 48, f_); \
+            ACC(i_, f_, v0);                                                                             \
+            ACC(i_ + 16, f_, v1);                                                                        \
+            ACC(i_ + 32, f_, v2);                                                                        \
+            ACC(i_ + 48, f_, v3);                                                                        \
+            store_bf16_32((OUT) + i_, v0, v1);                                                           \
+            store_bf16_32((OUT) + i_ + 32, v2, v3);                                                      \
+        }                                                                                                \
+        for (; i_ < (size_t)(i1); i_ += 16) {                                                            \
+            __mmask16 k_ = mm_mask16((int)((size_t)(i1) - i_));                                          \
+            __m512 v = LD(i_, k_);                                                                       \
+            v = F(v, i_, k_);                                                                            \
+            ACC(i_, k_, v);                                                                              \
+            store_bf16_16((OUT) + i_, k_, v);                                                            \
+        }                                                                                                \
+    } while (0)
+
+/* n values of src rounded to bf16 into dst; with scale, each times scale first (store_bf16_32:
+ * half_bf16's bits; without, NaNs keep their payloads as half_bf16 sees them). */
+static inline void scale_bf16_row(uint16_t *dst, const float *src, size_t n, int scaled, float scale) {
+    const __m512 s = _mm512_set1_ps(scale);
+#define LD_(i, k) _mm512_maskz_loadu_ps(k, src + (i))
+#define F_(v, i, k) (scaled ? _mm512_mul_ps(v, s) : (v))
+#define ACC_(i, k, v) ((void)0)
+    VEC4_SPAN_BF16((size_t)0, n, LD_, F_, ACC_, dst);
+#undef LD_
+#undef F_
+#undef ACC_
+}
 #endif
 
 /* x[j] = exp(x[j] − m) for j in [j0, j1): a softmax's exponentials (the LM head's rows, the fp32
