@@ -522,6 +522,11 @@ enum { COLSUM_PLAIN, COLSUM_CAST, COLSUM_GELU };
 
 /* Rows i0 .. i1 − 1, columns j0 .. j1 − 1: sum[j − j0] = the rows' values of column j, in row order
  * (dst, inp and src addressed by (row, column) as in the whole matrix). */
+#if ST_VEC4 /* sum[j − j0] += v on lanes k */
+#define COLSUM_ACC_(j, k, v)                                                                          \
+    _mm512_mask_storeu_ps(sum + ((j) - (size_t)j0), k,                                                \
+                          _mm512_add_ps(_mm512_maskz_loadu_ps(k, sum + ((j) - (size_t)j0)), v))
+#endif
 static void colsum_rows(int mode, uint16_t *dst, float *sum, const float *src, const float *inp, int i0, int i1,
                         int j0, int j1, int OC) {
     memset(sum, 0, sizeof(float) * (size_t)(j1 - j0));
@@ -535,13 +540,9 @@ static void colsum_rows(int mode, uint16_t *dst, float *sum, const float *src, c
 #if ST_VEC4
 #define LD_(j, k) _mm512_maskz_loadu_ps(k, g + (j))
 #define F_(v, j, k) (v)
-#define ACC_(j, k, v)                                                                                 \
-    _mm512_mask_storeu_ps(sum + ((j) - (size_t)j0), k,                                                \
-                          _mm512_add_ps(_mm512_maskz_loadu_ps(k, sum + ((j) - (size_t)j0)), v))
-            VEC4_SPAN_BF16((size_t)j0, (size_t)j1, LD_, F_, ACC_, d);
+            VEC4_SPAN_BF16((size_t)j0, (size_t)j1, LD_, F_, COLSUM_ACC_, d);
 #undef LD_
 #undef F_
-#undef ACC_
 #else
 #pragma omp simd
             for (int j = j0; j < j1; j++) {
@@ -554,13 +555,9 @@ static void colsum_rows(int mode, uint16_t *dst, float *sum, const float *src, c
 #if ST_VEC4
 #define LD_(j, k) _mm512_maskz_loadu_ps(k, x + (j))
 #define F_(v, j, k) _mm512_mul_ps(_mm512_maskz_loadu_ps(k, g + (j)), st_gelu_grad16(v))
-#define ACC_(j, k, v)                                                                                 \
-    _mm512_mask_storeu_ps(sum + ((j) - (size_t)j0), k,                                                \
-                          _mm512_add_ps(_mm512_maskz_loadu_ps(k, sum + ((j) - (size_t)j0)), v))
-            VEC4_SPAN_BF16((size_t)j0, (size_t)j1, LD_, F_, ACC_, d);
+            VEC4_SPAN_BF16((size_t)j0, (size_t)j1, LD_, F_, COLSUM_ACC_, d);
 #undef LD_
 #undef F_
-#undef ACC_
 #else
 #pragma omp simd
             for (int j = j0; j < j1; j++) {

@@ -34,23 +34,31 @@ static inline float drop_scale(Dropout d, uint64_t i) {
  * VEC4_SPAN runs v = LD(i, k); v = F(v, i, k); ST(i, k, v) over elements i0 .. i1 − 1 in vectors
  * of 16 at i, k the lanes in range: a constant full mask in the main loop (plain loads and stores;
  * masked ones measured 13% slower), the last lanes masked. */
-#define VEC4_SPAN(i0, i1, LD, F, ST)                                                                     \
+#define VEC4_SPAN(i0, i1, LD, F, ST) VEC4_SPAN4(i0, i1, LD, F, VEC4_ST4_, VEC4_ST1_, ST, 0)
+/* The loop itself, its stores passed in: ST4(i, v0, v1, v2, v3, X, Y) the four full vectors at i
+ * (their mask f_), ST1(i, k, v, X, Y) one vector's lanes k; X, Y: what they need (VEC4_SPAN: X = ST). */
+#define VEC4_ST4_(i, v0, v1, v2, v3, ST, Y_) \
+    do {                                      \
+        ST(i, f_, v0);                        \
+        ST((i) + 16, f_, v1);                 \
+        ST((i) + 32, f_, v2);                 \
+        ST((i) + 48, f_, v3);                 \
+    } while (0)
+#define VEC4_ST1_(i, k, v, ST, Y_) ST(i, k, v)
+#define VEC4_SPAN4(i0, i1, LD, F, ST4, ST1, X, Y)                                                        \
     do {                                                                                                 \
         size_t i_ = (i0);                                                                                \
         const __mmask16 f_ = 0xFFFF;                                                                     \
         for (; i_ + 64 <= (size_t)(i1); i_ += 64) {                                                      \
             __m512 v0 = LD(i_, f_), v1 = LD(i_ + 16, f_), v2 = LD(i_ + 32, f_), v3 = LD(i_ + 48, f_);    \
             v0 = F(v0, i_, f_), v1 = F(v1, i_ + 16, f_), v2 = F(v2, i_ + 32, f_), v3 = F(v3, i_ + 48, f_); \
-            ST(i_, f_, v0);                                                                              \
-            ST(i_ + 16, f_, v1);                                                                         \
-            ST(i_ + 32, f_, v2);                                                                         \
-            ST(i_ + 48, f_, v3);                                                                         \
+            ST4(i_, v0, v1, v2, v3, X, Y);                                                               \
         }                                                                                                \
         for (; i_ < (size_t)(i1); i_ += 16) {                                                            \
             __mmask16 k_ = mm_mask16((int)((size_t)(i1) - i_));                                          \
             __m512 v = LD(i_, k_);                                                                       \
             v = F(v, i_, k_);                                                                            \
-            ST(i_, k_, v);                                                                               \
+            ST1(i_, k_, v, X, Y);                                                                        \
         }                                                                                                \
     } while (0)
 
@@ -78,27 +86,17 @@ static inline __attribute__((always_inline)) void store_bf16_32(uint16_t *d, __m
 
 /* VEC4_SPAN for a bf16 output OUT: v = F(LD(i, k)); ACC(i, k, v) (anything else done with the fp32
  * value); OUT[i..] = bf16(v), the full vectors two at a time (store_bf16_32). */
-#define VEC4_SPAN_BF16(i0, i1, LD, F, ACC, OUT)                                                          \
-    do {                                                                                                 \
-        size_t i_ = (i0);                                                                                \
-        const __mmask16 f_ = 0xFFFF;                                                                     \
-        for (; i_ + 64 <= (size_t)(i1); i_ += 64) {                                                      \
-            __m512 v0 = LD(i_, f_), v1 = LD(i_ + 16, f_), v2 = LD(i_ + 32, f_), v3 = LD(i_ + 48, f_);    \
-            v0 = F(v0, i_, f_), v1 = F(v1, i_ + 16, f_), v2 = F(v2, i_ + 32, f_), v3 = F(v3, i_ + 48, f_); \
-            ACC(i_, f_, v0);                                                                             \
-            ACC(i_ + 16, f_, v1);                                                                        \
-            ACC(i_ + 32, f_, v2);                                                                        \
-            ACC(i_ + 48, f_, v3);                                                                        \
-            store_bf16_32((OUT) + i_, v0, v1);                                                           \
-            store_bf16_32((OUT) + i_ + 32, v2, v3);                                                      \
-        }                                                                                                \
-        for (; i_ < (size_t)(i1); i_ += 16) {                                                            \
-            __mmask16 k_ = mm_mask16((int)((size_t)(i1) - i_));                                          \
-            __m512 v = LD(i_, k_);                                                                       \
-            v = F(v, i_, k_);                                                                            \
-            ACC(i_, k_, v);                                                                              \
-            store_bf16_16((OUT) + i_, k_, v);                                                            \
-        }                                                                                                \
+#define VEC4_SPAN_BF16(i0, i1, LD, F, ACC, OUT) VEC4_SPAN4(i0, i1, LD, F, VEC4_BF16_ST4_, VEC4_BF16_ST1_, ACC, OUT)
+#define VEC4_BF16_ST4_(i, v0, v1, v2, v3, ACC, OUT)  \
+    do {                                             \
+        VEC4_ST4_(i, v0, v1, v2, v3, ACC, 0);        \
+        store_bf16_32((OUT) + (i), v0, v1);          \
+        store_bf16_32((OUT) + (i) + 32, v2, v3);     \
+    } while (0)
+#define VEC4_BF16_ST1_(i, k, v, ACC, OUT) \
+    do {                                  \
+        ACC(i, k, v);                     \
+        store_bf16_16((OUT) + (i), k, v); \
     } while (0)
 
 /* n values of src rounded to bf16 into dst; with scale, each times scale first (store_bf16_32:
