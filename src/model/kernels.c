@@ -633,14 +633,25 @@ void cast_bf16_colsum(uint16_t *dst, float *colsum, float *sums, const float *sr
     colsum_pass(COLSUM_CAST, dst, colsum, sums, src, NULL, N, OC, acc, nt);
 }
 
+/* The elementwise passes on n values (cast_bf16, GELU): in a parallel region, this thread's range of
+ * whole 16-lane vectors. */
+#define VEC_RANGE(n, i0, i1)                                                                     \
+    size_t nv_ = ((n) + 15) / 16, me_ = (size_t)omp_get_thread_num(), nth_ = (size_t)omp_get_num_threads(); \
+    size_t i0 = nv_ * me_ / nth_ * 16, i1 = nv_ * (me_ + 1) / nth_ * 16;                          \
+    if (i1 > (n)) i1 = (n)
+
 void cast_bf16(uint16_t *dst, const float *src, size_t n, int nt) {
 #if ST_VEC4
 #pragma omp parallel num_threads(nt)
     {
-        size_t nv = (n + 31) / 32, me = (size_t)omp_get_thread_num(), nth = (size_t)omp_get_num_threads();
-        size_t i0 = nv * me / nth * 32, i1 = nv * (me + 1) / nth * 32; /* whole 64-byte lines of dst */
-        if (i1 > n) i1 = n;
-        if (i0 < i1) scale_bf16_row(dst + i0, src + i0, i1 - i0, 0, 1.0f);
+        VEC_RANGE(n, i0, i1);
+#define LD_(i, k) _mm512_maskz_loadu_ps(k, src + (i))
+#define F_(v, i, k) (v)
+#define ACC_(i, k, v) ((void)0)
+        VEC4_SPAN_BF16(i0, i1, LD_, F_, ACC_, dst);
+#undef LD_
+#undef F_
+#undef ACC_
     }
 #else
 #pragma omp parallel for simd num_threads(nt) schedule(static)
@@ -719,16 +730,10 @@ void matmul_backward_lp(float *dinp, float *dw, const uint16_t *dout_lp, const u
 /* GELU, residual, dropout                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
-/* The elementwise GELU passes: the threads take ranges of whole 16-lane vectors. */
-#define GELU_RANGE(n, i0, i1)                                                                    \
-    size_t nv_ = ((n) + 15) / 16, me_ = (size_t)omp_get_thread_num(), nth_ = (size_t)omp_get_num_threads(); \
-    size_t i0 = nv_ * me_ / nth_ * 16, i1 = nv_ * (me_ + 1) / nth_ * 16;                          \
-    if (i1 > (n)) i1 = (n)
-
 void gelu_forward(float *out, const float *inp, size_t n, int nt) {
 #pragma omp parallel num_threads(nt)
     {
-        GELU_RANGE(n, i0, i1);
+        VEC_RANGE(n, i0, i1);
 #if ST_VEC4
 #define LD_(i, k) _mm512_maskz_loadu_ps(k, inp + (i))
 #define ST_(i, k, v) _mm512_mask_storeu_ps(out + (i), k, v)
@@ -745,7 +750,7 @@ void gelu_forward(float *out, const float *inp, size_t n, int nt) {
 void gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int nt) {
 #pragma omp parallel num_threads(nt)
     {
-        GELU_RANGE(n, i0, i1);
+        VEC_RANGE(n, i0, i1);
 #if ST_VEC4
 #define LD_(i, k) _mm512_maskz_loadu_ps(k, inp + (i))
 #define F_(v, i, k) _mm512_mul_ps(_mm512_maskz_loadu_ps(k, dout + (i)), st_gelu_grad16(v))
@@ -764,7 +769,7 @@ void gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, i
 void gelu_forward_bf16(uint16_t *out, const float *inp, size_t n, int nt) {
 #pragma omp parallel num_threads(nt)
     {
-        GELU_RANGE(n, i0, i1);
+        VEC_RANGE(n, i0, i1);
 #if ST_VEC4
 #define LD_(i, k) _mm512_maskz_loadu_ps(k, inp + (i))
 #define ACC_(i, k, v) ((void)0)

@@ -94,30 +94,24 @@ static float row_max16(const float *row, int js, int jn, float m) {
     return _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(a0, a1), _mm512_max_ps(a2, a3)));
 }
 
-/* The softmax rows' exponentials, four vectors side by side (each waits on a long chain of
- * latency; kernels_internal.h, VEC4_SPAN) while each lane's sum still adds the vectors in order. */
+/* The softmax rows' exponentials, four vectors side by side (VEC4_SPAN: each waits on a long chain
+ * of latency) while each lane's sum still adds the vectors in order. A vector's lanes past jn are
+ * 0, and its store writes them up to kn; `after` is where those vectors end. */
+static int row_after(int js, int jn) { return jn > js ? js + (jn - js + 15) / 16 * 16 : js; }
 
 /* p_j = exp(row_j − m) on [js, jn) as bf16 into pb; returns Σ p_j (fp32, before rounding). */
 static float row_exp16(uint16_t *pb, const float *row, int kn, int js, int jn, float m) {
     __m512 acc = _mm512_setzero_ps(), vm = _mm512_set1_ps(m);
     int jz = js < kn ? js : kn, j; /* a document may start past this key block */
     for (j = 0; j < jz; j += 16) store_bf16_16(pb + j, mm_mask16(jz - j), _mm512_setzero_ps());
-    for (j = js; j + 64 <= jn; j += 64) {
-        __m512 p0 = st_expf16(_mm512_sub_ps(_mm512_loadu_ps(row + j), vm));
-        __m512 p1 = st_expf16(_mm512_sub_ps(_mm512_loadu_ps(row + j + 16), vm));
-        __m512 p2 = st_expf16(_mm512_sub_ps(_mm512_loadu_ps(row + j + 32), vm));
-        __m512 p3 = st_expf16(_mm512_sub_ps(_mm512_loadu_ps(row + j + 48), vm));
-        acc = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc, p0), p1), p2), p3);
-        store_bf16_16(pb + j, 0xFFFF, p0), store_bf16_16(pb + j + 16, 0xFFFF, p1);
-        store_bf16_16(pb + j + 32, 0xFFFF, p2), store_bf16_16(pb + j + 48, 0xFFFF, p3);
-    }
-    for (; j < jn; j += 16) {
-        __mmask16 k = mm_mask16(jn - j);
-        __m512 p = _mm512_maskz_mov_ps(k, st_expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row + j), vm)));
-        acc = _mm512_add_ps(acc, p);
-        store_bf16_16(pb + j, mm_mask16(kn - j), p);
-    }
-    for (; j < kn; j += 16) store_bf16_16(pb + j, mm_mask16(kn - j), _mm512_setzero_ps());
+#define LD_(i, k) _mm512_maskz_loadu_ps(k, row + (i))
+#define F_(v, i, k) _mm512_maskz_mov_ps(k, st_expf16(_mm512_sub_ps(v, vm)))
+#define ST_(i, k, v) (acc = _mm512_add_ps(acc, v), store_bf16_16(pb + (i), mm_mask16(kn - (int)(i)), v))
+    if (jn > js) VEC4_SPAN((size_t)js, (size_t)jn, LD_, F_, ST_);
+#undef LD_
+#undef F_
+#undef ST_
+    for (j = row_after(js, jn); j < kn; j += 16) store_bf16_16(pb + j, mm_mask16(kn - j), _mm512_setzero_ps());
     return _mm512_reduce_add_ps(acc);
 }
 
@@ -127,27 +121,18 @@ static void row_ds16(uint16_t *pb, uint16_t *sb, const float *row, const float *
     __m512 vl = _mm512_set1_ps(L), vd = _mm512_set1_ps(D), vs = _mm512_set1_ps(scale), z = _mm512_setzero_ps();
     int jz = js < kn ? js : kn, j; /* a document may start past this key block */
     for (j = 0; j < jz; j += 16) store_bf16_16(pb + j, mm_mask16(jz - j), z), store_bf16_16(sb + j, mm_mask16(jz - j), z);
-#define DS_(o)                                                                                                  \
-    do {                                                                                                        \
-        __m512 p = st_expf16(_mm512_sub_ps(_mm512_loadu_ps(row + j + (o)), vl));                                \
-        store_bf16_16(pb + j + (o), 0xFFFF, p);                                                                 \
-        store_bf16_16(sb + j + (o), 0xFFFF,                                                                     \
-                      _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(dp + j + (o)), vd)), vs)); \
-    } while (0)
-    for (j = js; j + 64 <= jn; j += 64) {
-        DS_(0);
-        DS_(16);
-        DS_(32);
-        DS_(48);
-    }
-#undef DS_
-    for (; j < jn; j += 16) {
-        __mmask16 k = mm_mask16(jn - j), w = mm_mask16(kn - j);
-        __m512 p = _mm512_maskz_mov_ps(k, st_expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row + j), vl)));
-        __m512 ds = _mm512_maskz_mul_ps(k, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_maskz_loadu_ps(k, dp + j), vd)), vs);
-        store_bf16_16(pb + j, w, p), store_bf16_16(sb + j, w, ds);
-    }
-    for (; j < kn; j += 16) store_bf16_16(pb + j, mm_mask16(kn - j), z), store_bf16_16(sb + j, mm_mask16(kn - j), z);
+#define LD_(i, k) _mm512_maskz_loadu_ps(k, row + (i))
+#define F_(v, i, k) _mm512_maskz_mov_ps(k, st_expf16(_mm512_sub_ps(v, vl)))
+#define ST_(i, k, v)                                                                                          \
+    (store_bf16_16(pb + (i), mm_mask16(kn - (int)(i)), v),                                                   \
+     store_bf16_16(sb + (i), mm_mask16(kn - (int)(i)),                                                       \
+                   _mm512_maskz_mul_ps(k, _mm512_mul_ps(v, _mm512_sub_ps(_mm512_maskz_loadu_ps(k, dp + (i)), vd)), vs)))
+    if (jn > js) VEC4_SPAN((size_t)js, (size_t)jn, LD_, F_, ST_);
+#undef LD_
+#undef F_
+#undef ST_
+    for (j = row_after(js, jn); j < kn; j += 16)
+        store_bf16_16(pb + j, mm_mask16(kn - j), z), store_bf16_16(sb + j, mm_mask16(kn - j), z);
 }
 
 #else

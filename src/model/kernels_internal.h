@@ -99,18 +99,6 @@ static inline __attribute__((always_inline)) void store_bf16_32(uint16_t *d, __m
         store_bf16_16((OUT) + (i), k, v); \
     } while (0)
 
-/* n values of src rounded to bf16 into dst; with scale, each times scale first (store_bf16_32:
- * half_bf16's bits; without, NaNs keep their payloads as half_bf16 sees them). */
-static inline void scale_bf16_row(uint16_t *dst, const float *src, size_t n, int scaled, float scale) {
-    const __m512 s = _mm512_set1_ps(scale);
-#define LD_(i, k) _mm512_maskz_loadu_ps(k, src + (i))
-#define F_(v, i, k) (scaled ? _mm512_mul_ps(v, s) : (v))
-#define ACC_(i, k, v) ((void)0)
-    VEC4_SPAN_BF16((size_t)0, n, LD_, F_, ACC_, dst);
-#undef LD_
-#undef F_
-#undef ACC_
-}
 #endif
 
 /* x[j] = exp(x[j] − m) for j in [j0, j1): a softmax's exponentials (the LM head's rows, the fp32
