@@ -240,18 +240,51 @@ static void test_residual_layernorm(float p) {
  * lengths that end inside and on a 32-value block, at 1 and 2 threads. Control: the same data
  * through vcvtneps2bf16 alone (which quiets NaNs and flushes denormals) must differ somewhere, so
  * the data reaches the lanes the kernels route around it. ---- */
+/* The bf16 value nearest x, ties to the even significand (the oracle of half_bf16, in double); a
+ * NaN input is not for this function. Candidates: x's high half truncated and the next one up in
+ * magnitude, the all-ones exponent read as 2^128 so that overflow rounds to infinity. */
+static uint16_t bf16_nearest(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    uint32_t lo = u & 0xFFFF0000u, hi = lo + 0x10000u;
+    if ((u & 0x7FFFFFFFu) == 0x7F800000u || lo == u) return (uint16_t)(u >> 16); /* ±inf, exact */
+    float fl, fh;
+    memcpy(&fl, &lo, 4), memcpy(&fh, &hi, 4);
+    double dl = fabs((double)x - fl), dh = (hi & 0x7F800000u) == 0x7F800000u ? fabs(ldexp(1.0, 128) - fabs((double)x))
+                                                                         : fabs((double)x - fh);
+    if (dl != dh) return (uint16_t)((dl < dh ? lo : hi) >> 16);
+    return (uint16_t)((((lo >> 16) & 1u) ? hi : lo) >> 16);
+}
+
+/* half_bf16 against its definition: every finite and infinite input as bf16_nearest, every NaN a
+ * quiet NaN of the same sign (its high half, bit 6 set). `old`: the rounding before NaNs were
+ * kept (a NaN rounded as a number), the control. */
+static int bf16_defined(const float *x, int n, int old) {
+    for (int i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        uint16_t h = old ? (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16) : half_bf16(x[i]);
+        if (isnan(x[i]) ? h != (uint16_t)((u >> 16) | 0x40u) || (h & 0x7F80u) != 0x7F80u || !(h & 0x7Fu)
+                        : h != bf16_nearest(x[i]))
+            return 0;
+    }
+    return 1;
+}
+
 static void test_bf16_rounding(void) {
     static const uint32_t pats[] = {0x7F800001u, 0x7FBFFFFFu, 0x7FC00000u, 0x7FFFFFFFu, 0xFFFFFFFFu, 0xFF800001u,
                                     0x00000001u, 0x807FFFFFu, 0x00400000u, 0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F800000u,
                                     0xFF800000u, 0x00000000u, 0x80000000u, 0x3F808000u, 0x3F818000u, 0x3F80FFFFu};
     const int np = (int)(sizeof pats / sizeof pats[0]);
-    int ok = 1, control = 0;
+    int ok = 1, control = 0, defined = 1, old_differs = 0;
     for (int n = 1; n <= 200; n += 7) {
         float *x = randv((size_t)n, 300 + n, 3);
         for (int i = 0; i < n; i++)
             if ((i * 5 + n) % 3 == 0) memcpy(&x[i], &pats[(i + n) % np], 4);
         uint16_t *want = malloc((size_t)n * 2), *got = malloc((size_t)n * 2);
         for (int i = 0; i < n; i++) want[i] = half_bf16(x[i]);
+        if (!bf16_defined(x, n, 0)) defined = 0;
+        if (!bf16_defined(x, n, 1)) old_differs = 1;
         for (int nt = 1; nt <= 2; nt++) {
             memset(got, 0x5a, (size_t)n * 2);
             cast_bf16(got, x, (size_t)n, nt);
@@ -266,10 +299,14 @@ static void test_bf16_rounding(void) {
         control = 1; /* no vcvtneps2bf16 in this build: cast_bf16 is half_bf16's loop */
 #endif
     }
+    tu_check(defined, "bf16 rounding: half_bf16", "nearest bf16 (ties to even, overflow to inf, computed in double) "
+                                                   "for every number, a quiet NaN of the same sign for every NaN");
+    tu_check(old_differs, "bf16 rounding: half_bf16 control (a NaN rounded as a number)",
+             "the integer rounding without the NaN case must fail that check on this data (0x7FFFFFFF gives -0)");
     tu_check(ok, "bf16 rounding", "cast_bf16 bit-identical to half_bf16 on NaNs, denormals, infinities and ties, "
                                   "lengths 1..200, 1 and 2 threads");
     tu_check(control, "bf16 rounding: control (vcvtneps2bf16 alone)",
-             "the hardware rounding without the special lanes' path must differ from half_bf16 on this data");
+             "the hardware rounding without the denormal lanes' path must differ from half_bf16 on this data");
 }
 
 /* ---- Bias sums (kernels.h): the documented order, computed here element by element ----

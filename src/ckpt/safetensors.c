@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/fileio.h"
+#include "core/half.h"
 
 /* ======================================================================================== */
 /* Hugging Face names                                                                        */
@@ -178,12 +179,7 @@ Status st_write(const StTensorOut *t, int n, const char *const *metadata, StWrit
         }
         if (t[i].bf16) { /* rounded in place into the scratch's first half (2 bytes per element) */
             uint16_t *b = (uint16_t *)scratch;
-            for (size_t k = 0; k < ne; k++) {
-                uint32_t u;
-                memcpy(&u, &src[k], 4);
-                b[k] = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40)
-                                                       : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-            }
+            for (size_t k = 0; k < ne; k++) b[k] = half_bf16(src[k]);
             st = w(ctx, b, ne * 2, err);
         } else if (t[i].transpose) {
             st = w(ctx, scratch, ne * sizeof(float), err);

@@ -89,10 +89,12 @@ __device__ __forceinline__ float cu_drop(Dropout d, uint64_t i) {
     return cu_uniform(d.seed, d.stream, i + d.offset) >= d.p ? 1.0f / (1.0f - d.p) : 0.0f;
 }
 
-/* core/half.h's half_bf16 (round to nearest even by integer arithmetic) and its inverse. */
+/* core/half.h's half_bf16 (round to nearest even by integer arithmetic, a NaN kept and made
+ * quiet) and its inverse. */
 __device__ __forceinline__ uint16_t cu_bf16(float x) {
     uint32_t u = __float_as_uint(x);
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    return (u & 0x7FFFFFFFu) > 0x7F800000u ? (uint16_t)((u >> 16) | 0x40u)
+                                           : (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 __device__ __forceinline__ float cu_bf16_f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 /* x rounded through bf16 (the CPU's lowp operands). */

@@ -71,11 +71,11 @@ static inline __attribute__((always_inline)) void store_bf16_16(uint16_t *d, __m
 
 /* 32 lanes (lo, then hi) rounded as store_bf16_16 into d. Where the build has AVX512_BF16, one
  * vcvtne2ps2bf16 (0.19 ns per 16 values against 0.51 for the integer rounding, Zen 5, in L1),
- * whose rounding is half_bf16's except that it quiets NaNs and flushes denormals: lanes of those
- * (fpclass: QNaN, SNaN, denormal) take the integer rounding, so the bits are half_bf16's. */
+ * whose rounding is half_bf16's (NaNs included) except that it flushes denormals: a pair of vectors
+ * with a denormal lane (fpclass) takes the integer rounding, so the bits are half_bf16's. */
 static inline __attribute__((always_inline)) void store_bf16_32(uint16_t *d, __m512 lo, __m512 hi) {
 #if defined(__AVX512BF16__)
-    if (__builtin_expect(!(_mm512_fpclass_ps_mask(lo, 0xA1) | _mm512_fpclass_ps_mask(hi, 0xA1)), 1)) {
+    if (__builtin_expect(!(_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)), 1)) {
         _mm512_storeu_si512((void *)d, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
         return;
     }

@@ -16,11 +16,13 @@ static inline void mm_prefetch_row(const float *p, int cols) {
 /* The first n of 16 lanes (n >= 0). */
 static inline __mmask16 mm_mask16(int n) { return (__mmask16)(n >= 16 ? 0xFFFFu : (1u << n) - 1u); }
 
-/* 16 fp32 lanes rounded to bf16 as half_bf16 does (to nearest, ties to even), in the low halves. */
+/* 16 fp32 lanes rounded to bf16 as half_bf16 does (to nearest, ties to even; a NaN lane its high
+ * half made quiet), in the low halves. */
 static inline __m512i mm_bf16_lanes(__m512 x) {
-    __m512i u = _mm512_castps_si512(x);
-    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    return _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd), 16);
+    __m512i u = _mm512_castps_si512(x), hi = _mm512_srli_epi32(u, 16);
+    __m512i odd = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd), 16);
+    return _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), hi, _mm512_set1_epi32(0x40));
 }
 #endif
 
