@@ -137,6 +137,15 @@ mpi=(mpirun)
 [[ $(id -u) -eq 0 ]] && mpi+=(--allow-run-as-root)
 hwt=$(lscpu | sed -n 's/^Thread(s) per core: *//p'); [[ ${hwt:-1} -gt 1 ]] && mpi+=(--use-hwthread-cpus)
 numa=$(lscpu | sed -n 's/^NUMA node(s): *//p'); numa=${numa:-1}
+# place: every run trains the same global batch (micro-batch 8 x ranks x accumulation); one that the
+# ranks cannot split evenly would be changed silently, and the runs' losses would not compare.
+gbs=${SERVER_GLOBAL_BATCH:-64}
+for r in "$dp" "$numa"; do
+  if ! [[ $gbs =~ ^[0-9]+$ ]] || (( gbs < 8 * r || gbs % (8 * r) )); then
+    echo "server: SERVER_GLOBAL_BATCH: expected a multiple of 8 x $r ranks (micro-batch 8; SERVER_DP $dp, NUMA nodes $numa), found '$gbs'" >&2
+    exit 1
+  fi
+done
 
 # pack: the logs so far into OUTDIR/server.tar.gz (after each stage, so a killed run still returns them)
 pack() { tar -C "$work" -czf "$out/server.tar.gz.tmp" --exclude='*.bin' . && mv "$out/server.tar.gz.tmp" "$out/server.tar.gz"; }

@@ -68,7 +68,9 @@
  *           hwthread -np 2 --threads 2 warns for every rank; --bind-to none -np 2 with --threads =
  *           the online CPUs warns for the node. Without --threads (the default, machine_auto_threads,
  *           also against 10 closed forms): 1 thread pinned to one CPU, 2 on two, 1 per rank bound
- *           to a hardware thread, online/2 per rank unbound, none of them warned. */
+ *           to a hardware thread, online/2 per rank unbound, none of them warned. Under OpenMP
+ *           binding (OMP_PROC_BIND=close OMP_PLACES=cores, two CPUs): 2 threads auto, no warning
+ *           with --threads 2, peaks cached for 2 threads only; control: one place gives 1. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -908,6 +910,40 @@ static void threads_cpus(void) {
         tu_check(rc[2] == 0 && out_has(names[2], ", 2 threads (auto),") && !out_has(names[2], "warning:") && e2[2] > e2[1],
                  "negative control: no --threads on two CPUs runs 2 (auto), adds a 2-thread cache entry, no warning",
                  "exit %d, 2-thread entries %d -> %d (%s/%s.out)", rc[2], e2[1], e2[2], DIR, names[2]);
+
+    /* OpenMP binding: libgomp pins the initial thread to its first place, so that thread's mask shows
+     * one CPU while the team has all of them. On two CPUs with OMP_PROC_BIND=close OMP_PLACES=cores:
+     * no --threads runs 2 (auto), --threads 2 warns of nothing, and the peaks are cached for 2 threads
+     * only (the bug: 1 thread auto; with --threads 2 a "2 threads on 1 CPU" warning and a 1-thread
+     * entry holding the 2-thread GEMM, which later 1-thread runs took as their peak). Control: one
+     * place ({0}) is one CPU, 1 thread (auto), a 1-thread entry. */
+    if (online >= 2) {
+        const char *bn[3] = {"cpus_bind_auto", "cpus_bind_threads2", "cpus_bind_oneplace"},
+                   *benv[3] = {"OMP_PROC_BIND=close OMP_PLACES=cores", "OMP_PROC_BIND=close OMP_PLACES=cores",
+                               "OMP_PROC_BIND=close OMP_PLACES='{0}'"},
+                   *bfl[3] = {"", "--threads 2", ""};
+        int brc[3], b1[3], b2[3];
+        for (int i = 0; i < 3; i++) {
+            snprintf(cache, sizeof cache, "%s/peaks_bind%d.json", DIR, i);
+            remove(cache);
+            snprintf(cmd, sizeof cmd, "ST_PEAK_CACHE=%s %s taskset -c 0,1 %s train --data %s/train.bin " CPU_MODEL " %s",
+                     cache, benv[i], g_bin, DIR, bfl[i]);
+            brc[i] = run(bn[i], cmd, &secs);
+            b1[i] = cache_entries(cache, 1), b2[i] = cache_entries(cache, 2);
+        }
+        tu_check(brc[0] == 0 && out_has(bn[0], ", 2 threads (auto),") && !out_has(bn[0], "warning:") && b2[0] >= 1 &&
+                     b1[0] == 0,
+                 "threads: OMP_PROC_BIND=close OMP_PLACES=cores on two CPUs, no --threads: 2 (auto), no warning, "
+                 "peaks cached for 2 threads only", "exit %d, entries for 1 thread %d, for 2 %d (%s/%s.out)", brc[0],
+                 b1[0], b2[0], DIR, bn[0]);
+        tu_check(brc[1] == 0 && out_has(bn[1], ", 2 threads,") && !out_has(bn[1], "warning:") &&
+                     !out_has(bn[1], " on 1 CPU") && b2[1] >= 1 && b1[1] == 0,
+                 "threads: the same with --threads 2: no warning, no \"on 1 CPU\", peaks cached for 2 threads only",
+                 "exit %d, entries for 1 thread %d, for 2 %d (%s/%s.out)", brc[1], b1[1], b2[1], DIR, bn[1]);
+        tu_check(brc[2] == 0 && out_has(bn[2], ", 1 thread (auto),") && b1[2] >= 1 && b2[2] == 0,
+                 "negative control: OMP_PLACES={0} (one place) runs 1 thread (auto), a 1-thread entry",
+                 "exit %d, entries for 1 thread %d, for 2 %d (%s/%s.out)", brc[2], b1[2], b2[2], DIR, bn[2]);
+    }
 
     /* Ranks: bound to one hardware thread each (hwthread, not core: one CPU on SMT machines too) with
      * 2 threads and without --threads (auto: 1); unbound with the node's CPUs each and without

@@ -3,6 +3,7 @@
 #include "train/machine_peak.h"
 
 #include <cjson/cJSON.h>
+#include <omp.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,8 +35,13 @@ MachinePeakOptions machine_peak_default_options(void) {
 }
 
 /* Best rate over at least min_reps timed calls and min_ms after one untimed call (which
- * creates oneDNN's primitive). 0 when memory runs out or a GEMM fails. */
-static double gemm_peak(int bf16, double min_ms, int min_reps) {
+ * creates oneDNN's primitive), on `threads` threads: the count the probe ran and the cache keys,
+ * whatever the caller's OpenMP count (restored after). A GEMM on more threads than the key once
+ * raised a 1-thread entry to the machine's rate, and every later 1-thread run's MFU halved. 0 when
+ * memory runs out or a GEMM fails. */
+static double gemm_peak(int bf16, int threads, double min_ms, int min_reps) {
+    const int prev = omp_get_max_threads();
+    if (threads > 0) mm_set_threads(threads);
     const int S = GEMM_S;
     size_t n = (size_t)S * S;
     float *a = malloc(n * 4), *b = malloc(n * 4), *c = malloc(n * 4);
@@ -65,6 +71,7 @@ static double gemm_peak(int bf16, double min_ms, int min_reps) {
         if (mm_take_error(&e) != ST_OK) best = 0; /* a GEMM that did not run measured nothing */
     }
     free(a), free(b), free(c), free(ah), free(bh);
+    mm_set_threads(prev);
     return best;
 }
 
@@ -200,6 +207,19 @@ int machine_cpus_online(void) {
 }
 
 int machine_cpus_allowed(void) {
+    /* With OpenMP binding on (OMP_PROC_BIND, or OMP_PLACES alone), libgomp pins this initial thread
+     * to the first place at startup: its mask then shows one place's CPUs, while the team runs on
+     * every place of the partition (made from the process's mask before the pinning). */
+    if (omp_get_proc_bind() != omp_proc_bind_false) {
+        int np = omp_get_partition_num_places(), n = 0;
+        int *ids = np > 0 ? malloc(sizeof *ids * (size_t)np) : NULL;
+        if (ids) {
+            omp_get_partition_place_nums(ids);
+            for (int i = 0; i < np; i++) n += omp_get_place_num_procs(ids[i]);
+            free(ids);
+        }
+        if (n > 0) return n;
+    }
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
     return machine_cpus_online();
@@ -428,7 +448,7 @@ Status machine_peak_resolve(MachinePeak *out, const MachinePeakOptions *o, Err *
          * measured on a loaded machine (low, and MFU over it could pass 1 once the machine is
          * quiet) is raised by the first quieter start. */
         if (out->cached) {
-            double now = gemm_peak(o->bf16, GEMM_CHECK_MS, 3);
+            double now = gemm_peak(o->bf16, o->threads, GEMM_CHECK_MS, 3);
             if (now > out->gemm) {
                 out->gemm = now;
                 cache_store(o->cache_path, doc, &k, o->threads, prec, out->probe, out->gemm);
@@ -443,7 +463,7 @@ Status machine_peak_resolve(MachinePeak *out, const MachinePeakOptions *o, Err *
             if (pb > out->probe) out->probe = pb;
         }
         if (o->probe_scale > 0) out->probe *= o->probe_scale;
-        out->gemm = o->no_gemm ? 0 : gemm_peak(o->bf16, GEMM_MIN_MS, GEMM_MIN_REPS);
+        out->gemm = o->no_gemm ? 0 : gemm_peak(o->bf16, o->threads, GEMM_MIN_MS, GEMM_MIN_REPS);
         if (o->gemm_scale > 0) out->gemm *= o->gemm_scale;
         if (use_cache && out->probe > 0) cache_store(o->cache_path, doc, &k, o->threads, prec, out->probe, out->gemm);
     }

@@ -50,7 +50,7 @@ typedef struct {
 } MachinePeak;
 
 /* Measures (or reads from the cache) this machine's peak for o's precision and threads. The GEMM
- * runs through model/matmul (its thread count must already be set to o->threads: mm_set_threads).
+ * runs through model/matmul on o->threads threads (set for the measurement, then restored).
  * A cache that cannot be read or parsed is measured over; one that cannot be written leaves the
  * measurement in use. Errors: ST_ERR_RUNTIME only when nothing could be measured. */
 Status machine_peak_resolve(MachinePeak *out, const MachinePeakOptions *o, Err *err);
@@ -73,8 +73,9 @@ void machine_profile_store(const char *cache_path, int threads, const struct cJS
 void machine_peak_describe(char *buf, int n);
 
 /* The CPUs this process may run on (its affinity mask: mpirun binds each rank to one core at
- * -np 2, Slurm to its --cpus-per-task), at least 1; the online CPU count where the mask cannot be
- * read. A run's threads beyond it take turns on those CPUs, so the peak is measured (and keyed in
+ * -np 2, Slurm to its --cpus-per-task; under OpenMP binding, OMP_PROC_BIND or OMP_PLACES, the
+ * processors of the places the team runs on, since libgomp pins the initial thread to one place),
+ * at least 1; the online CPU count where neither can be read. A run's threads beyond it take turns on those CPUs, so the peak is measured (and keyed in
  * the cache) for min(threads, this). */
 int machine_cpus_allowed(void);
 
