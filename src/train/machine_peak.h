@@ -75,8 +75,8 @@ void machine_peak_describe(char *buf, int n);
 /* The CPUs this process may run on (its affinity mask: mpirun binds each rank to one core at
  * -np 2, Slurm to its --cpus-per-task; under OpenMP binding, OMP_PROC_BIND or OMP_PLACES, the
  * processors of the places the team runs on, since libgomp pins the initial thread to one place),
- * at least 1; the online CPU count where neither can be read. A run's threads beyond it take turns on those CPUs, so the peak is measured (and keyed in
- * the cache) for min(threads, this). */
+ * at least 1; the online CPU count where neither can be read. A run's threads beyond it take turns
+ * on those CPUs, so the peak is measured (and keyed in the cache) for min(threads, this). */
 int machine_cpus_allowed(void);
 
 /* `--threads 0` (the default of train, eval and plan): the CPUs a process may run on, shared
