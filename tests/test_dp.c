@@ -40,7 +40,8 @@
  *           segment of the test model has 4-13 pieces) and the stage 1-2 parameter all-gathers
  *           waited in the next forward's hooks: at dp 2 ZeRO 1-3 bit-identical (losses and grad
  *           norms as printed) to the same runs unsplit (control: the same comparison against the
- *           one-process run fails); dp 2 × ZeRO 0-3, dp 4 × ZeRO 2-3 and dp 2
+ *           one-process run fails); one process in pieces bit-identical to unsplit (its pieces
+ *           complete as they start; control: against dp 2 fails); dp 2 × ZeRO 0-3, dp 4 × ZeRO 2-3 and dp 2
  *           ZeRO 2 --no-overlap against the one-process reference (AdamW tolerances). Negative
  *           control (ST_PAR_TEST_GATHER_FAULT=1: the first piece of block 1's gather not waited
  *           before block 1's forward, started after it) at ZeRO 1 and 3: the losses must leave the
@@ -326,6 +327,20 @@ static void overlap(void) {
             snprintf(what, sizeof what, "%s_control_differs_from_one_process", name);
             tu_check(!field_text_equal(name, "ref_k4", "loss"), what, "the same text comparison against ref_k4 must fail");
         }
+    }
+    /* One process in pieces: its all-reduce pieces complete as they start (no MPI request), and the
+     * scheduler once counted them as in flight, leaving the rest queued with nothing to wait on (an
+     * internal error whenever a segment had more than ZERO_IN_FLIGHT pieces: a d2 model with a
+     * 97281-token vocabulary at the default bucket). Must equal the unsplit run bit for bit;
+     * control: the same comparison against dp 2 (a few 1e-9 away) fails. */
+    {
+        int rc = train_env("pieces_dp1", 0, 4, 0, NULL, bucket, 0, &secs);
+        int same = rc == 0 && field_text_equal("pieces_dp1", "ref_k4", "loss") &&
+                   field_text_equal("pieces_dp1", "ref_k4", "grad_norm");
+        tu_check(same, "pieces_dp1_bit_identical_to_unsplit", "exit %d, losses and grad norms as printed (see %s/%s.out)",
+                 rc, DIR, "pieces_dp1");
+        tu_check(rc == 0 && !field_text_equal("pieces_dp1", "pieces_dp2_zero1", "loss"), "pieces_dp1_control_differs_from_dp2",
+                 "the same text comparison against pieces_dp2_zero1 must fail");
     }
     /* Negative control: block 1's first gather piece read before it arrived (the previous step's
      * values at ZeRO 1, the slot's old contents at ZeRO 3). */
