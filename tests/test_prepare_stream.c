@@ -8,6 +8,7 @@
  * comparison can fail), a duplicated document must be dropped exactly once (its tokens missing
  * against --no-dedup), and each broken input must fail with its one-line error. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include <zstd.h>
 
 #include "data/bpe.h"
+#include "data/loader.h"
 #include "data/prepare.h"
 #include "data/shard.h"
 #include "testutil.h"
@@ -394,6 +396,98 @@ int main(void) {
                  count_tmp(P("resume2")) == 0,
              "stream_resume_after_shards", "interrupted=%d %s resumed %zu inputs, %d shard files", interrupted,
              st ? err.msg : "", s.resumed_files, nsh);
+
+    /* ---- standard input resumed: the documents a resume skips (or, once read to the end, the whole
+     * stream) are checked against the journal's hash. Another stream is refused; the same one
+     * resumes to the reference's shards. stdin is replaced by dup2 for each call. */
+    {
+        FILE *f = fopen(P("reversed.jsonl"), "wb");
+        for (int i = NDOCS - 1; i >= 0; i--) json_line(f, "text", docs[i]);
+        fclose(f);
+        int saved = dup(0);
+        const char *dash[1] = {"-"};
+        PrepareOptions q = o;
+        q.inputs = dash, q.ninputs = 1, q.out_dir = P("stdin_resume"), q.threads = 1, q.format = PREP_FORMAT_JSONL;
+        static const struct { int runs, shards; const char *what; } cut[2] = {{2, 0, "reading"}, {0, 1, "merging"}};
+        for (int c = 0; c < 2; c++) {
+            const char *seq[3] = {P("corpus.jsonl"), P("reversed.jsonl"), P("corpus.jsonl")};
+            Status r3[3];
+            char e3[3][1100];
+            for (int k = 0; k < 3; k++) {
+                int fd = open(seq[k], O_RDONLY);
+                dup2(fd, 0), close(fd);
+                q.fault_after_runs = k == 0 ? cut[c].runs : 0, q.fault_after_shards = k == 0 ? cut[c].shards : 0;
+                r3[k] = prepare_run(&q, &s, &err);
+                snprintf(e3[k], sizeof e3[k], "%s", r3[k] ? err.msg : "ok");
+            }
+            char lbl[96];
+            snprintf(lbl, sizeof lbl, "stdin_resume_after_%s_refuses_another_stream", cut[c].what);
+            tu_check(r3[0] == ST_ERR_RUNTIME && r3[1] == ST_ERR_INPUT && strstr(e3[1], "<stdin>: expected the stream"),
+                     lbl, "interrupted: %s; another stream: %s", e3[0], e3[1]);
+            snprintf(lbl, sizeof lbl, "stdin_resume_after_%s_same_stream", cut[c].what);
+            tu_check(!r3[2] && same_shards(ref, P("stdin_resume"), &nsh), lbl, "%s, %d shard files equal to ref", e3[2], nsh);
+        }
+        dup2(saved, 0), close(saved);
+    }
+
+    /* ---- publishing (docs/data.md §6): shards are written into OUT/.prepare and moved into OUT only
+     * when every one is written and the split accepted, OUT's manifest first removed and the new one
+     * moved last. Oracles: the directory's files before and after (byte comparison), the loader. */
+    {
+        FILE *f = fopen(P("single.jsonl"), "wb");
+        for (int k = 0; k < 2; k++) json_line(f, "text", docs[7]); /* one distinct document, twice */
+        fclose(f);
+        size_t mn0 = 0, mn1 = 0;
+        unsigned char *man0 = slurp_bin(P("resume2/manifest.json"), &mn0), *man1;
+        const char *one[1] = {P("single.jsonl")};
+        PrepareOptions q = o;
+        q.inputs = one, q.ninputs = 1, q.out_dir = P("resume2"), q.shard_tokens = 8; /* several shards */
+        /* refused at the split check: resume2 keeps its shards and manifest (they were overwritten) */
+        st = prepare_run(&q, &s, &err);
+        man1 = slurp_bin(P("resume2/manifest.json"), &mn1);
+        tu_check(st == ST_ERR_INPUT && strstr(err.msg, "found 1:") && same_shards(ref, P("resume2"), &nsh) && man0 &&
+                     man1 && mn0 == mn1 && !memcmp(man0, man1, mn0),
+                 "publish_refused_split_keeps_earlier_shards", "%s; %d shard files equal to ref, manifest kept",
+                 st ? err.msg : "accepted", nsh);
+        free(man1);
+        /* --no-dedup: the copies are still one distinct document (they went to both splits) */
+        q.dedup = 0;
+        st = prepare_run(&q, &s, &err);
+        tu_check(st == ST_ERR_INPUT && strstr(err.msg, "found 1:") && same_shards(ref, P("resume2"), &nsh),
+                 "nodedup_copies_of_one_document_refused", "%s", st ? err.msg : "accepted");
+        /* control: with --val-fraction 0 the corpus is accepted and replaces the shards */
+        q.val_fraction = 0;
+        st = prepare_run(&q, &s, &err);
+        man1 = slurp_bin(P("resume2/manifest.json"), &mn1);
+        tu_check(!st && !same_shards(ref, P("resume2"), &nsh) && man1 && (mn0 != mn1 || memcmp(man0, man1, mn0)),
+                 "control_publish_replaces_shards", "%s, %d shard files", st ? err.msg : "", nsh);
+        free(man0), free(man1);
+
+        /* interrupted after two moves: old (seed 6) and new shards side by side, no manifest, the
+         * loader refuses the directory; the next call finishes the move, then runs */
+        PrepareOptions u = o;
+        u.out_dir = P("pub"), u.seed = 6;
+        Status st0 = prepare_run(&u, &s, &err);
+        u.seed = 5, u.fault_after_moves = 2;
+        st = prepare_run(&u, &s, &err);
+        int interrupted = st == ST_ERR_RUNTIME && strstr(err.msg, "interrupted") != NULL;
+        int mixed = !same_shards(ref, P("pub"), &nsh) && access(P("pub/manifest.json"), F_OK) != 0;
+        Loader ld;
+        Err le = {0};
+        Status lst = loader_open(&ld, P("pub/train_*.bin"), 64, 0, 0, 1, 0, &le);
+        if (!lst) loader_close(&ld);
+        tu_check(!st0 && interrupted && mixed && lst == ST_ERR_INPUT && strstr(le.msg, "expected shards of a finished prepare"),
+                 "publish_interrupted_refused_by_loader", "first %d, interrupted %d, mixed without manifest %d, loader: %s",
+                 (int)st0, interrupted, mixed, lst ? le.msg : "accepted");
+        u.fault_after_moves = 0;
+        st = prepare_run(&u, &s, &err);
+        lst = loader_open(&ld, P("pub/train_*.bin"), 64, 0, 0, 1, 0, &le);
+        if (!lst) loader_close(&ld);
+        tu_check(!st && s.finished_publish && same_shards(ref, P("pub"), &nsh) && access(P("pub/.prepare"), F_OK) != 0 &&
+                     access(P("pub/manifest.json"), F_OK) == 0 && !lst,
+                 "publish_interrupted_finished_by_next_call", "%s finished %d, %d shard files equal to ref, loader %s",
+                 st ? err.msg : "", s.finished_publish, nsh, lst ? le.msg : "ok");
+    }
 
     /* ---- bad input: library errors, then the binary's one line and exit 2 */
     const char *tz[1] = {P("trunc.jsonl.zst")};

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/fileio.h"
 #include "core/rng.h"
@@ -87,6 +88,23 @@ static int shard_tokenizer_name(const char *shard_path, uint64_t hash, char *out
     return found;
 }
 
+/* A shard beside DIR/.prepare/manifest.json belongs to a directory that `prepare` was moving its new
+ * shards into when it stopped (prepare.c, publish_finish): old and new shards may stand side by side,
+ * from different splits of the documents. Refused, saying how to finish the move. */
+static Status check_not_publishing(const char *shard_path, Err *err) {
+    const char *slash = strrchr(shard_path, '/');
+    char path[4200];
+    if (slash) snprintf(path, sizeof path, "%.*s/.prepare/manifest.json", (int)(slash - shard_path), shard_path);
+    else snprintf(path, sizeof path, ".prepare/manifest.json");
+    struct stat sb;
+    if (stat(path, &sb) != 0) return ST_OK;
+    int dl = slash ? (int)(slash - shard_path) : 1;
+    return err_set(err, ST_ERR_INPUT,
+                   "%s: expected shards of a finished prepare, found %s: a prepare stopped while moving its new shards "
+                   "into %.*s, beside old ones; run prepare into that directory again (it finishes the move first)",
+                   shard_path, path, dl, slash ? shard_path : ".");
+}
+
 static Status set_add_glob(LoaderSet *s, const char *pattern, uint64_t expected_hash, const char *expected_name,
                            Err *err) {
     glob_t gl;
@@ -109,6 +127,7 @@ static Status set_add_glob(LoaderSet *s, const char *pattern, uint64_t expected_
     if (s->nshards == 0) s->start[0] = 0;
     for (size_t i = 0; i < gl.gl_pathc; i++) {
         Shard *sh = &s->shards[s->nshards];
+        if ((st = check_not_publishing(gl.gl_pathv[i], err)) != ST_OK) break;
         if ((st = shard_open(sh, gl.gl_pathv[i], err)) != ST_OK) break;
         s->nshards++;
         if ((st = shard_mask_open(sh, err)) != ST_OK) break;

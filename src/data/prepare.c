@@ -44,9 +44,12 @@ PrepareOptions prepare_default_options(void) {
 typedef struct {
     char *path;
     long long size;         /* from stat; -1 for standard input */
-    long long mtime;
+    long long mtime;        /* nanoseconds (a rewrite within the same second changes it) */
     int done;               /* read to the end and in a written run */
     uint64_t docs;          /* documents in written runs */
+    uint64_t prefix;        /* XXH3-64 of those documents (each: its length, u64, then its bytes): a
+                               resume checks the documents it skips against it (standard input has
+                               no size or mtime to tell one stream from another) */
     uint64_t raw_bytes;     /* bytes read (when done) */
     uint64_t checksum;      /* XXH3-64 of those bytes (when done) */
     uint64_t line_pieces;   /* pieces its single document was cut into (when done; docsource.h) */
@@ -74,7 +77,7 @@ static Status inputs_add(Inputs *in, const char *path, const struct stat *sb, Er
     memset(x, 0, sizeof *x);
     if (!(x->path = strdup(path))) return err_set(err, ST_ERR_RUNTIME, "out of memory listing inputs");
     x->size = sb ? (long long)sb->st_size : -1;
-    x->mtime = sb ? (long long)sb->st_mtime : 0;
+    x->mtime = sb ? (long long)sb->st_mtim.tv_sec * 1000000000LL + sb->st_mtim.tv_nsec : 0;
     in->n++;
     return ST_OK;
 }
@@ -261,7 +264,7 @@ static uint64_t config_hash(const PrepareOptions *o, const Inputs *in, int width
     ST_CHECK(s != NULL);
     XXH3_64bits_reset(s);
     uint64_t v[8] = {tokenizer_hash(o->tok), o->seed, (uint64_t)o->format, (uint64_t)o->skip_bad,
-                     (uint64_t)o->allow_invalid_utf8, (uint64_t)width, in->n, 1 /* journal version */};
+                     (uint64_t)o->allow_invalid_utf8, (uint64_t)width, in->n, 2 /* journal version */};
     XXH3_64bits_update(s, v, sizeof v);
     uint64_t lp = line_pieces_for(o, in); /* hashed only when on: other journals keep their hash */
     if (lp) XXH3_64bits_update(s, &lp, sizeof lp);
@@ -303,6 +306,8 @@ static Status journal_write(const char *out, const Journal *j, const Inputs *in,
         cJSON_AddStringToObject(x, "path", in->v[i].path);
         cJSON_AddBoolToObject(x, "done", in->v[i].done);
         cJSON_AddNumberToObject(x, "docs", (double)in->v[i].docs);
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)in->v[i].prefix);
+        cJSON_AddStringToObject(x, "docs_xxh3_64", hex);
         cJSON_AddNumberToObject(x, "bytes", (double)in->v[i].raw_bytes);
         snprintf(hex, sizeof hex, "%016llx", (unsigned long long)in->v[i].checksum);
         cJSON_AddStringToObject(x, "xxh3_64", hex);
@@ -348,6 +353,8 @@ static int journal_read(const char *out, uint64_t config, Journal *j, Inputs *in
         j->skips.bad_chat = (uint64_t)NUM(o, "skipped_bad_chat");
         for (size_t i = 0; i < in->n; i++) {
             cJSON *x = cJSON_GetArrayItem(a, (int)i), *h = cJSON_GetObjectItemCaseSensitive(x, "xxh3_64");
+            cJSON *dh = cJSON_GetObjectItemCaseSensitive(x, "docs_xxh3_64");
+            in->v[i].prefix = cJSON_IsString(dh) ? strtoull(dh->valuestring, NULL, 16) : 0;
             in->v[i].done = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x, "done"));
             in->v[i].docs = (uint64_t)NUM(x, "docs");
             in->v[i].raw_bytes = (uint64_t)NUM(x, "bytes");
@@ -402,6 +409,7 @@ typedef struct {
      * is in the run buffer, so the journal never counts a document that is not in a written run */
     size_t input;              /* the input its documents come from (a batch never spans two) */
     uint64_t input_docs;       /* documents of that input read so far */
+    uint64_t input_prefix;     /* and their XXH3-64 (Input.prefix) */
     int input_done;            /* the batch ends the input: */
     uint64_t raw_bytes, checksum; /* the input's size as read and XXH3-64 */
     uint64_t line_pieces;      /* and the pieces its single document was cut into */
@@ -550,7 +558,7 @@ static Status batch_finish(Reader *R, Batch *b, Err *err) {
     }
     R->j->docs += b->n;
     Input *x = &R->in->v[b->input];
-    x->docs = b->input_docs;
+    x->docs = b->input_docs, x->prefix = b->input_prefix;
     if (b->input_done) {
         x->done = 1;
         x->raw_bytes = b->raw_bytes;
@@ -588,43 +596,74 @@ static void report(Reader *R, uint64_t done, uint64_t docs) {
     R->o->progress(R->o->progress_ctx, &p);
 }
 
-/* The reading thread: documents into batches, batches to the team (runs inside omp single). */
+/* An input resumed with other documents than the journal's (standard input, or a file changed
+ * without changing its size or mtime). */
+static Status resume_mismatch(const PrepareOptions *o, const Input *x, uint64_t seen, Err *err) {
+    const char *name = strcmp(x->path, "-") ? x->path : "<stdin>";
+    return err_set(err, ST_ERR_INPUT,
+                   "%s: expected the %s an interrupted prepare into %s was reading (its first %llu documents, XXH3 "
+                   "%016llx), found %s: give the same input again, or remove %s/.prepare to start afresh",
+                   name, strcmp(x->path, "-") ? "file" : "stream", o->out_dir, (unsigned long long)x->docs,
+                   (unsigned long long)x->prefix, seen < x->docs ? "fewer documents" : "other documents", o->out_dir);
+}
+
+/* The reading thread: documents into batches, batches to the team (runs inside omp single). An
+ * input the journal has started is read from its first document: those already in runs are
+ * hashed and checked against the journal's hash, not added again; a finished standard input is
+ * read through and checked the same way (a finished file is not opened: its size and mtime). */
 static Status read_loop(Reader *R, Err *err) {
     const PrepareOptions *o = R->o;
     DocReaderOptions ro = reader_options(o);
     ro.line_pieces = line_pieces_for(o, R->in);
     Batch *cur = &R->b[0], *busy = NULL;
     uint64_t done_before = 0, docs = R->j->docs; /* input bytes of finished inputs; documents read */
-    Status st = ST_OK;
+    XXH3_state_t *xs = XXH3_createState();
+    Status st = xs ? ST_OK : err_set(err, ST_ERR_RUNTIME, "out of memory");
     for (size_t i = 0; i < R->in->n && !st; i++) {
         Input *x = &R->in->v[i];
-        if (x->done) {
+        int check_done = x->done && !strcmp(x->path, "-");
+        if (x->done && !check_done) {
             done_before += x->size > 0 ? (uint64_t)x->size : x->raw_bytes;
             continue;
         }
         DocReader *dr = NULL;
         if ((st = docreader_open(&dr, x->path, &ro, err)) != ST_OK) break;
+        XXH3_64bits_reset(xs);
         uint64_t skip = x->docs; /* documents of this input already in runs (an interrupted call) */
         uint64_t seen = 0, last_report = 0;
         for (;;) {
             const uint8_t *d;
             size_t n;
             if ((st = docreader_next(dr, &d, &n, err)) != ST_OK || !d) break;
-            if (seen++ < skip) continue;
+            uint64_t len = n;
+            XXH3_64bits_update(xs, &len, sizeof len);
+            XXH3_64bits_update(xs, d, n);
+            if (seen++ < skip) {
+                if (seen == skip && XXH3_64bits_digest(xs) != x->prefix) st = resume_mismatch(o, x, seen, err);
+                if (st) break;
+                continue;
+            }
+            if (check_done) {
+                st = resume_mismatch(o, x, seen, err); /* more documents than the finished stream */
+                break;
+            }
             docs++;
             if (batch_add(cur, d, n)) {
                 st = err_set(err, ST_ERR_RUNTIME, "prepare: out of memory (batch)");
                 break;
             }
             if (cur->tlen >= R->batch_bytes || cur->n >= BATCH_DOCS) {
-                cur->input = i, cur->input_docs = seen;
+                cur->input = i, cur->input_docs = seen, cur->input_prefix = XXH3_64bits_digest(xs);
                 if ((st = batch_submit(R, &cur, &busy, err)) != ST_OK) break;
                 uint64_t rb = docreader_raw_bytes(dr);
                 if (rb - last_report >= (8u << 20)) report(R, done_before + rb, docs), last_report = rb;
             }
         }
-        if (!st) { /* the input's last batch carries its end */
-            cur->input = i, cur->input_docs = seen, cur->input_done = 1;
+        if (!st && seen < skip) st = resume_mismatch(o, x, seen, err);
+        if (!st && check_done) {
+            done_before += x->raw_bytes;
+        } else if (!st) { /* the input's last batch carries its end */
+            cur->input = i, cur->input_docs = seen, cur->input_done = 1, cur->input_prefix = XXH3_64bits_digest(xs);
             cur->raw_bytes = docreader_raw_bytes(dr), cur->checksum = docreader_checksum(dr);
             cur->line_pieces = docreader_line_pieces(dr);
             cur->skips = *docreader_skips(dr);
@@ -636,6 +675,7 @@ static Status read_loop(Reader *R, Err *err) {
     }
 #pragma omp taskwait
     if (busy && !st) st = batch_finish(R, busy, err);
+    XXH3_freeState(xs);
     return st;
 }
 
@@ -753,7 +793,7 @@ static Status sw_add(SplitWriter *s, const uint32_t *ids, const uint8_t *mask, s
         }
         if (!s->open) {
             char p[4200];
-            snprintf(p, sizeof p, "%s/%s_%06zu.bin", s->o->out_dir, s->prefix, s->shards);
+            snprintf(p, sizeof p, "%s/.prepare/%s_%06zu.bin", s->o->out_dir, s->prefix, s->shards); /* staged */
             Status st = shard_writer_open(&s->w, p, &s->meta, err);
             if (st) return st;
             s->open = 1;
@@ -863,22 +903,6 @@ static void merge_close(Merge *m) {
     free(m->heap);
 }
 
-/* Drops the records that follow with key k (duplicates of the document just taken); counts them. */
-static Status merge_skip_equal(Merge *m, Key k, int width, PrepareStats *s, uint64_t *merged, Err *err) {
-    while (m->nh && key_cmp(m->r[m->heap[0]].key, k) == 0) {
-        RunReader *r = &m->r[m->heap[0]];
-        size_t skip = (size_t)r->ntok * (size_t)width + ((r->flags & REC_MASKED) ? (size_t)r->ntok + 1 : 0);
-        if (fseek(r->f, (long)skip, SEEK_CUR) != 0)
-            return err_set(err, ST_ERR_RUNTIME, "%s: seek failed", r->path);
-        Status st = rr_next(r, err);
-        if (st) return st;
-        if (!r->live) m->heap[0] = m->heap[--m->nh];
-        if (m->nh) heap_down(m, 0);
-        s->duplicates++, ++*merged;
-    }
-    return ST_OK;
-}
-
 static void split_writers_init(SplitWriter sw[2], const PrepareOptions *o) {
     uint32_t eot = tokenizer_eot(o->tok), vocab = tokenizer_vocab_size(o->tok);
     for (int w = 0; w < 2; w++) {
@@ -895,13 +919,14 @@ static void split_writers_init(SplitWriter sw[2], const PrepareOptions *o) {
 
 /* A validation split was asked for (--val-fraction > 0 or --val-docs > 0) but one side came out
  * empty: the corpus has a single distinct document (a text file without separator lines is one
- * document), or --val-docs takes them all. Refused before any shard is committed, saying what to
+ * document), or --val-docs takes them all. Refused before any shard is published, saying what to
  * change (issue 26: `train --val-data` would otherwise stop on a missing val_*.bin). `text`: some
  * input is read as text, so the separator is worth naming. */
-static Status check_split(const PrepareOptions *o, const char *what, int text, const PrepareStats *s, Err *err) {
+static Status check_split(const PrepareOptions *o, const char *what, int text, const PrepareStats *s,
+                          uint64_t train_distinct, uint64_t val_distinct, Err *err) {
     int asked = o->val_docs > 0 || (o->val_docs < 0 && o->val_fraction > 0);
-    if (!asked || (s->val_docs > 0 && s->train_docs > 0)) return ST_OK;
-    size_t unique = s->val_docs + s->train_docs;
+    if (!asked || (val_distinct > 0 && train_distinct > 0)) return ST_OK;
+    size_t unique = (size_t)(val_distinct + train_distinct);
     char hint[512] = "";
     if (text) {
         const char *sep = o->separator ? o->separator : "";
@@ -948,7 +973,9 @@ static Status merge_runs(const PrepareOptions *o, const char *what, int text, si
     int nsh = 0;
     /* validation: high 64 key bits below val_fraction * 2^64 (computed in long double) */
     uint64_t thr = (uint64_t)((long double)o->val_fraction * 18446744073709551616.0L), unique = 0, merged = 0;
+    uint64_t distinct_val = 0;
     Key last = {0, 0};
+    int last_val = 0;
     double t0 = omp_get_wtime();
     Status st = merge_open(&m, o->out_dir, nruns, err);
     while (!st && m.nh) {
@@ -957,19 +984,23 @@ static Status merge_runs(const PrepareOptions *o, const char *what, int text, si
         size_t nt;
         if ((st = merge_take(&m, width, &buf, &cap, &mbuf, &mcap, &k, &src, &nt, err)) != ST_OK) break;
         merged++;
-        if (o->dedup && unique && key_cmp(k, last) == 0) {
+        int copy = unique && key_cmp(k, last) == 0; /* the same document again (records of a key are adjacent) */
+        if (o->dedup && copy) {
             s->duplicates++;
             continue;
         }
-        last = k;
-        int val = o->val_docs >= 0 ? unique < (uint64_t)o->val_docs : k.hi < thr;
-        if (!val && o->val_docs < 0 && unique == 0 && o->val_fraction > 0) {
-            /* nothing under the threshold before the smallest key: it goes to validation when another
-             * distinct document follows (a fraction > 0 never leaves >= 2 documents without a val split) */
-            if (o->dedup && (st = merge_skip_equal(&m, k, width, s, &merged, err)) != ST_OK) break;
-            val = m.nh > 0;
+        int val;
+        if (copy) {
+            val = last_val; /* --no-dedup: a copy goes where its first went, never to the other split */
+        } else {
+            val = o->val_docs >= 0 ? unique < (uint64_t)o->val_docs : k.hi < thr;
+            /* nothing under the threshold before the smallest key: it goes to validation (a fraction > 0
+             * never leaves >= 2 distinct documents without a val split; with one, check_split refuses) */
+            if (!val && o->val_docs < 0 && unique == 0 && o->val_fraction > 0) val = 1;
+            unique++;
+            distinct_val += val;
         }
-        unique++;
+        last = k, last_val = val;
         if ((st = sw_add(&sw[val], buf, sw[val].masked ? mbuf : NULL, nt, eot, src, &nsh, err)) != ST_OK) break;
         if (val) s->val_docs++;
         else s->train_docs++, s->nopack_rows += o->seq_len > 0 ? loader_nopack_rows(nt + 1, o->seq_len) : 0;
@@ -979,7 +1010,7 @@ static Status merge_runs(const PrepareOptions *o, const char *what, int text, si
             o->progress(o->progress_ctx, &p);
         }
     }
-    if (!st) st = check_split(o, what, text, s, err);
+    if (!st) st = check_split(o, what, text, s, unique - distinct_val, distinct_val, err);
     for (int w = 0; w < 2 && !st; w++) st = sw_commit(&sw[w], &nsh, err);
     if (!st && o->progress) {
         PrepareProgress p = {2, merged, s->docs, s->docs, omp_get_wtime() - t0};
@@ -1062,7 +1093,7 @@ static Status write_manifest(const PrepareOptions *o, const Inputs *in, const Pr
     cJSON_Delete(m);
     if (!text) return err_set(err, ST_ERR_RUNTIME, "out of memory");
     char p[4200];
-    snprintf(p, sizeof p, "%s/manifest.json", o->out_dir);
+    snprintf(p, sizeof p, "%s/.prepare/manifest.json", o->out_dir); /* staged: publish moves it last */
     size_t len = strlen(text);
     const void *bufs[2] = {text, "\n"};
     size_t lens[2] = {len, 1};
@@ -1097,6 +1128,65 @@ static void remove_stale(const char *dir, const char *prefix, size_t from, size_
         }
     }
     closedir(d);
+}
+
+/* Phase 3, publishing: the shards staged in out/.prepare (all written, the split accepted) and
+ * their manifest moved into out. The staged manifest is written first and moved last, so while it
+ * is in .prepare a move is under way or was interrupted: out may hold new and old shards side by
+ * side, the loader refuses them (loader.c), and the next prepare into out finishes the move before
+ * anything else (a rename is idempotent here: a staged file already gone was moved). out's old
+ * manifest goes first, so no manifest ever describes a mixed directory. */
+static Status publish_finish(const char *out, int fault_after_moves, Err *err) {
+    char mp[4200], *text = NULL;
+    size_t len = 0;
+    snprintf(mp, sizeof mp, "%s/.prepare/manifest.json", out);
+    Status st = file_read_all(mp, &text, &len, err);
+    if (st) return st;
+    cJSON *m = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "result");
+    const cJSON *nt = cJSON_GetObjectItemCaseSensitive(r, "train_shards"), *nv = cJSON_GetObjectItemCaseSensitive(r, "val_shards");
+    int masked = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "loss_masks"));
+    int ok = cJSON_IsNumber(nt) && cJSON_IsNumber(nv) && nt->valuedouble >= 0 && nv->valuedouble >= 0;
+    size_t n[2] = {ok ? (size_t)nt->valuedouble : 0, ok ? (size_t)nv->valuedouble : 0};
+    cJSON_Delete(m);
+    if (!ok)
+        return err_set(err, ST_ERR_INPUT, "%s: expected the manifest of staged shards (result.train_shards, "
+                       "val_shards), found another file: remove %s/.prepare and prepare again", mp, out);
+    char dst[4200];
+    snprintf(dst, sizeof dst, "%s/manifest.json", out);
+    if (unlink(dst) != 0 && errno != ENOENT)
+        return err_set(err, ST_ERR_RUNTIME, "%s: cannot remove (%s)", dst, strerror(errno));
+    int moves = 0;
+    static const char *const prefix[2] = {"train", "val"}, *const ext[2] = {"bin", "mask"};
+    for (int w = 0; w < 2; w++)
+        for (size_t i = 0; i < n[w]; i++)
+            for (int e = 0; e < 1 + masked; e++) {
+                char src[4200];
+                snprintf(src, sizeof src, "%s/.prepare/%s_%06zu.%s", out, prefix[w], i, ext[e]);
+                snprintf(dst, sizeof dst, "%s/%s_%06zu.%s", out, prefix[w], i, ext[e]);
+                if (rename(src, dst) != 0) {
+                    struct stat sb;
+                    if (errno == ENOENT && stat(dst, &sb) == 0) continue; /* moved before an interruption */
+                    return err_set(err, ST_ERR_RUNTIME, "%s: cannot move to %s (%s)", src, dst, strerror(errno));
+                }
+                if (fault_after_moves && ++moves >= fault_after_moves)
+                    return err_set(err, ST_ERR_RUNTIME, "prepare: interrupted (fault injected after %d moves)", moves);
+            }
+    remove_stale(out, "train", n[0], masked ? n[0] : 0);
+    remove_stale(out, "val", n[1], masked ? n[1] : 0);
+    if ((st = file_fsync_dir(out, err)) != ST_OK) return st;
+    snprintf(dst, sizeof dst, "%s/manifest.json", out);
+    if (rename(mp, dst) != 0) return err_set(err, ST_ERR_RUNTIME, "%s: cannot move to %s (%s)", mp, dst, strerror(errno));
+    return file_fsync_dir(out, err);
+}
+
+/* 1 when out/.prepare holds a staged manifest: an earlier call's publish to finish. */
+static int publish_pending(const char *out) {
+    char mp[4200];
+    struct stat sb;
+    snprintf(mp, sizeof mp, "%s/.prepare/manifest.json", out);
+    return stat(mp, &sb) == 0;
 }
 
 static Status check_options(const PrepareOptions *o, Err *err) {
@@ -1163,13 +1253,20 @@ Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
     Journal j;
     memset(&j, 0, sizeof j);
     if ((st = collect_inputs(&in, o, err)) != ST_OK) goto done;
+    if (publish_pending(o->out_dir)) { /* before work_begin, which may clear .prepare */
+        if ((st = publish_finish(o->out_dir, 0, err)) != ST_OK) goto done;
+        work_dir_clear(o->out_dir, 0);
+        s.finished_publish = 1;
+    }
     uint32_t vocab = tokenizer_vocab_size(o->tok);
     int width = o->shard_version == SHARD_VERSION_U32 || vocab > 65536 ? 4 : 2;
     ChatFormat chat;
     if (o->format == PREP_FORMAT_CHAT && (st = chat_format_init(&chat, o->chat_template, o->tok, err)) != ST_OK) goto done;
     s.chat_template = o->format == PREP_FORMAT_CHAT ? chat.t : CHAT_TEMPLATE_AUTO;
     if ((st = work_begin(o, &in, width, &j, &s.resumed_files, err)) != ST_OK) goto done;
-    if (!j.read_done) {
+    int stdin_in = 0; /* a finished standard input is read again, to check it is the same stream */
+    for (size_t i = 0; i < in.n; i++) stdin_in |= !strcmp(in.v[i].path, "-");
+    if (!j.read_done || stdin_in) {
         R.o = o, R.in = &in, R.j = &j;
         R.rb.width = width;
         R.rb.masked = o->format == PREP_FORMAT_CHAT;
@@ -1199,11 +1296,9 @@ Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
     int text = 0;
     for (size_t i = 0; i < in.n; i++) text |= docsource_format_of(in.v[i].path, o->format) == PREP_FORMAT_TEXT;
     if ((st = merge_runs(o, what, text, j.runs, width, &s, err)) != ST_OK) goto done;
-    int masked = o->format == PREP_FORMAT_CHAT;
-    remove_stale(o->out_dir, "train", s.train_shards, masked ? s.train_shards : 0);
-    remove_stale(o->out_dir, "val", s.val_shards, masked ? s.val_shards : 0);
     if (s.nopack_rows) s.nopack_utilization = (double)s.train_tokens / ((double)s.nopack_rows * o->seq_len);
     if ((st = write_manifest(o, &in, &s, width, err)) != ST_OK) goto done;
+    if ((st = publish_finish(o->out_dir, o->fault_after_moves, err)) != ST_OK) goto done;
     work_dir_clear(o->out_dir, 1);
     s.seconds = omp_get_wtime() - t0;
     if (stats) *stats = s;

@@ -83,13 +83,16 @@ typedef struct {
     void (*progress)(void *ctx, const PrepareProgress *p);
     void *progress_ctx;
     /* Fault injection (tests): stop with ST_ERR_RUNTIME "interrupted" after this many runs written by
-     * this call (phase 1), or this many shards written (phase 2); 0 = never. */
-    int fault_after_runs, fault_after_shards;
+     * this call (phase 1), this many shards written (phase 2), or this many files moved into out_dir
+     * while publishing (phase 3); 0 = never. */
+    int fault_after_runs, fault_after_shards, fault_after_moves;
 } PrepareOptions;
 
 typedef struct {
     size_t files;              /* input files read (resumed ones included) */
     size_t resumed_files;      /* inputs finished by an earlier, interrupted call and skipped */
+    int finished_publish;      /* an earlier call, interrupted while moving its shards into out_dir,
+                                  had its move finished first (its shards then replaced by this call's) */
     size_t docs;               /* documents read (non-empty, not skipped) */
     DocSkips skips;            /* bad records skipped (skip_bad) */
     size_t duplicates;         /* documents dropped as exact duplicates */
@@ -117,8 +120,11 @@ PrepareOptions prepare_default_options(void);
  * in docsource.h (file:line or byte offset), input with no non-empty document, bad options (val
  * fraction outside [0, 1), shard_tokens 0, shard version 1 with a vocabulary over 65536), an
  * out_dir that cannot be created; ST_ERR_RUNTIME for I/O and out of memory.
- * On error no shard is left half-written (each shard is written crash-safely); the runs and the
- * journal stay, so the same call again resumes. stats may be NULL. */
+ * Shards are written into out_dir/.prepare and moved into out_dir only when every one is written
+ * and the split is accepted, so on error out_dir keeps what an earlier call published; the runs and
+ * the journal stay, so the same call again resumes. A call interrupted while moving leaves
+ * out_dir/.prepare/manifest.json, which the loader refuses and the next call into out_dir finishes
+ * first. stats may be NULL. */
 Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err);
 
 /* The documents of o->inputs (o->format, separator, field, skip_bad; the other fields are not used) in input
