@@ -8,7 +8,8 @@
  *               numbers written into the shard header (1e-12 relative);
  *   --tokens    rows = ceil(N / T);
  *   bad input   exit 2 and one stderr line naming the problem (missing folder, shard vocabulary
- *               different from the model's, token id out of range, --seq-len too long). */
+ *               different from the model's, shards of another tokenizer than the one recorded
+ *               with the weights, token id out of range, --seq-len too long). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 
 #include "ckpt/safetensors.h"
 #include "core/fileio.h"
+#include "data/bpe.h"
 #include "data/shard.h"
 #include "model/gpt.h"
 #include "testutil.h"
@@ -140,6 +142,23 @@ int main(void) {
     bad[500] = V + 3;
     ShardMeta unknown = {0, SRC_BYTES, 0, 0};
     shard_write(TMP "/oov.bin", bad, NTOK, &unknown, &e);
+    /* The shards against the tokenizer recorded with the weights ("bytes"): a header of another
+     * tokenizer with the model's vocabulary is refused; control: bytes' own hash is scored. */
+    {
+        Tokenizer *tk = NULL;
+        uint64_t hb = tokenizer_load(&tk, "bytes", "", &e) == ST_OK ? tokenizer_hash(tk) : 0;
+        tokenizer_free(tk);
+        ShardMeta other = {hb ^ 0x5a5a5a5aull, SRC_BYTES, V, 0}, own = {hb, SRC_BYTES, V, 0};
+        shard_write(TMP "/other_tok.bin", tok, NTOK, &other, &e);
+        shard_write(TMP "/own_tok.bin", tok, NTOK, &own, &e);
+        expect_error("eval_shards_of_another_tokenizer", TMP "/model --data " TMP "/other_tok.bin --seq-len 16",
+                     "prepared with another tokenizer, this run's tokenizer is bytes");
+        snprintf(args, sizeof args, TMP "/model --data " TMP "/own_tok.bin --seq-len %d", T);
+        o = eval_json(args);
+        tu_check(hb && o && fabs(jnum(o, "loss") - loss) <= 1e-5 * loss, "control_eval_shards_of_the_weights_tokenizer",
+                 "bytes hash %016llx, loss %.6f", (unsigned long long)hb, o ? jnum(o, "loss") : NAN);
+        cJSON_Delete(o);
+    }
     expect_error("eval_missing_dir", TMP "/nope --data " TMP "/good.bin", "does not exist");
     expect_error("eval_missing_data", TMP "/model", "--data");
     expect_error("eval_shard_vocab_mismatch", TMP "/model --data " TMP "/vocab.bin --seq-len 16", "expects 61");

@@ -356,6 +356,75 @@ int main(void) {
         free(ri), free(rt), free(si), free(stt);
     }
 
+    /* ---- one tokenizer per loader, by the headers: shards of two tokenizers or two vocabularies are
+     * refused (ids of two tokenizers stand for different text), in one glob and across a mixture, and
+     * --val-data against --data; headers recording none are not compared. Header words a writer never
+     * produces are refused when the shard opens. Controls: the same files with agreeing headers load. */
+    {
+        uint32_t t[40];
+        for (int i = 0; i < 40; i++) t[i] = (uint32_t)i;
+        const ShardMeta ma = {0x1111, 0, 100, 0, 0}, mb = {0x2222, 0, 100, 0, 0}, mv = {0x1111, 0, 200, 0, 0},
+                        m0 = {0, 0, 0, 0, 0};
+        Loader l, l2;
+        char gl[700], mix[1500];
+        snprintf(gl, sizeof gl, "%s/tk_*.bin", tmpdir);
+        snprintf(mix, sizeof mix, "%s/tk_0.bin:1,%s/tk_1.bin:1", tmpdir, tmpdir);
+        const struct { const ShardMeta *second; int ok; const char *what, *needle; } cases[] = {
+            {&mb, 0, "loader_two_tokenizers_refused", "expected shards of one tokenizer"},
+            {&mv, 0, "loader_two_vocabularies_refused", "expected shards of one vocabulary"},
+            {&ma, 1, "control_loader_one_tokenizer_loads", ""},
+            {&m0, 1, "control_loader_header_without_tokenizer_loads", ""},
+        };
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            shard_write(tpath("tk_0.bin"), t, 40, &ma, &err);
+            shard_write(tpath("tk_1.bin"), t, 40, cases[c].second, &err);
+            for (int m = 0; m < 2; m++) {
+                Status s1 = loader_open(&l, m ? mix : gl, T, 0, 0, 0, 0, &err);
+                if (!s1) loader_close(&l);
+                char lbl[128];
+                snprintf(lbl, sizeof lbl, "%s%s", cases[c].what, m ? "_mixture" : "");
+                tu_check(cases[c].ok ? !s1 : s1 == ST_ERR_INPUT && strstr(err.msg, cases[c].needle) != NULL, lbl, "%s",
+                         s1 ? err.msg : "loaded");
+            }
+        }
+        /* --val-data against --data */
+        shard_write(tpath("tv_a.bin"), t, 40, &ma, &err);
+        shard_write(tpath("tv_b.bin"), t, 40, &mb, &err);
+        loader_open(&l, tpath("tv_a.bin"), T, 0, 0, 0, 0, &err);
+        loader_open(&l2, tpath("tv_b.bin"), T, 0, 0, 0, 0, &err);
+        Status s2 = loader_check_same_tokenizer(&l, &l2, "tv_b.bin", &err);
+        tu_check(s2 == ST_ERR_INPUT && strstr(err.msg, "--val-data tv_b.bin: expected shards of the training shards' tokenizer"),
+                 "loader_val_data_of_another_tokenizer_refused", "%s", s2 ? err.msg : "accepted");
+        tu_check(!loader_check_same_tokenizer(&l, &l, "tv_a.bin", &err), "control_loader_val_data_same_tokenizer", "%s",
+                 err.msg);
+        loader_close(&l2);
+        /* ids at or above the header's own vocabulary (below the model's): a damaged header */
+        const ShardMeta m30 = {0x1111, 0, 30, 0, 0}, m50 = {0x1111, 0, 50, 0, 0};
+        shard_write(tpath("hv_0.bin"), t, 40, &m30, &err);
+        loader_open(&l2, tpath("hv_0.bin"), T, 0, 0, 0, 0, &err);
+        s2 = loader_check_vocab(&l2, 100, &err);
+        tu_check(s2 == ST_ERR_INPUT && strstr(err.msg, "below the vocabulary size 30 its header records, found id 30"),
+                 "loader_ids_beyond_header_vocabulary_refused", "%s", s2 ? err.msg : "accepted");
+        loader_close(&l2);
+        shard_write(tpath("hv_0.bin"), t, 40, &m50, &err);
+        loader_open(&l2, tpath("hv_0.bin"), T, 0, 0, 0, 0, &err);
+        tu_check(!loader_check_vocab(&l2, 100, &err), "control_loader_ids_within_header_vocabulary", "%s", err.msg);
+        loader_close(&l2);
+        loader_close(&l);
+        /* header words no writer produces: a vocabulary over 2^30, an EOT beyond the vocabulary */
+        const ShardMeta mbig = {0x1111, 0, 0xFFFFFFFFu, 0, 7}, meot = {0x1111, 0, 100, 200, 0};
+        shard_write(tpath("hw_0.bin"), t, 40, &mbig, &err);
+        s2 = loader_open(&l2, tpath("hw_0.bin"), T, 0, 0, 0, 0, &err);
+        tu_check(s2 == ST_ERR_INPUT && strstr(err.msg, "hw_0.bin: expected a vocabulary size of at most 2^30"),
+                 "shard_header_vocabulary_over_2p30_refused", "%s", s2 ? err.msg : "accepted");
+        if (!s2) loader_close(&l2);
+        shard_write(tpath("hw_0.bin"), t, 40, &meot, &err);
+        s2 = loader_open(&l2, tpath("hw_0.bin"), T, 0, 0, 0, 0, &err);
+        tu_check(s2 == ST_ERR_INPUT && strstr(err.msg, "expected an EOT id below the vocabulary size 100"),
+                 "shard_header_eot_beyond_vocabulary_refused", "%s", s2 ? err.msg : "accepted");
+        if (!s2) loader_close(&l2);
+    }
+
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) printf("note: could not remove %s\n", tmpdir);

@@ -279,7 +279,22 @@ int cmd_eval(int argc, char **argv) {
     memset(&g, 0, sizeof g);
     int32_t *inp = NULL, *tgt = NULL;
     int rc = 0;
-    if ((st = loader_open(&ld, data, T, (uint32_t)cfg.vocab, 0, 0, 0, &err)) != ST_OK) {
+    /* The shards against the tokenizer recorded with the weights (as train --init-from does): ids of
+     * another tokenizer of the same size would be scored without complaint. */
+    uint64_t want_hash = 0;
+    if (recorded[0]) {
+        char tdir[1024];
+        const char *sub = tokenizer_data_subdir(recorded);
+        args_find_data_dir("", sub ? sub : "gpt2_tokenizer", tdir, sizeof tdir);
+        Tokenizer *tk = NULL;
+        Err te;
+        if (tokenizer_load(&tk, recorded, tdir, &te) == ST_OK) want_hash = tokenizer_hash(tk);
+        else if (!quiet)
+            fprintf(stderr, "eval: the weights' tokenizer %s could not be loaded (%s): the shards are checked by "
+                    "vocabulary size only\n", recorded, te.msg);
+        tokenizer_free(tk);
+    }
+    if ((st = loader_open_named(&ld, data, T, (uint32_t)cfg.vocab, want_hash, recorded, 0, 0, &err)) != ST_OK) {
         err_prefix(&err, "--data");
         goto fail;
     }

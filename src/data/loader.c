@@ -55,7 +55,7 @@ static int parse_item(const char *item, size_t len, char *pat, size_t patlen, do
 /* The --tokenizer a shard was prepared with, from the manifest.json prepare wrote beside it: the
  * value of --tokenizer in its "command" (prepare's default gpt2 when absent), else its
  * tokenizer.kind; only when the manifest's hash is the shard's. 0 when unknown. */
-static int shard_tokenizer_name(const char *shard_path, uint64_t hash, char *out, size_t cap) {
+int loader_shard_tokenizer_name(const char *shard_path, uint64_t hash, char *out, size_t cap) {
     char path[1100];
     const char *slash = strrchr(shard_path, '/');
     if (slash) snprintf(path, sizeof path, "%.*s/manifest.json", (int)(slash - shard_path), shard_path);
@@ -139,7 +139,7 @@ static Status set_add_glob(LoaderSet *s, const char *pattern, uint64_t expected_
             else snprintf(redo, sizeof redo, "the run's --tokenizer");
             if (en) snprintf(want, sizeof want, "this run's tokenizer is %s", en);
             else snprintf(want, sizeof want, "this run's tokenizer is another");
-            if (shard_tokenizer_name(sh->path, sh->meta.tokenizer_hash, made, sizeof made))
+            if (loader_shard_tokenizer_name(sh->path, sh->meta.tokenizer_hash, made, sizeof made))
                 st = err_set(err, ST_ERR_INPUT,
                              "%s: prepared with tokenizer %s, %s (its --tokenizer, or the one recorded with its "
                              "--init-from weights; hashes %016llx vs %016llx): prepare the text again with %s, or "
@@ -333,6 +333,64 @@ static Status build_mix(Loader *ld, Err *err) {
 
 /* ================================================================== 4. open / close / queries */
 
+/* Every shard of a loader (each set of a mixture too) from one tokenizer: ids of two tokenizers
+ * stand for different text. Headers that record no tokenizer (hash 0) or no vocabulary (0: shards
+ * written elsewhere) are not compared. */
+/* "tokenizer NAME (hash H)", or "tokenizer hash H" where no manifest names it. */
+static void tokenizer_words(const Shard *s, char *out, size_t cap) {
+    char name[256] = "";
+    if (loader_shard_tokenizer_name(s->path, s->meta.tokenizer_hash, name, sizeof name))
+        snprintf(out, cap, "tokenizer %s (hash %016llx)", name, (unsigned long long)s->meta.tokenizer_hash);
+    else
+        snprintf(out, cap, "tokenizer hash %016llx", (unsigned long long)s->meta.tokenizer_hash);
+}
+
+static Status check_one_tokenizer(const Loader *ld, const char *spec, Err *err) {
+    const Shard *h = NULL, *v = NULL;
+    for (int d = 0; d < ld->nsets; d++)
+        for (int i = 0; i < ld->sets[d].nshards; i++) {
+            const Shard *s = &ld->sets[d].shards[i];
+            if (s->meta.tokenizer_hash && !h) h = s;
+            if (s->meta.vocab_size && !v) v = s;
+            if (s->meta.tokenizer_hash && s->meta.tokenizer_hash != h->meta.tokenizer_hash) {
+                char a[300], b[300];
+                tokenizer_words(h, a, sizeof a), tokenizer_words(s, b, sizeof b);
+                return err_set(err, ST_ERR_INPUT,
+                               "%s: expected shards of one tokenizer, found %s prepared with %s and %s with %s: prepare "
+                               "them with one tokenizer", spec, h->path, a, s->path, b);
+            }
+            if (s->meta.vocab_size && s->meta.vocab_size != v->meta.vocab_size)
+                return err_set(err, ST_ERR_INPUT,
+                               "%s: expected shards of one vocabulary, found %s with %u ids and %s with %u (their headers)",
+                               spec, v->path, v->meta.vocab_size, s->path, s->meta.vocab_size);
+        }
+    return ST_OK;
+}
+
+uint64_t loader_tokenizer_hash(const Loader *ld) {
+    for (int d = 0; d < ld->nsets; d++)
+        for (int i = 0; i < ld->sets[d].nshards; i++)
+            if (ld->sets[d].shards[i].meta.tokenizer_hash) return ld->sets[d].shards[i].meta.tokenizer_hash;
+    return 0;
+}
+
+Status loader_check_same_tokenizer(const Loader *train, const Loader *val, const char *val_spec, Err *err) {
+    uint64_t th = loader_tokenizer_hash(train), vh = loader_tokenizer_hash(val);
+    if (!th || !vh || th == vh) return ST_OK;
+    const Shard *ts = NULL, *vs = NULL;
+    for (int d = 0; d < train->nsets && !ts; d++)
+        for (int i = 0; i < train->sets[d].nshards && !ts; i++)
+            if (train->sets[d].shards[i].meta.tokenizer_hash) ts = &train->sets[d].shards[i];
+    for (int d = 0; d < val->nsets && !vs; d++)
+        for (int i = 0; i < val->sets[d].nshards && !vs; i++)
+            if (val->sets[d].shards[i].meta.tokenizer_hash) vs = &val->sets[d].shards[i];
+    char a[300], b[300];
+    tokenizer_words(ts, a, sizeof a), tokenizer_words(vs, b, sizeof b);
+    return err_set(err, ST_ERR_INPUT,
+                   "--val-data %s: expected shards of the training shards' %s (%s), found %s (%s): prepare both with "
+                   "one tokenizer", val_spec, a, ts->path, b, vs->path);
+}
+
 Status loader_open(Loader *ld, const char *spec, int T, uint32_t vocab, uint64_t expected_hash, uint64_t seed,
                    int flags, Err *err) {
     return loader_open_named(ld, spec, T, vocab, expected_hash, NULL, seed, flags, err);
@@ -390,6 +448,7 @@ Status loader_open_named(Loader *ld, const char *spec, int T, uint32_t vocab, ui
         st = set_check_masks(&ld->sets[d], err);
         ld->masked |= ld->sets[d].masked;
     }
+    if (st == ST_OK) st = check_one_tokenizer(ld, spec, err);
     /* totals, EOT, rows */
     uint32_t hv = 0;
     for (int d = 0; d < nsets && st == ST_OK; d++) {
@@ -431,6 +490,16 @@ Status loader_check_vocab(const Loader *ld, uint32_t vocab, Err *err) {
     for (int d = 0; d < ld->nsets; d++)
         for (int i = 0; i < ld->sets[d].nshards; i++) {
             const Shard *s = &ld->sets[d].shards[i];
+            /* a header's vocabulary below the model's: the shard's own ids must fit it (a damaged header
+             * or ids written over) */
+            if (s->meta.vocab_size && s->meta.vocab_size < vocab) {
+                size_t hb = shard_find_token_at_least(s, s->meta.vocab_size);
+                if (hb != SIZE_MAX)
+                    return err_set(err, ST_ERR_INPUT,
+                                   "%s: expected token ids below the vocabulary size %u its header records, found id %u "
+                                   "at position %zu", s->path, s->meta.vocab_size, shard_token(s, hb), hb);
+                continue;
+            }
             size_t bad = shard_find_token_at_least(s, vocab);
             if (bad != SIZE_MAX)
                 return err_set(err, ST_ERR_INPUT,

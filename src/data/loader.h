@@ -143,6 +143,18 @@ static inline uint64_t loader_nopack_rows(uint64_t n_targets, int T) {
     return (n_targets + (uint64_t)T - 1) / (uint64_t)T;
 }
 
+/* The tokenizer hash the shards' headers record (all agree: loader_open refuses shards of two), 0 if
+ * none records one. */
+uint64_t loader_tokenizer_hash(const Loader *ld);
+
+/* val's shards against train's: refused when both headers record a tokenizer and they differ (what
+ * --val-data is checked with when the run names no --tokenizer). */
+Status loader_check_same_tokenizer(const Loader *train, const Loader *val, const char *val_spec, Err *err);
+
+/* The name of the tokenizer that made shard_path's shards (hash: its header's), from the
+ * manifest.json beside it: 1 and out set, or 0 when no manifest names it. */
+int loader_shard_tokenizer_name(const char *shard_path, uint64_t hash, char *out, size_t cap);
+
 /* The vocabulary size recorded in the shards' headers (0 if unknown or inconsistent). */
 uint32_t loader_header_vocab(const Loader *ld);
 

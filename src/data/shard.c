@@ -128,6 +128,16 @@ Status shard_open(Shard *s, const char *path, Err *err) {
     s->meta.vocab_size = rd32(h + 28);
     s->meta.eot_plus1 = rd32(h + 32);
     s->meta.version = version;
+    /* header words a writer of this format never produces: a damaged or foreign header */
+    if (s->meta.vocab_size > (1u << 30) || (s->meta.eot_plus1 && s->meta.vocab_size && s->meta.eot_plus1 > s->meta.vocab_size)) {
+        uint32_t v = s->meta.vocab_size, e = s->meta.eot_plus1;
+        shard_close(s);
+        if (v > (1u << 30))
+            return err_set(err, ST_ERR_INPUT, "%s: expected a vocabulary size of at most 2^30 in header word 7, found %u",
+                           path, v);
+        return err_set(err, ST_ERR_INPUT, "%s: expected an EOT id below the vocabulary size %u (header words 7, 8), "
+                       "found %u", path, v, e - 1);
+    }
     return ST_OK;
 }
 

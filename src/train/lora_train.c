@@ -583,6 +583,7 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     if (c->val_data[0] && (st = loader_open(&r->val, c->val_data, c->seq_len, (uint32_t)c->model.vocab, c->tokenizer_hash,
                                             0, c->no_pack ? LOADER_NO_PACK : 0, err)) != ST_OK)
         goto done;
+    if (c->val_data[0] && (st = loader_check_same_tokenizer(&r->train, &r->val, c->val_data, err)) != ST_OK) goto done;
     if (c->val_data[0] && c->model.doc_mask && (int)loader_header_eot(&r->val) != c->model.doc_eot) {
         st = err_set(err, ST_ERR_INPUT, "--val-data %s: --doc-mask expected the training shards' EOT id %d, found %u",
                      c->val_data, c->model.doc_eot, loader_header_eot(&r->val));

@@ -165,6 +165,7 @@ Status tr_setup_data(Run *r, Err *err) {
                                      c->tokenizer, 0, vflags,
                               err)) != ST_OK)
             return st;
+        if ((st = loader_check_same_tokenizer(&r->train, &r->val, c->val_data, err)) != ST_OK) return st;
         if (c->model.doc_mask && (int)loader_header_eot(&r->val) != c->model.doc_eot)
             return err_set(err, ST_ERR_INPUT, "--val-data %s: --doc-mask expected the training shards' EOT id %d, found %u",
                            c->val_data, c->model.doc_eot, loader_header_eot(&r->val));
