@@ -222,6 +222,45 @@ static void test_config_kinds(void) {
              n > 2 ? lr[2].last_step : -1);
 }
 
+/* The fp16 loss scaler's and the health detectors' options are trajectory fields: a resume that
+ * changes them is refused (they used to be missing from the config record, so --loss-scale-window
+ * changed the run silently and --loss-scale was ignored), --override lets them through and the
+ * override acts (the scale restarts at the given value). Control: the same options resume. */
+static void test_scaler_health_kinds(void) {
+    TrainResult r;
+    Err e;
+    TrainConfig c = base("scalerkinds", 20);
+    c.fp16 = 1, c.ckpt_every = 10, c.loss_scale_window = 500;
+    run_or_die(&c);
+    TrainConfig same = c;
+    same.steps = 25;
+    snprintf(same.resume, sizeof same.resume, "auto");
+    Status st = train_run(&same, &r, &e);
+    tu_check(st == ST_OK && r.start_step == 20, "control: fp16 resumes with the same scaler options", "%s",
+             st ? e.msg : "ok");
+    TrainConfig w = same;
+    w.steps = 30, w.loss_scale_window = 2;
+    st = train_run(&w, &r, &e);
+    tu_check(st == ST_ERR_INPUT && strstr(e.msg, "loss_scale_window"), "resume refuses a changed --loss-scale-window",
+             "%s", st ? e.msg : "accepted");
+    TrainConfig ls = same;
+    ls.steps = 30, ls.loss_scale = 8;
+    st = train_run(&ls, &r, &e);
+    tu_check(st == ST_ERR_INPUT && strstr(e.msg, "loss_scale"), "resume refuses a changed --loss-scale", "%s",
+             st ? e.msg : "accepted");
+    snprintf(ls.overrides, sizeof ls.overrides, "loss_scale");
+    st = train_run(&ls, &r, &e);
+    tu_check(st == ST_OK && r.start_step == 25 && r.final_loss_scale == 8.0f,
+             "--override loss_scale restarts the scale at the given value", "%s, final scale %g (65536 kept: ignored)",
+             st ? e.msg : "ok", r.final_loss_scale);
+    TrainConfig h = ls; /* the checkpoint at 30 records loss scale 8 */
+    h.steps = 40, h.overrides[0] = 0;
+    h.health.policy = HEALTH_POLICY_SKIP;
+    st = train_run(&h, &r, &e);
+    tu_check(st == ST_ERR_INPUT && strstr(e.msg, "config field health"), "resume refuses a changed --spike-policy", "%s",
+             st ? e.msg : "accepted");
+}
+
 /* The binary, SIGTERM mid-run: exit 0 with a checkpoint; --resume auto finishes identically. */
 static void test_sigterm(void) {
     const char *args = "--layers 2 --heads 2 --channels 32 --vocab 97 --max-seq-len 32 --seq-len 32 --micro-batch 4 "
@@ -385,6 +424,7 @@ int main(void) {
     test_split("async", 1, 0);
     test_split("bf16", 0, 1);
     test_config_kinds();
+    test_scaler_health_kinds();
     test_sigterm();
     test_one_pass();
     return tu_exit();

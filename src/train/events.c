@@ -153,6 +153,35 @@ cJSON *events_config_json(const TrainConfig *c) {
     cJSON_AddBoolToObject(o, "no_pack", c->no_pack);
     cJSON_AddStringToObject(o, "recompute", layout_recompute_name(c->recompute));
     cJSON_AddStringToObject(o, "precision", c->fp16 ? "fp16" : c->bf16 ? "bf16" : "fp32");
+    /* The loss scaler's and the health detectors' options change what a run does (a skipped step, a
+     * scale that doubles sooner): trajectory fields on resume (ckpt_field_kind). Written only where
+     * they differ from the defaults, so the config (and the checkpoints that compare against it) of
+     * a run that never set them stays as before. */
+    const TrainConfig d = train_default_config();
+    if (c->fp16 && (c->loss_scale != d.loss_scale || c->loss_scale_window != d.loss_scale_window)) {
+        add_num(o, "loss_scale", c->loss_scale);
+        add_num(o, "loss_scale_window", c->loss_scale_window);
+    }
+    const HealthOptions *h = &c->health, *hd = &d.health;
+    if (h->window != hd->window || h->min_history != hd->min_history || h->min_sigma != hd->min_sigma ||
+        h->loss.abs_threshold != hd->loss.abs_threshold || h->loss.z_threshold != hd->loss.z_threshold ||
+        h->gnorm.abs_threshold != hd->gnorm.abs_threshold || h->gnorm.z_threshold != hd->gnorm.z_threshold ||
+        h->policy != hd->policy || h->max_actions != hd->max_actions || h->max_nonfinite != hd->max_nonfinite ||
+        h->stall_window != hd->stall_window || h->stall_min_delta != hd->stall_min_delta) {
+        cJSON *hj = cJSON_AddObjectToObject(o, "health");
+        cJSON_AddStringToObject(hj, "policy", health_policy_name(h->policy));
+        add_num(hj, "window", h->window);
+        add_num(hj, "min_history", h->min_history);
+        add_num(hj, "min_sigma", h->min_sigma);
+        add_num(hj, "loss_abs", h->loss.abs_threshold);
+        add_num(hj, "loss_z", h->loss.z_threshold);
+        add_num(hj, "gnorm_abs", h->gnorm.abs_threshold);
+        add_num(hj, "gnorm_z", h->gnorm.z_threshold);
+        add_num(hj, "max_actions", h->max_actions);
+        add_num(hj, "max_nonfinite", h->max_nonfinite);
+        add_num(hj, "stall_window", h->stall_window);
+        add_num(hj, "stall_min_delta", h->stall_min_delta);
+    }
     cJSON_AddStringToObject(o, "log", c->log_path);
     cJSON_AddStringToObject(o, "out", c->out_dir);
     cJSON_AddStringToObject(o, "ckpt_dir", c->ckpt_dir);

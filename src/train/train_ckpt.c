@@ -266,6 +266,11 @@ Status tr_resume_load(Run *r, Err *err) {
         r->scaler.scale = (float)sv;
         if (ckpt_meta_scaler(&m, "good_steps", &sv)) r->scaler.good = (long)sv;
         if (ckpt_meta_scaler(&m, "skips", &sv)) r->scaler.skips = (long)sv;
+        /* --loss-scale changed under --override loss_scale (resume_check refuses it otherwise): the
+         * given scale replaces the checkpoint's from here on, as an override must do something */
+        const cJSON *ls = m.config ? cJSON_GetObjectItemCaseSensitive(m.config, "loss_scale") : NULL;
+        float was = cJSON_IsNumber(ls) ? (float)ls->valuedouble : train_default_config().loss_scale;
+        if (was != c->loss_scale) r->scaler.scale = c->loss_scale, r->scaler.good = 0;
     }
     if (hj && (st = health_state_from_json(&r->health, hj, c->health.window, err)) != ST_OK)
         err_prefix(err, "%s/state.json: health", r->rs.path);
