@@ -162,6 +162,25 @@ int main(void) {
              "ST_BF16_GEMM=onednn: the run's GEMMs are oneDNN's alone", "exit=%d, start record %s",
              WIFEXITED(grc) ? WEXITSTATUS(grc) : -1, gtext ? "read" : "missing");
     free(gtext);
+    /* A --log whose writes fail (a full disk: /dev/full): said at once on stderr, training goes on
+     * and saves its weights, the run ends with exit 1 naming --log (it used to end with 0 and no
+     * metrics). The control below (the same run with a writable log) exits 0. */
+    {
+        char lcmd[4096];
+        snprintf(lcmd, sizeof lcmd, "rm -rf %s/logfull_out; %s train --data %s/good.bin %s --log /dev/full --out "
+                 "%s/logfull_out >/dev/null 2>%s/logfull.err", TMP, BIN, TMP, common, TMP, TMP);
+        int lrc = system(lcmd);
+        char *ltext = tu_slurp(TMP "/logfull.err");
+        int lines = 0;
+        for (char *q = ltext; q && *q; q++) lines += *q == '\n';
+        int saved = access(TMP "/logfull_out/model.safetensors", F_OK) == 0;
+        tu_check(WIFEXITED(lrc) && WEXITSTATUS(lrc) == 1 && lines == 2 && ltext &&
+                     strstr(ltext, "--log /dev/full: write failed (No space left on device)") &&
+                     strstr(ltext, "the metrics log is incomplete") && saved,
+                 "a --log that cannot be written: said, the weights saved, exit 1", "exit=%d, %d lines, saved %d: %s",
+                 WIFEXITED(lrc) ? WEXITSTATUS(lrc) : -1, lines, saved, ltext ? ltext : "");
+        free(ltext);
+    }
     /* The good shard trains (so the failures above are about the bad input, not the setup). */
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s train --data %s/good.bin %s >/dev/null 2>&1", BIN, TMP, common);

@@ -2,6 +2,8 @@
 #include "train/events.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,8 +14,9 @@
 #include "model/matmul.h"
 
 Status events_open(EventLog *lg, const char *path, int append, Err *err) {
-    lg->f = NULL;
+    lg->f = NULL, lg->err_no = 0, lg->path[0] = '\0';
     if (!path || !path[0]) return ST_OK;
+    snprintf(lg->path, sizeof lg->path, "%s", path);
     lg->f = fopen(path, append ? "a" : "w");
     if (!lg->f) return err_set(err, ST_ERR_INPUT, "--log %s: cannot open for writing", path);
     return ST_OK;
@@ -24,14 +27,28 @@ void events_close(EventLog *lg) {
     lg->f = NULL;
 }
 
-/* Writes one record and takes ownership of o. */
+Status events_check(const EventLog *lg, Err *err) {
+    if (!lg->err_no) return ST_OK;
+    return err_set(err, ST_ERR_RUNTIME, "--log %s: expected every record written, found a write that failed (%s): the "
+                   "metrics log is incomplete", lg->path, strerror(lg->err_no));
+}
+
+/* Writes one record and takes ownership of o. A failed write (a full disk, /dev/full) is said once
+ * on stderr and the run goes on (its weights and checkpoints matter more than its log); the run
+ * then ends with events_check's error instead of success. */
 static void emit(EventLog *lg, cJSON *o) {
     if (lg->f) {
         char *s = cJSON_PrintUnformatted(o);
         if (s) {
-            fputs(s, lg->f);
-            fputc('\n', lg->f);
-            fflush(lg->f);
+            errno = 0;
+            int bad = fputs(s, lg->f) == EOF;
+            bad |= fputc('\n', lg->f) == EOF;
+            bad |= fflush(lg->f) != 0;
+            if (bad && !lg->err_no) {
+                lg->err_no = errno ? errno : EIO;
+                fprintf(stderr, "scaletrain train: --log %s: write failed (%s): the records from here on are lost; "
+                        "training goes on\n", lg->path, strerror(lg->err_no));
+            }
             free(s);
         }
     }

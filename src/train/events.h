@@ -80,12 +80,16 @@
 #define LAYER_STATS_MAX 1026 /* segments logged by --log-layer-stats (embeddings + 1024 blocks + final) */
 
 typedef struct {
-    FILE *f; /* NULL: events are dropped (no --log, or not rank 0) */
+    FILE *f;         /* NULL: events are dropped (no --log, or not rank 0) */
+    char path[1024];
+    int err_no;      /* the first failed write's errno (0: none): said at once, the run's error at its end */
 } EventLog;
 
 /* Opens path for appending (a resumed run) or truncating (a new one); "" opens nothing. */
 Status events_open(EventLog *lg, const char *path, int append, Err *err);
 void events_close(EventLog *lg);
+/* ST_OK, or the first write that failed ("--log PATH: ..."): the records from it on are lost. */
+Status events_check(const EventLog *lg, Err *err);
 
 /* The resolved configuration as recorded in `start` and in checkpoints (the config hash and the
  * resume check read it too). Caller frees with cJSON_Delete. */

@@ -262,7 +262,7 @@ static Status run_finish(Run *r, Err *err) {
     if (!c->quiet)
         printf("done: %ld steps, median %.1f ms/step, %.0f tokens/s\n", res->steps_done, res->median_step_ms,
                res->tokens_per_s);
-    return ST_OK;
+    return events_check(&r->log, err);
 }
 
 Status train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
