@@ -162,6 +162,24 @@ int main(void) {
              "ST_BF16_GEMM=onednn: the run's GEMMs are oneDNN's alone", "exit=%d, start record %s",
              WIFEXITED(grc) ? WEXITSTATUS(grc) : -1, gtext ? "read" : "missing");
     free(gtext);
+    /* A directory where a file is expected: named (it read as "out of memory reading 2^63 bytes");
+     * a file from a pipe (/dev/stdin) is read to its end (it read as "read failed"). */
+    expect_error("a directory as fit's CSV", "fit " TMP, "test_cli_errors: expected a file, found a directory");
+    expect_error("a directory as plan's --config", "plan --config " TMP, "expected a file, found a directory");
+    {
+        FILE *pf = fopen(TMP "/plan_cfg.json", "wb");
+        fputs("{\"model\": \"d2\", \"vocab\": 257, \"hardware\": \"cpu-zen4-2c\"}\n", pf);
+        fclose(pf);
+        char pcmd[2048];
+        snprintf(pcmd, sizeof pcmd, "cat %s/plan_cfg.json | %s plan --config /dev/stdin --json > %s/plan_pipe.json 2>&1",
+                 TMP, BIN, TMP);
+        int prc = system(pcmd);
+        char *pt = tu_slurp(TMP "/plan_pipe.json");
+        tu_check(WIFEXITED(prc) && WEXITSTATUS(prc) == 0 && pt && strstr(pt, "\"vocab\":\t257"),
+                 "plan --config from a pipe is read", "exit=%d: %.200s", WIFEXITED(prc) ? WEXITSTATUS(prc) : -1,
+                 pt ? pt : "");
+        free(pt);
+    }
     /* A --log whose writes fail (a full disk: /dev/full): said at once on stderr, training goes on
      * and saves its weights, the run ends with exit 1 naming --log (it used to end with 0 and no
      * metrics). The control below (the same run with a writable log) exits 0. */

@@ -98,25 +98,38 @@ Status file_write_atomic(const char *path, const void *const *bufs, const size_t
     return st;
 }
 
+/* A regular file is read at its size; a pipe or FIFO (`<(cmd)`, /dev/stdin) in chunks to its end. A
+ * directory is refused by name (fopen opens one, and its "size" read as 2^63 - 1 bytes). */
 Status file_read_all(const char *path, char **data, size_t *len, Err *err) {
     *data = NULL, *len = 0;
     FILE *f = fopen(path, "rb");
     if (!f) return err_set(err, ST_ERR_INPUT, "%s: cannot open: %s", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0) goto rerr;
-    long n = ftell(f);
-    if (n < 0 || fseek(f, 0, SEEK_SET) != 0) goto rerr;
-    char *buf = malloc((size_t)n + 1);
-    if (!buf) {
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0) goto rerr;
+    if (S_ISDIR(sb.st_mode)) {
         fclose(f);
-        return err_set(err, ST_ERR_RUNTIME, "%s: out of memory reading %ld bytes", path, n);
+        return err_set(err, ST_ERR_INPUT, "%s: expected a file, found a directory", path);
     }
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    size_t cap = S_ISREG(sb.st_mode) ? (size_t)sb.st_size + 1 : 1u << 16, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (!buf) {
+            fclose(f);
+            return err_set(err, ST_ERR_RUNTIME, "%s: out of memory reading %zu bytes", path, cap);
+        }
+        n += fread(buf + n, 1, cap - 1 - n, f);
+        if (n < cap - 1) break; /* the end, or an error (below) */
+        char *nb = realloc(buf, 2 * cap);
+        if (!nb) free(buf);
+        buf = nb, cap *= 2;
+    }
+    if (ferror(f)) {
         free(buf);
         goto rerr;
     }
     buf[n] = '\0';
     fclose(f);
-    *data = buf, *len = (size_t)n;
+    *data = buf, *len = n;
     return ST_OK;
 rerr:
     fclose(f);
