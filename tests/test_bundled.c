@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
         char p[1024], a[1200], b[1200];
         snprintf(p, sizeof p, "%s/out%d.txt", TMP, k);
         char *out = tu_slurp(p);
-        int lines = count(out, "data: no --data given");
+        int lines = count(out, "data: no --data given"); /* stdout and stderr together */
         int same = 1;
         const char *files[2] = {"train_000000.bin", "val_000000.bin"};
         for (int f = 0; f < 2; f++) {
@@ -75,5 +75,25 @@ int main(int argc, char **argv) {
     snprintf(b, sizeof b, "%s/ref02/val_000000.bin", TMP);
     tu_check(!tu_same_file(a, b), "negative control: the shards of --val-fraction 0.2 differ from the cache's",
              "%s against %s", a, b);
+    /* sweep --list of a spec on the bundled data: stdout holds only the runs' commands (the bundled
+     * corpus's notice went to stdout first, and a Slurm array reading line N ran it as a task).
+     * Control: the notice is on stderr. */
+    FILE *f = fopen(TMP "/bundled_spec.json", "wb");
+    fputs("{\"name\": \"b\", \"data\": \"bundled\", \"base\": {\"seq_len\": 32, \"max_seq_len\": 32, "
+          "\"micro_batch\": 2, \"threads\": 1}, \"grid\": {\"kind\": \"sizes_tokens\", \"models\": [\"d1\"], "
+          "\"tokens\": [640, 1280]}}\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "XDG_CACHE_HOME=%s/cache0 %s sweep %s/bundled_spec.json --out %s/sw --list >%s/list.txt "
+             "2>%s/list.err", TMP, BIN, TMP, TMP, TMP, TMP);
+    int rc = run(cmd);
+    char *lt = tu_slurp(TMP "/list.txt"), *le = tu_slurp(TMP "/list.err");
+    int n = 0, commands = 0;
+    for (char *p = lt; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p))
+        n++, commands += !strncmp(p, "scaletrain train ", 17);
+    tu_check(rc == 0 && n == 2 && commands == 2, "sweep --list on the bundled data: only commands on stdout",
+             "exit %d, %d lines, %d commands: %.200s", rc, n, commands, lt ? lt : "");
+    tu_check(le && strstr(le, "data: no --data given"), "control: the bundled data's notice is on stderr", "%.200s",
+             le ? le : "");
+    free(lt), free(le);
     return tu_exit();
 }

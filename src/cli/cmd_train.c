@@ -64,8 +64,10 @@ static Status bundled_corpus(TrainConfig *c, const Comm *comm, Err *err) {
     }
     close(fd); /* releases the lock */
     if (st != ST_OK) return st;
+    /* a notice, on stderr: sweep --list / --dry-run --json resolve runs through this and their
+     * stdout must hold only commands or JSON lines */
     if (!comm || comm->rank == 0)
-        printf("data: no --data given, using the bundled Tiny Shakespeare (bytes) prepared in %s\n", cache);
+        fprintf(stderr, "data: no --data given, using the bundled Tiny Shakespeare (bytes) prepared in %s\n", cache);
     snprintf(c->data, sizeof c->data, "%s/train_*.bin", cache);
     if (!c->val_data[0]) snprintf(c->val_data, sizeof c->val_data, "%s/val_*.bin", cache);
     if (!c->tokenizer[0]) snprintf(c->tokenizer, sizeof c->tokenizer, "bytes");
