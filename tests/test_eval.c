@@ -159,6 +159,8 @@ int main(void) {
                  "bytes hash %016llx, loss %.6f", (unsigned long long)hb, o ? jnum(o, "loss") : NAN);
         cJSON_Delete(o);
     }
+    expect_error("eval_file_for_weights", TMP "/good.bin --data " TMP "/good.bin", "good.bin: expected a weights folder "
+                 "(train --out), a checkpoint or a --ckpt-dir, found a file");
     expect_error("eval_missing_dir", TMP "/nope --data " TMP "/good.bin", "does not exist");
     expect_error("eval_missing_data", TMP "/model", "--data");
     expect_error("eval_shard_vocab_mismatch", TMP "/model --data " TMP "/vocab.bin --seq-len 16", "expects 61");

@@ -352,6 +352,34 @@ int main(int argc, char **argv) {
     int same_files = tu_same_file(DIR "/full_out/adapter_model.safetensors", DIR "/res_out/adapter_model.safetensors");
     tu_check(rc1 == 0 && rc2 == 0 && rc3 == 0 && a[0] && !strcmp(a, b) && same_files, "resume equals uninterrupted",
              "6 step records as exact text%s, final adapters byte-equal %d", strcmp(a, b) ? " DIFFER" : "", same_files);
+    /* state.json carries its own checksum (version 2): a copy of the step-3 checkpoint with its
+     * loader position edited is refused on resume (it resumed, on other batches); control: the
+     * unedited copy resumes. */
+    {
+        int ok[2];
+        for (int edit = 0; edit < 2; edit++) {
+            snprintf(cmd, sizeof cmd, "rm -rf " DIR "/ck_edit && mkdir -p " DIR "/ck_edit && cp -r " DIR
+                     "/ck_res/step_00000003 " DIR "/ck_edit/ && %s", edit ? "sed -i 's/\"loader_consumed\":\t\"6\"/"
+                     "\"loader_consumed\":\t\"60\"/' " DIR "/ck_edit/step_00000003/state.json" : "true");
+            int crc = system(cmd);
+            snprintf(cmd, sizeof cmd, "%s " COMMON " --lora-dropout 0.1 --ckpt-dir " DIR "/ck_edit --resume " DIR
+                     "/ck_edit/step_00000003", g_bin);
+            int r = run(edit ? "edited" : "unedited", cmd);
+            char *t = tu_slurp(edit ? DIR "/edited.out" : DIR "/unedited.out");
+            ok[edit] = crc == 0 && (edit ? r == 2 && t && strstr(t, "state.json: xxh3 checksum mismatch") : r == 0);
+            free(t);
+        }
+        tu_check(ok[1], "a LoRA checkpoint's edited state.json is refused", "see " DIR "/edited.out");
+        tu_check(ok[0], "control: the unedited copy resumes", "see " DIR "/unedited.out");
+        /* eval and sample of a LoRA checkpoint say what it is and how to get weights (they said
+         * "--resume ...: expected format scaletrain-checkpoint") */
+        snprintf(cmd, sizeof cmd, "%s eval " DIR "/ck_res/step_00000003 --data " DIR "/train.bin", g_bin);
+        int r = run("eval_lora", cmd);
+        char *t = tu_slurp(DIR "/eval_lora.out");
+        tu_check(r == 2 && t && strstr(t, "expected weights, found a LoRA checkpoint") && strstr(t, "--merge -o DIR"),
+                 "eval of a LoRA checkpoint: named, with the export --merge hint", "rc %d, %s", r, t ? t : "");
+        free(t);
+    }
     /* Control: steps 4-6 of a fresh 3-step start differ from the resumed ones. */
     snprintf(cmd, sizeof cmd, "%s " COMMON " --lora-dropout 0.1 --log " DIR "/fresh.jsonl --stop-after 3", g_bin);
     run("fresh", cmd);

@@ -366,9 +366,26 @@ const FileSum *ckpt_files_find(const CkptFileList *f, const char *name) {
     return NULL;
 }
 
-/* Parses a verified state.json text into meta and the file list (files may be NULL). */
-static Status state_parse(const char *path, const char *text, size_t len, CkptMeta *m, CkptFileList *files,
-                          Err *err) {
+char *ckpt_state_seal(const char *text) {
+    size_t bl = strlen(text) - 2; /* cJSON_Print's closing "\n}" */
+    char *out = malloc(bl + strlen(STATE_MARKER) + 16 + strlen(STATE_TAIL) + 1);
+    XXH3_state_t *h = XXH3_createState();
+    if (!out || !h) {
+        free(out), XXH3_freeState(h);
+        return NULL;
+    }
+    XXH3_64bits_reset(h);
+    XXH3_64bits_update(h, text, bl);
+    XXH3_64bits_update(h, STATE_MARKER, strlen(STATE_MARKER));
+    char hx[17];
+    ckpt_hex64(hx, XXH3_64bits_digest(h));
+    XXH3_freeState(h);
+    memcpy(out, text, bl);
+    sprintf(out + bl, "%s%s%s", STATE_MARKER, hx, STATE_TAIL);
+    return out;
+}
+
+Status ckpt_state_verify(const char *path, const char *text, size_t len, Err *err) {
     size_t ml = strlen(STATE_MARKER), tl = strlen(STATE_TAIL);
     if (len < ml + 16 + tl || memcmp(text + len - tl, STATE_TAIL, tl) != 0 ||
         memcmp(text + len - tl - 16 - ml, STATE_MARKER, ml) != 0)
@@ -381,6 +398,14 @@ static Status state_parse(const char *path, const char *text, size_t len, CkptMe
     if (got != want)
         return err_set(err, ST_ERR_INPUT, "%s: xxh3 checksum mismatch: recorded %016" PRIx64 ", computed %016" PRIx64
                        " (corrupt)", path, want, got);
+    return ST_OK;
+}
+
+/* Parses a verified state.json text into meta and the file list (files may be NULL). */
+static Status state_parse(const char *path, const char *text, size_t len, CkptMeta *m, CkptFileList *files,
+                          Err *err) {
+    Status vs = ckpt_state_verify(path, text, len, err);
+    if (vs != ST_OK) return vs;
     cJSON *o = cJSON_ParseWithLength(text, len);
     if (!cJSON_IsObject(o)) {
         cJSON_Delete(o);

@@ -116,6 +116,12 @@ typedef struct {
     size_t body_len;
 } StateArg;
 
+/* A state.json's self checksum (the full checkpoint's, and the LoRA checkpoint's from version 2):
+ * seal returns text (cJSON_Print's, ending "\n}") with the state_checksum member last (malloc'd,
+ * NULL when out of memory); verify checks it on a read text. */
+char *ckpt_state_seal(const char *text);
+Status ckpt_state_verify(const char *path, const char *text, size_t len, Err *err);
+
 /* Writes a StateArg's body, the marker, its self checksum and the tail. */
 Status ckpt_state_producer(const void *arg, StWriteFn w, void *ctx, Err *err);
 

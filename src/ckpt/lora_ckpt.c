@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <xxhash.h>
 
+#include "ckpt/ckpt_internal.h"
 #include "ckpt/safetensors.h"
 #include "core/fileio.h"
 
@@ -161,7 +162,7 @@ Status ckpt_lora_save(const char *ckpt_dir, const ModelConfig *cfg, const LoraLa
     cJSON *s = cJSON_CreateObject(), *lo = cJSON_CreateObject(), *base = cJSON_CreateObject(), *fl = cJSON_CreateObject();
     char buf[64], tg[64];
     cJSON_AddStringToObject(s, "format", "scaletrain-lora");
-    cJSON_AddNumberToObject(s, "version", 1);
+    cJSON_AddNumberToObject(s, "version", 2); /* 2: the state_checksum member (ckpt_state_seal) */
     cJSON_AddNumberToObject(s, "step", (double)meta->step);
     snprintf(buf, sizeof buf, "%llu", (unsigned long long)meta->loader.seed);
     cJSON_AddStringToObject(s, "loader_seed", buf);
@@ -188,7 +189,8 @@ Status ckpt_lora_save(const char *ckpt_dir, const ModelConfig *cfg, const LoraLa
         cJSON_AddStringToObject(fl, FILES[i], buf);
     }
     cJSON_AddItemToObject(s, "files", fl);
-    char *text = st == ST_OK ? cJSON_Print(s) : NULL;
+    char *plain = st == ST_OK ? cJSON_Print(s) : NULL, *text = plain ? ckpt_state_seal(plain) : NULL;
+    free(plain);
     cJSON_Delete(s);
     if (st != ST_OK) return st;
     if (!text) return err_set(err, ST_ERR_RUNTIME, "out of memory");
@@ -261,7 +263,14 @@ Status ckpt_lora_read_meta(const char *path, LoraCkptMeta *meta, LoraConfig *lc,
     snprintf(p, sizeof p, "%s/state.json", path);
     Status st = file_read_all(p, &data, &len, err);
     if (st != ST_OK) return st;
-    cJSON *s = cJSON_Parse(data);
+    cJSON *s = cJSON_ParseWithLength(data, len);
+    /* from version 2 the text carries its own checksum (an edited step or loader position was taken
+     * as written); version 1, from before, has none */
+    double ver = 0;
+    if (s && (!jnum(s, "version", &ver) || ver != 1) && (st = ckpt_state_verify(p, data, len, err)) != ST_OK) {
+        free(data), cJSON_Delete(s);
+        return st;
+    }
     free(data);
     const cJSON *lo = s ? cJSON_GetObjectItemCaseSensitive(s, "lora") : NULL;
     const cJSON *base = s ? cJSON_GetObjectItemCaseSensitive(s, "base") : NULL;
@@ -276,6 +285,14 @@ Status ckpt_lora_read_meta(const char *path, LoraCkptMeta *meta, LoraConfig *lc,
         cJSON_Delete(s);
         return err_set(err, ST_ERR_INPUT, "%s: expected a LoRA checkpoint's state.json (format scaletrain-lora with step, "
                        "loader, lora and base), found something else", p);
+    }
+    /* the directory's name, where it has the saver's form, says the same step */
+    const char *base_name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    long named;
+    char tail;
+    if (sscanf(base_name, "step_%ld%c", &named, &tail) == 1 && named != (long)step) {
+        cJSON_Delete(s);
+        return err_set(err, ST_ERR_INPUT, "%s: expected step %ld (the directory's name), found step %.0f", p, named, step);
     }
     meta->step = (long)step;
     meta->loader.seed = strtoull(seed, NULL, 10), meta->loader.consumed = strtoull(cons, NULL, 10);

@@ -3,9 +3,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/lora_ckpt.h"
 #include "cli/cmds_ckpt.h"
 #include "model/backend.h"
 #include "model/gpt.h"
@@ -16,12 +18,30 @@ Status cli_resolve_weights(const char *cmd, const char *arg, char *src, size_t l
         snprintf(src, len, "%s", arg);
         return ST_OK;
     }
-    if (access(arg, F_OK) != 0)
+    struct stat sb;
+    if (stat(arg, &sb) != 0)
         return err_set(err, ST_ERR_INPUT, "%s: expected a weights folder (train --out), a checkpoint or a --ckpt-dir, "
                        "but it does not exist", arg);
+    size_t al = strlen(arg);
+    if (!S_ISDIR(sb.st_mode))
+        return err_set(err, ST_ERR_INPUT, "%s: expected a weights folder (train --out), a checkpoint or a --ckpt-dir, "
+                       "found a file%s", arg, al > 4 && !strcmp(arg + al - 4, ".bin")
+                           ? " (if it is llm.c's weights: train --init-from reads those)" : "");
+    /* A LoRA checkpoint holds adapters, not weights (export --merge makes weights of them) */
+    char lpath[4096] = "";
+    Err le;
+    if (ckpt_lora_is_checkpoint(arg)) snprintf(lpath, sizeof lpath, "%s", arg);
+    else if (ckpt_lora_resolve(arg, "auto", lpath, sizeof lpath, &le) != ST_OK) lpath[0] = 0;
+    if (lpath[0] && strcmp(cmd, "export"))
+        return err_set(err, ST_ERR_INPUT, "%s: expected weights, found a LoRA checkpoint (adapters over a base): "
+                       "scaletrain export %s --merge -o DIR writes the merged weights, then give DIR", arg, arg);
     char note[1536];
     Status st = ckpt_resolve(NULL, arg, src, len, note, sizeof note, err);
-    if (st != ST_OK) return st;
+    if (st != ST_OK) {
+        /* ckpt_resolve speaks to train's --resume; here the path is the command's argument */
+        if (err && !strncmp(err->msg, "--resume ", 9)) memmove(err->msg, err->msg + 9, strlen(err->msg + 9) + 1);
+        return st;
+    }
     if (!src[0])
         return err_set(err, ST_ERR_INPUT, "%s: expected model.safetensors + config.json (train --out), a checkpoint "
                        "step_NNNNNNNN/ or a --ckpt-dir holding them, found none of these", arg);
