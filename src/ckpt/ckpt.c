@@ -730,6 +730,9 @@ Status ckpt_save_snap(const CkptSnap *s, const CkptMeta *meta, const CkptOptions
     st = ckpt_prune(o->dir, o->keep_last, o->keep_every, &info->pruned, err);
     info->ms_prune = timer_ms() - t1;
 done:
+    /* a failed save takes its partial copy with it (on a full disk it held the space the next save
+     * needs); a crash leaves it for ckpt_remove_leftovers */
+    if (st != ST_OK) ckpt_rm_tree(tmp);
     free(state);
     return st;
 }
