@@ -232,8 +232,8 @@ int cmd_prepare(int argc, char **argv) {
                    "shard\n", chat_template_name(s.chat_template), (unsigned long long)s.train_trained,
                    (unsigned long long)s.val_trained);
         } else if (s.skips.bad_json + s.skips.missing_field + s.skips.bad_utf8)
-            printf("prepare: skipped (--skip-bad): %llu lines not JSON objects, %llu without a string \"%s\", %llu "
-                   "documents with invalid UTF-8\n", (unsigned long long)s.skips.bad_json,
+            printf("prepare: skipped (--skip-bad): %llu lines not JSON objects, %llu without a string \"%s\" (or with "
+                   "a NUL in it), %llu documents with invalid UTF-8\n", (unsigned long long)s.skips.bad_json,
                    (unsigned long long)s.skips.missing_field, field, (unsigned long long)s.skips.bad_utf8);
         printf("prepare: %llu input bytes; %llu text bytes -> %llu tokens (%llu train + %llu val, EOT included), "
                "%.3f bytes/token\n", (unsigned long long)s.input_bytes,
