@@ -173,6 +173,17 @@ int cmd_prepare(int argc, char **argv) {
     o.run_bytes = (size_t)memory_mb << 20;
     if (!rc && !out[0]) rc = fail(2, "--out: expected an output directory, found nothing (see --help)");
     if (!rc && nin == 0) rc = fail(2, "expected at least one INPUT file or directory, found none (see --help)");
+    o.inputs = (const char *const *)inputs;
+    o.ninputs = (size_t)nin;
+    /* the same for --field and --separator when the inputs' names decide the format (auto) */
+    char msg[1200];
+    int code;
+    if (!rc && args_find(specs, n, "field")->seen &&
+        (code = cli_check_flag_format(&o, "--field", PREP_FORMAT_JSONL, msg, sizeof msg)) != 0)
+        rc = fail(code, "%s", msg);
+    if (!rc && args_find(specs, n, "separator")->seen &&
+        (code = cli_check_flag_format(&o, "--separator", PREP_FORMAT_TEXT, msg, sizeof msg)) != 0)
+        rc = fail(code, "%s", msg);
     o.out_dir = out;
     const char *dir = dirbuf[0] ? dirbuf : NULL;
     char gdir[PATH_MAX];
@@ -194,8 +205,6 @@ int cmd_prepare(int argc, char **argv) {
         snprintf(cmdline + l, sizeof cmdline - l, " %s", argv[i]);
     }
     o.argv_line = cmdline;
-    o.inputs = (const char *const *)inputs;
-    o.ninputs = (size_t)nin;
     o.tok = tok;
     if (!quiet) {
         o.progress = prep_progress;

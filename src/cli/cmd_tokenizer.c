@@ -41,6 +41,32 @@ int cli_parse_double(const char *s, double *out) {
     return 0;
 }
 
+static const char *format_name(PrepareFormat f) {
+    return f == PREP_FORMAT_TEXT ? "text" : f == PREP_FORMAT_JSONL ? "JSON Lines" : f == PREP_FORMAT_WIKITEXT ? "WikiText"
+         : f == PREP_FORMAT_CHAT ? "chat" : "auto";
+}
+
+int cli_check_flag_format(const PrepareOptions *o, const char *flag, PrepareFormat fmt, char *msg, size_t cap) {
+    unsigned formats = 0;
+    Err err;
+    if (prepare_input_formats(o, &formats, &err)) {
+        snprintf(msg, cap, "%s", err.msg);
+        return err.status == ST_ERR_INPUT ? 2 : 1;
+    }
+    if (formats & (1u << fmt)) return 0;
+    char found[64] = "";
+    for (int f = PREP_FORMAT_TEXT; f <= PREP_FORMAT_CHAT; f++) {
+        if (!(formats & (1u << f))) continue;
+        size_t l = strlen(found);
+        snprintf(found + l, sizeof found - l, "%s%s", l ? " and " : "", format_name((PrepareFormat)f));
+    }
+    snprintf(msg, cap, "%s: would change nothing: no input is read as %s, found inputs read as %s%s; expected %s",
+             flag, format_name(fmt), found,
+             o->format == PREP_FORMAT_AUTO ? " (the format follows each file's name under --format auto)" : "",
+             fmt == PREP_FORMAT_JSONL ? "a .jsonl or .json input or --format jsonl" : "a text input or --format text");
+    return 2;
+}
+
 static int has_encoder(const char *dir) {
     char p[PATH_MAX + 32];
     snprintf(p, sizeof p, "%s/encoder.json", dir);
@@ -211,6 +237,11 @@ static int cmd_train(int argc, char **argv) {
     po.inputs = (const char *const *)files;
     po.ninputs = (size_t)nfiles;
     po.separator = sep;
+    char msg[1200];
+    int code;
+    if (!rc && args_find(specs, n, "separator")->seen &&
+        (code = cli_check_flag_format(&po, "--separator", PREP_FORMAT_TEXT, msg, sizeof msg)) != 0)
+        rc = fail(code, "%s", msg);
     if (!rc && (st = prepare_read_documents(&po, &docs, &err)) != ST_OK) rc = fail_err(&err);
     size_t total = 0;
     for (size_t d = 0; d < docs.n; d++) total += docs.len[d];
