@@ -225,6 +225,9 @@ int cmd_prepare(int argc, char **argv) {
                    "put blank lines between documents to choose them yourself, or give --val-fraction 0 to keep it "
                    "whole\n", strcmp(inputs[0], "-") ? inputs[0] : "standard input", (unsigned long long)s.line_pieces,
                    PREP_LINE_PIECE_BYTES);
+        if (s.finished_publish && !quiet) /* OUT held the earlier call's shards for a moment: say why */
+            printf("prepare: finished first the publish of an interrupted earlier prepare into %s (its shards were "
+                   "moved in, then replaced by this call's)\n", o.out_dir);
         if (s.resumed_files)
             printf("prepare: resumed: %zu of %zu inputs were finished by an interrupted call and skipped\n",
                    s.resumed_files, s.files);
