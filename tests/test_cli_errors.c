@@ -199,6 +199,60 @@ int main(void) {
                  WIFEXITED(lrc) ? WEXITSTATUS(lrc) : -1, lines, saved, ltext ? ltext : "");
         free(ltext);
     }
+    /* tokenizer decode: a bad word in the ids is quoted alone (a line break inside the quote split the
+     * error over three lines), and -o FILE keeps FILE as it was on error (it was truncated first) */
+    f = fopen(TMP "/bad.ids", "w");
+    fputs("1 2 x\n3\n4", f);
+    fclose(f);
+    f = fopen(TMP "/keep.txt", "w");
+    fputs("keep me\n", f);
+    fclose(f);
+    expect_error("decode quotes the bad word only", "tokenizer decode --tokenizer bytes " TMP "/bad.ids",
+                 "expected decimal token ids, found \"x\" at byte 4");
+    expect_error("decode -o FILE with a bad id", "tokenizer decode --tokenizer bytes " TMP "/bad.ids -o " TMP "/keep.txt",
+                 "found \"x\" at byte 4");
+    char *kept = tu_slurp(TMP "/keep.txt");
+    int tmp_left = system("ls " TMP "/keep.txt.tmp.* >/dev/null 2>&1") == 0;
+    tu_check(kept && !strcmp(kept, "keep me\n") && !tmp_left, "decode -o FILE: FILE unchanged after an error",
+             "FILE holds \"%s\", temporary left %d", kept ? kept : "(gone)", tmp_left);
+    free(kept);
+    /* control, and the byte count of the summary line: the decoded text's (the oracle: the text
+     * written here), not the id file's */
+    const char *text = "Decoded text of a known length: 45 bytes.\nok\n";
+    f = fopen(TMP "/text.txt", "w");
+    fputs(text, f);
+    fclose(f);
+    char dcmd[4096];
+    snprintf(dcmd, sizeof dcmd, "%s tokenizer encode --tokenizer bytes %s/text.txt -o %s/text.ids 2>/dev/null && "
+             "%s tokenizer decode --tokenizer bytes %s/text.ids -o %s/keep.txt 2>%s/decode.err", BIN, TMP, TMP, BIN, TMP,
+             TMP, TMP);
+    int drc = system(dcmd);
+    char *dec = tu_slurp(TMP "/keep.txt"), *derr = tu_slurp(TMP "/decode.err"), want[128];
+    snprintf(want, sizeof want, "tokenizer decode: %zu bytes <-> %zu tokens", strlen(text), strlen(text));
+    tu_check(drc == 0 && dec && !strcmp(dec, text) && derr && strstr(derr, want),
+             "control: decode -o FILE replaces FILE and counts the text's bytes", "exit=%d, want \"%s\", stderr \"%s\"",
+             WIFEXITED(drc) ? WEXITSTATUS(drc) : -1, want, derr ? derr : "");
+    free(dec);
+    free(derr);
+    /* tokenizer train --holdout: a one-line corpus has no line start after the cut, so nothing was
+     * held out and the flag silently did nothing */
+    f = fopen(TMP "/oneline.txt", "w");
+    fputs("a corpus of one line without a line break after the cut point", f);
+    fclose(f);
+    expect_error("tokenizer train --holdout with no line after the cut",
+                 "tokenizer train --vocab-size 260 --holdout 0.5 --out " TMP "/tok " TMP "/oneline.txt",
+                 "--holdout 0.5: expected text to hold out from the first line start after byte 31");
+    f = fopen(TMP "/lines.txt", "w");
+    fputs("a corpus of three lines\nwith a line break after\nthe cut point\n", f);
+    fclose(f);
+    snprintf(dcmd, sizeof dcmd, "%s tokenizer train --vocab-size 260 --holdout 0.5 --out %s/tok %s/lines.txt "
+             ">%s/train.out 2>&1", BIN, TMP, TMP, TMP);
+    drc = system(dcmd);
+    char *tout = tu_slurp(TMP "/train.out");
+    tu_check(drc == 0 && tout && strstr(tout, "held-out 14 bytes (last 50%)"),
+             "control: tokenizer train --holdout 0.5 on lines holds out the last line", "exit=%d: %s",
+             WIFEXITED(drc) ? WEXITSTATUS(drc) : -1, tout ? tout : "");
+    free(tout);
     /* The good shard trains (so the failures above are about the bad input, not the setup). */
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s train --data %s/good.bin %s >/dev/null 2>&1", BIN, TMP, common);

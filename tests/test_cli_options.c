@@ -99,6 +99,22 @@ int main(void) {
     expect_refused("field", "prepare --tokenizer bytes --format text --field body --out " TMP "/p0 " TMP "/corpus.txt");
     expect_refused("tokenizer-dir", "prepare --tokenizer bytes --tokenizer-dir " TMP " --out " TMP "/p0 " TMP "/corpus.txt");
     expect_refused("separator", "prepare --tokenizer bytes --format jsonl --separator @@ --out " TMP "/p0 " TMP "/corpus.txt");
+    /* under --format auto (the default) the inputs' names decide: refused when no input is read
+     * where the flag acts (a text file for --field, JSON Lines for --separator, "-" is text) */
+    f = fopen(TMP "/docs.jsonl", "w");
+    for (int d = 0; d < 4 && f; d++) fprintf(f, "{\"text\": \"json document %d\", \"body\": \"b%d\"}\n", d, d);
+    if (f) fclose(f);
+    file_mkdirs(TMP "/textdir", &e);
+    tu_shell("cp " TMP "/corpus.txt " TMP "/textdir/");
+    expect_refused("field", "prepare --tokenizer bytes --field body --out " TMP "/p0 " TMP "/corpus.txt");
+    expect_refused("field", "prepare --tokenizer bytes --field body --out " TMP "/p0 " TMP "/textdir");
+    expect_refused("field", "prepare --tokenizer bytes --field body --out " TMP "/p0 - < " TMP "/docs.jsonl");
+    expect_refused("separator", "prepare --tokenizer bytes --separator '' --out " TMP "/p0 " TMP "/docs.jsonl");
+    expect_accepted("control: prepare --field body with a JSON Lines input",
+                    "prepare --quiet --tokenizer bytes --field body --val-fraction 0.2 --out " TMP "/pf " TMP "/docs.jsonl");
+    expect_accepted("control: prepare --separator @@ with mixed inputs (it acts on the text one)",
+                    "prepare --quiet --tokenizer bytes --separator @@ --val-fraction 0.2 --out " TMP "/pm " TMP
+                    "/docs.jsonl " TMP "/corpus.txt");
     expect_accepted("control: prepare --format text --separator @@ --val-fraction 0.2 --seed 5",
                     "prepare --quiet --tokenizer bytes --format text --separator @@ --val-fraction 0.2 --seed 5 --out " TMP
                     "/data " TMP "/corpus.txt");
@@ -106,6 +122,7 @@ int main(void) {
     /* ---- tokenizer ---- */
     expect_refused("separator", "tokenizer train --vocab-size 260 --format wikitext --separator @@ --out " TMP "/tok " TMP
                                 "/corpus.txt");
+    expect_refused("separator", "tokenizer train --vocab-size 260 --separator '' --out " TMP "/tok " TMP "/docs.jsonl");
     expect_refused("tokenizer-dir", "tokenizer encode --tokenizer bytes --tokenizer-dir " TMP " " TMP "/corpus.txt");
     expect_accepted("control: tokenizer train --format text --separator @@",
                     "tokenizer train --vocab-size 260 --format text --separator @@ --out " TMP "/tok " TMP "/corpus.txt");

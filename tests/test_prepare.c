@@ -389,6 +389,105 @@ static void test_line_pieces(const Tokenizer *bt) {
     free(out);
 }
 
+/* Every document of tmpdir/name read by a DocReader with ro: joined by '|' into out (cap bytes), how
+ * many, and the skips. Returns the status (err set on error). */
+static Status read_docs(const char *name, const DocReaderOptions *ro, char *out, size_t cap, int *ndocs,
+                        DocSkips *skips, Err *err) {
+    DocReader *r = NULL;
+    *ndocs = 0;
+    out[0] = 0;
+    Status st = docreader_open(&r, path(name), ro, err);
+    size_t used = 0;
+    for (;;) {
+        const uint8_t *d;
+        size_t n;
+        if (st || (st = docreader_next(r, &d, &n, err)) != ST_OK || !d) break;
+        used += (size_t)snprintf(out + used, used < cap ? cap - used : 0, "%s%.*s", *ndocs ? "|" : "", (int)n,
+                                 (const char *)d);
+        (*ndocs)++;
+    }
+    if (r) *skips = *docreader_skips(r);
+    docreader_close(r);
+    return st;
+}
+
+/* Record and line edges of the reader. Oracle: the documents written by hand for each file.
+ * JSON Lines: a line holding two objects or text after its object is refused at its line (skipped
+ * and counted as bad JSON with skip_bad), as is a "text" holding \u0000 (cJSON's C string ended
+ * there: the document was cut); \\u0000 (a backslash, then u0000) is text, and \u0000 in another
+ * field, or in a duplicate key cJSON does not take, does not matter. Text: a UTF-8 BOM at the start
+ * is dropped (it hid the separator line after it and became tokens), one only; a CRLF text gives the
+ * documents of its LF copy with \r\n for \n (the \r before a separator line was kept); the same for
+ * blank-line separation. WikiText: a BOM before the first heading. */
+static void test_reader_edges(void) {
+    DocReaderOptions ro = {PREP_FORMAT_AUTO, "<|endoftext|>", NULL, 0, 0, 0};
+    char got[512];
+    int nd;
+    DocSkips sk;
+    Err err;
+    Status st;
+
+    write_file("two.jsonl", "{\"text\":\"first\"}{\"text\":\"second\"}\n{\"text\":\"third\"} junk\n{\"text\":\"fourth\"}\n");
+    st = read_docs("two.jsonl", &ro, got, sizeof got, &nd, &sk, &err);
+    tu_check(st == ST_ERR_INPUT && strstr(err.msg, "two.jsonl:1: expected a JSON object") &&
+                 strstr(err.msg, "more text after the object at byte 17"),
+             "jsonl_two_objects_on_a_line_refused", "%s", st ? err.msg : got);
+    ro.skip_bad = 1;
+    st = read_docs("two.jsonl", &ro, got, sizeof got, &nd, &sk, &err);
+    tu_check(!st && !strcmp(got, "fourth") && sk.bad_json == 2, "jsonl_junk_after_object_skipped_as_bad_json",
+             "%s docs \"%s\" bad_json=%llu", st ? err.msg : "", got, (unsigned long long)sk.bad_json);
+    ro.skip_bad = 0;
+    write_file("ws.jsonl", "\xEF\xBB\xBF{\"text\":\"bom\"}\n{\"text\":\"crlf\"} \t\r\n"); /* control: white space */
+    st = read_docs("ws.jsonl", &ro, got, sizeof got, &nd, &sk, &err);
+    tu_check(!st && !strcmp(got, "bom|crlf"), "control_jsonl_trailing_space_and_bom_accepted", "%s \"%s\"",
+             st ? err.msg : "", got);
+
+    write_file("nul.jsonl", "{\"text\":\"ok\"}\n{\"id\":\"x\",\"text\":\"a\\u0000b\"}\n");
+    st = read_docs("nul.jsonl", &ro, got, sizeof got, &nd, &sk, &err);
+    tu_check(st == ST_ERR_INPUT && strstr(err.msg, "nul.jsonl:2:") && strstr(err.msg, "NUL character"),
+             "jsonl_nul_in_text_refused", "%s", st ? err.msg : got);
+    write_file("nul2.jsonl", "{\"text\":\"a\\\\\\u0000b\"}\n");
+    st = read_docs("nul2.jsonl", &ro, got, sizeof got, &nd, &sk, &err);
+    tu_check(st == ST_ERR_INPUT && strstr(err.msg, "nul2.jsonl:1:") && strstr(err.msg, "NUL character"),
+             "jsonl_nul_after_escaped_backslash_refused", "%s", st ? err.msg : got);
+    write_file("nul3.jsonl", "{\"text\":\"a\\\\u0000b\"}\n{\"m\":{\"k\":[\"\\u0000\",1,true,null]},\"text\":\"c\"}\n"
+                             "{\"text\":\"d\",\"text\":\"\\u0000\"}\n");
+    st = read_docs("nul3.jsonl", &ro, got, sizeof got, &nd, &sk, &err);
+    tu_check(!st && !strcmp(got, "a\\u0000b|c|d"), "control_jsonl_backslash_u0000_and_nul_elsewhere_kept",
+             "%s \"%s\"", st ? err.msg : "", got);
+    ro.skip_bad = 1;
+    st = read_docs("nul.jsonl", &ro, got, sizeof got, &nd, &sk, &err);
+    tu_check(!st && !strcmp(got, "ok") && sk.missing_field == 1, "jsonl_nul_skipped_and_counted",
+             "%s \"%s\" missing_field=%llu", st ? err.msg : "", got, (unsigned long long)sk.missing_field);
+    ro.skip_bad = 0;
+
+    write_file("bom.txt", "\xEF\xBB\xBF<|endoftext|>\nfirst\n<|endoftext|>\nsecond\n");
+    st = read_docs("bom.txt", &ro, got, sizeof got, &nd, &sk, &err);
+    tu_check(!st && !strcmp(got, "first|second\n"), "text_bom_dropped_separator_seen", "%s \"%s\"", st ? err.msg : "",
+             got);
+    write_file("bom2.txt", "\xEF\xBB\xBF\xEF\xBB\xBFx\n");
+    st = read_docs("bom2.txt", &ro, got, sizeof got, &nd, &sk, &err);
+    tu_check(!st && !strcmp(got, "\xEF\xBB\xBFx\n"), "text_only_one_bom_dropped", "%s \"%s\"", st ? err.msg : "", got);
+    write_file("bom.tokens", "\xEF\xBB\xBF = A = \n x \n = B = \n y \n");
+    st = read_docs("bom.tokens", &ro, got, sizeof got, &nd, &sk, &err);
+    tu_check(!st && !strcmp(got, " = A = \n x \n| = B = \n y \n"), "wikitext_bom_dropped_heading_seen", "%s \"%s\"",
+             st ? err.msg : "", got);
+
+    write_file("crlf.txt", "one\r\nline\r\n<|endoftext|>\r\ntwo\r\n");
+    st = read_docs("crlf.txt", &ro, got, sizeof got, &nd, &sk, &err);
+    tu_check(!st && !strcmp(got, "one\r\nline|two\r\n"), "text_crlf_no_cr_before_separator", "%s \"%s\"",
+             st ? err.msg : "", got);
+    ro.separator = "";
+    write_file("crlf2.txt", "a\r\nb\r\n\r\nc\r\n");
+    st = read_docs("crlf2.txt", &ro, got, sizeof got, &nd, &sk, &err);
+    tu_check(!st && !strcmp(got, "a\r\nb|c\r\n"), "text_crlf_blank_line_separation", "%s \"%s\"", st ? err.msg : "",
+             got);
+    write_file("lf2.txt", "a\nb\n\nc\n"); /* control: the LF copy */
+    st = read_docs("lf2.txt", &ro, got, sizeof got, &nd, &sk, &err);
+    tu_check(!st && !strcmp(got, "a\nb|c\n"), "control_text_lf_blank_line_separation", "%s \"%s\"", st ? err.msg : "",
+             got);
+}
+
 int main(void) {
     if (!mkdtemp(tmpdir)) return 1;
     Err err;
@@ -614,6 +713,7 @@ int main(void) {
     if (!st7) shard_close(&s7);
 
     test_line_pieces(bt);
+    test_reader_edges();
 
     tokenizer_free(bt);
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

@@ -487,6 +487,36 @@ int main(void) {
                      access(P("pub/manifest.json"), F_OK) == 0 && !lst,
                  "publish_interrupted_finished_by_next_call", "%s finished %d, %d shard files equal to ref, loader %s",
                  st ? err.msg : "", s.finished_publish, nsh, lst ? le.msg : "ok");
+        /* the binary says so in one line (OUT held the interrupted call's shards for a moment); not
+         * under --quiet, and not when there was nothing to finish (the second call) */
+        u.seed = 6, u.fault_after_moves = 2;
+        st = prepare_run(&u, &s, &err);
+        const char *pflags = "--tokenizer gpt2 --tokenizer-dir " ST_SOURCE_DIR "/data/gpt2_tokenizer --seed 5 "
+                             "--val-fraction 0.1 --shard-tokens 30000 --seq-len 0";
+        const char *line = "prepare: finished first the publish of an interrupted earlier prepare into";
+        char pcmd[3000];
+        snprintf(pcmd, sizeof pcmd, "%s/scaletrain prepare %s --out %s %s > %s", ST_BINARY_DIR, pflags, P("pub"),
+                 P("corpus.jsonl"), P("pub.out"));
+        int prc1 = sh(pcmd, NULL, 0);
+        char *out1 = tu_slurp(P("pub.out"));
+        int eq1 = same_shards(ref, P("pub"), &nsh);
+        int prc2 = sh(pcmd, NULL, 0);
+        char *out2 = tu_slurp(P("pub.out"));
+        tu_check(st == ST_ERR_RUNTIME && prc1 == 0 && eq1 && out1 && strstr(out1, line) && prc2 == 0 && out2 &&
+                     !strstr(out2, line),
+                 "publish_interrupted_finished_said_by_binary", "interrupted %d, exit %d (shards = ref %d) then %d; "
+                 "the line printed %d, then %d", st == ST_ERR_RUNTIME, prc1, eq1, prc2, out1 && strstr(out1, line),
+                 out2 && strstr(out2, line));
+        free(out1), free(out2);
+        st = prepare_run(&u, &s, &err);
+        snprintf(pcmd, sizeof pcmd, "%s/scaletrain prepare --quiet %s --out %s %s > %s", ST_BINARY_DIR, pflags,
+                 P("pub"), P("corpus.jsonl"), P("pub.out"));
+        prc1 = sh(pcmd, NULL, 0);
+        out1 = tu_slurp(P("pub.out"));
+        tu_check(st == ST_ERR_RUNTIME && prc1 == 0 && out1 && !strstr(out1, line),
+                 "publish_interrupted_finished_quiet", "interrupted %d, exit %d, line printed %d", st == ST_ERR_RUNTIME,
+                 prc1, out1 && strstr(out1, line));
+        free(out1);
     }
 
     /* ---- bad input: library errors, then the binary's one line and exit 2 */

@@ -416,6 +416,14 @@ static void part_prepare(void) {
     check_bad("bad_untrained", "\n{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}\n", 2, "nothing to train");
     check_bad("bad_message", "{\"messages\": [{\"role\": \"user\"}, {\"role\": \"assistant\", \"content\": \"y\"}]}\n", 1,
               "without a string \"role\" and \"content\"");
+    /* a second object or text after the object: the line used to be read as its first object */
+    snprintf(buf, sizeof buf, "%s{\"prompt\": \"a\", \"response\": \"b\"} {\"prompt\": \"c\"}\n", good);
+    check_bad("bad_two_objects", buf, 2, "found more text after the object at byte 34");
+    /* \u0000 in a string: cJSON's C string ended there and the message was cut */
+    check_bad("bad_nul_content", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", "
+              "\"content\": \"y\\u0000z\"}]}\n", 1, "message 2 with a NUL character (\\u0000) in its content");
+    check_bad("bad_nul_response", "{\"prompt\": \"a\", \"response\": \"b\\u0000\"}\n", 1,
+              "a NUL character (\\u0000) in \"response\"");
     /* --skip-bad: counted and warned, the good lines kept */
     snprintf(cmd, sizeof cmd, "rm -rf " DIR "/skip && %s prepare --quiet --format chat --skip-bad --val-fraction 0 --out "
              DIR "/skip " DIR "/bad_role.jsonl " DIR "/bad_fields.jsonl > " DIR "/skip.out 2>&1", g_bin);

@@ -173,6 +173,17 @@ int cmd_prepare(int argc, char **argv) {
     o.run_bytes = (size_t)memory_mb << 20;
     if (!rc && !out[0]) rc = fail(2, "--out: expected an output directory, found nothing (see --help)");
     if (!rc && nin == 0) rc = fail(2, "expected at least one INPUT file or directory, found none (see --help)");
+    o.inputs = (const char *const *)inputs;
+    o.ninputs = (size_t)nin;
+    /* the same for --field and --separator when the inputs' names decide the format (auto) */
+    char msg[1200];
+    int code;
+    if (!rc && args_find(specs, n, "field")->seen &&
+        (code = cli_check_flag_format(&o, "--field", PREP_FORMAT_JSONL, msg, sizeof msg)) != 0)
+        rc = fail(code, "%s", msg);
+    if (!rc && args_find(specs, n, "separator")->seen &&
+        (code = cli_check_flag_format(&o, "--separator", PREP_FORMAT_TEXT, msg, sizeof msg)) != 0)
+        rc = fail(code, "%s", msg);
     o.out_dir = out;
     const char *dir = dirbuf[0] ? dirbuf : NULL;
     char gdir[PATH_MAX];
@@ -194,8 +205,6 @@ int cmd_prepare(int argc, char **argv) {
         snprintf(cmdline + l, sizeof cmdline - l, " %s", argv[i]);
     }
     o.argv_line = cmdline;
-    o.inputs = (const char *const *)inputs;
-    o.ninputs = (size_t)nin;
     o.tok = tok;
     if (!quiet) {
         o.progress = prep_progress;
@@ -216,6 +225,9 @@ int cmd_prepare(int argc, char **argv) {
                    "put blank lines between documents to choose them yourself, or give --val-fraction 0 to keep it "
                    "whole\n", strcmp(inputs[0], "-") ? inputs[0] : "standard input", (unsigned long long)s.line_pieces,
                    PREP_LINE_PIECE_BYTES);
+        if (s.finished_publish && !quiet) /* OUT held the earlier call's shards for a moment: say why */
+            printf("prepare: finished first the publish of an interrupted earlier prepare into %s (its shards were "
+                   "moved in, then replaced by this call's)\n", o.out_dir);
         if (s.resumed_files)
             printf("prepare: resumed: %zu of %zu inputs were finished by an interrupted call and skipped\n",
                    s.resumed_files, s.files);
@@ -232,8 +244,8 @@ int cmd_prepare(int argc, char **argv) {
                    "shard\n", chat_template_name(s.chat_template), (unsigned long long)s.train_trained,
                    (unsigned long long)s.val_trained);
         } else if (s.skips.bad_json + s.skips.missing_field + s.skips.bad_utf8)
-            printf("prepare: skipped (--skip-bad): %llu lines not JSON objects, %llu without a string \"%s\", %llu "
-                   "documents with invalid UTF-8\n", (unsigned long long)s.skips.bad_json,
+            printf("prepare: skipped (--skip-bad): %llu lines not JSON objects, %llu without a string \"%s\" (or with "
+                   "a NUL in it), %llu documents with invalid UTF-8\n", (unsigned long long)s.skips.bad_json,
                    (unsigned long long)s.skips.missing_field, field, (unsigned long long)s.skips.bad_utf8);
         printf("prepare: %llu input bytes; %llu text bytes -> %llu tokens (%llu train + %llu val, EOT included), "
                "%.3f bytes/token\n", (unsigned long long)s.input_bytes,

@@ -16,6 +16,7 @@
 
 #include "cli/args.h"
 #include "cli/cmds_data.h"
+#include "core/fileio.h"
 #include "data/bpe.h"
 #include "data/prepare.h"
 
@@ -39,6 +40,32 @@ int cli_parse_double(const char *s, double *out) {
     if (errno || *end) return -1;
     *out = v;
     return 0;
+}
+
+static const char *format_name(PrepareFormat f) {
+    return f == PREP_FORMAT_TEXT ? "text" : f == PREP_FORMAT_JSONL ? "JSON Lines" : f == PREP_FORMAT_WIKITEXT ? "WikiText"
+         : f == PREP_FORMAT_CHAT ? "chat" : "auto";
+}
+
+int cli_check_flag_format(const PrepareOptions *o, const char *flag, PrepareFormat fmt, char *msg, size_t cap) {
+    unsigned formats = 0;
+    Err err;
+    if (prepare_input_formats(o, &formats, &err)) {
+        snprintf(msg, cap, "%s", err.msg);
+        return err.status == ST_ERR_INPUT ? 2 : 1;
+    }
+    if (formats & (1u << fmt)) return 0;
+    char found[64] = "";
+    for (int f = PREP_FORMAT_TEXT; f <= PREP_FORMAT_CHAT; f++) {
+        if (!(formats & (1u << f))) continue;
+        size_t l = strlen(found);
+        snprintf(found + l, sizeof found - l, "%s%s", l ? " and " : "", format_name((PrepareFormat)f));
+    }
+    snprintf(msg, cap, "%s: would change nothing: no input is read as %s, found inputs read as %s%s; expected %s",
+             flag, format_name(fmt), found,
+             o->format == PREP_FORMAT_AUTO ? " (the format follows each file's name under --format auto)" : "",
+             fmt == PREP_FORMAT_JSONL ? "a .jsonl or .json input or --format jsonl" : "a text input or --format text");
+    return 2;
 }
 
 static int has_encoder(const char *dir) {
@@ -211,6 +238,11 @@ static int cmd_train(int argc, char **argv) {
     po.inputs = (const char *const *)files;
     po.ninputs = (size_t)nfiles;
     po.separator = sep;
+    char msg[1200];
+    int code;
+    if (!rc && args_find(specs, n, "separator")->seen &&
+        (code = cli_check_flag_format(&po, "--separator", PREP_FORMAT_TEXT, msg, sizeof msg)) != 0)
+        rc = fail(code, "%s", msg);
     if (!rc && (st = prepare_read_documents(&po, &docs, &err)) != ST_OK) rc = fail_err(&err);
     size_t total = 0;
     for (size_t d = 0; d < docs.n; d++) total += docs.len[d];
@@ -231,6 +263,14 @@ static int cmd_train(int argc, char **argv) {
         if (c < len) ht[nhold] = b + c, hl[nhold++] = len - c;
         pos += len;
     }
+    /* --holdout holds out the text from the first line start at or after the cut; with none there
+     * (the last document has no line end after the cut, or the fraction is under one byte) nothing
+     * would be held out and no report printed: refused rather than ignored */
+    if (!rc && holdout > 0 && nhold == 0)
+        rc = fail(2, "--holdout %g: expected text to hold out from the first line start after byte %zu of the "
+                     "%zu-byte corpus (its last %g%%), found none (%s); give --holdout 0 to train on all of it",
+                  holdout, cut, total, holdout * 100,
+                  cut == total ? "that share is under one byte" : "no line begins after that byte");
     if (!rc) {
         BpeTrainOptions o = bpe_train_default_options();
         o.vocab_size = (uint32_t)vocab;
@@ -329,24 +369,29 @@ static int cmd_codec(int argc, char **argv, int encode) {
         tokenizer_free(t);
         return fail(2, "%s: expected a readable file, found %s", in, strerror(errno));
     }
-    FILE *out = strcmp(outp, "-") == 0 ? stdout : fopen(outp, "wb");
-    if (!out) {
+    /* -o FILE: written to FILE.tmp.<pid> and renamed over FILE only once all is well, so an error
+     * (a bad id, an unreadable input) leaves an existing FILE as it was */
+    int to_file = strcmp(outp, "-") != 0;
+    FileAtomic fa = {.fd = -1};
+    if (to_file && file_atomic_open(&fa, outp, &err)) {
         free(buf);
         tokenizer_free(t);
-        return fail(2, "%s: cannot create (%s)", outp, strerror(errno));
+        return fail(2, "%s", err.msg);
     }
     int rc = 0;
     uint32_t *ids = NULL;
     size_t nids = 0, cap = 0;
+    uint8_t *res = NULL; /* what goes out: ids (encode) or text (decode) */
+    size_t rlen = 0, rcap = 0;
     if (encode) {
         if (tokenizer_encode(t, buf, n, &ids, &nids, &cap, &err)) rc = fail_err(&err);
         if (!rc && fmt == 2 && tokenizer_vocab_size(t) > 65536)
             rc = fail(2, "--format u16le: expected a vocabulary of at most 65536, found %u (use u32le)",
                       tokenizer_vocab_size(t));
+        if (!rc && !(res = malloc(nids * 11 + 1))) rc = fail(1, "out of memory (%zu ids)", nids);
         for (size_t i = 0; !rc && i < nids; i++) {
-            if (fmt == 0) fprintf(out, i + 1 < nids ? "%u " : "%u\n", ids[i]);
-            else if (fmt == 2) fputc(ids[i] & 255, out), fputc(ids[i] >> 8, out);
-            else for (int k = 0; k < 4; k++) fputc((ids[i] >> (8 * k)) & 255, out);
+            if (fmt == 0) rlen += (size_t)sprintf((char *)res + rlen, i + 1 < nids ? "%u " : "%u\n", ids[i]);
+            else for (int k = 0; k < fmt; k++) res[rlen++] = (uint8_t)(ids[i] >> (8 * k));
         }
     } else {
         /* parse ids */
@@ -359,9 +404,12 @@ static int cmd_codec(int argc, char **argv, int encode) {
                 char *q = p;
                 unsigned long v = 0;
                 while (q < end && *q >= '0' && *q <= '9' && v <= UINT32_MAX) v = v * 10 + (unsigned long)(*q++ - '0');
-                if (q == p || v > UINT32_MAX || (q < end && !strchr(" \n\t\r,", *q)))
-                    rc = fail(2, "%s: expected decimal token ids, found \"%.20s\" at byte %zu", in, p,
+                if (q == p || v > UINT32_MAX || (q < end && !strchr(" \n\t\r,", *q))) {
+                    int w = 0; /* quote the bad word only: a line break inside would split the error line */
+                    while (p + w < end && w < 20 && !strchr(" \n\t\r,", p[w])) w++;
+                    rc = fail(2, "%s: expected decimal token ids, found \"%.*s\" at byte %zu", in, w, p,
                               (size_t)(p - (char *)buf));
+                }
                 ids[nids++] = (uint32_t)v;
                 p = q;
             }
@@ -375,17 +423,18 @@ static int cmd_codec(int argc, char **argv, int encode) {
                                   : (uint32_t)buf[4 * i] | (uint32_t)buf[4 * i + 1] << 8 |
                                         (uint32_t)buf[4 * i + 2] << 16 | (uint32_t)buf[4 * i + 3] << 24;
         }
-        uint8_t *text = NULL;
-        size_t len = 0, tcap = 0;
-        if (!rc && tokenizer_decode(t, ids, nids, &text, &len, &tcap, &err)) rc = fail(2, "%s: %s", in, err.msg);
-        if (!rc && len) fwrite(text, 1, len, out);
-        free(text);
+        if (!rc && tokenizer_decode(t, ids, nids, &res, &rlen, &rcap, &err)) rc = fail(2, "%s: %s", in, err.msg);
     }
-    if (fflush(out) != 0 || ferror(out)) rc = rc ? rc : fail(1, "%s: write failed", outp);
-    if (out != stdout && fclose(out) != 0 && !rc) rc = fail(1, "%s: write failed", outp);
-    if (!rc && outp && strcmp(outp, "-"))
-        fprintf(stderr, "tokenizer %s: %zu bytes <-> %zu tokens (%s, vocab %u)\n", encode ? "encode" : "decode", n,
-                nids, tokenizer_kind(t), tokenizer_vocab_size(t));
+    if (!rc && to_file && (file_atomic_write(&fa, res, rlen, &err) || file_atomic_commit(&fa, &err)))
+        rc = fail_err(&err);
+    if (!rc && !to_file && ((rlen && fwrite(res, 1, rlen, stdout) != rlen) || fflush(stdout) != 0))
+        rc = fail(1, "standard output: write failed (%s)", strerror(errno));
+    file_atomic_abort(&fa); /* removes the temporary unless committed */
+    /* the text's bytes: the input's for encode, the output's for decode */
+    if (!rc && to_file)
+        fprintf(stderr, "tokenizer %s: %zu bytes <-> %zu tokens (%s, vocab %u)\n", encode ? "encode" : "decode",
+                encode ? n : rlen, nids, tokenizer_kind(t), tokenizer_vocab_size(t));
+    free(res);
     free(ids);
     free(buf);
     tokenizer_free(t);

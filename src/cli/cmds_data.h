@@ -8,6 +8,8 @@
 
 #include <stddef.h>
 
+#include "data/prepare.h"
+
 int cmd_tokenizer(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);
 
@@ -20,6 +22,14 @@ const char *cli_find_gpt2_dir(char *buf, size_t n);
 /* The data directory of a named tokenizer (gpt2: as cli_find_gpt2_dir; cl100k / o200k: data/tokenizers
  * holding NAME_base.tkr, next to the executable or in ./data), or NULL (not found, or not a named one). */
 const char *cli_find_tokenizer_dir(const char *spec, char *buf, size_t n);
+
+/* A flag that applies only to inputs read as `fmt` (--field: JSON Lines; --separator: text), given
+ * with o->inputs: 0 when at least one input is read as fmt (mixed inputs: it applies to those), else
+ * the exit code (2, or 1 for a runtime failure) with the message for `scaletrain <cmd>: ` in msg,
+ * e.g. "--field: would change nothing: no input is read as JSON Lines, found inputs read as text
+ * (the format follows each file's name under --format auto); expected a .jsonl or .json input or
+ * --format jsonl". Directories count by their files, "-" as text unless --format says otherwise. */
+int cli_check_flag_format(const PrepareOptions *o, const char *flag, PrepareFormat fmt, char *msg, size_t cap);
 
 /* Strict number parsing for flags: the whole string must be a number. 0 ok, -1 otherwise. */
 int cli_parse_u64(const char *s, unsigned long long *out);

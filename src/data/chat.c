@@ -4,6 +4,8 @@
  * Contents: 1. templates by name  2. parsing a JSON line  3. special tokens  4. rendering. */
 #include "data/chat.h"
 
+#include "data/jsonline.h"
+
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,9 +54,14 @@ static long put_message(uint8_t **out, size_t *len, size_t *cap, char role, cons
 
 int chat_parse(const char *line, size_t n, uint8_t **out, size_t *len, size_t *cap, char *found, size_t found_cap) {
     *len = 0;
-    cJSON *o = cJSON_ParseWithLength(line, n);
+    size_t extra;
+    cJSON *o = jsonline_parse(line, n, &extra);
     if (!o || !cJSON_IsObject(o)) {
-        snprintf(found, found_cap, "%s", !o ? "invalid JSON" : "a JSON non-object");
+        if (extra != SIZE_MAX)
+            snprintf(found, found_cap, "more text after the object at byte %zu of the line (one object per line)",
+                     extra + 1);
+        else
+            snprintf(found, found_cap, "%s", !o ? "invalid JSON" : "a JSON non-object");
         cJSON_Delete(o);
         return CHAT_BAD_JSON;
     }
@@ -72,6 +79,14 @@ int chat_parse(const char *line, size_t n, uint8_t **out, size_t *len, size_t *c
             const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
             if (!cJSON_IsObject(m) || !cJSON_IsString(role) || !cJSON_IsString(content)) {
                 snprintf(found, found_cap, "message %d without a string \"role\" and \"content\"", i);
+                rc = CHAT_BAD_CHAT;
+                break;
+            }
+            /* \u0000 would end the string early (cJSON's C string) and end the message in the
+             * serialization: refused rather than cut */
+            if (jsonline_has_nul(line, n, o, role) || jsonline_has_nul(line, n, o, content)) {
+                snprintf(found, found_cap, "message %d with a NUL character (\\u0000) in its %s", i,
+                         jsonline_has_nul(line, n, o, role) ? "role" : "content");
                 rc = CHAT_BAD_CHAT;
                 break;
             }
@@ -97,6 +112,13 @@ int chat_parse(const char *line, size_t n, uint8_t **out, size_t *len, size_t *c
     } else if (cJSON_IsString(prompt) && cJSON_IsString(resp)) {
         if (sys && !cJSON_IsString(sys)) {
             snprintf(found, found_cap, "a non-string \"system\"");
+            rc = CHAT_BAD_CHAT;
+        }
+        const cJSON *with_nul = jsonline_has_nul(line, n, o, prompt) ? prompt
+                              : jsonline_has_nul(line, n, o, resp) ? resp
+                              : sys && jsonline_has_nul(line, n, o, sys) ? sys : NULL;
+        if (rc == CHAT_OK && with_nul) { /* as for a message's content above */
+            snprintf(found, found_cap, "a NUL character (\\u0000) in \"%s\"", with_nul->string);
             rc = CHAT_BAD_CHAT;
         }
         long cl = 0;

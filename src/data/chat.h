@@ -6,13 +6,15 @@
  *   {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}   or
  *   {"prompt": "...", "response": "..." [, "system": "..."]}   (= system?, user, assistant).
  * Content is stripped of leading and trailing ASCII whitespace (as Meta's reference ChatFormat does).
- * Refused (chat_parse's codes): a line that is not a JSON object, an object with neither schema, a
- * message that is not an object of string role and content, an unknown role, an assistant message
- * whose content is empty, a conversation without an assistant message (no trained token).
+ * Refused (chat_parse's codes): a line that is not one JSON object (text after it included), an
+ * object with neither schema, a message that is not an object of string role and content, an unknown
+ * role, an assistant message whose content is empty, a string holding NUL (\u0000), a conversation
+ * without an assistant message (no trained token).
  *
  * A parsed conversation travels through `prepare` as a *document* in a compact serialization: per
- * message one role byte ('s', 'u', 'a'), the content bytes (never NUL: JSON's \u0000 ends a string
- * here as for --format jsonl), one NUL byte. Its XXH3-128 is the document key (split, order, dedup).
+ * message one role byte ('s', 'u', 'a'), the content bytes (never NUL: a string holding JSON's
+ * \u0000 is refused, as for --format jsonl), one NUL byte. Its XXH3-128 is the document key (split,
+ * order, dedup).
  *
  * Templates (the mask marks *targets*: token i trained = predicting it from token i-1 is in the loss):
  *   llama3: <|begin_of_text|>, then per message <|start_header_id|>{role}<|end_header_id|>\n\n{content}

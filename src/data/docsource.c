@@ -5,6 +5,7 @@
 #include "data/docsource.h"
 
 #include "data/chat.h"
+#include "data/jsonline.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -406,13 +407,23 @@ static Status next_jsonl(DocReader *r, const uint8_t **doc, size_t *n, Err *err)
         Status st = next_record_line(r, &l, &ll, err);
         if (st) return st;
         if (!l) return ST_OK;
-        cJSON *o = cJSON_ParseWithLength((const char *)l, ll);
+        size_t extra;
+        cJSON *o = jsonline_parse((const char *)l, ll, &extra);
         cJSON *t = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, r->field) : NULL;
-        if (!o || !cJSON_IsObject(o) || !cJSON_IsString(t)) {
+        /* JSON strings may hold NUL (\u0000), which cJSON's C string loses with all after it: refused
+         * as a NUL byte is in text input */
+        int nul = cJSON_IsString(t) && jsonline_has_nul((const char *)l, ll, o, t);
+        if (!o || !cJSON_IsObject(o) || !cJSON_IsString(t) || nul) {
             int json_bad = !o || !cJSON_IsObject(o);
             char found[160];
-            snprintf(found, sizeof found, !o ? "invalid JSON" : !cJSON_IsObject(o) ? "a JSON non-object"
-                                          : !t ? "an object without \"%s\"" : "a non-string \"%s\"", r->field);
+            if (extra != SIZE_MAX)
+                snprintf(found, sizeof found, "more text after the object at byte %zu of the line (one object per "
+                         "line)", extra + 1);
+            else if (nul)
+                snprintf(found, sizeof found, "a NUL character (\\u0000) in \"%s\"", r->field);
+            else
+                snprintf(found, sizeof found, !o ? "invalid JSON" : !cJSON_IsObject(o) ? "a JSON non-object"
+                                              : !t ? "an object without \"%s\"" : "a non-string \"%s\"", r->field);
             cJSON_Delete(o);
             if (r->o.skip_bad) {
                 if (json_bad) r->skips.bad_json++;
@@ -422,7 +433,6 @@ static Status next_jsonl(DocReader *r, const uint8_t **doc, size_t *n, Err *err)
             return err_set(err, ST_ERR_INPUT, "%s:%llu: expected a JSON object with a string \"%s\" field, found %s "
                            "(--skip-bad skips such lines)", r->path, (unsigned long long)r->lineno, r->field, found);
         }
-        /* JSON strings may hold NUL (\u0000): the document ends there, as cJSON returns a C string */
         char *s = t->valuestring;
         t->valuestring = NULL; /* detach: freed at the next call */
         cJSON_Delete(o);
@@ -509,7 +519,11 @@ static Status next_lines_doc(DocReader *r, const uint8_t **doc, size_t *n, Err *
             if (e && l[e - 1] == '\r') e--;
             if (e == sl && (sl == 0 || memcmp(l, sep, sl) == 0)) {
                 emit = 1, keep_line = 0;
-                if (r->dlen) r->dlen--; /* the '\n' before the separator line belongs to no document */
+                /* the line end before the separator line belongs to no document: its '\n', and the
+                 * '\r' before it in a CRLF text (else "doc\r" and "doc" would differ by the file's
+                 * line ends) */
+                if (r->dlen) r->dlen--;
+                if (r->dlen && r->doc[r->dlen - 1] == '\r') r->dlen--;
             }
         }
         size_t dl = r->dlen;
@@ -606,6 +620,10 @@ Status docreader_next(DocReader *r, const uint8_t **doc, size_t *n, Err *err) {
         r->checked = 1;
         Status st = check_binary(r, err);
         if (st) return st;
+        /* A UTF-8 byte order mark (EF BB BF) at the very start is not text: kept, it became tokens
+         * and hid a separator or heading on the first line. One only, as editors write one. (JSON
+         * lines had it skipped by cJSON already.) Offsets still count it: they are the file's. */
+        if (r->len - r->pos >= 3 && !memcmp(r->buf + r->pos, "\xEF\xBB\xBF", 3)) r->pos += 3, r->scan = r->pos;
     }
     if (r->fmt == PREP_FORMAT_JSONL) return next_jsonl(r, doc, n, err);
     if (r->fmt == PREP_FORMAT_CHAT) return next_chat(r, doc, n, err);

@@ -3,8 +3,9 @@
  * A DocReader opens a file (or standard input for "-"), undoes its compression (found by the
  * first bytes, not the name: gzip 1f 8b, zstd 28 b5 2f fd; anything else is read as is), and
  * splits the decoded bytes into documents, one at a time:
- *   - text: a line equal to the separator (optionally ending in \r) ends a document; the newline
- *     before the separator line belongs to neither document; "" makes every blank line a boundary;
+ *   - text: a line equal to the separator (optionally ending in \r) ends a document; the line end
+ *     before the separator line (\n or \r\n) belongs to neither document; "" makes every blank line
+ *     a boundary;
  *   - JSON Lines: one object per non-blank line, the document is its string field `field`;
  *   - WikiText (*.tokens): a top-level heading line " = Title = " starts an article;
  *   - line pieces (line_pieces = N > 0, text with separator "" only): an input whose text comes out
@@ -16,16 +17,19 @@
  *     until the second one is found.
  *   - chat (only when forced): one conversation per non-blank JSON line, serialized (chat.h).
  * The format follows the name with any .gz / .zst removed (.jsonl / .json -> JSON Lines, .tokens
- * -> WikiText, else text) unless forced; standard input is text unless forced.
+ * -> WikiText, else text) unless forced; standard input is text unless forced. A UTF-8 byte order
+ * mark (EF BB BF) at the very start of the decoded input is dropped (one), in every format.
  * Memory: a 1 MiB read buffer, the longest line and the longest document (with line_pieces, the
  * first document too while the second is read).
  *
  * Bad input is an error (ST_ERR_INPUT) naming the file, what was expected and what was found,
  * with the line number and the byte offset in the decoded stream: binary data (a NUL byte; more
  * than a quarter of the first MiB control bytes or invalid UTF-8), a truncated or corrupt gzip /
- * zstd stream (with the compressed offset), a line that is not a JSON object, an object without
- * the string field, a document that is not valid UTF-8, a conversation chat_parse refuses. With skip_bad the last three are counted
- * and skipped instead; with allow_invalid_utf8 invalid bytes are kept (they encode as bytes). */
+ * zstd stream (with the compressed offset), a line that is not one JSON object (text after it
+ * included), an object without the string field or with a NUL (\u0000) in it, a document that is
+ * not valid UTF-8, a conversation chat_parse refuses. With skip_bad the last four are counted (a
+ * NUL as a missing field) and skipped instead; with allow_invalid_utf8 invalid bytes are kept (they
+ * encode as bytes). */
 #ifndef ST_DATA_DOCSOURCE_H
 #define ST_DATA_DOCSOURCE_H
 

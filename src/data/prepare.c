@@ -120,6 +120,15 @@ static Status collect_inputs(Inputs *in, const PrepareOptions *o, Err *err) {
     return ST_OK;
 }
 
+Status prepare_input_formats(const PrepareOptions *o, unsigned *formats, Err *err) {
+    *formats = 0;
+    Inputs in = {0};
+    Status st = collect_inputs(&in, o, err);
+    for (size_t i = 0; !st && i < in.n; i++) *formats |= 1u << docsource_format_of(in.v[i].path, o->format);
+    inputs_free(&in);
+    return st;
+}
+
 static DocReaderOptions reader_options(const PrepareOptions *o) {
     DocReaderOptions r = {o->format, o->separator ? o->separator : "", o->field, o->skip_bad, o->allow_invalid_utf8, 0};
     return r;

@@ -116,6 +116,13 @@ typedef struct {
 /* Defaults as documented on each field (inputs, out_dir and tok must still be set). */
 PrepareOptions prepare_default_options(void);
 
+/* The formats o->inputs are read as under o->format (directories expanded as prepare_run does,
+ * each file by docsource_format_of, so "-" is text unless forced): bit (1u << f) is set in *formats
+ * for each PrepareFormat f met. For refusing an option that applies to none of the inputs (--field
+ * without JSON Lines, --separator without text). Errors: as prepare_run's for a missing input or an
+ * unreadable or empty directory. */
+Status prepare_input_formats(const PrepareOptions *o, unsigned *formats, Err *err);
+
 /* Runs the pipeline. Errors: ST_ERR_INPUT for a missing/unreadable input (named), bad input as
  * in docsource.h (file:line or byte offset), input with no non-empty document, bad options (val
  * fraction outside [0, 1), shard_tokens 0, shard version 1 with a vocabulary over 65536), an
