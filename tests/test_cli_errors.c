@@ -242,6 +242,15 @@ int main(void) {
     expect_error("tokenizer train --holdout with no line after the cut",
                  "tokenizer train --vocab-size 260 --holdout 0.5 --out " TMP "/tok " TMP "/oneline.txt",
                  "--holdout 0.5: expected text to hold out from the first line start after byte 31");
+    /* ... while the default fraction, not given, trains on all of it and says so */
+    snprintf(dcmd, sizeof dcmd, "%s tokenizer train --vocab-size 260 --out %s/tok1 %s/oneline.txt >%s/train1.out 2>&1",
+             BIN, TMP, TMP, TMP);
+    drc = system(dcmd);
+    char *t1 = tu_slurp(TMP "/train1.out");
+    tu_check(drc == 0 && t1 && strstr(t1, "nothing held out") && strstr(t1, "61 bytes trained on"),
+             "tokenizer train's default --holdout with no line after the cut: said, all trained on", "exit=%d: %s",
+             WIFEXITED(drc) ? WEXITSTATUS(drc) : -1, t1 ? t1 : "");
+    free(t1);
     f = fopen(TMP "/lines.txt", "w");
     fputs("a corpus of three lines\nwith a line break after\nthe cut point\n", f);
     fclose(f);

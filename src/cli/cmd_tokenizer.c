@@ -265,8 +265,13 @@ static int cmd_train(int argc, char **argv) {
     }
     /* --holdout holds out the text from the first line start at or after the cut; with none there
      * (the last document has no line end after the cut, or the fraction is under one byte) nothing
-     * would be held out and no report printed: refused rather than ignored */
-    if (!rc && holdout > 0 && nhold == 0)
+     * would be held out and no report printed: a given --holdout is refused rather than ignored, the
+     * default says so and trains on everything */
+    int given = args_find(specs, n, "holdout")->seen;
+    if (!rc && holdout > 0 && nhold == 0 && !given)
+        printf("tokenizer train: nothing held out (no line begins after byte %zu of the %zu-byte corpus): all of it "
+               "trained on, no held-out report\n", cut, total);
+    else if (!rc && holdout > 0 && nhold == 0)
         rc = fail(2, "--holdout %g: expected text to hold out from the first line start after byte %zu of the "
                      "%zu-byte corpus (its last %g%%), found none (%s); give --holdout 0 to train on all of it",
                   holdout, cut, total, holdout * 100,
