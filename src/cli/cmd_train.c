@@ -322,7 +322,7 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
          "stop after this step as if preempted: checkpoint and exit 0 (the schedule still spans --steps)"},
         {"lora-rank", ARG_INT, &c.lora.rank, 0,
          "LoRA fine-tuning: adapters of this rank r on a frozen base (0: off; docs/lora.md)"},
-        {"lora-alpha", ARG_FLOAT, &lora_alpha, 0, "LoRA: the adapters' scale is alpha / r (0: alpha = r)"},
+        {"lora-alpha", ARG_FLOAT, &lora_alpha, 0, "LoRA: the adapters' scale is alpha / r, alpha > 0 (default: alpha = r)"},
         {"lora-dropout", ARG_FLOAT, &c.lora.dropout, 0, "LoRA: dropout on the adapters' input"},
         {"lora-targets", ARG_STR, lora_targets, sizeof lora_targets,
          "LoRA: layers adapted, from q,k,v,o,gate,up,down or the groups attn, mlp, all; none given: llama q,v, gpt2 "
@@ -434,6 +434,10 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
                  "one document, its padding masked; drop one of the two)");
         FAIL(ST_ERR_INPUT);
     }
+    if (c.lora.rank < 0) { /* train_run dispatches on rank > 0: a negative one was a full fine-tune */
+        snprintf(err.msg, sizeof err.msg, "--lora-rank: expected 0 (off) or a positive rank, found %d", c.lora.rank);
+        FAIL(ST_ERR_INPUT);
+    }
     if (c.lora.rank == 0) {
         static const char *const LORA_ONLY[] = {"lora-alpha", "lora-dropout", "lora-targets", "lora-base-precision"};
         for (int i = 0; i < 4; i++)
@@ -442,7 +446,12 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
                 FAIL(ST_ERR_INPUT);
             }
     } else {
-        c.lora.alpha = lora_alpha > 0 ? lora_alpha : (float)c.lora.rank;
+        if (args_find(specs, n, "lora-alpha")->seen && !(lora_alpha > 0)) { /* was replaced by r silently */
+            snprintf(err.msg, sizeof err.msg, "--lora-alpha: expected a positive number (not given: alpha = r), found %g",
+                     lora_alpha);
+            FAIL(ST_ERR_INPUT);
+        }
+        c.lora.alpha = args_find(specs, n, "lora-alpha")->seen ? lora_alpha : (float)c.lora.rank;
         if (!lora_targets[0]) snprintf(lora_targets, sizeof lora_targets, "%s", c.model.arch == ARCH_LLAMA ? "q,v" : "q,k,v");
         if ((st = lora_parse_targets(lora_targets, &c.model, &c.lora.targets, &err)) != ST_OK) FAIL(st);
         if (strcmp(lora_base_prec, "fp32") && strcmp(lora_base_prec, "bf16")) {
@@ -453,11 +462,13 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
     }
     if ((st = optim_parse_kind(optimizer, &c.optim.kind, &err)) != ST_OK) FAIL(st);
     OptimConfig od = optim_default_config(c.optim.kind);
-    c.optim.beta1 = beta1 >= 0 ? beta1 : od.beta1;
-    c.optim.beta2 = beta2 >= 0 ? beta2 : od.beta2;
-    c.optim.eps = eps >= 0 ? eps : od.eps;
-    c.optim.weight_decay = wd >= 0 ? wd : od.weight_decay;
-    c.optim.momentum = momentum >= 0 ? momentum : od.momentum;
+    /* -1 (the documented "not given") takes the optimizer's default; any other value is the
+     * user's, range-checked by train_run (a negative one used to become the default silently). */
+    c.optim.beta1 = beta1 != -1 ? beta1 : od.beta1;
+    c.optim.beta2 = beta2 != -1 ? beta2 : od.beta2;
+    c.optim.eps = eps != -1 ? eps : od.eps;
+    c.optim.weight_decay = wd != -1 ? wd : od.weight_decay;
+    c.optim.momentum = momentum != -1 ? momentum : od.momentum;
     c.optim.muon_lr = muon_lr != -1 ? muon_lr : od.muon_lr;
     c.optim.muon_momentum = muon_mom != -1 ? muon_mom : od.muon_momentum;
     c.optim.shampoo_block = sh_block != ARG_UNSET_INT ? sh_block : od.shampoo_block;

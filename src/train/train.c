@@ -113,7 +113,10 @@ static Status validate(const TrainConfig *c, Err *err) {
         return err_set(err, ST_ERR_INPUT, "--beta1: expected a value in [0, 1), found %g", c->optim.beta1);
     if (!(c->optim.beta2 >= 0 && c->optim.beta2 < 1))
         return err_set(err, ST_ERR_INPUT, "--beta2: expected a value in [0, 1), found %g", c->optim.beta2);
-    if (!(c->optim.eps >= 0)) return err_set(err, ST_ERR_INPUT, "--eps: expected a value >= 0, found %g", c->optim.eps);
+    /* eps 0: AdamW divides 0 by 0 where a second moment is 0 (NaN weights at step 2) */
+    if (!(c->optim.eps > 0)) return err_set(err, ST_ERR_INPUT, "--eps: expected a value > 0, found %g", c->optim.eps);
+    if (!(c->optim.momentum >= 0 && c->optim.momentum < 1))
+        return err_set(err, ST_ERR_INPUT, "--momentum: expected a value in [0, 1), found %g", c->optim.momentum);
     if (!(c->optim.weight_decay >= 0))
         return err_set(err, ST_ERR_INPUT, "--weight-decay: expected a value >= 0, found %g", c->optim.weight_decay);
     if (!(c->optim.muon_lr >= 0)) return err_set(err, ST_ERR_INPUT, "--muon-lr: expected a value >= 0, found %g", c->optim.muon_lr);
