@@ -138,6 +138,23 @@ int main(void) {
         snprintf(name, sizeof name, "out of range: %s", RANGE[i].flags);
         expect_error(name, args, RANGE[i].want);
     }
+    /* --schedule constant ignores min-lr: its default (6e-05) no longer refuses a smaller --lr; a decaying
+     * schedule names the default at fault, not a --min-lr the user never gave. */
+    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --schedule constant --lr 1e-5 >/dev/null 2>&1", BIN, TMP,
+             common);
+    int crc = system(args);
+    tu_check(WIFEXITED(crc) && WEXITSTATUS(crc) == 0, "--schedule constant --lr 1e-5 trains (min-lr inert)", "exit=%d",
+             WIFEXITED(crc) ? WEXITSTATUS(crc) : -1);
+    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --schedule constant --lr 0 >/dev/null 2>&1", BIN, TMP,
+             common);
+    crc = system(args);
+    tu_check(WIFEXITED(crc) && WEXITSTATUS(crc) == 0, "--schedule constant --lr 0 trains", "exit=%d",
+             WIFEXITED(crc) ? WEXITSTATUS(crc) : -1);
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --lr 1e-5", TMP, common);
+    expect_error("cosine --lr below the default --min-lr", args,
+                 "--lr 1e-05: expected a value >= the default --min-lr 6e-05 that --schedule cosine decays to");
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --lr 1e-5 --min-lr 2e-5", TMP, common);
+    expect_error("--min-lr above --lr", args, "--min-lr: expected a value in [0, --lr=1e-05], found 2e-05");
     /* muP's flags (issue 16). */
     snprintf(args, sizeof args, "train --data %s/good.bin %s --param mu", TMP, common);
     expect_error("unknown parameterization", args, "--param: expected sp or mup, found 'mu'");

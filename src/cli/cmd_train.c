@@ -477,6 +477,15 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
     c.optim.hess_every = hess_every != ARG_UNSET_INT ? hess_every : od.hess_every;
     c.optim.sophia_gamma = gamma != -1 ? gamma : od.sophia_gamma;
     if ((st = sched_parse_kind(schedule, &c.sched.kind, &err)) != ST_OK) FAIL(st);
+    /* A decaying schedule below the default --min-lr: the message says the default is at fault (the
+     * user gave --lr only), not "--min-lr ... found 6e-05" for a flag never given. */
+    if (c.sched.kind != SCHED_CONSTANT && !args_find(specs, n, "min-lr")->seen && c.sched.lr >= 0 &&
+        c.sched.min_lr > c.sched.lr) {
+        snprintf(err.msg, sizeof err.msg, "--lr %g: expected a value >= the default --min-lr %g that --schedule %s decays "
+                 "to, found a smaller one; give --min-lr in [0, %g] (or --schedule constant)", c.sched.lr,
+                 c.sched.min_lr, schedule, c.sched.lr);
+        FAIL(ST_ERR_INPUT);
+    }
     if (health_policy_parse(spike_policy, &c.health.policy) != 0) {
         snprintf(err.msg, sizeof err.msg, "--spike-policy: expected log, skip or rollback, found '%s'", spike_policy);
         FAIL(ST_ERR_INPUT);

@@ -103,7 +103,9 @@ static Status validate(const TrainConfig *c, Err *err) {
     if (c->threads < 0 || c->threads > 1024)
         return err_set(err, ST_ERR_INPUT, "--threads: expected 0 (auto) or 1..1024, found %d", c->threads);
     if (!(c->sched.lr >= 0)) return err_set(err, ST_ERR_INPUT, "--lr: expected a value >= 0, found %g", c->sched.lr);
-    if (!(c->sched.min_lr >= 0 && c->sched.min_lr <= c->sched.lr))
+    /* min_lr is inert under a constant schedule (a given --min-lr is refused there by the CLI): its
+     * default used to refuse --schedule constant --lr 1e-5 with a flag the user never gave */
+    if (c->sched.kind != SCHED_CONSTANT && !(c->sched.min_lr >= 0 && c->sched.min_lr <= c->sched.lr))
         return err_set(err, ST_ERR_INPUT, "--min-lr: expected a value in [0, --lr=%g], found %g", c->sched.lr,
                        c->sched.min_lr);
     if (c->sched.warmup < 0) return err_set(err, ST_ERR_INPUT, "--warmup: expected >= 0, found %ld", c->sched.warmup);
