@@ -155,6 +155,46 @@ int main(void) {
                  "--lr 1e-05: expected a value >= the default --min-lr 6e-05 that --schedule cosine decays to");
     snprintf(args, sizeof args, "train --data %s/good.bin %s --lr 1e-5 --min-lr 2e-5", TMP, common);
     expect_error("--min-lr above --lr", args, "--min-lr: expected a value in [0, --lr=1e-05], found 2e-05");
+    /* Values that were accepted and then acted as 0 or as the default: refused in one line. */
+    static const struct { const char *flags, *want; } NONSENSE[] = {
+        {"--tie-embeddings", "--tie-embeddings: expected --arch llama (a Llama option; GPT-2's head always reads wte)"},
+        {"--stop-after -1", "--stop-after: expected a step >= 0 (0: off), found -1"},
+        {"--ckpt-dir " TMP "/never --ckpt-every -1", "--ckpt-every: expected >= 0 steps (0: at the end only), found -1"},
+        {"--ckpt-dir " TMP "/never --keep-every -3", "--keep-every: expected >= 0 steps (0: none kept for it), found -3"},
+        {"--ckpt-dir " TMP "/never --keep-last -1", "--keep-last: expected >= 0 checkpoints (0: all), found -1"},
+        {"--batch-tokens -64", "--batch-tokens: expected a positive token count (0: unused), found -64"},
+        {"--peak-gflops -5", "--peak-gflops: expected a positive GFLOP/s (0: measured), found -5"},
+        {"--grad-clip -1", "--grad-clip: expected a norm >= 0 (0: off), found -1"},
+        {"--lora-rank 2 --lora-targets ''", "--lora-targets: expected at least one target, found ''"},
+    };
+    tu_shell("rm -rf " TMP "/never");
+    for (size_t i = 0; i < sizeof NONSENSE / sizeof NONSENSE[0]; i++) {
+        int lora = strstr(NONSENSE[i].flags, "--lora-") != NULL;
+        snprintf(args, sizeof args, "train --data %s/good.bin %s %s", TMP, lora ? common_lora : common, NONSENSE[i].flags);
+        char name[128];
+        snprintf(name, sizeof name, "refused: %s", NONSENSE[i].flags);
+        expect_error(name, args, NONSENSE[i].want);
+    }
+    tu_check(access(TMP "/never", F_OK) != 0, "refusals leave no --ckpt-dir behind", "%s", TMP "/never");
+    /* --override names a trajectory field; a typo was accepted and never reported */
+    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --steps 2 --ckpt-dir %s/ovck >/dev/null 2>&1", BIN, TMP,
+             common, TMP);
+    tu_shell("rm -rf " TMP "/ovck");
+    int orc = system(args);
+    tu_check(WIFEXITED(orc) && WEXITSTATUS(orc) == 0, "control: a run with checkpoints for --override", "exit=%d",
+             WIFEXITED(orc) ? WEXITSTATUS(orc) : -1);
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --steps 3 --ckpt-dir %s/ovck --resume auto --override "
+             "lr,bogus_field", TMP, common, TMP);
+    expect_error("--override with a field that does not exist", args,
+                 "--override bogus_field: expected a trajectory field of the config (all, global_batch, ");
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --steps 3 --ckpt-dir %s/ovck --resume auto --override "
+             "threads", TMP, common, TMP);
+    expect_error("--override with a free field", args, "--override threads: expected a trajectory field of the config");
+    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --steps 3 --ckpt-dir %s/ovck --resume auto --override "
+             "lr,model.dropout --lr 1e-3 >/dev/null 2>&1", BIN, TMP, common, TMP);
+    orc = system(args);
+    tu_check(WIFEXITED(orc) && WEXITSTATUS(orc) == 0, "control: --override lr,model.dropout resumes", "exit=%d",
+             WIFEXITED(orc) ? WEXITSTATUS(orc) : -1);
     /* muP's flags (issue 16). */
     snprintf(args, sizeof args, "train --data %s/good.bin %s --param mu", TMP, common);
     expect_error("unknown parameterization", args, "--param: expected sp or mup, found 'mu'");

@@ -137,6 +137,9 @@ int main(void) {
         {"comm-timeout", TR " --comm-timeout 30"},
         {"val-every", TR " --val-every 5"},
         {"val-batches", TR " --val-batches 3"},
+        {"log-layer-stats", TR " --log-layer-stats"},                  /* no --log: the statistics go nowhere */
+        {"stop-after", TR " --ckpt-dir " TMP "/never --stop-after 5"}, /* the run ends at --steps 2 first */
+        {"stop-after", TR " --ckpt-dir " TMP "/never --stop-after 2"},
     };
     for (size_t i = 0; i < sizeof TRAIN_INERT / sizeof TRAIN_INERT[0]; i++)
         expect_refused(TRAIN_INERT[i].flag, TRAIN_INERT[i].args);

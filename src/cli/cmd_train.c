@@ -111,6 +111,9 @@ static Status refuse_inert(ArgSpec *specs, int n, const TrainConfig *c, const Co
         {"comm-timeout", world <= 1, "more than one rank (mpirun -np N)"},
         {"val-every", noval && c->val_every > 0, "--val-data (there is nothing to validate on)"},
         {"val-batches", noval, "--val-data (there is nothing to validate on)"},
+        {"log-layer-stats", !c->log_path[0], "--log (the statistics go into its step records)"},
+        /* the run ends at --steps before it would stop (train_step stops only before the last step) */
+        {"stop-after", c->stop_after >= c->steps, "a step below --steps"},
     };
     for (size_t i = 0; i < sizeof R / sizeof R[0]; i++)
         if (R[i].inert && args_find(specs, n, R[i].flag)->seen)
@@ -290,7 +293,8 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         {"ckpt-async", ARG_FLAG, &c.ckpt_async, 0, "copy the state and write checkpoints from a background thread"},
         {"resume", ARG_STR, c.resume, sizeof c.resume, "auto (newest valid in --ckpt-dir) or a checkpoint directory"},
         {"override", ARG_STR, c.overrides, sizeof c.overrides,
-         "trajectory fields allowed to differ from the checkpoint on resume, comma-separated, or all"},
+         "trajectory fields allowed to differ from the checkpoint on resume, comma-separated, or all (another name is "
+         "refused, listing them)"},
         {"init-from", ARG_STR, c.init_from, sizeof c.init_from,
          "start from weights: a Hugging Face GPT-2 or Llama folder (its config.json gives the model unless shape "
          "flags are given), a model.safetensors file, or an llm.c .bin"},
@@ -319,7 +323,8 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         {"log-layer-stats", ARG_FLAG, &c.log_layer_stats, 0,
          "log per-layer gradient, weight and update norms in every step record (one process, ZeRO 0)"},
         {"stop-after", ARG_LONG, &c.stop_after, 0,
-         "stop after this step as if preempted: checkpoint and exit 0 (the schedule still spans --steps)"},
+         "stop after this step (below --steps) as if preempted: checkpoint and exit 0 (the schedule still spans --steps; "
+         "0: off)"},
         {"lora-rank", ARG_INT, &c.lora.rank, 0,
          "LoRA fine-tuning: adapters of this rank r on a frozen base (0: off; docs/lora.md)"},
         {"lora-alpha", ARG_FLOAT, &lora_alpha, 0, "LoRA: the adapters' scale is alpha / r, alpha > 0 (default: alpha = r)"},
@@ -427,6 +432,13 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
             FAIL(ST_ERR_INPUT);
         }
     }
+    /* GPT-2's head always reads wte: the flag would change nothing (checked on the final model, as
+     * --init-from may bring a Llama) */
+    if (tie && c.model.arch == ARCH_GPT2) {
+        snprintf(err.msg, sizeof err.msg, "--tie-embeddings: expected --arch llama (a Llama option; GPT-2's head always "
+                 "reads wte), found --arch gpt2");
+        FAIL(ST_ERR_INPUT);
+    }
     /* This run's flag, also over --init-from's config.json (the EOT comes from the shards' header) */
     c.model.doc_mask = doc_mask, c.model.doc_eot = 0;
     if (doc_mask && c.no_pack) {
@@ -452,7 +464,8 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
             FAIL(ST_ERR_INPUT);
         }
         c.lora.alpha = args_find(specs, n, "lora-alpha")->seen ? lora_alpha : (float)c.lora.rank;
-        if (!lora_targets[0]) snprintf(lora_targets, sizeof lora_targets, "%s", c.model.arch == ARCH_LLAMA ? "q,v" : "q,k,v");
+        /* not given: the default; given empty ('') is refused by lora_parse_targets (was the default) */
+        if (!args_find(specs, n, "lora-targets")->seen) snprintf(lora_targets, sizeof lora_targets, "%s", c.model.arch == ARCH_LLAMA ? "q,v" : "q,k,v");
         if ((st = lora_parse_targets(lora_targets, &c.model, &c.lora.targets, &err)) != ST_OK) FAIL(st);
         if (strcmp(lora_base_prec, "fp32") && strcmp(lora_base_prec, "bf16")) {
             snprintf(err.msg, sizeof err.msg, "--lora-base-precision: expected fp32 or bf16, found '%s'", lora_base_prec);
@@ -509,6 +522,15 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         FAIL(ST_ERR_INPUT);
     }
     if ((st = sched_parse_shape(shape, &c.sched.decay_shape, &err)) != ST_OK) FAIL(st);
+    if (batch_tokens < 0) { /* was ignored as 0 */
+        snprintf(err.msg, sizeof err.msg, "--batch-tokens: expected a positive token count (0: unused), found %ld",
+                 batch_tokens);
+        FAIL(ST_ERR_INPUT);
+    }
+    if (!(peak_gflops >= 0)) { /* was measured as if 0 */
+        snprintf(err.msg, sizeof err.msg, "--peak-gflops: expected a positive GFLOP/s (0: measured), found %g", peak_gflops);
+        FAIL(ST_ERR_INPUT);
+    }
     if (batch_tokens > 0) {
         long per = (long)c.micro_batch * c.seq_len;
         if (per <= 0 || batch_tokens % per != 0) {

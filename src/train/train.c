@@ -145,6 +145,17 @@ static Status validate(const TrainConfig *c, Err *err) {
         return err_set(err, ST_ERR_INPUT, "--optimizer %s: expected --tp 1 and --pp 1 (it updates whole "
                        "matrices; gathering tp slices or pipeline stages is not implemented), found --tp %d --pp %d",
                        optim_kind_name(c->optim.kind), c->tp > 1 ? c->tp : 1, c->pp > 1 ? c->pp : 1);
+    /* Negative values were accepted and acted as 0 (off, or no thinning): refused with their meaning. */
+    if (!(c->grad_clip >= 0))
+        return err_set(err, ST_ERR_INPUT, "--grad-clip: expected a norm >= 0 (0: off), found %g", c->grad_clip);
+    if (c->ckpt_every < 0)
+        return err_set(err, ST_ERR_INPUT, "--ckpt-every: expected >= 0 steps (0: at the end only), found %d", c->ckpt_every);
+    if (c->keep_last < 0)
+        return err_set(err, ST_ERR_INPUT, "--keep-last: expected >= 0 checkpoints (0: all), found %d", c->keep_last);
+    if (c->keep_every < 0)
+        return err_set(err, ST_ERR_INPUT, "--keep-every: expected >= 0 steps (0: none kept for it), found %d", c->keep_every);
+    if (c->stop_after < 0)
+        return err_set(err, ST_ERR_INPUT, "--stop-after: expected a step >= 0 (0: off), found %ld", c->stop_after);
     if (c->val_batches < 1)
         return err_set(err, ST_ERR_INPUT, "--val-batches: expected a positive integer, found %d", c->val_batches);
     if (c->val_every < 0) return err_set(err, ST_ERR_INPUT, "--val-every: expected >= 0, found %d", c->val_every);

@@ -52,7 +52,8 @@ static Status resume_check(Run *r, const char *path, Err *err) {
     snprintf(buf, sizeof buf, "%s", c->overrides);
     const char *ov[32];
     int nov = tr_split_list(buf, ov, 32);
-    st = ckpt_check_config(meta.config, r->config, ov, nov, report, sizeof report, err);
+    st = ckpt_check_override_names(meta.config, r->config, ov, nov, err);
+    if (st == ST_OK) st = ckpt_check_config(meta.config, r->config, ov, nov, report, sizeof report, err);
     if (st != ST_OK) err_prefix(err, "--resume %s", path);
     else if (meta.step >= c->steps)
         st = err_set(err, ST_ERR_INPUT, "--steps %ld: the checkpoint %s is already at step %ld (extend --steps)", c->steps,
