@@ -195,6 +195,54 @@ int main(void) {
     orc = system(args);
     tu_check(WIFEXITED(orc) && WEXITSTATUS(orc) == 0, "control: --override lr,model.dropout resumes", "exit=%d",
              WIFEXITED(orc) ? WEXITSTATUS(orc) : -1);
+    /* Seeds are decimal (strtoull base 0 read 010 as 8 and took hex) and recorded exactly: above 2^53
+     * as a decimal string, compared exactly on resume (a different large seed resumed silently). */
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --seed 0x10", TMP, common);
+    expect_error("hexadecimal --seed", args, "--seed: expected a non-negative decimal integer below 2^64, found '0x10'");
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --seed ' 5'", TMP, common);
+    expect_error("--seed with a space", args, "--seed: expected a non-negative decimal integer below 2^64, found ' 5'");
+    struct { const char *flags, *logged; } SEEDS[] = {
+        {"--seed 010", "\"seed\":10,"}, /* 8 before */
+        {"--seed 08", "\"seed\":8,"},   /* refused before */
+        {"--seed 18446744073709551000 --ckpt-dir " TMP "/seedck --steps 2", "\"seed\":\"18446744073709551000\","},
+    };
+    tu_shell("rm -rf " TMP "/seedck");
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, "rm -f %s/seed.jsonl; %s train --data %s/good.bin %s %s --log %s/seed.jsonl "
+                 ">/dev/null 2>&1", TMP, BIN, TMP, common, SEEDS[i].flags, TMP);
+        int src = system(args);
+        char *log = tu_slurp(TMP "/seed.jsonl");
+        tu_check(WIFEXITED(src) && WEXITSTATUS(src) == 0 && log && strstr(log, SEEDS[i].logged), SEEDS[i].flags,
+                 "exit=%d, start record's config has %s: %s", WIFEXITED(src) ? WEXITSTATUS(src) : -1, SEEDS[i].logged,
+                 log && strstr(log, SEEDS[i].logged) ? "yes" : "no");
+        free(log);
+    }
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --seed 18446744073709551001 --ckpt-dir %s/seedck --steps 3 "
+             "--resume auto", TMP, common, TMP);
+    expect_error("resume with another seed above 2^53", args,
+                 "config field seed (a trajectory field) changed: checkpoint has 18446744073709551000, this run has "
+                 "18446744073709551001");
+    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --seed 18446744073709551000 --ckpt-dir %s/seedck "
+             "--steps 3 --resume auto >/dev/null 2>&1", BIN, TMP, common, TMP);
+    int rrc = system(args);
+    tu_check(WIFEXITED(rrc) && WEXITSTATUS(rrc) == 0, "control: the same large seed resumes", "exit=%d",
+             WIFEXITED(rrc) ? WEXITSTATUS(rrc) : -1);
+    /* --config: a JSON number above 2^53 is a rounded double: refused, the string form taken exactly */
+    FILE *sf = fopen(TMP "/seednum.json", "w");
+    if (sf) fputs("{\"seed\": 12345678901234567}", sf), fclose(sf);
+    sf = fopen(TMP "/seedstr.json", "w");
+    if (sf) fputs("{\"seed\": \"12345678901234567891\"}", sf), fclose(sf);
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --config %s/seednum.json", TMP, common, TMP);
+    expect_error("--config seed above 2^53 as a number", args,
+                 "option 'seed': expected an integer up to 2^53 as a JSON number, found 12345678901234568 (rounded by "
+                 "JSON); write it as a string");
+    snprintf(args, sizeof args, "rm -f %s/seed.jsonl; %s train --data %s/good.bin %s --config %s/seedstr.json --log "
+             "%s/seed.jsonl >/dev/null 2>&1", TMP, BIN, TMP, common, TMP, TMP);
+    rrc = system(args);
+    char *slog = tu_slurp(TMP "/seed.jsonl");
+    tu_check(WIFEXITED(rrc) && WEXITSTATUS(rrc) == 0 && slog && strstr(slog, "\"seed\":\"12345678901234567891\""),
+             "control: --config seed as a string is exact", "exit=%d", WIFEXITED(rrc) ? WEXITSTATUS(rrc) : -1);
+    free(slog);
     /* muP's flags (issue 16). */
     snprintf(args, sizeof args, "train --data %s/good.bin %s --param mu", TMP, common);
     expect_error("unknown parameterization", args, "--param: expected sp or mup, found 'mu'");

@@ -39,10 +39,12 @@ static Status set_value(ArgSpec *s, const char *v, Err *err) {
         break;
     }
     case ARG_U64: {
-        if (v[0] == '-') return err_set(err, ST_ERR_INPUT, "--%s: expected a non-negative integer, found '%s'", s->name, v);
-        unsigned long long x = strtoull(v, &end, 0);
-        if (!*v || *end || errno)
-            return err_set(err, ST_ERR_INPUT, "--%s: expected a non-negative integer, found '%s'", s->name, v);
+        /* Decimal digits only: base 0 read "010" as 8 (octal), took hex and refused "08"; strtoull
+         * alone also skips spaces and takes a sign. */
+        unsigned long long x = strtoull(v, &end, 10);
+        if (!*v || strspn(v, "0123456789") != strlen(v) || *end || errno)
+            return err_set(err, ST_ERR_INPUT, "--%s: expected a non-negative decimal integer below 2^64, found '%s'",
+                           s->name, v);
         *(uint64_t *)s->dst = x;
         break;
     }
@@ -114,6 +116,13 @@ static Status load_config(ArgSpec *specs, int n, const char *path, Err *err) {
         else {
             st = err_set(err, ST_ERR_INPUT, "--config %s: option '%s': expected a string, number or boolean", path,
                          it->string);
+            break;
+        }
+        /* a JSON number is a double: an integer above 2^53 arrives rounded (another seed, silently) */
+        if (s->type == ARG_U64 && cJSON_IsNumber(it) && fabs(it->valuedouble) > 9007199254740992.0) {
+            st = err_set(err, ST_ERR_INPUT, "--config %s: option '%s': expected an integer up to 2^53 as a JSON number, "
+                         "found %.17g (rounded by JSON); write it as a string, \"%s\": \"DIGITS\"", path, it->string,
+                         it->valuedouble, it->string);
             break;
         }
         if (s->type == ARG_FLAG && cJSON_IsNumber(it)) snprintf(buf, sizeof buf, "%d", it->valueint != 0);
