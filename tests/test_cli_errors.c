@@ -243,6 +243,27 @@ int main(void) {
     tu_check(WIFEXITED(rrc) && WEXITSTATUS(rrc) == 0 && slog && strstr(slog, "\"seed\":\"12345678901234567891\""),
              "control: --config seed as a string is exact", "exit=%d", WIFEXITED(rrc) ? WEXITSTATUS(rrc) : -1);
     free(slog);
+    /* --config: the whole file is the object (text after it was ignored), a flag is true/false or 1/0
+     * exactly (0.5 meant false) */
+    static const struct { const char *file, *text, *want; } CONFIGS[] = {
+        {"trailing.json", "{\"steps\": 2} trailing", "trailing.json: expected a JSON object of options, found invalid JSON "
+                                                     "(or text after the object)"},
+        {"half.json", "{\"quiet\": 0.5}", "half.json: option 'quiet': expected true or false (or 1 or 0), found 0.5"},
+    };
+    for (int i = 0; i < 2; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", TMP, CONFIGS[i].file);
+        FILE *cf = fopen(path, "w");
+        if (cf) fputs(CONFIGS[i].text, cf), fclose(cf);
+        snprintf(args, sizeof args, "train --data %s/good.bin %s --config %s", TMP, common, path);
+        expect_error(CONFIGS[i].text, args, CONFIGS[i].want);
+    }
+    FILE *qf = fopen(TMP "/one.json", "w");
+    if (qf) fputs("{\"quiet\": 1, \"steps\": 1}\n", qf), fclose(qf);
+    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --config %s/one.json >/dev/null 2>&1", BIN, TMP, common, TMP);
+    int qrc = system(args);
+    tu_check(WIFEXITED(qrc) && WEXITSTATUS(qrc) == 0, "control: --config {\"quiet\": 1} with a final newline", "exit=%d",
+             WIFEXITED(qrc) ? WEXITSTATUS(qrc) : -1);
     /* muP's flags (issue 16). */
     snprintf(args, sizeof args, "train --data %s/good.bin %s --param mu", TMP, common);
     expect_error("unknown parameterization", args, "--param: expected sp or mup, found 'mu'");

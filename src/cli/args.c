@@ -78,11 +78,13 @@ static Status load_config(ArgSpec *specs, int n, const char *path, Err *err) {
     size_t len;
     Status st = file_read_all(path, &text, &len, err);
     if (st != ST_OK) return err_prefix(err, "--config");
-    cJSON *j = cJSON_Parse(text);
+    /* the whole file: cJSON_Parse stops after the object and took '{"steps": 2} trailing' */
+    cJSON *j = cJSON_ParseWithOpts(text, NULL, 1);
     free(text);
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
-        return err_set(err, ST_ERR_INPUT, "--config %s: expected a JSON object of options, found invalid JSON", path);
+        return err_set(err, ST_ERR_INPUT, "--config %s: expected a JSON object of options, found %s", path,
+                       j ? "another JSON value" : "invalid JSON (or text after the object)");
     }
     for (cJSON *it = j->child; it && st == ST_OK; it = it->next) {
         /* Keys are option names, hyphenated as on the command line ("max-seq-len"); the underscore
@@ -125,7 +127,15 @@ static Status load_config(ArgSpec *specs, int n, const char *path, Err *err) {
                          it->valuedouble, it->string);
             break;
         }
-        if (s->type == ARG_FLAG && cJSON_IsNumber(it)) snprintf(buf, sizeof buf, "%d", it->valueint != 0);
+        /* a flag takes true/false, or exactly 1/0 (as on the command line): 0.5 used to mean false */
+        if (s->type == ARG_FLAG && cJSON_IsNumber(it)) {
+            if (it->valuedouble != 0 && it->valuedouble != 1) {
+                st = err_set(err, ST_ERR_INPUT, "--config %s: option '%s': expected true or false (or 1 or 0), found %.17g",
+                             path, it->string, it->valuedouble);
+                break;
+            }
+            snprintf(buf, sizeof buf, "%d", it->valuedouble == 1);
+        }
         st = set_value(s, buf, err);
         if (st != ST_OK) err_prefix(err, "--config %s", path);
     }
