@@ -264,6 +264,21 @@ int main(void) {
     int qrc = system(args);
     tu_check(WIFEXITED(qrc) && WEXITSTATUS(qrc) == 0, "control: --config {\"quiet\": 1} with a final newline", "exit=%d",
              WIFEXITED(qrc) ? WEXITSTATUS(qrc) : -1);
+    /* --ckpt-dir and --out are checked before training (they failed at the first save, or after the
+     * last step); the check leaves nothing behind when the run is refused later. */
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --ckpt-dir /dev/null --ckpt-every 2", TMP, common);
+    expect_error("--ckpt-dir /dev/null", args,
+                 "--ckpt-dir /dev/null: expected a directory or a path one can be created at, found /dev/null, which is "
+                 "not a directory");
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --out /proc/x", TMP, common);
+    expect_error("--out /proc/x", args, "--out /proc/x: expected a directory this process can write in, found /proc not writable");
+    tu_shell("rm -rf " TMP "/litter");
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --out %s/litter/a/b --ckpt-dir %s/litter/ck --eps 0", TMP,
+             common, TMP, TMP);
+    expect_error("--out and --ckpt-dir checked, the run refused later", args, "--eps: expected a value > 0, found 0");
+    snprintf(args, sizeof args, "ls -a %s | grep -c scaletrain-probe >/dev/null", TMP);
+    tu_check(access(TMP "/litter", F_OK) != 0 && system(args) != 0, "the writability check leaves no directory behind",
+             "%s/litter %s", TMP, access(TMP "/litter", F_OK) != 0 ? "absent" : "created");
     /* muP's flags (issue 16). */
     snprintf(args, sizeof args, "train --data %s/good.bin %s --param mu", TMP, common);
     expect_error("unknown parameterization", args, "--param: expected sp or mup, found 'mu'");

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
@@ -118,6 +119,39 @@ static Status refuse_inert(ArgSpec *specs, int n, const TrainConfig *c, const Co
     for (size_t i = 0; i < sizeof R / sizeof R[0]; i++)
         if (R[i].inert && args_find(specs, n, R[i].flag)->seen)
             return err_set(err, ST_ERR_INPUT, "--%s: would change nothing here; expected %s", R[i].flag, R[i].needs);
+    return ST_OK;
+}
+
+/* Whether this process can write directory path (flag: --ckpt-dir, --out) before any training: an
+ * existing path must be a writable directory, a missing one's nearest existing ancestor must be.
+ * Probed by creating and removing a directory there (mkdtemp): permission bits say yes to root,
+ * and /proc refuses mkdir whatever they say. Nothing is left behind, so a run refused later leaves
+ * no directory. Before this check `--ckpt-dir /dev/null` failed at the first save and `--out
+ * /proc/x` after the last step. */
+static Status check_writable_dir(const char *flag, const char *path, Err *err) {
+    char dir[1100], probe[1200];
+    snprintf(dir, sizeof dir, "%s", path);
+    struct stat sb;
+    while (stat(dir, &sb) != 0) {
+        if (errno != ENOENT)
+            return err_set(err, ST_ERR_INPUT, "--%s %s: expected a directory or a path one can be created at, found "
+                           "%s unreachable (%s)", flag, path, dir, strerror(errno));
+        char *slash = strrchr(dir, '/');
+        while (slash && slash > dir && slash[1] == '\0') { /* "a/b/": the name before the trailing slashes */
+            *slash = '\0';
+            slash = strrchr(dir, '/');
+        }
+        if (!slash) snprintf(dir, sizeof dir, ".");
+        else slash[slash == dir] = '\0'; /* "/x" -> "/" */
+    }
+    if (!S_ISDIR(sb.st_mode))
+        return err_set(err, ST_ERR_INPUT, "--%s %s: expected a directory or a path one can be created at, found %s, "
+                       "which is not a directory", flag, path, dir);
+    snprintf(probe, sizeof probe, "%s/.scaletrain-probe-XXXXXX", dir);
+    if (!mkdtemp(probe))
+        return err_set(err, ST_ERR_INPUT, "--%s %s: expected a directory this process can write in, found %s not "
+                       "writable (%s)", flag, path, dir, strerror(errno));
+    rmdir(probe);
     return ST_OK;
 }
 
@@ -557,6 +591,8 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         c.have_hw = 1;
     }
     if ((st = refuse_inert(specs, n, &c, comm, &err)) != ST_OK) FAIL(st);
+    if (c.ckpt_dir[0] && (st = check_writable_dir("ckpt-dir", c.ckpt_dir, &err)) != ST_OK) FAIL(st);
+    if (c.out_dir[0] && (st = check_writable_dir("out", c.out_dir, &err)) != ST_OK) FAIL(st);
     if ((st = cli_faults_from_env(&c.faults, &err)) != ST_OK) FAIL(st); /* the tests' ST_*_TEST variables */
     if (!c.data[0] && (st = bundled_corpus(&c, comm, &err)) != ST_OK) FAIL(st);
     if (c.tokenizer[0]) {
