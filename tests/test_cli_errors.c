@@ -279,6 +279,16 @@ int main(void) {
     snprintf(args, sizeof args, "ls -a %s | grep -c scaletrain-probe >/dev/null", TMP);
     tu_check(access(TMP "/litter", F_OK) != 0 && system(args) != 0, "the writability check leaves no directory behind",
              "%s/litter %s", TMP, access(TMP "/litter", F_OK) != 0 ? "absent" : "created");
+    /* An explicit --resume with nothing there: the error alone (stdout also said "starting from scratch") */
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --resume %s/nonexist", TMP, common_lora, TMP);
+    expect_error("--resume at a missing path", args, "nonexist: expected a checkpoint, found none");
+    snprintf(args, sizeof args, "%s train --data %s/good.bin --layers 1 --heads 2 --channels 32 --max-seq-len 64 "
+             "--seq-len 32 --micro-batch 2 --steps 1 --resume %s/nonexist >%s/resume.out 2>/dev/null", BIN, TMP, TMP, TMP);
+    if (system(args) == -1) tu_check(0, "run --resume", "system failed");
+    char *rout = tu_slurp(TMP "/resume.out");
+    tu_check(rout && !strstr(rout, "starting from scratch"), "--resume at a missing path: stdout does not say it starts",
+             "stdout \"%.200s\"", rout ? rout : "(unread)");
+    free(rout);
     /* muP's flags (issue 16). */
     snprintf(args, sizeof args, "train --data %s/good.bin %s --param mu", TMP, common);
     expect_error("unknown parameterization", args, "--param: expected sp or mup, found 'mu'");

@@ -109,9 +109,12 @@ static Status resume_find_here(Run *r, Err *err) {
                     : ckpt_resolve_unread(where, "auto", LONG_MAX, r->rs.path, sizeof r->rs.path, r->rs.note,
                                           sizeof r->rs.note, err);
     if (st != ST_OK) return st;
+    /* an explicit path with nothing there is only the error: its note ("starting from scratch") was
+     * printed before it, saying the opposite */
+    if (!r->rs.path[0] && !is_auto)
+        return err_set(err, ST_ERR_INPUT, "--resume %s: expected a checkpoint, found none", c->resume);
     if (r->rs.note[0] && !c->quiet) printf("resume: %s\n", r->rs.note);
     if (!r->rs.path[0]) {
-        if (!is_auto) return err_set(err, ST_ERR_INPUT, "--resume %s: expected a checkpoint, found none", c->resume);
         snprintf(r->rs.note, sizeof r->rs.note, "no checkpoint in %s, starting from scratch", c->ckpt_dir);
         if (!c->quiet) printf("resume: %s\n", r->rs.note);
         return ST_OK;
