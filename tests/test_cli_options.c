@@ -183,6 +183,13 @@ int main(void) {
     expect_accepted("control C: --resume with --override lr",
                     TR " --ckpt-dir " TMP "/ck2 --resume auto --steps 3 --lr 1e-3 --override lr");
 
+    /* --quiet drops the per-step lines, not the notice that the run stopped early (it was silent) */
+    expect_accepted("--quiet --stop-after 1", TR " --quiet --stop-after 1 --ckpt-dir " TMP "/ck3");
+    char *qerr = tu_slurp(TMP "/stderr.txt");
+    tu_check(qerr && strstr(qerr, "stopped after step 1 (--stop-after); checkpoint saved, resume with --resume auto"),
+             "--quiet: the stop is still said (stderr)", "stderr \"%.200s\"", qerr ? qerr : "(unread)");
+    free(qerr);
+
     /* ---- sample and export, from control A's weights ---- */
     expect_refused("seed", "sample " TMP "/model --tokens 2 --temperature 0 --seed 3");
     expect_refused("top-k", "sample " TMP "/model --tokens 2 --temperature 0 --top-k 5");

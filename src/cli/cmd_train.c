@@ -307,7 +307,7 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         {"sample-tokens", ARG_INT, &c.sample_tokens, 0, "tokens per generated sample"},
         {"log", ARG_STR, c.log_path, sizeof c.log_path, "JSON Lines metrics file"},
         {"out", ARG_STR, c.out_dir, sizeof c.out_dir, "directory for the final weights (model.safetensors)"},
-        {"quiet", ARG_FLAG, &c.quiet, 0, "no per-step lines"},
+        {"quiet", ARG_FLAG, &c.quiet, 0, "no per-step lines (a stop before --steps is still said, on stderr)"},
         {"precision", ARG_STR, precision, sizeof precision,
          "fp32 | bf16 (bf16 GEMM inputs, fp32 accumulation, fp32 master weights and moments) | fp16 (with loss scaling)"},
         {"loss-scale", ARG_FLOAT, &c.loss_scale, 0, "fp16: initial loss scale"},
