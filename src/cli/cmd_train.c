@@ -361,7 +361,8 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
          "0: off)"},
         {"lora-rank", ARG_INT, &c.lora.rank, 0,
          "LoRA fine-tuning: adapters of this rank r on a frozen base (0: off; docs/lora.md)"},
-        {"lora-alpha", ARG_FLOAT, &lora_alpha, 0, "LoRA: the adapters' scale is alpha / r, alpha > 0 (default: alpha = r)"},
+        {"lora-alpha", ARG_FLOAT, &lora_alpha, 0,
+         "LoRA: the adapters' scale is alpha / r, alpha > 0 (default: alpha = r)"},
         {"lora-dropout", ARG_FLOAT, &c.lora.dropout, 0, "LoRA: dropout on the adapters' input"},
         {"lora-targets", ARG_STR, lora_targets, sizeof lora_targets,
          "LoRA: layers adapted, from q,k,v,o,gate,up,down or the groups attn, mlp, all; none given: llama q,v, gpt2 "
@@ -499,7 +500,8 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         }
         c.lora.alpha = args_find(specs, n, "lora-alpha")->seen ? lora_alpha : (float)c.lora.rank;
         /* not given: the default; given empty ('') is refused by lora_parse_targets (was the default) */
-        if (!args_find(specs, n, "lora-targets")->seen) snprintf(lora_targets, sizeof lora_targets, "%s", c.model.arch == ARCH_LLAMA ? "q,v" : "q,k,v");
+        if (!args_find(specs, n, "lora-targets")->seen)
+            snprintf(lora_targets, sizeof lora_targets, "%s", c.model.arch == ARCH_LLAMA ? "q,v" : "q,k,v");
         if ((st = lora_parse_targets(lora_targets, &c.model, &c.lora.targets, &err)) != ST_OK) FAIL(st);
         if (strcmp(lora_base_prec, "fp32") && strcmp(lora_base_prec, "bf16")) {
             snprintf(err.msg, sizeof err.msg, "--lora-base-precision: expected fp32 or bf16, found '%s'", lora_base_prec);
