@@ -66,6 +66,8 @@ int main(void) {
 
     const char *common = "--layers 1 --heads 2 --channels 32 --vocab 257 --max-seq-len 64 --seq-len 32 "
                          "--micro-batch 2 --steps 1 --peak-gflops 100 --quiet";
+    const char *common_lora = "--layers 1 --heads 2 --channels 32 --vocab 257 --max-seq-len 64 --seq-len 32 "
+                              "--micro-batch 2 --steps 1 --quiet";
     char args[2048];
     snprintf(args, sizeof args, "train --data %s/missing.bin %s", TMP, common);
     expect_error("missing shard", args, "missing.bin: no such file");
@@ -109,6 +111,184 @@ int main(void) {
     expect_error("bad config file", args, "bad.json");
     snprintf(args, sizeof args, "train --data %s/good.bin %s --vocab 200", TMP, common);
     expect_error("vocabulary smaller than the data", args, "not below the vocabulary size 200");
+    /* Out-of-range optimizer values are refused with their range; they used to be replaced by the
+     * optimizer's default silently (weight_decay 0.1 in the log); -1 is the documented default. */
+    static const struct { const char *flags, *want; } RANGE[] = {
+        {"--weight-decay -0.5", "--weight-decay: expected a value >= 0, found -0.5"},
+        {"--beta1 -0.5", "--beta1: expected a value in [0, 1), found -0.5"},
+        {"--beta2 -7", "--beta2: expected a value in [0, 1), found -7"},
+        {"--eps -3", "--eps: expected a value > 0, found -3"},
+        {"--eps 0", "--eps: expected a value > 0, found 0"},
+        {"--optimizer sgd --momentum -0.2", "--momentum: expected a value in [0, 1), found -0.2"},
+        {"--optimizer sgd --momentum 1", "--momentum: expected a value in [0, 1), found 1"},
+        {"--lora-rank -1", "--lora-rank: expected 0 (off) or a positive rank, found -1"},
+        {"--lora-rank 2 --lora-alpha -1", "--lora-alpha: expected a positive number (not given: alpha = r), found -1"},
+        {"--lora-rank 2 --lora-alpha 0", "--lora-alpha: expected a positive number (not given: alpha = r), found 0"},
+    };
+    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --lora-rank 2 --lora-alpha 4 >/dev/null 2>&1", BIN, TMP,
+             common_lora);
+    int lrc = system(args);
+    tu_check(WIFEXITED(lrc) && WEXITSTATUS(lrc) == 0, "control: the LoRA cases' command line trains with --lora-alpha 4",
+             "exit=%d", WIFEXITED(lrc) ? WEXITSTATUS(lrc) : -1);
+    for (size_t i = 0; i < sizeof RANGE / sizeof RANGE[0]; i++) {
+        /* LoRA refuses --peak-gflops (no MFU): its cases run without it, so only the flag under test is wrong */
+        int lora = strstr(RANGE[i].flags, "--lora-alpha") != NULL;
+        snprintf(args, sizeof args, "train --data %s/good.bin %s %s", TMP, lora ? common_lora : common, RANGE[i].flags);
+        char name[128];
+        snprintf(name, sizeof name, "out of range: %s", RANGE[i].flags);
+        expect_error(name, args, RANGE[i].want);
+    }
+    /* --schedule constant ignores min-lr: its default (6e-05) no longer refuses a smaller --lr; a decaying
+     * schedule names the default at fault, not a --min-lr the user never gave. */
+    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --schedule constant --lr 1e-5 >/dev/null 2>&1", BIN, TMP,
+             common);
+    int crc = system(args);
+    tu_check(WIFEXITED(crc) && WEXITSTATUS(crc) == 0, "--schedule constant --lr 1e-5 trains (min-lr inert)", "exit=%d",
+             WIFEXITED(crc) ? WEXITSTATUS(crc) : -1);
+    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --schedule constant --lr 0 >/dev/null 2>&1", BIN, TMP,
+             common);
+    crc = system(args);
+    tu_check(WIFEXITED(crc) && WEXITSTATUS(crc) == 0, "--schedule constant --lr 0 trains", "exit=%d",
+             WIFEXITED(crc) ? WEXITSTATUS(crc) : -1);
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --lr 1e-5", TMP, common);
+    expect_error("cosine --lr below the default --min-lr", args,
+                 "--lr 1e-05: expected a value >= the default --min-lr 6e-05 that --schedule cosine decays to");
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --lr 1e-5 --min-lr 2e-5", TMP, common);
+    expect_error("--min-lr above --lr", args, "--min-lr: expected a value in [0, --lr=1e-05], found 2e-05");
+    /* Values that were accepted and then acted as 0 or as the default: refused in one line. */
+    static const struct { const char *flags, *want; } NONSENSE[] = {
+        {"--tie-embeddings", "--tie-embeddings: expected --arch llama (a Llama option; GPT-2's head always reads wte)"},
+        {"--stop-after -1", "--stop-after: expected a step >= 0 (0: off), found -1"},
+        {"--ckpt-dir " TMP "/never --ckpt-every -1", "--ckpt-every: expected >= 0 steps (0: at the end only), found -1"},
+        {"--ckpt-dir " TMP "/never --keep-every -3", "--keep-every: expected >= 0 steps (0: none kept for it), found -3"},
+        {"--ckpt-dir " TMP "/never --keep-last -1", "--keep-last: expected >= 0 checkpoints (0: all), found -1"},
+        {"--batch-tokens -64", "--batch-tokens: expected a positive token count (0: unused), found -64"},
+        {"--peak-gflops -5", "--peak-gflops: expected a positive GFLOP/s (0: measured), found -5"},
+        {"--grad-clip -1", "--grad-clip: expected a norm >= 0 (0: off), found -1"},
+        {"--lora-rank 2 --lora-targets ''", "--lora-targets: expected at least one target, found ''"},
+    };
+    tu_shell("rm -rf " TMP "/never");
+    for (size_t i = 0; i < sizeof NONSENSE / sizeof NONSENSE[0]; i++) {
+        int lora = strstr(NONSENSE[i].flags, "--lora-") != NULL;
+        snprintf(args, sizeof args, "train --data %s/good.bin %s %s", TMP, lora ? common_lora : common, NONSENSE[i].flags);
+        char name[128];
+        snprintf(name, sizeof name, "refused: %s", NONSENSE[i].flags);
+        expect_error(name, args, NONSENSE[i].want);
+    }
+    tu_check(access(TMP "/never", F_OK) != 0, "refusals leave no --ckpt-dir behind", "%s", TMP "/never");
+    /* --override names a trajectory field; a typo was accepted and never reported */
+    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --steps 2 --ckpt-dir %s/ovck >/dev/null 2>&1", BIN, TMP,
+             common, TMP);
+    tu_shell("rm -rf " TMP "/ovck");
+    int orc = system(args);
+    tu_check(WIFEXITED(orc) && WEXITSTATUS(orc) == 0, "control: a run with checkpoints for --override", "exit=%d",
+             WIFEXITED(orc) ? WEXITSTATUS(orc) : -1);
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --steps 3 --ckpt-dir %s/ovck --resume auto --override "
+             "lr,bogus_field", TMP, common, TMP);
+    expect_error("--override with a field that does not exist", args,
+                 "--override bogus_field: expected a trajectory field of the config (all, global_batch, ");
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --steps 3 --ckpt-dir %s/ovck --resume auto --override "
+             "threads", TMP, common, TMP);
+    expect_error("--override with a free field", args, "--override threads: expected a trajectory field of the config");
+    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --steps 3 --ckpt-dir %s/ovck --resume auto --override "
+             "lr,model.dropout --lr 1e-3 >/dev/null 2>&1", BIN, TMP, common, TMP);
+    orc = system(args);
+    tu_check(WIFEXITED(orc) && WEXITSTATUS(orc) == 0, "control: --override lr,model.dropout resumes", "exit=%d",
+             WIFEXITED(orc) ? WEXITSTATUS(orc) : -1);
+    /* Seeds are decimal (strtoull base 0 read 010 as 8 and took hex) and recorded exactly: above 2^53
+     * as a decimal string, compared exactly on resume (a different large seed resumed silently). */
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --seed 0x10", TMP, common);
+    expect_error("hexadecimal --seed", args, "--seed: expected a non-negative decimal integer below 2^64, found '0x10'");
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --seed ' 5'", TMP, common);
+    expect_error("--seed with a space", args, "--seed: expected a non-negative decimal integer below 2^64, found ' 5'");
+    struct { const char *flags, *logged; } SEEDS[] = {
+        {"--seed 010", "\"seed\":10,"}, /* 8 before */
+        {"--seed 08", "\"seed\":8,"},   /* refused before */
+        {"--seed 18446744073709551000 --ckpt-dir " TMP "/seedck --steps 2", "\"seed\":\"18446744073709551000\","},
+    };
+    tu_shell("rm -rf " TMP "/seedck");
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, "rm -f %s/seed.jsonl; %s train --data %s/good.bin %s %s --log %s/seed.jsonl "
+                 ">/dev/null 2>&1", TMP, BIN, TMP, common, SEEDS[i].flags, TMP);
+        int src = system(args);
+        char *log = tu_slurp(TMP "/seed.jsonl");
+        tu_check(WIFEXITED(src) && WEXITSTATUS(src) == 0 && log && strstr(log, SEEDS[i].logged), SEEDS[i].flags,
+                 "exit=%d, start record's config has %s: %s", WIFEXITED(src) ? WEXITSTATUS(src) : -1, SEEDS[i].logged,
+                 log && strstr(log, SEEDS[i].logged) ? "yes" : "no");
+        free(log);
+    }
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --seed 18446744073709551001 --ckpt-dir %s/seedck --steps 3 "
+             "--resume auto", TMP, common, TMP);
+    expect_error("resume with another seed above 2^53", args,
+                 "config field seed (a trajectory field) changed: checkpoint has 18446744073709551000, this run has "
+                 "18446744073709551001");
+    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --seed 18446744073709551000 --ckpt-dir %s/seedck "
+             "--steps 3 --resume auto >/dev/null 2>&1", BIN, TMP, common, TMP);
+    int rrc = system(args);
+    tu_check(WIFEXITED(rrc) && WEXITSTATUS(rrc) == 0, "control: the same large seed resumes", "exit=%d",
+             WIFEXITED(rrc) ? WEXITSTATUS(rrc) : -1);
+    /* --config: a JSON number above 2^53 is a rounded double: refused, the string form taken exactly */
+    FILE *sf = fopen(TMP "/seednum.json", "w");
+    if (sf) fputs("{\"seed\": 12345678901234567}", sf), fclose(sf);
+    sf = fopen(TMP "/seedstr.json", "w");
+    if (sf) fputs("{\"seed\": \"12345678901234567891\"}", sf), fclose(sf);
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --config %s/seednum.json", TMP, common, TMP);
+    expect_error("--config seed above 2^53 as a number", args,
+                 "option 'seed': expected an integer up to 2^53 as a JSON number, found 12345678901234568 (rounded by "
+                 "JSON); write it as a string");
+    snprintf(args, sizeof args, "rm -f %s/seed.jsonl; %s train --data %s/good.bin %s --config %s/seedstr.json --log "
+             "%s/seed.jsonl >/dev/null 2>&1", TMP, BIN, TMP, common, TMP, TMP);
+    rrc = system(args);
+    char *slog = tu_slurp(TMP "/seed.jsonl");
+    tu_check(WIFEXITED(rrc) && WEXITSTATUS(rrc) == 0 && slog && strstr(slog, "\"seed\":\"12345678901234567891\""),
+             "control: --config seed as a string is exact", "exit=%d", WIFEXITED(rrc) ? WEXITSTATUS(rrc) : -1);
+    free(slog);
+    /* --config: the whole file is the object (text after it was ignored), a flag is true/false or 1/0
+     * exactly (0.5 meant false) */
+    static const struct { const char *file, *text, *want; } CONFIGS[] = {
+        {"trailing.json", "{\"steps\": 2} trailing", "trailing.json: expected a JSON object of options, found invalid JSON "
+                                                     "(or text after the object)"},
+        {"half.json", "{\"quiet\": 0.5}", "half.json: option 'quiet': expected true or false (or 1 or 0), found 0.5"},
+    };
+    for (int i = 0; i < 2; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", TMP, CONFIGS[i].file);
+        FILE *cf = fopen(path, "w");
+        if (cf) fputs(CONFIGS[i].text, cf), fclose(cf);
+        snprintf(args, sizeof args, "train --data %s/good.bin %s --config %s", TMP, common, path);
+        expect_error(CONFIGS[i].text, args, CONFIGS[i].want);
+    }
+    FILE *qf = fopen(TMP "/one.json", "w");
+    if (qf) fputs("{\"quiet\": 1, \"steps\": 1}\n", qf), fclose(qf);
+    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --config %s/one.json >/dev/null 2>&1", BIN, TMP, common, TMP);
+    int qrc = system(args);
+    tu_check(WIFEXITED(qrc) && WEXITSTATUS(qrc) == 0, "control: --config {\"quiet\": 1} with a final newline", "exit=%d",
+             WIFEXITED(qrc) ? WEXITSTATUS(qrc) : -1);
+    /* --ckpt-dir and --out are checked before training (they failed at the first save, or after the
+     * last step); the check leaves nothing behind when the run is refused later. */
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --ckpt-dir /dev/null --ckpt-every 2", TMP, common);
+    expect_error("--ckpt-dir /dev/null", args,
+                 "--ckpt-dir /dev/null: expected a directory or a path one can be created at, found /dev/null, which is "
+                 "not a directory");
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --out /proc/x", TMP, common);
+    expect_error("--out /proc/x", args, "--out /proc/x: expected a directory this process can write in, found /proc not writable");
+    tu_shell("rm -rf " TMP "/litter");
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --out %s/litter/a/b --ckpt-dir %s/litter/ck --eps 0", TMP,
+             common, TMP, TMP);
+    expect_error("--out and --ckpt-dir checked, the run refused later", args, "--eps: expected a value > 0, found 0");
+    snprintf(args, sizeof args, "ls -a %s | grep -c scaletrain-probe >/dev/null", TMP);
+    tu_check(access(TMP "/litter", F_OK) != 0 && system(args) != 0, "the writability check leaves no directory behind",
+             "%s/litter %s", TMP, access(TMP "/litter", F_OK) != 0 ? "absent" : "created");
+    /* An explicit --resume with nothing there: the error alone (stdout also said "starting from scratch") */
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --resume %s/nonexist", TMP, common_lora, TMP);
+    expect_error("--resume at a missing path", args, "nonexist: expected a checkpoint, found none");
+    snprintf(args, sizeof args, "%s train --data %s/good.bin --layers 1 --heads 2 --channels 32 --max-seq-len 64 "
+             "--seq-len 32 --micro-batch 2 --steps 1 --resume %s/nonexist >%s/resume.out 2>/dev/null", BIN, TMP, TMP, TMP);
+    if (system(args) == -1) tu_check(0, "run --resume", "system failed");
+    char *rout = tu_slurp(TMP "/resume.out");
+    tu_check(rout && !strstr(rout, "starting from scratch"), "--resume at a missing path: stdout does not say it starts",
+             "stdout \"%.200s\"", rout ? rout : "(unread)");
+    free(rout);
     /* muP's flags (issue 16). */
     snprintf(args, sizeof args, "train --data %s/good.bin %s --param mu", TMP, common);
     expect_error("unknown parameterization", args, "--param: expected sp or mup, found 'mu'");

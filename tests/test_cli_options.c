@@ -154,6 +154,9 @@ int main(void) {
         {"comm-timeout", TR " --comm-timeout 30"},
         {"val-every", TR " --val-every 5"},
         {"val-batches", TR " --val-batches 3"},
+        {"log-layer-stats", TR " --log-layer-stats"},                  /* no --log: the statistics go nowhere */
+        {"stop-after", TR " --ckpt-dir " TMP "/never --stop-after 5"}, /* the run ends at --steps 2 first */
+        {"stop-after", TR " --ckpt-dir " TMP "/never --stop-after 2"},
     };
     for (size_t i = 0; i < sizeof TRAIN_INERT / sizeof TRAIN_INERT[0]; i++)
         expect_refused(TRAIN_INERT[i].flag, TRAIN_INERT[i].args);
@@ -196,6 +199,13 @@ int main(void) {
     expect_accepted("control C: a run with checkpoints", TR " --ckpt-dir " TMP "/ck2");
     expect_accepted("control C: --resume with --override lr",
                     TR " --ckpt-dir " TMP "/ck2 --resume auto --steps 3 --lr 1e-3 --override lr");
+
+    /* --quiet drops the per-step lines, not the notice that the run stopped early (it was silent) */
+    expect_accepted("--quiet --stop-after 1", TR " --quiet --stop-after 1 --ckpt-dir " TMP "/ck3");
+    char *qerr = tu_slurp(TMP "/stderr.txt");
+    tu_check(qerr && strstr(qerr, "stopped after step 1 (--stop-after); checkpoint saved, resume with --resume auto"),
+             "--quiet: the stop is still said (stderr)", "stderr \"%.200s\"", qerr ? qerr : "(unread)");
+    free(qerr);
 
     /* ---- sample and export, from control A's weights ---- */
     expect_refused("seed", "sample " TMP "/model --tokens 2 --temperature 0 --seed 3");

@@ -196,6 +196,12 @@ CkptFieldKind ckpt_field_kind(const char *path);
 Status ckpt_check_config(const cJSON *saved, const cJSON *current, const char *const *overrides, int noverrides,
                          char *report, size_t len, Err *err);
 
+/* Each name of --override must be "all", "global_batch" or a trajectory field of the saved or the
+ * current config: a typo ("lrr") used to be accepted and never reported. ST_ERR_INPUT naming the
+ * first other name and listing the current config's trajectory fields. */
+Status ckpt_check_override_names(const cJSON *saved, const cJSON *current, const char *const *overrides,
+                                 int noverrides, Err *err);
+
 /* ---- asynchronous save ---- */
 
 typedef struct CkptAsync CkptAsync;

@@ -163,3 +163,41 @@ Status ckpt_check_config(const cJSON *saved, const cJSON *current, const char *c
     }
     return err_set(err, ST_ERR_INPUT, "%s", c.first.msg);
 }
+
+/* 1 if want is the dotted path of a trajectory leaf of o (under prefix); with list, also appends
+ * every such path to list (", "-separated, cut at len). */
+static int trajectory_paths(const cJSON *o, const char *prefix, const char *want, char *list, size_t len) {
+    int found = 0;
+    char path[256];
+    for (const cJSON *e = o ? o->child : NULL; e; e = e->next) {
+        if (!e->string) continue;
+        snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", e->string);
+        if (cJSON_IsObject(e)) {
+            found |= trajectory_paths(e, path, want, list, len);
+            continue;
+        }
+        if (ckpt_field_kind(path) != CKPT_FIELD_TRAJECTORY) continue;
+        found |= want && !strcmp(path, want);
+        size_t used = list ? strlen(list) : 0;
+        if (list && used + 1 < len) snprintf(list + used, len - used, ", %s", path);
+    }
+    return found;
+}
+
+Status ckpt_check_override_names(const cJSON *saved, const cJSON *current, const char *const *overrides,
+                                 int noverrides, Err *err) {
+    for (int i = 0; i < noverrides; i++) {
+        const char *name = overrides[i];
+        if (!strcmp(name, "all") || !strcmp(name, "global_batch")) continue;
+        if (trajectory_paths(current, "", name, NULL, 0) || trajectory_paths(saved, "", name, NULL, 0)) continue;
+        char list[700] = "all, global_batch";
+        trajectory_paths(current, "", NULL, list, sizeof list);
+        /* a model or free field is named as such: overriding it is not the fix */
+        CkptFieldKind k = ckpt_field_kind(name);
+        return err_set(err, ST_ERR_INPUT, "--override %s: expected a trajectory field of the config (%s), found %s",
+                       name, list, k == CKPT_FIELD_MODEL  ? "a model field (it cannot change on resume)"
+                                   : k == CKPT_FIELD_FREE ? "a free field (it may change without --override)"
+                                                          : "no such field");
+    }
+    return ST_OK;
+}

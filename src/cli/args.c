@@ -39,10 +39,12 @@ static Status set_value(ArgSpec *s, const char *v, Err *err) {
         break;
     }
     case ARG_U64: {
-        if (v[0] == '-') return err_set(err, ST_ERR_INPUT, "--%s: expected a non-negative integer, found '%s'", s->name, v);
-        unsigned long long x = strtoull(v, &end, 0);
-        if (!*v || *end || errno)
-            return err_set(err, ST_ERR_INPUT, "--%s: expected a non-negative integer, found '%s'", s->name, v);
+        /* Decimal digits only: base 0 read "010" as 8 (octal), took hex and refused "08"; strtoull
+         * alone also skips spaces and takes a sign. */
+        unsigned long long x = strtoull(v, &end, 10);
+        if (!*v || strspn(v, "0123456789") != strlen(v) || *end || errno)
+            return err_set(err, ST_ERR_INPUT, "--%s: expected a non-negative decimal integer below 2^64, found '%s'",
+                           s->name, v);
         *(uint64_t *)s->dst = x;
         break;
     }
@@ -76,11 +78,13 @@ static Status load_config(ArgSpec *specs, int n, const char *path, Err *err) {
     size_t len;
     Status st = file_read_all(path, &text, &len, err);
     if (st != ST_OK) return err_prefix(err, "--config");
-    cJSON *j = cJSON_Parse(text);
+    /* the whole file: cJSON_Parse stops after the object and took '{"steps": 2} trailing' */
+    cJSON *j = cJSON_ParseWithOpts(text, NULL, 1);
     free(text);
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
-        return err_set(err, ST_ERR_INPUT, "--config %s: expected a JSON object of options, found invalid JSON", path);
+        return err_set(err, ST_ERR_INPUT, "--config %s: expected a JSON object of options, found %s", path,
+                       j ? "another JSON value" : "invalid JSON (or text after the object)");
     }
     for (cJSON *it = j->child; it && st == ST_OK; it = it->next) {
         /* Keys are option names, hyphenated as on the command line ("max-seq-len"); the underscore
@@ -116,7 +120,22 @@ static Status load_config(ArgSpec *specs, int n, const char *path, Err *err) {
                          it->string);
             break;
         }
-        if (s->type == ARG_FLAG && cJSON_IsNumber(it)) snprintf(buf, sizeof buf, "%d", it->valueint != 0);
+        /* a JSON number is a double: an integer above 2^53 arrives rounded (another seed, silently) */
+        if (s->type == ARG_U64 && cJSON_IsNumber(it) && fabs(it->valuedouble) > 9007199254740992.0) {
+            st = err_set(err, ST_ERR_INPUT, "--config %s: option '%s': expected an integer up to 2^53 as a JSON number, "
+                         "found %.17g (rounded by JSON); write it as a string, \"%s\": \"DIGITS\"", path, it->string,
+                         it->valuedouble, it->string);
+            break;
+        }
+        /* a flag takes true/false, or exactly 1/0 (as on the command line): 0.5 used to mean false */
+        if (s->type == ARG_FLAG && cJSON_IsNumber(it)) {
+            if (it->valuedouble != 0 && it->valuedouble != 1) {
+                st = err_set(err, ST_ERR_INPUT, "--config %s: option '%s': expected true or false (or 1 or 0), found %.17g",
+                             path, it->string, it->valuedouble);
+                break;
+            }
+            snprintf(buf, sizeof buf, "%d", it->valuedouble == 1);
+        }
         st = set_value(s, buf, err);
         if (st != ST_OK) err_prefix(err, "--config %s", path);
     }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
@@ -113,10 +114,46 @@ static Status refuse_inert(ArgSpec *specs, int n, const TrainConfig *c, const Co
         {"comm-timeout", world <= 1, "more than one rank (mpirun -np N)"},
         {"val-every", noval && c->val_every > 0, "--val-data (there is nothing to validate on)"},
         {"val-batches", noval, "--val-data (there is nothing to validate on)"},
+        {"log-layer-stats", !c->log_path[0], "--log (the statistics go into its step records)"},
+        /* the run ends at --steps before it would stop (train_step stops only before the last step) */
+        {"stop-after", c->stop_after >= c->steps, "a step below --steps"},
     };
     for (size_t i = 0; i < sizeof R / sizeof R[0]; i++)
         if (R[i].inert && args_find(specs, n, R[i].flag)->seen)
             return err_set(err, ST_ERR_INPUT, "--%s: would change nothing here; expected %s", R[i].flag, R[i].needs);
+    return ST_OK;
+}
+
+/* Whether this process can write directory path (flag: --ckpt-dir, --out) before any training: an
+ * existing path must be a writable directory, a missing one's nearest existing ancestor must be.
+ * Probed by creating and removing a directory there (mkdtemp): permission bits say yes to root,
+ * and /proc refuses mkdir whatever they say. Nothing is left behind, so a run refused later leaves
+ * no directory. Before this check `--ckpt-dir /dev/null` failed at the first save and `--out
+ * /proc/x` after the last step. */
+static Status check_writable_dir(const char *flag, const char *path, Err *err) {
+    char dir[1100], probe[1200];
+    snprintf(dir, sizeof dir, "%s", path);
+    struct stat sb;
+    while (stat(dir, &sb) != 0) {
+        if (errno != ENOENT)
+            return err_set(err, ST_ERR_INPUT, "--%s %s: expected a directory or a path one can be created at, found "
+                           "%s unreachable (%s)", flag, path, dir, strerror(errno));
+        char *slash = strrchr(dir, '/');
+        while (slash && slash > dir && slash[1] == '\0') { /* "a/b/": the name before the trailing slashes */
+            *slash = '\0';
+            slash = strrchr(dir, '/');
+        }
+        if (!slash) snprintf(dir, sizeof dir, ".");
+        else slash[slash == dir] = '\0'; /* "/x" -> "/" */
+    }
+    if (!S_ISDIR(sb.st_mode))
+        return err_set(err, ST_ERR_INPUT, "--%s %s: expected a directory or a path one can be created at, found %s, "
+                       "which is not a directory", flag, path, dir);
+    snprintf(probe, sizeof probe, "%s/.scaletrain-probe-XXXXXX", dir);
+    if (!mkdtemp(probe))
+        return err_set(err, ST_ERR_INPUT, "--%s %s: expected a directory this process can write in, found %s not "
+                       "writable (%s)", flag, path, dir, strerror(errno));
+    rmdir(probe);
     return ST_OK;
 }
 
@@ -255,8 +292,8 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         {"sophia-gamma", ARG_FLOAT, &gamma, 0, "Sophia: gamma of the clipped update clip(m / max(gamma*h, eps), 1) (-1: 0.04)"},
         {"grad-clip", ARG_FLOAT, &c.grad_clip, 0, "clip the global gradient L2 norm to this (0: off)"},
         {"steps", ARG_LONG, &c.steps, 0, "optimizer steps"},
-        {"seed", ARG_U64, &c.seed, 0, "initialisation and dropout seed"},
-        {"data-seed", ARG_U64, &c.data_seed, 0, "data order seed"},
+        {"seed", ARG_U64, &c.seed, 0, "initialisation and dropout seed (decimal)"},
+        {"data-seed", ARG_U64, &c.data_seed, 0, "data order seed (decimal)"},
         {"threads", ARG_INT, &c.threads, 0,
          "threads for our kernels and the GEMM library (0: the CPUs this rank may run on, shared among its node's ranks)"},
         {"device", ARG_STR, c.device, sizeof c.device, "where the model computes: cpu (cuda only in a build with CUDA)"},
@@ -272,7 +309,7 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         {"sample-tokens", ARG_INT, &c.sample_tokens, 0, "tokens per generated sample"},
         {"log", ARG_STR, c.log_path, sizeof c.log_path, "JSON Lines metrics file"},
         {"out", ARG_STR, c.out_dir, sizeof c.out_dir, "directory for the final weights (model.safetensors)"},
-        {"quiet", ARG_FLAG, &c.quiet, 0, "no per-step lines"},
+        {"quiet", ARG_FLAG, &c.quiet, 0, "no per-step lines (a stop before --steps is still said, on stderr)"},
         {"precision", ARG_STR, precision, sizeof precision,
          "fp32 | bf16 (bf16 GEMM inputs, fp32 accumulation, fp32 master weights and moments) | fp16 (with loss scaling)"},
         {"loss-scale", ARG_FLOAT, &c.loss_scale, 0, "fp16: initial loss scale"},
@@ -292,7 +329,8 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         {"ckpt-async", ARG_FLAG, &c.ckpt_async, 0, "copy the state and write checkpoints from a background thread"},
         {"resume", ARG_STR, c.resume, sizeof c.resume, "auto (newest valid in --ckpt-dir) or a checkpoint directory"},
         {"override", ARG_STR, c.overrides, sizeof c.overrides,
-         "trajectory fields allowed to differ from the checkpoint on resume, comma-separated, or all"},
+         "trajectory fields allowed to differ from the checkpoint on resume, comma-separated, or all (another name is "
+         "refused, listing them)"},
         {"init-from", ARG_STR, c.init_from, sizeof c.init_from,
          "start from weights: a Hugging Face GPT-2 or Llama folder (its config.json gives the model unless shape "
          "flags are given), a model.safetensors file, or an llm.c .bin"},
@@ -321,10 +359,12 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         {"log-layer-stats", ARG_FLAG, &c.log_layer_stats, 0,
          "log per-layer gradient, weight and update norms in every step record (one process, ZeRO 0)"},
         {"stop-after", ARG_LONG, &c.stop_after, 0,
-         "stop after this step as if preempted: checkpoint and exit 0 (the schedule still spans --steps)"},
+         "stop after this step (below --steps) as if preempted: checkpoint and exit 0 (the schedule still spans --steps; "
+         "0: off)"},
         {"lora-rank", ARG_INT, &c.lora.rank, 0,
          "LoRA fine-tuning: adapters of this rank r on a frozen base (0: off; docs/lora.md)"},
-        {"lora-alpha", ARG_FLOAT, &lora_alpha, 0, "LoRA: the adapters' scale is alpha / r (0: alpha = r)"},
+        {"lora-alpha", ARG_FLOAT, &lora_alpha, 0,
+         "LoRA: the adapters' scale is alpha / r, alpha > 0 (default: alpha = r)"},
         {"lora-dropout", ARG_FLOAT, &c.lora.dropout, 0, "LoRA: dropout on the adapters' input"},
         {"lora-targets", ARG_STR, lora_targets, sizeof lora_targets,
          "LoRA: layers adapted, from q,k,v,o,gate,up,down or the groups attn, mlp, all; none given: llama q,v, gpt2 "
@@ -429,11 +469,22 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
             FAIL(ST_ERR_INPUT);
         }
     }
+    /* GPT-2's head always reads wte: the flag would change nothing (checked on the final model, as
+     * --init-from may bring a Llama) */
+    if (tie && c.model.arch == ARCH_GPT2) {
+        snprintf(err.msg, sizeof err.msg, "--tie-embeddings: expected --arch llama (a Llama option; GPT-2's head always "
+                 "reads wte), found --arch gpt2");
+        FAIL(ST_ERR_INPUT);
+    }
     /* This run's flag, also over --init-from's config.json (the EOT comes from the shards' header) */
     c.model.doc_mask = doc_mask, c.model.doc_eot = 0;
     if (doc_mask && c.no_pack) {
         snprintf(err.msg, sizeof err.msg, "--doc-mask: expected packed rows, found --no-pack (each row already holds "
                  "one document, its padding masked; drop one of the two)");
+        FAIL(ST_ERR_INPUT);
+    }
+    if (c.lora.rank < 0) { /* train_run dispatches on rank > 0: a negative one was a full fine-tune */
+        snprintf(err.msg, sizeof err.msg, "--lora-rank: expected 0 (off) or a positive rank, found %d", c.lora.rank);
         FAIL(ST_ERR_INPUT);
     }
     if (c.lora.rank == 0) {
@@ -444,8 +495,15 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
                 FAIL(ST_ERR_INPUT);
             }
     } else {
-        c.lora.alpha = lora_alpha > 0 ? lora_alpha : (float)c.lora.rank;
-        if (!lora_targets[0]) snprintf(lora_targets, sizeof lora_targets, "%s", c.model.arch == ARCH_LLAMA ? "q,v" : "q,k,v");
+        if (args_find(specs, n, "lora-alpha")->seen && !(lora_alpha > 0)) { /* was replaced by r silently */
+            snprintf(err.msg, sizeof err.msg, "--lora-alpha: expected a positive number (not given: alpha = r), found %g",
+                     lora_alpha);
+            FAIL(ST_ERR_INPUT);
+        }
+        c.lora.alpha = args_find(specs, n, "lora-alpha")->seen ? lora_alpha : (float)c.lora.rank;
+        /* not given: the default; given empty ('') is refused by lora_parse_targets (was the default) */
+        if (!args_find(specs, n, "lora-targets")->seen)
+            snprintf(lora_targets, sizeof lora_targets, "%s", c.model.arch == ARCH_LLAMA ? "q,v" : "q,k,v");
         if ((st = lora_parse_targets(lora_targets, &c.model, &c.lora.targets, &err)) != ST_OK) FAIL(st);
         if (strcmp(lora_base_prec, "fp32") && strcmp(lora_base_prec, "bf16")) {
             snprintf(err.msg, sizeof err.msg, "--lora-base-precision: expected fp32 or bf16, found '%s'", lora_base_prec);
@@ -455,11 +513,13 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
     }
     if ((st = optim_parse_kind(optimizer, &c.optim.kind, &err)) != ST_OK) FAIL(st);
     OptimConfig od = optim_default_config(c.optim.kind);
-    c.optim.beta1 = beta1 >= 0 ? beta1 : od.beta1;
-    c.optim.beta2 = beta2 >= 0 ? beta2 : od.beta2;
-    c.optim.eps = eps >= 0 ? eps : od.eps;
-    c.optim.weight_decay = wd >= 0 ? wd : od.weight_decay;
-    c.optim.momentum = momentum >= 0 ? momentum : od.momentum;
+    /* -1 (the documented "not given") takes the optimizer's default; any other value is the
+     * user's, range-checked by train_run (a negative one used to become the default silently). */
+    c.optim.beta1 = beta1 != -1 ? beta1 : od.beta1;
+    c.optim.beta2 = beta2 != -1 ? beta2 : od.beta2;
+    c.optim.eps = eps != -1 ? eps : od.eps;
+    c.optim.weight_decay = wd != -1 ? wd : od.weight_decay;
+    c.optim.momentum = momentum != -1 ? momentum : od.momentum;
     c.optim.muon_lr = muon_lr != -1 ? muon_lr : od.muon_lr;
     c.optim.muon_momentum = muon_mom != -1 ? muon_mom : od.muon_momentum;
     c.optim.shampoo_block = sh_block != ARG_UNSET_INT ? sh_block : od.shampoo_block;
@@ -468,6 +528,15 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
     c.optim.hess_every = hess_every != ARG_UNSET_INT ? hess_every : od.hess_every;
     c.optim.sophia_gamma = gamma != -1 ? gamma : od.sophia_gamma;
     if ((st = sched_parse_kind(schedule, &c.sched.kind, &err)) != ST_OK) FAIL(st);
+    /* A decaying schedule below the default --min-lr: the message says the default is at fault (the
+     * user gave --lr only), not "--min-lr ... found 6e-05" for a flag never given. */
+    if (c.sched.kind != SCHED_CONSTANT && !args_find(specs, n, "min-lr")->seen && c.sched.lr >= 0 &&
+        c.sched.min_lr > c.sched.lr) {
+        snprintf(err.msg, sizeof err.msg, "--lr %g: expected a value >= the default --min-lr %g that --schedule %s decays "
+                 "to, found a smaller one; give --min-lr in [0, %g] (or --schedule constant)", c.sched.lr,
+                 c.sched.min_lr, schedule, c.sched.lr);
+        FAIL(ST_ERR_INPUT);
+    }
     if (health_policy_parse(spike_policy, &c.health.policy) != 0) {
         snprintf(err.msg, sizeof err.msg, "--spike-policy: expected log, skip or rollback, found '%s'", spike_policy);
         FAIL(ST_ERR_INPUT);
@@ -491,6 +560,15 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         FAIL(ST_ERR_INPUT);
     }
     if ((st = sched_parse_shape(shape, &c.sched.decay_shape, &err)) != ST_OK) FAIL(st);
+    if (batch_tokens < 0) { /* was ignored as 0 */
+        snprintf(err.msg, sizeof err.msg, "--batch-tokens: expected a positive token count (0: unused), found %ld",
+                 batch_tokens);
+        FAIL(ST_ERR_INPUT);
+    }
+    if (!(peak_gflops >= 0)) { /* was measured as if 0 */
+        snprintf(err.msg, sizeof err.msg, "--peak-gflops: expected a positive GFLOP/s (0: measured), found %g", peak_gflops);
+        FAIL(ST_ERR_INPUT);
+    }
     if (batch_tokens > 0) {
         long per = (long)c.micro_batch * c.seq_len;
         if (per <= 0 || batch_tokens % per != 0) {
@@ -517,6 +595,8 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         c.have_hw = 1;
     }
     if ((st = refuse_inert(specs, n, &c, comm, &err)) != ST_OK) FAIL(st);
+    if (c.ckpt_dir[0] && (st = check_writable_dir("ckpt-dir", c.ckpt_dir, &err)) != ST_OK) FAIL(st);
+    if (c.out_dir[0] && (st = check_writable_dir("out", c.out_dir, &err)) != ST_OK) FAIL(st);
     if ((st = cli_faults_from_env(&c.faults, &err)) != ST_OK) FAIL(st); /* the tests' ST_*_TEST variables */
     if (!c.data[0] && (st = bundled_corpus(&c, comm, &err)) != ST_OK) FAIL(st);
     if (c.tokenizer[0]) {

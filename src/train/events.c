@@ -63,6 +63,18 @@ static cJSON *event(const char *name) {
 
 static void add_num(cJSON *o, const char *k, double v) { cJSON_AddNumberToObject(o, k, v); }
 
+/* A u64 seed: a JSON number while a double holds it exactly (up to 2^53: every config before
+ * 2026-12 compares as it did), above that its decimal string, so the record is exact. */
+static void add_seed(cJSON *o, const char *k, uint64_t v) {
+    if (v <= (1ull << 53)) {
+        cJSON_AddNumberToObject(o, k, (double)v);
+        return;
+    }
+    char buf[24];
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
+    cJSON_AddStringToObject(o, k, buf);
+}
+
 static void add_array(cJSON *o, const char *k, const double *v, int n) {
     cJSON *a = cJSON_AddArrayToObject(o, k);
     for (int i = 0; v && i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
@@ -159,8 +171,8 @@ cJSON *events_config_json(const TrainConfig *c) {
     cJSON_AddStringToObject(o, "decay_shape", sched_shape_name(c->sched.decay_shape));
     add_num(o, "grad_clip", c->grad_clip);
     add_num(o, "steps", (double)c->steps);
-    add_num(o, "seed", (double)c->seed);
-    add_num(o, "data_seed", (double)c->data_seed);
+    add_seed(o, "seed", c->seed);
+    add_seed(o, "data_seed", c->data_seed);
     add_num(o, "threads", c->threads);
     add_num(o, "val_every", c->val_every);
     add_num(o, "val_batches", c->val_batches);

@@ -103,7 +103,9 @@ static Status validate(const TrainConfig *c, Err *err) {
     if (c->threads < 0 || c->threads > 1024)
         return err_set(err, ST_ERR_INPUT, "--threads: expected 0 (auto) or 1..1024, found %d", c->threads);
     if (!(c->sched.lr >= 0)) return err_set(err, ST_ERR_INPUT, "--lr: expected a value >= 0, found %g", c->sched.lr);
-    if (!(c->sched.min_lr >= 0 && c->sched.min_lr <= c->sched.lr))
+    /* min_lr is inert under a constant schedule (a given --min-lr is refused there by the CLI): its
+     * default used to refuse --schedule constant --lr 1e-5 with a flag the user never gave */
+    if (c->sched.kind != SCHED_CONSTANT && !(c->sched.min_lr >= 0 && c->sched.min_lr <= c->sched.lr))
         return err_set(err, ST_ERR_INPUT, "--min-lr: expected a value in [0, --lr=%g], found %g", c->sched.lr,
                        c->sched.min_lr);
     if (c->sched.warmup < 0) return err_set(err, ST_ERR_INPUT, "--warmup: expected >= 0, found %ld", c->sched.warmup);
@@ -113,7 +115,10 @@ static Status validate(const TrainConfig *c, Err *err) {
         return err_set(err, ST_ERR_INPUT, "--beta1: expected a value in [0, 1), found %g", c->optim.beta1);
     if (!(c->optim.beta2 >= 0 && c->optim.beta2 < 1))
         return err_set(err, ST_ERR_INPUT, "--beta2: expected a value in [0, 1), found %g", c->optim.beta2);
-    if (!(c->optim.eps >= 0)) return err_set(err, ST_ERR_INPUT, "--eps: expected a value >= 0, found %g", c->optim.eps);
+    /* eps 0: AdamW divides 0 by 0 where a second moment is 0 (NaN weights at step 2) */
+    if (!(c->optim.eps > 0)) return err_set(err, ST_ERR_INPUT, "--eps: expected a value > 0, found %g", c->optim.eps);
+    if (!(c->optim.momentum >= 0 && c->optim.momentum < 1))
+        return err_set(err, ST_ERR_INPUT, "--momentum: expected a value in [0, 1), found %g", c->optim.momentum);
     if (!(c->optim.weight_decay >= 0))
         return err_set(err, ST_ERR_INPUT, "--weight-decay: expected a value >= 0, found %g", c->optim.weight_decay);
     if (!(c->optim.muon_lr >= 0)) return err_set(err, ST_ERR_INPUT, "--muon-lr: expected a value >= 0, found %g", c->optim.muon_lr);
@@ -140,6 +145,17 @@ static Status validate(const TrainConfig *c, Err *err) {
         return err_set(err, ST_ERR_INPUT, "--optimizer %s: expected --tp 1 and --pp 1 (it updates whole "
                        "matrices; gathering tp slices or pipeline stages is not implemented), found --tp %d --pp %d",
                        optim_kind_name(c->optim.kind), c->tp > 1 ? c->tp : 1, c->pp > 1 ? c->pp : 1);
+    /* Negative values were accepted and acted as 0 (off, or no thinning): refused with their meaning. */
+    if (!(c->grad_clip >= 0))
+        return err_set(err, ST_ERR_INPUT, "--grad-clip: expected a norm >= 0 (0: off), found %g", c->grad_clip);
+    if (c->ckpt_every < 0)
+        return err_set(err, ST_ERR_INPUT, "--ckpt-every: expected >= 0 steps (0: at the end only), found %d", c->ckpt_every);
+    if (c->keep_last < 0)
+        return err_set(err, ST_ERR_INPUT, "--keep-last: expected >= 0 checkpoints (0: all), found %d", c->keep_last);
+    if (c->keep_every < 0)
+        return err_set(err, ST_ERR_INPUT, "--keep-every: expected >= 0 steps (0: none kept for it), found %d", c->keep_every);
+    if (c->stop_after < 0)
+        return err_set(err, ST_ERR_INPUT, "--stop-after: expected a step >= 0 (0: off), found %ld", c->stop_after);
     if (c->val_batches < 1)
         return err_set(err, ST_ERR_INPUT, "--val-batches: expected a positive integer, found %d", c->val_batches);
     if (c->val_every < 0) return err_set(err, ST_ERR_INPUT, "--val-every: expected >= 0, found %d", c->val_every);

@@ -39,6 +39,32 @@
 #include "train/train_internal.h"
 #include "train/noise.h"
 
+/* The seeds against the checkpoint's rng record (init_seed, data_seed: exact decimal strings in
+ * every checkpoint): the config's numbers compare within a relative epsilon (cJSON_Compare), and a
+ * seed above 2^53 was recorded rounded (now as a string), so another large seed used to resume
+ * silently. A seed that matches exactly is copied into the saved config, so the representation
+ * (an old rounded number, a new string) is not reported as a change; one that differs is refused
+ * unless overridden. */
+static Status resume_check_seeds(const TrainConfig *c, CkptMeta *meta, const cJSON *current, const char *const *ov,
+                                 int nov, Err *err) {
+    const struct { const char *field, *rng; uint64_t mine; } S[] = {{"seed", "init_seed", c->seed},
+                                                                     {"data_seed", "data_seed", c->data_seed}};
+    for (int i = 0; i < 2; i++) {
+        uint64_t saved;
+        if (!ckpt_meta_rng(meta, S[i].rng, &saved)) continue; /* none recorded: the config compares */
+        int allowed = 0;
+        for (int k = 0; k < nov; k++) allowed |= !strcmp(ov[k], S[i].field) || !strcmp(ov[k], "all");
+        if (saved != S[i].mine && !allowed)
+            return err_set(err, ST_ERR_INPUT, "config field %s (a trajectory field) changed: checkpoint has %llu, this "
+                           "run has %llu; resuming would fork the run (allow it explicitly with --override %s)",
+                           S[i].field, (unsigned long long)saved, (unsigned long long)S[i].mine, S[i].field);
+        const cJSON *now = cJSON_GetObjectItemCaseSensitive(current, S[i].field);
+        if (saved == S[i].mine && now && cJSON_GetObjectItemCaseSensitive(meta->config, S[i].field))
+            cJSON_ReplaceItemInObjectCaseSensitive(meta->config, S[i].field, cJSON_Duplicate(now, 1));
+    }
+    return ST_OK;
+}
+
 /* Checks the config recorded with checkpoint path against this run's (model fields equal,
  * trajectory fields equal unless overridden) and that it is before --steps; sets the step and batch
  * counters to its step. */
@@ -52,7 +78,9 @@ static Status resume_check(Run *r, const char *path, Err *err) {
     snprintf(buf, sizeof buf, "%s", c->overrides);
     const char *ov[32];
     int nov = tr_split_list(buf, ov, 32);
-    st = ckpt_check_config(meta.config, r->config, ov, nov, report, sizeof report, err);
+    st = ckpt_check_override_names(meta.config, r->config, ov, nov, err);
+    if (st == ST_OK) st = resume_check_seeds(c, &meta, r->config, ov, nov, err);
+    if (st == ST_OK) st = ckpt_check_config(meta.config, r->config, ov, nov, report, sizeof report, err);
     if (st != ST_OK) err_prefix(err, "--resume %s", path);
     else if (meta.step >= c->steps)
         st = err_set(err, ST_ERR_INPUT, "--steps %ld: the checkpoint %s is already at step %ld (extend --steps)", c->steps,
@@ -81,9 +109,12 @@ static Status resume_find_here(Run *r, Err *err) {
                     : ckpt_resolve_unread(where, "auto", LONG_MAX, r->rs.path, sizeof r->rs.path, r->rs.note,
                                           sizeof r->rs.note, err);
     if (st != ST_OK) return st;
+    /* an explicit path with nothing there is only the error: its note ("starting from scratch") was
+     * printed before it, saying the opposite */
+    if (!r->rs.path[0] && !is_auto)
+        return err_set(err, ST_ERR_INPUT, "--resume %s: expected a checkpoint, found none", c->resume);
     if (r->rs.note[0] && !c->quiet) printf("resume: %s\n", r->rs.note);
     if (!r->rs.path[0]) {
-        if (!is_auto) return err_set(err, ST_ERR_INPUT, "--resume %s: expected a checkpoint, found none", c->resume);
         snprintf(r->rs.note, sizeof r->rs.note, "no checkpoint in %s, starting from scratch", c->ckpt_dir);
         if (!c->quiet) printf("resume: %s\n", r->rs.note);
         return ST_OK;

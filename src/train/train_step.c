@@ -685,11 +685,14 @@ Status tr_train_step(Run *r, int *stop, Err *err) {
     step_validate(r, &s);
     if (s.stopping) {
         r->res->preempted = 1, *stop = 1;
-        if (!c->quiet) {
-            if (tr_stop_pending()) printf("stopped by signal %d after step %ld", tr_stop_pending(), r->step);
-            else if (s.stop) printf("stopped by a signal on another rank after step %ld", r->step);
-            else printf("stopped after step %ld (--stop-after)", r->step);
-            printf("%s\n", c->ckpt_dir[0] ? "; checkpoint saved, resume with --resume auto" : " (no --ckpt-dir: not saved)");
+        /* Said by rank 0 (the others run quiet) even under --quiet ("no per-step lines"), on stderr
+         * there: a run that stops early and exits 0 must say so and where it resumes (it was silent). */
+        FILE *o = c->quiet ? stderr : stdout;
+        if (r->comm->rank == 0) {
+            if (tr_stop_pending()) fprintf(o, "stopped by signal %d after step %ld", tr_stop_pending(), r->step);
+            else if (s.stop) fprintf(o, "stopped by a signal on another rank after step %ld", r->step);
+            else fprintf(o, "stopped after step %ld (--stop-after)", r->step);
+            fprintf(o, "%s\n", c->ckpt_dir[0] ? "; checkpoint saved, resume with --resume auto" : " (no --ckpt-dir: not saved)");
         }
     }
     return ST_OK;
