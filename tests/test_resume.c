@@ -259,6 +259,9 @@ static void test_scaler_health_kinds(void) {
     st = train_run(&h, &r, &e);
     tu_check(st == ST_ERR_INPUT && strstr(e.msg, "config field health"), "resume refuses a changed --spike-policy", "%s",
              st ? e.msg : "accepted");
+    snprintf(h.overrides, sizeof h.overrides, "health"); /* the name the refusal gives */
+    st = train_run(&h, &r, &e);
+    tu_check(st == ST_OK && r.start_step == 30, "--override health lets it through", "%s", st ? e.msg : "ok");
 }
 
 /* The binary, SIGTERM mid-run: exit 0 with a checkpoint; --resume auto finishes identically. */

@@ -173,6 +173,9 @@ static int trajectory_paths(const cJSON *o, const char *prefix, const char *want
         if (!e->string) continue;
         snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", e->string);
         if (cJSON_IsObject(e)) {
+            /* a whole object of trajectory fields (health) is a name too: present in one config and
+             * absent from the other, it is the field compare_field names */
+            found |= want && !strcmp(path, want) && ckpt_field_kind(path) == CKPT_FIELD_TRAJECTORY;
             found |= trajectory_paths(e, path, want, list, len);
             continue;
         }
