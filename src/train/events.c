@@ -18,7 +18,7 @@ Status events_open(EventLog *lg, const char *path, int append, Err *err) {
     if (!path || !path[0]) return ST_OK;
     snprintf(lg->path, sizeof lg->path, "%s", path);
     lg->f = fopen(path, append ? "a" : "w");
-    if (!lg->f) return err_set(err, ST_ERR_INPUT, "--log %s: cannot open for writing", path);
+    if (!lg->f) return err_set(err, ST_ERR_INPUT, "--log %s: expected a file that can be written, found %s", path, strerror(errno));
     return ST_OK;
 }
 
