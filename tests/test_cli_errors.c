@@ -342,6 +342,14 @@ int main(void) {
              "ST_BF16_GEMM=onednn: the run's GEMMs are oneDNN's alone", "exit=%d, start record %s",
              WIFEXITED(grc) ? WEXITSTATUS(grc) : -1, gtext ? "read" : "missing");
     free(gtext);
+    /* a --separator with a line break (documents are cut at whole lines: it never matched) and a
+     * --vocab-size beyond a model's 2^30 (it ran out of memory naming nothing) */
+    expect_error("prepare --separator with a line break", "prepare --separator 'a\nb' --out " TMP "/sep_out " TMP
+                 "/good.bin", "--separator: expected one line's text, found a line break in it");
+    expect_error("tokenizer train --separator with a line break", "tokenizer train --vocab-size 300 --separator 'a\nb' "
+                 "--out " TMP "/sep_tok " TMP "/good.bin", "--separator: expected one line's text, found a line break");
+    expect_error("tokenizer train --vocab-size beyond 2^30", "tokenizer train --vocab-size 4294967295 --out " TMP
+                 "/sep_tok " TMP "/good.bin", "--vocab-size: expected an integer in 257..2^30");
     /* A directory where a file is expected: named (it read as "out of memory reading 2^63 bytes");
      * a file from a pipe (/dev/stdin) is read to its end (it read as "read failed"). */
     expect_error("a directory as fit's CSV", "fit " TMP, "test_cli_errors: expected a file, found a directory");

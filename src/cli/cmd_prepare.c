@@ -154,6 +154,8 @@ int cmd_prepare(int argc, char **argv) {
                      "cl100k, o200k or llama3", spec);
     if (!rc && SEEN("chat-template") && strcmp(format, "chat"))
         rc = fail(2, "--chat-template: would change nothing with --format %s; expected --format chat", format);
+    if (!rc && strpbrk(sep, "\r\n")) /* documents are cut at whole lines: a line break never matches */
+        rc = fail(2, "--separator: expected one line's text, found a line break in it");
     if (!rc && SEEN("separator") && (!strcmp(format, "jsonl") || !strcmp(format, "wikitext") || !strcmp(format, "chat")))
         rc = fail(2, "--separator: would change nothing with --format %s; expected --format text or auto", format);
     if (!rc && SEEN("field") && (!strcmp(format, "text") || !strcmp(format, "wikitext") || !strcmp(format, "chat")))

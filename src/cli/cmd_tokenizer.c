@@ -217,8 +217,11 @@ static int cmd_train(int argc, char **argv) {
         free(files);
         return 0;
     }
-    if (!rc && (vocab < 257 || vocab > (long)UINT32_MAX))
-        rc = fail(2, "--vocab-size: expected an integer >= 257 (256 bytes + <|endoftext|>), found %ld", vocab);
+    if (!rc && (vocab < 257 || vocab > (1L << 30))) /* a model's vocabulary bound (model_config_validate) */
+        rc = fail(2, "--vocab-size: expected an integer in 257..2^30 (256 bytes + <|endoftext|> at least), found %ld",
+                  vocab);
+    if (!rc && strpbrk(sep, "\r\n")) /* documents are cut at whole lines: a line break never matches */
+        rc = fail(2, "--separator: expected one line's text, found a line break in it");
     if (!rc && !(holdout >= 0 && holdout < 1)) rc = fail(2, "--holdout: expected a fraction in [0, 1), found %g", holdout);
     BpePattern pat = BPE_PATTERN_GPT2;
     if (!rc && bpe_pattern_parse(pattern, &pat)) rc = fail(2, "--pattern: expected gpt2, cl100k, o200k or llama3, found '%s'", pattern);
