@@ -926,7 +926,8 @@ static void test_checklist(void) {
 /* Runs `scaletrain plan args`: exit 2 and exactly one stderr line containing want. */
 static void expect_error(const char *name, const char *args, const char *want) {
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s plan %s >/dev/null 2>%s/stderr.txt", BIN, args, TMP);
+    /* timeout: a hang (--shampoo-block 0 looped forever) fails the check instead of the suite */
+    snprintf(cmd, sizeof cmd, "timeout 60 %s plan %s >/dev/null 2>%s/stderr.txt", BIN, args, TMP);
     int rc = system(cmd);
     int code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
     char *text = NULL;
@@ -984,6 +985,29 @@ static void test_cli(void) {
                  "--act-bytes: --activations exact counts our kernels' own sizes");
     expect_error("cli: --grad-accum contradicting --global-batch", "--model d6 --micro-batch 4 --global-batch 16 --grad-accum 2",
                  "--global-batch 16 implies --grad-accum 4, but --grad-accum 2 was given");
+    /* A Shampoo block side < 1 looped forever (layout_shampoo_blocks' walk never advanced); train
+     * refuses both with these words. */
+    expect_error("cli: --shampoo-block 0", "--model d6 --vocab 257 --hardware cpu-zen4-2c --optimizer shampoo --shampoo-block 0",
+                 "--shampoo-block: expected an integer >= 1, found 0");
+    expect_error("cli: --shampoo-block -5", "--model d6 --vocab 257 --hardware cpu-zen4-2c --optimizer shampoo --shampoo-block -5",
+                 "--shampoo-block: expected an integer >= 1, found -5");
+    expect_error("cli: --precond-every 0", "--model d6 --vocab 257 --optimizer shampoo --precond-every 0",
+                 "--precond-every: expected an integer >= 1, found 0");
+    /* Inert combinations, refused as --pp-layers at pp 1 and --hess-every without sophia are. */
+    expect_error("cli: --shampoo-block without shampoo", "--model d6 --shampoo-block 64",
+                 "--shampoo-block: would change nothing here; expected --optimizer shampoo");
+    expect_error("cli: --precond-every without shampoo", "--model d6 --precond-every 3",
+                 "--precond-every: would change nothing here; expected --optimizer shampoo");
+    expect_error("cli: --pp-microbatches without a pipeline", "--model d6 --pp-microbatches 4",
+                 "--pp-microbatches: would change nothing with --pp 1; expected --pp > 1");
+    expect_error("cli: --tie-embeddings on GPT-2", "--model d6 --tie-embeddings",
+                 "--tie-embeddings: would change nothing here (GPT-2 always ties its head)");
+    /* Overrides named by their own flag and value as given (the message named the profile, in bytes). */
+    expect_error("cli: --mtbf 0", "--model d6 --mtbf 0", "--mtbf: expected a positive number of hours, found 0");
+    expect_error("cli: --memory-gib -1", "--model d6 --hardware cpu-zen4-2c --memory-gib -1",
+                 "--memory-gib: expected a positive memory in GiB, found -1");
+    expect_error("cli: --peak-tflops -1", "--model d6 --hardware cpu-zen4-2c --peak-tflops -1",
+                 "--peak-tflops: expected a positive peak in TFLOP/s, found -1");
     expect_error("cli: --overlap is gone (overlap is the default; --no-overlap turns it off)", "--model d6 --overlap",
                  "unknown option --overlap");
     char cmd[1024];

@@ -553,6 +553,8 @@ Status plan_validate(const PlanInput *in, Err *err) {
         {"--micro-batch", in->micro_batch, 1}, {"--seq-len", in->seq_len, 1}, {"--grad-accum", in->grad_accum, 1},
         {"--dp", in->dp, 1}, {"--tp", in->tp, 1}, {"--pp", in->pp, 1}, {"--interleave", in->interleave, 1},
         {"--pp-microbatches", in->pp_microbatches, 0}, {"--world", in->world, 0}, {"--threads", in->threads, 1},
+        /* as train's (train.c): a block side < 1 would never advance layout_shampoo_blocks' walk */
+        {"--shampoo-block", in->shampoo_block, 1}, {"--precond-every", in->precond_every, 1},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (ints[i].v < ints[i].lo)
@@ -592,6 +594,9 @@ Status plan_validate(const PlanInput *in, Err *err) {
     for (size_t i = 0; i < sizeof bud / sizeof bud[0]; i++)
         if (!isfinite(bud[i].v) || bud[i].v < 0)
             return err_set(err, ST_ERR_INPUT, "%s: expected a positive number, found %g", bud[i].flag, bud[i].v);
+    /* 0 leaves a budget unset; an MTBF of 0 would make the Young/Daly interval 0 */
+    if (!(in->mtbf_hours > 0))
+        return err_set(err, ST_ERR_INPUT, "--mtbf: expected a positive number of hours, found %g", in->mtbf_hours);
     int nb = (in->budget_tokens > 0) + (in->budget_flops > 0) + (in->budget_days > 0);
     if (nb > 1) return err_set(err, ST_ERR_INPUT, "budget: expected at most one of --tokens, --flops, --days, found %d", nb);
     if (in->act_mode < PLAN_ACT_AUTO || in->act_mode > PLAN_ACT_EXACT)
