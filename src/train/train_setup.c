@@ -483,10 +483,12 @@ void train_plan_input(const TrainConfig *c, int dp, int tp, int pp, double peak,
     pi.doc_mask = c->model.doc_mask; /* priced at span T (mean_doc_len 0): the documents are not known yet */
     if (c->have_hw) pi.hw = c->hw; /* a measured profile (plan --measure-hardware) */
     else if (peak > 0) pi.hw.peak_fp32 = peak;
-    /* This trainer's precisions; fp16 is emulated, so its GEMMs run at the fp32 rate. */
+    /* This trainer's precisions. fp16 is emulated, so its GEMMs run at the fp32 rate: the fp16 peak
+     * is the fp32 one. The precision itself stays fp16, so that the plan sizes what fp16 allocates
+     * (its mixed-precision GEMM scratch in the workspace, layout_memory_plan) and runs (no tp overlap). */
     Err pe;
     plan_precision_trainer(&pi.prec, c->fp16 ? "fp16" : c->bf16 ? "bf16" : "fp32", &pe);
-    if (c->fp16) pi.prec.compute = PLAN_DTYPE_FP32;
+    if (c->fp16) pi.hw.peak_fp16 = pi.hw.peak_fp32;
     *out = pi;
 }
 
