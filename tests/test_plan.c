@@ -82,6 +82,52 @@ static void test_zero_world8(void) {
              got[0] / 1e9, got[1] / 1e9, got[2] / 1e9, got[3] / 1e9);
 }
 
+/* ZeRO communication with gradient accumulation k = 4 on dp 8 (one A100 node: 300 GB/s, α 5 µs),
+ * 1e9 parameters of 2-byte gradients and weights, --params alone (one bucket). Oracle, the closed
+ * forms of docs/plan.md: ZeRO 1 reduce-scatters once per step, ZeRO 2-3 once per micro-batch
+ * (parallel.h), so rs = (1 or k)·7/8·2e9 B; all-gathers 1 (ZeRO 1-2) or 2k (ZeRO 3) of 7/8·2e9 B;
+ * zero_s = (rs + ag)/bw + (rs calls + ag calls)·7·α·2 (α per bucket: --params alone has one block
+ * bucket and the embedding's). Before, ZeRO 2-3 counted one reduce-scatter. */
+static cJSON *plan_json(const char *args, int *code);
+static const cJSON *jpath(const cJSON *j, const char *path);
+static double jnum(const cJSON *j, const char *path);
+
+static void test_zero_accum(void) {
+    Err me;
+    file_mkdirs(TMP, &me);
+    const double bw = 300e9, a = 5e-6, one = 7.0 / 8.0 * 2e9;
+    int ok = 1;
+    char d[512] = "";
+    for (int z = 1; z <= 3; z++) {
+        PlanInput in = count_input(1e9, 2, 2, 4, 4);
+        in.dp = 8, in.zero = z, in.grad_accum = 4;
+        PlanResult r;
+        Err e;
+        plan_compute(&in, &r, &e);
+        double nrs = z >= 2 ? 4 : 1, nag = z == 3 ? 8 : 1;
+        double rs = nrs * one, ag = nag * one, t = (rs + ag) / bw + (nrs + nag) * 7 * a * 2;
+        int zok = rel(r.comm.rs_bytes, rs) < 1e-12 && rel(r.comm.ag_bytes, ag) < 1e-12 && rel(r.comm.zero_time, t) < 1e-12 &&
+                  rel(r.compute.t_dp, t) < 1e-12;
+        ok &= zok;
+        snprintf(d + strlen(d), sizeof d - strlen(d), " z%d rs %.4g (%.4g) ag %.4g (%.4g) s %.6g (%.6g);", z, r.comm.rs_bytes,
+                 rs, r.comm.ag_bytes, ag, r.comm.zero_time, t);
+    }
+    tu_check(ok, "ZeRO 1-3, dp 8, k 4: reduce-scatters once per step (1) or per micro-batch (2-3), closed form", "%s", d);
+    /* Our d6 on H100: zero_reduce_scatter_bytes equals the trainer's collectives counted call by
+     * call (comm_bytes_by_kind, which test_tp_plan checks against the trainer's step records), 4x the k = 1 figure. */
+    cJSON *j1 = plan_json("--model d6 --hardware H100 --dp 8 --zero 2 --grad-accum 1", NULL);
+    cJSON *j4 = plan_json("--model d6 --hardware H100 --dp 8 --zero 2 --grad-accum 4", NULL);
+    double r1 = jnum(j1, "communication.zero_reduce_scatter_bytes"), r4 = jnum(j4, "communication.zero_reduce_scatter_bytes");
+    const cJSON *bk = jpath(j4, "comm_bytes_by_kind");
+    const cJSON *k4 = cJSON_GetObjectItemCaseSensitive(bk, "reduce-scatter");
+    double s1 = jnum(j1, "compute.time_s.dp"), s4 = jnum(j4, "compute.time_s.dp");
+    tu_check(r4 == 4 * r1 && cJSON_IsNumber(k4) && r4 == k4->valuedouble && s4 > s1,
+             "plan d6 dp 8 ZeRO 2: grad-accum 4 reduce-scatters 4x, as the trainer's count",
+             "k=1 %.0f, k=4 %.0f, by kind %.0f; time_s.dp %.6g -> %.6g", r1, r4, cJSON_IsNumber(k4) ? k4->valuedouble : -1,
+             s1, s4);
+    cJSON_Delete(j1), cJSON_Delete(j4);
+}
+
 static void test_zero_paper_7_5b(void) {
     /* Rajbhandari et al. 2020, Figure 1: Ψ = 7.5B, N_d = 64, K = 12 (mixed-precision Adam). */
     const double paper[4] = {120.0, 31.4, 16.6, 1.9};
@@ -1034,6 +1080,7 @@ int main(void) {
     test_7b_bytes();
     test_zero_world8();
     test_zero_paper_7_5b();
+    test_zero_accum();
     test_bubble();
     test_6nd_and_mfu();
     test_effective_batch();

@@ -651,6 +651,7 @@ typedef struct {
     int dpn;                /* devices per node */
     double bw_dp, lat_dp;   /* the dp group's link */
     int nbuckets;           /* gradient buckets per step */
+    double rs_last;         /* ZeRO >= 1: bytes of one gradient reduce-scatter (the last micro-batch's) */
     int used;               /* devices the grid uses */
 } Core;
 
@@ -1076,12 +1077,16 @@ static void core_comm(Core *c, PlanResult *r) {
             r->comm.dp_bytes = 2.0 * (dp - 1) / dp * Sg;
             r->comm.dp_time = 2.0 * (dp - 1) / dp * Sg / bw_dp + 2.0 * (dp - 1) * lat_dp * nbuckets;
         } else {
-            /* Reduce-scatter the gradients once per step; all-gather the updated weights (ZeRO-1/2)
-             * or gather them for every micro-batch's forward and backward (ZeRO-3). */
-            double gathers = in->zero == 3 ? 2.0 * mb : 1.0;
-            r->comm.rs_bytes = (double)(dp - 1) / dp * Sg;
+            /* Reduce-scatter the gradients once per step (ZeRO-1: after accumulation) or once per
+             * micro-batch (ZeRO-2/3: each micro-batch's bucket is reduce-scattered and added to the
+             * shard, parallel.h); all-gather the updated weights (ZeRO-1/2) or gather them for
+             * every micro-batch's forward and backward (ZeRO-3). */
+            double scatters = in->zero >= 2 ? (double)mb : 1.0, gathers = in->zero == 3 ? 2.0 * mb : 1.0;
+            r->comm.rs_bytes = scatters * (dp - 1) / dp * Sg;
             r->comm.ag_bytes = gathers * (dp - 1) / dp * Sw;
-            r->comm.zero_time = (r->comm.rs_bytes + r->comm.ag_bytes) / bw_dp + (1.0 + gathers) * (dp - 1) * lat_dp * nbuckets;
+            r->comm.zero_time = (r->comm.rs_bytes + r->comm.ag_bytes) / bw_dp +
+                                (scatters + gathers) * (dp - 1) * lat_dp * nbuckets;
+            c->rs_last = (double)(dp - 1) / dp * Sg; /* the last micro-batch's (or the step's one) */
         }
     }
     r->compute.t_dp = r->comm.dp_time + r->comm.zero_time;
@@ -1113,8 +1118,10 @@ static void core_step(Core *c, PlanResult *r) {
          * (netsim over TCP with comm's progress thread: 66 ms exposed at 1 Gb/s, the first
          * block's 7 MB all-reduce and the embedding's). A block's backward is 2/3 of its share of
          * a micro-batch's compute (3/4 when full recompute runs its forward again). */
+        /* ZeRO-2/3: only the last micro-batch's reduce-scatter is in this tail; the earlier ones
+         * run behind the later micro-batches' compute (in t_dp, the part overlap may hide). */
         double t_grad = in->zero == 0 ? r->comm.dp_time
-                                      : r->comm.rs_bytes / bw_dp + (dp - 1) * lat_dp * nbuckets;
+                                      : c->rs_last / bw_dp + (dp - 1) * lat_dp * nbuckets;
         int Lb = c->Lp > 0 ? c->Lp : 0;
         double x_block = Lb > 0 && t_grad > t_emb ? (t_grad - t_emb) / Lb : 0.0;
         double bwd = in->recompute == PLAN_RECOMPUTE_FULL ? 0.75 : 2.0 / 3.0;
