@@ -469,6 +469,9 @@ void train_plan_input(const TrainConfig *c, int dp, int tp, int pp, double peak,
     PlanInput pi = plan_default_input();
     plan_model_from_config(&pi.model, &c->model);
     pi.micro_batch = c->micro_batch, pi.seq_len = c->seq_len, pi.grad_accum = c->grad_accum, pi.threads = c->threads;
+    /* --threads 0 (auto), before train_threads resolved it (sweep's dry run): the trainer's default
+     * for the grid's ranks sharing this machine, machine_auto_threads as train_threads calls it. */
+    if (pi.threads == 0) pi.threads = machine_default_threads(dp * tp * pp);
     pi.dp = dp, pi.tp = tp, pi.sp = c->sp, pi.zero = c->zero, pi.overlap = !c->no_overlap;
     pi.no_noise_scale = c->no_noise_scale;
     pi.pp = pp, pi.interleave = c->interleave > 0 ? c->interleave : 1;
