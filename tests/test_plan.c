@@ -969,6 +969,51 @@ static void test_checklist(void) {
     tu_check(st == ST_ERR_INPUT && strstr(e.msg, "'gpt5'") != NULL, "library: unknown preset", "%s", e.msg);
 }
 
+/* The dp, pp and ZeRO stage a suggestion sets ("--zero 3 --pp 2 ...: 79 GiB"), the input's where it
+ * says nothing; 1 if the trainer would run it. The trainer's rules: par_check_grid (parallel.c)
+ * refuses ZeRO 2-3 with pp > 1; ZeRO at dp 1 shards nothing (train refuses --zero in one process). */
+static int suggestion_runs(const PlanInput *in, const char *s, char *why, size_t n) {
+    int dp = in->dp, pp = in->pp, zero = in->zero;
+    const char *p;
+    if ((p = strstr(s, "--dp "))) dp = atoi(p + 5);
+    if ((p = strstr(s, "--pp "))) pp = atoi(p + 5);
+    if ((p = strstr(s, "--zero "))) zero = atoi(p + 7);
+    int ok = !(pp > 1 && zero >= 2) && !(dp == 1 && zero > 0);
+    if (!ok) snprintf(why, n, "%.200s", s);
+    return ok;
+}
+
+/* plan's suggestions are layouts the trainer runs. llama3-8b at T 8192 on one H100 suggested
+ * "--dp 1 --tp 1 --pp 2 --zero 3" (ZeRO 3 with a pipeline is refused; at dp 1 it shards nothing). */
+static void test_suggestions_run(void) {
+    static const struct { const char *model, *hw; int prec, dp, B, T, k; } C[] = {
+        {"llama3-8b", "H100", 0, 1, 8, 8192, 1},      {"llama-7b", "A100-40GB", 1, 4, 4, 4096, 1},
+        {"llama-7b", "A100-80GB", 1, 2, 2, 4096, 2}, {"llama-13b", "A100-40GB", 1, 8, 2, 4096, 1},
+        {"gpt2-1558m", "A100-40GB", 1, 1, 32, 1024, 1},
+    };
+    int bad = 0, total = 0;
+    char why[256] = "";
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+        PlanInput in = plan_default_input();
+        Err e;
+        plan_model_preset(&in.model, C[i].model, &e);
+        plan_hardware_preset(&in.hw, C[i].hw, &e);
+        if (C[i].prec) plan_precision_preset(&in.prec, "bf16", &e);
+        in.dp = C[i].dp, in.micro_batch = C[i].B, in.seq_len = C[i].T, in.grad_accum = C[i].k;
+        PlanResult *r = calloc(1, sizeof *r);
+        if (!r || plan_compute(&in, r, &e) != ST_OK) {
+            bad++, snprintf(why, sizeof why, "%s: %.200s", C[i].model, r ? e.msg : "out of memory");
+            free(r);
+            continue;
+        }
+        for (int q = 0; q < r->nsuggest; q++) total++, bad += !suggestion_runs(&in, r->suggest[q], why, sizeof why);
+        if (r->devices_needed) total++, bad += !suggestion_runs(&in, r->devices_layout, why, sizeof why);
+        free(r);
+    }
+    tu_check(bad == 0 && total > 0, "plan: every suggested layout is one the trainer runs (no ZeRO 2-3 with pp, no ZeRO at dp 1)",
+             "%d of %d suggestions%s%s", bad, total, bad ? ", e.g. " : "", why);
+}
+
 /* Runs `scaletrain plan args`: exit 2 and exactly one stderr line containing want. */
 static void expect_error(const char *name, const char *args, const char *want) {
     char cmd[4096];
@@ -1097,6 +1142,7 @@ int main(void) {
     test_vs_trainer("gpt2-124m", 50257, 2, 64, RECOMPUTE_FULL);
     test_shared_formulas();
     test_checklist();
+    test_suggestions_run();
     test_cli();
     test_plan_per_rank();
     test_option_effects();

@@ -1243,12 +1243,14 @@ static void core_checks(Core *c, PlanResult *r) {
     if (v > 1 && pp > 1 && mb % pp)
         check_add(r, PLAN_CHECK_ERROR, 1, "--interleave %d: %d micro-batches are not a multiple of --pp %d", v, mb, pp);
     if (in->sp && tp == 1) check_add(r, PLAN_CHECK_WARNING, 0, "--sp without --tp > 1 has no effect");
+    /* Warnings (the plan is still priced) of layouts the trainer refuses (par_check_grid; --zero in
+     * one process) or that shard nothing: marked input, so no suggestion proposes them. */
     if (in->zero >= 2 && pp > 1)
-        check_add(r, PLAN_CHECK_WARNING, 0,
-                  "--zero %d with --pp %d: gradients are reduce-scattered every micro-batch (DeepSpeed allows only "
-                  "ZeRO-1 with pipelines)",
+        check_add(r, PLAN_CHECK_WARNING, 1,
+                  "--zero %d with --pp %d: gradients are reduce-scattered every micro-batch; the trainer refuses it "
+                  "(DeepSpeed allows only ZeRO-1 with pipelines)",
                   in->zero, pp);
-    if (in->zero > 0 && dp == 1) check_add(r, PLAN_CHECK_WARNING, 0, "--zero %d with --dp 1 shards nothing", in->zero);
+    if (in->zero > 0 && dp == 1) check_add(r, PLAN_CHECK_WARNING, 1, "--zero %d with --dp 1 shards nothing", in->zero);
     if (tp > dpn)
         check_add(r, PLAN_CHECK_WARNING, 0, "--tp %d spans nodes (%d devices per node): TP all-reduces go over the slow link",
                   tp, dpn);
@@ -1391,7 +1393,8 @@ static void suggest_knobs(const PlanInput *in, PlanResult *r) {
 }
 
 /* No knob fits on this world: the fewest devices that would. Doubles the data-parallel degree (the
- * world times 2, 4, ... 4096) at the most frugal settings (ZeRO 3, full recompute, --sp when tp > 1,
+ * world times 2, 4, ... 4096) at the most frugal settings the trainer runs (ZeRO 3; ZeRO 1 with a
+ * pipeline, none at dp 1; full recompute, --sp when tp > 1,
  * the smallest micro-batch that keeps the global batch), trying tp 1..8 and pp 1..64 at each world;
  * the first world with a layout that fits and has no input error is the answer. */
 static void suggest_devices(const PlanInput *in, PlanResult *r) {
@@ -1408,7 +1411,9 @@ static void suggest_devices(const PlanInput *in, PlanResult *r) {
                 int dp = (int)(world / ((long long)tp * pp));
                 if (seqs % dp) continue; /* the global batch must split over the replicas */
                 PlanInput v = *in;
-                v.tp = tp, v.pp = pp, v.dp = dp, v.zero = 3, v.recompute = PLAN_RECOMPUTE_FULL, v.sp = tp > 1;
+                /* the most ZeRO the trainer runs here: 3, 1 with a pipeline (par_check_grid), none at dp 1 */
+                v.tp = tp, v.pp = pp, v.dp = dp, v.zero = dp == 1 ? 0 : pp > 1 ? 1 : 3;
+                v.recompute = PLAN_RECOMPUTE_FULL, v.sp = tp > 1;
                 v.micro_batch = 1, v.grad_accum = (int)(seqs / dp), v.pp_microbatches = 0, v.act_mode = PLAN_ACT_AUTO;
                 v.world = 0;
                 Err e;
@@ -1418,8 +1423,8 @@ static void suggest_devices(const PlanInput *in, PlanResult *r) {
                 if (bad) continue;
                 r->devices_needed = world;
                 snprintf(r->devices_layout, sizeof r->devices_layout,
-                         "--dp %d --tp %d --pp %d --zero 3 --recompute full%s --micro-batch 1 --grad-accum %d: %.2f GiB",
-                         dp, tp, pp, tp > 1 ? " --sp" : "", v.grad_accum, t->mem.total / 1073741824.0);
+                         "--dp %d --tp %d --pp %d --zero %d --recompute full%s --micro-batch 1 --grad-accum %d: %.2f GiB",
+                         dp, tp, pp, v.zero, tp > 1 ? " --sp" : "", v.grad_accum, t->mem.total / 1073741824.0);
             }
         }
     }
