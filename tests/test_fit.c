@@ -265,14 +265,50 @@ static void test_bad_inputs(void) {
     bad_input("missing_column", "params,tokens,flops\n1e6,2e7,1.2e14\n",
               "%s: expected columns params,tokens,loss (flops optional), found: params,tokens,flops");
     bad_input("non_numeric", "params,tokens,loss\n1e6,2e7,3.1\n2e6,abc,3.0\n",
-              "%s:3:2 (tokens): expected a positive finite number, found 'abc'");
-    bad_input("negative", "params,tokens,loss\n1e6,2e7,-3.1\n", "%s:2:3 (loss): expected a positive finite number, found '-3.1'");
-    bad_input("not_finite", "id,loss,params,tokens\na,inf,1e6,2e7\n", "%s:2:2 (loss): expected a positive finite number, found 'inf'");
+              "%s:3:2 (tokens): expected a positive finite decimal number, found 'abc'");
+    bad_input("negative", "params,tokens,loss\n1e6,2e7,-3.1\n", "%s:2:3 (loss): expected a positive finite decimal number, found '-3.1'");
+    bad_input("not_finite", "id,loss,params,tokens\na,inf,1e6,2e7\n", "%s:2:2 (loss): expected a positive finite decimal number, found 'inf'");
     bad_input("short_row", "params,tokens,loss\n1e6,2e7\n", "%s:2: expected at least 3 cells");
     bad_input("empty", "", "%s: empty file");
     bad_input("header_only", "params,tokens,loss\n", "%s: a header and no rows");
     bad_input("too_few_rows", "params,tokens,loss\n1e6,2e7,4\n2e6,2e7,3.9\n3e6,2e7,3.8\n4e6,2e7,3.7\n",
               "%s: 4 rows, expected at least 5 runs");
+    /* One (N, D) point repeated: 6 rows but 1 point; the fit returned exponents of 5 at objective 0. */
+    bad_input("one_point_repeated", "params,tokens,loss\n1e6,2e7,3.1\n1e6,2e7,3.1\n1e6,2e7,3.1\n1e6,2e7,3.1\n1e6,2e7,3.1\n"
+              "1e6,2e7,3.1\n", "%s: 1 distinct (params, tokens) point in 6 rows, expected at least 5");
+    bad_input("duplicate_column", "params,params,tokens,loss\n1e6,2e6,2e7,3.1\n",
+              "%s:1: expected each column once, found 'params' twice (columns 1 and 2)");
+    bad_input("hex", "params,tokens,loss\n0x10,2e7,3.1\n", "%s:2:1 (params): expected a positive finite decimal number, "
+              "found '0x10'");
+    bad_input("all_losses_empty", "params,tokens,loss\n1e6,2e7,\n2e6,2e7,\n",
+              "%s: 2 rows, every one with an empty loss (failed or diverged runs, the first at line 2)");
+    /* A byte-order mark before the header: the header is read (control: the message of a header alone). */
+    bad_input("bom", "\xEF\xBB\xBFparams,tokens,loss\n", "%s: a header and no rows");
+    {   /* A NUL inside a cell: the line used to end there, the cells after it unseen. */
+        static const char nul[] = "params,tokens,loss\n1e6,2e7,3.1\0junk\n";
+        FILE *f = fopen(TMP "/nul.csv", "wb");
+        if (f) fwrite(nul, 1, sizeof nul - 1, f), fclose(f);
+        char c2[1024];
+        snprintf(c2, sizeof c2, "%s fit %s/nul.csv --bootstrap 0 > %s/out.txt 2> %s/err.txt", BIN, TMP, TMP, TMP);
+        int rc2 = run(c2);
+        char *e2 = tu_slurp(TMP "/err.txt");
+        tu_check(rc2 == 2 && e2 && strstr(e2, "nul.csv:2: expected text, found a NUL byte"), "bad input: NUL byte",
+                 "exit %d: %s", rc2, e2 ? e2 : "");
+        free(e2);
+    }
+    /* The bootstrap's own options with --bootstrap 0 change nothing: refused (before the file is read). */
+    static const char *const inert[] = {"--seed 5", "--ci 0.9", "--boot-starts 2"};
+    for (int i = 0; i < 3; i++) {
+        char c2[1024];
+        snprintf(c2, sizeof c2, "%s fit %s/nope.csv --bootstrap 0 %s > %s/out.txt 2> %s/err.txt", BIN, TMP, inert[i], TMP, TMP);
+        int rc2 = run(c2);
+        char *e2 = tu_slurp(TMP "/err.txt");
+        char want[128], label[128];
+        snprintf(want, sizeof want, "%.*s: would change nothing with --bootstrap 0", (int)strcspn(inert[i], " "), inert[i]);
+        snprintf(label, sizeof label, "bad input: %s with --bootstrap 0", inert[i]);
+        tu_check(rc2 == 2 && e2 && strstr(e2, want), label, "exit %d: %s", rc2, e2 ? e2 : "");
+        free(e2);
+    }
     /* A missing file, and a flag with a bad value. */
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s fit %s/nope.csv 2> %s/err.txt", BIN, TMP, TMP);

@@ -82,6 +82,52 @@ static void test_zero_world8(void) {
              got[0] / 1e9, got[1] / 1e9, got[2] / 1e9, got[3] / 1e9);
 }
 
+/* ZeRO communication with gradient accumulation k = 4 on dp 8 (one A100 node: 300 GB/s, α 5 µs),
+ * 1e9 parameters of 2-byte gradients and weights, --params alone (one bucket). Oracle, the closed
+ * forms of docs/plan.md: ZeRO 1 reduce-scatters once per step, ZeRO 2-3 once per micro-batch
+ * (parallel.h), so rs = (1 or k)·7/8·2e9 B; all-gathers 1 (ZeRO 1-2) or 2k (ZeRO 3) of 7/8·2e9 B;
+ * zero_s = (rs + ag)/bw + (rs calls + ag calls)·7·α·2 (α per bucket: --params alone has one block
+ * bucket and the embedding's). Before, ZeRO 2-3 counted one reduce-scatter. */
+static cJSON *plan_json(const char *args, int *code);
+static const cJSON *jpath(const cJSON *j, const char *path);
+static double jnum(const cJSON *j, const char *path);
+
+static void test_zero_accum(void) {
+    Err me;
+    file_mkdirs(TMP, &me);
+    const double bw = 300e9, a = 5e-6, one = 7.0 / 8.0 * 2e9;
+    int ok = 1;
+    char d[512] = "";
+    for (int z = 1; z <= 3; z++) {
+        PlanInput in = count_input(1e9, 2, 2, 4, 4);
+        in.dp = 8, in.zero = z, in.grad_accum = 4;
+        PlanResult r;
+        Err e;
+        plan_compute(&in, &r, &e);
+        double nrs = z >= 2 ? 4 : 1, nag = z == 3 ? 8 : 1;
+        double rs = nrs * one, ag = nag * one, t = (rs + ag) / bw + (nrs + nag) * 7 * a * 2;
+        int zok = rel(r.comm.rs_bytes, rs) < 1e-12 && rel(r.comm.ag_bytes, ag) < 1e-12 && rel(r.comm.zero_time, t) < 1e-12 &&
+                  rel(r.compute.t_dp, t) < 1e-12;
+        ok &= zok;
+        snprintf(d + strlen(d), sizeof d - strlen(d), " z%d rs %.4g (%.4g) ag %.4g (%.4g) s %.6g (%.6g);", z, r.comm.rs_bytes,
+                 rs, r.comm.ag_bytes, ag, r.comm.zero_time, t);
+    }
+    tu_check(ok, "ZeRO 1-3, dp 8, k 4: reduce-scatters once per step (1) or per micro-batch (2-3), closed form", "%s", d);
+    /* Our d6 on H100: zero_reduce_scatter_bytes equals the trainer's collectives counted call by
+     * call (comm_bytes_by_kind, which test_tp_plan checks against the trainer's step records), 4x the k = 1 figure. */
+    cJSON *j1 = plan_json("--model d6 --hardware H100 --dp 8 --zero 2 --grad-accum 1", NULL);
+    cJSON *j4 = plan_json("--model d6 --hardware H100 --dp 8 --zero 2 --grad-accum 4", NULL);
+    double r1 = jnum(j1, "communication.zero_reduce_scatter_bytes"), r4 = jnum(j4, "communication.zero_reduce_scatter_bytes");
+    const cJSON *bk = jpath(j4, "comm_bytes_by_kind");
+    const cJSON *k4 = cJSON_GetObjectItemCaseSensitive(bk, "reduce-scatter");
+    double s1 = jnum(j1, "compute.time_s.dp"), s4 = jnum(j4, "compute.time_s.dp");
+    tu_check(r4 == 4 * r1 && cJSON_IsNumber(k4) && r4 == k4->valuedouble && s4 > s1,
+             "plan d6 dp 8 ZeRO 2: grad-accum 4 reduce-scatters 4x, as the trainer's count",
+             "k=1 %.0f, k=4 %.0f, by kind %.0f; time_s.dp %.6g -> %.6g", r1, r4, cJSON_IsNumber(k4) ? k4->valuedouble : -1,
+             s1, s4);
+    cJSON_Delete(j1), cJSON_Delete(j4);
+}
+
 static void test_zero_paper_7_5b(void) {
     /* Rajbhandari et al. 2020, Figure 1: Ψ = 7.5B, N_d = 64, K = 12 (mixed-precision Adam). */
     const double paper[4] = {120.0, 31.4, 16.6, 1.9};
@@ -923,10 +969,56 @@ static void test_checklist(void) {
     tu_check(st == ST_ERR_INPUT && strstr(e.msg, "'gpt5'") != NULL, "library: unknown preset", "%s", e.msg);
 }
 
+/* The dp, pp and ZeRO stage a suggestion sets ("--zero 3 --pp 2 ...: 79 GiB"), the input's where it
+ * says nothing; 1 if the trainer would run it. The trainer's rules: par_check_grid (parallel.c)
+ * refuses ZeRO 2-3 with pp > 1; ZeRO at dp 1 shards nothing (train refuses --zero in one process). */
+static int suggestion_runs(const PlanInput *in, const char *s, char *why, size_t n) {
+    int dp = in->dp, pp = in->pp, zero = in->zero;
+    const char *p;
+    if ((p = strstr(s, "--dp "))) dp = atoi(p + 5);
+    if ((p = strstr(s, "--pp "))) pp = atoi(p + 5);
+    if ((p = strstr(s, "--zero "))) zero = atoi(p + 7);
+    int ok = !(pp > 1 && zero >= 2) && !(dp == 1 && zero > 0);
+    if (!ok) snprintf(why, n, "%.200s", s);
+    return ok;
+}
+
+/* plan's suggestions are layouts the trainer runs. llama3-8b at T 8192 on one H100 suggested
+ * "--dp 1 --tp 1 --pp 2 --zero 3" (ZeRO 3 with a pipeline is refused; at dp 1 it shards nothing). */
+static void test_suggestions_run(void) {
+    static const struct { const char *model, *hw; int prec, dp, B, T, k; } C[] = {
+        {"llama3-8b", "H100", 0, 1, 8, 8192, 1},      {"llama-7b", "A100-40GB", 1, 4, 4, 4096, 1},
+        {"llama-7b", "A100-80GB", 1, 2, 2, 4096, 2}, {"llama-13b", "A100-40GB", 1, 8, 2, 4096, 1},
+        {"gpt2-1558m", "A100-40GB", 1, 1, 32, 1024, 1},
+    };
+    int bad = 0, total = 0;
+    char why[256] = "";
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+        PlanInput in = plan_default_input();
+        Err e;
+        plan_model_preset(&in.model, C[i].model, &e);
+        plan_hardware_preset(&in.hw, C[i].hw, &e);
+        if (C[i].prec) plan_precision_preset(&in.prec, "bf16", &e);
+        in.dp = C[i].dp, in.micro_batch = C[i].B, in.seq_len = C[i].T, in.grad_accum = C[i].k;
+        PlanResult *r = calloc(1, sizeof *r);
+        if (!r || plan_compute(&in, r, &e) != ST_OK) {
+            bad++, snprintf(why, sizeof why, "%s: %.200s", C[i].model, r ? e.msg : "out of memory");
+            free(r);
+            continue;
+        }
+        for (int q = 0; q < r->nsuggest; q++) total++, bad += !suggestion_runs(&in, r->suggest[q], why, sizeof why);
+        if (r->devices_needed) total++, bad += !suggestion_runs(&in, r->devices_layout, why, sizeof why);
+        free(r);
+    }
+    tu_check(bad == 0 && total > 0, "plan: every suggested layout is one the trainer runs (no ZeRO 2-3 with pp, no ZeRO at dp 1)",
+             "%d of %d suggestions%s%s", bad, total, bad ? ", e.g. " : "", why);
+}
+
 /* Runs `scaletrain plan args`: exit 2 and exactly one stderr line containing want. */
 static void expect_error(const char *name, const char *args, const char *want) {
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s plan %s >/dev/null 2>%s/stderr.txt", BIN, args, TMP);
+    /* timeout: a hang (--shampoo-block 0 looped forever) fails the check instead of the suite */
+    snprintf(cmd, sizeof cmd, "timeout 60 %s plan %s >/dev/null 2>%s/stderr.txt", BIN, args, TMP);
     int rc = system(cmd);
     int code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
     char *text = NULL;
@@ -984,6 +1076,29 @@ static void test_cli(void) {
                  "--act-bytes: --activations exact counts our kernels' own sizes");
     expect_error("cli: --grad-accum contradicting --global-batch", "--model d6 --micro-batch 4 --global-batch 16 --grad-accum 2",
                  "--global-batch 16 implies --grad-accum 4, but --grad-accum 2 was given");
+    /* A Shampoo block side < 1 looped forever (layout_shampoo_blocks' walk never advanced); train
+     * refuses both with these words. */
+    expect_error("cli: --shampoo-block 0", "--model d6 --vocab 257 --hardware cpu-zen4-2c --optimizer shampoo --shampoo-block 0",
+                 "--shampoo-block: expected an integer >= 1, found 0");
+    expect_error("cli: --shampoo-block -5", "--model d6 --vocab 257 --hardware cpu-zen4-2c --optimizer shampoo --shampoo-block -5",
+                 "--shampoo-block: expected an integer >= 1, found -5");
+    expect_error("cli: --precond-every 0", "--model d6 --vocab 257 --optimizer shampoo --precond-every 0",
+                 "--precond-every: expected an integer >= 1, found 0");
+    /* Inert combinations, refused as --pp-layers at pp 1 and --hess-every without sophia are. */
+    expect_error("cli: --shampoo-block without shampoo", "--model d6 --shampoo-block 64",
+                 "--shampoo-block: would change nothing here; expected --optimizer shampoo");
+    expect_error("cli: --precond-every without shampoo", "--model d6 --precond-every 3",
+                 "--precond-every: would change nothing here; expected --optimizer shampoo");
+    expect_error("cli: --pp-microbatches without a pipeline", "--model d6 --pp-microbatches 4",
+                 "--pp-microbatches: would change nothing with --pp 1; expected --pp > 1");
+    expect_error("cli: --tie-embeddings on GPT-2", "--model d6 --tie-embeddings",
+                 "--tie-embeddings: would change nothing here (GPT-2 always ties its head)");
+    /* Overrides named by their own flag and value as given (the message named the profile, in bytes). */
+    expect_error("cli: --mtbf 0", "--model d6 --mtbf 0", "--mtbf: expected a positive number of hours, found 0");
+    expect_error("cli: --memory-gib -1", "--model d6 --hardware cpu-zen4-2c --memory-gib -1",
+                 "--memory-gib: expected a positive memory in GiB, found -1");
+    expect_error("cli: --peak-tflops -1", "--model d6 --hardware cpu-zen4-2c --peak-tflops -1",
+                 "--peak-tflops: expected a positive peak in TFLOP/s, found -1");
     expect_error("cli: --overlap is gone (overlap is the default; --no-overlap turns it off)", "--model d6 --overlap",
                  "unknown option --overlap");
     char cmd[1024];
@@ -1010,6 +1125,7 @@ int main(void) {
     test_7b_bytes();
     test_zero_world8();
     test_zero_paper_7_5b();
+    test_zero_accum();
     test_bubble();
     test_6nd_and_mfu();
     test_effective_batch();
@@ -1026,6 +1142,7 @@ int main(void) {
     test_vs_trainer("gpt2-124m", 50257, 2, 64, RECOMPUTE_FULL);
     test_shared_formulas();
     test_checklist();
+    test_suggestions_run();
     test_cli();
     test_plan_per_rank();
     test_option_effects();

@@ -184,7 +184,14 @@ static void test_command(void) {
         {"report_cmd_missing_log", TMP "/nope.jsonl -o " TMP "/x.html", "nope.jsonl"},
         {"report_cmd_no_valid_records", TMP "/garbage.jsonl -o " TMP "/x.html", "no valid metrics records"},
         {"report_cmd_no_args", "", "expected at least one metrics log"},
+        /* beside a good log, an empty one is refused as it is alone (it was an empty run, exit 0) */
+        {"report_cmd_empty_beside_good", TMP "/good.jsonl " TMP "/empty.jsonl -o " TMP "/x.html",
+         "empty.jsonl: no valid metrics records"},
+        /* -o naming an input, spelled differently (./): it was overwritten with HTML */
+        {"report_cmd_out_is_input", TMP "/self.jsonl -o " TMP "/./self.jsonl", "found the log"},
     };
+    spit(TMP "/empty.jsonl", "");
+    spit(TMP "/self.jsonl", "{\"event\":\"step\",\"step\":1,\"loss\":2.5}\n");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char cmd[2048];
         snprintf(cmd, sizeof cmd, BIN " report %s >/dev/null 2>" TMP "/err.txt", bad[i].args);
@@ -195,6 +202,13 @@ static void test_command(void) {
         tu_check(ok, bad[i].name, "exit=%d stderr=\"%s\"", rc, err ? err : "");
         free(err);
     }
+    char *self = tu_slurp(TMP "/self.jsonl");
+    tu_check(self && !strcmp(self, "{\"event\":\"step\",\"step\":1,\"loss\":2.5}\n"), "report_cmd_out_is_input_kept",
+             "the log now holds %zu bytes", self ? strlen(self) : 0);
+    free(self);
+    /* control: the same log to another output is a report */
+    rc = run(BIN " report " TMP "/self.jsonl -o " TMP "/self.html >/dev/null 2>&1");
+    tu_check(rc == 0, "report_cmd_out_other_control", "exit=%d", rc);
 }
 
 /* ---- the page in headless Chromium ---- */

@@ -435,6 +435,31 @@ static void os_refused(const char *args, const char *flag, const char *name) {
     free(out);
 }
 
+/* Explicit flags win over --quick's presets (spike --quick --lr 0.01 --steps 12 --layers 3 ran lr
+ * 0.3, 30 steps, 2 layers). Oracle: the flags given, read back from the run's start record. And
+ * lr-transfer refuses widths that are not multiples of 32 (48 got one head of 48, 96 three of 32). */
+static void test_quick_flags(void) {
+    int rc = run(BIN " study spike --quick --lr 0.01 --steps 12 --layers 3 --out " TMP "/spike-flags >" TMP
+                     "/spike-flags.out 2>&1");
+    cJSON *all = tu_log_records(TMP "/spike-flags/runs/unstable/log.jsonl"), *r;
+    double lr = NAN, steps = NAN, layers = NAN;
+    cJSON_ArrayForEach(r, all) {
+        const cJSON *ev = cJSON_GetObjectItem(r, "event"), *c = cJSON_GetObjectItem(r, "config");
+        if (!cJSON_IsString(ev) || strcmp(ev->valuestring, "start") || !c) continue;
+        lr = cJSON_GetNumberValue(cJSON_GetObjectItem(c, "lr"));
+        steps = cJSON_GetNumberValue(cJSON_GetObjectItem(c, "steps"));
+        layers = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "model"), "layers"));
+    }
+    cJSON_Delete(all);
+    tu_check(rc == 0 && fabs(lr - 0.01) < 1e-8 && steps == 12 && layers == 3, "study_spike_quick_explicit_flags_win",
+             "exit %d: lr %g, steps %g, layers %g (given 0.01, 12, 3)", rc, lr, steps, layers);
+    rc = run(BIN " study lr-transfer --widths 48,96 --out " TMP "/lr-bad >" TMP "/lr-bad.out 2>&1");
+    char *out = tu_slurp(TMP "/lr-bad.out");
+    tu_check(rc == 2 && out && strstr(out, "--widths: expected multiples of 32 (heads of 32), found 48"),
+             "study_lr_transfer_refuses_width", "exit %d: %s", rc, out ? out : "");
+    free(out);
+}
+
 static void test_optimizers(void) {
     int rc = run(BIN " study optimizers --quick --out " TMP "/opt >" TMP "/opt.out 2>&1");
     tu_check(rc == 0, "study_optimizers_runs", "exit %d (output in " TMP "/opt.out)", rc);
@@ -649,6 +674,7 @@ int main(int argc, char **argv) {
     if (!tu_shell("rm -rf " TMP " && mkdir -p " TMP)) return tu_exit(); /* no stale or missing folder */
     test_lr_transfer();
     test_spike();
+    test_quick_flags();
     test_optimizers();
     test_layer_stats();
     test_browser();

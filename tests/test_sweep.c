@@ -430,6 +430,23 @@ static void test_dry_run(void) {
     free(t);
     tu_check(rc == 0 && n == 4 && eq == 4 && done == 4, "sweep_dry_run_memory_equals_plan",
              "exit %d, %d runs, %d memory_bytes == the start record's plan.memory_total, %d marked done", rc, n, eq, done);
+    /* Without base.threads (auto): the dry run passed threads 0 to the plan, which refused it
+     * ("--threads: expected an integer >= 1, found 0"); now resolved as the trainer does. Oracle:
+     * the start record of the same run, trained, whose threads train_threads resolved. */
+    spit(TMP "/nothr.json", "{\"name\": \"nothr\", " DATA ", \"base\": {\"vocab\": 97, \"heads\": 2, \"seq_len\": 32, "
+         "\"max_seq_len\": 32, \"micro_batch\": 2, \"val_batches\": 1}, \"grid\": {\"kind\": \"sizes_tokens\", "
+         "\"models\": [{\"layers\": 1, \"channels\": 16}], \"tokens\": [640]}}\n");
+    rc = run("rm -rf " TMP "/nothr && " BIN " sweep " TMP "/nothr.json --out " TMP "/nothr --dry-run --json >" TMP
+             "/nothr_dry.txt 2>" TMP "/nothr_dry.err");
+    t = tu_slurp(TMP "/nothr_dry.txt");
+    cJSON *nj = t ? cJSON_Parse(t) : NULL;
+    double nm = nj ? cJSON_GetNumberValue(cJSON_GetObjectItem(nj, "memory_bytes")) : NAN;
+    int rc2 = run(BIN " sweep " TMP "/nothr.json --out " TMP "/nothr >" TMP "/nothr.out 2>&1");
+    double trained = plan_memory_of(TMP "/nothr/runs/L1C16-t640/log.jsonl");
+    tu_check(rc == 0 && rc2 == 0 && nm == trained, "sweep_dry_run_auto_threads",
+             "dry run exit %d, memory_bytes %.0f; trained exit %d, its plan.memory_total %.0f", rc, nm, rc2, trained);
+    cJSON_Delete(nj);
+    free(t);
     double other = plan_memory_of(TMP "/a/runs/L1C32-t1280/log.jsonl");
     tu_check(mem[0] != other, "sweep_dry_run_negative_control", "width 16's %.0f bytes != width 32's plan %.0f", mem[0], other);
     rc = run(BIN " sweep " TMP "/spec.json --out " TMP "/a --dry-run >" TMP "/dry2.txt 2>&1");

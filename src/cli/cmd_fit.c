@@ -136,6 +136,14 @@ int cmd_fit(int argc, char **argv) {
         return help ? 0 : cli_fail("fit", ST_ERR_INPUT, "expected one results table (CSV), found none");
     }
     if (o.bootstrap < 0) return cli_fail("fit", ST_ERR_INPUT, "--bootstrap: expected 0 or more resamples");
+    /* The resampling's own options do nothing without resamples. */
+    static const char *const boot_only[] = {"boot-starts", "seed", "ci"};
+    for (size_t i = 0; o.bootstrap == 0 && i < sizeof boot_only / sizeof boot_only[0]; i++)
+        if (args_find(specs, n, boot_only[i])->seen) {
+            snprintf(err.msg, sizeof err.msg, "--%s: would change nothing with --bootstrap 0; expected --bootstrap N > 0",
+                     boot_only[i]);
+            return cli_fail("fit", ST_ERR_INPUT, err.msg);
+        }
     if (drop < 0) return cli_fail("fit", ST_ERR_INPUT, "--drop-highest: expected 0 or more runs");
     if (seed < 0) return cli_fail("fit", ST_ERR_INPUT, "--seed: expected a non-negative integer");
     if (!(o.ci > 0 && o.ci < 1)) return cli_fail("fit", ST_ERR_INPUT, "--ci: expected a number in (0, 1)");

@@ -393,16 +393,16 @@ int cmd_plan(int argc, char **argv) {
         {"measure-threads", ARG_INT, &measure_threads, 0, "threads for --measure-hardware"},
         {"nodes", ARG_INT, &nodes, 0, "nodes (world = nodes x devices per node; 0: world = dp x tp x pp)"},
         {"devices-per-node", ARG_INT, &dpn, 0, "devices per node (0: the hardware preset's)"},
-        {"peak-tflops", ARG_DOUBLE, &peak_tflops, 0, "override the peak TFLOP/s of the matmul dtype (0: preset)"},
-        {"memory-gib", ARG_DOUBLE, &memory_gib, 0, "override device memory in GiB (0: preset)"},
-        {"mem-bw-gbs", ARG_DOUBLE, &mem_bw_gbs, 0, "override memory bandwidth in GB/s (0: preset)"},
-        {"intra-bw-gbs", ARG_DOUBLE, &intra_gbs, 0, "override intra-node GB/s per device (0: preset)"},
-        {"inter-bw-gbs", ARG_DOUBLE, &inter_gbs, 0, "override inter-node GB/s per device (0: preset)"},
+        {"peak-tflops", ARG_DOUBLE, &peak_tflops, 0, "override the peak TFLOP/s of the matmul dtype (default: the preset's)"},
+        {"memory-gib", ARG_DOUBLE, &memory_gib, 0, "override device memory in GiB (default: the preset's)"},
+        {"mem-bw-gbs", ARG_DOUBLE, &mem_bw_gbs, 0, "override memory bandwidth in GB/s (default: the preset's)"},
+        {"intra-bw-gbs", ARG_DOUBLE, &intra_gbs, 0, "override intra-node GB/s per device (default: the preset's)"},
+        {"inter-bw-gbs", ARG_DOUBLE, &inter_gbs, 0, "override inter-node GB/s per device (default: the preset's)"},
         {"intra-lat-us", ARG_DOUBLE, &intra_lat_us, 0, "override the intra-node latency α per message in µs (-1: preset)"},
         {"inter-lat-us", ARG_DOUBLE, &inter_lat_us, 0,
          "override the inter-node latency α per message in µs (-1: preset; bench/netsim.sh measures one)"},
-        {"matmul-eff", ARG_DOUBLE, &matmul_eff, 0, "override the matmul efficiency (0: preset)"},
-        {"storage-bw-gbs", ARG_DOUBLE, &storage_gbs, 0, "checkpoint write GB/s per node (0: preset)"},
+        {"matmul-eff", ARG_DOUBLE, &matmul_eff, 0, "override the matmul efficiency (default: the preset's)"},
+        {"storage-bw-gbs", ARG_DOUBLE, &storage_gbs, 0, "checkpoint write GB/s per node (default: the preset's)"},
         {"no-overlap", ARG_FLAG, &no_overlap, 0, "DP/ZeRO communication adds to the step (default: it overlaps the backward pass)"},
         {"no-noise-scale", ARG_FLAG, &no_noise, 0, "as train's: the step books no gradient-noise-scale all-gathers"},
         {"tokens", ARG_DOUBLE, &in.budget_tokens, 0, "budget in training tokens"},
@@ -521,7 +521,11 @@ int cmd_plan(int argc, char **argv) {
     if (tie) {
         if (in.model.params_override > 0)
             return cli_fail("plan", ST_ERR_INPUT, "--tie-embeddings: expected a model shape, found --params alone");
-        in.model.tied_head = 1; /* GPT-2's already is */
+        /* GPT-2's head always reads the token embedding (plan_model_from_config): the flag would change nothing */
+        if (in.model.arch != PLAN_ARCH_LLAMA)
+            return cli_fail("plan", ST_ERR_INPUT,
+                            "--tie-embeddings: would change nothing here (GPT-2 always ties its head); expected a llama model");
+        in.model.tied_head = 1;
     }
     /* ---- precision, optimizer, activations, recompute ---- */
     if (!strcmp(accounting, "megatron")) in.textbook = 1;
@@ -548,6 +552,11 @@ int cmd_plan(int argc, char **argv) {
     if (okind == OPT_SOPHIA) in.hess_every = SEEN("hess-every") ? hess_every : 10;
     if (SEEN("hess-every") && strcmp(optimizer, "sophia"))
         return cli_fail("plan", ST_ERR_INPUT, "--hess-every: would change nothing here; expected --optimizer sophia");
+    if ((SEEN("shampoo-block") || SEEN("precond-every")) && okind != OPT_SHAMPOO) {
+        snprintf(err.msg, sizeof err.msg, "--%s: would change nothing here; expected --optimizer shampoo",
+                 SEEN("shampoo-block") ? "shampoo-block" : "precond-every");
+        return cli_fail("plan", ST_ERR_INPUT, err.msg);
+    }
     if (SEEN("hess-every") && hess_every < 1) {
         snprintf(err.msg, sizeof err.msg, "--hess-every: expected an integer >= 1, found %d", hess_every);
         return cli_fail("plan", ST_ERR_INPUT, err.msg);
@@ -605,6 +614,19 @@ int cmd_plan(int argc, char **argv) {
     } else if ((st = hw_resolve(&in.hw, "cpu-zen4-2c", &err)) != ST_OK)
         return cli_fail("plan", st, err.msg);
     in.hw_default = !SEEN("hardware");
+    /* An override is a positive figure, refused here by its own flag and value as given (the
+     * profile check in plan_validate would name the profile and the converted value). */
+    const struct { const char *flag; double v; const char *unit; } hwo[] = {
+        {"peak-tflops", peak_tflops, "peak in TFLOP/s"}, {"memory-gib", memory_gib, "memory in GiB"},
+        {"mem-bw-gbs", mem_bw_gbs, "bandwidth in GB/s"}, {"intra-bw-gbs", intra_gbs, "bandwidth in GB/s"},
+        {"inter-bw-gbs", inter_gbs, "bandwidth in GB/s"}, {"matmul-eff", matmul_eff, "fraction"},
+        {"storage-bw-gbs", storage_gbs, "bandwidth in GB/s"},
+    };
+    for (size_t i = 0; i < sizeof hwo / sizeof hwo[0]; i++)
+        if (SEEN(hwo[i].flag) && !(hwo[i].v > 0 && isfinite(hwo[i].v))) {
+            snprintf(err.msg, sizeof err.msg, "--%s: expected a positive %s, found %g", hwo[i].flag, hwo[i].unit, hwo[i].v);
+            return cli_fail("plan", ST_ERR_INPUT, err.msg);
+        }
     if (SEEN("devices-per-node")) in.hw.devices_per_node = dpn;
     if (SEEN("peak-tflops")) {
         double pk = peak_tflops * 1e12;
@@ -663,9 +685,11 @@ int cmd_plan(int argc, char **argv) {
     /* ---- pipeline schedule ---- */
     PlanSched ps;
     memset(&ps, 0, sizeof ps);
-    if ((SEEN("pp-schedule") || pp_print || SEEN("pp-layers")) && in.pp <= 1) {
+    /* --pp-microbatches too: at --pp 1 it would only re-split the batch, which the trainer never does. */
+    if ((SEEN("pp-schedule") || pp_print || SEEN("pp-layers") || SEEN("pp-microbatches")) && in.pp <= 1) {
         snprintf(err.msg, sizeof err.msg, "--%s: would change nothing with --pp %d; expected --pp > 1",
-                 SEEN("pp-schedule") ? "pp-schedule" : pp_print ? "pp-print-schedule" : "pp-layers", in.pp);
+                 SEEN("pp-schedule") ? "pp-schedule" : pp_print ? "pp-print-schedule"
+                 : SEEN("pp-layers") ? "pp-layers" : "pp-microbatches", in.pp);
         return cli_fail("plan", ST_ERR_INPUT, err.msg);
     }
     snprintf(in.pp_schedule, sizeof in.pp_schedule, "%s", pp_schedule);

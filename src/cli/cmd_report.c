@@ -3,10 +3,12 @@
  *
  * A damaged log (truncated or malformed lines) still gives a report of what is valid, plus one
  * warning line per damaged log on stderr ("scaletrain report: warning: ..."); exit 0. A log that
- * cannot be read, or logs with no valid record at all, are bad input (exit 2). */
+ * cannot be read, a log with no valid record (alone or beside others), or -o naming one of the
+ * logs are bad input (exit 2). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/args.h"
 #include "cli/cmds.h"
@@ -49,20 +51,34 @@ int cmd_report(int argc, char **argv) {
     }
     ReportRun *runs = calloc((size_t)npos, sizeof *runs);
     char *html = NULL;
-    size_t len = 0, events = 0;
+    size_t len = 0;
     int rc = 0;
     if (!runs) {
         st = err_set(&err, ST_ERR_RUNTIME, "out of memory");
         goto fail;
     }
+    /* The page replaces -o: a log named as the output would be overwritten by HTML (compared by
+     * device and inode, so another spelling of the same file is caught too). */
+    struct stat so;
+    if (stat(out, &so) == 0)
+        for (int i = 0; i < npos; i++) {
+            struct stat si;
+            if (stat(pos[i], &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+                st = err_set(&err, ST_ERR_INPUT, "-o/--out %s: expected a file other than the metrics logs, found the "
+                             "log %s (writing the page would overwrite it)", out, pos[i]);
+                goto fail;
+            }
+        }
     for (int i = 0; i < npos; i++) {
         if ((st = report_load_run(&runs[i], pos[i], &err)) != ST_OK) goto fail;
-        for (const ReportRun *r = &runs[i]; r; r = r->next) events += r->events;
-    }
-    if (events == 0) {
-        st = err_set(&err, ST_ERR_INPUT, "%s%s: no valid metrics records (expected JSON Lines with an \"event\" field)",
-                     pos[0], npos > 1 ? " ..." : "");
-        goto fail;
+        size_t ev = 0;
+        for (const ReportRun *r = &runs[i]; r; r = r->next) ev += r->events;
+        /* Each log, as one alone: a log with nothing to chart is bad input, beside others too. */
+        if (ev == 0) {
+            st = err_set(&err, ST_ERR_INPUT, "%s: no valid metrics records (expected JSON Lines with an \"event\" field)",
+                         pos[i]);
+            goto fail;
+        }
     }
     if ((st = report_render(runs, npos, title, &html, &len, &err)) != ST_OK) goto fail;
     const void *bufs[1] = {html};

@@ -7,6 +7,7 @@
  *   spike         a run with too high a learning rate and no warmup or clipping, and the same run
  *                 with warmup and clipping (study/spike.c).
  * --quick shrinks either to a tiny model and a few steps (for tests). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,10 +59,16 @@ static int cmd_lr_transfer(int argc, char **argv, Comm *comm) {
         args_print_help(specs, n);
         return 0;
     }
+    /* --quick's presets fill only what was not given: an explicit flag wins. */
+#define UNSEEN(name) (!args_find(specs, n, name)->seen)
     if (quick) {
-        snprintf(widths, sizeof widths, "32,64");
-        snprintf(lrs, sizeof lrs, "2^-8,2^-6,2^-4");
-        layers = 1, steps = 8, T = 32, B = 4, vb = 2;
+        if (UNSEEN("widths")) snprintf(widths, sizeof widths, "32,64");
+        if (UNSEEN("lrs")) snprintf(lrs, sizeof lrs, "2^-8,2^-6,2^-4");
+        if (UNSEEN("layers")) layers = 1;
+        if (UNSEEN("steps")) steps = 8;
+        if (UNSEEN("seq-len")) T = 32;
+        if (UNSEEN("micro-batch")) B = 4;
+        if (UNSEEN("val-batches")) vb = 2;
     }
     LrTransferOptions *o = calloc(1, sizeof *o);
     if (!o) return cli_fail("study lr-transfer", ST_ERR_RUNTIME, "out of memory");
@@ -75,6 +82,12 @@ static int cmd_lr_transfer(int argc, char **argv, Comm *comm) {
         free(o);
         return cli_fail("study lr-transfer", ST_ERR_INPUT, "--widths / --steps: expected at least two widths and >= 1 step");
     }
+    for (int w = 0; w < o->nw; w++) /* heads of 32 at every width, as study optimizers' --width */
+        if (!(o->widths[w] >= 32) || fmod(o->widths[w], 32) != 0) {
+            snprintf(err.msg, sizeof err.msg, "--widths: expected multiples of 32 (heads of 32), found %g", o->widths[w]);
+            free(o);
+            return cli_fail("study lr-transfer", ST_ERR_INPUT, err.msg);
+        }
     o->steps = steps, o->layers = layers, o->T = T, o->B = B, o->vb = vb, o->threads = threads;
     StudyOutcome res;
     st = study_lr_transfer(o, comm, cli_train_flags(), &res, &err);
@@ -111,7 +124,15 @@ static int cmd_study_spike(int argc, char **argv, Comm *comm) {
         args_print_help(specs, n);
         return 0;
     }
-    if (quick) layers = 2, channels = 64, heads = 2, T = 32, B = 4, steps = 30, lr = 0.3;
+    if (quick) { /* presets for what was not given: an explicit flag wins */
+        if (UNSEEN("layers")) layers = 2;
+        if (UNSEEN("channels")) channels = 64;
+        if (UNSEEN("heads")) heads = 2;
+        if (UNSEEN("seq-len")) T = 32;
+        if (UNSEEN("micro-batch")) B = 4;
+        if (UNSEEN("steps")) steps = 30;
+        if (UNSEEN("lr")) lr = 0.3;
+    }
     if (steps < 8 || steps > STUDY_SPIKE_MAXSTEPS || !(lr > 0) || warmup_frac < 0 || warmup_frac >= 1 || !(clip > 0))
         return cli_fail("study spike", ST_ERR_INPUT, "--steps / --lr / --warmup-frac / --clip: expected 8..4096 steps, "
                         "lr > 0, a fraction in [0, 1) and clip > 0");
@@ -122,6 +143,8 @@ static int cmd_study_spike(int argc, char **argv, Comm *comm) {
     st = study_spike(&o, comm, cli_train_flags(), &res, &err);
     return study_finish("spike", out, comm, st, &res, &err);
 }
+
+#undef UNSEEN
 
 int cmd_study(int argc, char **argv, Comm *comm) {
     if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {

@@ -47,9 +47,19 @@ int cmd_study_optimizers(int argc, char **argv, Comm *comm) {
         args_print_help(specs, n);
         return 0;
     }
-    if (su.quick) {
-        su.layers = 2, su.width = 32, su.T = 32, su.B = 4, su.vb = 2;
-        su.steps = 24, su.sweep_steps = 8, su.val_every = 3, su.timing_rounds = 2, su.timing_steps = 4;
+    if (su.quick) { /* presets for what was not given: an explicit flag wins */
+#define UNSEEN(name) (!args_find(specs, n, name)->seen)
+        if (UNSEEN("layers")) su.layers = 2;
+        if (UNSEEN("width")) su.width = 32;
+        if (UNSEEN("seq-len")) su.T = 32;
+        if (UNSEEN("micro-batch")) su.B = 4;
+        if (UNSEEN("val-batches")) su.vb = 2;
+        if (UNSEEN("steps")) su.steps = 24;
+        if (UNSEEN("sweep-steps")) su.sweep_steps = 8;
+        if (UNSEEN("val-every")) su.val_every = 3;
+        if (UNSEEN("timing-rounds")) su.timing_rounds = 2;
+        if (UNSEEN("timing-steps")) su.timing_steps = 4;
+#undef UNSEEN
     }
     char msg[256] = "";
     if (su.steps < 4 || su.steps > 1000000) snprintf(msg, sizeof msg, "--steps: expected 4..1000000, found %ld", su.steps);

@@ -65,12 +65,42 @@ static int split_cells(char *line, char **cells, int max) {
 
 #define FIT_MAX_COLS 256
 
+/* A cell as a decimal number ([+-]digits[.digits][e[+-]digits]): strtod alone would also take hex
+ * (0x10), inf and nan. Returns 0 when s is not one. */
+static int parse_decimal(const char *s, double *x) {
+    const char *q = s;
+    int digits = 0;
+    if (*q == '+' || *q == '-') q++;
+    for (; isdigit((unsigned char)*q); q++) digits++;
+    if (*q == '.')
+        for (q++; isdigit((unsigned char)*q); q++) digits++;
+    if (!digits) return 0;
+    if (*q == 'e' || *q == 'E') {
+        q++;
+        if (*q == '+' || *q == '-') q++;
+        if (!isdigit((unsigned char)*q)) return 0;
+        while (isdigit((unsigned char)*q)) q++;
+    }
+    if (*q) return 0;
+    char *end = NULL;
+    *x = strtod(s, &end);
+    return *end == '\0';
+}
+
 Status fit_table_parse(FitTable *t, const char *path, const char *text, size_t len, Err *err) {
     memset(t, 0, sizeof *t);
     char *buf = malloc(len + 1);
     if (!buf) return err_set(err, ST_ERR_RUNTIME, "%s: out of memory", path);
     memcpy(buf, text, len);
     buf[len] = '\0';
+    /* A NUL byte would end its line early and drop the cells after it unseen. */
+    const char *nul = memchr(buf, '\0', len);
+    if (nul) {
+        size_t at = 1;
+        for (const char *c = buf; c < nul; c++) at += *c == '\n';
+        free(buf);
+        return err_set(err, ST_ERR_INPUT, "%s:%zu: expected text, found a NUL byte", path, at);
+    }
     enum { COL_PARAMS, COL_TOKENS, COL_LOSS, COL_FLOPS, COL_BUDGET, NCOL };
     static const char *const names[NCOL] = {"params", "tokens", "loss", "flops", "budget"};
     int col[NCOL] = {-1, -1, -1, -1, -1}, ncells = 0, need = 0, budget_ok = 1;
@@ -79,6 +109,7 @@ Status fit_table_parse(FitTable *t, const char *path, const char *text, size_t l
     size_t lineno = 0, cap = 0;
     int header = 0;
     char *p = buf;
+    if (len >= 3 && !memcmp(p, "\xEF\xBB\xBF", 3)) p += 3; /* a UTF-8 byte-order mark (spreadsheets write one) */
     while (p && *p) {
         char *nl = strchr(p, '\n');
         if (nl) *nl = '\0';
@@ -95,8 +126,15 @@ Status fit_table_parse(FitTable *t, const char *path, const char *text, size_t l
         if (!header) {
             header = 1;
             for (int c = 0; c < ncells && c < FIT_MAX_COLS; c++)
-                for (int k = 0; k < NCOL; k++)
-                    if (col[k] < 0 && !strcasecmp(cells[c], names[k])) col[k] = c;
+                for (int k = 0; k < NCOL; k++) {
+                    if (strcasecmp(cells[c], names[k])) continue;
+                    if (col[k] >= 0) { /* which of the two would be read is a guess: refuse */
+                        st = err_set(err, ST_ERR_INPUT, "%s:%zu: expected each column once, found '%s' twice (columns %d "
+                                     "and %d)", path, lineno, names[k], col[k] + 1, c + 1);
+                        goto done;
+                    }
+                    col[k] = c;
+                }
             if (col[COL_PARAMS] < 0 || col[COL_TOKENS] < 0 || col[COL_LOSS] < 0) {
                 char found[512] = "";
                 for (int c = 0; c < ncells && c < FIT_MAX_COLS && strlen(found) < 400; c++)
@@ -145,18 +183,16 @@ Status fit_table_parse(FitTable *t, const char *path, const char *text, size_t l
         }
         if (col[COL_BUDGET] >= 0) { /* 0 or empty in any row: no budget grouping (a sizes x tokens grid) */
             const char *s = col[COL_BUDGET] < ncells ? cells[col[COL_BUDGET]] : "";
-            char *end = NULL;
-            double x = strtod(s, &end);
-            if (!*s || *end || !isfinite(x) || x <= 0) budget_ok = 0;
+            double x = 0;
+            if (!parse_decimal(s, &x) || !isfinite(x) || x <= 0) budget_ok = 0;
             else v[COL_BUDGET] = x;
         }
         for (int k = 0; k < COL_BUDGET; k++) {
             if (col[k] < 0) continue;
             const char *s = cells[col[k]];
-            char *end = NULL;
-            double x = strtod(s, &end);
-            if (!*s || *end || !isfinite(x) || x <= 0) {
-                st = err_set(err, ST_ERR_INPUT, "%s:%zu:%d (%s): expected a positive finite number, found '%s'", path,
+            double x = 0;
+            if (!parse_decimal(s, &x) || !isfinite(x) || x <= 0) {
+                st = err_set(err, ST_ERR_INPUT, "%s:%zu:%d (%s): expected a positive finite decimal number, found '%s'", path,
                              lineno, col[k] + 1, names[k], s);
                 goto done;
             }
@@ -171,6 +207,10 @@ Status fit_table_parse(FitTable *t, const char *path, const char *text, size_t l
     }
     t->has_budget = budget_ok && t->n > 0;
     if (!header) st = err_set(err, ST_ERR_INPUT, "%s: empty file (expected a CSV header with columns params,tokens,loss)", path);
+    else if (t->n == 0 && t->skipped)
+        st = err_set(err, ST_ERR_INPUT, "%s: %zu row%s, every one with an empty loss (failed or diverged runs, the first "
+                     "at line %zu); expected runs with a loss", path, t->skipped, t->skipped == 1 ? "" : "s",
+                     t->first_skipped);
     else if (t->n == 0) st = err_set(err, ST_ERR_INPUT, "%s: a header and no rows (expected one row per run)", path);
 done:
     free(buf);
@@ -644,6 +684,17 @@ Status fit_run(FitTable *t, const FitOptions *o, FitResult *r, Err *err) {
     if (t->n < 5)
         return err_set(err, ST_ERR_INPUT, "%zu row%s%s, expected at least 5 runs to fit the 5 constants of L(N, D)", t->n,
                        t->n == 1 ? "" : "s", r->n_dropped ? " after --drop-highest" : "");
+    /* The law has 5 constants: 5 rows of one (N, D) point repeated determine none of them (the fit
+     * then returns any of a family of minima with objective 0). */
+    size_t distinct = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        size_t j = 0;
+        while (j < i && !(t->N[j] == t->N[i] && t->D[j] == t->D[i])) j++;
+        distinct += j == i;
+    }
+    if (distinct < 5)
+        return err_set(err, ST_ERR_INPUT, "%zu distinct (params, tokens) point%s in %zu rows, expected at least 5 to fit "
+                       "the 5 constants of L(N, D) (Approach 3)", distinct, distinct == 1 ? "" : "s", t->n);
     gsl_set_error_handler_off(); /* GSL reports through return codes; never abort the process */
     size_t n = t->n;
     double cmax = 0;

@@ -58,8 +58,9 @@ typedef struct {
  * `tokens` and `loss`; `flops` is used when present. path names the file in messages.
  * Errors (ST_ERR_INPUT), one line each: a missing column ("PATH: expected columns
  * params,tokens,loss (flops optional), found: a,b,c"), a cell that is not a finite number > 0
- * ("PATH:LINE:COLUMN (name): expected a positive finite number, found 'x'"), a row with too few
- * cells, an empty file. The table owns its arrays: fit_table_free. */
+ * ("PATH:LINE:COLUMN (name): expected a positive finite decimal number, found 'x'"), a row with too few
+ * cells, an empty file, a column the fit reads named twice, a NUL byte, rows whose losses are all
+ * empty. A UTF-8 byte-order mark before the header is skipped. The table owns its arrays: fit_table_free. */
 Status fit_table_parse(FitTable *t, const char *path, const char *text, size_t len, Err *err);
 Status fit_table_load(FitTable *t, const char *path, Err *err);
 /* Builds a table from arrays (copied); C may be NULL for 6ND. */

@@ -614,6 +614,9 @@ double layout_matrix_opt_flops(const ParamLayout *pl, int muon, int block, int e
 }
 
 int layout_shampoo_blocks(const ParamLayout *pl, int block, int every, int dp, LayoutBlock *out) {
+    /* The callers validate --shampoo-block >= 1 (train.c, plan_validate); a block side < 1 would
+     * walk the matrices forever. */
+    ST_CHECK_MSG(block >= 1, "layout_shampoo_blocks: block side < 1");
     int nm = layout_hidden_matrices(pl, NULL), n = 0;
     LayoutMatrix *mx = nm ? calloc((size_t)nm, sizeof *mx) : NULL;
     if (nm && !mx) return -1;

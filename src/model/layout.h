@@ -343,7 +343,8 @@ typedef struct {
     int owner;     /* dp rank */
 } LayoutBlock;
 
-/* The blocks into out (may be NULL); returns their count. */
+/* The blocks into out (may be NULL); returns their count. block >= 1 (the callers validate it;
+ * aborts otherwise). */
 int layout_shampoo_blocks(const ParamLayout *pl, int block, int every, int dp, LayoutBlock *out);
 
 /* Bytes dp rank `rank` allocates for Shampoo beside the moments (MEM_MOMENTS): the gather buffer

@@ -553,6 +553,8 @@ Status plan_validate(const PlanInput *in, Err *err) {
         {"--micro-batch", in->micro_batch, 1}, {"--seq-len", in->seq_len, 1}, {"--grad-accum", in->grad_accum, 1},
         {"--dp", in->dp, 1}, {"--tp", in->tp, 1}, {"--pp", in->pp, 1}, {"--interleave", in->interleave, 1},
         {"--pp-microbatches", in->pp_microbatches, 0}, {"--world", in->world, 0}, {"--threads", in->threads, 1},
+        /* as train's (train.c): a block side < 1 would never advance layout_shampoo_blocks' walk */
+        {"--shampoo-block", in->shampoo_block, 1}, {"--precond-every", in->precond_every, 1},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (ints[i].v < ints[i].lo)
@@ -592,6 +594,9 @@ Status plan_validate(const PlanInput *in, Err *err) {
     for (size_t i = 0; i < sizeof bud / sizeof bud[0]; i++)
         if (!isfinite(bud[i].v) || bud[i].v < 0)
             return err_set(err, ST_ERR_INPUT, "%s: expected a positive number, found %g", bud[i].flag, bud[i].v);
+    /* 0 leaves a budget unset; an MTBF of 0 would make the Young/Daly interval 0 */
+    if (!(in->mtbf_hours > 0))
+        return err_set(err, ST_ERR_INPUT, "--mtbf: expected a positive number of hours, found %g", in->mtbf_hours);
     int nb = (in->budget_tokens > 0) + (in->budget_flops > 0) + (in->budget_days > 0);
     if (nb > 1) return err_set(err, ST_ERR_INPUT, "budget: expected at most one of --tokens, --flops, --days, found %d", nb);
     if (in->act_mode < PLAN_ACT_AUTO || in->act_mode > PLAN_ACT_EXACT)
@@ -646,6 +651,7 @@ typedef struct {
     int dpn;                /* devices per node */
     double bw_dp, lat_dp;   /* the dp group's link */
     int nbuckets;           /* gradient buckets per step */
+    double rs_last;         /* ZeRO >= 1: bytes of one gradient reduce-scatter (the last micro-batch's) */
     int used;               /* devices the grid uses */
 } Core;
 
@@ -1071,12 +1077,16 @@ static void core_comm(Core *c, PlanResult *r) {
             r->comm.dp_bytes = 2.0 * (dp - 1) / dp * Sg;
             r->comm.dp_time = 2.0 * (dp - 1) / dp * Sg / bw_dp + 2.0 * (dp - 1) * lat_dp * nbuckets;
         } else {
-            /* Reduce-scatter the gradients once per step; all-gather the updated weights (ZeRO-1/2)
-             * or gather them for every micro-batch's forward and backward (ZeRO-3). */
-            double gathers = in->zero == 3 ? 2.0 * mb : 1.0;
-            r->comm.rs_bytes = (double)(dp - 1) / dp * Sg;
+            /* Reduce-scatter the gradients once per step (ZeRO-1: after accumulation) or once per
+             * micro-batch (ZeRO-2/3: each micro-batch's bucket is reduce-scattered and added to the
+             * shard, parallel.h); all-gather the updated weights (ZeRO-1/2) or gather them for
+             * every micro-batch's forward and backward (ZeRO-3). */
+            double scatters = in->zero >= 2 ? (double)mb : 1.0, gathers = in->zero == 3 ? 2.0 * mb : 1.0;
+            r->comm.rs_bytes = scatters * (dp - 1) / dp * Sg;
             r->comm.ag_bytes = gathers * (dp - 1) / dp * Sw;
-            r->comm.zero_time = (r->comm.rs_bytes + r->comm.ag_bytes) / bw_dp + (1.0 + gathers) * (dp - 1) * lat_dp * nbuckets;
+            r->comm.zero_time = (r->comm.rs_bytes + r->comm.ag_bytes) / bw_dp +
+                                (scatters + gathers) * (dp - 1) * lat_dp * nbuckets;
+            c->rs_last = (double)(dp - 1) / dp * Sg; /* the last micro-batch's (or the step's one) */
         }
     }
     r->compute.t_dp = r->comm.dp_time + r->comm.zero_time;
@@ -1108,8 +1118,10 @@ static void core_step(Core *c, PlanResult *r) {
          * (netsim over TCP with comm's progress thread: 66 ms exposed at 1 Gb/s, the first
          * block's 7 MB all-reduce and the embedding's). A block's backward is 2/3 of its share of
          * a micro-batch's compute (3/4 when full recompute runs its forward again). */
+        /* ZeRO-2/3: only the last micro-batch's reduce-scatter is in this tail; the earlier ones
+         * run behind the later micro-batches' compute (in t_dp, the part overlap may hide). */
         double t_grad = in->zero == 0 ? r->comm.dp_time
-                                      : r->comm.rs_bytes / bw_dp + (dp - 1) * lat_dp * nbuckets;
+                                      : c->rs_last / bw_dp + (dp - 1) * lat_dp * nbuckets;
         int Lb = c->Lp > 0 ? c->Lp : 0;
         double x_block = Lb > 0 && t_grad > t_emb ? (t_grad - t_emb) / Lb : 0.0;
         double bwd = in->recompute == PLAN_RECOMPUTE_FULL ? 0.75 : 2.0 / 3.0;
@@ -1231,12 +1243,14 @@ static void core_checks(Core *c, PlanResult *r) {
     if (v > 1 && pp > 1 && mb % pp)
         check_add(r, PLAN_CHECK_ERROR, 1, "--interleave %d: %d micro-batches are not a multiple of --pp %d", v, mb, pp);
     if (in->sp && tp == 1) check_add(r, PLAN_CHECK_WARNING, 0, "--sp without --tp > 1 has no effect");
+    /* Warnings (the plan is still priced) of layouts the trainer refuses (par_check_grid; --zero in
+     * one process) or that shard nothing: marked input, so no suggestion proposes them. */
     if (in->zero >= 2 && pp > 1)
-        check_add(r, PLAN_CHECK_WARNING, 0,
-                  "--zero %d with --pp %d: gradients are reduce-scattered every micro-batch (DeepSpeed allows only "
-                  "ZeRO-1 with pipelines)",
+        check_add(r, PLAN_CHECK_WARNING, 1,
+                  "--zero %d with --pp %d: gradients are reduce-scattered every micro-batch; the trainer refuses it "
+                  "(DeepSpeed allows only ZeRO-1 with pipelines)",
                   in->zero, pp);
-    if (in->zero > 0 && dp == 1) check_add(r, PLAN_CHECK_WARNING, 0, "--zero %d with --dp 1 shards nothing", in->zero);
+    if (in->zero > 0 && dp == 1) check_add(r, PLAN_CHECK_WARNING, 1, "--zero %d with --dp 1 shards nothing", in->zero);
     if (tp > dpn)
         check_add(r, PLAN_CHECK_WARNING, 0, "--tp %d spans nodes (%d devices per node): TP all-reduces go over the slow link",
                   tp, dpn);
@@ -1379,7 +1393,8 @@ static void suggest_knobs(const PlanInput *in, PlanResult *r) {
 }
 
 /* No knob fits on this world: the fewest devices that would. Doubles the data-parallel degree (the
- * world times 2, 4, ... 4096) at the most frugal settings (ZeRO 3, full recompute, --sp when tp > 1,
+ * world times 2, 4, ... 4096) at the most frugal settings the trainer runs (ZeRO 3; ZeRO 1 with a
+ * pipeline, none at dp 1; full recompute, --sp when tp > 1,
  * the smallest micro-batch that keeps the global batch), trying tp 1..8 and pp 1..64 at each world;
  * the first world with a layout that fits and has no input error is the answer. */
 static void suggest_devices(const PlanInput *in, PlanResult *r) {
@@ -1396,7 +1411,9 @@ static void suggest_devices(const PlanInput *in, PlanResult *r) {
                 int dp = (int)(world / ((long long)tp * pp));
                 if (seqs % dp) continue; /* the global batch must split over the replicas */
                 PlanInput v = *in;
-                v.tp = tp, v.pp = pp, v.dp = dp, v.zero = 3, v.recompute = PLAN_RECOMPUTE_FULL, v.sp = tp > 1;
+                /* the most ZeRO the trainer runs here: 3, 1 with a pipeline (par_check_grid), none at dp 1 */
+                v.tp = tp, v.pp = pp, v.dp = dp, v.zero = dp == 1 ? 0 : pp > 1 ? 1 : 3;
+                v.recompute = PLAN_RECOMPUTE_FULL, v.sp = tp > 1;
                 v.micro_batch = 1, v.grad_accum = (int)(seqs / dp), v.pp_microbatches = 0, v.act_mode = PLAN_ACT_AUTO;
                 v.world = 0;
                 Err e;
@@ -1406,8 +1423,8 @@ static void suggest_devices(const PlanInput *in, PlanResult *r) {
                 if (bad) continue;
                 r->devices_needed = world;
                 snprintf(r->devices_layout, sizeof r->devices_layout,
-                         "--dp %d --tp %d --pp %d --zero 3 --recompute full%s --micro-batch 1 --grad-accum %d: %.2f GiB",
-                         dp, tp, pp, tp > 1 ? " --sp" : "", v.grad_accum, t->mem.total / 1073741824.0);
+                         "--dp %d --tp %d --pp %d --zero %d --recompute full%s --micro-batch 1 --grad-accum %d: %.2f GiB",
+                         dp, tp, pp, v.zero, tp > 1 ? " --sp" : "", v.grad_accum, t->mem.total / 1073741824.0);
             }
         }
     }

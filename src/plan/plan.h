@@ -214,7 +214,8 @@ enum { PLAN_CHECK_ERROR = 2, PLAN_CHECK_WARNING = 1 };
 
 typedef struct {
     int level;             /* PLAN_CHECK_ERROR or PLAN_CHECK_WARNING */
-    int input;             /* 1: the input itself is inconsistent (layout, divisibility) */
+    int input;             /* 1: the input itself is inconsistent (layout, divisibility), or (a warning)
+                            * a layout the trainer refuses or that shards nothing: no suggestion has one */
     char msg[240];         /* one line naming the flags and the numbers */
 } PlanCheck;
 

@@ -469,6 +469,9 @@ void train_plan_input(const TrainConfig *c, int dp, int tp, int pp, double peak,
     PlanInput pi = plan_default_input();
     plan_model_from_config(&pi.model, &c->model);
     pi.micro_batch = c->micro_batch, pi.seq_len = c->seq_len, pi.grad_accum = c->grad_accum, pi.threads = c->threads;
+    /* --threads 0 (auto), before train_threads resolved it (sweep's dry run): the trainer's default
+     * for the grid's ranks sharing this machine, machine_auto_threads as train_threads calls it. */
+    if (pi.threads == 0) pi.threads = machine_default_threads(dp * tp * pp);
     pi.dp = dp, pi.tp = tp, pi.sp = c->sp, pi.zero = c->zero, pi.overlap = !c->no_overlap;
     pi.no_noise_scale = c->no_noise_scale;
     pi.pp = pp, pi.interleave = c->interleave > 0 ? c->interleave : 1;
@@ -483,10 +486,12 @@ void train_plan_input(const TrainConfig *c, int dp, int tp, int pp, double peak,
     pi.doc_mask = c->model.doc_mask; /* priced at span T (mean_doc_len 0): the documents are not known yet */
     if (c->have_hw) pi.hw = c->hw; /* a measured profile (plan --measure-hardware) */
     else if (peak > 0) pi.hw.peak_fp32 = peak;
-    /* This trainer's precisions; fp16 is emulated, so its GEMMs run at the fp32 rate. */
+    /* This trainer's precisions. fp16 is emulated, so its GEMMs run at the fp32 rate: the fp16 peak
+     * is the fp32 one. The precision itself stays fp16, so that the plan sizes what fp16 allocates
+     * (its mixed-precision GEMM scratch in the workspace, layout_memory_plan) and runs (no tp overlap). */
     Err pe;
     plan_precision_trainer(&pi.prec, c->fp16 ? "fp16" : c->bf16 ? "bf16" : "fp32", &pe);
-    if (c->fp16) pi.prec.compute = PLAN_DTYPE_FP32;
+    if (c->fp16) pi.hw.peak_fp16 = pi.hw.peak_fp32;
     *out = pi;
 }
 
