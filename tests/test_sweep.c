@@ -131,6 +131,15 @@ static void test_refusals(void) {
     refusal("unknown_vocab", s, "vocabulary");
     snprintf(s, sizeof s, "{\"name\": \"t\", %s, %s, %s, \"schedule\": {\"warmup\": 3}}\n", DATA, BASE, GRID);
     refusal("unknown_schedule_key", s, "schedule.\"warmup\"");
+    /* a value train_run refuses (not the flag parser): refused for every run before any trains (the
+     * real sweep trained the first run, then stopped at the second) */
+    snprintf(s, sizeof s, "{\"name\": \"t\", %s, %s, %s, \"vary\": {\"lr\": [0.001, -1]}}\n", DATA, BASE, GRID);
+    refusal("negative_lr_in_vary", s, "--lr: expected a value >= 0, found -1");
+    rc = run("rm -rf " TMP "/neg_out && " BIN " sweep " TMP "/bad_negative_lr_in_vary.json --out " TMP "/neg_out >" TMP
+             "/neg.out 2>&1");
+    int trained = access(TMP "/neg_out", F_OK) == 0; /* a sweep that starts writes OUT/runs/ID/ */
+    tu_check(rc == 2 && !trained, "sweep_refuses_before_the_first_run", "exit %d, %s", rc,
+             trained ? "OUT written (a run started)" : "nothing written");
 }
 
 /* ---- the results table ---- */

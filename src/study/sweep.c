@@ -334,9 +334,12 @@ static Status add_run(Sweep *s, const Grid *g, int m, int z, const int *vidx, in
         if (st == ST_OK) st = args_push(&a, "--quiet", err); /* the last flag: sweep --verbose drops it */
     }
     g->tp->release(ta);
-    /* Second parse: the complete command must be one `scaletrain train` accepts. */
+    /* Second parse: the complete command must be one `scaletrain train` accepts, and its config one
+     * train_run accepts (checked here for every run, so that a bad value is refused before the
+     * first run trains, and by --dry-run and --list). */
     if (st == ST_OK) {
         st = parse_flags(g->tp, &a, comm, ta, err);
+        if (st == ST_OK) st = train_validate(ta->cfg, err);
         g->tp->release(ta);
         if (st != ST_OK) err_prefix(err, "%s: run %s", g->file, r->id);
     }

@@ -77,7 +77,7 @@ void tr_fmt_duration(double s, char *buf, size_t len) {
     else snprintf(buf, len, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
 }
 
-static Status validate(const TrainConfig *c, Err *err) {
+Status train_validate(const TrainConfig *c, Err *err) {
     const Backend *be;
     if (devemu_find(c->device, c->faults.emulated_device, &be, err) != ST_OK) return ST_ERR_INPUT;
     /* A device backend (not host-addressable): what its path does not have is refused here, whole
@@ -284,7 +284,7 @@ static Status run_finish(Run *r, Err *err) {
 Status train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     memset(res, 0, sizeof *res);
     res->first_val = res->last_val = NAN;
-    Status st = validate(cfg, err);
+    Status st = train_validate(cfg, err);
     if (st != ST_OK) {
         res->err_everywhere = 1; /* the flags alone: the same on every rank */
         return st;

@@ -110,6 +110,10 @@ typedef struct {
 /* Defaults of every option (the CLI's --help shows them). */
 TrainConfig train_default_config(void);
 
+/* What train_run refuses in c before it reads anything (ranges, option combinations): ST_OK or
+ * ST_ERR_INPUT naming the flag. sweep checks every run with it before the first one starts. */
+Status train_validate(const TrainConfig *c, Err *err);
+
 typedef struct {
     double first_loss, last_loss;   /* training loss of the first and last step */
     double first_val, last_val;     /* validation loss at the first/last evaluation (NaN if none) */
