@@ -131,6 +131,9 @@ static void test_refusals(void) {
     refusal("unknown_vocab", s, "vocabulary");
     snprintf(s, sizeof s, "{\"name\": \"t\", %s, %s, %s, \"schedule\": {\"warmup\": 3}}\n", DATA, BASE, GRID);
     refusal("unknown_schedule_key", s, "schedule.\"warmup\"");
+    snprintf(s, sizeof s, "{\"name\": \"t\", %s, %s, \"grid\": {\"kind\": \"sizes_tokens\", \"models\": [{\"layers\": "
+             "1, \"channels\": 33}], \"tokens\": [1280]}}\n", DATA, BASE);
+    refusal("model_shape_names_its_key", s, "grid.models[0] (L1C33): --heads 2 does not divide --channels 33");
     /* a value train_run refuses (not the flag parser): refused for every run before any trains (the
      * real sweep trained the first run, then stopped at the second) */
     snprintf(s, sizeof s, "{\"name\": \"t\", %s, %s, %s, \"vary\": {\"lr\": [0.001, -1]}}\n", DATA, BASE, GRID);

@@ -290,14 +290,16 @@ static Status add_run(Sweep *s, const Grid *g, int m, int z, const int *vidx, in
         if (st == ST_OK && (st = args_push(&a, "--resume", err)) == ST_OK) st = args_push(&a, "auto", err);
     }
     /* First parse: the batch, the model and its FLOPs per token. */
-    if (st == ST_OK) st = parse_flags(g->tp, &a, comm, ta, err);
+    if (st == ST_OK && (st = parse_flags(g->tp, &a, comm, ta, err)) != ST_OK)
+        err_prefix(err, "%s: run %s", g->file, r->id);
     if (st == ST_OK) {
         TrainConfig *c = ta->cfg;
         ModelConfig mc = c->model;
         if (mc.vocab <= 0)
             st = err_set(err, ST_ERR_INPUT, "%s: the vocabulary is unknown before training (FLOPs and parameters need it): "
                          "expected \"tokenizer\" or base.vocab", g->file);
-        else st = model_config_validate(&mc, err);
+        else if ((st = model_config_validate(&mc, err)) != ST_OK)
+            err_prefix(err, "%s: grid.models[%d] (%s)", g->file, m, g->model_label[m]);
         if (st == ST_OK) {
             r->fpt = layout_flops_per_token(&mc, c->seq_len);
             r->params = model_config_num_params(&mc);
