@@ -134,6 +134,9 @@ static void test_refusals(void) {
     snprintf(s, sizeof s, "{\"name\": \"t\", %s, %s, \"grid\": {\"kind\": \"sizes_tokens\", \"models\": [{\"layers\": "
              "1, \"channels\": 33}], \"tokens\": [1280]}}\n", DATA, BASE);
     refusal("model_shape_names_its_key", s, "grid.models[0] (L1C33): --heads 2 does not divide --channels 33");
+    snprintf(s, sizeof s, "{\"name\": \"t\", %s, %s, \"grid\": {\"kind\": \"sizes_tokens\", \"models\": [{\"layers\": "
+             "1, \"channels\": 16}], \"tokens\": [1e30]}}\n", DATA, BASE);
+    refusal("absurd_token_budget", s, "grid.tokens[0] = 1e+30 gives L1C16 7.81e+27 steps of 128 tokens: expected at most 1e12");
     /* a value train_run refuses (not the flag parser): refused for every run before any trains (the
      * real sweep trained the first run, then stopped at the second) */
     snprintf(s, sizeof s, "{\"name\": \"t\", %s, %s, %s, \"vary\": {\"lr\": [0.001, -1]}}\n", DATA, BASE, GRID);

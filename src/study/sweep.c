@@ -311,8 +311,13 @@ static Status add_run(Sweep *s, const Grid *g, int m, int z, const int *vidx, in
             r->seed = c->seed;
             r->budget = g->isoflop ? g->sizes[z] : 0;
             r->tokens_requested = g->isoflop ? g->sizes[z] / r->fpt : g->sizes[z];
-            r->steps = (long)llround(r->tokens_requested / (double)r->batch_tokens);
-            if (r->steps < 1)
+            double steps_d = r->tokens_requested / (double)r->batch_tokens;
+            r->steps = steps_d <= 1e12 ? (long)llround(steps_d) : 0;
+            if (!(steps_d <= 1e12)) /* llround overflowed into "less than one batch" */
+                st = err_set(err, ST_ERR_INPUT, "%s: grid.%s[%d] = %g gives %s %.3g steps of %lld tokens: expected at most "
+                             "1e12 steps", g->file, g->isoflop ? "budgets" : "tokens", z, g->sizes[z], g->model_label[m],
+                             steps_d, r->batch_tokens);
+            else if (r->steps < 1)
                 st = err_set(err, ST_ERR_INPUT, "%s: grid.%s[%d] = %g gives %s %.0f tokens, less than one batch of %lld "
                              "tokens: expected a larger value", g->file, g->isoflop ? "budgets" : "tokens", z, g->sizes[z],
                              g->model_label[m], r->tokens_requested, r->batch_tokens);
