@@ -216,6 +216,47 @@ static void test_fuzz(const ModelConfig *mc) {
     tu_check(st == ST_ERR_INPUT && strstr(e.msg, "outside the"), "fuzz_truncated_data", "%s", e.msg);
     st = load_image(&a, img.p, 5, &e);
     tu_check(st == ST_ERR_INPUT && strstr(e.msg, "at least 8 bytes"), "fuzz_tiny_file", "%s", e.msg);
+    /* The byte ranges must tile the data section (the format's rule): two tensors over the same
+     * bytes loaded the wrong weights silently, and a hole is refused as the safetensors library
+     * does. Hand-made two-tensor files; control: the tiled one parses. */
+    {
+        static const struct { const char *hdr; size_t data; const char *want; } T[] = {
+            {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+             "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 16, NULL},
+            {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+             "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, "overlapping tensor a [0, 8)"},
+            {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+             "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}", 20, "a hole in the data"},
+            {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12, "cover the 12 data bytes, found 8"},
+        };
+        for (int c = 0; c < 4; c++) {
+            uint64_t hl = strlen(T[c].hdr);
+            size_t n = 8 + hl + T[c].data;
+            char *buf = calloc(1, n);
+            memcpy(buf, &hl, 8), memcpy(buf + 8, T[c].hdr, hl);
+            StFile f;
+            Status ps = st_parse(&f, "tile.safetensors", buf, n, &e);
+            char name[64];
+            snprintf(name, sizeof name, c ? "fuzz_tiling_refused_%d" : "control_fuzz_tiled_parses", c);
+            tu_check(T[c].want ? ps == ST_ERR_INPUT && strstr(e.msg, T[c].want) : ps == ST_OK, name, "%s",
+                     ps ? e.msg : "parsed");
+            if (ps == ST_OK) st_file_free(&f);
+            free(buf);
+        }
+    }
+    /* A tensor in two files of one folder: which is meant? Refused (the first file's copy was read
+     * whatever weight_map said). Control: one file loads. */
+    {
+        StFile two[2];
+        Status p0 = st_parse(&two[0], "a.safetensors", img.p, img.n, &e), p1 = st_parse(&two[1], "b.safetensors", img.p, img.n, &e);
+        st = p0 || p1 ? ST_ERR_RUNTIME : st_hf_read_files(two, 2, &a.w.layout, a.w.params, &e);
+        tu_check(st == ST_ERR_INPUT && strstr(e.msg, "is also in b.safetensors: expected each tensor in one file"),
+                 "fuzz_tensor_in_two_files", "%s", st ? e.msg : "loaded");
+        st = p0 ? p0 : st_hf_read_files(two, 1, &a.w.layout, a.w.params, &e);
+        tu_check(st == ST_OK, "control_fuzz_one_file_loads", "%s", st ? e.msg : "ok");
+        if (!p0) st_file_free(&two[0]);
+        if (!p1) st_file_free(&two[1]);
+    }
     /* Random mutations of the header bytes (and of the length word), time-bounded. */
     const char *alphabet = "{}[]\",:0123456789-+.eE \\u\x00\xff";
     int iters = 0, errors = 0, loads = 0, bad = 0;

@@ -147,6 +147,26 @@ static void round_trip(void) {
              "rounding of every weight", "%s, %zu of %zu differ", sharded ? "index written" : "no index", bad,
              a.w.layout.total);
     if (st == ST_OK) gpt_free(&c);
+    /* weight_map lists every tensor of its files: the same folder with one entry dropped is refused
+     * (the tensor was read from whichever file held it) */
+    {
+        char cmd[2048], *text = NULL;
+        size_t len;
+        snprintf(cmd, sizeof cmd, "rm -rf %s/ix_unlisted && cp -r %s/out_bf16 %s/ix_unlisted", TMP, TMP, TMP);
+        int cp = system(cmd) == 0 && file_read_all(TMP "/ix_unlisted/model.safetensors.index.json", &text, &len, &e) == ST_OK;
+        cJSON *ixj = cp ? cJSON_ParseWithLength(text, len) : NULL;
+        free(text);
+        cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(ixj, "weight_map"), "model.norm.weight");
+        char *out = ixj ? cJSON_Print(ixj) : NULL;
+        FILE *fo = out ? fopen(TMP "/ix_unlisted/model.safetensors.index.json", "wb") : NULL;
+        if (fo) fputs(out, fo), fclose(fo);
+        free(out), cJSON_Delete(ixj);
+        st = fo ? load(TMP "/ix_unlisted", &c, &e) : ST_ERR_RUNTIME;
+        tu_check(st == ST_ERR_INPUT && strstr(e.msg, "expected weight_map to list every tensor of its files, found "
+                                                      "model.norm.weight in"),
+                 "an index whose weight_map leaves out a tensor of its files is refused", "%s", st ? e.msg : "loaded");
+        if (st == ST_OK) gpt_free(&c);
+    }
     gpt_free(&a);
     gpt_free(&b);
 }

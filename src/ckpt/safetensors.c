@@ -216,6 +216,40 @@ static int json_uint(const cJSON *v, double limit, uint64_t *out) {
     return 1;
 }
 
+static int cmp_begin(const void *a, const void *b) {
+    const StEntry *x = *(const StEntry *const *)a, *y = *(const StEntry *const *)b;
+    return x->begin != y->begin ? (x->begin < y->begin ? -1 : 1) : (x->end > y->end) - (x->end < y->end);
+}
+
+/* The format's rule (and the safetensors library's check): the tensors' byte ranges tile the data
+ * section, without overlap (two tensors reading the same bytes loaded the wrong weights silently)
+ * and without holes. */
+static Status check_tiling(const StFile *f, Err *err) {
+    if (f->n == 0) return ST_OK;
+    const StEntry **o = malloc((size_t)f->n * sizeof *o);
+    if (!o) return err_set(err, ST_ERR_RUNTIME, "%s: out of memory", f->path);
+    for (int i = 0; i < f->n; i++) o[i] = &f->entries[i];
+    qsort(o, (size_t)f->n, sizeof *o, cmp_begin);
+    Status st = ST_OK;
+    size_t at = 0;
+    const StEntry *last = NULL; /* the tensor that reaches furthest so far */
+    for (int i = 0; i < f->n && st == ST_OK; i++) {
+        if (o[i]->begin < at)
+            st = err_set(err, ST_ERR_INPUT, "%s: tensor %s: expected data offsets from byte %zu on, found [%zu, %zu), "
+                         "overlapping tensor %s [%zu, %zu)", f->path, o[i]->name, at, o[i]->begin, o[i]->end, last->name,
+                         last->begin, last->end);
+        else if (o[i]->begin > at)
+            st = err_set(err, ST_ERR_INPUT, "%s: tensor %s: expected data offsets starting at byte %zu, found %zu: a hole "
+                         "in the data", f->path, o[i]->name, at, o[i]->begin);
+        if (o[i]->end > at || !last) at = o[i]->end > at ? o[i]->end : at, last = o[i];
+    }
+    if (st == ST_OK && at != f->data_len)
+        st = err_set(err, ST_ERR_INPUT, "%s: expected the tensors to cover the %zu data bytes, found %zu covered", f->path,
+                     f->data_len, at);
+    free(o);
+    return st;
+}
+
 Status st_parse(StFile *f, const char *path, const void *buf, size_t len, Err *err) {
     memset(f, 0, sizeof *f);
     snprintf(f->path, sizeof f->path, "%s", path);
@@ -300,6 +334,7 @@ Status st_parse(StFile *f, const char *path, const void *buf, size_t len, Err *e
         x->begin = (size_t)b0, x->end = (size_t)b1;
         f->n++;
     }
+    if (st == ST_OK) st = check_tiling(f, err);
 done:
     cJSON_Delete(hdr);
     if (st != ST_OK) st_file_free(f);
@@ -439,6 +474,11 @@ Status st_hf_read_files(const StFile *files, int nfiles, const ParamLayout *pl, 
         int k = 0; /* the file holding it (a missing one is reported against the first) */
         while (k + 1 < nfiles && !st_find(&files[k], h[i].name)) k++;
         if (!st_find(&files[k], h[i].name)) k = 0;
+        for (int k2 = k + 1; k2 < nfiles && st == ST_OK; k2++) /* a second copy: which one is meant? */
+            if (st_find(&files[k], h[i].name) && st_find(&files[k2], h[i].name))
+                st = err_set(err, ST_ERR_INPUT, "%s: tensor %s is also in %s: expected each tensor in one file", files[k].path,
+                             h[i].name, files[k2].path);
+        if (st != ST_OK) break;
         st = st_read_f32(&files[k], h[i].name, h[i].ndim, h[i].shape, h[i].transpose, params + pl->tensors[i].offset,
                          err);
     }
@@ -1011,6 +1051,17 @@ static Status load_hf_index(GptWeights *w, const char *dir, const char *ixpath, 
                          names[k]);
     }
     if (st == ST_OK && nf == 0) st = err_set(err, ST_ERR_INPUT, "%s: weight_map: expected tensors, found none", ixpath);
+    /* the map is the index of the files: every tensor they hold is listed, and where it is */
+    for (int k = 0; k < nf && st == ST_OK; k++)
+        for (int j = 0; j < files[k].n && st == ST_OK; j++) {
+            const cJSON *m = cJSON_GetObjectItemCaseSensitive(wm, files[k].entries[j].name);
+            if (!cJSON_IsString(m))
+                st = err_set(err, ST_ERR_INPUT, "%s: expected weight_map to list every tensor of its files, found %s in %s "
+                             "unlisted", ixpath, files[k].entries[j].name, names[k]);
+            else if (strcmp(m->valuestring, names[k]))
+                st = err_set(err, ST_ERR_INPUT, "%s: weight_map puts %s in %s, found it in %s too", ixpath,
+                             files[k].entries[j].name, m->valuestring, names[k]);
+        }
     if (st == ST_OK) st = st_hf_read_files(files, nf, &w->layout, w->params, err);
     for (int i = 0; files && i < nf; i++) st_file_free(&files[i]);
     for (int i = 0; bufs && i < MAXF; i++) free(bufs[i]);
