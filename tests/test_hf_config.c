@@ -319,6 +319,12 @@ static void test_refused(void) {
         {"sliding_window", "4096", "sliding_window"},
         {"use_sliding_window", "true", "use_sliding_window"},
         {"hidden_act", "\"gelu\"", "hidden_act"},
+        /* a wrong type or value where absence means a default: it was taken as absent */
+        {"rms_norm_eps", "\"1e-5\"", "rms_norm_eps"},
+        {"rms_norm_eps", "0", "rms_norm_eps"},
+        {"num_key_value_heads", "0", "num_key_value_heads"},
+        {"model_type", "\"mistral\"", "model_type: expected \"gpt2\" or \"llama\""},
+        {"model_type", "7", "model_type"},
         {"head_dim", "16", "head_dim"},
         {"partial_rotary_factor", "0.5", "partial_rotary_factor"},
         {"tie_word_embeddings", "\"yes\"", "tie_word_embeddings"},

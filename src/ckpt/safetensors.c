@@ -904,12 +904,15 @@ static Status hf_llama_config(const cJSON *j, const char *path, ModelConfig *cfg
         return err_set(err, ST_ERR_INPUT, "%s: expected integer fields vocab_size, hidden_size, intermediate_size, "
                        "num_hidden_layers, num_attention_heads, max_position_embeddings; some are missing", path);
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "num_key_value_heads");
-    if (v && !cJSON_IsNull(v) && !json_int(j, "num_key_value_heads", &cfg->n_kv_head))
-        return err_set(err, ST_ERR_INPUT, "%s: num_key_value_heads: expected a positive integer", path);
+    if (v && !cJSON_IsNull(v) && !(json_int(j, "num_key_value_heads", &cfg->n_kv_head) && cfg->n_kv_head > 0))
+        return err_set(err, ST_ERR_INPUT, "%s: num_key_value_heads: expected a positive integer (or null: one per head)",
+                       path);
     if (cfg->n_kv_head > 0 && cfg->n_head % cfg->n_kv_head)
         return err_set(err, ST_ERR_INPUT, "%s: num_key_value_heads: expected a divisor of num_attention_heads %d, found %d",
                        path, cfg->n_head, cfg->n_kv_head);
     v = cJSON_GetObjectItemCaseSensitive(j, "rms_norm_eps");
+    if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble > 0)) /* a string was taken as absent */
+        return err_set(err, ST_ERR_INPUT, "%s: rms_norm_eps: expected a positive number, found another value", path);
     cfg->norm_eps = cJSON_IsNumber(v) ? (float)v->valuedouble : 1e-6f; /* LlamaConfig's default */
     Status st = hf_rope_config(j, path, cfg, err);
     if (st != ST_OK) return st;
@@ -965,8 +968,20 @@ Status st_load_hf_config(const char *dir, ModelConfig *cfg, char *tokenizer, siz
     cJSON *j = cJSON_Parse(text);
     free(text);
     if (!j) return err_set(err, ST_ERR_INPUT, "%s: expected a JSON object, found unparsable text", path);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return err_set(err, ST_ERR_INPUT, "%s: expected a JSON object, found another JSON value", path);
+    }
     memset(cfg, 0, sizeof *cfg);
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+    /* absent: a GPT-2 config from before the field */
+    if (mt && !(cJSON_IsString(mt) && (!strcmp(mt->valuestring, "llama") || !strcmp(mt->valuestring, "gpt2")))) {
+        char found[96];
+        snprintf(found, sizeof found, cJSON_IsString(mt) ? "\"%.80s\"" : "a non-string", cJSON_IsString(mt) ? mt->valuestring : "");
+        cJSON_Delete(j);
+        return err_set(err, ST_ERR_INPUT, "%s: model_type: expected \"gpt2\" or \"llama\" (the architectures this trainer "
+                       "builds), found %s", path, found);
+    }
     if (cJSON_IsString(mt) && !strcmp(mt->valuestring, "llama")) {
         st = hf_llama_config(j, path, cfg, tokenizer, tokenizer_len, err);
         cJSON_Delete(j);
