@@ -157,7 +157,8 @@ int main(void) {
     expect_error("--min-lr above --lr", args, "--min-lr: expected a value in [0, --lr=1e-05], found 2e-05");
     /* Values that were accepted and then acted as 0 or as the default: refused in one line. */
     static const struct { const char *flags, *want; } NONSENSE[] = {
-        {"--tie-embeddings", "--tie-embeddings: expected --arch llama (a Llama option; GPT-2's head always reads wte)"},
+        {"--tie-embeddings", "--tie-embeddings: expected a Llama (--arch llama, a llama preset or --init-from of a "
+                             "Llama folder; a Llama option, and GPT-2's head always reads wte)"},
         {"--stop-after -1", "--stop-after: expected a step >= 0 (0: off), found -1"},
         {"--ckpt-dir " TMP "/never --ckpt-every -1", "--ckpt-every: expected >= 0 steps (0: at the end only), found -1"},
         {"--ckpt-dir " TMP "/never --keep-every -3", "--keep-every: expected >= 0 steps (0: none kept for it), found -3"},

@@ -256,6 +256,41 @@ int main(void) {
              strchr(text, '\n') == text + len - 1, "export --dtype fp8 refused with one line naming --dtype",
              "exit %d: %.200s", WEXITSTATUS(rc), ok ? text : "");
     free(text);
+    /* The Llama flags with --init-from of a Llama folder and no --arch: the run is a Llama, so they are
+     * checked against the file (the same value trains; they were refused as "expected --arch llama"
+     * before the file was read); on a GPT-2 they are still refused. A hand-written llm.c shard of
+     * ids below hf_llama's 61. */
+    {
+        int32_t hdr[256] = {20240520, 1, 400};
+        uint16_t ids[400];
+        for (int i = 0; i < 400; i++) ids[i] = (uint16_t)(i * 7 % 61);
+        FILE *f = fopen(TMP "/v61.bin", "wb");
+        if (f) fwrite(hdr, 4, 256, f), fwrite(ids, 2, 400, f), fclose(f);
+        const char *args = " --data " TMP "/v61.bin --seq-len 8 --micro-batch 2 --steps 1 --threads 1 --quiet";
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, BIN " train --init-from " FOREIGN "/hf_llama --norm-eps 1e-5 --kv-heads 2 --rope-theta "
+                 "10000%s > " TMP "/lflags.out 2>&1", args);
+        rc = system(cmd);
+        char *lt = tu_slurp(TMP "/lflags.out");
+        tu_check(rc == 0, "train --init-from a Llama folder with --norm-eps/--kv-heads/--rope-theta equal to its config: "
+                 "trains", "exit %d: %.300s", WEXITSTATUS(rc), lt ? lt : "");
+        free(lt);
+        snprintf(cmd, sizeof cmd, BIN " train --init-from " FOREIGN "/hf_llama --rope-theta 500000%s > " TMP
+                 "/lflags2.out 2>&1", args);
+        rc = system(cmd);
+        lt = tu_slurp(TMP "/lflags2.out");
+        tu_check(WEXITSTATUS(rc) == 2 && lt && strstr(lt, "rope_theta 10000: expected this run's"),
+                 "... another --rope-theta is checked against the file and refused", "exit %d: %.300s", WEXITSTATUS(rc),
+                 lt ? lt : "");
+        free(lt);
+        snprintf(cmd, sizeof cmd, BIN " train --layers 1 --heads 2 --channels 16 --vocab 61 --max-seq-len 8 --rope-theta "
+                 "500000%s > " TMP "/lflags3.out 2>&1", args);
+        rc = system(cmd);
+        lt = tu_slurp(TMP "/lflags3.out");
+        tu_check(WEXITSTATUS(rc) == 2 && lt && strstr(lt, "--rope-theta: expected a Llama"),
+                 "control: --rope-theta on a GPT-2 is refused", "exit %d: %.300s", WEXITSTATUS(rc), lt ? lt : "");
+        free(lt);
+    }
     fixture_free(&g_ref);
     return tu_exit();
 }

@@ -169,7 +169,7 @@ static void grid(void) {
     static const struct { const char *name, *extra, *want; int np; } BAD[] = {
         {"bad_tp4", "--tp 4", "--tp 4: expected a divisor of the 2 KV heads", 4},
         {"bad_kv", "--kv-heads 3", "--kv-heads 3: expected a divisor of the 4 attention heads", 0},
-        {"bad_gpt_kv", "--arch gpt2 --kv-heads 2", "--kv-heads: expected --arch llama", 0},
+        {"bad_gpt_kv", "--arch gpt2 --kv-heads 2", "--kv-heads: expected a Llama", 0},
     };
     for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
         rc = run(BAD[i].name, BAD[i].np, 4, 2, BAD[i].extra, NULL, 0);

@@ -194,17 +194,23 @@ static Status model_flags(ModelConfig *m, const char *model, const char *arch, i
         preset_untied = p.untied;
         m->arch = p.arch;
     }
-    if (m->arch == ARCH_LLAMA) {
-        m->untied = tie ? 0 : preset_untied;
-    } else {
-        static const char *const llama_only[] = {"kv-heads", "ffn", "ffn-multiple", "norm-eps", "rope-theta",
-                                                 "rope-type", "rope-factor", "rope-low-freq-factor",
-                                                 "rope-high-freq-factor", "rope-original-max-seq-len"};
-        for (size_t i = 0; i < sizeof llama_only / sizeof llama_only[0]; i++)
-            if (args_find(specs, n, llama_only[i])->seen)
-                return err_set(err, ST_ERR_INPUT, "--%s: expected --arch llama (a Llama option), found --arch gpt2",
-                               llama_only[i]);
-    }
+    if (m->arch == ARCH_LLAMA) m->untied = tie ? 0 : preset_untied;
+    return ST_OK;
+}
+
+/* The Llama-only flags on a model that is a GPT-2, checked on the final model (--init-from of a
+ * Llama folder makes a Llama of a run without --arch: they were refused there before it was read). */
+static Status llama_only_flags(const ModelConfig *m, ArgSpec *specs, int n, int tie, int init_from, Err *err) {
+    if (m->arch == ARCH_LLAMA) return ST_OK;
+    static const char *const llama_only[] = {"kv-heads", "ffn", "ffn-multiple", "norm-eps", "rope-theta",
+                                             "rope-type", "rope-factor", "rope-low-freq-factor",
+                                             "rope-high-freq-factor", "rope-original-max-seq-len", "tie-embeddings"};
+    for (size_t i = 0; i < sizeof llama_only / sizeof llama_only[0]; i++)
+        if (i + 1 == sizeof llama_only / sizeof llama_only[0] ? tie : args_find(specs, n, llama_only[i])->seen)
+            return err_set(err, ST_ERR_INPUT, "--%s: expected a Llama (--arch llama, a llama preset or --init-from of "
+                           "a Llama folder; a Llama option%s), found a GPT-2%s", llama_only[i],
+                           i + 1 == sizeof llama_only / sizeof llama_only[0] ? ", and GPT-2's head always reads wte" : "",
+                           init_from ? " (--init-from)" : "");
     return ST_OK;
 }
 
@@ -469,13 +475,7 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
             FAIL(ST_ERR_INPUT);
         }
     }
-    /* GPT-2's head always reads wte: the flag would change nothing (checked on the final model, as
-     * --init-from may bring a Llama) */
-    if (tie && c.model.arch == ARCH_GPT2) {
-        snprintf(err.msg, sizeof err.msg, "--tie-embeddings: expected --arch llama (a Llama option; GPT-2's head always "
-                 "reads wte), found --arch gpt2");
-        FAIL(ST_ERR_INPUT);
-    }
+    if ((st = llama_only_flags(&c.model, specs, n, tie, c.init_from[0] != 0, &err)) != ST_OK) FAIL(st);
     /* This run's flag, also over --init-from's config.json (the EOT comes from the shards' header) */
     c.model.doc_mask = doc_mask, c.model.doc_eot = 0;
     if (doc_mask && c.no_pack) {
