@@ -292,6 +292,28 @@ static void cli(void) {
     tu_check(t1.s && gz.s && !same(t1, gz), "neg_cli_temperature1", "--temperature 1 prints other text: %s",
              !same(t1, gz) ? "yes" : "no");
     free(s1.s), free(s2.s), free(s3.s), free(gz.s), free(g1.s), free(t1.s);
+    /* A prompt that fills the window (MAXT byte tokens) predicts its next token (it was refused as
+     * "expected fewer than" the window): greedy prints the library's greedy continuation of it; one
+     * token more is refused. */
+    const char *fill = "abcdefghijklmnop";
+    int32_t h2[MAXT + GEN];
+    for (int i = 0; i < MAXT; i++) h2[i] = (unsigned char)fill[i];
+    generate(h2, MAXT, 0.0f, 0, 0, &gap);
+    Text want2 = {buf, 0};
+    memcpy(buf, fill, MAXT), want2.n = MAXT;
+    for (int i = MAXT; i < MAXT + GEN && want2.n + 3 < sizeof buf; i++) {
+        if (h2[i] == V - 1) buf[want2.n++] = '\n', buf[want2.n++] = '\n';
+        else buf[want2.n++] = (char)h2[i];
+    }
+    buf[want2.n++] = '\n';
+    Text gf = sample_cli("--temperature 0 --prompt abcdefghijklmnop");
+    tu_check(same(gf, want2), "cli_prompt_filling_the_window", "a %d-token prompt, greedy: %s", MAXT,
+             gf.s ? (same(gf, want2) ? "the full forward's argmax" : "differs") : "refused");
+    Text go = sample_cli("--temperature 0 --prompt abcdefghijklmnopq");
+    char *er = tu_slurp(TMP "/err.txt");
+    tu_check(!go.s && er && strstr(er, "--prompt: 17 tokens, expected at most the model's max sequence length 16"),
+             "cli_prompt_beyond_the_window_refused", "%s", er ? er : "");
+    free(er), free(gf.s), free(go.s);
 }
 
 /* A GEMM that fails while feeding the cache is reported by infer_feed, naming the GEMM, instead

@@ -113,8 +113,8 @@ int cmd_sample(int argc, char **argv) {
         ids = realloc(ids, sizeof *ids);
         ids[0] = eot, nids = 1;
     }
-    if ((int)nids >= cfg.max_seq) {
-        st = err_set(&err, ST_ERR_INPUT, "--prompt: %zu tokens, expected fewer than the model's max sequence length %d",
+    if ((int)nids > cfg.max_seq) { /* a prompt that fills the window predicts its next token; the cache slides after */
+        st = err_set(&err, ST_ERR_INPUT, "--prompt: %zu tokens, expected at most the model's max sequence length %d",
                      nids, cfg.max_seq);
         goto fail;
     }
