@@ -250,6 +250,14 @@ static void part_loader(void) {
         tu_shell("cp " DIR "/len/b.mask " DIR "/len/a.mask");
     }
     expect_open_error(DIR "/len/a.bin", "expected a mask of", "loader_mask_length");
+    /* every mask gone, beside a manifest that says the shards have them (prepare's): refused (the
+     * dataset trained its prompts); control: the same shard without such a manifest opens */
+    tu_shell("mkdir -p " DIR "/masks_gone && cp " DIR "/masked/train.bin " DIR "/masks_gone/a.bin");
+    Status nst = loader_open(&ld, DIR "/masks_gone/a.bin", g_T, 64, 0, 1, 0, &e);
+    tu_check(nst == ST_OK, "control_loader_unmasked_without_manifest", "%s", nst ? e.msg : "opens");
+    if (nst == ST_OK) loader_close(&ld);
+    tu_shell("printf '{\"result\": {\"loss_masks\": true}}\\n' > " DIR "/masks_gone/manifest.json");
+    expect_open_error(DIR "/masks_gone/a.bin", "expected its loss mask", "loader_masks_removed_beside_manifest");
     /* control: the same files with their own masks open */
     write_shard(DIR "/half", "y.bin", 1);
     int ok = loader_open(&ld, DIR "/half/*.bin", g_T, 64, 0, 1, 0, &e) == ST_OK;
@@ -408,7 +416,10 @@ static void part_prepare(void) {
     snprintf(buf, sizeof buf, "%s{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, \n", good);
     check_bad("bad_json", buf, 2, "found invalid JSON");
     snprintf(buf, sizeof buf, "%s%s{\"prompt\": \"a\"}\n", good, good);
-    check_bad("bad_fields", buf, 3, "neither \"messages\" nor \"prompt\" and \"response\"");
+    check_bad("bad_fields", buf, 3, "found \"prompt\" without \"response\""); /* it said "neither ... nor" */
+    check_bad("bad_two_schemas", "{\"prompt\": \"p\", \"response\": \"r\", \"messages\": [{\"role\": \"user\", \"content\": "
+              "\"x\"}, {\"role\": \"assistant\", \"content\": \"y\"}]}\n", 1, "\"messages\" beside \"prompt\"");
+    check_bad("bad_prompt_type", "{\"prompt\": 1, \"response\": \"y\"}\n", 1, "a non-string \"prompt\"");
     check_bad("bad_role", "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": \"y\"}]}\n",
               1, "role \"tool\"");
     check_bad("bad_empty", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": \" \\n\"}]}\n",
@@ -467,6 +478,17 @@ static void part_exact(void) {
         tu_check(nc == want[k][0] && nm == want[k][1], k ? "exact_match_control" : "exact_match",
                  "%s: %.0f of %.0f greedy answers exact (expected %.0f of %.0f)", files[k], nm, nc, want[k][1], want[k][0]);
         cJSON_Delete(j);
+    }
+    /* --doc-mask / --no-doc-mask would change nothing with --exact-match (one prompt is one
+     * document): refused, as --tokens is (they were accepted and ignored) */
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "%s eval " DIR "/memo_model --exact-match " DIR "/memo.jsonl --%s > " DIR
+                 "/em_dm.out 2>&1", g_bin, k ? "no-doc-mask" : "doc-mask");
+        int rc = system(cmd);
+        char *t = tu_slurp(DIR "/em_dm.out");
+        tu_check(WIFEXITED(rc) && WEXITSTATUS(rc) == 2 && t && strstr(t, "would change nothing with --exact-match"),
+                 k ? "exact_match_no_doc_mask_refused" : "exact_match_doc_mask_refused", "%s", t ? t : "");
+        free(t);
     }
 }
 

@@ -173,8 +173,9 @@ int cmd_eval(int argc, char **argv) {
     if (em_file[0] && data[0])
         return cli_fail("eval", ST_ERR_INPUT, "--exact-match and --data: expected one of the two, found both");
     if (em_file[0]) {
-        const char *inert[] = {"tokens", "micro-batch", "seq-len"};
-        for (int i = 0; i < 3; i++)
+        /* generation feeds one conversation's prompt, one document: document masking has nothing to mask */
+        const char *inert[] = {"tokens", "micro-batch", "seq-len", "doc-mask", "no-doc-mask"};
+        for (int i = 0; i < 5; i++)
             if (SEEN(inert[i])) {
                 snprintf(err.msg, sizeof err.msg, "--%s: would change nothing with --exact-match; expected it only with --data",
                          inert[i]);

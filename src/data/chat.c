@@ -70,7 +70,11 @@ int chat_parse(const char *line, size_t n, uint8_t **out, size_t *len, size_t *c
     const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(o, "prompt");
     const cJSON *resp = cJSON_GetObjectItemCaseSensitive(o, "response");
     const cJSON *sys = cJSON_GetObjectItemCaseSensitive(o, "system");
-    if (cJSON_IsArray(msgs)) {
+    if (msgs && (prompt || resp || sys)) { /* two schemas: one would be dropped without a word */
+        snprintf(found, found_cap, "\"messages\" beside \"%s\" (one schema per line: a system turn goes in messages)",
+                 prompt ? "prompt" : resp ? "response" : "system");
+        rc = CHAT_BAD_CHAT;
+    } else if (cJSON_IsArray(msgs)) {
         int i = 0;
         const cJSON *m;
         cJSON_ArrayForEach(m, msgs) {
@@ -130,6 +134,12 @@ int chat_parse(const char *line, size_t n, uint8_t **out, size_t *len, size_t *c
             rc = CHAT_BAD_CHAT;
         }
         assistants = 1;
+    } else if (prompt || resp) { /* half a pair, or one of another type: say which */
+        const cJSON *bad = !cJSON_IsString(prompt) ? prompt : resp;
+        const char *which = bad == prompt ? "prompt" : "response";
+        snprintf(found, found_cap, bad ? "a non-string \"%s\"" : "\"%s\" without \"%s\"", bad ? which : prompt ? "prompt" : "response",
+                 prompt ? "response" : "prompt");
+        rc = CHAT_NO_SCHEMA; /* counted with the lines of no schema under --skip-bad, as before */
     } else {
         snprintf(found, found_cap, "%s", msgs ? "a non-array \"messages\"" : "neither \"messages\" nor \"prompt\" and \"response\"");
         rc = msgs ? CHAT_BAD_CHAT : CHAT_NO_SCHEMA;

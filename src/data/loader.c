@@ -190,6 +190,24 @@ static int32_t set_target(const LoaderSet *s, size_t g, int *hint) {
     return (int32_t)shard_token(sh, i);
 }
 
+/* 1 when the manifest.json beside shard_path (prepare's) records result.loss_masks true. */
+static int manifest_says_masks(const char *shard_path) {
+    const char *slash = strrchr(shard_path, '/');
+    char path[1200];
+    if (slash) snprintf(path, sizeof path, "%.*s/manifest.json", (int)(slash - shard_path), shard_path);
+    else snprintf(path, sizeof path, "manifest.json");
+    char *text = NULL;
+    size_t len = 0;
+    Err e;
+    if (file_read_all(path, &text, &len, &e) != ST_OK) return 0;
+    cJSON *m = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "result");
+    int yes = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "loss_masks"));
+    cJSON_Delete(m);
+    return yes;
+}
+
 /* The shards of one dataset all have loss masks or none has (a half-masked set would train the
  * prompts of some conversations: refused, naming a shard of each kind). */
 static Status set_check_masks(LoaderSet *s, Err *err) {
@@ -199,6 +217,14 @@ static Status set_check_masks(LoaderSet *s, Err *err) {
         else without = without < 0 ? i : without;
     }
     s->masked = with >= 0;
+    /* every mask gone: the manifest prepare wrote beside the shards still says they had them (with
+     * none, a chat dataset trained its prompts silently) */
+    if (without >= 0 && with < 0 && manifest_says_masks(s->shards[without].path)) {
+        char mp[1100];
+        shard_mask_path(mp, sizeof mp, s->shards[without].path);
+        return err_set(err, ST_ERR_INPUT, "%s: expected its loss mask %s (the manifest.json beside it says the shards "
+                       "have loss masks), found none", s->shards[without].path, mp);
+    }
     if (with >= 0 && without >= 0) {
         char mp[1100];
         shard_mask_path(mp, sizeof mp, s->shards[without].path);
