@@ -479,6 +479,15 @@ static void part_exact(void) {
                  "%s: %.0f of %.0f greedy answers exact (expected %.0f of %.0f)", files[k], nm, nc, want[k][1], want[k][0]);
         cJSON_Delete(j);
     }
+    /* a bad line: one line naming it, without prepare's --skip-bad hint (eval has no such option) */
+    tu_shell("printf '{\"messages\": [{\"role\": \"user\"}]}\\n' > " DIR "/em_bad.jsonl");
+    snprintf(cmd, sizeof cmd, "%s eval " DIR "/memo_model --exact-match " DIR "/em_bad.jsonl --quiet > " DIR
+             "/em_bad.out 2>&1", g_bin);
+    int brc = system(cmd);
+    char *bt = tu_slurp(DIR "/em_bad.out");
+    tu_check(WIFEXITED(brc) && WEXITSTATUS(brc) == 2 && bt && strstr(bt, "em_bad.jsonl:1: expected a chat object") &&
+                 !strstr(bt, "--skip-bad"), "exact_match_bad_line_without_prepare_hint", "%s", bt ? bt : "");
+    free(bt);
     /* --doc-mask / --no-doc-mask would change nothing with --exact-match (one prompt is one
      * document): refused, as --tokens is (they were accepted and ignored) */
     for (int k = 0; k < 2; k++) {

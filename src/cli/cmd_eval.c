@@ -254,6 +254,10 @@ int cmd_eval(int argc, char **argv) {
         if (st == ST_OK) st = gpt_init(&g, &cfg, &go, NULL, &err);
         if (st == ST_OK) st = ckpt_load_weights(&g.w, src, &err);
         if (st == ST_OK) st = exact_match(&g, &cfg, tk, &f, em_file, max_new, show, quiet || json, &hits, &total, &err);
+        /* the reader's errors end with prepare's ways out (--skip-bad, --allow-invalid-utf8), which
+         * eval does not have: the line is to be fixed in the file */
+        char *hint = st != ST_OK ? strstr(err.msg, " (--skip-bad ") : NULL;
+        if (hint) *hint = '\0';
         gpt_free(&g);
         tokenizer_free(tk);
         if (st != ST_OK) return cli_fail("eval", st, err.msg);
