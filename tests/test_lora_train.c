@@ -352,6 +352,27 @@ int main(int argc, char **argv) {
     int same_files = tu_same_file(DIR "/full_out/adapter_model.safetensors", DIR "/res_out/adapter_model.safetensors");
     tu_check(rc1 == 0 && rc2 == 0 && rc3 == 0 && a[0] && !strcmp(a, b) && same_files, "resume equals uninterrupted",
              "6 step records as exact text%s, final adapters byte-equal %d", strcmp(a, b) ? " DIFFER" : "", same_files);
+    /* The metrics log has the full trainer's fields (docs/lora.md): the start record's config,
+     * effective_batch and loss_masks, each step's tokens_seen = step x the batch's tokens, each val
+     * record's tokens (report's x axis read the step number as tokens without them). The oracle:
+     * the batch computed here from the flags (B 2 x T 32, k 1, dp 1). */
+    {
+        cJSON *all = tu_log_records(DIR "/full.jsonl"), *o;
+        int start_ok = 0, steps = 0, steps_ok = 0, vals = 0, vals_ok = 0;
+        cJSON_ArrayForEach(o, all) {
+            const char *ev = cJSON_GetObjectItemCaseSensitive(o, "event")->valuestring;
+            if (!strcmp(ev, "start"))
+                start_ok = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(o, "config")) &&
+                           rc_num(cJSON_GetObjectItemCaseSensitive(o, "effective_batch"), "tokens") == 64 &&
+                           cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(o, "loss_masks"));
+            if (!strcmp(ev, "step")) steps++, steps_ok += rc_num(o, "tokens_seen") == 64 * rc_num(o, "step");
+            if (!strcmp(ev, "val")) vals++, vals_ok += rc_num(o, "tokens") > 0;
+        }
+        cJSON_Delete(all);
+        tu_check(start_ok && steps == 6 && steps_ok == 6 && vals == vals_ok, "the LoRA log has the full trainer's fields",
+                 "start %d, tokens_seen right on %d of %d steps, val tokens on %d of %d", start_ok, steps_ok, steps,
+                 vals_ok, vals);
+    }
     /* state.json carries its own checksum (version 2): a copy of the step-3 checkpoint with its
      * loader position edited is refused on resume (it resumed, on other batches); control: the
      * unedited copy resumes. */

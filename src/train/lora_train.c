@@ -437,7 +437,7 @@ static Status save_files(LoraRun *r, const LoraLayout *ll, const float *p, const
     return st;
 }
 
-static Status validation(LoraRun *r, double *loss, Err *err) {
+static Status validation(LoraRun *r, double *loss, long *targets, Err *err) {
     TrainConfig *c = &r->cfg;
     int B = c->micro_batch, T = c->seq_len;
     double sum = 0;
@@ -452,7 +452,23 @@ static Status validation(LoraRun *r, double *loss, Err *err) {
     }
     Status st = gpt_status(&r->g, err);
     *loss = ntok ? sum / ntok : NAN;
+    *targets = ntok;
     return st;
+}
+
+/* The global batch in tokens: B · k · dp sequences of T (the full trainer's effective_batch). */
+static long long batch_tokens(const LoraRun *r) {
+    const TrainConfig *c = &r->cfg;
+    return (long long)c->micro_batch * c->grad_accum * r->dp * c->seq_len;
+}
+
+/* A val record with the full trainer's fields (step, loss, tokens) and its console line. */
+static void log_val(LoraRun *r, double vl, long vtok) {
+    if (r->log.f) {
+        fprintf(r->log.f, "{\"event\": \"val\", \"step\": %ld, \"loss\": %.9g, \"tokens\": %ld}\n", r->step, vl, vtok);
+        fflush(r->log.f);
+    }
+    if (r->comm->rank == 0 && !r->cfg.quiet) printf("val   %5ld | loss %.4f | perplexity %.2f (lora)\n", r->step, vl, exp(vl));
 }
 
 /* One optimizer step over the adapters. */
@@ -543,8 +559,9 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
     res->last_loss = loss, res->steps_done++;
     if (r->log.f) {
         fprintf(r->log.f, "{\"event\": \"step\", \"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, "
-                "\"grad_norm_clipped\": %.17g, \"tokens\": %lld, \"lora\": true, \"time_ms\": {\"total\": %.3f}}\n",
-                next, loss, lr, norm, norm * scale, (long long)ntok, ms);
+                "\"grad_norm_clipped\": %.17g, \"tokens\": %lld, \"tokens_seen\": %lld, \"lora\": true, "
+                "\"time_ms\": {\"total\": %.3f}}\n",
+                next, loss, lr, norm, norm * scale, (long long)ntok, (long long)next * batch_tokens(r), ms);
         fflush(r->log.f);
     }
     if (r->comm->rank == 0 && !c->quiet)
@@ -606,7 +623,15 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
         for (int i = 0; i < MEM_NCAT; i++)
             if (i != MEM_COMM) equal &= plan[i] == r->mem.bytes[i];
         if (r->log.f) {
-            fprintf(r->log.f, "{\"event\": \"start\", \"lora\": {\"rank\": %d, \"alpha\": %g, \"dropout\": %g, \"targets\": "
+            /* the full trainer's config, batch and mask fields first (report and the docs read them) */
+            cJSON *cj = events_config_json(c);
+            char *ctext = cj ? cJSON_PrintUnformatted(cj) : NULL;
+            cJSON_Delete(cj);
+            fprintf(r->log.f, "{\"event\": \"start\", \"config\": %s, \"effective_batch\": {\"sequences\": %lld, "
+                    "\"tokens\": %lld}, \"loss_masks\": %s, ", ctext ? ctext : "null",
+                    (long long)c->micro_batch * c->grad_accum * r->dp, batch_tokens(r), r->train.masked ? "true" : "false");
+            free(ctext);
+            fprintf(r->log.f, "\"lora\": {\"rank\": %d, \"alpha\": %g, \"dropout\": %g, \"targets\": "
                     "\"%s\", \"adapter_params\": %zu, \"base_params\": %zu, \"base_xxh3\": \"%016llx\", \"base_local_xxh3\": "
                     "\"%016llx\"}, \"world\": %d, \"dp\": %d, \"tp\": %d, \"zero\": %d, \"resumed_from_step\": %ld%s",
                     c->lora.rank, c->lora.alpha, c->lora.dropout, tg, r->full_lay.block_floats * r->full_lay.L,
@@ -635,10 +660,11 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
         st = step(r, res, err);
         if (st == ST_OK && c->val_data[0] && c->val_every > 0 && r->step % c->val_every == 0) {
             double vl;
-            if ((st = validation(r, &vl, err)) == ST_OK) {
+            long vtok;
+            if ((st = validation(r, &vl, &vtok, err)) == ST_OK) {
                 if (isnan(res->first_val)) res->first_val = vl;
                 res->last_val = vl;
-                if (r->log.f) fprintf(r->log.f, "{\"event\": \"val\", \"step\": %ld, \"loss\": %.9g}\n", r->step, vl);
+                log_val(r, vl, vtok);
             }
         }
         if (st == ST_OK && c->ckpt_every > 0 && r->step % c->ckpt_every == 0 && r->step < stop_at && !r->stop)
@@ -650,9 +676,10 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     if (st == ST_OK && res->steps_done > 0) st = save(r, err); /* the last step (or --stop-after's) */
     if (st == ST_OK && c->val_data[0] && c->val_every <= 0) {
         double vl;
-        if ((st = validation(r, &vl, err)) == ST_OK) {
+        long vtok;
+        if ((st = validation(r, &vl, &vtok, err)) == ST_OK) {
             res->first_val = res->last_val = vl;
-            if (r->log.f) fprintf(r->log.f, "{\"event\": \"val\", \"step\": %ld, \"loss\": %.9g}\n", r->step, vl);
+            log_val(r, vl, vtok);
         }
     }
     /* The base must be unchanged: the adapters are all this run trained (each rank its slice). */
