@@ -400,6 +400,26 @@ int main(int argc, char **argv) {
         tu_check(r == 2 && t && strstr(t, "expected weights, found a LoRA checkpoint") && strstr(t, "--merge -o DIR"),
                  "eval of a LoRA checkpoint: named, with the export --merge hint", "rc %d, %s", r, t ? t : "");
         free(t);
+        /* export --adapter --base: a local path must be the base the run was trained on (any path was
+         * recorded unchecked); a Hub id is taken as given; control: the run's own base */
+        static const struct { const char *base; int rc; const char *want; } B[] = {
+            {"/nonexistent/base", 2, "expected an existing weights folder or a Hugging Face model id"},
+            {DIR "/ck_res/step_00000003", 2, "--base"},
+            {"org/model", 0, "\"base_model_name_or_path\":\t\"org/model\""},
+            {DIR "/base_out", 0, "base_out"},
+        };
+        for (int b = 0; b < 4; b++) {
+            snprintf(cmd, sizeof cmd, "rm -rf " DIR "/adb && %s export " DIR "/ck_res/step_00000003 --adapter --base %s -o "
+                     DIR "/adb > " DIR "/adb.out 2>&1 && cat " DIR "/adb/adapter_config.json >> " DIR "/adb.out", g_bin,
+                     B[b].base);
+            int rc = system(cmd);
+            char *o = tu_slurp(DIR "/adb.out");
+            char name[160];
+            snprintf(name, sizeof name, "export --adapter --base %s: %s", B[b].base, B[b].rc ? "refused" : "written");
+            tu_check(WIFEXITED(rc) && WEXITSTATUS(rc) == B[b].rc && o && strstr(o, B[b].want), name, "exit %d: %.300s",
+                     WEXITSTATUS(rc), o ? o : "");
+            free(o);
+        }
     }
     /* Control: steps 4-6 of a fresh 3-step start differ from the resumed ones. */
     snprintf(cmd, sizeof cmd, "%s " COMMON " --lora-dropout 0.1 --log " DIR "/fresh.jsonl --stop-after 3", g_bin);

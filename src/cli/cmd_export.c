@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "ckpt/ckpt.h"
@@ -36,8 +37,14 @@ static int export_lora(const char *path, int merge, const char *base, const char
     if (!ad) return cli_fail("export", ST_ERR_RUNTIME, "out of memory");
     st = ckpt_lora_load(path, &ll, ad, NULL, NULL, &err);
     const char *src = base[0] ? base : meta.init_from;
-    if (st == ST_OK && !merge) st = ckpt_lora_write_adapter(out, &ll, ad, src, &err);
-    if (st == ST_OK && merge) {
+    /* --adapter records --base as PEFT's base_model_name_or_path: a Hub id is taken as given, but a
+     * local path (one that exists, or starts with / or .) must be the base the run was trained on,
+     * as --merge checks (any path was written unchecked) */
+    int local = base[0] && (access(base, F_OK) == 0 || base[0] == '/' || base[0] == '.');
+    if (st == ST_OK && !merge && local && access(base, F_OK) != 0)
+        st = err_set(&err, ST_ERR_INPUT, "--base %s: expected an existing weights folder or a Hugging Face model id, "
+                     "found no such path", base);
+    if (st == ST_OK && (merge || local)) {
         Gpt g = {0};
         st = gpt_init(&g, &cfg, NULL, NULL, &err);
         if (st == ST_OK) {
@@ -49,6 +56,11 @@ static int export_lora(const char *path, int merge, const char *base, const char
             st = err_set(&err, ST_ERR_INPUT, "--base %s: its weights (XXH3 %016llx) are not the base %s was trained on "
                          "(XXH3 %016llx)", src[0] ? src : "(random, from the recorded seed)", (unsigned long long)h, path,
                          (unsigned long long)meta.base_hash);
+        if (!merge) {
+            if (st == ST_OK) st = ckpt_lora_write_adapter(out, &ll, ad, src, &err);
+            gpt_free(&g);
+            goto done;
+        }
         if (st == ST_OK && lc.base_bf16) { /* trained on the blocks' bf16 values (--lora-base-precision bf16) */
             const ParamLayout *pl = &g.w.layout;
             for (size_t i = pl->seg_off[1]; i < pl->seg_off[cfg.n_layer + 1]; i++) {
@@ -61,7 +73,10 @@ static int export_lora(const char *path, int merge, const char *base, const char
             st = st_save_hf_opts(&g.w, out, tokenizer[0] ? tokenizer : meta.tokenizer, bf16, shard, &err);
         }
         gpt_free(&g);
+    } else if (st == ST_OK) {
+        st = ckpt_lora_write_adapter(out, &ll, ad, src, &err);
     }
+done:
     free(ad);
     if (st != ST_OK) return cli_fail("export", st, err.msg);
     printf("exported %s (LoRA %s) to %s\n", path, merge ? "merged into the base, hf" : "adapter, PEFT", out);
