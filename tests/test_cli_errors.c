@@ -34,6 +34,24 @@ static void expect_error(const char *name, const char *args, const char *want) {
     free(text);
 }
 
+typedef struct {
+    const char *flags, *want;
+} FlagCase;
+
+/* `train` on the good shard with each case's flags: exit 2 and one line holding its want. LoRA
+ * refuses --peak-gflops (no MFU): the --lora- cases run on common_lora, without it, so only the
+ * flag under test is wrong. */
+static void expect_train_errors(const char *what, const FlagCase *c, size_t n, const char *common,
+                                const char *common_lora) {
+    for (size_t i = 0; i < n; i++) {
+        char args[2048], name[160];
+        snprintf(args, sizeof args, "train --data %s/good.bin %s %s", TMP, strstr(c[i].flags, "--lora-") ? common_lora : common,
+                 c[i].flags);
+        snprintf(name, sizeof name, "%s: %s", what, c[i].flags);
+        expect_error(name, args, c[i].want);
+    }
+}
+
 static void write_raw(const char *path, const int32_t *hdr, const void *tok, size_t tok_bytes) {
     FILE *f = fopen(path, "wb");
     fwrite(hdr, 4, 256, f);
@@ -113,7 +131,7 @@ int main(void) {
     expect_error("vocabulary smaller than the data", args, "not below the vocabulary size 200");
     /* Out-of-range optimizer values are refused with their range; they used to be replaced by the
      * optimizer's default silently (weight_decay 0.1 in the log); -1 is the documented default. */
-    static const struct { const char *flags, *want; } RANGE[] = {
+    static const FlagCase RANGE[] = {
         {"--weight-decay -0.5", "--weight-decay: expected a value >= 0, found -0.5"},
         {"--beta1 -0.5", "--beta1: expected a value in [0, 1), found -0.5"},
         {"--beta2 -7", "--beta2: expected a value in [0, 1), found -7"},
@@ -130,14 +148,7 @@ int main(void) {
     int lrc = system(args);
     tu_check(WIFEXITED(lrc) && WEXITSTATUS(lrc) == 0, "control: the LoRA cases' command line trains with --lora-alpha 4",
              "exit=%d", WIFEXITED(lrc) ? WEXITSTATUS(lrc) : -1);
-    for (size_t i = 0; i < sizeof RANGE / sizeof RANGE[0]; i++) {
-        /* LoRA refuses --peak-gflops (no MFU): its cases run without it, so only the flag under test is wrong */
-        int lora = strstr(RANGE[i].flags, "--lora-alpha") != NULL;
-        snprintf(args, sizeof args, "train --data %s/good.bin %s %s", TMP, lora ? common_lora : common, RANGE[i].flags);
-        char name[128];
-        snprintf(name, sizeof name, "out of range: %s", RANGE[i].flags);
-        expect_error(name, args, RANGE[i].want);
-    }
+    expect_train_errors("out of range", RANGE, sizeof RANGE / sizeof RANGE[0], common, common_lora);
     /* --schedule constant ignores min-lr: its default (6e-05) no longer refuses a smaller --lr; a decaying
      * schedule names the default at fault, not a --min-lr the user never gave. */
     snprintf(args, sizeof args, "%s train --data %s/good.bin %s --schedule constant --lr 1e-5 >/dev/null 2>&1", BIN, TMP,
@@ -156,7 +167,7 @@ int main(void) {
     snprintf(args, sizeof args, "train --data %s/good.bin %s --lr 1e-5 --min-lr 2e-5", TMP, common);
     expect_error("--min-lr above --lr", args, "--min-lr: expected a value in [0, --lr=1e-05], found 2e-05");
     /* Values that were accepted and then acted as 0 or as the default: refused in one line. */
-    static const struct { const char *flags, *want; } NONSENSE[] = {
+    static const FlagCase NONSENSE[] = {
         {"--tie-embeddings", "--tie-embeddings: expected a Llama (--arch llama, a llama preset or --init-from of a "
                              "Llama folder; a Llama option, and GPT-2's head always reads wte)"},
         {"--stop-after -1", "--stop-after: expected a step >= 0 (0: off), found -1"},
@@ -169,13 +180,7 @@ int main(void) {
         {"--lora-rank 2 --lora-targets ''", "--lora-targets: expected at least one target, found ''"},
     };
     tu_shell("rm -rf " TMP "/never");
-    for (size_t i = 0; i < sizeof NONSENSE / sizeof NONSENSE[0]; i++) {
-        int lora = strstr(NONSENSE[i].flags, "--lora-") != NULL;
-        snprintf(args, sizeof args, "train --data %s/good.bin %s %s", TMP, lora ? common_lora : common, NONSENSE[i].flags);
-        char name[128];
-        snprintf(name, sizeof name, "refused: %s", NONSENSE[i].flags);
-        expect_error(name, args, NONSENSE[i].want);
-    }
+    expect_train_errors("refused", NONSENSE, sizeof NONSENSE / sizeof NONSENSE[0], common, common_lora);
     tu_check(access(TMP "/never", F_OK) != 0, "refusals leave no --ckpt-dir behind", "%s", TMP "/never");
     /* --override names a trajectory field; a typo was accepted and never reported */
     snprintf(args, sizeof args, "%s train --data %s/good.bin %s --steps 2 --ckpt-dir %s/ovck >/dev/null 2>&1", BIN, TMP,

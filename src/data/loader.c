@@ -55,7 +55,8 @@ static int parse_item(const char *item, size_t len, char *pat, size_t patlen, do
 /* The --tokenizer a shard was prepared with, from the manifest.json prepare wrote beside it: the
  * value of --tokenizer in its "command" (prepare's default gpt2 when absent), else its
  * tokenizer.kind; only when the manifest's hash is the shard's. 0 when unknown. */
-int loader_shard_tokenizer_name(const char *shard_path, uint64_t hash, char *out, size_t cap) {
+/* The manifest.json prepare wrote beside shard_path, parsed (the caller deletes it), or NULL. */
+static cJSON *manifest_beside(const char *shard_path) {
     char path[1100];
     const char *slash = strrchr(shard_path, '/');
     if (slash) snprintf(path, sizeof path, "%.*s/manifest.json", (int)(slash - shard_path), shard_path);
@@ -63,9 +64,14 @@ int loader_shard_tokenizer_name(const char *shard_path, uint64_t hash, char *out
     char *text = NULL;
     size_t len = 0;
     Err e;
-    if (file_read_all(path, &text, &len, &e) != ST_OK) return 0;
+    if (file_read_all(path, &text, &len, &e) != ST_OK) return NULL;
     cJSON *m = cJSON_ParseWithLength(text, len);
     free(text);
+    return m;
+}
+
+int loader_shard_tokenizer_name(const char *shard_path, uint64_t hash, char *out, size_t cap) {
+    cJSON *m = manifest_beside(shard_path);
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(m, "tokenizer");
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(t, "hash"), *k = cJSON_GetObjectItemCaseSensitive(t, "kind");
     const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(m, "command");
@@ -192,16 +198,7 @@ static int32_t set_target(const LoaderSet *s, size_t g, int *hint) {
 
 /* 1 when the manifest.json beside shard_path (prepare's) records result.loss_masks true. */
 static int manifest_says_masks(const char *shard_path) {
-    const char *slash = strrchr(shard_path, '/');
-    char path[1200];
-    if (slash) snprintf(path, sizeof path, "%.*s/manifest.json", (int)(slash - shard_path), shard_path);
-    else snprintf(path, sizeof path, "manifest.json");
-    char *text = NULL;
-    size_t len = 0;
-    Err e;
-    if (file_read_all(path, &text, &len, &e) != ST_OK) return 0;
-    cJSON *m = cJSON_ParseWithLength(text, len);
-    free(text);
+    cJSON *m = manifest_beside(shard_path);
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "result");
     int yes = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "loss_masks"));
     cJSON_Delete(m);
