@@ -366,23 +366,30 @@ const FileSum *ckpt_files_find(const CkptFileList *f, const char *name) {
     return NULL;
 }
 
+typedef struct {
+    char *p;
+    size_t n;
+} SealBuf;
+
+static Status seal_write(void *ctx, const void *p, size_t n, Err *err) {
+    (void)err;
+    SealBuf *b = ctx;
+    memcpy(b->p + b->n, p, n);
+    b->n += n;
+    return ST_OK;
+}
+
+/* The text through ckpt_state_producer into memory: one writer of the state format. */
 char *ckpt_state_seal(const char *text) {
-    size_t bl = strlen(text) - 2; /* cJSON_Print's closing "\n}" */
-    char *out = malloc(bl + strlen(STATE_MARKER) + 16 + strlen(STATE_TAIL) + 1);
-    XXH3_state_t *h = XXH3_createState();
-    if (!out || !h) {
-        free(out), XXH3_freeState(h);
+    StateArg a = {text, strlen(text) - 2}; /* cJSON_Print's closing "\n}" */
+    SealBuf b = {malloc(a.body_len + strlen(STATE_MARKER) + 16 + strlen(STATE_TAIL) + 1), 0};
+    Err e;
+    if (!b.p || ckpt_state_producer(&a, seal_write, &b, &e) != ST_OK) {
+        free(b.p);
         return NULL;
     }
-    XXH3_64bits_reset(h);
-    XXH3_64bits_update(h, text, bl);
-    XXH3_64bits_update(h, STATE_MARKER, strlen(STATE_MARKER));
-    char hx[17];
-    ckpt_hex64(hx, XXH3_64bits_digest(h));
-    XXH3_freeState(h);
-    memcpy(out, text, bl);
-    sprintf(out + bl, "%s%s%s", STATE_MARKER, hx, STATE_TAIL);
-    return out;
+    b.p[b.n] = '\0';
+    return b.p;
 }
 
 Status ckpt_state_verify(const char *path, const char *text, size_t len, Err *err) {

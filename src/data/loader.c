@@ -55,12 +55,17 @@ static int parse_item(const char *item, size_t len, char *pat, size_t patlen, do
 /* The --tokenizer a shard was prepared with, from the manifest.json prepare wrote beside it: the
  * value of --tokenizer in its "command" (prepare's default gpt2 when absent), else its
  * tokenizer.kind; only when the manifest's hash is the shard's. 0 when unknown. */
+/* name in the directory of shard_path ("dir/name", or "name" for a bare file name). */
+static void beside_shard(char *out, size_t cap, const char *shard_path, const char *name) {
+    const char *slash = strrchr(shard_path, '/');
+    if (slash) snprintf(out, cap, "%.*s/%s", (int)(slash - shard_path), shard_path, name);
+    else snprintf(out, cap, "%s", name);
+}
+
 /* The manifest.json prepare wrote beside shard_path, parsed (the caller deletes it), or NULL. */
 static cJSON *manifest_beside(const char *shard_path) {
     char path[1100];
-    const char *slash = strrchr(shard_path, '/');
-    if (slash) snprintf(path, sizeof path, "%.*s/manifest.json", (int)(slash - shard_path), shard_path);
-    else snprintf(path, sizeof path, "manifest.json");
+    beside_shard(path, sizeof path, shard_path, "manifest.json");
     char *text = NULL;
     size_t len = 0;
     Err e;
@@ -98,17 +103,18 @@ int loader_shard_tokenizer_name(const char *shard_path, uint64_t hash, char *out
  * shards into when it stopped (prepare.c, publish_finish): old and new shards may stand side by side,
  * from different splits of the documents. Refused, saying how to finish the move. */
 static Status check_not_publishing(const char *shard_path, Err *err) {
-    const char *slash = strrchr(shard_path, '/');
-    char path[4200];
-    if (slash) snprintf(path, sizeof path, "%.*s/.prepare/manifest.json", (int)(slash - shard_path), shard_path);
-    else snprintf(path, sizeof path, ".prepare/manifest.json");
+    char path[4200], dir[4200];
+    beside_shard(path, sizeof path, shard_path, ".prepare/manifest.json");
     struct stat sb;
     if (stat(path, &sb) != 0) return ST_OK;
-    int dl = slash ? (int)(slash - shard_path) : 1;
+    beside_shard(dir, sizeof dir, shard_path, ""); /* "dir/" ("/" at the root, "" beside the cwd) */
+    size_t dl = strlen(dir);
+    if (dl > 1) dir[dl - 1] = '\0';
+    else if (dl == 0) snprintf(dir, sizeof dir, ".");
     return err_set(err, ST_ERR_INPUT,
                    "%s: expected shards of a finished prepare, found %s: a prepare stopped while moving its new shards "
-                   "into %.*s, beside old ones; run prepare into that directory again (it finishes the move first)",
-                   shard_path, path, dl, slash ? shard_path : ".");
+                   "into %s, beside old ones; run prepare into that directory again (it finishes the move first)",
+                   shard_path, path, dir);
 }
 
 static Status set_add_glob(LoaderSet *s, const char *pattern, uint64_t expected_hash, const char *expected_name,
@@ -356,9 +362,6 @@ static Status build_mix(Loader *ld, Err *err) {
 
 /* ================================================================== 4. open / close / queries */
 
-/* Every shard of a loader (each set of a mixture too) from one tokenizer: ids of two tokenizers
- * stand for different text. Headers that record no tokenizer (hash 0) or no vocabulary (0: shards
- * written elsewhere) are not compared. */
 /* "tokenizer NAME (hash H)", or "tokenizer hash H" where no manifest names it. */
 static void tokenizer_words(const Shard *s, char *out, size_t cap) {
     char name[256] = "";
@@ -368,6 +371,9 @@ static void tokenizer_words(const Shard *s, char *out, size_t cap) {
         snprintf(out, cap, "tokenizer hash %016llx", (unsigned long long)s->meta.tokenizer_hash);
 }
 
+/* Every shard of a loader (each set of a mixture too) from one tokenizer: ids of two tokenizers
+ * stand for different text. Headers that record no tokenizer (hash 0) or no vocabulary (0: shards
+ * written elsewhere) are not compared. */
 static Status check_one_tokenizer(const Loader *ld, const char *spec, Err *err) {
     const Shard *h = NULL, *v = NULL;
     for (int d = 0; d < ld->nsets; d++)
@@ -390,23 +396,22 @@ static Status check_one_tokenizer(const Loader *ld, const char *spec, Err *err) 
     return ST_OK;
 }
 
-uint64_t loader_tokenizer_hash(const Loader *ld) {
+/* The first shard whose header records a tokenizer, or NULL. */
+static const Shard *first_hashed(const Loader *ld) {
     for (int d = 0; d < ld->nsets; d++)
         for (int i = 0; i < ld->sets[d].nshards; i++)
-            if (ld->sets[d].shards[i].meta.tokenizer_hash) return ld->sets[d].shards[i].meta.tokenizer_hash;
-    return 0;
+            if (ld->sets[d].shards[i].meta.tokenizer_hash) return &ld->sets[d].shards[i];
+    return NULL;
+}
+
+uint64_t loader_tokenizer_hash(const Loader *ld) {
+    const Shard *s = first_hashed(ld);
+    return s ? s->meta.tokenizer_hash : 0;
 }
 
 Status loader_check_same_tokenizer(const Loader *train, const Loader *val, const char *val_spec, Err *err) {
-    uint64_t th = loader_tokenizer_hash(train), vh = loader_tokenizer_hash(val);
-    if (!th || !vh || th == vh) return ST_OK;
-    const Shard *ts = NULL, *vs = NULL;
-    for (int d = 0; d < train->nsets && !ts; d++)
-        for (int i = 0; i < train->sets[d].nshards && !ts; i++)
-            if (train->sets[d].shards[i].meta.tokenizer_hash) ts = &train->sets[d].shards[i];
-    for (int d = 0; d < val->nsets && !vs; d++)
-        for (int i = 0; i < val->sets[d].nshards && !vs; i++)
-            if (val->sets[d].shards[i].meta.tokenizer_hash) vs = &val->sets[d].shards[i];
+    const Shard *ts = first_hashed(train), *vs = first_hashed(val);
+    if (!ts || !vs || ts->meta.tokenizer_hash == vs->meta.tokenizer_hash) return ST_OK;
     char a[300], b[300];
     tokenizer_words(ts, a, sizeof a), tokenizer_words(vs, b, sizeof b);
     return err_set(err, ST_ERR_INPUT,
