@@ -221,6 +221,14 @@ int ckpt_lora_is_checkpoint(const char *dir) {
     return yes;
 }
 
+int ckpt_lora_locate(const char *arg, char *out, size_t out_len) {
+    Err e;
+    out[0] = 0;
+    if (ckpt_lora_is_checkpoint(arg)) snprintf(out, out_len, "%s", arg);
+    else if (ckpt_lora_resolve(arg, "auto", out, out_len, &e) != ST_OK) out[0] = 0;
+    return out[0] != 0;
+}
+
 Status ckpt_lora_resolve(const char *ckpt_dir, const char *spec, char *out, size_t out_len, Err *err) {
     out[0] = 0;
     if (spec[0] && strcmp(spec, "auto")) {

@@ -56,4 +56,8 @@ Status ckpt_lora_load(const char *path, const LoraLayout *ll, float *params, flo
 /* 1 if dir holds a LoRA checkpoint's state.json ("format": "scaletrain-lora"). */
 int ckpt_lora_is_checkpoint(const char *dir);
 
+/* A command's CKPT argument as a LoRA checkpoint: arg itself, or the one a --ckpt-dir's `latest`
+ * names. 1 with its path in out, or 0 (another kind of folder, or nothing readable). */
+int ckpt_lora_locate(const char *arg, char *out, size_t out_len);
+
 #endif

@@ -34,6 +34,7 @@
 #include "cli/args.h"
 #include "cli/cmds.h"
 #include "cli/cmds_ckpt.h"
+#include "cli/cmds_data.h"
 #include "core/progress.h"
 #include "cli/cmds_report.h"
 #include "cli/faults.h"
@@ -230,11 +231,8 @@ int cmd_eval(int argc, char **argv) {
         if (!tokenizer[0]) snprintf(tokenizer, sizeof tokenizer, "%s", recorded);
         if (!tokenizer[0])
             return cli_fail("eval", ST_ERR_INPUT, "--tokenizer: expected one (none recorded with the weights)");
-        char tdir[1024];
-        const char *sub = tokenizer_data_subdir(tokenizer);
-        args_find_data_dir(tok_dir, sub ? sub : "gpt2_tokenizer", tdir, sizeof tdir);
         Tokenizer *tk = NULL;
-        if ((st = tokenizer_load(&tk, tokenizer, tdir, &err)) != ST_OK) {
+        if ((st = cli_load_tokenizer(tokenizer, tok_dir, &tk, &err)) != ST_OK) {
             err_prefix(&err, "--tokenizer %s", tokenizer);
             return cli_fail("eval", st, err.msg);
         }
@@ -288,12 +286,9 @@ int cmd_eval(int argc, char **argv) {
      * another tokenizer of the same size would be scored without complaint. */
     uint64_t want_hash = 0;
     if (recorded[0]) {
-        char tdir[1024];
-        const char *sub = tokenizer_data_subdir(recorded);
-        args_find_data_dir("", sub ? sub : "gpt2_tokenizer", tdir, sizeof tdir);
         Tokenizer *tk = NULL;
         Err te;
-        if (tokenizer_load(&tk, recorded, tdir, &te) == ST_OK) want_hash = tokenizer_hash(tk);
+        if (cli_load_tokenizer(recorded, "", &tk, &te) == ST_OK) want_hash = tokenizer_hash(tk);
         else if (!quiet)
             fprintf(stderr, "eval: the weights' tokenizer %s could not be loaded (%s): the shards are checked by "
                     "vocabulary size only\n", recorded, te.msg);

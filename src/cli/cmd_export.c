@@ -40,11 +40,11 @@ static int export_lora(const char *path, int merge, const char *base, const char
     /* --adapter records --base as PEFT's base_model_name_or_path: a Hub id is taken as given, but a
      * local path (one that exists, or starts with / or .) must be the base the run was trained on,
      * as --merge checks (any path was written unchecked) */
-    int local = base[0] && (access(base, F_OK) == 0 || base[0] == '/' || base[0] == '.');
-    if (st == ST_OK && !merge && local && access(base, F_OK) != 0)
+    int exists = base[0] && access(base, F_OK) == 0, local = exists || base[0] == '/' || base[0] == '.';
+    if (st == ST_OK && !merge && local && !exists)
         st = err_set(&err, ST_ERR_INPUT, "--base %s: expected an existing weights folder or a Hugging Face model id, "
                      "found no such path", base);
-    if (st == ST_OK && (merge || local)) {
+    if (st == ST_OK && (merge || local)) { /* the base loaded and checked against the recorded hash */
         Gpt g = {0};
         st = gpt_init(&g, &cfg, NULL, NULL, &err);
         if (st == ST_OK) {
@@ -56,27 +56,20 @@ static int export_lora(const char *path, int merge, const char *base, const char
             st = err_set(&err, ST_ERR_INPUT, "--base %s: its weights (XXH3 %016llx) are not the base %s was trained on "
                          "(XXH3 %016llx)", src[0] ? src : "(random, from the recorded seed)", (unsigned long long)h, path,
                          (unsigned long long)meta.base_hash);
-        if (!merge) {
-            if (st == ST_OK) st = ckpt_lora_write_adapter(out, &ll, ad, src, &err);
-            gpt_free(&g);
-            goto done;
-        }
-        if (st == ST_OK && lc.base_bf16) { /* trained on the blocks' bf16 values (--lora-base-precision bf16) */
+        if (st == ST_OK && merge && lc.base_bf16) { /* trained on the blocks' bf16 values (--lora-base-precision bf16) */
             const ParamLayout *pl = &g.w.layout;
             for (size_t i = pl->seg_off[1]; i < pl->seg_off[cfg.n_layer + 1]; i++) {
                 uint32_t u = (uint32_t)half_bf16(g.w.params[i]) << 16;
                 memcpy(&g.w.params[i], &u, sizeof u);
             }
         }
-        if (st == ST_OK) {
+        if (st == ST_OK && merge) {
             lora_merge(&ll, ad, &g.w.p);
             st = st_save_hf_opts(&g.w, out, tokenizer[0] ? tokenizer : meta.tokenizer, bf16, shard, &err);
         }
         gpt_free(&g);
-    } else if (st == ST_OK) {
-        st = ckpt_lora_write_adapter(out, &ll, ad, src, &err);
     }
-done:
+    if (st == ST_OK && !merge) st = ckpt_lora_write_adapter(out, &ll, ad, src, &err);
     free(ad);
     if (st != ST_OK) return cli_fail("export", st, err.msg);
     printf("exported %s (LoRA %s) to %s\n", path, merge ? "merged into the base, hf" : "adapter, PEFT", out);
@@ -138,11 +131,8 @@ int cmd_export(int argc, char **argv) {
                         "--tokenizer: would change nothing with --format llmc (the .bin records no tokenizer); expected --format hf");
 
     char src[4096];
-    char lpath[4096] = "";
-    if (ckpt_lora_is_checkpoint(pos[0])) snprintf(lpath, sizeof lpath, "%s", pos[0]);
-    else if (!ckpt_is_weights_folder(pos[0]) && ckpt_lora_resolve(pos[0], "auto", lpath, sizeof lpath, &err) != ST_OK)
-        lpath[0] = 0;
-    if (lpath[0]) {
+    char lpath[4096];
+    if (!ckpt_is_weights_folder(pos[0]) && ckpt_lora_locate(pos[0], lpath, sizeof lpath)) {
         if (merge == adapter)
             return cli_fail("export", ST_ERR_INPUT, "a LoRA checkpoint: expected exactly one of --merge or --adapter");
         if (strcmp(format, "hf"))

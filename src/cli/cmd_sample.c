@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "cli/cmds.h"
 #include "cli/cmds_ckpt.h"
+#include "cli/cmds_data.h"
 #include "cli/faults.h"
 #include "core/rng.h"
 #include "data/bpe.h"
@@ -74,11 +75,8 @@ int cmd_sample(int argc, char **argv) {
                  tokenizer);
         return cli_fail("sample", ST_ERR_INPUT, err.msg);
     }
-    char tdir[1024];
-    const char *sub = tokenizer_data_subdir(tokenizer);
-    args_find_data_dir(tok_dir, sub ? sub : "gpt2_tokenizer", tdir, sizeof tdir);
     Tokenizer *tk = NULL;
-    if ((st = tokenizer_load(&tk, tokenizer, tdir, &err)) != ST_OK) {
+    if ((st = cli_load_tokenizer(tokenizer, tok_dir, &tk, &err)) != ST_OK) {
         err_prefix(&err, "--tokenizer %s", tokenizer);
         return cli_fail("sample", st, err.msg);
     }

@@ -42,6 +42,13 @@ int cli_parse_double(const char *s, double *out) {
     return 0;
 }
 
+Status cli_load_tokenizer(const char *spec, const char *dir, Tokenizer **out, Err *err) {
+    char tdir[1024];
+    const char *sub = tokenizer_data_subdir(spec);
+    args_find_data_dir(dir, sub ? sub : "gpt2_tokenizer", tdir, sizeof tdir);
+    return tokenizer_load(out, spec, tdir, err);
+}
+
 static const char *format_name(PrepareFormat f) {
     return f == PREP_FORMAT_TEXT ? "text" : f == PREP_FORMAT_JSONL ? "JSON Lines" : f == PREP_FORMAT_WIKITEXT ? "WikiText"
          : f == PREP_FORMAT_CHAT ? "chat" : "auto";

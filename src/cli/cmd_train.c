@@ -15,6 +15,7 @@
 
 #define ARG_UNSET_INT (-2147483647) /* an int option not given */
 #include "cli/cmds.h"
+#include "cli/cmds_data.h"
 #include "cli/faults.h"
 #include "cli/hwprobe.h"
 #include "cli/train_args.h"
@@ -205,12 +206,13 @@ static Status llama_only_flags(const ModelConfig *m, ArgSpec *specs, int n, int 
     static const char *const llama_only[] = {"kv-heads", "ffn", "ffn-multiple", "norm-eps", "rope-theta",
                                              "rope-type", "rope-factor", "rope-low-freq-factor",
                                              "rope-high-freq-factor", "rope-original-max-seq-len", "tie-embeddings"};
-    for (size_t i = 0; i < sizeof llama_only / sizeof llama_only[0]; i++)
-        if (i + 1 == sizeof llama_only / sizeof llama_only[0] ? tie : args_find(specs, n, llama_only[i])->seen)
+    for (size_t i = 0; i < sizeof llama_only / sizeof llama_only[0]; i++) {
+        int is_tie = !strcmp(llama_only[i], "tie-embeddings"); /* a flag: false (from --config) asks nothing */
+        if (is_tie ? tie : args_find(specs, n, llama_only[i])->seen)
             return err_set(err, ST_ERR_INPUT, "--%s: expected a Llama (--arch llama, a llama preset or --init-from of "
                            "a Llama folder; a Llama option%s), found a GPT-2%s", llama_only[i],
-                           i + 1 == sizeof llama_only / sizeof llama_only[0] ? ", and GPT-2's head always reads wte" : "",
-                           init_from ? " (--init-from)" : "");
+                           is_tie ? ", and GPT-2's head always reads wte" : "", init_from ? " (--init-from)" : "");
+    }
     return ST_OK;
 }
 
@@ -600,11 +602,8 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
     if ((st = cli_faults_from_env(&c.faults, &err)) != ST_OK) FAIL(st); /* the tests' ST_*_TEST variables */
     if (!c.data[0] && (st = bundled_corpus(&c, comm, &err)) != ST_OK) FAIL(st);
     if (c.tokenizer[0]) {
-        char dir[1024];
-        const char *sub = tokenizer_data_subdir(c.tokenizer);
-        args_find_data_dir(tok_dir, sub ? sub : "gpt2_tokenizer", dir, sizeof dir);
         Tokenizer *tk = NULL;
-        if ((st = tokenizer_load(&tk, c.tokenizer, dir, &err)) != ST_OK) {
+        if ((st = cli_load_tokenizer(c.tokenizer, tok_dir, &tk, &err)) != ST_OK) {
             err_prefix(&err, "--tokenizer %s", c.tokenizer);
             FAIL(st);
         }

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 
+#include "data/bpe.h"
 #include "data/prepare.h"
 
 int cmd_tokenizer(int argc, char **argv);
@@ -22,6 +23,11 @@ const char *cli_find_gpt2_dir(char *buf, size_t n);
 /* The data directory of a named tokenizer (gpt2: as cli_find_gpt2_dir; cl100k / o200k: data/tokenizers
  * holding NAME_base.tkr, next to the executable or in ./data), or NULL (not found, or not a named one). */
 const char *cli_find_tokenizer_dir(const char *spec, char *buf, size_t n);
+
+/* Loads tokenizer spec (gpt2, cl100k, o200k, llama3, bytes, FILE or DIR) as train, sample and eval
+ * do: a named one's files from dir (--tokenizer-dir; "" when not given) or the data directory found
+ * next to the executable or in ./data. The error is tokenizer_load's (callers name their flag). */
+Status cli_load_tokenizer(const char *spec, const char *dir, Tokenizer **out, Err *err);
 
 /* A flag that applies only to inputs read as `fmt` (--field: JSON Lines; --separator: text), given
  * with o->inputs: 0 when at least one input is read as fmt (mixed inputs: it applies to those), else

@@ -28,11 +28,8 @@ Status cli_resolve_weights(const char *cmd, const char *arg, char *src, size_t l
                        "found a file%s", arg, al > 4 && !strcmp(arg + al - 4, ".bin")
                            ? " (if it is llm.c's weights: train --init-from reads those)" : "");
     /* A LoRA checkpoint holds adapters, not weights (export --merge makes weights of them) */
-    char lpath[4096] = "";
-    Err le;
-    if (ckpt_lora_is_checkpoint(arg)) snprintf(lpath, sizeof lpath, "%s", arg);
-    else if (ckpt_lora_resolve(arg, "auto", lpath, sizeof lpath, &le) != ST_OK) lpath[0] = 0;
-    if (lpath[0] && strcmp(cmd, "export"))
+    char lpath[4096];
+    if (strcmp(cmd, "export") && ckpt_lora_locate(arg, lpath, sizeof lpath))
         return err_set(err, ST_ERR_INPUT, "%s: expected weights, found a LoRA checkpoint (adapters over a base): "
                        "scaletrain export %s --merge -o DIR writes the merged weights, then give DIR", arg, arg);
     char note[1536];
