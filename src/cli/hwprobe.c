@@ -55,7 +55,11 @@ Status hw_measure(PlanHardware *hw, int threads, Err *err) {
     double h = (gemm_rate(0, 1, N, OC, C, 1) + gemm_rate(0, 0, N, C, OC, 1) + gemm_rate(1, 0, OC, C, N, 1)) / 3;
     hw->matmul_eff = f / hw->peak_fp32;
     if (hw->matmul_eff > 1) hw->matmul_eff = 1;
-    hw->peak_bf16 = hw->peak_fp32 * (h > f ? h / f : 1.0); /* effective: bf16 GEMM rate relative to fp32 */
+    /* Effective: the plan prices a GEMM at peak x matmul_eff, so the bf16 peak is the fp32 one scaled
+     * by the bf16/fp32 GEMM ratio, below 1 too: without AMX, an Intel core's bf16 dot products run at
+     * half its FMA rate (bf16 GEMMs at 0.67x fp32 on a 2-core Xeon, 2026-11-29), and a plan at
+     * 1x priced bf16 steps as fp32 ones. */
+    hw->peak_bf16 = f > 0 && h > 0 ? hw->peak_fp32 * h / f : hw->peak_fp32;
     hw->peak_fp16 = hw->peak_fp32; /* fp16 is emulated: its GEMMs run in fp32 */
     hw->mem_bw = peak_measure_bandwidth(threads, (size_t)512 << 20);
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);

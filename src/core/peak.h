@@ -8,6 +8,11 @@
  * returns the achieved fp32 FLOP/s (2 per FMA lane). */
 double peak_measure_fp32(int nt, double ms);
 
+/* The probe's loop on one thread: every lane of its accumulators starts at a0 and takes `iters`
+ * steps acc = fma(acc, m, c), one rounding each; returns their mean (exact: all lanes are equal).
+ * Public for test_peak, which checks that a step rounds once. */
+float peak_fma_block(long iters, float a0, float m, float c);
+
 /* The same for bf16 dot products (AVX512-BF16 vdpbf16ps: 2 FLOPs per bf16 pair); 0 when the
  * build's target has no bf16 instructions. */
 double peak_measure_bf16(int nt, double ms);

@@ -55,6 +55,12 @@ typedef struct {
  * measurement in use. Errors: ST_ERR_RUNTIME only when nothing could be measured. */
 Status machine_peak_resolve(MachinePeak *out, const MachinePeakOptions *o, Err *err);
 
+/* 1 when a bf16 peak's GEMM ran under 0.6 of its probe, the fp32 FMA rate where that is the larger:
+ * fp32 GEMMs reach 0.65-0.93 of the FMA probe on the CPUs measured, so bf16 GEMMs are then likely
+ * slower than fp32 ones, as on Intel cores without AMX, whose bf16 dot products run at half their
+ * FMA rate (bf16 steps 0.57-0.73x fp32 on a 2-core Xeon, 2026-11-29). 0 without a GEMM figure. */
+int machine_peak_bf16_slow(const MachinePeak *p);
+
 /* The 1-minute load average now (/proc/loadavg; -1 where unreadable): stored with each cache
  * entry, since a loaded machine measures low. */
 double machine_loadavg(void);

@@ -598,6 +598,10 @@ Status tr_announce(Run *r, Err *err) {
                c->model.doc_mask ? " at span T (--doc-mask: each step's MFU counts its documents' spans)" : "",
                r->acct.peak / 1e9, c->peak_flops > 0 ? "given" : r->acct.peak_kind, nt, nt == 1 ? "" : "s",
                r->threads_auto ? " (auto)" : "", on, mm_backend_info());
+        if (c->bf16 && !c->fp16 && r->g.be->host_addressable && machine_peak_bf16_slow(&r->acct.mpeak))
+            printf("precision: bf16 GEMMs ran at %.0f GFLOP/s here, under 0.6 of the %.0f GFLOP/s probe peak (Intel "
+                   "cores without AMX run bf16 dot products at half their FMA rate): --precision fp32 may train "
+                   "faster on this CPU\n", r->acct.mpeak.gemm / 1e9, r->acct.mpeak.probe / 1e9);
         fflush(stdout);
     }
     size_t state[MEM_NCAT];
