@@ -34,6 +34,40 @@ static void expect_error(const char *name, const char *args, const char *want) {
     free(text);
 }
 
+#ifdef ST_HAVE_CUDA
+/* 1 when a failed `train --device cuda` said only why the device could not open: one line naming
+ * --device, nothing about the bundled corpus (which it was about to prepare). */
+static int open_failure_only(const char *text) {
+    int lines = 0;
+    for (const char *p = text; *p; p++) lines += *p == '\n';
+    return lines == 1 && strstr(text, "--device cuda: CUDA backend: ") && !strstr(text, "bundled");
+}
+
+/* A device that cannot open fails before any work: without --data, before the bundled corpus is
+ * prepared into the cache (until 2026-11-29 it was prepared, then the model's allocation failed
+ * with no flag named). ST_CUDA_DEVICE=99 makes the open fail with a GPU (an index out of range)
+ * as without one ("no usable GPU"). Oracle: exit 1, the line, and an empty cache directory.
+ * Control: the predicate refuses the old output (the bundled notice, then the allocation error). */
+static void device_open_fails_first(void) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "rm -rf %s/devhome && mkdir -p %s/devhome", TMP, TMP);
+    if (!tu_shell(cmd)) return;
+    snprintf(cmd, sizeof cmd, "env -u XDG_CACHE_HOME HOME=%s/devhome ST_CUDA_DEVICE=99 %s train --device cuda --steps 1 "
+             "--out %s/devout >/dev/null 2>%s/stderr.txt", TMP, BIN, TMP, TMP);
+    int rc = system(cmd), code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    char *text = tu_slurp(TMP "/stderr.txt");
+    snprintf(cmd, sizeof cmd, "%s/devhome/.cache/scaletrain/tinyshakespeare-bytes", TMP);
+    int prepared = access(cmd, F_OK) == 0;
+    tu_check(code == 1 && text && open_failure_only(text) && !prepared, "--device cuda that cannot open fails first",
+             "exit=%d bundled corpus prepared=%d stderr=\"%s\"", code, prepared, text ? text : "");
+    free(text);
+    const char *old = "data: no --data given, using the bundled Tiny Shakespeare (bytes) prepared in /x\n"
+                      "scaletrain train: allocating the model (L=6 C=384 V=257 B=8 T=256) on cuda: CUDA backend: no "
+                      "usable GPU (cudaGetDeviceCount: no CUDA-capable device is detected, 0 devices)\n";
+    tu_check(!open_failure_only(old), "control: the old output fails the device-open check", "refused");
+}
+#endif
+
 typedef struct {
     const char *flags, *want;
 } FlagCase;
@@ -102,6 +136,7 @@ int main(void) {
                  "--device cuda: --lora-rank (LoRA trains on the CPU) is not supported on a device backend yet");
     /* sample runs on the device (its KV cache there): no refusal, the weights argument is checked */
     expect_error("sample --device cuda reaches the weights", "sample /nonexistent --device cuda", "/nonexistent");
+    device_open_fails_first();
 #define ST_DEVICES "cpu, cuda"
 #else
     snprintf(args, sizeof args, "train --data %s/good.bin %s --device cuda", TMP, common);

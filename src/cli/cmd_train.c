@@ -600,6 +600,8 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
     if (c.ckpt_dir[0] && (st = check_writable_dir("ckpt-dir", c.ckpt_dir, &err)) != ST_OK) FAIL(st);
     if (c.out_dir[0] && (st = check_writable_dir("out", c.out_dir, &err)) != ST_OK) FAIL(st);
     if ((st = cli_faults_from_env(&c.faults, &err)) != ST_OK) FAIL(st); /* the tests' ST_*_TEST variables */
+    /* a device that cannot open fails here, before the bundled corpus is prepared */
+    if ((st = train_open_device(&c, &err)) != ST_OK) FAIL(st);
     if (!c.data[0] && (st = bundled_corpus(&c, comm, &err)) != ST_OK) FAIL(st);
     if (c.tokenizer[0]) {
         Tokenizer *tk = NULL;

@@ -532,3 +532,10 @@ Status devemu_find(const char *name, int emulated, const Backend **out, Err *err
     }
     return backend_find(name, out, err);
 }
+
+Status devemu_open(const Backend *be, const char *name, Err *err) {
+    if (be->host_addressable) return ST_OK;
+    (void)be->device_name();
+    Status st = be->take_error(err);
+    return st == ST_OK ? ST_OK : err_prefix(err, "--device %s", name);
+}

@@ -19,6 +19,12 @@
  * is "emu" and `emulated` (Faults.emulated_device, a test's switch) is set. */
 Status devemu_find(const char *name, int emulated, const Backend **out, Err *err);
 
+/* Opens a device backend now (device_name opens it), so that a run on a device that cannot open
+ * fails at once, before data preparation or any allocation, with ST_ERR_RUNTIME "--device NAME:
+ * <why>" (the CUDA backend's reason: no usable GPU, an ST_CUDA_DEVICE out of range, a missing
+ * library). ST_OK for a host-addressable backend, which has nothing to open. */
+Status devemu_open(const Backend *be, const char *name, Err *err);
+
 /* The emulated device's table (the first call builds it). */
 const Backend *devemu_backend(void);
 

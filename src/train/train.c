@@ -77,11 +77,12 @@ void tr_fmt_duration(double s, char *buf, size_t len) {
     else snprintf(buf, len, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
 }
 
-Status train_validate(const TrainConfig *c, Err *err) {
+/* c's --device backend, and on a device backend (not host-addressable) what its path does not have,
+ * refused whole (docs/cuda.md, section 6); the grid (data parallelism only) is checked by par_init. */
+static Status find_device(const TrainConfig *c, const Backend **out, Err *err) {
     const Backend *be;
     if (devemu_find(c->device, c->faults.emulated_device, &be, err) != ST_OK) return ST_ERR_INPUT;
-    /* A device backend (not host-addressable): what its path does not have is refused here, whole
-     * (docs/cuda.md, section 6); the grid (data parallelism only) is checked by par_init. */
+    *out = be;
     if (!be->host_addressable) {
         if (c->optim.kind != OPT_ADAMW && c->optim.kind != OPT_ADAM && c->optim.kind != OPT_SGD && c->optim.kind != OPT_LION)
             return err_set(err, ST_ERR_INPUT, "--optimizer %s: expected adamw, adam, sgd or lion with --device %s (the "
@@ -94,6 +95,19 @@ Status train_validate(const TrainConfig *c, Err *err) {
                                        : NULL;
         if (no) return err_set(err, ST_ERR_INPUT, "--device %s: %s is not supported on a device backend yet", c->device, no);
     }
+    return ST_OK;
+}
+
+Status train_open_device(const TrainConfig *c, Err *err) {
+    const Backend *be;
+    Status st = find_device(c, &be, err);
+    return st != ST_OK ? st : devemu_open(be, c->device, err);
+}
+
+Status train_validate(const TrainConfig *c, Err *err) {
+    const Backend *be;
+    Status st = find_device(c, &be, err);
+    if (st != ST_OK) return st;
     if (c->micro_batch < 1)
         return err_set(err, ST_ERR_INPUT, "--micro-batch: expected a positive integer, found %d", c->micro_batch);
     if (c->seq_len < 1) return err_set(err, ST_ERR_INPUT, "--seq-len: expected a positive integer, found %d", c->seq_len);

@@ -114,6 +114,11 @@ TrainConfig train_default_config(void);
  * ST_ERR_INPUT naming the flag. sweep checks every run with it before the first one starts. */
 Status train_validate(const TrainConfig *c, Err *err);
 
+/* c's --device, checked as train_validate checks it and then opened (train/devemu.h, devemu_open),
+ * so that a device that cannot open fails before the caller prepares data: ST_ERR_RUNTIME
+ * "--device NAME: <why>". Nothing to open on the CPU. */
+Status train_open_device(const TrainConfig *c, Err *err);
+
 typedef struct {
     double first_loss, last_loss;   /* training loss of the first and last step */
     double first_val, last_val;     /* validation loss at the first/last evaluation (NaN if none) */
