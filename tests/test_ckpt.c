@@ -508,7 +508,17 @@ static void test_resolve(const ModelConfig *mc) {
     tu_check(st == ST_OK && strstr(out, "resolve/step_00000001"), "ckpt_resolve_dir_is_checkpoint_ok", "%s", out);
     truncate(TMP "/resolve/step_00000001/optimizer.safetensors", 100);
     st = ckpt_resolve(dir, "auto", out, sizeof out, note, sizeof note, &e);
-    tu_check(st == ST_ERR_INPUT && strstr(e.msg, "no valid checkpoint"), "ckpt_resolve_all_corrupt", "%s", e.msg);
+    tu_check(st == ST_ERR_INPUT && !strncmp(e.msg, "no valid checkpoint in ", 23), "ckpt_resolve_all_corrupt", "%s", e.msg);
+    /* The library names paths, never a command's flag: train says "--resume ...", the weights argument
+     * of eval/sample/export the path alone (until 2026-11-29 every message began "--resume ", which
+     * the weights argument cut off again). */
+    Err e1, e2;
+    Status s1 = ckpt_resolve(dir, TMP "/resolve/step_00000003", out, sizeof out, note, sizeof note, &e1);
+    Status s2 = ckpt_resolve(NULL, TMP "/resolve/nothing_here", out, sizeof out, note, sizeof note, &e2);
+    tu_check(st != ST_OK && s1 != ST_OK && s2 != ST_OK && !strstr(e.msg, "--resume") && !strstr(e1.msg, "--resume") &&
+                 !strncmp(e1.msg, TMP "/resolve/step_00000003: ", strlen(TMP "/resolve/step_00000003: ")) &&
+                 !strstr(e2.msg, "--resume") && strstr(e2.msg, "resolve/nothing_here: expected a checkpoint directory"),
+             "ckpt_resolve errors name no flag", "%s | %s | %s", e.msg, e1.msg, e2.msg);
     state_free(&s);
 }
 

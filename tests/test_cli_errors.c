@@ -323,6 +323,17 @@ int main(void) {
     /* An explicit --resume with nothing there: the error alone (stdout also said "starting from scratch") */
     snprintf(args, sizeof args, "train --data %s/good.bin %s --resume %s/nonexist", TMP, common_lora, TMP);
     expect_error("--resume at a missing path", args, "nonexist: expected a checkpoint, found none");
+    /* A corrupt checkpoint: the checkpoint library's message (the path's), said once as --resume's */
+    snprintf(args, sizeof args, "mkdir -p %s/badck/step_00000001 && echo '{' > %s/badck/step_00000001/state.json", TMP, TMP);
+    if (tu_shell(args)) {
+        snprintf(args, sizeof args, "train --data %s/good.bin %s --resume auto --ckpt-dir %s/badck", TMP, common_lora, TMP);
+        expect_error("--resume auto over a corrupt checkpoint", args, ": --resume auto: no valid checkpoint in " TMP "/badck (1 found");
+        snprintf(args, sizeof args, "train --data %s/good.bin %s --resume %s/badck/step_00000001", TMP, common_lora, TMP);
+        expect_error("--resume at a corrupt checkpoint", args,
+                     ": --resume " TMP "/badck/step_00000001: step_00000001/state.json");
+        expect_error("eval of a corrupt checkpoint names its path, no flag", "eval " TMP "/badck --data " TMP "/good.bin",
+                     "scaletrain eval: no valid checkpoint in " TMP "/badck (1 found");
+    }
     snprintf(args, sizeof args, "%s train --data %s/good.bin --layers 1 --heads 2 --channels 32 --max-seq-len 64 "
              "--seq-len 32 --micro-batch 2 --steps 1 --resume %s/nonexist >%s/resume.out 2>/dev/null", BIN, TMP, TMP, TMP);
     if (system(args) == -1) tu_check(0, "run --resume", "system failed");

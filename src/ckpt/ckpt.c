@@ -998,16 +998,16 @@ static Status resolve(const char *dir, const char *spec, long before, Status (*c
         snprintf(probe, sizeof probe, "%s/state.json", spec);
         if (access(probe, F_OK) == 0) {
             Status st = check(spec, err);
-            if (st != ST_OK) return err_prefix(err, "--resume %s", spec);
+            if (st != ST_OK) return err_prefix(err, "%s", spec);
             snprintf(out, out_len, "%s", spec);
             return ST_OK;
         }
         if (!file_is_dir(spec))
-            return err_set(err, ST_ERR_INPUT, "--resume %s: expected a checkpoint directory or a --ckpt-dir, found %s",
+            return err_set(err, ST_ERR_INPUT, "%s: expected a checkpoint directory or a directory of checkpoints, found %s",
                            spec, access(spec, F_OK) == 0 ? "a file" : "nothing");
         dir = spec;
     }
-    if (!dir || !dir[0]) return err_set(err, ST_ERR_INPUT, "--resume auto: needs --ckpt-dir");
+    if (!dir || !dir[0]) return err_set(err, ST_ERR_INPUT, "no directory of checkpoints to search");
     long *steps;
     int n = list_steps(dir, &steps);
     if (n <= 0) {
@@ -1038,9 +1038,9 @@ static Status resolve(const char *dir, const char *spec, long before, Status (*c
     }
     free(steps);
     if (st != ST_OK && first_step < 0)
-        return err_set(err, ST_ERR_INPUT, "--resume auto: no checkpoint in %s older than step %ld (%d found)", dir, before, n);
+        return err_set(err, ST_ERR_INPUT, "no checkpoint in %s older than step %ld (%d found)", dir, before, n);
     if (st != ST_OK)
-        return err_set(err, ST_ERR_INPUT, "--resume auto: no valid checkpoint in %s (%d found; newest step %ld: %s)", dir,
+        return err_set(err, ST_ERR_INPUT, "no valid checkpoint in %s (%d found; newest step %ld: %s)", dir,
                        n, first_step, first.msg);
     return ST_OK;
 }

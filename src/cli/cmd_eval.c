@@ -62,7 +62,8 @@ static void strip_ws(const uint8_t **p, size_t *n) {
  * comment). *matches / *total; up to `show` mismatches printed (prompt's answer vs generated). */
 static Status exact_match(const Gpt *g, const ModelConfig *mc, const Tokenizer *tk, const ChatFormat *f, const char *file,
                           int max_new, int show, int quiet, long *matches, long *total, Err *err) {
-    DocReaderOptions ro = {PREP_FORMAT_CHAT, "", NULL, 0, 0};
+    /* eval has no --skip-bad / --allow-invalid-utf8: the line is to be fixed in the file */
+    DocReaderOptions ro = {.format = PREP_FORMAT_CHAT, .separator = "", .no_hints = 1};
     DocReader *dr = NULL;
     Status st = docreader_open(&dr, file, &ro, err);
     KvCache kv = {0};
@@ -252,10 +253,6 @@ int cmd_eval(int argc, char **argv) {
         if (st == ST_OK) st = gpt_init(&g, &cfg, &go, NULL, &err);
         if (st == ST_OK) st = ckpt_load_weights(&g.w, src, &err);
         if (st == ST_OK) st = exact_match(&g, &cfg, tk, &f, em_file, max_new, show, quiet || json, &hits, &total, &err);
-        /* the reader's errors end with prepare's ways out (--skip-bad, --allow-invalid-utf8), which
-         * eval does not have: the line is to be fixed in the file */
-        char *hint = st != ST_OK ? strstr(err.msg, " (--skip-bad ") : NULL;
-        if (hint) *hint = '\0';
         gpt_free(&g);
         tokenizer_free(tk);
         if (st != ST_OK) return cli_fail("eval", st, err.msg);

@@ -34,11 +34,7 @@ Status cli_resolve_weights(const char *cmd, const char *arg, char *src, size_t l
                        "scaletrain export %s --merge -o DIR writes the merged weights, then give DIR", arg, arg);
     char note[1536];
     Status st = ckpt_resolve(NULL, arg, src, len, note, sizeof note, err);
-    if (st != ST_OK) {
-        /* ckpt_resolve speaks to train's --resume; here the path is the command's argument */
-        if (err && !strncmp(err->msg, "--resume ", 9)) memmove(err->msg, err->msg + 9, strlen(err->msg + 9) + 1);
-        return st;
-    }
+    if (st != ST_OK) return st;
     if (!src[0])
         return err_set(err, ST_ERR_INPUT, "%s: expected model.safetensors + config.json (train --out), a checkpoint "
                        "step_NNNNNNNN/ or a --ckpt-dir holding them, found none of these", arg);

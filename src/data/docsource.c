@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -363,6 +364,19 @@ Status docreader_open(DocReader **out, const char *path, const DocReaderOptions 
     return ST_OK;
 }
 
+/* An error at the reader's finding, ended by prepare's way out (`hint`, e.g. "--skip-bad skips such
+ * lines") unless the caller has no such flag (DocReaderOptions.no_hints). */
+static Status bad_input(const DocReader *r, Err *err, const char *hint, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static Status bad_input(const DocReader *r, Err *err, const char *hint, const char *fmt, ...) {
+    char msg[sizeof err->msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return r->o.no_hints ? err_set(err, ST_ERR_INPUT, "%s", msg) : err_set(err, ST_ERR_INPUT, "%s (%s)", msg, hint);
+}
+
 /* A document that is not valid UTF-8: an error, a counted skip (returns 1), or kept (0). */
 static Status check_doc_utf8(DocReader *r, const uint8_t *p, size_t n, int *skip, Err *err) {
     *skip = 0;
@@ -375,14 +389,14 @@ static Status check_doc_utf8(DocReader *r, const uint8_t *p, size_t n, int *skip
         return ST_OK;
     }
     if (r->fmt == PREP_FORMAT_JSONL)
-        return err_set(err, ST_ERR_INPUT, "%s:%llu: expected valid UTF-8 in field \"%s\", found byte 0x%02x at offset %zu "
-                       "of its text (--skip-bad skips such records, --allow-invalid-utf8 keeps them)", r->path,
-                       (unsigned long long)r->doc_line, r->field, p[bad], bad);
+        return bad_input(r, err, "--skip-bad skips such records, --allow-invalid-utf8 keeps them", "%s:%llu: expected "
+                         "valid UTF-8 in field \"%s\", found byte 0x%02x at offset %zu of its text", r->path,
+                         (unsigned long long)r->doc_line, r->field, p[bad], bad);
     uint64_t line = r->doc_line;
     for (size_t i = 0; i < bad; i++) line += p[i] == '\n';
-    return err_set(err, ST_ERR_INPUT, "%s:%llu: expected valid UTF-8 text, found byte 0x%02x at byte offset %llu "
-                   "(--skip-bad skips such documents, --allow-invalid-utf8 keeps them)", r->path,
-                   (unsigned long long)line, p[bad], (unsigned long long)(r->doc_off + bad));
+    return bad_input(r, err, "--skip-bad skips such documents, --allow-invalid-utf8 keeps them", "%s:%llu: expected valid "
+                     "UTF-8 text, found byte 0x%02x at byte offset %llu", r->path, (unsigned long long)line, p[bad],
+                     (unsigned long long)(r->doc_off + bad));
 }
 
 /* The next non-blank line (a JSON Lines record or a conversation), r->doc_line set to its number;
@@ -430,8 +444,8 @@ static Status next_jsonl(DocReader *r, const uint8_t **doc, size_t *n, Err *err)
                 else r->skips.missing_field++;
                 continue;
             }
-            return err_set(err, ST_ERR_INPUT, "%s:%llu: expected a JSON object with a string \"%s\" field, found %s "
-                           "(--skip-bad skips such lines)", r->path, (unsigned long long)r->lineno, r->field, found);
+            return bad_input(r, err, "--skip-bad skips such lines", "%s:%llu: expected a JSON object with a string \"%s\" "
+                             "field, found %s", r->path, (unsigned long long)r->lineno, r->field, found);
         }
         char *s = t->valuestring;
         t->valuestring = NULL; /* detach: freed at the next call */
@@ -471,9 +485,9 @@ static Status next_chat(DocReader *r, const uint8_t **doc, size_t *n, Err *err) 
                 else r->skips.bad_chat++;
                 continue;
             }
-            return err_set(err, ST_ERR_INPUT, "%s:%llu: expected a chat object ({\"messages\": [{\"role\", \"content\"}, "
-                           "...]} or {\"prompt\", \"response\"}), found %s (--skip-bad skips such lines)", r->path,
-                           (unsigned long long)r->lineno, found);
+            return bad_input(r, err, "--skip-bad skips such lines", "%s:%llu: expected a chat object ({\"messages\": "
+                             "[{\"role\", \"content\"}, ...]} or {\"prompt\", \"response\"}), found %s", r->path,
+                             (unsigned long long)r->lineno, found);
         }
         if (!r->o.allow_invalid_utf8) {
             size_t bad = utf8_first_invalid(r->chat, r->chat_len);
@@ -482,9 +496,9 @@ static Status next_chat(DocReader *r, const uint8_t **doc, size_t *n, Err *err) 
                     r->skips.bad_utf8++;
                     continue;
                 }
-                return err_set(err, ST_ERR_INPUT, "%s:%llu: expected valid UTF-8 in the messages, found byte 0x%02x "
-                               "(--skip-bad skips such lines, --allow-invalid-utf8 keeps them)", r->path,
-                               (unsigned long long)r->lineno, r->chat[bad]);
+                return bad_input(r, err, "--skip-bad skips such lines, --allow-invalid-utf8 keeps them",
+                                 "%s:%llu: expected valid UTF-8 in the messages, found byte 0x%02x", r->path,
+                                 (unsigned long long)r->lineno, r->chat[bad]);
             }
         }
         *doc = r->chat;

@@ -55,6 +55,8 @@ typedef struct {
     int allow_invalid_utf8;   /* keep documents with invalid UTF-8 (their bytes are encoded as is) */
     size_t line_pieces;       /* text with separator "": when the whole input is one document, cut it
                                  into pieces of at least this many bytes at line ends; 0 = never */
+    int no_hints;             /* errors end at the finding, without prepare's ways out (--skip-bad,
+                                 --allow-invalid-utf8): for a caller that has neither flag */
 } DocReaderOptions;
 
 typedef struct {

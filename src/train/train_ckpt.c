@@ -108,7 +108,13 @@ static Status resume_find_here(Run *r, Err *err) {
                     ? ckpt_resolve(where, "auto", r->rs.path, sizeof r->rs.path, r->rs.note, sizeof r->rs.note, err)
                     : ckpt_resolve_unread(where, "auto", LONG_MAX, r->rs.path, sizeof r->rs.path, r->rs.note,
                                           sizeof r->rs.note, err);
-    if (st != ST_OK) return st;
+    if (st != ST_OK) { /* ckpt's error names the path, not the flag: "--resume PATH: ..." or "--resume auto: ..." */
+        char why[sizeof err->msg];
+        size_t wl = strlen(where);
+        snprintf(why, sizeof why, "%s", err->msg);
+        int named = !strncmp(why, where, wl) && !strncmp(why + wl, ": ", 2);
+        return named ? err_set(err, st, "--resume %s", why) : err_set(err, st, "--resume %s: %s", c->resume, why);
+    }
     /* an explicit path with nothing there is only the error: its note ("starting from scratch") was
      * printed before it, saying the opposite */
     if (!r->rs.path[0] && !is_auto)
