@@ -95,7 +95,7 @@ static void print_review(const PlanInput *in, const PlanResult *r, const PlanSch
            "node, matmul efficiency %.2f\n",
            in->hw.name, r->compute.peak / 1e12, plan_dtype_name(p->compute), fmt_bytes(a, sizeof a, in->hw.memory),
            in->hw.mem_bw / 1e9, in->hw.intra_bw / 1e9, in->hw.inter_bw / 1e9, in->hw.devices_per_node,
-           in->hw.matmul_eff);
+           plan_matmul_rate(&in->hw, p->compute) / r->compute.peak);
     printf("layout: dp=%d tp=%d pp=%d%s zero=%d recompute=%s, pipeline micro-batches %d, interleave %d; world %d on "
            "%d node(s)\n",
            in->dp, in->tp, in->pp, in->sp ? " +sp" : "", in->zero, plan_recompute_name(in->recompute), r->microbatches,
@@ -454,9 +454,11 @@ int cmd_plan(int argc, char **argv) {
         st = file_write_atomic(measure, bufs, lens, 2, &err);
         free(text);
         if (st != ST_OK) return cli_fail("plan", st, err.msg);
-        printf("hardware profile %s: fp32 peak %.1f GFLOP/s, GEMM efficiency %.2f, bf16 GEMM %.2fx, memory bandwidth %.1f GB/s "
-               "(%d threads)\n",
-               measure, hw.peak_fp32 / 1e9, hw.matmul_eff, hw.peak_bf16 / hw.peak_fp32, hw.mem_bw / 1e9, measure_threads);
+        printf("hardware profile %s: fp32 peak %.1f GFLOP/s, GEMM efficiency %.2f; bf16 peak %.1f GFLOP/s, GEMM efficiency "
+               "%.2f (bf16 GEMMs %.2fx fp32's); memory bandwidth %.1f GB/s (%d threads)\n",
+               measure, hw.peak_fp32 / 1e9, hw.matmul_eff, hw.peak_bf16 / 1e9, hw.matmul_eff_bf16,
+               plan_matmul_rate(&hw, PLAN_DTYPE_BF16) / plan_matmul_rate(&hw, PLAN_DTYPE_FP32), hw.mem_bw / 1e9,
+               measure_threads);
         return 0;
     }
     if (SEEN("measure-threads"))
@@ -628,6 +630,9 @@ int cmd_plan(int argc, char **argv) {
             return cli_fail("plan", ST_ERR_INPUT, err.msg);
         }
     if (SEEN("devices-per-node")) in.hw.devices_per_node = dpn;
+    /* A peak or an efficiency given replaces the measured bf16 efficiency too (it is a fraction of
+     * the measured bf16 peak): matmul_eff then prices every precision. */
+    if (SEEN("peak-tflops") || SEEN("matmul-eff")) in.hw.matmul_eff_bf16 = 0;
     if (SEEN("peak-tflops")) {
         double pk = peak_tflops * 1e12;
         if (in.prec.compute == PLAN_DTYPE_BF16) in.hw.peak_bf16 = pk;

@@ -55,11 +55,16 @@ Status hw_measure(PlanHardware *hw, int threads, Err *err) {
     double h = (gemm_rate(0, 1, N, OC, C, 1) + gemm_rate(0, 0, N, C, OC, 1) + gemm_rate(1, 0, OC, C, N, 1)) / 3;
     hw->matmul_eff = f / hw->peak_fp32;
     if (hw->matmul_eff > 1) hw->matmul_eff = 1;
-    /* Effective: the plan prices a GEMM at peak x matmul_eff, so the bf16 peak is the fp32 one scaled
-     * by the bf16/fp32 GEMM ratio, below 1 too: without AMX, an Intel core's bf16 dot products run at
-     * half its FMA rate (bf16 GEMMs at 0.67x fp32 on a 2-core Xeon, 2026-11-29), and a plan at
-     * 1x priced bf16 steps as fp32 ones. */
-    hw->peak_bf16 = f > 0 && h > 0 ? hw->peak_fp32 * h / f : hw->peak_fp32;
+    /* The bf16 peak as the trainer's MFU takes it (the best of both probes and a bf16 GEMM), and the
+     * fraction of it the bf16 GEMMs reach, their own: without AMX an Intel core's bf16 dot products
+     * run at half its FMA rate, so there bf16 GEMMs reach 0.44 of a peak the fp32 FMA sets (a 2-core
+     * Xeon, 2026-11-29). Until then the profile held one efficiency and a bf16 peak scaled by the
+     * bf16/fp32 GEMM ratio, raised to at least 1: a bf16 step priced as an fp32 one there (1.53x
+     * optimistic), and an MFU over another peak than the trainer's. */
+    po.bf16 = 1;
+    if ((st = machine_peak_resolve(&mp, &po, err)) != ST_OK) return st;
+    hw->peak_bf16 = mp.best;
+    hw->matmul_eff_bf16 = h > 0 ? fmin(1.0, h / hw->peak_bf16) : 0;
     hw->peak_fp16 = hw->peak_fp32; /* fp16 is emulated: its GEMMs run in fp32 */
     hw->mem_bw = peak_measure_bandwidth(threads, (size_t)512 << 20);
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
@@ -73,10 +78,12 @@ Status hw_measure(PlanHardware *hw, int threads, Err *err) {
  * can only raise it: the refreshed profile keeps the larger of old and new per figure. */
 static void profile_raise(PlanHardware *hw, const PlanHardware *old) {
     double rate = fmax(hw->matmul_eff * hw->peak_fp32, old->matmul_eff * old->peak_fp32);
+    double rate16 = fmax(plan_matmul_rate(hw, PLAN_DTYPE_BF16), plan_matmul_rate(old, PLAN_DTYPE_BF16));
     hw->peak_fp32 = fmax(hw->peak_fp32, old->peak_fp32);
     hw->peak_bf16 = fmax(hw->peak_bf16, old->peak_bf16);
     hw->peak_fp16 = fmax(hw->peak_fp16, old->peak_fp16);
     hw->matmul_eff = fmin(1.0, rate / hw->peak_fp32);
+    hw->matmul_eff_bf16 = fmin(1.0, rate16 / hw->peak_bf16);
     hw->mem_bw = fmax(hw->mem_bw, old->mem_bw);
 }
 

@@ -583,6 +583,9 @@ Status plan_validate(const PlanInput *in, Err *err) {
                            hwv[i].v);
     if (hw->matmul_eff > 1)
         return err_set(err, ST_ERR_INPUT, "--matmul-eff: expected a fraction in (0, 1], found %g", hw->matmul_eff);
+    if (!(hw->matmul_eff_bf16 >= 0 && hw->matmul_eff_bf16 <= 1))
+        return err_set(err, ST_ERR_INPUT, "--hardware %s: expected matmul_eff_bf16 in [0, 1] (0: matmul_eff), found %g",
+                       hw->name, hw->matmul_eff_bf16);
     if (hw->devices_per_node < 1)
         return err_set(err, ST_ERR_INPUT, "--devices-per-node: expected a positive integer, found %d", hw->devices_per_node);
     if (hw->intra_lat < 0 || hw->inter_lat < 0)
@@ -621,6 +624,11 @@ static void check_add(PlanResult *r, int level, int input, const char *fmt, ...)
 
 static double peak_of(const PlanHardware *hw, PlanDtype d) {
     return d == PLAN_DTYPE_BF16 ? hw->peak_bf16 : d == PLAN_DTYPE_FP16 ? hw->peak_fp16 : hw->peak_fp32;
+}
+
+double plan_matmul_rate(const PlanHardware *hw, int dtype) {
+    double eff = dtype == PLAN_DTYPE_BF16 && hw->matmul_eff_bf16 > 0 ? hw->matmul_eff_bf16 : hw->matmul_eff;
+    return peak_of(hw, (PlanDtype)dtype) * eff;
 }
 
 /* What plan_core should fill: everything, or the step prediction only. */
@@ -979,7 +987,7 @@ static void core_compute(Core *c, PlanResult *r) {
     double peak = peak_of(hw, pr->compute);
     r->compute.peak = peak;
     double tok_replica = (double)B * T * k;
-    r->compute.t_matmul = r->compute.fpt_hw * tok_replica / ((double)tp * pp) / (peak * hw->matmul_eff);
+    r->compute.t_matmul = r->compute.fpt_hw * tok_replica / ((double)tp * pp) / plan_matmul_rate(hw, pr->compute);
     /* Elementwise work streams each saved activation about four times (written in the forward,
      * read in the backward, its gradient written and read); full recompute writes it once more. */
     double act_nrc = 0;
@@ -1042,7 +1050,7 @@ static void core_comm(Core *c, PlanResult *r) {
                  * them from a second thread (the calling one at --threads 1, the overlap worker
                  * with more; MPI_THREAD_SERIALIZED, which comm asks for), and across nodes comm's
                  * progress thread does too. */
-                r->comm.tp_exposed = plan_tp_exposed(&ck, c->peak * hw->matmul_eff, hw->mem_bw);
+                r->comm.tp_exposed = plan_tp_exposed(&ck, plan_matmul_rate(hw, c->pr->compute), hw->mem_bw);
             }
         }
     }
@@ -1140,7 +1148,7 @@ static void core_step(Core *c, PlanResult *r) {
         if (plan_model_to_config(&in->model, &mc) && model_config_validate(&mc, &(Err){0}) == ST_OK &&
             layout_init(&pl, &mc, dp) == 0) {
             double f = layout_matrix_opt_flops(&pl, in->muon, in->shampoo_block, in->precond_every, dp);
-            if (f > 0) r->compute.t_optimizer += f / (peak * hw->matmul_eff);
+            if (f > 0) r->compute.t_optimizer += f / plan_matmul_rate(hw, c->pr->compute);
             layout_free(&pl);
         }
     }
@@ -1445,7 +1453,7 @@ Status plan_predict_step(const PlanInput *in, PlanResult *r, Err *err) { return 
 
 #define HW_FIELDS(X)                                                                        \
     X(peak_fp32) X(peak_bf16) X(peak_fp16) X(memory) X(mem_bw) X(intra_bw) X(inter_bw)     \
-    X(intra_lat) X(inter_lat) X(matmul_eff) X(storage_bw) X(backend_bytes)
+    X(intra_lat) X(inter_lat) X(matmul_eff) X(matmul_eff_bf16) X(storage_bw) X(backend_bytes)
 
 cJSON *plan_hardware_to_json(const PlanHardware *hw) {
     cJSON *o = cJSON_CreateObject();

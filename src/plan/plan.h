@@ -84,7 +84,15 @@ typedef struct {
     double backend_bytes;  /* device memory the compute backend keeps outside every category: the GPU
                               presets BACKEND_CUDA_PRIVATE_BYTES (model/backend.h: the CUDA backend's
                               cuBLASLt workspace and reduction scratch), 0 on a CPU */
+    double matmul_eff_bf16; /* fraction of peak_bf16 that bf16 matmuls achieve; 0: matmul_eff (presets). A
+                              measured CPU profile has its own: peak_bf16 is the machine's ceiling (the
+                              trainer's MFU peak), and where bf16 GEMMs are slow (Intel without AMX)
+                              they reach a smaller fraction of it than fp32 ones of peak_fp32 */
 } PlanHardware;
+
+/* FLOP/s the model's matmuls run at in dtype d: its peak times its efficiency (matmul_eff_bf16 for
+ * bf16 where set). The plan's one source of a GEMM's time. */
+double plan_matmul_rate(const PlanHardware *hw, int dtype);
 
 /* Presets: "A100-40GB", "A100-80GB", "H100" (SXM), "H200", "cpu-zen4-2c" (this machine:
  * 2 cores, fp32 230e9, bf16 456e9, 24 GiB, 30 GB/s). Case-insensitive. ST_ERR_INPUT naming

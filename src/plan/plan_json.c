@@ -123,6 +123,7 @@ cJSON *plan_json(const PlanInput *in, const PlanResult *r, const PlanSched *ps) 
     cJSON_AddNumberToObject(jh, "inter_lat", in->hw.inter_lat);
     cJSON_AddNumberToObject(jh, "devices_per_node", in->hw.devices_per_node);
     cJSON_AddNumberToObject(jh, "matmul_eff", in->hw.matmul_eff);
+    cJSON_AddNumberToObject(jh, "matmul_eff_bf16", in->hw.matmul_eff_bf16);
     cJSON_AddNumberToObject(jh, "storage_bw", in->hw.storage_bw);
     cJSON_AddNumberToObject(jh, "backend_bytes", in->hw.backend_bytes);
     cJSON *je = cJSON_AddObjectToObject(o, "memory_bytes");
