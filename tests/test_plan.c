@@ -898,6 +898,43 @@ static void test_default_threads(void) {
     cJSON_Delete(jd), cJSON_Delete(j0), cJSON_Delete(jk), cJSON_Delete(jk1);
 }
 
+/* A bf16 matmul costs FLOPs / (peak_bf16 x matmul_eff_bf16) where the profile has that efficiency
+ * (a measured CPU profile since 2026-11-29: on a Xeon without AMX bf16 GEMMs reach 0.43 of a peak
+ * the fp32 FMA sets), and the implied MFU divides by peak_bf16, the trainer's MFU peak. Closed forms
+ * over plan_predict_step's own FLOPs per token; control: the same profile without the bf16
+ * efficiency prices bf16 at matmul_eff (its t_matmul is the 0.43/0.65 fraction of the first). Also
+ * the profile's JSON: the field round-trips, and a profile written before it reads as 0. */
+static void test_bf16_efficiency(void) {
+    PlanInput in = plan_default_input();
+    Err e;
+    plan_model_preset(&in.model, "d6", &e);
+    in.model.vocab = 50257;
+    plan_precision_trainer(&in.prec, "bf16", &e);
+    in.hw.peak_fp32 = 355e9, in.hw.peak_bf16 = 355e9, in.hw.matmul_eff = 0.65, in.hw.matmul_eff_bf16 = 0.43;
+    PlanResult r, r0;
+    Status s1 = plan_predict_step(&in, &r, &e);
+    double tokens = (double)in.micro_batch * in.seq_len * in.grad_accum;
+    double want = r.compute.fpt_hw * tokens / (355e9 * 0.43), mfu = r.compute.fpt * r.compute.tokens_per_s / 355e9;
+    tu_check(s1 == ST_OK && rel(r.compute.t_matmul, want) < 1e-12 && rel(r.compute.mfu, mfu) < 1e-12,
+             "bf16 matmuls at peak_bf16 x matmul_eff_bf16, MFU over peak_bf16", "t_matmul %.6g s (closed form %.6g), "
+             "MFU %.4f (closed form %.4f)", r.compute.t_matmul, want, r.compute.mfu, mfu);
+    in.hw.matmul_eff_bf16 = 0;
+    Status s0 = plan_predict_step(&in, &r0, &e);
+    tu_check(s0 == ST_OK && rel(r0.compute.t_matmul / r.compute.t_matmul, 0.43 / 0.65) < 1e-12,
+             "control: without matmul_eff_bf16, bf16 is priced at matmul_eff", "t_matmul %.6g s against %.6g s",
+             r0.compute.t_matmul, r.compute.t_matmul);
+    in.hw.matmul_eff_bf16 = 0.43;
+    cJSON *j = plan_hardware_to_json(&in.hw);
+    PlanHardware back, old;
+    Status sj = plan_hardware_from_json(&back, j, &e);
+    cJSON_DeleteItemFromObject(j, "matmul_eff_bf16");
+    Status so = plan_hardware_from_json(&old, j, &e);
+    cJSON_Delete(j);
+    tu_check(sj == ST_OK && back.matmul_eff_bf16 == 0.43 && so == ST_OK && old.matmul_eff_bf16 == 0,
+             "matmul_eff_bf16 in the profile's JSON", "read back %g; a profile without it: %g", back.matmul_eff_bf16,
+             old.matmul_eff_bf16);
+}
+
 /* --measure-hardware writes a profile (about 5 s); --measure-threads names the threads it used. */
 static void test_measure_hardware(void) {
     char cmd[1024];
@@ -1148,5 +1185,6 @@ int main(void) {
     test_option_effects();
     test_default_threads();
     test_measure_hardware();
+    test_bf16_efficiency();
     return tu_exit();
 }
