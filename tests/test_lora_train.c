@@ -373,6 +373,35 @@ int main(int argc, char **argv) {
                  "start %d, tokens_seen right on %d of %d steps, val tokens on %d of %d", start_ok, steps_ok, steps,
                  vals_ok, vals);
     }
+    /* Every LoRA record is JSON, written by events.c as the full trainer's: a diverging run (lr 1e38:
+     * NaN losses) logs null, and a --ckpt-dir with a quote is escaped in the ckpt record's path (the
+     * LoRA records were fprintf'd until 2026-11-29: "-nan" and a bare quote broke the line). Control:
+     * the reader refuses such a line. */
+    {
+        snprintf(cmd, sizeof cmd, "%s " COMMON " --lr 1e38 --warmup 0 --steps 3 --ckpt-every 2 --ckpt-dir '" DIR
+                 "/ck\"q' --val-data " DIR "/train.bin --val-every 2 --log " DIR "/nan.jsonl", g_bin);
+        int rc = run("nan", cmd);
+        cJSON *all = tu_log_records(DIR "/nan.jsonl"), *o;
+        int nulls = 0, quoted = 0, val_ok = 0, recs = cJSON_GetArraySize(all), parsed = all != NULL;
+        cJSON_ArrayForEach(o, all) {
+            const char *ev = cJSON_GetObjectItemCaseSensitive(o, "event")->valuestring;
+            if (!strcmp(ev, "step")) nulls += cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(o, "loss"));
+            const cJSON *path = cJSON_GetObjectItemCaseSensitive(o, "path");
+            if (!strcmp(ev, "ckpt") && cJSON_IsString(path) && strstr(path->valuestring, "ck\"q/step_00000002")) quoted++;
+            if (!strcmp(ev, "val"))
+                val_ok += cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "time_ms")) &&
+                          cJSON_GetObjectItemCaseSensitive(o, "perplexity") != NULL;
+        }
+        cJSON_Delete(all);
+        tu_check(rc == 0 && parsed && nulls >= 1 && quoted == 1 && val_ok >= 1, "every LoRA record is JSON (NaN as null, "
+                 "paths escaped)", "rc %d, %d records, %d null losses, %d escaped ckpt paths, %d full val records", rc, recs,
+                 nulls, quoted, val_ok);
+        FILE *f = fopen(DIR "/old.jsonl", "w");
+        if (f) fputs("{\"event\": \"step\", \"step\": 2, \"loss\": -nan}\n", f), fclose(f);
+        cJSON *old = tu_log_records(DIR "/old.jsonl");
+        tu_check(f && !old, "control: a -nan record is not JSON to the reader", "%s", old ? "parsed" : "refused");
+        cJSON_Delete(old);
+    }
     /* state.json carries its own checksum (version 2): a copy of the step-3 checkpoint with its
      * loader position edited is refused on resume (it resumed, on other batches); control: the
      * unedited copy resumes. */

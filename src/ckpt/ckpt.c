@@ -643,6 +643,23 @@ void ckpt_remove_leftovers(const char *dir) {
     closedir(d);
 }
 
+Status ckpt_publish_dir(const char *dir, const char *tmp, const char *fin, const Fault *fault, Err *err) {
+    Status st = ckpt_fsync_dir(tmp, err);
+    if (st == ST_OK && fault) st = ckpt_fault_hit(fault, "rename", err);
+    if (st != ST_OK) return st;
+    struct stat sb;
+    if (lstat(fin, &sb) == 0) {
+        /* Re-saving an existing step (e.g. after a fallback): swap atomically, then drop the old. */
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, fin, RENAME_EXCHANGE) != 0)
+            return err_set(err, ST_ERR_RUNTIME, "%s: cannot exchange with %s: %s", fin, tmp, strerror(errno));
+    } else if (rename(tmp, fin) != 0) {
+        return err_set(err, ST_ERR_RUNTIME, "%s: cannot rename from %s: %s", fin, tmp, strerror(errno));
+    }
+    if ((st = ckpt_fsync_dir(dir, err)) != ST_OK) return st;
+    ckpt_rm_tree(tmp); /* the old copy after an exchange; nothing otherwise */
+    return ST_OK;
+}
+
 Status ckpt_write_latest(const char *dir, const char *name, const Fault *fault, Err *err) {
     char path[4200], tmp[4200], text[64];
     snprintf(path, sizeof path, "%s/latest", dir);
@@ -713,21 +730,7 @@ Status ckpt_save_snap(const CkptSnap *s, const CkptMeta *meta, const CkptOptions
     for (int i = 0; i < nfiles; i++) info->bytes += sums[i].bytes;
     info->bytes += ssum.bytes;
     if ((st = ckpt_fault_hit(&fault, "sync", err)) != ST_OK) goto done;
-    if ((st = ckpt_fsync_dir(tmp, err)) != ST_OK) goto done;
-    if ((st = ckpt_fault_hit(&fault, "rename", err)) != ST_OK) goto done;
-    struct stat sb;
-    if (lstat(fin, &sb) == 0) {
-        /* Re-saving an existing step (e.g. after a fallback): swap atomically, then drop the old. */
-        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, fin, RENAME_EXCHANGE) != 0) {
-            st = err_set(err, ST_ERR_RUNTIME, "%s: cannot exchange with %s: %s", fin, tmp, strerror(errno));
-            goto done;
-        }
-    } else if (rename(tmp, fin) != 0) {
-        st = err_set(err, ST_ERR_RUNTIME, "%s: cannot rename from %s: %s", fin, tmp, strerror(errno));
-        goto done;
-    }
-    if ((st = ckpt_fsync_dir(o->dir, err)) != ST_OK) goto done;
-    ckpt_rm_tree(tmp); /* the old copy after an exchange; nothing otherwise */
+    if ((st = ckpt_publish_dir(o->dir, tmp, fin, &fault, err)) != ST_OK) goto done;
     if ((st = ckpt_fault_hit(&fault, "latest", err)) != ST_OK) goto done;
     if ((st = ckpt_write_latest(o->dir, name, &fault, err)) != ST_OK) goto done;
     memcpy(info->path, fin, sizeof info->path - 1);

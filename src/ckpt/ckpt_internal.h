@@ -76,6 +76,11 @@ void ckpt_step_name(char *buf, size_t n, long step); /* "step_%08ld" */
 long ckpt_parse_step_name(const char *name);          /* step of "step_<digits>", or -1 */
 void ckpt_remove_leftovers(const char *dir);          /* .tmp-step_* and .del-step_* */
 Status ckpt_write_latest(const char *dir, const char *name, const Fault *fault, Err *err);
+/* Publishes a finished checkpoint directory tmp (its files fsynced) as fin in dir: tmp fsynced, the
+ * fault "rename" (fault may be NULL), then renamed to fin, or swapped with an existing fin at once
+ * (RENAME_EXCHANGE) and the old copy removed after, dir fsynced: fin is at every instant the old
+ * checkpoint or the new one, never neither. */
+Status ckpt_publish_dir(const char *dir, const char *tmp, const char *fin, const Fault *fault, Err *err);
 
 typedef void (*CkptProgressFn)(void *ctx, uint64_t done, uint64_t total);
 typedef struct {

@@ -135,14 +135,11 @@ static const char *const FILES[] = {"adapter_model.safetensors", "adapter_config
                                     "config.json"};
 #define NFILES 4
 
-Status ckpt_lora_save(const char *ckpt_dir, const ModelConfig *cfg, const LoraLayout *ll, const LoraCkptMeta *meta,
-                      const float *params, const float *m, const float *v, char *out, size_t out_len, Err *err) {
-    char fin[4200], tmp[4300], path[4400];
-    snprintf(fin, sizeof fin, "%s/step_%08ld", ckpt_dir, meta->step);
-    snprintf(tmp, sizeof tmp, "%s.tmp", fin);
-    Status st = file_mkdirs(ckpt_dir, err);
-    if (st != ST_OK) return st;
-    file_rm_tree(tmp);
+static Status save_into(const char *ckpt_dir, const char *fin, const char *tmp, const ModelConfig *cfg,
+                        const LoraLayout *ll, const LoraCkptMeta *meta, const float *params, const float *m,
+                        const float *v, Err *err) {
+    char path[4400];
+    Status st;
     /* 1. the files, each written to a temporary name, fsynced and renamed inside step_N.tmp */
     if ((st = ckpt_lora_write_adapter(tmp, ll, params, meta->init_from, err)) != ST_OK) return st;
     int cap = 4 * ll->L * ll->n;
@@ -198,16 +195,27 @@ Status ckpt_lora_save(const char *ckpt_dir, const ModelConfig *cfg, const LoraLa
     st = write_text(path, text, err);
     free(text);
     if (st != ST_OK) return st;
-    /* 3. rename the directory, fsync the parent; 4. move `latest` */
-    file_rm_tree(fin);
-    if (rename(tmp, fin) != 0) return err_set(err, ST_ERR_RUNTIME, "%s: rename to %s failed: %s", tmp, fin, strerror(errno));
-    if ((st = file_fsync_dir(ckpt_dir, err)) != ST_OK) return st;
-    snprintf(path, sizeof path, "%s/latest", ckpt_dir);
-    char latest[64];
-    snprintf(latest, sizeof latest, "step_%08ld\n", meta->step);
-    if ((st = write_text(path, latest, err)) != ST_OK) return st;
-    if (out) snprintf(out, out_len, "%s", fin);
-    return ST_OK;
+    /* 3. publish the directory as the full checkpoint's (never a moment without step_N, even when
+     * re-saving one); 4. move `latest` */
+    char name[64];
+    snprintf(name, sizeof name, "step_%08ld", meta->step);
+    if ((st = ckpt_publish_dir(ckpt_dir, tmp, fin, NULL, err)) != ST_OK) return st;
+    return ckpt_write_latest(ckpt_dir, name, NULL, err);
+}
+
+Status ckpt_lora_save(const char *ckpt_dir, const ModelConfig *cfg, const LoraLayout *ll, const LoraCkptMeta *meta,
+                      const float *params, const float *m, const float *v, char *out, size_t out_len, Err *err) {
+    char fin[4200], tmp[4300];
+    snprintf(fin, sizeof fin, "%s/step_%08ld", ckpt_dir, meta->step);
+    snprintf(tmp, sizeof tmp, "%s.tmp", fin);
+    Status st = file_mkdirs(ckpt_dir, err);
+    if (st != ST_OK) return st;
+    file_rm_tree(tmp);
+    st = save_into(ckpt_dir, fin, tmp, cfg, ll, meta, params, m, v, err);
+    /* a failed save takes its partial copy with it (as the full checkpoint's) */
+    if (st != ST_OK) file_rm_tree(tmp);
+    else if (out) snprintf(out, out_len, "%s", fin);
+    return st;
 }
 
 int ckpt_lora_is_checkpoint(const char *dir) {

@@ -475,6 +475,79 @@ void ev_ckpt(EventLog *lg, long step, double ms, const char *path, double bytes,
     emit(lg, o);
 }
 
+void ev_ckpt_lora(EventLog *lg, long step, double ms, const char *path) {
+    cJSON *o = event("ckpt");
+    add_num(o, "step", (double)step);
+    cJSON_AddStringToObject(o, "mode", "lora");
+    add_num(o, "time_ms", ms);
+    cJSON_AddStringToObject(o, "path", path);
+    emit(lg, o);
+}
+
+static void add_hex64(cJSON *o, const char *k, unsigned long long v) {
+    char buf[20];
+    snprintf(buf, sizeof buf, "%016llx", v);
+    cJSON_AddStringToObject(o, k, buf);
+}
+
+void ev_lora_start(EventLog *lg, const LoraStartEvent *e) {
+    const TrainConfig *c = e->cfg;
+    cJSON *o = event("start");
+    cJSON_AddItemToObject(o, "config", events_config_json(c));
+    cJSON *b = cJSON_AddObjectToObject(o, "effective_batch");
+    add_num(b, "sequences", (double)e->batch_seqs);
+    add_num(b, "tokens", (double)e->batch_tokens);
+    cJSON_AddBoolToObject(o, "loss_masks", e->loss_masks);
+    cJSON *l = cJSON_AddObjectToObject(o, "lora");
+    add_num(l, "rank", c->lora.rank);
+    add_num(l, "alpha", c->lora.alpha);
+    add_num(l, "dropout", c->lora.dropout);
+    cJSON_AddStringToObject(l, "targets", e->targets);
+    add_num(l, "adapter_params", (double)e->adapter_params);
+    add_num(l, "base_params", (double)e->base_params);
+    add_hex64(l, "base_xxh3", e->base_xxh3);
+    add_hex64(l, "base_local_xxh3", e->base_local_xxh3);
+    add_num(o, "world", e->world);
+    add_num(o, "dp", e->dp);
+    add_num(o, "tp", e->tp);
+    add_num(o, "zero", e->zero);
+    add_num(o, "resumed_from_step", (double)e->resumed_from_step);
+    if (e->doc_mask) add_num(cJSON_AddObjectToObject(o, "doc_mask"), "eot", e->doc_eot);
+    emit(lg, o);
+}
+
+void ev_lora_memory(EventLog *lg, const size_t measured[MEM_NCAT], const size_t planned[MEM_NCAT], int equal) {
+    cJSON *o = event("memory");
+    cJSON_AddTrueToObject(o, "lora");
+    add_categories(o, "measured", measured);
+    add_categories(o, "planned", planned);
+    cJSON_AddBoolToObject(o, "planned_equals_measured", equal);
+    emit(lg, o);
+}
+
+void ev_lora_step(EventLog *lg, long step, double loss, double lr, double norm, double norm_clipped, long long tokens,
+                  long long tokens_seen, double ms) {
+    cJSON *o = event("step");
+    add_num(o, "step", (double)step);
+    add_num(o, "loss", loss);
+    add_num(o, "lr", lr);
+    add_num(o, "grad_norm", norm);
+    add_num(o, "grad_norm_clipped", norm_clipped);
+    add_num(o, "tokens", (double)tokens);
+    add_num(o, "tokens_seen", (double)tokens_seen);
+    cJSON_AddTrueToObject(o, "lora");
+    add_num(cJSON_AddObjectToObject(o, "time_ms"), "total", ms);
+    emit(lg, o);
+}
+
+void ev_lora_end(EventLog *lg, long steps, double final_loss, unsigned long long base_local_xxh3_after) {
+    cJSON *o = event("end");
+    add_num(o, "steps", (double)steps);
+    add_num(o, "final_loss", final_loss);
+    add_hex64(o, "base_local_xxh3_after", base_local_xxh3_after);
+    emit(lg, o);
+}
+
 void ev_sample(EventLog *lg, long step, const char *text, const unsigned *ids, int n) {
     cJSON *o = event("sample");
     add_num(o, "step", (double)step);

@@ -66,6 +66,17 @@
  *             final_val_loss, median_step_ms, tokens_per_s, wall_s [, planned_step_ms,
  *             step_ms_over_plan], memory_measured{category: peak bytes}
  *
+ * A LoRA run (train --lora-rank, train/lora.h) writes its own start, memory, step and end records
+ * (each with "lora": true or a lora{} object) and the val and ckpt records above (ckpt's mode
+ * "lora"):
+ *   start     config{...}, effective_batch{sequences, tokens}, loss_masks, lora{rank, alpha, dropout,
+ *             targets, adapter_params, base_params, base_xxh3, base_local_xxh3}, world, dp, tp, zero,
+ *             resumed_from_step [, doc_mask{eot}]
+ *   memory    lora, measured{category: bytes}, planned{category: bytes}, planned_equals_measured
+ *   step      step, loss, lr, grad_norm, grad_norm_clipped, tokens, tokens_seen, lora, time_ms{total}
+ *   end       steps, final_loss, base_local_xxh3_after (the frozen base's hash at the end: equal
+ *             to the start's base_local_xxh3)
+ *
  * A resumed run appends to the same log: its start record has resumed_from_step > 0, and its
  * step records continue from the checkpoint's step (docs/report.md: how `report` joins them). */
 #ifndef ST_TRAIN_EVENTS_H
@@ -197,6 +208,26 @@ void ev_rollback(EventLog *lg, long step, long to_step, long batch, const char *
 void ev_overflow(EventLog *lg, long step, long batch, double scale, double new_scale);
 /* path NULL: an asynchronous save (path, bytes and pruning are known only to the writer). */
 void ev_ckpt(EventLog *lg, long step, double ms, const char *path, double bytes, int pruned);
+/* A LoRA checkpoint's save (ckpt_lora_save): mode "lora", its path. */
+void ev_ckpt_lora(EventLog *lg, long step, double ms, const char *path);
+
+/* The LoRA run's records (the table above). */
+typedef struct {
+    const TrainConfig *cfg;
+    long long batch_seqs, batch_tokens;
+    int loss_masks;
+    const char *targets;
+    size_t adapter_params, base_params;
+    unsigned long long base_xxh3, base_local_xxh3;
+    int world, dp, tp, zero;
+    long resumed_from_step;
+    int doc_mask, doc_eot;
+} LoraStartEvent;
+void ev_lora_start(EventLog *lg, const LoraStartEvent *e);
+void ev_lora_memory(EventLog *lg, const size_t measured[MEM_NCAT], const size_t planned[MEM_NCAT], int equal);
+void ev_lora_step(EventLog *lg, long step, double loss, double lr, double norm, double norm_clipped, long long tokens,
+                  long long tokens_seen, double ms);
+void ev_lora_end(EventLog *lg, long steps, double final_loss, unsigned long long base_local_xxh3_after);
 /* text NULL: the ids are logged instead (no tokenizer to decode them). */
 void ev_sample(EventLog *lg, long step, const char *text, const unsigned *ids, int n);
 

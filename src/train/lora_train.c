@@ -429,11 +429,7 @@ static Status save_files(LoraRun *r, const LoraLayout *ll, const float *p, const
     char out[4200];
     double t0 = timer_ms();
     Status st = ckpt_lora_save(c->ckpt_dir, &c->model, ll, &meta, p, m, v, out, sizeof out, err);
-    if (st == ST_OK && r->log.f) {
-        fprintf(r->log.f, "{\"event\": \"ckpt\", \"step\": %ld, \"mode\": \"lora\", \"time_ms\": %.3f, \"path\": \"%s\"}\n",
-                r->step, timer_ms() - t0, out);
-        fflush(r->log.f);
-    }
+    if (st == ST_OK) ev_ckpt_lora(&r->log, r->step, timer_ms() - t0, out);
     return st;
 }
 
@@ -462,12 +458,9 @@ static long long batch_tokens(const LoraRun *r) {
     return (long long)c->micro_batch * c->grad_accum * r->dp * c->seq_len;
 }
 
-/* A val record with the full trainer's fields (step, loss, tokens) and its console line. */
-static void log_val(LoraRun *r, double vl, long vtok) {
-    if (r->log.f) {
-        fprintf(r->log.f, "{\"event\": \"val\", \"step\": %ld, \"loss\": %.9g, \"tokens\": %ld}\n", r->step, vl, vtok);
-        fflush(r->log.f);
-    }
+/* The full trainer's val record (events.h) and its console line. */
+static void log_val(LoraRun *r, double vl, long vtok, double ms) {
+    ev_val(&r->log, r->step, vl, (double)vtok, ms);
     if (r->comm->rank == 0 && !r->cfg.quiet) printf("val   %5ld | loss %.4f | perplexity %.2f (lora)\n", r->step, vl, exp(vl));
 }
 
@@ -557,13 +550,7 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
     double loss = ntok > 0 ? loss_sum / (double)ntok : 0.0, ms = timer_ms() - t0;
     if (res->steps_done == 0) res->first_loss = loss;
     res->last_loss = loss, res->steps_done++;
-    if (r->log.f) {
-        fprintf(r->log.f, "{\"event\": \"step\", \"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, "
-                "\"grad_norm_clipped\": %.17g, \"tokens\": %lld, \"tokens_seen\": %lld, \"lora\": true, "
-                "\"time_ms\": {\"total\": %.3f}}\n",
-                next, loss, lr, norm, norm * scale, (long long)ntok, (long long)next * batch_tokens(r), ms);
-        fflush(r->log.f);
-    }
+    ev_lora_step(&r->log, next, loss, lr, norm, norm * scale, (long long)ntok, (long long)next * batch_tokens(r), ms);
     if (r->comm->rank == 0 && !c->quiet)
         printf("step %ld/%ld | loss %.6f | lr %.3g | norm %.4f | %.1f ms (lora)\n", next, c->steps, loss, lr, norm, ms);
     return ST_OK;
@@ -622,30 +609,13 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
         int equal = 1;
         for (int i = 0; i < MEM_NCAT; i++)
             if (i != MEM_COMM) equal &= plan[i] == r->mem.bytes[i];
-        if (r->log.f) {
-            /* the full trainer's config, batch and mask fields first (report and the docs read them) */
-            cJSON *cj = events_config_json(c);
-            char *ctext = cj ? cJSON_PrintUnformatted(cj) : NULL;
-            cJSON_Delete(cj);
-            fprintf(r->log.f, "{\"event\": \"start\", \"config\": %s, \"effective_batch\": {\"sequences\": %lld, "
-                    "\"tokens\": %lld}, \"loss_masks\": %s, ", ctext ? ctext : "null",
-                    (long long)c->micro_batch * c->grad_accum * r->dp, batch_tokens(r), r->train.masked ? "true" : "false");
-            free(ctext);
-            fprintf(r->log.f, "\"lora\": {\"rank\": %d, \"alpha\": %g, \"dropout\": %g, \"targets\": "
-                    "\"%s\", \"adapter_params\": %zu, \"base_params\": %zu, \"base_xxh3\": \"%016llx\", \"base_local_xxh3\": "
-                    "\"%016llx\"}, \"world\": %d, \"dp\": %d, \"tp\": %d, \"zero\": %d, \"resumed_from_step\": %ld%s",
-                    c->lora.rank, c->lora.alpha, c->lora.dropout, tg, r->full_lay.block_floats * r->full_lay.L,
-                    r->g.w.layout.total, (unsigned long long)r->base_hash, (unsigned long long)r->local_hash, world, r->dp,
-                    r->tp, r->zero, r->step, r->g.s.doc_mask ? "" : "}\n");
-            if (r->g.s.doc_mask) /* the model's own EOT (what it masks at), only under --doc-mask */
-                fprintf(r->log.f, ", \"doc_mask\": {\"eot\": %d}}\n", (int)r->g.s.doc_eot);
-            fprintf(r->log.f, "{\"event\": \"memory\", \"lora\": true, \"measured\": {");
-            for (int i = 0; i < MEM_NCAT; i++) fprintf(r->log.f, "%s\"%s\": %zu", i ? ", " : "", mem_category_name(i), r->mem.bytes[i]);
-            fprintf(r->log.f, "}, \"planned\": {");
-            for (int i = 0; i < MEM_NCAT; i++) fprintf(r->log.f, "%s\"%s\": %zu", i ? ", " : "", mem_category_name(i), plan[i]);
-            fprintf(r->log.f, "}, \"planned_equals_measured\": %s}\n", equal ? "true" : "false");
-            fflush(r->log.f);
-        }
+        /* the full trainer's config, batch and mask fields first (report and the docs read them); the
+         * model's own EOT (what it masks at) only under --doc-mask */
+        LoraStartEvent se = {c, (long long)c->micro_batch * c->grad_accum * r->dp, batch_tokens(r), r->train.masked, tg,
+                             r->full_lay.block_floats * r->full_lay.L, r->g.w.layout.total, r->base_hash, r->local_hash,
+                             world, r->dp, r->tp, r->zero, r->step, r->g.s.doc_mask, (int)r->g.s.doc_eot};
+        ev_lora_start(&r->log, &se);
+        ev_lora_memory(&r->log, r->mem.bytes, plan, equal);
         if (r->comm->rank == 0 && !c->quiet)
             printf("lora: rank %d alpha %g dropout %g targets %s: %zu adapter parameters on a frozen base of %lld "
                    "(%.3f%%), dp %d tp %d zero %d\n", c->lora.rank, c->lora.alpha, c->lora.dropout, tg,
@@ -661,10 +631,11 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
         if (st == ST_OK && c->val_data[0] && c->val_every > 0 && r->step % c->val_every == 0) {
             double vl;
             long vtok;
+            double t0 = timer_ms();
             if ((st = validation(r, &vl, &vtok, err)) == ST_OK) {
                 if (isnan(res->first_val)) res->first_val = vl;
                 res->last_val = vl;
-                log_val(r, vl, vtok);
+                log_val(r, vl, vtok, timer_ms() - t0);
             }
         }
         if (st == ST_OK && c->ckpt_every > 0 && r->step % c->ckpt_every == 0 && r->step < stop_at && !r->stop)
@@ -677,9 +648,10 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     if (st == ST_OK && c->val_data[0] && c->val_every <= 0) {
         double vl;
         long vtok;
+        double t0 = timer_ms();
         if ((st = validation(r, &vl, &vtok, err)) == ST_OK) {
             res->first_val = res->last_val = vl;
-            log_val(r, vl, vtok);
+            log_val(r, vl, vtok, timer_ms() - t0);
         }
     }
     /* The base must be unchanged: the adapters are all this run trained (each rank its slice). */
@@ -706,10 +678,8 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
         if (p != r->lo.params && p != zs) mem_free(&r->mem, MEM_CKPT_STAGING, p, ll->total * sizeof(float));
         mem_free(&r->mem, MEM_CKPT_STAGING, zs, r->lo.lay.total * sizeof(float));
     }
-    if (st == ST_OK && r->log.f) {
-        fprintf(r->log.f, "{\"event\": \"end\", \"steps\": %ld, \"final_loss\": %.17g, \"base_local_xxh3_after\": \"%016llx\"}\n",
-                r->step, res->last_loss, (unsigned long long)lora_base_hash(r));
-    }
+    if (st == ST_OK) ev_lora_end(&r->log, r->step, res->last_loss, (unsigned long long)lora_base_hash(r));
+    if (st == ST_OK) st = events_check(&r->log, err); /* a record lost: said at once, the run's error now */
     res->preempted = r->step < c->steps;
     res->num_params = (long long)(r->full_lay.block_floats * r->full_lay.L);
 done:
