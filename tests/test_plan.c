@@ -935,6 +935,62 @@ static void test_bf16_efficiency(void) {
              old.matmul_eff_bf16);
 }
 
+/* The trainer's own plan (the start record's plan.step_ms) prices on this machine's cached profile
+ * when it has one, as `plan` does by default: a profile planted in a private cache (ST_PEAK_CACHE)
+ * for 1 thread, a bf16 run at --threads 1, and `plan --hardware` of the same profile and shape must
+ * give the same step time to the last digit (two builders of the plan's input over one function).
+ * Until 2026-11-29 the trainer priced on the Zen 4 preset's efficiency and bf16 peak with its
+ * measured peak: a bf16 step on a Xeon without AMX 2.2x too fast. Control: with no cache
+ * (ST_PEAK_CACHE=off) the start record's step time is another. */
+static void test_trainer_cached_profile(void) {
+    char cmd[4096];
+    const char *shape = "--layers 2 --heads 2 --channels 64 --vocab 257 --max-seq-len 64 --micro-batch 4 --seq-len 64 "
+                        "--threads 1 --precision bf16";
+    FILE *f = fopen(TMP "/planted.json", "w");
+    if (f)
+        fputs("{\"name\": \"planted\", \"peak_fp32\": 1e11, \"peak_bf16\": 1e11, \"peak_fp16\": 1e11, \"memory\": 25e9, "
+              "\"mem_bw\": 2e10, \"intra_bw\": 1e10, \"inter_bw\": 1.25e9, \"intra_lat\": 1e-6, \"inter_lat\": 3e-5, "
+              "\"matmul_eff\": 0.5, \"matmul_eff_bf16\": 0.25, \"storage_bw\": 5e8, \"backend_bytes\": 0, "
+              "\"devices_per_node\": 1}\n", f),
+            fclose(f);
+    /* this machine's key fields in the cache come from a real (1-thread) measurement; its profile is then replaced */
+    snprintf(cmd, sizeof cmd, "rm -f %s/pc.json && ST_PEAK_CACHE=%s/pc.json %s plan --measure-hardware %s/m.json "
+             "--measure-threads 1 > /dev/null 2>&1 && %s prepare --tokenizer bytes --val-fraction 0 --quiet --out %s/sh "
+             "%s/data/tinyshakespeare/input.txt > /dev/null 2>&1", TMP, TMP, BIN, TMP, BIN, TMP, ST_SOURCE_DIR);
+    int ok = f && tu_shell(cmd);
+    char *text = ok ? tu_slurp(TMP "/pc.json") : NULL, *ptext = ok ? tu_slurp(TMP "/planted.json") : NULL;
+    cJSON *cache = text ? cJSON_Parse(text) : NULL, *e;
+    int planted = 0;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(cache, "profiles")) {
+        cJSON_ReplaceItemInObject(e, "profile", cJSON_Parse(ptext));
+        planted++;
+    }
+    char *out = cache ? cJSON_Print(cache) : NULL;
+    if ((f = out ? fopen(TMP "/pc.json", "w") : NULL)) fputs(out, f), fclose(f);
+    free(out), free(text), free(ptext), cJSON_Delete(cache);
+    double want = 0, got[2] = {0, 0};
+    if (planted == 1) {
+        char args[1024];
+        snprintf(args, sizeof args, "%s --hardware %s/planted.json", shape, TMP);
+        cJSON *pj = plan_json(args, NULL);
+        want = jnum(pj, "compute.step_s") * 1e3;
+        cJSON_Delete(pj);
+        for (int off = 0; off < 2; off++) {
+            snprintf(cmd, sizeof cmd, "rm -f %s/tr.jsonl && ST_PEAK_CACHE=%s %s train --data '%s/sh/train_*.bin' %s "
+                     "--steps 1 --quiet --log %s/tr.jsonl > /dev/null 2>&1", TMP, off ? "off" : TMP "/pc.json", BIN, TMP,
+                     shape, TMP);
+            cJSON *all = tu_shell(cmd) ? tu_log_records(TMP "/tr.jsonl") : NULL, *o;
+            cJSON_ArrayForEach(o, all)
+                if (!strcmp(cJSON_GetObjectItem(o, "event")->valuestring, "start")) got[off] = jnum(o, "plan.step_ms");
+            cJSON_Delete(all);
+        }
+    }
+    tu_check(planted == 1 && want > 0 && got[0] == want, "the trainer plans on this machine's cached profile",
+             "plan --hardware planted: %.9g ms; trainer with the planted cache: %.9g ms", want, got[0]);
+    tu_check(got[1] > 0 && got[1] != want, "control: without a cache the trainer's plan is another",
+             "%.9g ms against %.9g", got[1], want);
+}
+
 /* --measure-hardware writes a profile (about 5 s); --measure-threads names the threads it used. */
 static void test_measure_hardware(void) {
     char cmd[1024];
@@ -1186,5 +1242,6 @@ int main(void) {
     test_default_threads();
     test_measure_hardware();
     test_bf16_efficiency();
+    test_trainer_cached_profile();
     return tu_exit();
 }

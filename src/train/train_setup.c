@@ -485,7 +485,7 @@ void train_plan_input(const TrainConfig *c, int dp, int tp, int pp, double peak,
     pi.recompute = (PlanRecompute)c->recompute;
     pi.doc_mask = c->model.doc_mask; /* priced at span T (mean_doc_len 0): the documents are not known yet */
     if (c->have_hw) pi.hw = c->hw; /* a measured profile (plan --measure-hardware) */
-    else if (peak > 0) pi.hw.peak_fp32 = peak;
+    else if (peak > 0) pi.hw.peak_fp32 = pi.hw.peak_bf16 = peak; /* the run's measured peak, whichever precision */
     /* This trainer's precisions. fp16 is emulated, so its GEMMs run at the fp32 rate: the fp16 peak
      * is the fp32 one. The precision itself stays fp16, so that the plan sizes what fp16 allocates
      * (its mixed-precision GEMM scratch in the workspace, layout_memory_plan) and runs (no tp overlap). */
@@ -538,6 +538,20 @@ Status tr_setup_accounting(Run *r, Err *err) {
 
     PlanInput pi;
     train_plan_input(c, r->dp, r->tp, r->pp, r->acct.peak, &pi);
+    /* On the CPU without --hardware, this machine's profile where `plan` has cached one for these
+     * threads (measured GEMM efficiencies, bf16's its own): the preset's efficiency with the run's
+     * peak priced a bf16 step 2.2x too fast on a Xeon whose bf16 GEMMs run at half its FMA rate. */
+    if (!c->have_hw && be->host_addressable) {
+        cJSON *j = machine_profile_load(c->peak_cache, nt < machine_cpus_allowed() ? nt : machine_cpus_allowed(), NULL);
+        PlanHardware h;
+        Err he;
+        if (j && plan_hardware_from_json(&h, j, &he) == ST_OK) {
+            pi.hw = h;
+            if (c->fp16) pi.hw.peak_fp16 = pi.hw.peak_fp32; /* emulated: its GEMMs run in fp32 */
+            snprintf(r->acct.plan_hw, sizeof r->acct.plan_hw, "%s", h.name);
+        }
+        cJSON_Delete(j);
+    }
     /* Every rank on one node (comm found them so): dp and tp collectives go over shared memory. */
     if (r->comm->one_node && r->world > pi.hw.devices_per_node) pi.hw.devices_per_node = r->world;
     Err perr;
