@@ -216,6 +216,22 @@ int main(void) {
     };
     tu_shell("rm -rf " TMP "/never");
     expect_train_errors("refused", NONSENSE, sizeof NONSENSE / sizeof NONSENSE[0], common, common_lora);
+    /* What the LoRA loop does not implement is refused, the line starting with the flag (until
+     * 2026-11-29 each began "--lora-rank: ", whatever the flag); the control above trains. */
+    static const FlagCase LORA_NO[] = {
+        {"--lora-rank 2 --keep-last 2 --ckpt-dir " TMP "/lora_ck", ": --keep-last/--keep-every: not supported with --lora-rank (LoRA) yet"},
+        {"--lora-rank 2 --sample-every 5", ": --sample-every: not supported with --lora-rank"},
+        {"--lora-rank 2 --precision bf16", ": --precision bf16/fp16 (LoRA runs an fp32 base): not supported with --lora-rank"},
+        {"--lora-rank 2 --optimizer lion", ": --optimizer other than adamw or adam: not supported with --lora-rank"},
+        {"--lora-rank 2 --log-layer-stats --log " TMP "/lora.jsonl", ": --log-layer-stats: not supported with --lora-rank"},
+        {"--lora-rank 2 --peak-gflops 100", ": --peak-gflops/--hardware (no MFU or plan prediction is logged): not supported"},
+    };
+    expect_train_errors("LoRA refuses", LORA_NO, sizeof LORA_NO / sizeof LORA_NO[0], common, common_lora);
+    /* export --format llmc writes a file: a directory for -o was an exit 1 about "OUT/.tmp.PID" */
+    expect_error("export --format llmc -o DIR/", "export /nonexistent --format llmc -o " TMP "/",
+                 "-o " TMP "/: --format llmc writes one file; expected a file name (e.g. " TMP "/model.bin), found a directory name");
+    expect_error("export --format llmc -o DIR", "export /nonexistent --format llmc -o " TMP,
+                 "-o " TMP ": --format llmc writes one file; expected a file name (e.g. " TMP "/model.bin), found a directory");
     tu_check(access(TMP "/never", F_OK) != 0, "refusals leave no --ckpt-dir behind", "%s", TMP "/never");
     /* --override names a trajectory field; a typo was accepted and never reported */
     snprintf(args, sizeof args, "%s train --data %s/good.bin %s --steps 2 --ckpt-dir %s/ovck >/dev/null 2>&1", BIN, TMP,

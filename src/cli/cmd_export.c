@@ -129,6 +129,12 @@ int cmd_export(int argc, char **argv) {
     if (tokenizer[0] && !strcmp(format, "llmc"))
         return cli_fail("export", ST_ERR_INPUT,
                         "--tokenizer: would change nothing with --format llmc (the .bin records no tokenizer); expected --format hf");
+    size_t ol = strlen(out);
+    if (!strcmp(format, "llmc") && ol && (out[ol - 1] == '/' || file_is_dir(out))) {
+        snprintf(err.msg, sizeof err.msg, "-o %s: --format llmc writes one file; expected a file name (e.g. %s%smodel.bin), "
+                 "found a directory%s", out, out, out[ol - 1] == '/' ? "" : "/", out[ol - 1] == '/' ? " name" : "");
+        return cli_fail("export", ST_ERR_INPUT, err.msg);
+    }
 
     char src[4096];
     char lpath[4096];

@@ -90,7 +90,7 @@ static Status refuse(const TrainConfig *c, int world, Err *err) {
     else if (c->no_noise_scale) bad = "--no-noise-scale (no noise scale is estimated)";
     else if (c->peak_flops > 0 || c->have_hw) bad = "--peak-gflops/--hardware (no MFU or plan prediction is logged)";
     else if (c->overrides[0]) bad = "--override (a LoRA resume checks the LoRA config and the base only)";
-    if (bad) return err_set(err, ST_ERR_INPUT, "--lora-rank: %s is not supported with LoRA", bad);
+    if (bad) return err_set(err, ST_ERR_INPUT, "%s: not supported with --lora-rank (LoRA) yet", bad);
     int tp = c->tp > 1 ? c->tp : 1;
     if (world % tp || (c->dp != 0 && c->dp * tp != world))
         return err_set(err, ST_ERR_INPUT, "--dp %d --tp %d: with LoRA expected dp x tp = the world of %d ranks", c->dp, tp,
