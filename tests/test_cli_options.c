@@ -81,12 +81,59 @@ static const char *str(const cJSON *o, const char *k) {
     return cJSON_IsString(x) ? x->valuestring : "";
 }
 
+/* The words a POSIX shell reads from the line in TMP/line.txt, one "[word]" per line, into buf. */
+static int shell_words(char *buf, size_t cap) {
+    int rc = system("sh -c 'eval \"set -- $(cat " TMP "/line.txt)\"; for a; do printf \"[%s]\\n\" \"$a\"; done' > " TMP
+                    "/words.txt 2>&1");
+    char *t = tu_slurp(TMP "/words.txt");
+    snprintf(buf, cap, "%s", t ? t : "");
+    free(t);
+    return rc == 0;
+}
+
+/* The command a manifest (and a start record) records runs again as given: prepare with an empty
+ * --separator and an --out holding a space and a quote, its manifest's "command" read back by a
+ * shell gives the same words (the words were joined by spaces until 2026-11-29: the empty
+ * separator vanished, the path split in two), and tokenizer.name is the --tokenizer given.
+ * Control: the plain join of the same words does not read back the same. */
+static void recorded_command(void) {
+    char cmd[4096], want[1024], got[2048];
+    const char *out = TMP "/o u't";
+    snprintf(cmd, sizeof cmd, "prepare --tokenizer bytes --separator '' --val-fraction 0 --quiet --out \"%s\" %s/data/"
+             "tinyshakespeare/input.txt > /dev/null", out, ST_SOURCE_DIR);
+    int rc = run(cmd);
+    snprintf(want, sizeof want, "[scaletrain]\n[prepare]\n[--tokenizer]\n[bytes]\n[--separator]\n[]\n[--val-fraction]\n[0]\n"
+             "[--quiet]\n[--out]\n[%s]\n[%s/data/tinyshakespeare/input.txt]\n", out, ST_SOURCE_DIR);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/manifest.json", out);
+    char *text = tu_slurp(path);
+    cJSON *m = text ? cJSON_Parse(text) : NULL;
+    const cJSON *c = cJSON_GetObjectItem(m, "command"), *nm = cJSON_GetObjectItem(cJSON_GetObjectItem(m, "tokenizer"), "name");
+    FILE *f = cJSON_IsString(c) ? fopen(TMP "/line.txt", "w") : NULL;
+    if (f) fputs(c->valuestring, f), fclose(f);
+    int ok = f && shell_words(got, sizeof got) && !strcmp(got, want);
+    tu_check(rc == 0 && ok && cJSON_IsString(nm) && !strcmp(nm->valuestring, "bytes"),
+             "prepare's recorded command reads back as given", "command %s; words %s", cJSON_IsString(c) ? c->valuestring : "?",
+             got);
+    cJSON_Delete(m);
+    free(text);
+    if ((f = fopen(TMP "/line.txt", "w"))) {
+        fprintf(f, "scaletrain prepare --tokenizer bytes --separator  --val-fraction 0 --quiet --out %s %s/data/"
+                "tinyshakespeare/input.txt", out, ST_SOURCE_DIR);
+        fclose(f);
+    }
+    int same = f && shell_words(got, sizeof got) && !strcmp(got, want);
+    tu_check(f && !same, "control: the plain join does not read back (or no shell reads it)",
+             "%s", got);
+}
+
 int main(void) {
     Err e;
     char cmd[4096], args[4096];
     snprintf(cmd, sizeof cmd, "rm -rf " TMP);
     if (system(cmd) != 0) return 1;
     file_mkdirs(TMP, &e);
+    recorded_command();
     /* A small corpus: 40 documents separated by "@@" lines. */
     FILE *f = fopen(TMP "/corpus.txt", "w");
     for (int d = 0; d < 40 && f; d++)

@@ -31,6 +31,11 @@ Status args_parse(ArgSpec *specs, int n, int argc, char **argv, char **pos, int 
 /* Prints "  --name VALUE  help (default: current value)" for each spec. */
 void args_print_help(const ArgSpec *specs, int n);
 
+/* prefix and argv joined by spaces as a shell would read them back: an argument that is empty or
+ * holds a character outside [A-Za-z0-9_@%+=:,./-] in single quotes (a ' as '\''), so the recorded
+ * command (a manifest's, a start record's) runs again as given. Truncated to cap. */
+void args_join_quoted(char *out, size_t cap, const char *prefix, int argc, char **argv);
+
 /* Returns the spec named name, or NULL. */
 ArgSpec *args_find(ArgSpec *specs, int n, const char *name);
 

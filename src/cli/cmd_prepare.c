@@ -201,12 +201,10 @@ int cmd_prepare(int argc, char **argv) {
         return rc;
     }
     PrepProgress pr = {isatty(2), -1, 0, 0, 0};
-    char cmdline[2048] = "scaletrain";
-    for (int i = 0; i < argc; i++) {
-        size_t l = strlen(cmdline);
-        snprintf(cmdline + l, sizeof cmdline - l, " %s", argv[i]);
-    }
+    char cmdline[2048];
+    args_join_quoted(cmdline, sizeof cmdline, "scaletrain", argc, argv);
     o.argv_line = cmdline;
+    o.tokenizer_arg = spec;
     o.tok = tok;
     if (!quiet) {
         o.progress = prep_progress;

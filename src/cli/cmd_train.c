@@ -623,11 +623,7 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
     a->cfg = c;
     a->cfg.sample_tokenizer = sample_tk;
     a->sample_tk = sample_tk;
-    snprintf(a->joined, sizeof a->joined, "scaletrain train");
-    for (int i = 0; i < argc; i++) {
-        strncat(a->joined, " ", sizeof a->joined - strlen(a->joined) - 1);
-        strncat(a->joined, argv[i], sizeof a->joined - strlen(a->joined) - 1);
-    }
+    args_join_quoted(a->joined, sizeof a->joined, "scaletrain train", argc, argv);
     a->cfg.argv_joined = a->joined;
     return ST_OK;
 #undef FAIL

@@ -52,9 +52,10 @@ static int parse_item(const char *item, size_t len, char *pat, size_t patlen, do
 
 /* ================================================================== 2. one dataset */
 
-/* The --tokenizer a shard was prepared with, from the manifest.json prepare wrote beside it: the
- * value of --tokenizer in its "command" (prepare's default gpt2 when absent), else its
- * tokenizer.kind; only when the manifest's hash is the shard's. 0 when unknown. */
+/* The --tokenizer a shard was prepared with, from the manifest.json prepare wrote beside it: its
+ * tokenizer.name (since 2026-11-29), else the value of --tokenizer in its "command" (prepare's
+ * default gpt2 when absent), else its tokenizer.kind; only when the manifest's hash is the shard's.
+ * 0 when unknown. */
 /* name in the directory of shard_path ("dir/name", or "name" for a bare file name). */
 static void beside_shard(char *out, size_t cap, const char *shard_path, const char *name) {
     const char *slash = strrchr(shard_path, '/');
@@ -78,12 +79,15 @@ static cJSON *manifest_beside(const char *shard_path) {
 int loader_shard_tokenizer_name(const char *shard_path, uint64_t hash, char *out, size_t cap) {
     cJSON *m = manifest_beside(shard_path);
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(m, "tokenizer");
-    const cJSON *h = cJSON_GetObjectItemCaseSensitive(t, "hash"), *k = cJSON_GetObjectItemCaseSensitive(t, "kind");
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(t, "hash"), *k = cJSON_GetObjectItemCaseSensitive(t, "kind"),
+                *nm = cJSON_GetObjectItemCaseSensitive(t, "name");
     const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(m, "command");
     char hex[32];
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
     int found = 0;
-    if (cJSON_IsString(h) && !strcmp(h->valuestring, hex)) {
+    if (cJSON_IsString(h) && !strcmp(h->valuestring, hex) && cJSON_IsString(nm) && nm->valuestring[0]) {
+        snprintf(out, cap, "%s", nm->valuestring), found = 1;
+    } else if (cJSON_IsString(h) && !strcmp(h->valuestring, hex)) {
         const char *c = cJSON_IsString(cmd) ? cmd->valuestring : NULL, *a = c ? strstr(c, " --tokenizer") : NULL;
         if (a && (a[12] == ' ' || a[12] == '=')) {
             a += 13;

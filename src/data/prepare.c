@@ -1047,6 +1047,7 @@ static Status write_manifest(const PrepareOptions *o, const Inputs *in, const Pr
     if (o->argv_line) cJSON_AddStringToObject(m, "command", o->argv_line);
     cJSON *t = cJSON_AddObjectToObject(m, "tokenizer");
     cJSON_AddStringToObject(t, "kind", tokenizer_kind(o->tok));
+    if (o->tokenizer_arg) cJSON_AddStringToObject(t, "name", o->tokenizer_arg);
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)tokenizer_hash(o->tok));
     cJSON_AddStringToObject(t, "hash", hex);
     cJSON_AddNumberToObject(t, "vocab_size", tokenizer_vocab_size(o->tok));

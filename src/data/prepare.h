@@ -79,6 +79,8 @@ typedef struct {
     int seq_len;               /* T of the --no-pack utilization report; default 1024, 0 = no report */
     size_t run_bytes;          /* memory for the encoded documents of one run; default 256 MiB */
     const char *argv_line;     /* recorded in the manifest (may be NULL) */
+    const char *tokenizer_arg; /* --tokenizer as given (gpt2, cl100k, a directory): the manifest's
+                                  tokenizer.name, what train and eval name in a mismatch (may be NULL) */
     /* Progress: called from the calling thread after each batch; may be NULL. */
     void (*progress)(void *ctx, const PrepareProgress *p);
     void *progress_ctx;
