@@ -127,6 +127,40 @@ static void recorded_command(void) {
              "%s", got);
 }
 
+/* Directories given with a trailing slash (as the README writes them: run/, ckpt/) are the same
+ * directories in what is printed: "run/model.safetensors", not "run//model.safetensors" (until
+ * 2026-11-29). Control: a path with "//" inside shows it, so the check sees doubled slashes. */
+static void trailing_slashes(void) {
+    char cmd[4096];
+    int any[2];
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "rm -rf %s/sl && %s prepare --tokenizer bytes --val-fraction 0 --quiet --out %s/sl/sh/ "
+                 "%s/data/tinyshakespeare/input.txt > /dev/null 2>&1 && %s train --data '%s/sl/sh/train_*.bin' --layers 1 "
+                 "--heads 2 --channels 32 --max-seq-len 32 --seq-len 32 --micro-batch 2 --steps 2 --ckpt-every 1 "
+                 "--ckpt-dir %s/sl/ck/ --out %s/sl%srun/ > %s/sl.out 2>&1 && %s train --data '%s/sl/sh/train_*.bin' "
+                 "--layers 1 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 --micro-batch 2 --steps 3 --ckpt-dir "
+                 "%s/sl/ck/ --resume auto >> %s/sl.out 2>&1", TMP, BIN, TMP, ST_SOURCE_DIR, BIN, TMP, TMP, TMP,
+                 k ? "//" : "/", TMP, BIN, TMP, TMP, TMP);
+        int ok = tu_shell(cmd);
+        char *t = tu_slurp(TMP "/sl.out");
+        any[k] = ok && t && strstr(t, k ? "saved weights to " TMP "/sl//run/model.safetensors"
+                                        : "saved weights to " TMP "/sl/run/model.safetensors") && strstr(t, "resume: continuing")
+                     ? strstr(t, "//") != NULL : -1;
+        free(t);
+    }
+    tu_check(any[0] == 0, "trailing slashes: no doubled slash printed", "see %s/sl.out", TMP);
+    /* --resume auto over an empty --ckpt-dir says it starts from scratch once (it said it twice) */
+    snprintf(cmd, sizeof cmd, "%s train --data '%s/sl/sh/train_*.bin' --layers 1 --heads 2 --channels 32 --max-seq-len 32 "
+             "--seq-len 32 --micro-batch 2 --steps 1 --ckpt-dir %s/sl/empty --resume auto > %s/sl2.out 2>&1", BIN, TMP, TMP,
+             TMP);
+    int ok = tu_shell(cmd), n = 0;
+    char *t = tu_slurp(TMP "/sl2.out");
+    for (const char *p = t; p && (p = strstr(p, "starting from scratch")); p++) n++;
+    tu_check(ok && n == 1, "--resume auto with nothing to resume says so once", "%d times", n);
+    free(t);
+    tu_check(any[1] == 1, "control: a path with // inside is printed with it", "%d", any[1]);
+}
+
 int main(void) {
     Err e;
     char cmd[4096], args[4096];
@@ -134,6 +168,7 @@ int main(void) {
     if (system(cmd) != 0) return 1;
     file_mkdirs(TMP, &e);
     recorded_command();
+    trailing_slashes();
     /* A small corpus: 40 documents separated by "@@" lines. */
     FILE *f = fopen(TMP "/corpus.txt", "w");
     for (int d = 0; d < 40 && f; d++)

@@ -59,10 +59,13 @@ static Status set_value(ArgSpec *s, const char *v, Err *err) {
         break;
     }
     case ARG_STR:
+    case ARG_DIR:
         if (strlen(v) >= s->len)
             return err_set(err, ST_ERR_INPUT, "--%s: expected at most %zu characters, found %zu", s->name, s->len - 1,
                            strlen(v));
         snprintf((char *)s->dst, s->len, "%s", v);
+        if (s->type == ARG_DIR)
+            for (char *d = (char *)s->dst, *e = d + strlen(d); e > d + 1 && e[-1] == '/';) *--e = '\0';
         break;
     case ARG_FLAG:
         if (!strcmp(v, "1") || !strcmp(v, "true")) *(int *)s->dst = 1;
@@ -209,7 +212,8 @@ void args_print_help(const ArgSpec *specs, int n) {
         case ARG_U64: snprintf(def, sizeof def, "%" PRIu64, *(uint64_t *)s->dst); break;
         case ARG_FLOAT: snprintf(def, sizeof def, "%g", *(float *)s->dst); break;
         case ARG_DOUBLE: snprintf(def, sizeof def, "%g", *(double *)s->dst); break;
-        case ARG_STR: snprintf(def, sizeof def, "%s", *(char *)s->dst ? (char *)s->dst : "none"); break;
+        case ARG_STR:
+        case ARG_DIR: snprintf(def, sizeof def, "%s", *(char *)s->dst ? (char *)s->dst : "none"); break;
         case ARG_FLAG: snprintf(def, sizeof def, "%s", *(int *)s->dst ? "on" : "off"); break;
         }
         /* Generated from the table, once: a help line that already explains its default ("default

@@ -12,7 +12,9 @@
 
 #include "core/status.h"
 
-typedef enum { ARG_INT, ARG_LONG, ARG_FLOAT, ARG_DOUBLE, ARG_U64, ARG_STR, ARG_FLAG } ArgType;
+/* ARG_DIR: a string naming a directory, stored without trailing slashes ("run/" is "run"), so the
+ * paths built on it print as "run/model.safetensors", not "run//model.safetensors"; "/" stays. */
+typedef enum { ARG_INT, ARG_LONG, ARG_FLOAT, ARG_DOUBLE, ARG_U64, ARG_STR, ARG_FLAG, ARG_DIR } ArgType;
 
 typedef struct {
     const char *name; /* without the leading dashes */

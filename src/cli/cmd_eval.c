@@ -144,7 +144,7 @@ int cmd_eval(int argc, char **argv) {
         {"max-new-tokens", ARG_INT, &max_new, 0, "--exact-match: tokens generated at most per answer"},
         {"show", ARG_INT, &show, 0, "--exact-match: mismatches printed"},
         {"tokenizer", ARG_STR, tokenizer, sizeof tokenizer, "--exact-match: the tokenizer (default: recorded with the weights)"},
-        {"tokenizer-dir", ARG_STR, tok_dir, sizeof tok_dir, "--exact-match: where a named tokenizer's files are"},
+        {"tokenizer-dir", ARG_DIR, tok_dir, sizeof tok_dir, "--exact-match: where a named tokenizer's files are"},
         {"data", ARG_STR, data, sizeof data, "token shards: path, glob or comma list (one dataset, no weights)"},
         {"tokens", ARG_LONG, &tokens, 0, "evaluate about this many target tokens (whole rows of T; 0: all)"},
         {"micro-batch", ARG_INT, &B, 0, "rows per forward pass B"},

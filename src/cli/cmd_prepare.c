@@ -72,9 +72,9 @@ int cmd_prepare(int argc, char **argv) {
     long memory_mb = (long)(o.run_bytes >> 20);
     char field[256] = "text", chat_template[16] = "auto";
     ArgSpec specs[] = {
-        {"out", ARG_STR, out, sizeof out, "output directory for train_NNNNNN.bin / val_NNNNNN.bin (required)"},
+        {"out", ARG_DIR, out, sizeof out, "output directory for train_NNNNNN.bin / val_NNNNNN.bin (required)"},
         {"tokenizer", ARG_STR, spec, sizeof spec, "gpt2 | cl100k | o200k | llama3 | bytes | FILE.tkr | DIR of a trained tokenizer or of llama3"},
-        {"tokenizer-dir", ARG_STR, dirbuf, sizeof dirbuf,
+        {"tokenizer-dir", ARG_DIR, dirbuf, sizeof dirbuf,
          "where the named tokenizer's files are (none: gpt2: $ST_GPT2_DIR, <exe>/../data/gpt2_tokenizer, ./data/...; "
          "cl100k, o200k: <exe>/../data/tokenizers, ./data/tokenizers; llama3: .../data/tokenizers/llama3 with Meta's "
          "tokenizer.model)"},

@@ -29,7 +29,7 @@ int cmd_sample(int argc, char **argv) {
         {"top-k", ARG_INT, &top_k, 0, "sample among the k most likely tokens (0: all; 1: greedy)"},
         {"seed", ARG_U64, &seed, 0, "sampling seed"},
         {"tokenizer", ARG_STR, tokenizer, sizeof tokenizer, "gpt2 | cl100k | o200k | llama3 | bytes | FILE.tkr | DIR (default: recorded with the weights)"},
-        {"tokenizer-dir", ARG_STR, tok_dir, sizeof tok_dir, "where the named tokenizer's files are (gpt2: encoder.json, vocab.bpe; cl100k, o200k: NAME_base.tkr; llama3: tokenizer.model)"},
+        {"tokenizer-dir", ARG_DIR, tok_dir, sizeof tok_dir, "where the named tokenizer's files are (gpt2: encoder.json, vocab.bpe; cl100k, o200k: NAME_base.tkr; llama3: tokenizer.model)"},
         {"device", ARG_STR, device, sizeof device, "where the model and its KV cache compute: cpu (cuda only in a build with CUDA)"},
     };
     int n = (int)(sizeof specs / sizeof specs[0]), npos = 0, help = 0;

@@ -38,7 +38,7 @@ static int cmd_lr_transfer(int argc, char **argv, Comm *comm) {
     long steps = 150;
     int layers = 2, T = 64, B = 8, threads = 1, quick = 0, vb = 16;
     ArgSpec specs[] = {
-        {"out", ARG_STR, out, sizeof out, "output directory: sp/, mup/ (two sweeps), index.html, summary.json"},
+        {"out", ARG_DIR, out, sizeof out, "output directory: sp/, mup/ (two sweeps), index.html, summary.json"},
         {"widths", ARG_STR, widths, sizeof widths, "model widths C (the first is muP's base width; head dimension 32)"},
         {"lrs", ARG_STR, lrs, sizeof lrs, "learning rates (numbers or 2^k), the same at every width"},
         {"steps", ARG_LONG, &steps, 0, "optimizer steps per run (cosine to the end, 10% warmup, min lr 10%)"},
@@ -101,7 +101,7 @@ static int cmd_study_spike(int argc, char **argv, Comm *comm) {
     double lr = 0.03, warmup_frac = 0.25, clip = 1.0;
     int layers = 4, channels = 256, heads = 4, T = 64, B = 8, threads = 1, quick = 0;
     ArgSpec specs[] = {
-        {"out", ARG_STR, out, sizeof out, "output directory: runs/unstable, runs/stable, index.html, summary.json"},
+        {"out", ARG_DIR, out, sizeof out, "output directory: runs/unstable, runs/stable, index.html, summary.json"},
         {"lr", ARG_DOUBLE, &lr, 0, "the (too high) peak learning rate of both runs"},
         {"steps", ARG_LONG, &steps, 0, "optimizer steps of each run (cosine to the end, min lr 10%)"},
         {"warmup-frac", ARG_DOUBLE, &warmup_frac, 0, "the stable run's warmup as a fraction of its steps"},

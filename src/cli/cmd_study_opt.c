@@ -19,7 +19,7 @@ int cmd_study_optimizers(int argc, char **argv, Comm *comm) {
                   .steps = 600, .sweep_steps = 200, .timing_rounds = 3, .timing_steps = 40};
     double lr_scale = 1;
     ArgSpec specs[] = {
-        {"out", ARG_STR, out, sizeof out, "output directory: sweep/<optimizer>/, final/<optimizer>/, index.html, summary.json"},
+        {"out", ARG_DIR, out, sizeof out, "output directory: sweep/<optimizer>/, final/<optimizer>/, index.html, summary.json"},
         {"optimizers", ARG_STR, opts, sizeof opts, "comma-separated subset of the optimizers (adamw required)"},
         {"steps", ARG_LONG, &su.steps, 0, "steps of each full run (the token budget: steps x micro-batch x seq-len)"},
         {"sweep-steps", ARG_LONG, &su.sweep_steps, 0, "steps of each run of the short lr sweeps"},

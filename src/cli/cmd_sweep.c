@@ -47,7 +47,7 @@ int cmd_sweep(int argc, char **argv, Comm *comm) {
     char out[1024] = "", only[160] = "", fmt[16] = "train";
     int dry = 0, list = 0, verbose = 0, json = 0;
     ArgSpec specs[] = {
-        {"out", ARG_STR, out, sizeof out, "output directory: runs/<id>/, results.csv, results.jsonl (default: sweep-<name>)"},
+        {"out", ARG_DIR, out, sizeof out, "output directory: runs/<id>/, results.csv, results.jsonl (default: sweep-<name>)"},
         {"dry-run", ARG_FLAG, &dry, 0, "print the grid with each run's params, tokens, steps, FLOPs, planned memory and time"},
         {"json", ARG_FLAG, &json, 0, "--dry-run: one JSON object per run (exact memory bytes) instead of the table"},
         {"list", ARG_FLAG, &list, 0, "print one command line per run (for a Slurm array or mpirun per run)"},

@@ -205,7 +205,7 @@ static int cmd_train(int argc, char **argv) {
     ArgSpec specs[] = {
         {"vocab-size", ARG_LONG, &vocab, 0, "vocabulary incl. 256 bytes and <|endoftext|> (>= 257)"},
         {"pattern", ARG_STR, pattern, sizeof pattern, "pre-tokenizer: gpt2 | cl100k | o200k | llama3 (recorded in DIR/pattern)"},
-        {"out", ARG_STR, out, sizeof out, "output directory for encoder.json + vocab.bpe (required)"},
+        {"out", ARG_DIR, out, sizeof out, "output directory for encoder.json + vocab.bpe (required)"},
         {"holdout", ARG_DOUBLE, &holdout, 0, "last fraction of the corpus held out for the bytes/token report"},
         {"threads", ARG_INT, &threads, 0, "pre-token counting threads (0 = all cores)"},
         {"format", ARG_STR, format, sizeof format, "auto | text | jsonl | wikitext (as in prepare)"},

@@ -120,9 +120,11 @@ static Status resume_find_here(Run *r, Err *err) {
     if (!r->rs.path[0] && !is_auto)
         return err_set(err, ST_ERR_INPUT, "--resume %s: expected a checkpoint, found none", c->resume);
     if (r->rs.note[0] && !c->quiet) printf("resume: %s\n", r->rs.note);
-    if (!r->rs.path[0]) {
-        snprintf(r->rs.note, sizeof r->rs.note, "no checkpoint in %s, starting from scratch", c->ckpt_dir);
-        if (!c->quiet) printf("resume: %s\n", r->rs.note);
+    if (!r->rs.path[0]) { /* ckpt's note says so already; the start record gets one either way */
+        if (!r->rs.note[0]) {
+            snprintf(r->rs.note, sizeof r->rs.note, "no checkpoint in %s, starting from scratch", c->ckpt_dir);
+            if (!c->quiet) printf("resume: %s\n", r->rs.note);
+        }
         return ST_OK;
     }
     return resume_check(r, r->rs.path, err);
