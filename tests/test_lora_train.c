@@ -402,6 +402,39 @@ int main(int argc, char **argv) {
         tu_check(f && !old, "control: a -nan record is not JSON to the reader", "%s", old ? "parsed" : "refused");
         cJSON_Delete(old);
     }
+    /* The console: the full trainer's progress line (tokens/s, elapsed, ETA), marked "| lora"; it
+     * printed loss, lr, norm and ms only until 2026-11-29. Oracle: each line's tok/s is the batch's
+     * 64 tokens over its printed ms (to the rounding of both). Control: a line with another rate
+     * fails the same parse. */
+    {
+        snprintf(cmd, sizeof cmd, "%s train --data " DIR "/train.bin --layers 2 --heads 2 --channels 32 --max-seq-len 32 "
+                 "--seq-len 32 --micro-batch 2 --threads 1 --steps 3 --lora-rank 4 --init-from " DIR "/base_out > " DIR
+                 "/console.out 2>&1", g_bin);
+        int rc = system(cmd), lines = 0, right = 0;
+        char *t = tu_slurp(DIR "/console.out");
+        const char *ctl = "step     2/3 | loss 4.1000 | lr 1.00e-03 | norm 0.100 -> 0.100 |    10.0 ms |   9999 tok/s | 0s, "
+                          "ETA 0s | lora\n";
+        for (int pass = 0; pass < 2; pass++) {
+            int n = 0, ok = 0;
+            for (const char *p = pass ? ctl : t; p && (p = strstr(p, "step ")); p++) {
+                long a, b;
+                double ms, tok;
+                const char *bar = strstr(p, " ms | ");
+                if (sscanf(p, "step %ld/%ld", &a, &b) != 2 || !bar || !strstr(p, "| lora")) continue;
+                const char *q = bar;
+                while (q > p && q[-1] != '|') q--;
+                if (sscanf(q, "%lf", &ms) != 1 || sscanf(bar + 6, "%lf", &tok) != 1) continue;
+                n++;
+                ok += fabs(tok - 64.0 / (ms * 1e-3)) <= 0.5 + 64.0 / ((ms - 0.05) * 1e-3) - 64.0 / (ms * 1e-3);
+            }
+            if (pass) tu_check(n == 1 && ok == 0, "control: a line with another rate fails the check", "%d of %d", ok, n);
+            else lines = n, right = ok;
+        }
+        tu_check(WIFEXITED(rc) && WEXITSTATUS(rc) == 0 && lines == 3 && right == 3 && strstr(t, "ETA"),
+                 "the LoRA console line: tokens/s, ETA, | lora", "%d lines, %d with tok/s = 64 / ms; see " DIR "/console.out",
+                 lines, right);
+        free(t);
+    }
     /* state.json carries its own checksum (version 2): a copy of the step-3 checkpoint with its
      * loader position edited is refused on resume (it resumed, on other batches); control: the
      * unedited copy resumes. */

@@ -67,6 +67,8 @@ typedef struct {
     uint64_t base_hash;
     EventLog log;
     long step;
+    long loop_step0;        /* the step the loop started at (a resume's), for the ETA */
+    double loop_t0;         /* when it started (timer_ms) */
 } LoraRun;
 
 /* Flags the LoRA loop does not implement: refused with one line each instead of ignored. */
@@ -461,7 +463,8 @@ static long long batch_tokens(const LoraRun *r) {
 /* The full trainer's val record (events.h) and its console line. */
 static void log_val(LoraRun *r, double vl, long vtok, double ms) {
     ev_val(&r->log, r->step, vl, (double)vtok, ms);
-    if (r->comm->rank == 0 && !r->cfg.quiet) printf("val   %5ld | loss %.4f | perplexity %.2f (lora)\n", r->step, vl, exp(vl));
+    if (r->comm->rank == 0 && !r->cfg.quiet)
+        printf("val   %5ld | loss %.4f | perplexity %.2f | %.0f ms | lora\n", r->step, vl, exp(vl), ms);
 }
 
 /* One optimizer step over the adapters. */
@@ -551,8 +554,14 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
     if (res->steps_done == 0) res->first_loss = loss;
     res->last_loss = loss, res->steps_done++;
     ev_lora_step(&r->log, next, loss, lr, norm, norm * scale, (long long)ntok, (long long)next * batch_tokens(r), ms);
-    if (r->comm->rank == 0 && !c->quiet)
-        printf("step %ld/%ld | loss %.6f | lr %.3g | norm %.4f | %.1f ms (lora)\n", next, c->steps, loss, lr, norm, ms);
+    if (r->comm->rank == 0 && !c->quiet) { /* the full trainer's progress line, without MFU */
+        double elapsed = (timer_ms() - r->loop_t0) * 1e-3, done = (double)(next - r->loop_step0);
+        char el[32], et[32];
+        tr_fmt_duration(elapsed, el, sizeof el), tr_fmt_duration(elapsed / done * (double)(c->steps - next), et, sizeof et);
+        printf("step %5ld/%ld | loss %.4f | lr %.2e | norm %.3f -> %.3f | %7.1f ms | %6.0f tok/s | %s, ETA %s | lora\n",
+               next, c->steps, loss, lr, norm, norm * scale, ms, (double)batch_tokens(r) / (ms * 1e-3), el, et);
+        fflush(stdout);
+    }
     return ST_OK;
 }
 
@@ -626,6 +635,7 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     long stop_at = c->stop_after > 0 && c->stop_after < c->steps ? c->stop_after : c->steps;
     TrSignals sig = {0};
     if (c->handle_signals) tr_signals_on(&sig); /* SIGTERM/SIGINT/SIGUSR1: finish the step, save, end */
+    r->loop_step0 = r->step, r->loop_t0 = timer_ms();
     while (st == ST_OK && r->step < stop_at && !r->stop) {
         st = step(r, res, err);
         if (st == ST_OK && c->val_data[0] && c->val_every > 0 && r->step % c->val_every == 0) {
