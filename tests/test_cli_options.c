@@ -127,8 +127,8 @@ static void recorded_command(void) {
              "%s", got);
 }
 
-/* Directories given with a trailing slash (as the README writes them: run/, ckpt/) are the same
- * directories in what is printed: "run/model.safetensors", not "run//model.safetensors" (until
+/* Directories given with a trailing slash (as the README writes them: run/, ckpt/), as flags or as
+ * eval's weights argument, are the same directories in what is printed: "run/model.safetensors", not "run//model.safetensors" (until
  * 2026-11-29). Control: a path with "//" inside shows it, so the check sees doubled slashes. */
 static void trailing_slashes(void) {
     char cmd[4096];
@@ -139,12 +139,14 @@ static void trailing_slashes(void) {
                  "--heads 2 --channels 32 --max-seq-len 32 --seq-len 32 --micro-batch 2 --steps 2 --ckpt-every 1 "
                  "--ckpt-dir %s/sl/ck/ --out %s/sl%srun/ > %s/sl.out 2>&1 && %s train --data '%s/sl/sh/train_*.bin' "
                  "--layers 1 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 --micro-batch 2 --steps 3 --ckpt-dir "
-                 "%s/sl/ck/ --resume auto >> %s/sl.out 2>&1", TMP, BIN, TMP, ST_SOURCE_DIR, BIN, TMP, TMP, TMP,
-                 k ? "//" : "/", TMP, BIN, TMP, TMP, TMP);
+                 "%s/sl/ck/ --resume auto >> %s/sl.out 2>&1 && %s eval %s/sl/ck/ --data '%s/sl/sh/train_*.bin' --quiet "
+                 ">> %s/sl.out 2>&1", TMP, BIN, TMP, ST_SOURCE_DIR, BIN, TMP, TMP, TMP, k ? "//" : "/", TMP, BIN, TMP, TMP,
+                 TMP, BIN, TMP, TMP, TMP);
         int ok = tu_shell(cmd);
         char *t = tu_slurp(TMP "/sl.out");
         any[k] = ok && t && strstr(t, k ? "saved weights to " TMP "/sl//run/model.safetensors"
-                                        : "saved weights to " TMP "/sl/run/model.safetensors") && strstr(t, "resume: continuing")
+                                        : "saved weights to " TMP "/sl/run/model.safetensors") && strstr(t, "resume: continuing") &&
+                     strstr(t, "eval: " TMP "/sl/ck/step_00000003 on")
                      ? strstr(t, "//") != NULL : -1;
         free(t);
     }

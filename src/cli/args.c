@@ -64,8 +64,7 @@ static Status set_value(ArgSpec *s, const char *v, Err *err) {
             return err_set(err, ST_ERR_INPUT, "--%s: expected at most %zu characters, found %zu", s->name, s->len - 1,
                            strlen(v));
         snprintf((char *)s->dst, s->len, "%s", v);
-        if (s->type == ARG_DIR)
-            for (char *d = (char *)s->dst, *e = d + strlen(d); e > d + 1 && e[-1] == '/';) *--e = '\0';
+        if (s->type == ARG_DIR) args_trim_dir((char *)s->dst);
         break;
     case ARG_FLAG:
         if (!strcmp(v, "1") || !strcmp(v, "true")) *(int *)s->dst = 1;
@@ -274,4 +273,8 @@ void args_join_quoted(char *out, size_t cap, const char *prefix, int argc, char 
         if (!plain && n + 1 < cap) out[n++] = '\'';
         out[n < cap ? n : cap - 1] = '\0';
     }
+}
+
+void args_trim_dir(char *path) {
+    for (char *e = path + strlen(path); e > path + 1 && e[-1] == '/';) *--e = '\0';
 }

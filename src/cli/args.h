@@ -33,6 +33,10 @@ Status args_parse(ArgSpec *specs, int n, int argc, char **argv, char **pos, int 
 /* Prints "  --name VALUE  help (default: current value)" for each spec. */
 void args_print_help(const ArgSpec *specs, int n);
 
+/* path without its trailing slashes ("run/" -> "run"; "/" stays): ARG_DIR's rule, for the
+ * positional weights argument of eval, sample and export too. */
+void args_trim_dir(char *path);
+
 /* prefix and argv joined by spaces as a shell would read them back: an argument that is empty or
  * holds a character outside [A-Za-z0-9_@%+=:,./-] in single quotes (a ' as '\''), so the recorded
  * command (a manifest's, a start record's) runs again as given. Truncated to cap. */

@@ -218,6 +218,7 @@ int cmd_eval(int argc, char **argv) {
     /* The weights: a plain folder, else a checkpoint (verified) or the newest one of a --ckpt-dir. */
     char src[4096];
     int plain = 0;
+    args_trim_dir(pos[0]); /* "run/" prints as "run", its files as "run/model.safetensors" */
     if ((st = cli_resolve_weights("eval", pos[0], src, sizeof src, &plain, quiet, &err)) != ST_OK)
         return cli_fail("eval", st, err.msg);
     ModelConfig cfg;

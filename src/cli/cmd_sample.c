@@ -61,6 +61,7 @@ int cmd_sample(int argc, char **argv) {
     /* WEIGHTS as eval and export take it: a weights folder, a checkpoint or a --ckpt-dir */
     char dir[4096];
     int plain = 0;
+    args_trim_dir(pos[0]); /* "run/" prints as "run", its files as "run/model.safetensors" */
     if ((st = cli_resolve_weights("sample", pos[0], dir, sizeof dir, &plain, 0, &err)) != ST_OK)
         return cli_fail("sample", st, err.msg);
     ModelConfig cfg;
