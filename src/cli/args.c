@@ -6,7 +6,6 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/fileio.h"
+#include "core/shellword.h"
 
 ArgSpec *args_find(ArgSpec *specs, int n, const char *name) {
     for (int i = 0; i < n; i++)
@@ -258,21 +258,8 @@ int args_find_data_dir(const char *explicit_dir, const char *sub, char *out, siz
 }
 
 void args_join_quoted(char *out, size_t cap, const char *prefix, int argc, char **argv) {
-    size_t n = (size_t)snprintf(out, cap, "%s", prefix);
-    for (int i = 0; i < argc && n + 1 < cap; i++) {
-        const char *a = argv[i];
-        int plain = a[0] != '\0';
-        for (const char *p = a; *p && plain; p++)
-            plain = isalnum((unsigned char)*p) || strchr("_@%+=:,./-", *p);
-        out[n++] = ' ';
-        if (!plain && n + 1 < cap) out[n++] = '\'';
-        for (const char *p = a; *p && n + 4 < cap; p++) {
-            if (*p == '\'' && !plain) memcpy(out + n, "'\\''", 4), n += 4;
-            else out[n++] = *p;
-        }
-        if (!plain && n + 1 < cap) out[n++] = '\'';
-        out[n < cap ? n : cap - 1] = '\0';
-    }
+    snprintf(out, cap, "%s", prefix);
+    for (int i = 0; i < argc; i++) shell_word_append(out, cap, argv[i]);
 }
 
 void args_trim_dir(char *path) {

@@ -37,9 +37,8 @@ void args_print_help(const ArgSpec *specs, int n);
  * positional weights argument of eval, sample and export too. */
 void args_trim_dir(char *path);
 
-/* prefix and argv joined by spaces as a shell would read them back: an argument that is empty or
- * holds a character outside [A-Za-z0-9_@%+=:,./-] in single quotes (a ' as '\''), so the recorded
- * command (a manifest's, a start record's) runs again as given. Truncated to cap. */
+/* prefix, then each of argv as core/shellword.h's shell_word_append writes it: the recorded command
+ * (a manifest's, a start record's) runs again as given. Truncated to cap. */
 void args_join_quoted(char *out, size_t cap, const char *prefix, int argc, char **argv);
 
 /* Returns the spec named name, or NULL. */

@@ -20,6 +20,7 @@
 
 #include "ckpt/ckpt.h"
 #include "core/fileio.h"
+#include "core/shellword.h"
 #include "core/timer.h"
 #include "model/layout.h"
 #include "plan/plan.h"
@@ -590,30 +591,11 @@ int sweep_find(const Sweep *s, const char *id) {
 
 /* ================================================================ command lines, dry run */
 
-/* Appends word, single-quoted when it holds anything but safe characters. */
-static void shell_word(char *buf, size_t cap, const char *w) {
-    size_t k = strlen(buf);
-    int safe = w[0] != '\0';
-    for (const char *p = w; *p; p++)
-        safe &= (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-                strchr("-_./=:,+@%", *p) != NULL;
-    if (safe) {
-        snprintf(buf + k, cap - k, "%s%s", k ? " " : "", w);
-        return;
-    }
-    k += (size_t)snprintf(buf + k, cap - k, "%s'", k ? " " : "");
-    for (const char *p = w; *p && k + 5 < cap; p++) {
-        if (*p == '\'') k += (size_t)snprintf(buf + k, cap - k, "'\\''");
-        else buf[k++] = *p, buf[k] = '\0';
-    }
-    if (k + 1 < cap) buf[k++] = '\'', buf[k] = '\0';
-}
-
 void sweep_command_line(const SweepRun *r, const char *exe, char *buf, size_t cap) {
     buf[0] = '\0';
-    shell_word(buf, cap, exe);
-    shell_word(buf, cap, "train");
-    for (int i = 0; i < r->nargs; i++) shell_word(buf, cap, r->args[i]);
+    shell_word_append(buf, cap, exe);
+    shell_word_append(buf, cap, "train");
+    for (int i = 0; i < r->nargs; i++) shell_word_append(buf, cap, r->args[i]);
 }
 
 Status sweep_plan_run(const Sweep *s, int i, const Comm *comm, SweepRunPlan *out, Err *err) {
