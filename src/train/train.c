@@ -287,8 +287,7 @@ static Status run_finish(Run *r, Err *err) {
     memcpy(e.peak, r->mem.peak, sizeof e.peak);
     ev_end(&r->log, &e);
     if (r->acct.have_plan && !c->quiet)
-        printf("plan: predicted %.1f ms/step (%s), measured median %.1f ms/step (%.2fx)\n", plan_ms,
-               c->have_hw ? c->hw.name : r->acct.plan_hw[0] ? "this machine's cached profile" : "the preset's efficiency at the measured peak",
+        printf("plan: predicted %.1f ms/step (%s), measured median %.1f ms/step (%.2fx)\n", plan_ms, r->acct.plan_hw,
                res->median_step_ms, res->median_step_ms / plan_ms);
     if (!c->quiet)
         printf("done: %ld steps, median %.1f ms/step, %.0f tokens/s\n", res->steps_done, res->median_step_ms,

@@ -159,9 +159,11 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err);
 
 /* The plan's input for this configuration on a dp × tp × pp grid, as the trainer builds it for its
  * start record (docs/plan.md): the model, batch, grid, optimizer moments, recompute and the
- * trainer's precisions; the hardware is cfg->hw when cfg->have_hw, else plan's default profile
- * with its fp32 peak replaced by `peak` when peak > 0 (the trainer passes its measured one). So a
- * caller planning a run (sweep --dry-run) gets the trainer's own planned memory and step time. */
-void train_plan_input(const TrainConfig *cfg, int dp, int tp, int pp, double peak, PlanInput *pi);
+ * trainer's precisions; the hardware is cfg->hw when cfg->have_hw, else on the CPU this machine's
+ * profile cached by `plan` for the run's threads (cfg->peak_cache), else plan's preset with its
+ * peaks replaced by `peak` when peak > 0 (the trainer passes its measured one). So a caller
+ * planning a run (sweep --dry-run) gets the trainer's own planned memory and step time. Returns 1
+ * when the hardware is the cached profile. */
+int train_plan_input(const TrainConfig *cfg, int dp, int tp, int pp, double peak, PlanInput *pi);
 
 #endif

@@ -98,8 +98,8 @@ typedef struct {
     MachinePeak mpeak;          /* the probe's and the GEMM's figures (zero when --peak-gflops) */
     PlanResult plan;
     int have_plan;
-    char plan_hw[32];           /* the hardware profile the plan priced on (its name; "" for the preset
-                                   with the run's peak) */
+    const char *plan_hw;        /* what priced the plan, for its end line (--hardware's name, the cached
+                                   profile, or the preset at the run's peak) */
     size_t rss_base;            /* resident anonymous memory before the run allocated anything */
 } RunAccounting;
 

@@ -465,7 +465,7 @@ static void run_state_plan(const Run *r, size_t plan[MEM_NCAT]) {
     par_planned_bytes(&r->g.w.layout, r->dp, r->dp_rank, &po, (int)r->g.w.prec, plan);
 }
 
-void train_plan_input(const TrainConfig *c, int dp, int tp, int pp, double peak, PlanInput *out) {
+int train_plan_input(const TrainConfig *c, int dp, int tp, int pp, double peak, PlanInput *out) {
     PlanInput pi = plan_default_input();
     plan_model_from_config(&pi.model, &c->model);
     pi.micro_batch = c->micro_batch, pi.seq_len = c->seq_len, pi.grad_accum = c->grad_accum, pi.threads = c->threads;
@@ -484,8 +484,20 @@ void train_plan_input(const TrainConfig *c, int dp, int tp, int pp, double peak,
     pi.hess_every = c->optim.kind == OPT_SOPHIA ? c->optim.hess_every : 0;
     pi.recompute = (PlanRecompute)c->recompute;
     pi.doc_mask = c->model.doc_mask; /* priced at span T (mean_doc_len 0): the documents are not known yet */
-    if (c->have_hw) pi.hw = c->hw; /* a measured profile (plan --measure-hardware) */
-    else if (peak > 0) pi.hw.peak_fp32 = pi.hw.peak_bf16 = peak; /* the run's measured peak, whichever precision */
+    /* The hardware: --hardware; else, on the CPU, this machine's profile where `plan` has cached one
+     * for these threads (measured GEMM efficiencies, bf16's its own: the preset's efficiency with
+     * the run's peak priced a bf16 step 2.2x too fast on a Xeon whose bf16 GEMMs run at half its FMA
+     * rate); else the preset with the run's measured peak, whichever precision. */
+    int cached = 0;
+    if (c->have_hw) pi.hw = c->hw;
+    else if (!strcmp(c->device, "cpu")) {
+        int cpus = machine_cpus_allowed();
+        cJSON *j = machine_profile_load(c->peak_cache, pi.threads < cpus ? pi.threads : cpus, NULL);
+        Err he;
+        cached = j && plan_hardware_from_json(&pi.hw, j, &he) == ST_OK;
+        cJSON_Delete(j);
+    }
+    if (!c->have_hw && !cached && peak > 0) pi.hw.peak_fp32 = pi.hw.peak_bf16 = peak;
     /* This trainer's precisions. fp16 is emulated, so its GEMMs run at the fp32 rate: the fp16 peak
      * is the fp32 one. The precision itself stays fp16, so that the plan sizes what fp16 allocates
      * (its mixed-precision GEMM scratch in the workspace, layout_memory_plan) and runs (no tp overlap). */
@@ -493,6 +505,7 @@ void train_plan_input(const TrainConfig *c, int dp, int tp, int pp, double peak,
     plan_precision_trainer(&pi.prec, c->fp16 ? "fp16" : c->bf16 ? "bf16" : "fp32", &pe);
     if (c->fp16) pi.hw.peak_fp16 = pi.hw.peak_fp32;
     *out = pi;
+    return cached;
 }
 
 /* The peak FLOP/s that MFU divides by (this rank's, measured for the precision in use unless
@@ -537,21 +550,9 @@ Status tr_setup_accounting(Run *r, Err *err) {
     r->acct.batch_seqs = (long long)B * k * r->dp, r->acct.batch_tokens = r->acct.batch_seqs * T;
 
     PlanInput pi;
-    train_plan_input(c, r->dp, r->tp, r->pp, r->acct.peak, &pi);
-    /* On the CPU without --hardware, this machine's profile where `plan` has cached one for these
-     * threads (measured GEMM efficiencies, bf16's its own): the preset's efficiency with the run's
-     * peak priced a bf16 step 2.2x too fast on a Xeon whose bf16 GEMMs run at half its FMA rate. */
-    if (!c->have_hw && be->host_addressable) {
-        cJSON *j = machine_profile_load(c->peak_cache, nt < machine_cpus_allowed() ? nt : machine_cpus_allowed(), NULL);
-        PlanHardware h;
-        Err he;
-        if (j && plan_hardware_from_json(&h, j, &he) == ST_OK) {
-            pi.hw = h;
-            if (c->fp16) pi.hw.peak_fp16 = pi.hw.peak_fp32; /* emulated: its GEMMs run in fp32 */
-            snprintf(r->acct.plan_hw, sizeof r->acct.plan_hw, "%s", h.name);
-        }
-        cJSON_Delete(j);
-    }
+    int cached = train_plan_input(c, r->dp, r->tp, r->pp, r->acct.peak, &pi);
+    r->acct.plan_hw = c->have_hw ? c->hw.name : cached ? "this machine's cached profile"
+                                                       : "the preset's efficiency at the measured peak";
     /* Every rank on one node (comm found them so): dp and tp collectives go over shared memory. */
     if (r->comm->one_node && r->world > pi.hw.devices_per_node) pi.hw.devices_per_node = r->world;
     Err perr;
