@@ -75,6 +75,13 @@ static void add_seed(cJSON *o, const char *k, uint64_t v) {
     cJSON_AddStringToObject(o, k, buf);
 }
 
+/* A 64-bit hash as its 16 hex digits. */
+static void add_hex64(cJSON *o, const char *k, unsigned long long v) {
+    char buf[20];
+    snprintf(buf, sizeof buf, "%016llx", v);
+    cJSON_AddStringToObject(o, k, buf);
+}
+
 static void add_array(cJSON *o, const char *k, const double *v, int n) {
     cJSON *a = cJSON_AddArrayToObject(o, k);
     for (int i = 0; v && i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
@@ -176,9 +183,7 @@ cJSON *events_config_json(const TrainConfig *c) {
     add_num(o, "threads", c->threads);
     add_num(o, "val_every", c->val_every);
     add_num(o, "val_batches", c->val_batches);
-    char hash[32];
-    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)c->tokenizer_hash);
-    cJSON_AddStringToObject(o, "tokenizer_hash", hash);
+    add_hex64(o, "tokenizer_hash", (unsigned long long)c->tokenizer_hash);
     cJSON_AddBoolToObject(o, "no_pack", c->no_pack);
     cJSON_AddStringToObject(o, "recompute", layout_recompute_name(c->recompute));
     cJSON_AddStringToObject(o, "precision", c->fp16 ? "fp16" : c->bf16 ? "bf16" : "fp32");
@@ -482,12 +487,6 @@ void ev_ckpt_lora(EventLog *lg, long step, double ms, const char *path) {
     add_num(o, "time_ms", ms);
     cJSON_AddStringToObject(o, "path", path);
     emit(lg, o);
-}
-
-static void add_hex64(cJSON *o, const char *k, unsigned long long v) {
-    char buf[20];
-    snprintf(buf, sizeof buf, "%016llx", v);
-    cJSON_AddStringToObject(o, k, buf);
 }
 
 void ev_lora_start(EventLog *lg, const LoraStartEvent *e) {

@@ -435,8 +435,23 @@ static Status save_files(LoraRun *r, const LoraLayout *ll, const float *p, const
     return st;
 }
 
-static Status validation(LoraRun *r, double *loss, long *targets, Err *err) {
+/* The global batch in tokens: B · k · dp sequences of T (the full trainer's effective_batch). */
+static long long batch_tokens(const LoraRun *r) {
+    const TrainConfig *c = &r->cfg;
+    return (long long)c->micro_batch * c->grad_accum * r->dp * c->seq_len;
+}
+
+/* The full trainer's val record (events.h) and its console line. */
+static void log_val(LoraRun *r, double vl, long vtok, double ms) {
+    ev_val(&r->log, r->step, vl, (double)vtok, ms);
+    if (r->comm->rank == 0 && !r->cfg.quiet)
+        printf("val   %5ld | loss %.4f | perplexity %.2f | %.0f ms | lora\n", r->step, vl, exp(vl), ms);
+}
+
+/* The validation loss over --val-batches, logged (val record and console line) when it succeeds. */
+static Status validation(LoraRun *r, double *loss, Err *err) {
     TrainConfig *c = &r->cfg;
+    double t0 = timer_ms();
     int B = c->micro_batch, T = c->seq_len;
     double sum = 0;
     long ntok = 0;
@@ -450,21 +465,8 @@ static Status validation(LoraRun *r, double *loss, long *targets, Err *err) {
     }
     Status st = gpt_status(&r->g, err);
     *loss = ntok ? sum / ntok : NAN;
-    *targets = ntok;
+    if (st == ST_OK) log_val(r, *loss, ntok, timer_ms() - t0);
     return st;
-}
-
-/* The global batch in tokens: B · k · dp sequences of T (the full trainer's effective_batch). */
-static long long batch_tokens(const LoraRun *r) {
-    const TrainConfig *c = &r->cfg;
-    return (long long)c->micro_batch * c->grad_accum * r->dp * c->seq_len;
-}
-
-/* The full trainer's val record (events.h) and its console line. */
-static void log_val(LoraRun *r, double vl, long vtok, double ms) {
-    ev_val(&r->log, r->step, vl, (double)vtok, ms);
-    if (r->comm->rank == 0 && !r->cfg.quiet)
-        printf("val   %5ld | loss %.4f | perplexity %.2f | %.0f ms | lora\n", r->step, vl, exp(vl), ms);
 }
 
 /* One optimizer step over the adapters. */
@@ -640,12 +642,9 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
         st = step(r, res, err);
         if (st == ST_OK && c->val_data[0] && c->val_every > 0 && r->step % c->val_every == 0) {
             double vl;
-            long vtok;
-            double t0 = timer_ms();
-            if ((st = validation(r, &vl, &vtok, err)) == ST_OK) {
+            if ((st = validation(r, &vl, err)) == ST_OK) {
                 if (isnan(res->first_val)) res->first_val = vl;
                 res->last_val = vl;
-                log_val(r, vl, vtok, timer_ms() - t0);
             }
         }
         if (st == ST_OK && c->ckpt_every > 0 && r->step % c->ckpt_every == 0 && r->step < stop_at && !r->stop)
@@ -657,12 +656,7 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     if (st == ST_OK && res->steps_done > 0) st = save(r, err); /* the last step (or --stop-after's) */
     if (st == ST_OK && c->val_data[0] && c->val_every <= 0) {
         double vl;
-        long vtok;
-        double t0 = timer_ms();
-        if ((st = validation(r, &vl, &vtok, err)) == ST_OK) {
-            res->first_val = res->last_val = vl;
-            log_val(r, vl, vtok, timer_ms() - t0);
-        }
+        if ((st = validation(r, &vl, err)) == ST_OK) res->first_val = res->last_val = vl;
     }
     /* The base must be unchanged: the adapters are all this run trained (each rank its slice). */
     if (st == ST_OK && lora_base_hash(r) != r->local_hash)
