@@ -47,9 +47,11 @@
  *            text; within 1e-4 of the unrounded base's run; memory measured == plan == closed form,
  *            plan --lora-base-precision bf16 == the run; the stored base's hash unchanged; export
  *            --merge = the bf16 blocks + (alpha/r)(BA)ᵀ; a resume with an fp32 base refused.
- *            Control: the unrounded base's run must differ.
+ *            Control: the unrounded base's run must differ. At tp 2 (each rank's slices in bf16):
+ *            equal to one process within 2e-6, memory measured == plan --tp 2; control: the fp32
+ *            base at tp 2 differs by more.
  *   refusals one line, exit 2: an unknown target, q alone on GPT-2, --lora-alpha without --lora-rank,
- *            --optimizer lion, --lora-base-precision bf16 --tp 2, --sp, --precision bf16, --pp 2. */
+ *            --optimizer lion, --lora-base-precision fp16, --sp, --precision bf16, --pp 2. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -113,7 +115,7 @@ static float *read_tensor(const char *path, const char *name, int rows, int cols
 static void check_refusals(void) {
     static const struct { const char *extra, *flag; } R[] = {
         {"--lora-targets q", "--lora-targets"}, {"--lora-targets qq", "--lora-targets"},
-        {"--optimizer lion", "--optimizer"},    {"--tp 2 --lora-base-precision bf16", "--lora-base-precision"},
+        {"--optimizer lion", "--optimizer"},    {"--lora-base-precision fp16", "--lora-base-precision"},
         {"--tp 2 --sp", "--sp"}, {"--precision bf16", "--precision"}, {"--pp 2", "--pp"},
     };
     int ok = 1;
@@ -133,7 +135,7 @@ static void check_refusals(void) {
     char *t = tu_slurp(DIR "/refuse.out");
     ok &= rc == 2 && t && strstr(t, "--lora-alpha");
     free(t);
-    tu_check(ok, "refusals", "unknown target, q alone on GPT-2, lion, --lora-base-precision bf16 --tp 2, --sp, bf16, --pp 2, --lora-alpha alone: exit 2 "
+    tu_check(ok, "refusals", "unknown target, q alone on GPT-2, lion, --lora-base-precision fp16, --sp, bf16, --pp 2, --lora-alpha alone: exit 2 "
              "with a line naming the flag");
 }
 
@@ -315,6 +317,45 @@ static void check_bf16_base(void) {
     tu_check(r4 == 2 && t && strstr(t, "base bf16"), "resume of a bf16-base checkpoint with an fp32 base: refused", "rc %d, %s",
              r4, t ? t : "(no output)");
     free(t);
+    /* tp 2: each rank stores its slices of the blocks in bf16. The oracle: the same bf16 base on one
+     * process (LoRA dropout 0, which tp needs): losses and norms within 2e-6 (tp's summation order:
+     * ~3e-7; the base's bf16 rounding moves them ~7e-6 here), and the tp 2 run's memory record
+     * measured == plan --tp 2 --lora-base-precision bf16. Control: an fp32-base tp 2 run must differ
+     * from the bf16 one by more than the tolerance. */
+    const char *targs = "train --data " DIR "/train.bin --layers 2 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 "
+                        "--micro-batch 2 --lr 2e-3 --min-lr 2e-4 --warmup 2 --threads 1 --quiet --steps 6 --lora-rank 4 "
+                        "--lora-alpha 8 --lora-targets all --init-from " DIR "/base_out";
+    snprintf(cmd, sizeof cmd, "%s %s --lora-base-precision bf16 --log " DIR "/b16_tp1.jsonl", g_bin, targs);
+    int t1 = run("b16_tp1", cmd);
+    snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s %s --tp 2 "
+             "--lora-base-precision bf16 --log " DIR "/b16_tp2.jsonl", g_mpi, g_bin, targs);
+    int t2 = run("b16_tp2", cmd);
+    snprintf(cmd, sizeof cmd, "timeout 120 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s %s --tp 2 "
+             "--log " DIR "/f32_tp2.jsonl", g_mpi, g_bin, targs);
+    int t3 = run("f32_tp2", cmd);
+    RcLog k1, k2, k3;
+    int rk = rc_read_log(DIR, "b16_tp1", &k1) && rc_read_log(DIR, "b16_tp2", &k2) && k1.n == 6 && k2.n == 6;
+    double tl = rk ? fmax(rc_max_rel(k2.loss, k1.loss, 6), rc_max_rel(k2.norm, k1.norm, 6)) : 1;
+    cJSON *tall = rc_records(DIR, "b16_tp2"), *tmem = NULL;
+    cJSON_ArrayForEach(o, tall) {
+        const char *ev = rc_event(o);
+        if (ev && !strcmp(ev, "memory") && !tmem) tmem = o;
+    }
+    const cJSON *tmeas = tmem ? cJSON_GetObjectItem(tmem, "measured") : NULL;
+    snprintf(cmd, sizeof cmd, "%s plan --json --layers 2 --heads 2 --channels 32 --vocab 97 --max-seq-len 32 --seq-len 32 "
+             "--micro-batch 2 --threads 1 --lora-rank 4 --lora-targets all --lora-base-precision bf16 --tp 2 2>/dev/null", g_bin);
+    cJSON *tpj = rc_command_json(cmd);
+    const cJSON *tpb = tpj ? cJSON_GetObjectItem(cJSON_GetObjectItem(tpj, "lora"), "bytes_per_rank") : NULL;
+    tu_check(t1 == 0 && t2 == 0 && rk && tl <= 2e-6 && tmeas && cJSON_IsTrue(cJSON_GetObjectItem(tmem, "planned_equals_measured")) &&
+                 tpb && rc_num(tpb, "parameters") == rc_num(tmeas, "parameters") && rc_num(tmeas, "parameters") < want,
+             "bf16 base at tp 2 = one process; memory measured == plan --tp 2", "losses and norms rel %.3g (tol 2e-6), "
+             "parameters %.0f bytes per rank (plan %.0f, tp 1 %.0f)", tl, tmeas ? rc_num(tmeas, "parameters") : -1,
+             tpb ? rc_num(tpb, "parameters") : -1, want);
+    int rk3 = rc_read_log(DIR, "f32_tp2", &k3) && k3.n == 6;
+    double fl = rk && rk3 ? fmax(rc_max_rel(k3.loss, k2.loss, 6), rc_max_rel(k3.norm, k2.norm, 6)) : 0;
+    tu_check(t3 == 0 && rk3 && fl > 2e-6, "negative control: the fp32 base at tp 2 differs from the bf16 one",
+             "losses and norms rel %.3g (must exceed 2e-6)", fl);
+    cJSON_Delete(tpj), cJSON_Delete(tall);
     layout_free(&pl);
 }
 

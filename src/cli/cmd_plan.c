@@ -729,8 +729,10 @@ int cmd_plan(int argc, char **argv) {
             return cli_fail("plan", ST_ERR_INPUT, err.msg);
         }
         LoraConfig cfgl = {lora_rank, (float)lora_rank, 0.0f, 0, !strcmp(lora_base_prec, "bf16")};
-        if ((strcmp(lora_base_prec, "fp32") && !cfgl.base_bf16) || (cfgl.base_bf16 && in.tp > 1))
-            return cli_fail("plan", ST_ERR_INPUT, "--lora-base-precision: expected fp32, or bf16 at --tp 1");
+        if (strcmp(lora_base_prec, "fp32") && !cfgl.base_bf16) {
+            snprintf(err.msg, sizeof err.msg, "--lora-base-precision: expected fp32 or bf16, found '%s'", lora_base_prec);
+            return cli_fail("plan", ST_ERR_INPUT, err.msg);
+        }
         if (!lora_targets[0]) snprintf(lora_targets, sizeof lora_targets, "%s", lc.arch == ARCH_LLAMA ? "q,v" : "q,k,v");
         LoraLayout ll;
         if ((st = lora_parse_targets(lora_targets, &lc, &cfgl.targets, &err)) != ST_OK ||

@@ -55,7 +55,7 @@ typedef struct {
      * all-gather before the block's forward and backward and reduce-scatter into sg after its backward. */
     size_t pc;
     float *sp, *sg;
-    /* --lora-base-precision bf16 (LoraConfig.base_bf16, tp 1): the blocks of the base in bf16 (b16,
+    /* --lora-base-precision bf16 (LoraConfig.base_bf16): the blocks of this rank's base in bf16 (b16,
      * nb values), the embeddings and final norm in fp32 (b32: segment 0, then segment L + 1), and
      * the fp32 window (nwin) that the hooks widen a block into and point its views at. */
     int bf16;
@@ -78,7 +78,6 @@ static Status refuse(const TrainConfig *c, int world, Err *err) {
     if (c->pp > 1) bad = "--pp";
     else if (c->sp) bad = "--sp";
     else if (c->bf16 || c->fp16) bad = "--precision bf16/fp16 (LoRA runs an fp32 base)";
-    else if (c->lora.base_bf16 && c->tp > 1) bad = "--lora-base-precision bf16 with --tp > 1";
     else if (c->optim.kind != OPT_ADAMW && c->optim.kind != OPT_ADAM) bad = "--optimizer other than adamw or adam";
     else if (c->sample_every > 0) bad = "--sample-every";
     else if (c->log_layer_stats) bad = "--log-layer-stats";
@@ -251,9 +250,14 @@ static Status setup_model(LoraRun *r, Err *err) {
     if (st == ST_OK) gpt_init_params_buf(&full, fbuf, c->seed, c->threads);
     if (st == ST_OK && c->init_from[0] && (st = ckpt_init_from(&view, c->init_from, err)) != ST_OK) err_prefix(err, "--init-from");
     if (st == ST_OK) r->base_hash = XXH3_64bits(fbuf, full.total * sizeof(float));
-    if (st == ST_OK && r->tp > 1) layout_tp_copy(&r->g.w.layout, r->g.w.params, &full, fbuf, 0, 1);
-    if (st == ST_OK && r->bf16) { /* tp 1: the blocks rounded to bf16 (nearest even), the rest kept in fp32 */
-        const ParamLayout *pl = &r->g.w.layout;
+    /* lbuf: this rank's base in fp32 (its tp slices), in the model's buffer, or with bf16 storage
+     * staged here to be rounded from. */
+    const ParamLayout *pl = &r->g.w.layout;
+    float *lbuf = r->tp == 1 ? fbuf : r->bf16 ? NULL : r->g.w.params;
+    if (st == ST_OK && r->tp > 1 && r->bf16 && !(lbuf = mem_alloc(&r->mem, MEM_CKPT_STAGING, pl->total * sizeof(float))))
+        st = err_set(err, ST_ERR_RUNTIME, "out of memory (this rank's slice of the base)");
+    if (st == ST_OK && r->tp > 1) layout_tp_copy(pl, lbuf, &full, fbuf, 0, 1);
+    if (st == ST_OK && r->bf16) { /* the blocks rounded to bf16 (nearest even), the rest kept in fp32 */
         int L = pl->cfg.n_layer;
         size_t b0 = pl->seg_off[1], b1 = pl->seg_off[L + 1];
         r->nb = b1 - b0, r->n32 = pl->total - r->nb, r->nwin = lora_base_window_floats(pl);
@@ -261,16 +265,17 @@ static Status setup_model(LoraRun *r, Err *err) {
         r->b32 = mem_alloc(&r->mem, MEM_PARAMS, r->n32 * sizeof(float));
         r->win = mem_alloc(&r->mem, MEM_PARAMS, r->nwin * sizeof(float));
         if (!r->b16 || !r->b32 || !r->win) st = err_set(err, ST_ERR_RUNTIME, "out of memory (the bf16 base)");
-        for (size_t i = 0; st == ST_OK && i < r->nb; i++) r->b16[i] = half_bf16(fbuf[b0 + i]);
+        for (size_t i = 0; st == ST_OK && i < r->nb; i++) r->b16[i] = half_bf16(lbuf[b0 + i]);
         if (st == ST_OK) {
-            memcpy(r->b32, fbuf, b0 * sizeof(float));
-            memcpy(r->b32 + b0, fbuf + b1, (pl->total - b1) * sizeof(float));
+            memcpy(r->b32, lbuf, b0 * sizeof(float));
+            memcpy(r->b32 + b0, lbuf + b1, (pl->total - b1) * sizeof(float));
             memset(r->win, 0, r->nwin * sizeof(float));
             layout_segment_views(pl, 0, r->b32, &r->g.w.p);
             layout_segment_views(pl, L + 1, r->b32 + b0, &r->g.w.p);
             r->g.hooks.before_forward = hook_before_forward, r->g.hooks.before_backward = hook_before_backward;
         }
     }
+    if (r->tp > 1 && r->bf16) mem_free(&r->mem, MEM_CKPT_STAGING, lbuf, pl->total * sizeof(float));
     if (staged) mem_free(&r->mem, MEM_CKPT_STAGING, fbuf, full.total * sizeof(float));
     layout_free(&full);
     if (st != ST_OK) return st;
