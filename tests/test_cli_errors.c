@@ -224,7 +224,7 @@ int main(void) {
         {"--lora-rank 2 --precision bf16", ": --precision bf16/fp16 (LoRA runs an fp32 base): not supported with --lora-rank"},
         {"--lora-rank 2 --optimizer lion", ": --optimizer other than adamw or adam: not supported with --lora-rank"},
         {"--lora-rank 2 --log-layer-stats --log " TMP "/lora.jsonl", ": --log-layer-stats: not supported with --lora-rank"},
-        {"--lora-rank 2 --peak-gflops 100", ": --peak-gflops/--hardware (no MFU or plan prediction is logged): not supported"},
+        {"--lora-rank 2 --ckpt-async --ckpt-dir " TMP "/lora_ck", ": --ckpt-async: not supported with --lora-rank"},
     };
     expect_train_errors("LoRA refuses", LORA_NO, sizeof LORA_NO / sizeof LORA_NO[0], common, common_lora);
     /* export --format llmc writes a file: a directory for -o was an exit 1 about "OUT/.tmp.PID" */

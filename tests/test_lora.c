@@ -15,6 +15,11 @@
  *           control: those of other dropout masks differ.
  *   frozen  the base has no gradient buffer (d.grads NULL) and its parameters are bitwise identical
  *           (memcmp) after forward, backward and three AdamW steps of the adapters.
+ *   FLOPs   the GEMM FLOPs a full-training step runs less those of the frozen step with adapters on
+ *           every target (mm_count_flops, GPT-2 and Llama): exactly tokens · (layout_flops_per_token −
+ *           layout_lora_flops_per_token), the MFU numerator of LoRA runs and plan. Controls: the
+ *           difference must not be that of a LoRA count equal to full training's, nor of one
+ *           without the adapters' own FLOPs.
  * Negative controls (each must FAIL its check): the scale alpha instead of alpha/r (torch gradients);
  * merged with B·A unscaled (merge check); FD of other dropout masks than the gradient's; a base with
  * one element perturbed by one ulp (the frozen check). */
@@ -25,7 +30,9 @@
 
 #include "fixture.h"
 #include "model/gpt.h"
+#include "model/layout.h"
 #include "model/lora.h"
+#include "model/matmul.h"
 #include "optim/optim.h"
 #include "testutil.h"
 
@@ -334,7 +341,78 @@ static int recompute_equal(const char *file) {
     return same;
 }
 
+/* The GEMM FLOPs of one forward + backward (mm_count_flops) of a full-training model and of the
+ * same model frozen with adapters on every target: the difference must be what the counts say
+ * it is, tokens · (layout_flops_per_token − layout_lora_flops_per_token): the base's weight
+ * gradients (blocks and head) the frozen model skips, less the adapters' 6 per parameter. The
+ * attention's GEMMs (causal tiles, not PaLM's full squares) are the same in both and cancel. */
+static long long step_flops(const ModelConfig *mc, int B, int T, int lora) {
+    GptOptions go = gpt_default_options();
+    go.B = B, go.T = T, go.frozen = lora;
+    Gpt g;
+    Lora lo;
+    Err err;
+    if (gpt_init(&g, mc, &go, NULL, &err) != ST_OK) {
+        printf("gpt_init: %s\n", err.msg);
+        exit(1);
+    }
+    gpt_init_params(&g, 5);
+    if (lora) {
+        LoraConfig lc = {4, 8.0f, 0.0f, 0};
+        LoraLayout ll;
+        if (lora_parse_targets("all", mc, &lc.targets, &err) != ST_OK || lora_layout_init(&ll, mc, &lc, 1, &err) != ST_OK ||
+            lora_init(&lo, &ll, (size_t)B * T, 1, NULL, &err) != ST_OK) {
+            printf("lora: %s\n", err.msg);
+            exit(1);
+        }
+        lora_init_params(&lo, 9);
+        gpt_set_lora(&g, &lo);
+    }
+    int32_t *inp = malloc(sizeof(int32_t) * B * T), *tgt = malloc(sizeof(int32_t) * B * T);
+    for (int i = 0; i < B * T; i++) inp[i] = (i * 7) % mc->vocab, tgt[i] = (i * 11 + 3) % mc->vocab;
+    mm_count_flops(1);
+    gpt_forward(&g, inp, tgt, B, T, 1.0f / (float)(B * T), 1, 0);
+    gpt_backward(&g);
+    long long n = mm_count_flops(0);
+    free(inp), free(tgt);
+    if (lora) lora_free(&lo);
+    gpt_free(&g);
+    return n;
+}
+
+static void check_flops(void) {
+    ModelConfig gp = {2, 4, 64, 301, 0, 32, 0.0f}, ll = gp;
+    ll.arch = ARCH_LLAMA, ll.n_kv_head = 2, ll.ffn = 96, ll.untied = 1;
+    Err e;
+    for (int a = 0; a < 2; a++) {
+        ModelConfig *mc = a ? &ll : &gp;
+        if (model_config_validate(mc, &e) != ST_OK) {
+            printf("config: %s\n", e.msg);
+            exit(1);
+        }
+        LoraConfig lc = {4, 8.0f, 0.0f, 0};
+        LoraLayout lay;
+        lora_parse_targets("all", mc, &lc.targets, &e);
+        lora_layout_init(&lay, mc, &lc, 1, &e);
+        double P = (double)(lay.block_floats * lay.L);
+        int B = 2, T = 32;
+        double tokens = (double)B * T;
+        long long full = step_flops(mc, B, T, 0), lora = step_flops(mc, B, T, 1);
+        double want = tokens * (layout_flops_per_token(mc, T) - layout_lora_flops_per_token(mc, T, P));
+        char nm[160];
+        snprintf(nm, sizeof nm, "%s: LoRA's FLOPs per token = the GEMMs a frozen step skips (mm_count_flops)", a ? "Llama" : "GPT-2");
+        tu_check(full > 0 && (double)(full - lora) == want, nm, "full %lld, LoRA %lld: difference %lld, formula %.0f", full, lora,
+                 full - lora, want);
+        /* controls: LoRA counted as full training (6N: nothing skipped), and without the adapters' own FLOPs */
+        double as_full = 0, no_adapters = tokens * (layout_flops_per_token(mc, T) - layout_lora_flops_per_token(mc, T, 0));
+        snprintf(nm, sizeof nm, "%s negative control: full training's count, and one without the adapters, differ", a ? "Llama" : "GPT-2");
+        tu_check((double)(full - lora) != as_full && (double)(full - lora) != no_adapters, nm, "difference %lld, as full %.0f, "
+                 "no adapters %.0f", full - lora, as_full, no_adapters);
+    }
+}
+
 int main(void) {
+    check_flops();
     check_torch("lora_gpt2.bin");
     check_torch("lora_llama.bin");
     for (int i = 0; i < 2; i++) {

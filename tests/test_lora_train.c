@@ -50,6 +50,9 @@
  *            Control: the unrounded base's run must differ. At tp 2 (each rank's slices in bf16):
  *            equal to one process within 2e-6, memory measured == plan --tp 2; control: the fp32
  *            base at tp 2 differs by more.
+ *   MFU      the start record's flops_per_token = layout_lora_flops_per_token = plan --lora-rank's;
+ *            every step's MFU <= 1 under a peak measured 100x low (ST_TRAIN_TEST_PEAK_FAULT=low);
+ *            the end record's median step and plan step. Control: =low-noguard logs MFU > 1.
  *   refusals one line, exit 2: an unknown target, q alone on GPT-2, --lora-alpha without --lora-rank,
  *            --optimizer lion, --lora-base-precision fp16, --sp, --precision bf16, --pp 2. */
 #include <cjson/cJSON.h>
@@ -357,6 +360,65 @@ static void check_bf16_base(void) {
              "losses and norms rel %.3g (must exceed 2e-6)", fl);
     cJSON_Delete(tpj), cJSON_Delete(tall);
     layout_free(&pl);
+}
+
+/* MFU and the plan of a LoRA run (docs/lora.md "Compute"): the start record's flops_per_token is
+ * layout_lora_flops_per_token of the run's shape (test_lora checks that count against the GEMMs a
+ * frozen step runs) and plan --lora-rank's lora.compute.flops_per_token; under a peak measured 100x
+ * low (ST_TRAIN_TEST_PEAK_FAULT=low) every step's MFU stays <= 1 (the achieved-rate guard the full
+ * trainer has); the end record has the median step and the plan's. Control: the same low peak
+ * without the guard (=low-noguard) logs MFU > 1. --peak-gflops is taken (its MFU over it). */
+static double max_step_mfu(const char *name, int *nsteps) {
+    cJSON *all = rc_records(DIR, name), *o;
+    double mx = -1;
+    *nsteps = 0;
+    cJSON_ArrayForEach(o, all) {
+        const char *ev = rc_event(o);
+        if (ev && !strcmp(ev, "step")) mx = fmax(mx, rc_num(o, "mfu")), (*nsteps)++;
+    }
+    cJSON_Delete(all);
+    return mx;
+}
+
+static void check_mfu(void) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "ST_TRAIN_TEST_PEAK_FAULT=low %s " COMMON " --log " DIR "/mfu_low.jsonl", g_bin);
+    int r1 = run("mfu_low", cmd);
+    snprintf(cmd, sizeof cmd, "ST_TRAIN_TEST_PEAK_FAULT=low-noguard %s " COMMON " --log " DIR "/mfu_bare.jsonl", g_bin);
+    int r2 = run("mfu_bare", cmd);
+    snprintf(cmd, sizeof cmd, "%s " COMMON " --peak-gflops 1000 --log " DIR "/mfu_given.jsonl", g_bin);
+    int r3 = run("mfu_given", cmd);
+    int n1, n2, n3;
+    double m1 = max_step_mfu("mfu_low", &n1), m2 = max_step_mfu("mfu_bare", &n2), m3 = max_step_mfu("mfu_given", &n3);
+    cJSON *all = rc_records(DIR, "mfu_given"), *o, *start = NULL, *end = NULL;
+    cJSON_ArrayForEach(o, all) {
+        const char *ev = rc_event(o);
+        if (ev && !strcmp(ev, "start")) start = o;
+        if (ev && !strcmp(ev, "end")) end = o;
+    }
+    ModelConfig mc = {2, 2, 32, 97, 0, 32, 0.0f};
+    Err e;
+    model_config_validate(&mc, &e);
+    double P = 2.0 * 4 * ((32 + 3 * 32) + (32 + 32) + (32 + 4 * 32) + (4 * 32 + 32)); /* rank 4 on all four GPT-2 layers */
+    double want = layout_lora_flops_per_token(&mc, 32, P), fpt = start ? rc_num(start, "flops_per_token") : -1;
+    snprintf(cmd, sizeof cmd, "%s plan --json --layers 2 --heads 2 --channels 32 --vocab 97 --max-seq-len 32 --seq-len 32 "
+             "--micro-batch 2 --threads 1 --lora-rank 4 --lora-targets all 2>/dev/null", g_bin);
+    cJSON *pj = rc_command_json(cmd);
+    const cJSON *pc = pj ? cJSON_GetObjectItem(cJSON_GetObjectItem(pj, "lora"), "compute") : NULL;
+    double pf = pc ? rc_num(pc, "flops_per_token") : -2;
+    tu_check(r3 == 0 && fpt == want && pf == want && want < layout_flops_per_token(&mc, 32) &&
+                 start && rc_num(start, "peak_flops") == 1e12 && n3 == 6 && m3 > 0 && m3 < 1,
+             "LoRA: the start record's FLOPs per token = layout_lora_flops_per_token = plan --lora-rank's; --peak-gflops taken",
+             "%.0f / %.0f / %.0f (full training %.0f), peak %.3g, MFU up to %.2g", fpt, want, pf,
+             layout_flops_per_token(&mc, 32), start ? rc_num(start, "peak_flops") : -1, m3);
+    tu_check(end && rc_num(end, "median_step_ms") > 0 && rc_num(end, "planned_step_ms") > 0 && rc_num(end, "tokens_per_s") > 0,
+             "LoRA: the end record has the median step, its tokens/s and the plan's step", "median %.3g ms, plan %.3g ms",
+             end ? rc_num(end, "median_step_ms") : -1, end ? rc_num(end, "planned_step_ms") : -1);
+    tu_check(r1 == 0 && n1 == 6 && m1 > 0 && m1 <= 1.0, "LoRA: MFU <= 1 under a peak measured 100x low (the achieved-rate guard)",
+             "largest step MFU %.4f over %d steps", m1, n1);
+    tu_check(r2 == 0 && n2 == 6 && m2 > 1.0, "negative control: the same low peak without the guard logs MFU > 1",
+             "largest step MFU %.4f", m2);
+    cJSON_Delete(all), cJSON_Delete(pj);
 }
 
 int main(int argc, char **argv) {
@@ -957,6 +1019,7 @@ int main(int argc, char **argv) {
 
     check_doc_mask();
     check_bf16_base();
+    check_mfu();
     check_refusals();
     return tu_exit();
 }

@@ -935,6 +935,39 @@ static void test_bf16_efficiency(void) {
              old.matmul_eff_bf16);
 }
 
+/* LoRA's step (plan_lora_step) from the full plan of the same input, in closed forms: the matmul
+ * time scaled by LoRA's FLOPs per token over full training's (layout_lora_flops_per_token, whose
+ * count test_lora checks against the GEMMs a frozen step runs), elementwise and tp as full's,
+ * the adapters' fp32 gradients over dp 4 as one ring all-reduce 2·3/4·S/bw + 2·3·lat (S: 4 bytes per
+ * adapter parameter of the tp rank), AdamW's 28 bytes per updated float, MFU over world · peak.
+ * Control: ZeRO 1 adds exactly one ring all-gather of S (its updated shards), 3/4·S/bw + 3·lat. */
+static void test_lora_step(void) {
+    PlanInput in = plan_default_input();
+    Err e;
+    plan_model_preset(&in.model, "d6", &e);
+    in.model.vocab = 50257;
+    in.dp = 4, in.world = 4;
+    PlanResult r;
+    Status s = plan_predict_step(&in, &r, &e);
+    ModelConfig mc;
+    int okc = plan_model_to_config(&in.model, &mc) && model_config_validate(&mc, &e) == ST_OK;
+    double P = 73728, local = P, fpt = okc ? layout_lora_flops_per_token(&mc, in.seq_len, P) : 0;
+    PlanLoraStep l0, l1;
+    Status s0 = plan_lora_step(&in, &r, P, local, 0, &l0, &e), s1 = plan_lora_step(&in, &r, P, local / 4, 1, &l1, &e);
+    const PlanHardware *hw = &in.hw;
+    double S = 4.0 * P, bw = r.comm.dp_inter ? hw->inter_bw : hw->intra_bw, lat = r.comm.dp_inter ? hw->inter_lat : hw->intra_lat;
+    double ar = 2.0 * 3 / 4 * S / bw + 2.0 * 3 * lat, ag = 3.0 / 4 * S / bw + 3 * lat;
+    double step = r.compute.t_matmul * fpt / r.compute.fpt_hw + r.compute.t_elementwise + r.compute.t_tp + ar + local * 28 / hw->mem_bw;
+    double tok = (double)r.batch_tokens / step, mfu = fpt * tok / (4 * r.compute.peak);
+    tu_check(s == ST_OK && s0 == ST_OK && okc && l0.fpt == fpt && rel(l0.t_dp, ar) < 1e-12 && rel(l0.step, step) < 1e-12 &&
+                 rel(l0.mfu, mfu) < 1e-12 && l0.fpt < r.compute.fpt,
+             "plan_lora_step: LoRA FLOPs, the full plan's rates, the adapters' all-reduce, AdamW over them",
+             "fpt %.4g (full %.4g), step %.6g s (closed form %.6g), dp %.3g s (%.3g), MFU %.4f (%.4f)", l0.fpt, r.compute.fpt,
+             l0.step, step, l0.t_dp, ar, l0.mfu, mfu);
+    tu_check(s1 == ST_OK && rel(l1.t_dp - l0.t_dp, ag) < 1e-9, "control: ZeRO 1 adds the all-gather of the updated shards",
+             "ZeRO 1 %.6g s, ZeRO 0 %.6g s, all-gather %.6g s", l1.t_dp, l0.t_dp, ag);
+}
+
 /* The trainer's own plan (the start record's plan.step_ms) prices on this machine's cached profile
  * when it has one, as `plan` does by default: a profile planted in a private cache (ST_PEAK_CACHE)
  * for 1 thread, a bf16 run at --threads 1, and `plan --hardware` of the same profile and shape must
@@ -1242,6 +1275,7 @@ int main(void) {
     test_default_threads();
     test_measure_hardware();
     test_bf16_efficiency();
+    test_lora_step();
     test_trainer_cached_profile();
     return tu_exit();
 }

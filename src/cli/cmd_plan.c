@@ -715,6 +715,7 @@ int cmd_plan(int argc, char **argv) {
     /* ---- LoRA: the per-rank bytes of train --lora-rank (lora_memory_plan: what it allocates) ---- */
     size_t lora_bytes[MEM_NCAT] = {0};
     long long lora_params = 0;
+    double lora_local = 0; /* the adapter floats one rank's optimizer updates */
     if (SEEN("lora-base-precision") && lora_rank <= 0)
         return cli_fail("plan", ST_ERR_INPUT, "--lora-base-precision: expected --lora-rank > 0 with it, found no --lora-rank");
     if (SEEN("lora-targets") && lora_rank <= 0)
@@ -741,6 +742,7 @@ int cmd_plan(int argc, char **argv) {
         ActOptions ao = layout_act_options(in.micro_batch, in.seq_len, in.threads);
         ao.recompute = (Recompute)in.recompute, ao.tp = in.tp;
         lora_memory_plan(&lc, &ao, &ll, in.n_moments, in.dp, in.zero, lora_bytes);
+        lora_local = (double)lora_moment_floats(&ll, in.dp, in.zero);
         LoraLayout whole; /* the adapters of the whole model (tp 1) */
         if ((st = lora_layout_init(&whole, &lc, &cfgl, 1, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
         lora_params = (long long)(whole.block_floats * (size_t)whole.L);
@@ -753,9 +755,15 @@ int cmd_plan(int argc, char **argv) {
         plan_sched_free(&ps);
         return cli_fail("plan", st, err.msg);
     }
+    PlanLoraStep ls;
+    if (lora_rank > 0 && (st = plan_lora_step(&in, r, (double)lora_params, lora_local, in.zero, &ls, &err)) != ST_OK) {
+        free(r);
+        plan_sched_free(&ps);
+        return cli_fail("plan", st, err.msg);
+    }
     if (json) {
         cJSON *o = plan_json(&in, r, &ps);
-        if (lora_rank > 0) { /* LoRA: what one rank of train --lora-rank allocates, by category */
+        if (lora_rank > 0) { /* LoRA: what one rank of train --lora-rank allocates, by category, and its step */
             cJSON *lo = cJSON_AddObjectToObject(o, "lora"), *b = cJSON_AddObjectToObject(lo, "bytes_per_rank");
             cJSON_AddNumberToObject(lo, "rank", lora_rank);
             cJSON_AddStringToObject(lo, "targets", lora_targets);
@@ -766,6 +774,17 @@ int cmd_plan(int argc, char **argv) {
                 tot += (double)lora_bytes[i];
             }
             cJSON_AddNumberToObject(lo, "total_bytes_per_rank", tot);
+            cJSON *cs = cJSON_AddObjectToObject(lo, "compute");
+            cJSON_AddNumberToObject(cs, "flops_per_token", ls.fpt);
+            cJSON_AddNumberToObject(cs, "flops_per_token_hw", ls.fpt_hw);
+            cJSON_AddNumberToObject(cs, "t_matmul", ls.t_matmul);
+            cJSON_AddNumberToObject(cs, "t_elementwise", ls.t_elementwise);
+            cJSON_AddNumberToObject(cs, "t_tp", ls.t_tp);
+            cJSON_AddNumberToObject(cs, "t_dp", ls.t_dp);
+            cJSON_AddNumberToObject(cs, "t_optimizer", ls.t_optimizer);
+            cJSON_AddNumberToObject(cs, "step", ls.step);
+            cJSON_AddNumberToObject(cs, "tokens_per_s", ls.tokens_per_s);
+            cJSON_AddNumberToObject(cs, "mfu", ls.mfu);
         }
         char *s = cJSON_Print(o);
         if (s) puts(s);
@@ -774,15 +793,22 @@ int cmd_plan(int argc, char **argv) {
     } else {
         print_review(&in, r, &ps);
         if (lora_rank > 0) {
-            char b1[32], b2[32], b3[32], b4[32], b5[32];
+            char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32];
             double tot = 0;
             for (int i = 0; i < MEM_NCAT; i++) tot += (double)lora_bytes[i];
-            printf("\nLoRA fine-tuning (rank %d, targets %s, frozen fp32 base, docs/lora.md): %lld adapter parameters; "
+            printf("\nLoRA fine-tuning (rank %d, targets %s, frozen %s base, docs/lora.md): %lld adapter parameters; "
                    "per rank: base + adapters %s, gradients %s, moments %s, activations + workspace %s, total %s\n",
-                   lora_rank, lora_targets, lora_params, fmt_bytes(b1, sizeof b1, (double)lora_bytes[MEM_PARAMS]),
+                   lora_rank, lora_targets, strcmp(lora_base_prec, "bf16") ? "fp32" : "bf16-block", lora_params,
+                   fmt_bytes(b1, sizeof b1, (double)lora_bytes[MEM_PARAMS]),
                    fmt_bytes(b2, sizeof b2, (double)lora_bytes[MEM_GRADS]), fmt_bytes(b3, sizeof b3, (double)lora_bytes[MEM_MOMENTS]),
                    fmt_bytes(b4, sizeof b4, (double)(lora_bytes[MEM_ACTIVATIONS] + lora_bytes[MEM_WORKSPACE])),
                    fmt_bytes(b5, sizeof b5, tot));
+            printf("  step: %.4g FLOPs/token (forward and input gradients; %.2f of full training's %.4g), predicted "
+                   "%s (matmul %s + elementwise %s + tp %s + adapters' dp %s + optimizer %s), %.0f tokens/s, MFU %.1f%%\n",
+                   ls.fpt, ls.fpt / r->compute.fpt, r->compute.fpt, fmt_time(b1, sizeof b1, ls.step),
+                   fmt_time(b2, sizeof b2, ls.t_matmul), fmt_time(b3, sizeof b3, ls.t_elementwise),
+                   fmt_time(b4, sizeof b4, ls.t_tp), fmt_time(b5, sizeof b5, ls.t_dp),
+                   fmt_time(b6, sizeof b6, ls.t_optimizer), ls.tokens_per_s, 100.0 * ls.mfu);
         }
     }
     plan_sched_free(&ps);

@@ -680,6 +680,11 @@ double layout_flops_per_token_span(const ModelConfig *cfg, double span) {
     return layout_token_flops(layout_block_matmul_weights(cfg), cfg->n_layer, cfg->n_embd, cfg->vocab, span).train;
 }
 
+double layout_lora_flops_per_token(const ModelConfig *cfg, double span, double adapter_params) {
+    TokenFlops f = layout_token_flops(layout_block_matmul_weights(cfg), cfg->n_layer, cfg->n_embd, cfg->vocab, span);
+    return 2.0 * (f.blocks + f.head) + 3.0 * f.attention + 6.0 * adapter_params;
+}
+
 double layout_doc_span(const int32_t *inp, int B, int T, int eot) {
     double sq = 0;
     for (int b = 0; b < B; b++) {

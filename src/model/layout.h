@@ -377,6 +377,13 @@ double layout_flops_per_token(const ModelConfig *cfg, int T);
 /* The same at attention span `span` (layout_token_flops): layout_flops_per_token(cfg, T) is
  * layout_flops_per_token_span(cfg, T); document masking passes layout_doc_span's. */
 double layout_flops_per_token_span(const ModelConfig *cfg, double span);
+/* Model FLOPs per trained token of LoRA fine-tuning (model/lora.h) at attention span `span`: the
+ * forward, and a backward that computes input gradients only, the frozen base's weight gradients
+ * being skipped (its blocks' matmuls and the head once each instead of twice: 2·(blocks + head)),
+ * the attention's backward whole (its operands are activations: 3·attention), plus 6 FLOPs per
+ * adapter parameter (each adapter's forward, weight gradient and input gradient). The LoRA
+ * trainer's MFU numerator and plan's (docs/lora.md, "Compute"). */
+double layout_lora_flops_per_token(const ModelConfig *cfg, double span, double adapter_params);
 /* The attention span of the (B, T) tokens inp under document masking: Σ over rows and over the
  * documents of each row (a document ends after an `eot` token or at the row's end) of L_i², over
  * B·T. T for rows without an EOT; 1 for rows of EOTs only. */

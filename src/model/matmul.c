@@ -79,6 +79,17 @@ Status mm_take_error(Err *err) {
 
 void mm_fail_after(long n) { atomic_store(&fail_countdown, n); }
 
+/* Test-only FLOP count (mm_count_flops): 2·M·N·K of every GEMM that runs while counting is on. */
+static atomic_int count_on;
+static _Atomic long long flops_counted;
+
+long long mm_count_flops(int on) {
+    atomic_store(&count_on, 0);
+    long long n = atomic_exchange(&flops_counted, 0);
+    atomic_store(&count_on, on);
+    return n;
+}
+
 /* 1 when the test fault fires on this call. */
 static int fault_fires(void) {
     return atomic_load_explicit(&fail_countdown, memory_order_relaxed) > 0 && atomic_fetch_sub(&fail_countdown, 1) == 1;
@@ -215,6 +226,7 @@ static void run(int ta, int tb, int M, int N, int K, float alpha, const void *A,
         record(&key, dnnl_out_of_memory, "creating the primitive (test fault)");
         return;
     }
+    if (atomic_load_explicit(&count_on, memory_order_relaxed)) atomic_fetch_add(&flops_counted, 2LL * M * N * K);
     if (bf16 && mm_pack_wanted(M, N, K)) {
         if (!mm_pack_gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias))
             record(&key, dnnl_success, "out of memory for the packed bf16 GEMM's scratch (matmul_pack.c)");

@@ -46,6 +46,11 @@ Status mm_take_error(Err *err);
  * oneDNN had run out of memory creating its primitive; 0 cancels. */
 void mm_fail_after(long n);
 
+/* Test-only: the FLOPs (2·M·N·K each) of the GEMMs run since the previous call, while counting was
+ * on; counting is then on (on = 1) or off from here. The oracle of what a step computes (test_lora:
+ * the base's weight gradients a frozen model skips). */
+long long mm_count_flops(int on);
+
 /* Sets the thread count of our OpenMP regions and of the GEMM library (one pool: libgomp). */
 void mm_set_threads(int n);
 

@@ -1449,6 +1449,40 @@ Status plan_compute(const PlanInput *in, PlanResult *r, Err *err) {
 
 Status plan_predict_step(const PlanInput *in, PlanResult *r, Err *err) { return plan_core(in, r, CORE_STEP, err); }
 
+Status plan_lora_step(const PlanInput *in, const PlanResult *full, double adapter_params, double adapter_local,
+                      int zero, PlanLoraStep *out, Err *err) {
+    memset(out, 0, sizeof *out);
+    ModelConfig mc;
+    if (!plan_model_to_config(&in->model, &mc) || model_config_validate(&mc, &(Err){0}) != ST_OK || in->pp > 1)
+        return err_set(err, ST_ERR_INPUT, "LoRA step: expected a model this trainer builds at --pp 1");
+    const PlanHardware *hw = &in->hw;
+    int T = in->seq_len, dp = in->dp > 0 ? in->dp : 1, tp = in->tp > 0 ? in->tp : 1;
+    double span = in->doc_mask && in->mean_doc_len > 0 ? layout_doc_span_mean(T, in->mean_doc_len) : (double)T;
+    TokenFlops tf = layout_token_flops(layout_block_matmul_weights(&mc), mc.n_layer, mc.n_embd, mc.vocab, span);
+    out->fpt = layout_lora_flops_per_token(&mc, span, adapter_params);
+    out->fpt_hw = out->fpt + (in->recompute == PLAN_RECOMPUTE_FULL ? tf.blocks + tf.attention
+                              : in->recompute == PLAN_RECOMPUTE_SELECTIVE ? tf.attention : 0);
+    out->t_matmul = full->compute.fpt_hw > 0 ? full->compute.t_matmul * out->fpt_hw / full->compute.fpt_hw : 0;
+    out->t_elementwise = full->compute.t_elementwise;
+    out->t_tp = full->compute.t_tp;
+    /* The adapters' gradients in fp32 over dp: ZeRO 0-1 one all-reduce (ZeRO 1 then all-gathers the
+     * updated shard), ZeRO 2 a reduce-scatter and that all-gather, ZeRO 3 per block and micro-batch an
+     * all-gather before its forward and its backward and a reduce-scatter after it (lora_train.c). */
+    double bw = full->comm.dp_inter ? hw->inter_bw : hw->intra_bw, lat = full->comm.dp_inter ? hw->inter_lat : hw->intra_lat;
+    double S = 4.0 * adapter_params / tp; /* one tp rank's adapters, bytes */
+    if (dp > 1) {
+        if (zero <= 1) out->t_dp = plan_ring_allreduce(S, dp, bw, lat) + (zero == 1 ? plan_ring_half(S, dp, bw, lat) : 0);
+        else if (zero == 2) out->t_dp = 2.0 * plan_ring_half(S, dp, bw, lat);
+        else out->t_dp = 3.0 * (in->grad_accum > 0 ? in->grad_accum : 1) * mc.n_layer * plan_ring_half(S / mc.n_layer, dp, bw, lat);
+    }
+    out->t_optimizer = adapter_local * 28.0 / hw->mem_bw; /* grad read, weight and two moments read and written */
+    out->step = out->t_matmul + out->t_elementwise + out->t_tp + out->t_dp + out->t_optimizer;
+    out->tokens_per_s = out->step > 0 ? (double)full->batch_tokens / out->step : 0;
+    double peak = full->compute.peak;
+    out->mfu = peak > 0 ? out->fpt * out->tokens_per_s / ((double)dp * tp * peak) : 0;
+    return ST_OK;
+}
+
 /* ------------------------------------------------------------ hardware profiles ------- */
 
 #define HW_FIELDS(X)                                                                        \

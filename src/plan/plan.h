@@ -399,6 +399,25 @@ Status plan_compute(const PlanInput *in, PlanResult *r, Err *err);
  * checkpointing. Same errors as plan_compute. */
 Status plan_predict_step(const PlanInput *in, PlanResult *r, Err *err);
 
+/* LoRA fine-tuning's step (train --lora-rank; docs/lora.md "Compute"), from the full plan of the
+ * same run (full: plan_predict_step or plan_compute of in, which must be shaped and at pp 1).
+ * adapter_params: the whole model's adapter parameters; adapter_local: the floats one rank's
+ * optimizer updates (its tp slice, its ZeRO shard at ZeRO >= 1); zero: the LoRA run's stage. */
+typedef struct {
+    double fpt;            /* model FLOPs per token (layout_lora_flops_per_token) */
+    double fpt_hw;         /* with recompute's forward work again */
+    double t_matmul;       /* full's matmul time scaled by fpt_hw / full's fpt_hw (the same GEMM rate) */
+    double t_elementwise;  /* full's: the activations stream as often (saved, read, their gradients) */
+    double t_tp;           /* full's: the forward's and the input gradients' tp collectives are all there */
+    double t_dp;           /* the adapters' gradient collectives over dp (ring α-β, not overlapped) */
+    double t_optimizer;    /* AdamW over adapter_local floats, memory-bound (28 bytes each) */
+    double step;           /* the sum: the LoRA loop overlaps nothing */
+    double tokens_per_s;   /* the global batch's tokens / step */
+    double mfu;            /* fpt · tokens_per_s / (world · peak) */
+} PlanLoraStep;
+Status plan_lora_step(const PlanInput *in, const PlanResult *full, double adapter_params, double adapter_local,
+                      int zero, PlanLoraStep *out, Err *err);
+
 /* ---------------------------------------------------------- the formulas -------------- */
 
 /* Korthikanti et al. 2022 activation bytes per transformer layer for one micro-batch (s, b, h,

@@ -512,6 +512,16 @@ void ev_lora_start(EventLog *lg, const LoraStartEvent *e) {
     add_num(o, "zero", e->zero);
     add_num(o, "resumed_from_step", (double)e->resumed_from_step);
     if (e->doc_mask) add_num(cJSON_AddObjectToObject(o, "doc_mask"), "eot", e->doc_eot);
+    add_num(o, "flops_per_token", e->flops_per_token);
+    add_num(o, "peak_flops", e->peak_flops);
+    add_num(o, "peak_flops_job", e->peak_flops_job);
+    cJSON_AddStringToObject(o, "peak_kind", e->peak_kind ? e->peak_kind : "");
+    if (e->plan_step_ms > 0) {
+        cJSON *pl = cJSON_AddObjectToObject(o, "plan");
+        add_num(pl, "step_ms", e->plan_step_ms);
+        add_num(pl, "tokens_per_s", e->plan_tokens_per_s);
+        add_num(pl, "mfu", e->plan_mfu);
+    }
     emit(lg, o);
 }
 
@@ -525,7 +535,7 @@ void ev_lora_memory(EventLog *lg, const size_t measured[MEM_NCAT], const size_t 
 }
 
 void ev_lora_step(EventLog *lg, long step, double loss, double lr, double norm, double norm_clipped, long long tokens,
-                  long long tokens_seen, double ms) {
+                  long long tokens_seen, double ms, double mfu) {
     cJSON *o = event("step");
     add_num(o, "step", (double)step);
     add_num(o, "loss", loss);
@@ -534,16 +544,21 @@ void ev_lora_step(EventLog *lg, long step, double loss, double lr, double norm, 
     add_num(o, "grad_norm_clipped", norm_clipped);
     add_num(o, "tokens", (double)tokens);
     add_num(o, "tokens_seen", (double)tokens_seen);
+    add_num(o, "mfu", mfu);
     cJSON_AddTrueToObject(o, "lora");
     add_num(cJSON_AddObjectToObject(o, "time_ms"), "total", ms);
     emit(lg, o);
 }
 
-void ev_lora_end(EventLog *lg, long steps, double final_loss, unsigned long long base_local_xxh3_after) {
+void ev_lora_end(EventLog *lg, long steps, double final_loss, unsigned long long base_local_xxh3_after,
+                 double median_step_ms, double tokens_per_s, double planned_step_ms) {
     cJSON *o = event("end");
     add_num(o, "steps", (double)steps);
     add_num(o, "final_loss", final_loss);
     add_hex64(o, "base_local_xxh3_after", base_local_xxh3_after);
+    add_num(o, "median_step_ms", median_step_ms);
+    add_num(o, "tokens_per_s", tokens_per_s);
+    if (planned_step_ms > 0) add_num(o, "planned_step_ms", planned_step_ms);
     emit(lg, o);
 }
 

@@ -71,11 +71,12 @@
  * "lora"):
  *   start     config{...}, effective_batch{sequences, tokens}, loss_masks, lora{rank, alpha, dropout,
  *             targets, adapter_params, base_params, base_xxh3, base_local_xxh3}, world, dp, tp, zero,
- *             resumed_from_step [, doc_mask{eot}]
+ *             resumed_from_step [, doc_mask{eot}], flops_per_token, peak_flops, peak_flops_job,
+ *             peak_kind [, plan{step_ms, tokens_per_s, mfu}]
  *   memory    lora, measured{category: bytes}, planned{category: bytes}, planned_equals_measured
- *   step      step, loss, lr, grad_norm, grad_norm_clipped, tokens, tokens_seen, lora, time_ms{total}
+ *   step      step, loss, lr, grad_norm, grad_norm_clipped, tokens, tokens_seen, mfu, lora, time_ms{total}
  *   end       steps, final_loss, base_local_xxh3_after (the frozen base's hash at the end: equal
- *             to the start's base_local_xxh3)
+ *             to the start's base_local_xxh3), median_step_ms, tokens_per_s [, planned_step_ms]
  *
  * A resumed run appends to the same log: its start record has resumed_from_step > 0, and its
  * step records continue from the checkpoint's step (docs/report.md: how `report` joins them). */
@@ -222,12 +223,18 @@ typedef struct {
     int world, dp, tp, zero;
     long resumed_from_step;
     int doc_mask, doc_eot;
+    double flops_per_token;              /* layout_lora_flops_per_token at span T */
+    double peak_flops, peak_flops_job;   /* this rank's peak and the sum over ranks (MFU's denominator) */
+    const char *peak_kind;
+    double plan_step_ms, plan_tokens_per_s, plan_mfu; /* plan_lora_step; step_ms 0: no plan */
 } LoraStartEvent;
 void ev_lora_start(EventLog *lg, const LoraStartEvent *e);
 void ev_lora_memory(EventLog *lg, const size_t measured[MEM_NCAT], const size_t planned[MEM_NCAT], int equal);
 void ev_lora_step(EventLog *lg, long step, double loss, double lr, double norm, double norm_clipped, long long tokens,
-                  long long tokens_seen, double ms);
-void ev_lora_end(EventLog *lg, long steps, double final_loss, unsigned long long base_local_xxh3_after);
+                  long long tokens_seen, double ms, double mfu);
+/* planned_step_ms <= 0: no plan (its field left out) */
+void ev_lora_end(EventLog *lg, long steps, double final_loss, unsigned long long base_local_xxh3_after,
+                 double median_step_ms, double tokens_per_s, double planned_step_ms);
 /* text NULL: the ids are logged instead (no tokenizer to decode them). */
 void ev_sample(EventLog *lg, long step, const char *text, const unsigned *ids, int n);
 

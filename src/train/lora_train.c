@@ -23,10 +23,12 @@
 #include "ckpt/lora_ckpt.h"
 #include "core/half.h"
 #include "core/mem.h"
+#include "core/stats.h"
 #include "core/timer.h"
 #include "model/gpt.h"
 #include "model/lora.h"
 #include "model/matmul.h"
+#include "plan/plan.h"
 #include "train/events.h"
 #include "train/stop.h"
 #include "train/train.h"
@@ -66,6 +68,15 @@ typedef struct {
     size_t batch_ints;
     uint64_t base_hash;
     EventLog log;
+    /* MFU and the plan (docs/lora.md "Compute"): acct's fpt is LoRA's count (layout_lora_flops_per_token),
+     * its peak the full trainer's (tr_resolve_peak); plan_lora_step's prediction when have_plan. */
+    RunAccounting acct;
+    int threads_auto;
+    PlanLoraStep plan;
+    int have_plan;
+    const char *plan_hw;
+    double *step_ms;        /* the loop's step times (step_cap), for the median */
+    long nmeasured, step_cap;
     long step;
     long loop_step0;        /* the step the loop started at (a resume's), for the ETA */
     double loop_t0;         /* when it started (timer_ms) */
@@ -89,7 +100,6 @@ static Status refuse(const TrainConfig *c, int world, Err *err) {
     else if (memcmp(&c->health, &d.health, sizeof d.health)) bad = "--spike-*/--gnorm-spike-*/--max-nonfinite/--stall-window";
     else if (c->no_overlap || c->comm_timeout > 0) bad = "--no-overlap/--comm-timeout";
     else if (c->no_noise_scale) bad = "--no-noise-scale (no noise scale is estimated)";
-    else if (c->peak_flops > 0 || c->have_hw) bad = "--peak-gflops/--hardware (no MFU or plan prediction is logged)";
     else if (c->overrides[0]) bad = "--override (a LoRA resume checks the LoRA config and the base only)";
     if (bad) return err_set(err, ST_ERR_INPUT, "%s: not supported with --lora-rank (LoRA) yet", bad);
     int tp = c->tp > 1 ? c->tp : 1;
@@ -101,6 +111,7 @@ static Status refuse(const TrainConfig *c, int world, Err *err) {
 
 static void run_free(LoraRun *r) {
     events_close(&r->log);
+    free(r->step_ms);
     mem_free(&r->mem, MEM_PARAMS, r->sp, r->mfloats * sizeof(float));
     mem_free(&r->mem, MEM_PARAMS, r->b16, r->nb * sizeof(uint16_t));
     mem_free(&r->mem, MEM_PARAMS, r->b32, r->n32 * sizeof(float));
@@ -482,9 +493,13 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
     for (int j = 0; j < k; j++)
         loader_fill_rank(&r->train, r->rank, r->dp, j, B, k, r->inp + (size_t)j * B * T, r->tgt + (size_t)j * B * T);
     loader_step_done(&r->train, r->dp, B, k);
-    int64_t v[2] = {0, tr_stop_pending() != 0}; /* tokens counted once per dp replica (its tp ranks share the batch) */
+    /* tokens counted once per dp replica (its tp ranks share the batch); --doc-mask: the batch's
+     * attention span (layout_doc_span) for the step's FLOPs, as the full trainer counts it */
+    int dm = c->model.doc_mask;
+    double span = dm && r->tp_rank == 0 ? layout_doc_span(r->inp, B * k, T, c->model.doc_eot) : 0;
+    int64_t v[3] = {0, tr_stop_pending() != 0, (int64_t)llround(span * (double)B * k * T)};
     for (size_t i = 0; i < r->batch_ints && r->tp_rank == 0; i++) v[0] += r->tgt[i] >= 0;
-    Status st = comm_allreduce_i64(r->comm, v, 2, COMM_SUM, err);
+    Status st = comm_allreduce_i64(r->comm, v, 3, COMM_SUM, err);
     if (st != ST_OK) return st;
     int64_t ntok = v[0];
     r->stop = v[1] > 0;
@@ -560,15 +575,55 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
     double loss = ntok > 0 ? loss_sum / (double)ntok : 0.0, ms = timer_ms() - t0;
     if (res->steps_done == 0) res->first_loss = loss;
     res->last_loss = loss, res->steps_done++;
-    ev_lora_step(&r->log, next, loss, lr, norm, norm * scale, (long long)ntok, (long long)next * batch_tokens(r), ms);
-    if (r->comm->rank == 0 && !c->quiet) { /* the full trainer's progress line, without MFU */
+    if (r->nmeasured < r->step_cap) r->step_ms[r->nmeasured++] = ms;
+    /* MFU: the model FLOPs of LoRA's step (at the batch's span under --doc-mask) over the job's peak */
+    double fpt = dm ? layout_lora_flops_per_token(&c->model, (double)v[2] / (double)batch_tokens(r),
+                                                  (double)(r->full_lay.block_floats * r->full_lay.L))
+                    : r->acct.fpt;
+    double tok_s = (double)batch_tokens(r) / (ms * 1e-3);
+    double mfu = tr_step_mfu(&r->acct, &r->log, c, next, fpt * tok_s, r->comm->rank == 0 && !c->quiet);
+    ev_lora_step(&r->log, next, loss, lr, norm, norm * scale, (long long)ntok, (long long)next * batch_tokens(r), ms, mfu);
+    if (r->comm->rank == 0 && !c->quiet) { /* the full trainer's progress line */
         double elapsed = (timer_ms() - r->loop_t0) * 1e-3, done = (double)(next - r->loop_step0);
         char el[32], et[32];
         tr_fmt_duration(elapsed, el, sizeof el), tr_fmt_duration(elapsed / done * (double)(c->steps - next), et, sizeof et);
-        printf("step %5ld/%ld | loss %.4f | lr %.2e | norm %.3f -> %.3f | %7.1f ms | %6.0f tok/s | %s, ETA %s | lora\n",
-               next, c->steps, loss, lr, norm, norm * scale, ms, (double)batch_tokens(r) / (ms * 1e-3), el, et);
+        printf("step %5ld/%ld | loss %.4f | lr %.2e | norm %.3f -> %.3f | %7.1f ms | %6.0f tok/s | MFU %4.1f%% | %s, ETA %s "
+               "| lora\n", next, c->steps, loss, lr, norm, norm * scale, ms, tok_s, 100.0 * mfu, el, et);
         fflush(stdout);
     }
+    return ST_OK;
+}
+
+/* MFU's numerator and denominator and the plan of this run (docs/lora.md "Compute"): LoRA's FLOPs
+ * per token, the full trainer's peak (tr_resolve_peak, summed over ranks), and plan_lora_step on
+ * the hardware the full trainer's plan would use (train_plan_input). Collective. */
+static Status setup_accounting(LoraRun *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    Status st = tr_resolve_peak(c, r->g.be, &r->acct, err);
+    if (st != ST_OK) return st;
+    int world = r->comm->world;
+    double *by = calloc((size_t)world, sizeof *by);
+    if (!by) return err_set(err, ST_ERR_RUNTIME, "out of memory (peaks per rank)");
+    st = comm_allgather_f64(r->comm, r->acct.peak, by, err);
+    r->acct.peak_job = 0;
+    for (int i = 0; i < world; i++) r->acct.peak_job += by[i];
+    free(by);
+    if (st != ST_OK) return st;
+    double adapters = (double)(r->full_lay.block_floats * r->full_lay.L);
+    r->acct.fpt = layout_lora_flops_per_token(&c->model, c->seq_len, adapters);
+    r->acct.batch_seqs = (long long)c->micro_batch * c->grad_accum * r->dp, r->acct.batch_tokens = batch_tokens(r);
+    r->step_cap = c->steps + 1;
+    if (!(r->step_ms = calloc((size_t)r->step_cap, sizeof *r->step_ms)))
+        return err_set(err, ST_ERR_RUNTIME, "out of memory (step times)");
+    PlanInput pi;
+    int cached = train_plan_input(c, r->dp, r->tp, 1, r->acct.peak, &pi);
+    r->plan_hw = c->have_hw ? c->hw.name : cached ? "this machine's cached profile" : "the preset's efficiency at the measured peak";
+    if (r->comm->one_node && world > pi.hw.devices_per_node) pi.hw.devices_per_node = world;
+    PlanResult *full = calloc(1, sizeof *full);
+    Err pe;
+    r->have_plan = full && plan_predict_step(&pi, full, &pe) == ST_OK &&
+                   plan_lora_step(&pi, full, adapters, (double)r->mfloats, r->zero, &r->plan, &pe) == ST_OK && r->plan.step > 0;
+    free(full);
     return ST_OK;
 }
 
@@ -590,6 +645,7 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     r->tp = c->tp > 1 ? c->tp : 1, r->dp = world / r->tp;
     if ((st = comm_set_grid(r->comm, r->dp, r->tp, 1, err)) != ST_OK) goto done;
     r->rank = r->comm->dp_rank, r->tp_rank = r->comm->tp_rank;
+    r->threads_auto = c->threads == 0;
     if ((st = train_threads(r->comm, &c->threads, NULL, NULL, c->quiet, err)) != ST_OK) goto done;
     mm_set_threads(c->threads);
     int lflags = LOADER_SHUFFLE | (c->no_pack ? LOADER_NO_PACK : 0);
@@ -612,6 +668,7 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     c->sched.total = c->steps;
     if ((st = setup_model(r, err)) != ST_OK) goto done;
     if ((st = resume(r, err)) != ST_OK) goto done;
+    if ((st = setup_accounting(r, err)) != ST_OK) goto done;
     res->start_step = r->step;
     if ((st = events_open(&r->log, r->comm->rank == 0 ? c->log_path : "", r->step > 0, err)) != ST_OK) goto done;
     {
@@ -629,15 +686,24 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
          * model's own EOT (what it masks at) only under --doc-mask */
         LoraStartEvent se = {c, (long long)c->micro_batch * c->grad_accum * r->dp, batch_tokens(r), r->train.masked, tg,
                              r->full_lay.block_floats * r->full_lay.L, r->g.w.layout.total, r->base_hash, r->local_hash,
-                             world, r->dp, r->tp, r->zero, r->step, r->g.s.doc_mask, (int)r->g.s.doc_eot};
+                             world, r->dp, r->tp, r->zero, r->step, r->g.s.doc_mask, (int)r->g.s.doc_eot,
+                             r->acct.fpt, r->acct.peak, r->acct.peak_job, c->peak_flops > 0 ? "given" : r->acct.peak_kind,
+                             r->have_plan ? r->plan.step * 1e3 : 0, r->plan.tokens_per_s, r->plan.mfu};
         ev_lora_start(&r->log, &se);
         ev_lora_memory(&r->log, r->mem.bytes, plan, equal);
-        if (r->comm->rank == 0 && !c->quiet)
+        if (r->comm->rank == 0 && !c->quiet) {
+            if (c->init_from[0]) tr_print_init_from(c);
+            tr_print_data(c, &r->train, &r->val);
+            tr_print_batch(c, r->dp, r->acct.batch_seqs, r->acct.batch_tokens);
+            tr_print_memory(&r->mem);
+            tr_print_compute(c, &r->acct, r->threads_auto, " (LoRA: forward and input gradients, docs/lora.md)");
             printf("lora: rank %d alpha %g dropout %g targets %s: %zu adapter parameters on a frozen base of %lld "
                    "(%.3f%%), dp %d tp %d zero %d\n", c->lora.rank, c->lora.alpha, c->lora.dropout, tg,
                    r->full_lay.block_floats * r->full_lay.L, model_config_num_params(&c->model),
                    100.0 * (double)(r->full_lay.block_floats * r->full_lay.L) / (double)model_config_num_params(&c->model),
                    r->dp, r->tp, r->zero);
+            fflush(stdout);
+        }
     }
     long stop_at = c->stop_after > 0 && c->stop_after < c->steps ? c->stop_after : c->steps;
     TrSignals sig = {0};
@@ -687,7 +753,21 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
         if (p != r->lo.params && p != zs) mem_free(&r->mem, MEM_CKPT_STAGING, p, ll->total * sizeof(float));
         mem_free(&r->mem, MEM_CKPT_STAGING, zs, r->lo.lay.total * sizeof(float));
     }
-    if (st == ST_OK) ev_lora_end(&r->log, r->step, res->last_loss, (unsigned long long)lora_base_hash(r));
+    if (st == ST_OK) { /* the median step (the first left out when there are more: warm-up), the plan beside it */
+        long n = r->nmeasured;
+        res->median_step_ms = n > 0 ? stats_median_inplace(r->step_ms + (n > 1), (size_t)(n - (n > 1))) : 0;
+        res->tokens_per_s = res->median_step_ms > 0 ? (double)batch_tokens(r) / (res->median_step_ms * 1e-3) : 0;
+        double plan_ms = r->have_plan ? r->plan.step * 1e3 : 0;
+        ev_lora_end(&r->log, r->step, res->last_loss, (unsigned long long)lora_base_hash(r), res->median_step_ms,
+                    res->tokens_per_s, plan_ms);
+        if (r->comm->rank == 0 && !c->quiet && n > 0) {
+            if (plan_ms > 0)
+                printf("plan: predicted %.1f ms/step (%s), measured median %.1f ms/step (%.2fx)\n", plan_ms, r->plan_hw,
+                       res->median_step_ms, res->median_step_ms / plan_ms);
+            printf("done: %ld steps, median %.1f ms/step, %.0f tokens/s | lora\n", res->steps_done, res->median_step_ms,
+                   res->tokens_per_s);
+        }
+    }
     if (st == ST_OK) st = events_check(&r->log, err); /* a record lost: said at once, the run's error now */
     res->preempted = r->step < c->steps;
     res->num_params = (long long)(r->full_lay.block_floats * r->full_lay.L);

@@ -208,8 +208,16 @@ Status tr_setup_same_config(Run *r, Err *err);
 Status train_threads(Comm *comm, int *threads, double *by_rank, const char *grid, int quiet, Err *err);
 Status tr_setup_model(Run *r, Err *err);
 Status tr_setup_outputs(Run *r, Err *err);
+Status tr_resolve_peak(const TrainConfig *c, const Backend *be, RunAccounting *a, Err *err);
 Status tr_setup_accounting(Run *r, Err *err);
+double tr_step_mfu(RunAccounting *a, EventLog *log, const TrainConfig *c, long step, double rate, int say);
 Status tr_announce(Run *r, Err *err);
+void tr_print_init_from(const TrainConfig *c);
+void tr_print_data(const TrainConfig *c, const Loader *train, const Loader *val);
+void tr_print_batch(const TrainConfig *c, int dp, long long seqs, long long tokens);
+void tr_print_memory(const MemStats *mem);
+/* what: words after "FLOP/token" ("" for the full trainer) */
+void tr_print_compute(const TrainConfig *c, const RunAccounting *a, int threads_auto, const char *what);
 Status tr_resume_find(Run *r, Err *err);
 float *tr_run_staging(Run *r, const ParamLayout *pl, int n);
 void tr_run_staging_free(Run *r, const ParamLayout *pl, float *p, int n);

@@ -392,14 +392,7 @@ Status tr_setup_model(Run *r, Err *err) {
         err_prefix(err, "--init-from");
         return st;
     }
-    if (c->init_from[0] && !r->rs.path[0] && r->comm->rank == 0) { /* what was loaded: file, shape, tokenizer */
-        const ModelConfig *m = &c->model;
-        printf("init: weights from %s: %s L=%d heads=%d kv_heads=%d C=%d%s V=%d max_seq=%d, %lld parameters; tokenizer "
-               "%s\n", c->init_from, model_arch_name(m->arch), m->n_layer, m->n_head, m->n_kv_head ? m->n_kv_head : m->n_head,
-               m->n_embd, m->arch == ARCH_LLAMA ? (m->untied ? " untied" : " tied") : "", m->vocab, m->max_seq,
-               model_config_num_params(m), c->tokenizer[0] ? c->tokenizer : "not recorded with the weights (none checked)");
-        fflush(stdout);
-    }
+    if (c->init_from[0] && !r->rs.path[0] && r->comm->rank == 0) tr_print_init_from(c);
     r->batch_ints = (size_t)k * B * T;
     r->inp = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
     r->tgt = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
@@ -508,23 +501,20 @@ int train_plan_input(const TrainConfig *c, int dp, int tp, int pp, double peak, 
     return cached;
 }
 
-/* The peak FLOP/s that MFU divides by (this rank's, measured for the precision in use unless
- * given, summed over ranks), and the plan of this run from the same layout function
- * (docs/plan.md): its step time and memory, compared with the measurements at the end. */
-Status tr_setup_accounting(Run *r, Err *err) {
-    TrainConfig *c = &r->cfg;
-    int B = c->micro_batch, T = c->seq_len, k = c->grad_accum, nt = c->threads;
-    r->acct.peak = c->peak_flops;
-    r->acct.peak_kind = "given";
-    const Backend *be = r->g.be;
-    if (!(r->acct.peak > 0) && !be->host_addressable && c->have_hw) {
+/* This rank's peak FLOP/s for MFU (a->peak, a->peak_kind, a->mpeak): --peak-gflops, a device's
+ * --hardware peak, else machine_peak_resolve's for the precision the GEMMs run in. */
+Status tr_resolve_peak(const TrainConfig *c, const Backend *be, RunAccounting *a, Err *err) {
+    int nt = c->threads;
+    a->peak = c->peak_flops;
+    a->peak_kind = "given";
+    if (!(a->peak > 0) && !be->host_addressable && c->have_hw) {
         /* A device with --hardware: the preset's (or profile's) dense peak of the precision */
-        r->acct.peak = c->bf16 && !c->fp16 ? c->hw.peak_bf16 : c->hw.peak_fp32;
-        snprintf(r->acct.mpeak.kind, sizeof r->acct.mpeak.kind, "%s %s dense peak (--hardware)", c->hw.name,
+        a->peak = c->bf16 && !c->fp16 ? c->hw.peak_bf16 : c->hw.peak_fp32;
+        snprintf(a->mpeak.kind, sizeof a->mpeak.kind, "%s %s dense peak (--hardware)", c->hw.name,
                  c->bf16 && !c->fp16 ? "bf16" : "fp32");
-        r->acct.mpeak.best = r->acct.peak, r->acct.peak_kind = r->acct.mpeak.kind;
+        a->mpeak.best = a->peak, a->peak_kind = a->mpeak.kind;
     }
-    if (!(r->acct.peak > 0)) {
+    if (!(a->peak > 0)) {
         /* The best of the FMA probe and a compute-bound GEMM of the precision the GEMMs run in
          * (fp16 is emulated in fp32), so MFU stays below 1 (train/machine_peak.h); on a device its
          * own GEMM's rate (cuBLASLt on a GPU), cached by the device's name. */
@@ -536,10 +526,21 @@ Status tr_setup_accounting(Run *r, Err *err) {
         po.probe_scale = c->faults.peak_probe_scale, po.no_gemm = c->faults.peak_no_gemm;
         po.gemm_scale = c->faults.peak_gemm_scale;
         po.device = be->host_addressable ? NULL : be;
-        Status pst = machine_peak_resolve(&r->acct.mpeak, &po, err);
+        Status pst = machine_peak_resolve(&a->mpeak, &po, err);
         if (pst != ST_OK) return pst;
-        r->acct.peak = r->acct.mpeak.best, r->acct.peak_kind = r->acct.mpeak.kind;
+        a->peak = a->mpeak.best, a->peak_kind = a->mpeak.kind;
     }
+    return ST_OK;
+}
+
+/* The peak FLOP/s that MFU divides by (this rank's, measured for the precision in use unless
+ * given, summed over ranks), and the plan of this run from the same layout function
+ * (docs/plan.md): its step time and memory, compared with the measurements at the end. */
+Status tr_setup_accounting(Run *r, Err *err) {
+    TrainConfig *c = &r->cfg;
+    int B = c->micro_batch, T = c->seq_len, k = c->grad_accum;
+    Status pst = tr_resolve_peak(c, r->g.be, &r->acct, err);
+    if (pst != ST_OK) return pst;
     /* every rank's peak, summed in rank order: the same job peak on every rank, and the start
      * record shows which rank measured what */
     Status st = comm_allgather_f64(r->comm, r->acct.peak, r->peak_by_rank, err);
@@ -560,10 +561,53 @@ Status tr_setup_accounting(Run *r, Err *err) {
     return ST_OK;
 }
 
+/* The start's console lines that the full trainer and the LoRA loop share (rank 0 prints them). */
+void tr_print_init_from(const TrainConfig *c) { /* what --init-from loaded: file, shape, tokenizer */
+    const ModelConfig *m = &c->model;
+    printf("init: weights from %s: %s L=%d heads=%d kv_heads=%d C=%d%s V=%d max_seq=%d, %lld parameters; tokenizer "
+           "%s\n", c->init_from, model_arch_name(m->arch), m->n_layer, m->n_head, m->n_kv_head ? m->n_kv_head : m->n_head,
+           m->n_embd, m->arch == ARCH_LLAMA ? (m->untied ? " untied" : " tied") : "", m->vocab, m->max_seq,
+           model_config_num_params(m), c->tokenizer[0] ? c->tokenizer : "not recorded with the weights (none checked)");
+    fflush(stdout);
+}
+
+void tr_print_data(const TrainConfig *c, const Loader *train, const Loader *val) {
+    printf("data: %zu train tokens in %d shard(s), %llu rows of %d+1 (%s, utilization %.1f%%)%s%s\n",
+           train->total_tokens, train->nshards, (unsigned long long)train->nwin, c->seq_len,
+           c->no_pack ? "one document per row, padding masked"
+           : c->model.doc_mask ? "packed, document-masked: attention within each EOT-closed document"
+                               : "packed",
+           100 * loader_utilization(train),
+           train->masked ? ", loss masks: only trained targets count (the loss is their mean over the step)" : "",
+           val->nshards ? "" : ", no validation data");
+}
+
+void tr_print_batch(const TrainConfig *c, int dp, long long seqs, long long tokens) {
+    printf("batch: micro-batch %d x seq %d x accumulation %d%s = %lld sequences = %lld tokens per step\n", c->micro_batch,
+           c->seq_len, c->grad_accum, dp > 1 ? " x dp" : "", seqs, tokens);
+}
+
+void tr_print_memory(const MemStats *mem) {
+    printf("memory:");
+    for (int mc = 0; mc < MEM_NCAT; mc++)
+        if (mem->bytes[mc]) printf(" %s %.1f MiB", mem_category_name((MemCategory)mc), mem->bytes[mc] / 1048576.0);
+    printf("\n");
+}
+
+void tr_print_compute(const TrainConfig *c, const RunAccounting *a, int threads_auto, const char *what) {
+    int nt = c->threads, cpus = machine_cpus_allowed();
+    char on[48] = "";
+    if (cpus < nt) snprintf(on, sizeof on, " on %d CPU%s", cpus, cpus == 1 ? "" : "s");
+    printf("compute: %.3g FLOP/token%s%s, peak %.1f GFLOP/s per rank (%s), %d thread%s%s%s, %s\n", a->fpt, what,
+           c->model.doc_mask ? " at span T (--doc-mask: each step's MFU counts its documents' spans)" : "",
+           a->peak / 1e9, c->peak_flops > 0 ? "given" : a->peak_kind, nt, nt == 1 ? "" : "s",
+           threads_auto ? " (auto)" : "", on, mm_backend_info());
+}
+
 /* The console summary and the start and memory records. Collective (memory per rank). */
 Status tr_announce(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
-    int B = c->micro_batch, T = c->seq_len, k = c->grad_accum, nt = c->threads;
+    int B = c->micro_batch, T = c->seq_len, nt = c->threads;
     double util = loader_utilization(&r->train);
     long long nparams = model_config_num_params(&c->model);
     r->res->num_params = nparams;
@@ -592,27 +636,10 @@ Status tr_announce(Run *r, Err *err) {
                    "logits x %.4g, embeddings x %g, attention 1/hs\n", model_width_mult(m), m->n_embd,
                    m->mup_base_width, 1.0 / model_width_mult(m), 1.0 / model_width_mult(m), model_logit_mult(m),
                    m->mup_input_alpha);
-        printf("data: %zu train tokens in %d shard(s), %llu rows of %d+1 (%s, utilization %.1f%%)%s%s\n",
-               r->train.total_tokens, r->train.nshards, (unsigned long long)r->train.nwin, T,
-               c->no_pack ? "one document per row, padding masked"
-               : c->model.doc_mask ? "packed, document-masked: attention within each EOT-closed document"
-                                   : "packed",
-               100 * util,
-               r->train.masked ? ", loss masks: only trained targets count (the loss is their mean over the step)" : "",
-               r->val.nshards ? "" : ", no validation data");
-        printf("batch: micro-batch %d x seq %d x accumulation %d%s = %lld sequences = %lld tokens per step\n", B, T, k,
-               r->dp > 1 ? " x dp" : "", r->acct.batch_seqs, r->acct.batch_tokens);
-        printf("memory:");
-        for (int mc = 0; mc < MEM_NCAT; mc++)
-            if (r->mem.bytes[mc]) printf(" %s %.1f MiB", mem_category_name((MemCategory)mc), r->mem.bytes[mc] / 1048576.0);
-        printf("\n");
-        int cpus = machine_cpus_allowed();
-        char on[48] = "";
-        if (cpus < nt) snprintf(on, sizeof on, " on %d CPU%s", cpus, cpus == 1 ? "" : "s");
-        printf("compute: %.3g FLOP/token%s, peak %.1f GFLOP/s per rank (%s), %d thread%s%s%s, %s\n", r->acct.fpt,
-               c->model.doc_mask ? " at span T (--doc-mask: each step's MFU counts its documents' spans)" : "",
-               r->acct.peak / 1e9, c->peak_flops > 0 ? "given" : r->acct.peak_kind, nt, nt == 1 ? "" : "s",
-               r->threads_auto ? " (auto)" : "", on, mm_backend_info());
+        tr_print_data(c, &r->train, &r->val);
+        tr_print_batch(c, r->dp, r->acct.batch_seqs, r->acct.batch_tokens);
+        tr_print_memory(&r->mem);
+        tr_print_compute(c, &r->acct, r->threads_auto, "");
         if (c->bf16 && !c->fp16 && r->g.be->host_addressable && machine_peak_bf16_slow(&r->acct.mpeak))
             printf("precision: bf16 GEMMs ran at %.0f GFLOP/s here, under 0.6 of the %.0f GFLOP/s probe peak (Intel "
                    "cores without AMX run bf16 dot products at half their FMA rate): --precision fp32 may train "

@@ -480,6 +480,22 @@ static Status step_checkpoint(Run *r, Step *s, Err *err) {
     return ST_OK;
 }
 
+/* A step's MFU: its model FLOP/s `rate` over the job's peak. No step can beat the peak: one that
+ * did shows the peak was measured low (under load at start, or given low), so the achieved rate
+ * becomes the denominator from then on (a peak record, and a console note once when `say`), and
+ * MFU never passes 1. */
+double tr_step_mfu(RunAccounting *a, EventLog *log, const TrainConfig *c, long step, double rate, int say) {
+    if (rate > a->peak_job && !c->faults.peak_no_guard) {
+        if (say && !a->peak_raised)
+            printf("note: step %ld ran at %.1f GFLOP/s, above the %s peak of %.1f GFLOP/s (measured under load? "
+                   "--remeasure-peak on a quiet machine); MFU is against the achieved rate from here on\n",
+                   step, rate * 1e-9, c->peak_flops > 0 ? "given" : "measured", a->peak_job * 1e-9);
+        ev_peak(log, step, rate, a->peak_job, rate);
+        a->peak_job = rate, a->peak_raised = 1;
+    }
+    return rate / a->peak_job;
+}
+
 /* After the first step every buffer and the libraries' scratch are live: measured memory by
  * category, and resident anonymous memory above the start of the run, on every rank. Collective. */
 static Status report_memory(Run *r, Step *s, Err *err) {
@@ -563,17 +579,7 @@ static Status step_report(Run *r, Step *s, Err *err) {
     /* --doc-mask: the attention term at the step's own document lengths (layout_doc_span) */
     double fpt = c->model.doc_mask ? layout_flops_per_token_span(&c->model, s->span) : r->acct.fpt;
     double tok_s = r->acct.batch_tokens / (dt * 1e-3), rate = fpt * tok_s * (s->hess_ms > 0 ? 2 : 1);
-    if (rate > r->acct.peak_job && !c->faults.peak_no_guard) {
-        /* No step can beat the peak: one that did shows the peak was measured low (under load at
-         * start, or given low). The achieved rate becomes the denominator, so MFU never passes 1. */
-        if (!c->quiet && !r->acct.peak_raised)
-            printf("note: step %ld ran at %.1f GFLOP/s, above the %s peak of %.1f GFLOP/s (measured under load? "
-                   "--remeasure-peak on a quiet machine); MFU is against the achieved rate from here on\n",
-                   s->next, rate * 1e-9, c->peak_flops > 0 ? "given" : "measured", r->acct.peak_job * 1e-9);
-        ev_peak(&r->log, s->next, rate, r->acct.peak_job, rate);
-        r->acct.peak_job = rate, r->acct.peak_raised = 1;
-    }
-    double mfu = rate / r->acct.peak_job;
+    double mfu = tr_step_mfu(&r->acct, &r->log, c, s->next, rate, !c->quiet);
     double elapsed = (timer_ms() - r->loop_t0) * 1e-3;
     long done = r->attempt - r->rs.attempt, left = c->steps - r->step;
     double eta = done > 0 ? elapsed / done * left : NAN;
