@@ -299,5 +299,11 @@ int main(void) {
     expect_accepted("control: sample --temperature 0 (greedy)", "sample " TMP "/model --tokens 2 --temperature 0");
     expect_refused("tokenizer", "export " TMP "/model --format llmc --tokenizer bytes -o " TMP "/m.bin");
     expect_accepted("control: export --format hf --tokenizer bytes", "export " TMP "/model --format hf --tokenizer bytes -o " TMP "/hf");
+    /* -o DIR/ names the folder as DIR (it printed "DIR/", and a path joined to it "DIR//...") */
+    expect_accepted("export -o DIR/", "export " TMP "/model --format hf -o " TMP "/hf2/");
+    char *eout = tu_slurp(TMP "/stdout.txt");
+    tu_check(eout && strstr(eout, "to " TMP "/hf2\n") && !strstr(eout, "//"), "export -o DIR/: the folder named without its slash",
+             "stdout \"%.200s\"", eout ? eout : "(unread)");
+    free(eout);
     return tu_exit();
 }

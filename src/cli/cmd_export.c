@@ -139,6 +139,7 @@ int cmd_export(int argc, char **argv) {
     char src[4096];
     char lpath[4096];
     args_trim_dir(pos[0]); /* "run/" prints as "run", its files as "run/model.safetensors" */
+    args_trim_dir(out);    /* -o: a folder here (hf); llmc's file was checked above */
     if (!ckpt_is_weights_folder(pos[0]) && ckpt_lora_locate(pos[0], lpath, sizeof lpath)) {
         if (merge == adapter)
             return cli_fail("export", ST_ERR_INPUT, "a LoRA checkpoint: expected exactly one of --merge or --adapter");
