@@ -13,7 +13,9 @@
  *               from T + 1 must fail the same check.
  *   skip        a re-run trains nothing: every log and done.json byte-identical. Negative control:
  *               a run whose done.json is deleted must be trained again (a fresh log, done.json back)
- *               while the others stay byte-identical.
+ *               while the others stay byte-identical. A spec giving the same run ids other settings
+ *               (base lr) is refused by the sweep and its dry run, naming done.json and both
+ *               settings, nothing touched; a corrupt done.json is refused naming it.
  *   resume      ST_SWEEP_TEST_STOP_AFTER=5 stops the first run after step 5 (no done.json); the
  *               re-run resumes it from step 5 (tu_log_resumed: two starts, steps 1..5 then 6..N)
  *               and its every step's loss and its val losses equal the uninterrupted sweep's,
@@ -278,6 +280,33 @@ static void test_skip(void) {
              "sweep_missing_done_retrains", "exit %d, log holds %d run(s) (steps %ld..%ld, resumed_from %ld), done.json %s, "
              "%d of 3 other runs untouched", rc, nr, nr > 0 ? lr[0].first_step : 0, nr > 0 ? lr[0].last_step : 0,
              nr > 0 ? lr[0].resumed_from : -1, done[0] ? "back" : "missing", same);
+    /* The same run ids from other settings (the base lr): until 2026-11-29 every run was skipped as
+     * done and the table kept the old numbers under the new spec. Now the sweep and its dry run
+     * refuse before training, naming the done.json and both settings; nothing is touched. The
+     * original spec above (skipped) is the control. */
+    snapshot(TMP "/a", "b");
+    write_spec(TMP "/spec_lr.json", DATA,
+               "\"base\": {\"vocab\": 97, \"heads\": 2, \"seq_len\": 32, \"max_seq_len\": 32, \"micro_batch\": 4, "
+               "\"lr\": 0.01, \"threads\": 1, \"peak_gflops\": 100, \"val_batches\": 4, \"ckpt_every\": 5}", GRID, "");
+    int r1 = run(BIN " sweep " TMP "/spec_lr.json --out " TMP "/a >" TMP "/lr.out 2>" TMP "/lr.err");
+    int r2 = run(BIN " sweep " TMP "/spec_lr.json --out " TMP "/a --dry-run >/dev/null 2>" TMP "/lr_dry.err");
+    char *e1 = tu_slurp(TMP "/lr.err"), *e2 = tu_slurp(TMP "/lr_dry.err");
+    same = 0;
+    for (int i = 0; i < 4; i++) same += same_as_snapshot(TMP "/a", "b", RUNS[i]);
+    tu_check(r1 == 2 && r2 == 2 && e1 && strstr(e1, "done.json: run L1C16-t1280 was trained with other settings") &&
+                 strstr(e1, "--lr 0.003") && strstr(e1, "--lr 0.01") && e2 && strstr(e2, "other settings") && same == 4,
+             "sweep_refuses_done_runs_of_other_settings", "exit %d (dry run %d), %d of 4 runs untouched: %.300s", r1, r2, same,
+             e1 ? e1 : "(none)");
+    free(e1), free(e2);
+    /* A done.json that is no finished run's record: refused at once, naming it and the way out (it
+     * was reported as done, then failed the sweep after the other runs). */
+    spit(TMP "/a/runs/L1C32-t2560/done.json", "{garbage\n");
+    int r3 = run(BIN " sweep " TMP "/spec.json --out " TMP "/a >/dev/null 2>" TMP "/garbage.err");
+    char *e3 = tu_slurp(TMP "/garbage.err");
+    tu_check(r3 == 2 && e3 && strstr(e3, "L1C32-t2560/done.json: expected a finished run's record") && strstr(e3, "remove it"),
+             "sweep_refuses_a_corrupt_done_json", "exit %d: %.200s", r3, e3 ? e3 : "(none)");
+    free(e3);
+    run("cp " TMP "/snap_b/L1C32-t2560.done " TMP "/a/runs/L1C32-t2560/done.json");
 }
 
 /* ---- interrupt and resume ---- */

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include <cjson/cJSON.h>
 
@@ -720,19 +721,12 @@ static int os_timing_read(const char *path, double *ms, double *opt, int *n, int
 }
 
 /* One timing run: r's optimizer at its best value for timing_steps + 1 steps, logged to
- * DIR/timing/<name>-r<round>.jsonl, its steps pooled into ms/opt. A log that finished before is
+ * DIR/timing/<name>-r<round>-<hash of its flags>.jsonl, its steps pooled into ms/opt. A log that finished before is
  * read, not trained again (a re-run of the study rewrites the same numbers); an unfinished one is
  * removed and trained again. A divergence is not an error here (its steps still took their time). */
 static Status os_time_one(const char *out, const OsSetup *su, const OptRes *r, int round, Comm *comm,
                           const TrainFlagsParser *tp, double *ms, double *opt, int *n, int cap, Err *err) {
     char dir[1200], log[1400], name[64];
-    snprintf(dir, sizeof dir, "%s/timing", out);
-    snprintf(log, sizeof log, "%s/%s-r%d.jsonl", dir, r->row->name, round);
-    Status st = file_mkdirs(dir, err);
-    if (st != ST_OK || os_timing_read(log, ms, opt, n, cap)) return st;
-    if (comm && (st = comm_barrier(comm, err)) != ST_OK) return st;
-    if (!comm || comm->rank == 0) remove(log);
-    if (comm && (st = comm_barrier(comm, err)) != ST_OK) return st;
     char v[12][48], flagbuf[512];
     snprintf(v[0], 48, "%d", su->layers), snprintf(v[1], 48, "%d", su->heads), snprintf(v[2], 48, "%d", su->width);
     snprintf(v[3], 48, "%d", su->T), snprintf(v[4], 48, "%d", su->B), snprintf(v[5], 48, "%d", su->timing_steps + 1);
@@ -748,6 +742,21 @@ static Status os_time_one(const char *out, const OsSetup *su, const OptRes *r, i
     /* The row's own flags, split at spaces (flagbuf keeps the words). */
     snprintf(flagbuf, sizeof flagbuf, "%s", r->row->flags);
     for (char *save = NULL, *t = strtok_r(flagbuf, " ", &save); t && nf < 64; t = strtok_r(NULL, " ", &save)) flags[nf++] = t;
+    /* The log's name carries a hash of these flags: a re-run with other settings (--width, --steps,
+     * a best value that moved) times afresh instead of reading the old settings' steps. */
+    XXH3_state_t *hs = XXH3_createState();
+    if (!hs) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    XXH3_64bits_reset(hs);
+    for (int i = 0; i < nf; i++) XXH3_64bits_update(hs, flags[i], strlen(flags[i]) + 1);
+    unsigned long long key = (unsigned long long)XXH3_64bits_digest(hs);
+    XXH3_freeState(hs);
+    snprintf(dir, sizeof dir, "%s/timing", out);
+    snprintf(log, sizeof log, "%s/%s-r%d-%08llx.jsonl", dir, r->row->name, round, key & 0xffffffffULL);
+    Status st = file_mkdirs(dir, err);
+    if (st != ST_OK || os_timing_read(log, ms, opt, n, cap)) return st;
+    if (comm && (st = comm_barrier(comm, err)) != ST_OK) return st;
+    if (!comm || comm->rank == 0) remove(log);
+    if (comm && (st = comm_barrier(comm, err)) != ST_OK) return st;
     char failure[512];
     snprintf(name, sizeof name, "%s round %d", r->row->name, round);
     st = study_train("study optimizers: timing", name, flags, nf, log, comm, tp, failure, sizeof failure, err);

@@ -540,7 +540,14 @@ Status sweep_load(Sweep *s, const char *path, const char *out, const Comm *comm,
     char *text = NULL;
     size_t len = 0;
     Status st = file_read_all(path, &text, &len, err);
-    if (st != ST_OK) return err_set(err, ST_ERR_INPUT, "%s: expected a sweep spec (JSON), %s", path, err->msg);
+    if (st != ST_OK) { /* file_read_all's reason, after the path it names first */
+        char why[sizeof err->msg];
+        size_t pl = strlen(path);
+        snprintf(why, sizeof why, "%s", !strncmp(err->msg, path, pl) && !strncmp(err->msg + pl, ": ", 2) ? err->msg + pl + 2 : err->msg);
+        if (!strncmp(why, "expected a file, found ", 23))
+            return err_set(err, ST_ERR_INPUT, "%s: expected a sweep spec (JSON), found %s", path, why + 23);
+        return err_set(err, ST_ERR_INPUT, "%s: expected a sweep spec (JSON), found none (%s)", path, why);
+    }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
     if (!root) {
@@ -598,6 +605,72 @@ void sweep_command_line(const SweepRun *r, const char *exe, char *buf, size_t ca
     for (int i = 0; i < r->nargs; i++) shell_word_append(buf, cap, r->args[i]);
 }
 
+/* The run's training settings as train words: its command less the flags the sweep derives from
+ * where OUT is (--log, --ckpt-dir), --resume and --quiet. done.json records them; a finished run is
+ * skipped only while they are the spec's (the same run id can be trained by other settings: a base
+ * lr, a model's heads, a study's flags outside its ids). */
+static void run_settings(const SweepRun *r, char *buf, size_t cap) {
+    buf[0] = '\0';
+    for (int i = 0; i < r->nargs; i++) {
+        const char *a = r->args[i];
+        if (!strcmp(a, "--quiet")) continue;
+        if ((!strcmp(a, "--log") || !strcmp(a, "--ckpt-dir") || !strcmp(a, "--resume")) && i + 1 < r->nargs) {
+            i++;
+            continue;
+        }
+        shell_word_append(buf, cap, a);
+    }
+}
+
+/* The flags (with their values) of settings a that b lacks, into out: "--lr 0.003 --heads 2". Words
+ * split at spaces (a quoted value with a space splits too: the message stays readable). */
+static void settings_missing(const char *a, const char *b, char *out, size_t cap) {
+    out[0] = '\0';
+    char wa[8192], wb[8192];
+    snprintf(wa, sizeof wa, " %s ", a), snprintf(wb, sizeof wb, " %s ", b);
+    for (char *p = wa + 1; *p;) {
+        char *e = strchr(p, ' ');
+        if (!e) break;
+        char *f = e; /* a flag takes the word after it, unless that is a flag */
+        if (!strncmp(p, "--", 2) && f[1] && strncmp(f + 1, "--", 2)) f = strchr(f + 1, ' ');
+        if (!f) break;
+        char item[1024];
+        snprintf(item, sizeof item, " %.*s ", (int)(f - p), p);
+        if (!strstr(wb, item)) append(out, cap, "%s%.*s", out[0] ? " " : "", (int)(f - p), p);
+        p = f + 1;
+    }
+}
+
+/* A finished run's done.json against the spec: ST_OK when it records these settings (or none: written
+ * before they were recorded), else ST_ERR_INPUT naming the file, both settings and the way out. A
+ * done.json that is not a finished run's record is the same error: skipped, it would fail the table. */
+static Status check_done(const SweepRun *r, const char *path, Err *err) {
+    char *text = NULL;
+    size_t len = 0;
+    if (file_read_all(path, &text, &len, err) != ST_OK) return ST_ERR_INPUT;
+    cJSON *o = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *set = o ? cJSON_GetObjectItemCaseSensitive(o, "settings") : NULL;
+    Status st = ST_OK;
+    if (!cJSON_IsObject(o) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o, "run")))
+        st = err_set(err, ST_ERR_INPUT, "%s: expected a finished run's record (JSON with \"run\"), found something else; "
+                     "remove it (or the run's folder %s) to train the run again", path, r->dir);
+    else if (set) {
+        char want[8192];
+        run_settings(r, want, sizeof want);
+        if (!cJSON_IsString(set) || strcmp(set->valuestring, want)) {
+            char had[2048] = "?", now[2048] = "";
+            if (cJSON_IsString(set)) settings_missing(set->valuestring, want, had, sizeof had);
+            settings_missing(want, cJSON_IsString(set) ? set->valuestring : "", now, sizeof now);
+            st = err_set(err, ST_ERR_INPUT, "%s: run %s was trained with other settings (%s) than the spec gives now "
+                         "(%s); remove %s to train it again, or give another --out", path, r->id, had[0] ? had : "fewer flags",
+                         now[0] ? now : "fewer flags", r->dir);
+        }
+    }
+    cJSON_Delete(o);
+    return st;
+}
+
 Status sweep_plan_run(const Sweep *s, int i, const Comm *comm, SweepRunPlan *out, Err *err) {
     const SweepRun *r = &s->runs[i];
     TrainFlags tf = {0}, *ta = &tf;
@@ -628,7 +701,7 @@ Status sweep_plan_run(const Sweep *s, int i, const Comm *comm, SweepRunPlan *out
     out->predicted_s = pr->compute.step * (double)r->steps;
     out->done = file_exists(done);
     free(pr);
-    return ST_OK;
+    return out->done ? check_done(r, done, err) : ST_OK;
 }
 
 /* ================================================================ execution */
@@ -678,6 +751,8 @@ static Status write_done(const SweepRun *r, const TrainResult *res, double wall_
     char cmd[8192];
     sweep_command_line(r, "scaletrain", cmd, sizeof cmd);
     cJSON_AddStringToObject(o, "command", cmd);
+    run_settings(r, cmd, sizeof cmd);
+    cJSON_AddStringToObject(o, "settings", cmd);
     char *txt = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!txt) return err_set(err, ST_ERR_RUNTIME, "out of memory");
@@ -696,6 +771,14 @@ Status sweep_execute(const Sweep *s, Comm *comm, const SweepExecOptions *o, Swee
     if (st != ST_OK) return st;
     int root = is_root(comm), n = o->only >= 0 ? 1 : s->nruns;
     TrainFlags tf = {0}, *ta = &tf;
+    /* Every finished run's record against the spec before anything trains: a mismatch found after
+     * hours of other runs would be found late. */
+    for (int k = 0; k < n && st == ST_OK; k++) {
+        const SweepRun *r = &s->runs[o->only >= 0 ? o->only : k];
+        char done[1300];
+        snprintf(done, sizeof done, "%s/done.json", r->dir);
+        if (file_exists(done)) st = check_done(r, done, err);
+    }
     for (int k = 0; k < n && st == ST_OK; k++) {
         int i = o->only >= 0 ? o->only : k;
         const SweepRun *r = &s->runs[i];
