@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,12 +46,33 @@ int file_is_dir(const char *path) {
 }
 
 Status file_atomic_open(FileAtomic *f, const char *path, Err *err) {
-    f->fd = -1;
+    f->fd = -1, f->tmp[0] = '\0';
     snprintf(f->path, sizeof f->path, "%s", path);
-    if (snprintf(f->tmp, sizeof f->tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof f->tmp)
-        return err_set(err, ST_ERR_INPUT, "%s: path too long", path);
+    struct stat sb, lb;
+    int there = stat(path, &sb) == 0;
+    if (there && S_ISDIR(sb.st_mode)) return err_set(err, ST_ERR_INPUT, "%s: expected a file name, found a directory", path);
+    if (there && !S_ISREG(sb.st_mode)) {
+        /* A device, FIFO or socket (-o /dev/stdout, a pipe): written in place. A rename over it
+         * would replace the device node itself with a plain file. */
+        f->fd = open(path, O_WRONLY | O_TRUNC);
+        if (f->fd < 0) return err_set(err, ST_ERR_RUNTIME, "%s: cannot open for writing: %s", path, strerror(errno));
+        return ST_OK;
+    }
+    if (there && lstat(path, &lb) == 0 && S_ISLNK(lb.st_mode)) {
+        /* A symbolic link to a file: the file it names is replaced, the link stays a link. */
+        char real[PATH_MAX];
+        if (!realpath(path, real)) return err_set(err, ST_ERR_RUNTIME, "%s: cannot resolve the link: %s", path, strerror(errno));
+        snprintf(f->path, sizeof f->path, "%s", real);
+    }
+    if (snprintf(f->tmp, sizeof f->tmp, "%s.tmp.%ld", f->path, (long)getpid()) >= (int)sizeof f->tmp)
+        return f->tmp[0] = '\0', err_set(err, ST_ERR_INPUT, "%s: path too long", path);
     f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (f->fd < 0) return err_set(err, ST_ERR_RUNTIME, "%s: cannot create: %s", f->tmp, strerror(errno));
+    if (f->fd < 0) {
+        int e = errno;
+        f->tmp[0] = '\0';
+        return err_set(err, ST_ERR_RUNTIME, "%s: cannot create (writing %s.tmp.%ld first): %s", path, path, (long)getpid(),
+                       strerror(e));
+    }
     return ST_OK;
 }
 
@@ -68,10 +90,15 @@ Status file_write_fd(int fd, const void *buf, size_t n, const char *name, Err *e
 }
 
 Status file_atomic_write(FileAtomic *f, const void *buf, size_t n, Err *err) {
-    return file_write_fd(f->fd, buf, n, f->tmp, err);
+    return file_write_fd(f->fd, buf, n, f->tmp[0] ? f->tmp : f->path, err);
 }
 
 Status file_atomic_commit(FileAtomic *f, Err *err) {
+    if (!f->tmp[0]) { /* written in place (a device or FIFO): nothing to sync or rename */
+        int rc = close(f->fd);
+        f->fd = -1;
+        return rc == 0 ? ST_OK : err_set(err, ST_ERR_RUNTIME, "%s: close failed: %s", f->path, strerror(errno));
+    }
     if (fsync(f->fd) != 0) return err_set(err, ST_ERR_RUNTIME, "%s: fsync failed: %s", f->tmp, strerror(errno));
     int rc = close(f->fd);
     f->fd = -1;
