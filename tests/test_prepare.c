@@ -285,6 +285,21 @@ static void test_line_pieces(const Tokenizer *bt) {
              "line_pieces_resume_reading", "first %d, %s pieces %llu, tokens %zu", (int)st1, st ? err.msg : "",
              (unsigned long long)s.line_pieces, nt2);
     free(all3);
+    /* a journal naming a run that is gone (a kill while .prepare was cleared, which removed runs
+     * before the journal until 2026-11-29: every later call failed "cannot open a run"): a fresh
+     * start, the same shards */
+    o.out_dir = keep(path("lp2g")), o.fault_after_runs = 2;
+    st1 = prepare_run(&o, &s, &err);
+    o.fault_after_runs = 0;
+    char gone[1200];
+    snprintf(gone, sizeof gone, "%s/.prepare/run_000001.bin", o.out_dir);
+    int rm = remove(gone);
+    st = prepare_run(&o, &s, &err);
+    all3 = st ? NULL : read_both(o.out_dir, bt, &nt2);
+    tu_check(st1 == ST_ERR_RUNTIME && rm == 0 && !st && all && all3 && nt2 == nt && memcmp(all, all3, nt * sizeof *all) == 0,
+             "prepare_journal_naming_a_missing_run_starts_afresh", "first %d, run removed %d, %s tokens %zu", (int)st1, rm,
+             st ? err.msg : "", nt2);
+    free(all3);
     o.out_dir = keep(path("lp2m")), o.shard_tokens = 4000, o.fault_after_shards = 1;
     st1 = prepare_run(&o, &s, &err);
     o.fault_after_shards = 0;

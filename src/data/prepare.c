@@ -376,10 +376,15 @@ static int journal_read(const char *out, uint64_t config, Journal *j, Inputs *in
     return ok;
 }
 
-/* Removes the runs, temporaries and journal in out/.prepare (and the directory). */
+/* Removes the runs, temporaries and journal in out/.prepare (and the directory). The journal
+ * goes first: a kill part-way then leaves runs no journal names (a fresh start, which clears
+ * them), never a journal that names runs already removed (every later call failed on them). */
 static void work_dir_clear(const char *out, int rmdir_too) {
-    char d[4200];
+    char d[4200], jp[4300];
     snprintf(d, sizeof d, "%s/.prepare", out);
+    journal_path(jp, sizeof jp, out);
+    Err fe;
+    if (unlink(jp) == 0) file_fsync_dir(d, &fe); /* the removal durable before the runs go */
     DIR *dir = opendir(d);
     if (dir) {
         for (struct dirent *e; (e = readdir(dir));) {
@@ -1233,7 +1238,13 @@ static Status work_begin(const PrepareOptions *o, Inputs *in, int width, Journal
     memset(j, 0, sizeof *j);
     j->config = config_hash(o, in, width);
     *resumed = 0;
-    if (!journal_read(o->out_dir, j->config, j, in)) {
+    int ok = journal_read(o->out_dir, j->config, j, in);
+    for (size_t i = 0; ok && i < j->runs; i++) { /* every run it names still there (else: afresh) */
+        char p[4200];
+        run_path(p, sizeof p, o->out_dir, i);
+        ok = access(p, R_OK) == 0;
+    }
+    if (!ok) {
         work_dir_clear(o->out_dir, 0); /* another corpus or other options: start afresh */
         uint64_t c = j->config;
         memset(j, 0, sizeof *j);
