@@ -254,6 +254,31 @@ int main(void) {
     snprintf(nested, sizeof nested, "%s/new/parent/tok", dir);
     st = bpe_train(texts, lens, 1, &o, nested, &s, &err);
     tu_check(st == ST_OK, "train_out_dir_parents", "%s", st ? err.msg : nested);
+    /* A retraining killed between its renames: the 300-id training's stamp and vocab.bpe over the
+     * 4096-id one's encoder.json (the same text, so the 43 merges name tokens that encoder.json has:
+     * without the stamp this loaded as one tokenizer). Refused naming encoder.json; controls: both
+     * trainings load as they are, and the mixed folder without its stamp loads (what the stamp
+     * catches). */
+    char mix[400], mcmd[2400];
+    snprintf(mix, sizeof mix, "%s/mixed", dir);
+    snprintf(mcmd, sizeof mcmd, "mkdir -p %s && cp %s/encoder.json %s/ && cp %s/vocab.bpe %s/files.xxh3 %s/", mix, d1, mix,
+             nested, nested, mix);
+    tu_shell(mcmd);
+    Tokenizer *tm = NULL, *ta = NULL, *tb = NULL;
+    Status sm = tokenizer_load(&tm, mix, NULL, &err);
+    char merr[1100];
+    snprintf(merr, sizeof merr, "%s", sm ? err.msg : "(loaded)");
+    Status sa = tokenizer_load(&ta, d1, NULL, &err), sb = tokenizer_load(&tb, nested, NULL, &err);
+    tu_check(sm == ST_ERR_INPUT && strstr(merr, "its encoder.json is not the one `tokenizer train` wrote") && sa == ST_OK &&
+                 sb == ST_OK, "train_interrupted_files_refused", "%s", merr);
+    tokenizer_free(tm), tokenizer_free(ta), tokenizer_free(tb);
+    snprintf(mcmd, sizeof mcmd, "rm %s/files.xxh3", mix);
+    tu_shell(mcmd);
+    tm = NULL;
+    sm = tokenizer_load(&tm, mix, NULL, &err);
+    tu_check(sm == ST_OK, "negative control: the mixed files without the stamp load as one tokenizer", "%s",
+             sm ? err.msg : "loaded");
+    tokenizer_free(tm);
     check_patterns(dir, (const uint8_t *)ts, tn);
     free(ts);
 

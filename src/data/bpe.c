@@ -1196,6 +1196,42 @@ static Status read_pattern_file(const char *dir, BpePattern *p, Err *err) {
     return st;
 }
 
+/* DIR/BPE_FILES_STAMP, where `tokenizer train` wrote one: each file it names must hash as recorded
+ * ("none": the file absent). No stamp (GPT-2's own files, a hand-made folder): nothing to check. */
+static Status check_files_stamp(const char *dir, Err *err) {
+    char sp[2048], *text = NULL;
+    size_t n;
+    snprintf(sp, sizeof sp, "%s/%s", dir, BPE_FILES_STAMP);
+    struct stat sb;
+    if (stat(sp, &sb) != 0) return ST_OK;
+    Status st = slurp(sp, &text, &n, err);
+    if (st) return st;
+    char *save = NULL, *ln = strtok_r(text, "\n", &save);
+    if (!ln || strcmp(ln, "scaletrain-tokenizer-files 1")) st = err_set(err, ST_ERR_INPUT, "%s: expected "
+                                                                         "\"scaletrain-tokenizer-files 1\" first, found \"%.40s\"", sp, ln ? ln : "");
+    while (!st && (ln = strtok_r(NULL, "\n", &save))) {
+        char name[64], want[24];
+        if (sscanf(ln, "%63s %23s", name, want) != 2 || strchr(name, '/')) {
+            st = err_set(err, ST_ERR_INPUT, "%s: expected \"FILE HASH\" lines, found \"%.60s\"", sp, ln);
+            break;
+        }
+        char fp[2200], *buf = NULL, got[24] = "none";
+        size_t fl;
+        snprintf(fp, sizeof fp, "%s/%s", dir, name);
+        if (stat(fp, &sb) == 0) {
+            if ((st = slurp(fp, &buf, &fl, err))) break;
+            snprintf(got, sizeof got, "%016llx", (unsigned long long)XXH3_64bits(buf, fl));
+            free(buf);
+        }
+        if (strcmp(got, want))
+            st = err_set(err, ST_ERR_INPUT, "%s: its %s is not the one `tokenizer train` wrote with the other files "
+                         "(XXH3 %s, %s records %s: a training interrupted while it replaced them?); train it again",
+                         dir, name, got, BPE_FILES_STAMP, want);
+    }
+    free(text);
+    return st;
+}
+
 Status tokenizer_load(Tokenizer **out, const char *spec, const char *data_dir, Err *err) {
     *out = NULL;
     if (!spec)
@@ -1237,7 +1273,8 @@ Status tokenizer_load(Tokenizer **out, const char *spec, const char *data_dir, E
                        "tokenizer %s: expected gpt2, cl100k, o200k, llama3, bytes, a rank file or a directory with "
                        "encoder.json and vocab.bpe, found %s", dir, stat(dir, &sb) != 0 ? "no such file or directory" : "neither");
     BpePattern pat;
-    Status st = read_pattern_file(dir, &pat, err);
+    Status st = check_files_stamp(dir, err);
+    if (!st) st = read_pattern_file(dir, &pat, err);
     if (st) return st;
     /* Meta's tokenizer.model with a `pattern` file reading llama3 (what fetch-llama3-tokenizer.sh writes);
      * a directory trained with --pattern llama3 has encoder.json and no tokenizer.model */

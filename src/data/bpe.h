@@ -88,9 +88,14 @@ const char *tokenizer_data_subdir(const char *spec);
  * `<|endoftext|>` as last id (encoder.json), a byte without a single-byte token, an unknown pattern;
  * a rank file with a wrong magic, truncated, with a checksum mismatch or a pat_str other than the one
  * implemented for its pattern; a malformed tokenizer.model (tokenizer_load_llama3); the message
- * names the file, what was expected and what was found.
+ * names the file, what was expected and what was found; a DIR whose BPE_FILES_STAMP (written by
+ * bpe_train before its files) does not match them (a training interrupted while it replaced them).
  * ST_ERR_RUNTIME: out of memory. */
 Status tokenizer_load(Tokenizer **out, const char *spec, const char *data_dir, Err *err);
+
+/* In a DIR that bpe_train wrote: "scaletrain-tokenizer-files 1", then "FILE XXH3" lines (16 hex
+ * digits, or "none": absent) for vocab.bpe, encoder.json and pattern, written before them. */
+#define BPE_FILES_STAMP "files.xxh3"
 
 /* Loads a rank file (format: docs/tokenizer.md §3b) with the given pre-tokenizer (BPE_PATTERN_FILE:
  * the one the file names). Errors as tokenizer_load. */

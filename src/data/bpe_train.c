@@ -441,15 +441,22 @@ static Status save(const Trainer *t, const char *dir, BpePattern pattern, Err *e
         nv += put_mapped(v + nv, t->pool + t->off[b], t->off[b + 1] - t->off[b], 0);
         v[nv++] = '\n';
     }
-    Status st = write_atomic(dir, "vocab.bpe", v, nv, err);
+    /* The three files are replaced one by one; their hashes go first (BPE_FILES_STAMP), so a kill
+     * between two renames leaves files the stamp does not match, which tokenizer_load refuses (it
+     * loaded a new vocab.bpe with the old encoder.json as one tokenizer). */
+    char line[32], stamp[256], ph[24] = "none";
+    int nl = snprintf(line, sizeof line, "%s\n", bpe_pattern_name(pattern));
+    if (pattern != BPE_PATTERN_GPT2) snprintf(ph, sizeof ph, "%016llx", (unsigned long long)XXH3_64bits(line, (size_t)nl));
+    int ns = snprintf(stamp, sizeof stamp, "scaletrain-tokenizer-files 1\nvocab.bpe %016llx\nencoder.json %016llx\npattern %s\n",
+                      (unsigned long long)XXH3_64bits(v, nv), (unsigned long long)XXH3_64bits(j, nj), ph);
+    Status st = write_atomic(dir, BPE_FILES_STAMP, stamp, (size_t)ns, err);
+    if (!st) st = write_atomic(dir, "vocab.bpe", v, nv, err);
     if (!st) st = write_atomic(dir, "encoder.json", j, nj, err);
     /* the pre-tokenizer, read back by tokenizer_load; gpt2 writes none (the files of before) and
      * removes one a previous training left */
     char pf[2048];
     snprintf(pf, sizeof pf, "%s/pattern", dir);
     if (!st && pattern != BPE_PATTERN_GPT2) {
-        char line[32];
-        int nl = snprintf(line, sizeof line, "%s\n", bpe_pattern_name(pattern));
         st = write_atomic(dir, "pattern", line, (size_t)nl, err);
     } else if (!st && unlink(pf) != 0 && errno != ENOENT) {
         st = err_set(err, ST_ERR_INPUT, "%s: expected to remove the pattern file of an earlier training, found %s", pf,
