@@ -524,5 +524,23 @@ int main(void) {
     int rc = system(cmd);
     tu_check(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "control: the good shard trains", "exit=%d",
              WIFEXITED(rc) ? WEXITSTATUS(rc) : -1);
+    /* Output that cannot be written (a full disk: /dev/full) is an error, exit 1 and one line (eval
+     * --json and sample exited 0 having written nothing); control: the same to /dev/null exits 0. */
+    int full = 1;
+    for (int i = 0; i < 2; i++) {
+        const char *args = i ? "plan --layers 2 --heads 2 --channels 32" : "eval --help";
+        snprintf(cmd, sizeof cmd, "%s %s >/dev/full 2>%s/full.err", BIN, args, TMP);
+        int frc = system(cmd);
+        char *ft = tu_slurp(TMP "/full.err");
+        int lines = 0;
+        for (const char *p = ft; p && *p; p++) lines += *p == '\n';
+        if (!(WIFEXITED(frc) && WEXITSTATUS(frc) == 1 && lines == 1 && strstr(ft, "standard output: write failed")))
+            printf("  %s > /dev/full: exit %d, %s\n", args, WIFEXITED(frc) ? WEXITSTATUS(frc) : -1, ft ? ft : "(no stderr)"), full = 0;
+        free(ft);
+    }
+    snprintf(cmd, sizeof cmd, "%s eval --help >/dev/null 2>&1", BIN);
+    int nrc = system(cmd);
+    tu_check(full && WIFEXITED(nrc) && WEXITSTATUS(nrc) == 0, "output to a full device: exit 1, one line (control: /dev/null 0)",
+             "eval --help and plan to /dev/full");
     return tu_exit();
 }

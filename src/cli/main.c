@@ -1,4 +1,5 @@
 /* main.c — the scaletrain binary: dispatches to the subcommands (DESIGN.md §4). */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,6 +29,16 @@ static void usage(FILE *f) {
             "  study      training-dynamics studies with an HTML page of findings (spike, lr-transfer, optimizers)\n");
 }
 
+/* What a command printed must have reached its output: `eval --json > /dev/full` (a full disk)
+ * exited 0 with nothing written. rc, or 1 where it was 0 and the output failed. */
+static int output_written(const char *cmd, int rc) {
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "scaletrain %s: standard output: write failed (%s)\n", cmd, strerror(errno));
+        return rc ? rc : 1;
+    }
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
@@ -55,16 +66,20 @@ int main(int argc, char **argv) {
                  : !strcmp(cmd, "sweep") ? cmd_sweep(argc - 2, argv + 2, comm)
                                          : cmd_study(argc - 2, argv + 2, comm);
         comm_finalize(comm);
-        return rc;
+        return output_written(cmd, rc);
     }
-    if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
-    if (!strcmp(cmd, "prepare")) return cmd_prepare(argc - 1, argv + 1);
-    if (!strcmp(cmd, "tokenizer")) return cmd_tokenizer(argc - 1, argv + 1);
-    if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
-    if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
-    if (!strcmp(cmd, "report")) return cmd_report(argc - 2, argv + 2);
-    if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
-    if (!strcmp(cmd, "fit")) return cmd_fit(argc - 2, argv + 2);
-    fprintf(stderr, "scaletrain: unknown command '%s' (expected train, sample, prepare, tokenizer, plan, eval, export, fit, report, sweep or study; see scaletrain --help)\n", cmd);
-    return 2;
+    int rc = -1;
+    if (!strcmp(cmd, "sample")) rc = cmd_sample(argc - 2, argv + 2);
+    else if (!strcmp(cmd, "prepare")) rc = cmd_prepare(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "tokenizer")) rc = cmd_tokenizer(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "plan")) rc = cmd_plan(argc - 2, argv + 2);
+    else if (!strcmp(cmd, "export")) rc = cmd_export(argc - 2, argv + 2);
+    else if (!strcmp(cmd, "report")) rc = cmd_report(argc - 2, argv + 2);
+    else if (!strcmp(cmd, "eval")) rc = cmd_eval(argc - 2, argv + 2);
+    else if (!strcmp(cmd, "fit")) rc = cmd_fit(argc - 2, argv + 2);
+    if (rc < 0) {
+        fprintf(stderr, "scaletrain: unknown command '%s' (expected train, sample, prepare, tokenizer, plan, eval, export, fit, report, sweep or study; see scaletrain --help)\n", cmd);
+        return 2;
+    }
+    return output_written(cmd, rc);
 }
