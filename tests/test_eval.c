@@ -7,6 +7,8 @@
  *               bytes covered = targets · source_bytes / total_tokens, computed here by hand from the
  *               numbers written into the shard header (1e-12 relative);
  *   --tokens    rows = ceil(N / T);
+ *   masks       loss-masked shards: bits_per_byte and bytes_covered null (the average bytes per token
+ *               is not the scored targets'), the loss over the trained targets only;
  *   bad input   exit 2 and one stderr line naming the problem (missing folder, shard vocabulary
  *               different from the model's, shards of another tokenizer than the one recorded
  *               with the weights, token id out of range, --seq-len too long). */
@@ -133,6 +135,27 @@ int main(void) {
     tu_check(o && cJSON_IsNull(bpb) && fabs(jnum(o, "loss") - loss) <= 1e-5 * loss, "eval_unknown_bytes",
              "bits_per_byte null, loss %.6f", jnum(o, "loss"));
     cJSON_Delete(o);
+
+    /* Loss-masked shards (chat data): the shards' mean bytes per token is not that of the scored
+     * targets (template tokens have no source bytes), so bits per byte is null, not a number 2x off
+     * (18 bits/byte for a 6.8-nat byte-tokenizer loss until 2026-11-29); the loss is over the
+     * trained targets. Control: the same tokens without the mask report a number. */
+    {
+        ShardMeta mm = {0, SRC_BYTES, V, 0};
+        shard_write(TMP "/masked.bin", tok, NTOK, &mm, &e);
+        uint8_t bits[(NTOK + 7) / 8];
+        for (size_t i = 0; i < sizeof bits; i++) bits[i] = 0xF0; /* half of the targets trained */
+        Status ms = shard_mask_write(TMP "/masked.bin", bits, NTOK, &e);
+        snprintf(args, sizeof args, TMP "/model --data " TMP "/masked.bin --seq-len %d", T);
+        o = eval_json(args);
+        const cJSON *mb = o ? cJSON_GetObjectItemCaseSensitive(o, "bits_per_byte") : NULL;
+        const cJSON *mc = o ? cJSON_GetObjectItemCaseSensitive(o, "bytes_covered") : NULL;
+        tu_check(ms == ST_OK && o && cJSON_IsNull(mb) && cJSON_IsNull(mc) && jnum(o, "targets") > 0 &&
+                     jnum(o, "targets") < jnum(o, "rows") * T,
+                 "eval_masked_shards_no_bits_per_byte", "%s, bits_per_byte %s, targets %g of %g", ms ? e.msg : "mask written",
+                 mb && cJSON_IsNull(mb) ? "null" : "a number", jnum(o, "targets"), jnum(o, "rows") * T);
+        cJSON_Delete(o);
+    }
 
     /* Bad input. */
     ShardMeta bigv = {0, SRC_BYTES, V + 10, 0};

@@ -349,7 +349,11 @@ int cmd_eval(int argc, char **argv) {
     }
     double el = omp_get_wtime() - pr.t0;
     double loss = targets ? nats / (double)targets : NAN, ppl = exp(loss);
-    double bytes_per_token = ld.source_bytes ? (double)ld.source_bytes / (double)ld.total_tokens : 0;
+    /* Bits per byte needs the bytes the scored targets stand for: the shards' mean bytes per token
+     * is that only when every token is scored. Under loss masks (chat shards) the template tokens,
+     * which have no source bytes, count in the mean and the masked ones not in the loss: 18 bits per
+     * byte for a 6.8-nat byte-tokenizer loss. Not reported there. */
+    double bytes_per_token = ld.source_bytes && !ld.masked ? (double)ld.source_bytes / (double)ld.total_tokens : 0;
     double bpb = bytes_per_token > 0 ? loss / log(2.0) / bytes_per_token : NAN;
     if (json) {
         cJSON *o = cJSON_CreateObject();
@@ -368,7 +372,9 @@ int cmd_eval(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "bytes_covered", bytes_per_token * (double)targets);
             cJSON_AddNumberToObject(o, "bits_per_byte", bpb);
         } else {
-            cJSON_AddNullToObject(o, "source_bytes");
+            if (ld.source_bytes) cJSON_AddNumberToObject(o, "source_bytes", (double)ld.source_bytes);
+            else cJSON_AddNullToObject(o, "source_bytes");
+            cJSON_AddNullToObject(o, "bytes_covered");
             cJSON_AddNullToObject(o, "bits_per_byte");
         }
         cJSON_AddNumberToObject(o, "seconds", el);
@@ -383,6 +389,8 @@ int cmd_eval(int argc, char **argv) {
         printf("loss %.4f nats/token | perplexity %.3f | ", loss, ppl);
         if (bytes_per_token > 0)
             printf("bits/byte %.4f (%.3f source bytes/token)\n", bpb, bytes_per_token);
+        else if (ld.masked)
+            printf("bits/byte n/a (loss-masked shards: the scored targets' source bytes are not recorded)\n");
         else
             printf("bits/byte n/a (the shards do not record their source byte count)\n");
     }
