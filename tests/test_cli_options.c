@@ -210,6 +210,24 @@ int main(void) {
     expect_refused("tokenizer-dir", "tokenizer encode --tokenizer bytes --tokenizer-dir " TMP " " TMP "/corpus.txt");
     expect_accepted("control: tokenizer train --format text --separator @@",
                     "tokenizer train --vocab-size 260 --format text --separator @@ --out " TMP "/tok " TMP "/corpus.txt");
+    /* --field and --skip-bad as prepare's (tokenizer train's JSON error named --skip-bad, which it refused
+     * as unknown; a .jsonl whose text is not in "text" could not be trained on) */
+    expect_refused("field", "tokenizer train --vocab-size 260 --field body --out " TMP "/tok " TMP "/corpus.txt");
+    expect_refused("skip-bad", "tokenizer train --vocab-size 260 --skip-bad --out " TMP "/tok " TMP "/corpus.txt");
+    expect_accepted("control: tokenizer train --field body on JSON Lines",
+                    "tokenizer train --vocab-size 260 --holdout 0 --field body --out " TMP "/tokf " TMP "/docs.jsonl");
+    char *tf = tu_slurp(TMP "/stdout.txt");
+    tu_check(tf && strstr(tf, "4 documents in 1 files, 8 bytes trained on"), "tokenizer train --field body trains on that field",
+             "\"%.160s\"", tf ? tf : "(none)");
+    free(tf);
+    f = fopen(TMP "/bad.jsonl", "w");
+    if (f) fputs("{\"text\": \"good one\"}\nnot json\n{\"body\": \"no text\"}\n{\"text\": \"good two\"}\n", f), fclose(f);
+    expect_accepted("control: tokenizer train --skip-bad on JSON Lines",
+                    "tokenizer train --vocab-size 260 --holdout 0 --skip-bad --out " TMP "/tokb " TMP "/bad.jsonl");
+    tf = tu_slurp(TMP "/stdout.txt");
+    tu_check(tf && strstr(tf, "skipped (--skip-bad): 1 lines not JSON objects, 1 without a string \"text\"") &&
+                 strstr(tf, "2 documents in 1 files"), "tokenizer train --skip-bad skips and says so", "\"%.200s\"", tf ? tf : "(none)");
+    free(tf);
     expect_accepted("control: tokenizer encode --tokenizer bytes", "tokenizer encode --tokenizer bytes " TMP "/corpus.txt");
 
     /* ---- train ---- */

@@ -200,7 +200,8 @@ static int cmd_train(int argc, char **argv) {
     long vocab = 4096;
     double holdout = 0.1;
     int threads = 0;
-    char out[1024] = "", format[16] = "auto", sep[256], pattern[32] = "gpt2";
+    char out[1024] = "", format[16] = "auto", sep[256], pattern[32] = "gpt2", field[128] = "text";
+    int skip_bad = 0;
     snprintf(sep, sizeof sep, "%s", po.separator);
     ArgSpec specs[] = {
         {"vocab-size", ARG_LONG, &vocab, 0, "vocabulary incl. 256 bytes and <|endoftext|> (>= 257)"},
@@ -210,6 +211,9 @@ static int cmd_train(int argc, char **argv) {
         {"threads", ARG_INT, &threads, 0, "pre-token counting threads (0 = all cores)"},
         {"format", ARG_STR, format, sizeof format, "auto | text | jsonl | wikitext (as in prepare)"},
         {"separator", ARG_STR, sep, sizeof sep, "document separator line in text files (\"\" = blank line)"},
+        {"field", ARG_STR, field, sizeof field, "JSON Lines: the string field holding each document's text (as in prepare)"},
+        {"skip-bad", ARG_FLAG, &skip_bad, 0, "count and skip bad JSON Lines records (not JSON, no --field) instead of "
+                                             "stopping at the first (as in prepare)"},
     };
     int n = (int)(sizeof specs / sizeof specs[0]), nfiles = 0, help = 0;
     char **files = calloc((size_t)argc + 1, sizeof *files);
@@ -237,6 +241,9 @@ static int cmd_train(int argc, char **argv) {
     if (!rc && nfiles == 0) rc = fail(2, "expected at least one corpus INPUT, found none (see --help)");
     if (!rc && args_find(specs, n, "separator")->seen && (!strcmp(format, "jsonl") || !strcmp(format, "wikitext")))
         rc = fail(2, "--separator: would change nothing with --format %s; expected --format text or auto", format);
+    if (!rc && args_find(specs, n, "field")->seen && (!strcmp(format, "text") || !strcmp(format, "wikitext")))
+        rc = fail(2, "--field: would change nothing with --format %s; expected --format jsonl or auto", format);
+    if (!rc && !field[0]) rc = fail(2, "--field: expected a field name, found ''");
     if (!rc) {
         if (!strcmp(format, "auto")) po.format = PREP_FORMAT_AUTO;
         else if (!strcmp(format, "text")) po.format = PREP_FORMAT_TEXT;
@@ -248,12 +255,21 @@ static int cmd_train(int argc, char **argv) {
     po.inputs = (const char *const *)files;
     po.ninputs = (size_t)nfiles;
     po.separator = sep;
+    po.field = field, po.skip_bad = skip_bad;
     char msg[1200];
     int code;
     if (!rc && args_find(specs, n, "separator")->seen &&
         (code = cli_check_flag_format(&po, "--separator", PREP_FORMAT_TEXT, msg, sizeof msg)) != 0)
         rc = fail(code, "%s", msg);
+    if (!rc && args_find(specs, n, "field")->seen &&
+        (code = cli_check_flag_format(&po, "--field", PREP_FORMAT_JSONL, msg, sizeof msg)) != 0)
+        rc = fail(code, "%s", msg);
+    if (!rc && skip_bad && (code = cli_check_flag_format(&po, "--skip-bad", PREP_FORMAT_JSONL, msg, sizeof msg)) != 0)
+        rc = fail(code, "%s", msg);
     if (!rc && (st = prepare_read_documents(&po, &docs, &err)) != ST_OK) rc = fail_err(&err);
+    if (!rc && docs.skips.bad_json + docs.skips.missing_field)
+        printf("tokenizer train: skipped (--skip-bad): %llu lines not JSON objects, %llu without a string \"%s\" (or with "
+               "a NUL in it)\n", (unsigned long long)docs.skips.bad_json, (unsigned long long)docs.skips.missing_field, field);
     size_t total = 0;
     for (size_t d = 0; d < docs.n; d++) total += docs.len[d];
     /* Hold out the last `holdout` of the corpus (in document order), cut at a line start. */

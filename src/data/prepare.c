@@ -1348,8 +1348,7 @@ Status prepare_read_documents(const PrepareOptions *o, PrepareDocs *docs, Err *e
     Status st = a ? collect_inputs(&in, o, err) : err_set(err, ST_ERR_RUNTIME, "out of memory");
     docs->priv = a;
     DocReaderOptions ro = reader_options(o);
-    ro.allow_invalid_utf8 = 1; /* as before issue 29: BPE training takes stray bytes as bytes (and
-                                  `tokenizer train` has no --skip-bad / --allow-invalid-utf8 to name) */
+    ro.allow_invalid_utf8 = 1; /* as before issue 29: BPE training takes stray bytes as bytes */
     for (size_t i = 0; i < in.n && !st; i++) {
         DocReader *dr = NULL;
         if ((st = docreader_open(&dr, in.v[i].path, &ro, err)) != ST_OK) break;
@@ -1382,6 +1381,11 @@ Status prepare_read_documents(const PrepareOptions *o, PrepareDocs *docs, Err *e
             }
             docs->text[used] = dst, docs->len[used] = n;
             used++;
+        }
+        if (dr) {
+            const DocSkips *k = docreader_skips(dr);
+            docs->skips.bad_json += k->bad_json, docs->skips.missing_field += k->missing_field;
+            docs->skips.bad_utf8 += k->bad_utf8, docs->skips.bad_chat += k->bad_chat;
         }
         docreader_close(dr);
     }

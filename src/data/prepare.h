@@ -145,6 +145,7 @@ typedef struct {
     size_t *len;
     size_t n;
     size_t files;
+    DocSkips skips;            /* what o->skip_bad skipped */
     void *priv;                /* the buffers */
 } PrepareDocs;
 
