@@ -175,7 +175,8 @@ int main(void) {
         shard_write(TMP "/other_tok.bin", tok, NTOK, &other, &e);
         shard_write(TMP "/own_tok.bin", tok, NTOK, &own, &e);
         expect_error("eval_shards_of_another_tokenizer", TMP "/model --data " TMP "/other_tok.bin --seq-len 16",
-                     "prepared with another tokenizer, this run's tokenizer is bytes");
+                     "prepared with another tokenizer (no manifest.json beside the shard names it), the weights were "
+                     "trained on bytes (recorded with them");
         snprintf(args, sizeof args, TMP "/model --data " TMP "/own_tok.bin --seq-len %d", T);
         o = eval_json(args);
         tu_check(hb && o && fabs(jnum(o, "loss") - loss) <= 1e-5 * loss, "control_eval_shards_of_the_weights_tokenizer",

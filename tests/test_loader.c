@@ -261,6 +261,13 @@ int main(void) {
     st = loader_open(&m1, mix, T, 0, 0, 5, LOADER_SHUFFLE, &err);
     tu_check(st == ST_ERR_INPUT && strstr(err.msg, "nothing_*.bin: no such file"), "loader_mix_missing", "%s",
              err.msg);
+    /* one weighted item: a mixture of one, whose weight would change nothing (it was accepted and
+     * ignored by train and eval until 2026-11-29) */
+    snprintf(mix, sizeof mix, "%s:0.5", glob_a);
+    st = loader_open(&m1, mix, T, 0, 0, 5, LOADER_SHUFFLE, &err);
+    tu_check(st == ST_ERR_INPUT && strstr(err.msg, "a :WEIGHT mixes several datasets, found one"), "loader_one_weighted_item",
+             "%s", st ? err.msg : "(opened)");
+    loader_close(&m1);
     /* an unweighted list is one dataset: a + b concatenated */
     snprintf(mix, sizeof mix, "%s,%s/b_*.bin", glob_a, tmpdir);
     st = loader_open(&m1, mix, T, 0, 0, 5, LOADER_SHUFFLE, &err);

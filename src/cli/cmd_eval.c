@@ -292,8 +292,8 @@ int cmd_eval(int argc, char **argv) {
                     "vocabulary size only\n", recorded, te.msg);
         tokenizer_free(tk);
     }
-    if ((st = loader_open_named(&ld, data, T, (uint32_t)cfg.vocab, want_hash, recorded, 0, 0, &err)) != ST_OK) {
-        err_prefix(&err, "--data");
+    if ((st = loader_open_named(&ld, data, T, (uint32_t)cfg.vocab, want_hash, recorded, 0, LOADER_FOR_WEIGHTS, &err)) != ST_OK) {
+        if (strncmp(err.msg, "--data", 6)) err_prefix(&err, "--data"); /* the spec's own errors name it already */
         goto fail;
     }
     if (ld.nsets != 1) {

@@ -122,7 +122,7 @@ static Status check_not_publishing(const char *shard_path, Err *err) {
 }
 
 static Status set_add_glob(LoaderSet *s, const char *pattern, uint64_t expected_hash, const char *expected_name,
-                           Err *err) {
+                           int for_weights, Err *err) {
     glob_t gl;
     int rc = glob(pattern, 0, NULL, &gl);
     if (rc != 0) {
@@ -149,13 +149,22 @@ static Status set_add_glob(LoaderSet *s, const char *pattern, uint64_t expected_
         if ((st = shard_mask_open(sh, err)) != ST_OK) break;
         if (expected_hash && sh->meta.tokenizer_hash && sh->meta.tokenizer_hash != expected_hash) {
             /* Names, not hashes, and the two ways out. */
-            char made[256], want[300], redo[300];
+            char made[256] = "", want[300], redo[300];
             const char *en = expected_name && expected_name[0] ? expected_name : NULL;
             if (en) snprintf(redo, sizeof redo, "--tokenizer %s", en);
             else snprintf(redo, sizeof redo, "the run's --tokenizer");
             if (en) snprintf(want, sizeof want, "this run's tokenizer is %s", en);
             else snprintf(want, sizeof want, "this run's tokenizer is another");
-            if (loader_shard_tokenizer_name(sh->path, sh->meta.tokenizer_hash, made, sizeof made))
+            if (for_weights) { /* eval: the weights' own tokenizer, recorded with them; no train flags to name */
+                int known = loader_shard_tokenizer_name(sh->path, sh->meta.tokenizer_hash, made, sizeof made);
+                st = err_set(err, ST_ERR_INPUT, "%s: prepared with %s%s, the weights were trained on %s (recorded with "
+                             "them; hashes %016llx vs %016llx): prepare the text again with --tokenizer %s, or evaluate "
+                             "weights trained on %s",
+                             sh->path, known ? "tokenizer " : "another tokenizer (no manifest.json beside the shard names it)",
+                             known ? made : "", en ? en : "another tokenizer", (unsigned long long)sh->meta.tokenizer_hash,
+                             (unsigned long long)expected_hash, en ? en : "theirs", known ? made : "the shards' tokenizer");
+            }
+            else if (loader_shard_tokenizer_name(sh->path, sh->meta.tokenizer_hash, made, sizeof made))
                 st = err_set(err, ST_ERR_INPUT,
                              "%s: prepared with tokenizer %s, %s (its --tokenizer, or the one recorded with its "
                              "--init-from weights; hashes %016llx vs %016llx): prepare the text again with %s, or "
@@ -456,6 +465,9 @@ Status loader_open_named(Loader *ld, const char *spec, int T, uint32_t vocab, ui
         if (!comma) break;
         p = comma + 1;
     }
+    if (nweighted && nitems == 1) /* a mixture of one: the weight would change nothing */
+        return err_set(err, ST_ERR_INPUT, "--data %s: a :WEIGHT mixes several datasets, found one; expected %s without "
+                       "it, or more items", spec, pats[0]);
     if (nweighted && nweighted != nitems)
         return err_set(err, ST_ERR_INPUT,
                        "--data %s: expected a :WEIGHT on every item of a mixture (or on none), found %d of %d", spec,
@@ -474,7 +486,7 @@ Status loader_open_named(Loader *ld, const char *spec, int T, uint32_t vocab, ui
             s->weight = nweighted ? w[i] / wsum : 1.0;
             s->perm_epoch[0] = s->perm_epoch[1] = UINT64_MAX;
         }
-        st = set_add_glob(s, pats[i], expected_hash, expected_name, err);
+        st = set_add_glob(s, pats[i], expected_hash, expected_name, (flags & LOADER_FOR_WEIGHTS) != 0, err);
     }
     for (int d = 0; d < nsets && st == ST_OK; d++) {
         st = set_check_masks(&ld->sets[d], err);

@@ -51,6 +51,8 @@
 /* loader_open flags */
 #define LOADER_SHUFFLE 1 /* epoch permutations (training); without it row n mod rows (validation) */
 #define LOADER_NO_PACK 2 /* one document per row, padding masked (see above) */
+#define LOADER_FOR_WEIGHTS 4 /* expected_name is the tokenizer recorded with saved weights (eval): the
+                                mismatch message names no train flag */
 
 typedef struct {
     uint64_t seed;     /* data-order seed */
