@@ -183,6 +183,9 @@ int main(void) {
                  "bytes hash %016llx, loss %.6f", (unsigned long long)hb, o ? jnum(o, "loss") : NAN);
         cJSON_Delete(o);
     }
+    /* --no-doc-mask on weights trained without document masking would change nothing: refused */
+    expect_error("eval_no_doc_mask_on_unmasked_weights", TMP "/model --data " TMP "/good.bin --seq-len 16 --no-doc-mask",
+                 "--no-doc-mask: would change nothing: the weights in");
     expect_error("eval_file_for_weights", TMP "/good.bin --data " TMP "/good.bin", "good.bin: expected a weights folder "
                  "(train --out), a checkpoint or a --ckpt-dir, found a file");
     expect_error("eval_missing_dir", TMP "/nope --data " TMP "/good.bin", "does not exist");

@@ -283,7 +283,16 @@ static void cli(void) {
     }
     buf[want.n++] = '\n';
     Text gz = sample_cli("--temperature 0");
-    Text g1 = sample_cli("--top-k 1 --seed 3");
+    Text g1 = sample_cli("--top-k 1");
+    /* with --top-k 1 a seed or a temperature changes nothing: refused (they were accepted until 2026-11-29) */
+    int r_seed = run(BIN " sample " TMP "/model --tokens 4 --top-k 1 --seed 3 >/dev/null 2>" TMP "/err.txt");
+    char *es = tu_slurp(TMP "/err.txt");
+    int r_temp = run(BIN " sample " TMP "/model --tokens 4 --top-k 1 --temperature 2 >/dev/null 2>" TMP "/err2.txt");
+    char *et = tu_slurp(TMP "/err2.txt");
+    tu_check(r_seed == 2 && es && strstr(es, "--seed: would change nothing with --top-k 1") && r_temp == 2 && et &&
+                 strstr(et, "--temperature: would change nothing with --top-k 1"),
+             "cli_topk1_refuses_seed_and_temperature", "exit %d / %d: %s", r_seed, r_temp, es ? es : "");
+    free(es), free(et);
     Text t1 = sample_cli("--temperature 1 --top-k 0 --seed 3");
     tu_check(same(gz, want), "cli_greedy_temperature0", "%zu bytes, the full forward's argmax: %s", want.n,
              same(gz, want) ? "equal" : "differ");

@@ -309,6 +309,12 @@ int cmd_eval(int argc, char **argv) {
     /* Document masking: as the weights were trained (config.json), unless a flag says otherwise; the
      * documents end with the shards' EOT, which must be the one the weights were trained with. */
     uint32_t seot = loader_header_eot(&ld);
+    if ((no_doc_mask && !cfg.doc_mask) || (doc_mask && cfg.doc_mask)) {
+        st = err_set(&err, ST_ERR_INPUT, "--%s: would change nothing: the weights in %s were trained %s document masking "
+                     "(config.json), which eval follows without the flag", no_doc_mask ? "no-doc-mask" : "doc-mask", src,
+                     cfg.doc_mask ? "with" : "without");
+        goto fail;
+    }
     if (no_doc_mask) cfg.doc_mask = 0;
     else if (doc_mask && !cfg.doc_mask) cfg.doc_mask = 1, cfg.doc_eot = (int)seot;
     if (cfg.doc_mask && (uint32_t)cfg.doc_eot != seot) {

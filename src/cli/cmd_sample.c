@@ -50,6 +50,13 @@ int cmd_sample(int argc, char **argv) {
         return cli_fail("sample", ST_ERR_INPUT, "--seed: would change nothing with --temperature 0 (greedy); expected a temperature > 0");
     if (temperature == 0 && args_find(specs, n, "top-k")->seen)
         return cli_fail("sample", ST_ERR_INPUT, "--top-k: would change nothing with --temperature 0 (greedy); expected a temperature > 0");
+    /* --top-k 1 keeps one token: greedy whatever the temperature, drawing nothing */
+    if (top_k == 1 && temperature > 0 && args_find(specs, n, "seed")->seen)
+        return cli_fail("sample", ST_ERR_INPUT, "--seed: would change nothing with --top-k 1 (one token kept: greedy); "
+                        "expected --top-k 0 or > 1");
+    if (top_k == 1 && temperature > 0 && args_find(specs, n, "temperature")->seen)
+        return cli_fail("sample", ST_ERR_INPUT, "--temperature: would change nothing with --top-k 1 (one token kept: "
+                        "greedy); expected --top-k 0 or > 1, or --temperature 0 alone");
     GptOptions go = gpt_default_options();
     Faults faults;
     if ((st = cli_faults_from_env(&faults, &err)) != ST_OK) return cli_fail("sample", st, err.msg);
