@@ -194,6 +194,10 @@ int main(void) {
     expect_refused("field", "prepare --tokenizer bytes --field body --out " TMP "/p0 " TMP "/textdir");
     expect_refused("field", "prepare --tokenizer bytes --field body --out " TMP "/p0 - < " TMP "/docs.jsonl");
     expect_refused("separator", "prepare --tokenizer bytes --separator '' --out " TMP "/p0 " TMP "/docs.jsonl");
+    expect_refused("skip-bad", "prepare --tokenizer bytes --skip-bad --allow-invalid-utf8 --out " TMP "/p0 " TMP "/corpus.txt");
+    expect_accepted("control: prepare --skip-bad --allow-invalid-utf8 with a JSON Lines input",
+                    "prepare --quiet --tokenizer bytes --skip-bad --allow-invalid-utf8 --val-fraction 0.2 --out " TMP "/psb " TMP
+                    "/docs.jsonl");
     expect_accepted("control: prepare --field body with a JSON Lines input",
                     "prepare --quiet --tokenizer bytes --field body --val-fraction 0.2 --out " TMP "/pf " TMP "/docs.jsonl");
     expect_accepted("control: prepare --separator @@ with mixed inputs (it acts on the text one)",

@@ -186,6 +186,14 @@ int cmd_prepare(int argc, char **argv) {
     if (!rc && args_find(specs, n, "separator")->seen &&
         (code = cli_check_flag_format(&o, "--separator", PREP_FORMAT_TEXT, msg, sizeof msg)) != 0)
         rc = fail(code, "%s", msg);
+    /* --skip-bad skips bad JSON Lines records, bad conversations and invalid UTF-8: with text inputs
+     * only and invalid UTF-8 kept (--allow-invalid-utf8) it has nothing to skip */
+    unsigned fmts = 0;
+    Err ferr;
+    if (!rc && skip_bad && allow_bad_utf8 && prepare_input_formats(&o, &fmts, &ferr) == ST_OK &&
+        !(fmts & ((1u << PREP_FORMAT_JSONL) | (1u << PREP_FORMAT_CHAT))))
+        rc = fail(2, "--skip-bad: would change nothing with --allow-invalid-utf8 and no JSON Lines input (invalid UTF-8 is "
+                     "kept; text has no records to skip); expected one of the two");
     o.out_dir = out;
     const char *dir = dirbuf[0] ? dirbuf : NULL;
     char gdir[PATH_MAX];
