@@ -139,6 +139,17 @@ static void test_refusals(void) {
     snprintf(s, sizeof s, "{\"name\": \"t\", %s, %s, \"grid\": {\"kind\": \"sizes_tokens\", \"models\": [{\"layers\": "
              "1, \"channels\": 16}], \"tokens\": [1e30]}}\n", DATA, BASE);
     refusal("absurd_token_budget", s, "grid.tokens[0] = 1e+30 gives L1C16 7.81e+27 steps of 128 tokens: expected at most 1e12");
+    /* what train refused only at the first run's start (2026-11-29): a sequence over the model's
+     * maximum, a vocabulary smaller than the shards' tokenizer; and a name that would put the
+     * default OUT elsewhere (sweep-<name>) */
+    snprintf(s, sizeof s, "{\"name\": \"t\", %s, \"base\": {\"vocab\": 97, \"heads\": 2, \"seq_len\": 64, "
+             "\"max_seq_len\": 32, \"micro_batch\": 4, \"threads\": 1}, %s}\n", DATA, GRID);
+    refusal("seq_len_over_max", s, "--seq-len: expected 1..32 (the model's --max-seq-len), found 64");
+    snprintf(s, sizeof s, "{\"name\": \"t\", %s, \"base\": {\"vocab\": 50, \"heads\": 2, \"seq_len\": 32, "
+             "\"max_seq_len\": 32, \"micro_batch\": 4, \"threads\": 1}, %s}\n", DATA, GRID);
+    refusal("vocab_under_the_data", s, "a vocabulary of 50: the training shards' tokenizer has 97 ids");
+    snprintf(s, sizeof s, "{\"name\": \"../escaped\", %s, %s, %s}\n", DATA, BASE, GRID);
+    refusal("name_with_a_slash", s, "name: expected letters, digits");
     /* a value train_run refuses (not the flag parser): refused for every run before any trains (the
      * real sweep trained the first run, then stopped at the second) */
     snprintf(s, sizeof s, "{\"name\": \"t\", %s, %s, %s, \"vary\": {\"lr\": [0.001, -1]}}\n", DATA, BASE, GRID);
@@ -398,6 +409,23 @@ static void test_resume(void) {
 /* ---- --list ---- */
 
 static void test_list(void) {
+    /* a mode's flags without it: refused (the sweep trained as without them; --list --json printed
+     * the plain list) */
+    static const char *const INERT[4][2] = {{"--json", "--json: would change nothing without --dry-run"},
+                                            {"--list --json", "--json: would change nothing without --dry-run"},
+                                            {"--list-format sweep", "--list-format: would change nothing without --list"},
+                                            {"--dry-run --verbose", "--verbose: would change nothing with --dry-run"}};
+    int inert_ok = 1;
+    for (int i = 0; i < 4; i++) {
+        char c[1024];
+        snprintf(c, sizeof c, BIN " sweep " TMP "/spec.json --out " TMP "/inert %s >/dev/null 2>" TMP "/inert.err", INERT[i][0]);
+        int irc = run(c);
+        char *e = tu_slurp(TMP "/inert.err");
+        if (!(irc == 2 && e && strstr(e, INERT[i][1]))) printf("  sweep %s: exit %d, %s", INERT[i][0], irc, e ? e : "(none)\n"), inert_ok = 0;
+        free(e);
+    }
+    tu_check(inert_ok && access(TMP "/inert", F_OK) != 0, "sweep_refuses_flags_of_another_mode",
+             "--json, --list --json, --list-format, --dry-run --verbose: exit 2 naming the flag, nothing written");
     int rc = run(BIN " sweep " TMP "/spec.json --out " TMP "/l --list >" TMP "/list.txt 2>" TMP "/list.err");
     char *t = tu_slurp(TMP "/list.txt");
     int n = 0, ran = 0;

@@ -72,6 +72,14 @@ int cmd_sweep(int argc, char **argv, Comm *comm) {
     }
     if (dry + list + (only[0] != 0) > 1)
         return cli_fail("sweep", ST_ERR_INPUT, "--dry-run, --list and --only: expected at most one of them");
+    /* flags of one mode given without it would change nothing (they ran the sweep as without them) */
+    if (json && !dry) return cli_fail("sweep", ST_ERR_INPUT, "--json: would change nothing without --dry-run; expected --dry-run --json");
+    if (args_find(specs, n, "list-format")->seen && !list)
+        return cli_fail("sweep", ST_ERR_INPUT, "--list-format: would change nothing without --list; expected --list --list-format F");
+    if (verbose && (dry || list))
+        return cli_fail("sweep", ST_ERR_INPUT, "--verbose: would change nothing with --dry-run or --list (nothing trains)");
+    if (args_find(specs, n, "out")->seen && !out[0])
+        return cli_fail("sweep", ST_ERR_INPUT, "--out: expected a folder, found ''");
     /* The output directory is needed to name the runs' files: read the name first if not given. */
     Sweep s;
     if (!out[0]) {

@@ -7,6 +7,7 @@
 #include "study/sweep.h"
 
 #include <errno.h>
+#include <ctype.h>
 #include <glob.h>
 #include <math.h>
 #include <stdarg.h>
@@ -22,6 +23,7 @@
 #include "core/fileio.h"
 #include "core/shellword.h"
 #include "core/timer.h"
+#include "data/shard.h"
 #include "model/layout.h"
 #include "plan/plan.h"
 #include "report/figures.h"
@@ -211,6 +213,8 @@ typedef struct {
     double *seeds;
     int have_seeds;
     double warmup_frac, min_lr_frac;
+    unsigned data_vocab;      /* the training shards' header vocabulary (0: unknown) */
+    char data_first[1024];    /* the first training shard, which gave it */
 } Grid;
 
 static void grid_free(Grid *g) {
@@ -301,6 +305,10 @@ static Status add_run(Sweep *s, const Grid *g, int m, int z, const int *vidx, in
                          "expected \"tokenizer\" or base.vocab", g->file);
         else if ((st = model_config_validate(&mc, err)) != ST_OK)
             err_prefix(err, "%s: grid.models[%d] (%s)", g->file, m, g->model_label[m]);
+        else if (g->data_vocab && (unsigned)mc.vocab < g->data_vocab) /* train would stop at the first batch */
+            st = err_set(err, ST_ERR_INPUT, "%s: run %s: a vocabulary of %d: the training shards' tokenizer has %u ids (%s's "
+                         "header); expected at least %u", g->file, r->id, mc.vocab, g->data_vocab, g->data_first,
+                         g->data_vocab);
         if (st == ST_OK) {
             r->fpt = layout_flops_per_token(&mc, c->seq_len);
             r->params = model_config_num_params(&mc);
@@ -469,6 +477,16 @@ static Status read_data(Grid *g, const cJSON *root, const Comm *comm, Err *err) 
         if (n == 0)
             return err_set(err, ST_ERR_INPUT, "%s: %s: expected shard files, found none matching %s", g->file, names[i],
                            globs[i]->valuestring);
+        if (i == 0 && glob(globs[i]->valuestring, 0, NULL, &gl) == 0) { /* its tokenizer's size, for base.vocab */
+            Shard sh;
+            Err se;
+            if (gl.gl_pathc && shard_open(&sh, gl.gl_pathv[0], &se) == ST_OK) {
+                g->data_vocab = sh.meta.vocab_size;
+                snprintf(g->data_first, sizeof g->data_first, "%s", gl.gl_pathv[0]);
+                shard_close(&sh);
+            }
+            globfree(&gl);
+        }
     }
     if ((st = args_push(&g->common, "--data", err)) == ST_OK) st = args_push(&g->common, data->valuestring, err);
     if (st == ST_OK && (st = args_push(&g->common, "--val-data", err)) == ST_OK) st = args_push(&g->common, val->valuestring, err);
@@ -486,6 +504,10 @@ static Status read_spec(Sweep *s, Grid *g, const cJSON *root, const Comm *comm, 
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "name");
     if (!cJSON_IsString(name) || !name->valuestring[0])
         return err_set(err, ST_ERR_INPUT, "%s: name: expected a non-empty string, found %s", f, name ? "another value" : "nothing");
+    for (const char *c = name->valuestring; *c; c++) /* it names the default OUT folder, sweep-<name> */
+        if (!(isalnum((unsigned char)*c) || *c == '-' || *c == '_' || *c == '.') || !strcmp(name->valuestring, ".."))
+            return err_set(err, ST_ERR_INPUT, "%s: name: expected letters, digits, '-', '_' or '.' (it names the folder "
+                           "sweep-<name>), found \"%.80s\"", f, name->valuestring);
     snprintf(s->name, sizeof s->name, "%s", name->valuestring);
     if ((st = read_data(g, root, comm, err)) != ST_OK) return st;
     const cJSON *base = cJSON_GetObjectItemCaseSensitive(root, "base");

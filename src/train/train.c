@@ -111,6 +111,9 @@ Status train_validate(const TrainConfig *c, Err *err) {
     if (c->micro_batch < 1)
         return err_set(err, ST_ERR_INPUT, "--micro-batch: expected a positive integer, found %d", c->micro_batch);
     if (c->seq_len < 1) return err_set(err, ST_ERR_INPUT, "--seq-len: expected a positive integer, found %d", c->seq_len);
+    if (c->model.max_seq > 0 && c->seq_len > c->model.max_seq) /* known before the weights (gpt_init says it too) */
+        return err_set(err, ST_ERR_INPUT, "--seq-len: expected 1..%d (the model's --max-seq-len), found %d", c->model.max_seq,
+                       c->seq_len);
     if (c->grad_accum < 1)
         return err_set(err, ST_ERR_INPUT, "--grad-accum: expected a positive integer, found %d", c->grad_accum);
     if (c->steps < 1) return err_set(err, ST_ERR_INPUT, "--steps: expected a positive integer, found %ld", c->steps);
