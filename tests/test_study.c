@@ -6,7 +6,7 @@
  *   lr-transfer  the best learning rate per width and parameterization recomputed here from the two
  *                sweeps' results.jsonl (argmin of the final validation loss) must equal summary.json's
  *                and appear in the page's findings ("2^k at width W (loss x.xxxx)"), the shift in
- *                grid steps must be log2 of their ratio; the page has the findings, the table and
+ *                grid steps must be the difference of their indices in --lrs (its factor their ratio); the page has the findings, the table and
  *                the three charts. Negative control: the same check against results whose losses
  *                were reversed (a different argmin) must fail.
  *   spike        the unstable and stable runs' logs: the count of spike records, the final val loss
@@ -102,9 +102,10 @@ static int lr_check(const Grid *g, const cJSON *sum, const char *page, char *why
             k += (size_t)snprintf(why + k, cap > k ? cap - k : 0, "%s %s%s%s; ", P[p], text, same ? "" : " != summary",
                                   in_page ? "" : " not in page");
         }
-        double shift = log2(g->lr[b[g->nw - 1]] / g->lr[b[0]]);
+        double shift = b[g->nw - 1] - b[0], factor = g->lr[b[g->nw - 1]] / g->lr[b[0]];
         const cJSON *sh = cJSON_GetObjectItem(cJSON_GetObjectItem(sum, P[p]), "shift_grid_steps");
-        ok &= cJSON_IsNumber(sh) && sh->valuedouble == shift;
+        const cJSON *sf = cJSON_GetObjectItem(cJSON_GetObjectItem(sum, P[p]), "shift_factor");
+        ok &= cJSON_IsNumber(sh) && sh->valuedouble == shift && cJSON_IsNumber(sf) && fabs(sf->valuedouble / factor - 1) < 1e-12;
     }
     return ok;
 }

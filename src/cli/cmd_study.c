@@ -78,9 +78,29 @@ static int cmd_lr_transfer(int argc, char **argv, Comm *comm) {
         free(o);
         return cli_fail("study lr-transfer", st, err.msg);
     }
-    if (o->nw < 2 || steps < 1) {
+    if (o->nw < 2) {
+        snprintf(err.msg, sizeof err.msg, "--widths: expected at least two widths (a shift from one to another), found %d", o->nw);
         free(o);
-        return cli_fail("study lr-transfer", ST_ERR_INPUT, "--widths / --steps: expected at least two widths and >= 1 step");
+        return cli_fail("study lr-transfer", ST_ERR_INPUT, err.msg);
+    }
+    if (o->nlr < 3) {
+        snprintf(err.msg, sizeof err.msg, "--lrs: expected at least three learning rates (a best one between two others), "
+                 "found %d", o->nlr);
+        free(o);
+        return cli_fail("study lr-transfer", ST_ERR_INPUT, err.msg);
+    }
+    for (int i = 1; i < o->nw || i < o->nlr; i++) { /* ascending, distinct: grid steps are index steps */
+        const char *bad = i < o->nw && !(o->widths[i] > o->widths[i - 1]) ? "--widths" : i < o->nlr && !(o->lrs[i] > o->lrs[i - 1]) ? "--lrs" : NULL;
+        if (!bad) continue;
+        snprintf(err.msg, sizeof err.msg, "%s: expected values in increasing order, found %g after %g", bad,
+                 bad[2] == 'w' ? o->widths[i] : o->lrs[i], bad[2] == 'w' ? o->widths[i - 1] : o->lrs[i - 1]);
+        free(o);
+        return cli_fail("study lr-transfer", ST_ERR_INPUT, err.msg);
+    }
+    if (steps < 1) {
+        snprintf(err.msg, sizeof err.msg, "--steps: expected >= 1, found %ld", (long)steps);
+        free(o);
+        return cli_fail("study lr-transfer", ST_ERR_INPUT, err.msg);
     }
     for (int w = 0; w < o->nw; w++) /* heads of 32 at every width, as study optimizers' --width */
         if (!(o->widths[w] >= 32) || fmod(o->widths[w], 32) != 0) {

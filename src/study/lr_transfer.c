@@ -98,7 +98,9 @@ static int lr_best(const LrGrid *g, int p, int w) {
     return b;
 }
 
-/* The paragraph on one parameterization, and its shift in grid steps (log2 of the lr ratio). */
+/* The paragraph on one parameterization, and its shift in steps of the --lrs grid (the index of
+ * the best lr at the widest width less that at the narrowest; until 2026-11-29 log2 of their ratio,
+ * which counted one step of a factor-4 grid as two and called it "does not transfer"). */
 static double lr_paragraph(const LrGrid *g, int p, char *buf, size_t cap) {
     size_t k = (size_t)snprintf(buf, cap, "Under %s the best learning rate is", PARAM_NAME[p]);
     for (int w = 0; w < g->nw; w++) {
@@ -112,13 +114,13 @@ static double lr_paragraph(const LrGrid *g, int p, char *buf, size_t cap) {
     int b0 = g->best[p][0], b1 = g->best[p][g->nw - 1];
     double shift = NAN;
     if (b0 >= 0 && b1 >= 0) {
-        shift = log2(g->lrs[b1] / g->lrs[b0]);
-        double steps = fabs(shift); /* grid steps of a factor-2 grid */
+        shift = (double)(b1 - b0);
+        double steps = fabs(shift);
         k += (size_t)snprintf(buf + k, cap - k,
-                              ": from width %.0f to width %.0f it moves by %+.3g grid step%s of a factor 2 (x%.3g)%s", g->widths[0],
-                              g->widths[g->nw - 1], shift, fabs(steps - 1) < 1e-9 ? "" : "s", pow(2.0, shift),
-                              steps <= 1 + 1e-9 ? ", within one grid step: the learning rate transfers" :
-                                                   ", more than one grid step: it does not transfer");
+                              ": from width %.0f to width %.0f it moves by %+.0f step%s of the learning-rate grid (x%.3g)%s",
+                              g->widths[0], g->widths[g->nw - 1], shift, steps == 1 ? "" : "s", g->lrs[b1] / g->lrs[b0],
+                              steps <= 1 ? ", within one grid step: the learning rate transfers" :
+                                           ", more than one grid step: it does not transfer");
         int edge = b0 == 0 || b0 == g->nlr - 1 || b1 == 0 || b1 == g->nlr - 1;
         if (edge) k += (size_t)snprintf(buf + k, cap - k, " (a best value lies at the edge of the grid, so the true optimum may lie beyond it)");
     } else {
@@ -132,7 +134,7 @@ static double lr_paragraph(const LrGrid *g, int p, char *buf, size_t cap) {
 typedef struct {
     char para[2][2048];  /* per parameterization (PARAM order) */
     char intro[1024], head[1024];
-    double shift[2];     /* log2(best lr at the widest / at the narrowest width); NaN if unmeasured */
+    double shift[2];     /* grid steps from the best lr at the narrowest width to that at the widest; NaN if unmeasured */
     int ok_mup;          /* muP's shift is within one grid step */
 } LrText;
 
@@ -150,8 +152,8 @@ static void lr_findings(const LrGrid *g, int layers, long steps, int B, int T, L
              layers, steps, B, T, l0, l1, g->widths[0]);
     t->ok_mup = isfinite(t->shift[1]) && fabs(t->shift[1]) <= 1 + 1e-9;
     if (isfinite(t->shift[0]) && isfinite(t->shift[1]))
-        snprintf(t->head, sizeof t->head, "Headline: from width %.0f to width %.0f the best learning rate moves by %+.3g grid steps "
-                 "under muP (%s) and by %+.3g grid steps under SP.", g->widths[0], g->widths[g->nw - 1], t->shift[1],
+        snprintf(t->head, sizeof t->head, "Headline: from width %.0f to width %.0f the best learning rate moves by %+.0f grid steps "
+                 "under muP (%s) and by %+.0f grid steps under SP.", g->widths[0], g->widths[g->nw - 1], t->shift[1],
                  t->ok_mup ? "within one grid step: transfer holds" : "more than one grid step: transfer fails", t->shift[0]);
     else snprintf(t->head, sizeof t->head, "Headline: the shift could not be measured (a width has no finished run).");
 }
@@ -219,8 +221,14 @@ static cJSON *lr_summary(const LrGrid *g, const LrText *t, long steps, int layer
                 cJSON_AddItemToArray(row, isfinite(g->loss[p][w][i]) ? cJSON_CreateNumber(g->loss[p][w][i]) : cJSON_CreateNull());
             cJSON_AddItemToArray(loss, row);
         }
-        if (isfinite(t->shift[p])) cJSON_AddNumberToObject(o, "shift_grid_steps", t->shift[p]);
-        else cJSON_AddNullToObject(o, "shift_grid_steps");
+        int b0 = g->best[p][0], b1 = g->best[p][g->nw - 1];
+        if (isfinite(t->shift[p])) {
+            cJSON_AddNumberToObject(o, "shift_grid_steps", t->shift[p]);
+            cJSON_AddNumberToObject(o, "shift_factor", g->lrs[b1] / g->lrs[b0]);
+        } else {
+            cJSON_AddNullToObject(o, "shift_grid_steps");
+            cJSON_AddNullToObject(o, "shift_factor");
+        }
     }
     cJSON_AddBoolToObject(sum, "mup_transfer_within_one_step", t->ok_mup);
     cJSON_AddStringToObject(sum, "findings", t->head);
