@@ -459,6 +459,33 @@ static void test_quick_flags(void) {
     tu_check(rc == 2 && out && strstr(out, "--widths: expected multiples of 32 (heads of 32), found 48"),
              "study_lr_transfer_refuses_width", "exit %d: %s", rc, out ? out : "");
     free(out);
+    /* each bad value on its own line naming its flag and the value found, nothing written (a single
+     * lr "transferred"; spike's four flags shared one line; a zero micro-batch was reported as the
+     * study's generated spec) */
+    static const char *const BAD[][2] = {
+        {"lr-transfer --quick --lrs 0.01", "--lrs: expected at least three learning rates"},
+        {"lr-transfer --quick --lrs 0.1,0.01,0.001", "--lrs: expected values in increasing order, found 0.01 after 0.1"},
+        {"lr-transfer --quick --micro-batch 0", "--micro-batch: expected >= 1, found 0"},
+        {"spike --quick --steps 5", "--steps: expected 8..4096 (a warmup and a spike to find), found 5"},
+        {"spike --quick --clip 0", "--clip: expected a norm > 0, found 0"},
+        {"spike --quick --heads 3", "--heads 3"},
+    };
+    int bad_ok = 1;
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        char c[512];
+        snprintf(c, sizeof c, BIN " study %s --out " TMP "/bad-study >" TMP "/bad-study.out 2>&1", BAD[i][0]);
+        int brc = run(c);
+        char *bo = tu_slurp(TMP "/bad-study.out");
+        int lines = 0;
+        for (const char *p = bo; p && *p; p++) lines += *p == '\n';
+        if (!(brc == 2 && lines == 1 && bo && strstr(bo, BAD[i][1]))) {
+            printf("  study %s: exit %d, %s", BAD[i][0], brc, bo ? bo : "(none)\n");
+            bad_ok = 0;
+        }
+        free(bo);
+    }
+    tu_check(bad_ok && access(TMP "/bad-study", F_OK) != 0, "study_refuses_bad_values_one_line_each",
+             "%zu cases: exit 2, one line naming the flag and the value, nothing written", sizeof BAD / sizeof BAD[0]);
 }
 
 static void test_optimizers(void) {

@@ -97,8 +97,13 @@ static int cmd_lr_transfer(int argc, char **argv, Comm *comm) {
         free(o);
         return cli_fail("study lr-transfer", ST_ERR_INPUT, err.msg);
     }
-    if (steps < 1) {
-        snprintf(err.msg, sizeof err.msg, "--steps: expected >= 1, found %ld", (long)steps);
+    if (steps < 1) snprintf(err.msg, sizeof err.msg, "--steps: expected >= 1, found %ld", (long)steps);
+    else if (layers < 1) snprintf(err.msg, sizeof err.msg, "--layers: expected >= 1, found %d", layers);
+    else if (T < 1) snprintf(err.msg, sizeof err.msg, "--seq-len: expected >= 1, found %d", T);
+    else if (B < 1) snprintf(err.msg, sizeof err.msg, "--micro-batch: expected >= 1, found %d", B);
+    else if (vb < 1) snprintf(err.msg, sizeof err.msg, "--val-batches: expected >= 1, found %d", vb);
+    else if (threads < 0) snprintf(err.msg, sizeof err.msg, "--threads: expected >= 0 (0: auto), found %d", threads);
+    if (err.msg[0]) { /* named here, not as the study's generated spec (grid.tokens[0] ...) */
         free(o);
         return cli_fail("study lr-transfer", ST_ERR_INPUT, err.msg);
     }
@@ -153,9 +158,18 @@ static int cmd_study_spike(int argc, char **argv, Comm *comm) {
         if (UNSEEN("steps")) steps = 30;
         if (UNSEEN("lr")) lr = 0.3;
     }
-    if (steps < 8 || steps > STUDY_SPIKE_MAXSTEPS || !(lr > 0) || warmup_frac < 0 || warmup_frac >= 1 || !(clip > 0))
-        return cli_fail("study spike", ST_ERR_INPUT, "--steps / --lr / --warmup-frac / --clip: expected 8..4096 steps, "
-                        "lr > 0, a fraction in [0, 1) and clip > 0");
+    /* each its own line, with what was found (they shared one line naming four flags) */
+    if (steps < 8 || steps > STUDY_SPIKE_MAXSTEPS)
+        snprintf(err.msg, sizeof err.msg, "--steps: expected 8..%d (a warmup and a spike to find), found %ld",
+                 STUDY_SPIKE_MAXSTEPS, steps);
+    else if (!(lr > 0)) snprintf(err.msg, sizeof err.msg, "--lr: expected a value > 0, found %g", lr);
+    else if (!(warmup_frac >= 0 && warmup_frac < 1))
+        snprintf(err.msg, sizeof err.msg, "--warmup-frac: expected a fraction in [0, 1), found %g", warmup_frac);
+    else if (!(clip > 0)) snprintf(err.msg, sizeof err.msg, "--clip: expected a norm > 0, found %g", clip);
+    else if (layers < 1 || channels < 1 || heads < 1 || channels % heads || T < 1 || B < 1 || threads < 0)
+        snprintf(err.msg, sizeof err.msg, "--layers %d --channels %d --heads %d --seq-len %d --micro-batch %d --threads %d: "
+                 "expected positive sizes, heads dividing channels, threads >= 0", layers, channels, heads, T, B, threads);
+    if (err.msg[0]) return cli_fail("study spike", ST_ERR_INPUT, err.msg);
     SpikeOptions o = {.steps = steps, .lr = lr, .warmup_frac = warmup_frac, .clip = clip, .layers = layers,
                       .channels = channels, .heads = heads, .T = T, .B = B, .threads = threads};
     snprintf(o.out, sizeof o.out, "%s", out);
