@@ -150,6 +150,9 @@ static void test_refusals(void) {
     refusal("vocab_under_the_data", s, "a vocabulary of 50: the training shards' tokenizer has 97 ids");
     snprintf(s, sizeof s, "{\"name\": \"../escaped\", %s, %s, %s}\n", DATA, BASE, GRID);
     refusal("name_with_a_slash", s, "name: expected letters, digits");
+    /* a key twice in one object: both went to train (--lr 0.1 --lr 0.5) */
+    snprintf(s, sizeof s, "{\"name\": \"t\", %s, \"base\": {\"vocab\": 97, \"lr\": 0.1, \"lr\": 0.5}, %s}\n", DATA, GRID);
+    refusal("duplicate_key", s, "base.\"lr\": expected each key once, found it twice");
     /* a value train_run refuses (not the flag parser): refused for every run before any trains (the
      * real sweep trained the first run, then stopped at the second) */
     snprintf(s, sizeof s, "{\"name\": \"t\", %s, %s, %s, \"vary\": {\"lr\": [0.001, -1]}}\n", DATA, BASE, GRID);

@@ -554,6 +554,27 @@ static Status read_spec(Sweep *s, Grid *g, const cJSON *root, const Comm *comm, 
     return ST_OK;
 }
 
+/* The first key that appears twice in one object of the tree at o (NULL: none), its object's path
+ * ("base.", "grid.models[1].") into path: cJSON keeps both, and `base` passed both to train. */
+static const char *dup_key(const cJSON *o, char *path, size_t cap) {
+    if (cJSON_IsObject(o))
+        for (const cJSON *a = o->child; a; a = a->next)
+            for (const cJSON *b = a->next; b; b = b->next)
+                if (a->string && b->string && !strcmp(a->string, b->string)) return a->string;
+    size_t l = strlen(path);
+    int i = 0;
+    for (const cJSON *c = o ? o->child : NULL; c; c = c->next, i++) {
+        if (!cJSON_IsObject(c) && !cJSON_IsArray(c)) continue;
+        if (cJSON_IsObject(o)) snprintf(path + l, cap - l, "%s.", c->string);
+        else if (l > 0) snprintf(path + l - 1, cap - l + 1, "[%d].", i);
+        else snprintf(path, cap, "[%d].", i);
+        const char *d = dup_key(c, path, cap);
+        if (d) return d;
+        path[l] = '\0';
+    }
+    return NULL;
+}
+
 Status sweep_load(Sweep *s, const char *path, const char *out, const Comm *comm, const TrainFlagsParser *tp, Err *err) {
     memset(s, 0, sizeof *s);
     s->tp = tp;
@@ -579,6 +600,14 @@ Status sweep_load(Sweep *s, const char *path, const char *out, const Comm *comm,
         return err_set(err, ST_ERR_INPUT, "%s: expected JSON, found invalid JSON near line %d", path, line);
     }
     free(text);
+    char dpath[256] = "";
+    const char *dup = dup_key(root, dpath, sizeof dpath);
+    if (dup) {
+        st = err_set(err, ST_ERR_INPUT, "%s: %s\"%s\": expected each key once, found it twice (JSON keeps both; which "
+                     "one would count?)", path, dpath, dup);
+        cJSON_Delete(root);
+        return st;
+    }
     Grid g;
     memset(&g, 0, sizeof g);
     g.file = path, g.tp = tp;
