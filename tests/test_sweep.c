@@ -150,6 +150,10 @@ static void test_refusals(void) {
     refusal("vocab_under_the_data", s, "a vocabulary of 50: the training shards' tokenizer has 97 ids");
     snprintf(s, sizeof s, "{\"name\": \"../escaped\", %s, %s, %s}\n", DATA, BASE, GRID);
     refusal("name_with_a_slash", s, "name: expected letters, digits");
+    /* two runs of one id from a repeated token count (it blamed the model names) */
+    snprintf(s, sizeof s, "{\"name\": \"t\", %s, %s, \"grid\": {\"kind\": \"sizes_tokens\", \"models\": [{\"layers\": "
+             "1, \"channels\": 16}], \"tokens\": [1280, 1280]}}\n", DATA, BASE);
+    refusal("same_run_id", s, "runs 1 and 2 of the grid are both named L1C16-t1280");
     /* a key twice in one object: both went to train (--lr 0.1 --lr 0.5) */
     snprintf(s, sizeof s, "{\"name\": \"t\", %s, \"base\": {\"vocab\": 97, \"lr\": 0.1, \"lr\": 0.5}, %s}\n", DATA, GRID);
     refusal("duplicate_key", s, "base.\"lr\": expected each key once, found it twice");

@@ -144,13 +144,18 @@ int cmd_fit(int argc, char **argv) {
                      boot_only[i]);
             return cli_fail("fit", ST_ERR_INPUT, err.msg);
         }
-    if (drop < 0) return cli_fail("fit", ST_ERR_INPUT, "--drop-highest: expected 0 or more runs");
-    if (seed < 0) return cli_fail("fit", ST_ERR_INPUT, "--seed: expected a non-negative integer");
-    if (!(o.ci > 0 && o.ci < 1)) return cli_fail("fit", ST_ERR_INPUT, "--ci: expected a number in (0, 1)");
-    if (!(o.huber_delta > 0)) return cli_fail("fit", ST_ERR_INPUT, "--huber-delta: expected a positive number");
-    if (o.grid_stride < 1 || o.grid_stride > 5) return cli_fail("fit", ST_ERR_INPUT, "--grid-stride: expected 1 to 5");
-    if (o.boot_starts < 1) return cli_fail("fit", ST_ERR_INPUT, "--boot-starts: expected 1 or more");
-    if (o.budget_flops < 0) return cli_fail("fit", ST_ERR_INPUT, "--budget-flops: expected a positive number of FLOPs");
+    /* each with the value found */
+    if (drop < 0) snprintf(err.msg, sizeof err.msg, "--drop-highest: expected 0 or more runs, found %ld", drop);
+    else if (seed < 0) snprintf(err.msg, sizeof err.msg, "--seed: expected a non-negative integer, found %ld", seed);
+    else if (!(o.ci > 0 && o.ci < 1)) snprintf(err.msg, sizeof err.msg, "--ci: expected a number in (0, 1), found %g", o.ci);
+    else if (!(o.huber_delta > 0))
+        snprintf(err.msg, sizeof err.msg, "--huber-delta: expected a positive number, found %g", o.huber_delta);
+    else if (o.grid_stride < 1 || o.grid_stride > 5)
+        snprintf(err.msg, sizeof err.msg, "--grid-stride: expected 1 to 5, found %d", o.grid_stride);
+    else if (o.boot_starts < 1) snprintf(err.msg, sizeof err.msg, "--boot-starts: expected 1 or more, found %d", o.boot_starts);
+    else if (o.budget_flops < 0)
+        snprintf(err.msg, sizeof err.msg, "--budget-flops: expected a positive number of FLOPs, found %g", o.budget_flops);
+    if (err.msg[0]) return cli_fail("fit", ST_ERR_INPUT, err.msg);
     o.drop_highest = (size_t)drop;
     o.seed = (uint64_t)seed;
 

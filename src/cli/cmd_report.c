@@ -75,7 +75,8 @@ int cmd_report(int argc, char **argv) {
         for (const ReportRun *r = &runs[i]; r; r = r->next) ev += r->events;
         /* Each log, as one alone: a log with nothing to chart is bad input, beside others too. */
         if (ev == 0) {
-            st = err_set(&err, ST_ERR_INPUT, "%s: no valid metrics records (expected JSON Lines with an \"event\" field)",
+            st = err_set(&err, ST_ERR_INPUT, "%s: no valid metrics records (expected JSON Lines records of train --log: "
+                         "an \"event\" and its fields, e.g. a step record's numeric \"step\" and \"loss\"; found none whole)",
                          pos[i]);
             goto fail;
         }

@@ -177,6 +177,13 @@ static Status only_keys(const cJSON *o, const char *const *allowed, const char *
     return ST_OK;
 }
 
+/* A JSON number as the spec wrote it, for error messages (one buffer: one call per message). */
+static const char *num_text(const cJSON *n) {
+    static char buf[40];
+    snprintf(buf, sizeof buf, "%.17g", n->valuedouble);
+    return buf;
+}
+
 /* An array of numbers > 0 (or >= 0 when zero_ok): *n values into a malloc'd *v. */
 static Status num_array(const cJSON *arr, const char *file, const char *key, int positive, double **v, int *n, Err *err) {
     if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) < 1)
@@ -188,7 +195,8 @@ static Status num_array(const cJSON *arr, const char *file, const char *key, int
     for (const cJSON *it = arr->child; it; it = it->next, i++) {
         if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || (positive && !(it->valuedouble > 0)) || it->valuedouble < 0)
             return err_set(err, ST_ERR_INPUT, "%s: %s[%d]: expected a %s number, found %s", file, key, i,
-                           positive ? "positive" : "non-negative", cJSON_IsNumber(it) ? "another value" : "another JSON type");
+                           positive ? "positive" : "non-negative",
+                           cJSON_IsNumber(it) ? num_text(it) : cJSON_IsString(it) ? "a string" : "another JSON type");
         (*v)[i] = it->valuedouble;
     }
     return ST_OK;
@@ -287,7 +295,10 @@ static Status add_run(Sweep *s, const Grid *g, int m, int z, const int *vidx, in
         snprintf(r->dir, sizeof r->dir, "%s/runs/%s", s->out, r->id);
         for (int i = 0; i < s->nruns && st == ST_OK; i++)
             if (!strcmp(s->runs[i].id, r->id))
-                st = err_set(err, ST_ERR_INPUT, "%s: two runs are both named %s: expected distinct model names", g->file, r->id);
+                st = err_set(err, ST_ERR_INPUT, "%s: runs %d and %d of the grid are both named %s (model, %s, vary value "
+                             "and seed as their ids print them): expected distinct model names, %s, vary values and seeds",
+                             g->file, i + 1, s->nruns + 1, r->id, g->isoflop ? "budget" : "tokens",
+                             g->isoflop ? "budgets" : "token counts");
         snprintf(v, sizeof v, "%s/log.jsonl", r->dir);
         if (st == ST_OK && (st = args_push(&a, "--log", err)) == ST_OK) st = args_push(&a, v, err);
         snprintf(v, sizeof v, "%s/ckpt", r->dir);
@@ -525,9 +536,11 @@ static Status read_spec(Sweep *s, Grid *g, const cJSON *root, const Comm *comm, 
         if ((st = only_keys(sch, K, f, "schedule.", "warmup_frac, min_lr_frac", err)) != ST_OK) return st;
         const cJSON *w = cJSON_GetObjectItemCaseSensitive(sch, "warmup_frac"), *m = cJSON_GetObjectItemCaseSensitive(sch, "min_lr_frac");
         if (w && (!cJSON_IsNumber(w) || w->valuedouble < 0 || w->valuedouble >= 1))
-            return err_set(err, ST_ERR_INPUT, "%s: schedule.warmup_frac: expected a number in [0, 1)", f);
+            return err_set(err, ST_ERR_INPUT, "%s: schedule.warmup_frac: expected a number in [0, 1), found %s", f,
+                           cJSON_IsNumber(w) ? num_text(w) : "another JSON type");
         if (m && (!cJSON_IsNumber(m) || m->valuedouble < 0 || m->valuedouble > 1))
-            return err_set(err, ST_ERR_INPUT, "%s: schedule.min_lr_frac: expected a number in [0, 1]", f);
+            return err_set(err, ST_ERR_INPUT, "%s: schedule.min_lr_frac: expected a number in [0, 1], found %s", f,
+                           cJSON_IsNumber(m) ? num_text(m) : "another JSON type");
         if (w) g->warmup_frac = w->valuedouble;
         if (m) g->min_lr_frac = m->valuedouble;
     }
