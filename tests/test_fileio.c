@@ -7,7 +7,7 @@
  *            is still a FIFO (a rename over it replaced it with a plain file; so were /dev/null and
  *            device nodes, found by an audit on 2026-11-29 as root).
  *   dir      a directory is refused as bad input (ST_ERR_INPUT) naming it, not renamed over.
- *   create   a path in a folder that does not exist is refused naming the user's path first.
+ *   create   a path in a folder that does not exist is refused as bad input naming the user's path first.
  *   regular  a plain file is replaced whole (the control of the three cases above: its inode changes,
  *            as a rename gives).
  * Negative control: the detector of a replaced link and FIFO, applied after a plain rename over
@@ -88,8 +88,8 @@ int main(void) {
              "a directory: refused as bad input, naming it", "status %d: %s", (int)s3, s3 ? e.msg : "(written)");
     /* create */
     Status s4 = write_text(TMP "/no/such/dir/x.txt", "x", &e);
-    tu_check(s4 != ST_OK && !strncmp(e.msg, TMP "/no/such/dir/x.txt: cannot create", strlen(TMP "/no/such/dir/x.txt: cannot create")),
-             "a missing folder: the error starts with the user's path", "%s", s4 ? e.msg : "(written)");
+    tu_check(s4 == ST_ERR_INPUT && !strncmp(e.msg, TMP "/no/such/dir/x.txt: cannot create", strlen(TMP "/no/such/dir/x.txt: cannot create")),
+             "a missing folder: bad input, the error starts with the user's path", "status %d: %s", (int)s4, s4 ? e.msg : "(written)");
     /* regular (control: replaced by a rename, a new inode) */
     tu_shell("echo one > " TMP "/plain.txt");
     struct stat a, b;

@@ -169,6 +169,14 @@ int cmd_fit(int argc, char **argv) {
     }
     cJSON *j = fit_json(pos[0], &t, &o, &r);
     int rc = 0;
+    /* the results first: a page that cannot be written then fails after them, not instead of them */
+    if (json) {
+        char *s = cJSON_Print(j);
+        printf("%s\n", s ? s : "null");
+        free(s);
+    } else {
+        print_text(pos[0], &o, &r);
+    }
     if (html[0]) {
         char *data = cJSON_PrintUnformatted(j), *page = NULL;
         size_t len = 0;
@@ -176,16 +184,12 @@ int cmd_fit(int argc, char **argv) {
         const void *bufs[1] = {page};
         if (st == ST_OK) st = file_write_atomic(html, bufs, &len, 1, &err);
         free(data), free(page);
-        if (st != ST_OK) rc = cli_fail("fit", st, err.msg);
-    }
-    if (rc == 0) {
-        if (json) {
-            char *s = cJSON_Print(j);
-            printf("%s\n", s ? s : "null");
-            free(s);
-        } else {
-            print_text(pos[0], &o, &r);
-            if (html[0]) printf("\nscaling page: %s\n", html);
+        if (st != ST_OK) {
+            fflush(stdout);
+            err_prefix(&err, "--html");
+            rc = cli_fail("fit", st, err.msg);
+        } else if (!json) {
+            printf("\nscaling page: %s\n", html);
         }
     }
     cJSON_Delete(j);

@@ -70,6 +70,9 @@ Status file_atomic_open(FileAtomic *f, const char *path, Err *err) {
     if (f->fd < 0) {
         int e = errno;
         f->tmp[0] = '\0';
+        if (e == ENOENT || e == ENOTDIR) /* the path names no folder that exists: bad input */
+            return err_set(err, ST_ERR_INPUT, "%s: cannot create: expected an existing folder for it, found none (%s)", path,
+                           strerror(e));
         return err_set(err, ST_ERR_RUNTIME, "%s: cannot create (writing %s.tmp.%ld first): %s", path, path, (long)getpid(),
                        strerror(e));
     }
