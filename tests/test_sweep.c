@@ -594,6 +594,31 @@ static void test_mpi(const char *mpiexec) {
     free(out), free(csv);
 }
 
+/* A run that diverges (lr 1e30, --max-nonfinite 1) is a result: its done.json says failed, with the
+ * steps and tokens it trained (it claimed the planned 10 steps and their tokens and FLOPs), and the
+ * failure names the checkpoint folder the sweep gave it ("none (no --ckpt-dir)" it said). */
+static void test_failed(void) {
+    char sp[4096];
+    snprintf(sp, sizeof sp, "{\"name\": \"div\", %s, \"base\": {\"vocab\": 97, \"heads\": 2, \"seq_len\": 32, "
+             "\"max_seq_len\": 32, \"micro_batch\": 4, \"lr\": 1e30, \"threads\": 1, \"max_nonfinite\": 1, "
+             "\"ckpt_every\": 5}, \"grid\": {\"kind\": \"sizes_tokens\", \"models\": [{\"layers\": 1, \"channels\": 16}], "
+             "\"tokens\": [1280]}}\n", DATA);
+    spit(TMP "/div.json", sp);
+    int rc = run("rm -rf " TMP "/div && " BIN " sweep " TMP "/div.json --out " TMP "/div >" TMP "/div.out 2>&1");
+    char *d = tu_slurp(TMP "/div/runs/L1C16-t1280/done.json");
+    cJSON *o = d ? cJSON_Parse(d) : NULL;
+    const cJSON *stt = o ? cJSON_GetObjectItem(o, "status") : NULL;
+    double steps = o ? cJSON_GetNumberValue(cJSON_GetObjectItem(o, "steps")) : -1;
+    double tokens = o ? cJSON_GetNumberValue(cJSON_GetObjectItem(o, "tokens")) : -1;
+    double bt = o ? cJSON_GetNumberValue(cJSON_GetObjectItem(o, "batch_tokens")) : -1;
+    tu_check(rc == 0 && cJSON_IsString(stt) && !strncmp(stt->valuestring, "failed: ", 8) &&
+                 strstr(stt->valuestring, "none yet in --ckpt-dir") && steps >= 1 && steps < 10 && tokens == steps * bt,
+             "sweep_failed_run_records_what_it_trained", "exit %d, steps %g of 10, tokens %g (%g per step): %s", rc, steps,
+             tokens, bt, cJSON_IsString(stt) ? stt->valuestring : "(no status)");
+    cJSON_Delete(o);
+    free(d);
+}
+
 int main(int argc, char **argv) {
     run("rm -rf " TMP);
     make_data();
@@ -604,6 +629,7 @@ int main(int argc, char **argv) {
     test_list();
     test_dry_run();
     test_isoflop();
+    test_failed();
     if (argc > 1) test_mpi(argv[1]);
     return tu_exit();
 }

@@ -786,13 +786,16 @@ static long newest_ckpt_step(const char *dir) {
 static Status write_done(const SweepRun *r, const TrainResult *res, double wall_s, const char *failure, Err *err) {
     cJSON *o = cJSON_CreateObject();
     if (!o) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    /* a failed run: the steps it trained (its start's and this call's), not the ones planned */
+    long steps = failure ? res->start_step + res->steps_done : r->steps;
+    double tokens = failure ? (double)steps * (double)r->batch_tokens : r->tokens;
     cJSON_AddStringToObject(o, "run", r->id);
     cJSON_AddNumberToObject(o, "params", (double)r->params);
-    cJSON_AddNumberToObject(o, "tokens", r->tokens);
-    cJSON_AddNumberToObject(o, "flops", r->flops);
+    cJSON_AddNumberToObject(o, "tokens", tokens);
+    cJSON_AddNumberToObject(o, "flops", failure ? r->fpt * tokens : r->flops);
     if (isfinite(res->last_val) && !failure) cJSON_AddNumberToObject(o, "loss", res->last_val);
     else cJSON_AddNullToObject(o, "loss");
-    cJSON_AddNumberToObject(o, "steps", (double)r->steps);
+    cJSON_AddNumberToObject(o, "steps", (double)steps);
     cJSON_AddNumberToObject(o, "batch_tokens", (double)r->batch_tokens);
     cJSON_AddNumberToObject(o, "flops_per_token", r->fpt);
     cJSON_AddNumberToObject(o, "budget", r->budget);

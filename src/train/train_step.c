@@ -382,7 +382,7 @@ static Status step_health(Run *r, Step *s, Err *err) {
         Err e2;
         if (c->ckpt_dir[0]) ckpt_resolve(c->ckpt_dir, "auto", last_good, sizeof last_good, note, sizeof note, &e2);
         return err_set(err, ST_ERR_RUNTIME, "step %ld: %s; the weights were not updated; last good checkpoint: %s",
-                       s->next, hv.why, last_good[0] ? last_good : "none (no --ckpt-dir)");
+                       s->next, hv.why, last_good[0] ? last_good : c->ckpt_dir[0] ? "none yet in --ckpt-dir" : "none (no --ckpt-dir)");
     }
     Status st = ST_OK;
     if (hv.action == HEALTH_ACT_ROLLBACK && !health_rollback(r, s, &st, err)) {
