@@ -154,6 +154,13 @@ static void test_refusals(void) {
     snprintf(s, sizeof s, "{\"name\": \"t\", %s, %s, \"grid\": {\"kind\": \"sizes_tokens\", \"models\": [{\"layers\": "
              "1, \"channels\": 16}], \"tokens\": [1280, 1280]}}\n", DATA, BASE);
     refusal("same_run_id", s, "runs 1 and 2 of the grid are both named L1C16-t1280");
+    /* a model's shape varied (runs labelled L1C16 with 2 layers), and a key of a model and base with
+     * two values (the model's won without a word) */
+    snprintf(s, sizeof s, "{\"name\": \"t\", %s, %s, %s, \"vary\": {\"layers\": [1, 2]}}\n", DATA, BASE, GRID);
+    refusal("vary_of_a_shape", s, "vary.layers: a model's shape");
+    snprintf(s, sizeof s, "{\"name\": \"t\", %s, %s, \"grid\": {\"kind\": \"sizes_tokens\", \"models\": [{\"layers\": "
+             "1, \"channels\": 16, \"heads\": 4}], \"tokens\": [1280]}}\n", DATA, BASE);
+    refusal("model_and_base_disagree", s, "grid.models[0].heads 4 and base.heads 2: expected one of them");
     /* a key twice in one object: both went to train (--lr 0.1 --lr 0.5) */
     snprintf(s, sizeof s, "{\"name\": \"t\", %s, \"base\": {\"vocab\": 97, \"lr\": 0.1, \"lr\": 0.5}, %s}\n", DATA, GRID);
     refusal("duplicate_key", s, "base.\"lr\": expected each key once, found it twice");

@@ -221,6 +221,7 @@ typedef struct {
     double *seeds;
     int have_seeds;
     double warmup_frac, min_lr_frac;
+    const cJSON *base;        /* the spec's base object (NULL: none), read before the models */
     unsigned data_vocab;      /* the training shards' header vocabulary (0: unknown) */
     char data_first[1024];    /* the first training shard, which gave it */
 } Grid;
@@ -407,6 +408,15 @@ static Status read_models(Grid *g, const cJSON *arr, Err *err) {
                     snprintf(g->model_label[i], sizeof g->model_label[i], "%s", it->valuestring);
                     continue;
                 }
+                /* a key both here and in base: the model's value won without a word */
+                const cJSON *bv = g->base ? cJSON_GetObjectItemCaseSensitive(g->base, it->string) : NULL;
+                if (bv && !cJSON_Compare(bv, it, 1)) {
+                    char *x = cJSON_PrintUnformatted(it), *y = cJSON_PrintUnformatted(bv);
+                    st = err_set(err, ST_ERR_INPUT, "%s: %s.%s %s and base.%s %s: expected one of them (the model's "
+                                 "would win)", g->file, where, it->string, x ? x : "?", it->string, y ? y : "?");
+                    free(x), free(y);
+                    return st;
+                }
                 if (!strcmp(it->string, "layers") && cJSON_IsNumber(it)) L = it->valueint;
                 if (!strcmp(it->string, "channels") && cJSON_IsNumber(it)) C = it->valueint;
                 if (!strcmp(it->string, "model") && cJSON_IsString(it) && !g->model_label[i][0])
@@ -525,6 +535,7 @@ static Status read_spec(Sweep *s, Grid *g, const cJSON *root, const Comm *comm, 
     if (base && !cJSON_IsObject(base)) return err_set(err, ST_ERR_INPUT, "%s: base: expected an object of train options", f);
     for (const cJSON *it = base ? base->child : NULL; it && st == ST_OK; it = it->next)
         st = flag_from_json(g->tp, &g->common, f, "base", it, err);
+    g->base = base;
     if (st != ST_OK) return st;
     if ((st = read_grid(g, cJSON_GetObjectItemCaseSensitive(root, "grid"), err)) != ST_OK) return st;
     snprintf(s->kind, sizeof s->kind, "%s", g->isoflop ? "isoflop" : "sizes_tokens");
@@ -561,6 +572,11 @@ static Status read_spec(Sweep *s, Grid *g, const cJSON *root, const Comm *comm, 
             if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) < 1)
                 return err_set(err, ST_ERR_INPUT, "%s: vary.%s: expected a non-empty array of values", f, it->string);
             if (g->nvary >= 16) return err_set(err, ST_ERR_INPUT, "%s: vary: expected at most 16 axes", f);
+            static const char *const SHAPE[] = {"model", "layers", "channels", "heads", "kv_heads", "ffn", "arch", NULL};
+            for (int k = 0; SHAPE[k]; k++) /* the model's name and columns are its grid entry's */
+                if (!strcmp(it->string, SHAPE[k]))
+                    return err_set(err, ST_ERR_INPUT, "%s: vary.%s: a model's shape; expected one grid.models entry per "
+                                   "shape (the runs were labelled with the model's, not the varied one)", f, it->string);
             g->vary[g->nvary++] = it;
         }
     }
