@@ -127,6 +127,9 @@ void health_init(HealthState *h) {
     h->last_stall_step = -1;
 }
 
+/* A NaN prints as "nan" (printf's "-nan" for the NaN a 0/0 makes reads like a sign that means something). */
+static double unsigned_nan(double x) { return isnan(x) ? NAN : x; }
+
 HealthVerdict health_step(HealthState *h, const HealthOptions *o, int64_t step, double loss, double grad_norm) {
     HealthVerdict v;
     memset(&v, 0, sizeof v);
@@ -138,12 +141,12 @@ HealthVerdict health_step(HealthState *h, const HealthOptions *o, int64_t step, 
         if (h->consecutive_nonfinite >= o->max_nonfinite) {
             v.action = HEALTH_ACT_STOP;
             snprintf(v.why, sizeof v.why, "%d consecutive non-finite steps (step %lld: loss %g, grad norm %g)",
-                     h->consecutive_nonfinite, (long long)step, loss, grad_norm);
+                     h->consecutive_nonfinite, (long long)step, unsigned_nan(loss), unsigned_nan(grad_norm));
         } else {
             v.action = HEALTH_ACT_SKIP;
             h->skips++;
             snprintf(v.why, sizeof v.why, "non-finite step %lld (loss %g, grad norm %g): update skipped", (long long)step,
-                     loss, grad_norm);
+                     unsigned_nan(loss), unsigned_nan(grad_norm));
         }
         return v;
     }
