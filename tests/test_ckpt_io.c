@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "ckpt/ckpt.h"
 #include "ckpt/safetensors.h"
@@ -153,6 +154,27 @@ static void test_export_cmd(const ModelConfig *mc) {
              "(rc %d %d) %s", rc1, rc2, e.msg);
     int rc3 = system(BIN " export " TMP "/nothing --format hf -o " TMP "/x 2>/dev/null");
     tu_check(WIFEXITED(rc3) && WEXITSTATUS(rc3) == 2, "export_cmd_bad_input", "missing checkpoint exits 2");
+    /* Exporting again into the same folder: a sharded bf16 export, then a single fp32 one. The
+     * shards and index of the first are gone, and the folder reads back as the fp32 weights (it
+     * kept both, and the reader took the stale bf16 shards). Control: after the first export alone
+     * the folder holds the shards. */
+    int r4 = system(BIN " export " TMP "/ck -o " TMP "/re --dtype bf16 --max-shard-size 20KB >/dev/null");
+    int shards = system("ls " TMP "/re/model-00001-of-*.safetensors >/dev/null 2>&1") == 0;
+    int r5 = system(BIN " export " TMP "/ck -o " TMP "/re >/dev/null");
+    int left = system("ls " TMP "/re/model-0* " TMP "/re/model.safetensors.index.json >/dev/null 2>&1") == 0;
+    memset(b.w.params, 0, b.w.layout.total * 4);
+    int same = ckpt_init_from(&b.w, TMP "/re", &e) == ST_OK && same_params(&a, &b);
+    tu_check(r4 == 0 && shards && r5 == 0 && !left && same, "export_again_replaces_the_earlier_files",
+             "sharded export %s, then single: shards or index left %d, reads back the fp32 weights %d", shards ? "sharded" : "NOT sharded",
+             left, same);
+    /* -o inside what is read, and a tokenizer that cannot be the weights': refused, nothing written */
+    int r6 = system(BIN " export " TMP "/ck/step_00000020 -o " TMP "/ck/step_00000020 --dtype bf16 2>/dev/null");
+    int r7 = system(BIN " export " TMP "/ck -o " TMP "/tokbad --tokenizer nope 2>/dev/null");
+    int intact = ckpt_init_from(&b.w, TMP "/ck/step_00000020", &e) == ST_OK && same_params(&a, &b);
+    tu_check(WIFEXITED(r6) && WEXITSTATUS(r6) == 2 && WIFEXITED(r7) && WEXITSTATUS(r7) == 2 && intact &&
+                 access(TMP "/tokbad", F_OK) != 0, "export_refuses_its_own_source_and_an_unknown_tokenizer",
+             "-o the checkpoint: exit %d (checkpoint intact %d); --tokenizer nope: exit %d", WEXITSTATUS(r6), intact,
+             WEXITSTATUS(r7));
     gpt_free(&a), gpt_free(&b);
 }
 

@@ -6,6 +6,7 @@
 #include "data/bpe.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -712,6 +713,24 @@ Status st_save_hf_opts(const GptWeights *w, const char *dir, const char *tokeniz
     }
     free(file_of);
     free(h);
+    if (st != ST_OK) return st;
+    /* The weights files an earlier export into dir left that this one did not write: a sharded
+     * export over a single file (or the reverse, or other shard counts) kept both, and readers took
+     * the stale ones (ours the index, transformers model.safetensors). Removed after the new files
+     * are in place, before config.json names them. */
+    DIR *dd = opendir(dir);
+    for (struct dirent *e; dd && (e = readdir(dd));) {
+        int a, b, stale = 0;
+        char tail[8];
+        if (!strcmp(e->d_name, "model.safetensors")) stale = nfiles > 1;
+        else if (!strcmp(e->d_name, "model.safetensors.index.json")) stale = nfiles == 1;
+        else if (sscanf(e->d_name, "model-%5d-of-%5d.safetensor%7s", &a, &b, tail) == 3 && !strcmp(tail, "s"))
+            stale = nfiles == 1 || b != nfiles;
+        if (!stale) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (unlink(path) != 0) st = err_set(err, ST_ERR_RUNTIME, "%s: cannot remove the earlier export's file: %s", path, strerror(errno));
+    }
+    if (dd) closedir(dd);
     if (st != ST_OK) return st;
     char cfg[4096];
     size_t len = st_hf_config_text(&w->cfg, tokenizer, cfg, sizeof cfg - 4);

@@ -4,6 +4,7 @@
  * CKPT is a checkpoint directory (verified against its checksums), a --ckpt-dir (its newest
  * valid checkpoint, falling back past corrupt ones with a note on stderr) or a plain weights
  * folder with model.safetensors + config.json (e.g. `train --out`). */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,8 @@
 #include "ckpt/safetensors.h"
 #include "cli/args.h"
 #include "cli/cmds.h"
+#include "cli/cmds_data.h"
+#include "data/bpe.h"
 #include "cli/cmds_ckpt.h"
 #include "ckpt/lora_ckpt.h"
 #include "core/half.h"
@@ -23,6 +26,21 @@
  * W + (alpha/r)·B·A folded into every adapted weight as an ordinary Hugging Face folder (config
  * unchanged; a checkpoint trained on a bf16-stored base merges into the blocks' bf16 values). The base is the one state.json references (--init-from path or seed), or --base; its
  * XXH3 must equal the recorded one. */
+/* --tokenizer given to an hf export: it must load and fit the model's vocabulary, or the folder's
+ * config.json names a tokenizer that sample and train --init-from then refuse ("nope", or gpt2's
+ * 50257 ids for a 257-id model, were written without a word). */
+static Status check_tokenizer(const char *spec, int vocab, Err *err) {
+    Tokenizer *tk = NULL;
+    Status st = cli_load_tokenizer(spec, "", &tk, err);
+    if (st != ST_OK) return err_prefix(err, "--tokenizer"), st;
+    uint32_t tv = tokenizer_vocab_size(tk);
+    tokenizer_free(tk);
+    if (tv > (uint32_t)vocab)
+        return err_set(err, ST_ERR_INPUT, "--tokenizer %s: has %u ids, the model's vocabulary %d: expected at most that "
+                       "many (the tokenizer the weights were trained with)", spec, tv, vocab);
+    return ST_OK;
+}
+
 static int export_lora(const char *path, int merge, const char *base, const char *out, const char *tokenizer, int bf16,
                        uint64_t shard) {
     LoraCkptMeta meta;
@@ -63,6 +81,7 @@ static int export_lora(const char *path, int merge, const char *base, const char
                 memcpy(&g.w.params[i], &u, sizeof u);
             }
         }
+        if (st == ST_OK && merge && tokenizer[0]) st = check_tokenizer(tokenizer, cfg.vocab, &err);
         if (st == ST_OK && merge) {
             lora_merge(&ll, ad, &g.w.p);
             st = st_save_hf_opts(&g.w, out, tokenizer[0] ? tokenizer : meta.tokenizer, bf16, shard, &err);
@@ -74,6 +93,28 @@ static int export_lora(const char *path, int merge, const char *base, const char
     if (st != ST_OK) return cli_fail("export", st, err.msg);
     printf("exported %s (LoRA %s) to %s\n", path, merge ? "merged into the base, hf" : "adapter, PEFT", out);
     return 0;
+}
+
+/* 1 when path names dir or a place inside it (both resolved; a path that does not exist yet is
+ * resolved through its nearest existing parent). */
+static int inside(const char *path, const char *dir) {
+    char rd[PATH_MAX], rp[PATH_MAX], tmp[PATH_MAX];
+    if (!realpath(dir, rd)) return 0;
+    snprintf(tmp, sizeof tmp, "%s", path);
+    char tail[PATH_MAX] = "";
+    while (!realpath(tmp, rp)) { /* walk up to an existing parent, keeping the rest */
+        char *sl = strrchr(tmp, '/');
+        char t2[PATH_MAX];
+        if (snprintf(t2, sizeof t2, "/%s%s", sl ? sl + 1 : tmp, tail) >= (int)sizeof t2) return 0;
+        memcpy(tail, t2, sizeof tail);
+        if (!sl) { snprintf(tmp, sizeof tmp, "."); continue; }
+        if (sl == tmp) { snprintf(tmp, sizeof tmp, "/"); continue; }
+        *sl = '\0';
+    }
+    size_t l = strlen(rd);
+    char full[2 * PATH_MAX];
+    snprintf(full, sizeof full, "%s%s", rp, tail);
+    return !strncmp(full, rd, l) && (full[l] == '\0' || full[l] == '/' || (l == 1 && rd[0] == '/'));
 }
 
 int cmd_export(int argc, char **argv) {
@@ -148,6 +189,11 @@ int cmd_export(int argc, char **argv) {
         if (adapter && (bf16 || args_find(specs, n, "max-shard-size")->seen || tokenizer[0]))
             return cli_fail("export", ST_ERR_INPUT, "--adapter: writes PEFT's fp32 files; --dtype, --max-shard-size, "
                             "--tokenizer and --format apply to --merge only");
+        if (inside(out, pos[0]) || inside(out, lpath) || (base[0] && inside(out, base))) {
+            err_set(&err, ST_ERR_INPUT, "-o %s: expected a folder outside the checkpoint and base being read, found "
+                    "it there (the export would overwrite what it reads)", out);
+            return cli_fail("export", ST_ERR_INPUT, err.msg);
+        }
         return export_lora(lpath, merge, base, out, tokenizer, bf16, (uint64_t)(lim * mult));
     }
     if (merge || adapter || base[0])
@@ -156,10 +202,16 @@ int cmd_export(int argc, char **argv) {
     int plain = 0;
     if ((st = cli_resolve_weights("export", pos[0], src, sizeof src, &plain, 0, &err)) != ST_OK)
         return cli_fail("export", st, err.msg);
+    if (inside(out, pos[0]) || inside(out, src)) {
+        err_set(&err, ST_ERR_INPUT, "-o %s: expected a folder outside the checkpoint or weights being read (%s), "
+                "found it there (the export would overwrite what it reads)", out, src);
+        return cli_fail("export", ST_ERR_INPUT, err.msg);
+    }
     ModelConfig cfg;
     char recorded[256];
     if ((st = st_load_hf_config(src, &cfg, recorded, sizeof recorded, &err)) != ST_OK)
         return cli_fail("export", st, err.msg);
+    if (tokenizer[0] && (st = check_tokenizer(tokenizer, cfg.vocab, &err)) != ST_OK) return cli_fail("export", st, err.msg);
     if (!tokenizer[0]) snprintf(tokenizer, sizeof tokenizer, "%s", recorded);
     Gpt g = {0};
     if ((st = gpt_init(&g, &cfg, NULL, NULL, &err)) != ST_OK) return cli_fail("export", st, err.msg);
