@@ -53,6 +53,10 @@
  *   MFU      the start record's flops_per_token = layout_lora_flops_per_token = plan --lora-rank's;
  *            every step's MFU <= 1 under a peak measured 100x low (ST_TRAIN_TEST_PEAK_FAULT=low);
  *            the end record's median step and plan step. Control: =low-noguard logs MFU > 1.
+ *   resume+ a changed trajectory field (lr) refused naming it, --override lr taken, --steps at the
+ *            checkpoint's step refused; --resume auto skips a damaged newest checkpoint for the newest
+ *            that verifies (control: all damaged refused); validation at the full trainer's steps
+ *            (its run of the same flags: 1, 4, 6).
  *   refusals one line, exit 2: an unknown target, q alone on GPT-2, --lora-alpha without --lora-rank,
  *            --optimizer lion, --lora-base-precision fp16, --sp, --precision bf16, --pp 2. */
 #include <cjson/cJSON.h>
@@ -380,6 +384,34 @@ static double max_step_mfu(const char *name, int *nsteps) {
     return mx;
 }
 
+/* The val records' steps of a log, as "1,4,6". */
+static void val_steps(const char *name, char *out, size_t cap) {
+    cJSON *all = rc_records(DIR, name), *o;
+    out[0] = 0;
+    cJSON_ArrayForEach(o, all) {
+        const char *ev = rc_event(o);
+        size_t l = strlen(out);
+        if (ev && !strcmp(ev, "val")) snprintf(out + l, cap - l, "%s%.0f", l ? "," : "", rc_num(o, "step"));
+    }
+    cJSON_Delete(all);
+}
+
+/* Validation on the full trainer's schedule: a LoRA run with --val-every 4 over 6 steps validates at
+ * the steps the full trainer's run of the same flags does (1, 4 and 6: it validated at 4 only). */
+static void check_val_schedule(void) {
+    char cmd[4096], a[128], b[128];
+    const char *flags = "train --data " DIR "/train.bin --val-data " DIR "/train.bin --val-every 4 --val-batches 1 "
+                        "--layers 2 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 --micro-batch 2 --threads 1 "
+                        "--quiet --steps 6 --init-from " DIR "/base_out";
+    snprintf(cmd, sizeof cmd, "%s %s --lora-rank 4 --log " DIR "/vs_lora.jsonl", g_bin, flags);
+    int r1 = run("vs_lora", cmd);
+    snprintf(cmd, sizeof cmd, "%s %s --log " DIR "/vs_full.jsonl", g_bin, flags);
+    int r2 = run("vs_full", cmd);
+    val_steps("vs_lora", a, sizeof a), val_steps("vs_full", b, sizeof b);
+    tu_check(r1 == 0 && r2 == 0 && a[0] && !strcmp(a, b) && !strcmp(a, "1,4,6"), "LoRA validates on the full trainer's schedule",
+             "LoRA at steps %s, full trainer at %s", a, b);
+}
+
 static void check_mfu(void) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "ST_TRAIN_TEST_PEAK_FAULT=low %s " COMMON " --log " DIR "/mfu_low.jsonl", g_bin);
@@ -557,6 +589,49 @@ int main(int argc, char **argv) {
         }
         tu_check(ok[1], "a LoRA checkpoint's edited state.json is refused", "see " DIR "/edited.out");
         tu_check(ok[0], "control: the unedited copy resumes", "see " DIR "/unedited.out");
+        /* The resume checks the run's config as the full trainer's does (since 2026-11-29 the LoRA
+         * checkpoint records it): a changed lr is refused naming the field, --override lr takes it;
+         * --steps at the checkpoint's step is refused (it exited 0 having trained nothing). The
+         * unedited copy above resuming is the control. */
+        snprintf(cmd, sizeof cmd, "rm -rf " DIR "/ck_tr && mkdir -p " DIR "/ck_tr && cp -r " DIR "/ck_res/step_00000003 " DIR
+                 "/ck_tr/ && %s " COMMON " --lora-dropout 0.1 --ckpt-dir " DIR "/ck_tr --resume " DIR "/ck_tr/step_00000003 "
+                 "--lr 0.1", g_bin);
+        int t1 = run("tr_lr", cmd);
+        char *o1 = tu_slurp(DIR "/tr_lr.out");
+        snprintf(cmd, sizeof cmd, "%s " COMMON " --lora-dropout 0.1 --ckpt-dir " DIR "/ck_tr --resume " DIR
+                 "/ck_tr/step_00000003 --steps 3", g_bin);
+        int t3 = run("tr_steps", cmd);
+        char *o3 = tu_slurp(DIR "/tr_steps.out");
+        snprintf(cmd, sizeof cmd, "%s " COMMON " --lora-dropout 0.1 --ckpt-dir " DIR "/ck_tr --resume " DIR
+                 "/ck_tr/step_00000003 --lr 0.1 --override lr", g_bin);
+        int t2 = run("tr_override", cmd);
+        tu_check(t1 == 2 && o1 && strstr(o1, "config field lr (a trajectory field) changed") && t3 == 2 && o3 &&
+                     strstr(o3, "--steps 3: the checkpoint") && t2 == 0,
+                 "a LoRA resume refuses a changed trajectory field and a run already at --steps; --override lr resumes",
+                 "exit %d / %d / %d: %.200s | %.200s", t1, t3, t2, o1 ? o1 : "", o3 ? o3 : "");
+        free(o1), free(o3);
+        /* --resume auto skips a damaged newest checkpoint, saying so, for the newest that verifies
+         * (it stopped at the damaged one); control: every checkpoint damaged is refused */
+        snprintf(cmd, sizeof cmd, "rm -rf " DIR "/ck_cor && cp -r " DIR "/ck_res " DIR "/ck_cor && printf 'X' | dd of=" DIR
+                 "/ck_cor/step_00000006/adapter_model.safetensors bs=1 seek=200 conv=notrunc 2>/dev/null && %s " COMMON
+                 " --lora-dropout 0.1 --ckpt-dir " DIR "/ck_cor --resume auto --steps 7 --log " DIR "/cor.jsonl", g_bin);
+        int c1 = run("cor_auto", cmd);
+        char *oc = tu_slurp(DIR "/cor_auto.out");
+        double from = -1;
+        cJSON *crec = rc_records(DIR, "cor"), *co;
+        cJSON_ArrayForEach(co, crec) if (rc_event(co) && !strcmp(rc_event(co), "start")) from = rc_num(co, "resumed_from_step");
+        cJSON_Delete(crec);
+        snprintf(cmd, sizeof cmd, "printf 'X' | dd of=" DIR "/ck_cor/step_00000003/adapter_model.safetensors bs=1 seek=200 "
+                 "conv=notrunc 2>/dev/null; printf 'X' | dd of=" DIR "/ck_cor/step_00000007/adapter_model.safetensors bs=1 "
+                 "seek=200 conv=notrunc 2>/dev/null; %s " COMMON " --lora-dropout 0.1 --ckpt-dir " DIR
+                 "/ck_cor --resume auto --steps 8", g_bin);
+        int c2 = run("cor_all", cmd);
+        char *oa = tu_slurp(DIR "/cor_all.out");
+        tu_check(c1 == 0 && from == 3 && c2 == 2 && oa &&
+                     strstr(oa, "--resume auto: no LoRA checkpoint in " DIR "/ck_cor verifies"),
+                 "LoRA --resume auto skips a damaged newest checkpoint; control: all damaged refused",
+                 "exit %d / %d, resumed from step %g: %.300s | %.200s", c1, c2, from, oc ? oc : "", oa ? oa : "");
+        free(oc), free(oa);
         /* eval and sample of a LoRA checkpoint say what it is and how to get weights (they said
          * "--resume ...: expected format scaletrain-checkpoint") */
         snprintf(cmd, sizeof cmd, "%s eval " DIR "/ck_res/step_00000003 --data " DIR "/train.bin", g_bin);
@@ -1020,6 +1095,7 @@ int main(int argc, char **argv) {
     check_doc_mask();
     check_bf16_base();
     check_mfu();
+    check_val_schedule();
     check_refusals();
     return tu_exit();
 }

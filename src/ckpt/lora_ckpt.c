@@ -2,6 +2,7 @@
 #include "ckpt/lora_ckpt.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -178,6 +179,7 @@ static Status save_into(const char *ckpt_dir, const char *fin, const char *tmp, 
     snprintf(buf, sizeof buf, "%016llx", (unsigned long long)meta->base_hash);
     cJSON_AddStringToObject(base, "xxh3", buf);
     cJSON_AddItemToObject(s, "base", base);
+    if (meta->config) cJSON_AddItemToObject(s, "config", cJSON_Duplicate(meta->config, 1));
     for (int i = 0; i < NFILES && st == ST_OK; i++) {
         uint64_t h;
         snprintf(path, sizeof path, "%s/%s", tmp, FILES[i]);
@@ -261,6 +263,26 @@ Status ckpt_lora_resolve(const char *ckpt_dir, const char *spec, char *out, size
     return ST_OK;
 }
 
+static int cmp_desc(const void *a, const void *b) {
+    long x = *(const long *)a, y = *(const long *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int ckpt_lora_steps(const char *ckpt_dir, long *steps, int max) {
+    DIR *d = opendir(ckpt_dir);
+    int n = 0;
+    for (struct dirent *e; d && n < max && (e = readdir(d));) {
+        long step;
+        char tail, p[4096];
+        if (sscanf(e->d_name, "step_%ld%c", &step, &tail) != 1) continue; /* step_N.tmp and others: no */
+        if (snprintf(p, sizeof p, "%s/%s", ckpt_dir, e->d_name) >= (int)sizeof p) continue;
+        if (ckpt_lora_is_checkpoint(p)) steps[n++] = step;
+    }
+    if (d) closedir(d);
+    qsort(steps, (size_t)n, sizeof *steps, cmp_desc);
+    return n;
+}
+
 static const char *jstr(const cJSON *o, const char *k) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
     return cJSON_IsString(x) ? x->valuestring : NULL;
@@ -314,6 +336,8 @@ Status ckpt_lora_read_meta(const char *path, LoraCkptMeta *meta, LoraConfig *lc,
     meta->loader.seed = strtoull(seed, NULL, 10), meta->loader.consumed = strtoull(cons, NULL, 10);
     meta->base_seed = strtoull(bseed, NULL, 10), meta->base_hash = strtoull(bh, NULL, 16);
     snprintf(meta->init_from, sizeof meta->init_from, "%s", bi);
+    const cJSON *cf = cJSON_GetObjectItemCaseSensitive(s, "config");
+    meta->config = cJSON_IsObject(cf) ? cJSON_Duplicate(cf, 1) : NULL;
     char targets[64];
     snprintf(targets, sizeof targets, "%s", tg);
     const char *bp = jstr(lo, "base_precision");
@@ -329,10 +353,19 @@ Status ckpt_lora_read_meta(const char *path, LoraCkptMeta *meta, LoraConfig *lc,
                          (unsigned long long)h, want);
     }
     cJSON_Delete(s);
-    if (st != ST_OK) return st;
-    if ((st = st_load_hf_config(path, cfg, meta->tokenizer, sizeof meta->tokenizer, err)) != ST_OK) return st;
+    if (st == ST_OK) st = st_load_hf_config(path, cfg, meta->tokenizer, sizeof meta->tokenizer, err);
+    if (st != ST_OK) {
+        ckpt_lora_meta_free(meta);
+        return st;
+    }
     lc->rank = (int)rank, lc->alpha = (float)alpha, lc->dropout = (float)drop, lc->base_bf16 = base_bf16;
-    return lora_parse_targets(targets, cfg, &lc->targets, err);
+    if ((st = lora_parse_targets(targets, cfg, &lc->targets, err)) != ST_OK) ckpt_lora_meta_free(meta);
+    return st;
+}
+
+void ckpt_lora_meta_free(LoraCkptMeta *meta) {
+    cJSON_Delete(meta->config);
+    meta->config = NULL;
 }
 
 Status ckpt_lora_load(const char *path, const LoraLayout *ll, float *params, float *m, float *v, Err *err) {

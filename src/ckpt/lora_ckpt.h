@@ -33,7 +33,12 @@ typedef struct {
     uint64_t base_seed;      /* the initialisation seed of a random base */
     uint64_t base_hash;      /* XXH3-64 of the base's fp32 parameters (layout order, padding included) */
     char tokenizer[256];     /* recorded in config.json */
+    struct cJSON *config;    /* the run's trainer config (events_config_json) as state.json records it,
+                                for the resume's trajectory check; NULL: none (written before
+                                2026-11-29, or not given to save). read_meta allocates it:
+                                ckpt_lora_meta_free */
 } LoraCkptMeta;
+void ckpt_lora_meta_free(LoraCkptMeta *meta);
 
 /* Writes dir/adapter_model.safetensors and dir/adapter_config.json (each atomically) for the
  * adapters params (ll->total floats). base: base_model_name_or_path ("" allowed). */
@@ -53,6 +58,9 @@ Status ckpt_lora_resolve(const char *ckpt_dir, const char *spec, char *out, size
 Status ckpt_lora_read_meta(const char *path, LoraCkptMeta *meta, LoraConfig *lc, ModelConfig *cfg, Err *err);
 /* Loads the adapters and (m, v not NULL) the moments of checkpoint path for layout ll. */
 Status ckpt_lora_load(const char *path, const LoraLayout *ll, float *params, float *m, float *v, Err *err);
+/* The steps of the step_N directories under ckpt_dir that hold a LoRA checkpoint's state.json,
+ * newest first (at most max): --resume auto's fallbacks when the newest does not verify. */
+int ckpt_lora_steps(const char *ckpt_dir, long *steps, int max);
 /* 1 if dir holds a LoRA checkpoint's state.json ("format": "scaletrain-lora"). */
 int ckpt_lora_is_checkpoint(const char *dir);
 

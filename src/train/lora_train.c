@@ -68,6 +68,7 @@ typedef struct {
     size_t batch_ints;
     uint64_t base_hash;
     EventLog log;
+    cJSON *config;          /* the run's config (events_config_json): in every checkpoint, checked on resume */
     /* MFU and the plan (docs/lora.md "Compute"): acct's fpt is LoRA's count (layout_lora_flops_per_token),
      * its peak the full trainer's (tr_resolve_peak); plan_lora_step's prediction when have_plan. */
     RunAccounting acct;
@@ -100,7 +101,6 @@ static Status refuse(const TrainConfig *c, int world, Err *err) {
     else if (memcmp(&c->health, &d.health, sizeof d.health)) bad = "--spike-*/--gnorm-spike-*/--max-nonfinite/--stall-window";
     else if (c->no_overlap || c->comm_timeout > 0) bad = "--no-overlap/--comm-timeout";
     else if (c->no_noise_scale) bad = "--no-noise-scale (no noise scale is estimated)";
-    else if (c->overrides[0]) bad = "--override (a LoRA resume checks the LoRA config and the base only)";
     if (bad) return err_set(err, ST_ERR_INPUT, "%s: not supported with --lora-rank (LoRA) yet", bad);
     int tp = c->tp > 1 ? c->tp : 1;
     if (world % tp || (c->dp != 0 && c->dp * tp != world))
@@ -111,6 +111,7 @@ static Status refuse(const TrainConfig *c, int world, Err *err) {
 
 static void run_free(LoraRun *r) {
     events_close(&r->log);
+    cJSON_Delete(r->config);
     free(r->step_ms);
     mem_free(&r->mem, MEM_PARAMS, r->sp, r->mfloats * sizeof(float));
     mem_free(&r->mem, MEM_PARAMS, r->b16, r->nb * sizeof(uint16_t));
@@ -328,6 +329,46 @@ static Status setup_model(LoraRun *r, Err *err) {
     return ST_OK;
 }
 
+/* The checkpoint against this run: its LoRA settings, document masking, base, run length and (where
+ * state.json records it, since 2026-11-29) every trajectory field of its config, --override naming
+ * the ones allowed to change, as the full trainer's resume (an lr, batch or data changed was taken). */
+static Status resume_check(LoraRun *r, const char *path, const LoraCkptMeta *meta, const LoraConfig *lc,
+                           const ModelConfig *mc, Err *err) {
+    TrainConfig *c = &r->cfg;
+    const LoraConfig *cur = &r->lo.lay.cfg;
+    if (lc->rank != cur->rank || lc->alpha != cur->alpha || lc->dropout != cur->dropout || lc->targets != cur->targets ||
+        lc->base_bf16 != cur->base_bf16) {
+        char t0[64], t1[64];
+        lora_targets_string(lc->targets, t0, sizeof t0), lora_targets_string(cur->targets, t1, sizeof t1);
+        return err_set(err, ST_ERR_INPUT, "--resume %s: the checkpoint has LoRA rank %d alpha %g dropout %g targets %s base "
+                       "%s, this run rank %d alpha %g dropout %g targets %s base %s", path, lc->rank, lc->alpha, lc->dropout,
+                       t0, lc->base_bf16 ? "bf16" : "fp32", cur->rank, cur->alpha, cur->dropout, t1,
+                       cur->base_bf16 ? "bf16" : "fp32");
+    }
+    if (mc->doc_mask != c->model.doc_mask || (mc->doc_mask && mc->doc_eot != c->model.doc_eot))
+        return err_set(err, ST_ERR_INPUT, "--resume %s: model.doc_mask: the checkpoint was trained %s, this run %s", path,
+                       mc->doc_mask ? "with --doc-mask" : "without --doc-mask",
+                       c->model.doc_mask ? "with it (or another EOT)" : "without it");
+    if (meta->base_hash != r->base_hash)
+        return err_set(err, ST_ERR_INPUT, "--resume %s: the base weights differ from the checkpoint's (XXH3 %016llx, "
+                       "checkpoint %016llx from %s): give the same --init-from / --seed", path,
+                       (unsigned long long)r->base_hash, (unsigned long long)meta->base_hash,
+                       meta->init_from[0] ? meta->init_from : "a random base");
+    if (meta->step >= c->steps)
+        return err_set(err, ST_ERR_INPUT, "--steps %ld: the checkpoint %s is already at step %ld (extend --steps)", c->steps,
+                       path, meta->step);
+    if (!meta->config) return ST_OK; /* a checkpoint from before its config was recorded */
+    char buf[512], report[2048] = "";
+    snprintf(buf, sizeof buf, "%s", c->overrides);
+    const char *ov[32];
+    int nov = tr_split_list(buf, ov, 32);
+    Status st = ckpt_check_override_names(meta->config, r->config, ov, nov, err);
+    if (st == ST_OK) st = ckpt_check_config(meta->config, r->config, ov, nov, report, sizeof report, err);
+    if (st != ST_OK) return err_prefix(err, "--resume %s", path), st;
+    if (report[0] && r->comm->rank == 0 && !c->quiet) printf("resume: %s\n", report);
+    return ST_OK;
+}
+
 /* --resume: the adapters, their moments, the step and the data order; the base must be the one the
  * checkpoint was trained on (its hash). */
 static Status resume(LoraRun *r, Err *err) {
@@ -341,22 +382,29 @@ static Status resume(LoraRun *r, Err *err) {
     LoraCkptMeta meta;
     LoraConfig lc;
     ModelConfig mc;
-    if ((st = ckpt_lora_read_meta(path, &meta, &lc, &mc, err)) != ST_OK) return st;
-    const LoraConfig *cur = &r->lo.lay.cfg;
-    if (lc.rank != cur->rank || lc.alpha != cur->alpha || lc.dropout != cur->dropout || lc.targets != cur->targets ||
-        lc.base_bf16 != cur->base_bf16)
-        return err_set(err, ST_ERR_INPUT, "--resume %s: the checkpoint has LoRA rank %d alpha %g dropout %g base %s, this "
-                       "run rank %d alpha %g dropout %g base %s (or other targets)", path, lc.rank, lc.alpha, lc.dropout,
-                       lc.base_bf16 ? "bf16" : "fp32", cur->rank, cur->alpha, cur->dropout, cur->base_bf16 ? "bf16" : "fp32");
-    if (mc.doc_mask != c->model.doc_mask || (mc.doc_mask && mc.doc_eot != c->model.doc_eot))
-        return err_set(err, ST_ERR_INPUT, "--resume %s: model.doc_mask: the checkpoint was trained %s, this run %s", path,
-                       mc.doc_mask ? "with --doc-mask" : "without --doc-mask",
-                       c->model.doc_mask ? "with it (or another EOT)" : "without it");
-    if (meta.base_hash != r->base_hash)
-        return err_set(err, ST_ERR_INPUT, "--resume %s: the base weights differ from the checkpoint's (XXH3 %016llx, "
-                       "checkpoint %016llx from %s): give the same --init-from / --seed", path,
-                       (unsigned long long)r->base_hash, (unsigned long long)meta.base_hash,
-                       meta.init_from[0] ? meta.init_from : "a random base");
+    /* auto: the newest checkpoint that verifies, the ones skipped said (a damaged newest one failed
+     * the resume with older good ones beside it) */
+    if ((st = ckpt_lora_read_meta(path, &meta, &lc, &mc, err)) != ST_OK && !strcmp(c->resume, "auto")) {
+        long steps[256];
+        int n = ckpt_lora_steps(c->ckpt_dir, steps, 256);
+        char first[sizeof err->msg];
+        snprintf(first, sizeof first, "%s", err->msg);
+        for (int i = 0; i < n && st != ST_OK; i++) {
+            char cand[4096];
+            snprintf(cand, sizeof cand, "%s/step_%08ld", c->ckpt_dir, steps[i]);
+            if (!strcmp(cand, path)) continue;
+            if ((st = ckpt_lora_read_meta(cand, &meta, &lc, &mc, err)) == ST_OK) {
+                if (r->comm->rank == 0 && !c->quiet) printf("resume: skipped %s (%s)\n", path, first);
+                snprintf(path, sizeof path, "%s", cand);
+            }
+        }
+        if (st != ST_OK) return err_set(err, ST_ERR_INPUT, "--resume auto: no LoRA checkpoint in %s verifies (the newest: %s)",
+                                        c->ckpt_dir, first);
+    }
+    if (st != ST_OK) return st;
+    st = resume_check(r, path, &meta, &lc, &mc, err);
+    ckpt_lora_meta_free(&meta);
+    if (st != ST_OK) return st;
     /* The whole adapters and moments (the file's layout), then this rank's tp slices, then its
      * ZeRO shard of the moments. */
     size_t total = r->lo.lay.total;
@@ -444,6 +492,7 @@ static Status save_files(LoraRun *r, const LoraLayout *ll, const float *p, const
     snprintf(meta.init_from, sizeof meta.init_from, "%s", c->init_from);
     snprintf(meta.tokenizer, sizeof meta.tokenizer, "%s", c->tokenizer);
     meta.base_seed = c->seed, meta.base_hash = r->base_hash;
+    meta.config = r->config;
     char out[4200];
     double t0 = timer_ms();
     Status st = ckpt_lora_save(c->ckpt_dir, &c->model, ll, &meta, p, m, v, out, sizeof out, err);
@@ -666,6 +715,13 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
         goto done;
     }
     c->sched.total = c->steps;
+    if (!(r->config = events_config_json(c))) {
+        st = err_set(err, ST_ERR_RUNTIME, "out of memory (the run's config)");
+        goto done;
+    }
+    /* the grid as run (dp from the world when not given): the global batch the resume compares */
+    cJSON_DeleteItemFromObjectCaseSensitive(r->config, "dp");
+    cJSON_AddNumberToObject(r->config, "dp", r->dp);
     if ((st = setup_model(r, err)) != ST_OK) goto done;
     if ((st = resume(r, err)) != ST_OK) goto done;
     if ((st = setup_accounting(r, err)) != ST_OK) goto done;
@@ -711,7 +767,12 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     r->loop_step0 = r->step, r->loop_t0 = timer_ms();
     while (st == ST_OK && r->step < stop_at && !r->stop) {
         st = step(r, res, err);
-        if (st == ST_OK && c->val_data[0] && c->val_every > 0 && r->step % c->val_every == 0) {
+        /* the full trainer's schedule (train_step.c step_validate): every --val-every steps and at
+         * step 1, at the last step or a stop, and right after a resume (it validated only every
+         * --val-every steps, or only at the end with --val-every 0) */
+        int due = c->val_every > 0 && (r->step % c->val_every == 0 || r->step == 1);
+        int last = r->step >= stop_at || r->stop, after_resume = res->start_step > 0 && r->step == res->start_step + 1;
+        if (st == ST_OK && c->val_data[0] && (due || last || after_resume)) {
             double vl;
             if ((st = validation(r, &vl, err)) == ST_OK) {
                 if (isnan(res->first_val)) res->first_val = vl;
@@ -725,10 +786,7 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     if (st == ST_OK && r->stop && r->comm->rank == 0 && !c->quiet)
         printf("lora: stop signal: saving step %ld and ending\n", r->step);
     if (st == ST_OK && res->steps_done > 0) st = save(r, err); /* the last step (or --stop-after's) */
-    if (st == ST_OK && c->val_data[0] && c->val_every <= 0) {
-        double vl;
-        if ((st = validation(r, &vl, err)) == ST_OK) res->first_val = res->last_val = vl;
-    }
+
     /* The base must be unchanged: the adapters are all this run trained (each rank its slice). */
     if (st == ST_OK && lora_base_hash(r) != r->local_hash)
         st = err_set(err, ST_ERR_RUNTIME, "lora: the frozen base changed during training (XXH3 differs)");
