@@ -4,21 +4,7 @@
 #include <math.h>
 
 void rng_philox(uint64_t seed, uint64_t stream, uint64_t index, uint32_t out[4]) {
-    uint32_t c0 = (uint32_t)index, c1 = (uint32_t)(index >> 32);
-    uint32_t c2 = (uint32_t)stream, c3 = (uint32_t)(stream >> 32);
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0;
-        uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-        uint32_t n1 = (uint32_t)p1;
-        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        uint32_t n3 = (uint32_t)p0;
-        c0 = n0, c1 = n1, c2 = n2, c3 = n3;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
-    out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
+    rng_philox_inline(seed, stream, index, out);
 }
 
 float rng_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
