@@ -968,6 +968,34 @@ static void test_lora_step(void) {
              "ZeRO 1 %.6g s, ZeRO 0 %.6g s, all-gather %.6g s", l1.t_dp, l0.t_dp, ag);
 }
 
+/* The checkpoint's size against a checkpoint the trainer writes (fp32 and bf16, the files of its
+ * step directory summed): within 2% (safetensors and JSON headers), and the bf16 size equal to the
+ * fp32 one (the fp32 weights are the master copy; a master term priced bf16 4 bytes/param over,
+ * 1.33x: that is the control, the old formula computed here must miss by more than 20%). */
+static void test_ckpt_size(void) {
+    const char *shape = "--layers 2 --heads 2 --channels 64 --max-seq-len 64 --seq-len 64 --micro-batch 2";
+    double plan[2] = {0, 0}, disk[2] = {0, 0}, moments = 0, n = 0;
+    for (int b = 0; b < 2; b++) {
+        char args[512], cmd[1024];
+        const char *prec = b ? "bf16" : "fp32";
+        snprintf(args, sizeof args, "%s --vocab 257 --precision %s", shape, prec);
+        cJSON *j = plan_json(args, NULL);
+        plan[b] = jnum(j, "checkpoint.bytes"), n = jnum(j, "parameters.total"), moments = jnum(j, "precision.moments");
+        cJSON_Delete(j);
+        snprintf(cmd, sizeof cmd, "rm -rf " TMP "/cks && %s train %s --precision %s --steps 1 --val-every 0 --quiet "
+                 "--ckpt-dir " TMP "/cks >/dev/null 2>&1 && du -cb " TMP "/cks/step_00000001/* | tail -1 | cut -f1 > " TMP
+                 "/cks.size", BIN, shape, prec);
+        char *t = system(cmd) == 0 ? tu_slurp(TMP "/cks.size") : NULL;
+        disk[b] = t ? atof(t) : -1;
+        free(t);
+    }
+    double old_bf16 = n * (4.0 + 4.0 + moments * 4.0); /* the formula before: + a 4-byte master */
+    tu_check(fabs(plan[0] / disk[0] - 1) < 0.02 && fabs(plan[1] / disk[1] - 1) < 0.02 && plan[0] == plan[1] &&
+                 fabs(old_bf16 / disk[1] - 1) > 0.2,
+             "plan's checkpoint size = what the trainer writes, fp32 and bf16", "plan %.0f / %.0f bytes, on disk %.0f / %.0f; "
+             "the formula with a master term %.0f", plan[0], plan[1], disk[0], disk[1], old_bf16);
+}
+
 /* The trainer's own plan (the start record's plan.step_ms) prices on this machine's cached profile
  * when it has one, as `plan` does by default: a profile planted in a private cache (ST_PEAK_CACHE)
  * for 1 thread, a bf16 run at --threads 1, and `plan --hardware` of the same profile and shape must
@@ -1276,6 +1304,7 @@ int main(void) {
     test_measure_hardware();
     test_bf16_efficiency();
     test_lora_step();
+    test_ckpt_size();
     test_trainer_cached_profile();
     return tu_exit();
 }

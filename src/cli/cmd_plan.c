@@ -259,7 +259,7 @@ static void print_review(const PlanInput *in, const PlanResult *r, const PlanSch
 
     /* ---- checkpointing ---- */
     printf("\n-- checkpointing --\n");
-    printf("  size %s (fp32 weights + master + moments), write %s at %.3g GB/s x %d node(s)\n",
+    printf("  size %s (fp32 weights, the master copy under mixed precision, + moments), write %s at %.3g GB/s x %d node(s)\n",
            fmt_bytes(a, sizeof a, r->ckpt.bytes), fmt_time(b, sizeof b, r->ckpt.write_s), in->hw.storage_bw / 1e9,
            r->nodes);
     printf("  MTBF %s: Young/Daly interval sqrt(2 x write x MTBF) = %s (every %.0f steps), overhead %.2f%%\n",
@@ -441,6 +441,12 @@ int cmd_plan(int argc, char **argv) {
                          specs[i].name);
                 return cli_fail("plan", ST_ERR_INPUT, err.msg);
             }
+        int cpus = machine_cpus_allowed();
+        if (measure_threads < 1 || measure_threads > cpus) { /* -1 asked libgomp for 962 GB; 1000 clamped nonsense */
+            snprintf(err.msg, sizeof err.msg, "--measure-threads: expected 1..%d (the CPUs this process may run on), "
+                     "found %d", cpus, measure_threads);
+            return cli_fail("plan", ST_ERR_INPUT, err.msg);
+        }
         PlanHardware hw;
         if ((st = hw_measure(&hw, measure_threads, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
         warn_if_loaded();
@@ -603,7 +609,10 @@ int cmd_plan(int argc, char **argv) {
     if (SEEN("hardware")) {
         if ((st = hw_resolve(&in.hw, hardware, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
     } else if (cache[0]) {
-        int measured, nt = in.threads > 0 ? in.threads : 1;
+        /* the profile of the CPUs the run may use: threads beyond them add no FLOP/s (and --threads
+         * 20000 measured with 20000 threads, 50000 crashed libgomp) */
+        int cpus = machine_cpus_allowed(), measured, nt = in.threads > 0 ? in.threads : 1;
+        if (nt > cpus) nt = cpus;
         double t0 = timer_ms(), was;
         if ((st = hw_this_machine(&in.hw, nt, cache, &measured, &was, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
         if (measured == 2)
@@ -629,7 +638,11 @@ int cmd_plan(int argc, char **argv) {
             snprintf(err.msg, sizeof err.msg, "--%s: expected a positive %s, found %g", hwo[i].flag, hwo[i].unit, hwo[i].v);
             return cli_fail("plan", ST_ERR_INPUT, err.msg);
         }
-    if (SEEN("devices-per-node")) in.hw.devices_per_node = dpn;
+    if (SEEN("devices-per-node") && dpn < 0) {
+        snprintf(err.msg, sizeof err.msg, "--devices-per-node: expected 0 (the hardware's) or a positive integer, found %d", dpn);
+        return cli_fail("plan", ST_ERR_INPUT, err.msg);
+    }
+    if (SEEN("devices-per-node") && dpn > 0) in.hw.devices_per_node = dpn;
     /* A peak or an efficiency given replaces the measured bf16 efficiency too (it is a fraction of
      * the measured bf16 peak): matmul_eff then prices every precision. */
     if (SEEN("peak-tflops") || SEEN("matmul-eff")) in.hw.matmul_eff_bf16 = 0;
@@ -654,8 +667,13 @@ int cmd_plan(int argc, char **argv) {
     if (SEEN("matmul-eff")) in.hw.matmul_eff = matmul_eff;
     if (SEEN("storage-bw-gbs")) in.hw.storage_bw = storage_gbs * 1e9;
     if (SEEN("nodes")) {
-        if (nodes < 1 || in.hw.devices_per_node < 1) {
+        if (nodes < 1) {
             snprintf(err.msg, sizeof err.msg, "--nodes: expected a positive integer, found %d", nodes);
+            return cli_fail("plan", ST_ERR_INPUT, err.msg);
+        }
+        if (in.hw.devices_per_node < 1) {
+            snprintf(err.msg, sizeof err.msg, "--devices-per-node: expected a positive integer with --nodes (the hardware "
+                     "%s gives %d), found none", in.hw.name, in.hw.devices_per_node);
             return cli_fail("plan", ST_ERR_INPUT, err.msg);
         }
         in.world = nodes * in.hw.devices_per_node;
@@ -724,6 +742,11 @@ int cmd_plan(int argc, char **argv) {
         ModelConfig lc;
         if (!plan_model_to_config(&in.model, &lc) || model_config_validate(&lc, &err) != ST_OK)
             return cli_fail("plan", ST_ERR_INPUT, "--lora-rank: expected a model this trainer builds (a shape, not --params)");
+        if (strcmp(optimizer, "adamw") && strcmp(optimizer, "adam")) { /* the LoRA loop's (lora_train.c refuse) */
+            snprintf(err.msg, sizeof err.msg, "--optimizer %s: not supported with --lora-rank (LoRA trains with adamw or "
+                     "adam)", optimizer);
+            return cli_fail("plan", ST_ERR_INPUT, err.msg);
+        }
         if (in.pp > 1 || in.zero > 3 || in.sp || strcmp(precision, "fp32")) {
             snprintf(err.msg, sizeof err.msg, "--lora-rank: LoRA runs at --pp 1, --zero 0..3, no --sp, "
                      "--precision fp32, found tp %d, pp %d, zero %d, %s", in.tp, in.pp, in.zero, precision);

@@ -1178,7 +1178,13 @@ static void core_budget(Core *c, PlanResult *r) {
     else if (in->budget_flops > 0) r->tokens = in->budget_flops / r->compute.fpt, r->budget_source = "flops";
     else if (in->budget_days > 0) r->tokens = in->budget_days * 86400.0 * r->compute.tokens_per_s, r->budget_source = "days";
     else r->tokens = 20.0 * N, r->budget_source = "20 tokens/param";
-    r->steps = (long long)ceil(r->tokens / (double)r->batch_tokens);
+    double steps_d = ceil(r->tokens / (double)r->batch_tokens);
+    if (!(steps_d <= 1e15)) { /* a cast past 2^63 gave -9223372036854775808 steps and negative time */
+        check_add(r, PLAN_CHECK_ERROR, 1, "budget: %.3g tokens (%s) are %.3g steps of %lld tokens: expected at most 1e15 steps",
+                  r->tokens, r->budget_source, steps_d, r->batch_tokens);
+        steps_d = 0;
+    }
+    r->steps = (long long)steps_d;
     r->compute.total_6nd = 6.0 * N * r->tokens;
     r->compute.total = r->compute.fpt * r->tokens;
     r->compute.train_seconds = r->steps * r->compute.step;
@@ -1299,7 +1305,10 @@ static void core_ckpt(Core *c, PlanResult *r) {
     const PlanHardware *hw = c->hw;
     double N = c->N;
     /* ---- checkpointing ---- */
-    r->ckpt.bytes = N * (4.0 + pr->master + (double)in->n_moments * pr->moment);
+    /* our checkpoint (DESIGN §5): the fp32 weights, which under mixed precision are the master copy
+     * (model.safetensors holds them; docs/checkpoint.md), and the moments: a master term beside them
+     * priced a bf16 checkpoint 4 bytes a parameter over what it writes */
+    r->ckpt.bytes = N * (4.0 + (double)in->n_moments * pr->moment);
     r->ckpt.write_s = r->ckpt.bytes / (hw->storage_bw * r->nodes);
     r->ckpt.mtbf_s = in->mtbf_hours * 3600.0;
     r->ckpt.interval_s = plan_young_daly(r->ckpt.write_s, r->ckpt.mtbf_s);
