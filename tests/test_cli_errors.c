@@ -524,6 +524,22 @@ int main(void) {
     int rc = system(cmd);
     tu_check(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "control: the good shard trains", "exit=%d",
              WIFEXITED(rc) ? WEXITSTATUS(rc) : -1);
+    /* plan's ranges (2026-11-29): a thread count for the measurement outside the CPUs, a LoRA plan of
+     * an optimizer LoRA does not run, a budget whose step count overflowed */
+    expect_error("plan --measure-threads -1", "plan --measure-hardware " TMP "/hw.json --measure-threads -1",
+                 "--measure-threads: expected 1..");
+    expect_error("plan --lora-rank with sgd", "plan --model d6 --lora-rank 4 --optimizer sgd",
+                 "--optimizer sgd: not supported with --lora-rank");
+    snprintf(cmd, sizeof cmd, "%s plan --model d6 --tokens 1e30 >/dev/null 2>%s/tok.err", BIN, TMP);
+    int trc = system(cmd);
+    char *terr = tu_slurp(TMP "/tok.err");
+    tu_check(WIFEXITED(trc) && WEXITSTATUS(trc) == 2 && terr && strstr(terr, "expected at most 1e15 steps"),
+             "plan --tokens 1e30: refused (the step count overflowed to -2^63)", "exit %d: %s", WEXITSTATUS(trc), terr ? terr : "");
+    free(terr);
+    snprintf(cmd, sizeof cmd, "%s plan --model d6 --devices-per-node 0 >/dev/null 2>&1", BIN);
+    int prc = system(cmd);
+    tu_check(WIFEXITED(prc) && WEXITSTATUS(prc) == 0, "plan --devices-per-node 0 is the hardware's (its help says so)",
+             "exit %d", WEXITSTATUS(prc));
     /* Output that cannot be written (a full disk: /dev/full) is an error, exit 1 and one line (eval
      * --json and sample exited 0 having written nothing); control: the same to /dev/null exits 0. */
     int full = 1;
