@@ -144,6 +144,16 @@ static void check_refusals(void) {
     free(t);
     tu_check(ok, "refusals", "unknown target, q alone on GPT-2, lion, --lora-base-precision fp16, --sp, bf16, --pp 2, --lora-alpha alone: exit 2 "
              "with a line naming the flag");
+    /* under mpirun a refusal every rank makes is printed once (rank 1 repeated it as "rank 1: ...") */
+    snprintf(cmd, sizeof cmd, "timeout 60 %s --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 %s " COMMON
+             " --tp 2 --lora-dropout 0.1", g_mpi, g_bin);
+    run("refuse_np2", cmd);
+    char *t2 = tu_slurp(DIR "/refuse_np2.out");
+    int lines = 0;
+    for (const char *p = t2; p && (p = strstr(p, "scaletrain train:")); p++) lines++;
+    tu_check(t2 && lines == 1 && strstr(t2, "--lora-dropout 0.1 with --tp 2"), "a LoRA refusal under mpirun -np 2 is one line",
+             "%d line(s) of \"scaletrain train:\"", lines);
+    free(t2);
 }
 
 /* config.json's scaletrain.doc_mask.eot (-1: absent, -2: no file). */

@@ -504,6 +504,7 @@ void ev_lora_start(EventLog *lg, const LoraStartEvent *e) {
     cJSON_AddStringToObject(l, "targets", e->targets);
     add_num(l, "adapter_params", (double)e->adapter_params);
     add_num(l, "base_params", (double)e->base_params);
+    cJSON_AddStringToObject(l, "base_precision", c->lora.base_bf16 ? "bf16" : "fp32");
     add_hex64(l, "base_xxh3", e->base_xxh3);
     add_hex64(l, "base_local_xxh3", e->base_local_xxh3);
     add_num(o, "world", e->world);

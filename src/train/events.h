@@ -70,7 +70,8 @@
  * (each with "lora": true or a lora{} object) and the val and ckpt records above (ckpt's mode
  * "lora"):
  *   start     config{...}, effective_batch{sequences, tokens}, loss_masks, lora{rank, alpha, dropout,
- *             targets, adapter_params, base_params, base_xxh3, base_local_xxh3}, world, dp, tp, zero,
+ *             targets, adapter_params, base_params (the model's parameter count), base_precision ("fp32" or
+ *             "bf16"), base_xxh3, base_local_xxh3}, world, dp, tp, zero,
  *             resumed_from_step [, doc_mask{eot}], flops_per_token, peak_flops, peak_flops_job,
  *             peak_kind [, plan{step_ms, tokens_per_s, mfu}]
  *   memory    lora, measured{category: bytes}, planned{category: bytes}, planned_equals_measured

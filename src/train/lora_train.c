@@ -102,6 +102,9 @@ static Status refuse(const TrainConfig *c, int world, Err *err) {
     else if (c->no_overlap || c->comm_timeout > 0) bad = "--no-overlap/--comm-timeout";
     else if (c->no_noise_scale) bad = "--no-noise-scale (no noise scale is estimated)";
     if (bad) return err_set(err, ST_ERR_INPUT, "%s: not supported with --lora-rank (LoRA) yet", bad);
+    if (c->tp > 1 && c->lora.dropout > 0) /* lora_layout_init_tp's refusal, here where every rank agrees on it */
+        return err_set(err, ST_ERR_INPUT, "--lora-dropout %g with --tp %d: expected 0 (the masks of a row-parallel layer's "
+                       "column slice are not implemented)", c->lora.dropout, c->tp);
     int tp = c->tp > 1 ? c->tp : 1;
     if (world % tp || (c->dp != 0 && c->dp * tp != world))
         return err_set(err, ST_ERR_INPUT, "--dp %d --tp %d: with LoRA expected dp x tp = the world of %d ranks", c->dp, tp,
@@ -689,7 +692,11 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     if (!r->comm && (st = comm_init_local(&r->own_comm, err)) != ST_OK) return st;
     if (!r->comm) r->comm = r->own_comm;
     int world = r->comm->world;
-    if ((st = refuse(c, world, err)) != ST_OK) goto done;
+    /* the flags' refusals: the same on every rank (the config is), printed once by rank 0 */
+    if ((st = refuse(c, world, err)) != ST_OK) {
+        res->err_everywhere = 1;
+        goto done;
+    }
     r->zero = c->zero;
     r->tp = c->tp > 1 ? c->tp : 1, r->dp = world / r->tp;
     if ((st = comm_set_grid(r->comm, r->dp, r->tp, 1, err)) != ST_OK) goto done;
@@ -741,7 +748,8 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
         /* the full trainer's config, batch and mask fields first (report and the docs read them); the
          * model's own EOT (what it masks at) only under --doc-mask */
         LoraStartEvent se = {c, (long long)c->micro_batch * c->grad_accum * r->dp, batch_tokens(r), r->train.masked, tg,
-                             r->full_lay.block_floats * r->full_lay.L, r->g.w.layout.total, r->base_hash, r->local_hash,
+                             r->full_lay.block_floats * r->full_lay.L, (size_t)model_config_num_params(&c->model),
+                             r->base_hash, r->local_hash,
                              world, r->dp, r->tp, r->zero, r->step, r->g.s.doc_mask, (int)r->g.s.doc_eot,
                              r->acct.fpt, r->acct.peak, r->acct.peak_job, c->peak_flops > 0 ? "given" : r->acct.peak_kind,
                              r->have_plan ? r->plan.step * 1e3 : 0, r->plan.tokens_per_s, r->plan.mfu};
@@ -753,9 +761,10 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
             tr_print_batch(c, r->dp, r->acct.batch_seqs, r->acct.batch_tokens);
             tr_print_memory(&r->mem);
             tr_print_compute(c, &r->acct, r->threads_auto, " (LoRA: forward and input gradients, docs/lora.md)");
-            printf("lora: rank %d alpha %g dropout %g targets %s: %zu adapter parameters on a frozen base of %lld "
+            printf("lora: rank %d alpha %g dropout %g targets %s: %zu adapter parameters on a frozen %sbase of %lld "
                    "(%.3f%%), dp %d tp %d zero %d\n", c->lora.rank, c->lora.alpha, c->lora.dropout, tg,
-                   r->full_lay.block_floats * r->full_lay.L, model_config_num_params(&c->model),
+                   r->full_lay.block_floats * r->full_lay.L, c->lora.base_bf16 ? "bf16-block " : "",
+                   model_config_num_params(&c->model),
                    100.0 * (double)(r->full_lay.block_floats * r->full_lay.L) / (double)model_config_num_params(&c->model),
                    r->dp, r->tp, r->zero);
             fflush(stdout);
