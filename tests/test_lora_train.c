@@ -497,6 +497,31 @@ int main(int argc, char **argv) {
     int same_files = tu_same_file(DIR "/full_out/adapter_model.safetensors", DIR "/res_out/adapter_model.safetensors");
     tu_check(rc1 == 0 && rc2 == 0 && rc3 == 0 && a[0] && !strcmp(a, b) && same_files, "resume equals uninterrupted",
              "6 step records as exact text%s, final adapters byte-equal %d", strcmp(a, b) ? " DIFFER" : "", same_files);
+    /* A LoRA folder where a full model is expected says what it is and the way (an --init-from of the
+     * adapter folder failed on model.safetensors; the full trainer's --resume of a LoRA checkpoint
+     * named only the formats it expected; export --merge of the adapter folder called it "an
+     * ordinary checkpoint") */
+    {
+        static const struct { const char *args, *want; } W[] = {
+            {"train --data " DIR "/train.bin --layers 2 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 --steps 2 "
+             "--init-from " DIR "/full_out", "full_out: a PEFT adapter folder"},
+            {"train --data " DIR "/train.bin --layers 2 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 --steps 2 "
+             "--init-from " DIR "/ck_full --lora-rank 4", "ck_full: a LoRA checkpoint (adapters on a base"},
+            {"train --data " DIR "/train.bin --layers 2 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 --steps 9 "
+             "--ckpt-dir " DIR "/ck_x --resume " DIR "/ck_full/step_00000006", "a LoRA checkpoint (format scaletrain-lora)"},
+            {"export " DIR "/full_out --merge -o " DIR "/m_x", "found a PEFT adapter folder"},
+        };
+        int okw = 1;
+        for (size_t i = 0; i < sizeof W / sizeof W[0]; i++) {
+            snprintf(cmd, sizeof cmd, "%s %s", g_bin, W[i].args);
+            int wr = run("which", cmd);
+            char *t = tu_slurp(DIR "/which.out");
+            if (!(wr == 2 && t && strstr(t, W[i].want))) printf("  %s: exit %d: %s", W[i].args, wr, t ? t : "(none)\n"), okw = 0;
+            free(t);
+        }
+        tu_check(okw, "a LoRA checkpoint or adapter folder given for a full model is named as such",
+                 "--init-from (adapter folder, LoRA ckpt-dir), a full --resume, export --merge of the adapter folder");
+    }
     /* The metrics log has the full trainer's fields (docs/lora.md): the start record's config,
      * effective_batch and loss_masks, each step's tokens_seen = step x the batch's tokens, each val
      * record's tokens (report's x axis read the step number as tokens without them). The oracle:

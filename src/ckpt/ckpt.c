@@ -426,8 +426,12 @@ static Status state_parse(const char *path, const char *text, size_t len, CkptMe
     int sharded = cJSON_IsString(fmt) && !strcmp(fmt->valuestring, CKPT_FORMAT_SHARDED);
     if (!cJSON_IsString(fmt) || (strcmp(fmt->valuestring, CKPT_FORMAT_SINGLE) && !sharded) || !cJSON_IsNumber(ver) ||
         ver->valueint != 1) {
-        st = err_set(err, ST_ERR_INPUT, "%s: expected format %s or %s, version 1", path, CKPT_FORMAT_SINGLE,
-                     CKPT_FORMAT_SHARDED);
+        if (cJSON_IsString(fmt) && !strcmp(fmt->valuestring, "scaletrain-lora")) /* what a user meant, and the way */
+            st = err_set(err, ST_ERR_INPUT, "%s: a LoRA checkpoint (format scaletrain-lora): resume it with the run's "
+                         "--lora-rank flags, or export it with --merge for a full model", path);
+        else
+            st = err_set(err, ST_ERR_INPUT, "%s: expected format %s or %s, version 1, found %s", path, CKPT_FORMAT_SINGLE,
+                         CKPT_FORMAT_SHARDED, cJSON_IsString(fmt) ? fmt->valuestring : "none");
         goto done;
     }
     const cJSON *sch = cJSON_GetObjectItemCaseSensitive(o, "schedule");

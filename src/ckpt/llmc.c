@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/lora_ckpt.h"
 #include "ckpt/safetensors.h"
 #include "core/fileio.h"
 
@@ -166,7 +167,29 @@ static Status llmc_load(GptWeights *w, const char *path, const int *h, Err *err)
 Status ckpt_init_from(GptWeights *w, const char *path, Err *err) {
     Status st;
     if (file_is_dir(path)) {
-        char p[4200];
+        char p[4200], lat[4200];
+        snprintf(p, sizeof p, "%s/adapter_config.json", path);
+        snprintf(lat, sizeof lat, "%s/latest", path);
+        char *ln = NULL;
+        size_t ll = 0;
+        Err le;
+        int lora_dir = 0; /* a LoRA --ckpt-dir: its latest names a LoRA checkpoint */
+        if (access(lat, R_OK) == 0 && file_read_all(lat, &ln, &ll, &le) == ST_OK) {
+            while (ll && (ln[ll - 1] == '\n' || ln[ll - 1] == ' ')) ln[--ll] = 0;
+            char cand[4400];
+            snprintf(cand, sizeof cand, "%s/%s", path, ln);
+            lora_dir = ckpt_lora_is_checkpoint(cand);
+        }
+        free(ln);
+        if (ckpt_lora_is_checkpoint(path) || lora_dir)
+            return err_set(err, ST_ERR_INPUT, "%s: a LoRA checkpoint (adapters on a base, no base weights): "
+                           "export it with --merge for a full model, or continue it with its --lora-rank flags and "
+                           "--resume", path);
+        snprintf(lat, sizeof lat, "%s/model.safetensors", path);
+        if (access(p, R_OK) == 0 && access(lat, R_OK) != 0)
+            return err_set(err, ST_ERR_INPUT, "%s: a PEFT adapter folder (a LoRA run's --out: adapters only, no "
+                           "base weights); expected the base's weights folder (and export --merge of the run's checkpoint "
+                           "for the merged model)", path);
         snprintf(p, sizeof p, "%s/model.safetensors", path);
         if ((st = hf_config_check(w, path, err)) != ST_OK) return st;
         (void)p;

@@ -196,9 +196,17 @@ int cmd_export(int argc, char **argv) {
         }
         return export_lora(lpath, merge, base, out, tokenizer, bf16, (uint64_t)(lim * mult));
     }
-    if (merge || adapter || base[0])
-        return cli_fail("export", ST_ERR_INPUT, "--merge/--adapter/--base: expected a LoRA checkpoint (state.json of "
-                        "format scaletrain-lora), found an ordinary checkpoint or weights folder");
+    if (merge || adapter || base[0]) { /* what was given instead, and where the LoRA checkpoint is */
+        char ac[4200];
+        snprintf(ac, sizeof ac, "%s/adapter_config.json", pos[0]);
+        const char *found = access(pos[0], F_OK) != 0 ? "no such file or directory"
+                            : access(ac, R_OK) == 0 ? "a PEFT adapter folder (a LoRA run's --out: no base hash, no optimizer "
+                                                      "state; the run's --ckpt-dir holds the checkpoint)"
+                                                    : "an ordinary checkpoint or weights folder";
+        err_set(&err, ST_ERR_INPUT, "%s: --merge/--adapter/--base: expected a LoRA checkpoint (state.json of format "
+                "scaletrain-lora), found %s", pos[0], found);
+        return cli_fail("export", ST_ERR_INPUT, err.msg);
+    }
     int plain = 0;
     if ((st = cli_resolve_weights("export", pos[0], src, sizeof src, &plain, 0, &err)) != ST_OK)
         return cli_fail("export", st, err.msg);
