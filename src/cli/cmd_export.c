@@ -67,7 +67,10 @@ static int export_lora(const char *path, int merge, const char *base, const char
         st = gpt_init(&g, &cfg, NULL, NULL, &err);
         if (st == ST_OK) {
             gpt_init_params(&g, meta.base_seed);
-            if (src[0] && (st = ckpt_init_from(&g.w, src, &err)) != ST_OK) err_prefix(&err, "--base");
+            if (src[0] && !base[0] && src[0] != '/' && access(src, F_OK) != 0) /* the run's path, from its directory */
+                st = err_set(&err, ST_ERR_INPUT, "%s: its base %s (the run's --init-from, relative to the directory it "
+                             "ran in) is not found from here; expected --base PATH to the base's weights", path, src);
+            else if (src[0] && (st = ckpt_init_from(&g.w, src, &err)) != ST_OK) err_prefix(&err, "--base");
         }
         uint64_t h = st == ST_OK ? XXH3_64bits(g.w.params, g.w.layout.total * sizeof(float)) : 0;
         if (st == ST_OK && h != meta.base_hash)
