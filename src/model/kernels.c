@@ -798,77 +798,98 @@ void bias_add_rows(float *x, const float *bias, int N, int C, int nt) {
 }
 
 void residual_forward(float *out, const float *a, const float *b, size_t n, Dropout d, int nt) {
-    if (d.p > 0) {
+    if (d.p > 0) { /* chunks with their factors (drop_factors); out may be a */
+        const long long nc = (long long)((n + DROP_CHUNK - 1) / DROP_CHUNK);
 #pragma omp parallel for num_threads(nt) schedule(static)
-        for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i] * drop_scale(d, i);
+        for (long long q = 0; q < nc; q++) {
+            size_t i0 = (size_t)q * DROP_CHUNK, m = n - i0 < DROP_CHUNK ? n - i0 : DROP_CHUNK;
+            float f[DROP_CHUNK];
+            Dropout dq = d;
+            dq.offset += i0;
+            drop_factors(f, m, dq);
+            for (size_t i = 0; i < m; i++) out[i0 + i] = a[i0 + i] + b[i0 + i] * f[i];
+        }
     } else {
 #pragma omp parallel for simd num_threads(nt) schedule(static)
         for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
     }
 }
 
-/* drop_scale's factors, one Philox block per 4 elements (drop_scale computes a block per element
- * and keeps one of its 4 words: 4x the work, not inlined), bit for bit the same; 16 blocks at a time
- * in a loop the compiler vectorizes (the 32x32->64 products as vpmuludq). */
+/* Philox blocks bg .. bg + 15 of (seed, stream) into w[word][block] (rng_philox_inline's words). */
 #define DROP_LANES 16
-void dropout_backward(float *out, const float *dout, size_t n, Dropout d, int nt) {
-    if (n == 0) return;
-    const float keep = 1.0f / (1.0f - d.p);
-    const uint64_t a0 = d.offset, b0 = a0 >> 2;
-    const long long nb = (long long)(((a0 + n - 1) >> 2) - b0 + 1), ng = (nb + DROP_LANES - 1) / DROP_LANES;
-    const uint32_t s0 = (uint32_t)d.stream, s1 = (uint32_t)(d.stream >> 32);
-    const uint32_t key0 = (uint32_t)d.seed, key1 = (uint32_t)(d.seed >> 32);
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (long long g = 0; g < ng; g++) {
-        uint32_t w[4][DROP_LANES];
-        const uint64_t bg = b0 + (uint64_t)g * DROP_LANES;
+static void philox16(uint64_t bg, uint64_t seed, uint64_t stream, uint32_t w[4][DROP_LANES]) {
+    const uint32_t s0 = (uint32_t)stream, s1 = (uint32_t)(stream >> 32), key0 = (uint32_t)seed, key1 = (uint32_t)(seed >> 32);
 #ifdef ST_VEC4
-        /* 8 blocks per vector in 64-bit lanes: vpmuludq multiplies their low 32 bits exactly
-         * (GCC's vectorization of the scalar loop used the 64x64 vpmullq, 1.25x the scalar code);
-         * high garbage in a lane is never read (products take the low words, stores truncate) */
-        for (int h = 0; h < DROP_LANES; h += 8) {
-            const __m512i M0 = _mm512_set1_epi64(0xD2511F53u), M1 = _mm512_set1_epi64(0xCD9E8D57u);
-            __m512i idx = _mm512_add_epi64(_mm512_set1_epi64((long long)(bg + (uint64_t)h)),
-                                           _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
-            __m512i c0 = idx, c1 = _mm512_srli_epi64(idx, 32), c2 = _mm512_set1_epi64(s0), c3 = _mm512_set1_epi64(s1);
-            __m512i k0 = _mm512_set1_epi64(key0), k1 = _mm512_set1_epi64(key1);
-            const __m512i W0 = _mm512_set1_epi64(0x9E3779B9u), W1 = _mm512_set1_epi64(0xBB67AE85u);
-            for (int r = 0; r < 10; r++) {
-                __m512i p0 = _mm512_mul_epu32(M0, c0), p1 = _mm512_mul_epu32(M1, c2);
-                c0 = _mm512_xor_si512(_mm512_xor_si512(_mm512_srli_epi64(p1, 32), c1), k0);
-                c1 = p1;
-                c2 = _mm512_xor_si512(_mm512_xor_si512(_mm512_srli_epi64(p0, 32), c3), k1);
-                c3 = p0;
-                k0 = _mm512_add_epi64(k0, W0), k1 = _mm512_add_epi64(k1, W1);
-            }
-            _mm256_storeu_si256((__m256i *)&w[0][h], _mm512_cvtepi64_epi32(c0));
-            _mm256_storeu_si256((__m256i *)&w[1][h], _mm512_cvtepi64_epi32(c1));
-            _mm256_storeu_si256((__m256i *)&w[2][h], _mm512_cvtepi64_epi32(c2));
-            _mm256_storeu_si256((__m256i *)&w[3][h], _mm512_cvtepi64_epi32(c3));
+    /* 8 blocks per vector in 64-bit lanes: vpmuludq multiplies their low 32 bits exactly (GCC's
+     * vectorization of the scalar loop used the 64x64 vpmullq, 1.25x the scalar code); high garbage
+     * in a lane is never read (products take the low words, stores truncate) */
+    for (int h = 0; h < DROP_LANES; h += 8) {
+        const __m512i M0 = _mm512_set1_epi64(0xD2511F53u), M1 = _mm512_set1_epi64(0xCD9E8D57u);
+        __m512i idx = _mm512_add_epi64(_mm512_set1_epi64((long long)(bg + (uint64_t)h)), _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
+        __m512i c0 = idx, c1 = _mm512_srli_epi64(idx, 32), c2 = _mm512_set1_epi64(s0), c3 = _mm512_set1_epi64(s1);
+        __m512i k0 = _mm512_set1_epi64(key0), k1 = _mm512_set1_epi64(key1);
+        const __m512i W0 = _mm512_set1_epi64(0x9E3779B9u), W1 = _mm512_set1_epi64(0xBB67AE85u);
+        for (int r = 0; r < 10; r++) {
+            __m512i p0 = _mm512_mul_epu32(M0, c0), p1 = _mm512_mul_epu32(M1, c2);
+            c0 = _mm512_xor_si512(_mm512_xor_si512(_mm512_srli_epi64(p1, 32), c1), k0);
+            c1 = p1;
+            c2 = _mm512_xor_si512(_mm512_xor_si512(_mm512_srli_epi64(p0, 32), c3), k1);
+            c3 = p0;
+            k0 = _mm512_add_epi64(k0, W0), k1 = _mm512_add_epi64(k1, W1);
         }
+        _mm256_storeu_si256((__m256i *)&w[0][h], _mm512_cvtepi64_epi32(c0));
+        _mm256_storeu_si256((__m256i *)&w[1][h], _mm512_cvtepi64_epi32(c1));
+        _mm256_storeu_si256((__m256i *)&w[2][h], _mm512_cvtepi64_epi32(c2));
+        _mm256_storeu_si256((__m256i *)&w[3][h], _mm512_cvtepi64_epi32(c3));
+    }
 #else
 #pragma omp simd
-        for (int l = 0; l < DROP_LANES; l++) { /* rng_philox_inline on block bg + l */
-            uint64_t idx = bg + (uint64_t)l;
-            uint32_t c0 = (uint32_t)idx, c1 = (uint32_t)(idx >> 32), c2 = s0, c3 = s1, k0 = key0, k1 = key1;
-            for (int r = 0; r < 10; r++) {
-                uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-                uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n1 = (uint32_t)p1;
-                uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1, n3 = (uint32_t)p0;
-                c0 = n0, c1 = n1, c2 = n2, c3 = n3;
-                k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
-            }
-            w[0][l] = c0, w[1][l] = c1, w[2][l] = c2, w[3][l] = c3;
+    for (int l = 0; l < DROP_LANES; l++) {
+        uint64_t idx = bg + (uint64_t)l;
+        uint32_t c0 = (uint32_t)idx, c1 = (uint32_t)(idx >> 32), c2 = s0, c3 = s1, k0 = key0, k1 = key1;
+        for (int r = 0; r < 10; r++) {
+            uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+            uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n1 = (uint32_t)p1;
+            uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1, n3 = (uint32_t)p0;
+            c0 = n0, c1 = n1, c2 = n2, c3 = n3;
+            k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
         }
+        w[0][l] = c0, w[1][l] = c1, w[2][l] = c2, w[3][l] = c3;
+    }
 #endif
+}
+
+/* drop_scale's factors for elements 0 .. n-1 of d (indices d.offset + i), bit for bit: one Philox
+ * block per 4 elements (drop_scale computes a block per element and keeps one of its 4 words: 4x
+ * the work, not inlined), 16 blocks at a time (philox16). One thread. */
+void drop_factors(float *f, size_t n, Dropout d) {
+    if (n == 0) return;
+    const float keep = 1.0f / (1.0f - d.p);
+    const uint64_t a0 = d.offset, b0 = a0 >> 2, b1 = (a0 + n - 1) >> 2;
+    uint32_t w[4][DROP_LANES];
+    for (uint64_t bg = b0; bg <= b1; bg += DROP_LANES) {
+        philox16(bg, d.seed, d.stream, w);
         for (int l = 0; l < DROP_LANES; l++)
             for (int j = 0; j < 4; j++) {
                 uint64_t idx = 4 * (bg + (uint64_t)l) + (uint64_t)j;
                 if (idx < a0 || idx - a0 >= n) continue;
-                size_t i = (size_t)(idx - a0);
                 float u = (float)(w[j][l] >> 8) * (1.0f / 16777216.0f);
-                out[i] = dout[i] * (u >= d.p ? keep : 0.0f);
+                f[idx - a0] = u >= d.p ? keep : 0.0f;
             }
+    }
+}
+
+/* Chunks of DROP_CHUNK elements per thread, the factors on the stack. */
+void dropout_backward(float *out, const float *dout, size_t n, Dropout d, int nt) {
+    const long long nc = (long long)((n + DROP_CHUNK - 1) / DROP_CHUNK);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (long long q = 0; q < nc; q++) {
+        size_t i0 = (size_t)q * DROP_CHUNK, m = n - i0 < DROP_CHUNK ? n - i0 : DROP_CHUNK;
+        float f[DROP_CHUNK];
+        Dropout dq = d;
+        dq.offset += i0;
+        drop_factors(f, m, dq);
+        for (size_t i = 0; i < m; i++) out[i0 + i] = dout[i0 + i] * f[i];
     }
 }
 

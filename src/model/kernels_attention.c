@@ -310,10 +310,13 @@ void attention_gqa_forward(float *out, float *lse, float *scratch, const float *
                         float *yrow = y + (size_t)row * C;
                         if (k0 != kbeg)
                             for (int x = 0; x < hs; x++) yrow[x] *= corr;
-                        if (d.p > 0)
-                            for (int j = 0; j < kn; j++)
-                                Pd[(size_t)i * kn + j] =
-                                    srow[j] * drop_scale(d, bhg * T * T + (size_t)row * T + k0 + j);
+                        if (d.p > 0) { /* the row's factors at once (drop_factors: drop_scale's, bit for bit) */
+                            float *pd = Pd + (size_t)i * kn;
+                            Dropout dr = d;
+                            dr.offset += bhg * T * T + (size_t)row * T + k0;
+                            drop_factors(pd, (size_t)kn, dr);
+                            for (int j = 0; j < kn; j++) pd[j] *= srow[j];
+                        }
                     }
                     const float *P = d.p > 0 ? Pd : S;
                     const float by = k0 == kbeg ? 0.0f : 1.0f;
@@ -438,9 +441,13 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                         for (int j = 0; j < js && j < kn; j++) prow[j] = 0.0f;
                         for (int j = jn > js ? jn : js; j < kn; j++) prow[j] = 0.0f;
                         if (d.p > 0) {
+                            float *pd = Pd + (size_t)i * kn;
+                            Dropout dr = d;
+                            dr.offset += bhg * T * T + (size_t)row * T + k0;
+                            drop_factors(pd, (size_t)kn, dr); /* the factors, then P·f in place */
                             for (int j = 0; j < kn; j++) {
-                                float ks = drop_scale(d, bhg * T * T + (size_t)row * T + k0 + j);
-                                Pd[(size_t)i * kn + j] = prow[j] * ks;
+                                float ks = pd[j];
+                                pd[j] = prow[j] * ks;
                                 g[j] *= ks;
                             }
                         }

@@ -21,6 +21,11 @@ static inline float drop_scale(Dropout d, uint64_t i) {
     return rng_uniform(d.seed, d.stream, i + d.offset) >= d.p ? 1.0f / (1.0f - d.p) : 0.0f;
 }
 
+/* drop_scale(d, i) for i in 0 .. n-1 into f, one Philox block per 4 elements, vectorized (kernels.c):
+ * the same factors at a fraction of the cost; one thread. */
+void drop_factors(float *f, size_t n, Dropout d);
+#define DROP_CHUNK 1024 /* elements whose factors an elementwise pass draws at once (on the stack) */
+
 /* ST_VEC4: the build has the AVX-512 subsets VEC4_SPAN and store_bf16_16 use. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define ST_VEC4 1
