@@ -798,17 +798,8 @@ void bias_add_rows(float *x, const float *bias, int N, int C, int nt) {
 }
 
 void residual_forward(float *out, const float *a, const float *b, size_t n, Dropout d, int nt) {
-    if (d.p > 0) { /* chunks with their factors (drop_factors); out may be a */
-        const long long nc = (long long)((n + DROP_CHUNK - 1) / DROP_CHUNK);
-#pragma omp parallel for num_threads(nt) schedule(static)
-        for (long long q = 0; q < nc; q++) {
-            size_t i0 = (size_t)q * DROP_CHUNK, m = n - i0 < DROP_CHUNK ? n - i0 : DROP_CHUNK;
-            float f[DROP_CHUNK];
-            Dropout dq = d;
-            dq.offset += i0;
-            drop_factors(f, m, dq);
-            for (size_t i = 0; i < m; i++) out[i0 + i] = a[i0 + i] + b[i0 + i] * f[i];
-        }
+    if (d.p > 0) { /* out may be a */
+        drop_apply(out, a, b, n, d, nt);
     } else {
 #pragma omp parallel for simd num_threads(nt) schedule(static)
         for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
@@ -879,8 +870,9 @@ void drop_factors(float *f, size_t n, Dropout d) {
     }
 }
 
-/* Chunks of DROP_CHUNK elements per thread, the factors on the stack. */
-void dropout_backward(float *out, const float *dout, size_t n, Dropout d, int nt) {
+/* out = (a, or 0 when NULL) + b · drop_scale, in chunks of DROP_CHUNK elements per thread with their
+ * factors on the stack (out may be a or b). */
+void drop_apply(float *out, const float *a, const float *b, size_t n, Dropout d, int nt) {
     const long long nc = (long long)((n + DROP_CHUNK - 1) / DROP_CHUNK);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (long long q = 0; q < nc; q++) {
@@ -889,8 +881,15 @@ void dropout_backward(float *out, const float *dout, size_t n, Dropout d, int nt
         Dropout dq = d;
         dq.offset += i0;
         drop_factors(f, m, dq);
-        for (size_t i = 0; i < m; i++) out[i0 + i] = dout[i0 + i] * f[i];
+        if (a) /* the two loops apart: 0 + x would turn a -0 product into +0 */
+            for (size_t i = 0; i < m; i++) out[i0 + i] = a[i0 + i] + b[i0 + i] * f[i];
+        else
+            for (size_t i = 0; i < m; i++) out[i0 + i] = b[i0 + i] * f[i];
     }
+}
+
+void dropout_backward(float *out, const float *dout, size_t n, Dropout d, int nt) {
+    drop_apply(out, NULL, dout, n, d, nt);
 }
 
 /* ---- small elementwise kernels of the model (kernels.h) ---- */

@@ -25,6 +25,8 @@ static inline float drop_scale(Dropout d, uint64_t i) {
  * the same factors at a fraction of the cost; one thread. */
 void drop_factors(float *f, size_t n, Dropout d);
 #define DROP_CHUNK 1024 /* elements whose factors an elementwise pass draws at once (on the stack) */
+/* out = (a, or 0 when NULL) + b · drop_scale(d, i) over n elements, nt threads (out may be a or b). */
+void drop_apply(float *out, const float *a, const float *b, size_t n, Dropout d, int nt);
 
 /* ST_VEC4: the build has the AVX-512 subsets VEC4_SPAN and store_bf16_16 use. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
