@@ -70,18 +70,20 @@ typedef struct {
     EventLog log;
     cJSON *config;          /* the run's config (events_config_json): in every checkpoint, checked on resume */
     /* MFU and the plan (docs/lora.md "Compute"): acct's fpt is LoRA's count (layout_lora_flops_per_token),
-     * its peak the full trainer's (tr_resolve_peak); plan_lora_step's prediction when have_plan. */
+     * its peak the full trainer's (tr_peak_and_plan_input); plan_lora_step's prediction when have_plan. */
     RunAccounting acct;
     int threads_auto;
     PlanLoraStep plan;
     int have_plan;
-    const char *plan_hw;
     double *step_ms;        /* the loop's step times (step_cap), for the median */
     long nmeasured, step_cap;
     long step;
     long loop_step0;        /* the step the loop started at (a resume's), for the ETA */
     double loop_t0;         /* when it started (timer_ms) */
 } LoraRun;
+
+/* The whole model's adapter parameters (every tp rank's slices together). */
+static size_t adapter_params(const LoraRun *r) { return r->full_lay.block_floats * (size_t)r->full_lay.L; }
 
 /* Flags the LoRA loop does not implement: refused with one line each instead of ignored. */
 static Status refuse(const TrainConfig *c, int world, Err *err) {
@@ -630,7 +632,7 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
     if (r->nmeasured < r->step_cap) r->step_ms[r->nmeasured++] = ms;
     /* MFU: the model FLOPs of LoRA's step (at the batch's span under --doc-mask) over the job's peak */
     double fpt = dm ? layout_lora_flops_per_token(&c->model, (double)v[2] / (double)batch_tokens(r),
-                                                  (double)(r->full_lay.block_floats * r->full_lay.L))
+                                                  (double)adapter_params(r))
                     : r->acct.fpt;
     double tok_s = (double)batch_tokens(r) / (ms * 1e-3);
     double mfu = tr_step_mfu(&r->acct, &r->log, c, next, fpt * tok_s, r->comm->rank == 0 && !c->quiet);
@@ -647,30 +649,22 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
 }
 
 /* MFU's numerator and denominator and the plan of this run (docs/lora.md "Compute"): LoRA's FLOPs
- * per token, the full trainer's peak (tr_resolve_peak, summed over ranks), and plan_lora_step on
+ * per token, the full trainer's peak (tr_peak_and_plan_input, summed over ranks), and plan_lora_step on
  * the hardware the full trainer's plan would use (train_plan_input). Collective. */
 static Status setup_accounting(LoraRun *r, Err *err) {
     TrainConfig *c = &r->cfg;
-    Status st = tr_resolve_peak(c, r->g.be, &r->acct, err);
-    if (st != ST_OK) return st;
-    int world = r->comm->world;
-    double *by = calloc((size_t)world, sizeof *by);
+    double *by = calloc((size_t)r->comm->world, sizeof *by);
     if (!by) return err_set(err, ST_ERR_RUNTIME, "out of memory (peaks per rank)");
-    st = comm_allgather_f64(r->comm, r->acct.peak, by, err);
-    r->acct.peak_job = 0;
-    for (int i = 0; i < world; i++) r->acct.peak_job += by[i];
+    PlanInput pi;
+    Status st = tr_peak_and_plan_input(c, r->g.be, r->comm, r->dp, r->tp, 1, &r->acct, by, &pi, err);
     free(by);
     if (st != ST_OK) return st;
-    double adapters = (double)(r->full_lay.block_floats * r->full_lay.L);
+    double adapters = (double)adapter_params(r);
     r->acct.fpt = layout_lora_flops_per_token(&c->model, c->seq_len, adapters);
     r->acct.batch_seqs = (long long)c->micro_batch * c->grad_accum * r->dp, r->acct.batch_tokens = batch_tokens(r);
     r->step_cap = c->steps + 1;
     if (!(r->step_ms = calloc((size_t)r->step_cap, sizeof *r->step_ms)))
         return err_set(err, ST_ERR_RUNTIME, "out of memory (step times)");
-    PlanInput pi;
-    int cached = train_plan_input(c, r->dp, r->tp, 1, r->acct.peak, &pi);
-    r->plan_hw = c->have_hw ? c->hw.name : cached ? "this machine's cached profile" : "the preset's efficiency at the measured peak";
-    if (r->comm->one_node && world > pi.hw.devices_per_node) pi.hw.devices_per_node = world;
     PlanResult *full = calloc(1, sizeof *full);
     Err pe;
     r->have_plan = full && plan_predict_step(&pi, full, &pe) == ST_OK &&
@@ -748,7 +742,7 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
         /* the full trainer's config, batch and mask fields first (report and the docs read them); the
          * model's own EOT (what it masks at) only under --doc-mask */
         LoraStartEvent se = {c, (long long)c->micro_batch * c->grad_accum * r->dp, batch_tokens(r), r->train.masked, tg,
-                             r->full_lay.block_floats * r->full_lay.L, (size_t)model_config_num_params(&c->model),
+                             adapter_params(r), (size_t)model_config_num_params(&c->model),
                              r->base_hash, r->local_hash,
                              world, r->dp, r->tp, r->zero, r->step, r->g.s.doc_mask, (int)r->g.s.doc_eot,
                              r->acct.fpt, r->acct.peak, r->acct.peak_job, c->peak_flops > 0 ? "given" : r->acct.peak_kind,
@@ -763,9 +757,9 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
             tr_print_compute(c, &r->acct, r->threads_auto, " (LoRA: forward and input gradients, docs/lora.md)");
             printf("lora: rank %d alpha %g dropout %g targets %s: %zu adapter parameters on a frozen %sbase of %lld "
                    "(%.3f%%), dp %d tp %d zero %d\n", c->lora.rank, c->lora.alpha, c->lora.dropout, tg,
-                   r->full_lay.block_floats * r->full_lay.L, c->lora.base_bf16 ? "bf16-block " : "",
+                   adapter_params(r), c->lora.base_bf16 ? "bf16-block " : "",
                    model_config_num_params(&c->model),
-                   100.0 * (double)(r->full_lay.block_floats * r->full_lay.L) / (double)model_config_num_params(&c->model),
+                   100.0 * (double)adapter_params(r) / (double)model_config_num_params(&c->model),
                    r->dp, r->tp, r->zero);
             fflush(stdout);
         }
@@ -779,7 +773,7 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
         /* the full trainer's schedule (train_step.c step_validate): every --val-every steps and at
          * step 1, at the last step or a stop, and right after a resume (it validated only every
          * --val-every steps, or only at the end with --val-every 0) */
-        int due = c->val_every > 0 && (r->step % c->val_every == 0 || r->step == 1);
+        int due = tr_val_due(r->step, c->val_every);
         int last = r->step >= stop_at || r->stop, after_resume = res->start_step > 0 && r->step == res->start_step + 1;
         if (st == ST_OK && c->val_data[0] && (due || last || after_resume)) {
             double vl;
@@ -795,7 +789,6 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     if (st == ST_OK && r->stop && r->comm->rank == 0 && !c->quiet)
         printf("lora: stop signal: saving step %ld and ending\n", r->step);
     if (st == ST_OK && res->steps_done > 0) st = save(r, err); /* the last step (or --stop-after's) */
-
     /* The base must be unchanged: the adapters are all this run trained (each rank its slice). */
     if (st == ST_OK && lora_base_hash(r) != r->local_hash)
         st = err_set(err, ST_ERR_RUNTIME, "lora: the frozen base changed during training (XXH3 differs)");
@@ -827,17 +820,11 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
         double plan_ms = r->have_plan ? r->plan.step * 1e3 : 0;
         ev_lora_end(&r->log, r->step, res->last_loss, (unsigned long long)lora_base_hash(r), res->median_step_ms,
                     res->tokens_per_s, plan_ms);
-        if (r->comm->rank == 0 && !c->quiet && n > 0) {
-            if (plan_ms > 0)
-                printf("plan: predicted %.1f ms/step (%s), measured median %.1f ms/step (%.2fx)\n", plan_ms, r->plan_hw,
-                       res->median_step_ms, res->median_step_ms / plan_ms);
-            printf("done: %ld steps, median %.1f ms/step, %.0f tokens/s | lora\n", res->steps_done, res->median_step_ms,
-                   res->tokens_per_s);
-        }
+        if (r->comm->rank == 0 && !c->quiet && n > 0) tr_print_end(&r->acct, plan_ms, res, " | lora");
     }
     if (st == ST_OK) st = events_check(&r->log, err); /* a record lost: said at once, the run's error now */
     res->preempted = r->step < c->steps;
-    res->num_params = (long long)(r->full_lay.block_floats * r->full_lay.L);
+    res->num_params = (long long)adapter_params(r);
 done:
     run_free(r);
     return st;

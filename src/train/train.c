@@ -289,13 +289,16 @@ static Status run_finish(Run *r, Err *err) {
                   .have_plan = r->acct.have_plan, .planned_step_ms = plan_ms};
     memcpy(e.peak, r->mem.peak, sizeof e.peak);
     ev_end(&r->log, &e);
-    if (r->acct.have_plan && !c->quiet)
-        printf("plan: predicted %.1f ms/step (%s), measured median %.1f ms/step (%.2fx)\n", plan_ms, r->acct.plan_hw,
-               res->median_step_ms, res->median_step_ms / plan_ms);
-    if (!c->quiet)
-        printf("done: %ld steps, median %.1f ms/step, %.0f tokens/s\n", res->steps_done, res->median_step_ms,
-               res->tokens_per_s);
+    if (!c->quiet) tr_print_end(&r->acct, plan_ms, res, "");
     return events_check(&r->log, err);
+}
+
+void tr_print_end(const RunAccounting *a, double plan_ms, const TrainResult *res, const char *tail) {
+    if (plan_ms > 0)
+        printf("plan: predicted %.1f ms/step (%s), measured median %.1f ms/step (%.2fx)\n", plan_ms, a->plan_hw,
+               res->median_step_ms, res->median_step_ms / plan_ms);
+    printf("done: %ld steps, median %.1f ms/step, %.0f tokens/s%s\n", res->steps_done, res->median_step_ms,
+           res->tokens_per_s, tail);
 }
 
 Status train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {

@@ -208,9 +208,20 @@ Status tr_setup_same_config(Run *r, Err *err);
 Status train_threads(Comm *comm, int *threads, double *by_rank, const char *grid, int quiet, Err *err);
 Status tr_setup_model(Run *r, Err *err);
 Status tr_setup_outputs(Run *r, Err *err);
-Status tr_resolve_peak(const TrainConfig *c, const Backend *be, RunAccounting *a, Err *err);
+/* The peak MFU divides by (a->peak: --peak-gflops, a device's --hardware peak, else the measured
+ * best of the FMA probe and a GEMM; a->peak_job: every rank's summed, by_rank[world] each one's) and
+ * the plan's input for this grid on the trainer's hardware (train_plan_input), its label in
+ * a->plan_hw. Collective. The full trainer's and the LoRA loop's accounting share it. */
+Status tr_peak_and_plan_input(const TrainConfig *c, const Backend *be, Comm *comm, int dp, int tp, int pp,
+                              RunAccounting *a, double *by_rank, PlanInput *pi, Err *err);
 Status tr_setup_accounting(Run *r, Err *err);
+/* The end's console lines: "plan: predicted ..." (plan_ms > 0: a plan, a->plan_hw its label) and
+ * "done: ...", tail appended to the latter ("" or " | lora"). */
+void tr_print_end(const RunAccounting *a, double plan_ms, const TrainResult *res, const char *tail);
 double tr_step_mfu(RunAccounting *a, EventLog *log, const TrainConfig *c, long step, double rate, int say);
+/* 1 when step is one the schedule validates at: every val_every steps (> 0) and step 1. The end,
+ * a stop and the step after a resume are validated too (each loop adds them). */
+int tr_val_due(long step, int val_every);
 Status tr_announce(Run *r, Err *err);
 void tr_print_init_from(const TrainConfig *c);
 void tr_print_data(const TrainConfig *c, const Loader *train, const Loader *val);

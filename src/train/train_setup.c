@@ -503,7 +503,7 @@ int train_plan_input(const TrainConfig *c, int dp, int tp, int pp, double peak, 
 
 /* This rank's peak FLOP/s for MFU (a->peak, a->peak_kind, a->mpeak): --peak-gflops, a device's
  * --hardware peak, else machine_peak_resolve's for the precision the GEMMs run in. */
-Status tr_resolve_peak(const TrainConfig *c, const Backend *be, RunAccounting *a, Err *err) {
+static Status tr_resolve_peak(const TrainConfig *c, const Backend *be, RunAccounting *a, Err *err) {
     int nt = c->threads;
     a->peak = c->peak_flops;
     a->peak_kind = "given";
@@ -536,26 +536,30 @@ Status tr_resolve_peak(const TrainConfig *c, const Backend *be, RunAccounting *a
 /* The peak FLOP/s that MFU divides by (this rank's, measured for the precision in use unless
  * given, summed over ranks), and the plan of this run from the same layout function
  * (docs/plan.md): its step time and memory, compared with the measurements at the end. */
+Status tr_peak_and_plan_input(const TrainConfig *c, const Backend *be, Comm *comm, int dp, int tp, int pp,
+                              RunAccounting *a, double *by_rank, PlanInput *pi, Err *err) {
+    Status st = tr_resolve_peak(c, be, a, err);
+    /* every rank's peak, summed in rank order: the same job peak on every rank, and the start
+     * record shows which rank measured what */
+    if (st == ST_OK) st = comm_allgather_f64(comm, a->peak, by_rank, err);
+    if (st != ST_OK) return st;
+    a->peak_job = 0;
+    for (int i = 0; i < comm->world; i++) a->peak_job += by_rank[i];
+    int cached = train_plan_input(c, dp, tp, pp, a->peak, pi);
+    a->plan_hw = c->have_hw ? c->hw.name : cached ? "this machine's cached profile" : "the preset's efficiency at the measured peak";
+    /* Every rank on one node (comm found them so): dp and tp collectives go over shared memory. */
+    if (comm->one_node && comm->world > pi->hw.devices_per_node) pi->hw.devices_per_node = comm->world;
+    return ST_OK;
+}
+
 Status tr_setup_accounting(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
     int B = c->micro_batch, T = c->seq_len, k = c->grad_accum;
-    Status pst = tr_resolve_peak(c, r->g.be, &r->acct, err);
-    if (pst != ST_OK) return pst;
-    /* every rank's peak, summed in rank order: the same job peak on every rank, and the start
-     * record shows which rank measured what */
-    Status st = comm_allgather_f64(r->comm, r->acct.peak, r->peak_by_rank, err);
+    PlanInput pi;
+    Status st = tr_peak_and_plan_input(c, r->g.be, r->comm, r->dp, r->tp, r->pp, &r->acct, r->peak_by_rank, &pi, err);
     if (st != ST_OK) return st;
-    r->acct.peak_job = 0;
-    for (int i = 0; i < r->world; i++) r->acct.peak_job += r->peak_by_rank[i];
     r->acct.fpt = layout_flops_per_token(&c->model, T);
     r->acct.batch_seqs = (long long)B * k * r->dp, r->acct.batch_tokens = r->acct.batch_seqs * T;
-
-    PlanInput pi;
-    int cached = train_plan_input(c, r->dp, r->tp, r->pp, r->acct.peak, &pi);
-    r->acct.plan_hw = c->have_hw ? c->hw.name : cached ? "this machine's cached profile"
-                                                       : "the preset's efficiency at the measured peak";
-    /* Every rank on one node (comm found them so): dp and tp collectives go over shared memory. */
-    if (r->comm->one_node && r->world > pi.hw.devices_per_node) pi.hw.devices_per_node = r->world;
     Err perr;
     r->acct.have_plan = plan_predict_step(&pi, &r->acct.plan, &perr) == ST_OK;
     return ST_OK;

@@ -644,12 +644,14 @@ static Status step_report(Run *r, Step *s, Err *err) {
     return ST_OK;
 }
 
+int tr_val_due(long step, int val_every) { return val_every > 0 && (step % val_every == 0 || step == 1); }
+
 /* Validation every val_every steps, at the end, when stopping, and right after a resume (so a bad
  * resume shows at once); generation samples every sample_every steps and at the end. */
 static void step_validate(Run *r, Step *s) {
     const TrainConfig *c = &r->cfg;
     int after_resume = r->rs.step > 0 && r->attempt == r->rs.attempt + 1;
-    int due = s->updated && c->val_every > 0 && (r->step % c->val_every == 0 || r->step == 1);
+    int due = s->updated && tr_val_due(r->step, c->val_every);
     if (r->val.nshards && (due || s->last || after_resume || s->stopping)) {
         double tv = timer_ms();
         double vtok = 0;
