@@ -169,18 +169,9 @@ Status ckpt_init_from(GptWeights *w, const char *path, Err *err) {
     if (file_is_dir(path)) {
         char p[4200], lat[4200];
         snprintf(p, sizeof p, "%s/adapter_config.json", path);
-        snprintf(lat, sizeof lat, "%s/latest", path);
-        char *ln = NULL;
-        size_t ll = 0;
         Err le;
-        int lora_dir = 0; /* a LoRA --ckpt-dir: its latest names a LoRA checkpoint */
-        if (access(lat, R_OK) == 0 && file_read_all(lat, &ln, &ll, &le) == ST_OK) {
-            while (ll && (ln[ll - 1] == '\n' || ln[ll - 1] == ' ')) ln[--ll] = 0;
-            char cand[4400];
-            snprintf(cand, sizeof cand, "%s/%s", path, ln);
-            lora_dir = ckpt_lora_is_checkpoint(cand);
-        }
-        free(ln);
+        /* a LoRA --ckpt-dir: its latest names a LoRA checkpoint (ckpt_lora_resolve reads it) */
+        int lora_dir = ckpt_lora_resolve(path, "auto", lat, sizeof lat, &le) == ST_OK && lat[0];
         if (ckpt_lora_is_checkpoint(path) || lora_dir)
             return err_set(err, ST_ERR_INPUT, "%s: a LoRA checkpoint (adapters on a base, no base weights): "
                            "export it with --merge for a full model, or continue it with its --lora-rank flags and "

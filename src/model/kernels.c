@@ -809,8 +809,8 @@ void residual_forward(float *out, const float *a, const float *b, size_t n, Drop
 /* Philox blocks bg .. bg + 15 of (seed, stream) into w[word][block] (rng_philox_inline's words). */
 #define DROP_LANES 16
 static void philox16(uint64_t bg, uint64_t seed, uint64_t stream, uint32_t w[4][DROP_LANES]) {
-    const uint32_t s0 = (uint32_t)stream, s1 = (uint32_t)(stream >> 32), key0 = (uint32_t)seed, key1 = (uint32_t)(seed >> 32);
 #ifdef ST_VEC4
+    const uint32_t s0 = (uint32_t)stream, s1 = (uint32_t)(stream >> 32), key0 = (uint32_t)seed, key1 = (uint32_t)(seed >> 32);
     /* 8 blocks per vector in 64-bit lanes: vpmuludq multiplies their low 32 bits exactly (GCC's
      * vectorization of the scalar loop used the 64x64 vpmullq, 1.25x the scalar code); high garbage
      * in a lane is never read (products take the low words, stores truncate) */
@@ -834,18 +834,10 @@ static void philox16(uint64_t bg, uint64_t seed, uint64_t stream, uint32_t w[4][
         _mm256_storeu_si256((__m256i *)&w[3][h], _mm512_cvtepi64_epi32(c3));
     }
 #else
-#pragma omp simd
     for (int l = 0; l < DROP_LANES; l++) {
-        uint64_t idx = bg + (uint64_t)l;
-        uint32_t c0 = (uint32_t)idx, c1 = (uint32_t)(idx >> 32), c2 = s0, c3 = s1, k0 = key0, k1 = key1;
-        for (int r = 0; r < 10; r++) {
-            uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-            uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n1 = (uint32_t)p1;
-            uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1, n3 = (uint32_t)p0;
-            c0 = n0, c1 = n1, c2 = n2, c3 = n3;
-            k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
-        }
-        w[0][l] = c0, w[1][l] = c1, w[2][l] = c2, w[3][l] = c3;
+        uint32_t o[4];
+        rng_philox_inline(seed, stream, bg + (uint64_t)l, o);
+        w[0][l] = o[0], w[1][l] = o[1], w[2][l] = o[2], w[3][l] = o[3];
     }
 #endif
 }

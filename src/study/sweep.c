@@ -494,20 +494,17 @@ static Status read_data(Grid *g, const cJSON *root, const Comm *comm, Err *err) 
         glob_t gl;
         int rc = glob(globs[i]->valuestring, 0, NULL, &gl);
         size_t n = rc == 0 ? gl.gl_pathc : 0;
+        Shard sh;
+        Err se;
+        if (i == 0 && n && shard_open(&sh, gl.gl_pathv[0], &se) == ST_OK) { /* its tokenizer's size, for base.vocab */
+            g->data_vocab = sh.meta.vocab_size;
+            snprintf(g->data_first, sizeof g->data_first, "%s", gl.gl_pathv[0]);
+            shard_close(&sh);
+        }
         if (rc == 0) globfree(&gl);
         if (n == 0)
             return err_set(err, ST_ERR_INPUT, "%s: %s: expected shard files, found none matching %s", g->file, names[i],
                            globs[i]->valuestring);
-        if (i == 0 && glob(globs[i]->valuestring, 0, NULL, &gl) == 0) { /* its tokenizer's size, for base.vocab */
-            Shard sh;
-            Err se;
-            if (gl.gl_pathc && shard_open(&sh, gl.gl_pathv[0], &se) == ST_OK) {
-                g->data_vocab = sh.meta.vocab_size;
-                snprintf(g->data_first, sizeof g->data_first, "%s", gl.gl_pathv[0]);
-                shard_close(&sh);
-            }
-            globfree(&gl);
-        }
     }
     if ((st = args_push(&g->common, "--data", err)) == ST_OK) st = args_push(&g->common, data->valuestring, err);
     if (st == ST_OK && (st = args_push(&g->common, "--val-data", err)) == ST_OK) st = args_push(&g->common, val->valuestring, err);
