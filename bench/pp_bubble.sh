@@ -8,7 +8,8 @@
 # Per run, from the step records after the first: the median measured bubble (pipeline.bubble: the
 # world's idle time inside the schedule over its ranks' time there), the formula's
 # (p−1)/(v·m+p−1) and the one simulated from the schedule with the measured op times, and the
-# median tokens/s against one process's.
+# median tokens/s against one process's, and the median step against `plan`'s prediction for that
+# run (the end record's step_ms_over_plan: the schedule simulated with each rank's own work).
 # Usage: bench/pp_bubble.sh [config=B] [steps=5] [micro_batch=8] ["2 4 8 16" micro-batch counts]
 # (builds nothing; needs mpirun)
 set -euo pipefail
@@ -33,8 +34,8 @@ field() { # median over the step records after the first of a python expression 
 for l in sys.stdin:
   r=json.loads(l); print(eval(sys.argv[1]))' "$2" | med
 }
-echo "| config | m | schedule | bubble measured | formula | simulated (per-stage times) | tokens/s | vs 1 process |"
-echo "|---|---:|---|---:|---:|---:|---:|---:|"
+echo "| config | m | schedule | bubble measured | formula | simulated (per-stage times) | tokens/s | vs 1 process | step / plan |"
+echo "|---|---:|---|---:|---:|---:|---:|---:|---:|"
 for m in $ms; do
   $ST train $shape --grad-accum "$m" --steps "$steps" --val-every 0 --threads 2 --quiet --log "$tmp/one.$m.jsonl" >/dev/null
   one=$(field "$tmp/one.$m.jsonl" 'r["tokens_per_s"]')
@@ -47,7 +48,8 @@ for m in $ms; do
     f=$(field "$log" 'r["pipeline"]["bubble_formula"]')
     s=$(field "$log" 'r["pipeline"]["bubble_simulated"]')
     t=$(field "$log" 'r["tokens_per_s"]')
-    printf "| %s | %d | %s | %.3f | %.3f | %.3f | %.0f | %.2f |\n" "$cfg" "$m" "$sch" "$b" "$f" "$s" "$t" \
-      "$(echo "$t / $one" | bc -l)"
+    o=$(grep '"event":"end"' "$log" | python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["step_ms_over_plan"])')
+    printf "| %s | %d | %s | %.3f | %.3f | %.3f | %.0f | %.2f | %.2f |\n" "$cfg" "$m" "$sch" "$b" "$f" "$s" "$t" \
+      "$(echo "$t / $one" | bc -l)" "$o"
   done
 done

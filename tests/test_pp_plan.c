@@ -245,6 +245,68 @@ static void formula(void) {
              msg_caught ? "differ" : "EQUAL");
 }
 
+/* The step's pipelined compute (docs/plan.md "Pipeline time"): a head-heavy model (config B's
+ * shape: L 6, C 384, V 50257, T 256, B 8) at pp 2, m 4, blocks 5,1. Closed forms: a stage's FLOPs
+ * per token nb·(72C² + 12CT) + [last] 6VC; rank r's matmul time W_mat = flops_r·B·T·m / rate, its
+ * elementwise time proportional to its blocks. Op times: rank 0 u_0 = W_0/(3m), F = u_0, B = 2u_0
+ * (zb-h1: F = B = W = u_0); rank 1 runs the head and loss fused in its forward (their gradients
+ * too), so with H = 6VC·B·T·m / rate its blocks' u_1 = (W_1 − H)/(3m), F_1 = u_1 + H/m, B_1 = 2u_1
+ * (zb-h1: B_1 = W_1op = u_1). Rank 1, the slower, never waits after its first input:
+ *   1f1b   u_0 + m(F_1 + B_1) + 2u_0 = W_1 + W_0/m;
+ *   gpipe  rank 1's forwards, then its light backwards, and rank 0's backwards (2u_0 each, each
+ *          after rank 1's of that micro-batch): u_0 + m·F_1 + B_1 + 2u_0 + (m − 1)·max(2u_0, B_1);
+ *   zb-h1  rank 1 ends on its deferred W's (…B3 W2 W3), rank 0 on B3 W3 after rank 1's B3:
+ *          u_0 + m(F_1 + 2u_1) + max(0, 2u_0 − 2u_1).
+ * The plan's matmul + elementwise + bubble must equal the makespan. Negative control: the mean
+ * stage plus the textbook bubble, (ΣW/2)(1 + 1/m), is more than 10% short. */
+static void step_time(void) {
+    Shape sh = {6, 6, 384, 50257, 256, 8, 256};
+    ModelConfig cfg = config_of(&sh);
+    const char *scheds[3] = {"1f1b", "gpipe", "zb-h1"};
+    int m = 4, ok = 1, caught = 1;
+    char detail[600] = "";
+    double C = sh.C, T = sh.T, flops[2] = {5 * (72 * C * C + 12 * C * T), 1 * (72 * C * C + 12 * C * T) + 6.0 * sh.V * C};
+    for (int i = 0; i < 3; i++) {
+        PlanInput in = plan_default_input();
+        plan_model_from_config(&in.model, &cfg);
+        in.micro_batch = sh.B, in.seq_len = sh.T, in.grad_accum = m, in.threads = 1, in.pp = 2;
+        snprintf(in.pp_schedule, sizeof in.pp_schedule, "%s", scheds[i]);
+        snprintf(in.pp_layers, sizeof in.pp_layers, "5,1");
+        Err e;
+        PlanResult *r = calloc(1, sizeof *r);
+        if (!r || plan_compute(&in, r, &e) != ST_OK || !r->pp_exact) {
+            snprintf(detail, sizeof detail, "%s: plan_compute failed or no per-rank figures: %s", scheds[i],
+                     r ? r->pp_note : "out of memory");
+            ok = 0, free(r);
+            break;
+        }
+        double rate = plan_matmul_rate(&in.hw, in.prec.compute), W[2], mat[2];
+        for (int q = 0; q < 2; q++) W[q] = r->pp_rank[q].t_compute, mat[q] = flops[q] * sh.B * T * m / rate;
+        double e0 = (W[0] - mat[0]) / 5, e1 = W[1] - mat[1];
+        double H = 6.0 * sh.V * C * sh.B * T * m / rate, u0 = W[0] / (3.0 * m), u1 = (W[1] - H) / (3.0 * m),
+               F1 = u1 + H / m;
+        double make = i == 0   ? W[1] + W[0] / m
+                      : i == 1 ? u0 + m * F1 + 2 * u1 + 2 * u0 + (m - 1) * fmax(2 * u0, 2 * u1)
+                               : u0 + m * (F1 + 2 * u1) + fmax(0.0, 2 * u0 - 2 * u1);
+        double got = r->compute.t_matmul + r->compute.t_elementwise + r->compute.t_bubble;
+        double old = (W[0] + W[1]) / 2 * (1.0 + 1.0 / m);
+        int good = fabs(r->pp_rank[0].flops - flops[0]) <= 1e-9 * flops[0] &&
+                   fabs(r->pp_rank[1].flops - flops[1]) <= 1e-9 * flops[1] && fabs(e0 - e1) <= 1e-9 * e1 && e1 > 0 &&
+                   fabs(r->compute.t_matmul - mat[1]) <= 1e-9 * mat[1] && fabs(got - make) <= 1e-9 * make &&
+                   3 * u0 <= F1 + 2 * u1 && u0 <= F1;
+        snprintf(detail + strlen(detail), sizeof detail - strlen(detail),
+                 "%s%s: plan %.4f s, closed form %.4f s (W %.4f, %.4f; elementwise per block %.3g/%.3g s), "
+                 "mean stage + bubble %.4f s", i ? "; " : "", scheds[i], got, make, W[0], W[1], e0, e1, old);
+        ok &= good;
+        caught &= old < 0.9 * make;
+        free(r);
+    }
+    tu_check(ok, "plan step of a pipeline == its schedule run with each rank's work (pp 2, blocks 5,1 + head, m 4)",
+             "%s", detail);
+    tu_check(caught, "negative control: the mean stage plus the textbook bubble is > 10% short of the closed form",
+             "%s", caught ? "every schedule" : detail);
+}
+
 /* ---------------------------------------------------------------- runs */
 
 static const cJSON *get(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
@@ -461,7 +523,7 @@ int main(int argc, char **argv) {
     }
     g_mpi = argv[1], g_bin = argv[2];
     const char *what = argc > 3 ? argv[3] : "all";
-    if (!strcmp(what, "formula") || !strcmp(what, "all")) formula();
+    if (!strcmp(what, "formula") || !strcmp(what, "all")) formula(), step_time();
     if (!strcmp(what, "runs") || !strcmp(what, "all")) runs();
     return tu_exit();
 }

@@ -21,7 +21,12 @@
  *  - peaks: 1f1b rank r holds min(P−r, m) micro-batches, gpipe m on every rank, zb-h1
  *    min(P, m) on every rank (1f1b's maximum), interleaved rank 0 min(2(P−1) + (v−1)P + 1, m·v) chunk
  *    activation sets (m·v when m == P: Megatron's warm-up + 1);
- *  - the printer against hand-written lines.
+ *  - the printer against hand-written lines;
+ *  - per-virtual-stage times (stage_f/b/w, plan's interleaved pricing): interleaved P = 2, v = 2,
+ *    m = 4 with every op free except those of the last virtual stage (F 1, B 2): makespan 3m = 12
+ *    (that stage alone, never waiting); the same times given per rank (rank 1's chunks both
+ *    F 1, B 2) must give more (control: the per-virtual-stage times are read), and per-stage
+ *    times equal to the per-rank ones the same makespan as rank_f/rank_b.
  * Negative controls (the test fails if one passes): a 1f1b with two ops swapped into a cross-rank
  * deadlock, a self-deadlock, a missing op, a repeated op; the closed forms applied to the wrong
  * schedule (interleaved's to 1f1b, 1f1b's peak to gpipe); the tick oracle with a latency the
@@ -376,8 +381,33 @@ static void printer(void) {
     }
 }
 
+static void stage_times(void) {
+    PipeSchedule s;
+    Err err;
+    int P = 2, v = 2, m = 4;
+    if (sched_build(&s, SCHED_INTERLEAVED, P, m, v, &err) != ST_OK) {
+        tu_check(0, "per-virtual-stage times", "interleaved P 2 v 2 m 4: %s", err.msg);
+        return;
+    }
+    double f[4] = {0, 0, 0, 1}, b[4] = {0, 0, 0, 2}, w[4] = {0}, rf[2] = {0, 1}, rb[2] = {0, 2}, rw[2] = {0};
+    double uf[4] = {0, 1, 0, 1}, ub[4] = {0, 2, 0, 2};
+    SchedTimes ts = {9, 9, 9, 0, NULL, NULL, NULL, f, b, w}, tr = {9, 9, 9, 0, rf, rb, rw};
+    SchedTimes tu = {9, 9, 9, 0, NULL, NULL, NULL, uf, ub, w};
+    SchedSim a, c, d;
+    int ok = sched_simulate(&s, &ts, &a, &err) == ST_OK && sched_simulate(&s, &tr, &c, &err) == ST_OK &&
+             sched_simulate(&s, &tu, &d, &err) == ST_OK;
+    sched_free(&s);
+    tu_check(ok && a.makespan == 3.0 * m && d.makespan == c.makespan,
+             "per-virtual-stage op times (interleaved P 2 v 2 m 4)",
+             "only the last virtual stage costs (F 1, B 2): makespan %g (want %d); per-stage = per-rank times: %g vs %g",
+             ok ? a.makespan : -1, 3 * m, ok ? d.makespan : -1, ok ? c.makespan : -1);
+    tu_check(ok && c.makespan > a.makespan, "negative control: the same costs on both of rank 1's chunks take longer",
+             "%g > %g", ok ? c.makespan : -1, ok ? a.makespan : -1);
+}
+
 int main(void) {
     grid();
+    stage_times();
     controls();
     printer();
     return tu_exit();

@@ -191,8 +191,9 @@ static void print_review(const PlanInput *in, const PlanResult *r, const PlanSch
         for (int st = 0; st < S; st++)
             printf(" [%d,%d) %.2f %.3gM%s", ps->first[st], ps->last[st], ps->flops[st] * S / sum, ps->params[st] / 1e6,
                    st + 1 < S ? ";" : "\n");
-        printf("  imbalance: the stages wait for the slowest one %.0f%% of the time, on top of the bubble\n",
-               100.0 * (1.0 - sum / (S * mx)));
+        printf("  imbalance: the stages wait for the slowest one %.0f%% of the time, on top of the bubble%s\n",
+               100.0 * (1.0 - sum / (S * mx)), r->pp_exact ? " (in the step above: the schedule run with each "
+               "rank's own time)" : "");
     }
     if (r->pp_exact) {
         printf("  per rank, as our trainer allocates and sends (memory at start; the gradient send buffers pp.c adds "
@@ -204,9 +205,10 @@ static void print_review(const PlanInput *in, const PlanResult *r, const PlanSch
             for (int c = 0; c < k->stage.n; c++)
                 o += (size_t)snprintf(blocks + o, o < sizeof blocks ? sizeof blocks - o : 0, "%s[%d,%d)", c ? " " : "",
                                       k->stage.first[c], k->stage.last[c]);
-            printf("    rank %d: blocks %s%s%s, %.4gM params, %d slot%s: states %.2f MiB, activations %.2f MiB, workspace "
+            printf("    rank %d: blocks %s%s%s, %.4gM params, compute %s per step, %d slot%s: states %.2f MiB, activations %.2f MiB, workspace "
                    "%.2f MiB, tied buffer %.2f MiB, total %s%s; sends %.2f MiB per step (%d + %d messages, tied %.2f MiB)\n",
-                   q, blocks, k->has_embed ? " +embeddings" : "", k->has_head ? " +head" : "", k->params / 1e6, k->slots,
+                   q, blocks, k->has_embed ? " +embeddings" : "", k->has_head ? " +head" : "", k->params / 1e6,
+                   fmt_time((char[64]){0}, 64, k->t_compute), k->slots,
                    k->slots == 1 ? "" : "s",
                    (k->bytes[MEM_PARAMS] + k->bytes[MEM_GRADS] + k->bytes[MEM_MASTER] + k->bytes[MEM_MOMENTS]) / 1048576.0,
                    k->bytes[MEM_ACTIVATIONS] / 1048576.0, k->bytes[MEM_WORKSPACE] / 1048576.0, k->bytes[MEM_COMM] / 1048576.0,

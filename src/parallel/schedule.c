@@ -244,7 +244,8 @@ Status sched_simulate(const PipeSchedule *s, const SchedTimes *t, SchedSim *out,
                 }
                 if (!ok) break;
                 const double *per = op.kind == SCHED_F ? t->rank_f : op.kind == SCHED_B ? t->rank_b : t->rank_w;
-                double du = per ? per[r] : dur[op.kind];
+                const double *vs = op.kind == SCHED_F ? t->stage_f : op.kind == SCHED_B ? t->stage_b : t->stage_w;
+                double du = vs ? vs[op.chunk * s->p + r] : per ? per[r] : dur[op.kind];
                 free_at[r] = start + du;
                 done[op_index(s, op.kind, r, op.chunk, op.mb)] = free_at[r];
                 out->busy[r] += du;

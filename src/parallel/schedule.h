@@ -97,6 +97,9 @@ typedef struct {
      * whose stages differ (the head's stage, an uneven split) simulated with each rank's measured
      * times. */
     const double *rank_f, *rank_b, *rank_w;
+    /* Optional per-virtual-stage op times (p·v entries, chunk c of rank r at c·p + r; NULL: the
+     * per-rank or common times): interleaved chunks that differ (the head's chunk). */
+    const double *stage_f, *stage_b, *stage_w;
 } SchedTimes;
 
 #define SCHED_MAX_P 64

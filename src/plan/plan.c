@@ -451,6 +451,8 @@ Status plan_trainer_pp(const ModelConfig *cfg, const PlanTrainerPipe *s, PlanPpR
         o->layout_floats = (long long)pl.total;
         for (int c = 0; c < o->stage.n; c++) o->blocks += o->stage.last[c] - o->stage.first[c];
         for (int c = 0; c < o->stage.n; c++) o->params += layout_pp_stage_params(cfg, first, last, c * pp + r, S);
+        for (int c = 0; c < o->stage.n; c++)
+            o->flops += o->chunk_flops[c] = layout_pp_stage_flops(cfg, s->T, first, last, c * pp + r, S);
         size_t zb[MEM_NCAT], rb[MEM_NCAT] = {0};
         layout_zero_bytes(&pl, dp, s->zero, s->n_moments, sb, zb);
         o->slots = sim.peak_inflight[r];
@@ -961,6 +963,63 @@ static void core_pipeline(Core *c, PlanResult *r) {
     r->mem.fits = r->mem.margin >= 0;
 }
 
+/* Our trainer's pipeline: each virtual stage computes its own blocks (their share of the FLOPs per
+ * token, their elementwise passes, elem_block seconds per block per step) and the last one the
+ * head, in its forward ops; the step is the
+ * schedule run with those times (sched_simulate, as setup_pipeline builds it), not the mean stage
+ * plus the textbook bubble: a head-heavy last stage or an uneven split sets the pace. The busiest
+ * rank's matmul and elementwise time become the step's, the rest of the makespan its bubble
+ * (docs/plan.md "Pipeline time"). Returns 0 (the caller keeps the formula) if the schedule does
+ * not build, which plan_trainer_pp has already ruled out. */
+static int pipeline_times(Core *c, PlanResult *r, double elem_block) {
+    const PlanInput *in = c->in;
+    int pp = c->pp, v = c->v, mb = c->mb, S = pp * v;
+    double rate = plan_matmul_rate(c->hw, c->pr->compute), tok = (double)c->B * c->T * c->k / c->tp, sum = 0;
+    for (int i = 0; i < pp; i++) sum += r->pp_rank[i].flops;
+    if (!(sum > 0) || mb < 1 || S > LAYOUT_MAX_CHUNKS * SCHED_MAX_P) return 0;
+    SchedType type = sched_default_type(v);
+    if (in->pp_schedule[0] && sched_type_parse(in->pp_schedule, &type, &(Err){0}) != ST_OK) return 0;
+    /* Recompute reruns blocks only (fpt_hw − fpt): by the stage's share of the blocks. A forward
+     * op's share of a stage's work: 1 of 3 (backward 2 F), 1 of 4 under full recompute (the
+     * backward runs the forward again); zb-h1 splits the backward into B and W of one F each. */
+    double extra = r->compute.fpt_hw - r->compute.fpt, bwd = in->recompute == PLAN_RECOMPUTE_FULL ? 3.0 : 2.0;
+    /* The LM head and the loss run fused in the last virtual stage's forward op, their gradients
+     * included (kernels_head): its 3 x 2VC FLOPs per token are all in that F, none in its B. */
+    double head = 3.0 * layout_token_flops(layout_block_matmul_weights(&c->cfg), 0, c->cfg.n_embd, c->cfg.vocab, c->T).head;
+    double mat[PLAN_MAX_PP] = {0}, ele[PLAN_MAX_PP] = {0};
+    double *f = calloc(3 * (size_t)S, sizeof *f), *b = f + S, *w = f + 2 * S;
+    if (!f) return 0;
+    for (int i = 0; i < pp; i++) {
+        PlanPpRank *q = &r->pp_rank[i];
+        for (int ch = 0; ch < q->stage.n && ch < v; ch++) {
+            int nb = q->stage.last[ch] - q->stage.first[ch];
+            int vs = ch * pp + i;
+            double hf = vs == S - 1 ? head : 0.0, scale = r->compute.fpt / sum * tok / rate;
+            double mt = (q->chunk_flops[ch] - hf) * scale + extra * nb / c->L * tok / rate, mh = hf * scale;
+            double el = elem_block * nb, u = (mt + el) / ((double)mb * (1.0 + bwd));
+            f[vs] = u + mh / mb, b[vs] = type == SCHED_ZB_H1 ? u : bwd * u, w[vs] = type == SCHED_ZB_H1 ? u : 0.0;
+            mat[i] += mt + mh, ele[i] += el;
+        }
+        q->t_compute = mat[i] + ele[i];
+    }
+    PipeSchedule sc;
+    SchedSim sim;
+    Status st = sched_build(&sc, type, pp, mb, v, &(Err){0});
+    if (st == ST_OK) {
+        SchedTimes t = {f[0], b[0], w[0], 0.0, NULL, NULL, NULL, f, b, w};
+        st = sched_simulate(&sc, &t, &sim, &(Err){0});
+        sched_free(&sc);
+    }
+    free(f);
+    if (st != ST_OK) return 0;
+    int s = 0;
+    for (int i = 1; i < pp; i++)
+        if (r->pp_rank[i].t_compute > r->pp_rank[s].t_compute) s = i;
+    r->compute.t_matmul = mat[s], r->compute.t_elementwise = ele[s];
+    r->compute.t_bubble = sim.makespan > r->pp_rank[s].t_compute ? sim.makespan - r->pp_rank[s].t_compute : 0.0;
+    return 1;
+}
+
 /* FLOPs per token and the compute time of a step: matmuls at the peak times the efficiency, elementwise passes at the memory bandwidth, the pipeline bubble. */
 static void core_compute(Core *c, PlanResult *r) {
     const PlanInput *in = c->in;
@@ -1001,7 +1060,7 @@ static void core_compute(Core *c, PlanResult *r) {
     r->compute.t_elementwise = passes * act_nrc * Lp * mb / hw->mem_bw;
     r->bubble = plan_bubble(pp, mb, 1);
     r->bubble_interleaved = plan_bubble(pp, mb, v);
-    if (pp > 1)
+    if (pp > 1 && !(r->pp_exact && pipeline_times(c, r, passes * act_nrc * mb / hw->mem_bw)))
         r->compute.t_bubble = (r->compute.t_matmul + r->compute.t_elementwise) * (pp - 1) / ((double)v * mb);
     c->N = N;
     c->peak = peak;

@@ -214,6 +214,10 @@ typedef struct {
     int sends_act, sends_grad; /* messages per step: activations forward, input gradients back */
     double p2p_act, p2p_grad, p2p_tied; /* bytes sent per step: Nl·C·4 per message; the tied wte's gradient */
     double p2p;              /* their sum: what comm books as "pp send" on this rank per step */
+    double flops;            /* training FLOPs per token of its stages (layout_pp_stage_flops summed) */
+    double chunk_flops[LAYOUT_MAX_CHUNKS]; /* each chunk's (stage.n of them) */
+    double t_compute;        /* plan_compute: its matmuls and elementwise passes per step, the time its
+                                schedule's ops take (0 before plan_compute prices the step) */
 } PlanPpRank;
 
 enum { PLAN_CHECK_ERROR = 2, PLAN_CHECK_WARNING = 1 };

@@ -242,6 +242,8 @@ cJSON *plan_json(const PlanInput *in, const PlanResult *r, const PlanSched *ps) 
                 cJSON_AddNumberToObject(o2, "params", (double)k->params);
                 cJSON_AddNumberToObject(o2, "layout_floats", (double)k->layout_floats);
                 cJSON_AddNumberToObject(o2, "activation_slots", k->slots);
+                cJSON_AddNumberToObject(o2, "flops_per_token", k->flops);
+                cJSON_AddNumberToObject(o2, "compute_s", k->t_compute);
                 cJSON *mb = cJSON_AddObjectToObject(o2, "memory_bytes");
                 for (int c = 0; c < MEM_NCAT; c++)
                     if (c == MEM_PARAMS || c == MEM_GRADS || c == MEM_MASTER || c == MEM_MOMENTS || c == MEM_ACTIVATIONS ||
