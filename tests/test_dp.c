@@ -77,6 +77,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/fileio.h"
@@ -805,11 +806,15 @@ static void peak_cache(void) {
      * (ST_PEAK_CACHE=off) the default is the cpu-zen4-2c preset. A profile of this machine planted
      * low (peak 1e9, matmul efficiency 0.01, 1 MB/s; bf16 peak 1e15, above anything measured) as
      * measured at load 1e6 is measured again and raised figure by figure (peak and bandwidth up, the
-     * bf16 peak kept); the same plant at load 0.5 is used as it is (the control). */
+     * bf16 peak kept); the same plant at load 0.5 is used as it is (the control). The same low plant
+     * at load 0.5 but measured while other work used 50% of the CPUs (others_cpu 0.5) 20 minutes ago
+     * is measured again (6), and so is one that does not record others_cpu (7: written before it was
+     * recorded); controls: others_cpu 0.5 measured just now (8) and others_cpu 0 20 minutes ago (9)
+     * are used as they are. Every profile the cache stores records its others_cpu in [0, 1]. */
     remove(cache);
-    double pk[6] = {0}, bw[6] = {0}, pb[6] = {0};
-    char name[6][64] = {"", "", "", "", "", ""};
-    for (int i = 0; i < 6; i++) {
+    double pk[10] = {0}, bw[10] = {0}, pb[10] = {0}, others_stored = -2;
+    char name[10][64] = {"", "", "", "", "", "", "", "", "", ""};
+    for (int i = 0; i < 10; i++) {
         if (i == 1 || i == 2 || i >= 4) { /* plant */
             char *t = tu_slurp(cache);
             cJSON *doc = t ? cJSON_Parse(t) : NULL, *e;
@@ -823,6 +828,11 @@ static void peak_cache(void) {
                     cJSON_ReplaceItemInObject(prof, "mem_bw", cJSON_CreateNumber(1e6));
                     cJSON_ReplaceItemInObject(prof, "peak_bf16", cJSON_CreateNumber(1e15));
                     cJSON_ReplaceItemInObject(e, "loadavg", cJSON_CreateNumber(i == 4 ? 1e6 : 0.5));
+                }
+                if (i >= 6) {
+                    cJSON_DeleteItemFromObject(e, "others_cpu");
+                    if (i != 7) cJSON_AddNumberToObject(e, "others_cpu", i == 9 ? 0.0 : 0.5);
+                    cJSON_ReplaceItemInObject(e, "measured_unix", cJSON_CreateNumber((double)time(NULL) - (i == 8 ? 0 : 1200)));
                 }
             }
             char *out = doc ? cJSON_Print(doc) : NULL;
@@ -838,7 +848,26 @@ static void peak_cache(void) {
         pk[i] = num(hw, "peak_fp32"), bw[i] = num(hw, "mem_bw"), pb[i] = num(hw, "peak_bf16");
         if (cJSON_IsString(nmj)) snprintf(name[i], sizeof name[i], "%s", nmj->valuestring);
         cJSON_Delete(doc);
+        if (i == 6) { /* what the re-measurement stored */
+            char *t = tu_slurp(cache);
+            cJSON *d = t ? cJSON_Parse(t) : NULL, *e;
+            free(t);
+            cJSON_ArrayForEach(e, cJSON_GetObjectItem(d, "profiles")) {
+                const cJSON *o = cJSON_GetObjectItem(e, "others_cpu");
+                others_stored = cJSON_IsNumber(o) ? o->valuedouble : -1;
+            }
+            cJSON_Delete(d);
+        }
     }
+    tu_check(pk[6] > 1e10 && bw[6] > 1e8 && pk[7] > 1e10 && bw[7] > 1e8,
+             "plan's default: a profile measured while other work used 50% of the CPUs (20 min ago) is measured again, "
+             "and so is one without that record", "peak %.3g and %.3g (planted 1e9), mem bw %.3g and %.3g (1e6)", pk[6], pk[7],
+             bw[6], bw[7]);
+    tu_check(pk[8] == 1e9 && bw[8] == 1e6 && pk[9] == 1e9 && bw[9] == 1e6,
+             "controls: the disturbed profile measured just now, and an undisturbed one 20 min old, are used as they are",
+             "peak %.3g and %.3g, mem bw %.3g and %.3g", pk[8], pk[9], bw[8], bw[9]);
+    tu_check(others_stored >= 0 && others_stored <= 1, "the re-measured profile records the others' share of its "
+             "measurement", "others_cpu %.3f", others_stored);
     tu_check(pk[4] > 1e10 && bw[4] > 1e8 && pb[4] == 1e15, "plan's default: a profile measured at load 1e6 is measured "
              "again, each figure raised", "peak %.3g (planted 1e9), mem bw %.3g (1e6), bf16 peak %.3g (1e15 kept)", pk[4],
              bw[4], pb[4]);

@@ -14,9 +14,19 @@
  * Also the rule of the trainer's note that bf16 may be slower than fp32 here
  * (machine_peak_bf16_slow), on the figures of the CPUs measured: it fires on the 2-core Xeon without
  * AMX (bf16 GEMM 153 GFLOP/s, FMA probe 356), not on the Zen 5 (dot-product probe 907, GEMM 880),
- * an AMX Xeon (GEMM far above the probe) or a peak without a GEMM figure. */
+ * an AMX Xeon (GEMM far above the probe) or a peak without a GEMM figure.
+ * And the share of the CPUs other work used during a measurement (machine_others_share, which
+ * marks a cached hardware profile disturbed): closed forms on hand-made marks ((4 − 1) CPU-seconds
+ * of others over 2 s on 2 CPUs = 0.75; clamped at 0 and 1; -1 without /proc/stat or with another
+ * CPU count), and live: one spinning child per allowed CPU over 0.5 s is seen (share > 0.3), and
+ * this process spinning alone over 0.5 s counts less (its own time is not "others": negative
+ * control, the share with it must stay below the children's by 0.1). */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "core/peak.h"
 #include "testutil.h"
@@ -27,7 +37,53 @@ static const float A = 1.0f + 0x1p-12f, M = 1.0f + 0x1p-12f, C = -1.0f;
 /* 1 when got is the once-rounded a*m + c. */
 static int fused(float got) { return (double)got == (double)A * (double)M + (double)C; }
 
+/* Spins for `s` seconds of wall clock. */
+static void spin(double s) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    volatile double x = 1;
+    do {
+        for (int i = 0; i < 100000; i++) x = x * 1.0000001 + 1e-9;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while ((double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec) < s);
+}
+
+static void others_share(void) {
+    MachineCpuMark a = {10, 1, 100, 2}, b = {14, 2, 102, 2}, hi = {30, 1, 102, 2}, lo = {10.5, 2, 102, 2},
+                   none = {-1, 2, 102, 2}, other = {14, 2, 102, 4};
+    double x = machine_others_share(&a, &b), h = machine_others_share(&a, &hi), l = machine_others_share(&a, &lo);
+    double n = machine_others_share(&a, &none), o = machine_others_share(&a, &other), z = machine_others_share(&a, &a);
+    tu_check(fabs(x - 0.75) < 1e-12 && h == 1 && l == 0 && n == -1 && o == -1 && z == -1,
+             "others' share, closed forms", "0.75: %g; clamped 1: %g, 0: %g; unknown: %g %g %g", x, h, l, n, o, z);
+    MachineCpuMark m0 = machine_cpu_mark();
+    if (m0.machine_s < 0) {
+        tu_check(0, "others' share, live", "/proc/stat unreadable: the share cannot be measured here");
+        return;
+    }
+    int nc = m0.cpus < 64 ? m0.cpus : 64;
+    pid_t kids[64];
+    for (int i = 0; i < nc; i++)
+        if ((kids[i] = fork()) == 0) {
+            spin(0.7);
+            _exit(0);
+        }
+    usleep(100000);
+    MachineCpuMark k0 = machine_cpu_mark();
+    usleep(500000);
+    MachineCpuMark k1 = machine_cpu_mark();
+    for (int i = 0; i < nc; i++)
+        if (kids[i] > 0) waitpid(kids[i], NULL, 0);
+    MachineCpuMark s0 = machine_cpu_mark();
+    spin(0.5);
+    MachineCpuMark s1 = machine_cpu_mark();
+    double kid = machine_others_share(&k0, &k1), self = machine_others_share(&s0, &s1);
+    tu_check(kid > 0.3, "others' share, live: a spinning child per CPU is seen", "%.2f of %d CPUs over 0.5 s", kid, nc);
+    tu_check(self >= 0 && self < kid - 0.1, "control: this process spinning alone is not others' work",
+             "%.2f (children's %.2f)", self, kid);
+}
+
 int main(void) {
+    others_share();
     float got = peak_fma_block(1, A, M, C);
     volatile float p = A * M;
     float two = p + C;

@@ -309,11 +309,16 @@ static Status read_scaling(PlanInput *in, const char *path, Err *err) {
 }
 
 /* A warning on stderr when the machine was busy while it was measured (1-minute load average at or
- * above its CPU count): the figures are then low, and they are cached. */
-static void warn_if_loaded(void) {
+ * above its CPU count, or other work using more than MACHINE_OTHERS_DISTURBED of its CPUs during
+ * the measurement, `others`): the figures are then low, and they are cached. */
+static void warn_if_loaded(double others) {
     double load = machine_loadavg();
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    if (cpus > 0 && load >= (double)cpus)
+    if (others > MACHINE_OTHERS_DISTURBED)
+        fprintf(stderr, "plan: warning: other work used %.0f%% of the CPUs while this machine was measured, so its figures "
+                "are low; the cached profile is measured again after %.0f minutes (plan --measure-hardware FILE measures and "
+                "replaces it now)\n", 100 * others, HW_REMEASURE_AFTER_S / 60);
+    else if (cpus > 0 && load >= (double)cpus)
         fprintf(stderr, "plan: warning: the machine was busy while measured (load %.1f on %ld CPUs), so its figures are "
                 "low; measure again when it is quiet (plan --measure-hardware FILE replaces the cached profile)\n", load, cpus);
 }
@@ -450,12 +455,13 @@ int cmd_plan(int argc, char **argv) {
             return cli_fail("plan", ST_ERR_INPUT, err.msg);
         }
         PlanHardware hw;
-        if ((st = hw_measure(&hw, measure_threads, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
-        warn_if_loaded();
+        double others;
+        if ((st = hw_measure(&hw, measure_threads, &others, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+        warn_if_loaded(others);
         cJSON *j = plan_hardware_to_json(&hw);
         char *text = cJSON_Print(j), cache[1024];
         hw_peak_cache_path(cache, sizeof cache); /* and this machine's default profile from now on */
-        machine_profile_store(cache, measure_threads, j);
+        machine_profile_store(cache, measure_threads, j, others);
         cJSON_Delete(j);
         const void *bufs[2] = {text, "\n"};
         size_t lens[2] = {strlen(text), 1};
@@ -613,17 +619,29 @@ int cmd_plan(int argc, char **argv) {
     } else if (cache[0]) {
         /* the profile of the CPUs the run may use: threads beyond them add no FLOP/s (and --threads
          * 20000 measured with 20000 threads, 50000 crashed libgomp) */
-        int cpus = machine_cpus_allowed(), measured, nt = in.threads > 0 ? in.threads : 1;
+        int cpus = machine_cpus_allowed(), nt = in.threads > 0 ? in.threads : 1;
         if (nt > cpus) nt = cpus;
-        double t0 = timer_ms(), was;
-        if ((st = hw_this_machine(&in.hw, nt, cache, &measured, &was, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
-        if (measured == 2)
-            fprintf(stderr, "plan: this machine's cached profile (%d threads) was measured at load %.1f; measured again "
-                    "in %.1f s, each figure raised where now higher, cached in %s\n", nt, was, (timer_ms() - t0) * 1e-3, cache);
-        else if (measured)
+        double t0 = timer_ms();
+        HwOrigin o;
+        if ((st = hw_this_machine(&in.hw, nt, cache, &o, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+        char why[96];
+        if (o.was_others > MACHINE_OTHERS_DISTURBED)
+            snprintf(why, sizeof why, "while other work used %.0f%% of the CPUs", 100 * o.was_others);
+        else if (o.was_others < 0 && o.was_load <= cpus)
+            snprintf(why, sizeof why, "without a record of the other work meanwhile");
+        else
+            snprintf(why, sizeof why, "at load %.1f", o.was_load);
+        if (o.measured == 2)
+            fprintf(stderr, "plan: this machine's cached profile (%d threads) was measured %s; measured again in %.1f s, "
+                    "each figure raised where now higher, cached in %s\n", nt, why, (timer_ms() - t0) * 1e-3, cache);
+        else if (o.measured)
             fprintf(stderr, "plan: measured this machine's profile (%d threads) in %.1f s, cached in %s\n", nt,
                     (timer_ms() - t0) * 1e-3, cache);
-        if (measured) warn_if_loaded();
+        if (o.measured) warn_if_loaded(o.others);
+        else if (o.others > MACHINE_OTHERS_DISTURBED)
+            fprintf(stderr, "plan: warning: this machine's cached profile (%d threads) was measured while other work used "
+                    "%.0f%% of the CPUs, so its figures are low; it is measured again %.0f minutes after (plan "
+                    "--measure-hardware FILE measures and replaces it now)\n", nt, 100 * o.others, HW_REMEASURE_AFTER_S / 60);
     } else if ((st = hw_resolve(&in.hw, "cpu-zen4-2c", &err)) != ST_OK)
         return cli_fail("plan", st, err.msg);
     in.hw_default = !SEEN("hardware");

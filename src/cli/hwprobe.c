@@ -37,9 +37,11 @@ static double gemm_rate(int ta, int tb, int M, int N, int K, int bf16) {
     return best * 1e9;
 }
 
-Status hw_measure(PlanHardware *hw, int threads, Err *err) {
+Status hw_measure(PlanHardware *hw, int threads, double *others, Err *err) {
+    if (others) *others = -1;
     Status st = plan_hardware_preset(hw, "cpu-zen4-2c", err);
     if (st != ST_OK) return st;
+    MachineCpuMark m0 = machine_cpu_mark();
     mm_set_threads(threads);
     snprintf(hw->name, sizeof hw->name, "measured-%dt", threads);
     /* The fp32 peak as the trainer's MFU takes it: the best of the FMA probe and a 1024^3 GEMM
@@ -67,6 +69,8 @@ Status hw_measure(PlanHardware *hw, int threads, Err *err) {
     hw->matmul_eff_bf16 = h > 0 ? fmin(1.0, h / hw->peak_bf16) : 0;
     hw->peak_fp16 = hw->peak_fp32; /* fp16 is emulated: its GEMMs run in fp32 */
     hw->mem_bw = peak_measure_bandwidth(threads, (size_t)512 << 20);
+    MachineCpuMark m1 = machine_cpu_mark();
+    if (others) *others = machine_others_share(&m0, &m1);
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     if (pages > 0 && psz > 0) hw->memory = (double)pages * (double)psz;
     return ST_OK;
@@ -87,27 +91,31 @@ static void profile_raise(PlanHardware *hw, const PlanHardware *old) {
     hw->mem_bw = fmax(hw->mem_bw, old->mem_bw);
 }
 
-Status hw_this_machine(PlanHardware *hw, int threads, const char *cache_path, int *measured, double *was_load, Err *err) {
-    *measured = 0;
-    double was = -1, now = machine_loadavg();
+Status hw_this_machine(PlanHardware *hw, int threads, const char *cache_path, HwOrigin *o, Err *err) {
+    *o = (HwOrigin){0, -1, -1, -1};
+    double now = machine_loadavg(), age = -1;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    cJSON *j = machine_profile_load(cache_path, threads, &was);
+    cJSON *j = machine_profile_load(cache_path, threads, &o->was_load, &o->was_others, &age);
     PlanHardware old;
     int have_old = j && plan_hardware_from_json(&old, j, err) == ST_OK; /* an unreadable entry is measured over */
     cJSON_Delete(j);
-    if (was_load) *was_load = was;
-    /* Measured while more work than cores ran, and the machine is quieter now: measure again. */
-    int stale = have_old && cpus > 0 && was > (double)cpus && now >= 0 && now < 0.75 * was;
+    /* Measured while more work than cores ran, and the machine is quieter now; or while other work
+     * took a share of the CPUs (or, written before that share was recorded, not known), long
+     * enough ago: measure again. */
+    double was = o->was_load;
+    int stale = have_old && ((cpus > 0 && was > (double)cpus && now >= 0 && now < 0.75 * was) ||
+                             ((o->was_others > MACHINE_OTHERS_DISTURBED || o->was_others < 0) && age >= HW_REMEASURE_AFTER_S));
     if (have_old && !stale) {
         *hw = old;
+        o->others = o->was_others;
         return ST_OK;
     }
-    Status st = hw_measure(hw, threads, err);
+    Status st = hw_measure(hw, threads, &o->others, err);
     if (st != ST_OK) return st;
     if (have_old) profile_raise(hw, &old);
-    *measured = have_old ? 2 : 1;
+    o->measured = have_old ? 2 : 1;
     j = plan_hardware_to_json(hw);
-    machine_profile_store(cache_path, threads, j);
+    machine_profile_store(cache_path, threads, j, o->others);
     cJSON_Delete(j);
     return ST_OK;
 }

@@ -12,17 +12,31 @@
 #include "plan/plan.h"
 
 /* Measures fp32 FMA peak, GEMM efficiency on training-shaped matmuls (oneDNN, fp32), the bf16
- * matmul speed-up, and memory bandwidth, with `threads` threads; the rest from cpu-zen4-2c. */
-Status hw_measure(PlanHardware *hw, int threads, Err *err);
+ * matmul speed-up, and memory bandwidth, with `threads` threads; the rest from cpu-zen4-2c.
+ * *others (if not NULL): the share of the CPUs other work used meanwhile (machine_others_share;
+ * above MACHINE_OTHERS_DISTURBED the figures are low). */
+Status hw_measure(PlanHardware *hw, int threads, double *others, Err *err);
+
+/* Where hw_this_machine's profile came from. */
+typedef struct {
+    int measured;      /* 0 cached, 1 measured now, 2 cached and measured again */
+    double was_load;   /* the cached entry's 1-minute load when measured (-1 none) */
+    double was_others; /* the cached entry's others share when measured (-1 none or unknown) */
+    double others;     /* the profile in use: the others share of its (last) measurement (-1 unknown) */
+} HwOrigin;
+
+/* Re-measure a disturbed cached profile once it is this old (seconds): a machine that stays busy
+ * pays the 2 s measurement at most this often. */
+#define HW_REMEASURE_AFTER_S 600.0
 
 /* This machine's measured profile for `threads` threads (`plan`'s default): from the cache file
  * cache_path (train/machine_peak.h) when it holds one for this machine, else measured now
- * (hw_measure, about 2 s) and stored there. A cached profile measured at a load above the CPU
- * count is measured again when the load has fallen below 3/4 of that, each figure the larger of
- * the two. *measured: 0 cached, 1 measured, 2 re-measured; *was_load (if not NULL): the cached
- * entry's load when measured (-1 none). */
-Status hw_this_machine(PlanHardware *hw, int threads, const char *cache_path, int *measured, double *was_load,
-                       Err *err);
+ * (hw_measure, about 2 s) and stored there. A cached profile is measured again, each figure the
+ * larger of the two (a best achievable rate only rises), when it was measured at a load above the
+ * CPU count and the load has fallen below 3/4 of that, or when other work used more than
+ * MACHINE_OTHERS_DISTURBED of the CPUs while it was measured (or the entry, older, does not say)
+ * and it is HW_REMEASURE_AFTER_S old. */
+Status hw_this_machine(PlanHardware *hw, int threads, const char *cache_path, HwOrigin *origin, Err *err);
 
 /* The measured peaks' cache file (train/machine_peak.h) from the environment: $ST_PEAK_CACHE (a
  * path, or "off" for none), else $XDG_CACHE_HOME/scaletrain/peaks.json, else

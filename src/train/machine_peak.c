@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -330,6 +331,47 @@ double machine_loadavg(void) {
     return load;
 }
 
+MachineCpuMark machine_cpu_mark(void) {
+    MachineCpuMark m = {-1, 0, timer_ms() * 1e-3, 0};
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        m.self_s = (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
+                   1e-6 * (double)ru.ru_stime.tv_usec;
+    /* The CPUs this process may use; all of them when OpenMP binds its threads (this thread's mask
+     * is then one place's, machine_cpus_allowed). */
+    cpu_set_t set;
+    int all = omp_get_proc_bind() != omp_proc_bind_false || sched_getaffinity(0, sizeof set, &set) != 0;
+    FILE *f = fopen("/proc/stat", "r");
+    long hz = sysconf(_SC_CLK_TCK);
+    if (!f || hz <= 0) {
+        if (f) fclose(f);
+        return m;
+    }
+    char line[512];
+    unsigned long long busy = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long v[8];
+        int id;
+        if (strncmp(line, "cpu", 3) || line[3] < '0' || line[3] > '9') continue; /* per-CPU lines only */
+        if (sscanf(line + 3, "%d %llu %llu %llu %llu %llu %llu %llu %llu", &id, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                   &v[6], &v[7]) != 9)
+            continue;
+        if (!all && (id < 0 || id >= CPU_SETSIZE || !CPU_ISSET(id, &set))) continue;
+        busy += v[0] + v[1] + v[2] + v[5] + v[6] + v[7]; /* user nice system irq softirq steal (not idle, iowait) */
+        m.cpus++;
+    }
+    fclose(f);
+    if (m.cpus > 0) m.machine_s = (double)busy / (double)hz;
+    return m;
+}
+
+double machine_others_share(const MachineCpuMark *a, const MachineCpuMark *b) {
+    double wall = b->wall_s - a->wall_s;
+    if (a->machine_s < 0 || b->machine_s < 0 || a->cpus != b->cpus || b->cpus < 1 || !(wall > 0)) return -1;
+    double x = ((b->machine_s - a->machine_s) - (b->self_s - a->self_s)) / (wall * b->cpus);
+    return x < 0 ? 0 : x > 1 ? 1 : x;
+}
+
 /* Replaces this machine's entries in doc's array `arr` (for threads, prec) by e (taken), writes. */
 static void cache_put(const char *path, cJSON *doc, const char *arr, const MachineKey *k, int threads,
                       const char *prec, cJSON *e) {
@@ -353,8 +395,10 @@ static void cache_store(const char *path, cJSON *doc, const MachineKey *k, int t
     cache_put(path, doc, "entries", k, threads, prec, e);
 }
 
-cJSON *machine_profile_load(const char *cache_path, int threads, double *loadavg) {
+cJSON *machine_profile_load(const char *cache_path, int threads, double *loadavg, double *others, double *age_s) {
     if (loadavg) *loadavg = -1;
+    if (others) *others = -1;
+    if (age_s) *age_s = -1;
     if (!cache_path || !cache_path[0]) return NULL;
     MachineKey k;
     machine_key(&k);
@@ -365,6 +409,9 @@ cJSON *machine_profile_load(const char *cache_path, int threads, double *loadavg
         if (entry_matches(e, &k, threads, NULL) && cJSON_IsObject(p)) {
             found = cJSON_Duplicate(p, 1);
             if (loadavg && cJSON_IsNumber(l)) *loadavg = l->valuedouble;
+            const cJSON *o = cJSON_GetObjectItem(e, "others_cpu"), *t = cJSON_GetObjectItem(e, "measured_unix");
+            if (others && cJSON_IsNumber(o)) *others = o->valuedouble;
+            if (age_s && cJSON_IsNumber(t)) *age_s = (double)time(NULL) - t->valuedouble;
             break;
         }
     }
@@ -372,12 +419,14 @@ cJSON *machine_profile_load(const char *cache_path, int threads, double *loadavg
     return found;
 }
 
-void machine_profile_store(const char *cache_path, int threads, const cJSON *profile) {
+void machine_profile_store(const char *cache_path, int threads, const cJSON *profile, double others) {
     if (!cache_path || !cache_path[0]) return;
     MachineKey k;
     machine_key(&k);
     cJSON *doc = cache_load(cache_path), *e = entry_new(&k, threads);
     cJSON_AddItemToObject(e, "profile", cJSON_Duplicate(profile, 1));
+    /* the share of the CPUs other work used while it was measured (machine_others_share) */
+    if (others >= 0) cJSON_AddNumberToObject(e, "others_cpu", others);
     cache_put(cache_path, doc, "profiles", &k, threads, NULL, e);
     cJSON_Delete(doc);
 }

@@ -65,14 +65,37 @@ int machine_peak_bf16_slow(const MachinePeak *p);
  * entry, since a loaded machine measures low. */
 double machine_loadavg(void);
 
+/* CPU time used so far on the CPUs this process may run on (/proc/stat: user, nice, system, irq,
+ * softirq and steal) and by this process itself (getrusage, every thread), and the wall clock. Two
+ * marks around a measurement tell how much of the machine other work took meanwhile, which the
+ * 1-minute load average, lagging a minute behind, does not: a profile measured at load 1.4 of 2
+ * CPUs while another job ran came out at half its GEMM efficiency and bandwidth (2026-11-29). */
+typedef struct {
+    double machine_s; /* CPU seconds used on the allowed CPUs (-1: /proc/stat unreadable) */
+    double self_s;    /* this process's CPU seconds */
+    double wall_s;
+    int cpus;         /* the allowed CPUs counted */
+} MachineCpuMark;
+MachineCpuMark machine_cpu_mark(void);
+/* The share of the allowed CPUs' time between a and b that other processes (and the hypervisor's
+ * steal) used: ((machine_b − machine_a) − (self_b − self_a)) / ((wall_b − wall_a) · cpus), clamped
+ * to [0, 1]; -1 when unknown (no /proc/stat, no time elapsed). */
+double machine_others_share(const MachineCpuMark *a, const MachineCpuMark *b);
+/* Above this share a measurement is disturbed: its figures are low, and the profile is measured
+ * again (hwprobe.h). */
+#define MACHINE_OTHERS_DISTURBED 0.10
+
 /* This machine's hardware profile for `threads` in the cache (`plan`'s default hardware; the
  * profile is plan_hardware_to_json's object, the entry keyed like the peaks'): a copy the caller
  * deletes, or NULL when the cache has none (or cache_path is NULL or ""). *loadavg (if not NULL):
- * the 1-minute load average when it was measured (-1 unknown). */
+ * the 1-minute load average when it was measured (-1 unknown); *others (if not NULL): the share of
+ * the CPUs other work used while it was measured (machine_others_share; -1 unknown, as in entries
+ * written before 2026-11-29); *age_s (if not NULL): seconds since it was measured (-1 unknown). */
 struct cJSON;
-struct cJSON *machine_profile_load(const char *cache_path, int threads, double *loadavg);
-/* Stores (replaces) it; a cache that cannot be written is left as it was. */
-void machine_profile_store(const char *cache_path, int threads, const struct cJSON *profile);
+struct cJSON *machine_profile_load(const char *cache_path, int threads, double *loadavg, double *others, double *age_s);
+/* Stores (replaces) it with the others share of its measurement (-1: unknown, not stored); a cache
+ * that cannot be written is left as it was. */
+void machine_profile_store(const char *cache_path, int threads, const struct cJSON *profile, double others);
 
 /* The key fields of this machine as the cache stores them (for messages and tests): host, CPU
  * model, online CPUs and ISA level, "host | cpu | N cpus | isa". */

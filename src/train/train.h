@@ -163,7 +163,8 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err);
  * profile cached by `plan` for the run's threads (cfg->peak_cache), else plan's preset with its
  * peaks replaced by `peak` when peak > 0 (the trainer passes its measured one). So a caller
  * planning a run (sweep --dry-run) gets the trainer's own planned memory and step time. Returns 1
- * when the hardware is the cached profile. */
+ * when the hardware is the cached profile, 2 when that profile was measured while other work took
+ * more than MACHINE_OTHERS_DISTURBED of the CPUs (its figures low). */
 int train_plan_input(const TrainConfig *cfg, int dp, int tp, int pp, double peak, PlanInput *pi);
 
 #endif

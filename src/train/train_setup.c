@@ -485,9 +485,11 @@ int train_plan_input(const TrainConfig *c, int dp, int tp, int pp, double peak, 
     if (c->have_hw) pi.hw = c->hw;
     else if (!strcmp(c->device, "cpu")) {
         int cpus = machine_cpus_allowed();
-        cJSON *j = machine_profile_load(c->peak_cache, pi.threads < cpus ? pi.threads : cpus, NULL);
+        double others;
+        cJSON *j = machine_profile_load(c->peak_cache, pi.threads < cpus ? pi.threads : cpus, NULL, &others, NULL);
         Err he;
         cached = j && plan_hardware_from_json(&pi.hw, j, &he) == ST_OK;
+        if (cached && others > MACHINE_OTHERS_DISTURBED) cached = 2; /* measured while other work ran: low figures */
         cJSON_Delete(j);
     }
     if (!c->have_hw && !cached && peak > 0) pi.hw.peak_fp32 = pi.hw.peak_bf16 = peak;
@@ -546,7 +548,11 @@ Status tr_peak_and_plan_input(const TrainConfig *c, const Backend *be, Comm *com
     a->peak_job = 0;
     for (int i = 0; i < comm->world; i++) a->peak_job += by_rank[i];
     int cached = train_plan_input(c, dp, tp, pp, a->peak, pi);
-    a->plan_hw = c->have_hw ? c->hw.name : cached ? "this machine's cached profile" : "the preset's efficiency at the measured peak";
+    a->plan_hw = c->have_hw ? c->hw.name
+                 : cached == 2 ? "this machine's cached profile, measured while other work ran: its figures are low; "
+                                 "`plan` measures it again"
+                 : cached      ? "this machine's cached profile"
+                               : "the preset's efficiency at the measured peak";
     /* Every rank on one node (comm found them so): dp and tp collectives go over shared memory. */
     if (comm->one_node && comm->world > pi->hw.devices_per_node) pi->hw.devices_per_node = comm->world;
     return ST_OK;
