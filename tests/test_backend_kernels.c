@@ -212,9 +212,9 @@ static void test_encoder(int use_pos, int C) {
 }
 
 /* LayerNorm (rms = 0) or RMSNorm (rms = 1), forward and backward, plus the fused residual form
- * with a bf16 output. */
-static void test_norm(int rms) {
-    int N = 150, C = 72; /* 3 row chunks of 64, the last partial */
+ * with a bf16 output. C = 1100 > DROP_CHUNK: a row's dropout factors are drawn in two pieces. */
+static void test_norm(int rms, int C) {
+    int N = 150; /* 3 row chunks of 64, the last partial */
     size_t n = (size_t)N * C;
     const float eps = 1e-5f;
     float *x = hrand(n, 2), *w = hrand(C, 1), *b = hrand(C, 1), *dout = hrand(n, 1), *dinp0 = hrand(n, 1);
@@ -283,9 +283,9 @@ static void test_norm(int rms) {
     else be->residual_layernorm_forward_bf16(d_res, d_olp, d_mean, d_rstd, d_a, d_b2, d, d_w, d_b, N, C, 1);
     backend_ok("residual_norm_forward_bf16");
     double *rres = malloc(n * 8), *rout = malloc(n * 8);
+    float *row = malloc((size_t)C * sizeof *row);
     for (int i = 0; i < N; i++) {
         double m = 0, v = 0;
-        float row[72];
         for (int c = 0; c < C; c++) {
             size_t k = (size_t)i * C + c;
             row[c] = (float)(a2[k] + b2[k] * drop_ref(d, k)); /* the fp32 res the norm reads */
@@ -300,7 +300,7 @@ static void test_norm(int rms) {
     float *gres = dget(d_res, n), *gout = dget_bf16(d_olp, n);
     cmp(rms ? "residual_rmsnorm_res" : "residual_layernorm_res", gres, rres, n, TOL32);
     cmp(rms ? "residual_rmsnorm_out_bf16" : "residual_layernorm_out_bf16", gout, rout, n, TOL16);
-    free(gres), free(gout), free(rres), free(rout), free(a2), free(b2);
+    free(gres), free(gout), free(rres), free(rout), free(a2), free(b2), free(row);
     dfree(d_a, n * 4), dfree(d_b2, n * 4), dfree(d_res, n * 4), dfree(d_olp, n * 2);
     free(got), free(gm), free(gr), free(ref), free(rmean), free(rrstd), free(rdx), free(rdw), free(rdb);
     free(x), free(w), free(b), free(dout), free(dinp0);
@@ -806,8 +806,10 @@ int main(int argc, char **argv) {
            (unsigned long long)seed);
     test_encoder(0, 40);
     test_encoder(1, 300);
-    test_norm(0);
-    test_norm(1);
+    test_encoder(1, 1100); /* > DROP_CHUNK: a row's dropout factors in two pieces */
+    test_norm(0, 72);
+    test_norm(1, 72);
+    test_norm(0, 1100);
     test_rope();
     test_activations();
     /* B, T, NH, KV, hs, dropout, doc positions, lowp */

@@ -30,6 +30,16 @@ void doc_positions(int32_t *pos, const int32_t *inp, int B, int T, int32_t eot) 
 /* The position of token bt of a (B, T) batch: t, or its document position (document masking). */
 static inline size_t tok_pos(const int32_t *pos, long bt, int T) { return pos ? (size_t)pos[bt] : (size_t)(bt % T); }
 
+/* g[c] += o[c] · drop_scale(d, base + c) for c in [c0, c1): the factors drawn DROP_CHUNK at a time. */
+static void drop_add_row(float *g, const float *o, int c0, int c1, Dropout d, uint64_t base) {
+    float f[DROP_CHUNK];
+    for (int a = c0; a < c1; a += DROP_CHUNK) {
+        int b = c1 - a < DROP_CHUNK ? c1 : a + DROP_CHUNK;
+        drop_factors_at(f, (size_t)(b - a), d, base + (uint64_t)a);
+        for (int c = a; c < b; c++) g[c] += o[c] * f[c - a];
+    }
+}
+
 void encoder_forward(float *out, const int32_t *inp, const int32_t *pos, const float *wte, const float *wpe, int B,
                      int T, int C, Dropout d, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -37,7 +47,12 @@ void encoder_forward(float *out, const int32_t *inp, const int32_t *pos, const f
         const float *e = wte + (size_t)inp[bt] * C, *p = wpe + tok_pos(pos, bt, T) * C;
         float *o = out + (size_t)bt * C;
         if (d.p > 0) {
-            for (int c = 0; c < C; c++) o[c] = (e[c] + p[c]) * drop_scale(d, (uint64_t)bt * C + c);
+            float f[DROP_CHUNK];
+            for (int c0 = 0; c0 < C; c0 += DROP_CHUNK) {
+                int c1 = C - c0 < DROP_CHUNK ? C : c0 + DROP_CHUNK;
+                drop_factors_at(f, (size_t)(c1 - c0), d, (uint64_t)bt * C + c0);
+                for (int c = c0; c < c1; c++) o[c] = (e[c] + p[c]) * f[c - c0];
+            }
         } else {
 #pragma omp simd
             for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
@@ -57,7 +72,7 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t
             float *g = dwte + (size_t)inp[bt] * C;
             const float *o = dout + (size_t)bt * C;
             if (d.p > 0) {
-                for (int c = c0; c < c1; c++) g[c] += o[c] * drop_scale(d, (uint64_t)bt * C + c);
+                drop_add_row(g, o, c0, c1, d, (uint64_t)bt * C);
             } else {
 #pragma omp simd
                 for (int c = c0; c < c1; c++) g[c] += o[c];
@@ -69,7 +84,7 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t
                 float *g = dwpe + (size_t)pos[bt] * C;
                 const float *o = dout + (size_t)bt * C;
                 if (d.p > 0) {
-                    for (int c = c0; c < c1; c++) g[c] += o[c] * drop_scale(d, (uint64_t)bt * C + c);
+                    drop_add_row(g, o, c0, c1, d, (uint64_t)bt * C);
                 } else {
 #pragma omp simd
                     for (int c = c0; c < c1; c++) g[c] += o[c];
@@ -83,7 +98,7 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t
                     size_t bt = (size_t)b * T + t;
                     const float *o = dout + bt * C;
                     if (d.p > 0) {
-                        for (int c = 0; c < C; c++) g[c] += o[c] * drop_scale(d, (uint64_t)bt * C + c);
+                        drop_add_row(g, o, 0, C, d, (uint64_t)bt * C);
                     } else {
 #pragma omp simd
                         for (int c = 0; c < C; c++) g[c] += o[c];
@@ -205,7 +220,12 @@ static void residual_norm(float *res, float *out, uint16_t *out_lp, float *mean,
         float *x = res + (size_t)i * C, *o = out ? out + (size_t)i * C : NULL;
         uint16_t *olp = out_lp ? out_lp + (size_t)i * C : NULL;
         if (d.p > 0) {
-            for (int c = 0; c < C; c++) x[c] = ai[c] + bi[c] * drop_scale(d, (size_t)i * C + c);
+            float f[DROP_CHUNK];
+            for (int c0 = 0; c0 < C; c0 += DROP_CHUNK) {
+                int c1 = C - c0 < DROP_CHUNK ? C : c0 + DROP_CHUNK;
+                drop_factors_at(f, (size_t)(c1 - c0), d, (uint64_t)i * C + c0);
+                for (int c = c0; c < c1; c++) x[c] = ai[c] + bi[c] * f[c - c0];
+            }
         } else {
 #pragma omp simd
             for (int c = 0; c < C; c++) x[c] = ai[c] + bi[c];

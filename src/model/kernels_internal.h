@@ -25,6 +25,11 @@ static inline float drop_scale(Dropout d, uint64_t i) {
  * the same factors at a fraction of the cost; one thread. */
 void drop_factors(float *f, size_t n, Dropout d);
 #define DROP_CHUNK 1024 /* elements whose factors an elementwise pass draws at once (on the stack) */
+/* drop_scale(d, base + i) for i in 0 .. n-1 into f (drop_factors at an offset). */
+static inline void drop_factors_at(float *f, size_t n, Dropout d, uint64_t base) {
+    d.offset += base;
+    drop_factors(f, n, d);
+}
 /* out = (a, or 0 when NULL) + b · drop_scale(d, i) over n elements, nt threads (out may be a or b). */
 void drop_apply(float *out, const float *a, const float *b, size_t n, Dropout d, int nt);
 
