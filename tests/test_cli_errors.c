@@ -156,6 +156,11 @@ int main(void) {
     expect_error("unknown flag", args, "unknown option --frobnicate");
     snprintf(args, sizeof args, "train --data %s/good.bin %s --lr abc", TMP, common);
     expect_error("non-numeric value", args, "--lr: expected a number, found 'abc'");
+    /* the health monitor's two thresholds (docs/report.md): flags of their own, checked */
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --spike-min-sigma 0", TMP, common);
+    expect_error("--spike-min-sigma 0", args, "--spike-min-sigma: expected > 0, found 0");
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --stall-min-delta -1", TMP, common);
+    expect_error("--stall-min-delta -1", args, "--stall-min-delta: expected >= 0, found -1");
     snprintf(args, sizeof args, "train --data %s/good.bin %s --steps 1.5", TMP, common);
     expect_error("non-integer value", args, "--steps: expected an integer, found '1.5'");
     snprintf(args, sizeof args, "train --data %s/good.bin %s --optimizer adagrad", TMP, common);

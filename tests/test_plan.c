@@ -175,6 +175,44 @@ static void test_6nd_and_mfu(void) {
              100 * r.compute.mfu_required, 100 * want);
 }
 
+/* --dropout's draws (docs/plan.md "Compute"): d6 (L 6, C 384, 6 heads), B 8, T 256, k 2, fp32, a
+ * profile drawing 5e8 factors/s. Closed form: forward draws per token C + L·(2C + H·(T + 1)/2),
+ * twice (forward, and again in the backward), × B·T·k / rate; full recompute three times; tp 2 the
+ * heads' half (the residual stream whole, without --sp); a GPU preset (rate 0) at one fp32 read and
+ * write per draw, 8 bytes / mem_bw. The step's elementwise time carries it. Negative control: the
+ * form without the attention rows (3C per layer) is more than 20% short. */
+static void test_dropout(void) {
+    double C = 384, L = 6, H = 6, T = 256, tok = 8 * 256 * 2, rate = 5e8;
+    double fwd = C + L * (2 * C + H * (T + 1) / 2), fwd_tp = C + L * (2 * C + H / 2 * (T + 1) / 2);
+    double want[4] = {2 * fwd * tok / rate, 3 * fwd * tok / rate, 2 * fwd_tp * tok / rate, 0};
+    double got[4], elem_on[4], elem_off[4];
+    for (int i = 0; i < 4; i++) {
+        PlanInput in = plan_default_input();
+        plan_model_preset(&in.model, "d6", NULL);
+        if (i == 3) plan_hardware_preset(&in.hw, "H100", NULL);
+        else in.hw.drop_rate = rate;
+        in.micro_batch = 8, in.seq_len = 256, in.grad_accum = 2;
+        if (i == 1) in.recompute = PLAN_RECOMPUTE_FULL;
+        if (i == 2) in.tp = 2;
+        PlanResult r;
+        Err e;
+        plan_compute(&in, &r, &e);
+        elem_off[i] = r.compute.t_elementwise;
+        in.dropout = 0.1;
+        plan_compute(&in, &r, &e);
+        got[i] = r.compute.t_dropout, elem_on[i] = r.compute.t_elementwise;
+        if (i == 3) want[3] = 2 * fwd * tok * 8 / in.hw.mem_bw;
+    }
+    int ok = 1;
+    for (int i = 0; i < 4; i++) ok &= rel(got[i], want[i]) < 1e-12 && rel(elem_on[i] - elem_off[i], want[i]) < 1e-9;
+    double short_form = 2 * (C + L * 3 * C) * tok / rate;
+    tu_check(ok, "--dropout: draws priced at the draw rate, inside elementwise", "%.4g / %.4g / %.4g / %.4g s "
+             "(closed forms %.4g / %.4g / %.4g / %.4g: none, full recompute, tp 2, H100 at 8 B per draw)", got[0], got[1],
+             got[2], got[3], want[0], want[1], want[2], want[3]);
+    tu_check(short_form < 0.8 * got[0], "negative control: without the attention rows' draws the price is > 20% short",
+             "%.4g s against %.4g", short_form, got[0]);
+}
+
 /* DP communication that overlap cannot hide (docs/plan.md): gpt2-124m in bf16 on 8 A100s of one
  * node (300 GB/s, 5 us), embedding E = 50257·768 + 1024·768 = 39,383,808 parameters of 2 bytes.
  * ZeRO 0: its ring all-reduce 2·(7/8)·2E/bw + 2·7·lat, plus the first block's (ready last, like
@@ -745,6 +783,7 @@ static const OptionEffect OPTION_EFFECTS[] = {
     {"days", PB, PB " --days 1", "batch.budget_tokens"},
     {"target-days", PB, PB " --target-days 1", "compute.mfu_required"},
     {"mtbf", PB, PB " --mtbf 1", "checkpoint.interval_s"},
+    {"dropout", PB, PB " --dropout 0.1", "compute.time_s.dropout"},
     {"doc-mask", PB, PB " --doc-mask --mean-doc-len 64", "compute.flops_per_token"},
     {"mean-doc-len", PB " --doc-mask --mean-doc-len 64", PB " --doc-mask --mean-doc-len 32", "compute.flops_per_token"},
     {"config", PB, PB " --config " TMP "/dp2.json", "layout.dp"},
@@ -1284,6 +1323,7 @@ int main(void) {
     test_6nd_and_mfu();
     test_effective_batch();
     test_dp_exposed();
+    test_dropout();
     test_overlap_exposed();
     test_korthikanti();
     test_scaling();

@@ -155,6 +155,9 @@ static void print_review(const PlanInput *in, const PlanResult *r, const PlanSch
     printf("\n");
     if (in->recompute) printf("  with %s recompute: %.4g hardware FLOPs per token\n", plan_recompute_name(in->recompute), r->compute.fpt_hw);
     printf("  total: 6ND = %.4g, exact = %.4g FLOPs\n", r->compute.total_6nd, r->compute.total);
+    if (r->compute.t_dropout > 0)
+        printf("  dropout %g: %s of factor draws per step (in elementwise below; %.3g draws/s)\n", in->dropout,
+               fmt_time(a, sizeof a, r->compute.t_dropout), in->hw.drop_rate > 0 ? in->hw.drop_rate : in->hw.mem_bw / 8);
     printf("  step: matmul %s + elementwise %s + bubble %s + tp %s + pp %s; dp/zero comm %s (%s not hidden by "
            "compute); optimizer %s%s%s\n",
            fmt_time(a, sizeof a, r->compute.t_matmul), fmt_time(b, sizeof b, r->compute.t_elementwise),
@@ -308,19 +311,21 @@ static Status read_scaling(PlanInput *in, const char *path, Err *err) {
     return ST_OK;
 }
 
-/* A warning on stderr when the machine was busy while it was measured (1-minute load average at or
- * above its CPU count, or other work using more than MACHINE_OTHERS_DISTURBED of its CPUs during
- * the measurement, `others`): the figures are then low, and they are cached. */
-static void warn_if_loaded(double others) {
+/* A warning when the machine was busy while it was measured (1-minute load average at or above its
+ * CPU count, or other work using more than MACHINE_OTHERS_DISTURBED of its CPUs during the
+ * measurement, `others`): the figures are then low, and they are cached. Appended to note. */
+static void warn_if_loaded(double others, char *note, size_t cap) {
     double load = machine_loadavg();
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t o = strlen(note);
     if (others > MACHINE_OTHERS_DISTURBED)
-        fprintf(stderr, "plan: warning: other work used %.0f%% of the CPUs while this machine was measured, so its figures "
-                "are low; the cached profile is measured again after %.0f minutes (plan --measure-hardware FILE measures and "
-                "replaces it now)\n", 100 * others, HW_REMEASURE_AFTER_S / 60);
+        snprintf(note + o, cap - o, "plan: warning: other work used %.0f%% of the CPUs while this machine was measured, so "
+                 "its figures are low; the cached profile is measured again after %.0f minutes (plan --measure-hardware "
+                 "FILE measures and replaces it now)\n", 100 * others, HW_REMEASURE_AFTER_S / 60);
     else if (cpus > 0 && load >= (double)cpus)
-        fprintf(stderr, "plan: warning: the machine was busy while measured (load %.1f on %ld CPUs), so its figures are "
-                "low; measure again when it is quiet (plan --measure-hardware FILE replaces the cached profile)\n", load, cpus);
+        snprintf(note + o, cap - o, "plan: warning: the machine was busy while measured (load %.1f on %ld CPUs), so its "
+                 "figures are low; measure again when it is quiet (plan --measure-hardware FILE replaces the cached "
+                 "profile)\n", load, cpus);
 }
 
 int cmd_plan(int argc, char **argv) {
@@ -358,6 +363,8 @@ int cmd_plan(int argc, char **argv) {
          "document masking (train --doc-mask): attention priced per document, from --mean-doc-len"},
         {"mean-doc-len", ARG_DOUBLE, &in.mean_doc_len, 0,
          "--doc-mask: mean document length in tokens (the attention span is min(it, --seq-len))"},
+        {"dropout", ARG_DOUBLE, &in.dropout, 0,
+         "train --dropout p: its factor draws priced at the hardware's draw rate (0: off)"},
         {"grad-accum", ARG_INT, &in.grad_accum, 0, "micro-batches per optimizer step k"},
         {"global-batch", ARG_LONG, &global_batch, 0, "sequences per step (sets --grad-accum; 0: unused)"},
         {"dp", ARG_INT, &in.dp, 0, "data-parallel ranks (1; with --nodes and no --dp: world / (tp x pp))"},
@@ -456,8 +463,10 @@ int cmd_plan(int argc, char **argv) {
         }
         PlanHardware hw;
         double others;
+        char note[600] = "";
         if ((st = hw_measure(&hw, measure_threads, &others, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
-        warn_if_loaded(others);
+        warn_if_loaded(others, note, sizeof note);
+        fputs(note, stderr);
         cJSON *j = plan_hardware_to_json(&hw);
         char *text = cJSON_Print(j), cache[1024];
         hw_peak_cache_path(cache, sizeof cache); /* and this machine's default profile from now on */
@@ -596,6 +605,10 @@ int cmd_plan(int argc, char **argv) {
     in.overlap = !no_overlap;
     in.no_noise_scale = no_noise;
     if ((st = plan_parse_recompute(recompute, &in.recompute, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+    if (!(in.dropout >= 0 && in.dropout < 1)) {
+        snprintf(err.msg, sizeof err.msg, "--dropout: expected a probability in [0, 1), found %g", in.dropout);
+        return cli_fail("plan", ST_ERR_INPUT, err.msg);
+    }
     if (SEEN("mean-doc-len") && !in.doc_mask)
         return cli_fail("plan", ST_ERR_INPUT, "--mean-doc-len: would change nothing here; expected --doc-mask");
     if (in.doc_mask && !(in.mean_doc_len >= 1)) {
@@ -612,7 +625,7 @@ int cmd_plan(int argc, char **argv) {
     /* ---- hardware ---- */
     /* Without --hardware: this machine's measured profile, from the cache (measured and cached on
      * the first call); with no cache (ST_PEAK_CACHE=off, no $HOME) the cpu-zen4-2c preset. */
-    char cache[1024];
+    char cache[1024], hw_note[1600] = "";
     hw_peak_cache_path(cache, sizeof cache);
     if (SEEN("hardware")) {
         if ((st = hw_resolve(&in.hw, hardware, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
@@ -631,17 +644,20 @@ int cmd_plan(int argc, char **argv) {
             snprintf(why, sizeof why, "without a record of the other work meanwhile");
         else
             snprintf(why, sizeof why, "at load %.1f", o.was_load);
+        /* Said on stderr once the plan has gone out: an error stays the one line it is. */
         if (o.measured == 2)
-            fprintf(stderr, "plan: this machine's cached profile (%d threads) was measured %s; measured again in %.1f s, "
-                    "each figure raised where now higher, cached in %s\n", nt, why, (timer_ms() - t0) * 1e-3, cache);
+            snprintf(hw_note, sizeof hw_note, "plan: this machine's cached profile (%d threads) was measured %s; measured "
+                     "again in %.1f s, each figure raised where now higher, cached in %s\n", nt, why,
+                     (timer_ms() - t0) * 1e-3, cache);
         else if (o.measured)
-            fprintf(stderr, "plan: measured this machine's profile (%d threads) in %.1f s, cached in %s\n", nt,
-                    (timer_ms() - t0) * 1e-3, cache);
-        if (o.measured) warn_if_loaded(o.others);
+            snprintf(hw_note, sizeof hw_note, "plan: measured this machine's profile (%d threads) in %.1f s, cached in %s\n",
+                     nt, (timer_ms() - t0) * 1e-3, cache);
+        if (o.measured) warn_if_loaded(o.others, hw_note, sizeof hw_note);
         else if (o.others > MACHINE_OTHERS_DISTURBED)
-            fprintf(stderr, "plan: warning: this machine's cached profile (%d threads) was measured while other work used "
-                    "%.0f%% of the CPUs, so its figures are low; it is measured again %.0f minutes after (plan "
-                    "--measure-hardware FILE measures and replaces it now)\n", nt, 100 * o.others, HW_REMEASURE_AFTER_S / 60);
+            snprintf(hw_note, sizeof hw_note, "plan: warning: this machine's cached profile (%d threads) was measured while "
+                     "other work used %.0f%% of the CPUs, so its figures are low; it is measured again %.0f minutes after "
+                     "(plan --measure-hardware FILE measures and replaces it now)\n", nt, 100 * o.others,
+                     HW_REMEASURE_AFTER_S / 60);
     } else if ((st = hw_resolve(&in.hw, "cpu-zen4-2c", &err)) != ST_OK)
         return cli_fail("plan", st, err.msg);
     in.hw_default = !SEEN("hardware");
@@ -872,5 +888,6 @@ int cmd_plan(int argc, char **argv) {
         rc = cli_fail("plan", ST_ERR_INPUT, err.msg);
     }
     free(r);
+    if (rc == 0 && !ferror(stdout)) fputs(hw_note, stderr); /* a failed write gets its own one line (main.c) */
     return rc;
 }

@@ -11,6 +11,7 @@
 #include "core/fileio.h"
 #include "core/peak.h"
 #include "core/timer.h"
+#include "model/kernels.h"
 #include "model/matmul.h"
 #include "train/machine_peak.h"
 
@@ -35,6 +36,27 @@ static double gemm_rate(int ta, int tb, int M, int N, int K, int bf16) {
     }
     free(a), free(b), free(c), free(ah), free(bh);
     return best * 1e9;
+}
+
+/* Dropout factors per second on `threads` threads: the trainer's draw and apply (dropout_backward,
+ * drop_factors' Philox blocks and one multiply per element) over 4 Mi elements, best of 5 after a
+ * first call. */
+static double drop_rate(int threads) {
+    const size_t n = (size_t)1 << 22;
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    double best = 0;
+    if (a && b) {
+        for (size_t i = 0; i < n; i++) a[i] = 1.0f;
+        Dropout d = {0.1f, 1, 2, 0, 0, 0};
+        for (int rep = 0; rep < 6; rep++) {
+            double t0 = timer_ms();
+            dropout_backward(b, a, n, d, threads);
+            double r = (double)n / ((timer_ms() - t0) * 1e-3);
+            if (rep > 0 && r > best) best = r;
+        }
+    }
+    free(a), free(b);
+    return best;
 }
 
 Status hw_measure(PlanHardware *hw, int threads, double *others, Err *err) {
@@ -69,6 +91,7 @@ Status hw_measure(PlanHardware *hw, int threads, double *others, Err *err) {
     hw->matmul_eff_bf16 = h > 0 ? fmin(1.0, h / hw->peak_bf16) : 0;
     hw->peak_fp16 = hw->peak_fp32; /* fp16 is emulated: its GEMMs run in fp32 */
     hw->mem_bw = peak_measure_bandwidth(threads, (size_t)512 << 20);
+    hw->drop_rate = drop_rate(threads);
     MachineCpuMark m1 = machine_cpu_mark();
     if (others) *others = machine_others_share(&m0, &m1);
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
@@ -89,6 +112,7 @@ static void profile_raise(PlanHardware *hw, const PlanHardware *old) {
     hw->matmul_eff = fmin(1.0, rate / hw->peak_fp32);
     hw->matmul_eff_bf16 = fmin(1.0, rate16 / hw->peak_bf16);
     hw->mem_bw = fmax(hw->mem_bw, old->mem_bw);
+    hw->drop_rate = fmax(hw->drop_rate, old->drop_rate);
 }
 
 Status hw_this_machine(PlanHardware *hw, int threads, const char *cache_path, HwOrigin *o, Err *err) {

@@ -710,6 +710,12 @@ static void pp_units(const ModelConfig *cfg, int T, long long *block, long long 
     *head = llround(f.head / (2.0 * C));
 }
 
+DropDraws layout_dropout_draws(int C, int n_head, double span, int tp, int sp) {
+    double t = tp > 1 ? tp : 1, stream = sp && tp > 1 ? C / t : C;
+    DropDraws d = {stream, 2.0 * stream + (double)n_head / t * (span + 1.0) / 2.0};
+    return d;
+}
+
 /* Stage s's forward cost in units when it holds n blocks: its blocks, the head on the last stage
  * (the embedding lookups on stage 0 cost 0). */
 static long long pp_cost(long long block, long long head, int s, int pp, int n) {

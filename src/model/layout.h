@@ -392,6 +392,17 @@ double layout_doc_span(const int32_t *inp, int B, int T, int eot);
  * T), exact for rows of whole documents of that length (the documents cut at row edges ignored). */
 double layout_doc_span_mean(int T, double mean_len);
 
+/* Dropout's draws per trained token (drop_factors' elements), the forward's: the embedding's
+ * output (C), and per block the attention probabilities (each head's row of keys, (span + 1)/2 on
+ * average under the causal mask: t + 1 keys at position t, span T; document masking's span
+ * likewise) and the two residual branches (2C). The backward draws each once more (the factors
+ * are recomputed, not stored), full recompute the forward's once more. With tp the heads split
+ * over the ranks, the residual streams only under --sp. plan's price of --dropout. */
+typedef struct {
+    double embed, block;
+} DropDraws;
+DropDraws layout_dropout_draws(int C, int n_head, double span, int tp, int sp);
+
 /* ---- Pipeline stages: which blocks each of pp stages holds (docs/plan.md, "Pipeline stages") ----
  *
  * Stage s holds blocks [first[s], last[s]) (half-open, contiguous, first[0] = 0, last[s] =

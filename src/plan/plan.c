@@ -131,6 +131,10 @@ Status plan_hardware_preset(PlanHardware *hw, const char *name, Err *err) {
             *hw = P[i];
             /* a GPU runs our CUDA backend, which holds its workspace besides the layout's bytes */
             hw->backend_bytes = strncasecmp(name, "cpu", 3) ? (double)BACKEND_CUDA_PRIVATE_BYTES : 0.0;
+            /* dropout factors per second: on the CPU the trainer's drop_factors on 2 threads as
+             * measured on the 2-core Xeon (2026-11-29; Zen 4 not measured); a GPU's 0: one fp32
+             * read and write per factor at mem_bw */
+            hw->drop_rate = strncasecmp(name, "cpu", 3) ? 0.0 : PLAN_CPU_DROP_RATE;
             return ST_OK;
         }
     }
@@ -964,14 +968,15 @@ static void core_pipeline(Core *c, PlanResult *r) {
 }
 
 /* Our trainer's pipeline: each virtual stage computes its own blocks (their share of the FLOPs per
- * token, their elementwise passes, elem_block seconds per block per step) and the last one the
+ * token, their elementwise passes and dropout draws, elem_block + drop_block seconds per block per
+ * step; the embedding's draws, drop_embed, on the first) and the last one the
  * head, in its forward ops; the step is the
  * schedule run with those times (sched_simulate, as setup_pipeline builds it), not the mean stage
  * plus the textbook bubble: a head-heavy last stage or an uneven split sets the pace. The busiest
  * rank's matmul and elementwise time become the step's, the rest of the makespan its bubble
  * (docs/plan.md "Pipeline time"). Returns 0 (the caller keeps the formula) if the schedule does
  * not build, which plan_trainer_pp has already ruled out. */
-static int pipeline_times(Core *c, PlanResult *r, double elem_block) {
+static int pipeline_times(Core *c, PlanResult *r, double elem_block, double drop_block, double drop_embed) {
     const PlanInput *in = c->in;
     int pp = c->pp, v = c->v, mb = c->mb, S = pp * v;
     double rate = plan_matmul_rate(c->hw, c->pr->compute), tok = (double)c->B * c->T * c->k / c->tp, sum = 0;
@@ -996,7 +1001,8 @@ static int pipeline_times(Core *c, PlanResult *r, double elem_block) {
             int vs = ch * pp + i;
             double hf = vs == S - 1 ? head : 0.0, scale = r->compute.fpt / sum * tok / rate;
             double mt = (q->chunk_flops[ch] - hf) * scale + extra * nb / c->L * tok / rate, mh = hf * scale;
-            double el = elem_block * nb, u = (mt + el) / ((double)mb * (1.0 + bwd));
+            double el = (elem_block + drop_block) * nb + (vs == 0 ? drop_embed : 0.0);
+            double u = (mt + el) / ((double)mb * (1.0 + bwd));
             f[vs] = u + mh / mb, b[vs] = type == SCHED_ZB_H1 ? u : bwd * u, w[vs] = type == SCHED_ZB_H1 ? u : 0.0;
             mat[i] += mt + mh, ele[i] += el;
         }
@@ -1016,6 +1022,7 @@ static int pipeline_times(Core *c, PlanResult *r, double elem_block) {
     for (int i = 1; i < pp; i++)
         if (r->pp_rank[i].t_compute > r->pp_rank[s].t_compute) s = i;
     r->compute.t_matmul = mat[s], r->compute.t_elementwise = ele[s];
+    r->compute.t_dropout = drop_block * r->pp_rank[s].blocks + (r->pp_rank[s].has_embed ? drop_embed : 0.0);
     r->compute.t_bubble = sim.makespan > r->pp_rank[s].t_compute ? sim.makespan - r->pp_rank[s].t_compute : 0.0;
     return 1;
 }
@@ -1058,9 +1065,23 @@ static void core_compute(Core *c, PlanResult *r) {
     }
     double passes = 4.0 + (in->recompute == PLAN_RECOMPUTE_FULL ? 1.0 : 0.0);
     r->compute.t_elementwise = passes * act_nrc * Lp * mb / hw->mem_bw;
+    /* --dropout: its factors drawn in the forward, again in the backward, and once more in full
+     * recompute's forward (layout_dropout_draws), at the measured draw rate (a GPU preset's: one
+     * fp32 read and write per factor). Per block, as the pipeline splits them; the embedding's on
+     * the first stage. */
+    double drop_block = 0, drop_embed = 0;
+    if (shaped && in->dropout > 0) {
+        double span = in->doc_mask && in->mean_doc_len > 0 ? layout_doc_span_mean(T, in->mean_doc_len) : (double)T;
+        DropDraws dd = layout_dropout_draws(m->d_model, m->n_head, span, tp, in->sp);
+        double rate = hw->drop_rate > 0 ? hw->drop_rate : hw->mem_bw / 8.0, times = in->recompute == PLAN_RECOMPUTE_FULL ? 3.0 : 2.0;
+        double tok = (double)B * T * k;
+        drop_block = times * dd.block * tok / rate, drop_embed = times * dd.embed * tok / rate;
+        r->compute.t_dropout = drop_block * Lp + drop_embed;
+        r->compute.t_elementwise += r->compute.t_dropout;
+    }
     r->bubble = plan_bubble(pp, mb, 1);
     r->bubble_interleaved = plan_bubble(pp, mb, v);
-    if (pp > 1 && !(r->pp_exact && pipeline_times(c, r, passes * act_nrc * mb / hw->mem_bw)))
+    if (pp > 1 && !(r->pp_exact && pipeline_times(c, r, passes * act_nrc * mb / hw->mem_bw, drop_block, drop_embed)))
         r->compute.t_bubble = (r->compute.t_matmul + r->compute.t_elementwise) * (pp - 1) / ((double)v * mb);
     c->N = N;
     c->peak = peak;
@@ -1555,7 +1576,7 @@ Status plan_lora_step(const PlanInput *in, const PlanResult *full, double adapte
 
 #define HW_FIELDS(X)                                                                        \
     X(peak_fp32) X(peak_bf16) X(peak_fp16) X(memory) X(mem_bw) X(intra_bw) X(inter_bw)     \
-    X(intra_lat) X(inter_lat) X(matmul_eff) X(matmul_eff_bf16) X(storage_bw) X(backend_bytes)
+    X(intra_lat) X(inter_lat) X(matmul_eff) X(matmul_eff_bf16) X(storage_bw) X(backend_bytes) X(drop_rate)
 
 cJSON *plan_hardware_to_json(const PlanHardware *hw) {
     cJSON *o = cJSON_CreateObject();

@@ -88,7 +88,14 @@ typedef struct {
                               measured CPU profile has its own: peak_bf16 is the machine's ceiling (the
                               trainer's MFU peak), and where bf16 GEMMs are slow (Intel without AMX)
                               they reach a smaller fraction of it than fp32 ones of peak_fp32 */
+    double drop_rate;      /* dropout factors per second one device draws (the trainer's drop_factors,
+                              Philox4x32-10, one block per 4 factors); 0 (the GPU presets): one fp32
+                              read and write per factor at mem_bw */
 } PlanHardware;
+
+/* The cpu-zen4-2c preset's dropout factors per second (PlanHardware.drop_rate): drop_factors with
+ * its apply on 2 threads, as `plan --measure-hardware` measured it on the 2-core Xeon of 2026-11-29. */
+#define PLAN_CPU_DROP_RATE 0.0
 
 /* FLOP/s the model's matmuls run at in dtype d: its peak times its efficiency (matmul_eff_bf16 for
  * bf16 where set). The plan's one source of a GEMM's time. */
@@ -145,6 +152,8 @@ typedef struct {
                               layout_doc_span_mean(T, mean_doc_len) instead of T (layout_token_flops),
                               and the trainer's per-slot document positions in the activations */
     double mean_doc_len;   /* doc_mask: mean document length in tokens (> 0); 0: T (no saving) */
+    double dropout;        /* train --dropout (0: off): its factors' draws priced at hw drop_rate
+                              (layout_dropout_draws), inside t_elementwise */
     /* parallel layout */
     int dp, tp, pp;
     int sp;                /* 1: Megatron sequence parallelism inside the TP group */
@@ -299,7 +308,8 @@ typedef struct {
         double total;            /* fpt * D */
         double peak;             /* per-device peak of the compute dtype */
         double t_matmul;         /* seconds per step per device: model + recompute FLOPs at peak*eff */
-        double t_elementwise;    /* memory-bound elementwise traffic at mem_bw */
+        double t_elementwise;    /* memory-bound elementwise traffic at mem_bw, + t_dropout */
+        double t_dropout;        /* --dropout's factor draws (layout_dropout_draws at hw drop_rate) */
         double t_bubble;         /* pipeline idle time */
         double t_tp, t_pp;       /* exposed TP collectives (comm.tp_exposed for our trainer, else all of
                                     tp_time) and PP point-to-point */

@@ -477,6 +477,7 @@ int train_plan_input(const TrainConfig *c, int dp, int tp, int pp, double peak, 
     pi.hess_every = c->optim.kind == OPT_SOPHIA ? c->optim.hess_every : 0;
     pi.recompute = (PlanRecompute)c->recompute;
     pi.doc_mask = c->model.doc_mask; /* priced at span T (mean_doc_len 0): the documents are not known yet */
+    pi.dropout = c->model.dropout;
     /* The hardware: --hardware; else, on the CPU, this machine's profile where `plan` has cached one
      * for these threads (measured GEMM efficiencies, bf16's its own: the preset's efficiency with
      * the run's peak priced a bf16 step 2.2x too fast on a Xeon whose bf16 GEMMs run at half its FMA
