@@ -95,7 +95,7 @@ typedef struct {
 
 /* The cpu-zen4-2c preset's dropout factors per second (PlanHardware.drop_rate): drop_factors with
  * its apply on 2 threads, as `plan --measure-hardware` measured it on the 2-core Xeon of 2026-11-29. */
-#define PLAN_CPU_DROP_RATE 0.0
+#define PLAN_CPU_DROP_RATE 6.3e8
 
 /* FLOP/s the model's matmuls run at in dtype d: its peak times its efficiency (matmul_eff_bf16 for
  * bf16 where set). The plan's one source of a GEMM's time. */
