@@ -5,6 +5,7 @@
 
 #include "cli/cmds.h"
 #include "core/stopsig.h"
+#include "data/shard.h"
 #include "cli/cmds_data.h"
 #include "cli/cmds_plan.h"
 #include "cli/cmds_fit.h"
@@ -45,6 +46,11 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     const char *cmd = argv[1];
+    { /* the prefix of the one line a shard that shrinks under a mapping gets (data/shard.h) */
+        char prog[128];
+        snprintf(prog, sizeof prog, "scaletrain %s", cmd);
+        shard_set_program(prog);
+    }
     Err genv = {0};
     if (mm_gemm_env(&genv) != ST_OK) {
         fprintf(stderr, "scaletrain: %s\n", genv.msg);

@@ -6,6 +6,9 @@
 #include <errno.h>
 #include <glob.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,9 +25,109 @@ static void wr32(uint8_t *p, uint32_t v) {
     p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
 }
 
+/* ------------------------------------------------------------------ SIGBUS on a mapping (shard.h)
+ * A table of the mapped shard and mask files: [lo, hi) and the line to print, written under a mutex
+ * at map and unmap time, read by the handler without locks (lo published last, with release order;
+ * 0 = a free slot). The handler uses only atomic loads, write(2), sigaction, raise and _exit. */
+#define BUS_SLOTS 16384
+typedef struct {
+    _Atomic uintptr_t lo; /* first byte of the mapping; 0: free */
+    uintptr_t hi;         /* one past its last byte */
+    char *msg;            /* the whole line, newline included */
+    size_t len;
+} BusSlot;
+static BusSlot bus_slots[BUS_SLOTS];
+static atomic_size_t bus_used;                  /* slots [0, bus_used) may be taken */
+static pthread_mutex_t bus_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct sigaction bus_old;                /* the disposition before ours */
+static int bus_installed;
+static char bus_prog[128] = "scaletrain";
+
+void shard_set_program(const char *prog) {
+    pthread_mutex_lock(&bus_mu);
+    snprintf(bus_prog, sizeof bus_prog, "%s", prog && *prog ? prog : "scaletrain");
+    pthread_mutex_unlock(&bus_mu);
+}
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc) {
+    (void)uc;
+    /* si_code > 0: raised by the kernel for a fault at si_addr (kill/raise/tgkill give <= 0, and
+     * their si_addr is no address) */
+    if (si && si->si_code > 0) {
+        uintptr_t a = (uintptr_t)si->si_addr;
+        size_t n = atomic_load_explicit(&bus_used, memory_order_acquire);
+        for (size_t i = 0; i < n && i < BUS_SLOTS; i++) {
+            uintptr_t lo = atomic_load_explicit(&bus_slots[i].lo, memory_order_acquire);
+            if (!lo || a < lo || a >= bus_slots[i].hi) continue;
+            const char *p = bus_slots[i].msg;
+            size_t left = bus_slots[i].len;
+            while (left > 0) {
+                ssize_t w = write(STDERR_FILENO, p, left);
+                if (w < 0 && errno == EINTR) continue;
+                if (w <= 0) break;
+                p += w, left -= (size_t)w;
+            }
+            _exit(SHARD_BUS_EXIT);
+        }
+    }
+    /* Not ours: what would have happened without this handler. The previous disposition again
+     * (the default, unless something such as Open MPI's backtrace printer had one); a fault repeats
+     * when the handler returns, a sent signal is sent again. */
+    sigaction(sig, &bus_old, NULL);
+    if (!si || si->si_code <= 0) raise(sig);
+}
+
+/* Registers [map, map + bytes) as the mapping of `path` (what: "shard" or "loss mask"), installing
+ * the handler the first time. No slot or no memory for the line: the mapping stays unregistered
+ * (a bus error in it then ends the process as it would without this). */
+static void bus_register(const void *map, size_t bytes, const char *path, const char *what) {
+    pthread_mutex_lock(&bus_mu);
+    if (!bus_installed) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_sigbus;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK; /* an alternate stack where the thread has one (train/stop.c) */
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGBUS, &sa, &bus_old) == 0) bus_installed = 1;
+    }
+    size_t n = atomic_load(&bus_used), i = 0;
+    while (i < n && atomic_load(&bus_slots[i].lo)) i++;
+    if (bus_installed && i < BUS_SLOTS) {
+        int len = snprintf(NULL, 0, "%s: %s: the %s changed or shrank while it was being read (a bus error reading "
+                           "its mapping); expected %s files unchanged during a run\n", bus_prog, path, what, what);
+        char *msg = len > 0 ? malloc((size_t)len + 1) : NULL;
+        if (msg) {
+            snprintf(msg, (size_t)len + 1, "%s: %s: the %s changed or shrank while it was being read (a bus error "
+                     "reading its mapping); expected %s files unchanged during a run\n", bus_prog, path, what, what);
+            bus_slots[i].hi = (uintptr_t)map + bytes;
+            bus_slots[i].msg = msg;
+            bus_slots[i].len = (size_t)len;
+            atomic_store_explicit(&bus_slots[i].lo, (uintptr_t)map, memory_order_release);
+            if (i == n) atomic_store_explicit(&bus_used, n + 1, memory_order_release);
+        }
+    }
+    pthread_mutex_unlock(&bus_mu);
+}
+
+/* Before munmap: the slot of the mapping at map is freed. */
+static void bus_unregister(const void *map) {
+    pthread_mutex_lock(&bus_mu);
+    size_t n = atomic_load(&bus_used);
+    for (size_t i = 0; i < n; i++)
+        if (atomic_load(&bus_slots[i].lo) == (uintptr_t)map) {
+            atomic_store_explicit(&bus_slots[i].lo, 0, memory_order_release);
+            free(bus_slots[i].msg);
+            bus_slots[i].msg = NULL, bus_slots[i].len = 0, bus_slots[i].hi = 0;
+            break;
+        }
+    while (n > 0 && !atomic_load(&bus_slots[n - 1].lo)) n--;
+    atomic_store_explicit(&bus_used, n, memory_order_release);
+    pthread_mutex_unlock(&bus_mu);
+}
+
 void shard_close(Shard *s) {
-    if (s->map) munmap(s->map, s->map_bytes);
-    if (s->mask_map) munmap(s->mask_map, s->mask_map_bytes);
+    if (s->map) bus_unregister(s->map), munmap(s->map, s->map_bytes);
+    if (s->mask_map) bus_unregister(s->mask_map), munmap(s->mask_map, s->mask_map_bytes);
     s->mask_map = NULL;
     s->mask_map_bytes = 0;
     s->mask = NULL;
@@ -100,6 +203,7 @@ Status shard_open(Shard *s, const char *path, Err *err) {
     void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED) return err_set(err, ST_ERR_RUNTIME, "%s: mmap failed (%s)", path, strerror(errno));
+    bus_register(map, (size_t)sb.st_size, path, "shard");
     s->map = map;
     s->map_bytes = (size_t)sb.st_size;
     const uint8_t *h = map;
@@ -316,6 +420,7 @@ Status shard_mask_open(Shard *s, Err *err) {
     void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED) return err_set(err, ST_ERR_RUNTIME, "%s: mmap failed (%s)", path, strerror(errno));
+    bus_register(map, (size_t)sb.st_size, path, "loss mask");
     const uint8_t *h = map;
     uint32_t magic = rd32(h), version = rd32(h + 4), bits = rd32(h + 32);
     uint64_t count = rd64(h + 8), hash = rd64(h + 16), trained = rd64(h + 24);
@@ -339,6 +444,7 @@ Status shard_mask_open(Shard *s, Err *err) {
                      "set (a corrupt mask)", path, (unsigned long long)trained,
                      (unsigned long long)popcount_bytes(h + SHARD_MASK_HEADER, (s->ntok + 7) / 8));
     if (st != ST_OK) {
+        bus_unregister(map);
         munmap(map, (size_t)sb.st_size);
         return st;
     }

@@ -47,9 +47,25 @@ typedef struct {
 } Shard;
 
 /* Maps and validates a shard: magic/version, header count vs file size. Errors name the path,
- * the expected and the found values (ST_ERR_INPUT). shard_close is safe after a failed open. */
+ * the expected and the found values (ST_ERR_INPUT). shard_close is safe after a failed open.
+ *
+ * A file truncated (or rewritten shorter) in place while it is mapped makes a read past its new end
+ * a bus error. While a shard or mask is mapped, a SIGBUS handler (installed by the first open,
+ * SA_SIGINFO) looks the faulting address up in a fixed table of the open mappings and, when it falls
+ * in one, writes one line prepared at open time with write(2):
+ *   "<program>: <path>: the shard changed or shrank while it was being read (a bus error reading its
+ *    mapping); expected shard files unchanged during a run"   ("loss mask" for a mask file)
+ * and ends the process with _exit(SHARD_BUS_EXIT) (2: an input error, as the CLI's). A SIGBUS at any
+ * other address, or one sent by kill/raise, gets the disposition SIGBUS had before (the default:
+ * killed by the signal). shard_close unregisters the mapping. The table holds 16384 mappings; one
+ * opened beyond that is not covered (its bus error kills the process by the signal, as before).
+ * A file replaced by one of the same size is read as it now is: nothing is checked per read. */
+#define SHARD_BUS_EXIT 2
 Status shard_open(Shard *s, const char *path, Err *err);
 void shard_close(Shard *s);
+/* The prefix of the bus-error line ("scaletrain train"; default "scaletrain"), for mappings opened
+ * after the call. */
+void shard_set_program(const char *prog);
 
 static inline uint32_t shard_token(const Shard *s, size_t i) {
     return s->elem_bytes == 2 ? ((const uint16_t *)s->tokens)[i] : ((const uint32_t *)s->tokens)[i];
