@@ -50,6 +50,7 @@ int main(int argc, char **argv) {
         char prog[128];
         snprintf(prog, sizeof prog, "scaletrain %s", cmd);
         shard_set_program(prog);
+        stopsig_set_program(prog); /* and the line of a second stop signal (core/stopsig.h) */
     }
     Err genv = {0};
     if (mm_gemm_env(&genv) != ST_OK) {

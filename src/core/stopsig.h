@@ -10,7 +10,11 @@
  * Use: stopsig_init() first thing in main, before MPI or OpenMP create threads (they inherit the
  * mask). Until stopsig_graceful(1) a stop signal ends the process as it would without any of this
  * (its default action); while graceful, the first one is recorded for stopsig_pending() and a
- * second ends the process at once with status 128 + signal. */
+ * second ends the process at once with status 128 + signal, printing one line on stderr first:
+ *   "<program>: a second SIGTERM during <activity>: exiting now (status 143); the last complete
+ *    checkpoint is <path>"
+ * ("before the graceful stop the first one asked for finished" when no activity is set; the part
+ * after ';' only when a checkpoint was set). */
 #ifndef ST_CORE_STOPSIG_H
 #define ST_CORE_STOPSIG_H
 
@@ -30,5 +34,13 @@ int stopsig_pending(void);
  * thread; docs/debugging.md: a handler frame on a oneDNN kernel's heap stack). Returns
  * pthread_create's result. */
 int stopsig_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
+
+/* The parts of the second signal's line (copied; NULL or "" clears): the prefix (default
+ * "scaletrain"; the CLI sets "scaletrain COMMAND"), what the process is doing (e.g. "a checkpoint
+ * write", set around the save and cleared after) and the path of the newest complete checkpoint
+ * (set after a save completes or a resume loads one). Cheap; any thread. */
+void stopsig_set_program(const char *prog);
+void stopsig_set_activity(const char *activity);
+void stopsig_set_last_checkpoint(const char *path);
 
 #endif
