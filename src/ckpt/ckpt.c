@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -448,6 +449,20 @@ static Status state_parse(const char *path, const char *text, size_t len, CkptMe
                      "is missing or has the wrong type", path);
         goto done;
     }
+    /* Counters are whole and at least 0 (below 2^53, where doubles stop counting), the grid whole
+     * and positive, ZeRO 0..3: a state.json edited and resealed is refused here, not trained from
+     * (a step of -1 ran into non-finite losses, 1e30 wrapped to a negative step). */
+    const struct { const char *name; double v, lo, hi; } rng_chk[] = {
+        {"step", d, 0, 9007199254740992.0}, {"schedule.step", s_step, 0, 9007199254740992.0},
+        {"optimizer.step", o_step, 0, 9007199254740992.0}, {"parallel.dp", dp, 1, 1 << 20},
+        {"parallel.tp", tp, 1, 1 << 20}, {"parallel.pp", pp, 1, 1 << 20}, {"parallel.zero", zero, 0, 3},
+    };
+    for (size_t i = 0; i < sizeof rng_chk / sizeof rng_chk[0]; i++)
+        if (!(rng_chk[i].v >= rng_chk[i].lo && rng_chk[i].v <= rng_chk[i].hi) || rng_chk[i].v != floor(rng_chk[i].v)) {
+            st = err_set(err, ST_ERR_INPUT, "%s: %s: expected a whole number in [%.0f, %.0f], found %g", path, rng_chk[i].name,
+                         rng_chk[i].lo, rng_chk[i].hi, rng_chk[i].v);
+            goto done;
+        }
     m->step = (long)d, m->sched_step = (long)s_step, m->optim_step = (long)o_step;
     m->dp = (int)dp, m->tp = (int)tp, m->pp = (int)pp, m->zero = (int)zero;
     snprintf(m->optimizer, sizeof m->optimizer, "%s", opk->valuestring);

@@ -110,6 +110,30 @@ static void compare_field(Cmp *c, const char *path, const cJSON *a, const cJSON 
     c->refused++;
 }
 
+/* The training data: the files it resolved to (data_files: name and size per shard, the weight per
+ * dataset) when both configs record them, the --data text only as a free field (the same files
+ * spelled another way); a checkpoint written before data_files compares the text as before. A
+ * --override data allows a change of either. */
+static void data(Cmp *c, const cJSON *saved, const cJSON *current) {
+    const cJSON *sf = cJSON_GetObjectItemCaseSensitive(saved, "data_files"),
+                *cf = cJSON_GetObjectItemCaseSensitive(current, "data_files"),
+                *sd = cJSON_GetObjectItemCaseSensitive(saved, "data"), *cd = cJSON_GetObjectItemCaseSensitive(current, "data");
+    if (!sf || !cf) {
+        compare_field(c, "data", sd, cd);
+        return;
+    }
+    if (!values_equal(sf, cf) && overridden(c, "data")) {
+        report_add(c, "override", "data_files", "(the checkpoint's files)", "(this run's)");
+        return;
+    }
+    compare_field(c, "data_files", sf, cf);
+    if (!values_equal(sd, cd)) {
+        char a[256], b[256];
+        value_str(sd, a, sizeof a), value_str(cd, b, sizeof b);
+        report_add(c, "free", "data", a, b); /* the same files */
+    }
+}
+
 /* Walks the union of the members of two objects; nested objects recurse, others are leaves. */
 static void walk(Cmp *c, const char *prefix, const cJSON *a, const cJSON *b) {
     char path[256];
@@ -119,6 +143,7 @@ static void walk(Cmp *c, const char *prefix, const cJSON *a, const cJSON *b) {
             if (!e->string) continue;
             const cJSON *o = y ? cJSON_GetObjectItemCaseSensitive(y, e->string) : NULL;
             if (pass == 1 && o) continue; /* already compared in pass 0 */
+            if (!prefix[0] && (!strcmp(e->string, "data") || !strcmp(e->string, "data_files"))) continue; /* data() */
             snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", e->string);
             const cJSON *va = pass == 0 ? e : o, *vb = pass == 0 ? o : e;
             if (cJSON_IsObject(va) && cJSON_IsObject(vb)) walk(c, path, va, vb);
@@ -153,6 +178,7 @@ Status ckpt_check_config(const cJSON *saved, const cJSON *current, const char *c
         cJSON_Delete(g0);
         cJSON_Delete(g1);
     }
+    data(&c, saved, current);
     walk(&c, "", saved, current);
     if (c.refused == 0) return ST_OK;
     if (c.refused > 1) {

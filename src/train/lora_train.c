@@ -80,6 +80,7 @@ typedef struct {
     long step;
     long loop_step0;        /* the step the loop started at (a resume's), for the ETA */
     double loop_t0;         /* when it started (timer_ms) */
+    int ckpt_lock;          /* --ckpt-dir's lock (tr_lock_ckpt_dir), -1 none */
 } LoraRun;
 
 /* The whole model's adapter parameters (every tp rank's slices together). */
@@ -116,6 +117,7 @@ static Status refuse(const TrainConfig *c, int world, Err *err) {
 
 static void run_free(LoraRun *r) {
     events_close(&r->log);
+    if (r->ckpt_lock >= 0) close(r->ckpt_lock), r->ckpt_lock = -1;
     cJSON_Delete(r->config);
     free(r->step_ms);
     mem_free(&r->mem, MEM_PARAMS, r->sp, r->mfloats * sizeof(float));
@@ -400,6 +402,7 @@ static Status resume(LoraRun *r, Err *err) {
             if (!strcmp(cand, path)) continue;
             if ((st = ckpt_lora_read_meta(cand, &meta, &lc, &mc, err)) == ST_OK) {
                 if (r->comm->rank == 0 && !c->quiet) printf("resume: skipped %s (%s)\n", path, first);
+                else if (r->comm->rank == 0) fprintf(stderr, "scaletrain train: resume: skipped %s (%s)\n", path, first);
                 snprintf(path, sizeof path, "%s", cand);
             }
         }
@@ -677,6 +680,7 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     LoraRun run;
     memset(&run, 0, sizeof run);
     LoraRun *r = &run;
+    r->ckpt_lock = -1;
     r->cfg = *cfg;
     TrainConfig *c = &r->cfg;
     memset(res, 0, sizeof *res);
@@ -716,10 +720,12 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
         goto done;
     }
     c->sched.total = c->steps;
-    if (!(r->config = events_config_json(c))) {
+    cJSON *files = NULL;
+    if (!(r->config = events_config_json(c)) || !(files = tr_data_files_json(&r->train))) {
         st = err_set(err, ST_ERR_RUNTIME, "out of memory (the run's config)");
         goto done;
     }
+    cJSON_AddItemToObject(r->config, "data_files", files);
     /* the grid as run (dp from the world when not given): the global batch the resume compares */
     cJSON_DeleteItemFromObjectCaseSensitive(r->config, "dp");
     cJSON_AddNumberToObject(r->config, "dp", r->dp);
@@ -727,6 +733,13 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     if ((st = resume(r, err)) != ST_OK) goto done;
     if ((st = setup_accounting(r, err)) != ST_OK) goto done;
     res->start_step = r->step;
+    {
+        char rdir[4096] = "";
+        if (c->resume[0] && ckpt_lora_resolve(c->ckpt_dir, c->resume, rdir, sizeof rdir, &(Err){0}) != ST_OK) rdir[0] = '\0';
+        if ((st = tr_check_outputs(c, &r->train, c->val_data[0] ? &r->val : NULL, rdir, err)) != ST_OK) goto done;
+        st = r->comm->rank == 0 ? tr_lock_ckpt_dir(c->ckpt_dir, &r->ckpt_lock, err) : ST_OK;
+        if ((st = train_agree(r->comm, st, "--ckpt-dir", err, &res->err_everywhere)) != ST_OK) goto done;
+    }
     if ((st = events_open(&r->log, r->comm->rank == 0 ? c->log_path : "", r->step > 0, err)) != ST_OK) goto done;
     {
         char tg[64];

@@ -196,6 +196,7 @@ static void run_free(Run *r) {
     ckpt_shard_async_free(r->ck.sasync); /* an uncommitted save stays invisible (run_finish commits it) */
     free(r->ck.write);
     events_close(&r->log);
+    if (r->ckpt_lock >= 0) close(r->ckpt_lock), r->ckpt_lock = -1;
     free(r->step_ms);
     free(r->by_rank);
     free(r->by_rank2);
@@ -242,6 +243,11 @@ static Status run_setup(Run *r, Err *err) {
     if ((st = tr_resume_find(r, err)) != ST_OK) return st;
     if ((st = tr_agree_setup(r, tr_setup_model(r, err), "model setup", err)) != ST_OK) return st;
     if ((st = tr_resume_load(r, err)) != ST_OK) return st;
+    if ((st = tr_check_outputs(&r->cfg, &r->train, r->cfg.val_data[0] ? &r->val : NULL, r->rs.path, err)) != ST_OK)
+        return st;
+    /* rank 0 holds --ckpt-dir for the job (the other ranks write their parts under it) */
+    st = r->comm->rank == 0 ? tr_lock_ckpt_dir(r->cfg.ckpt_dir, &r->ckpt_lock, err) : ST_OK;
+    if ((st = tr_agree_setup(r, st, "--ckpt-dir", err)) != ST_OK) return st;
     if ((st = tr_setup_outputs(r, err)) != ST_OK) return st;
     if ((st = tr_setup_accounting(r, err)) != ST_OK) return st;
     if ((st = tr_announce(r, err)) != ST_OK) return st;
@@ -313,6 +319,7 @@ Status train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     Run run;
     memset(&run, 0, sizeof run);
     Run *r = &run;
+    r->ckpt_lock = -1;
     r->acct.rss_base = mem_rss_anon(); /* before anything of this run is allocated */
     r->cfg = *cfg, r->res = res;
     if ((st = run_setup(r, err)) == ST_OK) {

@@ -7,10 +7,15 @@
 #include <cjson/cJSON.h>
 #include <limits.h>
 #include <math.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -22,6 +27,7 @@
 #include "core/peak.h"
 #include "core/progress.h"
 #include "core/stats.h"
+#include "core/stopsig.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "data/bpe.h"
@@ -65,6 +71,14 @@ static Status resume_check_seeds(const TrainConfig *c, CkptMeta *meta, const cJS
     return ST_OK;
 }
 
+/* A resume's note: on stdout with the progress, and when it says a newer checkpoint was skipped
+ * (warn) on stderr under --quiet too, which silences progress, not what happened to the data. */
+static void resume_note(const Run *r, const char *note, int warn) {
+    if (r->comm->rank != 0) return;
+    if (!r->cfg.quiet) printf("resume: %s\n", note);
+    else if (warn) fprintf(stderr, "scaletrain train: resume: %s\n", note);
+}
+
 /* Checks the config recorded with checkpoint path against this run's (model fields equal,
  * trajectory fields equal unless overridden) and that it is before --steps; sets the step and batch
  * counters to its step. */
@@ -81,6 +95,10 @@ static Status resume_check(Run *r, const char *path, Err *err) {
     st = ckpt_check_override_names(meta.config, r->config, ov, nov, err);
     if (st == ST_OK) st = resume_check_seeds(c, &meta, r->config, ov, nov, err);
     if (st == ST_OK) st = ckpt_check_config(meta.config, r->config, ov, nov, report, sizeof report, err);
+    /* the moments on disk are the recorded optimizer's: another one's would be read as its own */
+    if (st == ST_OK && strcmp(meta.optimizer, optim_kind_name(c->optim.kind)))
+        st = err_set(err, ST_ERR_INPUT, "optimizer.kind: expected this run's %s, found %s", optim_kind_name(c->optim.kind),
+                     meta.optimizer);
     if (st != ST_OK) err_prefix(err, "--resume %s", path);
     else if (meta.step >= c->steps)
         st = err_set(err, ST_ERR_INPUT, "--steps %ld: the checkpoint %s is already at step %ld (extend --steps)", c->steps,
@@ -119,7 +137,7 @@ static Status resume_find_here(Run *r, Err *err) {
      * printed before it, saying the opposite */
     if (!r->rs.path[0] && !is_auto)
         return err_set(err, ST_ERR_INPUT, "--resume %s: expected a checkpoint, found none", c->resume);
-    if (r->rs.note[0] && !c->quiet) printf("resume: %s\n", r->rs.note);
+    if (r->rs.note[0]) resume_note(r, r->rs.note, r->rs.path[0] != '\0'); /* with a path: a newer one skipped */
     if (!r->rs.path[0]) { /* ckpt's note says so already; the start record gets one either way */
         if (!r->rs.note[0]) {
             snprintf(r->rs.note, sizeof r->rs.note, "no checkpoint in %s, starting from scratch", c->ckpt_dir);
@@ -281,7 +299,7 @@ static Status resume_load_verified(Run *r, CkptMeta *m, Err *err) {
                            refused, why, e2.msg[0] ? e2.msg : "none left");
         snprintf(r->rs.note, sizeof r->rs.note, "%.700s refused on load (%.500s); falling back to %.700s", refused, why,
                  r->rs.path);
-        if (!c->quiet) printf("resume: %s\n", r->rs.note);
+        resume_note(r, r->rs.note, 1);
         Status cs = resume_check(r, r->rs.path, err);
         if (cs != ST_OK) return cs;
     }
@@ -318,6 +336,7 @@ Status tr_resume_load(Run *r, Err *err) {
     for (const cJSON *x = sj ? sj->child : NULL; x && r->rs.nskipped < SKIP_RECORD_MAX; x = x->next)
         r->rs.skipped[r->rs.nskipped++] = (long)x->valuedouble;
     ckpt_meta_free(&m);
+    if (st == ST_OK) stopsig_set_last_checkpoint(r->rs.path);
     if (st == ST_OK && !c->quiet) printf("resume: continuing from %s (step %ld)\n", r->rs.path, r->rs.step);
     return st;
 }
@@ -471,11 +490,14 @@ Status tr_save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info, Err
     if (pb) o.progress = progress_cb, o.progress_ctx = pb;
     Status st;
     memset(info, 0, sizeof *info);
+    /* what a second stop signal's line says (stopsig): the write under way, the last one done */
+    stopsig_set_activity("a checkpoint write");
     if (r->ck.async) {
         /* The previous background write must be complete (and its errors seen) first. */
         CkptSaveInfo prev;
         memset(&prev, 0, sizeof prev);
         if ((st = ckpt_async_wait(r->ck.async, &prev, err)) == ST_OK) {
+            if (prev.path[0]) stopsig_set_last_checkpoint(prev.path);
             tr_note_write_time(r, &prev);
             st = ckpt_async_save(r->ck.async, &r->g.w, &opt, &meta, &o, err);
         }
@@ -486,9 +508,137 @@ Status tr_save_checkpoint(Run *r, long step, double *ms, CkptSaveInfo *info, Err
     } else {
         st = run_save_gathered(r, &meta, &o, info, NULL, err);
     }
+    stopsig_set_activity(NULL);
+    if (st == ST_OK && info->path[0]) stopsig_set_last_checkpoint(info->path);
     if (r->ck.xstate) mem_free(&r->mem, MEM_CKPT_STAGING, r->ck.xstate, r->ck.xstate_n * sizeof(float));
     r->ck.xstate = NULL, r->ck.xstate_n = 0;
     cJSON_Delete(extra);
     *ms = timer_ms() - t0;
     return st;
+}
+
+/* ---- outputs that would overwrite inputs (tr_check_outputs) ---- */
+
+/* 1 when a and b name the same existing file or folder. */
+static int same_node(const char *a, const char *b) {
+    struct stat x, y;
+    return a[0] && b[0] && stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+/* The input (a file, or a folder's files one level down) that `out` is, or NULL; its path in buf. */
+static const char *input_hit(const char *out, const char *in, char *buf, size_t cap) {
+    struct stat sb;
+    if (!in[0] || stat(in, &sb) != 0) return NULL;
+    if (!S_ISDIR(sb.st_mode)) return same_node(out, in) ? snprintf(buf, cap, "%s", in), buf : NULL;
+    DIR *d = opendir(in);
+    const struct dirent *e;
+    const char *hit = NULL;
+    while (d && !hit && (e = readdir(d)))
+        if (e->d_name[0] != '.' && snprintf(buf, cap, "%s/%s", in, e->d_name) < (int)cap && same_node(out, buf)) hit = buf;
+    if (d) closedir(d);
+    return hit;
+}
+
+static const char *shard_hit(const char *out, const Loader *l) {
+    for (int i = 0; l && i < l->nsets; i++)
+        for (int j = 0; j < l->sets[i].nshards; j++)
+            if (same_node(out, l->sets[i].shards[j].path)) return l->sets[i].shards[j].path;
+    return NULL;
+}
+
+Status tr_check_outputs(const TrainConfig *c, const Loader *train, const Loader *val, const char *resume_dir, Err *err) {
+    char buf[2200];
+    const char *hit;
+    if (c->log_path[0]) {
+        if ((hit = shard_hit(c->log_path, train)))
+            return err_set(err, ST_ERR_INPUT, "--log %s: expected a file that is not one of the run's inputs, found the "
+                           "training shard %s (it would be overwritten)", c->log_path, hit);
+        if ((hit = shard_hit(c->log_path, val)))
+            return err_set(err, ST_ERR_INPUT, "--log %s: expected a file that is not one of the run's inputs, found the "
+                           "validation shard %s (it would be overwritten)", c->log_path, hit);
+        if ((hit = input_hit(c->log_path, c->init_from, buf, sizeof buf)))
+            return err_set(err, ST_ERR_INPUT, "--log %s: expected a file that is not one of the run's inputs, found %s of "
+                           "--init-from %s (it would be overwritten)", c->log_path, hit, c->init_from);
+        if (resume_dir && (hit = input_hit(c->log_path, resume_dir, buf, sizeof buf)))
+            return err_set(err, ST_ERR_INPUT, "--log %s: expected a file outside the checkpoint resumed, found its %s (it "
+                           "would be overwritten)", c->log_path, hit);
+    }
+    if (c->out_dir[0]) {
+        struct stat sb;
+        char from[1100];
+        /* --init-from names a folder, or a weights file in one */
+        snprintf(from, sizeof from, "%s", c->init_from);
+        if (from[0] && stat(from, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
+            char *slash = strrchr(from, '/');
+            if (slash) *slash = '\0';
+            else snprintf(from, sizeof from, ".");
+        }
+        if (same_node(c->out_dir, from))
+            return err_set(err, ST_ERR_INPUT, "--out %s: expected a folder other than the weights it starts from, found "
+                           "--init-from %s's (they would be overwritten)", c->out_dir, c->init_from);
+        if (resume_dir && same_node(c->out_dir, resume_dir))
+            return err_set(err, ST_ERR_INPUT, "--out %s: expected a folder other than the checkpoint it resumes, found "
+                           "that checkpoint (it would be overwritten and fail its checksums)", c->out_dir);
+        /* a step_ folder of --ckpt-dir: a checkpoint a later --resume auto would take, overwritten */
+        char parent[1100];
+        snprintf(parent, sizeof parent, "%s", c->out_dir);
+        size_t n = strlen(parent);
+        while (n > 1 && parent[n - 1] == '/') parent[--n] = '\0';
+        char *slash = strrchr(parent, '/');
+        const char *base = slash ? slash + 1 : parent;
+        int is_step = !strncmp(base, "step_", 5);
+        if (slash) *slash = '\0';
+        else snprintf(parent, sizeof parent, ".");
+        if (is_step && c->ckpt_dir[0] && same_node(parent, c->ckpt_dir))
+            return err_set(err, ST_ERR_INPUT, "--out %s: expected a folder outside --ckpt-dir %s's checkpoints, found one of "
+                           "its step_ folders", c->out_dir, c->ckpt_dir);
+    }
+    return ST_OK;
+}
+
+cJSON *tr_data_files_json(const Loader *l) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; a && i < l->nsets; i++) {
+        cJSON *o = cJSON_CreateObject(), *f = o ? cJSON_AddArrayToObject(o, "files") : NULL;
+        if (!f) return cJSON_Delete(o), cJSON_Delete(a), NULL;
+        cJSON_AddNumberToObject(o, "weight", l->sets[i].weight);
+        for (int j = 0; j < l->sets[i].nshards; j++) {
+            const Shard *sh = &l->sets[i].shards[j];
+            const char *slash = strrchr(sh->path, '/');
+            struct stat sb;
+            cJSON *e = cJSON_CreateArray();
+            cJSON_AddItemToArray(e, cJSON_CreateString(slash ? slash + 1 : sh->path));
+            cJSON_AddItemToArray(e, cJSON_CreateNumber(stat(sh->path, &sb) == 0 ? (double)sb.st_size : -1.0));
+            cJSON_AddItemToArray(f, e);
+        }
+        cJSON_AddItemToArray(a, o);
+    }
+    return a;
+}
+
+Status tr_lock_ckpt_dir(const char *dir, int *fd, Err *err) {
+    *fd = -1;
+    if (!dir[0]) return ST_OK;
+    Status st = file_mkdirs(dir, err);
+    if (st != ST_OK) return err_prefix(err, "--ckpt-dir");
+    char path[2100];
+    snprintf(path, sizeof path, "%s/.lock", dir);
+    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (f < 0) return err_set(err, ST_ERR_RUNTIME, "--ckpt-dir %s: cannot open its lock %s: %s", dir, path, strerror(errno));
+    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char pid[32] = "";
+        ssize_t n = pread(f, pid, sizeof pid - 1, 0);
+        close(f);
+        if (n > 0) pid[n] = '\0', pid[strcspn(pid, "\n")] = '\0';
+        if (e == EWOULDBLOCK)
+            return err_set(err, ST_ERR_INPUT, "--ckpt-dir %s: expected a folder no other run is writing, found it in use by "
+                           "process %s (%s held)", dir, pid[0] ? pid : "?", path);
+        return err_set(err, ST_ERR_RUNTIME, "--ckpt-dir %s: cannot lock %s: %s", dir, path, strerror(e));
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(f, 0) != 0 || pwrite(f, pid, (size_t)n, 0) != n) { /* the pid is for the message only */ }
+    *fd = f;
+    return ST_OK;
 }

@@ -153,6 +153,7 @@ typedef struct {
     long step, attempt;
     double ms_total, loop_t0;
     TrSignals sig;
+    int ckpt_lock;          /* --ckpt-dir's .lock, held open (flock) for the run: -1 none */
 } Run;
 
 /* What one step measured and decided, filled stage by stage. */
@@ -230,6 +231,21 @@ void tr_print_memory(const MemStats *mem);
 /* what: words after "FLOP/token" ("" for the full trainer) */
 void tr_print_compute(const TrainConfig *c, const RunAccounting *a, int threads_auto, const char *what);
 Status tr_resume_find(Run *r, Err *err);
+/* Refuses outputs that would overwrite the run's inputs: --log being a training or validation shard
+ * or a file of the --init-from weights or the resumed checkpoint; --out being the --init-from
+ * folder, the resumed checkpoint or a checkpoint folder of --ckpt-dir (ST_ERR_INPUT, one line
+ * naming both). resume_dir: the checkpoint resumed ("" none); val may be NULL. */
+Status tr_check_outputs(const TrainConfig *c, const Loader *train, const Loader *val, const char *resume_dir, Err *err);
+/* The training data as resolved: [{"weight": w, "files": [[name, bytes], ...]}, ...] per dataset
+ * (file names without their folder, sizes in bytes), the config's "data_files": what a resume
+ * compares (ckpt_check_config), so that a glob matching other files is refused and the same files
+ * spelled another way are not. NULL when out of memory. */
+struct cJSON *tr_data_files_json(const Loader *l);
+/* Takes --ckpt-dir's lock for this process (creating the folder): flock on DIR/.lock, which then
+ * holds its pid; the descriptor stays open until the process exits. A folder another run holds is
+ * refused (ST_ERR_INPUT naming its pid): two runs writing one --ckpt-dir delete each other's
+ * temporaries and interleave their checkpoints. *fd = -1 when dir is "". */
+Status tr_lock_ckpt_dir(const char *dir, int *fd, Err *err);
 float *tr_run_staging(Run *r, const ParamLayout *pl, int n);
 void tr_run_staging_free(Run *r, const ParamLayout *pl, float *p, int n);
 void tr_slices_from_full(Run *r, float *local, const float *full, int n);

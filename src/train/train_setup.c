@@ -294,6 +294,9 @@ Status train_threads(Comm *comm, int *threads, double *by_rank, const char *grid
 Status tr_setup_same_config(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
     r->config = events_config_json(c);
+    cJSON *files = r->config ? tr_data_files_json(&r->train) : NULL;
+    if (!files) return err_set(err, ST_ERR_RUNTIME, "out of memory (config)");
+    cJSON_AddItemToObject(r->config, "data_files", files);
     char *text = cJSON_PrintUnformatted(r->config);
     if (!text) return err_set(err, ST_ERR_RUNTIME, "out of memory (config text)");
     uint64_t h = XXH3_64bits(text, strlen(text));
@@ -396,7 +399,7 @@ Status tr_setup_model(Run *r, Err *err) {
     r->batch_ints = (size_t)k * B * T;
     r->inp = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
     r->tgt = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
-    r->step_cap = c->steps * 2 + 64;
+    r->step_cap = (c->steps < 1000000 ? c->steps : 1000000) * 2 + 64; /* the step times the median reads: at most 2M */
     r->step_ms = calloc((size_t)r->step_cap, sizeof *r->step_ms);
     if (!r->inp || !r->tgt || !r->step_ms) return err_set(err, ST_ERR_RUNTIME, "out of memory allocating the batches");
     if (c->optim.kind == OPT_SOPHIA) {

@@ -1,0 +1,175 @@
+/* test_train_inputs.c — a run never overwrites its own inputs, a resume trains on the files it
+ * trained on, one --ckpt-dir has one writer, and a resealed state.json is still checked.
+ *
+ * Oracle: the real binary's exit status and its one stderr line, and the inputs' bytes (XXH3 of a
+ * shard before and after; the checkpoint still resumes).
+ *   outputs   --log naming the training shard, --out naming the checkpoint being resumed, --out
+ *             naming the --init-from folder, --out naming a step_ folder of --ckpt-dir: exit 2,
+ *             one line naming the flag; the shard's hash and the checkpoint unchanged (it resumes).
+ *             Control: the same runs with the outputs elsewhere exit 0.
+ *   data      a resume whose --data glob now matches a second shard is refused naming data_files;
+ *             the same single shard spelled as a path instead of the glob resumes (0), and so does
+ *             the changed glob with --override data (control: the override is what lets it).
+ *   lock      with the test holding DIR/.lock (flock), `train --ckpt-dir DIR` is refused naming
+ *             the holder's pid; released, the same command runs (control).
+ *   state     a state.json whose step is set to -1 (then to 1e30) and resealed (checksum
+ *             recomputed) is refused naming `step`; the untouched one resumes (control). */
+#include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "ckpt/ckpt_internal.h"
+#include "core/fileio.h"
+#include "testutil.h"
+
+#define BIN ST_BINARY_DIR "/scaletrain"
+#define DIR ST_BINARY_DIR "/test_train_inputs"
+#define T "--layers 2 --heads 2 --channels 32 --vocab 257 --max-seq-len 32 --seq-len 32 --micro-batch 2 --threads 1 --quiet"
+
+/* Runs `scaletrain ARGS` in DIR; the exit code; stderr's text in err (lines counted in *lines). */
+static int st(const char *args, char *err, size_t cap, int *lines) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cd %s && %s %s >/dev/null 2>stderr.txt", DIR, BIN, args);
+    int rc = system(cmd);
+    char *t = tu_slurp(DIR "/stderr.txt");
+    if (err && cap) snprintf(err, cap, "%s", t ? t : "");
+    if (lines) {
+        *lines = 0;
+        for (const char *p = t; p && *p; p++) *lines += *p == '\n';
+    }
+    free(t);
+    if (err && cap && err[0] && err[strlen(err) - 1] == '\n') err[strlen(err) - 1] = '\0';
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static unsigned long long hash_file(const char *path) {
+    char *t;
+    size_t n;
+    Err e;
+    if (file_read_all(path, &t, &n, &e) != ST_OK) return 0;
+    unsigned long long h = XXH3_64bits(t, n);
+    free(t);
+    return h;
+}
+
+/* Refused with exit 2, one line containing want. */
+static void refused(const char *name, const char *args, const char *want) {
+    char err[1024];
+    int lines, rc = st(args, err, sizeof err, &lines);
+    tu_check(rc == 2 && lines == 1 && strstr(err, want), name, "exit %d, %d line(s): %s", rc, lines, err);
+}
+
+static void ran(const char *name, const char *args) {
+    char err[1024];
+    int rc = st(args, err, sizeof err, NULL);
+    tu_check(rc == 0, name, "exit %d: %s", rc, err);
+}
+
+static void outputs(void) {
+    char a[2048];
+    unsigned long long h0 = hash_file(DIR "/sh/train_000000.bin");
+    refused("--log naming the training shard is refused", "train --data sh/train_000000.bin " T " --steps 2 --log "
+            "sh/train_000000.bin", "--log sh/train_000000.bin: expected a file that is not one of the run's inputs");
+    tu_check(h0 && hash_file(DIR "/sh/train_000000.bin") == h0, "the shard is unchanged", "xxh3 %016llx", h0);
+    ran("a checkpoint at step 6", "train --data sh/train_000000.bin " T " --steps 6 --ckpt-dir ck --ckpt-every 3");
+    refused("--out naming the checkpoint it resumes is refused", "train --data sh/train_000000.bin " T " --steps 9 "
+            "--ckpt-dir ck --resume auto --out ck/step_00000006", "--out ck/step_00000006: expected a folder other than "
+            "the checkpoint it resumes");
+    refused("--out naming a step_ folder of --ckpt-dir is refused", "train --data sh/train_000000.bin " T " --steps 9 "
+            "--ckpt-dir ck --resume auto --out ck/step_00000009", "expected a folder outside --ckpt-dir ck's checkpoints");
+    ran("base weights", "train --data sh/train_000000.bin " T " --steps 2 --out base");
+    snprintf(a, sizeof a, "train --data sh/train_000000.bin --init-from base --steps 2 --threads 1 --seq-len 32 "
+             "--micro-batch 2 --quiet --out base");
+    refused("--out naming the --init-from folder is refused", a, "--out base: expected a folder other than the weights "
+            "it starts from");
+    ran("control: the checkpoint still resumes, --out elsewhere, --log elsewhere",
+        "train --data sh/train_000000.bin " T " --steps 9 --ckpt-dir ck --resume ck/step_00000006 --out out9 --log l.jsonl");
+    ran("control: --init-from base to another folder", "train --data sh/train_000000.bin --init-from base --steps 2 "
+        "--threads 1 --seq-len 32 --micro-batch 2 --quiet --out base2");
+}
+
+static void data(void) {
+    system("mkdir -p " DIR "/dd && cp " DIR "/sh/train_000000.bin " DIR "/sh/manifest.json " DIR "/dd/");
+    ran("a run on 'dd/train_*.bin' stops at 6", "train --data 'dd/train_*.bin' " T " --steps 12 --stop-after 6 "
+        "--ckpt-dir ckd");
+    system("cp " DIR "/sh/val_000000.bin " DIR "/dd/train_000001.bin");
+    refused("its resume with the glob now matching another shard is refused", "train --data 'dd/train_*.bin' " T
+            " --steps 12 --ckpt-dir ckd --resume auto", "config field data_files (a trajectory field) changed");
+    ran("control: with --override data it resumes", "train --data 'dd/train_*.bin' " T " --steps 7 --ckpt-dir ckd2 "
+        "--resume ckd/step_00000006 --override data");
+    ran("the same one shard named as a path, not the glob, resumes", "train --data dd/train_000000.bin " T
+        " --steps 12 --ckpt-dir ckd --resume auto");
+}
+
+static void lock(void) {
+    system("mkdir -p " DIR "/lk");
+    int fd = open(DIR "/lk/.lock", O_RDWR | O_CREAT, 0644);
+    int held = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0;
+    char want[128];
+    snprintf(want, sizeof want, "--ckpt-dir lk: expected a folder no other run is writing, found it in use by process");
+    if (fd >= 0) {
+        char pid[32];
+        int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+        if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) held = 0;
+    }
+    tu_check(held, "the test holds lk/.lock", "fd %d", fd);
+    char w2[160];
+    snprintf(w2, sizeof w2, "%s %ld", want, (long)getpid());
+    refused("a --ckpt-dir another process holds is refused, naming its pid",
+            "train --data sh/train_000000.bin " T " --steps 2 --ckpt-dir lk --ckpt-every 1", w2);
+    if (fd >= 0) close(fd);
+    ran("control: released, the same run writes its checkpoints",
+        "train --data sh/train_000000.bin " T " --steps 2 --ckpt-dir lk --ckpt-every 1");
+}
+
+/* ck/step_00000006's state.json with step set to v, resealed, into ckv/step_00000006. */
+static int reseal(double v) {
+    system("rm -rf " DIR "/ckv && mkdir -p " DIR "/ckv && cp -r " DIR "/ck/step_00000006 " DIR "/ckv/");
+    char *t = tu_slurp(DIR "/ckv/step_00000006/state.json");
+    cJSON *o = t ? cJSON_Parse(t) : NULL;
+    free(t);
+    if (!o) return 0;
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "state_checksum");
+    cJSON_ReplaceItemInObjectCaseSensitive(o, "step", cJSON_CreateNumber(v));
+    char *text = cJSON_Print(o), *sealed = text ? ckpt_state_seal(text) : NULL;
+    cJSON_Delete(o);
+    free(text);
+    FILE *f = sealed ? fopen(DIR "/ckv/step_00000006/state.json", "w") : NULL;
+    int ok = f && fputs(sealed, f) >= 0;
+    if (f) fclose(f);
+    free(sealed);
+    return ok;
+}
+
+static void state(void) {
+    int ok = reseal(-1);
+    refused("a resealed state.json with step -1 is refused", "train --data sh/train_000000.bin " T " --steps 12 "
+            "--resume ckv/step_00000006", "step: expected a whole number in [0, 9007199254740992], found -1");
+    ok &= reseal(1e30);
+    refused("a resealed state.json with step 1e30 is refused", "train --data sh/train_000000.bin " T " --steps 12 "
+            "--resume ckv/step_00000006", "step: expected a whole number in [0, 9007199254740992], found 1e+30");
+    ok &= reseal(6);
+    tu_check(ok, "state.json resealed three times", "%d", ok);
+    ran("control: resealed with its own step 6 it resumes (the reseal itself is sound)",
+        "train --data sh/train_000000.bin " T " --steps 8 --resume ckv/step_00000006");
+}
+
+int main(void) {
+    if (system("rm -rf " DIR " && mkdir -p " DIR " && cd " DIR " && " BIN " prepare --out sh --tokenizer bytes --separator "
+               "'' --val-fraction 0.1 --quiet " ST_SOURCE_DIR "/data/tinyshakespeare/input.txt >/dev/null 2>&1") != 0) {
+        tu_check(0, "prepare the shards", "failed");
+        return tu_exit();
+    }
+    outputs();
+    data();
+    lock();
+    state();
+    return tu_exit();
+}
