@@ -13,7 +13,11 @@
  *   lock      with the test holding DIR/.lock (flock), `train --ckpt-dir DIR` is refused naming
  *             the holder's pid; released, the same command runs (control).
  *   state     a state.json whose step is set to -1 (then to 1e30) and resealed (checksum
- *             recomputed) is refused naming `step`; the untouched one resumes (control). */
+ *             recomputed) is refused naming `step`; the untouched one resumes (control).
+ *   rewrite   a shard rewritten in place during a run (same size, every id 0xFFFF, past the 257
+ *             of the vocabulary) stops the run with exit 2 and one line naming --data and the id
+ *             (the ids were checked when it opened; read on, 0xFFFF would index past the embedding
+ *             table). Control: the same run on an untouched copy finishes (exit 0). */
 #include <cjson/cJSON.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -161,6 +165,25 @@ static void state(void) {
         "train --data sh/train_000000.bin " T " --steps 8 --resume ckv/step_00000006");
 }
 
+static void rewrite(void) {
+    system("mkdir -p " DIR "/rw && cp " DIR "/sh/train_000000.bin " DIR "/rw/a.bin && cp " DIR "/sh/train_000000.bin "
+           DIR "/rw/b.bin && head -c 1000000 /dev/zero | tr '\\000' '\\377' > " DIR "/rw/ff.bin");
+    char cmd[2048], err[1024];
+    snprintf(cmd, sizeof cmd, "cd %s && (%s train --data rw/a.bin " T " --steps 200000 2>stderr.txt & p=$!; sleep 1; "
+             "dd if=rw/ff.bin of=rw/a.bin bs=1024 seek=1 conv=notrunc status=none; wait $p)", DIR, BIN);
+    int rc = system(cmd);
+    rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    char *t = tu_slurp(DIR "/stderr.txt");
+    int lines = 0;
+    for (const char *p = t; p && *p; p++) lines += *p == '\n';
+    snprintf(err, sizeof err, "%s", t ? t : "");
+    free(t);
+    tu_check(rc == 2 && lines == 1 && strstr(err, "--data rw/a.bin: token id 65535") &&
+                 strstr(err, "was a shard rewritten during the run?"),
+             "a shard rewritten in place during the run stops it with one line", "exit %d, %d line(s): %s", rc, lines, err);
+    ran("control: the same run on an untouched copy finishes", "train --data rw/b.bin " T " --steps 50");
+}
+
 int main(void) {
     if (system("rm -rf " DIR " && mkdir -p " DIR " && cd " DIR " && " BIN " prepare --out sh --tokenizer bytes --separator "
                "'' --val-fraction 0.1 --quiet " ST_SOURCE_DIR "/data/tinyshakespeare/input.txt >/dev/null 2>&1") != 0) {
@@ -171,5 +194,6 @@ int main(void) {
     data();
     lock();
     state();
+    rewrite();
     return tu_exit();
 }

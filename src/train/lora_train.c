@@ -525,6 +525,7 @@ static void log_val(LoraRun *r, double vl, long vtok, double ms) {
 static Status validation(LoraRun *r, double *loss, Err *err) {
     TrainConfig *c = &r->cfg;
     double t0 = timer_ms();
+    *loss = NAN;
     int B = c->micro_batch, T = c->seq_len;
     double sum = 0;
     long ntok = 0;
@@ -533,6 +534,9 @@ static Status validation(LoraRun *r, double *loss, Err *err) {
         if (first >= r->val.nwin) break;
         int rows = (uint64_t)B < r->val.nwin - first ? B : (int)(r->val.nwin - first);
         loader_fill(&r->val, first, rows, r->inp, r->tgt);
+        if (tr_bad_id(r->inp, r->tgt, (size_t)rows * T, c->model.vocab) >= 0) /* a validation shard rewritten */
+            return err_set(err, ST_ERR_INPUT, "--val-data %s: a token id not below the vocabulary size %d (was a shard "
+                           "rewritten during the run?)", c->val_data, c->model.vocab);
         for (size_t i = 0; i < (size_t)rows * T; i++) ntok += r->tgt[i] >= 0;
         sum += gpt_forward(&r->g, r->inp, r->tgt, rows, T, 0.0f, 0, 0);
     }
@@ -554,10 +558,14 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
      * attention span (layout_doc_span) for the step's FLOPs, as the full trainer counts it */
     int dm = c->model.doc_mask;
     double span = dm && r->tp_rank == 0 ? layout_doc_span(r->inp, B * k, T, c->model.doc_eot) : 0;
-    int64_t v[3] = {0, tr_stop_pending() != 0, (int64_t)llround(span * (double)B * k * T)};
+    long bad = tr_bad_id(r->inp, r->tgt, r->batch_ints, c->model.vocab);
+    int64_t v[4] = {0, tr_stop_pending() != 0, (int64_t)llround(span * (double)B * k * T), bad >= 0};
     for (size_t i = 0; i < r->batch_ints && r->tp_rank == 0; i++) v[0] += r->tgt[i] >= 0;
-    Status st = comm_allreduce_i64(r->comm, v, 3, COMM_SUM, err);
+    Status st = comm_allreduce_i64(r->comm, v, 4, COMM_SUM, err);
     if (st != ST_OK) return st;
+    if (v[3] > 0) /* every rank stops */
+        return err_set(err, ST_ERR_INPUT, "--data %s: a token id not below the vocabulary size %d in %s batch (was a shard "
+                       "rewritten during the run?)", c->data, c->model.vocab, bad >= 0 ? "this step's" : "another rank's");
     int64_t ntok = v[0];
     r->stop = v[1] > 0;
     long next = r->step + 1;

@@ -231,6 +231,15 @@ void tr_print_memory(const MemStats *mem);
 /* what: words after "FLOP/token" ("" for the full trainer) */
 void tr_print_compute(const TrainConfig *c, const RunAccounting *a, int threads_auto, const char *what);
 Status tr_resume_find(Run *r, Err *err);
+/* The first position of n whose input or target id is not below the vocabulary V (a target may be
+ * -1: masked), or -1. The shards' ids are checked when they open; a shard rewritten in place during
+ * the run (same size, other content) is read as it is then, and an id past the embedding table would
+ * be read out of bounds. */
+static inline long tr_bad_id(const int32_t *inp, const int32_t *tgt, size_t n, int V) {
+    for (size_t i = 0; i < n; i++)
+        if ((uint32_t)inp[i] >= (uint32_t)V || (tgt[i] >= 0 && tgt[i] >= V) || tgt[i] < -1) return (long)i;
+    return -1;
+}
 /* Refuses outputs that would overwrite the run's inputs: --log being a training or validation shard
  * or a file of the --init-from weights or the resumed checkpoint; --out being the --init-from
  * folder, the resumed checkpoint or a checkpoint folder of --ckpt-dir (ST_ERR_INPUT, one line

@@ -57,6 +57,7 @@ static double validate_loss(Gpt *g, Loader *val, int batches, int32_t *inp, int3
     for (int j = 0; j < batches; j++) {
         int rows = val->nwin < (uint64_t)B ? (int)val->nwin : B;
         loader_fill(val, (uint64_t)j * B, rows, inp, tgt);
+        if (tr_bad_id(inp, tgt, (size_t)rows * T, g->w.cfg.vocab) >= 0) return NAN; /* a validation shard rewritten */
         if (pr) {
             double ls = 0;
             Err e;
@@ -141,6 +142,7 @@ static Status step_data(Run *r, Step *s, Err *err) {
     for (int j = 0; j < k; j++)
         loader_fill_rank(&r->train, r->dp_rank, r->dp, j, B, k, r->inp + (size_t)j * B * T, r->tgt + (size_t)j * B * T);
     loader_step_done(&r->train, r->dp, B, k);
+    long bad = tr_bad_id(r->inp, r->tgt, r->batch_ints, c->model.vocab); /* agreed below */
     if (r->attempt == c->debug_spike_step) /* test hook: a corrupted batch (random targets) */
         for (size_t i = 0; i < r->batch_ints; i++)
             r->tgt[i] = (int32_t)rng_below(99, 0xbad, i, (uint64_t)c->model.vocab);
@@ -153,11 +155,19 @@ static Status step_data(Run *r, Step *s, Err *err) {
     /* --doc-mask: Σ L_i² over the documents of the replica's rows (an integer: exact in the sum) */
     int dm = c->model.doc_mask;
     double span = dm && r->tp_rank == 0 && r->pp_rank == 0 ? layout_doc_span(r->inp, B * k, T, c->model.doc_eot) : 0;
-    int64_t v[3] = {ntok, tr_stop_pending() != 0, (int64_t)llround(span * (double)B * k * T)};
-    Status st = comm_allreduce_i64(r->comm, v, dm ? 3 : 2, COMM_SUM, err);
+    int64_t v[4] = {ntok, tr_stop_pending() != 0, bad >= 0, (int64_t)llround(span * (double)B * k * T)};
+    Status st = comm_allreduce_i64(r->comm, v, dm ? 4 : 3, COMM_SUM, err);
     s->ntok = (long)v[0], s->stop = v[1] > 0;
-    s->span = dm ? (double)v[2] / (double)r->acct.batch_tokens : c->seq_len;
+    s->span = dm ? (double)v[3] / (double)r->acct.batch_tokens : c->seq_len;
     s->t1 = timer_ms();
+    if (st == ST_OK && v[2] > 0) { /* every rank stops; the one that read it says what */
+        if (bad >= 0)
+            return err_set(err, ST_ERR_INPUT, "--data %s: token id %d (input) / %d (target) in this step's batch is not "
+                           "below the vocabulary size %d; expected the shards' ids as checked when they opened (was a shard "
+                           "rewritten during the run?)", c->data, r->inp[bad], r->tgt[bad], c->model.vocab);
+        return err_set(err, ST_ERR_INPUT, "--data %s: another rank's batch holds a token id not below the vocabulary size "
+                       "%d (was a shard rewritten during the run?)", c->data, c->model.vocab);
+    }
     return st;
 }
 
