@@ -27,6 +27,7 @@
 #include "core/mem.h"
 #include "model/gpt.h"
 #include "model/layout.h"
+#include "model/lora.h"
 #include "plan/plan.h"
 #include "testutil.h"
 
@@ -735,6 +736,7 @@ static const OptionEffect OPTION_EFFECTS[] = {
     {"lora-rank", PB " --lora-rank 4", PB " --lora-rank 8", "lora.adapter_params"},
     {"lora-targets", PB " --lora-rank 4", PB " --lora-rank 4 --lora-targets all", "lora.total_bytes_per_rank"},
     {"lora-base-precision", PB " --lora-rank 4", PB " --lora-rank 4 --lora-base-precision bf16", "lora.total_bytes_per_rank"},
+    {"lora-dropout", PB " --lora-rank 4", PB " --lora-rank 4 --lora-dropout 0.1", "lora.compute.t_dropout"},
     {"recompute", PB, PB " --recompute full", "compute.hw_flops_per_token"},
     {"recompute", PB, PB " --recompute selective", "memory_bytes.activations"}, /* exact at tp 1 too */
     {"pp-microbatches", PB " --pp 2 --grad-accum 4", PB " --pp 2 --grad-accum 4 --pp-microbatches 2", "pipeline.bubble"},
@@ -992,7 +994,7 @@ static void test_lora_step(void) {
     int okc = plan_model_to_config(&in.model, &mc) && model_config_validate(&mc, &e) == ST_OK;
     double P = 73728, local = P, fpt = okc ? layout_lora_flops_per_token(&mc, in.seq_len, P) : 0;
     PlanLoraStep l0, l1;
-    Status s0 = plan_lora_step(&in, &r, P, local, 0, &l0, &e), s1 = plan_lora_step(&in, &r, P, local / 4, 1, &l1, &e);
+    Status s0 = plan_lora_step(&in, &r, P, local, 0, 0, &l0, &e), s1 = plan_lora_step(&in, &r, P, local / 4, 0, 1, &l1, &e);
     const PlanHardware *hw = &in.hw;
     double S = 4.0 * P, bw = r.comm.dp_inter ? hw->inter_bw : hw->intra_bw, lat = r.comm.dp_inter ? hw->inter_lat : hw->intra_lat;
     double ar = 2.0 * 3 / 4 * S / bw + 2.0 * 3 * lat, ag = 3.0 / 4 * S / bw + 3 * lat;
@@ -1005,6 +1007,22 @@ static void test_lora_step(void) {
              l0.step, step, l0.t_dp, ar, l0.mfu, mfu);
     tu_check(s1 == ST_OK && rel(l1.t_dp - l0.t_dp, ag) < 1e-9, "control: ZeRO 1 adds the all-gather of the updated shards",
              "ZeRO 1 %.6g s, ZeRO 0 %.6g s, all-gather %.6g s", l1.t_dp, l0.t_dp, ag);
+    /* --lora-dropout: the adapters' inputs (GPT-2 d6, all targets: c_attn, attn c_proj, c_fc C wide,
+     * the MLP's c_proj 4C: 7·C per block) drawn three times per token (forward; backward for A's
+     * gradient and through the mask) at the profile's rate; without --lora-dropout none. */
+    LoraConfig lc = {4, 8.0f, 0.0f, 0, 0};
+    LoraLayout ll;
+    int okl = okc && lora_parse_targets("all", &mc, &lc.targets, &e) == ST_OK && lora_layout_init(&ll, &mc, &lc, 1, &e) == ST_OK;
+    double W = okl ? lora_input_width(&ll) : 0, want_w = 7.0 * 384 * 6;
+    in.lora_dropout = 0.1, in.hw.drop_rate = 5e8;
+    PlanLoraStep l2;
+    Status s2 = plan_lora_step(&in, &r, P, local, W, 0, &l2, &e);
+    double want_t = 3.0 * want_w * in.micro_batch * in.seq_len * in.grad_accum / 5e8;
+    tu_check(okl && W == want_w && s2 == ST_OK && rel(l2.t_dropout, want_t) < 1e-12 &&
+                 rel(l2.t_elementwise - l0.t_elementwise, want_t) < 1e-9 && l0.t_dropout == 0,
+             "--lora-dropout: 3 draws per adapter input per token, inside elementwise",
+             "input width %.0f (7CL %.0f), %.4g s (closed form %.4g); none without it: %g", W, want_w, l2.t_dropout, want_t,
+             l0.t_dropout);
 }
 
 /* The checkpoint's size against a checkpoint the trainer writes (fp32 and bf16, the files of its

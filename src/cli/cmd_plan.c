@@ -428,6 +428,8 @@ int cmd_plan(int argc, char **argv) {
         {"json", ARG_FLAG, &json, 0, "print one JSON object (schema: docs/plan.md)"},
         {"lora-rank", ARG_INT, &lora_rank, 0, "also price LoRA fine-tuning at this rank on a frozen fp32 base (docs/lora.md)"},
         {"lora-targets", ARG_STR, lora_targets, sizeof lora_targets, "with --lora-rank: the adapted layers (as train's)"},
+        {"lora-dropout", ARG_DOUBLE, &in.lora_dropout, 0,
+         "with --lora-rank: the adapters' input dropout (as train's), its draws priced in the LoRA step"},
         {"lora-base-precision", ARG_STR, lora_base_prec, sizeof lora_base_prec,
          "with --lora-rank: the frozen base's block storage, fp32 or bf16 (as train's)"},
     };
@@ -769,9 +771,20 @@ int cmd_plan(int argc, char **argv) {
     /* ---- LoRA: the per-rank bytes of train --lora-rank (lora_memory_plan: what it allocates) ---- */
     size_t lora_bytes[MEM_NCAT] = {0};
     long long lora_params = 0;
-    double lora_local = 0; /* the adapter floats one rank's optimizer updates */
+    double lora_local = 0, lora_in = 0; /* the adapter floats one rank's optimizer updates */
     if (SEEN("lora-base-precision") && lora_rank <= 0)
         return cli_fail("plan", ST_ERR_INPUT, "--lora-base-precision: expected --lora-rank > 0 with it, found no --lora-rank");
+    if (SEEN("lora-dropout") && lora_rank <= 0)
+        return cli_fail("plan", ST_ERR_INPUT, "--lora-dropout: expected --lora-rank > 0 with it, found no --lora-rank");
+    if (!(in.lora_dropout >= 0 && in.lora_dropout < 1)) {
+        snprintf(err.msg, sizeof err.msg, "--lora-dropout: expected a probability in [0, 1), found %g", in.lora_dropout);
+        return cli_fail("plan", ST_ERR_INPUT, err.msg);
+    }
+    if (in.lora_dropout > 0 && in.tp > 1) {
+        snprintf(err.msg, sizeof err.msg, "--lora-dropout %g with --tp %d: expected 0 (train refuses it: the masks of a "
+                 "row-parallel layer's column slice are not implemented)", in.lora_dropout, in.tp);
+        return cli_fail("plan", ST_ERR_INPUT, err.msg);
+    }
     if (SEEN("lora-targets") && lora_rank <= 0)
         return cli_fail("plan", ST_ERR_INPUT, "--lora-targets: expected --lora-rank > 0 with it, found no --lora-rank");
     if (lora_rank != 0) {
@@ -805,6 +818,7 @@ int cmd_plan(int argc, char **argv) {
         LoraLayout whole; /* the adapters of the whole model (tp 1) */
         if ((st = lora_layout_init(&whole, &lc, &cfgl, 1, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
         lora_params = (long long)(whole.block_floats * (size_t)whole.L);
+        lora_in = lora_input_width(&whole) / (in.tp > 1 ? in.tp : 1); /* --lora-dropout runs at tp 1 only */
     }
 #undef SEEN
     PlanResult *r = calloc(1, sizeof *r);
@@ -815,7 +829,7 @@ int cmd_plan(int argc, char **argv) {
         return cli_fail("plan", st, err.msg);
     }
     PlanLoraStep ls;
-    if (lora_rank > 0 && (st = plan_lora_step(&in, r, (double)lora_params, lora_local, in.zero, &ls, &err)) != ST_OK) {
+    if (lora_rank > 0 && (st = plan_lora_step(&in, r, (double)lora_params, lora_local, lora_in, in.zero, &ls, &err)) != ST_OK) {
         free(r);
         plan_sched_free(&ps);
         return cli_fail("plan", st, err.msg);
@@ -841,6 +855,7 @@ int cmd_plan(int argc, char **argv) {
             cJSON_AddNumberToObject(cs, "t_tp", ls.t_tp);
             cJSON_AddNumberToObject(cs, "t_dp", ls.t_dp);
             cJSON_AddNumberToObject(cs, "t_optimizer", ls.t_optimizer);
+            cJSON_AddNumberToObject(cs, "t_dropout", ls.t_dropout); /* inside t_elementwise */
             cJSON_AddNumberToObject(cs, "step", ls.step);
             cJSON_AddNumberToObject(cs, "tokens_per_s", ls.tokens_per_s);
             cJSON_AddNumberToObject(cs, "mfu", ls.mfu);

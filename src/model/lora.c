@@ -129,6 +129,12 @@ size_t lora_scratch_floats(const LoraLayout *ll, size_t N) {
 
 size_t lora_zero3_piece(const LoraLayout *ll, int dp) { return (ll->block_floats + (size_t)dp - 1) / (size_t)dp; }
 
+double lora_input_width(const LoraLayout *ll) {
+    double w = 0;
+    for (int i = 0; i < ll->n; i++) w += ll->ad[i].in;
+    return w * ll->L;
+}
+
 size_t lora_moment_floats(const LoraLayout *ll, int dp, int zero) {
     if (zero >= 3) return (size_t)ll->L * lora_zero3_piece(ll, dp);
     return zero >= 1 && dp > 1 ? ll->total / (size_t)dp : ll->total;

@@ -127,6 +127,9 @@ void lora_plan_bytes(const LoraLayout *ll, size_t N, int n_moments, int dp, int 
  * pieces of `piece` floats; rank k holds piece k of every block, at k's buffers + l · piece (its
  * parameters, gradient sums and moments alike). */
 size_t lora_moment_floats(const LoraLayout *ll, int dp, int zero);
+/* The adapters' input widths (this rank's `in`) summed over every adapter of every block: the
+ * elements --lora-dropout draws per token in a forward (plan_lora_step's count). */
+double lora_input_width(const LoraLayout *ll);
 size_t lora_zero3_piece(const LoraLayout *ll, int dp);
 
 /* A bf16-stored base (LoraConfig.base_bf16): the blocks' tensors (segments 1..L, every weight, bias

@@ -1539,7 +1539,7 @@ Status plan_compute(const PlanInput *in, PlanResult *r, Err *err) {
 Status plan_predict_step(const PlanInput *in, PlanResult *r, Err *err) { return plan_core(in, r, CORE_STEP, err); }
 
 Status plan_lora_step(const PlanInput *in, const PlanResult *full, double adapter_params, double adapter_local,
-                      int zero, PlanLoraStep *out, Err *err) {
+                      double adapter_in, int zero, PlanLoraStep *out, Err *err) {
     memset(out, 0, sizeof *out);
     ModelConfig mc;
     if (!plan_model_to_config(&in->model, &mc) || model_config_validate(&mc, &(Err){0}) != ST_OK || in->pp > 1)
@@ -1553,6 +1553,12 @@ Status plan_lora_step(const PlanInput *in, const PlanResult *full, double adapte
                               : in->recompute == PLAN_RECOMPUTE_SELECTIVE ? tf.attention : 0);
     out->t_matmul = full->compute.fpt_hw > 0 ? full->compute.t_matmul * out->fpt_hw / full->compute.fpt_hw : 0;
     out->t_elementwise = full->compute.t_elementwise;
+    if (in->lora_dropout > 0 && adapter_in > 0) { /* the full plan's rate of a draw (core_compute) */
+        double rate = hw->drop_rate > 0 ? hw->drop_rate : hw->mem_bw / 8.0;
+        double tok = (double)in->micro_batch * in->seq_len * (in->grad_accum > 0 ? in->grad_accum : 1);
+        out->t_dropout = (in->recompute == PLAN_RECOMPUTE_FULL ? 4.0 : 3.0) * adapter_in * tok / rate;
+        out->t_elementwise += out->t_dropout;
+    }
     out->t_tp = full->compute.t_tp;
     /* The adapters' gradients in fp32 over dp: ZeRO 0-1 one all-reduce (ZeRO 1 then all-gathers the
      * updated shard), ZeRO 2 a reduce-scatter and that all-gather, ZeRO 3 per block and micro-batch an

@@ -154,6 +154,8 @@ typedef struct {
     double mean_doc_len;   /* doc_mask: mean document length in tokens (> 0); 0: T (no saving) */
     double dropout;        /* train --dropout (0: off): its factors' draws priced at hw drop_rate
                               (layout_dropout_draws), inside t_elementwise */
+    double lora_dropout;   /* train --lora-dropout (0: off): the adapters' input dropout, priced by
+                              plan_lora_step (3 draws per adapter input element per token) */
     /* parallel layout */
     int dp, tp, pp;
     int sp;                /* 1: Megatron sequence parallelism inside the TP group */
@@ -425,12 +427,17 @@ typedef struct {
     double t_tp;           /* full's: the forward's and the input gradients' tp collectives are all there */
     double t_dp;           /* the adapters' gradient collectives over dp (ring α-β, not overlapped) */
     double t_optimizer;    /* AdamW over adapter_local floats, memory-bound (28 bytes each) */
+    double t_dropout;      /* --lora-dropout's draws (inside t_elementwise): each adapter's input
+                              dropped in the forward, again in the backward for A's gradient, and the
+                              input gradient through the same mask; full recompute's forward once more */
     double step;           /* the sum: the LoRA loop overlaps nothing */
     double tokens_per_s;   /* the global batch's tokens / step */
     double mfu;            /* fpt · tokens_per_s / (world · peak) */
 } PlanLoraStep;
+/* adapter_in: the adapters' input widths summed over every adapter of every block on one rank
+ * (lora_input_width), what --lora-dropout draws per token. */
 Status plan_lora_step(const PlanInput *in, const PlanResult *full, double adapter_params, double adapter_local,
-                      int zero, PlanLoraStep *out, Err *err);
+                      double adapter_in, int zero, PlanLoraStep *out, Err *err);
 
 /* ---------------------------------------------------------- the formulas -------------- */
 

@@ -670,6 +670,7 @@ static Status setup_accounting(LoraRun *r, Err *err) {
     Status st = tr_peak_and_plan_input(c, r->g.be, r->comm, r->dp, r->tp, 1, &r->acct, by, &pi, err);
     free(by);
     if (st != ST_OK) return st;
+    pi.lora_dropout = c->lora.dropout;
     double adapters = (double)adapter_params(r);
     r->acct.fpt = layout_lora_flops_per_token(&c->model, c->seq_len, adapters);
     r->acct.batch_seqs = (long long)c->micro_batch * c->grad_accum * r->dp, r->acct.batch_tokens = batch_tokens(r);
@@ -679,7 +680,8 @@ static Status setup_accounting(LoraRun *r, Err *err) {
     PlanResult *full = calloc(1, sizeof *full);
     Err pe;
     r->have_plan = full && plan_predict_step(&pi, full, &pe) == ST_OK &&
-                   plan_lora_step(&pi, full, adapters, (double)r->mfloats, r->zero, &r->plan, &pe) == ST_OK && r->plan.step > 0;
+                   plan_lora_step(&pi, full, adapters, (double)r->mfloats, lora_input_width(&r->lo.lay), r->zero, &r->plan,
+                                  &pe) == ST_OK && r->plan.step > 0;
     free(full);
     return ST_OK;
 }
