@@ -108,8 +108,9 @@ static int run(const char *name, int np, const char *extra) {
     snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, name);
     remove(lg);
     snprintf(cmd, sizeof cmd, "%s%s train --data %s/train.bin --layers 2 --heads 2 --channels 64 --vocab 97 "
-             "--max-seq-len 64 --seq-len 64 --micro-batch 4 --steps 3 --lr 1e-3 --threads 1 --peak-gflops 100 --quiet "
-             "--log %s %s", launch, g_bin, DIR, lg, extra);
+             "--max-seq-len 64 --seq-len 64 --micro-batch 4%s --lr 1e-3%s --peak-gflops 100 --quiet --log %s %s", launch,
+             g_bin, DIR, strstr(extra, "--steps ") ? "" : " --steps 3", strstr(extra, "--threads ") ? "" : " --threads 1", lg,
+             extra); /* a flag once: extra's --steps or --threads instead of the default */
     double secs;
     int rc = rc_run(DIR, name, cmd, &secs);
     printf("%s: exit %d, %.1f s\n", name, rc, secs);

@@ -712,7 +712,7 @@ static void test_plan_per_rank(void) {
 #define PLLAMA "--model llama-7b --micro-batch 1 --seq-len 512"
 typedef struct { const char *option, *base, *variant, *field; } OptionEffect;
 static const OptionEffect OPTION_EFFECTS[] = {
-    {"model", PB, PB " --model d4", "parameters.total"},
+    {"model", PB, "--model d4 --vocab 257 --micro-batch 4 --seq-len 128", "parameters.total"}, /* flags once each */
     {"arch", "--layers 2 --heads 2 --channels 128 --seq-len 128", "--layers 2 --heads 2 --channels 128 --seq-len 128 --arch llama",
      "model.arch"},
     {"layers", PB, PB " --layers 4", "parameters.total"},
@@ -721,11 +721,11 @@ static const OptionEffect OPTION_EFFECTS[] = {
     {"tie-embeddings", PLLAMA, PLLAMA " --tie-embeddings", "parameters.total"},
     {"channels", PB, PB " --channels 192", "parameters.total"},
     {"ffn", PB, PB " --ffn 1024", "parameters.total"},
-    {"vocab", PB, PB " --vocab 300", "parameters.total"},
+    {"vocab", PB, "--model d6 --vocab 300 --micro-batch 4 --seq-len 128", "parameters.total"},
     {"max-seq-len", PB, PB " --max-seq-len 512", "parameters.total"},
     {"params", "--params 1e9", "--params 2e9", "parameters.total"},
-    {"micro-batch", PB, PB " --micro-batch 2", "batch.tokens"},
-    {"seq-len", PB, PB " --seq-len 64", "batch.tokens"},
+    {"micro-batch", PB, "--model d6 --vocab 257 --micro-batch 2 --seq-len 128", "batch.tokens"},
+    {"seq-len", PB, "--model d6 --vocab 257 --micro-batch 4 --seq-len 64", "batch.tokens"},
     {"grad-accum", PB, PB " --grad-accum 2", "batch.tokens"},
     {"global-batch", PB, PB " --global-batch 8", "batch.grad_accum"},
     {"dp", PB, PB " --dp 2", "batch.tokens"},
@@ -875,7 +875,7 @@ static void test_option_effects(void) {
              "%d options, %d missing%s", nopt, missing, miss);
     /* Negative controls of the comparison itself. */
     char d1[320], d2[320];
-    OptionEffect same = {"micro-batch", PB, PB " --micro-batch 4", "batch.tokens"};
+    OptionEffect same = {"micro-batch", PB, "--model d6 --vocab 257 --seq-len 128 --micro-batch 4", "batch.tokens"};
     OptionEffect byd = {"mtbf", PB, PB " --mtbf 1", "memory_bytes.total"};
     int c1 = option_changes(&same, d1, sizeof d1), c2 = option_changes(&byd, d2, sizeof d2);
     tu_check(!c1 && !c2, "negative control: the baseline's own value and an option that does not drive the field "

@@ -162,16 +162,24 @@ Status args_parse(ArgSpec *specs, int n, int argc, char **argv, char **pos, int 
             if (st != ST_OK) return st;
         }
     }
-    for (int i = 0; i < argc; i++) {
+    /* The value each option took on the command line (NULL: not given there): an option given
+     * twice is refused, as a key given twice in --config is (the last value used to win silently:
+     * `--steps 3 --steps 5` ran 5 steps). No option accumulates. */
+    const char **given = calloc((size_t)(n > 0 ? n : 1), sizeof *given);
+    if (!given) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    Status st = ST_OK;
+    for (int i = 0; i < argc && st == ST_OK; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             *help = 1;
             continue;
         }
         if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
-            if (*npos >= maxpos)
-                return err_set(err, ST_ERR_INPUT, "unexpected argument '%s' (expected %d positional argument%s)", a,
-                               maxpos, maxpos == 1 ? "" : "s");
+            if (*npos >= maxpos) {
+                st = err_set(err, ST_ERR_INPUT, "unexpected argument '%s' (expected %d positional argument%s)", a,
+                             maxpos, maxpos == 1 ? "" : "s");
+                break;
+            }
             pos[(*npos)++] = argv[i];
             continue;
         }
@@ -186,19 +194,35 @@ Status args_parse(ArgSpec *specs, int n, int argc, char **argv, char **pos, int 
             continue;
         }
         ArgSpec *s = args_find(specs, n, name);
-        if (!s) return err_set(err, ST_ERR_INPUT, "unknown option --%s (see --help)", name);
+        if (!s) {
+            st = err_set(err, ST_ERR_INPUT, "unknown option --%s (see --help)", name);
+            break;
+        }
         if (eq) {
             val = eq + 1;
         } else if (s->type == ARG_FLAG) {
             val = "1";
         } else {
-            if (i + 1 >= argc) return err_set(err, ST_ERR_INPUT, "--%s: expected a value, found nothing", name);
+            if (i + 1 >= argc) {
+                st = err_set(err, ST_ERR_INPUT, "--%s: expected a value, found nothing", name);
+                break;
+            }
             val = argv[++i];
         }
-        Status st = set_value(s, val, err);
-        if (st != ST_OK) return st;
+        const char **prev = &given[s - specs];
+        if (*prev) {
+            if (s->type == ARG_FLAG && !eq && !strcmp(*prev, "1"))
+                st = err_set(err, ST_ERR_INPUT, "--%s: given twice; expected it once", name);
+            else
+                st = err_set(err, ST_ERR_INPUT, "--%s: given twice (%s%s%s, then %s%s%s); expected it once", name,
+                             **prev ? "" : "'", *prev, **prev ? "" : "'", *val ? "" : "'", val, *val ? "" : "'");
+            break;
+        }
+        *prev = val;
+        st = set_value(s, val, err);
     }
-    return ST_OK;
+    free(given);
+    return st;
 }
 
 void args_print_help(const ArgSpec *specs, int n) {
