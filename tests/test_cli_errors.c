@@ -68,6 +68,23 @@ static void device_open_fails_first(void) {
 }
 #endif
 
+/* common (words "--flag value" or "--quiet") without flag and its value, in a static buffer (one
+ * call per command line). */
+static const char *without(const char *common, const char *flag) {
+    static char out[2048];
+    char buf[2048];
+    snprintf(buf, sizeof buf, "%s", common);
+    out[0] = '\0';
+    for (char *save = NULL, *w = strtok_r(buf, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+        int has_value = strcmp(w, "--quiet") != 0;
+        char *v = has_value ? strtok_r(NULL, " ", &save) : NULL;
+        if (!strcmp(w, flag)) continue;
+        size_t l = strlen(out);
+        snprintf(out + l, sizeof out - l, "%s%s%s%s", l ? " " : "", w, v ? " " : "", v ? v : "");
+    }
+    return out;
+}
+
 typedef struct {
     const char *flags, *want;
 } FlagCase;
@@ -79,8 +96,13 @@ static void expect_train_errors(const char *what, const FlagCase *c, size_t n, c
                                 const char *common_lora) {
     for (size_t i = 0; i < n; i++) {
         char args[2048], name[160];
-        snprintf(args, sizeof args, "train --data %s/good.bin %s %s", TMP, strstr(c[i].flags, "--lora-") ? common_lora : common,
-                 c[i].flags);
+        /* a flag of the case replaces common's (a flag given twice is refused) */
+        const char *base = strstr(c[i].flags, "--lora-") ? common_lora : common;
+        char words[512];
+        snprintf(words, sizeof words, "%s", c[i].flags);
+        for (char *save = NULL, *w = strtok_r(words, " ", &save); w; w = strtok_r(NULL, " ", &save))
+            if (!strncmp(w, "--", 2)) base = without(base, w);
+        snprintf(args, sizeof args, "train --data %s/good.bin %s %s", TMP, base, c[i].flags);
         snprintf(name, sizeof name, "%s: %s", what, c[i].flags);
         expect_error(name, args, c[i].want);
     }
@@ -116,8 +138,11 @@ int main(void) {
     fputs("{\"lr\": ", f);
     fclose(f);
 
-    const char *common = "--layers 1 --heads 2 --channels 32 --vocab 257 --max-seq-len 64 --seq-len 32 "
-                         "--micro-batch 2 --steps 1 --peak-gflops 100 --quiet";
+    /* A flag is given once (a second one is refused): the cases that set --steps (or another of
+     * common's flags) take common1, or common without that flag (without()). */
+#define COMMON1 "--layers 1 --heads 2 --channels 32 --vocab 257 --max-seq-len 64 --seq-len 32 --micro-batch 2 " \
+                "--peak-gflops 100 --quiet"
+    const char *common1 = COMMON1, *common = COMMON1 " --steps 1";
     const char *common_lora = "--layers 1 --heads 2 --channels 32 --vocab 257 --max-seq-len 64 --seq-len 32 "
                               "--micro-batch 2 --steps 1 --quiet";
     char args[2048];
@@ -148,9 +173,9 @@ int main(void) {
     expect_error("eval --device tpu", "eval /nonexistent --data x.bin --device tpu",
                  "--device: expected one of " ST_DEVICES ", found 'tpu'");
     expect_error("sample --device tpu", "sample /nonexistent --device tpu", "--device: expected one of " ST_DEVICES ", found 'tpu'");
-    snprintf(args, sizeof args, "train --data %s/good.bin %s --seq-len 128", TMP, common);
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --seq-len 128", TMP, without(common, "--seq-len"));
     expect_error("T above max sequence length", args, "--seq-len: expected 1..64");
-    snprintf(args, sizeof args, "train --data %s/good.bin %s --heads 5", TMP, common);
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --heads 5", TMP, without(common, "--heads"));
     expect_error("heads not dividing channels", args, "--heads 5 does not divide --channels 32");
     snprintf(args, sizeof args, "train --data %s/good.bin %s --frobnicate 3", TMP, common);
     expect_error("unknown flag", args, "unknown option --frobnicate");
@@ -161,13 +186,13 @@ int main(void) {
     expect_error("--spike-min-sigma 0", args, "--spike-min-sigma: expected > 0, found 0");
     snprintf(args, sizeof args, "train --data %s/good.bin %s --stall-min-delta -1", TMP, common);
     expect_error("--stall-min-delta -1", args, "--stall-min-delta: expected >= 0, found -1");
-    snprintf(args, sizeof args, "train --data %s/good.bin %s --steps 1.5", TMP, common);
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --steps 1.5", TMP, common1);
     expect_error("non-integer value", args, "--steps: expected an integer, found '1.5'");
     snprintf(args, sizeof args, "train --data %s/good.bin %s --optimizer adagrad", TMP, common);
     expect_error("unknown optimizer", args, "--optimizer: expected adamw, adam, sgd, lion, muon, shampoo or sophia, found 'adagrad'");
     snprintf(args, sizeof args, "train --data %s/good.bin %s --config %s/bad.json", TMP, common, TMP);
     expect_error("bad config file", args, "bad.json");
-    snprintf(args, sizeof args, "train --data %s/good.bin %s --vocab 200", TMP, common);
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --vocab 200", TMP, without(common, "--vocab"));
     expect_error("vocabulary smaller than the data", args, "not below the vocabulary size 200");
     /* Out-of-range optimizer values are refused with their range; they used to be replaced by the
      * optimizer's default silently (weight_decay 0.1 in the log); -1 is the documented default. */
@@ -221,6 +246,72 @@ int main(void) {
     };
     tu_shell("rm -rf " TMP "/never");
     expect_train_errors("refused", NONSENSE, sizeof NONSENSE / sizeof NONSENSE[0], common, common_lora);
+    /* The audit of 2026-11-29: values that fell back to a default or ran out of memory naming
+     * nothing, and flags that changed nothing in the run they were given to. */
+    static const FlagCase AUDIT[] = {
+        {"--dp -1", "--dp -1: expected a positive number of data-parallel ranks (0: the world size), found -1"},
+        {"--tp -5", "--tp -5: expected a positive number of tensor-parallel ranks, found -5"},
+        {"--pp -3", "--pp -3: expected a positive number of pipeline stages, found -3"},
+        {"--interleave -2", "--interleave -2: expected a positive number of model chunks per pipeline rank, found -2"},
+        {"--comm-timeout -1", "--comm-timeout -1: expected seconds > 0 (0: 600), found -1"},
+        /* dp 1 (here one process; under mpirun a grid whose tp x pp is the world): nothing to shard */
+        {"--zero 1", "--zero: would change nothing here; expected data parallelism (dp > 1"},
+        {"--no-overlap", "--no-overlap: would change nothing here; expected data parallelism (dp > 1"},
+        /* the health monitor's flags with nothing for them to act on */
+        {"--spike-z 0 --gnorm-spike-z 0 --spike-policy skip", "--spike-policy: would change nothing here; expected a "
+                                                              "spike detector on"},
+        {"--spike-z 0 --gnorm-spike-z 0 --spike-window 8", "--spike-window: would change nothing here"},
+        {"--spike-z 0 --gnorm-spike-z 0 --spike-min-history 5", "--spike-min-history: would change nothing here"},
+        {"--spike-z 0 --gnorm-spike-z 0 --spike-max-actions 4", "--spike-max-actions: would change nothing here"},
+        {"--spike-z 0 --gnorm-spike-z 0 --spike-abs 1 --spike-min-sigma 0.1",
+         "--spike-min-sigma: would change nothing here; expected a z-score detector on"},
+        {"--spike-policy log --spike-max-actions 9", "--spike-max-actions: would change nothing here; expected "
+                                                     "--spike-policy skip or rollback"},
+        {"--spike-policy rollback", "--spike-policy rollback: expected --ckpt-dir (the checkpoints it rolls back to), "
+                                    "found none"},
+        {"--stall-min-delta 0.1", "--stall-min-delta: would change nothing here; expected --stall-window N > 0"},
+        {"--spike-z -1", "--spike-z: expected >= 0 (0 = off), found -1"},
+        {"--gnorm-spike-abs -2", "--gnorm-spike-abs: expected >= 0 (0 = off), found -2"},
+        {"--arch llama --ffn 64 --ffn-multiple 32", "--ffn-multiple 32: would change nothing here; expected the default "
+                                                    "MLP width (no --ffn: 8C/3 rounded up to it), found F = 64 from --ffn"},
+        {"--out ''", "--out: expected a path, found an empty string"},
+        {"--log ''", "--log: expected a path, found an empty string"},
+        {"--resume ''", "--resume: expected auto or a checkpoint directory, found an empty string"},
+        {"--init-from ''", "--init-from: expected a path, found an empty string"},
+        {"--model ''", "--model: expected a preset name, found an empty string"},
+        {"--hardware ''", "--hardware: expected a plan preset or a profile FILE.json, found an empty string"},
+        {"--param sp --mup-base-width 0", "--param sp: expected no --mup-base-width, --mup-input-alpha or "
+                                          "--mup-output-alpha (they are muP's; use --param mup), found --mup-base-width 0"},
+        {"--no-noise-scale", "--no-noise-scale: would change nothing here; expected a run that estimates the gradient "
+                             "noise scale"},
+        {"--ckpt-dir " TMP "/never --keep-last 0 --keep-every 2", "--keep-every: would change nothing here; expected "
+                                                                  "--keep-last K > 0"},
+        {"--grad-accum 2147483647", "--grad-accum: expected 1..65536 micro-batches per step, found 2147483647"},
+        {"--lr -0", "--lr: expected a value >= 0, found -0"},
+        {"--lr 0", "--lr 0: expected a value >= the default --min-lr 6e-05 that --schedule cosine decays to, found a "
+                   "smaller one; give --min-lr 0 (or --schedule constant)"},
+    };
+    expect_train_errors("audit", AUDIT, sizeof AUDIT / sizeof AUDIT[0], common, common_lora);
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --steps 3 --steps 5", TMP, common1);
+    expect_error("a flag given twice", args, "--steps: given twice (3, then 5)");
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --steps 1 --quiet", TMP, common1);
+    expect_error("a value-less flag given twice", args, "--quiet: given twice");
+    expect_error("plan: a flag given twice", "plan --model d6 --model d2", "--model: given twice (d6, then d2)");
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --steps 2147483648", TMP, common1);
+    expect_error("--steps beyond a run", args, "--steps: expected 1..1000000000 optimizer steps, found 2147483648");
+    snprintf(args, sizeof args, "train --data '' %s", common);
+    expect_error("--data ''", args, "--data: expected a path or glob of token shards, found an empty string");
+    /* controls: --no-noise-scale where the noise scale is estimated, --ffn-multiple on the default width */
+    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --grad-accum 2 --no-noise-scale >/dev/null 2>&1", BIN, TMP,
+             common);
+    int arc = system(args);
+    tu_check(WIFEXITED(arc) && WEXITSTATUS(arc) == 0, "control: --grad-accum 2 --no-noise-scale trains", "exit=%d",
+             WIFEXITED(arc) ? WEXITSTATUS(arc) : -1);
+    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --arch llama --ffn-multiple 32 >/dev/null 2>&1", BIN, TMP,
+             common);
+    arc = system(args);
+    tu_check(WIFEXITED(arc) && WEXITSTATUS(arc) == 0, "control: --arch llama --ffn-multiple 32 trains", "exit=%d",
+             WIFEXITED(arc) ? WEXITSTATUS(arc) : -1);
     /* What the LoRA loop does not implement is refused, the line starting with the flag (until
      * 2026-11-29 each began "--lora-rank: ", whatever the flag); the control above trains. */
     static const FlagCase LORA_NO[] = {
@@ -240,20 +331,20 @@ int main(void) {
     tu_check(access(TMP "/never", F_OK) != 0, "refusals leave no --ckpt-dir behind", "%s", TMP "/never");
     /* --override names a trajectory field; a typo was accepted and never reported */
     snprintf(args, sizeof args, "%s train --data %s/good.bin %s --steps 2 --ckpt-dir %s/ovck >/dev/null 2>&1", BIN, TMP,
-             common, TMP);
+             common1, TMP);
     tu_shell("rm -rf " TMP "/ovck");
     int orc = system(args);
     tu_check(WIFEXITED(orc) && WEXITSTATUS(orc) == 0, "control: a run with checkpoints for --override", "exit=%d",
              WIFEXITED(orc) ? WEXITSTATUS(orc) : -1);
     snprintf(args, sizeof args, "train --data %s/good.bin %s --steps 3 --ckpt-dir %s/ovck --resume auto --override "
-             "lr,bogus_field", TMP, common, TMP);
+             "lr,bogus_field", TMP, common1, TMP);
     expect_error("--override with a field that does not exist", args,
                  "--override bogus_field: expected a trajectory field of the config (all, global_batch, ");
     snprintf(args, sizeof args, "train --data %s/good.bin %s --steps 3 --ckpt-dir %s/ovck --resume auto --override "
-             "threads", TMP, common, TMP);
+             "threads", TMP, common1, TMP);
     expect_error("--override with a free field", args, "--override threads: expected a trajectory field of the config");
     snprintf(args, sizeof args, "%s train --data %s/good.bin %s --steps 3 --ckpt-dir %s/ovck --resume auto --override "
-             "lr,model.dropout --lr 1e-3 >/dev/null 2>&1", BIN, TMP, common, TMP);
+             "lr,model.dropout --lr 1e-3 >/dev/null 2>&1", BIN, TMP, common1, TMP);
     orc = system(args);
     tu_check(WIFEXITED(orc) && WEXITSTATUS(orc) == 0, "control: --override lr,model.dropout resumes", "exit=%d",
              WIFEXITED(orc) ? WEXITSTATUS(orc) : -1);
@@ -264,14 +355,14 @@ int main(void) {
     snprintf(args, sizeof args, "train --data %s/good.bin %s --seed ' 5'", TMP, common);
     expect_error("--seed with a space", args, "--seed: expected a non-negative decimal integer below 2^64, found ' 5'");
     struct { const char *flags, *logged; } SEEDS[] = {
-        {"--seed 010", "\"seed\":10,"}, /* 8 before */
-        {"--seed 08", "\"seed\":8,"},   /* refused before */
+        {"--seed 010 --steps 1", "\"seed\":10,"}, /* 8 before */
+        {"--seed 08 --steps 1", "\"seed\":8,"},   /* refused before */
         {"--seed 18446744073709551000 --ckpt-dir " TMP "/seedck --steps 2", "\"seed\":\"18446744073709551000\","},
     };
     tu_shell("rm -rf " TMP "/seedck");
     for (int i = 0; i < 3; i++) {
         snprintf(args, sizeof args, "rm -f %s/seed.jsonl; %s train --data %s/good.bin %s %s --log %s/seed.jsonl "
-                 ">/dev/null 2>&1", TMP, BIN, TMP, common, SEEDS[i].flags, TMP);
+                 ">/dev/null 2>&1", TMP, BIN, TMP, common1, SEEDS[i].flags, TMP);
         int src = system(args);
         char *log = tu_slurp(TMP "/seed.jsonl");
         tu_check(WIFEXITED(src) && WEXITSTATUS(src) == 0 && log && strstr(log, SEEDS[i].logged), SEEDS[i].flags,
@@ -280,12 +371,12 @@ int main(void) {
         free(log);
     }
     snprintf(args, sizeof args, "train --data %s/good.bin %s --seed 18446744073709551001 --ckpt-dir %s/seedck --steps 3 "
-             "--resume auto", TMP, common, TMP);
+             "--resume auto", TMP, common1, TMP);
     expect_error("resume with another seed above 2^53", args,
                  "config field seed (a trajectory field) changed: checkpoint has 18446744073709551000, this run has "
                  "18446744073709551001");
     snprintf(args, sizeof args, "%s train --data %s/good.bin %s --seed 18446744073709551000 --ckpt-dir %s/seedck "
-             "--steps 3 --resume auto >/dev/null 2>&1", BIN, TMP, common, TMP);
+             "--steps 3 --resume auto >/dev/null 2>&1", BIN, TMP, common1, TMP);
     int rrc = system(args);
     tu_check(WIFEXITED(rrc) && WEXITSTATUS(rrc) == 0, "control: the same large seed resumes", "exit=%d",
              WIFEXITED(rrc) ? WEXITSTATUS(rrc) : -1);

@@ -57,7 +57,7 @@ static const char *g_mpi, *g_bin, *g_worker;
 
 #define COMMON                                                                                                \
     "train --data " DIR "/train.bin --layers 4 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 "          \
-    "--micro-batch 2 --lr 2e-3 --min-lr 2e-4 --warmup 5 --threads 1 --peak-gflops 100 --quiet"
+    "--lr 2e-3 --min-lr 2e-4 --warmup 5 --threads 1 --peak-gflops 100 --quiet" /* + --micro-batch 2 unless extra has it */
 
 /* Validation for the runs of a part that compares it (g_val): the val shard, at steps 1, 5 and 10 on
  * 2 micro-batches; otherwise none. */
@@ -83,8 +83,11 @@ static int train_run(const char *name, int np, int k, int steps, const char *ext
         snprintf(rm, sizeof rm, "rm -rf %s/%s_out", DIR, name);
         if (!tu_shell(rm)) return -1;
     }
-    snprintf(cmd, sizeof cmd, "%s%s " COMMON " %s --steps %d --grad-accum %d --log %s --out %s/%s_out %s", launch, g_bin,
-             val_flags(), steps, k, lg, DIR, name, extra ? extra : "");
+    char ks[32] = ""; /* extra's own --grad-accum (or --micro-batch) instead of k's (a flag is given once) */
+    if (!extra || !strstr(extra, "--grad-accum ")) snprintf(ks, sizeof ks, " --grad-accum %d", k);
+    snprintf(cmd, sizeof cmd, "%s%s " COMMON "%s %s --steps %d%s --log %s --out %s/%s_out %s", launch, g_bin,
+             extra && strstr(extra, "--micro-batch ") ? "" : " --micro-batch 2", val_flags(), steps, ks, lg, DIR, name,
+             extra ? extra : "");
     double secs;
     int rc = rc_run(DIR, name, cmd, &secs);
     printf("%s: exit %d, %.1f s\n", name, rc, secs);
@@ -592,7 +595,9 @@ static void refuse(void) {
     tu_check(ret == 0 && recorded, "negative control: a failing setup command fails the test", "tu_shell returned %d, "
              "%s a failed check", ret, recorded ? "recorded" : "did NOT record");
     refused("pp_zero2", 2, "--pp 2 --zero 2", (const char *[]){"--zero 2", "--pp 2", "DeepSpeed"}, 3);
-    accepted("pp_zero1", 2, "--pp 2 --zero 1");
+    /* ZeRO 1 shards over the data-parallel ranks: at dp 1 (pp 2 on 2 ranks) nothing, refused as inert */
+    refused("pp_zero1_dp1", 2, "--pp 2 --zero 1", (const char *[]){"--zero: would change nothing here", "dp > 1"}, 2);
+    accepted("pp_zero1", 4, "--pp 2 --zero 1");
     refused("pp_zb_rc", 2, "--pp 2 --pp-schedule zb-h1 --recompute full", (const char *[]){"zb-h1", "--recompute full"},
             2);
     accepted("pp_zb", 2, "--pp 2 --pp-schedule zb-h1");

@@ -1,5 +1,6 @@
 /* cmd_train.c — `scaletrain train`: flags → TrainConfig → train_run. */
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -22,6 +23,8 @@
 #include "core/fileio.h"
 #include "data/bpe.h"
 #include "data/prepare.h"
+#include "plan/plan.h"
+#include "train/health.h"
 #include "train/train.h"
 
 int cli_fail(const char *cmd, int status, const char *msg) {
@@ -79,8 +82,21 @@ static Status bundled_corpus(TrainConfig *c, const Comm *comm, Err *err) {
 /* Refuses an option given where it would change nothing (issue 12: flags that do nothing are
  * defects): one line naming the option and what it needs. c is the parsed configuration. */
 static Status refuse_inert(ArgSpec *specs, int n, const TrainConfig *c, const Comm *comm, Err *err) {
-    int world = comm ? comm->world : 1, par = world > 1;
+    int world = comm ? comm->world : 1;
+    /* the grid as train_run resolves it (tr_setup_grid): dp 0 is the world over tp x pp; one process
+     * is dp 1 whatever --dp says (a grid asked of it is refused there) */
+    int tp = c->tp > 0 ? c->tp : 1, pp = c->pp > 0 ? c->pp : 1;
+    long long tpp = (long long)tp * pp;
+    int dp = world == 1 ? 1 : c->dp > 0 ? c->dp : world % tpp ? 0 : (int)(world / tpp);
+    int par = dp > 1 || (dp == 0 && world > 1); /* 0: a grid tr_setup_grid refuses */
+    /* a --dp that with tp and pp (dividing the world: tr_setup_grid says so otherwise) misses the world */
+    if (world > 1 && c->dp > 0 && world % tpp == 0 && c->dp * tpp != world)
+        return err_set(err, ST_ERR_INPUT, "--dp %d: expected dp x tp x pp = the world size %d (ranks launched), found %d "
+                       "x %d x %d = %lld", c->dp, world, c->dp, tp, pp, (long long)c->dp * tp * pp);
     OptimKind ok = c->optim.kind;
+    const HealthOptions *h = &c->health;
+    int zoff = h->loss.z_threshold == 0 && h->gnorm.z_threshold == 0;
+    int spikes_off = zoff && h->loss.abs_threshold == 0 && h->gnorm.abs_threshold == 0;
     int ckpt = c->ckpt_dir[0] != 0;
     int noval = c->data[0] && !c->val_data[0]; /* without --data the bundled corpus brings its validation split */
     const struct { const char *flag; int inert; const char *needs; } R[] = {
@@ -109,19 +125,46 @@ static Status refuse_inert(ArgSpec *specs, int n, const TrainConfig *c, const Co
         {"override", !c->resume[0], "--resume"},
         {"sample-tokens", c->sample_every <= 0, "--sample-every N > 0"},
         {"tokenizer-dir", tokenizer_data_subdir(c->tokenizer) == NULL, "--tokenizer gpt2, cl100k, o200k or llama3"},
-        {"no-overlap", !par, "data parallelism (more than one rank under mpirun)"},
-        {"zero", world <= 1 && c->zero > 0, "more than one process (mpirun -np N): ZeRO shards the optimizer state, "
-                                            "gradients and weights over the data-parallel ranks"},
+        {"no-overlap", !par, "data parallelism (dp > 1: more than one data-parallel rank under mpirun; the "
+                             "gradient collectives are the data-parallel ones)"},
+        /* (ZeRO 2/3 with --pp: par_check_grid's refusal says more) */
+        {"zero", !par && c->zero > 0 && !(pp > 1 && c->zero >= 2),
+         "data parallelism (dp > 1: more than one data-parallel rank under mpirun -np N): ZeRO shards the optimizer "
+         "state, gradients and weights over the data-parallel ranks"},
         {"comm-timeout", world <= 1, "more than one rank (mpirun -np N)"},
         {"val-every", noval && c->val_every > 0, "--val-data (there is nothing to validate on)"},
         {"val-batches", noval, "--val-data (there is nothing to validate on)"},
         {"log-layer-stats", !c->log_path[0], "--log (the statistics go into its step records)"},
+        {"keep-every", c->keep_last == 0, "--keep-last K > 0 (--keep-last 0 keeps every checkpoint)"},
+        {"no-noise-scale", !plan_noise_scale_on(par ? 2 : 1, pp, c->grad_accum, 0),
+         "a run that estimates the gradient noise scale (dp >= 2 or --grad-accum >= 2, with --pp 1)"},
+        /* the health monitor: a flag of a detector that is off, or of a policy that never acts */
+        {"spike-policy", spikes_off && h->policy != HEALTH_POLICY_LOG,
+         "a spike detector on (--spike-z, --spike-abs, --gnorm-spike-z or --gnorm-spike-abs > 0; all are 0)"},
+        {"spike-max-actions", spikes_off, "a spike detector on (--spike-z, --spike-abs, --gnorm-spike-z or "
+                                          "--gnorm-spike-abs > 0; all are 0)"},
+        {"spike-max-actions", h->policy == HEALTH_POLICY_LOG,
+         "--spike-policy skip or rollback (it bounds consecutive skips/rollbacks; log takes no action)"},
+        {"spike-min-sigma", zoff && h->min_sigma > 0, "a z-score detector on (--spike-z or --gnorm-spike-z > 0; both are 0)"},
+        {"spike-window", spikes_off && h->stall_window <= 0,
+         "a spike detector on (--spike-z, --spike-abs, --gnorm-spike-z or --gnorm-spike-abs > 0; all are 0) or "
+         "--stall-window N > 0"},
+        {"spike-min-history", spikes_off && h->stall_window <= 0,
+         "a spike detector on (--spike-z, --spike-abs, --gnorm-spike-z or --gnorm-spike-abs > 0; all are 0) or "
+         "--stall-window N > 0"},
+        /* a value out of range is refused as such first (health_validate_options) */
+        {"stall-min-delta", h->stall_window <= 0 && h->stall_min_delta >= 0, "--stall-window N > 0 (the stall detector "
+                                                                              "is off)"},
         /* the run ends at --steps before it would stop (train_step stops only before the last step) */
         {"stop-after", c->stop_after >= c->steps, "a step below --steps"},
     };
     for (size_t i = 0; i < sizeof R / sizeof R[0]; i++)
         if (R[i].inert && args_find(specs, n, R[i].flag)->seen)
             return err_set(err, ST_ERR_INPUT, "--%s: would change nothing here; expected %s", R[i].flag, R[i].needs);
+    /* rollback reloads the last checkpoint: without --ckpt-dir there is none, and each spike said so */
+    if (h->policy == HEALTH_POLICY_ROLLBACK && !ckpt)
+        return err_set(err, ST_ERR_INPUT, "--spike-policy rollback: expected --ckpt-dir (the checkpoints it rolls back "
+                       "to), found none");
     return ST_OK;
 }
 
@@ -213,6 +256,44 @@ static Status llama_only_flags(const ModelConfig *m, ArgSpec *specs, int n, int 
                            "a Llama folder; a Llama option%s), found a GPT-2%s", llama_only[i],
                            is_tie ? ", and GPT-2's head always reads wte" : "", init_from ? " (--init-from)" : "");
     }
+    return ST_OK;
+}
+
+/* Values refused before anything else reads them: a negative grid size, timeout or a count beyond
+ * what a run can hold used to fall back to the default or end in "out of memory" naming nothing;
+ * an empty path or name counted as not given (`--data ''` trained on the bundled corpus). */
+#define TRAIN_MAX_STEPS 1000000000L /* 1e9: far beyond a real run; the step-time sample is capped */
+#define TRAIN_MAX_GRAD_ACCUM 65536
+static Status check_values(ArgSpec *specs, int n, const TrainConfig *c, Err *err) {
+    const struct { const char *flag; int v; const char *what; } G[] = {
+        {"dp", c->dp, "a positive number of data-parallel ranks (0: the world size)"},
+        {"tp", c->tp, "a positive number of tensor-parallel ranks"},
+        {"pp", c->pp, "a positive number of pipeline stages"},
+        {"interleave", c->interleave, "a positive number of model chunks per pipeline rank"},
+    };
+    for (size_t i = 0; i < sizeof G / sizeof G[0]; i++)
+        if (G[i].v < 0) return err_set(err, ST_ERR_INPUT, "--%s %d: expected %s, found %d", G[i].flag, G[i].v, G[i].what, G[i].v);
+    if (!(c->comm_timeout >= 0))
+        return err_set(err, ST_ERR_INPUT, "--comm-timeout %g: expected seconds > 0 (0: 600), found %g", c->comm_timeout,
+                       c->comm_timeout);
+    if (c->steps > TRAIN_MAX_STEPS)
+        return err_set(err, ST_ERR_INPUT, "--steps: expected 1..%ld optimizer steps, found %ld", TRAIN_MAX_STEPS, c->steps);
+    static const struct { const char *flag, *what; } E[] = {
+        {"data", "a path or glob of token shards"}, {"val-data", "a path or glob of token shards"},
+        {"out", "a path"}, {"log", "a path"}, {"ckpt-dir", "a path"}, {"tokenizer-dir", "a path"},
+        {"resume", "auto or a checkpoint directory"}, {"init-from", "a path"}, {"model", "a preset name"},
+        {"hardware", "a plan preset or a profile FILE.json"}, {"tokenizer", "a tokenizer name, file or directory"},
+        {"override", "trajectory fields or all"}, {"pp-schedule", "gpipe, 1f1b, interleaved or zb-h1"},
+        {"pp-layers", "blocks per stage, e.g. 4,4,3,3"}, {"device", "a device name"},
+    };
+    for (size_t i = 0; i < sizeof E / sizeof E[0]; i++) {
+        ArgSpec *s = args_find(specs, n, E[i].flag);
+        if (s->seen && !*(const char *)s->dst)
+            return err_set(err, ST_ERR_INPUT, "--%s: expected %s, found an empty string", E[i].flag, E[i].what);
+    }
+    /* -0 passed ">= 0" and read "give --min-lr in [0, -0]" */
+    if (signbit(c->sched.lr) && c->sched.lr == 0)
+        return err_set(err, ST_ERR_INPUT, "--lr: expected a value >= 0, found -0");
     return ST_OK;
 }
 
@@ -402,6 +483,7 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         a->help = 1;
         return ST_OK;
     }
+    if ((st = check_values(specs, n, &c, &err)) != ST_OK) FAIL(st);
     if (args_find(specs, n, "rope-type")->seen && (c.model.rope_type = model_rope_type_parse(rope_type)) < 0) {
         snprintf(err.msg, sizeof err.msg, "--rope-type: expected default, linear or llama3, found '%s'", rope_type);
         FAIL(ST_ERR_INPUT);
@@ -480,6 +562,24 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
         }
     }
     if ((st = llama_only_flags(&c.model, specs, n, tie, c.init_from[0] != 0, &err)) != ST_OK) FAIL(st);
+    /* --ffn-multiple rounds only the default width 8C/3: with F given (--ffn, a preset's, a config.json's) it did nothing */
+    if (args_find(specs, n, "ffn-multiple")->seen && c.model.ffn > 0) {
+        snprintf(err.msg, sizeof err.msg, "--ffn-multiple %d: would change nothing here; expected the default MLP width "
+                 "(no --ffn: 8C/3 rounded up to it), found F = %d from %s", c.model.ffn_multiple, c.model.ffn,
+                 args_find(specs, n, "ffn")->seen ? "--ffn" : model[0] ? "--model" : "--init-from");
+        FAIL(ST_ERR_INPUT);
+    }
+    /* muP's multipliers under sp: 0 read as "not given" (-1 was refused by the model's checks) */
+    if (c.model.param == PARAM_SP) {
+        static const char *const MUP[] = {"mup-base-width", "mup-input-alpha", "mup-output-alpha"};
+        for (int i = 0; i < 3; i++)
+            if (args_find(specs, n, MUP[i])->seen) {
+                snprintf(err.msg, sizeof err.msg, "--param sp: expected no --mup-base-width, --mup-input-alpha or "
+                         "--mup-output-alpha (they are muP's; use --param mup), found --%s %g", MUP[i],
+                         *(float *)args_find(specs, n, MUP[i])->dst);
+                FAIL(ST_ERR_INPUT);
+            }
+    }
     /* This run's flag, also over --init-from's config.json (the EOT comes from the shards' header) */
     c.model.doc_mask = doc_mask, c.model.doc_eot = 0;
     if (doc_mask && c.no_pack) {
@@ -536,9 +636,12 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
      * user gave --lr only), not "--min-lr ... found 6e-05" for a flag never given. */
     if (c.sched.kind != SCHED_CONSTANT && !args_find(specs, n, "min-lr")->seen && c.sched.lr >= 0 &&
         c.sched.min_lr > c.sched.lr) {
+        /* lr 0 (no updates: test_lora_train's measurement) takes --min-lr 0, not "in [0, 0]" */
+        char range[64];
+        if (c.sched.lr == 0) snprintf(range, sizeof range, "--min-lr 0");
+        else snprintf(range, sizeof range, "--min-lr in [0, %g]", c.sched.lr);
         snprintf(err.msg, sizeof err.msg, "--lr %g: expected a value >= the default --min-lr %g that --schedule %s decays "
-                 "to, found a smaller one; give --min-lr in [0, %g] (or --schedule constant)", c.sched.lr,
-                 c.sched.min_lr, schedule, c.sched.lr);
+                 "to, found a smaller one; give %s (or --schedule constant)", c.sched.lr, c.sched.min_lr, schedule, range);
         FAIL(ST_ERR_INPUT);
     }
     if (health_policy_parse(spike_policy, &c.health.policy) != 0) {
@@ -585,7 +688,18 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
                      batch_tokens, batch_tokens / per, c.grad_accum);
             FAIL(ST_ERR_INPUT);
         }
+        if (batch_tokens / per > TRAIN_MAX_GRAD_ACCUM) {
+            snprintf(err.msg, sizeof err.msg, "--batch-tokens %ld: expected at most %d micro-batches of --micro-batch x "
+                     "--seq-len = %ld tokens per step (--grad-accum 1..%d), found %ld", batch_tokens,
+                     TRAIN_MAX_GRAD_ACCUM, per, TRAIN_MAX_GRAD_ACCUM, batch_tokens / per);
+            FAIL(ST_ERR_INPUT);
+        }
         c.grad_accum = (int)(batch_tokens / per);
+    }
+    if (c.grad_accum > TRAIN_MAX_GRAD_ACCUM) { /* its batches were allocated: "out of memory" */
+        snprintf(err.msg, sizeof err.msg, "--grad-accum: expected 1..%d micro-batches per step, found %d",
+                 TRAIN_MAX_GRAD_ACCUM, c.grad_accum);
+        FAIL(ST_ERR_INPUT);
     }
     c.peak_flops = peak_gflops * 1e9;
     if (c.remeasure_peak && peak_gflops > 0) {

@@ -35,12 +35,14 @@ Status health_validate_options(const HealthOptions *o, Err *err) {
         return err_set(err, ST_ERR_INPUT, "--spike-min-history: expected 3..%d (the window), found %d", o->window,
                        o->min_history);
     if (!(o->min_sigma > 0)) return err_set(err, ST_ERR_INPUT, "--spike-min-sigma: expected > 0, found %g", o->min_sigma);
-    if (!(o->loss.abs_threshold >= 0) || !(o->gnorm.abs_threshold >= 0))
-        return err_set(err, ST_ERR_INPUT, "--spike-abs / --gnorm-spike-abs: expected >= 0 (0 = off)");
-    if (!(o->loss.z_threshold >= 0) || !(o->gnorm.z_threshold >= 0))
-        return err_set(err, ST_ERR_INPUT, "--spike-z / --gnorm-spike-z: expected >= 0 (0 = off)");
+    const struct { const char *flag; double v; } T[] = {
+        {"spike-abs", o->loss.abs_threshold}, {"gnorm-spike-abs", o->gnorm.abs_threshold},
+        {"spike-z", o->loss.z_threshold}, {"gnorm-spike-z", o->gnorm.z_threshold},
+    };
+    for (int i = 0; i < 4; i++)
+        if (!(T[i].v >= 0)) return err_set(err, ST_ERR_INPUT, "--%s: expected >= 0 (0 = off), found %g", T[i].flag, T[i].v);
     if (o->policy < HEALTH_POLICY_LOG || o->policy > HEALTH_POLICY_ROLLBACK)
-        return err_set(err, ST_ERR_INPUT, "--spike-policy: expected log, skip or rollback");
+        return err_set(err, ST_ERR_INPUT, "--spike-policy: expected log, skip or rollback, found policy %d", (int)o->policy);
     if (o->max_actions < 1)
         return err_set(err, ST_ERR_INPUT, "--spike-max-actions: expected >= 1, found %d", o->max_actions);
     if (o->max_nonfinite < 1)
