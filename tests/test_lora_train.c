@@ -121,6 +121,31 @@ static float *read_tensor(const char *path, const char *name, int rows, int cols
     return out;
 }
 
+/* common less each of its flags that extra gives (with its value): a flag is given once (a second
+ * is refused), so extra's value stands alone. Into out. */
+static const char *less_given(char *out, size_t cap, const char *common, const char *extra) {
+    char buf[2048];
+    snprintf(buf, sizeof buf, "%s", common);
+    out[0] = '\0';
+    char *save = NULL, *w = strtok_r(buf, " ", &save);
+    while (w) {
+        char *next = strtok_r(NULL, " ", &save), *val = NULL;
+        if (!strncmp(w, "--", 2) && next && strncmp(next, "--", 2)) val = next, next = strtok_r(NULL, " ", &save);
+        char key[160];
+        snprintf(key, sizeof key, "%s ", w);
+        size_t kl = strlen(w);
+        const char *hit = extra ? strstr(extra, key) : NULL;
+        int given = !strncmp(w, "--", 2) && extra &&
+                    (hit || (strlen(extra) >= kl && !strcmp(extra + strlen(extra) - kl, w)));
+        if (!given) {
+            size_t l = strlen(out);
+            snprintf(out + l, cap - l, "%s%s%s%s", l ? " " : "", w, val ? " " : "", val ? val : "");
+        }
+        w = next;
+    }
+    return out;
+}
+
 static void check_refusals(void) {
     static const struct { const char *extra, *flag; } R[] = {
         {"--lora-targets q", "--lora-targets"}, {"--lora-targets qq", "--lora-targets"},
@@ -130,7 +155,8 @@ static void check_refusals(void) {
     int ok = 1;
     char cmd[2048], out[1024];
     for (size_t i = 0; i < sizeof R / sizeof R[0]; i++) {
-        snprintf(cmd, sizeof cmd, "%s " COMMON " %s", g_bin, R[i].extra);
+        char common[2048];
+        snprintf(cmd, sizeof cmd, "%s %s %s", g_bin, less_given(common, sizeof common, COMMON, R[i].extra), R[i].extra);
         int rc = run("refuse", cmd);
         snprintf(out, sizeof out, "%s/refuse.out", DIR);
         char *t = tu_slurp(out);
@@ -172,6 +198,18 @@ static int config_doc_eot(const char *path) {
 
 /* --doc-mask under LoRA masks at the shards' EOT, as the full trainer: with --lr 0 both runs' step
  * losses are the base's masked forward over the same batches (B = 0: the adapters add exactly 0). */
+/* args with its "--steps N" given as steps instead (a flag is given once: a second is refused). */
+static const char *with_steps(char *out, size_t cap, const char *args, const char *steps) {
+    const char *p = strstr(args, "--steps ");
+    if (!p) {
+        snprintf(out, cap, "%s --steps %s", args, steps);
+        return out;
+    }
+    const char *end = p + 8 + strcspn(p + 8, " ");
+    snprintf(out, cap, "%.*s--steps %s%s", (int)(p - args), args, steps, end);
+    return out;
+}
+
 static void check_doc_mask(void) {
     char cmd[4096];
     const char *base = "train --data " DIR "/train.bin --layers 2 --heads 2 --channels 32 --max-seq-len 32 --seq-len 32 "
@@ -215,8 +253,9 @@ static void check_doc_mask(void) {
     tu_check(ok && off > 1e-4, "negative control: LoRA without --doc-mask", "losses rel %.3g from the masked (must exceed "
              "1e-4)", off);
     /* resuming the masked checkpoint without --doc-mask is a different trajectory: refused */
-    snprintf(cmd, sizeof cmd, "%s %s --steps 6 --lora-rank 4 --lora-targets all --ckpt-dir " DIR "/ck_dm --resume auto",
-             g_bin, base);
+    char b6[1024];
+    snprintf(cmd, sizeof cmd, "%s %s --lora-rank 4 --lora-targets all --ckpt-dir " DIR "/ck_dm --resume auto", g_bin,
+             with_steps(b6, sizeof b6, base, "6"));
     int r4 = run("dm_resume", cmd);
     char *t = tu_slurp(DIR "/dm_resume.out");
     tu_check(r4 == 2 && t && strstr(t, "model.doc_mask"), "LoRA resume of a --doc-mask checkpoint without it: refused",
@@ -330,7 +369,9 @@ static void check_bf16_base(void) {
     tu_check(e1 == 0 && e2 == 0 && W0 && W1 && A && B && sqrt(num / den) <= 1e-6, "bf16 base: export --merge = bf16 W + (alpha/r)(BA)^T",
              "rel L2 %.3g (tol 1e-6)", den > 0 ? sqrt(num / den) : -1.0);
     free(W0), free(W1), free(A), free(B);
-    snprintf(cmd, sizeof cmd, "%s %s --steps 7 --init-from " DIR "/base_out --ckpt-dir " DIR "/ck_b16 --resume auto", g_bin, args);
+    char a7[1024];
+    snprintf(cmd, sizeof cmd, "%s %s --init-from " DIR "/base_out --ckpt-dir " DIR "/ck_b16 --resume auto", g_bin,
+             with_steps(a7, sizeof a7, args, "7"));
     int r4 = run("b16_resume", cmd);
     char *t = tu_slurp(DIR "/b16_resume.out");
     tu_check(r4 == 2 && t && strstr(t, "base bf16"), "resume of a bf16-base checkpoint with an fp32 base: refused", "rc %d, %s",
