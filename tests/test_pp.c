@@ -85,8 +85,10 @@ static int train_run(const char *name, int np, int k, int steps, const char *ext
     }
     char ks[32] = ""; /* extra's own --grad-accum (or --micro-batch) instead of k's (a flag is given once) */
     if (!extra || !strstr(extra, "--grad-accum ")) snprintf(ks, sizeof ks, " --grad-accum %d", k);
+    const char *vf = val_flags(); /* an extra's own --val-data replaces VAL_ON's */
+    if (g_val && extra && strstr(extra, "--val-data ")) vf = "--val-every 5 --val-batches 2";
     snprintf(cmd, sizeof cmd, "%s%s " COMMON "%s %s --steps %d%s --log %s --out %s/%s_out %s", launch, g_bin,
-             extra && strstr(extra, "--micro-batch ") ? "" : " --micro-batch 2", val_flags(), steps, ks, lg, DIR, name,
+             extra && strstr(extra, "--micro-batch ") ? "" : " --micro-batch 2", vf, steps, ks, lg, DIR, name,
              extra ? extra : "");
     double secs;
     int rc = rc_run(DIR, name, cmd, &secs);
