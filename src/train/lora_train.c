@@ -559,15 +559,17 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
     int dm = c->model.doc_mask;
     double span = dm && r->tp_rank == 0 ? layout_doc_span(r->inp, B * k, T, c->model.doc_eot) : 0;
     long bad = tr_bad_id(r->inp, r->tgt, r->batch_ints, c->model.vocab);
-    int64_t v[4] = {0, tr_stop_pending() != 0, (int64_t)llround(span * (double)B * k * T), bad >= 0};
+    /* v[1]: ranks asking to stop, + 2^32 × ranks with a bad id (one sum) */
+    int64_t v[3] = {0, (int64_t)(tr_stop_pending() != 0) + ((int64_t)(bad >= 0) << 32),
+                    (int64_t)llround(span * (double)B * k * T)};
     for (size_t i = 0; i < r->batch_ints && r->tp_rank == 0; i++) v[0] += r->tgt[i] >= 0;
-    Status st = comm_allreduce_i64(r->comm, v, 4, COMM_SUM, err);
+    Status st = comm_allreduce_i64(r->comm, v, 3, COMM_SUM, err);
     if (st != ST_OK) return st;
-    if (v[3] > 0) /* every rank stops */
+    if ((v[1] >> 32) > 0) /* every rank stops */
         return err_set(err, ST_ERR_INPUT, "--data %s: a token id not below the vocabulary size %d in %s batch (was a shard "
                        "rewritten during the run?)", c->data, c->model.vocab, bad >= 0 ? "this step's" : "another rank's");
     int64_t ntok = v[0];
-    r->stop = v[1] > 0;
+    r->stop = (v[1] & 0xffffffff) > 0;
     long next = r->step + 1;
     float dscale = ntok > 0 ? 1.0f / (float)ntok : 0.0f;
     if (r->zero >= 3) memset(r->sg, 0, r->mfloats * sizeof(float)); /* the hooks add every micro-batch's sums */

@@ -155,12 +155,14 @@ static Status step_data(Run *r, Step *s, Err *err) {
     /* --doc-mask: Σ L_i² over the documents of the replica's rows (an integer: exact in the sum) */
     int dm = c->model.doc_mask;
     double span = dm && r->tp_rank == 0 && r->pp_rank == 0 ? layout_doc_span(r->inp, B * k, T, c->model.doc_eot) : 0;
-    int64_t v[4] = {ntok, tr_stop_pending() != 0, bad >= 0, (int64_t)llround(span * (double)B * k * T)};
-    Status st = comm_allreduce_i64(r->comm, v, dm ? 4 : 3, COMM_SUM, err);
-    s->ntok = (long)v[0], s->stop = v[1] > 0;
-    s->span = dm ? (double)v[3] / (double)r->acct.batch_tokens : c->seq_len;
+    /* v[1]: ranks asking to stop, + 2^32 × ranks with a bad id (one sum, the bytes the plan counts) */
+    int64_t v[3] = {ntok, (int64_t)(tr_stop_pending() != 0) + ((int64_t)(bad >= 0) << 32),
+                    (int64_t)llround(span * (double)B * k * T)};
+    Status st = comm_allreduce_i64(r->comm, v, dm ? 3 : 2, COMM_SUM, err);
+    s->ntok = (long)v[0], s->stop = (v[1] & 0xffffffff) > 0;
+    s->span = dm ? (double)v[2] / (double)r->acct.batch_tokens : c->seq_len;
     s->t1 = timer_ms();
-    if (st == ST_OK && v[2] > 0) { /* every rank stops; the one that read it says what */
+    if (st == ST_OK && (v[1] >> 32) > 0) { /* every rank stops; the one that read it says what */
         if (bad >= 0)
             return err_set(err, ST_ERR_INPUT, "--data %s: token id %d (input) / %d (target) in this step's batch is not "
                            "below the vocabulary size %d; expected the shards' ids as checked when they opened (was a shard "
