@@ -55,31 +55,6 @@ static const char *ARCH[2] = {
     "--arch llama --layers 2 --heads 4 --kv-heads 2 --channels 32 --ffn 48 --max-seq-len 32"};
 
 /* One run: device dev ("cpu" or g_dev), extra flags; log DIR/name.jsonl (appended when append). */
-/* common less each of its flags that extra gives (with its value): a flag is given once (a second
- * is refused), so extra's value stands alone. Into out. */
-static const char *less_given(char *out, size_t cap, const char *common, const char *extra) {
-    char buf[2048];
-    snprintf(buf, sizeof buf, "%s", common);
-    out[0] = '\0';
-    char *save = NULL, *w = strtok_r(buf, " ", &save);
-    while (w) {
-        char *next = strtok_r(NULL, " ", &save), *val = NULL;
-        if (!strncmp(w, "--", 2) && next && strncmp(next, "--", 2)) val = next, next = strtok_r(NULL, " ", &save);
-        char key[160];
-        snprintf(key, sizeof key, "%s ", w);
-        size_t kl = strlen(w);
-        const char *hit = extra ? strstr(extra, key) : NULL;
-        int given = !strncmp(w, "--", 2) && extra &&
-                    (hit || (strlen(extra) >= kl && !strcmp(extra + strlen(extra) - kl, w)));
-        if (!given) {
-            size_t l = strlen(out);
-            snprintf(out + l, cap - l, "%s%s%s%s", l ? " " : "", w, val ? " " : "", val ? val : "");
-        }
-        w = next;
-    }
-    return out;
-}
-
 static int train(const char *name, int arch, const char *dev, const char *env, const char *extra, int append) {
     char cmd[4096], lg[1200];
     snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, name);
@@ -91,7 +66,7 @@ static int train(const char *name, int arch, const char *dev, const char *env, c
     char common[2048];
     snprintf(cmd, sizeof cmd, "%s %s %s train --data %s/train.bin %s %s --device %s --log %s --out %s/%s_out %s",
              strcmp(dev, "cpu") ? g_env : "", env ? env : "", g_bin, DIR, ARCH[arch],
-             less_given(common, sizeof common, "--seq-len 32 --micro-batch 2 --lr 2e-3 --min-lr 2e-4 --warmup 3 --threads 1 "
+             tu_less_given(common, sizeof common, "--seq-len 32 --micro-batch 2 --lr 2e-3 --min-lr 2e-4 --warmup 3 --threads 1 "
                         "--quiet", extra), dev, lg, DIR, name, extra ? extra : "");
     return rc_run(DIR, name, cmd, NULL);
 }

@@ -107,30 +107,6 @@ static int run(const char *name, const char *cmd, double *secs) { return rc_run(
 #define COMMON_LR " --lr 2e-3 --min-lr 2e-4"
 #define COMMON COMMON0 COMMON_LR
 
-/* common less each of its flags that extra gives (with its value): a flag is given once (a second
- * is refused), so extra's value stands alone. Into out. */
-static const char *less_given(char *out, size_t cap, const char *common, const char *extra) {
-    char buf[2048];
-    snprintf(buf, sizeof buf, "%s", common);
-    out[0] = '\0';
-    char *save = NULL, *w = strtok_r(buf, " ", &save);
-    while (w) {
-        char *next = strtok_r(NULL, " ", &save), *val = NULL;
-        if (!strncmp(w, "--", 2) && next && strncmp(next, "--", 2)) val = next, next = strtok_r(NULL, " ", &save);
-        char key[160];
-        snprintf(key, sizeof key, "%s ", w);
-        size_t kl = strlen(w);
-        const char *hit = extra ? strstr(extra, key) : NULL;
-        int given = !strncmp(w, "--", 2) && extra &&
-                    (hit || (strlen(extra) >= kl && !strcmp(extra + strlen(extra) - kl, w)));
-        if (!given) {
-            size_t l = strlen(out);
-            snprintf(out + l, cap - l, "%s%s%s%s", l ? " " : "", w, val ? " " : "", val ? val : "");
-        }
-        w = next;
-    }
-    return out;
-}
 
 /* One training run: np 0 = one process without mpirun. env "VAR=value" (or NULL; several separated
  * by spaces) is set for every rank; append keeps the log (a resumed run continues it), else it is
@@ -152,7 +128,7 @@ static int train_env(const char *name, int np, int k, int zero, const char *extr
     char common[2048]; /* an extra's own flags (SGD's --lr, --micro-batch) replace COMMON's */
     snprintf(cmd, sizeof cmd,
              "%s%s %s --steps %d --grad-accum %d --zero %d --log %s/%s.jsonl --out %s/%s_out %s", launch, g_bin,
-             less_given(common, sizeof common, COMMON, extra), STEPS, k, zero, DIR, name, DIR, name, extra ? extra : "");
+             tu_less_given(common, sizeof common, COMMON, extra), STEPS, k, zero, DIR, name, DIR, name, extra ? extra : "");
     char lg[1200];
     snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, name);
     if (!append) remove(lg);

@@ -44,31 +44,6 @@ static const char *g_mpi, *g_bin;
 
 /* Runs `name` (np 0: one process) for `steps` steps with k micro-batches per rank; env a test-only
  * fault; append keeps the log (a resume). Returns the exit code. */
-/* common less each of its flags that extra gives (with its value): a flag is given once (a second
- * is refused), so extra's value stands alone. Into out. */
-static const char *less_given(char *out, size_t cap, const char *common, const char *extra) {
-    char buf[2048];
-    snprintf(buf, sizeof buf, "%s", common);
-    out[0] = '\0';
-    char *save = NULL, *w = strtok_r(buf, " ", &save);
-    while (w) {
-        char *next = strtok_r(NULL, " ", &save), *val = NULL;
-        if (!strncmp(w, "--", 2) && next && strncmp(next, "--", 2)) val = next, next = strtok_r(NULL, " ", &save);
-        char key[160];
-        snprintf(key, sizeof key, "%s ", w);
-        size_t kl = strlen(w);
-        const char *hit = extra ? strstr(extra, key) : NULL;
-        int given = !strncmp(w, "--", 2) && extra &&
-                    (hit || (strlen(extra) >= kl && !strcmp(extra + strlen(extra) - kl, w)));
-        if (!given) {
-            size_t l = strlen(out);
-            snprintf(out + l, cap - l, "%s%s%s%s", l ? " " : "", w, val ? " " : "", val ? val : "");
-        }
-        w = next;
-    }
-    return out;
-}
-
 static int run(const char *name, int np, int k, int steps, const char *extra, const char *env, int append) {
     char cmd[4096], launch[1024] = "";
     const char *var = env ? env : "";
@@ -87,7 +62,7 @@ static int run(const char *name, int np, int k, int steps, const char *extra, co
     }
     char common[2048];
     snprintf(cmd, sizeof cmd, "%s%s %s --steps %d --grad-accum %d --log %s --out %s/%s_out %s", launch, g_bin,
-             less_given(common, sizeof common, COMMON, extra), steps, k, lg, DIR, name, extra ? extra : "");
+             tu_less_given(common, sizeof common, COMMON, extra), steps, k, lg, DIR, name, extra ? extra : "");
     double secs;
     int rc = rc_run(DIR, name, cmd, &secs);
     printf("%s: exit %d, %.1f s\n", name, rc, secs);

@@ -121,30 +121,6 @@ static float *read_tensor(const char *path, const char *name, int rows, int cols
     return out;
 }
 
-/* common less each of its flags that extra gives (with its value): a flag is given once (a second
- * is refused), so extra's value stands alone. Into out. */
-static const char *less_given(char *out, size_t cap, const char *common, const char *extra) {
-    char buf[2048];
-    snprintf(buf, sizeof buf, "%s", common);
-    out[0] = '\0';
-    char *save = NULL, *w = strtok_r(buf, " ", &save);
-    while (w) {
-        char *next = strtok_r(NULL, " ", &save), *val = NULL;
-        if (!strncmp(w, "--", 2) && next && strncmp(next, "--", 2)) val = next, next = strtok_r(NULL, " ", &save);
-        char key[160];
-        snprintf(key, sizeof key, "%s ", w);
-        size_t kl = strlen(w);
-        const char *hit = extra ? strstr(extra, key) : NULL;
-        int given = !strncmp(w, "--", 2) && extra &&
-                    (hit || (strlen(extra) >= kl && !strcmp(extra + strlen(extra) - kl, w)));
-        if (!given) {
-            size_t l = strlen(out);
-            snprintf(out + l, cap - l, "%s%s%s%s", l ? " " : "", w, val ? " " : "", val ? val : "");
-        }
-        w = next;
-    }
-    return out;
-}
 
 static void check_refusals(void) {
     static const struct { const char *extra, *flag; } R[] = {
@@ -156,7 +132,7 @@ static void check_refusals(void) {
     char cmd[2048], out[1024];
     for (size_t i = 0; i < sizeof R / sizeof R[0]; i++) {
         char common[2048];
-        snprintf(cmd, sizeof cmd, "%s %s %s", g_bin, less_given(common, sizeof common, COMMON, R[i].extra), R[i].extra);
+        snprintf(cmd, sizeof cmd, "%s %s %s", g_bin, tu_less_given(common, sizeof common, COMMON, R[i].extra), R[i].extra);
         int rc = run("refuse", cmd);
         snprintf(out, sizeof out, "%s/refuse.out", DIR);
         char *t = tu_slurp(out);

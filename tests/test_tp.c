@@ -116,30 +116,6 @@ static void launcher(char *out, size_t cap, int np, const char *env) {
 static int g_val;
 static const char *val_flags(void) { return g_val ? VAL_ON : "--val-every 0"; }
 
-/* common less each of its flags that extra gives (with its value): a flag is given once (a second
- * is refused), so extra's value stands alone. Into out. */
-static const char *less_given(char *out, size_t cap, const char *common, const char *extra) {
-    char buf[2048];
-    snprintf(buf, sizeof buf, "%s", common);
-    out[0] = '\0';
-    char *save = NULL, *w = strtok_r(buf, " ", &save);
-    while (w) {
-        char *next = strtok_r(NULL, " ", &save), *val = NULL;
-        if (!strncmp(w, "--", 2) && next && strncmp(next, "--", 2)) val = next, next = strtok_r(NULL, " ", &save);
-        char key[160];
-        snprintf(key, sizeof key, "%s ", w);
-        size_t kl = strlen(w);
-        const char *hit = extra ? strstr(extra, key) : NULL;
-        int given = !strncmp(w, "--", 2) && extra &&
-                    (hit || (strlen(extra) >= kl && !strcmp(extra + strlen(extra) - kl, w)));
-        if (!given) {
-            size_t l = strlen(out);
-            snprintf(out + l, cap - l, "%s%s%s%s", l ? " " : "", w, val ? " " : "", val ? val : "");
-        }
-        w = next;
-    }
-    return out;
-}
 
 /* One training run of the small model with `heads` heads: np 0 = one process without mpirun. extra
  * holds the grid (--tp, --sp, --zero) and anything else; append keeps the log (a resumed run
@@ -153,7 +129,7 @@ static int train_steps_env(const char *name, int np, int heads, int k, int steps
     char base[2048], common[2048];
     snprintf(base, sizeof base, COMMON " %s --heads %d --steps %d --grad-accum %d", vf, heads, steps, k);
     snprintf(cmd, sizeof cmd, "%s%s %s --log %s/%s.jsonl --out %s/%s_out %s", launch, g_bin,
-             less_given(common, sizeof common, base, extra), DIR, name, DIR, name, extra ? extra : "");
+             tu_less_given(common, sizeof common, base, extra), DIR, name, DIR, name, extra ? extra : "");
     char lg[1200], rm[1400];
     snprintf(lg, sizeof lg, "%s/%s.jsonl", DIR, name);
     snprintf(rm, sizeof rm, "rm -rf %s/%s_out", DIR, name);
@@ -651,7 +627,7 @@ static int short_run(const char *name, int np, const char *extra, char *lg, size
     launcher(launch, sizeof launch, np, NULL);
     char common[2048];
     snprintf(cmd, sizeof cmd, "%s%s %s --steps 2 --log %s %s", launch, g_bin,
-             less_given(common, sizeof common, COMMON, extra), lg, extra);
+             tu_less_given(common, sizeof common, COMMON, extra), lg, extra);
     return run(name, cmd, &secs);
 }
 

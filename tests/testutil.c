@@ -229,3 +229,26 @@ void tu_bf16_kernels_missing(const char *what, const char *instead) {
     tu_check(!cpu, name, "%s%s", cpu ? "missing, but this CPU has AVX512_BF16: the build lost -march=native (ST_ARCH_FLAGS)"
                                      : "not built (no AVX512_BF16 on this CPU/target): ", cpu ? "" : instead);
 }
+
+const char *tu_less_given(char *out, size_t cap, const char *common, const char *extra) {
+    char buf[2048];
+    snprintf(buf, sizeof buf, "%s", common);
+    out[0] = '\0';
+    char *save = NULL, *w = strtok_r(buf, " ", &save);
+    while (w) {
+        char *next = strtok_r(NULL, " ", &save), *val = NULL;
+        if (!strncmp(w, "--", 2) && next && strncmp(next, "--", 2)) val = next, next = strtok_r(NULL, " ", &save);
+        char key[160];
+        snprintf(key, sizeof key, "%s ", w);
+        size_t kl = strlen(w);
+        const char *hit = extra ? strstr(extra, key) : NULL;
+        int given = !strncmp(w, "--", 2) && extra &&
+                    (hit || (strlen(extra) >= kl && !strcmp(extra + strlen(extra) - kl, w)));
+        if (!given) {
+            size_t l = strlen(out);
+            snprintf(out + l, cap - l, "%s%s%s%s", l ? " " : "", w, val ? " " : "", val ? val : "");
+        }
+        w = next;
+    }
+    return out;
+}

@@ -68,6 +68,11 @@ int tu_find_chromium(char *out, size_t len, char *why, size_t wlen);
 /* The value of attribute `name` of the HTML tag around position p of doc ("" if absent), into out. */
 void tu_tag_attr(const char *doc, const char *p, const char *name, char *out, size_t len);
 
+/* common (a string of flags) less each flag that extra also gives, with its value, into out: a
+ * command line where every flag is given once (a flag given twice is refused), extra's value
+ * standing alone. Returns out. */
+const char *tu_less_given(char *out, size_t cap, const char *common, const char *extra);
+
 int tu_exit(void);
 
 #endif
