@@ -98,8 +98,10 @@ static int train(const char *name, const char *data, int np, int B, int k, const
     if (np > 0)
         snprintf(launch, sizeof launch, "timeout 120 %s --allow-run-as-root --oversubscribe -np %d -x OMP_NUM_THREADS=1 ",
                  g_mpi, np);
-    snprintf(cmd, sizeof cmd, "rm -f %s/%s.jsonl; %s%s " COMMON " --data %s --micro-batch %d --grad-accum %d --log %s/%s.jsonl %s",
-             DIR, name, launch, g_bin, data, B, k, DIR, name, extra ? extra : "");
+    char common[1024];
+    snprintf(cmd, sizeof cmd, "rm -f %s/%s.jsonl; %s%s %s --data %s --micro-batch %d --grad-accum %d --log %s/%s.jsonl %s",
+             DIR, name, launch, g_bin, tu_less_given(common, sizeof common, COMMON, extra), data, B, k, DIR, name,
+             extra ? extra : "");
     int rc = rc_run(DIR, name, cmd, NULL);
     if (rc != 0) tu_check(0, name, "exit %d (see %s/%s.out)", rc, DIR, name);
     return rc == 0;

@@ -626,6 +626,47 @@ static void test_failed(void) {
     free(d);
 }
 
+/* A vary value replaces base's: vary lr [0.001] over base's 0.003, vary no_pack [false, true] over
+ * base's true (false removes it). Oracle: each run's start record's config (lr, no_pack). Before
+ * 2026-11-29 the layers were appended (train took the last --lr; a false vary left base's
+ * --no-pack on); with each flag given once they were refused. Control: the base alone keeps 0.003
+ * and no_pack on. */
+static void test_layers(void) {
+    char spec[512], cmd[1600];
+    const char *base = "\"base\": {\"vocab\": 97, \"heads\": 2, \"seq_len\": 32, \"max_seq_len\": 32, \"micro_batch\": 4, "
+                       "\"lr\": 0.003, \"threads\": 1, \"no_pack\": true}";
+    const char *grid = "\"grid\": {\"kind\": \"sizes_tokens\", \"models\": [{\"layers\": 1, \"channels\": 16}], \"tokens\": [256]}";
+    double lr[3] = {0};
+    int np[3] = {-1, -1, -1};
+    for (int i = 0; i < 2; i++) {
+        snprintf(spec, sizeof spec, TMP "/layers%d.json", i);
+        write_spec(spec, DATA, base, grid, i ? ", \"vary\": {\"lr\": [0.001], \"no_pack\": [false, true]}" : "");
+        snprintf(cmd, sizeof cmd, "rm -rf " TMP "/layers_out%d && %s sweep %s --out " TMP "/layers_out%d >/dev/null 2>&1", i,
+                 BIN, spec, i);
+        int rc = run(cmd);
+        const char *ids[2][2] = {{"L1C16-t256", NULL}, {"L1C16-t256-lr0.001-no-packoff", "L1C16-t256-lr0.001-no-packon"}};
+        for (int j = 0; j < 2 && rc == 0; j++) {
+            if (!ids[i][j]) continue;
+            char lg[512];
+            snprintf(lg, sizeof lg, TMP "/layers_out%d/runs/%s/log.jsonl", i, ids[i][j]);
+            cJSON *all = tu_log_records(lg), *o;
+            cJSON_ArrayForEach(o, all) {
+                const cJSON *ev = cJSON_GetObjectItem(o, "event"), *c = cJSON_GetObjectItem(o, "config");
+                if (!cJSON_IsString(ev) || strcmp(ev->valuestring, "start") || !c) continue;
+                int k = i ? 1 + j : 0;
+                lr[k] = cJSON_GetNumberValue(cJSON_GetObjectItem(c, "lr"));
+                np[k] = cJSON_IsTrue(cJSON_GetObjectItem(c, "no_pack"));
+            }
+            cJSON_Delete(all);
+        }
+    }
+    tu_check(fabs(lr[1] - 0.001) < 1e-9 && fabs(lr[2] - 0.001) < 1e-9 && np[1] == 0 && np[2] == 1,
+             "sweep: a vary value replaces base's (lr; no_pack false removes base's true)",
+             "lr %g and %g (want 0.001), no_pack %d and %d (want 0 and 1)", lr[1], lr[2], np[1], np[2]);
+    tu_check(fabs(lr[0] - 0.003) < 1e-9 && np[0] == 1, "control: the base alone keeps lr 0.003 and no_pack",
+             "lr %g, no_pack %d", lr[0], np[0]);
+}
+
 int main(int argc, char **argv) {
     run("rm -rf " TMP);
     make_data();
@@ -637,6 +678,7 @@ int main(int argc, char **argv) {
     test_dry_run();
     test_isoflop();
     test_failed();
+    test_layers();
     if (argc > 1) test_mpi(argv[1]);
     return tu_exit();
 }

@@ -131,6 +131,19 @@ static Status args_copy(Args *dst, const Args *src, Err *err) {
     return st;
 }
 
+/* Removes flag (and its value when it takes one) from a: a later layer of the spec (a model entry,
+ * a vary value) replaces base's, as train takes each flag once. */
+static void args_remove(Args *a, const char *flag, int has_value) {
+    for (int i = 0; i < a->n; i++) {
+        if (strcmp(a->a[i], flag)) continue;
+        int k = has_value && i + 1 < a->n ? 2 : 1;
+        for (int j = i; j < i + k; j++) free(a->a[j]);
+        memmove(&a->a[i], &a->a[i + k], (size_t)(a->n - i - k) * sizeof a->a[0]);
+        a->n -= k;
+        i--;
+    }
+}
+
 /* ================================================================ the spec */
 
 /* One key: value of a JSON object as train flags appended to a. where: "base", "grid.models[2]",
@@ -147,6 +160,7 @@ static Status flag_from_json(const TrainFlagsParser *tp, Args *a, const char *fi
     if (why) return err_set(err, ST_ERR_INPUT, "%s: %s.%s: set by the sweep (%s); expected it absent", file, where, it->string, why);
     char flag[160];
     snprintf(flag, sizeof flag, "--%s", name);
+    args_remove(a, flag, kind != 1); /* this layer's value replaces an earlier one (false: removes it) */
     if (cJSON_IsBool(it)) {
         if (kind != 1)
             return err_set(err, ST_ERR_INPUT, "%s: %s.%s: expected a value for --%s, found a boolean", file, where,
