@@ -12,9 +12,13 @@
  * of test_pp's model), so under the default each process touched about 256 MB of new pages before
  * any block came back: 1.25 M page faults for test_pp's equivalence runs, 714 K at 16 MB, and 31 s
  * against 23 s (Zen 5 VM, 2026-11-27). Our own buffers are allocated once per run and freed at its
- * end; 32 MB still holds thousands of oneDNN calls' buffers behind any block we free. */
+ * end; 32 MB still holds thousands of oneDNN calls' buffers behind any block we free.
+ *
+ * handle_sigbus=0: a bus error reading a shard's mapping is data/shard.c's to report (one line
+ * naming the file), as in a plain build; ASan's handler would take it and print a report, and be
+ * the disposition shard.c passes any other SIGBUS on to (test_shard_sigbus's controls). */
 #if defined(__SANITIZE_ADDRESS__)
 int st_sanitize_anchor;
 const char *__asan_default_options(void);
-const char *__asan_default_options(void) { return "quarantine_size_mb=32"; }
+const char *__asan_default_options(void) { return "quarantine_size_mb=32:handle_sigbus=0"; }
 #endif
