@@ -46,17 +46,9 @@ void encoder_forward(float *out, const int32_t *inp, const int32_t *pos, const f
     for (long bt = 0; bt < (long)B * T; bt++) {
         const float *e = wte + (size_t)inp[bt] * C, *p = wpe + tok_pos(pos, bt, T) * C;
         float *o = out + (size_t)bt * C;
-        if (d.p > 0) {
-            float f[DROP_CHUNK];
-            for (int c0 = 0; c0 < C; c0 += DROP_CHUNK) {
-                int c1 = C - c0 < DROP_CHUNK ? C : c0 + DROP_CHUNK;
-                drop_factors_at(f, (size_t)(c1 - c0), d, (uint64_t)bt * C + c0);
-                for (int c = c0; c < c1; c++) o[c] = (e[c] + p[c]) * f[c - c0];
-            }
-        } else {
 #pragma omp simd
-            for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
-        }
+        for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+        if (d.p > 0) drop_row(o, NULL, o, (size_t)C, d, (uint64_t)bt * C); /* (e + p) · f, in place */
     }
 }
 
@@ -220,12 +212,7 @@ static void residual_norm(float *res, float *out, uint16_t *out_lp, float *mean,
         float *x = res + (size_t)i * C, *o = out ? out + (size_t)i * C : NULL;
         uint16_t *olp = out_lp ? out_lp + (size_t)i * C : NULL;
         if (d.p > 0) {
-            float f[DROP_CHUNK];
-            for (int c0 = 0; c0 < C; c0 += DROP_CHUNK) {
-                int c1 = C - c0 < DROP_CHUNK ? C : c0 + DROP_CHUNK;
-                drop_factors_at(f, (size_t)(c1 - c0), d, (uint64_t)i * C + c0);
-                for (int c = c0; c < c1; c++) x[c] = ai[c] + bi[c] * f[c - c0];
-            }
+            drop_row(x, ai, bi, (size_t)C, d, (uint64_t)i * C);
         } else {
 #pragma omp simd
             for (int c = 0; c < C; c++) x[c] = ai[c] + bi[c];
@@ -882,21 +869,25 @@ void drop_factors(float *f, size_t n, Dropout d) {
     }
 }
 
-/* out = (a, or 0 when NULL) + b · drop_scale, in chunks of DROP_CHUNK elements per thread with their
- * factors on the stack (out may be a or b). */
+void drop_row(float *out, const float *a, const float *b, size_t n, Dropout d, uint64_t base) {
+    float f[DROP_CHUNK];
+    for (size_t i0 = 0; i0 < n; i0 += DROP_CHUNK) {
+        size_t m = n - i0 < DROP_CHUNK ? n - i0 : DROP_CHUNK;
+        drop_factors_at(f, m, d, base + i0);
+        if (a) /* the two loops apart: 0 + x would turn a -0 product into +0 */
+            for (size_t i = 0; i < m; i++) out[i0 + i] = a[i0 + i] + b[i0 + i] * f[i];
+        else
+            for (size_t i = 0; i < m; i++) out[i0 + i] = b[i0 + i] * f[i];
+    }
+}
+
+/* drop_row over n elements, DROP_CHUNK of them per thread at a time (out may be a or b). */
 void drop_apply(float *out, const float *a, const float *b, size_t n, Dropout d, int nt) {
     const long long nc = (long long)((n + DROP_CHUNK - 1) / DROP_CHUNK);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (long long q = 0; q < nc; q++) {
         size_t i0 = (size_t)q * DROP_CHUNK, m = n - i0 < DROP_CHUNK ? n - i0 : DROP_CHUNK;
-        float f[DROP_CHUNK];
-        Dropout dq = d;
-        dq.offset += i0;
-        drop_factors(f, m, dq);
-        if (a) /* the two loops apart: 0 + x would turn a -0 product into +0 */
-            for (size_t i = 0; i < m; i++) out[i0 + i] = a[i0 + i] + b[i0 + i] * f[i];
-        else
-            for (size_t i = 0; i < m; i++) out[i0 + i] = b[i0 + i] * f[i];
+        drop_row(out + i0, a ? a + i0 : NULL, b + i0, m, d, i0);
     }
 }
 

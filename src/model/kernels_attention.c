@@ -310,13 +310,8 @@ void attention_gqa_forward(float *out, float *lse, float *scratch, const float *
                         float *yrow = y + (size_t)row * C;
                         if (k0 != kbeg)
                             for (int x = 0; x < hs; x++) yrow[x] *= corr;
-                        if (d.p > 0) { /* the row's factors at once (drop_factors: drop_scale's, bit for bit) */
-                            float *pd = Pd + (size_t)i * kn;
-                            Dropout dr = d;
-                            dr.offset += bhg * T * T + (size_t)row * T + k0;
-                            drop_factors(pd, (size_t)kn, dr);
-                            for (int j = 0; j < kn; j++) pd[j] *= srow[j];
-                        }
+                        if (d.p > 0) /* the row's factors at once (drop_factors: drop_scale's, bit for bit) */
+                            drop_row(Pd + (size_t)i * kn, NULL, srow, (size_t)kn, d, bhg * T * T + (size_t)row * T + k0);
                     }
                     const float *P = d.p > 0 ? Pd : S;
                     const float by = k0 == kbeg ? 0.0f : 1.0f;
@@ -442,9 +437,7 @@ void attention_gqa_backward(float *dqkv, float *scratch, const float *dout, cons
                         for (int j = jn > js ? jn : js; j < kn; j++) prow[j] = 0.0f;
                         if (d.p > 0) {
                             float *pd = Pd + (size_t)i * kn;
-                            Dropout dr = d;
-                            dr.offset += bhg * T * T + (size_t)row * T + k0;
-                            drop_factors(pd, (size_t)kn, dr); /* the factors, then P·f in place */
+                            drop_factors_at(pd, (size_t)kn, d, bhg * T * T + (size_t)row * T + k0); /* then P·f in place */
                             for (int j = 0; j < kn; j++) {
                                 float ks = pd[j];
                                 pd[j] = prow[j] * ks;

@@ -30,7 +30,10 @@ static inline void drop_factors_at(float *f, size_t n, Dropout d, uint64_t base)
     d.offset += base;
     drop_factors(f, n, d);
 }
-/* out = (a, or 0 when NULL) + b · drop_scale(d, i) over n elements, nt threads (out may be a or b). */
+/* out[i] = (a[i], or 0 when a is NULL) + b[i] · drop_scale(d, base + i) for i in 0 .. n-1, the
+ * factors drawn DROP_CHUNK at a time on the stack; one thread (out may be a or b). */
+void drop_row(float *out, const float *a, const float *b, size_t n, Dropout d, uint64_t base);
+/* drop_row at base 0 over n elements on nt threads. */
 void drop_apply(float *out, const float *a, const float *b, size_t n, Dropout d, int nt);
 
 /* ST_VEC4: the build has the AVX-512 subsets VEC4_SPAN and store_bf16_16 use. */
