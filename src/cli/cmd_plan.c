@@ -157,7 +157,7 @@ static void print_review(const PlanInput *in, const PlanResult *r, const PlanSch
     printf("  total: 6ND = %.4g, exact = %.4g FLOPs\n", r->compute.total_6nd, r->compute.total);
     if (r->compute.t_dropout > 0)
         printf("  dropout %g: %s of factor draws per step (in elementwise below; %.3g draws/s)\n", in->dropout,
-               fmt_time(a, sizeof a, r->compute.t_dropout), in->hw.drop_rate > 0 ? in->hw.drop_rate : in->hw.mem_bw / 8);
+               fmt_time(a, sizeof a, r->compute.t_dropout), plan_drop_rate(&in->hw));
     printf("  step: matmul %s + elementwise %s + bubble %s + tp %s + pp %s; dp/zero comm %s (%s not hidden by "
            "compute); optimizer %s%s%s\n",
            fmt_time(a, sizeof a, r->compute.t_matmul), fmt_time(b, sizeof b, r->compute.t_elementwise),
@@ -818,7 +818,7 @@ int cmd_plan(int argc, char **argv) {
         LoraLayout whole; /* the adapters of the whole model (tp 1) */
         if ((st = lora_layout_init(&whole, &lc, &cfgl, 1, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
         lora_params = (long long)(whole.block_floats * (size_t)whole.L);
-        lora_in = lora_input_width(&whole) / (in.tp > 1 ? in.tp : 1); /* --lora-dropout runs at tp 1 only */
+        lora_in = lora_input_width(&whole); /* --lora-dropout's draws: it runs at tp 1 only (refused above) */
     }
 #undef SEEN
     PlanResult *r = calloc(1, sizeof *r);

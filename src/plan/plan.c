@@ -632,6 +632,8 @@ static double peak_of(const PlanHardware *hw, PlanDtype d) {
     return d == PLAN_DTYPE_BF16 ? hw->peak_bf16 : d == PLAN_DTYPE_FP16 ? hw->peak_fp16 : hw->peak_fp32;
 }
 
+double plan_drop_rate(const PlanHardware *hw) { return hw->drop_rate > 0 ? hw->drop_rate : hw->mem_bw / 8.0; }
+
 double plan_matmul_rate(const PlanHardware *hw, int dtype) {
     double eff = dtype == PLAN_DTYPE_BF16 && hw->matmul_eff_bf16 > 0 ? hw->matmul_eff_bf16 : hw->matmul_eff;
     return peak_of(hw, (PlanDtype)dtype) * eff;
@@ -1073,7 +1075,7 @@ static void core_compute(Core *c, PlanResult *r) {
     if (shaped && in->dropout > 0) {
         double span = in->doc_mask && in->mean_doc_len > 0 ? layout_doc_span_mean(T, in->mean_doc_len) : (double)T;
         DropDraws dd = layout_dropout_draws(m->d_model, m->n_head, span, tp, in->sp);
-        double rate = hw->drop_rate > 0 ? hw->drop_rate : hw->mem_bw / 8.0, times = in->recompute == PLAN_RECOMPUTE_FULL ? 3.0 : 2.0;
+        double rate = plan_drop_rate(hw), times = in->recompute == PLAN_RECOMPUTE_FULL ? 3.0 : 2.0;
         double tok = (double)B * T * k;
         drop_block = times * dd.block * tok / rate, drop_embed = times * dd.embed * tok / rate;
         r->compute.t_dropout = drop_block * Lp + drop_embed;
@@ -1553,8 +1555,8 @@ Status plan_lora_step(const PlanInput *in, const PlanResult *full, double adapte
                               : in->recompute == PLAN_RECOMPUTE_SELECTIVE ? tf.attention : 0);
     out->t_matmul = full->compute.fpt_hw > 0 ? full->compute.t_matmul * out->fpt_hw / full->compute.fpt_hw : 0;
     out->t_elementwise = full->compute.t_elementwise;
-    if (in->lora_dropout > 0 && adapter_in > 0) { /* the full plan's rate of a draw (core_compute) */
-        double rate = hw->drop_rate > 0 ? hw->drop_rate : hw->mem_bw / 8.0;
+    if (in->lora_dropout > 0 && adapter_in > 0) {
+        double rate = plan_drop_rate(hw);
         double tok = (double)in->micro_batch * in->seq_len * (in->grad_accum > 0 ? in->grad_accum : 1);
         out->t_dropout = (in->recompute == PLAN_RECOMPUTE_FULL ? 4.0 : 3.0) * adapter_in * tok / rate;
         out->t_elementwise += out->t_dropout;

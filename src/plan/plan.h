@@ -97,6 +97,10 @@ typedef struct {
  * its apply on 2 threads, as `plan --measure-hardware` measured it on the 2-core Xeon of 2026-11-29. */
 #define PLAN_CPU_DROP_RATE 6.3e8
 
+/* Dropout factors per second on hw: its drop_rate, or (0: the GPU presets) one fp32 read and write
+ * per factor at mem_bw. The plan's one source of a draw's time (--dropout, --lora-dropout). */
+double plan_drop_rate(const PlanHardware *hw);
+
 /* FLOP/s the model's matmuls run at in dtype d: its peak times its efficiency (matmul_eff_bf16 for
  * bf16 where set). The plan's one source of a GEMM's time. */
 double plan_matmul_rate(const PlanHardware *hw, int dtype);
