@@ -81,6 +81,9 @@ static Status bundled_corpus(TrainConfig *c, const Comm *comm, Err *err) {
 
 /* Refuses an option given where it would change nothing (issue 12: flags that do nothing are
  * defects): one line naming the option and what it needs. c is the parsed configuration. */
+/* What a flag of the spike detectors needs when every one is off. */
+#define SPIKES_ON "a spike detector on (--spike-z, --spike-abs, --gnorm-spike-z or --gnorm-spike-abs > 0; all are 0)"
+
 static Status refuse_inert(ArgSpec *specs, int n, const TrainConfig *c, const Comm *comm, Err *err) {
     int world = comm ? comm->world : 1;
     /* the grid as train_run resolves it (tr_setup_grid): dp 0 is the world over tp x pp; one process
@@ -139,19 +142,13 @@ static Status refuse_inert(ArgSpec *specs, int n, const TrainConfig *c, const Co
         {"no-noise-scale", !plan_noise_scale_on(par ? 2 : 1, pp, c->grad_accum, 0),
          "a run that estimates the gradient noise scale (dp >= 2 or --grad-accum >= 2, with --pp 1)"},
         /* the health monitor: a flag of a detector that is off, or of a policy that never acts */
-        {"spike-policy", spikes_off && h->policy != HEALTH_POLICY_LOG,
-         "a spike detector on (--spike-z, --spike-abs, --gnorm-spike-z or --gnorm-spike-abs > 0; all are 0)"},
-        {"spike-max-actions", spikes_off, "a spike detector on (--spike-z, --spike-abs, --gnorm-spike-z or "
-                                          "--gnorm-spike-abs > 0; all are 0)"},
+        {"spike-policy", spikes_off && h->policy != HEALTH_POLICY_LOG, SPIKES_ON},
+        {"spike-max-actions", spikes_off, SPIKES_ON},
         {"spike-max-actions", h->policy == HEALTH_POLICY_LOG,
          "--spike-policy skip or rollback (it bounds consecutive skips/rollbacks; log takes no action)"},
         {"spike-min-sigma", zoff && h->min_sigma > 0, "a z-score detector on (--spike-z or --gnorm-spike-z > 0; both are 0)"},
-        {"spike-window", spikes_off && h->stall_window <= 0,
-         "a spike detector on (--spike-z, --spike-abs, --gnorm-spike-z or --gnorm-spike-abs > 0; all are 0) or "
-         "--stall-window N > 0"},
-        {"spike-min-history", spikes_off && h->stall_window <= 0,
-         "a spike detector on (--spike-z, --spike-abs, --gnorm-spike-z or --gnorm-spike-abs > 0; all are 0) or "
-         "--stall-window N > 0"},
+        {"spike-window", spikes_off && h->stall_window <= 0, SPIKES_ON " or --stall-window N > 0"},
+        {"spike-min-history", spikes_off && h->stall_window <= 0, SPIKES_ON " or --stall-window N > 0"},
         /* a value out of range is refused as such first (health_validate_options) */
         {"stall-min-delta", h->stall_window <= 0 && h->stall_min_delta >= 0, "--stall-window N > 0 (the stall detector "
                                                                               "is off)"},

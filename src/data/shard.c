@@ -93,12 +93,11 @@ static void bus_register(const void *map, size_t bytes, const char *path, const 
     size_t n = atomic_load(&bus_used), i = 0;
     while (i < n && atomic_load(&bus_slots[i].lo)) i++;
     if (bus_installed && i < BUS_SLOTS) {
-        int len = snprintf(NULL, 0, "%s: %s: the %s changed or shrank while it was being read (a bus error reading "
-                           "its mapping); expected %s files unchanged during a run\n", bus_prog, path, what, what);
-        char *msg = len > 0 ? malloc((size_t)len + 1) : NULL;
+        char line[4608]; /* the prefix (128) and a path up to PATH_MAX fit */
+        int len = snprintf(line, sizeof line, "%s: %s: the %s changed or shrank while it was being read (a bus error "
+                           "reading its mapping); expected %s files unchanged during a run\n", bus_prog, path, what, what);
+        char *msg = len > 0 && len < (int)sizeof line ? strdup(line) : NULL;
         if (msg) {
-            snprintf(msg, (size_t)len + 1, "%s: %s: the %s changed or shrank while it was being read (a bus error "
-                     "reading its mapping); expected %s files unchanged during a run\n", bus_prog, path, what, what);
             bus_slots[i].hi = (uintptr_t)map + bytes;
             bus_slots[i].msg = msg;
             bus_slots[i].len = (size_t)len;

@@ -80,7 +80,8 @@ typedef struct {
     long step;
     long loop_step0;        /* the step the loop started at (a resume's), for the ETA */
     double loop_t0;         /* when it started (timer_ms) */
-    int ckpt_lock;          /* --ckpt-dir's lock (tr_lock_ckpt_dir), -1 none */
+    int ckpt_lock;          /* --ckpt-dir's lock (tr_claim_outputs), -1 none */
+    char resumed[4096];     /* the checkpoint resumed ("" none) */
 } LoraRun;
 
 /* The whole model's adapter parameters (every tp rank's slices together). */
@@ -441,6 +442,7 @@ static Status resume(LoraRun *r, Err *err) {
     if (st != ST_OK) return st;
     loader_set_state(&r->train, meta.loader);
     r->step = meta.step;
+    snprintf(r->resumed, sizeof r->resumed, "%s", path);
     if (r->comm->rank == 0 && !c->quiet) printf("lora: resumed from %s (step %ld)\n", path, meta.step);
     return ST_OK;
 }
@@ -559,17 +561,13 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
     int dm = c->model.doc_mask;
     double span = dm && r->tp_rank == 0 ? layout_doc_span(r->inp, B * k, T, c->model.doc_eot) : 0;
     long bad = tr_bad_id(r->inp, r->tgt, r->batch_ints, c->model.vocab);
-    /* v[1]: ranks asking to stop, + 2^32 × ranks with a bad id (one sum) */
-    int64_t v[3] = {0, (int64_t)(tr_stop_pending() != 0) + ((int64_t)(bad >= 0) << 32),
-                    (int64_t)llround(span * (double)B * k * T)};
+    int64_t v[3] = {0, tr_stop_word(tr_stop_pending(), bad), (int64_t)llround(span * (double)B * k * T)};
     for (size_t i = 0; i < r->batch_ints && r->tp_rank == 0; i++) v[0] += r->tgt[i] >= 0;
     Status st = comm_allreduce_i64(r->comm, v, 3, COMM_SUM, err);
+    if (st == ST_OK) st = tr_word_bad_ids(v[1], c, r->inp, r->tgt, bad, err);
     if (st != ST_OK) return st;
-    if ((v[1] >> 32) > 0) /* every rank stops */
-        return err_set(err, ST_ERR_INPUT, "--data %s: a token id not below the vocabulary size %d in %s batch (was a shard "
-                       "rewritten during the run?)", c->data, c->model.vocab, bad >= 0 ? "this step's" : "another rank's");
     int64_t ntok = v[0];
-    r->stop = (v[1] & 0xffffffff) > 0;
+    r->stop = tr_word_stop(v[1]);
     long next = r->step + 1;
     float dscale = ntok > 0 ? 1.0f / (float)ntok : 0.0f;
     if (r->zero >= 3) memset(r->sg, 0, r->mfloats * sizeof(float)); /* the hooks add every micro-batch's sums */
@@ -745,13 +743,9 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
     if ((st = resume(r, err)) != ST_OK) goto done;
     if ((st = setup_accounting(r, err)) != ST_OK) goto done;
     res->start_step = r->step;
-    {
-        char rdir[4096] = "";
-        if (c->resume[0] && ckpt_lora_resolve(c->ckpt_dir, c->resume, rdir, sizeof rdir, &(Err){0}) != ST_OK) rdir[0] = '\0';
-        if ((st = tr_check_outputs(c, &r->train, c->val_data[0] ? &r->val : NULL, rdir, err)) != ST_OK) goto done;
-        st = r->comm->rank == 0 ? tr_lock_ckpt_dir(c->ckpt_dir, &r->ckpt_lock, err) : ST_OK;
-        if ((st = train_agree(r->comm, st, "--ckpt-dir", err, &res->err_everywhere)) != ST_OK) goto done;
-    }
+    if ((st = tr_claim_outputs(r->comm, c, &r->train, &r->val, r->resumed, &r->ckpt_lock, &res->err_everywhere, err)) !=
+        ST_OK)
+        goto done;
     if ((st = events_open(&r->log, r->comm->rank == 0 ? c->log_path : "", r->step > 0, err)) != ST_OK) goto done;
     {
         char tg[64];

@@ -243,11 +243,9 @@ static Status run_setup(Run *r, Err *err) {
     if ((st = tr_resume_find(r, err)) != ST_OK) return st;
     if ((st = tr_agree_setup(r, tr_setup_model(r, err), "model setup", err)) != ST_OK) return st;
     if ((st = tr_resume_load(r, err)) != ST_OK) return st;
-    if ((st = tr_check_outputs(&r->cfg, &r->train, r->cfg.val_data[0] ? &r->val : NULL, r->rs.path, err)) != ST_OK)
+    if ((st = tr_claim_outputs(r->comm, &r->cfg, &r->train, &r->val, r->rs.path, &r->ckpt_lock, &r->res->err_everywhere,
+                               err)) != ST_OK)
         return st;
-    /* rank 0 holds --ckpt-dir for the job (the other ranks write their parts under it) */
-    st = r->comm->rank == 0 ? tr_lock_ckpt_dir(r->cfg.ckpt_dir, &r->ckpt_lock, err) : ST_OK;
-    if ((st = tr_agree_setup(r, st, "--ckpt-dir", err)) != ST_OK) return st;
     if ((st = tr_setup_outputs(r, err)) != ST_OK) return st;
     if ((st = tr_setup_accounting(r, err)) != ST_OK) return st;
     if ((st = tr_announce(r, err)) != ST_OK) return st;

@@ -546,7 +546,21 @@ static const char *shard_hit(const char *out, const Loader *l) {
     return NULL;
 }
 
-Status tr_check_outputs(const TrainConfig *c, const Loader *train, const Loader *val, const char *resume_dir, Err *err) {
+/* The folder holding path (its trailing slashes dropped; "." for a bare name) into buf; the last
+ * component's start in *base (when not NULL). */
+static void dir_of(const char *path, char *buf, size_t cap, const char **base) {
+    snprintf(buf, cap, "%s", path);
+    size_t n = strlen(buf);
+    while (n > 1 && buf[n - 1] == '/') buf[--n] = '\0';
+    char *slash = strrchr(buf, '/');
+    if (base) *base = slash ? path + (slash + 1 - buf) : path;
+    if (slash) *slash = '\0';
+    else snprintf(buf, cap, ".");
+}
+
+/* tr_claim_outputs' refusals: what --log and --out would overwrite. */
+static Status check_outputs(const TrainConfig *c, const Loader *train, const Loader *val, const char *resume_dir,
+                            Err *err) {
     char buf[2200];
     const char *hit;
     if (c->log_path[0]) {
@@ -559,37 +573,26 @@ Status tr_check_outputs(const TrainConfig *c, const Loader *train, const Loader 
         if ((hit = input_hit(c->log_path, c->init_from, buf, sizeof buf)))
             return err_set(err, ST_ERR_INPUT, "--log %s: expected a file that is not one of the run's inputs, found %s of "
                            "--init-from %s (it would be overwritten)", c->log_path, hit, c->init_from);
-        if (resume_dir && (hit = input_hit(c->log_path, resume_dir, buf, sizeof buf)))
+        if ((hit = input_hit(c->log_path, resume_dir, buf, sizeof buf)))
             return err_set(err, ST_ERR_INPUT, "--log %s: expected a file outside the checkpoint resumed, found its %s (it "
                            "would be overwritten)", c->log_path, hit);
     }
     if (c->out_dir[0]) {
         struct stat sb;
-        char from[1100];
+        char from[1100], parent[1100];
+        const char *base;
         /* --init-from names a folder, or a weights file in one */
-        snprintf(from, sizeof from, "%s", c->init_from);
-        if (from[0] && stat(from, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
-            char *slash = strrchr(from, '/');
-            if (slash) *slash = '\0';
-            else snprintf(from, sizeof from, ".");
-        }
+        if (c->init_from[0] && stat(c->init_from, &sb) == 0 && !S_ISDIR(sb.st_mode)) dir_of(c->init_from, from, sizeof from, NULL);
+        else snprintf(from, sizeof from, "%s", c->init_from);
         if (same_node(c->out_dir, from))
             return err_set(err, ST_ERR_INPUT, "--out %s: expected a folder other than the weights it starts from, found "
                            "--init-from %s's (they would be overwritten)", c->out_dir, c->init_from);
-        if (resume_dir && same_node(c->out_dir, resume_dir))
+        if (same_node(c->out_dir, resume_dir))
             return err_set(err, ST_ERR_INPUT, "--out %s: expected a folder other than the checkpoint it resumes, found "
                            "that checkpoint (it would be overwritten and fail its checksums)", c->out_dir);
         /* a step_ folder of --ckpt-dir: a checkpoint a later --resume auto would take, overwritten */
-        char parent[1100];
-        snprintf(parent, sizeof parent, "%s", c->out_dir);
-        size_t n = strlen(parent);
-        while (n > 1 && parent[n - 1] == '/') parent[--n] = '\0';
-        char *slash = strrchr(parent, '/');
-        const char *base = slash ? slash + 1 : parent;
-        int is_step = !strncmp(base, "step_", 5);
-        if (slash) *slash = '\0';
-        else snprintf(parent, sizeof parent, ".");
-        if (is_step && c->ckpt_dir[0] && same_node(parent, c->ckpt_dir))
+        dir_of(c->out_dir, parent, sizeof parent, &base);
+        if (!strncmp(base, "step_", 5) && c->ckpt_dir[0] && same_node(parent, c->ckpt_dir))
             return err_set(err, ST_ERR_INPUT, "--out %s: expected a folder outside --ckpt-dir %s's checkpoints, found one of "
                            "its step_ folders", c->out_dir, c->ckpt_dir);
     }
@@ -616,7 +619,11 @@ cJSON *tr_data_files_json(const Loader *l) {
     return a;
 }
 
-Status tr_lock_ckpt_dir(const char *dir, int *fd, Err *err) {
+/* --ckpt-dir's lock for this process (creating the folder): flock on DIR/.lock, which then holds its
+ * pid; the descriptor stays open until the process exits. A folder another run holds is refused
+ * (ST_ERR_INPUT naming its pid): two runs writing one --ckpt-dir delete each other's temporaries and
+ * interleave their checkpoints. *fd = -1 when dir is "". */
+static Status lock_ckpt_dir(const char *dir, int *fd, Err *err) {
     *fd = -1;
     if (!dir[0]) return ST_OK;
     Status st = file_mkdirs(dir, err);
@@ -641,4 +648,12 @@ Status tr_lock_ckpt_dir(const char *dir, int *fd, Err *err) {
     if (ftruncate(f, 0) != 0 || pwrite(f, pid, (size_t)n, 0) != n) { /* the pid is for the message only */ }
     *fd = f;
     return ST_OK;
+}
+
+Status tr_claim_outputs(Comm *comm, const TrainConfig *c, const Loader *train, const Loader *val, const char *resume_dir,
+                        int *lock, int *err_everywhere, Err *err) {
+    Status st = check_outputs(c, train, c->val_data[0] ? val : NULL, resume_dir ? resume_dir : "", err);
+    /* rank 0 holds --ckpt-dir for the job (the other ranks write their parts under it) */
+    if (st == ST_OK && comm->rank == 0) st = lock_ckpt_dir(c->ckpt_dir, lock, err);
+    return train_agree(comm, st, "--ckpt-dir", err, err_everywhere);
 }

@@ -240,21 +240,27 @@ static inline long tr_bad_id(const int32_t *inp, const int32_t *tgt, size_t n, i
         if ((uint32_t)inp[i] >= (uint32_t)V || (tgt[i] >= 0 && tgt[i] >= V) || tgt[i] < -1) return (long)i;
     return -1;
 }
-/* Refuses outputs that would overwrite the run's inputs: --log being a training or validation shard
- * or a file of the --init-from weights or the resumed checkpoint; --out being the --init-from
- * folder, the resumed checkpoint or a checkpoint folder of --ckpt-dir (ST_ERR_INPUT, one line
- * naming both). resume_dir: the checkpoint resumed ("" none); val may be NULL. */
-Status tr_check_outputs(const TrainConfig *c, const Loader *train, const Loader *val, const char *resume_dir, Err *err);
+/* The step's stop word, one element of its small all-reduce (summed over ranks, the bytes plan
+ * counts): the ranks asking to stop, + 2^32 × the ranks whose batch has a bad id (bad >= 0). */
+static inline int64_t tr_stop_word(int stop, long bad) { return (int64_t)(stop != 0) + ((int64_t)(bad >= 0) << 32); }
+static inline int tr_word_stop(int64_t w) { return (w & 0xffffffff) > 0; }
+/* ST_OK, or (some rank's batch had a bad id, the word says) the error every rank stops with: this
+ * rank's ids at bad, or another rank's. */
+Status tr_word_bad_ids(int64_t w, const TrainConfig *c, const int32_t *inp, const int32_t *tgt, long bad, Err *err);
+/* The run's outputs, claimed before anything is written (collective; both trainers): refuses
+ * outputs that would overwrite its inputs (--log being a training or validation shard or a file of
+ * the --init-from weights or of the resumed checkpoint resume_dir, "" none; --out being the
+ * --init-from folder, the resumed checkpoint or a step_ folder of --ckpt-dir: ST_ERR_INPUT, one line
+ * naming both), then rank 0 takes --ckpt-dir's lock into *lock (tr_lock_ckpt_dir), every rank
+ * agreeing on the outcome (train_agree; *err_everywhere as there). val's shards count when
+ * --val-data is given. */
+Status tr_claim_outputs(Comm *comm, const TrainConfig *c, const Loader *train, const Loader *val, const char *resume_dir,
+                        int *lock, int *err_everywhere, Err *err);
 /* The training data as resolved: [{"weight": w, "files": [[name, bytes], ...]}, ...] per dataset
  * (file names without their folder, sizes in bytes), the config's "data_files": what a resume
  * compares (ckpt_check_config), so that a glob matching other files is refused and the same files
  * spelled another way are not. NULL when out of memory. */
 struct cJSON *tr_data_files_json(const Loader *l);
-/* Takes --ckpt-dir's lock for this process (creating the folder): flock on DIR/.lock, which then
- * holds its pid; the descriptor stays open until the process exits. A folder another run holds is
- * refused (ST_ERR_INPUT naming its pid): two runs writing one --ckpt-dir delete each other's
- * temporaries and interleave their checkpoints. *fd = -1 when dir is "". */
-Status tr_lock_ckpt_dir(const char *dir, int *fd, Err *err);
 float *tr_run_staging(Run *r, const ParamLayout *pl, int n);
 void tr_run_staging_free(Run *r, const ParamLayout *pl, float *p, int n);
 void tr_slices_from_full(Run *r, float *local, const float *full, int n);

@@ -155,22 +155,12 @@ static Status step_data(Run *r, Step *s, Err *err) {
     /* --doc-mask: Σ L_i² over the documents of the replica's rows (an integer: exact in the sum) */
     int dm = c->model.doc_mask;
     double span = dm && r->tp_rank == 0 && r->pp_rank == 0 ? layout_doc_span(r->inp, B * k, T, c->model.doc_eot) : 0;
-    /* v[1]: ranks asking to stop, + 2^32 × ranks with a bad id (one sum, the bytes the plan counts) */
-    int64_t v[3] = {ntok, (int64_t)(tr_stop_pending() != 0) + ((int64_t)(bad >= 0) << 32),
-                    (int64_t)llround(span * (double)B * k * T)};
+    int64_t v[3] = {ntok, tr_stop_word(tr_stop_pending(), bad), (int64_t)llround(span * (double)B * k * T)};
     Status st = comm_allreduce_i64(r->comm, v, dm ? 3 : 2, COMM_SUM, err);
-    s->ntok = (long)v[0], s->stop = (v[1] & 0xffffffff) > 0;
+    s->ntok = (long)v[0], s->stop = tr_word_stop(v[1]);
     s->span = dm ? (double)v[2] / (double)r->acct.batch_tokens : c->seq_len;
     s->t1 = timer_ms();
-    if (st == ST_OK && (v[1] >> 32) > 0) { /* every rank stops; the one that read it says what */
-        if (bad >= 0)
-            return err_set(err, ST_ERR_INPUT, "--data %s: token id %d (input) / %d (target) in this step's batch is not "
-                           "below the vocabulary size %d; expected the shards' ids as checked when they opened (was a shard "
-                           "rewritten during the run?)", c->data, r->inp[bad], r->tgt[bad], c->model.vocab);
-        return err_set(err, ST_ERR_INPUT, "--data %s: another rank's batch holds a token id not below the vocabulary size "
-                       "%d (was a shard rewritten during the run?)", c->data, c->model.vocab);
-    }
-    return st;
+    return st == ST_OK ? tr_word_bad_ids(v[1], c, r->inp, r->tgt, bad, err) : st;
 }
 
 /* The step's micro-batches: this rank's ops of the schedule (pp.h; one process walks the trivial
@@ -654,6 +644,16 @@ static Status step_report(Run *r, Step *s, Err *err) {
                    .hess_skipped = s->hess_skipped};
     ev_step(&r->log, &e);
     return ST_OK;
+}
+
+Status tr_word_bad_ids(int64_t w, const TrainConfig *c, const int32_t *inp, const int32_t *tgt, long bad, Err *err) {
+    if ((w >> 32) <= 0) return ST_OK;
+    if (bad >= 0) /* every rank stops; the one that read it says what */
+        return err_set(err, ST_ERR_INPUT, "--data %s: token id %d (input) / %d (target) in this step's batch is not below "
+                       "the vocabulary size %d; expected the shards' ids as checked when they opened (was a shard rewritten "
+                       "during the run?)", c->data, inp[bad], tgt[bad], c->model.vocab);
+    return err_set(err, ST_ERR_INPUT, "--data %s: another rank's batch holds a token id not below the vocabulary size %d "
+                   "(was a shard rewritten during the run?)", c->data, c->model.vocab);
 }
 
 int tr_val_due(long step, int val_every) { return val_every > 0 && (step % val_every == 0 || step == 1); }
