@@ -34,6 +34,14 @@ static void expect_error(const char *name, const char *args, const char *want) {
     free(text);
 }
 
+/* Runs `scaletrain args` and checks that it succeeds (exit 0): the controls beside the refusals. */
+static void expect_ok(const char *name, const char *args) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s %s >/dev/null 2>&1", BIN, args);
+    int rc = system(cmd);
+    tu_check(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, name, "exit=%d", WIFEXITED(rc) ? WEXITSTATUS(rc) : -1);
+}
+
 #ifdef ST_HAVE_CUDA
 /* 1 when a failed `train --device cuda` said only why the device could not open: one line naming
  * --device, nothing about the bundled corpus (which it was about to prepare). */
@@ -208,24 +216,15 @@ int main(void) {
         {"--lora-rank 2 --lora-alpha -1", "--lora-alpha: expected a positive number (not given: alpha = r), found -1"},
         {"--lora-rank 2 --lora-alpha 0", "--lora-alpha: expected a positive number (not given: alpha = r), found 0"},
     };
-    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --lora-rank 2 --lora-alpha 4 >/dev/null 2>&1", BIN, TMP,
-             common_lora);
-    int lrc = system(args);
-    tu_check(WIFEXITED(lrc) && WEXITSTATUS(lrc) == 0, "control: the LoRA cases' command line trains with --lora-alpha 4",
-             "exit=%d", WIFEXITED(lrc) ? WEXITSTATUS(lrc) : -1);
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --lora-rank 2 --lora-alpha 4", TMP, common_lora);
+    expect_ok("control: the LoRA cases' command line trains with --lora-alpha 4", args);
     expect_train_errors("out of range", RANGE, sizeof RANGE / sizeof RANGE[0], common, common_lora);
     /* --schedule constant ignores min-lr: its default (6e-05) no longer refuses a smaller --lr; a decaying
      * schedule names the default at fault, not a --min-lr the user never gave. */
-    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --schedule constant --lr 1e-5 >/dev/null 2>&1", BIN, TMP,
-             common);
-    int crc = system(args);
-    tu_check(WIFEXITED(crc) && WEXITSTATUS(crc) == 0, "--schedule constant --lr 1e-5 trains (min-lr inert)", "exit=%d",
-             WIFEXITED(crc) ? WEXITSTATUS(crc) : -1);
-    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --schedule constant --lr 0 >/dev/null 2>&1", BIN, TMP,
-             common);
-    crc = system(args);
-    tu_check(WIFEXITED(crc) && WEXITSTATUS(crc) == 0, "--schedule constant --lr 0 trains", "exit=%d",
-             WIFEXITED(crc) ? WEXITSTATUS(crc) : -1);
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --schedule constant --lr 1e-5", TMP, common);
+    expect_ok("--schedule constant --lr 1e-5 trains (min-lr inert)", args);
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --schedule constant --lr 0", TMP, common);
+    expect_ok("--schedule constant --lr 0 trains", args);
     snprintf(args, sizeof args, "train --data %s/good.bin %s --lr 1e-5", TMP, common);
     expect_error("cosine --lr below the default --min-lr", args,
                  "--lr 1e-05: expected a value >= the default --min-lr 6e-05 that --schedule cosine decays to");
@@ -302,16 +301,10 @@ int main(void) {
     snprintf(args, sizeof args, "train --data '' %s", common);
     expect_error("--data ''", args, "--data: expected a path or glob of token shards, found an empty string");
     /* controls: --no-noise-scale where the noise scale is estimated, --ffn-multiple on the default width */
-    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --grad-accum 2 --no-noise-scale >/dev/null 2>&1", BIN, TMP,
-             common);
-    int arc = system(args);
-    tu_check(WIFEXITED(arc) && WEXITSTATUS(arc) == 0, "control: --grad-accum 2 --no-noise-scale trains", "exit=%d",
-             WIFEXITED(arc) ? WEXITSTATUS(arc) : -1);
-    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --arch llama --ffn-multiple 32 >/dev/null 2>&1", BIN, TMP,
-             common);
-    arc = system(args);
-    tu_check(WIFEXITED(arc) && WEXITSTATUS(arc) == 0, "control: --arch llama --ffn-multiple 32 trains", "exit=%d",
-             WIFEXITED(arc) ? WEXITSTATUS(arc) : -1);
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --grad-accum 2 --no-noise-scale", TMP, common);
+    expect_ok("control: --grad-accum 2 --no-noise-scale trains", args);
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --arch llama --ffn-multiple 32", TMP, common);
+    expect_ok("control: --arch llama --ffn-multiple 32 trains", args);
     /* What the LoRA loop does not implement is refused, the line starting with the flag (until
      * 2026-11-29 each began "--lora-rank: ", whatever the flag); the control above trains. */
     static const FlagCase LORA_NO[] = {
@@ -330,12 +323,9 @@ int main(void) {
                  "-o " TMP ": --format llmc writes one file; expected a file name (e.g. " TMP "/model.bin), found a directory");
     tu_check(access(TMP "/never", F_OK) != 0, "refusals leave no --ckpt-dir behind", "%s", TMP "/never");
     /* --override names a trajectory field; a typo was accepted and never reported */
-    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --steps 2 --ckpt-dir %s/ovck >/dev/null 2>&1", BIN, TMP,
-             common1, TMP);
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --steps 2 --ckpt-dir %s/ovck", TMP, common1, TMP);
     tu_shell("rm -rf " TMP "/ovck");
-    int orc = system(args);
-    tu_check(WIFEXITED(orc) && WEXITSTATUS(orc) == 0, "control: a run with checkpoints for --override", "exit=%d",
-             WIFEXITED(orc) ? WEXITSTATUS(orc) : -1);
+    expect_ok("control: a run with checkpoints for --override", args);
     snprintf(args, sizeof args, "train --data %s/good.bin %s --steps 3 --ckpt-dir %s/ovck --resume auto --override "
              "lr,bogus_field", TMP, common1, TMP);
     expect_error("--override with a field that does not exist", args,
@@ -343,11 +333,9 @@ int main(void) {
     snprintf(args, sizeof args, "train --data %s/good.bin %s --steps 3 --ckpt-dir %s/ovck --resume auto --override "
              "threads", TMP, common1, TMP);
     expect_error("--override with a free field", args, "--override threads: expected a trajectory field of the config");
-    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --steps 3 --ckpt-dir %s/ovck --resume auto --override "
-             "lr,model.dropout --lr 1e-3 >/dev/null 2>&1", BIN, TMP, common1, TMP);
-    orc = system(args);
-    tu_check(WIFEXITED(orc) && WEXITSTATUS(orc) == 0, "control: --override lr,model.dropout resumes", "exit=%d",
-             WIFEXITED(orc) ? WEXITSTATUS(orc) : -1);
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --steps 3 --ckpt-dir %s/ovck --resume auto --override "
+             "lr,model.dropout --lr 1e-3", TMP, common1, TMP);
+    expect_ok("control: --override lr,model.dropout resumes", args);
     /* Seeds are decimal (strtoull base 0 read 010 as 8 and took hex) and recorded exactly: above 2^53
      * as a decimal string, compared exactly on resume (a different large seed resumed silently). */
     snprintf(args, sizeof args, "train --data %s/good.bin %s --seed 0x10", TMP, common);
@@ -375,11 +363,9 @@ int main(void) {
     expect_error("resume with another seed above 2^53", args,
                  "config field seed (a trajectory field) changed: checkpoint has 18446744073709551000, this run has "
                  "18446744073709551001");
-    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --seed 18446744073709551000 --ckpt-dir %s/seedck "
-             "--steps 3 --resume auto >/dev/null 2>&1", BIN, TMP, common1, TMP);
-    int rrc = system(args);
-    tu_check(WIFEXITED(rrc) && WEXITSTATUS(rrc) == 0, "control: the same large seed resumes", "exit=%d",
-             WIFEXITED(rrc) ? WEXITSTATUS(rrc) : -1);
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --seed 18446744073709551000 --ckpt-dir %s/seedck "
+             "--steps 3 --resume auto", TMP, common1, TMP);
+    expect_ok("control: the same large seed resumes", args);
     /* --config: a JSON number above 2^53 is a rounded double: refused, the string form taken exactly */
     FILE *sf = fopen(TMP "/seednum.json", "w");
     if (sf) fputs("{\"seed\": 12345678901234567}", sf), fclose(sf);
@@ -391,7 +377,7 @@ int main(void) {
                  "JSON); write it as a string");
     snprintf(args, sizeof args, "rm -f %s/seed.jsonl; %s train --data %s/good.bin %s --config %s/seedstr.json --log "
              "%s/seed.jsonl >/dev/null 2>&1", TMP, BIN, TMP, common, TMP, TMP);
-    rrc = system(args);
+    int rrc = system(args);
     char *slog = tu_slurp(TMP "/seed.jsonl");
     tu_check(WIFEXITED(rrc) && WEXITSTATUS(rrc) == 0 && slog && strstr(slog, "\"seed\":\"12345678901234567891\""),
              "control: --config seed as a string is exact", "exit=%d", WIFEXITED(rrc) ? WEXITSTATUS(rrc) : -1);
@@ -413,10 +399,8 @@ int main(void) {
     }
     FILE *qf = fopen(TMP "/one.json", "w");
     if (qf) fputs("{\"quiet\": 1, \"steps\": 1}\n", qf), fclose(qf);
-    snprintf(args, sizeof args, "%s train --data %s/good.bin %s --config %s/one.json >/dev/null 2>&1", BIN, TMP, common, TMP);
-    int qrc = system(args);
-    tu_check(WIFEXITED(qrc) && WEXITSTATUS(qrc) == 0, "control: --config {\"quiet\": 1} with a final newline", "exit=%d",
-             WIFEXITED(qrc) ? WEXITSTATUS(qrc) : -1);
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --config %s/one.json", TMP, common, TMP);
+    expect_ok("control: --config {\"quiet\": 1} with a final newline", args);
     /* --ckpt-dir and --out are checked before training (they failed at the first save, or after the
      * last step); the check leaves nothing behind when the run is refused later. */
     snprintf(args, sizeof args, "train --data %s/good.bin %s --ckpt-dir /dev/null --ckpt-every 2", TMP, common);
