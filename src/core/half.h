@@ -11,18 +11,27 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline uint16_t half_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
+#include "core/hostdev.h"
+
+/* half_bf16 on the float's bits (the CUDA backend's cu_bf16 too). */
+static inline ST_HD uint16_t half_bf16_bits(uint32_t u) {
     return (u & 0x7FFFFFFFu) > 0x7F800000u ? (uint16_t)((u >> 16) | 0x40u)
                                            : (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
+static inline uint16_t half_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return half_bf16_bits(u);
+}
+
+#ifndef __CUDACC__ /* _Float16 is the host compiler's (the device rounds with __float2half_rn) */
 static inline uint16_t half_fp16(float x) {
     _Float16 h = (_Float16)x;
     uint16_t u;
     memcpy(&u, &h, sizeof u);
     return u;
 }
+#endif
 
 #endif

@@ -10,7 +10,7 @@ void rng_philox(uint64_t seed, uint64_t stream, uint64_t index, uint32_t out[4])
 float rng_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
     uint32_t w[4];
     rng_philox(seed, stream, index >> 2, w);
-    return (float)(w[index & 3] >> 8) * (1.0f / 16777216.0f);
+    return rng_unit24(w[index & 3]);
 }
 
 float rng_normal(uint64_t seed, uint64_t stream, uint64_t index) {

@@ -8,11 +8,13 @@
 
 #include <stdint.h>
 
+#include "core/hostdev.h"
+
 /* Four independent 32-bit words for (seed, stream, index). */
 void rng_philox(uint64_t seed, uint64_t stream, uint64_t index, uint32_t out[4]);
 
 /* The same, inline: a loop over blocks (dropout's masks) can then be vectorized by the compiler. */
-static inline void rng_philox_inline(uint64_t seed, uint64_t stream, uint64_t index, uint32_t out[4]) {
+static inline ST_HD void rng_philox_inline(uint64_t seed, uint64_t stream, uint64_t index, uint32_t out[4]) {
     uint32_t c0 = (uint32_t)index, c1 = (uint32_t)(index >> 32);
     uint32_t c2 = (uint32_t)stream, c3 = (uint32_t)(stream >> 32);
     uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
@@ -29,6 +31,9 @@ static inline void rng_philox_inline(uint64_t seed, uint64_t stream, uint64_t in
     }
     out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
 }
+
+/* A Philox word as a uniform in [0, 1): its top 24 bits (rng_uniform, dropout's factors). */
+static inline ST_HD float rng_unit24(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
 
 /* Uniform in [0, 1) with 24 bits of resolution, from word `lane` (0..3) of the block at index/4. */
 float rng_uniform(uint64_t seed, uint64_t stream, uint64_t index);

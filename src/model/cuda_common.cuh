@@ -1,9 +1,10 @@
 /* cuda_common.cuh — what the CUDA backend's files (backend_cuda.cu, cuda_kernels.cu,
  * cuda_attention.cu, cuda_optim.cu) share and nothing else includes: the checked-call macros and
- * the first-failure record, the device's Philox (bit-identical to core/rng.c, so dropout masks are
- * the CPU's), bf16/fp16 rounding identical to core/half.h, warp and block reductions, and the
- * declarations of the kernels' host entry points (cu_*, each with the signature and contract of its
- * kernels.h namesake; `nt` is ignored).
+ * the first-failure record, the uniforms of core/rng.h's Philox and core/half.h's bf16 rounding
+ * (their inline functions compiled for the device: dropout masks and bf16 copies are the CPU's),
+ * fp16 rounding identical to core/half.h's, warp and block reductions, and the declarations of the
+ * kernels' host entry points (cu_*, each with the signature and contract of its kernels.h namesake;
+ * `nt` is ignored).
  *
  * Conventions. C-style CUDA (llm.c): plain __global__ functions, no templates beyond what a loop
  * bound needs, no classes. Every launch is followed by CU_LAUNCHED (cudaGetLastError), every
@@ -19,7 +20,9 @@
 #include <stdint.h>
 
 extern "C" {
+#include "core/half.h"
 #include "core/mem.h"
+#include "core/rng.h"
 #include "core/status.h"
 #include "model/backend.h"
 #include "model/kernels.h"
@@ -58,44 +61,21 @@ static inline unsigned cu_blocks(size_t n, unsigned threads) { return (unsigned)
 
 /* ---- numbers ---- */
 
-/* core/rng.c's rng_philox, word for word. */
-__device__ __forceinline__ void cu_philox(uint64_t seed, uint64_t stream, uint64_t index, uint32_t out[4]) {
-    uint32_t c0 = (uint32_t)index, c1 = (uint32_t)(index >> 32);
-    uint32_t c2 = (uint32_t)stream, c3 = (uint32_t)(stream >> 32);
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-#pragma unroll
-    for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0;
-        uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-        uint32_t n1 = (uint32_t)p1;
-        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        uint32_t n3 = (uint32_t)p0;
-        c0 = n0, c1 = n1, c2 = n2, c3 = n3;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
-    out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
-}
-
 /* rng_uniform and kernels_internal.h's drop_scale. */
 __device__ __forceinline__ float cu_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
     uint32_t w[4];
-    cu_philox(seed, stream, index >> 2, w);
+    rng_philox_inline(seed, stream, index >> 2, w);
+    /* selected, not indexed: a runtime index into w would put it in local memory */
     uint32_t x = (index & 3) == 0 ? w[0] : (index & 3) == 1 ? w[1] : (index & 3) == 2 ? w[2] : w[3];
-    return (float)(x >> 8) * (1.0f / 16777216.0f);
+    return rng_unit24(x);
 }
 __device__ __forceinline__ float cu_drop(Dropout d, uint64_t i) {
     return cu_uniform(d.seed, d.stream, i + d.offset) >= d.p ? 1.0f / (1.0f - d.p) : 0.0f;
 }
 
 /* core/half.h's half_bf16 (round to nearest even by integer arithmetic, a NaN kept and made
- * quiet) and its inverse. */
-__device__ __forceinline__ uint16_t cu_bf16(float x) {
-    uint32_t u = __float_as_uint(x);
-    return (u & 0x7FFFFFFFu) > 0x7F800000u ? (uint16_t)((u >> 16) | 0x40u)
-                                           : (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
+ * quiet; its definition) and its inverse. */
+__device__ __forceinline__ uint16_t cu_bf16(float x) { return half_bf16_bits(__float_as_uint(x)); }
 __device__ __forceinline__ float cu_bf16_f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 /* x rounded through bf16 (the CPU's lowp operands). */
 __device__ __forceinline__ float cu_round_bf16(float x) { return cu_bf16_f(cu_bf16(x)); }

@@ -863,8 +863,7 @@ void drop_factors(float *f, size_t n, Dropout d) {
             for (int j = 0; j < 4; j++) {
                 uint64_t idx = 4 * (bg + (uint64_t)l) + (uint64_t)j;
                 if (idx < a0 || idx - a0 >= n) continue;
-                float u = (float)(w[j][l] >> 8) * (1.0f / 16777216.0f);
-                f[idx - a0] = u >= d.p ? keep : 0.0f;
+                f[idx - a0] = rng_unit24(w[j][l]) >= d.p ? keep : 0.0f;
             }
     }
 }
