@@ -12,7 +12,9 @@
  *         formula (p−1)/(v·m+p−1), for zb-h1 a timeline the test recomputes from the logged
  *         per-stage mean F, B and W times (zbh1_bubble, written from the paper), and every stage's
  *         count of ops: m·v forwards and backwards, m weight-gradient passes under zb-h1, none
- *         otherwise (the record's *_ops_by_stage).
+ *         otherwise (the record's *_ops_by_stage); interleaved, the per-virtual-stage times: each
+ *         rank's mean is its chunks' mean, and bubble_simulated is the schedule simulated with them
+ *         (control: with each rank's mean it is not).
  *         Negative controls: the tied wte's gradient exchange between the first and last stage
  *         skipped (ST_PAR_TEST_PP_FAULT=1) must fail the comparison; the pp 2 run against the
  *         reference of another batch (grad-accum 8) must fail it; pp 2's validation against a
@@ -46,6 +48,7 @@
 #include "core/timer.h"
 #include "data/shard.h"
 #include "model/layout.h"
+#include "parallel/schedule.h"
 #include "runcmp.h"
 #include "testutil.h"
 
@@ -197,6 +200,48 @@ static int op_counts_ok(const cJSON *pj, int pp, int m, int v, int split, char *
     return ok;
 }
 
+/* Interleaved (v > 1): the step record's per-virtual-stage mean F and B times (p·v entries, chunk c
+ * of rank q at c·p + q) against two things the test recomputes. Each rank's logged mean
+ * (forward_ms_by_stage, its total over its count) is the mean of its chunks' means, as each chunk
+ * runs m of each op; and bubble_simulated is the interleaved schedule simulated with the per-virtual-
+ * stage times (sched_build, sched_simulate). Negative control: simulated with each rank's mean
+ * instead (the rule before 2026-11-29, which hides the head's heavier chunk), it is not the logged
+ * figure. */
+static void check_virtual_stages(const char *name, const cJSON *pj, int pp, int m, int v) {
+    enum { MAXS = 16 };
+    double f[MAXS], b[MAXS], rf[8], rb[8];
+    int S = pp * v, ok = S <= MAXS && pp <= 8 && stage_array(pj, "forward_ms_by_virtual_stage", f, S) &&
+                        stage_array(pj, "backward_ms_by_virtual_stage", b, S) &&
+                        stage_array(pj, "forward_ms_by_stage", rf, pp) && stage_array(pj, "backward_ms_by_stage", rb, pp);
+    char what[160];
+    snprintf(what, sizeof what, "%s: each rank's mean F and B time is the mean of its virtual stages' (p*v entries)", name);
+    double worst = ok ? 0 : INFINITY;
+    for (int q = 0; ok && q < pp; q++) {
+        double mf = 0, mb = 0;
+        for (int c = 0; c < v; c++) {
+            mf += f[c * pp + q] / v, mb += b[c * pp + q] / v;
+            if (!(f[c * pp + q] > 0 && b[c * pp + q] > 0)) worst = INFINITY;
+        }
+        worst = fmax(worst, fmax(fabs(mf - rf[q]) / rf[q], fabs(mb - rb[q]) / rb[q]));
+    }
+    tu_check(worst <= 1e-9, what, "worst relative difference %.3g%s", worst, ok ? "" : " (arrays absent or not p*v long)");
+    if (!ok) return;
+    PipeSchedule sc;
+    Err e;
+    SchedSim per_stage, per_rank;
+    SchedTimes t = {1, 2, 0, 0, NULL, NULL, NULL, f, b, NULL}, tr = {1, 2, 0, 0, rf, rb, NULL, NULL, NULL, NULL};
+    int built = sched_build(&sc, SCHED_INTERLEAVED, pp, m, v, &e) == ST_OK;
+    int sims = built && sched_simulate(&sc, &t, &per_stage, &e) == ST_OK && sched_simulate(&sc, &tr, &per_rank, &e) == ST_OK;
+    double logged = rc_num(pj, "bubble_simulated");
+    snprintf(what, sizeof what, "%s: bubble_simulated is the schedule run with each virtual stage's times", name);
+    tu_check(sims && fabs(per_stage.bubble - logged) <= 1e-9, what, "logged %.9f, recomputed %.9f", logged,
+             sims ? per_stage.bubble : NAN);
+    snprintf(what, sizeof what, "negative control: %s's schedule run with each rank's mean times is not the logged bubble", name);
+    tu_check(sims && fabs(per_rank.bubble - logged) > 1e-9, what, "logged %.9f, with rank means %.9f", logged,
+             sims ? per_rank.bubble : NAN);
+    if (built) sched_free(&sc);
+}
+
 /* The last start record's memory match flag and the last step record's pipeline fields: the
  * bubble's formula (p−1)/(v·m+p−1), or for zb-h1 the timeline recomputed here (zbh1_bubble) from
  * the logged per-stage op times; every stage's count of F, B and W passes. With control (a zb-h1
@@ -240,6 +285,7 @@ static void check_records(const char *name, int pp, int m, int v, int control) {
     snprintf(what, sizeof what, "%s: every stage ran m*v forwards and backwards and %s", name,
              zb ? "m weight-gradient (W) passes" : "no W pass");
     tu_check(op_counts_ok(pj, pp, m, v, zb, why, sizeof why), what, "%s", why);
+    if (v > 1) check_virtual_stages(name, pj, pp, m, v);
     if (control && pj) {
         cJSON *wops = cJSON_GetObjectItemCaseSensitive(pj, "weight_ops_by_stage");
         cJSON *last = cJSON_GetArrayItem(wops, pp - 1);

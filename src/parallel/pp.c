@@ -134,6 +134,14 @@ static Status take_slot(PpRun *pr, int *slot, PpStats *st, Err *err) {
     return ST_OK;
 }
 
+/* An op of this rank took dt ms: its kind's and its chunk's totals. */
+static void op_done(PpStats *st, PipeOpKind k, int chunk, double dt) {
+    double *ms[3] = {&st->f_ms, &st->b_ms, &st->w_ms};
+    int *n[3] = {&st->nf, &st->nb, &st->nw};
+    st->busy_ms += dt, *ms[k] += dt, (*n[k])++;
+    st->chunk_ms[k][chunk] += dt, st->chunk_ops[k][chunk]++;
+}
+
 /* The trivial schedule of one stage (pp 1): F(j) is micro-batch j's forward through the whole
  * model (par_micro_begin first, so the hooks know the micro-batch; the sampled labels when given),
  * B(j) its backward; the loss sums add in op order. */
@@ -150,12 +158,10 @@ static Status whole_step(PpRun *pr, const int32_t *inp, const int32_t *tgt, int 
             par_micro_begin(pr->par, op.mb);
             if (labels) gpt_set_label_sampling(g, labels->u + off, labels->y + off);
             *loss_sum += gpt_forward(g, inp + off, tgt + off, B, T, dscale, 1, drop[op.mb]);
-            double dt = timer_ms() - t0;
-            st->busy_ms += dt, st->f_ms += dt, st->nf++;
+            op_done(st, SCHED_F, 0, timer_ms() - t0);
         } else if (op.kind == SCHED_B) {
             gpt_backward(g);
-            double dt = timer_ms() - t0;
-            st->busy_ms += dt, st->b_ms += dt, st->nb++;
+            op_done(st, SCHED_B, 0, timer_ms() - t0);
         } else {
             return err_set(err, ST_ERR_RUNTIME, "pipeline: a weight pass in the schedule of the whole model");
         }
@@ -193,8 +199,7 @@ Status pp_step(PpRun *pr, const int32_t *inp, const int32_t *tgt, int B, int T, 
             }
             double t0 = timer_ms();
             double ls = gpt_forward_stage(g, slot, op.chunk, x, y, B, T, dscale, 1, drop[op.mb]);
-            double dt = timer_ms() - t0;
-            st->busy_ms += dt, st->f_ms += dt, st->nf++;
+            op_done(st, SCHED_F, op.chunk, timer_ms() - t0);
             if (vs == pr->S - 1) *loss_sum += ls;
             else {
                 rc = comm_pp_isend_f32(pr->c, gpt_stage_output(g, slot, op.chunk), n, (vs + 1) % pr->P,
@@ -218,8 +223,7 @@ Status pp_step(PpRun *pr, const int32_t *inp, const int32_t *tgt, int B, int T, 
             par_micro_begin(pr->par, op.mb);
             double t0 = timer_ms();
             gpt_backward_stage(g, slot, op.chunk, dout);
-            double dt = timer_ms() - t0;
-            st->busy_ms += dt, st->b_ms += dt, st->nb++;
+            op_done(st, SCHED_B, op.chunk, timer_ms() - t0);
             if (vs > 0) {
                 CommReq *q = NULL;
                 float *buf = grad_buffer(pr, &q);
@@ -242,8 +246,7 @@ Status pp_step(PpRun *pr, const int32_t *inp, const int32_t *tgt, int B, int T, 
             par_micro_begin(pr->par, op.mb);
             double t0 = timer_ms();
             gpt_weight_stage(g, slot, op.chunk);
-            double dt = timer_ms() - t0;
-            st->busy_ms += dt, st->w_ms += dt, st->nw++;
+            op_done(st, SCHED_W, op.chunk, timer_ms() - t0);
             pr->busy[slot] = 0, pr->slot_of[key] = -1;
         }
     }

@@ -41,6 +41,10 @@ typedef struct {
     double busy_ms;      /* inside forward and backward ops */
     double f_ms, b_ms, w_ms; /* of which forwards, backwards, weight passes (per op: divide by nf, nb, nw) */
     int nf, nb, nw;
+    /* the same per chunk of this rank (interleaved: chunk c is virtual stage c·P + rank; the head's
+     * chunk, the last rank's last, is not its other chunks' size) */
+    double chunk_ms[3][LAYOUT_MAX_CHUNKS];
+    int chunk_ops[3][LAYOUT_MAX_CHUNKS];
     double sent_bytes;   /* point-to-point bytes this rank sent */
 } PpStats;
 

@@ -54,6 +54,9 @@ typedef struct {
     /* Each stage's mean forward, backward and weight-pass time (ms per op) and its count of each op
      * in the step (the first rank of the stage's): the step record's by-stage figures. */
     double stage_ms[3][SCHED_MAX_P], stage_ops[3][SCHED_MAX_P];
+    /* Interleaved (v > 1): each virtual stage's mean forward, backward and weight-pass time, chunk
+     * c of pp rank q at c·pp + q (what bubble_simulated used). */
+    double vstage_ms[3][LAYOUT_MAX_CHUNKS * SCHED_MAX_P];
 } RunPipe;
 
 /* Checkpoint writing. */

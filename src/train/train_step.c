@@ -545,15 +545,31 @@ static Status pipeline_bubble(Run *r, Step *s, double out[3], Err *err) {
     for (int i = 0; i < 3 && st == ST_OK; i++) st = comm_allgather_f64(r->comm, cnt[i], all + (size_t)i * r->world, err);
     for (int q = 0; q < r->pp && st == ST_OK; q++)
         for (int i = 0; i < 3; i++) r->pipe.stage_ops[i][q] = all[(size_t)i * r->world + (size_t)q * r->dp * r->tp];
+    /* Interleaved: each virtual stage's own mean times (chunk c of pp rank q at c·P + q, from the
+     * stage's first rank), since the rank's mean over its chunks hides the head's heavier chunk.
+     * Also for the record only. */
+    int S = r->pp * r->pipe.sched.v;
+    double *vs = r->pipe.sched.v > 1 ? calloc((size_t)S * 3, sizeof *vs) : NULL;
+    if (r->pipe.sched.v > 1 && st == ST_OK) {
+        if (!vs) st = err_set(err, ST_ERR_RUNTIME, "out of memory");
+        int q = r->comm->rank / (r->dp * r->tp);
+        for (int c = 0; vs && c < r->pipe.sched.v && r->comm->rank % (r->dp * r->tp) == 0; c++)
+            for (int i = 0; i < 3; i++)
+                vs[(size_t)i * S + (size_t)c * r->pp + q] = p->chunk_ops[i][c] ? p->chunk_ms[i][c] / p->chunk_ops[i][c] : 0;
+        if (st == ST_OK) st = comm_allreduce_f64(r->comm, vs, 3 * S, COMM_SUM, err);
+        for (int i = 0; i < 3 && st == ST_OK; i++) memcpy(r->pipe.vstage_ms[i], vs + (size_t)i * S, (size_t)S * sizeof *vs);
+    }
     step_comm_exclude(r, s, &before);
     free(all);
-    if (st != ST_OK) return st;
+    if (st != ST_OK) return free(vs), st;
     double m = r->pipe.sched.m, P = r->pp, vv = r->pipe.sched.v;
     out[0] = v[1] > 0 ? v[0] / v[1] : 0;
-    SchedTimes t = {1, 2, 0, 0, f, b, r->pipe.sched.split_backward ? w : NULL};
+    SchedTimes t = {1, 2, 0, 0, f, b, r->pipe.sched.split_backward ? w : NULL, NULL, NULL, NULL};
+    if (vs) t.stage_f = vs, t.stage_b = vs + S, t.stage_w = r->pipe.sched.split_backward ? vs + 2 * S : NULL;
     SchedSim sim;
     Err e;
     out[2] = sched_simulate(&r->pipe.sched, &t, &sim, &e) == ST_OK ? sim.bubble : NAN;
+    free(vs);
     /* zb-h1 has no closed form: its figure is the schedule's own timeline with the measured F, B, W. */
     out[1] = r->pipe.sched.split_backward ? out[2] : (P - 1) / (vv * m + P - 1);
     return ST_OK;
@@ -636,7 +652,9 @@ static Status step_report(Run *r, Step *s, Err *err) {
                    .pp_b_ms = r->pipe.stats.b_ms, .pp_w_ms = r->pipe.stats.w_ms, .pp_bubble = pipe[0], .pp_bubble_formula = pipe[1], .pp_bubble_sim = pipe[2],
                    .pp_idle_by_rank = r->pp > 1 ? r->pipe.idle : NULL,
                    .pp_stage_ms = {r->pipe.stage_ms[0], r->pipe.stage_ms[1], r->pipe.stage_ms[2]},
-                   .pp_stage_ops = {r->pipe.stage_ops[0], r->pipe.stage_ops[1], r->pipe.stage_ops[2]}, .noise = r->ns.on ? s->noise : NULL,
+                   .pp_stage_ops = {r->pipe.stage_ops[0], r->pipe.stage_ops[1], r->pipe.stage_ops[2]},
+                   .pp_vstage_ms = {r->pipe.vstage_ms[0], r->pipe.vstage_ms[1], r->pipe.vstage_ms[2]},
+                   .pp_vstages = r->pipe.sched.v > 1 ? r->pp * r->pipe.sched.v : 0, .noise = r->ns.on ? s->noise : NULL,
                    .noise_by_replica = r->ns.rep, .dp = r->dp,
                    .nseg = r->ls.nseg && s->updated ? r->ls.nseg : 0, .seg_grad = r->ls.grad, .seg_weight = r->ls.weight,
                    .seg_update = r->ls.update, .sophia = c->optim.kind == OPT_SOPHIA, .ms_hessian = s->hess_ms,
