@@ -252,6 +252,10 @@ int main(void) {
         {"--tp -5", "--tp -5: expected a positive number of tensor-parallel ranks, found -5"},
         {"--pp -3", "--pp -3: expected a positive number of pipeline stages, found -3"},
         {"--interleave -2", "--interleave -2: expected a positive number of model chunks per pipeline rank, found -2"},
+        /* 0 given: what an absent flag reads as, one rank (2026-11-29: it ran as one) */
+        {"--tp 0", "--tp 0: expected a positive number of tensor-parallel ranks, found 0"},
+        {"--pp 0", "--pp 0: expected a positive number of pipeline stages, found 0"},
+        {"--interleave 0", "--interleave 0: expected a positive number of model chunks per pipeline rank, found 0"},
         {"--comm-timeout -1", "--comm-timeout -1: expected seconds > 0 (0: 600), found -1"},
         /* dp 1 (here one process; under mpirun a grid whose tp x pp is the world): nothing to shard */
         {"--zero 1", "--zero: would change nothing here; expected data parallelism (dp > 1"},

@@ -268,8 +268,11 @@ static Status check_values(ArgSpec *specs, int n, const TrainConfig *c, Err *err
         {"pp", c->pp, "a positive number of pipeline stages"},
         {"interleave", c->interleave, "a positive number of model chunks per pipeline rank"},
     };
+    /* 0 is what an absent --tp, --pp or --interleave reads as (one); given, it is refused like -1
+     * (--dp 0 is documented: the world size) */
     for (size_t i = 0; i < sizeof G / sizeof G[0]; i++)
-        if (G[i].v < 0) return err_set(err, ST_ERR_INPUT, "--%s %d: expected %s, found %d", G[i].flag, G[i].v, G[i].what, G[i].v);
+        if (G[i].v < 0 || (G[i].v == 0 && i > 0 && args_find(specs, n, G[i].flag)->seen))
+            return err_set(err, ST_ERR_INPUT, "--%s %d: expected %s, found %d", G[i].flag, G[i].v, G[i].what, G[i].v);
     if (!(c->comm_timeout >= 0))
         return err_set(err, ST_ERR_INPUT, "--comm-timeout %g: expected seconds > 0 (0: 600), found %g", c->comm_timeout,
                        c->comm_timeout);

@@ -674,7 +674,7 @@ static Status setup_accounting(LoraRun *r, Err *err) {
     double adapters = (double)adapter_params(r);
     r->acct.fpt = layout_lora_flops_per_token(&c->model, c->seq_len, adapters);
     r->acct.batch_seqs = (long long)c->micro_batch * c->grad_accum * r->dp, r->acct.batch_tokens = batch_tokens(r);
-    r->step_cap = c->steps + 1;
+    r->step_cap = tr_step_cap(c->steps);
     if (!(r->step_ms = calloc((size_t)r->step_cap, sizeof *r->step_ms)))
         return err_set(err, ST_ERR_RUNTIME, "out of memory (step times)");
     PlanResult *full = calloc(1, sizeof *full);

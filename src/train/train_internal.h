@@ -195,6 +195,11 @@ static inline Status tr_to_host(const Backend *be, void *dst, const void *src, s
     return be->take_error(err);
 }
 
+/* How many step times a run keeps for its medians (both trainers): every step, those a rollback runs
+ * again included (twice the steps), at most 2,000,064 (16 MB); a longer run's medians are over its
+ * first two million. The LoRA loop allocated steps + 1 of them: 8 GB asked for at --steps 1e9. */
+static inline long tr_step_cap(long steps) { return (steps < 1000000 ? steps : 1000000) * 2 + 64; }
+
 Status tr_setup_grid(Run *r, Err *err);
 Status tr_setup_data(Run *r, Err *err);
 /* A setup stage's outcome st (err its message) agreed over the world, so a check that failed on

@@ -399,7 +399,7 @@ Status tr_setup_model(Run *r, Err *err) {
     r->batch_ints = (size_t)k * B * T;
     r->inp = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
     r->tgt = mem_alloc(&r->mem, MEM_DATA, r->batch_ints * sizeof(int32_t));
-    r->step_cap = (c->steps < 1000000 ? c->steps : 1000000) * 2 + 64; /* the step times the median reads: at most 2M */
+    r->step_cap = tr_step_cap(c->steps);
     r->step_ms = calloc((size_t)r->step_cap, sizeof *r->step_ms);
     if (!r->inp || !r->tgt || !r->step_ms) return err_set(err, ST_ERR_RUNTIME, "out of memory allocating the batches");
     if (c->optim.kind == OPT_SOPHIA) {
