@@ -405,6 +405,10 @@ int main(void) {
     if (qf) fputs("{\"quiet\": 1, \"steps\": 1}\n", qf), fclose(qf);
     snprintf(args, sizeof args, "train --data %s/good.bin %s --config %s/one.json", TMP, common, TMP);
     expect_ok("control: --config {\"quiet\": 1} with a final newline", args);
+    /* a second --config overrode the first's keys silently (its control: the run just above) */
+    snprintf(args, sizeof args, "train --data %s/good.bin %s --config %s/one.json --config=%s/one.json", TMP, common, TMP,
+             TMP);
+    expect_error("--config given twice", args, "--config: given twice (" TMP "/one.json, then " TMP "/one.json)");
     /* --ckpt-dir and --out are checked before training (they failed at the first save, or after the
      * last step); the check leaves nothing behind when the run is refused later. */
     snprintf(args, sizeof args, "train --data %s/good.bin %s --ckpt-dir /dev/null --ckpt-every 2", TMP, common);

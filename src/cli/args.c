@@ -150,17 +150,21 @@ Status args_parse(ArgSpec *specs, int n, int argc, char **argv, char **pos, int 
                   Err *err) {
     *npos = 0;
     *help = 0;
-    /* The config file first, so the command line overrides it. */
+    /* The config file first, so the command line overrides it. One file: a second one's keys
+     * overrode the first's silently, as a flag given twice did. */
+    const char *config = NULL;
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strncmp(a, "--config=", 9)) {
-            Status st = load_config(specs, n, a + 9, err);
-            if (st != ST_OK) return st;
-        } else if (!strcmp(a, "--config")) {
+        const char *a = argv[i], *path = NULL;
+        if (!strncmp(a, "--config=", 9)) path = a + 9;
+        else if (!strcmp(a, "--config")) {
             if (i + 1 >= argc) return err_set(err, ST_ERR_INPUT, "--config: expected a JSON file, found nothing");
-            Status st = load_config(specs, n, argv[i + 1], err);
-            if (st != ST_OK) return st;
+            path = argv[++i];
         }
+        if (!path) continue;
+        if (config) return err_set(err, ST_ERR_INPUT, "--config: given twice (%s, then %s)", config, path);
+        config = path;
+        Status st = load_config(specs, n, path, err);
+        if (st != ST_OK) return st;
     }
     /* The value each option took on the command line (NULL: not given there): an option given
      * twice is refused, as a key given twice in --config is (the last value used to win silently:
