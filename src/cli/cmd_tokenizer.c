@@ -1,8 +1,8 @@
 /* cmd_tokenizer.c — `scaletrain tokenizer train|encode|decode` (docs/tokenizer.md).
  *
  *   tokenizer train  --vocab-size N --out DIR [--pattern gpt2|cl100k|o200k|llama3] [--holdout F] [--threads N] [--separator S] INPUT...
- *   tokenizer encode [--tokenizer gpt2|bytes|DIR] [--format txt|u16le|u32le] FILE [-o OUT]
- *   tokenizer decode [--tokenizer gpt2|bytes|DIR] [--format txt|u16le|u32le] FILE [-o OUT]
+ *   tokenizer encode [--tokenizer gpt2|cl100k|o200k|llama3|bytes|FILE|DIR] [--format txt|u16le|u32le] FILE [-o OUT]
+ *   tokenizer decode [same options] FILE [-o OUT]
  * Also the helpers shared with cmd_prepare.c (cmds_data.h). */
 #include <errno.h>
 #include <limits.h>
@@ -195,6 +195,12 @@ static const char *optval(int argc, char **argv, int *i) {
 
 /* ================================================================== train */
 
+/* 1 for a file `tokenizer train` writes into its --out directory. */
+static int tokenizer_output_name(const char *name) {
+    return !strcmp(name, "encoder.json") || !strcmp(name, "vocab.bpe") || !strcmp(name, "pattern") ||
+           !strcmp(name, BPE_FILES_STAMP);
+}
+
 static int cmd_train(int argc, char **argv) {
     PrepareOptions po = prepare_default_options();
     long vocab = 4096;
@@ -266,6 +272,10 @@ static int cmd_train(int argc, char **argv) {
         rc = fail(code, "%s", msg);
     if (!rc && skip_bad && (code = cli_check_flag_format(&po, "--skip-bad", PREP_FORMAT_JSONL, msg, sizeof msg)) != 0)
         rc = fail(code, "%s", msg);
+    /* `tokenizer train --out d d` read its own encoder.json and vocab.bpe as corpus the next time */
+    if (!rc && prepare_check_inputs_not_outputs(po.inputs, po.ninputs, out, tokenizer_output_name,
+                                                "encoder.json, vocab.bpe, pattern and " BPE_FILES_STAMP, &err))
+        rc = fail_err(&err);
     if (!rc && (st = prepare_read_documents(&po, &docs, &err)) != ST_OK) rc = fail_err(&err);
     if (!rc && docs.skips.bad_json + docs.skips.missing_field)
         printf("tokenizer train: skipped (--skip-bad): %llu lines not JSON objects, %llu without a string \"%s\" (or with "
@@ -316,6 +326,9 @@ static int cmd_train(int argc, char **argv) {
                    "%zu merges, vocab %u (EOT = %u), pattern %s in %.2f s -> %s/encoder.json, %s/vocab.bpe\n",
                    docs.n, docs.files, (unsigned long long)s.corpus_bytes, s.unique_pretokens, s.merges, s.vocab_size,
                    s.vocab_size - 1, pattern, s.seconds, out, out);
+            if (s.vocab_size < (uint32_t)vocab) /* no silent shortfall: --vocab-size was not reached */
+                printf("tokenizer train: notice: vocab %u, not the %ld of --vocab-size: no pair of adjacent tokens was "
+                       "left to merge (a larger corpus gives more)\n", s.vocab_size, vocab);
             Tokenizer *t = NULL;
             if (nhold && tokenizer_load(&t, out, NULL, &err) == ST_OK) {
                 uint32_t *ids = NULL;
@@ -359,18 +372,31 @@ static int cmd_train(int argc, char **argv) {
 
 static int cmd_codec(int argc, char **argv, int encode) {
     const char *spec = "gpt2", *dir = NULL, *format = "txt", *in = NULL, *outp = "-";
+    /* the option each value came from (NULL: not given): one given twice is refused, as args_parse
+     * refuses it for every other command (the last value used to win silently: `--format txt
+     * --format u16le` wrote u16le) */
+    static const char *const names[] = {"--tokenizer", "--tokenizer-dir", "--format", "--output"};
+    const char **vals[] = {&spec, &dir, &format, &outp};
+    const char *given[4] = {NULL, NULL, NULL, NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
+        char name[32] = "";
+        const char *eq = a[0] == '-' && a[1] == '-' ? strchr(a, '=') : NULL; /* --name=value, as args_parse takes */
+        snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
+        int k = -1;
+        for (int j = 0; j < 4; j++)
+            if (!strcmp(name, names[j])) k = j;
+        if (!strcmp(name, "-o")) k = 3;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--tokenizer") || !strcmp(a, "--tokenizer-dir") || !strcmp(a, "--format") ||
-                   !strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (!(v = optval(argc, argv, &i))) return fail(2, "%s: expected a value, found nothing", a);
-            if (!strcmp(a, "--tokenizer")) spec = v;
-            else if (!strcmp(a, "--tokenizer-dir")) dir = v;
-            else if (!strcmp(a, "--format")) format = v;
-            else outp = v;
+        } else if (k >= 0) {
+            if (eq) v = eq + 1;
+            else if (!(v = optval(argc, argv, &i))) return fail(2, "%s: expected a value, found nothing", a);
+            if (given[k])
+                return fail(2, "%s: given twice (%s, then %s); expected it once", names[k], given[k], v);
+            given[k] = v;
+            *vals[k] = v;
         } else if (a[0] == '-' && a[1]) {
             return fail(2, "unknown option %s for 'tokenizer %s' (see --help)", a, encode ? "encode" : "decode");
         } else if (in) {
@@ -382,6 +408,13 @@ static int cmd_codec(int argc, char **argv, int encode) {
     int fmt = !strcmp(format, "txt") ? 0 : !strcmp(format, "u16le") ? 2 : !strcmp(format, "u32le") ? 4 : -1;
     if (fmt < 0) return fail(2, "--format: expected txt, u16le or u32le, found %s", format);
     if (!in) return fail(2, "expected an input FILE (or -), found none (see --help)");
+    /* -o naming the input file itself (or a link to it) would replace the text by its ids (or the
+     * ids by their text): refused before anything is read or written */
+    struct stat si, so;
+    if (strcmp(in, "-") && strcmp(outp, "-") && stat(in, &si) == 0 && S_ISREG(si.st_mode) && stat(outp, &so) == 0 &&
+        si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+        return fail(2, "--output %s: expected a file other than the input, found the input %s itself (it would be "
+                       "overwritten)", outp, in);
     const char *sub = tokenizer_data_subdir(spec);
     if (dir && !sub)
         return fail(2, "--tokenizer-dir: would change nothing for tokenizer '%s'; expected it only with --tokenizer "

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -110,6 +111,32 @@ Status file_atomic_commit(FileAtomic *f, Err *err) {
         return err_set(err, ST_ERR_RUNTIME, "%s: cannot rename from %s: %s", f->path, f->tmp, strerror(errno));
     f->tmp[0] = '\0'; /* nothing left to remove */
     return fsync_dir_of(f->path, err);
+}
+
+int file_lock_dir(const char *dir, const char *name, int *fd, char *holder, size_t cap, Err *err) {
+    *fd = -1;
+    if (cap) holder[0] = '\0';
+    if (file_mkdirs(dir, err) != ST_OK) return -1;
+    char path[4200];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+        return err_set(err, ST_ERR_INPUT, "%s: path too long", dir), -1;
+    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (f < 0) return err_set(err, ST_ERR_RUNTIME, "%s: cannot open the lock %s: %s", dir, path, strerror(errno)), -1;
+    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char pid[32] = "";
+        ssize_t n = pread(f, pid, sizeof pid - 1, 0);
+        close(f);
+        if (e != EWOULDBLOCK) return err_set(err, ST_ERR_RUNTIME, "%s: cannot lock %s: %s", dir, path, strerror(e)), -1;
+        if (n > 0) pid[n] = '\0', pid[strcspn(pid, "\n")] = '\0';
+        snprintf(holder, cap, "%s", pid[0] ? pid : "?");
+        return 0;
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(f, 0) != 0 || pwrite(f, pid, (size_t)n, 0) != n) { /* the pid is for the message only */ }
+    *fd = f;
+    return 1;
 }
 
 void file_atomic_abort(FileAtomic *f) {

@@ -43,6 +43,14 @@ Status file_fsync_dir(const char *dir, Err *err);
 /* rm -rf path (no symlink is followed); 0 when done or path is absent, -1 otherwise. */
 int file_rm_tree(const char *path);
 
+/* An exclusive lock on the folder dir for this process (creating dir): a non-blocking flock on
+ * dir/name, which then holds this pid (for the refusal's message only); *fd stays open until the
+ * caller closes it or the process exits. Returns 1 when locked; 0 when another process holds it
+ * (*fd = -1, holder gets its pid as text, "?" when unknown); -1 on an error (err: the folder cannot
+ * be created, or the lock file opened or locked, with the reason). The one recipe of train's
+ * --ckpt-dir and prepare's --out, so two writers of one folder are refused alike. */
+int file_lock_dir(const char *dir, const char *name, int *fd, char *holder, size_t cap, Err *err);
+
 /* 1 if path names a directory (symlinks followed), 0 otherwise. */
 int file_is_dir(const char *path);
 

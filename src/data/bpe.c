@@ -534,10 +534,16 @@ static Status load_bytes(Tokenizer **out, Err *err) {
     return ST_OK;
 }
 
-/* Reads a whole file (NUL-terminated). */
+/* Reads a whole file (NUL-terminated). A directory is refused by name (fopen opens one, and its
+ * read failed as a bare "read error"). */
 static Status slurp(const char *path, char **buf, size_t *len, Err *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return err_set(err, ST_ERR_INPUT, "%s: cannot open (%s)", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fclose(f);
+        return err_set(err, ST_ERR_INPUT, "%s: expected a file, found a directory", path);
+    }
     size_t cap = 1 << 16, n = 0;
     char *b = malloc(cap);
     for (;;) {
@@ -552,11 +558,11 @@ static Status slurp(const char *path, char **buf, size_t *len, Err *err) {
         if (!nb) free(b);
         b = nb;
     }
-    int bad = ferror(f);
+    int bad = ferror(f), e = errno;
     fclose(f);
     if (bad) {
         free(b);
-        return err_set(err, ST_ERR_INPUT, "%s: read error", path);
+        return err_set(err, ST_ERR_INPUT, "%s: read error (%s)", path, strerror(e));
     }
     b[n] = 0;
     *buf = b;
@@ -886,9 +892,14 @@ Status tokenizer_load_ranks(Tokenizer **out, const char *path, BpePattern patter
                      n < 8 ? "a file shorter than the magic" : "other bytes");
         goto done;
     }
-    if (n < 20 + 8 || rd32(b + 8) != n) {
+    if (n < 20 + 8) { /* the size field itself may be missing: no size to quote */
+        st = err_set(err, ST_ERR_INPUT, "%s: expected a rank file of at least 28 bytes (header and checksum), found %zu "
+                     "bytes: truncated", path, n);
+        goto done;
+    }
+    if (rd32(b + 8) != n) {
         st = err_set(err, ST_ERR_INPUT, "%s: expected a file of %u bytes (its header), found %zu bytes: truncated or extended",
-                     path, n >= 12 ? rd32(b + 8) : 0, n);
+                     path, rd32(b + 8), n);
         goto done;
     }
     uint64_t stored = (uint64_t)rd32(b + n - 8) | (uint64_t)rd32(b + n - 4) << 32, sum = fnv1a64(b, n - 8);
@@ -935,16 +946,18 @@ Status tokenizer_load_ranks(Tokenizer **out, const char *path, BpePattern patter
         total += b[pos];
         pos += 1 + (size_t)b[pos];
     }
-    size_t spos = pos;
-    uint32_t vocab = nranks, eot = UINT32_MAX;
+    uint32_t vocab = nranks, eot = UINT32_MAX, prev = 0;
     for (uint32_t k = 0; k < nspecial; k++) {
         if (pos + 5 > end || pos + 5 + b[pos + 4] > end) goto truncated;
         uint32_t id = rd32(b + pos), l = b[pos + 4];
-        if (id < nranks || id >= (1u << 25) || (k && id <= rd32(b + spos))) {
+        /* increasing ids, each above the previous one (the first special's id only was compared:
+         * 100, 102, 101 passed, and so did a repeated later id) */
+        if (id < nranks || id >= (1u << 25) || (k && id <= prev)) {
             st = err_set(err, ST_ERR_INPUT, "%s: special token %u: expected an id above the ranks (>= %u) and not repeated, "
                          "found %u", path, k, nranks, id);
             goto done;
         }
+        prev = id;
         if (l == sizeof EOT_TEXT - 1 && !memcmp(b + pos + 5, EOT_TEXT, l)) eot = id;
         if (id + 1 > vocab) vocab = id + 1;
         total += l;

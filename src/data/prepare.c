@@ -90,6 +90,11 @@ static Status collect_inputs(Inputs *in, const PrepareOptions *o, Err *err) {
         const char *p = o->inputs[i];
         struct stat sb;
         if (!strcmp(p, "-")) {
+            /* a second "-" would read the end of the stream the first one consumed: nothing */
+            for (size_t k = 0; k < i; k++)
+                if (!strcmp(o->inputs[k], "-"))
+                    return err_set(err, ST_ERR_INPUT, "-: expected standard input once among the inputs, found it "
+                                   "given twice");
             Status st = inputs_add(in, p, NULL, err);
             if (st) return st;
             continue;
@@ -117,6 +122,38 @@ static Status collect_inputs(Inputs *in, const PrepareOptions *o, Err *err) {
         qsort(in->v + first, in->n - first, sizeof *in->v, cmp_input);
     }
     if (in->n == 0) return err_set(err, ST_ERR_INPUT, "expected at least one input file, found none");
+    return ST_OK;
+}
+
+/* 1 for a name prepare writes into its output directory (a shard, a loss mask, the manifest). */
+static int prepare_output_name(const char *name) {
+    size_t l = strlen(name);
+    int shard = !strncmp(name, "train_", 6) || !strncmp(name, "val_", 4);
+    return !strcmp(name, "manifest.json") ||
+           (shard && ((l > 4 && !strcmp(name + l - 4, ".bin")) || (l > 5 && !strcmp(name + l - 5, ".mask"))));
+}
+
+Status prepare_check_inputs_not_outputs(const char *const *inputs, size_t n, const char *out_dir,
+                                        int (*is_output)(const char *name), const char *writes, Err *err) {
+    struct stat so;
+    if (!out_dir || stat(out_dir, &so) != 0 || !S_ISDIR(so.st_mode)) return ST_OK; /* created later: empty */
+    for (size_t i = 0; i < n; i++) {
+        const char *p = inputs[i];
+        struct stat sb;
+        if (!strcmp(p, "-") || stat(p, &sb) != 0) continue; /* a missing input is named later */
+        if (S_ISDIR(sb.st_mode) && sb.st_dev == so.st_dev && sb.st_ino == so.st_ino)
+            return err_set(err, ST_ERR_INPUT, "%s: expected an input directory other than the output directory %s, "
+                           "found that directory itself (the %s written there would be read as input by the next "
+                           "run)", p, out_dir, writes);
+        if (S_ISDIR(sb.st_mode)) continue; /* its files are read, not its subdirectories: out_dir may lie in it */
+        const char *slash = strrchr(p, '/'), *base = slash ? slash + 1 : p;
+        char parent[4096];
+        snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - p) + 1 : 1, slash ? p : ".");
+        struct stat sp;
+        if (is_output(base) && stat(parent, &sp) == 0 && sp.st_dev == so.st_dev && sp.st_ino == so.st_ino)
+            return err_set(err, ST_ERR_INPUT, "%s: expected an input that is not an output of this command, found "
+                           "one of the %s it writes into %s", p, writes, out_dir);
+    }
     return ST_OK;
 }
 
@@ -1119,6 +1156,20 @@ static Status write_manifest(const PrepareOptions *o, const Inputs *in, const Pr
 
 /* ================================================================== 7. prepare_run */
 
+/* No document came out of the inputs: empty ones, or every record skipped by --skip-bad (which
+ * "empty input" misnamed: the input held records, all bad). */
+static Status no_document(const char *what, const char *all, const DocSkips *k, Err *err) {
+    uint64_t skipped = k->bad_json + k->missing_field + k->bad_utf8 + k->bad_chat;
+    if (!skipped)
+        return err_set(err, ST_ERR_INPUT, "%s%s: expected at least one non-empty document, found none (empty input)",
+                       what, all);
+    return err_set(err, ST_ERR_INPUT, "%s%s: expected at least one non-empty document, found none (--skip-bad skipped "
+                   "%llu records: %llu not JSON objects, %llu without the field, %llu bad conversations, %llu with "
+                   "invalid UTF-8; any others were empty)", what, all, (unsigned long long)skipped,
+                   (unsigned long long)k->bad_json, (unsigned long long)k->missing_field,
+                   (unsigned long long)k->bad_chat, (unsigned long long)k->bad_utf8);
+}
+
 /* Removes <prefix>_NNNNNN.bin left by an earlier run with more shards, so a glob sees only ours,
  * temporaries of shards an interrupted call was writing, and every <prefix>_NNNNNN.mask that is not
  * ours (index >= masks_kept: all of them after a text prepare, so old masks never meet new tokens). */
@@ -1222,6 +1273,25 @@ static Status check_options(const PrepareOptions *o, Err *err) {
     return ST_OK;
 }
 
+/* Creates out_dir and takes its lock: flock on out_dir/.prepare.lock (which then holds the pid),
+ * kept until prepare_run returns. Two prepares into one out_dir wrote, cleared and merged each
+ * other's runs: one failed, and the other published shards of neither call (a mix of two seeds'
+ * runs) with exit 0. A folder another process holds is refused (ST_ERR_INPUT naming its pid), as
+ * train refuses a --ckpt-dir in use. Not out_dir/.lock: train holds that one on the bundled
+ * corpus's cache while it calls prepare_run into it, and a second flock of it would be refused. */
+static Status lock_out_dir(const char *out, int *fd, Err *err) {
+    struct stat sb;
+    if (stat(out, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return err_set(err, ST_ERR_INPUT, "%s: expected an output directory, found a file", out);
+    char who[32];
+    int got = file_lock_dir(out, ".prepare.lock", fd, who, sizeof who, err);
+    if (got < 0) return err_prefix(err, "--out");
+    if (got == 0)
+        return err_set(err, ST_ERR_INPUT, "--out %s: expected an output directory no other prepare is writing, found "
+                       "it in use by process %s (%s/.prepare.lock held)", out, who, out);
+    return ST_OK;
+}
+
 /* Creates out_dir and out_dir/.prepare. When the journal there matches this call (same inputs and
  * run-deciding options) it is loaded: a resume, *resumed = the inputs it finished; else .prepare is
  * cleared and j starts empty. */
@@ -1273,7 +1343,13 @@ Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
     memset(&R, 0, sizeof R);
     Journal j;
     memset(&j, 0, sizeof j);
+    int lock = -1; /* out_dir/.prepare.lock, held to the end */
     if ((st = collect_inputs(&in, o, err)) != ST_OK) goto done;
+    /* `prepare --out d d` read its own manifest.json and shards as input the second time */
+    if ((st = prepare_check_inputs_not_outputs(o->inputs, o->ninputs, o->out_dir, prepare_output_name,
+                                               "shards and manifest.json", err)) != ST_OK)
+        goto done;
+    if ((st = lock_out_dir(o->out_dir, &lock, err)) != ST_OK) goto done;
     if (publish_pending(o->out_dir)) { /* before work_begin, which may clear .prepare */
         if ((st = publish_finish(o->out_dir, 0, err)) != ST_OK) goto done;
         work_dir_clear(o->out_dir, 0);
@@ -1305,9 +1381,8 @@ Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
     for (size_t i = 0; i < in.n; i++) s.input_bytes += in.v[i].raw_bytes;
     if (line_pieces_for(o, &in)) s.line_pieces = in.v[0].line_pieces;
     if (j.docs == 0) {
-        st = err_set(err, ST_ERR_INPUT, "%s%s: expected at least one non-empty document, found none (empty input)",
-                     in.n == 1 ? (strcmp(in.v[0].path, "-") ? in.v[0].path : "<stdin>") : "inputs",
-                     in.n == 1 ? "" : " (all files)");
+        st = no_document(in.n == 1 ? (strcmp(in.v[0].path, "-") ? in.v[0].path : "<stdin>") : "inputs",
+                         in.n == 1 ? "" : " (all files)", &j.skips, err);
         work_dir_clear(o->out_dir, 1);
         goto done;
     }
@@ -1324,6 +1399,7 @@ Status prepare_run(const PrepareOptions *o, PrepareStats *stats, Err *err) {
     s.seconds = omp_get_wtime() - t0;
     if (stats) *stats = s;
 done:
+    if (lock >= 0) close(lock); /* releases the flock */
     free(R.rb.data);
     free(R.rb.idx);
     batch_free(&R.b[0]);
@@ -1392,8 +1468,7 @@ Status prepare_read_documents(const PrepareOptions *o, PrepareDocs *docs, Err *e
     docs->n = used;
     docs->files = in.n;
     if (!st && used == 0)
-        st = err_set(err, ST_ERR_INPUT, "%s%s: expected at least one non-empty document, found none (empty input)",
-                     in.n == 1 ? in.v[0].path : "inputs", in.n == 1 ? "" : " (all files)");
+        st = no_document(in.n == 1 ? in.v[0].path : "inputs", in.n == 1 ? "" : " (all files)", &docs->skips, err);
     inputs_free(&in);
     if (st) prepare_docs_free(docs);
     return st;

@@ -125,6 +125,14 @@ PrepareOptions prepare_default_options(void);
  * unreadable or empty directory. */
 Status prepare_input_formats(const PrepareOptions *o, unsigned *formats, Err *err);
 
+/* Refuses an input that would be an output: an input directory that is out_dir itself (what the
+ * command writes there would be read as input by its next run), or an input file in out_dir whose
+ * name is_output() claims. `writes` names those outputs in the error ("shards and manifest.json").
+ * ST_OK when out_dir does not exist yet. prepare_run applies it with prepare's names; `tokenizer
+ * train` with its own. */
+Status prepare_check_inputs_not_outputs(const char *const *inputs, size_t n, const char *out_dir,
+                                        int (*is_output)(const char *name), const char *writes, Err *err);
+
 /* Runs the pipeline. Errors: ST_ERR_INPUT for a missing/unreadable input (named), bad input as
  * in docsource.h (file:line or byte offset), input with no non-empty document, bad options (val
  * fraction outside [0, 1), shard_tokens 0, shard version 1 with a vocabulary over 65536), an

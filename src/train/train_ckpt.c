@@ -9,12 +9,10 @@
 #include <math.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -626,27 +624,12 @@ cJSON *tr_data_files_json(const Loader *l) {
 static Status lock_ckpt_dir(const char *dir, int *fd, Err *err) {
     *fd = -1;
     if (!dir[0]) return ST_OK;
-    Status st = file_mkdirs(dir, err);
-    if (st != ST_OK) return err_prefix(err, "--ckpt-dir");
-    char path[2100];
-    snprintf(path, sizeof path, "%s/.lock", dir);
-    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (f < 0) return err_set(err, ST_ERR_RUNTIME, "--ckpt-dir %s: cannot open its lock %s: %s", dir, path, strerror(errno));
-    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
-        int e = errno;
-        char pid[32] = "";
-        ssize_t n = pread(f, pid, sizeof pid - 1, 0);
-        close(f);
-        if (n > 0) pid[n] = '\0', pid[strcspn(pid, "\n")] = '\0';
-        if (e == EWOULDBLOCK)
-            return err_set(err, ST_ERR_INPUT, "--ckpt-dir %s: expected a folder no other run is writing, found it in use by "
-                           "process %s (%s held)", dir, pid[0] ? pid : "?", path);
-        return err_set(err, ST_ERR_RUNTIME, "--ckpt-dir %s: cannot lock %s: %s", dir, path, strerror(e));
-    }
-    char pid[32];
-    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
-    if (ftruncate(f, 0) != 0 || pwrite(f, pid, (size_t)n, 0) != n) { /* the pid is for the message only */ }
-    *fd = f;
+    char who[32];
+    int got = file_lock_dir(dir, ".lock", fd, who, sizeof who, err);
+    if (got < 0) return err_prefix(err, "--ckpt-dir");
+    if (got == 0)
+        return err_set(err, ST_ERR_INPUT, "--ckpt-dir %s: expected a folder no other run is writing, found it in use by "
+                       "process %s (%s/.lock held)", dir, who, dir);
     return ST_OK;
 }
 
