@@ -10,6 +10,8 @@
  *   create   a path in a folder that does not exist is refused as bad input naming the user's path first.
  *   regular  a plain file is replaced whole (the control of the three cases above: its inode changes,
  *            as a rename gives).
+ *   stale    a commit removes the path's temporary of a pid that no longer runs (a writer killed
+ *            mid-write); control: a running pid's and a non-numeric suffix's are kept.
  * Negative control: the detector of a replaced link and FIFO, applied after a plain rename over
  * them (what the writer did before), must report both replaced. */
 #include <errno.h>
@@ -100,6 +102,25 @@ int main(void) {
     tu_check(s5 == ST_OK && a.st_ino != b.st_ino && t && !strcmp(t, "two\n"), "control: a plain file is replaced by a rename",
              "inode %llu -> %llu, \"%s\"", (unsigned long long)a.st_ino, (unsigned long long)b.st_ino, t ? t : "(none)");
     free(t);
+    /* stale: a writer killed mid-write left plain.txt.tmp.<pid>; the next commit of plain.txt removes
+     * it, and keeps the temporary of a pid that runs (the parent of this test: its control, a sweep
+     * of every .tmp.* fails it) and a name that only looks like one */
+    pid_t child = fork();
+    if (child == 0) _exit(0);
+    waitpid(child, NULL, 0); /* child's pid now runs nothing */
+    char dead[256], live[256];
+    snprintf(dead, sizeof dead, TMP "/plain.txt.tmp.%ld", (long)child);
+    snprintf(live, sizeof live, TMP "/plain.txt.tmp.%ld", (long)getppid());
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "echo half > '%s' && echo other > '%s' && echo keep > " TMP "/plain.txt.tmp.12x", dead, live);
+    tu_shell(cmd);
+    Status s6 = write_text(TMP "/plain.txt", "three\n", &e);
+    int dead_gone = access(dead, F_OK) != 0, live_kept = access(live, F_OK) == 0,
+        odd_kept = access(TMP "/plain.txt.tmp.12x", F_OK) == 0;
+    tu_check(s6 == ST_OK && dead_gone, "a dead writer's temporary is removed by the next commit", "%s %s", dead,
+             dead_gone ? "removed" : "LEFT");
+    tu_check(live_kept && odd_kept, "control: a running pid's temporary and a non-pid suffix are kept", "%s %s, .tmp.12x %s",
+             live, live_kept ? "kept" : "REMOVED", odd_kept ? "kept" : "REMOVED");
     /* negative control: what a rename over them (the old writer) leaves, the checks above must see */
     tu_shell("echo x > " TMP "/r1 && echo x > " TMP "/r2 && ln -s target.txt " TMP "/link2 && mkfifo " TMP "/fifo2 && mv " TMP
              "/r1 " TMP "/link2 && mv " TMP "/r2 " TMP "/fifo2");

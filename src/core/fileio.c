@@ -1,11 +1,13 @@
 /* fileio.c — crash-safe writes (temporary, fsync, rename, fsync dir) and whole-file reads. */
 #include "core/fileio.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <libgen.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +99,29 @@ Status file_atomic_write(FileAtomic *f, const void *buf, size_t n, Err *err) {
     return file_write_fd(f->fd, buf, n, f->tmp[0] ? f->tmp : f->path, err);
 }
 
+/* Removes path's temporaries (path.tmp.<pid>) left by writers that no longer run: a process killed
+ * (SIGKILL, the OOM killer, a power loss) while writing leaves its temporary, as large as the file,
+ * beside the output, and no later write of that path used to take it away. A pid that runs (this
+ * process's own, or another writer's now, or a reused one) keeps its file. */
+static void remove_dead_temporaries(const char *path) {
+    char dbuf[4096], bbuf[4096];
+    snprintf(dbuf, sizeof dbuf, "%s", path), snprintf(bbuf, sizeof bbuf, "%s", path);
+    const char *dir = dirname(dbuf), *base = basename(bbuf);
+    size_t bl = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *n = e->d_name, *q = n + bl + 5;
+        if (strncmp(n, base, bl) || strncmp(n + bl, ".tmp.", 5) || !*q || strspn(q, "0123456789") != strlen(q)) continue;
+        long pid = strtol(q, NULL, 10);
+        struct stat sb;
+        if (pid <= 0 || pid == (long)getpid() || fstatat(dirfd(d), n, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode))
+            continue;
+        if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) unlinkat(dirfd(d), n, 0);
+    }
+    closedir(d);
+}
+
 Status file_atomic_commit(FileAtomic *f, Err *err) {
     if (!f->tmp[0]) { /* written in place (a device or FIFO): nothing to sync or rename */
         int rc = close(f->fd);
@@ -110,6 +135,7 @@ Status file_atomic_commit(FileAtomic *f, Err *err) {
     if (rename(f->tmp, f->path) != 0)
         return err_set(err, ST_ERR_RUNTIME, "%s: cannot rename from %s: %s", f->path, f->tmp, strerror(errno));
     f->tmp[0] = '\0'; /* nothing left to remove */
+    remove_dead_temporaries(f->path);
     return fsync_dir_of(f->path, err);
 }
 

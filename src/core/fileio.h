@@ -11,7 +11,8 @@
 
 /* A file written in pieces with the same guarantee: `path.tmp.<pid>` is created, written,
  * fsynced, renamed over `path`, and the directory fsynced. Until commit, `path` is untouched;
- * abort (safe after commit or a failed open) removes the temporary. A path that is a symbolic link
+ * abort (safe after commit or a failed open) removes the temporary; a commit also removes the
+ * `path.tmp.<pid>` files of processes that no longer run (killed while writing it). A path that is a symbolic link
  * replaces the file it names (the link stays); a device, FIFO or socket (-o /dev/stdout) is written
  * in place (tmp ""), never replaced by a plain file; a directory is refused (ST_ERR_INPUT). */
 typedef struct {
