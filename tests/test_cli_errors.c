@@ -300,6 +300,9 @@ int main(void) {
     snprintf(args, sizeof args, "train --data %s/good.bin %s --steps 1 --quiet", TMP, common1);
     expect_error("a value-less flag given twice", args, "--quiet: given twice");
     expect_error("plan: a flag given twice", "plan --model d6 --model d2", "--model: given twice (d6, then d2)");
+    /* one too many: "expected 64 positional arguments" told report's user to give 64 logs */
+    expect_error("a positional argument too many", "sample w1 w2", "unexpected argument 'w2' (expected at most 1 "
+                                                                   "positional argument)");
     snprintf(args, sizeof args, "train --data %s/good.bin %s --steps 2147483648", TMP, common1);
     expect_error("--steps beyond a run", args, "--steps: expected 1..1000000000 optimizer steps, found 2147483648");
     snprintf(args, sizeof args, "train --data '' %s", common);

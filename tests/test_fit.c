@@ -280,6 +280,19 @@ static void test_bad_inputs(void) {
               "%s:1: expected each column once, found 'params' twice (columns 1 and 2)");
     bad_input("hex", "params,tokens,loss\n0x10,2e7,3.1\n", "%s:2:1 (params): expected a positive finite decimal number, "
               "found '0x10'");
+    /* A quote opened and not closed on its line, or text after a closing quote (RFC 4180). */
+    bad_input("unclosed_quote", "name,params,tokens,loss\n\"run 1,1e6,2e7,3.1\n",
+              "%s:2: expected a quoted cell to close with a double quote followed by a comma");
+    /* C = 6ND beyond the largest double: the budget was inf, the optima NaN, exit 0. */
+    bad_input("c_overflow", "params,tokens,loss\n1e200,1e200,3\n2e200,1e200,3\n",
+              "%s:2: expected C = 6 x params x tokens (no flops column) to be a finite number");
+    /* One model size, five token counts: A and alpha of A/N^alpha are not determined (an alpha and
+     * an N* came out, exit 0); two token counts likewise for B and beta. Control: two_sizes below
+     * (4 model sizes and 8 token counts) fits. */
+    bad_input("one_size", "params,tokens,loss\n1e6,1e8,3\n1e6,2e8,2.9\n1e6,3e8,2.8\n1e6,4e8,2.7\n1e6,5e8,2.6\n",
+              "%s: 1 distinct params value in 5 rows, expected at least 3 to fit A and alpha");
+    bad_input("two_token_counts", "params,tokens,loss\n1e6,1e8,3\n2e6,2e8,2.9\n3e6,1e8,2.8\n4e6,2e8,2.7\n5e6,1e8,2.6\n",
+              "%s: 2 distinct tokens values in 5 rows, expected at least 3 to fit B and beta");
     bad_input("all_losses_empty", "params,tokens,loss\n1e6,2e7,\n2e6,2e7,\n",
               "%s: 2 rows, every one with an empty loss (failed or diverged runs, the first at line 2)");
     /* A byte-order mark before the header: the header is read (control: the message of a header alone). */
@@ -333,6 +346,71 @@ static void test_bad_inputs(void) {
     tu_check(rc == 0 && out && strstr(out, "Approach 2: skipped, no compute budget with 3 or more model sizes") != NULL,
              "Approach 2 says why it is skipped", "exit %d", rc);
     free(out);
+}
+
+/* RFC 4180 cells: a quoted cell holding a comma (a sweep's `vary` or `status`, a spreadsheet's name)
+ * is one cell, "" inside quotes is one quote. Oracle: the same rows without the name column, parsed
+ * to the same doubles. Control: the quoted name written without its quotes splits into two cells
+ * and shifts params onto "b", refused. */
+static void test_quoted_cells(void) {
+    const char *quoted = "name,params,tokens,loss\n\"a,b\",1e6,2e7,3.1\n\"say \"\"hi\"\", x\", \"2e6\" ,4e7,2.9\n";
+    const char *plain = "params,tokens,loss\n1e6,2e7,3.1\n2e6,4e7,2.9\n";
+    const char *unquoted = "name,params,tokens,loss\na,b,1e6,2e7,3.1\n";
+    FitTable q, p, u;
+    Err e1 = {0}, e2 = {0}, e3 = {0};
+    Status s1 = fit_table_parse(&q, "quoted.csv", quoted, strlen(quoted), &e1);
+    Status s2 = fit_table_parse(&p, "plain.csv", plain, strlen(plain), &e2);
+    Status s3 = fit_table_parse(&u, "unquoted.csv", unquoted, strlen(unquoted), &e3);
+    int same = s1 == ST_OK && s2 == ST_OK && q.n == 2 && p.n == 2;
+    for (size_t i = 0; same && i < 2; i++) same = q.N[i] == p.N[i] && q.D[i] == p.D[i] && q.L[i] == p.L[i];
+    tu_check(same && s3 == ST_ERR_INPUT, "CSV: quoted cells with commas and \"\" read as one cell each",
+             "quoted: status %d (%s), rows %zu; plain: rows %zu; control without quotes: status %d (%s)", (int)s1, e1.msg,
+             s1 == ST_OK ? q.n : 0, s2 == ST_OK ? p.n : 0, (int)s3, e3.msg);
+    if (s1 == ST_OK) fit_table_free(&q);
+    if (s2 == ST_OK) fit_table_free(&p);
+    if (s3 == ST_OK) fit_table_free(&u);
+}
+
+/* --html is checked before the fit: the results table itself (however spelled), an empty path, a
+ * folder that does not exist are refused with exit 2, nothing on stdout and the table unchanged
+ * (`--html RESULTS.csv` replaced the table with the page). Control: a fresh path is written. */
+static void test_html_path(void) {
+    char cmd[2048];
+    const char *table = TMP "/hoffmann.csv";
+    char *before = tu_slurp(table);
+    static const struct { const char *html, *want; } B[] = {
+        {TMP "/hoffmann.csv", "expected a file other than the results table"},
+        {TMP "/./hoffmann.csv", "expected a file other than the results table"},
+        {"''", "--html: expected a file path for the page, found ''"},
+        {TMP "/no_such_dir/fit.html", "expected an existing folder for it"},
+        {TMP, "expected a file name, found a directory"},
+    };
+    for (size_t i = 0; i < sizeof B / sizeof B[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s fit %s --bootstrap 0 --grid-stride 5 --html %s > %s/out.txt 2> %s/err.txt", BIN, table,
+                 B[i].html, TMP, TMP);
+        int rc = run(cmd);
+        char *out = tu_slurp(TMP "/out.txt"), *err = tu_slurp(TMP "/err.txt"), *after = tu_slurp(table);
+        int lines = 0;
+        for (const char *c = err; c && *c; c++) lines += *c == '\n';
+        char label[160];
+        snprintf(label, sizeof label, "--html %s refused before the fit", B[i].html);
+        tu_check(rc == 2 && lines == 1 && err && strstr(err, B[i].want) && out && !out[0] && before && after &&
+                     !strcmp(before, after), label, "exit %d, stdout %zu bytes, table %s: %s", rc, out ? strlen(out) : 0,
+                 before && after && !strcmp(before, after) ? "unchanged" : "CHANGED", err ? err : "");
+        free(out), free(err), free(after);
+    }
+    snprintf(cmd, sizeof cmd, "rm -f %s/fresh.html; %s fit %s --bootstrap 0 --grid-stride 5 --html %s/fresh.html > %s/out.txt "
+             "2> %s/err.txt", TMP, BIN, table, TMP, TMP, TMP);
+    int rc = run(cmd);
+    tu_check(rc == 0 && access(TMP "/fresh.html", F_OK) == 0, "control: --html to a fresh path writes the page", "exit %d", rc);
+    /* --bootstrap beyond its bound: 1e9 ended in "out of memory" (exit 1). */
+    snprintf(cmd, sizeof cmd, "%s fit %s --bootstrap %d > %s/out.txt 2> %s/err.txt", BIN, table, FIT_MAX_BOOTSTRAP + 1, TMP, TMP);
+    rc = run(cmd);
+    char *err = tu_slurp(TMP "/err.txt");
+    tu_check(rc == 2 && err && strstr(err, "--bootstrap: expected 0 to 100000 resamples, found 100001"),
+             "--bootstrap above FIT_MAX_BOOTSTRAP refused", "exit %d: %s", rc, err ? err : "");
+    free(err);
+    free(before);
 }
 
 /* ------------------------------------------------------------------ the page ------------ */
@@ -495,6 +573,8 @@ int main(void) {
     test_bad_inputs();
     test_determinism();
     test_hoffmann_vs_plan();
+    test_quoted_cells();
+    test_html_path();
     test_drop_highest();
     test_page();
     test_recovery();

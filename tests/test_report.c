@@ -189,6 +189,11 @@ static void test_command(void) {
          "empty.jsonl: no valid metrics records"},
         /* -o naming an input, spelled differently (./): it was overwritten with HTML */
         {"report_cmd_out_is_input", TMP "/self.jsonl -o " TMP "/./self.jsonl", "found the log"},
+        /* one log named twice (another spelling too): drawn as two runs of the same curves */
+        {"report_cmd_log_twice", TMP "/self.jsonl " TMP "/./self.jsonl -o " TMP "/x.html",
+         "self.jsonl: expected each metrics log once, found it also as argument 1"},
+        /* an empty title gave the default one, as if not given */
+        {"report_cmd_empty_title", TMP "/self.jsonl --title '' -o " TMP "/x.html", "--title: expected text, found ''"},
     };
     spit(TMP "/empty.jsonl", "");
     spit(TMP "/self.jsonl", "{\"event\":\"step\",\"step\":1,\"loss\":2.5}\n");
@@ -209,6 +214,11 @@ static void test_command(void) {
     /* control: the same log to another output is a report */
     rc = run(BIN " report " TMP "/self.jsonl -o " TMP "/self.html >/dev/null 2>&1");
     tu_check(rc == 0, "report_cmd_out_other_control", "exit=%d", rc);
+    /* control of report_cmd_log_twice and _empty_title: two distinct logs with the same records, and
+     * a title, make a report */
+    spit(TMP "/self2.jsonl", "{\"event\":\"step\",\"step\":1,\"loss\":2.5}\n");
+    rc = run(BIN " report " TMP "/self.jsonl " TMP "/self2.jsonl --title 'two logs' -o " TMP "/self.html >/dev/null 2>&1");
+    tu_check(rc == 0, "report_cmd_two_logs_title_control", "exit=%d", rc);
 }
 
 /* ---- the page in headless Chromium ---- */

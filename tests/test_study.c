@@ -469,11 +469,21 @@ static void test_quick_flags(void) {
         {"spike --quick --steps 5", "--steps: expected 8..4096 (a warmup and a spike to find), found 5"},
         {"spike --quick --clip 0", "--clip: expected a norm > 0, found 0"},
         {"spike --quick --heads 3", "--heads 3"},
+        /* an empty --out wrote the study into "/" (/index.html, /runs/); a file failed after a line
+         * of progress with exit 1 */
+        {"spike --quick --out ''", "--out: expected a folder, found ''"},
+        {"lr-transfer --quick --out ''", "--out: expected a folder, found ''"},
+        {"optimizers --quick --out ''", "--out: expected a folder, found ''"},
+        {"lr-transfer --quick --out " TMP "/a-file", "--out " TMP "/a-file: expected a folder (or a path to create one at), found a file"},
+        {"lr-transfer --quick --lrs 2^,2^-6,2^-4", "--lrs: expected up to 32 positive numbers"},
     };
+    FILE *af = fopen(TMP "/a-file", "w");
+    if (af) fputs("x", af), fclose(af);
     int bad_ok = 1;
     for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
-        char c[512];
-        snprintf(c, sizeof c, BIN " study %s --out " TMP "/bad-study >" TMP "/bad-study.out 2>&1", BAD[i][0]);
+        char c[1024];
+        snprintf(c, sizeof c, BIN " study %s%s >" TMP "/bad-study.out 2>&1", BAD[i][0],
+                 strstr(BAD[i][0], "--out ") ? "" : " --out " TMP "/bad-study");
         int brc = run(c);
         char *bo = tu_slurp(TMP "/bad-study.out");
         int lines = 0;

@@ -138,7 +138,22 @@ static void test_refusals(void) {
     refusal("model_shape_names_its_key", s, "grid.models[0] (L1C33): --heads 2 does not divide --channels 33");
     snprintf(s, sizeof s, "{\"name\": \"t\", %s, %s, \"grid\": {\"kind\": \"sizes_tokens\", \"models\": [{\"layers\": "
              "1, \"channels\": 16}], \"tokens\": [1e30]}}\n", DATA, BASE);
-    refusal("absurd_token_budget", s, "grid.tokens[0] = 1e+30 gives L1C16 7.81e+27 steps of 128 tokens: expected at most 1e12");
+    refusal("absurd_token_budget", s, "grid.tokens[0] = 1e+30 gives L1C16 7.81e+27 steps of 128 tokens: --steps: expected 1..");
+    /* The sweep's steps limit is train's (TRAIN_MAX_STEPS, cmd_train.c: 1e9), refused up front with
+     * the grid value named; the sweep had its own 1e12, so 1e9 < steps <= 1e12 passed the spec and
+     * were refused only by train. Control: exactly 1e9 steps (1.28e11 tokens of 128) is accepted. */
+    snprintf(s, sizeof s, "{\"name\": \"t\", %s, %s, \"grid\": {\"kind\": \"sizes_tokens\", \"models\": [{\"layers\": "
+             "1, \"channels\": 16}], \"tokens\": [128000000128]}}\n", DATA, BASE);
+    refusal("steps_over_train_limit", s, "grid.tokens[0] = 1.28e+11 gives L1C16 1000000001 steps of 128 tokens: --steps: "
+            "expected 1..1000000000 optimizer steps");
+    snprintf(s, sizeof s, "{\"name\": \"t\", %s, %s, \"grid\": {\"kind\": \"sizes_tokens\", \"models\": [{\"layers\": "
+             "1, \"channels\": 16}], \"tokens\": [128000000000]}}\n", DATA, BASE);
+    spit(TMP "/at_limit.json", s);
+    rc = run(BIN " sweep " TMP "/at_limit.json --out " TMP "/at_limit_out --dry-run >" TMP "/at_limit.out 2>&1");
+    char *al = tu_slurp(TMP "/at_limit.out");
+    tu_check(rc == 0 && al && strstr(al, " 1000000000 "), "sweep_accepts_steps_at_train_limit", "exit %d: %.200s", rc,
+             al ? al : "");
+    free(al);
     /* what train refused only at the first run's start (2026-11-29): a sequence over the model's
      * maximum, a vocabulary smaller than the shards' tokenizer; and a name that would put the
      * default OUT elsewhere (sweep-<name>) */
@@ -440,6 +455,23 @@ static void test_list(void) {
     }
     tu_check(inert_ok && access(TMP "/inert", F_OK) != 0, "sweep_refuses_flags_of_another_mode",
              "--json, --list --json, --list-format, --dry-run --verbose: exit 2 naming the flag, nothing written");
+    /* --only '' trained the whole grid; --out naming a file failed at the first run's --ckpt-dir. */
+    spit(TMP "/a_file", "x");
+    static const char *const EMPTY[2][2] = {{"--out " TMP "/inert --only ''", "--only: expected a run id"},
+                                            {"--out " TMP "/a_file", "--out " TMP "/a_file: expected a folder (or a path to "
+                                             "create one at), found a file"}};
+    int empty_ok = 1;
+    for (int i = 0; i < 2; i++) {
+        char c[1024];
+        snprintf(c, sizeof c, BIN " sweep " TMP "/spec.json %s >" TMP "/inert.out 2>" TMP "/inert.err", EMPTY[i][0]);
+        int irc = run(c);
+        char *e = tu_slurp(TMP "/inert.err"), *o = tu_slurp(TMP "/inert.out");
+        if (!(irc == 2 && e && strstr(e, EMPTY[i][1]) && o && !o[0]))
+            printf("  sweep %s: exit %d, %s", EMPTY[i][0], irc, e ? e : "(none)\n"), empty_ok = 0;
+        free(e), free(o);
+    }
+    tu_check(empty_ok && access(TMP "/inert", F_OK) != 0, "sweep_refuses_empty_only_and_file_out",
+             "--only '', --out FILE: exit 2 naming the flag, nothing trained or printed");
     int rc = run(BIN " sweep " TMP "/spec.json --out " TMP "/l --list >" TMP "/list.txt 2>" TMP "/list.err");
     char *t = tu_slurp(TMP "/list.txt");
     int n = 0, ran = 0;
@@ -467,6 +499,22 @@ static void test_list(void) {
     char *t2 = tu_slurp(TMP "/list2.txt");
     tu_check(rc == 0 && t2 && strstr(t2, "--only L1C32-t2560\n"), "sweep_list_format_sweep", "exit %d: %.120s", rc, t2 ? t2 : "");
     free(t2);
+    /* The lines run as the shell reads them back with a quote and a blank in the paths (they were
+     * written as '%s', so a quote ended the word). The first line is run: it must train that run
+     * into the quoted --out. Control: the path without its quoting does not name the spec. */
+    run("mkdir -p \"" TMP "/it's here\" && cp " TMP "/spec.json \"" TMP "/it's here/spec.json\"");
+    rc = run(BIN " sweep \"" TMP "/it's here/spec.json\" --out \"" TMP "/it's here/o\" --list --list-format sweep >" TMP
+             "/list3.txt 2>&1");
+    char *t3 = tu_slurp(TMP "/list3.txt"), cmd3[4096] = "";
+    if (t3 && !strncmp(t3, "scaletrain ", 11)) snprintf(cmd3, sizeof cmd3, "%s %.*s >" TMP "/list3.out 2>&1", BIN,
+                                                         (int)strcspn(t3 + 11, "\n"), t3 + 11);
+    int rc3 = cmd3[0] ? run(cmd3) : -1;
+    int logged = logs_equal(TMP "/it's here/o/runs/L1C16-t1280/log.jsonl", TMP "/a/runs/L1C16-t1280/log.jsonl");
+    rc = run(BIN " sweep " TMP "/it's here/spec.json --dry-run >/dev/null 2>&1");
+    tu_check(rc3 == 0 && logged && rc != 0, "sweep_list_format_sweep_quotes_paths",
+             "listing exit %d, first line run: exit %d, its log %s the sweep's; control unquoted: exit %d (want != 0): %.160s",
+             rc3, rc3, logged ? "equals" : "differs from", rc, t3 ? t3 : "");
+    free(t3);
     /* --only trains that one run and nothing else. */
     rc = run("rm -rf " TMP "/o && " BIN " sweep " TMP "/spec.json --out " TMP "/o --only L1C32-t1280 >" TMP "/o.out 2>&1");
     int only_ok = logs_equal(TMP "/o/runs/L1C32-t1280/log.jsonl", TMP "/a/runs/L1C32-t1280/log.jsonl");
@@ -516,6 +564,18 @@ static void test_dry_run(void) {
     free(t);
     tu_check(rc == 0 && n == 4 && eq == 4 && done == 4, "sweep_dry_run_memory_equals_plan",
              "exit %d, %d runs, %d memory_bytes == the start record's plan.memory_total, %d marked done", rc, n, eq, done);
+    /* A run refused halfway (a damaged done.json of the 2nd run): exit 2 and nothing on stdout (the
+     * table's head and first row were printed above the error). Control: the intact copy prints. */
+    rc = run("rm -rf " TMP "/dmg && mkdir -p " TMP "/dmg/runs/" "L1C16-t2560 && cp " TMP "/a/runs/L1C16-t2560/done.json " TMP
+             "/dmg/runs/L1C16-t2560/ && " BIN " sweep " TMP "/spec.json --out " TMP "/dmg --dry-run >" TMP "/dmg.out 2>&1");
+    char *ctl = tu_slurp(TMP "/dmg.out");
+    spit(TMP "/dmg/runs/L1C16-t2560/done.json", "{\"run\":");
+    int rcd = run(BIN " sweep " TMP "/spec.json --out " TMP "/dmg --dry-run >" TMP "/dmg.out 2>" TMP "/dmg.err");
+    char *o2 = tu_slurp(TMP "/dmg.out"), *e2 = tu_slurp(TMP "/dmg.err");
+    tu_check(rc == 0 && ctl && strstr(ctl, "L1C16-t2560") && rcd == 2 && o2 && !o2[0] && e2 && strstr(e2, "done.json"),
+             "sweep_dry_run_refusal_prints_nothing", "control exit %d; damaged: exit %d, stdout %zu bytes: %s", rc, rcd,
+             o2 ? strlen(o2) : 0, e2 ? e2 : "");
+    free(ctl), free(o2), free(e2);
     /* Without base.threads (auto): the dry run passed threads 0 to the plan, which refused it
      * ("--threads: expected an integer >= 1, found 0"); now resolved as the trainer does. Oracle:
      * the start record of the same run, trained, whose threads train_threads resolved. */

@@ -180,7 +180,7 @@ Status args_parse(ArgSpec *specs, int n, int argc, char **argv, char **pos, int 
         }
         if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
             if (*npos >= maxpos) {
-                st = err_set(err, ST_ERR_INPUT, "unexpected argument '%s' (expected %d positional argument%s)", a,
+                st = err_set(err, ST_ERR_INPUT, "unexpected argument '%s' (expected at most %d positional argument%s)", a,
                              maxpos, maxpos == 1 ? "" : "s");
                 break;
             }

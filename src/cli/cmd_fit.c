@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/args.h"
 #include "cli/cmds.h"
@@ -102,6 +103,29 @@ static void print_text(const char *path, const FitOptions *o, const FitResult *r
                r->boot_failed, r->bootstrap);
 }
 
+/* --html checked before the fit (which can take minutes): a path that names a folder, lies in no
+ * existing folder, or is the results table itself (by device and inode, however spelled: the page
+ * replaced the CSV) is refused here, with nothing printed. Empty: refused (it wrote no page). */
+static Status check_html(const char *html, const char *table, Err *err) {
+    if (!html[0]) return err_set(err, ST_ERR_INPUT, "--html: expected a file path for the page, found ''");
+    struct stat sh, st;
+    if (stat(html, &sh) == 0) {
+        if (S_ISDIR(sh.st_mode)) return err_set(err, ST_ERR_INPUT, "--html %s: expected a file name, found a directory", html);
+        if (stat(table, &st) == 0 && st.st_dev == sh.st_dev && st.st_ino == sh.st_ino)
+            return err_set(err, ST_ERR_INPUT, "--html %s: expected a file other than the results table, found the table %s "
+                           "(writing the page would overwrite it)", html, table);
+        return ST_OK;
+    }
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", html);
+    char *slash = strrchr(dir, '/');
+    if (!slash) return ST_OK; /* the current folder */
+    slash[slash == dir] = '\0'; /* "/x.html": the root */
+    if (!file_is_dir(dir))
+        return err_set(err, ST_ERR_INPUT, "--html %s: expected an existing folder for it, found no folder %s", html, dir);
+    return ST_OK;
+}
+
 int cmd_fit(int argc, char **argv) {
     FitOptions o = fit_default_options();
     int json = 0;
@@ -135,7 +159,10 @@ int cmd_fit(int argc, char **argv) {
         args_print_help(specs, n);
         return help ? 0 : cli_fail("fit", ST_ERR_INPUT, "expected one results table (CSV), found none");
     }
-    if (o.bootstrap < 0) return cli_fail("fit", ST_ERR_INPUT, "--bootstrap: expected 0 or more resamples");
+    if (o.bootstrap < 0 || o.bootstrap > FIT_MAX_BOOTSTRAP) {
+        snprintf(err.msg, sizeof err.msg, "--bootstrap: expected 0 to %d resamples, found %d", FIT_MAX_BOOTSTRAP, o.bootstrap);
+        return cli_fail("fit", ST_ERR_INPUT, err.msg);
+    }
     /* The resampling's own options do nothing without resamples. */
     static const char *const boot_only[] = {"boot-starts", "seed", "ci"};
     for (size_t i = 0; o.bootstrap == 0 && i < sizeof boot_only / sizeof boot_only[0]; i++)
@@ -156,6 +183,7 @@ int cmd_fit(int argc, char **argv) {
     else if (o.budget_flops < 0)
         snprintf(err.msg, sizeof err.msg, "--budget-flops: expected a positive number of FLOPs, found %g", o.budget_flops);
     if (err.msg[0]) return cli_fail("fit", ST_ERR_INPUT, err.msg);
+    if (args_find(specs, n, "html")->seen && (st = check_html(html, pos[0], &err)) != ST_OK) return cli_fail("fit", st, err.msg);
     o.drop_highest = (size_t)drop;
     o.seed = (uint64_t)seed;
 

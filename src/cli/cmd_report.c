@@ -3,8 +3,8 @@
  *
  * A damaged log (truncated or malformed lines) still gives a report of what is valid, plus one
  * warning line per damaged log on stderr ("scaletrain report: warning: ..."); exit 0. A log that
- * cannot be read, a log with no valid record (alone or beside others), or -o naming one of the
- * logs are bad input (exit 2). */
+ * cannot be read, a log with no valid record (alone or beside others), a log named twice, -o naming
+ * one of the logs, or an empty --title are bad input (exit 2). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +49,10 @@ int cmd_report(int argc, char **argv) {
         free(av);
         return cli_fail("report", ST_ERR_INPUT, "-o/--out: expected an output path, found none");
     }
+    if (args_find(specs, n, "title")->seen && !title[0]) { /* it gave the default title, as if not given */
+        free(av);
+        return cli_fail("report", ST_ERR_INPUT, "--title: expected text, found ''");
+    }
     ReportRun *runs = calloc((size_t)npos, sizeof *runs);
     char *html = NULL;
     size_t len = 0;
@@ -69,6 +73,17 @@ int cmd_report(int argc, char **argv) {
                 goto fail;
             }
         }
+    /* A log named twice (however spelled) was drawn as two runs of identical curves. */
+    for (int i = 0; i < npos; i++) {
+        struct stat si, sj;
+        if (stat(pos[i], &si) != 0) continue; /* report_load_run names what is wrong with it */
+        for (int j = 0; j < i; j++)
+            if (stat(pos[j], &sj) == 0 && si.st_dev == sj.st_dev && si.st_ino == sj.st_ino) {
+                st = err_set(&err, ST_ERR_INPUT, "%s: expected each metrics log once, found it also as argument %d (%s)",
+                             pos[i], j + 1, pos[j]);
+                goto fail;
+            }
+    }
     for (int i = 0; i < npos; i++) {
         if ((st = report_load_run(&runs[i], pos[i], &err)) != ST_OK) goto fail;
         size_t ev = 0;

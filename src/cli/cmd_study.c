@@ -17,6 +17,7 @@
 #include "cli/cmds_study.h"
 #include "cli/train_flags.h"
 #include "study/studies.h"
+#include "train/train.h"
 
 int study_finish(const char *study, const char *out, const Comm *comm, Status st, StudyOutcome *res, Err *err) {
     int root = !comm || comm->rank == 0;
@@ -97,12 +98,14 @@ static int cmd_lr_transfer(int argc, char **argv, Comm *comm) {
         free(o);
         return cli_fail("study lr-transfer", ST_ERR_INPUT, err.msg);
     }
-    if (steps < 1) snprintf(err.msg, sizeof err.msg, "--steps: expected >= 1, found %ld", (long)steps);
+    if (steps < 1 || steps > TRAIN_MAX_STEPS)
+        snprintf(err.msg, sizeof err.msg, "--steps: expected 1..%ld optimizer steps, found %ld", TRAIN_MAX_STEPS, (long)steps);
     else if (layers < 1) snprintf(err.msg, sizeof err.msg, "--layers: expected >= 1, found %d", layers);
     else if (T < 1) snprintf(err.msg, sizeof err.msg, "--seq-len: expected >= 1, found %d", T);
     else if (B < 1) snprintf(err.msg, sizeof err.msg, "--micro-batch: expected >= 1, found %d", B);
     else if (vb < 1) snprintf(err.msg, sizeof err.msg, "--val-batches: expected >= 1, found %d", vb);
     else if (threads < 0) snprintf(err.msg, sizeof err.msg, "--threads: expected >= 0 (0: auto), found %d", threads);
+    if (!err.msg[0]) study_check_out(out, &err);
     if (err.msg[0]) { /* named here, not as the study's generated spec (grid.tokens[0] ...) */
         free(o);
         return cli_fail("study lr-transfer", ST_ERR_INPUT, err.msg);
@@ -169,6 +172,7 @@ static int cmd_study_spike(int argc, char **argv, Comm *comm) {
     else if (layers < 1 || channels < 1 || heads < 1 || channels % heads || T < 1 || B < 1 || threads < 0)
         snprintf(err.msg, sizeof err.msg, "--layers %d --channels %d --heads %d --seq-len %d --micro-batch %d --threads %d: "
                  "expected positive sizes, heads dividing channels, threads >= 0", layers, channels, heads, T, B, threads);
+    if (!err.msg[0]) study_check_out(out, &err);
     if (err.msg[0]) return cli_fail("study spike", ST_ERR_INPUT, err.msg);
     SpikeOptions o = {.steps = steps, .lr = lr, .warmup_frac = warmup_frac, .clip = clip, .layers = layers,
                       .channels = channels, .heads = heads, .T = T, .B = B, .threads = threads};
@@ -187,7 +191,7 @@ int cmd_study(int argc, char **argv, Comm *comm) {
                "               spike events and the per-layer diagnosis (index.html)\n"
                "  lr-transfer  learning-rate sweeps at several widths under SP and muP: how far the best lr moves\n"
                "  optimizers   each optimizer at its own best lr on one token budget: tokens and seconds to AdamW's final loss\n");
-        return argc < 1 ? 2 : 0;
+        return argc < 1 ? cli_fail("study", ST_ERR_INPUT, "expected a study (spike, lr-transfer or optimizers), found none") : 0;
     }
     if (!strcmp(argv[0], "lr-transfer")) return cmd_lr_transfer(argc - 1, argv + 1, comm);
     if (!strcmp(argv[0], "spike")) return cmd_study_spike(argc - 1, argv + 1, comm);

@@ -79,6 +79,7 @@ int cmd_study_optimizers(int argc, char **argv, Comm *comm) {
         snprintf(msg, sizeof msg, "--timing-steps: expected 2..100000, found %d", su.timing_steps);
     else if (!(lr_scale > 0) || !isfinite(lr_scale)) snprintf(msg, sizeof msg, "--lr-scale: expected a number > 0, found %g", lr_scale);
     if (msg[0]) return cli_fail("study optimizers", ST_ERR_INPUT, msg);
+    if (study_check_out(out, &err) != ST_OK) return cli_fail("study optimizers", ST_ERR_INPUT, err.msg);
     if (su.val_every == 0) su.val_every = su.steps / 25 > 1 ? (int)(su.steps / 25) : 1;
     su.heads = su.width / 32;
     OptStudyOptions *o = calloc(1, sizeof *o);

@@ -10,25 +10,36 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/args.h"
 #include "cli/cmds.h"
 #include "cli/train_flags.h"
+#include "core/shellword.h"
 #include "study/sweep.h"
 
 /* Prints the grid: each run's params, tokens, steps, FLOPs, planned memory per rank and predicted
  * time (sweep_plan_run: the trainer's own plan), and totals; json: one JSON object per run per line
  * instead (memory_bytes exact). */
 static Status print_dry_run(const Sweep *s, const Comm *comm, int json, Err *err) {
+    /* Every run planned before anything is printed: a run refused halfway (a damaged done.json) left
+     * the table's head on stdout above the error. */
+    SweepRunPlan *plans = calloc((size_t)(s->nruns > 0 ? s->nruns : 1), sizeof *plans);
+    if (!plans) return err_set(err, ST_ERR_RUNTIME, "out of memory");
+    for (int i = 0; i < s->nruns; i++) {
+        Status st = sweep_plan_run(s, i, comm, &plans[i], err);
+        if (st != ST_OK) {
+            free(plans);
+            return st;
+        }
+    }
     if (!json) printf("sweep %s (%s): %d runs in %s/runs/\n", s->name, s->kind, s->nruns, s->out);
     if (!json) printf("%-36s %12s %12s %7s %11s %12s %12s %s\n", "run", "params", "tokens", "steps", "FLOPs", "memory MiB",
            "time (pred.)", "status");
     double tot_flops = 0, tot_s = 0;
     for (int i = 0; i < s->nruns; i++) {
         const SweepRun *r = &s->runs[i];
-        SweepRunPlan p;
-        Status st = sweep_plan_run(s, i, comm, &p, err);
-        if (st != ST_OK) return st;
+        const SweepRunPlan p = plans[i];
         double secs = p.predicted_s;
         if (json)
             printf("{\"run\":\"%s\",\"params\":%lld,\"tokens\":%.0f,\"steps\":%ld,\"flops\":%.17g,\"budget\":%.17g,"
@@ -40,6 +51,7 @@ static Status print_dry_run(const Sweep *s, const Comm *comm, int json, Err *err
     }
     if (!json) printf("total: %.3e FLOPs, predicted %.3g s of training (plan's hardware profile; memory per rank from the "
            "trainer's own plan)\n", tot_flops, tot_s);
+    free(plans);
     return ST_OK;
 }
 
@@ -80,6 +92,13 @@ int cmd_sweep(int argc, char **argv, Comm *comm) {
         return cli_fail("sweep", ST_ERR_INPUT, "--verbose: would change nothing with --dry-run or --list (nothing trains)");
     if (args_find(specs, n, "out")->seen && !out[0])
         return cli_fail("sweep", ST_ERR_INPUT, "--out: expected a folder, found ''");
+    if (args_find(specs, n, "only")->seen && !only[0]) /* it trained the whole grid */
+        return cli_fail("sweep", ST_ERR_INPUT, "--only: expected a run id (sweep --list --list-format sweep lists them), found ''");
+    struct stat so;
+    if (out[0] && stat(out, &so) == 0 && !S_ISDIR(so.st_mode)) {
+        snprintf(err.msg, sizeof err.msg, "--out %s: expected a folder (or a path to create one at), found a file", out);
+        return cli_fail("sweep", ST_ERR_INPUT, err.msg);
+    }
     /* The output directory is needed to name the runs' files: read the name first if not given. */
     Sweep s;
     if (!out[0]) {
@@ -95,7 +114,11 @@ int cmd_sweep(int argc, char **argv, Comm *comm) {
         static char line[16384];
         for (int i = 0; i < s.nruns && root; i++) {
             if (!strcmp(fmt, "train")) sweep_command_line(&s.runs[i], "scaletrain", line, sizeof line);
-            else snprintf(line, sizeof line, "scaletrain sweep '%s' --out '%s' --only %s", pos[0], out, s.runs[i].id);
+            else { /* quoted as the shell reads them back ('%s' broke on a path holding a quote) */
+                snprintf(line, sizeof line, "scaletrain sweep");
+                const char *w[5] = {pos[0], "--out", out, "--only", s.runs[i].id};
+                for (int k = 0; k < 5; k++) shell_word_append(line, sizeof line, w[k]);
+            }
             printf("%s\n", line);
         }
     } else {

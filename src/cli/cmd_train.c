@@ -70,8 +70,10 @@ static Status bundled_corpus(TrainConfig *c, const Comm *comm, Err *err) {
     close(fd); /* releases the lock */
     if (st != ST_OK) return st;
     /* a notice, on stderr: sweep --list / --dry-run --json resolve runs through this and their
-     * stdout must hold only commands or JSON lines */
-    if (!comm || comm->rank == 0)
+     * stdout must hold only commands or JSON lines; once per process (a sweep or a study parses
+     * every run's flags, and said it once per parse) */
+    static int said;
+    if ((!comm || comm->rank == 0) && !said++)
         fprintf(stderr, "data: no --data given, using the bundled Tiny Shakespeare (bytes) prepared in %s\n", cache);
     snprintf(c->data, sizeof c->data, "%s/train_*.bin", cache);
     if (!c->val_data[0]) snprintf(c->val_data, sizeof c->val_data, "%s/val_*.bin", cache);
@@ -259,8 +261,6 @@ static Status llama_only_flags(const ModelConfig *m, ArgSpec *specs, int n, int 
 /* Values refused before anything else reads them: a negative grid size, timeout or a count beyond
  * what a run can hold used to fall back to the default or end in "out of memory" naming nothing;
  * an empty path or name counted as not given (`--data ''` trained on the bundled corpus). */
-#define TRAIN_MAX_STEPS 1000000000L /* 1e9: far beyond a real run; the step-time sample is capped */
-#define TRAIN_MAX_GRAD_ACCUM 65536
 static Status check_values(ArgSpec *specs, int n, const TrainConfig *c, Err *err) {
     const struct { const char *flag; int v; const char *what; } G[] = {
         {"dp", c->dp, "a positive number of data-parallel ranks (0: the world size)"},

@@ -5,6 +5,7 @@
 #include "fit/fit.h"
 
 #include <ctype.h>
+#include <float.h>
 #include <gsl/gsl_errno.h>
 #include <gsl/gsl_fit.h>
 #include <gsl/gsl_multifit.h>
@@ -42,23 +43,42 @@ static int table_alloc(FitTable *t, size_t cap) {
     return t->N && t->D && t->C && t->L && t->line && t->B;
 }
 
-/* Splits line[0..len) at commas into cells (trimmed of blanks and surrounding double quotes), in
- * place (line must be writable and NUL-terminated at len). Returns the number of cells. */
+/* Splits a line at commas into cells, RFC 4180 style, in place (line must be writable and
+ * NUL-terminated): blanks around a cell are trimmed; a cell that starts with a double quote runs to
+ * the matching closing quote, commas inside it included, and "" inside it is one quote (the sweep's
+ * table quotes a `vary` or `status` cell holding a comma; a spreadsheet quotes any). Returns the
+ * number of cells, or -1 when a quoted cell has no closing quote on the line (or text follows
+ * its closing quote before the next comma). */
 static int split_cells(char *line, char **cells, int max) {
     int n = 0;
     char *p = line;
     for (;;) {
-        char *comma = strchr(p, ',');
-        if (comma) *comma = '\0';
-        char *s = p, *e = p + strlen(p);
-        while (s < e && isspace((unsigned char)*s)) s++;
-        while (e > s && isspace((unsigned char)e[-1])) e--;
-        if (e - s >= 2 && *s == '"' && e[-1] == '"') s++, e--;
+        while (*p == ' ' || *p == '\t') p++;
+        char *s = p, *e;
+        if (*p == '"') { /* quoted: unescape "" into the same buffer */
+            char *w = s;
+            for (p++;; p++) {
+                if (*p == '\0') return -1;
+                if (*p == '"') {
+                    if (p[1] != '"') break;
+                    p++;
+                }
+                *w++ = *p;
+            }
+            e = w;
+            for (p++; *p == ' ' || *p == '\t' || *p == '\r'; p++) {}
+            if (*p != ',' && *p != '\0') return -1;
+        } else {
+            while (*p && *p != ',') p++;
+            e = p;
+            while (e > s && isspace((unsigned char)e[-1])) e--;
+        }
+        int last = *p == '\0';
         *e = '\0';
         if (n < max) cells[n] = s;
         n++;
-        if (!comma) break;
-        p = comma + 1;
+        if (last) break;
+        p++;
     }
     return n;
 }
@@ -123,6 +143,12 @@ Status fit_table_parse(FitTable *t, const char *path, const char *text, size_t l
             continue;
         }
         ncells = split_cells(p, cells, FIT_MAX_COLS);
+        if (ncells < 0) {
+            st = err_set(err, ST_ERR_INPUT, "%s:%zu: expected a quoted cell to close with a double quote followed by a "
+                         "comma or the end of the line, found an unclosed quote or text after it (a quoted cell spanning "
+                         "lines is not read)", path, lineno);
+            goto done;
+        }
         if (!header) {
             header = 1;
             for (int c = 0; c < ncells && c < FIT_MAX_COLS; c++)
@@ -200,6 +226,11 @@ Status fit_table_parse(FitTable *t, const char *path, const char *text, size_t l
         }
         t->N[t->n] = v[COL_PARAMS], t->D[t->n] = v[COL_TOKENS], t->L[t->n] = v[COL_LOSS];
         t->C[t->n] = t->has_flops ? v[COL_FLOPS] : 6.0 * v[COL_PARAMS] * v[COL_TOKENS];
+        if (!isfinite(t->C[t->n])) { /* 6ND past DBL_MAX: an infinite budget gave NaN optima, exit 0 */
+            st = err_set(err, ST_ERR_INPUT, "%s:%zu: expected C = 6 x params x tokens (no flops column) to be a finite "
+                         "number, found 6 x %g x %g, beyond %g", path, lineno, v[COL_PARAMS], v[COL_TOKENS], DBL_MAX);
+            goto done;
+        }
         t->B[t->n] = v[COL_BUDGET];
         t->line[t->n] = lineno;
         t->n++;
@@ -695,6 +726,24 @@ Status fit_run(FitTable *t, const FitOptions *o, FitResult *r, Err *err) {
     if (distinct < 5)
         return err_set(err, ST_ERR_INPUT, "%zu distinct (params, tokens) point%s in %zu rows, expected at least 5 to fit "
                        "the 5 constants of L(N, D) (Approach 3)", distinct, distinct == 1 ? "" : "s", t->n);
+    /* Each term's shape is fitted on its own axis: A/N^alpha on k distinct N gives k values up to the
+     * constant it shares with E, so A, alpha and that constant need k >= 3 (likewise B, beta on D).
+     * One model size returned an alpha and an N* the data say nothing about, exit 0. */
+    for (int ax = 0; ax < 2; ax++) {
+        const double *v = ax ? t->D : t->N;
+        size_t k = 0;
+        for (size_t i = 0; i < t->n && k < 3; i++) {
+            size_t j = 0;
+            while (j < i && v[j] != v[i]) j++;
+            k += j == i;
+        }
+        if (k < 3)
+            return err_set(err, ST_ERR_INPUT, "%zu distinct %s value%s in %zu rows, expected at least 3 to fit %s of "
+                           "L(N, D) = E + A/N^alpha + B/D^beta (Approach 3)", k, ax ? "tokens" : "params", k == 1 ? "" : "s",
+                           t->n, ax ? "B and beta" : "A and alpha");
+    }
+    if (o->bootstrap > FIT_MAX_BOOTSTRAP)
+        return err_set(err, ST_ERR_INPUT, "bootstrap: expected at most %d resamples, found %d", FIT_MAX_BOOTSTRAP, o->bootstrap);
     gsl_set_error_handler_off(); /* GSL reports through return codes; never abort the process */
     size_t n = t->n;
     double cmax = 0;

@@ -35,6 +35,7 @@
 
 #define FIT_GROUP_RTOL 0.05  /* relative width of a compute-budget group */
 #define FIT_MAX_GROUPS 64     /* budget groups kept for reporting (Approach 2 parabolas) */
+#define FIT_MAX_BOOTSTRAP 100000 /* resamples: 100 give 95% intervals; 1e9 ended in "out of memory" */
 
 /* ---------------------------------------------------------------- the table ------------ */
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -22,12 +23,20 @@ Status study_parse_list(const char *flag, const char *s, double *v, int *n, Err 
         double x;
         if (!strncmp(t, "2^", 2)) x = pow(2.0, strtod(t + 2, &end));
         else x = strtod(t, &end);
-        if (!end || *end || !(x > 0) || !isfinite(x) || *n >= STUDY_MAXV)
+        if (!end || *end || end == t || (end == t + 2 && t[0] == '2' && t[1] == '^') || !(x > 0) || !isfinite(x) || *n >= STUDY_MAXV)
             return err_set(err, ST_ERR_INPUT, "--%s: expected up to %d positive numbers (or 2^k) separated by commas, "
                            "found '%s'", flag, STUDY_MAXV, s);
         v[(*n)++] = x;
     }
     if (*n == 0) return err_set(err, ST_ERR_INPUT, "--%s: expected a list of numbers, found nothing", flag);
+    return ST_OK;
+}
+
+Status study_check_out(const char *out, Err *err) {
+    if (!out[0]) return err_set(err, ST_ERR_INPUT, "--out: expected a folder, found ''");
+    struct stat sb;
+    if (stat(out, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return err_set(err, ST_ERR_INPUT, "--out %s: expected a folder (or a path to create one at), found a file", out);
     return ST_OK;
 }
 

@@ -22,6 +22,10 @@ struct cJSON;
  * name --flag, what was expected and what was found. */
 Status study_parse_list(const char *flag, const char *s, double *v, int *n, Err *err);
 
+/* The study's --out, checked before anything is written: empty (the study wrote into "/":
+ * "/index.html", "/runs/") or an existing file is ST_ERR_INPUT naming --out. */
+Status study_check_out(const char *out, Err *err);
+
 /* lr as "2^k" when it is a power of two (within 1e-6 in the exponent), else "%.3g". */
 void study_lr_str(double lr, char *buf, size_t cap);
 

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <ctype.h>
 #include <glob.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -270,6 +271,7 @@ static Status add_run(Sweep *s, const Grid *g, int m, int z, const int *vidx, in
     Status st = ST_OK;
     SweepRun *r = &s->runs[s->nruns];
     memset(r, 0, sizeof *r);
+    double steps_d = 0; /* tokens / batch tokens before rounding */
     char vary[256] = "", idtail[256] = "";
     if (st == ST_OK) st = args_copy(&a, &g->common, err);
     if (st == ST_OK) st = args_copy(&a, &g->model_args[m], err);
@@ -346,13 +348,13 @@ static Status add_run(Sweep *s, const Grid *g, int m, int z, const int *vidx, in
             r->seed = c->seed;
             r->budget = g->isoflop ? g->sizes[z] : 0;
             r->tokens_requested = g->isoflop ? g->sizes[z] / r->fpt : g->sizes[z];
-            double steps_d = r->tokens_requested / (double)r->batch_tokens;
-            r->steps = steps_d <= 1e12 ? (long)llround(steps_d) : 0;
-            if (!(steps_d <= 1e12)) /* llround overflowed into "less than one batch" */
-                st = err_set(err, ST_ERR_INPUT, "%s: grid.%s[%d] = %g gives %s %.3g steps of %lld tokens: expected at most "
-                             "1e12 steps", g->file, g->isoflop ? "budgets" : "tokens", z, g->sizes[z], g->model_label[m],
-                             steps_d, r->batch_tokens);
-            else if (r->steps < 1)
+            /* How many steps a run may have is train's to say: its parser refuses --steps above its
+             * limit (the second parse below names the grid value behind it), so the sweep has no
+             * limit of its own (it had 1e12 against train's 1e9). A count past a long saturates
+             * (llround overflowed into "less than one batch"); train refuses that too. */
+            steps_d = r->tokens_requested / (double)r->batch_tokens;
+            r->steps = steps_d < 9e18 ? (long)llround(steps_d) : LONG_MAX;
+            if (r->steps < 1)
                 st = err_set(err, ST_ERR_INPUT, "%s: grid.%s[%d] = %g gives %s %.0f tokens, less than one batch of %lld "
                              "tokens: expected a larger value", g->file, g->isoflop ? "budgets" : "tokens", z, g->sizes[z],
                              g->model_label[m], r->tokens_requested, r->batch_tokens);
@@ -383,7 +385,15 @@ static Status add_run(Sweep *s, const Grid *g, int m, int z, const int *vidx, in
         st = parse_flags(g->tp, &a, comm, ta, err);
         if (st == ST_OK) st = train_validate(ta->cfg, err);
         g->tp->release(ta);
-        if (st != ST_OK) err_prefix(err, "%s: run %s", g->file, r->id);
+        if (st != ST_OK && !strncmp(err->msg, "--steps:", 8)) { /* the sweep set --steps: name the grid value behind it */
+            char *found = strstr(err->msg, ", found "); /* the count is said in the prefix (a saturated one is not it) */
+            if (found) *found = '\0';
+            char count[48];
+            if (r->steps < LONG_MAX) snprintf(count, sizeof count, "%ld", r->steps);
+            else snprintf(count, sizeof count, "%.3g", steps_d);
+            err_prefix(err, "%s: run %s: grid.%s[%d] = %g gives %s %s steps of %lld tokens", g->file, r->id,
+                       g->isoflop ? "budgets" : "tokens", z, g->sizes[z], g->model_label[m], count, r->batch_tokens);
+        } else if (st != ST_OK) err_prefix(err, "%s: run %s", g->file, r->id);
     }
     if (st != ST_OK) {
         args_clear(&a);

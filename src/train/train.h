@@ -21,6 +21,13 @@
 
 #define METRICS_SCHEMA_VERSION 1
 
+/* The most optimizer steps and gradient-accumulation micro-batches a run takes (train refuses more
+ * at its flags, as sweep and the studies do for the runs they launch): 1e9 steps is far beyond a
+ * real run (the step-time sample is capped: tr_step_cap); more micro-batches ran out of memory
+ * allocating their batches. */
+#define TRAIN_MAX_STEPS 1000000000L
+#define TRAIN_MAX_GRAD_ACCUM 65536
+
 typedef struct {
     ModelConfig model;       /* vocab 0: take it from the shard headers */
     char data[1024];         /* train shards: path or glob */
