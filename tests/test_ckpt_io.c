@@ -5,7 +5,9 @@
  * computed independently from llm.c's documented order and from HF's Conv1D transpose; file
  * sizes from llm.c's parameter count; for the parser: each malformed file returns ST_ERR_INPUT
  * with the problem named, and thousands of random header mutations (time-bounded) never crash
- * and always end in an error or a complete load (run under ASan by `make test` with sanitizers). */
+ * and always end in an error or a complete load (run under ASan by `make test` with sanitizers);
+ * for `export -o`: what is already there (a --ckpt-dir, another file, a foreign config.json) is
+ * refused with one line and left as it was, beside controls that replace an earlier export. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,6 +180,124 @@ static void test_export_cmd(const ModelConfig *mc) {
     gpt_free(&a), gpt_free(&b);
 }
 
+/* Exit status of a shell command and its stderr in TMP/err.txt; 1 in *one_line when stderr is one line. */
+static int run_err(const char *cmd, int *one_line, char *msg, size_t cap) {
+    char full[2048];
+    snprintf(full, sizeof full, "%s >/dev/null 2>" TMP "/err.txt", cmd);
+    int rc = system(full);
+    char *t = tu_slurp(TMP "/err.txt");
+    int lines = 0;
+    for (char *q = t; q && *q; q++) lines += *q == '\n';
+    *one_line = lines == 1;
+    snprintf(msg, cap, "%s", t ? t : "");
+    if (lines && msg[0]) msg[strcspn(msg, "\n")] = '\0';
+    free(t);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* `export -o` against what is already there (the audit of 2026-11-30), each refusal with its
+ * control: an hf export into a --ckpt-dir made the folder read as those weights (eval TMP/ck then
+ * took the exported step, not the newest checkpoint), one named step_* there was taken for a
+ * checkpoint, an llmc export wrote over any file (a token shard), a config.json of something else
+ * was replaced, an hf -o naming a file failed with exit 1 on "OUT/model.safetensors.tmp", and
+ * --max-shard-size 1e400 converted inf to uint64 (undefined) and 1.5 took 1 byte. Needs TMP/ck of
+ * test_export_cmd. */
+static void test_export_outputs(void) {
+    char msg[1024];
+    int one;
+    int rc = run_err(BIN " export " TMP "/ck/step_00000020 -o " TMP "/ck", &one, msg, sizeof msg);
+    tu_check(rc == 2 && one && strstr(msg, "found a checkpoint or a --ckpt-dir") && access(TMP "/ck/config.json", F_OK) != 0,
+             "export_refuses_a_ckpt_dir_as_output", "exit %d: %s", rc, msg);
+    rc = run_err(BIN " export " TMP "/ck/step_00000020 -o " TMP "/ck/step_00000099", &one, msg, sizeof msg);
+    tu_check(rc == 2 && one && strstr(msg, "other than step_*") && access(TMP "/ck/step_00000099", F_OK) != 0,
+             "export_refuses_a_step_name_in_a_ckpt_dir", "exit %d: %s", rc, msg);
+    rc = run_err(BIN " export " TMP "/ck/step_00000020 -o " TMP "/ck/exported", &one, msg, sizeof msg);
+    tu_check(rc == 0 && access(TMP "/ck/exported/model.safetensors", F_OK) == 0, "control_export_to_a_new_folder_in_a_ckpt_dir",
+             "exit %d %s", rc, msg);
+    /* llmc over a file that is not an earlier llm.c export: refused, the file unchanged */
+    FILE *f = fopen(TMP "/shard.bin", "wb");
+    if (f) fputs("not weights, 32 bytes of a shard", f), fclose(f);
+    rc = run_err(BIN " export " TMP "/ck --format llmc -o " TMP "/shard.bin", &one, msg, sizeof msg);
+    tu_check(rc == 2 && one && strstr(msg, "expected a new file or an earlier llm.c export") && fsize(TMP "/shard.bin") == 32,
+             "export_llmc_refuses_to_overwrite_another_file", "exit %d, %ld bytes left: %s", rc, fsize(TMP "/shard.bin"), msg);
+    rc = run_err(BIN " export " TMP "/ck --format llmc -o " TMP "/exp.bin", &one, msg, sizeof msg); /* test_export_cmd's */
+    tu_check(rc == 0, "control_export_llmc_replaces_an_earlier_export", "exit %d %s", rc, msg);
+    rc = run_err(BIN " export " TMP "/ck -o " TMP "/shard.bin", &one, msg, sizeof msg);
+    tu_check(rc == 2 && one && strstr(msg, "--format hf writes a folder") && fsize(TMP "/shard.bin") == 32,
+             "export_hf_refuses_a_file_as_output", "exit %d: %s", rc, msg);
+    /* a config.json that is not a model's: refused and kept; control: an earlier export's is replaced */
+    if (!tu_shell("mkdir -p " TMP "/proj && printf '{\"lr\": 1}' > " TMP "/proj/config.json")) return;
+    rc = run_err(BIN " export " TMP "/ck -o " TMP "/proj", &one, msg, sizeof msg);
+    char *kept = tu_slurp(TMP "/proj/config.json");
+    tu_check(rc == 2 && one && strstr(msg, "not a Hugging Face model's") && kept && !strcmp(kept, "{\"lr\": 1}") &&
+                 access(TMP "/proj/model.safetensors", F_OK) != 0,
+             "export_refuses_to_replace_a_foreign_config_json", "exit %d: %s", rc, msg);
+    free(kept);
+    rc = run_err(BIN " export " TMP "/ck -o " TMP "/exp_hf", &one, msg, sizeof msg);
+    tu_check(rc == 0, "control_export_hf_replaces_an_earlier_export", "exit %d %s", rc, msg);
+    static const char *const BAD[] = {"1e400", "1e30", "1.5", "0.0005KB"};
+    for (int i = 0; i < 4; i++) {
+        char cmd[512], name[96];
+        snprintf(cmd, sizeof cmd, BIN " export " TMP "/ck -o " TMP "/shsz --max-shard-size %s", BAD[i]);
+        rc = run_err(cmd, &one, msg, sizeof msg);
+        snprintf(name, sizeof name, "export_refuses_max_shard_size_%s", BAD[i]);
+        tu_check(rc == 2 && one && strstr(msg, "--max-shard-size: expected a positive whole number of bytes"), name,
+                 "exit %d: %s", rc, msg);
+    }
+    rc = run_err(BIN " export " TMP "/ck -o " TMP "/shsz --max-shard-size 1.5KB", &one, msg, sizeof msg);
+    tu_check(rc == 0 && access(TMP "/shsz/model.safetensors.index.json", F_OK) == 0, "control_export_max_shard_size_1.5KB",
+             "exit %d %s", rc, msg);
+}
+
+/* The header after its JSON object may hold only padding (the safetensors library's rule; a NUL or
+ * another object after it was ignored), and __metadata__ is a map of strings. Control: the same
+ * header padded with spaces, and a string __metadata__, parse. Also: a .bin that is neither llm.c's
+ * nor safetensors is named as such (it was refused as "DIR/config.json: cannot open"), and
+ * st_check_finite names the tensor holding a NaN (control: the finite weights pass). */
+static void test_header_rules(const ModelConfig *mc) {
+    static const struct { const char *hdr; const char *want; } H[] = {
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}      ", NULL},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}\0     ", "found byte 0x00"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}{\"b\":1}", "found byte 0x7b"},
+        {"{\"__metadata__\":{\"format\":\"pt\"},\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", NULL},
+        {"{\"__metadata__\":5,\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", "__metadata__: expected"},
+        {"{\"__metadata__\":{\"n\":1},\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", "__metadata__: expected"},
+    };
+    /* the second holds a NUL: its length by hand (the object's 54 bytes, the NUL, 5 spaces) */
+    static const size_t HL[] = {0, 60, 0, 0, 0, 0};
+    Err e = {0};
+    for (int c = 0; c < 6; c++) {
+        uint64_t hl = HL[c] ? HL[c] : strlen(H[c].hdr);
+        size_t n = 8 + hl + 4;
+        char *buf = calloc(1, n);
+        memcpy(buf, &hl, 8), memcpy(buf + 8, H[c].hdr, hl);
+        StFile f;
+        Status ps = st_parse(&f, "hdr.safetensors", buf, n, &e);
+        char name[64];
+        snprintf(name, sizeof name, H[c].want ? "st_parse_refuses_header_%d" : "control_st_parse_header_%d", c);
+        tu_check(H[c].want ? ps == ST_ERR_INPUT && strstr(e.msg, H[c].want) && strstr(e.msg, "hdr.safetensors") : ps == ST_OK,
+                 name, "%s", ps == ST_OK ? "parsed" : e.msg);
+        if (ps == ST_OK) st_file_free(&f);
+        free(buf);
+    }
+    FILE *fb = fopen(TMP "/other.bin", "wb");
+    if (fb) fputs("0123456789abcdef: not weights", fb), fclose(fb);
+    ModelConfig got;
+    Status st = ckpt_peek_config(TMP "/other.bin", &got, &e);
+    tu_check(st == ST_ERR_INPUT && strstr(e.msg, "other.bin: expected llm.c weights (magic 20240326) or a safetensors file"),
+             "init_from_a_bin_of_neither_format_named", "%s", e.msg);
+    Gpt a = {0};
+    model_init(&a, mc, 9);
+    st = st_check_finite(&a.w.layout, a.w.params, "w", &e);
+    int k = layout_find(&a.w.layout, "h.1.fcw");
+    a.w.params[a.w.layout.tensors[k].offset + 5] = 0.0f / 0.0f;
+    Status st2 = st_check_finite(&a.w.layout, a.w.params, "w", &e);
+    tu_check(st == ST_OK && st2 == ST_ERR_INPUT && strstr(e.msg, "w: tensor h.1.mlp.c_fc.weight: expected finite weights, "
+             "found 1 of its"), "check_finite_names_the_tensor", "finite: %s; one NaN: %s", st == ST_OK ? "passes" : "refused",
+             e.msg);
+    gpt_free(&a);
+}
+
 /* ---- header fuzz ---- */
 
 typedef struct {
@@ -312,6 +432,8 @@ int main(void) {
     test_llmc(&mc);
     test_hf(&mc);
     test_export_cmd(&mc);
+    test_export_outputs();
+    test_header_rules(&mc);
     test_fuzz(&mc);
     if (tu_failures == 0 && system("rm -rf " TMP) != 0) return 1;
     return tu_exit();

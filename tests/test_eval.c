@@ -11,7 +11,10 @@
  *               is not the scored targets'), the loss over the trained targets only;
  *   bad input   exit 2 and one stderr line naming the problem (missing folder, shard vocabulary
  *               different from the model's, shards of another tokenizer than the one recorded
- *               with the weights, token id out of range, --seq-len too long). */
+ *               with the weights, token id out of range, --seq-len too long; weights holding a NaN,
+ *               half a weights folder, --exact-match's --max-new-tokens 2147483647 (a crash before),
+ *               --tokenizer-dir for bytes, a directory for --exact-match), each beside a control that
+ *               runs; --micro-batch above the rows gives the direct loss (it ran out of memory). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,6 +197,57 @@ int main(void) {
     expect_error("eval_token_out_of_range", TMP "/model --data " TMP "/oov.bin --seq-len 16", "oov.bin");
     expect_error("eval_seq_len_too_long", TMP "/model --data " TMP "/good.bin --seq-len 64", "--seq-len");
     expect_error("eval_no_shards", TMP "/model --data " TMP "/none_*.bin", "none_");
+
+    /* The audit of 2026-11-30. A batch larger than the rows evaluated: the same result, where it ran
+     * out of memory (exit 1) allocating rows never read. */
+    snprintf(args, sizeof args, TMP "/model --data " TMP "/good.bin --seq-len %d --micro-batch 1000000000", T);
+    o = eval_json(args);
+    tu_check(o && jnum(o, "rows") == rows && fabs(jnum(o, "loss_sum_nats") - nats) <= 1e-5 * fabs(nats),
+             "eval_micro_batch_above_the_rows", "rows=%g sum=%.9g direct=%.9g", jnum(o, "rows"), jnum(o, "loss_sum_nats"), nats);
+    cJSON_Delete(o);
+    /* Weights holding a NaN: refused naming the tensor (the loss was NaN, exit 0). Control: the same
+     * folder before the NaN is scored (above). */
+    {
+        int k = layout_find(&g.w.layout, "h.0.qkvw");
+        g.w.params[g.w.layout.tensors[k].offset + 3] = NAN;
+        Status ns = st_save_hf(&g.w, TMP "/nan_model", "bytes", &e);
+        tu_check(ns == ST_OK, "eval_nan_setup", "%s", ns == ST_OK ? "" : e.msg);
+        expect_error("eval_refuses_non_finite_weights", TMP "/nan_model --data " TMP "/good.bin --seq-len 16",
+                     "nan_model: tensor h.0.attn.c_attn.weight: expected finite weights, found 1 of its");
+    }
+    /* Half a weights folder, named as such (config.json alone read as "none of these"; weights alone
+     * as "config.json: cannot open") */
+    if (tu_shell("rm -rf " TMP "/half_cfg " TMP "/half_w && mkdir -p " TMP "/half_cfg " TMP "/half_w && cp " TMP
+                 "/model/config.json " TMP "/half_cfg/ && cp " TMP "/model/model.safetensors " TMP "/half_w/")) {
+        expect_error("eval_config_without_weights", TMP "/half_cfg --data " TMP "/good.bin",
+                     "half_cfg: expected model.safetensors (or model.safetensors.index.json) beside config.json, found none");
+        expect_error("eval_weights_without_config", TMP "/half_w --data " TMP "/good.bin",
+                     "half_w: expected config.json beside the weights");
+    }
+    /* --exact-match with a byte-level model: --max-new-tokens 2147483647 wrapped the length check in
+     * int and wrote the answer past the history (a segfault); --tokenizer-dir for bytes was accepted
+     * and ignored; a directory was "read error after 0 bytes". Control: --max-new-tokens 8 runs. */
+    {
+        ModelConfig bc = {.n_layer = 1, .n_head = 2, .n_embd = 32, .vocab = 257, .max_seq = 32};
+        Gpt bg;
+        memset(&bg, 0, sizeof bg);
+        Status bs = model_config_validate(&bc, &e);
+        if (bs == ST_OK) bs = gpt_init(&bg, &bc, NULL, NULL, &e);
+        if (bs == ST_OK) gpt_init_params(&bg, 3), bs = st_save_hf(&bg.w, TMP "/bytes_model", "bytes", &e);
+        gpt_free(&bg);
+        FILE *cf = fopen(TMP "/chats.jsonl", "w");
+        if (cf) fputs("{\"prompt\": \"ab\", \"response\": \"ba\"}\n", cf), fclose(cf);
+        tu_check(bs == ST_OK && cf, "eval_exact_match_setup", "%s", bs == ST_OK ? "" : e.msg);
+        expect_error("eval_exact_match_max_new_tokens_int_max", TMP "/bytes_model --exact-match " TMP
+                     "/chats.jsonl --max-new-tokens 2147483647", "--max-new-tokens 2147483647 exceeds the model's max "
+                     "sequence length 32");
+        expect_error("eval_exact_match_tokenizer_dir_for_bytes", TMP "/bytes_model --exact-match " TMP
+                     "/chats.jsonl --tokenizer-dir " TMP, "--tokenizer-dir: would change nothing for tokenizer 'bytes'");
+        expect_error("eval_exact_match_directory", TMP "/bytes_model --exact-match " TMP,
+                     "--exact-match " TMP ": expected a chat JSON Lines file, found a directory");
+        int erc = run(BIN " eval " TMP "/bytes_model --exact-match " TMP "/chats.jsonl --max-new-tokens 8 --quiet >/dev/null");
+        tu_check(erc == 0, "control_eval_exact_match_runs", "exit %d", erc);
+    }
     gpt_free(&g);
     return tu_exit();
 }

@@ -323,6 +323,19 @@ static void cli(void) {
     tu_check(!go.s && er && strstr(er, "--prompt: 17 tokens, expected at most the model's max sequence length 16"),
              "cli_prompt_beyond_the_window_refused", "%s", er ? er : "");
     free(er), free(gf.s), free(go.s);
+    /* Weights holding an infinity: refused naming the tensor (sample printed token 0 forever, exit 0).
+     * Control: the same weights without it sample above. */
+    size_t at = g.w.layout.tensors[layout_find(&g.w.layout, "lnfw")].offset;
+    float keep = g.w.params[at];
+    g.w.params[at] = INFINITY;
+    Status ns = st_save_hf(&g.w, TMP "/inf_model", "bytes", &e);
+    g.w.params[at] = keep;
+    int r_inf = run(BIN " sample " TMP "/inf_model --tokens 4 >" TMP "/out.txt 2>" TMP "/err.txt");
+    char *ei = tu_slurp(TMP "/err.txt"), *oi = tu_slurp(TMP "/out.txt");
+    tu_check(ns == ST_OK && r_inf == 2 && ei && strstr(ei, "inf_model: tensor ln_f.weight: expected finite weights") &&
+                 strchr(ei, '\n') == ei + strlen(ei) - 1 && oi && !oi[0],
+             "cli_refuses_non_finite_weights", "exit %d: %s", r_inf, ei ? ei : "");
+    free(ei), free(oi);
 }
 
 /* A GEMM that fails while feeding the cache is reported by infer_feed, naming the GEMM, instead

@@ -34,6 +34,25 @@ static int llmc_header(const char *path, int hdr[256]) {
     return 0;
 }
 
+/* For a file that is not llm.c's (llmc_header 0): ST_OK when it can be a safetensors file (an 8-byte
+ * header length within the file, then '{'), else one line saying what was expected. A .bin with
+ * another magic was taken for safetensors and refused as "DIR/config.json: cannot open". */
+static Status not_llmc(const char *path, const int *hdr, Err *err) {
+    FILE *f = fopen(path, "rb");
+    unsigned char b[9];
+    uint64_t n = 0;
+    struct stat sb;
+    int ok = f && fread(b, 1, 9, f) == 9 && fstat(fileno(f), &sb) == 0;
+    if (f) fclose(f);
+    if (ok) memcpy(&n, b, 8);
+    if (ok && n + 8 <= (uint64_t)sb.st_size && b[8] == '{') return ST_OK;
+    if (!ok)
+        return err_set(err, ST_ERR_INPUT, "%s: expected llm.c weights (magic %d) or a safetensors file, found a file of "
+                       "fewer than 9 bytes", path, LLMC_MAGIC);
+    return err_set(err, ST_ERR_INPUT, "%s: expected llm.c weights (magic %d) or a safetensors file, found neither "
+                   "(first int32 %d)", path, LLMC_MAGIC, hdr[0]);
+}
+
 static Status llmc_config(const char *path, const int *h, ModelConfig *cfg, Err *err) {
     if (h[1] != LLMC_VERSION_FP32)
         return err_set(err, ST_ERR_INPUT, "%s: llm.c checkpoint version %d: expected 3 (fp32)%s", path, h[1],
@@ -54,6 +73,8 @@ Status ckpt_peek_config(const char *path, ModelConfig *cfg, Err *err) {
     if (r < 0) return err_set(err, ST_ERR_INPUT, "--init-from %s: cannot open: %s", path, strerror(errno));
     if (r == 2) return err_set(err, ST_ERR_INPUT, "%s: llm.c header truncated (expected 1024 bytes)", path);
     if (r == 1) return llmc_config(path, h, cfg, err);
+    Status st = not_llmc(path, h, err);
+    if (st != ST_OK) return st;
     char buf[4096];
     snprintf(buf, sizeof buf, "%s", path);
     return st_load_hf_config(dirname(buf), cfg, NULL, 0, err);
@@ -194,6 +215,7 @@ Status ckpt_init_from(GptWeights *w, const char *path, Err *err) {
         return err_set(err, ST_ERR_INPUT, "%s: an llm.c file holds a GPT-2; this run builds a %s", path,
                        model_arch_name(w->cfg.arch));
     if (r == 1) return llmc_load(w, path, h, err);
+    if ((st = not_llmc(path, h, err)) != ST_OK) return st;
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
     if ((st = hf_config_check(w, dirname(dir), err)) != ST_OK) return st;

@@ -261,11 +261,30 @@ Status st_parse(StFile *f, const char *path, const void *buf, size_t len, Err *e
     if (hlen > len - 8)
         return err_set(err, ST_ERR_INPUT, "%s: header length %llu exceeds the file size %zu (truncated?)", path,
                        (unsigned long long)hlen, len);
-    cJSON *hdr = cJSON_ParseWithLength((const char *)b + 8, (size_t)hlen);
+    const char *hend = NULL;
+    cJSON *hdr = cJSON_ParseWithLengthOpts((const char *)b + 8, (size_t)hlen, &hend, 0);
     if (!cJSON_IsObject(hdr)) {
         cJSON_Delete(hdr);
         return err_set(err, ST_ERR_INPUT, "%s: expected a JSON object header of %llu bytes, found unparsable bytes",
                        path, (unsigned long long)hlen);
+    }
+    /* After the object only padding (JSON white space; we write spaces), as the safetensors library
+     * requires: bytes after it (a NUL, another object) were accepted and ignored. */
+    for (const char *p = hend; p < (const char *)b + 8 + hlen; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            cJSON_Delete(hdr);
+            return err_set(err, ST_ERR_INPUT, "%s: expected the %llu-byte header to end with its JSON object (padded with "
+                           "spaces), found byte 0x%02x at offset %zu after it", path, (unsigned long long)hlen,
+                           (unsigned char)*p, (size_t)(p - (const char *)b));
+        }
+    /* __metadata__: the format's string-to-string map (or null) */
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(hdr, "__metadata__");
+    int md_ok = !md || cJSON_IsNull(md) || cJSON_IsObject(md);
+    for (const cJSON *m = md_ok && md ? md->child : NULL; m && md_ok; m = m->next) md_ok = cJSON_IsString(m);
+    if (!md_ok) {
+        cJSON_Delete(hdr);
+        return err_set(err, ST_ERR_INPUT, "%s: __metadata__: expected an object of strings, found %s", path,
+                       cJSON_IsObject(md) ? "a member that is not a string" : "another JSON value");
     }
     f->data = b + 8 + hlen;
     f->data_len = len - 8 - (size_t)hlen;
@@ -426,6 +445,22 @@ Status st_hf_write_model(const ParamLayout *pl, const float *params, StWriteFn w
     Status st = st_write(h, pl->ntensors, NULL, w, ctx, err);
     free(h);
     return st;
+}
+
+Status st_check_finite(const ParamLayout *pl, const float *params, const char *what, Err *err) {
+    for (int k = 0; k < pl->ntensors; k++) {
+        const TensorInfo *t = &pl->tensors[k];
+        size_t bad = 0;
+        for (size_t i = 0; i < t->numel; i++) bad += !isfinite(params[t->offset + i]);
+        if (!bad) continue;
+        StTensorOut *h = hf_tensors(pl, NULL);
+        size_t real = (size_t)t->rows_real * (t->ndim == 2 ? (size_t)t->shape[1] : 1); /* without padding rows */
+        Status st = err_set(err, ST_ERR_INPUT, "%s: tensor %s: expected finite weights, found %zu of its %zu values NaN or "
+                            "infinite (a diverged run's weights?)", what, h ? h[k].name : t->name, bad, real);
+        free(h);
+        return st;
+    }
+    return ST_OK;
 }
 
 /* A per-layer buffer Hugging Face keeps beside the parameters (name without "transformer."):

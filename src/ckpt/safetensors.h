@@ -116,6 +116,12 @@ Status st_hf_read_model(const StFile *f, const ParamLayout *pl, float *params, E
  * holds it; every tensor of every file must be used (or one known to ignore). */
 Status st_hf_read_files(const StFile *files, int nfiles, const ParamLayout *pl, float *params, Err *err);
 
+/* ST_OK when every parameter of the layout (padding included) is finite; otherwise ST_ERR_INPUT
+ * naming `what` (the weights' path), the first tensor holding a NaN or an infinity by its Hugging
+ * Face name, and how many of its values are not finite. Weights that load are not checked for this:
+ * eval and sample call it, as their results from such weights mean nothing (a NaN loss, token 0). */
+Status st_check_finite(const ParamLayout *pl, const float *params, const char *what, Err *err);
+
 /* config.json text for cfg (what st_save_hf writes); returns its length (truncated to len-1). */
 size_t st_hf_config_text(const ModelConfig *cfg, const char *tokenizer, char *buf, size_t len);
 

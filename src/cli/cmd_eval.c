@@ -35,6 +35,7 @@
 #include "cli/cmds.h"
 #include "cli/cmds_ckpt.h"
 #include "cli/cmds_data.h"
+#include "core/fileio.h"
 #include "core/progress.h"
 #include "cli/cmds_report.h"
 #include "cli/faults.h"
@@ -86,7 +87,9 @@ static Status exact_match(const Gpt *g, const ModelConfig *mc, const Tokenizer *
         chat_last_answer(doc, n, &want, &wlen); /* the reader refuses a conversation without one */
         int eot;
         if ((st = chat_render(f, tk, doc, n, 1, &ids, &nids, &cap, &mask, &mcap, &eot, err)) != ST_OK) break;
-        if ((int)nids + 1 + max_new > maxT) {
+        /* in size_t: an int sum wrapped past INT_MAX for --max-new-tokens 2147483647 and the answers
+         * were written past the history's maxT slots (a crash) */
+        if (nids + 1 + (size_t)max_new > (size_t)maxT) {
             st = err_set(err, ST_ERR_INPUT, "%s: conversation %ld: a prompt of %zu tokens + EOT + --max-new-tokens %d exceeds "
                          "the model's max sequence length %d", file, *total + 1, nids, max_new, maxT);
             break;
@@ -194,6 +197,10 @@ int cmd_eval(int argc, char **argv) {
 #undef SEEN
     if (!data[0] && !em_file[0])
         return cli_fail("eval", ST_ERR_INPUT, "--data: expected token shards (or --exact-match FILE.jsonl), found nothing");
+    if (em_file[0] && file_is_dir(em_file)) {
+        err_set(&err, ST_ERR_INPUT, "--exact-match %s: expected a chat JSON Lines file, found a directory", em_file);
+        return cli_fail("eval", ST_ERR_INPUT, err.msg);
+    }
     ChatTemplate tmpl;
     if (chat_template_parse(chat_template, &tmpl))
         return cli_fail("eval", ST_ERR_INPUT, "--chat-template: expected auto, llama3 or plain");
@@ -233,6 +240,11 @@ int cmd_eval(int argc, char **argv) {
         if (!tokenizer[0]) snprintf(tokenizer, sizeof tokenizer, "%s", recorded);
         if (!tokenizer[0])
             return cli_fail("eval", ST_ERR_INPUT, "--tokenizer: expected one (none recorded with the weights)");
+        if (tok_dir[0] && !tokenizer_data_subdir(tokenizer)) { /* as sample: a folder no file is read from */
+            snprintf(err.msg, sizeof err.msg, "--tokenizer-dir: would change nothing for tokenizer '%s'; expected it only "
+                     "with gpt2, cl100k, o200k or llama3", tokenizer);
+            return cli_fail("eval", ST_ERR_INPUT, err.msg);
+        }
         Tokenizer *tk = NULL;
         if ((st = cli_load_tokenizer(tokenizer, tok_dir, &tk, &err)) != ST_OK) {
             err_prefix(&err, "--tokenizer %s", tokenizer);
@@ -252,7 +264,7 @@ int cmd_eval(int argc, char **argv) {
                          tokenizer_vocab_size(tk), src, cfg.vocab);
         if (st == ST_OK) st = chat_format_init(&f, tmpl, tk, &err);
         if (st == ST_OK) st = gpt_init(&g, &cfg, &go, NULL, &err);
-        if (st == ST_OK) st = ckpt_load_weights(&g.w, src, &err);
+        if (st == ST_OK) st = cli_load_weights(&g, src, &err);
         if (st == ST_OK) st = exact_match(&g, &cfg, tk, &f, em_file, max_new, show, quiet || json, &hits, &total, &err);
         gpt_free(&g);
         tokenizer_free(tk);
@@ -329,10 +341,16 @@ int cmd_eval(int argc, char **argv) {
     }
     mm_set_threads(threads);
     omp_set_num_threads(threads);
+    /* A batch never holds more rows than are evaluated: the extra rows were allocated and never read
+     * (--micro-batch 100000000 on 1805 rows ran out of memory); the result does not depend on B. */
+    if ((uint64_t)B > rows && rows > 0) B = (int)rows;
     GptOptions go = gpt_default_options();
     go.B = B, go.T = T, go.threads = threads, go.backend = be;
     go.device_resident = !be->host_addressable; /* a device: the whole model there, the weights copied in */
-    if ((st = gpt_init(&g, &cfg, &go, NULL, &err)) != ST_OK) goto fail;
+    if ((st = gpt_init(&g, &cfg, &go, NULL, &err)) != ST_OK) {
+        if (strstr(err.msg, "out of memory")) err_prefix(&err, "--micro-batch %d, --seq-len %d", B, T); /* what sizes it */
+        goto fail;
+    }
     /* on a device: read into host memory, then one copy to the device */
     if ((st = cli_load_weights(&g, src, &err)) != ST_OK) goto fail;
     inp = malloc(sizeof *inp * (size_t)B * (size_t)T);
@@ -389,8 +407,9 @@ int cmd_eval(int argc, char **argv) {
         cJSON_free(t);
         cJSON_Delete(o);
     } else {
-        printf("eval: %s on %s: %llu tokens (%llu rows of %d%s) of %zu in %d shard%s, %.1f s\n", src, data,
-               (unsigned long long)targets, (unsigned long long)rows, T, cfg.doc_mask ? ", document-masked" : "",
+        printf("eval: %s on %s: %llu tokens (%llu row%s of %d%s) of %zu in %d shard%s, %.1f s\n", src, data,
+               (unsigned long long)targets, (unsigned long long)rows, rows == 1 ? "" : "s", T,
+               cfg.doc_mask ? ", document-masked" : "",
                ld.total_tokens, ld.nshards, ld.nshards == 1 ? "" : "s", el);
         printf("loss %.4f nats/token | perplexity %.3f | ", loss, ppl);
         if (bytes_per_token > 0)

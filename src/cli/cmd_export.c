@@ -4,12 +4,17 @@
  * CKPT is a checkpoint directory (verified against its checksums), a --ckpt-dir (its newest
  * valid checkpoint, falling back past corrupt ones with a note on stderr) or a plain weights
  * folder with model.safetensors + config.json (e.g. `train --out`). */
+#include <dirent.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
+
+#include <cjson/cJSON.h>
 
 #include "ckpt/ckpt.h"
 #include "ckpt/safetensors.h"
@@ -19,6 +24,7 @@
 #include "data/bpe.h"
 #include "cli/cmds_ckpt.h"
 #include "ckpt/lora_ckpt.h"
+#include "core/fileio.h"
 #include "core/half.h"
 #include "model/lora.h"
 
@@ -120,6 +126,72 @@ static int inside(const char *path, const char *dir) {
     return !strncmp(full, rd, l) && (full[l] == '\0' || full[l] == '/' || (l == 1 && rd[0] == '/'));
 }
 
+/* 1 when dir holds a checkpoint or is a --ckpt-dir: state.json, latest or a step_* entry. */
+static int holds_checkpoints(const char *dir) {
+    static const char *const MARK[] = {"state.json", "latest"};
+    char p[PATH_MAX + 32];
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, MARK[i]);
+        if (access(p, F_OK) == 0) return 1;
+    }
+    DIR *d = opendir(dir);
+    int found = 0;
+    for (struct dirent *e; d && !found && (e = readdir(d));) found = !strncmp(e->d_name, "step_", 5);
+    if (d) closedir(d);
+    return found;
+}
+
+/* -o against what is already there, before anything is written. An hf export into a --ckpt-dir or
+ * a checkpoint made the folder read as plain weights (eval, sample, export of it then took the
+ * exported step, not the newest checkpoint), and one named step_* in a --ckpt-dir was taken for a
+ * checkpoint (and removed by retention); a config.json other than a model's was replaced; an llmc
+ * export replaced any file (a token shard, written over without a word). hf: the export writes a
+ * folder; config: it writes config.json there (not --adapter). */
+static Status check_out(const char *out, int hf, int config, Err *err) {
+    struct stat sb;
+    if (stat(out, &sb) != 0) {
+        char parent[PATH_MAX];
+        snprintf(parent, sizeof parent, "%s", out);
+        char *sl = strrchr(parent, '/');
+        const char *base = sl ? sl + 1 : out;
+        if (sl) *sl = '\0';
+        if (hf && !strncmp(base, "step_", 5) && holds_checkpoints(sl ? (parent[0] ? parent : "/") : "."))
+            return err_set(err, ST_ERR_INPUT, "-o %s: expected a folder name other than step_* in a --ckpt-dir, found one "
+                           "(resume and retention would take the export for a checkpoint)", out);
+        return ST_OK; /* a new path */
+    }
+    if (!hf) {
+        if (!S_ISREG(sb.st_mode) || sb.st_size == 0) return ST_OK; /* a device or FIFO is written in place */
+        int32_t magic = 0;
+        FILE *f = fopen(out, "rb");
+        size_t n = f ? fread(&magic, sizeof magic, 1, f) : 0;
+        if (f) fclose(f);
+        if (n == 1 && magic == 20240326) return ST_OK; /* an earlier llm.c export: replaced */
+        return err_set(err, ST_ERR_INPUT, "-o %s: expected a new file or an earlier llm.c export to replace, found "
+                       "another file (it would be overwritten)", out);
+    }
+    if (!S_ISDIR(sb.st_mode))
+        return err_set(err, ST_ERR_INPUT, "-o %s: --format hf writes a folder; expected a folder or a new name, found a "
+                       "file", out);
+    if (holds_checkpoints(out))
+        return err_set(err, ST_ERR_INPUT, "-o %s: expected a folder for weights, found a checkpoint or a --ckpt-dir "
+                       "(state.json, latest or step_* in it): the exported weights would be read instead of its "
+                       "checkpoints", out);
+    char p[PATH_MAX + 32], *text = NULL;
+    size_t len;
+    snprintf(p, sizeof p, "%s/config.json", out);
+    if (!config || access(p, F_OK) != 0) return ST_OK;
+    Err ignored;
+    cJSON *j = file_read_all(p, &text, &len, &ignored) == ST_OK ? cJSON_Parse(text) : NULL;
+    int model = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(j, "model_type"));
+    cJSON_Delete(j);
+    free(text);
+    if (!model)
+        return err_set(err, ST_ERR_INPUT, "-o %s: expected a new folder or an earlier export to replace, found a "
+                       "config.json that is not a Hugging Face model's (no model_type; it would be overwritten)", out);
+    return ST_OK;
+}
+
 int cmd_export(int argc, char **argv) {
     char format[16] = "hf", out[1024] = "", tokenizer[256] = "", dtype[16] = "fp32", shard[32] = "5GB", base[1024] = "";
     int merge = 0, adapter = 0;
@@ -163,9 +235,13 @@ int cmd_export(int argc, char **argv) {
     char *end;
     double lim = strtod(shard, &end);
     double mult = !*end ? 1 : !strcmp(end, "KB") ? 1e3 : !strcmp(end, "MB") ? 1e6 : !strcmp(end, "GB") ? 1e9 : 0;
-    if (!(lim > 0) || mult == 0 || end == shard) {
-        snprintf(err.msg, sizeof err.msg, "--max-shard-size: expected a positive size (bytes, or with KB, MB, GB), "
-                 "found '%s'", shard);
+    /* a whole number of bytes below 2^63: 1e400 (inf) and 1e30 were converted to uint64 out of range
+     * (undefined), 1.5 bytes was taken as 1 */
+    double bytes = lim * mult;
+    if (!(lim > 0) || mult == 0 || end == shard || !(bytes >= 1 && bytes < 9223372036854775808.0) ||
+        bytes != floor(bytes)) {
+        snprintf(err.msg, sizeof err.msg, "--max-shard-size: expected a positive whole number of bytes below 2^63 (bytes, "
+                 "or with KB, MB, GB), found '%s'", shard);
         return cli_fail("export", ST_ERR_INPUT, err.msg);
     }
     if (!strcmp(format, "llmc") && (bf16 || args_find(specs, n, "max-shard-size")->seen))
@@ -197,7 +273,8 @@ int cmd_export(int argc, char **argv) {
                     "it there (the export would overwrite what it reads)", out);
             return cli_fail("export", ST_ERR_INPUT, err.msg);
         }
-        return export_lora(lpath, merge, base, out, tokenizer, bf16, (uint64_t)(lim * mult));
+        if ((st = check_out(out, 1, merge, &err)) != ST_OK) return cli_fail("export", st, err.msg);
+        return export_lora(lpath, merge, base, out, tokenizer, bf16, (uint64_t)bytes);
     }
     if (merge || adapter || base[0]) { /* what was given instead, and where the LoRA checkpoint is */
         char ac[4200];
@@ -218,6 +295,7 @@ int cmd_export(int argc, char **argv) {
                 "found it there (the export would overwrite what it reads)", out, src);
         return cli_fail("export", ST_ERR_INPUT, err.msg);
     }
+    if ((st = check_out(out, !strcmp(format, "hf"), 1, &err)) != ST_OK) return cli_fail("export", st, err.msg);
     ModelConfig cfg;
     char recorded[256];
     if ((st = st_load_hf_config(src, &cfg, recorded, sizeof recorded, &err)) != ST_OK)
@@ -228,7 +306,7 @@ int cmd_export(int argc, char **argv) {
     if ((st = gpt_init(&g, &cfg, NULL, NULL, &err)) != ST_OK) return cli_fail("export", st, err.msg);
     st = plain ? st_load_hf_weights(&g.w, src, &err) : ckpt_load(src, &g.w, NULL, NULL, &err);
     if (st == ST_OK)
-        st = !strcmp(format, "hf") ? st_save_hf_opts(&g.w, out, tokenizer, bf16, (uint64_t)(lim * mult), &err)
+        st = !strcmp(format, "hf") ? st_save_hf_opts(&g.w, out, tokenizer, bf16, (uint64_t)bytes, &err)
                                    : ckpt_export_llmc(&g.w, out, &err);
     gpt_free(&g);
     if (st != ST_OK) return cli_fail("export", st, err.msg);

@@ -21,7 +21,8 @@ Status cli_resolve_weights(const char *cmd, const char *arg, char *src, size_t l
 
 /* The weights of folder src into g (gpt_init'ed) wherever its backend keeps them: in place on a
  * host-addressable backend; on a device read into a host buffer first, then one from_host and
- * gpt_sync_lp (sample and eval --device cuda). ckpt_load_weights' errors; out of memory. */
+ * gpt_sync_lp (sample and eval --device cuda). ckpt_load_weights' errors (a NaN or infinity in a
+ * tensor included: refused naming it); out of memory. */
 Status cli_load_weights(Gpt *g, const char *src, Err *err);
 
 #endif
