@@ -10,6 +10,9 @@
  *   data      a resume whose --data glob now matches a second shard is refused naming data_files;
  *             the same single shard spelled as a path instead of the glob resumes (0), and so does
  *             the changed glob with --override data (control: the override is what lets it).
+ *   contents  a resume after the shard was prepared again in place (same size) is refused naming
+ *             it (data_files' content fingerprints); control: a checkpoint without fingerprints (as
+ *             written before them, resealed) resumes on the same shard.
  *   lock      with the test holding DIR/.lock (flock), `train --ckpt-dir DIR` is refused naming
  *             the holder's pid; released, the same command runs (control).
  *   state     a state.json whose step is set to -1 (then to 1e30) and resealed (checksum
@@ -112,6 +115,73 @@ static void data(void) {
         " --steps 12 --ckpt-dir ckd --resume auto");
 }
 
+/* src's state.json with data_files' fingerprints removed (the [name, bytes] entries of a checkpoint
+ * written before them), resealed, as the checkpoint folder dst. */
+static int strip_fingerprints(const char *src, const char *dst) {
+    char cmd[600], path[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s/%s && mkdir -p %s/%s && cp -r %s/%s/. %s/%s/", DIR, dst, DIR, dst, DIR, src, DIR, dst);
+    if (system(cmd) != 0) return 0;
+    snprintf(path, sizeof path, "%s/%s/state.json", DIR, dst);
+    char *t = tu_slurp(path);
+    cJSON *o = t ? cJSON_Parse(t) : NULL, *set;
+    free(t);
+    cJSON *files = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "config"), "data_files");
+    int n = 0;
+    cJSON_ArrayForEach(set, files) {
+        cJSON *f;
+        cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(set, "files")) {
+            n += cJSON_GetArraySize(f) == 3;
+            cJSON_DeleteItemFromArray(f, 2);
+        }
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "state_checksum");
+    char *text = n ? cJSON_Print(o) : NULL, *sealed = text ? ckpt_state_seal(text) : NULL;
+    cJSON_Delete(o);
+    free(text);
+    FILE *fp = sealed ? fopen(path, "w") : NULL;
+    int ok = fp && fputs(sealed, fp) >= 0;
+    if (fp) fclose(fp);
+    free(sealed);
+    return ok;
+}
+
+/* The shard at path prepared again: the same size and header, each byte id b < 256 now b + 1 mod
+ * 256 (another corpus order or seed changes every block alike). */
+static int reprepare(const char *path) {
+    FILE *f = fopen(path, "r+b");
+    if (!f) return 0;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    unsigned char *b = n > 1024 ? malloc((size_t)n) : NULL;
+    int ok = b && fseek(f, 0, SEEK_SET) == 0 && fread(b, 1, (size_t)n, f) == (size_t)n;
+    for (long i = 1024; ok && i + 1 < n; i += 2) {
+        unsigned id = b[i] | (unsigned)b[i + 1] << 8;
+        if (id < 256) id = (id + 1) % 256, b[i] = (unsigned char)id, b[i + 1] = 0;
+    }
+    ok = ok && fseek(f, 0, SEEK_SET) == 0 && fwrite(b, 1, (size_t)n, f) == (size_t)n;
+    free(b);
+    return fclose(f) == 0 && ok;
+}
+
+/* A resume after the shard was prepared again in place (same size: the names and sizes match) is
+ * refused naming it, by the content fingerprint in data_files; a checkpoint written before the
+ * fingerprints (entries [name, bytes]) resumes on the same shard (control: an older checkpoint is
+ * not refused for lacking them). */
+static void contents(void) {
+    system("mkdir -p " DIR "/de && cp " DIR "/sh/train_000000.bin " DIR "/de/");
+    ran("a run on de/train_000000.bin stops at 6", "train --data de/train_000000.bin " T " --steps 12 --stop-after 6 "
+        "--ckpt-dir ckde");
+    int ok = strip_fingerprints("ckde/step_00000006", "ckdo/step_00000006");
+    tu_check(ok, "the checkpoint's data_files without fingerprints, resealed", "%d", ok);
+    ran("control: a checkpoint without fingerprints resumes on the same shard", "train --data de/train_000000.bin " T
+        " --steps 7 --resume ckdo/step_00000006");
+    ok = reprepare(DIR "/de/train_000000.bin");
+    tu_check(ok, "the shard prepared again in place (same size)", "%d", ok);
+    refused("a resume on the shard prepared again is refused naming it", "train --data de/train_000000.bin " T
+            " --steps 12 --ckpt-dir ckde --resume auto", "config field data_files (a trajectory field) changed: "
+            "train_000000.bin's contents differ from the checkpoint's");
+}
+
 static void lock(void) {
     system("mkdir -p " DIR "/lk");
     int fd = open(DIR "/lk/.lock", O_RDWR | O_CREAT, 0644);
@@ -192,6 +262,7 @@ int main(void) {
     }
     outputs();
     data();
+    contents();
     lock();
     state();
     rewrite();

@@ -110,10 +110,43 @@ static void compare_field(Cmp *c, const char *path, const cJSON *a, const cJSON 
     c->refused++;
 }
 
-/* The training data: the files it resolved to (data_files: name and size per shard, the weight per
- * dataset) when both configs record them, the --data text only as a free field (the same files
- * spelled another way); a checkpoint written before data_files compares the text as before. A
- * --override data allows a change of either. */
+/* Whether data_files entries carry a content fingerprint ([name, bytes, fingerprint]; written since
+ * 2026-11-29, [name, bytes] before): the first file's entry says. */
+static int has_fingerprints(const cJSON *files) {
+    const cJSON *set = cJSON_GetArrayItem(files, 0);
+    const cJSON *f = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(set, "files"), 0);
+    return cJSON_GetArraySize(f) >= 3;
+}
+
+/* The first shard whose entry differs between two data_files of the same layout, as "NAME's
+ * contents differ from the checkpoint's (same size)" (the one difference a size does not show); 0
+ * when the difference is elsewhere (names, sizes, weights, counts: the arrays say it). */
+static int changed_contents(const cJSON *sf, const cJSON *cf, char *why, size_t cap) {
+    if (cJSON_GetArraySize(sf) != cJSON_GetArraySize(cf)) return 0;
+    for (int i = 0; i < cJSON_GetArraySize(sf); i++) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(sf, i), "files"),
+                    *b = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cf, i), "files");
+        if (cJSON_GetArraySize(a) != cJSON_GetArraySize(b)) return 0;
+        for (int j = 0; j < cJSON_GetArraySize(a); j++) {
+            const cJSON *x = cJSON_GetArrayItem(a, j), *y = cJSON_GetArrayItem(b, j);
+            if (values_equal(x, y)) continue;
+            if (!values_equal(cJSON_GetArrayItem(x, 0), cJSON_GetArrayItem(y, 0)) ||
+                !values_equal(cJSON_GetArrayItem(x, 1), cJSON_GetArrayItem(y, 1)))
+                return 0;
+            const cJSON *name = cJSON_GetArrayItem(x, 0);
+            snprintf(why, cap, "%s's contents differ from the checkpoint's (same size; prepared again?)",
+                     cJSON_IsString(name) ? name->valuestring : "a shard");
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The training data: the files it resolved to (data_files: name, size and content fingerprint per
+ * shard, the weight per dataset) when both configs record them, the --data text only as a free
+ * field (the same files spelled another way); a checkpoint written before data_files compares the
+ * text as before, one written before the fingerprints names and sizes. A --override data allows a
+ * change of either. */
 static void data(Cmp *c, const cJSON *saved, const cJSON *current) {
     const cJSON *sf = cJSON_GetObjectItemCaseSensitive(saved, "data_files"),
                 *cf = cJSON_GetObjectItemCaseSensitive(current, "data_files"),
@@ -122,11 +155,28 @@ static void data(Cmp *c, const cJSON *saved, const cJSON *current) {
         compare_field(c, "data", sd, cd);
         return;
     }
-    if (!values_equal(sf, cf) && overridden(c, "data")) {
-        report_add(c, "override", "data_files", "(the checkpoint's files)", "(this run's)");
-        return;
+    cJSON *older = NULL; /* this run's entries without their fingerprints, for an older checkpoint */
+    if (!has_fingerprints(sf) && has_fingerprints(cf) && (older = cJSON_Duplicate(cf, 1))) {
+        cJSON *set;
+        cJSON_ArrayForEach(set, older) {
+            cJSON *f;
+            cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(set, "files")) cJSON_DeleteItemFromArray(f, 2);
+        }
+        cf = older;
     }
-    compare_field(c, "data_files", sf, cf);
+    char why[600];
+    int same = values_equal(sf, cf);
+    if (!same && overridden(c, "data"))
+        report_add(c, "override", "data_files", "(the checkpoint's files)", "(this run's)");
+    else if (!same && changed_contents(sf, cf, why, sizeof why)) {
+        if (c->refused++ == 0)
+            err_set(&c->first, ST_ERR_INPUT, "config field data_files (a trajectory field) changed: %s; resuming would "
+                    "fork the run (allow it explicitly with --override data)", why),
+                c->first_kind = CKPT_FIELD_TRAJECTORY;
+    } else
+        compare_field(c, "data_files", sf, cf);
+    cJSON_Delete(older);
+    if (!same && overridden(c, "data")) return;
     if (!values_equal(sd, cd)) {
         char a[256], b[256];
         value_str(sd, a, sizeof a), value_str(cd, b, sizeof b);

@@ -391,6 +391,19 @@ void shard_mask_path(char *out, size_t cap, const char *shard_path) {
 
 uint64_t shard_tokens_hash(const Shard *s) { return XXH3_64bits(s->tokens, s->ntok * (size_t)s->elem_bytes); }
 
+uint64_t shard_fingerprint(const Shard *s) {
+    enum { BLOCKS = 64, BLOCK = 4096 };
+    /* each piece hashed with the previous piece's hash as its seed: a chain over the pieces */
+    uint64_t h = XXH3_64bits(s->map, SHARD_HEADER_INTS * sizeof(int32_t));
+    const uint8_t *t = s->tokens;
+    size_t n = s->ntok * (size_t)s->elem_bytes;
+    if (n <= (size_t)BLOCKS * BLOCK) h = XXH3_64bits_withSeed(t, n, h);
+    else
+        for (size_t i = 0; i < BLOCKS; i++) h = XXH3_64bits_withSeed(t + i * (n - BLOCK) / (BLOCKS - 1), BLOCK, h);
+    if (s->mask_map) h = XXH3_64bits_withSeed(s->mask_map, SHARD_MASK_HEADER, h);
+    return h;
+}
+
 static uint64_t popcount_bytes(const uint8_t *b, size_t nbytes) {
     uint64_t c = 0;
     for (size_t i = 0; i < nbytes; i++) c += (uint64_t)__builtin_popcount(b[i]);

@@ -89,6 +89,14 @@ void shard_mask_path(char *out, size_t cap, const char *shard_path);
 /* XXH3-64 (seed 0) of the shard's token bytes as stored. */
 uint64_t shard_tokens_hash(const Shard *s);
 
+/* A sampled fingerprint of the shard's contents, cheap at any size: XXH3-64 of its 1024-byte
+ * header and of 64 blocks of 4 KiB spread evenly over its tokens (all of them below 256 KiB), and
+ * of its mask's header when one is open (which holds the hash of every token). A resume compares it
+ * (train's data_files): a shard prepared again with another --seed or corpus has the same size
+ * whenever its token count is the same, and differs in every block; an edit of a few tokens
+ * between the blocks is not seen. */
+uint64_t shard_fingerprint(const Shard *s);
+
 /* Opens the mask beside an open shard when there is one (s->mask NULL when the file is absent) and
  * validates it: size, magic, version, bits per token, count = the shard's, hash = the shard's tokens,
  * bits set = the header's count. Errors (ST_ERR_INPUT) name the mask file, expected and found. */

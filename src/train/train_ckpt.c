@@ -610,6 +610,9 @@ cJSON *tr_data_files_json(const Loader *l) {
             cJSON *e = cJSON_CreateArray();
             cJSON_AddItemToArray(e, cJSON_CreateString(slash ? slash + 1 : sh->path));
             cJSON_AddItemToArray(e, cJSON_CreateNumber(stat(sh->path, &sb) == 0 ? (double)sb.st_size : -1.0));
+            char fp[17];
+            snprintf(fp, sizeof fp, "%016llx", (unsigned long long)shard_fingerprint(sh));
+            cJSON_AddItemToArray(e, cJSON_CreateString(fp));
             cJSON_AddItemToArray(f, e);
         }
         cJSON_AddItemToArray(a, o);

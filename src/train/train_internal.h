@@ -264,10 +264,11 @@ Status tr_word_bad_ids(int64_t w, const TrainConfig *c, const int32_t *inp, cons
  * --val-data is given. */
 Status tr_claim_outputs(Comm *comm, const TrainConfig *c, const Loader *train, const Loader *val, const char *resume_dir,
                         int *lock, int *err_everywhere, Err *err);
-/* The training data as resolved: [{"weight": w, "files": [[name, bytes], ...]}, ...] per dataset
- * (file names without their folder, sizes in bytes), the config's "data_files": what a resume
- * compares (ckpt_check_config), so that a glob matching other files is refused and the same files
- * spelled another way are not. NULL when out of memory. */
+/* The training data as resolved: [{"weight": w, "files": [[name, bytes, fingerprint], ...]}, ...]
+ * per dataset (file names without their folder, sizes in bytes, shard_fingerprint in 16 hex
+ * digits), the config's "data_files": what a resume compares (ckpt_check_config), so that a glob
+ * matching other files, or a shard prepared again in place, is refused and the same files spelled
+ * another way are not. NULL when out of memory. */
 struct cJSON *tr_data_files_json(const Loader *l);
 float *tr_run_staging(Run *r, const ParamLayout *pl, int n);
 void tr_run_staging_free(Run *r, const ParamLayout *pl, float *p, int n);
