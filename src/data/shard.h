@@ -90,7 +90,7 @@ void shard_mask_path(char *out, size_t cap, const char *shard_path);
 uint64_t shard_tokens_hash(const Shard *s);
 
 /* A sampled fingerprint of the shard's contents, cheap at any size: XXH3-64 of its 1024-byte
- * header and of 64 blocks of 4 KiB spread evenly over its tokens (all of them below 256 KiB), and
+ * header and of 16 blocks of 4 KiB spread evenly over its tokens (all of them below 64 KiB), and
  * of its mask's header when one is open (which holds the hash of every token). A resume compares it
  * (train's data_files): a shard prepared again with another --seed or corpus has the same size
  * whenever its token count is the same, and differs in every block; an edit of a few tokens
