@@ -434,6 +434,9 @@ static void test_param_counts(void) {
         {"gpt2-124m", 124439808LL}, {"gpt2-350m", 354823168LL}, {"gpt2-774m", 774030080LL},
         {"gpt2-1558m", 1557611200LL}, {"llama-7b", 6738415616LL}, {"llama-13b", 13015864320LL},
         {"llama-70b", 68976648192LL}, {"llama-405b", 405853388800LL},
+        /* Llama 3 (Hugging Face configs): 8B untied, 3.2 1B and 3B tied heads */
+        {"llama3-8b", 8030261248LL}, {"llama3.1-8b", 8030261248LL}, {"llama3.2-1b", 1235814400LL},
+        {"llama3.2-3b", 3212749824LL},
     };
     for (size_t i = 0; i < sizeof P / sizeof P[0]; i++) {
         PlanModel m;

@@ -5,6 +5,7 @@
  * Units in the review: GiB = 2^30 bytes, GB = 10^9 bytes (both printed where published figures
  * use GB); FLOP counts multiply-adds as 2; every memory figure states the precisions it assumes. */
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -350,10 +351,10 @@ int cmd_plan(int argc, char **argv) {
         {"arch", ARG_STR, arch, sizeof arch, "shape family without --model: gpt2 | llama"},
         {"layers", ARG_INT, &layers, 0, "transformer blocks L"},
         {"heads", ARG_INT, &heads, 0, "attention heads"},
-        {"kv-heads", ARG_INT, &kv_heads, 0, "key/value heads (GQA; 0: = heads)"},
+        {"kv-heads", ARG_INT, &kv_heads, 0, "key/value heads (GQA; default: = heads, or a Llama preset's)"},
         {"tie-embeddings", ARG_FLAG, &tie, 0, "llama: the LM head reads the token embedding (default: untied)"},
         {"channels", ARG_INT, &channels, 0, "model width C"},
-        {"ffn", ARG_INT, &ffn, 0, "MLP width F (0: 4C for gpt2; Llama's rounded 8C/3 for llama)"},
+        {"ffn", ARG_INT, &ffn, 0, "MLP width F (default: 4C for gpt2; Llama's rounded 8C/3 for llama)"},
         {"vocab", ARG_INT, &vocab, 0, "vocabulary size"},
         {"max-seq-len", ARG_INT, &max_seq, 0, "maximum sequence length"},
         {"params", ARG_DOUBLE, &params, 0, "a parameter count alone, e.g. 7e9 (no shape: FLOPs 6N, no activations)"},
@@ -382,16 +383,16 @@ int cmd_plan(int argc, char **argv) {
          "blocks per pipeline stage, e.g. 4,4,3,3 (default: balanced by FLOPs, the head on the last stage)"},
         {"precision", ARG_STR, precision, sizeof precision,
          "fp32 | bf16 | fp16 (sets the byte counts below; for our GPT-2 models the trainer's: fp32 gradients)"},
-        {"weight-bytes", ARG_INT, &wb, 0, "bytes per weight (0: from --precision)"},
-        {"grad-bytes", ARG_INT, &gb, 0, "bytes per gradient (0: from --precision)"},
-        {"master-bytes", ARG_INT, &mb, 0, "bytes per master weight, 0 = none (-1: from --precision)"},
-        {"moment-bytes", ARG_INT, &ob, 0, "bytes per optimizer moment (0: from --precision)"},
-        {"act-bytes", ARG_INT, &ab, 0, "bytes per activation element of the paper mode (0: from --precision; selects it)"},
+        {"weight-bytes", ARG_INT, &wb, 0, "bytes per weight (default: from --precision)"},
+        {"grad-bytes", ARG_INT, &gb, 0, "bytes per gradient (default: from --precision)"},
+        {"master-bytes", ARG_INT, &mb, 0, "bytes per master weight, 0 = none (default: from --precision)"},
+        {"moment-bytes", ARG_INT, &ob, 0, "bytes per optimizer moment (default: from --precision)"},
+        {"act-bytes", ARG_INT, &ab, 0, "bytes per activation element of the paper mode (default: from --precision; given, it selects that mode)"},
         {"optimizer", ARG_STR, optimizer, sizeof optimizer, "adamw | adam (2 moments) | sgd | lion (1 moment) | muon | shampoo (2 + their buffers) | sophia (2, and its Hessian pass)"},
         {"shampoo-block", ARG_INT, &in.shampoo_block, 0, "Shampoo's largest block side (with --optimizer shampoo)"},
         {"precond-every", ARG_INT, &in.precond_every, 0, "Shampoo's steps between inverse roots (with --optimizer shampoo)"},
         {"hess-every", ARG_INT, &hess_every, 0, "Sophia's steps between Hessian passes (with --optimizer sophia; default 10)"},
-        {"moments", ARG_INT, &moments, 0, "optimizer moments per parameter (-1: from --optimizer)"},
+        {"moments", ARG_INT, &moments, 0, "optimizer moments per parameter, 0..2 (default: from --optimizer)"},
         {"activations", ARG_STR, acts, sizeof acts, "auto | paper (Korthikanti et al.) | exact (our kernels)"},
         {"accounting", ARG_STR, accounting, sizeof accounting,
          "trainer (what this CPU trainer allocates, for the models it builds: fp32 gradients and activations) | "
@@ -405,16 +406,16 @@ int cmd_plan(int argc, char **argv) {
         {"measure-hardware", ARG_STR, measure, sizeof measure,
          "measure this machine (FMA peak, GEMM efficiency, bf16 speed-up, memory bandwidth), write FILE.json, exit"},
         {"measure-threads", ARG_INT, &measure_threads, 0, "threads for --measure-hardware"},
-        {"nodes", ARG_INT, &nodes, 0, "nodes (world = nodes x devices per node; 0: world = dp x tp x pp)"},
+        {"nodes", ARG_INT, &nodes, 0, "nodes (world = nodes x devices per node; default: world = dp x tp x pp)"},
         {"devices-per-node", ARG_INT, &dpn, 0, "devices per node (0: the hardware preset's)"},
         {"peak-tflops", ARG_DOUBLE, &peak_tflops, 0, "override the peak TFLOP/s of the matmul dtype (default: the preset's)"},
         {"memory-gib", ARG_DOUBLE, &memory_gib, 0, "override device memory in GiB (default: the preset's)"},
         {"mem-bw-gbs", ARG_DOUBLE, &mem_bw_gbs, 0, "override memory bandwidth in GB/s (default: the preset's)"},
         {"intra-bw-gbs", ARG_DOUBLE, &intra_gbs, 0, "override intra-node GB/s per device (default: the preset's)"},
         {"inter-bw-gbs", ARG_DOUBLE, &inter_gbs, 0, "override inter-node GB/s per device (default: the preset's)"},
-        {"intra-lat-us", ARG_DOUBLE, &intra_lat_us, 0, "override the intra-node latency α per message in µs (-1: preset)"},
+        {"intra-lat-us", ARG_DOUBLE, &intra_lat_us, 0, "override the intra-node latency α per message in µs (default: the preset's)"},
         {"inter-lat-us", ARG_DOUBLE, &inter_lat_us, 0,
-         "override the inter-node latency α per message in µs (-1: preset; bench/netsim.sh measures one)"},
+         "override the inter-node latency α per message in µs (default: the preset's; bench/netsim.sh measures one)"},
         {"matmul-eff", ARG_DOUBLE, &matmul_eff, 0, "override the matmul efficiency (default: the preset's)"},
         {"storage-bw-gbs", ARG_DOUBLE, &storage_gbs, 0, "checkpoint write GB/s per node (default: the preset's)"},
         {"no-overlap", ARG_FLAG, &no_overlap, 0, "DP/ZeRO communication adds to the step (default: it overlaps the backward pass)"},
@@ -448,6 +449,13 @@ int cmd_plan(int argc, char **argv) {
         return 0;
     }
 #define SEEN(name) (args_find(specs, n, name)->seen)
+    /* An empty value given reads as the option's absence (--pp-layers '' planned the default split,
+     * --scaling '' no fit, --model '' beside a shape nothing): refused, as train refuses its own. */
+    for (int i = 0; i < n; i++)
+        if (specs[i].seen && specs[i].type == ARG_STR && !*(const char *)specs[i].dst) {
+            snprintf(err.msg, sizeof err.msg, "--%s: expected a value, found an empty string", specs[i].name);
+            return cli_fail("plan", ST_ERR_INPUT, err.msg);
+        }
     if (measure[0]) {
         /* Measuring exits without planning: any planning option would be ignored. */
         for (int i = 0; i < n; i++)
@@ -492,7 +500,7 @@ int cmd_plan(int argc, char **argv) {
     /* ---- model ---- */
     int shape_given = SEEN("layers") || SEEN("heads") || SEEN("channels");
     static const char *const shape_flags[] = {"arch", "layers", "heads", "kv-heads", "channels", "ffn", "vocab", "max-seq-len"};
-    if (params != 0) {
+    if (SEEN("params")) { /* 0 given too: with a model it would have been ignored */
         if (model[0])
             return cli_fail("plan", ST_ERR_INPUT, "--params: expected either --params or a model (--model / --layers ...), found both");
         for (size_t i = 0; i < sizeof shape_flags / sizeof shape_flags[0]; i++)
@@ -514,7 +522,15 @@ int cmd_plan(int argc, char **argv) {
                             "--arch: a --model preset fixes the family; expected --arch only with --layers/--heads/--channels");
         if ((st = plan_model_preset(&in.model, model, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
         if (SEEN("layers")) in.model.n_layer = layers;
-        if (SEEN("heads")) in.model.n_head = in.model.n_kv_head = heads;
+        /* A Llama preset keeps its KV heads, as train's preset does (model_flags): --heads on
+         * llama3-8b planned 64 KV heads where the trainer builds 8. GPT-2 has no GQA. */
+        if (SEEN("heads")) in.model.n_head = heads;
+        if (SEEN("heads") && in.model.arch != PLAN_ARCH_LLAMA) in.model.n_kv_head = heads;
+        if (SEEN("heads") && !SEEN("kv-heads") && heads >= 1 && in.model.n_kv_head >= 1 && heads % in.model.n_kv_head) {
+            snprintf(err.msg, sizeof err.msg, "--heads %d: expected a multiple of --model %s's %d KV heads (or --kv-heads "
+                     "dividing it), found %d", heads, model, in.model.n_kv_head, heads);
+            return cli_fail("plan", ST_ERR_INPUT, err.msg);
+        }
         if (SEEN("kv-heads")) in.model.n_kv_head = kv_heads;
         if (SEEN("channels")) {
             in.model.d_model = channels;
@@ -726,6 +742,11 @@ int cmd_plan(int argc, char **argv) {
             in.dp = in.world / (in.tp * in.pp);
         }
     }
+    /* As train's: with one data-parallel rank there is no DP/ZeRO communication to overlap (after
+     * --nodes, which sets dp). */
+    if (no_overlap && in.dp == 1)
+        return cli_fail("plan", ST_ERR_INPUT, "--no-overlap: would change nothing here; expected data parallelism "
+                        "(--dp > 1, or --nodes with a world larger than --tp x --pp), found --dp 1");
     /* ---- batch ---- */
     if (global_batch != 0) {
         long per = (long)in.micro_batch * in.dp;
@@ -739,6 +760,12 @@ int cmd_plan(int argc, char **argv) {
         if (SEEN("grad-accum") && in.grad_accum != global_batch / per) {
             snprintf(err.msg, sizeof err.msg, "--global-batch %ld implies --grad-accum %ld, but --grad-accum %d was given",
                      global_batch, global_batch / per, in.grad_accum);
+            return cli_fail("plan", ST_ERR_INPUT, err.msg);
+        }
+        if (global_batch / per > INT_MAX) { /* it truncated: 8e10 sequences planned as 1.1e10, exit 0 */
+            snprintf(err.msg, sizeof err.msg, "--global-batch %ld: expected at most %d micro-batches per step (--micro-batch "
+                     "%d x --dp %d = %ld sequences each), found %ld", global_batch, INT_MAX, in.micro_batch, in.dp, per,
+                     global_batch / per);
             return cli_fail("plan", ST_ERR_INPUT, err.msg);
         }
         in.grad_accum = (int)(global_batch / per);
@@ -827,6 +854,18 @@ int cmd_plan(int argc, char **argv) {
         free(r);
         plan_sched_free(&ps);
         return cli_fail("plan", st, err.msg);
+    }
+    /* --no-noise-scale drops the estimator's all-gathers from the trainer's collectives: only where the
+     * plan counts them (comm_bytes_by_kind) and the trainer estimates it (plan_noise_scale_on) on
+     * more than one rank. */
+    if (no_noise && !(r->comm.by_kind_exact && (long)in.dp * in.tp > 1 && plan_noise_scale_on(in.dp, in.pp, in.grad_accum, 0))) {
+        snprintf(err.msg, sizeof err.msg, "--no-noise-scale: would change nothing here; expected a plan of our trainer's "
+                 "collectives (a model it builds at --pp 1) that estimates the gradient noise scale on several ranks "
+                 "(--dp > 1, or --tp > 1 with --grad-accum > 1), found dp %d, tp %d, pp %d, grad-accum %d",
+                 in.dp, in.tp, in.pp, in.grad_accum);
+        free(r);
+        plan_sched_free(&ps);
+        return cli_fail("plan", ST_ERR_INPUT, err.msg);
     }
     PlanLoraStep ls;
     if (lora_rank > 0 && (st = plan_lora_step(&in, r, (double)lora_params, lora_local, lora_in, in.zero, &ls, &err)) != ST_OK) {

@@ -1602,16 +1602,47 @@ Status plan_hardware_from_json(PlanHardware *hw, const cJSON *j, Err *err) {
     if (!cJSON_IsObject(j)) return err_set(err, ST_ERR_INPUT, "hardware profile: expected a JSON object");
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
     if (cJSON_IsString(name)) snprintf(hw->name, sizeof hw->name, "%s", name->valuestring);
+    /* Every key is one the profile has (a misspelt one priced on the preset's figure silently);
+     * `plan --json`'s "hardware" object reads back as it is: its "memory_bytes" is "memory", its
+     * "default" says nothing of the hardware. */
+#define NAME(f) #f,
+    static const char *const known[] = {HW_FIELDS(NAME) "name", "devices_per_node", "memory_bytes", "default"};
+#undef NAME
+    for (const cJSON *k = j->child; k; k = k->next) {
+        size_t i = 0;
+        while (i < sizeof known / sizeof known[0] && strcmp(k->string, known[i])) i++;
+        if (i < sizeof known / sizeof known[0]) continue;
+        char list[512] = "";
+        for (size_t q = 0, n = 0; q + 2 < sizeof known / sizeof known[0]; q++) /* the profile's own keys */
+            n += (size_t)snprintf(list + n, n < sizeof list ? sizeof list - n : 0, "%s%s", q ? ", " : "", known[q]);
+        return err_set(err, ST_ERR_INPUT, "hardware profile: unknown key '%s' (expected %s)", k->string, list);
+    }
+    const cJSON *mb = cJSON_GetObjectItemCaseSensitive(j, "memory_bytes");
+    if (mb && cJSON_GetObjectItemCaseSensitive(j, "memory"))
+        return err_set(err, ST_ERR_INPUT, "hardware profile: expected one of memory and memory_bytes, found both");
+    if (mb && !(cJSON_IsNumber(mb) && mb->valuedouble >= 0 && isfinite(mb->valuedouble)))
+        return err_set(err, ST_ERR_INPUT, "hardware profile: memory_bytes: expected a number >= 0");
+    if (mb) hw->memory = mb->valuedouble;
 #define GET(f)                                                                                                     \
     {                                                                                                              \
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, #f);                                                 \
         if (x && !cJSON_IsNumber(x)) return err_set(err, ST_ERR_INPUT, "hardware profile: %s: expected a number", #f); \
+        if (x && !(x->valuedouble >= 0 && isfinite(x->valuedouble)))                                              \
+            return err_set(err, ST_ERR_INPUT, "hardware profile: %s: expected a number >= 0, found %g", #f,          \
+                           x->valuedouble);                                                                        \
         if (x) hw->f = x->valuedouble;                                                                             \
     }
     HW_FIELDS(GET)
 #undef GET
+    /* A whole count, named by the profile's key: 2.5 was truncated to 2, and 0 was refused as the
+     * --devices-per-node flag, which had not been given. */
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "devices_per_node");
-    if (cJSON_IsNumber(d)) hw->devices_per_node = d->valueint;
+    if (d && !cJSON_IsNumber(d))
+        return err_set(err, ST_ERR_INPUT, "hardware profile: devices_per_node: expected a number");
+    if (d && (!(d->valuedouble >= 1 && d->valuedouble <= 1e6) || d->valuedouble != floor(d->valuedouble)))
+        return err_set(err, ST_ERR_INPUT, "hardware profile: devices_per_node: expected a whole number 1..1000000, found %g",
+                       d->valuedouble);
+    if (d) hw->devices_per_node = (int)d->valuedouble;
     if (!(hw->peak_fp32 > 0) || !(hw->mem_bw > 0) || !(hw->matmul_eff > 0 && hw->matmul_eff <= 1))
         return err_set(err, ST_ERR_INPUT,
                        "hardware profile: expected peak_fp32 > 0, mem_bw > 0 and matmul_eff in (0, 1], found %g, %g, %g",
