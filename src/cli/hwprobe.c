@@ -15,7 +15,18 @@
 #include "model/matmul.h"
 #include "train/machine_peak.h"
 
-/* Median-of-5 GFLOP/s of C(M,N) = A(M,K)·op(B) with the given transposes, fp32 or bf16. */
+/* A rate's timed calls: at least HW_MIN_REPS after one untimed call (which creates the primitive
+ * and faults the pages in), then more until HW_MIN_MS have passed, at most HW_MAX_REPS; the best
+ * call is the figure (five calls until 2026-11-29). On a quiet 2-core Xeon VM this left one
+ * thread's GEMM efficiency as it was, 0.58-0.78 between runs a few seconds apart: the slow phases
+ * of the shared host last seconds, longer than any one rate's calls, so a profile measured in one
+ * of them is low in every GEMM figure (`plan --measure-hardware` again replaces it; a cached
+ * profile only rises). */
+#define HW_MIN_REPS 8
+#define HW_MAX_REPS 64
+#define HW_MIN_MS 250.0
+
+/* The best GFLOP/s of C(M,N) = A(M,K)·op(B) with the given transposes, fp32 or bf16. */
 static double gemm_rate(int ta, int tb, int M, int N, int K, int bf16) {
     size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
     float *a = calloc(na, 4), *b = calloc(nb, 4), *c = calloc(nc, 4);
@@ -24,7 +35,8 @@ static double gemm_rate(int ta, int tb, int M, int N, int K, int bf16) {
     if (a && b && c && ah && bh) {
         for (size_t i = 0; i < na; i++) a[i] = 0.001f * (float)(i % 97), ah[i] = 0x3c00;
         for (size_t i = 0; i < nb; i++) b[i] = 0.001f * (float)(i % 89), bh[i] = 0x3c00;
-        for (int rep = 0; rep < 6; rep++) {
+        double start = timer_ms();
+        for (int rep = 0; rep <= HW_MAX_REPS && (rep <= HW_MIN_REPS || timer_ms() - start < HW_MIN_MS); rep++) {
             double t0 = timer_ms();
             if (bf16)
                 mm_gemm_bf16(ta, tb, M, N, K, 1.0f, ah, ta ? M : K, bh, tb ? K : N, 0.0f, c, N);
@@ -39,8 +51,8 @@ static double gemm_rate(int ta, int tb, int M, int N, int K, int bf16) {
 }
 
 /* Dropout factors per second on `threads` threads: the trainer's draw and apply (dropout_backward,
- * drop_factors' Philox blocks and one multiply per element) over 4 Mi elements, best of 5 after a
- * first call. */
+ * drop_factors' Philox blocks and one multiply per element) over 4 Mi elements, the best call
+ * (HW_MIN_REPS ... as the GEMMs'). */
 static double drop_rate(int threads) {
     const size_t n = (size_t)1 << 22;
     float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
@@ -48,7 +60,8 @@ static double drop_rate(int threads) {
     if (a && b) {
         for (size_t i = 0; i < n; i++) a[i] = 1.0f;
         Dropout d = {0.1f, 1, 2, 0, 0, 0};
-        for (int rep = 0; rep < 6; rep++) {
+        double start = timer_ms();
+        for (int rep = 0; rep <= HW_MAX_REPS && (rep <= HW_MIN_REPS || timer_ms() - start < HW_MIN_MS); rep++) {
             double t0 = timer_ms();
             dropout_backward(b, a, n, d, threads);
             double r = (double)n / ((timer_ms() - t0) * 1e-3);

@@ -17,8 +17,8 @@ float peak_fma_block(long iters, float a0, float m, float c);
  * build's target has no bf16 instructions. */
 double peak_measure_bf16(int nt, double ms);
 
-/* Memory bandwidth in bytes/s: best of a few passes of a parallel copy of `bytes` (read + write
- * counted), on nt threads. */
+/* Memory bandwidth in bytes/s: the best of the passes of a parallel copy of `bytes` (read + write
+ * counted) on nt threads in half a second (at least 5, at most 64). */
 double peak_measure_bandwidth(int nt, size_t bytes);
 
 /* Compiler and git commit this binary was built from. */
