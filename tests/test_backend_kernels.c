@@ -673,6 +673,15 @@ static void test_head(int n, int C, int V, int Vp, int chunk) {
         dfree(d_loss, (size_t)n * 4), dfree(d_dx, (size_t)n * C * 4), dfree(d_dwte, (size_t)Vp * C * 4);
         dfree(d_log, (size_t)chunk * Vp * 4);
     }
+    /* a frozen head (dwte NULL: LoRA's base, kernels_head.c): losses and dx as with dwte, bit for bit,
+     * and nothing written through NULL (cuda ran its dwte GEMM on NULL before this check) */
+    float *d_loss = dpoison((size_t)n * 4), *d_dx = dpoison((size_t)n * C * 4);
+    float *d_log = dpoison((size_t)chunk * Vp * 4);
+    be->head_forward_backward(d_loss, d_dx, NULL, d_log, d_x, d_wte, d_tg, n, C, V, Vp, dscale, chunk, 0, 1, NULL, NULL,
+                              NULL);
+    backend_ok("head_forward_backward(frozen)");
+    float *frozen_loss = dget(d_loss, n), *frozen_dx = dget(d_dx, (size_t)n * C);
+    dfree(d_loss, (size_t)n * 4), dfree(d_dx, (size_t)n * C * 4), dfree(d_log, (size_t)chunk * Vp * 4);
     double *rl = malloc((size_t)n * 8), *rdx = calloc((size_t)n * C, 8), *rdw = calloc((size_t)V * C, 8);
     double *lg = malloc((size_t)V * 8), *rp = malloc((size_t)V * 8);
     for (int i = 0; i < n; i++) {
@@ -707,6 +716,13 @@ static void test_head(int n, int C, int V, int Vp, int chunk) {
     cmp(nm, probs, rp, V, TOL32);
     snprintf(nm, sizeof nm, "head_V%d_repeats_dwte", V);
     same_bits(nm, runs[0][2], runs[1][2], (size_t)V * C);
+    snprintf(nm, sizeof nm, "head_V%d_frozen_dx", V);
+    cmp(nm, frozen_dx, rdx, (size_t)n * C, TOL32);
+    snprintf(nm, sizeof nm, "head_V%d_frozen_losses_as_trained", V);
+    same_bits(nm, frozen_loss, runs[0][0], n);
+    snprintf(nm, sizeof nm, "head_V%d_frozen_dx_as_trained", V);
+    same_bits(nm, frozen_dx, runs[0][1], (size_t)n * C);
+    free(frozen_loss), free(frozen_dx);
     free(probs), free(rp);
     for (int r = 0; r < 2; r++) free(runs[r][0]), free(runs[r][1]), free(runs[r][2]);
     free(rl), free(rdx), free(rdw), free(lg), free(x), free(wte), free(tg);
@@ -775,6 +791,83 @@ static void test_elementwise(void) {
     dfree(d_h, n * 2), dfree(d_bias, (size_t)C * 4);
 }
 
+/* ---- empty calls ---- */
+
+/* 1 when a[i] == b[i] for every i (bits). */
+static int equal_bits(const float *a, const float *b, size_t n) { return !memcmp(a, b, n * sizeof(float)); }
+
+/* Every entry on zero rows (B = 0, N = 0, n = 0) does what the CPU's loops do: nothing, except that
+ * an overwriting parameter gradient (acc = 0) is the empty sum, 0, and an accumulating one (acc = 1)
+ * stays. No failure may be recorded (cuda: a launch of 0 blocks is "invalid configuration argument",
+ * which every such entry recorded before its empty case returned early). Control: the gradients
+ * start random, so "became 0" and "stayed" are each false of the other outcome. */
+static void test_empty(void) {
+    int C = 40, T = 5, V = 7, NH = 2, KV = 1, hs = 16;
+    Dropout d = {0.1f, seed + 23, 4, 0, 0, 0};
+    float *one = hrand(64, 1), *zeros = calloc(C, sizeof(float));
+    float *d_one = dputf(one, 64); /* a valid device pointer for every argument no element of is read */
+    int32_t *d_i = dput((int32_t[64]){0}, 64 * 4);
+    uint16_t *d_h = dpoison(64 * 2);
+    float *init = hrand(C, 1), *wte0 = hrand((size_t)V * C, 1), *wpe0 = hrand((size_t)T * C, 1);
+    tu_check(!equal_bits(init, zeros, C), "empty_control", "the gradients' start differs from the empty sum");
+    float *d_wte = dputf(wte0, (size_t)V * C), *d_wpe = dputf(wpe0, (size_t)T * C);
+    be->encoder_forward(d_one, d_i, NULL, d_one, d_one, 0, T, C, d, 1);
+    be->encoder_forward_vp(d_one, d_i, NULL, d_one, d_one, 0, T, C, 0, V, 1);
+    be->encoder_backward(d_wte, d_wpe, d_one, d_i, NULL, 0, T, C, d, 1);
+    be->encoder_backward(d_wte, d_wpe, d_one, d_i, d_i, 0, T, C, d, 1);
+    be->encoder_backward_vp(d_wte, d_wpe, d_one, d_i, NULL, 0, T, C, 0, V, 1);
+    backend_ok("encoder on 0 rows");
+    float *gw = dget(d_wte, (size_t)V * C), *gp = dget(d_wpe, (size_t)T * C);
+    tu_check(equal_bits(gw, wte0, (size_t)V * C) && equal_bits(gp, wpe0, (size_t)T * C), "empty_encoder_backward",
+             "dwte, dwpe unchanged (%s)", be->name);
+    free(gw), free(gp);
+    be->layernorm_forward(d_one, d_one, d_one, d_one, d_one, d_one, 0, C, 1);
+    be->layernorm_forward_bf16(d_h, d_one, d_one, d_one, d_one, d_one, 0, C, 1);
+    be->residual_layernorm_forward(d_one, d_one, d_one, d_one, d_one, d_one, d, d_one, d_one, 0, C, 1);
+    be->rmsnorm_forward(d_one, d_one, d_one, d_one, 0, C, 1e-5f, 1);
+    be->residual_rmsnorm_forward_bf16(d_one, d_h, d_one, d_one, d_one, d, d_one, 0, C, 1e-5f, 1);
+    be->rope_forward(d_one, d_one, NULL, 0, T, NH, KV, hs, 0, 1);
+    be->rope_backward(d_one, d_one, NULL, 0, T, NH, KV, hs, 0, 1);
+    be->swiglu_forward(d_one, d_one, 0, C, 1);
+    be->swiglu_forward_bf16(d_h, d_one, 0, C, 1);
+    be->swiglu_backward(d_one, d_one, d_one, 0, C, 1);
+    be->swiglu_backward_bf16(d_h, d_one, d_one, 0, C, 1);
+    be->gelu_forward(d_one, d_one, 0, 1);
+    be->gelu_forward_bf16(d_h, d_one, 0, 1);
+    be->gelu_backward(d_one, d_one, d_one, 0, 1);
+    be->attention_forward(d_one, d_one, d_one, d_one, NULL, 0, T, NH, KV, hs, 0.25f, d, 0, 1);
+    be->attention_backward(d_one, d_one, d_one, d_one, d_one, d_one, NULL, 0, T, NH, KV, hs, 0.25f, d, 0, 1);
+    be->attention_forward(d_one, d_one, d_one, d_one, NULL, 0, T, NH, KV, hs, 0.25f, d, 1, 1);
+    be->attention_backward(d_one, d_one, d_one, d_one, d_one, d_one, NULL, 0, T, NH, KV, hs, 0.25f, d, 1, 1);
+    backend_ok("row kernels on 0 rows");
+    /* the parameter gradients of 0 rows: = 0 (acc 0), unchanged (acc 1) */
+    for (int acc = 0; acc < 2; acc++) {
+        const float *want = acc ? init : zeros;
+        float *d_dw = dputf(init, C), *d_db = dputf(init, C), *d_cs = dputf(init, C), *d_cs2 = dputf(init, C);
+        float *d_rw = dputf(init, C);
+        be->layernorm_backward(d_one, d_dw, d_db, d_one, d_one, d_one, d_one, d_one, d_one, 0, C, acc, 1);
+        be->rmsnorm_backward(d_one, d_rw, d_one, d_one, d_one, d_one, d_one, 0, C, acc, 1);
+        be->gelu_backward_bf16(d_h, d_cs, NULL, d_one, d_one, 0, C, acc, 1);
+        be->cast_bf16_colsum(d_h, d_cs2, NULL, d_one, 0, C, acc, 1);
+        backend_ok(acc ? "parameter gradients of 0 rows (acc 1)" : "parameter gradients of 0 rows (acc 0)");
+        float *g[5] = {dget(d_dw, C), dget(d_db, C), dget(d_rw, C), dget(d_cs, C), dget(d_cs2, C)};
+        static const char *what[5] = {"layernorm_backward_dw", "layernorm_backward_db", "rmsnorm_backward_dw",
+                                      "gelu_backward_bf16_colsum", "cast_bf16_colsum"};
+        for (int k = 0; k < 5; k++) {
+            char nm[96];
+            snprintf(nm, sizeof nm, "empty_%s_acc%d", what[k], acc);
+            tu_check(equal_bits(g[k], want, C), nm, "%s (%s)", acc ? "unchanged" : "the empty sum, 0", be->name);
+            free(g[k]);
+        }
+        dfree(d_dw, C * 4), dfree(d_db, C * 4), dfree(d_cs, C * 4), dfree(d_cs2, C * 4), dfree(d_rw, C * 4);
+    }
+    be->attention_decode(d_one, d_one, d_one, d_one, d_one, 3, 0, 1, hs, 0.25f, 1); /* no heads */
+    backend_ok("attention_decode of 0 heads");
+    free(one), free(zeros), free(init), free(wte0), free(wpe0);
+    dfree(d_one, 64 * 4), dfree(d_i, 64 * 4), dfree(d_h, 64 * 2), dfree(d_wte, (size_t)V * C * 4);
+    dfree(d_wpe, (size_t)T * C * 4);
+}
+
 /* A call the backend cannot run is recorded, not run (cuda: head size over 128; batch x heads over
  * the grid's y limit of 65535, which a launch would reject). */
 static void test_refusal(void) {
@@ -826,6 +919,14 @@ int main(int argc, char **argv) {
     test_attention((AttCase){2, 130, 4, 2, 64, 0.1f, 0, 1, "gqa_lowp_hs64_T130_dropout"});
     test_attention((AttCase){1, 70, 2, 1, 128, 0.0f, 1, 1, "mqa_lowp_hs128_T70_docmask"});
     test_attention((AttCase){1, 200, 4, 1, 64, 0.1f, 1, 1, "mqa_lowp_hs64_T200_docmask_dropout"});
+    /* a head size not run before (hs 48: three 16-wide fragments), then hs 128 again (keep this
+     * order; cuda: a tensor-core kernel's shared-memory opt-in is one value per kernel, and was set
+     * once per new head size: hs 48 lowered it below hs 128's need, and that launch was refused) */
+    test_attention((AttCase){1, 20, 2, 1, 48, 0.0f, 0, 1, "mqa_lowp_hs48_T20"});
+    test_attention((AttCase){1, 20, 2, 1, 128, 0.0f, 0, 1, "mqa_lowp_hs128_T20_after_hs48"});
+    /* one token: one key, one query row per (batch, head) */
+    test_attention((AttCase){2, 1, 4, 2, 32, 0.1f, 0, 0, "gqa_T1_dropout"});
+    test_attention((AttCase){2, 1, 4, 2, 32, 0.0f, 0, 1, "gqa_lowp_T1"});
     /* NH, KV, hs, pos: GQA; MHA past one block's 128 threads; MQA at the first position */
     test_attention_decode(4, 2, 32, 44);
     test_attention_decode(2, 2, 64, 300);
@@ -837,6 +938,7 @@ int main(int argc, char **argv) {
     test_head(37, 32, 101, 128, 16);
     test_head(5, 16, 50257, 50304, 2);
     test_elementwise();
+    test_empty();
     test_refusal();
     return tu_exit();
 }

@@ -446,17 +446,18 @@ static void cu_head_forward_backward_p(const MatPrec *mp, float *losses, float *
                         probs_out && r0 == 0 ? G.reduce : NULL);
         if (!dx) continue;
         float *dxc = dx + (size_t)r0 * C;
+        /* dwte NULL: a frozen head (LoRA's base, as kernels_head.c), its weight gradient skipped */
         if (fp16) {
             cu_round_fp16(mp->fa, logits, (size_t)m * Vp);
             cu_gemm(0, 0, m, C, V, 1.0f, mp->fa, Vp, mp->fw, C, 0.0f, dxc, C, 0);
-            cu_gemm(1, 0, V, C, m, 1.0f, mp->fa, Vp, mp->fb, C, beta, dwte, C, 0);
+            if (dwte) cu_gemm(1, 0, V, C, m, 1.0f, mp->fa, Vp, mp->fb, C, beta, dwte, C, 0);
         } else if (bf16) {
             cu_cast_bf16(mp->a, logits, (size_t)m * Vp, nt);
             cu_gemm(0, 0, m, C, V, 1.0f, mp->a, Vp, wte_lp, C, 0.0f, dxc, C, 1);
-            cu_gemm(1, 0, V, C, m, 1.0f, mp->a, Vp, mp->b, C, beta, dwte, C, 1);
+            if (dwte) cu_gemm(1, 0, V, C, m, 1.0f, mp->a, Vp, mp->b, C, beta, dwte, C, 1);
         } else {
             cu_gemm(0, 0, m, C, V, 1.0f, logits, Vp, wte, C, 0.0f, dxc, C, 0);
-            cu_gemm(1, 0, V, C, m, 1.0f, logits, Vp, xc, C, beta, dwte, C, 0);
+            if (dwte) cu_gemm(1, 0, V, C, m, 1.0f, logits, Vp, xc, C, beta, dwte, C, 0);
         }
     }
     if (probs_out && n > 0) CU_TRY(cudaMemcpy(probs_out, G.reduce, (size_t)V * sizeof(float), cudaMemcpyDeviceToHost));

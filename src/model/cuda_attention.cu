@@ -625,11 +625,20 @@ __global__ void k_att_backward_dkv_tc(float *dqkv, const float *dout, const floa
         for (int x = half; x < hs; x += 2) dqkv[off + (size_t)KV * hs + x] = Sw[r * ldo + x];
 }
 
-/* A tensor-core kernel's shared-memory opt-in, once per kernel and head size (opted: its flags). */
-static void tc_opt_in(const void *kernel, int *opted, int hs, size_t bytes) {
-    if (opted[hs]) return;
-    CU_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    opted[hs] = 1;
+/* A tensor-core kernel's shared-memory opt-in. The attribute is one value per kernel, whatever the
+ * head size, and a launch may use at most that: it is raised to the largest size asked so far and
+ * never lowered (*opted: the value set). Set once per head size instead (as it was), hs 128, then a
+ * first hs 64, then hs 128 again: the hs 64 call lowered it to 70 KiB and the third launch, 110 KiB,
+ * was refused ("invalid configuration argument"). */
+static void tc_opt_in(const void *kernel, size_t *opted, size_t bytes) {
+    if (bytes <= *opted) return;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e != cudaSuccess) {
+        cu_fail(ST_ERR_RUNTIME, "CUDA cudaFuncSetAttribute(%zu bytes of shared memory): %s", bytes,
+                cudaGetErrorString(e));
+        return;
+    }
+    *opted = bytes;
 }
 
 /* Read at every call (one getenv per launch): bench/gpu_kernels flips it for its A/B. */
@@ -658,11 +667,11 @@ static int att_check(int B, int NH, int KV, int hs) {
 
 void cu_attention_forward(float *out, float *lse, float *scratch, const float *qkv, const int32_t *pos, int B, int T,
                           int NH, int KV, int hs, float scale, Dropout d, int lowp, int nt) {
-    if (!cu_ready() || !att_check(B, NH, KV, hs)) return;
+    if (!cu_ready() || !att_check(B, NH, KV, hs) || (long)B * T * NH == 0) return; /* no rows: a grid of 0 blocks */
     if (lowp && hs % 16 == 0 && !att_scalar_only()) {
-        static int opted[129];
+        static size_t opted;
         size_t bytes = tc_smem(hs);
-        tc_opt_in((const void *)k_att_forward_tc, opted, hs, bytes);
+        tc_opt_in((const void *)k_att_forward_tc, &opted, bytes);
         dim3 tgrid(cu_blocks((size_t)T, TC_Q), B * NH);
         k_att_forward_tc<<<tgrid, 32 * TC_WARPS, bytes, cu_stream()>>>(out, lse, qkv, pos, T, NH, KV, hs, scale, d);
         CU_LAUNCHED("attention_forward(tensor cores)");
@@ -677,17 +686,17 @@ void cu_attention_forward(float *out, float *lse, float *scratch, const float *q
 void cu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
                            const float *lse, const int32_t *pos, int B, int T, int NH, int KV, int hs, float scale,
                            Dropout d, int lowp, int nt) {
-    if (!cu_ready() || !att_check(B, NH, KV, hs)) return;
+    if (!cu_ready() || !att_check(B, NH, KV, hs) || (long)B * T * NH == 0) return;
     if (lowp && hs % 16 == 0 && !att_scalar_only()) { /* both on tensor cores */
-        static int opted[129], opted_kv[129];
+        static size_t opted, opted_kv;
         size_t bytes = tc_dq_smem(hs);
-        tc_opt_in((const void *)k_att_backward_dq_tc, opted, hs, bytes);
+        tc_opt_in((const void *)k_att_backward_dq_tc, &opted, bytes);
         dim3 tgrid(cu_blocks((size_t)T, TC_Q), B * NH);
         k_att_backward_dq_tc<<<tgrid, 32 * TC_WARPS, bytes, cu_stream()>>>(dqkv, dout, qkv, out, lse, pos, T, NH, KV,
                                                                           hs, scale, d);
         CU_LAUNCHED("attention_backward(dq, tensor cores)");
         bytes = tc_dkv_smem(hs);
-        tc_opt_in((const void *)k_att_backward_dkv_tc, opted_kv, hs, bytes);
+        tc_opt_in((const void *)k_att_backward_dkv_tc, &opted_kv, bytes);
         dim3 kgrid(cu_blocks((size_t)T, TC_K), B * KV);
         k_att_backward_dkv_tc<<<kgrid, 32 * TC_WARPS, bytes, cu_stream()>>>(dqkv, dout, qkv, out, lse, pos, T, NH,
                                                                            KV, hs, scale, d);
@@ -758,6 +767,7 @@ void cu_attention_decode(float *out, float *scores, const float *q, const float 
                 NH, KV, pos);
         return;
     }
+    if (NH == 0) return; /* no heads: a grid of 0 blocks */
     k_att_decode<<<NH, DEC_THREADS, 0, cu_stream()>>>(out, scores, q, K, V, pos, NH, KV, hs, scale);
     CU_LAUNCHED("attention_decode");
 }

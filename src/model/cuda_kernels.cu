@@ -15,6 +15,10 @@
 #define TPB 256
 #define ROWS_PER_BLOCK 8 /* warps per block in the row kernels */
 
+/* Every entry returns before launching on zero rows or elements (B·T, N or n = 0, as the CPU's loops
+ * do nothing): a grid of 0 blocks is "invalid configuration argument", which would be recorded as
+ * a failure. Where acc = 0 overwrites a parameter gradient, its empty sum, 0, is still written. */
+
 /* ------------------------------------------------------------------------------------------ */
 /* Encoder                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
@@ -36,8 +40,8 @@ __global__ void k_encoder_forward(float *out, const int32_t *inp, const int32_t 
 
 void cu_encoder_forward(float *out, const int32_t *inp, const int32_t *pos, const float *wte, const float *wpe, int B,
                         int T, int C, Dropout d, int nt) {
-    if (!cu_ready()) return;
     size_t n = (size_t)B * T * C;
+    if (!cu_ready() || n == 0) return;
     k_encoder_forward<<<cu_blocks(n, TPB), TPB, 0, cu_stream()>>>(out, inp, pos, wte, wpe, T, C, n, d);
     CU_LAUNCHED("encoder_forward");
 }
@@ -118,7 +122,7 @@ static int enc_check(int C) {
 
 void cu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, const int32_t *pos, int B,
                          int T, int C, Dropout d, int nt) {
-    if (!cu_ready() || !enc_check(C)) return;
+    if (!cu_ready() || !enc_check(C) || (size_t)B * T * C == 0) return; /* += of nothing */
     k_encoder_backward_wte<<<B * T, TPB, 0, cu_stream()>>>(dwte, dout, inp, B * T, C, d, 0, 0);
     CU_LAUNCHED("encoder_backward(wte)");
     if (pos) {
@@ -141,15 +145,15 @@ __global__ void k_encoder_forward_vp(float *out, const int32_t *inp, const int32
 
 void cu_encoder_forward_vp(float *out, const int32_t *inp, const int32_t *pos, const float *wte, const float *wpe,
                            int B, int T, int C, int v0, int vn, int nt) {
-    if (!cu_ready()) return;
     size_t n = (size_t)B * T * C;
+    if (!cu_ready() || n == 0) return;
     k_encoder_forward_vp<<<cu_blocks(n, TPB), TPB, 0, cu_stream()>>>(out, inp, pos, wte, wpe, T, C, n, v0, vn);
     CU_LAUNCHED("encoder_forward_vp");
 }
 
 void cu_encoder_backward_vp(float *dwte, float *dwpe, const float *dout, const int32_t *inp, const int32_t *pos,
                             int B, int T, int C, int v0, int vn, int nt) {
-    if (!cu_ready() || !enc_check(C)) return;
+    if (!cu_ready() || !enc_check(C) || (size_t)B * T * C == 0) return; /* += of nothing */
     Dropout none = {0};
     if (vn > 0) {
         k_encoder_backward_wte<<<B * T, TPB, 0, cu_stream()>>>(dwte, dout, inp, B * T, C, none, v0, vn);
@@ -215,7 +219,7 @@ __global__ void k_norm_forward(float *res, float *out, uint16_t *out_lp, float *
 static void norm_forward(float *res, float *out, uint16_t *out_lp, float *mean, float *rstd, const float *a,
                          const float *b, Dropout d, const float *inp, const float *w, const float *bias, int N, int C,
                          float eps, int rms, const char *name) {
-    if (!cu_ready()) return;
+    if (!cu_ready() || N == 0) return;
     k_norm_forward<<<cu_blocks((size_t)N, ROWS_PER_BLOCK), 32 * ROWS_PER_BLOCK, 0, cu_stream()>>>(
         res, out, out_lp, mean, rstd, a, b, d, inp, w, bias, N, C, eps, rms);
     CU_LAUNCHED(name);
@@ -315,19 +319,21 @@ __global__ void k_norm_backward_sum(float *dw, float *db, const float *scratch, 
 
 static void norm_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout, const float *inp,
                           const float *w, const float *mean, const float *rstd, int N, int C, int acc, int rms) {
-    if (!cu_ready()) return;
+    if (!cu_ready() || C == 0) return;
     int nchunk = (N + KERNEL_ROW_CHUNK - 1) / KERNEL_ROW_CHUNK;
     if (nchunk > 65535) { /* the chunks are gridDim.y (limit 65535) */
         cu_fail(ST_ERR_INPUT, "CUDA norm backward: expected at most %d rows, found %d", 65535 * KERNEL_ROW_CHUNK, N);
         return;
     }
     cudaStream_t s = cu_stream();
-    k_norm_backward_dx<<<cu_blocks((size_t)N, ROWS_PER_BLOCK), 32 * ROWS_PER_BLOCK, 0, s>>>(dinp, dout, inp, w, mean,
-                                                                                          rstd, N, C, rms);
-    CU_LAUNCHED("norm_backward(dx)");
-    k_norm_backward_partial<<<dim3(cu_blocks((size_t)C, TPB), nchunk), TPB, 0, s>>>(scratch, dout, inp, mean, rstd, N,
-                                                                                   C, rms);
-    CU_LAUNCHED("norm_backward(partial)");
+    if (N > 0) { /* 0 rows: no dx, no partial sums; dw, db still get their empty sum (acc = 0) */
+        k_norm_backward_dx<<<cu_blocks((size_t)N, ROWS_PER_BLOCK), 32 * ROWS_PER_BLOCK, 0, s>>>(dinp, dout, inp, w,
+                                                                                              mean, rstd, N, C, rms);
+        CU_LAUNCHED("norm_backward(dx)");
+        k_norm_backward_partial<<<dim3(cu_blocks((size_t)C, TPB), nchunk), TPB, 0, s>>>(scratch, dout, inp, mean, rstd,
+                                                                                       N, C, rms);
+        CU_LAUNCHED("norm_backward(partial)");
+    }
     k_norm_backward_sum<<<cu_blocks((size_t)C, TPB), TPB, 0, s>>>(dw, db, scratch, nchunk, C, acc, rms);
     CU_LAUNCHED("norm_backward(sum)");
 }
@@ -379,8 +385,8 @@ __global__ void k_rope(float *qkv, const float *cs, const int32_t *pos, int T, i
 
 static void rope_apply(float *qkv, const float *cs, const int32_t *pos, int B, int T, int NH, int KV, int hs,
                        int pos0, float sign) {
-    if (!cu_ready()) return;
     size_t n = (size_t)B * T * (NH + KV) * (hs / 2);
+    if (!cu_ready() || n == 0) return;
     k_rope<<<cu_blocks(n, TPB), TPB, 0, cu_stream()>>>(qkv, cs, pos, T, NH, KV, hs, pos0, sign, n);
     CU_LAUNCHED("rope");
 }
@@ -418,26 +424,26 @@ __global__ void k_swiglu_backward(float *dh, uint16_t *dh_lp, const float *dout,
 }
 
 void cu_swiglu_forward(float *out, const float *h, int N, int F, int nt) {
-    if (!cu_ready()) return;
     size_t n = (size_t)N * F;
+    if (!cu_ready() || n == 0) return;
     k_swiglu_forward<<<cu_blocks(n, TPB), TPB, 0, cu_stream()>>>(out, NULL, h, F, n);
     CU_LAUNCHED("swiglu_forward");
 }
 void cu_swiglu_forward_bf16(uint16_t *out, const float *h, int N, int F, int nt) {
-    if (!cu_ready()) return;
     size_t n = (size_t)N * F;
+    if (!cu_ready() || n == 0) return;
     k_swiglu_forward<<<cu_blocks(n, TPB), TPB, 0, cu_stream()>>>(NULL, out, h, F, n);
     CU_LAUNCHED("swiglu_forward_bf16");
 }
 void cu_swiglu_backward(float *dh, const float *dout, const float *h, int N, int F, int nt) {
-    if (!cu_ready()) return;
     size_t n = (size_t)N * F;
+    if (!cu_ready() || n == 0) return;
     k_swiglu_backward<<<cu_blocks(n, TPB), TPB, 0, cu_stream()>>>(dh, NULL, dout, h, F, n);
     CU_LAUNCHED("swiglu_backward");
 }
 void cu_swiglu_backward_bf16(uint16_t *dh, const float *dout, const float *h, int N, int F, int nt) {
-    if (!cu_ready()) return;
     size_t n = (size_t)N * F;
+    if (!cu_ready() || n == 0) return;
     k_swiglu_backward<<<cu_blocks(n, TPB), TPB, 0, cu_stream()>>>(NULL, dh, dout, h, F, n);
     CU_LAUNCHED("swiglu_backward_bf16");
 }
@@ -466,17 +472,17 @@ __global__ void k_gelu_backward(float *dinp, const float *dout, const float *inp
 }
 
 void cu_gelu_forward(float *out, const float *inp, size_t n, int nt) {
-    if (!cu_ready()) return;
+    if (!cu_ready() || n == 0) return;
     k_gelu_forward<<<cu_blocks(n, TPB), TPB, 0, cu_stream()>>>(out, NULL, inp, n);
     CU_LAUNCHED("gelu_forward");
 }
 void cu_gelu_forward_bf16(uint16_t *out, const float *inp, size_t n, int nt) {
-    if (!cu_ready()) return;
+    if (!cu_ready() || n == 0) return;
     k_gelu_forward<<<cu_blocks(n, TPB), TPB, 0, cu_stream()>>>(NULL, out, inp, n);
     CU_LAUNCHED("gelu_forward_bf16");
 }
 void cu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int nt) {
-    if (!cu_ready()) return;
+    if (!cu_ready() || n == 0) return;
     k_gelu_backward<<<cu_blocks(n, TPB), TPB, 0, cu_stream()>>>(dinp, dout, inp, n);
     CU_LAUNCHED("gelu_backward");
 }
@@ -515,7 +521,7 @@ __global__ void k_colsum_final(float *colsum, const float *part, int nchunk, int
 
 static void colsum_pass(int mode, uint16_t *dst, float *colsum, const float *src, const float *inp, int N, int OC,
                         int acc) {
-    if (!cu_ready()) return;
+    if (!cu_ready() || OC == 0) return;
     size_t cap;
     float *part = cu_reduce_scratch(&cap);
     /* 64-row chunks, or longer ones when the partial sums would not fit the private scratch. */
@@ -527,8 +533,10 @@ static void colsum_pass(int mode, uint16_t *dst, float *colsum, const float *src
         return;
     }
     cudaStream_t s = cu_stream();
-    k_colsum_partial<<<dim3(cu_blocks((size_t)OC, TPB), nchunk), TPB, 0, s>>>(part, dst, src, inp, N, OC, R, mode);
-    CU_LAUNCHED("colsum(partial)");
+    if (nchunk > 0) { /* 0 rows: the final pass writes the empty sum (acc = 0) */
+        k_colsum_partial<<<dim3(cu_blocks((size_t)OC, TPB), nchunk), TPB, 0, s>>>(part, dst, src, inp, N, OC, R, mode);
+        CU_LAUNCHED("colsum(partial)");
+    }
     k_colsum_final<<<cu_blocks((size_t)OC, TPB), TPB, 0, s>>>(colsum, part, nchunk, OC, acc);
     CU_LAUNCHED("colsum(final)");
 }
@@ -663,8 +671,12 @@ __global__ void k_head_softmax(float *logits, float *losses, const int32_t *targ
     if (!grad) return;
     __syncthreads(); /* l[t] was read above before it is overwritten */
     float inv = dscale / s;
+    /* The label's p − dscale from p rounded to fp32 first, as the CPU's (label_grad_bf16 keeps that
+     * rounding with a volatile): __fmul_rn is never fused, where a plain product and difference may
+     * be contracted into one FMA by ptxas (PTX's mul.f32 without .rn), which the bf16 rounding of
+     * the gradient after it can turn into a different bf16. */
     for (int v = threadIdx.x; v < V; v += TPB)
-        l[v] = t < 0 ? 0.0f : expf(l[v] - mx) * inv - (v == t ? dscale : 0.0f);
+        l[v] = t < 0 ? 0.0f : __fmul_rn(expf(l[v] - mx), inv) - (v == t ? dscale : 0.0f);
 }
 
 void cu_head_softmax(float *logits, float *losses, const int32_t *targets, int m, int V, int ld, float dscale,

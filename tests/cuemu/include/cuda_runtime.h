@@ -134,6 +134,12 @@ static inline float __uint_as_float(unsigned u) {
     memcpy(&x, &u, 4);
     return x;
 }
+/* The product rounded to fp32 (a GPU never fuses it into an FMA); the volatile keeps the host
+ * compiler from contracting it either. */
+static inline float __fmul_rn(float a, float b) {
+    volatile float p = a * b;
+    return p;
+}
 static inline int __ffs(int x) { return __builtin_ffs(x); }
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }
