@@ -565,24 +565,38 @@ int main(int argc, char **argv) {
     /* Every LoRA record is JSON, written by events.c as the full trainer's: a diverging run (lr 1e38:
      * NaN losses) logs null, and a --ckpt-dir with a quote is escaped in the ckpt record's path (the
      * LoRA records were fprintf'd until 2026-11-29: "-nan" and a bare quote broke the line). Control:
-     * the reader refuses such a line. */
+     * the reader refuses such a line. The diverging step is not applied and ends the run, exit 1,
+     * naming the last good checkpoint, whose adapters are finite (until 2026-11-29 the NaN update was
+     * applied, saved to the checkpoints and --out, exit 0). */
     {
-        snprintf(cmd, sizeof cmd, "%s " COMMON_LWS("1e38", "0", "3") " --ckpt-every 2 --ckpt-dir '" DIR
+        snprintf(cmd, sizeof cmd, "%s " COMMON_LWS("1e38", "0", "3") " --ckpt-every 1 --ckpt-dir '" DIR
                  "/ck\"q' --val-data " DIR "/train.bin --val-every 2 --log " DIR "/nan.jsonl", g_bin);
         int rc = run("nan", cmd);
+        char *out = tu_slurp(DIR "/nan.out");
+        int said = out && strstr(out, "step 2: non-finite loss or gradient norm (loss nan, grad norm nan): the adapters were "
+                                      "not updated") && strstr(out, "last good checkpoint: " DIR "/ck\"q/step_00000001");
+        free(out);
+        float *b = read_tensor(DIR "/ck\"q/step_00000001/adapter_model.safetensors",
+                               "base_model.model.transformer.h.0.attn.c_attn.lora_B.weight", 96, 4);
+        int finite = b != NULL, big = 0;
+        for (int i = 0; b && i < 96 * 4; i++) finite &= isfinite(b[i]), big |= fabsf(b[i]) > 1e30f;
+        free(b);
+        tu_check(rc == 1 && said && finite && big, "the diverging step is not applied and ends the run naming the last "
+                 "good checkpoint", "exit %d, message %s, step-1 adapters %s (lr 1e38 made them large: %d)", rc,
+                 said ? "right" : "wrong", finite ? "finite" : "not finite or missing", big);
         cJSON *all = tu_log_records(DIR "/nan.jsonl"), *o;
         int nulls = 0, quoted = 0, val_ok = 0, recs = cJSON_GetArraySize(all), parsed = all != NULL;
         cJSON_ArrayForEach(o, all) {
             const char *ev = cJSON_GetObjectItemCaseSensitive(o, "event")->valuestring;
             if (!strcmp(ev, "step")) nulls += cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(o, "loss"));
             const cJSON *path = cJSON_GetObjectItemCaseSensitive(o, "path");
-            if (!strcmp(ev, "ckpt") && cJSON_IsString(path) && strstr(path->valuestring, "ck\"q/step_00000002")) quoted++;
+            if (!strcmp(ev, "ckpt") && cJSON_IsString(path) && strstr(path->valuestring, "ck\"q/step_00000001")) quoted++;
             if (!strcmp(ev, "val"))
                 val_ok += cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "time_ms")) &&
                           cJSON_GetObjectItemCaseSensitive(o, "perplexity") != NULL;
         }
         cJSON_Delete(all);
-        tu_check(rc == 0 && parsed && nulls >= 1 && quoted == 1 && val_ok >= 1, "every LoRA record is JSON (NaN as null, "
+        tu_check(rc == 1 && parsed && nulls >= 1 && quoted == 1 && val_ok >= 1, "every LoRA record is JSON (NaN as null, "
                  "paths escaped)", "rc %d, %d records, %d null losses, %d escaped ckpt paths, %d full val records", rc, recs,
                  nulls, quoted, val_ok);
         FILE *f = fopen(DIR "/old.jsonl", "w");

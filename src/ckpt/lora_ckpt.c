@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "ckpt/ckpt_internal.h"
@@ -239,12 +240,47 @@ int ckpt_lora_locate(const char *arg, char *out, size_t out_len) {
     return out[0] != 0;
 }
 
+static const char *jstr(const cJSON *o, const char *k);
+
+/* What dir holds instead of a LoRA checkpoint, for --resume's refusal ("found ..."). */
+static void describe_not_lora(const char *dir, char *out, size_t cap) {
+    char path[4200], *data = NULL;
+    size_t len;
+    Err e;
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    if (stat(dir, &sb) != 0) {
+        snprintf(out, cap, "nothing there (%s)", strerror(errno));
+    } else if (!S_ISDIR(sb.st_mode)) {
+        snprintf(out, cap, "a file");
+    } else if (file_read_all(path, &data, &len, &e) == ST_OK) {
+        cJSON *s = cJSON_ParseWithLength(data, len);
+        const char *fmt = s ? jstr(s, "format") : NULL;
+        if (!s) snprintf(out, cap, "a state.json that is not JSON (a damaged checkpoint)");
+        else if (fmt && !strcmp(fmt, "scaletrain-checkpoint"))
+            snprintf(out, cap, "an ordinary checkpoint (format scaletrain-checkpoint: resume it without --lora-rank, "
+                     "or start LoRA from it with --init-from)");
+        else snprintf(out, cap, "a state.json of format %.100s", fmt ? fmt : "(none)");
+        cJSON_Delete(s);
+        free(data);
+    } else {
+        long steps[1];
+        snprintf(path, sizeof path, "%s/latest", dir);
+        if (access(path, F_OK) == 0 || ckpt_lora_steps(dir, steps, 1) > 0)
+            snprintf(out, cap, "a directory of checkpoints (give --ckpt-dir %s --resume auto, or one of its step_N)", dir);
+        else snprintf(out, cap, "no state.json");
+    }
+}
+
 Status ckpt_lora_resolve(const char *ckpt_dir, const char *spec, char *out, size_t out_len, Err *err) {
     out[0] = 0;
     if (spec[0] && strcmp(spec, "auto")) {
-        if (!ckpt_lora_is_checkpoint(spec))
+        if (!ckpt_lora_is_checkpoint(spec)) {
+            char found[512];
+            describe_not_lora(spec, found, sizeof found);
             return err_set(err, ST_ERR_INPUT, "--resume %s: expected a LoRA checkpoint directory (state.json with format "
-                           "scaletrain-lora), found none", spec);
+                           "scaletrain-lora), found %s", spec, found);
+        }
         snprintf(out, out_len, "%s", spec);
         return ST_OK;
     }
@@ -252,14 +288,22 @@ Status ckpt_lora_resolve(const char *ckpt_dir, const char *spec, char *out, size
     size_t len;
     snprintf(path, sizeof path, "%s/latest", ckpt_dir);
     struct stat sb;
-    if (stat(path, &sb) != 0) return ST_OK; /* nothing saved yet: a fresh start */
+    if (stat(path, &sb) != 0) { /* no `latest` (lost, or never written): the newest LoRA step_N, else a fresh start */
+        long steps[1];
+        if (ckpt_lora_steps(ckpt_dir, steps, 1) > 0) snprintf(out, out_len, "%s/step_%08ld", ckpt_dir, steps[0]);
+        return ST_OK;
+    }
     Status st = file_read_all(path, &data, &len, err);
     if (st != ST_OK) return st;
     while (len && (data[len - 1] == '\n' || data[len - 1] == ' ')) data[--len] = 0;
     snprintf(out, out_len, "%s/%s", ckpt_dir, data);
     free(data);
-    if (!ckpt_lora_is_checkpoint(out))
-        return err_set(err, ST_ERR_INPUT, "%s/latest names %s, which is not a LoRA checkpoint", ckpt_dir, out);
+    if (!ckpt_lora_is_checkpoint(out)) { /* out stays set: --resume auto falls back to an older one */
+        char found[512];
+        describe_not_lora(out, found, sizeof found);
+        return err_set(err, ST_ERR_INPUT, "%s/latest names %s, which is not a LoRA checkpoint: found %s", ckpt_dir, out,
+                       found);
+    }
     return ST_OK;
 }
 
@@ -269,18 +313,29 @@ static int cmp_desc(const void *a, const void *b) {
 }
 
 int ckpt_lora_steps(const char *ckpt_dir, long *steps, int max) {
+    /* every step first, then the newest max (readdir's order is arbitrary: stopping at max kept any) */
     DIR *d = opendir(ckpt_dir);
-    int n = 0;
-    for (struct dirent *e; d && n < max && (e = readdir(d));) {
+    long *all = NULL;
+    size_t n = 0, cap = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
         long step;
         char tail, p[4096];
         if (sscanf(e->d_name, "step_%ld%c", &step, &tail) != 1) continue; /* step_N.tmp and others: no */
         if (snprintf(p, sizeof p, "%s/%s", ckpt_dir, e->d_name) >= (int)sizeof p) continue;
-        if (ckpt_lora_is_checkpoint(p)) steps[n++] = step;
+        if (!ckpt_lora_is_checkpoint(p)) continue;
+        if (n == cap) {
+            long *x = realloc(all, (cap = cap ? 2 * cap : 64) * sizeof *x);
+            if (!x) break;
+            all = x;
+        }
+        all[n++] = step;
     }
     if (d) closedir(d);
-    qsort(steps, (size_t)n, sizeof *steps, cmp_desc);
-    return n;
+    if (n) qsort(all, n, sizeof *all, cmp_desc);
+    int k = max < 0 ? 0 : n < (size_t)max ? (int)n : max;
+    if (k) memcpy(steps, all, (size_t)k * sizeof *steps);
+    free(all);
+    return k;
 }
 
 static const char *jstr(const cJSON *o, const char *k) {

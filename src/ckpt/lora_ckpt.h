@@ -50,8 +50,11 @@ Status ckpt_lora_read_adapter(const char *dir, const LoraLayout *ll, float *para
 /* Saves step meta->step under ckpt_dir (see above); out (may be NULL) receives the directory. */
 Status ckpt_lora_save(const char *ckpt_dir, const ModelConfig *cfg, const LoraLayout *ll, const LoraCkptMeta *meta,
                       const float *params, const float *m, const float *v, char *out, size_t out_len, Err *err);
-/* spec "auto" (or "") with ckpt_dir: the checkpoint `latest` names (out "" when there is none);
- * otherwise spec itself, which must be a LoRA checkpoint directory. */
+/* spec "auto" (or "") with ckpt_dir: the checkpoint `latest` names, or without `latest` the newest
+ * step_N holding a LoRA state.json (out "" when there is none: a fresh start); when `latest` names
+ * something that is not a LoRA checkpoint the error says what it is and out keeps its path (so
+ * that --resume auto can fall back to an older one). Otherwise spec itself, which must be a LoRA
+ * checkpoint directory (the error says what it is instead). */
 Status ckpt_lora_resolve(const char *ckpt_dir, const char *spec, char *out, size_t out_len, Err *err);
 /* Reads path's state.json (checksums of its files verified) and config.json: the meta, the LoRA
  * config and the base model config. */
@@ -59,7 +62,7 @@ Status ckpt_lora_read_meta(const char *path, LoraCkptMeta *meta, LoraConfig *lc,
 /* Loads the adapters and (m, v not NULL) the moments of checkpoint path for layout ll. */
 Status ckpt_lora_load(const char *path, const LoraLayout *ll, float *params, float *m, float *v, Err *err);
 /* The steps of the step_N directories under ckpt_dir that hold a LoRA checkpoint's state.json,
- * newest first (at most max): --resume auto's fallbacks when the newest does not verify. */
+ * the newest max, newest first: --resume auto's fallbacks when the newest does not verify. */
 int ckpt_lora_steps(const char *ckpt_dir, long *steps, int max);
 /* 1 if dir holds a LoRA checkpoint's state.json ("format": "scaletrain-lora"). */
 int ckpt_lora_is_checkpoint(const char *dir);

@@ -549,8 +549,9 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
             if (fc.arch == ARCH_GPT2) fc.n_kv_head = 0, fc.ffn = 0; /* derived from --heads, --channels */
             fc.dropout = given.dropout;
             c.model = fc;
-        } else if (from_file && !is_dir) {
-            return err_prefix(&err, "--init-from"), *e = err, st;
+        } else if (from_file && !is_dir) { /* ckpt_peek_config's "cannot open" names the flag itself */
+            if (strncmp(err.msg, "--init-from", 11)) err_prefix(&err, "--init-from");
+            return *e = err, st;
         }
         if (recorded[0] && !args_find(specs, n, "tokenizer")->seen) {
             snprintf(c.tokenizer, sizeof c.tokenizer, "%s", recorded);
@@ -599,7 +600,8 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
                 FAIL(ST_ERR_INPUT);
             }
     } else {
-        if (args_find(specs, n, "lora-alpha")->seen && !(lora_alpha > 0)) { /* was replaced by r silently */
+        /* <= 0 was replaced by r silently; 1e39 overflowed the float to inf: every loss NaN, exit 0 */
+        if (args_find(specs, n, "lora-alpha")->seen && !(lora_alpha > 0 && isfinite(lora_alpha))) {
             snprintf(err.msg, sizeof err.msg, "--lora-alpha: expected a positive number (not given: alpha = r), found %g",
                      lora_alpha);
             FAIL(ST_ERR_INPUT);
@@ -614,6 +616,14 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
             FAIL(ST_ERR_INPUT);
         }
         c.lora.base_bf16 = !strcmp(lora_base_prec, "bf16");
+        /* the adapter files --out writes replaced a LoRA checkpoint's own there (it no longer verified) */
+        char ostate[1100];
+        snprintf(ostate, sizeof ostate, "%s/state.json", c.out_dir);
+        if (c.out_dir[0] && access(ostate, F_OK) == 0) {
+            snprintf(err.msg, sizeof err.msg, "--out %.400s: expected a folder for the adapter (adapter_model.safetensors, "
+                     "adapter_config.json) of its own, found a checkpoint (%.400s)", c.out_dir, ostate);
+            FAIL(ST_ERR_INPUT);
+        }
     }
     if ((st = optim_parse_kind(optimizer, &c.optim.kind, &err)) != ST_OK) FAIL(st);
     OptimConfig od = optim_default_config(c.optim.kind);

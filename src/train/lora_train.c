@@ -82,6 +82,7 @@ typedef struct {
     double loop_t0;         /* when it started (timer_ms) */
     int ckpt_lock;          /* --ckpt-dir's lock (tr_claim_outputs), -1 none */
     char resumed[4096];     /* the checkpoint resumed ("" none) */
+    char last_ckpt[4200];   /* the newest checkpoint of this run, or the one it resumed ("" none) */
 } LoraRun;
 
 /* The whole model's adapter parameters (every tp rank's slices together). */
@@ -100,7 +101,8 @@ static Status refuse(const TrainConfig *c, int world, Err *err) {
     else if (c->ckpt_async) bad = "--ckpt-async";
     else if (c->health.policy != d.health.policy) bad = "--spike-policy skip/rollback";
     else if (c->keep_last != d.keep_last || c->keep_every != d.keep_every) bad = "--keep-last/--keep-every";
-    else if (c->pp_schedule[0] || c->pp_layers[0] || c->interleave > 1) bad = "--pp-schedule/--pp-layers/--interleave";
+    else if (c->pp_schedule[0] || c->pp_layers[0] || c->interleave > 1 || c->pp_print_schedule) /* printed nothing */
+        bad = "--pp-schedule/--pp-layers/--interleave/--pp-print-schedule";
     else if (c->mtbf_hours > 0) bad = "--mtbf";
     else if (memcmp(&c->health, &d.health, sizeof d.health)) bad = "--spike-*/--gnorm-spike-*/--max-nonfinite/--stall-window";
     else if (c->no_overlap || c->comm_timeout > 0) bad = "--no-overlap/--comm-timeout";
@@ -113,6 +115,27 @@ static Status refuse(const TrainConfig *c, int world, Err *err) {
     if (world % tp || (c->dp != 0 && c->dp * tp != world))
         return err_set(err, ST_ERR_INPUT, "--dp %d --tp %d: with LoRA expected dp x tp = the world of %d ranks", c->dp, tp,
                        world);
+    return ST_OK;
+}
+
+/* --lora-rank against the model: at most min(in, out) of the narrowest targeted layer. A larger rank
+ * adds parameters but no expressiveness (B·A has rank <= min(in, out)), and a huge one was
+ * allocated until the kernel killed the process (--lora-rank 3000000 on a 64-wide model: exit 137). */
+static Status check_rank(const TrainConfig *c, Err *err) {
+    LoraLayout ll;
+    Status st = lora_layout_init(&ll, &c->model, &c->lora, 1, err);
+    if (st != ST_OK) return st;
+    int cap = 0;
+    const LoraAdapter *at = NULL;
+    for (int i = 0; i < ll.n; i++) {
+        const LoraAdapter *a = &ll.ad[i];
+        int m = a->in_full < a->out_full ? a->in_full : a->out_full;
+        if (!at || m < cap) cap = m, at = a;
+    }
+    if (at && c->lora.rank > cap)
+        return err_set(err, ST_ERR_INPUT, "--lora-rank: expected 1..%d (min(in, out) = min(%d, %d) of the targeted layer %s: "
+                       "a larger rank adds parameters, not rank), found %d", cap, at->in_full, at->out_full,
+                       lora_module_name(&c->model, at->target), c->lora.rank);
     return ST_OK;
 }
 
@@ -385,14 +408,17 @@ static Status resume(LoraRun *r, Err *err) {
     if (!strcmp(c->resume, "auto") && !c->ckpt_dir[0])
         return err_set(err, ST_ERR_INPUT, "--resume auto: expected --ckpt-dir to search, found none");
     char path[4096];
+    int is_auto = !strcmp(c->resume, "auto");
     Status st = ckpt_lora_resolve(c->ckpt_dir, c->resume, path, sizeof path, err);
-    if (st != ST_OK || !path[0]) return st;
+    /* auto with `latest` naming a damaged one (no state.json, not JSON): path is set, the fallbacks below */
+    if ((st != ST_OK && !(is_auto && path[0])) || !path[0]) return st;
     LoraCkptMeta meta;
     LoraConfig lc;
     ModelConfig mc;
     /* auto: the newest checkpoint that verifies, the ones skipped said (a damaged newest one failed
      * the resume with older good ones beside it) */
-    if ((st = ckpt_lora_read_meta(path, &meta, &lc, &mc, err)) != ST_OK && !strcmp(c->resume, "auto")) {
+    if (st == ST_OK) st = ckpt_lora_read_meta(path, &meta, &lc, &mc, err);
+    if (st != ST_OK && is_auto) {
         long steps[256];
         int n = ckpt_lora_steps(c->ckpt_dir, steps, 256);
         char first[sizeof err->msg];
@@ -443,13 +469,24 @@ static Status resume(LoraRun *r, Err *err) {
     loader_set_state(&r->train, meta.loader);
     r->step = meta.step;
     snprintf(r->resumed, sizeof r->resumed, "%s", path);
+    snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
     if (r->comm->rank == 0 && !c->quiet) printf("lora: resumed from %s (step %ld)\n", path, meta.step);
     return ST_OK;
 }
 
 static Status save_files(LoraRun *r, const LoraLayout *ll, const float *p, const float *m, const float *v, Err *err);
 
+static Status save_ranks(LoraRun *r, Err *err);
+
+/* Every rank saves (collectives inside) and notes the checkpoint (the non-finite stop names it). */
 static Status save(LoraRun *r, Err *err) {
+    Status st = save_ranks(r, err);
+    if (st == ST_OK && r->cfg.ckpt_dir[0])
+        snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s/step_%08ld", r->cfg.ckpt_dir, r->step);
+    return st;
+}
+
+static Status save_ranks(LoraRun *r, Err *err) {
     TrainConfig *c = &r->cfg;
     if (!c->ckpt_dir[0]) return ST_OK;
     size_t total = r->lo.lay.total;
@@ -633,6 +670,23 @@ static Status step(LoraRun *r, TrainResult *res, Err *err) {
         }
     }
     float scale = optim_clip_scale(norm, c->grad_clip), lr = sched_lr(&c->sched, next);
+    /* A non-finite loss or norm (an lr or alpha too large) is not applied and ends the run: applied, it
+     * made every adapter NaN, and the run went on to save them to its checkpoints and --out, exit 0.
+     * Every rank agrees (loss and norm are the job's); the full trainer's skip policy (--max-nonfinite)
+     * is refused with LoRA. */
+    if (!isfinite(loss_sum) || !isfinite(norm)) {
+        double loss = ntok > 0 ? loss_sum / (double)ntok : 0.0, ms = timer_ms() - t0;
+        ev_lora_step(&r->log, next, loss, lr, norm, NAN, (long long)ntok, (long long)next * batch_tokens(r), ms, 0.0);
+        /* NaN printed as "nan": printf's "-nan" for 0/0 reads like a sign that means something */
+        double pl = isnan(loss) ? fabs(loss) : loss, pn = isnan(norm) ? fabs(norm) : norm;
+        if (r->comm->rank == 0 && !c->quiet)
+            printf("step %5ld/%ld | loss %.4f | lr %.2e | norm %.3f | not applied | lora\n", next, c->steps, pl, lr, pn),
+                fflush(stdout);
+        return err_set(err, ST_ERR_RUNTIME, "step %ld: non-finite loss or gradient norm (loss %g, grad norm %g): the "
+                       "adapters were not updated and the run stops (lower --lr or --lora-alpha); last good checkpoint: "
+                       "%s", next, pl, pn,
+                       r->last_ckpt[0] ? r->last_ckpt : c->ckpt_dir[0] ? "none yet" : "none (no --ckpt-dir)");
+    }
     OptimRange all = {0, S, 1, 1.0f}; /* decay on A and B (PEFT under HF Trainer) */
     optim_step(&c->optim, pr, gr, r->m, r->v, &all, 1, next, lr, scale, c->threads);
     if (r->zero < 3 && S < total && (st = comm_allgather_f32(r->comm, r->lo.params + off, r->lo.params, S, err)) != ST_OK) return st;
@@ -719,6 +773,10 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
      * gpt_init (setup_model) reads it and before the checkpoints' config.json record it. */
     if (c->model.doc_mask) c->model.doc_eot = (int)loader_header_eot(&r->train);
     if ((st = model_config_validate(&c->model, err)) != ST_OK) goto done;
+    if ((st = check_rank(c, err)) != ST_OK) {
+        res->err_everywhere = 1; /* the flags and the model: the same on every rank */
+        goto done;
+    }
     if ((st = loader_check_vocab(&r->train, (uint32_t)c->model.vocab, err)) != ST_OK) goto done;
     if (c->val_data[0] && (st = loader_open(&r->val, c->val_data, c->seq_len, (uint32_t)c->model.vocab, c->tokenizer_hash,
                                             0, c->no_pack ? LOADER_NO_PACK : 0, err)) != ST_OK)
