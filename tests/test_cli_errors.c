@@ -242,6 +242,11 @@ int main(void) {
         {"--peak-gflops -5", "--peak-gflops: expected a positive GFLOP/s (0: measured), found -5"},
         {"--grad-clip -1", "--grad-clip: expected a norm >= 0 (0: off), found -1"},
         {"--lora-rank 2 --lora-targets ''", "--lora-targets: expected at least one target, found ''"},
+        /* a trailing comma was taken, a leading one refused */
+        {"--lora-rank 2 --lora-targets attn,", "--lora-targets: expected names from q,k,v,o,gate,up,down,attn,mlp,all "
+                                               "separated by commas, found 'attn,'"},
+        {"--lora-rank 2 --lora-targets ,attn", "--lora-targets: expected names from q,k,v,o,gate,up,down,attn,mlp,all "
+                                               "separated by commas, found ',attn'"},
     };
     tu_shell("rm -rf " TMP "/never");
     expect_train_errors("refused", NONSENSE, sizeof NONSENSE / sizeof NONSENSE[0], common, common_lora);
@@ -291,6 +296,8 @@ int main(void) {
                                                                   "--keep-last K > 0"},
         {"--grad-accum 2147483647", "--grad-accum: expected 1..65536 micro-batches per step, found 2147483647"},
         {"--lr -0", "--lr: expected a value >= 0, found -0"},
+        /* past FLT_MAX a float flag became inf: --lr 1e39 trained with lr inf */
+        {"--lr 1e39", "--lr: expected a number within single precision (|x| <= 3.4e38), found '1e39'"},
         {"--lr 0", "--lr 0: expected a value >= the default --min-lr 6e-05 that --schedule cosine decays to, found a "
                    "smaller one; give --min-lr 0 (or --schedule constant)"},
     };

@@ -54,6 +54,10 @@ static Status set_value(ArgSpec *s, const char *v, Err *err) {
         double x = strtod(v, &end);
         if (!*v || *end || errno || !isfinite(x))
             return err_set(err, ST_ERR_INPUT, "--%s: expected a number, found '%s'", s->name, v);
+        /* a float flag's value past FLT_MAX became inf (--lr 1e39 trained with lr inf) */
+        if (s->type == ARG_FLOAT && !isfinite((float)x))
+            return err_set(err, ST_ERR_INPUT, "--%s: expected a number within single precision (|x| <= 3.4e38), "
+                           "found '%s'", s->name, v);
         if (s->type == ARG_FLOAT) *(float *)s->dst = (float)x;
         else *(double *)s->dst = x;
         break;

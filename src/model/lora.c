@@ -17,6 +17,10 @@ Status lora_parse_targets(const char *s, const ModelConfig *cfg, unsigned *mask,
     unsigned m = 0;
     int llama = cfg->arch == ARCH_LLAMA;
     const char *p = s;
+    size_t n = strlen(s);
+    if (n && s[n - 1] == ',') /* an empty last name, refused as an empty first one is */
+        return err_set(err, ST_ERR_INPUT, "--lora-targets: expected names from q,k,v,o,gate,up,down,attn,mlp,all "
+                       "separated by commas, found '%s'", s);
     while (*p) {
         const char *e = strchr(p, ',');
         size_t len = e ? (size_t)(e - p) : strlen(p);
