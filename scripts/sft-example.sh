@@ -60,6 +60,7 @@ fi
 if [[ "$MODE" != full ]]; then
   # --no-pack, not --doc-mask: the LoRA loop does not apply document masking (docs/finetune.md §2);
   # one conversation per row starts at position 0 as well. eval needs a weights folder: merge first.
+  rm -rf "$OUT/lora-ckpt" # a fresh run each time: train refuses to start over another run's checkpoints
   "$ST" train "${SFT[@]}" --no-pack --lora-rank 16 --lora-alpha 32 --lora-targets all --lr 2e-3 --min-lr 2e-4 \
     --steps "$LORA_STEPS" --log "$OUT/lora.jsonl" --out "$OUT/lora" --ckpt-dir "$OUT/lora-ckpt" --ckpt-every "$LORA_STEPS"
   "$ST" export "$OUT/lora-ckpt" --merge -o "$OUT/lora-merged"

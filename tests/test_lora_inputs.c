@@ -14,8 +14,9 @@
  *             state.json not JSON, and with it missing, the run resumes from step 5 (it was refused,
  *             `latest` naming a non-checkpoint), says it skipped step 6, and its step-9 adapters equal
  *             the uninterrupted run's byte for byte; with `latest` deleted it resumes from step 6, the
- *             newest (it started from step 0), its log's first step 7. Control: a fresh run into a
- *             copy logs from step 1, and with every checkpoint damaged the resume is refused.
+ *             newest (it started from step 0), its log's first step 7. A run without --resume into a
+ *             copy is refused naming its checkpoints (it started over them). Control: a fresh run into
+ *             a new folder logs from step 1, and with every checkpoint damaged the resume is refused.
  *   explicit  --resume PATH that is not a LoRA checkpoint says what it is (a state.json that is not
  *             JSON, an ordinary checkpoint, a directory of checkpoints) in one line, exit 2; control:
  *             an intact step directory resumes.
@@ -82,7 +83,7 @@ static void rank(void) {
     ran("control: --lora-rank 32 (the bound) trains", "train " LORA0 " --steps 2 --lora-rank 32");
     /* a float alpha parsed past FLT_MAX became inf: every loss NaN, exit 0 */
     refused("--lora-alpha 1e39 (inf as a float) is refused", "train " T " --init-from base --steps 2 --lora-rank 4 "
-            "--lora-alpha 1e39", "--lora-alpha: expected a positive number (not given: alpha = r), found inf");
+            "--lora-alpha 1e39", "--lora-alpha: expected a number within single precision (|x| <= 3.4e38), found '1e39'");
     const char *llama = "train " T " --arch llama --layers 2 --heads 4 --kv-heads 1 --channels 32 --vocab 257 "
                         "--max-seq-len 16 --steps 2 --lora-targets q,k";
     char a[1024];
@@ -138,11 +139,13 @@ static void resume_auto(void) {
                               DIR "/cku/step_00000009/adapter_model.safetensors"),
                  "without `latest`: the step-9 adapters equal the uninterrupted run's", "compared");
     }
-    if (copy_ck("ckf", "true")) {
-        ran("control: a fresh run into a copy (no --resume)", "train " LORA " --steps 9 --ckpt-dir ckf --log ckf.jsonl");
-        tu_check(first_step("ckf.jsonl") == 1, "control: the fresh run logs from step 1", "first step %ld",
-                 first_step("ckf.jsonl"));
-    }
+    if (copy_ck("ckf", "true")) /* it started from step 0 over the copy's checkpoints */
+        refused("a run without --resume into a copy is refused naming its checkpoints",
+                "train " LORA " --steps 9 --ckpt-dir ckf --log ckf.jsonl", "--ckpt-dir ckf: expected a folder without "
+                "checkpoints for a run that does not resume, found ckf/");
+    ran("control: a fresh run into a new --ckpt-dir", "train " LORA " --steps 9 --ckpt-dir ckn --log ckn.jsonl");
+    tu_check(first_step("ckn.jsonl") == 1, "control: the fresh run logs from step 1", "first step %ld",
+             first_step("ckn.jsonl"));
     if (copy_ck("cka", "for d in step_*; do echo '{' > $d/state.json; done"))
         refused("control: every checkpoint damaged, --resume auto is refused",
                 "train " LORA " --steps 9 --ckpt-dir cka --resume auto", "which is not a LoRA checkpoint");

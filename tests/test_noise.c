@@ -210,10 +210,10 @@ static double ema_at(const char *name, int step) {
 }
 
 static void test_resume(void) {
-    int rc = run("full", 0, "--grad-accum 2 --steps 6 --ckpt-dir " DIR "/ck_full --ckpt-every 3");
     char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf %s/ck_stop", DIR);
-    rc |= system(cmd);
+    snprintf(cmd, sizeof cmd, "rm -rf %s/ck_full %s/ck_stop", DIR, DIR); /* a run without --resume needs them empty */
+    int rc = system(cmd);
+    rc |= run("full", 0, "--grad-accum 2 --steps 6 --ckpt-dir " DIR "/ck_full --ckpt-every 3");
     rc |= run("stop", 0, "--grad-accum 2 --steps 3 --ckpt-dir " DIR "/ck_stop --ckpt-every 3");
     rc |= run("resumed", 0, "--grad-accum 2 --steps 6 --ckpt-dir " DIR "/ck_stop --resume auto");
     tu_check(rc == 0, "noise resume runs ran", "exit codes OR-ed %d", rc);

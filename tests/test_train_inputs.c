@@ -6,7 +6,9 @@
  *   outputs   --log naming the training shard, --out naming the checkpoint being resumed, --out
  *             naming the --init-from folder, --out naming a step_ folder of --ckpt-dir: exit 2,
  *             one line naming the flag; the shard's hash and the checkpoint unchanged (it resumes).
- *             Control: the same runs with the outputs elsewhere exit 0.
+ *             Control: the same runs with the outputs elsewhere exit 0. A run without --resume into
+ *             the --ckpt-dir holding checkpoints is refused naming one (control: --resume auto there
+ *             resumes, below).
  *   data      a resume whose --data glob now matches a second shard is refused naming data_files;
  *             the same single shard spelled as a path instead of the glob resumes (0), and so does
  *             the changed glob with --override data (control: the override is what lets it).
@@ -86,6 +88,10 @@ static void outputs(void) {
             "sh/train_000000.bin", "--log sh/train_000000.bin: expected a file that is not one of the run's inputs");
     tu_check(h0 && hash_file(DIR "/sh/train_000000.bin") == h0, "the shard is unchanged", "xxh3 %016llx", h0);
     ran("a checkpoint at step 6", "train --data sh/train_000000.bin " T " --steps 6 --ckpt-dir ck --ckpt-every 3");
+    /* without --resume it started from step 0 over those checkpoints (replaced, or removed by retention) */
+    refused("a run without --resume into a --ckpt-dir holding checkpoints is refused", "train --data "
+            "sh/train_000000.bin " T " --steps 6 --ckpt-dir ck", "--ckpt-dir ck: expected a folder without checkpoints "
+            "for a run that does not resume, found ck/");
     refused("--out naming the checkpoint it resumes is refused", "train --data sh/train_000000.bin " T " --steps 9 "
             "--ckpt-dir ck --resume auto --out ck/step_00000006", "--out ck/step_00000006: expected a folder other than "
             "the checkpoint it resumes");

@@ -5,9 +5,9 @@
 #include "train/train.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <limits.h>
 #include <math.h>
-#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -636,10 +636,30 @@ static Status lock_ckpt_dir(const char *dir, int *fd, Err *err) {
     return ST_OK;
 }
 
+/* A run given no --resume writes its step_ folders and `latest` into --ckpt-dir from step 0: where
+ * another run's checkpoints are, it replaced them one save at a time and retention deleted the rest,
+ * without a word (a user who forgot --resume auto lost the run). Refused, naming what is there
+ * (`latest` or a step_ folder), unless --resume was given (auto over a folder with nothing valid
+ * starts afresh, as documented). */
+static Status check_fresh_ckpt_dir(const TrainConfig *c, Err *err) {
+    if (!c->ckpt_dir[0] || c->resume[0]) return ST_OK;
+    DIR *d = opendir(c->ckpt_dir);
+    if (!d) return ST_OK; /* created by the lock */
+    char found[300] = "";
+    for (struct dirent *e; !found[0] && (e = readdir(d));)
+        if (!strcmp(e->d_name, "latest") || !strncmp(e->d_name, "step_", 5)) snprintf(found, sizeof found, "%s", e->d_name);
+    closedir(d);
+    if (!found[0]) return ST_OK;
+    return err_set(err, ST_ERR_INPUT, "--ckpt-dir %s: expected a folder without checkpoints for a run that does not "
+                   "resume, found %s/%s; continue that run with --resume auto, or give this one another --ckpt-dir",
+                   c->ckpt_dir, c->ckpt_dir, found);
+}
+
 Status tr_claim_outputs(Comm *comm, const TrainConfig *c, const Loader *train, const Loader *val, const char *resume_dir,
                         int *lock, int *err_everywhere, Err *err) {
     Status st = check_outputs(c, train, c->val_data[0] ? val : NULL, resume_dir ? resume_dir : "", err);
     /* rank 0 holds --ckpt-dir for the job (the other ranks write their parts under it) */
     if (st == ST_OK && comm->rank == 0) st = lock_ckpt_dir(c->ckpt_dir, lock, err);
+    if (st == ST_OK && comm->rank == 0) st = check_fresh_ckpt_dir(c, err);
     return train_agree(comm, st, "--ckpt-dir", err, err_everywhere);
 }
