@@ -4,7 +4,8 @@
  * Oracle: the real binary's exit status and its one stderr line, and the inputs' bytes (XXH3 of a
  * shard before and after; the checkpoint still resumes).
  *   outputs   --log naming the training shard, --out naming the checkpoint being resumed, --out
- *             naming the --init-from folder, --out naming a step_ folder of --ckpt-dir: exit 2,
+ *             naming the --init-from folder, --out naming a step_ folder of --ckpt-dir or another
+ *             checkpoint folder (a copy holding state.json): exit 2,
  *             one line naming the flag; the shard's hash and the checkpoint unchanged (it resumes).
  *             Control: the same runs with the outputs elsewhere exit 0. A run without --resume into
  *             the --ckpt-dir holding checkpoints is refused naming one (control: --resume auto there
@@ -97,6 +98,11 @@ static void outputs(void) {
             "the checkpoint it resumes");
     refused("--out naming a step_ folder of --ckpt-dir is refused", "train --data sh/train_000000.bin " T " --steps 9 "
             "--ckpt-dir ck --resume auto --out ck/step_00000009", "expected a folder outside --ckpt-dir ck's checkpoints");
+    system("rm -rf " DIR "/ckcopy && cp -r " DIR "/ck/step_00000006 " DIR "/ckcopy");
+    refused("--out naming another checkpoint folder is refused", "train --data sh/train_000000.bin " T " --steps 2 "
+            "--out ckcopy", "--out ckcopy: expected a folder for the weights (model.safetensors, config.json) of its own, "
+            "found a checkpoint (ckcopy/state.json)");
+    ran("control: that checkpoint still resumes", "train --data sh/train_000000.bin " T " --steps 7 --resume ckcopy");
     ran("base weights", "train --data sh/train_000000.bin " T " --steps 2 --out base");
     snprintf(a, sizeof a, "train --data sh/train_000000.bin --init-from base --steps 2 --threads 1 --seq-len 32 "
              "--micro-batch 2 --quiet --out base");

@@ -616,14 +616,6 @@ static Status train_args_impl(int argc, char **argv, const Comm *comm, TrainArgs
             FAIL(ST_ERR_INPUT);
         }
         c.lora.base_bf16 = !strcmp(lora_base_prec, "bf16");
-        /* the adapter files --out writes replaced a LoRA checkpoint's own there (it no longer verified) */
-        char ostate[1100];
-        snprintf(ostate, sizeof ostate, "%s/state.json", c.out_dir);
-        if (c.out_dir[0] && access(ostate, F_OK) == 0) {
-            snprintf(err.msg, sizeof err.msg, "--out %.400s: expected a folder for the adapter (adapter_model.safetensors, "
-                     "adapter_config.json) of its own, found a checkpoint (%.400s)", c.out_dir, ostate);
-            FAIL(ST_ERR_INPUT);
-        }
     }
     if ((st = optim_parse_kind(optimizer, &c.optim.kind, &err)) != ST_OK) FAIL(st);
     OptimConfig od = optim_default_config(c.optim.kind);

@@ -593,6 +593,13 @@ static Status check_outputs(const TrainConfig *c, const Loader *train, const Loa
         if (!strncmp(base, "step_", 5) && c->ckpt_dir[0] && same_node(parent, c->ckpt_dir))
             return err_set(err, ST_ERR_INPUT, "--out %s: expected a folder outside --ckpt-dir %s's checkpoints, found one of "
                            "its step_ folders", c->out_dir, c->ckpt_dir);
+        /* any other checkpoint (a state.json there): the files --out writes replaced its own, and it
+         * failed its checksums (found for LoRA and for the full trainer, 2026-11-29) */
+        snprintf(buf, sizeof buf, "%s/state.json", c->out_dir);
+        if (access(buf, F_OK) == 0)
+            return err_set(err, ST_ERR_INPUT, "--out %s: expected a folder for the %s of its own, found a checkpoint (%s)",
+                           c->out_dir, c->lora.rank > 0 ? "adapter (adapter_model.safetensors, adapter_config.json)"
+                                                        : "weights (model.safetensors, config.json)", buf);
     }
     return ST_OK;
 }
