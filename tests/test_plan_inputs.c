@@ -91,6 +91,17 @@ static void test_params_zero(void) {
                  "--params: expected a positive whole parameter count, found 0");
 }
 
+/* --lora-rank above min(in, out) of the narrowest targeted layer: train refuses it (lora_layout_init),
+ * plan priced it (27 GiB at 3000000 on d6). Control: the bound itself, 384 = C, plans. */
+static void test_lora_rank_bound(void) {
+    expect_error("--lora-rank above the narrowest targeted layer is refused", BASE " --lora-rank 3000000",
+                 "--lora-rank: expected 1..384 (min(in, out) = min(384, 1152) of the targeted layer attn.c_attn");
+    int code;
+    cJSON *j = plan_json(BASE " --lora-rank 384", &code);
+    tu_check(code == 0 && j, "control: --lora-rank 384 (the bound) plans", "exit=%d", code);
+    cJSON_Delete(j);
+}
+
 /* Every string option given '' read as absent: --pp-layers '' planned the default split, --scaling ''
  * no fit, --model '' beside a shape the shape, --lora-targets '' the default targets. */
 static void test_empty_strings(void) {
@@ -302,6 +313,7 @@ int main(void) {
     }
     test_global_batch();
     test_params_zero();
+    test_lora_rank_bound();
     test_empty_strings();
     test_inert_flags();
     test_llama_heads();

@@ -120,6 +120,20 @@ Status lora_layout_init_tp(LoraLayout *ll, const ModelConfig *cfg, const LoraCon
         if (a.in > ll->max_in) ll->max_in = a.in;
         ll->ad[ll->n++] = a;
     }
+    /* A rank above min(in, out) of a targeted layer adds parameters, not rank (3000000 on a 64-wide
+     * model was allocated until the OOM killer ended the run); the narrowest layer bounds it. Here,
+     * so that train and plan refuse alike. */
+    const LoraAdapter *narrow = NULL;
+    int cap = 0;
+    for (int i = 0; i < ll->n; i++) {
+        const LoraAdapter *a = &ll->ad[i];
+        int m = a->in_full < a->out_full ? a->in_full : a->out_full;
+        if (!narrow || m < cap) cap = m, narrow = a;
+    }
+    if (narrow && r > cap)
+        return err_set(err, ST_ERR_INPUT, "--lora-rank: expected 1..%d (min(in, out) = min(%d, %d) of the targeted layer "
+                       "%s: a larger rank adds parameters, not rank), found %d", cap, narrow->in_full, narrow->out_full,
+                       lora_module_name(cfg, narrow->target), r);
     ll->block_floats = off;
     size_t t = off * (size_t)ll->L, m = (size_t)shard_multiple;
     ll->total = (t + m - 1) / m * m;
