@@ -180,6 +180,8 @@ int main(void) {
     expect_error("unknown --device", args, "--device: expected one of " ST_DEVICES ", found 'tpu'");
     expect_error("eval --device tpu", "eval /nonexistent --data x.bin --device tpu",
                  "--device: expected one of " ST_DEVICES ", found 'tpu'");
+    expect_error("eval --micro-batch 0 says what it found", "eval /nonexistent --data x.bin --micro-batch 0",
+                 "--micro-batch: expected >= 1, found 0");
     expect_error("sample --device tpu", "sample /nonexistent --device tpu", "--device: expected one of " ST_DEVICES ", found 'tpu'");
     snprintf(args, sizeof args, "train --data %s/good.bin %s --seq-len 128", TMP, without(common, "--seq-len"));
     expect_error("T above max sequence length", args, "--seq-len: expected 1..64");

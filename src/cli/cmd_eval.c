@@ -204,15 +204,30 @@ int cmd_eval(int argc, char **argv) {
     ChatTemplate tmpl;
     if (chat_template_parse(chat_template, &tmpl))
         return cli_fail("eval", ST_ERR_INPUT, "--chat-template: expected auto, llama3 or plain");
-    if (max_new < 1) return cli_fail("eval", ST_ERR_INPUT, "--max-new-tokens: expected >= 1");
-    if (show < 0) return cli_fail("eval", ST_ERR_INPUT, "--show: expected >= 0");
+    if (max_new < 1) {
+        err_set(&err, ST_ERR_INPUT, "--max-new-tokens: expected >= 1, found %d", max_new);
+        return cli_fail("eval", ST_ERR_INPUT, err.msg);
+    }
+    if (show < 0) {
+        err_set(&err, ST_ERR_INPUT, "--show: expected >= 0, found %d", show);
+        return cli_fail("eval", ST_ERR_INPUT, err.msg);
+    }
     const Backend *be;
     Faults faults;
     if ((st = cli_faults_from_env(&faults, &err)) != ST_OK) return cli_fail("eval", st, err.msg);
     if ((st = devemu_find(device, faults.emulated_device, &be, &err)) != ST_OK) return cli_fail("eval", st, err.msg);
-    if (tokens < 0) return cli_fail("eval", ST_ERR_INPUT, "--tokens: expected >= 0");
-    if (B < 1) return cli_fail("eval", ST_ERR_INPUT, "--micro-batch: expected >= 1");
-    if (T < 0) return cli_fail("eval", ST_ERR_INPUT, "--seq-len: expected >= 0");
+    if (tokens < 0) {
+        err_set(&err, ST_ERR_INPUT, "--tokens: expected >= 0, found %ld", (long)tokens);
+        return cli_fail("eval", ST_ERR_INPUT, err.msg);
+    }
+    if (B < 1) {
+        err_set(&err, ST_ERR_INPUT, "--micro-batch: expected >= 1, found %d", B);
+        return cli_fail("eval", ST_ERR_INPUT, err.msg);
+    }
+    if (T < 0) {
+        err_set(&err, ST_ERR_INPUT, "--seq-len: expected >= 0, found %d", T);
+        return cli_fail("eval", ST_ERR_INPUT, err.msg);
+    }
     if (threads < 0 || threads > 1024) {
         char m[96];
         snprintf(m, sizeof m, "--threads: expected 0 (auto) or 1..1024, found %d", threads);
