@@ -152,9 +152,14 @@ static void resume_auto(void) {
 }
 
 static void explicit(void) {
-    if (copy_ck("cke", "echo '{' > step_00000006/state.json"))
+    if (copy_ck("cke", "echo '{' > step_00000006/state.json")) {
         refused("--resume of a state.json that is not JSON says so", "train " LORA " --steps 9 --resume "
                 "cke/step_00000006", "found a state.json that is not JSON");
+        /* export called it a PEFT adapter folder (a run's --out) */
+        refused("export --merge of that checkpoint says it is a damaged LoRA checkpoint", "export cke/step_00000006 "
+                "--merge -o merged_bad", "found a LoRA checkpoint whose state.json is missing or does not read as one");
+        ran("control: export --merge of the intact checkpoint", "export ck/step_00000006 --merge -o merged_ok");
+    }
     ran("an ordinary checkpoint", "train " T " --layers 2 --heads 2 --channels 32 --vocab 257 --max-seq-len 16 --steps 2 "
         "--ckpt-dir full");
     refused("--resume of an ordinary checkpoint with --lora-rank says so", "train " LORA " --steps 9 --resume "

@@ -277,12 +277,19 @@ int cmd_export(int argc, char **argv) {
         return export_lora(lpath, merge, base, out, tokenizer, bf16, (uint64_t)bytes);
     }
     if (merge || adapter || base[0]) { /* what was given instead, and where the LoRA checkpoint is */
-        char ac[4200];
+        char ac[4200], opt[4200], sj[4200];
         snprintf(ac, sizeof ac, "%s/adapter_config.json", pos[0]);
+        snprintf(opt, sizeof opt, "%s/optimizer.safetensors", pos[0]);
+        snprintf(sj, sizeof sj, "%s/state.json", pos[0]);
+        /* adapters beside optimizer state or a state.json: a LoRA checkpoint whose state.json does not
+         * read (it was called a PEFT adapter folder, a run's --out) */
+        int adapters = access(ac, R_OK) == 0, ckpt = access(opt, F_OK) == 0 || access(sj, F_OK) == 0;
         const char *found = access(pos[0], F_OK) != 0 ? "no such file or directory"
-                            : access(ac, R_OK) == 0 ? "a PEFT adapter folder (a LoRA run's --out: no base hash, no optimizer "
-                                                      "state; the run's --ckpt-dir holds the checkpoint)"
-                                                    : "an ordinary checkpoint or weights folder";
+                            : adapters && ckpt ? "a LoRA checkpoint whose state.json is missing or does not read as one "
+                                                 "(damaged: take an earlier step_ of its --ckpt-dir)"
+                            : adapters ? "a PEFT adapter folder (a LoRA run's --out: no base hash, no optimizer "
+                                         "state; the run's --ckpt-dir holds the checkpoint)"
+                                       : "an ordinary checkpoint or weights folder";
         err_set(&err, ST_ERR_INPUT, "%s: --merge/--adapter/--base: expected a LoRA checkpoint (state.json of format "
                 "scaletrain-lora), found %s", pos[0], found);
         return cli_fail("export", ST_ERR_INPUT, err.msg);
