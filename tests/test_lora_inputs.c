@@ -37,34 +37,12 @@
 #define LORA0 T " --init-from base --lr 1e-3 --warmup 2 --lora-alpha 8 --lora-dropout 0.1" /* a --lora-rank to add */
 #define LORA LORA0 " --lora-rank 4"
 
-/* Runs `scaletrain ARGS` in DIR; the exit code; stderr's text in err (lines counted in *lines). */
-static int st(const char *args, char *err, size_t cap, int *lines) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "cd %s && %s %s >stdout.txt 2>stderr.txt", DIR, BIN, args);
-    int rc = system(cmd);
-    char *t = tu_slurp(DIR "/stderr.txt");
-    if (err && cap) snprintf(err, cap, "%s", t ? t : "");
-    if (lines) {
-        *lines = 0;
-        for (const char *p = t; p && *p; p++) *lines += *p == '\n';
-    }
-    free(t);
-    if (err && cap && err[0] && err[strlen(err) - 1] == '\n') err[strlen(err) - 1] = '\0';
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : WIFSIGNALED(rc) ? 128 + WTERMSIG(rc) : -1;
-}
+/* Runs `scaletrain ARGS` in DIR (testutil's tu_run_in). */
+static int st(const char *args, char *err, size_t cap, int *lines) { return tu_run_in(DIR, BIN, args, err, cap, lines); }
 
-/* Refused with exit 2, one line containing want. */
-static void refused(const char *name, const char *args, const char *want) {
-    char err[2048];
-    int lines, rc = st(args, err, sizeof err, &lines);
-    tu_check(rc == 2 && lines == 1 && strstr(err, want), name, "exit %d, %d line(s): %s", rc, lines, err);
-}
-
-static void ran(const char *name, const char *args) {
-    char err[2048];
-    int rc = st(args, err, sizeof err, NULL);
-    tu_check(rc == 0, name, "exit %d: %s", rc, err);
-}
+/* Refused with exit 2, one line containing want; or run with exit 0. */
+static void refused(const char *name, const char *args, const char *want) { tu_refused_in(DIR, BIN, name, args, want); }
+static void ran(const char *name, const char *args) { tu_ran_in(DIR, BIN, name, args); }
 
 /* The first step record's step of log DIR/name (-1: none, or the log unreadable). */
 static long first_step(const char *name) {

@@ -43,21 +43,6 @@
 #define DIR ST_BINARY_DIR "/test_train_inputs"
 #define T "--layers 2 --heads 2 --channels 32 --vocab 257 --max-seq-len 32 --seq-len 32 --micro-batch 2 --threads 1 --quiet"
 
-/* Runs `scaletrain ARGS` in DIR; the exit code; stderr's text in err (lines counted in *lines). */
-static int st(const char *args, char *err, size_t cap, int *lines) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "cd %s && %s %s >/dev/null 2>stderr.txt", DIR, BIN, args);
-    int rc = system(cmd);
-    char *t = tu_slurp(DIR "/stderr.txt");
-    if (err && cap) snprintf(err, cap, "%s", t ? t : "");
-    if (lines) {
-        *lines = 0;
-        for (const char *p = t; p && *p; p++) *lines += *p == '\n';
-    }
-    free(t);
-    if (err && cap && err[0] && err[strlen(err) - 1] == '\n') err[strlen(err) - 1] = '\0';
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
 
 static unsigned long long hash_file(const char *path) {
     char *t;
@@ -69,18 +54,9 @@ static unsigned long long hash_file(const char *path) {
     return h;
 }
 
-/* Refused with exit 2, one line containing want. */
-static void refused(const char *name, const char *args, const char *want) {
-    char err[1024];
-    int lines, rc = st(args, err, sizeof err, &lines);
-    tu_check(rc == 2 && lines == 1 && strstr(err, want), name, "exit %d, %d line(s): %s", rc, lines, err);
-}
-
-static void ran(const char *name, const char *args) {
-    char err[1024];
-    int rc = st(args, err, sizeof err, NULL);
-    tu_check(rc == 0, name, "exit %d: %s", rc, err);
-}
+/* Refused with exit 2, one line containing want; or run with exit 0. */
+static void refused(const char *name, const char *args, const char *want) { tu_refused_in(DIR, BIN, name, args, want); }
+static void ran(const char *name, const char *args) { tu_ran_in(DIR, BIN, name, args); }
 
 static void outputs(void) {
     char a[2048];

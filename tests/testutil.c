@@ -90,6 +90,40 @@ int tu_shell(const char *cmd) {
     return ok;
 }
 
+int tu_run_in(const char *dir, const char *bin, const char *args, char *err, size_t cap, int *lines) {
+    size_t n = strlen(dir) * 3 + strlen(bin) + strlen(args) + 64;
+    char *cmd = malloc(n), *path = malloc(strlen(dir) + 16);
+    if (!cmd || !path) return free(cmd), free(path), -1;
+    snprintf(cmd, n, "cd %s && %s %s >%s/stdout.txt 2>%s/stderr.txt", dir, bin, args, dir, dir);
+    int rc = system(cmd);
+    sprintf(path, "%s/stderr.txt", dir);
+    char *t = tu_slurp(path);
+    free(cmd), free(path);
+    if (err && cap) {
+        snprintf(err, cap, "%s", t ? t : "");
+        size_t l = strlen(err);
+        if (l && err[l - 1] == '\n') err[l - 1] = '\0';
+    }
+    if (lines) {
+        *lines = 0;
+        for (const char *p = t; p && *p; p++) *lines += *p == '\n';
+    }
+    free(t);
+    return rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : WIFSIGNALED(rc) ? 128 + WTERMSIG(rc) : -1;
+}
+
+void tu_refused_in(const char *dir, const char *bin, const char *name, const char *args, const char *want) {
+    char err[2048];
+    int lines, rc = tu_run_in(dir, bin, args, err, sizeof err, &lines);
+    tu_check(rc == 2 && lines == 1 && strstr(err, want), name, "exit %d, %d line(s): %s", rc, lines, err);
+}
+
+void tu_ran_in(const char *dir, const char *bin, const char *name, const char *args) {
+    char err[2048];
+    int rc = tu_run_in(dir, bin, args, err, sizeof err, NULL);
+    tu_check(rc == 0, name, "exit %d: %s", rc, err);
+}
+
 char *tu_slurp(const char *path) {
     char *t;
     size_t n;

@@ -22,6 +22,14 @@ double tu_max_abs_diff_f(const float *a, const float *b, size_t n);
  * never turns a test into a silent pass. */
 int tu_shell(const char *cmd);
 
+/* Runs `bin args` in the folder dir, its stdout into dir/stdout.txt and its stderr into
+ * dir/stderr.txt; returns the exit code (128 + the signal of one killed, -1 unknown). err (when cap
+ * > 0) gets stderr without its last newline, *lines (when not NULL) its number of lines. */
+int tu_run_in(const char *dir, const char *bin, const char *args, char *err, size_t cap, int *lines);
+/* tu_run_in as a check: a refusal (exit 2, one stderr line holding want), or a run that succeeds. */
+void tu_refused_in(const char *dir, const char *bin, const char *name, const char *args, const char *want);
+void tu_ran_in(const char *dir, const char *bin, const char *name, const char *args);
+
 /* The whole file as a NUL-terminated string (caller frees), or NULL if it cannot be read. */
 char *tu_slurp(const char *path);
 
