@@ -206,6 +206,14 @@ int main(void) {
     refused("neg_llmc_version5", patched_llmc(1, 5), "llmc_h1_5.bin", "version 5");
     refused("neg_llmc_heads", patched_llmc(5, 2), "llmc_h5_2.bin", "heads");
     refused("neg_llmc_vp", patched_llmc(7, 64), "llmc_h7_64.bin", "expected");
+    { /* read as a configuration (train --init-from's first look): the check names the header word,
+       * not train's --layers flag */
+        ModelConfig pc;
+        Err pe = {0};
+        Status ps = ckpt_peek_config(patched_llmc(4, 2147483647), &pc, &pe);
+        tu_check(ps == ST_ERR_INPUT && strstr(pe.msg, "llmc_h4_2147483647.bin: llm.c header: layers (word [4]): expected "
+                                             "1..1024, found 2147483647"), "neg_llmc_layers_named_by_word", "%s", pe.msg);
+    }
     cli();
     fixture_free(&fx);
     return tu_exit();

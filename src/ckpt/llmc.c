@@ -62,8 +62,27 @@ static Status llmc_config(const char *path, const int *h, ModelConfig *cfg, Err 
     if (h[7] < h[3])
         return err_set(err, ST_ERR_INPUT, "%s: padded vocabulary %d is smaller than the vocabulary %d", path, h[7], h[3]);
     Status st = model_config_validate(cfg, err);
-    if (st != ST_OK) return err_prefix(err, "%s", path);
-    return ST_OK;
+    if (st == ST_OK) return ST_OK;
+    /* The check names train's flags ("--layers: expected 1..1024"); here each value is a header
+     * word: "--layers" becomes "layers (word [4])". */
+    static const struct { const char *flag, *word; } W[] = {{"--max-seq-len", "max_seq (word [2])"},
+        {"--vocab", "vocab (word [3])"}, {"--layers", "layers (word [4])"}, {"--heads", "heads (word [5])"},
+        {"--channels", "channels (word [6])"}};
+    char msg[sizeof err->msg], out[sizeof err->msg];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    for (size_t i = 0; i < sizeof W / sizeof W[0]; i++) {
+        size_t n = strlen(W[i].flag), o = 0;
+        for (const char *q = msg; *q && o + 1 < sizeof out;) {
+            if (!strncmp(q, W[i].flag, n) && !(q[n] == '-' || (q[n] >= 'a' && q[n] <= 'z'))) {
+                o += (size_t)snprintf(out + o, sizeof out - o, "%s", W[i].word), q += n;
+                if (o >= sizeof out) o = sizeof out - 1;
+            } else
+                out[o++] = *q++;
+        }
+        out[o] = '\0';
+        snprintf(msg, sizeof msg, "%s", out);
+    }
+    return err_set(err, st, "%s: llm.c header: %s", path, msg);
 }
 
 Status ckpt_peek_config(const char *path, ModelConfig *cfg, Err *err) {
