@@ -219,18 +219,28 @@ rerr:
     return err_set(err, ST_ERR_INPUT, "%s: read failed", path);
 }
 
+/* A folder that cannot be made for a reason in the path the user gave (a file in the way, no
+ * permission, a read-only or pseudo file system such as /proc) is bad input (exit 2); a full or
+ * failing disk is a runtime error. */
+static Status mkdir_failed(const char *path, int e, Err *err) {
+    int input = e == ENOENT || e == ENOTDIR || e == EACCES || e == EPERM || e == EROFS || e == ENAMETOOLONG || e == ELOOP;
+    return err_set(err, input ? ST_ERR_INPUT : ST_ERR_RUNTIME, "%s: cannot create directory: %s", path, strerror(e));
+}
+
 Status file_mkdirs(const char *dir, Err *err) {
     char buf[4096];
     snprintf(buf, sizeof buf, "%s", dir);
     for (char *p = buf + 1; *p; p++) {
         if (*p != '/') continue;
         *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return err_set(err, ST_ERR_RUNTIME, "%s: cannot create directory: %s", buf, strerror(errno));
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return mkdir_failed(buf, errno, err);
         *p = '/';
     }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return err_set(err, ST_ERR_RUNTIME, "%s: cannot create directory: %s", buf, strerror(errno));
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return mkdir_failed(buf, errno, err);
+    /* EEXIST is also a file of that name: not the folder asked for */
+    struct stat sb;
+    if (stat(buf, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return err_set(err, ST_ERR_INPUT, "%s: expected a directory, found a file", buf);
     return ST_OK;
 }
 
