@@ -36,8 +36,9 @@ for cfg in "A 12 12 768 50257" "B 6 6 384 50257"; do
     out=$($OB "$L" "$NH" "$C" "$V" "$rounds" "$threads" "$prec" $sh)
     r=$(grep '^RESULT ' <<<"$out")
     so=$(grep '^RESULT_SOPHIA ' <<<"$out")
+    sa=$(grep '^RESULT_SHAMPOO ' <<<"$out" || true) # its own line: RESULT_SOPHIA has a ratio_amortized too
     sophia_rows+="| $name ($L/$C/$V) | $prec | $(field "$r" adamw_ms) | $(field "$so" sophia_ms) | $(field "$so" hess_ema_ms) | $(field "$so" sophia_amortized_ms) | **$(field "$so" ratio_amortized)** |"$'\n'
-    [[ -n $sh ]] && shampoo_rows+="| $name ($L/$C/$V) | $(field "$r" adamw_ms) | $(sed -n 's/.*"shampoo_ms": \([0-9.]*\).*/\1/p' <<<"$out") | $(sed -n 's/.*"shampoo_root_ms": \([0-9.]*\).*/\1/p' <<<"$out") | $(sed -n 's/.*"shampoo_amortized_ms": \([0-9.]*\).*/\1/p' <<<"$out") | **$(sed -n 's/.*"ratio_amortized": \([0-9.]*\).*/\1/p' <<<"$out")** |"$'\n'
+    [[ -n $sh ]] && shampoo_rows+="| $name ($L/$C/$V) | $(field "$r" adamw_ms) | $(field "$sa" shampoo_ms) | $(field "$sa" shampoo_root_ms) | $(field "$sa" shampoo_amortized_ms) | **$(field "$sa" ratio_amortized)** |"$'\n'
 
     printf "| %s (%s/%s/%s) | %s | %s | %s | **%s** | %s | %s | %s | %s |\n" "$name" "$L" "$C" "$V" "$prec" \
       "$(field "$r" adamw_ms)" "$(field "$r" muon_ms)" "$(field "$r" ratio)" "$(field "$r" ns_ms)" \

@@ -26,7 +26,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 MPI="mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1"
 shape="--layers 6 --heads 6 --channels 384 --vocab $V --max-seq-len 256 --seq-len 256 --micro-batch $mb"
-$ST prepare --out "$tmp/sh" --tokenizer bytes --val-fraction 0 data/tinyshakespeare/input.txt >/dev/null
+$ST prepare --quiet --out "$tmp/sh" --tokenizer bytes --val-fraction 0 data/tinyshakespeare/input.txt >/dev/null
 shape="$shape --data $tmp/sh/train_000000.bin --tokenizer bytes"
 med() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 field() { # median over the step records after the first of a python expression on record r

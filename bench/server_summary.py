@@ -168,7 +168,7 @@ if tpr_:
             return json.load(open(os.path.join(work, f"tp-plan{'-sp' if sp else ''}.json")))["communication"]["tp_s"] * 1e3
         except (OSError, ValueError, KeyError, TypeError):
             return None
-    print("\n--- tensor parallelism, tp 2, the trainer's d6 at 8 × 256 (medians over the steps after the first; "
+    print(f"\n--- tensor parallelism, tp 2, the trainer's {env.get('model', 'd6')} at 8 × 256 (medians over the steps after the first; "
           f"plan's alpha-beta tp time {fmt(alpha_beta(False), '{:.1f}')} ms/step, {fmt(alpha_beta(True), '{:.1f}')} with --sp)")
     print("| run | step ms | exposed tp ms/step | exposed / alpha-beta | overlapped collectives done before their wait |")
     print("|---|---:|---:|---:|---:|")

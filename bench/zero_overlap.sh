@@ -28,7 +28,8 @@
 # commit: its runs are interleaved with BIN's in every round, rows labelled "base"), MPIRUN (default
 # mpirun), MPI_EXTRA (more mpirun options), OUT (keep the logs in this directory).
 # The 16-core server: bench/zero_overlap.sh 8 2 "B C" "2 3" 6 2   (dp 8 x 2 threads, the issue's grid)
-#   (bench/server.sh runs it as bench/zero_overlap.sh SERVER_DP=8 N/8 B "2 3" 4 1)
+#   (bench/server.sh runs it as bench/zero_overlap.sh DP N/DP B "2 3" 4 1, DP = SERVER_DP (8), N its threads:
+#   8 2 B "2 3" 4 1 on 16 cores; SERVER_ZERO_CONFIGS, SERVER_ZERO_STAGES, SERVER_ZERO_STEPS change the rest)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ranks=${1:?usage: bench/zero_overlap.sh RANKS [THREADS] [CONFIGS] [ZEROS] [STEPS] [ROUNDS]}

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds bench/comm/comm_bench (the build's comm_bench target) and runs it with 2 ranks for
 # each malloc setting; the markdown tables go to bench/comm/results/*.md (copied into docs/comm.md).
-# Usage: bench/comm/run.sh [--quick] [--max-mb N]
+# Usage: [OUT=DIR] [BUILD=DIR] bench/comm/run.sh [--quick] [--max-mb N]
+#   OUT: where the tables go instead of bench/comm/results (a trial run that leaves the recorded ones alone)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-out="$root/bench/comm/results"
+out="${OUT:-$root/bench/comm/results}"
 build="${BUILD:-$root/build}"
 bin="$build/bench/comm_bench"
 mkdir -p "$out"

@@ -17,6 +17,10 @@ TEXT=$ROOT/data/tinyshakespeare/input.txt
 MODEL="--layers 4 --heads 4 --channels 256 --max-seq-len 128 --micro-batch 16 --seq-len 128"
 OPT="--lr 2e-3 --min-lr 2e-4 --warmup 20 --threads 2 --peak-gflops 100 --quiet"
 mkdir -p "$WORK"
+# absolute paths: the script works inside WORK, and BUILD_DIR or WORK_DIR may be given relative
+ST=$(cd "$BUILD" && pwd)/scaletrain
+WORK=$(cd "$WORK" && pwd)
+[[ -x $ST ]] || { echo "vocab_sweep: $ST not found: build first (make build)" >&2; exit 2; }
 cd "$WORK"
 
 # 1. bytes, and the training split as text for the BPE trainer (EOT -> a blank line, as in the source)
