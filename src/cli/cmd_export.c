@@ -55,10 +55,16 @@ static int export_lora(const char *path, int merge, const char *base, const char
     LoraLayout ll;
     Err err = {0};
     Status st = ckpt_lora_read_meta(path, &meta, &lc, &cfg, &err);
-    if (st == ST_OK) st = lora_layout_init(&ll, &cfg, &lc, 1, &err);
     if (st != ST_OK) return cli_fail("export", st, err.msg);
+    if ((st = lora_layout_init(&ll, &cfg, &lc, 1, &err)) != ST_OK) {
+        ckpt_lora_meta_free(&meta);
+        return cli_fail("export", st, err.msg);
+    }
     float *ad = malloc(ll.total * sizeof(float));
-    if (!ad) return cli_fail("export", ST_ERR_RUNTIME, "out of memory");
+    if (!ad) {
+        ckpt_lora_meta_free(&meta);
+        return cli_fail("export", ST_ERR_RUNTIME, "out of memory");
+    }
     st = ckpt_lora_load(path, &ll, ad, NULL, NULL, &err);
     const char *src = base[0] ? base : meta.init_from;
     /* --adapter records --base as PEFT's base_model_name_or_path: a Hub id is taken as given, but a
@@ -99,6 +105,7 @@ static int export_lora(const char *path, int merge, const char *base, const char
     }
     if (st == ST_OK && !merge) st = ckpt_lora_write_adapter(out, &ll, ad, src, &err);
     free(ad);
+    ckpt_lora_meta_free(&meta);
     if (st != ST_OK) return cli_fail("export", st, err.msg);
     printf("exported %s (LoRA %s) to %s\n", path, merge ? "merged into the base, hf" : "adapter, PEFT", out);
     return 0;
