@@ -8,7 +8,8 @@
  *   2. prepare --out D D and tokenizer train --out D D (the second run read its own outputs as
  *      corpus), an output file given as input;
  *   3. standard input given twice (the second "-" read nothing);
- *   4. --skip-bad skipping every record (reported as "empty input");
+ *   4. --skip-bad skipping every record (reported as "empty input"); a key given twice in one
+ *      object (text and chat records: the first was taken, Python takes the last);
  *   5. two prepares into one --out (one failed, the other published a mix of both calls' runs with
  *      exit 0): the lock, which must not be OUT/.lock (train holds that one on its cache);
  *   6. tokenizer train short of --vocab-size says so;
@@ -143,6 +144,22 @@ int main(void) {
     write_file("empty.jsonl", "\n", 1);
     expect_refused("prepare_empty_control", NULL, "prepare --quiet --skip-bad --out sk empty.jsonl",
                    "found none (empty input)");
+
+    /* 4b. a key given twice in one object: cJSON's lookup took the first ("a"), Python's json the
+     * last ("b"); refused naming the key, in text records and in chat messages. Control: the same
+     * lines without the second key prepare. */
+    const char *dup = "{\"text\": \"a\", \"text\": \"b\"}\n{\"text\": \"c\"}\n";
+    write_file("dup.jsonl", dup, strlen(dup));
+    expect_refused("prepare_duplicate_key", NULL, "prepare --quiet --val-fraction 0 --out dk dup.jsonl",
+                   "dup.jsonl:1: expected a JSON object with a string \"text\" field, found the key \"text\" given twice");
+    const char *dupc = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\", \"content\": \"x\"}, "
+                       "{\"role\": \"assistant\", \"content\": \"yo\"}]}\n";
+    write_file("dupc.jsonl", dupc, strlen(dupc));
+    expect_refused("prepare_chat_duplicate_key", NULL, "prepare --quiet --format chat --val-fraction 0 --out dkc dupc.jsonl",
+                   "found the key \"content\" given twice in one object");
+    const char *once = "{\"text\": \"a\"}\n{\"text\": \"c\"}\n";
+    write_file("once.jsonl", once, strlen(once));
+    expect_ok("prepare_key_once_control", NULL, "prepare --quiet --val-fraction 0 --out dk1 once.jsonl");
 
     /* 5. one prepare at a time per --out: the lock held here as another prepare would hold it */
     expect_ok("prepare_lock_first", NULL, "prepare --quiet --separator '' --out lk a.txt");

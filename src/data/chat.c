@@ -56,8 +56,11 @@ int chat_parse(const char *line, size_t n, uint8_t **out, size_t *len, size_t *c
     *len = 0;
     size_t extra;
     cJSON *o = jsonline_parse(line, n, &extra);
-    if (!o || !cJSON_IsObject(o)) {
-        if (extra != SIZE_MAX)
+    const char *dup = jsonline_duplicate_key(o);
+    if (!o || !cJSON_IsObject(o) || dup) {
+        if (dup)
+            snprintf(found, found_cap, "the key \"%.60s\" given twice in one object (which one is meant?)", dup);
+        else if (extra != SIZE_MAX)
             snprintf(found, found_cap, "more text after the object at byte %zu of the line (one object per line)",
                      extra + 1);
         else

@@ -427,10 +427,13 @@ static Status next_jsonl(DocReader *r, const uint8_t **doc, size_t *n, Err *err)
         /* JSON strings may hold NUL (\u0000), which cJSON's C string loses with all after it: refused
          * as a NUL byte is in text input */
         int nul = cJSON_IsString(t) && jsonline_has_nul((const char *)l, ll, o, t);
-        if (!o || !cJSON_IsObject(o) || !cJSON_IsString(t) || nul) {
-            int json_bad = !o || !cJSON_IsObject(o);
+        const char *dup = jsonline_duplicate_key(o);
+        if (!o || !cJSON_IsObject(o) || !cJSON_IsString(t) || nul || dup) {
+            int json_bad = !o || !cJSON_IsObject(o) || dup;
             char found[160];
-            if (extra != SIZE_MAX)
+            if (dup)
+                snprintf(found, sizeof found, "the key \"%.60s\" given twice in one object (which one is meant?)", dup);
+            else if (extra != SIZE_MAX)
                 snprintf(found, sizeof found, "more text after the object at byte %zu of the line (one object per "
                          "line)", extra + 1);
             else if (nul)

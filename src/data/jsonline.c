@@ -89,3 +89,14 @@ int jsonline_has_nul(const char *line, size_t n, const cJSON *root, const cJSON 
     int nul = 0;
     return walk(line, n, &i, root, item, &nul) == 1 && nul;
 }
+
+const char *jsonline_duplicate_key(const cJSON *v) {
+    for (const cJSON *c = v ? v->child : NULL; c; c = c->next) {
+        if (cJSON_IsObject(v) && c->string)
+            for (const cJSON *d = c->next; d; d = d->next)
+                if (d->string && !strcmp(c->string, d->string)) return c->string;
+        const char *k = jsonline_duplicate_key(c);
+        if (k) return k;
+    }
+    return NULL;
+}
