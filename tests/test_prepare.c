@@ -465,10 +465,11 @@ static void test_reader_edges(void) {
     st = read_docs("nul2.jsonl", &ro, got, sizeof got, &nd, &sk, &err);
     tu_check(st == ST_ERR_INPUT && strstr(err.msg, "nul2.jsonl:1:") && strstr(err.msg, "NUL character"),
              "jsonl_nul_after_escaped_backslash_refused", "%s", st ? err.msg : got);
-    write_file("nul3.jsonl", "{\"text\":\"a\\\\u0000b\"}\n{\"m\":{\"k\":[\"\\u0000\",1,true,null]},\"text\":\"c\"}\n"
-                             "{\"text\":\"d\",\"text\":\"\\u0000\"}\n");
+    /* (a third line, {"text":"d","text":"\u0000"}, read "d" here until 2026-11-29: a key given twice
+     * is now refused, test_data_inputs) */
+    write_file("nul3.jsonl", "{\"text\":\"a\\\\u0000b\"}\n{\"m\":{\"k\":[\"\\u0000\",1,true,null]},\"text\":\"c\"}\n");
     st = read_docs("nul3.jsonl", &ro, got, sizeof got, &nd, &sk, &err);
-    tu_check(!st && !strcmp(got, "a\\u0000b|c|d"), "control_jsonl_backslash_u0000_and_nul_elsewhere_kept",
+    tu_check(!st && !strcmp(got, "a\\u0000b|c"), "control_jsonl_backslash_u0000_and_nul_elsewhere_kept",
              "%s \"%s\"", st ? err.msg : "", got);
     ro.skip_bad = 1;
     st = read_docs("nul.jsonl", &ro, got, sizeof got, &nd, &sk, &err);
