@@ -102,6 +102,17 @@ static void test_lora_rank_bound(void) {
     cJSON_Delete(j);
 }
 
+/* --threads beyond train's bound (1..1024, 0 auto): plan priced 1e8 threads' attention scratch
+ * (55,147 GiB). Control: 1024 plans. */
+static void test_threads_bound(void) {
+    expect_error("--threads above train's bound is refused", BASE " --threads 100000000",
+                 "--threads: expected 0 (auto) or 1..1024, found 100000000");
+    int code;
+    cJSON *j = plan_json(BASE " --threads 1024", &code);
+    tu_check(code == 0 && j, "control: --threads 1024 plans", "exit=%d", code);
+    cJSON_Delete(j);
+}
+
 /* Every string option given '' read as absent: --pp-layers '' planned the default split, --scaling ''
  * no fit, --model '' beside a shape the shape, --lora-targets '' the default targets. */
 static void test_empty_strings(void) {
@@ -314,6 +325,7 @@ int main(void) {
     test_global_batch();
     test_params_zero();
     test_lora_rank_bound();
+    test_threads_bound();
     test_empty_strings();
     test_inert_flags();
     test_llama_heads();

@@ -228,9 +228,9 @@ int cmd_eval(int argc, char **argv) {
         err_set(&err, ST_ERR_INPUT, "--seq-len: expected >= 0, found %d", T);
         return cli_fail("eval", ST_ERR_INPUT, err.msg);
     }
-    if (threads < 0 || threads > 1024) {
+    if (threads < 0 || threads > MACHINE_MAX_THREADS) {
         char m[96];
-        snprintf(m, sizeof m, "--threads: expected 0 (auto) or 1..1024, found %d", threads);
+        snprintf(m, sizeof m, "--threads: expected 0 (auto) or 1..%d, found %d", MACHINE_MAX_THREADS, threads);
         return cli_fail("eval", ST_ERR_INPUT, m);
     }
     if (threads == 0) threads = machine_default_threads(1);

@@ -229,7 +229,7 @@ int machine_cpus_allowed(void) {
 int machine_auto_threads(int allowed, int node_cpus, int node_ranks) {
     int share = node_cpus / (node_ranks > 0 ? node_ranks : 1);
     int t = allowed < share ? allowed : share;
-    return t > 1024 ? 1024 : t > 0 ? t : 1; /* --threads takes 1..1024 */
+    return t > MACHINE_MAX_THREADS ? MACHINE_MAX_THREADS : t > 0 ? t : 1;
 }
 
 int machine_default_threads(int node_ranks) {

@@ -108,6 +108,10 @@ void machine_peak_describe(char *buf, int n);
  * on those CPUs, so the peak is measured (and keyed in the cache) for min(threads, this). */
 int machine_cpus_allowed(void);
 
+/* The most threads a run's --threads takes (train, eval and plan refuse more; the automatic count
+ * is capped there). */
+#define MACHINE_MAX_THREADS 1024
+
 /* `--threads 0` (the default of train, eval and plan): the CPUs a process may run on, shared
  * among the node_ranks processes of its node that run on its node_cpus online CPUs:
  * min(allowed, node_cpus / node_ranks), at least 1 and at most 1024. One process gets every CPU its
