@@ -351,8 +351,8 @@ void ev_step(EventLog *lg, const StepEvent *e) {
         }
         static const char *const VMS[3] = {"forward_ms_by_virtual_stage", "backward_ms_by_virtual_stage",
                                            "weight_ms_by_virtual_stage"};
-        for (int i = 0; i < 3 && e->pp_vstages > 0; i++)
-            if (e->pp_vstage_ms[i]) add_array(pj, VMS[i], e->pp_vstage_ms[i], e->pp_vstages);
+        for (int i = 0; i < 3 && e->pp_vstages > 0 && e->pp_vstage_ms; i++)
+            add_array(pj, VMS[i], e->pp_vstage_ms + (size_t)i * e->pp_vstages, e->pp_vstages);
     }
     if (e->noise) {
         static const char *const K[6] = {"b_small", "g2_small", "g2", "trace_sigma", "b_simple", "b_simple_ema"};

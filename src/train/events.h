@@ -164,8 +164,9 @@ typedef struct {
     /* pp entries each (NULL: omitted): every stage's mean forward, backward and weight-pass time
      * (ms per op, what bubble_simulated used at v = 1) and its number of each op in the step. */
     const double *pp_stage_ms[3], *pp_stage_ops[3];
-    /* interleaved: pp_vstages (p·v; 0 otherwise) virtual stages' mean F, B, W times (ms per op) */
-    const double *pp_vstage_ms[3];
+    /* interleaved: pp_vstages (S = p·v; 0 otherwise) virtual stages' mean F times (ms per op), then
+     * their S B times, then their S W times */
+    const double *pp_vstage_ms;
     int pp_vstages;
     /* The gradient noise scale (NULL: not estimated): b_small (tokens), |G_small|², |G|², tr(Σ),
      * B_simple of this step, smoothed B_simple (train/noise.h). */

@@ -55,8 +55,9 @@ typedef struct {
      * in the step (the first rank of the stage's): the step record's by-stage figures. */
     double stage_ms[3][SCHED_MAX_P], stage_ops[3][SCHED_MAX_P];
     /* Interleaved (v > 1): each virtual stage's mean forward, backward and weight-pass time, chunk
-     * c of pp rank q at c·pp + q (what bubble_simulated used). */
-    double vstage_ms[3][LAYOUT_MAX_CHUNKS * SCHED_MAX_P];
+     * c of pp rank q at c·pp + q (what bubble_simulated used): the S = pp·v forward times, then the
+     * S backward times, then the S weight-pass times. */
+    double vstage_ms[3 * LAYOUT_MAX_CHUNKS * SCHED_MAX_P];
 } RunPipe;
 
 /* Checkpoint writing. */
@@ -257,11 +258,12 @@ static inline int tr_word_stop(int64_t w) { return (w & 0xffffffff) > 0; }
 Status tr_word_bad_ids(int64_t w, const TrainConfig *c, const int32_t *inp, const int32_t *tgt, long bad, Err *err);
 /* The run's outputs, claimed before anything is written (collective; both trainers): refuses
  * outputs that would overwrite its inputs (--log being a training or validation shard or a file of
- * the --init-from weights or of the resumed checkpoint resume_dir, "" none; --out being the
- * --init-from folder, the resumed checkpoint or a step_ folder of --ckpt-dir: ST_ERR_INPUT, one line
- * naming both), then rank 0 takes --ckpt-dir's lock into *lock (tr_lock_ckpt_dir), every rank
- * agreeing on the outcome (train_agree; *err_everywhere as there). val's shards count when
- * --val-data is given. */
+ * the --init-from weights or of the resumed checkpoint resume_dir, NULL or "" none; --out being the
+ * --init-from folder, the resumed checkpoint, a step_ folder of --ckpt-dir or any folder holding a
+ * state.json: ST_ERR_INPUT, one line naming both); then rank 0 takes --ckpt-dir's lock into *lock
+ * (file_lock_dir on DIR/.lock) and, for a run without --resume, refuses a --ckpt-dir that holds
+ * checkpoints; every rank agrees on the outcome (train_agree; *err_everywhere as there). val's
+ * shards count when --val-data is given. */
 Status tr_claim_outputs(Comm *comm, const TrainConfig *c, const Loader *train, const Loader *val, const char *resume_dir,
                         int *lock, int *err_everywhere, Err *err);
 /* The training data as resolved: [{"weight": w, "files": [[name, bytes, fingerprint], ...]}, ...]

@@ -549,19 +549,18 @@ static Status pipeline_bubble(Run *r, Step *s, double out[3], Err *err) {
      * stage's first rank), since the rank's mean over its chunks hides the head's heavier chunk.
      * Also for the record only. */
     int S = r->pp * r->pipe.sched.v;
-    double *vs = r->pipe.sched.v > 1 ? calloc((size_t)S * 3, sizeof *vs) : NULL;
-    if (r->pipe.sched.v > 1 && st == ST_OK) {
-        if (!vs) st = err_set(err, ST_ERR_RUNTIME, "out of memory");
+    double *vs = r->pipe.sched.v > 1 ? r->pipe.vstage_ms : NULL;
+    if (vs && st == ST_OK) {
+        memset(vs, 0, (size_t)S * 3 * sizeof *vs);
         int q = r->comm->rank / (r->dp * r->tp);
-        for (int c = 0; vs && c < r->pipe.sched.v && r->comm->rank % (r->dp * r->tp) == 0; c++)
+        for (int c = 0; c < r->pipe.sched.v && r->comm->rank % (r->dp * r->tp) == 0; c++)
             for (int i = 0; i < 3; i++)
                 vs[(size_t)i * S + (size_t)c * r->pp + q] = p->chunk_ops[i][c] ? p->chunk_ms[i][c] / p->chunk_ops[i][c] : 0;
-        if (st == ST_OK) st = comm_allreduce_f64(r->comm, vs, 3 * S, COMM_SUM, err);
-        for (int i = 0; i < 3 && st == ST_OK; i++) memcpy(r->pipe.vstage_ms[i], vs + (size_t)i * S, (size_t)S * sizeof *vs);
+        st = comm_allreduce_f64(r->comm, vs, 3 * S, COMM_SUM, err);
     }
     step_comm_exclude(r, s, &before);
     free(all);
-    if (st != ST_OK) return free(vs), st;
+    if (st != ST_OK) return st;
     double m = r->pipe.sched.m, P = r->pp, vv = r->pipe.sched.v;
     out[0] = v[1] > 0 ? v[0] / v[1] : 0;
     SchedTimes t = {1, 2, 0, 0, f, b, r->pipe.sched.split_backward ? w : NULL, NULL, NULL, NULL};
@@ -569,7 +568,6 @@ static Status pipeline_bubble(Run *r, Step *s, double out[3], Err *err) {
     SchedSim sim;
     Err e;
     out[2] = sched_simulate(&r->pipe.sched, &t, &sim, &e) == ST_OK ? sim.bubble : NAN;
-    free(vs);
     /* zb-h1 has no closed form: its figure is the schedule's own timeline with the measured F, B, W. */
     out[1] = r->pipe.sched.split_backward ? out[2] : (P - 1) / (vv * m + P - 1);
     return ST_OK;
@@ -653,8 +651,7 @@ static Status step_report(Run *r, Step *s, Err *err) {
                    .pp_idle_by_rank = r->pp > 1 ? r->pipe.idle : NULL,
                    .pp_stage_ms = {r->pipe.stage_ms[0], r->pipe.stage_ms[1], r->pipe.stage_ms[2]},
                    .pp_stage_ops = {r->pipe.stage_ops[0], r->pipe.stage_ops[1], r->pipe.stage_ops[2]},
-                   .pp_vstage_ms = {r->pipe.vstage_ms[0], r->pipe.vstage_ms[1], r->pipe.vstage_ms[2]},
-                   .pp_vstages = r->pipe.sched.v > 1 ? r->pp * r->pipe.sched.v : 0, .noise = r->ns.on ? s->noise : NULL,
+                   .pp_vstage_ms = r->pipe.vstage_ms, .pp_vstages = r->pipe.sched.v > 1 ? r->pp * r->pipe.sched.v : 0, .noise = r->ns.on ? s->noise : NULL,
                    .noise_by_replica = r->ns.rep, .dp = r->dp,
                    .nseg = r->ls.nseg && s->updated ? r->ls.nseg : 0, .seg_grad = r->ls.grad, .seg_weight = r->ls.weight,
                    .seg_update = r->ls.update, .sophia = c->optim.kind == OPT_SOPHIA, .ms_hessian = s->hess_ms,
