@@ -947,6 +947,15 @@ static int list_steps(const char *dir, long **steps) {
     return n;
 }
 
+int ckpt_dir_holds_checkpoints(const char *dir, char *found, size_t cap) {
+    DIR *d = opendir(dir);
+    int got = 0;
+    for (struct dirent *e; d && !got && (e = readdir(d));)
+        if ((got = !strcmp(e->d_name, "latest") || !strncmp(e->d_name, "step_", 5)) && cap) snprintf(found, cap, "%s", e->d_name);
+    if (d) closedir(d);
+    return got;
+}
+
 int ckpt_is_weights_folder(const char *dir) {
     char p[4200];
     join(p, sizeof p, dir, "state.json");

@@ -157,6 +157,10 @@ Status ckpt_load_weights(GptWeights *w, const char *dir, Err *err);
  * `train --out`), 0 otherwise. */
 int ckpt_is_weights_folder(const char *dir);
 
+/* 1 if dir holds checkpoints as a --ckpt-dir does (`latest` or a step_* entry), the first one seen
+ * named into found; 0 when it holds none or cannot be read. */
+int ckpt_dir_holds_checkpoints(const char *dir, char *found, size_t cap);
+
 /* Picks the checkpoint to resume from. spec "auto": the newest checkpoint directory under dir
  * that verifies; if newer ones are corrupt they are skipped and note says which and why. No
  * checkpoint at all: ST_OK with out[0] == '\0' (start from scratch). All corrupt: ST_ERR_INPUT.

@@ -4,7 +4,6 @@
  * CKPT is a checkpoint directory (verified against its checksums), a --ckpt-dir (its newest
  * valid checkpoint, falling back past corrupt ones with a note on stderr) or a plain weights
  * folder with model.safetensors + config.json (e.g. `train --out`). */
-#include <dirent.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -135,17 +134,9 @@ static int inside(const char *path, const char *dir) {
 
 /* 1 when dir holds a checkpoint or is a --ckpt-dir: state.json, latest or a step_* entry. */
 static int holds_checkpoints(const char *dir) {
-    static const char *const MARK[] = {"state.json", "latest"};
     char p[PATH_MAX + 32];
-    for (int i = 0; i < 2; i++) {
-        snprintf(p, sizeof p, "%s/%s", dir, MARK[i]);
-        if (access(p, F_OK) == 0) return 1;
-    }
-    DIR *d = opendir(dir);
-    int found = 0;
-    for (struct dirent *e; d && !found && (e = readdir(d));) found = !strncmp(e->d_name, "step_", 5);
-    if (d) closedir(d);
-    return found;
+    snprintf(p, sizeof p, "%s/state.json", dir);
+    return access(p, F_OK) == 0 || ckpt_dir_holds_checkpoints(dir, NULL, 0);
 }
 
 /* -o against what is already there, before anything is written. An hf export into a --ckpt-dir or

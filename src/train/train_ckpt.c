@@ -649,14 +649,8 @@ static Status lock_ckpt_dir(const char *dir, int *fd, Err *err) {
  * (`latest` or a step_ folder), unless --resume was given (auto over a folder with nothing valid
  * starts afresh, as documented). */
 static Status check_fresh_ckpt_dir(const TrainConfig *c, Err *err) {
-    if (!c->ckpt_dir[0] || c->resume[0]) return ST_OK;
-    DIR *d = opendir(c->ckpt_dir);
-    if (!d) return ST_OK; /* created by the lock */
-    char found[300] = "";
-    for (struct dirent *e; !found[0] && (e = readdir(d));)
-        if (!strcmp(e->d_name, "latest") || !strncmp(e->d_name, "step_", 5)) snprintf(found, sizeof found, "%s", e->d_name);
-    closedir(d);
-    if (!found[0]) return ST_OK;
+    char found[300];
+    if (!c->ckpt_dir[0] || c->resume[0] || !ckpt_dir_holds_checkpoints(c->ckpt_dir, found, sizeof found)) return ST_OK;
     return err_set(err, ST_ERR_INPUT, "--ckpt-dir %s: expected a folder without checkpoints for a run that does not "
                    "resume, found %s/%s; continue that run with --resume auto, or give this one another --ckpt-dir",
                    c->ckpt_dir, c->ckpt_dir, found);
