@@ -91,26 +91,28 @@ static void test_params_zero(void) {
                  "--params: expected a positive whole parameter count, found 0");
 }
 
-/* --lora-rank above min(in, out) of the narrowest targeted layer: train refuses it (lora_layout_init),
- * plan priced it (27 GiB at 3000000 on d6). Control: the bound itself, 384 = C, plans. */
-static void test_lora_rank_bound(void) {
-    expect_error("--lora-rank above the narrowest targeted layer is refused", BASE " --lora-rank 3000000",
-                 "--lora-rank: expected 1..384 (min(in, out) = min(384, 1152) of the targeted layer attn.c_attn");
-    int code;
-    cJSON *j = plan_json(BASE " --lora-rank 384", &code);
-    tu_check(code == 0 && j, "control: --lora-rank 384 (the bound) plans", "exit=%d", code);
-    cJSON_Delete(j);
-}
-
-/* --threads beyond train's bound (1..1024, 0 auto): plan priced 1e8 threads' attention scratch
- * (55,147 GiB). Control: 1024 plans. */
-static void test_threads_bound(void) {
-    expect_error("--threads above train's bound is refused", BASE " --threads 100000000",
-                 "--threads: expected 0 (auto) or 1..1024, found 100000000");
-    int code;
-    cJSON *j = plan_json(BASE " --threads 1024", &code);
-    tu_check(code == 0 && j, "control: --threads 1024 plans", "exit=%d", code);
-    cJSON_Delete(j);
+/* A flag's bound, as train's: above it refused (want), at it planned (the control). --lora-rank
+ * above min(in, out) of the narrowest targeted layer (plan priced 27 GiB at 3000000 on d6; train
+ * refuses it in lora_layout_init), --threads above 1024 (plan priced 1e8 threads' attention scratch,
+ * 55,147 GiB). */
+static void test_bounds(void) {
+    static const struct { const char *over, *want, *at; } B[] = {
+        {" --lora-rank 3000000", "--lora-rank: expected 1..384 (min(in, out) = min(384, 1152) of the targeted layer "
+                                 "attn.c_attn", " --lora-rank 384"},
+        {" --threads 100000000", "--threads: expected 0 (auto) or 1..1024, found 100000000", " --threads 1024"},
+    };
+    for (size_t i = 0; i < sizeof B / sizeof B[0]; i++) {
+        char args[256], name[160];
+        snprintf(args, sizeof args, "%s%s", BASE, B[i].over);
+        snprintf(name, sizeof name, "%s, above the bound, is refused", B[i].over + 1);
+        expect_error(name, args, B[i].want);
+        snprintf(args, sizeof args, "%s%s", BASE, B[i].at);
+        int code;
+        cJSON *j = plan_json(args, &code);
+        snprintf(name, sizeof name, "control: %s (the bound) plans", B[i].at + 1);
+        tu_check(code == 0 && j, name, "exit=%d", code);
+        cJSON_Delete(j);
+    }
 }
 
 /* Every string option given '' read as absent: --pp-layers '' planned the default split, --scaling ''
@@ -324,8 +326,7 @@ int main(void) {
     }
     test_global_batch();
     test_params_zero();
-    test_lora_rank_bound();
-    test_threads_bound();
+    test_bounds();
     test_empty_strings();
     test_inert_flags();
     test_llama_heads();

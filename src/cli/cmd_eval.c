@@ -228,11 +228,7 @@ int cmd_eval(int argc, char **argv) {
         err_set(&err, ST_ERR_INPUT, "--seq-len: expected >= 0, found %d", T);
         return cli_fail("eval", ST_ERR_INPUT, err.msg);
     }
-    if (threads < 0 || threads > MACHINE_MAX_THREADS) {
-        char m[96];
-        snprintf(m, sizeof m, "--threads: expected 0 (auto) or 1..%d, found %d", MACHINE_MAX_THREADS, threads);
-        return cli_fail("eval", ST_ERR_INPUT, m);
-    }
+    if (machine_threads_check(threads, &err) != ST_OK) return cli_fail("eval", ST_ERR_INPUT, err.msg);
     if (threads == 0) threads = machine_default_threads(1);
     if (doc_mask && no_doc_mask)
         return cli_fail("eval", ST_ERR_INPUT, "--doc-mask / --no-doc-mask: expected at most one, found both");

@@ -636,11 +636,8 @@ int cmd_plan(int argc, char **argv) {
     }
     /* The trainer's --threads default (machine_auto_threads) for the grid's ranks on this machine;
      * 0 asks for it as it does of the trainer. */
-    if (in.threads < 0 || in.threads > MACHINE_MAX_THREADS) { /* train's bound: 1e8 priced 55,147 GiB of scratch */
-        snprintf(err.msg, sizeof err.msg, "--threads: expected 0 (auto) or 1..%d, found %d", MACHINE_MAX_THREADS,
-                 in.threads);
+    if (machine_threads_check(in.threads, &err) != ST_OK) /* train's bound: 1e8 priced 55,147 GiB of scratch */
         return cli_fail("plan", ST_ERR_INPUT, err.msg);
-    }
     if (!SEEN("threads") || in.threads == 0) {
         long ranks = (long)in.dp * in.tp * in.pp;
         in.threads = machine_default_threads(ranks > 0 && ranks < 1 << 20 ? (int)ranks : 1);

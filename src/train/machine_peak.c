@@ -226,6 +226,11 @@ int machine_cpus_allowed(void) {
     return machine_cpus_online();
 }
 
+Status machine_threads_check(int threads, Err *err) {
+    if (threads >= 0 && threads <= MACHINE_MAX_THREADS) return ST_OK;
+    return err_set(err, ST_ERR_INPUT, "--threads: expected 0 (auto) or 1..%d, found %d", MACHINE_MAX_THREADS, threads);
+}
+
 int machine_auto_threads(int allowed, int node_cpus, int node_ranks) {
     int share = node_cpus / (node_ranks > 0 ? node_ranks : 1);
     int t = allowed < share ? allowed : share;

@@ -111,6 +111,8 @@ int machine_cpus_allowed(void);
 /* The most threads a run's --threads takes (train, eval and plan refuse more; the automatic count
  * is capped there). */
 #define MACHINE_MAX_THREADS 1024
+/* ST_OK for a --threads of 0 (auto) or 1..MACHINE_MAX_THREADS, else ST_ERR_INPUT naming the flag. */
+Status machine_threads_check(int threads, Err *err);
 
 /* `--threads 0` (the default of train, eval and plan): the CPUs a process may run on, shared
  * among the node_ranks processes of its node that run on its node_cpus online CPUs:

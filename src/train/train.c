@@ -118,8 +118,7 @@ Status train_validate(const TrainConfig *c, Err *err) {
     if (c->grad_accum < 1)
         return err_set(err, ST_ERR_INPUT, "--grad-accum: expected a positive integer, found %d", c->grad_accum);
     if (c->steps < 1) return err_set(err, ST_ERR_INPUT, "--steps: expected a positive integer, found %ld", c->steps);
-    if (c->threads < 0 || c->threads > MACHINE_MAX_THREADS)
-        return err_set(err, ST_ERR_INPUT, "--threads: expected 0 (auto) or 1..%d, found %d", MACHINE_MAX_THREADS, c->threads);
+    if (machine_threads_check(c->threads, err) != ST_OK) return ST_ERR_INPUT;
     if (!(c->sched.lr >= 0)) return err_set(err, ST_ERR_INPUT, "--lr: expected a value >= 0, found %g", c->sched.lr);
     /* min_lr is inert under a constant schedule (a given --min-lr is refused there by the CLI): its
      * default used to refuse --schedule constant --lr 1e-5 with a flag the user never gave */
