@@ -1292,16 +1292,11 @@ static Status lock_out_dir(const char *out, int *fd, Err *err) {
     return ST_OK;
 }
 
-/* Creates out_dir and out_dir/.prepare. When the journal there matches this call (same inputs and
+/* Creates out_dir/.prepare (out_dir exists: lock_out_dir). When the journal there matches this call (same inputs and
  * run-deciding options) it is loaded: a resume, *resumed = the inputs it finished; else .prepare is
  * cleared and j starts empty. */
 static Status work_begin(const PrepareOptions *o, Inputs *in, int width, Journal *j, size_t *resumed, Err *err) {
-    if (file_mkdirs(o->out_dir, err) != ST_OK)
-        return err_set(err, ST_ERR_INPUT, "%s: cannot create the output directory (%s)", o->out_dir, strerror(errno));
-    struct stat sb;
-    if (stat(o->out_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return err_set(err, ST_ERR_INPUT, "%s: expected an output directory, found a file", o->out_dir);
-    char wd[4200];
+    char wd[4200]; /* out_dir itself was made (a file there refused) by lock_out_dir */
     snprintf(wd, sizeof wd, "%s/.prepare", o->out_dir);
     Status st = file_mkdirs(wd, err);
     if (st) return st;
