@@ -248,9 +248,11 @@ static void formula(void) {
 /* The step's pipelined compute (docs/plan.md "Pipeline time"): a head-heavy model (config B's
  * shape: L 6, C 384, V 50257, T 256, B 8) at pp 2, m 4, blocks 5,1. Closed forms: a stage's FLOPs
  * per token nb·(72C² + 12CT) + [last] 6VC; rank r's matmul time W_mat = flops_r·B·T·m / rate, its
- * elementwise time proportional to its blocks. Op times: rank 0 u_0 = W_0/(3m), F = u_0, B = 2u_0
- * (zb-h1: F = B = W = u_0); rank 1 runs the head and loss fused in its forward (their gradients
- * too), so with H = 6VC·B·T·m / rate its blocks' u_1 = (W_1 − H)/(3m), F_1 = u_1 + H/m, B_1 = 2u_1
+ * elementwise time proportional to its blocks, rank 1's plus the head's softmax passes S = 8 bytes
+ * per logit × V·B·T·m / mem_bw (layout_head_softmax_bytes, fp32). Op times: rank 0 u_0 = W_0/(3m),
+ * F = u_0, B = 2u_0 (zb-h1: F = B = W = u_0); rank 1 runs the head and loss fused in its forward
+ * (their gradients too), so with H = 6VC·B·T·m / rate its blocks' u_1 = (W_1 − H − S)/(3m),
+ * F_1 = u_1 + (H + S)/m, B_1 = 2u_1
  * (zb-h1: B_1 = W_1op = u_1). Rank 1, the slower, never waits after its first input:
  *   1f1b   u_0 + m(F_1 + B_1) + 2u_0 = W_1 + W_0/m;
  *   gpipe  rank 1's forwards, then its light backwards, and rank 0's backwards (2u_0 each, each
@@ -282,9 +284,9 @@ static void step_time(void) {
         }
         double rate = plan_matmul_rate(&in.hw, in.prec.compute), W[2], mat[2];
         for (int q = 0; q < 2; q++) W[q] = r->pp_rank[q].t_compute, mat[q] = flops[q] * sh.B * T * m / rate;
-        double e0 = (W[0] - mat[0]) / 5, e1 = W[1] - mat[1];
-        double H = 6.0 * sh.V * C * sh.B * T * m / rate, u0 = W[0] / (3.0 * m), u1 = (W[1] - H) / (3.0 * m),
-               F1 = u1 + H / m;
+        double S = 8.0 * sh.V * sh.B * T * m / in.hw.mem_bw, e0 = (W[0] - mat[0]) / 5, e1 = W[1] - mat[1] - S;
+        double H = 6.0 * sh.V * C * sh.B * T * m / rate, u0 = W[0] / (3.0 * m), u1 = (W[1] - H - S) / (3.0 * m),
+               F1 = u1 + (H + S) / m;
         double make = i == 0   ? W[1] + W[0] / m
                       : i == 1 ? u0 + m * F1 + 2 * u1 + 2 * u0 + (m - 1) * fmax(2 * u0, 2 * u1)
                                : u0 + m * (F1 + 2 * u1) + fmax(0.0, 2 * u0 - 2 * u1);
@@ -292,6 +294,7 @@ static void step_time(void) {
         double old = (W[0] + W[1]) / 2 * (1.0 + 1.0 / m);
         int good = fabs(r->pp_rank[0].flops - flops[0]) <= 1e-9 * flops[0] &&
                    fabs(r->pp_rank[1].flops - flops[1]) <= 1e-9 * flops[1] && fabs(e0 - e1) <= 1e-9 * e1 && e1 > 0 &&
+                   fabs(r->compute.t_head - S) <= 1e-12 * S &&
                    fabs(r->compute.t_matmul - mat[1]) <= 1e-9 * mat[1] && fabs(got - make) <= 1e-9 * make &&
                    3 * u0 <= F1 + 2 * u1 && u0 <= F1;
         snprintf(detail + strlen(detail), sizeof detail - strlen(detail),

@@ -159,6 +159,9 @@ static void print_review(const PlanInput *in, const PlanResult *r, const PlanSch
     if (r->compute.t_dropout > 0)
         printf("  dropout %g: %s of factor draws per step (in elementwise below; %.3g draws/s)\n", in->dropout,
                fmt_time(a, sizeof a, r->compute.t_dropout), plan_drop_rate(&in->hw));
+    if (r->compute.t_head > 0)
+        printf("  LM head softmax, loss and logit gradient: %s per step of passes over the logits at %.3g GB/s (in "
+               "elementwise below)\n", fmt_time(a, sizeof a, r->compute.t_head), in->hw.mem_bw / 1e9);
     printf("  step: matmul %s + elementwise %s + bubble %s + tp %s + pp %s; dp/zero comm %s (%s not hidden by "
            "compute); optimizer %s%s%s\n",
            fmt_time(a, sizeof a, r->compute.t_matmul), fmt_time(b, sizeof b, r->compute.t_elementwise),

@@ -716,6 +716,11 @@ DropDraws layout_dropout_draws(int C, int n_head, double span, int tp, int sp) {
     return d;
 }
 
+double layout_head_softmax_bytes(int precision, int vp) {
+    if (vp) return precision == 0 ? 16.0 : 22.0;
+    return precision == 1 ? 10.0 : precision == 2 ? 14.0 : 8.0;
+}
+
 /* Stage s's forward cost in units when it holds n blocks: its blocks, the head on the last stage
  * (the embedding lookups on stage 0 cost 0). */
 static long long pp_cost(long long block, long long head, int s, int pp, int n) {

@@ -403,6 +403,21 @@ typedef struct {
 } DropDraws;
 DropDraws layout_dropout_draws(int C, int n_head, double span, int tp, int sp);
 
+/* Bytes of memory traffic per logit of the fused LM head's passes outside its GEMMs (the max,
+ * the exponentials and their sum, the loss, the logit gradient: kernels_head.c), each chunk of
+ * logits (64 MiB, layout_head_chunk_rows) larger than the caches. precision 0 fp32, 1 bf16, 2
+ * fp16; vp 1: the vocabulary-parallel head of tp > 1.
+ *   vp 0: one row at a time: its max pass reads it from memory (4), the exponential and gradient
+ *         passes find it in L2, the written row goes back (4): 8; bf16 also writes the bf16
+ *         gradient the backward GEMMs read (2): 10; fp16 rounds the fp32 gradient in a pass of
+ *         its own (4 + 2): 14.
+ *   vp 1: the chunk's rows between the two all-reduces: a max pass (4), a sum pass (4), the
+ *         gradient pass (4 + 4): 16; bf16 and fp16 cast the gradient in a pass (4 + 2): 22.
+ * plan's price of the head's elementwise work: × tokens × the rank's vocabulary rows / memory
+ * bandwidth (config B at 2 threads, fp32: 8 B × 2048 × 50257 at 20 GB/s = 41 ms; measured, the head's
+ * time less its GEMMs' at the layers' rate, 43: docs/plan.md). */
+double layout_head_softmax_bytes(int precision, int vp);
+
 /* ---- Pipeline stages: which blocks each of pp stages holds (docs/plan.md, "Pipeline stages") ----
  *
  * Stage s holds blocks [first[s], last[s]) (half-open, contiguous, first[0] = 0, last[s] =

@@ -972,13 +972,14 @@ static void core_pipeline(Core *c, PlanResult *r) {
 /* Our trainer's pipeline: each virtual stage computes its own blocks (their share of the FLOPs per
  * token, their elementwise passes and dropout draws, elem_block + drop_block seconds per block per
  * step; the embedding's draws, drop_embed, on the first) and the last one the
- * head, in its forward ops; the step is the
+ * head (its GEMMs and its softmax passes, head_ew), in its forward ops; the step is the
  * schedule run with those times (sched_simulate, as setup_pipeline builds it), not the mean stage
  * plus the textbook bubble: a head-heavy last stage or an uneven split sets the pace. The busiest
  * rank's matmul and elementwise time become the step's, the rest of the makespan its bubble
  * (docs/plan.md "Pipeline time"). Returns 0 (the caller keeps the formula) if the schedule does
  * not build, which plan_trainer_pp has already ruled out. */
-static int pipeline_times(Core *c, PlanResult *r, double elem_block, double drop_block, double drop_embed) {
+static int pipeline_times(Core *c, PlanResult *r, double elem_block, double drop_block, double drop_embed,
+                          double head_ew) {
     const PlanInput *in = c->in;
     int pp = c->pp, v = c->v, mb = c->mb, S = pp * v;
     double rate = plan_matmul_rate(c->hw, c->pr->compute), tok = (double)c->B * c->T * c->k / c->tp, sum = 0;
@@ -1003,9 +1004,9 @@ static int pipeline_times(Core *c, PlanResult *r, double elem_block, double drop
             int vs = ch * pp + i;
             double hf = vs == S - 1 ? head : 0.0, scale = r->compute.fpt / sum * tok / rate;
             double mt = (q->chunk_flops[ch] - hf) * scale + extra * nb / c->L * tok / rate, mh = hf * scale;
-            double el = (elem_block + drop_block) * nb + (vs == 0 ? drop_embed : 0.0);
-            double u = (mt + el) / ((double)mb * (1.0 + bwd));
-            f[vs] = u + mh / mb, b[vs] = type == SCHED_ZB_H1 ? u : bwd * u, w[vs] = type == SCHED_ZB_H1 ? u : 0.0;
+            double el = (elem_block + drop_block) * nb + (vs == 0 ? drop_embed : 0.0) + (vs == S - 1 ? head_ew : 0.0);
+            double u = (mt + el - (vs == S - 1 ? head_ew : 0.0)) / ((double)mb * (1.0 + bwd));
+            f[vs] = u + (mh + (vs == S - 1 ? head_ew : 0.0)) / mb, b[vs] = type == SCHED_ZB_H1 ? u : bwd * u, w[vs] = type == SCHED_ZB_H1 ? u : 0.0;
             mat[i] += mt + mh, ele[i] += el;
         }
         q->t_compute = mat[i] + ele[i];
@@ -1083,7 +1084,16 @@ static void core_compute(Core *c, PlanResult *r) {
     }
     r->bubble = plan_bubble(pp, mb, 1);
     r->bubble_interleaved = plan_bubble(pp, mb, v);
-    if (pp > 1 && !(r->pp_exact && pipeline_times(c, r, passes * act_nrc * mb / hw->mem_bw, drop_block, drop_embed)))
+    /* The LM head's softmax, loss and logit-gradient passes (layout_head_softmax_bytes), over the
+     * rank's vocabulary rows (V/t on the vocabulary-parallel head of tp > 1), on the head's stage. */
+    if (shaped) {
+        int vp = tp > 1;
+        double rows = vp ? ceil((double)m->vocab / tp) : (double)m->vocab;
+        r->compute.t_head = layout_head_softmax_bytes(c->prec_i, vp) * rows * tok_replica / hw->mem_bw;
+        r->compute.t_elementwise += r->compute.t_head;
+    }
+    if (pp > 1 && !(r->pp_exact && pipeline_times(c, r, passes * act_nrc * mb / hw->mem_bw, drop_block, drop_embed,
+                                                  r->compute.t_head)))
         r->compute.t_bubble = (r->compute.t_matmul + r->compute.t_elementwise) * (pp - 1) / ((double)v * mb);
     c->N = N;
     c->peak = peak;

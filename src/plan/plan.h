@@ -314,8 +314,10 @@ typedef struct {
         double total;            /* fpt * D */
         double peak;             /* per-device peak of the compute dtype */
         double t_matmul;         /* seconds per step per device: model + recompute FLOPs at peak*eff */
-        double t_elementwise;    /* memory-bound elementwise traffic at mem_bw, + t_dropout */
+        double t_elementwise;    /* memory-bound elementwise traffic at mem_bw, + t_dropout + t_head */
         double t_dropout;        /* --dropout's factor draws (layout_dropout_draws at hw drop_rate) */
+        double t_head;           /* the LM head's softmax, loss and logit-gradient passes
+                                    (layout_head_softmax_bytes at mem_bw), inside t_elementwise */
         double t_bubble;         /* pipeline idle time */
         double t_tp, t_pp;       /* exposed TP collectives (comm.tp_exposed for our trainer, else all of
                                     tp_time) and PP point-to-point */

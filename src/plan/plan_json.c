@@ -190,6 +190,7 @@ cJSON *plan_json(const PlanInput *in, const PlanResult *r, const PlanSched *ps) 
     cJSON_AddNumberToObject(jt, "matmul", r->compute.t_matmul);
     cJSON_AddNumberToObject(jt, "elementwise", r->compute.t_elementwise);
     cJSON_AddNumberToObject(jt, "dropout", r->compute.t_dropout); /* inside elementwise */
+    cJSON_AddNumberToObject(jt, "head_softmax", r->compute.t_head); /* inside elementwise */
     cJSON_AddNumberToObject(jt, "bubble", r->compute.t_bubble);
     cJSON_AddNumberToObject(jt, "tp", r->compute.t_tp);
     cJSON_AddNumberToObject(jt, "pp", r->compute.t_pp);
