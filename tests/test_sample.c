@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "ckpt/safetensors.h"
 #include "core/rng.h"
@@ -223,6 +224,8 @@ static int generate(int32_t *hist, size_t n0, float temperature, int top_k, uint
     return mismatches;
 }
 
+static char self_exe[4096]; /* this test's binary: the address-space control runs it as a child */
+
 static int run(const char *cmd) {
     int rc = system(cmd);
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
@@ -300,6 +303,30 @@ static void cli(void) {
              same(g1, gz) ? "yes" : "no");
     tu_check(t1.s && gz.s && !same(t1, gz), "neg_cli_temperature1", "--temperature 1 prints other text: %s",
              !same(t1, gz) ? "yes" : "no");
+    /* The history is bounded by the window, not --tokens (2^31 reserved 8 GB until 2026-11-29):
+     * under a 2 GiB address-space limit `sample --tokens 2147483647` prints until its reader stops.
+     * (The greedy text above, 40 tokens through a 16-token window, is the full history's: the
+     * history's moves are checked there.) Control: the same limit refuses an 8 GB allocation in a
+     * child of this test, so a history sized by --tokens would fail the check. ASan reserves
+     * terabytes of shadow address space: the check runs in the release build only. */
+#if defined(__SANITIZE_ADDRESS__)
+    printf("  (sample_history_bounded: under ASan an address-space limit cannot be set; the release build checks it)\n");
+#else
+    {
+        char cmd[4200];
+        snprintf(cmd, sizeof cmd, "ulimit -v 2097152 && " BIN " sample " TMP "/model --tokens 2147483647 --seed 1 "
+                 "--temperature 1 2>" TMP "/err.txt | head -c 3000 > " TMP "/long.txt");
+        int r = run(cmd);
+        char *lt = tu_slurp(TMP "/long.txt"), *le = tu_slurp(TMP "/err.txt");
+        tu_check(r == 0 && lt && strlen(lt) == 3000, "sample_history_bounded",
+                 "--tokens 2147483647 under a 2 GiB limit: %zu bytes printed, stderr \"%.200s\"", lt ? strlen(lt) : 0,
+                 le ? le : "");
+        free(lt), free(le);
+        snprintf(cmd, sizeof cmd, "ulimit -v 2097152 && exec %s --alloc-8g", self_exe);
+        int rc = run(cmd);
+        tu_check(rc == 3, "control: the 2 GiB limit refuses an 8 GB allocation", "child exit %d (3: malloc failed)", rc);
+    }
+#endif
     free(s1.s), free(s2.s), free(s3.s), free(gz.s), free(g1.s), free(t1.s);
     /* A prompt that fills the window (MAXT byte tokens) predicts its next token (it was refused as
      * "expected fewer than" the window): greedy prints the library's greedy continuation of it; one
@@ -359,7 +386,13 @@ static void gemm_failure(const int32_t *hist) {
              "with a failing GEMM: status %d \"%s\"; control without the fault: status %d", (int)st, e.msg, (int)ok);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "--alloc-8g")) { /* the control's child: 3 when the limit refuses 8 GB */
+        volatile char *p = malloc((size_t)8 << 30);
+        return p ? 0 : 3;
+    }
+    ssize_t sl = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
+    self_exe[sl > 0 ? sl : 0] = '\0';
     ModelConfig cfg = {.n_layer = L, .n_head = NH, .n_embd = C, .vocab = V, .max_seq = MAXT};
     Err e;
     GptOptions go = gpt_default_options();

@@ -125,8 +125,10 @@ int cmd_sample(int argc, char **argv) {
         goto fail;
     }
     work = malloc(sizeof(float) * cfg.vocab);
-    /* The whole token history: the cache slides over it when the model's window is full. */
-    size_t hist_cap = nids + (size_t)tokens + 1, nh = nids;
+    /* The token history the cache reads, from its window's first token (kv.start) on: when full it
+     * moves that window to its front, so it holds at most two windows, whatever --tokens is (it was
+     * sized by --tokens: 8 GB reserved for 2^31). */
+    size_t hist_cap = 2 * (size_t)cfg.max_seq + 2, nh = nids;
     int32_t *hist = malloc(hist_cap * sizeof *hist);
     if (!work || !hist) {
         free(hist);
@@ -140,6 +142,10 @@ int cmd_sample(int argc, char **argv) {
         if ((st = infer_feed(&g, &kv, hist, nh, &err)) != ST_OK) {
             free(hist);
             goto fail;
+        }
+        if (nh == hist_cap) { /* infer_feed left nh - kv.start <= max_seq: kv.start > max_seq here */
+            memmove(hist, hist + kv.start, (nh - kv.start) * sizeof *hist);
+            nh -= kv.start, kv.start = 0;
         }
         float u = rng_uniform(seed, 0x5a3f1e, (uint64_t)i);
         uint32_t id = (uint32_t)infer_pick(kv.logits, cfg.vocab, temperature, top_k, u, work);
