@@ -98,12 +98,26 @@ float *cu_reduce_scratch(size_t *floats) {
     return G.reduce;
 }
 
+/* What an open that failed part-way had got: the workspace and scratch (64 MiB of the GPU), the
+ * pinned staging buffer, the cuBLASLt handle and library. The process may go on without the GPU
+ * (the message reaches the caller as an error, not an exit), so they are not held until exit. */
+static void open_release(void) {
+    if (G.host_stage) cudaFreeHost(G.host_stage);
+    if (G.reduce) cudaFree(G.reduce);
+    if (G.ws) cudaFree(G.ws);
+    if (G.handle && G.lt.destroy) G.lt.destroy(G.handle);
+    if (G.lt.lib) dlclose(G.lt.lib);
+    G.host_stage = NULL, G.reduce = NULL, G.ws = NULL, G.handle = NULL;
+    memset(&G.lt, 0, sizeof G.lt);
+}
+
 static int open_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int open_fail(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(G.open_msg, sizeof G.open_msg, fmt, ap);
     va_end(ap);
+    open_release();
     G.state = -1;
     return 0;
 }

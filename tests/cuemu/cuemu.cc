@@ -61,6 +61,7 @@
 #undef dlopen
 #undef dlsym
 #undef dlerror
+#undef dlclose
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -204,7 +205,18 @@ cudaError_t cudaFree(void *p) {
     free(p);
     return cudaSuccess;
 }
+/* Bytes of device memory allocated and not freed (cuemu_held). */
+static size_t cuemu_device_bytes(void) {
+    pthread_mutex_lock(&g_mu);
+    size_t n = 0;
+    for (auto &kv : g_dev) n += kv.second;
+    pthread_mutex_unlock(&g_mu);
+    return n;
+}
+
 cudaError_t cudaMallocHost(void **p, size_t bytes) {
+    const char *f = getenv("CUEMU_FAIL"); /* "malloc_host": pinned memory refused (an open failing part-way) */
+    if (f && !strcmp(f, "malloc_host")) return *p = NULL, ret(cudaErrorMemoryAllocation);
     *p = malloc(bytes ? bytes : 1);
     return *p ? cudaSuccess : ret(cudaErrorMemoryAllocation);
 }
@@ -683,11 +695,15 @@ static cublasStatus_t lt_bad(const char *fmt, ...) {
     return CUBLAS_STATUS_INVALID_VALUE;
 }
 
+static int g_lt_handles; /* cublasLtCreate'd and not destroyed (cuemu_held) */
+
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
     *h = new CuemuLtContext{1};
+    __atomic_add_fetch(&g_lt_handles, 1, __ATOMIC_RELAXED);
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+    if (h) __atomic_sub_fetch(&g_lt_handles, 1, __ATOMIC_RELAXED);
     delete h;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -897,12 +913,25 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
 /* The loader                                                                                 */
 /* ------------------------------------------------------------------------------------------ */
 
-static int g_lt_token;
+static int g_lt_token, g_lt_loads; /* the emulated library's handle; dlopen'd and not closed */
 static const char *g_dlerr;
 
 void *cuemu_dlopen(const char *file, int flags) {
-    if (file && strstr(file, "libcublasLt")) return &g_lt_token;
+    if (file && strstr(file, "libcublasLt")) return __atomic_add_fetch(&g_lt_loads, 1, __ATOMIC_RELAXED), &g_lt_token;
     return dlopen(file, flags);
+}
+int cuemu_dlclose(void *handle) {
+    if (handle != &g_lt_token) return dlclose(handle);
+    __atomic_sub_fetch(&g_lt_loads, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+/* What is held now: device bytes allocated and not freed, cuBLASLt handles, loads of the library
+ * (a test's check that a failed open of the backend gave back what it got). */
+extern "C" void cuemu_held(size_t *device_bytes, int *lt_handles, int *lt_loads) {
+    *device_bytes = cuemu_device_bytes();
+    *lt_handles = __atomic_load_n(&g_lt_handles, __ATOMIC_RELAXED);
+    *lt_loads = __atomic_load_n(&g_lt_loads, __ATOMIC_RELAXED);
 }
 void *cuemu_dlsym(void *handle, const char *name) {
     if (handle != &g_lt_token) return dlsym(handle, name);

@@ -4,7 +4,7 @@
  * checking what the real library checks: attribute sizes, matching shapes and types, leading
  * dimensions, pointer alignment against the promised minimum, workspace in device memory.
  *
- * The backend dlopens the library: this header maps dlopen/dlsym/dlerror (declared by <dlfcn.h>,
+ * The backend dlopens the library: this header maps dlopen/dlsym/dlerror/dlclose (declared by <dlfcn.h>,
  * which the backend includes first) to the emulator's, which hands out these functions for
  * "libcublasLt.so.13" and defers everything else to the real loader. */
 #ifndef CUEMU_CUBLASLT_H
@@ -82,7 +82,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
 void *cuemu_dlopen(const char *file, int flags);
 void *cuemu_dlsym(void *handle, const char *name);
 char *cuemu_dlerror(void);
+int cuemu_dlclose(void *handle);
 #define dlopen cuemu_dlopen
+#define dlclose cuemu_dlclose
 #define dlsym cuemu_dlsym
 #define dlerror cuemu_dlerror
 #endif
