@@ -88,12 +88,11 @@ static Status bundled_corpus(TrainConfig *c, const Comm *comm, Err *err) {
 
 static Status refuse_inert(ArgSpec *specs, int n, const TrainConfig *c, const Comm *comm, Err *err) {
     int world = comm ? comm->world : 1;
-    /* the grid as train_run resolves it (tr_setup_grid): dp 0 is the world over tp x pp; one process
-     * is dp 1 whatever --dp says (a grid asked of it is refused there) */
+    /* the grid as train_run resolves it (train_grid_dp; 0: a grid tr_setup_grid refuses) */
     int tp = c->tp > 0 ? c->tp : 1, pp = c->pp > 0 ? c->pp : 1;
     long long tpp = (long long)tp * pp;
-    int dp = world == 1 ? 1 : c->dp > 0 ? c->dp : world % tpp ? 0 : (int)(world / tpp);
-    int par = dp > 1 || (dp == 0 && world > 1); /* 0: a grid tr_setup_grid refuses */
+    int dp = train_grid_dp(world, c->dp, tp, pp);
+    int par = dp > 1 || (dp == 0 && world > 1);
     /* a --dp that with tp and pp (dividing the world: tr_setup_grid says so otherwise) misses the world */
     if (world > 1 && c->dp > 0 && world % tpp == 0 && c->dp * tpp != world)
         return err_set(err, ST_ERR_INPUT, "--dp %d: expected dp x tp x pp = the world size %d (ranks launched), found %d "

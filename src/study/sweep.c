@@ -259,7 +259,7 @@ static Status parse_flags(const TrainFlagsParser *tp, Args *a, const Comm *comm,
 
 static long long batch_tokens_of(const TrainConfig *c, const Comm *comm) {
     int world = comm ? comm->world : 1, tp = c->tp > 1 ? c->tp : 1, pp = c->pp > 1 ? c->pp : 1;
-    int dp = c->dp > 0 ? c->dp : world / (tp * pp);
+    int dp = train_grid_dp(world, c->dp, tp, pp); /* 0: a grid train refuses */
     if (dp < 1) dp = 1;
     return (long long)c->micro_batch * c->seq_len * c->grad_accum * dp;
 }
@@ -787,7 +787,7 @@ Status sweep_plan_run(const Sweep *s, int i, const Comm *comm, SweepRunPlan *out
         model_config_validate(&mc, err);
         ta->cfg->model = mc;
         int world = comm ? comm->world : 1, tp = ta->cfg->tp > 1 ? ta->cfg->tp : 1, pp = ta->cfg->pp > 1 ? ta->cfg->pp : 1;
-        int dp = ta->cfg->dp > 0 ? ta->cfg->dp : world / (tp * pp);
+        int dp = train_grid_dp(world, ta->cfg->dp, tp, pp);
         train_plan_input(ta->cfg, dp < 1 ? 1 : dp, tp, pp, 0, &pi);
         st = plan_predict_step(&pi, pr, err);
     }

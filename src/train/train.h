@@ -121,6 +121,12 @@ TrainConfig train_default_config(void);
  * ST_ERR_INPUT naming the flag. sweep checks every run with it before the first one starts. */
 Status train_validate(const TrainConfig *c, Err *err);
 
+/* The data-parallel size a run of `world` processes takes with --dp dp, --tp tp, --pp pp (each 0
+ * or less: not given): one process is dp 1 (a grid asked of it is refused); else dp when given,
+ * else the world over tp × pp; 0 where tp × pp does not divide the world (refused). The one rule of
+ * tr_setup_grid and of the CLI's checks that run before it. */
+int train_grid_dp(int world, int dp, int tp, int pp);
+
 /* c's --device, checked as train_validate checks it and then opened (train/devemu.h, devemu_open),
  * so that a device that cannot open fails before the caller prepares data: ST_ERR_RUNTIME
  * "--device NAME: <why>". Nothing to open on the CPU. */

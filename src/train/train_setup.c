@@ -89,6 +89,13 @@ static void pipeline_rank_stage(Run *r) {
     r->pipe.slots = r->pipe.peak_inflight[r->pp_rank];
 }
 
+int train_grid_dp(int world, int dp, int tp, int pp) {
+    long long tpp = (long long)(tp > 0 ? tp : 1) * (pp > 0 ? pp : 1);
+    if (world <= 1) return 1;
+    if (dp > 0) return dp;
+    return world % tpp ? 0 : (int)(world / tpp);
+}
+
 /* The process grid (dp × tp × pp = world), refused before any allocation. */
 Status tr_setup_grid(Run *r, Err *err) {
     TrainConfig *c = &r->cfg;
@@ -117,7 +124,7 @@ Status tr_setup_grid(Run *r, Err *err) {
                                          "inside a tensor-parallel group), found --tp 1");
     Status st = setup_pipeline(r, pp, err);
     if (st != ST_OK) return st;
-    int dp = c->dp > 0 ? c->dp : world / (tp * pp);
+    int dp = train_grid_dp(world, c->dp, tp, pp);
     if ((st = par_check_grid(c->zero, pp, err)) != ST_OK) return st;
     if ((st = comm_set_grid(r->comm, dp, tp, pp, err)) != ST_OK) return st;
     if (c->comm_timeout > 0) r->comm->timeout_s = c->comm_timeout;
