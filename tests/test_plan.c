@@ -901,7 +901,7 @@ static void test_option_effects(void) {
     snprintf(cmd, sizeof cmd, "%s plan --help > %s/help.txt", BIN, TMP);
     int rc = system(cmd);
     char *help = tu_slurp(TMP "/help.txt");
-    static const char *const separately[] = {"json", "measure-hardware", "measure-threads"};
+    static const char *const separately[] = {"json", "measure-hardware", "measure-threads", "measure-copies"};
     int nopt = 0, missing = 0;
     char miss[256] = "";
     for (char *line = help; rc == 0 && line && *line;) {
@@ -910,7 +910,7 @@ static void test_option_effects(void) {
         if (sscanf(line, "  --%63[a-z0-9-]", name) == 1) {
             int found = 0;
             for (size_t i = 0; i < nt; i++) found |= !strcmp(OPTION_EFFECTS[i].option, name);
-            for (size_t i = 0; i < 3; i++) found |= !strcmp(separately[i], name);
+            for (size_t i = 0; i < sizeof separately / sizeof separately[0]; i++) found |= !strcmp(separately[i], name);
             nopt++;
             if (!found) {
                 missing++;
@@ -1176,6 +1176,174 @@ static void test_measure_hardware(void) {
     free(text);
 }
 
+/* Ranks sharing this machine are priced by a profile measured with as many copies at once
+ * (hw_measure_copies, docs/plan.md "Hardware profiles"). A real `--measure-copies 2` at one thread
+ * (where this machine has 2 CPUs): its profile is named measured-1t-x2, its memory is the
+ * machine's over the copies, and the cache keys it by threads 1 and copies 2. Planted in a private
+ * cache beside a copies-1 profile of other figures, `plan --dp 2 --devices-per-node 2 --threads 1`
+ * prices with the copies-2 one (== `--hardware` of it) and `--dp 1` with the copies-1 one.
+ * Control: the two planted profiles price the shape differently (the check can tell them apart).
+ * Refusals: copies 0, copies x threads over the CPUs, --measure-copies without --measure-hardware.
+ * Writes TMP/pcc.json (the cache), TMP/pA.json and TMP/pB.json: test_node_profile (the trainer
+ * under mpirun) reads them. Returns 1 when planted. */
+static const char *NODE_SHAPE = "--layers 2 --heads 2 --channels 64 --vocab 257 --max-seq-len 64 --micro-batch 4 "
+                                "--seq-len 64 --threads 1";
+
+static int plant_copies_cache(void) {
+    char cmd[2048];
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(cmd, sizeof cmd, "rm -f %s/pcc.json %s/hwc.json && ST_PEAK_CACHE=%s/pcc.json %s plan --measure-hardware "
+             "%s/hwc.json --measure-threads 1 --measure-copies 2 > /dev/null 2> %s/hwc.err", TMP, TMP, TMP, BIN, TMP, TMP);
+    int rc = system(cmd);
+    cpu_set_t set;
+    int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)cpus;
+    if (allowed < 2) { /* one CPU: the refusal, and nothing to plant */
+        char *e = tu_slurp(TMP "/hwc.err");
+        tu_check(rc != 0 && e && strstr(e, "--measure-copies: expected 1..1"), "--measure-copies 2 on one CPU refused",
+                 "%s", e ? e : "(none)");
+        free(e);
+        return 0;
+    }
+    char *text = tu_slurp(TMP "/hwc.json"), *ctext = tu_slurp(TMP "/pcc.json");
+    cJSON *j = text ? cJSON_Parse(text) : NULL, *cache = ctext ? cJSON_Parse(ctext) : NULL;
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
+    double mem = jnum(j, "memory"), ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    cJSON *entry = NULL, *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(cache, "profiles"))
+        if (jnum(e, "copies") == 2 && jnum(e, "threads") == 1) entry = e;
+    tu_check(WIFEXITED(rc) && WEXITSTATUS(rc) == 0 && cJSON_IsString(name) && !strcmp(name->valuestring, "measured-1t-x2") &&
+                 fabs(mem - ram / 2) <= 1 && entry && jnum(j, "mem_bw") > 0 && jnum(j, "matmul_eff") > 0,
+             "plan --measure-hardware F --measure-threads 1 --measure-copies 2",
+             "name %s, memory %.4g of %.4g bytes, cache entry with copies 2 %s",
+             cJSON_IsString(name) ? name->valuestring : "?", mem, ram, entry ? "found" : "MISSING");
+    int planted = 0;
+    if (entry) {
+        /* B (copies 2): slow memory and GEMMs; A (copies 1): the same entry without "copies" */
+        const char *pb = "{\"name\": \"plantedB\", \"peak_fp32\": 1e11, \"peak_bf16\": 1e11, \"peak_fp16\": 1e11, "
+                         "\"memory\": 12e9, \"mem_bw\": 5e9, \"intra_bw\": 1e10, \"inter_bw\": 1.25e9, \"intra_lat\": 1e-6, "
+                         "\"inter_lat\": 3e-5, \"matmul_eff\": 0.25, \"matmul_eff_bf16\": 0.2, \"storage_bw\": 5e8, "
+                         "\"backend_bytes\": 0, \"devices_per_node\": 1}";
+        const char *pa = "{\"name\": \"plantedA\", \"peak_fp32\": 1e11, \"peak_bf16\": 1e11, \"peak_fp16\": 1e11, "
+                         "\"memory\": 24e9, \"mem_bw\": 2e10, \"intra_bw\": 1e10, \"inter_bw\": 1.25e9, \"intra_lat\": 1e-6, "
+                         "\"inter_lat\": 3e-5, \"matmul_eff\": 0.5, \"matmul_eff_bf16\": 0.4, \"storage_bw\": 5e8, "
+                         "\"backend_bytes\": 0, \"devices_per_node\": 1}";
+        cJSON_ReplaceItemInObject(entry, "profile", cJSON_Parse(pb));
+        cJSON_DeleteItemFromObject(entry, "others_cpu"); /* the planted figures are not disturbed ones */
+        cJSON_AddNumberToObject(entry, "others_cpu", 0);
+        cJSON *a = cJSON_Duplicate(entry, 1);
+        cJSON_DeleteItemFromObject(a, "copies");
+        cJSON_ReplaceItemInObject(a, "profile", cJSON_Parse(pa));
+        cJSON_AddItemToArray(cJSON_GetObjectItem(cache, "profiles"), a);
+        char *out = cJSON_Print(cache);
+        FILE *f = fopen(TMP "/pcc.json", "w"), *fa = fopen(TMP "/pA.json", "w"), *fb = fopen(TMP "/pB.json", "w");
+        if (f && fa && fb && out) fputs(out, f), fputs(pa, fa), fputs(pb, fb), planted = 1;
+        if (f) fclose(f);
+        if (fa) fclose(fa);
+        if (fb) fclose(fb);
+        free(out);
+    }
+    cJSON_Delete(j), cJSON_Delete(cache), free(text), free(ctext);
+    return planted;
+}
+
+static void test_measure_copies(void) {
+    int planted = plant_copies_cache();
+    /* the measure refusals run without plan_json's --json (refused beside --measure-hardware) */
+    char cmd[1024], *e[3];
+    int c[3];
+    const char *args3[3] = {"--measure-hardware " TMP "/x.json --measure-copies 0",
+                            "--measure-hardware " TMP "/x.json --measure-threads 1 --measure-copies 4096",
+                            "--model d6 --measure-copies 2"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "%s plan %s > /dev/null 2> %s/mc_err.txt", BIN, args3[i], TMP);
+        int rc = system(cmd);
+        c[i] = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+        e[i] = tu_slurp(TMP "/mc_err.txt");
+    }
+    tu_check(c[0] == 2 && e[0] && strstr(e[0], "--measure-copies: expected 1..") && strstr(e[0], "found 0") && c[1] == 2 &&
+                 e[1] && strstr(e[1], "found 4096") && c[2] == 2 && e[2] &&
+                 strstr(e[2], "--measure-copies: expected only with --measure-hardware FILE"),
+             "--measure-copies refusals: 0, more than the CPUs, without --measure-hardware", "exit %d/%d/%d: %s | %s | %s",
+             c[0], c[1], c[2], e[0] ? e[0] : "", e[1] ? e[1] : "", e[2] ? e[2] : "");
+    for (int i = 0; i < 3; i++) free(e[i]);
+    if (!planted) return;
+    char args[1024];
+    double st[4];
+    const char *runs[4] = {"--dp 2 --devices-per-node 2", "--dp 2 --devices-per-node 2 --hardware " TMP "/pB.json",
+                           "", "--hardware " TMP "/pA.json"};
+    setenv("ST_PEAK_CACHE", TMP "/pcc.json", 1);
+    for (int i = 0; i < 4; i++) {
+        snprintf(args, sizeof args, "%s %s", NODE_SHAPE, runs[i]);
+        cJSON *pj = plan_json(args, NULL);
+        st[i] = jnum(pj, "compute.step_s");
+        cJSON_Delete(pj);
+    }
+    setenv("ST_PEAK_CACHE", "off", 1);
+    tu_check(st[0] > 0 && st[0] == st[1] && st[2] > 0 && st[2] == st[3],
+             "ranks sharing the machine priced by the profile of as many copies at once",
+             "dp 2 on one node %.6g s (--hardware of the copies-2 profile %.6g); one process %.6g s (copies-1 %.6g)", st[0],
+             st[1], st[2], st[3]);
+    snprintf(args, sizeof args, "%s --dp 2 --devices-per-node 2 --hardware %s/pA.json", NODE_SHAPE, TMP);
+    cJSON *pj = plan_json(args, NULL);
+    double a2 = jnum(pj, "compute.step_s");
+    cJSON_Delete(pj);
+    tu_check(a2 > 0 && fabs(a2 - st[1]) > 0.2 * st[1], "control: the two planted profiles price dp 2 differently",
+             "copies-1 profile %.6g s, copies-2 profile %.6g s", a2, st[1]);
+}
+
+/* The trainer under mpirun, two ranks on this machine (dp 2, one thread each), with the private
+ * cache of test_measure_copies: its start record's plan is the copies-2 profile's (== `plan --dp 2
+ * --devices-per-node 2 --hardware pB.json`, as the trainer's plan counts its ranks on one node)
+ * and says it measured the ranks together. Control: with the copies-2 entry taken out of the cache
+ * the plan is the copies-1 profile's and says it is one rank's alone. */
+static void test_node_profile(const char *mpiexec) {
+    Err me;
+    file_mkdirs(TMP, &me);
+    if (!plant_copies_cache()) return;
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s prepare --tokenizer bytes --val-fraction 0 --quiet --out %s/nsh "
+             "%s/data/tinyshakespeare/input.txt > /dev/null 2>&1", BIN, TMP, ST_SOURCE_DIR);
+    int ok = tu_shell(cmd);
+    double want[2] = {0, 0}, got[2] = {0, 0};
+    char hw[2][512] = {"", ""};
+    for (int alone = 0; ok && alone < 2; alone++) {
+        if (alone) { /* the cache without its copies-2 entry */
+            char *t = tu_slurp(TMP "/pcc.json");
+            cJSON *c = t ? cJSON_Parse(t) : NULL, *e;
+            cJSON *arr = cJSON_GetObjectItem(c, "profiles");
+            for (int i = cJSON_GetArraySize(arr) - 1; i >= 0; i--)
+                if (jnum((e = cJSON_GetArrayItem(arr, i)), "copies") == 2) cJSON_DeleteItemFromArray(arr, i);
+            char *out = c ? cJSON_Print(c) : NULL;
+            FILE *f = out ? fopen(TMP "/pcc.json", "w") : NULL;
+            if (f) fputs(out, f), fclose(f);
+            free(out), free(t), cJSON_Delete(c);
+        }
+        char args[1024];
+        snprintf(args, sizeof args, "%s --dp 2 --devices-per-node 2 --hardware %s/%s", NODE_SHAPE, TMP,
+                 alone ? "pA.json" : "pB.json");
+        cJSON *pj = plan_json(args, NULL);
+        want[alone] = jnum(pj, "compute.step_s") * 1e3;
+        cJSON_Delete(pj);
+        snprintf(cmd, sizeof cmd, "rm -f %s/ntr.jsonl && %s --allow-run-as-root --oversubscribe -np 2 -x ST_PEAK_CACHE=%s/pcc.json "
+                 "%s train --data '%s/nsh/train_*.bin' %s --steps 1 --quiet --log %s/ntr.jsonl > /dev/null 2>&1",
+                 TMP, mpiexec, TMP, BIN, TMP, NODE_SHAPE, TMP);
+        cJSON *all = tu_shell(cmd) ? tu_log_records(TMP "/ntr.jsonl") : NULL, *o;
+        cJSON_ArrayForEach(o, all)
+            if (!strcmp(cJSON_GetObjectItem(o, "event")->valuestring, "start")) {
+                got[alone] = jnum(o, "plan.step_ms");
+                const cJSON *h = jpath(o, "plan.hardware");
+                snprintf(hw[alone], sizeof hw[alone], "%s", cJSON_IsString(h) ? h->valuestring : "");
+            }
+        cJSON_Delete(all);
+    }
+    tu_check(ok && want[0] > 0 && rel(got[0], want[0]) < 1e-12 && strcmp(hw[0], "this machine's cached profile") == 0,
+             "mpirun dp 2: the trainer's plan uses the profile of two ranks measured together",
+             "trainer %.9g ms, plan --hardware of it %.9g ms; \"%s\"", got[0], want[0], hw[0]);
+    tu_check(want[1] > 0 && rel(got[1], want[1]) < 1e-12 && strstr(hw[1], "of one rank alone") && rel(got[1], got[0]) > 0.1,
+             "control: without it, the one-rank profile, and the start record says so",
+             "trainer %.9g ms, plan --hardware of the copies-1 profile %.9g ms; \"%s\"", got[1], want[1], hw[1]);
+}
+
 static void test_checklist(void) {
     Err e;
     PlanResult r;
@@ -1383,7 +1551,11 @@ static void test_cli(void) {
     free(text);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "node")) { /* the mpirun part (test_plan_node, labelled mpi) */
+        test_node_profile(argv[2]);
+        return tu_exit();
+    }
     test_7b_bytes();
     test_zero_world8();
     test_zero_paper_7_5b();
@@ -1412,6 +1584,7 @@ int main(void) {
     test_option_effects();
     test_default_threads();
     test_measure_hardware();
+    test_measure_copies();
     test_bf16_efficiency();
     test_lora_step();
     test_ckpt_size();

@@ -337,7 +337,7 @@ int cmd_plan(int argc, char **argv) {
     PlanInput in = plan_default_input();
     char model[64] = "", arch[16] = "gpt2", precision[16] = "fp32", optimizer[16] = "adamw", recompute[16] = "none",
          hardware[1024] = "", acts[16] = "auto", measure[1024] = "", accounting[16] = "trainer";
-    int measure_threads = 2;
+    int measure_threads = 2, measure_copies = 1;
     int layers = 0, heads = 0, kv_heads = 0, channels = 0, ffn = 0, vocab = 50257, max_seq = 1024, tie = 0;
     double params = 0, peak_tflops = 0, memory_gib = 0, mem_bw_gbs = 0, intra_gbs = 0, inter_gbs = 0, matmul_eff = 0,
            storage_gbs = 0;
@@ -409,6 +409,8 @@ int cmd_plan(int argc, char **argv) {
         {"measure-hardware", ARG_STR, measure, sizeof measure,
          "measure this machine (FMA peak, GEMM efficiency, bf16 speed-up, memory bandwidth), write FILE.json, exit"},
         {"measure-threads", ARG_INT, &measure_threads, 0, "threads for --measure-hardware"},
+        {"measure-copies", ARG_INT, &measure_copies, 0,
+         "--measure-hardware: ranks measured at once, each on its own --measure-threads CPUs (1)"},
         {"nodes", ARG_INT, &nodes, 0, "nodes (world = nodes x devices per node; default: world = dp x tp x pp)"},
         {"devices-per-node", ARG_INT, &dpn, 0, "devices per node (0: the hardware preset's)"},
         {"peak-tflops", ARG_DOUBLE, &peak_tflops, 0, "override the peak TFLOP/s of the matmul dtype (default: the preset's)"},
@@ -462,7 +464,8 @@ int cmd_plan(int argc, char **argv) {
     if (measure[0]) {
         /* Measuring exits without planning: any planning option would be ignored. */
         for (int i = 0; i < n; i++)
-            if (specs[i].seen && strcmp(specs[i].name, "measure-hardware") && strcmp(specs[i].name, "measure-threads")) {
+            if (specs[i].seen && strcmp(specs[i].name, "measure-hardware") && strcmp(specs[i].name, "measure-threads") &&
+                strcmp(specs[i].name, "measure-copies")) {
                 snprintf(err.msg, sizeof err.msg,
                          "--measure-hardware: measures this machine and exits; expected no planning option, found --%s",
                          specs[i].name);
@@ -474,16 +477,23 @@ int cmd_plan(int argc, char **argv) {
                      "found %d", cpus, measure_threads);
             return cli_fail("plan", ST_ERR_INPUT, err.msg);
         }
+        if (measure_copies < 1 || (long)measure_copies * measure_threads > cpus) {
+            snprintf(err.msg, sizeof err.msg, "--measure-copies: expected 1..%d (copies x --measure-threads %d within the "
+                     "%d CPUs this process may run on), found %d", cpus / measure_threads, measure_threads, cpus,
+                     measure_copies);
+            return cli_fail("plan", ST_ERR_INPUT, err.msg);
+        }
         PlanHardware hw;
         double others;
         char note[600] = "";
-        if ((st = hw_measure(&hw, measure_threads, &others, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+        if ((st = hw_measure_copies(&hw, measure_threads, measure_copies, &others, &err)) != ST_OK)
+            return cli_fail("plan", st, err.msg);
         warn_if_loaded(others, note, sizeof note);
         fputs(note, stderr);
         cJSON *j = plan_hardware_to_json(&hw);
         char *text = cJSON_Print(j), cache[1024];
         hw_peak_cache_path(cache, sizeof cache); /* and this machine's default profile from now on */
-        machine_profile_store(cache, measure_threads, j, others);
+        machine_profile_store(cache, measure_threads, measure_copies, j, others);
         cJSON_Delete(j);
         const void *bufs[2] = {text, "\n"};
         size_t lens[2] = {strlen(text), 1};
@@ -491,14 +501,16 @@ int cmd_plan(int argc, char **argv) {
         free(text);
         if (st != ST_OK) return cli_fail("plan", st, err.msg);
         printf("hardware profile %s: fp32 peak %.1f GFLOP/s, GEMM efficiency %.2f; bf16 peak %.1f GFLOP/s, GEMM efficiency "
-               "%.2f (bf16 GEMMs %.2fx fp32's); memory bandwidth %.1f GB/s (%d threads)\n",
+               "%.2f (bf16 GEMMs %.2fx fp32's); memory bandwidth %.1f GB/s (%d threads%s)\n",
                measure, hw.peak_fp32 / 1e9, hw.matmul_eff, hw.peak_bf16 / 1e9, hw.matmul_eff_bf16,
                plan_matmul_rate(&hw, PLAN_DTYPE_BF16) / plan_matmul_rate(&hw, PLAN_DTYPE_FP32), hw.mem_bw / 1e9,
-               measure_threads);
+               measure_threads, measure_copies > 1 ? ", per copy of those measured at once: their mean" : "");
         return 0;
     }
     if (SEEN("measure-threads"))
         return cli_fail("plan", ST_ERR_INPUT, "--measure-threads: expected only with --measure-hardware FILE");
+    if (SEEN("measure-copies"))
+        return cli_fail("plan", ST_ERR_INPUT, "--measure-copies: expected only with --measure-hardware FILE");
     if (scaling_src[0] && (st = read_scaling(&in, scaling_src, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
     /* ---- model ---- */
     int shape_given = SEEN("layers") || SEEN("heads") || SEEN("channels");
@@ -657,10 +669,19 @@ int cmd_plan(int argc, char **argv) {
          * 20000 measured with 20000 threads, 50000 crashed libgomp) */
         int cpus = machine_cpus_allowed(), nt = in.threads > 0 ? in.threads : 1;
         if (nt > cpus) nt = cpus;
+        /* The ranks that share this machine (--devices-per-node of them, at most the world's), each
+         * priced by a profile measured with that many copies at once (hw_measure_copies): as many
+         * as fit on its CPUs at nt threads each. */
+        long world = (long)in.dp * in.tp * in.pp;
+        int copies = SEEN("devices-per-node") && dpn > 1 ? dpn : 1;
+        if (!SEEN("nodes") && world > 0 && world < copies) copies = (int)world;
+        if (copies > cpus / nt) copies = cpus / nt > 0 ? cpus / nt : 1;
         double t0 = timer_ms();
         HwOrigin o;
-        if ((st = hw_this_machine(&in.hw, nt, cache, &o, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
-        char why[96];
+        if ((st = hw_this_machine(&in.hw, nt, copies, cache, &o, &err)) != ST_OK) return cli_fail("plan", st, err.msg);
+        char why[96], who[64];
+        if (copies > 1) snprintf(who, sizeof who, "%d ranks of %d threads at once", copies, nt);
+        else snprintf(who, sizeof who, "%d threads", nt);
         if (o.was_others > MACHINE_OTHERS_DISTURBED)
             snprintf(why, sizeof why, "while other work used %.0f%% of the CPUs", 100 * o.was_others);
         else if (o.was_others < 0 && o.was_load <= cpus)
@@ -669,17 +690,17 @@ int cmd_plan(int argc, char **argv) {
             snprintf(why, sizeof why, "at load %.1f", o.was_load);
         /* Said on stderr once the plan has gone out: an error stays the one line it is. */
         if (o.measured == 2)
-            snprintf(hw_note, sizeof hw_note, "plan: this machine's cached profile (%d threads) was measured %s; measured "
-                     "again in %.1f s, each figure raised where now higher, cached in %s\n", nt, why,
+            snprintf(hw_note, sizeof hw_note, "plan: this machine's cached profile (%s) was measured %s; measured "
+                     "again in %.1f s, each figure raised where now higher, cached in %s\n", who, why,
                      (timer_ms() - t0) * 1e-3, cache);
         else if (o.measured)
-            snprintf(hw_note, sizeof hw_note, "plan: measured this machine's profile (%d threads) in %.1f s, cached in %s\n",
-                     nt, (timer_ms() - t0) * 1e-3, cache);
+            snprintf(hw_note, sizeof hw_note, "plan: measured this machine's profile (%s) in %.1f s, cached in %s\n",
+                     who, (timer_ms() - t0) * 1e-3, cache);
         if (o.measured) warn_if_loaded(o.others, hw_note, sizeof hw_note);
         else if (o.others > MACHINE_OTHERS_DISTURBED)
-            snprintf(hw_note, sizeof hw_note, "plan: warning: this machine's cached profile (%d threads) was measured while "
+            snprintf(hw_note, sizeof hw_note, "plan: warning: this machine's cached profile (%s) was measured while "
                      "other work used %.0f%% of the CPUs, so its figures are low; it is measured again %.0f minutes after "
-                     "(plan --measure-hardware FILE measures and replaces it now)\n", nt, 100 * o.others,
+                     "(plan --measure-hardware FILE measures and replaces it now)\n", who, 100 * o.others,
                      HW_REMEASURE_AFTER_S / 60);
     } else if ((st = hw_resolve(&in.hw, "cpu-zen4-2c", &err)) != ST_OK)
         return cli_fail("plan", st, err.msg);

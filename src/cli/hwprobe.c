@@ -2,10 +2,15 @@
 #include "cli/hwprobe.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/fileio.h"
@@ -112,6 +117,117 @@ Status hw_measure(PlanHardware *hw, int threads, double *others, Err *err) {
     return ST_OK;
 }
 
+static double children_cpu_s(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_CHILDREN, &ru) != 0) return 0;
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
+           1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
+/* The first line of file path (its error, when a copy failed), into buf. */
+static void first_line(const char *path, char *buf, size_t cap) {
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    if (fgets(buf, (int)cap, f)) buf[strcspn(buf, "\n")] = '\0';
+    fclose(f);
+}
+
+Status hw_measure_copies(PlanHardware *hw, int threads, int copies, double *others, Err *err) {
+    if (copies <= 1) return hw_measure(hw, threads, others, err);
+    if (others) *others = -1;
+    cpu_set_t allowed;
+    int ids[CPU_SETSIZE], n = 0;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+        return err_set(err, ST_ERR_RUNTIME, "--measure-copies: cannot read this process's CPUs: %s", strerror(errno));
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &allowed)) ids[n++] = c;
+    if ((long)copies * threads > n)
+        return err_set(err, ST_ERR_INPUT, "--measure-copies %d x --measure-threads %d: expected at most the %d CPUs this "
+                       "process may run on, found %ld", copies, threads, n, (long)copies * threads);
+    char self[4096];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (sl <= 0) return err_set(err, ST_ERR_RUNTIME, "--measure-copies: cannot find this program (/proc/self/exe)");
+    self[sl] = '\0';
+    const char *tmp = getenv("TMPDIR");
+    char dirbuf[4200];
+    snprintf(dirbuf, sizeof dirbuf, "%s/scaletrain-measure-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dirbuf))
+        return err_set(err, ST_ERR_RUNTIME, "--measure-copies: cannot make a folder for the copies' profiles (%s): %s",
+                       dirbuf, strerror(errno));
+    MachineCpuMark m0 = machine_cpu_mark();
+    double kids0 = children_cpu_s();
+    pid_t pids[CPU_SETSIZE];
+    char tstr[16];
+    snprintf(tstr, sizeof tstr, "%d", threads);
+    int started = 0;
+    Status st = ST_OK;
+    for (int i = 0; i < copies; i++) {
+        char out[4300], log[4300];
+        snprintf(out, sizeof out, "%s/copy%d.json", dirbuf, i), snprintf(log, sizeof log, "%s/copy%d.err", dirbuf, i);
+        pid_t pid = fork();
+        if (pid == 0) {
+            /* the copy's own CPUs, its own threads; no cache (the parent stores the mean), no output */
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            for (int t = 0; t < threads; t++) CPU_SET(ids[i * threads + t], &set);
+            sched_setaffinity(0, sizeof set, &set);
+            setenv("ST_PEAK_CACHE", "off", 1);
+            int nul = open("/dev/null", O_WRONLY), ef = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (nul >= 0) dup2(nul, 1);
+            if (ef >= 0) dup2(ef, 2);
+            execl(self, self, "plan", "--measure-hardware", out, "--measure-threads", tstr, (char *)NULL);
+            _exit(127);
+        }
+        if (pid < 0) {
+            st = err_set(err, ST_ERR_RUNTIME, "--measure-copies: cannot start copy %d: %s", i, strerror(errno));
+            break;
+        }
+        pids[started++] = pid;
+    }
+    int failed = -1, wstatus = 0;
+    for (int i = 0; i < started; i++) {
+        int ws = 0;
+        if (waitpid(pids[i], &ws, 0) < 0 || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+            if (failed < 0) failed = i, wstatus = ws;
+    }
+    MachineCpuMark m1 = machine_cpu_mark();
+    m1.self_s += children_cpu_s() - kids0; /* the copies are this measurement, not other work */
+    PlanHardware sum = {0};
+    double rate = 0, rate16 = 0, bw = 0, drop = 0, pk = 0, pk16 = 0;
+    for (int i = 0; st == ST_OK && i < copies; i++) {
+        char out[4300], log[4300], line[600];
+        snprintf(out, sizeof out, "%s/copy%d.json", dirbuf, i), snprintf(log, sizeof log, "%s/copy%d.err", dirbuf, i);
+        if (failed == i) {
+            first_line(log, line, sizeof line);
+            st = err_set(err, ST_ERR_RUNTIME, "--measure-copies: copy %d of %d failed (wait status %d): %s", i, copies,
+                         wstatus, line[0] ? line : "no message");
+            break;
+        }
+        PlanHardware h;
+        if ((st = hw_resolve(&h, out, err)) != ST_OK) break;
+        if (i == 0) sum = h;
+        pk += h.peak_fp32, pk16 += h.peak_bf16, rate += plan_matmul_rate(&h, PLAN_DTYPE_FP32);
+        rate16 += plan_matmul_rate(&h, PLAN_DTYPE_BF16), bw += h.mem_bw, drop += h.drop_rate;
+    }
+    for (int i = 0; i < copies; i++) {
+        char path[4300];
+        snprintf(path, sizeof path, "%s/copy%d.json", dirbuf, i), unlink(path);
+        snprintf(path, sizeof path, "%s/copy%d.err", dirbuf, i), unlink(path);
+    }
+    rmdir(dirbuf);
+    if (st != ST_OK) return st;
+    *hw = sum;
+    snprintf(hw->name, sizeof hw->name, "measured-%dt-x%d", threads, copies);
+    hw->peak_fp32 = pk / copies, hw->peak_bf16 = pk16 / copies, hw->peak_fp16 = hw->peak_fp32;
+    hw->matmul_eff = fmin(1.0, rate / copies / hw->peak_fp32);
+    hw->matmul_eff_bf16 = fmin(1.0, rate16 / copies / hw->peak_bf16);
+    hw->mem_bw = bw / copies, hw->drop_rate = drop / copies;
+    hw->memory = sum.memory / copies;
+    if (others) *others = machine_others_share(&m0, &m1);
+    return ST_OK;
+}
+
 /* A profile measured on a busy machine is low in every figure (the GEMMs and the memory stream
  * share the cores with other work: matmul efficiency 0.23 at load 6.9 where 0.85 is this machine's
  * quiet figure, 2026-11-26). Each figure is a best achievable rate, so a later, quieter measurement
@@ -128,11 +244,11 @@ static void profile_raise(PlanHardware *hw, const PlanHardware *old) {
     hw->drop_rate = fmax(hw->drop_rate, old->drop_rate);
 }
 
-Status hw_this_machine(PlanHardware *hw, int threads, const char *cache_path, HwOrigin *o, Err *err) {
+Status hw_this_machine(PlanHardware *hw, int threads, int copies, const char *cache_path, HwOrigin *o, Err *err) {
     *o = (HwOrigin){0, -1, -1, -1};
     double now = machine_loadavg(), age = -1;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    cJSON *j = machine_profile_load(cache_path, threads, &o->was_load, &o->was_others, &age);
+    cJSON *j = machine_profile_load(cache_path, threads, copies, &o->was_load, &o->was_others, &age);
     PlanHardware old;
     int have_old = j && plan_hardware_from_json(&old, j, err) == ST_OK; /* an unreadable entry is measured over */
     cJSON_Delete(j);
@@ -147,12 +263,12 @@ Status hw_this_machine(PlanHardware *hw, int threads, const char *cache_path, Hw
         o->others = o->was_others;
         return ST_OK;
     }
-    Status st = hw_measure(hw, threads, &o->others, err);
+    Status st = hw_measure_copies(hw, threads, copies, &o->others, err);
     if (st != ST_OK) return st;
     if (have_old) profile_raise(hw, &old);
     o->measured = have_old ? 2 : 1;
     j = plan_hardware_to_json(hw);
-    machine_profile_store(cache_path, threads, j, o->others);
+    machine_profile_store(cache_path, threads, copies, j, o->others);
     cJSON_Delete(j);
     return ST_OK;
 }

@@ -17,6 +17,15 @@
  * above MACHINE_OTHERS_DISTURBED the figures are low). */
 Status hw_measure(PlanHardware *hw, int threads, double *others, Err *err);
 
+/* The profile of one of `copies` ranks of `threads` threads sharing this machine: copies
+ * processes (this program's `plan --measure-hardware`) measure at once, copy i bound to the i-th
+ * block of `threads` of the CPUs this process may run on (the CPUs of ranks bound to cores, as
+ * docs/parallel.md places them), and each figure is the copies' mean; memory is the machine's over
+ * the copies (each rank's share), *others the largest copy's. A rank measured alone has the memory
+ * bandwidth and the turbo clock to itself: 8 ranks of 2 threads share one memory system. copies 1
+ * is hw_measure. ST_ERR_INPUT when copies × threads exceeds those CPUs. */
+Status hw_measure_copies(PlanHardware *hw, int threads, int copies, double *others, Err *err);
+
 /* Where hw_this_machine's profile came from. */
 typedef struct {
     int measured;      /* 0 cached, 1 measured now, 2 cached and measured again */
@@ -29,14 +38,15 @@ typedef struct {
  * pays the 2 s measurement at most this often. */
 #define HW_REMEASURE_AFTER_S 600.0
 
-/* This machine's measured profile for `threads` threads (`plan`'s default): from the cache file
+/* This machine's measured profile for `threads` threads, `copies` ranks of them at once
+ * (hw_measure_copies; `plan`'s default): from the cache file
  * cache_path (train/machine_peak.h) when it holds one for this machine, else measured now
  * (hw_measure, about 2 s) and stored there. A cached profile is measured again, each figure the
  * larger of the two (a best achievable rate only rises), when it was measured at a load above the
  * CPU count and the load has fallen below 3/4 of that, or when other work used more than
  * MACHINE_OTHERS_DISTURBED of the CPUs while it was measured (or the entry, older, does not say)
  * and it is HW_REMEASURE_AFTER_S old. */
-Status hw_this_machine(PlanHardware *hw, int threads, const char *cache_path, HwOrigin *origin, Err *err);
+Status hw_this_machine(PlanHardware *hw, int threads, int copies, const char *cache_path, HwOrigin *origin, Err *err);
 
 /* The measured peaks' cache file (train/machine_peak.h) from the environment: $ST_PEAK_CACHE (a
  * path, or "off" for none), else $XDG_CACHE_HOME/scaletrain/peaks.json, else

@@ -430,6 +430,7 @@ Status comm_init(Comm **out, int *argc, char ***argv, Err *err) {
         int all_one_node = 0;
         MPI_Comm_size(node, &nsize);
         MPI_Comm_free(&node);
+        c->node_ranks = nsize;
         int mine = nsize == c->world;
         if (MPI_Allreduce(&mine, &all_one_node, 1, MPI_INT, MPI_MIN, m->world) == MPI_SUCCESS)
             c->one_node = all_one_node;

@@ -75,6 +75,7 @@ typedef struct {
                                      (default): our ring of point-to-point messages (in place) or
                                      MPI_Ireduce_scatter_block (out of place). See docs/comm.md */
     int one_node;                 /* 1: every rank of the world shares one node (shared memory) */
+    int node_ranks;               /* the ranks on this rank's node, itself included (0 or 1: alone) */
     int wait_yield;               /* 1: comm_wait yields the CPU after a few polls (this rank shares
                                      its core: ST_COMM_WAIT=auto|spin|yield, comm.c); 0: it spins
                                      10 ms first */

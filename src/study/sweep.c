@@ -788,7 +788,7 @@ Status sweep_plan_run(const Sweep *s, int i, const Comm *comm, SweepRunPlan *out
         ta->cfg->model = mc;
         int world = comm ? comm->world : 1, tp = ta->cfg->tp > 1 ? ta->cfg->tp : 1, pp = ta->cfg->pp > 1 ? ta->cfg->pp : 1;
         int dp = train_grid_dp(world, ta->cfg->dp, tp, pp);
-        train_plan_input(ta->cfg, dp < 1 ? 1 : dp, tp, pp, 0, &pi);
+        train_plan_input(ta->cfg, dp < 1 ? 1 : dp, tp, pp, comm && comm->one_node ? world : 1, 0, &pi);
         st = plan_predict_step(&pi, pr, err);
     }
     s->tp->release(ta);

@@ -267,6 +267,7 @@ void ev_start(EventLog *lg, const StartEvent *e) {
         add_num(pl, "mfu", e->plan_mfu);
         add_num(pl, "num_params", e->plan_num_params);
         add_num(pl, "memory_total", e->plan_memory_total);
+        if (e->plan_hardware) cJSON_AddStringToObject(pl, "hardware", e->plan_hardware);
     }
     cJSON *mp = cJSON_AddObjectToObject(o, "memory_planned");
     for (int c = 0; c < MEM_NCAT; c++)

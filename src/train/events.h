@@ -125,6 +125,7 @@ typedef struct {
     double resume_read_bytes;   /* bytes read from finding to loading the checkpoint (one pass over its data) */
     int have_plan;
     double plan_step_ms, plan_tokens_per_s, plan_mfu, plan_num_params, plan_memory_total;
+    const char *plan_hardware; /* what priced the plan (RunAccounting.plan_hw) */
     size_t planned[MEM_NCAT];   /* state categories and activations/workspace; data, comm and
                                    staging are not planned here */
 } StartEvent;

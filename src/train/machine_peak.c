@@ -254,12 +254,15 @@ enum { PEAK_CACHE_VERSION = 2 };
 
 /* 1 when entry e is this machine's for `threads` (and precision `prec`; NULL: a profile entry,
  * which has none). */
-static int entry_matches(const cJSON *e, const MachineKey *k, int threads, const char *prec) {
+/* copies: how many measured at once (a profile's "copies", absent in every other entry: 1). */
+static int entry_matches(const cJSON *e, const MachineKey *k, int threads, int copies, const char *prec) {
     const cJSON *d = cJSON_GetObjectItem(e, "device");
     if (k->device[0] ? !cJSON_IsString(d) || strcmp(d->valuestring, k->device) : d != NULL) return 0;
     const cJSON *h = cJSON_GetObjectItem(e, "host"), *c = cJSON_GetObjectItem(e, "cpu"),
                 *n = cJSON_GetObjectItem(e, "cpus"), *i = cJSON_GetObjectItem(e, "isa"),
-                *t = cJSON_GetObjectItem(e, "threads"), *p = cJSON_GetObjectItem(e, "precision");
+                *t = cJSON_GetObjectItem(e, "threads"), *p = cJSON_GetObjectItem(e, "precision"),
+                *r = cJSON_GetObjectItem(e, "copies");
+    if (r ? !cJSON_IsNumber(r) || r->valueint != copies : copies != 1) return 0;
     return cJSON_IsString(h) && !strcmp(h->valuestring, k->host) && cJSON_IsString(c) && !strcmp(c->valuestring, k->cpu) &&
            cJSON_IsNumber(n) && n->valueint == k->cpus && cJSON_IsString(i) && !strcmp(i->valuestring, isa_level()) &&
            cJSON_IsNumber(t) && t->valueint == threads &&
@@ -378,11 +381,12 @@ double machine_others_share(const MachineCpuMark *a, const MachineCpuMark *b) {
 }
 
 /* Replaces this machine's entries in doc's array `arr` (for threads, prec) by e (taken), writes. */
-static void cache_put(const char *path, cJSON *doc, const char *arr, const MachineKey *k, int threads,
+static void cache_put(const char *path, cJSON *doc, const char *arr, const MachineKey *k, int threads, int copies,
                       const char *prec, cJSON *e) {
     cJSON *entries = cJSON_GetObjectItem(doc, arr);
     for (int i = cJSON_GetArraySize(entries) - 1; i >= 0; i--)
-        if (entry_matches(cJSON_GetArrayItem(entries, i), k, threads, prec)) cJSON_DeleteItemFromArray(entries, i);
+        if (entry_matches(cJSON_GetArrayItem(entries, i), k, threads, copies, prec))
+            cJSON_DeleteItemFromArray(entries, i);
     cJSON_AddNumberToObject(e, "measured_unix", (double)time(NULL));
     /* the 1-minute load average when measured: a loaded machine measures low */
     cJSON_AddNumberToObject(e, "loadavg", machine_loadavg());
@@ -397,10 +401,11 @@ static void cache_store(const char *path, cJSON *doc, const MachineKey *k, int t
     cJSON_AddNumberToObject(e, "probe_flops", probe);
     cJSON_AddStringToObject(e, "probe_kind", probe_kind);
     cJSON_AddNumberToObject(e, "gemm_flops", gemm);
-    cache_put(path, doc, "entries", k, threads, prec, e);
+    cache_put(path, doc, "entries", k, threads, 1, prec, e);
 }
 
-cJSON *machine_profile_load(const char *cache_path, int threads, double *loadavg, double *others, double *age_s) {
+cJSON *machine_profile_load(const char *cache_path, int threads, int copies, double *loadavg, double *others,
+                            double *age_s) {
     if (loadavg) *loadavg = -1;
     if (others) *others = -1;
     if (age_s) *age_s = -1;
@@ -411,7 +416,7 @@ cJSON *machine_profile_load(const char *cache_path, int threads, double *loadavg
     const cJSON *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "profiles")) {
         const cJSON *p = cJSON_GetObjectItem(e, "profile"), *l = cJSON_GetObjectItem(e, "loadavg");
-        if (entry_matches(e, &k, threads, NULL) && cJSON_IsObject(p)) {
+        if (entry_matches(e, &k, threads, copies, NULL) && cJSON_IsObject(p)) {
             found = cJSON_Duplicate(p, 1);
             if (loadavg && cJSON_IsNumber(l)) *loadavg = l->valuedouble;
             const cJSON *o = cJSON_GetObjectItem(e, "others_cpu"), *t = cJSON_GetObjectItem(e, "measured_unix");
@@ -424,7 +429,7 @@ cJSON *machine_profile_load(const char *cache_path, int threads, double *loadavg
     return found;
 }
 
-void machine_profile_store(const char *cache_path, int threads, const cJSON *profile, double others) {
+void machine_profile_store(const char *cache_path, int threads, int copies, const cJSON *profile, double others) {
     if (!cache_path || !cache_path[0]) return;
     MachineKey k;
     machine_key(&k);
@@ -432,7 +437,8 @@ void machine_profile_store(const char *cache_path, int threads, const cJSON *pro
     cJSON_AddItemToObject(e, "profile", cJSON_Duplicate(profile, 1));
     /* the share of the CPUs other work used while it was measured (machine_others_share) */
     if (others >= 0) cJSON_AddNumberToObject(e, "others_cpu", others);
-    cache_put(cache_path, doc, "profiles", &k, threads, NULL, e);
+    if (copies > 1) cJSON_AddNumberToObject(e, "copies", copies);
+    cache_put(cache_path, doc, "profiles", &k, threads, copies, NULL, e);
     cJSON_Delete(doc);
 }
 
@@ -453,7 +459,7 @@ static Status device_peak_resolve(MachinePeak *out, const MachinePeakOptions *o,
         const cJSON *e;
         cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "entries")) {
             const cJSON *g = cJSON_GetObjectItem(e, "gemm_flops"), *sz = cJSON_GetObjectItem(e, "gemm_size");
-            if (entry_matches(e, &k, o->threads, prec) && cJSON_IsNumber(g) && g->valuedouble > 0) {
+            if (entry_matches(e, &k, o->threads, 1, prec) && cJSON_IsNumber(g) && g->valuedouble > 0) {
                 out->gemm = g->valuedouble, out->cached = 1;
                 size = cJSON_IsNumber(sz) ? sz->valueint : 0;
                 break;
@@ -474,7 +480,7 @@ static Status device_peak_resolve(MachinePeak *out, const MachinePeakOptions *o,
         cJSON_AddNumberToObject(e, "probe_flops", 0);
         cJSON_AddNumberToObject(e, "gemm_flops", out->gemm);
         cJSON_AddNumberToObject(e, "gemm_size", size);
-        cache_put(o->cache_path, doc, "entries", &k, o->threads, prec, e);
+        cache_put(o->cache_path, doc, "entries", &k, o->threads, 1, prec, e);
     }
     cJSON_Delete(doc);
     out->best = out->gemm;
@@ -498,7 +504,7 @@ Status machine_peak_resolve(MachinePeak *out, const MachinePeakOptions *o, Err *
     if (doc && !o->remeasure) {
         const cJSON *e, *entries = cJSON_GetObjectItem(doc, "entries");
         cJSON_ArrayForEach(e, entries) {
-            if (!entry_matches(e, &k, o->threads, prec)) continue;
+            if (!entry_matches(e, &k, o->threads, 1, prec)) continue;
             const cJSON *p = cJSON_GetObjectItem(e, "probe_flops"), *g = cJSON_GetObjectItem(e, "gemm_flops");
             if (cJSON_IsNumber(p) && cJSON_IsNumber(g) && p->valuedouble > 0 && g->valuedouble >= 0) {
                 const cJSON *pk = cJSON_GetObjectItem(e, "probe_kind");

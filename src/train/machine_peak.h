@@ -86,16 +86,19 @@ double machine_others_share(const MachineCpuMark *a, const MachineCpuMark *b);
 #define MACHINE_OTHERS_DISTURBED 0.10
 
 /* This machine's hardware profile for `threads` in the cache (`plan`'s default hardware; the
- * profile is plan_hardware_to_json's object, the entry keyed like the peaks'): a copy the caller
+ * profile is plan_hardware_to_json's object, the entry keyed like the peaks' and by `copies`, how
+ * many ranks of `threads` threads were measured at once, each on its own CPUs: hwprobe.h's
+ * hw_measure_copies; 1 for one process alone, the entries before 2026-11-29): a copy the caller
  * deletes, or NULL when the cache has none (or cache_path is NULL or ""). *loadavg (if not NULL):
  * the 1-minute load average when it was measured (-1 unknown); *others (if not NULL): the share of
  * the CPUs other work used while it was measured (machine_others_share; -1 unknown, as in entries
  * written before 2026-11-29); *age_s (if not NULL): seconds since it was measured (-1 unknown). */
 struct cJSON;
-struct cJSON *machine_profile_load(const char *cache_path, int threads, double *loadavg, double *others, double *age_s);
+struct cJSON *machine_profile_load(const char *cache_path, int threads, int copies, double *loadavg, double *others,
+                                   double *age_s);
 /* Stores (replaces) it with the others share of its measurement (-1: unknown, not stored); a cache
  * that cannot be written is left as it was. */
-void machine_profile_store(const char *cache_path, int threads, const struct cJSON *profile, double others);
+void machine_profile_store(const char *cache_path, int threads, int copies, const struct cJSON *profile, double others);
 
 /* The key fields of this machine as the cache stores them (for messages and tests): host, CPU
  * model, online CPUs and ISA level, "host | cpu | N cpus | isa". */

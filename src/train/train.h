@@ -173,11 +173,13 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err);
 /* The plan's input for this configuration on a dp × tp × pp grid, as the trainer builds it for its
  * start record (docs/plan.md): the model, batch, grid, optimizer moments, recompute and the
  * trainer's precisions; the hardware is cfg->hw when cfg->have_hw, else on the CPU this machine's
- * profile cached by `plan` for the run's threads (cfg->peak_cache), else plan's preset with its
- * peaks replaced by `peak` when peak > 0 (the trainer passes its measured one). So a caller
- * planning a run (sweep --dry-run) gets the trainer's own planned memory and step time. Returns 1
- * when the hardware is the cached profile, 2 when that profile was measured while other work took
- * more than MACHINE_OTHERS_DISTURBED of the CPUs (its figures low). */
-int train_plan_input(const TrainConfig *cfg, int dp, int tp, int pp, double peak, PlanInput *pi);
+ * profile cached by `plan` for the run's threads (cfg->peak_cache) and the node_ranks ranks
+ * sharing this node (measured together, hwprobe.h's hw_measure_copies; the profile of one rank
+ * alone when there is none), else plan's preset with its peaks replaced by `peak` when peak > 0
+ * (the trainer passes its measured one). So a caller planning a run (sweep --dry-run) gets the
+ * trainer's own planned memory and step time. Returns 1 when the hardware is the cached profile, 2
+ * when that profile was measured while other work took more than MACHINE_OTHERS_DISTURBED of the
+ * CPUs (its figures low), 3 when it is one rank's alone while node_ranks > 1 share the node. */
+int train_plan_input(const TrainConfig *cfg, int dp, int tp, int pp, int node_ranks, double peak, PlanInput *pi);
 
 #endif

@@ -468,7 +468,7 @@ static void run_state_plan(const Run *r, size_t plan[MEM_NCAT]) {
     par_planned_bytes(&r->g.w.layout, r->dp, r->dp_rank, &po, (int)r->g.w.prec, plan);
 }
 
-int train_plan_input(const TrainConfig *c, int dp, int tp, int pp, double peak, PlanInput *out) {
+int train_plan_input(const TrainConfig *c, int dp, int tp, int pp, int node_ranks, double peak, PlanInput *out) {
     PlanInput pi = plan_default_input();
     plan_model_from_config(&pi.model, &c->model);
     pi.micro_batch = c->micro_batch, pi.seq_len = c->seq_len, pi.grad_accum = c->grad_accum, pi.threads = c->threads;
@@ -495,12 +495,18 @@ int train_plan_input(const TrainConfig *c, int dp, int tp, int pp, double peak, 
     int cached = 0;
     if (c->have_hw) pi.hw = c->hw;
     else if (!strcmp(c->device, "cpu")) {
-        int cpus = machine_cpus_allowed();
+        /* node_ranks > 1: the profile of that many ranks measured at once (`plan --devices-per-node
+         * N` or --measure-copies N caches it), else the one of a rank alone (3: its memory
+         * bandwidth and clock are not shared, so the plan is optimistic) */
+        int cpus = machine_cpus_allowed(), nt = pi.threads < cpus ? pi.threads : cpus;
         double others;
-        cJSON *j = machine_profile_load(c->peak_cache, pi.threads < cpus ? pi.threads : cpus, NULL, &others, NULL);
+        cJSON *j = node_ranks > 1 ? machine_profile_load(c->peak_cache, nt, node_ranks, NULL, &others, NULL) : NULL;
+        int alone = node_ranks > 1 && !j;
+        if (!j) j = machine_profile_load(c->peak_cache, nt, 1, NULL, &others, NULL);
         Err he;
         cached = j && plan_hardware_from_json(&pi.hw, j, &he) == ST_OK;
         if (cached && others > MACHINE_OTHERS_DISTURBED) cached = 2; /* measured while other work ran: low figures */
+        else if (cached && alone) cached = 3;
         cJSON_Delete(j);
     }
     if (!c->have_hw && !cached && peak > 0) pi.hw.peak_fp32 = pi.hw.peak_bf16 = peak;
@@ -558,10 +564,12 @@ Status tr_peak_and_plan_input(const TrainConfig *c, const Backend *be, Comm *com
     if (st != ST_OK) return st;
     a->peak_job = 0;
     for (int i = 0; i < comm->world; i++) a->peak_job += by_rank[i];
-    int cached = train_plan_input(c, dp, tp, pp, a->peak, pi);
+    int cached = train_plan_input(c, dp, tp, pp, comm->node_ranks, a->peak, pi);
     a->plan_hw = c->have_hw ? c->hw.name
                  : cached == 2 ? "this machine's cached profile, measured while other work ran: its figures are low; "
                                  "`plan` measures it again"
+                 : cached == 3 ? "this machine's cached profile of one rank alone (the ranks sharing this node were not "
+                                 "measured together: `plan --devices-per-node N` measures them, N the ranks per node)"
                  : cached      ? "this machine's cached profile"
                                : "the preset's efficiency at the measured peak";
     /* Every rank on one node (comm found them so): dp and tp collectives go over shared memory. */
@@ -684,6 +692,7 @@ Status tr_announce(Run *r, Err *err) {
     if (r->acct.have_plan) {
         se.plan_step_ms = r->acct.plan.compute.step * 1e3, se.plan_tokens_per_s = r->acct.plan.compute.tokens_per_s;
         se.plan_mfu = r->acct.plan.compute.mfu, se.plan_num_params = (double)r->acct.plan.n_params;
+        se.plan_hardware = r->acct.plan_hw;
         se.plan_memory_total = r->acct.plan.mem.total;
     }
     memset(se.planned, 0, sizeof se.planned);
