@@ -26,7 +26,9 @@
 #              N/R threads (R = SERVER_DP, 8): unbound, each rank bound to its own N/R cores, unbound
 #              without --threads (the default: N/R each, "Rxauto none"), ranks
 #              spread round-robin over NUMA nodes, and one rank per NUMA node (the last two where there
-#              are several nodes); tokens/s, the step's split, the logged MFU (must stay <= 1)
+#              are several nodes); tokens/s, the step's split, the logged MFU (must stay <= 1), and
+#              the step against the trainer's own plan, priced by profiles measured first (1 x N
+#              threads, and R copies of N/R threads at once: plan --measure-copies)
 #       tp     the trainer (the same d6, one micro-batch of 8 x 256) at tp 2 x N/2 threads, each rank
 #              bound to its cores, without and with --sp: the overlapped tp collectives against the
 #              blocking path (ST_PAR_TEST_TP_BLOCKING=1), exposed tp time per step beside plan's
@@ -300,6 +302,12 @@ if [[ $ok -eq 1 ]] && stage place $(( budget * 24 / 100 )); then
       -x ST_PEAK_CACHE "$st" train "${train[@]}" "${th[@]}" --grad-accum "$acc" --log "$work/place-${tag// /_}.jsonl"
   }
   pin=(OMP_PLACES=cores OMP_PROC_BIND=close)
+  # This machine's profiles as these runs share it (the trainer's start record prices with them:
+  # docs/plan.md, "Ranks sharing the machine"): one process of N threads, dp ranks measured at once.
+  rec place "profile 1x$N" place.log "${ours[@]}" "$st" plan --measure-hardware "$work/hw-1x$N.json" \
+    --measure-threads "$N" &&
+  rec place "profile ${dp}x$tpr" place.log "${ours[@]}" "$st" plan --measure-hardware "$work/hw-${dp}x$tpr.json" \
+    --measure-threads "$tpr" --measure-copies "$dp" &&
   tr1 "1x$N" OMP_PROC_BIND=false &&
   trn "${dp}x$tpr none" "$dp" "$tpr" --bind-to none &&
   trn "${dp}x$tpr cores" "$dp" "$tpr" --map-by "core:PE=$tpr" --bind-to core -x OMP_PLACES=cores -x OMP_PROC_BIND=close &&

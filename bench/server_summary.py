@@ -55,6 +55,19 @@ def step_records(log):
     return steps
 
 
+def start_plan(log):
+    """The start record's plan (its step_ms and the hardware that priced it) of a trainer's log."""
+    if os.path.exists(log):
+        for line in open(log):
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if e.get("event") == "start":
+                return e.get("plan") or {}
+    return {}
+
+
 def runs(stage, tag):
     return [r for s, t, r in rows if s == stage and t == tag and "tokens_per_s" in r]
 
@@ -139,24 +152,29 @@ if sc:
                   f"{a['optimizer_ms'] / a['median_ms']:.0%})")
 
 # 3. the trainer: placements
-pl = [(t, r) for s, t, r in rows if s == "place" and t != "-"]
+pl = [(t, r) for s, t, r in rows if s == "place" and t != "-" and not t.startswith("profile ")]
 if pl:
     model = env.get("model", "d6")
     print(f"\n--- the trainer, {model}{' (config B' + chr(39) + 's shape)' if model == 'd6' else ''}, global batch {env.get('gb', '?')} × 256, fp32: placements "
           "(medians over the steps after the first; MFU against the logged peak, must be <= 1)")
-    print("| run | tokens/s | step ms | forward | backward | comm (waited) | optimizer | MFU median (max) | loss at the end |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|---:|")
+    print("| run | tokens/s | step ms | planned ms (step / plan) | forward | backward | comm (waited) | optimizer | MFU median (max) | loss at the end |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     for tag, r in pl:
         steps = step_records(os.path.join(work, "place-" + tag.replace(" ", "_") + ".jsonl"))
         if "failed" in r or not steps:
             why = "cut by the budget" if r.get("failed") == 124 else f"failed (exit {r.get('failed', '?')})"
-            print(f"| {tag} | {why}, {len(steps)} steps logged | | | | | | | |")
+            print(f"| {tag} | {why}, {len(steps)} steps logged | | | | | | | | |")
             continue
         st = steps[1:] or steps
         tm = lambda k: med([e.get("time_ms", {}).get(k) for e in st])
         mfus = [e.get("mfu") for e in st if e.get("mfu") is not None]
         flag = " **> 1!**" if mfus and max(mfus) > 1 else ""
-        print(f"| {tag} | {med([e['tokens_per_s'] for e in st]):.0f} | {tm('total'):.0f} | {tm('forward'):.0f} | "
+        plan = start_plan(os.path.join(work, "place-" + tag.replace(" ", "_") + ".jsonl"))
+        pms = plan.get("step_ms")
+        ptxt = f"{pms:.0f} ({tm('total') / pms:.2f})" if pms else "?"
+        if "alone" in plan.get("hardware", ""):
+            ptxt += " one rank's profile"
+        print(f"| {tag} | {med([e['tokens_per_s'] for e in st]):.0f} | {tm('total'):.0f} | {ptxt} | {tm('forward'):.0f} | "
               f"{tm('backward'):.0f} | {tm('comm'):.0f} | {tm('optimizer'):.0f} | "
               f"{fmt(med(mfus), '{:.2f}')} ({fmt(max(mfus) if mfus else None, '{:.2f}')}){flag} | {steps[-1]['loss']:.6f} |")
 
