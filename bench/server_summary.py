@@ -41,31 +41,28 @@ def fmt(v, f="{:.0f}"):
     return "-" if v is None else f.format(v)
 
 
-def step_records(log):
-    """The step records of a trainer's JSON Lines log (none if it is missing)."""
-    steps = []
+def records(log, event):
+    """The records of one event ("step", "start") of a trainer's JSON Lines log (none if it is missing)."""
+    out = []
     if os.path.exists(log):
         for line in open(log):
             try:
                 e = json.loads(line)
             except ValueError:
                 continue
-            if e.get("event") == "step":
-                steps.append(e)
-    return steps
+            if e.get("event") == event:
+                out.append(e)
+    return out
+
+
+def step_records(log):
+    return records(log, "step")
 
 
 def start_plan(log):
     """The start record's plan (its step_ms and the hardware that priced it) of a trainer's log."""
-    if os.path.exists(log):
-        for line in open(log):
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue
-            if e.get("event") == "start":
-                return e.get("plan") or {}
-    return {}
+    starts = records(log, "start")
+    return (starts[0].get("plan") or {}) if starts else {}
 
 
 def runs(stage, tag):
