@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -420,6 +421,9 @@ static Status state_parse(const char *path, const char *text, size_t len, CkptMe
         return err_set(err, ST_ERR_INPUT, "%s: expected a JSON object, found unparsable text", path);
     }
     memset(m, 0, sizeof *m);
+    /* emptied before the first refusal below: done frees it (a step of -1 freed the caller's
+     * uninitialised list, a wild pointer) */
+    if (files) memset(files, 0, sizeof *files);
     Status st = ST_OK;
     double d;
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(o, "format");
@@ -474,21 +478,36 @@ static Status state_parse(const char *path, const char *text, size_t len, CkptMe
             goto done;
         }
     }
+    /* loss_scaler, config and extra: null (extra: absent) or an object; another value was taken as
+     * none, and the scaler's numbers as they came (a scale of -1 or 1e300, a counter of 2.5) */
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(o, "loss_scaler");
+    cJSON *cfg = cJSON_GetObjectItemCaseSensitive(o, "config"), *extra = cJSON_GetObjectItemCaseSensitive(o, "extra");
+    const char *odd = ls && !cJSON_IsNull(ls) && !cJSON_IsObject(ls) ? "loss_scaler"
+                      : cfg && !cJSON_IsNull(cfg) && !cJSON_IsObject(cfg) ? "config"
+                      : extra && !cJSON_IsNull(extra) && !cJSON_IsObject(extra) ? "extra" : NULL;
+    if (odd) {
+        st = err_set(err, ST_ERR_INPUT, "%s: %s: expected null or an object, found another value", path, odd);
+        goto done;
+    }
     for (const cJSON *x = cJSON_IsObject(ls) ? ls->child : NULL; x; x = x->next) {
-        if (!cJSON_IsNumber(x) || ckpt_meta_set_scaler(m, x->string, x->valuedouble) != 0) {
-            st = err_set(err, ST_ERR_INPUT, "%s: loss_scaler.%s: expected a number", path, x->string);
+        /* the trainer's scaler (train_ckpt.c): the scale a float > 0, its counters whole; any other
+         * member a finite number */
+        int scale = !strcmp(x->string, "scale"), count = !strcmp(x->string, "good_steps") || !strcmp(x->string, "skips");
+        double v = cJSON_IsNumber(x) ? x->valuedouble : NAN;
+        if (!(scale ? v > 0 && v <= FLT_MAX : count ? v >= 0 && v <= 9007199254740992.0 && v == floor(v) : isfinite(v)) ||
+            ckpt_meta_set_scaler(m, x->string, v) != 0) {
+            st = err_set(err, ST_ERR_INPUT, "%s: loss_scaler.%s: expected %s, found %s", path, x->string,
+                         scale ? "a positive number within a float" : count ? "a whole number in [0, 9007199254740992]"
+                                                                        : "a finite number",
+                         cJSON_IsNumber(x) ? "another number" : "another value");
             goto done;
         }
     }
-    cJSON *cfg = cJSON_GetObjectItemCaseSensitive(o, "config");
     if (cJSON_IsObject(cfg)) m->config = cJSON_DetachItemViaPointer(o, cfg);
-    cJSON *extra = cJSON_GetObjectItemCaseSensitive(o, "extra");
     if (cJSON_IsObject(extra)) m->extra = cJSON_DetachItemViaPointer(o, extra);
     if (files) {
         /* Every member of "files"; the single-process format must name its three files, the
          * sharded one its config.json and manifest.json (the rank files are named there too). */
-        memset(files, 0, sizeof *files);
         files->sharded = sharded;
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "files");
         int n = cJSON_IsObject(f) ? cJSON_GetArraySize(f) : 0;
@@ -502,7 +521,7 @@ static Status state_parse(const char *path, const char *text, size_t len, CkptMe
             CkptFileEntry *x = &files->e[files->n];
             double b;
             if (!e->string || strlen(e->string) >= sizeof x->name || strchr(e->string, '/') || e->string[0] == '.' ||
-                !get_num(e, "bytes", &b) || b < 0 || !cJSON_IsString(hx) ||
+                !get_num(e, "bytes", &b) || !(b >= 0 && b <= 9007199254740992.0 && b == floor(b)) || !cJSON_IsString(hx) ||
                 !ckpt_parse_hex64(hx->valuestring, strlen(hx->valuestring), &x->sum.xxh3)) {
                 st = err_set(err, ST_ERR_INPUT, "%s: files.%s: expected {bytes, xxh3} under a plain file name", path,
                              e->string ? e->string : "?");

@@ -61,6 +61,11 @@ static Status llmc_config(const char *path, const int *h, ModelConfig *cfg, Err 
     cfg->max_seq = h[2], cfg->vocab = h[3], cfg->n_layer = h[4], cfg->n_head = h[5], cfg->n_embd = h[6];
     if (h[7] < h[3])
         return err_set(err, ST_ERR_INPUT, "%s: padded vocabulary %d is smaller than the vocabulary %d", path, h[7], h[3]);
+    /* llm.c (train_gpt2.c, train_gpt2.py) writes zeros past word [7]: anything else is a damaged or
+     * foreign header, not one to read weights by */
+    for (int i = 8; i < 256; i++)
+        if (h[i] != 0)
+            return err_set(err, ST_ERR_INPUT, "%s: llm.c header word [%d]: expected 0 (reserved), found %d", path, i, h[i]);
     Status st = model_config_validate(cfg, err);
     if (st == ST_OK) return ST_OK;
     /* The check names train's flags ("--layers: expected 1..1024"); here each value is a header
@@ -161,11 +166,9 @@ static Status hf_config_check(const GptWeights *w, const char *dir, Err *err) {
 
 static Status llmc_load(GptWeights *w, const char *path, const int *h, Err *err) {
     const ModelConfig *c = &w->cfg;
-    Status st;
-    if (h[1] != LLMC_VERSION_FP32) {
-        ModelConfig tmp;
-        return llmc_config(path, h, &tmp, err);
-    }
+    ModelConfig hc; /* the header as ckpt_peek_config reads it: version, padded vocabulary, reserved words */
+    Status st = llmc_config(path, h, &hc, err);
+    if (st != ST_OK) return st;
     if ((st = dim_check(path, "layers", h[4], c->n_layer, err)) != ST_OK ||
         (st = dim_check(path, "heads", h[5], c->n_head, err)) != ST_OK ||
         (st = dim_check(path, "channels", h[6], c->n_embd, err)) != ST_OK ||

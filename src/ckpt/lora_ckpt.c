@@ -4,6 +4,8 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -349,6 +351,18 @@ static int jnum(const cJSON *o, const char *k, double *v) {
     return 1;
 }
 
+/* A u64 written as decimal digits (what save writes): 1 and *v, else 0 (strtoull took "" and "abc"
+ * as 0 and "-1" as 2^64 - 1). */
+static int dec_u64(const char *s, uint64_t *v) {
+    if (!s[0] || s[0] < '0' || s[0] > '9') return 0;
+    char *end;
+    errno = 0;
+    unsigned long long u = strtoull(s, &end, 10);
+    if (*end || errno) return 0;
+    *v = u;
+    return 1;
+}
+
 Status ckpt_lora_read_meta(const char *path, LoraCkptMeta *meta, LoraConfig *lc, ModelConfig *cfg, Err *err) {
     char p[4200], *data = NULL;
     size_t len;
@@ -379,6 +393,45 @@ Status ckpt_lora_read_meta(const char *path, LoraCkptMeta *meta, LoraConfig *lc,
         return err_set(err, ST_ERR_INPUT, "%s: expected a LoRA checkpoint's state.json (format scaletrain-lora with step, "
                        "loader, lora and base), found something else", p);
     }
+    /* Every value as save writes it, each refused by name otherwise: a version after 2 (or an edited
+     * text resealed) read as 2, a fractional or huge rank cast to int, a dropout of 2 refused as the
+     * --lora-dropout flag, loader and base seeds "" or "abc" read as 0. */
+    const cJSON *cf = cJSON_GetObjectItemCaseSensitive(s, "config");
+    const cJSON *bpv = cJSON_GetObjectItemCaseSensitive(lo, "base_precision");
+    const char *bp = jstr(lo, "base_precision"), *bad = NULL;
+    char found[96] = "";
+    if (ver != 1 && ver != 2) {
+        bad = "version: expected 1 or 2";
+        snprintf(found, sizeof found, "%g", ver);
+    } else if (!(step >= 0 && step <= 9007199254740992.0 && step == floor(step))) {
+        bad = "step: expected a whole number >= 0";
+        snprintf(found, sizeof found, "%g", step);
+    } else if (!(rank >= 1 && rank <= 1 << 20 && rank == floor(rank))) {
+        bad = "lora.rank: expected a positive integer";
+        snprintf(found, sizeof found, "%g", rank);
+    } else if (!(alpha > 0 && alpha <= FLT_MAX && (float)alpha > 0)) {
+        bad = "lora.alpha: expected a positive number (a float)";
+        snprintf(found, sizeof found, "%g", alpha);
+    } else if (!(drop >= 0 && drop < 1)) {
+        bad = "lora.dropout: expected a probability in [0, 1)";
+        snprintf(found, sizeof found, "%g", drop);
+    } else if (bpv && !(bp && (!strcmp(bp, "bf16") || !strcmp(bp, "fp32")))) {
+        bad = "lora.base_precision: expected \"bf16\" or \"fp32\"";
+        snprintf(found, sizeof found, "another value");
+    } else if (!dec_u64(seed, &meta->loader.seed) || !dec_u64(cons, &meta->loader.consumed)) {
+        bad = "loader_seed, loader_consumed: expected decimal digits";
+        snprintf(found, sizeof found, "\"%.30s\", \"%.30s\"", seed, cons);
+    } else if (!dec_u64(bseed, &meta->base_seed) || !ckpt_parse_hex64(bh, strlen(bh), &meta->base_hash)) {
+        bad = "base.seed, base.xxh3: expected decimal digits and 16 hex digits";
+        snprintf(found, sizeof found, "\"%.30s\", \"%.30s\"", bseed, bh);
+    } else if (cf && !cJSON_IsObject(cf) && !cJSON_IsNull(cf)) {
+        bad = "config: expected the run's config object";
+        snprintf(found, sizeof found, "another value");
+    }
+    if (bad) {
+        cJSON_Delete(s);
+        return err_set(err, ST_ERR_INPUT, "%s: %s, found %s", p, bad, found);
+    }
     /* the directory's name, where it has the saver's form, says the same step */
     const char *base_name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     long named;
@@ -388,14 +441,10 @@ Status ckpt_lora_read_meta(const char *path, LoraCkptMeta *meta, LoraConfig *lc,
         return err_set(err, ST_ERR_INPUT, "%s: expected step %ld (the directory's name), found step %.0f", p, named, step);
     }
     meta->step = (long)step;
-    meta->loader.seed = strtoull(seed, NULL, 10), meta->loader.consumed = strtoull(cons, NULL, 10);
-    meta->base_seed = strtoull(bseed, NULL, 10), meta->base_hash = strtoull(bh, NULL, 16);
     snprintf(meta->init_from, sizeof meta->init_from, "%s", bi);
-    const cJSON *cf = cJSON_GetObjectItemCaseSensitive(s, "config");
     meta->config = cJSON_IsObject(cf) ? cJSON_Duplicate(cf, 1) : NULL;
     char targets[64];
     snprintf(targets, sizeof targets, "%s", tg);
-    const char *bp = jstr(lo, "base_precision");
     int base_bf16 = bp && !strcmp(bp, "bf16");
     /* Every file against its checksum. */
     for (int i = 0; i < NFILES && st == ST_OK; i++) {
@@ -414,7 +463,14 @@ Status ckpt_lora_read_meta(const char *path, LoraCkptMeta *meta, LoraConfig *lc,
         return st;
     }
     lc->rank = (int)rank, lc->alpha = (float)alpha, lc->dropout = (float)drop, lc->base_bf16 = base_bf16;
-    if ((st = lora_parse_targets(targets, cfg, &lc->targets, err)) != ST_OK) ckpt_lora_meta_free(meta);
+    /* the flags' own checks (targets, a rank within the narrowest targeted layer), their messages
+     * said of the file: a rank of 3000000 read here was allocated by export until the OOM killer */
+    LoraLayout probe;
+    if ((st = lora_parse_targets(targets, cfg, &lc->targets, err)) != ST_OK ||
+        (st = lora_layout_init(&probe, cfg, lc, 1, err)) != ST_OK) {
+        err_prefix(err, "%s/state.json: lora", path);
+        ckpt_lora_meta_free(meta);
+    }
     return st;
 }
 

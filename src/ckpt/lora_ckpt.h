@@ -57,7 +57,9 @@ Status ckpt_lora_save(const char *ckpt_dir, const ModelConfig *cfg, const LoraLa
  * checkpoint directory (the error says what it is instead). */
 Status ckpt_lora_resolve(const char *ckpt_dir, const char *spec, char *out, size_t out_len, Err *err);
 /* Reads path's state.json (checksums of its files verified) and config.json: the meta, the LoRA
- * config and the base model config. */
+ * config and the base model config. Every value is checked as the flags would be (version 1 or 2,
+ * step, rank within the narrowest targeted layer, alpha, dropout, targets, seeds as decimal digits):
+ * ST_ERR_INPUT naming the file and the member. */
 Status ckpt_lora_read_meta(const char *path, LoraCkptMeta *meta, LoraConfig *lc, ModelConfig *cfg, Err *err);
 /* Loads the adapters and (m, v not NULL) the moments of checkpoint path for layout ll. */
 Status ckpt_lora_load(const char *path, const LoraLayout *ll, float *params, float *m, float *v, Err *err);

@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -582,7 +583,8 @@ static Status mup_read(const cJSON *sc, const char *path, ModelConfig *cfg, Err 
     const cJSON *dm = sc ? cJSON_GetObjectItemCaseSensitive(sc, "doc_mask") : NULL;
     if (dm && !cJSON_IsNull(dm)) {
         const cJSON *eot = cJSON_GetObjectItemCaseSensitive(dm, "eot");
-        if (!cJSON_IsNumber(eot) || eot->valuedouble != (double)(int)eot->valuedouble)
+        if (!cJSON_IsNumber(eot) || !(eot->valuedouble >= 0 && eot->valuedouble <= INT_MAX) ||
+            eot->valuedouble != floor(eot->valuedouble)) /* in range before the cast (1e300: undefined) */
             return err_set(err, ST_ERR_INPUT, "%s: scaletrain.doc_mask: expected {\"eot\": an integer token id}, found "
                            "another value", path);
         cfg->doc_mask = 1, cfg->doc_eot = (int)eot->valuedouble;
@@ -945,6 +947,26 @@ static Status hf_rope_config(const cJSON *j, const char *path, ModelConfig *cfg,
     return ST_OK;
 }
 
+/* config.json's "scaletrain" object sc (absent: a file another tool wrote): its "tokenizer" into
+ * tokenizer (may be NULL; "" when absent) and, with dropout, its "dropout" (Llama's files). A
+ * member of another type is refused by name: it was taken as absent (a sample without the
+ * tokenizer, a run without its dropout). */
+static Status hf_scaletrain(const cJSON *sc, const char *path, char *tokenizer, size_t tokenizer_len, float *dropout,
+                            Err *err) {
+    if (tokenizer && tokenizer_len) tokenizer[0] = '\0';
+    if (!sc || cJSON_IsNull(sc)) return ST_OK;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(sc, "tokenizer"), *d = cJSON_GetObjectItemCaseSensitive(sc, "dropout");
+    if (!cJSON_IsObject(sc) || (t && !cJSON_IsString(t)) || (dropout && d && !cJSON_IsNumber(d)))
+        return err_set(err, ST_ERR_INPUT, "%s: scaletrain%s: expected %s, found another value", path,
+                       !cJSON_IsObject(sc) ? "" : t && !cJSON_IsString(t) ? ".tokenizer" : ".dropout",
+                       !cJSON_IsObject(sc)               ? "an object"
+                       : t && !cJSON_IsString(t)         ? "a string (the tokenizer's name)"
+                                                         : "a number");
+    if (t && tokenizer && tokenizer_len) snprintf(tokenizer, tokenizer_len, "%s", t->valuestring);
+    if (d && dropout) *dropout = (float)d->valuedouble;
+    return ST_OK;
+}
+
 /* LlamaForCausalLM's config.json: the shape, and every field that would change the computation
  * without changing a shape must be a value our Llama computes with (refused with its name otherwise). */
 static Status hf_llama_config(const cJSON *j, const char *path, ModelConfig *cfg, char *tokenizer,
@@ -999,13 +1021,7 @@ static Status hf_llama_config(const cJSON *j, const char *path, ModelConfig *cfg
         return err_set(err, ST_ERR_INPUT, "%s: head_dim: expected hidden_size / num_attention_heads = %d, found another "
                        "value", path, cfg->n_embd / cfg->n_head);
     const cJSON *sc = cJSON_GetObjectItemCaseSensitive(j, "scaletrain");
-    if (tokenizer && tokenizer_len) {
-        tokenizer[0] = '\0';
-        const cJSON *t = sc ? cJSON_GetObjectItemCaseSensitive(sc, "tokenizer") : NULL;
-        if (cJSON_IsString(t)) snprintf(tokenizer, tokenizer_len, "%s", t->valuestring);
-    }
-    const cJSON *dr = sc ? cJSON_GetObjectItemCaseSensitive(sc, "dropout") : NULL;
-    if (cJSON_IsNumber(dr)) cfg->dropout = (float)dr->valuedouble;
+    if ((st = hf_scaletrain(sc, path, tokenizer, tokenizer_len, &cfg->dropout, err)) != ST_OK) return st;
     st = mup_read(sc, path, cfg, err);
     if (st != ST_OK) return st;
     st = model_config_validate(cfg, err);
@@ -1044,13 +1060,10 @@ Status st_load_hf_config(const char *dir, ModelConfig *cfg, char *tokenizer, siz
     int ok = json_int(j, "vocab_size", &cfg->vocab) && json_int(j, "n_positions", &cfg->max_seq) &&
              json_int(j, "n_embd", &cfg->n_embd) && json_int(j, "n_layer", &cfg->n_layer) &&
              json_int(j, "n_head", &cfg->n_head);
-    if (tokenizer && tokenizer_len) {
-        tokenizer[0] = '\0';
-        const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "scaletrain");
-        const cJSON *t = s ? cJSON_GetObjectItemCaseSensitive(s, "tokenizer") : NULL;
-        if (cJSON_IsString(t)) snprintf(tokenizer, tokenizer_len, "%s", t->valuestring);
-    }
-    st = ok ? hf_config_semantics(j, path, err) : ST_OK;
+    if (tokenizer && tokenizer_len) tokenizer[0] = '\0';
+    st = ok ? hf_scaletrain(cJSON_GetObjectItemCaseSensitive(j, "scaletrain"), path, tokenizer, tokenizer_len, NULL, err)
+            : ST_OK;
+    if (st == ST_OK && ok) st = hf_config_semantics(j, path, err);
     if (st == ST_OK && ok) st = mup_read(cJSON_GetObjectItemCaseSensitive(j, "scaletrain"), path, cfg, err);
     cJSON_Delete(j);
     if (!ok)

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -98,8 +99,8 @@ static cJSON *slice_json(const Slice *s, int with_name) {
 
 static int json_int(const cJSON *o, const char *k, int lo, int hi, int *v) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!cJSON_IsNumber(x) || x->valuedouble != (double)(long long)x->valuedouble || x->valuedouble < lo ||
-        x->valuedouble > hi)
+    /* the range first: a cast of 1e46 to an integer is undefined (UBSan) */
+    if (!cJSON_IsNumber(x) || !(x->valuedouble >= lo && x->valuedouble <= hi) || x->valuedouble != floor(x->valuedouble))
         return 0;
     *v = (int)x->valuedouble;
     return 1;
@@ -911,8 +912,11 @@ static Status manifest_parse(Manifest *m, const char *text, size_t len, const Mo
             return err_set(err, ST_ERR_INPUT, "%s: tensors.%s: expected {id, shape, slices}", where, t->string);
         snprintf(x->name, sizeof x->name, "%s", t->string);
         const cJSON *r = cJSON_GetArrayItem(shape, 0), *c = x->ndim == 2 ? cJSON_GetArrayItem(shape, 1) : NULL;
-        if (!cJSON_IsNumber(r) || (c && !cJSON_IsNumber(c)))
-            return err_set(err, ST_ERR_INPUT, "%s: tensors.%s.shape: expected numbers", where, t->string);
+        /* whole and in range before the casts below (1e300 was cast to an int: undefined) */
+        if (!cJSON_IsNumber(r) || (c && !cJSON_IsNumber(c)) || !(r->valuedouble >= 0 && r->valuedouble <= (1 << 30)) ||
+            r->valuedouble != floor(r->valuedouble) ||
+            (c && (!(c->valuedouble >= 1 && c->valuedouble <= (1 << 30)) || c->valuedouble != floor(c->valuedouble))))
+            return err_set(err, ST_ERR_INPUT, "%s: tensors.%s.shape: expected whole numbers in [0, 2^30]", where, t->string);
         x->rows = (int)r->valuedouble, x->cols = c ? (int)c->valuedouble : 1;
         x->first = m->ns;
         for (const cJSON *s = sl->child; s; s = s->next) {

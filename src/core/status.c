@@ -9,12 +9,36 @@
 /* Messages longer than Err.msg are cut on purpose: one line, never an overflow. */
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 
+/* text into msg (cap bytes) as one line: a control byte (a newline, a carriage return, an escape
+ * that a file's own bytes put into the message where it quotes them: a tensor name, a JSON key, a
+ * line of text) is written as \n, \r or \xNN; a tab stays. Cut at cap - 1 bytes, never inside an
+ * escape. */
+static void one_line(char *msg, size_t cap, const char *text) {
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)text; *p && o + 1 < cap; p++) {
+        unsigned char c = *p;
+        if ((c >= 0x20 && c != 0x7f) || c == '\t') {
+            msg[o++] = (char)c;
+            continue;
+        }
+        char esc[8];
+        int n = c == '\n' ? snprintf(esc, sizeof esc, "\\n") : c == '\r' ? snprintf(esc, sizeof esc, "\\r")
+                                                              : snprintf(esc, sizeof esc, "\\x%02x", c);
+        if (o + (size_t)n + 1 > cap) break;
+        memcpy(msg + o, esc, (size_t)n);
+        o += (size_t)n;
+    }
+    msg[o] = '\0';
+}
+
 Status err_set(Err *err, Status status, const char *fmt, ...) {
     if (err) {
+        char text[sizeof err->msg];
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        vsnprintf(text, sizeof text, fmt, ap);
         va_end(ap);
+        one_line(err->msg, sizeof err->msg, text);
         err->status = status;
     }
     return status;
@@ -29,9 +53,9 @@ Status err_prefix(Err *err, const char *fmt, ...) {
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
     old[sizeof old - 1] = '\0';
-    size_t n = strlen(pre);
-    memcpy(err->msg, pre, n);
-    snprintf(err->msg + n, sizeof err->msg - n, ": %s", old);
+    char text[sizeof err->msg];
+    snprintf(text, sizeof text, "%s: %s", pre, old);
+    one_line(err->msg, sizeof err->msg, text);
     return err->status;
 }
 

@@ -16,7 +16,9 @@ typedef enum {
 
 typedef struct {
     Status status;
-    char msg[1024]; /* one line, no trailing newline */
+    char msg[1024]; /* one line, no trailing newline: err_set and err_prefix write a control byte of
+                       the text (a newline in a file name, key or line the message quotes) as \n, \r
+                       or \xNN */
 } Err;
 
 /* Sets err (if non-NULL) to status and a printf-formatted message; returns status. */

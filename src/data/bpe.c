@@ -1219,13 +1219,24 @@ static Status check_files_stamp(const char *dir, Err *err) {
     if (stat(sp, &sb) != 0) return ST_OK;
     Status st = slurp(sp, &text, &n, err);
     if (st) return st;
+    if (strlen(text) != n) { /* the lines below end at a NUL: what follows it was not read */
+        st = err_set(err, ST_ERR_INPUT, "%s: expected text lines, found a NUL byte at offset %zu", sp, strlen(text));
+        free(text);
+        return st;
+    }
     char *save = NULL, *ln = strtok_r(text, "\n", &save);
     if (!ln || strcmp(ln, "scaletrain-tokenizer-files 1")) st = err_set(err, ST_ERR_INPUT, "%s: expected "
                                                                          "\"scaletrain-tokenizer-files 1\" first, found \"%.40s\"", sp, ln ? ln : "");
+    /* the three files bpe_train stamps, each once: a line lost or renamed left its file unchecked */
+    static const char *const stamped[3] = {"vocab.bpe", "encoder.json", "pattern"};
+    int seen[3] = {0, 0, 0};
     while (!st && (ln = strtok_r(NULL, "\n", &save))) {
         char name[64], want[24];
-        if (sscanf(ln, "%63s %23s", name, want) != 2 || strchr(name, '/')) {
-            st = err_set(err, ST_ERR_INPUT, "%s: expected \"FILE HASH\" lines, found \"%.60s\"", sp, ln);
+        int k = 0, two = sscanf(ln, "%63s %23s", name, want) == 2;
+        while (two && k < 3 && strcmp(name, stamped[k])) k++;
+        if (!two || k == 3 || seen[k]++) {
+            st = err_set(err, ST_ERR_INPUT, "%s: expected one \"FILE HASH\" line for each of vocab.bpe, encoder.json and "
+                         "pattern, found \"%.60s\"", sp, ln);
             break;
         }
         char fp[2200], *buf = NULL, got[24] = "none";
@@ -1241,6 +1252,10 @@ static Status check_files_stamp(const char *dir, Err *err) {
                          "(XXH3 %s, %s records %s: a training interrupted while it replaced them?); train it again",
                          dir, name, got, BPE_FILES_STAMP, want);
     }
+    for (int k = 0; !st && k < 3; k++)
+        if (!seen[k])
+            st = err_set(err, ST_ERR_INPUT, "%s: expected a \"FILE HASH\" line for %s, found none (a stamp cut short?)",
+                         sp, stamped[k]);
     free(text);
     return st;
 }

@@ -515,6 +515,11 @@ Status loader_open_named(Loader *ld, const char *spec, int T, uint32_t vocab, ui
                          spec);
         uint32_t he = loader_header_eot(ld);
         ld->eot = he != UINT32_MAX ? he : vocab - 1;
+        /* the padding input of every row: an id past the model's vocabulary (a header word 7 above
+         * it, words 7 and 8 damaged) was handed to the model as a token */
+        if (st == ST_OK && vocab && ld->eot >= vocab)
+            st = err_set(err, ST_ERR_INPUT, "%s: expected the EOT id of its header (words 7, 8) below the vocabulary size "
+                         "%u (--no-pack pads rows with it), found %u", ld->sets[0].shards[0].path, vocab, ld->eot);
     }
     int known_bytes = 1;
     for (int d = 0; d < nsets && st == ST_OK; d++) {

@@ -102,7 +102,8 @@ typedef struct {
  * dataset has at least one row. spec is a path or glob (sorted), or a comma-separated list of them:
  * without weights the list is one dataset (concatenated in order), with a ":W" suffix (W > 0) on
  * every item it is a mixture of weighted datasets. flags: LOADER_SHUFFLE and/or LOADER_NO_PACK
- * (no-pack takes EOT = the shards' header vocabulary - 1, else vocab - 1). Errors (ST_ERR_INPUT)
+ * (no-pack takes EOT = the shards' header EOT, else vocab - 1; refused unless below vocab when vocab
+ * is given: it pads rows with it). Errors (ST_ERR_INPUT)
  * name the file or the spec item. loader_close is safe after a failed open. */
 Status loader_open(Loader *ld, const char *spec, int T, uint32_t vocab, uint64_t expected_hash, uint64_t seed,
                    int flags, Err *err);

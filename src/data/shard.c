@@ -231,7 +231,15 @@ Status shard_open(Shard *s, const char *path, Err *err) {
     s->meta.vocab_size = rd32(h + 28);
     s->meta.eot_plus1 = rd32(h + 32);
     s->meta.version = version;
-    /* header words a writer of this format never produces: a damaged or foreign header */
+    /* header words a writer of this format never produces: a damaged or foreign header (llm.c's writers
+     * and ours leave words 9..255 zero, docs/formats.md) */
+    for (int i = 9; i < SHARD_HEADER_INTS; i++)
+        if (rd32(h + 4 * i) != 0) {
+            uint32_t v = rd32(h + 4 * i);
+            shard_close(s);
+            return err_set(err, ST_ERR_INPUT, "%s: expected 0 in the reserved header word %d, found %u (a damaged or "
+                           "foreign header)", path, i, v);
+        }
     if (s->meta.vocab_size > (1u << 30) || (s->meta.eot_plus1 && s->meta.vocab_size && s->meta.eot_plus1 > s->meta.vocab_size)) {
         uint32_t v = s->meta.vocab_size, e = s->meta.eot_plus1;
         shard_close(s);
@@ -437,9 +445,14 @@ Status shard_mask_open(Shard *s, Err *err) {
     uint32_t magic = rd32(h), version = rd32(h + 4), bits = rd32(h + 32);
     uint64_t count = rd64(h + 8), hash = rd64(h + 16), trained = rd64(h + 24);
     Status st = ST_OK;
+    int reserved = 36; /* bytes 36..63: reserved, 0 (docs/formats.md); the first one that is not */
+    while (reserved < SHARD_MASK_HEADER && h[reserved] == 0) reserved++;
     if (magic != SHARD_MASK_MAGIC || version != SHARD_MASK_VERSION || bits != 1)
         st = err_set(err, ST_ERR_INPUT, "%s: expected mask magic/version/bits %d/%d/1, found %u/%u/%u", path,
                      SHARD_MASK_MAGIC, SHARD_MASK_VERSION, magic, version, bits);
+    else if (reserved < SHARD_MASK_HEADER)
+        st = err_set(err, ST_ERR_INPUT, "%s: expected the reserved header bytes 36..63 zero, found 0x%02x at byte %d "
+                     "(a damaged or foreign header)", path, h[reserved], reserved);
     else if (count != s->ntok)
         st = err_set(err, ST_ERR_INPUT, "%s: expected a mask of %zu tokens (its shard %s), found %llu", path, s->ntok,
                      s->path, (unsigned long long)count);

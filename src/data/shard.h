@@ -46,7 +46,8 @@ typedef struct {
     uint64_t mask_trained; /* bits set */
 } Shard;
 
-/* Maps and validates a shard: magic/version, header count vs file size. Errors name the path,
+/* Maps and validates a shard: magic/version, header count vs file size, reserved words [9..255] 0,
+ * words [7], [8] in range. Errors name the path,
  * the expected and the found values (ST_ERR_INPUT). shard_close is safe after a failed open.
  *
  * A file truncated (or rewritten shorter) in place while it is mapped makes a read past its new end
@@ -98,8 +99,8 @@ uint64_t shard_tokens_hash(const Shard *s);
 uint64_t shard_fingerprint(const Shard *s);
 
 /* Opens the mask beside an open shard when there is one (s->mask NULL when the file is absent) and
- * validates it: size, magic, version, bits per token, count = the shard's, hash = the shard's tokens,
- * bits set = the header's count. Errors (ST_ERR_INPUT) name the mask file, expected and found. */
+ * validates it: size, magic, version, bits per token, reserved bytes 0, count = the shard's, hash =
+ * the shard's tokens, bits set = the header's count. Errors (ST_ERR_INPUT) name the mask file, expected and found. */
 Status shard_mask_open(Shard *s, Err *err);
 
 static inline int shard_mask_bit(const Shard *s, size_t i) { return (s->mask[i >> 3] >> (i & 7)) & 1; }

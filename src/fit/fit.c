@@ -210,7 +210,12 @@ Status fit_table_parse(FitTable *t, const char *path, const char *text, size_t l
         if (col[COL_BUDGET] >= 0) { /* 0 or empty in any row: no budget grouping (a sizes x tokens grid) */
             const char *s = col[COL_BUDGET] < ncells ? cells[col[COL_BUDGET]] : "";
             double x = 0;
-            if (!parse_decimal(s, &x) || !isfinite(x) || x <= 0) budget_ok = 0;
+            if (s[0] && (!parse_decimal(s, &x) || !isfinite(x) || x < 0)) { /* "x", -1: not a budget, nor none */
+                st = err_set(err, ST_ERR_INPUT, "%s:%zu:%d (budget): expected a finite decimal number >= 0 or an empty "
+                             "cell, found '%s'", path, lineno, col[COL_BUDGET] + 1, s);
+                goto done;
+            }
+            if (x <= 0) budget_ok = 0;
             else v[COL_BUDGET] = x;
         }
         for (int k = 0; k < COL_BUDGET; k++) {

@@ -59,7 +59,8 @@ typedef struct {
  * `tokens` and `loss`; `flops` is used when present. path names the file in messages.
  * Errors (ST_ERR_INPUT), one line each: a missing column ("PATH: expected columns
  * params,tokens,loss (flops optional), found: a,b,c"), a cell that is not a finite number > 0
- * ("PATH:LINE:COLUMN (name): expected a positive finite decimal number, found 'x'"), a row with too few
+ * ("PATH:LINE:COLUMN (name): expected a positive finite decimal number, found 'x'"), a `budget` cell
+ * other than empty, 0 (no budget grouping) or a positive number, a row with too few
  * cells, an empty file, a column the fit reads named twice, a NUL byte, rows whose losses are all
  * empty. A UTF-8 byte-order mark before the header is skipped. The table owns its arrays: fit_table_free. */
 Status fit_table_parse(FitTable *t, const char *path, const char *text, size_t len, Err *err);

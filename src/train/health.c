@@ -250,9 +250,13 @@ static Status json_series(HealthSeries *s, const cJSON *j, const char *key, int 
     return ST_OK;
 }
 
-static Status json_int(const cJSON *j, const char *key, int64_t *out, Err *err) {
+/* A whole number in [lo, hi] (steps -1 for none, counters >= 0): 1e300 was cast to an integer
+ * (undefined), 2.5 truncated and a counter of -1 kept. */
+static Status json_int(const cJSON *j, const char *key, double lo, double hi, int64_t *out, Err *err) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!cJSON_IsNumber(x)) return err_set(err, ST_ERR_INPUT, "health.%s: expected a number", key);
+    if (!cJSON_IsNumber(x) || !(x->valuedouble >= lo && x->valuedouble <= hi) || x->valuedouble != floor(x->valuedouble))
+        return err_set(err, ST_ERR_INPUT, "health.%s: expected a whole number in [%.0f, %.0f], found %s", key, lo, hi,
+                       cJSON_IsNumber(x) ? "another number" : x ? "another value" : "none");
     *out = (int64_t)x->valuedouble;
     return ST_OK;
 }
@@ -264,7 +268,8 @@ Status health_state_from_json(HealthState *h, const cJSON *j, int window, Err *e
     health_init(&t);
     int64_t ver = 0, ca = 0, cn = 0;
     Status st;
-    if ((st = json_int(j, "version", &ver, err)) != ST_OK) return st;
+    const double big = 9007199254740992.0, i32 = 2147483647.0; /* 2^53: where doubles stop counting */
+    if ((st = json_int(j, "version", 0, i32, &ver, err)) != ST_OK) return st;
     if (ver != HEALTH_STATE_VERSION)
         return err_set(err, ST_ERR_INPUT, "health.version: expected %d, found %lld", HEALTH_STATE_VERSION, (long long)ver);
     if ((st = json_series(&t.loss, j, "loss_window", window, err)) != ST_OK) return st;
@@ -272,15 +277,15 @@ Status health_state_from_json(HealthState *h, const cJSON *j, int window, Err *e
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(j, "best_median");
     if (cJSON_IsNumber(b)) t.best_median = b->valuedouble;
     else if (!cJSON_IsNull(b)) return err_set(err, ST_ERR_INPUT, "health.best_median: expected a number or null");
-    if ((st = json_int(j, "best_step", &t.best_step, err)) != ST_OK ||
-        (st = json_int(j, "last_stall_step", &t.last_stall_step, err)) != ST_OK ||
-        (st = json_int(j, "consecutive_actions", &ca, err)) != ST_OK ||
-        (st = json_int(j, "consecutive_nonfinite", &cn, err)) != ST_OK ||
-        (st = json_int(j, "spikes", &t.spikes, err)) != ST_OK ||
-        (st = json_int(j, "nonfinite", &t.nonfinite, err)) != ST_OK ||
-        (st = json_int(j, "skips", &t.skips, err)) != ST_OK ||
-        (st = json_int(j, "rollbacks", &t.rollbacks, err)) != ST_OK ||
-        (st = json_int(j, "stalls", &t.stalls, err)) != ST_OK)
+    if ((st = json_int(j, "best_step", -1, big, &t.best_step, err)) != ST_OK ||
+        (st = json_int(j, "last_stall_step", -1, big, &t.last_stall_step, err)) != ST_OK ||
+        (st = json_int(j, "consecutive_actions", 0, i32, &ca, err)) != ST_OK ||
+        (st = json_int(j, "consecutive_nonfinite", 0, i32, &cn, err)) != ST_OK ||
+        (st = json_int(j, "spikes", 0, big, &t.spikes, err)) != ST_OK ||
+        (st = json_int(j, "nonfinite", 0, big, &t.nonfinite, err)) != ST_OK ||
+        (st = json_int(j, "skips", 0, big, &t.skips, err)) != ST_OK ||
+        (st = json_int(j, "rollbacks", 0, big, &t.rollbacks, err)) != ST_OK ||
+        (st = json_int(j, "stalls", 0, big, &t.stalls, err)) != ST_OK)
         return st;
     t.consecutive_actions = (int32_t)ca;
     t.consecutive_nonfinite = (int32_t)cn;
