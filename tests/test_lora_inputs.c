@@ -138,6 +138,12 @@ static void explicit(void) {
                 "--merge -o merged_bad", "found a LoRA checkpoint whose state.json is missing or does not read as one");
         ran("control: export --merge of the intact checkpoint", "export ck/step_00000006 --merge -o merged_ok");
     }
+    /* a version-2 state.json edited to say version 1 (which has no checksum) and another step: the
+     * checksum is still checked (the version alone skipped it, so the edit loaded) */
+    if (copy_ck("ckv", "sed -i 's/\"version\":\t2/\"version\":\t1/; s/\"step\":\t6/\"step\":\t4/' "
+                       "step_00000006/state.json && grep -q '\"version\":\t1' step_00000006/state.json"))
+        refused("a version-2 state.json edited to version 1 and step 4 fails its checksum",
+                "train " LORA " --steps 9 --resume ckv/step_00000006", "xxh3 checksum mismatch");
     ran("an ordinary checkpoint", "train " T " --layers 2 --heads 2 --channels 32 --vocab 257 --max-seq-len 16 --steps 2 "
         "--ckpt-dir full");
     refused("--resume of an ordinary checkpoint with --lora-rank says so", "train " LORA " --steps 9 --resume "

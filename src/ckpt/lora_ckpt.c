@@ -372,9 +372,11 @@ Status ckpt_lora_read_meta(const char *path, LoraCkptMeta *meta, LoraConfig *lc,
     if (st != ST_OK) return st;
     cJSON *s = cJSON_ParseWithLength(data, len);
     /* from version 2 the text carries its own checksum (an edited step or loader position was taken
-     * as written); version 1, from before, has none */
+     * as written); version 1, from before, has none, so one that has it was a version 2 with its
+     * version edited (which skipped the check: any edit then loaded) and is verified as one */
     double ver = 0;
-    if (s && (!jnum(s, "version", &ver) || ver != 1) && (st = ckpt_state_verify(p, data, len, err)) != ST_OK) {
+    int v1 = s && jnum(s, "version", &ver) && ver == 1 && !cJSON_GetObjectItemCaseSensitive(s, "state_checksum");
+    if (s && !v1 && (st = ckpt_state_verify(p, data, len, err)) != ST_OK) {
         free(data), cJSON_Delete(s);
         return st;
     }

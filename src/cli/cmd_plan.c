@@ -315,9 +315,11 @@ static Status read_scaling(PlanInput *in, const char *path, Err *err) {
     return ST_OK;
 }
 
-/* A warning when the machine was busy while it was measured (1-minute load average at or above its
- * CPU count, or other work using more than MACHINE_OTHERS_DISTURBED of its CPUs during the
- * measurement, `others`): the figures are then low, and they are cached. Appended to note. */
+/* A warning when the machine was busy while it was measured (other work using more than
+ * MACHINE_OTHERS_DISTURBED of its CPUs during the measurement, `others`; where that share is
+ * unknown, a 1-minute load average at or above its CPU count): the figures are then low, and they
+ * are cached. Appended to note. The load lags by a minute: after a busy minute a quiet measurement
+ * was called busy, and R copies measured at once (--measure-copies) raise it themselves. */
 static void warn_if_loaded(double others, char *note, size_t cap) {
     double load = machine_loadavg();
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -326,7 +328,7 @@ static void warn_if_loaded(double others, char *note, size_t cap) {
         snprintf(note + o, cap - o, "plan: warning: other work used %.0f%% of the CPUs while this machine was measured, so "
                  "its figures are low; the cached profile is measured again after %.0f minutes (plan --measure-hardware "
                  "FILE measures and replaces it now)\n", 100 * others, HW_REMEASURE_AFTER_S / 60);
-    else if (cpus > 0 && load >= (double)cpus)
+    else if (others < 0 && cpus > 0 && load >= (double)cpus) /* the share unknown: the lagging load says it */
         snprintf(note + o, cap - o, "plan: warning: the machine was busy while measured (load %.1f on %ld CPUs), so its "
                  "figures are low; measure again when it is quiet (plan --measure-hardware FILE replaces the cached "
                  "profile)\n", load, cpus);

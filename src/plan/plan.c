@@ -1657,5 +1657,9 @@ Status plan_hardware_from_json(PlanHardware *hw, const cJSON *j, Err *err) {
         return err_set(err, ST_ERR_INPUT,
                        "hardware profile: expected peak_fp32 > 0, mem_bw > 0 and matmul_eff in (0, 1], found %g, %g, %g",
                        hw->peak_fp32, hw->mem_bw, hw->matmul_eff);
+    /* bounded as plan_validate bounds it: the trainer prices its cached profile without that check */
+    if (hw->matmul_eff_bf16 > 1)
+        return err_set(err, ST_ERR_INPUT, "hardware profile: matmul_eff_bf16: expected a fraction in [0, 1] (0: matmul_eff), "
+                       "found %g", hw->matmul_eff_bf16);
     return ST_OK;
 }

@@ -1282,9 +1282,7 @@ static const char *const FREE_HW[] = {
     "peak_fp32/hf", "peak_bf16/hf", "peak_fp16/hf", "memory/hf", "mem_bw/hf", "intra_bw/hf", "inter_bw/hf",
     "intra_lat/hf", "inter_lat/hf", "storage_bw/hf", "backend_bytes/hf", "drop_rate/hf", /* rates, sizes and
                                               times: any finite number >= 0 is one */
-    "matmul_eff_bf16/hf",                  /* a fraction of peak_bf16 that plan_hardware_from_json (src/plan/plan.c)
-                                              does not bound by 1 as it does matmul_eff: reported, not fixed here
-                                              (plan.c is another change's) */
+    "matmul_eff_bf16/f",                   /* a fraction of peak_bf16 in [0, 1] (0: matmul_eff prices bf16) */
     NULL};
 
 static FzReader READERS[] = {
