@@ -167,7 +167,8 @@ static void part_loss(void) {
         int n = 0, tok_ok = 1;
         cJSON_ArrayForEach(o, all) {
             const char *ev = rc_event(o);
-            long st = (long)rc_num(o, "step");
+            double sd = rc_num(o, "step"); /* NaN: no step member (converting it is undefined) */
+            long st = isfinite(sd) ? (long)sd : -1;
             if (!ev || strcmp(ev, "val") || st < 1 || st >= g_steps) continue;
             double d = fabs(rc_num(o, "loss") - g_masked[st]);
             worst = d > worst || isnan(d) ? d : worst;

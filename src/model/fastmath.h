@@ -23,7 +23,7 @@ static inline float st_expf(float x) {
      * steps are fused multiply-adds, written (fmaf: the build is ISO C, which contracts nothing):
      * 9 of the 16-lane form's 18 operations, where separate products and sums took 27 (a CPU
      * without FMA gets libm's exact fmaf, the same bits, slowly). */
-    float k = fmaf(x, 1.44269504088896341f, 12582912.0f) - 12582912.0f;
+    float kb = fmaf(x, 1.44269504088896341f, 12582912.0f), k = kb - 12582912.0f;
     float r = fmaf(-k, 0.693359375f, x);
     r = fmaf(-k, -2.12194440e-4f, r);
     float p = 1.9875691500e-4f;
@@ -33,9 +33,13 @@ static inline float st_expf(float x) {
     p = fmaf(p, r, 1.6666665459e-1f);
     p = fmaf(p, r, 5.0000001201e-1f);
     p = fmaf(p * r, r, r) + 1.0f;
-    /* Shifted as unsigned: a NaN x reaches here (k NaN, converted to INT_MIN on x86) and a signed
-     * shift of that would be undefined; the result is NaN either way (p is NaN). */
-    uint32_t bits = (uint32_t)((int32_t)k + 127) << 23;
+    /* 2^k from kb's bits, where k sits as an integer in the low mantissa bits of 1.5·2^23 + k (|k|
+     * <= 128): no float-to-integer conversion, which a NaN x (k NaN) made undefined. Unsigned
+     * arithmetic throughout; the shift leaves no mantissa bit, so scale is never a NaN and a NaN x
+     * returns p's NaN. */
+    uint32_t kbits;
+    memcpy(&kbits, &kb, sizeof kbits);
+    uint32_t bits = (kbits - 0x4B400000u + 127u) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     return p * scale;
