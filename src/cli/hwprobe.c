@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -117,11 +116,9 @@ Status hw_measure(PlanHardware *hw, int threads, double *others, Err *err) {
     return ST_OK;
 }
 
-static double children_cpu_s(void) {
-    struct rusage ru;
-    if (getrusage(RUSAGE_CHILDREN, &ru) != 0) return 0;
-    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
-           1e-6 * (double)ru.ru_stime.tv_usec;
+/* Copy i's file `ext` ("json": its profile, "err": its stderr) in the copies' folder dir. */
+static void copy_path(char *buf, size_t cap, const char *dir, int i, const char *ext) {
+    snprintf(buf, cap, "%s/copy%d.%s", dir, i, ext);
 }
 
 /* The first line of file path (its error, when a copy failed), into buf. */
@@ -156,7 +153,7 @@ Status hw_measure_copies(PlanHardware *hw, int threads, int copies, double *othe
         return err_set(err, ST_ERR_RUNTIME, "--measure-copies: cannot make a folder for the copies' profiles (%s): %s",
                        dirbuf, strerror(errno));
     MachineCpuMark m0 = machine_cpu_mark();
-    double kids0 = children_cpu_s();
+    double kids0 = machine_rusage_s(1);
     pid_t pids[CPU_SETSIZE];
     char tstr[16];
     snprintf(tstr, sizeof tstr, "%d", threads);
@@ -164,7 +161,7 @@ Status hw_measure_copies(PlanHardware *hw, int threads, int copies, double *othe
     Status st = ST_OK;
     for (int i = 0; i < copies; i++) {
         char out[4300], log[4300];
-        snprintf(out, sizeof out, "%s/copy%d.json", dirbuf, i), snprintf(log, sizeof log, "%s/copy%d.err", dirbuf, i);
+        copy_path(out, sizeof out, dirbuf, i, "json"), copy_path(log, sizeof log, dirbuf, i, "err");
         pid_t pid = fork();
         if (pid == 0) {
             /* the copy's own CPUs, its own threads; no cache (the parent stores the mean), no output */
@@ -192,12 +189,12 @@ Status hw_measure_copies(PlanHardware *hw, int threads, int copies, double *othe
             if (failed < 0) failed = i, wstatus = ws;
     }
     MachineCpuMark m1 = machine_cpu_mark();
-    m1.self_s += children_cpu_s() - kids0; /* the copies are this measurement, not other work */
+    m1.self_s += machine_rusage_s(1) - kids0; /* the copies are this measurement, not other work */
     PlanHardware sum = {0};
     double rate = 0, rate16 = 0, bw = 0, drop = 0, pk = 0, pk16 = 0;
     for (int i = 0; st == ST_OK && i < copies; i++) {
         char out[4300], log[4300], line[600];
-        snprintf(out, sizeof out, "%s/copy%d.json", dirbuf, i), snprintf(log, sizeof log, "%s/copy%d.err", dirbuf, i);
+        copy_path(out, sizeof out, dirbuf, i, "json"), copy_path(log, sizeof log, dirbuf, i, "err");
         if (failed == i) {
             first_line(log, line, sizeof line);
             st = err_set(err, ST_ERR_RUNTIME, "--measure-copies: copy %d of %d failed (wait status %d): %s", i, copies,
@@ -212,8 +209,8 @@ Status hw_measure_copies(PlanHardware *hw, int threads, int copies, double *othe
     }
     for (int i = 0; i < copies; i++) {
         char path[4300];
-        snprintf(path, sizeof path, "%s/copy%d.json", dirbuf, i), unlink(path);
-        snprintf(path, sizeof path, "%s/copy%d.err", dirbuf, i), unlink(path);
+        copy_path(path, sizeof path, dirbuf, i, "json"), unlink(path);
+        copy_path(path, sizeof path, dirbuf, i, "err"), unlink(path);
     }
     rmdir(dirbuf);
     if (st != ST_OK) return st;

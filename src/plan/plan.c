@@ -1004,10 +1004,11 @@ static int pipeline_times(Core *c, PlanResult *r, double elem_block, double drop
             int vs = ch * pp + i;
             double hf = vs == S - 1 ? head : 0.0, scale = r->compute.fpt / sum * tok / rate;
             double mt = (q->chunk_flops[ch] - hf) * scale + extra * nb / c->L * tok / rate, mh = hf * scale;
-            double el = (elem_block + drop_block) * nb + (vs == 0 ? drop_embed : 0.0) + (vs == S - 1 ? head_ew : 0.0);
-            double u = (mt + el - (vs == S - 1 ? head_ew : 0.0)) / ((double)mb * (1.0 + bwd));
-            f[vs] = u + (mh + (vs == S - 1 ? head_ew : 0.0)) / mb, b[vs] = type == SCHED_ZB_H1 ? u : bwd * u, w[vs] = type == SCHED_ZB_H1 ? u : 0.0;
-            mat[i] += mt + mh, ele[i] += el;
+            /* the blocks' work splits over F, B (and W); the head's GEMMs and passes are all in F */
+            double el = (elem_block + drop_block) * nb + (vs == 0 ? drop_embed : 0.0), hs = vs == S - 1 ? head_ew : 0.0;
+            double u = (mt + el) / ((double)mb * (1.0 + bwd));
+            f[vs] = u + (mh + hs) / mb, b[vs] = type == SCHED_ZB_H1 ? u : bwd * u, w[vs] = type == SCHED_ZB_H1 ? u : 0.0;
+            mat[i] += mt + mh, ele[i] += el + hs;
         }
         q->t_compute = mat[i] + ele[i];
     }

@@ -339,12 +339,15 @@ double machine_loadavg(void) {
     return load;
 }
 
-MachineCpuMark machine_cpu_mark(void) {
-    MachineCpuMark m = {-1, 0, timer_ms() * 1e-3, 0};
+double machine_rusage_s(int children) {
     struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) == 0)
-        m.self_s = (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
-                   1e-6 * (double)ru.ru_stime.tv_usec;
+    if (getrusage(children ? RUSAGE_CHILDREN : RUSAGE_SELF, &ru) != 0) return 0;
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
+           1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
+MachineCpuMark machine_cpu_mark(void) {
+    MachineCpuMark m = {-1, machine_rusage_s(0), timer_ms() * 1e-3, 0};
     /* The CPUs this process may use; all of them when OpenMP binds its threads (this thread's mask
      * is then one place's, machine_cpus_allowed). */
     cpu_set_t set;

@@ -77,6 +77,8 @@ typedef struct {
     int cpus;         /* the allowed CPUs counted */
 } MachineCpuMark;
 MachineCpuMark machine_cpu_mark(void);
+/* CPU seconds (user + system) of this process (children 0), or of its waited-for children (1). */
+double machine_rusage_s(int children);
 /* The share of the allowed CPUs' time between a and b that other processes (and the hypervisor's
  * steal) used: ((machine_b − machine_a) − (self_b − self_a)) / ((wall_b − wall_a) · cpus), clamped
  * to [0, 1]; -1 when unknown (no /proc/stat, no time elapsed). */
