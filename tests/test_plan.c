@@ -1102,6 +1102,64 @@ static void test_ckpt_size(void) {
              "the formula with a master term %.0f", plan[0], plan[1], disk[0], disk[1], old_bf16);
 }
 
+/* The trainer's GEMM check of a cached peak (machine_peak_speed): the start record's gemm_check and
+ * the end record's gemm_check{start, end} are the median 512^3 call's rate over the cached GEMM
+ * figure, and under 0.9 the console says so ("machine: GEMMs ran at ..."). Oracle: the cache
+ * test_trainer_cached_profile left (a real measurement of this machine), its bf16 1-thread entry's
+ * GEMM figure planted at 1e15 FLOP/s (no CPU runs a 512^3 GEMM at 1 PFLOP/s): both figures < 1e-2
+ * and the line printed. Controls: planted at 1e6 (under anything measured: the check raises it to
+ * its best call, so the median over it is in (0.2, 1]: not the planted one), and without a cache
+ * (ST_PEAK_CACHE=off: measured afresh, no check) neither field is written. */
+static void test_trainer_speed_check(void) {
+    const char *shape = "--layers 2 --heads 2 --channels 64 --vocab 257 --max-seq-len 64 --micro-batch 4 --seq-len 64 "
+                        "--threads 1 --precision bf16";
+    double start[3] = {-1, -1, -1}, end_s[3] = {-1, -1, -1}, end_e[3] = {-1, -1, -1};
+    int line[3] = {0, 0, 0}, planted = 0;
+    for (int k = 0; k < 3; k++) {
+        char cmd[4096], cache[256] = "off";
+        if (k < 2) { /* the cache with the bf16 1-thread entry's GEMM figure replaced */
+            char *text = tu_slurp(TMP "/pc.json");
+            cJSON *doc = text ? cJSON_Parse(text) : NULL, *e;
+            free(text);
+            cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "entries")) {
+                const cJSON *pr = cJSON_GetObjectItem(e, "precision"), *th = cJSON_GetObjectItem(e, "threads");
+                if (cJSON_IsString(pr) && !strcmp(pr->valuestring, "bf16") && cJSON_IsNumber(th) && th->valueint == 1)
+                    cJSON_ReplaceItemInObject(e, "gemm_flops", cJSON_CreateNumber(k == 0 ? 1e15 : 1e6)), planted++;
+            }
+            char *out = doc ? cJSON_Print(doc) : NULL;
+            FILE *f = out ? fopen(TMP "/pcs.json", "w") : NULL;
+            if (f) fputs(out, f), fclose(f);
+            free(out), cJSON_Delete(doc);
+            snprintf(cache, sizeof cache, "%s", TMP "/pcs.json");
+        }
+        snprintf(cmd, sizeof cmd, "rm -f %s/sc.jsonl && ST_PEAK_CACHE=%s %s train --data '%s/sh/train_*.bin' %s "
+                 "--steps 1 --log %s/sc.jsonl > %s/sc.out 2>&1", TMP, cache, BIN, TMP, shape, TMP, TMP);
+        cJSON *all = tu_shell(cmd) ? tu_log_records(TMP "/sc.jsonl") : NULL, *o;
+        cJSON_ArrayForEach(o, all) {
+            const char *ev = cJSON_GetObjectItem(o, "event")->valuestring;
+            if (!strcmp(ev, "start")) start[k] = cJSON_GetObjectItem(o, "gemm_check") ? jnum(o, "gemm_check") : 0;
+            if (!strcmp(ev, "end")) {
+                end_s[k] = cJSON_GetObjectItem(o, "gemm_check") ? jnum(o, "gemm_check.start") : 0;
+                end_e[k] = cJSON_GetObjectItem(o, "gemm_check") ? jnum(o, "gemm_check.end") : 0;
+            }
+        }
+        cJSON_Delete(all);
+        char *con = tu_slurp(TMP "/sc.out");
+        line[k] = con && strstr(con, "machine: GEMMs ran at 0.00 of this machine's cached figures at start; 0.00 at the end");
+        free(con);
+    }
+    /* planted 2: the one entry, in each of the two caches */
+    tu_check(planted == 2 && start[0] > 0 && start[0] < 1e-2 && end_s[0] == start[0] && end_e[0] > 0 && end_e[0] < 1e-2 &&
+                 line[0],
+             "the trainer's GEMM check against a cached figure no CPU reaches (1e15): start and end records, console line",
+             "planted %d, start %g, end {%g, %g}, line %d", planted, start[0], end_s[0], end_e[0], line[0]);
+    tu_check(start[1] > 0.2 && start[1] <= 1 && end_e[1] > 0.2 && end_e[1] <= 1,
+             "control: a cached figure under the machine's (1e6) is raised, the check reads this machine's speed",
+             "start %g, end %g", start[1], end_e[1]);
+    tu_check(start[2] == 0 && end_s[2] == 0 && !line[2], "control: a peak measured afresh (no cache) has no check",
+             "start %g, end %g, line %d", start[2], end_s[2], line[2]);
+}
+
 /* The trainer's own plan (the start record's plan.step_ms) prices on this machine's cached profile
  * when it has one, as `plan` does by default: a profile planted in a private cache (ST_PEAK_CACHE)
  * for 1 thread, a bf16 run at --threads 1, and `plan --hardware` of the same profile and shape must
@@ -1589,5 +1647,6 @@ int main(int argc, char **argv) {
     test_lora_step();
     test_ckpt_size();
     test_trainer_cached_profile();
+    test_trainer_speed_check(); /* reads the cache test_trainer_cached_profile wrote */
     return tu_exit();
 }

@@ -157,6 +157,21 @@ Status hw_measure_copies(PlanHardware *hw, int threads, int copies, double *othe
     pid_t pids[CPU_SETSIZE];
     char tstr[16];
     snprintf(tstr, sizeof tstr, "%d", threads);
+    /* The copies' environment, built before fork: after fork in a process with threads only
+     * async-signal-safe calls are allowed, which setenv (malloc) is not. ST_PEAK_CACHE=off: no
+     * cache (the parent stores the mean). */
+    extern char **environ;
+    size_t ne = 0;
+    while (environ[ne]) ne++;
+    char **envp = malloc((ne + 2) * sizeof *envp);
+    if (!envp) {
+        rmdir(dirbuf);
+        return err_set(err, ST_ERR_RUNTIME, "--measure-copies: out of memory");
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < ne; i++)
+        if (strncmp(environ[i], "ST_PEAK_CACHE=", 14) != 0) envp[k++] = environ[i];
+    envp[k++] = "ST_PEAK_CACHE=off", envp[k] = NULL;
     int started = 0;
     Status st = ST_OK;
     for (int i = 0; i < copies; i++) {
@@ -164,16 +179,16 @@ Status hw_measure_copies(PlanHardware *hw, int threads, int copies, double *othe
         copy_path(out, sizeof out, dirbuf, i, "json"), copy_path(log, sizeof log, dirbuf, i, "err");
         pid_t pid = fork();
         if (pid == 0) {
-            /* the copy's own CPUs, its own threads; no cache (the parent stores the mean), no output */
+            /* the copy's own CPUs, its own threads, no output */
             cpu_set_t set;
             CPU_ZERO(&set);
             for (int t = 0; t < threads; t++) CPU_SET(ids[i * threads + t], &set);
             sched_setaffinity(0, sizeof set, &set);
-            setenv("ST_PEAK_CACHE", "off", 1);
             int nul = open("/dev/null", O_WRONLY), ef = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
             if (nul >= 0) dup2(nul, 1);
             if (ef >= 0) dup2(ef, 2);
-            execl(self, self, "plan", "--measure-hardware", out, "--measure-threads", tstr, (char *)NULL);
+            char *argv[] = {self, "plan", "--measure-hardware", out, "--measure-threads", tstr, NULL};
+            execve(self, argv, envp);
             _exit(127);
         }
         if (pid < 0) {
@@ -182,6 +197,7 @@ Status hw_measure_copies(PlanHardware *hw, int threads, int copies, double *othe
         }
         pids[started++] = pid;
     }
+    free(envp);
     int failed = -1, wstatus = 0;
     for (int i = 0; i < started; i++) {
         int ws = 0;

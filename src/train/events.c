@@ -251,6 +251,7 @@ void ev_start(EventLog *lg, const StartEvent *e) {
     cJSON_AddStringToObject(o, "peak_kind", e->peak_given ? "given" : e->peak_kind);
     add_num(o, "peak_probe_flops", e->peak_probe_flops);
     add_num(o, "peak_gemm_flops", e->peak_gemm_flops);
+    if (e->gemm_check > 0) add_num(o, "gemm_check", e->gemm_check);
     add_num(o, "data_utilization", e->data_utilization);
     cJSON_AddBoolToObject(o, "loss_masks", e->loss_masks);
     add_num(o, "resumed_from_step", (double)e->resumed_from_step);
@@ -596,6 +597,11 @@ void ev_end(EventLog *lg, const EndEvent *e) {
     if (e->have_plan) {
         add_num(o, "planned_step_ms", e->planned_step_ms);
         add_num(o, "step_ms_over_plan", r->median_step_ms / e->planned_step_ms);
+    }
+    if (e->gemm_check[0] > 0 && e->gemm_check[1] > 0) {
+        cJSON *g = cJSON_AddObjectToObject(o, "gemm_check");
+        add_num(g, "start", e->gemm_check[0]);
+        add_num(g, "end", e->gemm_check[1]);
     }
     add_categories(o, "memory_measured", e->peak);
     emit(lg, o);

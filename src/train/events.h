@@ -9,7 +9,9 @@
  *             peak_flops (this rank), peak_flops_job (sum over ranks: the MFU denominator),
  *             peak_flops_by_rank[] (each rank's, world entries, summed in rank order),
  *             peak_source, peak_kind, peak_probe_flops and peak_gemm_flops (this rank's two
- *             measurements, peak_flops their max; 0 when given), data_utilization, loss_masks (the
+ *             measurements, peak_flops their max; 0 when given), [gemm_check (a cached peak: the
+ *             short GEMM check's rate now over the cached GEMM figure, at most 1; under 0.9 the
+ *             machine runs slower than the figures that price the plan and MFU),] data_utilization, loss_masks (the
  *             training shards carry loss masks, docs/finetune.md), resumed_from_step,
  *             resume{requested, found, checkpoint, note}, plan{step_ms, tokens_per_s, mfu,
  *             num_params, memory_total}, memory_planned{category: bytes}
@@ -64,7 +66,8 @@
  *   sample    step, text | ids[]
  *   end       steps, preempted, spikes, skips, rollbacks [, overflows, loss_scale], final_loss,
  *             final_val_loss, median_step_ms, tokens_per_s, wall_s [, planned_step_ms,
- *             step_ms_over_plan], memory_measured{category: peak bytes}
+ *             step_ms_over_plan], [gemm_check{start, end} (the check again after the last step)],
+ *             memory_measured{category: peak bytes}
  *
  * A LoRA run (train --lora-rank, train/lora.h) writes its own start, memory, step and end records
  * (each with "lora": true or a lora{} object) and the val and ckpt records above (ckpt's mode
@@ -117,6 +120,7 @@ typedef struct {
     double flops_per_token, peak_flops, peak_flops_job, data_utilization;
     const double *peak_flops_by_rank; /* world entries; peak_flops_job is their sum */
     double peak_probe_flops, peak_gemm_flops; /* train/machine_peak.h */
+    double gemm_check;                        /* machine_peak_speed at start (0: none, left out) */
     int world, peak_given;
     int loss_masks;             /* the training data has loss masks (SFT): step tokens = trained targets */
     const char *peak_kind;
@@ -250,6 +254,7 @@ typedef struct {
     double loss_scale, wall_s;
     int have_plan;
     double planned_step_ms;
+    double gemm_check[2]; /* machine_peak_speed at start and at the end (0: none, left out) */
     size_t peak[MEM_NCAT];
 } EndEvent;
 void ev_end(EventLog *lg, const EndEvent *e);

@@ -818,6 +818,7 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
             tr_print_batch(c, r->dp, r->acct.batch_seqs, r->acct.batch_tokens);
             tr_print_memory(&r->mem);
             tr_print_compute(c, &r->acct, r->threads_auto, " (LoRA: forward and input gradients, docs/lora.md)");
+            tr_print_speed(&r->acct);
             printf("lora: rank %d alpha %g dropout %g targets %s: %zu adapter parameters on a frozen %sbase of %lld "
                    "(%.3f%%), dp %d tp %d zero %d\n", c->lora.rank, c->lora.alpha, c->lora.dropout, tg,
                    adapter_params(r), c->lora.base_bf16 ? "bf16-block " : "",
@@ -881,6 +882,7 @@ Status lora_train_run(const TrainConfig *cfg, TrainResult *res, Err *err) {
         res->median_step_ms = n > 0 ? stats_median_inplace(r->step_ms + (n > 1), (size_t)(n - (n > 1))) : 0;
         res->tokens_per_s = res->median_step_ms > 0 ? (double)batch_tokens(r) / (res->median_step_ms * 1e-3) : 0;
         double plan_ms = r->have_plan ? r->plan.step * 1e3 : 0;
+        tr_recheck_speed(&r->acct);
         ev_lora_end(&r->log, r->step, res->last_loss, (unsigned long long)lora_base_hash(r), res->median_step_ms,
                     res->tokens_per_s, plan_ms);
         if (r->comm->rank == 0 && !c->quiet && n > 0) tr_print_end(&r->acct, plan_ms, res, " | lora");

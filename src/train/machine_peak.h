@@ -45,6 +45,9 @@ typedef struct {
     double gemm;      /* FLOP/s of the compute-bound GEMM of the precision (0: not measured) */
     double best;      /* max(probe, gemm): the peak */
     int cached;       /* 1: probe and gemm came from the cache */
+    double check;     /* a cached CPU peak: the median call of the GEMM check this time, FLOP/s (gemm
+                         was raised to the check's best call when that was higher); 0 when measured
+                         afresh or on a device */
     char kind[160];   /* what gave `best`, e.g. "fp32 GEMM 512^3", "fp32 FMA probe" or "bf16 GEMM
                          8192^3 on NVIDIA H100 80GB HBM3" (+ ", cached") */
 } MachinePeak;
@@ -54,6 +57,21 @@ typedef struct {
  * A cache that cannot be read or parsed is measured over; one that cannot be written leaves the
  * measurement in use. Errors: ST_ERR_RUNTIME only when nothing could be measured. */
 Status machine_peak_resolve(MachinePeak *out, const MachinePeakOptions *o, Err *err);
+
+/* The GEMM check of a cached CPU peak (3 calls and 100 ms at least, what machine_peak_resolve runs on
+ * a cache hit), run again now with o's options: its median call's FLOP/s; 0 when nothing ran or on a
+ * device. */
+double machine_peak_check(const MachinePeakOptions *o);
+
+/* How fast this machine runs now against its cached figure: check (a median call) / p->gemm (the
+ * best call ever seen), at most 1; 0 when p was not cached or either figure is missing. The cached
+ * figures, and the profiles that price `plan`, keep best calls so that other jobs' load does not
+ * lower them; a quiet dedicated machine's median call is within a few % of its best, but a shared
+ * host's guest runs fast and slow phases that no load figure inside it shows (another tenant on
+ * the physical core, the clock): on a 2-core Xeon VM, 2026-11-30, 512^3 GEMM calls back to back
+ * flickered between about 250 and 320 GFLOP/s, the median of 100 ms of them 0.68-0.78 of the best,
+ * and the trainer's steps ran 1.40x a plan priced on the cached profile. */
+double machine_peak_speed(const MachinePeak *p, double check);
 
 /* 1 when a bf16 peak's GEMM ran under 0.6 of its probe, the fp32 FMA rate where that is the larger:
  * fp32 GEMMs reach 0.65-0.93 of the FMA probe on the CPUs measured, so bf16 GEMMs are then likely

@@ -274,6 +274,7 @@ static Status run_finish(Run *r, Err *err) {
         if (!c->quiet && info.path[0])
             printf("checkpoint: last asynchronous write %s took %.0f ms in the background\n", info.path, info.ms_write);
     }
+    tr_recheck_speed(&r->acct); /* after the background write, which would share the cores */
     res->final_loss_scale = r->scaler.scale;
     long n = r->nmeasured;
     res->median_step_ms = stats_median_inplace(r->step_ms + (n > 1), (size_t)(n - (n > 1)));
@@ -290,7 +291,8 @@ static Status run_finish(Run *r, Err *err) {
     }
     double plan_ms = r->acct.have_plan ? r->acct.plan.compute.step * 1e3 : 0;
     EndEvent e = {.res = res, .fp16 = c->fp16, .loss_scale = r->scaler.scale, .wall_s = r->ms_total * 1e-3,
-                  .have_plan = r->acct.have_plan, .planned_step_ms = plan_ms};
+                  .have_plan = r->acct.have_plan, .planned_step_ms = plan_ms,
+                  .gemm_check = {r->acct.speed[0], r->acct.speed[1]}};
     memcpy(e.peak, r->mem.peak, sizeof e.peak);
     ev_end(&r->log, &e);
     if (!c->quiet) tr_print_end(&r->acct, plan_ms, res, "");
@@ -301,6 +303,7 @@ void tr_print_end(const RunAccounting *a, double plan_ms, const TrainResult *res
     if (plan_ms > 0)
         printf("plan: predicted %.1f ms/step (%s), measured median %.1f ms/step (%.2fx)\n", plan_ms, a->plan_hw,
                res->median_step_ms, res->median_step_ms / plan_ms);
+    if (a->speed[1] > 0) tr_print_speed(a);
     printf("done: %ld steps, median %.1f ms/step, %.0f tokens/s%s\n", res->steps_done, res->median_step_ms,
            res->tokens_per_s, tail);
 }

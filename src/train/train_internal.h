@@ -100,6 +100,9 @@ typedef struct {
     int peak_raised;            /* a step beat the peak (the notice is printed once) */
     const char *peak_kind;      /* what gave `peak` (mpeak.kind, or "given") */
     MachinePeak mpeak;          /* the probe's and the GEMM's figures (zero when --peak-gflops) */
+    MachinePeakOptions po;      /* what mpeak was resolved with (valid when speed[0] > 0) */
+    double speed[2];            /* this machine's GEMM check at start and at the end over its cached
+                                   figure (machine_peak_speed; 0: not a cached peak, or not run) */
     PlanResult plan;
     int have_plan;
     const char *plan_hw;        /* what priced the plan, for its end line (--hardware's name, the cached
@@ -227,6 +230,10 @@ Status tr_peak_and_plan_input(const TrainConfig *c, const Backend *be, Comm *com
 Status tr_setup_accounting(Run *r, Err *err);
 /* The end's console lines: "plan: predicted ..." (plan_ms > 0: a plan, a->plan_hw its label) and
  * "done: ...", tail appended to the latter ("" or " | lora"). */
+/* The end's GEMM check (a->speed[1]), where the start's ran: every rank at the same point. */
+void tr_recheck_speed(RunAccounting *a);
+/* The console note when either check ran under 0.9 of the cached figure (rank 0). */
+void tr_print_speed(const RunAccounting *a);
 void tr_print_end(const RunAccounting *a, double plan_ms, const TrainResult *res, const char *tail);
 double tr_step_mfu(RunAccounting *a, EventLog *log, const TrainConfig *c, long step, double rate, int say);
 /* 1 when step is one the schedule validates at: every val_every steps (> 0) and step 1. The end,

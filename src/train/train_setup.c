@@ -548,8 +548,28 @@ static Status tr_resolve_peak(const TrainConfig *c, const Backend *be, RunAccoun
         Status pst = machine_peak_resolve(&a->mpeak, &po, err);
         if (pst != ST_OK) return pst;
         a->peak = a->mpeak.best, a->peak_kind = a->mpeak.kind;
+        a->po = po, a->speed[0] = machine_peak_speed(&a->mpeak, a->mpeak.check);
     }
     return ST_OK;
+}
+
+void tr_recheck_speed(RunAccounting *a) {
+    if (a->speed[0] > 0) a->speed[1] = machine_peak_speed(&a->mpeak, machine_peak_check(&a->po));
+}
+
+/* The console note of a machine slower than its cached figures (what the plan and MFU price) by
+ * more than the spread of a quiet machine's checks (0.9). */
+#define TR_SLOW_MACHINE 0.9
+
+void tr_print_speed(const RunAccounting *a) {
+    double s0 = a->speed[0], s1 = a->speed[1];
+    if (!(s0 > 0) || (s0 >= TR_SLOW_MACHINE && !(s1 > 0 && s1 < TR_SLOW_MACHINE))) return;
+    char end[64] = "";
+    if (s1 > 0) snprintf(end, sizeof end, "; %.2f at the end", s1);
+    printf("machine: GEMMs ran at %.2f of this machine's cached figures at start%s (the median 512^3 %s GEMM call "
+           "against the best cached): other work, or a shared host's slower phases that no load figure shows; steps "
+           "take about 1/%.2f of a plan priced on the cached profile\n", s0, end, a->po.bf16 ? "bf16" : "fp32",
+           s1 > 0 ? (s0 + s1) / 2 : s0);
 }
 
 /* The peak FLOP/s that MFU divides by (this rank's, measured for the precision in use unless
@@ -669,6 +689,7 @@ Status tr_announce(Run *r, Err *err) {
         tr_print_batch(c, r->dp, r->acct.batch_seqs, r->acct.batch_tokens);
         tr_print_memory(&r->mem);
         tr_print_compute(c, &r->acct, r->threads_auto, "");
+        tr_print_speed(&r->acct);
         if (c->bf16 && !c->fp16 && r->g.be->host_addressable && machine_peak_bf16_slow(&r->acct.mpeak))
             printf("precision: bf16 GEMMs ran at %.0f GFLOP/s here, under 0.6 of the %.0f GFLOP/s probe peak (Intel "
                    "cores without AMX run bf16 dot products at half their FMA rate): --precision fp32 may train "
@@ -686,6 +707,7 @@ Status tr_announce(Run *r, Err *err) {
                      .peak_flops_by_rank = r->peak_by_rank, .data_utilization = util,
                      .loss_masks = r->train.masked, .world = r->world, .peak_given = c->peak_flops > 0, .peak_kind = r->acct.peak_kind,
                      .peak_probe_flops = r->acct.mpeak.probe, .peak_gemm_flops = r->acct.mpeak.gemm,
+                     .gemm_check = r->acct.speed[0],
                      .resumed_from_step = r->rs.step, .resume_requested = c->resume,
                      .resume_checkpoint = r->rs.path, .resume_note = r->rs.note,
                      .resume_read_bytes = (double)r->res->resume_read_bytes, .have_plan = r->acct.have_plan};
