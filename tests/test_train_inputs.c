@@ -19,7 +19,8 @@
  *   lock      with the test holding DIR/.lock (flock), `train --ckpt-dir DIR` is refused naming
  *             the holder's pid; released, the same command runs (control).
  *   state     a state.json whose step is set to -1 (then to 1e30) and resealed (checksum
- *             recomputed) is refused naming `step`; the untouched one resumes (control).
+ *             recomputed) is refused naming `step`; so are extra.batches -1 and 1e300 and
+ *             extra.skipped_batches [2.5]; skipped_batches [3] and the untouched one resume (controls).
  *   rewrite   a shard rewritten in place during a run (same size, every id 0xFFFF, past the 257
  *             of the vocabulary) stops the run with exit 2 and one line naming --data and the id
  *             (the ids were checked when it opened; read on, 0xFFFF would index past the embedding
@@ -191,16 +192,25 @@ static void lock(void) {
         "train --data sh/train_000000.bin " T " --steps 2 --ckpt-dir lk --ckpt-every 1");
 }
 
-/* ck/step_00000006's state.json with step set to v, resealed, into ckv/step_00000006. */
-static int reseal(double v) {
+/* ck/step_00000006's state.json with `key` (step, or a member of extra) set to v (a number, or
+ * with `array` a one-number array), resealed, into ckv/step_00000006. */
+static int reseal_key(const char *key, double v, int array) {
     system("rm -rf " DIR "/ckv && mkdir -p " DIR "/ckv && cp -r " DIR "/ck/step_00000006 " DIR "/ckv/");
     char *t = tu_slurp(DIR "/ckv/step_00000006/state.json");
     cJSON *o = t ? cJSON_Parse(t) : NULL;
     free(t);
     if (!o) return 0;
     cJSON_DeleteItemFromObjectCaseSensitive(o, "state_checksum");
-    cJSON_ReplaceItemInObjectCaseSensitive(o, "step", cJSON_CreateNumber(v));
-    char *text = cJSON_Print(o), *sealed = text ? ckpt_state_seal(text) : NULL;
+    cJSON *in = strcmp(key, "step") ? cJSON_GetObjectItemCaseSensitive(o, "extra") : o;
+    cJSON *val = cJSON_CreateNumber(v);
+    if (array) {
+        cJSON *a = cJSON_CreateArray();
+        cJSON_AddItemToArray(a, val);
+        val = a;
+    }
+    int had = in && cJSON_GetObjectItemCaseSensitive(in, key) && cJSON_ReplaceItemInObjectCaseSensitive(in, key, val);
+    if (!had) cJSON_Delete(val);
+    char *text = cJSON_Print(o), *sealed = text && had ? ckpt_state_seal(text) : NULL;
     cJSON_Delete(o);
     free(text);
     FILE *f = sealed ? fopen(DIR "/ckv/step_00000006/state.json", "w") : NULL;
@@ -210,6 +220,8 @@ static int reseal(double v) {
     return ok;
 }
 
+static int reseal(double v) { return reseal_key("step", v, 0); }
+
 static void state(void) {
     int ok = reseal(-1);
     refused("a resealed state.json with step -1 is refused", "train --data sh/train_000000.bin " T " --steps 12 "
@@ -217,8 +229,25 @@ static void state(void) {
     ok &= reseal(1e30);
     refused("a resealed state.json with step 1e30 is refused", "train --data sh/train_000000.bin " T " --steps 12 "
             "--resume ckv/step_00000006", "step: expected a whole number in [0, 9007199254740992], found 1e+30");
+    /* the batches consumed and the skipped ones (extra): taken as written until 2026-11-30 (1e300
+     * cast to a long; -1 put the loader's batch counter behind the step) */
+    ok &= reseal_key("batches", -1, 0);
+    refused("a resealed state.json with extra.batches -1 is refused", "train --data sh/train_000000.bin " T " --steps 12 "
+            "--resume ckv/step_00000006",
+            "extra.batches: expected a whole number in [6 (the step), 9007199254740992], found -1");
+    ok &= reseal_key("batches", 1e300, 0);
+    refused("a resealed state.json with extra.batches 1e300 is refused", "train --data sh/train_000000.bin " T
+            " --steps 12 --resume ckv/step_00000006",
+            "extra.batches: expected a whole number in [6 (the step), 9007199254740992], found 1e+300");
+    ok &= reseal_key("skipped_batches", 2.5, 1);
+    refused("a resealed state.json with extra.skipped_batches [2.5] is refused", "train --data sh/train_000000.bin " T
+            " --steps 12 --resume ckv/step_00000006",
+            "extra.skipped_batches: expected an array of whole numbers in [0, 6] (the batches consumed), found 2.5");
+    ok &= reseal_key("skipped_batches", 3, 1);
+    ran("control: extra.skipped_batches [3] (a batch this run could have skipped) resumes",
+        "train --data sh/train_000000.bin " T " --steps 8 --resume ckv/step_00000006");
     ok &= reseal(6);
-    tu_check(ok, "state.json resealed three times", "%d", ok);
+    tu_check(ok, "state.json resealed seven times", "%d", ok);
     ran("control: resealed with its own step 6 it resumes (the reseal itself is sound)",
         "train --data sh/train_000000.bin " T " --steps 8 --resume ckv/step_00000006");
 }

@@ -315,7 +315,31 @@ Status tr_resume_load(Run *r, Err *err) {
     const cJSON *hj = m.extra ? cJSON_GetObjectItemCaseSensitive(m.extra, "health") : NULL;
     const cJSON *bj = m.extra ? cJSON_GetObjectItemCaseSensitive(m.extra, "batches") : NULL;
     const cJSON *sj = m.extra ? cJSON_GetObjectItemCaseSensitive(m.extra, "skipped_batches") : NULL;
-    if (cJSON_IsNumber(bj)) r->rs.attempt = (long)bj->valuedouble;
+    /* The batches consumed (at least the steps: a skipped batch is consumed without a step) and the
+     * skipped ones (each at most that count). Taken as written until 2026-11-30: 1e300 was cast to a
+     * long (undefined), -1 made the loader's batch counter run behind the step. */
+    const double max_whole = 9007199254740992.0;
+    if (bj) {
+        double v = cJSON_IsNumber(bj) ? bj->valuedouble : NAN;
+        if (!(v >= (double)r->rs.step && v <= max_whole && v == floor(v))) {
+            char got[40] = "another value";
+            if (cJSON_IsNumber(bj)) snprintf(got, sizeof got, "%.15g", v);
+            ckpt_meta_free(&m); /* bj with it */
+            return err_set(err, ST_ERR_INPUT, "%s/state.json: extra.batches: expected a whole number in [%ld (the step), "
+                           "9007199254740992], found %s", r->rs.path, r->rs.step, got);
+        }
+        r->rs.attempt = (long)v;
+    }
+    for (const cJSON *x = sj ? (cJSON_IsArray(sj) ? sj->child : sj) : NULL; x; x = x->next) {
+        double v = cJSON_IsNumber(x) && cJSON_IsArray(sj) ? x->valuedouble : NAN;
+        if (!(v >= 0 && v <= (double)r->rs.attempt && v == floor(v))) {
+            char got[40] = "another value";
+            if (cJSON_IsArray(sj) && cJSON_IsNumber(x)) snprintf(got, sizeof got, "%.15g", x->valuedouble);
+            ckpt_meta_free(&m); /* sj and x with it */
+            return err_set(err, ST_ERR_INPUT, "%s/state.json: extra.skipped_batches: expected an array of whole numbers "
+                           "in [0, %ld] (the batches consumed), found %s", r->rs.path, r->rs.attempt, got);
+        }
+    }
     double sv;
     if (c->fp16 && ckpt_meta_scaler(&m, "scale", &sv)) {
         r->scaler.scale = (float)sv;
