@@ -479,6 +479,29 @@ int main(void) {
         tu_check(!st0 && interrupted && mixed && lst == ST_ERR_INPUT && strstr(le.msg, "expected shards of a finished prepare"),
                  "publish_interrupted_refused_by_loader", "first %d, interrupted %d, mixed without manifest %d, loader: %s",
                  (int)st0, interrupted, mixed, lst ? le.msg : "accepted");
+        /* the staged manifest's shard counts are range-checked before their cast (1e300 to size_t was
+         * undefined): refused naming the file; the untouched manifest then finishes (below) */
+        {
+            size_t mn = 0;
+            unsigned char *man = slurp_bin(P("pub/.prepare/manifest.json"), &mn);
+            char *bad = man ? malloc(mn + 32) : NULL, *at = man ? strstr((char *)man, "\"train_shards\":") : NULL;
+            Status bst = ST_OK;
+            Err be = {0};
+            if (bad && at) {
+                size_t pre = (size_t)(at - (char *)man) + strlen("\"train_shards\":");
+                const char *num = (char *)man + pre;
+                while (*num == ' ' || *num == '\t') num++;
+                const char *rest = num;
+                while (*rest >= '0' && *rest <= '9') rest++;
+                int bn = snprintf(bad, mn + 32, "%.*s 1e300%s", (int)pre, (char *)man, rest);
+                write_bin(P("pub/.prepare/manifest.json"), bad, (size_t)bn);
+                bst = prepare_run(&u, &s, &be);
+                write_bin(P("pub/.prepare/manifest.json"), man, mn);
+            }
+            tu_check(at && bst == ST_ERR_INPUT && strstr(be.msg, ".prepare/manifest.json: expected the manifest of staged shards"),
+                     "publish_staged_manifest_count_huge_refused", "%s", bst ? be.msg : at ? "accepted" : "no train_shards");
+            free(man), free(bad);
+        }
         u.fault_after_moves = 0;
         st = prepare_run(&u, &s, &err);
         lst = loader_open(&ld, P("pub/train_*.bin"), 64, 0, 0, 1, 0, &le);

@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1213,7 +1214,10 @@ static Status publish_finish(const char *out, int fault_after_moves, Err *err) {
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "result");
     const cJSON *nt = cJSON_GetObjectItemCaseSensitive(r, "train_shards"), *nv = cJSON_GetObjectItemCaseSensitive(r, "val_shards");
     int masked = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "loss_masks"));
-    int ok = cJSON_IsNumber(nt) && cJSON_IsNumber(nv) && nt->valuedouble >= 0 && nv->valuedouble >= 0;
+    /* whole shard counts in range before the cast (1e300 cast to size_t is undefined) */
+    int ok = cJSON_IsNumber(nt) && cJSON_IsNumber(nv) && nt->valuedouble >= 0 && nv->valuedouble >= 0 &&
+             nt->valuedouble <= 1e9 && nv->valuedouble <= 1e9 && nt->valuedouble == floor(nt->valuedouble) &&
+             nv->valuedouble == floor(nv->valuedouble);
     size_t n[2] = {ok ? (size_t)nt->valuedouble : 0, ok ? (size_t)nv->valuedouble : 0};
     cJSON_Delete(m);
     if (!ok)
