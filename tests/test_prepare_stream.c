@@ -484,6 +484,7 @@ int main(void) {
         {
             size_t mn = 0;
             unsigned char *man = slurp_bin(P("pub/.prepare/manifest.json"), &mn);
+            if (man) man[mn] = '\0'; /* slurp_bin leaves room for it */
             char *bad = man ? malloc(mn + 32) : NULL, *at = man ? strstr((char *)man, "\"train_shards\":") : NULL;
             Status bst = ST_OK;
             Err be = {0};
