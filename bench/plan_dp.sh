@@ -6,7 +6,9 @@
 # breakdown (rank 0's median forward / backward / exposed comm / optimizer, ms) beside the plan's
 # terms (plan --json: matmul, elementwise, dp communication and its part compute cannot hide,
 # optimizer, ms), and the fastest step of all rounds (the least disturbed by other load on the
-# machine). Results: bench/results/plan_dp.md.
+# machine). The last column is the end record's gemm_check (the trainer's GEMM check at start and end
+# over this machine's cached figure: under 1, the machine ran slower than the figures that priced
+# the plan; 0.00 where the peak was not cached). Results: bench/results/plan_dp.md.
 #
 # A one-process run of the same per-rank work (one thread) is the reference: what a rank computes
 # when it has the machine's other core to itself.
@@ -48,7 +50,8 @@ print(f"{end.get('planned_step_ms', 0):.1f} {end['median_step_ms']:.1f} {end.get
       f"{med('forward'):.1f} {med('backward'):.1f} {med('comm'):.1f} {med('optimizer'):.1f} "
       f"{statistics.median(s['comm_bytes'] for s in steps) / 1e6:.1f} "
       f"{[r for r in recs if r['event'] == 'start'][-1]['peak_flops'] / 1e12:.6f} "
-      f"{min(s['time_ms']['total'] for s in steps):.1f}")
+      f"{min(s['time_ms']['total'] for s in steps):.1f} "
+      f"{end.get('gemm_check', {}).get('start', 0):.2f}/{end.get('gemm_check', {}).get('end', 0):.2f}")
 PY
 }
 
@@ -68,8 +71,8 @@ run() {
     --quiet --log "$tmp/$1.jsonl" "${extra[@]}" >/dev/null
 }
 
-echo "| config | ranks, ZeRO | planned ms | measured median ms | median / planned | fastest step ms | fastest / planned | measured fwd / bwd / exposed comm / opt (ms) | comm MB/step | plan: matmul / elementwise / dp comm (not hidden) / opt (ms) |"
-echo "|---|---|---:|---:|---:|---:|---:|---|---:|---|"
+echo "| config | ranks, ZeRO | planned ms | measured median ms | median / planned | fastest step ms | fastest / planned | measured fwd / bwd / exposed comm / opt (ms) | comm MB/step | plan: matmul / elementwise / dp comm (not hidden) / opt (ms) | GEMM check start / end |"
+echo "|---|---|---:|---:|---:|---:|---:|---|---:|---|---:|"
 for cfg in "${configs[@]}"; do
   read -r name L NH C V B T _ <<<"$cfg"
   [[ $name == A ]] && continue
@@ -88,7 +91,7 @@ for cfg in "${configs[@]}"; do
         best=$row
       fi
     done
-    read -r planned measured ratio fwd bwd comm opt mb peak _ <<<"$best"
+    read -r planned measured ratio fwd bwd comm opt mb peak _ check _ <<<"$best"
     fastest=$(for ((r = 0; r < rounds; r++)); do summary "$tmp/${name}_${grid}_$r.jsonl" | awk '{print $10}'; done | sort -g | head -1)
     np=${grid:0:1}; zero=${grid:2:1}; zero=${zero:-0}
     # The trainer's plan: the preset with the peak it measured (or the --hardware profile given).
@@ -96,9 +99,9 @@ for cfg in "${configs[@]}"; do
     for ((i = 0; i < ${#extra[@]}; i++)); do [[ ${extra[i]} == --hardware ]] && hw=(--hardware "${extra[i + 1]}"); done
     read -r tm te td tx to <<<"$(plan_terms --layers "$L" --heads "$NH" --channels "$C" --vocab "$V" --max-seq-len "$T" \
       --seq-len "$T" --micro-batch "$B" --threads 1 --dp "$np" --zero "$zero" "${hw[@]}")"
-    printf '| %s (%s/%s/%s, %s×%s) | %s, ZeRO %s | %s | %s | %s | %s | %.2f | %s / %s / %s / %s | %s | %s / %s / %s (%s) / %s |\n' \
+    printf '| %s (%s/%s/%s, %s×%s) | %s, ZeRO %s | %s | %s | %s | %s | %.2f | %s / %s / %s / %s | %s | %s / %s / %s (%s) / %s | %s |\n' \
       "$name" "$L" "$C" "$V" "$B" "$T" "$np" "$zero" "$planned" "$measured" "$ratio" "$fastest" \
       "$(awk -v a="$fastest" -v b="$planned" 'BEGIN {print a / b}')" "$fwd" "$bwd" "$comm" "$opt" "$mb" "$tm" "$te" "$td" \
-      "$tx" "$to"
+      "$tx" "$to" "$check"
   done
 done
