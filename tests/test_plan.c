@@ -1109,12 +1109,14 @@ static void test_ckpt_size(void) {
  * GEMM figure planted at 1e15 FLOP/s (no CPU runs a 512^3 GEMM at 1 PFLOP/s): both figures < 1e-2
  * and the line printed. Controls: planted at 1e6 (under anything measured: the check raises it to
  * its best call, so the median over it is in (0.2, 1]: not the planted one), and without a cache
- * (ST_PEAK_CACHE=off: measured afresh, no check) neither field is written. */
+ * (ST_PEAK_CACHE=off: measured afresh, no check) neither field is written. `plan` on the same caches
+ * (its default profile, the cached one) notes 0.00 against 1e15, and above 0.2 or nothing against 1e6. */
 static void test_trainer_speed_check(void) {
     const char *shape = "--layers 2 --heads 2 --channels 64 --vocab 257 --max-seq-len 64 --micro-batch 4 --seq-len 64 "
                         "--threads 1 --precision bf16";
     double start[3] = {-1, -1, -1}, end_s[3] = {-1, -1, -1}, end_e[3] = {-1, -1, -1};
     int line[3] = {0, 0, 0}, planted = 0;
+    double plan_speed[2] = {-1, -1};
     for (int k = 0; k < 3; k++) {
         char cmd[4096], cache[256] = "off";
         if (k < 2) { /* the cache with the bf16 1-thread entry's GEMM figure replaced */
@@ -1147,6 +1149,13 @@ static void test_trainer_speed_check(void) {
         char *con = tu_slurp(TMP "/sc.out");
         line[k] = con && strstr(con, "machine: GEMMs ran at 0.00 of this machine's cached figures at start; 0.00 at the end");
         free(con);
+        if (k < 2) { /* `plan` on the same cache: its note's figure, or 1 without a note */
+            snprintf(cmd, sizeof cmd, "ST_PEAK_CACHE=%s %s plan %s > /dev/null 2> %s/sp.err", cache, BIN, shape, TMP);
+            char *pe = tu_shell(cmd) ? tu_slurp(TMP "/sp.err") : NULL;
+            const char *at = pe ? strstr(pe, "plan: this machine runs GEMMs at ") : NULL;
+            plan_speed[k] = !pe ? -1 : at ? atof(at + strlen("plan: this machine runs GEMMs at ")) : 1;
+            free(pe);
+        }
     }
     /* planted 2: the one entry, in each of the two caches */
     tu_check(planted == 2 && start[0] > 0 && start[0] < 1e-2 && end_s[0] == start[0] && end_e[0] > 0 && end_e[0] < 1e-2 &&
@@ -1158,6 +1167,9 @@ static void test_trainer_speed_check(void) {
              "start %g, end %g", start[1], end_e[1]);
     tu_check(start[2] == 0 && end_s[2] == 0 && !line[2], "control: a peak measured afresh (no cache) has no check",
              "start %g, end %g, line %d", start[2], end_s[2], line[2]);
+    tu_check(plan_speed[0] == 0 && plan_speed[1] > 0.2, "plan on the cached profile says how fast the machine runs now: "
+             "0.00 against the 1e15 figure, above 0.2 (or no note) against the 1e6 one (control)", "%g, %g",
+             plan_speed[0], plan_speed[1]);
 }
 
 /* The trainer's own plan (the start record's plan.step_ms) prices on this machine's cached profile

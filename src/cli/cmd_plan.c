@@ -704,6 +704,19 @@ int cmd_plan(int argc, char **argv) {
                      "other work used %.0f%% of the CPUs, so its figures are low; it is measured again %.0f minutes after "
                      "(plan --measure-hardware FILE measures and replaces it now)\n", who, 100 * o.others,
                      HW_REMEASURE_AFTER_S / 60);
+        if (!o.measured) { /* a cached profile: how fast the machine runs now against its cached figures */
+            MachinePeakOptions po = machine_peak_default_options();
+            po.threads = nt, po.bf16 = !strcmp(precision, "bf16"), po.cache_path = cache;
+            MachinePeak mp;
+            Err pe;
+            double sp = machine_peak_resolve(&mp, &po, &pe) == ST_OK ? machine_peak_speed(&mp, mp.check) : 0;
+            size_t at = strlen(hw_note);
+            if (sp > 0 && sp < MACHINE_SPEED_SLOW)
+                snprintf(hw_note + at, sizeof hw_note - at, "plan: this machine runs GEMMs at %.2f of its cached figures "
+                         "now (the median 512^3 %s GEMM call against the best cached, %d thread%s): other work, or a "
+                         "shared host's slower phase; a run started now would take about 1/%.2f of this plan\n", sp,
+                         po.bf16 ? "bf16" : "fp32", nt, nt == 1 ? "" : "s", sp);
+        }
     } else if ((st = hw_resolve(&in.hw, "cpu-zen4-2c", &err)) != ST_OK)
         return cli_fail("plan", st, err.msg);
     in.hw_default = !SEEN("hardware");

@@ -105,6 +105,10 @@ double machine_others_share(const MachineCpuMark *a, const MachineCpuMark *b);
  * again (hwprobe.h). */
 #define MACHINE_OTHERS_DISTURBED 0.10
 
+/* machine_peak_speed under this: the machine runs slower than its cached figures by more than a
+ * quiet machine's checks spread, and the trainer and `plan` say so. */
+#define MACHINE_SPEED_SLOW 0.9
+
 /* This machine's hardware profile for `threads` in the cache (`plan`'s default hardware; the
  * profile is plan_hardware_to_json's object, the entry keyed like the peaks' and by `copies`, how
  * many ranks of `threads` threads were measured at once, each on its own CPUs: hwprobe.h's

@@ -558,12 +558,10 @@ void tr_recheck_speed(RunAccounting *a) {
 }
 
 /* The console note of a machine slower than its cached figures (what the plan and MFU price) by
- * more than the spread of a quiet machine's checks (0.9). */
-#define TR_SLOW_MACHINE 0.9
-
+ * more than the spread of a quiet machine's checks (MACHINE_SPEED_SLOW). */
 void tr_print_speed(const RunAccounting *a) {
     double s0 = a->speed[0], s1 = a->speed[1];
-    if (!(s0 > 0) || (s0 >= TR_SLOW_MACHINE && !(s1 > 0 && s1 < TR_SLOW_MACHINE))) return;
+    if (!(s0 > 0) || (s0 >= MACHINE_SPEED_SLOW && !(s1 > 0 && s1 < MACHINE_SPEED_SLOW))) return;
     char end[64] = "";
     if (s1 > 0) snprintf(end, sizeof end, "; %.2f at the end", s1);
     printf("machine: GEMMs ran at %.2f of this machine's cached figures at start%s (the median 512^3 %s GEMM call "
