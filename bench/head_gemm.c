@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "core/timer.h"
+#include "model/layout.h"
 #include "model/matmul.h"
 
 int main(int argc, char **argv) {
@@ -52,8 +53,10 @@ int main(int argc, char **argv) {
     printf("| chunk rows | logits GFLOP/s | dX GFLOP/s | dW GFLOP/s | the three, ms per step | packed logits | packed dX | "
            "packing ms per step | packed three + packing, ms | max rel. diff logits, dX |\n"
            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
-    /* powers of two from 128, and the trainer's chunk (layout_head_chunk_rows: 16 Mi floats of logits) */
-    int lay = (16 << 20) / Vp < 128 ? 128 : (16 << 20) / Vp, chunks[32], nc = 0;
+    /* powers of two from 128, and the trainer's chunk (layout_head_chunk_rows) */
+    ModelConfig mc = {0};
+    mc.vocab_padded = Vp;
+    int lay = layout_head_chunk_rows(&mc, 1, N), chunks[32], nc = 0;
     for (int ch = 128; nc < 30; ch *= 2) {
         if (lay < ch && (nc == 0 || chunks[nc - 1] < lay) && lay < N) chunks[nc++] = lay;
         chunks[nc++] = ch < N ? ch : N;

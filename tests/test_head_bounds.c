@@ -6,9 +6,9 @@
  * made by oneDNN's JIT kernels, so this test puts guard zones (a byte pattern) around every buffer
  * the head writes (logits chunk, dx, dwte, losses) and checks them after the call.
  *
- * Shapes: report 2's (C = 384, V = 50257, padded 50304, chunks of layout_head_chunk_rows = 333
- * rows) on 2 full chunks + a tail of 50 rows (a B·T that is not a multiple of the chunk, as
- * 2048 = 6·333 + 50 is), fp32, 1 thread, the forward + backward path the trainer runs.
+ * Shapes: report 2's (C = 384, V = 50257, padded 50304, chunks of layout_head_chunk_rows = 320
+ * rows, 333 until 2026-11-30) on 2 full chunks + a tail of 50 rows (a B·T that is not a multiple
+ * of the chunk), fp32, 1 thread, the forward + backward path the trainer runs.
  * Oracle: every guard byte unchanged, and the results finite.
  * Negative control: the same call with the logits buffer 4 floats short of the last row's V
  * columns (its guard then starts inside what the head writes) must be reported. */
@@ -105,7 +105,7 @@ int main(void) {
     int n = 2 * chunk + 50; /* two whole chunks and a tail */
     int finite = 0;
     size_t bad = run_head(n, C, V, Vp, chunk, (size_t)chunk * Vp, &finite);
-    tu_check(bad == 0 && finite, "head at V=50257 (padded 50304), C=384, chunks of 333 + a tail of 50: no write outside its buffers",
+    tu_check(bad == 0 && finite, "head at V=50257 (padded 50304), C=384, chunks of 320 + a tail of 50: no write outside its buffers",
              "guard bytes changed=%zu finite=%d chunk=%d n=%d", bad, finite, chunk, n);
     /* negative control: a logits buffer 4 floats short of the last row's V columns must hit its
      * guard (a small overrun: inside the guard zone, so the heap itself stays whole) */

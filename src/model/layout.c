@@ -319,8 +319,12 @@ void layout_views(const ParamLayout *pl, float *base, ParamViews *v) {
 
 int layout_head_chunk_rows(const ModelConfig *cfg, int B, int T) {
     /* Up to 16M floats (64 MiB) of logits at once, and at least 128 rows: the dwte GEMM reads and
-     * writes all of dwte once per chunk, so chunks of few rows would be memory-bound. */
-    long rows = (16L << 20) / cfg->vocab_padded;
+     * writes all of dwte once per chunk, so chunks of few rows would be memory-bound. A multiple of
+     * 16 rows: GPT-2's padded vocabulary gave 333, and oneDNN's fp32 logits GEMM (333 x 50304 x C)
+     * ran 7-11 % slower per row than at 320 or 336 (C 384 / 256, 2 threads, the 2-core Xeon VM,
+     * 2026-11-30: medians of 15-21 rounds, each size's three head GEMMs called in turn; the
+     * backward's groups of chunks, 1332 or 1344 rows, alike). */
+    long rows = (16L << 20) / cfg->vocab_padded / 16 * 16;
     if (rows < 128) rows = 128;
     long bt = (long)B * T;
     if (rows > bt) rows = bt;
