@@ -1558,6 +1558,23 @@ static void test_cli(void) {
     expect_error("cli: --arch with a preset", "--model d6 --arch llama", "--arch: a --model preset fixes the family");
     expect_error("cli: --measure-threads alone", "--model d6 --measure-threads 2",
                  "--measure-threads: expected only with --measure-hardware");
+    /* --scaling: a `fit --json` object's approach3, each member in range */
+    {
+        static const char *const bad[3] = {"{\"approach1\": {}}", "{\"approach3\": {\"E\": 1.8, \"A\": 500, \"B\": 1000, "
+                                           "\"alpha\": 1e300, \"beta\": 0.36}}", "{\"approach3\": {\"E\": 1.8, \"A\": 500, "
+                                           "\"B\": 1000, \"alpha\": 0.35}}"};
+        static const char *const want[3] = {"expected a `scaletrain fit --json` object with an approach3 member, found none",
+                                            "expected approach3.alpha in (0, 10], found 1e+300",
+                                            "expected approach3.beta in (0, 10], found no such member"};
+        for (int k = 0; k < 3; k++) {
+            FILE *f = fopen(TMP "/badfit.json", "w");
+            if (f) fputs(bad[k], f), fclose(f);
+            char name[96];
+            snprintf(name, sizeof name, "cli: --scaling refuses a bad fit file (%d of 3)", k + 1);
+            expect_error(name, "--model d6 --scaling " TMP "/badfit.json", want[k]);
+        }
+        expect_error("cli: --scaling of a missing file", "--model d6 --scaling " TMP "/nofit.json", "--scaling");
+    }
     expect_error("cli: --measure-hardware with a planning option", "--measure-hardware " TMP "/never.json --model d6",
                  "--measure-hardware: measures this machine and exits; expected no planning option, found --model");
     expect_error("cli: --pp-schedule without a pipeline", "--model d6 --pp-schedule gpipe",

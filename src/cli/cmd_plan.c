@@ -283,7 +283,9 @@ static void print_review(const PlanInput *in, const PlanResult *r, const PlanSch
 }
 
 /* Reads approach3.{E, A, B, alpha, beta} of a `fit --json` output into in (has_fit). Errors
- * (ST_ERR_INPUT): one line naming the file and the member missing or not a positive number. */
+ * (ST_ERR_INPUT): one line naming the file and the member missing or out of range: E, A, B in
+ * (0, 1e12], the exponents in (0, 10] (published fits: E 1.7, A 406, B 411, alpha 0.34, beta 0.28;
+ * an exponent of 1e300 made the compute-optimal N and D print inf and nan). */
 static Status read_scaling(PlanInput *in, const char *path, Err *err) {
     char *text = NULL;
     size_t len = 0;
@@ -301,10 +303,14 @@ static Status read_scaling(PlanInput *in, const char *path, Err *err) {
     double v[5];
     for (int k = 0; k < 5; k++) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(a3, keys[k]);
-        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || !(x->valuedouble > 0)) {
+        double hi = k < 3 ? 1e12 : 10;
+        if (!cJSON_IsNumber(x) || !(x->valuedouble > 0 && x->valuedouble <= hi)) {
+            char got[48] = "another value";
+            if (!x) snprintf(got, sizeof got, "no such member");
+            else if (cJSON_IsNumber(x)) snprintf(got, sizeof got, "%g", x->valuedouble);
             cJSON_Delete(j);
-            return err_set(err, ST_ERR_INPUT, "--scaling %s: expected approach3.%s to be a positive number, found %s", path,
-                           keys[k], x ? "another value" : "no such member");
+            return err_set(err, ST_ERR_INPUT, "--scaling %s: expected approach3.%s in (0, %g], found %s", path, keys[k], hi,
+                           got);
         }
         v[k] = x->valuedouble;
     }
