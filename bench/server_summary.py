@@ -154,7 +154,7 @@ if pl:
     model = env.get("model", "d6")
     print(f"\n--- the trainer, {model}{' (config B' + chr(39) + 's shape)' if model == 'd6' else ''}, global batch {env.get('gb', '?')} × 256, fp32: placements "
           "(medians over the steps after the first; MFU against the logged peak, must be <= 1)")
-    print("| run | tokens/s | step ms | planned ms (step / plan) | forward | backward | comm (waited) | optimizer | MFU median (max) | loss at the end |")
+    print("| run | tokens/s | step ms | planned ms (step / plan, GEMM check start/end) | forward | backward | comm (waited) | optimizer | MFU median (max) | loss at the end |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     for tag, r in pl:
         steps = step_records(os.path.join(work, "place-" + tag.replace(" ", "_") + ".jsonl"))
@@ -171,6 +171,11 @@ if pl:
         ptxt = f"{pms:.0f} ({tm('total') / pms:.2f})" if pms else "?"
         if "alone" in plan.get("hardware", ""):
             ptxt += " one rank's profile"
+        # the trainer's GEMM check at start and end over the cached figure (docs/plan.md, "The machine's speed now")
+        ends = records(os.path.join(work, "place-" + tag.replace(" ", "_") + ".jsonl"), "end")
+        chk = ends[-1].get("gemm_check") if ends else None
+        if chk:
+            ptxt += f", check {chk.get('start', 0):.2f}/{chk.get('end', 0):.2f}"
         print(f"| {tag} | {med([e['tokens_per_s'] for e in st]):.0f} | {tm('total'):.0f} | {ptxt} | {tm('forward'):.0f} | "
               f"{tm('backward'):.0f} | {tm('comm'):.0f} | {tm('optimizer'):.0f} | "
               f"{fmt(med(mfus), '{:.2f}')} ({fmt(max(mfus) if mfus else None, '{:.2f}')}){flag} | {steps[-1]['loss']:.6f} |")
