@@ -14,6 +14,7 @@
 
 #include "core/fileio.h"
 #include "core/peak.h"
+#include "core/stats.h"
 #include "core/timer.h"
 #include "model/backend.h"
 #include "model/matmul.h"
@@ -38,11 +39,6 @@ MachinePeakOptions machine_peak_default_options(void) {
     MachinePeakOptions o = {.threads = 1, .bf16 = 0, .cache_path = NULL, .remeasure = 0, .probe_scale = 1, .no_gemm = 0,
                              .gemm_scale = 1};
     return o;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* Best rate over at least min_reps timed calls and min_ms after one untimed call (which
@@ -84,10 +80,7 @@ static double gemm_peak(int bf16, int threads, double min_ms, int min_reps, doub
         }
         Err e;
         if (mm_take_error(&e) != ST_OK) best = 0, nkept = 0; /* a GEMM that did not run measured nothing */
-        if (nkept > 0) {
-            qsort(kept, (size_t)nkept, sizeof *kept, cmp_double);
-            *median = kept[nkept / 2];
-        }
+        if (nkept > 0) *median = stats_median_inplace(kept, (size_t)nkept);
     }
     free(a), free(b), free(c), free(ah), free(bh), free(kept);
     mm_set_threads(prev);
