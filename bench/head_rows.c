@@ -14,16 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/stats.h"
 #include "core/timer.h"
 #include "model/matmul.h"
 
 #define MAXM 16
 #define MAXR 400
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv) {
     const int V = 50304;
@@ -68,7 +64,7 @@ int main(int argc, char **argv) {
            "|---:|---:|---:|---:|---:|\n", C, V, omp_get_max_threads(), rounds);
     for (int i = 0; i < nm; i++) {
         double s = 0, med[3];
-        for (int k = 0; k < 3; k++) qsort(t[i][k], (size_t)rounds, sizeof(double), cmp), med[k] = t[i][k][rounds / 2], s += med[k];
+        for (int k = 0; k < 3; k++) med[k] = stats_median_inplace(t[i][k], (size_t)rounds), s += med[k];
         printf("| %d | %.1f | %.1f | %.1f | %.1f |\n", ms[i], med[0], med[1], med[2], s);
     }
     free(x), free(w), free(l), free(dx), free(dw);
